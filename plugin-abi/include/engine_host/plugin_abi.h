@@ -1,0 +1,408 @@
+/*
+ * engine-host plugin ABI, version 1.
+ *
+ * This header is the whole contract between the engine-host process and an
+ * engine plugin. It is plain C11 (usable from C++17 and later) and depends on
+ * nothing but <stdint.h> and <stddef.h>. A plugin is a shared library that
+ * exports one symbol, EH_PLUGIN_ENTRY_SYMBOL, returning a pointer to a
+ * function table (eh_plugin_api). Everything else reaches the host through that
+ * table.
+ *
+ * Versioning
+ *   The table begins with struct_size, abi_major and abi_minor. The host
+ *   accepts a plugin when abi_major equals the host's major and abi_minor is at
+ *   least the minor the host needs. Minor versions only ever append members to
+ *   the end of a struct; nothing is reordered, resized or removed. Every struct
+ *   that crosses the boundary starts with a struct_size so that either side can
+ *   tell which members the other knows about. Layout is pinned by static
+ *   asserts in tests/unit/abi_layout_test.cpp.
+ *
+ * Ownership (read this before writing a plugin)
+ *   - Strings and arrays the host passes in are owned by the host and valid
+ *     only for the duration of the call, except the model view
+ *     (eh_load_params.view), which stays valid until model_release returns.
+ *   - Strings a plugin returns (plugin info, last-error messages) are owned by
+ *     the plugin. Info strings live as long as the library is loaded. A
+ *     last-error string stays valid until the next call on the same object
+ *     from the same thread.
+ *   - Every object a plugin creates (eh_model, eh_session) has a release
+ *     function, and the host calls it exactly once. The host never unloads a
+ *     library while any object created by it is alive, and releases sessions
+ *     before the model they belong to.
+ *
+ * Errors
+ *   Every fallible call returns an eh_status. On failure, the plugin's message
+ *   is read with model_last_error / session_last_error for calls on an object,
+ *   or with plugin_last_error for calls that have none (probe, model_load).
+ *   A plugin must catch every exception at its boundary: a C++ exception that
+ *   crosses this ABI is a plugin bug. (The host still survives it and rejects
+ *   the plugin, but no plugin may rely on that.)
+ *
+ * Threads
+ *   probe, info and plugin_last_error may be called from any thread. One
+ *   model may have several sessions; the host calls into one session from one
+ *   thread at a time, and calls model_check_residency / model_get_info
+ *   concurrently with session calls, so those two must be thread-safe.
+ *
+ * Tokens, not text
+ *   Plugins never see text. The host tokenizes and detokenizes; plugins take
+ *   token ids and return sampled token ids. Sampling runs inside the plugin
+ *   (on the device for GPU engines).
+ */
+#ifndef ENGINE_HOST_PLUGIN_ABI_H
+#define ENGINE_HOST_PLUGIN_ABI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define EH_ABI_MAJOR 1
+#define EH_ABI_MINOR 0
+
+/* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
+#define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
+
+#if defined(_WIN32)
+#define EH_PLUGIN_EXPORT __declspec(dllexport)
+#else
+#define EH_PLUGIN_EXPORT __attribute__((visibility("default")))
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Status codes. Stable: values are never renumbered.                        */
+
+typedef enum eh_status {
+    EH_OK = 0,
+    EH_INVALID_ARGUMENT = 1,   /* caller passed something out of range      */
+    EH_UNSUPPORTED = 2,        /* plugin cannot do this (arch, type, device) */
+    EH_MODEL_LOAD_FAILED = 3,  /* model data malformed or inconsistent       */
+    EH_INSUFFICIENT_VRAM = 4,  /* not enough device memory to load at all    */
+    EH_VRAM_OOM = 5,           /* allocation failed during a request         */
+    EH_CUDA_ERROR = 6,         /* a device API failed                        */
+    EH_CANCELLED = 7,          /* the cancel callback asked to stop          */
+    EH_CONTEXT_FULL = 8,       /* the session has no room for more tokens    */
+    EH_INTERNAL = 9            /* anything else; always a bug somewhere      */
+} eh_status;
+
+/* ------------------------------------------------------------------------ */
+/* Tensor element types. Numbering follows ggml's enum so that a GGUF file's
+ * type ids map straight across; safetensors dtypes map onto the float types
+ * and the integer types. Block sizes and byte sizes are in quant_blocks.hpp
+ * for C++ authors and in docs/plugin-abi.md for everyone.                   */
+
+typedef enum eh_tensor_type {
+    EH_TYPE_F32 = 0,
+    EH_TYPE_F16 = 1,
+    EH_TYPE_Q4_0 = 2,
+    EH_TYPE_Q4_1 = 3,
+    EH_TYPE_Q5_0 = 6,
+    EH_TYPE_Q5_1 = 7,
+    EH_TYPE_Q8_0 = 8,
+    EH_TYPE_Q8_1 = 9,
+    EH_TYPE_Q2_K = 10,
+    EH_TYPE_Q3_K = 11,
+    EH_TYPE_Q4_K = 12,
+    EH_TYPE_Q5_K = 13,
+    EH_TYPE_Q6_K = 14,
+    EH_TYPE_Q8_K = 15,
+    EH_TYPE_IQ2_XXS = 16,
+    EH_TYPE_IQ2_XS = 17,
+    EH_TYPE_IQ3_XXS = 18,
+    EH_TYPE_IQ1_S = 19,
+    EH_TYPE_IQ4_NL = 20,
+    EH_TYPE_IQ3_S = 21,
+    EH_TYPE_IQ2_S = 22,
+    EH_TYPE_IQ4_XS = 23,
+    EH_TYPE_I8 = 24,
+    EH_TYPE_I16 = 25,
+    EH_TYPE_I32 = 26,
+    EH_TYPE_I64 = 27,
+    EH_TYPE_F64 = 28,
+    EH_TYPE_IQ1_M = 29,
+    EH_TYPE_BF16 = 30,
+    EH_TYPE_TQ1_0 = 34,
+    EH_TYPE_TQ2_0 = 35,
+    EH_TYPE_MXFP4 = 39,
+    /* Not in ggml: raw bytes (safetensors U8), e.g. MXFP4 blocks/scales that a
+     * Hugging Face checkpoint stores as separate tensors. */
+    EH_TYPE_U8 = 1000
+} eh_tensor_type;
+
+/* ------------------------------------------------------------------------ */
+/* The host-parsed model view. The host opens the model file (GGUF, or a
+ * Hugging Face safetensors directory), maps it read-only, and hands the
+ * plugin this description. Plugins need no file parser of their own.        */
+
+typedef enum eh_model_format {
+    EH_FORMAT_GGUF = 1,
+    EH_FORMAT_SAFETENSORS = 2 /* a Hugging Face model directory */
+} eh_model_format;
+
+typedef enum eh_value_type {
+    EH_VALUE_U8 = 0,
+    EH_VALUE_I8 = 1,
+    EH_VALUE_U16 = 2,
+    EH_VALUE_I16 = 3,
+    EH_VALUE_U32 = 4,
+    EH_VALUE_I32 = 5,
+    EH_VALUE_F32 = 6,
+    EH_VALUE_BOOL = 7,
+    EH_VALUE_STRING = 8,
+    EH_VALUE_ARRAY = 9,
+    EH_VALUE_U64 = 10,
+    EH_VALUE_I64 = 11,
+    EH_VALUE_F64 = 12
+} eh_value_type; /* numbering follows GGUF's metadata value types */
+
+/* Strings in the view are NUL-terminated and also carry their length, since
+ * GGUF strings may legally contain NUL bytes (vocabulary entries do). */
+typedef struct eh_string {
+    const char* data;
+    uint64_t size;
+} eh_string;
+
+/* One metadata value. Scalars are widened into u64 / i64 / f64 (bool and
+ * unsigned types into u64, signed into i64, floats into f64). Arrays point
+ * to `count` elements stored contiguously and naturally aligned in their
+ * element type: uint8_t .. double for numbers, uint8_t for bool, eh_string for
+ * strings, and eh_value for nested arrays. */
+typedef struct eh_value {
+    uint32_t type;      /* eh_value_type                                   */
+    uint32_t elem_type; /* eh_value_type of the elements when type==ARRAY  */
+    uint64_t count;     /* number of elements when type==ARRAY, else 1     */
+    union {
+        uint64_t u64;
+        int64_t i64;
+        double f64;
+        eh_string str;
+        const void* array;
+    } v;
+} eh_value;
+
+typedef struct eh_metadata_kv {
+    eh_string key;
+    eh_value value;
+} eh_metadata_kv;
+
+#define EH_MAX_DIMS 4
+
+/* One tensor. dims follow ggml order: dims[0] is the innermost (contiguous)
+ * dimension, so a weight matrix of shape [out, in] in PyTorch has
+ * dims = {in, out}. Unused dims are 1. `data` points into the host's
+ * read-only mapping of the file; it is aligned as the file aligns it (GGUF:
+ * general.alignment, default 32; safetensors: 8 bytes at best). */
+typedef struct eh_tensor {
+    eh_string name;
+    uint32_t type;                /* eh_tensor_type */
+    uint32_t n_dims;              /* 1..EH_MAX_DIMS */
+    uint64_t dims[EH_MAX_DIMS];
+    const void* data;
+    uint64_t nbytes;
+} eh_tensor;
+
+typedef struct eh_model_view {
+    uint32_t struct_size;
+    uint32_t format;              /* eh_model_format */
+    eh_string architecture;       /* "llama", "qwen2", "phi3", "gpt2", "gpt-oss", ... */
+    /* Metadata uses GGUF key names for every format: for a Hugging Face
+     * directory the host translates config.json into the keys a GGUF of the
+     * same model would carry (e.g. "qwen2.block_count"), and tensor names into
+     * GGUF names. Keys the host could not translate keep a "hf." prefix. */
+    uint64_t n_metadata;
+    const eh_metadata_kv* metadata;
+    uint64_t n_tensors;
+    const eh_tensor* tensors;
+} eh_model_view;
+
+/* ------------------------------------------------------------------------ */
+/* Self-description. Must agree with the manifest shipped beside the library;
+ * the host rejects the plugin otherwise. Lists are NULL-terminated arrays of
+ * NUL-terminated strings. Everything here is owned by the plugin and lives
+ * as long as the library stays loaded. */
+
+typedef enum eh_device_kind {
+    EH_DEVICE_CPU = 1,
+    EH_DEVICE_CUDA = 2
+} eh_device_kind;
+
+typedef struct eh_plugin_info {
+    uint32_t struct_size;
+    const char* name;              /* "llama-cuda"; matches manifest "name"    */
+    const char* version;           /* semantic version; manifest "version"     */
+    const char* engine;            /* engine id; manifest "engine"             */
+    const char* const* formats;        /* "gguf", "safetensors"                */
+    const char* const* architectures;  /* "llama", "qwen2", ...                */
+    const char* const* quant_kinds;    /* tensor type names: "Q4_K", "F16", ... */
+    uint32_t device_kind;          /* eh_device_kind                           */
+    uint32_t min_compute_capability; /* CUDA only, e.g. 80 for sm_80; else 0   */
+} eh_plugin_info;
+
+/* probe(): "can this plugin run here, on this device?" It never crashes and
+ * never leaves state behind: a CUDA plugin with no driver or no GPU returns
+ * EH_OK with supported = 0 and a reason. A non-OK status means probe itself
+ * failed (treated like supported = 0, reason from plugin_last_error). */
+typedef struct eh_probe_result {
+    uint32_t struct_size;
+    int32_t supported;             /* 1 = can run, 0 = cannot                 */
+    char reason[256];              /* why not (or a short note when it can)   */
+    char device_name[128];         /* "NVIDIA H100 80GB HBM3", "CPU (16 threads)" */
+    int32_t compute_capability;    /* 90 for sm_90; 0 for CPU                 */
+    int32_t driver_version;        /* CUDA driver version (e.g. 13000); 0 CPU */
+    int32_t runtime_version;       /* CUDA runtime version; 0 CPU             */
+    uint64_t total_memory_bytes;   /* device memory (host RAM for CPU)        */
+    uint64_t free_memory_bytes;
+} eh_probe_result;
+
+/* ------------------------------------------------------------------------ */
+/* Models */
+
+typedef struct eh_model eh_model;     /* opaque, plugin-owned */
+typedef struct eh_session eh_session; /* opaque, plugin-owned */
+
+/* Progress: fraction in [0,1], monotonically non-decreasing, 1.0 exactly once
+ * at the end of a successful load. `stage` is a short plugin-owned label. */
+typedef void (*eh_progress_fn)(void* user, float fraction, const char* stage);
+/* Cancellation: polled by the plugin at safe points; nonzero means stop and
+ * return EH_CANCELLED, leaving no half-built state behind. */
+typedef int32_t (*eh_cancel_fn)(void* user);
+
+typedef struct eh_load_params {
+    uint32_t struct_size;
+    const char* path;              /* the model file or directory, for plugins
+                                      that wrap another runtime              */
+    const eh_model_view* view;     /* host-owned; valid until model_release  */
+    int32_t device;                /* GPU ordinal; ignored by CPU engines     */
+    uint32_t n_threads;            /* CPU threads to use; 0 = plugin default  */
+    const char* options_json;      /* plugin-specific options as a JSON
+                                      object, or NULL                          */
+    eh_progress_fn progress;       /* may be NULL */
+    void* progress_user;
+    eh_cancel_fn cancel;           /* may be NULL */
+    void* cancel_user;
+} eh_load_params;
+
+typedef struct eh_model_info {
+    uint32_t struct_size;
+    char architecture[32];
+    char quant_kind[32];           /* dominant type, e.g. "Q4_K_M", "MXFP4"   */
+    uint32_t context_length;       /* trained context length                  */
+    uint32_t vocab_size;           /* number of logits per position           */
+    uint64_t device_bytes_used;    /* device memory actually held             */
+    uint64_t host_bytes_used;      /* host memory the plugin holds            */
+    char device_name[128];
+    int32_t compute_capability;    /* 0 for CPU                               */
+    int32_t runtime_version;       /* CUDA runtime version; 0 for CPU         */
+} eh_model_info;
+
+/* ------------------------------------------------------------------------ */
+/* Sessions: one sequence's KV cache plus its sampler state.                 */
+
+typedef struct eh_session_params {
+    uint32_t struct_size;
+    uint32_t n_ctx;                /* tokens the KV cache holds (prompt+output) */
+    eh_cancel_fn cancel;           /* polled during prefill/decode; may be NULL */
+    void* cancel_user;
+} eh_session_params;
+
+/* The sampling pipeline, applied in this order to the logits of the last
+ * position: repetition penalty, temperature, top-k, top-p, min-p, then
+ * either greedy (temperature == 0) or a draw from the seeded generator.
+ * Neutral values: repetition_penalty 1, top_k 0, top_p 1, min_p 0. */
+typedef struct eh_sampling_params {
+    uint32_t struct_size;
+    float temperature;             /* 0 = greedy                              */
+    int32_t top_k;                 /* 0 = off                                 */
+    float top_p;                   /* 1 = off                                 */
+    float min_p;                   /* 0 = off                                 */
+    float repetition_penalty;      /* 1 = off                                 */
+    int32_t repetition_window;     /* last N tokens penalised; -1 = all       */
+    uint64_t seed;                 /* same seed + same input = same tokens    */
+} eh_sampling_params;
+
+/* ------------------------------------------------------------------------ */
+/* The function table. Members marked OPTIONAL may be NULL. */
+
+typedef struct eh_plugin_api {
+    uint32_t struct_size;          /* sizeof(eh_plugin_api) in the plugin    */
+    uint16_t abi_major;            /* EH_ABI_MAJOR the plugin was built with */
+    uint16_t abi_minor;            /* EH_ABI_MINOR the plugin was built with */
+
+    /* Self-description; never NULL, owned by the plugin. */
+    const eh_plugin_info* (*info)(void);
+
+    /* Message for the last failed call on this thread that had no object
+     * (probe, model_load). Never NULL; "" when there is none. */
+    const char* (*plugin_last_error)(void);
+
+    eh_status (*probe)(int32_t device, eh_probe_result* out);
+
+    /* Load a model. On EH_OK, *out_model is a new object the host releases
+     * with model_release. On failure, *out_model is NULL and nothing leaks. */
+    eh_status (*model_load)(const eh_load_params* params, eh_model** out_model);
+    eh_status (*model_get_info)(const eh_model* model, eh_model_info* out);
+    /* Verifies that every weight allocation is still where it should be
+     * (device memory for GPU engines). *resident = 1 when all is well; when 0
+     * the reason is in model_last_error. */
+    eh_status (*model_check_residency)(eh_model* model, int32_t* resident);
+    const char* (*model_last_error)(const eh_model* model);
+    void (*model_release)(eh_model* model);
+
+    /* Sessions. */
+    eh_status (*session_create)(eh_model* model, const eh_session_params* params,
+                                eh_session** out_session);
+    /* Sets the sampler and (re)seeds its generator. Must be called before
+     * the first session_sample / session_decode, and may be called again. */
+    eh_status (*session_set_sampling)(eh_session* s, const eh_sampling_params* p);
+    /* Appends `n` tokens to the context and computes the logits of the last
+     * one. EH_CONTEXT_FULL when they do not fit (nothing is appended). */
+    eh_status (*session_prefill)(eh_session* s, const int32_t* tokens, uint32_t n);
+    /* Samples the next token from the current logits. Does not advance the
+     * context (the sampler's generator does advance). */
+    eh_status (*session_sample)(eh_session* s, int32_t* out_token);
+    /* The decode step: appends `token`, runs one forward pass, and samples
+     * the next token from the new logits into *out_token. */
+    eh_status (*session_decode)(eh_session* s, int32_t token, int32_t* out_token);
+    /* Empties the KV cache (n_past becomes 0); the sampler is kept. */
+    eh_status (*session_reset)(eh_session* s);
+    /* Number of tokens in the context. */
+    uint32_t (*session_n_past)(const eh_session* s);
+    /* OPTIONAL. The raw (pre-sampling) logits from which the last token was
+     * sampled, n_vocab floats, owned by the session and valid until the next
+     * call on it. For logprobs. */
+    eh_status (*session_logits)(eh_session* s, const float** out_logits,
+                                uint32_t* out_n_vocab);
+    const char* (*session_last_error)(const eh_session* s);
+    void (*session_release)(eh_session* s);
+} eh_plugin_api;
+
+/* The entry point. Returns the plugin's static function table, or NULL if the
+ * plugin cannot offer any table for this host (the host rejects it). The
+ * host passes the ABI version it speaks, so a plugin may serve several. */
+typedef const eh_plugin_api* (*eh_plugin_entry_fn)(uint16_t host_abi_major,
+                                                    uint16_t host_abi_minor);
+
+/* Name of a status, e.g. "VRAM_OOM", for logs and error envelopes. */
+static inline const char* eh_status_name(eh_status s) {
+    switch (s) {
+    case EH_OK: return "OK";
+    case EH_INVALID_ARGUMENT: return "INVALID_ARGUMENT";
+    case EH_UNSUPPORTED: return "UNSUPPORTED";
+    case EH_MODEL_LOAD_FAILED: return "MODEL_LOAD_FAILED";
+    case EH_INSUFFICIENT_VRAM: return "INSUFFICIENT_VRAM";
+    case EH_VRAM_OOM: return "VRAM_OOM";
+    case EH_CUDA_ERROR: return "CUDA_ERROR";
+    case EH_CANCELLED: return "CANCELLED";
+    case EH_CONTEXT_FULL: return "CONTEXT_FULL";
+    case EH_INTERNAL: return "INTERNAL";
+    }
+    return "UNKNOWN_STATUS";
+}
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* ENGINE_HOST_PLUGIN_ABI_H */
