@@ -5,7 +5,8 @@
 // Checks, for every position of the recorded token sequence (fed one token
 // at a time, so the KV cache path is what is compared):
 //   - max |plugin - HF| over the vocabulary <= tolerance * max |HF logit|
-//     (tolerance from reference.json, 2e-3 for float32 weights);
+//     (tolerance from reference.json: 1e-4 when recorded on CPU in float32,
+//     2e-3 on GPU);
 //   - the same top-1 token (unless HF's top two are within 1e-5 of a tie);
 // and the greedy continuation ids are identical.
 #include <gtest/gtest.h>
@@ -74,6 +75,11 @@ TEST_P(HfReference, LogitsAndGreedyMatchTransformers) {
         GTEST_SKIP() << root.string() << " does not exist yet: run tests/reference/make_reference.py "
                      << "(needs torch + transformers) to record transformers' logits";
     const fs::path dir = root / GetParam();
+    // stories260K's entry needs the shared test data where the script runs
+    // (--testdata); the tiny random models need nothing.
+    if (GetParam() == "stories260K" && !fs::exists(dir / "reference.json"))
+        GTEST_SKIP() << (dir / "reference.json").string() << " not recorded yet: run make_reference.py with "
+                     << "--testdata pointing at shared/testdata (--only stories260K)";
     ASSERT_TRUE(fs::exists(dir / "reference.json")) << "missing " << (dir / "reference.json").string();
     const Reference ref = read_reference(dir);
     ASSERT_TRUE(fs::exists(ref.model_path)) << ref.model_path;
