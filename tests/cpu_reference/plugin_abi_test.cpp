@@ -356,6 +356,13 @@ TEST(PluginLoad, RefusesUnsupportedAndMalformed) {
         t->nbytes = q2k.size();
         expect_fail(*v, EH_UNSUPPORTED, "'blk.1.attn_v.weight' has type Q2_K");
     }
+    {   // Phi-3 128k's LongRoPE factors: refused rather than silently ignored
+        TinySpec sp;
+        sp.arch = "phi3";
+        auto v = make_tiny(sp);
+        v->tensor("rope_factors_long.weight", EH_TYPE_F32, {32}, std::vector<float>(32, 1.0f));
+        expect_fail(*v, EH_UNSUPPORTED, "LongRoPE");
+    }
     {   // missing tensor
         auto v = make_tiny(TinySpec{});
         v->remove("blk.0.ffn_down.weight");

@@ -89,9 +89,28 @@ TEST(Stories260K, DecodeSpeed) {
     // Reported, not asserted (no timed assertions).
     if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "missing " << kStories;
     auto file = eh::model::ModelFile::open(kStories);
-    const auto t0 = std::chrono::steady_clock::now();
-    const size_t n = 120;
-    greedy(&file->view(), n, 1);
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    std::printf("stories260K: %zu tokens (prompt 5 + decode) in %.3f s, %.0f tok/s, 1 thread\n", n, s, n / s);
+    const eh_plugin_api& api = plugin();
+    for (uint32_t threads : {1u, 2u}) {
+        eh_load_params lp = load_params(&file->view(), threads);
+        eh_model* m = nullptr;
+        ASSERT_EQ(api.model_load(&lp, &m), EH_OK);
+        eh_session_params sp{};
+        sp.struct_size = sizeof(sp);
+        sp.n_ctx = 512;
+        eh_session* s = nullptr;
+        ASSERT_EQ(api.session_create(m, &sp, &s), EH_OK);
+        eh_sampling_params g = greedy_params();
+        api.session_set_sampling(s, &g);
+        api.session_prefill(s, kPrompt.data(), static_cast<uint32_t>(kPrompt.size()));
+        int32_t t;
+        api.session_sample(s, &t);
+        const int n = 256;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int i = 0; i < n; ++i) ASSERT_EQ(api.session_decode(s, t, &t), EH_OK);
+        const double sec = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::printf("stories260K decode: %d tokens in %.3f s = %.0f tok/s (%u thread%s, context 5..%d)\n", n, sec,
+                    n / sec, threads, threads > 1 ? "s" : "", 5 + n);
+        api.session_release(s);
+        api.model_release(m);
+    }
 }

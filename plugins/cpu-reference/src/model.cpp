@@ -264,6 +264,9 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
         position_embd_ = b.matrix("position_embd.weight", E, pe->dims[1], 1, true);
         if (c.n_ctx_train == 0 || c.n_ctx_train > pe->dims[1]) c.n_ctx_train = static_cast<uint32_t>(pe->dims[1]);
     }
+    if (b.has("rope_factors_long.weight") || b.has("rope_factors_short.weight"))
+        throw Error(EH_UNSUPPORTED, "LongRoPE (rope_factors_long/short, e.g. Phi-3 128k) is not supported by "
+                                    "cpu-reference");
     if (b.has("rope_freqs.weight")) c.rope.freq_factors = b.vec("rope_freqs.weight", c.rope.n_rot / 2, true);
     rope_ = make_rope_tables(c.rope);
 
