@@ -384,6 +384,14 @@ TEST(PluginLoad, RefusesUnsupportedAndMalformed) {
         OwnedView other("mamba");
         expect_fail(other, EH_UNSUPPORTED, "mamba");
     }
+    {   // absurd hyperparameters are refused before any size is computed
+        OwnedView v("llama");
+        v.u32("llama.embedding_length", 1ull << 30);
+        v.u32("llama.block_count", 1);
+        v.u32("llama.attention.head_count", 1);
+        v.u32("llama.feed_forward_length", 1);
+        expect_fail(v, EH_MODEL_LOAD_FAILED, "out of range");
+    }
     {   // missing hyperparameter
         OwnedView empty("llama");
         expect_fail(empty, EH_MODEL_LOAD_FAILED, "llama.embedding_length");

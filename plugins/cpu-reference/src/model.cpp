@@ -44,7 +44,10 @@ public:
         if (m.row_bytes == 0)
             throw Error(EH_MODEL_LOAD_FAILED, "tensor '" + name + "': row of " + std::to_string(cols) +
                                                   " values is not a whole number of " + ehp::type_name(t->type) + " blocks");
-        check_bytes(*t, name, m.row_bytes * rows * n_expert);
+        uint64_t total = 0;
+        if (__builtin_mul_overflow(m.row_bytes, rows, &total) || __builtin_mul_overflow(total, n_expert, &total))
+            throw Error(EH_MODEL_LOAD_FAILED, "tensor '" + name + "': size overflows");
+        check_bytes(*t, name, total);
         m.data = static_cast<const uint8_t*>(t->data);
         bytes_by_type_[t->type] += m.row_bytes * rows * n_expert;
         return m;
@@ -59,7 +62,9 @@ public:
         }
         check_type(*t, name);
         uint64_t count = 1;
-        for (uint32_t d = 0; d < t->n_dims && d < EH_MAX_DIMS; ++d) count *= t->dims[d];
+        for (uint32_t d = 0; d < t->n_dims && d < EH_MAX_DIMS; ++d)
+            if (__builtin_mul_overflow(count, t->dims[d], &count))
+                throw Error(EH_MODEL_LOAD_FAILED, "tensor '" + name + "': element count overflows");
         if (count != n)
             throw Error(EH_MODEL_LOAD_FAILED, "tensor '" + name + "' has " + std::to_string(count) +
                                                   " elements, expected " + std::to_string(n));
@@ -149,12 +154,18 @@ Config read_config(const ehp::ModelView& v) {
     c.n_head_kv = opt("attention.head_count_kv", c.n_head);
     if (c.n_embd == 0 || c.n_layer == 0 || c.n_head == 0 || c.n_head_kv == 0)
         throw Error(EH_MODEL_LOAD_FAILED, "embedding_length, block_count and head counts must be > 0");
+    const uint32_t kMax = 1u << 20;  // far above any real model; keeps every product in range
+    if (c.n_embd > kMax || c.n_layer > 4096 || c.n_head > 4096 || c.n_head_kv > c.n_head)
+        throw Error(EH_MODEL_LOAD_FAILED, "hyperparameters out of range (embedding_length " + std::to_string(c.n_embd) +
+                                              ", block_count " + std::to_string(c.n_layer) + ", head_count " +
+                                              std::to_string(c.n_head) + ", head_count_kv " +
+                                              std::to_string(c.n_head_kv) + ")");
     if (c.n_head % c.n_head_kv != 0)
         throw Error(EH_MODEL_LOAD_FAILED, key("attention.head_count") + " (" + std::to_string(c.n_head) +
                                               ") is not a multiple of head_count_kv (" + std::to_string(c.n_head_kv) + ")");
     c.head_dim = opt("attention.key_length", c.n_embd / c.n_head);
     const uint32_t vlen = opt("attention.value_length", c.head_dim);
-    if (c.head_dim == 0 || vlen != c.head_dim)
+    if (c.head_dim == 0 || c.head_dim > 65536 || vlen != c.head_dim)
         throw Error(EH_UNSUPPORTED, "attention key_length/value_length must be equal and > 0");
     c.n_ctx_train = opt("context_length", 0);
 
@@ -181,6 +192,8 @@ Config read_config(const ehp::ModelView& v) {
     } else {
         c.n_ff = req("feed_forward_length");
     }
+    if (c.n_ff > (1u << 24) || c.n_ff_exp > (1u << 24) || c.n_expert > 65536)
+        throw Error(EH_MODEL_LOAD_FAILED, "feed_forward_length / expert_count out of range");
 
     // Rotary embedding. GGUF llama files have Q/K rows permuted by the
     // converter so that the interleaved (Normal) rotation reproduces HF's

@@ -18,6 +18,10 @@ Session::Session(const Model& model, const eh_session_params& params)
         throw Error(EH_INVALID_ARGUMENT, "n_ctx " + std::to_string(n_ctx_) + " exceeds gpt2's " +
                                              std::to_string(c.n_ctx_train) + " learned positions");
     const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
+    const double kv_bytes = 2.0 * c.n_layer * static_cast<double>(n_ctx_) * static_cast<double>(kv_dim) * sizeof(float);
+    if (kv_bytes > 1e12)
+        throw Error(EH_INVALID_ARGUMENT, "n_ctx " + std::to_string(n_ctx_) + " needs a KV cache of " +
+                                             std::to_string(static_cast<uint64_t>(kv_bytes / 1e9)) + " GB");
     k_cache_.assign(c.n_layer, std::vector<float>(static_cast<size_t>(n_ctx_) * kv_dim));
     v_cache_.assign(c.n_layer, std::vector<float>(static_cast<size_t>(n_ctx_) * kv_dim));
     logits_.assign(c.n_vocab, 0.0f);
