@@ -358,3 +358,47 @@ TEST(HfDirectory, Gpt2Config) {
 }
 
 }  // namespace
+
+#include "eh/model/descriptor.hpp"
+
+namespace {
+
+TEST(HfDescribe, GptOss) {
+    TempDir d("gptoss_desc");
+    make_gpt_oss(d);
+    auto f = ModelFile::open(d.path.string());
+    auto desc = eh::model::describe(*f);
+    EXPECT_EQ(desc.format, "safetensors");
+    EXPECT_EQ(desc.architecture, "gpt-oss");
+    EXPECT_EQ(desc.expert_count, 32u);
+    EXPECT_EQ(desc.expert_used_count, 4u);
+    EXPECT_EQ(desc.sliding_window, 128u);
+    EXPECT_EQ(desc.head_dim, 64u);
+    EXPECT_EQ(desc.head_count_kv, 8u);
+    EXPECT_EQ(desc.vocab_size, 201088u);
+    EXPECT_EQ(desc.quant_kind, "MXFP4");
+    EXPECT_FALSE(desc.tied_embeddings);
+    ASSERT_TRUE(desc.rope_scaling);
+    EXPECT_EQ(desc.rope_scaling->type, "yarn");
+    EXPECT_EQ(desc.rope_scaling->factor, 32.0);
+    EXPECT_EQ(desc.rope_scaling->original_context_length, 4096u);
+    EXPECT_EQ(desc.rope_scaling->yarn_beta_fast, std::optional<double>(32.0));
+    EXPECT_EQ(desc.rope_scaling->yarn_beta_slow, std::optional<double>(1.0));
+    EXPECT_NEAR(desc.norm_eps, 1e-5, 1e-10);
+    EXPECT_EQ(desc.requirements().tensor_types, (std::vector<std::string>{"BF16", "U8"}));
+}
+
+TEST(HfDescribe, Qwen2Tied) {
+    TempDir d("qwen2_desc");
+    make_single(d, config_dir("qwen2.5-0.5b-instruct") / "config.json", kLlamaLike);
+    auto desc = eh::model::describe(*ModelFile::open(d.path.string()));
+    EXPECT_TRUE(desc.tied_embeddings);
+    EXPECT_EQ(desc.quant_kind, "BF16");
+    EXPECT_EQ(desc.head_dim, 64u);
+    EXPECT_EQ(desc.sliding_window, 0u);
+    EXPECT_EQ(desc.context_length, 32768u);
+    EXPECT_EQ(desc.vocab_size, 151936u);
+    EXPECT_FALSE(desc.rope_scaling);
+}
+
+}  // namespace
