@@ -43,7 +43,11 @@ void read_safetensors(ModelData& m, std::shared_ptr<const MappedFile> file, cons
                       const std::function<std::string(std::string_view)>& rename) {
     const uint8_t* base = file->data();
     const uint64_t size = file->size();
-    auto fail = [&](uint64_t offset, const std::string& what) { st_fail(label, size, offset, what); };
+    struct {
+        const std::string& label;
+        uint64_t size;
+        [[noreturn]] void operator()(uint64_t offset, const std::string& what) const { st_fail(label, size, offset, what); }
+    } fail{label, size};
     if (size < 8) fail(0, "file is too short to hold the header length");
     uint64_t n;
     std::memcpy(&n, base, 8);
