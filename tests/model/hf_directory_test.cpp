@@ -224,6 +224,12 @@ TEST(HfDirectory, MissingShard) {
     expect_error(d.path, "shard 'model-00001-of-00002.safetensors'");
 }
 
+TEST(HfDirectory, BareSafetensorsFileIsRefused) {
+    TempDir d("bare");
+    write_st(d.path / "model.safetensors", kLlamaLike);
+    expect_error(d.path / "model.safetensors", "pass the Hugging Face model directory");
+}
+
 TEST(HfDirectory, RequiredFiles) {
     fs::path cfg = config_dir("qwen2.5-0.5b-instruct") / "config.json";
     {
