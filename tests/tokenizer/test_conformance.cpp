@@ -1,0 +1,50 @@
+// Encodings against vectors produced by implementations no one here wrote
+// (llama.cpp's test-tokenizer-0 .out files, made with HF tokenizers).
+#include <gtest/gtest.h>
+
+#include "eh/tokenizer/tokenizer.hpp"
+#include "test_util.hpp"
+
+namespace eh::tokenizer {
+namespace {
+
+using test::testdata;
+
+std::string ids_str(const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += " " + std::to_string(id);
+    return s;
+}
+
+void expect_vectors(const Tokenizer& tok, const std::string& vocab_name) {
+    const auto dir = testdata() / "vocab";
+    const auto vectors = test::read_vocab_vectors(dir / ("ggml-vocab-" + vocab_name + ".gguf.inp"),
+                                                  dir / ("ggml-vocab-" + vocab_name + ".gguf.out"));
+    ASSERT_EQ(vectors.size(), 46u);
+    size_t ok = 0;
+    for (const auto& v : vectors) {
+        const auto got = tok.encode(v.text, false, false);
+        EXPECT_EQ(ids_str(got), ids_str(v.ids)) << "text: \"" << v.text << "\"";
+        ok += got == v.ids;
+    }
+    std::printf("[%s via %s] %zu/%zu vectors match\n", vocab_name.c_str(), std::string(tok.kind()).c_str(), ok,
+                vectors.size());
+}
+
+TEST(HfJsonConformance, Gpt2MatchesGgufVectors) {
+    auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/gpt2");
+    expect_vectors(*tok, "gpt-2");
+}
+
+TEST(HfJsonConformance, Qwen25MatchesQwen2Vectors) {
+    auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/qwen2.5/tokenizer.json");
+    expect_vectors(*tok, "qwen2");
+}
+
+TEST(HfJsonConformance, Phi3MatchesPhi3Vectors) {
+    auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/phi-3-mini");
+    expect_vectors(*tok, "phi-3");
+}
+
+}  // namespace
+}  // namespace eh::tokenizer
