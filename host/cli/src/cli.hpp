@@ -1,0 +1,30 @@
+// engine-host command-line interface: shared pieces of the subcommands.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "eh/error.hpp"
+
+namespace eh::cli {
+
+// Process exit codes (documented in README.md and `engine-host --help`).
+enum Exit : int {
+    kOk = 0,
+    kFailure = 1,           // anything not listed below
+    kUsage = 2,             // bad command line
+    kNoPlugin = 3,          // plugin directory unusable, or no plugin serves the model
+    kModelInvalid = 4,      // MODEL_LOAD_FAILED: the file is unreadable or malformed
+    kInsufficientVram = 5,  // INSUFFICIENT_VRAM
+};
+
+int exit_code_for(Code code);
+
+// Prints "error: <message>" (first line) and detail lines to stderr.
+void print_error(const std::string& message);
+
+int cmd_plugins(const std::vector<std::string>& args);
+int cmd_inspect(const std::vector<std::string>& args);
+int cmd_serve(const std::vector<std::string>& args);
+
+}  // namespace eh::cli

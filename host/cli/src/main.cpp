@@ -1,0 +1,78 @@
+// engine-host: serve a model over HTTP through a dynamically loaded engine
+// plugin. `engine-host --help` lists the subcommands.
+#include <cstdio>
+#include <cstring>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "cli.hpp"
+
+namespace eh::cli {
+
+int exit_code_for(Code code) {
+    switch (code) {
+    case Code::InvalidRequest: return kUsage;
+    case Code::NoPlugin: case Code::PluginRejected: return kNoPlugin;
+    case Code::ModelLoadFailed: case Code::NotFound: return kModelInvalid;
+    case Code::InsufficientVram: return kInsufficientVram;
+    default: return kFailure;
+    }
+}
+
+void print_error(const std::string& message) {
+    std::fprintf(stderr, "error: %s\n", message.c_str());
+}
+
+}  // namespace eh::cli
+
+namespace {
+
+const char* kUsageText = R"(engine-host — serve language models through engine plugins
+
+Usage:
+  engine-host [serve] --plugins DIR --model PATH [options]   run the server
+  engine-host plugins --plugins DIR [--json]                 list accepted and rejected plugins
+  engine-host inspect --model PATH [--plugins DIR] [--json]  describe a model file and its plugin
+  engine-host help | --help | -h                             this text
+  engine-host version | --version                            print the version
+
+Run `engine-host <command> --help` for a command's options.
+
+Exit codes:
+  0  success
+  1  failure not listed below
+  2  bad command line
+  3  plugin directory unusable, or no plugin can serve the model
+  4  model file unreadable or malformed (MODEL_LOAD_FAILED)
+  5  the model does not fit in device memory (INSUFFICIENT_VRAM)
+)";
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    std::vector<std::string> args(argv + 1, argv + argc);
+    std::string cmd = args.empty() ? "" : args.front();
+    try {
+        if (cmd == "help" || cmd == "--help" || cmd == "-h") {
+            std::fputs(kUsageText, stdout);
+            return eh::cli::kOk;
+        }
+        if (cmd == "version" || cmd == "--version") {
+            std::printf("engine-host %s (plugin ABI %d.%d)\n", EH_VERSION, EH_ABI_MAJOR, EH_ABI_MINOR);
+            return eh::cli::kOk;
+        }
+        if (cmd == "plugins") return eh::cli::cmd_plugins({args.begin() + 1, args.end()});
+        if (cmd == "inspect") return eh::cli::cmd_inspect({args.begin() + 1, args.end()});
+        if (cmd == "serve") return eh::cli::cmd_serve({args.begin() + 1, args.end()});
+        if (cmd.empty() || cmd.rfind("-", 0) == 0) return eh::cli::cmd_serve(args);
+        eh::cli::print_error("unknown command '" + cmd + "' (try `engine-host --help`)");
+        return eh::cli::kUsage;
+    } catch (const eh::Error& e) {
+        eh::cli::print_error(std::string(e.what()) + " [" + eh::code_name(e.code()) + "]");
+        return eh::cli::exit_code_for(e.code());
+    } catch (const std::exception& e) {
+        eh::cli::print_error(std::string("internal error: ") + e.what());
+        return eh::cli::kFailure;
+    }
+}

@@ -1,0 +1,40 @@
+// Plugin discovery and loading.
+//
+// For each manifest in a plugin directory, in this order, collecting every
+// problem rather than stopping at the first:
+//   1. schema (manifest.hpp), platform, ABI version, library file, sha256 —
+//      all before the library is opened;
+//   2. a pre-flight in a forked child process: dlopen, entry symbol, ABI
+//      negotiation, self-description vs manifest, probe. A plugin that
+//      crashes or hangs there is rejected and the host carries on;
+//   3. the same steps again in this process, keeping the library loaded.
+// Libraries with no manifest are reported too. Nothing here throws for a bad
+// plugin: the result is a rejected record with its reasons.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <engine_host/plugin_abi.h>
+
+#include "eh/registry.hpp"
+
+namespace eh::loader {
+
+struct LoaderOptions {
+    int32_t device = 0;                         // GPU ordinal passed to probe
+    uint16_t required_abi_minor = EH_ABI_MINOR; // lowest minor this host accepts
+    bool isolate_preflight = true;              // run step 2 in a child process
+    std::chrono::milliseconds preflight_timeout{30000};
+    std::string platform;                       // empty = host_platform()
+};
+
+// Every plugin under `dir` (not recursive), accepted or rejected.
+// Throws eh::Error(NotFound) only when `dir` itself cannot be read.
+Registry discover_plugins(const std::string& dir, const LoaderOptions& options = {});
+
+// One plugin, from its manifest path.
+PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& options = {});
+
+}  // namespace eh::loader

@@ -1,0 +1,370 @@
+#include "eh/loader/plugin_loader.hpp"
+
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <boost/dll/shared_library.hpp>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "eh/error.hpp"
+#include "eh/loader/manifest.hpp"
+#include "eh/sha256.hpp"
+
+namespace fs = std::filesystem;
+
+namespace eh::loader {
+namespace {
+
+constexpr const char* kManifestSuffix = ".manifest.json";
+
+std::string join(const std::vector<std::string>& v) {
+    std::string out;
+    for (size_t i = 0; i < v.size(); ++i) out += (i ? ", " : "") + v[i];
+    return out;
+}
+
+std::vector<std::string> c_list(const char* const* list) {
+    std::vector<std::string> out;
+    for (size_t i = 0; list && list[i] && i < 4096; ++i) out.emplace_back(list[i]);
+    return out;
+}
+
+// Compares a list from info() with the manifest's, order-insensitively.
+void compare_list(const char* what, std::vector<std::string> manifest, std::vector<std::string> self,
+                  std::vector<std::string>& problems) {
+    std::sort(manifest.begin(), manifest.end());
+    std::sort(self.begin(), self.end());
+    if (manifest != self)
+        problems.push_back(std::string(what) + " disagree: manifest says [" + join(manifest) +
+                           "], plugin says [" + join(self) + "]");
+}
+
+void compare_str(const char* what, const std::string& manifest, const char* self,
+                 std::vector<std::string>& problems) {
+    std::string s = self ? self : "(null)";
+    if (manifest != s)
+        problems.push_back(std::string(what) + " disagree: manifest says \"" + manifest +
+                           "\", plugin says \"" + s + "\"");
+}
+
+// Runs one call into plugin code; a C++ exception escaping it is reported as
+// the plugin bug it is.
+template <class F>
+bool guarded(const char* call, std::vector<std::string>& problems, F&& f) {
+    try {
+        f();
+        return true;
+    } catch (const std::exception& e) {
+        problems.push_back(std::string("plugin threw a C++ exception across the ABI in ") + call +
+                           ": " + e.what());
+    } catch (...) {
+        problems.push_back(std::string("plugin threw a C++ exception across the ABI in ") + call);
+    }
+    return false;
+}
+
+struct Opened {
+    std::shared_ptr<boost::dll::shared_library> library;
+    const eh_plugin_api* api = nullptr;
+    std::optional<eh_probe_result> probe;
+};
+
+// Steps shared by the pre-flight child and the real load. `stage` is told
+// what is about to happen, so a crash can be attributed.
+Opened open_and_check(const std::string& lib_path, const Manifest& m, const LoaderOptions& opt,
+                      std::vector<std::string>& problems,
+                      const std::function<void(const char*)>& stage) {
+    Opened out;
+    stage("dlopen");
+    try {
+        out.library = std::make_shared<boost::dll::shared_library>(
+            lib_path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
+    } catch (const std::exception& e) {
+        problems.push_back(std::string("cannot load library: ") + e.what());
+        return out;
+    }
+    if (!out.library->has(EH_PLUGIN_ENTRY_SYMBOL)) {
+        problems.push_back(std::string("library does not export the entry symbol ") + EH_PLUGIN_ENTRY_SYMBOL);
+        return out;
+    }
+    auto entry = out.library->get<std::remove_pointer_t<eh_plugin_entry_fn>>(EH_PLUGIN_ENTRY_SYMBOL);
+
+    stage("entry");
+    const eh_plugin_api* api = nullptr;
+    if (!guarded(EH_PLUGIN_ENTRY_SYMBOL, problems, [&] { api = entry(EH_ABI_MAJOR, EH_ABI_MINOR); }))
+        return out;
+    if (!api) {
+        problems.push_back(std::string(EH_PLUGIN_ENTRY_SYMBOL) + " returned NULL (plugin offers no table for host ABI " +
+                           std::to_string(EH_ABI_MAJOR) + "." + std::to_string(EH_ABI_MINOR) + ")");
+        return out;
+    }
+
+    std::string host_v = std::to_string(EH_ABI_MAJOR) + "." + std::to_string(opt.required_abi_minor);
+    std::string plug_v = std::to_string(api->abi_major) + "." + std::to_string(api->abi_minor);
+    if (api->abi_major != EH_ABI_MAJOR) {
+        problems.push_back("ABI major mismatch: plugin speaks " + plug_v + ", host needs " + host_v);
+        return out;
+    }
+    if (api->abi_minor < opt.required_abi_minor) {
+        problems.push_back("ABI too old: plugin speaks " + plug_v + ", host needs at least " + host_v);
+        return out;
+    }
+    if (api->struct_size < sizeof(eh_plugin_api)) {
+        problems.push_back("function table too small: plugin says " + std::to_string(api->struct_size) +
+                           " bytes, ABI " + plug_v + " needs " + std::to_string(sizeof(eh_plugin_api)));
+        return out;
+    }
+    if (api->abi_major != m.abi_major || api->abi_minor != m.abi_minor)
+        problems.push_back("ABI version disagrees: manifest says " + std::to_string(m.abi_major) + "." +
+                           std::to_string(m.abi_minor) + ", plugin table says " + plug_v);
+    const char* required[] = {"info", "plugin_last_error", "probe", "model_load", "model_get_info",
+                              "model_check_residency", "model_last_error", "model_release",
+                              "session_create", "session_set_sampling", "session_prefill",
+                              "session_sample", "session_decode", "session_reset", "session_n_past",
+                              "session_last_error", "session_release"};
+    const void* fns[] = {(void*)api->info, (void*)api->plugin_last_error, (void*)api->probe,
+                         (void*)api->model_load, (void*)api->model_get_info,
+                         (void*)api->model_check_residency, (void*)api->model_last_error,
+                         (void*)api->model_release, (void*)api->session_create,
+                         (void*)api->session_set_sampling, (void*)api->session_prefill,
+                         (void*)api->session_sample, (void*)api->session_decode,
+                         (void*)api->session_reset, (void*)api->session_n_past,
+                         (void*)api->session_last_error, (void*)api->session_release};
+    for (size_t i = 0; i < std::size(fns); ++i)
+        if (!fns[i]) problems.push_back(std::string("function table entry ") + required[i] + " is NULL");
+    if (!problems.empty()) return out;
+
+    stage("info");
+    const eh_plugin_info* info = nullptr;
+    if (!guarded("info()", problems, [&] { info = api->info(); })) return out;
+    if (!info) {
+        problems.push_back("info() returned NULL");
+        return out;
+    }
+    compare_str("name", m.caps.name, info->name, problems);
+    compare_str("version", m.caps.version, info->version, problems);
+    compare_str("engine", m.caps.engine, info->engine, problems);
+    compare_list("formats", m.caps.formats, c_list(info->formats), problems);
+    compare_list("architectures", m.caps.architectures, c_list(info->architectures), problems);
+    compare_list("quant_kinds", m.caps.quant_kinds, c_list(info->quant_kinds), problems);
+    const char* kind = info->device_kind == EH_DEVICE_CPU    ? "cpu"
+                       : info->device_kind == EH_DEVICE_CUDA ? "cuda"
+                                                             : "unknown";
+    compare_str("device kind", m.caps.device_kind, kind, problems);
+    if (info->min_compute_capability != m.caps.min_compute_capability)
+        problems.push_back("min_compute_capability disagrees: manifest says " +
+                           std::to_string(m.caps.min_compute_capability) + ", plugin says " +
+                           std::to_string(info->min_compute_capability));
+
+    stage("probe");
+    eh_probe_result pr{};
+    pr.struct_size = sizeof(pr);
+    eh_status st = EH_INTERNAL;
+    if (!guarded("probe()", problems, [&] { st = api->probe(opt.device, &pr); })) return out;
+    pr.reason[sizeof(pr.reason) - 1] = '\0';
+    pr.device_name[sizeof(pr.device_name) - 1] = '\0';
+    out.probe = pr;
+    if (st != EH_OK) {
+        std::string msg;
+        guarded("plugin_last_error()", problems, [&] {
+            const char* e = api->plugin_last_error();
+            msg = e ? e : "";
+        });
+        problems.push_back(std::string("probe failed with ") + eh_status_name(st) + (msg.empty() ? "" : ": " + msg));
+    } else if (!pr.supported) {
+        problems.push_back(std::string("probe: cannot run here: ") + (pr.reason[0] ? pr.reason : "(no reason given)"));
+    }
+    out.api = api;
+    return out;
+}
+
+// Pre-flight in a child process. Returns the child's problems, or a crash /
+// timeout description. The child never returns from here.
+std::vector<std::string> preflight(const std::string& lib_path, const Manifest& m, const LoaderOptions& opt) {
+    int fds[2];
+    if (pipe(fds) != 0) return {std::string("cannot create pre-flight pipe: ") + std::strerror(errno)};
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return {std::string("cannot fork pre-flight process: ") + std::strerror(errno)};
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        auto emit = [&](const std::string& line) {
+            std::string l = line;
+            std::replace(l.begin(), l.end(), '\n', ' ');
+            l += '\n';
+            ssize_t off = 0;
+            while (off < (ssize_t)l.size()) {
+                ssize_t n = write(fds[1], l.data() + off, l.size() - off);
+                if (n <= 0) break;
+                off += n;
+            }
+        };
+        std::vector<std::string> problems;
+        open_and_check(lib_path, m, opt, problems, [&](const char* s) { emit(std::string("stage ") + s); });
+        for (const auto& p : problems) emit("problem " + p);
+        emit("done");
+        _exit(0);
+    }
+    close(fds[1]);
+    std::string buf;
+    auto deadline = std::chrono::steady_clock::now() + opt.preflight_timeout;
+    bool timed_out = false;
+    for (;;) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - std::chrono::steady_clock::now());
+        if (left.count() <= 0) {
+            timed_out = true;
+            break;
+        }
+        pollfd p{fds[0], POLLIN, 0};
+        int r = poll(&p, 1, static_cast<int>(left.count()));
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) {
+            timed_out = r == 0;
+            break;
+        }
+        char chunk[4096];
+        ssize_t n = read(fds[0], chunk, sizeof chunk);
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        buf.append(chunk, n);
+    }
+    close(fds[0]);
+    if (timed_out) kill(pid, SIGKILL);
+    int status = 0;
+    while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {}
+
+    std::vector<std::string> problems;
+    std::string stage = "start", line;
+    bool done = false;
+    std::istringstream in(buf);
+    while (std::getline(in, line)) {
+        if (line.rfind("stage ", 0) == 0) stage = line.substr(6);
+        else if (line.rfind("problem ", 0) == 0) problems.push_back(line.substr(8));
+        else if (line == "done") done = true;
+    }
+    if (timed_out)
+        return {"plugin did not finish " + stage + " within " +
+                std::to_string(opt.preflight_timeout.count() / 1000) + " s (pre-flight process killed)"};
+    if (WIFSIGNALED(status))
+        return {"plugin crashed with signal " + std::to_string(WTERMSIG(status)) + " (" +
+                strsignal(WTERMSIG(status)) + ") during " + stage};
+    if (!done)
+        return {"plugin ended the pre-flight process during " + stage + " (exit status " +
+                std::to_string(WIFEXITED(status) ? WEXITSTATUS(status) : -1) + ")"};
+    return problems;
+}
+
+}  // namespace
+
+PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& options) {
+    LoaderOptions opt = options;
+    if (opt.platform.empty()) opt.platform = host_platform();
+
+    PluginRecord rec;
+    rec.manifest_path = manifest_path;
+    std::vector<std::string>& problems = rec.reasons;
+
+    std::ifstream f(manifest_path, std::ios::binary);
+    if (!f) {
+        problems.push_back("cannot read manifest " + manifest_path);
+        return rec;
+    }
+    std::stringstream ss;
+    ss << f.rdbuf();
+    Manifest m = parse_manifest(ss.str(), problems);
+    rec.caps = m.caps;
+    if (rec.caps.name.empty()) rec.caps.name = fs::path(manifest_path).filename().string();
+
+    if (!m.platform.empty() && m.platform != opt.platform)
+        problems.push_back("platform mismatch: manifest says " + m.platform + ", host is " + opt.platform);
+    std::string host_v = std::to_string(EH_ABI_MAJOR) + "." + std::to_string(opt.required_abi_minor);
+    std::string man_v = std::to_string(m.abi_major) + "." + std::to_string(m.abi_minor);
+    if (m.manifest_version) {
+        if (m.abi_major != EH_ABI_MAJOR)
+            problems.push_back("ABI major mismatch: manifest says " + man_v + ", host needs " + host_v);
+        else if (m.abi_minor < opt.required_abi_minor)
+            problems.push_back("ABI too old: manifest says " + man_v + ", host needs at least " + host_v);
+    }
+    if (!m.library.empty() && m.library.find('/') == std::string::npos) {
+        fs::path lib = fs::path(manifest_path).parent_path() / m.library;
+        rec.library_path = lib.string();
+        std::error_code ec;
+        if (!fs::is_regular_file(lib, ec)) {
+            problems.push_back("library " + lib.string() + " does not exist");
+        } else if (!m.sha256.empty()) {
+            std::string actual = sha256_file_hex(lib.string());
+            if (actual != m.sha256)
+                problems.push_back("sha256 mismatch: manifest says " + m.sha256 + ", library is " + actual);
+        }
+    }
+    if (!problems.empty()) return rec;  // never open a library that failed validation
+
+    if (opt.isolate_preflight) {
+        auto child = preflight(rec.library_path, m, opt);
+        if (!child.empty()) {
+            problems = std::move(child);
+            return rec;
+        }
+    }
+    Opened o = open_and_check(rec.library_path, m, opt, problems, [](const char*) {});
+    rec.probe = o.probe;
+    if (!problems.empty() || !o.api) {
+        if (problems.empty()) problems.push_back("plugin could not be opened");
+        return rec;  // `o.library` unloads here: nothing was created from it
+    }
+    // The table lives inside the library: holding it keeps the library loaded.
+    rec.api = std::shared_ptr<const eh_plugin_api>(o.library, o.api);
+    rec.accepted = true;
+    return rec;
+}
+
+Registry discover_plugins(const std::string& dir, const LoaderOptions& options) {
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec))
+        throw Error(Code::NotFound, "plugin directory '" + dir + "' does not exist or is not a directory");
+    std::vector<fs::path> manifests, libraries;
+    for (const auto& e : fs::directory_iterator(dir, ec)) {
+        std::string name = e.path().filename().string();
+        if (name.size() > std::strlen(kManifestSuffix) &&
+            name.compare(name.size() - std::strlen(kManifestSuffix), std::string::npos, kManifestSuffix) == 0)
+            manifests.push_back(e.path());
+        else if (e.path().extension() == ".so")
+            libraries.push_back(e.path());
+    }
+    if (ec) throw Error(Code::NotFound, "cannot list plugin directory '" + dir + "': " + ec.message());
+    std::sort(manifests.begin(), manifests.end());
+    std::sort(libraries.begin(), libraries.end());
+
+    Registry reg;
+    std::set<std::string> claimed;
+    for (const auto& mp : manifests) {
+        PluginRecord rec = load_plugin(mp.string(), options);
+        if (!rec.library_path.empty()) claimed.insert(fs::path(rec.library_path).filename().string());
+        reg.add(std::move(rec));
+    }
+    for (const auto& lib : libraries) {
+        if (claimed.count(lib.filename().string())) continue;
+        PluginRecord rec;
+        rec.library_path = lib.string();
+        rec.caps.name = lib.filename().string();
+        rec.reasons.push_back("no manifest names this library (expected a *" + std::string(kManifestSuffix) +
+                              " beside it); it was not loaded");
+        reg.add(std::move(rec));
+    }
+    return reg;
+}
+
+}  // namespace eh::loader

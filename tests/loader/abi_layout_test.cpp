@@ -1,0 +1,82 @@
+// Pins the ABI's layout. If one of these fails, a change broke binary
+// compatibility with plugins already built: append members instead.
+#include <gtest/gtest.h>
+
+#include <cstddef>
+
+#include <engine_host/plugin_abi.h>
+#include <engine_host/tensor_types.h>
+
+static_assert(EH_ABI_MAJOR == 1);
+static_assert(offsetof(eh_plugin_api, struct_size) == 0);
+static_assert(offsetof(eh_plugin_api, abi_major) == 4);
+static_assert(offsetof(eh_plugin_api, abi_minor) == 6);
+static_assert(offsetof(eh_plugin_api, info) == 8);
+static_assert(offsetof(eh_plugin_api, plugin_last_error) == 16);
+static_assert(offsetof(eh_plugin_api, probe) == 24);
+static_assert(offsetof(eh_plugin_api, model_load) == 32);
+static_assert(offsetof(eh_plugin_api, model_get_info) == 40);
+static_assert(offsetof(eh_plugin_api, model_check_residency) == 48);
+static_assert(offsetof(eh_plugin_api, model_last_error) == 56);
+static_assert(offsetof(eh_plugin_api, model_release) == 64);
+static_assert(offsetof(eh_plugin_api, session_create) == 72);
+static_assert(offsetof(eh_plugin_api, session_set_sampling) == 80);
+static_assert(offsetof(eh_plugin_api, session_prefill) == 88);
+static_assert(offsetof(eh_plugin_api, session_sample) == 96);
+static_assert(offsetof(eh_plugin_api, session_decode) == 104);
+static_assert(offsetof(eh_plugin_api, session_reset) == 112);
+static_assert(offsetof(eh_plugin_api, session_n_past) == 120);
+static_assert(offsetof(eh_plugin_api, session_logits) == 128);
+static_assert(offsetof(eh_plugin_api, session_last_error) == 136);
+static_assert(offsetof(eh_plugin_api, session_release) == 144);
+static_assert(sizeof(eh_plugin_api) == 152);
+
+static_assert(sizeof(eh_string) == 16);
+static_assert(sizeof(eh_value) == 32);
+static_assert(offsetof(eh_value, v) == 16);
+static_assert(sizeof(eh_metadata_kv) == 48);
+static_assert(offsetof(eh_tensor, type) == 16);
+static_assert(offsetof(eh_tensor, dims) == 24);
+static_assert(offsetof(eh_tensor, data) == 56);
+static_assert(sizeof(eh_tensor) == 72);
+static_assert(offsetof(eh_model_view, architecture) == 8);
+static_assert(offsetof(eh_model_view, n_metadata) == 24);
+static_assert(offsetof(eh_model_view, tensors) == 48);
+static_assert(sizeof(eh_model_view) == 56);
+
+static_assert(offsetof(eh_plugin_info, name) == 8);
+static_assert(offsetof(eh_plugin_info, device_kind) == 56);
+static_assert(sizeof(eh_plugin_info) == 64);
+static_assert(offsetof(eh_probe_result, reason) == 8);
+static_assert(offsetof(eh_probe_result, device_name) == 264);
+static_assert(offsetof(eh_probe_result, total_memory_bytes) == 408);
+static_assert(sizeof(eh_probe_result) == 424);
+static_assert(offsetof(eh_load_params, view) == 16);
+static_assert(offsetof(eh_load_params, progress) == 40);
+static_assert(offsetof(eh_load_params, cancel_user) == 64);
+static_assert(sizeof(eh_load_params) == 72);
+static_assert(offsetof(eh_model_info, context_length) == 68);
+static_assert(offsetof(eh_model_info, device_bytes_used) == 80);
+static_assert(sizeof(eh_model_info) == 232);
+static_assert(sizeof(eh_session_params) == 24);
+static_assert(offsetof(eh_sampling_params, seed) == 32);
+static_assert(sizeof(eh_sampling_params) == 40);
+
+// Status and type numbers are stable too: they travel in logs and files.
+static_assert(EH_VRAM_OOM == 5 && EH_INTERNAL == 9);
+static_assert(EH_TYPE_Q4_K == 12 && EH_TYPE_BF16 == 30 && EH_TYPE_MXFP4 == 39);
+
+TEST(AbiLayout, TypeTraitsMatchTheGgmlBlockLayouts) {
+    EXPECT_EQ(eh_tensor_type_traits(EH_TYPE_Q4_K).block_bytes, 144u);
+    EXPECT_EQ(eh_tensor_type_traits(EH_TYPE_Q6_K).block_bytes, 210u);
+    EXPECT_EQ(eh_tensor_type_traits(EH_TYPE_Q8_0).block_bytes, 34u);
+    EXPECT_EQ(eh_tensor_type_traits(EH_TYPE_MXFP4).block_bytes, 17u);
+    EXPECT_EQ(eh_tensor_type_traits(EH_TYPE_MXFP4).block_elems, 32u);
+    EXPECT_EQ(eh_tensor_type_traits(4).block_bytes, 0u);  // removed Q4_2: unknown
+    EXPECT_EQ(eh_tensor_type_traits(4).name, nullptr);
+}
+
+TEST(AbiLayout, StatusNamesAreStable) {
+    EXPECT_STREQ(eh_status_name(EH_INSUFFICIENT_VRAM), "INSUFFICIENT_VRAM");
+    EXPECT_STREQ(eh_status_name(static_cast<eh_status>(42)), "UNKNOWN_STATUS");
+}

@@ -1,0 +1,80 @@
+#include <gtest/gtest.h>
+
+#include "eh/registry.hpp"
+
+using namespace eh;
+
+namespace {
+
+PluginRecord plugin(const std::string& name, int priority, std::vector<std::string> archs,
+                    std::vector<std::string> quants, bool accepted = true) {
+    PluginRecord r;
+    r.accepted = accepted;
+    r.caps.name = name;
+    r.caps.priority = priority;
+    r.caps.formats = {"gguf"};
+    r.caps.architectures = std::move(archs);
+    r.caps.quant_kinds = std::move(quants);
+    if (!accepted) r.reasons = {"broken"};
+    return r;
+}
+
+ModelRequirements qwen_q4km() { return {"gguf", "qwen2", {"F32", "Q4_K", "Q6_K"}}; }
+
+}  // namespace
+
+TEST(Registry, PicksTheHighestPriorityPluginThatServesEverything) {
+    Registry reg;
+    reg.add(plugin("cpu-reference", 0, {"llama", "qwen2"}, {"F32", "Q4_K", "Q6_K"}));
+    reg.add(plugin("llama-cuda", 100, {"llama", "qwen2"}, {"F32", "Q4_K", "Q6_K"}));
+    reg.add(plugin("partial", 500, {"qwen2"}, {"F32", "Q4_K"}));  // lacks Q6_K
+    auto res = reg.resolve(qwen_q4km());
+    ASSERT_NE(res.plugin, nullptr);
+    EXPECT_EQ(res.plugin->caps.name, "llama-cuda");
+    EXPECT_NE(res.explanation.find("chosen over cpu-reference"), std::string::npos) << res.explanation;
+}
+
+TEST(Registry, TiesAreBrokenByNameNotDiscoveryOrder) {
+    for (bool reversed : {false, true}) {
+        Registry reg;
+        auto a = plugin("alpha", 10, {"qwen2"}, {"F32", "Q4_K", "Q6_K"});
+        auto b = plugin("beta", 10, {"qwen2"}, {"F32", "Q4_K", "Q6_K"});
+        if (reversed) std::swap(a, b);
+        reg.add(a);
+        reg.add(b);
+        auto res = reg.resolve(qwen_q4km());
+        ASSERT_NE(res.plugin, nullptr);
+        EXPECT_EQ(res.plugin->caps.name, "alpha");
+    }
+}
+
+TEST(Registry, RejectedPluginsAreNeverChosen) {
+    Registry reg;
+    reg.add(plugin("broken-but-perfect", 1000, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}, false));
+    auto res = reg.resolve(qwen_q4km());
+    EXPECT_EQ(res.plugin, nullptr);
+    EXPECT_NE(res.explanation.find("no plugin was accepted"), std::string::npos) << res.explanation;
+    EXPECT_NE(res.explanation.find("1 rejected plugin(s)"), std::string::npos) << res.explanation;
+}
+
+TEST(Registry, NobodyCanServeSaysWhatIsNeededAndWhatEachOffers) {
+    Registry reg;
+    reg.add(plugin("gpt-cuda", 100, {"gpt2", "gpt-oss"}, {"F32", "MXFP4"}));
+    reg.add(plugin("cpu-lite", 0, {"qwen2"}, {"F32"}));
+    auto res = reg.resolve(qwen_q4km());
+    EXPECT_EQ(res.plugin, nullptr);
+    const std::string& e = res.explanation;
+    EXPECT_NE(e.find("architecture qwen2, tensor types F32, Q4_K, Q6_K"), std::string::npos) << e;
+    EXPECT_NE(e.find("gpt-cuda: architecture qwen2 not served (serves gpt2, gpt-oss)"), std::string::npos) << e;
+    EXPECT_NE(e.find("cpu-lite: tensor types Q4_K, Q6_K not served (serves F32)"), std::string::npos) << e;
+}
+
+TEST(Registry, FormatMustMatch) {
+    Registry reg;
+    reg.add(plugin("gguf-only", 0, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}));
+    auto need = qwen_q4km();
+    need.format = "safetensors";
+    auto res = reg.resolve(need);
+    EXPECT_EQ(res.plugin, nullptr);
+    EXPECT_NE(res.explanation.find("format safetensors not served (serves gguf)"), std::string::npos);
+}

@@ -1,0 +1,289 @@
+// A small deterministic engine used by host tests (loader, service, HTTP).
+// It runs no model: the next token is a pure function of the previous token,
+// the position and the sampler seed, so tests can predict every id.
+//
+// Behaviour knobs (environment, read at model load):
+//   EH_TEST_ENGINE_DELAY_MS   sleep this long in every decode step (cancel tests)
+//   EH_TEST_ENGINE_EOS_AFTER  emit the model's EOS id after N decode steps
+//
+// Built several times with FIXTURE_MODE set to make the broken plugins the
+// loader must reject; FIXTURE_MODE 0 is the well-behaved engine.
+#include <engine_host/plugin_abi.hpp>
+
+#include <chrono>
+#include <csignal>
+#include <cstdlib>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#ifndef FIXTURE_MODE
+#define FIXTURE_MODE 0
+#endif
+#define MODE_GOOD 0
+#define MODE_WRONG_MAJOR 1
+#define MODE_NULL_ENTRY 2
+#define MODE_THROWS 3
+#define MODE_PROBE_UNSUPPORTED 4
+#define MODE_CRASH 5
+#define MODE_HANG 6
+#define MODE_DISAGREE 7
+#define MODE_MISSING_ENTRY 8
+#define MODE_SMALL_TABLE 9
+
+#ifndef FIXTURE_NAME
+#define FIXTURE_NAME "test-engine"
+#endif
+
+namespace {
+
+struct Model {
+    std::string last_error;
+    uint32_t vocab = 256;
+    int32_t eos = -1;
+    uint32_t ctx = 4096;
+    int delay_ms = 0;
+    int eos_after = -1;
+};
+
+struct Session {
+    Model* model;
+    std::string last_error;
+    uint32_t n_ctx;
+    std::vector<int32_t> tokens;
+    eh_sampling_params sp{};
+    std::mt19937_64 rng;
+    int steps = 0;
+    std::vector<float> logits;
+    eh_cancel_fn cancel = nullptr;
+    void* cancel_user = nullptr;
+    bool have_logits = false;
+    int32_t next_token = 0;
+};
+
+const char* const kFormats[] = {"gguf", "safetensors", nullptr};
+#if FIXTURE_MODE == MODE_DISAGREE
+const char* const kArchs[] = {"llama", "not-in-manifest", nullptr};
+#else
+const char* const kArchs[] = {"llama", "test-arch", nullptr};
+#endif
+const char* const kQuants[] = {"F32", "F16", nullptr};
+
+const eh_plugin_info* info() {
+#if FIXTURE_MODE == MODE_THROWS
+    throw std::runtime_error("fixture: info() always throws");
+#endif
+    static const eh_plugin_info i = {sizeof(eh_plugin_info),
+#if FIXTURE_MODE == MODE_DISAGREE
+                                     "another-name",
+#else
+                                     FIXTURE_NAME,
+#endif
+                                     "1.0.0", "test", kFormats, kArchs, kQuants, EH_DEVICE_CPU, 0};
+    return &i;
+}
+
+const char* plugin_last_error() { return ehp::thread_last_error().c_str(); }
+
+eh_status probe(int32_t, eh_probe_result* out) {
+#if FIXTURE_MODE == MODE_CRASH
+    std::raise(SIGSEGV);
+#endif
+#if FIXTURE_MODE == MODE_HANG
+    for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+#endif
+    out->supported = 1;
+#if FIXTURE_MODE == MODE_PROBE_UNSUPPORTED
+    out->supported = 0;
+    ehp::copy_fixed(out->reason, "fixture: needs hardware this machine lacks");
+#endif
+    ehp::copy_fixed(out->device_name, "test device");
+    return EH_OK;
+}
+
+// Next id: greedy is a fixed walk; sampling mixes in the seeded generator.
+int32_t pick(Session& s, int32_t prev) {
+    Model& m = *s.model;
+    if (m.eos_after >= 0 && s.steps >= m.eos_after && m.eos >= 0) return m.eos;
+    uint64_t base = (uint64_t(prev) * 31u + s.tokens.size() * 7u + 3u);
+    if (s.sp.temperature > 0) base += s.rng() % 1000u;
+    int32_t t = int32_t(base % m.vocab);
+    if (t == m.eos) t = (t + 1) % int32_t(m.vocab);
+    return t;
+}
+
+void fill_logits(Session& s, int32_t chosen) {
+    s.logits.assign(s.model->vocab, -10.0f);
+    s.logits[chosen] = 10.0f;
+    s.have_logits = true;
+}
+
+eh_status model_load(const eh_load_params* p, eh_model** out) {
+    return ehp::guard(ehp::thread_last_error(), [&]() -> eh_status {
+        *out = nullptr;
+        ehp::ModelView view(p->view);
+        auto m = std::make_unique<Model>();
+        if (auto n = view.get_uint(view.arch_key("vocab_size"))) m->vocab = uint32_t(*n);
+        if (const eh_value* tok = view.find("tokenizer.ggml.tokens"); tok && tok->type == EH_VALUE_ARRAY)
+            m->vocab = uint32_t(tok->count);
+        if (auto e = view.get_uint("tokenizer.ggml.eos_token_id")) m->eos = int32_t(*e);
+        if (auto c = view.get_uint(view.arch_key("context_length"))) m->ctx = uint32_t(*c);
+        if (const char* d = std::getenv("EH_TEST_ENGINE_DELAY_MS")) m->delay_ms = std::atoi(d);
+        if (const char* e = std::getenv("EH_TEST_ENGINE_EOS_AFTER")) m->eos_after = std::atoi(e);
+        if (m->vocab == 0) throw ehp::Error(EH_MODEL_LOAD_FAILED, "vocabulary is empty");
+        for (int i = 0; i <= 4 && p->progress; ++i) p->progress(p->progress_user, i / 4.0f, "test");
+        *out = reinterpret_cast<eh_model*>(m.release());
+        return EH_OK;
+    });
+}
+
+Model* M(const eh_model* m) { return reinterpret_cast<Model*>(const_cast<eh_model*>(m)); }
+Session* S(const eh_session* s) { return reinterpret_cast<Session*>(const_cast<eh_session*>(s)); }
+
+eh_status model_get_info(const eh_model* model, eh_model_info* out) {
+    Model* m = M(model);
+    ehp::copy_fixed(out->architecture, "llama");
+    ehp::copy_fixed(out->quant_kind, "F32");
+    out->context_length = m->ctx;
+    out->vocab_size = m->vocab;
+    out->device_bytes_used = 0;
+    out->host_bytes_used = 1024;
+    ehp::copy_fixed(out->device_name, "test device");
+    return EH_OK;
+}
+
+eh_status model_check_residency(eh_model*, int32_t* resident) {
+    *resident = std::getenv("EH_TEST_ENGINE_NOT_RESIDENT") ? 0 : 1;
+    return EH_OK;
+}
+const char* model_last_error(const eh_model* m) { return M(m)->last_error.c_str(); }
+void model_release(eh_model* m) { delete M(m); }
+
+eh_status session_create(eh_model* model, const eh_session_params* p, eh_session** out) {
+    Model* m = M(model);
+    return ehp::guard(m->last_error, [&]() -> eh_status {
+        if (p->n_ctx == 0) throw ehp::Error(EH_INVALID_ARGUMENT, "n_ctx must be positive");
+        auto s = std::make_unique<Session>();
+        s->model = m;
+        s->n_ctx = p->n_ctx;
+        s->cancel = p->cancel;
+        s->cancel_user = p->cancel_user;
+        s->sp.temperature = 0;
+        *out = reinterpret_cast<eh_session*>(s.release());
+        return EH_OK;
+    });
+}
+
+eh_status session_set_sampling(eh_session* sess, const eh_sampling_params* p) {
+    Session* s = S(sess);
+    s->sp = *p;
+    s->rng.seed(p->seed);
+    return EH_OK;
+}
+
+eh_status check_room(Session* s, uint32_t n) {
+    if (s->tokens.size() + n > s->n_ctx) {
+        s->last_error = "context full: " + std::to_string(s->tokens.size()) + " + " + std::to_string(n) +
+                        " > " + std::to_string(s->n_ctx);
+        return EH_CONTEXT_FULL;
+    }
+    return EH_OK;
+}
+
+eh_status session_prefill(eh_session* sess, const int32_t* tokens, uint32_t n) {
+    Session* s = S(sess);
+    if (eh_status st = check_room(s, n); st != EH_OK) return st;
+    for (uint32_t i = 0; i < n; ++i) {
+        if (tokens[i] < 0 || uint32_t(tokens[i]) >= s->model->vocab) {
+            s->last_error = "token id " + std::to_string(tokens[i]) + " out of range";
+            return EH_INVALID_ARGUMENT;
+        }
+    }
+    s->tokens.insert(s->tokens.end(), tokens, tokens + n);
+    s->have_logits = false;
+    return EH_OK;
+}
+
+eh_status session_sample(eh_session* sess, int32_t* out) {
+    Session* s = S(sess);
+    if (s->tokens.empty()) {
+        s->last_error = "nothing to sample from: prefill first";
+        return EH_INVALID_ARGUMENT;
+    }
+    *out = pick(*s, s->tokens.back());
+    fill_logits(*s, *out);
+    return EH_OK;
+}
+
+eh_status session_decode(eh_session* sess, int32_t token, int32_t* out) {
+    Session* s = S(sess);
+    if (s->cancel && s->cancel(s->cancel_user)) {
+        s->last_error = "cancelled";
+        return EH_CANCELLED;
+    }
+    if (eh_status st = check_room(s, 1); st != EH_OK) return st;
+    if (s->model->delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(s->model->delay_ms));
+    s->tokens.push_back(token);
+    ++s->steps;
+    *out = pick(*s, token);
+    fill_logits(*s, *out);
+    return EH_OK;
+}
+
+eh_status session_reset(eh_session* sess) {
+    Session* s = S(sess);
+    s->tokens.clear();
+    s->steps = 0;
+    s->have_logits = false;
+    return EH_OK;
+}
+
+uint32_t session_n_past(const eh_session* s) { return uint32_t(S(s)->tokens.size()); }
+
+eh_status session_logits(eh_session* sess, const float** out, uint32_t* n) {
+    Session* s = S(sess);
+    if (!s->have_logits) {
+        s->last_error = "no logits yet";
+        return EH_INVALID_ARGUMENT;
+    }
+    *out = s->logits.data();
+    *n = uint32_t(s->logits.size());
+    return EH_OK;
+}
+
+const char* session_last_error(const eh_session* s) { return S(s)->last_error.c_str(); }
+void session_release(eh_session* s) { delete S(s); }
+
+const eh_plugin_api kApi = {
+#if FIXTURE_MODE == MODE_SMALL_TABLE
+    16,
+#else
+    sizeof(eh_plugin_api),
+#endif
+#if FIXTURE_MODE == MODE_WRONG_MAJOR
+    EH_ABI_MAJOR + 1,
+#else
+    EH_ABI_MAJOR,
+#endif
+    EH_ABI_MINOR,
+    info, plugin_last_error, probe, model_load, model_get_info, model_check_residency,
+    model_last_error, model_release, session_create, session_set_sampling, session_prefill,
+    session_sample, session_decode, session_reset, session_n_past, session_logits,
+    session_last_error, session_release,
+};
+
+}  // namespace
+
+#if FIXTURE_MODE != MODE_MISSING_ENTRY
+extern "C" EH_PLUGIN_EXPORT const eh_plugin_api* eh_plugin_entry(uint16_t, uint16_t) {
+#if FIXTURE_MODE == MODE_NULL_ENTRY
+    return nullptr;
+#else
+    return &kApi;
+#endif
+}
+#else
+// Exports something, just not the entry point.
+extern "C" EH_PLUGIN_EXPORT int eh_plugin_entry_typo(void) { return 0; }
+#endif
