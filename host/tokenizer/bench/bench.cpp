@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
             if (gguf) {
 #ifdef EH_BENCH_HAVE_GGUF
                 auto file = eh::model::ModelFile::open(a);
-                auto tok = eh::tokenizer::Tokenizer::from_view(file.view());
+                auto tok = eh::tokenizer::Tokenizer::from_view(file->view());
                 bench(a.c_str(), *tok, text);
 #else
                 std::fprintf(stderr, "%s: built without the GGUF reader\n", a.c_str());

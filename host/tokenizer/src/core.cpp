@@ -124,6 +124,19 @@ Core::Core(CoreSpec spec) : spec_(std::move(spec)) {
     spec_.merges.clear();
     spec_.merges.shrink_to_fit();
 
+    if (spec_.split == SplitPattern::None && (spec_.model == ModelKind::Spm || spec_.escape_spaces)) {
+        split_before_metaspace_ = true;
+        for (const auto& t : spec_.tokens) {
+            for (size_t p = t.find(kMetaspace, 1); p != std::string::npos; p = t.find(kMetaspace, p + 1)) {
+                if (p < kMetaspace.size() || t.compare(p - kMetaspace.size(), kMetaspace.size(), kMetaspace) != 0) {
+                    split_before_metaspace_ = false;
+                    break;
+                }
+            }
+            if (!split_before_metaspace_) break;
+        }
+    }
+
     std::vector<bool> is_added(n, false);
     for (const auto& a : spec_.added)
         if (a.id >= 0 && static_cast<size_t>(a.id) < n) is_added[a.id] = true;
@@ -265,6 +278,17 @@ void Core::encode_fragment(std::string_view text, bool after_special, std::vecto
         s = norm;
     }
 
+    if (split_before_metaspace_) {
+        size_t start = 0;
+        for (size_t p = s.find(kMetaspace, 1); p != std::string_view::npos; p = s.find(kMetaspace, p + 1)) {
+            if (p >= kMetaspace.size() && s.compare(p - kMetaspace.size(), kMetaspace.size(), kMetaspace) == 0)
+                continue;
+            encode_word(s.substr(start, p - start), out);
+            start = p;
+        }
+        encode_word(s.substr(start), out);
+        return;
+    }
     std::vector<std::pair<uint32_t, uint32_t>> words;
     split_words(spec_.split, s, words);
     for (const auto& [b, e] : words) encode_word(s.substr(b, e - b), out);

@@ -100,6 +100,9 @@ private:
     std::array<int32_t, 256> fallback_token_{};  // <0xXX> tokens
     std::vector<std::string> pieces_;           // decoded bytes of each token
     std::unordered_set<int32_t> eog_;
+    // No token holds "▁" right after another character, so no merge can
+    // cross such a point: SPM-style text is split there into cacheable words.
+    bool split_before_metaspace_ = false;
     // Added tokens grouped by first byte, longest first: all of them, and
     // the ones matched even without parse_special.
     std::array<std::vector<int32_t>, 256> added_all_;
