@@ -46,5 +46,24 @@ TEST(HfJsonConformance, Phi3MatchesPhi3Vectors) {
     expect_vectors(*tok, "phi-3");
 }
 
+// Expected ids from HF tokenizers (make_gptoss_vectors.py, run where the
+// `tokenizers` package is installed) for the o200k harmony vocabulary.
+TEST(HfJsonConformance, GptOssMatchesReferenceVectors) {
+    const std::filesystem::path data = EH_TOKENIZER_TEST_DATA;
+    if (!std::filesystem::exists(data / "multilingual.gptoss.out"))
+        GTEST_SKIP() << "tests/tokenizer/data/multilingual.gptoss.out does not exist yet: run "
+                        "tests/tokenizer/make_gptoss_vectors.py where the Python `tokenizers` package is installed";
+    const auto vectors = test::read_vocab_vectors(data / "multilingual.inp", data / "multilingual.gptoss.out");
+    ASSERT_GE(vectors.size(), 30u);
+    auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/gpt-oss-20b");
+    size_t ok = 0;
+    for (const auto& v : vectors) {
+        const auto got = tok->encode(v.text, false, false);
+        EXPECT_EQ(ids_str(got), ids_str(v.ids)) << "text: \"" << v.text << "\"";
+        ok += got == v.ids;
+    }
+    std::printf("[gpt-oss via hf-json] %zu/%zu vectors match\n", ok, vectors.size());
+}
+
 }  // namespace
 }  // namespace eh::tokenizer
