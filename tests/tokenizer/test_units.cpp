@@ -98,7 +98,9 @@ TEST(StreamDecoder, EmojiAcrossFourTokens) {
     std::string out;
     for (size_t i = 0; i < ids.size(); ++i) {
         const std::string part = d.feed(ids[i]);
-        if (i + 1 < ids.size()) EXPECT_EQ(part, "") << "emitted before the last byte, at " << i;
+        if (i + 1 < ids.size()) {
+            EXPECT_EQ(part, "") << "emitted before the last byte, at " << i;
+        }
         out += part;
     }
     out += d.flush();
