@@ -84,9 +84,10 @@ TEST(GgufConformance, LlamaBpeSkipped) {
 }
 
 // tokenizer.json -> a GGUF vocab as llama.cpp's converter lays it out.
-std::vector<uint8_t> qwen2_gguf_from_tokenizer_json() {
+std::vector<uint8_t> gguf_from_tokenizer_json(const std::string& dir, const std::string& arch, const std::string& pre,
+                                              uint32_t eos, uint32_t pad) {
     simdjson::padded_string json = simdjson::padded_string::load(
-        (testdata() / "tokenizers/qwen2.5/tokenizer.json").string());
+        (testdata() / "tokenizers" / dir / "tokenizer.json").string());
     simdjson::dom::parser parser;
     simdjson::dom::element root = parser.parse(json);
     std::vector<std::string> tokens;
@@ -103,24 +104,30 @@ std::vector<uint8_t> qwen2_gguf_from_tokenizer_json() {
     for (simdjson::dom::element a : simdjson::dom::array(root["added_tokens"]))
         put(int64_t(a["id"]), std::string_view(a["content"]), bool(a["special"]) ? 3 : 4);
     std::vector<std::string> merges;
-    for (simdjson::dom::element m : simdjson::dom::array(root["model"]["merges"])) merges.emplace_back(std::string_view(m));
+    for (simdjson::dom::element m : simdjson::dom::array(root["model"]["merges"])) {
+        if (m.is_string()) {
+            merges.emplace_back(std::string_view(m));
+        } else {  // ["a", "b"]
+            simdjson::dom::array pair = m;
+            merges.push_back(std::string(std::string_view(pair.at(0))) + " " + std::string(std::string_view(pair.at(1))));
+        }
+    }
 
     model::GgufWriter w;
-    w.set("general.architecture", model::GgufValue::string("qwen2"));
+    w.set("general.architecture", model::GgufValue::string(arch));
     w.set("tokenizer.ggml.model", model::GgufValue::string("gpt2"));
-    w.set("tokenizer.ggml.pre", model::GgufValue::string("qwen2"));
+    w.set("tokenizer.ggml.pre", model::GgufValue::string(pre));
     w.set("tokenizer.ggml.tokens", model::GgufValue::string_array(tokens));
     w.set("tokenizer.ggml.token_type", model::GgufValue::array(std::span<const int32_t>(types)));
     w.set("tokenizer.ggml.merges", model::GgufValue::string_array(merges));
-    w.set("tokenizer.ggml.eos_token_id", model::GgufValue::u32(151645));
-    w.set("tokenizer.ggml.padding_token_id", model::GgufValue::u32(151643));
-    w.set("tokenizer.ggml.bos_token_id", model::GgufValue::u32(151643));
+    w.set("tokenizer.ggml.eos_token_id", model::GgufValue::u32(eos));
+    w.set("tokenizer.ggml.padding_token_id", model::GgufValue::u32(pad));
     w.set("tokenizer.ggml.add_bos_token", model::GgufValue::boolean(false));
     return w.to_bytes();
 }
 
 TEST(GgufConformance, Qwen2WrittenFromTokenizerJson) {
-    const auto bytes = qwen2_gguf_from_tokenizer_json();
+    const auto bytes = gguf_from_tokenizer_json("qwen2.5", "qwen2", "qwen2", 151645, 151643);
     auto file = model::ModelFile::open_gguf_buffer(bytes.data(), bytes.size(), "qwen2-vocab");
     auto tok = Tokenizer::from_view(file->view());
     EXPECT_EQ(tok->kind(), "gguf-bpe");
@@ -132,6 +139,27 @@ TEST(GgufConformance, Qwen2WrittenFromTokenizerJson) {
     // Special-token parsing on and off.
     EXPECT_EQ(tok->encode("<|im_start|>user", false, true), (std::vector<int32_t>{151644, 872}));
     EXPECT_NE(tok->encode("<|im_start|>user", false, false)[0], 151644);
+}
+
+// gpt-oss's o200k vocabulary as a GGUF (pre "gpt-4o") encodes the
+// multilingual corpus exactly as its tokenizer.json does.
+TEST(GgufConformance, GptOssGgufMatchesTokenizerJson) {
+    const auto bytes = gguf_from_tokenizer_json("gpt-oss-20b", "gpt-oss", "gpt-4o", 200002, 199999);
+    auto file = model::ModelFile::open_gguf_buffer(bytes.data(), bytes.size(), "gpt-oss-vocab");
+    auto gguf = Tokenizer::from_view(file->view());
+    auto json = Tokenizer::from_hf_json(testdata() / "tokenizers/gpt-oss-20b");
+    EXPECT_EQ(gguf->kind(), "gguf-bpe");
+    EXPECT_EQ(gguf->vocab_size(), json->vocab_size());
+    const std::filesystem::path data = EH_TOKENIZER_TEST_DATA;
+    const auto corpus = test::read_vocab_vectors(data / "multilingual.inp", data / "multilingual.inp");
+    ASSERT_GE(corpus.size(), 30u);
+    for (const auto& v : corpus) {
+        EXPECT_EQ(ids_str(gguf->encode(v.text, false, false)), ids_str(json->encode(v.text, false, false))) << v.text;
+        EXPECT_EQ(gguf->decode(gguf->encode(v.text, false, false)), v.text);
+    }
+    EXPECT_EQ(gguf->encode("<|start|>user<|message|>", false, true), json->encode("<|start|>user<|message|>", false, true));
+    EXPECT_TRUE(gguf->is_eog(200002));
+    EXPECT_FALSE(gguf->is_eog(200007));
 }
 
 TEST(GgufConformance, SameIdsAsTokenizerJson) {

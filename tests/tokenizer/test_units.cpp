@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <random>
+#include <simdjson.h>
 
 #include "eh/tokenizer/stream_decoder.hpp"
 #include "eh/tokenizer/tokenizer.hpp"
@@ -53,6 +54,26 @@ TEST(Split, CoversInvalidUtf8) {
         for (const auto& w : split(p, s)) joined += w;
         EXPECT_EQ(joined, s);
     }
+}
+
+// Against the real regexes run by Python's `regex` module (make_split_vectors.py).
+TEST(Split, MatchesRegexEngineOnRandomText) {
+    const auto file = std::filesystem::path(EH_TOKENIZER_TEST_DATA) / "split_vectors.json";
+    simdjson::dom::parser parser;
+    simdjson::padded_string json = simdjson::padded_string::load(file.string());
+    simdjson::dom::element root = parser.parse(json);
+    size_t n = 0;
+    for (simdjson::dom::element v : simdjson::dom::array(root)) {
+        const std::string_view name(v["pattern"]);
+        const std::string text = std::string(std::string_view(v["text"]));
+        auto p = pattern_from_gguf_pre(name == "o200k" ? "gpt-4o" : name);
+        ASSERT_TRUE(p.has_value()) << name;
+        V expected;
+        for (simdjson::dom::element piece : simdjson::dom::array(v["pieces"])) expected.emplace_back(std::string_view(piece));
+        EXPECT_EQ(split(*p, text), expected) << name << ": \"" << text << "\"";
+        ++n;
+    }
+    EXPECT_GT(n, 1000u);
 }
 
 TEST(Split, RegexRecognition) {
