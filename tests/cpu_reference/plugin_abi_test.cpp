@@ -203,6 +203,48 @@ TEST(PluginModels, SafetensorsLlamaEqualsPermutedGguf) {
     EXPECT_LT(max_abs_diff(la, lb), 1e-4f * std::max(1.0f, max_abs(la)));
 }
 
+// The same weights in llama.cpp's layout and in Hugging Face's (as the
+// host's HF-directory view hands them over: names mapped, data as stored)
+// give the same logits.
+struct LayoutCase {
+    std::string arch;
+    TinySpec::Layout layout;
+    uint32_t expert_type;
+};
+class LayoutsAgree : public ::testing::TestWithParam<LayoutCase> {};
+
+std::string layout_case_name(const LayoutCase& lc) {
+    static const char* const names[] = {"Gguf", "GgufFused", "Hf", "HfMxfp4"};
+    std::string s = lc.arch + "_" + names[static_cast<int>(lc.layout)] + (lc.expert_type ? "_MXFP4" : "");
+    for (auto& c : s)
+        if (c == '-') c = '_';
+    return s;
+}
+
+TEST_P(LayoutsAgree, WithGgufLayout) {
+    const LayoutCase lc = GetParam();
+    TinySpec sp;
+    sp.arch = lc.arch;
+    sp.expert_type = lc.expert_type;
+    if (lc.arch == "gpt-oss") sp.window = 4;
+    auto gguf = make_tiny(sp);
+    sp.layout = lc.layout;
+    auto other = make_tiny(sp);
+    Loaded a(gguf->view(), 16), b(other->view(), 16);
+    const std::vector<float> la = a.prefill(kPrompt), lb = b.prefill(kPrompt);
+    ASSERT_TRUE(all_finite(lb));
+    EXPECT_LT(max_abs_diff(la, lb), 1e-4f * std::max(1.0f, max_abs(la)));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, LayoutsAgree,
+    ::testing::Values(LayoutCase{"gpt2", TinySpec::Layout::Hf, 0},
+                      LayoutCase{"gpt-oss", TinySpec::Layout::Hf, 0},
+                      LayoutCase{"gpt-oss", TinySpec::Layout::GgufFused, 0},
+                      LayoutCase{"gpt-oss", TinySpec::Layout::GgufFused, EH_TYPE_MXFP4},
+                      LayoutCase{"gpt-oss", TinySpec::Layout::HfMxfp4, EH_TYPE_MXFP4}),
+    [](const auto& info) { return layout_case_name(info.param); });
+
 TEST(PluginModels, SlidingWindowHidesOldTokens) {
     // phi3, window 4, two layers: the last position sees at most 7 tokens
     // back, so token 0 of a 12-token prompt cannot matter; without the

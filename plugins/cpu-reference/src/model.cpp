@@ -1,6 +1,7 @@
 #include "model.hpp"
 
 #include <algorithm>
+#include <initializer_list>
 #include <map>
 #include <string>
 #include <thread>
@@ -39,6 +40,7 @@ public:
         m.type = t->type;
         m.cols = cols;
         m.rows = rows;
+        m.phys_rows = rows;
         m.n_expert = n_expert;
         m.row_bytes = ehp::quant::row_bytes(t->type, cols);
         if (m.row_bytes == 0)
@@ -50,6 +52,67 @@ public:
         check_bytes(*t, name, total);
         m.data = static_cast<const uint8_t*>(t->data);
         bytes_by_type_[t->type] += m.row_bytes * rows * n_expert;
+        return m;
+    }
+
+    // A column-major float matrix as HF stores GPT-2 Conv1D weights and
+    // gpt-oss dense experts: dims {phys_rows, cols, n_expert}; logical row r
+    // is stored column r*step + offset.
+    Matrix transposed(const std::string& name, uint64_t cols, uint64_t rows, uint64_t n_expert,
+                      uint64_t step, uint64_t offset, uint64_t phys_rows) {
+        const eh_tensor* t = v_.find_tensor(name);
+        if (!t) throw Error(EH_MODEL_LOAD_FAILED, "missing tensor '" + name + "'");
+        if (t->type != EH_TYPE_F32 && t->type != EH_TYPE_F16 && t->type != EH_TYPE_BF16)
+            throw Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t->type) +
+                                            "; a transposed (Hugging Face layout) matrix must be F32, F16 or BF16");
+        const uint64_t want[EH_MAX_DIMS] = {phys_rows, cols, n_expert, 1};
+        check_dims(*t, name, want);
+        Matrix m;
+        m.name = name;
+        m.type = t->type;
+        m.layout = Layout::Transposed;
+        m.cols = cols;
+        m.rows = rows;
+        m.n_expert = n_expert;
+        m.phys_rows = phys_rows;
+        m.row_step = step;
+        m.row_offset = offset;
+        check_bytes(*t, name, checked_product({phys_rows, cols, n_expert, ehp::quant::row_bytes(t->type, 1)}, name));
+        m.data = static_cast<const uint8_t*>(t->data);
+        bytes_by_type_[t->type] += t->nbytes;
+        return m;
+    }
+
+    // HF gpt-oss MXFP4 experts: `<base>.blocks` U8 {16, cols/32, phys_rows,
+    // n_expert} and `<base>.scales` U8 {cols/32, phys_rows, n_expert}.
+    Matrix hf_mxfp4(const std::string& base, uint64_t cols, uint64_t rows, uint64_t n_expert,
+                    uint64_t step, uint64_t offset, uint64_t phys_rows) {
+        const std::string bn = base + ".blocks", sn = base + ".scales";
+        const eh_tensor* bt = v_.find_tensor(bn);
+        const eh_tensor* st = v_.find_tensor(sn);
+        if (!bt || !st) throw Error(EH_MODEL_LOAD_FAILED, "missing tensor '" + (bt ? sn : bn) + "'");
+        if (bt->type != EH_TYPE_U8 || st->type != EH_TYPE_U8)
+            throw Error(EH_MODEL_LOAD_FAILED, "MXFP4 tensors '" + bn + "' / '" + sn + "' must be U8");
+        if (cols % 32 != 0) throw Error(EH_MODEL_LOAD_FAILED, "tensor '" + bn + "': row length not a multiple of 32");
+        const uint64_t wb[EH_MAX_DIMS] = {16, cols / 32, phys_rows, n_expert};
+        const uint64_t ws[EH_MAX_DIMS] = {cols / 32, phys_rows, n_expert, 1};
+        check_dims(*bt, bn, wb);
+        check_dims(*st, sn, ws);
+        check_bytes(*bt, bn, checked_product({16, cols / 32, phys_rows, n_expert}, bn));
+        check_bytes(*st, sn, checked_product({cols / 32, phys_rows, n_expert}, sn));
+        Matrix m;
+        m.name = base;
+        m.type = EH_TYPE_MXFP4;
+        m.layout = Layout::HfMxfp4;
+        m.cols = cols;
+        m.rows = rows;
+        m.n_expert = n_expert;
+        m.phys_rows = phys_rows;
+        m.row_step = step;
+        m.row_offset = offset;
+        m.data = static_cast<const uint8_t*>(bt->data);
+        m.scales = static_cast<const uint8_t*>(st->data);
+        bytes_by_type_[EH_TYPE_MXFP4] += bt->nbytes + st->nbytes;
         return m;
     }
 
@@ -88,6 +151,12 @@ public:
     uint64_t host_bytes() const { return host_bytes_; }
 
 private:
+    static uint64_t checked_product(std::initializer_list<uint64_t> xs, const std::string& name) {
+        uint64_t p = 1;
+        for (uint64_t x : xs)
+            if (__builtin_mul_overflow(p, x, &p)) throw Error(EH_MODEL_LOAD_FAILED, "tensor '" + name + "': size overflows");
+        return p;
+    }
     static void check_type(const eh_tensor& t, const std::string& name) {
         if (!ehp::quant::can_dequantize(t.type))
             throw Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t.type) +
@@ -121,6 +190,23 @@ private:
     std::map<uint32_t, uint64_t> bytes_by_type_;
     uint64_t host_bytes_ = 0;
 };
+
+// Rows [offset, offset + rows) (step 1) or every step-th row from offset of
+// each expert of a fused matrix.
+Matrix part(const Matrix& fused, uint64_t rows, uint64_t step, uint64_t offset) {
+    Matrix m = fused;
+    m.rows = rows;
+    m.row_step = step;
+    m.row_offset = offset;
+    return m;
+}
+
+// Even (offset 0) or odd (offset 1) entries of an interleaved vector.
+std::vector<float> every_other(const std::vector<float>& v, size_t offset) {
+    std::vector<float> out;
+    for (size_t i = offset; i < v.size(); i += 2) out.push_back(v[i]);
+    return out;
+}
 
 uint32_t to_u32(uint64_t v, const std::string& key) {
     if (v > 0x7FFFFFFFu) throw Error(EH_MODEL_LOAD_FAILED, "metadata '" + key + "' is out of range");
@@ -228,6 +314,8 @@ Config read_config(const ehp::ModelView& v) {
             // gpt-oss's HF config sets rope_scaling.truncate = false (no
             // rounding of the correction range); HF's default is true.
             r.yarn_truncate = c.arch != Arch::GptOss;
+            if (const eh_value* t = v.find("hf.rope_scaling.truncate"); t && t->type == EH_VALUE_BOOL)
+                r.yarn_truncate = t->v.u64 != 0;
         } else if (scaling != "none") {
             throw Error(EH_UNSUPPORTED, key("rope.scaling.type") + " '" + scaling +
                                             "' is not supported by cpu-reference (none, linear, yarn)");
@@ -289,8 +377,13 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
         Layer& L = layers_[i];
         L.attn_norm = b.vec(blk(i, "attn_norm.weight"), E, true);
         L.attn_norm_b = b.vec(blk(i, "attn_norm.bias"), E, c.layer_norm);
+        // HF GPT-2 keeps Conv1D weights as [in, out]: column-major for us.
+        const bool conv1d = c.arch == Arch::Gpt2 && c.from_safetensors;
+        auto lin = [&](const char* what, uint64_t cols, uint64_t rows) {
+            return conv1d ? b.transposed(blk(i, what), cols, rows, 1, 1, 0, rows) : b.matrix(blk(i, what), cols, rows, 1, true);
+        };
         if (b.has(blk(i, "attn_qkv.weight"))) {
-            L.wqkv = b.matrix(blk(i, "attn_qkv.weight"), E, q_dim + 2 * kv_dim, 1, true);
+            L.wqkv = lin("attn_qkv.weight", E, q_dim + 2 * kv_dim);
             L.bqkv = b.vec(blk(i, "attn_qkv.bias"), q_dim + 2 * kv_dim, false);
         } else {
             L.wq = b.matrix(blk(i, "attn_q.weight"), E, q_dim, 1, true);
@@ -300,7 +393,7 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             L.bk = b.vec(blk(i, "attn_k.bias"), kv_dim, false);
             L.bv = b.vec(blk(i, "attn_v.bias"), kv_dim, false);
         }
-        L.wo = b.matrix(blk(i, "attn_output.weight"), q_dim, E, 1, true);
+        L.wo = lin("attn_output.weight", q_dim, E);
         L.bo = b.vec(blk(i, "attn_output.bias"), E, false);
         if (b.has(blk(i, "attn_sinks.weight"))) L.sinks = b.vec(blk(i, "attn_sinks.weight"), c.n_head, true);
         else if (b.has(blk(i, "attn_sinks"))) L.sinks = b.vec(blk(i, "attn_sinks"), c.n_head, true);
@@ -311,18 +404,45 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
 
         if (c.ffn == FfnKind::MoeOai) {
             const uint64_t F = c.n_ff_exp, X = c.n_expert;
-            L.router = b.matrix(blk(i, "ffn_gate_inp.weight"), E, X, 1, true);
-            L.router_b = b.vec(blk(i, "ffn_gate_inp.bias"), X, false);
-            if (b.has(blk(i, "ffn_gate_up_exps.weight"))) {
-                L.gate_up_exps = b.matrix(blk(i, "ffn_gate_up_exps.weight"), E, 2 * F, X, true);
-                L.gate_up_exps_b = b.vec(blk(i, "ffn_gate_up_exps.bias"), 2 * F * X, false);
+            // the host names the HF router "hf.model.layers.N.mlp.router.*" when it has no GGUF name for it
+            const std::string hf_router = "hf.model.layers." + std::to_string(i) + ".mlp.router";
+            const bool gguf_router = b.has(blk(i, "ffn_gate_inp.weight"));
+            L.router = b.matrix(gguf_router ? blk(i, "ffn_gate_inp.weight") : hf_router + ".weight", E, X, 1, true);
+            L.router_b = b.vec(gguf_router ? blk(i, "ffn_gate_inp.bias") : hf_router + ".bias", X, false);
+            if (c.from_safetensors) {
+                // HF: one gate_up tensor with gate/up interleaved (even/odd
+                // output rows), MXFP4 blocks+scales or dense [E, in, out]
+                if (b.has(blk(i, "ffn_gate_up_exps.blocks"))) {
+                    L.gate_exps = b.hf_mxfp4(blk(i, "ffn_gate_up_exps"), E, F, X, 2, 0, 2 * F);
+                    L.up_exps = part(L.gate_exps, F, 2, 1);
+                    L.down_exps = b.hf_mxfp4(blk(i, "ffn_down_exps"), F, E, X, 1, 0, E);
+                } else {
+                    L.gate_exps = b.transposed(blk(i, "ffn_gate_up_exps.weight"), E, F, X, 2, 0, 2 * F);
+                    L.up_exps = part(L.gate_exps, F, 2, 1);
+                    L.down_exps = b.transposed(blk(i, "ffn_down_exps.weight"), F, E, X, 1, 0, E);
+                }
+                const std::vector<float> gub = b.vec(blk(i, "ffn_gate_up_exps.bias"), 2 * F * X, false);
+                if (!gub.empty()) {
+                    L.gate_exps_b = every_other(gub, 0);
+                    L.up_exps_b = every_other(gub, 1);
+                }
+            } else if (b.has(blk(i, "ffn_gate_up_exps.weight"))) {
+                // GGUF fused: each expert's gate rows, then its up rows
+                const Matrix gu = b.matrix(blk(i, "ffn_gate_up_exps.weight"), E, 2 * F, X, true);
+                L.gate_exps = part(gu, F, 1, 0);
+                L.up_exps = part(gu, F, 1, F);
+                const std::vector<float> gub = b.vec(blk(i, "ffn_gate_up_exps.bias"), 2 * F * X, false);
+                for (size_t e = 0; e < gub.size() / (2 * F); ++e) {
+                    L.gate_exps_b.insert(L.gate_exps_b.end(), gub.begin() + e * 2 * F, gub.begin() + e * 2 * F + F);
+                    L.up_exps_b.insert(L.up_exps_b.end(), gub.begin() + e * 2 * F + F, gub.begin() + (e + 1) * 2 * F);
+                }
             } else {
                 L.gate_exps = b.matrix(blk(i, "ffn_gate_exps.weight"), E, F, X, true);
                 L.up_exps = b.matrix(blk(i, "ffn_up_exps.weight"), E, F, X, true);
                 L.gate_exps_b = b.vec(blk(i, "ffn_gate_exps.bias"), F * X, false);
                 L.up_exps_b = b.vec(blk(i, "ffn_up_exps.bias"), F * X, false);
             }
-            L.down_exps = b.matrix(blk(i, "ffn_down_exps.weight"), F, E, X, true);
+            if (!L.down_exps) L.down_exps = b.matrix(blk(i, "ffn_down_exps.weight"), F, E, X, true);
             L.down_exps_b = b.vec(blk(i, "ffn_down_exps.bias"), E * X, false);
         } else {
             const uint64_t F = c.n_ff;
@@ -334,10 +454,10 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
                     L.w_gate = b.matrix(blk(i, "ffn_gate.weight"), E, F, 1, true);
                     L.b_gate = b.vec(blk(i, "ffn_gate.bias"), F, false);
                 }
-                L.w_up = b.matrix(blk(i, "ffn_up.weight"), E, F, 1, true);
+                L.w_up = lin("ffn_up.weight", E, F);
                 L.b_up = b.vec(blk(i, "ffn_up.bias"), F, false);
             }
-            L.w_down = b.matrix(blk(i, "ffn_down.weight"), F, E, 1, true);
+            L.w_down = lin("ffn_down.weight", F, E);
             L.b_down = b.vec(blk(i, "ffn_down.bias"), E, false);
         }
         if (c.sliding_window > 0) L.window = (!c.swa_alternating || i % 2 == 0) ? c.sliding_window : 0;

@@ -50,8 +50,8 @@ struct Layer {
     std::vector<float> b_gate, b_up, b_down;
     Matrix router;                      // {n_embd, n_expert}
     std::vector<float> router_b;
-    Matrix gate_exps, up_exps, down_exps, gate_up_exps;
-    std::vector<float> gate_exps_b, up_exps_b, down_exps_b, gate_up_exps_b;
+    Matrix gate_exps, up_exps, down_exps;   // gate/up may be parts of one fused tensor
+    std::vector<float> gate_exps_b, up_exps_b, down_exps_b;
     uint32_t window = 0;                // sliding window of this layer; 0 = full
 };
 

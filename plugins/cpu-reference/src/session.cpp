@@ -222,16 +222,10 @@ void Session::moe(const Layer& L, size_t T, const float* in, float* out) {
         for (size_t r = 0; r < m; ++r) std::memcpy(&xin[r * E], in + list[r].first * E, E * sizeof(float));
         g.resize(m * F);
         u.resize(m * F);
-        if (L.gate_up_exps) {
-            const float* gb = L.gate_up_exps_b.empty() ? nullptr : &L.gate_up_exps_b[e * 2 * F];
-            matmul(pool, L.gate_up_exps, e * 2 * F, F, xin.data(), m, E, g.data(), F, gb);
-            matmul(pool, L.gate_up_exps, e * 2 * F + F, F, xin.data(), m, E, u.data(), F, gb ? gb + F : nullptr);
-        } else {
-            matmul(pool, L.gate_exps, e * F, F, xin.data(), m, E, g.data(), F,
-                   L.gate_exps_b.empty() ? nullptr : &L.gate_exps_b[e * F]);
-            matmul(pool, L.up_exps, e * F, F, xin.data(), m, E, u.data(), F,
-                   L.up_exps_b.empty() ? nullptr : &L.up_exps_b[e * F]);
-        }
+        matmul(pool, L.gate_exps, e * F, F, xin.data(), m, E, g.data(), F,
+               L.gate_exps_b.empty() ? nullptr : &L.gate_exps_b[e * F]);
+        matmul(pool, L.up_exps, e * F, F, xin.data(), m, E, u.data(), F,
+               L.up_exps_b.empty() ? nullptr : &L.up_exps_b[e * F]);
         for (size_t i = 0; i < m * F; ++i) g[i] = swiglu_oai(g[i], u[i], c.swiglu_alpha, c.swiglu_limit);
         y.resize(m * E);
         matmul(pool, L.down_exps, e * E, E, g.data(), m, F, y.data(), E,

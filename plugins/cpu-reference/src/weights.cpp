@@ -10,7 +10,40 @@
 namespace cpuref {
 
 void Matrix::dequantize_row(uint64_t r, float* out) const {
-    ehp::quant::dequantize_row(type, row(r), out, cols);
+    switch (layout) {
+    case Layout::Rows:
+        ehp::quant::dequantize_row(type, row(r), out, cols);
+        return;
+    case Layout::Transposed: {
+        // expert e's values are [cols][phys_rows]; gather one column
+        const uint64_t e = r / rows, p = physical_row(r) - e * phys_rows;
+        const uint64_t base = e * cols * phys_rows + p;
+        if (type == EH_TYPE_F32) {
+            for (uint64_t k = 0; k < cols; ++k) std::memcpy(&out[k], data + (base + k * phys_rows) * 4, 4);
+        } else {
+            for (uint64_t k = 0; k < cols; ++k) {
+                uint16_t h;
+                std::memcpy(&h, data + (base + k * phys_rows) * 2, 2);
+                out[k] = type == EH_TYPE_F16 ? ehp::quant::fp16_to_fp32(h) : ehp::quant::bf16_to_fp32(h);
+            }
+        }
+        return;
+    }
+    case Layout::HfMxfp4: {
+        const uint64_t nb = cols / 32, pr = physical_row(r);
+        const uint8_t* blk = data + pr * nb * 16;
+        const uint8_t* sc = scales + pr * nb;
+        for (uint64_t b = 0; b < nb; ++b) {
+            const float scale = ehp::quant::e8m0_to_fp32(sc[b]);
+            for (int j = 0; j < 16; ++j) {
+                const uint8_t byte = blk[b * 16 + static_cast<uint64_t>(j)];
+                out[b * 32 + 2 * static_cast<uint64_t>(j)] = ehp::quant::e2m1_to_fp32(byte & 0x0F) * scale;
+                out[b * 32 + 2 * static_cast<uint64_t>(j) + 1] = ehp::quant::e2m1_to_fp32(byte >> 4) * scale;
+            }
+        }
+        return;
+    }
+    }
 }
 
 float dot(const float* a, const float* b, size_t n) {
@@ -29,7 +62,8 @@ void matmul(ThreadPool& pool, const Matrix& w, uint64_t row0, uint64_t n_rows,
             float* y, size_t y_stride, const float* bias) {
     const size_t cols = static_cast<size_t>(w.cols);
     // F32 rows can be read in place when the mapping keeps floats aligned.
-    const bool direct = w.type == EH_TYPE_F32 && (reinterpret_cast<uintptr_t>(w.data) % alignof(float)) == 0 &&
+    const bool direct = w.layout == Layout::Rows && w.type == EH_TYPE_F32 &&
+                        (reinterpret_cast<uintptr_t>(w.data) % alignof(float)) == 0 &&
                         (w.row_bytes % alignof(float)) == 0;
     // roughly 64K multiply-adds per thread before splitting pays off
     const size_t work_per_row = cols * (n_tokens ? n_tokens : 1);
