@@ -67,6 +67,29 @@ size_t argmax(const std::vector<float>& v) {
 
 }  // namespace
 
+// Feeds the tokens one at a time and compares every position's logits.
+void compare_logits(const eh_model_view& view, const Reference& ref, const std::string& label) {
+    Loaded run(&view, 64);
+    ASSERT_EQ(ref.logits.size(), ref.tokens.size());
+    double worst = 0.0;
+    for (size_t i = 0; i < ref.tokens.size(); ++i) {
+        const std::vector<float> got = run.prefill({ref.tokens[i]});
+        const std::vector<float>& want = ref.logits[i];
+        ASSERT_EQ(got.size(), want.size()) << label << ": vocab size at position " << i;
+        const double scale = std::max(1e-6f, max_abs(want));
+        const double rel = max_abs_diff(got, want) / scale;
+        worst = std::max(worst, rel);
+        EXPECT_LE(rel, ref.tolerance) << label << " position " << i;
+        std::vector<float> sorted = want;
+        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
+        if (sorted[0] - sorted[1] > 1e-5 * scale) {
+            EXPECT_EQ(argmax(got), argmax(want)) << label << " top-1 at position " << i;
+        }
+    }
+    std::printf("%s: max relative logit error %.3g over %zu positions (tolerance %.3g)\n", label.c_str(), worst,
+                ref.tokens.size(), ref.tolerance);
+}
+
 class HfReference : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfReference, LogitsAndGreedyMatchTransformers) {
@@ -84,26 +107,16 @@ TEST_P(HfReference, LogitsAndGreedyMatchTransformers) {
     const Reference ref = read_reference(dir);
     ASSERT_TRUE(fs::exists(ref.model_path)) << ref.model_path;
     auto file = eh::model::ModelFile::open(ref.model_path);
+    compare_logits(file->view(), ref, GetParam() + " (" + fs::path(ref.model_path).filename().string() + ")");
 
-    Loaded run(&file->view(), 64);
-    ASSERT_EQ(ref.logits.size(), ref.tokens.size());
-    double worst = 0.0;
-    for (size_t i = 0; i < ref.tokens.size(); ++i) {
-        const std::vector<float> got = run.prefill({ref.tokens[i]});
-        const std::vector<float>& want = ref.logits[i];
-        ASSERT_EQ(got.size(), want.size()) << "vocab size at position " << i;
-        const double scale = std::max(1e-6f, max_abs(want));
-        const double rel = max_abs_diff(got, want) / scale;
-        worst = std::max(worst, rel);
-        EXPECT_LE(rel, ref.tolerance) << GetParam() << " position " << i;
-        std::vector<float> sorted = want;
-        std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
-        if (sorted[0] - sorted[1] > 1e-5 * scale) {
-            EXPECT_EQ(argmax(got), argmax(want)) << GetParam() << " top-1 at position " << i;
-        }
+    // The same weights as a Hugging Face directory read by the host (names
+    // mapped, data as stored): hf/ from save_pretrained, and for gpt-oss
+    // hf_mxfp4/ with MXFP4 blocks+scales experts.
+    for (const char* sub : {"hf", "hf_mxfp4"}) {
+        if (!fs::exists(dir / sub / "config.json")) continue;
+        auto hf = eh::model::ModelFile::open((dir / sub).string());
+        compare_logits(hf->view(), ref, GetParam() + " (" + sub + "/)");
     }
-    std::printf("%s: max relative logit error %.3g over %zu positions (tolerance %.3g)\n", GetParam().c_str(),
-                worst, ref.tokens.size(), ref.tolerance);
 
     // greedy continuation
     Loaded g(&file->view(), 64);

@@ -434,6 +434,93 @@ ARCHS = {
 
 
 # --------------------------------------------------------------------------
+# Hugging Face directories
+
+def write_tiny_tokenizer(hf_dir, vocab):
+    """A minimal WordLevel tokenizer.json ("t0".."tN"): the host requires one
+    in every model directory; the tests feed token ids, never text."""
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {f"t{i}": i for i in range(vocab)}, "unk_token": "t0"},
+    }
+    with open(os.path.join(hf_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+
+
+def write_safetensors(path, tensors):
+    """tensors: list of (name, dtype string, shape, bytes). Format: u64 header
+    length, JSON header {name: {dtype, shape, data_offsets}}, data."""
+    header, blobs, off = {}, [], 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+def hf_mxfp4_rows(rows):
+    """HF/OpenAI MXFP4 of a [n, k] tensor: blocks [n, k/32, 16] (values 2j and
+    2j+1 in the low and high nibble of byte j) and scales [n, k/32] (E8M0)."""
+    packed, _ = mxfp4_rows(rows)  # ggml blocks: e, then value j low / j+16 high
+    n, k = rows.shape
+    blocks, scales = bytearray(), bytearray()
+    for i in range(0, len(packed), 17):
+        e, qs = packed[i], packed[i + 1:i + 17]
+        code = [qs[j] & 15 for j in range(16)] + [qs[j] >> 4 for j in range(16)]
+        scales.append(e)
+        blocks += bytes(code[2 * j] | (code[2 * j + 1] << 4) for j in range(16))
+    return bytes(blocks), bytes(scales)
+
+
+def write_gpt_oss_mxfp4_dir(model, src_dir, out_dir):
+    """The gpt-oss model as an MXFP4 checkpoint (experts as _blocks/_scales,
+    config quantization_config.quant_method = mxfp4), like openai/gpt-oss-20b."""
+    os.makedirs(out_dir, exist_ok=True)
+    c = model.config
+    tensors = []
+    for name, t in model.state_dict().items():
+        if name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
+            rows = t.detach().float().transpose(1, 2).contiguous()  # [E, out, in]
+            E, n_out, n_in = rows.shape
+            blocks, scales = hf_mxfp4_rows(rows.reshape(E * n_out, n_in))
+            tensors.append((name + "_blocks", "U8", [E, n_out, n_in // 32, 16], blocks))
+            tensors.append((name + "_scales", "U8", [E, n_out, n_in // 32], scales))
+        else:
+            v = t.detach().float().contiguous()
+            tensors.append((name, "F32", list(v.shape), struct.pack(f"<{v.numel()}f", *v.reshape(-1).tolist())))
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
+    with open(os.path.join(src_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    write_tiny_tokenizer(out_dir, c.vocab_size)
+
+
+def check_mxfp4_dir_with_transformers(mx_dir, want, device):
+    """Loads the MXFP4 directory with transformers' own MXFP4 support
+    (dequantized) and compares its logits with the dense model's: this checks
+    our reading of the HF MXFP4 layout against transformers'."""
+    try:
+        qc = transformers.Mxfp4Config(dequantize=True)
+        m = transformers.GptOssForCausalLM.from_pretrained(mx_dir, quantization_config=qc,
+                                                           attn_implementation="eager")
+        m = m.to(torch.float32).to(device).eval()
+        got = all_logits(m, TOKENS, device)
+        return {"loaded": True, "max_abs_diff_vs_dense": float((got - want).abs().max())}
+    except Exception as exc:  # recorded, not fatal: the dense reference stands on its own
+        return {"loaded": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+# --------------------------------------------------------------------------
 # running
 
 @torch.no_grad()
@@ -484,10 +571,20 @@ def make_arch(name, out_dir, testdata, device, with_tokenizer, seed):
         for f in ("tokenizer.json", "tokenizer_config.json"):
             if os.path.exists(os.path.join(src, f)):
                 shutil.copy(os.path.join(src, f), hf_dir)
+    else:
+        write_tiny_tokenizer(hf_dir, model.config.vocab_size)
     to_gguf(model, extra).write(os.path.join(d, "model.gguf"))
 
     model = model.to(device)
     logits = all_logits(model, TOKENS, device)
+    extra_info = {}
+    if name == "gpt-oss":
+        mx_dir = os.path.join(d, "hf_mxfp4")
+        write_gpt_oss_mxfp4_dir(model.cpu(), hf_dir, mx_dir)
+        model = model.to(device)
+        extra_info["hf_mxfp4_dir"] = "hf_mxfp4"
+        extra_info["hf_mxfp4_transformers_check"] = check_mxfp4_dir_with_transformers(mx_dir, logits, device)
+        print(f"gpt-oss MXFP4 directory vs dense: {extra_info['hf_mxfp4_transformers_check']}")
     write_json(os.path.join(d, "reference.json"), {
         "name": name,
         "model": "model.gguf",
@@ -501,6 +598,7 @@ def make_arch(name, out_dir, testdata, device, with_tokenizer, seed):
         "note": "logits of every position of `tokens` from transformers "
                 f"{type(model).__name__} in float32 on {device}",
         "versions": versions(),
+        **extra_info,
     })
     print(f"{name}: wrote {d}")
 
