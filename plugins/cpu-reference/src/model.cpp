@@ -295,10 +295,20 @@ Config read_config(const ehp::ModelView& v) {
         r.n_rot = opt("rope.dimension_count", c.head_dim);
         if (r.n_rot == 0 || r.n_rot > c.head_dim || r.n_rot % 2 != 0)
             throw Error(EH_MODEL_LOAD_FAILED, key("rope.dimension_count") + " must be even and <= head dim");
-        r.freq_base = static_cast<float>(v.get_float(key("rope.freq_base")).value_or(10000.0));
+        // GGUF keys first; then transformers 5's "rope_parameters" object,
+        // which the host passes through as hf.rope_parameters.* when it has
+        // no GGUF translation for it.
+        auto hf_rope = [&](const char* k) { return "hf.rope_parameters." + std::string(k); };
+        auto num = [&](const std::string& gguf_suffix, const char* hf_key, double dflt) {
+            if (auto x = v.get_float(key(gguf_suffix.c_str()))) return *x;
+            if (auto x = v.get_float(hf_rope(hf_key))) return *x;
+            return dflt;
+        };
+        r.freq_base = static_cast<float>(num("rope.freq_base", "rope_theta", 10000.0));
         std::string scaling = "none";
         if (auto s = v.get_string(key("rope.scaling.type"))) scaling = std::string(*s);
-        const float factor = static_cast<float>(v.get_float(key("rope.scaling.factor")).value_or(1.0));
+        else if (auto h = v.get_string(hf_rope("rope_type")); h && *h != "default") scaling = std::string(*h);
+        const float factor = static_cast<float>(num("rope.scaling.factor", "factor", 1.0));
         if (auto legacy = v.get_float(key("rope.scale_linear")); legacy && scaling == "none") {
             scaling = "linear";
             r.linear_factor = static_cast<float>(*legacy);
@@ -308,14 +318,15 @@ Config read_config(const ehp::ModelView& v) {
         } else if (scaling == "yarn") {
             r.yarn = true;
             r.yarn_factor = factor;
-            r.yarn_orig_ctx = opt("rope.scaling.original_context_length", c.n_ctx_train);
-            r.yarn_beta_fast = static_cast<float>(v.get_float(key("rope.scaling.yarn_beta_fast")).value_or(32.0));
-            r.yarn_beta_slow = static_cast<float>(v.get_float(key("rope.scaling.yarn_beta_slow")).value_or(1.0));
-            // gpt-oss's HF config sets rope_scaling.truncate = false (no
-            // rounding of the correction range); HF's default is true.
+            r.yarn_orig_ctx = static_cast<uint32_t>(num("rope.scaling.original_context_length",
+                                                        "original_max_position_embeddings", c.n_ctx_train));
+            r.yarn_beta_fast = static_cast<float>(num("rope.scaling.yarn_beta_fast", "beta_fast", 32.0));
+            r.yarn_beta_slow = static_cast<float>(num("rope.scaling.yarn_beta_slow", "beta_slow", 1.0));
+            // gpt-oss's HF config sets truncate = false (no rounding of the
+            // correction range); HF's default is true.
             r.yarn_truncate = c.arch != Arch::GptOss;
-            if (const eh_value* t = v.find("hf.rope_scaling.truncate"); t && t->type == EH_VALUE_BOOL)
-                r.yarn_truncate = t->v.u64 != 0;
+            for (const char* k : {"hf.rope_scaling.truncate", "hf.rope_parameters.truncate"})
+                if (const eh_value* t = v.find(k); t && t->type == EH_VALUE_BOOL) r.yarn_truncate = t->v.u64 != 0;
         } else if (scaling != "none") {
             throw Error(EH_UNSUPPORTED, key("rope.scaling.type") + " '" + scaling +
                                             "' is not supported by cpu-reference (none, linear, yarn)");
