@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <map>
+#include <optional>
 
 #include <fmt/format.h>
 
@@ -42,6 +44,18 @@ std::string dominant_type(const model::ModelFile& mf) {
     uint64_t most = 0;
     for (auto [type, b] : bytes) if (b > most) { most = b; best = type; }
     return model::tensor_type_name(best);
+}
+
+// llama_ftype names of the files we make; nullopt for others.
+std::optional<std::string> file_type_name(std::optional<uint64_t> ft) {
+    if (!ft) return std::nullopt;
+    switch (*ft) {
+    case 0: return "F32"; case 1: return "F16"; case 2: return "Q4_0"; case 3: return "Q4_1";
+    case 7: return "Q8_0"; case 8: return "Q5_0"; case 9: return "Q5_1"; case 14: return "Q4_K_S";
+    case 15: return "Q4_K_M"; case 16: return "Q5_K_S"; case 17: return "Q5_K_M"; case 18: return "Q6_K";
+    case 32: return "BF16"; case 38: return "MXFP4_MOE";
+    default: return std::nullopt;
+    }
 }
 
 BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFile>& mf, const BenchOptions& o) {
@@ -154,7 +168,7 @@ BenchReport run_bench(const BenchOptions& o) {
     std::shared_ptr<model::ModelFile> mf = model::ModelFile::open(o.model);
     rep.model = o.model;
     rep.architecture = std::string(mf->architecture());
-    rep.quant = dominant_type(*mf);
+    rep.quant = file_type_name(mf->get_uint("general.file_type")).value_or(dominant_type(*mf));
     rep.model_bytes = mf->file_size();
     if (auto toks = mf->get_string_array("tokenizer.ggml.tokens"); !toks.empty()) rep.n_vocab = toks.size();
 
