@@ -294,6 +294,20 @@ TEST(PluginSessions, ContextFullAppendsNothing) {
     EXPECT_EQ(api.session_n_past(a.session), 4u);
 }
 
+TEST(PluginSessions, Gpt2ContextEndsAtLearnedPositions) {
+    TinySpec sp;
+    sp.arch = "gpt2";
+    sp.n_ctx = 8;  // position_embd has 8 rows
+    auto view = make_tiny(sp);
+    const eh_plugin_api& api = plugin();
+    Loaded a(view->view(), 100);  // more than gpt2 can hold: accepted, capped
+    a.prefill({1, 2, 3, 4, 5, 6, 7, 8});
+    int32_t out;
+    EXPECT_EQ(api.session_decode(a.session, 9, &out), EH_CONTEXT_FULL);
+    EXPECT_NE(std::string(api.session_last_error(a.session)).find("learned positions"), std::string::npos);
+    EXPECT_EQ(api.session_n_past(a.session), 8u);
+}
+
 TEST(PluginSessions, BadTokenAndMissingSamplerAreInvalid) {
     auto view = make_tiny(TinySpec{});
     const eh_plugin_api& api = plugin();

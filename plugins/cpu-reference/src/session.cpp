@@ -14,9 +14,11 @@ Session::Session(const Model& model, const eh_session_params& params)
     : model_(model), n_ctx_(params.n_ctx), cancel_(params.cancel), cancel_user_(params.cancel_user) {
     const Config& c = model.config();
     if (n_ctx_ == 0) throw Error(EH_INVALID_ARGUMENT, "n_ctx must be > 0");
-    if (c.arch == Arch::Gpt2 && n_ctx_ > c.n_ctx_train)
-        throw Error(EH_INVALID_ARGUMENT, "n_ctx " + std::to_string(n_ctx_) + " exceeds gpt2's " +
-                                             std::to_string(c.n_ctx_train) + " learned positions");
+    // gpt2 has a table of learned positions: no room past its end
+    if (c.arch == Arch::Gpt2 && n_ctx_ > c.n_ctx_train) {
+        n_ctx_ = c.n_ctx_train;
+        ctx_limit_note_ = " (gpt2 has " + std::to_string(c.n_ctx_train) + " learned positions)";
+    }
     const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
     const double kv_bytes = 2.0 * c.n_layer * static_cast<double>(n_ctx_) * static_cast<double>(kv_dim) * sizeof(float);
     if (kv_bytes > 1e12)
@@ -32,7 +34,7 @@ void Session::prefill(const int32_t* tokens, uint32_t n) {
     if (!tokens) throw Error(EH_INVALID_ARGUMENT, "tokens is NULL");
     if (static_cast<uint64_t>(tokens_.size()) + n > n_ctx_)
         throw Error(EH_CONTEXT_FULL, "context full: " + std::to_string(tokens_.size()) + " + " + std::to_string(n) +
-                                         " tokens exceed n_ctx " + std::to_string(n_ctx_));
+                                         " tokens exceed n_ctx " + std::to_string(n_ctx_) + ctx_limit_note_);
     const uint32_t n_vocab = model_.config().n_vocab;
     for (uint32_t i = 0; i < n; ++i)
         if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= n_vocab)

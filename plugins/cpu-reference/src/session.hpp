@@ -41,6 +41,7 @@ private:
 
     const Model& model_;
     uint32_t n_ctx_;
+    std::string ctx_limit_note_;  // why n_ctx_ is below what was asked for
     eh_cancel_fn cancel_;
     void* cancel_user_;
     std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: n_ctx x kv_dim
