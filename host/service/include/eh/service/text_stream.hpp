@@ -1,0 +1,31 @@
+// Incremental detokenization: tokens in, UTF-8 text out, never splitting a
+// character. Decoding a window of recent tokens (rather than one token at a
+// time) keeps tokenizers that strip a leading space at the start of a text
+// from eating spaces in the middle of the stream.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "eh/service/text_codec.hpp"
+
+namespace eh::service {
+
+class TextStream {
+public:
+    explicit TextStream(const TextCodec& codec) : codec_(codec) {}
+    // Text completed by this token (may be empty while a character or a
+    // multi-token sequence is incomplete).
+    std::string push(int32_t token);
+    // Whatever is still held back, with invalid bytes replaced by U+FFFD.
+    std::string finish();
+
+private:
+    const TextCodec& codec_;
+    std::vector<int32_t> tokens_;
+    size_t prefix_ = 0;  // window start: text before it is settled
+    size_t read_ = 0;    // tokens whose text was emitted
+};
+
+}  // namespace eh::service
