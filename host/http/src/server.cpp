@@ -32,9 +32,10 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->started_unix = unix_now();
     size_t threads = std::max<size_t>(impl_->options.threads, 4);
     impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    // httplib answers 413 itself past this; the error handler turns that
-    // into our envelope. Bodies up to the limit get precise messages.
-    impl_->http.set_payload_max_length(impl_->options.limits.max_body_bytes);
+    // Bodies between the request limit and this hard cap get a precise 400
+    // from the parser; past the cap httplib refuses and the error handler
+    // writes the envelope.
+    impl_->http.set_payload_max_length(std::max<size_t>(impl_->options.limits.max_body_bytes * 8, 8u << 20));
     impl_->http.set_read_timeout(30, 0);
     impl_->http.set_write_timeout(30, 0);
     impl_->install_routes();
@@ -117,11 +118,14 @@ void Server::Impl::install_routes() {
     http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         metrics->http_response(kRoutes.count(req.path) ? req.path : "other", res.status);
     });
-    http.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
         if (!res.body.empty()) return;
         std::string cid = correlation_id(req, res);
         if (res.status == 413) {
-            send_error(res, 413, "INVALID_REQUEST", "the request body is larger than the server accepts", cid);
+            // The product answers oversized bodies like any other bad input.
+            send_error(res, 400, "INVALID_REQUEST",
+                       fmt::format("the request body is larger than the limit of {} bytes", options.limits.max_body_bytes),
+                       cid, {{"limit_bytes", options.limits.max_body_bytes}});
         } else if (res.status == 404) {
             send_error(res, 404, "NOT_FOUND",
                        fmt::format("no route {} {}", req.method, service::sanitize_utf8(req.path.substr(0, 200))), cid);
