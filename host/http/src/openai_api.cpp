@@ -183,8 +183,12 @@ void Server::Impl::install_openai() {
             if (ev->kind == JobEvent::Kind::Token) {
                 text += ev->text;
                 if (want_lp) {
-                    if (chat) for (auto& c : chat_logprobs(ev->logprobs)["content"]) chat_lp.push_back(c);
-                    else comp_lp.add(ev->logprobs);
+                    if (chat) {
+                        nlohmann::json part = chat_logprobs(ev->logprobs);
+                        for (auto& c : part["content"]) chat_lp.push_back(c);
+                    } else {
+                        comp_lp.add(ev->logprobs);
+                    }
                 }
             } else if (ev->kind == JobEvent::Kind::Error) {
                 int status = http_status_for(ev->code);
