@@ -1,9 +1,8 @@
-// The text codec the server uses: the real tokenizer when it is built
-// (host/tokenizer), otherwise a minimal stand-in read from the GGUF vocabulary.
+// The text codec the server uses: the model's tokenizer (host/tokenizer) and
+// its chat template, adapted to the service's TextCodec interface.
 #pragma once
 
 #include <memory>
-#include <string>
 
 #include "eh/model/model_file.hpp"
 #include "eh/service/text_codec.hpp"

@@ -156,7 +156,7 @@ void Server::Impl::install_native() {
         if (!svc) return;
         try {
             auto r = service::parse_tokenize_request(req.body, options.limits);
-            auto tokens = svc->codec().encode(r.text, r.add_special);
+            auto tokens = svc->codec().encode(r.text, r.add_special, r.parse_special);
             send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}});
         } catch (const std::exception& e) {
             send_exception(res, e, cid);

@@ -132,6 +132,11 @@ std::unique_ptr<ModelFile> ModelFile::open(const std::string& path) {
         d->format = EH_FORMAT_SAFETENSORS;
         detail::read_hf_directory(*d, path);
     } else {
+        if (path.size() >= 12 && path.compare(path.size() - 12, 12, ".safetensors") == 0)
+            throw Error(Code::ModelLoadFailed,
+                        fmt::format("'{}' is a bare safetensors file; pass the Hugging Face model directory "
+                                    "(with config.json and tokenizer.json) instead",
+                                    path));
         auto file = detail::MappedFile::open(path);
         d->format = EH_FORMAT_GGUF;
         d->weight_files.push_back(path);

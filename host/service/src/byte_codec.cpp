@@ -2,7 +2,7 @@
 
 namespace eh::service {
 
-std::vector<int32_t> ByteCodec::encode(std::string_view text, bool) const {
+std::vector<int32_t> ByteCodec::encode(std::string_view text, bool, bool) const {
     std::vector<int32_t> out;
     out.reserve(text.size());
     for (unsigned char c : text) out.push_back(int32_t(c) % int32_t(vocab_));

@@ -88,7 +88,8 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
     if (auto m = get_string(obj, "model")) r.model = *m;
     if (chat) {
         r.messages = parse_messages(obj, limits);
-        r.gen.add_special = false;  // the template writes BOS itself when it wants one
+        r.gen.add_special = false;  // the template (or render_chat) writes BOS when the model wants one
+        r.gen.parse_special = true;
     } else {
         auto p = field(obj, "prompt");
         if (!p) throw RequestError("prompt", "'prompt' is required");

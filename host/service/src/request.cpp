@@ -219,7 +219,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimit
     simdjson::dom::parser parser;
     simdjson::padded_string storage;
     object obj = parse_object(parser, storage, body, limits);
-    reject_unknown(obj, {"text", "content", "add_special"});
+    reject_unknown(obj, {"text", "content", "add_special", "parse_special"});
     TokenizeRequest r;
     auto text = get_string(obj, "text");
     if (!text) text = get_string(obj, "content");
@@ -227,6 +227,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimit
     check_prompt_text(*text, "text", limits, true);
     r.text = std::move(*text);
     if (auto v = get_bool(obj, "add_special")) r.add_special = *v;
+    if (auto v = get_bool(obj, "parse_special")) r.parse_special = *v;
     return r;
 }
 

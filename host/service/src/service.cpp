@@ -102,7 +102,7 @@ uint32_t Service::retry_after_ms() const {
 std::shared_ptr<Job> Service::submit(GenerationRequest req) {
     if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
     auto job = std::make_shared<Job>();
-    job->prompt_tokens = codec_->encode(req.prompt, req.add_special);
+    job->prompt_tokens = codec_->encode(req.prompt, req.add_special, req.parse_special);
     const size_t np = job->prompt_tokens.size();
     if (np == 0) throw RequestError("prompt", "the prompt encodes to zero tokens");
     if (np >= n_ctx_)
@@ -152,6 +152,7 @@ std::string Service::cancel(const std::string& job_id, CancelReason why) {
             return std::find(recent_.begin(), recent_.end(), job_id) != recent_.end() ? "finished" : "unknown";
         }
         job = it->second;
+        if (job->terminated()) return "finished";  // ended, worker not yet done with it
         auto q = std::find(queue_.begin(), queue_.end(), job);
         if (q != queue_.end()) {
             queue_.erase(q);
@@ -292,7 +293,8 @@ void Service::run(const std::shared_ptr<Job>& job) {
         const auto t_first = Clock::now();
         auto t_prev = t_first;
 
-        TextStream text(*codec_);
+        const size_t ctx_n = std::min<size_t>(job->prompt_tokens.size(), 4);
+        TextStream text(*codec_, std::span<const int32_t>(job->prompt_tokens).last(ctx_n));
         StopMatcher stops(req.stop);
         std::vector<TokenLogprob> pending_lp;
         uint32_t n_out = 0;

@@ -48,6 +48,7 @@ struct GenerationRequest {
     std::string job_id;
     std::string prompt;                // text handed to the tokenizer
     bool add_special = true;           // let the tokenizer add BOS
+    bool parse_special = false;        // control-token text becomes ids (chat templates only)
     std::optional<uint32_t> max_tokens;  // absent: as many as fit, up to the limit
     Sampling sampling;
     std::vector<std::string> stop;
@@ -75,6 +76,7 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
 struct TokenizeRequest {
     std::string text;
     bool add_special = true;
+    bool parse_special = false;
 };
 TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimits& limits);
 std::vector<int32_t> parse_detokenize_request(std::string_view body, uint32_t vocab_size,

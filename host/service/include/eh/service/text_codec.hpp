@@ -20,8 +20,10 @@ struct ChatMessage {
 class TextCodec {
 public:
     virtual ~TextCodec() = default;
-    // Text to token ids; `add_special` adds the model's BOS (if it uses one).
-    virtual std::vector<int32_t> encode(std::string_view text, bool add_special) const = 0;
+    // Text to token ids; `add_special` adds the model's BOS (if it uses one);
+    // `parse_special` maps control-token text ("<|im_start|>") to its id —
+    // only for text the server built (chat templates), never for raw prompts.
+    virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const = 0;
     // Token ids to raw bytes. May end in the middle of a UTF-8 sequence (byte
     // tokens); TextStream takes care of that.
     virtual std::string decode(std::span<const int32_t> tokens) const = 0;
@@ -41,7 +43,7 @@ public:
 class ByteCodec : public TextCodec {
 public:
     explicit ByteCodec(uint32_t vocab = 256, int32_t eog = -1) : vocab_(vocab), eog_(eog) {}
-    std::vector<int32_t> encode(std::string_view text, bool add_special) const override;
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const override;
     std::string decode(std::span<const int32_t> tokens) const override;
     bool is_eog(int32_t token) const override { return eog_ >= 0 && token == eog_; }
     uint32_t vocab_size() const override { return vocab_; }

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -14,7 +15,10 @@ namespace eh::service {
 
 class TextStream {
 public:
-    explicit TextStream(const TextCodec& codec) : codec_(codec) {}
+    // `context`: the last few prompt tokens. Their text counts as already
+    // sent, so the first generated token keeps its leading space.
+    explicit TextStream(const TextCodec& codec, std::span<const int32_t> context = {})
+        : codec_(codec), tokens_(context.begin(), context.end()), read_(context.size()) {}
     // Text completed by this token (may be empty while a character or a
     // multi-token sequence is incomplete).
     std::string push(int32_t token);
