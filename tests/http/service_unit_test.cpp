@@ -282,3 +282,27 @@ TEST(Service, LogprobsComeFromTheEngineLogits) {
     }
     EXPECT_EQ(n, 3u);
 }
+
+namespace {
+// Words as tokens, SentencePiece-style: each word carries a leading space
+// that decode() drops at the very start of a text.
+struct WordCodec : ByteCodec {
+    std::vector<std::string> words = {"<s>", " Once", " upon", " a", " time"};
+    std::string decode(std::span<const int32_t> t) const override {
+        std::string s;
+        for (int32_t id : t) s += words[size_t(id)];
+        if (!s.empty() && s[0] == ' ') s.erase(0, 1);
+        return s;
+    }
+};
+}  // namespace
+
+TEST(TextStream, PromptContextKeepsTheFirstTokensLeadingSpace) {
+    WordCodec codec;
+    std::vector<int32_t> prompt = {0, 1};
+    TextStream ts(codec, prompt);
+    EXPECT_EQ(ts.push(2), " upon");
+    EXPECT_EQ(ts.push(3), " a");
+    TextStream bare(codec);
+    EXPECT_EQ(bare.push(2), "upon");  // what the context prevents
+}
