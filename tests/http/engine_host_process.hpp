@@ -51,6 +51,11 @@ public:
             std::this_thread::sleep_for(std::chrono::milliseconds(10));
             for (auto& j : log_events())
                 if (j.value("event", "") == "listening") port_ = j.value("port", 0);
+            std::string text = log();  // --log-format text: "... listening ... port=N"
+            if (size_t at = text.find(" listening "); port_ == 0 && at != std::string::npos) {
+                size_t p = text.find("port=", at);
+                if (p != std::string::npos) port_ = std::atoi(text.c_str() + p + 5);
+            }
             if (!running()) break;
         }
         if (wait_ready && port_) {

@@ -387,3 +387,25 @@ TEST(Server, CallbackIsPostedOnceListeningAndAFailedOneExitsNonZero) {
     EngineHost fail({"--callback-url", "http://127.0.0.1:1/none"}, {}, false);
     EXPECT_EQ(fail.wait_exit(), 1);
 }
+
+TEST(Server, LogContentAndTextFormatAreOptIn) {
+    EngineHost h({"--log-content"});
+    h.post("/execute", R"({"job_id":"lc","prompt":"secret words","max_tokens":2})");
+    bool prompt_logged = false;
+    for (auto& j : h.log_events())
+        if (j.value("event", "") == "execute_start" && j.value("prompt", "") == "secret words") prompt_logged = true;
+    EXPECT_TRUE(prompt_logged);
+    EngineHost t({"--log-format", "text"});
+    EXPECT_TRUE(t.log_events().empty()) << "text logs are not JSON";
+    EXPECT_NE(t.log().find(" ready "), std::string::npos) << t.log();
+}
+
+TEST(Server, KvCacheSizeSetsTheContext) {
+    EngineHost h({"--kv-cache-size-mb", "1"});
+    json j = json::parse(h.get("/health").body);
+    int ctx = j["context_length"];
+    EXPECT_GT(ctx, 16);
+    EXPECT_LT(ctx, 2048) << "1 MiB of KV holds fewer tokens than the trained context";
+    EngineHost too_big({"--ctx-size", "999999"}, {}, false);
+    EXPECT_EQ(too_big.wait_exit(), 2) << too_big.log();
+}
