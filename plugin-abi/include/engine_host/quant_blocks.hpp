@@ -67,6 +67,17 @@ inline uint16_t fp32_to_fp16(float f) {
 
 inline float bf16_to_fp32(uint16_t b) { return bits_to_float(static_cast<uint32_t>(b) << 16); }
 
+// All 65536 halves as floats (256 KiB, built on first use): a row of F16
+// values converts by lookup instead of bit manipulation per value.
+inline const float* fp16_table() {
+    static const float* table = [] {
+        static float t[65536];
+        for (uint32_t i = 0; i < 65536; ++i) t[i] = fp16_to_fp32(static_cast<uint16_t>(i));
+        return t;
+    }();
+    return table;
+}
+
 inline uint16_t fp32_to_bf16(float f) {
     const uint32_t u = float_to_bits(f);
     if ((u & 0x7FFFFFFFu) > 0x7F800000u) return static_cast<uint16_t>((u >> 16) | 0x40u);  // quiet NaN
@@ -140,12 +151,29 @@ inline uint32_t load_u32_le(const uint8_t* p) {
            (static_cast<uint32_t>(p[2]) << 16) | (static_cast<uint32_t>(p[3]) << 24);
 }
 
+// Bit i of qh as 0 or 16, for i in 0..31 (spelled out so that the loops
+// using it have no variable shifts and vectorize).
+inline void expand_high_bits(uint32_t qh, uint8_t hb[32]) {
+    // byte value -> its 8 bits as 0/16 bytes, by table (little-endian order)
+    struct Table {
+        uint64_t v[256];
+        constexpr Table() : v() {
+            for (int b = 0; b < 256; ++b)
+                for (int i = 0; i < 8; ++i)
+                    if ((b >> i) & 1) v[b] |= uint64_t{16} << (8 * i);
+        }
+    };
+    static constexpr Table table{};
+    for (int k = 0; k < 4; ++k) std::memcpy(hb + 8 * k, &table.v[(qh >> (8 * k)) & 0xFF], 8);
+}
+
 inline void dequantize_block(const block_q5_0& b, float* out) {
     const float d = fp16_to_fp32(b.d);
-    const uint32_t qh = load_u32_le(b.qh);
+    uint8_t hb[32];
+    expand_high_bits(load_u32_le(b.qh), hb);
     for (int j = 0; j < 16; ++j) {
-        const int lo = (b.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
-        const int hi = (b.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+        const int lo = (b.qs[j] & 0x0F) | hb[j];
+        const int hi = (b.qs[j] >> 4) | hb[j + 16];
         out[j] = static_cast<float>(lo - 16) * d;
         out[j + 16] = static_cast<float>(hi - 16) * d;
     }
@@ -153,10 +181,11 @@ inline void dequantize_block(const block_q5_0& b, float* out) {
 
 inline void dequantize_block(const block_q5_1& b, float* out) {
     const float d = fp16_to_fp32(b.d), m = fp16_to_fp32(b.m);
-    const uint32_t qh = load_u32_le(b.qh);
+    uint8_t hb[32];
+    expand_high_bits(load_u32_le(b.qh), hb);
     for (int j = 0; j < 16; ++j) {
-        const int lo = (b.qs[j] & 0x0F) | static_cast<int>(((qh >> j) & 1u) << 4);
-        const int hi = (b.qs[j] >> 4) | static_cast<int>(((qh >> (j + 16)) & 1u) << 4);
+        const int lo = (b.qs[j] & 0x0F) | hb[j];
+        const int hi = (b.qs[j] >> 4) | hb[j + 16];
         out[j] = static_cast<float>(lo) * d + m;
         out[j + 16] = static_cast<float>(hi) * d + m;
     }
@@ -237,14 +266,21 @@ inline void dequantize_block(const block_q6_K& b, float* out) {
         const uint8_t* ql = b.ql + 64 * h;
         const uint8_t* qh = b.qh + 32 * h;
         const int8_t* sc = b.scales + 8 * h;
-        for (int k = 0; k < 4; ++k) {
-            for (int l = 0; l < 32; ++l) {
-                const uint8_t lowbyte = ql[l + 32 * (k & 1)];
-                const int low = (k < 2) ? (lowbyte & 0x0F) : (lowbyte >> 4);
-                const int high = (qh[l] >> (2 * k)) & 3;
-                const int q = (low | (high << 4)) - 32;
-                const int v = 32 * k + l;  // index within the half
-                out[128 * h + v] = d * static_cast<float>(sc[v / 16]) * static_cast<float>(q);
+        float* y = out + 128 * h;
+        float ds[8];
+        for (int i = 0; i < 8; ++i) ds[i] = d * static_cast<float>(sc[i]);
+        // the four k = 0..3 cases written out: value 32k + l, scale (32k + l) / 16
+        for (int half = 0; half < 2; ++half) {
+            const float s0 = ds[half], s1 = ds[half + 2], s2 = ds[half + 4], s3 = ds[half + 6];
+            for (int l = 16 * half; l < 16 * half + 16; ++l) {
+                const int q0 = ((ql[l] & 0x0F) | ((qh[l] & 3) << 4)) - 32;
+                const int q1 = ((ql[l + 32] & 0x0F) | (((qh[l] >> 2) & 3) << 4)) - 32;
+                const int q2 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
+                const int q3 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
+                y[l] = s0 * static_cast<float>(q0);
+                y[l + 32] = s1 * static_cast<float>(q1);
+                y[l + 64] = s2 * static_cast<float>(q2);
+                y[l + 96] = s3 * static_cast<float>(q3);
             }
         }
     }
@@ -531,9 +567,11 @@ inline bool dequantize_row(uint32_t type, const void* src, float* dst, uint64_t 
     const uint8_t* p = static_cast<const uint8_t*>(src);
     switch (type) {
     case EH_TYPE_F32: std::memcpy(dst, src, n * 4); return true;
-    case EH_TYPE_F16:
-        for (uint64_t i = 0; i < n; ++i) { uint16_t h; std::memcpy(&h, p + 2 * i, 2); dst[i] = fp16_to_fp32(h); }
+    case EH_TYPE_F16: {
+        const float* table = fp16_table();
+        for (uint64_t i = 0; i < n; ++i) { uint16_t h; std::memcpy(&h, p + 2 * i, 2); dst[i] = table[h]; }
         return true;
+    }
     case EH_TYPE_BF16:
         for (uint64_t i = 0; i < n; ++i) { uint16_t h; std::memcpy(&h, p + 2 * i, 2); dst[i] = bf16_to_fp32(h); }
         return true;

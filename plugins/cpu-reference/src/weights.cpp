@@ -20,11 +20,18 @@ void Matrix::dequantize_row(uint64_t r, float* out) const {
         const uint64_t base = e * cols * phys_rows + p;
         if (type == EH_TYPE_F32) {
             for (uint64_t k = 0; k < cols; ++k) std::memcpy(&out[k], data + (base + k * phys_rows) * 4, 4);
+        } else if (type == EH_TYPE_F16) {
+            const float* table = ehp::quant::fp16_table();
+            for (uint64_t k = 0; k < cols; ++k) {
+                uint16_t h;
+                std::memcpy(&h, data + (base + k * phys_rows) * 2, 2);
+                out[k] = table[h];
+            }
         } else {
             for (uint64_t k = 0; k < cols; ++k) {
                 uint16_t h;
                 std::memcpy(&h, data + (base + k * phys_rows) * 2, 2);
-                out[k] = type == EH_TYPE_F16 ? ehp::quant::fp16_to_fp32(h) : ehp::quant::bf16_to_fp32(h);
+                out[k] = ehp::quant::bf16_to_fp32(h);
             }
         }
         return;
