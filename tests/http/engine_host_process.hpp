@@ -27,12 +27,13 @@ inline std::string stories_model() { return std::string(EH_TESTDATA_DIR) + "/mod
 
 class EngineHost {
 public:
-    // `env`: extra environment (EH_TEST_ENGINE_DELAY_MS, ...).
+    // `env`: extra environment (EH_TEST_ENGINE_DELAY_MS, ...). `plugins`:
+    // the plugin directory (default: the deterministic test engine).
     EngineHost(std::vector<std::string> extra_args = {}, std::map<std::string, std::string> env = {},
-               bool wait_ready = true) {
+               bool wait_ready = true, std::string plugins = std::string(EH_TEST_PLUGIN_DIR) + "/good") {
         std::random_device rd;
         log_path_ = (std::filesystem::temp_directory_path() / ("eh-http-test-" + std::to_string(rd()) + ".log")).string();
-        std::vector<std::string> args = {EH_ENGINE_HOST, "--plugins", std::string(EH_TEST_PLUGIN_DIR) + "/good",
+        std::vector<std::string> args = {EH_ENGINE_HOST, "--plugins", plugins,
                                          "--model", stories_model(), "--port", "0"};
         for (auto& a : extra_args) args.push_back(a);
         pid_ = fork();
