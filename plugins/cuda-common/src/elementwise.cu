@@ -89,7 +89,30 @@ __global__ void rope_kernel(RopeArgs a) {
     }
 }
 
+__global__ void record_kernel(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n) {
+    const int pos0 = *d_pos0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        hist[pos0 + i] = tokens[i];
+}
+
 }  // namespace
+
+void record_tokens(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n,
+                   cudaStream_t stream) {
+    if (n <= 0) return;
+    record_kernel<<<(n + 255) / 256, 256, 0, stream>>>(hist, d_pos0, tokens, n);
+    EHC_LAUNCHED("record_kernel");
+}
+
+std::string check_kernel_image() {
+    cudaFuncAttributes attr{};
+    cudaError_t err = cudaFuncGetAttributes(&attr, record_kernel);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return std::string("kernel image not loadable on this device: ") + cudaGetErrorString(err);
+    }
+    return "";
+}
 
 void rmsnorm(const float* x, int ldx, const float* w, float* out, int ldo, int n, int ntok,
              float eps, cudaStream_t stream) {

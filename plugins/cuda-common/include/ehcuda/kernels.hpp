@@ -9,6 +9,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace ehcuda {
 
@@ -74,6 +75,15 @@ void add_rmsnorm(float* h, const float* delta, const float* w, float* out, int n
 // out[t] = row tokens[t] of the table, decoded. Token ids must be < rows.
 void embed_rows(const WeightRef& table, const int32_t* tokens, int ntok, float* out,
                 cudaStream_t stream);
+
+// hist[*d_pos0 + i] = tokens[i]: the context record the repetition penalty
+// reads.
+void record_tokens(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n,
+                   cudaStream_t stream);
+
+// "" when this library's kernels can run on the current device, else why not
+// (e.g. no kernel image for its architecture).
+std::string check_kernel_image();
 
 // Rotates Q in place and writes rotated K and V into the FP16 cache at
 // positions *d_pos0 + t. qkv is [t][q | k | v] with row stride ld.
