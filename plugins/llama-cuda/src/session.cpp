@@ -265,19 +265,24 @@ int32_t Session::decode(int32_t token) {
     EHC_CHECK(cudaSetDevice(m_.device));
     cudaStream_t s = stream_.get();
     Step* d_step = step_.as<Step>();
-    if (!decode_graph_.ready()) {
-        decode_graph_.capture(s, [&] {
-            EHC_CHECK(cudaMemcpyAsync(d_step, h_step_, sizeof(Step), cudaMemcpyHostToDevice, s));
-            forward(1, &d_step->token, true);
-            ehcuda::sample_tokens(logits_.as<float>(), c_.n_vocab, history_.as<int32_t>(), &d_step->n_hist,
-                                  params_.as<ehcuda::SamplerParams>(), counter_.as<unsigned long long>(),
-                                  {fwork_.as<float>(), iwork_.as<int32_t>()}, out_token_.as<int32_t>(), s);
-            EHC_CHECK(cudaMemcpyAsync(h_out_, out_token_.get(), 4, cudaMemcpyDeviceToHost, s));
-        });
-    }
+    auto step = [&] {
+        EHC_CHECK(cudaMemcpyAsync(d_step, h_step_, sizeof(Step), cudaMemcpyHostToDevice, s));
+        forward(1, &d_step->token, true);
+        ehcuda::sample_tokens(logits_.as<float>(), c_.n_vocab, history_.as<int32_t>(), &d_step->n_hist,
+                              params_.as<ehcuda::SamplerParams>(), counter_.as<unsigned long long>(),
+                              {fwork_.as<float>(), iwork_.as<int32_t>()}, out_token_.as<int32_t>(), s);
+        EHC_CHECK(cudaMemcpyAsync(h_out_, out_token_.get(), 4, cudaMemcpyDeviceToHost, s));
+    };
+    // The first step runs eagerly so every kernel's module is loaded (lazy
+    // loading) before capture; later steps replay the captured graph.
+    if (!decode_graph_.ready() && decode_warm_) decode_graph_.capture(s, step);
     *h_step_ = Step{int32_t(n_past_), int32_t(n_past_) + 1, token, 0};
     try {
-        decode_graph_.launch(s);
+        if (decode_graph_.ready())
+            decode_graph_.launch(s);
+        else
+            step();
+        decode_warm_ = true;
         EHC_CHECK(cudaStreamSynchronize(s));
     } catch (...) {
         have_logits_ = false;

@@ -65,6 +65,7 @@ private:
     int32_t* h_tokens_ = nullptr;
 
     ehcuda::CapturedGraph decode_graph_;
+    bool decode_warm_ = false;
     uint32_t n_past_ = 0;
     bool have_logits_ = false;
     bool have_sampling_ = false;
