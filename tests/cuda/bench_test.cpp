@@ -4,6 +4,7 @@
 //   eh_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/kernels.hpp>
@@ -52,7 +53,8 @@ void bench_model(const char* label, TinySpec spec) {
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % static_cast<size_t>(spec.n_vocab));
     // pp512: best of 3 after a warm-up.
     double best_pp = 1e9;
-    for (int r = 0; r < 4; ++r) {
+    const int pp_reps = std::getenv("EH_BENCH_SKIP_PP") ? 0 : 4;
+    for (int r = 0; r < pp_reps; ++r) {
         api->session_reset(s);
         t0 = now_s();
         ASSERT_EQ(api->session_prefill(s, prompt.data(), 512), EH_OK) << api->session_last_error(s);

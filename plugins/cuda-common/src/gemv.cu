@@ -50,24 +50,39 @@ namespace {
 
 constexpr int kWarps = 4;
 
-template <int NT>
-__global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevArgs a) {
+// Weight type T (a compile-time constant, so each kernel gets only the
+// registers its own format needs), NT tokens, R consecutive rows per warp.
+// With R > 1 (single-token decode of tall matrices) each lane decodes the
+// same chunk index of R rows against one register copy of the input chunk:
+// the input is read once per R rows and R independent weight loads are in
+// flight per lane.
+template <int T, int NT, int R, int KS>
+__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevArgs a) {
+    // KS warps share a group of R rows, each taking every KS-th run of 32
+    // chunks (split-K for short, wide matrices that would leave SMs idle);
+    // partial sums are combined through shared memory in warp order.
     const int lane = threadIdx.x & 31;
-    const int r = blockIdx.x * kWarps + (threadIdx.x >> 5);
-    if (r >= a.total_rows) return;
+    const int warp = threadIdx.x >> 5;
+    const int ks = warp % KS;
+    const int r0 = (blockIdx.x * (kWarps / KS) + warp / KS) * R;
+    const bool active = r0 < a.total_rows;
     int s = 0, base = 0;
-    while (s + 1 < a.nseg && r >= base + a.seg[s].rows) base += a.seg[s++].rows;
+    if (active)
+        while (s + 1 < a.nseg && r0 >= base + a.seg[s].rows) base += a.seg[s++].rows;
     const detail::DevSeg& g = a.seg[s];
-    const int lr = r - base;
-    const uint8_t* w = g.w + size_t(lr) * g.row_bytes;
-    const int nch = a.cols / 32;
+    const int lr0 = r0 - base;
+    const int nr = active ? min(R, g.rows - lr0) : 0;  // segments hold whole groups of R rows
+    const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
+    const int nch = active ? a.cols / 32 : 0;
 
-    float acc[NT];
+    float acc[R][NT];
 #pragma unroll
-    for (int t = 0; t < NT; ++t) acc[t] = 0.0f;
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
-    dispatch_type(g.type, [&]<int T>() {
-        for (int c = lane; c < nch; c += 32) {
+    for (int c = ks * 32 + lane; c < nch; c += 32 * KS) {
+        if constexpr (NT > 1) {
             float v[32];
             load_chunk<T>(w, c, v);
 #pragma unroll
@@ -77,32 +92,117 @@ __global__ void __launch_bounds__(kWarps * 32) gemv_kernel(DevArgs a) {
                 float sum = 0.0f;
 #pragma unroll
                 for (int j = 0; j < 32; ++j) sum = fmaf(v[j], xv[j], sum);
-                acc[t] += sum;
+                acc[0][t] += sum;
+            }
+        } else {
+            float xv[32];
+            detail::load_x32(a, 0, c, xv);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r < nr) {
+                    float v[32];
+                    load_chunk<T>(w + size_t(r) * g.row_bytes, c, v);
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) sum = fmaf(v[j], xv[j], sum);
+                    acc[r][0] += sum;
+                }
             }
         }
-    });
+    }
 
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[t] += __shfl_xor_sync(0xffffffffu, acc[t], o);
-    }
-    if (lane == 0) {
-        float b = g.bias ? g.bias[lr] : 0.0f;
+    for (int r = 0; r < R; ++r)
 #pragma unroll
         for (int t = 0; t < NT; ++t) {
-            float* dst = a.y + size_t(t) * a.ldy + g.out_offset + lr;
-            float val = acc[t] + b;
-            *dst = a.accumulate ? *dst + val : val;
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+        }
+    if constexpr (KS > 1) {
+        __shared__ float part[kWarps][R * NT];
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) part[warp][r * NT + t] = acc[r][t];
+        __syncthreads();
+        if (ks != 0) return;
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    float sum = 0.0f;
+                    for (int k = 0; k < KS; ++k) sum += part[warp + k][r * NT + t];
+                    acc[r][t] = sum;
+                }
+    }
+    if (lane == 0 && active) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r >= nr) break;
+            const float b = g.bias ? g.bias[lr0 + r] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                float* dst = a.y + size_t(t) * a.ldy + g.out_offset + lr0 + r;
+                const float val = acc[r][t] + b;
+                *dst = a.accumulate ? *dst + val : val;
+            }
         }
     }
 }
 
-template <int NT>
+template <int T, int NT>
 void launch(const DevArgs& d, cudaStream_t stream) {
-    dim3 grid((d.total_rows + kWarps - 1) / kWarps);
-    gemv_kernel<NT><<<grid, kWarps * 32, 0, stream>>>(d);
+    // Several rows per warp only pays for tall single-token products; a
+    // warp's rows must not straddle two segments.
+    int R = 1;
+    if (NT == 1) {
+        bool fit4 = true, fit2 = true;
+        for (int s = 0; s < d.nseg; ++s) {
+            fit4 &= d.seg[s].rows % 4 == 0;
+            fit2 &= d.seg[s].rows % 2 == 0;
+        }
+        if (d.total_rows >= 8192 && fit4) R = 4;
+        else if (d.total_rows >= 2048 && fit2) R = 2;
+    }
+    const int groups = (d.total_rows + R - 1) / R;
+    // Fewer than ~12 row groups per SM: split K over the block's 4 warps.
+    const bool split = groups < 1536 && d.cols >= 32 * 64;
+    const int per_block = split ? 1 : kWarps;
+    dim3 grid((groups + per_block - 1) / per_block);
+    if (split) {
+        if (R == 4) gemv_kernel<T, NT, (NT == 1 ? 4 : 1), kWarps><<<grid, kWarps * 32, 0, stream>>>(d);
+        else if (R == 2) gemv_kernel<T, NT, (NT == 1 ? 2 : 1), kWarps><<<grid, kWarps * 32, 0, stream>>>(d);
+        else gemv_kernel<T, NT, 1, kWarps><<<grid, kWarps * 32, 0, stream>>>(d);
+    } else {
+        if (R == 4) gemv_kernel<T, NT, (NT == 1 ? 4 : 1), 1><<<grid, kWarps * 32, 0, stream>>>(d);
+        else if (R == 2) gemv_kernel<T, NT, (NT == 1 ? 2 : 1), 1><<<grid, kWarps * 32, 0, stream>>>(d);
+        else gemv_kernel<T, NT, 1, 1><<<grid, kWarps * 32, 0, stream>>>(d);
+    }
     EHC_LAUNCHED("gemv_kernel");
+}
+
+// One launch per group of segments sharing a type.
+void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
+    detail::host_dispatch(d.seg[0].type, [&]<int T>() {
+        // Token groups of 8, 4, 2, 1 (each group reads the weights once).
+        for (int t0 = 0; t0 < d.ntok;) {
+            const int left = d.ntok - t0;
+            const int nt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            DevArgs g = d;
+            g.x = d.x + size_t(t0) * d.ldx;
+            g.y = d.y + size_t(t0) * d.ldy;
+            g.ntok = nt;
+            switch (nt) {
+            case 8: launch<T, 8>(g, stream); break;
+            case 4: launch<T, 4>(g, stream); break;
+            case 2: launch<T, 2>(g, stream); break;
+            default: launch<T, 1>(g, stream); break;
+            }
+            t0 += nt;
+        }
+    });
 }
 
 }  // namespace
@@ -127,22 +227,18 @@ size_t row_bytes(uint32_t type, int64_t cols) {
 
 void gemv(const MatmulArgs& a, cudaStream_t stream) {
     DevArgs d = detail::to_dev(a);
-    // Longer batches are split into groups of at most 8 tokens.
-    for (int t0 = 0; t0 < a.ntok; t0 += 8) {
-        DevArgs g = d;
-        g.x = d.x + size_t(t0) * d.ldx;
-        g.y = d.y + size_t(t0) * d.ldy;
-        g.ntok = a.ntok - t0 < 8 ? a.ntok - t0 : 8;
-        switch (g.ntok) {
-        case 1: launch<1>(g, stream); break;
-        case 2: launch<2>(g, stream); break;
-        case 3: launch<3>(g, stream); break;
-        case 4: launch<4>(g, stream); break;
-        case 5: launch<5>(g, stream); break;
-        case 6: launch<6>(g, stream); break;
-        case 7: launch<7>(g, stream); break;
-        default: launch<8>(g, stream); break;
-        }
+    bool same = true;
+    for (int s = 1; s < d.nseg; ++s) same &= d.seg[s].type == d.seg[0].type;
+    if (same) {
+        gemv_same_type(d, stream);
+        return;
+    }
+    for (int s = 0; s < d.nseg; ++s) {
+        DevArgs one = d;
+        one.nseg = 1;
+        one.seg[0] = d.seg[s];
+        one.total_rows = d.seg[s].rows;
+        gemv_same_type(one, stream);
     }
 }
 

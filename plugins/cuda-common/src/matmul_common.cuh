@@ -1,6 +1,10 @@
 // Pieces shared by the GEMV and GEMM kernels.
 #pragma once
 
+#include <string>
+
+#include <engine_host/plugin_abi.hpp>
+
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/quant.cuh"
 
@@ -53,5 +57,26 @@ __device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (
 }
 
 DevArgs to_dev(const MatmulArgs& a);
+
+// Host-side type dispatch: f.template operator()<T>().
+template <class F>
+void host_dispatch(int type, F&& f) {
+    switch (type) {
+    case EH_TYPE_F32: f.template operator()<EH_TYPE_F32>(); break;
+    case EH_TYPE_F16: f.template operator()<EH_TYPE_F16>(); break;
+    case EH_TYPE_BF16: f.template operator()<EH_TYPE_BF16>(); break;
+    case EH_TYPE_Q4_0: f.template operator()<EH_TYPE_Q4_0>(); break;
+    case EH_TYPE_Q4_1: f.template operator()<EH_TYPE_Q4_1>(); break;
+    case EH_TYPE_Q5_0: f.template operator()<EH_TYPE_Q5_0>(); break;
+    case EH_TYPE_Q5_1: f.template operator()<EH_TYPE_Q5_1>(); break;
+    case EH_TYPE_Q8_0: f.template operator()<EH_TYPE_Q8_0>(); break;
+    case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); break;
+    case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); break;
+    case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); break;
+    default: throw ehp::Error(EH_UNSUPPORTED, "matmul: unsupported weight type " + std::to_string(type));
+    }
+}
+
+
 
 }  // namespace ehcuda::detail

@@ -65,12 +65,19 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     // 1. Repetition penalty, once per distinct token of the window. The
     //    first occurrence is found with atomicMin, whose result does not
     //    depend on the order threads run in.
+    const bool penalise = P.repetition_penalty != 1.0f;
+    if (!(P.temperature > 0.0f) && !penalise) {
+        // Plain greedy: no working copy needed.
+        int idx = block_argmax(logits, V, shm_v, shm_i);
+        if (tid == 0) *out = idx;
+        return;
+    }
     for (int i = tid; i < V; i += blockDim.x) {
         w[i] = logits[i];
-        first[i] = INT_MAX;
+        if (penalise) first[i] = INT_MAX;
     }
     __syncthreads();
-    if (P.repetition_penalty != 1.0f) {
+    if (penalise) {
         const int n = *d_n_hist;
         const int start = P.repetition_window < 0 ? 0 : max(0, n - P.repetition_window);
         for (int j = start + tid; j < n; j += blockDim.x) {
