@@ -328,3 +328,43 @@ TEST(Kernels, EmbedRowsDecodesQuantizedTable) {
 
 }  // namespace
 }  // namespace ehtest
+
+namespace ehtest {
+namespace {
+
+TEST(Kernels, GemvWithFusedRmsNormMatchesSeparateNorm) {
+    REQUIRE_GPU();
+    for (int cols : {896, 4864}) {
+        const int rows = 8192 + 64;  // multi-row warps
+        const uint32_t type = cols % 256 ? EH_TYPE_Q8_0 : EH_TYPE_Q4_K;
+        std::mt19937 rng(cols);
+        auto w = random_rows(type, rows, cols, rng);
+        std::normal_distribution<float> nd;
+        std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols));
+        for (auto& v : x) v = 3 * nd(rng);
+        for (auto& v : nw) v = 1 + 0.2f * nd(rng);
+        auto dw = to_device(w), dx = to_device(x), dn = to_device(nw);
+        ehcuda::DeviceBuffer xn(x.size() * 4), y1(static_cast<size_t>(rows) * 4), y2(static_cast<size_t>(rows) * 4);
+        ehcuda::rmsnorm(dx.as<float>(), cols, dn.as<float>(), xn.as<float>(), cols, cols, 1, 1e-6f, nullptr);
+        ehcuda::MatmulArgs a;
+        a.seg[0].w = {dw.get(), type, rows, cols, row_size(type, cols)};
+        a.cols = cols;
+        a.x = xn.as<float>();
+        a.ldx = cols;
+        a.y = y1.as<float>();
+        a.ldy = rows;
+        ehcuda::matmul(a, nullptr);
+        a.x = dx.as<float>();
+        a.xmode = ehcuda::XMode::RmsNorm;
+        a.norm_w = dn.as<float>();
+        a.norm_eps = 1e-6f;
+        a.y = y2.as<float>();
+        ehcuda::matmul(a, nullptr);
+        auto r1 = to_host<float>(y1, static_cast<size_t>(rows));
+        auto r2 = to_host<float>(y2, static_cast<size_t>(rows));
+        for (int r = 0; r < rows; ++r) ASSERT_NEAR(r1[static_cast<size_t>(r)], r2[static_cast<size_t>(r)], 1e-4 * (1 + std::fabs(r1[static_cast<size_t>(r)]))) << r;
+    }
+}
+
+}  // namespace
+}  // namespace ehtest

@@ -61,11 +61,11 @@ __global__ void rope_kernel(RopeArgs a) {
     const int pairs = (a.n_head + a.n_kv) * half_rot;
     for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
         const int head = p / half_rot, i = p % half_rot;
-        // theta_i = pos * base^(-2i / n_rot), computed in double for
-        // agreement with the CPU reference at long positions.
-        const double inv = pow(double(a.freq_base), -2.0 * double(i) / double(a.n_rot));
-        const double ang = double(pos) * inv;
-        const float cs = float(cos(ang)), sn = float(sin(ang));
+        // theta_i = pos * base^(-2i / n_rot); sincosf is accurate (full
+        // range reduction) without fast-math.
+        const float inv = powf(a.freq_base, -2.0f * float(i) / float(a.n_rot));
+        float sn, cs;
+        sincosf(float(pos) * inv, &sn, &cs);
         const int i0 = a.neox ? i : 2 * i;
         const int i1 = a.neox ? i + half_rot : 2 * i + 1;
         float* base = head < a.n_head ? row + head * hd : row + nq + (head - a.n_head) * hd;

@@ -147,6 +147,7 @@ void gemm(const MatmulArgs& a, cudaStream_t stream) {
         MatmulArgs one = a;
         one.nseg = 1;
         one.seg[0] = a.seg[s];
+        if (a.xmode == XMode::RmsNorm) throw ehp::Error(EH_INTERNAL, "gemm: fused RMSNorm is single-token only");
         DevArgs d = detail::to_dev(one);
         const int mt = (a.ntok + BM - 1) / BM;
         const int blocks64 = (d.seg[0].rows + 63) / 64 * mt;

@@ -14,6 +14,8 @@ DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
     if (a.cols <= 0 || a.cols % 32) throw ehp::Error(EH_INTERNAL, "matmul: cols must be a positive multiple of 32");
     if (a.ntok < 1) throw ehp::Error(EH_INTERNAL, "matmul: ntok < 1");
+    if (a.xmode == XMode::RmsNorm && (a.ntok != 1 || !a.norm_w))
+        throw ehp::Error(EH_INTERNAL, "matmul: fused RMSNorm needs one token and a norm weight");
     if (!a.x || !a.y) throw ehp::Error(EH_INTERNAL, "matmul: null input/output");
     if (a.ldx % 4 || a.cols * (a.xmode == XMode::SwiGLU ? 2 : 1) > a.ldx)
         throw ehp::Error(EH_INTERNAL, "matmul: ldx too small or not a multiple of 4");
@@ -35,6 +37,8 @@ DevArgs to_dev(const MatmulArgs& a) {
     d.x = a.x;
     d.ldx = a.ldx;
     d.xmode = int(a.xmode);
+    d.norm_w = a.norm_w;
+    d.norm_eps = a.norm_eps;
     d.y = a.y;
     d.ldy = a.ldy;
     d.accumulate = a.accumulate ? 1 : 0;
@@ -49,6 +53,47 @@ using detail::DevArgs;
 namespace {
 
 constexpr int kWarps = 4;
+// Staged input rows are padded to 36 floats per 32-element chunk, so the
+// 16-byte reads of neighbouring lanes (one chunk each) hit distinct banks.
+constexpr int kChunkPad = 36;
+
+size_t staged_bytes(int cols) { return size_t(cols / 32) * kChunkPad * sizeof(float); }
+
+// Single-token input into shared memory, with the SwiGLU or RMSNorm fold
+// applied once per block instead of once per row.
+__device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
+    const int n = a.cols;
+    float scale = 1.0f;
+    if (a.xmode == int(XMode::RmsNorm)) {
+        __shared__ float red[kWarps];
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(a.x[i], a.x[i], ss);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) tot += red[w];
+        scale = rsqrtf(tot / float(n) + a.norm_eps);
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = a.x[i];
+        if (a.xmode == int(XMode::SwiGLU)) v = detail::silu(v) * a.x[n + i];
+        else if (a.xmode == int(XMode::RmsNorm)) v = v * scale * a.norm_w[i];
+        xs[(i >> 5) * kChunkPad + (i & 31)] = v;
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)[32]) {
+    const float4* p = reinterpret_cast<const float4*>(xs + c * kChunkPad);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float4 g = p[i];
+        v[4 * i] = g.x; v[4 * i + 1] = g.y; v[4 * i + 2] = g.z; v[4 * i + 3] = g.w;
+    }
+}
 
 // Weight type T (a compile-time constant, so each kernel gets only the
 // registers its own format needs), NT tokens, R consecutive rows per warp.
@@ -75,6 +120,10 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
     const int nch = active ? a.cols / 32 : 0;
 
+    extern __shared__ float4 xs_raw[];
+    float* xs = reinterpret_cast<float*>(xs_raw);
+    if constexpr (NT == 1) stage_x(a, xs);
+
     float acc[R][NT];
 #pragma unroll
     for (int r = 0; r < R; ++r)
@@ -96,7 +145,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             }
         } else {
             float xv[32];
-            detail::load_x32(a, 0, c, xv);
+            load_staged32(xs, c, xv);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (r < nr) {
@@ -167,18 +216,25 @@ void launch(const DevArgs& d, cudaStream_t stream) {
         else if (d.total_rows >= 2048 && fit2) R = 2;
     }
     const int groups = (d.total_rows + R - 1) / R;
-    // Fewer than ~12 row groups per SM: split K over the block's 4 warps.
-    const bool split = groups < 1536 && d.cols >= 32 * 64;
+    // Multi-token: fewer than ~12 row groups per SM -> split K over the
+    // block's 4 warps. Single-token kernels stage the input per block and
+    // keep whole rows per warp instead.
+    const bool split = NT > 1 && groups < 1536 && d.cols >= 32 * 64;
     const int per_block = split ? 1 : kWarps;
+    const size_t smem = NT == 1 ? staged_bytes(d.cols) : 0;
     dim3 grid((groups + per_block - 1) / per_block);
+    auto go = [&](auto kernel) {
+        if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        kernel<<<grid, kWarps * 32, smem, stream>>>(d);
+    };
     if (split) {
-        if (R == 4) gemv_kernel<T, NT, (NT == 1 ? 4 : 1), kWarps><<<grid, kWarps * 32, 0, stream>>>(d);
-        else if (R == 2) gemv_kernel<T, NT, (NT == 1 ? 2 : 1), kWarps><<<grid, kWarps * 32, 0, stream>>>(d);
-        else gemv_kernel<T, NT, 1, kWarps><<<grid, kWarps * 32, 0, stream>>>(d);
+        if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), kWarps>);
+        else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), kWarps>);
+        else go(gemv_kernel<T, NT, 1, kWarps>);
     } else {
-        if (R == 4) gemv_kernel<T, NT, (NT == 1 ? 4 : 1), 1><<<grid, kWarps * 32, 0, stream>>>(d);
-        else if (R == 2) gemv_kernel<T, NT, (NT == 1 ? 2 : 1), 1><<<grid, kWarps * 32, 0, stream>>>(d);
-        else gemv_kernel<T, NT, 1, 1><<<grid, kWarps * 32, 0, stream>>>(d);
+        if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), 1>);
+        else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), 1>);
+        else go(gemv_kernel<T, NT, 1, 1>);
     }
     EHC_LAUNCHED("gemv_kernel");
 }

@@ -28,6 +28,8 @@ struct DevArgs {
     const float* x;
     int ldx;
     int xmode;
+    const float* norm_w;
+    float norm_eps;
     float* y;
     int ldy;
     int accumulate;

@@ -107,17 +107,28 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
     float* ff = ff_.as<float>();
     const int32_t* d_pos0 = &step_.as<Step>()->pos0;
 
+    // Pre-norm of a matmul's input: folded into the GEMV for one token,
+    // a separate kernel otherwise.
+    auto prenorm = [&](ehcuda::MatmulArgs& m, const float* w) {
+        if (ntok == 1) {
+            m.x = h;
+            m.xmode = ehcuda::XMode::RmsNorm;
+            m.norm_w = w;
+            m.norm_eps = c.eps;
+        } else {
+            ehcuda::rmsnorm(h, c.n_embd, w, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
+            m.x = xn;
+        }
+    };
     ehcuda::record_tokens(history_.as<int32_t>(), d_pos0, d_tokens, ntok, s);
     ehcuda::embed_rows(m_.tok_embd, d_tokens, ntok, h, s);
     for (int li = 0; li < c.n_layer; ++li) {
         const Layer& L = m_.layers[size_t(li)];
-        ehcuda::rmsnorm(h, c.n_embd, L.attn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
-
         ehcuda::MatmulArgs a;
         for (int k = 0; k < L.n_qkv; ++k) a.seg[k] = L.qkv[k];
         a.nseg = L.n_qkv;
         a.cols = c.n_embd;
-        a.x = xn;
+        prenorm(a, L.attn_norm);
         a.ldx = c.n_embd;
         a.y = qkv;
         a.ldy = c.qkv_dim();
@@ -169,12 +180,11 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         o.ntok = ntok;
         ehcuda::matmul(o, s);
 
-        ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
         ehcuda::MatmulArgs g;
         for (int k = 0; k < L.n_gate_up; ++k) g.seg[k] = L.gate_up[k];
         g.nseg = L.n_gate_up;
         g.cols = c.n_embd;
-        g.x = xn;
+        prenorm(g, L.ffn_norm);
         g.ldx = c.n_embd;
         g.y = ff;
         g.ldy = 2 * c.n_ff;
@@ -193,13 +203,17 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         d.ntok = ntok;
         ehcuda::matmul(d, s);
     }
+    // LM head on the last token only; its final norm is folded into the
+    // GEMV's input staging.
     const float* last = h + size_t(ntok - 1) * c.n_embd;
-    ehcuda::rmsnorm(last, c.n_embd, m_.output_norm, xn, c.n_embd, c.n_embd, 1, c.eps, s);
     ehcuda::MatmulArgs lm;
     lm.seg[0].w = m_.output;
     lm.cols = c.n_embd;
-    lm.x = xn;
+    lm.x = last;
     lm.ldx = c.n_embd;
+    lm.xmode = ehcuda::XMode::RmsNorm;
+    lm.norm_w = m_.output_norm;
+    lm.norm_eps = c.eps;
     lm.y = logits_.as<float>();
     lm.ldy = c.n_vocab;
     lm.ntok = 1;

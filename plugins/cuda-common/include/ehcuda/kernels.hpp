@@ -41,6 +41,9 @@ enum class XMode : int {
     // x[t][k] = silu(x[t][k]) * x[t][k + cols]: the SwiGLU of a gate|up
     // buffer folded into the load of the down projection's input.
     SwiGLU = 1,
+    // x[t] = rmsnorm(x[t]) * norm_w: the pre-norm folded into the matmul
+    // (single-token GEMV only; each block normalises its staged copy).
+    RmsNorm = 2,
 };
 
 // y = W x (+ bias) (+ y if accumulate), for up to 3 matrices sharing the
@@ -52,6 +55,8 @@ struct MatmulArgs {
     const float* x = nullptr;
     int ldx = 0;
     XMode xmode = XMode::Plain;
+    const float* norm_w = nullptr;  // XMode::RmsNorm
+    float norm_eps = 0.0f;
     float* y = nullptr;
     int ldy = 0;
     bool accumulate = false;  // y += W x: the residual add, fused
