@@ -35,7 +35,7 @@ if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
     # Per-kernel times of one graph-replayed decode step of the 0.5B shape:
     # skip load + 16-token prefill + the eager first step, then take ~230.
     step "ncu: one decode step (qwen2.5-0.5b shape)"
-    EH_BENCH_SKIP_PP=1 timeout 150 ncu --csv --metrics gpu__time_duration.sum --launch-skip 450 --launch-count 180 \
+    EH_BENCH_SKIP_PP=1 timeout 150 ncu --csv --metrics gpu__time_duration.sum --launch-skip 440 --launch-count 172 \
         "$T" --gtest_also_run_disabled_tests --gtest_filter='Bench.DISABLED_Qwen*' > "$OUT_DIR/ncu.csv" 2> "$OUT_DIR/ncu.err"
     python3 - "$OUT_DIR/ncu.csv" <<'PY'
 import csv, sys, collections, re
