@@ -153,15 +153,19 @@ TEST(Bench, DISABLED_GemvBandwidth) {
         m.ldx = cols;
         m.y = dy.as<float>();
         m.ldy = rows;
-        ehcuda::gemv(m, nullptr);
-        cudaEventRecord(e0);
-        for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
-        cudaEventRecord(e1);
-        cudaEventSynchronize(e1);
-        cudaEventElapsedTime(&ms, e0, e1);
-        const double bw = double(w.size()) * 20 / (ms / 1e3) / 1e9;
-        std::printf("[bench] gemv %s %dx%d (%.0f MB): %.1f us, %.0f GB/s = %.0f%% of copy bandwidth\n",
-                    ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6, ms / 20 * 1e3, bw, 100 * bw / copy_bw);
+        for (bool pf : {false, true}) {
+            ehcuda::set_gemv_prefetch(pf);
+            ehcuda::gemv(m, nullptr);
+            cudaEventRecord(e0);
+            for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            cudaEventElapsedTime(&ms, e0, e1);
+            const double bw = double(w.size()) * 20 / (ms / 1e3) / 1e9;
+            std::printf("[bench] gemv %s %dx%d (%.0f MB)%s: %.1f us, %.0f GB/s = %.0f%% of copy bandwidth\n",
+                        ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6, pf ? " prefetch" : "", ms / 20 * 1e3, bw,
+                        100 * bw / copy_bw);
+        }
         // Prefill GEMM throughput on the same weights (512 tokens).
         std::vector<float> X(static_cast<size_t>(512) * cols, 0.01f);
         auto dX = to_device(X);

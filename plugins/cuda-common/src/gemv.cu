@@ -10,6 +10,8 @@
 namespace ehcuda {
 namespace detail {
 
+bool gemv_prefetch_enabled = true;
+
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
     if (a.cols <= 0 || a.cols % 32) throw ehp::Error(EH_INTERNAL, "matmul: cols must be a positive multiple of 32");
@@ -43,6 +45,7 @@ DevArgs to_dev(const MatmulArgs& a) {
     d.ldy = a.ldy;
     d.accumulate = a.accumulate ? 1 : 0;
     d.ntok = a.ntok;
+    d.prefetch = gemv_prefetch_enabled ? 1 : 0;
     return d;
 }
 
@@ -131,6 +134,14 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
         for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
     for (int c = ks * 32 + lane; c < nch; c += 32 * KS) {
+        // Pull the next iteration's chunks towards L2 so their loads are
+        // short; keeps more of the row in flight than registers alone allow.
+        const int cn = c + 32 * KS;
+        if (a.prefetch && cn < nch) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, cn));
+        }
         if constexpr (NT > 1) {
             float v[32];
             load_chunk<T>(w, c, v);
@@ -262,6 +273,8 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 }
 
 }  // namespace
+
+void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
 
 bool matmul_type_supported(uint32_t type) {
     switch (type) {

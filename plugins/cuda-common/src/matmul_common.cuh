@@ -34,6 +34,7 @@ struct DevArgs {
     int ldy;
     int accumulate;
     int ntok;
+    int prefetch;
 };
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }

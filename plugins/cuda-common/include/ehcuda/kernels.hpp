@@ -67,6 +67,8 @@ struct MatmulArgs {
 // tokens). Larger: tensor-core GEMM that dequantizes 64x32 weight tiles into
 // shared memory (FP16 operands, FP32 accumulation); no global scratch.
 void matmul(const MatmulArgs& a, cudaStream_t stream);
+// L2 prefetch of the next chunks in GEMV (on by default; for measurements).
+void set_gemv_prefetch(bool on);
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
 

@@ -214,6 +214,28 @@ __device__ __forceinline__ void load_chunk<EH_TYPE_Q6_K>(const uint8_t* row, int
     }
 }
 
+// Address of the bulk of chunk c's bytes (for prefetching).
+template <int T>
+__device__ __forceinline__ const uint8_t* chunk_ptr(const uint8_t* row, int c) {
+    switch (T) {
+    case EH_TYPE_F32: return row + size_t(c) * 128;
+    case EH_TYPE_F16: case EH_TYPE_BF16: return row + size_t(c) * 64;
+    case EH_TYPE_Q4_0: return row + size_t(c) * 18;
+    case EH_TYPE_Q4_1: return row + size_t(c) * 20;
+    case EH_TYPE_Q5_0: return row + size_t(c) * 22;
+    case EH_TYPE_Q5_1: return row + size_t(c) * 24;
+    case EH_TYPE_Q8_0: return row + size_t(c) * 34;
+    case EH_TYPE_Q4_K: return row + size_t(c >> 3) * 144 + 16 + 32 * ((c & 7) >> 1);
+    case EH_TYPE_Q5_K: return row + size_t(c >> 3) * 176 + 48 + 32 * ((c & 7) >> 1);
+    case EH_TYPE_Q6_K: return row + size_t(c >> 3) * 210 + 64 * ((c & 7) >> 2);
+    default: return row;
+    }
+}
+
+__device__ __forceinline__ void prefetch_l2(const void* p) {
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(p));
+}
+
 // Calls f.template operator()<T>() for the runtime type id; false if unknown.
 template <class F>
 __device__ __forceinline__ bool dispatch_type(int type, F&& f) {
