@@ -1,0 +1,132 @@
+// Host-callable launchers for the shared kernels. All pointers are device
+// pointers; all launches go on the given stream and are checked. Activations
+// are FP32 row-major [token][feature] with explicit leading dimensions (ld*),
+// so fused layouts (one QKV buffer, one gate|up buffer) need no copies.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace ehcuda {
+
+// Types the matmul kernels decode in-kernel.
+bool matmul_type_supported(uint32_t type);
+// Bytes of one row of `cols` elements; 0 if cols is not a whole number of
+// blocks (or the type is unsupported).
+size_t row_bytes(uint32_t type, int64_t cols);
+
+// A weight matrix as stored: `rows` output features, each a row of `cols`
+// input elements in `type` (ggml dims = {cols, rows}).
+struct WeightRef {
+    const void* data = nullptr;
+    uint32_t type = 0;
+    int rows = 0;
+    int cols = 0;
+    size_t row_bytes = 0;
+};
+
+// One weight matrix whose outputs land at y[t*ldy + out_offset + r].
+struct MatSeg {
+    WeightRef w;
+    const float* bias = nullptr;  // [rows] or NULL
+    int out_offset = 0;
+};
+
+enum class XMode : int {
+    Plain = 0,
+    // x[t][k] = silu(x[t][k]) * x[t][k + cols]: the SwiGLU of a gate|up
+    // buffer folded into the load of the down projection's input.
+    SwiGLU = 1,
+    // x[t] = rmsnorm(x[t]) * norm_w: the pre-norm folded into the matmul
+    // (single-token GEMV only; each block normalises its staged copy).
+    RmsNorm = 2,
+};
+
+// y = W x (+ bias) (+ y if accumulate), for up to 3 matrices sharing the
+// input (Q, K, V or gate, up) in one launch.
+struct MatmulArgs {
+    MatSeg seg[3];
+    int nseg = 1;
+    int cols = 0;           // K: input features (multiple of 32)
+    const float* x = nullptr;
+    int ldx = 0;
+    XMode xmode = XMode::Plain;
+    const float* norm_w = nullptr;  // XMode::RmsNorm
+    float norm_eps = 0.0f;
+    float* y = nullptr;
+    int ldy = 0;
+    bool accumulate = false;  // y += W x: the residual add, fused
+    int ntok = 1;
+};
+
+// ntok <= 8: weight-streaming GEMV (each weight byte read once for all
+// tokens). Larger: tensor-core GEMM that dequantizes 64x32 weight tiles into
+// shared memory (FP16 operands, FP32 accumulation); no global scratch.
+void matmul(const MatmulArgs& a, cudaStream_t stream);
+// L2 prefetch of the next chunks in GEMV (on by default; for measurements).
+void set_gemv_prefetch(bool on);
+void gemv(const MatmulArgs& a, cudaStream_t stream);
+void gemm(const MatmulArgs& a, cudaStream_t stream);
+
+// out[t] = x[t] / rms(x[t]) * w. With `delta`, first h[t] += delta[t] (the
+// residual add, fused) and x is h.
+void rmsnorm(const float* x, int ldx, const float* w, float* out, int ldo, int n, int ntok,
+             float eps, cudaStream_t stream);
+void add_rmsnorm(float* h, const float* delta, const float* w, float* out, int n, int ntok,
+                 float eps, cudaStream_t stream);
+
+// out[t] = row tokens[t] of the table, decoded. Token ids must be < rows.
+void embed_rows(const WeightRef& table, const int32_t* tokens, int ntok, float* out,
+                cudaStream_t stream);
+
+// hist[*d_pos0 + i] = tokens[i]: the context record the repetition penalty
+// reads.
+void record_tokens(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n,
+                   cudaStream_t stream);
+
+// "" when this library's kernels can run on the current device, else why not
+// (e.g. no kernel image for its architecture).
+std::string check_kernel_image();
+
+// Rotates Q in place and writes rotated K and V into the FP16 cache at
+// positions *d_pos0 + t. qkv is [t][q | k | v] with row stride ld.
+struct RopeArgs {
+    float* qkv = nullptr;
+    int ld = 0;
+    int n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0;
+    bool neox = false;
+    float freq_base = 10000.0f;
+    const int32_t* d_pos0 = nullptr;
+    int ntok = 1;
+    __half* k_cache = nullptr;  // [pos][n_kv][head_dim]
+    __half* v_cache = nullptr;
+};
+void rope_store_kv(const RopeArgs& a, cudaStream_t stream);
+
+// Causal GQA attention of ntok queries at positions *d_pos0 + t over the
+// cache. window > 0 limits each query to the last `window` positions.
+struct AttnArgs {
+    const float* q = nullptr;
+    int ldq = 0;
+    const __half* k_cache = nullptr;
+    const __half* v_cache = nullptr;
+    int n_head = 0, n_kv = 0, head_dim = 0;
+    const int32_t* d_pos0 = nullptr;
+    int ntok = 1;
+    int window = 0;
+    float scale = 1.0f;
+    float* out = nullptr;
+    int ldo = 0;
+};
+bool attention_head_dim_supported(int head_dim);
+// Tiled (flash-style, online softmax) kernel for prefill.
+void attention_prefill(const AttnArgs& a, cudaStream_t stream);
+// Split-K over the KV length for one query token, then an ordered merge.
+size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit);
+void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_t stream);
+
+}  // namespace ehcuda

@@ -1,0 +1,39 @@
+// Sampling on the device. One block runs the whole pipeline over the vocab:
+// repetition penalty, temperature, top-k, top-p, min-p, then greedy argmax
+// (temperature 0) or an inverse-CDF draw with a Philox number keyed by
+// (seed, draw counter). Every reduction has a fixed order and there are no
+// float atomics, so the same logits, history and seed give the same token.
+// Only the chosen id (4 bytes) needs to cross to the host.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+namespace ehcuda {
+
+// Lives in device memory so a captured graph picks up new settings.
+struct SamplerParams {
+    float temperature = 0.0f;
+    int32_t top_k = 0;
+    float top_p = 1.0f;
+    float min_p = 0.0f;
+    float repetition_penalty = 1.0f;
+    int32_t repetition_window = -1;  // -1 = whole history
+    uint64_t seed = 0;
+};
+
+// Device buffers a sampler needs: n_vocab floats and n_vocab ints of work.
+struct SamplerWork {
+    float* fwork = nullptr;
+    int32_t* iwork = nullptr;
+};
+
+// history[0 .. *d_n_hist) are the context's token ids. *d_counter is the draw
+// counter; it is advanced by one per draw (on the device).
+void sample_tokens(const float* logits, int n_vocab, const int32_t* history,
+                   const int32_t* d_n_hist, const SamplerParams* d_params,
+                   unsigned long long* d_counter, SamplerWork work, int32_t* d_out_token,
+                   cudaStream_t stream);
+
+}  // namespace ehcuda

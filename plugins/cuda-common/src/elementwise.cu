@@ -1,0 +1,149 @@
+// Norms, embedding lookup and RoPE (with the KV-cache store fused in).
+#include <cmath>
+
+#include "block_reduce.cuh"
+#include "ehcuda/check.hpp"
+#include "ehcuda/kernels.hpp"
+#include "ehcuda/quant.cuh"
+
+namespace ehcuda {
+namespace {
+
+constexpr int kNormThreads = 256;
+
+__global__ void rmsnorm_kernel(const float* x, int ldx, float* h, const float* delta,
+                               const float* w, float* out, int ldo, int n, float eps) {
+    __shared__ float shm[32];
+    const int t = blockIdx.x;
+    const float* xr;
+    if (h) {
+        // Fused residual add: h += delta, then normalise h.
+        float* hr = h + size_t(t) * n;
+        const float* dr = delta + size_t(t) * n;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) hr[i] += dr[i];
+        __syncthreads();
+        xr = hr;
+    } else {
+        xr = x + size_t(t) * ldx;
+    }
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(xr[i], xr[i], ss);
+    ss = detail::block_sum(ss, shm);
+    const float scale = rsqrtf(ss / float(n) + eps);
+    float* o = out + size_t(t) * (h ? n : ldo);
+    for (int i = threadIdx.x; i < n; i += blockDim.x) o[i] = xr[i] * scale * w[i];
+}
+
+__global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int type, int cols,
+                             const int32_t* tokens, float* out) {
+    const int t = blockIdx.x;
+    const uint8_t* row = table + size_t(tokens[t]) * row_bytes;
+    float* o = out + size_t(t) * cols;
+    for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
+        float v[32];
+        dispatch_type(type, [&]<int T>() { load_chunk<T>(row, c, v); });
+#pragma unroll
+        for (int j = 0; j < 32; ++j) o[32 * c + j] = v[j];
+    }
+}
+
+// One block per token. Threads walk rotation pairs of every Q and K head,
+// then copy V (and K's unrotated tail) into the cache.
+__global__ void rope_kernel(RopeArgs a) {
+    const int t = blockIdx.x;
+    const int pos = *a.d_pos0 + t;
+    float* row = a.qkv + size_t(t) * a.ld;
+    const int hd = a.head_dim, half_rot = a.n_rot / 2;
+    const int nq = a.n_head * hd;
+    const int nk = a.n_kv * hd;
+    __half* kc = a.k_cache + size_t(pos) * nk;
+    __half* vc = a.v_cache + size_t(pos) * nk;
+    const int pairs = (a.n_head + a.n_kv) * half_rot;
+    for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        const int head = p / half_rot, i = p % half_rot;
+        // theta_i = pos * base^(-2i / n_rot); sincosf is accurate (full
+        // range reduction) without fast-math.
+        const float inv = powf(a.freq_base, -2.0f * float(i) / float(a.n_rot));
+        float sn, cs;
+        sincosf(float(pos) * inv, &sn, &cs);
+        const int i0 = a.neox ? i : 2 * i;
+        const int i1 = a.neox ? i + half_rot : 2 * i + 1;
+        float* base = head < a.n_head ? row + head * hd : row + nq + (head - a.n_head) * hd;
+        const float x0 = base[i0], x1 = base[i1];
+        const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+        if (head < a.n_head) {
+            base[i0] = y0;
+            base[i1] = y1;
+        } else {
+            __half* kd = kc + (head - a.n_head) * hd;
+            kd[i0] = __float2half_rn(y0);
+            kd[i1] = __float2half_rn(y1);
+        }
+    }
+    // Unrotated K dims (partial rotary) and all of V.
+    const float* krow = row + nq;
+    const float* vrow = row + nq + nk;
+    for (int e = threadIdx.x; e < nk; e += blockDim.x) {
+        if ((e % hd) >= a.n_rot) kc[e] = __float2half_rn(krow[e]);
+        vc[e] = __float2half_rn(vrow[e]);
+    }
+}
+
+__global__ void record_kernel(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n) {
+    const int pos0 = *d_pos0;
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        hist[pos0 + i] = tokens[i];
+}
+
+}  // namespace
+
+void record_tokens(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n,
+                   cudaStream_t stream) {
+    if (n <= 0) return;
+    record_kernel<<<(n + 255) / 256, 256, 0, stream>>>(hist, d_pos0, tokens, n);
+    EHC_LAUNCHED("record_kernel");
+}
+
+std::string check_kernel_image() {
+    cudaFuncAttributes attr{};
+    cudaError_t err = cudaFuncGetAttributes(&attr, record_kernel);
+    if (err != cudaSuccess) {
+        (void)cudaGetLastError();
+        return std::string("kernel image not loadable on this device: ") + cudaGetErrorString(err);
+    }
+    return "";
+}
+
+void rmsnorm(const float* x, int ldx, const float* w, float* out, int ldo, int n, int ntok,
+             float eps, cudaStream_t stream) {
+    if (ntok <= 0) return;
+    rmsnorm_kernel<<<ntok, kNormThreads, 0, stream>>>(x, ldx, nullptr, nullptr, w, out, ldo, n, eps);
+    EHC_LAUNCHED("rmsnorm_kernel");
+}
+
+void add_rmsnorm(float* h, const float* delta, const float* w, float* out, int n, int ntok,
+                 float eps, cudaStream_t stream) {
+    if (ntok <= 0) return;
+    rmsnorm_kernel<<<ntok, kNormThreads, 0, stream>>>(nullptr, n, h, delta, w, out, n, n, eps);
+    EHC_LAUNCHED("add_rmsnorm_kernel");
+}
+
+void embed_rows(const WeightRef& table, const int32_t* tokens, int ntok, float* out,
+                cudaStream_t stream) {
+    if (ntok <= 0) return;
+    if (!matmul_type_supported(table.type) || table.cols % 32)
+        throw ehp::Error(EH_UNSUPPORTED, "embedding: unsupported table type or width");
+    embed_kernel<<<ntok, 128, 0, stream>>>(static_cast<const uint8_t*>(table.data), table.row_bytes,
+                                           int(table.type), table.cols, tokens, out);
+    EHC_LAUNCHED("embed_kernel");
+}
+
+void rope_store_kv(const RopeArgs& a, cudaStream_t stream) {
+    if (a.ntok <= 0) return;
+    if (a.n_rot <= 0 || a.n_rot > a.head_dim || a.n_rot % 2)
+        throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension");
+    rope_kernel<<<a.ntok, 256, 0, stream>>>(a);
+    EHC_LAUNCHED("rope_kernel");
+}
+
+}  // namespace ehcuda

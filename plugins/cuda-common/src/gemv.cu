@@ -1,0 +1,321 @@
+// Weight-streaming GEMV for decode (and prefill of up to 8 tokens): one warp
+// per output row; lanes take 32-element chunks of the row in turn, decode
+// them in registers and dot them with every token's input, so each weight
+// byte is read from device memory exactly once per call.
+#include <string>
+
+#include "ehcuda/check.hpp"
+#include "matmul_common.cuh"
+
+namespace ehcuda {
+namespace detail {
+
+bool gemv_prefetch_enabled = true;
+
+DevArgs to_dev(const MatmulArgs& a) {
+    if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
+    if (a.cols <= 0 || a.cols % 32) throw ehp::Error(EH_INTERNAL, "matmul: cols must be a positive multiple of 32");
+    if (a.ntok < 1) throw ehp::Error(EH_INTERNAL, "matmul: ntok < 1");
+    if (a.xmode == XMode::RmsNorm && (a.ntok != 1 || !a.norm_w))
+        throw ehp::Error(EH_INTERNAL, "matmul: fused RMSNorm needs one token and a norm weight");
+    if (!a.x || !a.y) throw ehp::Error(EH_INTERNAL, "matmul: null input/output");
+    if (a.ldx % 4 || a.cols * (a.xmode == XMode::SwiGLU ? 2 : 1) > a.ldx)
+        throw ehp::Error(EH_INTERNAL, "matmul: ldx too small or not a multiple of 4");
+    DevArgs d{};
+    d.nseg = a.nseg;
+    for (int s = 0; s < a.nseg; ++s) {
+        const MatSeg& g = a.seg[s];
+        if (!matmul_type_supported(g.w.type))
+            throw ehp::Error(EH_UNSUPPORTED, "matmul: unsupported weight type " + ehp::type_name(g.w.type));
+        if (g.w.cols != a.cols || g.w.row_bytes != row_bytes(g.w.type, a.cols))
+            throw ehp::Error(EH_INTERNAL, "matmul: weight shape does not match input");
+        if (g.out_offset + g.w.rows > a.ldy)
+            throw ehp::Error(EH_INTERNAL, "matmul: output does not fit ldy");
+        d.seg[s] = DevSeg{static_cast<const uint8_t*>(g.w.data), g.w.row_bytes, g.bias,
+                          int(g.w.type), g.w.rows, g.out_offset};
+        d.total_rows += g.w.rows;
+    }
+    d.cols = a.cols;
+    d.x = a.x;
+    d.ldx = a.ldx;
+    d.xmode = int(a.xmode);
+    d.norm_w = a.norm_w;
+    d.norm_eps = a.norm_eps;
+    d.y = a.y;
+    d.ldy = a.ldy;
+    d.accumulate = a.accumulate ? 1 : 0;
+    d.ntok = a.ntok;
+    d.prefetch = gemv_prefetch_enabled ? 1 : 0;
+    return d;
+}
+
+}  // namespace detail
+
+using detail::DevArgs;
+
+namespace {
+
+constexpr int kWarps = 4;
+// Staged input rows are padded to 36 floats per 32-element chunk, so the
+// 16-byte reads of neighbouring lanes (one chunk each) hit distinct banks.
+constexpr int kChunkPad = 36;
+
+size_t staged_bytes(int cols) { return size_t(cols / 32) * kChunkPad * sizeof(float); }
+
+// Single-token input into shared memory, with the SwiGLU or RMSNorm fold
+// applied once per block instead of once per row.
+__device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
+    const int n = a.cols;
+    float scale = 1.0f;
+    if (a.xmode == int(XMode::RmsNorm)) {
+        __shared__ float red[kWarps];
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(a.x[i], a.x[i], ss);
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) tot += red[w];
+        scale = rsqrtf(tot / float(n) + a.norm_eps);
+    }
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float v = a.x[i];
+        if (a.xmode == int(XMode::SwiGLU)) v = detail::silu(v) * a.x[n + i];
+        else if (a.xmode == int(XMode::RmsNorm)) v = v * scale * a.norm_w[i];
+        xs[(i >> 5) * kChunkPad + (i & 31)] = v;
+    }
+    __syncthreads();
+}
+
+__device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)[32]) {
+    const float4* p = reinterpret_cast<const float4*>(xs + c * kChunkPad);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float4 g = p[i];
+        v[4 * i] = g.x; v[4 * i + 1] = g.y; v[4 * i + 2] = g.z; v[4 * i + 3] = g.w;
+    }
+}
+
+// Weight type T (a compile-time constant, so each kernel gets only the
+// registers its own format needs), NT tokens, R consecutive rows per warp.
+// With R > 1 (single-token decode of tall matrices) each lane decodes the
+// same chunk index of R rows against one register copy of the input chunk:
+// the input is read once per R rows and R independent weight loads are in
+// flight per lane.
+template <int T, int NT, int R, int KS>
+__global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevArgs a) {
+    // KS warps share a group of R rows, each taking every KS-th run of 32
+    // chunks (split-K for short, wide matrices that would leave SMs idle);
+    // partial sums are combined through shared memory in warp order.
+    const int lane = threadIdx.x & 31;
+    const int warp = threadIdx.x >> 5;
+    const int ks = warp % KS;
+    const int r0 = (blockIdx.x * (kWarps / KS) + warp / KS) * R;
+    const bool active = r0 < a.total_rows;
+    int s = 0, base = 0;
+    if (active)
+        while (s + 1 < a.nseg && r0 >= base + a.seg[s].rows) base += a.seg[s++].rows;
+    const detail::DevSeg& g = a.seg[s];
+    const int lr0 = r0 - base;
+    const int nr = active ? min(R, g.rows - lr0) : 0;  // segments hold whole groups of R rows
+    const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
+    const int nch = active ? a.cols / 32 : 0;
+
+    extern __shared__ float4 xs_raw[];
+    float* xs = reinterpret_cast<float*>(xs_raw);
+    if constexpr (NT == 1) stage_x(a, xs);
+
+    float acc[R][NT];
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
+
+    for (int c = ks * 32 + lane; c < nch; c += 32 * KS) {
+        // Pull the next iteration's chunks towards L2 so their loads are
+        // short; keeps more of the row in flight than registers alone allow.
+        const int cn = c + 32 * KS;
+        if (a.prefetch && cn < nch) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, cn));
+        }
+        if constexpr (NT > 1) {
+            float v[32];
+            load_chunk<T>(w, c, v);
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                float xv[32];
+                detail::load_x32(a, t, c, xv);
+                float sum = 0.0f;
+#pragma unroll
+                for (int j = 0; j < 32; ++j) sum = fmaf(v[j], xv[j], sum);
+                acc[0][t] += sum;
+            }
+        } else {
+            float xv[32];
+            load_staged32(xs, c, xv);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r < nr) {
+                    float v[32];
+                    load_chunk<T>(w + size_t(r) * g.row_bytes, c, v);
+                    float sum = 0.0f;
+#pragma unroll
+                    for (int j = 0; j < 32; ++j) sum = fmaf(v[j], xv[j], sum);
+                    acc[r][0] += sum;
+                }
+            }
+        }
+    }
+
+#pragma unroll
+    for (int r = 0; r < R; ++r)
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[r][t] += __shfl_xor_sync(0xffffffffu, acc[r][t], o);
+        }
+    if constexpr (KS > 1) {
+        __shared__ float part[kWarps][R * NT];
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) part[warp][r * NT + t] = acc[r][t];
+        __syncthreads();
+        if (ks != 0) return;
+        if (lane == 0)
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    float sum = 0.0f;
+                    for (int k = 0; k < KS; ++k) sum += part[warp + k][r * NT + t];
+                    acc[r][t] = sum;
+                }
+    }
+    if (lane == 0 && active) {
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+            if (r >= nr) break;
+            const float b = g.bias ? g.bias[lr0 + r] : 0.0f;
+#pragma unroll
+            for (int t = 0; t < NT; ++t) {
+                float* dst = a.y + size_t(t) * a.ldy + g.out_offset + lr0 + r;
+                const float val = acc[r][t] + b;
+                *dst = a.accumulate ? *dst + val : val;
+            }
+        }
+    }
+}
+
+template <int T, int NT>
+void launch(const DevArgs& d, cudaStream_t stream) {
+    // Several rows per warp only pays for tall single-token products; a
+    // warp's rows must not straddle two segments.
+    int R = 1;
+    if (NT == 1) {
+        bool fit4 = true, fit2 = true;
+        for (int s = 0; s < d.nseg; ++s) {
+            fit4 &= d.seg[s].rows % 4 == 0;
+            fit2 &= d.seg[s].rows % 2 == 0;
+        }
+        if (d.total_rows >= 8192 && fit4) R = 4;
+        else if (d.total_rows >= 2048 && fit2) R = 2;
+    }
+    const int groups = (d.total_rows + R - 1) / R;
+    // Multi-token: fewer than ~12 row groups per SM -> split K over the
+    // block's 4 warps. Single-token kernels stage the input per block and
+    // keep whole rows per warp instead.
+    const bool split = NT > 1 && groups < 1536 && d.cols >= 32 * 64;
+    const int per_block = split ? 1 : kWarps;
+    const size_t smem = NT == 1 ? staged_bytes(d.cols) : 0;
+    dim3 grid((groups + per_block - 1) / per_block);
+    auto go = [&](auto kernel) {
+        if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        kernel<<<grid, kWarps * 32, smem, stream>>>(d);
+    };
+    if (split) {
+        if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), kWarps>);
+        else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), kWarps>);
+        else go(gemv_kernel<T, NT, 1, kWarps>);
+    } else {
+        if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), 1>);
+        else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), 1>);
+        else go(gemv_kernel<T, NT, 1, 1>);
+    }
+    EHC_LAUNCHED("gemv_kernel");
+}
+
+// One launch per group of segments sharing a type.
+void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
+    detail::host_dispatch(d.seg[0].type, [&]<int T>() {
+        // Token groups of 8, 4, 2, 1 (each group reads the weights once).
+        for (int t0 = 0; t0 < d.ntok;) {
+            const int left = d.ntok - t0;
+            const int nt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
+            DevArgs g = d;
+            g.x = d.x + size_t(t0) * d.ldx;
+            g.y = d.y + size_t(t0) * d.ldy;
+            g.ntok = nt;
+            switch (nt) {
+            case 8: launch<T, 8>(g, stream); break;
+            case 4: launch<T, 4>(g, stream); break;
+            case 2: launch<T, 2>(g, stream); break;
+            default: launch<T, 1>(g, stream); break;
+            }
+            t0 += nt;
+        }
+    });
+}
+
+}  // namespace
+
+void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
+
+bool matmul_type_supported(uint32_t type) {
+    switch (type) {
+    case EH_TYPE_F32: case EH_TYPE_F16: case EH_TYPE_BF16: case EH_TYPE_Q4_0: case EH_TYPE_Q4_1:
+    case EH_TYPE_Q5_0: case EH_TYPE_Q5_1: case EH_TYPE_Q8_0: case EH_TYPE_Q4_K: case EH_TYPE_Q5_K:
+    case EH_TYPE_Q6_K:
+        return true;
+    default:
+        return false;
+    }
+}
+
+size_t row_bytes(uint32_t type, int64_t cols) {
+    eh_type_traits t = eh_tensor_type_traits(type);
+    if (!matmul_type_supported(type) || cols <= 0 || t.block_elems == 0 || cols % t.block_elems)
+        return 0;
+    return size_t(cols / t.block_elems) * t.block_bytes;
+}
+
+void gemv(const MatmulArgs& a, cudaStream_t stream) {
+    DevArgs d = detail::to_dev(a);
+    bool same = true;
+    for (int s = 1; s < d.nseg; ++s) same &= d.seg[s].type == d.seg[0].type;
+    if (same) {
+        gemv_same_type(d, stream);
+        return;
+    }
+    for (int s = 0; s < d.nseg; ++s) {
+        DevArgs one = d;
+        one.nseg = 1;
+        one.seg[0] = d.seg[s];
+        one.total_rows = d.seg[s].rows;
+        gemv_same_type(one, stream);
+    }
+}
+
+void matmul(const MatmulArgs& a, cudaStream_t stream) {
+    if (a.ntok <= 8)
+        gemv(a, stream);
+    else
+        gemm(a, stream);
+}
+
+}  // namespace ehcuda

@@ -1,0 +1,85 @@
+// Pieces shared by the GEMV and GEMM kernels.
+#pragma once
+
+#include <string>
+
+#include <engine_host/plugin_abi.hpp>
+
+#include "ehcuda/kernels.hpp"
+#include "ehcuda/quant.cuh"
+
+namespace ehcuda::detail {
+
+// Kernel-side copy of MatmulArgs (plain pointers, passed by value).
+struct DevSeg {
+    const uint8_t* w;
+    size_t row_bytes;
+    const float* bias;
+    int type;
+    int rows;
+    int out_offset;
+};
+
+struct DevArgs {
+    DevSeg seg[3];
+    int nseg;
+    int total_rows;
+    int cols;
+    const float* x;
+    int ldx;
+    int xmode;
+    const float* norm_w;
+    float norm_eps;
+    float* y;
+    int ldy;
+    int accumulate;
+    int ntok;
+    int prefetch;
+};
+
+__device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
+
+// Elements [32c, 32c+32) of token t's input, with the SwiGLU fold applied.
+__device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (&v)[32]) {
+    const float4* p = reinterpret_cast<const float4*>(a.x + size_t(t) * a.ldx + 32 * c);
+    if (a.xmode == int(XMode::SwiGLU)) {
+        const float4* u = reinterpret_cast<const float4*>(a.x + size_t(t) * a.ldx + a.cols + 32 * c);
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            float4 g = p[i], q = u[i];
+            v[4 * i] = silu(g.x) * q.x; v[4 * i + 1] = silu(g.y) * q.y;
+            v[4 * i + 2] = silu(g.z) * q.z; v[4 * i + 3] = silu(g.w) * q.w;
+        }
+    } else {
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            float4 g = p[i];
+            v[4 * i] = g.x; v[4 * i + 1] = g.y; v[4 * i + 2] = g.z; v[4 * i + 3] = g.w;
+        }
+    }
+}
+
+DevArgs to_dev(const MatmulArgs& a);
+
+// Host-side type dispatch: f.template operator()<T>().
+template <class F>
+void host_dispatch(int type, F&& f) {
+    switch (type) {
+    case EH_TYPE_F32: f.template operator()<EH_TYPE_F32>(); break;
+    case EH_TYPE_F16: f.template operator()<EH_TYPE_F16>(); break;
+    case EH_TYPE_BF16: f.template operator()<EH_TYPE_BF16>(); break;
+    case EH_TYPE_Q4_0: f.template operator()<EH_TYPE_Q4_0>(); break;
+    case EH_TYPE_Q4_1: f.template operator()<EH_TYPE_Q4_1>(); break;
+    case EH_TYPE_Q5_0: f.template operator()<EH_TYPE_Q5_0>(); break;
+    case EH_TYPE_Q5_1: f.template operator()<EH_TYPE_Q5_1>(); break;
+    case EH_TYPE_Q8_0: f.template operator()<EH_TYPE_Q8_0>(); break;
+    case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); break;
+    case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); break;
+    case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); break;
+    default: throw ehp::Error(EH_UNSUPPORTED, "matmul: unsupported weight type " + std::to_string(type));
+    }
+}
+
+
+
+}  // namespace ehcuda::detail

@@ -1,0 +1,237 @@
+#include <climits>
+#include <cmath>
+
+#include "block_reduce.cuh"
+#include "ehcuda/check.hpp"
+#include "ehcuda/philox.cuh"
+#include "ehcuda/sampler.hpp"
+
+namespace ehcuda {
+namespace {
+
+constexpr int kThreads = 1024;
+
+// Order-preserving map float -> uint32 (larger float, larger key).
+__device__ __forceinline__ uint32_t fkey(float f) {
+    uint32_t u = __float_as_uint(f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+__device__ __forceinline__ float key_to_float(uint32_t k) {
+    uint32_t u = (k & 0x80000000u) ? (k & 0x7FFFFFFFu) : ~k;
+    return __uint_as_float(u);
+}
+
+// Greedy: largest value, lowest index on ties.
+__device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
+    float best = -INFINITY;
+    int bi = INT_MAX;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        float x = v[i];
+        if (x > best || (x == best && i < bi)) { best = x; bi = i; }
+    }
+    shm_v[threadIdx.x] = best;
+    shm_i[threadIdx.x] = bi;
+    __syncthreads();
+    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+        if (threadIdx.x < s) {
+            float ov = shm_v[threadIdx.x + s];
+            int oi = shm_i[threadIdx.x + s];
+            if (ov > shm_v[threadIdx.x] || (ov == shm_v[threadIdx.x] && oi < shm_i[threadIdx.x])) {
+                shm_v[threadIdx.x] = ov;
+                shm_i[threadIdx.x] = oi;
+            }
+        }
+        __syncthreads();
+    }
+    int r = shm_i[0];
+    __syncthreads();
+    return r == INT_MAX ? 0 : r;
+}
+
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int V, const int32_t* hist,
+                                                        const int32_t* d_n_hist, const SamplerParams* pp,
+                                                        unsigned long long* counter, float* w, int32_t* first,
+                                                        int32_t* out) {
+    __shared__ float red[32];
+    __shared__ float shm_v[kThreads];
+    __shared__ int shm_i[kThreads];
+    __shared__ unsigned int hist256[256];
+    __shared__ uint32_t sh_prefix;
+    __shared__ int sh_krem;
+    __shared__ int sh_pick;
+    const int tid = threadIdx.x;
+    const SamplerParams P = *pp;
+
+    // 1. Repetition penalty, once per distinct token of the window. The
+    //    first occurrence is found with atomicMin, whose result does not
+    //    depend on the order threads run in.
+    const bool penalise = P.repetition_penalty != 1.0f;
+    if (!(P.temperature > 0.0f) && !penalise) {
+        // Plain greedy: no working copy needed.
+        int idx = block_argmax(logits, V, shm_v, shm_i);
+        if (tid == 0) *out = idx;
+        return;
+    }
+    for (int i = tid; i < V; i += blockDim.x) {
+        w[i] = logits[i];
+        if (penalise) first[i] = INT_MAX;
+    }
+    __syncthreads();
+    if (penalise) {
+        const int n = *d_n_hist;
+        const int start = P.repetition_window < 0 ? 0 : max(0, n - P.repetition_window);
+        for (int j = start + tid; j < n; j += blockDim.x) {
+            int tok = hist[j];
+            if (tok >= 0 && tok < V) atomicMin(&first[tok], j);
+        }
+        __syncthreads();
+        for (int j = start + tid; j < n; j += blockDim.x) {
+            int tok = hist[j];
+            if (tok >= 0 && tok < V && first[tok] == j) {
+                float v = w[tok];
+                w[tok] = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
+            }
+        }
+        __syncthreads();
+    }
+
+    // 2. Greedy.
+    if (!(P.temperature > 0.0f)) {
+        int idx = block_argmax(w, V, shm_v, shm_i);
+        if (tid == 0) *out = idx;
+        return;
+    }
+
+    // 3. Temperature.
+    const float inv_t = 1.0f / P.temperature;
+    float mx = -INFINITY;
+    for (int i = tid; i < V; i += blockDim.x) {
+        w[i] *= inv_t;
+        mx = fmaxf(mx, w[i]);
+    }
+    __syncthreads();
+    mx = detail::block_max(mx, red);
+
+    // 4. Top-k: radix-select the key of the k-th largest logit (8 bits a
+    //    pass); everything at or above it stays (ties are all kept).
+    float thr = -INFINITY;
+    if (P.top_k > 0 && P.top_k < V) {
+        if (tid == 0) { sh_prefix = 0; sh_krem = P.top_k; }
+        for (int pass = 0; pass < 4; ++pass) {
+            const int shift = 24 - 8 * pass;
+            const uint32_t hi_mask = pass == 0 ? 0u : (0xFFFFFFFFu << (shift + 8));
+            for (int b = tid; b < 256; b += blockDim.x) hist256[b] = 0;
+            __syncthreads();
+            const uint32_t prefix = sh_prefix;
+            for (int i = tid; i < V; i += blockDim.x) {
+                uint32_t k = fkey(w[i]);
+                if ((k & hi_mask) == (prefix & hi_mask)) atomicAdd(&hist256[(k >> shift) & 255], 1u);
+            }
+            __syncthreads();
+            if (tid == 0) {
+                int rem = sh_krem;
+                for (int b = 255; b >= 0; --b) {
+                    int c = int(hist256[b]);
+                    if (c >= rem) {
+                        sh_prefix = prefix | (uint32_t(b) << shift);
+                        break;
+                    }
+                    rem -= c;
+                }
+                sh_krem = rem;
+            }
+            __syncthreads();
+        }
+        thr = key_to_float(sh_prefix);
+    }
+
+    // 5. Unnormalised probabilities (the max has p = 1).
+    float z = 0.0f;
+    for (int i = tid; i < V; i += blockDim.x) {
+        float p = w[i] >= thr ? __expf(w[i] - mx) : 0.0f;
+        w[i] = p;
+        z += p;
+    }
+    __syncthreads();
+    z = detail::block_sum(z, red);
+
+    // 6. Top-p: the largest cut t with sum{p >= t} >= top_p * Z, found by
+    //    bisection on the bit pattern of t (positive floats order as ints).
+    float cut = 0.0f;
+    if (P.top_p < 1.0f && P.top_p > 0.0f) {
+        const float target = P.top_p * z;
+        uint32_t lo = 0, hi = __float_as_uint(1.0f);  // F(lo) >= target holds
+        while (lo < hi) {
+            const uint32_t mid = lo + (hi - lo + 1) / 2;
+            const float t = __uint_as_float(mid);
+            float s = 0.0f;
+            for (int i = tid; i < V; i += blockDim.x) s += w[i] >= t ? w[i] : 0.0f;
+            s = detail::block_sum(s, red);
+            if (s >= target) lo = mid; else hi = mid - 1;
+        }
+        cut = __uint_as_float(lo);
+    }
+    // 7. Min-p relative to the most likely token (p_max = 1).
+    if (P.min_p > 0.0f) cut = fmaxf(cut, P.min_p);
+
+    // 8. Inverse-CDF draw over contiguous per-thread ranges in index order.
+    const int per = (V + blockDim.x - 1) / blockDim.x;
+    const int b0 = min(V, tid * per), b1 = min(V, b0 + per);
+    float local = 0.0f;
+    int last_kept = -1;
+    for (int i = b0; i < b1; ++i) {
+        float p = w[i] >= cut ? w[i] : 0.0f;
+        local += p;
+        if (p > 0.0f) last_kept = i;
+    }
+    shm_v[tid] = local;
+    shm_i[tid] = last_kept;
+    __syncthreads();
+    if (tid == 0) {
+        float run = 0.0f;
+        int lk = -1;
+        for (int t = 0; t < (int)blockDim.x; ++t) {
+            float s = shm_v[t];
+            shm_v[t] = run;  // exclusive prefix
+            run += s;
+            if (shm_i[t] >= 0) lk = shm_i[t];
+        }
+        red[0] = run;
+        sh_pick = lk < 0 ? 0 : lk;  // fallback when rounding overshoots
+    }
+    __syncthreads();
+    const float total = red[0];
+    const unsigned long long ctr = *counter;
+    const float u = philox_uniform(P.seed, ctr);
+    const float target = u * total;
+    const float e0 = shm_v[tid];
+    if (target >= e0 && target < e0 + local) {
+        float run = e0;
+        for (int i = b0; i < b1; ++i) {
+            float p = w[i] >= cut ? w[i] : 0.0f;
+            run += p;
+            if (p > 0.0f && target < run) {
+                sh_pick = i;
+                break;
+            }
+        }
+    }
+    __syncthreads();
+    if (tid == 0) {
+        *out = sh_pick;
+        *counter = ctr + 1;
+    }
+}
+
+}  // namespace
+
+void sample_tokens(const float* logits, int n_vocab, const int32_t* history, const int32_t* d_n_hist,
+                   const SamplerParams* d_params, unsigned long long* d_counter, SamplerWork work,
+                   int32_t* d_out_token, cudaStream_t stream) {
+    if (n_vocab <= 0) throw ehp::Error(EH_INTERNAL, "sampler: empty vocabulary");
+    sample_kernel<<<1, kThreads, 0, stream>>>(logits, n_vocab, history, d_n_hist, d_params, d_counter,
+                                              work.fwork, work.iwork, d_out_token);
+    EHC_LAUNCHED("sample_kernel");
+}
+
+}  // namespace ehcuda

@@ -1,0 +1,53 @@
+#include "config.hpp"
+
+#include <ehcuda/kernels.hpp>
+
+namespace llama_cuda {
+namespace {
+
+int to_int(uint64_t v, const std::string& key) {
+    if (v == 0 || v > (1u << 30))
+        throw ehp::Error(EH_MODEL_LOAD_FAILED, "metadata '" + key + "' out of range: " + std::to_string(v));
+    return int(v);
+}
+
+}  // namespace
+
+Config read_config(const ehp::ModelView& view) {
+    Config c;
+    c.arch = std::string(view.architecture());
+    if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "phi3")
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda does not serve architecture '" + c.arch + "'");
+    auto req = [&](const char* suffix) {
+        std::string key = view.arch_key(suffix);
+        return to_int(view.require_uint(key), key);
+    };
+    auto opt = [&](const char* suffix, int dflt) {
+        std::string key = view.arch_key(suffix);
+        auto v = view.get_uint(key);
+        return v ? to_int(*v, key) : dflt;
+    };
+    c.n_embd = req("embedding_length");
+    c.n_layer = req("block_count");
+    c.n_head = req("attention.head_count");
+    c.n_kv = opt("attention.head_count_kv", c.n_head);
+    c.n_ff = req("feed_forward_length");
+    c.n_ctx_train = opt("context_length", 4096);
+    c.head_dim = opt("attention.key_length", c.n_embd / c.n_head);
+    c.n_rot = opt("rope.dimension_count", c.head_dim);
+    if (auto e = view.get_float(view.arch_key("attention.layer_norm_rms_epsilon"))) c.eps = float(*e);
+    if (auto f = view.get_float(view.arch_key("rope.freq_base"))) c.freq_base = float(*f);
+    if (auto w = view.get_uint(view.arch_key("attention.sliding_window"))) c.window = int(*w);
+    c.neox = c.arch != "llama";
+
+    auto bad = [&](const std::string& why) { throw ehp::Error(EH_MODEL_LOAD_FAILED, c.arch + ": " + why); };
+    if (c.n_head % c.n_kv) bad("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_kv));
+    if (!ehcuda::attention_head_dim_supported(c.head_dim))
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: head dimension " + std::to_string(c.head_dim) + " not supported (64, 96, 128, 256)");
+    if (c.n_rot > c.head_dim || c.n_rot % 2) bad("rope.dimension_count " + std::to_string(c.n_rot) + " invalid");
+    if (c.n_embd % 32 || c.n_ff % 32) bad("embedding_length and feed_forward_length must be multiples of 32");
+    if (!(c.eps > 0.0f) || !(c.freq_base > 0.0f)) bad("rms epsilon and rope.freq_base must be positive");
+    return c;
+}
+
+}  // namespace llama_cuda

@@ -1,0 +1,260 @@
+#include "model.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <map>
+
+#include <ehcuda/check.hpp>
+#include <ehcuda/upload.hpp>
+
+namespace llama_cuda {
+namespace {
+
+// Headroom checked on top of the weights at load: a first session's
+// activations and KV cache of a modest context.
+constexpr size_t kLoadHeadroom = size_t(64) << 20;
+
+[[noreturn]] void fail(const std::string& msg) { throw ehp::Error(EH_MODEL_LOAD_FAILED, msg); }
+
+float half_to_float(uint16_t h) {
+    uint32_t sign = uint32_t(h & 0x8000u) << 16;
+    uint32_t exp = (h >> 10) & 0x1F, man = h & 0x3FF;
+    uint32_t bits;
+    if (exp == 0) {
+        if (man == 0) {
+            bits = sign;
+        } else {  // subnormal
+            int e = -1;
+            do { ++e; man <<= 1; } while (!(man & 0x400));
+            bits = sign | uint32_t(127 - 15 - e) << 23 | (man & 0x3FF) << 13;
+        }
+    } else if (exp == 31) {
+        bits = sign | 0x7F800000u | man << 13;
+    } else {
+        bits = sign | (exp + 127 - 15) << 23 | man << 13;
+    }
+    float f;
+    std::memcpy(&f, &bits, 4);
+    return f;
+}
+
+size_t parse_size_option(const char* json, const char* key, size_t dflt) {
+    if (!json) return dflt;
+    const char* p = std::strstr(json, key);
+    if (!p) return dflt;
+    p = std::strchr(p, ':');
+    if (!p) return dflt;
+    unsigned long long v = std::strtoull(p + 1, nullptr, 10);
+    return v >= 4096 ? size_t(v) : dflt;
+}
+
+// Plans the arena and the upload list while checking each tensor.
+class Loader {
+public:
+    Loader(Model& m, const ehp::ModelView& view) : m_(m), view_(view) {}
+
+    const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
+
+    // A matrix of `rows` x `cols` (ggml dims {cols, rows}).
+    size_t matrix(const std::string& name, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
+        const eh_tensor* t = find(name);
+        if (!t) fail("missing tensor '" + name + "'");
+        return matrix(*t, cols, rows, out);
+    }
+
+    size_t matrix(const eh_tensor& t, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
+        std::string name(ehp::to_sv(t.name));
+        if (t.n_dims < 1 || t.dims[0] != uint64_t(cols) || (t.n_dims > 1 ? t.dims[1] : 1) != uint64_t(rows) ||
+            (t.n_dims > 2 && (t.dims[2] != 1 || (t.n_dims > 3 && t.dims[3] != 1))))
+            fail("tensor '" + name + "' has shape [" + std::to_string(t.dims[0]) + ", " +
+                 std::to_string(t.n_dims > 1 ? t.dims[1] : 1) + "], expected [" + std::to_string(cols) + ", " +
+                 std::to_string(rows) + "]");
+        if (!ehcuda::matmul_type_supported(t.type))
+            throw ehp::Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t.type) +
+                                                 ", which llama-cuda does not support");
+        size_t rb = ehcuda::row_bytes(t.type, cols);
+        if (rb == 0) fail("tensor '" + name + "': row of " + std::to_string(cols) + " is not whole blocks of " + ehp::type_name(t.type));
+        if (rb * size_t(rows) != t.nbytes || !t.data)
+            fail("tensor '" + name + "' has " + std::to_string(t.nbytes) + " bytes, expected " + std::to_string(rb * size_t(rows)));
+        size_t off = m_.arena.reserve(t.nbytes);
+        items_.push_back({t.data, off, t.nbytes, name});
+        type_bytes_[t.type] += t.nbytes;
+        out.type = t.type;
+        out.rows = int(rows);
+        out.cols = int(cols);
+        out.row_bytes = rb;
+        fixups_.push_back({&out.data, off});
+        return off;
+    }
+
+    // A 1-D vector of n floats (norm weights, biases), converted to F32.
+    void vector(const std::string& name, int64_t n, const float** out, bool required = true) {
+        const eh_tensor* t = find(name);
+        if (!t) {
+            if (required) fail("missing tensor '" + name + "'");
+            *out = nullptr;
+            return;
+        }
+        if (t->dims[0] != uint64_t(n) || (t->n_dims > 1 && t->dims[1] != 1))
+            fail("tensor '" + name + "' has length " + std::to_string(t->dims[0]) + ", expected " + std::to_string(n));
+        std::vector<float> v(static_cast<size_t>(n));
+        const size_t esz = t->type == EH_TYPE_F32 ? 4 : 2;
+        if ((t->type != EH_TYPE_F32 && t->type != EH_TYPE_F16 && t->type != EH_TYPE_BF16) ||
+            t->nbytes != esz * size_t(n) || !t->data)
+            fail("tensor '" + name + "' must be F32/F16/BF16 with " + std::to_string(n) + " elements");
+        for (int64_t i = 0; i < n; ++i) {
+            if (t->type == EH_TYPE_F32) {
+                std::memcpy(&v[i], static_cast<const char*>(t->data) + 4 * i, 4);
+            } else {
+                uint16_t h;
+                std::memcpy(&h, static_cast<const char*>(t->data) + 2 * i, 2);
+                if (t->type == EH_TYPE_F16) {
+                    v[i] = half_to_float(h);
+                } else {
+                    uint32_t bits = uint32_t(h) << 16;
+                    std::memcpy(&v[i], &bits, 4);
+                }
+            }
+        }
+        size_t off = m_.arena.reserve(v.size() * 4);
+        converted_.push_back(std::move(v));
+        items_.push_back({converted_.back().data(), off, converted_.back().size() * 4, name});
+        fixups_.push_back({reinterpret_cast<const void**>(out), off});
+    }
+
+    void finish_layout() {
+        for (auto& f : fixups_) *f.slot = m_.arena.at(f.offset);
+        for (auto& it : items_) m_.weight_ptrs.push_back({m_.arena.at(it.offset), it.name});
+    }
+
+    std::vector<ehcuda::UploadItem> upload_items() const {
+        std::vector<ehcuda::UploadItem> v;
+        for (auto& it : items_) v.push_back({it.src, m_.arena.at(it.offset), it.bytes});
+        return v;
+    }
+
+    std::string dominant_type() const {
+        uint32_t best = 0;
+        size_t bytes = 0;
+        for (auto& [t, b] : type_bytes_)
+            if (b > bytes) { best = t; bytes = b; }
+        return ehp::type_name(best);
+    }
+
+private:
+    struct Item {
+        const void* src;
+        size_t offset;
+        size_t bytes;
+        std::string name;
+    };
+    struct Fixup {
+        const void** slot;
+        size_t offset;
+    };
+    Model& m_;
+    const ehp::ModelView& view_;
+    std::vector<Item> items_;
+    std::vector<Fixup> fixups_;
+    std::vector<std::vector<float>> converted_;
+    std::map<uint32_t, size_t> type_bytes_;
+};
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const eh_load_params& params) {
+    ehp::ModelView view(params.view);
+    auto m = std::make_unique<Model>();
+    m->cfg = read_config(view);
+    m->device = params.device;
+    m->path = params.path ? params.path : "(model)";
+    const Config& c = m->cfg;
+    LoadOptions opt;
+    opt.upload_chunk_bytes = parse_size_option(params.options_json, "\"upload_chunk_bytes\"", opt.upload_chunk_bytes);
+
+    auto progress = [&](float f, const char* stage) {
+        if (params.progress) params.progress(params.progress_user, f, stage);
+    };
+    auto cancelled = [&]() { return params.cancel && params.cancel(params.cancel_user) != 0; };
+
+    EHC_CHECK(cudaSetDevice(m->device));
+    cudaDeviceProp prop{};
+    EHC_CHECK(cudaGetDeviceProperties(&prop, m->device));
+    m->device_name = prop.name;
+    m->compute_capability = prop.major * 10 + prop.minor;
+    EHC_CHECK(cudaRuntimeGetVersion(&m->runtime_version));
+    progress(0.0f, "validating");
+
+    Loader ld(*m, view);
+    const eh_tensor* emb = view.find_tensor("token_embd.weight");
+    if (!emb) fail("missing tensor 'token_embd.weight'");
+    if (emb->n_dims < 2 || emb->dims[1] == 0 || emb->dims[1] > (1u << 24)) fail("token_embd.weight: bad vocabulary dimension");
+    m->cfg.n_vocab = int(emb->dims[1]);
+    ld.matrix(*emb, c.n_embd, c.n_vocab, m->tok_embd);
+    ld.vector("output_norm.weight", c.n_embd, &m->output_norm);
+    if (const eh_tensor* out = view.find_tensor("output.weight"))
+        ld.matrix(*out, c.n_embd, c.n_vocab, m->output);
+    else
+        m->output = m->tok_embd;  // tied LM head (filled in after layout)
+    const bool tied = !view.find_tensor("output.weight");
+
+    m->layers.resize(size_t(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i) {
+        Layer& L = m->layers[size_t(i)];
+        std::string p = "blk." + std::to_string(i) + ".";
+        ld.vector(p + "attn_norm.weight", c.n_embd, &L.attn_norm);
+        if (ld.find(p + "attn_qkv.weight")) {
+            L.n_qkv = 1;
+            ld.matrix(p + "attn_qkv.weight", c.n_embd, c.qkv_dim(), L.qkv[0].w);
+            ld.vector(p + "attn_qkv.bias", c.qkv_dim(), &L.qkv[0].bias, false);
+        } else {
+            L.n_qkv = 3;
+            const char* names[3] = {"attn_q", "attn_k", "attn_v"};
+            const int rows[3] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+            const int offs[3] = {0, c.q_dim(), c.q_dim() + c.kv_dim()};
+            for (int k = 0; k < 3; ++k) {
+                ld.matrix(p + names[k] + ".weight", c.n_embd, rows[k], L.qkv[k].w);
+                ld.vector(p + names[k] + ".bias", rows[k], &L.qkv[k].bias, false);
+                L.qkv[k].out_offset = offs[k];
+            }
+        }
+        ld.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, L.attn_out);
+        ld.vector(p + "ffn_norm.weight", c.n_embd, &L.ffn_norm);
+        if (ld.find(p + "ffn_gate.weight")) {
+            L.n_gate_up = 2;
+            ld.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, L.gate_up[0].w);
+            ld.matrix(p + "ffn_up.weight", c.n_embd, c.n_ff, L.gate_up[1].w);
+            L.gate_up[1].out_offset = c.n_ff;
+        } else {
+            // phi3: ffn_up holds gate (first n_ff rows) and up together.
+            L.n_gate_up = 1;
+            ld.matrix(p + "ffn_up.weight", c.n_embd, 2 * int64_t(c.n_ff), L.gate_up[0].w);
+        }
+        ld.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, L.ffn_down);
+    }
+    m->quant_kind = ld.dominant_type();
+
+    if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
+    ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
+    progress(0.02f, "allocating");
+    m->arena.allocate(&m->ledger);
+    ld.finish_layout();
+    if (tied) m->output = m->tok_embd;
+
+    ehcuda::Stream stream;
+    ehcuda::UploadOptions up;
+    up.chunk_bytes = opt.upload_chunk_bytes;
+    up.progress_lo = 0.02f;
+    up.progress_hi = 0.99f;
+    up.progress = [&](float f) { progress(f, "uploading weights"); };
+    up.cancelled = cancelled;
+    ehcuda::upload_weights(ld.upload_items(), up, stream.get());
+
+    std::string why = ehcuda::check_kernel_image();
+    if (!why.empty()) throw ehp::Error(EH_UNSUPPORTED, why);
+    progress(1.0f, "ready");
+    return m;
+}
+
+}  // namespace llama_cuda

@@ -1,0 +1,55 @@
+// A loaded model: configuration plus every weight in one device arena, kept
+// in its stored type.
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/graph.hpp>
+#include <ehcuda/kernels.hpp>
+
+#include "config.hpp"
+
+namespace llama_cuda {
+
+struct Layer {
+    const float* attn_norm = nullptr;
+    ehcuda::MatSeg qkv[3];  // fused attn_qkv (1) or attn_q, attn_k, attn_v (3)
+    int n_qkv = 0;
+    ehcuda::WeightRef attn_out;
+    const float* ffn_norm = nullptr;
+    ehcuda::MatSeg gate_up[2];  // ffn_gate + ffn_up, or fused ffn_up (gate|up)
+    int n_gate_up = 0;
+    ehcuda::WeightRef ffn_down;
+};
+
+struct Model {
+    Config cfg;
+    int device = 0;
+    std::string path;
+    std::string device_name;
+    int compute_capability = 0;
+    int runtime_version = 0;
+    std::string quant_kind;
+
+    ehcuda::MemoryLedger ledger;  // every device byte of the model and its sessions
+    ehcuda::DeviceArena arena;    // weights
+    ehcuda::WeightRef tok_embd;
+    const float* output_norm = nullptr;
+    ehcuda::WeightRef output;  // LM head (the embedding table when tied)
+    std::vector<Layer> layers;
+    std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
+};
+
+struct LoadOptions {
+    size_t upload_chunk_bytes = 1u << 20;
+};
+
+// Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates
+// and uploads. Progress and cancel come from the load params.
+std::unique_ptr<Model> load_model(const eh_load_params& params);
+
+}  // namespace llama_cuda

@@ -1,0 +1,370 @@
+// Kernel-level checks against plain host math: every weight type through the
+// GEMV and GEMM paths, norms, RoPE + KV store, and both attention kernels.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <random>
+
+#include <engine_host/plugin_abi.hpp>
+#include <ehcuda/kernels.hpp>
+
+#include "gpu_util.hpp"
+#include "host_reference.hpp"
+
+namespace ehtest {
+namespace {
+
+const uint32_t kTypes[] = {EH_TYPE_F32,  EH_TYPE_F16,  EH_TYPE_BF16, EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0,
+                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+
+struct MatmulCase {
+    uint32_t type;
+    int ntok;
+};
+
+class MatmulTest : public ::testing::TestWithParam<MatmulCase> {};
+
+TEST_P(MatmulTest, MatchesHostDequantReference) {
+    REQUIRE_GPU();
+    const auto [type, ntok] = GetParam();
+    const int cols = 512, rows = 200;  // rows not a multiple of any tile
+    std::mt19937 rng(type * 131 + ntok);
+    std::vector<uint8_t> w = random_rows(type, rows, cols, rng);
+    std::vector<float> wf(static_cast<size_t>(rows) * cols);
+    const size_t rs = row_size(type, cols);
+    for (int r = 0; r < rows; ++r) dequant_row(type, w.data() + rs * r, cols, wf.data() + static_cast<size_t>(r) * cols);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    const bool swiglu = ntok == 3 || ntok == 77;  // also exercise the fused SwiGLU input
+    const int ldx = swiglu ? 2 * cols : cols;
+    std::vector<float> x(static_cast<size_t>(ntok) * ldx), bias(static_cast<size_t>(rows)), y0(static_cast<size_t>(ntok) * (rows + 8));
+    for (auto& v : x) v = nd(rng);
+    for (auto& v : bias) v = nd(rng);
+    for (auto& v : y0) v = nd(rng);
+
+    auto dw = to_device(w);
+    auto dx = to_device(x);
+    auto db = to_device(bias);
+    auto dy = to_device(y0);
+    ehcuda::MatmulArgs a;
+    a.seg[0].w = {dw.get(), type, rows, cols, rs};
+    a.seg[0].bias = db.as<float>();
+    a.seg[0].out_offset = 8;
+    a.cols = cols;
+    a.x = dx.as<float>();
+    a.ldx = ldx;
+    a.xmode = swiglu ? ehcuda::XMode::SwiGLU : ehcuda::XMode::Plain;
+    a.y = dy.as<float>();
+    a.ldy = rows + 8;
+    a.accumulate = true;
+    a.ntok = ntok;
+    ASSERT_NO_THROW(ehcuda::matmul(a, nullptr));
+    auto y = to_host<float>(dy, y0.size());
+    GPU_OK(cudaGetLastError());
+
+    // GEMM rounds operands to FP16; GEMV stays in FP32.
+    const double tol = ntok > 8 ? 2e-2 : 1e-3;
+    double worst = 0;
+    for (int t = 0; t < ntok; ++t) {
+        std::vector<double> xin(static_cast<size_t>(cols));
+        for (int k = 0; k < cols; ++k) {
+            double g = x[static_cast<size_t>(t) * ldx + k];
+            xin[static_cast<size_t>(k)] = swiglu ? g / (1 + std::exp(-g)) * x[static_cast<size_t>(t) * ldx + cols + k] : g;
+        }
+        for (int r = 0; r < rows; ++r) {
+            double s = 0, mag = 0;
+            for (int k = 0; k < cols; ++k) {
+                s += wf[static_cast<size_t>(r) * cols + k] * xin[static_cast<size_t>(k)];
+                mag += std::fabs(wf[static_cast<size_t>(r) * cols + k] * xin[static_cast<size_t>(k)]);
+            }
+            double expect = y0[static_cast<size_t>(t) * (rows + 8) + 8 + r] + s + bias[static_cast<size_t>(r)];
+            double err = std::fabs(y[static_cast<size_t>(t) * (rows + 8) + 8 + r] - expect) / (mag + 1e-3);
+            worst = std::max(worst, err);
+        }
+        for (int r = 0; r < 8; ++r) EXPECT_EQ(y[static_cast<size_t>(t) * (rows + 8) + r], y0[static_cast<size_t>(t) * (rows + 8) + r]) << "wrote outside its slot";
+    }
+    EXPECT_LT(worst, tol) << ehp::type_name(type) << " ntok=" << ntok;
+}
+
+std::vector<MatmulCase> matmul_cases() {
+    std::vector<MatmulCase> v;
+    for (uint32_t t : kTypes)
+        for (int n : {1, 3, 8, 20, 77}) v.push_back({t, n});
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(matmul_cases()),
+                         [](const auto& info) {
+                             return ehp::type_name(info.param.type) + "_n" + std::to_string(info.param.ntok);
+                         });
+
+TEST(Kernels, MultiSegmentMatmulWritesEachSlice) {
+    REQUIRE_GPU();
+    const int cols = 256;
+    std::mt19937 rng(5);
+    const uint32_t types[3] = {EH_TYPE_Q4_K, EH_TYPE_Q8_0, EH_TYPE_Q6_K};
+    const int rows[3] = {64, 32, 32};
+    std::vector<ehcuda::DeviceBuffer> bufs;
+    std::vector<std::vector<float>> wf(3);
+    ehcuda::MatmulArgs a;
+    int off = 0;
+    for (int s = 0; s < 3; ++s) {
+        auto w = random_rows(types[s], rows[s], cols, rng);
+        wf[static_cast<size_t>(s)].resize(static_cast<size_t>(rows[s]) * cols);
+        for (int r = 0; r < rows[s]; ++r)
+            dequant_row(types[s], w.data() + row_size(types[s], cols) * r, cols, wf[static_cast<size_t>(s)].data() + static_cast<size_t>(r) * cols);
+        bufs.push_back(to_device(w));
+        a.seg[s].w = {bufs.back().get(), types[s], rows[s], cols, row_size(types[s], cols)};
+        a.seg[s].out_offset = off;
+        off += rows[s];
+    }
+    a.nseg = 3;
+    std::vector<float> x(static_cast<size_t>(cols));
+    std::normal_distribution<float> nd;
+    for (auto& v : x) v = nd(rng);
+    auto dx = to_device(x);
+    ehcuda::DeviceBuffer dy(static_cast<size_t>(off) * 4);
+    a.cols = cols;
+    a.x = dx.as<float>();
+    a.ldx = cols;
+    a.y = dy.as<float>();
+    a.ldy = off;
+    ehcuda::matmul(a, nullptr);
+    auto y = to_host<float>(dy, static_cast<size_t>(off));
+    off = 0;
+    for (int s = 0; s < 3; ++s) {
+        for (int r = 0; r < rows[s]; ++r) {
+            double e = 0;
+            for (int k = 0; k < cols; ++k) e += wf[static_cast<size_t>(s)][static_cast<size_t>(r) * cols + k] * x[static_cast<size_t>(k)];
+            EXPECT_NEAR(y[static_cast<size_t>(off + r)], e, 1e-3 * (1 + std::fabs(e)));
+        }
+        off += rows[s];
+    }
+}
+
+TEST(Kernels, RmsNormAndFusedResidual) {
+    REQUIRE_GPU();
+    const int n = 896, ntok = 3;
+    std::mt19937 rng(7);
+    std::normal_distribution<float> nd;
+    std::vector<float> h(static_cast<size_t>(n) * ntok), d(h.size()), w(static_cast<size_t>(n));
+    for (auto& v : h) v = nd(rng);
+    for (auto& v : d) v = nd(rng);
+    for (auto& v : w) v = 1 + 0.1f * nd(rng);
+    auto dh = to_device(h), dd = to_device(d), dw = to_device(w);
+    ehcuda::DeviceBuffer out(h.size() * 4);
+    ehcuda::add_rmsnorm(dh.as<float>(), dd.as<float>(), dw.as<float>(), out.as<float>(), n, ntok, 1e-6f, nullptr);
+    auto gh = to_host<float>(dh, h.size());
+    auto go = to_host<float>(out, h.size());
+    for (int t = 0; t < ntok; ++t) {
+        double ss = 0;
+        for (int i = 0; i < n; ++i) {
+            float s = h[static_cast<size_t>(t * n + i)] + d[static_cast<size_t>(t * n + i)];
+            EXPECT_FLOAT_EQ(gh[static_cast<size_t>(t * n + i)], s);
+            ss += double(s) * s;
+        }
+        double sc = 1 / std::sqrt(ss / n + 1e-6);
+        for (int i = 0; i < n; ++i)
+            EXPECT_NEAR(go[static_cast<size_t>(t * n + i)], (h[static_cast<size_t>(t * n + i)] + d[static_cast<size_t>(t * n + i)]) * sc * w[static_cast<size_t>(i)], 1e-4);
+    }
+}
+
+// Host attention over FP16-rounded K/V for comparison.
+std::vector<float> host_attention(const std::vector<float>& q, int ldq, const std::vector<__half>& kc,
+                                  const std::vector<__half>& vc, int H, int KV, int hd, int pos0, int ntok, int window) {
+    std::vector<float> out(static_cast<size_t>(ntok) * H * hd);
+    const float scale = 1 / std::sqrt(float(hd));
+    for (int t = 0; t < ntok; ++t)
+        for (int h = 0; h < H; ++h) {
+            int g = h / (H / KV), qp = pos0 + t;
+            int k0 = window > 0 ? std::max(0, qp - window + 1) : 0;
+            std::vector<double> s;
+            double mx = -1e300;
+            for (int j = k0; j <= qp; ++j) {
+                double d = 0;
+                for (int e = 0; e < hd; ++e)
+                    d += double(q[static_cast<size_t>(t) * ldq + h * hd + e]) * __half2float(kc[static_cast<size_t>(j) * KV * hd + g * hd + e]);
+                s.push_back(d * scale);
+                mx = std::max(mx, d * scale);
+            }
+            double z = 0;
+            for (auto& v : s) z += (v = std::exp(v - mx));
+            for (int e = 0; e < hd; ++e) {
+                double acc = 0;
+                for (int j = k0; j <= qp; ++j) acc += s[static_cast<size_t>(j - k0)] * __half2float(vc[static_cast<size_t>(j) * KV * hd + g * hd + e]);
+                out[(static_cast<size_t>(t) * H + h) * hd + e] = float(acc / z);
+            }
+        }
+    return out;
+}
+
+struct AttnCase {
+    int hd, H, KV, pos0, ntok, window;
+};
+class AttentionTest : public ::testing::TestWithParam<AttnCase> {};
+
+TEST_P(AttentionTest, MatchesHost) {
+    REQUIRE_GPU();
+    const auto c = GetParam();
+    const int len = c.pos0 + c.ntok;
+    std::mt19937 rng(c.hd * 7 + c.ntok);
+    std::normal_distribution<float> nd(0.0f, 1.5f);
+    std::vector<__half> kc(static_cast<size_t>(len) * c.KV * c.hd), vc(kc.size());
+    for (auto& v : kc) v = __float2half(nd(rng));
+    for (auto& v : vc) v = __float2half(nd(rng));
+    const int ldq = c.H * c.hd + 16;
+    std::vector<float> q(static_cast<size_t>(c.ntok) * ldq);
+    for (auto& v : q) v = nd(rng);
+    auto dk = to_device(kc), dv = to_device(vc), dq = to_device(q);
+    auto dpos = to_device(std::vector<int32_t>{c.pos0});
+    ehcuda::DeviceBuffer dout(static_cast<size_t>(c.ntok) * c.H * c.hd * 4);
+    ehcuda::AttnArgs a;
+    a.q = dq.as<float>();
+    a.ldq = ldq;
+    a.k_cache = dk.as<__half>();
+    a.v_cache = dv.as<__half>();
+    a.n_head = c.H;
+    a.n_kv = c.KV;
+    a.head_dim = c.hd;
+    a.d_pos0 = dpos.as<int32_t>();
+    a.ntok = c.ntok;
+    a.window = c.window;
+    a.scale = 1 / std::sqrt(float(c.hd));
+    a.out = dout.as<float>();
+    a.ldo = c.H * c.hd;
+    auto ref = host_attention(q, ldq, kc, vc, c.H, c.KV, c.hd, c.pos0, c.ntok, c.window);
+    ehcuda::attention_prefill(a, nullptr);
+    auto got = to_host<float>(dout, ref.size());
+    for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-3 * (1 + std::fabs(ref[i]))) << "prefill at " << i;
+    if (c.ntok == 1) {
+        for (int nsplit : {1, 4, 32}) {
+            ehcuda::DeviceBuffer scratch(ehcuda::attention_decode_scratch_floats(c.H, c.hd, nsplit) * 4);
+            cudaMemset(dout.get(), 0, dout.size());
+            ehcuda::attention_decode(a, scratch.as<float>(), nsplit, nullptr);
+            auto g2 = to_host<float>(dout, ref.size());
+            for (size_t i = 0; i < ref.size(); ++i)
+                ASSERT_NEAR(g2[i], ref[i], 2e-3 * (1 + std::fabs(ref[i]))) << "decode nsplit=" << nsplit << " at " << i;
+        }
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
+                         ::testing::Values(AttnCase{64, 14, 2, 0, 37, 0}, AttnCase{64, 14, 2, 300, 1, 0},
+                                           AttnCase{96, 32, 32, 5, 20, 0}, AttnCase{128, 8, 2, 1000, 1, 0},
+                                           AttnCase{128, 8, 8, 100, 50, 64}, AttnCase{64, 4, 1, 700, 1, 128},
+                                           AttnCase{256, 4, 2, 3, 9, 0}));
+
+TEST(Kernels, RopeNormalAndNeoxStoreCache) {
+    REQUIRE_GPU();
+    for (bool neox : {false, true}) {
+        const int H = 4, KV = 2, hd = 64, n_rot = 32, ntok = 3, pos0 = 17;
+        const int ld = (H + 2 * KV) * hd;
+        std::mt19937 rng(neox);
+        std::normal_distribution<float> nd;
+        std::vector<float> qkv(static_cast<size_t>(ntok) * ld);
+        for (auto& v : qkv) v = nd(rng);
+        auto d = to_device(qkv);
+        auto dpos = to_device(std::vector<int32_t>{pos0});
+        ehcuda::DeviceBuffer kc(static_cast<size_t>(pos0 + ntok) * KV * hd * 2), vc(kc.size());
+        ehcuda::RopeArgs r;
+        r.qkv = d.as<float>();
+        r.ld = ld;
+        r.n_head = H;
+        r.n_kv = KV;
+        r.head_dim = hd;
+        r.n_rot = n_rot;
+        r.neox = neox;
+        r.freq_base = 10000;
+        r.d_pos0 = dpos.as<int32_t>();
+        r.ntok = ntok;
+        r.k_cache = kc.as<__half>();
+        r.v_cache = vc.as<__half>();
+        ehcuda::rope_store_kv(r, nullptr);
+        auto gq = to_host<float>(d, qkv.size());
+        auto gk = to_host<__half>(kc, static_cast<size_t>(pos0 + ntok) * KV * hd);
+        auto gv = to_host<__half>(vc, gk.size());
+        for (int t = 0; t < ntok; ++t)
+            for (int h = 0; h < H + KV; ++h) {
+                std::vector<float> v(qkv.begin() + t * ld + h * hd, qkv.begin() + t * ld + (h + 1) * hd);
+                for (int i = 0; i < n_rot / 2; ++i) {
+                    double th = (pos0 + t) * std::pow(10000.0, -2.0 * i / n_rot);
+                    int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+                    float x0 = v[static_cast<size_t>(a)], x1 = v[static_cast<size_t>(b)];
+                    v[static_cast<size_t>(a)] = float(x0 * std::cos(th) - x1 * std::sin(th));
+                    v[static_cast<size_t>(b)] = float(x0 * std::sin(th) + x1 * std::cos(th));
+                }
+                for (int e = 0; e < hd; ++e) {
+                    if (h < H) {
+                        EXPECT_NEAR(gq[static_cast<size_t>(t * ld + h * hd + e)], v[static_cast<size_t>(e)], 1e-4);
+                    } else {
+                        size_t ci = static_cast<size_t>(pos0 + t) * KV * hd + (h - H) * hd + e;
+                        EXPECT_NEAR(__half2float(gk[ci]), v[static_cast<size_t>(e)], 2e-3 * (1 + std::fabs(v[static_cast<size_t>(e)])));
+                        EXPECT_NEAR(__half2float(gv[ci]), qkv[static_cast<size_t>(t * ld + (H + KV) * hd + (h - H) * hd + e)], 2e-3 * 4);
+                    }
+                }
+            }
+    }
+}
+
+TEST(Kernels, EmbedRowsDecodesQuantizedTable) {
+    REQUIRE_GPU();
+    for (uint32_t type : kTypes) {
+        const int cols = 256, rows = 50;
+        std::mt19937 rng(type);
+        auto w = random_rows(type, rows, cols, rng);
+        auto dw = to_device(w);
+        std::vector<int32_t> toks = {3, 49, 0, 3};
+        auto dt = to_device(toks);
+        ehcuda::DeviceBuffer out(toks.size() * cols * 4);
+        ehcuda::embed_rows({dw.get(), type, rows, cols, row_size(type, cols)}, dt.as<int32_t>(), int(toks.size()),
+                           out.as<float>(), nullptr);
+        auto g = to_host<float>(out, toks.size() * cols);
+        std::vector<float> ref(static_cast<size_t>(cols));
+        for (size_t t = 0; t < toks.size(); ++t) {
+            dequant_row(type, w.data() + row_size(type, cols) * static_cast<size_t>(toks[t]), cols, ref.data());
+            for (int i = 0; i < cols; ++i) ASSERT_NEAR(g[t * cols + static_cast<size_t>(i)], ref[static_cast<size_t>(i)], 1e-6) << ehp::type_name(type);
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ehtest
+
+namespace ehtest {
+namespace {
+
+TEST(Kernels, GemvWithFusedRmsNormMatchesSeparateNorm) {
+    REQUIRE_GPU();
+    for (int cols : {896, 4864}) {
+        const int rows = 8192 + 64;  // multi-row warps
+        const uint32_t type = cols % 256 ? EH_TYPE_Q8_0 : EH_TYPE_Q4_K;
+        std::mt19937 rng(cols);
+        auto w = random_rows(type, rows, cols, rng);
+        std::normal_distribution<float> nd;
+        std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols));
+        for (auto& v : x) v = 3 * nd(rng);
+        for (auto& v : nw) v = 1 + 0.2f * nd(rng);
+        auto dw = to_device(w), dx = to_device(x), dn = to_device(nw);
+        ehcuda::DeviceBuffer xn(x.size() * 4), y1(static_cast<size_t>(rows) * 4), y2(static_cast<size_t>(rows) * 4);
+        ehcuda::rmsnorm(dx.as<float>(), cols, dn.as<float>(), xn.as<float>(), cols, cols, 1, 1e-6f, nullptr);
+        ehcuda::MatmulArgs a;
+        a.seg[0].w = {dw.get(), type, rows, cols, row_size(type, cols)};
+        a.cols = cols;
+        a.x = xn.as<float>();
+        a.ldx = cols;
+        a.y = y1.as<float>();
+        a.ldy = rows;
+        ehcuda::matmul(a, nullptr);
+        a.x = dx.as<float>();
+        a.xmode = ehcuda::XMode::RmsNorm;
+        a.norm_w = dn.as<float>();
+        a.norm_eps = 1e-6f;
+        a.y = y2.as<float>();
+        ehcuda::matmul(a, nullptr);
+        auto r1 = to_host<float>(y1, static_cast<size_t>(rows));
+        auto r2 = to_host<float>(y2, static_cast<size_t>(rows));
+        for (int r = 0; r < rows; ++r) ASSERT_NEAR(r1[static_cast<size_t>(r)], r2[static_cast<size_t>(r)], 1e-4 * (1 + std::fabs(r1[static_cast<size_t>(r)]))) << r;
+    }
+}
+
+}  // namespace
+}  // namespace ehtest

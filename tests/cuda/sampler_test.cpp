@@ -1,0 +1,166 @@
+// The device sampler: each pipeline stage, and reproducibility.
+#include <cmath>
+#include <map>
+#include <random>
+
+#include <ehcuda/sampler.hpp>
+
+#include "gpu_util.hpp"
+
+namespace ehtest {
+namespace {
+
+class Sampler {
+public:
+    Sampler(const std::vector<float>& logits, const std::vector<int32_t>& hist)
+        : n_(int(logits.size())), logits_(to_device(logits)), hist_(to_device(hist.empty() ? std::vector<int32_t>{0} : hist)),
+          nh_(to_device(std::vector<int32_t>{int32_t(hist.size())})), params_(sizeof(ehcuda::SamplerParams)),
+          counter_(8), fw_(logits.size() * 4), iw_(logits.size() * 4), out_(4) {
+        cudaMemset(counter_.get(), 0, 8);
+    }
+    void set(const ehcuda::SamplerParams& p) { cudaMemcpy(params_.get(), &p, sizeof p, cudaMemcpyHostToDevice); }
+    int draw() {
+        ehcuda::sample_tokens(logits_.as<float>(), n_, hist_.as<int32_t>(), nh_.as<int32_t>(),
+                              params_.as<ehcuda::SamplerParams>(), counter_.as<unsigned long long>(),
+                              {fw_.as<float>(), iw_.as<int32_t>()}, out_.as<int32_t>(), nullptr);
+        return to_host<int32_t>(out_, 1)[0];
+    }
+    unsigned long long counter() { return to_host<unsigned long long>(counter_, 1)[0]; }
+
+private:
+    int n_;
+    ehcuda::DeviceBuffer logits_, hist_, nh_, params_, counter_, fw_, iw_, out_;
+};
+
+std::vector<float> random_logits(int n, uint32_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> nd(0.0f, 3.0f);
+    std::vector<float> v(static_cast<size_t>(n));
+    for (auto& x : v) x = nd(rng);
+    return v;
+}
+
+TEST(DeviceSampler, GreedyIsArgmaxLowestIndexOnTies) {
+    REQUIRE_GPU();
+    auto l = random_logits(151936, 1);
+    l[100] = 50.0f;
+    l[90000] = 50.0f;
+    Sampler s(l, {});
+    s.set({});
+    EXPECT_EQ(s.draw(), 100);
+}
+
+TEST(DeviceSampler, SeededDrawsRepeatExactly) {
+    REQUIRE_GPU();
+    auto l = random_logits(32000, 2);
+    ehcuda::SamplerParams p;
+    p.temperature = 0.8f;
+    p.top_k = 40;
+    p.top_p = 0.95f;
+    p.min_p = 0.02f;
+    p.repetition_penalty = 1.1f;
+    p.seed = 42;
+    std::vector<int> a, b, c;
+    {
+        Sampler s(l, {1, 2, 3, 2});
+        s.set(p);
+        for (int i = 0; i < 64; ++i) a.push_back(s.draw());
+        EXPECT_EQ(s.counter(), 64u);
+    }
+    {
+        Sampler s(l, {1, 2, 3, 2});
+        s.set(p);
+        for (int i = 0; i < 64; ++i) b.push_back(s.draw());
+    }
+    {
+        p.seed = 43;
+        Sampler s(l, {1, 2, 3, 2});
+        s.set(p);
+        for (int i = 0; i < 64; ++i) c.push_back(s.draw());
+    }
+    EXPECT_EQ(a, b);
+    EXPECT_NE(a, c);
+}
+
+TEST(DeviceSampler, TopKKeepsOnlyTheKBestAndFollowsSoftmax) {
+    REQUIRE_GPU();
+    std::vector<float> l(1000, -5.0f);
+    l[10] = 2.0f;
+    l[500] = 1.0f;
+    l[999] = 0.0f;
+    l[7] = -1.0f;
+    Sampler s(l, {});
+    ehcuda::SamplerParams p;
+    p.temperature = 1.0f;
+    p.top_k = 3;
+    p.seed = 9;
+    s.set(p);
+    std::map<int, int> count;
+    const int N = 3000;
+    for (int i = 0; i < N; ++i) count[s.draw()]++;
+    EXPECT_EQ(count.size(), 3u);
+    const double z = std::exp(2.0) + std::exp(1.0) + 1.0;
+    EXPECT_NEAR(count[10] / double(N), std::exp(2.0) / z, 0.04);
+    EXPECT_NEAR(count[500] / double(N), std::exp(1.0) / z, 0.04);
+    EXPECT_NEAR(count[999] / double(N), 1.0 / z, 0.04);
+    p.top_k = 1;
+    s.set(p);
+    for (int i = 0; i < 50; ++i) EXPECT_EQ(s.draw(), 10);
+}
+
+TEST(DeviceSampler, TopPAndMinPCut) {
+    REQUIRE_GPU();
+    // p ~ 0.5, 0.3, 0.2 (others negligible)
+    std::vector<float> l(5000, -40.0f);
+    l[3] = std::log(0.5f);
+    l[4000] = std::log(0.3f);
+    l[17] = std::log(0.2f);
+    Sampler s(l, {});
+    ehcuda::SamplerParams p;
+    p.temperature = 1.0f;
+    p.top_p = 0.7f;  // needs 0.5 + 0.3
+    p.seed = 1;
+    s.set(p);
+    std::map<int, int> count;
+    for (int i = 0; i < 500; ++i) count[s.draw()]++;
+    EXPECT_EQ(count.size(), 2u);
+    EXPECT_TRUE(count.count(3) && count.count(4000));
+    p.top_p = 1.0f;
+    p.min_p = 0.5f;  // keeps p >= 0.25: tokens 3 and 4000
+    s.set(p);
+    count.clear();
+    for (int i = 0; i < 500; ++i) count[s.draw()]++;
+    EXPECT_EQ(count.size(), 2u);
+    EXPECT_FALSE(count.count(17));
+}
+
+TEST(DeviceSampler, RepetitionPenaltyRespectsWindow) {
+    REQUIRE_GPU();
+    std::vector<float> l(100, 0.0f);
+    l[5] = 3.0f;
+    l[6] = 2.0f;
+    l[7] = -1.0f;
+    ehcuda::SamplerParams p;
+    p.repetition_penalty = 2.0f;  // 3 -> 1.5 < 2
+    {
+        Sampler s(l, {5, 1, 1, 1});
+        s.set(p);
+        EXPECT_EQ(s.draw(), 6);
+        p.repetition_window = 3;  // 5 is outside the last 3 tokens
+        s.set(p);
+        EXPECT_EQ(s.draw(), 5);
+    }
+    {
+        // Repeated tokens are penalised once, not once per occurrence.
+        std::vector<float> l2(100, -10.0f);
+        l2[5] = 3.0f;
+        l2[6] = 1.4f;  // once: 1.5 > 1.4; three times would be 0.375
+        Sampler s(l2, {5, 5, 5});
+        p.repetition_window = -1;
+        s.set(p);
+        EXPECT_EQ(s.draw(), 5);
+    }
+}
+
+}  // namespace
+}  // namespace ehtest
