@@ -1,5 +1,6 @@
 #include "eh/tools/convert.hpp"
 
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -11,9 +12,11 @@
 
 #include "eh/error.hpp"
 #include "eh/model/gguf_writer.hpp"
+#include "eh/model/hf_names.hpp"
 #include "eh/tools/parallel.hpp"
 #include "eh/tools/safetensors.hpp"
 #include "eh/tools/vocab.hpp"
+#include "convert_plan.hpp"
 #include "row_stream.hpp"
 
 namespace eh::tools {
@@ -23,14 +26,6 @@ using model::GgufValue;
 using nlohmann::json;
 
 namespace {
-
-enum class Op { Copy, Transpose, PermuteHeads };
-
-struct Planned {
-    std::string gguf, hf;
-    Op op = Op::Copy;
-    uint32_t heads = 0;  // PermuteHeads
-};
 
 json read_json(const fs::path& p) {
     std::ifstream in(p, std::ios::binary);
@@ -54,27 +49,113 @@ double cfg_f(const json& c, const char* key, double dflt) {
 }
 
 std::string arch_of(const json& cfg, const std::string& file) {
-    std::string mt = cfg.value("model_type", "");
-    if (mt == "llama" || mt == "mistral") return "llama";
-    if (mt == "qwen2") return "qwen2";
-    if (mt == "phi3") return "phi3";
-    if (mt == "gpt2") return "gpt2";
-    if (mt == "gpt_oss")
-        throw Error(Code::InvalidRequest, fmt::format("'{}': gpt-oss conversion (MXFP4 block repacking) is not implemented yet", file));
-    throw Error(Code::InvalidRequest, fmt::format("'{}': model_type '{}' is not supported (llama, qwen2, phi3, gpt2)", file, mt));
+    const std::string mt = cfg.value("model_type", "");
+    if (mt == "mistral") return "llama";
+    if (mt == "llama" || mt == "qwen2" || mt == "phi3" || mt == "gpt2" || mt == "gpt_oss")
+        return model::hf_model_type_to_arch(mt);
+    throw Error(Code::InvalidRequest,
+                fmt::format("'{}': model_type '{}' is not supported (llama, mistral, qwen2, phi3, gpt2, gpt_oss)", file, mt));
 }
 
-// new row h*hd + 2j + s  <-  old row h*hd + s*hd/2 + j  (GGUF's rotary pairing)
-std::vector<float> permute_heads(const std::vector<float>& w, uint64_t rows, uint64_t cols, uint32_t heads) {
-    std::vector<float> out(w.size());
-    const uint64_t hd = rows / heads, half = hd / 2;
-    for (uint64_t h = 0; h < heads; ++h)
-        for (uint64_t s = 0; s < 2; ++s)
-            for (uint64_t j = 0; j < half; ++j) {
-                const uint64_t dst = h * hd + 2 * j + s, src = h * hd + s * half + j;
-                std::copy_n(w.begin() + src * cols, cols, out.begin() + dst * cols);
-            }
-    return out;
+// Rotary parameters: transformers 5 keeps them in "rope_parameters"
+// (rope_theta included), older configs in "rope_scaling" + "rope_theta".
+const json* rope_params(const json& cfg) {
+    for (const char* k : {"rope_parameters", "rope_scaling"})
+        if (cfg.contains(k) && cfg[k].is_object()) return &cfg[k];
+    return nullptr;
+}
+double rope_theta(const json& cfg, double dflt) {
+    if (cfg.contains("rope_theta") && cfg["rope_theta"].is_number()) return cfg["rope_theta"].get<double>();
+    if (const json* rp = rope_params(cfg)) return cfg_f(*rp, "rope_theta", dflt);
+    return dflt;
+}
+
+// rope.scaling.* keys for linear and YaRN scaling; other kinds (llama3,
+// longrope) need tensors this converter does not write, so they are refused.
+void rope_scaling(model::GgufWriter& w, const std::string& a, const json& cfg, uint32_t ctx, const std::string& file) {
+    const json* rp = rope_params(cfg);
+    if (!rp) return;
+    const std::string type = rp->value("rope_type", rp->value("type", std::string("default")));
+    if (type == "default") return;
+    if (type != "linear" && type != "yarn")
+        throw Error(Code::InvalidRequest, fmt::format("'{}': rope type '{}' is not supported (default, linear, yarn)", file, type));
+    w.set(a + "rope.scaling.type", GgufValue::string(type));
+    w.set(a + "rope.scaling.factor", GgufValue::f32(float(cfg_f(*rp, "factor", 1.0))));
+    if (type == "yarn") {
+        uint32_t orig = ctx;
+        if (rp->contains("original_max_position_embeddings") && (*rp)["original_max_position_embeddings"].is_number_integer())
+            orig = (*rp)["original_max_position_embeddings"].get<uint32_t>();
+        w.set(a + "rope.scaling.original_context_length", GgufValue::u32(orig));
+    }
+}
+
+struct Hparams {
+    uint32_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, head_dim = 0;
+};
+
+// config.json -> the {arch}.* keys llama.cpp's converter writes.
+Hparams write_hparams(model::GgufWriter& w, const std::string& arch, const json& cfg, const std::string& cfg_file) {
+    Hparams h;
+    h.n_layer = cfg_u32(cfg, {"num_hidden_layers", "n_layer"}, cfg_file);
+    h.n_embd = cfg_u32(cfg, {"hidden_size", "n_embd"}, cfg_file);
+    h.n_head = cfg_u32(cfg, {"num_attention_heads", "n_head"}, cfg_file);
+    h.n_head_kv = cfg.contains("num_key_value_heads") ? cfg_u32(cfg, {"num_key_value_heads"}, cfg_file) : h.n_head;
+    h.n_vocab = cfg_u32(cfg, {"vocab_size"}, cfg_file);
+    if (h.n_head == 0 || h.n_head_kv == 0 || h.n_head % h.n_head_kv != 0)
+        throw Error(Code::ModelLoadFailed, fmt::format("'{}': head counts {} / {} are invalid", cfg_file, h.n_head, h.n_head_kv));
+    h.head_dim = cfg.contains("head_dim") && cfg["head_dim"].is_number_integer() ? cfg["head_dim"].get<uint32_t>()
+                                                                                 : h.n_embd / h.n_head;
+    const std::string a = arch + ".";
+    if (arch == "gpt2") {
+        w.set(a + "block_count", GgufValue::u32(h.n_layer));
+        w.set(a + "context_length", GgufValue::u32(cfg_u32(cfg, {"n_ctx", "n_positions"}, cfg_file)));
+        w.set(a + "embedding_length", GgufValue::u32(h.n_embd));
+        w.set(a + "feed_forward_length",
+              GgufValue::u32(cfg.contains("n_inner") && cfg["n_inner"].is_number() ? cfg["n_inner"].get<uint32_t>() : 4 * h.n_embd));
+        w.set(a + "attention.head_count", GgufValue::u32(h.n_head));
+        w.set(a + "attention.layer_norm_epsilon", GgufValue::f32(float(cfg_f(cfg, "layer_norm_epsilon", 1e-5))));
+        return h;
+    }
+    const uint32_t ctx = cfg_u32(cfg, {"max_position_embeddings"}, cfg_file);
+    const uint32_t ff = cfg_u32(cfg, {"intermediate_size"}, cfg_file);
+    if (arch == "phi3") {
+        w.set(a + "context_length", GgufValue::u32(ctx));
+        w.set(a + "rope.scaling.original_context_length",
+              GgufValue::u32(cfg.contains("original_max_position_embeddings") ? cfg_u32(cfg, {"original_max_position_embeddings"}, cfg_file) : ctx));
+        w.set(a + "embedding_length", GgufValue::u32(h.n_embd));
+        w.set(a + "feed_forward_length", GgufValue::u32(ff));
+        w.set(a + "block_count", GgufValue::u32(h.n_layer));
+    } else {
+        w.set(a + "block_count", GgufValue::u32(h.n_layer));
+        w.set(a + "context_length", GgufValue::u32(ctx));
+        w.set(a + "embedding_length", GgufValue::u32(h.n_embd));
+        w.set(a + "feed_forward_length", GgufValue::u32(ff));
+    }
+    w.set(a + "attention.head_count", GgufValue::u32(h.n_head));
+    w.set(a + "attention.head_count_kv", GgufValue::u32(h.n_head_kv));
+    if (arch == "phi3") {
+        w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(cfg_f(cfg, "rms_norm_eps", 1e-5))));
+        w.set(a + "rope.dimension_count", GgufValue::u32(h.n_embd / h.n_head));
+        w.set(a + "rope.freq_base", GgufValue::f32(float(rope_theta(cfg, 10000))));
+        if (cfg.contains("sliding_window") && cfg["sliding_window"].is_number_integer())
+            w.set(a + "attention.sliding_window", GgufValue::u32(cfg["sliding_window"].get<uint32_t>()));
+        return h;
+    }
+    w.set(a + "rope.freq_base", GgufValue::f32(float(rope_theta(cfg, arch == "gpt-oss" ? 150000 : 10000))));
+    w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(cfg_f(cfg, "rms_norm_eps", 1e-6))));
+    if (arch == "llama") w.set(a + "rope.dimension_count", GgufValue::u32(h.head_dim));
+    if (arch == "gpt-oss") {
+        // gpt-oss's head_dim (64) is not hidden_size / heads (2880 / 64).
+        w.set(a + "attention.key_length", GgufValue::u32(h.head_dim));
+        w.set(a + "attention.value_length", GgufValue::u32(h.head_dim));
+        w.set(a + "rope.dimension_count", GgufValue::u32(h.head_dim));
+        w.set(a + "expert_count", GgufValue::u32(cfg_u32(cfg, {"num_local_experts"}, cfg_file)));
+        w.set(a + "expert_used_count", GgufValue::u32(cfg_u32(cfg, {"num_experts_per_tok", "experts_per_token"}, cfg_file)));
+        w.set(a + "expert_feed_forward_length", GgufValue::u32(ff));
+        w.set(a + "attention.sliding_window", GgufValue::u32(cfg_u32(cfg, {"sliding_window"}, cfg_file)));
+    }
+    if (arch != "phi3") rope_scaling(w, a, cfg, ctx, cfg_file);
+    return h;
 }
 
 }  // namespace
@@ -84,62 +165,22 @@ ConvertResult convert_hf(const ConvertOptions& o) {
     const std::string cfg_file = (dir / "config.json").string();
     const json cfg = read_json(cfg_file);
     const std::string arch = arch_of(cfg, cfg_file);
-    auto st = read_safetensors_dir(o.hf_dir);
-    auto has = [&](const std::string& n) { return st.count(n) != 0; };
-
-    const uint32_t n_layer = cfg_u32(cfg, {"num_hidden_layers", "n_layer"}, cfg_file);
-    const uint32_t n_embd = cfg_u32(cfg, {"hidden_size", "n_embd"}, cfg_file);
-    const uint32_t n_head = cfg_u32(cfg, {"num_attention_heads", "n_head"}, cfg_file);
-    const uint32_t n_head_kv = cfg.contains("num_key_value_heads") ? cfg_u32(cfg, {"num_key_value_heads"}, cfg_file) : n_head;
-    const uint32_t n_vocab = cfg_u32(cfg, {"vocab_size"}, cfg_file);
+    const auto st = read_safetensors_dir(o.hf_dir);
 
     model::GgufWriter w;
-    const std::string a = arch + ".";
     w.set("general.architecture", GgufValue::string(arch));
     w.set("general.type", GgufValue::string("model"));
     w.set("general.name", GgufValue::string(dir.filename().string()));
-    if (arch == "gpt2") {
-        w.set(a + "block_count", GgufValue::u32(n_layer));
-        w.set(a + "context_length", GgufValue::u32(cfg_u32(cfg, {"n_ctx", "n_positions"}, cfg_file)));
-        w.set(a + "embedding_length", GgufValue::u32(n_embd));
-        w.set(a + "feed_forward_length",
-              GgufValue::u32(cfg.contains("n_inner") && cfg["n_inner"].is_number() ? cfg["n_inner"].get<uint32_t>() : 4 * n_embd));
-        w.set(a + "attention.head_count", GgufValue::u32(n_head));
-        w.set(a + "attention.layer_norm_epsilon", GgufValue::f32(float(cfg_f(cfg, "layer_norm_epsilon", 1e-5))));
-    } else {
-        const uint32_t ctx = cfg_u32(cfg, {"max_position_embeddings"}, cfg_file);
-        if (arch == "phi3") {
-            w.set(a + "context_length", GgufValue::u32(ctx));
-            w.set(a + "rope.scaling.original_context_length",
-                  GgufValue::u32(cfg.contains("original_max_position_embeddings") ? cfg_u32(cfg, {"original_max_position_embeddings"}, cfg_file) : ctx));
-            w.set(a + "embedding_length", GgufValue::u32(n_embd));
-            w.set(a + "feed_forward_length", GgufValue::u32(cfg_u32(cfg, {"intermediate_size"}, cfg_file)));
-            w.set(a + "block_count", GgufValue::u32(n_layer));
-        } else {
-            w.set(a + "block_count", GgufValue::u32(n_layer));
-            w.set(a + "context_length", GgufValue::u32(ctx));
-            w.set(a + "embedding_length", GgufValue::u32(n_embd));
-            w.set(a + "feed_forward_length", GgufValue::u32(cfg_u32(cfg, {"intermediate_size"}, cfg_file)));
-        }
-        w.set(a + "attention.head_count", GgufValue::u32(n_head));
-        w.set(a + "attention.head_count_kv", GgufValue::u32(n_head_kv));
-        if (arch == "phi3") {
-            w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(cfg_f(cfg, "rms_norm_eps", 1e-5))));
-            w.set(a + "rope.dimension_count", GgufValue::u32(n_embd / n_head));
-            w.set(a + "rope.freq_base", GgufValue::f32(float(cfg_f(cfg, "rope_theta", 10000))));
-            if (cfg.contains("sliding_window") && cfg["sliding_window"].is_number_integer())
-                w.set(a + "attention.sliding_window", GgufValue::u32(cfg["sliding_window"].get<uint32_t>()));
-        } else {
-            w.set(a + "rope.freq_base", GgufValue::f32(float(cfg_f(cfg, "rope_theta", 10000))));
-            w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(cfg_f(cfg, "rms_norm_eps", 1e-6))));
-            if (arch == "llama") w.set(a + "rope.dimension_count", GgufValue::u32(n_embd / n_head));
-        }
-    }
+    const Hparams hp = write_hparams(w, arch, cfg, cfg_file);
     w.set("general.file_type", GgufValue::u32(o.target.file_type()));
 
     // tokenizer
     const std::string tok = (dir / "tokenizer.json").string();
-    const std::string pre = arch == "qwen2" ? "qwen2" : arch == "gpt2" ? "gpt-2" : arch == "llama" ? "llama-bpe" : "default";
+    const std::string pre = arch == "qwen2"     ? "qwen2"
+                            : arch == "gpt2"    ? "gpt-2"
+                            : arch == "llama"   ? "llama-bpe"
+                            : arch == "gpt-oss" ? "gpt-4o"
+                                                : "default";
     std::vector<std::pair<std::string, GgufValue>> extra;
     for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
         if (cfg.contains(k) && cfg[k].is_number_integer()) {
@@ -147,102 +188,31 @@ ConvertResult convert_hf(const ConvertOptions& o) {
             extra.emplace_back(gk, GgufValue::u32(cfg[k].get<uint32_t>()));
         }
     }
-    Vocab vocab = load_vocab(tok, n_vocab, pre, extra);
+    Vocab vocab = load_vocab(tok, hp.n_vocab, pre, extra);
     for (const auto& [k, v] : vocab.kv) w.set(k, v);
     w.set("general.quantization_version", GgufValue::u32(2));
 
-    // tensor plan, in the order the forge writes them
-    std::vector<Planned> plan;
-    auto add = [&](std::string g, std::string h, Op op = Op::Copy, uint32_t heads = 0) {
-        if (has(h)) plan.push_back({std::move(g), std::move(h), op, heads});
-    };
-    const bool tied = !has("lm_head.weight") || cfg.value("tie_word_embeddings", false);
-    if (arch == "gpt2") {
-        const std::string p = has("transformer.wte.weight") ? "transformer." : "";
-        add("token_embd.weight", p + "wte.weight");
-        add("position_embd.weight", p + "wpe.weight");
-        for (uint32_t i = 0; i < n_layer; ++i) {
-            const std::string h = fmt::format("{}h.{}.", p, i), g = fmt::format("blk.{}.", i);
-            add(g + "attn_norm.weight", h + "ln_1.weight");
-            add(g + "attn_norm.bias", h + "ln_1.bias");
-            add(g + "attn_qkv.weight", h + "attn.c_attn.weight", Op::Transpose);
-            add(g + "attn_qkv.bias", h + "attn.c_attn.bias");
-            add(g + "attn_output.weight", h + "attn.c_proj.weight", Op::Transpose);
-            add(g + "attn_output.bias", h + "attn.c_proj.bias");
-            add(g + "ffn_norm.weight", h + "ln_2.weight");
-            add(g + "ffn_norm.bias", h + "ln_2.bias");
-            add(g + "ffn_up.weight", h + "mlp.c_fc.weight", Op::Transpose);
-            add(g + "ffn_up.bias", h + "mlp.c_fc.bias");
-            add(g + "ffn_down.weight", h + "mlp.c_proj.weight", Op::Transpose);
-            add(g + "ffn_down.bias", h + "mlp.c_proj.bias");
-        }
-        add("output_norm.weight", p + "ln_f.weight");
-        add("output_norm.bias", p + "ln_f.bias");
-        add("output.weight", p + "wte.weight");  // the converter writes the tied head out
-    } else {
-        add("token_embd.weight", "model.embed_tokens.weight");
-        for (uint32_t i = 0; i < n_layer; ++i) {
-            const std::string h = fmt::format("model.layers.{}.", i), g = fmt::format("blk.{}.", i);
-            add(g + "attn_norm.weight", h + "input_layernorm.weight");
-            if (arch == "phi3") {
-                add(g + "attn_qkv.weight", h + "self_attn.qkv_proj.weight");
-                add(g + "attn_output.weight", h + "self_attn.o_proj.weight");
-                add(g + "ffn_norm.weight", h + "post_attention_layernorm.weight");
-                add(g + "ffn_up.weight", h + "mlp.gate_up_proj.weight");
-                add(g + "ffn_down.weight", h + "mlp.down_proj.weight");
-                continue;
-            }
-            const bool llama = arch == "llama";
-            add(g + "attn_q.weight", h + "self_attn.q_proj.weight", llama ? Op::PermuteHeads : Op::Copy, n_head);
-            add(g + "attn_q.bias", h + "self_attn.q_proj.bias");
-            add(g + "attn_k.weight", h + "self_attn.k_proj.weight", llama ? Op::PermuteHeads : Op::Copy, n_head_kv);
-            add(g + "attn_k.bias", h + "self_attn.k_proj.bias");
-            add(g + "attn_v.weight", h + "self_attn.v_proj.weight");
-            add(g + "attn_v.bias", h + "self_attn.v_proj.bias");
-            add(g + "attn_output.weight", h + "self_attn.o_proj.weight");
-            add(g + "ffn_norm.weight", h + "post_attention_layernorm.weight");
-            add(g + "ffn_gate.weight", h + "mlp.gate_proj.weight");
-            add(g + "ffn_up.weight", h + "mlp.up_proj.weight");
-            add(g + "ffn_down.weight", h + "mlp.down_proj.weight");
-        }
-        add("output_norm.weight", "model.norm.weight");
-        if (!tied) add("output.weight", "lm_head.weight");
-    }
+    PlanInput in{arch, hp.n_layer, hp.n_head, hp.n_head_kv,
+                 cfg.value("tie_word_embeddings", arch == "gpt2"), o.log};
+    const std::vector<Planned> plan = plan_tensors(in, st);
 
-    ModelFacts facts{n_layer, false};
+    ModelFacts facts{hp.n_layer, false};
     for (const auto& p : plan) if (p.gguf == "output.weight") facts.has_output = true;
 
     WorkerPool pool(o.threads);
     ConvertResult r;
     r.architecture = arch;
     for (const auto& p : plan) {
-        const SafeTensor& t = st.at(p.hf);
-        if (t.shape.empty() || t.shape.size() > 2)
-            throw Error(Code::ModelLoadFailed, fmt::format("tensor '{}' has {} dims (1 or 2 expected)", p.hf, t.shape.size()));
-        // ggml dims are the reverse of the row-major shape; a Conv1D weight
-        // ([in, out]) is transposed so that rows are outputs.
-        std::vector<uint64_t> dims(t.shape.rbegin(), t.shape.rend());
-        if (p.op == Op::Transpose) std::swap(dims[0], dims[1]);
-        const uint32_t src_type = is_quantizable(p.gguf, dims) ? EH_TYPE_F16 : EH_TYPE_F32;
-        uint32_t type = choose_type(o.target, facts, p.gguf, dims, src_type);
-        if (!is_quantizable(p.gguf, dims)) type = EH_TYPE_F32;
+        uint32_t type = EH_TYPE_MXFP4;
+        if (p.op != Op::Mxfp4) {
+            const bool q = is_quantizable(p.gguf, p.dims);
+            type = q ? choose_type(o.target, facts, p.gguf, p.dims, EH_TYPE_F16) : uint32_t(EH_TYPE_F32);
+        }
         const char* tn = eh_tensor_type_traits(type).name;
         ++r.census[tn ? tn : "?"];
-        w.add_tensor(p.gguf, type, dims, [&pool, &t, p, dims, type, &o](model::ByteSink& sink) {
+        w.add_tensor(p.gguf, type, p.dims, [&pool, &st, p, type, &o](model::ByteSink& sink) {
             if (o.log) o.log(fmt::format("{} <- {}", p.gguf, p.hf));
-            std::vector<float> v = read_floats(t);
-            const uint64_t ne0 = dims[0], rows = dims.size() > 1 ? dims[1] : 1;
-            if (p.op == Op::Transpose) {
-                std::vector<float> tr(v.size());
-                for (uint64_t rr = 0; rr < rows; ++rr)
-                    for (uint64_t c = 0; c < ne0; ++c) tr[rr * ne0 + c] = v[c * rows + rr];
-                v.swap(tr);
-            } else if (p.op == Op::PermuteHeads) {
-                v = permute_heads(v, rows, ne0, p.heads);
-            }
-            detail::stream_rows(p.gguf, type, ne0, rows, pool, sink, [&](uint64_t first, uint64_t n, float* out) {
-                std::copy_n(v.begin() + first * ne0, n * ne0, out);
-            });
+            write_planned(p, st, type, pool, sink);
         });
     }
     const std::string tmp = o.out + ".partial";

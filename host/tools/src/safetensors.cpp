@@ -85,24 +85,29 @@ std::map<std::string, SafeTensor> read_safetensors_dir(const std::string& dir) {
     return out;
 }
 
-std::vector<float> read_floats(const SafeTensor& t) {
+std::vector<uint8_t> read_bytes(const SafeTensor& t) {
     std::ifstream in(t.file, std::ios::binary);
     std::vector<uint8_t> raw(t.nbytes);
     in.seekg(static_cast<std::streamoff>(t.offset));
     if (!in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(t.nbytes)))
         throw Error(Code::ModelLoadFailed, fmt::format("'{}': short read at offset {}", t.file, t.offset));
+    return raw;
+}
+
+std::vector<float> read_floats(const SafeTensor& t) {
+    if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
+        throw Error(Code::InvalidRequest, fmt::format("'{}': dtype {} is not a float type", t.file, t.dtype));
+    const std::vector<uint8_t> raw = read_bytes(t);
     const uint64_t n = t.nbytes / (t.dtype == "F32" ? 4 : 2);
     std::vector<float> out(n);
     if (t.dtype == "F32") {
         std::memcpy(out.data(), raw.data(), t.nbytes);
-    } else if (t.dtype == "F16" || t.dtype == "BF16") {
+    } else {
         for (uint64_t i = 0; i < n; ++i) {
             uint16_t h;
             std::memcpy(&h, raw.data() + 2 * i, 2);
             out[i] = t.dtype == "F16" ? ehp::quant::fp16_to_fp32(h) : ehp::quant::bf16_to_fp32(h);
         }
-    } else {
-        throw Error(Code::InvalidRequest, fmt::format("'{}': dtype {} is not a float type", t.file, t.dtype));
     }
     return out;
 }

@@ -1,6 +1,8 @@
 #include "eh/tools/vocab.hpp"
 
+#include <cctype>
 #include <cstdlib>
+#include <functional>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -19,7 +21,7 @@ using model::GgufValue;
 namespace {
 
 // llama.cpp token types
-constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
+constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUnused = 5, kByte = 6;
 
 bool looks_special(const std::string& t) {
     if (t.size() >= 4 && t.rfind("<|", 0) == 0 && t.compare(t.size() - 2, 2, "|>") == 0) return true;
@@ -54,6 +56,62 @@ Vocab from_gguf(const std::string& path) {
     return v;
 }
 
+// tokenizer_config.json beside tokenizer.json, or null.
+nlohmann::json tokenizer_config(const fs::path& dir) {
+    if (!fs::exists(dir / "tokenizer_config.json")) return nullptr;
+    try {
+        return nlohmann::json::parse(read_text(dir / "tokenizer_config.json"));
+    } catch (const nlohmann::json::exception&) {
+        return nullptr;  // a broken config only costs the template and flags
+    }
+}
+
+// A special token of tokenizer_config.json ("<s>" or {"content": "<s>"}).
+std::string config_token(const nlohmann::json& cfg, const char* key) {
+    if (!cfg.is_object() || !cfg.contains(key)) return "";
+    const auto& v = cfg[key];
+    if (v.is_string()) return v.get<std::string>();
+    if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"].get<std::string>();
+    return "";
+}
+
+bool is_byte_token(const std::string& t) {
+    return t.size() == 6 && t.rfind("<0x", 0) == 0 && t[5] == '>' && std::isxdigit(static_cast<unsigned char>(t[3])) &&
+           std::isxdigit(static_cast<unsigned char>(t[4]));
+}
+
+// A SentencePiece-style BPE (Llama 2, Phi-3, Mistral): "▁" for spaces and
+// <0xXX> byte fallback instead of GPT-2's byte-to-unicode mapping.
+bool is_spm_style(const nlohmann::json& j) {
+    const auto& model = j["model"];
+    if (!model.value("byte_fallback", false)) return false;
+    const std::string dump = j.value("pre_tokenizer", nlohmann::json()).dump();
+    return dump.find("ByteLevel") == std::string::npos;
+}
+
+// Whether the normalizer / pre-tokenizer puts "▁" before the text.
+bool adds_space_prefix(const nlohmann::json& j) {
+    bool prefix = false;
+    std::function<void(const nlohmann::json&)> walk = [&](const nlohmann::json& n) {
+        if (n.is_array()) {
+            for (const auto& x : n) walk(x);
+            return;
+        }
+        if (!n.is_object()) return;
+        const std::string type = n.value("type", "");
+        if (type == "Prepend" && n.value("prepend", "") == "\xE2\x96\x81") prefix = true;
+        if (type == "Metaspace") {
+            if (n.contains("prepend_scheme")) prefix = n["prepend_scheme"] != "never";
+            else prefix = n.value("add_prefix_space", true);
+        }
+        for (const char* k : {"normalizers", "pretokenizers"})
+            if (n.contains(k)) walk(n[k]);
+    };
+    walk(j.value("normalizer", nlohmann::json()));
+    walk(j.value("pre_tokenizer", nlohmann::json()));
+    return prefix;
+}
+
 Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::string& pre) {
     nlohmann::json j;
     try {
@@ -62,13 +120,17 @@ Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::s
         throw Error(Code::ModelLoadFailed, fmt::format("'{}': invalid JSON: {}", path, e.what()));
     }
     const auto& model = j.value("model", nlohmann::json::object());
-    if (model.value("type", "") != "BPE" || !model.contains("vocab") || !model["vocab"].is_object())
-        throw Error(Code::ModelLoadFailed, fmt::format("'{}': model.type must be BPE with a vocab object", path));
+    const std::string kind = model.value("type", "");
+    if ((kind != "BPE" && kind != "WordLevel") || !model.contains("vocab") || !model["vocab"].is_object())
+        throw Error(Code::ModelLoadFailed,
+                    fmt::format("'{}': model.type must be BPE or WordLevel with a vocab object (found '{}')", path, kind));
+    const bool spm = kind == "BPE" && is_spm_style(j);
 
     std::unordered_map<int64_t, std::string> by_id;
     std::unordered_map<int64_t, bool> added_special;
     int64_t max_id = -1;
     for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+        if (!it.value().is_number_integer()) throw Error(Code::ModelLoadFailed, fmt::format("'{}': token '{}' has no integer id", path, it.key()));
         const int64_t id = it.value().get<int64_t>();
         if (id < 0 || id > (1 << 24)) throw Error(Code::ModelLoadFailed, fmt::format("'{}': token id {} out of range", path, id));
         by_id[id] = it.key();
@@ -83,9 +145,20 @@ Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::s
             max_id = std::max(max_id, id);
         }
     }
+    std::vector<std::string> merges;
+    if (model.contains("merges") && model["merges"].is_array()) {
+        merges.reserve(model["merges"].size());
+        for (const auto& m : model["merges"]) {
+            if (m.is_string()) merges.push_back(m.get<std::string>());
+            else if (m.is_array() && m.size() == 2) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+        }
+    }
+    const std::string unk = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>() : "";
+
     const uint64_t n = std::max<uint64_t>(pad_to, static_cast<uint64_t>(max_id + 1));
     std::vector<std::string> tokens(n);
     std::vector<int32_t> types(n);
+    int64_t unk_id = -1;
     for (uint64_t i = 0; i < n; ++i) {
         auto it = by_id.find(static_cast<int64_t>(i));
         if (it == by_id.end()) {
@@ -95,40 +168,75 @@ Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::s
         }
         tokens[i] = it->second;
         auto a = added_special.find(static_cast<int64_t>(i));
-        if (a == added_special.end()) types[i] = kNormal;
-        else types[i] = (a->second || looks_special(it->second)) ? kControl : kUserDefined;
-    }
-    std::vector<std::string> merges;
-    if (model.contains("merges") && model["merges"].is_array()) {
-        merges.reserve(model["merges"].size());
-        for (const auto& m : model["merges"]) {
-            if (m.is_string()) merges.push_back(m.get<std::string>());
-            else if (m.is_array() && m.size() == 2) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-        }
+        if (a != added_special.end()) types[i] = (a->second || looks_special(it->second)) ? kControl : kUserDefined;
+        else if (spm && it->second == unk) types[i] = kUnknown;
+        else if (spm && is_byte_token(it->second)) types[i] = kByte;
+        else types[i] = kNormal;
+        if (!unk.empty() && it->second == unk) unk_id = static_cast<int64_t>(i);
     }
 
     Vocab v;
     v.source = path;
     v.n_tokens = n;
-    v.kv.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
-    v.kv.emplace_back("tokenizer.ggml.pre", GgufValue::string(pre.empty() ? "default" : pre));
-    v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
-    v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
-    v.kv.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
+    const fs::path dir = fs::path(path).parent_path();
+    const nlohmann::json tcfg = tokenizer_config(dir);
+    if (kind == "WordLevel") {
+        // llama.cpp has no word-level model: the vocabulary is kept (ids and
+        // texts) for inspection, without a tokenizer the host can run.
+        v.kv.emplace_back("tokenizer.ggml.model", GgufValue::string("none"));
+        v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+        v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
+    } else if (spm) {
+        // SentencePiece merges the adjacent pair whose result scores highest;
+        // scoring each token by minus the rank of the first BPE merge that
+        // makes it gives the BPE merge order.
+        std::unordered_map<std::string, float> rank;
+        for (size_t r = 0; r < merges.size(); ++r) {
+            const size_t sp = merges[r].find(' ', 1);
+            if (sp == std::string::npos) continue;
+            std::string joined = merges[r].substr(0, sp) + merges[r].substr(sp + 1);
+            rank.emplace(std::move(joined), -static_cast<float>(r));
+        }
+        std::vector<float> scores(n, 0.0f);
+        for (uint64_t i = 0; i < n; ++i) {
+            if (types[i] == kControl || types[i] == kUserDefined || types[i] == kUnknown || types[i] == kUnused) scores[i] = -1000.0f;
+            else if (auto it = rank.find(tokens[i]); it != rank.end()) scores[i] = it->second;
+        }
+        v.kv.emplace_back("tokenizer.ggml.model", GgufValue::string("llama"));
+        v.kv.emplace_back("tokenizer.ggml.pre", GgufValue::string("default"));
+        v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+        v.kv.emplace_back("tokenizer.ggml.scores", GgufValue::array(std::span<const float>(scores)));
+        v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
+        v.kv.emplace_back("tokenizer.ggml.add_space_prefix", GgufValue::boolean(adds_space_prefix(j)));
+        if (unk_id >= 0) v.kv.emplace_back("tokenizer.ggml.unknown_token_id", GgufValue::u32(static_cast<uint32_t>(unk_id)));
+    } else {
+        v.kv.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
+        v.kv.emplace_back("tokenizer.ggml.pre", GgufValue::string(pre.empty() ? "default" : pre));
+        v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+        v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
+        v.kv.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
+    }
+
+    // special tokens and flags from tokenizer_config.json (config.json's ids,
+    // passed as `extra`, win)
+    for (auto [key, gkey] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"},
+                             std::pair{"eos_token", "tokenizer.ggml.eos_token_id"},
+                             std::pair{"pad_token", "tokenizer.ggml.padding_token_id"}}) {
+        const std::string t = config_token(tcfg, key);
+        if (t.empty()) continue;
+        for (const auto& [id, text] : by_id)
+            if (text == t) { v.kv.emplace_back(gkey, GgufValue::u32(static_cast<uint32_t>(id))); break; }
+    }
+    for (auto [key, gkey] : {std::pair{"add_bos_token", "tokenizer.ggml.add_bos_token"},
+                             std::pair{"add_eos_token", "tokenizer.ggml.add_eos_token"}})
+        if (tcfg.is_object() && tcfg.contains(key) && tcfg[key].is_boolean())
+            v.kv.emplace_back(gkey, GgufValue::boolean(tcfg[key].get<bool>()));
 
     // chat template: chat_template.jinja beside the file, else tokenizer_config.json's
-    const fs::path dir = fs::path(path).parent_path();
     std::string tmpl;
-    if (fs::exists(dir / "chat_template.jinja")) {
-        tmpl = read_text(dir / "chat_template.jinja");
-    } else if (fs::exists(dir / "tokenizer_config.json")) {
-        try {
-            auto cfg = nlohmann::json::parse(read_text(dir / "tokenizer_config.json"));
-            if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) tmpl = cfg["chat_template"].get<std::string>();
-        } catch (const nlohmann::json::exception&) {
-            // a broken config only costs the template
-        }
-    }
+    if (fs::exists(dir / "chat_template.jinja")) tmpl = read_text(dir / "chat_template.jinja");
+    else if (tcfg.is_object() && tcfg.contains("chat_template") && tcfg["chat_template"].is_string())
+        tmpl = tcfg["chat_template"].get<std::string>();
     if (!tmpl.empty()) v.kv.emplace_back("tokenizer.chat_template", GgufValue::string(tmpl));
     return v;
 }

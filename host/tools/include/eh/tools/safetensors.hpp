@@ -25,6 +25,9 @@ std::map<std::string, SafeTensor> read_safetensors_dir(const std::string& dir);
 // The tensor's values as floats (F32, F16, BF16 only).
 std::vector<float> read_floats(const SafeTensor& t);
 
+// The tensor's bytes as stored (any dtype; MXFP4 blocks and scales are U8).
+std::vector<uint8_t> read_bytes(const SafeTensor& t);
+
 // Writes a safetensors file of F32 tensors (for tests and tooling).
 void write_safetensors_f32(const std::string& path,
                            const std::vector<std::pair<std::string, std::pair<std::vector<uint64_t>, std::vector<float>>>>& tensors);
