@@ -1,5 +1,7 @@
 #include <gtest/gtest.h>
 
+#include <fmt/format.h>
+
 #include "eh/tools/bench.hpp"
 #include "eh/tools/forge.hpp"
 #include "eh/error.hpp"
@@ -21,11 +23,13 @@ TEST(Bench, JsonSchemaOnCpuReference) {
     o.threads = 2;
     auto rep = run_bench(o);
     auto j = to_json(rep);
-    for (const char* k : {"model", "architecture", "quant", "model_bytes", "n_vocab", "n_prompt", "n_gen", "reps",
+    for (const char* k : {"model", "architecture", "quant", "model_bytes", "n_vocab", "n_prompt", "n_gen", "reps", "n_prompt_requested", "n_gen_requested", "context_length", "capped",
                           "results", "skipped"})
         EXPECT_TRUE(j.contains(k)) << k;
     EXPECT_EQ(j["quant"], "Q8_0");
     EXPECT_EQ(j["n_prompt"], 16);
+    EXPECT_EQ(j["n_prompt_requested"], 16);
+    EXPECT_FALSE(j["capped"].get<bool>());
     ASSERT_TRUE(j["results"].is_array());
     ASSERT_FALSE(j["results"].empty());
     bool saw_cpu = false;
@@ -75,4 +79,46 @@ TEST(Bench, PromptAndPercentiles) {
     EXPECT_DOUBLE_EQ(percentile({1, 2, 3, 4, 5}, 100), 5);
     EXPECT_DOUBLE_EQ(percentile({10, 20}, 95), 19.5);
     EXPECT_DOUBLE_EQ(percentile({}, 50), 0);
+}
+
+TEST(Bench, FitContext) {
+    EXPECT_EQ(fit_context(512, 128, 0), std::make_pair(512u, 128u));      // unknown context: no cap
+    EXPECT_EQ(fit_context(512, 128, 4096), std::make_pair(512u, 128u));   // fits
+    EXPECT_EQ(fit_context(64, 63, 128), std::make_pair(64u, 63u));        // exactly fits (one spare slot)
+    EXPECT_EQ(fit_context(512, 128, 128), std::make_pair(101u, 26u));     // scaled in proportion
+    for (uint32_t ctx : {2u, 3u, 17u, 128u, 1000u})
+        for (auto [p, n] : {std::pair{512u, 128u}, std::pair{1u, 5000u}, std::pair{5000u, 1u}}) {
+            auto [pp, nn] = fit_context(p, n, ctx);
+            EXPECT_GE(pp, 1u);
+            EXPECT_GE(nn, 1u);
+            EXPECT_LE(pp, p);
+            EXPECT_LE(nn, n);
+            EXPECT_LE(pp + nn + 1, std::max(ctx, 3u)) << ctx << " " << p << " " << n;
+        }
+}
+
+// The defaults (-p 512 -n 128) on a model of 128 positions: capped, said so,
+// and the run succeeds.
+TEST(Bench, DefaultsAreCappedToSmallContext) {
+    TempDir d;
+    ForgeOptions f{"tiny-gpt2-q8_0", d.file("m.gguf"), 1, "", 2, {}};
+    forge(f);
+    BenchOptions o;
+    o.plugins_dir = EH_PLUGIN_DIR;
+    o.model = f.out;
+    o.plugin = "cpu-reference";
+    o.reps = 1;
+    o.threads = 2;
+    auto rep = run_bench(o);
+    auto j = to_json(rep);
+    EXPECT_EQ(j["context_length"], 128);
+    EXPECT_EQ(j["n_prompt_requested"], 512);
+    EXPECT_EQ(j["n_gen_requested"], 128);
+    EXPECT_TRUE(j["capped"].get<bool>());
+    EXPECT_LE(j["n_prompt"].get<uint32_t>() + j["n_gen"].get<uint32_t>() + 1, 128u);
+    ASSERT_EQ(j["results"].size(), 1u);
+    EXPECT_TRUE(j["results"][0]["ok"].get<bool>()) << j["results"][0].dump();
+    const std::string table = to_table(rep);
+    EXPECT_NE(table.find("requested -p 512 -n 128"), std::string::npos) << table;
+    EXPECT_NE(table.find(fmt::format("pp{} t/s", rep.n_prompt)), std::string::npos) << table;
 }

@@ -16,7 +16,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("plugins", po::value<std::string>()->required(), "plugin directory")
         ("model", po::value<std::string>()->required(), "model file")
         ("plugin", po::value<std::string>()->default_value(""), "only this plugin (default: every plugin that serves the model)")
-        ("p,p", po::value<uint32_t>()->default_value(512), "prompt tokens (prefill)")
+        ("p,p", po::value<uint32_t>()->default_value(512), "prompt tokens (prefill); -p and -n are scaled down together when p+n exceeds the model context")
         ("n,n", po::value<uint32_t>()->default_value(128), "generated tokens (decode)")
         ("r,r", po::value<uint32_t>()->default_value(5), "repetitions (after one warm-up)")
         ("gpu", po::value<int>()->default_value(0), "GPU ordinal")

@@ -5,6 +5,8 @@
 #include <cmath>
 #include <map>
 #include <optional>
+#include <tuple>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -58,6 +60,7 @@ std::optional<std::string> file_type_name(std::optional<uint64_t> ft) {
     }
 }
 
+// `o` carries the numbers actually run (already fitted to the context).
 BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFile>& mf, const BenchOptions& o) {
     BenchRun run;
     run.plugin = rec.caps.name;
@@ -148,6 +151,16 @@ double percentile(std::vector<double> v, double p) {
     return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
 }
 
+std::pair<uint32_t, uint32_t> fit_context(uint32_t n_prompt, uint32_t n_gen, uint32_t context_length) {
+    if (context_length == 0) return {n_prompt, n_gen};
+    const uint64_t budget = context_length > 2 ? context_length - 1 : 2;
+    const uint64_t want = uint64_t(n_prompt) + n_gen;
+    if (want <= budget) return {n_prompt, n_gen};
+    const uint64_t p = std::clamp<uint64_t>(uint64_t(n_prompt) * budget / want, 1, budget - 1);
+    const uint64_t n = std::clamp<uint64_t>(budget - p, 1, n_gen);
+    return {static_cast<uint32_t>(p), static_cast<uint32_t>(n)};
+}
+
 std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab) {
     std::vector<int32_t> out(n);
     // A stride coprime with any vocab size we meet walks the whole range
@@ -171,6 +184,18 @@ BenchReport run_bench(const BenchOptions& o) {
     rep.quant = file_type_name(mf->get_uint("general.file_type")).value_or(dominant_type(*mf));
     rep.model_bytes = mf->file_size();
     if (auto toks = mf->get_string_array("tokenizer.ggml.tokens"); !toks.empty()) rep.n_vocab = toks.size();
+    uint64_t ctx = mf->get_uint(mf->arch_key("context_length")).value_or(0);
+    // GPT-2 has no more positions than rows of its position embedding.
+    if (const eh_tensor* pe = mf->find_tensor("position_embd.weight"); pe && pe->n_dims >= 2 && pe->dims[1] > 0)
+        ctx = ctx ? std::min<uint64_t>(ctx, pe->dims[1]) : pe->dims[1];
+    rep.context_length = static_cast<uint32_t>(std::min<uint64_t>(ctx, UINT32_MAX));
+    std::tie(rep.n_prompt, rep.n_gen) = fit_context(o.n_prompt, o.n_gen, rep.context_length);
+    if (o.log && (rep.n_prompt != o.n_prompt || rep.n_gen != o.n_gen))
+        o.log(fmt::format("-p {} -n {} does not fit a context of {}: running -p {} -n {}", o.n_prompt, o.n_gen,
+                          rep.context_length, rep.n_prompt, rep.n_gen));
+    BenchOptions run_opts = o;
+    run_opts.n_prompt = rep.n_prompt;
+    run_opts.n_gen = rep.n_gen;
 
     loader::LoaderOptions lo;
     lo.device = o.device;
@@ -202,7 +227,7 @@ BenchReport run_bench(const BenchOptions& o) {
     }
     for (const PluginRecord* r : chosen) {
         if (o.log) o.log(fmt::format("benchmarking {} on {}", r->caps.name, o.model));
-        rep.runs.push_back(bench_one(*r, mf, o));
+        rep.runs.push_back(bench_one(*r, mf, run_opts));
     }
     return rep;
 }
@@ -235,15 +260,21 @@ nlohmann::json to_json(const BenchReport& r) {
     return {
         {"model", r.model}, {"architecture", r.architecture}, {"quant", r.quant},
         {"model_bytes", r.model_bytes}, {"n_vocab", r.n_vocab},
-        {"n_prompt", r.options.n_prompt}, {"n_gen", r.options.n_gen}, {"reps", r.options.reps},
+        {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"reps", r.options.reps},
+        {"n_prompt_requested", r.options.n_prompt}, {"n_gen_requested", r.options.n_gen},
+        {"context_length", r.context_length},
+        {"capped", r.n_prompt != r.options.n_prompt || r.n_gen != r.options.n_gen},
         {"results", runs}, {"skipped", skipped},
     };
 }
 
 std::string to_table(const BenchReport& r) {
     std::string out = fmt::format("model: {} ({}, {}, {})\n", r.model, r.architecture, r.quant, human_bytes(r.model_bytes));
+    if (r.n_prompt != r.options.n_prompt || r.n_gen != r.options.n_gen)
+        out += fmt::format("note: requested -p {} -n {} exceeds the model's context of {} positions; ran -p {} -n {}\n",
+                           r.options.n_prompt, r.options.n_gen, r.context_length, r.n_prompt, r.n_gen);
     out += fmt::format("| {:<16} | {:<28} | {:>12} | {:>12} | {:>9} | {:>8} | {:>8} | {:>11} |\n", "plugin", "device",
-                       fmt::format("pp{} t/s", r.options.n_prompt), fmt::format("tg{} t/s", r.options.n_gen),
+                       fmt::format("pp{} t/s", r.n_prompt), fmt::format("tg{} t/s", r.n_gen),
                        "TTFT ms", "ITL p50", "ITL p95", "device mem");
     out += fmt::format("|{:-<18}|{:-<30}|{:->14}|{:->14}|{:->11}|{:->10}|{:->10}|{:->13}|\n", "", "", "", "", "", "", "", "");
     for (const auto& x : r.runs) {

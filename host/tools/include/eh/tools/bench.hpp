@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -46,7 +47,10 @@ struct BenchReport {
     std::string model, architecture, quant;
     uint64_t model_bytes = 0;
     uint32_t n_vocab = 0;
-    BenchOptions options;
+    BenchOptions options;        // as requested
+    // What was run: the request capped to the model's context (see fit_context).
+    uint32_t context_length = 0; // {arch}.context_length; 0 = unknown (no cap)
+    uint32_t n_prompt = 0, n_gen = 0;
     std::vector<BenchRun> runs;
     std::vector<std::pair<std::string, std::string>> skipped;  // plugin, why
 };
@@ -57,6 +61,12 @@ BenchReport run_bench(const BenchOptions& options);
 
 nlohmann::json to_json(const BenchReport& r);
 std::string to_table(const BenchReport& r);
+
+// p + n capped to a model of `context_length` positions (0 = no limit):
+// unchanged when p + n + 1 fit (the session holds one more slot than it
+// uses), else both scaled down in proportion, each at least 1. A tiny GPT-2
+// (128 positions) asked for pp512/tg128 runs pp101/tg26.
+std::pair<uint32_t, uint32_t> fit_context(uint32_t n_prompt, uint32_t n_gen, uint32_t context_length);
 
 // The deterministic prompt: n token ids spread over [0, n_vocab).
 std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab);
