@@ -112,3 +112,20 @@ TEST(Convert, RejectsUnsupportedAndMalformed) {
     std::ofstream(d.path / "config.json") << R"({"model_type": "qwen2")";
     EXPECT_THROW(convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F16"), 1, {}}), eh::Error);
 }
+
+TEST(Convert, GptOssBlocksWithoutScalesNameTheTensor) {
+    TempDir d;
+    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/gpt-oss/hf_mxfp4";
+    fs::copy_file(src / "config.json", d.path / "config.json");
+    fs::copy_file(src / "tokenizer.json", d.path / "tokenizer.json");
+    write_safetensors_f32((d.path / "model.safetensors").string(),
+                          {{"model.layers.0.mlp.experts.down_proj_blocks", {{4, 64, 2, 16}, std::vector<float>(4 * 64 * 2 * 16)}}});
+    try {
+        convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F32"), 1, {}});
+        FAIL() << "expected an error";
+    } catch (const eh::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("down_proj_blocks"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("down_proj_scales"), std::string::npos) << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d.file("o.gguf")));
+}

@@ -1,10 +1,13 @@
 // `engine-host convert --hf DIR`: a Hugging Face model directory
 // (config.json, tokenizer.json, *.safetensors) to a GGUF file with the
 // tensor names, metadata keys and tokenizer keys llama.cpp's converter
-// writes. Supported: llama (with the Q/K row permutation GGUF expects),
-// qwen2, phi3, gpt2 (Conv1D weights transposed; output.weight written as a
-// copy of the tied embedding). Weights are converted to F16 by default or
-// to any QuantTarget (Q4_K_M applies the recipe of recipe.hpp).
+// writes. Supported: llama/mistral (Q/K rows permuted), qwen2, phi3, gpt2
+// (Conv1D weights transposed; tied head written as output.weight) and
+// gpt-oss (gate_up split, MXFP4 blocks repacked, dense experts transposed;
+// src/convert_plan.hpp). Float weights are converted to F16 by default or to
+// any QuantTarget (Q4_K_M applies the recipe of recipe.hpp); MXFP4 experts
+// stay MXFP4. The vocabulary comes from tokenizer.json (vocab.hpp): byte-level
+// BPE as "gpt2", SentencePiece-style BPE as "llama" (SPM), WordLevel as "none".
 #pragma once
 
 #include <cstdint>
