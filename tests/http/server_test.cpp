@@ -409,3 +409,22 @@ TEST(Server, KvCacheSizeSetsTheContext) {
     EngineHost too_big({"--ctx-size", "999999"}, {}, false);
     EXPECT_EQ(too_big.wait_exit(), 2) << too_big.log();
 }
+
+// The server listens before the model is loaded: /health says "loading"
+// with a 503 (and generation is refused with MODEL_LOADING) until it is ready.
+TEST(Server, HealthIs503WhileTheModelLoads) {
+    EngineHost h({"--log-format", "text"}, {{"EH_TEST_ENGINE_LOAD_DELAY_MS", "1500"}}, false);
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto early = h.get("/health");
+    EXPECT_EQ(early.status, 503) << early.body;
+    EXPECT_EQ(json::parse(early.body)["status"], "loading") << early.body;
+    auto refused = h.post("/execute", exec_body("too-early", 2));
+    EXPECT_EQ(refused.status, 503) << refused.body;
+    EXPECT_NE(refused.body.find("MODEL_LOADING"), std::string::npos) << refused.body;
+    bool ready = false;
+    for (int i = 0; i < 100 && !ready; ++i) {
+        ready = h.get("/health").status == 200;
+        if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(ready) << h.log();
+}

@@ -10,26 +10,8 @@ namespace {
 
 using test::testdata;
 
-std::string ids_str(const std::vector<int32_t>& ids) {
-    std::string s;
-    for (int32_t id : ids) s += " " + std::to_string(id);
-    return s;
-}
-
-void expect_vectors(const Tokenizer& tok, const std::string& vocab_name) {
-    const auto dir = testdata() / "vocab";
-    const auto vectors = test::read_vocab_vectors(dir / ("ggml-vocab-" + vocab_name + ".gguf.inp"),
-                                                  dir / ("ggml-vocab-" + vocab_name + ".gguf.out"));
-    ASSERT_EQ(vectors.size(), 46u);
-    size_t ok = 0;
-    for (const auto& v : vectors) {
-        const auto got = tok.encode(v.text, false, false);
-        EXPECT_EQ(ids_str(got), ids_str(v.ids)) << "text: \"" << v.text << "\"";
-        ok += got == v.ids;
-    }
-    std::printf("[%s via %s] %zu/%zu vectors match\n", vocab_name.c_str(), std::string(tok.kind()).c_str(), ok,
-                vectors.size());
-}
+using test::expect_vectors;
+using test::ids_str;
 
 TEST(HfJsonConformance, Gpt2MatchesGgufVectors) {
     auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/gpt2");

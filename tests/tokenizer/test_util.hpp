@@ -2,6 +2,9 @@
 // (.inp strings separated by "__ggml_vocab_test__" lines, .out ids per line).
 #pragma once
 
+#include <gtest/gtest.h>
+
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -45,6 +48,34 @@ inline std::vector<Vector> read_vocab_vectors(const std::filesystem::path& inp, 
         v.push_back(std::move(x));
     }
     return v;
+}
+
+inline std::string ids_str(const std::vector<int32_t>& ids) {
+    std::string s;
+    for (int32_t id : ids) s += " " + std::to_string(id);
+    return s;
+}
+
+// Encodes every string of ggml-vocab-<name>.gguf.inp and compares with the
+// .out ids; with `check_decode`, decoding must give the string back.
+template <class Tok>
+void expect_vectors(const Tok& tok, const std::string& vocab_name, bool check_decode = false) {
+    const auto dir = testdata() / "vocab";
+    const auto vectors = read_vocab_vectors(dir / ("ggml-vocab-" + vocab_name + ".gguf.inp"),
+                                            dir / ("ggml-vocab-" + vocab_name + ".gguf.out"));
+    ASSERT_EQ(vectors.size(), 46u);
+    size_t ok = 0;
+    for (const auto& v : vectors) {
+        const auto got = tok.encode(v.text, false, false);
+        EXPECT_EQ(ids_str(got), ids_str(v.ids)) << "text: \"" << v.text << "\"";
+        ok += got == v.ids;
+        // The vector strings are NFC already, so decoding gives them back.
+        if (check_decode) {
+            EXPECT_EQ(tok.decode(got), v.text);
+        }
+    }
+    std::printf("[%s via %s] %zu/%zu vectors match\n", vocab_name.c_str(), std::string(tok.kind()).c_str(), ok,
+                vectors.size());
 }
 
 }  // namespace eh::tokenizer::test
