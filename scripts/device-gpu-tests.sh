@@ -25,10 +25,12 @@ step "probe"
 
 step "GPU test suite"
 "$T" --gtest_brief=1 > "$OUT_DIR/tests.log" 2>&1 || rc=1
-grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED|Failure|error|Expected|Which is|actual" "$OUT_DIR/tests.log" | head -80
+grep -E "^\[  PASSED|^\[  SKIPPED|^\[  FAILED" "$OUT_DIR/tests.log" | head -40
+grep -E -A4 "Failure" "$OUT_DIR/tests.log" | head -40
 step "GPU test suite with the int8-input GEMV path (EHCUDA_GEMV_Q8X=1)"
 EHCUDA_GEMV_Q8X=1 "$T" --gtest_brief=1 > "$OUT_DIR/tests_q8x.log" 2>&1 || rc=1
-grep -E "^\[  FAILED|^\[  PASSED|^\[  SKIPPED|Failure|Expected|Which is|actual" "$OUT_DIR/tests_q8x.log" | head -40
+grep -E "^\[  PASSED|^\[  SKIPPED|^\[  FAILED" "$OUT_DIR/tests_q8x.log" | head -40
+grep -E -A4 "Failure" "$OUT_DIR/tests_q8x.log" | head -20
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     step "bench"
