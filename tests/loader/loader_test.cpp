@@ -206,7 +206,7 @@ TEST(Loader, MissingPluginDirectoryIsAClearError) {
         discover_plugins("/nonexistent/plugins");
         FAIL() << "expected an error";
     } catch (const Error& e) {
-        EXPECT_EQ(e.code(), Code::NotFound);
+        EXPECT_EQ(e.code(), Code::NoPlugin);
         EXPECT_NE(std::string(e.what()).find("/nonexistent/plugins"), std::string::npos);
     }
 }

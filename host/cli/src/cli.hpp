@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "eh/error.hpp"
+#include "eh/model/inspect.hpp"
 
 namespace eh::cli {
 
@@ -26,5 +27,12 @@ void print_error(const std::string& message);
 int cmd_plugins(const std::vector<std::string>& args);
 int cmd_inspect(const std::vector<std::string>& args);
 int cmd_serve(const std::vector<std::string>& args);
+int cmd_forge(const std::vector<std::string>& args);
+int cmd_quantize(const std::vector<std::string>& args);
+int cmd_convert(const std::vector<std::string>& args);
+int cmd_bench(const std::vector<std::string>& args);
+
+// The "Tokenizer" block of `inspect`.
+void append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out);
 
 }  // namespace eh::cli

@@ -1,5 +1,59 @@
+// `engine-host inspect`: what a model file is, and which plugin would serve
+// it. Reads only headers (the file is mapped, never loaded into a plugin).
+#include <nlohmann/json.hpp>
+
+#include <iostream>
+
 #include "cli.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/model/descriptor.hpp"
+#include "eh/model/inspect.hpp"
+#include "eh/model/model_file.hpp"
+#include "options.hpp"
+#include "plugin_report.hpp"
+
 namespace eh::cli {
-// Replaced when the model reader (host/model) lands.
-int cmd_inspect(const std::vector<std::string>&) { print_error("inspect: model reader not built yet"); return kFailure; }
+
+int cmd_inspect(const std::vector<std::string>& args) {
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("model", po::value<std::string>()->required(), "GGUF file or Hugging Face model directory")
+        ("plugins", po::value<std::string>(), "plugin directory: also say which plugin would serve the model")
+        ("gpu", po::value<int>()->default_value(0), "GPU ordinal the plugins are probed on")
+        ("tensors", "list every tensor")
+        ("json", "print JSON instead of text");
+    po::variables_map vm;
+    int code = kOk;
+    if (!parse_options(args, desc, "Usage: engine-host inspect --model PATH [--plugins DIR] [--json] [--tensors]", vm, code))
+        return code;
+
+    auto file = model::ModelFile::open(vm["model"].as<std::string>());
+    model::ModelDescriptor d = model::describe(*file);
+    model::InspectOptions opt;
+    opt.list_tensors = vm.count("tensors") > 0;
+    append_tokenizer_section(*file, opt.extra_sections);
+
+    int exit = kOk;
+    if (vm.count("plugins")) {
+        loader::LoaderOptions lo;
+        lo.device = vm["gpu"].as<int>();
+        Registry reg = loader::discover_plugins(vm["plugins"].as<std::string>(), lo);
+        Resolution res = reg.resolve(d.requirements());
+        model::InspectSection s{"Plugin", {}, {}};
+        if (res.plugin) {
+            s.facts = {{"serves it", res.plugin->caps.name + " " + res.plugin->caps.version},
+                       {"why", res.explanation}};
+            s.raw_json = nlohmann::json{{"plugin", record_json(*res.plugin)}, {"why", res.explanation}}.dump();
+        } else {
+            s.facts = {{"serves it", "none"}, {"why", res.explanation}};
+            s.raw_json = nlohmann::json{{"plugin", nullptr}, {"why", res.explanation}}.dump();
+            exit = kNoPlugin;
+        }
+        opt.extra_sections.push_back(std::move(s));
+    }
+    std::cout << (vm.count("json") ? model::inspect_json(*file, opt) + "\n" : model::inspect_text(*file, opt));
+    return exit;
 }
+
+}  // namespace eh::cli

@@ -1,5 +1,379 @@
+// `engine-host [serve]`: load one model through a plugin and serve it over
+// HTTP until SIGTERM/SIGINT (or POST /shutdown when enabled).
+//
+// Order matters: the HTTP socket is bound first so /health answers
+// "loading" (503) during the model load; signals are blocked in every thread
+// and taken by one waiter thread, so shutdown runs as ordinary code.
+#include <fmt/format.h>
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <chrono>
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
+#include <random>
+#include <regex>
+#include <thread>
+
 #include "cli.hpp"
+#include "eh/http/server.hpp"
+#include "eh/loader/engine.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/model/model_file.hpp"
+#include "eh/service/event_log.hpp"
+#include "eh/service/service.hpp"
+#include "options.hpp"
+#include "plugin_report.hpp"
+#include "serve_codec.hpp"
+#include "serve_model.hpp"
+
 namespace eh::cli {
-// Replaced by the HTTP server work (host/service, host/http).
-int cmd_serve(const std::vector<std::string>&) { print_error("serve: HTTP server not built yet"); return kFailure; }
+namespace {
+
+using service::log_event;
+namespace lvl = spdlog::level;
+
+const char* kServeUsage = "Usage: engine-host [serve] --plugins DIR --model PATH [--port N] [options]";
+
+std::string new_uuid() {
+    std::mt19937_64 rng{std::random_device{}()};
+    uint64_t a = rng(), b = rng();
+    a = (a & ~0xF000ull) | 0x4000ull;                        // version 4
+    b = (b & ~(0xC000ull << 48)) | (0x8000ull << 48);         // RFC 4122 variant
+    return fmt::format("{:08x}-{:04x}-{:04x}-{:04x}-{:012x}", uint32_t(a >> 32), uint16_t(a >> 16), uint16_t(a),
+                       uint16_t(b >> 48), b & 0xFFFFFFFFFFFFull);
 }
+
+// Set once by a signal, POST /shutdown or a fatal error; main waits on it.
+class ShutdownLatch {
+public:
+    void trigger(const std::string& why) {
+        {
+            std::lock_guard lock(mu_);
+            if (fired_) return;
+            fired_ = true;
+            why_ = why;
+        }
+        cv_.notify_all();
+    }
+    std::string wait() {
+        std::unique_lock lock(mu_);
+        cv_.wait(lock, [&] { return fired_; });
+        return why_;
+    }
+    bool fired() {
+        std::lock_guard lock(mu_);
+        return fired_;
+    }
+
+private:
+    std::mutex mu_;
+    std::condition_variable cv_;
+    bool fired_ = false;
+    std::string why_;
+};
+
+class ProgressBar {
+public:
+    explicit ProgressBar(bool enabled) : on_(enabled) {}
+    void update(float f) {
+        if (!on_) return;
+        int pct = int(f * 100.0f + 0.5f);
+        if (pct == last_) return;
+        last_ = pct;
+        int fill = pct / 4;
+        std::fprintf(stderr, "\rloading model [%.*s%*s] %3d%%", fill, "#########################", 25 - fill, "", pct);
+        if (pct >= 100) std::fputc('\n', stderr);
+        std::fflush(stderr);
+    }
+
+private:
+    bool on_;
+    int last_ = -1;
+};
+
+// POSTs {worker_id, model_ref, vram_bytes, uri} to the orchestrator.
+bool post_callback(const std::string& url, const nlohmann::json& body, std::string& err) {
+    static const std::regex re(R"(^(https?)://([^/:]+|\[[^\]]+\])(?::(\d+))?(/.*)?$)");
+    std::smatch m;
+    if (!std::regex_match(url, m, re)) {
+        err = "not an http(s) URL";
+        return false;
+    }
+    std::string base = m[1].str() + "://" + m[2].str() + (m[3].matched ? ":" + m[3].str() : "");
+    std::string path = m[4].matched ? m[4].str() : "/";
+    httplib::Client client(base);
+    client.set_connection_timeout(10, 0);
+    client.set_read_timeout(10, 0);
+    auto res = client.Post(path, body.dump(), "application/json");
+    if (!res) {
+        err = "request failed: " + httplib::to_string(res.error());
+        return false;
+    }
+    if (res->status < 200 || res->status >= 300) {
+        err = fmt::format("HTTP {}", res->status);
+        return false;
+    }
+    return true;
+}
+
+}  // namespace
+
+int cmd_serve(const std::vector<std::string>& args) {
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("plugins", po::value<std::string>()->required(), "plugin directory")
+        ("model", po::value<std::string>()->required(), "model file (GGUF) or Hugging Face model directory")
+        ("model-name", po::value<std::string>(), "model id clients use (default: file name without .gguf)")
+        ("port", po::value<int>()->default_value(8080), "TCP port (0 = any free port)")
+        ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
+        ("worker-id", po::value<std::string>(), "UUID of this worker (generated when absent)")
+        ("gpu-device", po::value<int>()->default_value(0), "GPU ordinal")
+        ("max-tokens-out", po::value<uint32_t>()->default_value(2048), "most tokens one request may generate (1-2048)")
+        ("inference-timeout-sec", po::value<uint32_t>()->default_value(300), "per-request time limit")
+        ("ctx-size", po::value<uint32_t>()->default_value(0), "context length (prompt + output); default: the model's")
+        ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0), "size the context to this much KV cache")
+        ("queue-size", po::value<size_t>()->default_value(16), "requests that may wait while one runs")
+        ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
+        ("callback-url", po::value<std::string>(), "POST {worker_id, model_ref, vram_bytes, uri} here once serving")
+        ("cors", "allow cross-origin requests from localhost origins (browser tooling)")
+        ("allow-shutdown-endpoint", "enable POST /shutdown")
+        ("log-format", po::value<std::string>()->default_value("json"), "json or text")
+        ("log-level", po::value<std::string>()->default_value("info"), "trace, debug, info, warn, error")
+        ("log-content", "log prompts and generated text (off by default)")
+        ("residency-check-sec", po::value<uint32_t>()->default_value(30), "how often weights residency is verified")
+        ("shutdown-grace-ms", po::value<uint32_t>()->default_value(5000), "time the running job gets to finish on shutdown");
+    po::variables_map vm;
+    int code = kOk;
+    if (!parse_options(args, desc, kServeUsage, vm, code)) return code;
+
+    const std::string log_format = vm["log-format"].as<std::string>();
+    if (log_format != "json" && log_format != "text") {
+        print_error("--log-format must be json or text");
+        return kUsage;
+    }
+    auto level = spdlog::level::from_str(vm["log-level"].as<std::string>());
+    if (level == spdlog::level::off && vm["log-level"].as<std::string>() != "off") {
+        print_error("--log-level must be trace, debug, info, warn, error or off");
+        return kUsage;
+    }
+    std::string worker_id = vm.count("worker-id") ? vm["worker-id"].as<std::string>() : new_uuid();
+    static const std::regex uuid_re("^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$");
+    if (!std::regex_match(worker_id, uuid_re)) {
+        print_error("--worker-id must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000)");
+        return kUsage;
+    }
+    uint32_t max_out = vm["max-tokens-out"].as<uint32_t>();
+    if (max_out < 1 || max_out > 2048) {
+        print_error("--max-tokens-out must be between 1 and 2048");
+        return kUsage;
+    }
+    if (vm["inference-timeout-sec"].as<uint32_t>() == 0) {
+        print_error("--inference-timeout-sec must be positive");
+        return kUsage;
+    }
+    int port = vm["port"].as<int>();
+    if (port < 0 || port > 65535) {
+        print_error("--port must be between 0 and 65535");
+        return kUsage;
+    }
+    const std::string model_path = vm["model"].as<std::string>();
+    const int gpu = vm["gpu-device"].as<int>();
+    const std::string model_name = vm.count("model-name") ? vm["model-name"].as<std::string>() : model_id(model_path);
+
+    // Signals go to one thread; everyone else (HTTP, worker) has them blocked.
+    sigset_t sigs;
+    sigemptyset(&sigs);
+    sigaddset(&sigs, SIGTERM);
+    sigaddset(&sigs, SIGINT);
+    pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+    std::signal(SIGPIPE, SIG_IGN);
+    auto latch = std::make_shared<ShutdownLatch>();
+    std::thread([sigs, latch] {
+        int sig = 0;
+        sigwait(&sigs, &sig);
+        latch->trigger(sig == SIGINT ? "SIGINT" : "SIGTERM");
+    }).detach();
+
+    service::LogSettings ls;
+    ls.worker_id = worker_id;
+    ls.model = model_name;
+    ls.gpu = std::to_string(gpu);
+    ls.json = log_format == "json";
+    ls.log_content = vm.count("log-content") > 0;
+    ls.level = level;
+    service::init_event_log(ls);
+    log_event(lvl::info, "startup", {{"version", EH_VERSION}, {"abi", fmt::format("{}.{}", EH_ABI_MAJOR, EH_ABI_MINOR)},
+                                     {"host", vm["host"].as<std::string>()}, {"port", port},
+                                     {"plugins", vm["plugins"].as<std::string>()}, {"model_path", model_path}});
+
+    auto metrics = std::make_shared<service::Metrics>();
+    http::ServerOptions so;
+    so.host = vm["host"].as<std::string>();
+    so.port = port;
+    so.cors = vm.count("cors") > 0;
+    so.allow_shutdown_endpoint = vm.count("allow-shutdown-endpoint") > 0;
+    so.limits.max_tokens = max_out;
+    so.threads = vm["queue-size"].as<size_t>() + 16;
+    http::Server server(so, metrics);
+    server.on_shutdown_request([latch] { latch->trigger("POST /shutdown"); });
+    int bound;
+    try {
+        bound = server.bind();
+    } catch (const Error& e) {
+        log_event(lvl::err, "error", {{"code", code_name(e.code())}, {"message", e.what()}});
+        print_error(e.what());
+        return kFailure;
+    }
+    std::thread http_thread([&] { server.run(); });
+    const std::string uri = fmt::format("http://{}:{}", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, bound);
+    log_event(lvl::info, "listening", {{"uri", uri}, {"port", bound}});
+
+    std::shared_ptr<EngineModel> model;
+    std::shared_ptr<service::Service> svc;
+    std::thread residency;
+    std::mutex residency_mu;
+    std::condition_variable residency_cv;
+    bool residency_stop = false;
+    int exit_code = kOk;
+
+    auto stop_everything = [&] {
+        server.begin_shutdown();
+        if (svc) svc->shutdown();
+        server.drain(std::chrono::milliseconds(2000));
+        server.stop();
+        if (http_thread.joinable()) http_thread.join();
+        {
+            std::lock_guard lock(residency_mu);
+            residency_stop = true;
+        }
+        residency_cv.notify_all();
+        if (residency.joinable()) residency.join();
+        svc.reset();
+        model.reset();
+    };
+
+    try {
+        loader::LoaderOptions lo;
+        lo.device = gpu;
+        Registry reg = loader::discover_plugins(vm["plugins"].as<std::string>(), lo);
+        for (const auto* r : reg.rejected())
+            log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
+
+        std::shared_ptr<model::ModelFile> file = model::ModelFile::open(model_path);
+        Resolution pick = reg.resolve(model_requirements(*file));
+        if (!pick.plugin) throw Error(Code::NoPlugin, pick.explanation);
+        const PluginRecord& plugin = *pick.plugin;
+
+        log_event(lvl::info, "model_load_start", {{"plugin", plugin.caps.name}, {"plugin_version", plugin.caps.version},
+                                                  {"format", file->format_name()}, {"architecture", std::string(file->architecture())}});
+        ProgressBar bar(isatty(STDERR_FILENO) != 0);
+        int next_mark = 0;
+        EngineLoadOptions elo;
+        elo.device = gpu;
+        elo.n_threads = vm["threads"].as<uint32_t>();
+        elo.progress = [&](float f, const char* stage) {
+            server.set_load_progress(f);
+            bar.update(f);
+            while (next_mark <= 100 && f * 100.0f + 1e-3f >= float(next_mark)) {
+                log_event(lvl::info, "model_load_progress", {{"percent", next_mark}, {"stage", stage ? stage : ""}});
+                next_mark += 25;
+            }
+        };
+        elo.cancel = [latch] { return latch->fired(); };
+        auto t0 = std::chrono::steady_clock::now();
+        model = EngineModel::load(plugin.api, model_path, &file->view(), file, elo);
+        while (next_mark <= 100) {  // a plugin that reports no progress still logs every mark
+            log_event(lvl::info, "model_load_progress", {{"percent", next_mark}, {"stage", "done"}});
+            next_mark += 25;
+        }
+        bar.update(1.0f);
+        eh_model_info mi = model->info();
+        log_event(lvl::info, "model_load_complete",
+                  {{"vram_bytes", mi.device_bytes_used}, {"host_bytes", mi.host_bytes_used}, {"quant_kind", mi.quant_kind},
+                   {"load_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
+
+        auto codec = make_codec(*file);
+        service::ServiceOptions sopt;
+        sopt.n_ctx = choose_context(*file, mi.context_length, vm["ctx-size"].as<uint32_t>(), vm["kv-cache-size-mb"].as<uint64_t>());
+        sopt.queue_capacity = vm["queue-size"].as<size_t>();
+        sopt.inference_timeout = std::chrono::seconds(vm["inference-timeout-sec"].as<uint32_t>());
+        sopt.shutdown_grace = std::chrono::milliseconds(vm["shutdown-grace-ms"].as<uint32_t>());
+        sopt.limits = so.limits;
+        sopt.model_name = model_name;
+        svc = std::make_shared<service::Service>(model, codec, sopt, metrics);
+
+        http::NodeInfo ni;
+        ni.model = model_name;
+        ni.architecture = mi.architecture;
+        ni.quant_kind = mi.quant_kind;
+        ni.tokenizer_kind = codec->kind();
+        ni.vram_bytes_used = mi.device_bytes_used;
+        ni.vocab_size = codec->vocab_size();
+        ni.context_length = svc->n_ctx();
+        ni.trained_context_length = mi.context_length;
+        ni.max_tokens_out = max_out;
+        ni.plugin_name = plugin.caps.name;
+        ni.plugin_version = plugin.caps.version;
+        ni.engine = plugin.caps.engine;
+        ni.device_name = mi.device_name;
+        ni.compute_capability = mi.compute_capability;
+        ni.cuda_runtime_version = mi.runtime_version;
+        ni.logprobs = model->api().session_logits != nullptr;
+        ni.queue_capacity = sopt.queue_capacity;
+        ni.plugins = registry_json(reg);
+        server.attach(svc, ni);
+
+        // Residency is checked here, never on a request's path.
+        std::string why;
+        server.set_resident(model->check_residency(&why), why);
+        uint32_t every = vm["residency-check-sec"].as<uint32_t>();
+        residency = std::thread([&, every] {
+            std::unique_lock lock(residency_mu);
+            while (!residency_cv.wait_for(lock, std::chrono::seconds(every ? every : 30), [&] { return residency_stop; })) {
+                lock.unlock();
+                std::string w;
+                bool ok = model->check_residency(&w);
+                server.set_resident(ok, w);
+                if (!ok) log_event(lvl::err, "error", {{"code", "RESIDENCY_CHECK_FAILED"}, {"message", w}});
+                lock.lock();
+            }
+        });
+        log_event(lvl::info, "ready", {{"uri", uri}, {"context_length", svc->n_ctx()}, {"plugin", plugin.caps.name},
+                                       {"tokenizer", codec->kind()}});
+
+        if (vm.count("callback-url")) {
+            std::string err;
+            nlohmann::json body = {{"worker_id", worker_id}, {"model_ref", model_path}, {"vram_bytes", mi.device_bytes_used},
+                                   {"uri", uri}};
+            if (!post_callback(vm["callback-url"].as<std::string>(), body, err)) {
+                log_event(lvl::err, "error", {{"code", "CALLBACK_FAILED"}, {"message", err}});
+                print_error("callback to " + vm["callback-url"].as<std::string>() + " failed: " + err);
+                exit_code = kFailure;
+                latch->trigger("callback failed");
+            }
+        }
+    } catch (const Error& e) {
+        log_event(lvl::err, "error", {{"code", code_name(e.code())}, {"message", e.what()}});
+        print_error(std::string(e.what()) + " [" + code_name(e.code()) + "]");
+        exit_code = latch->fired() && e.code() == Code::Cancelled ? kOk : exit_code_for(e.code());
+        latch->trigger("startup failed");
+    } catch (const std::exception& e) {
+        log_event(lvl::err, "error", {{"code", "INTERNAL"}, {"message", e.what()}});
+        print_error(std::string("internal error: ") + e.what());
+        exit_code = kFailure;
+        latch->trigger("startup failed");
+    }
+
+    std::string why = latch->wait();
+    log_event(lvl::info, "shutdown", {{"reason", why}, {"phase", "begin"}});
+    stop_everything();
+    log_event(lvl::info, "shutdown", {{"reason", why}, {"phase", "complete"}, {"exit_code", exit_code}});
+    return exit_code;
+}
+
+}  // namespace eh::cli

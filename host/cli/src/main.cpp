@@ -34,6 +34,10 @@ Usage:
   engine-host [serve] --plugins DIR --model PATH [options]   run the server
   engine-host plugins --plugins DIR [--json]                 list accepted and rejected plugins
   engine-host inspect --model PATH [--plugins DIR] [--json]  describe a model file and its plugin
+  engine-host forge --like PROFILE --out FILE [--seed N]     write a real-shape GGUF with random weights
+  engine-host quantize --in F --out G --type T               convert a GGUF's weights (Q8_0, Q4_K_M, MXFP4, ...)
+  engine-host convert --hf DIR --out FILE [--type T]         Hugging Face safetensors directory to GGUF
+  engine-host bench --plugins DIR --model FILE [--json]      prefill/decode speed of each plugin serving a model
   engine-host help | --help | -h                             this text
   engine-host version | --version                            print the version
 
@@ -65,6 +69,10 @@ int main(int argc, char** argv) {
         if (cmd == "plugins") return eh::cli::cmd_plugins({args.begin() + 1, args.end()});
         if (cmd == "inspect") return eh::cli::cmd_inspect({args.begin() + 1, args.end()});
         if (cmd == "serve") return eh::cli::cmd_serve({args.begin() + 1, args.end()});
+        if (cmd == "forge") return eh::cli::cmd_forge({args.begin() + 1, args.end()});
+        if (cmd == "quantize") return eh::cli::cmd_quantize({args.begin() + 1, args.end()});
+        if (cmd == "convert") return eh::cli::cmd_convert({args.begin() + 1, args.end()});
+        if (cmd == "bench") return eh::cli::cmd_bench({args.begin() + 1, args.end()});
         if (cmd.empty() || cmd.rfind("-", 0) == 0) return eh::cli::cmd_serve(args);
         eh::cli::print_error("unknown command '" + cmd + "' (try `engine-host --help`)");
         return eh::cli::kUsage;

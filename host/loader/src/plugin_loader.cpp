@@ -334,7 +334,7 @@ PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& 
 Registry discover_plugins(const std::string& dir, const LoaderOptions& options) {
     std::error_code ec;
     if (!fs::is_directory(dir, ec))
-        throw Error(Code::NotFound, "plugin directory '" + dir + "' does not exist or is not a directory");
+        throw Error(Code::NoPlugin, "plugin directory '" + dir + "' does not exist or is not a directory");
     std::vector<fs::path> manifests, libraries;
     for (const auto& e : fs::directory_iterator(dir, ec)) {
         std::string name = e.path().filename().string();
@@ -344,7 +344,7 @@ Registry discover_plugins(const std::string& dir, const LoaderOptions& options) 
         else if (e.path().extension() == ".so")
             libraries.push_back(e.path());
     }
-    if (ec) throw Error(Code::NotFound, "cannot list plugin directory '" + dir + "': " + ec.message());
+    if (ec) throw Error(Code::NoPlugin, "cannot list plugin directory '" + dir + "': " + ec.message());
     std::sort(manifests.begin(), manifests.end());
     std::sort(libraries.begin(), libraries.end());
 

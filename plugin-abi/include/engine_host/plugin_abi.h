@@ -90,8 +90,8 @@ typedef enum eh_status {
 /* ------------------------------------------------------------------------ */
 /* Tensor element types. Numbering follows ggml's enum so that a GGUF file's
  * type ids map straight across; safetensors dtypes map onto the float types
- * and the integer types. Block sizes and byte sizes are in quant_blocks.hpp
- * for C++ authors and in docs/plugin-abi.md for everyone.                   */
+ * and the integer types. Names, block sizes and bytes per block are in
+ * tensor_types.h; block layouts (for C++ authors) in quant_blocks.hpp.                   */
 
 typedef enum eh_tensor_type {
     EH_TYPE_F32 = 0,

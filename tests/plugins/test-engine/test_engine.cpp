@@ -5,6 +5,7 @@
 // Behaviour knobs (environment, read at model load):
 //   EH_TEST_ENGINE_DELAY_MS   sleep this long in every decode step (cancel tests)
 //   EH_TEST_ENGINE_EOS_AFTER  emit the model's EOS id after N decode steps
+//   EH_TEST_ENGINE_LOAD_DELAY_MS  take this long to load (startup tests)
 //
 // Built several times with FIXTURE_MODE set to make the broken plugins the
 // loader must reject; FIXTURE_MODE 0 is the well-behaved engine.
@@ -132,6 +133,8 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
         if (const char* d = std::getenv("EH_TEST_ENGINE_DELAY_MS")) m->delay_ms = std::atoi(d);
         if (const char* e = std::getenv("EH_TEST_ENGINE_EOS_AFTER")) m->eos_after = std::atoi(e);
         if (m->vocab == 0) throw ehp::Error(EH_MODEL_LOAD_FAILED, "vocabulary is empty");
+        if (const char* d = std::getenv("EH_TEST_ENGINE_LOAD_DELAY_MS"))
+            std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
         for (int i = 0; i <= 4 && p->progress; ++i) p->progress(p->progress_user, i / 4.0f, "test");
         *out = reinterpret_cast<eh_model*>(m.release());
         return EH_OK;

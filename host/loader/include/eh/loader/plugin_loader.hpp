@@ -31,7 +31,7 @@ struct LoaderOptions {
 };
 
 // Every plugin under `dir` (not recursive), accepted or rejected.
-// Throws eh::Error(NotFound) only when `dir` itself cannot be read.
+// Throws eh::Error(NoPlugin) only when `dir` itself cannot be read.
 Registry discover_plugins(const std::string& dir, const LoaderOptions& options = {});
 
 // One plugin, from its manifest path.

@@ -1,0 +1,49 @@
+// `engine-host bench`: prefill/decode throughput, TTFT and inter-token
+// latency of a model through each plugin that serves it.
+#include <cstdio>
+#include <iostream>
+
+#include "cli.hpp"
+#include "eh/tools/bench.hpp"
+#include "options.hpp"
+
+namespace eh::cli {
+
+int cmd_bench(const std::vector<std::string>& args) {
+    po::options_description desc("Options");
+    desc.add_options()
+        ("help,h", "show this help")
+        ("plugins", po::value<std::string>()->required(), "plugin directory")
+        ("model", po::value<std::string>()->required(), "model file")
+        ("plugin", po::value<std::string>()->default_value(""), "only this plugin (default: every plugin that serves the model)")
+        ("p,p", po::value<uint32_t>()->default_value(512), "prompt tokens (prefill)")
+        ("n,n", po::value<uint32_t>()->default_value(128), "generated tokens (decode)")
+        ("r,r", po::value<uint32_t>()->default_value(5), "repetitions (after one warm-up)")
+        ("gpu", po::value<int>()->default_value(0), "GPU ordinal")
+        ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU plugins (0 = plugin default)")
+        ("json", "print one JSON object instead of a table")
+        ("verbose,v", "progress lines on stderr");
+    po::variables_map vm;
+    int code = kOk;
+    if (!parse_options(args, desc, "Usage: engine-host bench --plugins DIR --model FILE [-p 512] [-n 128] [-r 5] [--json]",
+                       vm, code))
+        return code;
+    tools::BenchOptions o;
+    o.plugins_dir = vm["plugins"].as<std::string>();
+    o.model = vm["model"].as<std::string>();
+    o.plugin = vm["plugin"].as<std::string>();
+    o.n_prompt = vm["p"].as<uint32_t>();
+    o.n_gen = vm["n"].as<uint32_t>();
+    o.reps = vm["r"].as<uint32_t>();
+    o.device = vm["gpu"].as<int>();
+    o.threads = vm["threads"].as<uint32_t>();
+    if (vm.count("verbose")) o.log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
+    auto r = tools::run_bench(o);
+    if (vm.count("json")) std::cout << tools::to_json(r).dump(2) << "\n";
+    else std::cout << tools::to_table(r);
+    for (const auto& run : r.runs)
+        if (!run.error.empty()) return kFailure;
+    return kOk;
+}
+
+}  // namespace eh::cli

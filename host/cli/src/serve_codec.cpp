@@ -1,0 +1,69 @@
+#include "serve_codec.hpp"
+
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
+
+#include "eh/error.hpp"
+#include "eh/tokenizer/chat_template.hpp"
+#include "eh/tokenizer/tokenizer.hpp"
+
+namespace eh::cli {
+namespace {
+
+class TokenizerCodec : public service::TextCodec {
+public:
+    explicit TokenizerCodec(std::unique_ptr<tokenizer::Tokenizer> tok) : tok_(std::move(tok)) {
+        if (!tok_->chat_template().empty()) {
+            try {
+                template_ = tokenizer::ChatTemplate::compile(tok_->chat_template());
+            } catch (const Error&) {
+                template_.reset();  // unusable template: fall back to the plain transcript
+            }
+        }
+        const auto& sp = tok_->special();
+        if (sp.bos >= 0) bos_text_ = tok_->token_text(sp.bos);
+        if (sp.eos >= 0) eos_text_ = tok_->token_text(sp.eos);
+    }
+
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override {
+        return tok_->encode(text, add_special, parse_special);
+    }
+    std::string decode(std::span<const int32_t> tokens) const override { return tok_->decode(tokens, false); }
+    bool is_eog(int32_t token) const override { return tok_->is_eog(token); }
+    uint32_t vocab_size() const override { return uint32_t(tok_->vocab_size()); }
+    std::string kind() const override { return std::string(tok_->kind()); }
+
+    std::string render_chat(const std::vector<service::ChatMessage>& messages) const override {
+        std::string out;
+        if (template_) {
+            nlohmann::json arr = nlohmann::json::array();
+            for (const auto& m : messages) arr.push_back({{"role", m.role}, {"content", m.content}});
+            tokenizer::ChatOptions opt;
+            opt.bos_token = bos_text_;
+            opt.eos_token = eos_text_;
+            out = template_->render(arr.dump(), opt);
+        } else {
+            out = service::render_plain_chat(messages);
+        }
+        // Chat prompts are encoded without add_special; a model that wants
+        // BOS gets it here unless its template already wrote it.
+        if (tok_->add_bos() && !bos_text_.empty() && out.rfind(bos_text_, 0) != 0) out = bos_text_ + out;
+        return out;
+    }
+
+private:
+    std::unique_ptr<tokenizer::Tokenizer> tok_;
+    std::shared_ptr<const tokenizer::ChatTemplate> template_;
+    std::string bos_text_, eos_text_;
+};
+
+}  // namespace
+
+std::shared_ptr<service::TextCodec> make_codec(const model::ModelFile& file) {
+    std::optional<std::filesystem::path> hf_dir;
+    if (file.format() == EH_FORMAT_SAFETENSORS) hf_dir = std::filesystem::path(file.path());
+    return std::make_shared<TokenizerCodec>(tokenizer::load_tokenizer(file.view(), hf_dir));
+}
+
+}  // namespace eh::cli

@@ -1,0 +1,88 @@
+// The engine-host HTTP server. It starts listening before the model is
+// loaded (so /health can answer "loading"), serves generation once a
+// Service is attached, and refuses new work once shutdown begins.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "eh/service/metrics.hpp"
+#include "eh/service/service.hpp"
+
+namespace httplib { class Server; }
+
+namespace eh::http {
+
+struct ServerOptions {
+    std::string host = "127.0.0.1";
+    int port = 8080;                 // 0: any free port (see bound_port())
+    bool cors = false;               // allow browser tooling on localhost origins
+    bool allow_shutdown_endpoint = false;
+    size_t threads = 32;             // connections served at once (SSE streams hold one each)
+    service::RequestLimits limits;
+};
+
+// Facts about the node, gathered once at startup: /health and /capabilities
+// never call into the plugin.
+struct NodeInfo {
+    std::string model;               // the id clients use (OpenAI "model")
+    std::string architecture;
+    std::string quant_kind;
+    std::string tokenizer_kind;
+    uint64_t vram_bytes_used = 0;
+    uint32_t vocab_size = 0;
+    uint32_t context_length = 0;     // the context the server runs with
+    uint32_t trained_context_length = 0;
+    uint32_t max_tokens_out = 2048;
+    std::string plugin_name;
+    std::string plugin_version;
+    std::string engine;
+    std::string device_name;
+    int compute_capability = 0;
+    int cuda_runtime_version = 0;
+    bool logprobs = false;
+    size_t queue_capacity = 0;
+    nlohmann::json plugins = nlohmann::json::array();  // record_json of every plugin seen
+};
+
+class Server {
+public:
+    Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics);
+    ~Server();
+    Server(const Server&) = delete;
+    Server& operator=(const Server&) = delete;
+
+    // Binds the socket; returns the port (useful with port 0). Throws
+    // eh::Error when the address cannot be bound.
+    int bind();
+    // Serves until stop(). Call from a thread of its own.
+    void run();
+    void stop();
+    int bound_port() const { return port_; }
+
+    // Model load progress in [0,1] while loading.
+    void set_load_progress(float fraction);
+    // The model is loaded: serve it.
+    void attach(std::shared_ptr<service::Service> service, NodeInfo info);
+    // Result of the periodic residency check (done off the request path).
+    void set_resident(bool resident, const std::string& why);
+    // Stop accepting work; /health says "shutting_down".
+    void begin_shutdown();
+    // Waits (up to `timeout`) until no response stream is open.
+    void drain(std::chrono::milliseconds timeout);
+    // Called (once, from an HTTP thread) for POST /shutdown.
+    void on_shutdown_request(std::function<void()> fn);
+
+    struct Impl;
+
+private:
+    std::unique_ptr<Impl> impl_;
+    int port_ = 0;
+};
+
+}  // namespace eh::http

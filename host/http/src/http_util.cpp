@@ -1,0 +1,108 @@
+#include <fmt/format.h>
+
+#include <random>
+
+#include "eh/service/request.hpp"
+#include "impl.hpp"
+
+namespace eh::http {
+
+std::string correlation_id(const httplib::Request& req, httplib::Response& res) {
+    std::string id = req.get_header_value("X-Correlation-Id");
+    bool sane = !id.empty() && id.size() <= 128;
+    for (unsigned char c : id) sane = sane && c > 0x20 && c < 0x7f;
+    if (!sane) {
+        static thread_local std::mt19937_64 rng{std::random_device{}()};
+        id = fmt::format("{:016x}{:016x}", rng(), rng());
+    }
+    res.set_header("X-Correlation-Id", id);
+    return id;
+}
+
+int http_status_for(Code code) {
+    switch (code) {
+    case Code::InvalidRequest: return 400;
+    case Code::NotFound: return 404;
+    case Code::QueueFull: case Code::ShuttingDown: return 503;
+    case Code::InferenceTimeout: return 504;
+    case Code::Cancelled: return 499;
+    case Code::ContextFull: return 400;
+    default: return 500;
+    }
+}
+
+static const char* openai_type(int status) {
+    if (status == 400 || status == 404 || status == 413) return "invalid_request_error";
+    if (status == 503) return "server_overloaded";
+    return "server_error";
+}
+
+nlohmann::json error_body(const std::string& code, const std::string& message, const std::string& correlation,
+                          const nlohmann::json& details, const std::string& param) {
+    nlohmann::json e = {{"code", code}, {"message", message}, {"details", details}, {"correlation_id", correlation}};
+    e["param"] = param.empty() ? nlohmann::json(nullptr) : nlohmann::json(param);
+    return {{"error", e}};
+}
+
+std::string dump(const nlohmann::json& j) { return j.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace); }
+
+void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
+    res.status = status;
+    res.set_content(dump(body), "application/json");
+}
+
+void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message,
+                const std::string& correlation, const nlohmann::json& details, const std::string& param) {
+    nlohmann::json body = error_body(code, message, correlation, details, param);
+    body["error"]["type"] = openai_type(status);
+    send_json(res, status, body);
+}
+
+void send_exception(httplib::Response& res, const std::exception& e, const std::string& correlation) {
+    if (auto* re = dynamic_cast<const service::RequestError*>(&e)) {
+        nlohmann::json details = nlohmann::json::object();
+        if (!re->field().empty()) details["field"] = re->field();
+        send_error(res, 400, code_name(re->code()), re->what(), correlation, details, re->field());
+        return;
+    }
+    if (auto* qf = dynamic_cast<const service::QueueFullError*>(&e)) {
+        res.set_header("Retry-After", std::to_string((qf->retry_after_ms() + 999) / 1000));
+        send_error(res, 503, code_name(qf->code()), qf->what(), correlation,
+                   {{"retry_after_ms", qf->retry_after_ms()}, {"retriable", true}});
+        return;
+    }
+    if (auto* ee = dynamic_cast<const Error*>(&e)) {
+        int status = http_status_for(ee->code());
+        if (status == 503) res.set_header("Retry-After", "5");
+        send_error(res, status, code_name(ee->code()), ee->what(), correlation);
+        return;
+    }
+    send_error(res, 500, "INTERNAL", std::string("internal error: ") + e.what(), correlation);
+}
+
+std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation) {
+    State st = s.state.load();
+    if (st == State::Loading) {
+        res.set_header("Retry-After", "5");
+        send_error(res, 503, "MODEL_LOADING", "the model is still loading; retry shortly", correlation,
+                   {{"load_progress", s.load_progress.load()}});
+        return nullptr;
+    }
+    if (st == State::Stopping) {
+        send_error(res, 503, "SHUTTING_DOWN", "the server is shutting down; not accepting new jobs", correlation);
+        return nullptr;
+    }
+    return s.get_service();
+}
+
+std::string sse_event(const std::string& name, const nlohmann::json& data) {
+    return "event: " + name + "\ndata: " + dump(data) + "\n\n";
+}
+
+std::string sse_data(const nlohmann::json& data) { return "data: " + dump(data) + "\n\n"; }
+
+int64_t unix_now() {
+    return std::chrono::duration_cast<std::chrono::seconds>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace eh::http

@@ -1,0 +1,85 @@
+// Internals shared by the route files.
+#pragma once
+
+#include <httplib.h>
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "eh/error.hpp"
+#include "eh/http/server.hpp"
+
+namespace eh::http {
+
+enum class State { Loading, Ready, Stopping };
+
+struct Server::Impl {
+    ServerOptions options;
+    std::shared_ptr<service::Metrics> metrics;
+    httplib::Server http;
+    std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
+    int64_t started_unix = 0;
+
+    mutable std::mutex mu;
+    std::shared_ptr<service::Service> service;  // set by attach()
+    NodeInfo info;
+    bool resident = true;
+    std::string resident_why;
+    std::function<void()> shutdown_fn;
+    std::once_flag shutdown_once;
+
+    std::atomic<State> state{State::Loading};
+    std::atomic<float> load_progress{0};
+    std::atomic<int> open_streams{0};
+
+    std::shared_ptr<service::Service> get_service() const {
+        std::lock_guard lock(mu);
+        return service;
+    }
+    NodeInfo get_info() const {
+        std::lock_guard lock(mu);
+        return info;
+    }
+    double uptime() const {
+        return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    }
+
+    void install_routes();
+    void install_native();
+    void install_openai();
+};
+
+// Keeps the open-stream count right however a stream ends.
+struct StreamGuard {
+    std::atomic<int>& n;
+    explicit StreamGuard(std::atomic<int>& c) : n(c) { ++n; }
+    ~StreamGuard() { --n; }
+};
+
+// ---- helpers (http_util.cpp) -----------------------------------------------
+
+// The request's X-Correlation-Id when it is sane, else a fresh one; echoed
+// in the response header.
+std::string correlation_id(const httplib::Request& req, httplib::Response& res);
+int http_status_for(Code code);
+// {"error":{code,message,details,correlation_id,type,param}}
+nlohmann::json error_body(const std::string& code, const std::string& message, const std::string& correlation,
+                          const nlohmann::json& details = nlohmann::json::object(), const std::string& param = "");
+void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message,
+                const std::string& correlation, const nlohmann::json& details = nlohmann::json::object(),
+                const std::string& param = "");
+// Maps an exception from validation/submission to a response (400/503...).
+void send_exception(httplib::Response& res, const std::exception& e, const std::string& correlation);
+// 503 unless the service is ready; returns the service when it is.
+std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation);
+std::string dump(const nlohmann::json& j);
+std::string sse_event(const std::string& name, const nlohmann::json& data);
+std::string sse_data(const nlohmann::json& data);
+int64_t unix_now();
+
+}  // namespace eh::http

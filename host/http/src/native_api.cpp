@@ -1,0 +1,179 @@
+// The native API: /execute (SSE), /cancel, /tokenize, /detokenize.
+#include <chrono>
+
+#include "eh/service/request.hpp"
+#include "eh/service/utf8.hpp"
+#include "impl.hpp"
+#include "stream.hpp"
+
+namespace eh::http {
+
+using service::JobEvent;
+
+namespace {
+
+struct PumpState {
+    std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
+    bool finished = false;
+};
+
+constexpr auto kPoll = std::chrono::milliseconds(100);
+constexpr auto kHeartbeat = std::chrono::milliseconds(500);
+
+const char* rejection_outcome(const std::exception& e) {
+    if (auto* ee = dynamic_cast<const Error*>(&e)) {
+        if (ee->code() == Code::QueueFull) return "rejected_queue_full";
+        if (ee->code() == Code::ShuttingDown) return "rejected_shutdown";
+        if (ee->code() == Code::InvalidRequest) return "rejected_invalid";
+    }
+    return "error";
+}
+
+nlohmann::json logprobs_json(const std::vector<service::TokenLogprob>& lps) {
+    nlohmann::json arr = nlohmann::json::array();
+    for (const auto& lp : lps) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& t : lp.top) top.push_back({{"id", t.id}, {"text", t.text}, {"logprob", t.logprob}});
+        arr.push_back({{"id", lp.id}, {"text", lp.text}, {"logprob", lp.logprob}, {"top", top}});
+    }
+    return arr;
+}
+
+}  // namespace
+
+void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
+                std::shared_ptr<service::Job> job, std::function<std::string(const JobEvent&)> render,
+                std::string trailer, bool trailer_after_error) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto guard = std::make_shared<StreamGuard>(s.open_streams);
+    auto st = std::make_shared<PumpState>();
+    auto disconnect = [svc, job] {
+        if (job->terminated()) return;
+        job->cancel(service::CancelReason::Disconnect);
+        svc->cancel(job->request.job_id, service::CancelReason::Disconnect);
+    };
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [job, st, render, trailer, trailer_after_error, disconnect](size_t, httplib::DataSink& sink) {
+            if (st->finished) {
+                sink.done();
+                return true;
+            }
+            auto ev = job->pop(kPoll);
+            auto now = std::chrono::steady_clock::now();
+            if (!ev) {
+                if (now - st->last_write >= kHeartbeat) {
+                    static const std::string hb = ": keep-alive\n\n";
+                    if (!sink.write(hb.data(), hb.size())) {
+                        disconnect();
+                        return false;
+                    }
+                    st->last_write = now;
+                }
+                return true;
+            }
+            bool terminal = ev->kind == JobEvent::Kind::End || ev->kind == JobEvent::Kind::Error;
+            std::string out = render(*ev);
+            if (terminal && (ev->kind == JobEvent::Kind::End || trailer_after_error)) out += trailer;
+            if (!out.empty()) {
+                if (!sink.write(out.data(), out.size())) {
+                    disconnect();
+                    return false;
+                }
+                st->last_write = now;
+            }
+            if (terminal) {
+                st->finished = true;
+                sink.done();
+            }
+            return true;
+        },
+        [guard, disconnect](bool) { disconnect(); });
+}
+
+void Server::Impl::install_native() {
+    http.Post("/execute", [this](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        auto svc = require_ready(*this, res, cid);
+        if (!svc) {
+            metrics->request("execute", state.load() == State::Stopping ? "rejected_shutdown" : "rejected_loading");
+            return;
+        }
+        std::shared_ptr<service::Job> job;
+        try {
+            service::GenerationRequest r = service::parse_execute_request(req.body, options.limits);
+            r.correlation_id = cid;
+            job = svc->submit(std::move(r));
+        } catch (const std::exception& e) {
+            metrics->request("execute", rejection_outcome(e));
+            send_exception(res, e, cid);
+            return;
+        }
+        std::string model = get_info().model;
+        auto render = [job, cid, model](const JobEvent& ev) -> std::string {
+            switch (ev.kind) {
+            case JobEvent::Kind::Started:
+                return sse_event("started", {{"job_id", job->request.job_id}, {"model", model},
+                                             {"started_at", ev.started_at}, {"seed", ev.seed},
+                                             {"prompt_tokens", ev.prompt_tokens}, {"max_tokens", job->max_tokens},
+                                             {"correlation_id", cid}});
+            case JobEvent::Kind::Token: {
+                nlohmann::json j = {{"t", ev.text}, {"i", ev.index}};
+                if (job->request.top_logprobs >= 0) j["logprobs"] = logprobs_json(ev.logprobs);
+                return sse_event("token", j);
+            }
+            case JobEvent::Kind::End:
+                return sse_event("end", {{"tokens_out", ev.tokens_out}, {"decode_time_ms", ev.decode_time_ms},
+                                         {"time_to_first_token_ms", ev.time_to_first_token_ms},
+                                         {"stop_reason", ev.stop_reason}});
+            case JobEvent::Kind::Error: {
+                nlohmann::json j = {{"code", code_name(ev.code)}, {"message", ev.message}, {"retriable", ev.retriable}};
+                if (ev.retry_after_ms) j["retry_after_ms"] = *ev.retry_after_ms;
+                return sse_event("error", j);
+            }
+            }
+            return {};
+        };
+        stream_job(*this, res, svc, job, render);
+    });
+
+    http.Post("/cancel", [this](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        auto svc = get_service();
+        try {
+            std::string id = service::parse_cancel_request(req.body, options.limits);
+            std::string status = svc ? svc->cancel(id) : "unknown";
+            send_json(res, 202, {{"job_id", id}, {"status", status}});
+        } catch (const std::exception& e) {
+            send_exception(res, e, cid);
+        }
+    });
+
+    http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        auto svc = require_ready(*this, res, cid);
+        if (!svc) return;
+        try {
+            auto r = service::parse_tokenize_request(req.body, options.limits);
+            auto tokens = svc->codec().encode(r.text, r.add_special, r.parse_special);
+            send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}});
+        } catch (const std::exception& e) {
+            send_exception(res, e, cid);
+        }
+    });
+
+    http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        auto svc = require_ready(*this, res, cid);
+        if (!svc) return;
+        try {
+            auto tokens = service::parse_detokenize_request(req.body, svc->codec().vocab_size(), options.limits);
+            send_json(res, 200, {{"text", service::sanitize_utf8(svc->codec().decode(tokens))}});
+        } catch (const std::exception& e) {
+            send_exception(res, e, cid);
+        }
+    });
+}
+
+}  // namespace eh::http

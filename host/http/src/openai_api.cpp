@@ -1,0 +1,220 @@
+// The OpenAI-compatible API: /v1/models, /v1/completions and
+// /v1/chat/completions, streaming (SSE `data:` frames ending with
+// `data: [DONE]`) and not.
+#include <fmt/format.h>
+
+#include "eh/service/request.hpp"
+#include "eh/service/utf8.hpp"
+#include "impl.hpp"
+#include "stream.hpp"
+
+namespace eh::http {
+
+using service::JobEvent;
+
+namespace {
+
+const char* finish_reason(const std::string& stop_reason) {
+    return stop_reason == "length" ? "length" : "stop";
+}
+
+nlohmann::json bytes_of(const std::string& s) {
+    nlohmann::json b = nlohmann::json::array();
+    for (unsigned char c : s) b.push_back(int(c));
+    return b;
+}
+
+// Chat logprobs: {"content":[{token, logprob, bytes, top_logprobs}]}
+nlohmann::json chat_logprobs(const std::vector<service::TokenLogprob>& lps) {
+    nlohmann::json content = nlohmann::json::array();
+    for (const auto& lp : lps) {
+        nlohmann::json top = nlohmann::json::array();
+        for (const auto& t : lp.top) top.push_back({{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes_of(t.text)}});
+        content.push_back({{"token", lp.text}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.text)}, {"top_logprobs", top}});
+    }
+    return {{"content", content}};
+}
+
+// Legacy completions logprobs: parallel arrays.
+struct CompletionLogprobs {
+    nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array(),
+                   top = nlohmann::json::array(), offsets = nlohmann::json::array();
+    size_t offset = 0;
+    void add(const std::vector<service::TokenLogprob>& lps) {
+        for (const auto& lp : lps) {
+            tokens.push_back(lp.text);
+            token_logprobs.push_back(lp.logprob);
+            nlohmann::json t = nlohmann::json::object();
+            for (const auto& x : lp.top) t[x.text] = x.logprob;
+            top.push_back(t);
+            offsets.push_back(offset);
+            offset += lp.text.size();
+        }
+    }
+    nlohmann::json json() const {
+        return {{"tokens", tokens}, {"token_logprobs", token_logprobs}, {"top_logprobs", top}, {"text_offset", offsets}};
+    }
+};
+
+nlohmann::json usage_json(uint32_t prompt, uint32_t completion) {
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+}
+
+nlohmann::json stream_error(const JobEvent& ev, const std::string& cid) {
+    nlohmann::json body = error_body(code_name(ev.code), ev.message, cid,
+                                     {{"retriable", ev.retriable}});
+    body["error"]["type"] = ev.code == Code::Cancelled ? "cancelled" : "server_error";
+    return body;
+}
+
+}  // namespace
+
+void Server::Impl::install_openai() {
+    http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
+        correlation_id(req, res);
+        nlohmann::json data = nlohmann::json::array();
+        if (state.load() != State::Loading) {
+            NodeInfo ni = get_info();
+            data.push_back({{"id", ni.model}, {"object", "model"}, {"created", started_unix}, {"owned_by", "engine-host"},
+                            {"context_length", ni.context_length}});
+        }
+        send_json(res, 200, {{"object", "list"}, {"data", data}});
+    });
+
+    auto handle = [this](bool chat, const httplib::Request& req, httplib::Response& res) {
+        const char* endpoint = chat ? "chat" : "completions";
+        std::string cid = correlation_id(req, res);
+        auto svc = require_ready(*this, res, cid);
+        if (!svc) {
+            metrics->request(endpoint, state.load() == State::Stopping ? "rejected_shutdown" : "rejected_loading");
+            return;
+        }
+        std::shared_ptr<service::Job> job;
+        service::OpenAIRequest r;
+        try {
+            r = service::parse_openai_request(req.body, chat, options.limits);
+            if (chat) {
+                r.gen.prompt = svc->codec().render_chat(r.messages);
+                service::check_prompt(r.gen.prompt, "messages", options.limits);
+            }
+            r.gen.correlation_id = cid;
+            job = svc->submit(r.gen);
+        } catch (const std::exception& e) {
+            auto* ee = dynamic_cast<const Error*>(&e);
+            metrics->request(endpoint, !ee ? "error"
+                                       : ee->code() == Code::QueueFull ? "rejected_queue_full"
+                                       : ee->code() == Code::ShuttingDown ? "rejected_shutdown"
+                                       : "rejected_invalid");
+            send_exception(res, e, cid);
+            return;
+        }
+        const std::string model = r.model.empty() ? get_info().model : r.model;
+        const std::string id = job->request.job_id;
+        const int64_t created = unix_now();
+        const bool want_lp = r.logprobs;
+        const uint32_t prompt_tokens = uint32_t(job->prompt_tokens.size());
+        res.set_header("X-Job-Id", id);
+
+        if (r.stream) {
+            auto first = std::make_shared<bool>(true);
+            auto lp_state = std::make_shared<CompletionLogprobs>();
+            auto render = [=](const JobEvent& ev) -> std::string {
+                auto chunk = [&](nlohmann::json choice) {
+                    nlohmann::json c = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                                        {"created", created}, {"model", model}, {"choices", {choice}}};
+                    if (r.include_usage) c["usage"] = nullptr;
+                    return c;
+                };
+                switch (ev.kind) {
+                case JobEvent::Kind::Started:
+                    if (chat) {
+                        *first = false;
+                        return sse_data(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                               {"logprobs", nullptr}, {"finish_reason", nullptr}}));
+                    }
+                    return {};
+                case JobEvent::Kind::Token: {
+                    nlohmann::json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+                    if (chat) {
+                        choice["delta"] = {{"content", ev.text}};
+                        if (want_lp) choice["logprobs"] = chat_logprobs(ev.logprobs);
+                    } else {
+                        choice["text"] = ev.text;
+                        if (want_lp) {
+                            CompletionLogprobs one;
+                            one.offset = lp_state->offset;
+                            one.add(ev.logprobs);
+                            lp_state->offset = one.offset;
+                            choice["logprobs"] = one.json();
+                        }
+                    }
+                    return sse_data(chunk(choice));
+                }
+                case JobEvent::Kind::End: {
+                    nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason(ev.stop_reason)}, {"logprobs", nullptr}};
+                    if (chat) choice["delta"] = nlohmann::json::object();
+                    else choice["text"] = "";
+                    std::string out = sse_data(chunk(choice));
+                    if (r.include_usage) {
+                        nlohmann::json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
+                                            {"created", created}, {"model", model}, {"choices", nlohmann::json::array()},
+                                            {"usage", usage_json(prompt_tokens, ev.tokens_out)}};
+                        out += sse_data(u);
+                    }
+                    return out;
+                }
+                case JobEvent::Kind::Error:
+                    return sse_data(stream_error(ev, cid));
+                }
+                return {};
+            };
+            stream_job(*this, res, svc, job, render, "data: [DONE]\n\n", false);
+            return;
+        }
+
+        // Not streaming: collect the whole answer. A client that goes away
+        // is only noticed when the answer is written.
+        std::string text;
+        nlohmann::json chat_lp = nlohmann::json::array();
+        CompletionLogprobs comp_lp;
+        for (;;) {
+            auto ev = job->pop(std::chrono::milliseconds(200));
+            if (!ev) continue;
+            if (ev->kind == JobEvent::Kind::Token) {
+                text += ev->text;
+                if (want_lp) {
+                    if (chat) {
+                        nlohmann::json part = chat_logprobs(ev->logprobs);
+                        for (auto& c : part["content"]) chat_lp.push_back(c);
+                    } else {
+                        comp_lp.add(ev->logprobs);
+                    }
+                }
+            } else if (ev->kind == JobEvent::Kind::Error) {
+                int status = http_status_for(ev->code);
+                nlohmann::json body = stream_error(*ev, cid);
+                send_json(res, status, body);
+                return;
+            } else if (ev->kind == JobEvent::Kind::End) {
+                nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason(ev->stop_reason)}};
+                if (chat) {
+                    choice["message"] = {{"role", "assistant"}, {"content", text}};
+                    choice["logprobs"] = want_lp ? nlohmann::json{{"content", chat_lp}} : nlohmann::json(nullptr);
+                } else {
+                    choice["text"] = text;
+                    choice["logprobs"] = want_lp ? comp_lp.json() : nlohmann::json(nullptr);
+                }
+                nlohmann::json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
+                                       {"created", created}, {"model", model}, {"choices", {choice}},
+                                       {"usage", usage_json(prompt_tokens, ev->tokens_out)},
+                                       {"system_fingerprint", nullptr}};
+                send_json(res, 200, body);
+                return;
+            }
+        }
+    };
+    http.Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
+    http.Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });
+}
+
+}  // namespace eh::http

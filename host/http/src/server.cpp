@@ -1,0 +1,261 @@
+#include "eh/http/server.hpp"
+
+#include <fmt/format.h>
+
+#include <set>
+#include <thread>
+
+#include "eh/service/event_log.hpp"
+#include "eh/service/utf8.hpp"
+#include "impl.hpp"
+
+namespace eh::http {
+namespace {
+
+const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
+                                       "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
+                                       "/v1/chat/completions"};
+
+bool local_origin(const std::string& origin) {
+    for (const char* p : {"http://localhost", "http://127.0.0.1", "http://[::1]", "https://localhost", "https://127.0.0.1"}) {
+        std::string_view o(origin), pre(p);
+        if (o.substr(0, pre.size()) == pre && (o.size() == pre.size() || o[pre.size()] == ':')) return true;
+    }
+    return false;
+}
+
+}  // namespace
+
+Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics) : impl_(std::make_unique<Impl>()) {
+    impl_->options = std::move(options);
+    impl_->metrics = metrics ? std::move(metrics) : std::make_shared<service::Metrics>();
+    impl_->started_unix = unix_now();
+    size_t threads = std::max<size_t>(impl_->options.threads, 4);
+    impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
+    // Bodies between the request limit and this hard cap get a precise 400
+    // from the parser; past the cap httplib refuses and the error handler
+    // writes the envelope.
+    impl_->http.set_payload_max_length(std::max<size_t>(impl_->options.limits.max_body_bytes * 8, 8u << 20));
+    impl_->http.set_read_timeout(30, 0);
+    impl_->http.set_write_timeout(30, 0);
+    impl_->install_routes();
+    impl_->install_native();
+    impl_->install_openai();
+}
+
+Server::~Server() { stop(); }
+
+int Server::bind() {
+    if (impl_->options.port == 0) {
+        port_ = impl_->http.bind_to_any_port(impl_->options.host);
+        if (port_ <= 0) throw Error(Code::Internal, fmt::format("cannot bind to {} on any port", impl_->options.host));
+    } else {
+        if (!impl_->http.bind_to_port(impl_->options.host, impl_->options.port))
+            throw Error(Code::Internal, fmt::format("cannot bind to {}:{} (in use, or not a local address?)",
+                                                    impl_->options.host, impl_->options.port));
+        port_ = impl_->options.port;
+    }
+    return port_;
+}
+
+void Server::run() { impl_->http.listen_after_bind(); }
+
+void Server::stop() {
+    if (impl_ && impl_->http.is_running()) impl_->http.stop();
+}
+
+void Server::set_load_progress(float f) { impl_->load_progress.store(f); }
+
+void Server::attach(std::shared_ptr<service::Service> svc, NodeInfo info) {
+    {
+        std::lock_guard lock(impl_->mu);
+        impl_->service = std::move(svc);
+        impl_->info = std::move(info);
+    }
+    impl_->load_progress.store(1);
+    State loading = State::Loading;
+    impl_->state.compare_exchange_strong(loading, State::Ready);
+}
+
+void Server::set_resident(bool resident, const std::string& why) {
+    std::lock_guard lock(impl_->mu);
+    impl_->resident = resident;
+    impl_->resident_why = why;
+}
+
+void Server::begin_shutdown() { impl_->state.store(State::Stopping); }
+
+void Server::drain(std::chrono::milliseconds timeout) {
+    auto until = std::chrono::steady_clock::now() + timeout;
+    while (impl_->open_streams.load() > 0 && std::chrono::steady_clock::now() < until)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+}
+
+void Server::on_shutdown_request(std::function<void()> fn) {
+    std::lock_guard lock(impl_->mu);
+    impl_->shutdown_fn = std::move(fn);
+}
+
+void Server::Impl::install_routes() {
+    http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (options.cors) {
+            std::string origin = req.get_header_value("Origin");
+            if (!origin.empty() && local_origin(origin)) {
+                res.set_header("Access-Control-Allow-Origin", origin);
+                res.set_header("Vary", "Origin");
+                res.set_header("Access-Control-Expose-Headers", "X-Correlation-Id, Retry-After");
+                if (req.method == "OPTIONS") {
+                    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Correlation-Id");
+                    res.set_header("Access-Control-Max-Age", "600");
+                    res.status = 204;
+                    return httplib::Server::HandlerResponse::Handled;
+                }
+            }
+        }
+        return httplib::Server::HandlerResponse::Unhandled;
+    });
+    http.set_post_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        metrics->http_response(kRoutes.count(req.path) ? req.path : "other", res.status);
+    });
+    http.set_error_handler([this](const httplib::Request& req, httplib::Response& res) {
+        if (!res.body.empty()) return;
+        std::string cid = correlation_id(req, res);
+        if (res.status == 413) {
+            // The product answers oversized bodies like any other bad input.
+            send_error(res, 400, "INVALID_REQUEST",
+                       fmt::format("the request body is larger than the limit of {} bytes", options.limits.max_body_bytes),
+                       cid, {{"limit_bytes", options.limits.max_body_bytes}});
+        } else if (res.status == 404) {
+            send_error(res, 404, "NOT_FOUND",
+                       fmt::format("no route {} {}", req.method, service::sanitize_utf8(req.path.substr(0, 200))), cid);
+        } else if (res.status == 405) {
+            send_error(res, 405, "INVALID_REQUEST", fmt::format("method {} not allowed here", req.method), cid);
+        } else {
+            int st = res.status;
+            send_error(res, st, st >= 500 ? "INTERNAL" : "INVALID_REQUEST", fmt::format("HTTP {}", st), cid);
+        }
+    });
+    http.set_exception_handler([](const httplib::Request& req, httplib::Response& res, std::exception_ptr ep) {
+        std::string cid = correlation_id(req, res);
+        try {
+            if (ep) std::rethrow_exception(ep);
+            send_error(res, 500, "INTERNAL", "unknown error", cid);
+        } catch (const std::exception& e) {
+            send_exception(res, e, cid);
+        } catch (...) {
+            send_error(res, 500, "INTERNAL", "unknown error", cid);
+        }
+    });
+
+    http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
+        correlation_id(req, res);
+        NodeInfo ni = get_info();
+        bool res_ok;
+        std::string why;
+        {
+            std::lock_guard lock(mu);
+            res_ok = resident;
+            why = resident_why;
+        }
+        State st = state.load();
+        std::string status = st == State::Loading ? "loading" : st == State::Stopping ? "shutting_down"
+                             : res_ok ? "ok" : "unhealthy";
+        nlohmann::json j = {
+            {"status", status},
+            {"model", ni.model},
+            {"resident", st == State::Ready && res_ok},
+            {"quant_kind", ni.quant_kind},
+            {"vram_bytes_used", ni.vram_bytes_used},
+            {"tokenizer_kind", ni.tokenizer_kind},
+            {"vocab_size", ni.vocab_size},
+            {"context_length", ni.context_length},
+            {"uptime_seconds", uptime()},
+            {"plugin", {{"name", ni.plugin_name}, {"version", ni.plugin_version}}},
+            {"sm", ni.compute_capability},
+            {"cuda_runtime_version", ni.cuda_runtime_version},
+            {"device", ni.device_name},
+            {"worker_id", service::log_settings().worker_id},
+        };
+        if (st == State::Loading) j["load_progress"] = load_progress.load();
+        if (!res_ok) j["reason"] = why;
+        if (auto svc = get_service()) {
+            j["queue_depth"] = svc->queue_depth();
+            j["active_jobs"] = svc->active_jobs();
+        }
+        send_json(res, status == "ok" ? 200 : 503, j);
+    });
+
+    http.Get("/capabilities", [this](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        if (state.load() == State::Loading) {
+            require_ready(*this, res, cid);
+            return;
+        }
+        NodeInfo ni = get_info();
+        nlohmann::json accepted = nlohmann::json::array(), rejected = nlohmann::json::array();
+        for (const auto& p : ni.plugins) {
+            if (p.value("accepted", false)) accepted.push_back(p);
+            else rejected.push_back({{"name", p.value("name", "")}, {"library", p.value("library", "")},
+                                     {"manifest", p.value("manifest", "")}, {"reasons", p.value("reasons", nlohmann::json::array())}});
+        }
+        nlohmann::json j = {
+            {"api_version", "1"},
+            {"engine", ni.engine},
+            {"engine_version", ni.plugin_version},
+            {"plugin", ni.plugin_name},
+            {"model", ni.model},
+            {"architecture", ni.architecture},
+            {"ctx_max", ni.context_length},
+            {"max_tokens_out", ni.max_tokens_out},
+            {"concurrency", {{"slots", 1}, {"queue_capacity", ni.queue_capacity}}},
+            {"workloads", {"generate", "chat", "tokenize", "detokenize"}},
+            {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/metrics", "/tokenize", "/detokenize",
+                           "/v1/models", "/v1/completions", "/v1/chat/completions"}},
+            {"sampler", {{"temperature", {{"min", 0}, {"max", 2}, {"default", 1}}},
+                         {"top_p", {{"min", 0}, {"max", 1}, {"default", 1}}},
+                         {"top_k", {{"min", 0}, {"default", 0}}},
+                         {"min_p", {{"min", 0}, {"max", 1}, {"default", 0}}},
+                         {"repetition_penalty", {{"min_exclusive", 0}, {"max", 2}, {"default", 1}}},
+                         {"seed", {{"type", "uint64"}}},
+                         {"stop", {{"max_count", options.limits.max_stop}}}}},
+            {"logprobs", ni.logprobs},
+            {"limits", {{"max_prompt_chars", options.limits.max_prompt_chars},
+                        {"max_body_bytes", options.limits.max_body_bytes}}},
+            {"plugins", {{"accepted", accepted}, {"rejected", rejected}}},
+        };
+        send_json(res, 200, j);
+    });
+
+    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
+        correlation_id(req, res);
+        service::Gauges g;
+        g.uptime_seconds = uptime();
+        g.ready = state.load() == State::Ready;
+        NodeInfo ni = get_info();
+        g.vram_bytes = double(ni.vram_bytes_used);
+        g.context_length = ni.context_length;
+        if (auto svc = get_service()) {
+            g.queue_depth = double(svc->queue_depth());
+            g.active_jobs = double(svc->active_jobs());
+        }
+        res.set_content(metrics->render(g), "text/plain; version=0.0.4; charset=utf-8");
+    });
+
+    http.Post("/shutdown", [this](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        if (!options.allow_shutdown_endpoint) {
+            send_error(res, 404, "NOT_FOUND", "POST /shutdown is disabled (start with --allow-shutdown-endpoint)", cid);
+            return;
+        }
+        std::function<void()> fn;
+        {
+            std::lock_guard lock(mu);
+            fn = shutdown_fn;
+        }
+        send_json(res, 202, {{"status", "shutting_down"}});
+        if (fn) std::call_once(shutdown_once, fn);
+    });
+}
+
+}  // namespace eh::http

@@ -1,0 +1,23 @@
+// Pumps a job's events into a chunked HTTP response. A failed write means
+// the client went away: the job is cancelled. Idle streams get SSE comment
+// heartbeats, which is also how a vanished client is noticed while its job
+// waits in the queue.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "eh/service/service.hpp"
+#include "impl.hpp"
+
+namespace eh::http {
+
+// `render` turns an event into bytes to write ("" writes nothing).
+// `trailer` is written after the terminal event (e.g. "data: [DONE]\n\n"),
+// `trailer_after_error` says whether an error event gets it too.
+void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
+                std::shared_ptr<service::Job> job, std::function<std::string(const service::JobEvent&)> render,
+                std::string trailer = "", bool trailer_after_error = false);
+
+}  // namespace eh::http

@@ -1,0 +1,84 @@
+// A generation job and the events it produces. The worker thread pushes
+// events; the HTTP thread that owns the client connection pops them.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eh/error.hpp"
+#include "eh/service/request.hpp"
+
+namespace eh::service {
+
+struct TopLogprob {
+    int32_t id = 0;
+    std::string text;
+    double logprob = 0;
+};
+
+struct TokenLogprob {
+    int32_t id = 0;
+    std::string text;      // this token decoded on its own (may be a partial character)
+    double logprob = 0;
+    std::vector<TopLogprob> top;
+};
+
+struct JobEvent {
+    enum class Kind { Started, Token, End, Error };
+    Kind kind = Kind::Token;
+    // Started
+    std::string started_at;            // RFC 3339, UTC
+    uint64_t seed = 0;
+    uint32_t prompt_tokens = 0;
+    // Token: a chunk of text, completed by token number `index` (0-based)
+    std::string text;
+    uint32_t index = 0;
+    std::vector<TokenLogprob> logprobs;  // one per token in the chunk, when asked for
+    // End
+    uint32_t tokens_out = 0;
+    double decode_time_ms = 0;
+    double time_to_first_token_ms = 0;
+    std::string stop_reason;           // "eos", "stop", "length"
+    // Error
+    Code code = Code::Internal;
+    std::string message;
+    bool retriable = false;
+    std::optional<uint32_t> retry_after_ms;
+};
+
+enum class CancelReason : int { None = 0, Client = 1, Disconnect = 2, Shutdown = 3, Timeout = 4 };
+const char* cancel_reason_name(CancelReason r);
+
+class Job {
+public:
+    GenerationRequest request;
+    std::vector<int32_t> prompt_tokens;
+    uint32_t max_tokens = 0;
+    uint64_t seed = 0;
+    std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
+
+    void push(JobEvent ev);
+    // Next event, or nullopt when none arrived within `wait`.
+    std::optional<JobEvent> pop(std::chrono::milliseconds wait);
+    // Requests cancellation; the first reason wins.
+    void cancel(CancelReason why);
+    CancelReason cancel_reason() const { return CancelReason(cancel_.load()); }
+    bool cancelled() const { return cancel_.load() != 0; }
+    bool terminated() const;   // a terminal event was pushed
+
+private:
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<JobEvent> events_;
+    bool terminated_ = false;
+    std::atomic<int> cancel_{0};
+};
+
+}  // namespace eh::service

@@ -1,0 +1,60 @@
+// Prometheus metrics. Labels come from small fixed sets (endpoint, outcome,
+// HTTP status class) so cardinality stays bounded: never a job id.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <map>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace eh::service {
+
+class Histogram {
+public:
+    explicit Histogram(std::vector<double> bounds);
+    void observe(double v);
+    // Appends the _bucket/_sum/_count lines.
+    void render(std::string& out, const std::string& name) const;
+
+private:
+    std::vector<double> bounds_;
+    std::vector<uint64_t> counts_;  // per bucket, not cumulative
+    double sum_ = 0;
+    uint64_t count_ = 0;
+};
+
+struct Gauges {
+    double queue_depth = 0;
+    double active_jobs = 0;
+    double vram_bytes = 0;
+    double uptime_seconds = 0;
+    double context_length = 0;
+    bool ready = false;
+};
+
+class Metrics {
+public:
+    Metrics();
+    // endpoint: execute, completions, chat; outcome: completed, cancelled,
+    // timeout, error, rejected_invalid, rejected_queue_full, rejected_shutdown
+    void request(const std::string& endpoint, const std::string& outcome);
+    void http_response(const std::string& route, int status);
+    void prompt_tokens(uint64_t n);
+    void tokens_generated(uint64_t n);
+    void time_to_first_token(double seconds);
+    void inter_token_latency(double seconds);
+    std::string render(const Gauges& g) const;
+
+private:
+    mutable std::mutex mu_;
+    std::map<std::pair<std::string, std::string>, uint64_t> requests_;
+    std::map<std::pair<std::string, std::string>, uint64_t> http_;
+    uint64_t prompt_tokens_ = 0;
+    uint64_t tokens_generated_ = 0;
+    Histogram ttft_;
+    Histogram itl_;
+};
+
+}  // namespace eh::service

@@ -1,0 +1,92 @@
+// Generation requests: what the native /execute and the OpenAI endpoints
+// parse into, and their validation. Parsing uses simdjson; every rule a
+// request breaks is reported as eh::Error(InvalidRequest) naming the field.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eh/error.hpp"
+#include "eh/service/text_codec.hpp"
+
+namespace eh::service {
+
+// A validation failure, with the offending field ("" for the body itself).
+class RequestError : public Error {
+public:
+    RequestError(std::string field, const std::string& message)
+        : Error(Code::InvalidRequest, message), field_(std::move(field)) {}
+    const std::string& field() const { return field_; }
+
+private:
+    std::string field_;
+};
+
+struct RequestLimits {
+    size_t max_body_bytes = 1 << 20;
+    size_t max_prompt_chars = 32768;   // code points
+    uint32_t max_tokens = 2048;        // --max-tokens-out (never above 2048)
+    size_t max_stop = 4;
+    size_t max_stop_bytes = 256;
+    size_t max_job_id_bytes = 256;
+    size_t max_messages = 256;
+};
+
+struct Sampling {
+    double temperature = 1.0;
+    double top_p = 1.0;
+    int32_t top_k = 0;
+    double min_p = 0.0;
+    double repetition_penalty = 1.0;
+    std::optional<uint64_t> seed;      // generated when absent
+};
+
+struct GenerationRequest {
+    std::string job_id;
+    std::string prompt;                // text handed to the tokenizer
+    bool add_special = true;           // let the tokenizer add BOS
+    bool parse_special = false;        // control-token text becomes ids (chat templates only)
+    std::optional<uint32_t> max_tokens;  // absent: as many as fit, up to the limit
+    Sampling sampling;
+    std::vector<std::string> stop;
+    int top_logprobs = -1;             // -1: no logprobs; 0: the chosen token's only
+    std::string correlation_id;
+    std::string origin = "execute";    // metrics/log label: execute, completions, chat
+};
+
+// POST /execute.
+GenerationRequest parse_execute_request(std::string_view body, const RequestLimits& limits);
+
+// The OpenAI-compatible endpoints.
+struct OpenAIRequest {
+    GenerationRequest gen;
+    bool chat = false;
+    std::vector<ChatMessage> messages; // chat only; gen.prompt is rendered later
+    std::string model;
+    bool stream = false;
+    bool include_usage = false;
+    bool logprobs = false;
+};
+OpenAIRequest parse_openai_request(std::string_view body, bool chat, const RequestLimits& limits);
+
+// POST /tokenize and /detokenize.
+struct TokenizeRequest {
+    std::string text;
+    bool add_special = true;
+    bool parse_special = false;
+};
+TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimits& limits);
+std::vector<int32_t> parse_detokenize_request(std::string_view body, uint32_t vocab_size,
+                                              const RequestLimits& limits);
+
+// The prompt rules (non-empty, no NUL, length) for text built by the server,
+// e.g. a rendered chat template.
+void check_prompt(const std::string& text, std::string_view field, const RequestLimits& limits);
+
+// POST /cancel.
+std::string parse_cancel_request(std::string_view body, const RequestLimits& limits);
+
+}  // namespace eh::service

@@ -1,0 +1,62 @@
+// What the service needs from a tokenizer. The service never depends on a
+// concrete tokenizer: cmd_serve adapts the real one (host/tokenizer) to this,
+// and tests use ByteCodec.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace eh::service {
+
+struct ChatMessage {
+    std::string role;     // system, user, assistant, developer, tool
+    std::string content;
+};
+
+class TextCodec {
+public:
+    virtual ~TextCodec() = default;
+    // Text to token ids; `add_special` adds the model's BOS (if it uses one);
+    // `parse_special` maps control-token text ("<|im_start|>") to its id —
+    // only for text the server built (chat templates), never for raw prompts.
+    virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const = 0;
+    // Token ids to raw bytes. May end in the middle of a UTF-8 sequence (byte
+    // tokens); TextStream takes care of that.
+    virtual std::string decode(std::span<const int32_t> tokens) const = 0;
+    // End-of-generation tokens (EOS, EOT, <|im_end|>, ...).
+    virtual bool is_eog(int32_t token) const = 0;
+    virtual uint32_t vocab_size() const = 0;
+    // "bytes", "spm", "bpe", ... for /health.
+    virtual std::string kind() const = 0;
+    // The prompt a chat model expects for these messages, ending with the
+    // assistant turn's opening. Throws eh::Error(InvalidRequest) for messages
+    // the template cannot express.
+    virtual std::string render_chat(const std::vector<ChatMessage>& messages) const = 0;
+};
+
+// One token per byte (id = byte value), no special tokens except an optional
+// end id. For tests and byte-level models.
+class ByteCodec : public TextCodec {
+public:
+    explicit ByteCodec(uint32_t vocab = 256, int32_t eog = -1) : vocab_(vocab), eog_(eog) {}
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const override;
+    std::string decode(std::span<const int32_t> tokens) const override;
+    bool is_eog(int32_t token) const override { return eog_ >= 0 && token == eog_; }
+    uint32_t vocab_size() const override { return vocab_; }
+    std::string kind() const override { return "bytes"; }
+    std::string render_chat(const std::vector<ChatMessage>& messages) const override;
+
+private:
+    uint32_t vocab_;
+    int32_t eog_;
+};
+
+// A plain role-prefixed transcript; the fallback for models without a chat
+// template.
+std::string render_plain_chat(const std::vector<ChatMessage>& messages);
+
+}  // namespace eh::service

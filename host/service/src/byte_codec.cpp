@@ -1,0 +1,30 @@
+#include "eh/service/text_codec.hpp"
+
+namespace eh::service {
+
+std::vector<int32_t> ByteCodec::encode(std::string_view text, bool, bool) const {
+    std::vector<int32_t> out;
+    out.reserve(text.size());
+    for (unsigned char c : text) out.push_back(int32_t(c) % int32_t(vocab_));
+    return out;
+}
+
+std::string ByteCodec::decode(std::span<const int32_t> tokens) const {
+    std::string out;
+    for (int32_t t : tokens)
+        if (t >= 0 && t < 256 && !is_eog(t)) out.push_back(char(t));
+    return out;
+}
+
+std::string ByteCodec::render_chat(const std::vector<ChatMessage>& messages) const {
+    return render_plain_chat(messages);
+}
+
+std::string render_plain_chat(const std::vector<ChatMessage>& messages) {
+    std::string out;
+    for (const auto& m : messages) out += m.role + ": " + m.content + "\n";
+    out += "assistant:";
+    return out;
+}
+
+}  // namespace eh::service

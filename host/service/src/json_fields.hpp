@@ -1,0 +1,44 @@
+// Typed field access on a simdjson DOM object with precise messages. Null
+// counts as absent, so clients that send `"field": null` get the default.
+#pragma once
+
+#include <simdjson.h>
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "eh/service/request.hpp"
+
+namespace eh::service::json {
+
+using simdjson::dom::element;
+using simdjson::dom::element_type;
+using simdjson::dom::object;
+
+const char* type_name(element_type t);
+
+// Parses `body` (size-checked) into the parser and returns the root object.
+// Duplicate keys are rejected: which of two values wins is a guess.
+object parse_object(simdjson::dom::parser& parser, simdjson::padded_string& storage,
+                    std::string_view body, const RequestLimits& limits);
+
+// Rejects keys outside `allowed` (nullptr-terminated).
+void reject_unknown(const object& obj, std::initializer_list<std::string_view> allowed);
+
+std::optional<element> field(const object& obj, std::string_view key);
+std::optional<std::string> get_string(const object& obj, std::string_view key);
+std::optional<double> get_number(const object& obj, std::string_view key, double lo, double hi,
+                                 bool lo_open = false);
+std::optional<int64_t> get_int(const object& obj, std::string_view key, int64_t lo, int64_t hi);
+std::optional<uint64_t> get_uint64(const object& obj, std::string_view key);
+std::optional<bool> get_bool(const object& obj, std::string_view key);
+// A string or an array of strings.
+std::vector<std::string> get_stop(const object& obj, std::string_view key, const RequestLimits& limits);
+// Prompt text rules shared by every endpoint.
+void check_prompt_text(const std::string& text, std::string_view field, const RequestLimits& limits,
+                       bool allow_empty = false);
+
+}  // namespace eh::service::json

@@ -1,0 +1,151 @@
+// The OpenAI request bodies. Unknown fields are ignored (clients send many
+// this server has no use for); fields it cannot honour are rejected rather
+// than silently dropped.
+#include <fmt/format.h>
+
+#include <random>
+
+#include "eh/service/request.hpp"
+#include "json_fields.hpp"
+
+namespace eh::service {
+
+using namespace json;
+
+namespace {
+
+std::string generated_id(const char* prefix) {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    return fmt::format("{}-{:016x}", prefix, rng());
+}
+
+std::string message_content(const element& c, size_t i) {
+    if (c.type() == element_type::STRING) return std::string(c.get_string().value_unsafe());
+    if (c.type() != element_type::ARRAY)
+        throw RequestError("messages", fmt::format("'messages[{}].content' must be a string or an array of parts, not {}",
+                                                   i, type_name(c.type())));
+    std::string out;
+    size_t k = 0;
+    simdjson::dom::array arr_ = c.get_array().value_unsafe();
+    for (element part : arr_) {
+        if (part.type() != element_type::OBJECT)
+            throw RequestError("messages", fmt::format("'messages[{}].content[{}]' must be an object", i, k));
+        object p = part.get_object().value_unsafe();
+        auto type = get_string(p, "type");
+        if (!type || *type != "text")
+            throw RequestError("messages", fmt::format("'messages[{}].content[{}].type' must be \"text\" (only text is supported)", i, k));
+        auto text = get_string(p, "text");
+        if (!text) throw RequestError("messages", fmt::format("'messages[{}].content[{}].text' is required", i, k));
+        out += *text;
+        ++k;
+    }
+    return out;
+}
+
+std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& limits) {
+    auto e = field(obj, "messages");
+    if (!e) throw RequestError("messages", "'messages' is required");
+    if (e->type() != element_type::ARRAY)
+        throw RequestError("messages", fmt::format("'messages' must be an array, not {}", type_name(e->type())));
+    std::vector<ChatMessage> out;
+    size_t i = 0;
+    size_t total_chars = 0;
+    simdjson::dom::array arr_ = e->get_array().value_unsafe();
+    for (element m : arr_) {
+        if (i >= limits.max_messages)
+            throw RequestError("messages", fmt::format("'messages' has more than {} entries", limits.max_messages));
+        if (m.type() != element_type::OBJECT)
+            throw RequestError("messages", fmt::format("'messages[{}]' must be an object, not {}", i, type_name(m.type())));
+        object mo = m.get_object().value_unsafe();
+        auto role = get_string(mo, "role");
+        if (!role) throw RequestError("messages", fmt::format("'messages[{}].role' is required", i));
+        if (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer" && *role != "tool")
+            throw RequestError("messages", fmt::format("'messages[{}].role' must be one of system, developer, user, "
+                                                       "assistant, tool; got '{}'", i, role->substr(0, 32)));
+        ChatMessage cm;
+        cm.role = *role;
+        if (auto c = field(mo, "content")) cm.content = message_content(*c, i);
+        check_prompt_text(cm.content, "messages", limits, true);
+        total_chars += cm.content.size();
+        out.push_back(std::move(cm));
+        ++i;
+    }
+    if (out.empty()) throw RequestError("messages", "'messages' must not be empty");
+    (void)total_chars;
+    return out;
+}
+
+}  // namespace
+
+OpenAIRequest parse_openai_request(std::string_view body, bool chat, const RequestLimits& limits) {
+    simdjson::dom::parser parser;
+    simdjson::padded_string storage;
+    object obj = parse_object(parser, storage, body, limits);
+    OpenAIRequest r;
+    r.chat = chat;
+    r.gen.origin = chat ? "chat" : "completions";
+    r.gen.job_id = generated_id(chat ? "chatcmpl" : "cmpl");
+    if (auto m = get_string(obj, "model")) r.model = *m;
+    if (chat) {
+        r.messages = parse_messages(obj, limits);
+        r.gen.add_special = false;  // the template (or render_chat) writes BOS when the model wants one
+        r.gen.parse_special = true;
+    } else {
+        auto p = field(obj, "prompt");
+        if (!p) throw RequestError("prompt", "'prompt' is required");
+        if (p->type() == element_type::STRING) {
+            r.gen.prompt = std::string(p->get_string().value_unsafe());
+        } else if (p->type() == element_type::ARRAY) {
+            auto arr = p->get_array().value_unsafe();
+            if (arr.size() != 1 || arr.at(0).type() != element_type::STRING)
+                throw RequestError("prompt", "'prompt' arrays must hold exactly one string (batches are not supported)");
+            r.gen.prompt = std::string(arr.at(0).get_string().value_unsafe());
+        } else {
+            throw RequestError("prompt", fmt::format("'prompt' must be a string, not {}", type_name(p->type())));
+        }
+        check_prompt_text(r.gen.prompt, "prompt", limits);
+        if (auto echo = get_bool(obj, "echo"); echo && *echo) throw RequestError("echo", "'echo' is not supported");
+        if (auto s = get_string(obj, "suffix"); s && !s->empty()) throw RequestError("suffix", "'suffix' is not supported");
+    }
+    if (auto n = get_int(obj, "n", 1, 1000000); n && *n != 1)
+        throw RequestError("n", "'n' must be 1 (one completion per request)");
+    if (auto n = get_int(obj, "best_of", 1, 1000000); n && *n != 1) throw RequestError("best_of", "'best_of' must be 1");
+    const char* max_key = chat && field(obj, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
+    if (auto v = get_int(obj, max_key, 1, limits.max_tokens)) r.gen.max_tokens = uint32_t(*v);
+    else if (!chat) r.gen.max_tokens = std::min<uint32_t>(16, limits.max_tokens);  // OpenAI's default
+    if (auto v = get_number(obj, "temperature", 0, 2)) r.gen.sampling.temperature = *v;
+    if (auto v = get_number(obj, "top_p", 0, 1)) r.gen.sampling.top_p = *v;
+    if (auto v = get_int(obj, "top_k", 0, INT32_MAX)) r.gen.sampling.top_k = int32_t(*v);
+    if (auto v = get_number(obj, "min_p", 0, 1)) r.gen.sampling.min_p = *v;
+    if (auto v = get_number(obj, "repetition_penalty", 0, 2, true)) r.gen.sampling.repetition_penalty = *v;
+    for (const char* k : {"presence_penalty", "frequency_penalty"})
+        if (auto v = get_number(obj, k, -2, 2); v && *v != 0)
+            throw RequestError(k, fmt::format("'{}' is not supported (use repetition_penalty)", k));
+    r.gen.stop = get_stop(obj, "stop", limits);
+    r.gen.sampling.seed = get_uint64(obj, "seed");
+    if (auto s = get_bool(obj, "stream")) r.stream = *s;
+    if (auto so = field(obj, "stream_options")) {
+        if (so->type() != element_type::OBJECT)
+            throw RequestError("stream_options", fmt::format("'stream_options' must be an object, not {}", type_name(so->type())));
+        if (auto u = get_bool(so->get_object().value_unsafe(), "include_usage")) r.include_usage = *u;
+    }
+    if (chat) {
+        if (auto lp = get_bool(obj, "logprobs")) r.logprobs = *lp;
+        auto top = get_int(obj, "top_logprobs", 0, 20);
+        if (top && !r.logprobs) throw RequestError("top_logprobs", "'top_logprobs' needs 'logprobs': true");
+        if (r.logprobs) r.gen.top_logprobs = int(top.value_or(0));
+    } else if (auto lp = get_int(obj, "logprobs", 0, 5)) {
+        r.logprobs = true;
+        r.gen.top_logprobs = int(*lp);
+    }
+    if (auto rf = field(obj, "response_format")) {
+        if (rf->type() != element_type::OBJECT)
+            throw RequestError("response_format", "'response_format' must be an object");
+        auto t = get_string(rf->get_object().value_unsafe(), "type");
+        if (t && *t != "text") throw RequestError("response_format", fmt::format("'response_format.type' '{}' is not supported", t->substr(0, 32)));
+    }
+    if (field(obj, "tools")) throw RequestError("tools", "'tools' is not supported");
+    return r;
+}
+
+}  // namespace eh::service

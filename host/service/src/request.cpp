@@ -1,0 +1,268 @@
+#include <fmt/format.h>
+
+#include <cmath>
+#include <set>
+
+#include "eh/service/request.hpp"
+#include "eh/service/utf8.hpp"
+#include "json_fields.hpp"
+
+namespace eh::service {
+namespace json {
+
+const char* type_name(element_type t) {
+    switch (t) {
+    case element_type::ARRAY: return "array";
+    case element_type::OBJECT: return "object";
+    case element_type::INT64: case element_type::UINT64: return "integer";
+    case element_type::DOUBLE: return "number";
+    case element_type::STRING: return "string";
+    case element_type::BOOL: return "boolean";
+    case element_type::NULL_VALUE: return "null";
+    }
+    return "unknown";
+}
+
+object parse_object(simdjson::dom::parser& parser, simdjson::padded_string& storage,
+                    std::string_view body, const RequestLimits& limits) {
+    if (body.size() > limits.max_body_bytes)
+        throw RequestError("", fmt::format("request body is {} bytes; the limit is {} bytes", body.size(),
+                                           limits.max_body_bytes));
+    if (body.find_first_not_of(" \t\r\n") == std::string_view::npos)
+        throw RequestError("", "request body is empty; expected a JSON object");
+    storage = simdjson::padded_string(body);
+    element root;
+    if (auto err = parser.parse(storage).get(root))
+        throw RequestError("", fmt::format("malformed JSON: {}", simdjson::error_message(err)));
+    if (root.type() != element_type::OBJECT)
+        throw RequestError("", fmt::format("request body must be a JSON object, not {}", type_name(root.type())));
+    object obj = root.get_object().value_unsafe();
+    std::set<std::string_view> seen;
+    for (auto kv : obj)
+        if (!seen.insert(kv.key).second)
+            throw RequestError(std::string(kv.key), fmt::format("duplicate field '{}'", kv.key));
+    return obj;
+}
+
+void reject_unknown(const object& obj, std::initializer_list<std::string_view> allowed) {
+    for (auto kv : obj) {
+        bool ok = false;
+        for (auto a : allowed) ok = ok || a == kv.key;
+        if (!ok) {
+            std::string printable = sanitize_utf8(kv.key.substr(0, 64));
+            throw RequestError(printable, fmt::format("unknown field '{}'", printable));
+        }
+    }
+}
+
+std::optional<element> field(const object& obj, std::string_view key) {
+    element e;
+    if (obj.at_key(key).get(e)) return std::nullopt;
+    if (e.type() == element_type::NULL_VALUE) return std::nullopt;
+    return e;
+}
+
+static RequestError wrong_type(std::string_view key, const char* want, const element& e) {
+    return RequestError(std::string(key), fmt::format("'{}' must be {}, not {}", key, want, type_name(e.type())));
+}
+
+std::optional<std::string> get_string(const object& obj, std::string_view key) {
+    auto e = field(obj, key);
+    if (!e) return std::nullopt;
+    if (e->type() != element_type::STRING) throw wrong_type(key, "a string", *e);
+    return std::string(e->get_string().value_unsafe());
+}
+
+static double as_number(const element& e, std::string_view key) {
+    switch (e.type()) {
+    case element_type::INT64: return double(e.get_int64().value_unsafe());
+    case element_type::UINT64: return double(e.get_uint64().value_unsafe());
+    case element_type::DOUBLE: return e.get_double().value_unsafe();
+    default: throw wrong_type(key, "a number", e);
+    }
+}
+
+std::optional<double> get_number(const object& obj, std::string_view key, double lo, double hi, bool lo_open) {
+    auto e = field(obj, key);
+    if (!e) return std::nullopt;
+    double v = as_number(*e, key);
+    if (!std::isfinite(v) || v < lo || v > hi || (lo_open && v == lo))
+        throw RequestError(std::string(key), fmt::format("'{}' must be in {}{}, {}]; got {}", key, lo_open ? "(" : "[",
+                                                         lo, hi, v));
+    return v;
+}
+
+std::optional<int64_t> get_int(const object& obj, std::string_view key, int64_t lo, int64_t hi) {
+    auto e = field(obj, key);
+    if (!e) return std::nullopt;
+    int64_t v;
+    if (e->type() == element_type::INT64) {
+        v = e->get_int64().value_unsafe();
+    } else if (e->type() == element_type::UINT64) {
+        v = INT64_MAX;  // beyond every range we accept
+    } else if (e->type() == element_type::DOUBLE) {
+        throw RequestError(std::string(key), fmt::format("'{}' must be an integer, not a fraction ({})", key,
+                                                         e->get_double().value_unsafe()));
+    } else {
+        throw wrong_type(key, "an integer", *e);
+    }
+    if (v < lo || v > hi) {
+        std::string got = e->type() == element_type::UINT64 ? std::to_string(e->get_uint64().value_unsafe())
+                                                             : std::to_string(v);
+        throw RequestError(std::string(key), fmt::format("'{}' must be between {} and {}; got {}", key, lo, hi, got));
+    }
+    return v;
+}
+
+std::optional<uint64_t> get_uint64(const object& obj, std::string_view key) {
+    auto e = field(obj, key);
+    if (!e) return std::nullopt;
+    if (e->type() == element_type::UINT64) return e->get_uint64().value_unsafe();
+    if (e->type() == element_type::INT64) {
+        int64_t v = e->get_int64().value_unsafe();
+        if (v < 0) throw RequestError(std::string(key), fmt::format("'{}' must be a non-negative integer; got {}", key, v));
+        return uint64_t(v);
+    }
+    if (e->type() == element_type::DOUBLE)
+        throw RequestError(std::string(key),
+                           fmt::format("'{}' must be an integer between 0 and 18446744073709551615", key));
+    throw wrong_type(key, "an integer", *e);
+}
+
+std::optional<bool> get_bool(const object& obj, std::string_view key) {
+    auto e = field(obj, key);
+    if (!e) return std::nullopt;
+    if (e->type() != element_type::BOOL) throw wrong_type(key, "a boolean", *e);
+    return e->get_bool().value_unsafe();
+}
+
+std::vector<std::string> get_stop(const object& obj, std::string_view key, const RequestLimits& limits) {
+    auto e = field(obj, key);
+    std::vector<std::string> out;
+    if (!e) return out;
+    auto add = [&](const element& s, size_t i) {
+        if (s.type() != element_type::STRING)
+            throw RequestError(std::string(key), fmt::format("'{}[{}]' must be a string, not {}", key, i, type_name(s.type())));
+        std::string_view v = s.get_string().value_unsafe();
+        if (v.empty()) throw RequestError(std::string(key), fmt::format("'{}[{}]' must not be empty", key, i));
+        if (v.size() > limits.max_stop_bytes)
+            throw RequestError(std::string(key), fmt::format("'{}[{}]' is {} bytes; the limit is {}", key, i, v.size(),
+                                                             limits.max_stop_bytes));
+        out.emplace_back(v);
+    };
+    if (e->type() == element_type::STRING) {
+        add(*e, 0);
+    } else if (e->type() == element_type::ARRAY) {
+        size_t i = 0;
+        simdjson::dom::array arr_ = e->get_array().value_unsafe();
+        for (element s : arr_) {
+            if (i >= limits.max_stop)
+                throw RequestError(std::string(key), fmt::format("'{}' has more than {} strings", key, limits.max_stop));
+            add(s, i++);
+        }
+    } else {
+        throw wrong_type(key, "a string or an array of strings", *e);
+    }
+    return out;
+}
+
+void check_prompt_text(const std::string& text, std::string_view key, const RequestLimits& limits, bool allow_empty) {
+    if (text.empty() && !allow_empty) throw RequestError(std::string(key), fmt::format("'{}' must not be empty", key));
+    if (text.find('\0') != std::string::npos)
+        throw RequestError(std::string(key), fmt::format("'{}' contains a NUL character", key));
+    size_t n = utf8_length(text);
+    if (n > limits.max_prompt_chars)
+        throw RequestError(std::string(key), fmt::format("'{}' is {} characters; the limit is {}", key, n,
+                                                         limits.max_prompt_chars));
+}
+
+}  // namespace json
+
+using namespace json;
+
+void check_prompt(const std::string& text, std::string_view field, const RequestLimits& limits) {
+    check_prompt_text(text, field, limits);
+}
+
+GenerationRequest parse_execute_request(std::string_view body, const RequestLimits& limits) {
+    simdjson::dom::parser parser;
+    simdjson::padded_string storage;
+    object obj = parse_object(parser, storage, body, limits);
+    reject_unknown(obj, {"job_id", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
+                         "repetition_penalty", "stop", "seed", "logprobs", "add_special", "model"});
+    GenerationRequest r;
+    auto id = get_string(obj, "job_id");
+    if (!id) throw RequestError("job_id", "'job_id' is required");
+    if (id->empty()) throw RequestError("job_id", "'job_id' must not be empty");
+    if (id->size() > limits.max_job_id_bytes)
+        throw RequestError("job_id", fmt::format("'job_id' is {} bytes; the limit is {}", id->size(), limits.max_job_id_bytes));
+    if (id->find('\0') != std::string::npos) throw RequestError("job_id", "'job_id' contains a NUL character");
+    r.job_id = *id;
+    auto prompt = get_string(obj, "prompt");
+    if (!prompt) throw RequestError("prompt", "'prompt' is required");
+    check_prompt_text(*prompt, "prompt", limits);
+    r.prompt = std::move(*prompt);
+    if (auto v = get_int(obj, "max_tokens", 1, limits.max_tokens)) r.max_tokens = uint32_t(*v);
+    if (auto v = get_number(obj, "temperature", 0, 2)) r.sampling.temperature = *v;
+    if (auto v = get_number(obj, "top_p", 0, 1)) r.sampling.top_p = *v;
+    if (auto v = get_int(obj, "top_k", 0, INT32_MAX)) r.sampling.top_k = int32_t(*v);
+    if (auto v = get_number(obj, "min_p", 0, 1)) r.sampling.min_p = *v;
+    if (auto v = get_number(obj, "repetition_penalty", 0, 2, true)) r.sampling.repetition_penalty = *v;
+    r.stop = get_stop(obj, "stop", limits);
+    r.sampling.seed = get_uint64(obj, "seed");
+    if (auto v = get_int(obj, "logprobs", 0, 20)) r.top_logprobs = int(*v);
+    if (auto v = get_bool(obj, "add_special")) r.add_special = *v;
+    return r;
+}
+
+TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimits& limits) {
+    simdjson::dom::parser parser;
+    simdjson::padded_string storage;
+    object obj = parse_object(parser, storage, body, limits);
+    reject_unknown(obj, {"text", "content", "add_special", "parse_special"});
+    TokenizeRequest r;
+    auto text = get_string(obj, "text");
+    if (!text) text = get_string(obj, "content");
+    if (!text) throw RequestError("text", "'text' is required");
+    check_prompt_text(*text, "text", limits, true);
+    r.text = std::move(*text);
+    if (auto v = get_bool(obj, "add_special")) r.add_special = *v;
+    if (auto v = get_bool(obj, "parse_special")) r.parse_special = *v;
+    return r;
+}
+
+std::vector<int32_t> parse_detokenize_request(std::string_view body, uint32_t vocab_size, const RequestLimits& limits) {
+    simdjson::dom::parser parser;
+    simdjson::padded_string storage;
+    object obj = parse_object(parser, storage, body, limits);
+    reject_unknown(obj, {"tokens"});
+    auto e = field(obj, "tokens");
+    if (!e) throw RequestError("tokens", "'tokens' is required");
+    if (e->type() != element_type::ARRAY) throw RequestError("tokens", fmt::format("'tokens' must be an array, not {}", type_name(e->type())));
+    std::vector<int32_t> out;
+    size_t i = 0;
+    simdjson::dom::array arr_ = e->get_array().value_unsafe();
+    for (element t : arr_) {
+        if (t.type() != element_type::INT64 && t.type() != element_type::UINT64)
+            throw RequestError("tokens", fmt::format("'tokens[{}]' must be an integer, not {}", i, type_name(t.type())));
+        int64_t v = t.type() == element_type::INT64 ? t.get_int64().value_unsafe() : INT64_MAX;
+        if (v < 0 || v >= int64_t(vocab_size))
+            throw RequestError("tokens", fmt::format("'tokens[{}]' is not a token id (0..{})", i, vocab_size - 1));
+        out.push_back(int32_t(v));
+        ++i;
+    }
+    return out;
+}
+
+std::string parse_cancel_request(std::string_view body, const RequestLimits& limits) {
+    simdjson::dom::parser parser;
+    simdjson::padded_string storage;
+    object obj = parse_object(parser, storage, body, limits);
+    reject_unknown(obj, {"job_id"});
+    auto id = get_string(obj, "job_id");
+    if (!id) throw RequestError("job_id", "'job_id' is required");
+    if (id->empty()) throw RequestError("job_id", "'job_id' must not be empty");
+    return *id;
+}
+
+}  // namespace eh::service

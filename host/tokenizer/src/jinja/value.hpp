@@ -1,0 +1,75 @@
+// Values of the Jinja subset: Python-like dynamic values with reference
+// semantics for lists, dicts and namespaces (a namespace is a dict whose
+// attributes `set ns.x = ...` may change).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
+
+namespace eh::tokenizer::jinja {
+
+struct Value;
+using Array = std::vector<Value>;
+struct Object;
+using Args = std::vector<Value>;
+using Kwargs = std::vector<std::pair<std::string, Value>>;
+using Function = std::function<Value(Args&, Kwargs&)>;
+
+struct Value {
+    enum class T { Undefined, None, Bool, Int, Float, Str, Arr, Obj, Fn };
+    T t = T::Undefined;
+    bool b = false;
+    int64_t i = 0;
+    double f = 0;
+    std::string s;
+    std::shared_ptr<Array> a;
+    std::shared_ptr<Object> o;
+    std::shared_ptr<Function> fn;
+
+    static Value none() { Value v; v.t = T::None; return v; }
+    static Value boolean(bool x) { Value v; v.t = T::Bool; v.b = x; return v; }
+    static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
+    static Value number(double x) { Value v; v.t = T::Float; v.f = x; return v; }
+    static Value str(std::string x) { Value v; v.t = T::Str; v.s = std::move(x); return v; }
+    static Value array(Array x = {}) { Value v; v.t = T::Arr; v.a = std::make_shared<Array>(std::move(x)); return v; }
+    static Value object();
+    static Value function(Function f) { Value v; v.t = T::Fn; v.fn = std::make_shared<Function>(std::move(f)); return v; }
+
+    bool defined() const { return t != T::Undefined; }
+    bool is_none() const { return t == T::None || t == T::Undefined; }
+    bool numeric() const { return t == T::Int || t == T::Float || t == T::Bool; }
+    double as_double() const { return t == T::Float ? f : t == T::Int ? double(i) : t == T::Bool ? double(b) : 0; }
+    bool truthy() const;
+};
+
+struct Object {
+    std::vector<std::pair<std::string, Value>> items;  // insertion order, as Python dicts
+    bool is_namespace = false;
+    const Value* find(std::string_view key) const {
+        for (const auto& [k, v] : items)
+            if (k == key) return &v;
+        return nullptr;
+    }
+    void set(const std::string& key, Value v) {
+        for (auto& [k, old] : items)
+            if (k == key) { old = std::move(v); return; }
+        items.emplace_back(key, std::move(v));
+    }
+};
+
+inline Value Value::object() { Value v; v.t = T::Obj; v.o = std::make_shared<Object>(); return v; }
+
+bool equal(const Value& a, const Value& b);
+// What {{ x }} prints: Python str() of the value ("" for undefined).
+std::string to_output(const Value& v);
+// json.dumps(v, ensure_ascii=False) with Python's default separators.
+std::string to_json(const Value& v, int indent = -1, int depth = 0);
+// Parses JSON text into a Value (throws eh::Error(InvalidRequest)).
+Value from_json(std::string_view json);
+
+}  // namespace eh::tokenizer::jinja

@@ -1,0 +1,44 @@
+// The model forge: writes a GGUF v3 file with a real model's metadata keys,
+// tensor names, shapes and per-tensor types (see profiles.hpp), seeded
+// random weights and a real tokenizer. Tensors are generated and quantized
+// on every core and streamed to disk, so a 20B-parameter file never has to
+// fit in memory.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <string>
+
+namespace eh::tools {
+
+struct ForgeOptions {
+    std::string profile;
+    std::string out;
+    uint64_t seed = 0;
+    std::string vocab;         // "" = the profile's default from the testdata dir; "none" = synthetic
+    unsigned threads = 0;      // 0 = all cores
+    std::function<void(const std::string&)> log;  // progress lines; may be empty
+};
+
+struct ForgeResult {
+    uint64_t n_tensors = 0;
+    uint64_t file_bytes = 0;
+    uint64_t n_vocab = 0;
+    std::map<std::string, int> census;
+    std::string vocab_source;
+    double seconds = 0;
+};
+
+// Throws eh::Error: InvalidRequest (unknown profile), NotFound (vocab
+// file), ModelLoadFailed (malformed vocab), Internal (I/O).
+ForgeResult forge(const ForgeOptions& options);
+
+// Fills out[0..n) with the deterministic values of elements
+// [first, first+n) of a tensor: `scale` * z + `offset`, z ~ N(0,1)
+// (approximated by a sum of four uniforms). Depends only on the arguments,
+// never on the thread layout.
+void synth_values(uint64_t tensor_seed, uint64_t first, uint64_t n, float scale, float offset, float* out);
+uint64_t tensor_seed(uint64_t seed, const std::string& name);
+
+}  // namespace eh::tools

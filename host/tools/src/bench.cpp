@@ -1,0 +1,263 @@
+#include "eh/tools/bench.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <map>
+#include <optional>
+
+#include <fmt/format.h>
+
+#include <engine_host/tensor_types.h>
+
+#include "eh/error.hpp"
+#include "eh/loader/engine.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/model/model_file.hpp"
+
+namespace eh::tools {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std::milli>(Clock::now() - t0).count(); }
+
+double median(std::vector<double> v) { return percentile(std::move(v), 50.0); }
+
+ModelRequirements requirements(const model::ModelFile& mf) {
+    ModelRequirements need;
+    need.format = mf.format_name();
+    need.architecture = std::string(mf.architecture());
+    for (const auto& t : mf.tensors()) {
+        std::string n = model::tensor_type_name(t.type);
+        if (std::find(need.tensor_types.begin(), need.tensor_types.end(), n) == need.tensor_types.end())
+            need.tensor_types.push_back(n);
+    }
+    return need;
+}
+
+// The type holding the most bytes, as a rough quant label.
+std::string dominant_type(const model::ModelFile& mf) {
+    std::map<uint32_t, uint64_t> bytes;
+    for (const auto& t : mf.tensors()) bytes[t.type] += t.nbytes;
+    uint32_t best = 0;
+    uint64_t most = 0;
+    for (auto [type, b] : bytes) if (b > most) { most = b; best = type; }
+    return model::tensor_type_name(best);
+}
+
+// llama_ftype names of the files we make; nullopt for others.
+std::optional<std::string> file_type_name(std::optional<uint64_t> ft) {
+    if (!ft) return std::nullopt;
+    switch (*ft) {
+    case 0: return "F32"; case 1: return "F16"; case 2: return "Q4_0"; case 3: return "Q4_1";
+    case 7: return "Q8_0"; case 8: return "Q5_0"; case 9: return "Q5_1"; case 14: return "Q4_K_S";
+    case 15: return "Q4_K_M"; case 16: return "Q5_K_S"; case 17: return "Q5_K_M"; case 18: return "Q6_K";
+    case 32: return "BF16"; case 38: return "MXFP4_MOE";
+    default: return std::nullopt;
+    }
+}
+
+BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFile>& mf, const BenchOptions& o) {
+    BenchRun run;
+    run.plugin = rec.caps.name;
+    run.plugin_version = rec.caps.version;
+    run.engine = rec.caps.engine;
+    run.device_kind = rec.caps.device_kind;
+    if (rec.probe) run.device_name = rec.probe->device_name;
+    try {
+        EngineLoadOptions lo;
+        lo.device = o.device;
+        lo.n_threads = o.threads;
+        auto t0 = Clock::now();
+        auto model = EngineModel::load(rec.api, mf->path(), &mf->view(), mf, lo);
+        run.load_ms = ms_since(t0);
+        eh_model_info info = model->info();
+        if (info.device_name[0]) run.device_name = info.device_name;
+        const uint32_t n_vocab = info.vocab_size;
+        if (n_vocab == 0) throw Error(Code::Internal, "plugin reports a vocabulary of 0 tokens");
+        const auto prompt = bench_prompt(o.n_prompt, n_vocab);
+        auto session = model->create_session(o.n_prompt + o.n_gen + 1);
+        eh_sampling_params sp{};
+        sp.struct_size = sizeof(sp);
+        sp.temperature = 0.0f;
+        sp.top_p = 1.0f;
+        sp.repetition_penalty = 1.0f;
+        sp.repetition_window = -1;
+        sp.seed = 1234;
+        session->set_sampling(sp);
+
+        std::vector<double> prefill_ms, decode_ms, ttft_ms, itl_ms;
+        for (uint32_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
+            session->reset();
+            auto t_start = Clock::now();
+            session->prefill(prompt);
+            const double t_prefill = ms_since(t_start);
+            int32_t tok = session->sample();
+            const double t_first = ms_since(t_start);
+            std::vector<double> steps;
+            steps.reserve(o.n_gen);
+            auto t_dec = Clock::now();
+            for (uint32_t i = 0; i < o.n_gen; ++i) {
+                auto ts = Clock::now();
+                tok = session->decode(tok);
+                steps.push_back(ms_since(ts));
+            }
+            const double t_decode = ms_since(t_dec);
+            if (o.log) o.log(fmt::format("{} rep {}{}: prefill {:.1f} ms, decode {:.1f} ms", run.plugin, rep,
+                                         rep == 0 ? " (warm-up)" : "", t_prefill, t_decode));
+            if (rep == 0) continue;
+            prefill_ms.push_back(t_prefill);
+            decode_ms.push_back(t_decode);
+            ttft_ms.push_back(t_first);
+            itl_ms.insert(itl_ms.end(), steps.begin(), steps.end());
+        }
+        run.prefill_ms = prefill_ms;
+        run.decode_ms = decode_ms;
+        std::vector<double> pp, tg;
+        for (double v : prefill_ms) pp.push_back(v > 0 ? o.n_prompt * 1000.0 / v : 0);
+        for (double v : decode_ms) tg.push_back(v > 0 ? o.n_gen * 1000.0 / v : 0);
+        run.prefill_tok_s = median(pp);
+        run.decode_tok_s = median(tg);
+        run.ttft_ms = median(ttft_ms);
+        run.itl_p50_ms = percentile(itl_ms, 50);
+        run.itl_p95_ms = percentile(itl_ms, 95);
+        info = model->info();
+        run.device_bytes = info.device_bytes_used;
+        run.host_bytes = info.host_bytes_used;
+    } catch (const std::exception& e) {
+        run.error = e.what();
+    }
+    return run;
+}
+
+std::string human_bytes(uint64_t b) {
+    if (b >= (uint64_t(1) << 30)) return fmt::format("{:.2f} GiB", b / double(uint64_t(1) << 30));
+    if (b >= (uint64_t(1) << 20)) return fmt::format("{:.1f} MiB", b / double(1 << 20));
+    return fmt::format("{} B", b);
+}
+
+}  // namespace
+
+double percentile(std::vector<double> v, double p) {
+    if (v.empty()) return 0;
+    std::sort(v.begin(), v.end());
+    const double pos = std::clamp(p, 0.0, 100.0) / 100.0 * double(v.size() - 1);
+    const size_t lo = static_cast<size_t>(std::floor(pos));
+    const size_t hi = std::min(lo + 1, v.size() - 1);
+    return v[lo] + (v[hi] - v[lo]) * (pos - double(lo));
+}
+
+std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab) {
+    std::vector<int32_t> out(n);
+    // A stride coprime with any vocab size we meet walks the whole range
+    // without landing on one id twice in a short prompt.
+    uint64_t x = 1000 % n_vocab;
+    for (uint32_t i = 0; i < n; ++i) {
+        out[i] = static_cast<int32_t>(x);
+        x = (x + 7919) % n_vocab;
+    }
+    return out;
+}
+
+BenchReport run_bench(const BenchOptions& o) {
+    if (o.n_prompt == 0 || o.n_gen == 0 || o.reps == 0)
+        throw Error(Code::InvalidRequest, "bench: -p, -n and -r must be at least 1");
+    BenchReport rep;
+    rep.options = o;
+    std::shared_ptr<model::ModelFile> mf = model::ModelFile::open(o.model);
+    rep.model = o.model;
+    rep.architecture = std::string(mf->architecture());
+    rep.quant = file_type_name(mf->get_uint("general.file_type")).value_or(dominant_type(*mf));
+    rep.model_bytes = mf->file_size();
+    if (auto toks = mf->get_string_array("tokenizer.ggml.tokens"); !toks.empty()) rep.n_vocab = toks.size();
+
+    loader::LoaderOptions lo;
+    lo.device = o.device;
+    Registry reg = loader::discover_plugins(o.plugins_dir, lo);
+    const ModelRequirements need = requirements(*mf);
+    std::vector<const PluginRecord*> chosen;
+    for (const PluginRecord& r : reg.records()) {
+        if (!o.plugin.empty() && r.caps.name != o.plugin) continue;
+        if (!r.accepted) {
+            std::string why = "rejected";
+            for (const auto& s : r.reasons) why += "; " + s;
+            rep.skipped.emplace_back(r.caps.name.empty() ? r.manifest_path : r.caps.name, why);
+            continue;
+        }
+        auto gaps = Registry::shortfalls(r.caps, need);
+        if (!gaps.empty()) {
+            std::string why;
+            for (const auto& s : gaps) why += (why.empty() ? "" : "; ") + s;
+            rep.skipped.emplace_back(r.caps.name, why);
+            continue;
+        }
+        chosen.push_back(&r);
+    }
+    if (chosen.empty()) {
+        std::string why;
+        for (const auto& [n, w] : rep.skipped) why += fmt::format("\n  {}: {}", n, w);
+        throw Error(Code::NoPlugin, fmt::format("no plugin in '{}' serves '{}' ({} {}){}", o.plugins_dir, o.model,
+                                                rep.architecture, rep.quant, why));
+    }
+    for (const PluginRecord* r : chosen) {
+        if (o.log) o.log(fmt::format("benchmarking {} on {}", r->caps.name, o.model));
+        rep.runs.push_back(bench_one(*r, mf, o));
+    }
+    return rep;
+}
+
+nlohmann::json to_json(const BenchReport& r) {
+    nlohmann::json runs = nlohmann::json::array();
+    for (const auto& x : r.runs) {
+        nlohmann::json j = {
+            {"plugin", x.plugin}, {"plugin_version", x.plugin_version}, {"engine", x.engine},
+            {"device_kind", x.device_kind}, {"device_name", x.device_name}, {"ok", x.error.empty()},
+        };
+        if (!x.error.empty()) {
+            j["error"] = x.error;
+        } else {
+            j["load_ms"] = x.load_ms;
+            j["prefill_tokens_per_s"] = x.prefill_tok_s;
+            j["decode_tokens_per_s"] = x.decode_tok_s;
+            j["ttft_ms"] = x.ttft_ms;
+            j["itl_p50_ms"] = x.itl_p50_ms;
+            j["itl_p95_ms"] = x.itl_p95_ms;
+            j["peak_device_bytes"] = x.device_bytes;
+            j["host_bytes"] = x.host_bytes;
+            j["prefill_ms"] = x.prefill_ms;
+            j["decode_ms"] = x.decode_ms;
+        }
+        runs.push_back(std::move(j));
+    }
+    nlohmann::json skipped = nlohmann::json::array();
+    for (const auto& [n, w] : r.skipped) skipped.push_back({{"plugin", n}, {"reason", w}});
+    return {
+        {"model", r.model}, {"architecture", r.architecture}, {"quant", r.quant},
+        {"model_bytes", r.model_bytes}, {"n_vocab", r.n_vocab},
+        {"n_prompt", r.options.n_prompt}, {"n_gen", r.options.n_gen}, {"reps", r.options.reps},
+        {"results", runs}, {"skipped", skipped},
+    };
+}
+
+std::string to_table(const BenchReport& r) {
+    std::string out = fmt::format("model: {} ({}, {}, {})\n", r.model, r.architecture, r.quant, human_bytes(r.model_bytes));
+    out += fmt::format("| {:<16} | {:<28} | {:>12} | {:>12} | {:>9} | {:>8} | {:>8} | {:>11} |\n", "plugin", "device",
+                       fmt::format("pp{} t/s", r.options.n_prompt), fmt::format("tg{} t/s", r.options.n_gen),
+                       "TTFT ms", "ITL p50", "ITL p95", "device mem");
+    out += fmt::format("|{:-<18}|{:-<30}|{:->14}|{:->14}|{:->11}|{:->10}|{:->10}|{:->13}|\n", "", "", "", "", "", "", "", "");
+    for (const auto& x : r.runs) {
+        if (!x.error.empty()) {
+            out += fmt::format("| {:<16} | {:<28} | failed: {}\n", x.plugin, x.device_name, x.error);
+            continue;
+        }
+        out += fmt::format("| {:<16} | {:<28} | {:>12.1f} | {:>12.1f} | {:>9.1f} | {:>8.2f} | {:>8.2f} | {:>11} |\n",
+                           x.plugin, x.device_name.substr(0, 28), x.prefill_tok_s, x.decode_tok_s, x.ttft_ms,
+                           x.itl_p50_ms, x.itl_p95_ms, human_bytes(x.device_bytes));
+    }
+    for (const auto& [n, w] : r.skipped) out += fmt::format("skipped {}: {}\n", n, w);
+    out += fmt::format("(medians of {} repetitions after one warm-up)\n", r.options.reps);
+    return out;
+}
+
+}  // namespace eh::tools

@@ -1,0 +1,275 @@
+#include "eh/tools/profiles.hpp"
+
+#include <fmt/format.h>
+
+#include <engine_host/tensor_types.h>
+
+#include "eh/error.hpp"
+
+namespace eh::tools {
+
+namespace {
+
+using model::GgufValue;
+using KV = std::pair<std::string, GgufValue>;
+
+std::string blk(uint32_t i, const char* what) { return fmt::format("blk.{}.{}", i, what); }
+
+// The source type a converter writes before quantization: F32 for vectors,
+// norms and the tensors llama.cpp never quantizes, F16 for the rest.
+uint32_t source_type(const std::string& name, const std::vector<uint64_t>& dims) {
+    return is_quantizable(name, dims) ? EH_TYPE_F16 : EH_TYPE_F32;
+}
+
+struct Builder {
+    const Profile& p;
+    ModelFacts facts;
+    std::vector<TensorSpec> out;
+
+    void add(std::string name, std::vector<uint64_t> dims, Init init = Init::Normal, float scale = 0.02f) {
+        const uint32_t src = source_type(name, dims);
+        const uint32_t type = choose_type(p.target, facts, name, dims, src);
+        out.push_back({std::move(name), std::move(dims), type, init, scale});
+    }
+    void norm(std::string name, uint64_t n) { add(std::move(name), {n}, Init::Ones); }
+};
+
+std::vector<TensorSpec> build(const Profile& p, uint64_t n_vocab) {
+    const auto& s = p.shape;
+    Builder b{p, {s.n_layer, !s.tied}, {}};
+    const uint64_t E = s.n_embd, F = s.n_ff, X = s.n_expert;
+    const uint64_t q_dim = uint64_t(s.n_head) * s.head_dim, kv_dim = uint64_t(s.n_head_kv) * s.head_dim;
+
+    b.add("token_embd.weight", {E, n_vocab});
+    if (p.arch == "gpt2") b.add("position_embd.weight", {E, s.n_ctx}, Init::Normal, 0.01f);
+    for (uint32_t i = 0; i < s.n_layer; ++i) {
+        b.norm(blk(i, "attn_norm.weight"), E);
+        if (p.arch == "gpt2") {
+            b.add(blk(i, "attn_norm.bias"), {E});
+            b.add(blk(i, "attn_qkv.weight"), {E, 3 * E});
+            b.add(blk(i, "attn_qkv.bias"), {3 * E});
+            b.add(blk(i, "attn_output.weight"), {E, E});
+            b.add(blk(i, "attn_output.bias"), {E});
+            b.norm(blk(i, "ffn_norm.weight"), E);
+            b.add(blk(i, "ffn_norm.bias"), {E});
+            b.add(blk(i, "ffn_up.weight"), {E, F});
+            b.add(blk(i, "ffn_up.bias"), {F});
+            b.add(blk(i, "ffn_down.weight"), {F, E});
+            b.add(blk(i, "ffn_down.bias"), {E});
+            continue;
+        }
+        if (p.arch == "phi3") {
+            b.add(blk(i, "attn_qkv.weight"), {E, q_dim + 2 * kv_dim});
+            b.add(blk(i, "attn_output.weight"), {q_dim, E});
+            b.norm(blk(i, "ffn_norm.weight"), E);
+            b.add(blk(i, "ffn_up.weight"), {E, 2 * F});  // gate and up, fused
+            b.add(blk(i, "ffn_down.weight"), {F, E});
+            continue;
+        }
+        const bool bias = s.qkv_bias || p.arch == "gpt-oss";
+        b.add(blk(i, "attn_q.weight"), {E, q_dim});
+        if (bias) b.add(blk(i, "attn_q.bias"), {q_dim});
+        b.add(blk(i, "attn_k.weight"), {E, kv_dim});
+        if (bias) b.add(blk(i, "attn_k.bias"), {kv_dim});
+        b.add(blk(i, "attn_v.weight"), {E, kv_dim});
+        if (bias) b.add(blk(i, "attn_v.bias"), {kv_dim});
+        b.add(blk(i, "attn_output.weight"), {q_dim, E});
+        if (p.arch == "gpt-oss") {
+            b.add(blk(i, "attn_output.bias"), {E});
+            b.add(blk(i, "attn_sinks.weight"), {s.n_head}, Init::Normal, 0.5f);
+            b.norm(blk(i, "post_attention_norm.weight"), E);
+            b.add(blk(i, "ffn_gate_inp.weight"), {E, X});
+            b.add(blk(i, "ffn_gate_inp.bias"), {X});
+            b.add(blk(i, "ffn_gate_exps.weight"), {E, F, X});
+            b.add(blk(i, "ffn_gate_exps.bias"), {F, X});
+            b.add(blk(i, "ffn_up_exps.weight"), {E, F, X});
+            b.add(blk(i, "ffn_up_exps.bias"), {F, X});
+            b.add(blk(i, "ffn_down_exps.weight"), {F, E, X});
+            b.add(blk(i, "ffn_down_exps.bias"), {E, X});
+            continue;
+        }
+        b.norm(blk(i, "ffn_norm.weight"), E);
+        b.add(blk(i, "ffn_gate.weight"), {E, F});
+        b.add(blk(i, "ffn_up.weight"), {E, F});
+        b.add(blk(i, "ffn_down.weight"), {F, E});
+    }
+    b.norm("output_norm.weight", E);
+    if (p.arch == "gpt2") b.add("output_norm.bias", {E});
+    // GPT-2's converter writes the tied head out as output.weight too.
+    if (!s.tied || p.arch == "gpt2") b.add("output.weight", {E, n_vocab});
+    return std::move(b.out);
+}
+
+// ---- metadata per architecture ---------------------------------------------
+
+KV u32(std::string k, uint32_t v) { return {std::move(k), GgufValue::u32(v)}; }
+KV f32(std::string k, float v) { return {std::move(k), GgufValue::f32(v)}; }
+KV str(std::string k, std::string_view v) { return {std::move(k), GgufValue::string(v)}; }
+KV boolean(std::string k, bool v) { return {std::move(k), GgufValue::boolean(v)}; }
+
+void general(Profile& p, std::string_view name, std::string_view size_label) {
+    p.metadata.push_back(str("general.architecture", p.arch));
+    p.metadata.push_back(str("general.type", "model"));
+    p.metadata.push_back(str("general.name", name));
+    p.metadata.push_back(str("general.size_label", size_label));
+}
+
+Profile qwen2(std::string name, bool tiny) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "qwen2";
+    p.tiny = tiny;
+    p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
+    p.n_vocab = 151936;
+    auto& s = p.shape;
+    if (tiny) s = {4, 64, 256, 4, 2, 16, 32768, 0, 0, true, true};
+    else s = {24, 896, 4864, 14, 2, 64, 32768, 0, 0, true, true};
+    p.description = tiny ? "Qwen2.5 layout at toy size (Q4_K_M recipe, real vocab)"
+                         : "Qwen2.5-0.5B-Instruct Q4_K_M";
+    general(p, tiny ? "Tiny Qwen2.5" : "Qwen2.5 0.5B Instruct", tiny ? "8M" : "630M");
+    const std::string a = "qwen2.";
+    p.metadata.push_back(u32(a + "block_count", s.n_layer));
+    p.metadata.push_back(u32(a + "context_length", s.n_ctx));
+    p.metadata.push_back(u32(a + "embedding_length", s.n_embd));
+    p.metadata.push_back(u32(a + "feed_forward_length", s.n_ff));
+    p.metadata.push_back(u32(a + "attention.head_count", s.n_head));
+    p.metadata.push_back(u32(a + "attention.head_count_kv", s.n_head_kv));
+    p.metadata.push_back(f32(a + "rope.freq_base", 1000000.0f));
+    p.metadata.push_back(f32(a + "attention.layer_norm_rms_epsilon", 1e-6f));
+    p.vocab.default_source = "tokenizers/qwen2.5/tokenizer.json";
+    p.vocab.pre = "qwen2";
+    p.vocab.extra.push_back(u32("tokenizer.ggml.eos_token_id", 151645));
+    p.vocab.extra.push_back(u32("tokenizer.ggml.padding_token_id", 151643));
+    p.vocab.extra.push_back(u32("tokenizer.ggml.bos_token_id", 151643));
+    p.vocab.extra.push_back(boolean("tokenizer.ggml.add_bos_token", false));
+    return p;
+}
+
+Profile phi3(std::string name, bool tiny) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "phi3";
+    p.tiny = tiny;
+    p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
+    p.n_vocab = 32064;
+    auto& s = p.shape;
+    if (tiny) s = {4, 256, 256, 4, 4, 64, 4096, 0, 0, false, false};
+    else s = {32, 3072, 8192, 32, 32, 96, 4096, 0, 0, false, false};
+    p.description = tiny ? "Phi-3 layout at toy size (Q4_K_M recipe, real vocab)"
+                         : "Phi-3-mini-4k-instruct Q4_K_M";
+    general(p, tiny ? "Tiny Phi 3" : "Phi 3 Mini 4k Instruct", tiny ? "20M" : "3.8B");
+    const std::string a = "phi3.";
+    p.metadata.push_back(u32(a + "context_length", s.n_ctx));
+    p.metadata.push_back(u32(a + "rope.scaling.original_context_length", s.n_ctx));
+    p.metadata.push_back(u32(a + "embedding_length", s.n_embd));
+    p.metadata.push_back(u32(a + "feed_forward_length", s.n_ff));
+    p.metadata.push_back(u32(a + "block_count", s.n_layer));
+    p.metadata.push_back(u32(a + "attention.head_count", s.n_head));
+    p.metadata.push_back(u32(a + "attention.head_count_kv", s.n_head_kv));
+    p.metadata.push_back(f32(a + "attention.layer_norm_rms_epsilon", 1e-5f));
+    p.metadata.push_back(u32(a + "rope.dimension_count", s.head_dim));
+    p.metadata.push_back(f32(a + "rope.freq_base", 10000.0f));
+    p.metadata.push_back(u32(a + "attention.sliding_window", 2047));
+    p.vocab.default_source = "vocab/ggml-vocab-phi-3.gguf";
+    return p;
+}
+
+Profile gpt2(std::string name, bool tiny, uint32_t type) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "gpt2";
+    p.tiny = tiny;
+    p.target = {Recipe::Plain, type};
+    p.n_vocab = 50257;
+    auto& s = p.shape;
+    if (tiny) s = {2, 64, 256, 4, 4, 16, 128, 0, 0, true, false};
+    else s = {12, 768, 3072, 12, 12, 64, 1024, 0, 0, true, false};
+    p.description = fmt::format("GPT-2{} {}", tiny ? " layout at toy size," : " 124M", p.target.name());
+    general(p, tiny ? "Tiny GPT-2" : "GPT-2", tiny ? "4M" : "124M");
+    const std::string a = "gpt2.";
+    p.metadata.push_back(u32(a + "block_count", s.n_layer));
+    p.metadata.push_back(u32(a + "context_length", s.n_ctx));
+    p.metadata.push_back(u32(a + "embedding_length", s.n_embd));
+    p.metadata.push_back(u32(a + "feed_forward_length", s.n_ff));
+    p.metadata.push_back(u32(a + "attention.head_count", s.n_head));
+    p.metadata.push_back(f32(a + "attention.layer_norm_epsilon", 1e-5f));
+    p.vocab.default_source = "vocab/ggml-vocab-gpt-2.gguf";
+    return p;
+}
+
+Profile gpt_oss(std::string name, bool tiny) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "gpt-oss";
+    p.tiny = tiny;
+    p.target = {Recipe::MXFP4_MOE, EH_TYPE_MXFP4};
+    p.n_vocab = 201088;
+    auto& s = p.shape;
+    if (tiny) s = {2, 64, 64, 4, 2, 16, 131072, 4, 2, false, false};
+    else s = {24, 2880, 2880, 64, 8, 64, 131072, 32, 4, false, false};
+    p.description = tiny ? "gpt-oss layout at toy size (MXFP4 experts, real vocab)" : "gpt-oss-20b MXFP4";
+    general(p, tiny ? "Tiny Gpt Oss" : "Gpt Oss 20b", tiny ? "30M" : "20B");
+    const std::string a = "gpt-oss.";
+    p.metadata.push_back(u32(a + "block_count", s.n_layer));
+    p.metadata.push_back(u32(a + "context_length", s.n_ctx));
+    p.metadata.push_back(u32(a + "embedding_length", s.n_embd));
+    p.metadata.push_back(u32(a + "feed_forward_length", s.n_ff));
+    p.metadata.push_back(u32(a + "attention.head_count", s.n_head));
+    p.metadata.push_back(u32(a + "attention.head_count_kv", s.n_head_kv));
+    p.metadata.push_back(f32(a + "rope.freq_base", 150000.0f));
+    p.metadata.push_back(f32(a + "attention.layer_norm_rms_epsilon", 1e-5f));
+    p.metadata.push_back(u32(a + "expert_count", s.n_expert));
+    p.metadata.push_back(u32(a + "expert_used_count", s.n_expert_used));
+    p.metadata.push_back(u32(a + "attention.key_length", s.head_dim));
+    p.metadata.push_back(u32(a + "attention.value_length", s.head_dim));
+    p.metadata.push_back(u32(a + "attention.sliding_window", 128));
+    p.metadata.push_back(u32(a + "expert_feed_forward_length", s.n_ff));
+    p.metadata.push_back(str(a + "rope.scaling.type", "yarn"));
+    p.metadata.push_back(f32(a + "rope.scaling.factor", 32.0f));
+    p.metadata.push_back(u32(a + "rope.scaling.original_context_length", 4096));
+    p.vocab.default_source = "tokenizers/gpt-oss-20b/tokenizer.json";
+    p.vocab.pre = "gpt-4o";
+    p.vocab.extra.push_back(u32("tokenizer.ggml.bos_token_id", 199998));
+    p.vocab.extra.push_back(u32("tokenizer.ggml.eos_token_id", 200002));
+    p.vocab.extra.push_back(u32("tokenizer.ggml.padding_token_id", 199999));
+    return p;
+}
+
+Profile make(const std::string& name) {
+    if (name == "qwen2.5-0.5b-instruct-q4_k_m") return qwen2(name, false);
+    if (name == "phi-3-mini-4k-instruct-q4_k_m") return phi3(name, false);
+    if (name == "gpt-oss-20b-mxfp4") return gpt_oss(name, false);
+    if (name == "gpt2-124m-f16") return gpt2(name, false, EH_TYPE_F16);
+    if (name == "gpt2-124m-q8_0") return gpt2(name, false, EH_TYPE_Q8_0);
+    if (name == "tiny-qwen2.5-q4_k_m") return qwen2(name, true);
+    if (name == "tiny-phi-3-q4_k_m") return phi3(name, true);
+    if (name == "tiny-gpt-oss-mxfp4") return gpt_oss(name, true);
+    if (name == "tiny-gpt2-f16") return gpt2(name, true, EH_TYPE_F16);
+    if (name == "tiny-gpt2-q8_0") return gpt2(name, true, EH_TYPE_Q8_0);
+    std::string known;
+    for (const auto& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
+    throw Error(Code::InvalidRequest, fmt::format("unknown profile '{}' (known: {})", name, known));
+}
+
+}  // namespace
+
+std::vector<TensorSpec> Profile::tensors(uint64_t vocab_rows) const { return build(*this, vocab_rows); }
+
+std::vector<std::string> profile_names() {
+    return {"qwen2.5-0.5b-instruct-q4_k_m", "phi-3-mini-4k-instruct-q4_k_m", "gpt-oss-20b-mxfp4",
+            "gpt2-124m-f16", "gpt2-124m-q8_0",
+            "tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4", "tiny-gpt2-f16", "tiny-gpt2-q8_0"};
+}
+
+Profile find_profile(const std::string& name) { return make(name); }
+
+std::map<std::string, int> census(const std::vector<TensorSpec>& tensors) {
+    std::map<std::string, int> out;
+    for (const auto& t : tensors) {
+        const char* n = eh_tensor_type_traits(t.type).name;
+        ++out[n ? n : fmt::format("type#{}", t.type)];
+    }
+    return out;
+}
+
+}  // namespace eh::tools

@@ -1,0 +1,215 @@
+#include "eh/tools/vocab.hpp"
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <unordered_map>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "eh/error.hpp"
+
+namespace eh::tools {
+
+namespace fs = std::filesystem;
+using model::GgufValue;
+
+namespace {
+
+// llama.cpp token types
+constexpr int32_t kNormal = 1, kControl = 3, kUserDefined = 4, kUnused = 5;
+
+bool looks_special(const std::string& t) {
+    if (t.size() >= 4 && t.rfind("<|", 0) == 0 && t.compare(t.size() - 2, 2, "|>") == 0) return true;
+    return t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]";
+}
+
+std::string read_text(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    if (!in) throw Error(Code::ModelLoadFailed, fmt::format("cannot read '{}'", p.string()));
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+void put(std::vector<std::pair<std::string, GgufValue>>& kv, const std::string& key, GgufValue v) {
+    for (auto& [k, old] : kv)
+        if (k == key) { old = std::move(v); return; }
+    kv.emplace_back(key, std::move(v));
+}
+
+Vocab from_gguf(const std::string& path) {
+    auto mf = model::ModelFile::open(path);
+    Vocab v;
+    v.source = path;
+    for (const auto& kv : mf->metadata()) {
+        const std::string key(model::to_sv(kv.key));
+        if (key.rfind("tokenizer.", 0) != 0) continue;
+        v.kv.emplace_back(key, to_gguf_value(kv.value));
+    }
+    v.n_tokens = mf->get_string_array("tokenizer.ggml.tokens").size();
+    if (v.n_tokens == 0) throw Error(Code::ModelLoadFailed, fmt::format("'{}' has no tokenizer.ggml.tokens", path));
+    return v;
+}
+
+Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::string& pre) {
+    nlohmann::json j;
+    try {
+        j = nlohmann::json::parse(read_text(path));
+    } catch (const nlohmann::json::exception& e) {
+        throw Error(Code::ModelLoadFailed, fmt::format("'{}': invalid JSON: {}", path, e.what()));
+    }
+    const auto& model = j.value("model", nlohmann::json::object());
+    if (model.value("type", "") != "BPE" || !model.contains("vocab") || !model["vocab"].is_object())
+        throw Error(Code::ModelLoadFailed, fmt::format("'{}': model.type must be BPE with a vocab object", path));
+
+    std::unordered_map<int64_t, std::string> by_id;
+    std::unordered_map<int64_t, bool> added_special;
+    int64_t max_id = -1;
+    for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+        const int64_t id = it.value().get<int64_t>();
+        if (id < 0 || id > (1 << 24)) throw Error(Code::ModelLoadFailed, fmt::format("'{}': token id {} out of range", path, id));
+        by_id[id] = it.key();
+        max_id = std::max(max_id, id);
+    }
+    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+        for (const auto& t : j["added_tokens"]) {
+            const int64_t id = t.value("id", int64_t(-1));
+            if (id < 0 || id > (1 << 24)) continue;
+            by_id[id] = t.value("content", "");
+            added_special[id] = t.value("special", false);
+            max_id = std::max(max_id, id);
+        }
+    }
+    const uint64_t n = std::max<uint64_t>(pad_to, static_cast<uint64_t>(max_id + 1));
+    std::vector<std::string> tokens(n);
+    std::vector<int32_t> types(n);
+    for (uint64_t i = 0; i < n; ++i) {
+        auto it = by_id.find(static_cast<int64_t>(i));
+        if (it == by_id.end()) {
+            tokens[i] = fmt::format("[PAD{}]", i);
+            types[i] = kUnused;
+            continue;
+        }
+        tokens[i] = it->second;
+        auto a = added_special.find(static_cast<int64_t>(i));
+        if (a == added_special.end()) types[i] = kNormal;
+        else types[i] = (a->second || looks_special(it->second)) ? kControl : kUserDefined;
+    }
+    std::vector<std::string> merges;
+    if (model.contains("merges") && model["merges"].is_array()) {
+        merges.reserve(model["merges"].size());
+        for (const auto& m : model["merges"]) {
+            if (m.is_string()) merges.push_back(m.get<std::string>());
+            else if (m.is_array() && m.size() == 2) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+        }
+    }
+
+    Vocab v;
+    v.source = path;
+    v.n_tokens = n;
+    v.kv.emplace_back("tokenizer.ggml.model", GgufValue::string("gpt2"));
+    v.kv.emplace_back("tokenizer.ggml.pre", GgufValue::string(pre.empty() ? "default" : pre));
+    v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+    v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
+    v.kv.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
+
+    // chat template: chat_template.jinja beside the file, else tokenizer_config.json's
+    const fs::path dir = fs::path(path).parent_path();
+    std::string tmpl;
+    if (fs::exists(dir / "chat_template.jinja")) {
+        tmpl = read_text(dir / "chat_template.jinja");
+    } else if (fs::exists(dir / "tokenizer_config.json")) {
+        try {
+            auto cfg = nlohmann::json::parse(read_text(dir / "tokenizer_config.json"));
+            if (cfg.contains("chat_template") && cfg["chat_template"].is_string()) tmpl = cfg["chat_template"].get<std::string>();
+        } catch (const nlohmann::json::exception&) {
+            // a broken config only costs the template
+        }
+    }
+    if (!tmpl.empty()) v.kv.emplace_back("tokenizer.chat_template", GgufValue::string(tmpl));
+    return v;
+}
+
+}  // namespace
+
+GgufValue to_gguf_value(const eh_value& v) {
+    switch (v.type) {
+    case EH_VALUE_U8: return GgufValue::u8(static_cast<uint8_t>(v.v.u64));
+    case EH_VALUE_I8: return GgufValue::i8(static_cast<int8_t>(v.v.i64));
+    case EH_VALUE_U16: return GgufValue::u16(static_cast<uint16_t>(v.v.u64));
+    case EH_VALUE_I16: return GgufValue::i16(static_cast<int16_t>(v.v.i64));
+    case EH_VALUE_U32: return GgufValue::u32(static_cast<uint32_t>(v.v.u64));
+    case EH_VALUE_I32: return GgufValue::i32(static_cast<int32_t>(v.v.i64));
+    case EH_VALUE_U64: return GgufValue::u64(v.v.u64);
+    case EH_VALUE_I64: return GgufValue::i64(v.v.i64);
+    case EH_VALUE_F32: return GgufValue::f32(static_cast<float>(v.v.f64));
+    case EH_VALUE_F64: return GgufValue::f64(v.v.f64);
+    case EH_VALUE_BOOL: return GgufValue::boolean(v.v.u64 != 0);
+    case EH_VALUE_STRING: return GgufValue::string(model::to_sv(v.v.str));
+    case EH_VALUE_ARRAY: break;
+    default: throw Error(Code::InvalidRequest, fmt::format("metadata value type {} cannot be copied", v.type));
+    }
+    if (v.elem_type == EH_VALUE_STRING) {
+        const auto* s = static_cast<const eh_string*>(v.v.array);
+        std::vector<std::string> out;
+        out.reserve(v.count);
+        for (uint64_t i = 0; i < v.count; ++i) out.emplace_back(model::to_sv(s[i]));
+        return GgufValue::string_array(std::move(out));
+    }
+    if (v.elem_type == EH_VALUE_ARRAY) {
+        const auto* e = static_cast<const eh_value*>(v.v.array);
+        std::vector<GgufValue> out;
+        for (uint64_t i = 0; i < v.count; ++i) out.push_back(to_gguf_value(e[i]));
+        return GgufValue::array_of_arrays(std::move(out));
+    }
+    return GgufValue::numeric_array(v.elem_type, v.v.array, v.count);
+}
+
+Vocab load_vocab(const std::string& path, uint64_t pad_to, const std::string& pre,
+                 const std::vector<std::pair<std::string, GgufValue>>& extra) {
+    if (!fs::exists(path)) throw Error(Code::NotFound, fmt::format("vocabulary file '{}' does not exist", path));
+    Vocab v;
+    const std::string ext = fs::path(path).extension().string();
+    if (ext == ".gguf") {
+        v = from_gguf(path);
+    } else {
+        v = from_tokenizer_json(path, pad_to, pre);
+        for (const auto& [k, val] : extra) put(v.kv, k, val);
+    }
+    return v;
+}
+
+Vocab synthetic_vocab(uint64_t n_tokens) {
+    std::vector<std::string> tokens(n_tokens);
+    std::vector<float> scores(n_tokens, 0.0f);
+    std::vector<int32_t> types(n_tokens, kNormal);
+    for (uint64_t i = 0; i < n_tokens; ++i) tokens[i] = fmt::format("<tok {}>", i);
+    Vocab v;
+    v.source = "synthetic";
+    v.n_tokens = n_tokens;
+    v.kv.emplace_back("tokenizer.ggml.model", GgufValue::string("none"));
+    v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
+    v.kv.emplace_back("tokenizer.ggml.scores", GgufValue::array(std::span<const float>(scores)));
+    v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
+    return v;
+}
+
+std::string testdata_dir() {
+    std::vector<std::string> candidates;
+    if (const char* env = std::getenv("EH_TESTDATA_DIR"); env && *env) candidates.emplace_back(env);
+#ifdef EH_TOOLS_TESTDATA_DIR
+    candidates.emplace_back(EH_TOOLS_TESTDATA_DIR);
+#endif
+    candidates.emplace_back("../shared/testdata");
+    candidates.emplace_back("shared/testdata");
+    for (const auto& c : candidates) {
+        std::error_code ec;
+        if (fs::is_directory(c, ec)) return c;
+    }
+    return "";
+}
+
+}  // namespace eh::tools

@@ -1,0 +1,95 @@
+// A loaded model: hyperparameters read from the GGUF-named metadata of the
+// host's view, and weights bound to the tensors the view points at.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <engine_host/plugin_abi.h>
+
+#include "ops.hpp"
+#include "thread_pool.hpp"
+#include "weights.hpp"
+
+namespace cpuref {
+
+enum class Arch { Llama, Qwen2, Phi3, Gpt2, GptOss };
+
+enum class FfnKind {
+    SwiGlu,       // down(silu(gate(x)) * up(x))            llama, qwen2
+    SwiGluFused,  // up has 2*n_ff rows: gate rows first     phi3
+    Gelu,         // down(gelu_tanh(up(x)))                  gpt2
+    MoeOai        // routed experts with clamped SwiGLU      gpt-oss
+};
+
+struct Config {
+    Arch arch = Arch::Llama;
+    std::string arch_name;
+    bool from_safetensors = false;
+    uint32_t n_embd = 0, n_layer = 0, n_head = 0, n_head_kv = 0, head_dim = 0;
+    uint32_t n_ff = 0, n_vocab = 0, n_ctx_train = 0;
+    float norm_eps = 1e-5f;
+    bool layer_norm = false;  // LayerNorm with bias instead of RMSNorm
+    FfnKind ffn = FfnKind::SwiGlu;
+    RopeConfig rope;
+    uint32_t sliding_window = 0;   // tokens; 0 = none
+    bool swa_alternating = false;  // gpt-oss: even layers slide, odd are full
+    uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+    float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+};
+
+struct Layer {
+    std::vector<float> attn_norm, attn_norm_b;
+    Matrix wq, wk, wv, wqkv, wo;
+    std::vector<float> bq, bk, bv, bqkv, bo;
+    std::vector<float> sinks;          // per query head, gpt-oss
+    std::vector<float> ffn_norm, ffn_norm_b;
+    Matrix w_gate, w_up, w_down;
+    std::vector<float> b_gate, b_up, b_down;
+    Matrix router;                      // {n_embd, n_expert}
+    std::vector<float> router_b;
+    Matrix gate_exps, up_exps, down_exps;   // gate/up may be parts of one fused tensor
+    std::vector<float> gate_exps_b, up_exps_b, down_exps_b;
+    uint32_t window = 0;                // sliding window of this layer; 0 = full
+};
+
+class Model {
+public:
+    // Reads and validates everything; throws ehp::Error with a message naming
+    // the key or tensor. The view must outlive the model.
+    Model(const eh_load_params& params);
+
+    const Config& config() const { return cfg_; }
+    const std::vector<Layer>& layers() const { return layers_; }
+    const RopeTables& rope() const { return rope_; }
+    ThreadPool& pool() const { return *pool_; }
+    const eh_model_view* view() const { return view_; }
+
+    const Matrix& token_embd() const { return token_embd_; }
+    const Matrix& position_embd() const { return position_embd_; }
+    const Matrix& output() const { return output_; }
+    const std::vector<float>& output_norm() const { return output_norm_; }
+    const std::vector<float>& output_norm_b() const { return output_norm_b_; }
+
+    std::string dominant_type() const { return dominant_type_; }
+    uint64_t host_bytes() const { return host_bytes_; }
+    std::string device_name() const;
+
+private:
+    const eh_model_view* view_;
+    Config cfg_;
+    RopeTables rope_;
+    std::unique_ptr<ThreadPool> pool_;
+    std::vector<Layer> layers_;
+    Matrix token_embd_, position_embd_, output_;
+    std::vector<float> output_norm_, output_norm_b_;
+    std::string dominant_type_;
+    uint64_t host_bytes_ = 0;
+};
+
+// "CPU (N threads)"
+std::string cpu_device_name(unsigned n_threads);
+
+}  // namespace cpuref

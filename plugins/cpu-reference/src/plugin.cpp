@@ -1,0 +1,208 @@
+// The ABI surface of the cpu-reference plugin: the static function table and
+// thin wrappers that turn every exception into a status (ehp::guard).
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include <engine_host/plugin_abi.h>
+#include <engine_host/plugin_abi.hpp>
+
+#include "model.hpp"
+#include "session.hpp"
+
+// Opaque ABI handles are these plugin types.
+struct eh_model {
+    std::unique_ptr<cpuref::Model> model;
+};
+struct eh_session {
+    std::unique_ptr<cpuref::Session> session;
+};
+
+namespace {
+
+// Must equal the lists given to engine_host_add_plugin() in CMakeLists.txt;
+// the manifest test compares them.
+const char* const kFormats[] = {"gguf", "safetensors", nullptr};
+const char* const kArchitectures[] = {"llama", "qwen2", "phi3", "gpt2", "gpt-oss", nullptr};
+const char* const kQuantKinds[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0",
+                                   "Q4_K", "Q5_K", "Q6_K", "MXFP4", nullptr};
+
+const eh_plugin_info kInfo = {
+    sizeof(eh_plugin_info), "cpu-reference", CPUREF_VERSION, "cpu-reference",
+    kFormats, kArchitectures, kQuantKinds, EH_DEVICE_CPU, 0,
+};
+
+unsigned default_threads() { return std::max(1u, std::thread::hardware_concurrency()); }
+
+// Model errors are kept per thread and per model, since model_get_info and
+// model_check_residency may run concurrently with other calls.
+std::unordered_map<const eh_model*, std::string>& model_error_slots() {
+    thread_local std::unordered_map<const eh_model*, std::string> slots;
+    return slots;
+}
+std::string& model_error_slot(const eh_model* m) { return model_error_slots()[m]; }
+
+const eh_plugin_info* info() { return &kInfo; }
+
+const char* plugin_last_error() { return ehp::thread_last_error().c_str(); }
+
+eh_status probe(int32_t /*device*/, eh_probe_result* out) {
+    return ehp::guard(ehp::thread_last_error(), [&] {
+        if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "probe: out is NULL");
+        if (out->struct_size < sizeof(eh_probe_result))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "probe: eh_probe_result.struct_size too small");
+        const uint32_t size = out->struct_size;
+        std::memset(out, 0, sizeof(eh_probe_result));
+        out->struct_size = size;
+        out->supported = 1;
+        ehp::copy_fixed(out->reason, "the CPU reference engine runs on any host CPU");
+        ehp::copy_fixed(out->device_name, cpuref::cpu_device_name(default_threads()));
+        const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+        if (pages > 0 && page > 0) out->total_memory_bytes = static_cast<uint64_t>(pages) * static_cast<uint64_t>(page);
+        if (avail > 0 && page > 0) out->free_memory_bytes = static_cast<uint64_t>(avail) * static_cast<uint64_t>(page);
+    });
+}
+
+eh_status model_load(const eh_load_params* params, eh_model** out_model) {
+    if (out_model) *out_model = nullptr;
+    return ehp::guard(ehp::thread_last_error(), [&] {
+        if (!params || !out_model) throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: params or out_model is NULL");
+        if (params->struct_size < sizeof(eh_load_params))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: eh_load_params.struct_size too small");
+        if (!params->view) throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: view is NULL");
+        auto m = std::make_unique<eh_model>();
+        m->model = std::make_unique<cpuref::Model>(*params);
+        *out_model = m.release();
+    });
+}
+
+eh_status model_get_info(const eh_model* model, eh_model_info* out) {
+    std::string& err = model_error_slot(model);
+    return ehp::guard(err, [&] {
+        if (!model || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "model_get_info: NULL argument");
+        if (out->struct_size < sizeof(eh_model_info))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "model_get_info: eh_model_info.struct_size too small");
+        const cpuref::Model& m = *model->model;
+        const uint32_t size = out->struct_size;
+        std::memset(out, 0, sizeof(eh_model_info));
+        out->struct_size = size;
+        ehp::copy_fixed(out->architecture, m.config().arch_name);
+        ehp::copy_fixed(out->quant_kind, m.dominant_type());
+        out->context_length = m.config().n_ctx_train;
+        out->vocab_size = m.config().n_vocab;
+        out->device_bytes_used = 0;
+        out->host_bytes_used = m.host_bytes();
+        ehp::copy_fixed(out->device_name, m.device_name());
+    });
+}
+
+eh_status model_check_residency(eh_model* model, int32_t* resident) {
+    std::string& err = model_error_slot(model);
+    return ehp::guard(err, [&] {
+        if (!model || !resident) throw ehp::Error(EH_INVALID_ARGUMENT, "model_check_residency: NULL argument");
+        // Weights are read in place from the host's mapping; nothing can move.
+        *resident = model->model->view() ? 1 : 0;
+        if (!*resident) err = "model view is gone";
+    });
+}
+
+const char* model_last_error(const eh_model* model) { return model_error_slot(model).c_str(); }
+
+void model_release(eh_model* model) {
+    try {
+        model_error_slots().erase(model);
+        delete model;
+    } catch (...) {
+    }
+}
+
+eh_status session_create(eh_model* model, const eh_session_params* params, eh_session** out_session) {
+    if (out_session) *out_session = nullptr;
+    std::string& err = model_error_slot(model);
+    return ehp::guard(err, [&] {
+        if (!model || !params || !out_session) throw ehp::Error(EH_INVALID_ARGUMENT, "session_create: NULL argument");
+        if (params->struct_size < sizeof(eh_session_params))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "session_create: eh_session_params.struct_size too small");
+        auto s = std::make_unique<eh_session>();
+        s->session = std::make_unique<cpuref::Session>(*model->model, *params);
+        *out_session = s.release();
+    });
+}
+
+// Session calls keep their message in the session itself.
+template <class Body>
+eh_status on_session(eh_session* s, Body&& body) {
+    if (!s) return EH_INVALID_ARGUMENT;
+    return ehp::guard(s->session->last_error, [&] { body(*s->session); });
+}
+
+eh_status session_set_sampling(eh_session* s, const eh_sampling_params* p) {
+    return on_session(s, [&](cpuref::Session& ss) {
+        if (!p) throw ehp::Error(EH_INVALID_ARGUMENT, "sampling params are NULL");
+        if (p->struct_size < sizeof(eh_sampling_params))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "eh_sampling_params.struct_size too small");
+        ss.set_sampling(*p);
+    });
+}
+
+eh_status session_prefill(eh_session* s, const int32_t* tokens, uint32_t n) {
+    return on_session(s, [&](cpuref::Session& ss) { ss.prefill(tokens, n); });
+}
+
+eh_status session_sample(eh_session* s, int32_t* out_token) {
+    return on_session(s, [&](cpuref::Session& ss) {
+        if (!out_token) throw ehp::Error(EH_INVALID_ARGUMENT, "out_token is NULL");
+        *out_token = ss.sample();
+    });
+}
+
+eh_status session_decode(eh_session* s, int32_t token, int32_t* out_token) {
+    return on_session(s, [&](cpuref::Session& ss) {
+        if (!out_token) throw ehp::Error(EH_INVALID_ARGUMENT, "out_token is NULL");
+        *out_token = ss.decode(token);
+    });
+}
+
+eh_status session_reset(eh_session* s) {
+    return on_session(s, [&](cpuref::Session& ss) { ss.reset(); });
+}
+
+uint32_t session_n_past(const eh_session* s) { return s ? s->session->n_past() : 0; }
+
+eh_status session_logits(eh_session* s, const float** out_logits, uint32_t* out_n_vocab) {
+    return on_session(s, [&](cpuref::Session& ss) {
+        if (!out_logits || !out_n_vocab) throw ehp::Error(EH_INVALID_ARGUMENT, "session_logits: NULL argument");
+        if (!ss.has_logits()) throw ehp::Error(EH_INVALID_ARGUMENT, "no logits yet: prefill first");
+        *out_logits = ss.logits().data();
+        *out_n_vocab = static_cast<uint32_t>(ss.logits().size());
+    });
+}
+
+const char* session_last_error(const eh_session* s) { return s ? s->session->last_error.c_str() : ""; }
+
+void session_release(eh_session* s) {
+    try {
+        delete s;
+    } catch (...) {
+    }
+}
+
+const eh_plugin_api kApi = {
+    sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
+    info, plugin_last_error, probe,
+    model_load, model_get_info, model_check_residency, model_last_error, model_release,
+    session_create, session_set_sampling, session_prefill, session_sample, session_decode,
+    session_reset, session_n_past, session_logits, session_last_error, session_release,
+};
+
+}  // namespace
+
+extern "C" EH_PLUGIN_EXPORT const eh_plugin_api* eh_plugin_entry(uint16_t host_abi_major, uint16_t /*host_abi_minor*/) {
+    // Only the major must match: the host checks our abi_minor against the
+    // minor it needs, and reads struct_size to see which members we know.
+    return host_abi_major == EH_ABI_MAJOR ? &kApi : nullptr;
+}

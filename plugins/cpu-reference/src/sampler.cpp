@@ -1,0 +1,133 @@
+#include "sampler.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <unordered_set>
+
+#include <engine_host/plugin_abi.hpp>
+
+namespace cpuref {
+
+void validate_sampling(const eh_sampling_params& p) {
+    auto bad = [](const std::string& what) { throw ehp::Error(EH_INVALID_ARGUMENT, "sampling: " + what); };
+    if (!std::isfinite(p.temperature) || p.temperature < 0.0f) bad("temperature must be a finite value >= 0");
+    if (p.top_k < 0) bad("top_k must be >= 0 (0 = off)");
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p must be in [0, 1]");
+    if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f)
+        bad("repetition_penalty must be a finite value > 0");
+    if (p.repetition_window < -1) bad("repetition_window must be >= -1 (-1 = all)");
+}
+
+void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int32_t>& history,
+                              float penalty, int32_t window) {
+    if (penalty == 1.0f || window == 0 || history.empty()) return;
+    size_t start = 0;
+    if (window > 0 && history.size() > static_cast<size_t>(window)) start = history.size() - static_cast<size_t>(window);
+    std::unordered_set<int32_t> seen;
+    for (size_t i = start; i < history.size(); ++i) {
+        const int32_t t = history[i];
+        if (t < 0 || static_cast<size_t>(t) >= logits.size() || !seen.insert(t).second) continue;
+        float& l = logits[static_cast<size_t>(t)];
+        l = l > 0.0f ? l / penalty : l * penalty;
+    }
+}
+
+static bool before(const Candidate& a, const Candidate& b) {
+    return a.logit > b.logit || (a.logit == b.logit && a.id < b.id);
+}
+
+std::vector<Candidate> sorted_candidates(const std::vector<float>& logits) {
+    std::vector<Candidate> c(logits.size());
+    for (size_t i = 0; i < logits.size(); ++i) c[i] = {static_cast<int32_t>(i), logits[i]};
+    std::sort(c.begin(), c.end(), before);
+    return c;
+}
+
+void apply_temperature(std::vector<Candidate>& c, float temperature) {
+    for (auto& x : c) x.logit /= temperature;
+}
+
+void apply_top_k(std::vector<Candidate>& c, int32_t k) {
+    if (k > 0 && static_cast<size_t>(k) < c.size()) c.resize(static_cast<size_t>(k));
+}
+
+std::vector<float> candidate_probs(const std::vector<Candidate>& c) {
+    std::vector<float> p(c.size());
+    if (c.empty()) return p;
+    float m = c[0].logit;
+    for (auto& x : c) m = std::max(m, x.logit);
+    double sum = 0.0;
+    for (size_t i = 0; i < c.size(); ++i) {
+        p[i] = std::exp(c[i].logit - m);
+        sum += p[i];
+    }
+    for (auto& v : p) v = static_cast<float>(v / sum);
+    return p;
+}
+
+void apply_top_p(std::vector<Candidate>& c, float top_p) {
+    if (top_p >= 1.0f || c.size() <= 1) return;
+    const std::vector<float> p = candidate_probs(c);
+    double cum = 0.0;
+    size_t keep = c.size();
+    for (size_t i = 0; i < c.size(); ++i) {
+        cum += p[i];
+        if (cum >= top_p) {
+            keep = i + 1;
+            break;
+        }
+    }
+    c.resize(keep);
+}
+
+void apply_min_p(std::vector<Candidate>& c, float min_p) {
+    if (min_p <= 0.0f || c.size() <= 1) return;
+    const std::vector<float> p = candidate_probs(c);
+    const float pmax = *std::max_element(p.begin(), p.end());
+    std::vector<Candidate> kept;
+    for (size_t i = 0; i < c.size(); ++i)
+        if (p[i] >= min_p * pmax) kept.push_back(c[i]);
+    c.swap(kept);
+}
+
+int32_t greedy(const std::vector<float>& logits) {
+    size_t best = 0;
+    for (size_t i = 1; i < logits.size(); ++i)
+        if (logits[i] > logits[best]) best = i;
+    return static_cast<int32_t>(best);
+}
+
+void Sampler::set(const eh_sampling_params& p) {
+    validate_sampling(p);
+    params_ = p;
+    rng_.seed(p.seed);
+    ready_ = true;
+}
+
+int32_t Sampler::sample(const float* logits_in, uint32_t n_vocab, const std::vector<int32_t>& history) {
+    if (!ready_) throw ehp::Error(EH_INVALID_ARGUMENT, "session_set_sampling must be called before sampling");
+    std::vector<float> logits(logits_in, logits_in + n_vocab);
+    apply_repetition_penalty(logits, history, params_.repetition_penalty, params_.repetition_window);
+    // top-k, top-p and min-p all keep the most likely token, so greedy is
+    // the argmax of the penalized logits
+    if (params_.temperature == 0.0f) return greedy(logits);
+    std::vector<Candidate> c = sorted_candidates(logits);
+    apply_temperature(c, params_.temperature);
+    apply_top_k(c, params_.top_k);
+    apply_top_p(c, params_.top_p);
+    apply_min_p(c, params_.min_p);
+    const std::vector<float> p = candidate_probs(c);
+    // 53 random bits -> uniform double in [0, 1): the same on every platform,
+    // unlike std::uniform_real_distribution
+    const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+    double cum = 0.0;
+    for (size_t i = 0; i < c.size(); ++i) {
+        cum += p[i];
+        if (u < cum) return c[i].id;
+    }
+    return c.back().id;
+}
+
+}  // namespace cpuref

@@ -1,0 +1,51 @@
+// The sampling pipeline of the ABI, in its stated order: repetition penalty,
+// temperature, top-k, top-p, min-p, then greedy (temperature 0) or a draw
+// from a std::mt19937_64 seeded with the request's seed.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include <engine_host/plugin_abi.h>
+
+namespace cpuref {
+
+struct Candidate {
+    int32_t id;
+    float logit;
+};
+
+// Throws ehp::Error(EH_INVALID_ARGUMENT) naming the bad field.
+void validate_sampling(const eh_sampling_params& p);
+
+// Stages, exposed for tests. Candidates are kept sorted by descending logit
+// (ties by ascending id) from top_k on.
+// CTRL-style penalty on every distinct token of the last `window` history
+// entries (-1 = all): positive logits divided by `penalty`, others multiplied.
+void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int32_t>& history,
+                              float penalty, int32_t window);
+std::vector<Candidate> sorted_candidates(const std::vector<float>& logits);
+void apply_temperature(std::vector<Candidate>& c, float temperature);
+void apply_top_k(std::vector<Candidate>& c, int32_t k);
+// keeps the shortest prefix whose probability mass reaches p
+void apply_top_p(std::vector<Candidate>& c, float p);
+// keeps candidates with probability >= min_p * (largest probability)
+void apply_min_p(std::vector<Candidate>& c, float min_p);
+std::vector<float> candidate_probs(const std::vector<Candidate>& c);
+// argmax with ties to the lowest id
+int32_t greedy(const std::vector<float>& logits);
+
+class Sampler {
+public:
+    void set(const eh_sampling_params& p);  // validates and reseeds
+    bool ready() const { return ready_; }
+    int32_t sample(const float* logits, uint32_t n_vocab, const std::vector<int32_t>& history);
+
+private:
+    eh_sampling_params params_{};
+    std::mt19937_64 rng_;
+    bool ready_ = false;
+};
+
+}  // namespace cpuref

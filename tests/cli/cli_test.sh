@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Black-box tests of the engine-host command line: exit codes, messages,
+# JSON shapes. Usage: cli_test.sh ENGINE_HOST TEST_PLUGIN_DIR TESTDATA_DIR
+set -uo pipefail
+eh=$1 plugins=$2 testdata=$3
+fails=0 passes=0
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+
+# expect NAME EXIT_CODE PATTERN -- command...
+expect() {
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: exit $rc (want $want), pattern '$pattern' in:"
+    sed 's/^/    /' <<<"$out" | head -20
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
+expect help 0 'engine-host plugins --plugins DIR' -- "$eh" --help
+expect version 0 '^engine-host [0-9]+\.[0-9]+\.[0-9]+ \(plugin ABI 1\.[0-9]+\)' -- "$eh" --version
+expect unknown-command 2 "unknown command 'frobnicate'" -- "$eh" frobnicate
+expect plugins-help 0 'Usage: engine-host plugins' -- "$eh" plugins --help
+expect plugins-missing-arg 2 "the option '--plugins' is required" -- "$eh" plugins
+expect plugins-bad-option 2 "unrecognised option '--colour'|unrecognized option '--colour'" -- "$eh" plugins --plugins "$plugins/good" --colour
+expect plugins-missing-dir 3 "plugin directory '/no/such/dir' does not exist" -- "$eh" plugins --plugins /no/such/dir
+expect plugins-good 0 'test-engine +1\.0\.0 +cpu +accepted' -- "$eh" plugins --plugins "$plugins/good"
+expect plugins-json 0 '"accepted": true' -- "$eh" plugins --plugins "$plugins/good" --json
+expect plugins-only-rejected 3 'REJECTED +plugin crashed with signal 11' -- "$eh" plugins --plugins "$plugins/crash"
+
+model=$testdata/models/stories260K.gguf
+expect inspect-text 0 'architecture +llama' -- "$eh" inspect --model "$model"
+expect inspect-tokenizer 0 'kind +gguf-spm' -- "$eh" inspect --model "$model"
+expect inspect-plugin 0 'serves it +test-engine 1\.0\.0' -- "$eh" inspect --model "$model" --plugins "$plugins/good"
+expect inspect-json 0 '"quant_kind": ?"F32"' -- "$eh" inspect --model "$model" --json
+expect inspect-no-plugin 3 'no accepted plugin can serve this model' -- "$eh" inspect --model "$testdata/vocab/ggml-vocab-gpt-2.gguf" --plugins "$plugins/good"
+printf 'GGUF\x03\x00\x00\x00' >"$scratch/truncated.gguf"
+expect inspect-truncated 4 "^error: GGUF '.*truncated.gguf'.*\[MODEL_LOAD_FAILED\]" -- "$eh" inspect --model "$scratch/truncated.gguf"
+expect inspect-missing 4 'MODEL_LOAD_FAILED|NOT_FOUND' -- "$eh" inspect --model "$scratch/absent.gguf"
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]

@@ -1,0 +1,264 @@
+// Block layouts checked against blocks built by hand from the format
+// definitions, and quantize -> dequantize round trips within each type's bound.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <engine_host/quant_blocks.hpp>
+
+using namespace ehp::quant;
+
+namespace {
+
+uint16_t h(float f) { return fp32_to_fp16(f); }
+
+std::vector<float> deq(uint32_t type, const void* block, size_t n) {
+    std::vector<float> out(n);
+    EXPECT_TRUE(dequantize_row(type, block, out.data(), n));
+    return out;
+}
+
+}  // namespace
+
+TEST(Fp16, ExactValuesAndRounding) {
+    EXPECT_EQ(fp32_to_fp16(1.0f), 0x3C00);
+    EXPECT_EQ(fp32_to_fp16(-2.0f), 0xC000);
+    EXPECT_EQ(fp32_to_fp16(65504.0f), 0x7BFF);
+    EXPECT_EQ(fp32_to_fp16(1e6f), 0x7C00);              // overflow -> inf
+    EXPECT_EQ(fp32_to_fp16(5.9604645e-8f), 0x0001);      // smallest subnormal
+    EXPECT_EQ(fp32_to_fp16(1.0f + 1.0f / 2048), 0x3C00); // tie rounds to even
+    EXPECT_EQ(fp32_to_fp16(1.0f + 3.0f / 2048), 0x3C02); // tie rounds to even (up)
+    EXPECT_FLOAT_EQ(fp16_to_fp32(0x3555), 0.33325195f);
+    EXPECT_FLOAT_EQ(fp16_to_fp32(0x0001), 5.9604645e-8f);
+    EXPECT_TRUE(std::isinf(fp16_to_fp32(0x7C00)));
+    for (uint32_t v = 0; v < 0x7C00; ++v)  // every finite half survives a round trip
+        ASSERT_EQ(fp32_to_fp16(fp16_to_fp32(static_cast<uint16_t>(v))), v);
+}
+
+TEST(Bf16, Conversions) {
+    EXPECT_EQ(fp32_to_bf16(1.0f), 0x3F80);
+    EXPECT_FLOAT_EQ(bf16_to_fp32(0x4049), 3.140625f);
+    EXPECT_EQ(fp32_to_bf16(bits_to_float(0x3F808000u)), 0x3F80);  // tie to even
+    EXPECT_EQ(fp32_to_bf16(bits_to_float(0x3F818000u)), 0x3F82);
+}
+
+TEST(Dequant, Q4_0) {
+    block_q4_0 b{};
+    b.d = h(0.5f);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    auto y = deq(EH_TYPE_Q4_0, &b, 32);
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_FLOAT_EQ(y[j], (j - 8) * 0.5f);
+        EXPECT_FLOAT_EQ(y[j + 16], (15 - j - 8) * 0.5f);
+    }
+}
+
+TEST(Dequant, Q4_1) {
+    block_q4_1 b{};
+    b.d = h(0.25f);
+    b.m = h(-1.0f);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | (3 << 4));
+    auto y = deq(EH_TYPE_Q4_1, &b, 32);
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_FLOAT_EQ(y[j], j * 0.25f - 1.0f);
+        EXPECT_FLOAT_EQ(y[j + 16], 3 * 0.25f - 1.0f);
+    }
+}
+
+TEST(Dequant, Q5_0HighBitsFromQh) {
+    block_q5_0 b{};
+    b.d = h(2.0f);
+    // value 0: low 0xF, high bit set -> 31 - 16 = 15; value 16: low 0, high bit set -> 0;
+    // value 5: low 3, no high bit -> -13; value 21: low 1, high bit set -> 1
+    b.qs[0] = 0x0F;
+    b.qs[5] = 0x13;
+    const uint32_t qh = (1u << 0) | (1u << 16) | (1u << 21);
+    std::memcpy(b.qh, &qh, 4);
+    auto y = deq(EH_TYPE_Q5_0, &b, 32);
+    EXPECT_FLOAT_EQ(y[0], 15 * 2.0f);
+    EXPECT_FLOAT_EQ(y[16], 0.0f);
+    EXPECT_FLOAT_EQ(y[5], -13 * 2.0f);
+    EXPECT_FLOAT_EQ(y[21], 1 * 2.0f);
+    EXPECT_FLOAT_EQ(y[1], -16 * 2.0f);  // all zero bits -> -16
+}
+
+TEST(Dequant, Q5_1) {
+    block_q5_1 b{};
+    b.d = h(0.5f);
+    b.m = h(3.0f);
+    b.qs[2] = 0xA7;  // value 2: 7, value 18: 10
+    const uint32_t qh = (1u << 18);  // value 18 gets +16
+    std::memcpy(b.qh, &qh, 4);
+    auto y = deq(EH_TYPE_Q5_1, &b, 32);
+    EXPECT_FLOAT_EQ(y[2], 7 * 0.5f + 3.0f);
+    EXPECT_FLOAT_EQ(y[18], 26 * 0.5f + 3.0f);
+    EXPECT_FLOAT_EQ(y[0], 3.0f);
+}
+
+TEST(Dequant, Q8_0) {
+    block_q8_0 b{};
+    b.d = h(0.125f);
+    for (int j = 0; j < 32; ++j) b.qs[j] = static_cast<int8_t>(j * 8 - 128);
+    auto y = deq(EH_TYPE_Q8_0, &b, 32);
+    for (int j = 0; j < 32; ++j) EXPECT_FLOAT_EQ(y[j], (j * 8 - 128) * 0.125f);
+}
+
+TEST(Dequant, Q4_KScalesMinsAndNibbles) {
+    block_q4_K b{};
+    b.d = h(0.5f);
+    b.dmin = h(0.25f);
+    // sub-block s: scale = s + 1 (s < 4) or 40 + s (s >= 4, needs the high
+    // bits); min = 2s (s < 4) or 50 + s
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) {
+        sc[s] = static_cast<uint8_t>(s < 4 ? s + 1 : 40 + s);
+        mn[s] = static_cast<uint8_t>(s < 4 ? 2 * s : 50 + s);
+    }
+    // packing written out by the definition
+    for (int j = 0; j < 4; ++j) {
+        b.scales[j] = static_cast<uint8_t>(sc[j] | ((sc[j + 4] >> 4) << 6));
+        b.scales[j + 4] = static_cast<uint8_t>(mn[j] | ((mn[j + 4] >> 4) << 6));
+        b.scales[j + 8] = static_cast<uint8_t>((sc[j + 4] & 15) | ((mn[j + 4] & 15) << 4));
+    }
+    // value i gets q = i % 16; sub-blocks 2c (low nibble) and 2c+1 (high)
+    for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) {
+            const int lo = (64 * c + l) % 16, hi = (64 * c + 32 + l) % 16;
+            b.qs[32 * c + l] = static_cast<uint8_t>(lo | (hi << 4));
+        }
+    auto y = deq(EH_TYPE_Q4_K, &b, 256);
+    for (int i = 0; i < 256; ++i) {
+        const int s = i / 32;
+        EXPECT_FLOAT_EQ(y[i], 0.5f * sc[s] * (i % 16) - 0.25f * mn[s]) << "i=" << i;
+    }
+}
+
+TEST(Dequant, Q5_KHighBitPlanes) {
+    block_q5_K b{};
+    b.d = h(1.0f);
+    b.dmin = h(1.0f);
+    uint8_t sc[8], mn[8];
+    for (int s = 0; s < 8; ++s) { sc[s] = 1; mn[s] = 0; }
+    pack_k_scale_min(sc, mn, b.scales);
+    // value i gets q = i % 32: low 4 bits in qs, bit 4 in qh[l] bit (sub-block index)
+    for (int c = 0; c < 4; ++c)
+        for (int l = 0; l < 32; ++l) {
+            const int lo = (64 * c + l) % 32, hi = (64 * c + 32 + l) % 32;
+            b.qs[32 * c + l] = static_cast<uint8_t>((lo & 15) | ((hi & 15) << 4));
+            b.qh[l] = static_cast<uint8_t>(b.qh[l] | ((lo >> 4) << (2 * c)) | ((hi >> 4) << (2 * c + 1)));
+        }
+    auto y = deq(EH_TYPE_Q5_K, &b, 256);
+    for (int i = 0; i < 256; ++i) EXPECT_FLOAT_EQ(y[i], static_cast<float>(i % 32)) << "i=" << i;
+}
+
+TEST(Dequant, Q6_KLayout) {
+    block_q6_K b{};
+    b.d = h(0.5f);
+    for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<int8_t>(s - 8);
+    // value i gets q = i % 64 (stored), i.e. (i % 64) - 32 after the offset
+    for (int hh = 0; hh < 2; ++hh)
+        for (int k = 0; k < 4; ++k)
+            for (int l = 0; l < 32; ++l) {
+                const int i = 128 * hh + 32 * k + l;
+                const int q = i % 64;
+                uint8_t& lowbyte = b.ql[64 * hh + l + 32 * (k & 1)];
+                lowbyte = static_cast<uint8_t>(lowbyte | (k < 2 ? (q & 15) : ((q & 15) << 4)));
+                b.qh[32 * hh + l] = static_cast<uint8_t>(b.qh[32 * hh + l] | ((q >> 4) << (2 * k)));
+            }
+    auto y = deq(EH_TYPE_Q6_K, &b, 256);
+    for (int i = 0; i < 256; ++i)
+        EXPECT_FLOAT_EQ(y[i], 0.5f * (i / 16 - 8) * ((i % 64) - 32)) << "i=" << i;
+}
+
+TEST(Dequant, Mxfp4E2M1AndE8M0) {
+    block_mxfp4 b{};
+    b.e = 128;  // 2^1
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    auto y = deq(EH_TYPE_MXFP4, &b, 32);
+    const float e2m1[16] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6, -0.0f, -0.5f, -1, -1.5f, -2, -3, -4, -6};
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_FLOAT_EQ(y[j], e2m1[j] * 2.0f);
+        EXPECT_FLOAT_EQ(y[j + 16], e2m1[15 - j] * 2.0f);
+    }
+    b.e = 127 - 3;  // 2^-3
+    b.qs[0] = 7;    // 6.0
+    EXPECT_FLOAT_EQ(deq(EH_TYPE_MXFP4, &b, 32)[0], 6.0f / 8.0f);
+    EXPECT_FLOAT_EQ(e8m0_to_fp32(0), std::ldexp(1.0f, -127));
+}
+
+TEST(Dequant, FloatTypes) {
+    const uint16_t f16[2] = {0x3C00, 0xC200};
+    auto y = deq(EH_TYPE_F16, f16, 2);
+    EXPECT_FLOAT_EQ(y[0], 1.0f);
+    EXPECT_FLOAT_EQ(y[1], -3.0f);
+    const uint16_t bf[2] = {0x3F80, 0x4049};
+    y = deq(EH_TYPE_BF16, bf, 2);
+    EXPECT_FLOAT_EQ(y[1], 3.140625f);
+    EXPECT_FALSE(dequantize_row(EH_TYPE_Q2_K, bf, y.data(), 256));  // not supported here
+    EXPECT_FALSE(dequantize_row(EH_TYPE_Q4_0, bf, y.data(), 31));   // not whole blocks
+}
+
+// Round trips: bound is a fraction of the block's value range, from the
+// format's step size (with slack for f16 scales and 6-bit sub-block scales).
+struct RoundTrip {
+    uint32_t type;
+    size_t n;
+    double bound;  // max |error| / (max - min) of the block
+};
+
+class QuantRoundTrip : public ::testing::TestWithParam<RoundTrip> {};
+
+TEST_P(QuantRoundTrip, WithinBound) {
+    const RoundTrip rt = GetParam();
+    std::mt19937 rng(1234);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    for (int trial = 0; trial < 20; ++trial) {
+        std::vector<float> x(rt.n);
+        for (auto& v : x) v = nd(rng) * (trial + 1) * 0.1f + (trial % 3 == 0 ? 0.5f : 0.0f);
+        std::vector<uint8_t> q(row_bytes(rt.type, rt.n));
+        ASSERT_TRUE(quantize_row(rt.type, x.data(), q.data(), rt.n));
+        std::vector<float> y(rt.n);
+        ASSERT_TRUE(dequantize_row(rt.type, q.data(), y.data(), rt.n));
+        // symmetric formats scale with the largest magnitude, affine ones
+        // with the range: measure against the larger of the two
+        const double lo = *std::min_element(x.begin(), x.end()), hi = *std::max_element(x.begin(), x.end());
+        const double scale = std::max(hi - lo, std::max(std::fabs(lo), std::fabs(hi)));
+        for (size_t i = 0; i < rt.n; ++i)
+            ASSERT_LE(std::fabs(x[i] - y[i]), rt.bound * scale) << "type " << rt.type << " i=" << i;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, QuantRoundTrip,
+                         ::testing::Values(RoundTrip{EH_TYPE_F16, 256, 1e-3}, RoundTrip{EH_TYPE_BF16, 256, 4.5e-3},
+                                           RoundTrip{EH_TYPE_Q8_0, 256, 1.0 / 200},   // d/2 = amax/254
+                                           RoundTrip{EH_TYPE_Q4_0, 256, 0.13},        // d = amax/8 at the clamp
+                                           RoundTrip{EH_TYPE_Q4_1, 256, 1.0 / 25},    // range/30
+                                           RoundTrip{EH_TYPE_Q5_0, 256, 0.065},       // amax/16
+                                           RoundTrip{EH_TYPE_Q5_1, 256, 1.0 / 50},    // range/62
+                                           RoundTrip{EH_TYPE_Q4_K, 512, 1.0 / 14},
+                                           RoundTrip{EH_TYPE_Q5_K, 512, 1.0 / 28},
+                                           RoundTrip{EH_TYPE_Q6_K, 512, 1.0 / 45},    // amax/64 + scale rounding
+                                           RoundTrip{EH_TYPE_MXFP4, 256, 0.34}));     // step 2S, S < amax/3
+
+TEST(QuantRoundTripExact, RepresentableValuesSurvive) {
+    // values already on a Q8_0 grid come back exactly
+    std::vector<float> x(32);
+    for (int i = 0; i < 32; ++i) x[i] = (i - 16) * 0.25f;
+    x[0] = -127 * 0.25f;
+    std::vector<uint8_t> q(row_bytes(EH_TYPE_Q8_0, 32));
+    quantize_row(EH_TYPE_Q8_0, x.data(), q.data(), 32);
+    std::vector<float> y(32);
+    dequantize_row(EH_TYPE_Q8_0, q.data(), y.data(), 32);
+    for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(x[i], y[i]);
+    // and E2M1 values on an MXFP4 grid
+    const float grid[8] = {0, 0.5f, 1, 1.5f, 2, 3, 4, 6};
+    for (int i = 0; i < 32; ++i) x[i] = grid[i % 8] * (i % 2 ? -0.25f : 0.25f);
+    std::vector<uint8_t> m(row_bytes(EH_TYPE_MXFP4, 32));
+    quantize_row(EH_TYPE_MXFP4, x.data(), m.data(), 32);
+    dequantize_row(EH_TYPE_MXFP4, m.data(), y.data(), 32);
+    for (int i = 0; i < 32; ++i) EXPECT_FLOAT_EQ(std::fabs(x[i]), std::fabs(y[i]));
+}

@@ -1,0 +1,99 @@
+// Validation of request bodies: every rule names its field.
+#include <gtest/gtest.h>
+
+#include "eh/service/request.hpp"
+
+using namespace eh::service;
+
+namespace {
+
+std::string field_of(const std::string& body) {
+    try {
+        parse_execute_request(body, RequestLimits{});
+    } catch (const RequestError& e) {
+        return e.field() + ": " + e.what();
+    }
+    return "ok";
+}
+
+}  // namespace
+
+TEST(ExecuteRequest, ParsesEveryField) {
+    auto r = parse_execute_request(
+        R"({"job_id":"j","prompt":"hi","max_tokens":5,"temperature":0,"top_p":0.5,"top_k":3,"min_p":0.1,)"
+        R"("repetition_penalty":1.1,"stop":["a","b"],"seed":18446744073709551615})",
+        {});
+    EXPECT_EQ(r.job_id, "j");
+    EXPECT_EQ(*r.max_tokens, 5u);
+    EXPECT_EQ(r.sampling.temperature, 0);
+    EXPECT_EQ(r.sampling.top_k, 3);
+    EXPECT_EQ(r.stop.size(), 2u);
+    EXPECT_EQ(*r.sampling.seed, 18446744073709551615ull);
+}
+
+TEST(ExecuteRequest, EachRuleNamesItsField) {
+    struct Case { const char* body; const char* starts; };
+    const Case cases[] = {
+        {R"({"prompt":"x"})", "job_id: 'job_id' is required"},
+        {R"({"job_id":"","prompt":"x"})", "job_id: 'job_id' must not be empty"},
+        {R"({"job_id":1,"prompt":"x"})", "job_id: 'job_id' must be a string, not integer"},
+        {R"({"job_id":"j"})", "prompt: 'prompt' is required"},
+        {R"({"job_id":"j","prompt":""})", "prompt: 'prompt' must not be empty"},
+        {R"({"job_id":"j","prompt":"a\u0000b"})", "prompt: 'prompt' contains a NUL"},
+        {R"({"job_id":"j","prompt":"x","max_tokens":0})", "max_tokens: 'max_tokens' must be between 1 and 2048; got 0"},
+        {R"({"job_id":"j","prompt":"x","max_tokens":2049})", "max_tokens: 'max_tokens' must be between 1 and 2048"},
+        {R"({"job_id":"j","prompt":"x","max_tokens":1.5})", "max_tokens: 'max_tokens' must be an integer"},
+        {R"({"job_id":"j","prompt":"x","max_tokens":"5"})", "max_tokens: 'max_tokens' must be an integer, not string"},
+        {R"({"job_id":"j","prompt":"x","temperature":2.5})", "temperature: 'temperature' must be in [0, 2]"},
+        {R"({"job_id":"j","prompt":"x","temperature":-0.1})", "temperature:"},
+        {R"({"job_id":"j","prompt":"x","top_p":1.5})", "top_p:"},
+        {R"({"job_id":"j","prompt":"x","top_k":-1})", "top_k:"},
+        {R"({"job_id":"j","prompt":"x","min_p":2})", "min_p:"},
+        {R"({"job_id":"j","prompt":"x","repetition_penalty":0})", "repetition_penalty: 'repetition_penalty' must be in (0, 2]"},
+        {R"({"job_id":"j","prompt":"x","stop":["a","b","c","d","e"]})", "stop: 'stop' has more than 4 strings"},
+        {R"({"job_id":"j","prompt":"x","stop":[""]})", "stop: 'stop[0]' must not be empty"},
+        {R"({"job_id":"j","prompt":"x","stop":[1]})", "stop: 'stop[0]' must be a string"},
+        {R"({"job_id":"j","prompt":"x","seed":-1})", "seed: 'seed' must be a non-negative integer"},
+        {R"({"job_id":"j","prompt":"x","seed":1e30})", "seed:"},
+        {R"({"job_id":"j","prompt":"x","bogus":1})", "bogus: unknown field 'bogus'"},
+        {R"({"job_id":"j","job_id":"k","prompt":"x"})", "job_id: duplicate field 'job_id'"},
+        {R"([1,2])", ": request body must be a JSON object, not array"},
+        {R"({"job_id":"j",)", ": malformed JSON"},
+        {"", ": request body is empty"},
+    };
+    for (const auto& c : cases) {
+        std::string got = field_of(c.body);
+        EXPECT_EQ(got.rfind(c.starts, 0), 0u) << "body " << c.body << "\n got " << got;
+    }
+}
+
+TEST(ExecuteRequest, PromptLengthCountsCharactersNotBytes) {
+    RequestLimits lim;
+    lim.max_prompt_chars = 3;
+    EXPECT_NO_THROW(parse_execute_request(R"({"job_id":"j","prompt":"\u00e9\u00e9\u00e9"})", lim));
+    EXPECT_THROW(parse_execute_request(R"({"job_id":"j","prompt":"abcd"})", lim), RequestError);
+}
+
+TEST(ExecuteRequest, InvalidUtf8IsMalformed) {
+    std::string body = "{\"job_id\":\"j\",\"prompt\":\"\xC3\x28\"}";
+    EXPECT_NE(field_of(body).find("malformed JSON"), std::string::npos);
+}
+
+TEST(OpenAIRequest, ChatAndCompletionsFields) {
+    auto c = parse_openai_request(
+        R"({"model":"m","messages":[{"role":"user","content":[{"type":"text","text":"hi"}]}],)"
+        R"("max_completion_tokens":7,"stream":true,"stream_options":{"include_usage":true},"logprobs":true,"top_logprobs":2})",
+        true, {});
+    EXPECT_EQ(c.messages.size(), 1u);
+    EXPECT_EQ(c.messages[0].content, "hi");
+    EXPECT_EQ(*c.gen.max_tokens, 7u);
+    EXPECT_TRUE(c.stream && c.include_usage && c.logprobs);
+    EXPECT_EQ(c.gen.top_logprobs, 2);
+    auto p = parse_openai_request(R"({"model":"m","prompt":"x","unknown_field":1})", false, {});
+    EXPECT_EQ(*p.gen.max_tokens, 16u);  // OpenAI's default
+    EXPECT_THROW(parse_openai_request(R"({"messages":[{"role":"wizard","content":"x"}]})", true, {}), RequestError);
+    EXPECT_THROW(parse_openai_request(R"({"messages":[]})", true, {}), RequestError);
+    EXPECT_THROW(parse_openai_request(R"({"prompt":"x","n":2})", false, {}), RequestError);
+    EXPECT_THROW(parse_openai_request(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true, {}),
+                 RequestError);
+}

@@ -1,0 +1,430 @@
+// The real engine-host process over loopback HTTP: event order, validation,
+// cancel, disconnect, queue, timeout, shutdown, health, metrics, logs.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <atomic>
+#include <thread>
+
+#include "engine_host_process.hpp"
+
+using namespace eh::test;
+using nlohmann::json;
+
+namespace {
+
+std::string exec_body(const std::string& id, int max_tokens, const std::string& extra = "") {
+    return R"({"job_id":")" + id + R"(","prompt":"Once upon a time","temperature":0,"seed":1,"max_tokens":)" +
+           std::to_string(max_tokens) + extra + "}";
+}
+
+std::string text_of(const std::vector<SseEvent>& evs) {
+    std::string s;
+    for (auto& e : evs)
+        if (e.event == "token") s += json::parse(e.data)["t"].get<std::string>();
+    return s;
+}
+
+// One server for the tests that do not need special flags.
+EngineHost& shared_host() {
+    static EngineHost host({"--queue-size", "2"}, {{"EH_TEST_ENGINE_DELAY_MS", "2"}});
+    return host;
+}
+
+}  // namespace
+
+TEST(Server, ExecuteStreamsStartedTokensThenExactlyOneEnd) {
+    auto& h = shared_host();
+    auto r = h.post("/execute", exec_body("order", 10), {{"X-Correlation-Id", "corr-123"}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(r.header("content-type").rfind("text/event-stream", 0), 0u);
+    EXPECT_EQ(r.header("x-correlation-id"), "corr-123");
+    auto evs = parse_sse(r.body);
+    ASSERT_GE(evs.size(), 3u);
+    EXPECT_EQ(evs.front().event, "started");
+    json st = json::parse(evs.front().data);
+    EXPECT_EQ(st["job_id"], "order");
+    EXPECT_EQ(st["model"], "stories260K");
+    EXPECT_EQ(st["seed"], 1);
+    EXPECT_EQ(st["correlation_id"], "corr-123");
+    EXPECT_GT(st["prompt_tokens"].get<int>(), 0);
+    EXPECT_TRUE(st.contains("started_at"));
+    int terminal = 0;
+    int last_i = -1;
+    for (size_t k = 1; k < evs.size(); ++k) {
+        if (evs[k].event == "end" || evs[k].event == "error") {
+            ++terminal;
+            EXPECT_EQ(k, evs.size() - 1) << "nothing may follow the terminal event";
+        } else {
+            ASSERT_EQ(evs[k].event, "token");
+            json t = json::parse(evs[k].data);
+            EXPECT_GT(t["i"].get<int>(), last_i);
+            last_i = t["i"];
+        }
+    }
+    EXPECT_EQ(terminal, 1);
+    json end = json::parse(evs.back().data);
+    EXPECT_EQ(evs.back().event, "end");
+    EXPECT_EQ(end["tokens_out"], 10);
+    EXPECT_EQ(end["stop_reason"], "length");
+    EXPECT_TRUE(end.contains("decode_time_ms"));
+    // The correlation id is in the job's log lines.
+    bool logged = false;
+    for (auto& j : h.log_events())
+        if (j.value("event", "") == "execute_end" && j.value("correlation_id", "") == "corr-123") logged = true;
+    EXPECT_TRUE(logged);
+}
+
+TEST(Server, TemperatureZeroIsRepeatableAndSeedIsReportedWhenGenerated) {
+    auto& h = shared_host();
+    auto a = parse_sse(h.post("/execute", exec_body("g1", 12)).body);
+    auto b = parse_sse(h.post("/execute", exec_body("g2", 12)).body);
+    EXPECT_EQ(text_of(a), text_of(b));
+    auto c = parse_sse(h.post("/execute", R"({"job_id":"g3","prompt":"hi","max_tokens":1})").body);
+    EXPECT_TRUE(json::parse(c.front().data)["seed"].is_number_unsigned());
+}
+
+TEST(Server, StopStringEndsGenerationAndNeverLeaks) {
+    auto& h = shared_host();
+    std::string full = text_of(parse_sse(h.post("/execute", exec_body("s0", 40)).body));
+    ASSERT_GE(full.size(), 12u);
+    // Pick a stop string from the middle of the known greedy output.
+    size_t at = full.size() / 2;
+    while (at < full.size() && (uint8_t(full[at]) & 0xC0) == 0x80) ++at;
+    std::string stop = full.substr(at, 3);
+    while (!stop.empty() && (uint8_t(stop.back()) & 0x80)) stop.pop_back();
+    if (stop.empty()) GTEST_SKIP() << "no ASCII stop candidate in the output";
+    json body = json::parse(exec_body("s1", 40));
+    body["stop"] = {stop};
+    auto evs = parse_sse(h.post("/execute", body.dump()).body);
+    std::string got = text_of(evs);
+    EXPECT_EQ(got, full.substr(0, full.find(stop)));
+    EXPECT_EQ(got.find(stop), std::string::npos);
+    EXPECT_EQ(json::parse(evs.back().data)["stop_reason"], "stop");
+}
+
+TEST(Server, ValidationErrorsAre400WithTheEnvelope) {
+    auto& h = shared_host();
+    auto r = h.post("/execute", R"({"job_id":"v","prompt":"x","max_tokens":5000})", {{"X-Correlation-Id", "c-v"}});
+    EXPECT_EQ(r.status, 400);
+    json e = json::parse(r.body)["error"];
+    EXPECT_EQ(e["code"], "INVALID_REQUEST");
+    EXPECT_EQ(e["correlation_id"], "c-v");
+    EXPECT_EQ(e["details"]["field"], "max_tokens");
+    EXPECT_NE(e["message"].get<std::string>().find("5000"), std::string::npos);
+}
+
+TEST(Server, PromptPlusMaxTokensBeyondContextIsA400WithTheNumbers) {
+    EngineHost h({"--ctx-size", "64"});
+    std::string prompt(100, 'a');
+    auto r = h.post("/execute", R"({"job_id":"c","prompt":")" + prompt + R"(","max_tokens":10})");
+    EXPECT_EQ(r.status, 400) << r.body;
+    std::string msg = json::parse(r.body)["error"]["message"];
+    EXPECT_NE(msg.find("64"), std::string::npos) << msg;
+    auto ok = h.post("/execute", R"({"job_id":"c2","prompt":"a b","max_tokens":10})");
+    EXPECT_EQ(ok.status, 200);
+}
+
+TEST(Server, CancelStopsTheJobWithinAFewTokens) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    std::atomic<int> after_cancel{0};
+    std::atomic<bool> cancelled{false};
+    std::string terminal;
+    int seen = 0;
+    auto r = sse_stream(h.port(), "/execute", exec_body("cx", 500), [&](const SseEvent& e) {
+        if (e.event == "token") {
+            if (cancelled) ++after_cancel;
+            if (++seen == 3) {
+                auto c = h.post("/cancel", R"({"job_id":"cx"})");
+                EXPECT_EQ(c.status, 202);
+                cancelled = true;
+            }
+        }
+        if (e.event == "end" || e.event == "error") terminal = e.data;
+        return true;
+    });
+    ASSERT_FALSE(terminal.empty());
+    json t = json::parse(terminal);
+    EXPECT_EQ(t["code"], "CANCELLED");
+    EXPECT_LE(after_cancel.load(), 2) << "tokens streamed after the cancel request";
+    // Idempotent.
+    auto again = h.post("/cancel", R"({"job_id":"cx"})");
+    EXPECT_EQ(again.status, 202);
+    EXPECT_EQ(json::parse(again.body)["status"], "finished");
+}
+
+TEST(Server, ClientDisconnectCancelsTheJob) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    int tokens = 0;
+    sse_stream(h.port(), "/execute", exec_body("dc", 500), [&](const SseEvent& e) {
+        return !(e.event == "token" && ++tokens == 2);  // hang up
+    });
+    bool cancelled = false;
+    for (int i = 0; i < 300 && !cancelled; ++i) {
+        for (auto& j : h.log_events())
+            if (j.value("event", "") == "error" && j.value("job_id", "") == "dc" && j.value("code", "") == "CANCELLED")
+                cancelled = true;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_TRUE(cancelled) << h.log();
+    EXPECT_EQ(h.get("/health").status, 200);
+}
+
+TEST(Server, FullQueueAnswers503WithRetryAfter) {
+    EngineHost h({"--queue-size", "1"}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    std::vector<std::thread> ts;
+    std::atomic<int> started{0};
+    for (const char* id : {"q1", "q2"}) {
+        ts.emplace_back([&, id] {
+            sse_stream(h.port(), "/execute", exec_body(id, 60), [&](const SseEvent& e) {
+                if (e.event == "started") ++started;
+                return true;
+            });
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    auto r = h.post("/execute", exec_body("q3", 5));
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_FALSE(r.header("retry-after").empty());
+    EXPECT_EQ(json::parse(r.body)["error"]["code"], "QUEUE_FULL");
+    // Health and metrics are not blocked by the running job.
+    EXPECT_EQ(h.get("/health").status, 200);
+    EXPECT_EQ(h.get("/metrics").status, 200);
+    h.post("/cancel", R"({"job_id":"q1"})");
+    h.post("/cancel", R"({"job_id":"q2"})");
+    for (auto& t : ts) t.join();
+}
+
+TEST(Server, InferenceTimeoutEndsWithInferenceTimeout) {
+    EngineHost h({"--inference-timeout-sec", "1"}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    auto evs = parse_sse(h.post("/execute", exec_body("to", 2000)).body);
+    ASSERT_FALSE(evs.empty());
+    EXPECT_EQ(evs.back().event, "error");
+    EXPECT_EQ(json::parse(evs.back().data)["code"], "INFERENCE_TIMEOUT");
+}
+
+TEST(Server, SigtermMidJobExitsZero) {
+    EngineHost h({"--shutdown-grace-ms", "200"}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    std::string terminal;
+    std::thread client([&] {
+        sse_stream(h.port(), "/execute", exec_body("st", 2000), [&](const SseEvent& e) {
+            if (e.event == "error" || e.event == "end") terminal = e.event + " " + e.data;
+            return true;
+        });
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    EXPECT_EQ(h.stop(SIGTERM), 0) << h.log();
+    client.join();
+    EXPECT_NE(terminal.find("SHUTTING_DOWN"), std::string::npos) << terminal;
+    bool shutdown_logged = false;
+    for (auto& j : h.log_events()) shutdown_logged = shutdown_logged || j.value("event", "") == "shutdown";
+    EXPECT_TRUE(shutdown_logged);
+}
+
+TEST(Server, ShutdownEndpointWhenEnabled) {
+    EngineHost h({"--allow-shutdown-endpoint"});
+    EXPECT_EQ(h.post("/shutdown", "").status, 202);
+    EXPECT_EQ(h.wait_exit(), 0);
+    EngineHost off;
+    EXPECT_EQ(off.post("/shutdown", "").status, 404);
+}
+
+TEST(Server, HealthReportsTheModelAndUnhealthyWhenNotResident) {
+    auto& h = shared_host();
+    auto r = h.get("/health");
+    ASSERT_EQ(r.status, 200);
+    json j = json::parse(r.body);
+    for (const char* k : {"status", "model", "resident", "quant_kind", "vram_bytes_used", "tokenizer_kind", "vocab_size",
+                          "context_length", "uptime_seconds", "plugin", "sm", "cuda_runtime_version"})
+        EXPECT_TRUE(j.contains(k)) << k;
+    EXPECT_EQ(j["status"], "ok");
+    EXPECT_EQ(j["vocab_size"], 512);
+    EXPECT_EQ(j["plugin"]["name"], "test-engine");
+    EngineHost bad({}, {{"EH_TEST_ENGINE_NOT_RESIDENT", "1"}}, false);
+    json b;
+    for (int i = 0; i < 300; ++i) {
+        auto hr = bad.get("/health");
+        b = json::parse(hr.body);
+        if (b["status"] != "loading") {
+            EXPECT_EQ(hr.status, 503);
+            break;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(b["status"], "unhealthy");
+    EXPECT_EQ(b["resident"], false);
+}
+
+TEST(Server, CapabilitiesListsLimitsAndPlugins) {
+    auto& h = shared_host();
+    json j = json::parse(h.get("/capabilities").body);
+    EXPECT_EQ(j["api_version"], "1");
+    EXPECT_EQ(j["engine"], "test");
+    EXPECT_EQ(j["max_tokens_out"], 2048);
+    EXPECT_EQ(j["concurrency"]["slots"], 1);
+    EXPECT_TRUE(j["plugins"]["rejected"].is_array());
+    EXPECT_EQ(j["plugins"]["accepted"].size(), 1u);
+    EXPECT_TRUE(j["sampler"].contains("top_p"));
+}
+
+TEST(Server, MetricsParseAsPrometheusText) {
+    auto& h = shared_host();
+    h.post("/execute", exec_body("m1", 3));
+    auto r = h.get("/metrics");
+    ASSERT_EQ(r.status, 200);
+    EXPECT_EQ(r.header("content-type").rfind("text/plain", 0), 0u);
+    std::istringstream in(r.body);
+    std::string line;
+    int samples = 0;
+    std::set<std::string> names;
+    while (std::getline(in, line)) {
+        if (line.empty()) continue;
+        if (line[0] == '#') {
+            EXPECT_TRUE(line.rfind("# HELP ", 0) == 0 || line.rfind("# TYPE ", 0) == 0) << line;
+            continue;
+        }
+        // name{labels} value
+        size_t sp = line.rfind(' ');
+        ASSERT_NE(sp, std::string::npos) << line;
+        std::string name = line.substr(0, std::min(line.find('{'), sp));
+        for (char c : name) EXPECT_TRUE(std::isalnum(uint8_t(c)) || c == '_' || c == ':') << line;
+        EXPECT_NO_THROW((void)std::stod(line.substr(sp + 1))) << line;
+        EXPECT_EQ(line.find("m1"), std::string::npos) << "job ids must not be labels";
+        names.insert(name);
+        ++samples;
+    }
+    EXPECT_GT(samples, 10);
+    for (const char* n : {"eh_requests_total", "eh_generated_tokens_total", "eh_prompt_tokens_total",
+                          "eh_time_to_first_token_seconds_bucket", "eh_inter_token_latency_seconds_bucket",
+                          "eh_queue_depth", "eh_vram_bytes", "eh_uptime_seconds"})
+        EXPECT_TRUE(names.count(n)) << n;
+}
+
+TEST(Server, TokenizeAndDetokenizeRoundTrip) {
+    auto& h = shared_host();
+    auto t = h.post("/tokenize", R"({"text":"hello world","add_special":false})");
+    ASSERT_EQ(t.status, 200) << t.body;
+    json tj = json::parse(t.body);
+    EXPECT_EQ(tj["count"], tj["tokens"].size());
+    auto d = h.post("/detokenize", json({{"tokens", tj["tokens"]}}).dump());
+    ASSERT_EQ(d.status, 200);
+    EXPECT_NE(json::parse(d.body)["text"].get<std::string>().find("hello world"), std::string::npos);
+    EXPECT_EQ(h.post("/detokenize", R"({"tokens":[99999]})").status, 400);
+}
+
+TEST(Server, LogsAreJsonLinesWithTheNamedEvents) {
+    auto& h = shared_host();
+    h.post("/execute", exec_body("lg", 2));
+    std::set<std::string> events;
+    for (auto& j : h.log_events()) {
+        events.insert(j.value("event", ""));
+        EXPECT_TRUE(j.contains("worker_id") && j.contains("model") && j.contains("gpu")) << j.dump();
+        EXPECT_FALSE(j.contains("prompt")) << "prompts are logged only with --log-content";
+    }
+    for (const char* e : {"startup", "model_load_start", "model_load_progress", "model_load_complete", "ready",
+                          "execute_start", "execute_end"})
+        EXPECT_TRUE(events.count(e)) << e;
+    int marks = 0;
+    for (auto& j : h.log_events())
+        if (j.value("event", "") == "model_load_progress") ++marks;
+    EXPECT_GE(marks, 5);
+}
+
+TEST(Server, CorsOnlyWithTheFlag) {
+    auto& off = shared_host();
+    auto r = http(off.port(), "GET", "/health", "", {{"Origin", "http://localhost:3000"}});
+    EXPECT_TRUE(r.header("access-control-allow-origin").empty());
+    EngineHost on({"--cors"});
+    auto r2 = http(on.port(), "GET", "/health", "", {{"Origin", "http://localhost:3000"}});
+    EXPECT_EQ(r2.header("access-control-allow-origin"), "http://localhost:3000");
+    auto pre = http(on.port(), "OPTIONS", "/execute", "", {{"Origin", "http://localhost:3000"}});
+    EXPECT_EQ(pre.status, 204);
+    auto foreign = http(on.port(), "GET", "/health", "", {{"Origin", "http://evil.example"}});
+    EXPECT_TRUE(foreign.header("access-control-allow-origin").empty());
+}
+
+TEST(Server, CliRejectsABadWorkerId) {
+    EngineHost h({"--worker-id", "not-a-uuid"}, {}, false);
+    EXPECT_EQ(h.wait_exit(), 2);
+}
+
+TEST(Server, CallbackIsPostedOnceListeningAndAFailedOneExitsNonZero) {
+    // A one-shot receiver on a free port.
+    int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::listen(lfd, 4);
+    int port = ntohs(a.sin_port);
+    std::string received;
+    std::thread rx([&] {
+        int c = ::accept(lfd, nullptr, nullptr);
+        std::string buf;
+        char tmp[4096];
+        while (buf.find("}") == std::string::npos) {
+            ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
+            if (n <= 0) break;
+            buf.append(tmp, size_t(n));
+        }
+        received = buf;
+        send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        ::close(c);
+    });
+    const std::string wid = "123e4567-e89b-42d3-a456-426614174000";
+    EngineHost h({"--callback-url", "http://127.0.0.1:" + std::to_string(port) + "/workers", "--worker-id", wid});
+    rx.join();
+    ::close(lfd);
+    json body = json::parse(received.substr(received.find("\r\n\r\n") + 4));
+    EXPECT_EQ(body["worker_id"], wid);
+    EXPECT_EQ(body["uri"], "http://127.0.0.1:" + std::to_string(h.port()));
+    EXPECT_TRUE(body.contains("vram_bytes") && body.contains("model_ref"));
+    EXPECT_TRUE(h.running());
+
+    EngineHost fail({"--callback-url", "http://127.0.0.1:1/none"}, {}, false);
+    EXPECT_EQ(fail.wait_exit(), 1);
+}
+
+TEST(Server, LogContentAndTextFormatAreOptIn) {
+    EngineHost h({"--log-content"});
+    h.post("/execute", R"({"job_id":"lc","prompt":"secret words","max_tokens":2})");
+    bool prompt_logged = false;
+    for (auto& j : h.log_events())
+        if (j.value("event", "") == "execute_start" && j.value("prompt", "") == "secret words") prompt_logged = true;
+    EXPECT_TRUE(prompt_logged);
+    EngineHost t({"--log-format", "text"});
+    EXPECT_TRUE(t.log_events().empty()) << "text logs are not JSON";
+    EXPECT_NE(t.log().find(" ready "), std::string::npos) << t.log();
+}
+
+TEST(Server, KvCacheSizeSetsTheContext) {
+    EngineHost h({"--kv-cache-size-mb", "1"});
+    json j = json::parse(h.get("/health").body);
+    int ctx = j["context_length"];
+    EXPECT_GT(ctx, 16);
+    EXPECT_LT(ctx, 2048) << "1 MiB of KV holds fewer tokens than the trained context";
+    EngineHost too_big({"--ctx-size", "999999"}, {}, false);
+    EXPECT_EQ(too_big.wait_exit(), 2) << too_big.log();
+}
+
+// The server listens before the model is loaded: /health says "loading"
+// with a 503 (and generation is refused with MODEL_LOADING) until it is ready.
+TEST(Server, HealthIs503WhileTheModelLoads) {
+    EngineHost h({"--log-format", "text"}, {{"EH_TEST_ENGINE_LOAD_DELAY_MS", "1500"}}, false);
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto early = h.get("/health");
+    EXPECT_EQ(early.status, 503) << early.body;
+    EXPECT_EQ(json::parse(early.body)["status"], "loading") << early.body;
+    auto refused = h.post("/execute", exec_body("too-early", 2));
+    EXPECT_EQ(refused.status, 503) << refused.body;
+    EXPECT_NE(refused.body.find("MODEL_LOADING"), std::string::npos) << refused.body;
+    bool ready = false;
+    for (int i = 0; i < 100 && !ready; ++i) {
+        ready = h.get("/health").status == 200;
+        if (!ready) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    EXPECT_TRUE(ready) << h.log();
+}

@@ -1,0 +1,410 @@
+// Hugging Face directories: the real configs from ../shared/testdata with tiny
+// safetensors files written here, name translation, and malformed inputs.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <set>
+#include <sstream>
+
+#include <engine_host/tensor_types.h>
+#include <simdjson.h>
+
+#include "eh/error.hpp"
+#include "eh/model/hf_names.hpp"
+#include "eh/model/model_file.hpp"
+#include "safetensors_test_files.hpp"
+
+namespace fs = std::filesystem;
+using eh::model::ModelFile;
+using eh::model::to_sv;
+using namespace eh::model::testing;
+
+namespace {
+
+fs::path config_dir(const char* name) { return fs::path(EH_TESTDATA_DIR) / "configs" / name; }
+
+void expect_error(const fs::path& p, const std::string& needle) {
+    try {
+        ModelFile::open(p.string());
+        ADD_FAILURE() << "opened; expected error containing: " << needle;
+    } catch (const eh::Error& e) {
+        EXPECT_EQ(e.code(), eh::Code::ModelLoadFailed);
+        EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+}
+
+// A directory with the given config.json, a tokenizer.json and one model.safetensors.
+void make_single(const TempDir& d, const fs::path& config, const std::vector<StTensor>& tensors) {
+    fs::copy_file(config, d.path / "config.json");
+    write_text(d.path / "tokenizer.json", "{}");
+    write_st(d.path / "model.safetensors", tensors);
+}
+
+const std::vector<StTensor> kLlamaLike = {
+    {"model.embed_tokens.weight", "BF16", {16, 8}},
+    {"model.layers.0.input_layernorm.weight", "BF16", {8}},
+    {"model.layers.0.self_attn.q_proj.weight", "BF16", {8, 8}},
+    {"model.layers.0.self_attn.q_proj.bias", "BF16", {8}},
+    {"model.layers.0.self_attn.k_proj.weight", "BF16", {4, 8}},
+    {"model.layers.0.self_attn.v_proj.weight", "BF16", {4, 8}},
+    {"model.layers.0.self_attn.o_proj.weight", "BF16", {8, 8}},
+    {"model.layers.0.post_attention_layernorm.weight", "BF16", {8}},
+    {"model.layers.0.mlp.gate_proj.weight", "BF16", {12, 8}},
+    {"model.layers.0.mlp.up_proj.weight", "BF16", {12, 8}},
+    {"model.layers.0.mlp.down_proj.weight", "F32", {8, 12}},
+    {"model.norm.weight", "F16", {8}},
+    {"model.rotary_emb.inv_freq", "F32", {4}},
+};
+
+TEST(HfDirectory, Qwen2) {
+    TempDir d("qwen2");
+    make_single(d, config_dir("qwen2.5-0.5b-instruct") / "config.json", kLlamaLike);
+    auto f = ModelFile::open(d.path.string());
+    EXPECT_EQ(f->format_name(), "safetensors");
+    EXPECT_EQ(f->view().format, uint32_t(EH_FORMAT_SAFETENSORS));
+    EXPECT_EQ(f->architecture(), "qwen2");
+    EXPECT_EQ(f->require_string("general.source_format"), "safetensors");
+    EXPECT_EQ(f->require_uint("qwen2.block_count"), 24u);
+    EXPECT_EQ(f->require_uint("qwen2.context_length"), 32768u);
+    EXPECT_EQ(f->require_uint("qwen2.embedding_length"), 896u);
+    EXPECT_EQ(f->require_uint("qwen2.feed_forward_length"), 4864u);
+    EXPECT_EQ(f->require_uint("qwen2.attention.head_count"), 14u);
+    EXPECT_EQ(f->require_uint("qwen2.attention.head_count_kv"), 2u);
+    EXPECT_EQ(f->require_uint("qwen2.rope.dimension_count"), 64u);
+    EXPECT_EQ(f->require_uint("qwen2.vocab_size"), 151936u);
+    EXPECT_NEAR(f->require_float("qwen2.attention.layer_norm_rms_epsilon"), 1e-6, 1e-12);
+    EXPECT_EQ(f->require_float("qwen2.rope.freq_base"), 1e6);
+    EXPECT_EQ(f->find("qwen2.rope.freq_base")->type, uint32_t(EH_VALUE_F32));
+    EXPECT_EQ(f->find("qwen2.block_count")->type, uint32_t(EH_VALUE_U32));
+    // use_sliding_window is false: the window is not a GGUF key, only hf.*.
+    EXPECT_FALSE(f->has("qwen2.attention.sliding_window"));
+    EXPECT_EQ(f->get_int("hf.sliding_window"), 32768);
+    EXPECT_EQ(f->get_bool("hf.use_sliding_window"), false);
+    EXPECT_EQ(f->get_bool("hf.tie_word_embeddings"), true);
+    EXPECT_EQ(f->require_string("hf.torch_dtype"), "float32");
+    EXPECT_EQ(f->get_string_array("hf.architectures").size(), 1u);
+    EXPECT_FALSE(f->has("hf.rope_scaling"));  // null
+    EXPECT_FALSE(f->has("hf.num_hidden_layers"));  // translated keys are not repeated
+    EXPECT_EQ(f->require_uint("tokenizer.ggml.bos_token_id"), 151643u);
+    EXPECT_EQ(f->require_uint("tokenizer.ggml.eos_token_id"), 151645u);
+    EXPECT_EQ(f->require_string("general.name"), "Qwen/Qwen2.5-0.5B-Instruct");
+
+    const eh_tensor* q = f->find_tensor("blk.0.attn_q.weight");
+    ASSERT_NE(q, nullptr);
+    EXPECT_EQ(q->type, uint32_t(EH_TYPE_BF16));
+    EXPECT_EQ(q->n_dims, 2u);
+    const eh_tensor* k = f->find_tensor("blk.0.attn_k.weight");
+    ASSERT_NE(k, nullptr);
+    EXPECT_EQ(k->dims[0], 8u);  // in
+    EXPECT_EQ(k->dims[1], 4u);  // out
+    EXPECT_EQ(k->nbytes, 64u);
+    EXPECT_NE(f->find_tensor("blk.0.attn_q.bias"), nullptr);
+    EXPECT_NE(f->find_tensor("token_embd.weight"), nullptr);
+    EXPECT_NE(f->find_tensor("output_norm.weight"), nullptr);
+    EXPECT_EQ(f->find_tensor("output_norm.weight")->type, uint32_t(EH_TYPE_F16));
+    EXPECT_EQ(f->find_tensor("blk.0.ffn_down.weight")->type, uint32_t(EH_TYPE_F32));
+    EXPECT_NE(f->find_tensor("hf.model.rotary_emb.inv_freq"), nullptr);
+    EXPECT_EQ(f->find_tensor("output.weight"), nullptr);
+    // Data points into the mapping, at the byte the header says.
+    const eh_tensor* emb = f->find_tensor("token_embd.weight");
+    EXPECT_EQ(static_cast<const uint8_t*>(emb->data)[5], 5);
+}
+
+TEST(HfDirectory, Phi3LongRope) {
+    TempDir d("phi3");
+    std::vector<StTensor> t = {
+        {"model.embed_tokens.weight", "BF16", {4, 4}},
+        {"model.layers.0.self_attn.qkv_proj.weight", "BF16", {12, 4}},
+        {"model.layers.0.mlp.gate_up_proj.weight", "BF16", {16, 4}},
+        {"lm_head.weight", "BF16", {4, 4}},
+    };
+    make_single(d, config_dir("phi-3-mini-128k-instruct") / "config.json", t);
+    auto f = ModelFile::open(d.path.string());
+    EXPECT_EQ(f->architecture(), "phi3");
+    EXPECT_EQ(f->require_uint("phi3.context_length"), 131072u);
+    EXPECT_EQ(f->require_uint("phi3.attention.head_count_kv"), 32u);
+    EXPECT_EQ(f->require_uint("phi3.rope.dimension_count"), 96u);
+    EXPECT_EQ(f->require_uint("phi3.attention.sliding_window"), 262144u);
+    EXPECT_EQ(f->require_string("phi3.rope.scaling.type"), "longrope");
+    EXPECT_EQ(f->require_uint("phi3.rope.scaling.original_context_length"), 4096u);
+    auto lf = f->get_array("hf.rope_scaling.long_factor");
+    ASSERT_TRUE(lf);
+    EXPECT_EQ(lf->elem_type, uint32_t(EH_VALUE_F64));
+    EXPECT_EQ(lf->count, 48u);
+    EXPECT_NEAR(lf->as<double>()[0], 1.07, 1e-6);
+    EXPECT_EQ(f->get_array("hf.rope_scaling.short_factor")->count, 48u);
+    EXPECT_EQ(f->require_string("hf.auto_map.AutoConfig"), "configuration_phi3.Phi3Config");
+    EXPECT_EQ(f->require_uint("tokenizer.ggml.eos_token_id"), 32000u);
+    EXPECT_EQ(f->require_uint("tokenizer.ggml.padding_token_id"), 32000u);
+    EXPECT_NE(f->find_tensor("blk.0.attn_qkv.weight"), nullptr);
+    EXPECT_NE(f->find_tensor("blk.0.ffn_up.weight"), nullptr);
+    EXPECT_NE(f->find_tensor("output.weight"), nullptr);
+}
+
+std::string slurp(const fs::path& p) {
+    std::ifstream in(p, std::ios::binary);
+    std::ostringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
+// The real gpt-oss-20b index with tiny shards holding every tensor it names.
+void make_gpt_oss(const TempDir& d, size_t drop_from_shard = SIZE_MAX) {
+    fs::path src = config_dir("gpt-oss-20b");
+    fs::copy_file(src / "config.json", d.path / "config.json");
+    fs::copy_file(src / "model.safetensors.index.json", d.path / "model.safetensors.index.json");
+    write_text(d.path / "tokenizer.json", "{}");
+    simdjson::dom::parser p;
+    simdjson::padded_string json(slurp(src / "model.safetensors.index.json"));
+    simdjson::dom::object map = p.parse(json)["weight_map"].get_object().value();
+    std::map<std::string, std::vector<StTensor>> shards;
+    size_t i = 0;
+    for (auto f : map) {
+        std::string name(f.key);
+        std::string dtype = name.find("_blocks") != std::string::npos || name.find("_scales") != std::string::npos
+                                ? "U8" : "BF16";
+        if (i++ != drop_from_shard) shards[std::string(f.value.get_string().value())].push_back({name, dtype, {2, 2}});
+    }
+    for (const auto& [file, tensors] : shards) write_st(d.path / file, tensors);
+}
+
+TEST(HfDirectory, GptOssSharded) {
+    TempDir d("gptoss");
+    make_gpt_oss(d);
+    auto f = ModelFile::open(d.path.string());
+    EXPECT_EQ(f->architecture(), "gpt-oss");
+    EXPECT_EQ(f->tensors().size(), 459u);
+    EXPECT_EQ(f->weight_files().size(), 3u);
+    for (const eh_tensor& t : f->tensors())
+        EXPECT_NE(to_sv(t.name).substr(0, 3), "hf.") << "untranslated: " << to_sv(t.name);
+    EXPECT_EQ(f->require_uint("gpt-oss.block_count"), 24u);
+    EXPECT_EQ(f->require_uint("gpt-oss.embedding_length"), 2880u);
+    EXPECT_EQ(f->require_uint("gpt-oss.attention.head_count"), 64u);
+    EXPECT_EQ(f->require_uint("gpt-oss.attention.head_count_kv"), 8u);
+    EXPECT_EQ(f->require_uint("gpt-oss.attention.key_length"), 64u);
+    EXPECT_EQ(f->require_uint("gpt-oss.attention.value_length"), 64u);
+    EXPECT_EQ(f->require_uint("gpt-oss.expert_count"), 32u);
+    EXPECT_EQ(f->require_uint("gpt-oss.expert_used_count"), 4u);
+    EXPECT_EQ(f->require_uint("gpt-oss.expert_feed_forward_length"), 2880u);
+    EXPECT_EQ(f->require_uint("gpt-oss.attention.sliding_window"), 128u);
+    EXPECT_EQ(f->require_uint("gpt-oss.context_length"), 131072u);
+    EXPECT_EQ(f->require_float("gpt-oss.rope.freq_base"), 150000.0);
+    EXPECT_EQ(f->require_string("gpt-oss.rope.scaling.type"), "yarn");
+    EXPECT_EQ(f->require_float("gpt-oss.rope.scaling.factor"), 32.0);
+    EXPECT_EQ(f->require_uint("gpt-oss.rope.scaling.original_context_length"), 4096u);
+    EXPECT_EQ(f->require_float("gpt-oss.rope.scaling.yarn_beta_fast"), 32.0);
+    EXPECT_EQ(f->require_float("gpt-oss.rope.scaling.yarn_beta_slow"), 1.0);
+    EXPECT_EQ(f->get_bool("hf.rope_scaling.truncate"), false);
+    EXPECT_EQ(f->get_string_array("hf.layer_types").size(), 24u);
+    EXPECT_EQ(f->require_float("hf.swiglu_limit"), 7.0);
+    EXPECT_EQ(f->require_string("hf.quantization_config.quant_method"), "mxfp4");
+    EXPECT_EQ(f->get_string_array("hf.quantization_config.modules_to_not_convert").size(), 4u);
+    EXPECT_FALSE(f->has("hf.experts_per_token"));
+    EXPECT_EQ(f->require_uint("tokenizer.ggml.eos_token_id"), 200002u);
+    for (const char* name : {"blk.0.attn_sinks.weight", "blk.0.post_attention_norm.weight", "blk.0.attn_norm.weight",
+                             "blk.23.ffn_gate_inp.weight", "blk.23.ffn_gate_inp.bias", "blk.0.ffn_gate_up_exps.blocks",
+                             "blk.0.ffn_gate_up_exps.scales", "blk.0.ffn_gate_up_exps.bias", "blk.0.ffn_down_exps.blocks",
+                             "blk.0.ffn_down_exps.scales", "blk.0.ffn_down_exps.bias", "blk.0.attn_output.bias",
+                             "output.weight", "token_embd.weight", "output_norm.weight"})
+        EXPECT_NE(f->find_tensor(name), nullptr) << name;
+    EXPECT_EQ(f->find_tensor("blk.0.ffn_down_exps.blocks")->type, uint32_t(EH_TYPE_U8));
+}
+
+TEST(HfDirectory, IndexNamesATensorNoShardHas) {
+    TempDir d("gptoss_missing");
+    make_gpt_oss(d, 7);
+    expect_error(d.path, "in none of the shards");
+}
+
+TEST(HfDirectory, MissingShard) {
+    TempDir d("gptoss_shard");
+    make_gpt_oss(d);
+    fs::remove(d.path / "model-00001-of-00002.safetensors");
+    expect_error(d.path, "shard 'model-00001-of-00002.safetensors'");
+}
+
+TEST(HfDirectory, BareSafetensorsFileIsRefused) {
+    TempDir d("bare");
+    write_st(d.path / "model.safetensors", kLlamaLike);
+    expect_error(d.path / "model.safetensors", "pass the Hugging Face model directory");
+}
+
+TEST(HfDirectory, RequiredFiles) {
+    fs::path cfg = config_dir("qwen2.5-0.5b-instruct") / "config.json";
+    {
+        TempDir d("nocfg");
+        write_text(d.path / "tokenizer.json", "{}");
+        write_st(d.path / "model.safetensors", kLlamaLike);
+        expect_error(d.path, "missing config.json");
+    }
+    {
+        TempDir d("notok");
+        fs::copy_file(cfg, d.path / "config.json");
+        write_st(d.path / "model.safetensors", kLlamaLike);
+        expect_error(d.path, "missing tokenizer.json");
+    }
+    {
+        TempDir d("noweights");
+        fs::copy_file(cfg, d.path / "config.json");
+        write_text(d.path / "tokenizer.json", "{}");
+        expect_error(d.path, "no weights");
+    }
+    {
+        TempDir d("ambiguous");
+        make_single(d, cfg, kLlamaLike);
+        write_st(d.path / "other.safetensors", kLlamaLike);
+        expect_error(d.path, "several .safetensors files");
+    }
+    {
+        TempDir d("badcfg");
+        write_text(d.path / "config.json", "{\"hidden_size\": 3");
+        write_text(d.path / "tokenizer.json", "{}");
+        write_st(d.path / "model.safetensors", kLlamaLike);
+        expect_error(d.path, "config.json");
+    }
+    {
+        TempDir d("nomodeltype");
+        write_text(d.path / "config.json", "{\"hidden_size\": 3}");
+        write_text(d.path / "tokenizer.json", "{}");
+        write_st(d.path / "model.safetensors", kLlamaLike);
+        expect_error(d.path, "model_type");
+    }
+}
+
+// A directory around one raw safetensors file.
+void expect_st_error(const std::string& header, uint64_t data_bytes, const std::string& needle) {
+    TempDir d("st");
+    fs::copy_file(config_dir("qwen2.5-0.5b-instruct") / "config.json", d.path / "config.json");
+    write_text(d.path / "tokenizer.json", "{}");
+    write_st_raw(d.path / "model.safetensors", header, data_bytes);
+    expect_error(d.path, needle);
+}
+
+TEST(Safetensors, HostileHeaders) {
+    expect_st_error("{x", 0, "not valid JSON");
+    expect_st_error("[]", 0, "not a JSON object");
+    expect_st_error(R"({"a":{"dtype":"F8_E4M3","shape":[2],"data_offsets":[0,2]}})", 2, "unsupported dtype 'F8_E4M3'");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]}})", 4, "outside");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,4]}})", 8, "need 8");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[8,0]}})", 8, "outside");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[1,1,1,1,1],"data_offsets":[0,4]}})", 4, "rank 5");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})", 4, "zero dimension");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[-1],"data_offsets":[0,4]}})", 4, "shape entry");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[4294967296,4294967296],"data_offsets":[0,4]}})", 4, "overflows");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[2]}})", 8, "data_offsets");
+    expect_st_error(R"({"a":{"shape":[2],"data_offsets":[0,8]}})", 8, "dtype");
+    expect_st_error(R"({"a":{"dtype":"F32","shape":[2],"data_offsets":[0,8]},)"
+                    R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]}})",
+                    8, "overlaps");
+    // Two HF names that translate to the same GGUF name.
+    expect_st_error(R"({"model.norm.weight":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},)"
+                    R"("transformer.norm.weight":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
+                    2, "appears twice");
+}
+
+TEST(Safetensors, HostileLengthsAndTruncation) {
+    TempDir d("stlen");
+    fs::copy_file(config_dir("qwen2.5-0.5b-instruct") / "config.json", d.path / "config.json");
+    write_text(d.path / "tokenizer.json", "{}");
+    auto p = d.path / "model.safetensors";
+    write_text(p, "abc");
+    expect_error(d.path, "too short");
+    std::string huge(8, '\xff');
+    write_text(p, huge + "{}");
+    expect_error(d.path, "header length");
+    // Every truncation of a valid file fails cleanly.
+    write_st(p, kLlamaLike);
+    std::string full = slurp(p);
+    for (size_t n = 0; n < full.size(); n += 7) {
+        write_text(p, full.substr(0, n));
+        EXPECT_THROW(ModelFile::open(d.path.string()), eh::Error) << n;
+    }
+}
+
+TEST(HfNames, Translation) {
+    using eh::model::hf_tensor_name_to_gguf;
+    EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.12.self_attn.o_proj.weight"), "blk.12.attn_output.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.1.mlp.gate_proj.weight"), "blk.1.ffn_gate.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.x.mlp.gate_proj.weight"), "hf.model.layers.x.mlp.gate_proj.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("qwen2", "lm_head.weight"), "output.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("qwen2", "model.layers.0.post_attention_layernorm.weight"), "blk.0.ffn_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("gpt-oss", "model.layers.0.post_attention_layernorm.weight"),
+              "blk.0.post_attention_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "h.3.attn.c_attn.weight"), "blk.3.attn_qkv.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "transformer.h.3.mlp.c_proj.bias"), "blk.3.ffn_down.bias");
+    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "wte.weight"), "token_embd.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "transformer.wpe.weight"), "position_embd.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "ln_f.bias"), "output_norm.bias");
+    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "h.0.attn.bias"), "hf.h.0.attn.bias");
+    EXPECT_EQ(eh::model::hf_model_type_to_arch("gpt_oss"), "gpt-oss");
+    EXPECT_EQ(eh::model::hf_model_type_to_arch("qwen2"), "qwen2");
+}
+
+TEST(HfDirectory, Gpt2Config) {
+    TempDir d("gpt2");
+    write_text(d.path / "config.json",
+               R"({"model_type":"gpt2","n_ctx":1024,"n_embd":768,"n_head":12,"n_layer":12,"n_positions":1024,)"
+               R"("n_inner":null,"layer_norm_epsilon":1e-05,"vocab_size":50257,"bos_token_id":50256,"eos_token_id":50256,)"
+               R"("activation_function":"gelu_new","task_specific_params":{"text-generation":{"do_sample":true,"max_length":50}}})");
+    write_text(d.path / "tokenizer.json", "{}");
+    write_st(d.path / "model.safetensors", {{"wte.weight", "F32", {4, 2}}, {"h.0.ln_1.weight", "F32", {2}}});
+    auto f = ModelFile::open(d.path.string());
+    EXPECT_EQ(f->architecture(), "gpt2");
+    EXPECT_EQ(f->require_uint("gpt2.context_length"), 1024u);
+    EXPECT_EQ(f->require_uint("gpt2.embedding_length"), 768u);
+    EXPECT_EQ(f->require_uint("gpt2.feed_forward_length"), 3072u);
+    EXPECT_EQ(f->require_uint("gpt2.attention.head_count"), 12u);
+    EXPECT_EQ(f->require_uint("gpt2.block_count"), 12u);
+    EXPECT_NEAR(f->require_float("gpt2.attention.layer_norm_epsilon"), 1e-5, 1e-10);
+    EXPECT_EQ(f->require_uint("gpt2.vocab_size"), 50257u);
+    EXPECT_EQ(f->get_bool("hf.task_specific_params.text-generation.do_sample"), true);
+    EXPECT_FALSE(f->has("hf.n_ctx"));
+    EXPECT_NE(f->find_tensor("blk.0.attn_norm.weight"), nullptr);
+}
+
+}  // namespace
+
+#include "eh/model/descriptor.hpp"
+
+namespace {
+
+TEST(HfDescribe, GptOss) {
+    TempDir d("gptoss_desc");
+    make_gpt_oss(d);
+    auto f = ModelFile::open(d.path.string());
+    auto desc = eh::model::describe(*f);
+    EXPECT_EQ(desc.format, "safetensors");
+    EXPECT_EQ(desc.architecture, "gpt-oss");
+    EXPECT_EQ(desc.expert_count, 32u);
+    EXPECT_EQ(desc.expert_used_count, 4u);
+    EXPECT_EQ(desc.sliding_window, 128u);
+    EXPECT_EQ(desc.head_dim, 64u);
+    EXPECT_EQ(desc.head_count_kv, 8u);
+    EXPECT_EQ(desc.vocab_size, 201088u);
+    EXPECT_EQ(desc.quant_kind, "MXFP4");
+    EXPECT_FALSE(desc.tied_embeddings);
+    ASSERT_TRUE(desc.rope_scaling);
+    EXPECT_EQ(desc.rope_scaling->type, "yarn");
+    EXPECT_EQ(desc.rope_scaling->factor, 32.0);
+    EXPECT_EQ(desc.rope_scaling->original_context_length, 4096u);
+    EXPECT_EQ(desc.rope_scaling->yarn_beta_fast, std::optional<double>(32.0));
+    EXPECT_EQ(desc.rope_scaling->yarn_beta_slow, std::optional<double>(1.0));
+    EXPECT_NEAR(desc.norm_eps, 1e-5, 1e-10);
+    EXPECT_EQ(desc.requirements().tensor_types, (std::vector<std::string>{"BF16", "U8"}));
+}
+
+TEST(HfDescribe, Qwen2Tied) {
+    TempDir d("qwen2_desc");
+    make_single(d, config_dir("qwen2.5-0.5b-instruct") / "config.json", kLlamaLike);
+    auto desc = eh::model::describe(*ModelFile::open(d.path.string()));
+    EXPECT_TRUE(desc.tied_embeddings);
+    EXPECT_EQ(desc.quant_kind, "BF16");
+    EXPECT_EQ(desc.head_dim, 64u);
+    EXPECT_EQ(desc.sliding_window, 0u);
+    EXPECT_EQ(desc.context_length, 32768u);
+    EXPECT_EQ(desc.vocab_size, 151936u);
+    EXPECT_FALSE(desc.rope_scaling);
+}
+
+}  // namespace

@@ -1,0 +1,702 @@
+#!/usr/bin/env python3
+"""Reference logits from Hugging Face transformers for the cpu-reference plugin.
+
+Run on a machine with torch + transformers (no downloads are made):
+
+    python3 tests/reference/make_reference.py --out tests/reference/data \
+        [--testdata ../shared/testdata] [--device cpu] [--tokenizers]
+
+For each architecture (llama, qwen2, phi3, gpt2, gpt-oss) it builds a tiny
+model from a config with seeded random weights, and writes into <out>/<arch>/:
+  hf/            the model as a Hugging Face directory (config.json +
+                 model.safetensors; with --tokenizers also a tokenizer.json
+                 copied from <testdata>/tokenizers, which is large)
+  model.gguf     the same weights laid out the way llama.cpp's converter lays
+                 them out (llama Q/K rows permuted, GPT-2 Conv1D transposed,
+                 gpt-oss experts split from the interleaved gate_up and stored
+                 as MXFP4), written by gguf_io.py
+  reference.json the token sequence, transformers' logits for every position,
+                 and a greedy continuation
+It also loads <testdata>/models/stories260K.gguf into LlamaForCausalLM (Q/K
+permutation undone) and writes <out>/stories260K/reference.json with the
+logits and greedy ids for BOS + "Once upon a time".
+
+gpt-oss experts are rounded to MXFP4 first (values written back into the HF
+model), so transformers and the plugin see bit-identical weights.
+
+tests/cpu_reference/hf_reference_test.cpp compares the plugin with these files.
+"""
+import argparse
+import json
+import math
+import os
+import shutil
+import struct
+import sys
+
+import torch
+import transformers
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import gguf_io  # noqa: E402
+
+VOCAB = 256
+HIDDEN = 64
+LLAMA_THETA, QWEN2_THETA, PHI3_THETA, OSS_THETA = 10000.0, 1000000.0, 10000.0, 150000.0
+OSS_YARN_FACTOR, OSS_YARN_ORIG = 32.0, 4096
+LAYERS = 2
+HEADS = 4
+KV_HEADS = 2
+FF = 128
+CTX = 64
+# A fixed prompt; 12 tokens so that the sliding windows below (4 and 6) matter.
+TOKENS = [1, 17, 93, 4, 250, 31, 31, 7, 128, 64, 200, 9]
+GREEDY_PROMPT = TOKENS[:6]
+GREEDY_NEW = 10
+
+
+# --------------------------------------------------------------------------
+# weights
+
+def randomize(model, seed):
+    """Seeded weights with O(1) activations (HF's 0.02 init gives near-flat logits)."""
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            r = torch.randn(p.shape, generator=g, dtype=torch.float32)
+            leaf = name.split(".")[-1]
+            if "sinks" in name:
+                p.copy_(r)
+            elif p.dim() == 1 and ("norm" in name or name.split(".")[-2].startswith("ln_")) and leaf == "weight":
+                p.copy_(1.0 + 0.1 * r)
+            elif leaf == "bias" or leaf.endswith("_bias"):
+                p.copy_(0.1 * r)
+            elif "wte" in name or "embed_tokens" in name:
+                p.copy_(r)
+            elif "wpe" in name:
+                p.copy_(0.3 * r)
+            else:
+                fan_in = fan_in_of(name, p)
+                p.copy_(r / math.sqrt(fan_in))
+
+
+def fan_in_of(name, p):
+    if "experts" in name:           # gpt-oss experts: [E, in, out]
+        return p.shape[1]
+    if name.startswith("transformer.h.") and p.dim() == 2 and ("c_attn" in name or "c_proj" in name or "c_fc" in name):
+        return p.shape[0]           # GPT-2 Conv1D: [in, out]
+    return p.shape[-1]              # nn.Linear: [out, in]
+
+
+def flat(t):
+    return t.detach().to(torch.float32).contiguous().reshape(-1).tolist()
+
+
+def dims_of_linear(w):
+    """ggml dims of a torch [out, in] matrix: {in, out} (same bytes)."""
+    return [w.shape[1], w.shape[0]]
+
+
+def permute_qk(w, n_head):
+    """llama.cpp's converter order: within each head, pair (2i, 2i+1) = HF rows (i, i + d/2)."""
+    out_dim, in_dim = w.shape
+    hd = out_dim // n_head
+    return w.reshape(n_head, 2, hd // 2, in_dim).transpose(1, 2).reshape(out_dim, in_dim)
+
+
+def unpermute_qk(w, n_head):
+    out_dim, in_dim = w.shape
+    hd = out_dim // n_head
+    return w.reshape(n_head, hd // 2, 2, in_dim).transpose(1, 2).reshape(out_dim, in_dim)
+
+
+# MXFP4: blocks of 32 values share an E8M0 exponent e (scale 2^(e-127));
+# each value is an E2M1 code (sign bit 3, magnitudes below); ggml stores e
+# then 16 bytes, value j in the low nibble of byte j, value j+16 in the high.
+E2M1 = [0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0]
+
+
+def mxfp4_rows(rows):
+    """Quantizes a [n, k] tensor (k % 32 == 0). Returns (bytes, dequantized tensor)."""
+    n, k = rows.shape
+    out = bytearray()
+    deq = torch.empty_like(rows, dtype=torch.float32)
+    mags = torch.tensor(E2M1)
+    for r in range(n):
+        for b0 in range(0, k, 32):
+            x = rows[r, b0:b0 + 32].to(torch.float32)
+            amax = float(x.abs().max())
+            e = 0 if amax == 0.0 else max(0, min(254, math.ceil(math.log2(amax / 6.0)) + 127))
+            scale = 2.0 ** (e - 127)
+            a = (x.abs() / scale)
+            idx = (a.unsqueeze(1) - mags.unsqueeze(0)).abs().argmin(dim=1)  # ties: lower code
+            codes = [int(i) | (8 if (float(x[j]) < 0 and int(i) != 0) else 0) for j, i in enumerate(idx)]
+            out.append(e)
+            out += bytes(codes[j] | (codes[j + 16] << 4) for j in range(16))
+            vals = torch.tensor([(-1.0 if c & 8 else 1.0) * E2M1[c & 7] * scale for c in codes])
+            deq[r, b0:b0 + 32] = vals
+    return bytes(out), deq
+
+
+# --------------------------------------------------------------------------
+# models
+
+def instantiate(cls, cfg):
+    """Eager attention: the plain softmax(QK^T)V path (gpt-oss sinks need it)."""
+    for dtype_kw in ("dtype", "torch_dtype"):  # transformers 5 renamed torch_dtype
+        try:
+            return cls._from_config(cfg, attn_implementation="eager", **{dtype_kw: torch.float32})
+        except TypeError:
+            pass
+    cfg._attn_implementation = "eager"
+    return cls(cfg)
+
+
+def common_keys(w, arch, n_embd, n_layer, n_head, n_kv, n_ff, ctx):
+    w.str("general.name", f"tiny-random-{arch}")
+    w.str("general.source_format", "gguf")
+    w.u32(f"{arch}.context_length", ctx)
+    w.u32(f"{arch}.embedding_length", n_embd)
+    w.u32(f"{arch}.block_count", n_layer)
+    w.u32(f"{arch}.feed_forward_length", n_ff)
+    w.u32(f"{arch}.attention.head_count", n_head)
+    w.u32(f"{arch}.attention.head_count_kv", n_kv)
+
+
+def build_llama(seed):
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CTX,
+        rms_norm_eps=1e-5, rope_theta=LLAMA_THETA, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.LlamaForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+def gguf_llama(model):
+    c = model.config
+    hd = c.hidden_size // c.num_attention_heads
+    w = gguf_io.Writer("llama")
+    common_keys(w, "llama", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
+    w.f32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.f32("llama.rope.freq_base", LLAMA_THETA)
+    w.u32("llama.rope.dimension_count", hd)
+    sd = model.state_dict()
+    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
+    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
+    lin("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        lin(b + "attn_q.weight", permute_qk(sd[p + "self_attn.q_proj.weight"], c.num_attention_heads))
+        lin(b + "attn_k.weight", permute_qk(sd[p + "self_attn.k_proj.weight"], c.num_key_value_heads))
+        lin(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
+        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        lin(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        lin(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    vec("output_norm.weight", sd["model.norm.weight"])
+    lin("output.weight", sd["lm_head.weight"])
+    return w
+
+
+def build_qwen2(seed):
+    cfg = transformers.Qwen2Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CTX,
+        rms_norm_eps=1e-6, rope_theta=QWEN2_THETA, tie_word_embeddings=True, use_sliding_window=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.Qwen2ForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+def gguf_qwen2(model):
+    c = model.config
+    hd = c.hidden_size // c.num_attention_heads
+    w = gguf_io.Writer("qwen2")
+    common_keys(w, "qwen2", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
+    w.f32("qwen2.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.f32("qwen2.rope.freq_base", QWEN2_THETA)
+    w.u32("qwen2.rope.dimension_count", hd)
+    sd = model.state_dict()
+    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
+    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
+    lin("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        for x in "qkv":
+            lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
+            vec(b + f"attn_{x}.bias", sd[p + f"self_attn.{x}_proj.bias"])
+        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        lin(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        lin(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    vec("output_norm.weight", sd["model.norm.weight"])
+    # tied: no output.weight, as in small Qwen2 GGUFs
+    return w
+
+
+PHI3_WINDOW = 6
+
+
+def build_phi3(seed):
+    cfg = transformers.Phi3Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CTX,
+        original_max_position_embeddings=CTX, rms_norm_eps=1e-5, rope_theta=PHI3_THETA,
+        rope_scaling=None, sliding_window=PHI3_WINDOW, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.Phi3ForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+def gguf_phi3(model):
+    c = model.config
+    hd = c.hidden_size // c.num_attention_heads
+    w = gguf_io.Writer("phi3")
+    common_keys(w, "phi3", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
+    w.f32("phi3.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.f32("phi3.rope.freq_base", PHI3_THETA)
+    w.u32("phi3.rope.dimension_count", int(hd * getattr(c, "partial_rotary_factor", 1.0)))
+    w.u32("phi3.attention.sliding_window", c.sliding_window)
+    sd = model.state_dict()
+    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
+    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
+    lin("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        lin(b + "attn_qkv.weight", sd[p + "self_attn.qkv_proj.weight"])
+        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        lin(b + "ffn_up.weight", sd[p + "mlp.gate_up_proj.weight"])  # gate rows, then up rows
+        lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+    vec("output_norm.weight", sd["model.norm.weight"])
+    lin("output.weight", sd["lm_head.weight"])
+    return w
+
+
+def build_gpt2(seed):
+    cfg = transformers.GPT2Config(
+        vocab_size=VOCAB, n_positions=CTX, n_embd=HIDDEN, n_layer=LAYERS, n_head=HEADS,
+        n_inner=FF, activation_function="gelu_new", layer_norm_epsilon=1e-5,
+        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0, bos_token_id=1, eos_token_id=2)
+    model = instantiate(transformers.GPT2LMHeadModel, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+def gguf_gpt2(model):
+    c = model.config
+    w = gguf_io.Writer("gpt2")
+    common_keys(w, "gpt2", c.n_embd, c.n_layer, c.n_head, c.n_head, c.n_inner, c.n_positions)
+    w.f32("gpt2.attention.layer_norm_epsilon", c.layer_norm_epsilon)
+    sd = model.state_dict()
+    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
+    conv = lambda name, t: lin(name, t.t())  # Conv1D stores [in, out]
+    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
+    lin("token_embd.weight", sd["transformer.wte.weight"])
+    lin("position_embd.weight", sd["transformer.wpe.weight"])
+    for i in range(c.n_layer):
+        p = f"transformer.h.{i}."
+        b = f"blk.{i}."
+        vec(b + "attn_norm.weight", sd[p + "ln_1.weight"])
+        vec(b + "attn_norm.bias", sd[p + "ln_1.bias"])
+        conv(b + "attn_qkv.weight", sd[p + "attn.c_attn.weight"])
+        vec(b + "attn_qkv.bias", sd[p + "attn.c_attn.bias"])
+        conv(b + "attn_output.weight", sd[p + "attn.c_proj.weight"])
+        vec(b + "attn_output.bias", sd[p + "attn.c_proj.bias"])
+        vec(b + "ffn_norm.weight", sd[p + "ln_2.weight"])
+        vec(b + "ffn_norm.bias", sd[p + "ln_2.bias"])
+        conv(b + "ffn_up.weight", sd[p + "mlp.c_fc.weight"])
+        vec(b + "ffn_up.bias", sd[p + "mlp.c_fc.bias"])
+        conv(b + "ffn_down.weight", sd[p + "mlp.c_proj.weight"])
+        vec(b + "ffn_down.bias", sd[p + "mlp.c_proj.bias"])
+    vec("output_norm.weight", sd["transformer.ln_f.weight"])
+    vec("output_norm.bias", sd["transformer.ln_f.bias"])
+    return w  # tied: no output.weight
+
+
+OSS_WINDOW = 4
+OSS_EXPERTS = 4
+OSS_USED = 2
+OSS_HEAD_DIM = 16
+OSS_FF = 64
+
+
+def build_gpt_oss(seed):
+    cfg = transformers.GptOssConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=OSS_FF, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=OSS_HEAD_DIM,
+        num_local_experts=OSS_EXPERTS, num_experts_per_tok=OSS_USED, experts_per_token=OSS_USED,
+        sliding_window=OSS_WINDOW, layer_types=["sliding_attention", "full_attention"],
+        # max_position_embeddings = factor * original, as in the real config
+        max_position_embeddings=int(OSS_YARN_FACTOR * OSS_YARN_ORIG), rms_norm_eps=1e-5, rope_theta=OSS_THETA,
+        rope_scaling={"rope_type": "yarn", "factor": OSS_YARN_FACTOR, "beta_fast": 32.0, "beta_slow": 1.0,
+                      "truncate": False, "original_max_position_embeddings": OSS_YARN_ORIG},
+        attention_bias=True, swiglu_limit=7.0, tie_word_embeddings=False,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.GptOssForCausalLM, cfg)
+    randomize(model, seed)
+    # Round the experts to MXFP4 in GGUF layout, and write the dequantized
+    # values back so transformers computes with exactly those weights.
+    packed = {}
+    with torch.no_grad():
+        for i in range(LAYERS):
+            ex = model.model.layers[i].mlp.experts
+            gate_rows, up_rows, down_rows = [], [], []
+            for e in range(OSS_EXPERTS):
+                gu = ex.gate_up_proj[e]                      # [H, 2F], gate/up interleaved
+                gate = gu[:, 0::2].t().contiguous()          # [F, H]
+                up = gu[:, 1::2].t().contiguous()
+                down = ex.down_proj[e].t().contiguous()      # [H, F]
+                gb, gd = mxfp4_rows(gate)
+                ub, ud = mxfp4_rows(up)
+                db, dd = mxfp4_rows(down)
+                gate_rows.append(gb)
+                up_rows.append(ub)
+                down_rows.append(db)
+                ex.gate_up_proj[e, :, 0::2] = gd.t()
+                ex.gate_up_proj[e, :, 1::2] = ud.t()
+                ex.down_proj[e] = dd.t()
+            packed[i] = (b"".join(gate_rows), b"".join(up_rows), b"".join(down_rows))
+    return model, packed
+
+
+def gguf_gpt_oss(model, packed):
+    c = model.config
+    a = "gpt-oss"
+    w = gguf_io.Writer(a)
+    common_keys(w, a, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
+    w.u32(f"{a}.expert_feed_forward_length", c.intermediate_size)
+    w.u32(f"{a}.expert_count", c.num_local_experts)
+    w.u32(f"{a}.expert_used_count", c.num_experts_per_tok)
+    w.u32(f"{a}.attention.key_length", c.head_dim)
+    w.u32(f"{a}.attention.value_length", c.head_dim)
+    w.u32(f"{a}.attention.sliding_window", c.sliding_window)
+    w.f32(f"{a}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.f32(f"{a}.rope.freq_base", OSS_THETA)
+    w.u32(f"{a}.rope.dimension_count", c.head_dim)
+    w.str(f"{a}.rope.scaling.type", "yarn")
+    w.f32(f"{a}.rope.scaling.factor", OSS_YARN_FACTOR)
+    w.u32(f"{a}.rope.scaling.original_context_length", OSS_YARN_ORIG)
+    sd = model.state_dict()
+    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
+    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
+    H, F, E = c.hidden_size, c.intermediate_size, c.num_local_experts
+    lin("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        for x in "qkv":
+            lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
+            vec(b + f"attn_{x}.bias", sd[p + f"self_attn.{x}_proj.bias"])
+        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        vec(b + "attn_output.bias", sd[p + "self_attn.o_proj.bias"])
+        vec(b + "attn_sinks.weight", sd[p + "self_attn.sinks"])
+        vec(b + "post_attention_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        lin(b + "ffn_gate_inp.weight", sd[p + "mlp.router.weight"])
+        vec(b + "ffn_gate_inp.bias", sd[p + "mlp.router.bias"])
+        gate, up, down = packed[i]
+        w.tensor_raw(b + "ffn_gate_exps.weight", [H, F, E], gguf_io.TYPE_MXFP4, gate)
+        w.tensor_raw(b + "ffn_up_exps.weight", [H, F, E], gguf_io.TYPE_MXFP4, up)
+        w.tensor_raw(b + "ffn_down_exps.weight", [F, H, E], gguf_io.TYPE_MXFP4, down)
+        gub = sd[p + "mlp.experts.gate_up_proj_bias"]  # [E, 2F] interleaved
+        w.tensor_f32(b + "ffn_gate_exps.bias", [F, E], flat(gub[:, 0::2]))
+        w.tensor_f32(b + "ffn_up_exps.bias", [F, E], flat(gub[:, 1::2]))
+        w.tensor_f32(b + "ffn_down_exps.bias", [H, E], flat(sd[p + "mlp.experts.down_proj_bias"]))
+    vec("output_norm.weight", sd["model.norm.weight"])
+    lin("output.weight", sd["lm_head.weight"])
+    return w
+
+
+ARCHS = {
+    "llama": (build_llama, lambda m, extra: gguf_llama(m), "llama"),
+    "qwen2": (build_qwen2, lambda m, extra: gguf_qwen2(m), "qwen2.5"),
+    "phi3": (build_phi3, lambda m, extra: gguf_phi3(m), "phi-3-mini"),
+    "gpt2": (build_gpt2, lambda m, extra: gguf_gpt2(m), "gpt2"),
+    "gpt-oss": (build_gpt_oss, gguf_gpt_oss, "gpt-oss-20b"),
+}
+
+
+# --------------------------------------------------------------------------
+# Hugging Face directories
+
+def write_tiny_tokenizer(hf_dir, vocab):
+    """A minimal WordLevel tokenizer.json ("t0".."tN"): the host requires one
+    in every model directory; the tests feed token ids, never text."""
+    tok = {
+        "version": "1.0", "truncation": None, "padding": None, "added_tokens": [],
+        "normalizer": None, "pre_tokenizer": {"type": "WhitespaceSplit"}, "post_processor": None,
+        "decoder": None,
+        "model": {"type": "WordLevel", "vocab": {f"t{i}": i for i in range(vocab)}, "unk_token": "t0"},
+    }
+    with open(os.path.join(hf_dir, "tokenizer.json"), "w") as f:
+        json.dump(tok, f)
+
+
+def write_safetensors(path, tensors):
+    """tensors: list of (name, dtype string, shape, bytes). Format: u64 header
+    length, JSON header {name: {dtype, shape, data_offsets}}, data."""
+    header, blobs, off = {}, [], 0
+    for name, dtype, shape, data in tensors:
+        header[name] = {"dtype": dtype, "shape": list(shape), "data_offsets": [off, off + len(data)]}
+        blobs.append(data)
+        off += len(data)
+    h = json.dumps(header, separators=(",", ":")).encode()
+    h += b" " * ((-len(h)) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h)
+        for b in blobs:
+            f.write(b)
+
+
+def hf_mxfp4_rows(rows):
+    """HF/OpenAI MXFP4 of a [n, k] tensor: blocks [n, k/32, 16] (values 2j and
+    2j+1 in the low and high nibble of byte j) and scales [n, k/32] (E8M0)."""
+    packed, _ = mxfp4_rows(rows)  # ggml blocks: e, then value j low / j+16 high
+    n, k = rows.shape
+    blocks, scales = bytearray(), bytearray()
+    for i in range(0, len(packed), 17):
+        e, qs = packed[i], packed[i + 1:i + 17]
+        code = [qs[j] & 15 for j in range(16)] + [qs[j] >> 4 for j in range(16)]
+        scales.append(e)
+        blocks += bytes(code[2 * j] | (code[2 * j + 1] << 4) for j in range(16))
+    return bytes(blocks), bytes(scales)
+
+
+def write_gpt_oss_mxfp4_dir(model, src_dir, out_dir):
+    """The gpt-oss model as an MXFP4 checkpoint (experts as _blocks/_scales,
+    config quantization_config.quant_method = mxfp4), like openai/gpt-oss-20b."""
+    os.makedirs(out_dir, exist_ok=True)
+    c = model.config
+    tensors = []
+    for name, t in model.state_dict().items():
+        if name.endswith("mlp.experts.gate_up_proj") or name.endswith("mlp.experts.down_proj"):
+            rows = t.detach().float().transpose(1, 2).contiguous()  # [E, out, in]
+            E, n_out, n_in = rows.shape
+            blocks, scales = hf_mxfp4_rows(rows.reshape(E * n_out, n_in))
+            tensors.append((name + "_blocks", "U8", [E, n_out, n_in // 32, 16], blocks))
+            tensors.append((name + "_scales", "U8", [E, n_out, n_in // 32], scales))
+        else:
+            v = t.detach().float().contiguous()
+            tensors.append((name, "F32", list(v.shape), struct.pack(f"<{v.numel()}f", *v.reshape(-1).tolist())))
+    write_safetensors(os.path.join(out_dir, "model.safetensors"), tensors)
+    with open(os.path.join(src_dir, "config.json")) as f:
+        cfg = json.load(f)
+    cfg["quantization_config"] = {"quant_method": "mxfp4", "modules_to_not_convert": [
+        "model.layers.*.self_attn", "model.layers.*.mlp.router", "model.embed_tokens", "lm_head"]}
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=2)
+    write_tiny_tokenizer(out_dir, c.vocab_size)
+
+
+def check_mxfp4_dir_with_transformers(mx_dir, want, device):
+    """Loads the MXFP4 directory with transformers' own MXFP4 support
+    (dequantized) and compares its logits with the dense model's: this checks
+    our reading of the HF MXFP4 layout against transformers'."""
+    try:
+        qc = transformers.Mxfp4Config(dequantize=True)
+        m = transformers.GptOssForCausalLM.from_pretrained(mx_dir, quantization_config=qc,
+                                                           attn_implementation="eager")
+        m = m.to(torch.float32).to(device).eval()
+        got = all_logits(m, TOKENS, device)
+        return {"loaded": True, "max_abs_diff_vs_dense": float((got - want).abs().max())}
+    except Exception as exc:  # recorded, not fatal: the dense reference stands on its own
+        return {"loaded": False, "error": f"{type(exc).__name__}: {exc}"[:500]}
+
+
+# --------------------------------------------------------------------------
+# running
+
+@torch.no_grad()
+def all_logits(model, tokens, device):
+    ids = torch.tensor([tokens], device=device)
+    return model(input_ids=ids, use_cache=False).logits[0].float().cpu()
+
+
+@torch.no_grad()
+def greedy(model, prompt, n_new, device):
+    ids = list(prompt)
+    out = []
+    for _ in range(n_new):
+        nxt = int(all_logits(model, ids, device)[-1].argmax())
+        out.append(nxt)
+        ids.append(nxt)
+    return out
+
+
+def tolerance(device):
+    """Max |plugin - HF| / max |HF logit| the C++ test accepts. The plugin
+    agrees with CPU float32 to ~1e-6; 1e-4 still catches e.g. YaRN's
+    truncate flag (~2e-3). GPU kernels reorder sums, hence the looser bound."""
+    return 1e-4 if device == "cpu" else 2e-3
+
+
+def write_json(path, obj):
+    with open(path, "w") as f:
+        json.dump(obj, f, separators=(",", ":"))
+        f.write("\n")
+
+
+def versions():
+    return {"torch": torch.__version__, "transformers": transformers.__version__,
+            "python": sys.version.split()[0]}
+
+
+def make_arch(name, out_dir, testdata, device, with_tokenizer, seed):
+    build, to_gguf, tok_dir = ARCHS[name]
+    model, extra = build(seed)
+    model = model.to(torch.float32).eval()
+    d = os.path.join(out_dir, name)
+    os.makedirs(d, exist_ok=True)
+    hf_dir = os.path.join(d, "hf")
+    model.save_pretrained(hf_dir, safe_serialization=True)
+    if with_tokenizer:
+        src = os.path.join(testdata, "tokenizers", tok_dir)
+        for f in ("tokenizer.json", "tokenizer_config.json"):
+            if os.path.exists(os.path.join(src, f)):
+                shutil.copy(os.path.join(src, f), hf_dir)
+    else:
+        write_tiny_tokenizer(hf_dir, model.config.vocab_size)
+    to_gguf(model, extra).write(os.path.join(d, "model.gguf"))
+
+    model = model.to(device)
+    logits = all_logits(model, TOKENS, device)
+    extra_info = {}
+    if name == "gpt-oss":
+        mx_dir = os.path.join(d, "hf_mxfp4")
+        write_gpt_oss_mxfp4_dir(model.cpu(), hf_dir, mx_dir)
+        model = model.to(device)
+        extra_info["hf_mxfp4_dir"] = "hf_mxfp4"
+        extra_info["hf_mxfp4_transformers_check"] = check_mxfp4_dir_with_transformers(mx_dir, logits, device)
+        print(f"gpt-oss MXFP4 directory vs dense: {extra_info['hf_mxfp4_transformers_check']}")
+    write_json(os.path.join(d, "reference.json"), {
+        "name": name,
+        "model": "model.gguf",
+        "hf_dir": "hf",
+        "seed": seed,
+        "tokens": TOKENS,
+        "logits": [[float(x) for x in row] for row in logits],
+        "greedy_prompt": GREEDY_PROMPT,
+        "greedy_ids": greedy(model, GREEDY_PROMPT, GREEDY_NEW, device),
+        "tolerance": tolerance(device),
+        "note": "logits of every position of `tokens` from transformers "
+                f"{type(model).__name__} in float32 on {device}",
+        "versions": versions(),
+        **extra_info,
+    })
+    print(f"{name}: wrote {d}")
+
+
+def make_stories(out_dir, testdata, device):
+    path = os.path.join(testdata, "models", "stories260K.gguf")
+    r = gguf_io.Reader(path)
+    m = r.meta
+    n_head = m["llama.attention.head_count"]
+    n_kv = m.get("llama.attention.head_count_kv", n_head)
+    n_embd = m["llama.embedding_length"]
+    emb, dims = r.floats("token_embd.weight")
+    vocab = dims[1]
+    cfg = transformers.LlamaConfig(
+        vocab_size=vocab, hidden_size=n_embd, intermediate_size=m["llama.feed_forward_length"],
+        num_hidden_layers=m["llama.block_count"], num_attention_heads=n_head, num_key_value_heads=n_kv,
+        max_position_embeddings=m["llama.context_length"],
+        rms_norm_eps=m["llama.attention.layer_norm_rms_epsilon"],
+        rope_theta=m.get("llama.rope.freq_base", 10000.0), tie_word_embeddings="output.weight" not in r.tensors,
+        bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.LlamaForCausalLM, cfg).eval()
+
+    def mat(name):
+        v, dd = r.floats(name)
+        return torch.tensor(v, dtype=torch.float32).reshape(dd[1], dd[0])  # ggml {in, out} -> [out, in]
+
+    def vec(name):
+        return torch.tensor(r.floats(name)[0], dtype=torch.float32)
+
+    sd = {"model.embed_tokens.weight": mat("token_embd.weight"), "model.norm.weight": vec("output_norm.weight")}
+    if "output.weight" in r.tensors:
+        sd["lm_head.weight"] = mat("output.weight")
+    for i in range(cfg.num_hidden_layers):
+        p, b = f"model.layers.{i}.", f"blk.{i}."
+        sd[p + "input_layernorm.weight"] = vec(b + "attn_norm.weight")
+        sd[p + "self_attn.q_proj.weight"] = unpermute_qk(mat(b + "attn_q.weight"), n_head)
+        sd[p + "self_attn.k_proj.weight"] = unpermute_qk(mat(b + "attn_k.weight"), n_kv)
+        sd[p + "self_attn.v_proj.weight"] = mat(b + "attn_v.weight")
+        sd[p + "self_attn.o_proj.weight"] = mat(b + "attn_output.weight")
+        sd[p + "post_attention_layernorm.weight"] = vec(b + "ffn_norm.weight")
+        sd[p + "mlp.gate_proj.weight"] = mat(b + "ffn_gate.weight")
+        sd[p + "mlp.up_proj.weight"] = mat(b + "ffn_up.weight")
+        sd[p + "mlp.down_proj.weight"] = mat(b + "ffn_down.weight")
+    missing, unexpected = model.load_state_dict(sd, strict=False)
+    missing = [k for k in missing if "rotary_emb" not in k and not (cfg.tie_word_embeddings and k == "lm_head.weight")]
+    if missing or unexpected:
+        raise SystemExit(f"stories260K: state dict mismatch: missing {missing}, unexpected {unexpected}")
+    if cfg.tie_word_embeddings:
+        model.tie_weights()
+    model = model.to(device)
+    # BOS + "Once upon a time" in the model's SentencePiece vocabulary
+    # ("▁Once" 403, "▁upon" 407, "▁a" 261, "▁time" 378)
+    prompt = [1, 403, 407, 261, 378]
+    toks = r.meta["tokenizer.ggml.tokens"]
+    assert [toks[t] for t in prompt[1:]] == ["▁Once", "▁upon", "▁a", "▁time"], "unexpected vocabulary"
+    logits = all_logits(model, prompt, device)
+    ids = greedy(model, prompt, 24, device)
+    d = os.path.join(out_dir, "stories260K")
+    os.makedirs(d, exist_ok=True)
+    write_json(os.path.join(d, "reference.json"), {
+        "name": "stories260K",
+        "model": "testdata:models/stories260K.gguf",
+        "tokens": prompt,
+        "logits": [[float(x) for x in row] for row in logits],
+        "greedy_prompt": prompt,
+        "greedy_ids": ids,
+        "greedy_text": "".join(toks[t] for t in ids).replace("▁", " "),
+        "tolerance": tolerance(device),
+        "note": "stories260K.gguf loaded into LlamaForCausalLM (Q/K permutation undone), float32",
+        "versions": versions(),
+    })
+    print(f"stories260K: wrote {d}: Once upon a time" + "".join(toks[t] for t in ids).replace("▁", " "))
+
+
+def main():
+    here = os.path.dirname(os.path.abspath(__file__))
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--out", default=os.path.join(here, "data"))
+    ap.add_argument("--testdata", default=os.path.join(here, "..", "..", "..", "shared", "testdata"))
+    ap.add_argument("--device", default="cpu", help="cpu (default, exact float32) or cuda")
+    ap.add_argument("--tokenizers", action="store_true",
+                    help="copy tokenizer.json into each hf/ dir (large: up to 28 MB for gpt-oss)")
+    ap.add_argument("--only", nargs="*", help="subset of: " + " ".join(list(ARCHS) + ["stories260K"]))
+    args = ap.parse_args()
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    os.makedirs(args.out, exist_ok=True)
+    todo = args.only or (list(ARCHS) + ["stories260K"])
+    for name in todo:
+        if name == "stories260K":
+            make_stories(args.out, args.testdata, args.device)
+        else:
+            seed = 1000 + list(ARCHS).index(name)
+            make_arch(name, args.out, args.testdata, args.device, args.tokenizers, seed)
+    write_json(os.path.join(args.out, "index.json"), {"made_by": "tests/reference/make_reference.py",
+                                                      "entries": todo, "versions": versions()})
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,73 @@
+// Each profile's per-tensor types must reproduce the census of the real
+// file it imitates (docs/forge.md). These run on the specs only: the real
+// profiles are far too big to write in CI.
+#include <gtest/gtest.h>
+
+#include <engine_host/plugin_abi.h>
+
+#include "eh/tools/profiles.hpp"
+#include "eh/tools/recipe.hpp"
+
+using eh::tools::census;
+using eh::tools::find_profile;
+using Census = std::map<std::string, int>;
+
+namespace {
+Census of(const std::string& name) {
+    auto p = find_profile(name);
+    return census(p.tensors(p.n_vocab));
+}
+}  // namespace
+
+TEST(Census, Qwen25_05B_Q4_K_M) {
+    // llama.cpp's log of the real file: f32 121, q5_0 132, q8_0 13, q4_K 12, q6_K 12
+    EXPECT_EQ(of("qwen2.5-0.5b-instruct-q4_k_m"),
+              (Census{{"F32", 121}, {"Q5_0", 132}, {"Q8_0", 13}, {"Q4_K", 12}, {"Q6_K", 12}}));
+}
+
+TEST(Census, Phi3Mini4k_Q4_K_M) {
+    EXPECT_EQ(of("phi-3-mini-4k-instruct-q4_k_m"), (Census{{"F32", 65}, {"Q4_K", 81}, {"Q5_K", 32}, {"Q6_K", 17}}));
+}
+
+TEST(Census, GptOss20b_MXFP4) {
+    EXPECT_EQ(of("gpt-oss-20b-mxfp4"), (Census{{"F32", 289}, {"Q8_0", 98}, {"MXFP4", 72}}));
+}
+
+TEST(Census, Gpt2) {
+    EXPECT_EQ(of("gpt2-124m-f16"), (Census{{"F32", 99}, {"F16", 50}}));
+    EXPECT_EQ(of("gpt2-124m-q8_0"), (Census{{"F32", 99}, {"Q8_0", 50}}));
+}
+
+TEST(Census, TinyProfilesExerciseTheSameRules) {
+    EXPECT_EQ(of("tiny-qwen2.5-q4_k_m"), (Census{{"F32", 21}, {"Q5_0", 22}, {"Q8_0", 3}, {"Q4_K", 2}, {"Q6_K", 2}}));
+    EXPECT_EQ(of("tiny-phi-3-q4_k_m"), (Census{{"F32", 9}, {"Q4_K", 11}, {"Q5_K", 4}, {"Q6_K", 3}}));
+    EXPECT_EQ(of("tiny-gpt-oss-mxfp4"), (Census{{"F32", 25}, {"Q8_0", 10}, {"MXFP4", 6}}));
+    EXPECT_EQ(of("tiny-gpt2-f16"), (Census{{"F32", 19}, {"F16", 10}}));
+    EXPECT_EQ(of("tiny-gpt2-q8_0"), (Census{{"F32", 19}, {"Q8_0", 10}}));
+}
+
+TEST(Recipe, PerTensorTypesOfQwen) {
+    auto p = find_profile("qwen2.5-0.5b-instruct-q4_k_m");
+    std::map<std::string, uint32_t> t;
+    for (const auto& s : p.tensors(p.n_vocab)) t[s.name] = s.type;
+    EXPECT_EQ(t["token_embd.weight"], EH_TYPE_Q8_0);   // tied head, 896 % 256 != 0
+    EXPECT_EQ(t["blk.0.attn_v.weight"], EH_TYPE_Q8_0); // Q6_K fallback
+    EXPECT_EQ(t["blk.3.attn_v.weight"], EH_TYPE_Q5_0); // Q4_K fallback
+    EXPECT_EQ(t["blk.5.ffn_down.weight"], EH_TYPE_Q6_K);
+    EXPECT_EQ(t["blk.4.ffn_down.weight"], EH_TYPE_Q4_K);
+    EXPECT_EQ(t["blk.0.attn_q.bias"], EH_TYPE_F32);
+    EXPECT_EQ(t.count("output.weight"), 0u);
+}
+
+TEST(Recipe, UseMoreBitsLayers) {
+    std::vector<int> more;
+    for (int i = 0; i < 24; ++i) if (eh::tools::use_more_bits(i, 24)) more.push_back(i);
+    EXPECT_EQ(more, (std::vector<int>{0, 1, 2, 5, 8, 11, 14, 17, 20, 21, 22, 23}));
+}
+
+TEST(Recipe, ParseTargets) {
+    EXPECT_EQ(eh::tools::parse_quant_target("q4_k_m").recipe, eh::tools::Recipe::Q4_K_M);
+    EXPECT_EQ(eh::tools::parse_quant_target("Q8_0").type, uint32_t(EH_TYPE_Q8_0));
+    EXPECT_EQ(eh::tools::parse_quant_target("Q4_K_M").file_type(), 15u);
+    EXPECT_THROW(eh::tools::parse_quant_target("Q3_K"), std::exception);
+}

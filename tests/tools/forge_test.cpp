@@ -1,0 +1,152 @@
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <fstream>
+#include <iterator>
+
+#include <engine_host/quant_blocks.hpp>
+
+#include "eh/loader/engine.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/model/model_file.hpp"
+#include "eh/tools/forge.hpp"
+#include "eh/tools/profiles.hpp"
+#include "eh/error.hpp"
+#include "tools_test_util.hpp"
+
+using namespace eh::tools;
+using eh::tools::test::TempDir;
+
+namespace {
+
+std::string forge_tiny(const TempDir& d, const std::string& profile, uint64_t seed = 7, const std::string& vocab = "") {
+    ForgeOptions o;
+    o.profile = profile;
+    o.out = d.file(profile + "-" + std::to_string(seed) + ".gguf");
+    o.seed = seed;
+    o.vocab = vocab;
+    o.threads = 2;
+    forge(o);
+    return o.out;
+}
+
+std::string slurp(const std::string& p) {
+    std::ifstream in(p, std::ios::binary);
+    return {std::istreambuf_iterator<char>(in), {}};
+}
+
+class TinyProfile : public ::testing::TestWithParam<std::string> {};
+
+}  // namespace
+
+TEST_P(TinyProfile, FileMatchesProfileSpec) {
+    TempDir d;
+    const auto path = forge_tiny(d, GetParam());
+    auto mf = eh::model::ModelFile::open(path);
+    auto p = find_profile(GetParam());
+    EXPECT_EQ(mf->gguf_version(), 3u);
+    EXPECT_EQ(mf->architecture(), p.arch);
+    for (const auto& [k, v] : p.metadata) EXPECT_TRUE(mf->has(k)) << k;
+    EXPECT_EQ(mf->get_uint("general.file_type"), p.target.file_type());
+    EXPECT_EQ(mf->get_uint("general.quantization_version"), 2u);
+    for (const char* k : {"tokenizer.ggml.model", "tokenizer.ggml.tokens", "tokenizer.ggml.token_type"})
+        EXPECT_TRUE(mf->has(k)) << k;
+    const uint64_t n_vocab = mf->get_string_array("tokenizer.ggml.tokens").size();
+    EXPECT_EQ(n_vocab, p.n_vocab);  // the real vocab, padded like the real file
+
+    const auto spec = p.tensors(n_vocab);
+    ASSERT_EQ(mf->tensors().size(), spec.size());
+    for (size_t i = 0; i < spec.size(); ++i) {
+        const eh_tensor& t = mf->tensors()[i];
+        EXPECT_EQ(eh::model::to_sv(t.name), spec[i].name);
+        EXPECT_EQ(t.type, spec[i].type) << spec[i].name;
+        for (size_t dd = 0; dd < spec[i].dims.size(); ++dd) EXPECT_EQ(t.dims[dd], spec[i].dims[dd]) << spec[i].name;
+    }
+}
+
+TEST_P(TinyProfile, LoadsAndRunsOnCpuReference) {
+    TempDir d;
+    const auto path = forge_tiny(d, GetParam());
+    std::shared_ptr<eh::model::ModelFile> mf = eh::model::ModelFile::open(path);
+    eh::loader::LoaderOptions lo;
+    lo.isolate_preflight = false;
+    eh::Registry reg = eh::loader::discover_plugins(EH_PLUGIN_DIR, lo);
+    eh::ModelRequirements need{"gguf", std::string(mf->architecture()), {}};
+    for (const auto& t : mf->tensors()) need.tensor_types.push_back(eh::model::tensor_type_name(t.type));
+    auto res = reg.resolve(need);
+    ASSERT_NE(res.plugin, nullptr) << res.explanation;
+    eh::EngineLoadOptions opt;
+    opt.n_threads = 2;
+    auto model = eh::EngineModel::load(res.plugin->api, path, &mf->view(), mf, opt);
+    auto s = model->create_session(64);
+    eh_sampling_params sp{};
+    sp.struct_size = sizeof(sp);
+    sp.top_p = 1.0f;
+    sp.repetition_penalty = 1.0f;
+    sp.repetition_window = -1;
+    s->set_sampling(sp);
+    std::vector<int32_t> prompt = {1, 100, 1000, 5000, 20000, 30000};
+    s->prefill(prompt);
+    int32_t tok = s->sample();
+    for (int i = 0; i < 8; ++i) tok = s->decode(tok);
+    ASSERT_TRUE(s->has_logits());
+    auto logits = s->logits();
+    ASSERT_EQ(logits.size(), model->info().vocab_size);
+    double sumsq = 0;
+    for (float x : logits) {
+        ASSERT_TRUE(std::isfinite(x));
+        sumsq += double(x) * x;
+    }
+    EXPECT_GT(sumsq, 0.0);  // activations neither vanish nor blow up
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTiny, TinyProfile,
+                         ::testing::Values("tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4",
+                                           "tiny-gpt2-f16", "tiny-gpt2-q8_0"),
+                         [](const auto& info) {
+                             std::string n = info.param;
+                             for (char& c : n) if (!isalnum(static_cast<unsigned char>(c))) c = '_';
+                             return n;
+                         });
+
+TEST(Forge, SameSeedSameBytesOtherSeedOtherWeights) {
+    TempDir d;
+    const auto a = slurp(forge_tiny(d, "tiny-gpt2-q8_0", 1));
+    ForgeOptions o{"tiny-gpt2-q8_0", d.file("again.gguf"), 1, "", 1, {}};  // one thread: layout-independent
+    forge(o);
+    EXPECT_EQ(a, slurp(o.out));
+    EXPECT_NE(a, slurp(forge_tiny(d, "tiny-gpt2-q8_0", 2)));
+}
+
+TEST(Forge, WeightsHaveRealisticScale) {
+    TempDir d;
+    auto mf = eh::model::ModelFile::open(forge_tiny(d, "tiny-gpt2-f16"));
+    auto stats = [&](const char* name) {
+        const eh_tensor* t = mf->find_tensor(name);
+        uint64_t n = 1;
+        for (uint32_t i = 0; i < t->n_dims; ++i) n *= t->dims[i];
+        std::vector<float> v(n);
+        EXPECT_TRUE(ehp::quant::dequantize_row(t->type, t->data, v.data(), n));
+        double s = 0, s2 = 0;
+        for (float x : v) { s += x; s2 += double(x) * x; }
+        const double mean = s / n;
+        return std::pair<double, double>(mean, std::sqrt(s2 / n - mean * mean));
+    };
+    auto [m0, sd0] = stats("token_embd.weight");
+    EXPECT_NEAR(m0, 0.0, 0.001);
+    EXPECT_NEAR(sd0, 0.02, 0.002);
+    auto [m1, sd1] = stats("blk.0.attn_norm.weight");
+    EXPECT_NEAR(m1, 1.0, 0.01);
+    EXPECT_LT(sd1, 0.05);
+}
+
+TEST(Forge, SyntheticVocabWhenAskedAndErrorsNameTheProblem) {
+    TempDir d;
+    auto mf = eh::model::ModelFile::open(forge_tiny(d, "tiny-gpt2-f16", 3, "none"));
+    EXPECT_EQ(mf->get_string("tokenizer.ggml.model"), "none");
+    ForgeOptions bad{"no-such-profile", d.file("x.gguf"), 0, "", 1, {}};
+    EXPECT_THROW(forge(bad), eh::Error);
+    ForgeOptions missing{"tiny-gpt2-f16", d.file("y.gguf"), 0, d.file("missing.json"), 1, {}};
+    EXPECT_THROW(forge(missing), eh::Error);
+    EXPECT_FALSE(std::filesystem::exists(d.file("y.gguf")));
+}
