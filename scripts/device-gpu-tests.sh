@@ -5,14 +5,17 @@
 #
 #   scripts/device-gpu-tests.sh <dir> [out-dir]
 #
-# <dir> holds bin/eh_cuda_tests, bin/eh_cuda_probe_test and
-# plugins/libeh-llama-cuda.so (a build tree, or a copy of its parts).
+# <dir> holds bin/eh_cuda_tests, bin/eh_cuda_probe_test,
+# plugins/libeh-llama-cuda.so and plugins/libeh-cpu-reference.so (a build
+# tree, or a copy of those parts).
 # Logs go to out-dir (default $OUT, else /tmp/eh-gpu-tests).
 set -u
 D=$(cd "${1:-build}" && pwd)
 OUT_DIR=${2:-${OUT:-/tmp/eh-gpu-tests}}
 mkdir -p "$OUT_DIR"
 export EH_LLAMA_CUDA_PLUGIN="$D/plugins/libeh-llama-cuda.so"
+# The CPU reference plugin (numeric oracle) for the cross-check tests.
+[ -f "$D/plugins/libeh-cpu-reference.so" ] && export EH_CPU_REFERENCE_PLUGIN="$D/plugins/libeh-cpu-reference.so"
 T="$D/bin/eh_cuda_tests"
 rc=0
 step() { echo "=== $*"; }
