@@ -153,8 +153,11 @@ TEST(Bench, DISABLED_GemvBandwidth) {
         m.ldx = cols;
         m.y = dy.as<float>();
         m.ldy = rows;
-        for (bool pf : {false, true}) {
+        for (int variant = 0; variant < 3; ++variant) {
+            const bool pf = variant > 0;
             ehcuda::set_gemv_prefetch(pf);
+            ehcuda::set_gemv_q8x(variant == 2);
+            if (variant == 2 && (type == EH_TYPE_F16)) continue;
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
@@ -163,9 +166,11 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             cudaEventElapsedTime(&ms, e0, e1);
             const double bw = double(w.size()) * 20 / (ms / 1e3) / 1e9;
             std::printf("[bench] gemv %s %dx%d (%.0f MB)%s: %.1f us, %.0f GB/s = %.0f%% of copy bandwidth\n",
-                        ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6, pf ? " prefetch" : "", ms / 20 * 1e3, bw,
+                        ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6,
+                        variant == 2 ? " prefetch+int8-x" : pf ? " prefetch" : "", ms / 20 * 1e3, bw,
                         100 * bw / copy_bw);
         }
+        ehcuda::set_gemv_q8x(false);
         // Prefill GEMM throughput on the same weights (512 tokens).
         std::vector<float> X(static_cast<size_t>(512) * cols, 0.01f);
         auto dX = to_device(X);

@@ -64,11 +64,15 @@ __global__ void __launch_bounds__(128) gemm_kernel(DevArgs a) {
     __shared__ __align__(32) __half Bs[2][BN * LDS];
     __shared__ __align__(32) float Cs[BM * LDC];
 
-    const detail::DevSeg& g = a.seg[0];
+    // Segments (Q|K|V or gate|up) share the launch when each holds whole
+    // BN-row tiles; a tile never straddles two.
+    int sg = 0, base = 0;
+    while (sg + 1 < a.nseg && int(blockIdx.x) * BN >= base + a.seg[sg].rows) base += a.seg[sg++].rows;
+    const detail::DevSeg& g = a.seg[sg];
     const int tid = threadIdx.x;
     const int warp = tid >> 5;
     const int m0 = blockIdx.y * BM;
-    const int n0 = blockIdx.x * BN;
+    const int n0 = blockIdx.x * BN - base;
     const int nch = a.cols / BK;
 
     wmma::fragment<wmma::accumulator, 16, 16, 16, float> acc[2][FN];
@@ -143,22 +147,32 @@ int sm_count() {
 }  // namespace
 
 void gemm(const MatmulArgs& a, cudaStream_t stream) {
-    for (int s = 0; s < a.nseg; ++s) {
-        MatmulArgs one = a;
-        one.nseg = 1;
-        one.seg[0] = a.seg[s];
-        if (a.xmode == XMode::RmsNorm) throw ehp::Error(EH_INTERNAL, "gemm: fused RMSNorm is single-token only");
-        DevArgs d = detail::to_dev(one);
-        const int mt = (a.ntok + BM - 1) / BM;
-        const int blocks64 = (d.seg[0].rows + 63) / 64 * mt;
+    if (a.xmode == XMode::RmsNorm) throw ehp::Error(EH_INTERNAL, "gemm: fused RMSNorm is single-token only");
+    DevArgs all = detail::to_dev(a);
+    const int mt = (a.ntok + BM - 1) / BM;
+    auto run = [&](const DevArgs& d) {
+        const int blocks64 = (d.total_rows + 63) / 64 * mt;
         const bool wide = blocks64 >= 2 * sm_count();
         detail::host_dispatch(d.seg[0].type, [&]<int T>() {
             if (wide)
-                gemm_kernel<T, 64><<<dim3((d.seg[0].rows + 63) / 64, mt), 128, 0, stream>>>(d);
+                gemm_kernel<T, 64><<<dim3((d.total_rows + 63) / 64, mt), 128, 0, stream>>>(d);
             else
-                gemm_kernel<T, 32><<<dim3((d.seg[0].rows + 31) / 32, mt), 128, 0, stream>>>(d);
+                gemm_kernel<T, 32><<<dim3((d.total_rows + 31) / 32, mt), 128, 0, stream>>>(d);
         });
         EHC_LAUNCHED("gemm_kernel");
+    };
+    bool fuse = true;
+    for (int s = 0; s < all.nseg; ++s) fuse &= all.seg[s].type == all.seg[0].type && all.seg[s].rows % 64 == 0;
+    if (fuse) {
+        run(all);
+        return;
+    }
+    for (int s = 0; s < all.nseg; ++s) {
+        DevArgs one = all;
+        one.nseg = 1;
+        one.seg[0] = all.seg[s];
+        one.total_rows = all.seg[s].rows;
+        run(one);
     }
 }
 

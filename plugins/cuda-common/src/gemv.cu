@@ -2,15 +2,23 @@
 // per output row; lanes take 32-element chunks of the row in turn, decode
 // them in registers and dot them with every token's input, so each weight
 // byte is read from device memory exactly once per call.
+#include <cstdlib>
 #include <string>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/quant_dp4a.cuh"
 #include "matmul_common.cuh"
 
 namespace ehcuda {
 namespace detail {
 
 bool gemv_prefetch_enabled = true;
+// Int8-input dp4a path for quantized weights in single-token GEMV. Off by
+// default until verified on the device; EHCUDA_GEMV_Q8X=1 turns it on.
+bool gemv_q8x_enabled = [] {
+    const char* e = std::getenv("EHCUDA_GEMV_Q8X");
+    return e && e[0] == '1';
+}();
 
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
@@ -63,14 +71,23 @@ constexpr int kChunkPad = 36;
 size_t staged_bytes(int cols) { return size_t(cols / 32) * kChunkPad * sizeof(float); }
 
 // Single-token input into shared memory, with the SwiGLU or RMSNorm fold
-// applied once per block instead of once per row.
+// applied once per block instead of once per row. 16-byte loads, unrolled,
+// so the staging is a few memory round trips rather than one per element.
 __device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
-    const int n = a.cols;
+    const int n4 = a.cols / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(a.x);
     float scale = 1.0f;
     if (a.xmode == int(XMode::RmsNorm)) {
         __shared__ float red[kWarps];
         float ss = 0.0f;
-        for (int i = threadIdx.x; i < n; i += blockDim.x) ss = fmaf(a.x[i], a.x[i], ss);
+#pragma unroll 4
+        for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+            const float4 v = x4[i];
+            ss = fmaf(v.x, v.x, ss);
+            ss = fmaf(v.y, v.y, ss);
+            ss = fmaf(v.z, v.z, ss);
+            ss = fmaf(v.w, v.w, ss);
+        }
 #pragma unroll
         for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
         if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
@@ -78,13 +95,94 @@ __device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
         float tot = 0.0f;
 #pragma unroll
         for (int w = 0; w < kWarps; ++w) tot += red[w];
-        scale = rsqrtf(tot / float(n) + a.norm_eps);
+        scale = rsqrtf(tot / float(a.cols) + a.norm_eps);
     }
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float v = a.x[i];
-        if (a.xmode == int(XMode::SwiGLU)) v = detail::silu(v) * a.x[n + i];
-        else if (a.xmode == int(XMode::RmsNorm)) v = v * scale * a.norm_w[i];
-        xs[(i >> 5) * kChunkPad + (i & 31)] = v;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = x4[i];
+        if (a.xmode == int(XMode::SwiGLU)) {
+            const float4 u = x4[n4 + i];
+            v.x = detail::silu(v.x) * u.x;
+            v.y = detail::silu(v.y) * u.y;
+            v.z = detail::silu(v.z) * u.z;
+            v.w = detail::silu(v.w) * u.w;
+        } else if (a.xmode == int(XMode::RmsNorm)) {
+            const float4 w = reinterpret_cast<const float4*>(a.norm_w)[i];
+            v.x *= scale * w.x;
+            v.y *= scale * w.y;
+            v.z *= scale * w.z;
+            v.w *= scale * w.w;
+        }
+        const int e = 4 * i;
+        *reinterpret_cast<float4*>(xs + (e >> 5) * kChunkPad + (e & 31)) = v;
+    }
+    __syncthreads();
+}
+
+// Int8 staging: per 32-element chunk, 32 int8 codes (48-byte stride, bank
+// friendly) and a float scale. Every 8 consecutive threads own one chunk.
+constexpr int kQ8Stride = 48;
+size_t staged_q8_bytes(int cols) { return size_t(cols / 32) * (kQ8Stride + sizeof(float)); }
+
+__device__ __forceinline__ void stage_x_q8(const DevArgs& a, uint8_t* smem) {
+    const int n4 = a.cols / 4;
+    const int nch = a.cols / 32;
+    float* xds = reinterpret_cast<float*>(smem + size_t(nch) * kQ8Stride);
+    const float4* x4 = reinterpret_cast<const float4*>(a.x);
+    float scale = 1.0f;
+    if (a.xmode == int(XMode::RmsNorm)) {
+        __shared__ float red[kWarps];
+        float ss = 0.0f;
+        for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+            const float4 v = x4[i];
+            ss = fmaf(v.x, v.x, ss);
+            ss = fmaf(v.y, v.y, ss);
+            ss = fmaf(v.z, v.z, ss);
+            ss = fmaf(v.w, v.w, ss);
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+        __syncthreads();
+        float tot = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) tot += red[w];
+        scale = rsqrtf(tot / float(a.cols) + a.norm_eps);
+    }
+    // n4 is a multiple of 8 and blockDim of 32: whole warps stay in step.
+    for (int base = 0; base < n4; base += blockDim.x) {
+        const int i = base + threadIdx.x;
+        const bool ok = i < n4;
+        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        if (ok) {
+            v = x4[i];
+            if (a.xmode == int(XMode::SwiGLU)) {
+                const float4 u = x4[n4 + i];
+                v.x = detail::silu(v.x) * u.x;
+                v.y = detail::silu(v.y) * u.y;
+                v.z = detail::silu(v.z) * u.z;
+                v.w = detail::silu(v.w) * u.w;
+            } else if (a.xmode == int(XMode::RmsNorm)) {
+                const float4 w = reinterpret_cast<const float4*>(a.norm_w)[i];
+                v.x *= scale * w.x;
+                v.y *= scale * w.y;
+                v.z *= scale * w.z;
+                v.w *= scale * w.w;
+            }
+        }
+        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+        const float d = amax / 127.0f;
+        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        if (ok) {
+            const int e = 4 * i;
+            const int c = e >> 5;
+            char4 q = make_char4(char(__float2int_rn(v.x * id)), char(__float2int_rn(v.y * id)),
+                                 char(__float2int_rn(v.z * id)), char(__float2int_rn(v.w * id)));
+            *reinterpret_cast<char4*>(smem + size_t(c) * kQ8Stride + (e & 31)) = q;
+            if ((i & 7) == 0) xds[c] = d;
+        }
     }
     __syncthreads();
 }
@@ -104,7 +202,7 @@ __device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)
 // same chunk index of R rows against one register copy of the input chunk:
 // the input is read once per R rows and R independent weight loads are in
 // flight per lane.
-template <int T, int NT, int R, int KS>
+template <int T, int NT, int R, int KS, bool Q8X = false>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevArgs a) {
     // KS warps share a group of R rows, each taking every KS-th run of 32
     // chunks (split-K for short, wide matrices that would leave SMs idle);
@@ -125,7 +223,12 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 
     extern __shared__ float4 xs_raw[];
     float* xs = reinterpret_cast<float*>(xs_raw);
-    if constexpr (NT == 1) stage_x(a, xs);
+    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
+    const float* xds = reinterpret_cast<const float*>(xq + size_t(a.cols / 32) * kQ8Stride);
+    if constexpr (Q8X)
+        stage_x_q8(a, xq);
+    else if constexpr (NT == 1)
+        stage_x(a, xs);
 
     float acc[R][NT];
 #pragma unroll
@@ -142,7 +245,15 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             for (int r = 0; r < R; ++r)
                 if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, cn));
         }
-        if constexpr (NT > 1) {
+        if constexpr (Q8X) {
+            const int4* xp = reinterpret_cast<const int4*>(xq + size_t(c) * kQ8Stride);
+            const int4 xa = xp[0], xb = xp[1];
+            const int x8[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
+            const float xd = xds[c];
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (r < nr) acc[r][0] += dot_chunk_q8x<T>(w + size_t(r) * g.row_bytes, c, x8, xd);
+        } else if constexpr (NT > 1) {
             float v[32];
             load_chunk<T>(w, c, v);
 #pragma unroll
@@ -232,7 +343,8 @@ void launch(const DevArgs& d, cudaStream_t stream) {
     // keep whole rows per warp instead.
     const bool split = NT > 1 && groups < 1536 && d.cols >= 32 * 64;
     const int per_block = split ? 1 : kWarps;
-    const size_t smem = NT == 1 ? staged_bytes(d.cols) : 0;
+    const bool q8x = NT == 1 && has_q8x_path<T>() && detail::gemv_q8x_enabled;
+    const size_t smem = q8x ? staged_q8_bytes(d.cols) : NT == 1 ? staged_bytes(d.cols) : 0;
     dim3 grid((groups + per_block - 1) / per_block);
     auto go = [&](auto kernel) {
         if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -242,6 +354,12 @@ void launch(const DevArgs& d, cudaStream_t stream) {
         if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), kWarps>);
         else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), kWarps>);
         else go(gemv_kernel<T, NT, 1, kWarps>);
+    } else if (q8x) {
+        if constexpr (NT == 1 && has_q8x_path<T>()) {
+            if (R == 4) go(gemv_kernel<T, 1, 4, 1, true>);
+            else if (R == 2) go(gemv_kernel<T, 1, 2, 1, true>);
+            else go(gemv_kernel<T, 1, 1, 1, true>);
+        }
     } else {
         if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), 1>);
         else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), 1>);
@@ -275,6 +393,8 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 }  // namespace
 
 void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
+void set_gemv_q8x(bool on) { detail::gemv_q8x_enabled = on; }
+bool gemv_q8x() { return detail::gemv_q8x_enabled; }
 
 bool matmul_type_supported(uint32_t type) {
     switch (type) {

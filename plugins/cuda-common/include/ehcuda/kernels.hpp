@@ -69,6 +69,11 @@ struct MatmulArgs {
 void matmul(const MatmulArgs& a, cudaStream_t stream);
 // L2 prefetch of the next chunks in GEMV (on by default; for measurements).
 void set_gemv_prefetch(bool on);
+// Single-token GEMV on quantized weights with the input quantized to int8
+// per 32 elements and __dp4a dot products (fewer instructions per weight
+// byte; ~0.4 % input rounding). Default from EHCUDA_GEMV_Q8X=1, else off.
+void set_gemv_q8x(bool on);
+bool gemv_q8x();
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
 

@@ -1,0 +1,118 @@
+// llama-cuda against the CPU reference plugin (the project's numeric
+// oracle) on the same in-memory models: teacher-forced logits and top-1.
+#include <dlfcn.h>
+
+#include <cmath>
+#include <cstdlib>
+
+#include <engine_host/plugin_abi.hpp>
+
+#include "gpu_util.hpp"
+#include "plugin_handle.hpp"
+#include "tiny_model.hpp"
+
+namespace ehtest {
+namespace {
+
+#ifdef EH_CPU_REFERENCE_PLUGIN
+const eh_plugin_api* cpuref_api() {
+    static const eh_plugin_api* api = [] {
+        const char* path = std::getenv("EH_CPU_REFERENCE_PLUGIN") ? std::getenv("EH_CPU_REFERENCE_PLUGIN") : EH_CPU_REFERENCE_PLUGIN;
+        void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) return static_cast<const eh_plugin_api*>(nullptr);
+        auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
+        return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
+    }();
+    return api;
+}
+
+// Per-position logits of `toks` (one prefill call per token).
+std::vector<std::vector<float>> run_positions(const eh_plugin_api* api, const eh_model_view* view,
+                                              const std::vector<int32_t>& toks) {
+    std::vector<std::vector<float>> out;
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = "";
+    lp.view = view;
+    lp.n_threads = 4;
+    eh_model* m = nullptr;
+    EXPECT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
+    if (!m) return out;
+    eh_session_params sp{};
+    sp.struct_size = sizeof sp;
+    sp.n_ctx = 128;
+    eh_session* s = nullptr;
+    EXPECT_EQ(api->session_create(m, &sp, &s), EH_OK);
+    eh_sampling_params g{};
+    g.struct_size = sizeof g;
+    g.top_p = 1;
+    g.repetition_penalty = 1;
+    g.repetition_window = -1;
+    api->session_set_sampling(s, &g);
+    for (size_t t = 0; t < toks.size(); ++t) {
+        int32_t next;
+        // First token through prefill, the rest through the decode graph.
+        eh_status st = t == 0 ? api->session_prefill(s, &toks[t], 1) : api->session_decode(s, toks[t], &next);
+        EXPECT_EQ(st, EH_OK) << api->session_last_error(s);
+        const float* lg = nullptr;
+        uint32_t n = 0;
+        api->session_logits(s, &lg, &n);
+        out.emplace_back(lg, lg + n);
+    }
+    api->session_release(s);
+    api->model_release(m);
+    return out;
+}
+
+struct Case {
+    std::string arch;
+    uint32_t wtype;
+};
+class VsCpuReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(VsCpuReference, TeacherForcedLogitsAgree) {
+    REQUIRE_GPU();
+    const eh_plugin_api* ref = cpuref_api();
+    ASSERT_NE(ref, nullptr) << "CPU reference plugin not loadable";
+    const auto& c = GetParam();
+    TinySpec spec;
+    spec.arch = c.arch;
+    spec.wtype = c.wtype;
+    spec.embd_type = EH_TYPE_Q8_0;
+    spec.out_type = EH_TYPE_Q6_K;
+    spec.tied = c.arch == "qwen2";
+    if (c.arch == "phi3") {
+        spec.n_embd = 768;
+        spec.n_head = 8;
+        spec.n_kv = 8;
+    }
+    spec.magnitude = 0.08f;
+    TinyModel tm(spec);
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 32; ++i) toks.push_back(int32_t((i * 97 + 5) % spec.n_vocab));
+    auto a = run_positions(llama_cuda_api(), tm.view(), toks);
+    auto b = run_positions(ref, tm.view(), toks);
+    ASSERT_EQ(a.size(), toks.size());
+    ASSERT_EQ(b.size(), toks.size());
+    for (size_t t = 0; t < toks.size(); ++t) {
+        double mx = 1e-6, err = 0;
+        for (size_t i = 0; i < b[t].size(); ++i) {
+            mx = std::max(mx, double(std::fabs(b[t][i])));
+            err = std::max(err, double(std::fabs(a[t][i] - b[t][i])));
+        }
+        EXPECT_LT(err / mx, 3e-2) << "position " << t;
+        const size_t ia = size_t(std::max_element(a[t].begin(), a[t].end()) - a[t].begin());
+        const size_t ib = size_t(std::max_element(b[t].begin(), b[t].end()) - b[t].begin());
+        EXPECT_LE(b[t][ib] - b[t][ia], 3e-2 * mx) << "top-1 at position " << t;
+    }
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, VsCpuReference,
+                         ::testing::Values(Case{"llama", EH_TYPE_Q4_K}, Case{"qwen2", EH_TYPE_Q5_0},
+                                           Case{"qwen2", EH_TYPE_Q8_0}, Case{"phi3", EH_TYPE_Q6_K},
+                                           Case{"phi3", EH_TYPE_Q4_0}, Case{"llama", EH_TYPE_BF16}),
+                         [](const auto& i) { return i.param.arch + "_" + ehp::type_name(i.param.wtype); });
+#endif
+
+}  // namespace
+}  // namespace ehtest

@@ -1,0 +1,134 @@
+// Host-only cross-checks (no GPU, no gpu label): the GPU tests' reference
+// pieces against the code other people wrote.
+//   - tests/cuda/host_reference.cpp's dequantizer (which the GPU kernels are
+//     tested against) vs plugin-abi's quant_blocks.hpp, for every type;
+//   - the tiny-model float forward pass (the GPU model tests' oracle) vs
+//     the CPU reference plugin on the very same in-memory model views.
+// So GPU == host reference == CPU reference plugin.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <random>
+#include <string>
+
+#include <engine_host/plugin_abi.hpp>
+#include <engine_host/quant_blocks.hpp>
+
+#include "host_reference.hpp"
+#include "tiny_model.hpp"
+
+namespace ehtest {
+namespace {
+
+const uint32_t kTypes[] = {EH_TYPE_F32,  EH_TYPE_F16,  EH_TYPE_BF16, EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0,
+                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+
+TEST(HostCrossCheck, DequantMatchesQuantBlocksHeader) {
+    for (uint32_t type : kTypes) {
+        const int rows = 7, cols = 512;
+        std::mt19937 rng(type + 100);
+        auto w = random_rows(type, rows, cols, rng);
+        std::vector<float> a(static_cast<size_t>(cols)), b(static_cast<size_t>(cols));
+        for (int r = 0; r < rows; ++r) {
+            const uint8_t* src = w.data() + row_size(type, cols) * r;
+            dequant_row(type, src, cols, a.data());
+            ASSERT_TRUE(ehp::quant::dequantize_row(type, src, b.data(), cols)) << ehp::type_name(type);
+            for (int i = 0; i < cols; ++i)
+                ASSERT_EQ(a[static_cast<size_t>(i)], b[static_cast<size_t>(i)]) << ehp::type_name(type) << " row " << r << " elem " << i;
+        }
+    }
+}
+
+const eh_plugin_api* cpuref() {
+    static const eh_plugin_api* api = [] {
+        const char* path = std::getenv("EH_CPU_REFERENCE_PLUGIN") ? std::getenv("EH_CPU_REFERENCE_PLUGIN") : EH_CPU_REFERENCE_PLUGIN;
+        void* h = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+        if (!h) return static_cast<const eh_plugin_api*>(nullptr);
+        auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
+        return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
+    }();
+    return api;
+}
+
+struct Case {
+    std::string arch;
+    uint32_t wtype;
+    int window = 0;
+    int n_rot = 0;
+};
+
+class TinyVsCpuReference : public ::testing::TestWithParam<Case> {};
+
+TEST_P(TinyVsCpuReference, LogitsAgree) {
+    const eh_plugin_api* api = cpuref();
+    ASSERT_NE(api, nullptr) << dlerror();
+    const auto& c = GetParam();
+    TinySpec spec;
+    spec.arch = c.arch;
+    spec.wtype = c.wtype;
+    spec.embd_type = EH_TYPE_Q8_0;
+    spec.out_type = EH_TYPE_Q6_K;
+    spec.tied = c.arch == "qwen2";
+    if (c.arch == "phi3") {
+        spec.n_embd = 768;
+        spec.n_head = 8;
+        spec.n_kv = 8;
+    }
+    spec.magnitude = 0.08f;
+    spec.window = c.window;
+    spec.n_rot = c.n_rot;
+    TinyModel tm(spec);
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 12; ++i) toks.push_back(int32_t((i * 131 + 7) % spec.n_vocab));
+    auto ref = tm.reference_logits(toks);
+
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = "";
+    lp.view = tm.view();
+    lp.n_threads = 2;
+    eh_model* m = nullptr;
+    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
+    eh_session_params sp{};
+    sp.struct_size = sizeof sp;
+    sp.n_ctx = 64;
+    eh_session* s = nullptr;
+    ASSERT_EQ(api->session_create(m, &sp, &s), EH_OK) << api->model_last_error(m);
+    eh_sampling_params g{};
+    g.struct_size = sizeof g;
+    g.top_p = 1;
+    g.repetition_penalty = 1;
+    g.repetition_window = -1;
+    api->session_set_sampling(s, &g);
+    for (size_t t = 0; t < toks.size(); ++t) {
+        ASSERT_EQ(api->session_prefill(s, &toks[t], 1), EH_OK) << api->session_last_error(s);
+        const float* lg = nullptr;
+        uint32_t n = 0;
+        ASSERT_EQ(api->session_logits(s, &lg, &n), EH_OK) << api->session_last_error(s);
+        ASSERT_EQ(n, uint32_t(spec.n_vocab));
+        double mx = 1e-6, err = 0;
+        for (uint32_t i = 0; i < n; ++i) {
+            mx = std::max(mx, double(std::fabs(ref[t][i])));
+            err = std::max(err, double(std::fabs(lg[i] - ref[t][i])));
+        }
+        EXPECT_LT(err / mx, 1e-3) << c.arch << " " << ehp::type_name(c.wtype) << " position " << t;
+    }
+    api->session_release(s);
+    api->model_release(m);
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, TinyVsCpuReference,
+                         ::testing::Values(Case{"llama", EH_TYPE_Q4_K}, Case{"llama", EH_TYPE_F16},
+                                           Case{"qwen2", EH_TYPE_Q5_0}, Case{"qwen2", EH_TYPE_Q8_0},
+                                           Case{"phi3", EH_TYPE_Q6_K}, Case{"phi3", EH_TYPE_BF16},
+                                           Case{"llama", EH_TYPE_Q8_0, 4, 32}, Case{"phi3", EH_TYPE_Q4_0, 5, 0}),
+                         [](const auto& i) {
+                             return i.param.arch + "_" + ehp::type_name(i.param.wtype) +
+                                    (i.param.window ? "_swa" + std::to_string(i.param.window) : "") +
+                                    (i.param.n_rot ? "_rot" + std::to_string(i.param.n_rot) : "");
+                         });
+
+}  // namespace
+}  // namespace ehtest
