@@ -92,11 +92,13 @@ __global__ void rope_table_kernel(RopeTableArgs a) {
     }
 }
 
-constexpr int kAttnWarps = 4;
-constexpr int kMaxDpl = 8;  // head_dim <= 256
+constexpr int kAttnWarps = 8;
+constexpr int kKeyGroup = 4;  // keys a warp scores together (independent loads in flight)
+constexpr int kMaxDpl = 8;    // head_dim <= 256
 
-// One block per (query token, head). Warp w takes keys kstart + w, +4, ...;
-// lane i holds dims i, i+32, ... of the query and of its running output.
+// One block per (query token, head). Warp w takes groups of kKeyGroup
+// consecutive keys, kAttnWarps groups apart; lane i holds dims i, i+32, ...
+// of the query and of its running output.
 template <int DPL>
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs a) {
     __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
@@ -119,25 +121,41 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
     float m = -INFINITY, l = 0.0f, acc[DPL];
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
-    for (int key = kstart + warp; key <= qpos; key += kAttnWarps) {
-        const __half* kr = a.k_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
-        const __half* vr = a.v_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
-        float s = 0.0f;
+    for (int kb = kstart + warp * kKeyGroup; kb <= qpos; kb += kAttnWarps * kKeyGroup) {
+        float s[kKeyGroup], vv[kKeyGroup][DPL];
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) {
-            const int d = lane + 32 * i;
-            if (d < hd) s = fmaf(q[i], __half2float(kr[d]), s);
+        for (int g = 0; g < kKeyGroup; ++g) {
+            const int key = kb + g;
+            const bool valid = key <= qpos;
+            const __half* kr = a.k_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
+            const __half* vr = a.v_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
+            float part = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int d = lane + 32 * i;
+                const bool in = valid && d < hd;
+                part = fmaf(q[i], in ? __half2float(kr[d]) : 0.0f, part);
+                vv[g][i] = in ? __half2float(vr[d]) : 0.0f;
+            }
+            s[g] = part;
         }
-        s = detail::warp_sum(s);
-        const float mnew = fmaxf(m, s);
-        const float alpha = m == -INFINITY ? 0.0f : __expf(m - mnew);
-        const float p = __expf(s - mnew);
-        l = l * alpha + p;
+        float gmax = -INFINITY;
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) {
-            const int d = lane + 32 * i;
-            const float v = d < hd ? __half2float(vr[d]) : 0.0f;
-            acc[i] = fmaf(p, v, acc[i] * alpha);
+        for (int g = 0; g < kKeyGroup; ++g) {
+            s[g] = kb + g <= qpos ? detail::warp_sum(s[g]) : -INFINITY;
+            gmax = fmaxf(gmax, s[g]);
+        }
+        const float mnew = fmaxf(m, gmax);
+        const float alpha = m == -INFINITY ? 0.0f : __expf(m - mnew);
+        l *= alpha;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
+#pragma unroll
+        for (int g = 0; g < kKeyGroup; ++g) {
+            const float p = s[g] == -INFINITY ? 0.0f : __expf(s[g] - mnew);
+            l += p;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, vv[g][i], acc[i]);
         }
         m = mnew;
     }

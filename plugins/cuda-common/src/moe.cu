@@ -99,47 +99,99 @@ __device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float
     return (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
 }
 
-// grid.x: (token, slot) pairs (fastest), grid.y: groups of kWarps rows.
-template <int TG, int TU>
+// Dot products of kRows consecutive rows of one expert with one input row:
+// each input chunk is loaded once for all of them, and kRows independent
+// weight loads are in flight per lane. Sums are warp-reduced.
+template <int T, int R>
+__device__ __forceinline__ void rows_dot(const DevMat& m, int e, int r0, int nr, const float* x, int lane,
+                                         float (&out)[R]) {
+    float acc[R];
+#pragma unroll
+    for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+    const int nch = m.cols / 32;
+    const uint8_t* w0 = row_ptr(m, e, r0);
+    for (int c = lane; c < nch; c += 32) {
+        float xv[32];
+        load_x(x, c, xv);
+#pragma unroll
+        for (int i = 0; i < R; ++i) {
+            if (i < nr) {
+                float wv[32];
+                load_any_chunk<T>(w0 + size_t(i) * m.row_bytes, c, wv);
+#pragma unroll
+                for (int j = 0; j < 32; ++j) acc[i] = fmaf(wv[j], xv[j], acc[i]);
+            }
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < R; ++i) out[i] = detail::warp_sum(acc[i]);
+}
+
+// Rows per warp in the expert kernels: 4 for batches (each input chunk
+// serves four rows), 1 for decode (more warps, more loads in flight).
+int rows_per_warp(int ntok) { return ntok >= 8 ? 4 : 1; }
+
+// grid.x: (token, slot) pairs (fastest), grid.y: groups of kWarps * kRows rows.
+template <int TG, int TU, int kRows>
 __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(const float* x, int ldx, int k, const int32_t* ids,
                                                               DevMat g, DevMat u, float alpha, float limit,
                                                               float* act) {
     const int ts = blockIdx.x;
-    const int r = blockIdx.y * kWarps + (threadIdx.x >> 5);
+    const int r0 = (blockIdx.y * kWarps + (threadIdx.x >> 5)) * kRows;
     const int lane = threadIdx.x & 31;
-    if (r >= g.rows) return;
+    if (r0 >= g.rows) return;
+    const int nr = min(kRows, g.rows - r0);
     const int t = ts / k;
     const int e = ids[ts];
     const float* xr = x + size_t(t) * ldx;
-    const int nch = g.cols / 32;
-    float gs = row_dot<TG>(row_ptr(g, e, r), xr, nch, lane);
-    float us = row_dot<TU>(row_ptr(u, e, r), xr, nch, lane);
-    if (lane == 0) {
-        if (g.bias) gs += g.bias[size_t(e) * g.bias_stride + r];
-        if (u.bias) us += u.bias[size_t(e) * u.bias_stride + r];
-        act[size_t(ts) * g.rows + r] = swiglu_oai(gs, us, alpha, limit);
+    float gs[kRows], us[kRows];
+    rows_dot<TG, kRows>(g, e, r0, nr, xr, lane, gs);
+    rows_dot<TU, kRows>(u, e, r0, nr, xr, lane, us);
+    if (lane < nr) {
+        // lane i writes row r0 + i (register arrays indexed by a constant)
+        float gv = 0.0f, uv = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i)
+            if (i == lane) { gv = gs[i]; uv = us[i]; }
+        const int r = r0 + lane;
+        if (g.bias) gv += g.bias[size_t(e) * g.bias_stride + r];
+        if (u.bias) uv += u.bias[size_t(e) * u.bias_stride + r];
+        act[size_t(ts) * g.rows + r] = swiglu_oai(gv, uv, alpha, limit);
     }
 }
 
-// grid.x: tokens (fastest), grid.y: groups of kWarps output rows; each warp
-// walks the token's k slots in rank order.
-template <int T>
+// grid.x: tokens (fastest), grid.y: groups of kWarps * kRows output rows;
+// each warp walks the token's k slots in rank order.
+template <int T, int kRows>
 __global__ void __launch_bounds__(kWarps * 32) down_kernel(const float* act, int k, const int32_t* ids,
                                                            const float* wts, DevMat d, float* h, int ldh) {
     const int t = blockIdx.x;
-    const int r = blockIdx.y * kWarps + (threadIdx.x >> 5);
+    const int r0 = (blockIdx.y * kWarps + (threadIdx.x >> 5)) * kRows;
     const int lane = threadIdx.x & 31;
-    if (r >= d.rows) return;
-    const int nch = d.cols / 32;
-    float out = 0.0f;
+    if (r0 >= d.rows) return;
+    const int nr = min(kRows, d.rows - r0);
+    float out[kRows];
+#pragma unroll
+    for (int i = 0; i < kRows; ++i) out[i] = 0.0f;
     for (int s = 0; s < k; ++s) {
         const int ts = t * k + s;
         const int e = ids[ts];
-        float y = row_dot<T>(row_ptr(d, e, r), act + size_t(ts) * d.cols, nch, lane);
-        if (d.bias) y += d.bias[size_t(e) * d.bias_stride + r];
-        out = fmaf(wts[ts], y, out);
+        const float w = wts[ts];
+        float y[kRows];
+        rows_dot<T, kRows>(d, e, r0, nr, act + size_t(ts) * d.cols, lane, y);
+#pragma unroll
+        for (int i = 0; i < kRows; ++i) {
+            const float b = d.bias && i < nr ? d.bias[size_t(e) * d.bias_stride + r0 + i] : 0.0f;
+            out[i] = fmaf(w, y[i] + b, out[i]);
+        }
     }
-    if (lane == 0) h[size_t(t) * ldh + r] += out;
+    if (lane < nr) {
+        float v = 0.0f;
+#pragma unroll
+        for (int i = 0; i < kRows; ++i)
+            if (i == lane) v = out[i];
+        h[size_t(t) * ldh + r0 + lane] += v;
+    }
 }
 
 template <int T>
@@ -198,12 +250,19 @@ void moe_gate_up(const float* x, int ldx, int ntok, int k, const int32_t* ids, c
     if (ntok <= 0) return;
     const DevMat g = to_dev(gate, "moe gate"), u = to_dev(up, "moe up");
     if (g.rows != u.rows || g.cols != u.cols) throw ehp::Error(EH_INTERNAL, "moe: gate and up shapes differ");
-    const dim3 grid(unsigned(ntok * k), unsigned((g.rows + kWarps - 1) / kWarps));
-    auto go = [&](auto kernel) { kernel<<<grid, kWarps * 32, 0, stream>>>(x, ldx, k, ids, g, u, alpha, limit, act); };
+    const int R = rows_per_warp(ntok);
+    const int per_block = kWarps * R;
+    const dim3 grid(unsigned(ntok * k), unsigned((g.rows + per_block - 1) / per_block));
+    auto go = [&](auto k4, auto k1) {
+        if (R == 4) k4<<<grid, kWarps * 32, 0, stream>>>(x, ldx, k, ids, g, u, alpha, limit, act);
+        else k1<<<grid, kWarps * 32, 0, stream>>>(x, ldx, k, ids, g, u, alpha, limit, act);
+    };
     if (gate.type == up.type)
-        type_dispatch(gate.type, [&]<int T>() { go(gate_up_kernel<T, T>); });
+        type_dispatch(gate.type, [&]<int T>() { go(gate_up_kernel<T, T, 4>, gate_up_kernel<T, T, 1>); });
     else
-        type_dispatch(gate.type, [&]<int TG>() { type_dispatch(up.type, [&]<int TU>() { go(gate_up_kernel<TG, TU>); }); });
+        type_dispatch(gate.type, [&]<int TG>() {
+            type_dispatch(up.type, [&]<int TU>() { go(gate_up_kernel<TG, TU, 4>, gate_up_kernel<TG, TU, 1>); });
+        });
     EHC_LAUNCHED("gate_up_kernel");
 }
 
@@ -211,8 +270,13 @@ void moe_down(const float* act, int ntok, int k, const int32_t* ids, const float
               const ExpertMat& down, float* h, int ldh, cudaStream_t stream) {
     if (ntok <= 0) return;
     const DevMat d = to_dev(down, "moe down");
-    const dim3 grid(unsigned(ntok), unsigned((d.rows + kWarps - 1) / kWarps));
-    type_dispatch(down.type, [&]<int T>() { down_kernel<T><<<grid, kWarps * 32, 0, stream>>>(act, k, ids, weights, d, h, ldh); });
+    const int R = rows_per_warp(ntok);
+    const int per_block = kWarps * R;
+    const dim3 grid(unsigned(ntok), unsigned((d.rows + per_block - 1) / per_block));
+    type_dispatch(down.type, [&]<int T>() {
+        if (R == 4) down_kernel<T, 4><<<grid, kWarps * 32, 0, stream>>>(act, k, ids, weights, d, h, ldh);
+        else down_kernel<T, 1><<<grid, kWarps * 32, 0, stream>>>(act, k, ids, weights, d, h, ldh);
+    });
     EHC_LAUNCHED("down_kernel");
 }
 
