@@ -1,0 +1,69 @@
+// Kernels the GPT-2 and gpt-oss families need beyond the llama set:
+// LayerNorm with bias, GELU (tanh form), learned absolute positions, RoPE
+// from a precomputed frequency table (YaRN-blended, with its attention
+// factor), and attention with per-head sink logits and any head size up to
+// 256. Same conventions as kernels.hpp: FP32 activations [token][feature]
+// with explicit leading dimensions, FP16 KV cache [pos][n_kv][head_dim],
+// positions read from device memory (*d_pos0) so graphs can be replayed.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+
+#include "ehcuda/kernels.hpp"
+
+namespace ehcuda {
+
+// out[t] = (x[t] - mean) / sqrt(var + eps) * w + b   (b may be NULL)
+void layernorm(const float* x, int ldx, const float* w, const float* b, float* out, int ldo, int n,
+               int ntok, float eps, cudaStream_t stream);
+
+// x[t*ld + i] = gelu_tanh(x[t*ld + i]) for i < n.
+void gelu_tanh_inplace(float* x, int ld, int n, int ntok, cudaStream_t stream);
+
+// h[t] += row (*d_pos0 + t) of the table (GPT-2 learned positions).
+void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, float* h,
+                       cudaStream_t stream);
+
+// Rotates Q in place (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))
+// with angle pos * inv_freq[i] and both cos and sin multiplied by
+// attn_factor, then stores K (rotated) and V into the FP16 cache at
+// *d_pos0 + t. n_rot == 0: no rotation, K and V are only stored.
+struct RopeTableArgs {
+    float* qkv = nullptr;  // [t][q | k | v], row stride ld
+    int ld = 0;
+    int n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0;
+    bool neox = true;
+    const float* inv_freq = nullptr;  // device, n_rot/2
+    float attn_factor = 1.0f;
+    const int32_t* d_pos0 = nullptr;
+    int ntok = 1;
+    __half* k_cache = nullptr;
+    __half* v_cache = nullptr;
+};
+void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream);
+
+// Causal GQA attention of ntok queries at *d_pos0 + t over the cache. With
+// sinks (device, one logit per query head) the softmax denominator also
+// holds exp(sink[head]); window > 0 limits a query to the last `window`
+// positions. Any head_dim in 1..256. One block per (query, head); keys are
+// split over the block's warps and merged in warp order (deterministic).
+struct SinkAttnArgs {
+    const float* q = nullptr;
+    int ldq = 0;
+    const __half* k_cache = nullptr;
+    const __half* v_cache = nullptr;
+    int n_head = 0, n_kv = 0, head_dim = 0;
+    const int32_t* d_pos0 = nullptr;
+    int ntok = 1;
+    int window = 0;
+    float scale = 1.0f;
+    const float* sinks = nullptr;
+    float* out = nullptr;
+    int ldo = 0;
+};
+void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream);
+
+}  // namespace ehcuda

@@ -1,0 +1,63 @@
+// Mixture-of-experts on the GPU with weights kept in their stored type
+// (MXFP4 included): routing, then grouped products that read only the
+// selected experts' rows.
+//
+//   moe_route:   logits [t][n_expert] -> top-k ids (ties: lower index) and
+//                softmax over the k selected logits, in rank order.
+//   moe_gate_up: act[t*k + s][r] = swiglu_oai(gate_e[r] . x[t] + bg_e[r],
+//                                             up_e[r]   . x[t] + bu_e[r])
+//                for e = ids[t*k + s]; gate = min(gate, limit),
+//                up = clamp(up, -limit, limit), out = (up + 1) * gate *
+//                sigmoid(alpha * gate).
+//   moe_down:    h[t] += sum_s w[t*k+s] * (down_e . act[t*k+s] + bd_e), the
+//                slots summed in rank order (no atomics: reproducible).
+//
+// Every (token, slot) pair is a column of the grid that varies fastest, so
+// blocks running together read the same weight rows of the few experts in
+// use: a row comes from device memory once and from L2 for every other
+// token routed to that expert.
+#pragma once
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+namespace ehcuda {
+
+// Types the MoE and MXFP4 kernels decode (the matmul types plus MXFP4).
+bool moe_type_supported(uint32_t type);
+// Bytes of a row of `cols` elements; 0 if unsupported or not whole blocks.
+size_t moe_row_bytes(uint32_t type, int64_t cols);
+
+// Expert e's row r lives at data + e * expert_stride + (row0 + r) * row_bytes.
+// A fused gate|up tensor is two ExpertMats over the same data with row0 = 0
+// and row0 = rows. The buffer must have 4 readable bytes past its end
+// (MXFP4 rows are read with aligned 32-bit loads).
+struct ExpertMat {
+    const void* data = nullptr;
+    uint32_t type = 0;
+    int rows = 0;   // per expert
+    int cols = 0;
+    size_t row_bytes = 0;
+    size_t expert_stride = 0;  // bytes
+    int row0 = 0;
+    const float* bias = nullptr;  // [n_expert][bias_stride] or NULL
+    int bias_stride = 0;
+};
+
+void moe_route(const float* logits, int ntok, int n_expert, int k, int32_t* ids, float* weights,
+               cudaStream_t stream);
+
+void moe_gate_up(const float* x, int ldx, int ntok, int k, const int32_t* ids, const ExpertMat& gate,
+                 const ExpertMat& up, float alpha, float limit, float* act, cudaStream_t stream);
+
+void moe_down(const float* act, int ntok, int k, const int32_t* ids, const float* weights,
+              const ExpertMat& down, float* h, int ldh, cudaStream_t stream);
+
+// y[t][r] = W[r] . x[t] (+ bias[r]) for a single matrix in any moe type:
+// the dense form of the same decode path (MXFP4 tests, MXFP4 dense weights).
+void dense_gemv(const float* x, int ldx, int ntok, const ExpertMat& w, float* y, int ldy,
+                bool accumulate, cudaStream_t stream);
+
+}  // namespace ehcuda

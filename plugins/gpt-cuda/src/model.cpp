@@ -1,0 +1,324 @@
+#include "model.hpp"
+
+#include <cuda_runtime_api.h>
+
+#include <cstring>
+#include <map>
+
+#include <engine_host/quant_blocks.hpp>
+#include <ehcuda/check.hpp>
+#include <ehcuda/graph.hpp>
+#include <ehcuda/upload.hpp>
+
+namespace gpt_cuda {
+namespace {
+
+// Headroom checked on top of the weights at load: a first session's
+// activations and KV cache of a modest context.
+constexpr size_t kLoadHeadroom = size_t(64) << 20;
+// Expert rows are read with aligned 32-bit loads that may run 3 bytes past
+// a tensor's end.
+constexpr size_t kTailPad = 16;
+
+[[noreturn]] void fail(const std::string& msg) { throw ehp::Error(EH_MODEL_LOAD_FAILED, msg); }
+
+std::string blk(int i, const std::string& what) { return "blk." + std::to_string(i) + "." + what; }
+
+std::string dims_str(const eh_tensor& t) {
+    std::string s;
+    for (uint32_t d = 0; d < t.n_dims && d < EH_MAX_DIMS; ++d) s += (d ? ", " : "") + std::to_string(t.dims[d]);
+    return "{" + s + "}";
+}
+
+size_t parse_size_option(const char* json, const char* key, size_t dflt) {
+    if (!json) return dflt;
+    const char* p = std::strstr(json, key);
+    if (!p) return dflt;
+    p = std::strchr(p, ':');
+    if (!p) return dflt;
+    unsigned long long v = std::strtoull(p + 1, nullptr, 10);
+    return v >= 4096 ? size_t(v) : dflt;
+}
+
+// Plans the arena and the upload list while checking each tensor's type,
+// shape and byte size, so nothing is ever read past the mapping.
+class Loader {
+public:
+    Loader(Model& m, const ehp::ModelView& view) : m_(m), view_(view) {}
+
+    const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
+    bool has(const std::string& name) const { return find(name) != nullptr; }
+
+    // dims {cols, rows, n_expert}; returns the arena offset.
+    size_t tensor(const eh_tensor& t, uint64_t cols, uint64_t rows, uint64_t n_expert, bool moe_types, size_t* row_bytes) {
+        const std::string name(ehp::to_sv(t.name));
+        const uint64_t want[EH_MAX_DIMS] = {cols, rows, n_expert, 1};
+        bool ok = t.n_dims >= 1 && t.n_dims <= EH_MAX_DIMS;
+        for (uint32_t d = 0; ok && d < EH_MAX_DIMS; ++d) ok = (d < t.n_dims ? t.dims[d] : 1) == want[d];
+        if (!ok)
+            fail("tensor '" + name + "' has dims " + dims_str(t) + ", expected {" + std::to_string(cols) + ", " +
+                 std::to_string(rows) + (n_expert > 1 ? ", " + std::to_string(n_expert) : std::string()) + "}");
+        const bool supported = moe_types ? ehcuda::moe_type_supported(t.type) : ehcuda::matmul_type_supported(t.type);
+        if (!supported)
+            throw ehp::Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t.type) +
+                                                 ", which gpt-cuda does not support here" +
+                                                 (moe_types ? "" : " (MXFP4 is supported for expert tensors only)"));
+        const size_t rb = ehcuda::moe_row_bytes(t.type, int64_t(cols));
+        if (rb == 0) fail("tensor '" + name + "': row of " + std::to_string(cols) + " is not whole blocks of " + ehp::type_name(t.type));
+        const size_t need = rb * rows * n_expert;
+        if (!t.data || t.nbytes < need)
+            fail("tensor '" + name + "' has " + std::to_string(t.nbytes) + " bytes, its shape needs " + std::to_string(need));
+        const size_t off = m_.arena.reserve(need + kTailPad);
+        items_.push_back({t.data, off, need, name});
+        type_bytes_[t.type] += need;
+        *row_bytes = rb;
+        return off;
+    }
+
+    void matrix(const std::string& name, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
+        const eh_tensor* t = find(name);
+        if (!t) fail("missing tensor '" + name + "'");
+        matrix(*t, cols, rows, out);
+    }
+    void matrix(const eh_tensor& t, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
+        const size_t off = tensor(t, uint64_t(cols), uint64_t(rows), 1, false, &out.row_bytes);
+        out.type = t.type;
+        out.rows = int(rows);
+        out.cols = int(cols);
+        fixups_.push_back({&out.data, off});
+    }
+
+    void experts(const std::string& name, int64_t cols, int64_t rows_stored, int64_t n_expert, int rows, int row0,
+                 ehcuda::ExpertMat& out) {
+        const eh_tensor* t = find(name);
+        if (!t) fail("missing tensor '" + name + "'");
+        const size_t off = tensor(*t, uint64_t(cols), uint64_t(rows_stored), uint64_t(n_expert), true, &out.row_bytes);
+        out.type = t->type;
+        out.rows = rows;
+        out.cols = int(cols);
+        out.row0 = row0;
+        out.expert_stride = out.row_bytes * size_t(rows_stored);
+        fixups_.push_back({&out.data, off});
+    }
+
+    // n floats (any shape with n elements), converted to F32 on the host.
+    // Returns the arena offset, or SIZE_MAX when absent and not required.
+    size_t vector(const std::string& name, uint64_t n, const float** out, bool required = true) {
+        *out = nullptr;
+        const eh_tensor* t = find(name);
+        if (!t) {
+            if (required) fail("missing tensor '" + name + "'");
+            return SIZE_MAX;
+        }
+        uint64_t count = 1;
+        for (uint32_t d = 0; d < t->n_dims && d < EH_MAX_DIMS; ++d) count *= t->dims[d];
+        if (count != n) fail("tensor '" + name + "' has " + std::to_string(count) + " elements, expected " + std::to_string(n));
+        if (!ehp::quant::can_dequantize(t->type))
+            throw ehp::Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t->type));
+        const uint64_t bytes = ehp::quant::row_bytes(t->type, n);
+        if (bytes == 0 || !t->data || t->nbytes < bytes) fail("tensor '" + name + "' is too short for " + std::to_string(n) + " values");
+        std::vector<float> v(n);
+        ehp::quant::dequantize_row(t->type, t->data, v.data(), n);
+        return host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+    }
+
+    size_t host_floats(std::vector<float> v, const std::string& name, const void** slot) {
+        const size_t off = m_.arena.reserve(v.size() * 4);
+        converted_.push_back(std::move(v));
+        items_.push_back({converted_.back().data(), off, converted_.back().size() * 4, name});
+        if (slot) fixups_.push_back({slot, off});
+        return off;
+    }
+
+    // Another pointer into an already planned piece.
+    void alias(const void** slot, size_t offset) { fixups_.push_back({slot, offset}); }
+
+    void finish_layout() {
+        for (auto& f : fixups_) *f.slot = m_.arena.at(f.offset);
+        for (auto& it : items_) m_.weight_ptrs.push_back({m_.arena.at(it.offset), it.name});
+    }
+
+    std::vector<ehcuda::UploadItem> upload_items() const {
+        std::vector<ehcuda::UploadItem> v;
+        for (auto& it : items_) v.push_back({it.src, m_.arena.at(it.offset), it.bytes});
+        return v;
+    }
+
+    std::string dominant_type() const {
+        uint32_t best = EH_TYPE_F32;
+        size_t bytes = 0;
+        for (auto& [t, b] : type_bytes_)
+            if (b > bytes) { best = t; bytes = b; }
+        return ehp::type_name(best);
+    }
+
+private:
+    struct Item {
+        const void* src;
+        size_t offset;
+        size_t bytes;
+        std::string name;
+    };
+    struct Fixup {
+        const void** slot;
+        size_t offset;
+    };
+    Model& m_;
+    const ehp::ModelView& view_;
+    std::vector<Item> items_;
+    std::vector<Fixup> fixups_;
+    std::vector<std::vector<float>> converted_;  // kept until the upload is done
+    std::map<uint32_t, size_t> type_bytes_;
+};
+
+const void** slot(const float** p) { return reinterpret_cast<const void**>(p); }
+
+void bind_gpt2_layer(Loader& ld, const Config& c, int i, Layer& L) {
+    const int E = c.n_embd, F = c.n_ff;
+    ld.vector(blk(i, "attn_norm.weight"), E, &L.attn_norm);
+    ld.vector(blk(i, "attn_norm.bias"), E, &L.attn_norm_b);
+    if (ld.has(blk(i, "attn_qkv.weight"))) {
+        L.n_qkv = 1;
+        ld.matrix(blk(i, "attn_qkv.weight"), E, c.qkv_dim(), L.qkv[0].w);
+        ld.vector(blk(i, "attn_qkv.bias"), uint64_t(c.qkv_dim()), &L.qkv[0].bias, false);
+    } else {
+        L.n_qkv = 3;
+        const char* names[3] = {"attn_q", "attn_k", "attn_v"};
+        const int rows[3] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+        const int offs[3] = {0, c.q_dim(), c.q_dim() + c.kv_dim()};
+        for (int k = 0; k < 3; ++k) {
+            ld.matrix(blk(i, std::string(names[k]) + ".weight"), E, rows[k], L.qkv[k].w);
+            ld.vector(blk(i, std::string(names[k]) + ".bias"), uint64_t(rows[k]), &L.qkv[k].bias, false);
+            L.qkv[k].out_offset = offs[k];
+        }
+    }
+    ld.matrix(blk(i, "attn_output.weight"), c.q_dim(), E, L.attn_out.w);
+    ld.vector(blk(i, "attn_output.bias"), uint64_t(E), &L.attn_out.bias, false);
+    ld.vector(blk(i, "ffn_norm.weight"), E, &L.ffn_norm);
+    ld.vector(blk(i, "ffn_norm.bias"), E, &L.ffn_norm_b);
+    ld.matrix(blk(i, "ffn_up.weight"), E, F, L.ffn_up.w);
+    ld.vector(blk(i, "ffn_up.bias"), uint64_t(F), &L.ffn_up.bias, false);
+    ld.matrix(blk(i, "ffn_down.weight"), F, E, L.ffn_down.w);
+    ld.vector(blk(i, "ffn_down.bias"), uint64_t(E), &L.ffn_down.bias, false);
+}
+
+void bind_gpt_oss_layer(Loader& ld, const Config& c, int i, Layer& L) {
+    const int E = c.n_embd, F = c.n_ff_exp, X = c.n_expert;
+    ld.vector(blk(i, "attn_norm.weight"), E, &L.attn_norm);
+    L.n_qkv = 3;
+    const char* names[3] = {"attn_q", "attn_k", "attn_v"};
+    const int rows[3] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+    const int offs[3] = {0, c.q_dim(), c.q_dim() + c.kv_dim()};
+    for (int k = 0; k < 3; ++k) {
+        ld.matrix(blk(i, std::string(names[k]) + ".weight"), E, rows[k], L.qkv[k].w);
+        ld.vector(blk(i, std::string(names[k]) + ".bias"), uint64_t(rows[k]), &L.qkv[k].bias, false);
+        L.qkv[k].out_offset = offs[k];
+    }
+    ld.matrix(blk(i, "attn_output.weight"), c.q_dim(), E, L.attn_out.w);
+    ld.vector(blk(i, "attn_output.bias"), uint64_t(E), &L.attn_out.bias, false);
+    if (ld.has(blk(i, "attn_sinks.weight"))) ld.vector(blk(i, "attn_sinks.weight"), uint64_t(c.n_head), &L.sinks);
+    else if (ld.has(blk(i, "attn_sinks"))) ld.vector(blk(i, "attn_sinks"), uint64_t(c.n_head), &L.sinks);
+    const std::string norm = ld.has(blk(i, "ffn_norm.weight")) ? "ffn_norm.weight" : "post_attention_norm.weight";
+    ld.vector(blk(i, norm), E, &L.ffn_norm);
+
+    ld.matrix(blk(i, "ffn_gate_inp.weight"), E, X, L.router.w);
+    ld.vector(blk(i, "ffn_gate_inp.bias"), uint64_t(X), &L.router.bias, false);
+    if (ld.has(blk(i, "ffn_gate_up_exps.weight"))) {
+        // each expert's gate rows, then its up rows
+        ld.experts(blk(i, "ffn_gate_up_exps.weight"), E, 2 * int64_t(F), X, F, 0, L.gate_exps);
+        L.up_exps = L.gate_exps;
+        L.up_exps.row0 = F;
+        const size_t boff = ld.vector(blk(i, "ffn_gate_up_exps.bias"), uint64_t(2) * F * X, &L.gate_exps.bias, false);
+        if (boff != SIZE_MAX) {
+            ld.alias(slot(&L.up_exps.bias), boff + size_t(F) * 4);
+            L.gate_exps.bias_stride = L.up_exps.bias_stride = 2 * F;
+        }
+    } else {
+        ld.experts(blk(i, "ffn_gate_exps.weight"), E, F, X, F, 0, L.gate_exps);
+        ld.experts(blk(i, "ffn_up_exps.weight"), E, F, X, F, 0, L.up_exps);
+        if (ld.vector(blk(i, "ffn_gate_exps.bias"), uint64_t(F) * X, &L.gate_exps.bias, false) != SIZE_MAX)
+            L.gate_exps.bias_stride = F;
+        if (ld.vector(blk(i, "ffn_up_exps.bias"), uint64_t(F) * X, &L.up_exps.bias, false) != SIZE_MAX)
+            L.up_exps.bias_stride = F;
+    }
+    ld.experts(blk(i, "ffn_down_exps.weight"), F, E, X, E, 0, L.down_exps);
+    if (ld.vector(blk(i, "ffn_down_exps.bias"), uint64_t(E) * X, &L.down_exps.bias, false) != SIZE_MAX)
+        L.down_exps.bias_stride = E;
+    L.window = c.layer_window(i);
+}
+
+}  // namespace
+
+std::unique_ptr<Model> load_model(const eh_load_params& params) {
+    ehp::ModelView view(params.view);
+    auto m = std::make_unique<Model>();
+    m->cfg = read_config(view);
+    m->device = params.device;
+    m->path = params.path && *params.path ? params.path : "(model)";
+    Config& c = m->cfg;
+    const size_t chunk = parse_size_option(params.options_json, "\"upload_chunk_bytes\"", size_t(1) << 20);
+
+    auto progress = [&](float f, const char* stage) {
+        if (params.progress) params.progress(params.progress_user, f, stage);
+    };
+    auto cancelled = [&]() { return params.cancel && params.cancel(params.cancel_user) != 0; };
+
+    EHC_CHECK(cudaSetDevice(m->device));
+    cudaDeviceProp prop{};
+    EHC_CHECK(cudaGetDeviceProperties(&prop, m->device));
+    m->device_name = prop.name;
+    m->compute_capability = prop.major * 10 + prop.minor;
+    EHC_CHECK(cudaRuntimeGetVersion(&m->runtime_version));
+    progress(0.0f, "validating");
+
+    Loader ld(*m, view);
+    const eh_tensor* emb = view.find_tensor("token_embd.weight");
+    if (!emb) fail("missing tensor 'token_embd.weight'");
+    if (emb->n_dims < 2 || emb->dims[1] == 0 || emb->dims[1] > (1u << 24)) fail("token_embd.weight: bad vocabulary dimension");
+    c.n_vocab = int(emb->dims[1]);
+    ld.matrix(*emb, c.n_embd, c.n_vocab, m->tok_embd);
+    if (c.arch == Arch::Gpt2) {
+        const eh_tensor* pe = view.find_tensor("position_embd.weight");
+        if (!pe || pe->n_dims < 2 || pe->dims[1] == 0 || pe->dims[1] > (1u << 24)) fail("missing tensor 'position_embd.weight'");
+        ld.matrix(*pe, c.n_embd, int64_t(pe->dims[1]), m->pos_embd);
+        if (c.n_ctx_train == 0 || uint64_t(c.n_ctx_train) > pe->dims[1]) c.n_ctx_train = int(pe->dims[1]);
+    } else if (c.n_rot > 0) {
+        ld.host_floats(c.inv_freq, "rope inverse frequencies", slot(&m->inv_freq));
+    }
+    ld.vector("output_norm.weight", uint64_t(c.n_embd), &m->output_norm);
+    ld.vector("output_norm.bias", uint64_t(c.n_embd), &m->output_norm_b, c.arch == Arch::Gpt2);
+    const bool tied = !view.find_tensor("output.weight");
+    if (!tied) ld.matrix("output.weight", c.n_embd, c.n_vocab, m->output);
+
+    m->layers.resize(size_t(c.n_layer));
+    for (int i = 0; i < c.n_layer; ++i) {
+        if (c.arch == Arch::Gpt2) bind_gpt2_layer(ld, c, i, m->layers[size_t(i)]);
+        else bind_gpt_oss_layer(ld, c, i, m->layers[size_t(i)]);
+    }
+    m->quant_kind = ld.dominant_type();
+
+    if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
+    ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
+    progress(0.02f, "allocating");
+    m->arena.allocate(&m->ledger);
+    ld.finish_layout();
+    if (tied) m->output = m->tok_embd;
+    for (auto& L : m->layers)
+        if (L.up_exps.row0 != 0) L.up_exps.data = L.gate_exps.data;  // fused gate|up: same tensor
+
+    ehcuda::Stream stream;
+    ehcuda::UploadOptions up;
+    up.chunk_bytes = chunk;
+    up.progress_lo = 0.02f;
+    up.progress_hi = 0.99f;
+    up.progress = [&](float f) { progress(f, "uploading weights"); };
+    up.cancelled = cancelled;
+    ehcuda::upload_weights(ld.upload_items(), up, stream.get());
+
+    std::string why = ehcuda::check_kernel_image();
+    if (!why.empty()) throw ehp::Error(EH_UNSUPPORTED, why);
+    progress(1.0f, "ready");
+    return m;
+}
+
+}  // namespace gpt_cuda

@@ -1,0 +1,58 @@
+// A loaded GPT-2 / gpt-oss model: configuration plus every weight in one
+// device arena, kept in its stored type (MXFP4 experts stay MXFP4).
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/kernels.hpp>
+#include <ehcuda/moe.hpp>
+
+#include "config.hpp"
+
+namespace gpt_cuda {
+
+struct Layer {
+    const float* attn_norm = nullptr;
+    const float* attn_norm_b = nullptr;  // gpt2
+    ehcuda::MatSeg qkv[3];               // fused attn_qkv (1) or attn_q, attn_k, attn_v (3)
+    int n_qkv = 0;
+    ehcuda::MatSeg attn_out;             // with its bias
+    const float* sinks = nullptr;        // gpt-oss, one per query head
+    const float* ffn_norm = nullptr;     // ffn_norm or post_attention_norm
+    const float* ffn_norm_b = nullptr;
+    // gpt2 MLP
+    ehcuda::MatSeg ffn_up, ffn_down;
+    // gpt-oss MoE
+    ehcuda::MatSeg router;
+    ehcuda::ExpertMat gate_exps, up_exps, down_exps;
+    int window = 0;
+};
+
+struct Model {
+    Config cfg;
+    int device = 0;
+    std::string path;
+    std::string device_name;
+    int compute_capability = 0;
+    int runtime_version = 0;
+    std::string quant_kind;
+
+    ehcuda::MemoryLedger ledger;  // every device byte of the model and its sessions
+    ehcuda::DeviceArena arena;    // weights
+    ehcuda::WeightRef tok_embd, pos_embd;
+    const float* output_norm = nullptr;
+    const float* output_norm_b = nullptr;
+    ehcuda::WeightRef output;  // LM head (the embedding table when tied)
+    const float* inv_freq = nullptr;
+    std::vector<Layer> layers;
+    std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
+};
+
+// Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates
+// and uploads. Progress and cancel come from the load params.
+std::unique_ptr<Model> load_model(const eh_load_params& params);
+
+}  // namespace gpt_cuda

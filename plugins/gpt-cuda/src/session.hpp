@@ -1,0 +1,76 @@
+// One sequence: FP16 KV cache, activation buffers, device sampler state and
+// the captured decode graph.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/graph.hpp>
+#include <ehcuda/sampler.hpp>
+
+#include "model.hpp"
+
+namespace gpt_cuda {
+
+class Session {
+public:
+    // Throws VRAM_OOM (everything already allocated is freed) when the cache
+    // or buffers do not fit. gpt2's n_ctx is capped at its learned positions.
+    Session(Model& model, const eh_session_params& params);
+    ~Session();
+
+    void set_sampling(const eh_sampling_params& p);
+    void prefill(const int32_t* tokens, uint32_t n);
+    int32_t sample();
+    int32_t decode(int32_t token);
+    void reset();
+    uint32_t n_past() const { return n_past_; }
+    uint32_t n_ctx() const { return n_ctx_; }
+    int n_vocab() const { return c_.n_vocab; }
+    const float* logits();  // host copy of the last raw logits
+
+    std::string last_error;
+
+private:
+    // Device-side step inputs: kernels read them, so a graph can be replayed.
+    struct Step {
+        int32_t pos0;
+        int32_t n_hist;
+        int32_t token;
+        int32_t pad;
+    };
+
+    void forward(int ntok, const int32_t* d_tokens);
+    void gpt2_layer(int li, int ntok);
+    void gpt_oss_layer(int li, int ntok);
+    void check_cancel();
+    void check_tokens(const int32_t* tokens, uint32_t n) const;
+
+    Model& m_;
+    const Config& c_;
+    uint32_t n_ctx_;
+    int max_batch_;
+    eh_cancel_fn cancel_;
+    void* cancel_user_;
+
+    ehcuda::Stream stream_;
+    std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
+    ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_, logits_;
+    ehcuda::DeviceBuffer history_, tokens_, step_, params_, counter_, out_token_;
+    ehcuda::DeviceBuffer fwork_, iwork_;
+    // Pinned host mirrors for the per-step transfers.
+    Step* h_step_ = nullptr;
+    int32_t* h_out_ = nullptr;
+    int32_t* h_tokens_ = nullptr;
+
+    ehcuda::CapturedGraph decode_graph_;
+    bool decode_warm_ = false;
+    uint32_t n_past_ = 0;
+    bool have_logits_ = false;
+    bool have_sampling_ = false;
+    std::vector<float> host_logits_;
+};
+
+}  // namespace gpt_cuda

@@ -1,0 +1,169 @@
+// Whole models through the plugin ABI: gpt-cuda's logits against the CPU
+// reference plugin (itself checked against transformers) loaded in the same
+// process, on the transformers-checked tiny gpt2 / gpt-oss files and on
+// forged tiny profiles (MXFP4 experts, F16 and Q8_0 GPT-2). Batched prefill,
+// single-token prefill and graph-replayed decode are all compared.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <memory>
+#include <random>
+
+#include <eh/model/model_file.hpp>
+#include <eh/tools/forge.hpp>
+
+#include "plugins.hpp"
+
+namespace fs = std::filesystem;
+using namespace gpttest;
+
+namespace {
+
+bool have_gpu() {
+    const eh_plugin_api* api = gpu_api();
+    if (!api) return false;
+    eh_probe_result r{};
+    r.struct_size = sizeof r;
+    return api->probe(0, &r) == EH_OK && r.supported;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+    double mx = 1e-6, e = 0;
+    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
+        mx = std::max(mx, double(std::fabs(b[i])));
+        e = std::max(e, double(std::fabs(a[i] - b[i])));
+    }
+    return e / mx;
+}
+size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+// The GPU's top token is the reference's, or ties with it within tol.
+bool top1_ok(const std::vector<float>& gpu, const std::vector<float>& ref, double tol) {
+    double mx = 1e-6;
+    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
+    return ref[argmax(ref)] - ref[argmax(gpu)] <= tol * mx;
+}
+
+// Forged tiny models, made once per process in a temp dir.
+std::string forged(const std::string& profile) {
+    static const fs::path dir = fs::temp_directory_path() / ("gpt_cuda_test_" + std::to_string(::getpid()));
+    const fs::path out = dir / (profile + ".gguf");
+    if (!fs::exists(out)) {
+        fs::create_directories(dir);
+        eh::tools::ForgeOptions o;
+        o.profile = profile;
+        o.out = out.string();
+        o.seed = 11;
+        o.vocab = "none";
+        eh::tools::forge(o);
+    }
+    return out.string();
+}
+
+std::string model_path(const std::string& name) {
+    if (name.rfind("tiny-", 0) == 0) return forged(name);
+    return std::string(GPT_REFERENCE_DIR) + "/" + name + "/model.gguf";
+}
+
+constexpr double kTol = 1e-2;  // of the largest |logit|: FP16 KV cache vs the reference's FP32
+
+class GptModels : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(GptModels, LogitsMatchCpuReference) {
+    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable";
+    const std::string path = model_path(GetParam());
+    ASSERT_TRUE(fs::exists(path)) << path;
+    auto file = eh::model::ModelFile::open(path);
+    Engine cpu(cpu_api(), &file->view(), 64), gpu(gpu_api(), &file->view(), 64);
+    ASSERT_TRUE(cpu.ok()) << cpu.error;
+    ASSERT_TRUE(gpu.ok()) << gpu.error;
+
+    eh_model_info info{};
+    info.struct_size = sizeof info;
+    ASSERT_EQ(gpu.api->model_get_info(gpu.model, &info), EH_OK);
+    eh_model_info cinfo{};
+    cinfo.struct_size = sizeof cinfo;
+    ASSERT_EQ(cpu.api->model_get_info(cpu.model, &cinfo), EH_OK);
+    EXPECT_STREQ(info.quant_kind, cinfo.quant_kind);
+    EXPECT_EQ(info.vocab_size, cinfo.vocab_size);
+    EXPECT_GT(info.device_bytes_used, 0u);
+    int32_t resident = 0;
+    EXPECT_EQ(gpu.api->model_check_residency(gpu.model, &resident), EH_OK);
+    EXPECT_EQ(resident, 1);
+
+    std::mt19937 rng(42);
+    std::vector<int32_t> toks(40);
+    for (auto& t : toks) t = int32_t(rng() % info.vocab_size);
+    double worst = 0;
+    // batched prefill of 9 tokens (the GEMM path), then one token at a time:
+    // positions 9..19 through single-token prefill, the rest through decode
+    const std::vector<int32_t> head(toks.begin(), toks.begin() + 9);
+    auto g = gpu.prefill(head), c = cpu.prefill(head);
+    worst = std::max(worst, rel_err(g, c));
+    EXPECT_LT(rel_err(g, c), kTol) << "batched prefill";
+    EXPECT_TRUE(top1_ok(g, c, kTol)) << "batched prefill";
+    for (size_t i = 9; i < toks.size(); ++i) {
+        c = cpu.prefill({toks[i]});
+        g = i < 20 ? gpu.prefill({toks[i]}) : gpu.decode(toks[i]);
+        worst = std::max(worst, rel_err(g, c));
+        EXPECT_LT(rel_err(g, c), kTol) << "position " << i;
+        EXPECT_TRUE(top1_ok(g, c, kTol)) << "top-1 at position " << i;
+    }
+    // the whole sequence in one prefill gives the same last logits
+    Engine again(gpu_api(), &file->view(), 64);
+    ASSERT_TRUE(again.ok()) << again.error;
+    EXPECT_LT(rel_err(again.prefill(toks), g), kTol);
+    std::printf("%s: quant %s, max relative logit error vs cpu-reference %.3g over %zu positions, %.1f MiB on the GPU\n",
+                GetParam().c_str(), info.quant_kind, worst, toks.size() - 8, double(info.device_bytes_used) / (1 << 20));
+}
+
+INSTANTIATE_TEST_SUITE_P(Tiny, GptModels,
+                         ::testing::Values("gpt2", "gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gpt2-f16", "tiny-gpt2-q8_0"),
+                         [](const auto& info) {
+                             std::string s = info.param;
+                             for (auto& ch : s) if (ch == '-') ch = '_';
+                             return s;
+                         });
+
+TEST(GptCuda, DecodeIsDeterministicAndMatchesGreedy) {
+    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    auto file = eh::model::ModelFile::open(model_path("gpt-oss"));
+    std::vector<int32_t> runs[2];
+    for (auto& ids : runs) {
+        Engine gpu(gpu_api(), &file->view(), 64);
+        ASSERT_TRUE(gpu.ok()) << gpu.error;
+        gpu.prefill({1, 17, 93, 4});
+        int32_t t = 0;
+        ASSERT_EQ(gpu.api->session_sample(gpu.session, &t), EH_OK);
+        for (int i = 0; i < 20; ++i) {
+            ids.push_back(t);
+            const auto l = gpu.decode(t, &t);
+            EXPECT_EQ(size_t(t), argmax(l)) << "greedy sample is the argmax at step " << i;
+        }
+    }
+    EXPECT_EQ(runs[0], runs[1]);
+}
+
+TEST(GptCuda, Gpt2ContextIsCappedAtLearnedPositions) {
+    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    auto file = eh::model::ModelFile::open(model_path("gpt2"));  // 64 positions
+    Engine gpu(gpu_api(), &file->view(), 1000);
+    ASSERT_TRUE(gpu.ok()) << gpu.error;
+    std::vector<int32_t> toks(64, 5);
+    EXPECT_EQ(gpu.api->session_prefill(gpu.session, toks.data(), 64), EH_OK);
+    int32_t one = 5;
+    EXPECT_EQ(gpu.api->session_prefill(gpu.session, &one, 1), EH_CONTEXT_FULL);
+    EXPECT_NE(std::string(gpu.api->session_last_error(gpu.session)).find("learned positions"), std::string::npos);
+}
+
+TEST(GptCuda, RejectsOtherArchitectures) {
+    if (!gpu_api()) GTEST_SKIP() << "plugin not loadable";
+    auto file = eh::model::ModelFile::open(forged("tiny-qwen2.5-q4_k_m"));
+    Engine gpu(gpu_api(), &file->view(), 16);
+    EXPECT_EQ(gpu.status, have_gpu() ? EH_UNSUPPORTED : gpu.status);
+}
+
+}  // namespace
