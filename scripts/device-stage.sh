@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Packs what a run on the GPU machine needs into .device/stage.tar.gz, so
 # one `run` call (carry [".device"]) has the build and the test data:
-#   <build>/{bin,plugins,test-plugins} and the shared libraries in <build>/lib,
-#   stripped of debug info; ../shared/testdata.
+#   engine-host and the GPU test binaries ($STAGE_BINS), the plugins and test
+#   plugins (libraries and manifests only), the shared libraries in
+#   <build>/lib, all stripped of debug info; the ctest files, so
+#   `ctest -L gpu` works there; ../shared/testdata.
 # Paths inside the archive are absolute paths of this machine, so binaries'
 # baked-in paths (test data, test plugins) hold there too. On the device:
 #   bash scripts/device-unpack.sh && <commands>
@@ -19,13 +21,21 @@ copy() {  # copy PATH into the stage under its absolute path
   mkdir -p "$stage$(dirname "$1")"
   cp -a "$1" "$stage$1"
 }
-for d in bin plugins test-plugins; do
-  [ -d "$build/$d" ] && copy "$build/$d"
+bins=${STAGE_BINS:-engine-host eh_cuda_tests eh_cuda_probe_test eh_gpt_cuda_tests eh_e2e_gpu_tests}
+for b in $bins; do
+  [ -f "$build/bin/$b" ] && copy "$build/bin/$b"
 done
+# Plugins and manifests only (the plugin folder is also CMake's build folder).
+(cd / && find "$build/plugins" "$build/test-plugins" -maxdepth 2 \( -name '*.so' -o -name '*.manifest.json' \) 2>/dev/null) |
+  while read -r f; do copy "$f"; done
+(cd / && find "$build" -name CTestTestfile.cmake -o -name '*_tests.cmake' -o -name '*_include.cmake' \
+   -o -name 'DartConfiguration.tcl' | grep -v '/CMakeFiles/') | while read -r f; do copy "$f"; done
 mkdir -p "$stage$build/lib"
 cp -a "$build"/lib/*.so* "$stage$build/lib/" 2>/dev/null || true
 find "$stage$build" -type f \( -perm -u+x -o -name '*.so*' \) -exec strip --strip-debug {} + 2>/dev/null || true
 copy "$testdata"
+# Files no device run reads (the tokenizer.json files carry the same data).
+rm -f "$stage$testdata"/tokenizers/*/vocab.json "$stage$testdata"/tokenizers/*/merges.txt "$stage$testdata"/tokenizers/*/o200k_base.tiktoken
 mkdir -p .device
 tar -C "$stage" -czf .device/stage.tar.gz .
 echo "staged $(du -h .device/stage.tar.gz | cut -f1) (build $build, testdata $testdata)"
