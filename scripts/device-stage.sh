@@ -3,7 +3,8 @@
 # one `run` call (carry [".device"]) has the build and the test data:
 #   engine-host and the GPU test binaries ($STAGE_BINS), the plugins and test
 #   plugins (libraries and manifests only), the shared libraries in
-#   <build>/lib, all stripped of debug info; the ctest files, so
+#   <build>/lib, binaries and shared libraries stripped of debug info (not
+#   the plugins: their manifests pin their sha256); the ctest files, so
 #   `ctest -L gpu` works there; ../shared/testdata.
 # Paths inside the archive are absolute paths of this machine, so binaries'
 # baked-in paths (test data, test plugins) hold there too. On the device:
@@ -32,7 +33,7 @@ done
    -o -name 'DartConfiguration.tcl' | grep -v '/CMakeFiles/') | while read -r f; do copy "$f"; done
 mkdir -p "$stage$build/lib"
 cp -a "$build"/lib/*.so* "$stage$build/lib/" 2>/dev/null || true
-find "$stage$build" -type f \( -perm -u+x -o -name '*.so*' \) -exec strip --strip-debug {} + 2>/dev/null || true
+find "$stage$build/bin" "$stage$build/lib" -type f -exec strip --strip-debug {} + 2>/dev/null || true
 copy "$testdata"
 # Files no device run reads (the tokenizer.json files carry the same data).
 rm -f "$stage$testdata"/tokenizers/*/vocab.json "$stage$testdata"/tokenizers/*/merges.txt "$stage$testdata"/tokenizers/*/o200k_base.tiktoken

@@ -201,6 +201,27 @@ TEST(Loader, DiscoveryKeepsGoodPluginsAndReportsEveryBadOne) {
     EXPECT_TRUE(stray_reported);
 }
 
+// Like two CUDA plugins: once one is opened in the host process, a forked
+// child can no longer initialise the runtime. Discovery must therefore run
+// every pre-flight before it opens any plugin in-process.
+TEST(Loader, PreflightsRunBeforeAnyPluginIsOpenedInProcess) {
+    ScratchDir dir;
+    eh::test::copy_fixture("good", dir.path);
+    // A second copy of the same engine under another file name.
+    fs::copy_file(dir.path / "libeh-test-engine.so", dir.path / "libeh-test-engine-2.so");
+    std::string m = eh::test::read_file(dir.path / "test-engine.manifest.json");
+    eh::test::replace_all(m, "libeh-test-engine.so", "libeh-test-engine-2.so");
+    eh::test::write_file(dir.path / "test-engine-2.manifest.json", m);
+
+    setenv("EH_TEST_ENGINE_FORK_SENSITIVE", "1", 1);
+    unsetenv("EH_TEST_ENGINE_INITIALISED_IN");
+    Registry reg = discover_plugins(dir.path.string());
+    unsetenv("EH_TEST_ENGINE_FORK_SENSITIVE");
+    unsetenv("EH_TEST_ENGINE_INITIALISED_IN");
+    ASSERT_EQ(reg.records().size(), 2u);
+    for (const auto& r : reg.records()) EXPECT_TRUE(r.accepted) << r.library_path << ": " << all_reasons(r);
+}
+
 TEST(Loader, MissingPluginDirectoryIsAClearError) {
     try {
         discover_plugins("/nonexistent/plugins");

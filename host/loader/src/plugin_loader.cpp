@@ -267,24 +267,29 @@ std::vector<std::string> preflight(const std::string& lib_path, const Manifest& 
     return problems;
 }
 
-}  // namespace
+struct Prepared {
+    PluginRecord record;
+    Manifest manifest;
+    bool ready = false;
+};
 
-PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& options) {
-    LoaderOptions opt = options;
-    if (opt.platform.empty()) opt.platform = host_platform();
-
-    PluginRecord rec;
+// Steps 1 and 2: everything up to and including the forked pre-flight.
+// `ready` is set when the plugin may be opened in this process.
+Prepared prepare(const std::string& manifest_path, const LoaderOptions& opt) {
+    Prepared prep;
+    PluginRecord& rec = prep.record;
     rec.manifest_path = manifest_path;
     std::vector<std::string>& problems = rec.reasons;
 
     std::ifstream f(manifest_path, std::ios::binary);
     if (!f) {
         problems.push_back("cannot read manifest " + manifest_path);
-        return rec;
+        return prep;
     }
     std::stringstream ss;
     ss << f.rdbuf();
-    Manifest m = parse_manifest(ss.str(), problems);
+    Manifest& m = prep.manifest;
+    m = parse_manifest(ss.str(), problems);
     rec.caps = m.caps;
     if (rec.caps.name.empty()) rec.caps.name = fs::path(manifest_path).filename().string();
 
@@ -310,15 +315,25 @@ PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& 
                 problems.push_back("sha256 mismatch: manifest says " + m.sha256 + ", library is " + actual);
         }
     }
-    if (!problems.empty()) return rec;  // never open a library that failed validation
+    if (!problems.empty()) return prep;  // never open a library that failed validation
 
     if (opt.isolate_preflight) {
         auto child = preflight(rec.library_path, m, opt);
         if (!child.empty()) {
             problems = std::move(child);
-            return rec;
+            return prep;
         }
     }
+    prep.ready = true;
+    return prep;
+}
+
+// Step 3: open the plugin in this process and keep it.
+PluginRecord finish(Prepared prep, const LoaderOptions& opt) {
+    PluginRecord rec = std::move(prep.record);
+    if (!prep.ready) return rec;
+    const Manifest& m = prep.manifest;
+    std::vector<std::string>& problems = rec.reasons;
     Opened o = open_and_check(rec.library_path, m, opt, problems, [](const char*) {});
     rec.probe = o.probe;
     if (!problems.empty() || !o.api) {
@@ -329,6 +344,19 @@ PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& 
     rec.api = std::shared_ptr<const eh_plugin_api>(o.library, o.api);
     rec.accepted = true;
     return rec;
+}
+
+LoaderOptions with_defaults(const LoaderOptions& options) {
+    LoaderOptions opt = options;
+    if (opt.platform.empty()) opt.platform = host_platform();
+    return opt;
+}
+
+}  // namespace
+
+PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& options) {
+    LoaderOptions opt = with_defaults(options);
+    return finish(prepare(manifest_path, opt), opt);
 }
 
 Registry discover_plugins(const std::string& dir, const LoaderOptions& options) {
@@ -348,10 +376,17 @@ Registry discover_plugins(const std::string& dir, const LoaderOptions& options) 
     std::sort(manifests.begin(), manifests.end());
     std::sort(libraries.begin(), libraries.end());
 
+    // Every pre-flight runs before any plugin is opened here: a forked child
+    // cannot use CUDA once this process has initialised it, so a CUDA plugin
+    // opened in-process would make the next one's pre-flight fail.
+    LoaderOptions opt = with_defaults(options);
+    std::vector<Prepared> prepared;
+    for (const auto& mp : manifests) prepared.push_back(prepare(mp.string(), opt));
+
     Registry reg;
     std::set<std::string> claimed;
-    for (const auto& mp : manifests) {
-        PluginRecord rec = load_plugin(mp.string(), options);
+    for (auto& prep : prepared) {
+        PluginRecord rec = finish(std::move(prep), opt);
         if (!rec.library_path.empty()) claimed.insert(fs::path(rec.library_path).filename().string());
         reg.add(std::move(rec));
     }

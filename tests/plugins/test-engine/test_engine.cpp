@@ -6,6 +6,9 @@
 //   EH_TEST_ENGINE_DELAY_MS   sleep this long in every decode step (cancel tests)
 //   EH_TEST_ENGINE_EOS_AFTER  emit the model's EOS id after N decode steps
 //   EH_TEST_ENGINE_LOAD_DELAY_MS  take this long to load (startup tests)
+//   EH_TEST_ENGINE_FORK_SENSITIVE behave like CUDA across fork(): probe
+//                             initialises per-process state, and fails in a
+//                             forked child of a process that already did
 //
 // Built several times with FIXTURE_MODE set to make the broken plugins the
 // loader must reject; FIXTURE_MODE 0 is the well-behaved engine.
@@ -17,6 +20,8 @@
 #include <random>
 #include <string>
 #include <thread>
+
+#include <unistd.h>
 #include <vector>
 
 #ifndef FIXTURE_MODE
@@ -87,6 +92,21 @@ const eh_plugin_info* info() {
 
 const char* plugin_last_error() { return ehp::thread_last_error().c_str(); }
 
+// Mimics the CUDA runtime, whose state does not survive fork(): the first
+// probe marks the process (in its environment, which children inherit), and
+// a probe in a child of a marked process fails.
+bool fork_sensitive_ok(eh_probe_result* out) {
+    if (!std::getenv("EH_TEST_ENGINE_FORK_SENSITIVE")) return true;
+    std::string me = std::to_string(getpid());
+    const char* owner = std::getenv("EH_TEST_ENGINE_INITIALISED_IN");
+    if (owner && me != owner) {
+        ehp::copy_fixed(out->reason, "initialisation error: state inherited across fork()");
+        return false;
+    }
+    setenv("EH_TEST_ENGINE_INITIALISED_IN", me.c_str(), 1);
+    return true;
+}
+
 eh_status probe(int32_t, eh_probe_result* out) {
 #if FIXTURE_MODE == MODE_CRASH
     std::raise(SIGSEGV);
@@ -94,7 +114,7 @@ eh_status probe(int32_t, eh_probe_result* out) {
 #if FIXTURE_MODE == MODE_HANG
     for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
 #endif
-    out->supported = 1;
+    out->supported = fork_sensitive_ok(out) ? 1 : 0;
 #if FIXTURE_MODE == MODE_PROBE_UNSUPPORTED
     out->supported = 0;
     ehp::copy_fixed(out->reason, "fixture: needs hardware this machine lacks");

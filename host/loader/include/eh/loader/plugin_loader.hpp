@@ -8,6 +8,9 @@
 //      negotiation, self-description vs manifest, probe. A plugin that
 //      crashes or hangs there is rejected and the host carries on;
 //   3. the same steps again in this process, keeping the library loaded.
+// discover_plugins() runs steps 1-2 for every plugin before step 3 for any:
+// a forked child cannot initialise CUDA once the host process has, so a
+// CUDA plugin opened early would fail the next one's pre-flight.
 // Libraries with no manifest are reported too. Nothing here throws for a bad
 // plugin: the result is a rejected record with its reasons.
 #pragma once
