@@ -74,7 +74,9 @@ class Agreement : public ::testing::TestWithParam<Case> {};
 
 TEST_P(Agreement, TeacherForcedTop1AgreesWithCpuReference) {
     const Case c = GetParam();
-    eh::Registry reg = eh::loader::discover_plugins(EH_PLUGIN_DIR);
+    // Once per process: after a CUDA plugin has run here, a new discovery's
+    // forked pre-flight could not initialise CUDA (see plugin_loader.hpp).
+    static const eh::Registry reg = eh::loader::discover_plugins(EH_PLUGIN_DIR);
     const auto* gpu = find(reg, c.gpu_plugin);
     const auto* cpu = find(reg, "cpu-reference");
     ASSERT_NE(cpu, nullptr);

@@ -10,7 +10,9 @@
 //   3. the same steps again in this process, keeping the library loaded.
 // discover_plugins() runs steps 1-2 for every plugin before step 3 for any:
 // a forked child cannot initialise CUDA once the host process has, so a
-// CUDA plugin opened early would fail the next one's pre-flight.
+// CUDA plugin opened early would fail the next one's pre-flight. For the same
+// reason, discover once per process (the CLI does): a second discovery after
+// a CUDA plugin has run in this process would reject the CUDA plugins.
 // Libraries with no manifest are reported too. Nothing here throws for a bad
 // plugin: the result is a rejected record with its reasons.
 #pragma once
