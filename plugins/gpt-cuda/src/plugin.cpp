@@ -23,13 +23,8 @@ struct Engine {
     static std::unique_ptr<Model> load(const eh_load_params& p) { return gpt_cuda::load_model(p); }
     static void fill_info(const Model& m, eh_model_info& out) {
         ehp::copy_fixed(out.architecture, m.cfg.arch_name);
-        ehp::copy_fixed(out.quant_kind, m.quant_kind);
         out.context_length = uint32_t(m.cfg.n_ctx_train);
         out.vocab_size = uint32_t(m.cfg.n_vocab);
-        out.device_bytes_used = m.ledger.bytes();
-        ehp::copy_fixed(out.device_name, m.device_name);
-        out.compute_capability = m.compute_capability;
-        out.runtime_version = m.runtime_version;
     }
 };
 

@@ -5,12 +5,14 @@
 // A plugin supplies an Engine policy and exports the table:
 //
 //   struct Engine {
-//       using Model = my::Model;       // has `int device` and `weight_ptrs`
+//       using Model = my::Model;       // has device, weight_ptrs, ledger, quant_kind,
+//                                      // device_name, compute_capability, runtime_version
 //       using Session = my::Session;   // Session(Model&, const eh_session_params&),
 //                                      // last_error, set_sampling, prefill, sample,
 //                                      // decode, reset, n_past, logits, n_vocab
 //       static const eh_plugin_info& info();
 //       static std::unique_ptr<Model> load(const eh_load_params&);
+//       // architecture, context_length, vocab_size (the rest is common)
 //       static void fill_info(const Model&, eh_model_info&);
 //   };
 //   EHCUDA_EXPORT_PLUGIN(Engine)
@@ -120,7 +122,13 @@ struct PluginGlue {
             uint32_t size = out->struct_size;
             *out = eh_model_info{};
             out->struct_size = size ? size : sizeof(eh_model_info);
-            Engine::fill_info(*M(model)->m, *out);
+            const Model& m = *M(model)->m;
+            ehp::copy_fixed(out->quant_kind, m.quant_kind);
+            out->device_bytes_used = m.ledger.bytes();
+            ehp::copy_fixed(out->device_name, m.device_name);
+            out->compute_capability = m.compute_capability;
+            out->runtime_version = m.runtime_version;
+            Engine::fill_info(m, *out);
         });
     }
 
