@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/sampler.hpp>
 
@@ -45,6 +46,7 @@ private:
     void forward(int ntok, const int32_t* d_tokens);
     void gpt2_layer(int li, int ntok);
     void gpt_oss_layer(int li, int ntok);
+    void set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& at);
     void check_cancel();
     void check_tokens(const int32_t* tokens, uint32_t n) const;
 
@@ -56,6 +58,8 @@ private:
     void* cancel_user_;
 
     ehcuda::Stream stream_;
+    // FP32 cache when EH_GPT_CUDA_KV=f32 (see session.cpp), else FP16.
+    bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_, logits_;
     ehcuda::DeviceBuffer history_, tokens_, step_, params_, counter_, out_token_;
