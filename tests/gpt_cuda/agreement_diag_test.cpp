@@ -4,13 +4,22 @@
 // A step-by-step copy of the CPU reference's forward pass (its own building
 // blocks from eh_cpuref_core, same order of operations) runs twice: with an
 // FP32 KV cache as the reference plugin keeps it, and with K and V rounded to
-// FP16 as gpt-cuda stores them by default. It records each layer's selected
-// expert set. gpt-cuda runs with its FP16 cache and with EH_GPT_CUDA_KV=f32.
+// FP16 as gpt-cuda's EH_GPT_CUDA_KV=f16 cache stores them. It records each
+// layer's selected expert set. gpt-cuda runs with EH_GPT_CUDA_KV=f16 and =f32.
 // Per pair the test prints top-1 agreement, the max relative logit error
 // (max |a - b| over max |b|, per position), the reference's top1-top2 margin
 // at the positions that disagree, and per layer how many tokens' expert sets
 // differ. That separates a bug (gpt-cuda far from both copies) from
 // precision (gpt-cuda matches the copy with the same cache precision).
+//
+// Result on the H200 (issue 8): FP16 cache 113/128 against the reference,
+// logit error median 2.8 %, max 24 %, all 15 misses within 2x the error of
+// the reference's top1-top2 margin; the FP16 copy on the CPU gives 114/128
+// and matches gpt-cuda-f16 127/128 (median 3.6e-3); expert sets first differ
+// at position 40 and then in 1..18 of 128 tokens per layer, growing with
+// depth. FP32 cache: 128/128, max error 4.3e-6. So no real-shape bug: the
+// FP16 cache's rounding, amplified by router near-ties. FP32 is now the
+// default; the test asserts both readings below.
 //
 // Heavy (forges or reads the 13 GB model, four passes over 128 positions):
 // runs only with EH_FORGED_DIR holding gpt-oss-20b-mxfp4.gguf or with
@@ -322,6 +331,11 @@ TEST(GptOss20bDiagnostic, AgreementErrorsMarginsAndRoutes) {
     const int g32 = compare(gpu32, ref32);
     std::printf("[diag] summary: gpu(kv f16) %d/%d, gpu(kv f32) %d/%d against the FP32 reference\n", g16, kPositions,
                 g32, kPositions);
+    // The default (FP32) cache meets the issue's bar with logits that match.
+    EXPECT_GE(g32, kPositions * 99 / 100);
+    double worst32 = 0;
+    for (size_t p = 0; p < toks.size(); ++p) worst32 = std::max(worst32, rel_err(gpu32.logits[p], ref32.logits[p]));
+    EXPECT_LT(worst32, 1e-4);
 }
 
 }  // namespace

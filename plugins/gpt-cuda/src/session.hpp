@@ -1,4 +1,4 @@
-// One sequence: FP16 KV cache, activation buffers, device sampler state and
+// One sequence: KV cache (FP32, or FP16 with EH_GPT_CUDA_KV=f16), activation buffers, device sampler state and
 // the captured decode graph.
 #pragma once
 
@@ -58,7 +58,7 @@ private:
     void* cancel_user_;
 
     ehcuda::Stream stream_;
-    // FP32 cache when EH_GPT_CUDA_KV=f32 (see session.cpp), else FP16.
+    // FP32 cache unless EH_GPT_CUDA_KV=f16 (see session.cpp).
     bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_, logits_;
