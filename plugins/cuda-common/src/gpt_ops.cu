@@ -53,14 +53,20 @@ __global__ void add_rows_kernel(const uint8_t* table, size_t row_bytes, int type
     }
 }
 
-__global__ void rope_table_kernel(RopeTableArgs a) {
+__device__ __forceinline__ void store_kv(__half* p, float v) { *p = __float2half_rn(v); }
+__device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
+__device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
+__device__ __forceinline__ float load_kv(const float* p) { return *p; }
+
+template <class C>
+__global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
     const int t = blockIdx.x;
     const int pos = *a.d_pos0 + t;
     float* row = a.qkv + size_t(t) * a.ld;
     const int hd = a.head_dim, half_rot = a.n_rot / 2;
     const int nq = a.n_head * hd, nk = a.n_kv * hd;
-    __half* kc = a.k_cache + size_t(pos) * nk;
-    __half* vc = a.v_cache + size_t(pos) * nk;
+    C* kc = k_cache + size_t(pos) * nk;
+    C* vc = v_cache + size_t(pos) * nk;
     if (half_rot > 0) {
         const int pairs = (a.n_head + a.n_kv) * half_rot;
         for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
@@ -78,17 +84,17 @@ __global__ void rope_table_kernel(RopeTableArgs a) {
                 base[i0] = y0;
                 base[i1] = y1;
             } else {
-                __half* kd = kc + (head - a.n_head) * hd;
-                kd[i0] = __float2half_rn(y0);
-                kd[i1] = __float2half_rn(y1);
+                C* kd = kc + (head - a.n_head) * hd;
+                store_kv(kd + i0, y0);
+                store_kv(kd + i1, y1);
             }
         }
     }
     const float* krow = row + nq;
     const float* vrow = row + nq + nk;
     for (int e = threadIdx.x; e < nk; e += blockDim.x) {
-        if ((e % hd) >= a.n_rot) kc[e] = __float2half_rn(krow[e]);
-        vc[e] = __float2half_rn(vrow[e]);
+        if ((e % hd) >= a.n_rot) store_kv(kc + e, krow[e]);
+        store_kv(vc + e, vrow[e]);
     }
 }
 
@@ -99,8 +105,9 @@ constexpr int kMaxDpl = 8;    // head_dim <= 256
 // One block per (query token, head). Warp w takes groups of kKeyGroup
 // consecutive keys, kAttnWarps groups apart; lane i holds dims i, i+32, ...
 // of the query and of its running output.
-template <int DPL>
-__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs a) {
+template <int DPL, class C>
+__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs a, const C* k_cache,
+                                                                    const C* v_cache) {
     __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
     __shared__ float sm_acc[kAttnWarps][DPL * 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -127,15 +134,15 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
         for (int g = 0; g < kKeyGroup; ++g) {
             const int key = kb + g;
             const bool valid = key <= qpos;
-            const __half* kr = a.k_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
-            const __half* vr = a.v_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
+            const C* kr = k_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
+            const C* vr = v_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
             float part = 0.0f;
 #pragma unroll
             for (int i = 0; i < DPL; ++i) {
                 const int d = lane + 32 * i;
                 const bool in = valid && d < hd;
-                part = fmaf(q[i], in ? __half2float(kr[d]) : 0.0f, part);
-                vv[g][i] = in ? __half2float(vr[d]) : 0.0f;
+                part = fmaf(q[i], in ? load_kv(kr + d) : 0.0f, part);
+                vv[g][i] = in ? load_kv(vr + d) : 0.0f;
             }
             s[g] = part;
         }
@@ -217,7 +224,8 @@ void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
     if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 || (a.n_rot > 0 && !a.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
-    rope_table_kernel<<<a.ntok, 256, 0, stream>>>(a);
+    if (a.k_cache32 && a.v_cache32) rope_table_kernel<<<a.ntok, 256, 0, stream>>>(a, a.k_cache32, a.v_cache32);
+    else rope_table_kernel<<<a.ntok, 256, 0, stream>>>(a, a.k_cache, a.v_cache);
     EHC_LAUNCHED("rope_table_kernel");
 }
 
@@ -228,10 +236,14 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
     if (a.n_kv <= 0 || a.n_head % a.n_kv) throw ehp::Error(EH_INTERNAL, "attention: n_head must be a multiple of n_kv");
     const dim3 grid(a.ntok, a.n_head);
     const int dpl = (a.head_dim + 31) / 32;
-    if (dpl == 1) sink_attn_kernel<1><<<grid, kAttnWarps * 32, 0, stream>>>(a);
-    else if (dpl == 2) sink_attn_kernel<2><<<grid, kAttnWarps * 32, 0, stream>>>(a);
-    else if (dpl <= 4) sink_attn_kernel<4><<<grid, kAttnWarps * 32, 0, stream>>>(a);
-    else sink_attn_kernel<8><<<grid, kAttnWarps * 32, 0, stream>>>(a);
+    auto go = [&](auto kc, auto vc) {
+        if (dpl == 1) sink_attn_kernel<1><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
+        else if (dpl == 2) sink_attn_kernel<2><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
+        else if (dpl <= 4) sink_attn_kernel<4><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
+        else sink_attn_kernel<8><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
+    };
+    if (a.k_cache32 && a.v_cache32) go(a.k_cache32, a.v_cache32);
+    else go(a.k_cache, a.v_cache);
     EHC_LAUNCHED("sink_attn_kernel");
 }
 

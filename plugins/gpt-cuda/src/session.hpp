@@ -1,4 +1,4 @@
-// One sequence: FP16 KV cache, activation buffers, device sampler state and
+// One sequence: KV cache (FP32, or FP16 with EH_GPT_CUDA_KV=f16), activation buffers, device sampler state and
 // the captured decode graph.
 #pragma once
 
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/sampler.hpp>
 
@@ -45,6 +46,7 @@ private:
     void forward(int ntok, const int32_t* d_tokens);
     void gpt2_layer(int li, int ntok);
     void gpt_oss_layer(int li, int ntok);
+    void set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& at);
     void check_cancel();
     void check_tokens(const int32_t* tokens, uint32_t n) const;
 
@@ -56,6 +58,8 @@ private:
     void* cancel_user_;
 
     ehcuda::Stream stream_;
+    // FP32 cache unless EH_GPT_CUDA_KV=f16 (see session.cpp).
+    bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_, logits_;
     ehcuda::DeviceBuffer history_, tokens_, step_, params_, counter_, out_token_;

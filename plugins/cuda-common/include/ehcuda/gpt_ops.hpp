@@ -3,7 +3,7 @@
 // from a precomputed frequency table (YaRN-blended, with its attention
 // factor), and attention with per-head sink logits and any head size up to
 // 256. Same conventions as kernels.hpp: FP32 activations [token][feature]
-// with explicit leading dimensions, FP16 KV cache [pos][n_kv][head_dim],
+// with explicit leading dimensions, FP16 (or FP32) KV cache [pos][n_kv][head_dim],
 // positions read from device memory (*d_pos0) so graphs can be replayed.
 #pragma once
 
@@ -30,7 +30,8 @@ void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, 
 // Rotates Q in place (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))
 // with angle pos * inv_freq[i] and both cos and sin multiplied by
 // attn_factor, then stores K (rotated) and V into the FP16 cache at
-// *d_pos0 + t. n_rot == 0: no rotation, K and V are only stored.
+// *d_pos0 + t. n_rot == 0: no rotation, K and V are only stored. With
+// k_cache32/v_cache32 set, the cache is FP32 instead (k_cache/v_cache unused).
 struct RopeTableArgs {
     float* qkv = nullptr;  // [t][q | k | v], row stride ld
     int ld = 0;
@@ -42,6 +43,8 @@ struct RopeTableArgs {
     int ntok = 1;
     __half* k_cache = nullptr;
     __half* v_cache = nullptr;
+    float* k_cache32 = nullptr;
+    float* v_cache32 = nullptr;
 };
 void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream);
 
@@ -50,11 +53,14 @@ void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream);
 // holds exp(sink[head]); window > 0 limits a query to the last `window`
 // positions. Any head_dim in 1..256. One block per (query, head); keys are
 // split over the block's warps and merged in warp order (deterministic).
+// k_cache32/v_cache32 set: the FP32 cache rope_table_store_kv wrote.
 struct SinkAttnArgs {
     const float* q = nullptr;
     int ldq = 0;
     const __half* k_cache = nullptr;
     const __half* v_cache = nullptr;
+    const float* k_cache32 = nullptr;
+    const float* v_cache32 = nullptr;
     int n_head = 0, n_kv = 0, head_dim = 0;
     const int32_t* d_pos0 = nullptr;
     int ntok = 1;
