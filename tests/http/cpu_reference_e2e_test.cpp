@@ -65,3 +65,14 @@ TEST(CpuReferenceEndToEnd, Stories260KGreedyMatchesTransformersOverHttp) {
     // Same request, same device: the same text again.
     EXPECT_EQ(greedy_text(h, "stories-2", ids.size(), &started), first);
 }
+
+// --kv-cache-size-mb uses the KV cost the plugin states (ABI 1.1): the CPU
+// reference keeps FP32 K and V, 2 x 5 layers x 4 kv heads x 8 dims x 4 bytes
+// = 1280 bytes a token for stories260K, so 1 MiB holds 819 tokens (an FP16
+// guess would have said 1638).
+TEST(CpuReferenceEndToEnd, KvCacheSizeUsesThePluginsStatedCost) {
+    EngineHost h({"--log-format", "text", "--kv-cache-size-mb", "1"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    json health = json::parse(h.get("/health").body);
+    EXPECT_EQ(health["context_length"], 819) << health.dump();
+}

@@ -57,7 +57,9 @@ static_assert(offsetof(eh_load_params, cancel_user) == 64);
 static_assert(sizeof(eh_load_params) == 72);
 static_assert(offsetof(eh_model_info, context_length) == 68);
 static_assert(offsetof(eh_model_info, device_bytes_used) == 80);
-static_assert(sizeof(eh_model_info) == 232);
+static_assert(offsetof(eh_model_info, runtime_version) == 228);  // end of the 1.0 layout
+static_assert(offsetof(eh_model_info, kv_bytes_per_token) == 232);  // 1.1
+static_assert(sizeof(eh_model_info) == 240);
 static_assert(sizeof(eh_session_params) == 24);
 static_assert(offsetof(eh_sampling_params, seed) == 32);
 static_assert(sizeof(eh_sampling_params) == 40);

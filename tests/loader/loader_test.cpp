@@ -54,7 +54,7 @@ TEST(Loader, GoodPluginIsAcceptedAndProbed) {
 }
 
 TEST(Loader, WrongMajorInTableIsRejectedNamingBothVersions) {
-    expect_rejected("wrong-major", "ABI major mismatch: plugin speaks 2.0, host needs 1.");
+    expect_rejected("wrong-major", "ABI major mismatch: plugin speaks 2." + std::to_string(EH_ABI_MINOR) + ", host needs 1.");
 }
 
 TEST(Loader, NullEntryIsRejected) { expect_rejected("null-entry", "returned NULL"); }
@@ -100,6 +100,21 @@ TEST(Loader, HangingProbeIsKilledAfterTheTimeout) {
     EXPECT_NE(all_reasons(r).find("did not finish probe within 1 s"), std::string::npos) << all_reasons(r);
 }
 
+// Minor versions only append: a plugin built against 1.0 loads in a 1.1
+// host, which then reads none of 1.1's additions from it.
+TEST(Loader, PluginBuiltForAnOlderMinorIsAccepted) {
+    ScratchDir dir;
+    eh::test::copy_fixture("abi-1-0", dir.path);
+    auto mp = eh::test::manifest_in(dir.path);
+    std::string text = eh::test::read_file(mp);
+    eh::test::replace_all(text, "\"minor\": " + std::to_string(EH_ABI_MINOR), "\"minor\": 0");
+    eh::test::write_file(mp, text);
+    PluginRecord r = load_plugin(mp.string());
+    EXPECT_TRUE(r.accepted) << all_reasons(r);
+    ASSERT_NE(r.api, nullptr);
+    EXPECT_EQ(r.api->abi_minor, 0);
+}
+
 TEST(Loader, TooOldMinorIsRejectedBeforeOpening) {
     LoaderOptions opt;
     opt.required_abi_minor = EH_ABI_MINOR + 1;
@@ -143,14 +158,16 @@ TEST(Loader, MalformedJsonIsRejected) {
 TEST(Loader, ManifestAbiMajorMismatchIsRejectedBeforeOpening) {
     PluginRecord r = load_edited([](std::string& s) { eh::test::replace_all(s, "\"major\": 1", "\"major\": 7"); });
     EXPECT_FALSE(r.accepted);
-    EXPECT_NE(all_reasons(r).find("ABI major mismatch: manifest says 7.0, host needs 1.0"), std::string::npos)
+    EXPECT_NE(all_reasons(r).find("ABI major mismatch: manifest says 7." + std::to_string(EH_ABI_MINOR) + ", host needs 1.0"), std::string::npos)
         << all_reasons(r);
 }
 
 TEST(Loader, ManifestAbiMinorDisagreeingWithTableIsRejected) {
-    PluginRecord r = load_edited([](std::string& s) { eh::test::replace_all(s, "\"minor\": 0", "\"minor\": 3"); });
+    PluginRecord r = load_edited([](std::string& s) {
+        eh::test::replace_all(s, "\"minor\": " + std::to_string(EH_ABI_MINOR), "\"minor\": 7");
+    });
     EXPECT_FALSE(r.accepted);
-    EXPECT_NE(all_reasons(r).find("ABI version disagrees: manifest says 1.3, plugin table says 1.0"),
+    EXPECT_NE(all_reasons(r).find("ABI version disagrees: manifest says 1.7, plugin table says 1." + std::to_string(EH_ABI_MINOR)),
               std::string::npos) << all_reasons(r);
 }
 

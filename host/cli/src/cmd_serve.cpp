@@ -299,7 +299,7 @@ int cmd_serve(const std::vector<std::string>& args) {
 
         auto codec = make_codec(*file);
         service::ServiceOptions sopt;
-        sopt.n_ctx = choose_context(*file, mi.context_length, vm["ctx-size"].as<uint32_t>(), vm["kv-cache-size-mb"].as<uint64_t>());
+        sopt.n_ctx = choose_context(*file, mi, vm["ctx-size"].as<uint32_t>(), vm["kv-cache-size-mb"].as<uint64_t>());
         sopt.queue_capacity = vm["queue-size"].as<size_t>();
         sopt.inference_timeout = std::chrono::seconds(vm["inference-timeout-sec"].as<uint32_t>());
         sopt.shutdown_grace = std::chrono::milliseconds(vm["shutdown-grace-ms"].as<uint32_t>());

@@ -1,5 +1,7 @@
 #include "serve_model.hpp"
 
+#include "eh/model/descriptor.hpp"
+
 #include <algorithm>
 #include <filesystem>
 #include <set>
@@ -20,17 +22,17 @@ ModelRequirements model_requirements(const model::ModelFile& file) {
     return need;
 }
 
-std::optional<uint64_t> kv_bytes_per_token(const model::ModelFile& file) {
-    auto layers = file.get_uint(file.arch_key("block_count"));
-    auto embd = file.get_uint(file.arch_key("embedding_length"));
-    auto heads = file.get_uint(file.arch_key("attention.head_count"));
-    if (!layers || !embd || !heads || *heads == 0) return std::nullopt;
-    uint64_t kv_heads = file.get_uint(file.arch_key("attention.head_count_kv")).value_or(*heads);
-    uint64_t head_dim = *embd / *heads;
-    return 2ull * *layers * kv_heads * head_dim * 2ull;  // K and V, 2 bytes each
+std::optional<uint64_t> kv_bytes_per_token(const model::ModelFile& file, const eh_model_info& info) {
+    if (info.kv_bytes_per_token) return info.kv_bytes_per_token;
+    model::ModelDescriptor d = model::describe(file);
+    if (!d.block_count || !d.head_dim || !d.head_count) return std::nullopt;
+    uint64_t kv_heads = d.head_count_kv ? d.head_count_kv : d.head_count;
+    return 2ull * d.block_count * kv_heads * d.head_dim * 2ull;  // K and V, 2 bytes each
 }
 
-uint32_t choose_context(const model::ModelFile& file, uint32_t trained, uint32_t ctx_size, uint64_t kv_cache_mb) {
+uint32_t choose_context(const model::ModelFile& file, const eh_model_info& info, uint32_t ctx_size,
+                        uint64_t kv_cache_mb) {
+    const uint32_t trained = info.context_length;
     if (ctx_size) {
         if (trained && ctx_size > trained)
             throw Error(Code::InvalidRequest, fmt::format("--ctx-size {} exceeds the model's trained context length {}",
@@ -38,7 +40,7 @@ uint32_t choose_context(const model::ModelFile& file, uint32_t trained, uint32_t
         return ctx_size;
     }
     if (kv_cache_mb) {
-        auto per = kv_bytes_per_token(file);
+        auto per = kv_bytes_per_token(file, info);
         if (!per) throw Error(Code::InvalidRequest, "--kv-cache-size-mb: the model does not state its attention shape; use --ctx-size");
         uint64_t n = kv_cache_mb * 1024 * 1024 / *per;
         if (n < 16) throw Error(Code::InvalidRequest, fmt::format("--kv-cache-size-mb {} holds only {} tokens", kv_cache_mb, n));

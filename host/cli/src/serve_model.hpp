@@ -13,13 +13,15 @@ namespace eh::cli {
 
 ModelRequirements model_requirements(const model::ModelFile& file);
 
-// Bytes of KV cache one token takes (f16 keys and values), from the GGUF
-// hyperparameters; nullopt when the model does not say.
-std::optional<uint64_t> kv_bytes_per_token(const model::ModelFile& file);
+// Bytes of KV cache one token takes: what the plugin states (ABI 1.1
+// eh_model_info.kv_bytes_per_token), else an FP16 estimate from the model's
+// hyperparameters; nullopt when neither is known.
+std::optional<uint64_t> kv_bytes_per_token(const model::ModelFile& file, const eh_model_info& info);
 
 // The context the server runs with: --ctx-size, else what --kv-cache-size-mb
 // holds, else the trained length; never above the trained length.
-uint32_t choose_context(const model::ModelFile& file, uint32_t trained, uint32_t ctx_size, uint64_t kv_cache_mb);
+uint32_t choose_context(const model::ModelFile& file, const eh_model_info& info, uint32_t ctx_size,
+                        uint64_t kv_cache_mb);
 
 // The id clients use for the model: the file (or directory) name without
 // its extension.

@@ -60,7 +60,10 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 0
+#define EH_ABI_MINOR 1
+/* History (members are only ever appended):
+ *   1.0  first version
+ *   1.1  eh_model_info.kv_bytes_per_token                                   */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -295,6 +298,10 @@ typedef struct eh_model_info {
     char device_name[128];
     int32_t compute_capability;    /* 0 for CPU                               */
     int32_t runtime_version;       /* CUDA runtime version; 0 for CPU         */
+    /* since 1.1 -- */
+    uint64_t kv_bytes_per_token;   /* memory one token of session context
+                                      takes in the KV cache (device memory for
+                                      GPU engines); 0 = not stated           */
 } eh_model_info;
 
 /* ------------------------------------------------------------------------ */

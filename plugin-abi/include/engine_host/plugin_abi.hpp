@@ -162,6 +162,19 @@ inline std::string type_name(uint32_t type) {
     return t.name ? std::string(t.name) : "type#" + std::to_string(type);
 }
 
+// Fills a versioned out-struct the caller owns (eh_probe_result,
+// eh_model_info): `fill` gets a zeroed full-size copy, and only the prefix the
+// caller's struct_size covers is written back, so an older caller's smaller
+// struct is never overrun. struct_size 0 is taken as "this header's size".
+template <class T, class Fill>
+void fill_versioned(T* out, Fill&& fill) {
+    uint32_t size = out->struct_size == 0 || out->struct_size > sizeof(T) ? uint32_t(sizeof(T)) : out->struct_size;
+    T tmp{};
+    fill(tmp);
+    tmp.struct_size = size;
+    std::memcpy(static_cast<void*>(out), &tmp, size);
+}
+
 // Copies `text` into a fixed char array, always NUL-terminated.
 template <size_t N>
 void copy_fixed(char (&dst)[N], std::string_view text) {

@@ -84,19 +84,17 @@ eh_status model_get_info(const eh_model* model, eh_model_info* out) {
     std::string& err = model_error_slot(model);
     return ehp::guard(err, [&] {
         if (!model || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "model_get_info: NULL argument");
-        if (out->struct_size < sizeof(eh_model_info))
-            throw ehp::Error(EH_INVALID_ARGUMENT, "model_get_info: eh_model_info.struct_size too small");
         const cpuref::Model& m = *model->model;
-        const uint32_t size = out->struct_size;
-        std::memset(out, 0, sizeof(eh_model_info));
-        out->struct_size = size;
-        ehp::copy_fixed(out->architecture, m.config().arch_name);
-        ehp::copy_fixed(out->quant_kind, m.dominant_type());
-        out->context_length = m.config().n_ctx_train;
-        out->vocab_size = m.config().n_vocab;
-        out->device_bytes_used = 0;
-        out->host_bytes_used = m.host_bytes();
-        ehp::copy_fixed(out->device_name, m.device_name());
+        ehp::fill_versioned(out, [&](eh_model_info& i) {
+            const auto& c = m.config();
+            ehp::copy_fixed(i.architecture, c.arch_name);
+            ehp::copy_fixed(i.quant_kind, m.dominant_type());
+            i.context_length = c.n_ctx_train;
+            i.vocab_size = c.n_vocab;
+            i.host_bytes_used = m.host_bytes();
+            ehp::copy_fixed(i.device_name, m.device_name());
+            i.kv_bytes_per_token = 2ull * c.n_layer * c.n_head_kv * c.head_dim * sizeof(float);  // host memory
+        });
     });
 }
 

@@ -25,6 +25,7 @@ struct Engine {
         ehp::copy_fixed(out.architecture, m.cfg.arch_name);
         out.context_length = uint32_t(m.cfg.n_ctx_train);
         out.vocab_size = uint32_t(m.cfg.n_vocab);
+        out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * gpt_cuda::kv_element_bytes();
     }
 };
 

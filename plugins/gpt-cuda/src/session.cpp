@@ -23,12 +23,14 @@ constexpr int kMaxBatch = 512;  // prefill tokens per forward pass
 // 15 of 128 positions; with FP32 the logits match the CPU reference to
 // ~4e-6 (tests/gpt_cuda/agreement_diag_test.cpp, issue 8). EH_GPT_CUDA_KV=f16
 // halves the cache's memory and attention reads at that precision cost.
+}  // namespace
+
 bool kv_f32_from_env() {
     const char* v = std::getenv("EH_GPT_CUDA_KV");
     return !(v && std::string(v) == "f16");
 }
 
-}  // namespace
+size_t kv_element_bytes() { return kv_f32_from_env() ? 4 : 2; }
 
 Session::Session(Model& model, const eh_session_params& params)
     : m_(model), c_(model.cfg), n_ctx_(params.n_ctx), cancel_(params.cancel), cancel_user_(params.cancel_user) {

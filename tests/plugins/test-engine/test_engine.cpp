@@ -37,6 +37,7 @@
 #define MODE_DISAGREE 7
 #define MODE_MISSING_ENTRY 8
 #define MODE_SMALL_TABLE 9
+#define MODE_ABI_1_0 10
 
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "test-engine"
@@ -289,7 +290,11 @@ const eh_plugin_api kApi = {
 #else
     EH_ABI_MAJOR,
 #endif
+#if FIXTURE_MODE == MODE_ABI_1_0
+    0,  // built against ABI 1.0: the 1.1 host must still accept it
+#else
     EH_ABI_MINOR,
+#endif
     info, plugin_last_error, probe, model_load, model_get_info, model_check_residency,
     model_last_error, model_release, session_create, session_set_sampling, session_prefill,
     session_sample, session_decode, session_reset, session_n_past, session_logits,

@@ -12,7 +12,8 @@
 //                                      // decode, reset, n_past, logits, n_vocab
 //       static const eh_plugin_info& info();
 //       static std::unique_ptr<Model> load(const eh_load_params&);
-//       // architecture, context_length, vocab_size (the rest is common)
+//       // architecture, context_length, vocab_size, kv_bytes_per_token
+//       // (the rest is common)
 //       static void fill_info(const Model&, eh_model_info&);
 //   };
 //   EHCUDA_EXPORT_PLUGIN(Engine)
@@ -30,13 +31,8 @@
 
 namespace ehcuda {
 
-// Can this device run the plugin? Never throws; fills `out` (struct_size kept).
-inline eh_status probe_cuda_device(int32_t device, uint32_t min_cc, eh_probe_result* out) {
-    return ehp::guard(ehp::thread_last_error(), [&]() -> eh_status {
-        if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "probe: out is NULL");
-        uint32_t size = out->struct_size;
-        *out = eh_probe_result{};
-        out->struct_size = size ? size : sizeof(eh_probe_result);
+// Can this device run the plugin? Fills a full-size eh_probe_result.
+inline eh_status probe_into(int32_t device, uint32_t min_cc, eh_probe_result* out) {
         auto no = [&](const std::string& why) {
             out->supported = 0;
             ehp::copy_fixed(out->reason, why);
@@ -79,6 +75,16 @@ inline eh_status probe_cuda_device(int32_t device, uint32_t min_cc, eh_probe_res
         out->supported = 1;
         ehp::copy_fixed(out->reason, "ok");
         return EH_OK;
+}
+
+// probe() of every CUDA plugin: never throws, writes only what the caller's
+// struct_size covers.
+inline eh_status probe_cuda_device(int32_t device, uint32_t min_cc, eh_probe_result* result) {
+    return ehp::guard(ehp::thread_last_error(), [&]() -> eh_status {
+        if (!result) throw ehp::Error(EH_INVALID_ARGUMENT, "probe: out is NULL");
+        eh_status st = EH_OK;
+        ehp::fill_versioned(result, [&](eh_probe_result& r) { st = probe_into(device, min_cc, &r); });
+        return st;
     });
 }
 
@@ -119,16 +125,15 @@ struct PluginGlue {
     static eh_status model_get_info(const eh_model* model, eh_model_info* out) {
         return ehp::guard(model_error(), [&] {
             if (!model || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "NULL argument");
-            uint32_t size = out->struct_size;
-            *out = eh_model_info{};
-            out->struct_size = size ? size : sizeof(eh_model_info);
             const Model& m = *M(model)->m;
-            ehp::copy_fixed(out->quant_kind, m.quant_kind);
-            out->device_bytes_used = m.ledger.bytes();
-            ehp::copy_fixed(out->device_name, m.device_name);
-            out->compute_capability = m.compute_capability;
-            out->runtime_version = m.runtime_version;
-            Engine::fill_info(m, *out);
+            ehp::fill_versioned(out, [&](eh_model_info& i) {
+                ehp::copy_fixed(i.quant_kind, m.quant_kind);
+                i.device_bytes_used = m.ledger.bytes();
+                ehp::copy_fixed(i.device_name, m.device_name);
+                i.compute_capability = m.compute_capability;
+                i.runtime_version = m.runtime_version;
+                Engine::fill_info(m, i);
+            });
         });
     }
 

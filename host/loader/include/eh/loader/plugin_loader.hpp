@@ -29,7 +29,9 @@ namespace eh::loader {
 
 struct LoaderOptions {
     int32_t device = 0;                         // GPU ordinal passed to probe
-    uint16_t required_abi_minor = EH_ABI_MINOR; // lowest minor this host accepts
+    // Lowest minor this host accepts. The host needs nothing newer than 1.0:
+    // it reads 1.1's eh_model_info.kv_bytes_per_token only when it is set.
+    uint16_t required_abi_minor = 0;
     bool isolate_preflight = true;              // run step 2 in a child process
     std::chrono::milliseconds preflight_timeout{30000};
     std::string platform;                       // empty = host_platform()
