@@ -146,4 +146,22 @@ void rope_store_kv(const RopeArgs& a, cudaStream_t stream) {
     EHC_LAUNCHED("rope_kernel");
 }
 
+namespace {
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+__global__ void busy_wait_kernel(unsigned long long ns) {
+    const unsigned long long t0 = global_ns();
+    while (global_ns() - t0 < ns) {
+    }
+}
+}  // namespace
+
+void gpu_busy_wait(uint32_t us, cudaStream_t stream) {
+    busy_wait_kernel<<<1, 1, 0, stream>>>(1000ull * us);
+    EHC_LAUNCHED("busy_wait_kernel");
+}
+
 }  // namespace ehcuda

