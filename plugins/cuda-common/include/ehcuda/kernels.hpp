@@ -71,7 +71,7 @@ void matmul(const MatmulArgs& a, cudaStream_t stream);
 void set_gemv_prefetch(bool on);
 // Single-token GEMV on quantized weights with the input quantized to int8
 // per 32 elements and __dp4a dot products (fewer instructions per weight
-// byte; ~0.4 % input rounding). On by default; EHCUDA_GEMV_Q8X=0 turns it off.
+// byte; ~0.4 % input rounding). Off by default; EHCUDA_GEMV_Q8X=1 turns it on.
 void set_gemv_q8x(bool on);
 bool gemv_q8x();
 void gemv(const MatmulArgs& a, cudaStream_t stream);
