@@ -2,9 +2,11 @@
 // synthetic real-shape models, and GEMV weight-streaming bandwidth against
 // the device's copy bandwidth. Disabled by default; run with
 //   eh_cuda_tests --gtest_also_run_disabled_tests --gtest_filter='*Bench*'
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/kernels.hpp>
@@ -78,8 +80,7 @@ void bench_model(const char* label, TinySpec spec) {
     api->model_release(m);
 }
 
-TEST(Bench, DISABLED_Qwen25_05B_Q4KM_Shape) {
-    REQUIRE_GPU();
+TinySpec qwen_spec() {
     TinySpec q;
     q.arch = "qwen2";
     q.n_embd = 896;
@@ -97,11 +98,10 @@ TEST(Bench, DISABLED_Qwen25_05B_Q4KM_Shape) {
     q.embd_type = EH_TYPE_Q8_0;
     for (int i = 0; i < q.n_layer; ++i)
         q.overrides["blk." + std::to_string(i) + ".ffn_down.weight"] = (i % 3 == 0) ? EH_TYPE_Q6_K : EH_TYPE_Q4_K;
-    bench_model("qwen2.5-0.5b-q4_k_m-shape", q);
+    return q;
 }
 
-TEST(Bench, DISABLED_Phi3Mini_Q4KM_Shape) {
-    REQUIRE_GPU();
+TinySpec phi3_spec() {
     TinySpec p;
     p.arch = "phi3";
     p.n_embd = 3072;
@@ -118,7 +118,122 @@ TEST(Bench, DISABLED_Phi3Mini_Q4KM_Shape) {
         if (i % 3 == 0) p.overrides[b + "ffn_down.weight"] = EH_TYPE_Q6_K;
         p.overrides[b + "attn_qkv.weight"] = EH_TYPE_Q5_K;
     }
-    bench_model("phi-3-mini-q4_k_m-shape", p);
+    return p;
+}
+
+// The same sequence as `engine-host bench -p 512 -n 128 -r 5`: one session of
+// n_ctx = p + n + 1, greedy sampling; per repetition reset, prefill p tokens,
+// sample, then n decode calls, each timed on the host. Repetition 0 is the
+// warm-up. With EHCUDA_PROFILE_DECODE=1 the plugin prints its per-kernel-group
+// GPU time when the session is released.
+void host_bench(const char* label, TinySpec spec) {
+    TinyModel tm(spec);
+    const eh_plugin_api* api = llama_cuda_api();
+    ASSERT_NE(api, nullptr);
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = label;
+    lp.view = tm.view();
+    eh_model* m = nullptr;
+    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
+    const uint32_t np = 512, ng = 128, reps = 5;
+    eh_session_params sp{};
+    sp.struct_size = sizeof sp;
+    sp.n_ctx = np + ng + 1;
+    eh_session* s = nullptr;
+    ASSERT_EQ(api->session_create(m, &sp, &s), EH_OK) << api->model_last_error(m);
+    eh_sampling_params p{};
+    p.struct_size = sizeof p;
+    p.temperature = 0.0f;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    p.repetition_window = -1;
+    p.seed = 1234;
+    ASSERT_EQ(api->session_set_sampling(s, &p), EH_OK);
+    std::vector<int32_t> prompt(np);
+    for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % static_cast<size_t>(spec.n_vocab));
+    std::vector<double> pp, tg, itl;
+    for (uint32_t rep = 0; rep <= reps; ++rep) {
+        ASSERT_EQ(api->session_reset(s), EH_OK);
+        double t0 = now_s();
+        ASSERT_EQ(api->session_prefill(s, prompt.data(), np), EH_OK) << api->session_last_error(s);
+        const double t_pp = now_s() - t0;
+        int32_t tok = 0;
+        ASSERT_EQ(api->session_sample(s, &tok), EH_OK);
+        std::vector<double> steps;
+        const double td = now_s();
+        for (uint32_t i = 0; i < ng; ++i) {
+            const double ts = now_s();
+            ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK) << api->session_last_error(s);
+            steps.push_back(now_s() - ts);
+        }
+        const double t_tg = now_s() - td;
+        if (rep == 0) continue;
+        pp.push_back(np / t_pp);
+        tg.push_back(ng / t_tg);
+        itl.insert(itl.end(), steps.begin(), steps.end());
+    }
+    auto median = [](std::vector<double> v) {
+        std::sort(v.begin(), v.end());
+        return v[v.size() / 2];
+    };
+    std::printf("[hostbench] %s: pp%u %.0f tok/s, tg%u %.0f tok/s, ITL p50 %.3f ms (n_ctx %u)\n", label, np, median(pp), ng,
+                median(tg), 1e3 * median(itl), sp.n_ctx);
+    std::fflush(stdout);
+    api->session_release(s);
+    // Per-kernel-group breakdown of the same sequence: one profiled session
+    // per attention split count listed in EH_HOSTBENCH_PROFILE_SPLITS
+    // ("2,0": 2 splits, then the plugin's own choice).
+    if (const char* list = std::getenv("EH_HOSTBENCH_PROFILE_SPLITS")) {
+        std::string l = list;
+        for (size_t at = 0; at < l.size();) {
+            size_t comma = l.find(',', at);
+            if (comma == std::string::npos) comma = l.size();
+            const std::string v = l.substr(at, comma - at);
+            at = comma + 1;
+            if (v == "0")
+                unsetenv("EHCUDA_ATTN_SPLITS");
+            else
+                setenv("EHCUDA_ATTN_SPLITS", v.c_str(), 1);
+            setenv("EHCUDA_PROFILE_DECODE", "1", 1);
+            eh_session* ps = nullptr;
+            ASSERT_EQ(api->session_create(m, &sp, &ps), EH_OK) << api->model_last_error(m);
+            unsetenv("EHCUDA_PROFILE_DECODE");
+            unsetenv("EHCUDA_ATTN_SPLITS");
+            ASSERT_EQ(api->session_set_sampling(ps, &p), EH_OK);
+            std::printf("[hostbench] %s: profile with EHCUDA_ATTN_SPLITS=%s\n", label, v.c_str());
+            std::fflush(stdout);
+            for (int rep = 0; rep < 2; ++rep) {
+                ASSERT_EQ(api->session_reset(ps), EH_OK);
+                ASSERT_EQ(api->session_prefill(ps, prompt.data(), np), EH_OK) << api->session_last_error(ps);
+                int32_t tok = 0;
+                ASSERT_EQ(api->session_sample(ps, &tok), EH_OK);
+                for (uint32_t i = 0; i < ng; ++i) ASSERT_EQ(api->session_decode(ps, tok, &tok), EH_OK);
+            }
+            api->session_release(ps);  // prints the breakdown to stderr
+        }
+    }
+    api->model_release(m);
+}
+
+TEST(Bench, DISABLED_Qwen25_05B_Q4KM_Shape) {
+    REQUIRE_GPU();
+    bench_model("qwen2.5-0.5b-q4_k_m-shape", qwen_spec());
+}
+
+TEST(Bench, DISABLED_Phi3Mini_Q4KM_Shape) {
+    REQUIRE_GPU();
+    bench_model("phi-3-mini-q4_k_m-shape", phi3_spec());
+}
+
+TEST(Bench, DISABLED_HostSequence_Qwen25_05B) {
+    REQUIRE_GPU();
+    host_bench("qwen2.5-0.5b-q4_k_m-shape", qwen_spec());
+}
+
+TEST(Bench, DISABLED_HostSequence_Phi3Mini) {
+    REQUIRE_GPU();
+    host_bench("phi-3-mini-q4_k_m-shape", phi3_spec());
 }
 
 TEST(Bench, DISABLED_GemvBandwidth) {

@@ -244,7 +244,10 @@ TEST_P(AttentionTest, MatchesHost) {
     auto got = to_host<float>(dout, ref.size());
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-3 * (1 + std::fabs(ref[i]))) << "prefill at " << i;
     if (c.ntok == 1) {
-        for (int nsplit : {1, 4, 32}) {
+        // The session's own split count for a cache just holding this
+        // length, plus fixed ones (keys per split not a multiple of the
+        // kernel's 4-key batches exercise the tail masking).
+        for (int nsplit : {1, 4, 32, ehcuda::attention_decode_splits(uint32_t(len))}) {
             ehcuda::DeviceBuffer scratch(ehcuda::attention_decode_scratch_floats(c.H, c.hd, nsplit) * 4);
             cudaMemset(dout.get(), 0, dout.size());
             ehcuda::attention_decode(a, scratch.as<float>(), nsplit, nullptr);
@@ -259,7 +262,20 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                          ::testing::Values(AttnCase{64, 14, 2, 0, 37, 0}, AttnCase{64, 14, 2, 300, 1, 0},
                                            AttnCase{96, 32, 32, 5, 20, 0}, AttnCase{128, 8, 2, 1000, 1, 0},
                                            AttnCase{128, 8, 8, 100, 50, 64}, AttnCase{64, 4, 1, 700, 1, 128},
-                                           AttnCase{256, 4, 2, 3, 9, 0}));
+                                           AttnCase{256, 4, 2, 3, 9, 0},
+                                           // decode after a 512-token prompt (engine-host bench)
+                                           AttnCase{64, 14, 2, 577, 1, 0}, AttnCase{96, 32, 32, 639, 1, 0},
+                                           AttnCase{64, 14, 2, 2, 1, 0}));
+
+// A full cache gives each decode-attention block about 64 keys (a 641-slot
+// session used to get 2 splits of 320 keys each: half-speed decode).
+TEST(Kernels, DecodeSplitsFollowCacheLength) {
+    EXPECT_EQ(ehcuda::attention_decode_splits(1), 1);
+    EXPECT_EQ(ehcuda::attention_decode_splits(64), 1);
+    EXPECT_EQ(ehcuda::attention_decode_splits(641), 11);
+    EXPECT_EQ(ehcuda::attention_decode_splits(4096), 64);
+    EXPECT_EQ(ehcuda::attention_decode_splits(1u << 24), 128);
+}
 
 TEST(Kernels, RopeNormalAndNeoxStoreCache) {
     REQUIRE_GPU();

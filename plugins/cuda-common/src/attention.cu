@@ -110,6 +110,10 @@ __global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs 
 
 constexpr int kDecodeWarps = 4;
 constexpr int kMinChunk = 64;
+// Keys a warp scores per iteration. The loop is latency-bound (each key is a
+// dependent load → reduce → rescale chain), so loading several keys' K and V
+// rows before reducing any of them keeps that many loads in flight.
+constexpr int kKeysPerIter = 4;
 
 // scratch layout per (head, split): [m, l, acc[HD]]
 template <int DPL>
@@ -137,20 +141,48 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
     float m = -INFINITY, l = 0.0f, acc[DPL];
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
-    for (int key = ks + warp; key < ke; key += kDecodeWarps) {
-        const __half* kr = a.k_cache + size_t(key) * kv_ld + kvh * HD;
-        const __half* vr = a.v_cache + size_t(key) * kv_ld + kvh * HD;
-        float s = 0.0f;
+    // Warp w takes keys ks + w*G .. +G-1, then jumps by kDecodeWarps*G.
+    for (int kb = ks + warp * kKeysPerIter; kb < ke; kb += kDecodeWarps * kKeysPerIter) {
+        float kf[kKeysPerIter][DPL], vf[kKeysPerIter][DPL];
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) s = fmaf(q[i], __half2float(kr[lane + 32 * i]), s);
-        s = detail::warp_sum(s);
-        const float mnew = fmaxf(m, s);
-        const float alpha = (m == -INFINITY) ? 0.0f : __expf(m - mnew);
-        const float p = __expf(s - mnew);
-        l = l * alpha + p;
+        for (int j = 0; j < kKeysPerIter; ++j) {
+            const int key = min(kb + j, ke - 1);  // clamped: a valid row, masked below
+            const __half* kr = a.k_cache + size_t(key) * kv_ld + kvh * HD;
+            const __half* vr = a.v_cache + size_t(key) * kv_ld + kvh * HD;
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, __half2float(vr[lane + 32 * i]), acc[i] * alpha);
-        m = mnew;
+            for (int i = 0; i < DPL; ++i) {
+                kf[j][i] = __half2float(kr[lane + 32 * i]);
+                vf[j][i] = __half2float(vr[lane + 32 * i]);
+            }
+        }
+        float s[kKeysPerIter];
+#pragma unroll
+        for (int j = 0; j < kKeysPerIter; ++j) {
+            float d = 0.0f;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) d = fmaf(q[i], kf[j][i], d);
+            s[j] = d;
+        }
+#pragma unroll
+        for (int off = 16; off > 0; off >>= 1)
+#pragma unroll
+            for (int j = 0; j < kKeysPerIter; ++j) s[j] += __shfl_xor_sync(0xffffffffu, s[j], off);
+        float mt = m;
+#pragma unroll
+        for (int j = 0; j < kKeysPerIter; ++j)
+            if (kb + j < ke) mt = fmaxf(mt, s[j]);
+        const float alpha = (m == -INFINITY) ? 0.0f : __expf(m - mt);
+        l *= alpha;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
+#pragma unroll
+        for (int j = 0; j < kKeysPerIter; ++j) {
+            const float p = (kb + j < ke) ? __expf(s[j] - mt) : 0.0f;
+            l += p;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, vf[j][i], acc[i]);
+        }
+        m = mt;
     }
     if (lane == 0) {
         sm_m[warp] = m;
@@ -231,6 +263,14 @@ void attention_prefill(const AttnArgs& a, cudaStream_t stream) {
         attn_prefill_kernel<DPL><<<grid, kQPerBlock * 32, 0, stream>>>(a);
     });
     EHC_LAUNCHED("attn_prefill_kernel");
+}
+
+int attention_decode_splits(uint32_t n_ctx) {
+    // Enough splits that a full cache gives each block about kMinChunk keys
+    // (the grid is fixed when the decode step is captured, so size it for
+    // the longest sequence; splits past the current length exit at once).
+    const uint32_t n = (n_ctx + kMinChunk - 1) / kMinChunk;
+    return int(n < 1 ? 1 : n > 128 ? 128 : n);
 }
 
 size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit) {

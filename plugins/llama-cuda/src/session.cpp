@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
 
 #include <ehcuda/check.hpp>
 #include <ehcuda/kernels.hpp>
@@ -20,7 +22,13 @@ Session::Session(Model& model, const eh_session_params& params)
     if (n_ctx_ == 0 || n_ctx_ > (1u << 24)) throw ehp::Error(EH_INVALID_ARGUMENT, "n_ctx must be in 1..16777216");
     EHC_CHECK(cudaSetDevice(m_.device));
     max_batch_ = int(std::min<uint32_t>(n_ctx_, kMaxBatch));
-    nsplit_ = int(std::clamp<uint32_t>(n_ctx_ / 256, 1, 32));
+    // Split-K width for decode attention, sized for a full cache. (It was
+    // n_ctx/256 ≤ 32: a 641-position session got 2 splits, so a block walked
+    // ~320 keys serially and decode after a 512-token prompt ran at half
+    // speed.) EHCUDA_ATTN_SPLITS=N overrides it for measurements.
+    nsplit_ = ehcuda::attention_decode_splits(n_ctx_);
+    if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
+    if (const char* e = std::getenv("EHCUDA_PROFILE_DECODE")) profile_ = e[0] == '1';
     ehcuda::MemoryLedger* L = &m_.ledger;
     const size_t B = size_t(max_batch_);
     const size_t kv_bytes = size_t(n_ctx_) * c_.kv_dim() * sizeof(__half);
@@ -55,6 +63,8 @@ Session::Session(Model& model, const eh_session_params& params)
 }
 
 Session::~Session() {
+    if (profile_ && profiled_steps_) print_profile();
+    for (cudaEvent_t e : events_) cudaEventDestroy(e);
     decode_graph_.reset();
     if (h_step_) cudaFreeHost(h_step_);
     if (h_out_) cudaFreeHost(h_out_);
@@ -122,6 +132,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
     };
     ehcuda::record_tokens(history_.as<int32_t>(), d_pos0, d_tokens, ntok, s);
     ehcuda::embed_rows(m_.tok_embd, d_tokens, ntok, h, s);
+    mark(kEmbed);
     for (int li = 0; li < c.n_layer; ++li) {
         const Layer& L = m_.layers[size_t(li)];
         ehcuda::MatmulArgs a;
@@ -134,6 +145,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         a.ldy = c.qkv_dim();
         a.ntok = ntok;
         ehcuda::matmul(a, s);
+        mark(kQkv);
 
         ehcuda::RopeArgs r;
         r.qkv = qkv;
@@ -149,6 +161,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         r.k_cache = kcache_[size_t(li)].as<__half>();
         r.v_cache = vcache_[size_t(li)].as<__half>();
         ehcuda::rope_store_kv(r, s);
+        mark(kRope);
 
         ehcuda::AttnArgs at;
         at.q = qkv;
@@ -168,6 +181,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             ehcuda::attention_decode(at, attn_scratch_.as<float>(), nsplit_, s);
         else
             ehcuda::attention_prefill(at, s);
+        mark(kAttn);
 
         ehcuda::MatmulArgs o;
         o.seg[0].w = L.attn_out;
@@ -179,6 +193,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         o.accumulate = true;  // residual add
         o.ntok = ntok;
         ehcuda::matmul(o, s);
+        mark(kOut);
 
         ehcuda::MatmulArgs g;
         for (int k = 0; k < L.n_gate_up; ++k) g.seg[k] = L.gate_up[k];
@@ -190,6 +205,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         g.ldy = 2 * c.n_ff;
         g.ntok = ntok;
         ehcuda::matmul(g, s);
+        mark(kGateUp);
 
         ehcuda::MatmulArgs d;
         d.seg[0].w = L.ffn_down;
@@ -202,6 +218,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         d.accumulate = true;
         d.ntok = ntok;
         ehcuda::matmul(d, s);
+        mark(kDown);
     }
     // LM head on the last token only; its final norm is folded into the
     // GEMV's input staging.
@@ -218,6 +235,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
     lm.ldy = c.n_vocab;
     lm.ntok = 1;
     ehcuda::matmul(lm, s);
+    mark(kHead);
 }
 
 void Session::prefill(const int32_t* tokens, uint32_t n) {
@@ -285,14 +303,18 @@ int32_t Session::decode(int32_t token) {
         ehcuda::sample_tokens(logits_.as<float>(), c_.n_vocab, history_.as<int32_t>(), &d_step->n_hist,
                               params_.as<ehcuda::SamplerParams>(), counter_.as<unsigned long long>(),
                               {fwork_.as<float>(), iwork_.as<int32_t>()}, out_token_.as<int32_t>(), s);
+        mark(kSample);
         EHC_CHECK(cudaMemcpyAsync(h_out_, out_token_.get(), 4, cudaMemcpyDeviceToHost, s));
     };
     // The first step runs eagerly so every kernel's module is loaded (lazy
     // loading) before capture; later steps replay the captured graph.
-    if (!decode_graph_.ready() && decode_warm_) decode_graph_.capture(s, step);
+    if (!decode_graph_.ready() && decode_warm_ && !profile_) decode_graph_.capture(s, step);
     *h_step_ = Step{int32_t(n_past_), int32_t(n_past_) + 1, token, 0};
     try {
-        if (decode_graph_.ready())
+        if (profile_ && decode_warm_) {
+            profiled_keys_ += n_past_ + 1;
+            profiled_step(step);
+        } else if (decode_graph_.ready())
             decode_graph_.launch(s);
         else
             step();
@@ -305,6 +327,56 @@ int32_t Session::decode(int32_t token) {
     n_past_ += 1;
     have_logits_ = true;
     return *h_out_;
+}
+
+void Session::mark(Group g) {
+    if (!marking_) return;
+    if (events_.size() == event_group_.size()) {
+        cudaEvent_t e;
+        EHC_CHECK(cudaEventCreate(&e));
+        events_.push_back(e);
+    }
+    EHC_CHECK(cudaEventRecord(events_[event_group_.size()], stream_.get()));
+    event_group_.push_back(g);
+}
+
+void Session::profiled_step(const std::function<void()>& body) {
+    cudaStream_t s = stream_.get();
+    // Hold the GPU while the whole step is enqueued, so its kernels then run
+    // back to back and the events measure GPU time, not launch gaps.
+    ehcuda::gpu_busy_wait(3000, s);
+    event_group_.clear();
+    marking_ = true;
+    try {
+        mark(kEmbed);  // start marker; its own interval is not counted
+        event_group_.back() = -1;
+        body();
+    } catch (...) {
+        marking_ = false;
+        throw;
+    }
+    marking_ = false;
+    EHC_CHECK(cudaStreamSynchronize(s));
+    for (size_t i = 1; i < event_group_.size(); ++i) {
+        float ms = 0;
+        EHC_CHECK(cudaEventElapsedTime(&ms, events_[i - 1], events_[i]));
+        group_ms_[event_group_[i]] += ms;
+        step_ms_ += ms;
+    }
+    ++profiled_steps_;
+}
+
+void Session::print_profile() const {
+    static const char* names[kGroups] = {"embed+record", "qkv gemv (+norm)", "rope+kv store", "attention decode+merge",
+                                         "attn_out gemv", "gate/up gemv (+norm)", "ffn_down gemv (+swiglu)",
+                                         "lm head gemv", "sampler"};
+    const double n = double(profiled_steps_);
+    std::fprintf(stderr, "[profile] decode: %llu steps, mean attended length %.0f keys, %d attention splits, GPU time %.1f us/step\n",
+                 static_cast<unsigned long long>(profiled_steps_), double(profiled_keys_) / n, nsplit_,
+                 1e3 * step_ms_ / n);
+    for (int g = 0; g < kGroups; ++g)
+        std::fprintf(stderr, "[profile]   %-26s %8.1f us/step  %5.1f %%\n", names[g], 1e3 * group_ms_[g] / n,
+                     step_ms_ > 0 ? 100 * group_ms_[g] / step_ms_ : 0.0);
 }
 
 void Session::reset() {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,13 @@ private:
     };
 
     void forward(int ntok, const int32_t* d_tokens, bool decode_path);
+    // Profiling (EHCUDA_PROFILE_DECODE=1): decode steps run eagerly behind a
+    // GPU busy-wait, with events between kernel groups; the per-group GPU
+    // time is printed to stderr when the session is released.
+    enum Group { kEmbed, kQkv, kRope, kAttn, kOut, kGateUp, kDown, kHead, kSample, kGroups };
+    void mark(Group g);
+    void profiled_step(const std::function<void()>& body);
+    void print_profile() const;
     void check_cancel();
     void check_tokens(const int32_t* tokens, uint32_t n) const;
 
@@ -70,6 +78,15 @@ private:
     bool have_logits_ = false;
     bool have_sampling_ = false;
     std::vector<float> host_logits_;
+
+    bool profile_ = false;
+    bool marking_ = false;
+    std::vector<cudaEvent_t> events_;
+    std::vector<int> event_group_;  // group whose work ends at events_[i]
+    double group_ms_[kGroups] = {};
+    double step_ms_ = 0;
+    uint64_t profiled_steps_ = 0;
+    uint64_t profiled_keys_ = 0;  // sum of attended lengths, for the mean
 };
 
 }  // namespace llama_cuda

@@ -71,7 +71,7 @@ void matmul(const MatmulArgs& a, cudaStream_t stream);
 void set_gemv_prefetch(bool on);
 // Single-token GEMV on quantized weights with the input quantized to int8
 // per 32 elements and __dp4a dot products (fewer instructions per weight
-// byte; ~0.4 % input rounding). Default from EHCUDA_GEMV_Q8X=1, else off.
+// byte; ~0.4 % input rounding). Off by default; EHCUDA_GEMV_Q8X=1 turns it on.
 void set_gemv_q8x(bool on);
 bool gemv_q8x();
 void gemv(const MatmulArgs& a, cudaStream_t stream);
@@ -131,7 +131,15 @@ bool attention_head_dim_supported(int head_dim);
 // Tiled (flash-style, online softmax) kernel for prefill.
 void attention_prefill(const AttnArgs& a, cudaStream_t stream);
 // Split-K over the KV length for one query token, then an ordered merge.
+// Split count for a cache of n_ctx positions (about 64 keys per split when
+// full, at most 128).
+int attention_decode_splits(uint32_t n_ctx);
 size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit);
 void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_t stream);
+
+// Busy-waits on the GPU for `us` microseconds. Profiling only: queued ahead
+// of eagerly launched work so that work then runs back to back, as in a
+// graph, and events between kernel groups time the GPU rather than launches.
+void gpu_busy_wait(uint32_t us, cudaStream_t stream);
 
 }  // namespace ehcuda
