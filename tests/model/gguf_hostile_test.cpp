@@ -7,9 +7,12 @@
 #include <cstdio>
 #include <filesystem>
 
+#include <unistd.h>
+
 #include <engine_host/tensor_types.h>
 
 #include "eh/error.hpp"
+#include "eh/model/gguf_writer.hpp"
 #include "eh/model/model_file.hpp"
 #include "gguf_test_files.hpp"
 
@@ -241,3 +244,32 @@ TEST(GgufHostile, MessagesNameOffsets) {
 }
 
 }  // namespace
+
+// GgufWriter::write(path) goes through `path`.partial and a rename: a write
+// that fails part-way leaves neither the target nor the partial file.
+TEST(GgufWriterFile, FailedWriteLeavesNoFile) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("eh-writer-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const fs::path out = dir / "model.gguf";
+
+    eh::model::GgufWriter ok;
+    ok.set("general.architecture", eh::model::GgufValue::string("llama"));
+    std::vector<float> w(32, 1.0f);
+    ok.add_tensor("a.weight", EH_TYPE_F32, {32}, w.data());
+    ok.write(out.string());
+    EXPECT_TRUE(fs::exists(out));
+    EXPECT_FALSE(fs::exists(dir / "model.gguf.partial"));
+    EXPECT_NO_THROW(ModelFile::open(out.string()));
+
+    const fs::path out2 = dir / "broken.gguf";
+    eh::model::GgufWriter bad;
+    bad.set("general.architecture", eh::model::GgufValue::string("llama"));
+    bad.add_tensor("a.weight", EH_TYPE_F32, {32}, [](eh::model::ByteSink&) {
+        throw eh::Error(eh::Code::Internal, "producer failed");
+    });
+    EXPECT_THROW(bad.write(out2.string()), eh::Error);
+    EXPECT_FALSE(fs::exists(out2));
+    EXPECT_FALSE(fs::exists(dir / "broken.gguf.partial"));
+    fs::remove_all(dir);
+}

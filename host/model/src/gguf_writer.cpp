@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <memory>
 
 #include <fmt/format.h>
@@ -238,9 +239,23 @@ void GgufWriter::write(ByteSink& sink) const {
 }
 
 void GgufWriter::write(const std::string& path) const {
-    FileSink s(path);
-    write(s);
-    s.close();
+    // Write beside the target and rename, so an interrupted write never
+    // leaves a file that looks complete.
+    const std::string tmp = path + ".partial";
+    try {
+        FileSink s(tmp);
+        write(s);
+        s.close();
+        std::filesystem::rename(tmp, path);
+    } catch (const std::filesystem::filesystem_error& e) {
+        std::error_code ec;
+        std::filesystem::remove(tmp, ec);
+        throw Error(Code::Internal, fmt::format("cannot move '{}' into place: {}", tmp, e.what()));
+    } catch (...) {
+        std::error_code ec;
+        std::filesystem::remove(tmp, ec);
+        throw;
+    }
 }
 
 std::vector<uint8_t> GgufWriter::to_bytes() const {

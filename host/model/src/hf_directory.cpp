@@ -12,6 +12,7 @@
 #include <simdjson.h>
 
 #include "eh/error.hpp"
+#include "eh/file_text.hpp"
 #include "hf.hpp"
 
 namespace eh::model::detail {
@@ -24,14 +25,6 @@ namespace {
     throw Error(Code::ModelLoadFailed, fmt::format("model directory '{}': {}", dir, what));
 }
 
-std::string read_text(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) throw Error(Code::ModelLoadFailed, fmt::format("cannot read '{}'", p.string()));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 bool ends_with(const std::string& s, std::string_view suffix) {
     return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
@@ -40,7 +33,7 @@ bool ends_with(const std::string& s, std::string_view suffix) {
 // entry names a plain file in the directory.
 std::vector<std::string> index_shards(const fs::path& index, std::set<std::string>& tensor_names) {
     std::string label = index.string();
-    simdjson::padded_string json(read_text(index));
+    simdjson::padded_string json(read_text_file(index));
     simdjson::dom::parser parser;
     simdjson::dom::object root, map;
     if (auto err = parser.parse(json).get(root))
@@ -99,7 +92,7 @@ void read_hf_directory(ModelData& m, const std::string& dir) {
     }
 
     std::string config_path = (root / "config.json").string();
-    std::string arch = translate_hf_config(m, read_text(root / "config.json"), config_path);
+    std::string arch = translate_hf_config(m, read_text_file(root / "config.json"), config_path);
 
     // Remember each GGUF name's HF original so the index check can speak HF.
     size_t first_new = m.tensors.size();

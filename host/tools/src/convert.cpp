@@ -11,6 +11,7 @@
 #include <engine_host/tensor_types.h>
 
 #include "eh/error.hpp"
+#include "eh/file_text.hpp"
 #include "eh/model/gguf_writer.hpp"
 #include "eh/model/hf_names.hpp"
 #include "eh/tools/parallel.hpp"
@@ -28,12 +29,9 @@ using nlohmann::json;
 namespace {
 
 json read_json(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) throw Error(Code::ModelLoadFailed, fmt::format("cannot read '{}'", p.string()));
-    std::ostringstream ss;
-    ss << in.rdbuf();
+    std::string text = read_text_file(p);
     try {
-        return json::parse(ss.str());
+        return json::parse(text);
     } catch (const json::exception& e) {
         throw Error(Code::ModelLoadFailed, fmt::format("'{}': invalid JSON: {}", p.string(), e.what()));
     }
@@ -215,15 +213,7 @@ ConvertResult convert_hf(const ConvertOptions& o) {
             write_planned(p, st, type, pool, sink);
         });
     }
-    const std::string tmp = o.out + ".partial";
-    try {
-        w.write(tmp);
-        fs::rename(tmp, o.out);
-    } catch (...) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-        throw;
-    }
+    w.write(o.out);
     r.n_tensors = plan.size();
     r.out_bytes = fs::file_size(o.out);
     return r;

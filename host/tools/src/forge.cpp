@@ -104,17 +104,7 @@ ForgeResult forge(const ForgeOptions& o) {
         });
     }
 
-    // Write beside the target and rename, so a killed run leaves no file
-    // that looks complete.
-    const std::string tmp = o.out + ".partial";
-    try {
-        w.write(tmp);
-        fs::rename(tmp, o.out);
-    } catch (...) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-        throw;
-    }
+    w.write(o.out);
 
     ForgeResult r;
     r.n_tensors = tensors.size();

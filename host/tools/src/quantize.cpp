@@ -68,15 +68,7 @@ QuantizeResult quantize_file(const QuantizeOptions& o) {
             });
         });
     }
-    const std::string tmp = o.out + ".partial";
-    try {
-        w.write(tmp);
-        fs::rename(tmp, o.out);
-    } catch (...) {
-        std::error_code ec;
-        fs::remove(tmp, ec);
-        throw;
-    }
+    w.write(o.out);
     r.n_tensors = mf->tensors().size();
     r.in_bytes = mf->file_size();
     r.out_bytes = fs::file_size(o.out);

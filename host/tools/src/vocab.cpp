@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eh/error.hpp"
+#include "eh/file_text.hpp"
 
 namespace eh::tools {
 
@@ -26,14 +27,6 @@ constexpr int32_t kNormal = 1, kUnknown = 2, kControl = 3, kUserDefined = 4, kUn
 bool looks_special(const std::string& t) {
     if (t.size() >= 4 && t.rfind("<|", 0) == 0 && t.compare(t.size() - 2, 2, "|>") == 0) return true;
     return t == "<pad>" || t == "<mask>" || t == "<2mass>" || t == "[@BOS@]";
-}
-
-std::string read_text(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    if (!in) throw Error(Code::ModelLoadFailed, fmt::format("cannot read '{}'", p.string()));
-    std::ostringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
 }
 
 void put(std::vector<std::pair<std::string, GgufValue>>& kv, const std::string& key, GgufValue v) {
@@ -60,7 +53,7 @@ Vocab from_gguf(const std::string& path) {
 nlohmann::json tokenizer_config(const fs::path& dir) {
     if (!fs::exists(dir / "tokenizer_config.json")) return nullptr;
     try {
-        return nlohmann::json::parse(read_text(dir / "tokenizer_config.json"));
+        return nlohmann::json::parse(read_text_file(dir / "tokenizer_config.json"));
     } catch (const nlohmann::json::exception&) {
         return nullptr;  // a broken config only costs the template and flags
     }
@@ -115,7 +108,7 @@ bool adds_space_prefix(const nlohmann::json& j) {
 Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::string& pre) {
     nlohmann::json j;
     try {
-        j = nlohmann::json::parse(read_text(path));
+        j = nlohmann::json::parse(read_text_file(path));
     } catch (const nlohmann::json::exception& e) {
         throw Error(Code::ModelLoadFailed, fmt::format("'{}': invalid JSON: {}", path, e.what()));
     }
@@ -234,7 +227,7 @@ Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::s
 
     // chat template: chat_template.jinja beside the file, else tokenizer_config.json's
     std::string tmpl;
-    if (fs::exists(dir / "chat_template.jinja")) tmpl = read_text(dir / "chat_template.jinja");
+    if (fs::exists(dir / "chat_template.jinja")) tmpl = read_text_file(dir / "chat_template.jinja");
     else if (tcfg.is_object() && tcfg.contains("chat_template") && tcfg["chat_template"].is_string())
         tmpl = tcfg["chat_template"].get<std::string>();
     if (!tmpl.empty()) v.kv.emplace_back("tokenizer.chat_template", GgufValue::string(tmpl));

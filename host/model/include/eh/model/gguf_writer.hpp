@@ -84,7 +84,9 @@ public:
     void add_tensor(std::string name, uint32_t type, std::vector<uint64_t> dims,
                     std::function<void(ByteSink&)> produce);
 
-    // Streams the file. Throws eh::Error(Internal) on I/O failure.
+    // Streams the file to `path`.partial and renames it into place, so an
+    // interrupted write leaves no complete-looking file. Throws
+    // eh::Error(Internal) on I/O failure (and removes the partial file).
     void write(const std::string& path) const;
     void write(ByteSink& sink) const;
     std::vector<uint8_t> to_bytes() const;
