@@ -268,11 +268,15 @@ TEST(Bench, DISABLED_GemvBandwidth) {
         m.ldx = cols;
         m.y = dy.as<float>();
         m.ldy = rows;
-        for (int variant = 0; variant < 3; ++variant) {
+        const ehcuda::GemvInput was = ehcuda::gemv_input();
+        const char* names[] = {" float-x", " prefetch float-x", " prefetch int16-x", " prefetch int8-x"};
+        for (int variant = 0; variant < 4; ++variant) {
             const bool pf = variant > 0;
             ehcuda::set_gemv_prefetch(pf);
-            ehcuda::set_gemv_q8x(variant == 2);
-            if (variant == 2 && (type == EH_TYPE_F16)) continue;
+            ehcuda::set_gemv_input(variant == 2 ? ehcuda::GemvInput::Int16
+                                   : variant == 3 ? ehcuda::GemvInput::Int8
+                                                  : ehcuda::GemvInput::Float);
+            if (variant >= 2 && (type == EH_TYPE_F16)) continue;
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
@@ -282,10 +286,10 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             const double bw = double(w.size()) * 20 / (ms / 1e3) / 1e9;
             std::printf("[bench] gemv %s %dx%d (%.0f MB)%s: %.1f us, %.0f GB/s = %.0f%% of copy bandwidth\n",
                         ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6,
-                        variant == 2 ? " prefetch+int8-x" : pf ? " prefetch" : "", ms / 20 * 1e3, bw,
+                        names[variant], ms / 20 * 1e3, bw,
                         100 * bw / copy_bw);
         }
-        ehcuda::set_gemv_q8x(false);
+        ehcuda::set_gemv_input(was);
         // Prefill GEMM throughput on the same weights (512 tokens).
         std::vector<float> X(static_cast<size_t>(512) * cols, 0.01f);
         auto dX = to_device(X);

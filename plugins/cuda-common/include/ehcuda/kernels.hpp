@@ -69,11 +69,16 @@ struct MatmulArgs {
 void matmul(const MatmulArgs& a, cudaStream_t stream);
 // L2 prefetch of the next chunks in GEMV (on by default; for measurements).
 void set_gemv_prefetch(bool on);
-// Single-token GEMV on quantized weights with the input quantized to int8
-// per 32 elements and __dp4a dot products (fewer instructions per weight
-// byte; ~0.4 % input rounding). Off by default; EHCUDA_GEMV_Q8X=1 turns it on.
-void set_gemv_q8x(bool on);
-bool gemv_q8x();
+// How single-token GEMV on quantized weights takes its input. Int16 (the
+// default): quantized per 32 elements to int16 codes + a scale, integer dot
+// products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.
+// Int8: int8 codes and __dp4a, fewer instructions per weight byte but ~0.4 %
+// rounding (tiny-model logits drift past 3 %), for measurements. Float: the
+// input in FP32 and weights decoded to float (the slowest, the reference).
+// Env EHCUDA_GEMV_INPUT=float|int16|int8 sets the default.
+enum class GemvInput : int { Float = 0, Int16 = 1, Int8 = 2 };
+void set_gemv_input(GemvInput in);
+GemvInput gemv_input();
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
 
