@@ -44,7 +44,8 @@ struct GenArgs {
     int ntok;
 };
 
-__device__ __forceinline__ float silu_g(float v) { return v / (1.0f + __expf(-v)); }
+// expf, not __expf: this path is about exactness, not speed.
+__device__ __forceinline__ float silu_g(float v) { return v / (1.0f + expf(-v)); }
 
 // Input element k of token t with the SwiGLU or RMSNorm fold applied
 // (`scale` is the token's 1/rms for RmsNorm).
