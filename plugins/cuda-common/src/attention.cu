@@ -10,6 +10,8 @@
 // chunk to (max, sum, weighted V) and a second kernel merges the chunks in
 // split order. Nothing is accumulated with atomics, so results are bitwise
 // reproducible.
+//
+// Other head dims go to attention_generic (attention_generic.cu).
 #include <cmath>
 
 #include "block_reduce.cuh"
@@ -239,7 +241,8 @@ __global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, floa
 
 void validate(const AttnArgs& a) {
     if (!attention_head_dim_supported(a.head_dim))
-        throw ehp::Error(EH_UNSUPPORTED, "attention: head_dim " + std::to_string(a.head_dim) + " unsupported");
+        throw ehp::Error(EH_UNSUPPORTED, "attention: head_dim " + std::to_string(a.head_dim) + " unsupported (max " +
+                                             std::to_string(kAttentionMaxHeadDim) + ")");
     if (a.n_kv <= 0 || a.n_head % a.n_kv)
         throw ehp::Error(EH_INTERNAL, "attention: n_head must be a multiple of n_kv");
 }
@@ -257,11 +260,13 @@ void by_dpl(int head_dim, F&& f) {
 
 }  // namespace
 
-bool attention_head_dim_supported(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
+bool attention_head_dim_supported(int hd) { return hd >= 1 && hd <= kAttentionMaxHeadDim; }
+bool attention_head_dim_fast(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
 
 void attention_prefill(const AttnArgs& a, cudaStream_t stream) {
     validate(a);
     if (a.ntok <= 0) return;
+    if (!attention_head_dim_fast(a.head_dim)) return attention_generic(a, stream);
     dim3 grid((a.ntok + kQPerBlock - 1) / kQPerBlock, a.n_head);
     by_dpl(a.head_dim, [&]<int DPL>() {
         launch("attn_prefill_kernel", attn_prefill_kernel<DPL>, grid, kQPerBlock * 32, 0, stream, a);
@@ -284,6 +289,7 @@ size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit) {
 void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_t stream) {
     validate(a);
     if (a.ntok != 1) throw ehp::Error(EH_INTERNAL, "attention_decode: one token only");
+    if (!attention_head_dim_fast(a.head_dim)) return attention_generic(a, stream);
     if (nsplit < 1) nsplit = 1;
     by_dpl(a.head_dim, [&]<int DPL>() {
         launch("attn_decode_kernel", attn_decode_kernel<DPL>, dim3(a.n_head, nsplit), kDecodeWarps * 32, 0, stream, a, scratch);

@@ -43,6 +43,15 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int type, i
     const int t = blockIdx.x;
     const uint8_t* row = table + size_t(tokens[t]) * row_bytes;
     float* o = out + size_t(t) * cols;
+    if (cols % 32) {
+        // Float tables only (checked by the launcher): element by element.
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            if (type == EH_TYPE_F32) o[c] = reinterpret_cast<const float*>(row)[c];
+            else if (type == EH_TYPE_F16) o[c] = __half2float(reinterpret_cast<const __half*>(row)[c]);
+            else o[c] = __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[c]) << 16);
+        }
+        return;
+    }
     for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
         float v[32];
         dispatch_type(type, [&]<int T>() { load_chunk<T>(row, c, v); });
@@ -140,8 +149,10 @@ void add_rmsnorm(float* h, const float* delta, const float* w, float* out, int n
 void embed_rows(const WeightRef& table, const int32_t* tokens, int ntok, float* out,
                 cudaStream_t stream) {
     if (ntok <= 0) return;
-    if (!matmul_type_supported(table.type) || table.cols % 32)
-        throw ehp::Error(EH_UNSUPPORTED, "embedding: unsupported table type or width");
+    const bool float_type = table.type == EH_TYPE_F32 || table.type == EH_TYPE_F16 || table.type == EH_TYPE_BF16;
+    if (!matmul_type_supported(table.type) || table.cols <= 0 || (table.cols % 32 && !float_type))
+        throw ehp::Error(EH_UNSUPPORTED, "embedding: unsupported table type " + std::to_string(table.type) +
+                                             " or width " + std::to_string(table.cols));
     launch("embed_kernel", embed_kernel, ntok, 128, 0, stream, static_cast<const uint8_t*>(table.data), table.row_bytes,
                                            int(table.type), table.cols, tokens, out);
     EHC_LAUNCHED("embed_kernel");

@@ -473,6 +473,7 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
 }
 
 void matmul(const MatmulArgs& a, cudaStream_t stream) {
+    if (matmul_needs_generic(a)) return matmul_generic(a, stream);
     if (a.ntok <= 8)
         gemv(a, stream);
     else

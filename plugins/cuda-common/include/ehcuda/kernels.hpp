@@ -51,7 +51,7 @@ enum class XMode : int {
 struct MatmulArgs {
     MatSeg seg[3];
     int nseg = 1;
-    int cols = 0;           // K: input features (multiple of 32)
+    int cols = 0;           // K: input features (fast kernels: a multiple of 32)
     const float* x = nullptr;
     int ldx = 0;
     XMode xmode = XMode::Plain;
@@ -81,6 +81,13 @@ void set_gemv_input(GemvInput in);
 GemvInput gemv_input();
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
+// Shapes the fast kernels do not take: cols not a multiple of 32, an input
+// stride or base not 16-byte aligned, fused RMSNorm over several tokens.
+// matmul() sends those to matmul_generic, which honours every MatmulArgs
+// field for any cols that is whole blocks of each weight type (one warp per
+// output row and token; slow, exact FP32 dot products, deterministic).
+bool matmul_needs_generic(const MatmulArgs& a);
+void matmul_generic(const MatmulArgs& a, cudaStream_t stream);
 
 // out[t] = x[t] / rms(x[t]) * w. With `delta`, first h[t] += delta[t] (the
 // residual add, fused) and x is h.
@@ -119,6 +126,9 @@ void rope_store_kv(const RopeArgs& a, cudaStream_t stream);
 
 // Causal GQA attention of ntok queries at positions *d_pos0 + t over the
 // cache. window > 0 limits each query to the last `window` positions.
+// Head dims 64, 96, 128 and 256 take the tiled kernels below; any other up
+// to kAttentionMaxHeadDim takes a simple one-warp-per-(query, head) kernel
+// (attention_generic.cu).
 struct AttnArgs {
     const float* q = nullptr;
     int ldq = 0;
@@ -132,7 +142,14 @@ struct AttnArgs {
     float* out = nullptr;
     int ldo = 0;
 };
+constexpr int kAttentionMaxHeadDim = 256;
+// 1 .. kAttentionMaxHeadDim.
 bool attention_head_dim_supported(int head_dim);
+// The dims the tiled prefill / split-K decode kernels take.
+bool attention_head_dim_fast(int head_dim);
+// The generic kernels (any supported head dim); attention_prefill/decode
+// dispatch to them for dims that are not fast. Decode needs no scratch.
+void attention_generic(const AttnArgs& a, cudaStream_t stream);
 // Tiled (flash-style, online softmax) kernel for prefill.
 void attention_prefill(const AttnArgs& a, cudaStream_t stream);
 // Split-K over the KV length for one query token, then an ordered merge.
