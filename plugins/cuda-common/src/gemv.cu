@@ -2,6 +2,7 @@
 // per output row; lanes take 32-element chunks of the row in turn, decode
 // them in registers and dot them with every token's input, so each weight
 // byte is read from device memory exactly once per call.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
@@ -16,6 +17,12 @@ namespace detail {
 bool gemv_prefetch_enabled = true;
 // Input form of single-token GEMV on quantized weights (see GemvInput).
 // EHCUDA_GEMV_INPUT=float|int16|int8 overrides the default (int16).
+// Single-token grid cap in blocks per multiprocessor (0: one block per 16
+// rows). EHCUDA_GEMV_BLOCKS_PER_SM overrides it, for measurements.
+int gemv_blocks_per_sm = [] {
+    const char* e = std::getenv("EHCUDA_GEMV_BLOCKS_PER_SM");
+    return e ? std::atoi(e) : 0;
+}();
 GemvInput gemv_input_mode = [] {
     const char* e = std::getenv("EHCUDA_GEMV_INPUT");
     if (e && std::string(e) == "float") return GemvInput::Float;
@@ -251,7 +258,21 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int ks = warp % KS;
-    const int r0 = (blockIdx.x * (kWarps / KS) + warp / KS) * R;
+
+    extern __shared__ float4 xs_raw[];
+    float* xs = reinterpret_cast<float*>(xs_raw);
+    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
+    if constexpr (XB != 0)
+        stage_x_int<XB>(a, xq);
+    else if constexpr (NT == 1)
+        stage_x(a, xs);
+
+    // A block stages the input once, then walks row groups gridDim.x blocks
+    // apart (single-token launches cap the grid so the staging, a full read
+    // of x per block, is not repeated for every 16 rows). Split-K launches
+    // give every block exactly one group: their warps leave early below.
+    for (int blk = blockIdx.x; blk * (kWarps / KS) * R < a.total_rows; blk += gridDim.x) {
+    const int r0 = (blk * (kWarps / KS) + warp / KS) * R;
     const bool active = r0 < a.total_rows;
     int s = 0, base = 0;
     if (active)
@@ -261,14 +282,6 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     const int nr = active ? min(R, g.rows - lr0) : 0;  // segments hold whole groups of R rows
     const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
     const int nch = active ? a.cols / 32 : 0;
-
-    extern __shared__ float4 xs_raw[];
-    float* xs = reinterpret_cast<float*>(xs_raw);
-    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
-    if constexpr (XB != 0)
-        stage_x_int<XB>(a, xq);
-    else if constexpr (NT == 1)
-        stage_x(a, xs);
 
     float acc[R][NT];
 #pragma unroll
@@ -359,6 +372,17 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             }
         }
     }
+    }
+}
+
+int sm_count() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            return 1;
+        return v;
+    }();
+    return n;
 }
 
 template <int T, int NT>
@@ -386,9 +410,13 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
                         : in == GemvInput::Int16 ? staged_int_bytes<16>(d.cols)
                         : NT == 1                ? staged_bytes(d.cols)
                                                  : 0;
-    dim3 grid((groups + per_block - 1) / per_block);
+    const int nblk = (groups + per_block - 1) / per_block;
     auto go = [&](auto kernel) {
         if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        int blocks = nblk;
+        if (NT == 1 && !split && detail::gemv_blocks_per_sm > 0)
+            blocks = std::min(nblk, detail::gemv_blocks_per_sm * sm_count());
+        const dim3 grid(blocks);
         launch("gemv_kernel", kernel, grid, kWarps * 32, smem, stream, d);
     };
     // Rows per warp as a template argument.
@@ -434,6 +462,7 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 }  // namespace
 
 void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
+void set_gemv_blocks_per_sm(int n) { detail::gemv_blocks_per_sm = std::max(0, n); }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }
 
