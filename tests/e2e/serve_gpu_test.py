@@ -8,7 +8,8 @@
                    served context, from /health's kv_bytes_per_token)
   --memory cap10   device memory <= (weights + KV cache) * 1.10
   --utf8           Chinese, emoji (ZWJ sequences too) and mixed scripts
-                   round-trip /tokenize -> /detokenize exactly; a sampled
+                   round-trip /tokenize -> /detokenize exactly (o200k has
+                   no normalizer; Qwen's NFC would fold e+U+0301); a sampled
                    stream's pieces are each valid UTF-8 and join to
                    /detokenize of the streamed ids
   --oom            a job whose own n_ctx does not fit in free device memory
