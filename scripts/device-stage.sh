@@ -22,7 +22,7 @@ copy() {  # copy PATH into the stage under its absolute path
   mkdir -p "$stage$(dirname "$1")"
   cp -a "$1" "$stage$1"
 }
-bins=${STAGE_BINS:-engine-host eh_cuda_tests eh_cuda_probe_test eh_gpt_cuda_tests eh_e2e_gpu_tests}
+bins=${STAGE_BINS:-engine-host eh_cuda_tests eh_cuda_probe_test eh_gpt_cuda_tests eh_e2e_gpu_tests eh_cuda_stories_tests}
 for b in $bins; do
   [ -f "$build/bin/$b" ] && copy "$build/bin/$b"
 done
@@ -37,6 +37,9 @@ find "$stage$build/bin" "$stage$build/lib" -type f -exec strip --strip-debug {} 
 copy "$testdata"
 # Files no device run reads (the tokenizer.json files carry the same data).
 rm -f "$stage$testdata"/tokenizers/*/vocab.json "$stage$testdata"/tokenizers/*/merges.txt "$stage$testdata"/tokenizers/*/o200k_base.tiktoken
+# STAGE_DROP: test data paths (relative to testdata) a run does not need,
+# to keep the carried stage under the device's 64 MiB.
+for d in ${STAGE_DROP:-}; do rm -rf "$stage$testdata/$d"; done
 mkdir -p .device
 tar -C "$stage" -czf .device/stage.tar.gz .
 echo "staged $(du -h .device/stage.tar.gz | cut -f1) (build $build, testdata $testdata)"
