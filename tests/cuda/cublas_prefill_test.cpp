@@ -23,13 +23,13 @@ namespace {
 const uint32_t kTypes[] = {EH_TYPE_F32,  EH_TYPE_F16,  EH_TYPE_BF16, EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0,
                            EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
 
-// A workspace whose slab holds 128 rows of 1024 columns (256 KiB): the
+// A workspace whose slab holds 64 rows of 1024 columns (128 KiB): the
 // 512-column, 200-row matrices below take two slabs.
 ehcuda::PrefillShape small_shape() {
     ehcuda::PrefillShape s;
     s.max_tokens = 600;
     s.max_cols = 1024;
-    s.slab_bytes = size_t(256) << 10;
+    s.slab_bytes = size_t(128) << 10;
     return s;
 }
 
@@ -42,7 +42,7 @@ std::vector<float> dequant_all(uint32_t type, const std::vector<uint8_t>& w, int
 
 // Input row t as the matmul sees it (SwiGLU folded).
 std::vector<double> input_row(const std::vector<float>& x, int t, int ldx, int cols, bool swiglu) {
-    std::vector<double> v(size_t(cols));
+    std::vector<double> v(static_cast<size_t>(cols));
     for (int k = 0; k < cols; ++k) {
         const double g = x[size_t(t) * ldx + k];
         v[size_t(k)] = swiglu ? g / (1 + std::exp(-g)) * x[size_t(t) * ldx + cols + k] : g;
@@ -69,7 +69,7 @@ TEST_P(CublasPrefillTest, MatchesHostDequantReference) {
     const auto wf = dequant_all(type, w, rows, cols);
     std::normal_distribution<float> nd(0.0f, 1.0f);
     const int ldx = swiglu ? 2 * cols : cols;
-    std::vector<float> x(size_t(ntok) * ldx), bias(size_t(rows)), y0(size_t(ntok) * ldy);
+    std::vector<float> x(static_cast<size_t>(ntok) * ldx), bias(static_cast<size_t>(rows)), y0(static_cast<size_t>(ntok) * ldy);
     for (auto& v : x) v = nd(rng);
     for (auto& v : bias) v = nd(rng);
     for (auto& v : y0) v = nd(rng);
@@ -180,7 +180,7 @@ TEST(CublasPrefill, MultiSegmentMixedTypesAndGaps) {
         std::vector<ehcuda::DeviceBuffer> bufs;
         std::vector<std::vector<float>> wf(3);
         ehcuda::MatmulArgs a;
-        std::vector<float> bias(size_t(rows[1]));
+        std::vector<float> bias(static_cast<size_t>(rows[1]));
         std::normal_distribution<float> nd;
         for (auto& v : bias) v = nd(rng);
         auto db = to_device(bias);
@@ -193,7 +193,7 @@ TEST(CublasPrefill, MultiSegmentMixedTypesAndGaps) {
         }
         a.seg[1].bias = db.as<float>();
         a.nseg = 3;
-        std::vector<float> x(size_t(cols) * ntok), y0(size_t(ldy) * ntok);
+        std::vector<float> x(static_cast<size_t>(cols) * ntok), y0(static_cast<size_t>(ldy) * ntok);
         for (auto& v : x) v = nd(rng);
         for (auto& v : y0) v = nd(rng);
         auto dx = to_device(x);
@@ -241,11 +241,11 @@ TEST(CublasPrefill, ThresholdAndFallback) {
     ehcuda::PrefillWorkspace ws(small_shape(), stream, nullptr);
     ws.set_min_tokens(32);
     for (int ntok : {9, 31, 32, 40}) {
-        std::vector<float> x(size_t(cols) * ntok);
+        std::vector<float> x(static_cast<size_t>(cols) * ntok);
         std::normal_distribution<float> nd;
         for (auto& v : x) v = nd(rng);
         auto dx = to_device(x);
-        ehcuda::DeviceBuffer y1(size_t(rows) * ntok * 4), y2(size_t(rows) * ntok * 4);
+        ehcuda::DeviceBuffer y1(static_cast<size_t>(rows) * ntok * 4), y2(static_cast<size_t>(rows) * ntok * 4);
         ehcuda::MatmulArgs a;
         a.seg[0].w = {dw.get(), EH_TYPE_Q8_0, rows, cols, row_size(EH_TYPE_Q8_0, cols)};
         a.cols = cols;
@@ -270,6 +270,32 @@ TEST(CublasPrefill, ThresholdAndFallback) {
         EXPECT_LT(e / mx, 1e-3) << "ntok " << ntok;
     }
     cudaStreamDestroy(stream);
+}
+
+// Dense matmuls use an L2-sized part of the slab; a model without experts
+// allocates only that part.
+TEST(CublasPrefill, DenseSlabIsCappedAndOnlyMoeAllocatesMore) {
+    REQUIRE_GPU();
+    ehcuda::PrefillShape s;
+    s.max_tokens = 64;
+    s.max_cols = 1024;
+    s.slab_bytes = size_t(8) << 20;
+    s.dense_slab_bytes = size_t(1) << 20;
+    ehcuda::MemoryLedger ledger;
+    {
+        ehcuda::PrefillWorkspace dense(s, nullptr, &ledger);
+        EXPECT_EQ(dense.slab_halves(), size_t(512) << 10);
+        EXPECT_EQ(dense.dense_slab_halves(), size_t(512) << 10);
+        EXPECT_EQ(ledger.bytes(), dense.device_bytes());
+    }
+    s.moe_experts = 4;
+    s.moe_k = 2;
+    s.moe_embd = 1024;
+    s.moe_ff = 512;
+    ehcuda::PrefillWorkspace moe(s, nullptr, &ledger);
+    EXPECT_EQ(moe.slab_halves(), size_t(4) << 20);
+    EXPECT_EQ(moe.dense_slab_halves(), size_t(512) << 10);
+    EXPECT_EQ(ledger.bytes(), moe.device_bytes());
 }
 
 }  // namespace

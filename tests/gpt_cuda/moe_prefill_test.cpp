@@ -184,7 +184,9 @@ INSTANTIATE_TEST_SUITE_P(Shapes, MoePrefillTest,
                          ::testing::Values(MoeCase{64, true}, MoeCase{300, true}, MoeCase{64, false},
                                            MoeCase{300, false}),
                          [](const auto& info) {
-                             return "n" + std::to_string(info.param.ntok) + (info.param.fused ? "_fused" : "_separate");
+                             std::string name = std::to_string(info.param.ntok);
+                             name += info.param.fused ? "_fused" : "_separate";
+                             return "n" + name;
                          });
 
 TEST(MoePrefill, DeclinesBelowThresholdAndWithoutWorkspace) {

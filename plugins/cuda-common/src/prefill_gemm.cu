@@ -139,7 +139,7 @@ bool gemm_cublas(const MatmulArgs& a, cudaStream_t stream) {
     if (!ws || !ws->enabled_for(a.ntok) || a.xmode == XMode::RmsNorm) return false;
     if (a.nseg < 1 || a.nseg > 3 || a.cols <= 0 || a.cols % 32) return false;
     if (size_t(a.ntok) * size_t(a.cols) > ws->act_halves()) return false;
-    const size_t slab_rows = ws->slab_halves() / size_t(a.cols);
+    const size_t slab_rows = ws->dense_slab_halves() / size_t(a.cols);
     if (slab_rows == 0) return false;
     for (int s = 0; s < a.nseg; ++s)
         if (!matmul_type_supported(a.seg[s].w.type) || a.seg[s].w.rows <= 0 ||

@@ -31,7 +31,12 @@ PrefillWorkspace::PrefillWorkspace(const PrefillShape& shape, cudaStream_t strea
         const int mb = std::atoi(e);
         if (mb > 0) shape_.slab_bytes = size_t(mb) << 20;
     }
-    // At least one row of the widest input fits the slab.
+    if (const char* e = std::getenv("EHCUDA_PREFILL_DENSE_SLAB_MB")) {
+        const int mb = std::atoi(e);
+        if (mb > 0) shape_.dense_slab_bytes = size_t(mb) << 20;
+    }
+    if (shape_.moe_experts <= 0) shape_.slab_bytes = std::min(shape_.slab_bytes, shape_.dense_slab_bytes);
+    // At least 64 rows of the widest input fit the slab.
     shape_.slab_bytes = std::max(shape_.slab_bytes, size_t(std::max(shape_.max_cols, shape_.moe_ff + shape_.moe_embd)) * 2 * 64);
     const size_t T = size_t(shape_.max_tokens);
     size_t act = T * size_t(shape_.max_cols);
@@ -66,6 +71,11 @@ PrefillWorkspace::PrefillWorkspace(const PrefillShape& shape, cudaStream_t strea
 PrefillWorkspace::~PrefillWorkspace() {
     if (handle_) cublasDestroy(handle_);
     if (host_offsets_) cudaFreeHost(host_offsets_);
+}
+
+size_t PrefillWorkspace::dense_slab_halves() const {
+    const size_t dense = std::max(shape_.dense_slab_bytes / sizeof(__half), size_t(shape_.max_cols) * 64);
+    return std::min(slab_halves(), dense);
 }
 
 size_t PrefillWorkspace::device_bytes() const {

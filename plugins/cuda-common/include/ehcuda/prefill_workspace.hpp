@@ -25,7 +25,16 @@ namespace ehcuda {
 struct PrefillShape {
     int max_tokens = 0;  // most tokens per matmul call (the session's batch)
     int max_cols = 0;    // widest matmul input (K) the dense path must take
+    // Slab for MoE experts (whole gate|up of a gpt-oss expert, 33 MB FP16,
+    // in one piece: one GEMM per expert instead of three).
     size_t slab_bytes = size_t(32) << 20;
+    // Rows per slab for dense matmuls: a 12 MiB slab stays in L2 between its
+    // dequantization and the GEMM that reads it (H100, Phi-3-mini pp512:
+    // 18,976 tok/s at 12 MiB vs 10,746 at 32 MiB; gpt-oss experts were
+    // slower at 12 MiB, 4,824 vs 6,657, hence two sizes). Models without
+    // experts allocate only this much. EHCUDA_PREFILL_SLAB_MB and
+    // EHCUDA_PREFILL_DENSE_SLAB_MB override them (measurements).
+    size_t dense_slab_bytes = size_t(12) << 20;
     // MoE prefill (all 0 when the model has no experts).
     int moe_experts = 0;  // expert_count
     int moe_k = 0;        // experts per token
@@ -54,6 +63,8 @@ public:
     cublasContext* cublas() const { return handle_; }
     __half* slab() const { return slab_.as<__half>(); }
     size_t slab_halves() const { return slab_.size() / sizeof(__half); }
+    // The part of the slab a dense matmul uses per GEMM (see dense_slab_bytes).
+    size_t dense_slab_halves() const;
     __half* act() const { return act_.as<__half>(); }
     size_t act_halves() const { return act_.size() / sizeof(__half); }
     // MoE pieces (null without experts): FP32 expert outputs, the pair order
