@@ -253,8 +253,19 @@ TEST(Bench, DISABLED_GemvBandwidth) {
     cudaEventElapsedTime(&ms, e0, e1);
     const double copy_bw = 2.0 * N * 10 / (ms / 1e3) / 1e9;
     std::printf("[bench] device-to-device copy: %.0f GB/s (read+write)\n", copy_bw);
-    for (uint32_t type : {EH_TYPE_Q4_K, EH_TYPE_Q6_K, EH_TYPE_Q5_0, EH_TYPE_Q8_0, EH_TYPE_Q4_0, EH_TYPE_F16}) {
-        const int rows = 16384, cols = 8192;
+    struct Shape {
+        uint32_t type;
+        int rows, cols;
+    };
+    // Large products, then decode shapes of Phi-3-mini (gate|up, down) and
+    // Qwen2.5-0.5B (down, gate|up, tied Q8_0 head).
+    const Shape shapes[] = {{EH_TYPE_Q4_K, 16384, 8192}, {EH_TYPE_Q6_K, 16384, 8192}, {EH_TYPE_Q5_0, 16384, 8192},
+                            {EH_TYPE_Q8_0, 16384, 8192}, {EH_TYPE_Q4_0, 16384, 8192}, {EH_TYPE_F16, 16384, 8192},
+                            {EH_TYPE_Q4_K, 16384, 3072}, {EH_TYPE_Q6_K, 3072, 8192},  {EH_TYPE_Q6_K, 896, 4864},
+                            {EH_TYPE_Q5_0, 9728, 896},   {EH_TYPE_Q8_0, 151936, 896}};
+    for (const Shape& sh : shapes) {
+        const uint32_t type = sh.type;
+        const int rows = sh.rows, cols = sh.cols;
         std::mt19937 rng(1);
         auto w = random_rows(type, rows, cols, rng);
         auto dw = to_device(w);
@@ -268,11 +279,29 @@ TEST(Bench, DISABLED_GemvBandwidth) {
         m.ldx = cols;
         m.y = dy.as<float>();
         m.ldy = rows;
-        for (int variant = 0; variant < 3; ++variant) {
-            const bool pf = variant > 0;
-            ehcuda::set_gemv_prefetch(pf);
-            ehcuda::set_gemv_q8x(variant == 2);
-            if (variant == 2 && (type == EH_TYPE_F16)) continue;
+        const ehcuda::GemvInput was = ehcuda::gemv_input();
+        struct Variant {
+            const char* name;
+            bool prefetch;
+            ehcuda::GemvInput in;
+            int blocks_per_sm;
+        };
+        const Variant variants[] = {
+            {"float-x", false, ehcuda::GemvInput::Float, 0},
+            {"float-x prefetch", true, ehcuda::GemvInput::Float, 0},
+            {"int16-x prefetch", true, ehcuda::GemvInput::Int16, 0},
+            {"int16-x", false, ehcuda::GemvInput::Int16, 0},
+            {"int16-x cap2", false, ehcuda::GemvInput::Int16, 2},
+            {"int16-x cap4", false, ehcuda::GemvInput::Int16, 4},
+            {"int16-x cap8", false, ehcuda::GemvInput::Int16, 8},
+            {"int16-x prefetch cap4", true, ehcuda::GemvInput::Int16, 4},
+            {"int8-x cap4", false, ehcuda::GemvInput::Int8, 4},
+        };
+        for (const Variant& v : variants) {
+            if (v.in != ehcuda::GemvInput::Float && type == EH_TYPE_F16) continue;
+            ehcuda::set_gemv_prefetch(v.prefetch);
+            ehcuda::set_gemv_input(v.in);
+            ehcuda::set_gemv_blocks_per_sm(v.blocks_per_sm);
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
@@ -280,12 +309,14 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             cudaEventSynchronize(e1);
             cudaEventElapsedTime(&ms, e0, e1);
             const double bw = double(w.size()) * 20 / (ms / 1e3) / 1e9;
-            std::printf("[bench] gemv %s %dx%d (%.0f MB)%s: %.1f us, %.0f GB/s = %.0f%% of copy bandwidth\n",
-                        ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6,
-                        variant == 2 ? " prefetch+int8-x" : pf ? " prefetch" : "", ms / 20 * 1e3, bw,
+            std::printf("[bench] gemv %s %dx%d (%.0f MB) %s: %.1f us, %.0f GB/s = %.0f%% of copy bandwidth\n",
+                        ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6, v.name, ms / 20 * 1e3, bw,
                         100 * bw / copy_bw);
         }
-        ehcuda::set_gemv_q8x(false);
+        ehcuda::set_gemv_prefetch(true);
+        ehcuda::set_gemv_blocks_per_sm(0);
+        ehcuda::set_gemv_input(was);
+        if (rows != 16384 || cols != 8192) continue;
         // Prefill GEMM throughput on the same weights (512 tokens).
         std::vector<float> X(static_cast<size_t>(512) * cols, 0.01f);
         auto dX = to_device(X);

@@ -182,6 +182,11 @@ void Server::Impl::install_routes() {
         if (auto svc = get_service()) {
             j["queue_depth"] = svc->queue_depth();
             j["active_jobs"] = svc->active_jobs();
+            // Live: the model plus its sessions (KV caches, buffers).
+            j["vram_bytes_used"] = svc->device_bytes_used();
+            j["vram_bytes_model"] = svc->model_device_bytes();
+            j["kv_bytes_per_token"] = svc->kv_bytes_per_token();
+            j["kv_cache_bytes"] = uint64_t(svc->n_ctx()) * svc->kv_bytes_per_token();
         }
         send_json(res, status == "ok" ? 200 : 503, j);
     });
@@ -236,6 +241,7 @@ void Server::Impl::install_routes() {
         g.vram_bytes = double(ni.vram_bytes_used);
         g.context_length = ni.context_length;
         if (auto svc = get_service()) {
+            g.vram_bytes = double(svc->device_bytes_used());
             g.queue_depth = double(svc->queue_depth());
             g.active_jobs = double(svc->active_jobs());
         }

@@ -69,12 +69,23 @@ Service::Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextC
                  std::shared_ptr<Metrics> metrics)
     : model_(std::move(model)), codec_(std::move(codec)), options_(std::move(options)),
       metrics_(metrics ? std::move(metrics) : std::make_shared<Metrics>()) {
-    uint32_t model_ctx = model_->info().context_length;
-    n_ctx_ = options_.n_ctx ? options_.n_ctx : model_ctx;
+    const eh_model_info mi = model_->info();
+    trained_ctx_ = mi.context_length;
+    model_device_bytes_ = mi.device_bytes_used;
+    kv_bytes_per_token_ = mi.kv_bytes_per_token;
+    n_ctx_ = options_.n_ctx ? options_.n_ctx : trained_ctx_;
     if (n_ctx_ == 0) throw Error(Code::ModelLoadFailed, "the model reports a context length of 0; pass --ctx-size");
-    // The cancel callback is polled by the plugin inside prefill/decode, so a
-    // long prefill stops too. It reads only atomics.
-    session_ = model_->create_session(n_ctx_, [this] {
+    session_ = make_session(n_ctx_);
+    refresh_device_bytes();
+    worker_ = std::thread([this] { worker_loop(); });
+}
+
+Service::~Service() { shutdown(); }
+
+// The cancel callback is polled by the plugin inside prefill/decode, so a
+// long prefill stops too. It reads only atomics.
+std::unique_ptr<EngineSession> Service::make_session(uint32_t n_ctx) {
+    return model_->create_session(n_ctx, [this] {
         Job* j = running_.load();
         if (!j) return false;
         if (j->cancelled()) return true;
@@ -84,10 +95,17 @@ Service::Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextC
         }
         return false;
     });
-    worker_ = std::thread([this] { worker_loop(); });
 }
 
-Service::~Service() { shutdown(); }
+// Only the constructor and the worker call this: never concurrently with
+// a session being made or freed.
+void Service::refresh_device_bytes() {
+    try {
+        device_bytes_.store(model_->info().device_bytes_used);
+    } catch (const std::exception&) {
+        // keep the last value: /health must not fail because of this
+    }
+}
 
 size_t Service::queue_depth() const {
     std::lock_guard lock(mu_);
@@ -103,18 +121,26 @@ std::shared_ptr<Job> Service::submit(GenerationRequest req) {
     if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
     auto job = std::make_shared<Job>();
     job->prompt_tokens = codec_->encode(req.prompt, req.add_special, req.parse_special);
+    job->n_ctx = n_ctx_;
+    if (req.n_ctx) {
+        if (trained_ctx_ && *req.n_ctx > trained_ctx_)
+            throw RequestError("n_ctx", fmt::format("'n_ctx' {} exceeds the model's trained context length {}",
+                                                    *req.n_ctx, trained_ctx_));
+        job->n_ctx = std::max(n_ctx_, *req.n_ctx);  // a smaller one runs in the server's session
+    }
+    const uint32_t ctx = job->n_ctx;
     const size_t np = job->prompt_tokens.size();
     if (np == 0) throw RequestError("prompt", "the prompt encodes to zero tokens");
-    if (np >= n_ctx_)
+    if (np >= ctx)
         throw RequestError("prompt", fmt::format("the prompt is {} tokens but the context holds {} tokens in all "
                                                  "(prompt + output); shorten the prompt to at most {} tokens",
-                                                 np, n_ctx_, n_ctx_ - 1));
-    const uint32_t room = uint32_t(n_ctx_ - np);
+                                                 np, ctx, ctx - 1));
+    const uint32_t room = uint32_t(ctx - np);
     if (req.max_tokens) {
         if (*req.max_tokens > room)
             throw RequestError("max_tokens", fmt::format("prompt ({} tokens) + max_tokens ({}) = {} exceeds the context "
                                                          "length {}; lower max_tokens to at most {} or shorten the prompt",
-                                                         np, *req.max_tokens, np + *req.max_tokens, n_ctx_, room));
+                                                         np, *req.max_tokens, np + *req.max_tokens, ctx, room));
         job->max_tokens = *req.max_tokens;
     } else {
         job->max_tokens = std::min(room, options_.limits.max_tokens);
@@ -246,12 +272,16 @@ void Service::run(const std::shared_ptr<Job>& job) {
             throw Error(Code::Cancelled, "cancelled");
         }
     };
+    // A job with a larger n_ctx of its own gets a session (and KV cache) for
+    // its duration; failing to allocate it ends this job alone.
+    std::unique_ptr<EngineSession> own;
+    EngineSession* cur = session_.get();
     const bool want_lp = req.top_logprobs >= 0;
     auto logprob_of = [&](int32_t tok) {
         TokenLogprob lp;
         lp.id = tok;
         lp.text = sanitize_utf8(codec_->decode(std::span<const int32_t>(&tok, 1)));
-        auto lg = session_->logits();
+        auto lg = cur->logits();
         if (lg.empty() || tok < 0 || size_t(tok) >= lg.size()) return lp;
         float mx = *std::max_element(lg.begin(), lg.end());
         double sum = 0;
@@ -274,8 +304,33 @@ void Service::run(const std::shared_ptr<Job>& job) {
     };
 
     std::string output;  // only kept for --log-content
+    // It is freed before the terminal event, so a client that reads /health
+    // after its stream ended sees the memory back.
+    auto drop_own = [&] {
+        if (!own) return;
+        cur = session_.get();
+        own.reset();
+        refresh_device_bytes();
+    };
     try {
-        session_->reset();
+        if (job->n_ctx > n_ctx_) {
+            try {
+                own = make_session(job->n_ctx);
+            } catch (const Error& e) {
+                if (e.code() != Code::VramOom) throw;
+                throw Error(Code::VramOom,
+                            fmt::format("n_ctx {} needs a KV cache of {} that does not fit in free device memory "
+                                        "(this job only; the server's context of {} still serves requests): {}",
+                                        job->n_ctx, kv_bytes_per_token_
+                                            ? fmt::format("{} bytes", uint64_t(job->n_ctx) * kv_bytes_per_token_)
+                                            : std::string("unstated size"),
+                                        n_ctx_, e.what()));
+            }
+            cur = own.get();
+            refresh_device_bytes();
+        }
+        EngineSession& session = *cur;
+        session.reset();
         eh_sampling_params sp{};
         sp.struct_size = sizeof(sp);
         sp.temperature = float(req.sampling.temperature);
@@ -285,11 +340,11 @@ void Service::run(const std::shared_ptr<Job>& job) {
         sp.repetition_penalty = float(req.sampling.repetition_penalty);
         sp.repetition_window = options_.repetition_window;
         sp.seed = job->seed;
-        session_->set_sampling(sp);
+        session.set_sampling(sp);
         check();
-        session_->prefill(job->prompt_tokens);
+        session.prefill(job->prompt_tokens);
         check();
-        int32_t tok = session_->sample();
+        int32_t tok = session.sample();
         const auto t_first = Clock::now();
         auto t_prev = t_first;
 
@@ -332,7 +387,7 @@ void Service::run(const std::shared_ptr<Job>& job) {
                 reason = "length";
                 break;
             }
-            tok = session_->decode(tok);
+            tok = session.decode(tok);
         }
         if (reason != "stop") {
             auto r = stops.feed(text.finish());
@@ -352,6 +407,7 @@ void Service::run(const std::shared_ptr<Job>& job) {
         end.time_to_first_token_ms = ms_between(t0, t_first);
         if (log_settings().log_content)
             log_event(spdlog::level::info, "execute_output", {{"job_id", req.job_id}, {"correlation_id", req.correlation_id}, {"text", output}});
+        drop_own();
         finish(job, end);
     } catch (const Error& e) {
         Code code = e.code();
@@ -381,8 +437,10 @@ void Service::run(const std::shared_ptr<Job>& job) {
                 break;
             }
         }
+        drop_own();
         finish(job, error_event(code, msg, retriable));
     } catch (const std::exception& e) {
+        drop_own();
         finish(job, error_event(Code::Internal, std::string("internal error: ") + e.what(), false));
     }
 }

@@ -10,10 +10,13 @@
 // chunk to (max, sum, weighted V) and a second kernel merges the chunks in
 // split order. Nothing is accumulated with atomics, so results are bitwise
 // reproducible.
+//
+// Other head dims go to attention_generic (attention_generic.cu).
 #include <cmath>
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "ehcuda/kernels.hpp"
 
 namespace ehcuda {
@@ -24,6 +27,7 @@ constexpr int kKeyTile = 32;
 
 template <int DPL>
 __global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs a) {
+    pdl_entry();
     constexpr int HD = DPL * 32;
     constexpr int KLD = HD + 2;  // padded row: lanes hit distinct banks
     __shared__ __align__(16) __half Ks[kKeyTile * KLD];
@@ -118,6 +122,7 @@ constexpr int kKeysPerIter = 4;
 // scratch layout per (head, split): [m, l, acc[HD]]
 template <int DPL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a, float* scratch) {
+    pdl_entry();
     constexpr int HD = DPL * 32;
     __shared__ float sm_m[kDecodeWarps], sm_l[kDecodeWarps];
     __shared__ float sm_acc[kDecodeWarps][HD];
@@ -213,6 +218,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
 }
 
 __global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, float* out) {
+    pdl_entry();
     const int head = blockIdx.x;
     const float* base = scratch + size_t(head) * nsplit * (hd + 2);
     float M = -INFINITY;
@@ -235,7 +241,8 @@ __global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, floa
 
 void validate(const AttnArgs& a) {
     if (!attention_head_dim_supported(a.head_dim))
-        throw ehp::Error(EH_UNSUPPORTED, "attention: head_dim " + std::to_string(a.head_dim) + " unsupported");
+        throw ehp::Error(EH_UNSUPPORTED, "attention: head_dim " + std::to_string(a.head_dim) + " unsupported (max " +
+                                             std::to_string(kAttentionMaxHeadDim) + ")");
     if (a.n_kv <= 0 || a.n_head % a.n_kv)
         throw ehp::Error(EH_INTERNAL, "attention: n_head must be a multiple of n_kv");
 }
@@ -253,14 +260,16 @@ void by_dpl(int head_dim, F&& f) {
 
 }  // namespace
 
-bool attention_head_dim_supported(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
+bool attention_head_dim_supported(int hd) { return hd >= 1 && hd <= kAttentionMaxHeadDim; }
+bool attention_head_dim_fast(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
 
 void attention_prefill(const AttnArgs& a, cudaStream_t stream) {
     validate(a);
     if (a.ntok <= 0) return;
+    if (!attention_head_dim_fast(a.head_dim)) return attention_generic(a, stream);
     dim3 grid((a.ntok + kQPerBlock - 1) / kQPerBlock, a.n_head);
     by_dpl(a.head_dim, [&]<int DPL>() {
-        attn_prefill_kernel<DPL><<<grid, kQPerBlock * 32, 0, stream>>>(a);
+        launch("attn_prefill_kernel", attn_prefill_kernel<DPL>, grid, kQPerBlock * 32, 0, stream, a);
     });
     EHC_LAUNCHED("attn_prefill_kernel");
 }
@@ -280,12 +289,13 @@ size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit) {
 void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_t stream) {
     validate(a);
     if (a.ntok != 1) throw ehp::Error(EH_INTERNAL, "attention_decode: one token only");
+    if (!attention_head_dim_fast(a.head_dim)) return attention_generic(a, stream);
     if (nsplit < 1) nsplit = 1;
     by_dpl(a.head_dim, [&]<int DPL>() {
-        attn_decode_kernel<DPL><<<dim3(a.n_head, nsplit), kDecodeWarps * 32, 0, stream>>>(a, scratch);
+        launch("attn_decode_kernel", attn_decode_kernel<DPL>, dim3(a.n_head, nsplit), kDecodeWarps * 32, 0, stream, a, scratch);
     });
     EHC_LAUNCHED("attn_decode_kernel");
-    attn_merge_kernel<<<a.n_head, 128, 0, stream>>>(scratch, nsplit, a.head_dim, a.out);
+    launch("attn_merge_kernel", attn_merge_kernel, a.n_head, 128, 0, stream, scratch, nsplit, a.head_dim, a.out);
     EHC_LAUNCHED("attn_merge_kernel");
 }
 

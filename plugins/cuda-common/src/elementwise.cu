@@ -4,6 +4,7 @@
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/quant.cuh"
 
@@ -14,6 +15,7 @@ constexpr int kNormThreads = 256;
 
 __global__ void rmsnorm_kernel(const float* x, int ldx, float* h, const float* delta,
                                const float* w, float* out, int ldo, int n, float eps) {
+    pdl_entry();
     __shared__ float shm[32];
     const int t = blockIdx.x;
     const float* xr;
@@ -37,9 +39,19 @@ __global__ void rmsnorm_kernel(const float* x, int ldx, float* h, const float* d
 
 __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int type, int cols,
                              const int32_t* tokens, float* out) {
+    pdl_entry();
     const int t = blockIdx.x;
     const uint8_t* row = table + size_t(tokens[t]) * row_bytes;
     float* o = out + size_t(t) * cols;
+    if (cols % 32) {
+        // Float tables only (checked by the launcher): element by element.
+        for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+            if (type == EH_TYPE_F32) o[c] = reinterpret_cast<const float*>(row)[c];
+            else if (type == EH_TYPE_F16) o[c] = __half2float(reinterpret_cast<const __half*>(row)[c]);
+            else o[c] = __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[c]) << 16);
+        }
+        return;
+    }
     for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
         float v[32];
         dispatch_type(type, [&]<int T>() { load_chunk<T>(row, c, v); });
@@ -53,6 +65,7 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int type, i
 // unrotated tail) into the cache. Decode uses several blocks per token: one
 // block walking Phi-3's 3 072 pairs (powf + sincosf each) took ~15 us.
 __global__ void rope_kernel(RopeArgs a) {
+    pdl_entry();
     const int t = blockIdx.x;
     const int tid = blockIdx.y * blockDim.x + threadIdx.x, nthr = gridDim.y * blockDim.x;
     const int pos = *a.d_pos0 + t;
@@ -94,6 +107,7 @@ __global__ void rope_kernel(RopeArgs a) {
 }
 
 __global__ void record_kernel(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n) {
+    pdl_entry();
     const int pos0 = *d_pos0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
         hist[pos0 + i] = tokens[i];
@@ -104,7 +118,7 @@ __global__ void record_kernel(int32_t* hist, const int32_t* d_pos0, const int32_
 void record_tokens(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n,
                    cudaStream_t stream) {
     if (n <= 0) return;
-    record_kernel<<<(n + 255) / 256, 256, 0, stream>>>(hist, d_pos0, tokens, n);
+    launch("record_kernel", record_kernel, (n + 255) / 256, 256, 0, stream, hist, d_pos0, tokens, n);
     EHC_LAUNCHED("record_kernel");
 }
 
@@ -121,23 +135,25 @@ std::string check_kernel_image() {
 void rmsnorm(const float* x, int ldx, const float* w, float* out, int ldo, int n, int ntok,
              float eps, cudaStream_t stream) {
     if (ntok <= 0) return;
-    rmsnorm_kernel<<<ntok, kNormThreads, 0, stream>>>(x, ldx, nullptr, nullptr, w, out, ldo, n, eps);
+    launch("rmsnorm_kernel", rmsnorm_kernel, ntok, kNormThreads, 0, stream, x, ldx, nullptr, nullptr, w, out, ldo, n, eps);
     EHC_LAUNCHED("rmsnorm_kernel");
 }
 
 void add_rmsnorm(float* h, const float* delta, const float* w, float* out, int n, int ntok,
                  float eps, cudaStream_t stream) {
     if (ntok <= 0) return;
-    rmsnorm_kernel<<<ntok, kNormThreads, 0, stream>>>(nullptr, n, h, delta, w, out, n, n, eps);
+    launch("rmsnorm_kernel", rmsnorm_kernel, ntok, kNormThreads, 0, stream, nullptr, n, h, delta, w, out, n, n, eps);
     EHC_LAUNCHED("add_rmsnorm_kernel");
 }
 
 void embed_rows(const WeightRef& table, const int32_t* tokens, int ntok, float* out,
                 cudaStream_t stream) {
     if (ntok <= 0) return;
-    if (!matmul_type_supported(table.type) || table.cols % 32)
-        throw ehp::Error(EH_UNSUPPORTED, "embedding: unsupported table type or width");
-    embed_kernel<<<ntok, 128, 0, stream>>>(static_cast<const uint8_t*>(table.data), table.row_bytes,
+    const bool float_type = table.type == EH_TYPE_F32 || table.type == EH_TYPE_F16 || table.type == EH_TYPE_BF16;
+    if (!matmul_type_supported(table.type) || table.cols <= 0 || (table.cols % 32 && !float_type))
+        throw ehp::Error(EH_UNSUPPORTED, "embedding: unsupported table type " + std::to_string(table.type) +
+                                             " or width " + std::to_string(table.cols));
+    launch("embed_kernel", embed_kernel, ntok, 128, 0, stream, static_cast<const uint8_t*>(table.data), table.row_bytes,
                                            int(table.type), table.cols, tokens, out);
     EHC_LAUNCHED("embed_kernel");
 }
@@ -151,7 +167,7 @@ void rope_store_kv(const RopeArgs& a, cudaStream_t stream) {
     // block per token.
     const int pairs = (a.n_head + a.n_kv) * (a.n_rot / 2);
     const int per_token = a.ntok >= 32 ? 1 : std::max(1, std::min(32, (pairs + 255) / 256));
-    rope_kernel<<<dim3(a.ntok, per_token), 256, 0, stream>>>(a);
+    launch("rope_kernel", rope_kernel, dim3(a.ntok, per_token), 256, 0, stream, a);
     EHC_LAUNCHED("rope_kernel");
 }
 

@@ -2,10 +2,12 @@
 // per output row; lanes take 32-element chunks of the row in turn, decode
 // them in registers and dot them with every token's input, so each weight
 // byte is read from device memory exactly once per call.
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "ehcuda/quant_dp4a.cuh"
 #include "matmul_common.cuh"
 
@@ -13,14 +15,19 @@ namespace ehcuda {
 namespace detail {
 
 bool gemv_prefetch_enabled = true;
-// Int8-input dp4a path for quantized weights in single-token GEMV. Off by
-// default: faster on an H200 (+5 % decode on the Qwen2.5-0.5B shape, +33 % on
-// Phi-3-mini) but its input rounding puts tiny-model decode logits 3-6 % off
-// the float reference for 32-block types (20 model tests over their 3 %
-// tolerance). EHCUDA_GEMV_Q8X=1 turns it on.
-bool gemv_q8x_enabled = [] {
-    const char* e = std::getenv("EHCUDA_GEMV_Q8X");
-    return e && e[0] == '1';
+// Input form of single-token GEMV on quantized weights (see GemvInput).
+// EHCUDA_GEMV_INPUT=float|int16|int8 overrides the default (int16).
+// Single-token grid cap in blocks per multiprocessor (0: one block per 16
+// rows). EHCUDA_GEMV_BLOCKS_PER_SM overrides it, for measurements.
+int gemv_blocks_per_sm = [] {
+    const char* e = std::getenv("EHCUDA_GEMV_BLOCKS_PER_SM");
+    return e ? std::atoi(e) : 0;
+}();
+GemvInput gemv_input_mode = [] {
+    const char* e = std::getenv("EHCUDA_GEMV_INPUT");
+    if (e && std::string(e) == "float") return GemvInput::Float;
+    if (e && std::string(e) == "int8") return GemvInput::Int8;
+    return GemvInput::Int16;
 }();
 
 DevArgs to_dev(const MatmulArgs& a) {
@@ -122,15 +129,21 @@ __device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
     __syncthreads();
 }
 
-// Int8 staging: per 32-element chunk, 32 int8 codes (48-byte stride, bank
-// friendly) and a float scale. Every 8 consecutive threads own one chunk.
-constexpr int kQ8Stride = 48;
-size_t staged_q8_bytes(int cols) { return size_t(cols / 32) * (kQ8Stride + sizeof(float)); }
+// Integer staging: per 32-element chunk, the codes (int8 or int16), then
+// the float scale and the code sums of elements 0..15 and 16..31. Strides of
+// 48 and 80 bytes keep the 16-byte reads of 8 neighbouring lanes on distinct
+// banks. Every 8 consecutive threads own one chunk.
+template <int Bits>
+constexpr int kIntStride = Bits == 8 ? 48 : 80;
+template <int Bits>
+constexpr int kCodeBytes = Bits == 8 ? 32 : 64;
+template <int Bits>
+size_t staged_int_bytes(int cols) { return size_t(cols / 32) * kIntStride<Bits>; }
 
-__device__ __forceinline__ void stage_x_q8(const DevArgs& a, uint8_t* smem) {
+template <int Bits>
+__device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
+    constexpr float kMax = Bits == 8 ? 127.0f : 32767.0f;
     const int n4 = a.cols / 4;
-    const int nch = a.cols / 32;
-    float* xds = reinterpret_cast<float*>(smem + size_t(nch) * kQ8Stride);
     const float4* x4 = reinterpret_cast<const float4*>(a.x);
     float scale = 1.0f;
     if (a.xmode == int(XMode::RmsNorm)) {
@@ -176,18 +189,47 @@ __device__ __forceinline__ void stage_x_q8(const DevArgs& a, uint8_t* smem) {
         float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
 #pragma unroll
         for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float d = amax / 127.0f;
-        const float id = amax > 0.0f ? 127.0f / amax : 0.0f;
+        const float id = amax > 0.0f ? kMax / amax : 0.0f;
+        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
+        const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
+        // Code sums of each half chunk: 4 threads per 16 elements.
+        int sum = q0 + q1 + q2 + q3;
+        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
         if (ok) {
             const int e = 4 * i;
-            const int c = e >> 5;
-            char4 q = make_char4(char(__float2int_rn(v.x * id)), char(__float2int_rn(v.y * id)),
-                                 char(__float2int_rn(v.z * id)), char(__float2int_rn(v.w * id)));
-            *reinterpret_cast<char4*>(smem + size_t(c) * kQ8Stride + (e & 31)) = q;
-            if ((i & 7) == 0) xds[c] = d;
+            uint8_t* chunk = smem + size_t(e >> 5) * kIntStride<Bits>;
+            if constexpr (Bits == 8) {
+                *reinterpret_cast<char4*>(chunk + (e & 31)) = make_char4(char(q0), char(q1), char(q2), char(q3));
+            } else {
+                *reinterpret_cast<int2*>(chunk + 2 * (e & 31)) =
+                    make_int2(int((q0 & 0xFFFF) | (q1 << 16)), int((q2 & 0xFFFF) | (q3 << 16)));
+            }
+            int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
+            if ((i & 7) == 0) {
+                hdr[0] = __float_as_int(amax / kMax);
+                hdr[1] = sum;
+            } else if ((i & 7) == 4) {
+                hdr[2] = sum;
+            }
         }
     }
     __syncthreads();
+}
+
+template <int Bits>
+__device__ __forceinline__ void load_staged_int(const uint8_t* smem, int c, XChunk<Bits>& x) {
+    const uint8_t* chunk = smem + size_t(c) * kIntStride<Bits>;
+    const int4* p = reinterpret_cast<const int4*>(chunk);
+#pragma unroll
+    for (int i = 0; i < XChunk<Bits>::kWords / 4; ++i) {
+        const int4 g = p[i];
+        x.w[4 * i] = g.x; x.w[4 * i + 1] = g.y; x.w[4 * i + 2] = g.z; x.w[4 * i + 3] = g.w;
+    }
+    const int* hdr = reinterpret_cast<const int*>(chunk + kCodeBytes<Bits>);
+    x.d = __int_as_float(hdr[0]);
+    x.sum_lo = hdr[1];
+    x.sum_hi = hdr[2];
 }
 
 __device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)[32]) {
@@ -205,15 +247,32 @@ __device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)
 // same chunk index of R rows against one register copy of the input chunk:
 // the input is read once per R rows and R independent weight loads are in
 // flight per lane.
-template <int T, int NT, int R, int KS, bool Q8X = false>
+// XB: input staged as float (0) or as int8/int16 codes (8/16; single
+// token, quantized weights only).
+template <int T, int NT, int R, int KS, int XB = 0>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevArgs a) {
+    pdl_entry();
     // KS warps share a group of R rows, each taking every KS-th run of 32
     // chunks (split-K for short, wide matrices that would leave SMs idle);
     // partial sums are combined through shared memory in warp order.
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int ks = warp % KS;
-    const int r0 = (blockIdx.x * (kWarps / KS) + warp / KS) * R;
+
+    extern __shared__ float4 xs_raw[];
+    float* xs = reinterpret_cast<float*>(xs_raw);
+    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
+    if constexpr (XB != 0)
+        stage_x_int<XB>(a, xq);
+    else if constexpr (NT == 1)
+        stage_x(a, xs);
+
+    // A block stages the input once, then walks row groups gridDim.x blocks
+    // apart (single-token launches cap the grid so the staging, a full read
+    // of x per block, is not repeated for every 16 rows). Split-K launches
+    // give every block exactly one group: their warps leave early below.
+    for (int blk = blockIdx.x; blk * (kWarps / KS) * R < a.total_rows; blk += gridDim.x) {
+    const int r0 = (blk * (kWarps / KS) + warp / KS) * R;
     const bool active = r0 < a.total_rows;
     int s = 0, base = 0;
     if (active)
@@ -223,15 +282,6 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     const int nr = active ? min(R, g.rows - lr0) : 0;  // segments hold whole groups of R rows
     const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
     const int nch = active ? a.cols / 32 : 0;
-
-    extern __shared__ float4 xs_raw[];
-    float* xs = reinterpret_cast<float*>(xs_raw);
-    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
-    const float* xds = reinterpret_cast<const float*>(xq + size_t(a.cols / 32) * kQ8Stride);
-    if constexpr (Q8X)
-        stage_x_q8(a, xq);
-    else if constexpr (NT == 1)
-        stage_x(a, xs);
 
     float acc[R][NT];
 #pragma unroll
@@ -248,14 +298,12 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             for (int r = 0; r < R; ++r)
                 if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, cn));
         }
-        if constexpr (Q8X) {
-            const int4* xp = reinterpret_cast<const int4*>(xq + size_t(c) * kQ8Stride);
-            const int4 xa = xp[0], xb = xp[1];
-            const int x8[8] = {xa.x, xa.y, xa.z, xa.w, xb.x, xb.y, xb.z, xb.w};
-            const float xd = xds[c];
+        if constexpr (XB != 0) {
+            XChunk<XB> x;
+            load_staged_int<XB>(xq, c, x);
 #pragma unroll
             for (int r = 0; r < R; ++r)
-                if (r < nr) acc[r][0] += dot_chunk_q8x<T>(w + size_t(r) * g.row_bytes, c, x8, xd);
+                if (r < nr) acc[r][0] += dot_chunk_int<T>(w + size_t(r) * g.row_bytes, c, x);
         } else if constexpr (NT > 1) {
             float v[32];
             load_chunk<T>(w, c, v);
@@ -324,10 +372,21 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             }
         }
     }
+    }
+}
+
+int sm_count() {
+    static const int n = [] {
+        int dev = 0, v = 0;
+        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+            return 1;
+        return v;
+    }();
+    return n;
 }
 
 template <int T, int NT>
-void launch(const DevArgs& d, cudaStream_t stream) {
+void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     // Several rows per warp only pays for tall single-token products; a
     // warp's rows must not straddle two segments.
     int R = 1;
@@ -346,27 +405,34 @@ void launch(const DevArgs& d, cudaStream_t stream) {
     // keep whole rows per warp instead.
     const bool split = NT > 1 && groups < 1536 && d.cols >= 32 * 64;
     const int per_block = split ? 1 : kWarps;
-    const bool q8x = NT == 1 && has_q8x_path<T>() && detail::gemv_q8x_enabled;
-    const size_t smem = q8x ? staged_q8_bytes(d.cols) : NT == 1 ? staged_bytes(d.cols) : 0;
-    dim3 grid((groups + per_block - 1) / per_block);
+    const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
+    const size_t smem = in == GemvInput::Int8    ? staged_int_bytes<8>(d.cols)
+                        : in == GemvInput::Int16 ? staged_int_bytes<16>(d.cols)
+                        : NT == 1                ? staged_bytes(d.cols)
+                                                 : 0;
+    const int nblk = (groups + per_block - 1) / per_block;
     auto go = [&](auto kernel) {
         if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        kernel<<<grid, kWarps * 32, smem, stream>>>(d);
+        int blocks = nblk;
+        if (NT == 1 && !split && detail::gemv_blocks_per_sm > 0)
+            blocks = std::min(nblk, detail::gemv_blocks_per_sm * sm_count());
+        const dim3 grid(blocks);
+        launch("gemv_kernel", kernel, grid, kWarps * 32, smem, stream, d);
+    };
+    // Rows per warp as a template argument.
+    auto by_rows = [&]<int NT_, int KS, int XB>() {
+        if (R == 4) go(gemv_kernel<T, NT_, (NT_ == 1 ? 4 : 1), KS, XB>);
+        else if (R == 2) go(gemv_kernel<T, NT_, (NT_ == 1 ? 2 : 1), KS, XB>);
+        else go(gemv_kernel<T, NT_, 1, KS, XB>);
     };
     if (split) {
-        if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), kWarps>);
-        else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), kWarps>);
-        else go(gemv_kernel<T, NT, 1, kWarps>);
-    } else if (q8x) {
-        if constexpr (NT == 1 && has_q8x_path<T>()) {
-            if (R == 4) go(gemv_kernel<T, 1, 4, 1, true>);
-            else if (R == 2) go(gemv_kernel<T, 1, 2, 1, true>);
-            else go(gemv_kernel<T, 1, 1, 1, true>);
-        }
+        by_rows.template operator()<NT, kWarps, 0>();
+    } else if constexpr (NT == 1 && has_int_input_path<T>()) {
+        if (in == GemvInput::Int8) by_rows.template operator()<1, 1, 8>();
+        else if (in == GemvInput::Int16) by_rows.template operator()<1, 1, 16>();
+        else by_rows.template operator()<1, 1, 0>();
     } else {
-        if (R == 4) go(gemv_kernel<T, NT, (NT == 1 ? 4 : 1), 1>);
-        else if (R == 2) go(gemv_kernel<T, NT, (NT == 1 ? 2 : 1), 1>);
-        else go(gemv_kernel<T, NT, 1, 1>);
+        by_rows.template operator()<NT, 1, 0>();
     }
     EHC_LAUNCHED("gemv_kernel");
 }
@@ -383,10 +449,10 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
             g.y = d.y + size_t(t0) * d.ldy;
             g.ntok = nt;
             switch (nt) {
-            case 8: launch<T, 8>(g, stream); break;
-            case 4: launch<T, 4>(g, stream); break;
-            case 2: launch<T, 2>(g, stream); break;
-            default: launch<T, 1>(g, stream); break;
+            case 8: launch_gemv<T, 8>(g, stream); break;
+            case 4: launch_gemv<T, 4>(g, stream); break;
+            case 2: launch_gemv<T, 2>(g, stream); break;
+            default: launch_gemv<T, 1>(g, stream); break;
             }
             t0 += nt;
         }
@@ -396,8 +462,9 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 }  // namespace
 
 void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
-void set_gemv_q8x(bool on) { detail::gemv_q8x_enabled = on; }
-bool gemv_q8x() { return detail::gemv_q8x_enabled; }
+void set_gemv_blocks_per_sm(int n) { detail::gemv_blocks_per_sm = std::max(0, n); }
+void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
+GemvInput gemv_input() { return detail::gemv_input_mode; }
 
 bool matmul_type_supported(uint32_t type) {
     switch (type) {
@@ -435,6 +502,7 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
 }
 
 void matmul(const MatmulArgs& a, cudaStream_t stream) {
+    if (matmul_needs_generic(a)) return matmul_generic(a, stream);
     if (a.ntok <= 8)
         gemv(a, stream);
     else

@@ -4,6 +4,7 @@
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "ehcuda/gpt_ops.hpp"
 #include "ehcuda/quant.cuh"
 
@@ -16,6 +17,7 @@ constexpr int kNormThreads = 256;
 // does; the row is tiny next to the weights, so the second read is free.
 __global__ void layernorm_kernel(const float* x, int ldx, const float* w, const float* b, float* out,
                                  int ldo, int n, float eps) {
+    pdl_entry();
     __shared__ float shm[32];
     const float* xr = x + size_t(blockIdx.x) * ldx;
     float s = 0.0f;
@@ -32,6 +34,7 @@ __global__ void layernorm_kernel(const float* x, int ldx, const float* w, const 
 }
 
 __global__ void gelu_kernel(float* x, int ld, int n) {
+    pdl_entry();
     float* r = x + size_t(blockIdx.y) * ld;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
         const float v = r[i];
@@ -42,6 +45,7 @@ __global__ void gelu_kernel(float* x, int ld, int n) {
 
 __global__ void add_rows_kernel(const uint8_t* table, size_t row_bytes, int type, int cols,
                                 const int32_t* d_pos0, float* h) {
+    pdl_entry();
     const int t = blockIdx.x;
     const uint8_t* row = table + size_t(*d_pos0 + t) * row_bytes;
     float* o = h + size_t(t) * cols;
@@ -60,6 +64,7 @@ __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 
 template <class C>
 __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
+    pdl_entry();
     const int t = blockIdx.x;
     const int pos = *a.d_pos0 + t;
     float* row = a.qkv + size_t(t) * a.ld;
@@ -108,6 +113,7 @@ constexpr int kMaxDpl = 8;    // head_dim <= 256
 template <int DPL, class C>
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs a, const C* k_cache,
                                                                     const C* v_cache) {
+    pdl_entry();
     __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
     __shared__ float sm_acc[kAttnWarps][DPL * 32];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -198,7 +204,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
 void layernorm(const float* x, int ldx, const float* w, const float* b, float* out, int ldo, int n,
                int ntok, float eps, cudaStream_t stream) {
     if (ntok <= 0) return;
-    layernorm_kernel<<<ntok, kNormThreads, 0, stream>>>(x, ldx, w, b, out, ldo, n, eps);
+    launch("layernorm_kernel", layernorm_kernel, ntok, kNormThreads, 0, stream, x, ldx, w, b, out, ldo, n, eps);
     EHC_LAUNCHED("layernorm_kernel");
 }
 
@@ -206,7 +212,7 @@ void gelu_tanh_inplace(float* x, int ld, int n, int ntok, cudaStream_t stream) {
     if (ntok <= 0 || n <= 0) return;
     const int threads = 256;
     const int bx = (n + threads - 1) / threads;
-    gelu_kernel<<<dim3(bx, ntok), threads, 0, stream>>>(x, ld, n);
+    launch("gelu_kernel", gelu_kernel, dim3(bx, ntok), threads, 0, stream, x, ld, n);
     EHC_LAUNCHED("gelu_kernel");
 }
 
@@ -215,7 +221,7 @@ void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, 
     if (ntok <= 0) return;
     if (!matmul_type_supported(table.type) || table.cols % 32)
         throw ehp::Error(EH_UNSUPPORTED, "position table: unsupported type or width");
-    add_rows_kernel<<<ntok, 128, 0, stream>>>(static_cast<const uint8_t*>(table.data), table.row_bytes,
+    launch("add_rows_kernel", add_rows_kernel, ntok, 128, 0, stream, static_cast<const uint8_t*>(table.data), table.row_bytes,
                                               int(table.type), table.cols, d_pos0, h);
     EHC_LAUNCHED("add_rows_kernel");
 }
@@ -224,8 +230,8 @@ void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
     if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 || (a.n_rot > 0 && !a.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
-    if (a.k_cache32 && a.v_cache32) rope_table_kernel<<<a.ntok, 256, 0, stream>>>(a, a.k_cache32, a.v_cache32);
-    else rope_table_kernel<<<a.ntok, 256, 0, stream>>>(a, a.k_cache, a.v_cache);
+    if (a.k_cache32 && a.v_cache32) launch("rope_table_kernel", rope_table_kernel<float>, a.ntok, 256, 0, stream, a, a.k_cache32, a.v_cache32);
+    else launch("rope_table_kernel", rope_table_kernel<__half>, a.ntok, 256, 0, stream, a, a.k_cache, a.v_cache);
     EHC_LAUNCHED("rope_table_kernel");
 }
 
@@ -237,10 +243,11 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
     const dim3 grid(a.ntok, a.n_head);
     const int dpl = (a.head_dim + 31) / 32;
     auto go = [&](auto kc, auto vc) {
-        if (dpl == 1) sink_attn_kernel<1><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
-        else if (dpl == 2) sink_attn_kernel<2><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
-        else if (dpl <= 4) sink_attn_kernel<4><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
-        else sink_attn_kernel<8><<<grid, kAttnWarps * 32, 0, stream>>>(a, kc, vc);
+        using C = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
+        if (dpl == 1) launch("sink_attn_kernel", sink_attn_kernel<1, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
+        else if (dpl == 2) launch("sink_attn_kernel", sink_attn_kernel<2, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
+        else if (dpl <= 4) launch("sink_attn_kernel", sink_attn_kernel<4, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
+        else launch("sink_attn_kernel", sink_attn_kernel<8, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
     };
     if (a.k_cache32 && a.v_cache32) go(a.k_cache32, a.v_cache32);
     else go(a.k_cache, a.v_cache);

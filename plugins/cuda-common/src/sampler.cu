@@ -3,6 +3,7 @@
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "ehcuda/philox.cuh"
 #include "ehcuda/sampler.hpp"
 
@@ -52,6 +53,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                                                         const int32_t* d_n_hist, const SamplerParams* pp,
                                                         unsigned long long* counter, float* w, int32_t* first,
                                                         int32_t* out) {
+    pdl_entry();
     __shared__ float red[32];
     __shared__ float shm_v[kThreads];
     __shared__ int shm_i[kThreads];
@@ -229,7 +231,7 @@ void sample_tokens(const float* logits, int n_vocab, const int32_t* history, con
                    const SamplerParams* d_params, unsigned long long* d_counter, SamplerWork work,
                    int32_t* d_out_token, cudaStream_t stream) {
     if (n_vocab <= 0) throw ehp::Error(EH_INTERNAL, "sampler: empty vocabulary");
-    sample_kernel<<<1, kThreads, 0, stream>>>(logits, n_vocab, history, d_n_hist, d_params, d_counter,
+    launch("sample_kernel", sample_kernel, 1, kThreads, 0, stream, logits, n_vocab, history, d_n_hist, d_params, d_counter,
                                               work.fwork, work.iwork, d_out_token);
     EHC_LAUNCHED("sample_kernel");
 }

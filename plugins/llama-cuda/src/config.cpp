@@ -42,10 +42,15 @@ Config read_config(const ehp::ModelView& view) {
 
     auto bad = [&](const std::string& why) { throw ehp::Error(EH_MODEL_LOAD_FAILED, c.arch + ": " + why); };
     if (c.n_head % c.n_kv) bad("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_kv));
+    // Head dims 64/96/128/256 take the tiled attention kernels, others up to
+    // the limit a generic one; widths that are not a multiple of 32 take the
+    // generic matmul (each weight row must still be whole blocks of its
+    // type, checked per tensor at load).
     if (!ehcuda::attention_head_dim_supported(c.head_dim))
-        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: head dimension " + std::to_string(c.head_dim) + " not supported (64, 96, 128, 256)");
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: head dimension " + std::to_string(c.head_dim) +
+                                             " not supported (attention kernels take 1.." +
+                                             std::to_string(ehcuda::kAttentionMaxHeadDim) + ")");
     if (c.n_rot > c.head_dim || c.n_rot % 2) bad("rope.dimension_count " + std::to_string(c.n_rot) + " invalid");
-    if (c.n_embd % 32 || c.n_ff % 32) bad("embedding_length and feed_forward_length must be multiples of 32");
     if (!(c.eps > 0.0f) || !(c.freq_base > 0.0f)) bad("rms epsilon and rope.freq_base must be positive");
     return c;
 }

@@ -53,7 +53,7 @@ enum class XMode : int {
 struct MatmulArgs {
     MatSeg seg[3];
     int nseg = 1;
-    int cols = 0;           // K: input features (multiple of 32)
+    int cols = 0;           // K: input features (fast kernels: a multiple of 32)
     const float* x = nullptr;
     int ldx = 0;
     XMode xmode = XMode::Plain;
@@ -76,13 +76,27 @@ struct MatmulArgs {
 void matmul(const MatmulArgs& a, cudaStream_t stream);
 // L2 prefetch of the next chunks in GEMV (on by default; for measurements).
 void set_gemv_prefetch(bool on);
-// Single-token GEMV on quantized weights with the input quantized to int8
-// per 32 elements and __dp4a dot products (fewer instructions per weight
-// byte; ~0.4 % input rounding). Off by default; EHCUDA_GEMV_Q8X=1 turns it on.
-void set_gemv_q8x(bool on);
-bool gemv_q8x();
+// Single-token GEMV grid cap, blocks per multiprocessor (0 = uncapped).
+void set_gemv_blocks_per_sm(int n);
+// How single-token GEMV on quantized weights takes its input. Int16 (the
+// default): quantized per 32 elements to int16 codes + a scale, integer dot
+// products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.
+// Int8: int8 codes and __dp4a, fewer instructions per weight byte but ~0.4 %
+// rounding (tiny-model logits drift past 3 %), for measurements. Float: the
+// input in FP32 and weights decoded to float (the slowest, the reference).
+// Env EHCUDA_GEMV_INPUT=float|int16|int8 sets the default.
+enum class GemvInput : int { Float = 0, Int16 = 1, Int8 = 2 };
+void set_gemv_input(GemvInput in);
+GemvInput gemv_input();
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
+// Shapes the fast kernels do not take: cols not a multiple of 32, an input
+// stride or base not 16-byte aligned, fused RMSNorm over several tokens.
+// matmul() sends those to matmul_generic, which honours every MatmulArgs
+// field for any cols that is whole blocks of each weight type (one warp per
+// output row and token; slow, exact FP32 dot products, deterministic).
+bool matmul_needs_generic(const MatmulArgs& a);
+void matmul_generic(const MatmulArgs& a, cudaStream_t stream);
 
 // out[t] = x[t] / rms(x[t]) * w. With `delta`, first h[t] += delta[t] (the
 // residual add, fused) and x is h.
@@ -121,6 +135,9 @@ void rope_store_kv(const RopeArgs& a, cudaStream_t stream);
 
 // Causal GQA attention of ntok queries at positions *d_pos0 + t over the
 // cache. window > 0 limits each query to the last `window` positions.
+// Head dims 64, 96, 128 and 256 take the tiled kernels below; any other up
+// to kAttentionMaxHeadDim takes a simple one-warp-per-(query, head) kernel
+// (attention_generic.cu).
 struct AttnArgs {
     const float* q = nullptr;
     int ldq = 0;
@@ -134,7 +151,14 @@ struct AttnArgs {
     float* out = nullptr;
     int ldo = 0;
 };
+constexpr int kAttentionMaxHeadDim = 256;
+// 1 .. kAttentionMaxHeadDim.
 bool attention_head_dim_supported(int head_dim);
+// The dims the tiled prefill / split-K decode kernels take.
+bool attention_head_dim_fast(int head_dim);
+// The generic kernels (any supported head dim); attention_prefill/decode
+// dispatch to them for dims that are not fast. Decode needs no scratch.
+void attention_generic(const AttnArgs& a, cudaStream_t stream);
 // Tiled (flash-style, online softmax) kernel for prefill.
 void attention_prefill(const AttnArgs& a, cudaStream_t stream);
 // Split-K over the KV length for one query token, then an ordered merge.

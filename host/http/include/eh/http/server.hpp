@@ -34,7 +34,7 @@ struct NodeInfo {
     std::string architecture;
     std::string quant_kind;
     std::string tokenizer_kind;
-    uint64_t vram_bytes_used = 0;
+    uint64_t vram_bytes_used = 0;       // at load; once attached, /health reads the service's live figure
     uint32_t vocab_size = 0;
     uint32_t context_length = 0;     // the context the server runs with
     uint32_t trained_context_length = 0;

@@ -61,6 +61,7 @@ public:
     GenerationRequest request;
     std::vector<int32_t> prompt_tokens;
     uint32_t max_tokens = 0;
+    uint32_t n_ctx = 0;        // the context it runs in (the server's, or its own n_ctx)
     uint64_t seed = 0;
     std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
 

@@ -35,6 +35,10 @@ struct RequestLimits {
     size_t max_messages = 256;
 };
 
+// The largest n_ctx a request may name (the ABI's session limit); the
+// service also caps it at the model's trained context length.
+inline constexpr uint32_t kMaxRequestContext = 1u << 24;
+
 struct Sampling {
     double temperature = 1.0;
     double top_p = 1.0;
@@ -50,6 +54,10 @@ struct GenerationRequest {
     bool add_special = true;           // let the tokenizer add BOS
     bool parse_special = false;        // control-token text becomes ids (chat templates only)
     std::optional<uint32_t> max_tokens;  // absent: as many as fit, up to the limit
+    // A context (prompt + output) for this job alone. Above the server's, a
+    // KV cache of this size is allocated for the job and freed after it; an
+    // allocation failure ends only this job (VRAM_OOM).
+    std::optional<uint32_t> n_ctx;
     Sampling sampling;
     std::vector<std::string> stop;
     int top_logprobs = -1;             // -1: no logprobs; 0: the chosen token's only

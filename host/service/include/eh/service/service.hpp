@@ -68,6 +68,11 @@ public:
     size_t queue_depth() const;
     size_t active_jobs() const { return active_.load(); }
     uint32_t n_ctx() const { return n_ctx_; }
+    // Device memory, as the plugin counts it. Refreshed by the worker after
+    // each session is made or freed, so reading it never calls the plugin.
+    uint64_t device_bytes_used() const { return device_bytes_.load(); }
+    uint64_t model_device_bytes() const { return model_device_bytes_; }  // before any session
+    uint64_t kv_bytes_per_token() const { return kv_bytes_per_token_; }  // 0: the plugin does not say
     const TextCodec& codec() const { return *codec_; }
     const ServiceOptions& options() const { return options_; }
     const std::shared_ptr<EngineModel>& model() const { return model_; }
@@ -77,6 +82,8 @@ private:
     void worker_loop();
     void run(const std::shared_ptr<Job>& job);
     void finish(const std::shared_ptr<Job>& job, const JobEvent& terminal);
+    std::unique_ptr<EngineSession> make_session(uint32_t n_ctx);
+    void refresh_device_bytes();
     uint32_t retry_after_ms() const;
 
     std::shared_ptr<EngineModel> model_;
@@ -84,6 +91,10 @@ private:
     ServiceOptions options_;
     std::shared_ptr<Metrics> metrics_;
     uint32_t n_ctx_ = 0;
+    uint32_t trained_ctx_ = 0;
+    uint64_t model_device_bytes_ = 0;
+    uint64_t kv_bytes_per_token_ = 0;
+    std::atomic<uint64_t> device_bytes_{0};
     std::unique_ptr<EngineSession> session_;
 
     mutable std::mutex mu_;

@@ -1,0 +1,200 @@
+// A request's own n_ctx and the service's device-memory figures, in process.
+// The test engine runs behind a wrapped function table that behaves like a
+// GPU engine's memory: every session holds kKvPerToken bytes per context
+// token, and a session above kFreeTokens fails to allocate (VRAM_OOM).
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/service/service.hpp"
+
+using namespace eh;
+using namespace eh::service;
+
+namespace {
+
+constexpr uint64_t kModelBytes = 1000;
+constexpr uint64_t kKvPerToken = 10;
+constexpr uint32_t kFreeTokens = 3000;  // "device memory" left for sessions
+
+struct Fake {
+    std::shared_ptr<const eh_plugin_api> real;
+    std::mutex mu;
+    std::map<const eh_session*, uint32_t> live;  // session -> n_ctx
+    int failed_creates = 0;
+    uint64_t session_bytes() {
+        uint64_t n = 0;
+        for (auto& [s, ctx] : live) n += ctx * kKvPerToken;
+        return n;
+    }
+};
+Fake g_fake;
+
+eh_status fake_get_info(const eh_model* m, eh_model_info* out) {
+    eh_status st = g_fake.real->model_get_info(m, out);
+    std::lock_guard lock(g_fake.mu);
+    out->device_bytes_used = kModelBytes + g_fake.session_bytes();
+    out->kv_bytes_per_token = kKvPerToken;
+    return st;
+}
+
+eh_status fake_session_create(eh_model* m, const eh_session_params* p, eh_session** out) {
+    {
+        std::lock_guard lock(g_fake.mu);
+        uint64_t held = g_fake.session_bytes() / kKvPerToken;
+        if (held + p->n_ctx > kFreeTokens) {
+            ++g_fake.failed_creates;
+            *out = nullptr;
+            return EH_VRAM_OOM;
+        }
+    }
+    eh_status st = g_fake.real->session_create(m, p, out);
+    if (st == EH_OK) {
+        std::lock_guard lock(g_fake.mu);
+        g_fake.live[*out] = p->n_ctx;
+    }
+    return st;
+}
+
+void fake_session_release(eh_session* s) {
+    {
+        std::lock_guard lock(g_fake.mu);
+        g_fake.live.erase(s);
+    }
+    g_fake.real->session_release(s);
+}
+
+// The plugin's own message after a failed call on a model; ours has none.
+const char* fake_model_last_error(const eh_model*) { return "cudaMalloc failed: out of memory"; }
+
+struct Fixture {
+    std::shared_ptr<EngineModel> model;
+    std::shared_ptr<Service> svc;
+    explicit Fixture(uint32_t n_ctx) {
+        unsetenv("EH_TEST_ENGINE_DELAY_MS");
+        PluginRecord r = loader::load_plugin(std::string(EH_TEST_PLUGIN_DIR) + "/good/test-engine.manifest.json",
+                                             loader::LoaderOptions{});
+        if (!r.accepted) throw std::runtime_error("test engine rejected");
+        g_fake.real = r.api;
+        static eh_plugin_api table;
+        table = *r.api;
+        table.model_get_info = fake_get_info;
+        table.session_create = fake_session_create;
+        table.session_release = fake_session_release;
+        table.model_last_error = fake_model_last_error;
+        // Aliasing: the wrapped table keeps the real library loaded.
+        std::shared_ptr<const eh_plugin_api> api(r.api, &table);
+        static eh_model_view view{};
+        view.struct_size = sizeof(view);
+        view.format = EH_FORMAT_GGUF;
+        view.architecture = {"llama", 5};
+        model = EngineModel::load(api, "/dev/null", &view, nullptr, {});  // trained context: 4096
+        ServiceOptions opt;
+        opt.n_ctx = n_ctx;
+        svc = std::make_shared<Service>(model, std::make_shared<ByteCodec>(), opt);
+    }
+};
+
+std::vector<JobEvent> drain(Job& job) {
+    std::vector<JobEvent> out;
+    for (int i = 0; i < 600; ++i) {
+        auto ev = job.pop(std::chrono::milliseconds(50));
+        if (!ev) continue;
+        out.push_back(*ev);
+        if (ev->kind == JobEvent::Kind::End || ev->kind == JobEvent::Kind::Error) break;
+    }
+    return out;
+}
+
+GenerationRequest req(const std::string& id, uint32_t max_tokens, std::optional<uint32_t> n_ctx = {}) {
+    GenerationRequest r;
+    r.job_id = id;
+    r.prompt = "hello";
+    r.max_tokens = max_tokens;
+    r.n_ctx = n_ctx;
+    r.sampling.temperature = 0;
+    r.sampling.seed = 7;
+    return r;
+}
+
+}  // namespace
+
+TEST(RequestContext, DeviceBytesCountTheServersSessionOnceItExists) {
+    Fixture f(256);
+    EXPECT_EQ(f.svc->model_device_bytes(), kModelBytes);
+    EXPECT_EQ(f.svc->kv_bytes_per_token(), kKvPerToken);
+    EXPECT_EQ(f.svc->device_bytes_used(), kModelBytes + 256 * kKvPerToken);
+}
+
+TEST(RequestContext, ALargerContextRunsInASessionOfItsOwnThenIsFreed) {
+    Fixture f(16);
+    // 5 prompt bytes + 100 tokens do not fit the server's 16, but fit 1000.
+    EXPECT_THROW(f.svc->submit(req("small", 100)), RequestError);
+    auto evs = drain(*f.svc->submit(req("big", 100, 1000)));
+    ASSERT_FALSE(evs.empty());
+    ASSERT_EQ(evs.back().kind, JobEvent::Kind::End) << evs.back().message;
+    EXPECT_EQ(evs.back().tokens_out, 100u);
+    // Freed before the end event reached us.
+    EXPECT_EQ(f.svc->device_bytes_used(), kModelBytes + 16 * kKvPerToken);
+    std::lock_guard lock(g_fake.mu);
+    EXPECT_EQ(g_fake.live.size(), 1u);
+}
+
+TEST(RequestContext, ContextThatDoesNotFitIsVramOomForThatJobOnly) {
+    Fixture f(256);
+    g_fake.failed_creates = 0;
+    auto evs = drain(*f.svc->submit(req("huge", 8, 4000)));  // 256 + 4000 tokens > 3000 free
+    ASSERT_GE(evs.size(), 2u);
+    EXPECT_EQ(evs.front().kind, JobEvent::Kind::Started);
+    ASSERT_EQ(evs.back().kind, JobEvent::Kind::Error);
+    EXPECT_EQ(evs.back().code, Code::VramOom);
+    EXPECT_TRUE(evs.back().retriable);
+    const std::string& m = evs.back().message;
+    EXPECT_NE(m.find("n_ctx 4000"), std::string::npos) << m;
+    EXPECT_NE(m.find("40000 bytes"), std::string::npos) << m;  // 4000 x 10
+    EXPECT_NE(m.find("out of memory"), std::string::npos) << m;  // the plugin's own words
+    EXPECT_EQ(g_fake.failed_creates, 1);
+    EXPECT_EQ(f.svc->device_bytes_used(), kModelBytes + 256 * kKvPerToken);
+    // The next job is served as usual.
+    auto ok = drain(*f.svc->submit(req("after", 8)));
+    ASSERT_FALSE(ok.empty());
+    EXPECT_EQ(ok.back().kind, JobEvent::Kind::End) << ok.back().message;
+    EXPECT_EQ(ok.back().tokens_out, 8u);
+}
+
+TEST(RequestContext, BeyondTheTrainedContextIsRejectedAndSmallerUsesTheServersSession) {
+    Fixture f(256);
+    try {
+        f.svc->submit(req("x", 8, 5000));  // the test engine's trained context is 4096
+        FAIL();
+    } catch (const RequestError& e) {
+        EXPECT_EQ(e.field(), "n_ctx");
+        EXPECT_NE(std::string(e.what()).find("4096"), std::string::npos) << e.what();
+    }
+    auto job = f.svc->submit(req("y", 8, 64));
+    EXPECT_EQ(job->n_ctx, 256u);
+    auto evs = drain(*job);
+    ASSERT_FALSE(evs.empty());
+    EXPECT_EQ(evs.back().kind, JobEvent::Kind::End);
+    std::lock_guard lock(g_fake.mu);
+    EXPECT_EQ(g_fake.live.size(), 1u) << "no second session for a smaller context";
+}
+
+TEST(RequestContext, ExecuteParsesNCtx) {
+    RequestLimits lim;
+    auto r = parse_execute_request(R"({"job_id":"a","prompt":"p","n_ctx":8192})", lim);
+    ASSERT_TRUE(r.n_ctx);
+    EXPECT_EQ(*r.n_ctx, 8192u);
+    EXPECT_FALSE(parse_execute_request(R"({"job_id":"a","prompt":"p"})", lim).n_ctx);
+    for (const char* bad : {R"({"job_id":"a","prompt":"p","n_ctx":0})", R"({"job_id":"a","prompt":"p","n_ctx":"9"})",
+                            R"({"job_id":"a","prompt":"p","n_ctx":16777217})"}) {
+        try {
+            parse_execute_request(bad, lim);
+            FAIL() << bad;
+        } catch (const RequestError& e) {
+            EXPECT_EQ(e.field(), "n_ctx") << bad;
+        }
+    }
+}
