@@ -1,4 +1,6 @@
 // Prefill GEMM: Y[tok][row] = sum_k X[tok][k] * W[row][k] on tensor cores.
+// With a PrefillWorkspace, gemm() hands large batches to the cuBLAS path in
+// prefill_gemm.cu first; this kernel is the fallback.
 // Each 128-thread block owns a 64-token x 64-row output tile. Per 32-wide K
 // step, half the threads decode one 32-element chunk of a weight row each
 // into shared memory as FP16 (the in-kernel dequantization), the other half
@@ -9,6 +11,7 @@
 
 #include "ehcuda/check.hpp"
 #include "matmul_common.cuh"
+#include "prefill_gemm.hpp"
 
 namespace ehcuda {
 namespace {
@@ -148,6 +151,7 @@ int sm_count() {
 
 void gemm(const MatmulArgs& a, cudaStream_t stream) {
     if (a.xmode == XMode::RmsNorm) throw ehp::Error(EH_INTERNAL, "gemm: fused RMSNorm is single-token only");
+    if (prefill::gemm_cublas(a, stream)) return;
     DevArgs all = detail::to_dev(a);
     const int mt = (a.ntok + BM - 1) / BM;
     auto run = [&](const DevArgs& d) {

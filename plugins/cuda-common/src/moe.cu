@@ -8,6 +8,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/moe.hpp"
+#include "moe_common.cuh"
 #include "mxfp4.cuh"
 
 namespace ehcuda {
@@ -91,12 +92,6 @@ __global__ void route_kernel(const float* logits, int ntok, int n_expert, int k,
         ids[size_t(t) * k + s] = sel[s];
         w[size_t(t) * k + s] = val[s] / sum;
     }
-}
-
-__device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float limit) {
-    g = fminf(g, limit);
-    u = fminf(fmaxf(u, -limit), limit);
-    return (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
 }
 
 // Dot products of kRows consecutive rows of one expert with one input row:

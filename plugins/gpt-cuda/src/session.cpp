@@ -68,6 +68,18 @@ Session::Session(Model& model, const eh_session_params& params)
     out_token_ = ehcuda::DeviceBuffer(4, L);
     fwork_ = ehcuda::DeviceBuffer(size_t(c_.n_vocab) * 4, L);
     iwork_ = ehcuda::DeviceBuffer(size_t(c_.n_vocab) * 4, L);
+    {  // cuBLAS prefill path: slab, FP16 activations, MoE grouping, on the ledger
+        ehcuda::PrefillShape ps;
+        ps.max_tokens = max_batch_;
+        ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.arch == Arch::Gpt2 ? c_.n_ff : 0});
+        if (c_.arch == Arch::GptOss) {
+            ps.moe_experts = c_.n_expert;
+            ps.moe_k = c_.n_expert_used;
+            ps.moe_embd = c_.n_embd;
+            ps.moe_ff = c_.n_ff_exp;
+        }
+        prefill_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream_.get(), L);
+    }
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_step_), sizeof(Step)));
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), sizeof(int32_t)));
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_tokens_), B * sizeof(int32_t)));
@@ -157,6 +169,7 @@ void Session::gpt2_layer(int li, int ntok) {
     a.y = qkv;
     a.ldy = c.qkv_dim();
     a.ntok = ntok;
+    a.prefill = prefill_ws(ntok);
     ehcuda::matmul(a, s);
 
     ehcuda::RopeTableArgs r;  // no rotation: stores K and V
@@ -191,6 +204,7 @@ void Session::gpt2_layer(int li, int ntok) {
     o.ldy = c.n_embd;
     o.accumulate = true;  // residual add
     o.ntok = ntok;
+    o.prefill = prefill_ws(ntok);
     ehcuda::matmul(o, s);
 
     ehcuda::layernorm(h, c.n_embd, L.ffn_norm, L.ffn_norm_b, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
@@ -202,6 +216,7 @@ void Session::gpt2_layer(int li, int ntok) {
     u.y = ff;
     u.ldy = c.n_ff;
     u.ntok = ntok;
+    u.prefill = prefill_ws(ntok);
     ehcuda::matmul(u, s);
     ehcuda::gelu_tanh_inplace(ff, c.n_ff, c.n_ff, ntok, s);
 
@@ -214,6 +229,7 @@ void Session::gpt2_layer(int li, int ntok) {
     d.ldy = c.n_embd;
     d.accumulate = true;
     d.ntok = ntok;
+    d.prefill = prefill_ws(ntok);
     ehcuda::matmul(d, s);
 }
 
@@ -244,6 +260,7 @@ void Session::gpt_oss_layer(int li, int ntok) {
     a.y = qkv;
     a.ldy = c.qkv_dim();
     a.ntok = ntok;
+    a.prefill = prefill_ws(ntok);
     ehcuda::matmul(a, s);
 
     ehcuda::RopeTableArgs r;
@@ -284,6 +301,7 @@ void Session::gpt_oss_layer(int li, int ntok) {
     o.ldy = c.n_embd;
     o.accumulate = true;
     o.ntok = ntok;
+    o.prefill = prefill_ws(ntok);
     ehcuda::matmul(o, s);
 
     // MoE: router, top-k, the selected experts' gate|up with the clamped
@@ -297,12 +315,16 @@ void Session::gpt_oss_layer(int li, int ntok) {
     ro.y = router_.as<float>();
     ro.ldy = c.n_expert;
     ro.ntok = ntok;
+    ro.prefill = prefill_ws(ntok);
     ehcuda::matmul(ro, s);
     const int k = c.n_expert_used;
     ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
-    ehcuda::moe_gate_up(xn, c.n_embd, ntok, k, ids_.as<int32_t>(), L.gate_exps, L.up_exps, c.swiglu_alpha,
-                        c.swiglu_limit, ff_.as<float>(), s);
-    ehcuda::moe_down(ff_.as<float>(), ntok, k, ids_.as<int32_t>(), wts_.as<float>(), L.down_exps, h, c.n_embd, s);
+    if (!ehcuda::moe_prefill(prefill_ws(ntok), xn, c.n_embd, ntok, k, c.n_expert, ids_.as<int32_t>(), wts_.as<float>(),
+                             L.gate_exps, L.up_exps, L.down_exps, c.swiglu_alpha, c.swiglu_limit, h, c.n_embd, s)) {
+        ehcuda::moe_gate_up(xn, c.n_embd, ntok, k, ids_.as<int32_t>(), L.gate_exps, L.up_exps, c.swiglu_alpha,
+                            c.swiglu_limit, ff_.as<float>(), s);
+        ehcuda::moe_down(ff_.as<float>(), ntok, k, ids_.as<int32_t>(), wts_.as<float>(), L.down_exps, h, c.n_embd, s);
+    }
 }
 
 // One forward pass over ntok tokens at positions step.pos0 .. +ntok-1,

@@ -3,12 +3,14 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/graph.hpp>
+#include <ehcuda/prefill_workspace.hpp>
 #include <ehcuda/sampler.hpp>
 
 #include "model.hpp"
@@ -51,6 +53,9 @@ private:
     void gpt2_layer(int li, int ntok);
     void gpt_oss_layer(int li, int ntok);
     void set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& at);
+    // The cuBLAS prefill scratch for a pass of ntok tokens; decode (one
+    // token, captured in a graph) never gets it.
+    ehcuda::PrefillWorkspace* prefill_ws(int ntok) const { return ntok > 1 ? prefill_ws_.get() : nullptr; }
     void check_cancel();
     void check_tokens(const int32_t* tokens, uint32_t n) const;
 
@@ -62,6 +67,7 @@ private:
     void* cancel_user_;
 
     ehcuda::Stream stream_;
+    std::unique_ptr<ehcuda::PrefillWorkspace> prefill_ws_;  // issues 7, 8
     // FP32 cache unless EH_GPT_CUDA_KV=f16 (see session.cpp).
     bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;

@@ -51,6 +51,12 @@ Session::Session(Model& model, const eh_session_params& params)
     out_token_ = ehcuda::DeviceBuffer(4, L);
     fwork_ = ehcuda::DeviceBuffer(size_t(c_.n_vocab) * 4, L);
     iwork_ = ehcuda::DeviceBuffer(size_t(c_.n_vocab) * 4, L);
+    {  // cuBLAS prefill path: slab + FP16 activations, on the ledger
+        ehcuda::PrefillShape ps;
+        ps.max_tokens = max_batch_;
+        ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
+        prefill_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream_.get(), L);
+    }
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_step_), sizeof(Step)));
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), sizeof(int32_t)));
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_tokens_), B * sizeof(int32_t)));
@@ -130,6 +136,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             m.x = xn;
         }
     };
+    ehcuda::PrefillWorkspace* pw = decode_path ? nullptr : prefill_ws_.get();
     ehcuda::record_tokens(history_.as<int32_t>(), d_pos0, d_tokens, ntok, s);
     ehcuda::embed_rows(m_.tok_embd, d_tokens, ntok, h, s);
     mark(kEmbed);
@@ -144,6 +151,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         a.y = qkv;
         a.ldy = c.qkv_dim();
         a.ntok = ntok;
+        a.prefill = pw;
         ehcuda::matmul(a, s);
         mark(kQkv);
 
@@ -192,6 +200,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         o.ldy = c.n_embd;
         o.accumulate = true;  // residual add
         o.ntok = ntok;
+        o.prefill = pw;
         ehcuda::matmul(o, s);
         mark(kOut);
 
@@ -204,6 +213,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         g.y = ff;
         g.ldy = 2 * c.n_ff;
         g.ntok = ntok;
+        g.prefill = pw;
         ehcuda::matmul(g, s);
         mark(kGateUp);
 
@@ -217,6 +227,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         d.ldy = c.n_embd;
         d.accumulate = true;
         d.ntok = ntok;
+        d.prefill = pw;
         ehcuda::matmul(d, s);
         mark(kDown);
     }

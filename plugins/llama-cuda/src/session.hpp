@@ -10,6 +10,7 @@
 
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/graph.hpp>
+#include <ehcuda/prefill_workspace.hpp>
 #include <ehcuda/sampler.hpp>
 
 #include "model.hpp"
@@ -63,6 +64,9 @@ private:
     void* cancel_user_;
 
     ehcuda::Stream stream_;
+    // cuBLAS prefill scratch (issue 7): used by prefill batches only, never
+    // by the captured decode step.
+    std::unique_ptr<ehcuda::PrefillWorkspace> prefill_ws_;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, logits_, attn_scratch_;
     ehcuda::DeviceBuffer history_, tokens_, step_, params_, counter_, out_token_;

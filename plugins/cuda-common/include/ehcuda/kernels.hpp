@@ -13,6 +13,8 @@
 
 namespace ehcuda {
 
+class PrefillWorkspace;  // prefill_workspace.hpp
+
 // Types the matmul kernels decode in-kernel.
 bool matmul_type_supported(uint32_t type);
 // Bytes of one row of `cols` elements; 0 if cols is not a whole number of
@@ -61,11 +63,16 @@ struct MatmulArgs {
     int ldy = 0;
     bool accumulate = false;  // y += W x: the residual add, fused
     int ntok = 1;
+    // Prefill scratch (prefill_workspace.hpp). When set and ntok reaches its
+    // min_tokens(), the GEMM dequantizes weights slab by slab into FP16 and
+    // runs cuBLAS; NULL keeps the WMMA kernel. Decode leaves it NULL.
+    PrefillWorkspace* prefill = nullptr;
 };
 
 // ntok <= 8: weight-streaming GEMV (each weight byte read once for all
 // tokens). Larger: tensor-core GEMM that dequantizes 64x32 weight tiles into
-// shared memory (FP16 operands, FP32 accumulation); no global scratch.
+// shared memory (FP16 operands, FP32 accumulation); no global scratch. With
+// a.prefill set and enough tokens: slab dequantization + cublasGemmEx.
 void matmul(const MatmulArgs& a, cudaStream_t stream);
 // L2 prefetch of the next chunks in GEMV (on by default; for measurements).
 void set_gemv_prefetch(bool on);

@@ -25,6 +25,8 @@
 
 namespace ehcuda {
 
+class PrefillWorkspace;  // prefill_workspace.hpp
+
 // Types the MoE and MXFP4 kernels decode (the matmul types plus MXFP4).
 bool moe_type_supported(uint32_t type);
 // Bytes of a row of `cols` elements; 0 if unsupported or not whole blocks.
@@ -54,6 +56,21 @@ void moe_gate_up(const float* x, int ldx, int ntok, int k, const int32_t* ids, c
 
 void moe_down(const float* act, int ntok, int k, const int32_t* ids, const float* weights,
               const ExpertMat& down, float* h, int ldh, cudaStream_t stream);
+
+// Prefill form of moe_gate_up followed by moe_down (the same formulas, FP16
+// GEMM operands, FP32 accumulation): the routed (token, slot) pairs are
+// grouped by expert on the device (a stable counting sort), each expert with
+// at least one pair has its matrices dequantized slab by slab into the
+// workspace and multiplied with cuBLAS, and h[t] += the slots' weighted
+// outputs summed in rank order (no atomics: reproducible). The host learns
+// the group sizes through one small device-to-host copy of n_expert + 1
+// offsets per call (a stream synchronisation per MoE layer). Returns false,
+// having done nothing, when ws is NULL, ntok is below its threshold, the
+// stream is being captured, or a shape exceeds the workspace: the caller
+// then runs moe_gate_up + moe_down.
+bool moe_prefill(PrefillWorkspace* ws, const float* x, int ldx, int ntok, int k, int n_expert, const int32_t* ids,
+                 const float* weights, const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, float alpha,
+                 float limit, float* h, int ldh, cudaStream_t stream);
 
 // y[t][r] = W[r] . x[t] (+ bias[r]) for a single matrix in any moe type:
 // the dense form of the same decode path (MXFP4 tests, MXFP4 dense weights).
