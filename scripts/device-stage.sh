@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Packs what a run on the GPU machine needs into .device/stage.tar.gz, so
+# Packs what a run on the GPU machine needs into .device/stage.tar.xz, so
 # one `run` call (carry [".device"]) has the build and the test data:
 #   engine-host and the GPU test binaries ($STAGE_BINS), the plugins and test
 #   plugins (libraries and manifests only), the shared libraries in
@@ -41,5 +41,6 @@ rm -f "$stage$testdata"/tokenizers/*/vocab.json "$stage$testdata"/tokenizers/*/m
 # to keep the carried stage under the device's 64 MiB.
 for d in ${STAGE_DROP:-}; do rm -rf "$stage$testdata/$d"; done
 mkdir -p .device
-tar -C "$stage" -czf .device/stage.tar.gz .
-echo "staged $(du -h .device/stage.tar.gz | cut -f1) (build $build, testdata $testdata)"
+rm -f .device/stage.tar.gz .device/stage.tar.xz
+tar -C "$stage" -cf - . | xz -T2 -6 > .device/stage.tar.xz
+echo "staged $(du -h .device/stage.tar.xz | cut -f1) (build $build, testdata $testdata)"

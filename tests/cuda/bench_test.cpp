@@ -284,24 +284,18 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             const char* name;
             bool prefetch;
             ehcuda::GemvInput in;
-            int blocks_per_sm;
         };
         const Variant variants[] = {
-            {"float-x", false, ehcuda::GemvInput::Float, 0},
-            {"float-x prefetch", true, ehcuda::GemvInput::Float, 0},
-            {"int16-x prefetch", true, ehcuda::GemvInput::Int16, 0},
-            {"int16-x", false, ehcuda::GemvInput::Int16, 0},
-            {"int16-x cap2", false, ehcuda::GemvInput::Int16, 2},
-            {"int16-x cap4", false, ehcuda::GemvInput::Int16, 4},
-            {"int16-x cap8", false, ehcuda::GemvInput::Int16, 8},
-            {"int16-x prefetch cap4", true, ehcuda::GemvInput::Int16, 4},
-            {"int8-x cap4", false, ehcuda::GemvInput::Int8, 4},
+            {"float-x", false, ehcuda::GemvInput::Float},
+            {"float-x prefetch", true, ehcuda::GemvInput::Float},
+            {"int16-x", false, ehcuda::GemvInput::Int16},
+            {"int16-x prefetch", true, ehcuda::GemvInput::Int16},
+            {"int8-x", false, ehcuda::GemvInput::Int8},
         };
         for (const Variant& v : variants) {
             if (v.in != ehcuda::GemvInput::Float && type == EH_TYPE_F16) continue;
             ehcuda::set_gemv_prefetch(v.prefetch);
             ehcuda::set_gemv_input(v.in);
-            ehcuda::set_gemv_blocks_per_sm(v.blocks_per_sm);
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
@@ -313,8 +307,7 @@ TEST(Bench, DISABLED_GemvBandwidth) {
                         ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6, v.name, ms / 20 * 1e3, bw,
                         100 * bw / copy_bw);
         }
-        ehcuda::set_gemv_prefetch(true);
-        ehcuda::set_gemv_blocks_per_sm(0);
+        ehcuda::set_gemv_prefetch(false);
         ehcuda::set_gemv_input(was);
         if (rows != 16384 || cols != 8192) continue;
         // Prefill GEMM throughput on the same weights (512 tokens).

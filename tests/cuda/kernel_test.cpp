@@ -470,8 +470,9 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
     for (uint32_t type : {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
                           EH_TYPE_Q6_K}) {
         ehcuda::set_gemv_input(in);
-        for (int mode = 0; mode < 3; ++mode) {
-            const int cols = 1024, rows = mode == 1 ? 8192 : 300;  // R = 4 and R = 1 kernels
+        for (int mode = 0; mode < 4; ++mode) {
+            // R = 4 (tall), R = 1, and split-K over 4 warps (short, long-K).
+            const int cols = mode == 3 ? 4864 : 1024, rows = mode == 1 ? 8192 : 300;
             std::mt19937 rng(type * 3 + mode);
             auto w = random_rows(type, rows, cols, rng);
             std::vector<float> wf(static_cast<size_t>(rows) * cols);
@@ -486,7 +487,7 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
             const double sc = 1 / std::sqrt(ss / cols + 1e-5);
             for (int k = 0; k < cols; ++k) {
                 const double g = x[static_cast<size_t>(k)];
-                xin[static_cast<size_t>(k)] = mode == 0 ? g : mode == 1 ? g / (1 + std::exp(-g)) * x[static_cast<size_t>(cols + k)] : g * sc * nw[static_cast<size_t>(k)];
+                xin[static_cast<size_t>(k)] = mode == 0 ? g : mode == 1 || mode == 3 ? g / (1 + std::exp(-g)) * x[static_cast<size_t>(cols + k)] : g * sc * nw[static_cast<size_t>(k)];
             }
             auto dw = to_device(w), dx = to_device(x), dn = to_device(nw);
             ehcuda::DeviceBuffer dy(static_cast<size_t>(rows) * 4);
@@ -494,8 +495,10 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
             a.seg[0].w = {dw.get(), type, rows, cols, row_size(type, cols)};
             a.cols = cols;
             a.x = dx.as<float>();
-            a.ldx = mode == 1 ? 2 * cols : cols;
-            a.xmode = mode == 0 ? ehcuda::XMode::Plain : mode == 1 ? ehcuda::XMode::SwiGLU : ehcuda::XMode::RmsNorm;
+            a.ldx = mode == 1 || mode == 3 ? 2 * cols : cols;
+            a.xmode = mode == 0                ? ehcuda::XMode::Plain
+                      : mode == 1 || mode == 3 ? ehcuda::XMode::SwiGLU
+                                               : ehcuda::XMode::RmsNorm;
             a.norm_w = dn.as<float>();
             a.norm_eps = 1e-5f;
             a.y = dy.as<float>();

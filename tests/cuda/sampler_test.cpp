@@ -50,6 +50,39 @@ TEST(DeviceSampler, GreedyIsArgmaxLowestIndexOnTies) {
     EXPECT_EQ(s.draw(), 100);
 }
 
+// Plain greedy over a large vocabulary goes through per-slice partial
+// winners: ties across slices, the last element, NaNs and -inf must give
+// what a host argmax (largest value, lowest index) gives.
+TEST(DeviceSampler, GreedyOverSlicesMatchesHostArgmax) {
+    REQUIRE_GPU();
+    const int V = 151936;
+    auto host_argmax = [](const std::vector<float>& v) {
+        int bi = 0;
+        bool any = false;
+        for (size_t i = 0; i < v.size(); ++i)
+            if (v[i] == v[i] && (!any || v[i] > v[static_cast<size_t>(bi)])) { bi = int(i); any = true; }
+        return bi;
+    };
+    for (int c = 0; c < 5; ++c) {
+        auto l = random_logits(V, 10 + c);
+        if (c == 0) { l[70000] = 40.0f; l[3000] = 40.0f; l[150000] = 40.0f; }   // tie in three slices
+        if (c == 1) l[V - 1] = 99.0f;                                           // the very last id
+        if (c == 2) { for (int i = 0; i < V; i += 7) l[static_cast<size_t>(i)] = NAN; l[8] = 30.0f; }
+        if (c == 3) { for (auto& x : l) x = -INFINITY; l[123456] = -1e30f; }
+        if (c == 4) { for (int i = 0; i < 2000; ++i) l[static_cast<size_t>(i)] = NAN; }  // a whole slice of NaN
+        Sampler s(l, {});
+        s.set({});
+        EXPECT_EQ(s.draw(), host_argmax(l)) << "case " << c;
+        // Greedy with a penalty, then plain greedy again, share the work buffers.
+        ehcuda::SamplerParams pen;
+        pen.repetition_penalty = 1.3f;
+        s.set(pen);
+        (void)s.draw();
+        s.set({});
+        EXPECT_EQ(s.draw(), host_argmax(l)) << "case " << c << " after a penalised draw";
+    }
+}
+
 TEST(DeviceSampler, SeededDrawsRepeatExactly) {
     REQUIRE_GPU();
     auto l = random_logits(32000, 2);

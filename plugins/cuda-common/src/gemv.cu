@@ -14,15 +14,11 @@
 namespace ehcuda {
 namespace detail {
 
-bool gemv_prefetch_enabled = true;
+// Off: the next-chunk L2 prefetch cost bandwidth on an H100 (F16 77 % ->
+// 55 % of copy bandwidth, int16-input Q4_K 56 % -> 52 %).
+bool gemv_prefetch_enabled = false;
 // Input form of single-token GEMV on quantized weights (see GemvInput).
 // EHCUDA_GEMV_INPUT=float|int16|int8 overrides the default (int16).
-// Single-token grid cap in blocks per multiprocessor (0: one block per 16
-// rows). EHCUDA_GEMV_BLOCKS_PER_SM overrides it, for measurements.
-int gemv_blocks_per_sm = [] {
-    const char* e = std::getenv("EHCUDA_GEMV_BLOCKS_PER_SM");
-    return e ? std::atoi(e) : 0;
-}();
 GemvInput gemv_input_mode = [] {
     const char* e = std::getenv("EHCUDA_GEMV_INPUT");
     if (e && std::string(e) == "float") return GemvInput::Float;
@@ -149,6 +145,7 @@ __device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
     if (a.xmode == int(XMode::RmsNorm)) {
         __shared__ float red[kWarps];
         float ss = 0.0f;
+#pragma unroll 4
         for (int i = threadIdx.x; i < n4; i += blockDim.x) {
             const float4 v = x4[i];
             ss = fmaf(v.x, v.x, ss);
@@ -166,20 +163,35 @@ __device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
         scale = rsqrtf(tot / float(a.cols) + a.norm_eps);
     }
     // n4 is a multiple of 8 and blockDim of 32: whole warps stay in step.
-    for (int base = 0; base < n4; base += blockDim.x) {
-        const int i = base + threadIdx.x;
+    // kBatch rows of float4 per thread are loaded before any is used: the
+    // shuffles below keep the compiler from overlapping loads across
+    // iterations, and one L2 round trip per 512 inputs made the staging of a
+    // long row (ffn_down, 4864-8192 inputs) cost most of a small GEMV.
+    constexpr int kBatch = 4;
+    for (int base = 0; base < n4; base += kBatch * blockDim.x) {
+        float4 vb[kBatch], ub[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int i = base + k * blockDim.x + threadIdx.x;
+            vb[k] = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (a.xmode == int(XMode::SwiGLU)) ub[k] = i < n4 ? x4[n4 + i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            else if (a.xmode == int(XMode::RmsNorm)) ub[k] = i < n4 ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+        const int i = base + k * blockDim.x + threadIdx.x;
+        if (base + k * blockDim.x >= n4) break;  // uniform across the block
         const bool ok = i < n4;
-        float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+        float4 v = vb[k];
         if (ok) {
-            v = x4[i];
             if (a.xmode == int(XMode::SwiGLU)) {
-                const float4 u = x4[n4 + i];
+                const float4 u = ub[k];
                 v.x = detail::silu(v.x) * u.x;
                 v.y = detail::silu(v.y) * u.y;
                 v.z = detail::silu(v.z) * u.z;
                 v.w = detail::silu(v.w) * u.w;
             } else if (a.xmode == int(XMode::RmsNorm)) {
-                const float4 w = reinterpret_cast<const float4*>(a.norm_w)[i];
+                const float4 w = ub[k];
                 v.x *= scale * w.x;
                 v.y *= scale * w.y;
                 v.z *= scale * w.z;
@@ -212,6 +224,7 @@ __device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
             } else if ((i & 7) == 4) {
                 hdr[2] = sum;
             }
+        }
         }
     }
     __syncthreads();
@@ -248,7 +261,8 @@ __device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)
 // the input is read once per R rows and R independent weight loads are in
 // flight per lane.
 // XB: input staged as float (0) or as int8/int16 codes (8/16; single
-// token, quantized weights only).
+// token, quantized weights only). (Two chunks per lane per iteration was
+// tried: slower on an H100, e.g. Phi-3 decode 352 -> 309 tok/s.)
 template <int T, int NT, int R, int KS, int XB = 0>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevArgs a) {
     pdl_entry();
@@ -267,12 +281,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     else if constexpr (NT == 1)
         stage_x(a, xs);
 
-    // A block stages the input once, then walks row groups gridDim.x blocks
-    // apart (single-token launches cap the grid so the staging, a full read
-    // of x per block, is not repeated for every 16 rows). Split-K launches
-    // give every block exactly one group: their warps leave early below.
-    for (int blk = blockIdx.x; blk * (kWarps / KS) * R < a.total_rows; blk += gridDim.x) {
-    const int r0 = (blk * (kWarps / KS) + warp / KS) * R;
+    const int r0 = (blockIdx.x * (kWarps / KS) + warp / KS) * R;
     const bool active = r0 < a.total_rows;
     int s = 0, base = 0;
     if (active)
@@ -372,17 +381,6 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             }
         }
     }
-    }
-}
-
-int sm_count() {
-    static const int n = [] {
-        int dev = 0, v = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
-            return 1;
-        return v;
-    }();
-    return n;
 }
 
 template <int T, int NT>
@@ -396,14 +394,19 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
             fit4 &= d.seg[s].rows % 4 == 0;
             fit2 &= d.seg[s].rows % 2 == 0;
         }
+        // (Fewer rows per warp so that the grid fills every resident slot
+        // was tried: Phi-3-mini's 3072-row ffn_down at R = 2 runs 0.48 waves
+        // at 18 % occupancy per ncu, yet R = 1 was no faster and Phi-3
+        // decode fell 365 -> 350 tok/s on an H100.)
         if (d.total_rows >= 8192 && fit4) R = 4;
         else if (d.total_rows >= 2048 && fit2) R = 2;
     }
     const int groups = (d.total_rows + R - 1) / R;
-    // Multi-token: fewer than ~12 row groups per SM -> split K over the
-    // block's 4 warps. Single-token kernels stage the input per block and
-    // keep whole rows per warp instead.
-    const bool split = NT > 1 && groups < 1536 && d.cols >= 32 * 64;
+    // Fewer than ~12 row groups per SM -> split K over the block's 4 warps.
+    // Single token: the same for a short, long-K matrix (Qwen2.5-0.5B's
+    // ffn_down, 896 x 4864: one warp per row walked ~5 dependent chunk loads
+    // per lane), each block staging the input for its one row group.
+    const bool split = groups < 1536 && d.cols >= 32 * 64 && (NT > 1 || d.total_rows <= 2048);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
     const size_t smem = in == GemvInput::Int8    ? staged_int_bytes<8>(d.cols)
@@ -413,10 +416,7 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     const int nblk = (groups + per_block - 1) / per_block;
     auto go = [&](auto kernel) {
         if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        int blocks = nblk;
-        if (NT == 1 && !split && detail::gemv_blocks_per_sm > 0)
-            blocks = std::min(nblk, detail::gemv_blocks_per_sm * sm_count());
-        const dim3 grid(blocks);
+        const dim3 grid(nblk);
         launch("gemv_kernel", kernel, grid, kWarps * 32, smem, stream, d);
     };
     // Rows per warp as a template argument.
@@ -426,7 +426,13 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
         else go(gemv_kernel<T, NT_, 1, KS, XB>);
     };
     if (split) {
-        by_rows.template operator()<NT, kWarps, 0>();
+        if constexpr (NT == 1 && has_int_input_path<T>()) {
+            if (in == GemvInput::Int8) by_rows.template operator()<1, kWarps, 8>();
+            else if (in == GemvInput::Int16) by_rows.template operator()<1, kWarps, 16>();
+            else by_rows.template operator()<1, kWarps, 0>();
+        } else {
+            by_rows.template operator()<NT, kWarps, 0>();
+        }
     } else if constexpr (NT == 1 && has_int_input_path<T>()) {
         if (in == GemvInput::Int8) by_rows.template operator()<1, 1, 8>();
         else if (in == GemvInput::Int16) by_rows.template operator()<1, 1, 16>();
@@ -462,7 +468,6 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 }  // namespace
 
 void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
-void set_gemv_blocks_per_sm(int n) { detail::gemv_blocks_per_sm = std::max(0, n); }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }
 

@@ -74,10 +74,8 @@ struct MatmulArgs {
 // shared memory (FP16 operands, FP32 accumulation); no global scratch. With
 // a.prefill set and enough tokens: slab dequantization + cublasGemmEx.
 void matmul(const MatmulArgs& a, cudaStream_t stream);
-// L2 prefetch of the next chunks in GEMV (on by default; for measurements).
+// L2 prefetch of the next chunks in GEMV (off by default; for measurements).
 void set_gemv_prefetch(bool on);
-// Single-token GEMV grid cap, blocks per multiprocessor (0 = uncapped).
-void set_gemv_blocks_per_sm(int n);
 // How single-token GEMV on quantized weights takes its input. Int16 (the
 // default): quantized per 32 elements to int16 codes + a scale, integer dot
 // products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.

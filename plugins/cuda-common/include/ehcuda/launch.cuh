@@ -5,11 +5,15 @@
 //
 // The contract: every kernel launched through ehcuda::launch() starts with
 // pdl_entry(), before it reads or writes any memory an earlier kernel on the
-// stream touches. pdl_entry() lets the next kernel be scheduled, then waits
-// until all earlier kernels have finished and their writes are visible.
-// Weights (never written after load) may be read before it. A kernel that
-// is not launched this way still runs fully ordered, and pdl_entry() is a
-// no-op for it.
+// stream touches. pdl_entry() waits until all earlier kernels have finished
+// and their writes are visible. Weights (never written after load) may be
+// read before it. A kernel that is not launched this way still runs fully
+// ordered, and pdl_entry() is a no-op for it.
+//
+// No kernel triggers its dependents early (griddepcontrol.launch_dependents
+// at entry): measured on an H100, that made decode 10 % slower (waiting
+// blocks of the next kernels sat on the multiprocessors), so the next kernel
+// is released when this one's blocks exit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -22,7 +26,6 @@ namespace ehcuda {
 
 __device__ __forceinline__ void pdl_entry() {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
     asm volatile("griddepcontrol.wait;" ::: "memory");
 #endif
 }
