@@ -1,5 +1,7 @@
 #include "model.hpp"
 
+#include <cstdlib>
+
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -296,6 +298,13 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         else bind_gpt_oss_layer(ld, c, i, m->layers[size_t(i)]);
     }
     m->quant_kind = ld.dominant_type();
+    // gpt-oss's top-4 routing flips on near-ties at the int16 input rounding
+    // of the default single-token GEMV (teacher-forced top-1 vs the CPU
+    // reference fell from 128/128 to 126/128 on the forged 20B), so this
+    // plugin keeps its GEMV inputs in FP32 (its copy of the library state is
+    // its own: each plugin links cuda-common statically). An explicit
+    // EHCUDA_GEMV_INPUT still wins.
+    if (!std::getenv("EHCUDA_GEMV_INPUT")) ehcuda::set_gemv_input(ehcuda::GemvInput::Float);
 
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
     ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
