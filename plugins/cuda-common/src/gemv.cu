@@ -1,7 +1,10 @@
 // Weight-streaming GEMV for decode (and prefill of up to 8 tokens): one warp
-// per output row; lanes take 32-element chunks of the row in turn, decode
+// per group of R output rows (or KS warps per group, split over K, for short
+// long-K matrices); lanes take 32-element chunks of the rows in turn, decode
 // them in registers and dot them with every token's input, so each weight
-// byte is read from device memory exactly once per call.
+// byte is read from device memory exactly once per call. A single token's
+// input is staged once per block: int16 codes + scale per chunk for
+// quantized weights (integer dot products), FP32 otherwise.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
