@@ -11,6 +11,7 @@
 #include <ehcuda/check.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/upload.hpp>
+#include <ehcuda/weight_plan.hpp>
 
 namespace gpt_cuda {
 namespace {
@@ -46,7 +47,7 @@ size_t parse_size_option(const char* json, const char* key, size_t dflt) {
 // shape and byte size, so nothing is ever read past the mapping.
 class Loader {
 public:
-    Loader(Model& m, const ehp::ModelView& view) : m_(m), view_(view) {}
+    Loader(Model& m, const ehp::ModelView& view) : plan(m.arena), view_(view) {}
 
     const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
     bool has(const std::string& name) const { return find(name) != nullptr; }
@@ -70,9 +71,7 @@ public:
         const size_t need = rb * rows * n_expert;
         if (!t.data || t.nbytes < need)
             fail("tensor '" + name + "' has " + std::to_string(t.nbytes) + " bytes, its shape needs " + std::to_string(need));
-        const size_t off = m_.arena.reserve(need + kTailPad);
-        items_.push_back({t.data, off, need, name});
-        type_bytes_[t.type] += need;
+        const size_t off = plan.add(t.data, need, need + kTailPad, name, t.type);
         *row_bytes = rb;
         return off;
     }
@@ -87,7 +86,7 @@ public:
         out.type = t.type;
         out.rows = int(rows);
         out.cols = int(cols);
-        fixups_.push_back({&out.data, off});
+        plan.fix(&out.data, off);
     }
 
     void experts(const std::string& name, int64_t cols, int64_t rows_stored, int64_t n_expert, int rows, int row0,
@@ -100,7 +99,7 @@ public:
         out.cols = int(cols);
         out.row0 = row0;
         out.expert_stride = out.row_bytes * size_t(rows_stored);
-        fixups_.push_back({&out.data, off});
+        plan.fix(&out.data, off);
     }
 
     // n floats (any shape with n elements), converted to F32 on the host.
@@ -121,56 +120,13 @@ public:
         if (bytes == 0 || !t->data || t->nbytes < bytes) fail("tensor '" + name + "' is too short for " + std::to_string(n) + " values");
         std::vector<float> v(n);
         ehp::quant::dequantize_row(t->type, t->data, v.data(), n);
-        return host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+        return plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
     }
 
-    size_t host_floats(std::vector<float> v, const std::string& name, const void** slot) {
-        const size_t off = m_.arena.reserve(v.size() * 4);
-        converted_.push_back(std::move(v));
-        items_.push_back({converted_.back().data(), off, converted_.back().size() * 4, name});
-        if (slot) fixups_.push_back({slot, off});
-        return off;
-    }
-
-    // Another pointer into an already planned piece.
-    void alias(const void** slot, size_t offset) { fixups_.push_back({slot, offset}); }
-
-    void finish_layout() {
-        for (auto& f : fixups_) *f.slot = m_.arena.at(f.offset);
-        for (auto& it : items_) m_.weight_ptrs.push_back({m_.arena.at(it.offset), it.name});
-    }
-
-    std::vector<ehcuda::UploadItem> upload_items() const {
-        std::vector<ehcuda::UploadItem> v;
-        for (auto& it : items_) v.push_back({it.src, m_.arena.at(it.offset), it.bytes});
-        return v;
-    }
-
-    std::string dominant_type() const {
-        uint32_t best = EH_TYPE_F32;
-        size_t bytes = 0;
-        for (auto& [t, b] : type_bytes_)
-            if (b > bytes) { best = t; bytes = b; }
-        return ehp::type_name(best);
-    }
+    ehcuda::WeightPlan plan;
 
 private:
-    struct Item {
-        const void* src;
-        size_t offset;
-        size_t bytes;
-        std::string name;
-    };
-    struct Fixup {
-        const void** slot;
-        size_t offset;
-    };
-    Model& m_;
     const ehp::ModelView& view_;
-    std::vector<Item> items_;
-    std::vector<Fixup> fixups_;
-    std::vector<std::vector<float>> converted_;  // kept until the upload is done
-    std::map<uint32_t, size_t> type_bytes_;
 };
 
 const void** slot(const float** p) { return reinterpret_cast<const void**>(p); }
@@ -232,7 +188,7 @@ void bind_gpt_oss_layer(Loader& ld, const Config& c, int i, Layer& L) {
         L.up_exps.row0 = F;
         const size_t boff = ld.vector(blk(i, "ffn_gate_up_exps.bias"), uint64_t(2) * F * X, &L.gate_exps.bias, false);
         if (boff != SIZE_MAX) {
-            ld.alias(slot(&L.up_exps.bias), boff + size_t(F) * 4);
+            ld.plan.fix(slot(&L.up_exps.bias), boff + size_t(F) * 4);
             L.gate_exps.bias_stride = L.up_exps.bias_stride = 2 * F;
         }
     } else {
@@ -285,7 +241,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         ld.matrix(*pe, c.n_embd, int64_t(pe->dims[1]), m->pos_embd);
         if (c.n_ctx_train == 0 || uint64_t(c.n_ctx_train) > pe->dims[1]) c.n_ctx_train = int(pe->dims[1]);
     } else if (c.n_rot > 0) {
-        ld.host_floats(c.inv_freq, "rope inverse frequencies", slot(&m->inv_freq));
+        ld.plan.host_floats(c.inv_freq, "rope inverse frequencies", slot(&m->inv_freq));
     }
     ld.vector("output_norm.weight", uint64_t(c.n_embd), &m->output_norm);
     ld.vector("output_norm.bias", uint64_t(c.n_embd), &m->output_norm_b, c.arch == Arch::Gpt2);
@@ -297,7 +253,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         if (c.arch == Arch::Gpt2) bind_gpt2_layer(ld, c, i, m->layers[size_t(i)]);
         else bind_gpt_oss_layer(ld, c, i, m->layers[size_t(i)]);
     }
-    m->quant_kind = ld.dominant_type();
+    m->quant_kind = ld.plan.dominant_type();
     // gpt-oss's top-4 routing flips on near-ties at the int16 input rounding
     // of the default single-token GEMV (teacher-forced top-1 vs the CPU
     // reference fell from 128/128 to 126/128 on the forged 20B), so this
@@ -310,7 +266,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
     progress(0.02f, "allocating");
     m->arena.allocate(&m->ledger);
-    ld.finish_layout();
+    ld.plan.finish_layout(m->weight_ptrs);
     if (tied) m->output = m->tok_embd;
     for (auto& L : m->layers)
         if (L.up_exps.row0 != 0) L.up_exps.data = L.gate_exps.data;  // fused gate|up: same tensor
@@ -322,7 +278,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     up.progress_hi = 0.99f;
     up.progress = [&](float f) { progress(f, "uploading weights"); };
     up.cancelled = cancelled;
-    ehcuda::upload_weights(ld.upload_items(), up, stream.get());
+    ehcuda::upload_weights(ld.plan.upload_items(), up, stream.get());
 
     std::string why = ehcuda::check_kernel_image();
     if (!why.empty()) throw ehp::Error(EH_UNSUPPORTED, why);

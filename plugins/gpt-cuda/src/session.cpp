@@ -32,17 +32,27 @@ bool kv_f32_from_env() {
 
 size_t kv_element_bytes() { return kv_f32_from_env() ? 4 : 2; }
 
-Session::Session(Model& model, const eh_session_params& params)
-    : m_(model), c_(model.cfg), n_ctx_(params.n_ctx), cancel_(params.cancel), cancel_user_(params.cancel_user) {
-    if (n_ctx_ == 0 || n_ctx_ > (1u << 24)) throw ehp::Error(EH_INVALID_ARGUMENT, "n_ctx must be in 1..16777216");
+namespace {
+
+ehcuda::SessionShape shape_of(Model& m) {
+    ehcuda::SessionShape sh;
+    sh.device = m.device;
+    sh.ledger = &m.ledger;
+    sh.n_vocab = m.cfg.n_vocab;
     // gpt2 has a table of learned positions: no room past its end
-    if (c_.arch == Arch::Gpt2) n_ctx_ = std::min<uint32_t>(n_ctx_, uint32_t(c_.n_ctx_train));
-    EHC_CHECK(cudaSetDevice(m_.device));
-    max_batch_ = int(std::min<uint32_t>(n_ctx_, kMaxBatch));
+    if (m.cfg.arch == Arch::Gpt2) sh.n_ctx_cap = uint32_t(m.cfg.n_ctx_train);
+    sh.max_batch = kMaxBatch;
+    return sh;
+}
+
+}  // namespace
+
+Session::Session(Model& model, const eh_session_params& params)
+    : SessionBase(shape_of(model), params), m_(model), c_(model.cfg) {
     ehcuda::MemoryLedger* L = &m_.ledger;
-    const size_t B = size_t(max_batch_);
+    const size_t B = size_t(max_batch());
     kv_f32_ = kv_f32_from_env();
-    const size_t kv_bytes = size_t(n_ctx_) * c_.kv_dim() * (kv_f32_ ? sizeof(float) : sizeof(__half));
+    const size_t kv_bytes = size_t(n_ctx()) * c_.kv_dim() * (kv_f32_ ? sizeof(float) : sizeof(__half));
     for (int i = 0; i < c_.n_layer; ++i) {
         kcache_.emplace_back(kv_bytes, L);
         vcache_.emplace_back(kv_bytes, L);
@@ -59,77 +69,22 @@ Session::Session(Model& model, const eh_session_params& params)
         ids_ = ehcuda::DeviceBuffer(B * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
     }
-    logits_ = ehcuda::DeviceBuffer(size_t(c_.n_vocab) * 4, L);
-    history_ = ehcuda::DeviceBuffer(size_t(n_ctx_) * 4, L);
-    tokens_ = ehcuda::DeviceBuffer(B * 4, L);
-    step_ = ehcuda::DeviceBuffer(sizeof(Step), L);
-    params_ = ehcuda::DeviceBuffer(sizeof(ehcuda::SamplerParams), L);
-    counter_ = ehcuda::DeviceBuffer(sizeof(unsigned long long), L);
-    out_token_ = ehcuda::DeviceBuffer(4, L);
-    fwork_ = ehcuda::DeviceBuffer(size_t(c_.n_vocab) * 4, L);
-    iwork_ = ehcuda::DeviceBuffer(size_t(c_.n_vocab) * 4, L);
-    {  // cuBLAS prefill path: slab, FP16 activations, MoE grouping, on the ledger
-        ehcuda::PrefillShape ps;
-        ps.max_tokens = max_batch_;
-        ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.arch == Arch::Gpt2 ? c_.n_ff : 0});
-        if (c_.arch == Arch::GptOss) {
-            ps.moe_experts = c_.n_expert;
-            ps.moe_k = c_.n_expert_used;
-            ps.moe_embd = c_.n_embd;
-            ps.moe_ff = c_.n_ff_exp;
-        }
-        prefill_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream_.get(), L);
+    ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab, FP16 activations, MoE grouping
+    ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.arch == Arch::Gpt2 ? c_.n_ff : 0});
+    if (c_.arch == Arch::GptOss) {
+        ps.moe_experts = c_.n_expert;
+        ps.moe_k = c_.n_expert_used;
+        ps.moe_embd = c_.n_embd;
+        ps.moe_ff = c_.n_ff_exp;
     }
-    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_step_), sizeof(Step)));
-    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), sizeof(int32_t)));
-    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_tokens_), B * sizeof(int32_t)));
-    *h_step_ = Step{0, 0, 0, 0};
-    EHC_CHECK(cudaMemsetAsync(step_.get(), 0, sizeof(Step), stream_.get()));
-    EHC_CHECK(cudaMemsetAsync(counter_.get(), 0, sizeof(unsigned long long), stream_.get()));
-    ehcuda::SamplerParams sp;  // greedy until set
-    EHC_CHECK(cudaMemcpyAsync(params_.get(), &sp, sizeof sp, cudaMemcpyHostToDevice, stream_.get()));
-    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
+    finish_init(ps);
 }
 
-Session::~Session() {
-    decode_graph_.reset();
-    if (h_step_) cudaFreeHost(h_step_);
-    if (h_out_) cudaFreeHost(h_out_);
-    if (h_tokens_) cudaFreeHost(h_tokens_);
-}
+std::string Session::vocab_text() const { return "(0.." + std::to_string(c_.n_vocab - 1) + ")"; }
 
-void Session::set_sampling(const eh_sampling_params& p) {
-    if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) throw ehp::Error(EH_INVALID_ARGUMENT, "temperature must be >= 0");
-    if (p.top_k < 0) throw ehp::Error(EH_INVALID_ARGUMENT, "top_k must be >= 0");
-    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw ehp::Error(EH_INVALID_ARGUMENT, "top_p must be in (0, 1]");
-    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw ehp::Error(EH_INVALID_ARGUMENT, "min_p must be in [0, 1]");
-    if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty))
-        throw ehp::Error(EH_INVALID_ARGUMENT, "repetition_penalty must be > 0");
-    if (p.repetition_window < -1) throw ehp::Error(EH_INVALID_ARGUMENT, "repetition_window must be >= -1");
-    ehcuda::SamplerParams sp;
-    sp.temperature = p.temperature;
-    sp.top_k = p.top_k;
-    sp.top_p = p.top_p;
-    sp.min_p = p.min_p;
-    sp.repetition_penalty = p.repetition_penalty;
-    sp.repetition_window = p.repetition_window;
-    sp.seed = p.seed;
-    EHC_CHECK(cudaSetDevice(m_.device));
-    EHC_CHECK(cudaMemcpyAsync(params_.get(), &sp, sizeof sp, cudaMemcpyHostToDevice, stream_.get()));
-    EHC_CHECK(cudaMemsetAsync(counter_.get(), 0, sizeof(unsigned long long), stream_.get()));
-    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
-    have_sampling_ = true;
-}
-
-void Session::check_cancel() {
-    if (cancel_ && cancel_(cancel_user_)) throw ehp::Error(EH_CANCELLED, "cancelled");
-}
-
-void Session::check_tokens(const int32_t* tokens, uint32_t n) const {
-    for (uint32_t i = 0; i < n; ++i)
-        if (tokens[i] < 0 || tokens[i] >= c_.n_vocab)
-            throw ehp::Error(EH_INVALID_ARGUMENT, "token " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
-                                                      " is outside the vocabulary (0.." + std::to_string(c_.n_vocab - 1) + ")");
+std::string Session::context_note() const {
+    if (c_.arch != Arch::Gpt2) return std::string();
+    return " (gpt2 has " + std::to_string(c_.n_ctx_train) + " learned positions)";
 }
 
 void Session::set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& at) {
@@ -149,7 +104,7 @@ void Session::set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& 
 }
 
 void Session::gpt2_layer(int li, int ntok) {
-    cudaStream_t s = stream_.get();
+    cudaStream_t s = stream();
     const Config& c = c_;
     const Layer& L = m_.layers[size_t(li)];
     float* h = h_.as<float>();
@@ -157,7 +112,7 @@ void Session::gpt2_layer(int li, int ntok) {
     float* qkv = qkv_.as<float>();
     float* attn = attn_.as<float>();
     float* ff = ff_.as<float>();
-    const int32_t* d_pos0 = &step_.as<Step>()->pos0;
+    const int32_t* d_pos0 = this->d_pos0();
 
     ehcuda::layernorm(h, c.n_embd, L.attn_norm, L.attn_norm_b, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
     ehcuda::MatmulArgs a;
@@ -234,14 +189,14 @@ void Session::gpt2_layer(int li, int ntok) {
 }
 
 void Session::gpt_oss_layer(int li, int ntok) {
-    cudaStream_t s = stream_.get();
+    cudaStream_t s = stream();
     const Config& c = c_;
     const Layer& L = m_.layers[size_t(li)];
     float* h = h_.as<float>();
     float* xn = xn_.as<float>();
     float* qkv = qkv_.as<float>();
     float* attn = attn_.as<float>();
-    const int32_t* d_pos0 = &step_.as<Step>()->pos0;
+    const int32_t* d_pos0 = this->d_pos0();
 
     ehcuda::MatmulArgs a;
     for (int k = 0; k < L.n_qkv; ++k) a.seg[k] = L.qkv[k];
@@ -327,14 +282,14 @@ void Session::gpt_oss_layer(int li, int ntok) {
     }
 }
 
-// One forward pass over ntok tokens at positions step.pos0 .. +ntok-1,
-// leaving the last token's logits in logits_.
-void Session::forward(int ntok, const int32_t* d_tokens) {
-    cudaStream_t s = stream_.get();
+// decode_path is not consulted: decode is the one-token pass, and every
+// one-token pass (a one-token prefill chunk too) runs without the prefill
+// workspace (see prefill_ws).
+void Session::forward(int ntok, const int32_t* d_tokens, bool /*decode_path*/) {
+    cudaStream_t s = stream();
     const Config& c = c_;
     float* h = h_.as<float>();
-    const int32_t* d_pos0 = &step_.as<Step>()->pos0;
-    ehcuda::record_tokens(history_.as<int32_t>(), d_pos0, d_tokens, ntok, s);
+    const int32_t* d_pos0 = this->d_pos0();
     ehcuda::embed_rows(m_.tok_embd, d_tokens, ntok, h, s);
     if (c.arch == Arch::Gpt2) ehcuda::add_position_rows(m_.pos_embd, d_pos0, ntok, h, s);
     for (int li = 0; li < c.n_layer; ++li) {
@@ -357,114 +312,10 @@ void Session::forward(int ntok, const int32_t* d_tokens) {
         lm.norm_w = m_.output_norm;
         lm.norm_eps = c.eps;
     }
-    lm.y = logits_.as<float>();
+    lm.y = d_logits();
     lm.ldy = c.n_vocab;
     lm.ntok = 1;
     ehcuda::matmul(lm, s);
-}
-
-void Session::prefill(const int32_t* tokens, uint32_t n) {
-    if (n == 0) throw ehp::Error(EH_INVALID_ARGUMENT, "prefill with no tokens");
-    if (!tokens) throw ehp::Error(EH_INVALID_ARGUMENT, "tokens is NULL");
-    if (uint64_t(n_past_) + n > n_ctx_)
-        throw ehp::Error(EH_CONTEXT_FULL, "context full: " + std::to_string(n_past_) + " + " + std::to_string(n) +
-                                              " tokens exceed n_ctx " + std::to_string(n_ctx_) +
-                                              (c_.arch == Arch::Gpt2 ? " (gpt2 has " + std::to_string(c_.n_ctx_train) +
-                                                                           " learned positions)" : std::string()));
-    check_tokens(tokens, n);
-    EHC_CHECK(cudaSetDevice(m_.device));
-    cudaStream_t s = stream_.get();
-    const uint32_t start = n_past_;
-    try {
-        for (uint32_t done = 0; done < n;) {
-            check_cancel();
-            const int nb = int(std::min<uint32_t>(n - done, uint32_t(max_batch_)));
-            // The pinned mirrors are reused per chunk, so the previous chunk
-            // must have consumed them.
-            EHC_CHECK(cudaStreamSynchronize(s));
-            std::copy(tokens + done, tokens + done + nb, h_tokens_);
-            *h_step_ = Step{int32_t(n_past_), int32_t(n_past_) + nb, 0, 0};
-            EHC_CHECK(cudaMemcpyAsync(tokens_.get(), h_tokens_, size_t(nb) * 4, cudaMemcpyHostToDevice, s));
-            EHC_CHECK(cudaMemcpyAsync(step_.get(), h_step_, sizeof(Step), cudaMemcpyHostToDevice, s));
-            forward(nb, tokens_.as<int32_t>());
-            n_past_ += uint32_t(nb);
-            done += uint32_t(nb);
-        }
-        EHC_CHECK(cudaStreamSynchronize(s));
-    } catch (...) {
-        // The cache past `start` may be partly written; those positions are
-        // simply not counted, so the session stays consistent.
-        cudaStreamSynchronize(s);
-        n_past_ = start;
-        have_logits_ = false;
-        throw;
-    }
-    have_logits_ = true;
-}
-
-int32_t Session::sample() {
-    if (!have_logits_) throw ehp::Error(EH_INVALID_ARGUMENT, "no logits yet: prefill first");
-    if (!have_sampling_) throw ehp::Error(EH_INVALID_ARGUMENT, "session_set_sampling was not called");
-    EHC_CHECK(cudaSetDevice(m_.device));
-    cudaStream_t s = stream_.get();
-    ehcuda::sample_tokens(logits_.as<float>(), c_.n_vocab, history_.as<int32_t>(), &step_.as<Step>()->n_hist,
-                          params_.as<ehcuda::SamplerParams>(), counter_.as<unsigned long long>(),
-                          {fwork_.as<float>(), iwork_.as<int32_t>()}, out_token_.as<int32_t>(), s);
-    EHC_CHECK(cudaMemcpyAsync(h_out_, out_token_.get(), 4, cudaMemcpyDeviceToHost, s));
-    EHC_CHECK(cudaStreamSynchronize(s));
-    return *h_out_;
-}
-
-int32_t Session::decode(int32_t token) {
-    if (!have_sampling_) throw ehp::Error(EH_INVALID_ARGUMENT, "session_set_sampling was not called");
-    if (uint64_t(n_past_) + 1 > n_ctx_)
-        throw ehp::Error(EH_CONTEXT_FULL, "context full: n_ctx " + std::to_string(n_ctx_) + " reached");
-    check_tokens(&token, 1);
-    check_cancel();
-    EHC_CHECK(cudaSetDevice(m_.device));
-    cudaStream_t s = stream_.get();
-    Step* d_step = step_.as<Step>();
-    auto step = [&] {
-        EHC_CHECK(cudaMemcpyAsync(d_step, h_step_, sizeof(Step), cudaMemcpyHostToDevice, s));
-        forward(1, &d_step->token);
-        ehcuda::sample_tokens(logits_.as<float>(), c_.n_vocab, history_.as<int32_t>(), &d_step->n_hist,
-                              params_.as<ehcuda::SamplerParams>(), counter_.as<unsigned long long>(),
-                              {fwork_.as<float>(), iwork_.as<int32_t>()}, out_token_.as<int32_t>(), s);
-        EHC_CHECK(cudaMemcpyAsync(h_out_, out_token_.get(), 4, cudaMemcpyDeviceToHost, s));
-    };
-    // The first step runs eagerly so every kernel's module is loaded (lazy
-    // loading) before capture; later steps replay the captured graph.
-    if (!decode_graph_.ready() && decode_warm_) decode_graph_.capture(s, step);
-    *h_step_ = Step{int32_t(n_past_), int32_t(n_past_) + 1, token, 0};
-    try {
-        if (decode_graph_.ready())
-            decode_graph_.launch(s);
-        else
-            step();
-        decode_warm_ = true;
-        EHC_CHECK(cudaStreamSynchronize(s));
-    } catch (...) {
-        have_logits_ = false;
-        throw;
-    }
-    n_past_ += 1;
-    have_logits_ = true;
-    return *h_out_;
-}
-
-void Session::reset() {
-    n_past_ = 0;
-    have_logits_ = false;
-}
-
-const float* Session::logits() {
-    if (!have_logits_) throw ehp::Error(EH_INVALID_ARGUMENT, "no logits yet");
-    host_logits_.resize(size_t(c_.n_vocab));
-    EHC_CHECK(cudaSetDevice(m_.device));
-    EHC_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.get(), host_logits_.size() * 4, cudaMemcpyDeviceToHost,
-                              stream_.get()));
-    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
-    return host_logits_.data();
 }
 
 }  // namespace gpt_cuda

@@ -7,6 +7,7 @@
 
 #include <ehcuda/check.hpp>
 #include <ehcuda/upload.hpp>
+#include <ehcuda/weight_plan.hpp>
 
 namespace llama_cuda {
 namespace {
@@ -52,7 +53,7 @@ size_t parse_size_option(const char* json, const char* key, size_t dflt) {
 // Plans the arena and the upload list while checking each tensor.
 class Loader {
 public:
-    Loader(Model& m, const ehp::ModelView& view) : m_(m), view_(view) {}
+    Loader(Model& m, const ehp::ModelView& view) : plan(m.arena), view_(view) {}
 
     const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
 
@@ -77,14 +78,12 @@ public:
         if (rb == 0) fail("tensor '" + name + "': row of " + std::to_string(cols) + " is not whole blocks of " + ehp::type_name(t.type));
         if (rb * size_t(rows) != t.nbytes || !t.data)
             fail("tensor '" + name + "' has " + std::to_string(t.nbytes) + " bytes, expected " + std::to_string(rb * size_t(rows)));
-        size_t off = m_.arena.reserve(t.nbytes);
-        items_.push_back({t.data, off, t.nbytes, name});
-        type_bytes_[t.type] += t.nbytes;
+        const size_t off = plan.add(t.data, t.nbytes, t.nbytes, name, t.type);
         out.type = t.type;
         out.rows = int(rows);
         out.cols = int(cols);
         out.row_bytes = rb;
-        fixups_.push_back({&out.data, off});
+        plan.fix(&out.data, off);
         return off;
     }
 
@@ -117,48 +116,13 @@ public:
                 }
             }
         }
-        size_t off = m_.arena.reserve(v.size() * 4);
-        converted_.push_back(std::move(v));
-        items_.push_back({converted_.back().data(), off, converted_.back().size() * 4, name});
-        fixups_.push_back({reinterpret_cast<const void**>(out), off});
+        plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
     }
 
-    void finish_layout() {
-        for (auto& f : fixups_) *f.slot = m_.arena.at(f.offset);
-        for (auto& it : items_) m_.weight_ptrs.push_back({m_.arena.at(it.offset), it.name});
-    }
-
-    std::vector<ehcuda::UploadItem> upload_items() const {
-        std::vector<ehcuda::UploadItem> v;
-        for (auto& it : items_) v.push_back({it.src, m_.arena.at(it.offset), it.bytes});
-        return v;
-    }
-
-    std::string dominant_type() const {
-        uint32_t best = 0;
-        size_t bytes = 0;
-        for (auto& [t, b] : type_bytes_)
-            if (b > bytes) { best = t; bytes = b; }
-        return ehp::type_name(best);
-    }
+    ehcuda::WeightPlan plan;
 
 private:
-    struct Item {
-        const void* src;
-        size_t offset;
-        size_t bytes;
-        std::string name;
-    };
-    struct Fixup {
-        const void** slot;
-        size_t offset;
-    };
-    Model& m_;
     const ehp::ModelView& view_;
-    std::vector<Item> items_;
-    std::vector<Fixup> fixups_;
-    std::vector<std::vector<float>> converted_;
-    std::map<uint32_t, size_t> type_bytes_;
 };
 
 }  // namespace
@@ -233,13 +197,13 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         }
         ld.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, L.ffn_down);
     }
-    m->quant_kind = ld.dominant_type();
+    m->quant_kind = ld.plan.dominant_type();
 
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
     ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
     progress(0.02f, "allocating");
     m->arena.allocate(&m->ledger);
-    ld.finish_layout();
+    ld.plan.finish_layout(m->weight_ptrs);
     if (tied) m->output = m->tok_embd;
 
     ehcuda::Stream stream;
@@ -249,7 +213,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     up.progress_hi = 0.99f;
     up.progress = [&](float f) { progress(f, "uploading weights"); };
     up.cancelled = cancelled;
-    ehcuda::upload_weights(ld.upload_items(), up, stream.get());
+    ehcuda::upload_weights(ld.plan.upload_items(), up, stream.get());
 
     std::string why = ehcuda::check_kernel_image();
     if (!why.empty()) throw ehp::Error(EH_UNSUPPORTED, why);
