@@ -97,15 +97,15 @@ for f in sorted(glob.glob(os.path.join(out, "bench-*.json"))):
     for r in j.get("results", []):
         rows.append((os.path.basename(j["model"]).replace(".gguf", ""), j["quant"], r))
 json.dump(allj, open(os.path.join(out, "bench.json"), "w"), indent=2)
-hdr = "| model | quant | plugin | device | pp t/s | tg t/s | TTFT ms | ITL p50 ms | ITL p95 ms | device MiB |"
+hdr = "| model | quant | plugin | device | pp t/s | tg t/s | TTFT ms | ITL p50 ms | ITL p95 ms | device MiB | load GB/s |"
 print(hdr); print("|" + "---|" * (hdr.count("|") - 1))
 for m, q, r in rows:
     if not r.get("ok"):
-        print(f"| {m} | {q} | {r['plugin']} | {r.get('device_name','')} | failed: {r.get('error','')[:60]} |||||")
+        print(f"| {m} | {q} | {r['plugin']} | {r.get('device_name','')} | failed: {r.get('error','')[:60]} ||||||")
         continue
     print(f"| {m} | {q} | {r['plugin']} | {r['device_name']} | {r['prefill_tokens_per_s']:.1f} | "
           f"{r['decode_tokens_per_s']:.1f} | {r['ttft_ms']:.1f} | {r['itl_p50_ms']:.2f} | {r['itl_p95_ms']:.2f} | "
-          f"{r['peak_device_bytes']/2**20:.0f} |")
+          f"{r['peak_device_bytes']/2**20:.0f} | {r.get('load_gb_per_s', 0):.2f} |")
 PY
 echo "JSON: $OUT/bench.json"
 exit $status

@@ -39,13 +39,15 @@ TEST(Bench, JsonSchemaOnCpuReference) {
         if (r["plugin"] != "cpu-reference") continue;
         saw_cpu = true;
         ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
-        for (const char* k : {"load_ms", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "itl_p50_ms",
+        for (const char* k : {"load_ms", "load_gb_per_s", "prefill_tokens_per_s", "decode_tokens_per_s", "ttft_ms", "itl_p50_ms",
                               "itl_p95_ms", "peak_device_bytes", "host_bytes"}) {
             ASSERT_TRUE(r.contains(k)) << k;
             EXPECT_TRUE(r[k].is_number()) << k;
         }
         EXPECT_GT(r["prefill_tokens_per_s"].get<double>(), 0);
         EXPECT_GT(r["decode_tokens_per_s"].get<double>(), 0);
+        EXPECT_NEAR(r["load_gb_per_s"].get<double>(),
+                    double(j["model_bytes"].get<uint64_t>()) / (r["load_ms"].get<double>() * 1e6), 1e-9);
         EXPECT_LE(r["itl_p50_ms"].get<double>(), r["itl_p95_ms"].get<double>());
         EXPECT_EQ(r["prefill_ms"].size(), 2u);  // one per counted repetition, warm-up excluded
     }
