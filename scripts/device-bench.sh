@@ -106,6 +106,26 @@ for m, q, r in rows:
     print(f"| {m} | {q} | {r['plugin']} | {r['device_name']} | {r['prefill_tokens_per_s']:.1f} | "
           f"{r['decode_tokens_per_s']:.1f} | {r['ttft_ms']:.1f} | {r['itl_p50_ms']:.2f} | {r['itl_p95_ms']:.2f} | "
           f"{r['peak_device_bytes']/2**20:.0f} | {r.get('load_gb_per_s', 0):.2f} |")
+
+# The speed goals of issues 7 and 8 (batch 1, H100 figures): checked here so
+# the table says met / not met instead of leaving it to the reader.
+goals = {
+    "qwen2.5-0.5b-instruct-q4_k_m": {"decode_tokens_per_s": 1500, "prefill_tokens_per_s": 30000},
+    "phi-3-mini-4k-instruct-q4_k_m": {"decode_tokens_per_s": 600, "prefill_tokens_per_s": 8000},
+    "gpt-oss-20b-mxfp4": {"decode_tokens_per_s": 500, "prefill_tokens_per_s": 8000},
+    "gpt2-124m-f16": {"decode_tokens_per_s": 1500},
+}
+print()
+print("| model | plugin | goal | target | measured | met |")
+print("|---|---|---|---|---|---|")
+for m, q, r in rows:
+    if not r.get("ok") or r.get("device_kind") == "cpu":
+        continue
+    for key, target in goals.get(m, {}).items():
+        v = r.get(key, 0)
+        print(f"| {m} | {r['plugin']} | {key} | {target} | {v:.0f} | {'yes' if v >= target else 'no'} |")
+    lg = r.get("load_gb_per_s", 0)
+    print(f"| {m} | {r['plugin']} | load_gb_per_s | 5 | {lg:.2f} | {'yes' if lg >= 5 else 'no'} |")
 PY
 echo "JSON: $OUT/bench.json"
 exit $status
