@@ -42,6 +42,9 @@ ehcuda::SessionShape shape_of(Model& m) {
     // gpt2 has a table of learned positions: no room past its end
     if (m.cfg.arch == Arch::Gpt2) sh.n_ctx_cap = uint32_t(m.cfg.n_ctx_train);
     sh.max_batch = kMaxBatch;
+    sh.profile_groups = {"embed",         "qkv gemv (+norm)",      "rope+kv store",         "attention (sinks)",
+                         "attn_out gemv", "ffn norm+router+top-k", "ffn up / experts gate|up", "ffn down / experts down",
+                         "lm head gemv"};
     return sh;
 }
 
@@ -126,6 +129,7 @@ void Session::gpt2_layer(int li, int ntok) {
     a.ntok = ntok;
     a.prefill = prefill_ws(ntok);
     ehcuda::matmul(a, s);
+    mark(kQkv);
 
     ehcuda::RopeTableArgs r;  // no rotation: stores K and V
     r.qkv = qkv;
@@ -148,7 +152,9 @@ void Session::gpt2_layer(int li, int ntok) {
     at.ldo = c.q_dim();
     set_cache(li, r, at);
     ehcuda::rope_table_store_kv(r, s);
+    mark(kRope);
     ehcuda::attention_sinks(at, s);
+    mark(kAttn);
 
     ehcuda::MatmulArgs o;
     o.seg[0] = L.attn_out;
@@ -161,6 +167,7 @@ void Session::gpt2_layer(int li, int ntok) {
     o.ntok = ntok;
     o.prefill = prefill_ws(ntok);
     ehcuda::matmul(o, s);
+    mark(kOut);
 
     ehcuda::layernorm(h, c.n_embd, L.ffn_norm, L.ffn_norm_b, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
     ehcuda::MatmulArgs u;
@@ -174,6 +181,7 @@ void Session::gpt2_layer(int li, int ntok) {
     u.prefill = prefill_ws(ntok);
     ehcuda::matmul(u, s);
     ehcuda::gelu_tanh_inplace(ff, c.n_ff, c.n_ff, ntok, s);
+    mark(kFfnUp);
 
     ehcuda::MatmulArgs d;
     d.seg[0] = L.ffn_down;
@@ -186,6 +194,7 @@ void Session::gpt2_layer(int li, int ntok) {
     d.ntok = ntok;
     d.prefill = prefill_ws(ntok);
     ehcuda::matmul(d, s);
+    mark(kFfnDown);
 }
 
 void Session::gpt_oss_layer(int li, int ntok) {
@@ -217,6 +226,7 @@ void Session::gpt_oss_layer(int li, int ntok) {
     a.ntok = ntok;
     a.prefill = prefill_ws(ntok);
     ehcuda::matmul(a, s);
+    mark(kQkv);
 
     ehcuda::RopeTableArgs r;
     r.qkv = qkv;
@@ -245,7 +255,9 @@ void Session::gpt_oss_layer(int li, int ntok) {
     at.ldo = c.q_dim();
     set_cache(li, r, at);
     ehcuda::rope_table_store_kv(r, s);
+    mark(kRope);
     ehcuda::attention_sinks(at, s);
+    mark(kAttn);
 
     ehcuda::MatmulArgs o;
     o.seg[0] = L.attn_out;
@@ -258,6 +270,7 @@ void Session::gpt_oss_layer(int li, int ntok) {
     o.ntok = ntok;
     o.prefill = prefill_ws(ntok);
     ehcuda::matmul(o, s);
+    mark(kOut);
 
     // MoE: router, top-k, the selected experts' gate|up with the clamped
     // SwiGLU, then down with the routing weights summed into the residual.
@@ -274,11 +287,14 @@ void Session::gpt_oss_layer(int li, int ntok) {
     ehcuda::matmul(ro, s);
     const int k = c.n_expert_used;
     ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
+    mark(kRouter);
     if (!ehcuda::moe_prefill(prefill_ws(ntok), xn, c.n_embd, ntok, k, c.n_expert, ids_.as<int32_t>(), wts_.as<float>(),
                              L.gate_exps, L.up_exps, L.down_exps, c.swiglu_alpha, c.swiglu_limit, h, c.n_embd, s)) {
         ehcuda::moe_gate_up(xn, c.n_embd, ntok, k, ids_.as<int32_t>(), L.gate_exps, L.up_exps, c.swiglu_alpha,
                             c.swiglu_limit, ff_.as<float>(), s);
+        mark(kFfnUp);
         ehcuda::moe_down(ff_.as<float>(), ntok, k, ids_.as<int32_t>(), wts_.as<float>(), L.down_exps, h, c.n_embd, s);
+        mark(kFfnDown);
     }
 }
 
@@ -292,6 +308,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool /*decode_path*/) {
     const int32_t* d_pos0 = this->d_pos0();
     ehcuda::embed_rows(m_.tok_embd, d_tokens, ntok, h, s);
     if (c.arch == Arch::Gpt2) ehcuda::add_position_rows(m_.pos_embd, d_pos0, ntok, h, s);
+    mark(kEmbed);
     for (int li = 0; li < c.n_layer; ++li) {
         if (c.arch == Arch::Gpt2) gpt2_layer(li, ntok);
         else gpt_oss_layer(li, ntok);
@@ -316,6 +333,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool /*decode_path*/) {
     lm.ldy = c.n_vocab;
     lm.ntok = 1;
     ehcuda::matmul(lm, s);
+    mark(kHead);
 }
 
 }  // namespace gpt_cuda

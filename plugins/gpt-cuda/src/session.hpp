@@ -28,6 +28,9 @@ public:
     Session(Model& model, const eh_session_params& params);
 
 private:
+    // Decode profile groups (EHCUDA_PROFILE_DECODE=1); gpt2 has no router.
+    enum Group { kEmbed, kQkv, kRope, kAttn, kOut, kRouter, kFfnUp, kFfnDown, kHead };
+
     void forward(int ntok, const int32_t* d_tokens, bool decode_path) override;
     std::string vocab_text() const override;
     std::string context_note() const override;
