@@ -291,6 +291,7 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             {"int16-x", false, ehcuda::GemvInput::Int16},
             {"int16-x prefetch", true, ehcuda::GemvInput::Int16},
             {"int8-x", false, ehcuda::GemvInput::Int8},
+            {"int16x2-x", false, ehcuda::GemvInput::Int16x2},
         };
         for (const Variant& v : variants) {
             if (v.in != ehcuda::GemvInput::Float && type == EH_TYPE_F16) continue;

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <map>
 #include <random>
 
 #include <engine_host/plugin_abi.hpp>
@@ -460,13 +461,16 @@ TEST(Kernels, MultiSegmentGemmFusedAndSplit) {
 namespace ehtest {
 namespace {
 
-// Every input form of single-token GEMV (float, int16, int8) for every
-// quantized type, whatever the default, against the host dequantized
-// reference (all three x modes), each within its own bound.
+// Every input form of single-token GEMV (float, int16, int8, int16x2) for
+// every quantized type, whatever the default, against the host dequantized
+// reference (all three x modes), each within its own bound; int16x2 must be
+// as accurate as the float path (its reason to exist: gpt-oss routing).
 TEST(Kernels, EveryGemvInputFormMatchesReference) {
     REQUIRE_GPU();
     const ehcuda::GemvInput was = ehcuda::gemv_input();
-    for (ehcuda::GemvInput in : {ehcuda::GemvInput::Float, ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int8})
+    std::map<std::pair<uint32_t, int>, double> float_worst;
+    for (ehcuda::GemvInput in : {ehcuda::GemvInput::Float, ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int8,
+                                 ehcuda::GemvInput::Int16x2})
     for (uint32_t type : {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
                           EH_TYPE_Q6_K}) {
         ehcuda::set_gemv_input(in);
@@ -518,6 +522,11 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
             // int8: 0.4 % per input, int16 and float: accumulation noise.
             const double tol = in == ehcuda::GemvInput::Int8 ? 1.5e-2 : 1e-4;
             EXPECT_LT(worst, tol) << ehp::type_name(type) << " mode " << mode << " input " << int(in);
+            if (in == ehcuda::GemvInput::Float) float_worst[std::make_pair(type, mode)] = worst;
+            if (in == ehcuda::GemvInput::Int16x2) {
+                EXPECT_LE(worst, 2 * float_worst[std::make_pair(type, mode)] + 1e-7)
+                    << ehp::type_name(type) << " mode " << mode << ": int16x2 less accurate than float";
+            }
         }
     }
     ehcuda::set_gemv_input(was);

@@ -163,6 +163,38 @@ TEST(GptKernels, RoutingPicksTheReferenceExperts) {
     }
 }
 
+// Many experts per lane (200 experts, k = 8), one token and a batch; NaN
+// logits rank below every number (and among themselves by index).
+TEST(GptKernels, RoutingScansEveryExpertAndRanksNaNLast) {
+    REQUIRE_GPU();
+    std::mt19937 rng(5);
+    const int X = 200, k = 8;
+    for (int ntok : {1, 37}) {
+        auto logits = randn(rng, size_t(ntok) * X);
+        for (int t = 0; t < ntok; ++t) {
+            logits[size_t(t) * X + 0] = NAN;  // would win a plain first-index scan
+            logits[size_t(t) * X + 199] = 9.0f;  // the last lane's last expert wins
+            logits[size_t(t) * X + 77] = 9.0f;   // tie: 77 ranks before 199
+        }
+        auto dl = dev(logits);
+        ehcuda::DeviceBuffer ids(size_t(ntok) * k * 4), wts(size_t(ntok) * k * 4);
+        ehcuda::moe_route(dl.as<float>(), ntok, X, k, ids.as<int32_t>(), wts.as<float>(), nullptr);
+        const auto gi = host<int32_t>(ids, size_t(ntok) * k);
+        const auto gw = host<float>(wts, size_t(ntok) * k);
+        for (int t = 0; t < ntok; ++t) {
+            std::vector<float> row(logits.begin() + ptrdiff_t(t) * X, logits.begin() + ptrdiff_t(t + 1) * X);
+            row[0] = -INFINITY;  // NaN last; no other -inf in the row
+            const auto ref = cpuref::route_top_k(row.data(), X, k);
+            EXPECT_EQ(gi[size_t(t) * k + 0], 77);
+            EXPECT_EQ(gi[size_t(t) * k + 1], 199);
+            for (int s = 0; s < k; ++s) {
+                EXPECT_EQ(gi[size_t(t) * k + s], ref[size_t(s)].first) << "ntok " << ntok << " token " << t << " slot " << s;
+                EXPECT_NEAR(gw[size_t(t) * k + s], ref[size_t(s)].second, 1e-6);
+            }
+        }
+    }
+}
+
 // gate|up (fused tensor, gate rows first) + down, k of X experts, MXFP4,
 // with biases, against the reference's per-expert loop.
 TEST(GptKernels, MoeExpertsMatchHostReference) {
@@ -285,6 +317,77 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
             }
         }
     }
+}
+
+// Decode attention split over the keys (one kernel, the last block of a
+// head merges the splits in order): against the reference at positions
+// around the split boundaries, with and without window and sinks, FP32 and
+// FP16 caches, 1..9 splits (more splits than keys too); the counters are
+// back at zero after every launch, and a second launch gives the same bits.
+TEST(GptKernels, SplitDecodeAttentionMatchesReference) {
+    REQUIRE_GPU();
+    std::mt19937 rng(8);
+    const int hd = 64, n_head = 8, n_kv = 2, ctx = 600;
+    const int kv_dim = n_kv * hd, q_dim = n_head * hd;
+    std::vector<float> kf(size_t(ctx) * kv_dim), vf(kf.size());
+    std::vector<__half> kh(kf.size()), vh(kf.size());
+    for (size_t i = 0; i < kf.size(); ++i) {
+        kh[i] = __float2half(randn(rng, 1)[0]);
+        vh[i] = __float2half(randn(rng, 1)[0]);
+        kf[i] = __half2float(kh[i]);
+        vf[i] = __half2float(vh[i]);
+    }
+    const auto q = randn(rng, size_t(q_dim));
+    const auto sinks = randn(rng, n_head);
+    auto dk = dev(kh), dv = dev(vh), dk32 = dev(kf), dv32 = dev(vf), dq = dev(q), ds = dev(sinks);
+    for (int pos : {0, 31, 32, 33, 127, 128, 577, 599})
+        for (int nsplit : {2, 3, 9})
+            for (int win : {0, 128})
+                for (bool with_sinks : {false, true})
+                    for (bool f32 : {false, true}) {
+                        std::vector<float> want(static_cast<size_t>(q_dim)), scratch(static_cast<size_t>(ctx));
+                        const float scale = 1.0f / std::sqrt(float(hd));
+                        for (int h = 0; h < n_head; ++h) {
+                            const int g = h / (n_head / n_kv);
+                            cpuref::attend_one(&q[size_t(h) * hd], &kf[size_t(g) * hd], &vf[size_t(g) * hd], size_t(kv_dim),
+                                               size_t(hd), cpuref::window_start(pos, uint32_t(win)), pos, scale,
+                                               with_sinks ? &sinks[size_t(h)] : nullptr, scratch.data(), &want[size_t(h) * hd]);
+                        }
+                        auto dp = dev(std::vector<int32_t>{pos});
+                        ehcuda::DeviceBuffer out(want.size() * 4), out2(want.size() * 4);
+                        ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
+                        auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
+                        ehcuda::SinkAttnArgs a;
+                        a.q = dq.as<float>();
+                        a.ldq = q_dim;
+                        if (f32) {
+                            a.k_cache32 = dk32.as<float>();
+                            a.v_cache32 = dv32.as<float>();
+                        } else {
+                            a.k_cache = dk.as<__half>();
+                            a.v_cache = dv.as<__half>();
+                        }
+                        a.n_head = n_head;
+                        a.n_kv = n_kv;
+                        a.head_dim = hd;
+                        a.d_pos0 = dp.as<int32_t>();
+                        a.window = win;
+                        a.scale = scale;
+                        a.sinks = with_sinks ? ds.as<float>() : nullptr;
+                        a.out = out.as<float>();
+                        a.ldo = q_dim;
+                        a.nsplit = nsplit;
+                        a.split_scratch = sc.as<float>();
+                        a.split_counters = cnt.as<int>();
+                        ehcuda::attention_sinks(a, nullptr);
+                        const auto got = host<float>(out, want.size());
+                        EXPECT_LT(rel_err(got, want), 1e-4) << "pos " << pos << " splits " << nsplit << " window " << win
+                                                            << " sinks " << with_sinks << " f32 " << f32;
+                        for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
+                        a.out = out2.as<float>();
+                        ehcuda::attention_sinks(a, nullptr);
+                        EXPECT_EQ(std::memcmp(host<float>(out2, want.size()).data(), got.data(), got.size() * 4), 0);
+                    }
 }
 
 TEST(GptKernels, LayerNormAndGeluMatchReference) {

@@ -12,6 +12,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/quant_dp4a.cuh"
+#include "gemv_stage.cuh"
 #include "matmul_common.cuh"
 
 namespace ehcuda {
@@ -26,6 +27,7 @@ GemvInput gemv_input_mode = [] {
     const char* e = std::getenv("EHCUDA_GEMV_INPUT");
     if (e && std::string(e) == "float") return GemvInput::Float;
     if (e && std::string(e) == "int8") return GemvInput::Int8;
+    if (e && std::string(e) == "int16x2") return GemvInput::Int16x2;
     return GemvInput::Int16;
 }();
 
@@ -72,190 +74,14 @@ using detail::DevArgs;
 
 namespace {
 
+using detail::load_staged32;
+using detail::load_staged_int;
+using detail::stage_x;
+using detail::stage_x_int;
+using detail::staged_bytes;
+using detail::staged_int_bytes;
+
 constexpr int kWarps = 4;
-// Staged input rows are padded to 36 floats per 32-element chunk, so the
-// 16-byte reads of neighbouring lanes (one chunk each) hit distinct banks.
-constexpr int kChunkPad = 36;
-
-size_t staged_bytes(int cols) { return size_t(cols / 32) * kChunkPad * sizeof(float); }
-
-// Single-token input into shared memory, with the SwiGLU or RMSNorm fold
-// applied once per block instead of once per row. 16-byte loads, unrolled,
-// so the staging is a few memory round trips rather than one per element.
-__device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
-    const int n4 = a.cols / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(a.x);
-    float scale = 1.0f;
-    if (a.xmode == int(XMode::RmsNorm)) {
-        __shared__ float red[kWarps];
-        float ss = 0.0f;
-#pragma unroll 4
-        for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-            const float4 v = x4[i];
-            ss = fmaf(v.x, v.x, ss);
-            ss = fmaf(v.y, v.y, ss);
-            ss = fmaf(v.z, v.z, ss);
-            ss = fmaf(v.w, v.w, ss);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-        __syncthreads();
-        float tot = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) tot += red[w];
-        scale = rsqrtf(tot / float(a.cols) + a.norm_eps);
-    }
-#pragma unroll 4
-    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-        float4 v = x4[i];
-        if (a.xmode == int(XMode::SwiGLU)) {
-            const float4 u = x4[n4 + i];
-            v.x = detail::silu(v.x) * u.x;
-            v.y = detail::silu(v.y) * u.y;
-            v.z = detail::silu(v.z) * u.z;
-            v.w = detail::silu(v.w) * u.w;
-        } else if (a.xmode == int(XMode::RmsNorm)) {
-            const float4 w = reinterpret_cast<const float4*>(a.norm_w)[i];
-            v.x *= scale * w.x;
-            v.y *= scale * w.y;
-            v.z *= scale * w.z;
-            v.w *= scale * w.w;
-        }
-        const int e = 4 * i;
-        *reinterpret_cast<float4*>(xs + (e >> 5) * kChunkPad + (e & 31)) = v;
-    }
-    __syncthreads();
-}
-
-// Integer staging: per 32-element chunk, the codes (int8 or int16), then
-// the float scale and the code sums of elements 0..15 and 16..31. Strides of
-// 48 and 80 bytes keep the 16-byte reads of 8 neighbouring lanes on distinct
-// banks. Every 8 consecutive threads own one chunk.
-template <int Bits>
-constexpr int kIntStride = Bits == 8 ? 48 : 80;
-template <int Bits>
-constexpr int kCodeBytes = Bits == 8 ? 32 : 64;
-template <int Bits>
-size_t staged_int_bytes(int cols) { return size_t(cols / 32) * kIntStride<Bits>; }
-
-template <int Bits>
-__device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
-    constexpr float kMax = Bits == 8 ? 127.0f : 32767.0f;
-    const int n4 = a.cols / 4;
-    const float4* x4 = reinterpret_cast<const float4*>(a.x);
-    float scale = 1.0f;
-    if (a.xmode == int(XMode::RmsNorm)) {
-        __shared__ float red[kWarps];
-        float ss = 0.0f;
-#pragma unroll 4
-        for (int i = threadIdx.x; i < n4; i += blockDim.x) {
-            const float4 v = x4[i];
-            ss = fmaf(v.x, v.x, ss);
-            ss = fmaf(v.y, v.y, ss);
-            ss = fmaf(v.z, v.z, ss);
-            ss = fmaf(v.w, v.w, ss);
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-        __syncthreads();
-        float tot = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) tot += red[w];
-        scale = rsqrtf(tot / float(a.cols) + a.norm_eps);
-    }
-    // n4 is a multiple of 8 and blockDim of 32: whole warps stay in step.
-    // kBatch rows of float4 per thread are loaded before any is used: the
-    // shuffles below keep the compiler from overlapping loads across
-    // iterations, and one L2 round trip per 512 inputs made the staging of a
-    // long row (ffn_down, 4864-8192 inputs) cost most of a small GEMV.
-    constexpr int kBatch = 4;
-    for (int base = 0; base < n4; base += kBatch * blockDim.x) {
-        float4 vb[kBatch], ub[kBatch];
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-            const int i = base + k * blockDim.x + threadIdx.x;
-            vb[k] = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-            if (a.xmode == int(XMode::SwiGLU)) ub[k] = i < n4 ? x4[n4 + i] : make_float4(0.f, 0.f, 0.f, 0.f);
-            else if (a.xmode == int(XMode::RmsNorm)) ub[k] = i < n4 ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
-        }
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-        const int i = base + k * blockDim.x + threadIdx.x;
-        if (base + k * blockDim.x >= n4) break;  // uniform across the block
-        const bool ok = i < n4;
-        float4 v = vb[k];
-        if (ok) {
-            if (a.xmode == int(XMode::SwiGLU)) {
-                const float4 u = ub[k];
-                v.x = detail::silu(v.x) * u.x;
-                v.y = detail::silu(v.y) * u.y;
-                v.z = detail::silu(v.z) * u.z;
-                v.w = detail::silu(v.w) * u.w;
-            } else if (a.xmode == int(XMode::RmsNorm)) {
-                const float4 w = ub[k];
-                v.x *= scale * w.x;
-                v.y *= scale * w.y;
-                v.z *= scale * w.z;
-                v.w *= scale * w.w;
-            }
-        }
-        float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-        for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-        const float id = amax > 0.0f ? kMax / amax : 0.0f;
-        const int q0 = __float2int_rn(v.x * id), q1 = __float2int_rn(v.y * id);
-        const int q2 = __float2int_rn(v.z * id), q3 = __float2int_rn(v.w * id);
-        // Code sums of each half chunk: 4 threads per 16 elements.
-        int sum = q0 + q1 + q2 + q3;
-        sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-        sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-        if (ok) {
-            const int e = 4 * i;
-            uint8_t* chunk = smem + size_t(e >> 5) * kIntStride<Bits>;
-            if constexpr (Bits == 8) {
-                *reinterpret_cast<char4*>(chunk + (e & 31)) = make_char4(char(q0), char(q1), char(q2), char(q3));
-            } else {
-                *reinterpret_cast<int2*>(chunk + 2 * (e & 31)) =
-                    make_int2(int((q0 & 0xFFFF) | (q1 << 16)), int((q2 & 0xFFFF) | (q3 << 16)));
-            }
-            int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
-            if ((i & 7) == 0) {
-                hdr[0] = __float_as_int(amax / kMax);
-                hdr[1] = sum;
-            } else if ((i & 7) == 4) {
-                hdr[2] = sum;
-            }
-        }
-        }
-    }
-    __syncthreads();
-}
-
-template <int Bits>
-__device__ __forceinline__ void load_staged_int(const uint8_t* smem, int c, XChunk<Bits>& x) {
-    const uint8_t* chunk = smem + size_t(c) * kIntStride<Bits>;
-    const int4* p = reinterpret_cast<const int4*>(chunk);
-#pragma unroll
-    for (int i = 0; i < XChunk<Bits>::kWords / 4; ++i) {
-        const int4 g = p[i];
-        x.w[4 * i] = g.x; x.w[4 * i + 1] = g.y; x.w[4 * i + 2] = g.z; x.w[4 * i + 3] = g.w;
-    }
-    const int* hdr = reinterpret_cast<const int*>(chunk + kCodeBytes<Bits>);
-    x.d = __int_as_float(hdr[0]);
-    x.sum_lo = hdr[1];
-    x.sum_hi = hdr[2];
-}
-
-__device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)[32]) {
-    const float4* p = reinterpret_cast<const float4*>(xs + c * kChunkPad);
-#pragma unroll
-    for (int i = 0; i < 8; ++i) {
-        float4 g = p[i];
-        v[4 * i] = g.x; v[4 * i + 1] = g.y; v[4 * i + 2] = g.z; v[4 * i + 3] = g.w;
-    }
-}
 
 // Weight type T (a compile-time constant, so each kernel gets only the
 // registers its own format needs), NT tokens, R consecutive rows per warp.
@@ -263,26 +89,17 @@ __device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)
 // same chunk index of R rows against one register copy of the input chunk:
 // the input is read once per R rows and R independent weight loads are in
 // flight per lane.
-// XB: input staged as float (0) or as int8/int16 codes (8/16; single
-// token, quantized weights only). (Two chunks per lane per iteration was
+// XB: input staged as float (0) or as int8/int16/int16x2 codes (8/16/32;
+// single token, quantized weights only). (Two chunks per lane per iteration was
 // tried: slower on an H100, e.g. Phi-3 decode 352 -> 309 tok/s.)
 template <int T, int NT, int R, int KS, int XB = 0>
 __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevArgs a) {
-    pdl_entry();
     // KS warps share a group of R rows, each taking every KS-th run of 32
     // chunks (split-K for short, wide matrices that would leave SMs idle);
     // partial sums are combined through shared memory in warp order.
     const int lane = threadIdx.x & 31;
     const int warp = threadIdx.x >> 5;
     const int ks = warp % KS;
-
-    extern __shared__ float4 xs_raw[];
-    float* xs = reinterpret_cast<float*>(xs_raw);
-    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
-    if constexpr (XB != 0)
-        stage_x_int<XB>(a, xq);
-    else if constexpr (NT == 1)
-        stage_x(a, xs);
 
     const int r0 = (blockIdx.x * (kWarps / KS) + warp / KS) * R;
     const bool active = r0 < a.total_rows;
@@ -294,6 +111,19 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     const int nr = active ? min(R, g.rows - lr0) : 0;  // segments hold whole groups of R rows
     const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
     const int nch = active ? a.cols / 32 : 0;
+
+    // (Prefetching the warp's rows to L2 here, before pdl_entry() and the
+    // staging, was measured on an H100: no faster, gpt-oss decode 375 ->
+    // 361 tok/s; not kept.)
+    pdl_entry();
+
+    extern __shared__ float4 xs_raw[];
+    float* xs = reinterpret_cast<float*>(xs_raw);
+    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
+    if constexpr (XB != 0)
+        stage_x_int<XB>(a, xq);
+    else if constexpr (NT == 1)
+        stage_x(a, xs);
 
     float acc[R][NT];
 #pragma unroll
@@ -412,10 +242,11 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     const bool split = groups < 1536 && d.cols >= 32 * 64 && (NT > 1 || d.total_rows <= 2048);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
-    const size_t smem = in == GemvInput::Int8    ? staged_int_bytes<8>(d.cols)
-                        : in == GemvInput::Int16 ? staged_int_bytes<16>(d.cols)
-                        : NT == 1                ? staged_bytes(d.cols)
-                                                 : 0;
+    const size_t smem = in == GemvInput::Int8      ? staged_int_bytes<8>(d.cols)
+                        : in == GemvInput::Int16   ? staged_int_bytes<16>(d.cols)
+                        : in == GemvInput::Int16x2 ? staged_int_bytes<32>(d.cols)
+                        : NT == 1                  ? staged_bytes(d.cols)
+                                                   : 0;
     const int nblk = (groups + per_block - 1) / per_block;
     auto go = [&](auto kernel) {
         if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
@@ -432,6 +263,7 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
         if constexpr (NT == 1 && has_int_input_path<T>()) {
             if (in == GemvInput::Int8) by_rows.template operator()<1, kWarps, 8>();
             else if (in == GemvInput::Int16) by_rows.template operator()<1, kWarps, 16>();
+            else if (in == GemvInput::Int16x2) by_rows.template operator()<1, kWarps, 32>();
             else by_rows.template operator()<1, kWarps, 0>();
         } else {
             by_rows.template operator()<NT, kWarps, 0>();
@@ -439,6 +271,7 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     } else if constexpr (NT == 1 && has_int_input_path<T>()) {
         if (in == GemvInput::Int8) by_rows.template operator()<1, 1, 8>();
         else if (in == GemvInput::Int16) by_rows.template operator()<1, 1, 16>();
+        else if (in == GemvInput::Int16x2) by_rows.template operator()<1, 1, 32>();
         else by_rows.template operator()<1, 1, 0>();
     } else {
         by_rows.template operator()<NT, 1, 0>();

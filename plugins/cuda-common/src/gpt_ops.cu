@@ -1,5 +1,6 @@
 // LayerNorm, GELU, learned positions, table RoPE and sink attention (see
 // gpt_ops.hpp).
+#include <algorithm>
 #include <cmath>
 
 #include "block_reduce.cuh"
@@ -65,7 +66,10 @@ __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 template <class C>
 __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
     pdl_entry();
+    // Block row blockIdx.x per token; a single token's pairs are spread over
+    // gridDim.y blocks (one block took ~9 us per gpt-oss layer at decode).
     const int t = blockIdx.x;
+    const int tid = blockIdx.y * blockDim.x + threadIdx.x, nthr = gridDim.y * blockDim.x;
     const int pos = *a.d_pos0 + t;
     float* row = a.qkv + size_t(t) * a.ld;
     const int hd = a.head_dim, half_rot = a.n_rot / 2;
@@ -74,7 +78,7 @@ __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
     C* vc = v_cache + size_t(pos) * nk;
     if (half_rot > 0) {
         const int pairs = (a.n_head + a.n_kv) * half_rot;
-        for (int p = threadIdx.x; p < pairs; p += blockDim.x) {
+        for (int p = tid; p < pairs; p += nthr) {
             const int head = p / half_rot, i = p % half_rot;
             float sn, cs;
             sincosf(float(pos) * a.inv_freq[i], &sn, &cs);
@@ -97,7 +101,7 @@ __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
     }
     const float* krow = row + nq;
     const float* vrow = row + nq + nk;
-    for (int e = threadIdx.x; e < nk; e += blockDim.x) {
+    for (int e = tid; e < nk; e += nthr) {
         if ((e % hd) >= a.n_rot) store_kv(kc + e, krow[e]);
         store_kv(vc + e, vrow[e]);
     }
@@ -107,39 +111,27 @@ constexpr int kAttnWarps = 8;
 constexpr int kKeyGroup = 4;  // keys a warp scores together (independent loads in flight)
 constexpr int kMaxDpl = 8;    // head_dim <= 256
 
-// One block per (query token, head). Warp w takes groups of kKeyGroup
-// consecutive keys, kAttnWarps groups apart; lane i holds dims i, i+32, ...
-// of the query and of its running output.
+// Keys k0..k1 (inclusive) of one query head against q (pre-scaled): warp w
+// takes groups of kKeyGroup consecutive keys, kAttnWarps groups apart; lane
+// i holds dims i, i+32, ... of the query and of its running output. Leaves
+// the warp's running max m, sum l and unnormalised output acc.
 template <int DPL, class C>
-__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs a, const C* k_cache,
-                                                                    const C* v_cache) {
-    pdl_entry();
-    __shared__ float sm_m[kAttnWarps], sm_l[kAttnWarps];
-    __shared__ float sm_acc[kAttnWarps][DPL * 32];
+__device__ __forceinline__ void attend_keys(const SinkAttnArgs& a, const C* k_cache, const C* v_cache,
+                                            const float (&q)[DPL], int kvh, int k0, int k1, float& m, float& l,
+                                            float (&acc)[DPL]) {
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int t = blockIdx.x, head = blockIdx.y;
     const int hd = a.head_dim;
-    const int kvh = head / (a.n_head / a.n_kv);
-    const int qpos = *a.d_pos0 + t;
-    const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
     const int kv_ld = a.n_kv * hd;
-
-    float q[DPL];
-    const float* qr = a.q + size_t(t) * a.ldq + size_t(head) * hd;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) {
-        const int d = lane + 32 * i;
-        q[i] = d < hd ? qr[d] * a.scale : 0.0f;
-    }
-    float m = -INFINITY, l = 0.0f, acc[DPL];
+    m = -INFINITY;
+    l = 0.0f;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
-    for (int kb = kstart + warp * kKeyGroup; kb <= qpos; kb += kAttnWarps * kKeyGroup) {
+    for (int kb = k0 + warp * kKeyGroup; kb <= k1; kb += kAttnWarps * kKeyGroup) {
         float s[kKeyGroup], vv[kKeyGroup][DPL];
 #pragma unroll
         for (int g = 0; g < kKeyGroup; ++g) {
             const int key = kb + g;
-            const bool valid = key <= qpos;
+            const bool valid = key <= k1;
             const C* kr = k_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
             const C* vr = v_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
             float part = 0.0f;
@@ -155,7 +147,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
         float gmax = -INFINITY;
 #pragma unroll
         for (int g = 0; g < kKeyGroup; ++g) {
-            s[g] = kb + g <= qpos ? detail::warp_sum(s[g]) : -INFINITY;
+            s[g] = kb + g <= k1 ? detail::warp_sum(s[g]) : -INFINITY;
             gmax = fmaxf(gmax, s[g]);
         }
         const float mnew = fmaxf(m, gmax);
@@ -172,31 +164,140 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
         }
         m = mnew;
     }
-    if (lane == 0) {
-        sm_m[warp] = m;
-        sm_l[warp] = l;
-    }
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) sm_acc[warp][lane + 32 * i] = acc[i];
-    __syncthreads();
+}
 
-    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
-    float M = sink;
+template <int DPL>
+__device__ __forceinline__ void load_query(const SinkAttnArgs& a, int t, int head, float (&q)[DPL]) {
+    const int lane = threadIdx.x & 31;
+    const float* qr = a.q + size_t(t) * a.ldq + size_t(head) * a.head_dim;
 #pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, sm_m[w]);
-    float L = a.sinks ? __expf(sink - M) : 0.0f;
+    for (int i = 0; i < DPL; ++i) {
+        const int d = lane + 32 * i;
+        q[i] = d < a.head_dim ? qr[d] * a.scale : 0.0f;
+    }
+}
+
+// The block's warps' (m, l, acc) in shared memory, combined: M = max over
+// the warps and `floor_m` (a sink logit, or -inf), L = sum of l scaled to M.
+template <int DPL>
+struct WarpParts {
+    float m[kAttnWarps], l[kAttnWarps];
+    float acc[kAttnWarps][DPL * 32];
+
+    __device__ void put(float wm, float wl, const float (&wacc)[DPL]) {
+        const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+        if (lane == 0) {
+            m[warp] = wm;
+            l[warp] = wl;
+        }
 #pragma unroll
-    for (int w = 0; w < kAttnWarps; ++w)
-        if (sm_m[w] != -INFINITY) L += sm_l[w] * __expf(sm_m[w] - M);
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    float* o = a.out + size_t(t) * a.ldo + size_t(head) * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        for (int i = 0; i < DPL; ++i) acc[warp][lane + 32 * i] = wacc[i];
+    }
+    __device__ float max_m(float floor_m) const {
+        float M = floor_m;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w) M = fmaxf(M, m[w]);
+        return M;
+    }
+    __device__ float sum_l(float M) const {
+        float L = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kAttnWarps; ++w)
+            if (m[w] != -INFINITY) L += l[w] * __expf(m[w] - M);
+        return L;
+    }
+    __device__ float sum_acc(int d, float M) const {
         float A = 0.0f;
 #pragma unroll
         for (int w = 0; w < kAttnWarps; ++w)
-            if (sm_m[w] != -INFINITY) A += sm_acc[w][d] * __expf(sm_m[w] - M);
-        o[d] = A * inv;
+            if (m[w] != -INFINITY) A += acc[w][d] * __expf(m[w] - M);
+        return A;
     }
+};
+
+// One block per (query token, head) over all its keys.
+template <int DPL, class C>
+__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs a, const C* k_cache,
+                                                                    const C* v_cache) {
+    pdl_entry();
+    __shared__ WarpParts<DPL> parts;
+    const int t = blockIdx.x, head = blockIdx.y;
+    const int kvh = head / (a.n_head / a.n_kv);
+    const int qpos = *a.d_pos0 + t;
+    const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
+    float q[DPL], m, l, acc[DPL];
+    load_query<DPL>(a, t, head, q);
+    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, kstart, qpos, m, l, acc);
+    parts.put(m, l, acc);
+    __syncthreads();
+
+    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
+    const float M = parts.max_m(sink);
+    const float L = parts.sum_l(M) + (a.sinks ? __expf(sink - M) : 0.0f);
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    float* o = a.out + size_t(t) * a.ldo + size_t(head) * a.head_dim;
+    for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) o[d] = parts.sum_acc(d, M) * inv;
+}
+
+// One query (decode), block (split, head): the keys are cut into
+// gridDim.x ranges. Each block leaves its (M, L, acc) in the scratch; the
+// last block of a head to finish (counted with an atomic) merges all splits
+// in split order 0, 1, ... with the sink, so the result does not depend on
+// which block finished last, and resets the head's counter for the next
+// launch. One kernel instead of attention + merge.
+template <int DPL, class C>
+__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, const C* k_cache,
+                                                                          const C* v_cache) {
+    pdl_entry();
+    __shared__ WarpParts<DPL> parts;
+    __shared__ bool last;
+    const int split = blockIdx.x, nsplit = gridDim.x, head = blockIdx.y;
+    const int hd = a.head_dim;
+    const int kvh = head / (a.n_head / a.n_kv);
+    const int qpos = *a.d_pos0;
+    const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
+    const int range = qpos - kstart + 1;
+    const int chunk = max(kAttnWarps * kKeyGroup, (range + nsplit - 1) / nsplit);
+    const int k0 = kstart + split * chunk, k1 = min(qpos, k0 + chunk - 1);
+    float q[DPL], m, l, acc[DPL];
+    load_query<DPL>(a, 0, head, q);
+    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, k0, k1, m, l, acc);  // empty when k0 > k1
+    parts.put(m, l, acc);
+    __syncthreads();
+
+    const float M = parts.max_m(-INFINITY);
+    float* mine = a.split_scratch + (size_t(head) * nsplit + split) * (hd + 2);
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) mine[2 + d] = parts.sum_acc(d, M);
+    if (threadIdx.x == 0) {
+        mine[0] = M;
+        mine[1] = parts.sum_l(M);
+    }
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) last = atomicAdd(a.split_counters + head, 1) == nsplit - 1;
+    __syncthreads();
+    if (!last) return;
+    __threadfence();
+
+    const float* all = a.split_scratch + size_t(head) * nsplit * (hd + 2);
+    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
+    float Mx = sink;
+    for (int s = 0; s < nsplit; ++s) Mx = fmaxf(Mx, __ldcg(all + size_t(s) * (hd + 2)));
+    float L = a.sinks ? __expf(sink - Mx) : 0.0f;
+    for (int s = 0; s < nsplit; ++s) {
+        const float ms = __ldcg(all + size_t(s) * (hd + 2));
+        if (ms != -INFINITY) L += __ldcg(all + size_t(s) * (hd + 2) + 1) * __expf(ms - Mx);
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float A = 0.0f;
+        for (int s = 0; s < nsplit; ++s) {
+            const float ms = __ldcg(all + size_t(s) * (hd + 2));
+            if (ms != -INFINITY) A += __ldcg(all + size_t(s) * (hd + 2) + 2 + d) * __expf(ms - Mx);
+        }
+        a.out[size_t(head) * hd + d] = A * inv;
+    }
+    if (threadIdx.x == 0) a.split_counters[head] = 0;
 }
 
 }  // namespace
@@ -230,9 +331,17 @@ void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
     if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 || (a.n_rot > 0 && !a.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
-    if (a.k_cache32 && a.v_cache32) launch("rope_table_kernel", rope_table_kernel<float>, a.ntok, 256, 0, stream, a, a.k_cache32, a.v_cache32);
-    else launch("rope_table_kernel", rope_table_kernel<__half>, a.ntok, 256, 0, stream, a, a.k_cache, a.v_cache);
+    const int work = std::max((a.n_head + a.n_kv) * (a.n_rot / 2), a.n_kv * a.head_dim);
+    const dim3 grid(unsigned(a.ntok), a.ntok == 1 ? unsigned(std::clamp((work + 255) / 256, 1, 64)) : 1u);
+    if (a.k_cache32 && a.v_cache32) launch("rope_table_kernel", rope_table_kernel<float>, grid, 256, 0, stream, a, a.k_cache32, a.v_cache32);
+    else launch("rope_table_kernel", rope_table_kernel<__half>, grid, 256, 0, stream, a, a.k_cache, a.v_cache);
     EHC_LAUNCHED("rope_table_kernel");
+}
+
+int attention_sink_splits(uint32_t n_ctx) { return int(std::clamp<uint32_t>((n_ctx + 127) / 128, 1, 32)); }
+
+size_t attention_sink_scratch_floats(int n_head, int head_dim, int nsplit) {
+    return size_t(n_head) * size_t(nsplit) * size_t(head_dim + 2);
 }
 
 void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
@@ -240,14 +349,19 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
     if (a.head_dim <= 0 || a.head_dim > 32 * kMaxDpl)
         throw ehp::Error(EH_UNSUPPORTED, "attention: head_dim " + std::to_string(a.head_dim) + " unsupported (1..256)");
     if (a.n_kv <= 0 || a.n_head % a.n_kv) throw ehp::Error(EH_INTERNAL, "attention: n_head must be a multiple of n_kv");
-    const dim3 grid(a.ntok, a.n_head);
+    const bool split = a.ntok == 1 && a.nsplit > 1 && a.split_scratch && a.split_counters;
+    const dim3 grid = split ? dim3(unsigned(a.nsplit), unsigned(a.n_head)) : dim3(unsigned(a.ntok), unsigned(a.n_head));
     const int dpl = (a.head_dim + 31) / 32;
     auto go = [&](auto kc, auto vc) {
         using C = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
-        if (dpl == 1) launch("sink_attn_kernel", sink_attn_kernel<1, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
-        else if (dpl == 2) launch("sink_attn_kernel", sink_attn_kernel<2, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
-        else if (dpl <= 4) launch("sink_attn_kernel", sink_attn_kernel<4, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
-        else launch("sink_attn_kernel", sink_attn_kernel<8, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
+        auto pick = [&]<int D>() {
+            if (split) launch("sink_attn_split_kernel", sink_attn_split_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
+            else launch("sink_attn_kernel", sink_attn_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
+        };
+        if (dpl == 1) pick.template operator()<1>();
+        else if (dpl == 2) pick.template operator()<2>();
+        else if (dpl <= 4) pick.template operator()<4>();
+        else pick.template operator()<8>();
     };
     if (a.k_cache32 && a.v_cache32) go(a.k_cache32, a.v_cache32);
     else go(a.k_cache, a.v_cache);

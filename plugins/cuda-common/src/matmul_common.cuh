@@ -34,7 +34,7 @@ struct DevArgs {
     int ldy;
     int accumulate;
     int ntok;
-    int prefetch;
+    int prefetch;  // next chunks to L2 inside the loop
 };
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }

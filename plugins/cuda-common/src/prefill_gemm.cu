@@ -18,7 +18,7 @@
 
 #include "ehcuda/check.hpp"
 #include "ehcuda/moe.hpp"
-#include "mxfp4.cuh"
+#include "ehcuda/mxfp4.cuh"
 #include "prefill_gemm.hpp"
 
 namespace ehcuda::prefill {

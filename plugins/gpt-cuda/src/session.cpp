@@ -65,13 +65,23 @@ Session::Session(Model& model, const eh_session_params& params)
     xn_ = ehcuda::DeviceBuffer(B * c_.n_embd * 4, L);
     qkv_ = ehcuda::DeviceBuffer(B * c_.qkv_dim() * 4, L);
     attn_ = ehcuda::DeviceBuffer(B * c_.q_dim() * 4, L);
-    // gpt2: the MLP's hidden layer; gpt-oss: one activation row per (token, slot)
-    ff_ = ehcuda::DeviceBuffer(c_.arch == Arch::Gpt2 ? B * c_.n_ff * 4 : B * K * c_.n_ff_exp * 4, L);
+    // gpt2: the MLP's hidden layer; gpt-oss: one activation row per (token,
+    // slot), and the decode kernels' int16x2 activations.
+    ff_ = ehcuda::DeviceBuffer(c_.arch == Arch::Gpt2 ? B * c_.n_ff * 4
+                                                     : std::max(B * K * c_.n_ff_exp * 4,
+                                                                ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)),
+                               L);
     if (c_.arch == Arch::GptOss) {
         router_ = ehcuda::DeviceBuffer(B * c_.n_expert * 4, L);
         ids_ = ehcuda::DeviceBuffer(B * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
     }
+    nsplit_ = ehcuda::attention_sink_splits(n_ctx());
+    if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
+    set_profile_note(std::to_string(nsplit_) + " attention splits");
+    attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_sink_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
+    attn_counters_ = ehcuda::DeviceBuffer(size_t(c_.n_head) * 4, L);
+    EHC_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.size()));
     ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab, FP16 activations, MoE grouping
     ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.arch == Arch::Gpt2 ? c_.n_ff : 0});
     if (c_.arch == Arch::GptOss) {
@@ -91,6 +101,9 @@ std::string Session::context_note() const {
 }
 
 void Session::set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& at) {
+    at.nsplit = nsplit_;
+    at.split_scratch = attn_scratch_.as<float>();
+    at.split_counters = attn_counters_.as<int>();
     ehcuda::DeviceBuffer& k = kcache_[size_t(li)];
     ehcuda::DeviceBuffer& v = vcache_[size_t(li)];
     if (kv_f32_) {
@@ -274,22 +287,52 @@ void Session::gpt_oss_layer(int li, int ntok) {
 
     // MoE: router, top-k, the selected experts' gate|up with the clamped
     // SwiGLU, then down with the routing weights summed into the residual.
-    ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
+    // One token (decode): the pre-norm is folded into the router GEMV and
+    // the expert kernels' input staging, and the experts run as the two
+    // integer-input decode kernels.
+    const int k = c.n_expert_used;
+    const bool one = ntok == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k);
     ehcuda::MatmulArgs ro;
     ro.seg[0] = L.router;
     ro.cols = c.n_embd;
-    ro.x = xn;
+    if (one) {
+        ro.x = h;
+        ro.xmode = ehcuda::XMode::RmsNorm;
+        ro.norm_w = L.ffn_norm;
+        ro.norm_eps = c.eps;
+    } else {
+        ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
+        ro.x = xn;
+    }
     ro.ldx = c.n_embd;
     ro.y = router_.as<float>();
     ro.ldy = c.n_expert;
     ro.ntok = ntok;
     ro.prefill = prefill_ws(ntok);
     ehcuda::matmul(ro, s);
-    const int k = c.n_expert_used;
     ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);
-    if (!ehcuda::moe_prefill(prefill_ws(ntok), xn, c.n_embd, ntok, k, c.n_expert, ids_.as<int32_t>(), wts_.as<float>(),
-                             L.gate_exps, L.up_exps, L.down_exps, c.swiglu_alpha, c.swiglu_limit, h, c.n_embd, s)) {
+    if (one) {
+        ehcuda::MoeDecodeArgs md;
+        md.x = h;
+        md.norm_w = L.ffn_norm;
+        md.norm_eps = c.eps;
+        md.k = k;
+        md.ids = ids_.as<int32_t>();
+        md.weights = wts_.as<float>();
+        md.gate = L.gate_exps;
+        md.up = L.up_exps;
+        md.down = L.down_exps;
+        md.alpha = c.swiglu_alpha;
+        md.limit = c.swiglu_limit;
+        md.scratch = ff_.get();
+        md.scratch_bytes = ff_.size();
+        md.h = h;
+        ehcuda::moe_decode(md, s);
+        mark(kFfnDown);
+    } else if (!ehcuda::moe_prefill(prefill_ws(ntok), xn, c.n_embd, ntok, k, c.n_expert, ids_.as<int32_t>(),
+                                    wts_.as<float>(), L.gate_exps, L.up_exps, L.down_exps, c.swiglu_alpha,
+                                    c.swiglu_limit, h, c.n_embd, s)) {
         ehcuda::moe_gate_up(xn, c.n_embd, ntok, k, ids_.as<int32_t>(), L.gate_exps, L.up_exps, c.swiglu_alpha,
                             c.swiglu_limit, ff_.as<float>(), s);
         mark(kFfnUp);

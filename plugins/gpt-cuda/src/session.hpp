@@ -47,6 +47,10 @@ private:
     bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_;
+    // Decode attention split over the keys (attention_sinks): per-split
+    // partial results and one counter per head.
+    int nsplit_ = 1;
+    ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
 };
 
 }  // namespace gpt_cuda

@@ -69,7 +69,18 @@ struct SinkAttnArgs {
     const float* sinks = nullptr;
     float* out = nullptr;
     int ldo = 0;
+    // Decode (ntok 1) split over the keys: nsplit > 1 blocks per head, a
+    // scratch of attention_sink_scratch_floats() floats and n_head int
+    // counters, zero before the first call (each call leaves them zero).
+    // Without them one block per head walks every key.
+    int nsplit = 1;
+    float* split_scratch = nullptr;
+    int* split_counters = nullptr;
 };
+// Splits for decode attention in a session of n_ctx positions (~128 keys
+// per split for a full cache; at most 32).
+int attention_sink_splits(uint32_t n_ctx);
+size_t attention_sink_scratch_floats(int n_head, int head_dim, int nsplit);
 void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream);
 
 }  // namespace ehcuda

@@ -72,6 +72,33 @@ bool moe_prefill(PrefillWorkspace* ws, const float* x, int ldx, int ntok, int k,
                  const float* weights, const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, float alpha,
                  float limit, float* h, int ldh, cudaStream_t stream);
 
+// One token's whole expert block (moe_gate_up then moe_down, the same
+// formulas): h += sum_s w[s] * (down_e . act_s + bd_e) in rank order, with
+// the input optionally RMS-normalised on the fly (norm_w set: x is the
+// residual stream and the pre-norm needs no kernel of its own). Integer
+// dot products with the input as int16x2 codes (kernels.hpp GemvInput),
+// ~2^-30 of each 32-element chunk's largest input from exact. For the
+// expert types with an integer path (the quantized matmul types and
+// MXFP4; gate and up of one type), n_ff a multiple of 32 and k <= 32:
+// moe_decode_supported says; callers use moe_gate_up + moe_down otherwise.
+// The decode step's graph captures it (no host synchronisation).
+struct MoeDecodeArgs {
+    const float* x = nullptr;       // [cols], 16-byte aligned
+    const float* norm_w = nullptr;  // RMSNorm weight, or NULL: x as is
+    float norm_eps = 0.0f;
+    int k = 0;
+    const int32_t* ids = nullptr;     // [k] selected experts, rank order
+    const float* weights = nullptr;   // [k]
+    ExpertMat gate, up, down;
+    float alpha = 0.0f, limit = 0.0f;  // clamped SwiGLU
+    void* scratch = nullptr;           // moe_decode_scratch_bytes(k, gate.rows)
+    size_t scratch_bytes = 0;
+    float* h = nullptr;  // [down.rows], accumulated into
+};
+bool moe_decode_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k);
+size_t moe_decode_scratch_bytes(int k, int n_ff);
+void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
+
 // y[t][r] = W[r] . x[t] (+ bias[r]) for a single matrix in any moe type:
 // the dense form of the same decode path (MXFP4 tests, MXFP4 dense weights).
 void dense_gemv(const float* x, int ldx, int ntok, const ExpertMat& w, float* y, int ldy,

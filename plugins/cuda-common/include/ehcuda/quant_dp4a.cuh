@@ -2,14 +2,20 @@
 // input chunk quantized to integers with one float scale: the decode GEMV's
 // path for quantized weights. Weight codes are unpacked four to a 32-bit
 // word and multiplied with __dp2a (int16 input: ~1.5e-5 rounding of the
-// chunk's largest |x|, below FP32 accumulation noise for these tests) or
-// __dp4a (int8 input: faster, ~0.4 % rounding); block scales and offsets are
+// chunk's largest |x|, below FP32 accumulation noise for these tests),
+// __dp4a (int8 input: faster, ~0.4 % rounding), or __dp2a twice (int16x2:
+// the input as int16 codes plus int16 codes of their rounding residue,
+// ~2^-30 of the chunk's largest |x|, finer than FP32 accumulation, for
+// models whose routing must not move); block scales and offsets are
 // applied once per chunk, with the input code sums precomputed at staging:
 //   sum_j w_j * x_j  ~=  xd * (scale * sum_j q_j * qx_j  - offset * sum_j qx_j).
 // The float path (load_chunk) stays the reference.
 #pragma once
 
+#include <type_traits>
+
 #include "quant.cuh"
+#include "mxfp4.cuh"
 
 namespace ehcuda {
 
@@ -23,18 +29,32 @@ __device__ __forceinline__ uint32_t spread4(uint32_t b) {
     return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
 }
 
+// Integer sums of the int16x2 form: the codes' part and the residue
+// codes' part (in units of 1/32768 of a code).
+struct I2 {
+    int hi, lo;
+};
+__device__ __forceinline__ I2 operator+(I2 a, I2 b) { return I2{a.hi + b.hi, a.lo + b.lo}; }
+__device__ __forceinline__ I2 operator-(I2 a, I2 b) { return I2{a.hi - b.hi, a.lo - b.lo}; }
+__device__ __forceinline__ I2 operator*(int m, I2 a) { return I2{m * a.hi, m * a.lo}; }
+__device__ __forceinline__ float to_f(int v) { return float(v); }
+__device__ __forceinline__ float to_f(I2 v) { return fmaf(float(v.lo), 1.0f / 32768.0f, float(v.hi)); }
+
 // One input chunk: codes of elements 4k..4k+3 are word k (int8) or words
-// 2k, 2k+1 (int16 pairs); sum_lo/sum_hi are the code sums of elements
-// 0..15 and 16..31; d the scale.
+// 2k, 2k+1 (int16 pairs; Bits 32: also the residue codes in r); sum_lo and
+// sum_hi are the code sums of elements 0..15 and 16..31; d the scale.
 template <int Bits>
 struct XChunk {
     static constexpr int kWords = Bits == 8 ? 8 : 16;
+    using Sum = std::conditional_t<Bits == 32, I2, int>;
     int w[kWords];
-    int sum_lo, sum_hi;
+    int r[Bits == 32 ? 16 : 1];
+    Sum sum_lo, sum_hi;
     float d;
 };
 using XInt8 = XChunk<8>;
 using XInt16 = XChunk<16>;
+using XInt16x2 = XChunk<32>;
 
 // acc + sum over the 4 bytes b of v: b * x[4k + b].
 __device__ __forceinline__ int dot4(const XInt8& x, int k, uint32_t v, int acc) {
@@ -43,61 +63,77 @@ __device__ __forceinline__ int dot4(const XInt8& x, int k, uint32_t v, int acc) 
 __device__ __forceinline__ int dot4(const XInt16& x, int k, uint32_t v, int acc) {
     return __dp2a_hi(x.w[2 * k + 1], int(v), __dp2a_lo(x.w[2 * k], int(v), acc));
 }
+__device__ __forceinline__ I2 dot4(const XInt16x2& x, int k, uint32_t v, I2 acc) {
+    return I2{__dp2a_hi(x.w[2 * k + 1], int(v), __dp2a_lo(x.w[2 * k], int(v), acc.hi)),
+              __dp2a_hi(x.r[2 * k + 1], int(v), __dp2a_lo(x.r[2 * k], int(v), acc.lo))};
+}
+
+// Four E2M1 codes (one per byte, low 4 bits) as signed bytes of twice their
+// value: magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} -> {0, 1, 2, 3, 4, 6, 8, 12}.
+__device__ __forceinline__ uint32_t e2m1x2_bytes(uint32_t codes) {
+    const uint32_t m = codes & 0x07070707u;
+    const uint32_t t = m | (m >> 4);
+    const uint32_t sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);
+    const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, sel);
+    const uint32_t neg = ((codes >> 3) & 0x01010101u) * 0xFFu;
+    return __vsub4(mag ^ neg, neg);
+}
 
 // Weight chunk c of a row dotted with x (both scales applied).
 template <int T, class X>
 __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const X& x) {
-    const int sx = x.sum_lo + x.sum_hi;
+    using S = typename X::Sum;
+    const S sx = x.sum_lo + x.sum_hi;
     if constexpr (T == EH_TYPE_Q4_0) {
         const uint8_t* b = row + size_t(c) * 18;
-        int si = 0;
+        S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t u = u32_from_u16(b + 2 + 4 * k);
             si = dot4(x, k, u & 0x0F0F0F0Fu, si);
             si = dot4(x, 4 + k, (u >> 4) & 0x0F0F0F0Fu, si);
         }
-        return f16_at(b) * x.d * float(si - 8 * sx);
+        return f16_at(b) * x.d * to_f(si - 8 * sx);
     } else if constexpr (T == EH_TYPE_Q4_1) {
         const uint8_t* b = row + size_t(c) * 20;
         const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 4);
-        int si = 0;
+        S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t u = q[k];
             si = dot4(x, k, u & 0x0F0F0F0Fu, si);
             si = dot4(x, 4 + k, (u >> 4) & 0x0F0F0F0Fu, si);
         }
-        return x.d * (f16_at(b) * float(si) + f16_at(b + 2) * float(sx));
+        return x.d * (f16_at(b) * to_f(si) + f16_at(b + 2) * to_f(sx));
     } else if constexpr (T == EH_TYPE_Q5_0) {
         const uint8_t* b = row + size_t(c) * 22;
         const uint32_t qh = u32_from_u16(b + 2);
-        int si = 0;
+        S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t u = u32_from_u16(b + 6 + 4 * k);
             si = dot4(x, k, (u & 0x0F0F0F0Fu) | spread4(qh >> (4 * k)), si);
             si = dot4(x, 4 + k, ((u >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16 + 4 * k)), si);
         }
-        return f16_at(b) * x.d * float(si - 16 * sx);
+        return f16_at(b) * x.d * to_f(si - 16 * sx);
     } else if constexpr (T == EH_TYPE_Q5_1) {
         const uint8_t* b = row + size_t(c) * 24;
         const uint32_t qh = *reinterpret_cast<const uint32_t*>(b + 4);
         const uint32_t* q = reinterpret_cast<const uint32_t*>(b + 8);
-        int si = 0;
+        S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             const uint32_t u = q[k];
             si = dot4(x, k, (u & 0x0F0F0F0Fu) | spread4(qh >> (4 * k)), si);
             si = dot4(x, 4 + k, ((u >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16 + 4 * k)), si);
         }
-        return x.d * (f16_at(b) * float(si) + f16_at(b + 2) * float(sx));
+        return x.d * (f16_at(b) * to_f(si) + f16_at(b + 2) * to_f(sx));
     } else if constexpr (T == EH_TYPE_Q8_0) {
         const uint8_t* b = row + size_t(c) * 34;
-        int si = 0;
+        S si{};
 #pragma unroll
         for (int k = 0; k < 8; ++k) si = dot4(x, k, u32_from_u16(b + 2 + 4 * k), si);
-        return f16_at(b) * x.d * float(si);
+        return f16_at(b) * x.d * to_f(si);
     } else if constexpr (T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K) {
         constexpr bool k5 = T == EH_TYPE_Q5_K;
         const uint8_t* b = row + size_t(c >> 3) * (k5 ? 176 : 144);
@@ -116,10 +152,10 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
             for (int k = 0; k < 8; ++k) h[k] = ((hh[k] >> s) & 0x01010101u) << 4;
         }
         const int shift = (s & 1) * 4;
-        int si = 0;
+        S si{};
 #pragma unroll
         for (int k = 0; k < 8; ++k) si = dot4(x, k, ((q[k] >> shift) & 0x0F0F0F0Fu) | h[k], si);
-        return x.d * (f16_at(b) * sc * float(si) - f16_at(b + 2) * mn * float(sx));
+        return x.d * (f16_at(b) * sc * to_f(si) - f16_at(b + 2) * mn * to_f(sx));
     } else if constexpr (T == EH_TYPE_Q6_K) {
         const uint8_t* b = row + size_t(c >> 3) * 210;
         const int s = c & 7;
@@ -128,7 +164,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         const uint8_t* qh = b + 128 + 32 * half;
         const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
         const int lshift = (quarter >> 1) * 4, hshift = quarter * 2;
-        int si0 = 0, si1 = 0;
+        S si0{}, si1{};
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
             const uint32_t l = u32_from_u16(ql + 4 * k), hb = u32_from_u16(qh + 4 * k);
@@ -139,7 +175,30 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
                 si1 = dot4(x, k, v, si1);
         }
         return f16_at(b + 208) * x.d *
-               (float(sc[0]) * float(si0 - 32 * x.sum_lo) + float(sc[1]) * float(si1 - 32 * x.sum_hi));
+               (float(sc[0]) * to_f(si0 - 32 * x.sum_lo) + float(sc[1]) * to_f(si1 - 32 * x.sum_hi));
+    } else if constexpr (T == EH_TYPE_MXFP4) {
+        // 17-byte blocks: fetched as five aligned words and realigned.
+        const uint8_t* b = row + size_t(c) * 17;
+        const uintptr_t addr = reinterpret_cast<uintptr_t>(b);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t(3));
+        const uint32_t sh = uint32_t(addr & 3) * 8;
+        uint32_t q[5];
+#pragma unroll
+        for (int i = 0; i < 5; ++i) q[i] = __ldg(w + i);
+        uint32_t y[5];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) y[i] = __funnelshift_r(q[i], q[i + 1], sh);
+        y[4] = q[4] >> sh;
+        S si{};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            // bytes 1 + 4k .. 4 + 4k of the block: values 4k.. (low nibbles)
+            // and 16 + 4k.. (high nibbles)
+            const uint32_t u = __funnelshift_r(y[k], y[k + 1], 8);
+            si = dot4(x, k, e2m1x2_bytes(u), si);
+            si = dot4(x, 4 + k, e2m1x2_bytes(u >> 4), si);
+        }
+        return 0.5f * e8m0_value(y[0] & 0xFFu) * x.d * to_f(si);
     } else {
         static_assert(T == EH_TYPE_Q4_0, "no integer-input path for this type");
         return 0.0f;
@@ -148,7 +207,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
 
 template <int T>
 constexpr bool has_int_input_path() {
-    return T == EH_TYPE_Q4_0 || T == EH_TYPE_Q4_1 || T == EH_TYPE_Q5_0 || T == EH_TYPE_Q5_1 || T == EH_TYPE_Q8_0 ||
+    return T == EH_TYPE_MXFP4 || T == EH_TYPE_Q4_0 || T == EH_TYPE_Q4_1 || T == EH_TYPE_Q5_0 || T == EH_TYPE_Q5_1 || T == EH_TYPE_Q8_0 ||
            T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K || T == EH_TYPE_Q6_K;
 }
 

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "ehcuda/quant.cuh"
+#include "quant.cuh"
 
 namespace ehcuda {
 

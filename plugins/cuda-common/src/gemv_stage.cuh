@@ -1,0 +1,250 @@
+// A single token's input as the weight-streaming kernels read it: staged
+// once per block into shared memory (float, or integer codes per 32-element
+// chunk for the integer dot products of quant_dp4a.cuh), with the SwiGLU or
+// RMSNorm fold applied on the way; and the same chunk layout written by a
+// producer kernel to global memory, so a consumer reads it without staging.
+// Used by the GEMV (gemv.cu) and the MoE decode kernels (moe_decode.cu).
+#pragma once
+
+#include "ehcuda/quant_dp4a.cuh"
+#include "matmul_common.cuh"
+
+namespace ehcuda::detail {
+
+// Staged float rows are padded to 36 floats per 32-element chunk, so the
+// 16-byte reads of neighbouring lanes (one chunk each) hit distinct banks.
+constexpr int kChunkPad = 36;
+
+inline size_t staged_bytes(int cols) { return size_t(cols / 32) * kChunkPad * sizeof(float); }
+
+// Integer chunks: the codes (int8, int16, or for Bits 32 int16 codes then
+// int16 residue codes), then a header: the float scale and the code sums of
+// elements 0..15 and 16..31 (Bits 32: those of the codes, then those of the
+// residue codes). Strides of 48, 80 and 176 bytes keep the 16-byte reads of
+// 8 neighbouring lanes on distinct banks.
+template <int Bits>
+constexpr int kIntStride = Bits == 8 ? 48 : Bits == 16 ? 80 : 176;
+template <int Bits>
+constexpr int kCodeBytes = Bits == 8 ? 32 : Bits == 16 ? 64 : 128;
+template <int Bits>
+inline size_t staged_int_bytes(int cols) { return size_t(cols / 32) * kIntStride<Bits>; }
+
+// 1 / rms(x) * (fold weight applied by the caller) for the RMSNorm fold;
+// 1 otherwise. Every thread of the block gets the value.
+__device__ __forceinline__ float block_rms_scale(const DevArgs& a) {
+    if (a.xmode != int(XMode::RmsNorm)) return 1.0f;
+    __shared__ float red[32];
+    const int n4 = a.cols / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(a.x);
+    float ss = 0.0f;
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        const float4 v = x4[i];
+        ss = fmaf(v.x, v.x, ss);
+        ss = fmaf(v.y, v.y, ss);
+        ss = fmaf(v.z, v.z, ss);
+        ss = fmaf(v.w, v.w, ss);
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.0f;
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) tot += red[w];
+    return rsqrtf(tot / float(a.cols) + a.norm_eps);
+}
+
+// Float staging, 16-byte loads, unrolled, so the staging is a few memory
+// round trips rather than one per element.
+__device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
+    const int n4 = a.cols / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(a.x);
+    const float scale = block_rms_scale(a);
+#pragma unroll 4
+    for (int i = threadIdx.x; i < n4; i += blockDim.x) {
+        float4 v = x4[i];
+        if (a.xmode == int(XMode::SwiGLU)) {
+            const float4 u = x4[n4 + i];
+            v.x = silu(v.x) * u.x;
+            v.y = silu(v.y) * u.y;
+            v.z = silu(v.z) * u.z;
+            v.w = silu(v.w) * u.w;
+        } else if (a.xmode == int(XMode::RmsNorm)) {
+            const float4 w = reinterpret_cast<const float4*>(a.norm_w)[i];
+            v.x *= scale * w.x;
+            v.y *= scale * w.y;
+            v.z *= scale * w.z;
+            v.w *= scale * w.w;
+        }
+        const int e = 4 * i;
+        *reinterpret_cast<float4*>(xs + (e >> 5) * kChunkPad + (e & 31)) = v;
+    }
+    __syncthreads();
+}
+
+// Packs two int16 codes into one word (low element in the low half).
+__device__ __forceinline__ int pack16(int lo, int hi) { return (lo & 0xFFFF) | (hi << 16); }
+
+// Integer staging. Every 8 consecutive threads own one chunk (4 elements
+// each).
+template <int Bits>
+__device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
+    constexpr float kMax = Bits == 8 ? 127.0f : 32767.0f;
+    const int n4 = a.cols / 4;
+    const float4* x4 = reinterpret_cast<const float4*>(a.x);
+    const float scale = block_rms_scale(a);
+    // n4 is a multiple of 8 and blockDim of 32: whole warps stay in step.
+    // kBatch rows of float4 per thread are loaded before any is used: the
+    // shuffles below keep the compiler from overlapping loads across
+    // iterations, and one L2 round trip per 512 inputs made the staging of a
+    // long row (ffn_down, 4864-8192 inputs) cost most of a small GEMV.
+    constexpr int kBatch = 4;
+    for (int base = 0; base < n4; base += kBatch * blockDim.x) {
+        float4 vb[kBatch], ub[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int i = base + k * blockDim.x + threadIdx.x;
+            vb[k] = i < n4 ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (a.xmode == int(XMode::SwiGLU)) ub[k] = i < n4 ? x4[n4 + i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            else if (a.xmode == int(XMode::RmsNorm)) ub[k] = i < n4 ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int i = base + k * blockDim.x + threadIdx.x;
+            if (base + k * blockDim.x >= n4) break;  // uniform across the block
+            const bool ok = i < n4;
+            float4 v = vb[k];
+            if (ok) {
+                if (a.xmode == int(XMode::SwiGLU)) {
+                    const float4 u = ub[k];
+                    v.x = silu(v.x) * u.x;
+                    v.y = silu(v.y) * u.y;
+                    v.z = silu(v.z) * u.z;
+                    v.w = silu(v.w) * u.w;
+                } else if (a.xmode == int(XMode::RmsNorm)) {
+                    const float4 w = ub[k];
+                    v.x *= scale * w.x;
+                    v.y *= scale * w.y;
+                    v.z *= scale * w.z;
+                    v.w *= scale * w.w;
+                }
+            }
+            float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+            for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+            const float id = amax > 0.0f ? kMax / amax : 0.0f;
+            const float s0 = v.x * id, s1 = v.y * id, s2 = v.z * id, s3 = v.w * id;
+            const int q0 = __float2int_rn(s0), q1 = __float2int_rn(s1);
+            const int q2 = __float2int_rn(s2), q3 = __float2int_rn(s3);
+            // Code sums of each half chunk: 4 threads per 16 elements.
+            int sum = q0 + q1 + q2 + q3;
+            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+            int r0 = 0, r1 = 0, r2 = 0, r3 = 0, rsum = 0;
+            if constexpr (Bits == 32) {
+                // The rounding residue (|.| <= 0.5 code) in units of 1/32768.
+                r0 = __float2int_rn((s0 - float(q0)) * 32768.0f);
+                r1 = __float2int_rn((s1 - float(q1)) * 32768.0f);
+                r2 = __float2int_rn((s2 - float(q2)) * 32768.0f);
+                r3 = __float2int_rn((s3 - float(q3)) * 32768.0f);
+                rsum = r0 + r1 + r2 + r3;
+                rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
+                rsum += __shfl_xor_sync(0xffffffffu, rsum, 2);
+            }
+            if (ok) {
+                const int e = 4 * i;
+                uint8_t* chunk = smem + size_t(e >> 5) * kIntStride<Bits>;
+                if constexpr (Bits == 8) {
+                    *reinterpret_cast<char4*>(chunk + (e & 31)) = make_char4(char(q0), char(q1), char(q2), char(q3));
+                } else {
+                    *reinterpret_cast<int2*>(chunk + 2 * (e & 31)) = make_int2(pack16(q0, q1), pack16(q2, q3));
+                    if constexpr (Bits == 32)
+                        *reinterpret_cast<int2*>(chunk + 64 + 2 * (e & 31)) = make_int2(pack16(r0, r1), pack16(r2, r3));
+                }
+                int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
+                if ((i & 7) == 0) {
+                    hdr[0] = __float_as_int(amax / kMax);
+                    hdr[1] = sum;
+                    if constexpr (Bits == 32) hdr[3] = rsum;
+                } else if ((i & 7) == 4) {
+                    hdr[2] = sum;
+                    if constexpr (Bits == 32) hdr[4] = rsum;
+                }
+            }
+        }
+    }
+    __syncthreads();
+}
+
+// The int16x2 chunk of 32 values held one per lane (lane = element), written
+// by the whole warp to `chunk` (any memory, kIntStride<32> bytes, 16-byte
+// aligned): how a producer leaves its output ready for a consumer's integer
+// dot products. Matches stage_x_int<32>'s rounding.
+__device__ __forceinline__ void store_chunk_x2_warp(float v, uint8_t* chunk) {
+    const int lane = threadIdx.x & 31;
+    float amax = fabsf(v);
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    const float sv = v * id;
+    const int q = __float2int_rn(sv);
+    const int r = __float2int_rn((sv - float(q)) * 32768.0f);
+    int sq = q, sr = r;
+#pragma unroll
+    for (int o = 1; o < 16; o <<= 1) {
+        sq += __shfl_xor_sync(0xffffffffu, sq, o);
+        sr += __shfl_xor_sync(0xffffffffu, sr, o);
+    }
+    const int qn = __shfl_down_sync(0xffffffffu, q, 1), rn = __shfl_down_sync(0xffffffffu, r, 1);
+    int* words = reinterpret_cast<int*>(chunk);
+    if ((lane & 1) == 0) {
+        words[lane >> 1] = pack16(q, qn);
+        words[16 + (lane >> 1)] = pack16(r, rn);
+    }
+    int* hdr = words + 32;
+    if (lane == 0) {
+        hdr[0] = __float_as_int(amax / 32767.0f);
+        hdr[1] = sq;
+        hdr[3] = sr;
+    } else if (lane == 16) {
+        hdr[2] = sq;
+        hdr[4] = sr;
+    }
+}
+
+// Chunk c of a staged (shared) or produced (global) integer input.
+template <int Bits>
+__device__ __forceinline__ void load_staged_int(const uint8_t* base, int c, XChunk<Bits>& x) {
+    const uint8_t* chunk = base + size_t(c) * kIntStride<Bits>;
+    const int4* p = reinterpret_cast<const int4*>(chunk);
+#pragma unroll
+    for (int i = 0; i < XChunk<Bits>::kWords / 4; ++i) {
+        const int4 g = p[i];
+        x.w[4 * i] = g.x; x.w[4 * i + 1] = g.y; x.w[4 * i + 2] = g.z; x.w[4 * i + 3] = g.w;
+    }
+    const int* hdr = reinterpret_cast<const int*>(chunk + kCodeBytes<Bits>);
+    x.d = __int_as_float(hdr[0]);
+    if constexpr (Bits == 32) {
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int4 g = p[4 + i];
+            x.r[4 * i] = g.x; x.r[4 * i + 1] = g.y; x.r[4 * i + 2] = g.z; x.r[4 * i + 3] = g.w;
+        }
+        x.sum_lo = I2{hdr[1], hdr[3]};
+        x.sum_hi = I2{hdr[2], hdr[4]};
+    } else {
+        x.sum_lo = hdr[1];
+        x.sum_hi = hdr[2];
+    }
+}
+
+__device__ __forceinline__ void load_staged32(const float* xs, int c, float (&v)[32]) {
+    const float4* p = reinterpret_cast<const float4*>(xs + c * kChunkPad);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) {
+        float4 g = p[i];
+        v[4 * i] = g.x; v[4 * i + 1] = g.y; v[4 * i + 2] = g.z; v[4 * i + 3] = g.w;
+    }
+}
+
+}  // namespace ehcuda::detail

@@ -1,0 +1,279 @@
+// The single-token MoE decode kernels (moe_decode: integer dot products
+// with int16x2 inputs, pre-norm folded into the staging, activations handed
+// to the down kernel as int16x2 chunks) against a double-precision host
+// reference and against the float per-pair kernels, for every expert type
+// with an integer path (MXFP4 and the quantized matmul types), k = 1..4,
+// fused and separate gate/up, biases, with and without the folded RMSNorm;
+// bitwise reproducibility; what moe_decode_supported refuses.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include <engine_host/plugin_abi.hpp>
+#include <engine_host/quant_blocks.hpp>
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/moe.hpp>
+
+#include "ops.hpp"  // cpu-reference building blocks
+
+namespace {
+
+bool have_gpu() {
+    int n = 0;
+    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
+}
+#define REQUIRE_GPU() \
+    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+template <class T>
+ehcuda::DeviceBuffer dev(const std::vector<T>& v) {
+    ehcuda::DeviceBuffer b(v.size() * sizeof(T) + 64);  // MXFP4 rows are read a word past the end
+    cudaMemset(b.get(), 0, b.size());
+    cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
+    return b;
+}
+template <class T>
+std::vector<T> host(const ehcuda::DeviceBuffer& b, size_t n) {
+    std::vector<T> v(n);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost);
+    return v;
+}
+
+std::vector<float> randn(std::mt19937& rng, size_t n, float scale = 1.0f) {
+    std::normal_distribution<float> d(0.0f, scale);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+}
+
+// rows x cols of `type`: MXFP4 as random codes (every nibble, exponents
+// near 2^0), the other types quantized from N(0, 0.05^2) values.
+std::vector<uint8_t> random_rows(uint32_t type, std::mt19937& rng, size_t rows, size_t cols) {
+    const size_t rb = ehp::quant::row_bytes(type, cols);
+    std::vector<uint8_t> b(rows * rb);
+    if (type == EH_TYPE_MXFP4) {
+        for (size_t i = 0; i < b.size() / 17; ++i) {
+            b[i * 17] = uint8_t(120 + rng() % 8);
+            for (int j = 1; j < 17; ++j) b[i * 17 + j] = uint8_t(rng());
+        }
+        return b;
+    }
+    for (size_t r = 0; r < rows; ++r) {
+        const auto v = randn(rng, cols, 0.05f);
+        EXPECT_TRUE(ehp::quant::quantize_row(type, v.data(), b.data() + r * rb, cols));
+    }
+    return b;
+}
+
+std::vector<float> dequant(uint32_t type, const std::vector<uint8_t>& data, size_t rows, size_t cols) {
+    std::vector<float> w(rows * cols);
+    const size_t rb = ehp::quant::row_bytes(type, cols);
+    for (size_t r = 0; r < rows; ++r) ehp::quant::dequantize_row(type, data.data() + r * rb, &w[r * cols], cols);
+    return w;
+}
+
+struct DecodeCase {
+    uint32_t gu_type, down_type;
+    int E, F, X, k;
+    bool fused, norm;
+};
+
+std::string case_name(const ::testing::TestParamInfo<DecodeCase>& i) {
+    const DecodeCase& c = i.param;
+    return ehp::type_name(c.gu_type) + "_" + ehp::type_name(c.down_type) + "_E" + std::to_string(c.E) + "_F" +
+           std::to_string(c.F) + "_k" + std::to_string(c.k) + (c.fused ? "_fused" : "_split") +
+           (c.norm ? "_norm" : "_plain");
+}
+
+class MoeDecodeTest : public ::testing::TestWithParam<DecodeCase> {};
+
+TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
+    REQUIRE_GPU();
+    const DecodeCase C = GetParam();
+    const int E = C.E, F = C.F, X = C.X, k = C.k;
+    std::mt19937 rng(C.gu_type * 7 + C.down_type + uint32_t(k) * 131 + uint32_t(E));
+    // gate|up: one fused tensor [X][2F][E] (gate rows first) or two [X][F][E].
+    const auto gu = random_rows(C.gu_type, rng, size_t(X) * 2 * F, size_t(E));
+    const auto dn = random_rows(C.down_type, rng, size_t(X) * E, size_t(F));
+    const auto guf = dequant(C.gu_type, gu, size_t(X) * 2 * F, size_t(E));
+    const auto dnf = dequant(C.down_type, dn, size_t(X) * E, size_t(F));
+    const auto gub = randn(rng, size_t(X) * 2 * F, 0.1f), dnb = randn(rng, size_t(X) * E, 0.1f);
+    const auto h0 = randn(rng, size_t(E));
+    const auto nw = randn(rng, size_t(E), 0.3f);
+    std::vector<float> normw(nw.size());
+    for (size_t i = 0; i < nw.size(); ++i) normw[i] = 1.0f + nw[i];
+    // distinct experts, weights summing to 1 (as moe_route leaves them)
+    std::vector<int32_t> ids(static_cast<size_t>(X));
+    for (int i = 0; i < X; ++i) ids[size_t(i)] = i;
+    std::shuffle(ids.begin(), ids.end(), rng);
+    ids.resize(size_t(k));
+    std::vector<float> wts(static_cast<size_t>(k));
+    float wsum = 0;
+    for (auto& w : wts) wsum += (w = 0.2f + float(rng() % 100) / 100.0f);
+    for (auto& w : wts) w /= wsum;
+    const float eps = 1e-5f;
+
+    // Host reference in double.
+    std::vector<double> xin(static_cast<size_t>(E));
+    double ss = 0;
+    for (float v : h0) ss += double(v) * v;
+    const double sc = 1.0 / std::sqrt(ss / E + eps);
+    for (int c = 0; c < E; ++c) xin[size_t(c)] = C.norm ? h0[size_t(c)] * sc * normw[size_t(c)] : h0[size_t(c)];
+    std::vector<double> delta(size_t(E), 0.0);
+    for (int s = 0; s < k; ++s) {
+        const int e = ids[size_t(s)];
+        std::vector<float> act(static_cast<size_t>(F));
+        for (int r = 0; r < F; ++r) {
+            double g = gub[size_t(e) * 2 * F + r], u = gub[size_t(e) * 2 * F + F + r];
+            for (int c = 0; c < E; ++c) {
+                g += double(guf[(size_t(e) * 2 * F + r) * E + c]) * xin[size_t(c)];
+                u += double(guf[(size_t(e) * 2 * F + F + r) * E + c]) * xin[size_t(c)];
+            }
+            act[size_t(r)] = cpuref::swiglu_oai(float(g), float(u), 1.702f, 7.0f);
+        }
+        for (int r = 0; r < E; ++r) {
+            double y = dnb[size_t(e) * E + r];
+            for (int c = 0; c < F; ++c) y += double(dnf[(size_t(e) * E + r) * F + c]) * act[size_t(c)];
+            delta[size_t(r)] += wts[size_t(s)] * y;
+        }
+    }
+
+    auto dgu = dev(gu), ddn = dev(dn), dgub = dev(gub), ddnb = dev(dnb), dh = dev(h0), dnw = dev(normw);
+    auto dids = dev(ids), dwts = dev(wts);
+    const size_t rb = ehcuda::moe_row_bytes(C.gu_type, E);
+    ehcuda::ExpertMat g;
+    g.type = C.gu_type;
+    g.rows = F;
+    g.cols = E;
+    g.row_bytes = rb;
+    ehcuda::ExpertMat u = g;
+    ehcuda::DeviceBuffer gsplit, usplit;
+    if (C.fused) {
+        g.data = dgu.get();
+        g.expert_stride = rb * 2 * F;
+        g.bias = dgub.as<float>();
+        g.bias_stride = 2 * F;
+        u = g;
+        u.row0 = F;
+        u.bias = dgub.as<float>() + F;
+    } else {
+        // the same values as two tensors [X][F][E]
+        std::vector<uint8_t> gs(size_t(X) * F * rb), us(size_t(X) * F * rb);
+        for (int e = 0; e < X; ++e) {
+            std::memcpy(&gs[size_t(e) * F * rb], &gu[size_t(e) * 2 * F * rb], size_t(F) * rb);
+            std::memcpy(&us[size_t(e) * F * rb], &gu[(size_t(e) * 2 * F + F) * rb], size_t(F) * rb);
+        }
+        gsplit = dev(gs);
+        usplit = dev(us);
+        g.data = gsplit.get();
+        g.expert_stride = rb * F;
+        g.bias = dgub.as<float>();
+        g.bias_stride = 2 * F;
+        u = g;
+        u.data = usplit.get();
+        u.bias = dgub.as<float>() + F;
+    }
+    ehcuda::ExpertMat d;
+    d.data = ddn.get();
+    d.type = C.down_type;
+    d.rows = E;
+    d.cols = F;
+    d.row_bytes = ehcuda::moe_row_bytes(C.down_type, F);
+    d.expert_stride = d.row_bytes * E;
+    d.bias = ddnb.as<float>();
+    d.bias_stride = E;
+    ASSERT_TRUE(ehcuda::moe_decode_supported(g, u, d, k));
+
+    ehcuda::DeviceBuffer scratch(ehcuda::moe_decode_scratch_bytes(k, F));
+    ehcuda::MoeDecodeArgs a;
+    a.x = dh.as<float>();
+    a.norm_w = C.norm ? dnw.as<float>() : nullptr;
+    a.norm_eps = eps;
+    a.k = k;
+    a.ids = dids.as<int32_t>();
+    a.weights = dwts.as<float>();
+    a.gate = g;
+    a.up = u;
+    a.down = d;
+    a.alpha = 1.702f;
+    a.limit = 7.0f;
+    a.scratch = scratch.get();
+    a.scratch_bytes = scratch.size();
+    a.h = dh.as<float>();
+    ehcuda::moe_decode(a, nullptr);
+    const auto got = host<float>(dh, size_t(E));
+
+    double mx = 1e-12, err = 0;
+    for (int r = 0; r < E; ++r) {
+        mx = std::max(mx, std::fabs(delta[size_t(r)]));
+        err = std::max(err, std::fabs(double(got[size_t(r)]) - h0[size_t(r)] - delta[size_t(r)]));
+    }
+    // FP32 accumulation noise; int16 inputs alone would be ~1e-5.
+    EXPECT_LT(err / mx, 2e-6) << "max |delta| " << mx;
+
+    // The float per-pair kernels on the same input (normalised on the host).
+    std::vector<float> xn(static_cast<size_t>(E));
+    for (int c = 0; c < E; ++c) xn[size_t(c)] = float(xin[size_t(c)]);
+    auto dxn = dev(xn), dh_f = dev(h0);
+    ehcuda::DeviceBuffer act(size_t(k) * F * 4);
+    ehcuda::moe_gate_up(dxn.as<float>(), E, 1, k, dids.as<int32_t>(), g, u, 1.702f, 7.0f, act.as<float>(), nullptr);
+    ehcuda::moe_down(act.as<float>(), 1, k, dids.as<int32_t>(), dwts.as<float>(), d, dh_f.as<float>(), E, nullptr);
+    const auto got_f = host<float>(dh_f, size_t(E));
+    double diff = 0;
+    for (int r = 0; r < E; ++r) diff = std::max(diff, std::fabs(double(got[size_t(r)]) - got_f[size_t(r)]));
+    EXPECT_LT(diff / mx, 4e-6) << "integer decode kernels vs float kernels";
+
+    // Same inputs, same bits.
+    auto dh2 = dev(h0);
+    a.x = dh2.as<float>();
+    a.h = dh2.as<float>();
+    ehcuda::moe_decode(a, nullptr);
+    EXPECT_EQ(std::memcmp(host<float>(dh2, size_t(E)).data(), got.data(), got.size() * 4), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, MoeDecodeTest,
+    ::testing::Values(
+        // gpt-oss-20b's own shape: 90 chunks per row, top-4 of 32
+        DecodeCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, true, true},
+        DecodeCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, false, false},
+        DecodeCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 96, 96, 4, 1, true, true},
+        DecodeCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 6, 3, false, true},
+        DecodeCase{EH_TYPE_Q8_0, EH_TYPE_Q8_0, 512, 256, 8, 2, true, true},
+        DecodeCase{EH_TYPE_Q4_0, EH_TYPE_Q4_1, 512, 256, 8, 4, false, true},
+        DecodeCase{EH_TYPE_Q5_0, EH_TYPE_Q5_1, 512, 256, 8, 2, true, false},
+        DecodeCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 512, 256, 8, 4, false, true},
+        DecodeCase{EH_TYPE_Q5_K, EH_TYPE_Q4_K, 512, 256, 8, 2, true, true},
+        DecodeCase{EH_TYPE_Q6_K, EH_TYPE_MXFP4, 512, 256, 8, 3, true, true}),
+    case_name);
+
+TEST(MoeDecode, SupportedOnlyForIntegerPathTypesAndWholeChunks) {
+    ehcuda::ExpertMat g;
+    g.type = EH_TYPE_MXFP4;
+    g.rows = 64;
+    g.cols = 64;
+    g.row_bytes = ehcuda::moe_row_bytes(EH_TYPE_MXFP4, 64);
+    ehcuda::ExpertMat u = g, d = g;
+    EXPECT_TRUE(ehcuda::moe_decode_supported(g, u, d, 4));
+    EXPECT_FALSE(ehcuda::moe_decode_supported(g, u, d, 0));
+    EXPECT_FALSE(ehcuda::moe_decode_supported(g, u, d, 33));
+    ehcuda::ExpertMat f16 = g;
+    f16.type = EH_TYPE_F16;
+    EXPECT_FALSE(ehcuda::moe_decode_supported(f16, f16, d, 4));  // no integer path
+    EXPECT_FALSE(ehcuda::moe_decode_supported(g, u, f16, 4));
+    ehcuda::ExpertMat q8 = g;
+    q8.type = EH_TYPE_Q8_0;
+    EXPECT_FALSE(ehcuda::moe_decode_supported(g, q8, d, 4));  // gate and up of different types
+    ehcuda::ExpertMat g48 = g, u48 = g, d48 = g;
+    g48.rows = u48.rows = d48.cols = 48;  // n_ff not whole 32-row chunks
+    EXPECT_FALSE(ehcuda::moe_decode_supported(g48, u48, d48, 4));
+    EXPECT_EQ(ehcuda::moe_decode_scratch_bytes(4, 2880), size_t(4) * 90 * 176);
+}
+
+}  // namespace
