@@ -121,6 +121,9 @@ constexpr int kMinChunk = 64;
 // dependent load → reduce → rescale chain), so loading several keys' K and V
 // rows before reducing any of them keeps that many loads in flight.
 constexpr int kKeysPerIter = 4;
+// attention_decode_splits' cap; the fused kernel stages one float pair per
+// split in shared memory.
+constexpr int kMaxDecodeSplits = 128;
 
 // scratch layout per (head, split): [m, l, acc[HD]]
 template <int DPL>
@@ -250,21 +253,21 @@ __global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, floa
 
 // Loads the K and V rows of keys kb .. kb+G-1 (clamped to ke-1; masked when
 // scored) into registers, lane l holding dims l + 32 i. Row qpos is being
-// written by this launch, so it is never read here: the blocks that attend
-// it take the new key from shared memory (see the kernel).
+// written by this launch, so it is never read here: its slots (and the
+// masked ones past it) load `spare`, readable memory nobody writes during
+// the launch, and are overwritten from shared memory before use (see the
+// kernel). A select, not a branch: a branch per key kept the compiler from
+// hoisting the loads, and each key then paid a full memory latency.
 template <int DPL, int G>
-__device__ __forceinline__ void load_key_group(const __half* kc, const __half* vc, int kv_ld, int kb, int ke,
-                                               int qpos, int lane, float (&kf)[G][DPL], float (&vf)[G][DPL]) {
+__device__ __forceinline__ void load_key_group(const __half* kc, const __half* vc, const __half* spare, int kv_ld,
+                                               int kb, int ke, int qpos, int lane, float (&kf)[G][DPL],
+                                               float (&vf)[G][DPL]) {
 #pragma unroll
     for (int j = 0; j < G; ++j) {
         const int key = min(kb + j, ke - 1);
-        if (key == qpos) {
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) kf[j][i] = vf[j][i] = 0.0f;
-            continue;
-        }
-        const __half* kr = kc + size_t(key) * kv_ld;
-        const __half* vr = vc + size_t(key) * kv_ld;
+        const bool fresh = key == qpos;
+        const __half* kr = fresh ? spare : kc + size_t(key) * kv_ld;
+        const __half* vr = fresh ? spare : vc + size_t(key) * kv_ld;
 #pragma unroll
         for (int i = 0; i < DPL; ++i) {
             kf[j][i] = __half2float(kr[lane + 32 * i]);
@@ -285,6 +288,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     __shared__ float sm_m[kDecodeWarps], sm_l[kDecodeWarps];
     __shared__ float sm_acc[kDecodeWarps][HD];
     __shared__ bool s_last;
+    __shared__ float sm_sm[kMaxDecodeSplits], sm_sl[kMaxDecodeSplits];  // merge: split maxima (then weights), sums
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int head = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
@@ -303,12 +307,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     const int kv_ld = a.n_kv * HD;
     const __half* kc = a.k_cache + kvh * HD;
     const __half* vc = a.v_cache + kvh * HD;
+    // The qkv row (only read in this launch) holds at least n_kv * HD halves.
+    const __half* spare = reinterpret_cast<const __half*>(a.qkv) + kvh * HD;
 
     // The first key group's loads go out before RoPE, which then hides part
     // of their latency.
     float kf[G][DPL], vf[G][DPL];
     int kb = ks + warp * G;
-    if (kb < ke) load_key_group<DPL, G>(kc, vc, kv_ld, kb, ke, qpos, lane, kf, vf);
+    if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kf, vf);
 
     const float* qrow = a.qkv + head * HD;
     const float* krow = a.qkv + a.n_head * HD + kvh * HD;
@@ -355,9 +361,11 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     // Warp w takes keys ks + w*G .. +G-1, then jumps by kDecodeWarps*G.
     while (kb < ke) {
         if (has_new && kb + G > qpos) {
+            // The new key from shared memory; the masked slots past it get
+            // the same finite values (they loaded `spare`: any bits).
 #pragma unroll
             for (int j = 0; j < G; ++j)
-                if (kb + j == qpos) {
+                if (kb + j >= qpos) {
 #pragma unroll
                     for (int i = 0; i < DPL; ++i) {
                         kf[j][i] = __half2float(snk[lane + 32 * i]);
@@ -394,7 +402,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
         }
         m = mt;
         kb += kDecodeWarps * G;
-        if (kb < ke) load_key_group<DPL, G>(kc, vc, kv_ld, kb, ke, qpos, lane, kf, vf);
+        if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kf, vf);
     }
 
     // The block's warps, combined in warp order.
@@ -450,21 +458,27 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     __syncthreads();
     if (!s_last) return;
     __threadfence();
+    // Every active split has keys, so every M_s is finite. Split maxima and
+    // sums first (one load round), then weights, then each dim's sum over
+    // splits with its loads independent of one another.
     const float* base = a.scratch + size_t(head) * nsplit * (HD + 2);
-    M = -INFINITY;
-    for (int s = 0; s < nact; ++s) M = fmaxf(M, __ldcg(base + size_t(s) * (HD + 2)));
-    L = 0.0f;
-    for (int s = 0; s < nact; ++s) {
-        const float ms = __ldcg(base + size_t(s) * (HD + 2));
-        if (ms != -INFINITY) L += __ldcg(base + size_t(s) * (HD + 2) + 1) * __expf(ms - M);
+    for (int s = threadIdx.x; s < nact; s += blockDim.x) {
+        sm_sm[s] = __ldcg(base + size_t(s) * (HD + 2));
+        sm_sl[s] = __ldcg(base + size_t(s) * (HD + 2) + 1);
     }
+    __syncthreads();
+    M = -INFINITY;
+    for (int s = 0; s < nact; ++s) M = fmaxf(M, sm_sm[s]);
+    __syncthreads();  // all read sm_sm before it becomes the weights
+    for (int s = threadIdx.x; s < nact; s += blockDim.x) sm_sm[s] = __expf(sm_sm[s] - M);
+    __syncthreads();
+    L = 0.0f;
+    for (int s = 0; s < nact; ++s) L += sm_sl[s] * sm_sm[s];
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float A = 0.0f;
-        for (int s = 0; s < nact; ++s) {
-            const float ms = __ldcg(base + size_t(s) * (HD + 2));
-            if (ms != -INFINITY) A += __ldcg(base + size_t(s) * (HD + 2) + 2 + d) * __expf(ms - M);
-        }
+#pragma unroll 8
+        for (int s = 0; s < nact; ++s) A += __ldcg(base + size_t(s) * (HD + 2) + 2 + d) * sm_sm[s];
         o[d] = A * inv;
     }
 }
@@ -539,7 +553,7 @@ int attention_decode_splits(uint32_t n_ctx) {
     // (the grid is fixed when the decode step is captured, so size it for
     // the longest sequence; splits past the current length exit at once).
     const uint32_t n = (n_ctx + kMinChunk - 1) / kMinChunk;
-    return int(n < 1 ? 1 : n > 128 ? 128 : n);
+    return int(n < 1 ? 1 : n > kMaxDecodeSplits ? kMaxDecodeSplits : n);
 }
 
 size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit) {
@@ -596,7 +610,7 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
         rope_store_kv(r, stream);
         return attention_generic(at, stream);
     }
-    const int nsplit = std::max(1, a.nsplit);
+    const int nsplit = std::clamp(a.nsplit, 1, kMaxDecodeSplits);
     if (nsplit > 1 && (!a.scratch || !a.counters))
         throw ehp::Error(EH_INTERNAL, "rope_attention_decode: several splits need scratch and counters");
     const DecodeTuning& t = decode_tuning();
