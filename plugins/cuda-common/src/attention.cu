@@ -11,6 +11,14 @@
 // split order. Nothing is accumulated with atomics, so results are bitwise
 // reproducible.
 //
+// Fused decode (rope_attention_decode): the same split-K scheme in one
+// launch per layer instead of rope_store_kv + decode + merge. Each block
+// rotates its own Q; the blocks whose split holds the new position rotate
+// its K and attend it from shared memory, one of them per KV head stores it;
+// the last split of a head to finish (per-head counter) merges all splits
+// in split order. H100, Qwen2.5-0.5B at ~577 keys: 9.7 us per layer against
+// 4.2 + 7.2 + 6.0 us for the three kernels (ncu).
+//
 // Other head dims go to attention_generic (attention_generic.cu).
 #include <algorithm>
 #include <cmath>
