@@ -7,6 +7,7 @@
 #include "ehcuda/launch.cuh"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/quant.cuh"
+#include "rope.cuh"
 
 namespace ehcuda {
 namespace {
@@ -78,16 +79,13 @@ __global__ void rope_kernel(RopeArgs a) {
     const int pairs = (a.n_head + a.n_kv) * half_rot;
     for (int p = tid; p < pairs; p += nthr) {
         const int head = p / half_rot, i = p % half_rot;
-        // theta_i = pos * base^(-2i / n_rot); sincosf is accurate (full
-        // range reduction) without fast-math.
-        const float inv = powf(a.freq_base, -2.0f * float(i) / float(a.n_rot));
         float sn, cs;
-        sincosf(float(pos) * inv, &sn, &cs);
-        const int i0 = a.neox ? i : 2 * i;
-        const int i1 = a.neox ? i + half_rot : 2 * i + 1;
+        detail::rope_sincos(pos, i, a.n_rot, a.freq_base, &sn, &cs);
+        const int i0 = detail::rope_i0(i, half_rot, a.neox);
+        const int i1 = detail::rope_i1(i, half_rot, a.neox);
         float* base = head < a.n_head ? row + head * hd : row + nq + (head - a.n_head) * hd;
-        const float x0 = base[i0], x1 = base[i1];
-        const float y0 = x0 * cs - x1 * sn, y1 = x0 * sn + x1 * cs;
+        float y0, y1;
+        detail::rope_rotate(base[i0], base[i1], sn, cs, &y0, &y1);
         if (head < a.n_head) {
             base[i0] = y0;
             base[i1] = y1;

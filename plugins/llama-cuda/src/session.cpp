@@ -25,8 +25,8 @@ ehcuda::SessionShape shape_of(Model& m) {
     sh.ledger = &m.ledger;
     sh.n_vocab = m.cfg.n_vocab;
     sh.max_batch = kMaxBatch;
-    sh.profile_groups = {"embed+record",  "qkv gemv (+norm)",     "rope+kv store",           "attention decode+merge",
-                         "attn_out gemv", "gate/up gemv (+norm)", "ffn_down gemv (+swiglu)", "lm head gemv"};
+    sh.profile_groups = {"embed+record",         "qkv gemv (+norm)",     "rope+kv store+attention", "attn_out gemv",
+                         "gate/up gemv (+norm)", "ffn_down gemv (+swiglu)", "lm head gemv"};
     return sh;
 }
 
@@ -40,7 +40,8 @@ Session::Session(Model& model, const eh_session_params& params)
     // speed.) EHCUDA_ATTN_SPLITS=N overrides it for measurements.
     nsplit_ = ehcuda::attention_decode_splits(n_ctx());
     if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
-    set_profile_note(std::to_string(nsplit_) + " attention splits");
+    if (const char* e = std::getenv("EHCUDA_ATTN_FUSED")) fused_attn_ = std::atoi(e) != 0;
+    set_profile_note(std::to_string(nsplit_) + " attention splits" + (fused_attn_ ? "" : ", unfused rope + attention"));
     ehcuda::MemoryLedger* L = &m_.ledger;
     const size_t B = size_t(max_batch());
     const size_t kv_bytes = size_t(n_ctx()) * c_.kv_dim() * sizeof(__half);
@@ -54,6 +55,8 @@ Session::Session(Model& model, const eh_session_params& params)
     attn_ = ehcuda::DeviceBuffer(B * c_.q_dim() * 4, L);
     ff_ = ehcuda::DeviceBuffer(B * 2 * size_t(c_.n_ff) * 4, L);
     attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
+    attn_counters_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(c_.n_head) * sizeof(uint32_t), L);
+    EHC_CHECK(cudaMemsetAsync(attn_counters_.get(), 0, attn_counters_.size(), stream()));
     ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab + FP16 activations
     ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
     finish_init(ps);
@@ -100,40 +103,64 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         ehcuda::matmul(a, s);
         mark(kQkv);
 
-        ehcuda::RopeArgs r;
-        r.qkv = qkv;
-        r.ld = c.qkv_dim();
-        r.n_head = c.n_head;
-        r.n_kv = c.n_kv;
-        r.head_dim = c.head_dim;
-        r.n_rot = c.n_rot;
-        r.neox = c.neox;
-        r.freq_base = c.freq_base;
-        r.d_pos0 = d_pos0;
-        r.ntok = ntok;
-        r.k_cache = kcache_[size_t(li)].as<__half>();
-        r.v_cache = vcache_[size_t(li)].as<__half>();
-        ehcuda::rope_store_kv(r, s);
-        mark(kRope);
+        __half* kc = kcache_[size_t(li)].as<__half>();
+        __half* vc = vcache_[size_t(li)].as<__half>();
+        const float scale = 1.0f / std::sqrt(float(c.head_dim));
+        if (decode_path && fused_attn_) {
+            // One kernel: RoPE, the K/V store and split-K attention.
+            ehcuda::DecodeAttnArgs da;
+            da.qkv = qkv;
+            da.n_head = c.n_head;
+            da.n_kv = c.n_kv;
+            da.head_dim = c.head_dim;
+            da.n_rot = c.n_rot;
+            da.neox = c.neox;
+            da.freq_base = c.freq_base;
+            da.d_pos0 = d_pos0;
+            da.k_cache = kc;
+            da.v_cache = vc;
+            da.window = c.window;
+            da.scale = scale;
+            da.out = attn;
+            da.nsplit = nsplit_;
+            da.scratch = attn_scratch_.as<float>();
+            da.counters = attn_counters_.as<uint32_t>();
+            ehcuda::rope_attention_decode(da, s);
+        } else {
+            ehcuda::RopeArgs r;
+            r.qkv = qkv;
+            r.ld = c.qkv_dim();
+            r.n_head = c.n_head;
+            r.n_kv = c.n_kv;
+            r.head_dim = c.head_dim;
+            r.n_rot = c.n_rot;
+            r.neox = c.neox;
+            r.freq_base = c.freq_base;
+            r.d_pos0 = d_pos0;
+            r.ntok = ntok;
+            r.k_cache = kc;
+            r.v_cache = vc;
+            ehcuda::rope_store_kv(r, s);
 
-        ehcuda::AttnArgs at;
-        at.q = qkv;
-        at.ldq = c.qkv_dim();
-        at.k_cache = r.k_cache;
-        at.v_cache = r.v_cache;
-        at.n_head = c.n_head;
-        at.n_kv = c.n_kv;
-        at.head_dim = c.head_dim;
-        at.d_pos0 = d_pos0;
-        at.ntok = ntok;
-        at.window = c.window;
-        at.scale = 1.0f / std::sqrt(float(c.head_dim));
-        at.out = attn;
-        at.ldo = c.q_dim();
-        if (decode_path)
-            ehcuda::attention_decode(at, attn_scratch_.as<float>(), nsplit_, s);
-        else
-            ehcuda::attention_prefill(at, s);
+            ehcuda::AttnArgs at;
+            at.q = qkv;
+            at.ldq = c.qkv_dim();
+            at.k_cache = kc;
+            at.v_cache = vc;
+            at.n_head = c.n_head;
+            at.n_kv = c.n_kv;
+            at.head_dim = c.head_dim;
+            at.d_pos0 = d_pos0;
+            at.ntok = ntok;
+            at.window = c.window;
+            at.scale = scale;
+            at.out = attn;
+            at.ldo = c.q_dim();
+            if (decode_path)
+                ehcuda::attention_decode(at, attn_scratch_.as<float>(), nsplit_, s);
+            else
+                ehcuda::attention_prefill(at, s);
+        }
         mark(kAttn);
 
         ehcuda::MatmulArgs o;

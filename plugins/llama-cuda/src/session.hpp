@@ -22,16 +22,20 @@ public:
 
 private:
     // Decode profile groups (EHCUDA_PROFILE_DECODE=1), in forward's order.
-    enum Group { kEmbed, kQkv, kRope, kAttn, kOut, kGateUp, kDown, kHead };
+    // Decode has no RoPE group: rope_attention_decode rotates Q and K
+    // inside the attention kernel.
+    enum Group { kEmbed, kQkv, kAttn, kOut, kGateUp, kDown, kHead };
 
     void forward(int ntok, const int32_t* d_tokens, bool decode_path) override;
 
     Model& m_;
     const Config& c_;
     int nsplit_;
+    bool fused_attn_ = true;  // rope_attention_decode on the decode path (EHCUDA_ATTN_FUSED=0: the two-kernel path)
 
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, attn_scratch_;
+    ehcuda::DeviceBuffer attn_counters_;  // per-head split counters of rope_attention_decode, 0 between launches
 };
 
 }  // namespace llama_cuda

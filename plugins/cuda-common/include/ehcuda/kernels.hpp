@@ -170,6 +170,34 @@ int attention_decode_splits(uint32_t n_ctx);
 size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit);
 void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_t stream);
 
+// A decode step's attention for one token in one launch (instead of
+// rope_store_kv + attention_decode's two kernels): each block rotates its
+// head's Q itself (qkv is not written), the blocks of the split holding
+// position *d_pos0 rotate the token's K, one block per KV head stores K and
+// V into the cache there, and those blocks attend the new key from shared
+// memory rather than from the cache being written. The split that finishes
+// last for a head (a per-head counter, returned to 0 by that block, so a
+// captured graph replays) merges all splits in split order: bitwise
+// reproducible. Head dims that are not attention_head_dim_fast take
+// rope_store_kv (which rotates Q in qkv) + attention_generic.
+struct DecodeAttnArgs {
+    float* qkv = nullptr;  // the token's [q | k | v], unstrided
+    int n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0;
+    bool neox = false;
+    float freq_base = 10000.0f;
+    const int32_t* d_pos0 = nullptr;
+    __half* k_cache = nullptr;  // [pos][n_kv][head_dim]
+    __half* v_cache = nullptr;
+    int window = 0;
+    float scale = 1.0f;
+    float* out = nullptr;  // [n_head][head_dim]
+    int nsplit = 1;        // attention_decode_splits(n_ctx)
+    float* scratch = nullptr;      // attention_decode_scratch_floats(n_head, head_dim, nsplit)
+    uint32_t* counters = nullptr;  // attention_decode_counters(n_head), zeroed once before the first launch
+};
+size_t attention_decode_counters(int n_head);
+void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream);
+
 // Busy-waits on the GPU for `us` microseconds. Profiling only: queued ahead
 // of eagerly launched work so that work then runs back to back, as in a
 // graph, and events between kernel groups time the GPU rather than launches.

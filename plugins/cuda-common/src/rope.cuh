@@ -1,0 +1,25 @@
+// The RoPE rotation, shared by rope_kernel (elementwise.cu) and the fused
+// decode attention (attention.cu), so both give the same bits.
+#pragma once
+
+namespace ehcuda::detail {
+
+// Angle of rotary pair i at position pos: theta_i = pos * base^(-2i / n_rot).
+// powf and sincosf (full range reduction) without fast-math: positions in
+// the thousands keep their accuracy.
+__device__ __forceinline__ void rope_sincos(int pos, int i, int n_rot, float base, float* sn, float* cs) {
+    const float inv = powf(base, -2.0f * float(i) / float(n_rot));
+    sincosf(float(pos) * inv, sn, cs);
+}
+
+// Dims of pair i: NEOX rotates the two halves of the rotary part against
+// each other, the original layout adjacent pairs.
+__device__ __forceinline__ int rope_i0(int i, int half_rot, bool neox) { return neox ? i : 2 * i; }
+__device__ __forceinline__ int rope_i1(int i, int half_rot, bool neox) { return neox ? i + half_rot : 2 * i + 1; }
+
+__device__ __forceinline__ void rope_rotate(float x0, float x1, float sn, float cs, float* y0, float* y1) {
+    *y0 = x0 * cs - x1 * sn;
+    *y1 = x0 * sn + x1 * cs;
+}
+
+}  // namespace ehcuda::detail

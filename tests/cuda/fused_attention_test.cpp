@@ -1,0 +1,336 @@
+// rope_attention_decode (RoPE + KV store + split-K attention + merge in one
+// launch) against the two-kernel path it replaces (rope_store_kv +
+// attention_decode) and against host math: cache contents at the new
+// position, outputs, counters back to 0, bitwise reproducibility, and a
+// captured graph replayed over consecutive positions.
+#include <cuda_fp16.h>
+
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+
+#include <engine_host/plugin_abi.hpp>
+#include <ehcuda/kernels.hpp>
+
+#include "gpu_util.hpp"
+
+namespace ehtest {
+namespace {
+
+struct FusedCase {
+    int hd, H, KV, len, window;
+    bool neox;
+    int n_rot;
+};
+
+std::string name_of(const FusedCase& c) {
+    return "hd" + std::to_string(c.hd) + "_H" + std::to_string(c.H) + "_KV" + std::to_string(c.KV) + "_len" +
+           std::to_string(c.len) + "_win" + std::to_string(c.window) + (c.neox ? "_neox" : "_norm") + "_rot" +
+           std::to_string(c.n_rot);
+}
+
+// Stands in for whatever the cache held at positions not yet written: were a
+// kernel to read the new position from the cache instead of the token's own
+// K/V, scores and outputs would be far off.
+constexpr float kSentinel = 300.0f;
+
+// One token's RoPE in double, pairs as RopeArgs documents.
+void host_rope(float* v, int n_rot, bool neox, int pos, double base) {
+    for (int i = 0; i < n_rot / 2; ++i) {
+        const double th = pos * std::pow(base, -2.0 * i / n_rot);
+        const int a = neox ? i : 2 * i, b = neox ? i + n_rot / 2 : 2 * i + 1;
+        const double x0 = v[a], x1 = v[b];
+        v[a] = float(x0 * std::cos(th) - x1 * std::sin(th));
+        v[b] = float(x0 * std::sin(th) + x1 * std::cos(th));
+    }
+}
+
+// Attention of one (already rotated) query row over an FP16 cache.
+std::vector<float> host_decode(const std::vector<float>& q, const std::vector<__half>& kc, const std::vector<__half>& vc,
+                               int H, int KV, int hd, int pos, int window) {
+    std::vector<float> out(static_cast<size_t>(H) * hd);
+    const double scale = 1 / std::sqrt(double(hd));
+    const int k0 = window > 0 ? std::max(0, pos - window + 1) : 0;
+    for (int h = 0; h < H; ++h) {
+        const int g = h / (H / KV);
+        std::vector<double> s;
+        double mx = -1e300;
+        for (int j = k0; j <= pos; ++j) {
+            double d = 0;
+            for (int e = 0; e < hd; ++e)
+                d += double(q[static_cast<size_t>(h * hd + e)]) * __half2float(kc[(static_cast<size_t>(j) * KV + g) * hd + e]);
+            s.push_back(d * scale);
+            mx = std::max(mx, d * scale);
+        }
+        double z = 0;
+        for (auto& v : s) z += (v = std::exp(v - mx));
+        for (int e = 0; e < hd; ++e) {
+            double acc = 0;
+            for (int j = k0; j <= pos; ++j)
+                acc += s[static_cast<size_t>(j - k0)] * __half2float(vc[(static_cast<size_t>(j) * KV + g) * hd + e]);
+            out[static_cast<size_t>(h * hd + e)] = float(acc / z);
+        }
+    }
+    return out;
+}
+
+// Device state of one decode step: the token's qkv row, both caches
+// (capacity cap positions), the output, split scratch and counters.
+struct Step {
+    ehcuda::DeviceBuffer qkv, kc, vc, pos, out, scratch, counters;
+    ehcuda::DecodeAttnArgs args(const FusedCase& c, int nsplit) const {
+        ehcuda::DecodeAttnArgs a;
+        a.qkv = qkv.as<float>();
+        a.n_head = c.H;
+        a.n_kv = c.KV;
+        a.head_dim = c.hd;
+        a.n_rot = c.n_rot;
+        a.neox = c.neox;
+        a.freq_base = 10000.0f;
+        a.d_pos0 = pos.as<int32_t>();
+        a.k_cache = kc.as<__half>();
+        a.v_cache = vc.as<__half>();
+        a.window = c.window;
+        a.scale = 1 / std::sqrt(float(c.hd));
+        a.out = out.as<float>();
+        a.nsplit = nsplit;
+        a.scratch = scratch.as<float>();
+        a.counters = counters.as<uint32_t>();
+        return a;
+    }
+};
+
+Step make_step(const FusedCase& c, int nsplit, const std::vector<float>& qkv, const std::vector<__half>& kc,
+               const std::vector<__half>& vc, int pos) {
+    Step s;
+    s.qkv = to_device(qkv);
+    s.kc = to_device(kc);
+    s.vc = to_device(vc);
+    s.pos = to_device(std::vector<int32_t>{pos});
+    s.out = to_device(std::vector<float>(static_cast<size_t>(c.H) * c.hd, -7.0f));
+    s.scratch = ehcuda::DeviceBuffer(ehcuda::attention_decode_scratch_floats(c.H, c.hd, nsplit) * 4);
+    s.counters = to_device(std::vector<uint32_t>(ehcuda::attention_decode_counters(c.H), 0u));
+    return s;
+}
+
+// The path rope_attention_decode replaces, on the same buffers.
+void run_unfused(const FusedCase& c, int nsplit, const Step& s) {
+    ehcuda::RopeArgs r;
+    r.qkv = s.qkv.as<float>();
+    r.ld = (c.H + 2 * c.KV) * c.hd;
+    r.n_head = c.H;
+    r.n_kv = c.KV;
+    r.head_dim = c.hd;
+    r.n_rot = c.n_rot;
+    r.neox = c.neox;
+    r.freq_base = 10000.0f;
+    r.d_pos0 = s.pos.as<int32_t>();
+    r.k_cache = s.kc.as<__half>();
+    r.v_cache = s.vc.as<__half>();
+    ehcuda::rope_store_kv(r, nullptr);
+    ehcuda::AttnArgs a;
+    a.q = s.qkv.as<float>();
+    a.ldq = r.ld;
+    a.k_cache = s.kc.as<__half>();
+    a.v_cache = s.vc.as<__half>();
+    a.n_head = c.H;
+    a.n_kv = c.KV;
+    a.head_dim = c.hd;
+    a.d_pos0 = s.pos.as<int32_t>();
+    a.window = c.window;
+    a.scale = 1 / std::sqrt(float(c.hd));
+    a.out = s.out.as<float>();
+    a.ldo = c.H * c.hd;
+    ehcuda::attention_decode(a, s.scratch.as<float>(), nsplit, nullptr);
+}
+
+bool same_bits(const std::vector<__half>& a, const std::vector<__half>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(__half)) == 0;
+}
+
+class FusedDecodeTest : public ::testing::TestWithParam<FusedCase> {};
+
+TEST_P(FusedDecodeTest, MatchesUnfusedAndHost) {
+    REQUIRE_GPU();
+    const FusedCase c = GetParam();
+    const int pos = c.len - 1, cap = c.len + 3;
+    const int ld = (c.H + 2 * c.KV) * c.hd;
+    const size_t row = static_cast<size_t>(c.KV) * c.hd;
+    std::mt19937 rng(static_cast<uint32_t>(c.hd * 1000003 + c.H * 1009 + c.len * 31 + c.n_rot + c.neox));
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<float> qkv(static_cast<size_t>(ld));
+    for (auto& v : qkv) v = nd(rng);
+    std::vector<__half> kc(static_cast<size_t>(cap) * row, __float2half(kSentinel)), vc(kc.size(), __float2half(kSentinel));
+    for (size_t i = 0; i < static_cast<size_t>(pos) * row; ++i) {
+        kc[i] = __float2half(nd(rng));
+        vc[i] = __float2half(nd(rng));
+    }
+
+    // Host: rotated q; the cache with the new token's rotated K and its V.
+    std::vector<float> q(qkv.begin(), qkv.begin() + c.H * c.hd);
+    for (int h = 0; h < c.H; ++h) host_rope(q.data() + h * c.hd, c.n_rot, c.neox, pos, 10000.0);
+    std::vector<__half> kref = kc, vref = vc;
+    for (int g = 0; g < c.KV; ++g) {
+        std::vector<float> k(qkv.begin() + (c.H + g) * c.hd, qkv.begin() + (c.H + g + 1) * c.hd);
+        host_rope(k.data(), c.n_rot, c.neox, pos, 10000.0);
+        for (int e = 0; e < c.hd; ++e) {
+            kref[static_cast<size_t>(pos) * row + g * c.hd + e] = __float2half(k[static_cast<size_t>(e)]);
+            vref[static_cast<size_t>(pos) * row + g * c.hd + e] =
+                __float2half(qkv[static_cast<size_t>((c.H + c.KV + g) * c.hd + e)]);
+        }
+    }
+    const auto ref = host_decode(q, kref, vref, c.H, c.KV, c.hd, pos, c.window);
+
+    const int n_out = c.H * c.hd;
+    for (int nsplit : {1, 3, ehcuda::attention_decode_splits(uint32_t(c.len + 200)), 64}) {
+        SCOPED_TRACE("nsplit " + std::to_string(nsplit));
+        Step f = make_step(c, nsplit, qkv, kc, vc, pos);
+        ASSERT_NO_THROW(ehcuda::rope_attention_decode(f.args(c, nsplit), nullptr));
+        GPU_OK(cudaDeviceSynchronize());
+        const auto fout = to_host<float>(f.out, static_cast<size_t>(n_out));
+        const auto fk = to_host<__half>(f.kc, kc.size());
+        const auto fv = to_host<__half>(f.vc, vc.size());
+        const auto fcnt = to_host<uint32_t>(f.counters, ehcuda::attention_decode_counters(c.H));
+        for (uint32_t v : fcnt) ASSERT_EQ(v, 0u) << "a split counter was left non-zero";
+        if (ehcuda::attention_head_dim_fast(c.hd)) {
+            // Q is rotated in registers; the qkv row stays as it was.
+            const auto fq = to_host<float>(f.qkv, qkv.size());
+            ASSERT_EQ(std::memcmp(fq.data(), qkv.data(), qkv.size() * 4), 0) << "qkv was written";
+        }
+
+        Step u = make_step(c, nsplit, qkv, kc, vc, pos);
+        run_unfused(c, nsplit, u);
+        GPU_OK(cudaDeviceSynchronize());
+        const auto uout = to_host<float>(u.out, static_cast<size_t>(n_out));
+        const auto uk = to_host<__half>(u.kc, kc.size());
+        const auto uv = to_host<__half>(u.vc, vc.size());
+
+        // Same rotation code, so the same cache bits; all other positions
+        // untouched.
+        EXPECT_TRUE(same_bits(fk, uk)) << "K cache differs from rope_store_kv's";
+        EXPECT_TRUE(same_bits(fv, uv)) << "V cache differs from rope_store_kv's";
+        for (size_t i = 0; i < kc.size(); ++i) {
+            const float want_k = __half2float(kref[i]), want_v = __half2float(vref[i]);
+            ASSERT_NEAR(__half2float(fk[i]), want_k, 2e-3 * (1 + std::fabs(want_k))) << "K cache at " << i;
+            ASSERT_EQ(__half2float(fv[i]), want_v) << "V cache at " << i;
+        }
+        for (int i = 0; i < n_out; ++i) {
+            ASSERT_NEAR(fout[static_cast<size_t>(i)], ref[static_cast<size_t>(i)], 2e-3 * (1 + std::fabs(ref[static_cast<size_t>(i)])))
+                << "vs host at " << i;
+            ASSERT_NEAR(fout[static_cast<size_t>(i)], uout[static_cast<size_t>(i)], 1e-4 * (1 + std::fabs(uout[static_cast<size_t>(i)])))
+                << "vs unfused at " << i;
+        }
+
+        // Run to run: the same bits (a second launch over the same state
+        // also checks the counters were left ready for it). The fallback
+        // rotates Q in qkv, so it cannot run twice on one row.
+        if (!ehcuda::attention_head_dim_fast(c.hd)) continue;
+        ASSERT_NO_THROW(ehcuda::rope_attention_decode(f.args(c, nsplit), nullptr));
+        const auto fout2 = to_host<float>(f.out, static_cast<size_t>(n_out));
+        EXPECT_EQ(std::memcmp(fout.data(), fout2.data(), fout.size() * 4), 0) << "second run differs";
+        EXPECT_TRUE(same_bits(fk, to_host<__half>(f.kc, kc.size())));
+    }
+}
+
+std::vector<FusedCase> fused_cases() {
+    std::vector<FusedCase> v;
+    int idx = 0;
+    for (int hd : {64, 96, 128})
+        for (auto [H, KV] : {std::pair{4, 4}, std::pair{14, 2}, std::pair{16, 2}})
+            for (int len : {1, 63, 64, 65, 577}) {
+                ++idx;
+                const bool neox = idx % 2;
+                const int n_rot = idx % 3 == 0 ? hd / 2 : hd;  // partial rotary every third
+                const int window = idx % 4 == 1 ? 40 : idx % 4 == 3 ? 100 : 0;
+                v.push_back({hd, H, KV, len, window, neox, n_rot});
+            }
+    // Head dim 256 (4 keys per warp round), a window a split boundary away
+    // from the new key, a short rotary part, and a head dim the fallback
+    // (rope_store_kv + generic attention) takes.
+    v.push_back({256, 8, 1, 577, 0, true, 256});
+    v.push_back({256, 4, 4, 65, 0, false, 64});
+    v.push_back({64, 14, 2, 577, 64, true, 64});
+    v.push_back({64, 14, 2, 300, 129, false, 16});
+    v.push_back({128, 16, 2, 1000, 0, true, 128});
+    v.push_back({32, 8, 2, 65, 0, true, 32});
+    return v;
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, FusedDecodeTest, ::testing::ValuesIn(fused_cases()),
+                         [](const ::testing::TestParamInfo<FusedCase>& i) { return name_of(i.param); });
+
+// Decode as the session runs it: the fused launch captured once in a CUDA
+// graph, replayed for consecutive positions (each step's cache row is
+// what the next steps attend); the unfused path alongside on its own cache.
+TEST(FusedDecode, GraphReplayOverConsecutivePositions) {
+    REQUIRE_GPU();
+    const FusedCase c{64, 14, 2, 0, 0, true, 64};
+    const int pos0 = 120, steps = 12, cap = pos0 + steps;
+    const int nsplit = ehcuda::attention_decode_splits(uint32_t(cap));
+    const int ld = (c.H + 2 * c.KV) * c.hd;
+    const size_t row = static_cast<size_t>(c.KV) * c.hd;
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    std::vector<__half> kc(static_cast<size_t>(cap) * row, __float2half(kSentinel)), vc(kc.size(), __float2half(kSentinel));
+    for (size_t i = 0; i < static_cast<size_t>(pos0) * row; ++i) {
+        kc[i] = __float2half(nd(rng));
+        vc[i] = __float2half(nd(rng));
+    }
+    std::vector<float> qkv(static_cast<size_t>(ld));
+    Step f = make_step(c, nsplit, qkv, kc, vc, pos0);
+    Step u = make_step(c, nsplit, qkv, kc, vc, pos0);
+
+    cudaStream_t st;
+    GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    GPU_OK(cudaStreamBeginCapture(st, cudaStreamCaptureModeThreadLocal));
+    ehcuda::rope_attention_decode(f.args(c, nsplit), st);
+    GPU_OK(cudaStreamEndCapture(st, &graph));
+    GPU_OK(cudaGraphInstantiate(&exec, graph, 0));
+
+    for (int step = 0; step < steps; ++step) {
+        const int32_t pos = pos0 + step;
+        for (auto& v : qkv) v = nd(rng);
+        for (Step* s : {&f, &u}) {
+            GPU_OK(cudaMemcpy(s->qkv.get(), qkv.data(), qkv.size() * 4, cudaMemcpyHostToDevice));
+            GPU_OK(cudaMemcpy(s->pos.get(), &pos, 4, cudaMemcpyHostToDevice));
+        }
+        GPU_OK(cudaGraphLaunch(exec, st));
+        GPU_OK(cudaStreamSynchronize(st));
+        run_unfused(c, nsplit, u);
+        GPU_OK(cudaDeviceSynchronize());
+        const auto fo = to_host<float>(f.out, static_cast<size_t>(c.H) * c.hd);
+        const auto uo = to_host<float>(u.out, fo.size());
+        for (size_t i = 0; i < fo.size(); ++i)
+            ASSERT_NEAR(fo[i], uo[i], 1e-4 * (1 + std::fabs(uo[i]))) << "step " << step << " at " << i;
+        for (uint32_t v : to_host<uint32_t>(f.counters, ehcuda::attention_decode_counters(c.H)))
+            ASSERT_EQ(v, 0u) << "step " << step;
+    }
+    EXPECT_TRUE(same_bits(to_host<__half>(f.kc, kc.size()), to_host<__half>(u.kc, kc.size())));
+    EXPECT_TRUE(same_bits(to_host<__half>(f.vc, vc.size()), to_host<__half>(u.vc, vc.size())));
+    cudaGraphExecDestroy(exec);
+    cudaGraphDestroy(graph);
+    cudaStreamDestroy(st);
+}
+
+TEST(FusedDecode, RejectsBadArguments) {
+    REQUIRE_GPU();
+    const FusedCase c{64, 4, 2, 10, 0, false, 64};
+    std::vector<float> qkv(static_cast<size_t>((c.H + 2 * c.KV) * c.hd));
+    std::vector<__half> kc(static_cast<size_t>(16) * c.KV * c.hd);
+    Step s = make_step(c, 4, qkv, kc, kc, 9);
+    auto a = s.args(c, 4);
+    a.n_rot = 63;
+    EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+    a = s.args(c, 4);
+    a.counters = nullptr;
+    EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+    a = s.args(c, 4);
+    a.n_kv = 3;
+    EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+}
+
+}  // namespace
+}  // namespace ehtest
