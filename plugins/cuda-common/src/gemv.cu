@@ -31,6 +31,15 @@ GemvInput gemv_input_mode = [] {
     return GemvInput::Int16;
 }();
 
+// Single-token rows per warp: 4 from gemv_r4_rows rows, 2 from gemv_r2_rows
+// (EHCUDA_GEMV_R4_ROWS / EHCUDA_GEMV_R2_ROWS, for measurements).
+static int env_int(const char* name, int dflt) {
+    const char* e = std::getenv(name);
+    return e && *e ? std::atoi(e) : dflt;
+}
+int gemv_r4_rows = env_int("EHCUDA_GEMV_R4_ROWS", 8192);
+int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 2048);
+
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
     if (a.cols <= 0 || a.cols % 32) throw ehp::Error(EH_INTERNAL, "matmul: cols must be a positive multiple of 32");
@@ -231,8 +240,8 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
         // was tried: Phi-3-mini's 3072-row ffn_down at R = 2 runs 0.48 waves
         // at 18 % occupancy per ncu, yet R = 1 was no faster and Phi-3
         // decode fell 365 -> 350 tok/s on an H100.)
-        if (d.total_rows >= 8192 && fit4) R = 4;
-        else if (d.total_rows >= 2048 && fit2) R = 2;
+        if (d.total_rows >= detail::gemv_r4_rows && fit4) R = 4;
+        else if (d.total_rows >= detail::gemv_r2_rows && fit2) R = 2;
     }
     const int groups = (d.total_rows + R - 1) / R;
     // Fewer than ~12 row groups per SM -> split K over the block's 4 warps.

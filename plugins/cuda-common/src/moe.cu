@@ -45,12 +45,13 @@ __device__ __forceinline__ float row_dot(const uint8_t* w, const float* x, int n
 }
 
 // Top-k by selection, one warp per token: k rounds of a warp-wide argmax
-// over the experts not yet taken (lane i holds experts i, i+32, ...); ties
-// go to the lower index (as the CPU reference's ordering), NaN ranks below
-// every number. Then a softmax over the selected logits in rank order.
-// (One thread per token walking every expert k times took ~20 us per
-// gpt-oss layer at decode, a tenth of the layer.)
+// over the experts not yet taken (lane i holds experts i, i+32, ..., and a
+// bit per expert it has given up); ties go to the lower index (as the CPU
+// reference's ordering), NaN ranks below every number. Lane s keeps slot
+// s; then a softmax over the selected logits. (One thread per token walking
+// every expert k times took ~20 us per gpt-oss layer at decode.)
 constexpr int kRouteWarps = 4;
+constexpr int kMaxExperts = 32 * 32;
 
 __device__ __forceinline__ bool route_better(float v, int e, float bv, int be) {
     if (be < 0) return e >= 0;
@@ -63,20 +64,19 @@ __device__ __forceinline__ bool route_better(float v, int e, float bv, int be) {
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* logits, int ntok, int n_expert, int k,
                                                                   int32_t* ids, float* w) {
     pdl_entry();
-    __shared__ int taken[kRouteWarps][kMaxK];
-    __shared__ float val[kRouteWarps][kMaxK];
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int t = blockIdx.x * kRouteWarps + warp;
+    const int lane = threadIdx.x & 31;
+    const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
     if (t >= ntok) return;
     const float* l = logits + size_t(t) * n_expert;
+    uint32_t taken = 0;  // bit j: expert lane + 32 j is selected
+    int my_id = -1;
+    float my_val = 0.0f;
     for (int s = 0; s < k; ++s) {
         float bv = 0.0f;
         int be = -1;
-        for (int e = lane; e < n_expert; e += 32) {
-            bool used = false;
-            for (int p = 0; p < s; ++p) used |= taken[warp][p] == e;
+        for (int j = 0, e = lane; e < n_expert; ++j, e += 32) {
             const float v = l[e];
-            if (!used && route_better(v, e, bv, be)) {
+            if (!((taken >> j) & 1u) && route_better(v, e, bv, be)) {
                 bv = v;
                 be = e;
             }
@@ -90,23 +90,20 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* lo
                 be = oe;
             }
         }
-        if (lane == 0) {
-            taken[warp][s] = be;
-            val[warp][s] = bv;
+        if (be >= 0 && (be & 31) == lane) taken |= 1u << (be >> 5);
+        if (lane == s) {
+            my_id = be;
+            my_val = bv;
         }
-        __syncwarp();
     }
-    if (lane == 0) {
-        const float mx = val[warp][0];
-        float sum = 0.0f;
-        for (int s = 0; s < k; ++s) {
-            val[warp][s] = expf(val[warp][s] - mx);
-            sum += val[warp][s];
-        }
-        for (int s = 0; s < k; ++s) {
-            ids[size_t(t) * k + s] = taken[warp][s];
-            w[size_t(t) * k + s] = val[warp][s] / sum;
-        }
+    const float mx = __shfl_sync(0xffffffffu, my_val, 0);
+    const float p = lane < k ? expf(my_val - mx) : 0.0f;
+    float sum = p;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    if (lane < k) {
+        ids[size_t(t) * k + lane] = my_id;
+        w[size_t(t) * k + lane] = p / sum;
     }
 }
 
@@ -252,6 +249,7 @@ void moe_route(const float* logits, int ntok, int n_expert, int k, int32_t* ids,
                cudaStream_t stream) {
     if (ntok <= 0) return;
     if (k < 1 || k > kMaxK || k > n_expert) throw ehp::Error(EH_UNSUPPORTED, "moe: expert_used_count must be 1..32 and <= expert_count");
+    if (n_expert > kMaxExperts) throw ehp::Error(EH_UNSUPPORTED, "moe: expert_count must be <= 1024");
     launch("route_kernel", route_kernel, (ntok + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream, logits, ntok,
            n_expert, k, ids, weights);
     EHC_LAUNCHED("route_kernel");

@@ -91,7 +91,8 @@ Config read_config(const ehp::ModelView& view) {
     c.n_expert_used = req("expert_used_count");
     c.n_ff_exp = opt("expert_feed_forward_length", opt("feed_forward_length", 0));
     if (c.n_expert_used > c.n_expert || c.n_ff_exp == 0) bad("expert_used_count / expert_feed_forward_length invalid");
-    if (c.n_expert_used > 32 || c.n_expert > 65536) throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: at most 32 experts per token");
+    if (c.n_expert_used > 32) throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: at most 32 experts per token");
+    if (c.n_expert > 1024) throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: at most 1024 experts (expert_count)");
     if (c.n_ff_exp % 32 || (c.q_dim() % 32)) bad("expert_feed_forward_length and head_count*key_length must be multiples of 32");
     c.sliding_window = opt("attention.sliding_window", 0);
 
