@@ -19,9 +19,22 @@
 
 namespace ehcuda {
 
-__device__ __forceinline__ uint32_t u32_from_u16(const uint8_t* p) {
-    const uint16_t* h = reinterpret_cast<const uint16_t*>(p);
-    return uint32_t(h[0]) | (uint32_t(h[1]) << 16);
+// N 32-bit words from a 2-byte-aligned address (blocks of 18, 22, 34 and
+// 210 bytes leave their fields there): N aligned word loads, one more when
+// the address is not 4-byte aligned, and funnel shifts; half the load
+// instructions of 16-bit loads. Reads nothing past the N words'
+// last byte's aligned word.
+template <int N>
+__device__ __forceinline__ void load_words2(const uint8_t* p, uint32_t (&out)[N]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+    const uint32_t sh = uint32_t(a & 2) * 8;
+    uint32_t x[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = __ldg(w + i);
+    x[N] = sh ? __ldg(w + N) : 0u;
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(x[i], x[i + 1], sh);
 }
 
 // Spreads 4 bits (b0..b3) to bit 4 of each byte.
@@ -86,10 +99,12 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
     const S sx = x.sum_lo + x.sum_hi;
     if constexpr (T == EH_TYPE_Q4_0) {
         const uint8_t* b = row + size_t(c) * 18;
+        uint32_t q[4];
+        load_words2<4>(b + 2, q);
         S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t u = u32_from_u16(b + 2 + 4 * k);
+            const uint32_t u = q[k];
             si = dot4(x, k, u & 0x0F0F0F0Fu, si);
             si = dot4(x, 4 + k, (u >> 4) & 0x0F0F0F0Fu, si);
         }
@@ -107,11 +122,13 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         return x.d * (f16_at(b) * to_f(si) + f16_at(b + 2) * to_f(sx));
     } else if constexpr (T == EH_TYPE_Q5_0) {
         const uint8_t* b = row + size_t(c) * 22;
-        const uint32_t qh = u32_from_u16(b + 2);
+        uint32_t q[5];
+        load_words2<5>(b + 2, q);
+        const uint32_t qh = q[0];
         S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            const uint32_t u = u32_from_u16(b + 6 + 4 * k);
+            const uint32_t u = q[1 + k];
             si = dot4(x, k, (u & 0x0F0F0F0Fu) | spread4(qh >> (4 * k)), si);
             si = dot4(x, 4 + k, ((u >> 4) & 0x0F0F0F0Fu) | spread4(qh >> (16 + 4 * k)), si);
         }
@@ -130,9 +147,11 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         return x.d * (f16_at(b) * to_f(si) + f16_at(b + 2) * to_f(sx));
     } else if constexpr (T == EH_TYPE_Q8_0) {
         const uint8_t* b = row + size_t(c) * 34;
+        uint32_t q[8];
+        load_words2<8>(b + 2, q);
         S si{};
 #pragma unroll
-        for (int k = 0; k < 8; ++k) si = dot4(x, k, u32_from_u16(b + 2 + 4 * k), si);
+        for (int k = 0; k < 8; ++k) si = dot4(x, k, q[k], si);
         return f16_at(b) * x.d * to_f(si);
     } else if constexpr (T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K) {
         constexpr bool k5 = T == EH_TYPE_Q5_K;
@@ -164,10 +183,13 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         const uint8_t* qh = b + 128 + 32 * half;
         const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
         const int lshift = (quarter >> 1) * 4, hshift = quarter * 2;
+        uint32_t lw[8], hw[8];
+        load_words2<8>(ql, lw);
+        load_words2<8>(qh, hw);
         S si0{}, si1{};
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
-            const uint32_t l = u32_from_u16(ql + 4 * k), hb = u32_from_u16(qh + 4 * k);
+            const uint32_t l = lw[k], hb = hw[k];
             const uint32_t v = ((l >> lshift) & 0x0F0F0F0Fu) | (((hb >> hshift) & 0x03030303u) << 4);
             if (k < 4)
                 si0 = dot4(x, k, v, si0);
