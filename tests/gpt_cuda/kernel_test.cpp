@@ -390,6 +390,109 @@ TEST(GptKernels, SplitDecodeAttentionMatchesReference) {
                     }
 }
 
+// The fused decode kernel (RoPE + K/V store + split sink attention) against
+// rope_table_store_kv + attention_sinks: the same output (to rounding: the
+// new key is folded in another order), the same cache bytes at the new
+// position and nothing else written, counters back at zero, the same bits
+// twice. Full, partial and no rotation; NEOX and interleaved; windows,
+// sinks, FP16 and FP32 caches, 1..9 splits.
+TEST(GptKernels, FusedRopeSinkDecodeMatchesSeparateKernels) {
+    REQUIRE_GPU();
+    std::mt19937 rng(9);
+    const int hd = 64, n_head = 8, n_kv = 2, ctx = 600;
+    const int kv_dim = n_kv * hd, q_dim = n_head * hd, ld = q_dim + 2 * kv_dim;
+    std::vector<float> kf(size_t(ctx) * kv_dim), vf(kf.size());
+    std::vector<__half> kh(kf.size()), vh(kf.size());
+    for (size_t i = 0; i < kf.size(); ++i) {
+        kh[i] = __float2half(randn(rng, 1)[0]);
+        vh[i] = __float2half(randn(rng, 1)[0]);
+        kf[i] = __half2float(kh[i]);
+        vf[i] = __half2float(vh[i]);
+    }
+    const auto qkv = randn(rng, size_t(ld));
+    const auto sinks = randn(rng, n_head);
+    std::vector<float> inv_freq(size_t(hd / 2));
+    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * float(i) / float(hd));
+    auto dfreq = dev(inv_freq), ds = dev(sinks);
+    int cases = 0;
+    for (int pos : {0, 31, 33, 128, 577})
+        for (int nsplit : {1, 3, 9})
+            for (int n_rot : {64, 32, 0})
+                for (bool neox : {true, false})
+                    for (bool f32 : {false, true}) {
+                        const int win = (cases % 3 == 0) ? 128 : 0;
+                        const bool with_sinks = cases % 2 == 0;
+                        ++cases;
+                        auto run = [&](bool fused, std::vector<float>& out, std::vector<uint8_t>& kc_bytes,
+                                       std::vector<uint8_t>& vc_bytes) {
+                            auto dq = dev(qkv), dp = dev(std::vector<int32_t>{pos});
+                            auto dk = f32 ? dev(kf) : dev(kh), dv = f32 ? dev(vf) : dev(vh);
+                            ehcuda::DeviceBuffer o(size_t(q_dim) * 4);
+                            ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
+                            auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
+                            ehcuda::RopeTableArgs r;
+                            r.qkv = dq.as<float>();
+                            r.ld = ld;
+                            r.n_head = n_head;
+                            r.n_kv = n_kv;
+                            r.head_dim = hd;
+                            r.n_rot = n_rot;
+                            r.neox = neox;
+                            r.inv_freq = dfreq.as<float>();
+                            r.attn_factor = 1.25f;
+                            r.d_pos0 = dp.as<int32_t>();
+                            ehcuda::SinkAttnArgs a;
+                            a.q = dq.as<float>();
+                            a.ldq = ld;
+                            if (f32) {
+                                r.k_cache32 = dk.as<float>();
+                                r.v_cache32 = dv.as<float>();
+                                a.k_cache32 = r.k_cache32;
+                                a.v_cache32 = r.v_cache32;
+                            } else {
+                                r.k_cache = dk.as<__half>();
+                                r.v_cache = dv.as<__half>();
+                                a.k_cache = r.k_cache;
+                                a.v_cache = r.v_cache;
+                            }
+                            a.n_head = n_head;
+                            a.n_kv = n_kv;
+                            a.head_dim = hd;
+                            a.d_pos0 = dp.as<int32_t>();
+                            a.window = win;
+                            a.scale = 0.125f;
+                            a.sinks = with_sinks ? ds.as<float>() : nullptr;
+                            a.out = o.as<float>();
+                            a.ldo = q_dim;
+                            a.nsplit = nsplit;
+                            a.split_scratch = sc.as<float>();
+                            a.split_counters = cnt.as<int>();
+                            if (fused) {
+                                ehcuda::rope_sink_attention_decode(r, a, nullptr);
+                            } else {
+                                ehcuda::rope_table_store_kv(r, nullptr);
+                                ehcuda::attention_sinks(a, nullptr);
+                            }
+                            out = host<float>(o, size_t(q_dim));
+                            kc_bytes = host<uint8_t>(dk, kf.size() * (f32 ? 4 : 2));
+                            vc_bytes = host<uint8_t>(dv, vf.size() * (f32 ? 4 : 2));
+                            for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
+                        };
+                        std::vector<float> want, got, got2;
+                        std::vector<uint8_t> kw, vw, kg, vg, kg2, vg2;
+                        run(false, want, kw, vw);
+                        run(true, got, kg, vg);
+                        run(true, got2, kg2, vg2);
+                        const std::string what = "pos " + std::to_string(pos) + " splits " + std::to_string(nsplit) +
+                                                 " n_rot " + std::to_string(n_rot) + " neox " + std::to_string(neox) +
+                                                 " f32 " + std::to_string(f32) + " window " + std::to_string(win);
+                        EXPECT_LT(rel_err(got, want), 1e-5) << what;
+                        EXPECT_TRUE(kg == kw) << "K cache bytes differ: " << what;
+                        EXPECT_TRUE(vg == vw) << "V cache bytes differ: " << what;
+                        EXPECT_EQ(std::memcmp(got.data(), got2.data(), got.size() * 4), 0) << what;
+                    }
+}
+
 TEST(GptKernels, LayerNormAndGeluMatchReference) {
     REQUIRE_GPU();
     std::mt19937 rng(6);

@@ -31,14 +31,19 @@ GemvInput gemv_input_mode = [] {
     return GemvInput::Int16;
 }();
 
+// Launch shape thresholds, from the environment for measurements only.
 // Single-token rows per warp: 4 from gemv_r4_rows rows, 2 from gemv_r2_rows
-// (EHCUDA_GEMV_R4_ROWS / EHCUDA_GEMV_R2_ROWS, for measurements).
+// (EHCUDA_GEMV_R4_ROWS / EHCUDA_GEMV_R2_ROWS).
 static int env_int(const char* name, int dflt) {
     const char* e = std::getenv(name);
     return e && *e ? std::atoi(e) : dflt;
 }
 int gemv_r4_rows = env_int("EHCUDA_GEMV_R4_ROWS", 8192);
 int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 2048);
+// Split-K below this many row groups, and for a single token only up to
+// this many rows (EHCUDA_GEMV_SPLIT_GROUPS / EHCUDA_GEMV_SPLIT_ROWS).
+int gemv_split_groups = env_int("EHCUDA_GEMV_SPLIT_GROUPS", 1536);
+int gemv_split_rows = env_int("EHCUDA_GEMV_SPLIT_ROWS", 2048);
 
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
@@ -248,7 +253,8 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     // Single token: the same for a short, long-K matrix (Qwen2.5-0.5B's
     // ffn_down, 896 x 4864: one warp per row walked ~5 dependent chunk loads
     // per lane), each block staging the input for its one row group.
-    const bool split = groups < 1536 && d.cols >= 32 * 64 && (NT > 1 || d.total_rows <= 2048);
+    const bool split = groups < detail::gemv_split_groups && d.cols >= 32 * 64 &&
+                       (NT > 1 || d.total_rows <= detail::gemv_split_rows);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
     const size_t smem = in == GemvInput::Int8      ? staged_int_bytes<8>(d.cols)

@@ -63,6 +63,19 @@ __device__ __forceinline__ void store_kv(float* p, float v) { *p = v; }
 __device__ __forceinline__ float load_kv(const __half* p) { return __half2float(*p); }
 __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 
+// Pair i of a head at position pos, rotated by the table frequency with
+// the attention factor (YaRN): the one formula of the RoPE kernel and the
+// fused decode attention, so both leave the same bits in the cache.
+__device__ __forceinline__ void rope_table_pair(const RopeTableArgs& a, int pos, int i, float& x0, float& x1) {
+    float sn, cs;
+    sincosf(float(pos) * a.inv_freq[i], &sn, &cs);
+    cs *= a.attn_factor;
+    sn *= a.attn_factor;
+    const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+    x0 = y0;
+    x1 = y1;
+}
+
 template <class C>
 __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
     pdl_entry();
@@ -80,15 +93,11 @@ __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
         const int pairs = (a.n_head + a.n_kv) * half_rot;
         for (int p = tid; p < pairs; p += nthr) {
             const int head = p / half_rot, i = p % half_rot;
-            float sn, cs;
-            sincosf(float(pos) * a.inv_freq[i], &sn, &cs);
-            cs *= a.attn_factor;
-            sn *= a.attn_factor;
             const int i0 = a.neox ? i : 2 * i;
             const int i1 = a.neox ? i + half_rot : 2 * i + 1;
             float* base = head < a.n_head ? row + head * hd : row + nq + (head - a.n_head) * hd;
-            const float x0 = base[i0], x1 = base[i1];
-            const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+            float y0 = base[i0], y1 = base[i1];
+            rope_table_pair(a, pos, i, y0, y1);
             if (head < a.n_head) {
                 base[i0] = y0;
                 base[i1] = y1;
@@ -239,29 +248,94 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
     for (int d = threadIdx.x; d < a.head_dim; d += blockDim.x) o[d] = parts.sum_acc(d, M) * inv;
 }
 
+__device__ __forceinline__ float kv_round(const __half*, float v) { return __half2float(__float2half_rn(v)); }
+__device__ __forceinline__ float kv_round(const float*, float v) { return v; }
+
 // One query (decode), block (split, head): the keys are cut into
 // gridDim.x ranges. Each block leaves its (M, L, acc) in the scratch; the
 // last block of a head to finish (counted with an atomic) merges all splits
 // in split order 0, 1, ... with the sink, so the result does not depend on
 // which block finished last, and resets the head's counter for the next
 // launch. One kernel instead of attention + merge.
-template <int DPL, class C>
-__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, const C* k_cache,
-                                                                          const C* v_cache) {
+//
+// Fused (rope_sink_attention_decode): the block also takes its query head
+// and its KV head's new K and V from the qkv row, rotates them
+// (rope_table_pair, as rope_table_kernel does), and the split holding the
+// new position attends that key from shared memory; of the heads sharing a
+// KV head, the first writes K and V to the cache. No block reads the new
+// cache row during the launch: one kernel instead of RoPE + attention.
+template <int DPL, class C, bool Fused>
+__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
+                                                                          C* v_cache) {
     pdl_entry();
     __shared__ WarpParts<DPL> parts;
     __shared__ bool last;
+    __shared__ float qs[Fused ? DPL * 32 : 1], ks[Fused ? DPL * 32 : 1], vs[Fused ? DPL * 32 : 1];
     const int split = blockIdx.x, nsplit = gridDim.x, head = blockIdx.y;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int hd = a.head_dim;
-    const int kvh = head / (a.n_head / a.n_kv);
+    const int group = a.n_head / a.n_kv;
+    const int kvh = head / group;
     const int qpos = *a.d_pos0;
     const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
     const int range = qpos - kstart + 1;
     const int chunk = max(kAttnWarps * kKeyGroup, (range + nsplit - 1) / nsplit);
     const int k0 = kstart + split * chunk, k1 = min(qpos, k0 + chunk - 1);
+    const bool has_new = Fused && k0 <= qpos && qpos <= k1;
     float q[DPL], m, l, acc[DPL];
-    load_query<DPL>(a, 0, head, q);
-    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, k0, k1, m, l, acc);  // empty when k0 > k1
+    if constexpr (Fused) {
+        const int nq = a.n_head * hd, nk = a.n_kv * hd;
+        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+            qs[d] = r.qkv[size_t(head) * hd + d];
+            ks[d] = r.qkv[nq + size_t(kvh) * hd + d];
+            vs[d] = r.qkv[nq + nk + size_t(kvh) * hd + d];
+        }
+        __syncthreads();
+        const int half_rot = r.n_rot / 2;
+        for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
+            const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + half_rot : 2 * i + 1;
+            rope_table_pair(r, qpos, i, qs[i0], qs[i1]);
+            rope_table_pair(r, qpos, i, ks[i0], ks[i1]);
+        }
+        __syncthreads();
+        if (has_new && head % group == 0) {
+            C* kc = k_cache + size_t(qpos) * nk + size_t(kvh) * hd;
+            C* vc = v_cache + size_t(qpos) * nk + size_t(kvh) * hd;
+            for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+                store_kv(kc + d, ks[d]);
+                store_kv(vc + d, vs[d]);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+            const int d = lane + 32 * i;
+            q[i] = d < hd ? qs[d] * a.scale : 0.0f;
+        }
+    } else {
+        load_query<DPL>(a, 0, head, q);
+    }
+    // Fused: the cache up to qpos - 1, the new key below. Empty when k0 > k1.
+    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, k0, Fused ? min(k1, qpos - 1) : k1, m, l, acc);
+    if (has_new && warp == 0) {
+        // as rounded in the cache, so the result matches the unfused kernels'
+        float part = 0.0f;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+            const int d = lane + 32 * i;
+            part = fmaf(q[i], d < hd ? kv_round(k_cache, ks[d]) : 0.0f, part);
+        }
+        const float sc = detail::warp_sum(part);
+        const float mnew = fmaxf(m, sc);
+        const float alpha = m == -INFINITY ? 0.0f : __expf(m - mnew);
+        const float p = __expf(sc - mnew);
+        l = l * alpha + p;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+            const int d = lane + 32 * i;
+            acc[i] = fmaf(p, d < hd ? kv_round(v_cache, vs[d]) : 0.0f, acc[i] * alpha);
+        }
+        m = mnew;
+    }
     parts.put(m, l, acc);
     __syncthreads();
 
@@ -344,28 +418,65 @@ size_t attention_sink_scratch_floats(int n_head, int head_dim, int nsplit) {
     return size_t(n_head) * size_t(nsplit) * size_t(head_dim + 2);
 }
 
-void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
-    if (a.ntok <= 0) return;
+namespace {
+
+void check_sink_args(const SinkAttnArgs& a) {
     if (a.head_dim <= 0 || a.head_dim > 32 * kMaxDpl)
         throw ehp::Error(EH_UNSUPPORTED, "attention: head_dim " + std::to_string(a.head_dim) + " unsupported (1..256)");
     if (a.n_kv <= 0 || a.n_head % a.n_kv) throw ehp::Error(EH_INTERNAL, "attention: n_head must be a multiple of n_kv");
+}
+
+// f.template operator()<DPL>() for the head dim's dims per lane.
+template <class F>
+void by_dpl(int head_dim, F&& f) {
+    const int dpl = (head_dim + 31) / 32;
+    if (dpl == 1) f.template operator()<1>();
+    else if (dpl == 2) f.template operator()<2>();
+    else if (dpl <= 4) f.template operator()<4>();
+    else f.template operator()<8>();
+}
+
+}  // namespace
+
+void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
+    if (a.ntok <= 0) return;
+    check_sink_args(a);
     const bool split = a.ntok == 1 && a.nsplit > 1 && a.split_scratch && a.split_counters;
     const dim3 grid = split ? dim3(unsigned(a.nsplit), unsigned(a.n_head)) : dim3(unsigned(a.ntok), unsigned(a.n_head));
-    const int dpl = (a.head_dim + 31) / 32;
     auto go = [&](auto kc, auto vc) {
         using C = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
-        auto pick = [&]<int D>() {
-            if (split) launch("sink_attn_split_kernel", sink_attn_split_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
+        by_dpl(a.head_dim, [&]<int D>() {
+            if (split)
+                launch("sink_attn_split_kernel", sink_attn_split_kernel<D, C, false>, grid, kAttnWarps * 32, 0, stream, a,
+                       RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc));
             else launch("sink_attn_kernel", sink_attn_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
-        };
-        if (dpl == 1) pick.template operator()<1>();
-        else if (dpl == 2) pick.template operator()<2>();
-        else if (dpl <= 4) pick.template operator()<4>();
-        else pick.template operator()<8>();
+        });
     };
     if (a.k_cache32 && a.v_cache32) go(a.k_cache32, a.v_cache32);
     else go(a.k_cache, a.v_cache);
     EHC_LAUNCHED("sink_attn_kernel");
+}
+
+void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, cudaStream_t stream) {
+    check_sink_args(a);
+    if (a.ntok != 1 || r.ntok != 1 || a.nsplit < 1 || !a.split_scratch || !a.split_counters)
+        throw ehp::Error(EH_INTERNAL, "fused decode attention: one token, a split scratch and counters");
+    if (r.qkv != a.q || r.n_head != a.n_head || r.n_kv != a.n_kv || r.head_dim != a.head_dim || r.d_pos0 != a.d_pos0 ||
+        a.ldq != r.ld)
+        throw ehp::Error(EH_INTERNAL, "fused decode attention: RoPE and attention arguments disagree");
+    if (r.n_rot < 0 || r.n_rot > r.head_dim || r.n_rot % 2 || (r.n_rot > 0 && !r.inv_freq))
+        throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
+    const dim3 grid(unsigned(a.nsplit), unsigned(a.n_head));
+    auto go = [&](auto kc, auto vc) {
+        using C = std::remove_pointer_t<decltype(kc)>;
+        by_dpl(a.head_dim, [&]<int D>() {
+            launch("rope_sink_attn_kernel", sink_attn_split_kernel<D, C, true>, grid, kAttnWarps * 32, 0, stream, a, r,
+                   kc, vc);
+        });
+    };
+    if (r.k_cache32 && r.v_cache32) go(r.k_cache32, r.v_cache32);
+    else go(r.k_cache, r.v_cache);
+    EHC_LAUNCHED("rope_sink_attn_kernel");
 }
 
 }  // namespace ehcuda

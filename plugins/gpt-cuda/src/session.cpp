@@ -42,7 +42,7 @@ ehcuda::SessionShape shape_of(Model& m) {
     // gpt2 has a table of learned positions: no room past its end
     if (m.cfg.arch == Arch::Gpt2) sh.n_ctx_cap = uint32_t(m.cfg.n_ctx_train);
     sh.max_batch = kMaxBatch;
-    sh.profile_groups = {"embed",         "qkv gemv (+norm)",      "rope+kv store",         "attention (sinks)",
+    sh.profile_groups = {"embed",         "qkv gemv (+norm)",      "rope+kv store (prefill)", "rope+kv+attention (sinks)",
                          "attn_out gemv", "ffn norm+router+top-k", "ffn up / experts gate|up", "ffn down / experts down",
                          "lm head gemv"};
     return sh;
@@ -164,9 +164,13 @@ void Session::gpt2_layer(int li, int ntok) {
     at.out = attn;
     at.ldo = c.q_dim();
     set_cache(li, r, at);
-    ehcuda::rope_table_store_kv(r, s);
-    mark(kRope);
-    ehcuda::attention_sinks(at, s);
+    if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
+        ehcuda::rope_sink_attention_decode(r, at, s);
+    } else {
+        ehcuda::rope_table_store_kv(r, s);
+        mark(kRope);
+        ehcuda::attention_sinks(at, s);
+    }
     mark(kAttn);
 
     ehcuda::MatmulArgs o;
@@ -267,9 +271,13 @@ void Session::gpt_oss_layer(int li, int ntok) {
     at.out = attn;
     at.ldo = c.q_dim();
     set_cache(li, r, at);
-    ehcuda::rope_table_store_kv(r, s);
-    mark(kRope);
-    ehcuda::attention_sinks(at, s);
+    if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
+        ehcuda::rope_sink_attention_decode(r, at, s);
+    } else {
+        ehcuda::rope_table_store_kv(r, s);
+        mark(kRope);
+        ehcuda::attention_sinks(at, s);
+    }
     mark(kAttn);
 
     ehcuda::MatmulArgs o;

@@ -82,5 +82,10 @@ struct SinkAttnArgs {
 int attention_sink_splits(uint32_t n_ctx);
 size_t attention_sink_scratch_floats(int n_head, int head_dim, int nsplit);
 void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream);
+// Decode (one token): rope_table_store_kv then attention_sinks (split form)
+// as one kernel, the same results (the cache bytes identical). r and a
+// describe the same qkv row, heads and position; a needs the split scratch
+// and counters (nsplit >= 1).
+void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, cudaStream_t stream);
 
 }  // namespace ehcuda
