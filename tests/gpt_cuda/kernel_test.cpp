@@ -17,31 +17,12 @@
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/moe.hpp>
 
+#include "gpu_test_util.hpp"
 #include "ops.hpp"  // cpu-reference building blocks
 
 namespace {
 
-bool have_gpu() {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-template <class T>
-ehcuda::DeviceBuffer dev(const std::vector<T>& v) {
-    ehcuda::DeviceBuffer b(v.size() * sizeof(T) + 64);
-    cudaMemset(b.get(), 0, b.size());
-    cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return b;
-}
-template <class T>
-std::vector<T> host(const ehcuda::DeviceBuffer& b, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-}
+using namespace gpttest;
 
 double rel_err(const std::vector<float>& got, const std::vector<float>& want) {
     double mx = 1e-12, e = 0;
@@ -67,13 +48,6 @@ std::vector<float> dequant(uint32_t type, const std::vector<uint8_t>& data, size
     const size_t rb = ehp::quant::row_bytes(type, cols);
     for (size_t r = 0; r < rows; ++r) ehp::quant::dequantize_row(type, data.data() + r * rb, &w[r * cols], cols);
     return w;
-}
-
-std::vector<float> randn(std::mt19937& rng, size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
 }
 
 TEST(GptKernels, Mxfp4DecodeMatchesHostBlocks) {

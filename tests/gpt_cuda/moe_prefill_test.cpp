@@ -18,36 +18,11 @@
 #include <ehcuda/moe.hpp>
 #include <ehcuda/prefill_workspace.hpp>
 
+#include "gpu_test_util.hpp"
+
 namespace {
 
-bool have_gpu() {
-    int n = 0;
-    return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
-}
-#define REQUIRE_GPU() \
-    if (!have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-template <class T>
-ehcuda::DeviceBuffer dev(const std::vector<T>& v) {
-    ehcuda::DeviceBuffer b(v.size() * sizeof(T) + 64);  // MXFP4 rows are read a word past the end
-    cudaMemset(b.get(), 0, b.size());
-    cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
-    return b;
-}
-template <class T>
-std::vector<T> host(const ehcuda::DeviceBuffer& b, size_t n) {
-    std::vector<T> v(n);
-    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    cudaMemcpy(v.data(), b.get(), n * sizeof(T), cudaMemcpyDeviceToHost);
-    return v;
-}
-
-std::vector<float> randn(std::mt19937& rng, size_t n, float scale = 1.0f) {
-    std::normal_distribution<float> d(0.0f, scale);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-}
+using namespace gpttest;
 
 uint16_t half_bits(float f) {
     const __half h = __float2half(f);

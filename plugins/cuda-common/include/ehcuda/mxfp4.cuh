@@ -24,10 +24,11 @@ __device__ __forceinline__ float e8m0_value(uint32_t e) {
     return e == 0 ? __int_as_float(0x00400000) : __int_as_float(int(e << 23));
 }
 
-// Block c of a row. Blocks sit at a 17-byte stride, so the 17 bytes are
+// Block c of a row as five words: byte 0 of y[0] the exponent, then qs[j]
+// at byte j + 1. Blocks sit at a 17-byte stride, so the 17 bytes are
 // fetched as five aligned 32-bit words (up to 3 bytes past the block) and
 // realigned with funnel shifts.
-__device__ __forceinline__ void load_mxfp4_chunk(const uint8_t* row, int c, float (&v)[32]) {
+__device__ __forceinline__ void load_mxfp4_words(const uint8_t* row, int c, uint32_t (&y)[5]) {
     const uint8_t* b = row + size_t(c) * 17;
     const uintptr_t addr = reinterpret_cast<uintptr_t>(b);
     const uint32_t* w = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t(3));
@@ -35,10 +36,14 @@ __device__ __forceinline__ void load_mxfp4_chunk(const uint8_t* row, int c, floa
     uint32_t x[5];
 #pragma unroll
     for (int i = 0; i < 5; ++i) x[i] = __ldg(w + i);
-    uint32_t y[5];
 #pragma unroll
     for (int i = 0; i < 4; ++i) y[i] = __funnelshift_r(x[i], x[i + 1], sh);
     y[4] = x[4] >> sh;
+}
+
+__device__ __forceinline__ void load_mxfp4_chunk(const uint8_t* row, int c, float (&v)[32]) {
+    uint32_t y[5];
+    load_mxfp4_words(row, c, y);
     const float scale = e8m0_value(y[0] & 0xFFu);
 #pragma unroll
     for (int j = 0; j < 16; ++j) {

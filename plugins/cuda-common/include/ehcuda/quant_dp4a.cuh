@@ -199,18 +199,8 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         return f16_at(b + 208) * x.d *
                (float(sc[0]) * to_f(si0 - 32 * x.sum_lo) + float(sc[1]) * to_f(si1 - 32 * x.sum_hi));
     } else if constexpr (T == EH_TYPE_MXFP4) {
-        // 17-byte blocks: fetched as five aligned words and realigned.
-        const uint8_t* b = row + size_t(c) * 17;
-        const uintptr_t addr = reinterpret_cast<uintptr_t>(b);
-        const uint32_t* w = reinterpret_cast<const uint32_t*>(addr & ~uintptr_t(3));
-        const uint32_t sh = uint32_t(addr & 3) * 8;
-        uint32_t q[5];
-#pragma unroll
-        for (int i = 0; i < 5; ++i) q[i] = __ldg(w + i);
         uint32_t y[5];
-#pragma unroll
-        for (int i = 0; i < 4; ++i) y[i] = __funnelshift_r(q[i], q[i + 1], sh);
-        y[4] = q[4] >> sh;
+        load_mxfp4_words(row, c, y);
         S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
