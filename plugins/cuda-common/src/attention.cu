@@ -26,8 +26,9 @@
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
-#include "ehcuda/launch.cuh"
 #include "ehcuda/kernels.hpp"
+#include "ehcuda/launch.cuh"
+#include "online_softmax.cuh"
 #include "rope.cuh"
 
 namespace ehcuda {
@@ -186,22 +187,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
         for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
             for (int j = 0; j < kKeysPerIter; ++j) s[j] += __shfl_xor_sync(0xffffffffu, s[j], off);
-        float mt = m;
-#pragma unroll
-        for (int j = 0; j < kKeysPerIter; ++j)
-            if (kb + j < ke) mt = fmaxf(mt, s[j]);
-        const float alpha = (m == -INFINITY) ? 0.0f : __expf(m - mt);
-        l *= alpha;
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
-#pragma unroll
-        for (int j = 0; j < kKeysPerIter; ++j) {
-            const float p = (kb + j < ke) ? __expf(s[j] - mt) : 0.0f;
-            l += p;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, vf[j][i], acc[i]);
-        }
-        m = mt;
+        detail::softmax_fold<kKeysPerIter, DPL>(s, vf, ke - kb, m, l, acc);
     }
     if (lane == 0) {
         sm_m[warp] = m;
@@ -393,22 +379,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
         for (int off = 16; off > 0; off >>= 1)
 #pragma unroll
             for (int j = 0; j < G; ++j) s[j] += __shfl_xor_sync(0xffffffffu, s[j], off);
-        float mt = m;
-#pragma unroll
-        for (int j = 0; j < G; ++j)
-            if (kb + j < ke) mt = fmaxf(mt, s[j]);
-        const float alpha = (m == -INFINITY) ? 0.0f : __expf(m - mt);
-        l *= alpha;
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
-#pragma unroll
-        for (int j = 0; j < G; ++j) {
-            const float p = (kb + j < ke) ? __expf(s[j] - mt) : 0.0f;
-            l += p;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, vf[j][i], acc[i]);
-        }
-        m = mt;
+        detail::softmax_fold<G, DPL>(s, vf, ke - kb, m, l, acc);
         kb += kDecodeWarps * G;
         if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kf, vf);
     }

@@ -8,6 +8,7 @@
 #include "ehcuda/launch.cuh"
 #include "ehcuda/gpt_ops.hpp"
 #include "ehcuda/quant.cuh"
+#include "online_softmax.cuh"
 
 namespace ehcuda {
 namespace {
@@ -153,25 +154,9 @@ __device__ __forceinline__ void attend_keys(const SinkAttnArgs& a, const C* k_ca
             }
             s[g] = part;
         }
-        float gmax = -INFINITY;
 #pragma unroll
-        for (int g = 0; g < kKeyGroup; ++g) {
-            s[g] = kb + g <= k1 ? detail::warp_sum(s[g]) : -INFINITY;
-            gmax = fmaxf(gmax, s[g]);
-        }
-        const float mnew = fmaxf(m, gmax);
-        const float alpha = m == -INFINITY ? 0.0f : __expf(m - mnew);
-        l *= alpha;
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
-#pragma unroll
-        for (int g = 0; g < kKeyGroup; ++g) {
-            const float p = s[g] == -INFINITY ? 0.0f : __expf(s[g] - mnew);
-            l += p;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) acc[i] = fmaf(p, vv[g][i], acc[i]);
-        }
-        m = mnew;
+        for (int g = 0; g < kKeyGroup; ++g) s[g] = detail::warp_sum(s[g]);
+        detail::softmax_fold<kKeyGroup, DPL>(s, vv, k1 - kb + 1, m, l, acc);
     }
 }
 
@@ -324,17 +309,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
             const int d = lane + 32 * i;
             part = fmaf(q[i], d < hd ? kv_round(k_cache, ks[d]) : 0.0f, part);
         }
-        const float sc = detail::warp_sum(part);
-        const float mnew = fmaxf(m, sc);
-        const float alpha = m == -INFINITY ? 0.0f : __expf(m - mnew);
-        const float p = __expf(sc - mnew);
-        l = l * alpha + p;
+        const float sn[1] = {detail::warp_sum(part)};
+        float vn[1][DPL];
 #pragma unroll
         for (int i = 0; i < DPL; ++i) {
             const int d = lane + 32 * i;
-            acc[i] = fmaf(p, d < hd ? kv_round(v_cache, vs[d]) : 0.0f, acc[i] * alpha);
+            vn[0][i] = d < hd ? kv_round(v_cache, vs[d]) : 0.0f;
         }
-        m = mnew;
+        detail::softmax_fold<1, DPL>(sn, vn, 1, m, l, acc);
     }
     parts.put(m, l, acc);
     __syncthreads();
