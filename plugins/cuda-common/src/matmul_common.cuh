@@ -80,6 +80,17 @@ void host_dispatch(int type, F&& f) {
     }
 }
 
-
+// host_dispatch plus MXFP4: the stored types the MoE kernels and the
+// prefill dequantization decode. EH_UNSUPPORTED names `what` otherwise.
+template <class F>
+void host_dispatch_mxfp4(uint32_t type, const char* what, F&& f) {
+    if (type == EH_TYPE_MXFP4) {
+        f.template operator()<EH_TYPE_MXFP4>();
+        return;
+    }
+    if (!matmul_type_supported(type))
+        throw ehp::Error(EH_UNSUPPORTED, std::string(what) + ": unsupported weight type " + ehp::type_name(type));
+    host_dispatch(int(type), f);
+}
 
 }  // namespace ehcuda::detail

@@ -11,6 +11,7 @@
 #include "ehcuda/moe.hpp"
 #include "moe_common.cuh"
 #include "ehcuda/mxfp4.cuh"
+#include "matmul_common.cuh"
 
 namespace ehcuda {
 namespace {
@@ -219,21 +220,7 @@ __global__ void __launch_bounds__(kWarps * 32) dense_kernel(const float* x, int 
 
 template <class F>
 void type_dispatch(uint32_t type, F&& f) {
-    switch (type) {
-    case EH_TYPE_F32: f.template operator()<EH_TYPE_F32>(); break;
-    case EH_TYPE_F16: f.template operator()<EH_TYPE_F16>(); break;
-    case EH_TYPE_BF16: f.template operator()<EH_TYPE_BF16>(); break;
-    case EH_TYPE_Q4_0: f.template operator()<EH_TYPE_Q4_0>(); break;
-    case EH_TYPE_Q4_1: f.template operator()<EH_TYPE_Q4_1>(); break;
-    case EH_TYPE_Q5_0: f.template operator()<EH_TYPE_Q5_0>(); break;
-    case EH_TYPE_Q5_1: f.template operator()<EH_TYPE_Q5_1>(); break;
-    case EH_TYPE_Q8_0: f.template operator()<EH_TYPE_Q8_0>(); break;
-    case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); break;
-    case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); break;
-    case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); break;
-    case EH_TYPE_MXFP4: f.template operator()<EH_TYPE_MXFP4>(); break;
-    default: throw ehp::Error(EH_UNSUPPORTED, "moe: unsupported weight type " + ehp::type_name(type));
-    }
+    detail::host_dispatch_mxfp4(type, "moe", f);
 }
 
 }  // namespace

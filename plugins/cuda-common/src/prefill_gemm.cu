@@ -19,6 +19,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/moe.hpp"
 #include "ehcuda/mxfp4.cuh"
+#include "matmul_common.cuh"
 #include "prefill_gemm.hpp"
 
 namespace ehcuda::prefill {
@@ -85,21 +86,7 @@ __global__ void bias_fill_kernel(float* y, int ldy, int off, int rows, int ntok,
 
 template <class F>
 void type_dispatch(uint32_t type, F&& f) {
-    switch (type) {
-    case EH_TYPE_F32: f.template operator()<EH_TYPE_F32>(); break;
-    case EH_TYPE_F16: f.template operator()<EH_TYPE_F16>(); break;
-    case EH_TYPE_BF16: f.template operator()<EH_TYPE_BF16>(); break;
-    case EH_TYPE_Q4_0: f.template operator()<EH_TYPE_Q4_0>(); break;
-    case EH_TYPE_Q4_1: f.template operator()<EH_TYPE_Q4_1>(); break;
-    case EH_TYPE_Q5_0: f.template operator()<EH_TYPE_Q5_0>(); break;
-    case EH_TYPE_Q5_1: f.template operator()<EH_TYPE_Q5_1>(); break;
-    case EH_TYPE_Q8_0: f.template operator()<EH_TYPE_Q8_0>(); break;
-    case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); break;
-    case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); break;
-    case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); break;
-    case EH_TYPE_MXFP4: f.template operator()<EH_TYPE_MXFP4>(); break;
-    default: throw ehp::Error(EH_UNSUPPORTED, "prefill dequant: unsupported weight type " + ehp::type_name(type));
-    }
+    detail::host_dispatch_mxfp4(type, "prefill dequant", f);
 }
 
 unsigned blocks_for(size_t n, unsigned per) { return unsigned((n + per - 1) / per); }
