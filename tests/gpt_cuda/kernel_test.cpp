@@ -238,6 +238,24 @@ TEST(GptKernels, MoeExpertsMatchHostReference) {
     EXPECT_EQ(std::memcmp(host<float>(dh2, want.size()).data(), got.data(), got.size() * 4), 0);
 }
 
+// A K and a V cache of n random values each, rounded to FP16 (k, v) and
+// the same values as floats (kf, vf), for references that must read what
+// the kernels read. Draws k[i], v[i] alternately.
+struct HalfKV {
+    std::vector<__half> k, v;
+    std::vector<float> kf, vf;
+};
+HalfKV random_half_kv(std::mt19937& rng, size_t n) {
+    HalfKV c{std::vector<__half>(n), std::vector<__half>(n), std::vector<float>(n), std::vector<float>(n)};
+    for (size_t i = 0; i < n; ++i) {
+        c.k[i] = __float2half(randn(rng, 1)[0]);
+        c.v[i] = __float2half(randn(rng, 1)[0]);
+        c.kf[i] = __half2float(c.k[i]);
+        c.vf[i] = __half2float(c.v[i]);
+    }
+    return c;
+}
+
 TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
     REQUIRE_GPU();
     std::mt19937 rng(5);
@@ -246,14 +264,11 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
         const int pos0 = ctx - ntok;
         const int kv_dim = n_kv * hd, q_dim = n_head * hd;
         // cache as FP16; the reference reads the same rounded values
-        std::vector<__half> kc(size_t(ctx) * kv_dim), vc(size_t(ctx) * kv_dim);
-        std::vector<float> kf(kc.size()), vf(vc.size());
-        for (size_t i = 0; i < kc.size(); ++i) {
-            kc[i] = __float2half(randn(rng, 1)[0]);
-            vc[i] = __float2half(randn(rng, 1)[0]);
-            kf[i] = __half2float(kc[i]);
-            vf[i] = __half2float(vc[i]);
-        }
+        const HalfKV cache = random_half_kv(rng, size_t(ctx) * kv_dim);
+        const std::vector<__half>& kc = cache.k;
+        const std::vector<__half>& vc = cache.v;
+        const std::vector<float>& kf = cache.kf;
+        const std::vector<float>& vf = cache.vf;
         const auto q = randn(rng, size_t(ntok) * q_dim);
         const auto sinks = randn(rng, n_head);
         for (int win : {0, window}) {
@@ -303,14 +318,11 @@ TEST(GptKernels, SplitDecodeAttentionMatchesReference) {
     std::mt19937 rng(8);
     const int hd = 64, n_head = 8, n_kv = 2, ctx = 600;
     const int kv_dim = n_kv * hd, q_dim = n_head * hd;
-    std::vector<float> kf(size_t(ctx) * kv_dim), vf(kf.size());
-    std::vector<__half> kh(kf.size()), vh(kf.size());
-    for (size_t i = 0; i < kf.size(); ++i) {
-        kh[i] = __float2half(randn(rng, 1)[0]);
-        vh[i] = __float2half(randn(rng, 1)[0]);
-        kf[i] = __half2float(kh[i]);
-        vf[i] = __half2float(vh[i]);
-    }
+    const HalfKV cache = random_half_kv(rng, size_t(ctx) * kv_dim);
+    const std::vector<__half>& kh = cache.k;
+    const std::vector<__half>& vh = cache.v;
+    const std::vector<float>& kf = cache.kf;
+    const std::vector<float>& vf = cache.vf;
     const auto q = randn(rng, size_t(q_dim));
     const auto sinks = randn(rng, n_head);
     auto dk = dev(kh), dv = dev(vh), dk32 = dev(kf), dv32 = dev(vf), dq = dev(q), ds = dev(sinks);
@@ -375,14 +387,11 @@ TEST(GptKernels, FusedRopeSinkDecodeMatchesSeparateKernels) {
     std::mt19937 rng(9);
     const int hd = 64, n_head = 8, n_kv = 2, ctx = 600;
     const int kv_dim = n_kv * hd, q_dim = n_head * hd, ld = q_dim + 2 * kv_dim;
-    std::vector<float> kf(size_t(ctx) * kv_dim), vf(kf.size());
-    std::vector<__half> kh(kf.size()), vh(kf.size());
-    for (size_t i = 0; i < kf.size(); ++i) {
-        kh[i] = __float2half(randn(rng, 1)[0]);
-        vh[i] = __float2half(randn(rng, 1)[0]);
-        kf[i] = __half2float(kh[i]);
-        vf[i] = __half2float(vh[i]);
-    }
+    const HalfKV cache = random_half_kv(rng, size_t(ctx) * kv_dim);
+    const std::vector<__half>& kh = cache.k;
+    const std::vector<__half>& vh = cache.v;
+    const std::vector<float>& kf = cache.kf;
+    const std::vector<float>& vf = cache.vf;
     const auto qkv = randn(rng, size_t(ld));
     const auto sinks = randn(rng, n_head);
     std::vector<float> inv_freq(size_t(hd / 2));

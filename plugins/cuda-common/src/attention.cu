@@ -176,17 +176,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
             }
         }
         float s[kKeysPerIter];
-#pragma unroll
-        for (int j = 0; j < kKeysPerIter; ++j) {
-            float d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) d = fmaf(q[i], kf[j][i], d);
-            s[j] = d;
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-            for (int j = 0; j < kKeysPerIter; ++j) s[j] += __shfl_xor_sync(0xffffffffu, s[j], off);
+        detail::score_keys<kKeysPerIter, DPL>(q, kf, s);
         detail::softmax_fold<kKeysPerIter, DPL>(s, vf, ke - kb, m, l, acc);
     }
     if (lane == 0) {
@@ -368,17 +358,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
                 }
         }
         float s[G];
-#pragma unroll
-        for (int j = 0; j < G; ++j) {
-            float d = 0.0f;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) d = fmaf(q[i], kf[j][i], d);
-            s[j] = d;
-        }
-#pragma unroll
-        for (int off = 16; off > 0; off >>= 1)
-#pragma unroll
-            for (int j = 0; j < G; ++j) s[j] += __shfl_xor_sync(0xffffffffu, s[j], off);
+        detail::score_keys<G, DPL>(q, kf, s);
         detail::softmax_fold<G, DPL>(s, vf, ke - kb, m, l, acc);
         kb += kDecodeWarps * G;
         if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kf, vf);
