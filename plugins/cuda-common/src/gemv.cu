@@ -51,6 +51,9 @@ DevArgs to_dev(const MatmulArgs& a) {
     if (a.ntok < 1) throw ehp::Error(EH_INTERNAL, "matmul: ntok < 1");
     if (a.xmode == XMode::RmsNorm && (a.ntok != 1 || !a.norm_w))
         throw ehp::Error(EH_INTERNAL, "matmul: fused RMSNorm needs one token and a norm weight");
+    if (a.xmode == XMode::Chunks && (a.ntok != 1 || gemv_input_mode == GemvInput::Float ||
+                                     reinterpret_cast<uintptr_t>(a.x) % 16))
+        throw ehp::Error(EH_INTERNAL, "matmul: chunk input needs one token, an integer GemvInput and a 16-byte aligned x");
     if (!a.x || !a.y) throw ehp::Error(EH_INTERNAL, "matmul: null input/output");
     if (a.ldx % 4 || a.cols * (a.xmode == XMode::SwiGLU ? 2 : 1) > a.ldx)
         throw ehp::Error(EH_INTERNAL, "matmul: ldx too small or not a multiple of 4");
@@ -133,10 +136,12 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 
     extern __shared__ float4 xs_raw[];
     float* xs = reinterpret_cast<float*>(xs_raw);
-    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
-    if constexpr (XB != 0)
-        stage_x_int<XB>(a, xq);
-    else if constexpr (NT == 1)
+    const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs_raw);
+    if constexpr (XB != 0) {
+        // A producer's chunks are read where they are (L2-resident, a few KB).
+        if (a.xmode == int(XMode::Chunks)) xq = reinterpret_cast<const uint8_t*>(a.x);
+        else stage_x_int<XB>(a, reinterpret_cast<uint8_t*>(xs_raw));
+    } else if constexpr (NT == 1)
         stage_x(a, xs);
 
     float acc[R][NT];
@@ -257,7 +262,11 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
                        (NT > 1 || d.total_rows <= detail::gemv_split_rows);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
-    const size_t smem = in == GemvInput::Int8      ? staged_int_bytes<8>(d.cols)
+    const bool chunks = d.xmode == int(XMode::Chunks);
+    if (chunks && in == GemvInput::Float)
+        throw ehp::Error(EH_UNSUPPORTED, "matmul: chunk input needs a weight type with an integer dot product");
+    const size_t smem = chunks                     ? 0
+                        : in == GemvInput::Int8    ? staged_int_bytes<8>(d.cols)
                         : in == GemvInput::Int16   ? staged_int_bytes<16>(d.cols)
                         : in == GemvInput::Int16x2 ? staged_int_bytes<32>(d.cols)
                         : NT == 1                  ? staged_bytes(d.cols)
@@ -322,6 +331,16 @@ void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }
 
+size_t gemv_chunk_bytes(int n) {
+    const size_t chunks = size_t(n > 0 ? n : 0) / 32;
+    switch (detail::gemv_input_mode) {
+    case GemvInput::Int8: return chunks * detail::kIntStride<8>;
+    case GemvInput::Int16: return chunks * detail::kIntStride<16>;
+    case GemvInput::Int16x2: return chunks * detail::kIntStride<32>;
+    default: return 0;
+    }
+}
+
 bool matmul_type_supported(uint32_t type) {
     switch (type) {
     case EH_TYPE_F32: case EH_TYPE_F16: case EH_TYPE_BF16: case EH_TYPE_Q4_0: case EH_TYPE_Q4_1:
@@ -358,6 +377,7 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
 }
 
 void matmul(const MatmulArgs& a, cudaStream_t stream) {
+    if (a.xmode == XMode::Chunks) return gemv(a, stream);  // to_dev checks the single-token shape
     if (matmul_needs_generic(a)) return matmul_generic(a, stream);
     if (a.ntok <= 8)
         gemv(a, stream);
