@@ -1,5 +1,7 @@
 // gate_up_swiglu (kernels.hpp): a dense FFN's gate and up for one token as
 // gate_up_pair_kernel with a single "expert".
+#include <cstdlib>
+
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "gate_up_pair.cuh"
@@ -49,10 +51,20 @@ void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
     xa.ntok = 1;
     const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
     uint8_t* out = static_cast<uint8_t*>(a.out);
-    switch (gemv_input()) {
-    case GemvInput::Int16: detail::launch_gate_up_pair<16>(a.gate.w.type, xa, nullptr, g, u, detail::SwiGlu{}, out, 1, stream); break;
-    default: detail::launch_gate_up_pair<32>(a.gate.w.type, xa, nullptr, g, u, detail::SwiGlu{}, out, 1, stream); break;
-    }
+    // EHCUDA_PAIR_ROWS=2: 2 rows of gate and up per warp, 16 warps
+    // (measurements; default 4 x 8).
+    static const int rows_per_warp = [] {
+        const char* e = std::getenv("EHCUDA_PAIR_ROWS");
+        return e && std::atoi(e) == 2 ? 2 : 4;
+    }();
+    auto go = [&]<int Bits>() {
+        if (rows_per_warp == 2)
+            detail::launch_gate_up_pair<Bits, 2>(a.gate.w.type, xa, nullptr, g, u, detail::SwiGlu{}, out, 1, stream);
+        else
+            detail::launch_gate_up_pair<Bits, 4>(a.gate.w.type, xa, nullptr, g, u, detail::SwiGlu{}, out, 1, stream);
+    };
+    if (gemv_input() == GemvInput::Int16) go.template operator()<16>();
+    else go.template operator()<32>();
 }
 
 }  // namespace ehcuda

@@ -16,8 +16,8 @@
 
 namespace ehcuda::detail {
 
-constexpr int kPairWarps = 8;
-constexpr int kPairRows = 4;  // rows of gate (and of up) per warp: 8 x 4 = one 32-row chunk
+// RW rows of gate (and the same of up) per warp, 32 / RW warps: one
+// 32-row chunk per block.
 
 __device__ __forceinline__ float pair_warp_sum(float v) {
 #pragma unroll
@@ -37,8 +37,8 @@ struct SwiGluOai {
 
 // Grid (n_ff / 32, slots). Slot s uses expert ids[s] (ids NULL: expert 0)
 // and writes chunk blockIdx.x of its row of chunks in `out`.
-template <int TG, int TU, int Bits, class Act>
-__global__ void __launch_bounds__(kPairWarps * 32) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
+template <int TG, int TU, int Bits, int RW, class Act>
+__global__ void __launch_bounds__(32 / RW * 32) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
                                                                        moe_detail::DevMat g, moe_detail::DevMat u,
                                                                        Act act, uint8_t* out) {
     pdl_entry();
@@ -48,69 +48,46 @@ __global__ void __launch_bounds__(kPairWarps * 32) gate_up_pair_kernel(DevArgs x
     const int slot = blockIdx.y, chunk = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = ids ? ids[slot] : 0;
-    const int r0 = chunk * 32 + warp * kPairRows;
+    const int r0 = chunk * 32 + warp * RW;
     const uint8_t* gw = moe_detail::row_ptr(g, e, r0);
     const uint8_t* uw = moe_detail::row_ptr(u, e, r0);
     stage_x_int<Bits>(xa, xs);
 
     const int nch = xa.cols / 32;
-    float ag[kPairRows] = {}, au[kPairRows] = {};
+    float ag[RW] = {}, au[RW] = {};
     for (int c = lane; c < nch; c += 32) {
         XChunk<Bits> x;
         load_staged_int<Bits>(xs, c, x);
 #pragma unroll
-        for (int i = 0; i < kPairRows; ++i) {
+        for (int i = 0; i < RW; ++i) {
             ag[i] += dot_chunk_int<TG>(gw + size_t(i) * g.row_bytes, c, x);
             au[i] += dot_chunk_int<TU>(uw + size_t(i) * u.row_bytes, c, x);
         }
     }
 #pragma unroll
-    for (int i = 0; i < kPairRows; ++i) {
+    for (int i = 0; i < RW; ++i) {
         const float gv = pair_warp_sum(ag[i]), uv = pair_warp_sum(au[i]);
         if (lane == i) {
             const int r = r0 + i;
-            vals[warp * kPairRows + i] = act(gv + moe_detail::bias_of(g, e, r), uv + moe_detail::bias_of(u, e, r));
+            vals[warp * RW + i] = act(gv + moe_detail::bias_of(g, e, r), uv + moe_detail::bias_of(u, e, r));
         }
     }
     __syncthreads();
     if (warp == 0) store_chunk_warp<Bits>(vals[lane], out + (size_t(slot) * gridDim.x + chunk) * kIntStride<Bits>);
 }
 
-// f.template operator()<T>() for the weight types with an integer-input
-// dot product (quant_dp4a.cuh); false for any other type.
-template <class F>
-bool int_type_dispatch(uint32_t type, F&& f) {
-    switch (type) {
-    case EH_TYPE_Q4_0: f.template operator()<EH_TYPE_Q4_0>(); return true;
-    case EH_TYPE_Q4_1: f.template operator()<EH_TYPE_Q4_1>(); return true;
-    case EH_TYPE_Q5_0: f.template operator()<EH_TYPE_Q5_0>(); return true;
-    case EH_TYPE_Q5_1: f.template operator()<EH_TYPE_Q5_1>(); return true;
-    case EH_TYPE_Q8_0: f.template operator()<EH_TYPE_Q8_0>(); return true;
-    case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); return true;
-    case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); return true;
-    case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); return true;
-    case EH_TYPE_MXFP4: f.template operator()<EH_TYPE_MXFP4>(); return true;
-    default: return false;
-    }
-}
-
-inline bool int_type(uint32_t type) {
-    return type == EH_TYPE_MXFP4 || type == EH_TYPE_Q4_0 || type == EH_TYPE_Q4_1 || type == EH_TYPE_Q5_0 ||
-           type == EH_TYPE_Q5_1 || type == EH_TYPE_Q8_0 || type == EH_TYPE_Q4_K || type == EH_TYPE_Q5_K ||
-           type == EH_TYPE_Q6_K;
-}
-
-// gate_up_pair_kernel<T, T, Bits, Act> over `slots` block rows, for gate and
-// up of one integer-path type (the caller checked) and g.rows % 32 == 0.
-template <int Bits, class Act>
+// gate_up_pair_kernel<T, T, Bits, RW, Act> over `slots` block rows, for
+// gate and up of one integer-path type (the caller checked) and g.rows % 32
+// == 0; RW 4 (8 warps) or 2 (16 warps).
+template <int Bits, int RW, class Act>
 void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, const moe_detail::DevMat& g,
                          const moe_detail::DevMat& u, Act act, uint8_t* out, int slots, cudaStream_t stream) {
     const size_t smem = staged_int_bytes<Bits>(xa.cols);
     int_type_dispatch(type, [&]<int T>() {
-        auto kernel = gate_up_pair_kernel<T, T, Bits, Act>;
+        auto kernel = gate_up_pair_kernel<T, T, Bits, RW, Act>;
         if (smem > 48 * 1024)
             EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        launch("gate_up_pair_kernel", kernel, dim3(unsigned(g.rows / 32), unsigned(slots)), kPairWarps * 32, smem,
+        launch("gate_up_pair_kernel", kernel, dim3(unsigned(g.rows / 32), unsigned(slots)), 32 / RW * 32, smem,
                stream, xa, ids, g, u, act, out);
     });
     EHC_LAUNCHED("gate_up_pair_kernel");

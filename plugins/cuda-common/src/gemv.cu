@@ -44,6 +44,9 @@ int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 2048);
 // this many rows (EHCUDA_GEMV_SPLIT_GROUPS / EHCUDA_GEMV_SPLIT_ROWS).
 int gemv_split_groups = env_int("EHCUDA_GEMV_SPLIT_GROUPS", 1536);
 int gemv_split_rows = env_int("EHCUDA_GEMV_SPLIT_ROWS", 2048);
+// Segments of different integer-path types in one single-token launch
+// (EHCUDA_GEMV_MIXED=0: one launch per segment).
+bool gemv_mixed_enabled = env_int("EHCUDA_GEMV_MIXED", 1) != 0;
 
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
@@ -100,6 +103,27 @@ using detail::staged_int_bytes;
 
 constexpr int kWarps = 4;
 
+// T of a single-token launch whose segments (Q, K, V of different quantized
+// types, as Qwen2.5's Q4_K_M files mix Q5_0 and Q8_0) share one launch and
+// one staged input: each warp decodes its own segment's type through a
+// warp-uniform switch, one row per warp.
+constexpr int kMixedTypes = -1;
+
+template <class X>
+__device__ __forceinline__ float dot_chunk_mixed(int type, const uint8_t* row, int c, const X& x) {
+    switch (type) {
+    case EH_TYPE_Q4_0: return dot_chunk_int<EH_TYPE_Q4_0>(row, c, x);
+    case EH_TYPE_Q4_1: return dot_chunk_int<EH_TYPE_Q4_1>(row, c, x);
+    case EH_TYPE_Q5_0: return dot_chunk_int<EH_TYPE_Q5_0>(row, c, x);
+    case EH_TYPE_Q5_1: return dot_chunk_int<EH_TYPE_Q5_1>(row, c, x);
+    case EH_TYPE_Q8_0: return dot_chunk_int<EH_TYPE_Q8_0>(row, c, x);
+    case EH_TYPE_Q4_K: return dot_chunk_int<EH_TYPE_Q4_K>(row, c, x);
+    case EH_TYPE_Q5_K: return dot_chunk_int<EH_TYPE_Q5_K>(row, c, x);
+    case EH_TYPE_Q6_K: return dot_chunk_int<EH_TYPE_Q6_K>(row, c, x);
+    default: return 0.0f;  // the host launches only these
+    }
+}
+
 // Weight type T (a compile-time constant, so each kernel gets only the
 // registers its own format needs), NT tokens, R consecutive rows per warp.
 // With R > 1 (single-token decode of tall matrices) each lane decodes the
@@ -154,6 +178,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
         // Pull the next iteration's chunks towards L2 so their loads are
         // short; keeps more of the row in flight than registers alone allow.
         const int cn = c + 32 * KS;
+        if constexpr (T != kMixedTypes)
         if (a.prefetch && cn < nch) {
 #pragma unroll
             for (int r = 0; r < R; ++r)
@@ -163,8 +188,11 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             XChunk<XB> x;
             load_staged_int<XB>(xq, c, x);
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (r < nr) acc[r][0] += dot_chunk_int<T>(w + size_t(r) * g.row_bytes, c, x);
+            for (int r = 0; r < R; ++r) {
+                if (r >= nr) continue;
+                if constexpr (T == kMixedTypes) acc[r][0] += dot_chunk_mixed(g.type, w + size_t(r) * g.row_bytes, c, x);
+                else acc[r][0] += dot_chunk_int<T>(w + size_t(r) * g.row_bytes, c, x);
+            }
         } else if constexpr (NT > 1) {
             float v[32];
             load_chunk<T>(w, c, v);
@@ -303,6 +331,25 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     EHC_LAUNCHED("gemv_kernel");
 }
 
+// Single token, segments of different integer-path types: one launch (see
+// kMixedTypes), one row per warp.
+void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
+    const bool chunks = d.xmode == int(XMode::Chunks);
+    const int nblk = (d.total_rows + kWarps - 1) / kWarps;
+    auto go = [&](auto kernel, size_t smem) {
+        if (chunks) smem = 0;
+        if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch("gemv_kernel", kernel, dim3(nblk), kWarps * 32, smem, stream, d);
+    };
+    switch (detail::gemv_input_mode) {
+    case GemvInput::Int8: go(gemv_kernel<kMixedTypes, 1, 1, 1, 8>, staged_int_bytes<8>(d.cols)); break;
+    case GemvInput::Int16: go(gemv_kernel<kMixedTypes, 1, 1, 1, 16>, staged_int_bytes<16>(d.cols)); break;
+    case GemvInput::Int16x2: go(gemv_kernel<kMixedTypes, 1, 1, 1, 32>, staged_int_bytes<32>(d.cols)); break;
+    default: throw ehp::Error(EH_INTERNAL, "gemv: mixed-type launch needs an integer input form");
+    }
+    EHC_LAUNCHED("gemv_kernel");
+}
+
 // One launch per group of segments sharing a type.
 void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
     detail::host_dispatch(d.seg[0].type, [&]<int T>() {
@@ -365,6 +412,12 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
     for (int s = 1; s < d.nseg; ++s) same &= d.seg[s].type == d.seg[0].type;
     if (same) {
         gemv_same_type(d, stream);
+        return;
+    }
+    bool mixed = d.ntok == 1 && detail::gemv_input_mode != GemvInput::Float && detail::gemv_mixed_enabled;
+    for (int s = 0; s < d.nseg; ++s) mixed &= detail::int_type(uint32_t(d.seg[s].type)) && d.seg[s].type != EH_TYPE_MXFP4;
+    if (mixed) {
+        launch_gemv_mixed(d, stream);
         return;
     }
     for (int s = 0; s < d.nseg; ++s) {
