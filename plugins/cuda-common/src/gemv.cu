@@ -21,6 +21,13 @@ namespace detail {
 // Off: the next-chunk L2 prefetch cost bandwidth on an H100 (F16 77 % ->
 // 55 % of copy bandwidth, int16-input Q4_K 56 % -> 52 %).
 bool gemv_prefetch_enabled = false;
+// EHCUDA_GEMV_ENTRY_PREFETCH=1: each lane asks L2 for its first chunk of
+// each of its rows before the input staging, so the staging's latency
+// overlaps the first weight fetch (measurements).
+bool gemv_entry_prefetch = [] {
+    const char* e = std::getenv("EHCUDA_GEMV_ENTRY_PREFETCH");
+    return e && *e == '1';
+}();
 // Input form of single-token GEMV on quantized weights (see GemvInput).
 // EHCUDA_GEMV_INPUT=float|int16|int8 overrides the default (int16).
 GemvInput gemv_input_mode = [] {
@@ -84,7 +91,7 @@ DevArgs to_dev(const MatmulArgs& a) {
     d.ldy = a.ldy;
     d.accumulate = a.accumulate ? 1 : 0;
     d.ntok = a.ntok;
-    d.prefetch = gemv_prefetch_enabled ? 1 : 0;
+    d.prefetch = (gemv_prefetch_enabled ? 1 : 0) | (gemv_entry_prefetch ? 2 : 0);
     return d;
 }
 
@@ -153,9 +160,15 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
     const int nch = active ? a.cols / 32 : 0;
 
-    // (Prefetching the warp's rows to L2 here, before pdl_entry() and the
-    // staging, was measured on an H100: no faster, gpt-oss decode 375 ->
-    // 361 tok/s; not kept.)
+    // (Prefetching the warp's whole rows to L2 here, before pdl_entry() and
+    // the staging, was measured on an H100: no faster, gpt-oss decode 375 ->
+    // 361 tok/s; not kept.) Weights are never written by earlier kernels.
+    if constexpr (T != kMixedTypes)
+        if ((a.prefetch & 2) && ks * 32 + lane < nch) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, ks * 32 + lane));
+        }
     pdl_entry();
 
     extern __shared__ float4 xs_raw[];
@@ -179,7 +192,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
         // short; keeps more of the row in flight than registers alone allow.
         const int cn = c + 32 * KS;
         if constexpr (T != kMixedTypes)
-        if (a.prefetch && cn < nch) {
+        if ((a.prefetch & 1) && cn < nch) {
 #pragma unroll
             for (int r = 0; r < R; ++r)
                 if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, cn));

@@ -34,7 +34,7 @@ struct DevArgs {
     int ldy;
     int accumulate;
     int ntok;
-    int prefetch;  // next chunks to L2 inside the loop
+    int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry
 };
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
