@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(32 / RW * 32) gate_up_pair_kernel(DevArgs xa, 
 
 // gate_up_pair_kernel<T, T, Bits, RW, Act> over `slots` block rows, for
 // gate and up of one integer-path type (the caller checked) and g.rows % 32
-// == 0; RW 4, 2 or 1 (8, 16 or 32 warps).
+// == 0; RW 4 or 2 (8 or 16 warps).
 template <int Bits, int RW, class Act>
 void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, const moe_detail::DevMat& g,
                          const moe_detail::DevMat& u, Act act, uint8_t* out, int slots, cudaStream_t stream) {
