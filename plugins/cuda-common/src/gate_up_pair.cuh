@@ -9,6 +9,7 @@
 // and dense FFNs (ffn_decode.cu: one "expert", e = 0).
 #pragma once
 
+#include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "gemv_stage.cuh"
@@ -18,12 +19,6 @@ namespace ehcuda::detail {
 
 // RW rows of gate (and the same of up) per warp, 32 / RW warps: one
 // 32-row chunk per block.
-
-__device__ __forceinline__ float pair_warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
 
 // silu(gate) * up: llama-family FFNs.
 struct SwiGlu {
@@ -66,7 +61,7 @@ __global__ void __launch_bounds__(32 / RW * 32) gate_up_pair_kernel(DevArgs xa, 
     }
 #pragma unroll
     for (int i = 0; i < RW; ++i) {
-        const float gv = pair_warp_sum(ag[i]), uv = pair_warp_sum(au[i]);
+        const float gv = warp_sum(ag[i]), uv = warp_sum(au[i]);
         if (lane == i) {
             const int r = r0 + i;
             vals[warp * RW + i] = act(gv + moe_detail::bias_of(g, e, r), uv + moe_detail::bias_of(u, e, r));

@@ -47,7 +47,9 @@ static int env_int(const char* name, int dflt) {
     return e && *e ? std::atoi(e) : dflt;
 }
 int gemv_r4_rows = env_int("EHCUDA_GEMV_R4_ROWS", 8192);
-int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 2048);
+// (4096, not 2048: with the entry prefetch and chunk inputs, one row per
+// warp for Phi-3's 3072-row matrices took its decode 465 -> 479 tok/s.)
+int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 4096);
 // Split-K below this many row groups, and for a single token only up to
 // this many rows (EHCUDA_GEMV_SPLIT_GROUPS / EHCUDA_GEMV_SPLIT_ROWS).
 int gemv_split_groups = env_int("EHCUDA_GEMV_SPLIT_GROUPS", 1536);
@@ -55,9 +57,6 @@ int gemv_split_rows = env_int("EHCUDA_GEMV_SPLIT_ROWS", 2048);
 // Segments of different integer-path types in one single-token launch
 // (EHCUDA_GEMV_MIXED=0: one launch per segment).
 bool gemv_mixed_enabled = env_int("EHCUDA_GEMV_MIXED", 1) != 0;
-// Split-K for every chunk-input GEMV of at least 1024 inputs: no staging to
-// repeat per block there (EHCUDA_GEMV_CHUNK_SPLIT=1, measurements).
-bool gemv_chunk_split = env_int("EHCUDA_GEMV_CHUNK_SPLIT", 0) != 0;
 
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
@@ -291,10 +290,9 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
             fit4 &= d.seg[s].rows % 4 == 0;
             fit2 &= d.seg[s].rows % 2 == 0;
         }
-        // (Fewer rows per warp so that the grid fills every resident slot
-        // was tried: Phi-3-mini's 3072-row ffn_down at R = 2 runs 0.48 waves
-        // at 18 % occupancy per ncu, yet R = 1 was no faster and Phi-3
-        // decode fell 365 -> 350 tok/s on an H100.)
+        // (Phi-3-mini's 3072-row matrices at R = 2 ran 0.48 waves at 17 %
+        // occupancy per ncu; R = 1 there was slower in session 2, 365 -> 350
+        // tok/s, and faster once the input staging shrank, 465 -> 479.)
         if (d.total_rows >= detail::gemv_r4_rows && fit4) R = 4;
         else if (d.total_rows >= detail::gemv_r2_rows && fit2) R = 2;
     }
@@ -303,9 +301,11 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     // Single token: the same for a short, long-K matrix (Qwen2.5-0.5B's
     // ffn_down, 896 x 4864: one warp per row walked ~5 dependent chunk loads
     // per lane), each block staging the input for its one row group.
-    const bool split = (groups < detail::gemv_split_groups && d.cols >= 32 * 64 &&
-                        (NT > 1 || d.total_rows <= detail::gemv_split_rows)) ||
-                       (detail::gemv_chunk_split && d.xmode == int(XMode::Chunks) && d.cols >= 32 * 32);
+    // (Split-K for every chunk-input GEMV from 1024 inputs, which has no
+    // staging to repeat per block, was measured: Qwen 1357 -> 1343, Phi-3
+    // 467 -> 470 tok/s on an H100; not kept.)
+    const bool split = groups < detail::gemv_split_groups && d.cols >= 32 * 64 &&
+                       (NT > 1 || d.total_rows <= detail::gemv_split_rows);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
     const bool chunks = d.xmode == int(XMode::Chunks);

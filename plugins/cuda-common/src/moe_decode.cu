@@ -56,7 +56,7 @@ __global__ void __launch_bounds__(kDownWarps * 32) down_decode_kernel(const uint
         }
 #pragma unroll
         for (int i = 0; i < kDownRows; ++i) {
-            const float v = detail::pair_warp_sum(acc[i]);
+            const float v = detail::warp_sum(acc[i]);
             if (lane == 0 && i < nr) part[s][i] = v + bias_of(d, e, r0 + i);
         }
     }
