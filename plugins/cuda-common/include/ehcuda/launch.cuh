@@ -30,6 +30,16 @@ __device__ __forceinline__ void pdl_entry() {
 #endif
 }
 
+// Lets the next kernel's blocks be scheduled now (they still wait in
+// pdl_entry() for this whole grid): for a kernel's tail, once its weight
+// loads are issued, so the next kernel's pre-entry work (weight prefetch)
+// overlaps this one's reductions and stores.
+__device__ __forceinline__ void pdl_release() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
 // Off with EHCUDA_PDL=0 (for measurements) or on devices before 9.0.
 bool pdl_enabled();
 
