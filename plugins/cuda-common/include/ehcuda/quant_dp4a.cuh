@@ -188,9 +188,12 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         return f16_at(b + 208) * x.d *
                (float(sc[0]) * to_f(si0 - 32 * x.sum_lo) + float(sc[1]) * to_f(si1 - 32 * x.sum_hi));
     } else if constexpr (T == EH_TYPE_MXFP4) {
-        // device layout (mxfp4.cuh): one aligned 16-byte load of codes and
-        // the exponent byte; word k expands to input words k and 4 + k
-        const uint4 q = mxfp4_codes(row, c);
+        // device layout (mxfp4.cuh): aligned 16-byte loads of the codes
+        // and of the group's exponents; word k expands to input words k
+        // and 4 + k
+        uint32_t e;
+        uint4 q;
+        mxfp4_block(row, c, e, q);
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
         S si{};
 #pragma unroll
@@ -200,7 +203,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
             si = dot4(x, k, lo, si);
             si = dot4(x, 4 + k, hi, si);
         }
-        return 0.5f * e8m0_value(mxfp4_exponent(row, c)) * x.d * to_f(si);
+        return 0.5f * e8m0_value(e) * x.d * to_f(si);
     } else {
         static_assert(T == EH_TYPE_Q4_0, "no integer-input path for this type");
         return 0.0f;
