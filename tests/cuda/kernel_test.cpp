@@ -151,6 +151,58 @@ TEST(Kernels, MultiSegmentMatmulWritesEachSlice) {
     }
 }
 
+// Qwen2.5's Q4_K_M layers mix Q5_0 and Q8_0 among Q, K and V: one
+// single-token launch decodes each warp's own type. It must give what one
+// launch per segment gives, bit for bit (same staging, same per-row order).
+TEST(Kernels, MixedTypeSegmentsMatchOneLaunchPerSegment) {
+    REQUIRE_GPU();
+    const int cols = 896;
+    const uint32_t types[3] = {EH_TYPE_Q5_0, EH_TYPE_Q5_0, EH_TYPE_Q8_0};
+    const int rows[3] = {96, 32, 32};
+    std::mt19937 rng(11);
+    std::vector<ehcuda::DeviceBuffer> bufs;
+    ehcuda::MatmulArgs a;
+    int off = 0;
+    for (int s = 0; s < 3; ++s) {
+        bufs.push_back(to_device(random_rows(types[s], rows[s], cols, rng)));
+        a.seg[s].w = {bufs.back().get(), types[s], rows[s], cols, row_size(types[s], cols)};
+        a.seg[s].out_offset = off;
+        off += rows[s];
+    }
+    a.nseg = 3;
+    std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols));
+    std::normal_distribution<float> nd;
+    for (auto& v : x) v = 4 * nd(rng);
+    for (auto& v : nw) v = 1 + 0.1f * nd(rng);
+    auto dx = to_device(x), dn = to_device(nw);
+    a.cols = cols;
+    a.x = dx.as<float>();
+    a.ldx = cols;
+    a.xmode = ehcuda::XMode::RmsNorm;
+    a.norm_w = dn.as<float>();
+    a.norm_eps = 1e-6f;
+    a.ldy = off;
+    const ehcuda::GemvInput old = ehcuda::gemv_input();
+    for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
+        ehcuda::set_gemv_input(in);
+        ehcuda::DeviceBuffer one(static_cast<size_t>(off) * 4), each(static_cast<size_t>(off) * 4);
+        a.y = one.as<float>();
+        ehcuda::matmul(a, nullptr);
+        for (int s = 0; s < 3; ++s) {
+            ehcuda::MatmulArgs b = a;
+            b.nseg = 1;
+            b.seg[0] = a.seg[s];
+            b.y = each.as<float>();
+            ehcuda::matmul(b, nullptr);
+        }
+        const auto y1 = to_host<float>(one, static_cast<size_t>(off));
+        const auto y3 = to_host<float>(each, static_cast<size_t>(off));
+        for (int r = 0; r < off; ++r) ASSERT_EQ(y1[static_cast<size_t>(r)], y3[static_cast<size_t>(r)]) << "row " << r;
+    }
+    ehcuda::set_gemv_input(old);
+    GPU_OK(cudaGetLastError());
+}
+
 TEST(Kernels, RmsNormAndFusedResidual) {
     REQUIRE_GPU();
     const int n = 896, ntok = 3;

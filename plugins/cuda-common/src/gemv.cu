@@ -21,6 +21,14 @@ namespace detail {
 // Off: the next-chunk L2 prefetch cost bandwidth on an H100 (F16 77 % ->
 // 55 % of copy bandwidth, int16-input Q4_K 56 % -> 52 %).
 bool gemv_prefetch_enabled = false;
+// Each lane asks L2 for its first chunk of each of its rows before the
+// input staging, so the staging's latency overlaps the first weight fetch
+// (H100: Qwen2.5-0.5B decode 1320 -> 1347, Phi-3 462 -> 465 tok/s, gpt-oss
+// unchanged). EHCUDA_GEMV_ENTRY_PREFETCH=0 turns it off.
+bool gemv_entry_prefetch = [] {
+    const char* e = std::getenv("EHCUDA_GEMV_ENTRY_PREFETCH");
+    return !(e && *e == '0');
+}();
 // Input form of single-token GEMV on quantized weights (see GemvInput).
 // EHCUDA_GEMV_INPUT=float|int16|int8 overrides the default (int16).
 GemvInput gemv_input_mode = [] {
@@ -39,11 +47,16 @@ static int env_int(const char* name, int dflt) {
     return e && *e ? std::atoi(e) : dflt;
 }
 int gemv_r4_rows = env_int("EHCUDA_GEMV_R4_ROWS", 8192);
-int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 2048);
+// (4096, not 2048: with the entry prefetch and chunk inputs, one row per
+// warp for Phi-3's 3072-row matrices took its decode 465 -> 479 tok/s.)
+int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 4096);
 // Split-K below this many row groups, and for a single token only up to
 // this many rows (EHCUDA_GEMV_SPLIT_GROUPS / EHCUDA_GEMV_SPLIT_ROWS).
 int gemv_split_groups = env_int("EHCUDA_GEMV_SPLIT_GROUPS", 1536);
 int gemv_split_rows = env_int("EHCUDA_GEMV_SPLIT_ROWS", 2048);
+// Segments of different integer-path types in one single-token launch
+// (EHCUDA_GEMV_MIXED=0: one launch per segment).
+bool gemv_mixed_enabled = env_int("EHCUDA_GEMV_MIXED", 1) != 0;
 
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
@@ -51,6 +64,9 @@ DevArgs to_dev(const MatmulArgs& a) {
     if (a.ntok < 1) throw ehp::Error(EH_INTERNAL, "matmul: ntok < 1");
     if (a.xmode == XMode::RmsNorm && (a.ntok != 1 || !a.norm_w))
         throw ehp::Error(EH_INTERNAL, "matmul: fused RMSNorm needs one token and a norm weight");
+    if (a.xmode == XMode::Chunks && (a.ntok != 1 || gemv_input_mode == GemvInput::Float ||
+                                     reinterpret_cast<uintptr_t>(a.x) % 16))
+        throw ehp::Error(EH_INTERNAL, "matmul: chunk input needs one token, an integer GemvInput and a 16-byte aligned x");
     if (!a.x || !a.y) throw ehp::Error(EH_INTERNAL, "matmul: null input/output");
     if (a.ldx % 4 || a.cols * (a.xmode == XMode::SwiGLU ? 2 : 1) > a.ldx)
         throw ehp::Error(EH_INTERNAL, "matmul: ldx too small or not a multiple of 4");
@@ -78,7 +94,7 @@ DevArgs to_dev(const MatmulArgs& a) {
     d.ldy = a.ldy;
     d.accumulate = a.accumulate ? 1 : 0;
     d.ntok = a.ntok;
-    d.prefetch = gemv_prefetch_enabled ? 1 : 0;
+    d.prefetch = (gemv_prefetch_enabled ? 1 : 0) | (gemv_entry_prefetch ? 2 : 0);
     return d;
 }
 
@@ -96,6 +112,27 @@ using detail::staged_bytes;
 using detail::staged_int_bytes;
 
 constexpr int kWarps = 4;
+
+// T of a single-token launch whose segments (Q, K, V of different quantized
+// types, as Qwen2.5's Q4_K_M files mix Q5_0 and Q8_0) share one launch and
+// one staged input: each warp decodes its own segment's type through a
+// warp-uniform switch, one row per warp.
+constexpr int kMixedTypes = -1;
+
+template <class X>
+__device__ __forceinline__ float dot_chunk_mixed(int type, const uint8_t* row, int c, const X& x) {
+    switch (type) {
+    case EH_TYPE_Q4_0: return dot_chunk_int<EH_TYPE_Q4_0>(row, c, x);
+    case EH_TYPE_Q4_1: return dot_chunk_int<EH_TYPE_Q4_1>(row, c, x);
+    case EH_TYPE_Q5_0: return dot_chunk_int<EH_TYPE_Q5_0>(row, c, x);
+    case EH_TYPE_Q5_1: return dot_chunk_int<EH_TYPE_Q5_1>(row, c, x);
+    case EH_TYPE_Q8_0: return dot_chunk_int<EH_TYPE_Q8_0>(row, c, x);
+    case EH_TYPE_Q4_K: return dot_chunk_int<EH_TYPE_Q4_K>(row, c, x);
+    case EH_TYPE_Q5_K: return dot_chunk_int<EH_TYPE_Q5_K>(row, c, x);
+    case EH_TYPE_Q6_K: return dot_chunk_int<EH_TYPE_Q6_K>(row, c, x);
+    default: return 0.0f;  // the host launches only these
+    }
+}
 
 // Weight type T (a compile-time constant, so each kernel gets only the
 // registers its own format needs), NT tokens, R consecutive rows per warp.
@@ -126,17 +163,25 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     const uint8_t* w = g.w + size_t(active ? lr0 : 0) * g.row_bytes;
     const int nch = active ? a.cols / 32 : 0;
 
-    // (Prefetching the warp's rows to L2 here, before pdl_entry() and the
-    // staging, was measured on an H100: no faster, gpt-oss decode 375 ->
-    // 361 tok/s; not kept.)
+    // (Prefetching the warp's whole rows to L2 here, before pdl_entry() and
+    // the staging, was measured on an H100: no faster, gpt-oss decode 375 ->
+    // 361 tok/s; not kept.) Weights are never written by earlier kernels.
+    if constexpr (T != kMixedTypes)
+        if ((a.prefetch & 2) && ks * 32 + lane < nch) {
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, ks * 32 + lane));
+        }
     pdl_entry();
 
     extern __shared__ float4 xs_raw[];
     float* xs = reinterpret_cast<float*>(xs_raw);
-    uint8_t* xq = reinterpret_cast<uint8_t*>(xs_raw);
-    if constexpr (XB != 0)
-        stage_x_int<XB>(a, xq);
-    else if constexpr (NT == 1)
+    const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs_raw);
+    if constexpr (XB != 0) {
+        // A producer's chunks are read where they are (L2-resident, a few KB).
+        if (a.xmode == int(XMode::Chunks)) xq = reinterpret_cast<const uint8_t*>(a.x);
+        else stage_x_int<XB>(a, reinterpret_cast<uint8_t*>(xs_raw));
+    } else if constexpr (NT == 1)
         stage_x(a, xs);
 
     float acc[R][NT];
@@ -149,7 +194,8 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
         // Pull the next iteration's chunks towards L2 so their loads are
         // short; keeps more of the row in flight than registers alone allow.
         const int cn = c + 32 * KS;
-        if (a.prefetch && cn < nch) {
+        if constexpr (T != kMixedTypes)
+        if ((a.prefetch & 1) && cn < nch) {
 #pragma unroll
             for (int r = 0; r < R; ++r)
                 if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, cn));
@@ -158,8 +204,11 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             XChunk<XB> x;
             load_staged_int<XB>(xq, c, x);
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (r < nr) acc[r][0] += dot_chunk_int<T>(w + size_t(r) * g.row_bytes, c, x);
+            for (int r = 0; r < R; ++r) {
+                if (r >= nr) continue;
+                if constexpr (T == kMixedTypes) acc[r][0] += dot_chunk_mixed(g.type, w + size_t(r) * g.row_bytes, c, x);
+                else acc[r][0] += dot_chunk_int<T>(w + size_t(r) * g.row_bytes, c, x);
+            }
         } else if constexpr (NT > 1) {
             float v[32];
             load_chunk<T>(w, c, v);
@@ -241,10 +290,9 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
             fit4 &= d.seg[s].rows % 4 == 0;
             fit2 &= d.seg[s].rows % 2 == 0;
         }
-        // (Fewer rows per warp so that the grid fills every resident slot
-        // was tried: Phi-3-mini's 3072-row ffn_down at R = 2 runs 0.48 waves
-        // at 18 % occupancy per ncu, yet R = 1 was no faster and Phi-3
-        // decode fell 365 -> 350 tok/s on an H100.)
+        // (Phi-3-mini's 3072-row matrices at R = 2 ran 0.48 waves at 17 %
+        // occupancy per ncu; R = 1 there was slower in session 2, 365 -> 350
+        // tok/s, and faster once the input staging shrank, 465 -> 479.)
         if (d.total_rows >= detail::gemv_r4_rows && fit4) R = 4;
         else if (d.total_rows >= detail::gemv_r2_rows && fit2) R = 2;
     }
@@ -253,11 +301,18 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     // Single token: the same for a short, long-K matrix (Qwen2.5-0.5B's
     // ffn_down, 896 x 4864: one warp per row walked ~5 dependent chunk loads
     // per lane), each block staging the input for its one row group.
+    // (Split-K for every chunk-input GEMV from 1024 inputs, which has no
+    // staging to repeat per block, was measured: Qwen 1357 -> 1343, Phi-3
+    // 467 -> 470 tok/s on an H100; not kept.)
     const bool split = groups < detail::gemv_split_groups && d.cols >= 32 * 64 &&
                        (NT > 1 || d.total_rows <= detail::gemv_split_rows);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
-    const size_t smem = in == GemvInput::Int8      ? staged_int_bytes<8>(d.cols)
+    const bool chunks = d.xmode == int(XMode::Chunks);
+    if (chunks && in == GemvInput::Float)
+        throw ehp::Error(EH_UNSUPPORTED, "matmul: chunk input needs a weight type with an integer dot product");
+    const size_t smem = chunks                     ? 0
+                        : in == GemvInput::Int8    ? staged_int_bytes<8>(d.cols)
                         : in == GemvInput::Int16   ? staged_int_bytes<16>(d.cols)
                         : in == GemvInput::Int16x2 ? staged_int_bytes<32>(d.cols)
                         : NT == 1                  ? staged_bytes(d.cols)
@@ -294,6 +349,25 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     EHC_LAUNCHED("gemv_kernel");
 }
 
+// Single token, segments of different integer-path types: one launch (see
+// kMixedTypes), one row per warp.
+void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
+    const bool chunks = d.xmode == int(XMode::Chunks);
+    const int nblk = (d.total_rows + kWarps - 1) / kWarps;
+    auto go = [&](auto kernel, size_t smem) {
+        if (chunks) smem = 0;
+        if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        launch("gemv_kernel", kernel, dim3(nblk), kWarps * 32, smem, stream, d);
+    };
+    switch (detail::gemv_input_mode) {
+    case GemvInput::Int8: go(gemv_kernel<kMixedTypes, 1, 1, 1, 8>, staged_int_bytes<8>(d.cols)); break;
+    case GemvInput::Int16: go(gemv_kernel<kMixedTypes, 1, 1, 1, 16>, staged_int_bytes<16>(d.cols)); break;
+    case GemvInput::Int16x2: go(gemv_kernel<kMixedTypes, 1, 1, 1, 32>, staged_int_bytes<32>(d.cols)); break;
+    default: throw ehp::Error(EH_INTERNAL, "gemv: mixed-type launch needs an integer input form");
+    }
+    EHC_LAUNCHED("gemv_kernel");
+}
+
 // One launch per group of segments sharing a type.
 void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
     detail::host_dispatch(d.seg[0].type, [&]<int T>() {
@@ -322,6 +396,16 @@ void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }
 
+size_t gemv_chunk_bytes(int n) {
+    const size_t chunks = size_t(n > 0 ? n : 0) / 32;
+    switch (detail::gemv_input_mode) {
+    case GemvInput::Int8: return chunks * detail::kIntStride<8>;
+    case GemvInput::Int16: return chunks * detail::kIntStride<16>;
+    case GemvInput::Int16x2: return chunks * detail::kIntStride<32>;
+    default: return 0;
+    }
+}
+
 bool matmul_type_supported(uint32_t type) {
     switch (type) {
     case EH_TYPE_F32: case EH_TYPE_F16: case EH_TYPE_BF16: case EH_TYPE_Q4_0: case EH_TYPE_Q4_1:
@@ -348,6 +432,12 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
         gemv_same_type(d, stream);
         return;
     }
+    bool mixed = d.ntok == 1 && detail::gemv_input_mode != GemvInput::Float && detail::gemv_mixed_enabled;
+    for (int s = 0; s < d.nseg; ++s) mixed &= detail::int_type(uint32_t(d.seg[s].type)) && d.seg[s].type != EH_TYPE_MXFP4;
+    if (mixed) {
+        launch_gemv_mixed(d, stream);
+        return;
+    }
     for (int s = 0; s < d.nseg; ++s) {
         DevArgs one = d;
         one.nseg = 1;
@@ -358,6 +448,7 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
 }
 
 void matmul(const MatmulArgs& a, cudaStream_t stream) {
+    if (a.xmode == XMode::Chunks) return gemv(a, stream);  // to_dev checks the single-token shape
     if (matmul_needs_generic(a)) return matmul_generic(a, stream);
     if (a.ntok <= 8)
         gemv(a, stream);

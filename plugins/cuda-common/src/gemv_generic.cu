@@ -121,6 +121,7 @@ GenArgs validate(const MatmulArgs& a) {
     if (a.cols <= 0) throw ehp::Error(EH_INTERNAL, "matmul_generic: cols must be positive");
     if (a.ntok < 1) throw ehp::Error(EH_INTERNAL, "matmul_generic: ntok < 1");
     if (!a.x || !a.y) throw ehp::Error(EH_INTERNAL, "matmul_generic: null input/output");
+    if (a.xmode == XMode::Chunks) throw ehp::Error(EH_INTERNAL, "matmul_generic: chunk input is for the single-token GEMV only");
     if (a.xmode == XMode::RmsNorm && !a.norm_w) throw ehp::Error(EH_INTERNAL, "matmul_generic: RMSNorm needs a norm weight");
     if (a.cols * (a.xmode == XMode::SwiGLU ? 2 : 1) > a.ldx)
         throw ehp::Error(EH_INTERNAL, "matmul_generic: ldx " + std::to_string(a.ldx) + " too small for cols " +

@@ -176,39 +176,50 @@ __device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
     __syncthreads();
 }
 
-// The int16x2 chunk of 32 values held one per lane (lane = element), written
-// by the whole warp to `chunk` (any memory, kIntStride<32> bytes, 16-byte
-// aligned): how a producer leaves its output ready for a consumer's integer
-// dot products. Matches stage_x_int<32>'s rounding.
-__device__ __forceinline__ void store_chunk_x2_warp(float v, uint8_t* chunk) {
+// The integer chunk of 32 values held one per lane (lane = element),
+// written by the whole warp to `chunk` (any memory, kIntStride<Bits> bytes,
+// 16-byte aligned): how a producer leaves its output ready for a consumer's
+// integer dot products. Rounds exactly as stage_x_int<Bits> does, so a
+// consumer gets the same codes either way.
+template <int Bits>
+__device__ __forceinline__ void store_chunk_warp(float v, uint8_t* chunk) {
+    constexpr float kMax = Bits == 8 ? 127.0f : 32767.0f;
     const int lane = threadIdx.x & 31;
     float amax = fabsf(v);
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-    const float id = amax > 0.0f ? 32767.0f / amax : 0.0f;
+    const float id = amax > 0.0f ? kMax / amax : 0.0f;
     const float sv = v * id;
     const int q = __float2int_rn(sv);
-    const int r = __float2int_rn((sv - float(q)) * 32768.0f);
+    const int r = Bits == 32 ? __float2int_rn((sv - float(q)) * 32768.0f) : 0;
     int sq = q, sr = r;
 #pragma unroll
     for (int o = 1; o < 16; o <<= 1) {
         sq += __shfl_xor_sync(0xffffffffu, sq, o);
-        sr += __shfl_xor_sync(0xffffffffu, sr, o);
+        if constexpr (Bits == 32) sr += __shfl_xor_sync(0xffffffffu, sr, o);
     }
-    const int qn = __shfl_down_sync(0xffffffffu, q, 1), rn = __shfl_down_sync(0xffffffffu, r, 1);
     int* words = reinterpret_cast<int*>(chunk);
-    if ((lane & 1) == 0) {
-        words[lane >> 1] = pack16(q, qn);
-        words[16 + (lane >> 1)] = pack16(r, rn);
+    if constexpr (Bits == 8) {
+        // Lane 4k gathers the bytes of elements 4k..4k+3.
+        const int b1 = __shfl_down_sync(0xffffffffu, q, 1), b2 = __shfl_down_sync(0xffffffffu, q, 2);
+        const int b3 = __shfl_down_sync(0xffffffffu, q, 3);
+        if ((lane & 3) == 0) words[lane >> 2] = (q & 0xFF) | ((b1 & 0xFF) << 8) | ((b2 & 0xFF) << 16) | (b3 << 24);
+    } else {
+        const int qn = __shfl_down_sync(0xffffffffu, q, 1);
+        const int rn = __shfl_down_sync(0xffffffffu, r, 1);
+        if ((lane & 1) == 0) {
+            words[lane >> 1] = pack16(q, qn);
+            if constexpr (Bits == 32) words[16 + (lane >> 1)] = pack16(r, rn);
+        }
     }
-    int* hdr = words + 32;
+    int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
     if (lane == 0) {
-        hdr[0] = __float_as_int(amax / 32767.0f);
+        hdr[0] = __float_as_int(amax / kMax);
         hdr[1] = sq;
-        hdr[3] = sr;
+        if constexpr (Bits == 32) hdr[3] = sr;
     } else if (lane == 16) {
         hdr[2] = sq;
-        hdr[4] = sr;
+        if constexpr (Bits == 32) hdr[4] = sr;
     }
 }
 

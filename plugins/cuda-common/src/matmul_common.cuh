@@ -34,7 +34,7 @@ struct DevArgs {
     int ldy;
     int accumulate;
     int ntok;
-    int prefetch;  // next chunks to L2 inside the loop
+    int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry
 };
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
@@ -91,6 +91,31 @@ void host_dispatch_mxfp4(uint32_t type, const char* what, F&& f) {
     if (!matmul_type_supported(type))
         throw ehp::Error(EH_UNSUPPORTED, std::string(what) + ": unsupported weight type " + ehp::type_name(type));
     host_dispatch(int(type), f);
+}
+
+// f.template operator()<T>() for the weight types with an integer-input
+// dot product (quant_dp4a.cuh); false for any other type.
+template <class F>
+bool int_type_dispatch(uint32_t type, F&& f) {
+    switch (type) {
+    case EH_TYPE_Q4_0: f.template operator()<EH_TYPE_Q4_0>(); return true;
+    case EH_TYPE_Q4_1: f.template operator()<EH_TYPE_Q4_1>(); return true;
+    case EH_TYPE_Q5_0: f.template operator()<EH_TYPE_Q5_0>(); return true;
+    case EH_TYPE_Q5_1: f.template operator()<EH_TYPE_Q5_1>(); return true;
+    case EH_TYPE_Q8_0: f.template operator()<EH_TYPE_Q8_0>(); return true;
+    case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); return true;
+    case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); return true;
+    case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); return true;
+    case EH_TYPE_MXFP4: f.template operator()<EH_TYPE_MXFP4>(); return true;
+    default: return false;
+    }
+}
+
+// The same set, as a test (has_int_input_path<T>() at compile time).
+inline bool int_type(uint32_t type) {
+    return type == EH_TYPE_MXFP4 || type == EH_TYPE_Q4_0 || type == EH_TYPE_Q4_1 || type == EH_TYPE_Q5_0 ||
+           type == EH_TYPE_Q5_1 || type == EH_TYPE_Q8_0 || type == EH_TYPE_Q4_K || type == EH_TYPE_Q5_K ||
+           type == EH_TYPE_Q6_K;
 }
 
 }  // namespace ehcuda::detail

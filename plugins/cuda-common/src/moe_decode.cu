@@ -1,8 +1,7 @@
 // Single-token MoE (decode), see moe_decode in moe.hpp. Two kernels:
 //
-//   gate|up: block (slot, 32-row chunk), 8 warps x 4 rows of gate and the
-//            same 4 rows of up against the token's input staged once per
-//            block as int16x2 codes (with the pre-norm folded in); the 32
+//   gate|up: gate_up_pair_kernel (gate_up_pair.cuh), block (32-row chunk,
+//            slot), int16x2 input with the pre-norm folded in; the
 //            activations go back to memory already in the int16x2 chunk
 //            layout, so the down kernel needs no staging of its own.
 //   down:    block (4 output rows), warp w takes slots w, w+4, ...; the
@@ -18,8 +17,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/moe.hpp"
-#include "gemv_stage.cuh"
-#include "moe_common.cuh"
+#include "gate_up_pair.cuh"
 
 namespace ehcuda {
 namespace {
@@ -30,58 +28,10 @@ using moe_detail::DevMat;
 using moe_detail::row_ptr;
 using moe_detail::to_dev;
 
-constexpr int kGateWarps = 8;
-constexpr int kGateRows = 4;   // rows of gate (and of up) per warp: 8 x 4 = one 32-row chunk
 constexpr int kDownWarps = 4;
 constexpr int kDownRows = 4;   // output rows per block
 constexpr int kMaxSlots = 32;  // expert_used_count bound (moe_route's)
 constexpr int kChunkBytes = kIntStride<32>;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-template <int TG, int TU>
-__global__ void __launch_bounds__(kGateWarps * 32) gate_up_decode_kernel(detail::DevArgs xa, const int32_t* ids,
-                                                                         DevMat g, DevMat u, float alpha, float limit,
-                                                                         uint8_t* act_q) {
-    pdl_entry();
-    extern __shared__ int4 smem_raw[];
-    uint8_t* xs = reinterpret_cast<uint8_t*>(smem_raw);
-    __shared__ float out[32];
-    const int slot = blockIdx.y, chunk = blockIdx.x;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int e = ids[slot];
-    const int r0 = chunk * 32 + warp * kGateRows;
-    const uint8_t* gw = row_ptr(g, e, r0);
-    const uint8_t* uw = row_ptr(u, e, r0);
-    detail::stage_x_int<32>(xa, xs);
-
-    const int nch = xa.cols / 32;
-    float ag[kGateRows] = {}, au[kGateRows] = {};
-    for (int c = lane; c < nch; c += 32) {
-        XInt16x2 x;
-        detail::load_staged_int<32>(xs, c, x);
-#pragma unroll
-        for (int i = 0; i < kGateRows; ++i) {
-            ag[i] += dot_chunk_int<TG>(gw + size_t(i) * g.row_bytes, c, x);
-            au[i] += dot_chunk_int<TU>(uw + size_t(i) * u.row_bytes, c, x);
-        }
-    }
-#pragma unroll
-    for (int i = 0; i < kGateRows; ++i) {
-        const float gv = warp_sum(ag[i]), uv = warp_sum(au[i]);
-        if (lane == i) {
-            const int r = r0 + i;
-            out[warp * kGateRows + i] = swiglu_oai(gv + bias_of(g, e, r), uv + bias_of(u, e, r), alpha, limit);
-        }
-    }
-    __syncthreads();
-    if (warp == 0)
-        detail::store_chunk_x2_warp(out[lane], act_q + (size_t(slot) * gridDim.x + chunk) * kChunkBytes);
-}
 
 template <int T>
 __global__ void __launch_bounds__(kDownWarps * 32) down_decode_kernel(const uint8_t* act_q, int k, const int32_t* ids,
@@ -106,7 +56,7 @@ __global__ void __launch_bounds__(kDownWarps * 32) down_decode_kernel(const uint
         }
 #pragma unroll
         for (int i = 0; i < kDownRows; ++i) {
-            const float v = warp_sum(acc[i]);
+            const float v = detail::warp_sum(acc[i]);
             if (lane == 0 && i < nr) part[s][i] = v + bias_of(d, e, r0 + i);
         }
     }
@@ -118,35 +68,12 @@ __global__ void __launch_bounds__(kDownWarps * 32) down_decode_kernel(const uint
     }
 }
 
-// The expert types with an integer-input dot product.
-template <class F>
-bool int_type_dispatch(uint32_t type, F&& f) {
-    switch (type) {
-    case EH_TYPE_Q4_0: f.template operator()<EH_TYPE_Q4_0>(); return true;
-    case EH_TYPE_Q4_1: f.template operator()<EH_TYPE_Q4_1>(); return true;
-    case EH_TYPE_Q5_0: f.template operator()<EH_TYPE_Q5_0>(); return true;
-    case EH_TYPE_Q5_1: f.template operator()<EH_TYPE_Q5_1>(); return true;
-    case EH_TYPE_Q8_0: f.template operator()<EH_TYPE_Q8_0>(); return true;
-    case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); return true;
-    case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); return true;
-    case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); return true;
-    case EH_TYPE_MXFP4: f.template operator()<EH_TYPE_MXFP4>(); return true;
-    default: return false;
-    }
-}
-
-bool int_type(uint32_t type) {
-    return type == EH_TYPE_MXFP4 || type == EH_TYPE_Q4_0 || type == EH_TYPE_Q4_1 || type == EH_TYPE_Q5_0 ||
-           type == EH_TYPE_Q5_1 || type == EH_TYPE_Q8_0 || type == EH_TYPE_Q4_K || type == EH_TYPE_Q5_K ||
-           type == EH_TYPE_Q6_K;
-}
-
 }  // namespace
 
 size_t moe_decode_scratch_bytes(int k, int n_ff) { return size_t(std::max(k, 0)) * size_t(std::max(n_ff, 0) / 32) * kChunkBytes; }
 
 bool moe_decode_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k) {
-    return k >= 1 && k <= kMaxSlots && gate.type == up.type && int_type(gate.type) && int_type(down.type) &&
+    return k >= 1 && k <= kMaxSlots && gate.type == up.type && detail::int_type(gate.type) && detail::int_type(down.type) &&
            gate.rows == up.rows && gate.cols == up.cols && gate.rows % 32 == 0 && down.cols == gate.rows &&
            gate.cols % 32 == 0 && down.rows > 0;
 }
@@ -169,16 +96,9 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     xa.norm_eps = a.norm_w ? a.norm_eps : 0.0f;
     xa.ntok = 1;
     uint8_t* act_q = static_cast<uint8_t*>(a.scratch);
-    const size_t smem = detail::staged_int_bytes<32>(g.cols);
-    int_type_dispatch(a.gate.type, [&]<int T>() {
-        auto kernel = gate_up_decode_kernel<T, T>;
-        if (smem > 48 * 1024)
-            EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        launch("moe gate_up_decode_kernel", kernel, dim3(unsigned(g.rows / 32), unsigned(a.k)), kGateWarps * 32, smem,
-               stream, xa, a.ids, g, u, a.alpha, a.limit, act_q);
-    });
-    EHC_LAUNCHED("gate_up_decode_kernel");
-    int_type_dispatch(a.down.type, [&]<int T>() {
+    detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, a.ids, g, u, detail::SwiGluOai{a.alpha, a.limit}, act_q,
+                                       a.k, stream);
+    detail::int_type_dispatch(a.down.type, [&]<int T>() {
         launch("moe down_decode_kernel", down_decode_kernel<T>, unsigned((d.rows + kDownRows - 1) / kDownRows),
                kDownWarps * 32, 0, stream, static_cast<const uint8_t*>(act_q), a.k, a.ids, a.weights, d, a.h);
     });

@@ -75,6 +75,9 @@ Session::Session(Model& model, const eh_session_params& params)
         router_ = ehcuda::DeviceBuffer(B * c_.n_expert * 4, L);
         ids_ = ehcuda::DeviceBuffer(B * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
+        route_counter_ = ehcuda::DeviceBuffer(4, L);
+        EHC_CHECK(cudaMemset(route_counter_.get(), 0, route_counter_.size()));
+        if (const char* e = std::getenv("EHCUDA_ROUTE_FUSED")) fused_route_ = std::atoi(e) != 0;
     }
     nsplit_ = ehcuda::attention_sink_splits(n_ctx());
     if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
@@ -300,25 +303,41 @@ void Session::gpt_oss_layer(int li, int ntok) {
     // integer-input decode kernels.
     const int k = c.n_expert_used;
     const bool one = ntok == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k);
-    ehcuda::MatmulArgs ro;
-    ro.seg[0] = L.router;
-    ro.cols = c.n_embd;
-    if (one) {
-        ro.x = h;
-        ro.xmode = ehcuda::XMode::RmsNorm;
-        ro.norm_w = L.ffn_norm;
-        ro.norm_eps = c.eps;
+    if (one && fused_route_ && ehcuda::moe_route_decode_supported(L.router.w, k)) {
+        // Router GEMV and top-k in one launch.
+        ehcuda::RouteDecodeArgs rd;
+        rd.router = L.router.w;
+        rd.bias = L.router.bias;
+        rd.x = h;
+        rd.norm_w = L.ffn_norm;
+        rd.norm_eps = c.eps;
+        rd.k = k;
+        rd.logits = router_.as<float>();
+        rd.ids = ids_.as<int32_t>();
+        rd.weights = wts_.as<float>();
+        rd.counter = route_counter_.as<uint32_t>();
+        ehcuda::moe_route_decode(rd, s);
     } else {
-        ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
-        ro.x = xn;
+        ehcuda::MatmulArgs ro;
+        ro.seg[0] = L.router;
+        ro.cols = c.n_embd;
+        if (one) {
+            ro.x = h;
+            ro.xmode = ehcuda::XMode::RmsNorm;
+            ro.norm_w = L.ffn_norm;
+            ro.norm_eps = c.eps;
+        } else {
+            ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
+            ro.x = xn;
+        }
+        ro.ldx = c.n_embd;
+        ro.y = router_.as<float>();
+        ro.ldy = c.n_expert;
+        ro.ntok = ntok;
+        ro.prefill = prefill_ws(ntok);
+        ehcuda::matmul(ro, s);
+        ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     }
-    ro.ldx = c.n_embd;
-    ro.y = router_.as<float>();
-    ro.ldy = c.n_expert;
-    ro.ntok = ntok;
-    ro.prefill = prefill_ws(ntok);
-    ehcuda::matmul(ro, s);
-    ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);
     if (one) {
         ehcuda::MoeDecodeArgs md;

@@ -51,6 +51,8 @@ private:
     // partial results and one counter per head.
     int nsplit_ = 1;
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
+    ehcuda::DeviceBuffer route_counter_;  // moe_route_decode's block counter, 0 between launches
+    bool fused_route_ = true;             // moe_route_decode on the decode path (EHCUDA_ROUTE_FUSED=0: GEMV + moe_route)
 };
 
 }  // namespace gpt_cuda

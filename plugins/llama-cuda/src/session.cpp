@@ -26,8 +26,23 @@ ehcuda::SessionShape shape_of(Model& m) {
     sh.n_vocab = m.cfg.n_vocab;
     sh.max_batch = kMaxBatch;
     sh.profile_groups = {"embed+record",         "qkv gemv (+norm)",     "rope+kv store+attention", "attn_out gemv",
-                         "gate/up gemv (+norm)", "ffn_down gemv (+swiglu)", "lm head gemv"};
+                         "gate/up (+norm, swiglu)", "ffn_down gemv", "lm head gemv"};
     return sh;
+}
+
+// A layer's gate and up as two matrices (phi3 stores them as one: gate's
+// n_ff rows, then up's).
+void gate_up_halves(const Layer& L, int n_ff, ehcuda::MatSeg& gate, ehcuda::MatSeg& up) {
+    if (L.n_gate_up == 2) {
+        gate = L.gate_up[0];
+        up = L.gate_up[1];
+        return;
+    }
+    gate = L.gate_up[0];
+    gate.w.rows = n_ff;
+    up = gate;
+    up.w.data = static_cast<const uint8_t*>(gate.w.data) + size_t(n_ff) * gate.w.row_bytes;
+    if (gate.bias) up.bias = gate.bias + n_ff;
 }
 
 }  // namespace
@@ -41,6 +56,7 @@ Session::Session(Model& model, const eh_session_params& params)
     nsplit_ = ehcuda::attention_decode_splits(n_ctx());
     if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
     if (const char* e = std::getenv("EHCUDA_ATTN_FUSED")) fused_attn_ = std::atoi(e) != 0;
+    if (const char* e = std::getenv("EHCUDA_FFN_PAIR")) ffn_pair_ = std::atoi(e) != 0;
     set_profile_note(std::to_string(nsplit_) + " attention splits" + (fused_attn_ ? "" : ", unfused rope + attention"));
     ehcuda::MemoryLedger* L = &m_.ledger;
     const size_t B = size_t(max_batch());
@@ -176,25 +192,44 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         ehcuda::matmul(o, s);
         mark(kOut);
 
-        ehcuda::MatmulArgs g;
-        for (int k = 0; k < L.n_gate_up; ++k) g.seg[k] = L.gate_up[k];
-        g.nseg = L.n_gate_up;
-        g.cols = c.n_embd;
-        prenorm(g, L.ffn_norm);
-        g.ldx = c.n_embd;
-        g.y = ff;
-        g.ldy = 2 * c.n_ff;
-        g.ntok = ntok;
-        g.prefill = pw;
-        ehcuda::matmul(g, s);
+        // Decode: gate, up and the SwiGLU in one kernel that leaves the down
+        // projection's input quantized (gate_up_swiglu); else a gate|up
+        // matmul whose output the down projection's load combines.
+        ehcuda::MatSeg gate, up;
+        gate_up_halves(L, c.n_ff, gate, up);
+        const bool pair = ntok == 1 && ffn_pair_ && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
+        if (pair) {
+            ehcuda::GateUpArgs gu;
+            gu.gate = gate;
+            gu.up = up;
+            gu.cols = c.n_embd;
+            gu.x = h;
+            gu.norm_w = L.ffn_norm;
+            gu.norm_eps = c.eps;
+            gu.out = ff;
+            gu.out_bytes = ff_.size();
+            ehcuda::gate_up_swiglu(gu, s);
+        } else {
+            ehcuda::MatmulArgs g;
+            for (int k = 0; k < L.n_gate_up; ++k) g.seg[k] = L.gate_up[k];
+            g.nseg = L.n_gate_up;
+            g.cols = c.n_embd;
+            prenorm(g, L.ffn_norm);
+            g.ldx = c.n_embd;
+            g.y = ff;
+            g.ldy = 2 * c.n_ff;
+            g.ntok = ntok;
+            g.prefill = pw;
+            ehcuda::matmul(g, s);
+        }
         mark(kGateUp);
 
         ehcuda::MatmulArgs d;
         d.seg[0].w = L.ffn_down;
         d.cols = c.n_ff;
         d.x = ff;
-        d.ldx = 2 * c.n_ff;
-        d.xmode = ehcuda::XMode::SwiGLU;
+        d.ldx = pair ? c.n_ff : 2 * c.n_ff;
+        d.xmode = pair ? ehcuda::XMode::Chunks : ehcuda::XMode::SwiGLU;
         d.y = h;
         d.ldy = c.n_embd;
         d.accumulate = true;

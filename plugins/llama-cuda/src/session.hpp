@@ -32,6 +32,7 @@ private:
     const Config& c_;
     int nsplit_;
     bool fused_attn_ = true;  // rope_attention_decode on the decode path (EHCUDA_ATTN_FUSED=0: the two-kernel path)
+    bool ffn_pair_ = true;    // gate_up_swiglu + chunk-input down on the decode path (EHCUDA_FFN_PAIR=0: gate|up GEMV + SwiGLU staging)
 
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, attn_scratch_;

@@ -46,6 +46,11 @@ enum class XMode : int {
     // x[t] = rmsnorm(x[t]) * norm_w: the pre-norm folded into the matmul
     // (single-token GEMV only; each block normalises its staged copy).
     RmsNorm = 2,
+    // x is one token's input already in the single-token integer form of
+    // the current GemvInput (gate_up_swiglu's output, gemv_chunk_bytes
+    // long), read as is: no staging. Single-token GEMV on the integer-path
+    // weight types only, and not with GemvInput::Float.
+    Chunks = 3,
 };
 
 // y = W x (+ bias) (+ y if accumulate), for up to 3 matrices sharing the
@@ -90,6 +95,32 @@ void set_gemv_prefetch(bool on);
 enum class GemvInput : int { Float = 0, Int16 = 1, Int8 = 2, Int16x2 = 3 };
 void set_gemv_input(GemvInput in);
 GemvInput gemv_input();
+// Bytes of n inputs (n % 32 == 0) in the current single-token integer form
+// (XMode::Chunks); 0 under GemvInput::Float.
+size_t gemv_chunk_bytes(int n);
+
+// A decode step's dense gate and up projections with the SwiGLU between
+// them and the down projection (llama-family FFN): act[r] = silu(gate_r . x)
+// * (up_r . x) (+ biases), x optionally RMS-normalised on the fly (norm_w),
+// written to `out` in the current GemvInput integer form, which the down
+// projection then reads with XMode::Chunks. One kernel instead of a gate|up
+// GEMV whose float output every block of the down GEMV re-read and staged.
+// The same dot products, summation order and rounding as that pair, so the
+// down projection's result is identical. gate_up_swiglu_supported says when
+// it applies: gate and up of one integer-path type, down of an integer-path
+// type taking n_ff = gate rows inputs, n_ff and cols multiples of 32,
+// GemvInput Int16 or Int16x2.
+struct GateUpArgs {
+    MatSeg gate, up;  // out_offset unused
+    int cols = 0;
+    const float* x = nullptr;       // 16-byte aligned
+    const float* norm_w = nullptr;  // NULL: x as is
+    float norm_eps = 0.0f;
+    void* out = nullptr;  // gemv_chunk_bytes(gate.w.rows)
+    size_t out_bytes = 0;
+};
+bool gate_up_swiglu_supported(const WeightRef& gate, const WeightRef& up, const WeightRef& down);
+void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream);
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
 // Shapes the fast kernels do not take: cols not a multiple of 32, an input

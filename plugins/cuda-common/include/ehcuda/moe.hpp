@@ -23,6 +23,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "ehcuda/kernels.hpp"
+
 namespace ehcuda {
 
 class PrefillWorkspace;  // prefill_workspace.hpp
@@ -53,6 +55,28 @@ struct ExpertMat {
 
 void moe_route(const float* logits, int ntok, int n_expert, int k, int32_t* ids, float* weights,
                cudaStream_t stream);
+
+// One token's router GEMV and moe_route in one launch (decode): logits[e] =
+// router_e . x' (+ bias[e]) with x' = x, or RMS-normalised x * norm_w when
+// norm_w is set; then top-k ids and softmax weights as moe_route gives.
+// The routing is done by whichever block finishes last, counted in
+// *counter: zero before the first launch, and returned to zero by the
+// kernel (a captured graph replays it). Routers of any matmul type with
+// n_expert <= 1024, k <= 32 and cols a multiple of 32.
+struct RouteDecodeArgs {
+    WeightRef router;  // rows = n_expert
+    const float* bias = nullptr;
+    const float* x = nullptr;       // 16-byte aligned
+    const float* norm_w = nullptr;  // 16-byte aligned, or NULL
+    float norm_eps = 0.0f;
+    int k = 0;
+    float* logits = nullptr;  // [n_expert]
+    int32_t* ids = nullptr;   // [k]
+    float* weights = nullptr;  // [k]
+    uint32_t* counter = nullptr;
+};
+bool moe_route_decode_supported(const WeightRef& router, int k);
+void moe_route_decode(const RouteDecodeArgs& a, cudaStream_t stream);
 
 void moe_gate_up(const float* x, int ldx, int ntok, int k, const int32_t* ids, const ExpertMat& gate,
                  const ExpertMat& up, float alpha, float limit, float* act, cudaStream_t stream);
