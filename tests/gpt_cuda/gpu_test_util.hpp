@@ -1,5 +1,6 @@
 // Helpers shared by the gpt-cuda kernel tests: GPU presence, host <-> device
-// copies of vectors, Gaussian test data.
+// copies of vectors, weight rows as the loader leaves them on the device
+// (MXFP4 rewritten into the device layout), Gaussian test data.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -8,7 +9,9 @@
 #include <random>
 #include <vector>
 
+#include <engine_host/plugin_abi.h>
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/mxfp4_layout.hpp>
 
 namespace gpttest {
 
@@ -17,14 +20,34 @@ inline bool have_gpu() {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-// A device copy of v with 64 zeroed bytes after it (MXFP4 rows are read a
-// word past their end).
+// A device copy of v with 64 zeroed bytes after it (rows of some types are
+// read a word past their end).
 template <class T>
 ehcuda::DeviceBuffer dev(const std::vector<T>& v) {
     ehcuda::DeviceBuffer b(v.size() * sizeof(T) + 64);
     cudaMemset(b.get(), 0, b.size());
     cudaMemcpy(b.get(), v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice);
     return b;
+}
+
+// `rows` ggml MXFP4 rows of `cols` values (17 bytes per 32, as in a file),
+// uploaded and rewritten into the device layout by mxfp4_repack_rows, as
+// the loader does; 64 zeroed bytes after them.
+inline ehcuda::DeviceBuffer dev_mxfp4(const std::vector<uint8_t>& ggml, size_t rows, int cols) {
+    const size_t src_rb = ehcuda::mxfp4_file_row_bytes(cols), dst_rb = ehcuda::mxfp4_device_row_bytes(cols);
+    EXPECT_EQ(ggml.size(), rows * src_rb);
+    auto src = dev(ggml);
+    ehcuda::DeviceBuffer b(rows * dst_rb + 64);
+    cudaMemset(b.get(), 0, b.size());
+    ehcuda::mxfp4_repack_rows(src.get(), b.get(), int64_t(rows), cols, nullptr);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    return b;
+}
+
+// Rows of `type` as a file stores them, on the device as the kernels read
+// them (MXFP4: dev_mxfp4; every other type as is).
+inline ehcuda::DeviceBuffer dev_rows(uint32_t type, const std::vector<uint8_t>& data, size_t rows, int cols) {
+    return type == EH_TYPE_MXFP4 ? dev_mxfp4(data, rows, cols) : dev(data);
 }
 
 // The first n elements of b, after the device has finished.

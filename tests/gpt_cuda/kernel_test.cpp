@@ -70,7 +70,7 @@ TEST(GptKernels, Mxfp4DecodeMatchesHostBlocks) {
         for (int b = 0; b < cols / 32; ++b) x[b * 32 + probe] = b == 15 ? 0.0f : 1.0f;
         double want = 0;
         for (int b = 0; b < 15; ++b) want += ref[b * 32 + probe];
-        auto dw = dev(w), dx = dev(x);
+        auto dw = dev_mxfp4(w, 1, cols), dx = dev(x);
         ehcuda::DeviceBuffer dy(64);
         ehcuda::ExpertMat m;
         m.data = dw.get();
@@ -100,7 +100,7 @@ TEST(GptKernels, Mxfp4GemvAndBatchedWithinOnePercent) {
                 for (int c = 0; c < cols; ++c) s += double(wf[size_t(r) * cols + c]) * x[size_t(t) * cols + c];
                 want[size_t(t) * rows + r] = float(s);
             }
-        auto dw = dev(w), dx = dev(x), db = dev(bias);
+        auto dw = dev_mxfp4(w, rows, cols), dx = dev(x), db = dev(bias);
         ehcuda::DeviceBuffer dy(want.size() * 4);
         ehcuda::ExpertMat m;
         m.data = dw.get();
@@ -204,7 +204,8 @@ TEST(GptKernels, MoeExpertsMatchHostReference) {
         }
     }
 
-    auto dgu = dev(gu), ddn = dev(dn), dgub = dev(gub), ddnb = dev(dnb), dx = dev(x), dl = dev(logits), dh = dev(h0);
+    auto dgu = dev_mxfp4(gu, size_t(X) * 2 * F, E), ddn = dev_mxfp4(dn, size_t(X) * E, F);
+    auto dgub = dev(gub), ddnb = dev(dnb), dx = dev(x), dl = dev(logits), dh = dev(h0);
     ehcuda::DeviceBuffer ids(size_t(ntok) * k * 4), wts(size_t(ntok) * k * 4), act(size_t(ntok) * k * F * 4);
     ehcuda::ExpertMat g;
     g.data = dgu.get();

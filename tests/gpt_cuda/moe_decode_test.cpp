@@ -118,7 +118,8 @@ TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
         }
     }
 
-    auto dgu = dev(gu), ddn = dev(dn), dgub = dev(gub), ddnb = dev(dnb), dh = dev(h0), dnw = dev(normw);
+    auto dgu = dev_rows(C.gu_type, gu, size_t(X) * 2 * F, E), ddn = dev_rows(C.down_type, dn, size_t(X) * E, F);
+    auto dgub = dev(gub), ddnb = dev(dnb), dh = dev(h0), dnw = dev(normw);
     auto dids = dev(ids), dwts = dev(wts);
     const size_t rb = ehcuda::moe_row_bytes(C.gu_type, E);
     ehcuda::ExpertMat g;
@@ -137,14 +138,15 @@ TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
         u.row0 = F;
         u.bias = dgub.as<float>() + F;
     } else {
-        // the same values as two tensors [X][F][E]
-        std::vector<uint8_t> gs(size_t(X) * F * rb), us(size_t(X) * F * rb);
+        // the same values as two tensors [X][F][E] (file rows of frb bytes)
+        const size_t frb = ehp::quant::row_bytes(C.gu_type, size_t(E));
+        std::vector<uint8_t> gs(size_t(X) * F * frb), us(size_t(X) * F * frb);
         for (int e = 0; e < X; ++e) {
-            std::memcpy(&gs[size_t(e) * F * rb], &gu[size_t(e) * 2 * F * rb], size_t(F) * rb);
-            std::memcpy(&us[size_t(e) * F * rb], &gu[(size_t(e) * 2 * F + F) * rb], size_t(F) * rb);
+            std::memcpy(&gs[size_t(e) * F * frb], &gu[size_t(e) * 2 * F * frb], size_t(F) * frb);
+            std::memcpy(&us[size_t(e) * F * frb], &gu[(size_t(e) * 2 * F + F) * frb], size_t(F) * frb);
         }
-        gsplit = dev(gs);
-        usplit = dev(us);
+        gsplit = dev_rows(C.gu_type, gs, size_t(X) * F, E);
+        usplit = dev_rows(C.gu_type, us, size_t(X) * F, E);
         g.data = gsplit.get();
         g.expert_stride = rb * F;
         g.bias = dgub.as<float>();

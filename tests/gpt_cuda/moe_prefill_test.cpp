@@ -82,7 +82,9 @@ TEST_P(MoePrefillTest, MatchesPerPairKernels) {
     const auto logits = randn(rng, size_t(ntok) * X);
     const auto h0 = randn(rng, size_t(ntok) * E);
 
-    auto dg = dev(gq), du = fused ? ehcuda::DeviceBuffer() : dev(uq), dd = dev(dq);
+    auto dg = dev_rows(tg, gq, size_t(X) * (fused ? 2 : 1) * F, E);
+    auto du = fused ? ehcuda::DeviceBuffer() : dev_rows(tu, uq, size_t(X) * F, E);
+    auto dd = dev_rows(td, dq, size_t(X) * E, F);
     auto dgub = dev(gub), ddnb = dev(dnb), dx = dev(x), dl = dev(logits);
     ehcuda::ExpertMat g;
     g.data = dg.get();

@@ -11,6 +11,7 @@
 #include "ehcuda/moe.hpp"
 #include "moe_common.cuh"
 #include "ehcuda/mxfp4.cuh"
+#include "ehcuda/mxfp4_layout.hpp"
 #include "matmul_common.cuh"
 
 namespace ehcuda {
@@ -228,7 +229,7 @@ void type_dispatch(uint32_t type, F&& f) {
 bool moe_type_supported(uint32_t type) { return type == EH_TYPE_MXFP4 || matmul_type_supported(type); }
 
 size_t moe_row_bytes(uint32_t type, int64_t cols) {
-    if (type == EH_TYPE_MXFP4) return cols > 0 && cols % 32 == 0 ? size_t(cols / 32) * 17 : 0;
+    if (type == EH_TYPE_MXFP4) return mxfp4_device_row_bytes(cols);
     return row_bytes(type, cols);
 }
 

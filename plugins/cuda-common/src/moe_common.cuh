@@ -39,6 +39,8 @@ inline DevMat to_dev(const ExpertMat& m, const char* what) {
         throw ehp::Error(EH_UNSUPPORTED, std::string(what) + ": unsupported weight type " + ehp::type_name(m.type));
     if (m.cols <= 0 || m.cols % 32 || m.rows <= 0 || m.row_bytes != moe_row_bytes(m.type, m.cols) || !m.data)
         throw ehp::Error(EH_INTERNAL, std::string(what) + ": bad shape");
+    if (m.type == EH_TYPE_MXFP4 && reinterpret_cast<uintptr_t>(m.data) % 16)
+        throw ehp::Error(EH_INTERNAL, std::string(what) + ": MXFP4 data is not 16-byte aligned");
     return DevMat{static_cast<const uint8_t*>(m.data), m.row_bytes, m.expert_stride, m.bias, m.bias_stride,
                   m.rows, m.cols, m.row0};
 }

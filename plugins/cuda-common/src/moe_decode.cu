@@ -34,7 +34,7 @@ constexpr int kMaxSlots = 32;  // expert_used_count bound (moe_route's)
 constexpr int kChunkBytes = kIntStride<32>;
 
 template <int T>
-__global__ void __launch_bounds__(kDownWarps * 32) down_decode_kernel(const uint8_t* act_q, int k, const int32_t* ids,
+__global__ void __launch_bounds__(kDownWarps * 32, 6) down_decode_kernel(const uint8_t* act_q, int k, const int32_t* ids,
                                                                       const float* wts, DevMat d, float* h) {
     pdl_entry();
     __shared__ float part[kMaxSlots][kDownRows];

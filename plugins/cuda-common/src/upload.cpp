@@ -1,16 +1,22 @@
 #include "ehcuda/upload.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
+#include <string>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/device_memory.hpp"
+#include "ehcuda/mxfp4_layout.hpp"
 
 namespace ehcuda {
 namespace {
 
-// Pinned host staging buffer plus the event that says its DMA finished.
+// Pinned host staging buffer, the device staging buffer of MXFP4 rows, and
+// the event that says the work reading them (DMA, repack) has finished.
 struct Staging {
     void* host = nullptr;
+    DeviceBuffer dev;
     cudaEvent_t done = nullptr;
     ~Staging() {
         if (done) cudaEventDestroy(done);
@@ -18,18 +24,39 @@ struct Staging {
     }
 };
 
+// Source bytes of one MXFP4 row of an item, after checking the item.
+size_t mxfp4_src_row(const UploadItem& it) {
+    const size_t rb = mxfp4_file_row_bytes(it.mxfp4_cols);
+    if (rb == 0)
+        throw ehp::Error(EH_INTERNAL, "upload: MXFP4 item with " + std::to_string(it.mxfp4_cols) +
+                                          " columns (not a positive multiple of 32)");
+    if (it.bytes % rb)
+        throw ehp::Error(EH_INTERNAL, "upload: MXFP4 item of " + std::to_string(it.bytes) +
+                                          " bytes is not whole rows of " + std::to_string(rb));
+    if (reinterpret_cast<uintptr_t>(it.dst) % 16) throw ehp::Error(EH_INTERNAL, "upload: MXFP4 destination is not 16-byte aligned");
+    return rb;
+}
+
 }  // namespace
 
 UploadStats upload_weights(const std::vector<UploadItem>& items, const UploadOptions& opt,
                            cudaStream_t stream) {
     auto t0 = std::chrono::steady_clock::now();
-    size_t chunk = opt.chunk_bytes ? opt.chunk_bytes : (1u << 20);
-    size_t total = 0;
-    for (const auto& it : items) total += it.bytes;
+    const size_t chunk = opt.chunk_bytes ? opt.chunk_bytes : (1u << 20);
+    size_t total = 0, cap = chunk;
+    bool any_mxfp4 = false;
+    for (const auto& it : items) {
+        total += it.bytes;
+        if (it.mxfp4_cols > 0) {
+            cap = std::max(cap, mxfp4_src_row(it));  // at least one whole row
+            any_mxfp4 = true;
+        }
+    }
 
     Staging stage[2];
     for (auto& s : stage) {
-        EHC_CHECK(cudaMallocHost(&s.host, chunk));
+        EHC_CHECK(cudaMallocHost(&s.host, cap));
+        if (any_mxfp4) s.dev = DeviceBuffer(cap);
         EHC_CHECK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming));
     }
     bool in_flight[2] = {false, false};
@@ -47,17 +74,27 @@ UploadStats upload_weights(const std::vector<UploadItem>& items, const UploadOpt
     for (const auto& it : items) {
         const char* src = static_cast<const char*>(it.src);
         char* dst = static_cast<char*>(it.dst);
-        for (size_t off = 0; off < it.bytes; off += chunk) {
+        // MXFP4: whole source rows per chunk (at least one).
+        const size_t src_row = it.mxfp4_cols > 0 ? mxfp4_src_row(it) : 0;
+        const size_t dst_row = it.mxfp4_cols > 0 ? mxfp4_device_row_bytes(it.mxfp4_cols) : 0;
+        const size_t step = src_row ? std::max<size_t>(1, chunk / src_row) * src_row : chunk;
+        for (size_t off = 0; off < it.bytes; off += step) {
             if (opt.cancelled && opt.cancelled()) {
                 cudaStreamSynchronize(stream);
                 throw ehp::Error(EH_CANCELLED, "model load cancelled");
             }
-            size_t n = it.bytes - off < chunk ? it.bytes - off : chunk;
+            size_t n = it.bytes - off < step ? it.bytes - off : step;
             Staging& s = stage[which];
-            // Wait until this staging buffer's previous DMA has drained.
+            // Wait until this staging buffer's previous DMA (and repack) has drained.
             if (in_flight[which]) EHC_CHECK(cudaEventSynchronize(s.done));
             std::memcpy(s.host, src + off, n);
-            EHC_CHECK(cudaMemcpyAsync(dst + off, s.host, n, cudaMemcpyHostToDevice, stream));
+            if (src_row) {
+                EHC_CHECK(cudaMemcpyAsync(s.dev.get(), s.host, n, cudaMemcpyHostToDevice, stream));
+                mxfp4_repack_rows(s.dev.get(), dst + off / src_row * dst_row, int64_t(n / src_row), it.mxfp4_cols,
+                                  stream);
+            } else {
+                EHC_CHECK(cudaMemcpyAsync(dst + off, s.host, n, cudaMemcpyHostToDevice, stream));
+            }
             EHC_CHECK(cudaEventRecord(s.done, stream));
             in_flight[which] = true;
             which ^= 1;

@@ -19,8 +19,8 @@ namespace {
 // Headroom checked on top of the weights at load: a first session's
 // activations and KV cache of a modest context.
 constexpr size_t kLoadHeadroom = size_t(64) << 20;
-// Expert rows are read with aligned 32-bit loads that may run 3 bytes past
-// a tensor's end.
+// Rows of some types (Q4_0, Q5_0, Q8_0) are read with aligned 32-bit loads
+// that may run 3 bytes past a tensor's end.
 constexpr size_t kTailPad = 16;
 
 [[noreturn]] void fail(const std::string& msg) { throw ehp::Error(EH_MODEL_LOAD_FAILED, msg); }
@@ -66,12 +66,18 @@ public:
             throw ehp::Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t.type) +
                                                  ", which gpt-cuda does not support here" +
                                                  (moe_types ? "" : " (MXFP4 is supported for expert tensors only)"));
+        // MXFP4 experts: the file's ggml rows, rewritten at upload into the
+        // device layout (mxfp4_layout.hpp), whose rows are a little longer.
+        const bool mxfp4 = t.type == EH_TYPE_MXFP4;
+        const size_t file_rb = mxfp4 ? ehp::quant::row_bytes(t.type, cols) : ehcuda::moe_row_bytes(t.type, int64_t(cols));
         const size_t rb = ehcuda::moe_row_bytes(t.type, int64_t(cols));
-        if (rb == 0) fail("tensor '" + name + "': row of " + std::to_string(cols) + " is not whole blocks of " + ehp::type_name(t.type));
-        const size_t need = rb * rows * n_expert;
+        if (rb == 0 || file_rb == 0)
+            fail("tensor '" + name + "': row of " + std::to_string(cols) + " is not whole blocks of " + ehp::type_name(t.type));
+        const size_t need = file_rb * rows * n_expert;
         if (!t.data || t.nbytes < need)
             fail("tensor '" + name + "' has " + std::to_string(t.nbytes) + " bytes, its shape needs " + std::to_string(need));
-        const size_t off = plan.add(t.data, need, need + kTailPad, name, t.type);
+        const size_t off = mxfp4 ? plan.add_mxfp4(t.data, int64_t(rows * n_expert), int64_t(cols), 0, name)
+                                 : plan.add(t.data, need, need + kTailPad, name, t.type);
         *row_bytes = rb;
         return off;
     }

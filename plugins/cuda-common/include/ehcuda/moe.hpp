@@ -29,13 +29,16 @@ class PrefillWorkspace;  // prefill_workspace.hpp
 
 // Types the MoE and MXFP4 kernels decode (the matmul types plus MXFP4).
 bool moe_type_supported(uint32_t type);
-// Bytes of a row of `cols` elements; 0 if unsupported or not whole blocks.
+// Bytes of a device row of `cols` elements; 0 if unsupported or not whole
+// blocks. For MXFP4 the device layout's (mxfp4_layout.hpp), not the file's.
 size_t moe_row_bytes(uint32_t type, int64_t cols);
 
 // Expert e's row r lives at data + e * expert_stride + (row0 + r) * row_bytes.
 // A fused gate|up tensor is two ExpertMats over the same data with row0 = 0
-// and row0 = rows. The buffer must have 4 readable bytes past its end
-// (MXFP4 rows are read with aligned 32-bit loads).
+// and row0 = rows. MXFP4 data is in the device layout (mxfp4.cuh) at a
+// 16-byte aligned address (row_bytes is a multiple of 16). The buffer must have 4
+// readable bytes past its end for the types whose blocks are read with
+// aligned 32-bit loads at 2-byte offsets (Q4_0, Q5_0, Q8_0).
 struct ExpertMat {
     const void* data = nullptr;
     uint32_t type = 0;

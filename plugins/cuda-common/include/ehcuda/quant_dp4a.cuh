@@ -81,17 +81,6 @@ __device__ __forceinline__ I2 dot4(const XInt16x2& x, int k, uint32_t v, I2 acc)
               __dp2a_hi(x.r[2 * k + 1], int(v), __dp2a_lo(x.r[2 * k], int(v), acc.lo))};
 }
 
-// Four E2M1 codes (one per byte, low 4 bits) as signed bytes of twice their
-// value: magnitudes {0, .5, 1, 1.5, 2, 3, 4, 6} -> {0, 1, 2, 3, 4, 6, 8, 12}.
-__device__ __forceinline__ uint32_t e2m1x2_bytes(uint32_t codes) {
-    const uint32_t m = codes & 0x07070707u;
-    const uint32_t t = m | (m >> 4);
-    const uint32_t sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);
-    const uint32_t mag = __byte_perm(0x03020100u, 0x0C080604u, sel);
-    const uint32_t neg = ((codes >> 3) & 0x01010101u) * 0xFFu;
-    return __vsub4(mag ^ neg, neg);
-}
-
 // Weight chunk c of a row dotted with x (both scales applied).
 template <int T, class X>
 __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const X& x) {
@@ -199,18 +188,22 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         return f16_at(b + 208) * x.d *
                (float(sc[0]) * to_f(si0 - 32 * x.sum_lo) + float(sc[1]) * to_f(si1 - 32 * x.sum_hi));
     } else if constexpr (T == EH_TYPE_MXFP4) {
-        uint32_t y[5];
-        load_mxfp4_words(row, c, y);
+        // device layout (mxfp4.cuh): aligned 16-byte loads of the codes
+        // and of the group's exponents; word k expands to input words k
+        // and 4 + k
+        uint32_t e;
+        uint4 q;
+        mxfp4_block(row, c, e, q);
+        const uint32_t w[4] = {q.x, q.y, q.z, q.w};
         S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            // bytes 1 + 4k .. 4 + 4k of the block: values 4k.. (low nibbles)
-            // and 16 + 4k.. (high nibbles)
-            const uint32_t u = __funnelshift_r(y[k], y[k + 1], 8);
-            si = dot4(x, k, e2m1x2_bytes(u), si);
-            si = dot4(x, 4 + k, e2m1x2_bytes(u >> 4), si);
+            uint32_t lo, hi;
+            mxfp4_x2_bytes(w[k], lo, hi);
+            si = dot4(x, k, lo, si);
+            si = dot4(x, 4 + k, hi, si);
         }
-        return 0.5f * e8m0_value(y[0] & 0xFFu) * x.d * to_f(si);
+        return 0.5f * e8m0_value(e) * x.d * to_f(si);
     } else {
         static_assert(T == EH_TYPE_Q4_0, "no integer-input path for this type");
         return 0.0f;

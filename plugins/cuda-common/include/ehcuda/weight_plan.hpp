@@ -23,6 +23,12 @@ public:
     // Plans `bytes` from src at a new arena piece of `reserve_bytes` (>=
     // bytes: room for padding) and counts them for `type`. Returns the offset.
     size_t add(const void* src, size_t bytes, size_t reserve_bytes, std::string name, uint32_t type);
+    // Plans `rows` ggml MXFP4 rows of `cols` values from src (the caller has
+    // checked the file holds rows * mxfp4_file_row_bytes(cols) bytes), to be
+    // rewritten at upload into the device layout at a new arena piece of
+    // rows * mxfp4_device_row_bytes(cols) + pad_bytes. Counts the file bytes
+    // as MXFP4. Returns the offset.
+    size_t add_mxfp4(const void* src, int64_t rows, int64_t cols, size_t pad_bytes, std::string name);
     // Host floats (converted on the host), kept until the upload is done.
     // slot (optional) gets the device address after finish_layout().
     size_t host_floats(std::vector<float> v, std::string name, const void** slot);
@@ -42,6 +48,7 @@ private:
         size_t offset;
         size_t bytes;
         std::string name;
+        int mxfp4_cols = 0;
     };
     struct Fixup {
         const void** slot;
