@@ -33,9 +33,10 @@ struct SwiGluOai {
 // Grid (n_ff / 32, slots). Slot s uses expert ids[s] (ids NULL: expert 0)
 // and writes chunk blockIdx.x of its row of chunks in `out`.
 template <int TG, int TU, int Bits, int RW, class Act>
-// (RW 4: 3 blocks per SM, <= 85 registers; MXFP4's repacked-layout reader
-// otherwise took 95 and the MoE decode ran at 2 blocks per SM.)
-__global__ void __launch_bounds__(32 / RW * 32, RW == 4 ? 3 : 1) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
+// (MXFP4 at RW 4: 3 blocks per SM, <= 85 registers, no spills; its reader
+// otherwise took 95 and the MoE decode ran at 2 blocks per SM. The K-quant
+// types would spill under that bound, so they keep theirs.)
+__global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ? 3 : 1) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
                                                                        moe_detail::DevMat g, moe_detail::DevMat u,
                                                                        Act act, uint8_t* out) {
     pdl_entry();
