@@ -49,7 +49,6 @@ void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
     xa.norm_w = a.norm_w;
     xa.norm_eps = a.norm_w ? a.norm_eps : 0.0f;
     xa.ntok = 1;
-    xa.prefetch = detail::gemv_pdl_release ? 4 : 0;
     const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
     uint8_t* out = static_cast<uint8_t*>(a.out);
     // 2 rows of gate and of up per warp, 16 warps: on an H100, Phi-3 decode

@@ -62,7 +62,6 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
             au[i] += dot_chunk_int<TU>(uw + size_t(i) * u.row_bytes, c, x);
         }
     }
-    if (xa.prefetch & 4) pdl_release();
 #pragma unroll
     for (int i = 0; i < RW; ++i) {
         const float gv = warp_sum(ag[i]), uv = warp_sum(au[i]);

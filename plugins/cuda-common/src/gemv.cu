@@ -29,11 +29,6 @@ bool gemv_entry_prefetch = [] {
     const char* e = std::getenv("EHCUDA_GEMV_ENTRY_PREFETCH");
     return !(e && *e == '0');
 }();
-// EHCUDA_PDL_RELEASE=1: pdl_release() after the main loop (measurements).
-bool gemv_pdl_release = [] {
-    const char* e = std::getenv("EHCUDA_PDL_RELEASE");
-    return e && *e == '1';
-}();
 // Input form of single-token GEMV on quantized weights (see GemvInput).
 // EHCUDA_GEMV_INPUT=float|int16|int8 overrides the default (int16).
 GemvInput gemv_input_mode = [] {
@@ -99,7 +94,7 @@ DevArgs to_dev(const MatmulArgs& a) {
     d.ldy = a.ldy;
     d.accumulate = a.accumulate ? 1 : 0;
     d.ntok = a.ntok;
-    d.prefetch = (gemv_prefetch_enabled ? 1 : 0) | (gemv_entry_prefetch ? 2 : 0) | (gemv_pdl_release ? 4 : 0);
+    d.prefetch = (gemv_prefetch_enabled ? 1 : 0) | (gemv_entry_prefetch ? 2 : 0);
     return d;
 }
 
@@ -243,7 +238,6 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
         }
     }
 
-    if (a.prefetch & 4) pdl_release();
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll

@@ -34,7 +34,7 @@ struct DevArgs {
     int ldy;
     int accumulate;
     int ntok;
-    int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry; bit 2: pdl_release after the loop
+    int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry
 };
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
@@ -60,9 +60,6 @@ __device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (
 }
 
 DevArgs to_dev(const MatmulArgs& a);
-
-// gemv.cu's EHCUDA_PDL_RELEASE switch, for the other weight-streaming kernels.
-extern bool gemv_pdl_release;
 
 // Host-side type dispatch: f.template operator()<T>().
 template <class F>

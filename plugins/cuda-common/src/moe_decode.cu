@@ -95,7 +95,6 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     xa.norm_w = a.norm_w;
     xa.norm_eps = a.norm_w ? a.norm_eps : 0.0f;
     xa.ntok = 1;
-    xa.prefetch = detail::gemv_pdl_release ? 4 : 0;
     uint8_t* act_q = static_cast<uint8_t*>(a.scratch);
     detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, a.ids, g, u, detail::SwiGluOai{a.alpha, a.limit}, act_q,
                                        a.k, stream);
