@@ -209,7 +209,9 @@ INSTANTIATE_TEST_SUITE_P(Types, FfnDecodeTest, ::testing::ValuesIn(ffn_cases()),
 
 TEST(FfnDecode, RefusesWhatItCannotDo) {
     REQUIRE_GPU();
-    const FfnCase c{EH_TYPE_Q4_K, EH_TYPE_Q6_K, ehcuda::GemvInput::Int16, true, false};
+    // (The down is Q8_0: 64 columns are no whole number of 256-element
+    // K-quant blocks; that shape is refused below.)
+    const FfnCase c{EH_TYPE_Q4_K, EH_TYPE_Q8_0, ehcuda::GemvInput::Int16, true, false};
     InputGuard guard(c.in);
     Ffn f(c, 256, 64, 32, 3);
     const ehcuda::WeightRef gate = f.half(c, 0).w, up = f.half(c, 1).w, down = f.down_ref(c);
@@ -221,6 +223,10 @@ TEST(FfnDecode, RefusesWhatItCannotDo) {
     ehcuda::WeightRef odd = gate;
     odd.rows = 48;
     EXPECT_FALSE(ehcuda::gate_up_swiglu_supported(odd, odd, down)) << "n_ff not a multiple of 32";
+    ehcuda::WeightRef k64 = down;  // 64 columns: no whole 256-element block
+    k64.type = EH_TYPE_Q6_K;
+    k64.row_bytes = row_size(EH_TYPE_Q6_K, 64);
+    EXPECT_FALSE(ehcuda::gate_up_swiglu_supported(gate, up, k64)) << "down rows of no whole K-quant block";
     ehcuda::WeightRef f16 = down;
     f16.type = EH_TYPE_F16;
     EXPECT_FALSE(ehcuda::gate_up_swiglu_supported(gate, up, f16)) << "down without an integer path";
@@ -254,6 +260,12 @@ TEST(FfnDecode, RefusesWhatItCannotDo) {
     d.y = f.dh.as<float>();
     d.ldy = 32;
     EXPECT_NO_THROW(ehcuda::matmul(d, nullptr));
+    {
+        ehcuda::MatmulArgs k = d;  // Q6_K rows of 64 columns: row_bytes 0, not a shape
+        k.seg[0].w.type = EH_TYPE_Q6_K;
+        k.seg[0].w.row_bytes = row_size(EH_TYPE_Q6_K, 64);
+        EXPECT_THROW(ehcuda::matmul(k, nullptr), ehp::Error);
+    }
     d.ntok = 2;
     EXPECT_THROW(ehcuda::matmul(d, nullptr), ehp::Error);
     d.ntok = 1;

@@ -25,13 +25,14 @@ bool pair_supported(const WeightRef& gate, const WeightRef& up) {
     return (in == GemvInput::Int16 || in == GemvInput::Int16x2) && gate.type == up.type && detail::int_type(gate.type) &&
            gate.type != EH_TYPE_MXFP4 && gate.rows == up.rows && gate.cols == up.cols && gate.rows > 0 &&
            gate.rows % 32 == 0 && gate.cols > 0 && gate.cols % 32 == 0 && gate.data && up.data &&
-           gate.row_bytes == row_bytes(gate.type, gate.cols) && up.row_bytes == gate.row_bytes;
+           gate.row_bytes != 0 && gate.row_bytes == row_bytes(gate.type, gate.cols) && up.row_bytes == gate.row_bytes;
 }
 
 }  // namespace
 
 bool gate_up_swiglu_supported(const WeightRef& gate, const WeightRef& up, const WeightRef& down) {
-    return pair_supported(gate, up) && detail::int_type(down.type) && down.type != EH_TYPE_MXFP4 && down.cols == gate.rows;
+    return pair_supported(gate, up) && detail::int_type(down.type) && down.type != EH_TYPE_MXFP4 && down.cols == gate.rows &&
+           down.row_bytes != 0 && down.row_bytes == row_bytes(down.type, down.cols);
 }
 
 void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {

@@ -76,7 +76,13 @@ DevArgs to_dev(const MatmulArgs& a) {
         const MatSeg& g = a.seg[s];
         if (!matmul_type_supported(g.w.type))
             throw ehp::Error(EH_UNSUPPORTED, "matmul: unsupported weight type " + ehp::type_name(g.w.type));
-        if (g.w.cols != a.cols || g.w.row_bytes != row_bytes(g.w.type, a.cols))
+        // (A K-quant with 64 columns has row_bytes 0 on both sides: it once
+        // passed the shape check below.)
+        const size_t rb = row_bytes(g.w.type, a.cols);
+        if (rb == 0)
+            throw ehp::Error(EH_UNSUPPORTED, "matmul: a row of " + std::to_string(a.cols) + " is not whole blocks of " +
+                                                 ehp::type_name(g.w.type));
+        if (g.w.cols != a.cols || g.w.row_bytes != rb)
             throw ehp::Error(EH_INTERNAL, "matmul: weight shape does not match input");
         if (g.out_offset + g.w.rows > a.ldy)
             throw ehp::Error(EH_INTERNAL, "matmul: output does not fit ldy");
