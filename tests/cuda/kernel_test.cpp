@@ -593,7 +593,7 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
 TEST(Kernels, StreamedGemvMatchesRegisterKernelBitwise) {
     REQUIRE_GPU();
     const ehcuda::GemvInput was = ehcuda::gemv_input();
-    const size_t stream_was = ehcuda::set_gemv_stream(SIZE_MAX);
+    const ehcuda::GemvStream stream_was = ehcuda::set_gemv_stream({SIZE_MAX, 0});
     struct Case {
         uint32_t types[3];
         int rows[3], nseg, cols;
@@ -647,7 +647,7 @@ TEST(Kernels, StreamedGemvMatchesRegisterKernelBitwise) {
                 a.accumulate = true;
                 std::vector<float> y[2];
                 for (int streamed = 0; streamed < 2; ++streamed) {
-                    ehcuda::set_gemv_stream(streamed ? 0 : SIZE_MAX);
+                    ehcuda::set_gemv_stream({streamed ? 0 : SIZE_MAX, ~uint64_t(0)});
                     auto dy = to_device(y0);
                     a.y = dy.as<float>();
                     ehcuda::matmul(a, nullptr);
