@@ -170,9 +170,10 @@ TEST_P(FfnDecodeTest, MatchesTwoMatmulPathBitwiseAndHostMath) {
     REQUIRE_GPU();
     const FfnCase c = GetParam();
     InputGuard guard(c.in);
-    // n_ff = 288: 9 chunk blocks, not a power of two; cols 512 takes the
-    // 256-element K blocks.
-    Ffn f(c, 512, 288, 96, c.type * 7 + c.down_type);
+    // n_ff = 768: 24 chunk blocks, not a power of two, and whole 256-element
+    // blocks for a K-quant down (288 was not: the down's rows were one block
+    // short, which matmul now refuses); cols 512 takes K blocks too.
+    Ffn f(c, 512, 768, 96, c.type * 7 + c.down_type);
     ehcuda::WeightRef gate = f.half(c, 0).w, up = f.half(c, 1).w;
     ASSERT_TRUE(ehcuda::gate_up_swiglu_supported(gate, up, f.down_ref(c)));
     const std::vector<float> ref = f.two_matmuls(c);

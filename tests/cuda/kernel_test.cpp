@@ -3,7 +3,6 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
-#include <cstdint>
 #include <map>
 #include <random>
 
@@ -583,88 +582,6 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
         }
     }
     ehcuda::set_gemv_input(was);
-}
-
-// The shared-memory streamed GEMV (gemv_stream.cu) against the register
-// kernel: the same chunk order and reduction, so bitwise equal, for every
-// integer-path type, input form and input fold, with bias, accumulation, a
-// partial last tile, and segments that start off 16-byte boundaries inside
-// one buffer (Q8_0 rows of 952 bytes) or differ in type.
-TEST(Kernels, StreamedGemvMatchesRegisterKernelBitwise) {
-    REQUIRE_GPU();
-    const ehcuda::GemvInput was = ehcuda::gemv_input();
-    const ehcuda::GemvStream stream_was = ehcuda::set_gemv_stream({SIZE_MAX, 0});
-    struct Case {
-        uint32_t types[3];
-        int rows[3], nseg, cols;
-        bool one_buffer;  // the segments are consecutive rows of one buffer
-    };
-    std::vector<Case> cases;
-    for (uint32_t t : {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
-                       EH_TYPE_Q6_K})
-        cases.push_back({{t, t, t}, {2100, 0, 0}, 1, 1024, false});
-    cases.push_back({{EH_TYPE_Q8_0, EH_TYPE_Q8_0, EH_TYPE_Q8_0}, {1037, 35, 1029}, 3, 896, true});
-    cases.push_back({{EH_TYPE_Q5_0, EH_TYPE_Q8_0, EH_TYPE_Q5_0}, {1000, 130, 131}, 3, 896, false});
-    cases.push_back({{EH_TYPE_Q6_K, EH_TYPE_Q6_K, EH_TYPE_Q6_K}, {2052, 0, 0}, 1, 8192, false});
-    for (const Case& cs : cases)
-        for (ehcuda::GemvInput in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2, ehcuda::GemvInput::Int8})
-            for (ehcuda::XMode xm : {ehcuda::XMode::Plain, ehcuda::XMode::RmsNorm, ehcuda::XMode::SwiGLU}) {
-                ehcuda::set_gemv_input(in);
-                std::mt19937 rng(cs.types[0] * 7 + cs.cols + int(xm));
-                std::vector<ehcuda::DeviceBuffer> bufs;
-                ehcuda::MatmulArgs a;
-                int off = 0;
-                if (cs.one_buffer) {
-                    int total = 0;
-                    for (int s = 0; s < cs.nseg; ++s) total += cs.rows[s];
-                    bufs.push_back(to_device(random_rows(cs.types[0], total, cs.cols, rng)));
-                }
-                for (int s = 0; s < cs.nseg; ++s) {
-                    const size_t rs = row_size(cs.types[s], cs.cols);
-                    if (!cs.one_buffer) bufs.push_back(to_device(random_rows(cs.types[s], cs.rows[s], cs.cols, rng)));
-                    const uint8_t* base = static_cast<const uint8_t*>(bufs.back().get()) + (cs.one_buffer ? rs * off : 0);
-                    a.seg[s].w = {base, cs.types[s], cs.rows[s], cs.cols, rs};
-                    a.seg[s].out_offset = off;
-                    off += cs.rows[s];
-                }
-                a.nseg = cs.nseg;
-                std::normal_distribution<float> nd;
-                std::vector<float> x(static_cast<size_t>(2 * cs.cols)), nw(static_cast<size_t>(cs.cols)),
-                    bias(static_cast<size_t>(cs.rows[0])), y0(static_cast<size_t>(off));
-                for (auto& v : x) v = 2 * nd(rng);
-                for (auto& v : nw) v = 1 + 0.3f * nd(rng);
-                for (auto& v : bias) v = nd(rng);
-                for (auto& v : y0) v = nd(rng);
-                auto dx = to_device(x), dn = to_device(nw), db = to_device(bias);
-                a.seg[0].bias = db.as<float>();
-                a.cols = cs.cols;
-                a.x = dx.as<float>();
-                a.ldx = xm == ehcuda::XMode::SwiGLU ? 2 * cs.cols : cs.cols;
-                a.xmode = xm;
-                a.norm_w = dn.as<float>();
-                a.norm_eps = 1e-5f;
-                a.ldy = off;
-                a.accumulate = true;
-                std::vector<float> y[2];
-                for (int streamed = 0; streamed < 2; ++streamed) {
-                    ehcuda::set_gemv_stream({streamed ? 0 : SIZE_MAX, ~uint64_t(0)});
-                    auto dy = to_device(y0);
-                    a.y = dy.as<float>();
-                    ehcuda::matmul(a, nullptr);
-                    y[streamed] = to_host<float>(dy, static_cast<size_t>(off));
-                }
-                int moved = 0;
-                for (int r = 0; r < off; ++r) {
-                    ASSERT_EQ(y[1][static_cast<size_t>(r)], y[0][static_cast<size_t>(r)])
-                        << ehp::type_name(cs.types[0]) << " x " << cs.nseg << " cols " << cs.cols << " row " << r
-                        << " input " << int(in) << " xmode " << int(xm);
-                    moved += y[1][static_cast<size_t>(r)] != y0[static_cast<size_t>(r)];
-                }
-                EXPECT_EQ(moved, off) << "every row accumulated";
-            }
-    ehcuda::set_gemv_stream(stream_was);
-    ehcuda::set_gemv_input(was);
-    GPU_OK(cudaGetLastError());
 }
 
 }  // namespace

@@ -134,9 +134,7 @@ __global__ void __launch_bounds__(128) gemm_kernel(DevArgs a) {
     }
 }
 
-}  // namespace
-
-int detail::sm_count() {
+int sm_count() {
     static int n = [] {
         int dev = 0, v = 0;
         cudaGetDevice(&dev);
@@ -149,6 +147,8 @@ int detail::sm_count() {
     return n;
 }
 
+}  // namespace
+
 void gemm(const MatmulArgs& a, cudaStream_t stream) {
     if (a.xmode == XMode::RmsNorm) throw ehp::Error(EH_INTERNAL, "gemm: fused RMSNorm is single-token only");
     if (prefill::gemm_cublas(a, stream)) return;
@@ -156,7 +156,7 @@ void gemm(const MatmulArgs& a, cudaStream_t stream) {
     const int mt = (a.ntok + BM - 1) / BM;
     auto run = [&](const DevArgs& d) {
         const int blocks64 = (d.total_rows + 63) / 64 * mt;
-        const bool wide = blocks64 >= 2 * detail::sm_count();
+        const bool wide = blocks64 >= 2 * sm_count();
         detail::host_dispatch(d.seg[0].type, [&]<int T>() {
             if (wide)
                 gemm_kernel<T, 64><<<dim3((d.total_rows + 63) / 64, mt), 128, 0, stream>>>(d);

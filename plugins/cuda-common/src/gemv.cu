@@ -76,8 +76,9 @@ DevArgs to_dev(const MatmulArgs& a) {
         const MatSeg& g = a.seg[s];
         if (!matmul_type_supported(g.w.type))
             throw ehp::Error(EH_UNSUPPORTED, "matmul: unsupported weight type " + ehp::type_name(g.w.type));
-        // (A K-quant with 64 columns has row_bytes 0 on both sides: it once
-        // passed the shape check below.)
+        // (A K-quant with 64 or 288 columns has row_bytes 0 or one block
+        // short on both sides: it once passed the shape check below, and
+        // the kernels read the next row's bytes.)
         const size_t rb = row_bytes(g.w.type, a.cols);
         if (rb == 0)
             throw ehp::Error(EH_UNSUPPORTED, "matmul: a row of " + std::to_string(a.cols) + " is not whole blocks of " +
@@ -110,7 +111,6 @@ using detail::DevArgs;
 
 namespace {
 
-using detail::kMixedTypes;
 using detail::load_staged32;
 using detail::load_staged_int;
 using detail::stage_x;
@@ -120,6 +120,26 @@ using detail::staged_int_bytes;
 
 constexpr int kWarps = 4;
 
+// T of a single-token launch whose segments (Q, K, V of different quantized
+// types, as Qwen2.5's Q4_K_M files mix Q5_0 and Q8_0) share one launch and
+// one staged input: each warp decodes its own segment's type through a
+// warp-uniform switch, one row per warp.
+constexpr int kMixedTypes = -1;
+
+template <class X>
+__device__ __forceinline__ float dot_chunk_mixed(int type, const uint8_t* row, int c, const X& x) {
+    switch (type) {
+    case EH_TYPE_Q4_0: return dot_chunk_int<EH_TYPE_Q4_0>(row, c, x);
+    case EH_TYPE_Q4_1: return dot_chunk_int<EH_TYPE_Q4_1>(row, c, x);
+    case EH_TYPE_Q5_0: return dot_chunk_int<EH_TYPE_Q5_0>(row, c, x);
+    case EH_TYPE_Q5_1: return dot_chunk_int<EH_TYPE_Q5_1>(row, c, x);
+    case EH_TYPE_Q8_0: return dot_chunk_int<EH_TYPE_Q8_0>(row, c, x);
+    case EH_TYPE_Q4_K: return dot_chunk_int<EH_TYPE_Q4_K>(row, c, x);
+    case EH_TYPE_Q5_K: return dot_chunk_int<EH_TYPE_Q5_K>(row, c, x);
+    case EH_TYPE_Q6_K: return dot_chunk_int<EH_TYPE_Q6_K>(row, c, x);
+    default: return 0.0f;  // the host launches only these
+    }
+}
 
 // Weight type T (a compile-time constant, so each kernel gets only the
 // registers its own format needs), NT tokens, R consecutive rows per warp.
@@ -193,7 +213,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (r >= nr) continue;
-                if constexpr (T == kMixedTypes) acc[r][0] += dot_chunk_int_any(g.type, w + size_t(r) * g.row_bytes, c, x);
+                if constexpr (T == kMixedTypes) acc[r][0] += dot_chunk_mixed(g.type, w + size_t(r) * g.row_bytes, c, x);
                 else acc[r][0] += dot_chunk_int<T>(w + size_t(r) * g.row_bytes, c, x);
             }
         } else if constexpr (NT > 1) {
@@ -357,7 +377,6 @@ void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
 
 // One launch per group of segments sharing a type.
 void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
-    if (detail::gemv_stream_applies(d)) return detail::launch_gemv_stream(d, false, stream);
     detail::host_dispatch(d.seg[0].type, [&]<int T>() {
         // Token groups of 8, 4, 2, 1 (each group reads the weights once).
         for (int t0 = 0; t0 < d.ntok;) {
@@ -423,7 +442,6 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
     bool mixed = d.ntok == 1 && detail::gemv_input_mode != GemvInput::Float && detail::gemv_mixed_enabled;
     for (int s = 0; s < d.nseg; ++s) mixed &= detail::int_type(uint32_t(d.seg[s].type)) && d.seg[s].type != EH_TYPE_MXFP4;
     if (mixed) {
-        if (detail::gemv_stream_applies(d)) return detail::launch_gemv_stream(d, true, stream);
         launch_gemv_mixed(d, stream);
         return;
     }

@@ -61,21 +61,6 @@ __device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (
 
 DevArgs to_dev(const MatmulArgs& a);
 
-// T of a single-token launch whose segments (Q, K, V of different quantized
-// types, as Qwen2.5's Q4_K_M files mix Q5_0 and Q8_0) share one launch and
-// one staged input: each warp decodes its own segment's type through a
-// warp-uniform switch (dot_chunk_int_any), one row per warp.
-constexpr int kMixedTypes = -1;
-
-// Multiprocessors of the current device (cached on first use).
-int sm_count();
-
-// Single-token GEMV over a few MB of weights or more (gemv_stream.cu):
-// whether it applies to `d` (an integer GemvInput, one token, integer-path
-// types), and the launch (`mixed`: segments of different types).
-bool gemv_stream_applies(const DevArgs& d);
-void launch_gemv_stream(const DevArgs& d, bool mixed, cudaStream_t stream);
-
 // Host-side type dispatch: f.template operator()<T>().
 template <class F>
 void host_dispatch(int type, F&& f) {

@@ -81,16 +81,6 @@ struct MatmulArgs {
 void matmul(const MatmulArgs& a, cudaStream_t stream);
 // L2 prefetch of the next chunks in GEMV (off by default; for measurements).
 void set_gemv_prefetch(bool on);
-// Single-token GEMVs with an integer input form over at least `min_bytes`
-// of weights, all of types in `types` (bit t for type t), stream their rows
-// through shared memory (gemv_stream.cu). Defaults: 2 MiB, Q6_K and Q8_0
-// (env EHCUDA_GEMV_STREAM_MIN_BYTES, EHCUDA_GEMV_STREAM_TYPES). Returns
-// the previous setting.
-struct GemvStream {
-    size_t min_bytes;
-    uint64_t types;
-};
-GemvStream set_gemv_stream(GemvStream s);
 // How single-token GEMV on quantized weights takes its input. Int16 (the
 // default): quantized per 32 elements to int16 codes + a scale, integer dot
 // products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.
