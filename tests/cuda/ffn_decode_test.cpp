@@ -171,8 +171,8 @@ TEST_P(FfnDecodeTest, MatchesTwoMatmulPathBitwiseAndHostMath) {
     const FfnCase c = GetParam();
     InputGuard guard(c.in);
     // n_ff = 768: 24 chunk blocks, not a power of two, and whole 256-element
-    // blocks for a K-quant down (288 was not: the down's rows were one block
-    // short, which matmul now refuses); cols 512 takes K blocks too.
+    // blocks for a K-quant down (288 is not: matmul refuses that down, and
+    // gate_up_swiglu_supported now says so); cols 512 takes K blocks too.
     Ffn f(c, 512, 768, 96, c.type * 7 + c.down_type);
     ehcuda::WeightRef gate = f.half(c, 0).w, up = f.half(c, 1).w;
     ASSERT_TRUE(ehcuda::gate_up_swiglu_supported(gate, up, f.down_ref(c)));

@@ -76,9 +76,8 @@ DevArgs to_dev(const MatmulArgs& a) {
         const MatSeg& g = a.seg[s];
         if (!matmul_type_supported(g.w.type))
             throw ehp::Error(EH_UNSUPPORTED, "matmul: unsupported weight type " + ehp::type_name(g.w.type));
-        // (A K-quant with 64 or 288 columns has row_bytes 0 or one block
-        // short on both sides: it once passed the shape check below, and
-        // the kernels read the next row's bytes.)
+        // (A K-quant with 64 columns has row_bytes 0 on both sides: it once
+        // passed the shape check below, and the kernels read past the rows.)
         const size_t rb = row_bytes(g.w.type, a.cols);
         if (rb == 0)
             throw ehp::Error(EH_UNSUPPORTED, "matmul: a row of " + std::to_string(a.cols) + " is not whole blocks of " +
