@@ -42,14 +42,7 @@ void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
         throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: input and norm weight must be 16-byte aligned");
     if (!a.out || reinterpret_cast<uintptr_t>(a.out) % 16 || a.out_bytes < gemv_chunk_bytes(a.gate.w.rows))
         throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: output missing, unaligned or smaller than gemv_chunk_bytes(rows)");
-    detail::DevArgs xa{};
-    xa.cols = a.cols;
-    xa.x = a.x;
-    xa.ldx = a.cols;
-    xa.xmode = int(a.norm_w ? XMode::RmsNorm : XMode::Plain);
-    xa.norm_w = a.norm_w;
-    xa.norm_eps = a.norm_w ? a.norm_eps : 0.0f;
-    xa.ntok = 1;
+    const detail::DevArgs xa = detail::single_token_input(a.x, a.cols, a.norm_w, a.norm_eps);
     const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
     uint8_t* out = static_cast<uint8_t*>(a.out);
     // 2 rows of gate and of up per warp, 16 warps: on an H100, Phi-3 decode

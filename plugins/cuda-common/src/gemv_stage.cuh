@@ -29,6 +29,20 @@ constexpr int kCodeBytes = Bits == 8 ? 32 : Bits == 16 ? 64 : 128;
 template <int Bits>
 inline size_t staged_int_bytes(int cols) { return size_t(cols / 32) * kIntStride<Bits>; }
 
+// The staging arguments of one token's input of `cols` values: x as is, or
+// RMS-normalised times norm_w when norm_w is set.
+inline DevArgs single_token_input(const float* x, int cols, const float* norm_w, float norm_eps) {
+    DevArgs xa{};
+    xa.cols = cols;
+    xa.x = x;
+    xa.ldx = cols;
+    xa.xmode = int(norm_w ? XMode::RmsNorm : XMode::Plain);
+    xa.norm_w = norm_w;
+    xa.norm_eps = norm_w ? norm_eps : 0.0f;
+    xa.ntok = 1;
+    return xa;
+}
+
 // 1 / rms(x) * (fold weight applied by the caller) for the RMSNorm fold;
 // 1 otherwise. Every thread of the block gets the value.
 __device__ __forceinline__ float block_rms_scale(const DevArgs& a) {

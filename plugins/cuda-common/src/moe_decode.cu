@@ -87,14 +87,7 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     const DevMat g = to_dev(a.gate, "moe gate"), u = to_dev(a.up, "moe up"), d = to_dev(a.down, "moe down");
     if (d.cols != g.rows || reinterpret_cast<uintptr_t>(a.x) % 16 || (a.norm_w && reinterpret_cast<uintptr_t>(a.norm_w) % 16))
         throw ehp::Error(EH_INTERNAL, "moe decode: down's columns must be gate's rows; input 16-byte aligned");
-    detail::DevArgs xa{};
-    xa.cols = g.cols;
-    xa.x = a.x;
-    xa.ldx = g.cols;
-    xa.xmode = int(a.norm_w ? XMode::RmsNorm : XMode::Plain);
-    xa.norm_w = a.norm_w;
-    xa.norm_eps = a.norm_w ? a.norm_eps : 0.0f;
-    xa.ntok = 1;
+    const detail::DevArgs xa = detail::single_token_input(a.x, g.cols, a.norm_w, a.norm_eps);
     uint8_t* act_q = static_cast<uint8_t*>(a.scratch);
     detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, a.ids, g, u, detail::SwiGluOai{a.alpha, a.limit}, act_q,
                                        a.k, stream);
