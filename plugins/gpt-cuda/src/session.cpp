@@ -100,7 +100,26 @@ std::string Session::context_note() const {
     return " (gpt2 has " + std::to_string(c_.n_ctx_train) + " learned positions)";
 }
 
-void Session::set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& at) {
+void Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttnArgs at) {
+    cudaStream_t s = stream();
+    const Config& c = c_;
+    r.qkv = qkv_.as<float>();
+    r.ld = c.qkv_dim();
+    r.n_head = c.n_head;
+    r.n_kv = c.n_kv;
+    r.head_dim = c.head_dim;
+    r.d_pos0 = d_pos0();
+    r.ntok = ntok;
+    at.q = r.qkv;
+    at.ldq = r.ld;
+    at.n_head = c.n_head;
+    at.n_kv = c.n_kv;
+    at.head_dim = c.head_dim;
+    at.d_pos0 = r.d_pos0;
+    at.ntok = ntok;
+    at.scale = 1.0f / std::sqrt(float(c.head_dim));
+    at.out = attn_.as<float>();
+    at.ldo = c.q_dim();
     at.nsplit = nsplit_;
     at.split_scratch = attn_scratch_.as<float>();
     at.split_counters = attn_counters_.as<int>();
@@ -117,6 +136,14 @@ void Session::set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& 
         at.k_cache = r.k_cache;
         at.v_cache = r.v_cache;
     }
+    if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
+        ehcuda::rope_sink_attention_decode(r, at, s);
+    } else {
+        ehcuda::rope_table_store_kv(r, s);
+        mark(kRope);
+        ehcuda::attention_sinks(at, s);
+    }
+    mark(kAttn);
 }
 
 void Session::gpt2_layer(int li, int ntok) {
@@ -128,7 +155,6 @@ void Session::gpt2_layer(int li, int ntok) {
     float* qkv = qkv_.as<float>();
     float* attn = attn_.as<float>();
     float* ff = ff_.as<float>();
-    const int32_t* d_pos0 = this->d_pos0();
 
     ehcuda::layernorm(h, c.n_embd, L.attn_norm, L.attn_norm_b, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
     ehcuda::MatmulArgs a;
@@ -144,34 +170,7 @@ void Session::gpt2_layer(int li, int ntok) {
     ehcuda::matmul(a, s);
     mark(kQkv);
 
-    ehcuda::RopeTableArgs r;  // no rotation: stores K and V
-    r.qkv = qkv;
-    r.ld = c.qkv_dim();
-    r.n_head = c.n_head;
-    r.n_kv = c.n_kv;
-    r.head_dim = c.head_dim;
-    r.d_pos0 = d_pos0;
-    r.ntok = ntok;
-    ehcuda::SinkAttnArgs at;
-    at.q = qkv;
-    at.ldq = c.qkv_dim();
-    at.n_head = c.n_head;
-    at.n_kv = c.n_kv;
-    at.head_dim = c.head_dim;
-    at.d_pos0 = d_pos0;
-    at.ntok = ntok;
-    at.scale = 1.0f / std::sqrt(float(c.head_dim));
-    at.out = attn;
-    at.ldo = c.q_dim();
-    set_cache(li, r, at);
-    if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
-        ehcuda::rope_sink_attention_decode(r, at, s);
-    } else {
-        ehcuda::rope_table_store_kv(r, s);
-        mark(kRope);
-        ehcuda::attention_sinks(at, s);
-    }
-    mark(kAttn);
+    attend(li, ntok, ehcuda::RopeTableArgs{}, ehcuda::SinkAttnArgs{});  // no rotation: stores K and V
 
     ehcuda::MatmulArgs o;
     o.seg[0] = L.attn_out;
@@ -222,7 +221,6 @@ void Session::gpt_oss_layer(int li, int ntok) {
     float* xn = xn_.as<float>();
     float* qkv = qkv_.as<float>();
     float* attn = attn_.as<float>();
-    const int32_t* d_pos0 = this->d_pos0();
 
     ehcuda::MatmulArgs a;
     for (int k = 0; k < L.n_qkv; ++k) a.seg[k] = L.qkv[k];
@@ -245,40 +243,15 @@ void Session::gpt_oss_layer(int li, int ntok) {
     ehcuda::matmul(a, s);
     mark(kQkv);
 
-    ehcuda::RopeTableArgs r;
-    r.qkv = qkv;
-    r.ld = c.qkv_dim();
-    r.n_head = c.n_head;
-    r.n_kv = c.n_kv;
-    r.head_dim = c.head_dim;
+    ehcuda::RopeTableArgs r;  // YaRN-scaled NEOX rotation from the model's table
     r.n_rot = c.n_rot;
     r.neox = true;
     r.inv_freq = m_.inv_freq;
     r.attn_factor = c.attn_factor;
-    r.d_pos0 = d_pos0;
-    r.ntok = ntok;
     ehcuda::SinkAttnArgs at;
-    at.q = qkv;
-    at.ldq = c.qkv_dim();
-    at.n_head = c.n_head;
-    at.n_kv = c.n_kv;
-    at.head_dim = c.head_dim;
-    at.d_pos0 = d_pos0;
-    at.ntok = ntok;
     at.window = L.window;
-    at.scale = 1.0f / std::sqrt(float(c.head_dim));
     at.sinks = L.sinks;
-    at.out = attn;
-    at.ldo = c.q_dim();
-    set_cache(li, r, at);
-    if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
-        ehcuda::rope_sink_attention_decode(r, at, s);
-    } else {
-        ehcuda::rope_table_store_kv(r, s);
-        mark(kRope);
-        ehcuda::attention_sinks(at, s);
-    }
-    mark(kAttn);
+    attend(li, ntok, r, at);
 
     ehcuda::MatmulArgs o;
     o.seg[0] = L.attn_out;

@@ -36,7 +36,10 @@ private:
     std::string context_note() const override;
     void gpt2_layer(int li, int ntok);
     void gpt_oss_layer(int li, int ntok);
-    void set_cache(int li, ehcuda::RopeTableArgs& r, ehcuda::SinkAttnArgs& at);
+    // RoPE (as r's rotation fields say), the K/V store and sink attention
+    // of layer li over qkv_ into attn_; the callers set only rotation,
+    // window and sinks.
+    void attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttnArgs at);
     // The cuBLAS prefill scratch for a pass of ntok tokens; decode (one
     // token, captured in a graph) never gets it.
     ehcuda::PrefillWorkspace* prefill_ws(int ntok) const { return ntok > 1 ? prefill_workspace() : nullptr; }
