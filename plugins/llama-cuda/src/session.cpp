@@ -88,35 +88,35 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
     float* ff = ff_.as<float>();
     const int32_t* d_pos0 = this->d_pos0();
 
-    // Pre-norm of a matmul's input: folded into the GEMV for one token,
-    // a separate kernel otherwise.
-    auto prenorm = [&](ehcuda::MatmulArgs& m, const float* w) {
+    ehcuda::PrefillWorkspace* pw = decode_path ? nullptr : prefill_workspace();
+    // y = segs . RMSNorm(h) * norm_w: the pre-norm folded into the GEMV for
+    // one token, a separate kernel otherwise.
+    auto normed_matmul = [&](const ehcuda::MatSeg* segs, int nseg, const float* norm_w, float* y, int ldy) {
+        ehcuda::MatmulArgs m;
+        for (int k = 0; k < nseg; ++k) m.seg[k] = segs[k];
+        m.nseg = nseg;
+        m.cols = c.n_embd;
         if (ntok == 1) {
             m.x = h;
             m.xmode = ehcuda::XMode::RmsNorm;
-            m.norm_w = w;
+            m.norm_w = norm_w;
             m.norm_eps = c.eps;
         } else {
-            ehcuda::rmsnorm(h, c.n_embd, w, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
+            ehcuda::rmsnorm(h, c.n_embd, norm_w, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
             m.x = xn;
         }
+        m.ldx = c.n_embd;
+        m.y = y;
+        m.ldy = ldy;
+        m.ntok = ntok;
+        m.prefill = pw;
+        ehcuda::matmul(m, s);
     };
-    ehcuda::PrefillWorkspace* pw = decode_path ? nullptr : prefill_workspace();
     ehcuda::embed_rows(m_.tok_embd, d_tokens, ntok, h, s);
     mark(kEmbed);
     for (int li = 0; li < c.n_layer; ++li) {
         const Layer& L = m_.layers[size_t(li)];
-        ehcuda::MatmulArgs a;
-        for (int k = 0; k < L.n_qkv; ++k) a.seg[k] = L.qkv[k];
-        a.nseg = L.n_qkv;
-        a.cols = c.n_embd;
-        prenorm(a, L.attn_norm);
-        a.ldx = c.n_embd;
-        a.y = qkv;
-        a.ldy = c.qkv_dim();
-        a.ntok = ntok;
-        a.prefill = pw;
-        ehcuda::matmul(a, s);
+        normed_matmul(L.qkv, L.n_qkv, L.attn_norm, qkv, c.qkv_dim());
         mark(kQkv);
 
         __half* kc = kcache_[size_t(li)].as<__half>();
@@ -210,17 +210,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             gu.out_bytes = ff_.size();
             ehcuda::gate_up_swiglu(gu, s);
         } else {
-            ehcuda::MatmulArgs g;
-            for (int k = 0; k < L.n_gate_up; ++k) g.seg[k] = L.gate_up[k];
-            g.nseg = L.n_gate_up;
-            g.cols = c.n_embd;
-            prenorm(g, L.ffn_norm);
-            g.ldx = c.n_embd;
-            g.y = ff;
-            g.ldy = 2 * c.n_ff;
-            g.ntok = ntok;
-            g.prefill = pw;
-            ehcuda::matmul(g, s);
+            normed_matmul(L.gate_up, L.n_gate_up, L.ffn_norm, ff, 2 * c.n_ff);
         }
         mark(kGateUp);
 
