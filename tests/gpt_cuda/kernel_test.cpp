@@ -12,6 +12,7 @@
 #include <random>
 #include <vector>
 
+#include <engine_host/plugin_abi.hpp>
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/gpt_ops.hpp>
@@ -257,11 +258,14 @@ HalfKV random_half_kv(std::mt19937& rng, size_t n) {
     return c;
 }
 
+// Prefill attention with sinks: hd 16 takes the one-block-per-query kernel,
+// 64 and 128 the tiled one (several 8-query tiles and 32-key tiles, a
+// window shorter and one longer than a tile), FP16 and FP32 caches.
 TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
     REQUIRE_GPU();
     std::mt19937 rng(5);
-    for (int hd : {16, 64}) {
-        const int n_head = 8, n_kv = 2, ctx = 70, ntok = 6, window = 5;
+    for (int hd : {16, 64, 128}) {
+        const int n_head = 8, n_kv = 2, ctx = 90, ntok = 27;
         const int pos0 = ctx - ntok;
         const int kv_dim = n_kv * hd, q_dim = n_head * hd;
         // cache as FP16; the reference reads the same rounded values
@@ -272,8 +276,9 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
         const std::vector<float>& vf = cache.vf;
         const auto q = randn(rng, size_t(ntok) * q_dim);
         const auto sinks = randn(rng, n_head);
-        for (int win : {0, window}) {
-            for (bool with_sinks : {false, true}) {
+        for (int win : {0, 5, 40}) {
+            for (int with_sinks = 0; with_sinks < 2; ++with_sinks)
+            for (bool f32 : {false, true}) {
                 std::vector<float> want(size_t(ntok) * q_dim), scratch(static_cast<size_t>(ctx));
                 const float scale = 1.0f / std::sqrt(float(hd));
                 for (int t = 0; t < ntok; ++t)
@@ -285,12 +290,18 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
                                            &want[size_t(t) * q_dim + size_t(h) * hd]);
                     }
                 auto dk = dev(kc), dv = dev(vc), dq = dev(q), ds = dev(sinks), dp = dev(std::vector<int32_t>{pos0});
+                auto dk32 = dev(kf), dv32 = dev(vf);
                 ehcuda::DeviceBuffer out(want.size() * 4);
                 ehcuda::SinkAttnArgs a;
                 a.q = dq.as<float>();
                 a.ldq = q_dim;
-                a.k_cache = dk.as<__half>();
-                a.v_cache = dv.as<__half>();
+                if (f32) {
+                    a.k_cache32 = dk32.as<float>();
+                    a.v_cache32 = dv32.as<float>();
+                } else {
+                    a.k_cache = dk.as<__half>();
+                    a.v_cache = dv.as<__half>();
+                }
                 a.n_head = n_head;
                 a.n_kv = n_kv;
                 a.head_dim = hd;
@@ -303,7 +314,7 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
                 a.ldo = q_dim;
                 ehcuda::attention_sinks(a, nullptr);
                 EXPECT_LT(rel_err(host<float>(out, want.size()), want), 1e-4)
-                    << "hd " << hd << " window " << win << " sinks " << with_sinks;
+                    << "hd " << hd << " window " << win << " sinks " << with_sinks << " f32 " << f32;
             }
         }
     }
@@ -498,3 +509,31 @@ TEST(GptKernels, LayerNormAndGeluMatchReference) {
 }
 
 }  // namespace
+
+// The tiled prefill kernel holds K/V tiles in shared memory in the cache's
+// own type: an FP32 cache of head dim 256 would not fit, so it is refused
+// there (attention_sinks keeps such shapes on its one-block-per-query kernel).
+TEST(GptKernels, TiledPrefillRefusesWhatItCannotHold) {
+    ehcuda::AttnArgs a;
+    a.n_head = 8;
+    a.n_kv = 2;
+    a.ntok = 4;
+    float dummy = 0.0f;
+    a.k_cache32 = &dummy;
+    a.v_cache32 = &dummy;
+    for (int hd : {64, 96, 128}) {
+        a.head_dim = hd;
+        EXPECT_TRUE(ehcuda::attention_prefill_takes(a)) << hd;
+    }
+    for (int hd : {16, 200, 256}) {
+        a.head_dim = hd;
+        EXPECT_FALSE(ehcuda::attention_prefill_takes(a)) << hd;
+        EXPECT_THROW(ehcuda::attention_prefill(a, nullptr), ehp::Error) << hd;
+    }
+    a.k_cache32 = a.v_cache32 = nullptr;
+    a.sinks = &dummy;
+    a.head_dim = 256;
+    EXPECT_TRUE(ehcuda::attention_prefill_takes(a));  // FP16 cache
+    a.head_dim = 48;
+    EXPECT_FALSE(ehcuda::attention_prefill_takes(a));  // the generic kernel has no sinks
+}

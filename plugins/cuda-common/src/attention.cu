@@ -1,6 +1,7 @@
 // GQA attention over the FP16 KV cache.
 //
-// Prefill: a block serves 8 consecutive queries of one head (one warp each).
+// Prefill: a block serves 8 consecutive queries of one head (one warp each);
+// FP16 or FP32 cache, optional sink logits (gpt-cuda's prefill).
 // K/V tiles of 32 positions are staged in shared memory once for all eight;
 // each warp scores the tile (lane = key), then folds it into its running
 // output with the online-softmax rescaling (flash-attention style), so the
@@ -23,6 +24,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <type_traits>
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
@@ -37,13 +39,25 @@ namespace {
 constexpr int kQPerBlock = 8;
 constexpr int kKeyTile = 32;
 
-template <int DPL>
-__global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs a) {
+// Pairs of cache elements as stored (FP16 or FP32 caches) and as floats.
+template <class C>
+using Pair = std::conditional_t<std::is_same_v<C, __half>, __half2, float2>;
+__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
+__device__ __forceinline__ float2 to_float2(float2 v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(float v) { return v; }
+
+// DPL dims per lane; C the cache element (__half, or float for gpt-cuda's
+// FP32 cache). With a.sinks, each head's sink logit joins the softmax's
+// denominator (gpt-oss) and attends no value.
+template <int DPL, class C>
+__global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs a, const C* k_cache, const C* v_cache) {
     pdl_entry();
+    using P = Pair<C>;
     constexpr int HD = DPL * 32;
     constexpr int KLD = HD + 2;  // padded row: lanes hit distinct banks
-    __shared__ __align__(16) __half Ks[kKeyTile * KLD];
-    __shared__ __align__(16) __half Vs[kKeyTile * HD];
+    __shared__ __align__(16) C Ks[kKeyTile * KLD];
+    __shared__ __align__(16) C Vs[kKeyTile * HD];
     __shared__ float Qs[kQPerBlock][HD];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -74,14 +88,17 @@ __global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs 
         for (int e = threadIdx.x; e < kKeyTile * (HD / 2); e += blockDim.x) {
             const int key = e / (HD / 2), d2 = e % (HD / 2);
             const int pos = kb + key;
-            __half2 kv = __float2half2_rn(0.0f), vv = kv;
+            P kv, vv;
             if (pos < kend) {
                 size_t off = size_t(pos) * kv_ld + kvh * HD + 2 * d2;
-                kv = *reinterpret_cast<const __half2*>(a.k_cache + off);
-                vv = *reinterpret_cast<const __half2*>(a.v_cache + off);
+                kv = *reinterpret_cast<const P*>(k_cache + off);
+                vv = *reinterpret_cast<const P*>(v_cache + off);
+            } else {
+                // (zero bits are 0.0 in both formats)
+                kv = vv = P{};
             }
-            *reinterpret_cast<__half2*>(Ks + key * KLD + 2 * d2) = kv;
-            *reinterpret_cast<__half2*>(Vs + key * HD + 2 * d2) = vv;
+            *reinterpret_cast<P*>(Ks + key * KLD + 2 * d2) = kv;
+            *reinterpret_cast<P*>(Vs + key * HD + 2 * d2) = vv;
         }
         __syncthreads();
         if (!active) continue;
@@ -91,10 +108,10 @@ __global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs 
         float s = -INFINITY;
         if (valid) {
             float dot = 0.0f;
-            const __half2* kr = reinterpret_cast<const __half2*>(Ks + lane * KLD);
+            const P* kr = reinterpret_cast<const P*>(Ks + lane * KLD);
 #pragma unroll 8
             for (int d2 = 0; d2 < HD / 2; ++d2) {
-                float2 kf = __half22float2(kr[d2]);
+                const float2 kf = to_float2(kr[d2]);
                 dot = fmaf(Qs[warp][2 * d2], kf.x, dot);
                 dot = fmaf(Qs[warp][2 * d2 + 1], kf.y, dot);
             }
@@ -112,11 +129,19 @@ __global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs 
             const float pj = __shfl_sync(0xffffffffu, p, j);
             if (pj == 0.0f) continue;
 #pragma unroll
-            for (int i = 0; i < DPL; ++i) acc[i] = fmaf(pj, __half2float(Vs[j * HD + lane + 32 * i]), acc[i]);
+            for (int i = 0; i < DPL; ++i) acc[i] = fmaf(pj, to_float(Vs[j * HD + lane + 32 * i]), acc[i]);
         }
         m = mnew;
     }
     if (active) {
+        if (a.sinks) {
+            const float sink = a.sinks[head];
+            const float M = fmaxf(m, sink);
+            const float f = m == -INFINITY ? 0.0f : __expf(m - M);
+            l = l * f + __expf(sink - M);
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) acc[i] *= f;
+        }
         float* o = a.out + size_t(t) * a.ldo + head * HD;
         const float inv = l > 0.0f ? 1.0f / l : 0.0f;
 #pragma unroll
@@ -496,13 +521,27 @@ void by_keys(int want, F&& f) {
 bool attention_head_dim_supported(int hd) { return hd >= 1 && hd <= kAttentionMaxHeadDim; }
 bool attention_head_dim_fast(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
 
+bool attention_prefill_takes(const AttnArgs& a) {
+    if (!a.k_cache32 && !a.sinks) return true;
+    return attention_head_dim_fast(a.head_dim) && (!a.k_cache32 || (a.v_cache32 && a.head_dim <= 128));
+}
+
 void attention_prefill(const AttnArgs& a, cudaStream_t stream) {
     validate(a);
+    if (!attention_prefill_takes(a))
+        throw ehp::Error(EH_INTERNAL, "attention_prefill: an FP32 cache or sinks need head dim 64, 96 or 128 (check attention_prefill_takes)");
     if (a.ntok <= 0) return;
     if (!attention_head_dim_fast(a.head_dim)) return attention_generic(a, stream);
     dim3 grid((a.ntok + kQPerBlock - 1) / kQPerBlock, a.n_head);
     by_dpl(a.head_dim, [&]<int DPL>() {
-        launch("attn_prefill_kernel", attn_prefill_kernel<DPL>, grid, kQPerBlock * 32, 0, stream, a);
+        if (a.k_cache32) {
+            if constexpr (DPL <= 4)
+                launch("attn_prefill_kernel", attn_prefill_kernel<DPL, float>, grid, kQPerBlock * 32, 0, stream, a,
+                       a.k_cache32, a.v_cache32);
+        } else {
+            launch("attn_prefill_kernel", attn_prefill_kernel<DPL, __half>, grid, kQPerBlock * 32, 0, stream, a,
+                   a.k_cache, a.v_cache);
+        }
     });
     EHC_LAUNCHED("attn_prefill_kernel");
 }

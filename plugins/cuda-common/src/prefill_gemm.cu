@@ -32,20 +32,47 @@ __device__ __forceinline__ void store_half8(__half* dst, const float* v) {
     *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(h);
 }
 
-// One thread per 32-element chunk; consecutive threads take consecutive
-// chunks of a row, so reads of a row's blocks and the FP16 writes coalesce.
+// One thread per 32-element chunk, consecutive threads taking consecutive
+// chunks (of a row, then of the next row: the output is the dense
+// [rows][nch * 32] FP16 matrix, so a block's chunks are one contiguous
+// range of it). Each thread's 64 output bytes go through shared memory so
+// that the stores to memory are whole 16-byte words of consecutive lanes:
+// storing them straight from the thread that decoded them put every store
+// instruction's 32 lanes 64 bytes apart, and the MXFP4 experts' dequant ran
+// at ~1.3 TB/s (33 us for a gpt-oss-20b gate|up expert, ncu on an H100).
+constexpr int kDequantThreads = 256;
+constexpr int kDequantLd = 20;  // words per staged chunk: 16 + 4 of padding, 16-byte stores conflict-free
+
 template <int T>
-__global__ void __launch_bounds__(256) dequant_kernel(const uint8_t* base, size_t row_bytes, int rows, int nch,
-                                                      __half* out) {
-    const size_t idx = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
-    if (idx >= size_t(rows) * nch) return;
-    const size_t r = idx / nch;
-    const int c = int(idx % nch);
-    float v[32];
-    load_any_chunk<T>(base + r * row_bytes, c, v);
-    __half* dst = out + r * size_t(nch) * 32 + size_t(c) * 32;
+__global__ void __launch_bounds__(kDequantThreads) dequant_kernel(const uint8_t* base, size_t row_bytes, int rows,
+                                                                  int nch, __half* out) {
+    __shared__ __align__(16) uint32_t stage[kDequantThreads * kDequantLd];
+    const size_t first = size_t(blockIdx.x) * kDequantThreads;
+    const size_t total = size_t(rows) * nch;
+    const size_t idx = first + threadIdx.x;
+    if (idx < total) {
+        const size_t r = idx / nch;
+        const int c = int(idx % nch);
+        float v[32];
+        load_any_chunk<T>(base + r * row_bytes, c, v);
+        uint4* dst = reinterpret_cast<uint4*>(stage + threadIdx.x * kDequantLd);
 #pragma unroll
-    for (int i = 0; i < 4; ++i) store_half8(dst + 8 * i, v + 8 * i);
+        for (int i = 0; i < 4; ++i) {
+            __align__(16) __half2 h[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(v[8 * i + 2 * k], v[8 * i + 2 * k + 1]);
+            dst[i] = *reinterpret_cast<const uint4*>(h);
+        }
+    }
+    __syncthreads();
+    // The block's chunks as 16-byte words: word f is part f % 4 of chunk f / 4.
+    const int nwords = int(min(total - first, size_t(kDequantThreads))) * 4;
+    uint4* o = reinterpret_cast<uint4*>(out + first * 32);
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int f = j * kDequantThreads + threadIdx.x;
+        if (f < nwords) o[f] = *reinterpret_cast<const uint4*>(stage + (f >> 2) * kDequantLd + (f & 3) * 4);
+    }
 }
 
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
@@ -99,8 +126,8 @@ void dequant_rows(uint32_t type, const void* base, size_t row_bytes, int rows, i
     const int nch = cols / 32;
     const size_t n = size_t(rows) * nch;
     type_dispatch(type, [&]<int T>() {
-        dequant_kernel<T><<<blocks_for(n, 256), 256, 0, stream>>>(static_cast<const uint8_t*>(base), row_bytes, rows,
-                                                                  nch, out);
+        dequant_kernel<T><<<blocks_for(n, kDequantThreads), kDequantThreads, 0, stream>>>(
+            static_cast<const uint8_t*>(base), row_bytes, rows, nch, out);
     });
     EHC_LAUNCHED("dequant_kernel");
 }

@@ -183,6 +183,11 @@ struct AttnArgs {
     float scale = 1.0f;
     float* out = nullptr;
     int ldo = 0;
+    // Prefill only (attention_prefill_takes): an FP32 cache instead of
+    // k_cache / v_cache, and per-head sink logits (gpt-oss).
+    const float* k_cache32 = nullptr;
+    const float* v_cache32 = nullptr;
+    const float* sinks = nullptr;
 };
 constexpr int kAttentionMaxHeadDim = 256;
 // 1 .. kAttentionMaxHeadDim.
@@ -194,6 +199,9 @@ bool attention_head_dim_fast(int head_dim);
 void attention_generic(const AttnArgs& a, cudaStream_t stream);
 // Tiled (flash-style, online softmax) kernel for prefill.
 void attention_prefill(const AttnArgs& a, cudaStream_t stream);
+// Whether attention_prefill takes a's FP32 cache or sinks (the tiled kernel
+// only: head dims 64, 96, 128, and 256 with an FP16 cache).
+bool attention_prefill_takes(const AttnArgs& a);
 // Split-K over the KV length for one query token, then an ordered merge.
 // Split count for a cache of n_ctx positions (about 64 keys per split when
 // full, at most 128).
