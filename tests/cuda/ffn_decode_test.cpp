@@ -14,12 +14,6 @@ namespace ehtest {
 namespace {
 
 // Restores the process-wide GEMV input form.
-struct InputGuard {
-    ehcuda::GemvInput old = ehcuda::gemv_input();
-    explicit InputGuard(ehcuda::GemvInput in) { ehcuda::set_gemv_input(in); }
-    ~InputGuard() { ehcuda::set_gemv_input(old); }
-};
-
 struct FfnCase {
     uint32_t type;       // gate and up
     uint32_t down_type;

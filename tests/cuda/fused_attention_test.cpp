@@ -14,6 +14,7 @@
 #include <ehcuda/kernels.hpp>
 
 #include "gpu_util.hpp"
+#include "host_reference.hpp"
 
 namespace ehtest {
 namespace {
@@ -149,6 +150,44 @@ bool same_bits(const std::vector<__half>& a, const std::vector<__half>& b) {
     return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(__half)) == 0;
 }
 
+// With out_chunks, the launch writes the same `out` and, for every integer
+// input form, the chunks a single-token GEMV would stage from it: a Q8_0
+// output projection reading the chunks (XMode::Chunks) gives the bits it
+// gives reading `out` (XMode::Plain).
+void check_chunk_output(const FusedCase& c, int nsplit, const std::vector<float>& qkv, const std::vector<__half>& kc,
+                        const std::vector<__half>& vc, int pos, const std::vector<float>& fout) {
+    const int n_out = c.H * c.hd, rows = 40;
+    std::mt19937 rng(uint32_t(n_out + nsplit));
+    const auto w = random_rows(EH_TYPE_Q8_0, rows, n_out, rng);
+    const ehcuda::DeviceBuffer dw = to_device(w);
+    for (auto in : {ehcuda::GemvInput::Int8, ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
+        SCOPED_TRACE("input form " + std::to_string(int(in)));
+        InputGuard guard(in);
+        Step s = make_step(c, nsplit, qkv, kc, vc, pos);
+        ehcuda::DeviceBuffer chunks(ehcuda::gemv_chunk_bytes(n_out));
+        auto a = s.args(c, nsplit);
+        a.out_chunks = chunks.get();
+        ASSERT_NO_THROW(ehcuda::rope_attention_decode(a, nullptr));
+        const auto out = to_host<float>(s.out, size_t(n_out));
+        ASSERT_EQ(std::memcmp(out.data(), fout.data(), out.size() * 4), 0) << "out differs with chunks";
+        ehcuda::DeviceBuffer y1(rows * 4), y2(rows * 4);
+        ehcuda::MatmulArgs m;
+        m.seg[0].w = {dw.get(), EH_TYPE_Q8_0, rows, n_out, row_size(EH_TYPE_Q8_0, n_out)};
+        m.cols = n_out;
+        m.x = s.out.as<float>();
+        m.ldx = n_out;
+        m.y = y1.as<float>();
+        m.ldy = rows;
+        ASSERT_NO_THROW(ehcuda::matmul(m, nullptr));
+        m.x = chunks.as<float>();
+        m.xmode = ehcuda::XMode::Chunks;
+        m.y = y2.as<float>();
+        ASSERT_NO_THROW(ehcuda::matmul(m, nullptr));
+        const auto v1 = to_host<float>(y1, rows), v2 = to_host<float>(y2, rows);
+        ASSERT_EQ(std::memcmp(v1.data(), v2.data(), v1.size() * 4), 0) << "chunks differ from staging the output";
+    }
+}
+
 class FusedDecodeTest : public ::testing::TestWithParam<FusedCase> {};
 
 TEST_P(FusedDecodeTest, MatchesUnfusedAndHost) {
@@ -226,6 +265,7 @@ TEST_P(FusedDecodeTest, MatchesUnfusedAndHost) {
         // also checks the counters were left ready for it). The fallback
         // rotates Q in qkv, so it cannot run twice on one row.
         if (!ehcuda::attention_head_dim_fast(c.hd)) continue;
+        check_chunk_output(c, nsplit, qkv, kc, vc, pos, fout);
         ASSERT_NO_THROW(ehcuda::rope_attention_decode(f.args(c, nsplit), nullptr));
         const auto fout2 = to_host<float>(f.out, static_cast<size_t>(n_out));
         EXPECT_EQ(std::memcmp(fout.data(), fout2.data(), fout.size() * 4), 0) << "second run differs";
@@ -329,6 +369,24 @@ TEST(FusedDecode, RejectsBadArguments) {
     EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
     a = s.args(c, 4);
     a.n_kv = 3;
+    EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+    // Chunk output: misaligned, under float GEMV input, or a head dim the
+    // fallback (which writes no chunks) would take.
+    ehcuda::DeviceBuffer chunks(4096);
+    a = s.args(c, 4);
+    a.out_chunks = static_cast<char*>(chunks.get()) + 8;
+    EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+    a.out_chunks = chunks.get();
+    {
+        InputGuard fl(ehcuda::GemvInput::Float);
+        EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+    }
+    const FusedCase odd{32, 4, 2, 10, 0, false, 32};
+    std::vector<float> qkv32(static_cast<size_t>((odd.H + 2 * odd.KV) * odd.hd));
+    std::vector<__half> kc32(static_cast<size_t>(16) * odd.KV * odd.hd);
+    Step s32 = make_step(odd, 4, qkv32, kc32, kc32, 9);
+    a = s32.args(odd, 4);
+    a.out_chunks = chunks.get();
     EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
 }
 

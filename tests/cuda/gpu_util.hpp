@@ -7,6 +7,7 @@
 #include <vector>
 
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/kernels.hpp>
 
 namespace ehtest {
 
@@ -34,5 +35,12 @@ inline bool have_gpu() {
 
 #define REQUIRE_GPU() \
     if (!::ehtest::have_gpu()) GTEST_SKIP() << "no CUDA device"
+
+// Sets the single-token GEMV input form for a scope.
+struct InputGuard {
+    ehcuda::GemvInput old = ehcuda::gemv_input();
+    explicit InputGuard(ehcuda::GemvInput in) { ehcuda::set_gemv_input(in); }
+    ~InputGuard() { ehcuda::set_gemv_input(old); }
+};
 
 }  // namespace ehtest

@@ -27,6 +27,7 @@
 #include <type_traits>
 
 #include "block_reduce.cuh"
+#include "gemv_stage.cuh"
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
@@ -285,11 +286,25 @@ __device__ __forceinline__ void load_key_group(const __half* kc, const __half* v
     }
 }
 
+// o[d] of head `head` is val; with chunks (XB 8/16/32, the GemvInput's
+// bits) also element d of the head's integer chunks. d runs over a whole
+// warp's 32 consecutive dims (head dims are multiples of 32), so each warp
+// quantizes one chunk.
+__device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float* o, int head, int hd, int d, float val) {
+    o[d] = val;
+    if (!a.out_chunks) return;
+    uint8_t* base = static_cast<uint8_t*>(a.out_chunks);
+    const int c = (head * hd + d) >> 5;
+    if (xb == 8) detail::store_chunk_warp<8>(val, base + size_t(c) * detail::kIntStride<8>);
+    else if (xb == 16) detail::store_chunk_warp<16>(val, base + size_t(c) * detail::kIntStride<16>);
+    else detail::store_chunk_warp<32>(val, base + size_t(c) * detail::kIntStride<32>);
+}
+
 // G: keys a warp loads before scoring any of them (more loads in flight per
 // dependent round; the unfused kernel's 4 left a 64-key split four rounds
 // per warp).
 template <int DPL, int G>
-__global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk) {
+__global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk, int xb) {
     pdl_entry();
     constexpr int HD = DPL * 32;
     __shared__ float sq[HD];                        // rotated q (unscaled)
@@ -413,7 +428,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
 #pragma unroll
             for (int w = 0; w < kDecodeWarps; ++w)
                 if (sm_m[w] != -INFINITY) A += sm_acc[w][d] * __expf(sm_m[w] - M);
-            o[d] = A * inv;
+            emit_out(a, xb, o, head, HD, d, A * inv);
         }
         return;
     }
@@ -463,7 +478,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
         float A = 0.0f;
 #pragma unroll 8
         for (int s = 0; s < nact; ++s) A += __ldcg(base + size_t(s) * (HD + 2) + 2 + d) * sm_sm[s];
-        o[d] = A * inv;
+        emit_out(a, xb, o, head, HD, d, A * inv);
     }
 }
 
@@ -591,6 +606,13 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     validate(at);
     if (a.n_rot <= 0 || a.n_rot > a.head_dim || a.n_rot % 2)
         throw ehp::Error(EH_INTERNAL, "rope_attention_decode: bad rotary dimension");
+    int xb = 0;
+    if (a.out_chunks) {
+        const GemvInput in = gemv_input();
+        xb = in == GemvInput::Int8 ? 8 : in == GemvInput::Int16 ? 16 : in == GemvInput::Int16x2 ? 32 : 0;
+        if (!xb || !attention_head_dim_fast(a.head_dim) || reinterpret_cast<uintptr_t>(a.out_chunks) % 16)
+            throw ehp::Error(EH_INTERNAL, "rope_attention_decode: chunk output needs an integer GemvInput, head dim 64/96/128/256 and 16-byte alignment");
+    }
     if (!attention_head_dim_fast(a.head_dim)) {
         RopeArgs r;
         r.qkv = a.qkv;
@@ -615,7 +637,7 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     by_dpl(a.head_dim, [&]<int DPL>() {
         by_keys<DPL>(t.keys, [&]<int G>() {
             launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G>, dim3(a.n_head, nsplit), kDecodeWarps * 32, 0,
-                   stream, a, t.min_chunk);
+                   stream, a, t.min_chunk, xb);
         });
     });
     EHC_LAUNCHED("rope_attn_decode_kernel");

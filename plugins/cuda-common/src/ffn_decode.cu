@@ -42,7 +42,8 @@ void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
         throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: input and norm weight must be 16-byte aligned");
     if (!a.out || reinterpret_cast<uintptr_t>(a.out) % 16 || a.out_bytes < gemv_chunk_bytes(a.gate.w.rows))
         throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: output missing, unaligned or smaller than gemv_chunk_bytes(rows)");
-    const detail::DevArgs xa = detail::single_token_input(a.x, a.cols, a.norm_w, a.norm_eps);
+    detail::DevArgs xa = detail::single_token_input(a.x, a.cols, a.norm_w, a.norm_eps);
+    xa.prefetch = detail::gemv_entry_prefetch ? 2 : 0;
     const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
     uint8_t* out = static_cast<uint8_t*>(a.out);
     // 2 rows of gate and of up per warp, 16 warps: on an H100, Phi-3 decode

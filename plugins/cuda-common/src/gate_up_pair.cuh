@@ -39,19 +39,30 @@ template <int TG, int TU, int Bits, int RW, class Act>
 __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ? 3 : 1) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
                                                                        moe_detail::DevMat g, moe_detail::DevMat u,
                                                                        Act act, uint8_t* out) {
+    const int slot = blockIdx.y, chunk = blockIdx.x;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int r0 = chunk * 32 + warp * RW;
+    const int nch = xa.cols / 32;
+    // A dense FFN (no expert ids, which an earlier kernel writes) knows its
+    // rows before pdl_entry(): each lane asks L2 for its first chunk of them,
+    // as the GEMV does, so the staging below overlaps that fetch.
+    if constexpr (TG != EH_TYPE_MXFP4)
+        if (!ids && (xa.prefetch & 2) && lane < nch) {
+#pragma unroll
+            for (int i = 0; i < RW; ++i) {
+                prefetch_l2(chunk_ptr<TG>(moe_detail::row_ptr(g, 0, r0 + i), lane));
+                prefetch_l2(chunk_ptr<TU>(moe_detail::row_ptr(u, 0, r0 + i), lane));
+            }
+        }
     pdl_entry();
     extern __shared__ int4 smem_raw[];
     uint8_t* xs = reinterpret_cast<uint8_t*>(smem_raw);
     __shared__ float vals[32];
-    const int slot = blockIdx.y, chunk = blockIdx.x;
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int e = ids ? ids[slot] : 0;
-    const int r0 = chunk * 32 + warp * RW;
     const uint8_t* gw = moe_detail::row_ptr(g, e, r0);
     const uint8_t* uw = moe_detail::row_ptr(u, e, r0);
     stage_x_int<Bits>(xa, xs);
 
-    const int nch = xa.cols / 32;
     float ag[RW] = {}, au[RW] = {};
     for (int c = lane; c < nch; c += 32) {
         XChunk<Bits> x;

@@ -172,12 +172,13 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     // (Prefetching the warp's whole rows to L2 here, before pdl_entry() and
     // the staging, was measured on an H100: no faster, gpt-oss decode 375 ->
     // 361 tok/s; not kept.) Weights are never written by earlier kernels.
-    if constexpr (T != kMixedTypes)
-        if ((a.prefetch & 2) && ks * 32 + lane < nch) {
+    // (Mixed-type launches, Qwen2.5's QKV, look their warp's type up.)
+    if ((a.prefetch & 2) && ks * 32 + lane < nch) {
+        const int type = T == kMixedTypes ? g.type : T;
 #pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, ks * 32 + lane));
-        }
+        for (int r = 0; r < R; ++r)
+            if (r < nr) prefetch_l2(chunk_ptr(type, w + size_t(r) * g.row_bytes, ks * 32 + lane));
+    }
     pdl_entry();
 
     extern __shared__ float4 xs_raw[];
@@ -410,6 +411,10 @@ size_t gemv_chunk_bytes(int n) {
     case GemvInput::Int16x2: return chunks * detail::kIntStride<32>;
     default: return 0;
     }
+}
+
+bool gemv_takes_chunks(uint32_t type) {
+    return detail::gemv_input_mode != GemvInput::Float && matmul_type_supported(type) && detail::int_type(type);
 }
 
 bool matmul_type_supported(uint32_t type) {

@@ -37,6 +37,10 @@ struct DevArgs {
     int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry
 };
 
+// Whether weight-streaming kernels prefetch their first chunks at entry
+// (gemv.cu; EHCUDA_GEMV_ENTRY_PREFETCH=0 turns it off).
+extern bool gemv_entry_prefetch;
+
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
 
 // Elements [32c, 32c+32) of token t's input, with the SwiGLU fold applied.

@@ -57,6 +57,7 @@ Session::Session(Model& model, const eh_session_params& params)
     if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
     if (const char* e = std::getenv("EHCUDA_ATTN_FUSED")) fused_attn_ = std::atoi(e) != 0;
     if (const char* e = std::getenv("EHCUDA_FFN_PAIR")) ffn_pair_ = std::atoi(e) != 0;
+    if (const char* e = std::getenv("EHCUDA_ATTN_CHUNKS")) attn_chunks_on_ = std::atoi(e) != 0;
     set_profile_note(std::to_string(nsplit_) + " attention splits" + (fused_attn_ ? "" : ", unfused rope + attention"));
     ehcuda::MemoryLedger* L = &m_.ledger;
     const size_t B = size_t(max_batch());
@@ -72,6 +73,7 @@ Session::Session(Model& model, const eh_session_params& params)
     ff_ = ehcuda::DeviceBuffer(B * 2 * size_t(c_.n_ff) * 4, L);
     attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
     attn_counters_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(c_.n_head) * sizeof(uint32_t), L);
+    if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     EHC_CHECK(cudaMemsetAsync(attn_counters_.get(), 0, attn_counters_.size(), stream()));
     ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab + FP16 activations
     ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
@@ -122,6 +124,11 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         __half* kc = kcache_[size_t(li)].as<__half>();
         __half* vc = vcache_[size_t(li)].as<__half>();
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
+        // Decode: the fused attention also leaves its output quantized for
+        // the output projection, which then stages nothing.
+        const bool attn_chunks = decode_path && fused_attn_ && attn_chunks_on_ &&
+                                 attn_chunks_.size() >= ehcuda::gemv_chunk_bytes(c.q_dim()) && attn_chunks_.size() &&
+                                 ehcuda::attention_head_dim_fast(c.head_dim) && ehcuda::gemv_takes_chunks(L.attn_out.type);
         if (decode_path && fused_attn_) {
             // One kernel: RoPE, the K/V store and split-K attention.
             ehcuda::DecodeAttnArgs da;
@@ -141,6 +148,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             da.nsplit = nsplit_;
             da.scratch = attn_scratch_.as<float>();
             da.counters = attn_counters_.as<uint32_t>();
+            if (attn_chunks) da.out_chunks = attn_chunks_.get();
             ehcuda::rope_attention_decode(da, s);
         } else {
             ehcuda::RopeArgs r;
@@ -182,8 +190,9 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         ehcuda::MatmulArgs o;
         o.seg[0].w = L.attn_out;
         o.cols = c.q_dim();
-        o.x = attn;
+        o.x = attn_chunks ? attn_chunks_.as<float>() : attn;
         o.ldx = c.q_dim();
+        if (attn_chunks) o.xmode = ehcuda::XMode::Chunks;
         o.y = h;
         o.ldy = c.n_embd;
         o.accumulate = true;  // residual add

@@ -32,11 +32,13 @@ private:
     const Config& c_;
     int nsplit_;
     bool fused_attn_ = true;  // rope_attention_decode on the decode path (EHCUDA_ATTN_FUSED=0: the two-kernel path)
+    bool attn_chunks_on_ = true;  // the fused decode attention writes the output projection's chunks (EHCUDA_ATTN_CHUNKS=0: it stages floats)
     bool ffn_pair_ = true;    // gate_up_swiglu + chunk-input down on the decode path (EHCUDA_FFN_PAIR=0: gate|up GEMV + SwiGLU staging)
 
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, attn_scratch_;
     ehcuda::DeviceBuffer attn_counters_;  // per-head split counters of rope_attention_decode, 0 between launches
+    ehcuda::DeviceBuffer attn_chunks_;    // decode: the attention output as the output projection's integer chunks
 };
 
 }  // namespace llama_cuda

@@ -98,6 +98,9 @@ GemvInput gemv_input();
 // Bytes of n inputs (n % 32 == 0) in the current single-token integer form
 // (XMode::Chunks); 0 under GemvInput::Float.
 size_t gemv_chunk_bytes(int n);
+// Whether a single-token matmul on this weight type can read its input as
+// such chunks (XMode::Chunks) under the current GemvInput.
+bool gemv_takes_chunks(uint32_t type);
 
 // A decode step's dense gate and up projections with the SwiGLU between
 // them and the down projection (llama-family FFN): act[r] = silu(gate_r . x)
@@ -233,6 +236,11 @@ struct DecodeAttnArgs {
     int nsplit = 1;        // attention_decode_splits(n_ctx)
     float* scratch = nullptr;      // attention_decode_scratch_floats(n_head, head_dim, nsplit)
     uint32_t* counters = nullptr;  // attention_decode_counters(n_head), zeroed once before the first launch
+    // Optional: `out` also as the integer chunks a single-token GEMV reads
+    // with XMode::Chunks (gemv_chunk_bytes(n_head * head_dim) bytes,
+    // 16-byte aligned; the attention output projection then stages nothing).
+    // Needs an integer GemvInput and a head dim attention_head_dim_fast takes.
+    void* out_chunks = nullptr;
 };
 size_t attention_decode_counters(int n_head);
 void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream);

@@ -214,10 +214,10 @@ __device__ __forceinline__ void load_chunk<EH_TYPE_Q6_K>(const uint8_t* row, int
     }
 }
 
-// Address of the bulk of chunk c's bytes (for prefetching).
-template <int T>
-__device__ __forceinline__ const uint8_t* chunk_ptr(const uint8_t* row, int c) {
-    switch (T) {
+// Address of the bulk of chunk c's bytes (for prefetching); the type at
+// run time (a mixed-type launch) or as a template argument.
+__device__ __forceinline__ const uint8_t* chunk_ptr(int type, const uint8_t* row, int c) {
+    switch (type) {
     case EH_TYPE_F32: return row + size_t(c) * 128;
     case EH_TYPE_F16: case EH_TYPE_BF16: return row + size_t(c) * 64;
     case EH_TYPE_Q4_0: return row + size_t(c) * 18;
@@ -230,6 +230,10 @@ __device__ __forceinline__ const uint8_t* chunk_ptr(const uint8_t* row, int c) {
     case EH_TYPE_Q6_K: return row + size_t(c >> 3) * 210 + 64 * ((c & 7) >> 2);
     default: return row;
     }
+}
+template <int T>
+__device__ __forceinline__ const uint8_t* chunk_ptr(const uint8_t* row, int c) {
+    return chunk_ptr(T, row, c);
 }
 
 __device__ __forceinline__ void prefetch_l2(const void* p) {
