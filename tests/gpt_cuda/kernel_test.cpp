@@ -537,3 +537,80 @@ TEST(GptKernels, TiledPrefillRefusesWhatItCannotHold) {
     a.head_dim = 48;
     EXPECT_FALSE(ehcuda::attention_prefill_takes(a));  // the generic kernel has no sinks
 }
+
+// Split decode attention with out_chunks: `out` is unchanged, and a Q8_0
+// output projection reading the chunks gives the bits it gives staging
+// `out`, for gpt-cuda's int16x2 input and int16; the shapes that write no
+// chunks (several queries, no split, misaligned) are refused.
+TEST(GptKernels, SplitDecodeAttentionWritesProjectionChunks) {
+    REQUIRE_GPU();
+    std::mt19937 rng(21);
+    const int hd = 64, n_head = 8, n_kv = 2, ctx = 600, pos = 577, nsplit = 9, rows = 40;
+    const int kv_dim = n_kv * hd, q_dim = n_head * hd;
+    const auto kf = randn(rng, size_t(ctx) * kv_dim), vf = randn(rng, size_t(ctx) * kv_dim);
+    const auto q = randn(rng, size_t(2) * q_dim), sinks = randn(rng, n_head);
+    auto dk = dev(kf), dv = dev(vf), dq = dev(q), ds = dev(sinks), dp = dev(std::vector<int32_t>{pos});
+    ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
+    auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
+    ehcuda::DeviceBuffer out(size_t(2) * q_dim * 4), chunks(size_t(q_dim) * 8);
+    const auto wv = randn(rng, size_t(rows) * q_dim, 0.05f);
+    const size_t rb = ehp::quant::row_bytes(EH_TYPE_Q8_0, q_dim);
+    std::vector<uint8_t> wq(rb * rows);
+    for (int r = 0; r < rows; ++r)
+        ASSERT_TRUE(ehp::quant::quantize_row(EH_TYPE_Q8_0, &wv[size_t(r) * q_dim], wq.data() + rb * r, q_dim));
+    auto dw = dev(wq);
+    ehcuda::SinkAttnArgs a;
+    a.q = dq.as<float>();
+    a.ldq = q_dim;
+    a.k_cache32 = dk.as<float>();
+    a.v_cache32 = dv.as<float>();
+    a.n_head = n_head;
+    a.n_kv = n_kv;
+    a.head_dim = hd;
+    a.d_pos0 = dp.as<int32_t>();
+    a.scale = 0.125f;
+    a.sinks = ds.as<float>();
+    a.out = out.as<float>();
+    a.ldo = q_dim;
+    a.nsplit = nsplit;
+    a.split_scratch = sc.as<float>();
+    a.split_counters = cnt.as<int>();
+    ehcuda::attention_sinks(a, nullptr);
+    const auto want = host<float>(out, size_t(q_dim));
+    const ehcuda::GemvInput was = ehcuda::gemv_input();
+    for (auto in : {ehcuda::GemvInput::Int16x2, ehcuda::GemvInput::Int16}) {
+        ehcuda::set_gemv_input(in);
+        a.out_chunks = chunks.get();
+        ehcuda::attention_sinks(a, nullptr);
+        const auto got = host<float>(out, size_t(q_dim));
+        EXPECT_EQ(std::memcmp(got.data(), want.data(), got.size() * 4), 0) << "out differs with chunks";
+        ehcuda::DeviceBuffer y1(rows * 4), y2(rows * 4);
+        ehcuda::MatmulArgs m;
+        m.seg[0].w = {dw.get(), EH_TYPE_Q8_0, rows, q_dim, rb};
+        m.cols = q_dim;
+        m.x = out.as<float>();
+        m.ldx = q_dim;
+        m.y = y1.as<float>();
+        m.ldy = rows;
+        ehcuda::matmul(m, nullptr);
+        m.x = chunks.as<float>();
+        m.xmode = ehcuda::XMode::Chunks;
+        m.y = y2.as<float>();
+        ehcuda::matmul(m, nullptr);
+        const auto v1 = host<float>(y1, rows), v2 = host<float>(y2, rows);
+        EXPECT_EQ(std::memcmp(v1.data(), v2.data(), v1.size() * 4), 0) << "chunks differ from staging out, input " << int(in);
+    }
+    auto bad = a;
+    bad.ntok = 2;
+    EXPECT_THROW(ehcuda::attention_sinks(bad, nullptr), ehp::Error);
+    bad = a;
+    bad.nsplit = 1;
+    EXPECT_THROW(ehcuda::attention_sinks(bad, nullptr), ehp::Error);
+    bad = a;
+    bad.out_chunks = static_cast<char*>(chunks.get()) + 4;
+    EXPECT_THROW(ehcuda::attention_sinks(bad, nullptr), ehp::Error);
+    ehcuda::set_gemv_input(ehcuda::GemvInput::Float);
+    EXPECT_THROW(ehcuda::attention_sinks(a, nullptr), ehp::Error);
+    ehcuda::set_gemv_input(was);
+    for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
+}

@@ -286,18 +286,12 @@ __device__ __forceinline__ void load_key_group(const __half* kc, const __half* v
     }
 }
 
-// o[d] of head `head` is val; with chunks (XB 8/16/32, the GemvInput's
-// bits) also element d of the head's integer chunks. d runs over a whole
-// warp's 32 consecutive dims (head dims are multiples of 32), so each warp
-// quantizes one chunk.
+// o[d] of head `head` is val; with chunks also element d of the head's
+// integer chunks (xb bits). d runs over a whole warp's 32 consecutive dims
+// (head dims are multiples of 32), so each warp quantizes one chunk.
 __device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float* o, int head, int hd, int d, float val) {
     o[d] = val;
-    if (!a.out_chunks) return;
-    uint8_t* base = static_cast<uint8_t*>(a.out_chunks);
-    const int c = (head * hd + d) >> 5;
-    if (xb == 8) detail::store_chunk_warp<8>(val, base + size_t(c) * detail::kIntStride<8>);
-    else if (xb == 16) detail::store_chunk_warp<16>(val, base + size_t(c) * detail::kIntStride<16>);
-    else detail::store_chunk_warp<32>(val, base + size_t(c) * detail::kIntStride<32>);
+    if (a.out_chunks) detail::store_chunk_warp_bits(xb, val, a.out_chunks, head * hd + d);
 }
 
 // G: keys a warp loads before scoring any of them (more loads in flight per
@@ -608,8 +602,7 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
         throw ehp::Error(EH_INTERNAL, "rope_attention_decode: bad rotary dimension");
     int xb = 0;
     if (a.out_chunks) {
-        const GemvInput in = gemv_input();
-        xb = in == GemvInput::Int8 ? 8 : in == GemvInput::Int16 ? 16 : in == GemvInput::Int16x2 ? 32 : 0;
+        xb = detail::gemv_chunk_bits();
         if (!xb || !attention_head_dim_fast(a.head_dim) || reinterpret_cast<uintptr_t>(a.out_chunks) % 16)
             throw ehp::Error(EH_INTERNAL, "rope_attention_decode: chunk output needs an integer GemvInput, head dim 64/96/128/256 and 16-byte alignment");
     }

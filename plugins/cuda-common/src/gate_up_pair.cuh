@@ -61,7 +61,7 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
     const int e = ids ? ids[slot] : 0;
     const uint8_t* gw = moe_detail::row_ptr(g, e, r0);
     const uint8_t* uw = moe_detail::row_ptr(u, e, r0);
-    stage_x_int<Bits>(xa, xs);
+    const float xscale = stage_x_int<Bits>(xa, xs);
 
     float ag[RW] = {}, au[RW] = {};
     for (int c = lane; c < nch; c += 32) {
@@ -75,7 +75,8 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
     }
 #pragma unroll
     for (int i = 0; i < RW; ++i) {
-        const float gv = warp_sum(ag[i]), uv = warp_sum(au[i]);
+        // rounded before the bias as the GEMV does (__fmul_rn: no contraction)
+        const float gv = __fmul_rn(warp_sum(ag[i]), xscale), uv = __fmul_rn(warp_sum(au[i]), xscale);
         if (lane == i) {
             const int r = r0 + i;
             vals[warp * RW + i] = act(gv + moe_detail::bias_of(g, e, r), uv + moe_detail::bias_of(u, e, r));

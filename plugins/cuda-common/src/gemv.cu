@@ -184,10 +184,11 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     extern __shared__ float4 xs_raw[];
     float* xs = reinterpret_cast<float*>(xs_raw);
     const uint8_t* xq = reinterpret_cast<const uint8_t*>(xs_raw);
+    float xscale = 1.0f;  // the RMSNorm factor integer staging leaves to the sums
     if constexpr (XB != 0) {
         // A producer's chunks are read where they are (L2-resident, a few KB).
         if (a.xmode == int(XMode::Chunks)) xq = reinterpret_cast<const uint8_t*>(a.x);
-        else stage_x_int<XB>(a, reinterpret_cast<uint8_t*>(xs_raw));
+        else xscale = stage_x_int<XB>(a, reinterpret_cast<uint8_t*>(xs_raw));
     } else if constexpr (NT == 1)
         stage_x(a, xs);
 
@@ -279,7 +280,9 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 #pragma unroll
             for (int t = 0; t < NT; ++t) {
                 float* dst = a.y + size_t(t) * a.ldy + g.out_offset + lr0 + r;
-                const float val = acc[r][t] + b;
+                // (__fmul_rn: no fused multiply-add with the bias, so the
+                // FFN pair kernel, which scales the same way, gets the same bits)
+                const float val = (XB != 0 ? __fmul_rn(acc[r][t], xscale) : acc[r][t]) + b;
                 *dst = a.accumulate ? *dst + val : val;
             }
         }

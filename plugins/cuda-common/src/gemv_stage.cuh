@@ -100,13 +100,18 @@ __device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
 __device__ __forceinline__ int pack16(int lo, int hi) { return (lo & 0xFFFF) | (hi << 16); }
 
 // Integer staging. Every 8 consecutive threads own one chunk (4 elements
-// each).
+// each). Returns the factor the consumer applies to each dot product: 1,
+// or 1 / rms(x) for the RMSNorm fold. Codes and chunk scales are those of
+// x * norm_w: a common factor leaves a chunk's codes as they are and only
+// scales its scale, so the staging need not wait for the block's sum of
+// squares (one pass over x, one barrier).
 template <int Bits>
-__device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
+__device__ __forceinline__ float stage_x_int(const DevArgs& a, uint8_t* smem) {
     constexpr float kMax = Bits == 8 ? 127.0f : 32767.0f;
     const int n4 = a.cols / 4;
     const float4* x4 = reinterpret_cast<const float4*>(a.x);
-    const float scale = block_rms_scale(a);
+    const bool norm = a.xmode == int(XMode::RmsNorm);
+    float ss = 0.0f;
     // n4 is a multiple of 8 and blockDim of 32: whole warps stay in step.
     // kBatch rows of float4 per thread are loaded before any is used: the
     // shuffles below keep the compiler from overlapping loads across
@@ -135,12 +140,16 @@ __device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
                     v.y = silu(v.y) * u.y;
                     v.z = silu(v.z) * u.z;
                     v.w = silu(v.w) * u.w;
-                } else if (a.xmode == int(XMode::RmsNorm)) {
+                } else if (norm) {
                     const float4 w = ub[k];
-                    v.x *= scale * w.x;
-                    v.y *= scale * w.y;
-                    v.z *= scale * w.z;
-                    v.w *= scale * w.w;
+                    ss = fmaf(v.x, v.x, ss);
+                    ss = fmaf(v.y, v.y, ss);
+                    ss = fmaf(v.z, v.z, ss);
+                    ss = fmaf(v.w, v.w, ss);
+                    v.x *= w.x;
+                    v.y *= w.y;
+                    v.z *= w.z;
+                    v.w *= w.w;
                 }
             }
             float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
@@ -187,7 +196,17 @@ __device__ __forceinline__ void stage_x_int(const DevArgs& a, uint8_t* smem) {
             }
         }
     }
+    __shared__ float red[32];
+    if (norm) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    }
     __syncthreads();
+    if (!norm) return 1.0f;
+    float tot = 0.0f;
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) tot += red[w];
+    return rsqrtf(tot / float(a.cols) + a.norm_eps);
 }
 
 // The integer chunk of 32 values held one per lane (lane = element),
@@ -234,6 +253,26 @@ __device__ __forceinline__ void store_chunk_warp(float v, uint8_t* chunk) {
     } else if (lane == 16) {
         hdr[2] = sq;
         if constexpr (Bits == 32) hdr[4] = sr;
+    }
+}
+
+// store_chunk_warp with the bits known at run time (8, 16 or 32): element e
+// (= 32 c + lane) of a vector kept as chunks at `base`.
+__device__ __forceinline__ void store_chunk_warp_bits(int bits, float v, void* base, int e) {
+    uint8_t* b = static_cast<uint8_t*>(base);
+    const int c = e >> 5;
+    if (bits == 8) store_chunk_warp<8>(v, b + size_t(c) * kIntStride<8>);
+    else if (bits == 16) store_chunk_warp<16>(v, b + size_t(c) * kIntStride<16>);
+    else store_chunk_warp<32>(v, b + size_t(c) * kIntStride<32>);
+}
+
+// Bits of the current GemvInput's chunks; 0 for GemvInput::Float.
+inline int gemv_chunk_bits() {
+    switch (gemv_input()) {
+    case GemvInput::Int8: return 8;
+    case GemvInput::Int16: return 16;
+    case GemvInput::Int16x2: return 32;
+    default: return 0;
     }
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "block_reduce.cuh"
+#include "gemv_stage.cuh"
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/gpt_ops.hpp"
@@ -251,7 +252,7 @@ __device__ __forceinline__ float kv_round(const float*, float v) { return v; }
 // cache row during the launch: one kernel instead of RoPE + attention.
 template <int DPL, class C, bool Fused>
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
-                                                                          C* v_cache) {
+                                                                          C* v_cache, int xb) {
     pdl_entry();
     __shared__ WarpParts<DPL> parts;
     __shared__ bool last;
@@ -352,6 +353,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
             if (ms != -INFINITY) A += __ldcg(all + size_t(s) * (hd + 2) + 2 + d) * __expf(ms - Mx);
         }
         a.out[size_t(head) * hd + d] = A * inv;
+        if (a.out_chunks) detail::store_chunk_warp_bits(xb, A * inv, a.out_chunks, head * hd + d);
     }
     if (threadIdx.x == 0) a.split_counters[head] = 0;
 }
@@ -408,6 +410,17 @@ void check_sink_args(const SinkAttnArgs& a) {
     if (a.n_kv <= 0 || a.n_head % a.n_kv) throw ehp::Error(EH_INTERNAL, "attention: n_head must be a multiple of n_kv");
 }
 
+// The chunk bits for a.out_chunks (0 without), which only the split kernel
+// writes.
+int check_chunk_output(const SinkAttnArgs& a, bool split) {
+    if (!a.out_chunks) return 0;
+    const int xb = detail::gemv_chunk_bits();
+    if (!split || !xb || a.head_dim % 32 || reinterpret_cast<uintptr_t>(a.out_chunks) % 16)
+        throw ehp::Error(EH_INTERNAL, "attention: chunk output needs the split decode, an integer GemvInput, a head dim "
+                                      "multiple of 32 and 16-byte alignment");
+    return xb;
+}
+
 // f.template operator()<DPL>() for the head dim's dims per lane.
 template <class F>
 void by_dpl(int head_dim, F&& f) {
@@ -423,6 +436,8 @@ void by_dpl(int head_dim, F&& f) {
 void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
     check_sink_args(a);
+    const bool split = a.ntok == 1 && a.nsplit > 1 && a.split_scratch && a.split_counters;
+    const int xb = check_chunk_output(a, split);
     if (a.ntok > 1) {
         // Several queries: the tiled kernel, which stages each K/V tile once
         // for 8 queries (one block per query and head read every key once per
@@ -446,14 +461,13 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
         t.ldo = a.ldo;
         if (attention_prefill_takes(t) && attention_head_dim_fast(t.head_dim)) return attention_prefill(t, stream);
     }
-    const bool split = a.ntok == 1 && a.nsplit > 1 && a.split_scratch && a.split_counters;
     const dim3 grid = split ? dim3(unsigned(a.nsplit), unsigned(a.n_head)) : dim3(unsigned(a.ntok), unsigned(a.n_head));
     auto go = [&](auto kc, auto vc) {
         using C = std::remove_const_t<std::remove_pointer_t<decltype(kc)>>;
         by_dpl(a.head_dim, [&]<int D>() {
             if (split)
                 launch("sink_attn_split_kernel", sink_attn_split_kernel<D, C, false>, grid, kAttnWarps * 32, 0, stream, a,
-                       RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc));
+                       RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc), xb);
             else launch("sink_attn_kernel", sink_attn_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
         });
     };
@@ -471,12 +485,13 @@ void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, c
         throw ehp::Error(EH_INTERNAL, "fused decode attention: RoPE and attention arguments disagree");
     if (r.n_rot < 0 || r.n_rot > r.head_dim || r.n_rot % 2 || (r.n_rot > 0 && !r.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
+    const int xb = check_chunk_output(a, true);
     const dim3 grid(unsigned(a.nsplit), unsigned(a.n_head));
     auto go = [&](auto kc, auto vc) {
         using C = std::remove_pointer_t<decltype(kc)>;
         by_dpl(a.head_dim, [&]<int D>() {
             launch("rope_sink_attn_kernel", sink_attn_split_kernel<D, C, true>, grid, kAttnWarps * 32, 0, stream, a, r,
-                   kc, vc);
+                   kc, vc, xb);
         });
     };
     if (r.k_cache32 && r.v_cache32) go(r.k_cache32, r.v_cache32);

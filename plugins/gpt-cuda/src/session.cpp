@@ -78,6 +78,8 @@ Session::Session(Model& model, const eh_session_params& params)
     }
     nsplit_ = ehcuda::attention_sink_splits(n_ctx());
     if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
+    if (const char* e = std::getenv("EHCUDA_ATTN_CHUNKS")) attn_chunks_on_ = std::atoi(e) != 0;
+    if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     set_profile_note(std::to_string(nsplit_) + " attention splits");
     attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_sink_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
     attn_counters_ = ehcuda::DeviceBuffer(size_t(c_.n_head) * 4, L);
@@ -100,7 +102,7 @@ std::string Session::context_note() const {
     return " (gpt2 has " + std::to_string(c_.n_ctx_train) + " learned positions)";
 }
 
-void Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttnArgs at) {
+bool Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttnArgs at, const ehcuda::MatSeg& out_proj) {
     cudaStream_t s = stream();
     const Config& c = c_;
     r.qkv = qkv_.as<float>();
@@ -136,6 +138,10 @@ void Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttn
         at.k_cache = r.k_cache;
         at.v_cache = r.v_cache;
     }
+    const bool chunks = ntok == 1 && attn_chunks_on_ && nsplit_ > 1 && c.head_dim % 32 == 0 && attn_chunks_.size() &&
+                        attn_chunks_.size() >= ehcuda::gemv_chunk_bytes(c.q_dim()) &&
+                        ehcuda::gemv_takes_chunks(out_proj.w.type);
+    if (chunks) at.out_chunks = attn_chunks_.get();
     if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
         ehcuda::rope_sink_attention_decode(r, at, s);
     } else {
@@ -144,6 +150,7 @@ void Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttn
         ehcuda::attention_sinks(at, s);
     }
     mark(kAttn);
+    return chunks;
 }
 
 void Session::gpt2_layer(int li, int ntok) {
@@ -170,12 +177,14 @@ void Session::gpt2_layer(int li, int ntok) {
     ehcuda::matmul(a, s);
     mark(kQkv);
 
-    attend(li, ntok, ehcuda::RopeTableArgs{}, ehcuda::SinkAttnArgs{});  // no rotation: stores K and V
+    // (no rotation: stores K and V)
+    const bool chunks = attend(li, ntok, ehcuda::RopeTableArgs{}, ehcuda::SinkAttnArgs{}, L.attn_out);
 
     ehcuda::MatmulArgs o;
     o.seg[0] = L.attn_out;
     o.cols = c.q_dim();
-    o.x = attn;
+    o.x = chunks ? attn_chunks_.as<float>() : attn;
+    if (chunks) o.xmode = ehcuda::XMode::Chunks;
     o.ldx = c.q_dim();
     o.y = h;
     o.ldy = c.n_embd;
@@ -251,12 +260,13 @@ void Session::gpt_oss_layer(int li, int ntok) {
     ehcuda::SinkAttnArgs at;
     at.window = L.window;
     at.sinks = L.sinks;
-    attend(li, ntok, r, at);
+    const bool chunks = attend(li, ntok, r, at, L.attn_out);
 
     ehcuda::MatmulArgs o;
     o.seg[0] = L.attn_out;
     o.cols = c.q_dim();
-    o.x = attn;
+    o.x = chunks ? attn_chunks_.as<float>() : attn;
+    if (chunks) o.xmode = ehcuda::XMode::Chunks;
     o.ldx = c.q_dim();
     o.y = h;
     o.ldy = c.n_embd;

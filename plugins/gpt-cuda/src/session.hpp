@@ -38,8 +38,9 @@ private:
     void gpt_oss_layer(int li, int ntok);
     // RoPE (as r's rotation fields say), the K/V store and sink attention
     // of layer li over qkv_ into attn_; the callers set only rotation,
-    // window and sinks.
-    void attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttnArgs at);
+    // window and sinks. True when the split decode also left the output in
+    // attn_chunks_ as out_proj's integer chunks (read with XMode::Chunks).
+    bool attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttnArgs at, const ehcuda::MatSeg& out_proj);
     // The cuBLAS prefill scratch for a pass of ntok tokens; decode (one
     // token, captured in a graph) never gets it.
     ehcuda::PrefillWorkspace* prefill_ws(int ntok) const { return ntok > 1 ? prefill_workspace() : nullptr; }
@@ -53,6 +54,8 @@ private:
     // Decode attention split over the keys (attention_sinks): per-split
     // partial results and one counter per head.
     int nsplit_ = 1;
+    bool attn_chunks_on_ = true;       // EHCUDA_ATTN_CHUNKS=0: the projection stages the float output
+    ehcuda::DeviceBuffer attn_chunks_;  // decode: the attention output as the output projection's chunks
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
 };
 

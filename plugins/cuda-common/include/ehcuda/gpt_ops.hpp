@@ -76,6 +76,9 @@ struct SinkAttnArgs {
     int nsplit = 1;
     float* split_scratch = nullptr;
     int* split_counters = nullptr;
+    // Split decode only: `out` also as the output projection's integer
+    // chunks, as DecodeAttnArgs::out_chunks (head_dim a multiple of 32).
+    void* out_chunks = nullptr;
 };
 // Splits for decode attention in a session of n_ctx positions (~128 keys
 // per split for a full cache; at most 32).
