@@ -67,6 +67,7 @@ std::vector<std::vector<float>> run_positions(const eh_plugin_api* api, const eh
 struct Case {
     std::string arch;
     uint32_t wtype;
+    bool safetensors = false;  // the host's safetensors view of an HF checkpoint
 };
 class VsCpuReference : public ::testing::TestWithParam<Case> {};
 
@@ -78,8 +79,9 @@ TEST_P(VsCpuReference, TeacherForcedLogitsAgree) {
     TinySpec spec;
     spec.arch = c.arch;
     spec.wtype = c.wtype;
-    spec.embd_type = EH_TYPE_Q8_0;
-    spec.out_type = EH_TYPE_Q6_K;
+    spec.safetensors = c.safetensors;
+    spec.embd_type = c.safetensors ? c.wtype : uint32_t(EH_TYPE_Q8_0);
+    spec.out_type = c.safetensors ? c.wtype : uint32_t(EH_TYPE_Q6_K);
     spec.tied = c.arch == "qwen2";
     if (c.arch == "phi3") {
         spec.n_embd = 768;
@@ -110,8 +112,14 @@ TEST_P(VsCpuReference, TeacherForcedLogitsAgree) {
 INSTANTIATE_TEST_SUITE_P(Archs, VsCpuReference,
                          ::testing::Values(Case{"llama", EH_TYPE_Q4_K}, Case{"qwen2", EH_TYPE_Q5_0},
                                            Case{"qwen2", EH_TYPE_Q8_0}, Case{"phi3", EH_TYPE_Q6_K},
-                                           Case{"phi3", EH_TYPE_Q4_0}, Case{"llama", EH_TYPE_BF16}),
-                         [](const auto& i) { return i.param.arch + "_" + ehp::type_name(i.param.wtype); });
+                                           Case{"phi3", EH_TYPE_Q4_0}, Case{"llama", EH_TYPE_BF16},
+                                           // HF checkpoints as the host serves them: BF16 everywhere, llama's
+                                           // Q/K rows unpermuted (NEOX rotation); qwen2 / phi3 rotate NEOX anyway
+                                           Case{"llama", EH_TYPE_BF16, true}, Case{"qwen2", EH_TYPE_BF16, true},
+                                           Case{"phi3", EH_TYPE_BF16, true}),
+                         [](const auto& i) {
+                             return i.param.arch + "_" + ehp::type_name(i.param.wtype) + (i.param.safetensors ? "_safetensors" : "");
+                         });
 #endif
 
 }  // namespace

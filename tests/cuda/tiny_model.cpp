@@ -136,7 +136,7 @@ void TinyModel::add_fake_tensor(const std::string& name, uint32_t type, uint64_t
 void TinyModel::finish() {
     strings_.push_back(s_.arch);
     view_.struct_size = sizeof(eh_model_view);
-    view_.format = EH_FORMAT_GGUF;
+    view_.format = s_.safetensors ? EH_FORMAT_SAFETENSORS : EH_FORMAT_GGUF;
     view_.architecture = {strings_.back().c_str(), strings_.back().size()};
     view_.n_metadata = meta_.size();
     view_.metadata = meta_.data();
@@ -195,7 +195,7 @@ void rope(float* v, int hd, int n_rot, int pos, float base, bool neox) {
 std::vector<std::vector<float>> TinyModel::reference_logits(const std::vector<int32_t>& tokens) const {
     const int E = s_.n_embd, hd = head_dim(), H = s_.n_head, KV = s_.n_kv, F = s_.n_ff, V = s_.n_vocab;
     const int n_rot = s_.n_rot ? s_.n_rot : hd;
-    const bool neox = s_.arch != "llama";
+    const bool neox = s_.arch != "llama" || s_.safetensors;
     const int T = int(tokens.size());
     std::vector<std::vector<float>> kc(static_cast<size_t>(s_.n_layer)), vc(static_cast<size_t>(s_.n_layer));
     std::vector<std::vector<float>> out;

@@ -34,6 +34,7 @@ struct TinySpec {
     uint32_t seed = 1;
     float magnitude = 0.05f;
     bool no_data = false;       // skip generating bytes (shape-only model)
+    bool safetensors = false;   // presented as the host's safetensors view: llama Q/K rows in HF order (NEOX rotation)
 };
 
 class TinyModel {

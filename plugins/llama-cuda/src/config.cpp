@@ -38,7 +38,13 @@ Config read_config(const ehp::ModelView& view) {
     if (auto e = view.get_float(view.arch_key("attention.layer_norm_rms_epsilon"))) c.eps = float(*e);
     if (auto f = view.get_float(view.arch_key("rope.freq_base"))) c.freq_base = float(*f);
     if (auto w = view.get_uint(view.arch_key("attention.sliding_window"))) c.window = int(*w);
-    c.neox = c.arch != "llama";
+    // GGUF llama files carry Q/K rows permuted by the converter for the
+    // interleaved rotation; a Hugging Face checkpoint served as is (the
+    // host's safetensors view, or a file marked general.source_format =
+    // safetensors) keeps HF's order, whose rotate_half is the NEOX pairing.
+    const auto src = view.get_string("general.source_format");
+    const bool hf_rows = view.raw().format == EH_FORMAT_SAFETENSORS || (src && *src == "safetensors");
+    c.neox = c.arch != "llama" || hf_rows;
 
     auto bad = [&](const std::string& why) { throw ehp::Error(EH_MODEL_LOAD_FAILED, c.arch + ": " + why); };
     if (c.n_head % c.n_kv) bad("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_kv));
