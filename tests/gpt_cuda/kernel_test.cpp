@@ -258,6 +258,33 @@ HalfKV random_half_kv(std::mt19937& rng, size_t n) {
     return c;
 }
 
+// Sink attention over q (row stride ldq) and the FP16 (k16, v16) or FP32
+// (k32, v32) cache, one query row per token from *pos, into out (row
+// stride n_head * hd); window, sinks and splits left for the caller.
+ehcuda::SinkAttnArgs sink_args(const float* q, int ldq, bool f32, const ehcuda::DeviceBuffer& k16,
+                               const ehcuda::DeviceBuffer& v16, const ehcuda::DeviceBuffer& k32,
+                               const ehcuda::DeviceBuffer& v32, int n_head, int n_kv, int hd, const int32_t* pos, float scale,
+                               float* out) {
+    ehcuda::SinkAttnArgs a;
+    a.q = q;
+    a.ldq = ldq;
+    if (f32) {
+        a.k_cache32 = k32.as<float>();
+        a.v_cache32 = v32.as<float>();
+    } else {
+        a.k_cache = k16.as<__half>();
+        a.v_cache = v16.as<__half>();
+    }
+    a.n_head = n_head;
+    a.n_kv = n_kv;
+    a.head_dim = hd;
+    a.d_pos0 = pos;
+    a.scale = scale;
+    a.out = out;
+    a.ldo = n_head * hd;
+    return a;
+}
+
 // Prefill attention with sinks: hd 16 takes the one-block-per-query kernel,
 // 64 and 128 the tiled one (several 8-query tiles and 32-key tiles, a
 // window shorter and one longer than a tile), FP16 and FP32 caches.
@@ -292,26 +319,11 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
                 auto dk = dev(kc), dv = dev(vc), dq = dev(q), ds = dev(sinks), dp = dev(std::vector<int32_t>{pos0});
                 auto dk32 = dev(kf), dv32 = dev(vf);
                 ehcuda::DeviceBuffer out(want.size() * 4);
-                ehcuda::SinkAttnArgs a;
-                a.q = dq.as<float>();
-                a.ldq = q_dim;
-                if (f32) {
-                    a.k_cache32 = dk32.as<float>();
-                    a.v_cache32 = dv32.as<float>();
-                } else {
-                    a.k_cache = dk.as<__half>();
-                    a.v_cache = dv.as<__half>();
-                }
-                a.n_head = n_head;
-                a.n_kv = n_kv;
-                a.head_dim = hd;
-                a.d_pos0 = dp.as<int32_t>();
+                ehcuda::SinkAttnArgs a = sink_args(dq.as<float>(), q_dim, f32, dk, dv, dk32, dv32, n_head, n_kv, hd,
+                                                   dp.as<int32_t>(), scale, out.as<float>());
                 a.ntok = ntok;
                 a.window = win;
-                a.scale = scale;
                 a.sinks = with_sinks ? ds.as<float>() : nullptr;
-                a.out = out.as<float>();
-                a.ldo = q_dim;
                 ehcuda::attention_sinks(a, nullptr);
                 EXPECT_LT(rel_err(host<float>(out, want.size()), want), 1e-4)
                     << "hd " << hd << " window " << win << " sinks " << with_sinks << " f32 " << f32;
@@ -355,25 +367,10 @@ TEST(GptKernels, SplitDecodeAttentionMatchesReference) {
                         ehcuda::DeviceBuffer out(want.size() * 4), out2(want.size() * 4);
                         ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
                         auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
-                        ehcuda::SinkAttnArgs a;
-                        a.q = dq.as<float>();
-                        a.ldq = q_dim;
-                        if (f32) {
-                            a.k_cache32 = dk32.as<float>();
-                            a.v_cache32 = dv32.as<float>();
-                        } else {
-                            a.k_cache = dk.as<__half>();
-                            a.v_cache = dv.as<__half>();
-                        }
-                        a.n_head = n_head;
-                        a.n_kv = n_kv;
-                        a.head_dim = hd;
-                        a.d_pos0 = dp.as<int32_t>();
+                        ehcuda::SinkAttnArgs a = sink_args(dq.as<float>(), q_dim, f32, dk, dv, dk32, dv32, n_head, n_kv,
+                                                           hd, dp.as<int32_t>(), scale, out.as<float>());
                         a.window = win;
-                        a.scale = scale;
                         a.sinks = with_sinks ? ds.as<float>() : nullptr;
-                        a.out = out.as<float>();
-                        a.ldo = q_dim;
                         a.nsplit = nsplit;
                         a.split_scratch = sc.as<float>();
                         a.split_counters = cnt.as<int>();
@@ -550,7 +547,7 @@ TEST(GptKernels, SplitDecodeAttentionWritesProjectionChunks) {
     const auto kf = randn(rng, size_t(ctx) * kv_dim), vf = randn(rng, size_t(ctx) * kv_dim);
     const auto q = randn(rng, size_t(2) * q_dim), sinks = randn(rng, n_head);
     auto dk = dev(kf), dv = dev(vf), dq = dev(q), ds = dev(sinks), dp = dev(std::vector<int32_t>{pos});
-    ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
+    ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4), none;
     auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
     ehcuda::DeviceBuffer out(size_t(2) * q_dim * 4), chunks(size_t(q_dim) * 8);
     const auto wv = randn(rng, size_t(rows) * q_dim, 0.05f);
@@ -559,19 +556,9 @@ TEST(GptKernels, SplitDecodeAttentionWritesProjectionChunks) {
     for (int r = 0; r < rows; ++r)
         ASSERT_TRUE(ehp::quant::quantize_row(EH_TYPE_Q8_0, &wv[size_t(r) * q_dim], wq.data() + rb * r, q_dim));
     auto dw = dev(wq);
-    ehcuda::SinkAttnArgs a;
-    a.q = dq.as<float>();
-    a.ldq = q_dim;
-    a.k_cache32 = dk.as<float>();
-    a.v_cache32 = dv.as<float>();
-    a.n_head = n_head;
-    a.n_kv = n_kv;
-    a.head_dim = hd;
-    a.d_pos0 = dp.as<int32_t>();
-    a.scale = 0.125f;
+    ehcuda::SinkAttnArgs a = sink_args(dq.as<float>(), q_dim, true, none, none, dk, dv, n_head, n_kv, hd, dp.as<int32_t>(),
+                                       0.125f, out.as<float>());
     a.sinks = ds.as<float>();
-    a.out = out.as<float>();
-    a.ldo = q_dim;
     a.nsplit = nsplit;
     a.split_scratch = sc.as<float>();
     a.split_counters = cnt.as<int>();
