@@ -284,19 +284,24 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             const char* name;
             bool prefetch;
             ehcuda::GemvInput in;
+            bool bulk;  // the bulk-copy kernel (GemvBulk::Always) or the register one
         };
         const Variant variants[] = {
-            {"float-x", false, ehcuda::GemvInput::Float},
-            {"float-x prefetch", true, ehcuda::GemvInput::Float},
-            {"int16-x", false, ehcuda::GemvInput::Int16},
-            {"int16-x prefetch", true, ehcuda::GemvInput::Int16},
-            {"int8-x", false, ehcuda::GemvInput::Int8},
-            {"int16x2-x", false, ehcuda::GemvInput::Int16x2},
+            {"float-x", false, ehcuda::GemvInput::Float, false},
+            {"float-x prefetch", true, ehcuda::GemvInput::Float, false},
+            {"int16-x register", false, ehcuda::GemvInput::Int16, false},
+            {"int16-x bulk", false, ehcuda::GemvInput::Int16, true},
+            {"int16-x prefetch", true, ehcuda::GemvInput::Int16, false},
+            {"int8-x", false, ehcuda::GemvInput::Int8, false},
+            {"int16x2-x register", false, ehcuda::GemvInput::Int16x2, false},
+            {"int16x2-x bulk", false, ehcuda::GemvInput::Int16x2, true},
         };
+        const ehcuda::GemvBulk bulk_was = ehcuda::gemv_bulk_mode();
         for (const Variant& v : variants) {
             if (v.in != ehcuda::GemvInput::Float && type == EH_TYPE_F16) continue;
             ehcuda::set_gemv_prefetch(v.prefetch);
             ehcuda::set_gemv_input(v.in);
+            ehcuda::set_gemv_bulk(v.bulk ? ehcuda::GemvBulk::Always : ehcuda::GemvBulk::Off);
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
@@ -310,6 +315,7 @@ TEST(Bench, DISABLED_GemvBandwidth) {
         }
         ehcuda::set_gemv_prefetch(false);
         ehcuda::set_gemv_input(was);
+        ehcuda::set_gemv_bulk(bulk_was);
         if (rows != 16384 || cols != 8192) continue;
         // Prefill GEMM throughput on the same weights (512 tokens).
         std::vector<float> X(static_cast<size_t>(512) * cols, 0.01f);

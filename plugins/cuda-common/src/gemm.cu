@@ -134,20 +134,31 @@ __global__ void __launch_bounds__(128) gemm_kernel(DevArgs a) {
     }
 }
 
+}  // namespace
+
+namespace detail {
+
+// A device attribute of the current device, `fallback` when the query fails.
+static int device_attribute(cudaDeviceAttr what, int fallback) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, what, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fallback;
+    }
+    return v;
+}
+
 int sm_count() {
-    static int n = [] {
-        int dev = 0, v = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-            (void)cudaGetLastError();
-            v = 100;
-        }
-        return v;
-    }();
+    static const int n = device_attribute(cudaDevAttrMultiProcessorCount, 100);
     return n;
 }
 
-}  // namespace
+int cc_major() {
+    static const int n = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
+    return n;
+}
+
+}  // namespace detail
 
 void gemm(const MatmulArgs& a, cudaStream_t stream) {
     if (a.xmode == XMode::RmsNorm) throw ehp::Error(EH_INTERNAL, "gemm: fused RMSNorm is single-token only");
@@ -156,7 +167,7 @@ void gemm(const MatmulArgs& a, cudaStream_t stream) {
     const int mt = (a.ntok + BM - 1) / BM;
     auto run = [&](const DevArgs& d) {
         const int blocks64 = (d.total_rows + 63) / 64 * mt;
-        const bool wide = blocks64 >= 2 * sm_count();
+        const bool wide = blocks64 >= 2 * detail::sm_count();
         detail::host_dispatch(d.seg[0].type, [&]<int T>() {
             if (wide)
                 gemm_kernel<T, 64><<<dim3((d.total_rows + 63) / 64, mt), 128, 0, stream>>>(d);

@@ -125,21 +125,6 @@ constexpr int kWarps = 4;
 // warp-uniform switch, one row per warp.
 constexpr int kMixedTypes = -1;
 
-template <class X>
-__device__ __forceinline__ float dot_chunk_mixed(int type, const uint8_t* row, int c, const X& x) {
-    switch (type) {
-    case EH_TYPE_Q4_0: return dot_chunk_int<EH_TYPE_Q4_0>(row, c, x);
-    case EH_TYPE_Q4_1: return dot_chunk_int<EH_TYPE_Q4_1>(row, c, x);
-    case EH_TYPE_Q5_0: return dot_chunk_int<EH_TYPE_Q5_0>(row, c, x);
-    case EH_TYPE_Q5_1: return dot_chunk_int<EH_TYPE_Q5_1>(row, c, x);
-    case EH_TYPE_Q8_0: return dot_chunk_int<EH_TYPE_Q8_0>(row, c, x);
-    case EH_TYPE_Q4_K: return dot_chunk_int<EH_TYPE_Q4_K>(row, c, x);
-    case EH_TYPE_Q5_K: return dot_chunk_int<EH_TYPE_Q5_K>(row, c, x);
-    case EH_TYPE_Q6_K: return dot_chunk_int<EH_TYPE_Q6_K>(row, c, x);
-    default: return 0.0f;  // the host launches only these
-    }
-}
-
 // Weight type T (a compile-time constant, so each kernel gets only the
 // registers its own format needs), NT tokens, R consecutive rows per warp.
 // With R > 1 (single-token decode of tall matrices) each lane decodes the
@@ -214,7 +199,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (r >= nr) continue;
-                if constexpr (T == kMixedTypes) acc[r][0] += dot_chunk_mixed(g.type, w + size_t(r) * g.row_bytes, c, x);
+                if constexpr (T == kMixedTypes) acc[r][0] += dot_chunk_int_any(g.type, w + size_t(r) * g.row_bytes, c, x);
                 else acc[r][0] += dot_chunk_int<T>(w + size_t(r) * g.row_bytes, c, x);
             }
         } else if constexpr (NT > 1) {
@@ -316,6 +301,14 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     // 467 -> 470 tok/s on an H100; not kept.)
     const bool split = groups < detail::gemv_split_groups && d.cols >= 32 * 64 &&
                        (NT > 1 || d.total_rows <= detail::gemv_split_rows);
+    // The bulk-copy kernel where it measured faster (H100, tok/s, on / off):
+    // inputs it stages (Qwen2.5-0.5B 1,269-1,275 -> 1,283-1,287, gpt-oss
+    // 443-445 -> 450-451), and producer chunks of short long-K matrices that
+    // this kernel splits (Qwen's ffn_down); for Phi-3's 3,072-row chunk
+    // inputs it was slower (493 with them here, 482-483 in bulk).
+    const bool bulk_pays = d.xmode != int(XMode::Chunks) || split || detail::gemv_bulk_mode == GemvBulk::Always;
+    if (NT == 1 && bulk_pays && detail::gemv_bulk_takes(d))
+        return detail::gemv_bulk(d, stream);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
     const bool chunks = d.xmode == int(XMode::Chunks);
@@ -363,6 +356,9 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
 // kMixedTypes), one row per warp.
 void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
     const bool chunks = d.xmode == int(XMode::Chunks);
+    // as launch_gemv decides (no split-K here)
+    if ((!chunks || detail::gemv_bulk_mode == GemvBulk::Always) && detail::gemv_bulk_takes(d))
+        return detail::gemv_bulk(d, stream);
     const int nblk = (d.total_rows + kWarps - 1) / kWarps;
     auto go = [&](auto kernel, size_t smem) {
         if (chunks) smem = 0;
@@ -403,6 +399,8 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 }  // namespace
 
 void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
+void set_gemv_bulk(GemvBulk mode) { detail::gemv_bulk_mode = mode; }
+GemvBulk gemv_bulk_mode() { return detail::gemv_bulk_mode; }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }
 

@@ -65,6 +65,19 @@ __device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (
 
 DevArgs to_dev(const MatmulArgs& a);
 
+// The current device's multiprocessor count and compute capability major
+// (queried once; gemm.cu).
+int sm_count();
+int cc_major();
+
+// Single-token GEMV through the bulk copy engine (gemv_bulk.cu): whether it
+// can take these arguments (integer int16 / int16x2 input, integer-path
+// types but MXFP4, sm_90+, not GemvBulk::Off; the caller applies Auto's
+// choice), and the launch.
+extern GemvBulk gemv_bulk_mode;
+bool gemv_bulk_takes(const DevArgs& d);
+void gemv_bulk(const DevArgs& d, cudaStream_t stream);
+
 // Host-side type dispatch: f.template operator()<T>().
 template <class F>
 void host_dispatch(int type, F&& f) {

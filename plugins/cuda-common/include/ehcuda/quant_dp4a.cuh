@@ -23,16 +23,17 @@ namespace ehcuda {
 // 210 bytes leave their fields there): N aligned word loads, one more when
 // the address is not 4-byte aligned, and funnel shifts; half the load
 // instructions of 16-bit loads. Reads nothing past the N words'
-// last byte's aligned word.
-template <int N>
+// last byte's aligned word. Shared: p points into shared memory (a weight
+// tile the bulk GEMV copied there), read with ordinary loads.
+template <int N, bool Shared = false>
 __device__ __forceinline__ void load_words2(const uint8_t* p, uint32_t (&out)[N]) {
     const uintptr_t a = reinterpret_cast<uintptr_t>(p);
     const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
     const uint32_t sh = uint32_t(a & 2) * 8;
     uint32_t x[N + 1];
 #pragma unroll
-    for (int i = 0; i < N; ++i) x[i] = __ldg(w + i);
-    x[N] = sh ? __ldg(w + N) : 0u;
+    for (int i = 0; i < N; ++i) x[i] = Shared ? w[i] : __ldg(w + i);
+    x[N] = sh ? (Shared ? w[N] : __ldg(w + N)) : 0u;
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(x[i], x[i + 1], sh);
 }
@@ -81,15 +82,16 @@ __device__ __forceinline__ I2 dot4(const XInt16x2& x, int k, uint32_t v, I2 acc)
               __dp2a_hi(x.r[2 * k + 1], int(v), __dp2a_lo(x.r[2 * k], int(v), acc.lo))};
 }
 
-// Weight chunk c of a row dotted with x (both scales applied).
-template <int T, class X>
+// Weight chunk c of a row dotted with x (both scales applied). Shared: the
+// row lies in shared memory.
+template <int T, bool Shared = false, class X>
 __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const X& x) {
     using S = typename X::Sum;
     const S sx = x.sum_lo + x.sum_hi;
     if constexpr (T == EH_TYPE_Q4_0) {
         const uint8_t* b = row + size_t(c) * 18;
         uint32_t q[4];
-        load_words2<4>(b + 2, q);
+        load_words2<4, Shared>(b + 2, q);
         S si{};
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -112,7 +114,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
     } else if constexpr (T == EH_TYPE_Q5_0) {
         const uint8_t* b = row + size_t(c) * 22;
         uint32_t q[5];
-        load_words2<5>(b + 2, q);
+        load_words2<5, Shared>(b + 2, q);
         const uint32_t qh = q[0];
         S si{};
 #pragma unroll
@@ -137,7 +139,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
     } else if constexpr (T == EH_TYPE_Q8_0) {
         const uint8_t* b = row + size_t(c) * 34;
         uint32_t q[8];
-        load_words2<8>(b + 2, q);
+        load_words2<8, Shared>(b + 2, q);
         S si{};
 #pragma unroll
         for (int k = 0; k < 8; ++k) si = dot4(x, k, q[k], si);
@@ -173,8 +175,8 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
         const int lshift = (quarter >> 1) * 4, hshift = quarter * 2;
         uint32_t lw[8], hw[8];
-        load_words2<8>(ql, lw);
-        load_words2<8>(qh, hw);
+        load_words2<8, Shared>(ql, lw);
+        load_words2<8, Shared>(qh, hw);
         S si0{}, si1{};
 #pragma unroll
         for (int k = 0; k < 8; ++k) {
@@ -207,6 +209,23 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
     } else {
         static_assert(T == EH_TYPE_Q4_0, "no integer-input path for this type");
         return 0.0f;
+    }
+}
+
+// dot_chunk_int with the type known at run time (mixed-type launches: one
+// warp-uniform switch per chunk).
+template <bool Shared = false, class X>
+__device__ __forceinline__ float dot_chunk_int_any(int type, const uint8_t* row, int c, const X& x) {
+    switch (type) {
+    case EH_TYPE_Q4_0: return dot_chunk_int<EH_TYPE_Q4_0, Shared>(row, c, x);
+    case EH_TYPE_Q4_1: return dot_chunk_int<EH_TYPE_Q4_1, Shared>(row, c, x);
+    case EH_TYPE_Q5_0: return dot_chunk_int<EH_TYPE_Q5_0, Shared>(row, c, x);
+    case EH_TYPE_Q5_1: return dot_chunk_int<EH_TYPE_Q5_1, Shared>(row, c, x);
+    case EH_TYPE_Q8_0: return dot_chunk_int<EH_TYPE_Q8_0, Shared>(row, c, x);
+    case EH_TYPE_Q4_K: return dot_chunk_int<EH_TYPE_Q4_K, Shared>(row, c, x);
+    case EH_TYPE_Q5_K: return dot_chunk_int<EH_TYPE_Q5_K, Shared>(row, c, x);
+    case EH_TYPE_Q6_K: return dot_chunk_int<EH_TYPE_Q6_K, Shared>(row, c, x);
+    default: return 0.0f;  // the host launches only these
     }
 }
 

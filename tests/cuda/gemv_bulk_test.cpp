@@ -1,0 +1,181 @@
+// The bulk-copy GEMV (weights copied to shared memory per warp tile) against
+// the register-streaming GEMV it replaces for single-token integer inputs:
+// bitwise the same outputs for every integer-path type, input form and
+// staging mode (the RMSNorm fold to the last bits of its 1/rms factor), with tiles that end mid-tensor, at a tensor end that is not
+// 16-byte aligned (weights allocated to the byte, so an over-read shows
+// under compute-sanitizer), with biases, accumulation and several segments.
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <random>
+
+#include <engine_host/plugin_abi.hpp>
+#include <ehcuda/kernels.hpp>
+
+#include "gpu_util.hpp"
+#include "host_reference.hpp"
+
+namespace ehtest {
+namespace {
+
+struct BulkGuard {
+    ehcuda::GemvBulk old = ehcuda::gemv_bulk_mode();
+    explicit BulkGuard(bool on) { ehcuda::set_gemv_bulk(on ? ehcuda::GemvBulk::Always : ehcuda::GemvBulk::Off); }
+    ~BulkGuard() { ehcuda::set_gemv_bulk(old); }
+};
+
+// Exactly `bytes` of device memory (to_device pads by 16).
+ehcuda::DeviceBuffer exact_device(const std::vector<uint8_t>& v) {
+    ehcuda::DeviceBuffer b(v.size());
+    cudaMemcpy(b.get(), v.data(), v.size(), cudaMemcpyHostToDevice);
+    return b;
+}
+
+// Integer chunks as a producer writes them (gemv_stage.cuh's layout):
+// int16 codes (Bits 32: then residue codes), then the scale and the code
+// sums of each half (Bits 32: then the residue sums).
+std::vector<uint8_t> host_chunks(int n, int bits, std::mt19937& rng) {
+    const int stride = bits == 16 ? 80 : 176, code_bytes = bits == 16 ? 64 : 128;
+    std::vector<uint8_t> out(size_t(n / 32) * stride, 0);
+    std::uniform_int_distribution<int> code(-32767, 32767), res(-16384, 16384);
+    std::uniform_real_distribution<float> scale(1e-5f, 1e-3f);
+    for (int c = 0; c < n / 32; ++c) {
+        uint8_t* ch = out.data() + size_t(c) * stride;
+        int16_t q[32], r[32];
+        int sum[2] = {0, 0}, rsum[2] = {0, 0};
+        for (int j = 0; j < 32; ++j) {
+            q[j] = int16_t(code(rng));
+            r[j] = int16_t(bits == 32 ? res(rng) : 0);
+            sum[j / 16] += q[j];
+            rsum[j / 16] += r[j];
+        }
+        std::memcpy(ch, q, 64);
+        if (bits == 32) std::memcpy(ch + 64, r, 64);
+        const float d = scale(rng);
+        int hdr[5] = {0, sum[0], sum[1], rsum[0], rsum[1]};
+        std::memcpy(&hdr[0], &d, 4);
+        std::memcpy(ch + code_bytes, hdr, bits == 32 ? 20 : 12);
+    }
+    return out;
+}
+
+struct Shape {
+    int rows, cols;
+};
+
+// One single-token GEMV, bulk or not; returns y. The register kernel's
+// aligned word loads may read up to 3 bytes past a tensor's end (the
+// plugins' weight arenas leave room): it gets `padded` weights, the bulk
+// kernel the exact ones.
+std::vector<float> run(const ehcuda::MatmulArgs& a, bool bulk, const std::vector<float>& y0,
+                       const void* padded = nullptr) {
+    BulkGuard g(bulk);
+    auto dy = to_device(y0);
+    ehcuda::MatmulArgs m = a;
+    if (!bulk && padded) m.seg[0].w.data = padded;
+    m.y = dy.as<float>();
+    ehcuda::matmul(m, nullptr);
+    return to_host<float>(dy, y0.size());
+}
+
+TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
+    REQUIRE_GPU();
+    // Shapes the register kernel serves without split-K (so the two sum in
+    // the same order): tiny with a ragged tensor end, one and several rows per
+    // tile, 2- and 4-row warps of the register kernel, a long-K matrix.
+    const Shape shapes[] = {{37, 96}, {300, 1024}, {4100, 640}, {8192, 1024}, {3072, 8192}};
+    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1,
+                              EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+    int checked = 0;
+    for (const Shape& sh : shapes)
+        for (uint32_t type : types) {
+            const size_t rb = ehcuda::row_bytes(type, sh.cols);
+            if (rb == 0) continue;  // K-quants need whole 256-element blocks
+            std::mt19937 rng(type * 7 + uint32_t(sh.rows));
+            const auto host_w = random_rows(type, sh.rows, sh.cols, rng);
+            auto w = exact_device(host_w), w_padded = to_device(host_w);
+            std::normal_distribution<float> nd;
+            std::vector<float> x(size_t(2 * sh.cols)), nw(size_t(sh.cols)), bias(size_t(sh.rows)),
+                y0(size_t(sh.rows));
+            for (auto& v : x) v = 2 * nd(rng);
+            for (auto& v : nw) v = 1 + 0.3f * nd(rng);
+            for (auto& v : bias) v = nd(rng);
+            for (auto& v : y0) v = nd(rng);
+            auto dx = to_device(x), dn = to_device(nw), db = to_device(bias);
+            for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
+                InputGuard ig(in);
+                auto dc = to_device(host_chunks(sh.cols, in == ehcuda::GemvInput::Int16 ? 16 : 32, rng));
+                for (int mode = 0; mode < 4; ++mode) {
+                    ehcuda::MatmulArgs a;
+                    a.seg[0].w = {w.get(), type, sh.rows, sh.cols, rb};
+                    a.seg[0].bias = mode == 1 ? db.as<float>() : nullptr;
+                    a.cols = sh.cols;
+                    a.x = mode == 3 ? static_cast<const float*>(dc.get()) : dx.as<float>();
+                    a.ldx = mode == 2 ? 2 * sh.cols : sh.cols;
+                    a.xmode = mode == 0 ? ehcuda::XMode::Plain
+                              : mode == 1 ? ehcuda::XMode::RmsNorm
+                              : mode == 2 ? ehcuda::XMode::SwiGLU
+                                          : ehcuda::XMode::Chunks;
+                    a.norm_w = dn.as<float>();
+                    a.norm_eps = 1e-5f;
+                    a.ldy = sh.rows;
+                    a.accumulate = mode >= 2;
+                    const auto ref = run(a, false, y0, w_padded.get()), got = run(a, true, y0);
+                    GPU_OK(cudaGetLastError());
+                    for (int r = 0; r < sh.rows; ++r) {
+                        const float e = ref[size_t(r)], v = got[size_t(r)];
+                        const std::string what = ehp::type_name(type) + " " + std::to_string(sh.rows) + "x" +
+                                                 std::to_string(sh.cols) + " mode " + std::to_string(mode) +
+                                                 " input " + std::to_string(int(in)) + " row " + std::to_string(r);
+                        // The RMSNorm fold's 1/rms sums the block's partial
+                        // sums of squares, and the blocks differ in warps:
+                        // last bits of that factor only.
+                        if (mode == 1) ASSERT_NEAR(e, v, 1e-5 * (1 + std::fabs(e))) << what;
+                        else ASSERT_EQ(e, v) << what;
+                    }
+                    ++checked;
+                }
+            }
+        }
+    EXPECT_GT(checked, 200);
+}
+
+// Segments of one type and of mixed types (Qwen2.5's Q5_0 / Q8_0 QKV), rows
+// not a multiple of the tile, each segment's tiles its own.
+TEST(GemvBulk, SegmentsBitwiseEqual) {
+    REQUIRE_GPU();
+    const int cols = 896;
+    for (bool mixed : {false, true}) {
+        const uint32_t types[3] = {EH_TYPE_Q5_0, mixed ? EH_TYPE_Q8_0 : EH_TYPE_Q5_0, EH_TYPE_Q8_0};
+        const int rows[3] = {901, 131, 131};
+        std::mt19937 rng(mixed ? 5 : 6);
+        std::vector<ehcuda::DeviceBuffer> bufs;
+        ehcuda::MatmulArgs a;
+        int off = 0;
+        for (int s = 0; s < 3; ++s) {
+            bufs.push_back(to_device(random_rows(types[s], rows[s], cols, rng)));
+            a.seg[s].w = {bufs.back().get(), types[s], rows[s], cols, row_size(types[s], cols)};
+            a.seg[s].out_offset = off;  // a gap after each segment stays untouched
+            off += rows[s] + 1;
+        }
+        a.nseg = mixed ? 3 : 2;
+        std::vector<float> x(static_cast<size_t>(cols)), y0(static_cast<size_t>(off));
+        std::normal_distribution<float> nd;
+        for (auto& v : x) v = 4 * nd(rng);
+        for (auto& v : y0) v = nd(rng);
+        auto dx = to_device(x);
+        a.cols = cols;
+        a.x = dx.as<float>();
+        a.ldx = cols;
+        a.ldy = off;
+        for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
+            InputGuard ig(in);
+            const auto ref = run(a, false, y0), got = run(a, true, y0);
+            GPU_OK(cudaGetLastError());
+            for (int r = 0; r < off; ++r) ASSERT_EQ(ref[size_t(r)], got[size_t(r)]) << "mixed " << mixed << " row " << r;
+        }
+    }
+}
+
+}  // namespace
+}  // namespace ehtest
