@@ -284,7 +284,7 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             const char* name;
             bool prefetch;
             ehcuda::GemvInput in;
-            bool bulk;  // the bulk-copy kernel (GemvBulk::Always) or the register one
+            bool bulk;  // the bulk-copy kernel or the register one
         };
         const Variant variants[] = {
             {"float-x", false, ehcuda::GemvInput::Float, false},
@@ -296,12 +296,12 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             {"int16x2-x register", false, ehcuda::GemvInput::Int16x2, false},
             {"int16x2-x bulk", false, ehcuda::GemvInput::Int16x2, true},
         };
-        const ehcuda::GemvBulk bulk_was = ehcuda::gemv_bulk_mode();
+        const bool bulk_was = ehcuda::gemv_bulk_on();
         for (const Variant& v : variants) {
             if (v.in != ehcuda::GemvInput::Float && type == EH_TYPE_F16) continue;
             ehcuda::set_gemv_prefetch(v.prefetch);
             ehcuda::set_gemv_input(v.in);
-            ehcuda::set_gemv_bulk(v.bulk ? ehcuda::GemvBulk::Always : ehcuda::GemvBulk::Off);
+            ehcuda::set_gemv_bulk(v.bulk);
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);

@@ -19,8 +19,8 @@ namespace ehtest {
 namespace {
 
 struct BulkGuard {
-    ehcuda::GemvBulk old = ehcuda::gemv_bulk_mode();
-    explicit BulkGuard(bool on) { ehcuda::set_gemv_bulk(on ? ehcuda::GemvBulk::Always : ehcuda::GemvBulk::Off); }
+    bool old = ehcuda::gemv_bulk_on();
+    explicit BulkGuard(bool on) { ehcuda::set_gemv_bulk(on); }
     ~BulkGuard() { ehcuda::set_gemv_bulk(old); }
 };
 

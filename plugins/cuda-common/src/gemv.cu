@@ -276,6 +276,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 
 template <int T, int NT>
 void launch_gemv(const DevArgs& d, cudaStream_t stream) {
+    if (NT == 1 && detail::gemv_bulk_takes(d)) return detail::gemv_bulk(d, stream);
     // Several rows per warp only pays for tall single-token products; a
     // warp's rows must not straddle two segments.
     int R = 1;
@@ -301,14 +302,6 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     // 467 -> 470 tok/s on an H100; not kept.)
     const bool split = groups < detail::gemv_split_groups && d.cols >= 32 * 64 &&
                        (NT > 1 || d.total_rows <= detail::gemv_split_rows);
-    // The bulk-copy kernel where it measured faster (H100, tok/s, on / off):
-    // inputs it stages (Qwen2.5-0.5B 1,269-1,275 -> 1,283-1,287, gpt-oss
-    // 443-445 -> 450-451), and producer chunks of short long-K matrices that
-    // this kernel splits (Qwen's ffn_down); for Phi-3's 3,072-row chunk
-    // inputs it was slower (493 with them here, 482-483 in bulk).
-    const bool bulk_pays = d.xmode != int(XMode::Chunks) || split || detail::gemv_bulk_mode == GemvBulk::Always;
-    if (NT == 1 && bulk_pays && detail::gemv_bulk_takes(d))
-        return detail::gemv_bulk(d, stream);
     const int per_block = split ? 1 : kWarps;
     const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
     const bool chunks = d.xmode == int(XMode::Chunks);
@@ -356,9 +349,7 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
 // kMixedTypes), one row per warp.
 void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
     const bool chunks = d.xmode == int(XMode::Chunks);
-    // as launch_gemv decides (no split-K here)
-    if ((!chunks || detail::gemv_bulk_mode == GemvBulk::Always) && detail::gemv_bulk_takes(d))
-        return detail::gemv_bulk(d, stream);
+    if (detail::gemv_bulk_takes(d)) return detail::gemv_bulk(d, stream);
     const int nblk = (d.total_rows + kWarps - 1) / kWarps;
     auto go = [&](auto kernel, size_t smem) {
         if (chunks) smem = 0;
@@ -399,8 +390,8 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 }  // namespace
 
 void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
-void set_gemv_bulk(GemvBulk mode) { detail::gemv_bulk_mode = mode; }
-GemvBulk gemv_bulk_mode() { return detail::gemv_bulk_mode; }
+void set_gemv_bulk(bool on) { detail::gemv_bulk_enabled = on; }
+bool gemv_bulk_on() { return detail::gemv_bulk_enabled; }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }
 

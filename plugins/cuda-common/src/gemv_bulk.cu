@@ -70,8 +70,8 @@ __device__ __forceinline__ TileRef tile_ref(const DevArgs& a, int tr, int t) {
 
 // Warp w of the launch takes tile w; its lane 0 issues the tile's copy
 // before pdl_entry(), then the block stages the input once for all its
-// warps (up to kMaxWarps: the staging is a per-block cost) while the tiles
-// are in flight. (A persistent grid with a ring of tile buffers per warp was
+// warps (up to 8 by default: the staging is a per-block cost) while the
+// tiles are in flight. (A persistent grid with a ring of tile buffers per warp was
 // measured on an H100: fewer warps per multiprocessor left the dot products
 // latency-bound, Phi-3 decode 486 -> 446 tok/s.)
 template <int T, int R, int XB>
@@ -141,13 +141,21 @@ int env_int(const char* name, int dflt, int lo, int hi) {
     return std::clamp(e && *e ? std::atoi(e) : dflt, lo, hi);
 }
 const size_t kTileCap = size_t(env_int("EHCUDA_GEMV_BULK_KB", 8, 1, 48)) << 10;
+// Warps per block (EHCUDA_GEMV_BULK_WARPS = 4 / 8 / 16 fixes the most; 0,
+// the default: 16 for matrices of 4 or more waves of such blocks, else 8).
+// 8 rather than 16 on an H100 (tok/s): Phi-3 494 -> 534, gpt-oss 453 -> 475,
+// Qwen2.5-0.5B 1,287 -> 1,290 (4: 485, 437, 1,283): 16-warp blocks left
+// Phi-3's 3,072-row matrices at 1.5 blocks per multiprocessor. 16 for the
+// tall ones: their per-block input staging halves (16384 x 8192 Q4_K with
+// float input: 68 % of copy bandwidth at 16, 51 % at 8).
+const int kWarpsCap = env_int("EHCUDA_GEMV_BULK_WARPS", 0, 0, kMaxWarps);
 
 
 }  // namespace
 
-GemvBulk gemv_bulk_mode = [] {
+bool gemv_bulk_enabled = [] {
     const char* e = std::getenv("EHCUDA_GEMV_BULK");
-    return e && *e == '0' ? GemvBulk::Off : e && *e == '2' ? GemvBulk::Always : GemvBulk::Auto;
+    return !(e && *e == '0');
 }();
 
 namespace {
@@ -179,7 +187,8 @@ Plan plan_for(const DevArgs& d) {
     // Warps per block: as many as keep every multiprocessor busy (4..16),
     // within the shared memory a block may have.
     constexpr size_t kMaxSmem = 200 * 1024;
-    p.warps = kMaxWarps;
+    if (kWarpsCap == 0) p.warps = (p.tiles + 15) / 16 >= 4 * nsm ? 16 : 8;
+    else p.warps = kWarpsCap >= 16 ? 16 : kWarpsCap >= 8 ? 8 : 4;
     while (p.warps > 4 && ((p.tiles + p.warps - 1) / p.warps < nsm ||
                            size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride > kMaxSmem))
         p.warps /= 2;
@@ -192,7 +201,7 @@ Plan plan_for(const DevArgs& d) {
 
 bool gemv_bulk_takes(const DevArgs& d) {
     const GemvInput in = gemv_input();
-    if (gemv_bulk_mode == GemvBulk::Off || d.ntok != 1 || (in != GemvInput::Int16 && in != GemvInput::Int16x2) || cc_major() < 9)
+    if (!gemv_bulk_enabled || d.ntok != 1 || (in != GemvInput::Int16 && in != GemvInput::Int16x2) || cc_major() < 9)
         return false;
     for (int s = 0; s < d.nseg; ++s)
         if (!int_type(uint32_t(d.seg[s].type)) || d.seg[s].type == EH_TYPE_MXFP4) return false;

@@ -71,10 +71,9 @@ int sm_count();
 int cc_major();
 
 // Single-token GEMV through the bulk copy engine (gemv_bulk.cu): whether it
-// can take these arguments (integer int16 / int16x2 input, integer-path
-// types but MXFP4, sm_90+, not GemvBulk::Off; the caller applies Auto's
-// choice), and the launch.
-extern GemvBulk gemv_bulk_mode;
+// takes these arguments (integer int16 / int16x2 input, integer-path types
+// but MXFP4, sm_90+, not switched off), and the launch.
+extern bool gemv_bulk_enabled;
 bool gemv_bulk_takes(const DevArgs& d);
 void gemv_bulk(const DevArgs& d, cudaStream_t stream);
 

@@ -81,18 +81,14 @@ struct MatmulArgs {
 void matmul(const MatmulArgs& a, cudaStream_t stream);
 // L2 prefetch of the next chunks in GEMV (off by default; for measurements).
 void set_gemv_prefetch(bool on);
-// Single-token GEMV with an integer input (Int16, Int16x2) on sm_90+ can
-// copy each warp's rows to shared memory with the bulk copy engine instead
-// of streaming them through registers. Auto (the default): where that
-// measured faster (inputs the kernel stages, and producer chunks of short
-// long-K matrices); Always / Off for tests and measurements
-// (EHCUDA_GEMV_BULK=0/1/2 = Off/Auto/Always). The same dot products summed
-// in the same order as the register kernel without its split-K (bitwise the
-// same results, but for the last bits of the RMSNorm fold's 1/rms factor,
-// summed over other warps).
-enum class GemvBulk : int { Off = 0, Auto = 1, Always = 2 };
-void set_gemv_bulk(GemvBulk mode);
-GemvBulk gemv_bulk_mode();
+// Single-token GEMV with an integer input (Int16, Int16x2) on sm_90+ copies
+// each warp's rows to shared memory with the bulk copy engine (on by
+// default; EHCUDA_GEMV_BULK=0 or set_gemv_bulk(false) for the register
+// streaming kernel). The same dot products summed in the same order as that
+// kernel without its split-K (bitwise the same results, but for the last
+// bits of the RMSNorm fold's 1/rms factor, summed over other warps).
+void set_gemv_bulk(bool on);
+bool gemv_bulk_on();
 // How single-token GEMV on quantized weights takes its input. Int16 (the
 // default): quantized per 32 elements to int16 codes + a scale, integer dot
 // products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.
