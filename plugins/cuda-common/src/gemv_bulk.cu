@@ -6,7 +6,8 @@
 // chunk per lane per round trip (the latency bound of gemv_kernel). The dot
 // products then read the tile from shared memory in exactly gemv_kernel's
 // order (lane = chunk, same integer dot, same warp reduction), so the
-// result is bitwise that of gemv_kernel without split-K.
+// result is bitwise that of gemv_kernel without split-K (but for the last
+// bits of the RMSNorm fold's 1/rms, whose partial sums follow the block size).
 #include <algorithm>
 #include <cstdlib>
 
@@ -71,9 +72,9 @@ __device__ __forceinline__ TileRef tile_ref(const DevArgs& a, int tr, int t) {
 // Warp w of the launch takes tile w; its lane 0 issues the tile's copy
 // before pdl_entry(), then the block stages the input once for all its
 // warps (up to 8 by default: the staging is a per-block cost) while the
-// tiles are in flight. (A persistent grid with a ring of tile buffers per warp was
-// measured on an H100: fewer warps per multiprocessor left the dot products
-// latency-bound, Phi-3 decode 486 -> 446 tok/s.)
+// tiles are in flight. (A persistent grid with a ring of tile buffers per
+// warp was measured on an H100: fewer warps per multiprocessor left the dot
+// products latency-bound, Phi-3 decode 486 -> 446 tok/s.)
 template <int T, int R, int XB>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
