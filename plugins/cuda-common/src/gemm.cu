@@ -10,6 +10,7 @@
 #include <mma.h>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "matmul_common.cuh"
 #include "prefill_gemm.hpp"
 
@@ -128,37 +129,11 @@ __global__ void __launch_bounds__(128) gemm_kernel(DevArgs a) {
         const int m = e / BN, n = e % BN;
         const int tok = m0 + m, row = n0 + n;
         if (tok >= a.ntok || row >= g.rows) continue;
-        const float val = Cs[m * LDC + n] + (g.bias ? g.bias[row] : 0.0f);
-        float* dst = a.y + size_t(tok) * a.ldy + g.out_offset + row;
-        *dst = a.accumulate ? *dst + val : val;
+        detail::store_out(a, g, tok, row, Cs[m * LDC + n]);
     }
 }
 
 }  // namespace
-
-namespace detail {
-
-// A device attribute of the current device, `fallback` when the query fails.
-static int device_attribute(cudaDeviceAttr what, int fallback) {
-    int dev = 0, v = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, what, dev) != cudaSuccess) {
-        (void)cudaGetLastError();
-        return fallback;
-    }
-    return v;
-}
-
-int sm_count() {
-    static const int n = device_attribute(cudaDevAttrMultiProcessorCount, 100);
-    return n;
-}
-
-int cc_major() {
-    static const int n = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
-    return n;
-}
-
-}  // namespace detail
 
 void gemm(const MatmulArgs& a, cudaStream_t stream) {
     if (a.xmode == XMode::RmsNorm) throw ehp::Error(EH_INTERNAL, "gemm: fused RMSNorm is single-token only");

@@ -261,22 +261,18 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 #pragma unroll
         for (int r = 0; r < R; ++r) {
             if (r >= nr) break;
-            const float b = g.bias ? g.bias[lr0 + r] : 0.0f;
 #pragma unroll
-            for (int t = 0; t < NT; ++t) {
-                float* dst = a.y + size_t(t) * a.ldy + g.out_offset + lr0 + r;
+            for (int t = 0; t < NT; ++t)
                 // (__fmul_rn: no fused multiply-add with the bias, so the
                 // FFN pair kernel, which scales the same way, gets the same bits)
-                const float val = (XB != 0 ? __fmul_rn(acc[r][t], xscale) : acc[r][t]) + b;
-                *dst = a.accumulate ? *dst + val : val;
-            }
+                detail::store_out(a, g, t, lr0 + r, XB != 0 ? __fmul_rn(acc[r][t], xscale) : acc[r][t]);
         }
     }
 }
 
 template <int T, int NT>
 void launch_gemv(const DevArgs& d, cudaStream_t stream) {
-    if (NT == 1 && detail::gemv_bulk_takes(d)) return detail::gemv_bulk(d, stream);
+    if (NT == 1 && detail::gemv_bulk(d, stream)) return;
     // Several rows per warp only pays for tall single-token products; a
     // warp's rows must not straddle two segments.
     int R = 1;
@@ -349,7 +345,7 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
 // kMixedTypes), one row per warp.
 void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
     const bool chunks = d.xmode == int(XMode::Chunks);
-    if (detail::gemv_bulk_takes(d)) return detail::gemv_bulk(d, stream);
+    if (detail::gemv_bulk(d, stream)) return;
     const int nblk = (d.total_rows + kWarps - 1) / kWarps;
     auto go = [&](auto kernel, size_t smem) {
         if (chunks) smem = 0;

@@ -129,10 +129,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         if (r >= nr) break;
-        float* dst = a.y + g.out_offset + tf.lr0 + r;
-        // rounded before the bias as gemv_kernel does (bitwise the same)
-        const float val = __fmul_rn(acc[r], xscale) + (g.bias ? g.bias[tf.lr0 + r] : 0.0f);
-        *dst = a.accumulate ? *dst + val : val;
+        store_out(a, g, 0, tf.lr0 + r, __fmul_rn(acc[r], xscale));  // as gemv_kernel rounds
     }
 }
 
@@ -150,16 +147,6 @@ const size_t kTileCap = size_t(env_int("EHCUDA_GEMV_BULK_KB", 8, 1, 48)) << 10;
 // tall ones: their per-block input staging halves (16384 x 8192 Q4_K with
 // float input: 68 % of copy bandwidth at 16, 51 % at 8).
 const int kWarpsCap = env_int("EHCUDA_GEMV_BULK_WARPS", 0, 0, kMaxWarps);
-
-
-}  // namespace
-
-bool gemv_bulk_enabled = [] {
-    const char* e = std::getenv("EHCUDA_GEMV_BULK");
-    return !(e && *e == '0');
-}();
-
-namespace {
 
 // Rows per tile, tiles, warps per block and shared bytes of one launch.
 struct Plan {
@@ -200,18 +187,19 @@ Plan plan_for(const DevArgs& d) {
 
 }  // namespace
 
-bool gemv_bulk_takes(const DevArgs& d) {
+bool gemv_bulk_enabled = [] {
+    const char* e = std::getenv("EHCUDA_GEMV_BULK");
+    return !(e && *e == '0');
+}();
+
+bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
     const GemvInput in = gemv_input();
     if (!gemv_bulk_enabled || d.ntok != 1 || (in != GemvInput::Int16 && in != GemvInput::Int16x2) || cc_major() < 9)
         return false;
     for (int s = 0; s < d.nseg; ++s)
         if (!int_type(uint32_t(d.seg[s].type)) || d.seg[s].type == EH_TYPE_MXFP4) return false;
-    return plan_for(d).warps > 0;
-}
-
-void gemv_bulk(const DevArgs& d, cudaStream_t stream) {
-    if (!gemv_bulk_takes(d)) throw ehp::Error(EH_INTERNAL, "gemv_bulk: shape, type or input form not supported");
     const Plan p = plan_for(d);
+    if (p.warps == 0) return false;
     const int R = p.tr <= 1 ? 1 : p.tr <= 2 ? 2 : p.tr <= 4 ? 4 : 8;
     const int bits = gemv_input() == GemvInput::Int16 ? 16 : 32;
     BulkArgs b{};
@@ -231,7 +219,7 @@ void gemv_bulk(const DevArgs& d, cudaStream_t stream) {
         else go(gemv_bulk_kernel<T, R_, 32>);
     };
     auto by_rows = [&]<int T>() {
-        if constexpr (T == EH_TYPE_MXFP4) throw ehp::Error(EH_INTERNAL, "gemv_bulk: MXFP4");  // gemv_bulk_takes refuses it
+        if constexpr (T == EH_TYPE_MXFP4) throw ehp::Error(EH_INTERNAL, "gemv_bulk: MXFP4");  // refused above
         else if (R == 1) by_bits.template operator()<T, 1>();
         else if (R == 2) by_bits.template operator()<T, 2>();
         else if (R == 4) by_bits.template operator()<T, 4>();
@@ -240,6 +228,7 @@ void gemv_bulk(const DevArgs& d, cudaStream_t stream) {
     if (p.same) int_type_dispatch(uint32_t(d.seg[0].type), by_rows);
     else by_rows.template operator()<kMixed>();
     EHC_LAUNCHED("gemv_bulk_kernel");
+    return true;
 }
 
 }  // namespace ehcuda::detail

@@ -43,11 +43,23 @@ inline DevArgs single_token_input(const float* x, int cols, const float* norm_w,
     return xa;
 }
 
+// 1 / rms(x) from each thread's partial sum of squares `ss` of a.x (a
+// block-wide sum, then a barrier); every thread of the block gets it.
+__device__ __forceinline__ float block_inv_rms(float ss, const DevArgs& a) {
+    __shared__ float red[32];
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
+    __syncthreads();
+    float tot = 0.0f;
+    for (int w = 0; w < int(blockDim.x >> 5); ++w) tot += red[w];
+    return rsqrtf(tot / float(a.cols) + a.norm_eps);
+}
+
 // 1 / rms(x) * (fold weight applied by the caller) for the RMSNorm fold;
 // 1 otherwise. Every thread of the block gets the value.
 __device__ __forceinline__ float block_rms_scale(const DevArgs& a) {
     if (a.xmode != int(XMode::RmsNorm)) return 1.0f;
-    __shared__ float red[32];
     const int n4 = a.cols / 4;
     const float4* x4 = reinterpret_cast<const float4*>(a.x);
     float ss = 0.0f;
@@ -59,13 +71,7 @@ __device__ __forceinline__ float block_rms_scale(const DevArgs& a) {
         ss = fmaf(v.z, v.z, ss);
         ss = fmaf(v.w, v.w, ss);
     }
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-    if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    __syncthreads();
-    float tot = 0.0f;
-    for (int w = 0; w < int(blockDim.x >> 5); ++w) tot += red[w];
-    return rsqrtf(tot / float(a.cols) + a.norm_eps);
+    return block_inv_rms(ss, a);
 }
 
 // Float staging, 16-byte loads, unrolled, so the staging is a few memory
@@ -196,17 +202,10 @@ __device__ __forceinline__ float stage_x_int(const DevArgs& a, uint8_t* smem) {
             }
         }
     }
-    __shared__ float red[32];
-    if (norm) {
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-        if ((threadIdx.x & 31) == 0) red[threadIdx.x >> 5] = ss;
-    }
+    // (norm is the same for the whole block; either branch has its barrier)
+    if (norm) return block_inv_rms(ss, a);
     __syncthreads();
-    if (!norm) return 1.0f;
-    float tot = 0.0f;
-    for (int w = 0; w < int(blockDim.x >> 5); ++w) tot += red[w];
-    return rsqrtf(tot / float(a.cols) + a.norm_eps);
+    return 1.0f;
 }
 
 // The integer chunk of 32 values held one per lane (lane = element),

@@ -4,13 +4,34 @@
 
 namespace ehcuda {
 
+namespace detail {
+
+// A device attribute of the current device, `fallback` when the query fails.
+static int device_attribute(cudaDeviceAttr what, int fallback) {
+    int dev = 0, v = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&v, what, dev) != cudaSuccess) {
+        (void)cudaGetLastError();
+        return fallback;
+    }
+    return v;
+}
+
+int sm_count() {
+    static const int n = device_attribute(cudaDevAttrMultiProcessorCount, 100);
+    return n;
+}
+
+int cc_major() {
+    static const int n = device_attribute(cudaDevAttrComputeCapabilityMajor, 0);
+    return n;
+}
+
+}  // namespace detail
+
 bool pdl_enabled() {
     static const bool on = [] {
         if (const char* e = std::getenv("EHCUDA_PDL"); e && e[0] == '0') return false;
-        int dev = 0, major = 0;
-        if (cudaGetDevice(&dev) != cudaSuccess) return false;
-        if (cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess) return false;
-        return major >= 9;
+        return detail::cc_major() >= 9;
     }();
     return on;
 }

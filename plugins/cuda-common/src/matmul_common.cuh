@@ -41,6 +41,15 @@ struct DevArgs {
 // (gemv.cu; EHCUDA_GEMV_ENTRY_PREFETCH=0 turns it off).
 extern bool gemv_entry_prefetch;
 
+// Output element (token t, segment row lr) of a matmul: the row's dot
+// product `sum` plus its bias, stored or added to y. The epilogue of every
+// matmul kernel, so they round alike.
+__device__ __forceinline__ void store_out(const DevArgs& a, const DevSeg& g, int t, int lr, float sum) {
+    float* dst = a.y + size_t(t) * a.ldy + g.out_offset + lr;
+    const float val = sum + (g.bias ? g.bias[lr] : 0.0f);
+    *dst = a.accumulate ? *dst + val : val;
+}
+
 __device__ __forceinline__ float silu(float v) { return v / (1.0f + __expf(-v)); }
 
 // Elements [32c, 32c+32) of token t's input, with the SwiGLU fold applied.
@@ -65,17 +74,12 @@ __device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (
 
 DevArgs to_dev(const MatmulArgs& a);
 
-// The current device's multiprocessor count and compute capability major
-// (queried once; gemm.cu).
-int sm_count();
-int cc_major();
-
-// Single-token GEMV through the bulk copy engine (gemv_bulk.cu): whether it
-// takes these arguments (integer int16 / int16x2 input, integer-path types
-// but MXFP4, sm_90+, not switched off), and the launch.
+// Single-token GEMV through the bulk copy engine (gemv_bulk.cu): launches
+// and returns true when it takes these arguments (integer int16 / int16x2
+// input, integer-path types but MXFP4, sm_90+, rows that fit its shared
+// memory, not switched off); false and nothing launched otherwise.
 extern bool gemv_bulk_enabled;
-bool gemv_bulk_takes(const DevArgs& d);
-void gemv_bulk(const DevArgs& d, cudaStream_t stream);
+bool gemv_bulk(const DevArgs& d, cudaStream_t stream);
 
 // Host-side type dispatch: f.template operator()<T>().
 template <class F>

@@ -35,6 +35,13 @@ __device__ __forceinline__ void pdl_entry() {
 // Off with EHCUDA_PDL=0 (for measurements) or on devices before 9.0.
 bool pdl_enabled();
 
+namespace detail {
+// The current device's multiprocessor count and compute capability major,
+// queried once.
+int sm_count();
+int cc_major();
+}  // namespace detail
+
 template <class... KArgs, class... Args>
 void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
             Args&&... args) {
