@@ -202,6 +202,46 @@ INSTANTIATE_TEST_SUITE_P(Types, FfnDecodeTest, ::testing::ValuesIn(ffn_cases()),
            (c.in == ehcuda::GemvInput::Int16 ? "_int16" : "_int16x2") + (c.norm ? "_norm" : "") + (c.bias ? "_bias" : "");
 });
 
+// The bulk form of gate_up_swiglu (rows through the copy engine in slices
+// of 32 chunks, two per warp in flight, 8-warp blocks) against the register
+// form (16-warp blocks), for every integer-path type: rows of several slices
+// with a ragged last one, so slots are refilled, and row sizes that are no
+// multiple of 16 bytes (misaligned slices). The same bits without the
+// RMSNorm fold; with it within 1e-5, as 1/rms sums one partial per warp and
+// the two forms' blocks differ in warps.
+TEST(FfnDecode, BulkSlicesMatchRegisterForm) {
+    REQUIRE_GPU();
+    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1,
+                              EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+    for (uint32_t t : types)
+        for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2})
+            for (bool norm : {false, true}) {
+                const bool k_quant = t == EH_TYPE_Q4_K || t == EH_TYPE_Q5_K || t == EH_TYPE_Q6_K;
+                const FfnCase c{t, EH_TYPE_Q8_0, in, norm, true};
+                InputGuard guard(in);
+                // 72 or 73 chunks: 3 slices, the last of 8 or 9
+                Ffn f(c, k_quant ? 2304 : 2336, 256, 64, t + 11);
+                std::vector<float> reg, bulk;
+                {
+                    BulkGuard b(false);
+                    reg = f.paired(c);
+                }
+                {
+                    BulkGuard b(true);
+                    bulk = f.paired(c);
+                }
+                GPU_OK(cudaGetLastError());
+                double scale = 0;
+                for (int r = 0; r < f.rows; ++r) scale = std::max(scale, double(std::fabs(reg[size_t(r)] - f.h0[size_t(r)])));
+                for (int r = 0; r < f.rows; ++r) {
+                    if (norm)
+                        ASSERT_NEAR(bulk[size_t(r)], reg[size_t(r)], 1e-5 * scale) << ehp::type_name(t) << " row " << r;
+                    else
+                        ASSERT_EQ(bulk[size_t(r)], reg[size_t(r)]) << ehp::type_name(t) << " row " << r;
+                }
+            }
+}
+
 TEST(FfnDecode, RefusesWhatItCannotDo) {
     REQUIRE_GPU();
     // (The down is Q8_0: 64 columns are no whole number of 256-element

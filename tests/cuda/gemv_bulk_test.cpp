@@ -18,12 +18,6 @@
 namespace ehtest {
 namespace {
 
-struct BulkGuard {
-    bool old = ehcuda::gemv_bulk_on();
-    explicit BulkGuard(bool on) { ehcuda::set_gemv_bulk(on); }
-    ~BulkGuard() { ehcuda::set_gemv_bulk(old); }
-};
-
 // Exactly `bytes` of device memory (to_device pads by 16).
 ehcuda::DeviceBuffer exact_device(const std::vector<uint8_t>& v) {
     ehcuda::DeviceBuffer b(v.size());

@@ -43,4 +43,11 @@ struct InputGuard {
     ~InputGuard() { ehcuda::set_gemv_input(old); }
 };
 
+// Restores the process-wide choice of the bulk-copy kernels (set_gemv_bulk).
+struct BulkGuard {
+    bool old = ehcuda::gemv_bulk_on();
+    explicit BulkGuard(bool on) { ehcuda::set_gemv_bulk(on); }
+    ~BulkGuard() { ehcuda::set_gemv_bulk(old); }
+};
+
 }  // namespace ehtest

@@ -164,6 +164,7 @@ constexpr int kMaxDecodeSplits = 128;
 template <int DPL>
 __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a, float* scratch) {
     pdl_entry();
+    pdl_release();
     constexpr int HD = DPL * 32;
     __shared__ float sm_m[kDecodeWarps], sm_l[kDecodeWarps];
     __shared__ float sm_acc[kDecodeWarps][HD];
@@ -235,6 +236,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs
 
 __global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, float* out) {
     pdl_entry();
+    pdl_release();
     const int head = blockIdx.x;
     const float* base = scratch + size_t(head) * nsplit * (hd + 2);
     float M = -INFINITY;
@@ -300,6 +302,7 @@ __device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float*
 template <int DPL, int G>
 __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk, int xb) {
     pdl_entry();
+    pdl_release();
     constexpr int HD = DPL * 32;
     __shared__ float sq[HD];                        // rotated q (unscaled)
     __shared__ __align__(16) __half snk[HD], snv[HD];  // the new token's K (rotated) and V, as cached

@@ -14,11 +14,12 @@ __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));
 }
 
-// One thread initialises the barrier for one arrival; the fence makes the
-// initialisation visible to the copy engine.
-__device__ __forceinline__ void mbar_init(uint64_t* bar) {
+// One thread initialises the barrier for `arrivals` arrivals per phase (one
+// per issuing thread); the fence makes the initialisation visible to the
+// copy engine.
+__device__ __forceinline__ void mbar_init(uint64_t* bar, uint32_t arrivals = 1) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    asm volatile("mbarrier.init.shared::cta.b64 [%0], 1;" ::"r"(smem_u32(bar)) : "memory");
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;" ::"r"(smem_u32(bar)), "r"(arrivals) : "memory");
     asm volatile("fence.mbarrier_init.release.cluster;" ::: "memory");
 #endif
 }
@@ -62,24 +63,21 @@ __device__ __forceinline__ void mbar_wait(uint64_t* bar, uint32_t parity) {
 }
 
 // Bytes [src, src + bytes) of an array that ends at `limit` (reading past
-// it is not allowed) to `tile` (16-byte aligned) at offset src % 16, so
-// every address keeps its alignment modulo 16. The copy engine takes the
-// 16-byte aligned range and signals `bar` (lane 0 announces the bytes); the
-// lanes store the last < 16 bytes that would round past `limit`. Called by
-// the whole warp; the bytes are readable after mbar_wait on `bar` and a
-// __syncwarp.
-__device__ __forceinline__ void bulk_tile_issue(uint64_t* bar, uint8_t* tile, const uint8_t* src, size_t bytes,
-                                                const uint8_t* limit) {
-    const int lane = threadIdx.x & 31;
+// it is not allowed) to `dst` (16-byte aligned) at offset src % 16, so
+// every address keeps its alignment modulo 16. One thread: it arrives on
+// `bar` announcing the copy engine's bytes (the 16-byte aligned range) and
+// stores itself the last < 16 bytes that would round past `limit`. The
+// bytes are readable after mbar_wait on `bar` (and a __syncwarp for the
+// other lanes of the issuing warp).
+__device__ __forceinline__ void bulk_range_issue(uint64_t* bar, uint8_t* dst, const uint8_t* src, size_t bytes,
+                                                 const uint8_t* limit) {
     const uintptr_t s = reinterpret_cast<uintptr_t>(src);
     const uintptr_t a0 = s & ~uintptr_t(15), end = s + bytes, lim = reinterpret_cast<uintptr_t>(limit);
     uintptr_t a1 = (end + 15) & ~uintptr_t(15);
     if (a1 > lim) a1 = end & ~uintptr_t(15);
-    if (lane == 0) {
-        mbar_expect(bar, uint32_t(a1 - a0));
-        if (a1 > a0) bulk_copy(tile, reinterpret_cast<const void*>(a0), uint32_t(a1 - a0), bar);
-    }
-    if (end > a1 && uintptr_t(lane) < end - a1) tile[a1 - a0 + lane] = reinterpret_cast<const uint8_t*>(a1)[lane];
+    mbar_expect(bar, uint32_t(a1 - a0));
+    if (a1 > a0) bulk_copy(dst, reinterpret_cast<const void*>(a0), uint32_t(a1 - a0), bar);
+    for (uintptr_t p = a1; p < end; ++p) dst[p - a0] = *reinterpret_cast<const uint8_t*>(p);
 }
 
 }  // namespace ehcuda::detail

@@ -17,6 +17,7 @@ constexpr int kNormThreads = 256;
 __global__ void rmsnorm_kernel(const float* x, int ldx, float* h, const float* delta,
                                const float* w, float* out, int ldo, int n, float eps) {
     pdl_entry();
+    pdl_release();
     __shared__ float shm[32];
     const int t = blockIdx.x;
     const float* xr;
@@ -41,6 +42,7 @@ __global__ void rmsnorm_kernel(const float* x, int ldx, float* h, const float* d
 __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, int type, int cols,
                              const int32_t* tokens, float* out) {
     pdl_entry();
+    pdl_release();
     const int t = blockIdx.x;
     const uint8_t* row = table + size_t(tokens[t]) * row_bytes;
     float* o = out + size_t(t) * cols;
@@ -106,6 +108,7 @@ __global__ void rope_kernel(RopeArgs a) {
 
 __global__ void record_kernel(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n) {
     pdl_entry();
+    pdl_release();
     const int pos0 = *d_pos0;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
         hist[pos0 + i] = tokens[i];

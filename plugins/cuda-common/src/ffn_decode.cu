@@ -46,18 +46,22 @@ void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
     xa.prefetch = detail::gemv_entry_prefetch ? 2 : 0;
     const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
     uint8_t* out = static_cast<uint8_t*>(a.out);
-    // 2 rows of gate and of up per warp, 16 warps: on an H100, Phi-3 decode
-    // 418 -> 459 tok/s and Qwen2.5-0.5B 1278 -> 1320 against 4 rows x 8
-    // warps (the MoE's shape); 1 row x 32 warps: 1213 and 446.
-    // EHCUDA_PAIR_ROWS=4 for measurements.
-    static const int rows_per_warp = [] {
+    // Register form: 2 rows of gate and of up per warp, 16 warps: on an
+    // H100, Phi-3 decode 418 -> 459 tok/s and Qwen2.5-0.5B 1278 -> 1320
+    // against 4 rows x 8 warps (the MoE's shape); 1 row x 32 warps: 1213 and
+    // 446. Bulk form: 4 x 8, two blocks per multiprocessor (pair_bulk).
+    // EHCUDA_PAIR_ROWS=2 / 4 for measurements.
+    const bool bulk = detail::pair_bulk(a.cols);
+    static const int rows_env = [] {
         const char* e = std::getenv("EHCUDA_PAIR_ROWS");
-        return e && std::atoi(e) == 4 ? 4 : 2;
+        return e && *e ? std::atoi(e) : 0;
     }();
+    const int rows_per_warp = rows_env == 2 || rows_env == 4 ? rows_env : bulk ? 4 : 2;
     auto go = [&]<int Bits>() {
         auto act = detail::SwiGlu{};
-        if (rows_per_warp == 4) detail::launch_gate_up_pair<Bits, 4>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, stream);
-        else detail::launch_gate_up_pair<Bits, 2>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, stream);
+        if (rows_per_warp == 4)
+            detail::launch_gate_up_pair<Bits, 4>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, bulk, stream);
+        else detail::launch_gate_up_pair<Bits, 2>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, bulk, stream);
     };
     if (gemv_input() == GemvInput::Int16) go.template operator()<16>();
     else go.template operator()<32>();

@@ -9,7 +9,10 @@
 // and dense FFNs (ffn_decode.cu: one "expert", e = 0).
 #pragma once
 
+#include <algorithm>
+
 #include "block_reduce.cuh"
+#include "bulk_copy.cuh"
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "gemv_stage.cuh"
@@ -30,23 +33,72 @@ struct SwiGluOai {
     __device__ float operator()(float g, float u) const { return swiglu_oai(g, u, alpha, limit); }
 };
 
+// How a warp's rows reach it. slots 0: each lane loads its chunks through
+// registers, one chunk per row in flight (the latency bound measured on
+// gemv_kernel). slots > 0 (sm_90): the rows arrive through the bulk copy
+// engine (bulk_copy.cuh) in slices of 32 chunks, one per lane, `slots`
+// slices per warp in flight; a row's chunks are still dotted in the same
+// order (lane = chunk within the slice), so both forms give the same bits.
+struct PairSlices {
+    int slots;       // slices in flight per warp; 0: registers
+    int row_stride;  // shared bytes per row of a slice, a multiple of 16
+    int x_bytes;     // shared bytes of the staged input, a multiple of 16
+};
+constexpr int kPairSliceChunks = 32;
+constexpr int kPairMaxSlots = 4;
+
 // Grid (n_ff / 32, slots). Slot s uses expert ids[s] (ids NULL: expert 0)
 // and writes chunk blockIdx.x of its row of chunks in `out`.
-template <int TG, int TU, int Bits, int RW, class Act>
+template <int TG, int TU, int Bits, int RW, class Act, bool Bulk>
 // (MXFP4 at RW 4: 3 blocks per SM, <= 85 registers, no spills; its reader
 // otherwise took 95 and the MoE decode ran at 2 blocks per SM. The K-quant
 // types would spill under that bound, so they keep theirs.)
 __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ? 3 : 1) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
                                                                        moe_detail::DevMat g, moe_detail::DevMat u,
-                                                                       Act act, uint8_t* out) {
+                                                                       Act act, uint8_t* out, PairSlices ps) {
+    constexpr int kRows = 2 * RW;  // a warp's rows: RW of gate, then the same RW of up
     const int slot = blockIdx.y, chunk = blockIdx.x;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int r0 = chunk * 32 + warp * RW;
     const int nch = xa.cols / 32;
-    // A dense FFN (no expert ids, which an earlier kernel writes) knows its
-    // rows before pdl_entry(): each lane asks L2 for its first chunk of them,
-    // as the GEMV does, so the staging below overlaps that fetch.
-    if constexpr (TG != EH_TYPE_MXFP4)
+    extern __shared__ int4 smem_raw[];
+    uint8_t* xs = reinterpret_cast<uint8_t*>(smem_raw);
+    __shared__ float vals[32];
+    __shared__ uint64_t bars[Bulk ? 32 / RW : 1][kPairMaxSlots];
+    const int nsl = (nch + kPairSliceChunks - 1) / kPairSliceChunks;
+    const int ns = Bulk ? min(ps.slots, nsl) : 1;  // (1: unused by the register form)
+    uint8_t* mine = xs + ps.x_bytes + size_t(warp) * ns * kRows * ps.row_stride;
+    // Lane i < kRows issues row i's slices.
+    const uint8_t* my_row = nullptr;
+    const uint8_t* my_limit = nullptr;
+    auto issue = [&](int s) {
+        const int c0 = s * kPairSliceChunks, c1 = min(nch, c0 + kPairSliceChunks);
+        const bool gate = lane < RW;
+        const size_t o0 = gate ? chunk_run_offset<TG>(c0) : chunk_run_offset<TU>(c0);
+        const size_t o1 = c1 == nch ? (gate ? g.row_bytes : u.row_bytes)
+                                    : (gate ? chunk_run_offset<TG>(c1) : chunk_run_offset<TU>(c1));
+        bulk_range_issue(&bars[warp][s % ns], mine + (size_t(s % ns) * kRows + lane) * ps.row_stride, my_row + o0,
+                         o1 - o0, my_limit);
+    };
+    // Expert e's rows in flight: before pdl_entry() for a dense FFN (its
+    // weights are never written), after it for the MoE (the router's ids).
+    auto begin = [&](int e) {
+        if (lane == 0)
+            for (int k = 0; k < ns; ++k) mbar_init(&bars[warp][k], kRows);
+        __syncwarp();
+        if (lane < kRows) {
+            const bool gate = lane < RW;
+            my_row = gate ? moe_detail::row_ptr(g, e, r0 + lane) : moe_detail::row_ptr(u, e, r0 + lane - RW);
+            my_limit = gate ? moe_detail::row_ptr(g, e, g.rows) : moe_detail::row_ptr(u, e, u.rows);
+            for (int s = 0; s < ns; ++s) issue(s);
+        }
+    };
+    if constexpr (Bulk) {
+        if (!ids) begin(0);
+    } else if constexpr (TG != EH_TYPE_MXFP4) {
+        // A dense FFN (no expert ids, which an earlier kernel writes) knows
+        // its rows before pdl_entry(): each lane asks L2 for its first chunk
+        // of them, as the GEMV does, so the staging below overlaps that fetch.
         if (!ids && (xa.prefetch & 2) && lane < nch) {
 #pragma unroll
             for (int i = 0; i < RW; ++i) {
@@ -54,23 +106,51 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
                 prefetch_l2(chunk_ptr<TU>(moe_detail::row_ptr(u, 0, r0 + i), lane));
             }
         }
+    }
     pdl_entry();
-    extern __shared__ int4 smem_raw[];
-    uint8_t* xs = reinterpret_cast<uint8_t*>(smem_raw);
-    __shared__ float vals[32];
+    if (!ids) pdl_release();  // (a dense FFN; see launch.cuh)
     const int e = ids ? ids[slot] : 0;
+    if constexpr (Bulk)
+        if (ids) begin(e);
     const uint8_t* gw = moe_detail::row_ptr(g, e, r0);
     const uint8_t* uw = moe_detail::row_ptr(u, e, r0);
     const float xscale = stage_x_int<Bits>(xa, xs);
 
     float ag[RW] = {}, au[RW] = {};
-    for (int c = lane; c < nch; c += 32) {
-        XChunk<Bits> x;
-        load_staged_int<Bits>(xs, c, x);
+    if constexpr (Bulk) {
+        for (int s = 0; s < nsl; ++s) {
+            const int k = s % ns, c0 = s * kPairSliceChunks, c = c0 + lane;
+            mbar_wait(&bars[warp][k], uint32_t(s / ns) & 1u);
+            __syncwarp();
+            if (c < nch) {
+                XChunk<Bits> x;
+                load_staged_int<Bits>(xs, c, x);
+                const uint8_t* base = mine + size_t(k) * kRows * ps.row_stride;
+                const size_t og = chunk_run_offset<TG>(c0), ou = chunk_run_offset<TU>(c0);
 #pragma unroll
-        for (int i = 0; i < RW; ++i) {
-            ag[i] += dot_chunk_int<TG>(gw + size_t(i) * g.row_bytes, c, x);
-            au[i] += dot_chunk_int<TU>(uw + size_t(i) * u.row_bytes, c, x);
+                for (int i = 0; i < RW; ++i) {
+                    const uintptr_t mg = (reinterpret_cast<uintptr_t>(gw + size_t(i) * g.row_bytes) + og) & 15;
+                    const uintptr_t mu = (reinterpret_cast<uintptr_t>(uw + size_t(i) * u.row_bytes) + ou) & 15;
+                    ag[i] += dot_chunk_int<TG, true>(base + size_t(i) * ps.row_stride + mg, lane, x);
+                    au[i] += dot_chunk_int<TU, true>(base + size_t(RW + i) * ps.row_stride + mu, lane, x);
+                }
+            }
+            if (s + ns < nsl) {
+                // this warp's reads of the slot before the copy engine's refill
+                fence_async_shared();
+                __syncwarp();
+                if (lane < kRows) issue(s + ns);
+            }
+        }
+    } else {
+        for (int c = lane; c < nch; c += 32) {
+            XChunk<Bits> x;
+            load_staged_int<Bits>(xs, c, x);
+#pragma unroll
+            for (int i = 0; i < RW; ++i) {
+                ag[i] += dot_chunk_int<TG>(gw + size_t(i) * g.row_bytes, c, x);
+                au[i] += dot_chunk_int<TU>(uw + size_t(i) * u.row_bytes, c, x);
+            }
         }
     }
 #pragma unroll
@@ -86,19 +166,52 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
     if (warp == 0) store_chunk_warp<Bits>(vals[lane], out + (size_t(slot) * gridDim.x + chunk) * kIntStride<Bits>);
 }
 
-// gate_up_pair_kernel<T, T, Bits, RW, Act> over `slots` block rows, for
-// gate and up of one integer-path type (the caller checked) and g.rows % 32
-// == 0; RW 4 or 2 (8 or 16 warps).
+// Slices per warp in flight for the bulk form (EHCUDA_PAIR_SLOTS, for
+// measurements; 0 gives the register form).
+int pair_slots();
+
+// Whether the bulk form serves a dense FFN's gate and up of `cols` inputs:
+// on sm_90 with the bulk kernels on (set_gemv_bulk), for rows of more than
+// one slice. Measured on an H100 (decode tok/s, register form -> bulk form
+// with 2 slices in flight): Phi-3 (3 slices per row) 539 -> 562 at 4 rows
+// per warp (535 at 2: 16-warp blocks take 100-128 registers per thread, one
+// block per multiprocessor); Qwen2.5-0.5B (one slice) 1,405 -> 1,389 / 1,352.
+// The MoE experts keep the register form: gpt-oss-20b 455 -> 431.
+inline bool pair_bulk(int cols) {
+    return gemv_bulk_enabled && cc_major() >= 9 && pair_slots() > 0 && cols / 32 > kPairSliceChunks;
+}
+
+// gate_up_pair_kernel<T, T, Bits, RW, Act, bulk> over `slots` block rows,
+// for gate and up of one integer-path type (the caller checked) and g.rows
+// % 32 == 0; RW 4 or 2 (8 or 16 warps). The bulk form (pair_bulk) takes no
+// MXFP4 and falls back to the register form where its shared memory would
+// not fit.
 template <int Bits, int RW, class Act>
 void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, const moe_detail::DevMat& g,
-                         const moe_detail::DevMat& u, Act act, uint8_t* out, int slots, cudaStream_t stream) {
-    const size_t smem = staged_int_bytes<Bits>(xa.cols);
+                         const moe_detail::DevMat& u, Act act, uint8_t* out, int slots, bool bulk,
+                         cudaStream_t stream) {
+    constexpr int kWarps = 32 / RW;
+    const size_t x_bytes = (staged_int_bytes<Bits>(xa.cols) + 15) / 16 * 16;
+    const int nsl = (xa.cols / 32 + kPairSliceChunks - 1) / kPairSliceChunks;
     int_type_dispatch(type, [&]<int T>() {
-        auto kernel = gate_up_pair_kernel<T, T, Bits, RW, Act>;
-        if (smem > 48 * 1024)
-            EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
-        launch("gate_up_pair_kernel", kernel, dim3(unsigned(g.rows / 32), unsigned(slots)), 32 / RW * 32, smem,
-               stream, xa, ids, g, u, act, out);
+        PairSlices ps{0, 0, int(x_bytes)};
+        if constexpr (T != EH_TYPE_MXFP4) {
+            if (bulk) {
+                ps.row_stride = int((chunk_run_offset<T>(kPairSliceChunks) + 15) / 16 * 16 + 16);
+                ps.slots = std::min(pair_slots(), nsl);
+                while (ps.slots > 0 && x_bytes + size_t(kWarps) * ps.slots * 2 * RW * ps.row_stride > 200 * 1024)
+                    --ps.slots;
+            }
+        }
+        const size_t smem = x_bytes + size_t(kWarps) * ps.slots * 2 * RW * ps.row_stride;
+        auto go = [&](auto kernel) {
+            allow_dynamic_smem(kernel, smem);
+            launch("gate_up_pair_kernel", kernel, dim3(unsigned(g.rows / 32), unsigned(slots)), kWarps * 32, smem,
+                   stream, xa, ids, g, u, act, out, ps);
+        };
+        if constexpr (T != EH_TYPE_MXFP4)
+            if (ps.slots > 0) return go(gate_up_pair_kernel<T, T, Bits, RW, Act, true>);
+        go(gate_up_pair_kernel<T, T, Bits, RW, Act, false>);
     });
     EHC_LAUNCHED("gate_up_pair_kernel");
 }

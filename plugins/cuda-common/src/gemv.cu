@@ -165,6 +165,7 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
             if (r < nr) prefetch_l2(chunk_ptr(type, w + size_t(r) * g.row_bytes, ks * 32 + lane));
     }
     pdl_entry();
+    pdl_release();
 
     extern __shared__ float4 xs_raw[];
     float* xs = reinterpret_cast<float*>(xs_raw);
@@ -311,7 +312,7 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
                                                    : 0;
     const int nblk = (groups + per_block - 1) / per_block;
     auto go = [&](auto kernel) {
-        if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        allow_dynamic_smem(kernel, smem);
         const dim3 grid(nblk);
         launch("gemv_kernel", kernel, grid, kWarps * 32, smem, stream, d);
     };
@@ -349,7 +350,7 @@ void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
     const int nblk = (d.total_rows + kWarps - 1) / kWarps;
     auto go = [&](auto kernel, size_t smem) {
         if (chunks) smem = 0;
-        if (smem > 48 * 1024) EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)));
+        allow_dynamic_smem(kernel, smem);
         launch("gemv_kernel", kernel, dim3(nblk), kWarps * 32, smem, stream, d);
     };
     switch (detail::gemv_input_mode) {

@@ -15,6 +15,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/quant_dp4a.cuh"
+#include "gate_up_pair.cuh"
 #include "gemv_stage.cuh"
 #include "matmul_common.cuh"
 
@@ -90,12 +91,12 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     const DevSeg& g = *tf.g;
     const int nr = active ? tf.nr : 0;
     const uint8_t* src = g.w + size_t(tf.lr0) * g.row_bytes;
-    if (active) {
-        if (lane == 0) mbar_init(&bars[warp]);
-        __syncwarp();
-        bulk_tile_issue(&bars[warp], tile, src, size_t(nr) * g.row_bytes, g.w + size_t(g.rows) * g.row_bytes);
+    if (active && lane == 0) {
+        mbar_init(&bars[warp]);
+        bulk_range_issue(&bars[warp], tile, src, size_t(nr) * g.row_bytes, g.w + size_t(g.rows) * g.row_bytes);
     }
     pdl_entry();
+    pdl_release();
 
     float xscale = 1.0f;
     if (a.xmode == int(XMode::Chunks))
@@ -187,6 +188,11 @@ Plan plan_for(const DevArgs& d) {
 
 }  // namespace
 
+int pair_slots() {
+    static const int n = env_int("EHCUDA_PAIR_SLOTS", 2, 0, kPairMaxSlots);
+    return n;
+}
+
 bool gemv_bulk_enabled = [] {
     const char* e = std::getenv("EHCUDA_GEMV_BULK");
     return !(e && *e == '0');
@@ -210,8 +216,7 @@ bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
     b.x_bytes = p.x_bytes;
     const dim3 grid(unsigned((p.tiles + p.warps - 1) / p.warps));
     auto go = [&](auto kernel) {
-        if (p.smem > 48 * 1024)
-            EHC_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(p.smem)));
+        allow_dynamic_smem(kernel, p.smem);
         launch("gemv_bulk_kernel", kernel, grid, p.warps * 32, p.smem, stream, b);
     };
     auto by_bits = [&]<int T, int R_>() {

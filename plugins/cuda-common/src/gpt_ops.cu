@@ -21,6 +21,7 @@ constexpr int kNormThreads = 256;
 __global__ void layernorm_kernel(const float* x, int ldx, const float* w, const float* b, float* out,
                                  int ldo, int n, float eps) {
     pdl_entry();
+    pdl_release();
     __shared__ float shm[32];
     const float* xr = x + size_t(blockIdx.x) * ldx;
     float s = 0.0f;
@@ -38,6 +39,7 @@ __global__ void layernorm_kernel(const float* x, int ldx, const float* w, const 
 
 __global__ void gelu_kernel(float* x, int ld, int n) {
     pdl_entry();
+    pdl_release();
     float* r = x + size_t(blockIdx.y) * ld;
     for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x) {
         const float v = r[i];
@@ -49,6 +51,7 @@ __global__ void gelu_kernel(float* x, int ld, int n) {
 __global__ void add_rows_kernel(const uint8_t* table, size_t row_bytes, int type, int cols,
                                 const int32_t* d_pos0, float* h) {
     pdl_entry();
+    pdl_release();
     const int t = blockIdx.x;
     const uint8_t* row = table + size_t(*d_pos0 + t) * row_bytes;
     float* o = h + size_t(t) * cols;
@@ -81,6 +84,7 @@ __device__ __forceinline__ void rope_table_pair(const RopeTableArgs& a, int pos,
 template <class C>
 __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
     pdl_entry();
+    pdl_release();
     // Block row blockIdx.x per token; a single token's pairs are spread over
     // gridDim.y blocks (one block took ~9 us per gpt-oss layer at decode).
     const int t = blockIdx.x;
@@ -215,6 +219,7 @@ template <int DPL, class C>
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs a, const C* k_cache,
                                                                     const C* v_cache) {
     pdl_entry();
+    pdl_release();
     __shared__ WarpParts<DPL> parts;
     const int t = blockIdx.x, head = blockIdx.y;
     const int kvh = head / (a.n_head / a.n_kv);
@@ -254,6 +259,7 @@ template <int DPL, class C, bool Fused>
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
                                                                           C* v_cache, int xb) {
     pdl_entry();
+    pdl_release();
     __shared__ WarpParts<DPL> parts;
     __shared__ bool last;
     __shared__ float qs[Fused ? DPL * 32 : 1], ks[Fused ? DPL * 32 : 1], vs[Fused ? DPL * 32 : 1];

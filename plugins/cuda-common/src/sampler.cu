@@ -66,6 +66,7 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const fl
                                                                       const SamplerParams* pp, float* pv,
                                                                       int32_t* pi) {
     pdl_entry();
+    pdl_release();
     __shared__ float shm_v[kArgmaxThreads];
     __shared__ int shm_i[kArgmaxThreads];
     if (!plain_greedy(*pp)) return;
@@ -86,6 +87,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                                                         unsigned long long* counter, float* w, int32_t* first,
                                                         int32_t* out, int partials) {
     pdl_entry();
+    pdl_release();
     __shared__ float red[32];
     __shared__ float shm_v[kThreads];
     __shared__ int shm_i[kThreads];

@@ -195,6 +195,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         // and 4 + k
         uint32_t e;
         uint4 q;
+        static_assert(!Shared, "MXFP4 rows are read from global memory only");
         mxfp4_block(row, c, e, q);
         const uint32_t w[4] = {q.x, q.y, q.z, q.w};
         S si{};
@@ -233,6 +234,26 @@ template <int T>
 constexpr bool has_int_input_path() {
     return T == EH_TYPE_MXFP4 || T == EH_TYPE_Q4_0 || T == EH_TYPE_Q4_1 || T == EH_TYPE_Q5_0 || T == EH_TYPE_Q5_1 || T == EH_TYPE_Q8_0 ||
            T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K || T == EH_TYPE_Q6_K;
+}
+
+// Bytes from a row's start to chunk c's block, for c a multiple of 16
+// (whole blocks of every integer-path type: 32 values, 256 for the
+// K-quants, groups of 16 blocks in MXFP4's device layout): where a slice
+// of a row that starts at chunk c begins.
+template <int T>
+__host__ __device__ constexpr size_t chunk_run_offset(int c) {
+    static_assert(has_int_input_path<T>(), "integer-path types only");
+    switch (T) {
+    case EH_TYPE_Q4_0: return size_t(c) * 18;
+    case EH_TYPE_Q4_1: return size_t(c) * 20;
+    case EH_TYPE_Q5_0: return size_t(c) * 22;
+    case EH_TYPE_Q5_1: return size_t(c) * 24;
+    case EH_TYPE_Q8_0: return size_t(c) * 34;
+    case EH_TYPE_Q4_K: return size_t(c >> 3) * 144;
+    case EH_TYPE_Q5_K: return size_t(c >> 3) * 176;
+    case EH_TYPE_Q6_K: return size_t(c >> 3) * 210;
+    default: return mxfp4_group_offset(c);
+    }
 }
 
 }  // namespace ehcuda
