@@ -80,21 +80,18 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
         bulk_range_issue(&bars[warp][s % ns], mine + (size_t(s % ns) * kRows + lane) * ps.row_stride, my_row + o0,
                          o1 - o0, my_limit);
     };
-    // Expert e's rows in flight: before pdl_entry() for a dense FFN (its
-    // weights are never written), after it for the MoE (the router's ids).
-    auto begin = [&](int e) {
+    if constexpr (Bulk) {
+        // A dense FFN (the bulk form's only user): its rows are in flight
+        // before pdl_entry(), as weights are never written.
         if (lane == 0)
             for (int k = 0; k < ns; ++k) mbar_init(&bars[warp][k], kRows);
         __syncwarp();
         if (lane < kRows) {
             const bool gate = lane < RW;
-            my_row = gate ? moe_detail::row_ptr(g, e, r0 + lane) : moe_detail::row_ptr(u, e, r0 + lane - RW);
-            my_limit = gate ? moe_detail::row_ptr(g, e, g.rows) : moe_detail::row_ptr(u, e, u.rows);
+            my_row = gate ? moe_detail::row_ptr(g, 0, r0 + lane) : moe_detail::row_ptr(u, 0, r0 + lane - RW);
+            my_limit = gate ? moe_detail::row_ptr(g, 0, g.rows) : moe_detail::row_ptr(u, 0, u.rows);
             for (int s = 0; s < ns; ++s) issue(s);
         }
-    };
-    if constexpr (Bulk) {
-        if (!ids) begin(0);
     } else if constexpr (TG != EH_TYPE_MXFP4) {
         // A dense FFN (no expert ids, which an earlier kernel writes) knows
         // its rows before pdl_entry(): each lane asks L2 for its first chunk
@@ -110,8 +107,6 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
     pdl_entry();
     if (!ids) pdl_release();  // (a dense FFN; see launch.cuh)
     const int e = ids ? ids[slot] : 0;
-    if constexpr (Bulk)
-        if (ids) begin(e);
     const uint8_t* gw = moe_detail::row_ptr(g, e, r0);
     const uint8_t* uw = moe_detail::row_ptr(u, e, r0);
     const float xscale = stage_x_int<Bits>(xa, xs);
@@ -183,9 +178,9 @@ inline bool pair_bulk(int cols) {
 
 // gate_up_pair_kernel<T, T, Bits, RW, Act, bulk> over `slots` block rows,
 // for gate and up of one integer-path type (the caller checked) and g.rows
-// % 32 == 0; RW 4 or 2 (8 or 16 warps). The bulk form (pair_bulk) takes no
-// MXFP4 and falls back to the register form where its shared memory would
-// not fit.
+// % 32 == 0; RW 4 or 2 (8 or 16 warps). The bulk form (pair_bulk) serves
+// dense FFNs only (ids NULL), takes no MXFP4 and falls back to the register
+// form where its shared memory would not fit.
 template <int Bits, int RW, class Act>
 void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, const moe_detail::DevMat& g,
                          const moe_detail::DevMat& u, Act act, uint8_t* out, int slots, bool bulk,
@@ -193,6 +188,7 @@ void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, c
     constexpr int kWarps = 32 / RW;
     const size_t x_bytes = (staged_int_bytes<Bits>(xa.cols) + 15) / 16 * 16;
     const int nsl = (xa.cols / 32 + kPairSliceChunks - 1) / kPairSliceChunks;
+    if (bulk && ids) throw ehp::Error(EH_INTERNAL, "gate_up_pair: the bulk form serves dense FFNs only");
     int_type_dispatch(type, [&]<int T>() {
         PairSlices ps{0, 0, int(x_bytes)};
         if constexpr (T != EH_TYPE_MXFP4) {
