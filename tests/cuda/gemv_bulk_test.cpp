@@ -134,6 +134,47 @@ TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
     EXPECT_GT(checked, 200);
 }
 
+// A launch whose dynamic shared memory (49,136 bytes on a 132-SM device:
+// 8 warps' 1-row Q8_0 tiles of 4,448 columns and the int16 input) is under
+// 48 KB while with the kernel's static arrays it is over: it needs the
+// opt-in (allow_dynamic_smem), or the launch fails with invalid argument.
+// Checked against host math.
+TEST(GemvBulk, SharedMemoryJustUnderTheDefaultLimit) {
+    REQUIRE_GPU();
+    const int rows = 1100, cols = 4448;
+    InputGuard ig(ehcuda::GemvInput::Int16);
+    BulkGuard bg(true);
+    std::mt19937 rng(17);
+    const auto host_w = random_rows(EH_TYPE_Q8_0, rows, cols, rng);
+    auto w = to_device(host_w);
+    std::normal_distribution<float> nd;
+    std::vector<float> x(static_cast<size_t>(cols));
+    for (auto& v : x) v = nd(rng);
+    auto dx = to_device(x);
+    ehcuda::DeviceBuffer dy(size_t(rows) * 4);
+    ehcuda::MatmulArgs a;
+    const size_t rb = row_size(EH_TYPE_Q8_0, cols);
+    a.seg[0].w = {w.get(), EH_TYPE_Q8_0, rows, cols, rb};
+    a.cols = cols;
+    a.x = dx.as<float>();
+    a.ldx = cols;
+    a.y = dy.as<float>();
+    a.ldy = rows;
+    ASSERT_NO_THROW(ehcuda::matmul(a, nullptr));
+    GPU_OK(cudaDeviceSynchronize());
+    const auto got = to_host<float>(dy, size_t(rows));
+    std::vector<float> row(static_cast<size_t>(cols));
+    for (int r = 0; r < rows; ++r) {
+        dequant_row(EH_TYPE_Q8_0, host_w.data() + size_t(r) * rb, cols, row.data());
+        double want = 0, mag = 0;
+        for (int k = 0; k < cols; ++k) {
+            want += double(row[size_t(k)]) * x[size_t(k)];
+            mag += std::fabs(double(row[size_t(k)]) * x[size_t(k)]);
+        }
+        ASSERT_NEAR(got[size_t(r)], want, 1e-4 * mag) << "row " << r;
+    }
+}
+
 // Segments of one type and of mixed types (Qwen2.5's Q5_0 / Q8_0 QKV), rows
 // not a multiple of the tile, each segment's tiles its own.
 TEST(GemvBulk, SegmentsBitwiseEqual) {
