@@ -21,11 +21,13 @@
 // Released at entry instead, a chain of kernels each released by the
 // previous one's start sat waiting on the multiprocessors (decode 10 %
 // slower); after the wait at most two kernels are resident. Not released:
-// the MoE kernels (gpt-oss 469 with only the dense kernels releasing, 463
-// with the MoE kernels too) and the prefill kernels (Qwen2.5-0.5B pp512
-// 46,700 -> 41,000 when they did). griddepcontrol.wait still waits for the
-// previous kernel's completion and memory flush: a release changes no
-// ordering, only when the next kernel's blocks may start.
+// the MoE kernels (gpt-oss 463 with them releasing too; 469 when only the
+// GEMV and FFN pair kernels release) and the prefill kernels (Qwen2.5-0.5B
+// pp512 46,700 -> 41,000 when they did). gpt-oss's MoE and top-k kernels
+// fetch nothing before their wait, so it gains nothing and pays ~2 %; the
+// choice is per kernel, not per plugin. griddepcontrol.wait still waits
+// for the previous kernel's completion and memory flush: a release changes
+// no ordering, only when the next kernel's blocks may start.
 #pragma once
 
 #include <cuda_runtime.h>
