@@ -6,9 +6,14 @@
 // sm_90 only; the host launches these kernels only on such devices.
 #pragma once
 
+#include <stddef.h>
 #include <stdint.h>
 
 namespace ehcuda::detail {
+
+// Shared memory a bulk-copy kernel's block may take (input staging and
+// tiles); past it the kernels fall back to their register forms.
+constexpr size_t kBulkMaxSmem = 200 * 1024;
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));

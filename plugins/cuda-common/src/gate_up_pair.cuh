@@ -195,7 +195,7 @@ void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, c
             if (bulk) {
                 ps.row_stride = int((chunk_run_offset<T>(kPairSliceChunks) + 15) / 16 * 16 + 16);
                 ps.slots = std::min(pair_slots(), nsl);
-                while (ps.slots > 0 && x_bytes + size_t(kWarps) * ps.slots * 2 * RW * ps.row_stride > 200 * 1024)
+                while (ps.slots > 0 && x_bytes + size_t(kWarps) * ps.slots * 2 * RW * ps.row_stride > kBulkMaxSmem)
                     --ps.slots;
             }
         }

@@ -175,14 +175,13 @@ Plan plan_for(const DevArgs& d) {
     p.x_bytes = int((xb + 15) / 16 * 16);
     // Warps per block: as many as keep every multiprocessor busy (4..16),
     // within the shared memory a block may have.
-    constexpr size_t kMaxSmem = 200 * 1024;
     if (kWarpsCap == 0) p.warps = (p.tiles + 15) / 16 >= 4 * nsm ? 16 : 8;
     else p.warps = kWarpsCap >= 16 ? 16 : kWarpsCap >= 8 ? 8 : 4;
     while (p.warps > 4 && ((p.tiles + p.warps - 1) / p.warps < nsm ||
-                           size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride > kMaxSmem))
+                           size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride > kBulkMaxSmem))
         p.warps /= 2;
     p.smem = size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride;
-    if (p.smem > kMaxSmem) p.warps = 0;  // too wide: the register kernel serves it
+    if (p.smem > kBulkMaxSmem) p.warps = 0;  // too wide: the register kernel serves it
     return p;
 }
 
