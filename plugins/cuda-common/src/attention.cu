@@ -159,6 +159,9 @@ constexpr int kKeysPerIter = 4;
 // attention_decode_splits' cap; the fused kernel stages one float pair per
 // split in shared memory.
 constexpr int kMaxDecodeSplits = 128;
+// Splits the fused kernel's last block merges from registers (one scratch
+// load round); more take the shared-memory path.
+constexpr int kOneRoundMerge = 16;
 
 // scratch layout per (head, split): [m, l, acc[HD]]
 template <int DPL>
@@ -264,7 +267,9 @@ __global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, floa
 // block); the rest exit at once. Splits are at least min_chunk keys.
 
 // Loads the K and V rows of keys kb .. kb+G-1 (clamped to ke-1; masked when
-// scored) into registers, lane l holding dims l + 32 i. Row qpos is being
+// scored) into registers as stored (FP16, converted where they are scored:
+// converting here made the warp wait for the loads before the RoPE work they
+// are meant to overlap), lane l holding dims l + 32 i. Row qpos is being
 // written by this launch, so it is never read here: its slots (and the
 // masked ones past it) load `spare`, readable memory nobody writes during
 // the launch, and are overwritten from shared memory before use (see the
@@ -272,8 +277,8 @@ __global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, floa
 // hoisting the loads, and each key then paid a full memory latency.
 template <int DPL, int G>
 __device__ __forceinline__ void load_key_group(const __half* kc, const __half* vc, const __half* spare, int kv_ld,
-                                               int kb, int ke, int qpos, int lane, float (&kf)[G][DPL],
-                                               float (&vf)[G][DPL]) {
+                                               int kb, int ke, int qpos, int lane, __half (&kh)[G][DPL],
+                                               __half (&vh)[G][DPL]) {
 #pragma unroll
     for (int j = 0; j < G; ++j) {
         const int key = min(kb + j, ke - 1);
@@ -282,8 +287,8 @@ __device__ __forceinline__ void load_key_group(const __half* kc, const __half* v
         const __half* vr = fresh ? spare : vc + size_t(key) * kv_ld;
 #pragma unroll
         for (int i = 0; i < DPL; ++i) {
-            kf[j][i] = __half2float(kr[lane + 32 * i]);
-            vf[j][i] = __half2float(vr[lane + 32 * i]);
+            kh[j][i] = kr[lane + 32 * i];
+            vh[j][i] = vr[lane + 32 * i];
         }
     }
 }
@@ -333,9 +338,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
 
     // The first key group's loads go out before RoPE, which then hides part
     // of their latency.
-    float kf[G][DPL], vf[G][DPL];
+    __half kh[G][DPL], vh[G][DPL];
     int kb = ks + warp * G;
-    if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kf, vf);
+    if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kh, vh);
 
     const float* qrow = a.qkv + head * HD;
     const float* krow = a.qkv + a.n_head * HD + kvh * HD;
@@ -389,16 +394,24 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
                 if (kb + j >= qpos) {
 #pragma unroll
                     for (int i = 0; i < DPL; ++i) {
-                        kf[j][i] = __half2float(snk[lane + 32 * i]);
-                        vf[j][i] = __half2float(snv[lane + 32 * i]);
+                        kh[j][i] = snk[lane + 32 * i];
+                        vh[j][i] = snv[lane + 32 * i];
                     }
                 }
         }
+        float kf[G][DPL], vf[G][DPL];
+#pragma unroll
+        for (int j = 0; j < G; ++j)
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                kf[j][i] = __half2float(kh[j][i]);
+                vf[j][i] = __half2float(vh[j][i]);
+            }
         float s[G];
         detail::score_keys<G, DPL>(q, kf, s);
         detail::softmax_fold<G, DPL>(s, vf, ke - kb, m, l, acc);
         kb += kDecodeWarps * G;
-        if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kf, vf);
+        if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kh, vh);
     }
 
     // The block's warps, combined in warp order.
@@ -454,10 +467,51 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     __syncthreads();
     if (!s_last) return;
     __threadfence();
-    // Every active split has keys, so every M_s is finite. Split maxima and
-    // sums first (one load round), then weights, then each dim's sum over
-    // splits with its loads independent of one another.
+    // Every active split has keys, so every M_s is finite.
     const float* base = a.scratch + size_t(head) * nsplit * (HD + 2);
+    if (nact <= kOneRoundMerge) {
+        // One load round: each thread reads every split's maximum and sum
+        // (the same words across the block) with its own dims' sums, then
+        // merges in registers, in split order as below (the same bits).
+        constexpr int kDims = (HD + kDecodeWarps * 32 - 1) / (kDecodeWarps * 32);
+        float ms[kOneRoundMerge], ls[kOneRoundMerge], as[kDims][kOneRoundMerge];
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s) {
+            if (s >= nact) break;
+            ms[s] = __ldcg(base + size_t(s) * (HD + 2));
+            ls[s] = __ldcg(base + size_t(s) * (HD + 2) + 1);
+#pragma unroll
+            for (int i = 0; i < kDims; ++i) {
+                const int d = threadIdx.x + i * kDecodeWarps * 32;
+                as[i][s] = d < HD ? __ldcg(base + size_t(s) * (HD + 2) + 2 + d) : 0.0f;
+            }
+        }
+        M = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s)
+            if (s < nact) M = fmaxf(M, ms[s]);
+        L = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s)
+            if (s < nact) {
+                ms[s] = __expf(ms[s] - M);
+                L += ls[s] * ms[s];
+            }
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) {
+            const int d = threadIdx.x + i * kDecodeWarps * 32;
+            float A = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kOneRoundMerge; ++s)
+                if (s < nact) A += as[i][s] * ms[s];
+            if (d < HD) emit_out(a, xb, o, head, HD, d, A * inv);
+        }
+        return;
+    }
+    // Longer sequences: split maxima and sums first (one load round), then
+    // weights, then each dim's sum over splits with its loads independent
+    // of one another.
     for (int s = threadIdx.x; s < nact; s += blockDim.x) {
         sm_sm[s] = __ldcg(base + size_t(s) * (HD + 2));
         sm_sl[s] = __ldcg(base + size_t(s) * (HD + 2) + 1);
