@@ -125,6 +125,7 @@ __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
 constexpr int kAttnWarps = 8;
 constexpr int kKeyGroup = 4;  // keys a warp scores together (independent loads in flight)
 constexpr int kMaxDpl = 8;    // head_dim <= 256
+constexpr int kMaxSinkSplits = 128;  // the split kernel's merge stages one float pair per split
 
 // Keys k0..k1 (inclusive) of one query head against q (pre-scaled): warp w
 // takes groups of kKeyGroup consecutive keys, kAttnWarps groups apart; lane
@@ -262,6 +263,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     pdl_release();
     __shared__ WarpParts<DPL> parts;
     __shared__ bool last;
+    __shared__ float merge_w[kMaxSinkSplits], merge_l[kMaxSinkSplits];
     __shared__ float qs[Fused ? DPL * 32 : 1], ks[Fused ? DPL * 32 : 1], vs[Fused ? DPL * 32 : 1];
     const int split = blockIdx.x, nsplit = gridDim.x, head = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -272,6 +274,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
     const int range = qpos - kstart + 1;
     const int chunk = max(kAttnWarps * kKeyGroup, (range + nsplit - 1) / nsplit);
+    // Only the splits the current length needs run; the rest (most of the
+    // grid early in a sequence, and on sliding-window layers) leave at once.
+    const int nact = (range + chunk - 1) / chunk;
+    if (split >= nact) return;
     const int k0 = kstart + split * chunk, k1 = min(qpos, k0 + chunk - 1);
     const bool has_new = Fused && k0 <= qpos && qpos <= k1;
     float q[DPL], m, l, acc[DPL];
@@ -337,31 +343,41 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     }
     __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0) last = atomicAdd(a.split_counters + head, 1) == nsplit - 1;
+    if (threadIdx.x == 0) {
+        last = atomicAdd(a.split_counters + head, 1) == nact - 1;
+        if (last) a.split_counters[head] = 0;  // every split of this launch has counted
+    }
     __syncthreads();
     if (!last) return;
     __threadfence();
 
+    // Split maxima and sums in one load round, then the weights, then each
+    // dim's sum over the splits with its loads independent of one another;
+    // splits in order 0, 1, ..., so the result does not depend on which
+    // block merges.
     const float* all = a.split_scratch + size_t(head) * nsplit * (hd + 2);
+    for (int s = threadIdx.x; s < nact; s += blockDim.x) {
+        merge_w[s] = __ldcg(all + size_t(s) * (hd + 2));
+        merge_l[s] = __ldcg(all + size_t(s) * (hd + 2) + 1);
+    }
+    __syncthreads();
     const float sink = a.sinks ? a.sinks[head] : -INFINITY;
     float Mx = sink;
-    for (int s = 0; s < nsplit; ++s) Mx = fmaxf(Mx, __ldcg(all + size_t(s) * (hd + 2)));
+    for (int s = 0; s < nact; ++s) Mx = fmaxf(Mx, merge_w[s]);
+    __syncthreads();  // all read the maxima before they become weights
+    for (int s = threadIdx.x; s < nact; s += blockDim.x)
+        merge_w[s] = merge_w[s] != -INFINITY ? __expf(merge_w[s] - Mx) : 0.0f;
+    __syncthreads();
     float L = a.sinks ? __expf(sink - Mx) : 0.0f;
-    for (int s = 0; s < nsplit; ++s) {
-        const float ms = __ldcg(all + size_t(s) * (hd + 2));
-        if (ms != -INFINITY) L += __ldcg(all + size_t(s) * (hd + 2) + 1) * __expf(ms - Mx);
-    }
+    for (int s = 0; s < nact; ++s) L += merge_l[s] * merge_w[s];
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) {
         float A = 0.0f;
-        for (int s = 0; s < nsplit; ++s) {
-            const float ms = __ldcg(all + size_t(s) * (hd + 2));
-            if (ms != -INFINITY) A += __ldcg(all + size_t(s) * (hd + 2) + 2 + d) * __expf(ms - Mx);
-        }
+#pragma unroll 8
+        for (int s = 0; s < nact; ++s) A += __ldcg(all + size_t(s) * (hd + 2) + 2 + d) * merge_w[s];
         a.out[size_t(head) * hd + d] = A * inv;
         if (a.out_chunks) detail::store_chunk_warp_bits(xb, A * inv, a.out_chunks, head * hd + d);
     }
-    if (threadIdx.x == 0) a.split_counters[head] = 0;
 }
 
 }  // namespace
@@ -444,6 +460,7 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
     check_sink_args(a);
     const bool split = a.ntok == 1 && a.nsplit > 1 && a.split_scratch && a.split_counters;
     const int xb = check_chunk_output(a, split);
+    if (split && a.nsplit > kMaxSinkSplits) throw ehp::Error(EH_INTERNAL, "attention: at most 128 splits");
     if (a.ntok > 1) {
         // Several queries: the tiled kernel, which stages each K/V tile once
         // for 8 queries (one block per query and head read every key once per
@@ -492,6 +509,7 @@ void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, c
     if (r.n_rot < 0 || r.n_rot > r.head_dim || r.n_rot % 2 || (r.n_rot > 0 && !r.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
     const int xb = check_chunk_output(a, true);
+    if (a.nsplit > kMaxSinkSplits) throw ehp::Error(EH_INTERNAL, "fused decode attention: at most 128 splits");
     const dim3 grid(unsigned(a.nsplit), unsigned(a.n_head));
     auto go = [&](auto kc, auto vc) {
         using C = std::remove_pointer_t<decltype(kc)>;

@@ -77,7 +77,7 @@ Session::Session(Model& model, const eh_session_params& params)
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
     }
     nsplit_ = ehcuda::attention_sink_splits(n_ctx());
-    if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
+    if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 128);
     if (const char* e = std::getenv("EHCUDA_ATTN_CHUNKS")) attn_chunks_on_ = std::atoi(e) != 0;
     if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     set_profile_note(std::to_string(nsplit_) + " attention splits");
