@@ -596,6 +596,9 @@ TEST(GptKernels, SplitDecodeAttentionWritesProjectionChunks) {
     bad = a;
     bad.out_chunks = static_cast<char*>(chunks.get()) + 4;
     EXPECT_THROW(ehcuda::attention_sinks(bad, nullptr), ehp::Error);
+    bad = a;
+    bad.nsplit = 129;  // the merge stages at most 128 splits
+    EXPECT_THROW(ehcuda::attention_sinks(bad, nullptr), ehp::Error);
     ehcuda::set_gemv_input(ehcuda::GemvInput::Float);
     EXPECT_THROW(ehcuda::attention_sinks(a, nullptr), ehp::Error);
     ehcuda::set_gemv_input(was);
