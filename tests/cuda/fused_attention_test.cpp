@@ -293,7 +293,7 @@ std::vector<FusedCase> fused_cases() {
     v.push_back({64, 14, 2, 577, 64, true, 64});
     v.push_back({64, 14, 2, 300, 129, false, 16});
     v.push_back({128, 16, 2, 1000, 0, true, 128});
-    v.push_back({64, 14, 2, 1100, 0, false, 64});  // 18 splits: past the one-round merge's 16
+    v.push_back({64, 14, 2, 2200, 0, false, 64});  // 35 splits: past the one-round merge's 32
     v.push_back({32, 8, 2, 65, 0, true, 32});
     return v;
 }

@@ -161,7 +161,7 @@ constexpr int kKeysPerIter = 4;
 constexpr int kMaxDecodeSplits = 128;
 // Splits the fused kernel's last block merges from registers (one scratch
 // load round); more take the shared-memory path.
-constexpr int kOneRoundMerge = 16;
+constexpr int kOneRoundMerge = 32;
 
 // scratch layout per (head, split): [m, l, acc[HD]]
 template <int DPL>

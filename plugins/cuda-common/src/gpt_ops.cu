@@ -126,6 +126,7 @@ constexpr int kAttnWarps = 8;
 constexpr int kKeyGroup = 4;  // keys a warp scores together (independent loads in flight)
 constexpr int kMaxDpl = 8;    // head_dim <= 256
 constexpr int kMaxSinkSplits = 128;  // the split kernel's merge stages one float pair per split
+constexpr int kOneRoundMerge = 16;   // splits the split kernel merges from registers
 
 // Keys k0..k1 (inclusive) of one query head against q (pre-scaled): warp w
 // takes groups of kKeyGroup consecutive keys, kAttnWarps groups apart; lane
@@ -351,17 +352,52 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     if (!last) return;
     __threadfence();
 
-    // Split maxima and sums in one load round, then the weights, then each
-    // dim's sum over the splits with its loads independent of one another;
-    // splits in order 0, 1, ..., so the result does not depend on which
+    // Splits in order 0, 1, ..., so the result does not depend on which
     // block merges.
     const float* all = a.split_scratch + size_t(head) * nsplit * (hd + 2);
+    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
+    if (nact <= kOneRoundMerge) {
+        // One load round: each thread reads every split's maximum and sum
+        // (the same words across the block) with its dim's sums, then
+        // merges in registers (the same bits as below).
+        const int d = threadIdx.x;  // head_dim <= 32 * DPL <= blockDim.x
+        float ms[kOneRoundMerge], ls[kOneRoundMerge], as[kOneRoundMerge];
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s) {
+            if (s >= nact) break;
+            ms[s] = __ldcg(all + size_t(s) * (hd + 2));
+            ls[s] = __ldcg(all + size_t(s) * (hd + 2) + 1);
+            as[s] = d < hd ? __ldcg(all + size_t(s) * (hd + 2) + 2 + d) : 0.0f;
+        }
+        float Mx = sink;
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s)
+            if (s < nact) Mx = fmaxf(Mx, ms[s]);
+        float L = a.sinks ? __expf(sink - Mx) : 0.0f;
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s)
+            if (s < nact) {
+                ms[s] = ms[s] != -INFINITY ? __expf(ms[s] - Mx) : 0.0f;
+                L += ls[s] * ms[s];
+            }
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        float A = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s)
+            if (s < nact) A += as[s] * ms[s];
+        if (d < hd) {
+            a.out[size_t(head) * hd + d] = A * inv;
+            if (a.out_chunks) detail::store_chunk_warp_bits(xb, A * inv, a.out_chunks, head * hd + d);
+        }
+        return;
+    }
+    // More splits: maxima and sums in one load round, then the weights, then
+    // each dim's sum over the splits with its loads independent of one another.
     for (int s = threadIdx.x; s < nact; s += blockDim.x) {
         merge_w[s] = __ldcg(all + size_t(s) * (hd + 2));
         merge_l[s] = __ldcg(all + size_t(s) * (hd + 2) + 1);
     }
     __syncthreads();
-    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
     float Mx = sink;
     for (int s = 0; s < nact; ++s) Mx = fmaxf(Mx, merge_w[s]);
     __syncthreads();  // all read the maxima before they become weights
