@@ -69,7 +69,7 @@ struct SinkAttnArgs {
     const float* sinks = nullptr;
     float* out = nullptr;
     int ldo = 0;
-    // Decode (ntok 1) split over the keys: nsplit > 1 blocks per head, a
+    // Decode (ntok 1) split over the keys: nsplit (2..128) blocks per head, a
     // scratch of attention_sink_scratch_floats() floats and n_head int
     // counters, zero before the first call (each call leaves them zero).
     // Without them one block per head walks every key.
