@@ -3,6 +3,7 @@
 // vs prefill consistency, determinism, and the memory-safety behaviours
 // (INSUFFICIENT_VRAM at load, VRAM_OOM then recovery, residency).
 #include <cmath>
+#include <cstdlib>
 #include <memory>
 
 #include <engine_host/plugin_abi.hpp>
@@ -201,6 +202,70 @@ TEST(LlamaCuda, GenerationIsReproducible) {
     auto a = run(0.9f, 42);
     EXPECT_EQ(a, run(0.9f, 42));
     EXPECT_NE(a, run(0.9f, 7));
+}
+
+// decode() runs the next step ahead (session_base.cpp); whatever the host
+// does between steps (reads logits, feeds another token, samples again,
+// prefills more, changes the sampling settings) must give exactly what a
+// session that never runs ahead gives.
+TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
+    REQUIRE_GPU();
+    TinySpec spec;
+    spec.wtype = EH_TYPE_Q4_K;
+    spec.magnitude = 0.01f;  // flat logits: sampling has real choices
+    TinyModel tm(spec);
+    struct Trace {
+        std::vector<int32_t> ids;
+        std::vector<std::vector<float>> logits;
+    };
+    auto run = [&](bool ahead) {
+        if (!ahead) setenv("EHCUDA_PIPELINE", "0", 1);
+        auto L = load(tm, 96);
+        unsetenv("EHCUDA_PIPELINE");
+        Trace tr;
+        if (!L || !L->session) return tr;
+        auto set = [&](uint64_t seed) {
+            eh_sampling_params p{};
+            p.struct_size = sizeof p;
+            p.temperature = 0.9f;
+            p.top_k = 200;
+            p.top_p = 0.98f;
+            p.repetition_penalty = 1.1f;
+            p.repetition_window = 32;
+            p.seed = seed;
+            EXPECT_EQ(L->api->session_set_sampling(L->session, &p), EH_OK);
+        };
+        set(42);
+        std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
+        EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
+        int32_t t = 0;
+        EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);
+        for (int i = 0; i < 60; ++i) {
+            tr.ids.push_back(t);
+            if (i == 12) t = (t + 1) % spec.n_vocab;  // the host feeds another token
+            EXPECT_EQ(L->api->session_decode(L->session, t, &t), EH_OK) << i;
+            if (i % 7 == 3) tr.logits.push_back(logits_of(*L));
+            if (i == 20) {
+                EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);  // a second draw
+            }
+            if (i == 30) {
+                const int32_t more[2] = {t, 9};
+                EXPECT_EQ(L->api->session_prefill(L->session, more, 2), EH_OK);
+                EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);
+            }
+            if (i == 40) set(7);
+        }
+        tr.ids.push_back(t);
+        tr.ids.push_back(int32_t(L->api->session_n_past(L->session)));
+        // the last step's logits, with a step still running ahead
+        tr.logits.push_back(logits_of(*L));
+        return tr;
+    };
+    const Trace a = run(true), b = run(false);
+    ASSERT_EQ(a.ids.size(), 62u);
+    EXPECT_EQ(a.ids, b.ids);
+    ASSERT_EQ(a.logits.size(), b.logits.size());
+    for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_EQ(a.logits[i], b.logits[i]) << i;
 }
 
 TEST(LlamaCuda, ContextFullAndBadTokens) {

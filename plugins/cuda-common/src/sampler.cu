@@ -85,9 +85,20 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const fl
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int V, const int32_t* hist,
                                                         const int32_t* d_n_hist, const SamplerParams* pp,
                                                         unsigned long long* counter, float* w, int32_t* first,
-                                                        int32_t* out, int partials) {
+                                                        int32_t* out, int partials, StepState* next) {
     pdl_entry();
     pdl_release();
+    // Thread 0 alone writes the result; the step's other fields are read
+    // (n_hist) before a barrier that precedes every write.
+    auto finish = [&](int pick) {
+        *out = pick;
+        if (next) {
+            next->pos0 += 1;
+            next->n_hist += 1;
+            next->token = pick;
+        }
+    };
+    if (next && threadIdx.x == 0) next->counter_before = *counter;
     __shared__ float red[32];
     __shared__ float shm_v[kThreads];
     __shared__ int shm_i[kThreads];
@@ -127,11 +138,11 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                 }
                 __syncthreads();
             }
-            if (tid == 0) *out = shm_i[0] == INT_MAX ? 0 : shm_i[0];
+            if (tid == 0) finish(shm_i[0] == INT_MAX ? 0 : shm_i[0]);
             return;
         }
         int idx = block_argmax(logits, V, shm_v, shm_i);
-        if (tid == 0) *out = idx;
+        if (tid == 0) finish(idx);
         return;
     }
     for (int i = tid; i < V; i += blockDim.x) {
@@ -160,7 +171,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     // 2. Greedy.
     if (!(P.temperature > 0.0f)) {
         int idx = block_argmax(w, V, shm_v, shm_i);
-        if (tid == 0) *out = idx;
+        if (tid == 0) finish(idx);
         return;
     }
 
@@ -280,8 +291,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     }
     __syncthreads();
     if (tid == 0) {
-        *out = sh_pick;
         *counter = ctr + 1;
+        finish(sh_pick);
     }
 }
 
@@ -289,14 +300,14 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 
 void sample_tokens(const float* logits, int n_vocab, const int32_t* history, const int32_t* d_n_hist,
                    const SamplerParams* d_params, unsigned long long* d_counter, SamplerWork work,
-                   int32_t* d_out_token, cudaStream_t stream) {
+                   int32_t* d_out_token, cudaStream_t stream, StepState* next) {
     if (n_vocab <= 0) throw ehp::Error(EH_INTERNAL, "sampler: empty vocabulary");
     const int partials = n_vocab >= kArgmaxMinVocab ? kArgmaxBlocks : 0;
     if (partials)
         launch("argmax_partial_kernel", argmax_partial_kernel, partials, kArgmaxThreads, 0, stream, logits, n_vocab,
                d_params, work.fwork, work.iwork);
     launch("sample_kernel", sample_kernel, 1, kThreads, 0, stream, logits, n_vocab, history, d_n_hist, d_params, d_counter,
-           work.fwork, work.iwork, d_out_token, partials);
+           work.fwork, work.iwork, d_out_token, partials, next);
     EHC_LAUNCHED("sample_kernel");
 }
 

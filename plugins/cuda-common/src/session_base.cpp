@@ -28,12 +28,13 @@ SessionBase::SessionBase(const SessionShape& shape, const eh_session_params& par
         group_names_.push_back("sampler");
         group_ms_.assign(group_names_.size(), 0.0);
     }
+    if (const char* e = std::getenv("EHCUDA_PIPELINE")) pipeline_ = e[0] != '0';
 }
 
 void SessionBase::finish_init(PrefillShape ps) {
     MemoryLedger* L = ledger_;
     const size_t B = size_t(max_batch_);
-    logits_ = DeviceBuffer(size_t(n_vocab_) * 4, L);
+    for (DeviceBuffer& b : logits_) b = DeviceBuffer(size_t(n_vocab_) * 4, L);
     history_ = DeviceBuffer(size_t(n_ctx_) * 4, L);
     tokens_ = DeviceBuffer(B * 4, L);
     step_ = DeviceBuffer(sizeof(Step), L);
@@ -45,9 +46,10 @@ void SessionBase::finish_init(PrefillShape ps) {
     ps.max_tokens = max_batch_;
     prefill_ws_ = std::make_unique<PrefillWorkspace>(ps, stream_.get(), L);
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_step_), sizeof(Step)));
-    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), sizeof(int32_t)));
+    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_out_), 2 * sizeof(int32_t)));
+    for (cudaEvent_t& e : step_done_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h_tokens_), B * sizeof(int32_t)));
-    *h_step_ = Step{0, 0, 0, 0};
+    *h_step_ = Step{};
     EHC_CHECK(cudaMemsetAsync(step_.get(), 0, sizeof(Step), stream_.get()));
     EHC_CHECK(cudaMemsetAsync(counter_.get(), 0, sizeof(unsigned long long), stream_.get()));
     SamplerParams sp;  // greedy until set
@@ -56,9 +58,13 @@ void SessionBase::finish_init(PrefillShape ps) {
 }
 
 SessionBase::~SessionBase() {
+    // A step run ahead may still be writing the pinned token mirror.
+    if (stream_.get()) cudaStreamSynchronize(stream_.get());
     if (profile_ && profiled_steps_) print_profile();
     for (cudaEvent_t e : events_) cudaEventDestroy(e);
-    decode_graph_.reset();
+    for (cudaEvent_t e : step_done_)
+        if (e) cudaEventDestroy(e);
+    for (CapturedGraph& g : decode_graph_) g.reset();
     if (h_step_) cudaFreeHost(h_step_);
     if (h_out_) cudaFreeHost(h_out_);
     if (h_tokens_) cudaFreeHost(h_tokens_);
@@ -81,6 +87,7 @@ void SessionBase::set_sampling(const eh_sampling_params& p) {
     sp.repetition_window = p.repetition_window;
     sp.seed = p.seed;
     EHC_CHECK(cudaSetDevice(device_));
+    settle();  // a step run ahead drew with the old settings
     EHC_CHECK(cudaMemcpyAsync(params_.get(), &sp, sizeof sp, cudaMemcpyHostToDevice, stream_.get()));
     EHC_CHECK(cudaMemsetAsync(counter_.get(), 0, sizeof(unsigned long long), stream_.get()));
     EHC_CHECK(cudaStreamSynchronize(stream_.get()));
@@ -113,8 +120,10 @@ void SessionBase::prefill(const int32_t* tokens, uint32_t n) {
                                               " tokens exceed n_ctx " + std::to_string(n_ctx_) + context_note());
     check_tokens(tokens, n);
     EHC_CHECK(cudaSetDevice(device_));
+    settle();
     cudaStream_t s = stream_.get();
     const uint32_t start = n_past_;
+    fwd_slot_ = slot_;
     try {
         for (uint32_t done = 0; done < n;) {
             check_cancel();
@@ -123,9 +132,8 @@ void SessionBase::prefill(const int32_t* tokens, uint32_t n) {
             // must have consumed them.
             EHC_CHECK(cudaStreamSynchronize(s));
             std::copy(tokens + done, tokens + done + nb, h_tokens_);
-            *h_step_ = Step{int32_t(n_past_), int32_t(n_past_) + nb, 0, 0};
             EHC_CHECK(cudaMemcpyAsync(tokens_.get(), h_tokens_, size_t(nb) * 4, cudaMemcpyHostToDevice, s));
-            EHC_CHECK(cudaMemcpyAsync(step_.get(), h_step_, sizeof(Step), cudaMemcpyHostToDevice, s));
+            write_step(Step{int32_t(n_past_), int32_t(n_past_) + nb});
             run_forward(nb, tokens_.as<int32_t>(), false);
             n_past_ += uint32_t(nb);
             done += uint32_t(nb);
@@ -142,23 +150,71 @@ void SessionBase::prefill(const int32_t* tokens, uint32_t n) {
     have_logits_ = true;
 }
 
-void SessionBase::sample_on_device() {
-    sample_tokens(logits_.as<float>(), n_vocab_, history_.as<int32_t>(), &step_.as<Step>()->n_hist,
+void SessionBase::sample_on_device(int slot, Step* next) {
+    sample_tokens(logits_[slot].as<float>(), n_vocab_, history_.as<int32_t>(), &step_.as<Step>()->n_hist,
                   params_.as<SamplerParams>(), counter_.as<unsigned long long>(), {fwork_.as<float>(), iwork_.as<int32_t>()},
-                  out_token_.as<int32_t>(), stream_.get());
+                  out_token_.as<int32_t>(), stream_.get(), next);
+}
+
+void SessionBase::write_step(const Step& st) {
+    *h_step_ = st;
+    EHC_CHECK(cudaMemcpyAsync(step_.get(), h_step_, sizeof(Step), cudaMemcpyHostToDevice, stream_.get()));
+}
+
+// Drops a step run ahead (decode()): its KV-cache row and history entry lie
+// at position n_past_, which nothing reads before it is written again, and
+// its logits and token mirror are the other slot's; only the draw counter
+// must go back. Stream-ordered: no host wait.
+void SessionBase::settle() {
+    if (!ahead_) return;
+    ahead_ = false;
+    EHC_CHECK(cudaMemcpyAsync(counter_.get(), &step_.as<Step>()->counter_before, sizeof(unsigned long long),
+                              cudaMemcpyDeviceToDevice, stream_.get()));
 }
 
 int32_t SessionBase::sample() {
     if (!have_logits_) throw ehp::Error(EH_INVALID_ARGUMENT, "no logits yet: prefill first");
     if (!have_sampling_) throw ehp::Error(EH_INVALID_ARGUMENT, "session_set_sampling was not called");
     EHC_CHECK(cudaSetDevice(device_));
+    settle();
     cudaStream_t s = stream_.get();
-    sample_on_device();
+    write_step(Step{int32_t(n_past_), int32_t(n_past_)});
+    sample_on_device(slot_, nullptr);
     EHC_CHECK(cudaMemcpyAsync(h_out_, out_token_.get(), 4, cudaMemcpyDeviceToHost, s));
     EHC_CHECK(cudaStreamSynchronize(s));
-    return *h_out_;
+    return h_out_[0];
 }
 
+// One decode step in slot `slot`: the token and position come from the
+// device step state, which the sampler then advances to the next step.
+void SessionBase::decode_step(int slot) {
+    Step* d_step = step_.as<Step>();
+    fwd_slot_ = slot;
+    run_forward(1, &d_step->token, true);
+    sample_on_device(slot, d_step);
+    mark(int(group_names_.size()) - 1);  // the sampler's group
+    EHC_CHECK(cudaMemcpyAsync(h_out_ + slot, out_token_.get(), 4, cudaMemcpyDeviceToHost, stream_.get()));
+}
+
+void SessionBase::capture_decode_graphs() {
+    for (int slot = 0; slot < 2; ++slot) {
+        try {
+            decode_graph_[slot].capture(stream_.get(), [&] { decode_step(slot); });
+        } catch (...) {
+            for (CapturedGraph& g : decode_graph_) g.reset();
+            throw;
+        }
+    }
+}
+
+// The host's loop feeds each returned token straight back, so decode runs
+// one step ahead: before waiting for this step's token it enqueues the next
+// step, whose input is the token this step's sampler leaves in the device
+// step state (sample_tokens' `next`). The GPU then goes from one step to the
+// next without waiting on the host's read, wake-up and launch. When the
+// host passes another token, or does anything else with the session
+// (prefill, sample, set_sampling, reset), the step run ahead is dropped
+// (settle()) and the state is as if it never ran.
 int32_t SessionBase::decode(int32_t token) {
     if (!have_sampling_) throw ehp::Error(EH_INVALID_ARGUMENT, "session_set_sampling was not called");
     if (uint64_t(n_past_) + 1 > n_ctx_)
@@ -167,35 +223,47 @@ int32_t SessionBase::decode(int32_t token) {
     check_cancel();
     EHC_CHECK(cudaSetDevice(device_));
     cudaStream_t s = stream_.get();
-    Step* d_step = step_.as<Step>();
-    auto step = [&] {
-        EHC_CHECK(cudaMemcpyAsync(d_step, h_step_, sizeof(Step), cudaMemcpyHostToDevice, s));
-        run_forward(1, &d_step->token, true);
-        sample_on_device();
-        mark(int(group_names_.size()) - 1);  // the sampler's group
-        EHC_CHECK(cudaMemcpyAsync(h_out_, out_token_.get(), 4, cudaMemcpyDeviceToHost, s));
-    };
-    // The first step runs eagerly so every kernel's module is loaded (lazy
-    // loading) before capture; later steps replay the captured graph.
-    if (!decode_graph_.ready() && decode_warm_ && !profile_) decode_graph_.capture(s, step);
-    *h_step_ = Step{int32_t(n_past_), int32_t(n_past_) + 1, token, 0};
+    if (ahead_ && token != ahead_token_) settle();
+    int slot;
     try {
-        if (profile_ && decode_warm_) {
-            profiled_keys_ += n_past_ + 1;
-            profiled_step(step);
-        } else if (decode_graph_.ready())
-            decode_graph_.launch(s);
-        else
-            step();
+        if (ahead_) {
+            slot = ahead_slot_;
+            ahead_ = false;
+        } else {
+            slot = slot_ ^ 1;
+            // The first step runs eagerly so every kernel's module is loaded
+            // (lazy loading) before capture; later steps replay the graphs.
+            if (!decode_graph_[0].ready() && decode_warm_ && !profile_) capture_decode_graphs();
+            write_step(Step{int32_t(n_past_), int32_t(n_past_) + 1, token});
+            if (profile_ && decode_warm_) {
+                profiled_keys_ += n_past_ + 1;
+                profiled_step([&] { decode_step(slot); });
+            } else if (decode_graph_[slot].ready())
+                decode_graph_[slot].launch(s);
+            else
+                decode_step(slot);
+            EHC_CHECK(cudaEventRecord(step_done_[slot], s));
+        }
+        const int next = slot ^ 1;
+        if (pipeline_ && decode_graph_[next].ready() && uint64_t(n_past_) + 2 <= n_ctx_) {
+            decode_graph_[next].launch(s);
+            EHC_CHECK(cudaEventRecord(step_done_[next], s));
+            ahead_ = true;
+            ahead_slot_ = next;
+        }
+        EHC_CHECK(cudaEventSynchronize(step_done_[slot]));
         decode_warm_ = true;
-        EHC_CHECK(cudaStreamSynchronize(s));
     } catch (...) {
         have_logits_ = false;
+        ahead_ = false;
+        cudaStreamSynchronize(s);
         throw;
     }
     n_past_ += 1;
+    slot_ = slot;
     have_logits_ = true;
-    return *h_out_;
+    ahead_token_ = h_out_[slot];
+    return ahead_token_;
 }
 
 void SessionBase::mark(int g) {
@@ -247,6 +315,8 @@ void SessionBase::print_profile() const {
 }
 
 void SessionBase::reset() {
+    EHC_CHECK(cudaSetDevice(device_));
+    settle();
     n_past_ = 0;
     have_logits_ = false;
 }
@@ -255,7 +325,9 @@ const float* SessionBase::logits() {
     if (!have_logits_) throw ehp::Error(EH_INVALID_ARGUMENT, "no logits yet");
     host_logits_.resize(size_t(n_vocab_));
     EHC_CHECK(cudaSetDevice(device_));
-    EHC_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_.get(), host_logits_.size() * 4, cudaMemcpyDeviceToHost,
+    // (stream-ordered: waits for a step run ahead, whose logits go to the
+    // other slot)
+    EHC_CHECK(cudaMemcpyAsync(host_logits_.data(), logits_[slot_].get(), host_logits_.size() * 4, cudaMemcpyDeviceToHost,
                               stream_.get()));
     EHC_CHECK(cudaStreamSynchronize(stream_.get()));
     return host_logits_.data();

@@ -29,11 +29,27 @@ struct SamplerWork {
     int32_t* iwork = nullptr;
 };
 
+// A decode step's inputs in device memory: the captured step reads them, so
+// one graph serves every position. The sampler can advance them to the next
+// step itself (position + 1, the drawn token), which lets the host enqueue
+// that step before it has read this one's token.
+struct StepState {
+    int32_t pos0 = 0;    // position of the step's (first) token
+    int32_t n_hist = 0;  // history length the sampler sees
+    int32_t token = 0;   // the token a decode step consumes
+    int32_t pad = 0;
+    // The draw counter as this step's sampler found it: where to put it
+    // back when the host drops a step it ran ahead.
+    unsigned long long counter_before = 0;
+};
+
 // history[0 .. *d_n_hist) are the context's token ids. *d_counter is the draw
-// counter; it is advanced by one per draw (on the device).
+// counter; it is advanced by one per draw (on the device). next (optional):
+// the drawn token also becomes next->token, next->pos0 and next->n_hist
+// advance by one, and next->counter_before records *d_counter as found.
 void sample_tokens(const float* logits, int n_vocab, const int32_t* history,
                    const int32_t* d_n_hist, const SamplerParams* d_params,
                    unsigned long long* d_counter, SamplerWork work, int32_t* d_out_token,
-                   cudaStream_t stream);
+                   cudaStream_t stream, StepState* next = nullptr);
 
 }  // namespace ehcuda

@@ -19,6 +19,7 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/prefill_workspace.hpp>
+#include <ehcuda/sampler.hpp>
 
 namespace ehcuda {
 
@@ -56,13 +57,9 @@ public:
     std::string last_error;
 
 protected:
-    // Device-side step inputs: kernels read them, so a graph can be replayed.
-    struct Step {
-        int32_t pos0;
-        int32_t n_hist;
-        int32_t token;
-        int32_t pad;
-    };
+    // Device-side step inputs (sampler.hpp): kernels read them, so a graph
+    // can be replayed.
+    using Step = StepState;
 
     // One forward pass over ntok tokens at positions step.pos0 .. +ntok-1
     // (already recorded in the history), leaving the last token's logits in
@@ -85,12 +82,18 @@ protected:
     cudaStream_t stream() const { return stream_.get(); }
     int max_batch() const { return max_batch_; }
     const int32_t* d_pos0() const { return &step_.as<Step>()->pos0; }
-    float* d_logits() const { return logits_.as<float>(); }
+    // Where forward() leaves its logits (the decode steps alternate between
+    // two buffers, see decode()).
+    float* d_logits() const { return logits_[fwd_slot_].as<float>(); }
     PrefillWorkspace* prefill_workspace() const { return prefill_ws_.get(); }
 
 private:
     void run_forward(int ntok, const int32_t* d_tokens, bool decode_path);
-    void sample_on_device();
+    void sample_on_device(int slot, Step* next);
+    void decode_step(int slot);
+    void capture_decode_graphs();
+    void settle();
+    void write_step(const Step& st);
     void profiled_step(const std::function<void()>& body);
     void print_profile() const;
     void check_cancel();
@@ -108,14 +111,27 @@ private:
     // cuBLAS prefill scratch: used by prefill batches only, never by the
     // captured decode step.
     std::unique_ptr<PrefillWorkspace> prefill_ws_;
-    DeviceBuffer logits_, history_, tokens_, step_, params_, counter_, out_token_;
+    DeviceBuffer logits_[2], history_, tokens_, step_, params_, counter_, out_token_;
     DeviceBuffer fwork_, iwork_;
-    // Pinned host mirrors for the per-step transfers.
+    // Pinned host mirrors for the per-step transfers (h_out_: one token per
+    // decode slot).
     Step* h_step_ = nullptr;
     int32_t* h_out_ = nullptr;
     int32_t* h_tokens_ = nullptr;
 
-    CapturedGraph decode_graph_;
+    // Decode runs one step ahead (decode()): two captured steps, each with
+    // its own logits buffer and token mirror, alternate. slot_ holds the
+    // logits the host may read; fwd_slot_ is where forward() writes.
+    CapturedGraph decode_graph_[2];
+    cudaEvent_t step_done_[2] = {nullptr, nullptr};
+    int slot_ = 0;
+    int fwd_slot_ = 0;
+    bool pipeline_ = true;  // EHCUDA_PIPELINE=0: no step runs ahead
+    // A step for position n_past_ is in flight in slot ahead_slot_,
+    // consuming ahead_token_ (the token the last decode returned).
+    bool ahead_ = false;
+    int ahead_slot_ = 0;
+    int32_t ahead_token_ = 0;
     bool decode_warm_ = false;
     uint32_t n_past_ = 0;
     bool have_logits_ = false;
