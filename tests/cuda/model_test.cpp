@@ -259,10 +259,20 @@ TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
         tr.ids.push_back(int32_t(L->api->session_n_past(L->session)));
         // the last step's logits, with a step still running ahead
         tr.logits.push_back(logits_of(*L));
+        // reset with a step run ahead, then a new request
+        EXPECT_EQ(L->api->session_decode(L->session, t, &t), EH_OK);
+        EXPECT_EQ(L->api->session_reset(L->session), EH_OK);
+        EXPECT_EQ(L->api->session_n_past(L->session), 0u);
+        EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
+        EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);
+        for (int i = 0; i < 5; ++i) {
+            tr.ids.push_back(t);
+            EXPECT_EQ(L->api->session_decode(L->session, t, &t), EH_OK);
+        }
         return tr;
     };
     const Trace a = run(true), b = run(false);
-    ASSERT_EQ(a.ids.size(), 62u);
+    ASSERT_EQ(a.ids.size(), 67u);
     EXPECT_EQ(a.ids, b.ids);
     ASSERT_EQ(a.logits.size(), b.logits.size());
     for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_EQ(a.logits[i], b.logits[i]) << i;

@@ -314,9 +314,13 @@ void SessionBase::print_profile() const {
                      step_ms_ > 0 ? 100 * group_ms_[g] / step_ms_ : 0.0);
 }
 
+// Leaves the session idle as well as empty: a step run ahead and dropped
+// here is waited for now, not by whatever the caller times next (bench's
+// prefill, a new request's first token).
 void SessionBase::reset() {
     EHC_CHECK(cudaSetDevice(device_));
     settle();
+    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
     n_past_ = 0;
     have_logits_ = false;
 }
