@@ -15,6 +15,16 @@
 namespace ehtest {
 namespace {
 
+// Every test here drives the llama-cuda plugin: without it, each fails on
+// its own with this message (a helper returning nothing would crash the
+// binary at the first dereference and end the run).
+#define REQUIRE_PLUGIN()                                                              \
+    REQUIRE_GPU();                                                                    \
+    ASSERT_NE(llama_cuda_api(), nullptr) << "llama-cuda plugin not loadable from "    \
+                                         << (std::getenv("EH_LLAMA_CUDA_PLUGIN")      \
+                                                 ? std::getenv("EH_LLAMA_CUDA_PLUGIN") \
+                                                 : EH_LLAMA_CUDA_PLUGIN)
+
 struct Loaded {
     const eh_plugin_api* api = nullptr;
     eh_model* model = nullptr;
@@ -86,7 +96,7 @@ struct ModelCase {
 class ModelVsReference : public ::testing::TestWithParam<ModelCase> {};
 
 TEST_P(ModelVsReference, PrefillAndDecodeLogitsMatch) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     const auto& c = GetParam();
     TinySpec spec;
     spec.arch = c.arch;
@@ -147,7 +157,7 @@ INSTANTIATE_TEST_SUITE_P(ArchTypes, ModelVsReference, ::testing::ValuesIn(model_
                          [](const auto& i) { return i.param.arch + "_" + ehp::type_name(i.param.wtype); });
 
 TEST(LlamaCuda, SlidingWindowAndPartialRotary) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.arch = "llama";
     spec.wtype = EH_TYPE_Q8_0;
@@ -170,7 +180,7 @@ TEST(LlamaCuda, SlidingWindowAndPartialRotary) {
 }
 
 TEST(LlamaCuda, GenerationIsReproducible) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q4_K;
     spec.magnitude = 0.01f;  // flat logits: sampling has real choices
@@ -209,7 +219,7 @@ TEST(LlamaCuda, GenerationIsReproducible) {
 // prefills more, changes the sampling settings) must give exactly what a
 // session that never runs ahead gives.
 TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q4_K;
     spec.magnitude = 0.01f;  // flat logits: sampling has real choices
@@ -279,7 +289,7 @@ TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
 }
 
 TEST(LlamaCuda, ContextFullAndBadTokens) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q8_0;
     TinyModel tm(spec);
@@ -300,7 +310,7 @@ TEST(LlamaCuda, ContextFullAndBadTokens) {
 }
 
 TEST(LlamaCuda, InsufficientVramAtLoadNamesTheNumbers) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q8_0;
     const eh_plugin_api* api = llama_cuda_api();
@@ -332,7 +342,7 @@ TEST(LlamaCuda, InsufficientVramAtLoadNamesTheNumbers) {
 }
 
 TEST(LlamaCuda, VramOomOnSessionThenRecovers) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q8_0;
     spec.n_embd = 512;
@@ -378,7 +388,7 @@ TEST(LlamaCuda, VramOomOnSessionThenRecovers) {
 }
 
 TEST(LlamaCuda, ResidencyAndInfo) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q4_K;
     TinyModel tm(spec);
@@ -398,7 +408,7 @@ TEST(LlamaCuda, ResidencyAndInfo) {
 }
 
 TEST(LlamaCuda, LoadProgressAndCancel) {
-    REQUIRE_GPU();
+    REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_F32;
     spec.n_layer = 4;
