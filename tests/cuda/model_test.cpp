@@ -61,6 +61,20 @@ std::unique_ptr<Loaded> load(const TinyModel& tm, uint32_t n_ctx, eh_status* st_
     return L;
 }
 
+// Sampling through the whole pipeline: penalty window, top-k, top-p, min-p.
+eh_sampling_params full_sampling(float temp, uint64_t seed, int32_t window) {
+    eh_sampling_params p{};
+    p.struct_size = sizeof p;
+    p.temperature = temp;
+    p.top_k = 200;
+    p.top_p = 0.98f;
+    p.min_p = 0.001f;
+    p.repetition_penalty = 1.1f;
+    p.repetition_window = window;
+    p.seed = seed;
+    return p;
+}
+
 std::vector<float> logits_of(Loaded& L) {
     const float* p = nullptr;
     uint32_t n = 0;
@@ -187,15 +201,7 @@ TEST(LlamaCuda, GenerationIsReproducible) {
     TinyModel tm(spec);
     auto run = [&](float temp, uint64_t seed) {
         auto L = load(tm, 128);
-        eh_sampling_params p{};
-        p.struct_size = sizeof p;
-        p.temperature = temp;
-        p.top_k = 200;
-        p.top_p = 0.98f;
-        p.min_p = 0.001f;
-        p.repetition_penalty = 1.1f;
-        p.repetition_window = 64;
-        p.seed = seed;
+        const eh_sampling_params p = full_sampling(temp, seed, 64);
         EXPECT_EQ(L->api->session_set_sampling(L->session, &p), EH_OK);
         std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
         EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
@@ -235,14 +241,7 @@ TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
         Trace tr;
         if (!L || !L->session) return tr;
         auto set = [&](uint64_t seed) {
-            eh_sampling_params p{};
-            p.struct_size = sizeof p;
-            p.temperature = 0.9f;
-            p.top_k = 200;
-            p.top_p = 0.98f;
-            p.repetition_penalty = 1.1f;
-            p.repetition_window = 32;
-            p.seed = seed;
+            const eh_sampling_params p = full_sampling(0.9f, seed, 32);
             EXPECT_EQ(L->api->session_set_sampling(L->session, &p), EH_OK);
         };
         set(42);
