@@ -31,6 +31,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
+#include "kv_prefetch.cuh"
 #include "online_softmax.cuh"
 #include "rope.cuh"
 
@@ -305,9 +306,17 @@ __device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float*
 // dependent round; the unfused kernel's 4 left a 64-key split four rounds
 // per warp).
 template <int DPL, int G>
-__global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk, int xb) {
-    pdl_entry();
-    pdl_release();
+//
+// early (attention_early()): with 1 or 2 the first key group's loads (and
+// with 2 an L2 request for the rest of the block's keys) go out before
+// pdl_entry(), while the QKV projection still runs; the cache rows below the
+// new position were written by earlier steps (kv_prefetch.cuh).
+__global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk, int xb,
+                                                                             int early) {
+    if (!early) {
+        pdl_entry();
+        pdl_release();
+    }
     constexpr int HD = DPL * 32;
     __shared__ float sq[HD];                        // rotated q (unscaled)
     __shared__ __align__(16) __half snk[HD], snv[HD];  // the new token's K (rotated) and V, as cached
@@ -341,6 +350,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     __half kh[G][DPL], vh[G][DPL];
     int kb = ks + warp * G;
     if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kh, vh);
+    if (early) {
+        // (`spare` may be read while the QKV projection writes it: those
+        // slots are overwritten before use.)
+        if (early >= 2 && ks + kDecodeWarps * G < ke)
+            detail::prefetch_kv_rows(kc, vc, kv_ld, 0, HD, ks + kDecodeWarps * G, min(ke, qpos) - 1);
+        pdl_entry();
+        pdl_release();
+    }
 
     const float* qrow = a.qkv + head * HD;
     const float* krow = a.qkv + a.n_head * HD + kvh * HD;
@@ -687,7 +704,7 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     by_dpl(a.head_dim, [&]<int DPL>() {
         by_keys<DPL>(t.keys, [&]<int G>() {
             launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G>, dim3(a.n_head, nsplit), kDecodeWarps * 32, 0,
-                   stream, a, t.min_chunk, xb);
+                   stream, a, t.min_chunk, xb, detail::attention_early());
         });
     });
     EHC_LAUNCHED("rope_attn_decode_kernel");

@@ -9,6 +9,7 @@
 #include "ehcuda/launch.cuh"
 #include "ehcuda/gpt_ops.hpp"
 #include "ehcuda/quant.cuh"
+#include "kv_prefetch.cuh"
 #include "online_softmax.cuh"
 
 namespace ehcuda {
@@ -258,10 +259,15 @@ __device__ __forceinline__ float kv_round(const float*, float v) { return v; }
 // KV head, the first writes K and V to the cache. No block reads the new
 // cache row during the launch: one kernel instead of RoPE + attention.
 template <int DPL, class C, bool Fused>
+//
+// early (attention_early(), kv_prefetch.cuh): L2 is asked for the block's
+// cache rows below the new position before pdl_entry().
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
-                                                                          C* v_cache, int xb) {
-    pdl_entry();
-    pdl_release();
+                                                                          C* v_cache, int xb, int early) {
+    if (!early) {
+        pdl_entry();
+        pdl_release();
+    }
     __shared__ WarpParts<DPL> parts;
     __shared__ bool last;
     __shared__ float merge_w[kMaxSinkSplits], merge_l[kMaxSinkSplits];
@@ -281,6 +287,12 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     if (split >= nact) return;
     const int k0 = kstart + split * chunk, k1 = min(qpos, k0 + chunk - 1);
     const bool has_new = Fused && k0 <= qpos && qpos <= k1;
+    if (early) {
+        if (k0 <= min(k1, qpos - 1))
+            detail::prefetch_kv_rows(k_cache, v_cache, a.n_kv * hd, kvh, hd, k0, min(k1, qpos - 1));
+        pdl_entry();
+        pdl_release();
+    }
     float q[DPL], m, l, acc[DPL];
     if constexpr (Fused) {
         const int nq = a.n_head * hd, nk = a.n_kv * hd;
@@ -526,7 +538,7 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
         by_dpl(a.head_dim, [&]<int D>() {
             if (split)
                 launch("sink_attn_split_kernel", sink_attn_split_kernel<D, C, false>, grid, kAttnWarps * 32, 0, stream, a,
-                       RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc), xb);
+                       RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc), xb, detail::attention_early());
             else launch("sink_attn_kernel", sink_attn_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
         });
     };
@@ -551,7 +563,7 @@ void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, c
         using C = std::remove_pointer_t<decltype(kc)>;
         by_dpl(a.head_dim, [&]<int D>() {
             launch("rope_sink_attn_kernel", sink_attn_split_kernel<D, C, true>, grid, kAttnWarps * 32, 0, stream, a, r,
-                   kc, vc, xb);
+                   kc, vc, xb, detail::attention_early());
         });
     };
     if (r.k_cache32 && r.v_cache32) go(r.k_cache32, r.v_cache32);

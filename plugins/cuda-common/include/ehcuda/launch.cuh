@@ -7,8 +7,13 @@
 // pdl_entry(), before it reads or writes any memory an earlier kernel on the
 // stream touches. pdl_entry() waits until all earlier kernels have finished
 // and their writes are visible. Weights (never written after load) may be
-// read before it. A kernel that is not launched this way still runs fully
-// ordered, and pdl_entry() is a no-op for it.
+// read before it, and so may memory last written two or more kernels back:
+// a kernel starts only once every block of the previous one has released
+// or exited, every kernel releases only after its own wait, and that wait
+// returned once the kernel before it had finished (the decode attention
+// reads earlier steps' KV-cache rows this way, kv_prefetch.cuh). A kernel
+// that is not launched this way still runs fully ordered, and pdl_entry()
+// is a no-op for it.
 //
 // The weight-streaming decode kernels (GEMV, FFN pair), the decode
 // attention kernels and the small per-step kernels (norms, embedding,

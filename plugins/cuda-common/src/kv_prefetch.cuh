@@ -1,0 +1,40 @@
+// Early KV-cache reads for the decode attention kernels (attention.cu,
+// gpt_ops.cu): a decode step's attention reads cache rows that earlier steps
+// wrote, so it may ask for them before its pdl_entry(), while the QKV
+// projection before it still runs (see launch.cuh: memory last written two
+// or more kernels back is complete once a kernel has started). Only the new
+// position's row is written during the step, and it is not read from the
+// cache before the wait.
+#pragma once
+
+#include <cstdlib>
+
+namespace ehcuda::detail {
+
+// EHCUDA_ATTN_EARLY (for measurements): 0 reads nothing before the wait;
+// 1 the first keys before it; 2 also asks L2 for the rest of the block's keys.
+inline int attention_early() {
+    static const int v = [] {
+        const char* e = std::getenv("EHCUDA_ATTN_EARLY");
+        return e && *e ? std::atoi(e) : 2;
+    }();
+    return v;
+}
+
+// Asks L2 for the K and V rows of keys k0 .. k1 (inclusive) of KV head kvh
+// (hd elements of C per row, rows kv_ld elements apart), one prefetch per 64
+// bytes spread over the block's threads. Rows start 64-byte aligned for the
+// head dims the fast kernels take, so no piece straddles a cache line.
+template <class C>
+__device__ __forceinline__ void prefetch_kv_rows(const C* k_cache, const C* v_cache, int kv_ld, int kvh, int hd, int k0,
+                                                 int k1) {
+    const int pieces = (hd * int(sizeof(C)) + 63) / 64;
+    const int n = 2 * (k1 - k0 + 1) * pieces;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int j = i >> 1, key = k0 + j / pieces, piece = j % pieces;
+        const C* row = ((i & 1) ? v_cache : k_cache) + size_t(key) * kv_ld + size_t(kvh) * hd;
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + 64 * piece));
+    }
+}
+
+}  // namespace ehcuda::detail
