@@ -350,6 +350,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     __half kh[G][DPL], vh[G][DPL];
     int kb = ks + warp * G;
     if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kh, vh);
+    // The thread's first rotary angle needs only the position.
+    const int half_rot = a.n_rot / 2;
+    float sn0 = 0.0f, cs0 = 1.0f;
+    if (int(threadIdx.x) < half_rot) detail::rope_sincos(qpos, threadIdx.x, a.n_rot, a.freq_base, &sn0, &cs0);
     if (early) {
         // (`spare` may be read while the QKV projection writes it: those
         // slots are overwritten before use.)
@@ -362,10 +366,9 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     const float* qrow = a.qkv + head * HD;
     const float* krow = a.qkv + a.n_head * HD + kvh * HD;
     const float* vrow = a.qkv + (a.n_head + a.n_kv) * HD + kvh * HD;
-    const int half_rot = a.n_rot / 2;
     for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
-        float sn, cs, y0, y1;
-        detail::rope_sincos(qpos, i, a.n_rot, a.freq_base, &sn, &cs);
+        float sn = sn0, cs = cs0, y0, y1;
+        if (i != int(threadIdx.x)) detail::rope_sincos(qpos, i, a.n_rot, a.freq_base, &sn, &cs);
         const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
         detail::rope_rotate(qrow[i0], qrow[i1], sn, cs, &y0, &y1);
         sq[i0] = y0;

@@ -148,6 +148,15 @@ const size_t kTileCap = size_t(env_int("EHCUDA_GEMV_BULK_KB", 8, 1, 48)) << 10;
 // tall ones: their per-block input staging halves (16384 x 8192 Q4_K with
 // float input: 68 % of copy bandwidth at 16, 51 % at 8).
 const int kWarpsCap = env_int("EHCUDA_GEMV_BULK_WARPS", 0, 0, kMaxWarps);
+// With the default, 8 rather than 16 where a 16-warp block would sit alone
+// on its multiprocessor (one block loading, none computing) and the staged
+// input is smaller than one warp's tile, so staging it twice as often costs
+// little (EHCUDA_GEMV_BULK_FIT2=0: 16 regardless). H100, 16 -> 8: Qwen2.5's
+// tied Q8_0 head (151936 x 896) 84 -> 91 % of copy bandwidth, decode
+// 1,542-1,544 -> 1,553-1,556 tok/s; where the input is the larger (Q6_K
+// 16384 x 8192, int16 input 20 KB against 6.7 KB tiles) 65 -> 58 %.
+const bool kFit2 = env_int("EHCUDA_GEMV_BULK_FIT2", 1, 0, 1) != 0;
+constexpr size_t kSmemPerSm = 228 * 1024;  // sm_90; each block also holds 1 KB of the system's
 
 // Rows per tile, tiles, warps per block and shared bytes of one launch.
 struct Plan {
@@ -175,7 +184,12 @@ Plan plan_for(const DevArgs& d) {
     p.x_bytes = int((xb + 15) / 16 * 16);
     // Warps per block: as many as keep every multiprocessor busy (4..16),
     // within the shared memory a block may have.
-    if (kWarpsCap == 0) p.warps = (p.tiles + 15) / 16 >= 4 * nsm ? 16 : 8;
+    if (kWarpsCap == 0) {
+        p.warps = (p.tiles + 15) / 16 >= 4 * nsm ? 16 : 8;
+        if (p.warps == 16 && kFit2 && p.x_bytes < p.tile_stride &&
+            2 * (size_t(p.x_bytes) + 16 * size_t(p.tile_stride) + 2048) > kSmemPerSm)
+            p.warps = 8;
+    }
     else p.warps = kWarpsCap >= 16 ? 16 : kWarpsCap >= 8 ? 8 : 4;
     while (p.warps > 4 && ((p.tiles + p.warps - 1) / p.warps < nsm ||
                            size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride > kBulkMaxSmem))

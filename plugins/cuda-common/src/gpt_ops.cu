@@ -72,14 +72,22 @@ __device__ __forceinline__ float load_kv(const float* p) { return *p; }
 // Pair i of a head at position pos, rotated by the table frequency with
 // the attention factor (YaRN): the one formula of the RoPE kernel and the
 // fused decode attention, so both leave the same bits in the cache.
-__device__ __forceinline__ void rope_table_pair(const RopeTableArgs& a, int pos, int i, float& x0, float& x1) {
-    float sn, cs;
+__device__ __forceinline__ void rope_table_angle(const RopeTableArgs& a, int pos, int i, float& sn, float& cs) {
     sincosf(float(pos) * a.inv_freq[i], &sn, &cs);
     cs *= a.attn_factor;
     sn *= a.attn_factor;
-    const float y0 = x0 * cs - x1 * sn, y1 = x1 * cs + x0 * sn;
+}
+// Explicit roundings: the compiler may contract a * b - c * d either way at
+// each inlined site, and the RoPE kernel and the fused attention must agree.
+__device__ __forceinline__ void rope_apply(float sn, float cs, float& x0, float& x1) {
+    const float y0 = fmaf(x0, cs, -__fmul_rn(x1, sn)), y1 = fmaf(x1, cs, __fmul_rn(x0, sn));
     x0 = y0;
     x1 = y1;
+}
+__device__ __forceinline__ void rope_table_pair(const RopeTableArgs& a, int pos, int i, float& x0, float& x1) {
+    float sn, cs;
+    rope_table_angle(a, pos, i, sn, cs);
+    rope_apply(sn, cs, x0, x1);
 }
 
 template <class C>
@@ -287,6 +295,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     if (split >= nact) return;
     const int k0 = kstart + split * chunk, k1 = min(qpos, k0 + chunk - 1);
     const bool has_new = Fused && k0 <= qpos && qpos <= k1;
+    // The thread's first rotary angle needs only the position (and the
+    // frequency table, written at load).
+    float sn0 = 0.0f, cs0 = 1.0f;
+    if (Fused && int(threadIdx.x) < r.n_rot / 2) rope_table_angle(r, qpos, threadIdx.x, sn0, cs0);
     if (early) {
         if (k0 <= min(k1, qpos - 1))
             detail::prefetch_kv_rows(k_cache, v_cache, a.n_kv * hd, kvh, hd, k0, min(k1, qpos - 1));
@@ -305,8 +317,10 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
         const int half_rot = r.n_rot / 2;
         for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
             const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + half_rot : 2 * i + 1;
-            rope_table_pair(r, qpos, i, qs[i0], qs[i1]);
-            rope_table_pair(r, qpos, i, ks[i0], ks[i1]);
+            float sn = sn0, cs = cs0;
+            if (i != int(threadIdx.x)) rope_table_angle(r, qpos, i, sn, cs);
+            rope_apply(sn, cs, qs[i0], qs[i1]);
+            rope_apply(sn, cs, ks[i0], ks[i1]);
         }
         __syncthreads();
         if (has_new && head % group == 0) {

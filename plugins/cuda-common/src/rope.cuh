@@ -17,9 +17,11 @@ __device__ __forceinline__ void rope_sincos(int pos, int i, int n_rot, float bas
 __device__ __forceinline__ int rope_i0(int i, int half_rot, bool neox) { return neox ? i : 2 * i; }
 __device__ __forceinline__ int rope_i1(int i, int half_rot, bool neox) { return neox ? i + half_rot : 2 * i + 1; }
 
+// Explicit roundings: the compiler may contract a * b - c * d either way at
+// each inlined site, and the RoPE kernel and the fused attention must agree.
 __device__ __forceinline__ void rope_rotate(float x0, float x1, float sn, float cs, float* y0, float* y1) {
-    *y0 = x0 * cs - x1 * sn;
-    *y1 = x0 * sn + x1 * cs;
+    *y0 = fmaf(x0, cs, -__fmul_rn(x1, sn));
+    *y1 = fmaf(x1, cs, __fmul_rn(x0, sn));
 }
 
 }  // namespace ehcuda::detail
