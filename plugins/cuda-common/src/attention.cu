@@ -305,7 +305,7 @@ __device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float*
 // G: keys a warp loads before scoring any of them (more loads in flight per
 // dependent round; the unfused kernel's 4 left a 64-key split four rounds
 // per warp).
-template <int DPL, int G>
+template <int DPL, int G, bool Pipe>
 //
 // early (attention_early()): with 1 or 2 the first key group's loads (and
 // with 2 an L2 request for the rest of the block's keys) go out before
@@ -427,11 +427,14 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
                 kf[j][i] = __half2float(kh[j][i]);
                 vf[j][i] = __half2float(vh[j][i]);
             }
+        // Pipe: the next group's loads go out before this group is scored.
+        const int kn = kb + kDecodeWarps * G;
+        if (Pipe && kn < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kn, ke, qpos, lane, kh, vh);
         float s[G];
         detail::score_keys<G, DPL>(q, kf, s);
         detail::softmax_fold<G, DPL>(s, vf, ke - kb, m, l, acc);
-        kb += kDecodeWarps * G;
-        if (kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kh, vh);
+        kb = kn;
+        if (!Pipe && kb < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kb, ke, qpos, lane, kh, vh);
     }
 
     // The block's warps, combined in warp order.
@@ -706,8 +709,12 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     const DecodeTuning& t = decode_tuning();
     by_dpl(a.head_dim, [&]<int DPL>() {
         by_keys<DPL>(t.keys, [&]<int G>() {
-            launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G>, dim3(a.n_head, nsplit), kDecodeWarps * 32, 0,
-                   stream, a, t.min_chunk, xb, detail::attention_early());
+            if (detail::attention_pipe())
+                launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G, true>, dim3(a.n_head, nsplit),
+                       kDecodeWarps * 32, 0, stream, a, t.min_chunk, xb, detail::attention_early());
+            else
+                launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G, false>, dim3(a.n_head, nsplit),
+                       kDecodeWarps * 32, 0, stream, a, t.min_chunk, xb, detail::attention_early());
         });
     });
     EHC_LAUNCHED("rope_attn_decode_kernel");

@@ -150,11 +150,12 @@ const size_t kTileCap = size_t(env_int("EHCUDA_GEMV_BULK_KB", 8, 1, 48)) << 10;
 const int kWarpsCap = env_int("EHCUDA_GEMV_BULK_WARPS", 0, 0, kMaxWarps);
 // With the default, 8 rather than 16 where a 16-warp block would sit alone
 // on its multiprocessor (one block loading, none computing) and the staged
-// input is smaller than one warp's tile, so staging it twice as often costs
+// input is at most two warps' tiles, so staging it twice as often costs
 // little (EHCUDA_GEMV_BULK_FIT2=0: 16 regardless). H100, 16 -> 8: Qwen2.5's
 // tied Q8_0 head (151936 x 896) 84 -> 91 % of copy bandwidth, decode
-// 1,542-1,544 -> 1,553-1,556 tok/s; where the input is the larger (Q6_K
-// 16384 x 8192, int16 input 20 KB against 6.7 KB tiles) 65 -> 58 %.
+// 1,542-1,544 -> 1,553-1,556 tok/s, Phi-3 (its Q6_K head) 594-595 ->
+// 597-598; where the input is the larger (Q6_K 16384 x 8192, int16 input
+// 20 KB against 6.7 KB tiles) 65 -> 58 %.
 const bool kFit2 = env_int("EHCUDA_GEMV_BULK_FIT2", 1, 0, 1) != 0;
 constexpr size_t kSmemPerSm = 228 * 1024;  // sm_90; each block also holds 1 KB of the system's
 
@@ -186,7 +187,7 @@ Plan plan_for(const DevArgs& d) {
     // within the shared memory a block may have.
     if (kWarpsCap == 0) {
         p.warps = (p.tiles + 15) / 16 >= 4 * nsm ? 16 : 8;
-        if (p.warps == 16 && kFit2 && p.x_bytes < p.tile_stride &&
+        if (p.warps == 16 && kFit2 && p.x_bytes <= 2 * p.tile_stride &&
             2 * (size_t(p.x_bytes) + 16 * size_t(p.tile_stride) + 2048) > kSmemPerSm)
             p.warps = 8;
     }

@@ -9,6 +9,8 @@
 
 #include <cstdlib>
 
+#include "ehcuda/quant.cuh"
+
 namespace ehcuda::detail {
 
 // EHCUDA_ATTN_EARLY (for measurements): 0 reads nothing before the wait;
@@ -17,6 +19,20 @@ inline int attention_early() {
     static const int v = [] {
         const char* e = std::getenv("EHCUDA_ATTN_EARLY");
         return e && *e ? std::atoi(e) : 2;
+    }();
+    return v;
+}
+
+// EHCUDA_ATTN_PIPE=0 (for measurements): a warp of the llama decode
+// attention issues its next key group's loads after scoring the current one
+// rather than before. H100, bench -p 512 -n 128 -r 3, 0 -> 1: Phi-3 (two
+// groups per warp) 597.0-597.4 -> 602.9-603.3 tok/s, Qwen2.5 (one group)
+// unchanged. The same in the sink attention's key loop (gpt_ops.cu) gave
+// gpt-oss 490.5-490.8 -> 488.7-489.8 and was not kept.
+inline bool attention_pipe() {
+    static const bool v = [] {
+        const char* e = std::getenv("EHCUDA_ATTN_PIPE");
+        return !(e && *e == '0');
     }();
     return v;
 }
@@ -33,7 +49,7 @@ __device__ __forceinline__ void prefetch_kv_rows(const C* k_cache, const C* v_ca
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int j = i >> 1, key = k0 + j / pieces, piece = j % pieces;
         const C* row = ((i & 1) ? v_cache : k_cache) + size_t(key) * kv_ld + size_t(kvh) * hd;
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(reinterpret_cast<const char*>(row) + 64 * piece));
+        prefetch_l2(reinterpret_cast<const char*>(row) + 64 * piece);
     }
 }
 
