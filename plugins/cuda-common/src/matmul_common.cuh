@@ -34,7 +34,8 @@ struct DevArgs {
     int ldy;
     int accumulate;
     int ntok;
-    int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry
+    int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry;
+                   // bit 2: float weights' first chunk into registers at entry (gemv_kernel)
 };
 
 // Whether weight-streaming kernels prefetch their first chunks at entry
