@@ -356,6 +356,78 @@ TEST(FusedDecode, GraphReplayOverConsecutivePositions) {
     cudaStreamDestroy(st);
 }
 
+// The cache rows earlier steps wrote are read before the kernel's PDL wait
+// (early 1 and 2) and a warp's next key group is loaded before the current
+// one is scored (pipe): neither may change a bit. The qkv row comes from a
+// GEMV launched just before on the same stream, as in a decode step, so the
+// attention's blocks start while its producer still runs.
+TEST(FusedDecode, EarlyAndPipelinedKeyLoadsGiveTheSameBits) {
+    REQUIRE_GPU();
+    struct Restore {
+        ~Restore() {
+            ehcuda::set_attention_early(2);
+            ehcuda::set_attention_pipe(true);
+        }
+    } restore;
+    cudaStream_t st = nullptr;
+    GPU_OK(cudaStreamCreateWithFlags(&st, cudaStreamNonBlocking));
+    // hd 96 at 8 keys per warp round and hd 64 at 16: three splits of ~190
+    // keys give every warp several key groups.
+    for (const FusedCase c : {FusedCase{96, 8, 8, 577, 0, false, 96}, FusedCase{64, 14, 2, 577, 0, true, 64}}) {
+        SCOPED_TRACE(name_of(c));
+        const int pos = c.len - 1, cap = c.len + 3, nsplit = 3, n_in = 256;
+        const int ld = (c.H + 2 * c.KV) * c.hd;
+        const size_t row = static_cast<size_t>(c.KV) * c.hd;
+        std::mt19937 rng(static_cast<uint32_t>(c.hd + c.H));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        std::vector<__half> kc(static_cast<size_t>(cap) * row, __float2half(kSentinel)), vc(kc.size(), __float2half(kSentinel));
+        for (size_t i = 0; i < static_cast<size_t>(pos) * row; ++i) {
+            kc[i] = __float2half(nd(rng));
+            vc[i] = __float2half(nd(rng));
+        }
+        std::vector<float> x(static_cast<size_t>(n_in));
+        for (auto& v : x) v = nd(rng);
+        const ehcuda::DeviceBuffer dw = to_device(random_rows(EH_TYPE_Q8_0, ld, n_in, rng, 0.2f)), dx = to_device(x);
+        auto run = [&](int early, bool pipe, bool sync_between, std::vector<float>& out, std::vector<__half>& k,
+                       std::vector<__half>& v) {
+            ehcuda::set_attention_early(early);
+            ehcuda::set_attention_pipe(pipe);
+            Step s = make_step(c, nsplit, std::vector<float>(static_cast<size_t>(ld), 0.0f), kc, vc, pos);
+            ehcuda::MatmulArgs m;
+            m.seg[0].w = {dw.get(), EH_TYPE_Q8_0, ld, n_in, row_size(EH_TYPE_Q8_0, n_in)};
+            m.cols = n_in;
+            m.x = dx.as<float>();
+            m.ldx = n_in;
+            m.y = s.qkv.as<float>();
+            m.ldy = ld;
+            ASSERT_NO_THROW(ehcuda::matmul(m, st));
+            if (sync_between) {
+                GPU_OK(cudaStreamSynchronize(st));
+            }
+            ASSERT_NO_THROW(ehcuda::rope_attention_decode(s.args(c, nsplit), st));
+            GPU_OK(cudaStreamSynchronize(st));
+            out = to_host<float>(s.out, static_cast<size_t>(c.H) * c.hd);
+            k = to_host<__half>(s.kc, kc.size());
+            v = to_host<__half>(s.vc, vc.size());
+        };
+        std::vector<float> want;
+        std::vector<__half> kw, vw;
+        run(0, false, true, want, kw, vw);
+        for (float f : want) ASSERT_TRUE(std::isfinite(f));
+        for (auto [early, pipe] : {std::pair{0, false}, std::pair{1, false}, std::pair{1, true}, std::pair{2, false},
+                                   std::pair{2, true}}) {
+            SCOPED_TRACE("early " + std::to_string(early) + " pipe " + std::to_string(pipe));
+            std::vector<float> got;
+            std::vector<__half> kg, vg;
+            run(early, pipe, false, got, kg, vg);
+            EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0) << "output differs";
+            EXPECT_TRUE(same_bits(kg, kw)) << "K cache differs";
+            EXPECT_TRUE(same_bits(vg, vw)) << "V cache differs";
+        }
+    }
+    GPU_OK(cudaStreamDestroy(st));
+}
+
 TEST(FusedDecode, RejectsBadArguments) {
     REQUIRE_GPU();
     const FusedCase c{64, 4, 2, 10, 0, false, 64};

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <random>
 
@@ -443,6 +444,62 @@ TEST(Kernels, GemvWithFusedRmsNormMatchesSeparateNorm) {
         const double tol = ehcuda::gemv_input() == ehcuda::GemvInput::Int8 ? 3e-2 : 1e-4;
         for (int r = 0; r < rows; ++r) ASSERT_NEAR(r1[static_cast<size_t>(r)], r2[static_cast<size_t>(r)], tol * (1 + std::fabs(r1[static_cast<size_t>(r)]))) << r;
     }
+}
+
+// Float-typed weights, one row per warp: each lane's first chunk is loaded
+// into registers before the kernel's PDL wait (set_gemv_early_regs). The
+// same bits as the L2-request form, split-K (the router's 32 x 2880) or
+// not, with the RMSNorm fold or without; and near the host's dot products.
+TEST(Kernels, FloatGemvEarlyRegistersGiveTheSameBits) {
+    REQUIRE_GPU();
+    struct Restore {
+        ~Restore() { ehcuda::set_gemv_early_regs(true); }
+    } restore;
+    InputGuard in(ehcuda::GemvInput::Float);
+    for (uint32_t type : {uint32_t(EH_TYPE_F32), uint32_t(EH_TYPE_F16), uint32_t(EH_TYPE_BF16)})
+        for (auto [rows, cols] : {std::pair{32, 2880}, std::pair{100, 256}, std::pair{3000, 768}})
+            for (bool norm : {false, true}) {
+                SCOPED_TRACE("type " + std::to_string(type) + " " + std::to_string(rows) + "x" + std::to_string(cols) +
+                             (norm ? " norm" : ""));
+                std::mt19937 rng(uint32_t(rows + cols + type));
+                const auto w = random_rows(type, rows, cols, rng);
+                std::normal_distribution<float> nd;
+                std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols), 1.0f);
+                for (auto& v : x) v = nd(rng);
+                if (norm)
+                    for (auto& v : nw) v = 1 + 0.2f * nd(rng);
+                const auto dw = to_device(w), dx = to_device(x), dn = to_device(nw);
+                auto run = [&](bool early) {
+                    ehcuda::set_gemv_early_regs(early);
+                    ehcuda::DeviceBuffer y(static_cast<size_t>(rows) * 4);
+                    ehcuda::MatmulArgs a;
+                    a.seg[0].w = {dw.get(), type, rows, cols, row_size(type, cols)};
+                    a.cols = cols;
+                    a.x = dx.as<float>();
+                    a.ldx = cols;
+                    a.y = y.as<float>();
+                    a.ldy = rows;
+                    if (norm) {
+                        a.xmode = ehcuda::XMode::RmsNorm;
+                        a.norm_w = dn.as<float>();
+                        a.norm_eps = 1e-6f;
+                    }
+                    ehcuda::matmul(a, nullptr);
+                    return to_host<float>(y, static_cast<size_t>(rows));
+                };
+                const auto late = run(false), early = run(true);
+                ASSERT_EQ(std::memcmp(late.data(), early.data(), late.size() * 4), 0) << "early registers changed bits";
+                double ss = 0;
+                for (float v : x) ss += double(v) * v;
+                const double inv = norm ? 1 / std::sqrt(ss / cols + 1e-6) : 1.0;
+                std::vector<float> wr(static_cast<size_t>(cols));
+                for (int r = 0; r < rows; ++r) {
+                    dequant_row(type, w.data() + size_t(r) * row_size(type, cols), cols, wr.data());
+                    double want = 0;
+                    for (int c = 0; c < cols; ++c) want += double(wr[size_t(c)]) * x[size_t(c)] * inv * nw[size_t(c)];
+                    ASSERT_NEAR(early[size_t(r)], want, 1e-4 * (1 + std::fabs(want))) << "row " << r;
+                }
+            }
 }
 
 }  // namespace

@@ -607,6 +607,20 @@ void by_keys(int want, F&& f) {
 
 }  // namespace
 
+namespace detail {
+int attention_early_mode = [] {
+    const char* e = std::getenv("EHCUDA_ATTN_EARLY");
+    return e && *e ? std::atoi(e) : 2;
+}();
+bool attention_pipe_on = [] {
+    const char* e = std::getenv("EHCUDA_ATTN_PIPE");
+    return !(e && *e == '0');
+}();
+}  // namespace detail
+
+void set_attention_early(int mode) { detail::attention_early_mode = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
+void set_attention_pipe(bool on) { detail::attention_pipe_on = on; }
+
 bool attention_head_dim_supported(int hd) { return hd >= 1 && hd <= kAttentionMaxHeadDim; }
 bool attention_head_dim_fast(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
 

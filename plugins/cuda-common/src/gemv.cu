@@ -409,6 +409,7 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 
 void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
 void set_gemv_bulk(bool on) { detail::gemv_bulk_enabled = on; }
+void set_gemv_early_regs(bool on) { detail::gemv_early_regs = on; }
 bool gemv_bulk_on() { return detail::gemv_bulk_enabled; }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }

@@ -89,6 +89,11 @@ void set_gemv_prefetch(bool on);
 // bits of the RMSNorm fold's 1/rms factor, summed over other warps).
 void set_gemv_bulk(bool on);
 bool gemv_bulk_on();
+// Single-token GEMV on float-typed weights (F32, F16, BF16), one row per
+// warp: each lane's first chunk is loaded into registers before the
+// kernel's PDL wait (on by default; EHCUDA_GEMV_EARLY_REGS=0 or false here:
+// an L2 request instead). The same bits either way.
+void set_gemv_early_regs(bool on);
 // How single-token GEMV on quantized weights takes its input. Int16 (the
 // default): quantized per 32 elements to int16 codes + a scale, integer dot
 // products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.
@@ -252,6 +257,15 @@ struct DecodeAttnArgs {
 };
 size_t attention_decode_counters(int n_head);
 void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream);
+// How the decode attention kernels (this one and the sink attention) read
+// the cache, for measurements and tests; the results are the same bits
+// either way. early 0: nothing before the kernel's PDL wait; 1: the first
+// key group (the cache rows earlier steps wrote); 2 (default, or
+// EHCUDA_ATTN_EARLY): also an L2 request for the block's other keys. pipe
+// (default on, or EHCUDA_ATTN_PIPE): a warp's next key group is loaded
+// before the current one is scored (this kernel only).
+void set_attention_early(int mode);
+void set_attention_pipe(bool on);
 
 // Busy-waits on the GPU for `us` microseconds. Profiling only: queued ahead
 // of eagerly launched work so that work then runs back to back, as in a
