@@ -35,7 +35,9 @@ done
 
 {
   echo "date: $(date -u +%Y-%m-%dT%H:%M:%SZ)"
-  echo "commit: $(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # The build's own record (device-stage.sh writes it): the GPU machine's
+  # copy of the tree may carry a .git of another commit.
+  echo "commit: $(cat "$BUILD/COMMIT" 2>/dev/null || git rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "host: $(uname -srm), $(nproc) cores"
   nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | sed 's/^/gpu: /' || echo "gpu: none"
   echo "testdata: ${EH_TESTDATA_DIR:-not found (synthetic vocab)}"

@@ -34,6 +34,8 @@ done
 mkdir -p "$stage$build/lib"
 cp -a "$build"/lib/*.so* "$stage$build/lib/" 2>/dev/null || true
 find "$stage$build/bin" "$stage$build/lib" -type f -exec strip --strip-debug {} + 2>/dev/null || true
+# The commit the build was made from (device-bench.sh reports it).
+echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+changes')" > "$stage$build/COMMIT"
 copy "$testdata"
 # Files no device run reads (the tokenizer.json files carry the same data).
 rm -f "$stage$testdata"/tokenizers/*/vocab.json "$stage$testdata"/tokenizers/*/merges.txt "$stage$testdata"/tokenizers/*/o200k_base.tiktoken
