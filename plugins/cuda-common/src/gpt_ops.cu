@@ -2,6 +2,7 @@
 // gpt_ops.hpp).
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 
 #include "block_reduce.cuh"
 #include "gemv_stage.cuh"
@@ -267,11 +268,12 @@ __device__ __forceinline__ float kv_round(const float*, float v) { return v; }
 // KV head, the first writes K and V to the cache. No block reads the new
 // cache row during the launch: one kernel instead of RoPE + attention.
 template <int DPL, class C, bool Fused>
+// min_chunk: the fewest keys a split takes (at least kAttnWarps * kKeyGroup).
 //
 // early (attention_early(), kv_prefetch.cuh): L2 is asked for the block's
 // cache rows below the new position before pdl_entry().
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
-                                                                          C* v_cache, int xb, int early) {
+                                                                          C* v_cache, int xb, int early, int min_chunk) {
     if (!early) {
         pdl_entry();
         pdl_release();
@@ -288,7 +290,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     const int qpos = *a.d_pos0;
     const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
     const int range = qpos - kstart + 1;
-    const int chunk = max(kAttnWarps * kKeyGroup, (range + nsplit - 1) / nsplit);
+    const int chunk = max(min_chunk, (range + nsplit - 1) / nsplit);
     // Only the splits the current length needs run; the rest (most of the
     // grid early in a sequence, and on sliding-window layers) leave at once.
     const int nact = (range + chunk - 1) / chunk;
@@ -362,6 +364,24 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     __syncthreads();
 
     const float M = parts.max_m(-INFINITY);
+    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
+    if (nact == 1) {
+        // The only split: the merge below with one split, on the values it
+        // would have read back from the scratch (the same bits), without the
+        // scratch, the fence and the counter.
+        const float Ls = parts.sum_l(M);
+        const float Mx = fmaxf(sink, M);
+        const float w0 = M != -INFINITY ? __expf(M - Mx) : 0.0f;
+        const float L = (a.sinks ? __expf(sink - Mx) : 0.0f) + Ls * w0;
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        const int d = threadIdx.x;  // head_dim <= 32 * DPL <= blockDim.x
+        if (d < hd) {
+            const float A = parts.sum_acc(d, M) * w0;
+            a.out[size_t(head) * hd + d] = A * inv;
+            if (a.out_chunks) detail::store_chunk_warp_bits(xb, A * inv, a.out_chunks, head * hd + d);
+        }
+        return;
+    }
     float* mine = a.split_scratch + (size_t(head) * nsplit + split) * (hd + 2);
     for (int d = threadIdx.x; d < hd; d += blockDim.x) mine[2 + d] = parts.sum_acc(d, M);
     if (threadIdx.x == 0) {
@@ -381,7 +401,6 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     // Splits in order 0, 1, ..., so the result does not depend on which
     // block merges.
     const float* all = a.split_scratch + size_t(head) * nsplit * (hd + 2);
-    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
     if (nact <= kOneRoundMerge) {
         // One load round: each thread reads every split's maximum and sum
         // (the same words across the block) with its dim's sums, then
@@ -488,6 +507,20 @@ size_t attention_sink_scratch_floats(int n_head, int head_dim, int nsplit) {
 
 namespace {
 
+// The fewest keys a split of the decode sink attention takes
+// (EHCUDA_SINK_MINCHUNK, for measurements; at least one key group per warp).
+// 128: gpt-oss's sliding-window layers (128 keys) then run one split per
+// head, which writes its output without the scratch, fence and counter.
+// H100 bench -r 3, 32 -> 128: pp512/tg128 501.7-501.9 -> 502.3-503.0 tok/s,
+// pp2048/tg64 462.3 -> 465.1 (64: 500.7-500.8).
+int sink_min_chunk() {
+    static const int v = [] {
+        const char* e = std::getenv("EHCUDA_SINK_MINCHUNK");
+        return std::max(kAttnWarps * kKeyGroup, e && *e ? std::atoi(e) : 128);
+    }();
+    return v;
+}
+
 void check_sink_args(const SinkAttnArgs& a) {
     if (a.head_dim <= 0 || a.head_dim > 32 * kMaxDpl)
         throw ehp::Error(EH_UNSUPPORTED, "attention: head_dim " + std::to_string(a.head_dim) + " unsupported (1..256)");
@@ -552,7 +585,8 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
         by_dpl(a.head_dim, [&]<int D>() {
             if (split)
                 launch("sink_attn_split_kernel", sink_attn_split_kernel<D, C, false>, grid, kAttnWarps * 32, 0, stream, a,
-                       RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc), xb, detail::attention_early());
+                       RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc), xb, detail::attention_early(),
+                       sink_min_chunk());
             else launch("sink_attn_kernel", sink_attn_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
         });
     };
@@ -577,7 +611,7 @@ void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, c
         using C = std::remove_pointer_t<decltype(kc)>;
         by_dpl(a.head_dim, [&]<int D>() {
             launch("rope_sink_attn_kernel", sink_attn_split_kernel<D, C, true>, grid, kAttnWarps * 32, 0, stream, a, r,
-                   kc, vc, xb, detail::attention_early());
+                   kc, vc, xb, detail::attention_early(), sink_min_chunk());
         });
     };
     if (r.k_cache32 && r.v_cache32) go(r.k_cache32, r.v_cache32);
