@@ -305,12 +305,13 @@ __device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float*
 // G: keys a warp loads before scoring any of them (more loads in flight per
 // dependent round; the unfused kernel's 4 left a 64-key split four rounds
 // per warp).
-template <int DPL, int G, bool Pipe>
-//
 // early (attention_early()): with 1 or 2 the first key group's loads (and
 // with 2 an L2 request for the rest of the block's keys) go out before
 // pdl_entry(), while the QKV projection still runs; the cache rows below the
 // new position were written by earlier steps (kv_prefetch.cuh).
+// Pipe (attention_pipe()): a warp loads its next key group before scoring
+// the current one.
+template <int DPL, int G, bool Pipe>
 __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk, int xb,
                                                                              int early) {
     if (!early) {
@@ -427,7 +428,6 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
                 kf[j][i] = __half2float(kh[j][i]);
                 vf[j][i] = __half2float(vh[j][i]);
             }
-        // Pipe: the next group's loads go out before this group is scored.
         const int kn = kb + kDecodeWarps * G;
         if (Pipe && kn < ke) load_key_group<DPL, G>(kc, vc, spare, kv_ld, kn, ke, qpos, lane, kh, vh);
         float s[G];

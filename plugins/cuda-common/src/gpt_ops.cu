@@ -267,11 +267,11 @@ __device__ __forceinline__ float kv_round(const float*, float v) { return v; }
 // new position attends that key from shared memory; of the heads sharing a
 // KV head, the first writes K and V to the cache. No block reads the new
 // cache row during the launch: one kernel instead of RoPE + attention.
-template <int DPL, class C, bool Fused>
-// min_chunk: the fewest keys a split takes (at least kAttnWarps * kKeyGroup).
 //
+// min_chunk: the fewest keys a split takes (at least kAttnWarps * kKeyGroup).
 // early (attention_early(), kv_prefetch.cuh): L2 is asked for the block's
 // cache rows below the new position before pdl_entry().
+template <int DPL, class C, bool Fused>
 __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
                                                                           C* v_cache, int xb, int early, int min_chunk) {
     if (!early) {

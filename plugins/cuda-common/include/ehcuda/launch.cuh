@@ -9,9 +9,11 @@
 // and their writes are visible. Weights (never written after load) may be
 // read before it, and so may memory last written two or more kernels back:
 // a kernel starts only once every block of the previous one has released
-// or exited, every kernel releases only after its own wait, and that wait
-// returned once the kernel before it had finished (the decode attention
-// reads earlier steps' KV-cache rows this way, kv_prefetch.cuh). A kernel
+// or exited, a block releases only after its own wait, and that wait
+// returned once the kernel before had finished (this needs one block of
+// the previous kernel to have waited rather than exited early; every
+// kernel here has such blocks). The decode attention reads earlier steps'
+// KV-cache rows this way (kv_prefetch.cuh). A kernel
 // that is not launched this way still runs fully ordered, and pdl_entry()
 // is a no-op for it.
 //
