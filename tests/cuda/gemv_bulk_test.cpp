@@ -62,13 +62,16 @@ struct Shape {
 // plugins' weight arenas leave room): it gets `padded` weights, the bulk
 // kernel the exact ones.
 std::vector<float> run(const ehcuda::MatmulArgs& a, bool bulk, const std::vector<float>& y0,
-                       const void* padded = nullptr) {
+                       const void* padded = nullptr, int ring_waves = 0) {
     BulkGuard g(bulk);
+    const int ring_was = ehcuda::gemv_bulk_ring();
+    ehcuda::set_gemv_bulk_ring(ring_waves);
     auto dy = to_device(y0);
     ehcuda::MatmulArgs m = a;
     if (!bulk && padded) m.seg[0].w.data = padded;
     m.y = dy.as<float>();
     ehcuda::matmul(m, nullptr);
+    ehcuda::set_gemv_bulk_ring(ring_was);
     return to_host<float>(dy, y0.size());
 }
 
@@ -76,8 +79,10 @@ TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
     REQUIRE_GPU();
     // Shapes the register kernel serves without split-K (so the two sum in
     // the same order): tiny with a ragged tensor end, one and several rows per
-    // tile, 2- and 4-row warps of the register kernel, a long-K matrix.
-    const Shape shapes[] = {{37, 96}, {300, 1024}, {4100, 640}, {8192, 1024}, {3072, 8192}};
+    // tile, 2- and 4-row warps of the register kernel, a long-K matrix, and
+    // one of more tiles than twice the warps a device holds (the resident
+    // grid's warps refill their buffers).
+    const Shape shapes[] = {{37, 96}, {300, 1024}, {4100, 640}, {8192, 1024}, {3072, 8192}, {70001, 256}};
     const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1,
                               EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
     int checked = 0;
@@ -114,20 +119,26 @@ TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
                     a.norm_eps = 1e-5f;
                     a.ldy = sh.rows;
                     a.accumulate = mode >= 2;
-                    const auto ref = run(a, false, y0, w_padded.get()), got = run(a, true, y0);
-                    GPU_OK(cudaGetLastError());
-                    for (int r = 0; r < sh.rows; ++r) {
-                        const float e = ref[size_t(r)], v = got[size_t(r)];
-                        const std::string what = ehp::type_name(type) + " " + std::to_string(sh.rows) + "x" +
-                                                 std::to_string(sh.cols) + " mode " + std::to_string(mode) +
-                                                 " input " + std::to_string(int(in)) + " row " + std::to_string(r);
-                        // The RMSNorm fold's 1/rms sums the block's partial
-                        // sums of squares, and the blocks differ in warps:
-                        // last bits of that factor only.
-                        if (mode == 1) ASSERT_NEAR(e, v, 1e-5 * (1 + std::fabs(e))) << what;
-                        else ASSERT_EQ(e, v) << what;
+                    const auto ref = run(a, false, y0, w_padded.get());
+                    // one-shot blocks, then the resident grid for every matrix
+                    // (each warp several tiles through two buffers)
+                    for (int ring = 0; ring <= 1; ++ring) {
+                        const auto got = run(a, true, y0, nullptr, ring);
+                        GPU_OK(cudaGetLastError());
+                        for (int r = 0; r < sh.rows; ++r) {
+                            const float e = ref[size_t(r)], v = got[size_t(r)];
+                            const std::string what = ehp::type_name(type) + " " + std::to_string(sh.rows) + "x" +
+                                                     std::to_string(sh.cols) + " mode " + std::to_string(mode) +
+                                                     " input " + std::to_string(int(in)) + " ring " +
+                                                     std::to_string(ring) + " row " + std::to_string(r);
+                            // The RMSNorm fold's 1/rms sums the block's partial
+                            // sums of squares, and the blocks differ in warps:
+                            // last bits of that factor only.
+                            if (mode == 1) ASSERT_NEAR(e, v, 1e-5 * (1 + std::fabs(e))) << what;
+                            else ASSERT_EQ(e, v) << what;
+                        }
+                        ++checked;
                     }
-                    ++checked;
                 }
             }
         }
@@ -205,9 +216,13 @@ TEST(GemvBulk, SegmentsBitwiseEqual) {
         a.ldy = off;
         for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
             InputGuard ig(in);
-            const auto ref = run(a, false, y0), got = run(a, true, y0);
-            GPU_OK(cudaGetLastError());
-            for (int r = 0; r < off; ++r) ASSERT_EQ(ref[size_t(r)], got[size_t(r)]) << "mixed " << mixed << " row " << r;
+            const auto ref = run(a, false, y0);
+            for (int ring = 0; ring <= 1; ++ring) {
+                const auto got = run(a, true, y0, nullptr, ring);
+                GPU_OK(cudaGetLastError());
+                for (int r = 0; r < off; ++r)
+                    ASSERT_EQ(ref[size_t(r)], got[size_t(r)]) << "mixed " << mixed << " ring " << ring << " row " << r;
+            }
         }
     }
 }

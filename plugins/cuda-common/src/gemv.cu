@@ -411,6 +411,8 @@ void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
 void set_gemv_bulk(bool on) { detail::gemv_bulk_enabled = on; }
 void set_gemv_early_regs(bool on) { detail::gemv_early_regs = on; }
 bool gemv_bulk_on() { return detail::gemv_bulk_enabled; }
+void set_gemv_bulk_ring(int min_waves) { detail::gemv_bulk_ring_waves = std::max(0, min_waves); }
+int gemv_bulk_ring() { return detail::gemv_bulk_ring_waves; }
 void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
 GemvInput gemv_input() { return detail::gemv_input_mode; }
 

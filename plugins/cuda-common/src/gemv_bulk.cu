@@ -70,45 +70,14 @@ __device__ __forceinline__ TileRef tile_ref(const DevArgs& a, int tr, int t) {
     return TileRef{&g, t * tr, min(tr, g.rows - t * tr)};
 }
 
-// Warp w of the launch takes tile w; its lane 0 issues the tile's copy
-// before pdl_entry(), then the block stages the input once for all its
-// warps (up to 8 by default: the staging is a per-block cost) while the
-// tiles are in flight. (A persistent grid with a ring of tile buffers per
-// warp was measured on an H100: fewer warps per multiprocessor left the dot
-// products latency-bound, Phi-3 decode 486 -> 446 tok/s.)
+// A warp's tile of nr rows, in shared memory at w (row r at w + r *
+// row_bytes), dotted with the staged input in gemv_kernel's order (lane =
+// chunk, same integer dot, same warp reduction); lane 0 stores the rows.
 template <int T, int R, int XB>
-__global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
-    static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
-    const DevArgs& a = b.d;
-    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-    __shared__ uint64_t bars[kMaxWarps];
-    extern __shared__ int4 smem_raw[];
-    uint8_t* xs = reinterpret_cast<uint8_t*>(smem_raw);
-    uint8_t* tile = xs + b.x_bytes + size_t(warp) * b.tile_stride;
-    const int t = blockIdx.x * (blockDim.x >> 5) + warp;
-    const bool active = t < b.tiles;
-    const TileRef tf = tile_ref(a, b.rows_per_tile, active ? t : 0);
+__device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
+                                         float xscale, int lane) {
     const DevSeg& g = *tf.g;
-    const int nr = active ? tf.nr : 0;
-    const uint8_t* src = g.w + size_t(tf.lr0) * g.row_bytes;
-    if (active && lane == 0) {
-        mbar_init(&bars[warp]);
-        bulk_range_issue(&bars[warp], tile, src, size_t(nr) * g.row_bytes, g.w + size_t(g.rows) * g.row_bytes);
-    }
-    pdl_entry();
-    pdl_release();
-
-    float xscale = 1.0f;
-    if (a.xmode == int(XMode::Chunks))
-        copy_chunks(reinterpret_cast<const int4*>(a.x), smem_raw, int(size_t(a.cols / 32) * kIntStride<XB> / 16));
-    else
-        xscale = stage_x_int<XB>(a, xs);
-    if (!active) return;
-    mbar_wait(&bars[warp], 0);
-    __syncwarp();
-
-    const uint8_t* w = tile + (reinterpret_cast<uintptr_t>(src) & 15);
-    const int nch = a.cols / 32;
+    const int nch = a.cols / 32, nr = tf.nr;
     float acc[R];
 #pragma unroll
     for (int r = 0; r < R; ++r) acc[r] = 0.0f;
@@ -131,6 +100,102 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     for (int r = 0; r < R; ++r) {
         if (r >= nr) break;
         store_out(a, g, 0, tf.lr0 + r, __fmul_rn(acc[r], xscale));  // as gemv_kernel rounds
+    }
+}
+
+// Stages the block's input (or copies a producer's chunks); returns the
+// factor tile_dot applies (1 / rms for the RMSNorm fold, else 1).
+template <int XB>
+__device__ __forceinline__ float stage_input(const DevArgs& a, int4* smem) {
+    if (a.xmode != int(XMode::Chunks)) return stage_x_int<XB>(a, reinterpret_cast<uint8_t*>(smem));
+    copy_chunks(reinterpret_cast<const int4*>(a.x), smem, int(size_t(a.cols / 32) * kIntStride<XB> / 16));
+    return 1.0f;
+}
+
+// Issues tile tf's copy into `dst` (16-byte aligned), completing on `bar`;
+// returns the offset of the tile's first byte in dst.
+__device__ __forceinline__ int issue_tile(const TileRef& tf, uint8_t* dst, uint64_t* bar) {
+    const DevSeg& g = *tf.g;
+    const uint8_t* src = g.w + size_t(tf.lr0) * g.row_bytes;
+    bulk_range_issue(bar, dst, src, size_t(tf.nr) * g.row_bytes, g.w + size_t(g.rows) * g.row_bytes);
+    return int(reinterpret_cast<uintptr_t>(src) & 15);
+}
+
+// Warp w of the launch takes tile w; its lane 0 issues the tile's copy
+// before pdl_entry(), then the block stages the input once for all its
+// warps (up to 8 by default: the staging is a per-block cost) while the
+// tiles are in flight.
+template <int T, int R, int XB>
+__global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
+    static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
+    const DevArgs& a = b.d;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ uint64_t bars[kMaxWarps];
+    extern __shared__ int4 smem_raw[];
+    uint8_t* xs = reinterpret_cast<uint8_t*>(smem_raw);
+    uint8_t* tile = xs + b.x_bytes + size_t(warp) * b.tile_stride;
+    const int t = blockIdx.x * (blockDim.x >> 5) + warp;
+    const bool active = t < b.tiles;
+    const TileRef tf = tile_ref(a, b.rows_per_tile, active ? t : 0);
+    const int lead = int(reinterpret_cast<uintptr_t>(tf.g->w + size_t(tf.lr0) * tf.g->row_bytes) & 15);
+    if (active && lane == 0) {
+        mbar_init(&bars[warp]);
+        issue_tile(tf, tile, &bars[warp]);
+    }
+    pdl_entry();
+    pdl_release();
+    const float xscale = stage_input<XB>(a, smem_raw);
+    if (!active) return;
+    mbar_wait(&bars[warp], 0);
+    __syncwarp();
+    tile_dot<T, R, XB>(a, tf, tile + lead, xs, xscale, lane);
+}
+
+// For matrices of several waves of gemv_bulk_kernel's blocks: a grid that
+// stays resident, each warp taking tiles w, w + W, w + 2W, ... (W warps in
+// the grid) through two tile buffers, the next copy in flight while it dots
+// the current one, and issuing the one after as soon as a buffer is free;
+// the input is staged once per block. One-shot blocks start, land and dot
+// their tiles in step (the copy engine serves a multiprocessor's copies
+// together: splitting a tile into 2-4 copies each waited for on its own
+// bought nothing on an H100), so their dot products and block turnover
+// leave the memory idle; here a warp's copies are issued one tile apart.
+// (As the only form, for every matrix, this was slower in models: one-wave
+// matrices need every tile in flight at once. Phi-3 decode 486 -> 446.)
+template <int T, int R, int XB>
+__global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs b) {
+    static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
+    const DevArgs& a = b.d;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    __shared__ uint64_t bars[kMaxWarps][2];
+    extern __shared__ int4 smem_raw[];
+    uint8_t* xs = reinterpret_cast<uint8_t*>(smem_raw);
+    uint8_t* buf = xs + b.x_bytes + size_t(warp) * 2 * b.tile_stride;
+    const int nw = int(gridDim.x) * int(blockDim.x >> 5);
+    const int t0 = blockIdx.x * (blockDim.x >> 5) + warp;
+    if (lane == 0) {
+        mbar_init(&bars[warp][0]);
+        mbar_init(&bars[warp][1]);
+        for (int k = 0; k < 2; ++k)
+            if (t0 + k * nw < b.tiles) issue_tile(tile_ref(a, b.rows_per_tile, t0 + k * nw), buf + k * b.tile_stride, &bars[warp][k]);
+    }
+    pdl_entry();
+    pdl_release();
+    const float xscale = stage_input<XB>(a, smem_raw);
+    int i = 0;
+    for (int t = t0; t < b.tiles; t += nw, ++i) {
+        const int k = i & 1;
+        uint8_t* tile = buf + k * b.tile_stride;
+        const TileRef tf = tile_ref(a, b.rows_per_tile, t);
+        const int lead = int(reinterpret_cast<uintptr_t>(tf.g->w + size_t(tf.lr0) * tf.g->row_bytes) & 15);
+        mbar_wait(&bars[warp][k], uint32_t(i >> 1) & 1u);
+        __syncwarp();
+        tile_dot<T, R, XB>(a, tf, tile + lead, xs, xscale, lane);
+        if (t + 2 * nw < b.tiles) {
+            fence_async_shared();  // this warp's reads of the buffer before the refill
+            __syncwarp();
+            if (lane == 0) issue_tile(tile_ref(a, b.rows_per_tile, t + 2 * nw), tile, &bars[warp][k]);
+        }
     }
 }
 
@@ -161,10 +226,34 @@ constexpr size_t kSmemPerSm = 228 * 1024;  // sm_90; each block also holds 1 KB 
 
 // Rows per tile, tiles, warps per block and shared bytes of one launch.
 struct Plan {
-    int tr = 0, tiles = 0, warps = 0, x_bytes = 0, tile_stride = 0;
+    int tr = 0, tiles = 0, warps = 0, x_bytes = 0, tile_stride = 0, blocks = 0;
     size_t smem = 0;
-    bool same = true;
+    bool same = true, ring = false;
 };
+
+// Blocks of `smem` dynamic shared bytes that fit one multiprocessor.
+int blocks_per_sm(size_t smem) { return std::max(1, int(kSmemPerSm / (smem + 2048))); }
+
+// The ring kernel's warps per block: the most warps per multiprocessor
+// (multiples of 4 up to 16, at most 32 per multiprocessor as its ~64
+// registers per thread allow; the larger block on a tie: fewer stagings);
+// false where two buffers per warp do not fit. Its grid (p.blocks) is
+// what stays resident, which the launch asks the occupancy calculator.
+bool plan_ring(Plan& p) {
+    int best = 0, best_w = 0;
+    for (int w = 16; w >= 4; w -= 4) {
+        const size_t smem = size_t(p.x_bytes) + size_t(w) * 2 * p.tile_stride;
+        if (smem > kBulkMaxSmem) continue;
+        const int per_sm = w * std::min(blocks_per_sm(smem), 32 / w);
+        if (per_sm > best) best = per_sm, best_w = w;
+    }
+    if (best_w == 0) return false;
+    p.ring = true;
+    p.warps = best_w;
+    p.smem = size_t(p.x_bytes) + size_t(best_w) * 2 * p.tile_stride;
+    p.blocks = (p.tiles + best_w - 1) / best_w;
+    return true;
+}
 
 Plan plan_for(const DevArgs& d) {
     Plan p;
@@ -196,11 +285,22 @@ Plan plan_for(const DevArgs& d) {
                            size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride > kBulkMaxSmem))
         p.warps /= 2;
     p.smem = size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride;
-    if (p.smem > kBulkMaxSmem) p.warps = 0;  // too wide: the register kernel serves it
+    if (p.smem > kBulkMaxSmem) {
+        p.warps = 0;  // too wide: the register kernel serves it
+        return p;
+    }
+    p.blocks = (p.tiles + p.warps - 1) / p.warps;
+    const int waves = (p.blocks + blocks_per_sm(p.smem) * nsm - 1) / (blocks_per_sm(p.smem) * nsm);
+    if (gemv_bulk_ring_waves > 0 && waves >= gemv_bulk_ring_waves) plan_ring(p);
     return p;
 }
 
 }  // namespace
+
+// gemv_bulk_ring_kernel for matrices of at least this many waves of
+// gemv_bulk_kernel's blocks (EHCUDA_GEMV_BULK_RING, set_gemv_bulk_ring; 0:
+// never).
+int gemv_bulk_ring_waves = env_int("EHCUDA_GEMV_BULK_RING", 3, 0, 1 << 20);
 
 int pair_slots() {
     static const int n = env_int("EHCUDA_PAIR_SLOTS", 2, 0, kPairMaxSlots);
@@ -228,14 +328,24 @@ bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
     b.tiles = p.tiles;
     b.tile_stride = p.tile_stride;
     b.x_bytes = p.x_bytes;
-    const dim3 grid(unsigned((p.tiles + p.warps - 1) / p.warps));
     auto go = [&](auto kernel) {
         allow_dynamic_smem(kernel, p.smem);
-        launch("gemv_bulk_kernel", kernel, grid, p.warps * 32, p.smem, stream, b);
+        int blocks = p.blocks;
+        if (p.ring) {
+            int per_sm = 0;
+            EHC_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.warps * 32, p.smem));
+            blocks = std::min(blocks, std::max(1, per_sm) * sm_count());
+        }
+        launch("gemv_bulk_kernel", kernel, dim3(unsigned(blocks)), p.warps * 32, p.smem, stream, b);
     };
     auto by_bits = [&]<int T, int R_>() {
-        if (bits == 16) go(gemv_bulk_kernel<T, R_, 16>);
-        else go(gemv_bulk_kernel<T, R_, 32>);
+        if (p.ring) {
+            if (bits == 16) go(gemv_bulk_ring_kernel<T, R_, 16>);
+            else go(gemv_bulk_ring_kernel<T, R_, 32>);
+        } else {
+            if (bits == 16) go(gemv_bulk_kernel<T, R_, 16>);
+            else go(gemv_bulk_kernel<T, R_, 32>);
+        }
     };
     auto by_rows = [&]<int T>() {
         if constexpr (T == EH_TYPE_MXFP4) throw ehp::Error(EH_INTERNAL, "gemv_bulk: MXFP4");  // refused above

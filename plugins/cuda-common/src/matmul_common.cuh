@@ -80,6 +80,7 @@ DevArgs to_dev(const MatmulArgs& a);
 // input, integer-path types but MXFP4, sm_90+, rows that fit its shared
 // memory, not switched off); false and nothing launched otherwise.
 extern bool gemv_bulk_enabled;
+extern int gemv_bulk_ring_waves;  // set_gemv_bulk_ring
 bool gemv_bulk(const DevArgs& d, cudaStream_t stream);
 
 // Host-side type dispatch: f.template operator()<T>().

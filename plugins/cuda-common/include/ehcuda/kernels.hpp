@@ -89,6 +89,12 @@ void set_gemv_prefetch(bool on);
 // bits of the RMSNorm fold's 1/rms factor, summed over other warps).
 void set_gemv_bulk(bool on);
 bool gemv_bulk_on();
+// Matrices of at least `min_waves` waves of the bulk GEMV's blocks go to
+// its resident-grid form (each warp streams several tiles through two
+// buffers); 0: never. The same bits either way. EHCUDA_GEMV_BULK_RING sets
+// the default.
+void set_gemv_bulk_ring(int min_waves);
+int gemv_bulk_ring();
 // Single-token GEMV on float-typed weights (F32, F16, BF16), one row per
 // warp: each lane's first chunk is loaded into registers before the
 // kernel's PDL wait (on by default; EHCUDA_GEMV_EARLY_REGS=0 or false here:
