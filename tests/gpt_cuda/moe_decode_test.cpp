@@ -211,6 +211,42 @@ TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
     a.h = dh2.as<float>();
     ehcuda::moe_decode(a, nullptr);
     EXPECT_EQ(std::memcmp(host<float>(dh2, size_t(E)).data(), got.data(), got.size() * 4), 0);
+
+    // The routing inside the expert kernel: router logits that rank `ids`
+    // first (slots 0 and 1 tied: the lower index wins), then the others,
+    // ties among them too. moe_route + moe_decode and moe_decode routing
+    // for itself leave the same ids, weights and bits in h.
+    std::vector<float> logits(static_cast<size_t>(X));
+    for (int e = 0; e < X; ++e) logits[size_t(e)] = -5.0f - 0.25f * float(e % 3);
+    for (int s = 0; s < k; ++s) logits[size_t(ids[size_t(s)])] = 3.0f - 0.5f * float(std::max(s, 1));
+    auto dlog = dev(logits);
+    ehcuda::DeviceBuffer rid(size_t(k) * 4), rwt(size_t(k) * 4), fid(size_t(k) * 4), fwt(size_t(k) * 4);
+    ehcuda::moe_route(dlog.as<float>(), 1, X, k, rid.as<int32_t>(), rwt.as<float>(), nullptr);
+    auto dh_r = dev(h0), dh_fused = dev(h0);
+    ehcuda::MoeDecodeArgs ar = a;
+    ar.x = ar.h = dh_r.as<float>();
+    ar.ids = rid.as<int32_t>();
+    ar.weights = rwt.as<float>();
+    ehcuda::moe_decode(ar, nullptr);
+    ehcuda::MoeDecodeArgs af = a;
+    af.x = af.h = dh_fused.as<float>();
+    af.ids = nullptr;
+    af.weights = nullptr;
+    af.logits = dlog.as<float>();
+    af.n_expert = X;
+    af.route_ids = fid.as<int32_t>();
+    af.route_weights = fwt.as<float>();
+    ehcuda::moe_decode(af, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto r_ids = host<int32_t>(rid, size_t(k)), f_ids = host<int32_t>(fid, size_t(k));
+    const auto r_wts = host<float>(rwt, size_t(k)), f_wts = host<float>(fwt, size_t(k));
+    EXPECT_EQ(r_ids, f_ids);
+    EXPECT_EQ(std::memcmp(r_wts.data(), f_wts.data(), size_t(k) * 4), 0);
+    EXPECT_EQ(std::memcmp(host<float>(dh_r, size_t(E)).data(), host<float>(dh_fused, size_t(E)).data(), size_t(E) * 4), 0)
+        << "routing in the expert kernel vs moe_route";
+    if (k >= 2) {
+        EXPECT_EQ(f_ids[0], std::min(ids[0], ids[1])) << "tie: the lower index first";
+    }
 }
 
 INSTANTIATE_TEST_SUITE_P(

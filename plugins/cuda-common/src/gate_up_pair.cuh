@@ -47,13 +47,15 @@ struct PairSlices {
 constexpr int kPairSliceChunks = 32;
 constexpr int kPairMaxSlots = 4;
 
-// Grid (n_ff / 32, slots). Slot s uses expert ids[s] (ids NULL: expert 0)
-// and writes chunk blockIdx.x of its row of chunks in `out`.
+// Grid (n_ff / 32, slots). Slot s uses expert ids[s] (ids NULL: expert 0;
+// route.logits set: the expert the block's own routing ranks s-th, see
+// FusedRoute) and writes chunk blockIdx.x of its row of chunks in `out`.
 template <int TG, int TU, int Bits, int RW, class Act, bool Bulk>
 // (MXFP4 at RW 4: 3 blocks per SM, <= 85 registers, no spills; its reader
 // otherwise took 95 and the MoE decode ran at 2 blocks per SM. The K-quant
 // types would spill under that bound, so they keep theirs.)
 __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ? 3 : 1) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
+                                                                       FusedRoute route,
                                                                        moe_detail::DevMat g, moe_detail::DevMat u,
                                                                        Act act, uint8_t* out, PairSlices ps) {
     constexpr int kRows = 2 * RW;  // a warp's rows: RW of gate, then the same RW of up
@@ -105,8 +107,27 @@ __global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ?
         }
     }
     pdl_entry();
-    if (!ids) pdl_release();  // (a dense FFN; see launch.cuh)
-    const int e = ids ? ids[slot] : 0;
+    if (!ids && !route.logits) pdl_release();  // (a dense FFN; see launch.cuh)
+    int e = ids ? ids[slot] : 0;
+    if (route.logits) {
+        // The block's own routing of the predecessor's logits (bitwise
+        // moe_route's), published to the block by the barrier.
+        __shared__ int32_t routed[32];
+        if (warp == 0) {
+            int id;
+            float wt;
+            route_warp(route.logits, route.n_expert, route.k, lane, id, wt);
+            if (lane < route.k) {
+                routed[lane] = id;
+                if (blockIdx.x == 0 && blockIdx.y == 0) {
+                    route.ids[lane] = id;
+                    route.weights[lane] = wt;
+                }
+            }
+        }
+        __syncthreads();
+        e = routed[slot];
+    }
     const uint8_t* gw = moe_detail::row_ptr(g, e, r0);
     const uint8_t* uw = moe_detail::row_ptr(u, e, r0);
     const float xscale = stage_x_int<Bits>(xa, xs);
@@ -184,11 +205,11 @@ inline bool pair_bulk(int cols) {
 template <int Bits, int RW, class Act>
 void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, const moe_detail::DevMat& g,
                          const moe_detail::DevMat& u, Act act, uint8_t* out, int slots, bool bulk,
-                         cudaStream_t stream) {
+                         cudaStream_t stream, const FusedRoute& route = {}) {
     constexpr int kWarps = 32 / RW;
     const size_t x_bytes = (staged_int_bytes<Bits>(xa.cols) + 15) / 16 * 16;
     const int nsl = (xa.cols / 32 + kPairSliceChunks - 1) / kPairSliceChunks;
-    if (bulk && ids) throw ehp::Error(EH_INTERNAL, "gate_up_pair: the bulk form serves dense FFNs only");
+    if (bulk && (ids || route.logits)) throw ehp::Error(EH_INTERNAL, "gate_up_pair: the bulk form serves dense FFNs only");
     int_type_dispatch(type, [&]<int T>() {
         PairSlices ps{0, 0, int(x_bytes)};
         if constexpr (T != EH_TYPE_MXFP4) {
@@ -203,7 +224,7 @@ void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, c
         auto go = [&](auto kernel) {
             allow_dynamic_smem(kernel, smem);
             launch("gate_up_pair_kernel", kernel, dim3(unsigned(g.rows / 32), unsigned(slots)), kWarps * 32, smem,
-                   stream, xa, ids, g, u, act, out, ps);
+                   stream, xa, ids, route, g, u, act, out, ps);
         };
         if constexpr (T != EH_TYPE_MXFP4)
             if (ps.slots > 0) return go(gate_up_pair_kernel<T, T, Bits, RW, Act, true>);

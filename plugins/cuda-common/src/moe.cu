@@ -46,22 +46,7 @@ __device__ __forceinline__ float row_dot(const uint8_t* w, const float* x, int n
     return detail::warp_sum(acc);
 }
 
-// Top-k by selection, one warp per token: k rounds of a warp-wide argmax
-// over the experts not yet taken (lane i holds experts i, i+32, ..., and a
-// bit per expert it has given up); ties go to the lower index (as the CPU
-// reference's ordering), NaN ranks below every number. Lane s keeps slot
-// s; then a softmax over the selected logits. (One thread per token walking
-// every expert k times took ~20 us per gpt-oss layer at decode.)
-constexpr int kRouteWarps = 4;
-constexpr int kMaxExperts = 32 * 32;
-
-__device__ __forceinline__ bool route_better(float v, int e, float bv, int be) {
-    if (be < 0) return e >= 0;
-    if (e < 0) return false;
-    const bool vn = isnan(v), bn = isnan(bv);
-    if (vn != bn) return bn;
-    return (!vn && v > bv) || ((vn || v == bv) && e < be);
-}
+constexpr int kRouteWarps = 4;  // tokens per block; the routing itself: route_warp (moe_common.cuh)
 
 __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* logits, int ntok, int n_expert, int k,
                                                                   int32_t* ids, float* w) {
@@ -69,43 +54,12 @@ __global__ void __launch_bounds__(kRouteWarps * 32) route_kernel(const float* lo
     const int lane = threadIdx.x & 31;
     const int t = blockIdx.x * kRouteWarps + (threadIdx.x >> 5);
     if (t >= ntok) return;
-    const float* l = logits + size_t(t) * n_expert;
-    uint32_t taken = 0;  // bit j: expert lane + 32 j is selected
-    int my_id = -1;
-    float my_val = 0.0f;
-    for (int s = 0; s < k; ++s) {
-        float bv = 0.0f;
-        int be = -1;
-        for (int j = 0, e = lane; e < n_expert; ++j, e += 32) {
-            const float v = l[e];
-            if (!((taken >> j) & 1u) && route_better(v, e, bv, be)) {
-                bv = v;
-                be = e;
-            }
-        }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (route_better(ov, oe, bv, be)) {
-                bv = ov;
-                be = oe;
-            }
-        }
-        if (be >= 0 && (be & 31) == lane) taken |= 1u << (be >> 5);
-        if (lane == s) {
-            my_id = be;
-            my_val = bv;
-        }
-    }
-    const float mx = __shfl_sync(0xffffffffu, my_val, 0);
-    const float p = lane < k ? expf(my_val - mx) : 0.0f;
-    float sum = p;
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    int my_id;
+    float my_w;
+    route_warp(logits + size_t(t) * n_expert, n_expert, k, lane, my_id, my_w);
     if (lane < k) {
         ids[size_t(t) * k + lane] = my_id;
-        w[size_t(t) * k + lane] = p / sum;
+        w[size_t(t) * k + lane] = my_w;
     }
 }
 
@@ -237,7 +191,7 @@ void moe_route(const float* logits, int ntok, int n_expert, int k, int32_t* ids,
                cudaStream_t stream) {
     if (ntok <= 0) return;
     if (k < 1 || k > kMaxK || k > n_expert) throw ehp::Error(EH_UNSUPPORTED, "moe: expert_used_count must be 1..32 and <= expert_count");
-    if (n_expert > kMaxExperts) throw ehp::Error(EH_UNSUPPORTED, "moe: expert_count must be <= 1024");
+    if (n_expert > kMaxRouteExperts) throw ehp::Error(EH_UNSUPPORTED, "moe: expert_count must be <= 1024");
     launch("route_kernel", route_kernel, (ntok + kRouteWarps - 1) / kRouteWarps, kRouteWarps * 32, 0, stream, logits, ntok,
            n_expert, k, ids, weights);
     EHC_LAUNCHED("route_kernel");

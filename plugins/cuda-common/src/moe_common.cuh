@@ -22,6 +22,70 @@ __device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float
     return (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
 }
 
+// Top-k by selection, one warp per token: k rounds of a warp-wide argmax
+// over the experts not yet taken (lane i holds experts i, i+32, ..., and a
+// bit per expert it has given up); ties go to the lower index (as the CPU
+// reference's ordering), NaN ranks below every number. Lane s < k gets
+// slot s's expert and its weight, a softmax over the selected logits.
+// (One thread per token walking every expert k times took ~20 us per
+// gpt-oss layer at decode.) k <= 32, n_expert <= kMaxRouteExperts.
+constexpr int kMaxRouteExperts = 32 * 32;
+
+__device__ __forceinline__ bool route_better(float v, int e, float bv, int be) {
+    if (be < 0) return e >= 0;
+    if (e < 0) return false;
+    const bool vn = isnan(v), bn = isnan(bv);
+    if (vn != bn) return bn;
+    return (!vn && v > bv) || ((vn || v == bv) && e < be);
+}
+
+__device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, int lane, int& my_id, float& my_w) {
+    uint32_t taken = 0;  // bit j: expert lane + 32 j is selected
+    my_id = -1;
+    float my_val = 0.0f;
+    for (int s = 0; s < k; ++s) {
+        float bv = 0.0f;
+        int be = -1;
+        for (int j = 0, e = lane; e < n_expert; ++j, e += 32) {
+            const float v = l[e];
+            if (!((taken >> j) & 1u) && route_better(v, e, bv, be)) {
+                bv = v;
+                be = e;
+            }
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) {
+            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
+            if (route_better(ov, oe, bv, be)) {
+                bv = ov;
+                be = oe;
+            }
+        }
+        if (be >= 0 && (be & 31) == lane) taken |= 1u << (be >> 5);
+        if (lane == s) {
+            my_id = be;
+            my_val = bv;
+        }
+    }
+    const float mx = __shfl_sync(0xffffffffu, my_val, 0);
+    const float p = lane < k ? expf(my_val - mx) : 0.0f;
+    float sum = p;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) sum += __shfl_xor_sync(0xffffffffu, sum, o);
+    my_w = p / sum;
+}
+
+// A decode MoE's routing done by the expert kernel itself (moe_decode with
+// logits): each block routes for itself; block (0, 0) leaves the ids and
+// weights in memory for the down kernel. logits NULL: ids are given.
+struct FusedRoute {
+    const float* logits = nullptr;
+    int n_expert = 0, k = 0;
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+};
+
 namespace moe_detail {
 
 // Kernel-side copy of an ExpertMat.

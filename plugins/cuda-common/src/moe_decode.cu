@@ -81,19 +81,26 @@ bool moe_decode_supported(const ExpertMat& gate, const ExpertMat& up, const Expe
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     if (!moe_decode_supported(a.gate, a.up, a.down, a.k))
         throw ehp::Error(EH_INTERNAL, "moe decode: expert shapes or types not supported (check moe_decode_supported)");
-    if (!a.x || !a.ids || !a.weights || !a.h || !a.scratch ||
+    const bool fused = a.logits != nullptr;
+    if (fused && (!a.route_ids || !a.route_weights || a.n_expert < a.k || a.n_expert > kMaxRouteExperts))
+        throw ehp::Error(EH_INTERNAL, "moe decode: routing needs route_ids, route_weights and k <= n_expert <= 1024");
+    if (!a.x || (!fused && (!a.ids || !a.weights)) || !a.h || !a.scratch ||
         a.scratch_bytes < moe_decode_scratch_bytes(a.k, a.gate.rows))
         throw ehp::Error(EH_INTERNAL, "moe decode: missing buffer or scratch too small");
+    const int32_t* ids = fused ? a.route_ids : a.ids;
+    const float* weights = fused ? a.route_weights : a.weights;
+    FusedRoute route;
+    if (fused) route = FusedRoute{a.logits, a.n_expert, a.k, a.route_ids, a.route_weights};
     const DevMat g = to_dev(a.gate, "moe gate"), u = to_dev(a.up, "moe up"), d = to_dev(a.down, "moe down");
     if (d.cols != g.rows || reinterpret_cast<uintptr_t>(a.x) % 16 || (a.norm_w && reinterpret_cast<uintptr_t>(a.norm_w) % 16))
         throw ehp::Error(EH_INTERNAL, "moe decode: down's columns must be gate's rows; input 16-byte aligned");
     const detail::DevArgs xa = detail::single_token_input(a.x, g.cols, a.norm_w, a.norm_eps);
     uint8_t* act_q = static_cast<uint8_t*>(a.scratch);
-    detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, a.ids, g, u, detail::SwiGluOai{a.alpha, a.limit}, act_q,
-                                       a.k, false, stream);
+    detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, fused ? nullptr : a.ids, g, u,
+                                       detail::SwiGluOai{a.alpha, a.limit}, act_q, a.k, false, stream, route);
     detail::int_type_dispatch(a.down.type, [&]<int T>() {
         launch("moe down_decode_kernel", down_decode_kernel<T>, unsigned((d.rows + kDownRows - 1) / kDownRows),
-               kDownWarps * 32, 0, stream, static_cast<const uint8_t*>(act_q), a.k, a.ids, a.weights, d, a.h);
+               kDownWarps * 32, 0, stream, static_cast<const uint8_t*>(act_q), a.k, ids, weights, d, a.h);
     });
     EHC_LAUNCHED("down_decode_kernel");
 }

@@ -79,6 +79,7 @@ Session::Session(Model& model, const eh_session_params& params)
     nsplit_ = ehcuda::attention_sink_splits(n_ctx());
     if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 128);
     if (const char* e = std::getenv("EHCUDA_ATTN_CHUNKS")) attn_chunks_on_ = std::atoi(e) != 0;
+    if (const char* e = std::getenv("EHCUDA_MOE_FUSED_ROUTE")) moe_fused_route_ = std::atoi(e) != 0;
     if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     set_profile_note(std::to_string(nsplit_) + " attention splits");
     attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_sink_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
@@ -301,7 +302,10 @@ void Session::gpt_oss_layer(int li, int ntok) {
     ro.ntok = ntok;
     ro.prefill = prefill_ws(ntok);
     ehcuda::matmul(ro, s);
-    ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
+    // (one token: the expert kernel routes for itself unless switched off)
+    const bool fused_route = one && moe_fused_route_;
+    if (!fused_route)
+        ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);
     if (one) {
         ehcuda::MoeDecodeArgs md;
@@ -309,8 +313,15 @@ void Session::gpt_oss_layer(int li, int ntok) {
         md.norm_w = L.ffn_norm;
         md.norm_eps = c.eps;
         md.k = k;
-        md.ids = ids_.as<int32_t>();
-        md.weights = wts_.as<float>();
+        if (fused_route) {
+            md.logits = router_.as<float>();
+            md.n_expert = c.n_expert;
+            md.route_ids = ids_.as<int32_t>();
+            md.route_weights = wts_.as<float>();
+        } else {
+            md.ids = ids_.as<int32_t>();
+            md.weights = wts_.as<float>();
+        }
         md.gate = L.gate_exps;
         md.up = L.up_exps;
         md.down = L.down_exps;

@@ -55,6 +55,7 @@ private:
     // partial results and one counter per head.
     int nsplit_ = 1;
     bool attn_chunks_on_ = true;       // EHCUDA_ATTN_CHUNKS=0: the projection stages the float output
+    bool moe_fused_route_ = true;      // EHCUDA_MOE_FUSED_ROUTE=0: moe_route as its own kernel at decode
     ehcuda::DeviceBuffer attn_chunks_;  // decode: the attention output as the output projection's chunks
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
 };

@@ -92,6 +92,14 @@ struct MoeDecodeArgs {
     int k = 0;
     const int32_t* ids = nullptr;     // [k] selected experts, rank order
     const float* weights = nullptr;   // [k]
+    // Or the routing done inside the expert kernel (one kernel fewer than
+    // moe_route + moe_decode, the same ids and weights): the router's
+    // logits [n_expert] (then ids and weights are ignored), and where the
+    // selection is left ([k] each; the down kernel reads it there).
+    const float* logits = nullptr;
+    int n_expert = 0;
+    int32_t* route_ids = nullptr;
+    float* route_weights = nullptr;
     ExpertMat gate, up, down;
     float alpha = 0.0f, limit = 0.0f;  // clamped SwiGLU
     void* scratch = nullptr;           // moe_decode_scratch_bytes(k, gate.rows)
