@@ -254,6 +254,14 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
 __device__ __forceinline__ float kv_round(const __half*, float v) { return __half2float(__float2half_rn(v)); }
 __device__ __forceinline__ float kv_round(const float*, float v) { return v; }
 
+// A head's output at dim d, and its integer chunk for the projection when
+// asked (warp-wide: out_chunks needs head_dim % 32 == 0, so whole warps
+// take the same side of d < head_dim).
+__device__ __forceinline__ void emit_sink_out(const SinkAttnArgs& a, int xb, int head, int hd, int d, float v) {
+    a.out[size_t(head) * hd + d] = v;
+    if (a.out_chunks) detail::store_chunk_warp_bits(xb, v, a.out_chunks, head * hd + d);
+}
+
 // One query (decode), block (split, head): the keys are cut into
 // gridDim.x ranges. Each block leaves its (M, L, acc) in the scratch; the
 // last block of a head to finish (counted with an atomic) merges all splits
@@ -375,11 +383,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
         const float L = (a.sinks ? __expf(sink - Mx) : 0.0f) + Ls * w0;
         const float inv = L > 0.0f ? 1.0f / L : 0.0f;
         const int d = threadIdx.x;  // head_dim <= 32 * DPL <= blockDim.x
-        if (d < hd) {
-            const float A = parts.sum_acc(d, M) * w0;
-            a.out[size_t(head) * hd + d] = A * inv;
-            if (a.out_chunks) detail::store_chunk_warp_bits(xb, A * inv, a.out_chunks, head * hd + d);
-        }
+        if (d < hd) emit_sink_out(a, xb, head, hd, d, parts.sum_acc(d, M) * w0 * inv);
         return;
     }
     float* mine = a.split_scratch + (size_t(head) * nsplit + split) * (hd + 2);
@@ -430,10 +434,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
 #pragma unroll
         for (int s = 0; s < kOneRoundMerge; ++s)
             if (s < nact) A += as[s] * ms[s];
-        if (d < hd) {
-            a.out[size_t(head) * hd + d] = A * inv;
-            if (a.out_chunks) detail::store_chunk_warp_bits(xb, A * inv, a.out_chunks, head * hd + d);
-        }
+        if (d < hd) emit_sink_out(a, xb, head, hd, d, A * inv);
         return;
     }
     // More splits: maxima and sums in one load round, then the weights, then
@@ -456,8 +457,7 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
         float A = 0.0f;
 #pragma unroll 8
         for (int s = 0; s < nact; ++s) A += __ldcg(all + size_t(s) * (hd + 2) + 2 + d) * merge_w[s];
-        a.out[size_t(head) * hd + d] = A * inv;
-        if (a.out_chunks) detail::store_chunk_warp_bits(xb, A * inv, a.out_chunks, head * hd + d);
+        emit_sink_out(a, xb, head, hd, d, A * inv);
     }
 }
 
