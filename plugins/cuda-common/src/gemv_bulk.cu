@@ -8,6 +8,8 @@
 // order (lane = chunk, same integer dot, same warp reduction), so the
 // result is bitwise that of gemv_kernel without split-K (but for the last
 // bits of the RMSNorm fold's 1/rms, whose partial sums follow the block size).
+// Matrices of several waves take a resident grid instead
+// (gemv_bulk_ring_kernel), whose warps stream tile after tile.
 #include <algorithm>
 #include <cstdlib>
 
@@ -113,12 +115,14 @@ __device__ __forceinline__ float stage_input(const DevArgs& a, int4* smem) {
 }
 
 // Issues tile tf's copy into `dst` (16-byte aligned), completing on `bar`;
-// returns the offset of the tile's first byte in dst.
-__device__ __forceinline__ int issue_tile(const TileRef& tf, uint8_t* dst, uint64_t* bar) {
+// its first byte lands at dst + tile_lead(tf) (bulk_range_issue).
+__device__ __forceinline__ void issue_tile(const TileRef& tf, uint8_t* dst, uint64_t* bar) {
     const DevSeg& g = *tf.g;
-    const uint8_t* src = g.w + size_t(tf.lr0) * g.row_bytes;
-    bulk_range_issue(bar, dst, src, size_t(tf.nr) * g.row_bytes, g.w + size_t(g.rows) * g.row_bytes);
-    return int(reinterpret_cast<uintptr_t>(src) & 15);
+    bulk_range_issue(bar, dst, g.w + size_t(tf.lr0) * g.row_bytes, size_t(tf.nr) * g.row_bytes,
+                     g.w + size_t(g.rows) * g.row_bytes);
+}
+__device__ __forceinline__ int tile_lead(const TileRef& tf) {
+    return int(reinterpret_cast<uintptr_t>(tf.g->w + size_t(tf.lr0) * tf.g->row_bytes) & 15);
 }
 
 // Warp w of the launch takes tile w; its lane 0 issues the tile's copy
@@ -137,7 +141,6 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     const int t = blockIdx.x * (blockDim.x >> 5) + warp;
     const bool active = t < b.tiles;
     const TileRef tf = tile_ref(a, b.rows_per_tile, active ? t : 0);
-    const int lead = int(reinterpret_cast<uintptr_t>(tf.g->w + size_t(tf.lr0) * tf.g->row_bytes) & 15);
     if (active && lane == 0) {
         mbar_init(&bars[warp]);
         issue_tile(tf, tile, &bars[warp]);
@@ -148,7 +151,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     if (!active) return;
     mbar_wait(&bars[warp], 0);
     __syncwarp();
-    tile_dot<T, R, XB>(a, tf, tile + lead, xs, xscale, lane);
+    tile_dot<T, R, XB>(a, tf, tile + tile_lead(tf), xs, xscale, lane);
 }
 
 // For matrices of several waves of gemv_bulk_kernel's blocks: a grid that
@@ -177,7 +180,8 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
         mbar_init(&bars[warp][0]);
         mbar_init(&bars[warp][1]);
         for (int k = 0; k < 2; ++k)
-            if (t0 + k * nw < b.tiles) issue_tile(tile_ref(a, b.rows_per_tile, t0 + k * nw), buf + k * b.tile_stride, &bars[warp][k]);
+            if (t0 + k * nw < b.tiles)
+                issue_tile(tile_ref(a, b.rows_per_tile, t0 + k * nw), buf + k * b.tile_stride, &bars[warp][k]);
     }
     pdl_entry();
     pdl_release();
@@ -187,10 +191,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
         const int k = i & 1;
         uint8_t* tile = buf + k * b.tile_stride;
         const TileRef tf = tile_ref(a, b.rows_per_tile, t);
-        const int lead = int(reinterpret_cast<uintptr_t>(tf.g->w + size_t(tf.lr0) * tf.g->row_bytes) & 15);
         mbar_wait(&bars[warp][k], uint32_t(i >> 1) & 1u);
         __syncwarp();
-        tile_dot<T, R, XB>(a, tf, tile + lead, xs, xscale, lane);
+        tile_dot<T, R, XB>(a, tf, tile + tile_lead(tf), xs, xscale, lane);
         if (t + 2 * nw < b.tiles) {
             fence_async_shared();  // this warp's reads of the buffer before the refill
             __syncwarp();
@@ -237,9 +240,9 @@ int blocks_per_sm(size_t smem) { return std::max(1, int(kSmemPerSm / (smem + 204
 // The ring kernel's warps per block: the most warps per multiprocessor
 // (multiples of 4 up to 16, at most 32 per multiprocessor as its ~64
 // registers per thread allow; the larger block on a tie: fewer stagings);
-// false where two buffers per warp do not fit. Its grid (p.blocks) is
-// what stays resident, which the launch asks the occupancy calculator.
-bool plan_ring(Plan& p) {
+// p unchanged where two buffers per warp do not fit. Its grid (p.blocks)
+// is what stays resident, which the launch asks the occupancy calculator.
+void plan_ring(Plan& p) {
     int best = 0, best_w = 0;
     for (int w = 16; w >= 4; w -= 4) {
         const size_t smem = size_t(p.x_bytes) + size_t(w) * 2 * p.tile_stride;
@@ -247,12 +250,11 @@ bool plan_ring(Plan& p) {
         const int per_sm = w * std::min(blocks_per_sm(smem), 32 / w);
         if (per_sm > best) best = per_sm, best_w = w;
     }
-    if (best_w == 0) return false;
+    if (best_w == 0) return;
     p.ring = true;
     p.warps = best_w;
     p.smem = size_t(p.x_bytes) + size_t(best_w) * 2 * p.tile_stride;
     p.blocks = (p.tiles + best_w - 1) / best_w;
-    return true;
 }
 
 Plan plan_for(const DevArgs& d) {
@@ -336,7 +338,8 @@ bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
             EHC_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, p.warps * 32, p.smem));
             blocks = std::min(blocks, std::max(1, per_sm) * sm_count());
         }
-        launch("gemv_bulk_kernel", kernel, dim3(unsigned(blocks)), p.warps * 32, p.smem, stream, b);
+        launch(p.ring ? "gemv_bulk_ring_kernel" : "gemv_bulk_kernel", kernel, dim3(unsigned(blocks)), p.warps * 32,
+               p.smem, stream, b);
     };
     auto by_bits = [&]<int T, int R_>() {
         if (p.ring) {
