@@ -9,6 +9,7 @@
 # Paths inside the archive are absolute paths of this machine, so binaries'
 # baked-in paths (test data, test plugins) hold there too. On the device:
 #   bash scripts/device-unpack.sh && <commands>
+# STAGE_BINS (default below) and STAGE_DROP (test data left out) trim it.
 #
 #   scripts/device-stage.sh [BUILD_DIR]     (default: build)
 set -euo pipefail
@@ -26,9 +27,15 @@ bins=${STAGE_BINS:-engine-host eh_cuda_tests eh_cuda_probe_test eh_gpt_cuda_test
 for b in $bins; do
   [ -f "$build/bin/$b" ] && copy "$build/bin/$b"
 done
+# STAGE_EXTRA: more absolute paths to carry as they are (e.g. another
+# build's plugin folder for scripts/device-ab.sh).
+for p in ${STAGE_EXTRA:-}; do copy "$p"; done
 # Plugins and manifests only (the plugin folder is also CMake's build folder).
+# STAGE_SKIP_PLUGINS: plugin names left out (e.g. "llama-cuda" for a gpt-only run).
+skip_re="^$"
+for n in ${STAGE_SKIP_PLUGINS:-}; do skip_re="$skip_re|/(lib)?eh-$n\.so$|/$n\.manifest\.json$"; done
 (cd / && find "$build/plugins" "$build/test-plugins" -maxdepth 2 \( -name '*.so' -o -name '*.manifest.json' \) 2>/dev/null) |
-  while read -r f; do copy "$f"; done
+  grep -Ev "$skip_re" | while read -r f; do copy "$f"; done
 (cd / && find "$build" -name CTestTestfile.cmake -o -name '*_tests.cmake' -o -name '*_include.cmake' \
    -o -name 'DartConfiguration.tcl' | grep -v '/CMakeFiles/') | while read -r f; do copy "$f"; done
 mkdir -p "$stage$build/lib"

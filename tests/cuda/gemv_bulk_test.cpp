@@ -26,29 +26,33 @@ ehcuda::DeviceBuffer exact_device(const std::vector<uint8_t>& v) {
 }
 
 // Integer chunks as a producer writes them (gemv_stage.cuh's layout):
-// int16 codes (Bits 32: then residue codes), then the scale and the code
-// sums of each half (Bits 32: then the residue sums).
+// int16 codes (Bits 32: then int8 residue codes), then the scale and the
+// code sums of each half (Bits 32: then the residue sums of the two halves
+// as two int16 in one word).
 std::vector<uint8_t> host_chunks(int n, int bits, std::mt19937& rng) {
-    const int stride = bits == 16 ? 80 : 176, code_bytes = bits == 16 ? 64 : 128;
+    const int stride = bits == 16 ? 80 : 112, code_bytes = bits == 16 ? 64 : 96;
     std::vector<uint8_t> out(size_t(n / 32) * stride, 0);
-    std::uniform_int_distribution<int> code(-32767, 32767), res(-16384, 16384);
+    std::uniform_int_distribution<int> code(-32767, 32767), res(-128, 127);
     std::uniform_real_distribution<float> scale(1e-5f, 1e-3f);
     for (int c = 0; c < n / 32; ++c) {
         uint8_t* ch = out.data() + size_t(c) * stride;
-        int16_t q[32], r[32];
+        int16_t q[32];
+        int8_t r[32];
         int sum[2] = {0, 0}, rsum[2] = {0, 0};
         for (int j = 0; j < 32; ++j) {
             q[j] = int16_t(code(rng));
-            r[j] = int16_t(bits == 32 ? res(rng) : 0);
+            r[j] = int8_t(bits == 32 ? res(rng) : 0);
             sum[j / 16] += q[j];
             rsum[j / 16] += r[j];
         }
         std::memcpy(ch, q, 64);
-        if (bits == 32) std::memcpy(ch + 64, r, 64);
+        if (bits == 32) std::memcpy(ch + 64, r, 32);
         const float d = scale(rng);
-        int hdr[5] = {0, sum[0], sum[1], rsum[0], rsum[1]};
+        const int16_t rs[2] = {int16_t(rsum[0]), int16_t(rsum[1])};
+        int hdr[4] = {0, sum[0], sum[1], 0};
         std::memcpy(&hdr[0], &d, 4);
-        std::memcpy(ch + code_bytes, hdr, bits == 32 ? 20 : 12);
+        std::memcpy(&hdr[3], rs, 4);
+        std::memcpy(ch + code_bytes, hdr, bits == 32 ? 16 : 12);
     }
     return out;
 }

@@ -285,7 +285,7 @@ TEST(MoeDecode, SupportedOnlyForIntegerPathTypesAndWholeChunks) {
     ehcuda::ExpertMat g48 = g, u48 = g, d48 = g;
     g48.rows = u48.rows = d48.cols = 48;  // n_ff not whole 32-row chunks
     EXPECT_FALSE(ehcuda::moe_decode_supported(g48, u48, d48, 4));
-    EXPECT_EQ(ehcuda::moe_decode_scratch_bytes(4, 2880), size_t(4) * 90 * 176);
+    EXPECT_EQ(ehcuda::moe_decode_scratch_bytes(4, 2880), size_t(4) * 90 * 112);
 }
 
 }  // namespace

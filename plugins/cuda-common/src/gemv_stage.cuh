@@ -18,14 +18,22 @@ constexpr int kChunkPad = 36;
 inline size_t staged_bytes(int cols) { return size_t(cols / 32) * kChunkPad * sizeof(float); }
 
 // Integer chunks: the codes (int8, int16, or for Bits 32 int16 codes then
-// int16 residue codes), then a header: the float scale and the code sums of
-// elements 0..15 and 16..31 (Bits 32: those of the codes, then those of the
-// residue codes). Strides of 48, 80 and 176 bytes keep the 16-byte reads of
-// 8 neighbouring lanes on distinct banks.
+// int8 residue codes), then a header: the float scale and the code sums of
+// elements 0..15 and 16..31 (Bits 32: then the residue codes' sums of the
+// two halves as one word of two int16). Strides of 48, 80 and 112 bytes
+// (odd multiples of 16) keep the 16-byte reads of 8 neighbouring lanes on
+// distinct banks.
 template <int Bits>
-constexpr int kIntStride = Bits == 8 ? 48 : Bits == 16 ? 80 : 176;
+constexpr int kIntStride = Bits == 8 ? 48 : Bits == 16 ? 80 : 112;
 template <int Bits>
-constexpr int kCodeBytes = Bits == 8 ? 32 : Bits == 16 ? 64 : 128;
+constexpr int kCodeBytes = Bits == 8 ? 32 : Bits == 16 ? 64 : 96;
+
+// Bits 32: the rounding residue of a code (|.| <= 0.5) in units of
+// 1/kResidueUnits of a code, as an int8 (+0.5 exactly, a tie, is kept at
+// 127/256). Residue codes are dotted four at a time with __dp4a.
+__device__ __forceinline__ int residue_code(float scaled, int q) {
+    return min(__float2int_rn((scaled - float(q)) * float(kResidueUnits)), 127);
+}
 template <int Bits>
 inline size_t staged_int_bytes(int cols) { return size_t(cols / 32) * kIntStride<Bits>; }
 
@@ -171,11 +179,10 @@ __device__ __forceinline__ float stage_x_int(const DevArgs& a, uint8_t* smem) {
             sum += __shfl_xor_sync(0xffffffffu, sum, 2);
             int r0 = 0, r1 = 0, r2 = 0, r3 = 0, rsum = 0;
             if constexpr (Bits == 32) {
-                // The rounding residue (|.| <= 0.5 code) in units of 1/32768.
-                r0 = __float2int_rn((s0 - float(q0)) * 32768.0f);
-                r1 = __float2int_rn((s1 - float(q1)) * 32768.0f);
-                r2 = __float2int_rn((s2 - float(q2)) * 32768.0f);
-                r3 = __float2int_rn((s3 - float(q3)) * 32768.0f);
+                r0 = residue_code(s0, q0);
+                r1 = residue_code(s1, q1);
+                r2 = residue_code(s2, q2);
+                r3 = residue_code(s3, q3);
                 rsum = r0 + r1 + r2 + r3;
                 rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
                 rsum += __shfl_xor_sync(0xffffffffu, rsum, 2);
@@ -188,16 +195,16 @@ __device__ __forceinline__ float stage_x_int(const DevArgs& a, uint8_t* smem) {
                 } else {
                     *reinterpret_cast<int2*>(chunk + 2 * (e & 31)) = make_int2(pack16(q0, q1), pack16(q2, q3));
                     if constexpr (Bits == 32)
-                        *reinterpret_cast<int2*>(chunk + 64 + 2 * (e & 31)) = make_int2(pack16(r0, r1), pack16(r2, r3));
+                        *reinterpret_cast<char4*>(chunk + 64 + (e & 31)) = make_char4(char(r0), char(r1), char(r2), char(r3));
                 }
                 int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
                 if ((i & 7) == 0) {
                     hdr[0] = __float_as_int(amax / kMax);
                     hdr[1] = sum;
-                    if constexpr (Bits == 32) hdr[3] = rsum;
+                    if constexpr (Bits == 32) reinterpret_cast<int16_t*>(hdr + 3)[0] = int16_t(rsum);
                 } else if ((i & 7) == 4) {
                     hdr[2] = sum;
-                    if constexpr (Bits == 32) hdr[4] = rsum;
+                    if constexpr (Bits == 32) reinterpret_cast<int16_t*>(hdr + 3)[1] = int16_t(rsum);
                 }
             }
         }
@@ -223,7 +230,7 @@ __device__ __forceinline__ void store_chunk_warp(float v, uint8_t* chunk) {
     const float id = amax > 0.0f ? kMax / amax : 0.0f;
     const float sv = v * id;
     const int q = __float2int_rn(sv);
-    const int r = Bits == 32 ? __float2int_rn((sv - float(q)) * 32768.0f) : 0;
+    const int r = Bits == 32 ? residue_code(sv, q) : 0;
     int sq = q, sr = r;
 #pragma unroll
     for (int o = 1; o < 16; o <<= 1) {
@@ -238,20 +245,23 @@ __device__ __forceinline__ void store_chunk_warp(float v, uint8_t* chunk) {
         if ((lane & 3) == 0) words[lane >> 2] = (q & 0xFF) | ((b1 & 0xFF) << 8) | ((b2 & 0xFF) << 16) | (b3 << 24);
     } else {
         const int qn = __shfl_down_sync(0xffffffffu, q, 1);
-        const int rn = __shfl_down_sync(0xffffffffu, r, 1);
-        if ((lane & 1) == 0) {
-            words[lane >> 1] = pack16(q, qn);
-            if constexpr (Bits == 32) words[16 + (lane >> 1)] = pack16(r, rn);
+        if ((lane & 1) == 0) words[lane >> 1] = pack16(q, qn);
+        if constexpr (Bits == 32) {
+            // as the int8 codes above: lane 4k packs elements 4k..4k+3
+            const int b1 = __shfl_down_sync(0xffffffffu, r, 1), b2 = __shfl_down_sync(0xffffffffu, r, 2);
+            const int b3 = __shfl_down_sync(0xffffffffu, r, 3);
+            if ((lane & 3) == 0) words[16 + (lane >> 2)] = (r & 0xFF) | ((b1 & 0xFF) << 8) | ((b2 & 0xFF) << 16) | (b3 << 24);
         }
     }
     int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
+    int sr_hi = 0;
+    if constexpr (Bits == 32) sr_hi = __shfl_sync(0xffffffffu, sr, 16);
     if (lane == 0) {
         hdr[0] = __float_as_int(amax / kMax);
         hdr[1] = sq;
-        if constexpr (Bits == 32) hdr[3] = sr;
+        if constexpr (Bits == 32) hdr[3] = pack16(sr, sr_hi);
     } else if (lane == 16) {
         hdr[2] = sq;
-        if constexpr (Bits == 32) hdr[4] = sr;
     }
 }
 
@@ -289,12 +299,13 @@ __device__ __forceinline__ void load_staged_int(const uint8_t* base, int c, XChu
     x.d = __int_as_float(hdr[0]);
     if constexpr (Bits == 32) {
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < 2; ++i) {
             const int4 g = p[4 + i];
             x.r[4 * i] = g.x; x.r[4 * i + 1] = g.y; x.r[4 * i + 2] = g.z; x.r[4 * i + 3] = g.w;
         }
-        x.sum_lo = I2{hdr[1], hdr[3]};
-        x.sum_hi = I2{hdr[2], hdr[4]};
+        const int rs = hdr[3];
+        x.sum_lo = I2{hdr[1], int(int16_t(rs & 0xFFFF))};
+        x.sum_hi = I2{hdr[2], rs >> 16};
     } else {
         x.sum_lo = hdr[1];
         x.sum_hi = hdr[2];

@@ -9,7 +9,7 @@
 //            memory (no atomics: reproducible) and added to h.
 //
 // Integer dot products (quant_dp4a.cuh) with the int16x2 input form are
-// ~2^-30 of the chunk's largest input from exact, so the experts'
+// ~2^-24 of the chunk's largest input from exact, so the experts'
 // outputs, and the routing of the layers after them, match the float
 // kernels of moe.cu; those stay for batches and for float expert types.
 #include <algorithm>

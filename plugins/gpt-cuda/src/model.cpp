@@ -263,8 +263,8 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     // gpt-oss's top-4 routing flips on near-ties at the int16 input rounding
     // of the default single-token GEMV (teacher-forced top-1 vs the CPU
     // reference fell from 128/128 to 126/128 on the forged 20B), so this
-    // plugin takes its GEMV inputs as int16x2 codes, finer than FP32
-    // accumulation, at the integer path's speed (the FP32 path read Q8_0
+    // plugin takes its GEMV inputs as int16x2 codes (int16 + int8 residue,
+    // ~2^-24 of each chunk's largest value), at the integer path's speed (the FP32 path read Q8_0
     // attention weights at ~860 GB/s on an H100). Its copy of the library
     // state is its own: each plugin links cuda-common statically. An
     // explicit EHCUDA_GEMV_INPUT still wins.

@@ -106,10 +106,11 @@ void set_gemv_early_regs(bool on);
 // Int8: int8 codes and __dp4a, fewer instructions per weight byte but ~0.4 %
 // rounding (tiny-model logits drift past 3 %), for measurements. Float: the
 // input in FP32 and weights decoded to float (the slowest, the reference).
-// Int16x2: int16 codes plus int16 codes of their rounding residue, two
-// __dp2a per pair of weights, ~2^-30 rounding (finer than FP32
-// accumulation): for models whose discrete choices (MoE routing) must not
-// move, at integer-path speed.
+// Int16x2: int16 codes plus int8 codes of their rounding residue (in
+// 1/256 of a code), a __dp2a per pair of weights and a __dp4a per four,
+// ~2^-24 of the chunk's largest value (as fine as its FP32 rounding): for
+// models whose discrete choices (MoE routing) must not move, at
+// integer-path speed.
 // Env EHCUDA_GEMV_INPUT=float|int16|int8|int16x2 sets the default.
 enum class GemvInput : int { Float = 0, Int16 = 1, Int8 = 2, Int16x2 = 3 };
 void set_gemv_input(GemvInput in);

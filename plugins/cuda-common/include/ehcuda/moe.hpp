@@ -80,7 +80,7 @@ bool moe_prefill(PrefillWorkspace* ws, const float* x, int ldx, int ntok, int k,
 // the input optionally RMS-normalised on the fly (norm_w set: x is the
 // residual stream and the pre-norm needs no kernel of its own). Integer
 // dot products with the input as int16x2 codes (kernels.hpp GemvInput),
-// ~2^-30 of each 32-element chunk's largest input from exact. For the
+// ~2^-24 of each 32-element chunk's largest input from exact. For the
 // expert types with an integer path (the quantized matmul types and
 // MXFP4; gate and up of one type), n_ff a multiple of 32 and k <= 32:
 // moe_decode_supported says; callers use moe_gate_up + moe_down otherwise.

@@ -3,10 +3,11 @@
 // path for quantized weights. Weight codes are unpacked four to a 32-bit
 // word and multiplied with __dp2a (int16 input: ~1.5e-5 rounding of the
 // chunk's largest |x|, below FP32 accumulation noise for these tests),
-// __dp4a (int8 input: faster, ~0.4 % rounding), or __dp2a twice (int16x2:
-// the input as int16 codes plus int16 codes of their rounding residue,
-// ~2^-30 of the chunk's largest |x|, finer than FP32 accumulation, for
-// models whose routing must not move); block scales and offsets are
+// __dp4a (int8 input: faster, ~0.4 % rounding), or __dp2a plus __dp4a
+// (int16x2: the input as int16 codes plus int8 codes of their rounding
+// residue in 1/256 of a code, ~2^-24 of the chunk's largest |x|, as fine
+// as FP32 rounding of it, for models whose routing must not move); block
+// scales and offsets are
 // applied once per chunk, with the input code sums precomputed at staging:
 //   sum_j w_j * x_j  ~=  xd * (scale * sum_j q_j * qx_j  - offset * sum_j qx_j).
 // The float path (load_chunk) stays the reference.
@@ -44,7 +45,8 @@ __device__ __forceinline__ uint32_t spread4(uint32_t b) {
 }
 
 // Integer sums of the int16x2 form: the codes' part and the residue
-// codes' part (in units of 1/32768 of a code).
+// codes' part (in units of 1/kResidueUnits of a code).
+constexpr int kResidueUnits = 256;
 struct I2 {
     int hi, lo;
 };
@@ -52,17 +54,18 @@ __device__ __forceinline__ I2 operator+(I2 a, I2 b) { return I2{a.hi + b.hi, a.l
 __device__ __forceinline__ I2 operator-(I2 a, I2 b) { return I2{a.hi - b.hi, a.lo - b.lo}; }
 __device__ __forceinline__ I2 operator*(int m, I2 a) { return I2{m * a.hi, m * a.lo}; }
 __device__ __forceinline__ float to_f(int v) { return float(v); }
-__device__ __forceinline__ float to_f(I2 v) { return fmaf(float(v.lo), 1.0f / 32768.0f, float(v.hi)); }
+__device__ __forceinline__ float to_f(I2 v) { return fmaf(float(v.lo), 1.0f / float(kResidueUnits), float(v.hi)); }
 
 // One input chunk: codes of elements 4k..4k+3 are word k (int8) or words
-// 2k, 2k+1 (int16 pairs; Bits 32: also the residue codes in r); sum_lo and
-// sum_hi are the code sums of elements 0..15 and 16..31; d the scale.
+// 2k, 2k+1 (int16 pairs; Bits 32: also their int8 residue codes, word k of
+// r); sum_lo and sum_hi are the code sums of elements 0..15 and 16..31; d
+// the scale.
 template <int Bits>
 struct XChunk {
     static constexpr int kWords = Bits == 8 ? 8 : 16;
     using Sum = std::conditional_t<Bits == 32, I2, int>;
     int w[kWords];
-    int r[Bits == 32 ? 16 : 1];
+    int r[Bits == 32 ? 8 : 1];
     Sum sum_lo, sum_hi;
     float d;
 };
@@ -78,8 +81,7 @@ __device__ __forceinline__ int dot4(const XInt16& x, int k, uint32_t v, int acc)
     return __dp2a_hi(x.w[2 * k + 1], int(v), __dp2a_lo(x.w[2 * k], int(v), acc));
 }
 __device__ __forceinline__ I2 dot4(const XInt16x2& x, int k, uint32_t v, I2 acc) {
-    return I2{__dp2a_hi(x.w[2 * k + 1], int(v), __dp2a_lo(x.w[2 * k], int(v), acc.hi)),
-              __dp2a_hi(x.r[2 * k + 1], int(v), __dp2a_lo(x.r[2 * k], int(v), acc.lo))};
+    return I2{__dp2a_hi(x.w[2 * k + 1], int(v), __dp2a_lo(x.w[2 * k], int(v), acc.hi)), __dp4a(int(v), x.r[k], acc.lo)};
 }
 
 // Weight chunk c of a row dotted with x (both scales applied). Shared: the
