@@ -641,5 +641,69 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
     ehcuda::set_gemv_input(was);
 }
 
+// Int16x2's contract: every input element is carried to within 1/512 of its
+// chunk's int16 code step (largest |x| / 32767; 1/256 at an exact tie), so
+// small inputs beside one large element in a chunk survive. Here every small
+// input sits 0.4 of a step past a code and every weight is positive, so
+// plain int16 codes (which drop the 0.4) miss the exact sum by ~0.4 of a
+// step per weight: far past the int16x2 bound, which the test checks too.
+TEST(Kernels, Int16x2KeepsSmallInputsBesideALargeOne) {
+    REQUIRE_GPU();
+    const int rows = 32, cols = 1024, nb = cols / 32;
+    const float big = 1000.0f;
+    const double step = double(big) / 32767.0;
+    // Q8_0 blocks: d = 1/64 (f16 0x2400), codes 32..95: weights 0.5..1.48.
+    std::vector<uint8_t> w(static_cast<size_t>(rows) * nb * 34);
+    std::vector<float> wf(static_cast<size_t>(rows) * cols);
+    for (int r = 0; r < rows; ++r)
+        for (int k = 0; k < cols; ++k) {
+            uint8_t* b = w.data() + (static_cast<size_t>(r) * nb + k / 32) * 34;
+            b[0] = 0x00;
+            b[1] = 0x24;
+            const int q = 32 + (k * 7 + r) % 64;
+            b[2 + k % 32] = uint8_t(q);
+            wf[static_cast<size_t>(r) * cols + k] = float(q) / 64.0f;
+        }
+    std::mt19937 rng(7);
+    std::uniform_int_distribution<int> code(-300, 300);
+    std::vector<float> x(static_cast<size_t>(cols));
+    for (int k = 0; k < cols; ++k)
+        x[static_cast<size_t>(k)] = k % 32 == 5 ? (k % 64 == 5 ? big : -big) : float((code(rng) + 0.4) * step);
+    auto dw = to_device(w), dx = to_device(x);
+    ehcuda::DeviceBuffer dy(static_cast<size_t>(rows) * 4);
+    ehcuda::MatmulArgs a;
+    a.seg[0].w = {dw.get(), EH_TYPE_Q8_0, rows, cols, static_cast<size_t>(nb) * 34};
+    a.cols = cols;
+    a.x = dx.as<float>();
+    a.ldx = cols;
+    a.y = dy.as<float>();
+    a.ldy = rows;
+    const ehcuda::GemvInput was = ehcuda::gemv_input();
+    double worst_ratio[2] = {0, 0};  // |error| / bound: int16x2, int16
+    for (int f = 0; f < 2; ++f) {
+        ehcuda::set_gemv_input(f == 0 ? ehcuda::GemvInput::Int16x2 : ehcuda::GemvInput::Int16);
+        for (bool bulk : {false, true}) {
+            BulkGuard g(bulk);
+            ehcuda::matmul(a, nullptr);
+            const auto y = to_host<float>(dy, static_cast<size_t>(rows));
+            for (int r = 0; r < rows; ++r) {
+                double exact = 0, wsum = 0, mag = 0;
+                for (int k = 0; k < cols; ++k) {
+                    const double wk = wf[static_cast<size_t>(r) * cols + k];
+                    exact += wk * x[static_cast<size_t>(k)];
+                    wsum += std::fabs(wk);
+                    mag += std::fabs(wk * x[static_cast<size_t>(k)]);
+                }
+                // the residue's rounding plus FP32 accumulation noise
+                const double bound = wsum * step / 256 + 1e-6 * mag;
+                worst_ratio[f] = std::max(worst_ratio[f], std::fabs(y[static_cast<size_t>(r)] - exact) / bound);
+            }
+        }
+    }
+    ehcuda::set_gemv_input(was);
+    EXPECT_LE(worst_ratio[0], 1.0) << "int16x2 past 1/256 of a code step";
+    EXPECT_GT(worst_ratio[1], 10.0) << "int16 alone should be far off here: the test would not see a lost residue";
+}
+
 }  // namespace
 }  // namespace ehtest
