@@ -203,8 +203,9 @@ INSTANTIATE_TEST_SUITE_P(Types, FfnDecodeTest, ::testing::ValuesIn(ffn_cases()),
 });
 
 // The bulk form of gate_up_swiglu (rows through the copy engine in slices
-// of 32 chunks, two per warp in flight, 8-warp blocks) against the register
-// form (16-warp blocks), for every integer-path type: rows of several slices
+// of 32 chunks, two per warp in flight; 16-warp blocks for the int16 types
+// compiled for two blocks per SM, 8-warp blocks for the rest and int16x2)
+// against the register form (16-warp blocks), for every integer-path type: rows of several slices
 // with a ragged last one, so slots are refilled, and row sizes that are no
 // multiple of 16 bytes (misaligned slices). The same bits without the
 // RMSNorm fold; with it within 1e-5, as 1/rms sums one partial per warp and
@@ -240,6 +241,34 @@ TEST(FfnDecode, BulkSlicesMatchRegisterForm) {
                         ASSERT_EQ(bulk[size_t(r)], reg[size_t(r)]) << ehp::type_name(t) << " row " << r;
                 }
             }
+}
+
+// Occupancy of the pair kernel on the llama models' FFN shapes with int16
+// input: two 16-warp blocks per multiprocessor (the RW 2 kernel is compiled
+// for <= 64 registers). Before, Phi-3's bulk form ran two 8-warp blocks and
+// Qwen's register form one 16-warp block of 89 registers per multiprocessor
+// (its 152 blocks took two waves): 16 warps either way. The int16x2 form
+// (gpt-cuda's) keeps its 8-warp bulk blocks.
+TEST(FfnDecode, ModelShapesRunThirtyTwoWarpsPerSm) {
+    REQUIRE_GPU();
+    struct Shape {
+        uint32_t type;
+        int n_ff, cols;
+        ehcuda::GemvInput in;
+        int warps;
+    };
+    const Shape shapes[] = {{EH_TYPE_Q4_K, 8192, 3072, ehcuda::GemvInput::Int16, 32},   // Phi-3-mini
+                            {EH_TYPE_Q5_0, 4864, 896, ehcuda::GemvInput::Int16, 32},    // Qwen2.5-0.5B
+                            {EH_TYPE_Q4_K, 8192, 3072, ehcuda::GemvInput::Int16x2, 16}};
+    ehcuda::DeviceBuffer any(16);  // a query: no kernel reads the weights
+    for (const Shape& sh : shapes) {
+        InputGuard guard(sh.in);
+        const ehcuda::WeightRef w{any.get(), sh.type, sh.n_ff, sh.cols, row_size(sh.type, sh.cols)};
+        EXPECT_EQ(ehcuda::gate_up_swiglu_warps_per_sm(w, w), sh.warps)
+            << ehp::type_name(sh.type) << " " << sh.n_ff << "x" << sh.cols << " input " << int(sh.in);
+    }
+    ehcuda::WeightRef odd{any.get(), EH_TYPE_Q4_K, 48, 3072, row_size(EH_TYPE_Q4_K, 3072)};
+    EXPECT_EQ(ehcuda::gate_up_swiglu_warps_per_sm(odd, odd), 0) << "rows no multiple of 32: not supported";
 }
 
 TEST(FfnDecode, RefusesWhatItCannotDo) {

@@ -35,13 +35,11 @@ bool gate_up_swiglu_supported(const WeightRef& gate, const WeightRef& up, const 
            down.row_bytes != 0 && down.row_bytes == row_bytes(down.type, down.cols);
 }
 
-void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
-    if (!pair_supported(a.gate.w, a.up.w) || a.cols != a.gate.w.cols)
-        throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: shapes, types or input form not supported (check gate_up_swiglu_supported)");
-    if (!a.x || reinterpret_cast<uintptr_t>(a.x) % 16 || (a.norm_w && reinterpret_cast<uintptr_t>(a.norm_w) % 16))
-        throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: input and norm weight must be 16-byte aligned");
-    if (!a.out || reinterpret_cast<uintptr_t>(a.out) % 16 || a.out_bytes < gemv_chunk_bytes(a.gate.w.rows))
-        throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: output missing, unaligned or smaller than gemv_chunk_bytes(rows)");
+namespace {
+
+// gate_up_swiglu's launch (the caller checked the arguments), or with
+// `warps_per_sm` set the warps per multiprocessor it would run at.
+void run_pair(const GateUpArgs& a, cudaStream_t stream, int* warps_per_sm) {
     detail::DevArgs xa = detail::single_token_input(a.x, a.cols, a.norm_w, a.norm_eps);
     xa.prefetch = detail::gemv_entry_prefetch ? 2 : 0;
     const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
@@ -49,22 +47,52 @@ void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
     // Register form: 2 rows of gate and of up per warp, 16 warps: on an
     // H100, Phi-3 decode 418 -> 459 tok/s and Qwen2.5-0.5B 1278 -> 1320
     // against 4 rows x 8 warps (the MoE's shape); 1 row x 32 warps: 1213 and
-    // 446. Bulk form: 4 x 8, two blocks per multiprocessor (pair_bulk).
-    // EHCUDA_PAIR_ROWS=2 / 4 for measurements.
+    // 446. Bulk form: 2 x 16 too where that kernel is compiled for two
+    // blocks per multiprocessor (pair_rw2_shares_sm: 32 warps per SM, Phi-3
+    // 606-607 -> 615 t/s on one H100), else 4 x 8 (a 16-warp block alone
+    // on its multiprocessor: 535 against 562). EHCUDA_PAIR_ROWS=2 / 4 for
+    // measurements.
     const bool bulk = detail::pair_bulk(a.cols);
     static const int rows_env = [] {
         const char* e = std::getenv("EHCUDA_PAIR_ROWS");
         return e && *e ? std::atoi(e) : 0;
     }();
-    const int rows_per_warp = rows_env == 2 || rows_env == 4 ? rows_env : bulk ? 4 : 2;
+    const int bits = gemv_input() == GemvInput::Int16 ? 16 : 32;
+    int rows_per_warp = bulk && !detail::pair_rw2_shares_sm(a.gate.w.type, bits, true) ? 4 : 2;
+    if (rows_env == 2 || rows_env == 4) rows_per_warp = rows_env;
     auto go = [&]<int Bits>() {
         auto act = detail::SwiGlu{};
         if (rows_per_warp == 4)
-            detail::launch_gate_up_pair<Bits, 4>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, bulk, stream);
-        else detail::launch_gate_up_pair<Bits, 2>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, bulk, stream);
+            detail::launch_gate_up_pair<Bits, 4>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, bulk, stream, {},
+                                                 warps_per_sm);
+        else detail::launch_gate_up_pair<Bits, 2>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, bulk, stream, {},
+                                                  warps_per_sm);
     };
-    if (gemv_input() == GemvInput::Int16) go.template operator()<16>();
+    if (bits == 16) go.template operator()<16>();
     else go.template operator()<32>();
+}
+
+}  // namespace
+
+void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
+    if (!pair_supported(a.gate.w, a.up.w) || a.cols != a.gate.w.cols)
+        throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: shapes, types or input form not supported (check gate_up_swiglu_supported)");
+    if (!a.x || reinterpret_cast<uintptr_t>(a.x) % 16 || (a.norm_w && reinterpret_cast<uintptr_t>(a.norm_w) % 16))
+        throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: input and norm weight must be 16-byte aligned");
+    if (!a.out || reinterpret_cast<uintptr_t>(a.out) % 16 || a.out_bytes < gemv_chunk_bytes(a.gate.w.rows))
+        throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: output missing, unaligned or smaller than gemv_chunk_bytes(rows)");
+    run_pair(a, stream, nullptr);
+}
+
+int gate_up_swiglu_warps_per_sm(const WeightRef& gate, const WeightRef& up) {
+    if (!pair_supported(gate, up)) return 0;
+    GateUpArgs a;
+    a.gate.w = gate;
+    a.up.w = up;
+    a.cols = gate.cols;
+    int warps = 0;
+    run_pair(a, nullptr, &warps);
+    return warps;
 }
 
 }  // namespace ehcuda

@@ -47,14 +47,26 @@ struct PairSlices {
 constexpr int kPairSliceChunks = 32;
 constexpr int kPairMaxSlots = 4;
 
+// Blocks per multiprocessor the kernel is compiled for (its register
+// bound). MXFP4 at RW 4: 3, <= 85 registers, no spills (its reader
+// otherwise took 95 and the MoE decode ran at 2 blocks per SM; the K-quant
+// types would spill under that bound, so they keep theirs). int16 input at
+// RW 2 (16 warps): 2, <= 64 registers, so two blocks share a
+// multiprocessor (at 72-107 registers one 512-thread block had it alone,
+// and Qwen2.5-0.5B's 152 blocks took two waves), wherever ptxas -v shows
+// no spills at 64: not Q5_K, Q6_K, nor Q5_0's bulk form.
+template <int TG, int Bits, int RW, bool Bulk>
+constexpr int pair_min_blocks() {
+    if (RW == 4 && TG == EH_TYPE_MXFP4) return 3;
+    if (RW == 2 && Bits == 16 && TG != EH_TYPE_Q5_K && TG != EH_TYPE_Q6_K && !(Bulk && TG == EH_TYPE_Q5_0)) return 2;
+    return 1;
+}
+
 // Grid (n_ff / 32, slots). Slot s uses expert ids[s] (ids NULL: expert 0;
 // route.logits set: the expert the block's own routing ranks s-th, see
 // FusedRoute) and writes chunk blockIdx.x of its row of chunks in `out`.
 template <int TG, int TU, int Bits, int RW, class Act, bool Bulk>
-// (MXFP4 at RW 4: 3 blocks per SM, <= 85 registers, no spills; its reader
-// otherwise took 95 and the MoE decode ran at 2 blocks per SM. The K-quant
-// types would spill under that bound, so they keep theirs.)
-__global__ void __launch_bounds__(32 / RW * 32, RW == 4 && TG == EH_TYPE_MXFP4 ? 3 : 1) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
+__global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bulk>()) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
                                                                        FusedRoute route,
                                                                        moe_detail::DevMat g, moe_detail::DevMat u,
                                                                        Act act, uint8_t* out, PairSlices ps) {
@@ -197,15 +209,27 @@ inline bool pair_bulk(int cols) {
     return gemv_bulk_enabled && cc_major() >= 9 && pair_slots() > 0 && cols / 32 > kPairSliceChunks;
 }
 
+// Whether gate_up_pair_kernel at RW 2 (16 warps) for gate and up of `type`
+// is compiled for two blocks per multiprocessor (pair_min_blocks).
+inline bool pair_rw2_shares_sm(uint32_t type, int bits, bool bulk) {
+    bool two = false;
+    if (bits == 16)
+        int_type_dispatch(type, [&]<int T>() {
+            two = (bulk ? pair_min_blocks<T, 16, 2, true>() : pair_min_blocks<T, 16, 2, false>()) == 2;
+        });
+    return two;
+}
+
 // gate_up_pair_kernel<T, T, Bits, RW, Act, bulk> over `slots` block rows,
 // for gate and up of one integer-path type (the caller checked) and g.rows
 // % 32 == 0; RW 4 or 2 (8 or 16 warps). The bulk form (pair_bulk) serves
 // dense FFNs only (ids NULL), takes no MXFP4 and falls back to the register
-// form where its shared memory would not fit.
+// form where its shared memory would not fit. With `warps_per_sm` set:
+// no launch, the warps per multiprocessor this launch would run at.
 template <int Bits, int RW, class Act>
 void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, const moe_detail::DevMat& g,
                          const moe_detail::DevMat& u, Act act, uint8_t* out, int slots, bool bulk,
-                         cudaStream_t stream, const FusedRoute& route = {}) {
+                         cudaStream_t stream, const FusedRoute& route = {}, int* warps_per_sm = nullptr) {
     constexpr int kWarps = 32 / RW;
     const size_t x_bytes = (staged_int_bytes<Bits>(xa.cols) + 15) / 16 * 16;
     const int nsl = (xa.cols / 32 + kPairSliceChunks - 1) / kPairSliceChunks;
@@ -223,6 +247,12 @@ void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, c
         const size_t smem = x_bytes + size_t(kWarps) * ps.slots * 2 * RW * ps.row_stride;
         auto go = [&](auto kernel) {
             allow_dynamic_smem(kernel, smem);
+            if (warps_per_sm) {
+                int blocks = 0;
+                EHC_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks, kernel, kWarps * 32, smem));
+                *warps_per_sm = blocks * kWarps;
+                return;
+            }
             launch("gate_up_pair_kernel", kernel, dim3(unsigned(g.rows / 32), unsigned(slots)), kWarps * 32, smem,
                    stream, xa, ids, route, g, u, act, out, ps);
         };
@@ -230,7 +260,7 @@ void launch_gate_up_pair(uint32_t type, const DevArgs& xa, const int32_t* ids, c
             if (ps.slots > 0) return go(gate_up_pair_kernel<T, T, Bits, RW, Act, true>);
         go(gate_up_pair_kernel<T, T, Bits, RW, Act, false>);
     });
-    EHC_LAUNCHED("gate_up_pair_kernel");
+    if (!warps_per_sm) EHC_LAUNCHED("gate_up_pair_kernel");
 }
 
 }  // namespace ehcuda::detail

@@ -144,6 +144,10 @@ struct GateUpArgs {
 };
 bool gate_up_swiglu_supported(const WeightRef& gate, const WeightRef& up, const WeightRef& down);
 void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream);
+// Warps per multiprocessor gate_up_swiglu's kernel runs at for these gate
+// and up weights under the current GemvInput and switches (its occupancy:
+// rows per warp, shared memory and register bound); 0 if not supported.
+int gate_up_swiglu_warps_per_sm(const WeightRef& gate, const WeightRef& up);
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
 // Shapes the fast kernels do not take: cols not a multiple of 32, an input
