@@ -215,6 +215,14 @@ __device__ __forceinline__ float stage_x_int(const DevArgs& a, uint8_t* smem) {
     return 1.0f;
 }
 
+// The low bytes of v on lanes 4k..4k+3 as one word, on lane 4k (other
+// lanes: undefined): four one-byte codes packed by the whole warp.
+__device__ __forceinline__ int pack_bytes_warp(int v) {
+    const int b1 = __shfl_down_sync(0xffffffffu, v, 1), b2 = __shfl_down_sync(0xffffffffu, v, 2);
+    const int b3 = __shfl_down_sync(0xffffffffu, v, 3);
+    return (v & 0xFF) | ((b1 & 0xFF) << 8) | ((b2 & 0xFF) << 16) | (b3 << 24);
+}
+
 // The integer chunk of 32 values held one per lane (lane = element),
 // written by the whole warp to `chunk` (any memory, kIntStride<Bits> bytes,
 // 16-byte aligned): how a producer leaves its output ready for a consumer's
@@ -239,18 +247,14 @@ __device__ __forceinline__ void store_chunk_warp(float v, uint8_t* chunk) {
     }
     int* words = reinterpret_cast<int*>(chunk);
     if constexpr (Bits == 8) {
-        // Lane 4k gathers the bytes of elements 4k..4k+3.
-        const int b1 = __shfl_down_sync(0xffffffffu, q, 1), b2 = __shfl_down_sync(0xffffffffu, q, 2);
-        const int b3 = __shfl_down_sync(0xffffffffu, q, 3);
-        if ((lane & 3) == 0) words[lane >> 2] = (q & 0xFF) | ((b1 & 0xFF) << 8) | ((b2 & 0xFF) << 16) | (b3 << 24);
+        const int w = pack_bytes_warp(q);
+        if ((lane & 3) == 0) words[lane >> 2] = w;
     } else {
         const int qn = __shfl_down_sync(0xffffffffu, q, 1);
         if ((lane & 1) == 0) words[lane >> 1] = pack16(q, qn);
         if constexpr (Bits == 32) {
-            // as the int8 codes above: lane 4k packs elements 4k..4k+3
-            const int b1 = __shfl_down_sync(0xffffffffu, r, 1), b2 = __shfl_down_sync(0xffffffffu, r, 2);
-            const int b3 = __shfl_down_sync(0xffffffffu, r, 3);
-            if ((lane & 3) == 0) words[16 + (lane >> 2)] = (r & 0xFF) | ((b1 & 0xFF) << 8) | ((b2 & 0xFF) << 16) | (b3 << 24);
+            const int w = pack_bytes_warp(r);
+            if ((lane & 3) == 0) words[16 + (lane >> 2)] = w;
         }
     }
     int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
