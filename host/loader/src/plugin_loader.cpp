@@ -119,9 +119,12 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
         problems.push_back("ABI too old: plugin speaks " + plug_v + ", host needs at least " + host_v);
         return out;
     }
-    if (api->struct_size < sizeof(eh_plugin_api)) {
+    // A table is as large as the minor version it was built for defines:
+    // older plugins end before the members later minors appended.
+    const size_t needed = api_table_size(api->abi_minor);
+    if (api->struct_size < needed) {
         problems.push_back("function table too small: plugin says " + std::to_string(api->struct_size) +
-                           " bytes, ABI " + plug_v + " needs " + std::to_string(sizeof(eh_plugin_api)));
+                           " bytes, ABI " + plug_v + " needs " + std::to_string(needed));
         return out;
     }
     if (api->abi_major != m.abi_major || api->abi_minor != m.abi_minor)
@@ -142,6 +145,21 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
                          (void*)api->session_last_error, (void*)api->session_release};
     for (size_t i = 0; i < std::size(fns); ++i)
         if (!fns[i]) problems.push_back(std::string("function table entry ") + required[i] + " is NULL");
+    if (api->abi_minor >= 2) {
+        // The batched members come as a group (seq_logits stays optional).
+        const char* batched[] = {"kv_init", "kv_get_info", "seq_create", "seq_fork", "seq_truncate",
+                                 "seq_set_sampling", "seq_length", "seq_release", "step"};
+        const void* bfns[] = {(void*)api->kv_init, (void*)api->kv_get_info, (void*)api->seq_create,
+                              (void*)api->seq_fork, (void*)api->seq_truncate, (void*)api->seq_set_sampling,
+                              (void*)api->seq_length, (void*)api->seq_release, (void*)api->step};
+        size_t set = 0;
+        for (const void* f : bfns) set += f != nullptr;
+        if (set != 0 && set != std::size(bfns))
+            for (size_t i = 0; i < std::size(bfns); ++i)
+                if (!bfns[i])
+                    problems.push_back(std::string("function table entry ") + batched[i] +
+                                       " is NULL while other batched (1.2) entries are set: set all or none");
+    }
     if (!problems.empty()) return out;
 
     stage("info");

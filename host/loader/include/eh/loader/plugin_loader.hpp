@@ -18,6 +18,7 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
 
@@ -36,6 +37,17 @@ struct LoaderOptions {
     std::chrono::milliseconds preflight_timeout{30000};
     std::string platform;                       // empty = host_platform()
 };
+
+// Bytes of the function table a plugin built for ABI 1.`minor` has: the
+// members that minor defines (1.0 and 1.1 end before 1.2's kv_init).
+constexpr size_t api_table_size(uint16_t minor) {
+    return minor >= 2 ? sizeof(eh_plugin_api) : offsetof(eh_plugin_api, kv_init);
+}
+
+// True when the plugin runs batched steps (ABI 1.2 with its batched members).
+inline bool api_has_step(const eh_plugin_api& api) {
+    return api.abi_minor >= 2 && api.struct_size >= api_table_size(2) && api.step != nullptr;
+}
 
 // Every plugin under `dir` (not recursive), accepted or rejected.
 // Throws eh::Error(NoPlugin) only when `dir` itself cannot be read.
