@@ -393,7 +393,9 @@ typedef struct eh_kv_info {
     uint32_t free_blocks;          /* held by no sequence                     */
     uint64_t block_bytes;          /* memory of one block, all layers         */
     /* As granted: never above what kv_init asked for; a plugin may grant
-     * less (e.g. a GPT-2 has only n learned positions). */
+     * less (e.g. a GPT-2 has only n learned positions, or a budget holds
+     * less than one sequence of max_seq_tokens: the host then serves the
+     * shorter context). */
     uint32_t max_seqs;
     uint32_t max_step_tokens;
     uint32_t max_step_entries;
@@ -487,8 +489,8 @@ typedef struct eh_plugin_api {
      * failed calls are read with model_last_error on the sequence's model. */
 
     /* Allocates the KV blocks and step buffers (see above) and reports what
-     * was granted. Called once; EH_INSUFFICIENT_VRAM when not even one
-     * sequence of max_seq_tokens fits, EH_INVALID_ARGUMENT for zero limits. */
+     * was granted. Called once; EH_INSUFFICIENT_VRAM when not even one block
+     * fits, EH_INVALID_ARGUMENT for zero limits. */
     eh_status (*kv_init)(eh_model* model, const eh_kv_params* params, eh_kv_info* out);
     eh_status (*kv_get_info)(const eh_model* model, eh_kv_info* out);
 

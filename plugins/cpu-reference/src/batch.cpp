@@ -51,11 +51,11 @@ Batch::Batch(const Model& model, const eh_kv_params& p) : model_(model) {
                                 : static_cast<uint64_t>(double(available_host_bytes()) *
                                                         (p.memory_fraction > 0.0f ? p.memory_fraction : 0.5));
     const uint64_t blocks = std::min<uint64_t>({useful, budget / block_bytes, UINT32_MAX});
-    if (blocks < per_seq)
-        throw Error(EH_INSUFFICIENT_VRAM,
-                    "kv_init: a budget of " + std::to_string(budget) + " bytes holds " + std::to_string(blocks) +
-                        " KV blocks of " + std::to_string(block_bytes) + " bytes; one sequence of " +
-                        std::to_string(granted_.max_seq_tokens) + " tokens needs " + std::to_string(per_seq));
+    if (blocks == 0)
+        throw Error(EH_INSUFFICIENT_VRAM, "kv_init: a budget of " + std::to_string(budget) +
+                                              " bytes holds no KV block of " + std::to_string(block_bytes) + " bytes");
+    // A pool smaller than one full sequence grants the context it holds.
+    if (blocks < per_seq) granted_.max_seq_tokens = static_cast<uint32_t>(blocks * kBlockTokens);
     pool_ = std::make_unique<KvPool>(c.n_layer, kv_dim, kBlockTokens, static_cast<uint32_t>(blocks));
     granted_.total_blocks = pool_->total_blocks();
     granted_.block_bytes = pool_->block_bytes();

@@ -21,7 +21,8 @@ public:
     static constexpr uint32_t kBlockTokens = 16;
 
     // Throws ehp::Error: INVALID_ARGUMENT for zero limits,
-    // INSUFFICIENT_VRAM when not one sequence of max_seq_tokens fits.
+    // INSUFFICIENT_VRAM when the budget holds no block. A budget below one
+    // sequence of max_seq_tokens grants the shorter context it holds.
     Batch(const Model& model, const eh_kv_params& params);
 
     eh_kv_info info() const;
