@@ -10,6 +10,8 @@
 
 #include <atomic>
 #include <chrono>
+#include <fstream>
+#include <sstream>
 #include <map>
 #include <mutex>
 #include <regex>
@@ -30,6 +32,13 @@ inline std::string digest_hex(const EVP_MD* md, const std::string& data) {
     for (unsigned i = 0; i < len; ++i) s += fmt::format("{:02x}", out[i]);
     return s;
 }
+inline std::string read_file(const std::string& path) {
+    std::ifstream in(path, std::ios::binary);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+}
+
 inline std::string sha256_hex(const std::string& d) { return digest_hex(EVP_sha256(), d); }
 inline std::string git_sha1_hex(const std::string& d) {
     return digest_hex(EVP_sha1(), "blob " + std::to_string(d.size()) + std::string(1, '\0') + d);
@@ -82,6 +91,7 @@ public:
     std::atomic<int> drops_left{0};          // how many bodies are cut
     std::atomic<bool> lie_about_sha{false};  // X-Linked-Etag names other content
     size_t tree_page_size = 1000;
+    std::string etag_override;               // sent as X-Linked-Etag, quoted, when set
 
     // What was seen.
     std::atomic<int> cdn_gets{0}, heads{0}, tree_gets{0};
@@ -147,7 +157,7 @@ private:
         blobs_[sha] = f->second.content;
         std::string told = lie_about_sha ? sha256_hex(f->second.content + "x") : sha;
         res.status = 302;
-        res.set_header("X-Linked-Etag", quoted(told));
+        res.set_header("X-Linked-Etag", quoted(etag_override.empty() ? told : etag_override));
         res.set_header("X-Linked-Size", std::to_string(f->second.content.size()));
         res.set_header("ETag", quoted(git_sha1_hex("pointer " + sha)));
         res.set_header("Location", fmt::format("http://127.0.0.1:{}/cdn/{}", cdn_port_, sha));

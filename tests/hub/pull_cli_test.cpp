@@ -22,13 +22,6 @@ struct Outcome {
     std::string out;  // stdout and stderr
 };
 
-std::string slurp(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
-
 class PullCli : public ::testing::Test {
 protected:
     void SetUp() override {
@@ -38,7 +31,7 @@ protected:
         fs::create_directories(home);
         FakeRepo r;
         r.commit = "89abcdef0123456789abcdef0123456789abcdef";
-        r.files["stories260K-F32.gguf"] = {slurp(EH_TESTDATA_DIR "/models/stories260K.gguf"), true};
+        r.files["stories260K-F32.gguf"] = {eh::hub::test::read_file(EH_TESTDATA_DIR "/models/stories260K.gguf"), true};
         r.files["other-Q8_0.gguf"] = {"not used", true};
         hub.add("tiny/stories", r);
     }

@@ -27,12 +27,7 @@ std::string blob_of(size_t n, char seed) {
     return s;
 }
 
-std::string read(const fs::path& p) {
-    std::ifstream in(p, std::ios::binary);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-}
+std::string read(const fs::path& p) { return eh::hub::test::read_file(p.string()); }
 
 class HubPull : public ::testing::Test {
 protected:
@@ -159,6 +154,13 @@ TEST_F(HubPull, AWrongShaFailsAndLeavesNothingInSnapshots) {
         ADD_FAILURE() << "left behind: " << b.path();
 }
 
+TEST_F(HubPull, AnEtagThatIsNotAPlainNameIsRefused) {
+    hub.etag_override = "../../../../tmp/x";
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("no usable ETag"), std::string::npos) << e;
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
+}
+
 TEST_F(HubPull, ANonLfsFileIsCheckedByItsGitHash) {
     PullResult r = pull_text("hf://org/repo/small.gguf");
     EXPECT_EQ(read(r.path), "GGUF tiny, not an LFS file");
@@ -217,6 +219,17 @@ TEST_F(HubPull, SplitGgufsAreFetchedWhole) {
     r = pull_text("hf://org/repo/big/m-F16-00003-of-00003.gguf");
     EXPECT_EQ(r.files.size(), 3u);
     EXPECT_EQ(r.path.filename(), "m-F16-00001-of-00003.gguf");
+}
+
+TEST_F(HubPull, AListedPathThatWouldLeaveTheSnapshotIsIgnored) {
+    FakeRepo evil;
+    evil.commit = kCommit;
+    evil.files["../../../escape-Q2_K.gguf"] = {"x", true};
+    evil.files["ok-Q8_0.gguf"] = {"y", true};
+    hub.add("evil/repo", evil);
+    std::string e = error_of("evil/repo:Q2_K", eh::Code::NotFound);
+    EXPECT_NE(e.find("no GGUF file of quantization 'Q2_K'"), std::string::npos) << e;
+    EXPECT_EQ(e.find("escape"), std::string::npos) << e;
 }
 
 TEST_F(HubPull, TheTreeApiIsReadPageByPage) {

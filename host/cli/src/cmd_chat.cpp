@@ -2,6 +2,7 @@
 // chat template, replies streamed as they are generated. /reset forgets the
 // conversation, /exit (or end of input) leaves, Ctrl-C stops a reply.
 // -p PROMPT answers one prompt and exits (scripts, tests).
+#include <poll.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -27,22 +28,25 @@ void on_sigint(int) { g_interrupted = true; }
 enum class Read { Line, Interrupted, End };
 
 // One line from stdin. Ctrl-C while waiting here is reported, not fatal:
-// SIGINT is installed without SA_RESTART so read() returns EINTR.
+// the wait polls the flag the handler sets, so a signal that lands just
+// before the wait is seen as well.
 Read read_line(std::string& line) {
     line.clear();
     char c;
     while (true) {
+        if (g_interrupted.exchange(false)) return Read::Interrupted;
+        pollfd p{STDIN_FILENO, POLLIN, 0};
+        int ready = ::poll(&p, 1, 100);
+        if (ready < 0 && errno == EINTR) continue;
+        if (ready == 0) continue;
         ssize_t n = ::read(STDIN_FILENO, &c, 1);
         if (n == 1) {
             if (c == '\n') return Read::Line;
             line.push_back(c);
-            if (line.size() > kMaxChatLineBytes) return Read::Line;
+            if (line.size() >= kMaxChatLineBytes) return Read::Line;
             continue;
         }
-        if (n < 0 && errno == EINTR) {
-            if (g_interrupted.exchange(false)) return Read::Interrupted;
-            continue;
-        }
+        if (n < 0 && errno == EINTR) continue;
         return line.empty() ? Read::End : Read::Line;
     }
 }
@@ -96,7 +100,7 @@ int cmd_chat(const std::vector<std::string>& args) {
     struct sigaction sa {};
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
-    sa.sa_flags = 0;  // no SA_RESTART: a read at the prompt returns EINTR
+    sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, nullptr);
 
     // Threads made while loading (the service worker, a plugin's pool) inherit

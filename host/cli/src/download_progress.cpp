@@ -17,7 +17,7 @@ void DownloadProgress::finish_line() {
 
 void DownloadProgress::update(const std::string& file, uint64_t done, uint64_t total) {
     auto now = std::chrono::steady_clock::now();
-    if (file != file_) {
+    if (file != file_ || done < start_bytes_) {  // a new file, or one restarted from 0
         finish_line();
         file_ = file;
         last_decile_ = -1;

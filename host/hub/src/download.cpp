@@ -6,6 +6,7 @@
 #include <openssl/evp.h>
 
 #include <algorithm>
+#include <cctype>
 #include <cerrno>
 #include <charconv>
 #include <chrono>
@@ -147,8 +148,11 @@ FileMeta fetch_meta(const HttpClient& http, const std::string& endpoint, const s
     if (m.commit.empty() || !is_commit_hash(m.commit))
         throw Error(Code::ModelLoadFailed, what + ": the hub's answer has no commit (X-Repo-Commit); is HF_ENDPOINT (" +
                                                endpoint + ") a Hugging Face hub?");
-    if (m.etag.empty() || m.etag.find('/') != std::string::npos || m.etag.find("..") != std::string::npos)
-        throw Error(Code::ModelLoadFailed, what + ": the hub's answer has no usable ETag");
+    // The etag names a file in blobs/: nothing but a plain name is accepted.
+    bool plain = !m.etag.empty() && m.etag.size() <= 128 && std::all_of(m.etag.begin(), m.etag.end(), [](char c) {
+        return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
+    });
+    if (!plain) throw Error(Code::ModelLoadFailed, what + ": the hub's answer has no usable ETag");
     return m;
 }
 

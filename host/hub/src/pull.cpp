@@ -83,7 +83,9 @@ std::vector<std::string> list_repo_files(const PullOptions& o, const std::string
         for (const auto& e : j) {
             if (!e.is_object() || e.value("type", "") != "file") continue;
             auto p = e.find("path");
-            if (p != e.end() && p->is_string()) files.push_back(p->get<std::string>());
+            // A path that could leave snapshots/<commit>/ is never used.
+            if (p != e.end() && p->is_string() && repo_file_problem(p->get<std::string>()).empty())
+                files.push_back(p->get<std::string>());
         }
         std::string next = next_link(r.header("link"));
         url = next.empty() ? std::nullopt : resolve_location(r.url, next);
