@@ -66,6 +66,10 @@ public:
                  [this](const httplib::Request& req, httplib::Response& res) { serve_tree(req, res); });
         hub_.Get(R"(/([^/]+)/([^/]+)/resolve/([^/]+)/(.+))",
                  [this](const httplib::Request& req, httplib::Response& res) { serve_resolve(req, res); });
+        hub_.Post("/callback", [this](const httplib::Request& req, httplib::Response&) {
+            std::lock_guard l(mu_);
+            callbacks_.push_back(req.body);
+        });
         hub_port_ = hub_.bind_to_any_port("127.0.0.1");
         cdn_port_ = cdn_.bind_to_any_port("127.0.0.1");
         hub_thread_ = std::thread([this] { hub_.listen_after_bind(); });
@@ -102,6 +106,10 @@ public:
     std::vector<std::string> auth_at_hub() {
         std::lock_guard l(mu_);
         return hub_auth_;
+    }
+    std::vector<std::string> callbacks() {  // bodies POSTed to /callback (engine-host serve --callback-url)
+        std::lock_guard l(mu_);
+        return callbacks_;
     }
     std::vector<std::string> auth_at_cdn() {
         std::lock_guard l(mu_);
@@ -231,7 +239,7 @@ private:
     std::mutex mu_;
     std::map<std::string, FakeRepo> repos_;
     std::map<std::string, std::string> blobs_;
-    std::vector<std::string> ranges_, hub_auth_, cdn_auth_;
+    std::vector<std::string> ranges_, hub_auth_, cdn_auth_, callbacks_;
 };
 
 }  // namespace eh::hub::test

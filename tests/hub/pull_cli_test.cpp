@@ -1,6 +1,7 @@
 // The command line against the loopback hub: `pull`, `--model ORG/REPO:QUANT`
 // on inspect and chat, offline mode, and the errors a user sees.
 #include <gtest/gtest.h>
+#include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -8,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "fake_hub.hpp"
 
@@ -38,8 +40,12 @@ protected:
     void TearDown() override { fs::remove_all(home); }
 
     Outcome run(const std::string& args, const std::string& env = "") {
+        return shell(env + " " EH_ENGINE_HOST " " + args);
+    }
+    // `command` in the hub's environment: this test's HF_HOME and the loopback hub.
+    Outcome shell(const std::string& command) {
         std::string cmd = "env -u HF_TOKEN -u HF_HUB_CACHE -u HF_HUB_OFFLINE HF_HOME='" + home.string() +
-                          "' HF_ENDPOINT='" + hub.endpoint() + "' " + env + " " EH_ENGINE_HOST " " + args + " 2>&1";
+                          "' HF_ENDPOINT='" + hub.endpoint() + "' " + command + " 2>&1";
         Outcome r;
         FILE* p = popen(cmd.c_str(), "r");
         char buf[4096];
@@ -72,6 +78,38 @@ TEST_F(PullCli, ModelRefsWorkOnInspectAndChat) {
     r = run("chat -m hf://tiny/stories/stories260K-F32.gguf -p 'Once upon a time' -n 8 --offline");
     EXPECT_EQ(r.exit, 0) << r.out;
     EXPECT_EQ(hub.cdn_gets.load(), 1) << "the second command used the cache";
+}
+
+TEST_F(PullCli, AProgressBarOnATerminal) {
+    // script(1) gives engine-host a pseudo-terminal for stderr.
+    Outcome r = shell("script -qefc '" EH_ENGINE_HOST " pull tiny/stories:F32' /dev/null");
+    ASSERT_EQ(r.exit, 0) << r.out;
+    EXPECT_NE(r.out.find("\rstories260K-F32.gguf [###"), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("100% "), std::string::npos) << r.out;
+    EXPECT_NE(r.out.find("MiB/s"), std::string::npos) << r.out;
+    EXPECT_EQ(r.out.find("pull: stories260K-F32.gguf 10%"), std::string::npos) << "no log lines on a terminal: " << r.out;
+}
+
+TEST_F(PullCli, ServeTakesAHubReference) {
+    std::string cmd = "HF_HOME='" + home.string() + "' HF_ENDPOINT='" + hub.endpoint() + "' exec env -u HF_HUB_OFFLINE " EH_ENGINE_HOST
+                      " serve -m tiny/stories:F32 --port 0 --log-level warn --callback-url " + hub.endpoint() +
+                      "/callback >/dev/null 2>&1";
+    pid_t pid = fork();
+    if (pid == 0) {
+        execl("/bin/sh", "sh", "-c", cmd.c_str(), (char*)nullptr);
+        _exit(127);
+    }
+    for (int i = 0; i < 300 && hub.callbacks().empty(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    kill(pid, SIGTERM);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    ASSERT_EQ(hub.callbacks().size(), 1u) << "serve never became ready";
+    auto body = nlohmann::json::parse(hub.callbacks().front());
+    EXPECT_EQ(body.value("model_ref", ""), "tiny/stories:F32");
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << st;
+    Outcome r = run("serve -m tiny/gone:Q4_0 --port 0");
+    EXPECT_EQ(r.exit, 4) << r.out;
+    EXPECT_NE(r.out.find("repository not found"), std::string::npos) << r.out;
 }
 
 TEST_F(PullCli, OfflineFlagAndVariableUseTheCacheOnly) {
