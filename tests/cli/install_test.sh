@@ -13,6 +13,8 @@ rm -f "$prefix.log"
 fails=0
 [[ -f "$prefix/lib/engine-host/plugins/cpu-reference.manifest.json" && -f "$prefix/lib/engine-host/plugins/libeh-cpu-reference.so" ]] ||
   { echo "FAIL: plugins not installed: $(ls -R "$prefix/lib" 2>&1 | head)"; fails=1; }
+extra=$(find "$prefix/lib/engine-host/plugins" -mindepth 1 ! -name '*.so' ! -name '*.manifest.json')
+[[ -z "$extra" ]] || { echo "FAIL: more than plugins installed: $(head -3 <<<"$extra")"; fails=1; }
 out=$(env -u ENGINE_HOST_PLUGINS "$prefix/bin/engine-host" plugins 2>&1)
 [[ $? -eq 0 && "$out" == *"searched: $prefix/lib/engine-host/plugins"* && "$out" == *"cpu-reference"*"accepted"* ]] ||
   { echo "FAIL: installed engine-host: $out"; fails=1; }
