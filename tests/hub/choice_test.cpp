@@ -9,6 +9,8 @@
 #include "eh/error.hpp"
 #include "eh/hub/cache.hpp"
 #include "eh/hub/gguf_choice.hpp"
+#include "eh/hub/http_client.hpp"
+#include "eh/hub/http_headers.hpp"
 #include "eh/hub/settings.hpp"
 
 namespace fs = std::filesystem;
@@ -75,6 +77,43 @@ TEST(HubChoice, SplitNames) {
               (std::vector<std::string>{"m-00001-of-00003.gguf", "m-00002-of-00003.gguf", "m-00003-of-00003.gguf"}));
     EXPECT_EQ(shard_set("single.gguf"), std::vector<std::string>{"single.gguf"});
     EXPECT_THROW(shard_set("m-00001-of-01001.gguf"), eh::Error);
+}
+
+TEST(HubHeaders, ContentRangeLinkAndEtag) {
+    auto r = parse_content_range("bytes 100-999/1000");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->start, 100u);
+    EXPECT_EQ(r->total, 1000u);
+    EXPECT_EQ(parse_content_range("bytes 5-9/*")->total, 0u);
+    for (const char* bad : {"", "bytes", "bytes 9-5/10", "bytes 0-10/10", "items 0-1/2", "bytes -1/2", "bytes 0-1/2x"})
+        EXPECT_FALSE(parse_content_range(bad)) << bad;
+    EXPECT_EQ(next_link("<https://h/a?cursor=x>; rel=\"next\""), "https://h/a?cursor=x");
+    EXPECT_EQ(next_link("<https://h/p>; rel=\"prev\", <https://h/n>; rel=\"next\""), "https://h/n");
+    EXPECT_EQ(next_link("<https://h/p>; rel=\"prev\""), "");
+    EXPECT_EQ(next_link("<unclosed"), "");
+    EXPECT_EQ(unquote_etag("W/\"abc\""), "abc");
+    EXPECT_EQ(unquote_etag("\"abc\""), "abc");
+    EXPECT_EQ(unquote_etag("\""), "\"");
+}
+
+TEST(HubUrl, ParseResolveEncode) {
+    auto u = parse_url("https://huggingface.co/org/repo/resolve/main/f.gguf");
+    ASSERT_TRUE(u);
+    EXPECT_EQ(u->origin(), "https://huggingface.co");
+    EXPECT_EQ(u->target, "/org/repo/resolve/main/f.gguf");
+    u = parse_url("http://[::1]:8080");
+    ASSERT_TRUE(u);
+    EXPECT_EQ(u->host, "::1");
+    EXPECT_EQ(u->origin(), "http://[::1]:8080");
+    EXPECT_EQ(u->target, "/");
+    for (const char* bad : {"ftp://h/x", "https://", "http://h:0/", "http://h:99999/", "http://user@h/", "h/x"})
+        EXPECT_FALSE(parse_url(bad)) << bad;
+    auto cdn = resolve_location(*parse_url("https://hub/a/b"), "https://cdn.example/x?sig=1");
+    EXPECT_EQ(cdn->origin(), "https://cdn.example");
+    EXPECT_EQ(resolve_location(*parse_url("https://hub:8443/a/b"), "/c/d")->str(), "https://hub:8443/c/d");
+    EXPECT_EQ(resolve_location(*parse_url("https://hub/a"), "//other/x")->origin(), "https://other");
+    EXPECT_FALSE(resolve_location(*parse_url("https://hub/a"), "relative/x"));
+    EXPECT_EQ(encode_path("dir/a b+c%.gguf"), "dir/a%20b%2Bc%25.gguf");
 }
 
 TEST(HubSettings, CacheTokenEndpointOfflineFromTheEnvironment) {

@@ -1,5 +1,5 @@
-// libFuzzer target: model references, hub URLs and Location headers, split
-// names and the GGUF choice. Every input must either parse or throw
+// libFuzzer target: model references, hub URLs and Location headers, the
+// Content-Range, Link and ETag headers, split names and the GGUF choice. Every input must either parse or throw
 // eh::Error; nothing may crash, hang or read out of bounds.
 //   build-fuzz/tests/hub/fuzz_hub_ref -max_total_time=600
 #include <cstddef>
@@ -10,6 +10,7 @@
 #include "eh/error.hpp"
 #include "eh/hub/gguf_choice.hpp"
 #include "eh/hub/http_client.hpp"
+#include "eh/hub/http_headers.hpp"
 #include "eh/hub/ref.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
@@ -24,6 +25,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (u->target.empty() || u->target.front() != '/') __builtin_trap();
         eh::hub::resolve_location(*u, text.substr(text.size() / 2));
     }
+    if (auto r = eh::hub::parse_content_range(text); r && r->total && r->start >= r->total) __builtin_trap();
+    eh::hub::next_link(text);
+    eh::hub::unquote_etag(text);
     eh::hub::encode_path(text);
     eh::hub::quant_label(text);
     eh::hub::parse_split(text);

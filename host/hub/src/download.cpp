@@ -17,16 +17,11 @@
 
 #include <fmt/format.h>
 
+#include "eh/hub/http_headers.hpp"
 #include "eh/sha256.hpp"
 
 namespace eh::hub {
 namespace {
-
-std::string unquote_etag(std::string e) {
-    if (e.rfind("W/", 0) == 0) e = e.substr(2);
-    if (e.size() >= 2 && e.front() == '"' && e.back() == '"') e = e.substr(1, e.size() - 2);
-    return e;
-}
 
 bool all_hex(const std::string& s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });

@@ -2,6 +2,8 @@
 
 #include <httplib.h>
 
+#include "eh/hub/http_headers.hpp"
+
 #include <algorithm>
 #include <cctype>
 #include <charconv>
@@ -44,20 +46,6 @@ Url next_hop(const Url& from, const std::string& location, int& hops) {
     auto to = resolve_location(from, location);
     if (!to) throw NetworkError("bad redirect from " + from.str() + " to '" + location + "'");
     return *to;
-}
-
-// "bytes 100-999/1000" -> start 100, total 1000 (0 when '*').
-bool parse_content_range(const std::string& v, uint64_t& start, uint64_t& total) {
-    if (v.rfind("bytes ", 0) != 0) return false;
-    const char* p = v.data() + 6;
-    const char* end = v.data() + v.size();
-    auto r = std::from_chars(p, end, start);
-    if (r.ec != std::errc() || r.ptr == end || *r.ptr != '-') return false;
-    const char* slash = std::find(r.ptr, end, '/');
-    if (slash == end) return false;
-    total = 0;
-    if (slash + 1 < end && slash[1] != '*') std::from_chars(slash + 1, end, total);
-    return true;
 }
 
 }  // namespace
@@ -203,10 +191,10 @@ HttpClient::Stream HttpClient::get_stream(const Url& first, uint64_t offset,
                     begin(0, len);
                     body = true;
                 } else if (r.status == 206) {
-                    uint64_t start = 0, total = 0;
-                    if (!parse_content_range(r.get_header_value("Content-Range"), start, total) || start > offset)
+                    auto range = parse_content_range(r.get_header_value("Content-Range"));
+                    if (!range || range->start > offset)
                         return false;  // a range we did not ask for: status 206 without a body
-                    begin(start, total);
+                    begin(range->start, range->total);
                     body = true;
                 }
                 return body;  // redirects and errors: headers are enough

@@ -9,6 +9,7 @@
 #include "eh/hub/download.hpp"
 #include "eh/hub/gguf_choice.hpp"
 #include "eh/hub/http_client.hpp"
+#include "eh/hub/http_headers.hpp"
 
 namespace eh::hub {
 namespace {
@@ -17,20 +18,6 @@ HttpClient client(const PullOptions& o) {
     HttpOptions h;
     h.token = o.settings.token;
     return HttpClient(h);
-}
-
-// The next page of a listing: Link: <URL>; rel="next".
-std::string next_link(const std::string& link) {
-    for (size_t at = 0; (at = link.find('<', at)) != std::string::npos;) {
-        size_t close = link.find('>', at);
-        if (close == std::string::npos) break;
-        size_t comma = link.find(',', close);
-        std::string params = link.substr(close + 1, comma == std::string::npos ? std::string::npos : comma - close - 1);
-        if (params.find("rel=\"next\"") != std::string::npos || params.find("rel=next") != std::string::npos)
-            return link.substr(at + 1, close - at - 1);
-        at = close;
-    }
-    return "";
 }
 
 // The files of the reference: which file(s) of `listing` (a function, as
