@@ -30,6 +30,14 @@ grep -aq '^(conversation reset)$' <<<"$out"; check pipe-reset $? "no reset line 
 out=$(printf 'Hi\n' | "$eh" chat -m "$model" -n 8 2>&1)
 check pipe-eof-exits $? "end of input should end the chat: $out"
 
+# A turn that no longer fits the context fails alone; /reset starts over.
+long=$(printf 'once upon a time %.0s' {1..40})
+out=$(printf '%s\n/reset\nhi\n' "$long" | "$eh" chat -m "$model" -c 64 -n 8 --seed 1 2>"$scratch/err")
+rc=$?
+[[ $rc -eq 0 && "$(cat "$scratch/err")" == *"the context holds 64 tokens"*"(/reset starts over)"* ]]
+check context-full-turn $? "exit $rc: $(cat "$scratch/err")"
+[[ $(grep -v '^(conversation reset)$' <<<"$out" | grep -c .) -eq 1 ]]; check context-full-then-reply $? "got: $out"
+
 # Ctrl-C: the test engine sleeps 40 ms per token, so 400 tokens take 16 s.
 # Each step waits for the output of the one before (a loaded machine is slow).
 wait_for() {  # PATTERN: up to 20 s for it to appear in the output
