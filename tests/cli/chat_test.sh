@@ -65,6 +65,10 @@ check ctrl-c-exit-code $rc "exit $rc: $(tr -d "\\0" <"$scratch/out")"
 
 out=$("$eh" chat -m "$model" -n 0 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"--n-predict must be between 1 and 2048"* ]]; check bad-n-predict $? "exit $rc: $out"
+for flags in "--temp 3" "--top-p 0" "--top-k -1"; do
+  out=$("$eh" chat -m "$model" $flags 2>&1); rc=$?
+  [[ $rc -eq 2 && "$out" == *"${flags%% *} must"* ]]; check "bad ${flags%% *}" $? "exit $rc: $out"
+done
 out=$("$eh" chat 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"'--model' is required"* ]]; check no-model $? "exit $rc: $out"
 

@@ -67,8 +67,8 @@ int cmd_chat(const std::vector<std::string>& args) {
         ("system,s", po::value<std::string>(), "system message at the start of the conversation")
         ("ctx-size,c", po::value<uint32_t>()->default_value(0), "context length (0 = the model's)")
         ("n-predict,n", po::value<uint32_t>()->default_value(512), "most tokens in one reply")
-        ("temp", po::value<double>()->default_value(0.7), "sampling temperature (0 = greedy)")
-        ("top-p", po::value<double>()->default_value(0.95), "nucleus sampling")
+        ("temp", po::value<double>()->default_value(0.7, "0.7"), "sampling temperature, 0-2 (0 = greedy)")
+        ("top-p", po::value<double>()->default_value(0.95, "0.95"), "nucleus sampling, above 0 up to 1")
         ("top-k", po::value<int32_t>()->default_value(40), "top-k sampling (0 = off)")
         ("seed", po::value<uint64_t>(), "sampling seed (default: random)")
         ("plugins", po::value<std::vector<std::string>>(), kPluginsHelp)
@@ -80,8 +80,14 @@ int cmd_chat(const std::vector<std::string>& args) {
     const char* usage = "Usage: engine-host chat --model REF [-p PROMPT] [-c CTX] [options]\n"
                         "In the conversation: /reset forgets it, /exit leaves, Ctrl-C stops a reply.";
     if (!parse_options(args, desc, usage, vm, code)) return code;
-    if (vm["n-predict"].as<uint32_t>() < 1 || vm["n-predict"].as<uint32_t>() > 2048) {
-        print_error("--n-predict must be between 1 and 2048");
+    const char* bad = vm["n-predict"].as<uint32_t>() < 1 || vm["n-predict"].as<uint32_t>() > 2048
+                          ? "--n-predict must be between 1 and 2048"
+                      : !(vm["temp"].as<double>() >= 0 && vm["temp"].as<double>() <= 2) ? "--temp must be between 0 and 2"
+                      : !(vm["top-p"].as<double>() > 0 && vm["top-p"].as<double>() <= 1) ? "--top-p must be above 0 and at most 1"
+                      : vm["top-k"].as<int32_t>() < 0 ? "--top-k must not be negative"
+                      : nullptr;
+    if (bad) {
+        print_error(bad);
         return kUsage;
     }
 
