@@ -213,6 +213,12 @@ private:
             res.set_header("X-Error-Code", "RepoNotFound");
             return;
         }
+        std::string rev = req.matches[3];
+        if (rev != "main" && rev != it->second.commit) {
+            res.status = 404;
+            res.set_header("X-Error-Code", "RevisionNotFound");
+            return;
+        }
         size_t cursor = req.has_param("cursor") ? std::stoul(req.get_param_value("cursor")) : 0;
         nlohmann::json arr = nlohmann::json::array();
         std::vector<std::string> dirs;

@@ -254,6 +254,20 @@ TEST_F(HubPull, ARenamedRepoIsFollowed) {
     EXPECT_EQ(r.path, cache / "models--old--name" / "snapshots" / kCommit / "m-Q8_0.gguf");
 }
 
+TEST_F(HubPull, ARevisionPinsTheCommit) {
+    PullResult r = pull_text("org/repo@" + kCommit + ":Q4_K_M");
+    EXPECT_EQ(r.path, repo_dir() / "snapshots" / kCommit / "m-Q4_K_M.gguf");
+    EXPECT_FALSE(fs::exists(repo_dir() / "refs" / kCommit)) << "a commit needs no ref";
+    opt.settings.offline = true;
+    EXPECT_EQ(pull_text("org/repo@" + kCommit + ":Q4_K_M").path, r.path);
+    EXPECT_NE(error_of("org/repo@dev:Q4_K_M", eh::Code::NotFound).find("not in the hub cache"), std::string::npos);
+    opt.settings.offline = false;
+    std::string e = error_of("org/repo@dev:Q4_K_M", eh::Code::NotFound);
+    EXPECT_NE(e.find("revision not found"), std::string::npos) << e;
+    e = error_of("hf://org/repo@dev/m-Q8_0.gguf", eh::Code::NotFound);
+    EXPECT_NE(e.find("revision not found"), std::string::npos) << e;
+}
+
 TEST_F(HubPull, HubRefusalsSayWhatIsWrong) {
     std::string e = error_of("hf://no/such/f.gguf", eh::Code::NotFound);
     EXPECT_NE(e.find("repository not found (a private one needs HF_TOKEN)"), std::string::npos) << e;

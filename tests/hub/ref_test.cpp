@@ -58,6 +58,21 @@ TEST(HubRef, HfFileUrls) {
     EXPECT_EQ(r.display(), "hf://org/repo/sub/dir/model-Q8_0.gguf");
 }
 
+TEST(HubRef, Revisions) {
+    ModelRef r = parse_ref("org/repo@v1.2:Q8_0", none);
+    EXPECT_EQ(r.kind, ModelRef::Kind::HubRepo);
+    EXPECT_EQ(r.repo, "repo");
+    EXPECT_EQ(r.revision, "v1.2");
+    EXPECT_EQ(r.quant, "Q8_0");
+    EXPECT_EQ(r.display(), "org/repo@v1.2:Q8_0");
+    r = parse_ref("hf://org/repo@0123456789abcdef0123456789abcdef01234567/d/f.gguf", none);
+    EXPECT_EQ(r.kind, ModelRef::Kind::HubFile);
+    EXPECT_EQ(r.revision, "0123456789abcdef0123456789abcdef01234567");
+    EXPECT_EQ(r.file, "d/f.gguf");
+    EXPECT_EQ(parse_ref("org/repo@dev", none).revision, "dev");
+    EXPECT_EQ(parse_ref("org/repo", none).revision, "main");
+}
+
 TEST(HubRef, BadReferencesSayWhy) {
     EXPECT_NE(error_of("").find("empty"), std::string::npos);
     EXPECT_NE(error_of(std::string(eh::hub::kMaxRefBytes + 1, 'a')).find("longer than 2048"), std::string::npos);
@@ -73,5 +88,9 @@ TEST(HubRef, BadReferencesSayWhy) {
     EXPECT_NE(error_of("org/repo:" + std::string(33, 'Q')).find("longer than 32"), std::string::npos);
     EXPECT_NE(error_of("o..rg/repo:Q4_0").find("'..'"), std::string::npos);
     EXPECT_NE(error_of(std::string("a\0b", 3)).find("NUL"), std::string::npos);
+    EXPECT_NE(error_of("org/repo@").find("empty revision"), std::string::npos);
+    EXPECT_NE(error_of("org/repo@a..b:Q4_0").find("'..'"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/repo@x y/f.gguf").find("a revision may hold only"), std::string::npos);
+    EXPECT_NE(error_of("org/repo@" + std::string(129, 'r')).find("longer than 128"), std::string::npos);
     EXPECT_NE(error_of("hf://org/" + std::string(97, 'r') + "/f.gguf").find("longer than 96"), std::string::npos);
 }

@@ -30,6 +30,15 @@ bool path_syntax(std::string_view t) {
            t == ".." || ends_with(t, ".gguf") || ends_with(t, ".safetensors");
 }
 
+// REPO@REV -> REPO, revision REV.
+void split_revision(std::string_view text, ModelRef& r) {
+    size_t at = r.repo.find('@');
+    if (at == std::string::npos) return;
+    r.revision = r.repo.substr(at + 1);
+    r.repo.resize(at);
+    if (auto p = revision_problem(r.revision); !p.empty()) bad(text, p);
+}
+
 }  // namespace
 
 std::string repo_part_problem(std::string_view part) {
@@ -61,11 +70,21 @@ std::string repo_file_problem(std::string_view file) {
     return "";
 }
 
+std::string revision_problem(std::string_view rev) {
+    if (rev.empty()) return "an empty revision after '@'";
+    if (rev.size() > kMaxRevisionBytes) return "a revision longer than " + std::to_string(kMaxRevisionBytes) + " characters";
+    for (char c : rev)
+        if (!name_char(c)) return "a revision may hold only letters, digits, '-', '_' and '.' (use the commit hash for others)";
+    if (rev.find("..") != std::string_view::npos || rev.front() == '.') return "a revision may not start with '.' or hold '..'";
+    return "";
+}
+
 std::string ModelRef::display() const {
+    std::string rev = revision == "main" ? "" : "@" + revision;
     switch (kind) {
     case Kind::LocalPath: return path;
-    case Kind::HubFile: return "hf://" + repo_id() + "/" + file;
-    case Kind::HubRepo: return repo_id() + (quant.empty() ? "" : ":" + quant);
+    case Kind::HubFile: return "hf://" + repo_id() + rev + "/" + file;
+    case Kind::HubRepo: return repo_id() + rev + (quant.empty() ? "" : ":" + quant);
     }
     return path;
 }
@@ -85,6 +104,7 @@ ModelRef parse_ref(std::string_view text, const std::function<bool(const std::st
         r.org = rest.substr(0, a);
         r.repo = rest.substr(a + 1, b - a - 1);
         r.file = rest.substr(b + 1);
+        split_revision(text, r);
         for (const auto* part : {&r.org, &r.repo})
             if (auto p = repo_part_problem(*part); !p.empty()) bad(text, p);
         if (auto p = repo_file_problem(r.file); !p.empty()) bad(text, p);
@@ -112,16 +132,17 @@ ModelRef parse_ref(std::string_view text, const std::function<bool(const std::st
         for (char c : quant)
             if (!name_char(c) || c == '.') bad(text, "a quantization may hold only letters, digits, '-' and '_'");
     }
-    if (repo_part_problem(org).empty() && repo_part_problem(repo).empty()) {
-        r.kind = ModelRef::Kind::HubRepo;
-        r.org = org;
-        r.repo = repo;
-        r.quant = quant;
-        return r;
-    }
-    if (!quant.empty()) {  // only hub references carry ':QUANT'
-        std::string why = repo_part_problem(org);
-        bad(text, why.empty() ? repo_part_problem(repo) : why);
+    ModelRef hub;
+    hub.kind = ModelRef::Kind::HubRepo;
+    hub.org = org;
+    hub.repo = repo;
+    hub.quant = quant;
+    bool has_rev = repo.find('@') != std::string_view::npos;
+    if (has_rev) split_revision(text, hub);
+    if (repo_part_problem(hub.org).empty() && repo_part_problem(hub.repo).empty()) return hub;
+    if (!quant.empty() || has_rev) {  // only hub references carry ':QUANT' or '@REV'
+        std::string why = repo_part_problem(hub.org);
+        bad(text, why.empty() ? repo_part_problem(hub.repo) : why);
     }
     r.path = s;
     return r;

@@ -2,6 +2,8 @@
 //   a local path           ./model.gguf, /models/x, an existing file or directory
 //   hf://ORG/REPO/FILE     one file of a hub repository (FILE may hold '/')
 //   ORG/REPO[:QUANT]       the repository's GGUF of that quantization
+// A hub reference may name a revision after the repository, REPO@REV (a
+// branch, tag or commit hash without '/'); the default is main.
 // Parsing is pure (no network); `exists` decides whether text naming an
 // existing path is a local path even when it looks like ORG/REPO.
 #pragma once
@@ -17,6 +19,7 @@ namespace eh::hub {
 inline constexpr size_t kMaxRefBytes = 2048;
 inline constexpr size_t kMaxRepoPartBytes = 96;   // ORG and REPO each, as the hub allows
 inline constexpr size_t kMaxQuantBytes = 32;
+inline constexpr size_t kMaxRevisionBytes = 128;
 
 struct ModelRef {
     enum class Kind { LocalPath, HubFile, HubRepo };
@@ -40,5 +43,6 @@ ModelRef parse_ref(std::string_view text, const std::function<bool(const std::st
 // path inside a repository; "" when valid, else why not.
 std::string repo_part_problem(std::string_view part);
 std::string repo_file_problem(std::string_view file);
+std::string revision_problem(std::string_view rev);
 
 }  // namespace eh::hub
