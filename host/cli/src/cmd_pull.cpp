@@ -14,14 +14,14 @@ int cmd_pull(const std::vector<std::string>& args) {
     po::options_description desc("Options");
     desc.add_options()
         ("help,h", "show this help")
-        ("ref", po::value<std::string>()->required(), "hf://ORG/REPO/FILE or ORG/REPO[:QUANT]")
+        ("ref", po::value<std::string>()->required(), "hf://ORG/REPO[@REV]/FILE or ORG/REPO[@REV][:QUANT]")
         ("offline", "use the hub cache only (also HF_HUB_OFFLINE=1): say where the model is, or fail")
         ("json", "print {path, repo, commit, files, offline} instead of the path");
     po::positional_options_description pos;
     pos.add("ref", 1);
     po::variables_map vm;
     const char* usage = "Usage: engine-host pull REF [--offline] [--json]\n"
-                        "  REF: hf://ORG/REPO/FILE, or ORG/REPO[:QUANT] (e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M)";
+                        "  REF: hf://ORG/REPO[@REV]/FILE, or ORG/REPO[@REV][:QUANT] (e.g. Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M)";
     int code = kOk;
     if (!parse_options(args, desc, usage, vm, code, &pos)) return code;
 
