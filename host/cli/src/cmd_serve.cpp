@@ -22,9 +22,11 @@
 #include "eh/http/server.hpp"
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/loader/plugin_search.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/service/service.hpp"
+#include "model_ref.hpp"
 #include "options.hpp"
 #include "plugin_report.hpp"
 #include "serve_codec.hpp"
@@ -36,7 +38,7 @@ namespace {
 using service::log_event;
 namespace lvl = spdlog::level;
 
-const char* kServeUsage = "Usage: engine-host [serve] --plugins DIR --model PATH [--port N] [options]";
+const char* kServeUsage = "Usage: engine-host [serve] --model REF [--plugins DIR] [--port N] [options]";
 
 std::string new_uuid() {
     std::mt19937_64 rng{std::random_device{}()};
@@ -126,8 +128,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     po::options_description desc("Options");
     desc.add_options()
         ("help,h", "show this help")
-        ("plugins", po::value<std::string>()->required(), "plugin directory")
-        ("model", po::value<std::string>()->required(), "model file (GGUF) or Hugging Face model directory")
+        ("plugins", po::value<std::vector<std::string>>(), kPluginsHelp)
+        ("model,m", po::value<std::string>()->required(), kModelHelp)
+        ("offline", kOfflineHelp)
         ("model-name", po::value<std::string>(), "model id clients use (default: file name without .gguf)")
         ("port", po::value<int>()->default_value(8080), "TCP port (0 = any free port)")
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
@@ -196,7 +199,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         print_error("--port must be between 0 and 65535");
         return kUsage;
     }
-    const std::string model_path = vm["model"].as<std::string>();
+    const std::string model_ref = vm["model"].as<std::string>();
+    const std::string model_path = resolve_model_ref(model_ref, vm.count("offline") > 0);
+    const std::vector<std::string> plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
     const int gpu = vm["gpu-device"].as<int>();
     const std::string model_name = vm.count("model-name") ? vm["model-name"].as<std::string>() : model_id(model_path);
 
@@ -224,7 +229,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     service::init_event_log(ls);
     log_event(lvl::info, "startup", {{"version", EH_VERSION}, {"abi", fmt::format("{}.{}", EH_ABI_MAJOR, EH_ABI_MINOR)},
                                      {"host", vm["host"].as<std::string>()}, {"port", port},
-                                     {"plugins", vm["plugins"].as<std::string>()}, {"model_path", model_path}});
+                                     {"plugins", loader::join_dirs(plugin_dirs)}, {"model_ref", model_ref},
+                                     {"model_path", model_path}});
 
     auto metrics = std::make_shared<service::Metrics>();
     http::ServerOptions so;
@@ -276,7 +282,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     try {
         loader::LoaderOptions lo;
         lo.device = gpu;
-        Registry reg = loader::discover_plugins(vm["plugins"].as<std::string>(), lo);
+        Registry reg = loader::discover_plugins(plugin_dirs, lo);
         for (const auto* r : reg.rejected())
             log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
 
@@ -373,7 +379,7 @@ int cmd_serve(const std::vector<std::string>& args) {
 
         if (vm.count("callback-url")) {
             std::string err;
-            nlohmann::json body = {{"worker_id", worker_id}, {"model_ref", model_path}, {"vram_bytes", mi.device_bytes_used},
+            nlohmann::json body = {{"worker_id", worker_id}, {"model_ref", model_ref}, {"vram_bytes", mi.device_bytes_used},
                                    {"uri", uri}};
             if (!post_callback(vm["callback-url"].as<std::string>(), body, err)) {
                 log_event(lvl::err, "error", {{"code", "CALLBACK_FAILED"}, {"message", err}});

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -378,21 +379,30 @@ PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& 
 }
 
 Registry discover_plugins(const std::string& dir, const LoaderOptions& options) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec))
-        throw Error(Code::NoPlugin, "plugin directory '" + dir + "' does not exist or is not a directory");
+    return discover_plugins(std::vector<std::string>{dir}, options);
+}
+
+Registry discover_plugins(const std::vector<std::string>& dirs, const LoaderOptions& options) {
     std::vector<fs::path> manifests, libraries;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        std::string name = e.path().filename().string();
-        if (name.size() > std::strlen(kManifestSuffix) &&
-            name.compare(name.size() - std::strlen(kManifestSuffix), std::string::npos, kManifestSuffix) == 0)
-            manifests.push_back(e.path());
-        else if (e.path().extension() == ".so")
-            libraries.push_back(e.path());
+    for (const auto& dir : dirs) {
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec))
+            throw Error(Code::NoPlugin, "plugin directory '" + dir + "' does not exist or is not a directory");
+        std::vector<fs::path> m, l;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            std::string name = e.path().filename().string();
+            if (name.size() > std::strlen(kManifestSuffix) &&
+                name.compare(name.size() - std::strlen(kManifestSuffix), std::string::npos, kManifestSuffix) == 0)
+                m.push_back(e.path());
+            else if (e.path().extension() == ".so")
+                l.push_back(e.path());
+        }
+        if (ec) throw Error(Code::NoPlugin, "cannot list plugin directory '" + dir + "': " + ec.message());
+        std::sort(m.begin(), m.end());
+        std::sort(l.begin(), l.end());
+        manifests.insert(manifests.end(), m.begin(), m.end());
+        libraries.insert(libraries.end(), l.begin(), l.end());
     }
-    if (ec) throw Error(Code::NoPlugin, "cannot list plugin directory '" + dir + "': " + ec.message());
-    std::sort(manifests.begin(), manifests.end());
-    std::sort(libraries.begin(), libraries.end());
 
     // Every pre-flight runs before any plugin is opened here: a forked child
     // cannot use CUDA once this process has initialised it, so a CUDA plugin
@@ -402,14 +412,25 @@ Registry discover_plugins(const std::string& dir, const LoaderOptions& options) 
     for (const auto& mp : manifests) prepared.push_back(prepare(mp.string(), opt));
 
     Registry reg;
-    std::set<std::string> claimed;
+    std::set<fs::path> claimed;
+    std::map<std::string, std::string> first_dir;  // plugin name -> the directory it was accepted from
     for (auto& prep : prepared) {
+        const std::string name = prep.record.caps.name;
+        const std::string dir = fs::path(prep.record.manifest_path).parent_path().string();
+        if (!prep.record.library_path.empty()) claimed.insert(fs::path(prep.record.library_path));
+        if (prep.ready && first_dir.count(name) && first_dir[name] != dir) {
+            // The search order decides: an earlier directory's copy serves.
+            prep.record.reasons.push_back("a plugin named " + name + " was already found in " + first_dir[name] +
+                                          " (earlier in the search order); this copy was not loaded");
+            reg.add(std::move(prep.record));
+            continue;
+        }
         PluginRecord rec = finish(std::move(prep), opt);
-        if (!rec.library_path.empty()) claimed.insert(fs::path(rec.library_path).filename().string());
+        if (rec.accepted) first_dir.emplace(name, dir);
         reg.add(std::move(rec));
     }
     for (const auto& lib : libraries) {
-        if (claimed.count(lib.filename().string())) continue;
+        if (claimed.count(lib)) continue;
         PluginRecord rec;
         rec.library_path = lib.string();
         rec.caps.name = lib.filename().string();

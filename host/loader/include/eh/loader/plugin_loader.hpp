@@ -21,6 +21,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <engine_host/plugin_abi.h>
 
@@ -52,6 +53,12 @@ inline bool api_has_step(const eh_plugin_api& api) {
 // Every plugin under `dir` (not recursive), accepted or rejected.
 // Throws eh::Error(NoPlugin) only when `dir` itself cannot be read.
 Registry discover_plugins(const std::string& dir, const LoaderOptions& options = {});
+
+// Every plugin under each of `dirs`, in that order (plugin_search.hpp gives
+// the default order). A plugin whose name an earlier directory already
+// provided is rejected, unloaded, with the reason. Throws eh::Error(NoPlugin)
+// when one of `dirs` cannot be read.
+Registry discover_plugins(const std::vector<std::string>& dirs, const LoaderOptions& options = {});
 
 // One plugin, from its manifest path.
 PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& options = {});
