@@ -11,5 +11,8 @@ scripts/setup.sh
 scripts/build.sh
 model=${MODEL:-models/tinytales.gguf}
 args=("$@")
-[[ " $* " == *" --model "* ]] || args=(--model "$model" "${args[@]}")
+case " $* " in
+  *" --model "* | *" --model="* | *" -m "*) ;;
+  *) args=(--model "$model" "${args[@]}") ;;
+esac
 exec build/bin/engine-host --plugins build/plugins "${args[@]}"
