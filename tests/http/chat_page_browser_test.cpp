@@ -113,29 +113,40 @@ private:
     std::string session_;
 };
 
-std::string page_url(EngineHost& h) { return "http://127.0.0.1:" + std::to_string(h.port()) + "/"; }
+// Opens the page of `h` and waits for its /health facts; false if either
+// the browser or the page fails.
+bool open_page(Browser& b, EngineHost& h) {
+    if (!std::string(EH_CHROMEDRIVER).size() || !std::string(EH_CHROMIUM).size()) {
+        ADD_FAILURE() << "chromium / chromedriver not found at configure time: run scripts/setup.sh "
+                         "(Debian: chromium chromium-driver)";
+        return false;
+    }
+    if (!b.ok()) return false;
+    b.open("http://127.0.0.1:" + std::to_string(h.port()) + "/");
+    return b.wait_for("return document.getElementById('model-info').dataset.status === 'ok'", 10s);
+}
+
+// Sets a number field of the sampling settings as a user would.
+void set_field(Browser& b, const std::string& css, const std::string& value) {
+    const std::string el = b.find(css);
+    b.clear(el);
+    b.type(el, value);
+}
 
 }  // namespace
 
 // Load the page, see the model facts from /health, set temperature 0, send
 // a message, and watch the reply arrive over several streamed events.
 TEST(ChatPageBrowser, StreamsAReplyFromTheShippedModel) {
-    ASSERT_TRUE(std::string(EH_CHROMEDRIVER).size() && std::string(EH_CHROMIUM).size())
-        << "chromium / chromedriver not found at configure time: run scripts/setup.sh (Debian: chromium chromium-driver)";
     EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR, EH_DEFAULT_MODEL);
     ASSERT_GT(h.port(), 0) << h.log();
     Browser b;
-    ASSERT_TRUE(b.ok());
-    b.open(page_url(h));
-    ASSERT_TRUE(b.wait_for("return document.getElementById('model-info').dataset.status === 'ok'", 10s))
-        << b.script("return document.getElementById('model-info').textContent");
+    ASSERT_TRUE(open_page(b, h));
     const std::string info = b.script("return document.getElementById('model-info').textContent");
     EXPECT_NE(info.find("tinytales"), std::string::npos) << info;
     EXPECT_NE(info.find("cpu-reference"), std::string::npos) << info;
 
-    const std::string temperature = b.find("#temperature");
-    b.clear(temperature);
-    b.type(temperature, "0");
+    set_field(b, "#temperature", "0");
     b.type(b.find("#prompt"), "Tell me a story about a shy owl named Milo.");
     b.click(b.find("#send"));
     ASSERT_TRUE(b.wait_for("const m = document.querySelector('.msg.assistant');"
@@ -153,17 +164,11 @@ TEST(ChatPageBrowser, StreamsAReplyFromTheShippedModel) {
 // Stop ends a slow reply: the page marks it stopped and the server drops the
 // job (the test engine waits 50 ms a token, so the reply cannot finish first).
 TEST(ChatPageBrowser, StopEndsTheReplyAndTheServerJob) {
-    ASSERT_TRUE(std::string(EH_CHROMEDRIVER).size() && std::string(EH_CHROMIUM).size())
-        << "chromium / chromedriver not found at configure time: run scripts/setup.sh (Debian: chromium chromium-driver)";
     EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "50"}}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", EH_DEFAULT_MODEL);
     ASSERT_GT(h.port(), 0) << h.log();
     Browser b;
-    ASSERT_TRUE(b.ok());
-    b.open(page_url(h));
-    ASSERT_TRUE(b.wait_for("return document.getElementById('model-info').dataset.status === 'ok'", 10s));
-    const std::string max_tokens = b.find("#max_tokens");
-    b.clear(max_tokens);
-    b.type(max_tokens, "400");
+    ASSERT_TRUE(open_page(b, h));
+    set_field(b, "#max_tokens", "400");
     b.type(b.find("#prompt"), "Hello!");
     b.click(b.find("#send"));
     ASSERT_TRUE(b.wait_for("const m = document.querySelector('.msg.assistant');"

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#include <fstream>
 
 #include "engine_host_process.hpp"
 
@@ -43,12 +44,23 @@ TEST(DefaultModel, LoadsOnTheCpuReferencePlugin) {
     EXPECT_EQ(health["context_length"], 512);
 }
 
-// The ids spm_bpe.py trained on: engine-host's tokenizer must still give them.
+// The model learned from ids that tools/train-default-model/spm_bpe.py
+// made; engine-host's tokenizer must give the same ids for the same text
+// (tokenizer_check.json: generated samples, odd spacing, non-ASCII).
 TEST(DefaultModel, TokenizesAsItWasTrained) {
     EngineHost& h = shipped();
     auto r = h.post("/tokenize", json{{"text", "Once upon a time"}, {"add_special", true}}.dump());
     ASSERT_EQ(r.status, 200) << r.body;
     EXPECT_EQ(json::parse(r.body)["tokens"], json::parse("[1, 553, 552, 320, 467]"));
+
+    std::ifstream f(std::string(EH_TRAIN_DIR) + "/tokenizer_check.json");
+    const json cases = json::parse(f);
+    ASSERT_GE(cases.size(), 30u);
+    for (const auto& c : cases) {
+        auto t = h.post("/tokenize", json{{"text", c["text"]}, {"add_special", false}}.dump());
+        ASSERT_EQ(t.status, 200) << t.body;
+        EXPECT_EQ(json::parse(t.body)["tokens"], c["ids"]) << c["text"];
+    }
 }
 
 TEST(DefaultModel, ChatAnswersWithTheRequestedStory) {
