@@ -9,8 +9,18 @@
 using nlohmann::json;
 using namespace eh::test;
 
+namespace {
+
+// The deterministic test engine over the shipped model: no ../shared needed.
+EngineHost& server() {
+    static EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", EH_DEFAULT_MODEL);
+    return h;
+}
+
+}  // namespace
+
 TEST(WebPage, ServesThePageAndItsFiles) {
-    EngineHost h;
+    EngineHost& h = server();
     ASSERT_GT(h.port(), 0) << h.log();
     auto page = h.get("/");
     ASSERT_EQ(page.status, 200);
@@ -29,7 +39,7 @@ TEST(WebPage, ServesThePageAndItsFiles) {
 }
 
 TEST(WebPage, UnknownFilesAreNotFound) {
-    EngineHost h;
+    EngineHost& h = server();
     ASSERT_GT(h.port(), 0) << h.log();
     for (const char* path : {"/nope.js", "/index.htm", "/chat.js/x", "/..%2fCMakeLists.txt"}) {
         auto r = h.get(path);
