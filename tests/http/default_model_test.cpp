@@ -84,7 +84,8 @@ TEST(DefaultModel, ContinuesAStoryOpening) {
     ASSERT_EQ(r.status, 200) << r.body;
     json choice = json::parse(r.body)["choices"][0];
     const std::string text = choice["text"];
-    EXPECT_EQ(text.rfind(", there was ", 0), 0u) << text;
+    EXPECT_EQ(text.rfind(", ", 0), 0u) << text;  // "Once upon a time, there was ..." or ", a little ..."
     EXPECT_NE(text.find(" named "), std::string::npos) << text;
+    EXPECT_GE(count(text, ". "), 5u) << text;
     EXPECT_EQ(choice["finish_reason"], "stop") << text;
 }
