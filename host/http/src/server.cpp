@@ -8,6 +8,7 @@
 #include "eh/service/event_log.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
+#include "web_assets.hpp"
 
 namespace eh::http {
 namespace {
@@ -260,6 +261,8 @@ void Server::Impl::install_routes() {
         }
         res.set_content(metrics->render(g), "text/plain; version=0.0.4; charset=utf-8");
     });
+
+    http.Get(web::kRoutePattern, web::serve_asset);  // the chat page
 
     http.Post("/shutdown", [this](const httplib::Request& req, httplib::Response& res) {
         std::string cid = correlation_id(req, res);
