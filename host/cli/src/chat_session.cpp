@@ -44,6 +44,9 @@ ChatSession::ChatSession(const ChatSettings& s) : impl_(std::make_unique<Impl>()
     so.n_ctx = choose_context(*file, impl_->model->info(), s.ctx_size, 0);
     so.model_name = model_id(s.model_path);
     so.queue_capacity = 1;
+    // One conversation: one running sequence, plus the previous turn kept in
+    // the prefix cache, so each turn computes only its new tokens.
+    so.max_running = 1;
     so.inference_timeout = std::chrono::hours(24);  // the person at the terminal decides (Ctrl-C)
     impl_->svc = std::make_shared<service::Service>(impl_->model, make_codec(*file), so);
 }
