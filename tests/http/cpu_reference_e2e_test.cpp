@@ -147,3 +147,27 @@ TEST(CpuReferenceEndToEnd, PrefixReuseIsCountedAndChangesNothing) {
     EXPECT_GE(value("eh_num_requests_running"), 0.0) << m;
     EXPECT_GE(value("eh_kv_cache_usage_perc"), 0.0) << m;
 }
+
+// logit_bias reaches the sampler: +100 on one token makes it every token.
+TEST(CpuReferenceEndToEnd, LogitBiasAndPenaltiesReachTheSampler) {
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    const int forced = 300;
+    auto r = h.post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0},
+                                            {"logit_bias", {{std::to_string(forced), 100}}}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const std::string text = json::parse(r.body)["choices"][0]["text"];
+    auto d = h.post("/detokenize", json{{"tokens", std::vector<int>(6, forced)}}.dump());
+    ASSERT_EQ(d.status, 200) << d.body;
+    // (decoded alone, the first token's leading space is dropped)
+    EXPECT_EQ(text, " " + json::parse(d.body)["text"].get<std::string>());
+    // A strong frequency penalty changes a greedy continuation that repeats.
+    auto plain = h.post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}}.dump());
+    auto pen = h.post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0},
+                                              {"frequency_penalty", 2}}.dump());
+    ASSERT_EQ(pen.status, 200) << pen.body;
+    EXPECT_NE(json::parse(plain.body)["choices"][0]["text"], json::parse(pen.body)["choices"][0]["text"]);
+    auto bad = h.post("/v1/completions", json{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}.dump());
+    EXPECT_EQ(bad.status, 400) << bad.body;
+    EXPECT_NE(bad.body.find("outside the vocabulary"), std::string::npos) << bad.body;
+}

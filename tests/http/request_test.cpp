@@ -67,6 +67,32 @@ TEST(ExecuteRequest, EachRuleNamesItsField) {
     }
 }
 
+TEST(ExecuteRequest, PenaltiesAndLogitBias) {
+    RequestLimits lim;
+    auto r = parse_execute_request(
+        R"({"job_id":"a","prompt":"p","presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":-100,"42":2.5}})", lim);
+    EXPECT_DOUBLE_EQ(r.sampling.presence_penalty, 0.5);
+    EXPECT_DOUBLE_EQ(r.sampling.frequency_penalty, -1.0);
+    ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+    EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<int32_t, float>{7, -100.0f}));
+    EXPECT_EQ(r.sampling.logit_bias[1], (std::pair<int32_t, float>{42, 2.5f}));
+    EXPECT_TRUE(r.sampling.needs_batched_engine());
+    EXPECT_FALSE(parse_execute_request(R"({"job_id":"a","prompt":"p"})", lim).sampling.needs_batched_engine());
+    for (auto [body, starts] : std::vector<std::pair<std::string, std::string>>{
+             {R"({"job_id":"a","prompt":"p","presence_penalty":2.5})", "presence_penalty: 'presence_penalty' must be in [-2, 2]"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":[1]})", "logit_bias: 'logit_bias' must be an object"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"x":1}})", "logit_bias: 'logit_bias' keys must be token ids"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"-1":1}})", "logit_bias: 'logit_bias' keys must be token ids"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"99999999999":1}})", "logit_bias: 'logit_bias' keys must be token ids"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"1":101}})", "logit_bias: 'logit_bias' values must be between -100 and 100"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"1":"a"}})", "logit_bias: 'logit_bias' values must be numbers"}}) {
+        std::string got = field_of(body);
+        EXPECT_EQ(got.rfind(starts, 0), 0u) << body << "\n got " << got;
+    }
+    lim.max_logit_bias = 2;
+    EXPECT_THROW(parse_execute_request(R"({"job_id":"a","prompt":"p","logit_bias":{"1":1,"2":1,"3":1}})", lim), RequestError);
+}
+
 TEST(ExecuteRequest, PromptLengthCountsCharactersNotBytes) {
     RequestLimits lim;
     lim.max_prompt_chars = 3;

@@ -31,6 +31,7 @@ int cmd_forge(const std::vector<std::string>& args);
 int cmd_quantize(const std::vector<std::string>& args);
 int cmd_convert(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_loadgen(const std::vector<std::string>& args);
 int cmd_pull(const std::vector<std::string>& args);
 int cmd_chat(const std::vector<std::string>& args);
 

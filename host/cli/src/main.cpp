@@ -40,6 +40,7 @@ Usage:
   engine-host quantize --in F --out G --type T               convert a GGUF's weights (Q8_0, Q4_K_M, MXFP4, ...)
   engine-host convert --hf DIR --out FILE [--type T]         Hugging Face safetensors directory to GGUF
   engine-host bench --model REF [--json]                     prefill/decode speed of each plugin serving a model
+  engine-host loadgen [--url URL] [--levels 1,4,16,64]       tokens/s and latency of a running server under concurrent clients
   engine-host help | --help | -h                             this text
   engine-host version | --version                            print the version
 
@@ -81,6 +82,7 @@ int main(int argc, char** argv) {
         if (cmd == "quantize") return eh::cli::cmd_quantize({args.begin() + 1, args.end()});
         if (cmd == "convert") return eh::cli::cmd_convert({args.begin() + 1, args.end()});
         if (cmd == "bench") return eh::cli::cmd_bench({args.begin() + 1, args.end()});
+        if (cmd == "loadgen") return eh::cli::cmd_loadgen({args.begin() + 1, args.end()});
         if (cmd == "pull") return eh::cli::cmd_pull({args.begin() + 1, args.end()});
         if (cmd == "chat") return eh::cli::cmd_chat({args.begin() + 1, args.end()});
         if (cmd.empty() || cmd.rfind("-", 0) == 0) return eh::cli::cmd_serve(args);

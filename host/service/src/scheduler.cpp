@@ -279,6 +279,8 @@ bool Scheduler::try_admit(Active& a) {
     sp.min_p = float(req.sampling.min_p);
     sp.repetition_penalty = float(req.sampling.repetition_penalty);
     sp.repetition_window = options_.repetition_window;
+    sp.presence_penalty = float(req.sampling.presence_penalty);
+    sp.frequency_penalty = float(req.sampling.frequency_penalty);
     sp.seed = a.job->seed;
     try {
         engine_->set_sampling(a.seq, sp);
@@ -319,6 +321,7 @@ void Scheduler::run_step() {
         it.tokens = std::span<const int32_t>(a.tokens).subspan(a.in_seq, k);
         it.sample = a.in_seq + k == a.tokens.size();
         it.logits = it.sample && a.job->request.top_logprobs >= 0;
+        if (it.sample && !a.job->request.sampling.logit_bias.empty()) it.bias = &a.job->request.sampling.logit_bias;
         items.push_back(it);
         owners.push_back(&a);
         budget -= k;

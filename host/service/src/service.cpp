@@ -107,6 +107,17 @@ std::shared_ptr<Job> Service::submit(GenerationRequest req) {
     } else {
         job->max_tokens = std::min(room, options_.limits.max_tokens);
     }
+    if (req.sampling.needs_batched_engine() && !scheduler_->limits().batched) {
+        const char* field = !req.sampling.logit_bias.empty() ? "logit_bias"
+                            : req.sampling.presence_penalty != 0.0 ? "presence_penalty"
+                                                                    : "frequency_penalty";
+        throw RequestError(field, fmt::format("'{}' is not available: the engine plugin runs no batched steps "
+                                              "(ABI 1.2), where the sampler takes it", field));
+    }
+    for (auto [id, bias] : req.sampling.logit_bias)
+        if (id < 0 || uint32_t(id) >= codec_->vocab_size())
+            throw RequestError("logit_bias", fmt::format("'logit_bias' token id {} is outside the vocabulary (0..{})", id,
+                                                         codec_->vocab_size() - 1));
     if (req.top_logprobs >= 0 && !has_logits_)
         throw RequestError("logprobs", "logprobs are not available: the engine plugin does not expose logits");
     job->seed = req.sampling.seed ? *req.sampling.seed : random_seed();

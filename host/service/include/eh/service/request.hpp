@@ -38,6 +38,7 @@ struct RequestLimits {
     size_t max_stop_bytes = 256;
     size_t max_job_id_bytes = 256;
     size_t max_messages = 256;
+    size_t max_logit_bias = 1024;      // entries in one request's logit_bias
 };
 
 struct Sampling {
@@ -46,7 +47,15 @@ struct Sampling {
     int32_t top_k = 0;
     double min_p = 0.0;
     double repetition_penalty = 1.0;
+    double presence_penalty = 0.0;     // OpenAI's, over the tokens generated so far
+    double frequency_penalty = 0.0;
     std::optional<uint64_t> seed;      // generated when absent
+    // Added to the logits before sampling: (token id, -100..100). Ids are
+    // checked against the vocabulary when the request is submitted.
+    std::vector<std::pair<int32_t, float>> logit_bias;
+    bool needs_batched_engine() const {
+        return presence_penalty != 0.0 || frequency_penalty != 0.0 || !logit_bias.empty();
+    }
 };
 
 struct GenerationRequest {
