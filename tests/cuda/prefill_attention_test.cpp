@@ -75,6 +75,39 @@ Inputs make_inputs(const Case& c, uint32_t seed) {
     return in;
 }
 
+// The inputs on the device and the AttnArgs that read them.
+struct OnDevice {
+    ehcuda::DeviceBuffer q, k, v, sinks, pos, out;
+    ehcuda::AttnArgs a;
+    OnDevice(const Case& c, const Inputs& in)
+        : q(to_device(in.q)),
+          k(c.f32_cache ? to_device(in.k) : to_device(in.kh)),
+          v(c.f32_cache ? to_device(in.v) : to_device(in.vh)),
+          sinks(to_device(c.sinks ? in.sinks : std::vector<float>{0.0f})),
+          pos(to_device(std::vector<int32_t>{c.pos0})),
+          out(size_t(c.ntok) * c.H * c.hd * 4) {
+        a.q = q.as<float>();
+        a.ldq = in.ldq;
+        if (c.f32_cache) {
+            a.k_cache32 = k.as<float>();
+            a.v_cache32 = v.as<float>();
+        } else {
+            a.k_cache = k.as<__half>();
+            a.v_cache = v.as<__half>();
+        }
+        a.n_head = c.H;
+        a.n_kv = c.KV;
+        a.head_dim = c.hd;
+        a.d_pos0 = pos.as<int32_t>();
+        a.ntok = c.ntok;
+        a.window = c.window;
+        a.scale = 1.0f / std::sqrt(float(c.hd));
+        a.sinks = c.sinks ? sinks.as<float>() : nullptr;
+        a.out = out.as<float>();
+        a.ldo = c.H * c.hd;
+    }
+};
+
 // float64 attention of the given rows; [row][H][hd].
 std::vector<double> reference(const Case& c, const Inputs& in, const std::vector<int>& rows) {
     std::vector<double> out(rows.size() * c.H * c.hd);
@@ -120,36 +153,12 @@ TEST_P(PrefillAttention, MatchesFloat64ReferenceSplitOrNot) {
     const std::vector<int> rows = checked_rows(c.ntok);
     const std::vector<double> ref = reference(c, in, rows);
 
-    auto dq = to_device(in.q);
-    ehcuda::DeviceBuffer dk = c.f32_cache ? to_device(in.k) : to_device(in.kh);
-    ehcuda::DeviceBuffer dv = c.f32_cache ? to_device(in.v) : to_device(in.vh);
-    auto dsink = to_device(c.sinks ? in.sinks : std::vector<float>{0.0f});
-    auto dpos = to_device(std::vector<int32_t>{c.pos0});
+    OnDevice d(c, in);
+    ehcuda::AttnArgs& a = d.a;
+    ehcuda::DeviceBuffer& dout = d.out;
     const size_t n_out = size_t(c.ntok) * c.H * c.hd;
-    ehcuda::DeviceBuffer dout(n_out * 4);
     const size_t scratch_floats = ehcuda::attention_prefill_scratch_floats(c.hd);
     ehcuda::DeviceBuffer scratch(scratch_floats * 4);
-
-    ehcuda::AttnArgs a;
-    a.q = dq.as<float>();
-    a.ldq = in.ldq;
-    if (c.f32_cache) {
-        a.k_cache32 = dk.as<float>();
-        a.v_cache32 = dv.as<float>();
-    } else {
-        a.k_cache = dk.as<__half>();
-        a.v_cache = dv.as<__half>();
-    }
-    a.n_head = c.H;
-    a.n_kv = c.KV;
-    a.head_dim = c.hd;
-    a.d_pos0 = dpos.as<int32_t>();
-    a.ntok = c.ntok;
-    a.window = c.window;
-    a.scale = 1.0f / std::sqrt(float(c.hd));
-    a.sinks = c.sinks ? dsink.as<float>() : nullptr;
-    a.out = dout.as<float>();
-    a.ldo = c.H * c.hd;
 
     // An FP16 cache: FP16 Q and P on the tensor cores (~1e-3). An FP32
     // cache: hi + lo FP16 parts, float32-level agreement.
@@ -231,15 +240,9 @@ TEST(PrefillAttentionPlan, SplitsOnlyWhenTheGridIsSmall) {
 // TFLOP/s of causal attention work (4 * head_dim flops per query, key and
 // head), tensor-core kernel beside the CUDA-core one. CUDA events, median
 // of 20 after 3 warm-up runs.
-struct BenchShape {
-    const char* name;
-    int hd, H, KV, pos0, ntok, window;
-    bool f32_cache, sinks;
-};
-
 TEST(PrefillAttentionBench, DISABLED_TensorCoreRate) {
     REQUIRE_GPU();
-    const BenchShape shapes[] = {
+    const Case shapes[] = {
         {"qwen 4096 in one call", 64, 14, 2, 0, 4096, 0, false, false},
         {"qwen chunk 256 at 3840", 64, 14, 2, 3840, 256, 0, false, false},
         {"qwen chunk 256 at 16128", 64, 14, 2, 16128, 256, 0, false, false},
@@ -249,45 +252,12 @@ TEST(PrefillAttentionBench, DISABLED_TensorCoreRate) {
         {"gpt-oss f32 window 128, chunk 512", 64, 64, 8, 15872, 512, 128, true, true},
         {"gpt-oss f16 chunk 512 at 15872", 64, 64, 8, 15872, 512, 0, false, true},
     };
-    for (const BenchShape& b : shapes) {
-        const int len = b.pos0 + b.ntok;
-        const int ldq = (b.H + 2 * b.KV) * b.hd;
-        std::mt19937 rng(5);
-        std::normal_distribution<float> nd(0.0f, 1.0f);
-        std::vector<float> q(size_t(b.ntok) * ldq), kv(size_t(len) * b.KV * b.hd), sinks(size_t(b.H));
-        for (auto& x : q) x = nd(rng);
-        for (auto& x : kv) x = nd(rng);
-        for (auto& x : sinks) x = nd(rng);
-        std::vector<__half> kvh(kv.size());
-        for (size_t i = 0; i < kv.size(); ++i) kvh[i] = __float2half(kv[i]);
-        auto dq = to_device(q);
-        ehcuda::DeviceBuffer dk = b.f32_cache ? to_device(kv) : to_device(kvh);
-        ehcuda::DeviceBuffer dv = b.f32_cache ? to_device(kv) : to_device(kvh);
-        auto ds = to_device(sinks);
-        auto dpos = to_device(std::vector<int32_t>{b.pos0});
-        ehcuda::DeviceBuffer dout(size_t(b.ntok) * b.H * b.hd * 4);
+    for (const Case& b : shapes) {
+        const Inputs in = make_inputs(b, 5);
+        OnDevice d(b, in);
+        const ehcuda::AttnArgs& a = d.a;
         const size_t sf = ehcuda::attention_prefill_scratch_floats(b.hd);
         ehcuda::DeviceBuffer scratch(sf * 4);
-        ehcuda::AttnArgs a;
-        a.q = dq.as<float>();
-        a.ldq = ldq;
-        if (b.f32_cache) {
-            a.k_cache32 = dk.as<float>();
-            a.v_cache32 = dv.as<float>();
-        } else {
-            a.k_cache = dk.as<__half>();
-            a.v_cache = dv.as<__half>();
-        }
-        a.n_head = b.H;
-        a.n_kv = b.KV;
-        a.head_dim = b.hd;
-        a.d_pos0 = dpos.as<int32_t>();
-        a.ntok = b.ntok;
-        a.window = b.window;
-        a.scale = 0.125f;
-        a.sinks = b.sinks ? ds.as<float>() : nullptr;
-        a.out = dout.as<float>();
-        a.ldo = b.H * b.hd;
         const ehcuda::AttnSplitScratch sp{scratch.as<float>(), sf};
         double keys = 0;  // attended (query, key) pairs per head
         for (int t = 0; t < b.ntok; ++t) {
