@@ -40,7 +40,8 @@ void attention_prefill_simt(const AttnArgs& a, cudaStream_t stream);
 // Whether attention_prefill runs head_dim on the tensor cores.
 bool attention_prefill_mma_takes(int head_dim);
 // Scratch (floats) with which attention_prefill may split any call of this
-// head dim as far as it wants (about 8.6 MB at head dim 64, 17 MB at 128).
+// head dim as far as it wants on GPUs of up to 170 multiprocessors (512
+// blocks' partial rows: about 8.6 MB at head dim 64, 17 MB at 128).
 size_t attention_prefill_scratch_floats(int head_dim);
 // Key-range splits attention_prefill uses for ntok queries of n_head heads
 // with this much scratch: enough for about three blocks per multiprocessor,
