@@ -184,10 +184,11 @@ std::string expected(const std::string& prompt, uint32_t n) {
 struct Harness {
     FakeEngine* engine;
     std::unique_ptr<Scheduler> sched;
-    Harness(uint32_t block_tokens, uint32_t blocks, uint32_t max_seqs, uint32_t step_tokens, SchedulerOptions o = {}) {
+    Harness(uint32_t block_tokens, uint32_t blocks, uint32_t max_seqs, uint32_t step_tokens, SchedulerOptions o = {},
+            int32_t eog = -1) {
         auto e = std::make_unique<FakeEngine>(block_tokens, blocks, max_seqs, step_tokens);
         engine = e.get();
-        sched = std::make_unique<Scheduler>(std::move(e), std::make_shared<ByteCodec>(), std::make_shared<Metrics>(), o);
+        sched = std::make_unique<Scheduler>(std::move(e), std::make_shared<ByteCodec>(256, eog), std::make_shared<Metrics>(), o);
     }
 };
 
@@ -332,4 +333,26 @@ TEST(Scheduler, PrefixCacheOffComputesEverything) {
     }
     EXPECT_EQ(h.sched->stats().prefix_hits.load(), 0u);
     EXPECT_EQ(h.engine->forks.load(), 0u);
+}
+
+TEST(Scheduler, EndOfGenerationEndsARequestUnlessIgnoreEos) {
+    const std::string p = "a prompt";
+    const std::string full = expected(p, 60);
+    const char eog = full[10];  // the end token: the 11th output (or an earlier copy of it)
+    Harness h(16, 256, 8, 64, {}, eog);
+    auto stops = make_job("eos", p, 60);
+    h.sched->enqueue(stops);
+    Outcome a = drain(*stops);
+    EXPECT_EQ(a.end.stop_reason, "eos");
+    EXPECT_EQ(a.text, full.substr(0, full.find(eog)));
+    auto goes_on = make_job("ignore", p, 60);
+    goes_on->request.ignore_eos = true;
+    h.sched->enqueue(goes_on);
+    Outcome b = drain(*goes_on);
+    EXPECT_EQ(b.end.stop_reason, "length");
+    EXPECT_EQ(b.end.tokens_out, 60u);
+    // An end token generated anyway adds no text of its own.
+    std::string without_eog = full;
+    std::erase(without_eog, eog);
+    EXPECT_EQ(b.text, without_eog);
 }

@@ -21,6 +21,7 @@ int cmd_loadgen(const std::vector<std::string>& args) {
         ("max-tokens,n", po::value<uint32_t>()->default_value(128), "output tokens per request (1-65536)")
         ("requests-per-client", po::value<uint32_t>()->default_value(2), "requests each client sends per level (1-1000)")
         ("model", po::value<std::string>()->default_value(""), "the request's model field")
+        ("honor-eos", "let requests end at an end-of-generation token (default: ignore_eos, so each generates -n tokens)")
         ("timeout-sec", po::value<uint32_t>()->default_value(600), "per request")
         ("json", "print one JSON object instead of a table");
     po::variables_map vm;
@@ -56,6 +57,7 @@ int cmd_loadgen(const std::vector<std::string>& args) {
         return kUsage;
     }
     o.model = vm["model"].as<std::string>();
+    o.ignore_eos = vm.count("honor-eos") == 0;
     o.timeout_s = vm["timeout-sec"].as<uint32_t>();
     if (!vm.count("json")) o.log = [](const std::string& s) { std::fprintf(stderr, "loadgen: %s\n", s.c_str()); };
     auto r = tools::run_load(o);

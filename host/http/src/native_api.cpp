@@ -116,7 +116,8 @@ void Server::Impl::install_native() {
             case JobEvent::Kind::Started:
                 return sse_event("started", {{"job_id", job->request.job_id}, {"model", model},
                                              {"started_at", ev.started_at}, {"seed", ev.seed},
-                                             {"prompt_tokens", ev.prompt_tokens}, {"max_tokens", job->max_tokens},
+                                             {"prompt_tokens", ev.prompt_tokens}, {"cached_tokens", ev.cached_tokens},
+                                             {"max_tokens", job->max_tokens},
                                              {"correlation_id", cid}});
             case JobEvent::Kind::Token: {
                 nlohmann::json j = {{"t", ev.text}, {"i", ev.index}};

@@ -56,8 +56,9 @@ struct CompletionLogprobs {
     }
 };
 
-nlohmann::json usage_json(uint32_t prompt, uint32_t completion) {
-    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion}};
+nlohmann::json usage_json(uint32_t prompt, uint32_t completion, uint32_t cached) {
+    return {{"prompt_tokens", prompt}, {"completion_tokens", completion}, {"total_tokens", prompt + completion},
+            {"prompt_tokens_details", {{"cached_tokens", cached}}}};
 }
 
 nlohmann::json stream_error(const JobEvent& ev, const std::string& cid) {
@@ -115,6 +116,7 @@ void Server::Impl::install_openai() {
         const uint32_t prompt_tokens = uint32_t(job->prompt_tokens.size());
         res.set_header("X-Job-Id", id);
 
+        auto cached = std::make_shared<uint32_t>(0);  // from the started event
         if (r.stream) {
             auto first = std::make_shared<bool>(true);
             auto lp_state = std::make_shared<CompletionLogprobs>();
@@ -127,6 +129,7 @@ void Server::Impl::install_openai() {
                 };
                 switch (ev.kind) {
                 case JobEvent::Kind::Started:
+                    *cached = ev.cached_tokens;
                     if (chat) {
                         *first = false;
                         return sse_data(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
@@ -158,7 +161,7 @@ void Server::Impl::install_openai() {
                     if (r.include_usage) {
                         nlohmann::json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
                                             {"created", created}, {"model", model}, {"choices", nlohmann::json::array()},
-                                            {"usage", usage_json(prompt_tokens, ev.tokens_out)}};
+                                            {"usage", usage_json(prompt_tokens, ev.tokens_out, *cached)}};
                         out += sse_data(u);
                     }
                     return out;
@@ -180,6 +183,7 @@ void Server::Impl::install_openai() {
         for (;;) {
             auto ev = job->pop(std::chrono::milliseconds(200));
             if (!ev) continue;
+            if (ev->kind == JobEvent::Kind::Started) *cached = ev->cached_tokens;
             if (ev->kind == JobEvent::Kind::Token) {
                 text += ev->text;
                 if (want_lp) {
@@ -206,7 +210,7 @@ void Server::Impl::install_openai() {
                 }
                 nlohmann::json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
                                        {"created", created}, {"model", model}, {"choices", {choice}},
-                                       {"usage", usage_json(prompt_tokens, ev->tokens_out)},
+                                       {"usage", usage_json(prompt_tokens, ev->tokens_out, *cached)},
                                        {"system_fingerprint", nullptr}};
                 send_json(res, 200, body);
                 return;

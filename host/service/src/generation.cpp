@@ -72,7 +72,7 @@ void Generation::finish_text() {
 
 bool Generation::accept(int32_t tok, std::span<const float> logits) {
     if (done()) return true;
-    if (codec_.is_eog(tok)) {
+    if (codec_.is_eog(tok) && !job_.request.ignore_eos) {
         reason_ = "eos";
         finish_text();
         return true;

@@ -120,6 +120,7 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
     if (auto v = get_number(obj, "repetition_penalty", 0, 2, true)) r.gen.sampling.repetition_penalty = *v;
     get_penalties(obj, r.gen.sampling, limits);
     r.gen.stop = get_stop(obj, "stop", limits);
+    if (auto v = get_bool(obj, "ignore_eos")) r.gen.ignore_eos = *v;  // vLLM's and llama-server's extension
     r.gen.sampling.seed = get_uint64(obj, "seed");
     if (auto s = get_bool(obj, "stream")) r.stream = *s;
     if (auto so = field(obj, "stream_options")) {

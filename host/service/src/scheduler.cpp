@@ -300,6 +300,7 @@ bool Scheduler::try_admit(Active& a) {
         started.started_at = rfc3339_now();
         started.seed = a.job->seed;
         started.prompt_tokens = uint32_t(a.job->prompt_tokens.size());
+        started.cached_tokens = reuse;
         a.job->push(started);
         metrics_->prompt_tokens(a.job->prompt_tokens.size());
         nlohmann::json fields = {{"job_id", req.job_id}, {"correlation_id", req.correlation_id},

@@ -73,7 +73,7 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
                 cli.set_write_timeout(30, 0);
                 for (uint32_t k = 0; k < o.requests_per_client; ++k) {
                     nlohmann::json body = {{"prompt", prompt_for(level, c, k)}, {"max_tokens", o.max_tokens},
-                                           {"temperature", 0}};
+                                           {"temperature", 0}, {"ignore_eos", o.ignore_eos}};
                     if (!o.model.empty()) body["model"] = o.model;
                     const auto s = Clock::now();
                     auto r = cli.Post(t.path_prefix + "/v1/completions", body.dump(), "application/json");

@@ -37,6 +37,7 @@ struct JobEvent {
     std::string started_at;            // RFC 3339, UTC
     uint64_t seed = 0;
     uint32_t prompt_tokens = 0;
+    uint32_t cached_tokens = 0;        // prompt tokens reused from the prefix cache
     // Token: a chunk of text, completed by token number `index` (0-based)
     std::string text;
     uint32_t index = 0;

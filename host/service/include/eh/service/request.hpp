@@ -71,6 +71,7 @@ struct GenerationRequest {
     Sampling sampling;
     std::vector<std::string> stop;
     int top_logprobs = -1;             // -1: no logprobs; 0: the chosen token's only
+    bool ignore_eos = false;           // keep generating past end-of-generation tokens (benchmarks)
     std::string correlation_id;
     std::string origin = "execute";    // metrics/log label: execute, completions, chat
 };

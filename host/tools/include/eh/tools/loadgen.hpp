@@ -20,6 +20,7 @@ struct LoadOptions {
     uint32_t max_tokens = 128;
     uint32_t requests_per_client = 2;
     std::string model;                           // "model" field; empty: the server's
+    bool ignore_eos = true;                      // every request generates max_tokens (vLLM/llama-server extension)
     uint32_t timeout_s = 600;                    // per request
     std::function<void(const std::string&)> log; // progress, may be empty
 };
