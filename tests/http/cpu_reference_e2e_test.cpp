@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <map>
 #include <thread>
 
 #include "engine_host_process.hpp"
@@ -170,4 +171,54 @@ TEST(CpuReferenceEndToEnd, LogitBiasAndPenaltiesReachTheSampler) {
     auto bad = h.post("/v1/completions", json{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}.dump());
     EXPECT_EQ(bad.status, 400) << bad.body;
     EXPECT_NE(bad.body.find("outside the vocabulary"), std::string::npos) << bad.body;
+}
+
+// OpenAI's n: several samples of one prompt, the prompt computed once (the
+// siblings fork its KV), every choice indexed, usage summed.
+TEST(CpuReferenceEndToEnd, NChoicesShareThePromptAndStreamInterleaved) {
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto greedy = h.post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 12}, {"temperature", 0},
+                                                 {"n", 3}}.dump());
+    ASSERT_EQ(greedy.status, 200) << greedy.body;
+    json g = json::parse(greedy.body);
+    ASSERT_EQ(g["choices"].size(), 3u) << g.dump();
+    for (int i = 0; i < 3; ++i) {
+        EXPECT_EQ(g["choices"][i]["index"], i);
+        EXPECT_EQ(g["choices"][i]["text"], g["choices"][0]["text"]) << "greedy samples are equal";
+    }
+    EXPECT_EQ(g["usage"]["completion_tokens"], 36) << g.dump();
+    // Sampled with a seed: choice i uses seed + i, so they differ and repeat.
+    json sampled = {{"prompt", "Once upon a time"}, {"max_tokens", 16}, {"temperature", 1}, {"seed", 11}, {"n", 3}};
+    json s1 = json::parse(h.post("/v1/completions", sampled.dump()).body);
+    json s2 = json::parse(h.post("/v1/completions", sampled.dump()).body);
+    ASSERT_EQ(s1["choices"].size(), 3u) << s1.dump();
+    EXPECT_EQ(s1["choices"], s2["choices"]);
+    EXPECT_NE(s1["choices"][0]["text"], s1["choices"][1]["text"]);
+    // Streamed: chunks of all three choices, each choice finishing once, one [DONE].
+    auto st = h.post("/v1/chat/completions",
+                     json{{"messages", {{{"role", "user"}, {"content", "hi"}}}}, {"max_tokens", 8}, {"temperature", 0},
+                          {"n", 3}, {"stream", true}, {"stream_options", {{"include_usage", true}}}}
+                         .dump());
+    ASSERT_EQ(st.status, 200) << st.body;
+    std::map<int, int> finished;
+    int done = 0, usage = 0;
+    for (const auto& ev : parse_sse(st.body)) {
+        if (ev.data == "[DONE]") {
+            ++done;
+            continue;
+        }
+        json c = json::parse(ev.data);
+        if (c.contains("usage") && c["usage"].is_object()) {
+            ++usage;
+            EXPECT_EQ(c["usage"]["completion_tokens"], 24) << ev.data;
+        }
+        for (auto& ch : c["choices"])
+            if (!ch["finish_reason"].is_null()) ++finished[ch["index"].get<int>()];
+    }
+    EXPECT_EQ(done, 1);
+    EXPECT_EQ(usage, 1);
+    EXPECT_EQ(finished, (std::map<int, int>{{0, 1}, {1, 1}, {2, 1}}));
+    auto over = h.post("/v1/completions", json{{"prompt", "x"}, {"n", 17}}.dump());
+    EXPECT_EQ(over.status, 400) << over.body;
 }

@@ -356,3 +356,22 @@ TEST(Scheduler, EndOfGenerationEndsARequestUnlessIgnoreEos) {
     std::erase(without_eog, eog);
     EXPECT_EQ(b.text, without_eog);
 }
+
+TEST(Scheduler, SiblingsOfAnNRequestForkTheFirstOnesPrompt) {
+    SchedulerOptions o;
+    o.prefix_cache = false;  // the sharing must come from the sibling fork alone
+    Harness h(16, 256, 16, 64, o);
+    const std::string p(100, 'q');
+    auto lead = make_job("n", p, 8);
+    std::vector<std::shared_ptr<Job>> jobs = {lead};
+    for (int i = 1; i < 4; ++i) {
+        auto j = make_job("n." + std::to_string(i), p, 8);
+        j->fork_of = lead;
+        jobs.push_back(j);
+    }
+    for (auto& j : jobs) h.sched->enqueue(j);
+    for (auto& j : jobs) EXPECT_EQ(drain(*j).text, expected(p, 8));
+    EXPECT_EQ(h.engine->forks.load(), 3u);
+    // The 100-token prompt once, each sibling its last prompt token, and the decodes.
+    EXPECT_EQ(h.engine->computed_tokens.load(), 100u + 3u + 4u * 7u);
+}

@@ -1,4 +1,5 @@
 // The native API: /execute (SSE), /cancel, /tokenize, /detokenize.
+#include <algorithm>
 #include <chrono>
 
 #include "eh/service/request.hpp"
@@ -90,6 +91,64 @@ void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service
             return true;
         },
         [guard, disconnect](bool) { disconnect(); });
+}
+
+void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
+                 std::vector<std::shared_ptr<service::Job>> jobs,
+                 std::function<std::string(size_t, const JobEvent&)> render, std::string trailer) {
+    res.set_header("Cache-Control", "no-cache");
+    res.set_header("X-Accel-Buffering", "no");
+    auto guard = std::make_shared<StreamGuard>(s.open_streams);
+    auto st = std::make_shared<PumpState>();
+    auto ended = std::make_shared<std::vector<bool>>(jobs.size(), false);
+    auto cancel_all = [svc, jobs](service::CancelReason why) {
+        for (const auto& j : jobs) {
+            if (j->terminated()) continue;
+            j->cancel(why);
+            svc->cancel(j->request.job_id, why);
+        }
+    };
+    res.set_chunked_content_provider(
+        "text/event-stream",
+        [jobs, st, ended, render, trailer, cancel_all](size_t, httplib::DataSink& sink) {
+            if (st->finished) {
+                sink.done();
+                return true;
+            }
+            // One poll interval shared by the jobs still running.
+            size_t live = 0;
+            for (bool e : *ended) live += !e;
+            const auto wait = std::max(std::chrono::milliseconds(1), kPoll / int64_t(std::max<size_t>(live, 1)));
+            std::string out;
+            bool error = false;
+            for (size_t i = 0; i < jobs.size() && !error; ++i) {
+                if ((*ended)[i]) continue;
+                while (auto ev = jobs[i]->pop(out.empty() ? wait : std::chrono::milliseconds(0))) {
+                    out += render(i, *ev);
+                    if (ev->kind == JobEvent::Kind::End) (*ended)[i] = true;
+                    if (ev->kind == JobEvent::Kind::Error) error = true;
+                    if ((*ended)[i] || error) break;
+                }
+            }
+            const bool all_ended = std::all_of(ended->begin(), ended->end(), [](bool e) { return e; });
+            if (all_ended) out += trailer;
+            auto now = std::chrono::steady_clock::now();
+            if (out.empty() && now - st->last_write >= kHeartbeat) out = ": keep-alive\n\n";
+            if (!out.empty()) {
+                if (!sink.write(out.data(), out.size())) {
+                    cancel_all(service::CancelReason::Disconnect);
+                    return false;
+                }
+                st->last_write = now;
+            }
+            if (all_ended || error) {
+                if (error) cancel_all(service::CancelReason::Client);
+                st->finished = true;
+                sink.done();
+            }
+            return true;
+        },
+        [guard, cancel_all](bool) { cancel_all(service::CancelReason::Disconnect); });
 }
 
 void Server::Impl::install_native() {

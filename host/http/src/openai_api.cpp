@@ -91,6 +91,7 @@ void Server::Impl::install_openai() {
             return;
         }
         std::shared_ptr<service::Job> job;
+        std::vector<std::shared_ptr<service::Job>> jobs;  // n of them; job == jobs[0]
         service::OpenAIRequest r;
         try {
             r = service::parse_openai_request(req.body, chat, options.limits);
@@ -99,7 +100,8 @@ void Server::Impl::install_openai() {
                 service::check_prompt(r.gen.prompt, "messages", options.limits);
             }
             r.gen.correlation_id = cid;
-            job = svc->submit(r.gen);
+            jobs = svc->submit_n(r.gen, r.n);
+            job = jobs[0];
         } catch (const std::exception& e) {
             auto* ee = dynamic_cast<const Error*>(&e);
             metrics->request(endpoint, !ee ? "error"
@@ -117,10 +119,14 @@ void Server::Impl::install_openai() {
         res.set_header("X-Job-Id", id);
 
         auto cached = std::make_shared<uint32_t>(0);  // from the started event
+        const size_t n_choices = jobs.size();
+        // Usage once the last choice ended: (choices ended, completion tokens).
+        auto totals = std::make_shared<std::pair<size_t, uint32_t>>(0, 0);
         if (r.stream) {
             auto first = std::make_shared<bool>(true);
-            auto lp_state = std::make_shared<CompletionLogprobs>();
-            auto render = [=](const JobEvent& ev) -> std::string {
+            auto lp_states = std::make_shared<std::vector<CompletionLogprobs>>(n_choices);
+            auto render = [=](size_t index, const JobEvent& ev) -> std::string {
+                CompletionLogprobs* lp_state = &(*lp_states)[index];
                 auto chunk = [&](nlohmann::json choice) {
                     nlohmann::json c = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
                                         {"created", created}, {"model", model}, {"choices", {choice}}};
@@ -129,15 +135,15 @@ void Server::Impl::install_openai() {
                 };
                 switch (ev.kind) {
                 case JobEvent::Kind::Started:
-                    *cached = ev.cached_tokens;
+                    if (index == 0) *cached = ev.cached_tokens;
                     if (chat) {
                         *first = false;
-                        return sse_data(chunk({{"index", 0}, {"delta", {{"role", "assistant"}, {"content", ""}}},
+                        return sse_data(chunk({{"index", index}, {"delta", {{"role", "assistant"}, {"content", ""}}},
                                                {"logprobs", nullptr}, {"finish_reason", nullptr}}));
                     }
                     return {};
                 case JobEvent::Kind::Token: {
-                    nlohmann::json choice = {{"index", 0}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+                    nlohmann::json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
                     if (chat) {
                         choice["delta"] = {{"content", ev.text}};
                         if (want_lp) choice["logprobs"] = chat_logprobs(ev.logprobs);
@@ -154,14 +160,16 @@ void Server::Impl::install_openai() {
                     return sse_data(chunk(choice));
                 }
                 case JobEvent::Kind::End: {
-                    nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason(ev.stop_reason)}, {"logprobs", nullptr}};
+                    nlohmann::json choice = {{"index", index}, {"finish_reason", finish_reason(ev.stop_reason)}, {"logprobs", nullptr}};
                     if (chat) choice["delta"] = nlohmann::json::object();
                     else choice["text"] = "";
                     std::string out = sse_data(chunk(choice));
-                    if (r.include_usage) {
+                    totals->first += 1;
+                    totals->second += ev.tokens_out;
+                    if (r.include_usage && totals->first == n_choices) {
                         nlohmann::json u = {{"id", id}, {"object", chat ? "chat.completion.chunk" : "text_completion"},
                                             {"created", created}, {"model", model}, {"choices", nlohmann::json::array()},
-                                            {"usage", usage_json(prompt_tokens, ev.tokens_out, *cached)}};
+                                            {"usage", usage_json(prompt_tokens, totals->second, *cached)}};
                         out += sse_data(u);
                     }
                     return out;
@@ -171,51 +179,61 @@ void Server::Impl::install_openai() {
                 }
                 return {};
             };
-            stream_job(*this, res, svc, job, render, "data: [DONE]\n\n", false);
+            if (n_choices == 1)
+                stream_job(*this, res, svc, job, [render](const JobEvent& ev) { return render(0, ev); }, "data: [DONE]\n\n",
+                           false);
+            else
+                stream_jobs(*this, res, svc, jobs, render, "data: [DONE]\n\n");
             return;
         }
 
-        // Not streaming: collect the whole answer. A client that goes away
-        // is only noticed when the answer is written.
-        std::string text;
-        nlohmann::json chat_lp = nlohmann::json::array();
-        CompletionLogprobs comp_lp;
-        for (;;) {
-            auto ev = job->pop(std::chrono::milliseconds(200));
-            if (!ev) continue;
-            if (ev->kind == JobEvent::Kind::Started) *cached = ev->cached_tokens;
-            if (ev->kind == JobEvent::Kind::Token) {
-                text += ev->text;
-                if (want_lp) {
-                    if (chat) {
-                        nlohmann::json part = chat_logprobs(ev->logprobs);
-                        for (auto& c : part["content"]) chat_lp.push_back(c);
-                    } else {
-                        comp_lp.add(ev->logprobs);
+        // Not streaming: collect every choice. A client that goes away is
+        // only noticed when the answer is written.
+        nlohmann::json choices = nlohmann::json::array();
+        uint32_t completion_tokens = 0;
+        for (size_t index = 0; index < n_choices; ++index) {
+            std::string text;
+            nlohmann::json chat_lp = nlohmann::json::array();
+            CompletionLogprobs comp_lp;
+            for (;;) {
+                auto ev = jobs[index]->pop(std::chrono::milliseconds(200));
+                if (!ev) continue;
+                if (ev->kind == JobEvent::Kind::Started && index == 0) *cached = ev->cached_tokens;
+                if (ev->kind == JobEvent::Kind::Token) {
+                    text += ev->text;
+                    if (want_lp) {
+                        if (chat) {
+                            nlohmann::json part = chat_logprobs(ev->logprobs);
+                            for (auto& c : part["content"]) chat_lp.push_back(c);
+                        } else {
+                            comp_lp.add(ev->logprobs);
+                        }
                     }
+                } else if (ev->kind == JobEvent::Kind::Error) {
+                    for (size_t k = index + 1; k < n_choices; ++k)
+                        svc->cancel(jobs[k]->request.job_id, service::CancelReason::Client);
+                    send_json(res, http_status_for(ev->code), stream_error(*ev, cid));
+                    return;
+                } else if (ev->kind == JobEvent::Kind::End) {
+                    nlohmann::json choice = {{"index", index}, {"finish_reason", finish_reason(ev->stop_reason)}};
+                    if (chat) {
+                        choice["message"] = {{"role", "assistant"}, {"content", text}};
+                        choice["logprobs"] = want_lp ? nlohmann::json{{"content", chat_lp}} : nlohmann::json(nullptr);
+                    } else {
+                        choice["text"] = text;
+                        choice["logprobs"] = want_lp ? comp_lp.json() : nlohmann::json(nullptr);
+                    }
+                    choices.push_back(choice);
+                    completion_tokens += ev->tokens_out;
+                    break;
                 }
-            } else if (ev->kind == JobEvent::Kind::Error) {
-                int status = http_status_for(ev->code);
-                nlohmann::json body = stream_error(*ev, cid);
-                send_json(res, status, body);
-                return;
-            } else if (ev->kind == JobEvent::Kind::End) {
-                nlohmann::json choice = {{"index", 0}, {"finish_reason", finish_reason(ev->stop_reason)}};
-                if (chat) {
-                    choice["message"] = {{"role", "assistant"}, {"content", text}};
-                    choice["logprobs"] = want_lp ? nlohmann::json{{"content", chat_lp}} : nlohmann::json(nullptr);
-                } else {
-                    choice["text"] = text;
-                    choice["logprobs"] = want_lp ? comp_lp.json() : nlohmann::json(nullptr);
-                }
-                nlohmann::json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
-                                       {"created", created}, {"model", model}, {"choices", {choice}},
-                                       {"usage", usage_json(prompt_tokens, ev->tokens_out, *cached)},
-                                       {"system_fingerprint", nullptr}};
-                send_json(res, 200, body);
-                return;
             }
         }
+        nlohmann::json body = {{"id", id}, {"object", chat ? "chat.completion" : "text_completion"},
+                               {"created", created}, {"model", model}, {"choices", choices},
+                               {"usage", usage_json(prompt_tokens, completion_tokens, *cached)},
+                               {"system_fingerprint", nullptr}};
+        send_json(res, 200, body);
     };
     http.Post("/v1/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(false, req, res); });
     http.Post("/v1/chat/completions", [handle](const httplib::Request& req, httplib::Response& res) { handle(true, req, res); });

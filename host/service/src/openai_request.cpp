@@ -107,8 +107,7 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
         if (auto echo = get_bool(obj, "echo"); echo && *echo) throw RequestError("echo", "'echo' is not supported");
         if (auto s = get_string(obj, "suffix"); s && !s->empty()) throw RequestError("suffix", "'suffix' is not supported");
     }
-    if (auto n = get_int(obj, "n", 1, 1000000); n && *n != 1)
-        throw RequestError("n", "'n' must be 1 (one completion per request)");
+    if (auto n = get_int(obj, "n", 1, 16)) r.n = uint32_t(*n);  // Service::kMaxN
     if (auto n = get_int(obj, "best_of", 1, 1000000); n && *n != 1) throw RequestError("best_of", "'best_of' must be 1");
     const char* max_key = chat && field(obj, "max_completion_tokens") ? "max_completion_tokens" : "max_tokens";
     if (auto v = get_int(obj, max_key, 1, limits.max_tokens)) r.gen.max_tokens = uint32_t(*v);

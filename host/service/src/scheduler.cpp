@@ -249,7 +249,17 @@ void Scheduler::admit() {
 bool Scheduler::try_admit(Active& a) {
     const uint32_t B = limits_.block_tokens;
     std::optional<PrefixCache::Match> match;
-    if (cache_) {
+    if (a.job->fork_of && limits_.can_fork && a.tokens.size() == a.job->prompt_tokens.size()) {
+        // A sibling of an n > 1 request: share the first one's prompt once it
+        // is in; wait while it is being computed.
+        const uint32_t n = uint32_t(a.tokens.size() - 1);
+        for (const auto& r : running_)
+            if (r && r->job == a.job->fork_of) {
+                if (r->in_seq < n) return false;
+                match = PrefixCache::Match{r->seq, n};
+            }
+    }
+    if (!match && cache_) {
         stats_.prefix_lookups.fetch_add(1);
         stats_.prefix_query_tokens.fetch_add(a.tokens.size());
         match = cache_->lookup(a.tokens, uint32_t(a.tokens.size() - 1));
@@ -266,7 +276,7 @@ bool Scheduler::try_admit(Active& a) {
 
     a.seq = match ? engine_->fork(match->seq, match->n) : engine_->create();
     a.in_seq = reuse;
-    if (match) {
+    if (match && !a.job->fork_of) {
         stats_.prefix_hits.fetch_add(1);
         stats_.prefix_hit_tokens.fetch_add(match->n);
     }

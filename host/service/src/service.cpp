@@ -77,6 +77,41 @@ void Service::fill_gauges(Gauges& g) const {
 }
 
 std::shared_ptr<Job> Service::submit(GenerationRequest req) {
+    auto job = prepare(std::move(req));
+    scheduler_->enqueue(job);
+    return job;
+}
+
+std::vector<std::shared_ptr<Job>> Service::submit_n(GenerationRequest req, uint32_t n) {
+    if (n < 1 || n > kMaxN) throw RequestError("n", fmt::format("'n' must be between 1 and {}; got {}", kMaxN, n));
+    std::vector<std::shared_ptr<Job>> jobs;
+    jobs.push_back(prepare(req));
+    for (uint32_t i = 1; i < n; ++i) {
+        auto j = std::make_shared<Job>();  // the same prompt, limits and request
+        j->request = jobs[0]->request;
+        j->prompt_tokens = jobs[0]->prompt_tokens;
+        j->max_tokens = jobs[0]->max_tokens;
+        j->n_ctx = jobs[0]->n_ctx;
+        j->submitted_at = jobs[0]->submitted_at;
+        j->request.job_id = fmt::format("{}.{}", jobs[0]->request.job_id, i);
+        j->seed = jobs[0]->seed + i;
+        j->fork_of = jobs[0];
+        jobs.push_back(std::move(j));
+    }
+    size_t queued = 0;
+    try {
+        for (auto& j : jobs) {
+            scheduler_->enqueue(j);
+            ++queued;
+        }
+    } catch (...) {
+        for (size_t i = 0; i < queued; ++i) scheduler_->cancel(jobs[i]->request.job_id, CancelReason::Client);
+        throw;
+    }
+    return jobs;
+}
+
+std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
     if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
     auto job = std::make_shared<Job>();
     if (req.n_ctx && *req.n_ctx > n_ctx_) {
@@ -122,8 +157,6 @@ std::shared_ptr<Job> Service::submit(GenerationRequest req) {
         throw RequestError("logprobs", "logprobs are not available: the engine plugin does not expose logits");
     job->seed = req.sampling.seed ? *req.sampling.seed : random_seed();
     job->request = std::move(req);
-    if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
-    scheduler_->enqueue(job);
     return job;
 }
 

@@ -64,6 +64,10 @@ public:
     uint32_t max_tokens = 0;
     uint32_t n_ctx = 0;        // the context it runs in (the server's, or its own n_ctx)
     uint64_t seed = 0;
+    // For the 2nd..nth sample of one prompt (`n` > 1): the first one's job.
+    // The scheduler forks that job's sequence once its prompt is in, so the
+    // prompt's KV is computed once.
+    std::shared_ptr<Job> fork_of;
     std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
 
     void push(JobEvent ev);

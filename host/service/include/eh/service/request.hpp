@@ -88,6 +88,7 @@ struct OpenAIRequest {
     bool stream = false;
     bool include_usage = false;
     bool logprobs = false;
+    uint32_t n = 1;                    // choices: samples of the same prompt
 };
 OpenAIRequest parse_openai_request(std::string_view body, bool chat, const RequestLimits& limits);
 

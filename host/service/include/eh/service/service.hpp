@@ -45,6 +45,11 @@ public:
     // Tokenizes, checks the request against the context and queues it.
     // Throws RequestError (400), QueueFullError or Error(ShuttingDown) (503).
     std::shared_ptr<Job> submit(GenerationRequest request);
+    // `n` samples of one prompt (OpenAI's `n`): jobs "<job_id>", "<job_id>.1",
+    // ..., seeds seed, seed+1, ...; the prompt's KV is computed once where the
+    // engine can fork sequences. All are queued or none is. 1 <= n <= kMaxN.
+    static constexpr uint32_t kMaxN = 16;
+    std::vector<std::shared_ptr<Job>> submit_n(GenerationRequest request, uint32_t n);
 
     // "cancelling" (running), "cancelled" (was waiting), "finished",
     // "unknown". Takes effect within one step.
@@ -74,6 +79,8 @@ public:
     Metrics& metrics() { return *metrics_; }
 
 private:
+    std::shared_ptr<Job> prepare(GenerationRequest request);
+
     std::shared_ptr<EngineModel> model_;
     std::shared_ptr<const TextCodec> codec_;
     ServiceOptions options_;
