@@ -96,7 +96,7 @@ std::vector<Case> cases() {
         {"chat bad role", post("/v1/chat/completions", R"({"messages":[{"role":"robot","content":"x"}]})"), 400, "INVALID_REQUEST"},
         {"chat content number", post("/v1/chat/completions", R"({"messages":[{"role":"user","content":5}]})"), 400, "INVALID_REQUEST"},
         {"chat image part", post("/v1/chat/completions", R"({"messages":[{"role":"user","content":[{"type":"image_url","image_url":{"url":"x"}}]}]})"), 400, "INVALID_REQUEST"},
-        {"chat n=3", post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":3})"), 400, "INVALID_REQUEST"},
+        {"chat n=17", post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"n":17})"), 400, "INVALID_REQUEST"},
         {"chat stream not bool", post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"stream":"yes"})"), 400, "INVALID_REQUEST"},
         {"completions no prompt", post("/v1/completions", R"({"model":"m"})"), 400, "INVALID_REQUEST"},
         {"completions prompt batch", post("/v1/completions", R"({"prompt":["a","b"]})"), 400, "INVALID_REQUEST"},

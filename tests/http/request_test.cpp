@@ -119,7 +119,7 @@ TEST(OpenAIRequest, ChatAndCompletionsFields) {
     EXPECT_EQ(*p.gen.max_tokens, 16u);  // OpenAI's default
     EXPECT_THROW(parse_openai_request(R"({"messages":[{"role":"wizard","content":"x"}]})", true, {}), RequestError);
     EXPECT_THROW(parse_openai_request(R"({"messages":[]})", true, {}), RequestError);
-    EXPECT_THROW(parse_openai_request(R"({"prompt":"x","n":2})", false, {}), RequestError);
+    EXPECT_THROW(parse_openai_request(R"({"prompt":"x","n":17})", false, {}), RequestError);
     EXPECT_THROW(parse_openai_request(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true, {}),
                  RequestError);
 }

@@ -12,6 +12,9 @@ std::mutex g_mu;
 LogSettings g_settings;
 std::shared_ptr<spdlog::logger> g_logger;
 
+
+}  // namespace
+
 std::string now_rfc3339() {
     auto now = std::chrono::system_clock::now();
     auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
@@ -24,8 +27,6 @@ std::string now_rfc3339() {
     std::snprintf(out, sizeof out, "%s.%03dZ", buf, int(ms % 1000));
     return out;
 }
-
-}  // namespace
 
 void init_event_log(const LogSettings& settings) {
     std::lock_guard lock(g_mu);

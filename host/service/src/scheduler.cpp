@@ -15,15 +15,6 @@ using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
 
-std::string rfc3339_now() {
-    auto now = std::chrono::system_clock::now();
-    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
-    std::time_t t = std::time_t(ms / 1000);
-    std::tm tm{};
-    gmtime_r(&t, &tm);
-    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
-                       tm.tm_hour, tm.tm_min, tm.tm_sec, int(ms % 1000));
-}
 
 JobEvent error_event(Code code, std::string message, bool retriable) {
     JobEvent ev;
@@ -307,7 +298,7 @@ bool Scheduler::try_admit(Active& a) {
         metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
         JobEvent started;
         started.kind = JobEvent::Kind::Started;
-        started.started_at = rfc3339_now();
+        started.started_at = now_rfc3339();
         started.seed = a.job->seed;
         started.prompt_tokens = uint32_t(a.job->prompt_tokens.size());
         started.cached_tokens = reuse;

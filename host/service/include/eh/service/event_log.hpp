@@ -12,6 +12,9 @@
 
 namespace eh::service {
 
+// The current UTC time as RFC 3339 with milliseconds ("2026-11-26T01:02:03.456Z").
+std::string now_rfc3339();
+
 struct LogSettings {
     std::string worker_id;
     std::string model;
