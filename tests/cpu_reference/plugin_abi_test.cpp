@@ -137,7 +137,7 @@ TEST_P(EveryArch, PrefillDecodeFiniteAndBatchEqualsStepwise) {
     EXPECT_EQ(resident, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("llama", "qwen2", "phi3", "gpt2", "gpt-oss"),
+INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("llama", "qwen2", "qwen3", "phi3", "gpt2", "gpt-oss"),
                          [](const auto& info) {
                              std::string s = info.param;
                              for (auto& c : s) if (c == '-') c = '_';

@@ -209,6 +209,10 @@ inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
             qk_matrix(b + "attn_q.weight", sp.n_head);
             qk_matrix(b + "attn_k.weight", n_kv);
             matrix(b + "attn_v.weight", E, KV);
+            if (a == "qwen3") {  // per-head RMSNorm of q and k before RoPE
+                vec(b + "attn_q_norm.weight", hd, 0.1f, 1.0f);
+                vec(b + "attn_k_norm.weight", hd, 0.1f, 1.0f);
+            }
             if (a == "qwen2" || oss) {
                 // biases are permuted like their rows would be; qwen2/gpt-oss use neox, no permutation
                 vec(b + "attn_q.bias", Q, 0.1f, 0.0f);

@@ -8,6 +8,7 @@
 
 #include <engine_host/plugin_abi.hpp>
 #include <engine_host/quant_blocks.hpp>
+#include <engine_host/rope_scaling.hpp>
 
 namespace cpuref {
 
@@ -218,11 +219,12 @@ Config read_config(const ehp::ModelView& v) {
     c.arch_name = std::string(v.architecture());
     if (c.arch_name == "llama") c.arch = Arch::Llama;
     else if (c.arch_name == "qwen2") c.arch = Arch::Qwen2;
+    else if (c.arch_name == "qwen3") c.arch = Arch::Qwen3;
     else if (c.arch_name == "phi3") c.arch = Arch::Phi3;
     else if (c.arch_name == "gpt2") c.arch = Arch::Gpt2;
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
     else throw Error(EH_UNSUPPORTED, "architecture '" + c.arch_name + "' is not supported by cpu-reference "
-                                     "(llama, qwen2, phi3, gpt2, gpt-oss)");
+                                     "(llama, qwen2, qwen3, phi3, gpt2, gpt-oss)");
 
     auto key = [&](const char* s) { return v.arch_key(s); };
     auto req = [&](const char* s) { return to_u32(v.require_uint(key(s)), key(s)); };
@@ -265,6 +267,7 @@ Config read_config(const ehp::ModelView& v) {
     switch (c.arch) {
     case Arch::Llama: c.ffn = FfnKind::SwiGlu; break;
     case Arch::Qwen2: c.ffn = FfnKind::SwiGlu; break;
+    case Arch::Qwen3: c.ffn = FfnKind::SwiGlu; break;
     case Arch::Phi3: c.ffn = FfnKind::SwiGluFused; break;  // refined when tensors are bound
     case Arch::Gpt2: c.ffn = FfnKind::Gelu; break;
     case Arch::GptOss: c.ffn = FfnKind::MoeOai; break;
@@ -295,19 +298,13 @@ Config read_config(const ehp::ModelView& v) {
         r.n_rot = opt("rope.dimension_count", c.head_dim);
         if (r.n_rot == 0 || r.n_rot > c.head_dim || r.n_rot % 2 != 0)
             throw Error(EH_MODEL_LOAD_FAILED, key("rope.dimension_count") + " must be even and <= head dim");
-        // GGUF keys first; then transformers 5's "rope_parameters" object,
-        // which the host passes through as hf.rope_parameters.* when it has
-        // no GGUF translation for it.
-        auto hf_rope = [&](const char* k) { return "hf.rope_parameters." + std::string(k); };
-        auto num = [&](const std::string& gguf_suffix, const char* hf_key, double dflt) {
-            if (auto x = v.get_float(key(gguf_suffix.c_str()))) return *x;
-            if (auto x = v.get_float(hf_rope(hf_key))) return *x;
-            return dflt;
+        // GGUF keys first; then an HF directory's rope_parameters /
+        // rope_scaling objects, which the host passes through as hf.*.
+        auto num = [&](const char* gguf_suffix, const char* hf_key, double dflt) {
+            return ehp::rope_param(v, gguf_suffix, hf_key).value_or(dflt);
         };
         r.freq_base = static_cast<float>(num("rope.freq_base", "rope_theta", 10000.0));
-        std::string scaling = "none";
-        if (auto s = v.get_string(key("rope.scaling.type"))) scaling = std::string(*s);
-        else if (auto h = v.get_string(hf_rope("rope_type")); h && *h != "default") scaling = std::string(*h);
+        std::string scaling = ehp::rope_scaling_type(v);
         const float factor = static_cast<float>(num("rope.scaling.factor", "factor", 1.0));
         if (auto legacy = v.get_float(key("rope.scale_linear")); legacy && scaling == "none") {
             scaling = "linear";
@@ -327,9 +324,9 @@ Config read_config(const ehp::ModelView& v) {
             r.yarn_truncate = c.arch != Arch::GptOss;
             for (const char* k : {"hf.rope_scaling.truncate", "hf.rope_parameters.truncate"})
                 if (const eh_value* t = v.find(k); t && t->type == EH_VALUE_BOOL) r.yarn_truncate = t->v.u64 != 0;
-        } else if (scaling != "none") {
+        } else if (scaling != "none" && scaling != "llama3") {  // llama3: per-pair divisors, bound with the tensors
             throw Error(EH_UNSUPPORTED, key("rope.scaling.type") + " '" + scaling +
-                                            "' is not supported by cpu-reference (none, linear, yarn)");
+                                            "' is not supported by cpu-reference (none, linear, yarn, llama3)");
         }
     }
 
@@ -339,6 +336,20 @@ Config read_config(const ehp::ModelView& v) {
 }
 
 }  // namespace
+
+void apply_qk_norm(const Config& c, const Layer& L, float* q, float* k, size_t T) {
+    const size_t hd = c.head_dim;
+    std::vector<float> tmp(hd);
+    auto norm_heads = [&](const std::vector<float>& w, float* x, size_t n_heads) {
+        if (w.empty()) return;
+        for (size_t h = 0; h < T * n_heads; ++h) {
+            rms_norm(x + h * hd, w.data(), c.norm_eps, hd, tmp.data());
+            std::copy(tmp.begin(), tmp.end(), x + h * hd);
+        }
+    };
+    norm_heads(L.q_norm, q, c.n_head);
+    norm_heads(L.k_norm, k, c.n_head_kv);
+}
 
 std::string cpu_device_name(unsigned n_threads) {
     return "CPU (" + std::to_string(n_threads) + " threads)";
@@ -379,7 +390,9 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
     if (b.has("rope_factors_long.weight") || b.has("rope_factors_short.weight"))
         throw Error(EH_UNSUPPORTED, "LongRoPE (rope_factors_long/short, e.g. Phi-3 128k) is not supported by "
                                     "cpu-reference");
-    if (b.has("rope_freqs.weight")) c.rope.freq_factors = b.vec("rope_freqs.weight", c.rope.n_rot / 2, true);
+    // Llama 3.x: the converter's rope_freqs tensor, or the same divisors
+    // computed from an HF directory's "llama3" rope parameters.
+    if (c.rope.style != RopeStyle::None) c.rope.freq_factors = ehp::rope_freqs(v, c.rope.n_rot, c.rope.freq_base);
     rope_ = make_rope_tables(c.rope);
 
     layers_.resize(c.n_layer);
@@ -404,6 +417,8 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             L.bk = b.vec(blk(i, "attn_k.bias"), kv_dim, false);
             L.bv = b.vec(blk(i, "attn_v.bias"), kv_dim, false);
         }
+        L.q_norm = b.vec(blk(i, "attn_q_norm.weight"), c.head_dim, c.arch == Arch::Qwen3);
+        L.k_norm = b.vec(blk(i, "attn_k_norm.weight"), c.head_dim, c.arch == Arch::Qwen3);
         L.wo = lin("attn_output.weight", q_dim, E);
         L.bo = b.vec(blk(i, "attn_output.bias"), E, false);
         if (b.has(blk(i, "attn_sinks.weight"))) L.sinks = b.vec(blk(i, "attn_sinks.weight"), c.n_head, true);

@@ -106,6 +106,7 @@ void Session::forward(const int32_t* tokens, uint32_t n) {
             matmul(pool, L.wk, 0, kv_dim, h.data(), T, E, k.data(), kv_dim, bias(L.bk));
             matmul(pool, L.wv, 0, kv_dim, h.data(), T, E, v.data(), kv_dim, bias(L.bv));
         }
+        apply_qk_norm(c, L, q.data(), k.data(), T);
         attention(L, il, T, pos0, q.data(), k.data(), v.data(), att.data());
         matmul(pool, L.wo, 0, E, att.data(), T, q_dim, tmp.data(), E, bias(L.bo));
         for (size_t i = 0; i < T * E; ++i) x[i] += tmp[i];
