@@ -83,7 +83,9 @@ void compare(const eh_model_view& view, const std::vector<int32_t>& toks,
         std::vector<float> sorted = want[t];
         std::partial_sort(sorted.begin(), sorted.begin() + 2, sorted.end(), std::greater<float>());
         const auto top = [](const std::vector<float>& v) { return std::max_element(v.begin(), v.end()) - v.begin(); };
-        if (sorted[0] - sorted[1] > kTol * mx) EXPECT_EQ(top(got[t]), top(want[t])) << label << " top-1 at " << t;
+        if (sorted[0] - sorted[1] > kTol * mx) {
+            EXPECT_EQ(top(got[t]), top(want[t])) << label << " top-1 at " << t;
+        }
     }
     std::printf("%s: max relative logit error %.3g over %zu positions\n", label.c_str(), worst, want.size());
 }

@@ -9,7 +9,7 @@ Run on the GPU machine (torch + transformers there; nothing is downloaded):
         --plugin cpu-reference=build/plugins/libeh-cpu-reference.so \\
         --plugin llama-cuda=build/plugins/libeh-llama-cuda.so --out OUT
 
-For each family (llama3, mistral, qwen3; llama and qwen2 as controls) it
+For each family (qwen3, llama3, mistral; llama as a control) it
 builds a random-weight transformers model with the family's real structure
 at small dims (hidden 256 so that K-quant rows are whole 256-value blocks),
 saves it with a real tokenizer (the converter refuses a model without one),
@@ -80,7 +80,13 @@ def families():
         return transformers.Qwen2ForCausalLM, transformers.Qwen2Config(
             rope_theta=1000000.0, use_sliding_window=False, **common())
 
-    return {"llama3": llama3, "mistral": mistral, "qwen3": qwen3, "llama": llama, "qwen2": qwen2}
+    # qwen2 is not in the default run: with the GPT-2 tokenizer saved beside a
+    # qwen2 config, transformers builds a Qwen2 tokenizer whose pre-tokenizer
+    # hash the converter does not know, and it refuses (--only qwen2 shows it).
+    return {"qwen3": qwen3, "llama3": llama3, "mistral": mistral, "llama": llama, "qwen2": qwen2}
+
+
+DEFAULT_FAMILIES = ["qwen3", "llama3", "mistral", "llama"]
 
 
 def common():
@@ -124,6 +130,19 @@ def compare(got, want, tol):
             "prefill_row_max_vocab": float(prefill)}
 
 
+HEADER = (f"{'family':8} {'file':7} {'plugin':13} {'against':16} {'max|dlp| tf':>11} {'max|dlp| V':>10} "
+          f"{'top1':>6} {'prefill':>8} {'tol':>6}  ok")
+
+
+def print_row(r):
+    if "refused" in r:
+        print(f"{r['family']:8} {r['file']:7} {r['plugin']:13} refused: {r['refused']}", flush=True)
+        return
+    print(f"{r['family']:8} {r['file']:7} {r['plugin']:13} {r['against']:16} {r['max_tf']:11.2e} "
+          f"{r['max_vocab']:10.2e} {r['top1']:>6} {r['prefill_row_max_vocab']:8.1e} {r['tol']:6.0e}  "
+          f"{'yes' if r['ok'] else 'NO'}", flush=True)
+
+
 def run(cmd, log):
     r = subprocess.run(cmd, capture_output=True, text=True)
     log.write(f"$ {' '.join(cmd)}\n{r.stdout[-4000:]}{r.stderr[-4000:]}\n")
@@ -147,7 +166,8 @@ def main():
     env = dict(os.environ, PYTHONPATH=os.path.join(args.llama_cpp, "gguf-py") + ":" + os.environ.get("PYTHONPATH", ""))
     results, failures = [], []
     fams = families()
-    for seed, name in enumerate(args.only or list(fams)):
+    print(HEADER, flush=True)
+    for seed, name in enumerate(args.only or DEFAULT_FAMILIES):
         cls, cfg = fams[name]()
         model = mr.instantiate(cls, cfg)
         mr.randomize(model, 2000 + seed)
@@ -167,9 +187,11 @@ def main():
             failures.append(f"{name}: convert_hf_to_gguf failed (see conformance.log)")
             continue
         files["F32"] = f32
-        for q in REQUIRED[1:] + NEW_TYPES:
+        # The types no plugin serves yet: quantized for the first family only,
+        # to record how each plugin refuses them.
+        for q in REQUIRED[1:] + (NEW_TYPES if seed == 0 else []):
             qf, deq = os.path.join(d, f"{q}.gguf"), os.path.join(d, f"{q}-deq.gguf")
-            if run([args.quantize, f32, qf, q], log) and run([args.quantize, "--allow-requantize", qf, deq, "F32"], log):
+            if run([args.quantize, f32, qf, q], log) and (q in NEW_TYPES or run([args.quantize, "--allow-requantize", qf, deq, "F32"], log)):
                 files[q] = qf
             elif q in REQUIRED:
                 failures.append(f"{name}: llama-quantize {q} failed (see conformance.log)")
@@ -181,8 +203,14 @@ def main():
                 if err is not None:
                     row["refused"] = err
                     results.append(row)
+                    print_row(row)
                     if q in REQUIRED or q == "HF dir":
                         failures.append(f"{name} {q} {pname}: {err}")
+                    continue
+                if q in NEW_TYPES:  # no dequantized reference was made for these
+                    row["refused"] = "(loaded; not compared)"
+                    results.append(row)
+                    print_row(row)
                     continue
                 if q in ("F32", "HF dir"):
                     ref, tol, against = want, TOL[(kind, "hf")], "transformers"
@@ -198,20 +226,12 @@ def main():
                 if not ok:
                     failures.append(f"{name} {q} {pname}: {row}")
                 results.append(row)
+                print_row(row)
         for f in os.listdir(d):  # keep the out folder small
             if f.endswith(".gguf") or f == "dump.bin":
                 os.remove(os.path.join(d, f))
         shutil.rmtree(hf, ignore_errors=True)
 
-    print(f"{'family':8} {'file':7} {'plugin':13} {'against':16} {'max|dlp| tf':>11} {'max|dlp| V':>10} "
-          f"{'top1':>6} {'prefill':>8} {'tol':>6}  ok")
-    for r in results:
-        if "refused" in r:
-            print(f"{r['family']:8} {r['file']:7} {r['plugin']:13} refused: {r['refused']}")
-            continue
-        print(f"{r['family']:8} {r['file']:7} {r['plugin']:13} {r['against']:16} {r['max_tf']:11.2e} "
-              f"{r['max_vocab']:10.2e} {r['top1']:>6} {r['prefill_row_max_vocab']:8.1e} {r['tol']:6.0e}  "
-              f"{'yes' if r['ok'] else 'NO'}")
     with open(os.path.join(args.out, "conformance.json"), "w") as f:
         json.dump({"tokens": TOKENS, "tolerances": {f"{k[0]}/{k[1]}": v for k, v in TOL.items()},
                    "results": results, "failures": failures,

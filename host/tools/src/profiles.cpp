@@ -30,7 +30,7 @@ struct Builder {
     void add(std::string name, std::vector<uint64_t> dims, Init init = Init::Normal, float scale = 0.02f) {
         const uint32_t src = source_type(name, dims);
         const uint32_t type = choose_type(p.target, facts, name, dims, src);
-        out.push_back({std::move(name), std::move(dims), type, init, scale});
+        out.push_back({std::move(name), std::move(dims), type, init, scale, {}});
     }
     void norm(std::string name, uint64_t n) { add(std::move(name), {n}, Init::Ones); }
 };
