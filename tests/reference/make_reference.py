@@ -349,6 +349,73 @@ def gguf_qwen3(model):
     return w
 
 
+# Qwen3-MoE (Qwen3-30B-A3B's structure): Qwen3 attention, every layer a
+# softmax-routed MoE (top-k renormalised: norm_topk_prob), no shared expert.
+Q3MOE_EXPERTS, Q3MOE_USED, Q3MOE_FF = 8, 2, 32
+
+
+def build_qwen3moe(seed):
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, moe_intermediate_size=Q3MOE_FF,
+        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+        head_dim=QWEN3_HEAD_DIM, num_experts=Q3MOE_EXPERTS, num_experts_per_tok=Q3MOE_USED,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=CTX,
+        rms_norm_eps=1e-6, rope_theta=QWEN3_THETA, tie_word_embeddings=False, use_sliding_window=False,
+        attention_bias=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.Qwen3MoeForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+def gguf_qwen3moe(model):
+    c = model.config
+    a = "qwen3moe"
+    hd = c.head_dim
+    w = gguf_io.Writer(a)
+    common_keys(w, a, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
+    w.f32(f"{a}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.f32(f"{a}.rope.freq_base", QWEN3_THETA)
+    w.u32(f"{a}.attention.key_length", hd)
+    w.u32(f"{a}.attention.value_length", hd)
+    w.u32(f"{a}.expert_count", c.num_experts)
+    w.u32(f"{a}.expert_used_count", c.num_experts_per_tok)
+    w.u32(f"{a}.expert_feed_forward_length", c.moe_intermediate_size)
+    sd = model.state_dict()
+    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
+    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
+    H, F, X = c.hidden_size, c.moe_intermediate_size, c.num_experts
+    lin("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        for x in "qkv":
+            lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
+        vec(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+        vec(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
+        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        lin(b + "ffn_gate_inp.weight", sd[p + "mlp.gate.weight"])  # router [X, H]
+        if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused [X, 2F, H], gate rows first
+            gu = sd[p + "mlp.experts.gate_up_proj"]
+            down = sd[p + "mlp.experts.down_proj"]  # [X, H, F]
+            if tuple(gu.shape) != (X, 2 * F, H) or tuple(down.shape) != (X, H, F):
+                raise SystemExit(f"qwen3moe: unexpected expert shapes {tuple(gu.shape)} / {tuple(down.shape)}")
+            gate, up = gu[:, :F, :], gu[:, F:, :]
+        else:  # transformers 4: one module per expert
+            e = [f"{p}mlp.experts.{x}." for x in range(X)]
+            gate = torch.stack([sd[k + "gate_proj.weight"] for k in e])
+            up = torch.stack([sd[k + "up_proj.weight"] for k in e])
+            down = torch.stack([sd[k + "down_proj.weight"] for k in e])
+        w.tensor_f32(b + "ffn_gate_exps.weight", [H, F, X], flat(gate))
+        w.tensor_f32(b + "ffn_up_exps.weight", [H, F, X], flat(up))
+        w.tensor_f32(b + "ffn_down_exps.weight", [F, H, X], flat(down))
+    vec("output_norm.weight", sd["model.norm.weight"])
+    lin("output.weight", sd["lm_head.weight"])
+    return w
+
+
 def build_qwen2(seed):
     cfg = transformers.Qwen2Config(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
@@ -579,7 +646,11 @@ ARCHS = {
         m, LLAMA3_THETA, rope_freqs=llama3_rope_factors(LLAMA3_THETA, HIDDEN // HEADS, LLAMA3_SCALING)), "llama"),
     "mistral": (build_mistral, lambda m, extra: gguf_llama_family(m, MISTRAL_THETA, head_dim=MISTRAL_HEAD_DIM), "llama"),
     "qwen3": (build_qwen3, lambda m, extra: gguf_qwen3(m), "qwen2.5"),
+    "qwen3moe": (build_qwen3moe, lambda m, extra: gguf_qwen3moe(m), "qwen2.5"),
 }
+# Architectures whose HF directory the host cannot serve (qwen3moe's experts
+# have no GGUF names in the host's HF view): no hf/ is kept for them.
+NO_HF_DIR = {"qwen3moe"}
 
 
 # --------------------------------------------------------------------------
@@ -734,10 +805,12 @@ def make_arch(name, out_dir, testdata, device, with_tokenizer, seed):
         extra_info["hf_mxfp4_dir"] = "hf_mxfp4"
         extra_info["hf_mxfp4_transformers_check"] = check_mxfp4_dir_with_transformers(mx_dir, logits, device)
         print(f"gpt-oss MXFP4 directory vs dense: {extra_info['hf_mxfp4_transformers_check']}")
+    if name in NO_HF_DIR:
+        shutil.rmtree(hf_dir)
     write_json(os.path.join(d, "reference.json"), {
         "name": name,
         "model": "model.gguf",
-        "hf_dir": "hf",
+        "hf_dir": None if name in NO_HF_DIR else "hf",
         "seed": seed,
         "tokens": TOKENS,
         "logits": [[float(x) for x in row] for row in logits],

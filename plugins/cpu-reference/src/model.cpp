@@ -162,7 +162,8 @@ private:
         if (!ehp::quant::can_dequantize(t.type))
             throw Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t.type) +
                                             ", which the cpu-reference plugin does not support (supported: F32 F16 "
-                                            "BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K MXFP4)");
+                                            "BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS "
+                                            "MXFP4)");
     }
     static void check_dims(const eh_tensor& t, const std::string& name, const uint64_t want[EH_MAX_DIMS]) {
         bool ok = t.n_dims >= 1 && t.n_dims <= EH_MAX_DIMS;
@@ -220,11 +221,12 @@ Config read_config(const ehp::ModelView& v) {
     if (c.arch_name == "llama") c.arch = Arch::Llama;
     else if (c.arch_name == "qwen2") c.arch = Arch::Qwen2;
     else if (c.arch_name == "qwen3") c.arch = Arch::Qwen3;
+    else if (c.arch_name == "qwen3moe") c.arch = Arch::Qwen3Moe;
     else if (c.arch_name == "phi3") c.arch = Arch::Phi3;
     else if (c.arch_name == "gpt2") c.arch = Arch::Gpt2;
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
     else throw Error(EH_UNSUPPORTED, "architecture '" + c.arch_name + "' is not supported by cpu-reference "
-                                     "(llama, qwen2, qwen3, phi3, gpt2, gpt-oss)");
+                                     "(llama, qwen2, qwen3, qwen3moe, phi3, gpt2, gpt-oss)");
 
     auto key = [&](const char* s) { return v.arch_key(s); };
     auto req = [&](const char* s) { return to_u32(v.require_uint(key(s)), key(s)); };
@@ -236,6 +238,11 @@ Config read_config(const ehp::ModelView& v) {
     auto src = v.get_string("general.source_format");
     c.from_safetensors = v.raw().format == EH_FORMAT_SAFETENSORS || (src && *src == "safetensors");
 
+    // An HF Qwen3-MoE checkpoint keeps its experts as per-expert (transformers
+    // 4) or fused gate_up (5) tensors the host has no GGUF names for.
+    if (c.arch == Arch::Qwen3Moe && c.from_safetensors)
+        throw Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by cpu-reference "
+                                    "(convert it to GGUF)");
     c.n_embd = req("embedding_length");
     c.n_layer = req("block_count");
     c.n_head = req("attention.head_count");
@@ -268,11 +275,15 @@ Config read_config(const ehp::ModelView& v) {
     case Arch::Llama: c.ffn = FfnKind::SwiGlu; break;
     case Arch::Qwen2: c.ffn = FfnKind::SwiGlu; break;
     case Arch::Qwen3: c.ffn = FfnKind::SwiGlu; break;
+    // Qwen3-MoE: softmax router, top-k renormalised (llama.cpp always
+    // renormalises for qwen3moe, as Qwen3-30B-A3B's norm_topk_prob says),
+    // no shared expert, no biases.
+    case Arch::Qwen3Moe: c.ffn = FfnKind::MoeSwiGlu; break;
     case Arch::Phi3: c.ffn = FfnKind::SwiGluFused; break;  // refined when tensors are bound
     case Arch::Gpt2: c.ffn = FfnKind::Gelu; break;
     case Arch::GptOss: c.ffn = FfnKind::MoeOai; break;
     }
-    if (c.ffn == FfnKind::MoeOai) {
+    if (is_moe(c.ffn)) {
         c.n_expert = req("expert_count");
         c.n_expert_used = req("expert_used_count");
         c.n_ff_exp = opt("expert_feed_forward_length", opt("feed_forward_length", 0));
@@ -351,6 +362,11 @@ void apply_qk_norm(const Config& c, const Layer& L, float* q, float* k, size_t T
     norm_heads(L.k_norm, k, c.n_head_kv);
 }
 
+float expert_activation(const Config& c, float gate, float up) {
+    if (c.ffn == FfnKind::MoeOai) return swiglu_oai(gate, up, c.swiglu_alpha, c.swiglu_limit);
+    return silu(gate) * up;
+}
+
 std::string cpu_device_name(unsigned n_threads) {
     return "CPU (" + std::to_string(n_threads) + " threads)";
 }
@@ -417,8 +433,9 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             L.bk = b.vec(blk(i, "attn_k.bias"), kv_dim, false);
             L.bv = b.vec(blk(i, "attn_v.bias"), kv_dim, false);
         }
-        L.q_norm = b.vec(blk(i, "attn_q_norm.weight"), c.head_dim, c.arch == Arch::Qwen3);
-        L.k_norm = b.vec(blk(i, "attn_k_norm.weight"), c.head_dim, c.arch == Arch::Qwen3);
+        const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3Moe;
+        L.q_norm = b.vec(blk(i, "attn_q_norm.weight"), c.head_dim, qk_norm);
+        L.k_norm = b.vec(blk(i, "attn_k_norm.weight"), c.head_dim, qk_norm);
         L.wo = lin("attn_output.weight", q_dim, E);
         L.bo = b.vec(blk(i, "attn_output.bias"), E, false);
         if (b.has(blk(i, "attn_sinks.weight"))) L.sinks = b.vec(blk(i, "attn_sinks.weight"), c.n_head, true);
@@ -428,7 +445,7 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
         L.ffn_norm = b.vec(blk(i, (ffn_norm + ".weight").c_str()), E, true);
         L.ffn_norm_b = b.vec(blk(i, (ffn_norm + ".bias").c_str()), E, c.layer_norm);
 
-        if (c.ffn == FfnKind::MoeOai) {
+        if (is_moe(c.ffn)) {
             const uint64_t F = c.n_ff_exp, X = c.n_expert;
             // the host names the HF router "hf.model.layers.N.mlp.router.*" when it has no GGUF name for it
             const std::string hf_router = "hf.model.layers." + std::to_string(i) + ".mlp.router";

@@ -15,14 +15,17 @@
 
 namespace cpuref {
 
-enum class Arch { Llama, Qwen2, Qwen3, Phi3, Gpt2, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gpt2, GptOss };
 
 enum class FfnKind {
     SwiGlu,       // down(silu(gate(x)) * up(x))            llama, qwen2, qwen3
     SwiGluFused,  // up has 2*n_ff rows: gate rows first     phi3
     Gelu,         // down(gelu_tanh(up(x)))                  gpt2
-    MoeOai        // routed experts with clamped SwiGLU      gpt-oss
+    MoeOai,       // routed experts with clamped SwiGLU      gpt-oss
+    MoeSwiGlu     // routed experts, down(silu(gate) * up)    qwen3moe
 };
+
+inline bool is_moe(FfnKind f) { return f == FfnKind::MoeOai || f == FfnKind::MoeSwiGlu; }
 
 struct Config {
     Arch arch = Arch::Llama;
@@ -95,6 +98,10 @@ private:
 // no-op for layers without them. q and k hold T tokens of n_head*head_dim /
 // n_head_kv*head_dim floats.
 void apply_qk_norm(const Config& c, const Layer& L, float* q, float* k, size_t T);
+
+// An expert's activation of its gate and up outputs: gpt-oss's clamped
+// SwiGLU, or plain silu(gate) * up (qwen3moe).
+float expert_activation(const Config& c, float gate, float up);
 
 // "CPU (N threads)"
 std::string cpu_device_name(unsigned n_threads);

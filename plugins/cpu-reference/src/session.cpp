@@ -197,6 +197,7 @@ void Session::feed_forward(const Layer& L, size_t T, const float* in, float* out
         break;
     }
     case FfnKind::MoeOai:
+    case FfnKind::MoeSwiGlu:
         moe(L, T, in, out);
         break;
     }
@@ -229,7 +230,7 @@ void Session::moe(const Layer& L, size_t T, const float* in, float* out) {
                L.gate_exps_b.empty() ? nullptr : &L.gate_exps_b[e * F]);
         matmul(pool, L.up_exps, e * F, F, xin.data(), m, E, u.data(), F,
                L.up_exps_b.empty() ? nullptr : &L.up_exps_b[e * F]);
-        for (size_t i = 0; i < m * F; ++i) g[i] = swiglu_oai(g[i], u[i], c.swiglu_alpha, c.swiglu_limit);
+        for (size_t i = 0; i < m * F; ++i) g[i] = expert_activation(c, g[i], u[i]);
         y.resize(m * E);
         matmul(pool, L.down_exps, e * E, E, g.data(), m, F, y.data(), E,
                L.down_exps_b.empty() ? nullptr : &L.down_exps_b[e * E]);
