@@ -20,6 +20,7 @@
 #include <eh/model/model_file.hpp>
 
 #include "plugin_handle.hpp"
+#include "plugin_positions.hpp"
 
 namespace {
 
@@ -30,45 +31,10 @@ bool have_gpu() {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-std::vector<std::vector<float>> positions(const eh_model_view* view, const std::vector<int32_t>& toks) {
-    const eh_plugin_api* api = ehtest::llama_cuda_api();
-    std::vector<std::vector<float>> out;
-    eh_load_params lp{};
-    lp.struct_size = sizeof lp;
-    lp.path = "";
-    lp.view = view;
-    eh_model* m = nullptr;
-    EXPECT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
-    if (!m) return out;
-    eh_session_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.n_ctx = 64;
-    eh_session* s = nullptr;
-    EXPECT_EQ(api->session_create(m, &sp, &s), EH_OK) << api->model_last_error(m);
-    eh_sampling_params g{};
-    g.struct_size = sizeof g;
-    g.top_p = 1;
-    g.repetition_penalty = 1;
-    g.repetition_window = -1;
-    api->session_set_sampling(s, &g);
-    for (size_t t = 0; t < toks.size(); ++t) {
-        int32_t next;
-        eh_status st = t == 0 ? api->session_prefill(s, &toks[t], 1) : api->session_decode(s, toks[t], &next);
-        EXPECT_EQ(st, EH_OK) << api->session_last_error(s);
-        const float* lg = nullptr;
-        uint32_t n = 0;
-        api->session_logits(s, &lg, &n);
-        out.emplace_back(lg, lg + n);
-    }
-    api->session_release(s);
-    api->model_release(m);
-    return out;
-}
-
 void compare(const eh_model_view& view, const std::vector<int32_t>& toks,
              const std::vector<std::vector<float>>& want, const std::string& label) {
     constexpr double kTol = 2e-2;
-    const auto got = positions(&view, toks);
+    const auto got = ehtest::run_positions(ehtest::llama_cuda_api(), &view, toks, 64);
     ASSERT_EQ(got.size(), want.size()) << label;
     double worst = 0;
     for (size_t t = 0; t < want.size(); ++t) {

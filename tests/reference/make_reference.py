@@ -177,33 +177,7 @@ def build_llama(seed):
 
 
 def gguf_llama(model):
-    c = model.config
-    hd = c.hidden_size // c.num_attention_heads
-    w = gguf_io.Writer("llama")
-    common_keys(w, "llama", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
-    w.f32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
-    w.f32("llama.rope.freq_base", LLAMA_THETA)
-    w.u32("llama.rope.dimension_count", hd)
-    sd = model.state_dict()
-    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
-    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
-    lin("token_embd.weight", sd["model.embed_tokens.weight"])
-    for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}."
-        b = f"blk.{i}."
-        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
-        lin(b + "attn_q.weight", permute_qk(sd[p + "self_attn.q_proj.weight"], c.num_attention_heads))
-        lin(b + "attn_k.weight", permute_qk(sd[p + "self_attn.k_proj.weight"], c.num_key_value_heads))
-        lin(b + "attn_v.weight", sd[p + "self_attn.v_proj.weight"])
-        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
-        lin(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
-        lin(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
-        lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
-    vec("output_norm.weight", sd["model.norm.weight"])
-    lin("output.weight", sd["lm_head.weight"])
-    return w
+    return gguf_llama_family(model, LLAMA_THETA)
 
 
 # Llama 3.x: llama3 RoPE frequency scaling. theta 500000 and head dim 16
@@ -317,43 +291,6 @@ def build_qwen3(seed):
     return model, None
 
 
-def gguf_qwen3(model):
-    c = model.config
-    hd = c.head_dim
-    w = gguf_io.Writer("qwen3")
-    common_keys(w, "qwen3", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
-    w.f32("qwen3.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
-    w.f32("qwen3.rope.freq_base", QWEN3_THETA)
-    w.u32("qwen3.attention.key_length", hd)
-    w.u32("qwen3.attention.value_length", hd)
-    sd = model.state_dict()
-    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
-    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
-    lin("token_embd.weight", sd["model.embed_tokens.weight"])
-    for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}."
-        b = f"blk.{i}."
-        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
-        for x in "qkv":
-            lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
-        vec(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
-        vec(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
-        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
-        lin(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
-        lin(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
-        lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
-    vec("output_norm.weight", sd["model.norm.weight"])
-    lin("output.weight", sd["lm_head.weight"])
-    return w
-
-
-# Qwen3-MoE (Qwen3-30B-A3B's structure): Qwen3 attention, every layer a
-# softmax-routed MoE (top-k renormalised: norm_topk_prob), no shared expert.
-Q3MOE_EXPERTS, Q3MOE_USED, Q3MOE_FF = 8, 2, 32
-
-
 def build_qwen3moe(seed):
     cfg = transformers.Qwen3MoeConfig(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, moe_intermediate_size=Q3MOE_FF,
@@ -367,55 +304,6 @@ def build_qwen3moe(seed):
     return model, None
 
 
-def gguf_qwen3moe(model):
-    c = model.config
-    a = "qwen3moe"
-    hd = c.head_dim
-    w = gguf_io.Writer(a)
-    common_keys(w, a, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
-                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
-    w.f32(f"{a}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
-    w.f32(f"{a}.rope.freq_base", QWEN3_THETA)
-    w.u32(f"{a}.attention.key_length", hd)
-    w.u32(f"{a}.attention.value_length", hd)
-    w.u32(f"{a}.expert_count", c.num_experts)
-    w.u32(f"{a}.expert_used_count", c.num_experts_per_tok)
-    w.u32(f"{a}.expert_feed_forward_length", c.moe_intermediate_size)
-    sd = model.state_dict()
-    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
-    vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
-    H, F, X = c.hidden_size, c.moe_intermediate_size, c.num_experts
-    lin("token_embd.weight", sd["model.embed_tokens.weight"])
-    for i in range(c.num_hidden_layers):
-        p = f"model.layers.{i}."
-        b = f"blk.{i}."
-        vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
-        for x in "qkv":
-            lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
-        vec(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
-        vec(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
-        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
-        vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
-        lin(b + "ffn_gate_inp.weight", sd[p + "mlp.gate.weight"])  # router [X, H]
-        if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused [X, 2F, H], gate rows first
-            gu = sd[p + "mlp.experts.gate_up_proj"]
-            down = sd[p + "mlp.experts.down_proj"]  # [X, H, F]
-            if tuple(gu.shape) != (X, 2 * F, H) or tuple(down.shape) != (X, H, F):
-                raise SystemExit(f"qwen3moe: unexpected expert shapes {tuple(gu.shape)} / {tuple(down.shape)}")
-            gate, up = gu[:, :F, :], gu[:, F:, :]
-        else:  # transformers 4: one module per expert
-            e = [f"{p}mlp.experts.{x}." for x in range(X)]
-            gate = torch.stack([sd[k + "gate_proj.weight"] for k in e])
-            up = torch.stack([sd[k + "up_proj.weight"] for k in e])
-            down = torch.stack([sd[k + "down_proj.weight"] for k in e])
-        w.tensor_f32(b + "ffn_gate_exps.weight", [H, F, X], flat(gate))
-        w.tensor_f32(b + "ffn_up_exps.weight", [H, F, X], flat(up))
-        w.tensor_f32(b + "ffn_down_exps.weight", [F, H, X], flat(down))
-    vec("output_norm.weight", sd["model.norm.weight"])
-    lin("output.weight", sd["lm_head.weight"])
-    return w
-
-
 def build_qwen2(seed):
     cfg = transformers.Qwen2Config(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
@@ -427,15 +315,27 @@ def build_qwen2(seed):
     return model, None
 
 
-def gguf_qwen2(model):
+def gguf_qwen_family(model, arch, theta):
+    """qwen2 (QKV biases, tied head), qwen3 (q/k norms, own head_dim) and
+    qwen3moe (plus routed experts) as llama.cpp's converter writes them: no
+    Q/K permutation (NEOX rotation)."""
     c = model.config
-    hd = c.hidden_size // c.num_attention_heads
-    w = gguf_io.Writer("qwen2")
-    common_keys(w, "qwen2", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+    qwen2 = arch == "qwen2"
+    moe = arch == "qwen3moe"
+    w = gguf_io.Writer(arch)
+    common_keys(w, arch, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
                 c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
-    w.f32("qwen2.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
-    w.f32("qwen2.rope.freq_base", QWEN2_THETA)
-    w.u32("qwen2.rope.dimension_count", hd)
+    w.f32(f"{arch}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.f32(f"{arch}.rope.freq_base", theta)
+    if qwen2:
+        w.u32(f"{arch}.rope.dimension_count", c.hidden_size // c.num_attention_heads)
+    else:
+        w.u32(f"{arch}.attention.key_length", c.head_dim)
+        w.u32(f"{arch}.attention.value_length", c.head_dim)
+    if moe:
+        w.u32(f"{arch}.expert_count", c.num_experts)
+        w.u32(f"{arch}.expert_used_count", c.num_experts_per_tok)
+        w.u32(f"{arch}.expert_feed_forward_length", c.moe_intermediate_size)
     sd = model.state_dict()
     lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
     vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
@@ -446,15 +346,43 @@ def gguf_qwen2(model):
         vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
         for x in "qkv":
             lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
-            vec(b + f"attn_{x}.bias", sd[p + f"self_attn.{x}_proj.bias"])
+            if qwen2:
+                vec(b + f"attn_{x}.bias", sd[p + f"self_attn.{x}_proj.bias"])
+        if not qwen2:
+            vec(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+            vec(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
         lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        if moe:
+            qwen3moe_experts(w, c, sd, p, b)
+            continue
         lin(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
         lin(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
         lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
     vec("output_norm.weight", sd["model.norm.weight"])
-    # tied: no output.weight, as in small Qwen2 GGUFs
+    if not c.tie_word_embeddings:  # small Qwen2s are tied: no output.weight
+        lin("output.weight", sd["lm_head.weight"])
     return w
+
+
+def qwen3moe_experts(w, c, sd, p, b):
+    """The router and the stacked experts of one Qwen3-MoE layer."""
+    H, F, X = c.hidden_size, c.moe_intermediate_size, c.num_experts
+    w.tensor_f32(b + "ffn_gate_inp.weight", dims_of_linear(sd[p + "mlp.gate.weight"]), flat(sd[p + "mlp.gate.weight"]))
+    if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused [X, 2F, H], gate rows first
+        gu = sd[p + "mlp.experts.gate_up_proj"]
+        down = sd[p + "mlp.experts.down_proj"]  # [X, H, F]
+        if tuple(gu.shape) != (X, 2 * F, H) or tuple(down.shape) != (X, H, F):
+            raise SystemExit(f"qwen3moe: unexpected expert shapes {tuple(gu.shape)} / {tuple(down.shape)}")
+        gate, up = gu[:, :F, :], gu[:, F:, :]
+    else:  # transformers 4: one module per expert
+        e = [f"{p}mlp.experts.{x}." for x in range(X)]
+        gate = torch.stack([sd[k + "gate_proj.weight"] for k in e])
+        up = torch.stack([sd[k + "up_proj.weight"] for k in e])
+        down = torch.stack([sd[k + "down_proj.weight"] for k in e])
+    w.tensor_f32(b + "ffn_gate_exps.weight", [H, F, X], flat(gate))
+    w.tensor_f32(b + "ffn_up_exps.weight", [H, F, X], flat(up))
+    w.tensor_f32(b + "ffn_down_exps.weight", [F, H, X], flat(down))
 
 
 PHI3_WINDOW = 6
@@ -638,15 +566,15 @@ def gguf_gpt_oss(model, packed):
 
 ARCHS = {
     "llama": (build_llama, lambda m, extra: gguf_llama(m), "llama"),
-    "qwen2": (build_qwen2, lambda m, extra: gguf_qwen2(m), "qwen2.5"),
+    "qwen2": (build_qwen2, lambda m, extra: gguf_qwen_family(m, "qwen2", QWEN2_THETA), "qwen2.5"),
     "phi3": (build_phi3, lambda m, extra: gguf_phi3(m), "phi-3-mini"),
     "gpt2": (build_gpt2, lambda m, extra: gguf_gpt2(m), "gpt2"),
     "gpt-oss": (build_gpt_oss, gguf_gpt_oss, "gpt-oss-20b"),
     "llama3": (build_llama3, lambda m, extra: gguf_llama_family(
         m, LLAMA3_THETA, rope_freqs=llama3_rope_factors(LLAMA3_THETA, HIDDEN // HEADS, LLAMA3_SCALING)), "llama"),
     "mistral": (build_mistral, lambda m, extra: gguf_llama_family(m, MISTRAL_THETA, head_dim=MISTRAL_HEAD_DIM), "llama"),
-    "qwen3": (build_qwen3, lambda m, extra: gguf_qwen3(m), "qwen2.5"),
-    "qwen3moe": (build_qwen3moe, lambda m, extra: gguf_qwen3moe(m), "qwen2.5"),
+    "qwen3": (build_qwen3, lambda m, extra: gguf_qwen_family(m, "qwen3", QWEN3_THETA), "qwen2.5"),
+    "qwen3moe": (build_qwen3moe, lambda m, extra: gguf_qwen_family(m, "qwen3moe", QWEN3_THETA), "qwen2.5"),
 }
 # Architectures whose HF directory the host cannot serve (qwen3moe's experts
 # have no GGUF names in the host's HF view): no hf/ is kept for them.
