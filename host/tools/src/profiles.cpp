@@ -98,6 +98,13 @@ std::vector<TensorSpec> build(const Profile& p, uint64_t n_vocab) {
             continue;
         }
         b.norm(blk(i, "ffn_norm.weight"), E);
+        if (p.arch == "qwen3moe") {  // router + expert stacks, no shared expert
+            b.add(blk(i, "ffn_gate_inp.weight"), {E, X});
+            b.add(blk(i, "ffn_gate_exps.weight"), {E, F, X});
+            b.add(blk(i, "ffn_up_exps.weight"), {E, F, X});
+            b.add(blk(i, "ffn_down_exps.weight"), {F, E, X});
+            continue;
+        }
         b.add(blk(i, "ffn_gate.weight"), {E, F});
         b.add(blk(i, "ffn_up.weight"), {E, F});
         b.add(blk(i, "ffn_down.weight"), {F, E});
@@ -226,6 +233,29 @@ Profile qwen3(std::string name, bool tiny) {
     return p;
 }
 
+// Qwen3-30B-A3B Q4_K_M: Qwen3 attention (32 heads, 4 KV, head_dim 128 on
+// 2048 hidden), 48 layers of 128 experts (8 active, 768 wide), no shared
+// expert. Shape.n_ff is the expert width.
+Profile qwen3moe(std::string name, bool tiny) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "qwen3moe";
+    p.tiny = tiny;
+    p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
+    p.n_vocab = 151936;
+    auto& s = p.shape;
+    if (tiny) s = {2, 256, 256, 4, 2, 128, 40960, 8, 2, false, false, true};
+    else s = {48, 2048, 768, 32, 4, 128, 40960, 128, 8, false, false, true};
+    p.description = tiny ? "Qwen3-MoE layout at toy size (Q4_K_M recipe, 8 experts)" : "Qwen3-30B-A3B Q4_K_M";
+    general(p, tiny ? "Tiny Qwen3 MoE" : "Qwen3 30B A3B", tiny ? "60M" : "30B-A3B");
+    llama_family_keys(p, 1000000.0f, 1e-6f);
+    p.metadata.push_back(u32("qwen3moe.expert_count", s.n_expert));
+    p.metadata.push_back(u32("qwen3moe.expert_used_count", s.n_expert_used));
+    p.metadata.push_back(u32("qwen3moe.expert_feed_forward_length", s.n_ff));
+    p.vocab = qwen3("", tiny).vocab;
+    return p;
+}
+
 Profile phi3(std::string name, bool tiny) {
     Profile p;
     p.name = std::move(name);
@@ -278,7 +308,9 @@ Profile gpt2(std::string name, bool tiny, uint32_t type) {
     return p;
 }
 
-Profile gpt_oss(std::string name, bool tiny) {
+// gpt-oss-120b shares gpt-oss-20b's layout: 36 layers of 128 experts (4
+// active) instead of 24 of 32, 64 query heads.
+Profile gpt_oss(std::string name, bool tiny, bool big = false) {
     Profile p;
     p.name = std::move(name);
     p.arch = "gpt-oss";
@@ -287,9 +319,11 @@ Profile gpt_oss(std::string name, bool tiny) {
     p.n_vocab = 201088;
     auto& s = p.shape;
     if (tiny) s = {2, 64, 64, 4, 2, 16, 131072, 4, 2, false, false};
+    else if (big) s = {36, 2880, 2880, 64, 8, 64, 131072, 128, 4, false, false};
     else s = {24, 2880, 2880, 64, 8, 64, 131072, 32, 4, false, false};
-    p.description = tiny ? "gpt-oss layout at toy size (MXFP4 experts, real vocab)" : "gpt-oss-20b MXFP4";
-    general(p, tiny ? "Tiny Gpt Oss" : "Gpt Oss 20b", tiny ? "30M" : "20B");
+    p.description = tiny ? "gpt-oss layout at toy size (MXFP4 experts, real vocab)"
+                         : (big ? "gpt-oss-120b MXFP4" : "gpt-oss-20b MXFP4");
+    general(p, tiny ? "Tiny Gpt Oss" : (big ? "Gpt Oss 120b" : "Gpt Oss 20b"), tiny ? "30M" : (big ? "120B" : "20B"));
     const std::string a = "gpt-oss.";
     p.metadata.push_back(u32(a + "block_count", s.n_layer));
     p.metadata.push_back(u32(a + "context_length", s.n_ctx));
@@ -320,10 +354,13 @@ Profile make(const std::string& name) {
     if (name == "qwen2.5-0.5b-instruct-q4_k_m") return qwen2(name, false);
     if (name == "phi-3-mini-4k-instruct-q4_k_m") return phi3(name, false);
     if (name == "gpt-oss-20b-mxfp4") return gpt_oss(name, false);
+    if (name == "gpt-oss-120b-mxfp4") return gpt_oss(name, false, true);
     if (name == "llama-3.1-8b-instruct-q4_k_m") return llama3(name, false);
     if (name == "qwen3-8b-q4_k_m") return qwen3(name, false);
     if (name == "tiny-llama-3.1-q4_k_m") return llama3(name, true);
     if (name == "tiny-qwen3-q4_k_m") return qwen3(name, true);
+    if (name == "qwen3-30b-a3b-q4_k_m") return qwen3moe(name, false);
+    if (name == "tiny-qwen3-moe-q4_k_m") return qwen3moe(name, true);
     if (name == "gpt2-124m-f16") return gpt2(name, false, EH_TYPE_F16);
     if (name == "gpt2-124m-q8_0") return gpt2(name, false, EH_TYPE_Q8_0);
     if (name == "tiny-qwen2.5-q4_k_m") return qwen2(name, true);
@@ -342,9 +379,10 @@ std::vector<TensorSpec> Profile::tensors(uint64_t vocab_rows) const { return bui
 
 std::vector<std::string> profile_names() {
     return {"qwen2.5-0.5b-instruct-q4_k_m", "phi-3-mini-4k-instruct-q4_k_m", "gpt-oss-20b-mxfp4",
-            "llama-3.1-8b-instruct-q4_k_m", "qwen3-8b-q4_k_m", "gpt2-124m-f16", "gpt2-124m-q8_0",
+            "gpt-oss-120b-mxfp4", "llama-3.1-8b-instruct-q4_k_m", "qwen3-8b-q4_k_m", "qwen3-30b-a3b-q4_k_m",
+            "gpt2-124m-f16", "gpt2-124m-q8_0",
             "tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4", "tiny-llama-3.1-q4_k_m",
-            "tiny-qwen3-q4_k_m", "tiny-gpt2-f16", "tiny-gpt2-q8_0"};
+            "tiny-qwen3-q4_k_m", "tiny-qwen3-moe-q4_k_m", "tiny-gpt2-f16", "tiny-gpt2-q8_0"};
 }
 
 Profile find_profile(const std::string& name) { return make(name); }
