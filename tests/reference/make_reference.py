@@ -291,6 +291,11 @@ def build_qwen3(seed):
     return model, None
 
 
+# Qwen3-MoE (Qwen3-30B-A3B's structure): Qwen3 attention, every layer a
+# softmax-routed MoE (top-k renormalised: norm_topk_prob), no shared expert.
+Q3MOE_EXPERTS, Q3MOE_USED, Q3MOE_FF = 8, 2, 32
+
+
 def build_qwen3moe(seed):
     cfg = transformers.Qwen3MoeConfig(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, moe_intermediate_size=Q3MOE_FF,
