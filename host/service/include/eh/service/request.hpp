@@ -25,19 +25,20 @@ private:
     std::string field_;
 };
 
+// The largest n_ctx a request may name (the ABI's session limit); the
+// service also caps it at the model's trained context length.
+inline constexpr uint32_t kMaxRequestContext = 1u << 24;
+
 struct RequestLimits {
     size_t max_body_bytes = 1 << 20;
     size_t max_prompt_chars = 32768;   // code points
-    uint32_t max_tokens = 2048;        // --max-tokens-out (never above 2048)
+    // --max-tokens-out; by default only the context bounds max_tokens.
+    uint32_t max_tokens = kMaxRequestContext;
     size_t max_stop = 4;
     size_t max_stop_bytes = 256;
     size_t max_job_id_bytes = 256;
     size_t max_messages = 256;
 };
-
-// The largest n_ctx a request may name (the ABI's session limit); the
-// service also caps it at the model's trained context length.
-inline constexpr uint32_t kMaxRequestContext = 1u << 24;
 
 struct Sampling {
     double temperature = 1.0;
