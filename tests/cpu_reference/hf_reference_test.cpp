@@ -133,7 +133,7 @@ TEST_P(HfReference, LogitsAndGreedyMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, HfReference,
-                         ::testing::Values("llama", "qwen2", "phi3", "gpt2", "gpt-oss", "stories260K"),
+                         ::testing::Values("llama", "qwen2", "phi3", "gpt2", "gpt-oss", "llama3", "mistral", "qwen3", "qwen3moe", "stories260K"),
                          [](const auto& info) {
                              std::string s = info.param;
                              for (auto& c : s) if (c == '-') c = '_';

@@ -137,7 +137,7 @@ TEST_P(EveryArch, PrefillDecodeFiniteAndBatchEqualsStepwise) {
     EXPECT_EQ(resident, 1);
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("llama", "qwen2", "phi3", "gpt2", "gpt-oss"),
+INSTANTIATE_TEST_SUITE_P(Archs, EveryArch, ::testing::Values("llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss"),
                          [](const auto& info) {
                              std::string s = info.param;
                              for (auto& c : s) if (c == '-') c = '_';
@@ -184,6 +184,7 @@ INSTANTIATE_TEST_SUITE_P(
                       QuantCase{"llama", EH_TYPE_Q5_K, 0}, QuantCase{"llama", EH_TYPE_Q6_K, 0},
                       QuantCase{"llama", EH_TYPE_MXFP4, 0}, QuantCase{"qwen2", EH_TYPE_Q4_K, 0},
                       QuantCase{"phi3", EH_TYPE_Q6_K, 0}, QuantCase{"gpt2", EH_TYPE_Q8_0, 0},
+                      QuantCase{"qwen3moe", EH_TYPE_Q4_K, 0},
                       QuantCase{"gpt-oss", EH_TYPE_BF16, EH_TYPE_MXFP4}),
     [](const auto& info) {
         std::string s = info.param.arch + "_" + ehp::type_name(info.param.type);
@@ -405,12 +406,12 @@ TEST(PluginLoad, RefusesUnsupportedAndMalformed) {
     };
     {   // a type the plugin cannot run, named with the tensor
         auto v = make_tiny(TinySpec{});
-        static std::vector<uint8_t> q2k(84 * 256);
+        static std::vector<uint8_t> iq2(66 * 256);
         eh_tensor* t = v->find("blk.1.attn_v.weight");
-        t->type = EH_TYPE_Q2_K;
-        t->data = q2k.data();
-        t->nbytes = q2k.size();
-        expect_fail(*v, EH_UNSUPPORTED, "'blk.1.attn_v.weight' has type Q2_K");
+        t->type = EH_TYPE_IQ2_XXS;
+        t->data = iq2.data();
+        t->nbytes = iq2.size();
+        expect_fail(*v, EH_UNSUPPORTED, "'blk.1.attn_v.weight' has type IQ2_XXS");
     }
     {   // Phi-3 128k's LongRoPE factors: refused rather than silently ignored
         TinySpec sp;

@@ -174,6 +174,88 @@ TEST(Dequant, Q6_KLayout) {
         EXPECT_FLOAT_EQ(y[i], 0.5f * (i / 16 - 8) * ((i % 64) - 32)) << "i=" << i;
 }
 
+// Q2_K / Q3_K: value i = 128h + 32k + l takes bits 2k..2k+1 of qs[32h + l]
+// and sits in sub-block i / 16. Here every value's 2-bit code is (i / 32 + l) % 4.
+namespace {
+int code2(int i) { return (i / 32 + i % 32) % 4; }
+template <class B>
+void pack_2bit_codes(B& b) {
+    for (int i = 0; i < 256; ++i) {
+        const int hh = i / 128, k = (i % 128) / 32, l = i % 32;
+        b.qs[32 * hh + l] = static_cast<uint8_t>(b.qs[32 * hh + l] | (code2(i) << (2 * k)));
+    }
+}
+}  // namespace
+
+TEST(Dequant, Q2_KScaleMinNibblesAndCodes) {
+    block_q2_K b{};
+    b.d = h(0.5f);
+    b.dmin = h(0.25f);
+    for (int s = 0; s < 16; ++s) b.scales[s] = static_cast<uint8_t>((s % 16) | ((15 - s) << 4));  // scale s, min 15-s
+    pack_2bit_codes(b);
+    auto y = deq(EH_TYPE_Q2_K, &b, 256);
+    for (int i = 0; i < 256; ++i) {
+        const int sub = i / 16;
+        EXPECT_FLOAT_EQ(y[i], 0.5f * sub * code2(i) - 0.25f * (15 - sub)) << "i=" << i;
+    }
+}
+
+TEST(Dequant, Q3_KSixBitScalesAndHighBitMask) {
+    block_q3_K b{};
+    b.d = h(0.5f);
+    // sub-block s has the 6-bit scale 4s + 1 (stored with the +32 offset removed on read)
+    auto stored = [](int s) { return 4 * s + 1; };
+    for (int s = 0; s < 16; ++s) {
+        const int v = stored(s);
+        if (s < 8) b.scales[s] = static_cast<uint8_t>(b.scales[s] | (v & 15));
+        else b.scales[s - 8] = static_cast<uint8_t>(b.scales[s - 8] | ((v & 15) << 4));
+        b.scales[8 + s % 4] = static_cast<uint8_t>(b.scales[8 + s % 4] | (((v >> 4) & 3) << (2 * (s / 4))));
+    }
+    pack_2bit_codes(b);
+    // the high bit is set (no -4) for odd l
+    for (int i = 0; i < 256; ++i) {
+        const int hh = i / 128, k = (i % 128) / 32, l = i % 32;
+        if (l % 2) b.hmask[l] = static_cast<uint8_t>(b.hmask[l] | (1 << (4 * hh + k)));
+    }
+    auto y = deq(EH_TYPE_Q3_K, &b, 256);
+    for (int i = 0; i < 256; ++i) {
+        const int q = code2(i) - ((i % 32) % 2 ? 0 : 4);
+        EXPECT_FLOAT_EQ(y[i], 0.5f * (stored(i / 16) - 32) * q) << "i=" << i;
+    }
+}
+
+TEST(Dequant, Iq4NlLevels) {
+    const float levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    block_iq4_nl b{};
+    b.d = h(0.125f);
+    for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<uint8_t>(j | ((15 - j) << 4));
+    auto y = deq(EH_TYPE_IQ4_NL, &b, 32);
+    for (int j = 0; j < 16; ++j) {
+        EXPECT_FLOAT_EQ(y[j], 0.125f * levels[j]);
+        EXPECT_FLOAT_EQ(y[j + 16], 0.125f * levels[15 - j]);
+    }
+}
+
+TEST(Dequant, Iq4XsSixBitScalesPerSubBlock) {
+    const float levels[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    block_iq4_xs b{};
+    b.d = h(0.25f);
+    // sub-block i: 6-bit scale 8i + 3 (low nibble in scales_l, high 2 bits in scales_h)
+    for (int i = 0; i < 8; ++i) {
+        const int v = 8 * i + 3;
+        b.scales_l[i / 2] = static_cast<uint8_t>(b.scales_l[i / 2] | ((v & 15) << (4 * (i % 2))));
+        b.scales_h = static_cast<uint16_t>(b.scales_h | (((v >> 4) & 3) << (2 * i)));
+        for (int j = 0; j < 16; ++j) b.qs[16 * i + j] = static_cast<uint8_t>(((i + j) % 16) | (((i + 2 * j) % 16) << 4));
+    }
+    auto y = deq(EH_TYPE_IQ4_XS, &b, 256);
+    for (int i = 0; i < 8; ++i)
+        for (int j = 0; j < 16; ++j) {
+            const float dl = 0.25f * (8 * i + 3 - 32);
+            EXPECT_FLOAT_EQ(y[32 * i + j], dl * levels[(i + j) % 16]);
+            EXPECT_FLOAT_EQ(y[32 * i + j + 16], dl * levels[(i + 2 * j) % 16]);
+        }
+}
+
 TEST(Dequant, Mxfp4E2M1AndE8M0) {
     block_mxfp4 b{};
     b.e = 128;  // 2^1
@@ -198,7 +280,7 @@ TEST(Dequant, FloatTypes) {
     const uint16_t bf[2] = {0x3F80, 0x4049};
     y = deq(EH_TYPE_BF16, bf, 2);
     EXPECT_FLOAT_EQ(y[1], 3.140625f);
-    EXPECT_FALSE(dequantize_row(EH_TYPE_Q2_K, bf, y.data(), 256));  // not supported here
+    EXPECT_FALSE(dequantize_row(EH_TYPE_IQ2_XXS, bf, y.data(), 256));  // not supported here
     EXPECT_FALSE(dequantize_row(EH_TYPE_Q4_0, bf, y.data(), 31));   // not whole blocks
 }
 

@@ -115,7 +115,7 @@ struct TinySpec {
 inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
     auto v = std::make_unique<OwnedView>(sp.arch);
     const std::string a = sp.arch;
-    const bool gpt2 = a == "gpt2", oss = a == "gpt-oss", phi3 = a == "phi3";
+    const bool gpt2 = a == "gpt2", oss = a == "gpt-oss", phi3 = a == "phi3", q3moe = a == "qwen3moe";
     const uint32_t hd = sp.n_embd / sp.n_head;
     const uint32_t n_kv = gpt2 ? sp.n_head : sp.n_head_kv;
     const uint64_t E = sp.n_embd, Q = uint64_t(sp.n_head) * hd, KV = uint64_t(n_kv) * hd, F = sp.n_ff;
@@ -134,7 +134,11 @@ inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
         v->f32(a + ".rope.freq_base", oss ? 150000.0 : 10000.0);
         v->u32(a + ".rope.dimension_count", hd);
     }
-    if (oss) {
+    if (q3moe) {
+        v->u32(a + ".expert_count", sp.n_expert);
+        v->u32(a + ".expert_used_count", sp.n_expert_used);
+        v->u32(a + ".expert_feed_forward_length", F);
+    } else if (oss) {
         v->u32(a + ".expert_count", sp.n_expert);
         v->u32(a + ".expert_used_count", sp.n_expert_used);
         v->u32(a + ".expert_feed_forward_length", F);
@@ -209,6 +213,10 @@ inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
             qk_matrix(b + "attn_q.weight", sp.n_head);
             qk_matrix(b + "attn_k.weight", n_kv);
             matrix(b + "attn_v.weight", E, KV);
+            if (a == "qwen3" || q3moe) {  // per-head RMSNorm of q and k before RoPE
+                vec(b + "attn_q_norm.weight", hd, 0.1f, 1.0f);
+                vec(b + "attn_k_norm.weight", hd, 0.1f, 1.0f);
+            }
             if (a == "qwen2" || oss) {
                 // biases are permuted like their rows would be; qwen2/gpt-oss use neox, no permutation
                 vec(b + "attn_q.bias", Q, 0.1f, 0.0f);
@@ -306,6 +314,14 @@ inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
                 v->tensor(b + "ffn_gate_up_exps.bias", EH_TYPE_F32, {2 * F, X}, gub);
             }
             v->tensor(b + "ffn_down_exps.bias", EH_TYPE_F32, {E, X}, db);
+        } else if (q3moe) {
+            // softmax router without bias, experts gate/up/down, no shared expert
+            const uint64_t X = sp.n_expert;
+            vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
+            store(b + "ffn_gate_inp.weight", {E, X}, rand_vec(E * X, 1.0f / std::sqrt(float(E)), 0.0f), sp.matrix_type);
+            store(b + "ffn_gate_exps.weight", {E, F, X}, rand_vec(E * F * X, 2.0f / std::sqrt(float(E)), 0.0f), sp.matrix_type);
+            store(b + "ffn_up_exps.weight", {E, F, X}, rand_vec(E * F * X, 2.0f / std::sqrt(float(E)), 0.0f), sp.matrix_type);
+            store(b + "ffn_down_exps.weight", {F, E, X}, rand_vec(E * F * X, 1.0f / std::sqrt(float(F)), 0.0f), sp.matrix_type);
         } else {
             vec(b + "ffn_norm.weight", E, 0.1f, 1.0f);
             if (gpt2) vec(b + "ffn_norm.bias", E, 0.1f, 0.0f);

@@ -9,6 +9,7 @@
 
 #include "gpu_util.hpp"
 #include "plugin_handle.hpp"
+#include "plugin_positions.hpp"
 #include "tiny_model.hpp"
 
 namespace ehtest {
@@ -24,44 +25,6 @@ const eh_plugin_api* cpuref_api() {
         return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
     }();
     return api;
-}
-
-// Per-position logits of `toks` (one prefill call per token).
-std::vector<std::vector<float>> run_positions(const eh_plugin_api* api, const eh_model_view* view,
-                                              const std::vector<int32_t>& toks) {
-    std::vector<std::vector<float>> out;
-    eh_load_params lp{};
-    lp.struct_size = sizeof lp;
-    lp.path = "";
-    lp.view = view;
-    lp.n_threads = 4;
-    eh_model* m = nullptr;
-    EXPECT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
-    if (!m) return out;
-    eh_session_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.n_ctx = 128;
-    eh_session* s = nullptr;
-    EXPECT_EQ(api->session_create(m, &sp, &s), EH_OK);
-    eh_sampling_params g{};
-    g.struct_size = sizeof g;
-    g.top_p = 1;
-    g.repetition_penalty = 1;
-    g.repetition_window = -1;
-    api->session_set_sampling(s, &g);
-    for (size_t t = 0; t < toks.size(); ++t) {
-        int32_t next;
-        // First token through prefill, the rest through the decode graph.
-        eh_status st = t == 0 ? api->session_prefill(s, &toks[t], 1) : api->session_decode(s, toks[t], &next);
-        EXPECT_EQ(st, EH_OK) << api->session_last_error(s);
-        const float* lg = nullptr;
-        uint32_t n = 0;
-        api->session_logits(s, &lg, &n);
-        out.emplace_back(lg, lg + n);
-    }
-    api->session_release(s);
-    api->model_release(m);
-    return out;
 }
 
 struct Case {

@@ -339,6 +339,49 @@ TEST(HfNames, Translation) {
     EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "h.0.attn.bias"), "hf.h.0.attn.bias");
     EXPECT_EQ(eh::model::hf_model_type_to_arch("gpt_oss"), "gpt-oss");
     EXPECT_EQ(eh::model::hf_model_type_to_arch("qwen2"), "qwen2");
+    // as llama.cpp's converter names them
+    EXPECT_EQ(eh::model::hf_model_type_to_arch("mistral"), "llama");
+    EXPECT_EQ(eh::model::hf_model_type_to_arch("qwen3"), "qwen3");
+    EXPECT_EQ(eh::model::hf_model_type_to_arch("qwen3_moe"), "qwen3moe");
+    EXPECT_EQ(hf_tensor_name_to_gguf("qwen3", "model.layers.2.self_attn.q_norm.weight"), "blk.2.attn_q_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf("qwen3", "model.layers.2.self_attn.k_norm.weight"), "blk.2.attn_k_norm.weight");
+}
+
+// transformers 5 writes rope_theta and the scaling parameters into one
+// "rope_parameters" object: theta becomes rope.freq_base (plugins that read
+// only GGUF keys, like llama-cuda, need it), rope_type "default" is no
+// scaling, keys with no GGUF name stay under hf.rope_parameters.*.
+TEST(HfDirectory, RopeParametersObject) {
+    TempDir d("rope-params");
+    const char* llama3 = R"({"model_type": "llama", "hidden_size": 8, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "intermediate_size": 12, "head_dim": 4,
+        "rope_parameters": {"rope_theta": 500000.0, "rope_type": "llama3", "factor": 8.0,
+                            "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                            "original_max_position_embeddings": 8192}})";
+    write_text(d.path / "config.json", llama3);
+    write_text(d.path / "tokenizer.json", "{}");
+    write_st(d.path / "model.safetensors", kLlamaLike);
+    auto f = ModelFile::open(d.path.string());
+    EXPECT_EQ(f->require_float("llama.rope.freq_base"), 500000.0);
+    EXPECT_EQ(f->require_string("llama.rope.scaling.type"), "llama3");
+    EXPECT_EQ(f->require_float("llama.rope.scaling.factor"), 8.0);
+    EXPECT_EQ(f->require_uint("llama.rope.scaling.original_context_length"), 8192u);
+    EXPECT_EQ(f->require_float("hf.rope_parameters.low_freq_factor"), 1.0);
+    EXPECT_EQ(f->require_float("hf.rope_parameters.high_freq_factor"), 4.0);
+    EXPECT_FALSE(f->has("hf.rope_parameters.rope_theta"));
+    EXPECT_EQ(f->require_uint("llama.attention.key_length"), 4u);
+
+    TempDir d2("rope-default");
+    write_text(d2.path / "config.json", R"({"model_type": "mistral", "hidden_size": 8, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "intermediate_size": 12, "head_dim": 8,
+        "rope_parameters": {"rope_theta": 1000000.0, "rope_type": "default"}})");
+    write_text(d2.path / "tokenizer.json", "{}");
+    write_st(d2.path / "model.safetensors", kLlamaLike);
+    auto g = ModelFile::open(d2.path.string());
+    EXPECT_EQ(g->architecture(), "llama");
+    EXPECT_EQ(g->require_float("llama.rope.freq_base"), 1e6);
+    EXPECT_FALSE(g->has("llama.rope.scaling.type"));
+    EXPECT_EQ(g->require_uint("llama.attention.key_length"), 8u);  // Mistral's own head_dim (8 != 8/2)
 }
 
 TEST(HfDirectory, Gpt2Config) {

@@ -6,7 +6,9 @@ Run on a machine with torch + transformers (no downloads are made):
     python3 tests/reference/make_reference.py --out tests/reference/data \
         [--testdata ../shared/testdata] [--device cpu] [--tokenizers]
 
-For each architecture (llama, qwen2, phi3, gpt2, gpt-oss) it builds a tiny
+For each architecture (llama, qwen2, phi3, gpt2, gpt-oss, and llama3 = llama
+with Llama 3.x rope scaling, mistral = llama with its own head_dim, qwen3) it
+builds a tiny
 model from a config with seeded random weights, and writes into <out>/<arch>/:
   hf/            the model as a Hugging Face directory (config.json +
                  model.safetensors; with --tokenizers also a tokenizer.json
@@ -175,18 +177,85 @@ def build_llama(seed):
 
 
 def gguf_llama(model):
+    return gguf_llama_family(model, LLAMA_THETA)
+
+
+# Llama 3.x: llama3 RoPE frequency scaling. theta 500000 and head dim 16
+# put pairs in all three bands (kept, smoothed, divided by the factor) for
+# an original context of 8192.
+LLAMA3_THETA = 500000.0
+LLAMA3_SCALING = {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                  "original_max_position_embeddings": 8192}
+
+
+def build_llama3(seed):
+    cfg = transformers.LlamaConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, max_position_embeddings=CTX,
+        rms_norm_eps=1e-5, rope_theta=LLAMA3_THETA, rope_scaling=dict(LLAMA3_SCALING),
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.LlamaForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+def llama3_rope_factors(theta, head_dim, p):
+    """The rope_freqs tensor llama.cpp's converter writes for rope_type llama3:
+    per pair a divisor of the inverse frequency."""
+    out = []
+    low_wavelen = p["original_max_position_embeddings"] / p["low_freq_factor"]
+    high_wavelen = p["original_max_position_embeddings"] / p["high_freq_factor"]
+    for i in range(0, head_dim, 2):
+        freq = 1.0 / (theta ** (i / head_dim))
+        wavelen = 2 * math.pi / freq
+        if wavelen < high_wavelen:
+            out.append(1.0)
+        elif wavelen > low_wavelen:
+            out.append(p["factor"])
+        else:
+            smooth = (p["original_max_position_embeddings"] / wavelen - p["low_freq_factor"]) / (
+                p["high_freq_factor"] - p["low_freq_factor"])
+            out.append(1.0 / ((1 - smooth) / p["factor"] + smooth))
+    return out
+
+
+# Mistral-Nemo's shape: head_dim set on its own (here 32 with 64 hidden / 4
+# heads, so q/k/v/o are 128 wide), architecture llama in GGUF.
+MISTRAL_HEAD_DIM = 32
+MISTRAL_THETA = 1000000.0
+
+
+def build_mistral(seed):
+    cfg = transformers.MistralConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=MISTRAL_HEAD_DIM,
+        max_position_embeddings=CTX, rms_norm_eps=1e-5, rope_theta=MISTRAL_THETA, sliding_window=None,
+        tie_word_embeddings=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.MistralForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+def gguf_llama_family(model, theta, head_dim=None, rope_freqs=None):
+    """llama, Llama 3.x (rope_freqs) and Mistral (head_dim) as llama.cpp's
+    converter writes them: architecture llama, Q/K rows permuted."""
     c = model.config
-    hd = c.hidden_size // c.num_attention_heads
+    hd = head_dim or c.hidden_size // c.num_attention_heads
     w = gguf_io.Writer("llama")
     common_keys(w, "llama", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
                 c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
     w.f32("llama.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
-    w.f32("llama.rope.freq_base", LLAMA_THETA)
+    w.f32("llama.rope.freq_base", theta)
     w.u32("llama.rope.dimension_count", hd)
+    if head_dim:
+        w.u32("llama.attention.key_length", hd)
+        w.u32("llama.attention.value_length", hd)
     sd = model.state_dict()
     lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
     vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
     lin("token_embd.weight", sd["model.embed_tokens.weight"])
+    if rope_freqs:
+        w.tensor_f32("rope_freqs.weight", [len(rope_freqs)], rope_freqs)
     for i in range(c.num_hidden_layers):
         p = f"model.layers.{i}."
         b = f"blk.{i}."
@@ -204,6 +273,42 @@ def gguf_llama(model):
     return w
 
 
+# Qwen3: per-head RMSNorm of q and k (q_norm / k_norm) before RoPE, no QKV
+# bias, head_dim set on its own (128 in every Qwen3; 32 here, with 64
+# hidden / 4 heads).
+QWEN3_HEAD_DIM = 32
+QWEN3_THETA = 1000000.0
+
+
+def build_qwen3(seed):
+    cfg = transformers.Qwen3Config(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
+        num_attention_heads=HEADS, num_key_value_heads=KV_HEADS, head_dim=QWEN3_HEAD_DIM,
+        max_position_embeddings=CTX, rms_norm_eps=1e-6, rope_theta=QWEN3_THETA, tie_word_embeddings=False,
+        use_sliding_window=False, attention_bias=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.Qwen3ForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
+# Qwen3-MoE (Qwen3-30B-A3B's structure): Qwen3 attention, every layer a
+# softmax-routed MoE (top-k renormalised: norm_topk_prob), no shared expert.
+Q3MOE_EXPERTS, Q3MOE_USED, Q3MOE_FF = 8, 2, 32
+
+
+def build_qwen3moe(seed):
+    cfg = transformers.Qwen3MoeConfig(
+        vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, moe_intermediate_size=Q3MOE_FF,
+        num_hidden_layers=LAYERS, num_attention_heads=HEADS, num_key_value_heads=KV_HEADS,
+        head_dim=QWEN3_HEAD_DIM, num_experts=Q3MOE_EXPERTS, num_experts_per_tok=Q3MOE_USED,
+        norm_topk_prob=True, decoder_sparse_step=1, mlp_only_layers=[], max_position_embeddings=CTX,
+        rms_norm_eps=1e-6, rope_theta=QWEN3_THETA, tie_word_embeddings=False, use_sliding_window=False,
+        attention_bias=False, bos_token_id=1, eos_token_id=2, pad_token_id=0)
+    model = instantiate(transformers.Qwen3MoeForCausalLM, cfg)
+    randomize(model, seed)
+    return model, None
+
+
 def build_qwen2(seed):
     cfg = transformers.Qwen2Config(
         vocab_size=VOCAB, hidden_size=HIDDEN, intermediate_size=FF, num_hidden_layers=LAYERS,
@@ -215,15 +320,27 @@ def build_qwen2(seed):
     return model, None
 
 
-def gguf_qwen2(model):
+def gguf_qwen_family(model, arch, theta):
+    """qwen2 (QKV biases, tied head), qwen3 (q/k norms, own head_dim) and
+    qwen3moe (plus routed experts) as llama.cpp's converter writes them: no
+    Q/K permutation (NEOX rotation)."""
     c = model.config
-    hd = c.hidden_size // c.num_attention_heads
-    w = gguf_io.Writer("qwen2")
-    common_keys(w, "qwen2", c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+    qwen2 = arch == "qwen2"
+    moe = arch == "qwen3moe"
+    w = gguf_io.Writer(arch)
+    common_keys(w, arch, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
                 c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
-    w.f32("qwen2.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
-    w.f32("qwen2.rope.freq_base", QWEN2_THETA)
-    w.u32("qwen2.rope.dimension_count", hd)
+    w.f32(f"{arch}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.f32(f"{arch}.rope.freq_base", theta)
+    if qwen2:
+        w.u32(f"{arch}.rope.dimension_count", c.hidden_size // c.num_attention_heads)
+    else:
+        w.u32(f"{arch}.attention.key_length", c.head_dim)
+        w.u32(f"{arch}.attention.value_length", c.head_dim)
+    if moe:
+        w.u32(f"{arch}.expert_count", c.num_experts)
+        w.u32(f"{arch}.expert_used_count", c.num_experts_per_tok)
+        w.u32(f"{arch}.expert_feed_forward_length", c.moe_intermediate_size)
     sd = model.state_dict()
     lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
     vec = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t))
@@ -234,15 +351,43 @@ def gguf_qwen2(model):
         vec(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
         for x in "qkv":
             lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
-            vec(b + f"attn_{x}.bias", sd[p + f"self_attn.{x}_proj.bias"])
+            if qwen2:
+                vec(b + f"attn_{x}.bias", sd[p + f"self_attn.{x}_proj.bias"])
+        if not qwen2:
+            vec(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+            vec(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
         lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
         vec(b + "ffn_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        if moe:
+            qwen3moe_experts(w, c, sd, p, b)
+            continue
         lin(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
         lin(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
         lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
     vec("output_norm.weight", sd["model.norm.weight"])
-    # tied: no output.weight, as in small Qwen2 GGUFs
+    if not c.tie_word_embeddings:  # small Qwen2s are tied: no output.weight
+        lin("output.weight", sd["lm_head.weight"])
     return w
+
+
+def qwen3moe_experts(w, c, sd, p, b):
+    """The router and the stacked experts of one Qwen3-MoE layer."""
+    H, F, X = c.hidden_size, c.moe_intermediate_size, c.num_experts
+    w.tensor_f32(b + "ffn_gate_inp.weight", dims_of_linear(sd[p + "mlp.gate.weight"]), flat(sd[p + "mlp.gate.weight"]))
+    if p + "mlp.experts.gate_up_proj" in sd:  # transformers 5: fused [X, 2F, H], gate rows first
+        gu = sd[p + "mlp.experts.gate_up_proj"]
+        down = sd[p + "mlp.experts.down_proj"]  # [X, H, F]
+        if tuple(gu.shape) != (X, 2 * F, H) or tuple(down.shape) != (X, H, F):
+            raise SystemExit(f"qwen3moe: unexpected expert shapes {tuple(gu.shape)} / {tuple(down.shape)}")
+        gate, up = gu[:, :F, :], gu[:, F:, :]
+    else:  # transformers 4: one module per expert
+        e = [f"{p}mlp.experts.{x}." for x in range(X)]
+        gate = torch.stack([sd[k + "gate_proj.weight"] for k in e])
+        up = torch.stack([sd[k + "up_proj.weight"] for k in e])
+        down = torch.stack([sd[k + "down_proj.weight"] for k in e])
+    w.tensor_f32(b + "ffn_gate_exps.weight", [H, F, X], flat(gate))
+    w.tensor_f32(b + "ffn_up_exps.weight", [H, F, X], flat(up))
+    w.tensor_f32(b + "ffn_down_exps.weight", [F, H, X], flat(down))
 
 
 PHI3_WINDOW = 6
@@ -426,11 +571,19 @@ def gguf_gpt_oss(model, packed):
 
 ARCHS = {
     "llama": (build_llama, lambda m, extra: gguf_llama(m), "llama"),
-    "qwen2": (build_qwen2, lambda m, extra: gguf_qwen2(m), "qwen2.5"),
+    "qwen2": (build_qwen2, lambda m, extra: gguf_qwen_family(m, "qwen2", QWEN2_THETA), "qwen2.5"),
     "phi3": (build_phi3, lambda m, extra: gguf_phi3(m), "phi-3-mini"),
     "gpt2": (build_gpt2, lambda m, extra: gguf_gpt2(m), "gpt2"),
     "gpt-oss": (build_gpt_oss, gguf_gpt_oss, "gpt-oss-20b"),
+    "llama3": (build_llama3, lambda m, extra: gguf_llama_family(
+        m, LLAMA3_THETA, rope_freqs=llama3_rope_factors(LLAMA3_THETA, HIDDEN // HEADS, LLAMA3_SCALING)), "llama"),
+    "mistral": (build_mistral, lambda m, extra: gguf_llama_family(m, MISTRAL_THETA, head_dim=MISTRAL_HEAD_DIM), "llama"),
+    "qwen3": (build_qwen3, lambda m, extra: gguf_qwen_family(m, "qwen3", QWEN3_THETA), "qwen2.5"),
+    "qwen3moe": (build_qwen3moe, lambda m, extra: gguf_qwen_family(m, "qwen3moe", QWEN3_THETA), "qwen2.5"),
 }
+# Architectures whose HF directory the host cannot serve (qwen3moe's experts
+# have no GGUF names in the host's HF view): no hf/ is kept for them.
+NO_HF_DIR = {"qwen3moe"}
 
 
 # --------------------------------------------------------------------------
@@ -585,10 +738,12 @@ def make_arch(name, out_dir, testdata, device, with_tokenizer, seed):
         extra_info["hf_mxfp4_dir"] = "hf_mxfp4"
         extra_info["hf_mxfp4_transformers_check"] = check_mxfp4_dir_with_transformers(mx_dir, logits, device)
         print(f"gpt-oss MXFP4 directory vs dense: {extra_info['hf_mxfp4_transformers_check']}")
+    if name in NO_HF_DIR:
+        shutil.rmtree(hf_dir)
     write_json(os.path.join(d, "reference.json"), {
         "name": name,
         "model": "model.gguf",
-        "hf_dir": "hf",
+        "hf_dir": None if name in NO_HF_DIR else "hf",
         "seed": seed,
         "tokens": TOKENS,
         "logits": [[float(x) for x in row] for row in logits],
@@ -694,8 +849,14 @@ def main():
         else:
             seed = 1000 + list(ARCHS).index(name)
             make_arch(name, args.out, args.testdata, args.device, args.tokenizers, seed)
-    write_json(os.path.join(args.out, "index.json"), {"made_by": "tests/reference/make_reference.py",
-                                                      "entries": todo, "versions": versions()})
+    index_path = os.path.join(args.out, "index.json")
+    entries = []
+    if os.path.exists(index_path):  # --only adds to what was recorded before
+        with open(index_path) as f:
+            entries = json.load(f).get("entries", [])
+    entries += [n for n in todo if n not in entries]
+    write_json(index_path, {"made_by": "tests/reference/make_reference.py", "entries": entries,
+                            "versions": versions()})
 
 
 if __name__ == "__main__":

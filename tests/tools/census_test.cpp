@@ -33,6 +33,31 @@ TEST(Census, GptOss20b_MXFP4) {
     EXPECT_EQ(of("gpt-oss-20b-mxfp4"), (Census{{"F32", 289}, {"Q8_0", 98}, {"MXFP4", 72}}));
 }
 
+// Counted from llama.cpp's Q4_K_M rules (attn_v and ffn_down Q6_K on the
+// "more bits" layers, the head Q6_K, everything else Q4_K): 32 layers give
+// 16 + 16 + 1 Q6_K; F32 are the 65 norms and rope_freqs.
+TEST(Census, Llama31_8B_Q4_K_M) {
+    EXPECT_EQ(of("llama-3.1-8b-instruct-q4_k_m"), (Census{{"F32", 66}, {"Q4_K", 193}, {"Q6_K", 33}}));
+}
+
+// 36 layers: 18 + 18 + 1 Q6_K; F32 are 4 norms per layer (attn, ffn, q, k) + output_norm.
+TEST(Census, Qwen3_8B_Q4_K_M) {
+    EXPECT_EQ(of("qwen3-8b-q4_k_m"), (Census{{"F32", 145}, {"Q4_K", 217}, {"Q6_K", 37}}));
+}
+
+// The 20B's rules over 36 layers: 12 F32 per layer + output_norm, 4 Q8_0
+// per layer + token_embd + output, 3 MXFP4 expert stacks per layer.
+TEST(Census, GptOss120b_MXFP4) {
+    EXPECT_EQ(of("gpt-oss-120b-mxfp4"), (Census{{"F32", 433}, {"Q8_0", 146}, {"MXFP4", 108}}));
+}
+
+// llama.cpp's Q4_K_M rules over 48 MoE layers: ffn_down_exps and attn_v
+// Q6_K on the 24 "more bits" layers each, the head Q6_K; routers and norms
+// F32 (5 per layer + output_norm).
+TEST(Census, Qwen3_30B_A3B_Q4_K_M) {
+    EXPECT_EQ(of("qwen3-30b-a3b-q4_k_m"), (Census{{"F32", 241}, {"Q4_K", 289}, {"Q6_K", 49}}));
+}
+
 TEST(Census, Gpt2) {
     EXPECT_EQ(of("gpt2-124m-f16"), (Census{{"F32", 99}, {"F16", 50}}));
     EXPECT_EQ(of("gpt2-124m-q8_0"), (Census{{"F32", 99}, {"Q8_0", 50}}));
@@ -42,6 +67,9 @@ TEST(Census, TinyProfilesExerciseTheSameRules) {
     EXPECT_EQ(of("tiny-qwen2.5-q4_k_m"), (Census{{"F32", 21}, {"Q5_0", 22}, {"Q8_0", 3}, {"Q4_K", 2}, {"Q6_K", 2}}));
     EXPECT_EQ(of("tiny-phi-3-q4_k_m"), (Census{{"F32", 9}, {"Q4_K", 11}, {"Q5_K", 4}, {"Q6_K", 3}}));
     EXPECT_EQ(of("tiny-gpt-oss-mxfp4"), (Census{{"F32", 25}, {"Q8_0", 10}, {"MXFP4", 6}}));
+    EXPECT_EQ(of("tiny-llama-3.1-q4_k_m"), (Census{{"F32", 6}, {"Q4_K", 13}, {"Q6_K", 3}}));
+    EXPECT_EQ(of("tiny-qwen3-q4_k_m"), (Census{{"F32", 9}, {"Q4_K", 13}, {"Q6_K", 3}}));
+    EXPECT_EQ(of("tiny-qwen3-moe-q4_k_m"), (Census{{"F32", 11}, {"Q4_K", 13}, {"Q6_K", 3}}));
     EXPECT_EQ(of("tiny-gpt2-f16"), (Census{{"F32", 19}, {"F16", 10}}));
     EXPECT_EQ(of("tiny-gpt2-q8_0"), (Census{{"F32", 19}, {"Q8_0", 10}}));
 }

@@ -230,18 +230,24 @@ public:
     std::set<std::string> consumed_;
 };
 
-void translate_rope_scaling(Config& c) {
-    c.consume("rope_scaling");
-    auto e = c.get("rope_scaling");
+// `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5,
+// which also moves rope_theta there); rope_type "default" is no scaling.
+void translate_rope_object(Config& c, const char* obj_key) {
+    c.consume(obj_key);
+    auto e = c.get(obj_key);
     if (!e) return;
     simdjson::dom::object rs;
-    if (e->get(rs) != simdjson::SUCCESS) config_fail(c.label_, "config key 'rope_scaling' is not an object");
+    if (e->get(rs) != simdjson::SUCCESS) config_fail(c.label_, fmt::format("config key '{}' is not an object", obj_key));
     std::string key_prefix = c.arch_ + ".rope.scaling.";
     std::set<std::string> done;
     std::string_view type;
     if (auto t = c.get(rs, "rope_type"); t && t->get(type) == simdjson::SUCCESS) done.insert("rope_type");
     else if (auto t2 = c.get(rs, "type"); t2 && t2->get(type) == simdjson::SUCCESS) done.insert("type");
-    if (!type.empty()) c.m_.set_string(key_prefix + "type", type);
+    if (!type.empty() && type != "default") c.m_.set_string(key_prefix + "type", type);
+    if (auto theta = c.float_of(c.get(rs, "rope_theta"), "rope_theta")) {
+        c.m_.set_f32(c.arch_ + ".rope.freq_base", static_cast<float>(*theta));
+        done.insert("rope_theta");
+    }
     auto f32 = [&](std::string_view k, const char* suffix) {
         if (auto v = c.float_of(c.get(rs, k), k)) {
             c.m_.set_f32(key_prefix + suffix, static_cast<float>(*v));
@@ -260,14 +266,23 @@ void translate_rope_scaling(Config& c) {
         c.consume("original_max_position_embeddings");
     }
     for (auto f : rs)
-        if (!done.count(std::string(f.key))) add_hf(c.m_, "hf.rope_scaling." + std::string(f.key), f.value);
+        if (!done.count(std::string(f.key))) add_hf(c.m_, fmt::format("hf.{}.{}", obj_key, f.key), f.value);
+}
+
+void translate_rope_scaling(Config& c) {
+    translate_rope_object(c, "rope_scaling");
+    translate_rope_object(c, "rope_parameters");
 }
 
 }  // namespace
 
 std::string hf_architecture(std::string_view model_type) {
     if (model_type == "gpt_oss") return "gpt-oss";
-    return std::string(model_type);  // llama, qwen2, phi3, gpt2 keep their names
+    // Mistral is llama with its own head_dim (Mistral-Nemo: 128 with 5120
+    // hidden / 32 heads); llama.cpp's converter writes it as llama too.
+    if (model_type == "mistral") return "llama";
+    if (model_type == "qwen3_moe") return "qwen3moe";
+    return std::string(model_type);  // llama, qwen2, qwen3, phi3, gpt2 keep their names
 }
 
 std::string translate_hf_config(ModelData& m, std::string_view text, const std::string& label) {
@@ -322,7 +337,7 @@ std::string translate_hf_config(ModelData& m, std::string_view text, const std::
         }
         // Qwen2 configs carry a sliding_window that is off unless use_sliding_window says so.
         bool swa = true;
-        if (arch == "qwen2") {
+        if (arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe") {
             bool on = false;
             auto e = c.get("use_sliding_window");
             swa = e && e->get(on) == simdjson::SUCCESS && on;

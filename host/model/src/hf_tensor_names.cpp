@@ -18,7 +18,7 @@ struct Rule {
     std::string_view gguf;  // GGUF per-layer name
 };
 
-// Decoder layers of llama, qwen2, phi3 and gpt-oss ("model.layers.N.<hf>.<suffix>").
+// Decoder layers of llama (and mistral), qwen2, qwen3, phi3 and gpt-oss ("model.layers.N.<hf>.<suffix>").
 constexpr Rule kLayerRules[] = {
     {"input_layernorm", "attn_norm"},
     {"post_attention_layernorm", "ffn_norm"},
@@ -27,6 +27,8 @@ constexpr Rule kLayerRules[] = {
     {"self_attn.v_proj", "attn_v"},
     {"self_attn.o_proj", "attn_output"},
     {"self_attn.qkv_proj", "attn_qkv"},
+    {"self_attn.q_norm", "attn_q_norm"},  // qwen3: per-head RMSNorm before RoPE
+    {"self_attn.k_norm", "attn_k_norm"},
     {"mlp.gate_proj", "ffn_gate"},
     {"mlp.up_proj", "ffn_up"},
     {"mlp.down_proj", "ffn_down"},

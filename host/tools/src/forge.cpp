@@ -36,8 +36,11 @@ void produce_tensor(const TensorSpec& t, uint64_t seed, WorkerPool& pool, model:
     const uint64_t ne0 = t.dims[0];
     const uint64_t ts = tensor_seed(seed, t.name);
     const float offset = t.init == Init::Ones ? 1.0f : 0.0f;
+    if (t.init == Init::Values && t.values.size() != ne0 * rows)
+        throw Error(Code::Internal, fmt::format("forge: '{}' has {} values for {} elements", t.name, t.values.size(), ne0 * rows));
     detail::stream_rows(t.name, t.type, ne0, rows, pool, sink, [&](uint64_t first, uint64_t n, float* out) {
-        synth_values(ts, first * ne0, n * ne0, t.scale, offset, out);
+        if (t.init == Init::Values) std::copy_n(t.values.begin() + first * ne0, n * ne0, out);
+        else synth_values(ts, first * ne0, n * ne0, t.scale, offset, out);
     });
 }
 

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <engine_host/rope_scaling.hpp>
 #include <engine_host/tensor_types.h>
 
 #include "eh/error.hpp"
@@ -29,7 +30,7 @@ struct Builder {
     void add(std::string name, std::vector<uint64_t> dims, Init init = Init::Normal, float scale = 0.02f) {
         const uint32_t src = source_type(name, dims);
         const uint32_t type = choose_type(p.target, facts, name, dims, src);
-        out.push_back({std::move(name), std::move(dims), type, init, scale});
+        out.push_back({std::move(name), std::move(dims), type, init, scale, {}});
     }
     void norm(std::string name, uint64_t n) { add(std::move(name), {n}, Init::Ones); }
 };
@@ -41,6 +42,10 @@ std::vector<TensorSpec> build(const Profile& p, uint64_t n_vocab) {
     const uint64_t q_dim = uint64_t(s.n_head) * s.head_dim, kv_dim = uint64_t(s.n_head_kv) * s.head_dim;
 
     b.add("token_embd.weight", {E, n_vocab});
+    if (!p.rope_freqs.empty()) {
+        b.add("rope_freqs.weight", {p.rope_freqs.size()}, Init::Values);
+        b.out.back().values = p.rope_freqs;
+    }
     if (p.arch == "gpt2") b.add("position_embd.weight", {E, s.n_ctx}, Init::Normal, 0.01f);
     for (uint32_t i = 0; i < s.n_layer; ++i) {
         b.norm(blk(i, "attn_norm.weight"), E);
@@ -73,6 +78,10 @@ std::vector<TensorSpec> build(const Profile& p, uint64_t n_vocab) {
         if (bias) b.add(blk(i, "attn_k.bias"), {kv_dim});
         b.add(blk(i, "attn_v.weight"), {E, kv_dim});
         if (bias) b.add(blk(i, "attn_v.bias"), {kv_dim});
+        if (s.qk_norm) {
+            b.norm(blk(i, "attn_q_norm.weight"), s.head_dim);
+            b.norm(blk(i, "attn_k_norm.weight"), s.head_dim);
+        }
         b.add(blk(i, "attn_output.weight"), {q_dim, E});
         if (p.arch == "gpt-oss") {
             b.add(blk(i, "attn_output.bias"), {E});
@@ -89,6 +98,13 @@ std::vector<TensorSpec> build(const Profile& p, uint64_t n_vocab) {
             continue;
         }
         b.norm(blk(i, "ffn_norm.weight"), E);
+        if (p.arch == "qwen3moe") {  // router + expert stacks, no shared expert
+            b.add(blk(i, "ffn_gate_inp.weight"), {E, X});
+            b.add(blk(i, "ffn_gate_exps.weight"), {E, F, X});
+            b.add(blk(i, "ffn_up_exps.weight"), {E, F, X});
+            b.add(blk(i, "ffn_down_exps.weight"), {F, E, X});
+            continue;
+        }
         b.add(blk(i, "ffn_gate.weight"), {E, F});
         b.add(blk(i, "ffn_up.weight"), {E, F});
         b.add(blk(i, "ffn_down.weight"), {F, E});
@@ -145,6 +161,101 @@ Profile qwen2(std::string name, bool tiny) {
     return p;
 }
 
+// The keys every llama-family converter writes ({a}.block_count ... eps).
+void llama_family_keys(Profile& p, float freq_base, float eps) {
+    const auto& s = p.shape;
+    const std::string a = p.arch + ".";
+    p.metadata.push_back(u32(a + "block_count", s.n_layer));
+    p.metadata.push_back(u32(a + "context_length", s.n_ctx));
+    p.metadata.push_back(u32(a + "embedding_length", s.n_embd));
+    p.metadata.push_back(u32(a + "feed_forward_length", s.n_ff));
+    p.metadata.push_back(u32(a + "attention.head_count", s.n_head));
+    p.metadata.push_back(u32(a + "attention.head_count_kv", s.n_head_kv));
+    p.metadata.push_back(f32(a + "rope.freq_base", freq_base));
+    p.metadata.push_back(f32(a + "attention.layer_norm_rms_epsilon", eps));
+    p.metadata.push_back(u32(a + "attention.key_length", s.head_dim));
+    p.metadata.push_back(u32(a + "attention.value_length", s.head_dim));
+    p.metadata.push_back(u32(a + "rope.dimension_count", s.head_dim));
+    p.metadata.push_back(u32(a + "vocab_size", static_cast<uint32_t>(p.n_vocab)));
+}
+
+// Llama-3.1-8B-Instruct Q4_K_M: llama with llama3 rope scaling, stored as
+// the rope_freqs tensor (factor 8, low 1, high 4, original context 8192).
+// Its tokenizer (tiktoken-style BPE, pre "llama-bpe", 128256 ids) is not in
+// the shared test data: the GPT-2 vocabulary padded to 128256 stands in.
+Profile llama3(std::string name, bool tiny) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "llama";
+    p.tiny = tiny;
+    p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
+    p.n_vocab = 128256;
+    auto& s = p.shape;
+    if (tiny) s = {2, 256, 512, 4, 2, 64, 131072, 0, 0, false, false, false};
+    else s = {32, 4096, 14336, 32, 8, 128, 131072, 0, 0, false, false, false};
+    p.description = tiny ? "Llama 3.1 layout at toy size (Q4_K_M recipe, rope_freqs)" : "Llama-3.1-8B-Instruct Q4_K_M";
+    general(p, tiny ? "Tiny Llama 3.1" : "Meta Llama 3.1 8B Instruct", tiny ? "70M" : "8B");
+    llama_family_keys(p, 500000.0f, 1e-5f);
+    ehp::Llama3Rope r;  // Llama 3.1's published parameters
+    r.factor = 8.0;
+    r.low_freq_factor = 1.0;
+    r.high_freq_factor = 4.0;
+    r.original_context = 8192.0;
+    p.rope_freqs = ehp::llama3_rope_factors(s.head_dim, 500000.0, r);
+    p.vocab.default_source = "tokenizers/gpt2/tokenizer.json";
+    p.vocab.pre = "gpt-2";
+    p.vocab.extra.push_back(u32("tokenizer.ggml.bos_token_id", 50256));
+    p.vocab.extra.push_back(u32("tokenizer.ggml.eos_token_id", 50256));
+    return p;
+}
+
+// Qwen3-8B Q4_K_M: per-head q/k norms, head_dim 128 (4096 hidden / 32
+// heads happens to give 128 too; Qwen3-0.6B/4B/14B/32B do not), untied.
+Profile qwen3(std::string name, bool tiny) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "qwen3";
+    p.tiny = tiny;
+    p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
+    p.n_vocab = 151936;
+    auto& s = p.shape;
+    if (tiny) s = {2, 256, 512, 4, 2, 128, 40960, 0, 0, false, false, true};
+    else s = {36, 4096, 12288, 32, 8, 128, 40960, 0, 0, false, false, true};
+    p.description = tiny ? "Qwen3 layout at toy size (Q4_K_M recipe, q/k norms, head dim 128)" : "Qwen3-8B Q4_K_M";
+    general(p, tiny ? "Tiny Qwen3" : "Qwen3 8B", tiny ? "90M" : "8B");
+    llama_family_keys(p, 1000000.0f, 1e-6f);
+    p.vocab.default_source = "tokenizers/qwen2.5/tokenizer.json";
+    p.vocab.pre = "qwen2";
+    p.vocab.extra.push_back(u32("tokenizer.ggml.eos_token_id", 151645));
+    p.vocab.extra.push_back(u32("tokenizer.ggml.padding_token_id", 151643));
+    p.vocab.extra.push_back(u32("tokenizer.ggml.bos_token_id", 151643));
+    p.vocab.extra.push_back(boolean("tokenizer.ggml.add_bos_token", false));
+    return p;
+}
+
+// Qwen3-30B-A3B Q4_K_M: Qwen3 attention (32 heads, 4 KV, head_dim 128 on
+// 2048 hidden), 48 layers of 128 experts (8 active, 768 wide), no shared
+// expert. Shape.n_ff is the expert width.
+Profile qwen3moe(std::string name, bool tiny) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "qwen3moe";
+    p.tiny = tiny;
+    p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
+    p.n_vocab = 151936;
+    auto& s = p.shape;
+    if (tiny) s = {2, 256, 256, 4, 2, 128, 40960, 8, 2, false, false, true};
+    else s = {48, 2048, 768, 32, 4, 128, 40960, 128, 8, false, false, true};
+    p.description = tiny ? "Qwen3-MoE layout at toy size (Q4_K_M recipe, 8 experts)" : "Qwen3-30B-A3B Q4_K_M";
+    general(p, tiny ? "Tiny Qwen3 MoE" : "Qwen3 30B A3B", tiny ? "60M" : "30B-A3B");
+    llama_family_keys(p, 1000000.0f, 1e-6f);
+    p.metadata.push_back(u32("qwen3moe.expert_count", s.n_expert));
+    p.metadata.push_back(u32("qwen3moe.expert_used_count", s.n_expert_used));
+    p.metadata.push_back(u32("qwen3moe.expert_feed_forward_length", s.n_ff));
+    p.vocab = qwen3("", tiny).vocab;
+    return p;
+}
+
 Profile phi3(std::string name, bool tiny) {
     Profile p;
     p.name = std::move(name);
@@ -197,7 +308,9 @@ Profile gpt2(std::string name, bool tiny, uint32_t type) {
     return p;
 }
 
-Profile gpt_oss(std::string name, bool tiny) {
+// gpt-oss-120b shares gpt-oss-20b's layout: 36 layers of 128 experts (4
+// active) instead of 24 of 32, 64 query heads.
+Profile gpt_oss(std::string name, bool tiny, bool big = false) {
     Profile p;
     p.name = std::move(name);
     p.arch = "gpt-oss";
@@ -206,9 +319,11 @@ Profile gpt_oss(std::string name, bool tiny) {
     p.n_vocab = 201088;
     auto& s = p.shape;
     if (tiny) s = {2, 64, 64, 4, 2, 16, 131072, 4, 2, false, false};
+    else if (big) s = {36, 2880, 2880, 64, 8, 64, 131072, 128, 4, false, false};
     else s = {24, 2880, 2880, 64, 8, 64, 131072, 32, 4, false, false};
-    p.description = tiny ? "gpt-oss layout at toy size (MXFP4 experts, real vocab)" : "gpt-oss-20b MXFP4";
-    general(p, tiny ? "Tiny Gpt Oss" : "Gpt Oss 20b", tiny ? "30M" : "20B");
+    p.description = tiny ? "gpt-oss layout at toy size (MXFP4 experts, real vocab)"
+                         : (big ? "gpt-oss-120b MXFP4" : "gpt-oss-20b MXFP4");
+    general(p, tiny ? "Tiny Gpt Oss" : (big ? "Gpt Oss 120b" : "Gpt Oss 20b"), tiny ? "30M" : (big ? "120B" : "20B"));
     const std::string a = "gpt-oss.";
     p.metadata.push_back(u32(a + "block_count", s.n_layer));
     p.metadata.push_back(u32(a + "context_length", s.n_ctx));
@@ -239,6 +354,13 @@ Profile make(const std::string& name) {
     if (name == "qwen2.5-0.5b-instruct-q4_k_m") return qwen2(name, false);
     if (name == "phi-3-mini-4k-instruct-q4_k_m") return phi3(name, false);
     if (name == "gpt-oss-20b-mxfp4") return gpt_oss(name, false);
+    if (name == "gpt-oss-120b-mxfp4") return gpt_oss(name, false, true);
+    if (name == "llama-3.1-8b-instruct-q4_k_m") return llama3(name, false);
+    if (name == "qwen3-8b-q4_k_m") return qwen3(name, false);
+    if (name == "tiny-llama-3.1-q4_k_m") return llama3(name, true);
+    if (name == "tiny-qwen3-q4_k_m") return qwen3(name, true);
+    if (name == "qwen3-30b-a3b-q4_k_m") return qwen3moe(name, false);
+    if (name == "tiny-qwen3-moe-q4_k_m") return qwen3moe(name, true);
     if (name == "gpt2-124m-f16") return gpt2(name, false, EH_TYPE_F16);
     if (name == "gpt2-124m-q8_0") return gpt2(name, false, EH_TYPE_Q8_0);
     if (name == "tiny-qwen2.5-q4_k_m") return qwen2(name, true);
@@ -257,8 +379,10 @@ std::vector<TensorSpec> Profile::tensors(uint64_t vocab_rows) const { return bui
 
 std::vector<std::string> profile_names() {
     return {"qwen2.5-0.5b-instruct-q4_k_m", "phi-3-mini-4k-instruct-q4_k_m", "gpt-oss-20b-mxfp4",
+            "gpt-oss-120b-mxfp4", "llama-3.1-8b-instruct-q4_k_m", "qwen3-8b-q4_k_m", "qwen3-30b-a3b-q4_k_m",
             "gpt2-124m-f16", "gpt2-124m-q8_0",
-            "tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4", "tiny-gpt2-f16", "tiny-gpt2-q8_0"};
+            "tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4", "tiny-llama-3.1-q4_k_m",
+            "tiny-qwen3-q4_k_m", "tiny-qwen3-moe-q4_k_m", "tiny-gpt2-f16", "tiny-gpt2-q8_0"};
 }
 
 Profile find_profile(const std::string& name) { return make(name); }

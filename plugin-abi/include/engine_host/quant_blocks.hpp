@@ -111,6 +111,12 @@ struct block_q4_K { uint16_t d; uint16_t dmin; uint8_t scales[K_SCALE_SIZE]; uin
 struct block_q5_K { uint16_t d; uint16_t dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
 struct block_mxfp4 { uint8_t e; uint8_t qs[QK_MXFP4 / 2]; };
+// Dequantize-only types (no quantizer here; llama-quantize writes them).
+constexpr int QK4_NL = 32;
+struct block_q2_K { uint8_t scales[QK_K / 16]; uint8_t qs[QK_K / 4]; uint16_t d; uint16_t dmin; };
+struct block_q3_K { uint8_t hmask[QK_K / 8]; uint8_t qs[QK_K / 4]; uint8_t scales[12]; uint16_t d; };
+struct block_iq4_nl { uint16_t d; uint8_t qs[QK4_NL / 2]; };
+struct block_iq4_xs { uint16_t d; uint16_t scales_h; uint8_t scales_l[QK_K / 64]; uint8_t qs[QK_K / 2]; };
 
 static_assert(sizeof(block_q4_0) == 18, "block_q4_0 layout");
 static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
@@ -121,6 +127,10 @@ static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
 static_assert(sizeof(block_mxfp4) == 17, "block_mxfp4 layout");
+static_assert(sizeof(block_q2_K) == 84, "block_q2_K layout");
+static_assert(sizeof(block_q3_K) == 110, "block_q3_K layout");
+static_assert(sizeof(block_iq4_nl) == 18, "block_iq4_nl layout");
+static_assert(sizeof(block_iq4_xs) == 136, "block_iq4_xs layout");
 
 // ---------------------------------------------------------------------------
 // Dequantize one block into `out` (block_elems floats).
@@ -293,6 +303,88 @@ inline void dequantize_block(const block_mxfp4& b, float* out) {
     for (int j = 0; j < 16; ++j) {
         out[j] = e2m1_to_fp32(b.qs[j] & 0x0F) * scale;
         out[j + 16] = e2m1_to_fp32(b.qs[j] >> 4) * scale;
+    }
+}
+
+// Q2_K: sixteen sub-blocks of 16, value = d * (sc & 15) * q - dmin * (sc >> 4)
+// with sc = scales[sub-block] and q in 0..3. Each half h (128 values) reads
+// qs[32h..32h+31]: value 128h + 32k + l (l < 32) is bits 2k..2k+1 of
+// qs[32h + l], in sub-block 8h + 2k + l/16.
+inline void dequantize_block(const block_q2_K& b, float* out) {
+    const float d = fp16_to_fp32(b.d), dmin = fp16_to_fp32(b.dmin);
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t* q = b.qs + 32 * h;
+        for (int k = 0; k < 4; ++k) {
+            for (int part = 0; part < 2; ++part) {
+                const uint8_t sc = b.scales[8 * h + 2 * k + part];
+                const float dl = d * static_cast<float>(sc & 0x0F), ml = dmin * static_cast<float>(sc >> 4);
+                for (int l = 16 * part; l < 16 * part + 16; ++l)
+                    out[128 * h + 32 * k + l] = dl * static_cast<float>((q[l] >> (2 * k)) & 3) - ml;
+            }
+        }
+    }
+}
+
+// Q3_K: sixteen sub-blocks of 16, value = d * (s - 32) * (q - 4 * !high),
+// q = 2 low bits as in Q2_K (qs), high bit from hmask: value 128h + 32k + l
+// takes bit 4h + k of hmask[l]. The sixteen 6-bit s: low 4 bits are nibbles
+// of scales[0..7] (s_i, i < 8: low nibble of scales[i]; i >= 8: high nibble
+// of scales[i - 8]), high 2 bits are bits 2(i/4)..+1 of scales[8 + i % 4].
+inline void dequantize_block(const block_q3_K& b, float* out) {
+    const float d = fp16_to_fp32(b.d);
+    int sc[16];
+    for (int i = 0; i < 16; ++i) {
+        const int low = i < 8 ? (b.scales[i] & 0x0F) : (b.scales[i - 8] >> 4);
+        const int high = (b.scales[8 + i % 4] >> (2 * (i / 4))) & 3;
+        sc[i] = (low | (high << 4)) - 32;
+    }
+    for (int h = 0; h < 2; ++h) {
+        const uint8_t* q = b.qs + 32 * h;
+        for (int k = 0; k < 4; ++k) {
+            const uint8_t m = static_cast<uint8_t>(1u << (4 * h + k));
+            for (int part = 0; part < 2; ++part) {
+                const float dl = d * static_cast<float>(sc[8 * h + 2 * k + part]);
+                for (int l = 16 * part; l < 16 * part + 16; ++l) {
+                    const int v = ((q[l] >> (2 * k)) & 3) - ((b.hmask[l] & m) ? 0 : 4);
+                    out[128 * h + 32 * k + l] = dl * static_cast<float>(v);
+                }
+            }
+        }
+    }
+}
+
+// The 16 non-uniform levels of IQ4_NL / IQ4_XS (ggml's kvalues_iq4nl).
+inline const int8_t* iq4nl_levels() {
+    static const int8_t k[16] = {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113};
+    return k;
+}
+
+// IQ4_NL: 32 values, value j = d * level[low nibble of qs[j]], value j+16 =
+// d * level[high nibble].
+inline void dequantize_block(const block_iq4_nl& b, float* out) {
+    const float d = fp16_to_fp32(b.d);
+    const int8_t* k = iq4nl_levels();
+    for (int j = 0; j < 16; ++j) {
+        out[j] = d * static_cast<float>(k[b.qs[j] & 0x0F]);
+        out[j + 16] = d * static_cast<float>(k[b.qs[j] >> 4]);
+    }
+}
+
+// IQ4_XS: eight IQ4_NL-style sub-blocks of 32 with 6-bit scales: sub-block
+// i has s = (nibble i%2 of scales_l[i/2]) | (bits 2i..2i+1 of scales_h) << 4,
+// value = d * (s - 32) * level[code], codes packed as in IQ4_NL in
+// qs[16i..16i+15].
+inline void dequantize_block(const block_iq4_xs& b, float* out) {
+    const float d = fp16_to_fp32(b.d);
+    const int8_t* k = iq4nl_levels();
+    for (int i = 0; i < 8; ++i) {
+        const int s = ((b.scales_l[i / 2] >> (4 * (i % 2))) & 0x0F) | (((b.scales_h >> (2 * i)) & 3) << 4);
+        const float dl = d * static_cast<float>(s - 32);
+        const uint8_t* q = b.qs + 16 * i;
+        for (int j = 0; j < 16; ++j) {
+            out[32 * i + j] = dl * static_cast<float>(k[q[j] & 0x0F]);
+            out[32 * i + j + 16] = dl * static_cast<float>(k[q[j] >> 4]);
+        }
     }
 }
 
@@ -525,6 +617,7 @@ inline bool can_dequantize(uint32_t type) {
     case EH_TYPE_F32: case EH_TYPE_F16: case EH_TYPE_BF16:
     case EH_TYPE_Q4_0: case EH_TYPE_Q4_1: case EH_TYPE_Q5_0: case EH_TYPE_Q5_1: case EH_TYPE_Q8_0:
     case EH_TYPE_Q4_K: case EH_TYPE_Q5_K: case EH_TYPE_Q6_K: case EH_TYPE_MXFP4:
+    case EH_TYPE_Q2_K: case EH_TYPE_Q3_K: case EH_TYPE_IQ4_NL: case EH_TYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -584,6 +677,10 @@ inline bool dequantize_row(uint32_t type, const void* src, float* dst, uint64_t 
     case EH_TYPE_Q5_K: detail::dequantize_blocks<block_q5_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_Q6_K: detail::dequantize_blocks<block_q6_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_MXFP4: detail::dequantize_blocks<block_mxfp4>(src, dst, n, QK_MXFP4); return true;
+    case EH_TYPE_Q2_K: detail::dequantize_blocks<block_q2_K>(src, dst, n, QK_K); return true;
+    case EH_TYPE_Q3_K: detail::dequantize_blocks<block_q3_K>(src, dst, n, QK_K); return true;
+    case EH_TYPE_IQ4_NL: detail::dequantize_blocks<block_iq4_nl>(src, dst, n, QK4_NL); return true;
+    case EH_TYPE_IQ4_XS: detail::dequantize_blocks<block_iq4_xs>(src, dst, n, QK_K); return true;
     default: return false;
     }
 }

@@ -85,6 +85,7 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
             matmul(pool, L.wk, 0, kv_dim, h.data(), T, E, k.data(), kv_dim, bias_of(L.bk));
             matmul(pool, L.wv, 0, kv_dim, h.data(), T, E, v.data(), kv_dim, bias_of(L.bv));
         }
+        apply_qk_norm(c_, L, q.data(), k.data(), T);
         attention(L, il, q.data(), k.data(), v.data(), att.data());
         matmul(pool, L.wo, 0, E, att.data(), T, q_dim, tmp.data(), E, bias_of(L.bo));
         for (size_t i = 0; i < T * E; ++i) x[i] += tmp[i];
@@ -195,6 +196,7 @@ void Pass::feed_forward(const Layer& L, const float* in, float* out) {
         break;
     }
     case FfnKind::MoeOai:
+    case FfnKind::MoeSwiGlu:
         moe(L, in, out);
         break;
     }
@@ -226,7 +228,7 @@ void Pass::moe(const Layer& L, const float* in, float* out) {
                L.gate_exps_b.empty() ? nullptr : &L.gate_exps_b[e * F]);
         matmul(pool, L.up_exps, e * F, F, xin.data(), m, E, u.data(), F,
                L.up_exps_b.empty() ? nullptr : &L.up_exps_b[e * F]);
-        for (size_t i = 0; i < m * F; ++i) g[i] = swiglu_oai(g[i], u[i], c_.swiglu_alpha, c_.swiglu_limit);
+        for (size_t i = 0; i < m * F; ++i) g[i] = expert_activation(c_, g[i], u[i]);
         y.resize(m * E);
         matmul(pool, L.down_exps, e * E, E, g.data(), m, F, y.data(), E,
                L.down_exps_b.empty() ? nullptr : &L.down_exps_b[e * E]);

@@ -8,6 +8,7 @@
 
 #include <engine_host/plugin_abi.hpp>
 #include <engine_host/quant_blocks.hpp>
+#include <engine_host/rope_scaling.hpp>
 
 namespace cpuref {
 
@@ -161,7 +162,8 @@ private:
         if (!ehp::quant::can_dequantize(t.type))
             throw Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t.type) +
                                             ", which the cpu-reference plugin does not support (supported: F32 F16 "
-                                            "BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q4_K Q5_K Q6_K MXFP4)");
+                                            "BF16 Q4_0 Q4_1 Q5_0 Q5_1 Q8_0 Q2_K Q3_K Q4_K Q5_K Q6_K IQ4_NL IQ4_XS "
+                                            "MXFP4)");
     }
     static void check_dims(const eh_tensor& t, const std::string& name, const uint64_t want[EH_MAX_DIMS]) {
         bool ok = t.n_dims >= 1 && t.n_dims <= EH_MAX_DIMS;
@@ -218,11 +220,13 @@ Config read_config(const ehp::ModelView& v) {
     c.arch_name = std::string(v.architecture());
     if (c.arch_name == "llama") c.arch = Arch::Llama;
     else if (c.arch_name == "qwen2") c.arch = Arch::Qwen2;
+    else if (c.arch_name == "qwen3") c.arch = Arch::Qwen3;
+    else if (c.arch_name == "qwen3moe") c.arch = Arch::Qwen3Moe;
     else if (c.arch_name == "phi3") c.arch = Arch::Phi3;
     else if (c.arch_name == "gpt2") c.arch = Arch::Gpt2;
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
     else throw Error(EH_UNSUPPORTED, "architecture '" + c.arch_name + "' is not supported by cpu-reference "
-                                     "(llama, qwen2, phi3, gpt2, gpt-oss)");
+                                     "(llama, qwen2, qwen3, qwen3moe, phi3, gpt2, gpt-oss)");
 
     auto key = [&](const char* s) { return v.arch_key(s); };
     auto req = [&](const char* s) { return to_u32(v.require_uint(key(s)), key(s)); };
@@ -234,6 +238,11 @@ Config read_config(const ehp::ModelView& v) {
     auto src = v.get_string("general.source_format");
     c.from_safetensors = v.raw().format == EH_FORMAT_SAFETENSORS || (src && *src == "safetensors");
 
+    // An HF Qwen3-MoE checkpoint keeps its experts as per-expert (transformers
+    // 4) or fused gate_up (5) tensors the host has no GGUF names for.
+    if (c.arch == Arch::Qwen3Moe && c.from_safetensors)
+        throw Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by cpu-reference "
+                                    "(convert it to GGUF)");
     c.n_embd = req("embedding_length");
     c.n_layer = req("block_count");
     c.n_head = req("attention.head_count");
@@ -265,11 +274,16 @@ Config read_config(const ehp::ModelView& v) {
     switch (c.arch) {
     case Arch::Llama: c.ffn = FfnKind::SwiGlu; break;
     case Arch::Qwen2: c.ffn = FfnKind::SwiGlu; break;
+    case Arch::Qwen3: c.ffn = FfnKind::SwiGlu; break;
+    // Qwen3-MoE: softmax router, top-k renormalised (llama.cpp always
+    // renormalises for qwen3moe, as Qwen3-30B-A3B's norm_topk_prob says),
+    // no shared expert, no biases.
+    case Arch::Qwen3Moe: c.ffn = FfnKind::MoeSwiGlu; break;
     case Arch::Phi3: c.ffn = FfnKind::SwiGluFused; break;  // refined when tensors are bound
     case Arch::Gpt2: c.ffn = FfnKind::Gelu; break;
     case Arch::GptOss: c.ffn = FfnKind::MoeOai; break;
     }
-    if (c.ffn == FfnKind::MoeOai) {
+    if (is_moe(c.ffn)) {
         c.n_expert = req("expert_count");
         c.n_expert_used = req("expert_used_count");
         c.n_ff_exp = opt("expert_feed_forward_length", opt("feed_forward_length", 0));
@@ -295,19 +309,13 @@ Config read_config(const ehp::ModelView& v) {
         r.n_rot = opt("rope.dimension_count", c.head_dim);
         if (r.n_rot == 0 || r.n_rot > c.head_dim || r.n_rot % 2 != 0)
             throw Error(EH_MODEL_LOAD_FAILED, key("rope.dimension_count") + " must be even and <= head dim");
-        // GGUF keys first; then transformers 5's "rope_parameters" object,
-        // which the host passes through as hf.rope_parameters.* when it has
-        // no GGUF translation for it.
-        auto hf_rope = [&](const char* k) { return "hf.rope_parameters." + std::string(k); };
-        auto num = [&](const std::string& gguf_suffix, const char* hf_key, double dflt) {
-            if (auto x = v.get_float(key(gguf_suffix.c_str()))) return *x;
-            if (auto x = v.get_float(hf_rope(hf_key))) return *x;
-            return dflt;
+        // GGUF keys first; then an HF directory's rope_parameters /
+        // rope_scaling objects, which the host passes through as hf.*.
+        auto num = [&](const char* gguf_suffix, const char* hf_key, double dflt) {
+            return ehp::rope_param(v, gguf_suffix, hf_key).value_or(dflt);
         };
         r.freq_base = static_cast<float>(num("rope.freq_base", "rope_theta", 10000.0));
-        std::string scaling = "none";
-        if (auto s = v.get_string(key("rope.scaling.type"))) scaling = std::string(*s);
-        else if (auto h = v.get_string(hf_rope("rope_type")); h && *h != "default") scaling = std::string(*h);
+        std::string scaling = ehp::rope_scaling_type(v);
         const float factor = static_cast<float>(num("rope.scaling.factor", "factor", 1.0));
         if (auto legacy = v.get_float(key("rope.scale_linear")); legacy && scaling == "none") {
             scaling = "linear";
@@ -327,9 +335,9 @@ Config read_config(const ehp::ModelView& v) {
             r.yarn_truncate = c.arch != Arch::GptOss;
             for (const char* k : {"hf.rope_scaling.truncate", "hf.rope_parameters.truncate"})
                 if (const eh_value* t = v.find(k); t && t->type == EH_VALUE_BOOL) r.yarn_truncate = t->v.u64 != 0;
-        } else if (scaling != "none") {
+        } else if (scaling != "none" && scaling != "llama3") {  // llama3: per-pair divisors, bound with the tensors
             throw Error(EH_UNSUPPORTED, key("rope.scaling.type") + " '" + scaling +
-                                            "' is not supported by cpu-reference (none, linear, yarn)");
+                                            "' is not supported by cpu-reference (none, linear, yarn, llama3)");
         }
     }
 
@@ -339,6 +347,25 @@ Config read_config(const ehp::ModelView& v) {
 }
 
 }  // namespace
+
+void apply_qk_norm(const Config& c, const Layer& L, float* q, float* k, size_t T) {
+    const size_t hd = c.head_dim;
+    std::vector<float> tmp(hd);
+    auto norm_heads = [&](const std::vector<float>& w, float* x, size_t n_heads) {
+        if (w.empty()) return;
+        for (size_t h = 0; h < T * n_heads; ++h) {
+            rms_norm(x + h * hd, w.data(), c.norm_eps, hd, tmp.data());
+            std::copy(tmp.begin(), tmp.end(), x + h * hd);
+        }
+    };
+    norm_heads(L.q_norm, q, c.n_head);
+    norm_heads(L.k_norm, k, c.n_head_kv);
+}
+
+float expert_activation(const Config& c, float gate, float up) {
+    if (c.ffn == FfnKind::MoeOai) return swiglu_oai(gate, up, c.swiglu_alpha, c.swiglu_limit);
+    return silu(gate) * up;
+}
 
 std::string cpu_device_name(unsigned n_threads) {
     return "CPU (" + std::to_string(n_threads) + " threads)";
@@ -379,7 +406,9 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
     if (b.has("rope_factors_long.weight") || b.has("rope_factors_short.weight"))
         throw Error(EH_UNSUPPORTED, "LongRoPE (rope_factors_long/short, e.g. Phi-3 128k) is not supported by "
                                     "cpu-reference");
-    if (b.has("rope_freqs.weight")) c.rope.freq_factors = b.vec("rope_freqs.weight", c.rope.n_rot / 2, true);
+    // Llama 3.x: the converter's rope_freqs tensor, or the same divisors
+    // computed from an HF directory's "llama3" rope parameters.
+    if (c.rope.style != RopeStyle::None) c.rope.freq_factors = ehp::rope_freqs(v, c.rope.n_rot, c.rope.freq_base);
     rope_ = make_rope_tables(c.rope);
 
     layers_.resize(c.n_layer);
@@ -404,6 +433,9 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             L.bk = b.vec(blk(i, "attn_k.bias"), kv_dim, false);
             L.bv = b.vec(blk(i, "attn_v.bias"), kv_dim, false);
         }
+        const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3Moe;
+        L.q_norm = b.vec(blk(i, "attn_q_norm.weight"), c.head_dim, qk_norm);
+        L.k_norm = b.vec(blk(i, "attn_k_norm.weight"), c.head_dim, qk_norm);
         L.wo = lin("attn_output.weight", q_dim, E);
         L.bo = b.vec(blk(i, "attn_output.bias"), E, false);
         if (b.has(blk(i, "attn_sinks.weight"))) L.sinks = b.vec(blk(i, "attn_sinks.weight"), c.n_head, true);
@@ -413,7 +445,7 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
         L.ffn_norm = b.vec(blk(i, (ffn_norm + ".weight").c_str()), E, true);
         L.ffn_norm_b = b.vec(blk(i, (ffn_norm + ".bias").c_str()), E, c.layer_norm);
 
-        if (c.ffn == FfnKind::MoeOai) {
+        if (is_moe(c.ffn)) {
             const uint64_t F = c.n_ff_exp, X = c.n_expert;
             // the host names the HF router "hf.model.layers.N.mlp.router.*" when it has no GGUF name for it
             const std::string hf_router = "hf.model.layers." + std::to_string(i) + ".mlp.router";

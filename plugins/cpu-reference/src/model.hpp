@@ -15,14 +15,17 @@
 
 namespace cpuref {
 
-enum class Arch { Llama, Qwen2, Phi3, Gpt2, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gpt2, GptOss };
 
 enum class FfnKind {
-    SwiGlu,       // down(silu(gate(x)) * up(x))            llama, qwen2
+    SwiGlu,       // down(silu(gate(x)) * up(x))            llama, qwen2, qwen3
     SwiGluFused,  // up has 2*n_ff rows: gate rows first     phi3
     Gelu,         // down(gelu_tanh(up(x)))                  gpt2
-    MoeOai        // routed experts with clamped SwiGLU      gpt-oss
+    MoeOai,       // routed experts with clamped SwiGLU      gpt-oss
+    MoeSwiGlu     // routed experts, down(silu(gate) * up)    qwen3moe
 };
+
+inline bool is_moe(FfnKind f) { return f == FfnKind::MoeOai || f == FfnKind::MoeSwiGlu; }
 
 struct Config {
     Arch arch = Arch::Llama;
@@ -44,6 +47,7 @@ struct Layer {
     std::vector<float> attn_norm, attn_norm_b;
     Matrix wq, wk, wv, wqkv, wo;
     std::vector<float> bq, bk, bv, bqkv, bo;
+    std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights (head_dim), qwen3
     std::vector<float> sinks;          // per query head, gpt-oss
     std::vector<float> ffn_norm, ffn_norm_b;
     Matrix w_gate, w_up, w_down;
@@ -88,6 +92,16 @@ private:
     std::string dominant_type_;
     uint64_t host_bytes_ = 0;
 };
+
+// Qwen3's QK-norm: each head of q (n_head per token) and k (n_head_kv) is
+// RMS-normalised with the layer's q_norm / k_norm weights, before RoPE. A
+// no-op for layers without them. q and k hold T tokens of n_head*head_dim /
+// n_head_kv*head_dim floats.
+void apply_qk_norm(const Config& c, const Layer& L, float* q, float* k, size_t T);
+
+// An expert's activation of its gate and up outputs: gpt-oss's clamped
+// SwiGLU, or plain silu(gate) * up (qwen3moe).
+float expert_activation(const Config& c, float gate, float up);
 
 // "CPU (N threads)"
 std::string cpu_device_name(unsigned n_threads);

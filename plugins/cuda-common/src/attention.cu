@@ -357,7 +357,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     // The thread's first rotary angle needs only the position.
     const int half_rot = a.n_rot / 2;
     float sn0 = 0.0f, cs0 = 1.0f;
-    if (int(threadIdx.x) < half_rot) detail::rope_sincos(qpos, threadIdx.x, a.n_rot, a.freq_base, &sn0, &cs0);
+    if (int(threadIdx.x) < half_rot) detail::rope_sincos(qpos, threadIdx.x, a.n_rot, a.freq_base, a.freq_factors, &sn0, &cs0);
     if (early) {
         // (`spare` may be read while the QKV projection writes it: those
         // slots are overwritten before use.)
@@ -372,7 +372,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     const float* vrow = a.qkv + (a.n_head + a.n_kv) * HD + kvh * HD;
     for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
         float sn = sn0, cs = cs0, y0, y1;
-        if (i != int(threadIdx.x)) detail::rope_sincos(qpos, i, a.n_rot, a.freq_base, &sn, &cs);
+        if (i != int(threadIdx.x)) detail::rope_sincos(qpos, i, a.n_rot, a.freq_base, a.freq_factors, &sn, &cs);
         const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
         detail::rope_rotate(qrow[i0], qrow[i1], sn, cs, &y0, &y1);
         sq[i0] = y0;
@@ -713,6 +713,7 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
         r.n_rot = a.n_rot;
         r.neox = a.neox;
         r.freq_base = a.freq_base;
+        r.freq_factors = a.freq_factors;
         r.d_pos0 = a.d_pos0;
         r.ntok = 1;
         r.k_cache = a.k_cache;

@@ -82,7 +82,7 @@ __global__ void rope_kernel(RopeArgs a) {
     for (int p = tid; p < pairs; p += nthr) {
         const int head = p / half_rot, i = p % half_rot;
         float sn, cs;
-        detail::rope_sincos(pos, i, a.n_rot, a.freq_base, &sn, &cs);
+        detail::rope_sincos(pos, i, a.n_rot, a.freq_base, a.freq_factors, &sn, &cs);
         const int i0 = detail::rope_i0(i, half_rot, a.neox);
         const int i1 = detail::rope_i1(i, half_rot, a.neox);
         float* base = head < a.n_head ? row + head * hd : row + nq + (head - a.n_head) * hd;
@@ -104,6 +104,23 @@ __global__ void rope_kernel(RopeArgs a) {
         if ((e % hd) >= a.n_rot) kc[e] = __float2half_rn(krow[e]);
         vc[e] = __float2half_rn(vrow[e]);
     }
+}
+
+// One warp per (token, head): heads 0..n_head-1 are Q, the next n_kv K
+// (K follows Q in the row).
+__global__ void head_rmsnorm_kernel(float* qkv, int ld, int n_head, int hd, const float* wq, const float* wk,
+                                    float eps) {
+    pdl_entry();
+    pdl_release();
+    const int t = blockIdx.x, head = blockIdx.y;
+    float* x = qkv + size_t(t) * ld + size_t(head) * hd;
+    const float* w = head < n_head ? wq : wk;
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < hd; i += 32) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+    const float scale = rsqrtf(ss / float(hd) + eps);
+    for (int i = threadIdx.x; i < hd; i += 32) x[i] = x[i] * scale * w[i];
 }
 
 __global__ void record_kernel(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n) {
@@ -157,6 +174,16 @@ void embed_rows(const WeightRef& table, const int32_t* tokens, int ntok, float* 
     launch("embed_kernel", embed_kernel, ntok, 128, 0, stream, static_cast<const uint8_t*>(table.data), table.row_bytes,
                                            int(table.type), table.cols, tokens, out);
     EHC_LAUNCHED("embed_kernel");
+}
+
+void head_rmsnorm(float* qkv, int ld, int n_head, int n_kv, int head_dim, const float* q_norm,
+                  const float* k_norm, int ntok, float eps, cudaStream_t stream) {
+    if (ntok <= 0) return;
+    if (!qkv || !q_norm || !k_norm || head_dim <= 0 || ld < (n_head + n_kv) * head_dim)
+        throw ehp::Error(EH_INTERNAL, "head_rmsnorm: bad arguments");
+    launch("head_rmsnorm_kernel", head_rmsnorm_kernel, dim3(ntok, n_head + n_kv), 32, 0, stream, qkv, ld, n_head,
+           head_dim, q_norm, k_norm, eps);
+    EHC_LAUNCHED("head_rmsnorm_kernel");
 }
 
 void rope_store_kv(const RopeArgs& a, cudaStream_t stream) {

@@ -4,11 +4,14 @@
 
 namespace ehcuda::detail {
 
-// Angle of rotary pair i at position pos: theta_i = pos * base^(-2i / n_rot).
+// Angle of rotary pair i at position pos: theta_i = pos * base^(-2i / n_rot)
+// (divided by factors[i] when there are per-pair factors: Llama 3).
 // powf and sincosf (full range reduction) without fast-math: positions in
 // the thousands keep their accuracy.
-__device__ __forceinline__ void rope_sincos(int pos, int i, int n_rot, float base, float* sn, float* cs) {
-    const float inv = powf(base, -2.0f * float(i) / float(n_rot));
+__device__ __forceinline__ void rope_sincos(int pos, int i, int n_rot, float base, const float* factors, float* sn,
+                                            float* cs) {
+    float inv = powf(base, -2.0f * float(i) / float(n_rot));
+    if (factors) inv /= factors[i];
     sincosf(float(pos) * inv, sn, cs);
 }
 

@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <engine_host/rope_scaling.hpp>
 #include <ehcuda/kernels.hpp>
 
 namespace llama_cuda {
@@ -16,8 +17,10 @@ int to_int(uint64_t v, const std::string& key) {
 Config read_config(const ehp::ModelView& view) {
     Config c;
     c.arch = std::string(view.architecture());
-    if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "phi3")
-        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda does not serve architecture '" + c.arch + "'");
+    if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3")
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda does not serve architecture '" + c.arch +
+                                             "' (llama, qwen2, qwen3, phi3)");
+    c.qk_norm = c.arch == "qwen3";
     auto req = [&](const char* suffix) {
         std::string key = view.arch_key(suffix);
         return to_int(view.require_uint(key), key);
@@ -37,6 +40,13 @@ Config read_config(const ehp::ModelView& view) {
     c.n_rot = opt("rope.dimension_count", c.head_dim);
     if (auto e = view.get_float(view.arch_key("attention.layer_norm_rms_epsilon"))) c.eps = float(*e);
     if (auto f = view.get_float(view.arch_key("rope.freq_base"))) c.freq_base = float(*f);
+    // Llama 3.x scaling arrives as per-pair divisors (model.cpp binds them);
+    // the other schemes would silently rotate wrong, so they are refused.
+    const std::string scaling = ehp::rope_scaling_type(view);
+    if (scaling != "none" && scaling != "llama3")
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: rope scaling '" + scaling + "' is not supported (none, llama3)");
+    if (view.find_tensor("rope_factors_long.weight") || view.find_tensor("rope_factors_short.weight"))
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: LongRoPE (rope_factors_long/short, e.g. Phi-3 128k) is not supported");
     if (auto w = view.get_uint(view.arch_key("attention.sliding_window"))) c.window = int(*w);
     // GGUF llama files carry Q/K rows permuted by the converter for the
     // interleaved rotation; a Hugging Face checkpoint served as is (the

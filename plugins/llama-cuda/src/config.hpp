@@ -8,7 +8,7 @@
 namespace llama_cuda {
 
 struct Config {
-    std::string arch;  // "llama", "qwen2", "phi3"
+    std::string arch;  // "llama", "qwen2", "qwen3", "phi3"
     int n_embd = 0;
     int n_layer = 0;
     int n_head = 0;
@@ -20,7 +20,8 @@ struct Config {
     int n_ctx_train = 0;
     float eps = 1e-5f;
     float freq_base = 10000.0f;
-    bool neox = false;  // qwen2, phi3: rotate halves; llama: adjacent pairs
+    bool neox = false;  // qwen2, qwen3, phi3: rotate halves; llama: adjacent pairs
+    bool qk_norm = false;  // qwen3: per-head RMSNorm of Q and K before RoPE
     int window = 0;     // sliding window (0 = full attention)
 
     int q_dim() const { return n_head * head_dim; }

@@ -5,6 +5,7 @@
 #include <cstring>
 #include <map>
 
+#include <engine_host/rope_scaling.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
@@ -157,6 +158,8 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->cfg.n_vocab = int(emb->dims[1]);
     ld.matrix(*emb, c.n_embd, c.n_vocab, m->tok_embd);
     ld.vector("output_norm.weight", c.n_embd, &m->output_norm);
+    if (std::vector<float> f = ehp::rope_freqs(view, uint32_t(c.n_rot), c.freq_base); !f.empty())
+        ld.plan.host_floats(std::move(f), "rope_freqs.weight", reinterpret_cast<const void**>(&m->rope_freqs));
     if (const eh_tensor* out = view.find_tensor("output.weight"))
         ld.matrix(*out, c.n_embd, c.n_vocab, m->output);
     else
@@ -182,6 +185,10 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
                 ld.vector(p + names[k] + ".bias", rows[k], &L.qkv[k].bias, false);
                 L.qkv[k].out_offset = offs[k];
             }
+        }
+        if (c.qk_norm) {
+            ld.vector(p + "attn_q_norm.weight", c.head_dim, &L.q_norm);
+            ld.vector(p + "attn_k_norm.weight", c.head_dim, &L.k_norm);
         }
         ld.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, L.attn_out);
         ld.vector(p + "ffn_norm.weight", c.n_embd, &L.ffn_norm);

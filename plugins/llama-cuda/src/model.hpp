@@ -19,6 +19,8 @@ struct Layer {
     const float* attn_norm = nullptr;
     ehcuda::MatSeg qkv[3];  // fused attn_qkv (1) or attn_q, attn_k, attn_v (3)
     int n_qkv = 0;
+    const float* q_norm = nullptr;  // qwen3: head_dim weights of the per-head RMSNorm
+    const float* k_norm = nullptr;
     ehcuda::WeightRef attn_out;
     const float* ffn_norm = nullptr;
     ehcuda::MatSeg gate_up[2];  // ffn_gate + ffn_up, or fused ffn_up (gate|up)
@@ -40,6 +42,7 @@ struct Model {
     ehcuda::WeightRef tok_embd;
     const float* output_norm = nullptr;
     ehcuda::WeightRef output;  // LM head (the embedding table when tied)
+    const float* rope_freqs = nullptr;  // Llama 3.x: n_rot/2 per-pair RoPE divisors, else null
     std::vector<Layer> layers;
     std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
 };

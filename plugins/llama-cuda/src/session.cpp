@@ -26,7 +26,7 @@ ehcuda::SessionShape shape_of(Model& m) {
     sh.ledger = &m.ledger;
     sh.n_vocab = m.cfg.n_vocab;
     sh.max_batch = kMaxBatch;
-    sh.profile_groups = {"embed+record",         "qkv gemv (+norm)",     "rope+kv store+attention", "attn_out gemv",
+    sh.profile_groups = {"embed+record",         "qkv gemv (+norm, qk-norm)",     "rope+kv store+attention", "attn_out gemv",
                          "gate/up (+norm, swiglu)", "ffn_down gemv", "lm head gemv"};
     return sh;
 }
@@ -120,6 +120,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
     for (int li = 0; li < c.n_layer; ++li) {
         const Layer& L = m_.layers[size_t(li)];
         normed_matmul(L.qkv, L.n_qkv, L.attn_norm, qkv, c.qkv_dim());
+        if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, ntok, c.eps, s);
         mark(kQkv);
 
         __half* kc = kcache_[size_t(li)].as<__half>();
@@ -140,6 +141,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             da.n_rot = c.n_rot;
             da.neox = c.neox;
             da.freq_base = c.freq_base;
+            da.freq_factors = m_.rope_freqs;
             da.d_pos0 = d_pos0;
             da.k_cache = kc;
             da.v_cache = vc;
@@ -161,6 +163,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             r.n_rot = c.n_rot;
             r.neox = c.neox;
             r.freq_base = c.freq_base;
+            r.freq_factors = m_.rope_freqs;
             r.d_pos0 = d_pos0;
             r.ntok = ntok;
             r.k_cache = kc;

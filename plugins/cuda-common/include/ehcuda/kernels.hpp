@@ -186,12 +186,19 @@ struct RopeArgs {
     int n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0;
     bool neox = false;
     float freq_base = 10000.0f;
+    const float* freq_factors = nullptr;  // device, n_rot/2 divisors of each pair's frequency (Llama 3 rope_freqs), or null
     const int32_t* d_pos0 = nullptr;
     int ntok = 1;
     __half* k_cache = nullptr;  // [pos][n_kv][head_dim]
     __half* v_cache = nullptr;
 };
 void rope_store_kv(const RopeArgs& a, cudaStream_t stream);
+
+// Qwen3's QK-norm, in place: each of the n_head Q heads and n_kv K heads of
+// every token's [q | k | v] row (stride ld) is RMS-normalised over head_dim
+// and scaled by q_norm / k_norm (device, head_dim floats each).
+void head_rmsnorm(float* qkv, int ld, int n_head, int n_kv, int head_dim, const float* q_norm,
+                  const float* k_norm, int ntok, float eps, cudaStream_t stream);
 
 // Causal GQA attention of ntok queries at positions *d_pos0 + t over the
 // cache. window > 0 limits each query to the last `window` positions.
@@ -252,6 +259,7 @@ struct DecodeAttnArgs {
     int n_head = 0, n_kv = 0, head_dim = 0, n_rot = 0;
     bool neox = false;
     float freq_base = 10000.0f;
+    const float* freq_factors = nullptr;  // as RopeArgs::freq_factors
     const int32_t* d_pos0 = nullptr;
     __half* k_cache = nullptr;  // [pos][n_kv][head_dim]
     __half* v_cache = nullptr;

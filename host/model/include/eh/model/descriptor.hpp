@@ -30,8 +30,8 @@ struct TensorTypeStat {
 
 struct ModelDescriptor {
     std::string format;          // "gguf" / "safetensors"
-    std::string architecture;    // "llama", "qwen2", "phi3", "gpt2", "gpt-oss", or whatever the file says
-    bool known_architecture = false;  // one of the five above
+    std::string architecture;    // "llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", or whatever the file says
+    bool known_architecture = false;  // one of the seven above
     std::string name;            // general.name, if any
 
     uint32_t context_length = 0;

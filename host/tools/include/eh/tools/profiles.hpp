@@ -19,6 +19,7 @@ namespace eh::tools {
 enum class Init {
     Normal,   // N(0, scale²)
     Ones,     // 1 + N(0, scale²): norm weights
+    Values,   // TensorSpec::values as given (Llama 3's rope_freqs)
 };
 
 struct TensorSpec {
@@ -27,6 +28,7 @@ struct TensorSpec {
     uint32_t type = 0;           // eh_tensor_type in the file
     Init init = Init::Normal;
     float scale = 0.02f;
+    std::vector<float> values;   // Init::Values: every element, in order
 };
 
 // Where the tokenizer comes from and the special ids the real file carries.
@@ -55,7 +57,9 @@ struct Profile {
         uint32_t n_ctx = 0, n_expert = 0, n_expert_used = 0;
         bool tied = false;       // no output.weight
         bool qkv_bias = false;   // qwen2
+        bool qk_norm = false;    // qwen3: attn_q_norm / attn_k_norm per layer
     } shape;
+    std::vector<float> rope_freqs;  // Llama 3.x: rope_freqs.weight (n_rot/2 divisors), else empty
 };
 
 // Every profile name, real ones first.
