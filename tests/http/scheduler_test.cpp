@@ -202,8 +202,9 @@ TEST(Scheduler, ConcurrentRequestsShareStepsAndMatchTheirSoloOutput) {
     for (int i = 0; i < 6; ++i) {
         prompts.push_back("prompt number " + std::to_string(i) + std::string(size_t(10 * i), 'x'));
         jobs.push_back(make_job("j" + std::to_string(i), prompts.back(), 20));
-        h.sched->enqueue(jobs.back());
     }
+    h.sched->enqueue(jobs[0]);  // one alone first, the rest join it mid-flight
+    h.sched->enqueue_all({jobs.begin() + 1, jobs.end()});
     for (size_t i = 0; i < jobs.size(); ++i) {
         Outcome r = drain(*jobs[i]);
         EXPECT_EQ(r.terminals, 1u);
@@ -231,10 +232,8 @@ TEST(Scheduler, OutOfBlocksPreemptsAndRecomputesWithoutChangingOutput) {
     Harness h(4, 12, 8, 64, o);
     std::vector<std::shared_ptr<Job>> jobs;
     std::vector<std::string> prompts = {"aaaaaaaa", "bbbbbbbb", "cccccccc"};
-    for (size_t i = 0; i < prompts.size(); ++i) {
-        jobs.push_back(make_job("p" + std::to_string(i), prompts[i], 24));
-        h.sched->enqueue(jobs.back());
-    }
+    for (size_t i = 0; i < prompts.size(); ++i) jobs.push_back(make_job("p" + std::to_string(i), prompts[i], 24));
+    h.sched->enqueue_all(jobs);  // together, so they contend for blocks whatever the thread timing
     for (size_t i = 0; i < jobs.size(); ++i) {
         Outcome r = drain(*jobs[i]);
         EXPECT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
@@ -369,7 +368,7 @@ TEST(Scheduler, SiblingsOfAnNRequestForkTheFirstOnesPrompt) {
         j->fork_of = lead;
         jobs.push_back(j);
     }
-    for (auto& j : jobs) h.sched->enqueue(j);
+    h.sched->enqueue_all(jobs);
     for (auto& j : jobs) EXPECT_EQ(drain(*j).text, expected(p, 8));
     EXPECT_EQ(h.engine->forks.load(), 3u);
     // The 100-token prompt once, each sibling its last prompt token, and the decodes.

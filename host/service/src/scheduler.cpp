@@ -96,23 +96,29 @@ void Scheduler::publish() {
     stats_.waiting = uint32_t(waiting_.size());
 }
 
-void Scheduler::enqueue(std::shared_ptr<Job> job) {
-    auto a = std::make_unique<Active>();
-    a->tokens = job->prompt_tokens;
-    a->job = std::move(job);
+void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
     {
         std::lock_guard lock(mu_);
         if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
-        const std::string& id = a->job->request.job_id;
-        if (live_.count(id))
-            throw RequestError("job_id", fmt::format("job_id '{}' is already queued or running", sanitize_utf8(id)));
-        if (waiting_.size() >= options_.queue_capacity) {
+        for (size_t i = 0; i < jobs.size(); ++i) {
+            const std::string& id = jobs[i]->request.job_id;
+            bool repeated = live_.count(id) != 0;
+            for (size_t k = 0; k < i; ++k) repeated = repeated || jobs[k]->request.job_id == id;
+            if (repeated)
+                throw RequestError("job_id", fmt::format("job_id '{}' is already queued or running", sanitize_utf8(id)));
+        }
+        if (waiting_.size() + jobs.size() > options_.queue_capacity) {
             const uint32_t ra = uint32_t(std::clamp(1000.0 * double(waiting_.size()) / double(max_running_), 1000.0, 60000.0));
             throw QueueFullError(fmt::format("the queue is full ({} waiting, capacity {}); retry later",
                                              waiting_.size(), options_.queue_capacity), ra);
         }
-        live_[id] = a->job;
-        waiting_.push_back(std::move(a));
+        for (auto& job : jobs) {
+            auto a = std::make_unique<Active>();
+            a->tokens = job->prompt_tokens;
+            a->job = std::move(job);
+            live_[a->job->request.job_id] = a->job;
+            waiting_.push_back(std::move(a));
+        }
         stats_.waiting = uint32_t(waiting_.size());
     }
     cv_.notify_all();

@@ -98,16 +98,7 @@ std::vector<std::shared_ptr<Job>> Service::submit_n(GenerationRequest req, uint3
         j->fork_of = jobs[0];
         jobs.push_back(std::move(j));
     }
-    size_t queued = 0;
-    try {
-        for (auto& j : jobs) {
-            scheduler_->enqueue(j);
-            ++queued;
-        }
-    } catch (...) {
-        for (size_t i = 0; i < queued; ++i) scheduler_->cancel(jobs[i]->request.job_id, CancelReason::Client);
-        throw;
-    }
+    scheduler_->enqueue_all(jobs);
     return jobs;
 }
 

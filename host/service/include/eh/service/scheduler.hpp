@@ -68,7 +68,10 @@ public:
 
     // Queues a validated job. Throws QueueFullError, Error(ShuttingDown) or
     // RequestError (a job_id already queued or running).
-    void enqueue(std::shared_ptr<Job> job);
+    void enqueue(std::shared_ptr<Job> job) { enqueue_all({std::move(job)}); }
+    // Several jobs at once (n > 1 samples): all are queued, adjacent and
+    // before the scheduler looks at any of them, or none is.
+    void enqueue_all(std::vector<std::shared_ptr<Job>> jobs);
     // "cancelling" (running), "cancelled" (was waiting), "finished", "unknown".
     std::string cancel(const std::string& job_id, CancelReason why);
     // Fails waiting jobs with SHUTTING_DOWN, gives running ones the grace
