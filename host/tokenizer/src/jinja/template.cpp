@@ -19,6 +19,37 @@ namespace {
 }
 [[noreturn]] void runtime(const std::string& what) { throw Error(Code::InvalidRequest, "chat template: " + what); }
 
+// Hostile templates must fail, not crash: the parsers recurse once per
+// nesting level, so nesting is bounded well below what the stack holds, and
+// every string or list a template builds is bounded so that a few doubling
+// steps cannot exhaust memory before the step budget notices.
+constexpr int kMaxNesting = 200;
+constexpr size_t kMaxValueBytes = size_t(8) << 20;
+constexpr size_t kMaxListItems = 1'000'000;
+
+std::string checked_size(std::string s) {
+    if (s.size() > kMaxValueBytes)
+        runtime("a string grew past " + std::to_string(kMaxValueBytes) + " bytes");
+    return s;
+}
+size_t checked_sum(size_t a, size_t b, size_t limit, const char* what) {
+    if (a > limit || b > limit - a) runtime(std::string(what) + " grew past " + std::to_string(limit));
+    return a + b;
+}
+
+// Counts one level of parser recursion; throws past kMaxNesting.
+struct NestGuard {
+    int& depth;
+    NestGuard(int& d, int line) : depth(d) {
+        if (++depth > kMaxNesting) {
+            --depth;
+            throw Error(Code::InvalidRequest, "chat template line " + std::to_string(line) +
+                                                  ": nesting deeper than " + std::to_string(kMaxNesting) + " levels");
+        }
+    }
+    ~NestGuard() { --depth; }
+};
+
 // ---------------------------------------------------------------- lexer --
 
 struct Segment {
@@ -222,6 +253,21 @@ struct Context {
     LoopSignal signal;
     int depth = 0;
     const ChatOptions* options = nullptr;
+    uint64_t steps = 0;
+
+    // One unit of work (a statement, a loop iteration, a call). Past the
+    // budget the render fails; the cancel hook is polled every 1024 steps.
+    void step() {
+        if (++steps > options->max_steps)
+            runtime("evaluation exceeded " + std::to_string(options->max_steps) + " steps");
+        if ((steps & 1023) == 0 && options->cancelled && options->cancelled())
+            throw Error(Code::Cancelled, "chat template: rendering cancelled");
+    }
+    void emit(std::string_view text) {
+        if (out->size() + text.size() > options->max_output_bytes)
+            runtime("output exceeded " + std::to_string(options->max_output_bytes) + " bytes");
+        out->append(text);
+    }
 
     Value lookup(std::string_view name) const {
         for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
@@ -235,6 +281,7 @@ struct Context {
 
 void run_body(const Body& b, Context& c) {
     for (const auto& n : b) {
+        c.step();
         n->run(c);
         if (c.signal.brk || c.signal.cont) return;
     }
@@ -358,14 +405,17 @@ bool contains(const Value& hay, const Value& needle) {
 Value arith(const std::string& op, const Value& l, const Value& r) {
     using T = Value::T;
     if (op == "+" ) {
-        if (l.t == T::Str && r.t == T::Str) return Value::str(l.s + r.s);
+        if (l.t == T::Str && r.t == T::Str) return Value::str(checked_size(l.s + r.s));
         if (l.t == T::Arr && r.t == T::Arr) {
+            checked_sum(l.a->size(), r.a->size(), kMaxListItems, "a list");
             Value v = Value::array(*l.a);
             v.a->insert(v.a->end(), r.a->begin(), r.a->end());
             return v;
         }
     }
     if (op == "*" && l.t == T::Str && r.t == T::Int) {
+        if (r.i > 0 && !l.s.empty() && uint64_t(r.i) > kMaxValueBytes / l.s.size())
+            runtime("a string grew past " + std::to_string(kMaxValueBytes) + " bytes");
         std::string s;
         for (int64_t k = 0; k < r.i; ++k) s += l.s;
         return Value::str(s);
@@ -416,7 +466,7 @@ struct Binary : Expr {
         if (op == ">") return Value::boolean(compare(a, b) > 0);
         if (op == "<=") return Value::boolean(compare(a, b) <= 0);
         if (op == ">=") return Value::boolean(compare(a, b) >= 0);
-        if (op == "~") return Value::str(to_output(a) + to_output(b));
+        if (op == "~") return Value::str(checked_size(to_output(a) + to_output(b)));
         return arith(op, a, b);
     }
 };
@@ -489,8 +539,11 @@ Value call_method(const Value& self, const std::string& name, Args& a, Kwargs& k
             const std::string& from = a[0].s;
             size_t i = 0;
             if (from.empty()) return Value::str(s);
-            for (size_t j; (j = s.find(from, i)) != std::string::npos; i = j + from.size()) r += s.substr(i, j - i) + a[1].s;
-            return Value::str(r + s.substr(i));
+            for (size_t j; (j = s.find(from, i)) != std::string::npos; i = j + from.size()) {
+                r += s.substr(i, j - i) + a[1].s;
+                if (r.size() > kMaxValueBytes) checked_size(std::move(r));
+            }
+            return Value::str(checked_size(r + s.substr(i)));
         }
         if (name == "split") {
             Value out = Value::array();
@@ -520,6 +573,7 @@ struct Call : Expr {
     ExprP callee;
     CallArgs args;
     Value eval(Context& c) const override {
+        c.step();
         Args a;
         Kwargs k;
         if (auto* attr = dynamic_cast<const GetAttr*>(callee.get())) {
@@ -560,7 +614,10 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, Kwargs& k) 
         const Value sep = kwarg(a, k, 0, "d", Value::str(""));
         std::string out;
         if (v.t == T::Arr)
-            for (size_t i = 0; i < v.a->size(); ++i) out += (i ? sep.s : "") + to_output((*v.a)[i]);
+            for (size_t i = 0; i < v.a->size(); ++i) {
+                out += (i ? sep.s : "") + to_output((*v.a)[i]);
+                if (out.size() > kMaxValueBytes) checked_size(std::move(out));
+            }
         return Value::str(out);
     }
     if (name == "trim") return Value::str(strip(to_output(v), kWs, true, true));
@@ -645,12 +702,12 @@ struct Test : Expr {
 
 struct TextNode : Node {
     std::string text;
-    void run(Context& c) const override { c.out->append(text); }
+    void run(Context& c) const override { c.emit(text); }
 };
 
 struct OutputNode : Node {
     ExprP e;
-    void run(Context& c) const override { c.out->append(to_output(e->eval(c))); }
+    void run(Context& c) const override { c.emit(to_output(e->eval(c))); }
 };
 
 struct IfNode : Node {
@@ -683,6 +740,7 @@ struct ForNode : Node {
         if (filter) {
             std::vector<Value> kept;
             for (const auto& it : items) {
+                c.step();
                 bind(it);
                 if (filter->eval(c).truthy()) kept.push_back(it);
             }
@@ -690,6 +748,7 @@ struct ForNode : Node {
         }
         const int64_t n = int64_t(items.size());
         for (int64_t k = 0; k < n; ++k) {
+            c.step();
             scope->vars.clear();
             bind(items[k]);
             Value loop = Value::object();
@@ -804,6 +863,7 @@ public:
     [[noreturn]] void fail(const std::string& what) const { syntax(line_, what); }
 
     ExprP parse_cond() {
+        NestGuard g(depth_, line_);
         ExprP e = parse_or();
         while (peek_name("if")) {
             ++pos_;
@@ -838,6 +898,7 @@ private:
     }
     ExprP parse_not() {
         if (accept_name("not")) {
+            NestGuard g(depth_, line_);
             auto u = std::make_unique<Unary>();
             u->op = '!';
             u->e = parse_not();
@@ -885,6 +946,7 @@ private:
     }
     ExprP parse_unary() {
         if (peek_op("-") || peek_op("+")) {
+            NestGuard g(depth_, line_);
             auto u = std::make_unique<Unary>();
             u->op = toks_[pos_++].text[0];
             u->e = parse_unary();
@@ -895,7 +957,10 @@ private:
     }
     ExprP parse_pow() {
         ExprP e = parse_postfix(parse_primary());
-        if (accept_op("**")) e = binary("**", std::move(e), parse_unary());
+        if (accept_op("**")) {
+            NestGuard g(depth_, line_);
+            e = binary("**", std::move(e), parse_unary());
+        }
         return e;
     }
     // Filters and tests bind to the operand before them, as in Jinja.
@@ -1046,6 +1111,7 @@ private:
     std::vector<Tok> toks_;
     size_t pos_ = 0;
     int line_;
+    int depth_ = 0;  // nesting: brackets and calls (parse_cond), chained not, unary signs, **
 };
 
 class Parser {
@@ -1061,6 +1127,7 @@ public:
 private:
     // Parses until a block whose first word is in `enders`; that word goes to `end`.
     Body parse_body(const std::vector<std::string>& enders, std::string& end, ExprParser** end_parser = nullptr) {
+        NestGuard g(depth_, pos_ < segs_.size() ? segs_[pos_].line : 0);
         Body body;
         while (pos_ < segs_.size()) {
             const Segment& s = segs_[pos_++];
@@ -1178,6 +1245,7 @@ private:
 
     std::vector<Segment> segs_;
     size_t pos_ = 0;
+    int depth_ = 0;  // block nesting
 };
 
 std::string format_time(const std::string& fmt, const std::string& now) {
