@@ -78,6 +78,7 @@ public:
         std::filesystem::remove(log_path_, ec);
     }
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }
     bool running() {
         if (exit_status_ >= 0) return false;
         int st;

@@ -107,6 +107,8 @@ public:
             pos = next;
         }
         chunked_ = r.header("transfer-encoding").find("chunked") != std::string::npos;
+        done_ = false;  // a kept-alive connection reads several responses
+        remaining_ = -1;
         if (!chunked_ && !r.header("content-length").empty()) remaining_ = std::stoll(r.header("content-length"));
         return true;
     }

@@ -7,6 +7,7 @@
 
 #include "eh/service/event_log.hpp"
 #include "eh/service/utf8.hpp"
+#include "crash_notice.hpp"
 #include "impl.hpp"
 
 namespace eh::http {
@@ -30,14 +31,11 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->options = std::move(options);
     impl_->metrics = metrics ? std::move(metrics) : std::make_shared<service::Metrics>();
     impl_->started_unix = unix_now();
-    size_t threads = std::max<size_t>(impl_->options.threads, 4);
-    impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    // Bodies between the request limit and this hard cap get a precise 400
-    // from the parser; past the cap httplib refuses and the error handler
-    // writes the envelope.
-    impl_->http.set_payload_max_length(std::max<size_t>(impl_->options.limits.max_body_bytes * 8, 8u << 20));
-    impl_->http.set_read_timeout(30, 0);
-    impl_->http.set_write_timeout(30, 0);
+    // Connections are read by the gate (connection.hpp): one thread each, up
+    // to its cap, with the body limit enforced while reading.
+    impl_->http.limits.framing.max_body_bytes = impl_->options.limits.max_body_bytes;
+    impl_->http.set_payload_max_length(impl_->options.limits.max_body_bytes);
+    impl_->http.on_refused = [m = impl_->metrics](int status) { m->http_response("other", status); };
     impl_->install_routes();
     impl_->install_native();
     impl_->install_openai();
@@ -55,13 +53,31 @@ int Server::bind() {
                                                     impl_->options.host, impl_->options.port));
         port_ = impl_->options.port;
     }
+    impl_->http.widen_backlog(SOMAXCONN);
     return port_;
 }
 
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() {
+    crash_notice::install();
+    impl_->in_run.store(true);
+    if (!impl_->stop_requested.load()) impl_->http.listen_after_bind();
+    impl_->in_run.store(false);
+}
 
 void Server::stop() {
-    if (impl_ && impl_->http.is_running()) impl_->http.stop();
+    if (!impl_) return;
+    impl_->stop_requested.store(true);
+    impl_->http.abort_reads();
+    // listen_after_bind() may not be listening yet: keep asking until run()
+    // has returned (or never began).
+    bool asked = false;
+    while (impl_->in_run.load()) {
+        if (!asked && impl_->http.is_running()) {
+            impl_->http.stop();
+            asked = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 }
 
 void Server::set_load_progress(float f) { impl_->load_progress.store(f); }
@@ -83,7 +99,10 @@ void Server::set_resident(bool resident, const std::string& why) {
     impl_->resident_why = why;
 }
 
-void Server::begin_shutdown() { impl_->state.store(State::Stopping); }
+void Server::begin_shutdown() {
+    impl_->state.store(State::Stopping);
+    impl_->http.begin_drain();
+}
 
 void Server::drain(std::chrono::milliseconds timeout) {
     auto until = std::chrono::steady_clock::now() + timeout;
@@ -122,8 +141,7 @@ void Server::Impl::install_routes() {
         if (!res.body.empty()) return;
         std::string cid = correlation_id(req, res);
         if (res.status == 413) {
-            // The product answers oversized bodies like any other bad input.
-            send_error(res, 400, "INVALID_REQUEST",
+            send_error(res, 413, "INVALID_REQUEST",
                        fmt::format("the request body is larger than the limit of {} bytes", options.limits.max_body_bytes),
                        cid, {{"limit_bytes", options.limits.max_body_bytes}});
         } else if (res.status == 404) {
