@@ -107,7 +107,7 @@ TEST(HostileFraming, MalformedFramingIsRefusedAtOnce) {
         {"declared body over the limit", head("Content-Length: 2000000\r\n"), 413},
         {"unknown content coding", head("Content-Encoding: br\r\nContent-Length: 2\r\n") + "{}", 415},
         {"unknown expectation", head("Expect: 200-ok\r\nContent-Length: 2\r\n") + "{}", 417},
-        {"huge head", "GET /health HTTP/1.1\r\nHost: x\r\n" + std::string(70000, 'a') + ": b\r\n\r\n", 431},
+        {"huge head", "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n" + std::string(70000, 'a') + ": b\r\n\r\n", 431},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(c.name);
@@ -218,7 +218,7 @@ TEST(HostileFraming, SlowlorisDoesNotBlockHealthOrMetrics) {
             int fd = connect_local(h.port());
             if (fd < 0) return;
             ++opened;
-            send_all(fd, "GET /health HTTP/1.1\r\nHost: x\r\nX-Slow-" + std::to_string(i) + ": ");
+            send_all(fd, "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Slow-" + std::to_string(i) + ": ");
             for (int k = 0; k < 40 && !stop.load(); ++k) {  // at most 4 s
                 send_all(fd, "a");
                 std::this_thread::sleep_for(std::chrono::milliseconds(100));
@@ -240,7 +240,7 @@ TEST(HostileFraming, TricklingHeadGets408AtTheHeaderTimeout) {
     EngineHost h;
     Conn c(h.port());
     auto t0 = Clock::now();
-    c.send("GET /health HTTP/1.1\r\nHost: x\r\n");
+    c.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     HttpResponse r;
     std::thread reader([&] { r = c.response(); });
     for (int k = 0; k < 80 && r.status == 0; ++k) {  // at most 8 s
@@ -276,9 +276,9 @@ TEST(HostileFraming, PipelinedRequestsAreAnsweredInOrder) {
     for (int i = 0; i < n; ++i) {
         std::string last = i == n - 1 ? "Connection: close\r\n" : "";
         if (i % 2)
-            all += "GET /health HTTP/1.1\r\nHost: x\r\nX-Correlation-Id: p" + std::to_string(i) + "\r\n" + last + "\r\n";
+            all += "GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\nX-Correlation-Id: p" + std::to_string(i) + "\r\n" + last + "\r\n";
         else
-            all += "POST /tokenize HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nX-Correlation-Id: p" +
+            all += "POST /tokenize HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\nX-Correlation-Id: p" +
                    std::to_string(i) + "\r\n" + last + "Content-Length: " + std::to_string(kTokenize.size()) + "\r\n\r\n" +
                    kTokenize;
     }
@@ -309,10 +309,10 @@ TEST(HostileFraming, RangeIsIgnoredOnJsonRoutes) {
 TEST(HostileFraming, ShutdownIsNotHeldByIdleOrHalfSentConnections) {
     EngineHost h;
     Conn kept(h.port());  // kept alive after one answer
-    kept.send("GET /health HTTP/1.1\r\nHost: x\r\n\r\n");
+    kept.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n");
     EXPECT_EQ(kept.response().status, 200);
     Conn half_head(h.port());
-    half_head.send("GET /health HTTP/1.1\r\nHost: x\r\n");
+    half_head.send("GET /health HTTP/1.1\r\nHost: 127.0.0.1\r\n");
     Conn half_body(h.port());
     half_body.send(head("Content-Length: 100\r\n") + "{\"te");
     Conn silent(h.port());
@@ -396,6 +396,49 @@ TEST(PluginCrash, WaitingNonStreamRequestGetsA500) {
     EXPECT_EQ(r.status, 500) << r.body;
     EXPECT_EQ(error_code(r), "INTERNAL");
     EXPECT_EQ(h.wait_exit(5000), 128 + SIGSEGV);
+}
+
+}  // namespace
+
+// Issue 26 item 12: what a web page can make a local server do.
+namespace {
+
+TEST(BrowserGuards, RebindingHostFormPostsAndLooseOriginsAreRefused) {
+    EngineHost h({"--cors", "--allowed-hosts", "node.test"});
+    HttpResponse r = http(h.port(), "GET", "/capabilities", "", {{"Host", "evil.example"}});
+    EXPECT_EQ(r.status, 403) << r.body;
+    EXPECT_EQ(error_code(r), "INVALID_REQUEST");
+    // build_request sends Host: 127.0.0.1 first; a raw request controls it.
+    Conn c(h.port());
+    c.send("GET /health HTTP/1.1\r\nHost: evil.example:8080\r\n\r\n");
+    EXPECT_EQ(c.response().status, 403);
+    Conn d(h.port());
+    d.send("GET /health HTTP/1.1\r\nHost: node.test\r\n\r\n");
+    EXPECT_EQ(d.response().status, 200);
+
+    r = h.post("/tokenize", kTokenize, {{"Content-Type", "text/plain"}});
+    EXPECT_EQ(r.status, 415) << r.body;
+    r = h.post("/execute", R"({"job_id":"f","prompt":"x","max_tokens":2})",
+               {{"Content-Type", "application/x-www-form-urlencoded"}, {"Origin", "https://evil.example"}});
+    EXPECT_EQ(r.status, 415) << r.body;
+    EXPECT_EQ(h.post("/tokenize", kTokenize).status, 200);
+
+    for (const char* origin : {"http://localhost:@evil.example", "http://localhost.evil.example"}) {
+        r = http(h.port(), "GET", "/health", "", {{"Origin", origin}});
+        EXPECT_EQ(r.header("access-control-allow-origin"), "") << origin;
+    }
+    r = http(h.port(), "GET", "/health", "", {{"Origin", "https://[::1]"}});
+    EXPECT_EQ(r.header("access-control-allow-origin"), "https://[::1]");
+}
+
+TEST(BrowserGuards, CapabilitiesShowNoAbsolutePathsOrFreeMemory) {
+    EngineHost h;
+    json j = json::parse(h.get("/capabilities").body);
+    for (const auto& p : j["plugins"]["accepted"]) {
+        EXPECT_EQ(p.value("library", "").find('/'), std::string::npos) << p.dump();
+        EXPECT_EQ(p.value("manifest", "").find('/'), std::string::npos) << p.dump();
+        if (p.contains("probe")) EXPECT_FALSE(p["probe"].contains("free_memory_bytes"));
+    }
 }
 
 }  // namespace

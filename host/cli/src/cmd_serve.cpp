@@ -4,6 +4,7 @@
 // Order matters: the HTTP socket is bound first so /health answers
 // "loading" (503) during the model load; signals are blocked in every thread
 // and taken by one waiter thread, so shutdown runs as ordinary code.
+#include <boost/algorithm/string.hpp>
 #include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -141,6 +142,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
         ("callback-url", po::value<std::string>(), "POST {worker_id, model_ref, vram_bytes, uri} here once serving")
         ("cors", "allow cross-origin requests from localhost origins (browser tooling)")
+        ("allowed-hosts", po::value<std::string>(), "comma-separated Host names accepted besides IPs, localhost and --host (* = any)")
         ("allow-shutdown-endpoint", "enable POST /shutdown")
         ("log-format", po::value<std::string>()->default_value("json"), "json or text")
         ("log-level", po::value<std::string>()->default_value("info"), "trace, debug, info, warn, error")
@@ -216,6 +218,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     so.host = vm["host"].as<std::string>();
     so.port = port;
     so.cors = vm.count("cors") > 0;
+    if (vm.count("allowed-hosts")) boost::split(so.allowed_hosts, vm["allowed-hosts"].as<std::string>(), boost::is_any_of(","));
     so.allow_shutdown_endpoint = vm.count("allow-shutdown-endpoint") > 0;
     so.limits.max_tokens = max_out;
     so.threads = vm["queue-size"].as<size_t>() + 16;

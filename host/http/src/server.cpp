@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -9,6 +10,7 @@
 #include "eh/service/utf8.hpp"
 #include "crash_notice.hpp"
 #include "impl.hpp"
+#include "request_guard.hpp"
 
 namespace eh::http {
 namespace {
@@ -17,12 +19,19 @@ const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
                                        "/v1/chat/completions"};
 
-bool local_origin(const std::string& origin) {
-    for (const char* p : {"http://localhost", "http://127.0.0.1", "http://[::1]", "https://localhost", "https://127.0.0.1"}) {
-        std::string_view o(origin), pre(p);
-        if (o.substr(0, pre.size()) == pre && (o.size() == pre.size() || o[pre.size()] == ':')) return true;
-    }
-    return false;
+// POST routes that read a JSON body.
+const std::set<std::string> kJsonPosts = {"/execute", "/cancel", "/tokenize", "/detokenize", "/shutdown",
+                                          "/v1/completions", "/v1/chat/completions"};
+
+// What /capabilities says about a plugin: file names, not absolute paths
+// (they tell a caller about the machine, not the plugin), and no free-memory
+// figure (a probe-time number, stale by the time anyone reads it; /health
+// and /metrics carry the live ones).
+nlohmann::json public_plugin(nlohmann::json p) {
+    for (const char* k : {"library", "manifest"})
+        if (p.contains(k) && p[k].is_string()) p[k] = std::filesystem::path(p[k].get<std::string>()).filename().string();
+    if (p.contains("probe") && p["probe"].is_object()) p["probe"].erase("free_memory_bytes");
+    return p;
 }
 
 }  // namespace
@@ -117,6 +126,24 @@ void Server::on_shutdown_request(std::function<void()> fn) {
 
 void Server::Impl::install_routes() {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        // DNS rebinding: a page on evil.example whose name now resolves to
+        // 127.0.0.1 sends Host: evil.example. (HTTP/1.0 may omit Host; a
+        // browser never does.)
+        const std::string host = req.get_header_value("Host");
+        if (!(host.empty() && req.version == "HTTP/1.0") && !host_allowed(host, options.host, options.allowed_hosts)) {
+            send_error(res, 403, "INVALID_REQUEST",
+                       fmt::format("Host '{}' is not allowed here (IP addresses, localhost and the bound host are; "
+                                   "add names with --allowed-hosts)",
+                                   service::sanitize_utf8(host.substr(0, 200))),
+                       correlation_id(req, res));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (req.method == "POST" && kJsonPosts.count(req.path) &&
+            cross_site_form_post(req.get_header_value("Content-Type"), req.has_header("Origin"))) {
+            send_error(res, 415, "INVALID_REQUEST",
+                       "this route takes a JSON body: send Content-Type: application/json", correlation_id(req, res));
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (options.cors) {
             std::string origin = req.get_header_value("Origin");
             if (!origin.empty() && local_origin(origin)) {
@@ -218,9 +245,10 @@ void Server::Impl::install_routes() {
         NodeInfo ni = get_info();
         nlohmann::json accepted = nlohmann::json::array(), rejected = nlohmann::json::array();
         for (const auto& p : ni.plugins) {
-            if (p.value("accepted", false)) accepted.push_back(p);
-            else rejected.push_back({{"name", p.value("name", "")}, {"library", p.value("library", "")},
-                                     {"manifest", p.value("manifest", "")}, {"reasons", p.value("reasons", nlohmann::json::array())}});
+            if (p.value("accepted", false)) accepted.push_back(public_plugin(p));
+            else rejected.push_back(public_plugin({{"name", p.value("name", "")}, {"library", p.value("library", "")},
+                                                   {"manifest", p.value("manifest", "")},
+                                                   {"reasons", p.value("reasons", nlohmann::json::array())}}));
         }
         nlohmann::json j = {
             {"api_version", "1"},
