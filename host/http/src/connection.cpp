@@ -2,6 +2,7 @@
 
 #include <arpa/inet.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -162,6 +163,11 @@ void GatedServer::widen_backlog(int backlog) {
 }
 
 bool GatedServer::process_and_close_socket(socket_t sock) {
+    // httplib writes a head and its body (and every SSE event) as separate
+    // sends; with Nagle on, a kept-alive connection waits out the peer's
+    // delayed ACK (~40 ms) before each body.
+    int one = 1;
+    ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
     serve(int(sock), size_t(++open_));
     --open_;
     ::shutdown(sock, SHUT_RDWR);
