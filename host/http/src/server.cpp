@@ -23,6 +23,13 @@ const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "
 const std::set<std::string> kJsonPosts = {"/execute", "/cancel", "/tokenize", "/detokenize", "/shutdown",
                                           "/v1/completions", "/v1/chat/completions"};
 
+// CUDA's runtime version number (1000 * major + 10 * minor) as "13.0"; null
+// for engines without one.
+nlohmann::json cuda_version_string(int v) {
+    if (v <= 0) return nullptr;
+    return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
 // What /capabilities says about a plugin: file names, not absolute paths
 // (they tell a caller about the machine, not the plugin), and no free-memory
 // figure (a probe-time number, stale by the time anyone reads it; /health
@@ -204,8 +211,9 @@ void Server::Impl::install_routes() {
             why = resident_why;
         }
         State st = state.load();
+        // The worker contract's words: healthy, loading, unhealthy, shutting_down.
         std::string status = st == State::Loading ? "loading" : st == State::Stopping ? "shutting_down"
-                             : res_ok ? "ok" : "unhealthy";
+                             : res_ok ? "healthy" : "unhealthy";
         nlohmann::json j = {
             {"status", status},
             {"model", ni.model},
@@ -218,7 +226,7 @@ void Server::Impl::install_routes() {
             {"uptime_seconds", uptime()},
             {"plugin", {{"name", ni.plugin_name}, {"version", ni.plugin_version}}},
             {"sm", ni.compute_capability},
-            {"cuda_runtime_version", ni.cuda_runtime_version},
+            {"cuda_runtime_version", cuda_version_string(ni.cuda_runtime_version)},
             {"device", ni.device_name},
             {"worker_id", service::log_settings().worker_id},
         };
@@ -233,7 +241,7 @@ void Server::Impl::install_routes() {
             j["kv_bytes_per_token"] = svc->kv_bytes_per_token();
             j["kv_cache_bytes"] = uint64_t(svc->n_ctx()) * svc->kv_bytes_per_token();
         }
-        send_json(res, status == "ok" ? 200 : 503, j);
+        send_json(res, status == "healthy" ? 200 : 503, j);
     });
 
     http.Get("/capabilities", [this](const httplib::Request& req, httplib::Response& res) {
