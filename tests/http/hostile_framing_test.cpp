@@ -230,7 +230,7 @@ TEST(HostileFraming, SlowlorisDoesNotBlockHealthOrMetrics) {
     for (int i = 0; i < 10; ++i) {
         auto t0 = Clock::now();
         EXPECT_EQ(h.get(i % 2 ? "/metrics" : "/health").status, 200);
-        EXPECT_LT(ms_since(t0), 1000);
+        EXPECT_LT(ms_since(t0), 2000);  // blocked entirely before the gate
     }
     stop = true;
     for (auto& t : tricklers) t.join();
