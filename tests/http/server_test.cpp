@@ -269,6 +269,25 @@ TEST(Server, CapabilitiesListsLimitsAndPlugins) {
     EXPECT_TRUE(j["sampler"].contains("top_p"));
 }
 
+// The worker contract's capabilities route, beside /capabilities.
+TEST(Server, V1CapabilitiesListsEachEngine) {
+    auto& h = shared_host();
+    auto r = h.get("/v1/capabilities");
+    ASSERT_EQ(r.status, 200);
+    json j = json::parse(r.body);
+    EXPECT_EQ(j["api_version"], "1");
+    ASSERT_EQ(j["engines"].size(), 1u);
+    const json& e = j["engines"][0];
+    EXPECT_EQ(e["engine"], "test");
+    EXPECT_EQ(e["engine_version"], "1.0.0");
+    EXPECT_EQ(e["sampler_profile_version"], "1");
+    EXPECT_EQ(e["ctx_max"], j["ctx_max"]);
+    EXPECT_EQ(e["max_tokens_out"], 2048);
+    EXPECT_EQ(e["concurrency"]["slots"], 1);
+    EXPECT_EQ(e["supported_workloads"], json({"generate", "chat", "tokenize", "detokenize"}));
+    EXPECT_EQ(json::parse(h.get("/capabilities").body)["engines"], j["engines"]);
+}
+
 TEST(Server, MetricsParseAsPrometheusText) {
     auto& h = shared_host();
     h.post("/execute", exec_body("m1", 3));

@@ -17,7 +17,7 @@ namespace {
 
 const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
-                                       "/v1/chat/completions"};
+                                       "/v1/chat/completions", "/v1/capabilities"};
 
 // POST routes that read a JSON body.
 const std::set<std::string> kJsonPosts = {"/execute", "/cancel", "/tokenize", "/detokenize", "/shutdown",
@@ -244,7 +244,8 @@ void Server::Impl::install_routes() {
         send_json(res, status == "healthy" ? 200 : 503, j);
     });
 
-    http.Get("/capabilities", [this](const httplib::Request& req, httplib::Response& res) {
+    // /v1/capabilities is the worker contract's name; /capabilities stays.
+    http.Get("/(v1/)?capabilities", [this](const httplib::Request& req, httplib::Response& res) {
         std::string cid = correlation_id(req, res);
         if (state.load() == State::Loading) {
             require_ready(*this, res, cid);
@@ -269,7 +270,7 @@ void Server::Impl::install_routes() {
             {"max_tokens_out", ni.max_tokens_out},
             {"concurrency", {{"slots", 1}, {"queue_capacity", ni.queue_capacity}}},
             {"workloads", {"generate", "chat", "tokenize", "detokenize"}},
-            {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/metrics", "/tokenize", "/detokenize",
+            {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
                            "/v1/models", "/v1/completions", "/v1/chat/completions"}},
             {"sampler", {{"temperature", {{"min", 0}, {"max", 2}, {"default", 1}}},
                          {"top_p", {{"min", 0}, {"max", 1}, {"default", 1}}},
@@ -282,6 +283,17 @@ void Server::Impl::install_routes() {
             {"limits", {{"max_prompt_chars", options.limits.max_prompt_chars},
                         {"max_body_bytes", options.limits.max_body_bytes}}},
             {"plugins", {{"accepted", accepted}, {"rejected", rejected}}},
+            // The contract's per-engine view; one engine serves here.
+            // sampler_profile_version names the sampler's behaviour (what a
+            // seed and the sampling fields produce); it changes when that does.
+            {"engines", nlohmann::json::array({{{"engine", ni.engine},
+                                                 {"engine_version", ni.plugin_version},
+                                                 {"plugin", ni.plugin_name},
+                                                 {"sampler_profile_version", "1"},
+                                                 {"ctx_max", ni.context_length},
+                                                 {"max_tokens_out", ni.max_tokens_out},
+                                                 {"concurrency", {{"slots", 1}}},
+                                                 {"supported_workloads", {"generate", "chat", "tokenize", "detokenize"}}}})},
         };
         send_json(res, 200, j);
     });
