@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <system_error>
 #include <cstring>
 
 #include "crash_notice.hpp"
@@ -286,21 +287,30 @@ void GatedServer::serve(int fd, size_t open) {
 }
 
 void ConnectionThreads::enqueue(std::function<void()> fn) {
-    std::lock_guard lock(mu_);
-    for (auto it = workers_.begin(); it != workers_.end();) {
-        if (it->done->load()) {
-            it->thread.join();
-            it = workers_.erase(it);
-        } else {
-            ++it;
+    {
+        std::lock_guard lock(mu_);
+        for (auto it = workers_.begin(); it != workers_.end();) {
+            if (it->done->load()) {
+                it->thread.join();
+                it = workers_.erase(it);
+            } else {
+                ++it;
+            }
+        }
+        auto done = std::make_shared<std::atomic<bool>>(false);
+        try {
+            workers_.push_back({std::thread([fn, done] {
+                                    fn();
+                                    done->store(true);
+                                }),
+                                done});
+            return;
+        } catch (const std::system_error&) {
         }
     }
-    auto done = std::make_shared<std::atomic<bool>>(false);
-    workers_.push_back({std::thread([fn = std::move(fn), done] {
-                            fn();
-                            done->store(true);
-                        }),
-                        done});
+    // No thread to be had: serve it here (the accept loop waits) rather than
+    // leak the socket or let the exception end the listener.
+    fn();
 }
 
 void ConnectionThreads::shutdown() {
