@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -33,8 +34,9 @@ public:
                bool wait_ready = true, std::string plugins = std::string(EH_TEST_PLUGIN_DIR) + "/good") {
         std::random_device rd;
         log_path_ = (std::filesystem::temp_directory_path() / ("eh-http-test-" + std::to_string(rd()) + ".log")).string();
-        std::vector<std::string> args = {EH_ENGINE_HOST, "--plugins", plugins,
-                                         "--model", stories_model(), "--port", "0"};
+        std::vector<std::string> args = {EH_ENGINE_HOST, "--plugins", plugins, "--port", "0"};
+        if (std::find(extra_args.begin(), extra_args.end(), "--model") == extra_args.end())
+            args.insert(args.end(), {"--model", stories_model()});  // unless the test names its own
         for (auto& a : extra_args) args.push_back(a);
         pid_ = fork();
         if (pid_ == 0) {
