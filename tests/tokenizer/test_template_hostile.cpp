@@ -122,6 +122,21 @@ TEST(TemplateHostile, StringsAndListsCannotGrowWithoutBound) {
     EXPECT_NE(msg.find("a list grew past 1000000"), std::string::npos) << msg;
 }
 
+// Found by fuzz_chat_template: std::stoll threw std::out_of_range out of
+// compile(), which the server's loader does not catch (a crash at load).
+TEST(TemplateHostile, ExtremeNumbersAreErrorsNotCrashes) {
+    std::string msg = compile_error("{{ 99999999999999999999 }}");
+    EXPECT_NE(msg.find("does not fit 64 bits"), std::string::npos) << msg;
+    EXPECT_EQ(render("{{ 1" + std::string(400, '0') + ".5 > 1 }}"), "True");  // a float overflows to inf
+    // INT64_MIN // -1 traps with SIGFPE on x86.
+    msg = error_of([] { render("{{ (-9223372036854775807 - 1) // -1 }}"); });
+    EXPECT_NE(msg.find("integer overflow"), std::string::npos) << msg;
+    msg = error_of([] { render("{{ (-9223372036854775807 - 1) % -1 }}"); });
+    EXPECT_NE(msg.find("integer overflow"), std::string::npos) << msg;
+    msg = error_of([] { render("{{ range(-9223372036854775807, 9223372036854775807)|length }}"); });
+    EXPECT_NE(msg.find("bad range()"), std::string::npos) << msg;
+}
+
 TEST(TemplateHostile, RenderCanBeCancelled) {
     std::atomic<int> polls{0};
     ChatOptions o;

@@ -3,6 +3,8 @@
 // statement and expression trees, and a tree-walking evaluator with Jinja's
 // scoping (for-loop bodies and macros get their own scope; if does not).
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <ctime>
 #include <map>
@@ -181,11 +183,12 @@ std::vector<Tok> tokenize(const std::string& s, int line) {
                 ++j;
                 while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
                 Tok t{Tok::Float, s.substr(i, j - i)};
-                t.f = std::stod(t.text);
+                t.f = std::strtod(t.text.c_str(), nullptr);  // overflow is inf, as in Python
                 out.push_back(t);
             } else {
                 Tok t{Tok::Int, s.substr(i, j - i)};
-                t.i = std::stoll(t.text);
+                auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), t.i);
+                if (ec != std::errc()) syntax(line, "integer literal " + t.text.substr(0, 40) + " does not fit 64 bits");
                 out.push_back(t);
             }
             i = j;
@@ -432,6 +435,7 @@ Value arith(const std::string& op, const Value& l, const Value& r) {
         if (op == "-") return Value::integer(x - y);
         if (op == "*") return Value::integer(x * y);
         if (y == 0) runtime("division by zero");
+        if (y == -1 && x == INT64_MIN) runtime("integer overflow");  // would trap (SIGFPE)
         if (op == "//") return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
         if (op == "%") { int64_t m = x % y; if (m != 0 && ((m < 0) != (y < 0))) m += y; return Value::integer(m); }
     }
@@ -1275,6 +1279,17 @@ public:
     explicit Compiled(std::string_view src) : body_(Parser(lex(src)).parse_all()) {}
 
     std::string render(std::string_view messages_json, const ChatOptions& options) const override {
+        try {
+            return render_checked(messages_json, options);
+        } catch (const Error&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw Error(Code::InvalidRequest, std::string("chat template: ") + e.what());
+        }
+    }
+
+private:
+    std::string render_checked(std::string_view messages_json, const ChatOptions& options) const {
         auto globals = std::make_shared<Scope>();
         if (!options.extra_json.empty()) {
             Value extra = from_json(options.extra_json);
@@ -1308,7 +1323,8 @@ public:
             int64_t lo = 0, hi = 0, step = 1;
             if (a.size() == 1) hi = a[0].i;
             else if (a.size() >= 2) { lo = a[0].i; hi = a[1].i; if (a.size() > 2) step = a[2].i; }
-            if (step == 0 || (hi - lo) / step > 100000) runtime("bad range()");
+            // In 128 bits: hi - lo overflows int64 for extreme arguments.
+            if (step == 0 || (__int128(hi) - lo) / step > 100000) runtime("bad range()");
             Value out = Value::array();
             for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) out.a->push_back(Value::integer(k));
             return out;
@@ -1323,7 +1339,6 @@ public:
         return out;
     }
 
-private:
     Body body_;
 };
 
@@ -1333,7 +1348,14 @@ private:
 namespace eh::tokenizer {
 
 std::shared_ptr<const ChatTemplate> ChatTemplate::compile(std::string_view source) {
-    return std::make_shared<jinja::Compiled>(source);
+    try {
+        return std::make_shared<jinja::Compiled>(source);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        // A template is input: whatever it provokes is its error, never the host's crash.
+        throw Error(Code::InvalidRequest, std::string("chat template: ") + e.what());
+    }
 }
 
 }  // namespace eh::tokenizer
