@@ -324,6 +324,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.plugin_version = plugin.caps.version;
         ni.engine = plugin.caps.engine;
         ni.device_name = mi.device_name;
+        ni.device_kind = plugin.caps.device_kind;
         ni.compute_capability = mi.compute_capability;
         ni.cuda_runtime_version = mi.runtime_version;
         ni.logprobs = model->api().session_logits != nullptr;

@@ -217,7 +217,9 @@ void Server::Impl::install_routes() {
         nlohmann::json j = {
             {"status", status},
             {"model", ni.model},
-            {"resident", st == State::Ready && res_ok},
+            // The contract's meaning: weights held in device memory. A CPU
+            // engine can be healthy, but its weights are never resident.
+            {"resident", st == State::Ready && res_ok && ni.device_kind != "cpu"},
             {"quant_kind", ni.quant_kind},
             {"vram_bytes_used", ni.vram_bytes_used},
             {"tokenizer_kind", ni.tokenizer_kind},

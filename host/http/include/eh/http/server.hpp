@@ -47,6 +47,7 @@ struct NodeInfo {
     std::string plugin_version;
     std::string engine;
     std::string device_name;
+    std::string device_kind;         // the plugin's: "cpu" weights are never "resident" in /health
     int compute_capability = 0;
     int cuda_runtime_version = 0;
     bool logprobs = false;
