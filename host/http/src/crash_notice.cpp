@@ -49,8 +49,14 @@ void write_all(int fd, const std::string& s) {
     }
 }
 
+// The process that installed the handler: a forked child (the loader's
+// pre-flight) inherits the handler and the sockets, but the requests are not
+// its to answer.
+std::atomic<pid_t> g_owner{0};
+
 void on_fatal(int sig) {
     for (auto& s : g_slots) {
+        if (::getpid() != g_owner.load()) break;
         int fd = s.fd.load();
         if (fd < 0) continue;
         switch (s.state.load()) {
@@ -68,6 +74,7 @@ void on_fatal(int sig) {
 void install() {
     static std::once_flag once;
     std::call_once(once, [] {
+        g_owner.store(::getpid());
         for (int sig : {SIGSEGV, SIGILL, SIGBUS, SIGFPE, SIGABRT}) {
             struct sigaction sa {};
             sa.sa_handler = on_fatal;
