@@ -151,6 +151,26 @@ Read read_more(int fd, std::string& buf, Clock::time_point until, const std::ato
     }
 }
 
+// After an error answer the rest of the request is unread; closing now would
+// make the kernel send a reset, which can destroy the answer before the
+// client reads it. So: end our side, then read and drop what still comes for
+// a short while (bounded in bytes and time).
+void linger_close(int fd) {
+    ::shutdown(fd, SHUT_WR);
+    const auto until = Clock::now() + std::chrono::milliseconds(500);
+    size_t dropped = 0;
+    char sink[16384];
+    while (dropped < (size_t(8) << 20)) {
+        auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+        if (left <= 0) break;
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, int(left)) <= 0) break;
+        ssize_t n = ::recv(fd, sink, sizeof sink, 0);
+        if (n <= 0) break;
+        dropped += size_t(n);
+    }
+}
+
 }  // namespace
 
 GatedServer::GatedServer() {
@@ -180,7 +200,10 @@ void GatedServer::serve(int fd, size_t open) {
     auto refuse = [&](int status, const std::string& code, const std::string& message, const nlohmann::json& details,
                       bool retry_after = false) {
         if (on_refused) on_refused(status);
-        send_all(fd, error_response(status, code, message, details, retry_after), std::chrono::milliseconds(1000));
+        if (!send_all(fd, error_response(status, code, message, details, retry_after), std::chrono::milliseconds(1000)))
+            return;
+        // Not when over the connection cap: a flood must not keep threads.
+        if (!retry_after) linger_close(fd);
     };
     auto busy = [&] {
         refuse(503, "QUEUE_FULL",
