@@ -1,13 +1,18 @@
 #!/usr/bin/env bash
-# The one command for a newcomer: install, build, and serve a default model.
+# The one command for a newcomer: install, build, and serve a model.
 #   scripts/run.sh [--model PATH] [--port N] [other engine-host options]
-# Default model: the TinyStories 260K model in ../shared/testdata (override
-# with --model or $MODEL).
+# Default model: models/tinytales.gguf, the small story model this repository
+# trains itself (tools/train-default-model/); it needs no network, no GPU and
+# nothing outside the clone. Override with --model or $MODEL. The chat page is
+# at http://127.0.0.1:8080/ (or the --port given).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
 scripts/build.sh
-model=${MODEL:-../shared/testdata/models/stories260K.gguf}
+model=${MODEL:-models/tinytales.gguf}
 args=("$@")
-[[ " $* " == *" --model "* ]] || args=(--model "$model" "${args[@]}")
+case " $* " in
+  *" --model "* | *" --model="* | *" -m "*) ;;
+  *) args=(--model "$model" "${args[@]}") ;;
+esac
 exec build/bin/engine-host --plugins build/plugins "${args[@]}"

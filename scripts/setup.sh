@@ -9,6 +9,7 @@ packages=(
   libspdlog-dev libfmt-dev libsimdjson-dev libcpp-httplib-dev nlohmann-json3-dev
   libssl-dev zlib1g-dev libgtest-dev libgmock-dev libicu-dev
   clang libclang-rt-14-dev
+  chromium chromium-driver
 )
 
 missing=()

@@ -23,11 +23,11 @@ expect() {
   fi
 }
 
-expect help 0 'engine-host plugins --plugins DIR' -- "$eh" --help
+expect help 0 'engine-host plugins \[--plugins DIR\]' -- "$eh" --help
 expect version 0 '^engine-host [0-9]+\.[0-9]+\.[0-9]+ \(plugin ABI 1\.[0-9]+\)' -- "$eh" --version
 expect unknown-command 2 "unknown command 'frobnicate'" -- "$eh" frobnicate
 expect plugins-help 0 'Usage: engine-host plugins' -- "$eh" plugins --help
-expect plugins-missing-arg 2 "the option '--plugins' is required" -- "$eh" plugins
+expect plugins-empty-arg 2 "the required argument for option '--plugins' is missing" -- "$eh" plugins --plugins
 expect plugins-bad-option 2 "unrecognised option '--colour'|unrecognized option '--colour'" -- "$eh" plugins --plugins "$plugins/good" --colour
 expect plugins-missing-dir 3 "plugin directory '/no/such/dir' does not exist" -- "$eh" plugins --plugins /no/such/dir
 expect plugins-good 0 'test-engine +1\.0\.0 +cpu +accepted' -- "$eh" plugins --plugins "$plugins/good"

@@ -142,6 +142,28 @@ TEST(Sampler, PipelineStagesApplyInOrder) {
     EXPECT_TRUE(saw2);
 }
 
+TEST(Sampler, PresenceAndFrequencyFollowOpenAIsFormula) {
+    std::vector<float> logits = {1.0f, 1.0f, 1.0f, 1.0f};
+    const std::vector<int32_t> generated = {2, 2, 2, 1};
+    apply_presence_frequency(logits, generated.data(), generated.size(), 0.5f, 0.25f);
+    EXPECT_FLOAT_EQ(logits[0], 1.0f);                 // never generated
+    EXPECT_FLOAT_EQ(logits[1], 1.0f - 0.5f - 0.25f);  // once
+    EXPECT_FLOAT_EQ(logits[2], 1.0f - 0.5f - 0.75f);  // three times
+    // Only the sequence's own output counts: the prompt part of the history
+    // (before gen_start) is left alone.
+    Sampler s;
+    eh_sampling_params p{};
+    p.struct_size = sizeof(p);
+    p.temperature = 0.0f;
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    p.presence_penalty = 2.0f;
+    s.set(p);
+    const std::vector<float> flat = {1.0f, 1.1f, 1.0f};
+    EXPECT_EQ(s.sample(flat.data(), 3, {1, 1, 0}, 3), 1);  // token 1 only in the prompt
+    EXPECT_EQ(s.sample(flat.data(), 3, {1, 1, 0}, 1), 2);  // 1 and 0 generated: 1.1 - 2 and 1 - 2 < 1
+}
+
 TEST(Sampler, RejectsBadParameters) {
     auto expect_bad = [](eh_sampling_params p) {
         try {

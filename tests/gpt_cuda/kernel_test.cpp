@@ -286,8 +286,8 @@ ehcuda::SinkAttnArgs sink_args(const float* q, int ldq, bool f32, const ehcuda::
 }
 
 // Prefill attention with sinks: hd 16 takes the one-block-per-query kernel,
-// 64 and 128 the tiled one (several 8-query tiles and 32-key tiles, a
-// window shorter and one longer than a tile), FP16 and FP32 caches.
+// 64 and 128 the tensor-core one (a window shorter and one longer than a
+// key tile's start offset), FP16 and FP32 caches.
 TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
     REQUIRE_GPU();
     std::mt19937 rng(5);
@@ -325,7 +325,11 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
                 a.window = win;
                 a.sinks = with_sinks ? ds.as<float>() : nullptr;
                 ehcuda::attention_sinks(a, nullptr);
-                EXPECT_LT(rel_err(host<float>(out, want.size()), want), 1e-4)
+                // Head dims 64/128 run on the tensor cores: with an FP16
+                // cache Q and the softmax weights are FP16 too (~3e-4 seen);
+                // the FP32 cache keeps hi + lo parts (float32 level).
+                const double tol = (hd == 16 || f32) ? 1e-4 : 1e-3;
+                EXPECT_LT(rel_err(host<float>(out, want.size()), want), tol)
                     << "hd " << hd << " window " << win << " sinks " << with_sinks << " f32 " << f32;
             }
         }

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include <fstream>
+#include <thread>
 
 #include "engine_host_process.hpp"
 
@@ -66,13 +67,107 @@ TEST(CpuReferenceEndToEnd, Stories260KGreedyMatchesTransformersOverHttp) {
     EXPECT_EQ(greedy_text(h, "stories-2", ids.size(), &started), first);
 }
 
-// --kv-cache-size-mb uses the KV cost the plugin states (ABI 1.1): the CPU
-// reference keeps FP32 K and V, 2 x 5 layers x 4 kv heads x 8 dims x 4 bytes
-// = 1280 bytes a token for stories260K, so 1 MiB holds 819 tokens (an FP16
-// guess would have said 1638).
+// --kv-cache-size-mb sizes the KV pool by the cost the plugin states: the
+// CPU reference keeps FP32 K and V, 2 x 5 layers x 4 kv heads x 8 dims x 4
+// bytes = 1280 bytes a token for stories260K, in blocks of 16 tokens (20,480
+// bytes), so 1 MiB holds 51 blocks = 816 tokens (an FP16 guess would have
+// said twice that), and the context is what the pool holds.
 TEST(CpuReferenceEndToEnd, KvCacheSizeUsesThePluginsStatedCost) {
     EngineHost h({"--log-format", "text", "--kv-cache-size-mb", "1"}, {}, true, EH_PLUGIN_DIR);
     ASSERT_GT(h.port(), 0) << h.log();
     json health = json::parse(h.get("/health").body);
-    EXPECT_EQ(health["context_length"], 819) << health.dump();
+    EXPECT_EQ(health["context_length"], 816) << health.dump();
+    EXPECT_EQ(health["scheduler"]["kv_blocks_total"], 51) << health.dump();
+    EXPECT_EQ(health["kv_cache_bytes"], 51 * 20480) << health.dump();
+}
+
+namespace {
+
+struct Streamed {
+    std::string text;
+    int ends = 0, errors = 0;
+};
+
+Streamed stream(EngineHost& h, const std::string& job, const std::string& prompt, size_t max_tokens) {
+    json body = {{"job_id", job}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}, {"seed", 1}};
+    auto r = h.post("/execute", body.dump());
+    Streamed s;
+    EXPECT_EQ(r.status, 200) << r.body;
+    for (const auto& ev : parse_sse(r.body)) {
+        if (ev.event == "token") s.text += json::parse(ev.data)["t"].get<std::string>();
+        if (ev.event == "end") ++s.ends;
+        if (ev.event == "error") ++s.errors;
+    }
+    return s;
+}
+
+}  // namespace
+
+// Many clients at once through the batched ABI: every stream ends with
+// exactly one terminal event and carries the text the same request gets
+// alone (the CPU reference is batch invariant).
+TEST(CpuReferenceEndToEnd, ConcurrentClientsGetTheirSoloTextWithOneTerminalEach) {
+    EngineHost h({"--log-format", "text", "--parallel", "8", "--no-prefix-cache"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    json health = json::parse(h.get("/health").body);
+    EXPECT_EQ(health["scheduler"]["batched"], true) << health.dump();
+    const std::vector<std::string> prompts = {"Once upon a time", "The little dog", "Lily wanted to", "Tom and Sue",
+                                              "One day, a bird", "There was a big tree", "The sun was", "Mom said"};
+    std::vector<std::string> solo;
+    for (size_t i = 0; i < prompts.size(); ++i) solo.push_back(stream(h, "solo" + std::to_string(i), prompts[i], 24).text);
+    std::vector<Streamed> got(prompts.size());
+    std::vector<std::thread> clients;
+    for (size_t i = 0; i < prompts.size(); ++i)
+        clients.emplace_back([&, i] { got[i] = stream(h, "par" + std::to_string(i), prompts[i], 24); });
+    for (auto& c : clients) c.join();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        EXPECT_EQ(got[i].ends, 1) << i;
+        EXPECT_EQ(got[i].errors, 0) << i;
+        EXPECT_EQ(got[i].text, solo[i]) << "prompt " << i;
+    }
+}
+
+// A repeated prompt reuses the first one's KV blocks: the hit is counted
+// and the text is unchanged.
+TEST(CpuReferenceEndToEnd, PrefixReuseIsCountedAndChangesNothing) {
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    const std::string prompt =
+        "Once upon a time, there was a little girl named Lily. She loved to play outside in the sun with her dog.";
+    Streamed a = stream(h, "first", prompt, 16);
+    Streamed b = stream(h, "second", prompt, 16);
+    EXPECT_EQ(a.text, b.text);
+    const std::string m = h.get("/metrics").body;
+    auto value = [&](const std::string& name) {
+        auto p = m.find("\n" + name + " ");
+        return p == std::string::npos ? -1.0 : std::stod(m.substr(p + name.size() + 2));
+    };
+    EXPECT_EQ(value("eh_prefix_cache_hits_total"), 1.0) << m;
+    EXPECT_GE(value("eh_prefix_cache_hit_tokens_total"), 16.0) << m;
+    EXPECT_GE(value("eh_num_requests_running"), 0.0) << m;
+    EXPECT_GE(value("eh_kv_cache_usage_perc"), 0.0) << m;
+}
+
+// logit_bias reaches the sampler: +100 on one token makes it every token.
+TEST(CpuReferenceEndToEnd, LogitBiasAndPenaltiesReachTheSampler) {
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    const int forced = 300;
+    auto r = h.post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 6}, {"temperature", 0},
+                                            {"logit_bias", {{std::to_string(forced), 100}}}}.dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    const std::string text = json::parse(r.body)["choices"][0]["text"];
+    auto d = h.post("/detokenize", json{{"tokens", std::vector<int>(6, forced)}}.dump());
+    ASSERT_EQ(d.status, 200) << d.body;
+    // (decoded alone, the first token's leading space is dropped)
+    EXPECT_EQ(text, " " + json::parse(d.body)["text"].get<std::string>());
+    // A strong frequency penalty changes a greedy continuation that repeats.
+    auto plain = h.post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0}}.dump());
+    auto pen = h.post("/v1/completions", json{{"prompt", "Once upon a time"}, {"max_tokens", 40}, {"temperature", 0},
+                                              {"frequency_penalty", 2}}.dump());
+    ASSERT_EQ(pen.status, 200) << pen.body;
+    EXPECT_NE(json::parse(plain.body)["choices"][0]["text"], json::parse(pen.body)["choices"][0]["text"]);
+    auto bad = h.post("/v1/completions", json{{"prompt", "x"}, {"logit_bias", {{"999999", 1}}}}.dump());
+    EXPECT_EQ(bad.status, 400) << bad.body;
+    EXPECT_NE(bad.body.find("outside the vocabulary"), std::string::npos) << bad.body;
 }

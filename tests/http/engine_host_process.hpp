@@ -30,13 +30,14 @@ class EngineHost {
 public:
     // `env`: extra environment (EH_TEST_ENGINE_DELAY_MS, ...). `plugins`:
     // the plugin directory (default: the deterministic test engine).
+    // `model`: the model file (default: stories260K).
     EngineHost(std::vector<std::string> extra_args = {}, std::map<std::string, std::string> env = {},
-               bool wait_ready = true, std::string plugins = std::string(EH_TEST_PLUGIN_DIR) + "/good") {
+               bool wait_ready = true, std::string plugins = std::string(EH_TEST_PLUGIN_DIR) + "/good",
+               std::string model = stories_model()) {
         std::random_device rd;
         log_path_ = (std::filesystem::temp_directory_path() / ("eh-http-test-" + std::to_string(rd()) + ".log")).string();
-        std::vector<std::string> args = {EH_ENGINE_HOST, "--plugins", plugins, "--port", "0"};
-        if (std::find(extra_args.begin(), extra_args.end(), "--model") == extra_args.end())
-            args.insert(args.end(), {"--model", stories_model()});  // unless the test names its own
+        std::vector<std::string> args = {EH_ENGINE_HOST, "--plugins", plugins,
+                                         "--model", model, "--port", "0"};
         for (auto& a : extra_args) args.push_back(a);
         pid_ = fork();
         if (pid_ == 0) {

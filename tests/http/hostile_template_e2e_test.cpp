@@ -40,7 +40,7 @@ const char* kChat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens"
 
 TEST(HostileTemplateServe, DeeplyNestedTemplateDoesNotCrashTheServer) {
     TemplatedModel m("{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}");
-    EngineHost h({"--model", m.path});
+    EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
     ASSERT_TRUE(h.running()) << h.log();
     // The template is refused at load, with the reason in the log; chat falls
     // back to the plain transcript.
@@ -57,7 +57,7 @@ TEST(HostileTemplateServe, DeeplyNestedTemplateDoesNotCrashTheServer) {
 
 TEST(HostileTemplateServe, RunawayTemplateLoopAnswersAndShutsDown) {
     TemplatedModel m("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
-    EngineHost h({"--model", m.path});
+    EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
     ASSERT_TRUE(h.running()) << h.log();
     auto t0 = std::chrono::steady_clock::now();
     auto r = h.post("/v1/chat/completions", kChat);

@@ -84,6 +84,16 @@ TEST(OpenAI, LogprobsInBothShapes) {
     EXPECT_EQ(cj["choices"][0]["logprobs"]["content"][0]["top_logprobs"].size(), 1u);
 }
 
+// The test engine is a 1.0 plugin: its sampler cannot take biases or
+// OpenAI penalties, so they are refused rather than ignored.
+TEST(OpenAI, BiasAndPenaltiesOnAnEngineWithoutThemAre400) {
+    for (const char* extra : {R"("logit_bias":{"5":10})", R"("presence_penalty":1)", R"("frequency_penalty":0.5)"}) {
+        auto r = host().post("/v1/chat/completions", std::string(kChat) + "," + extra + "}");
+        EXPECT_EQ(r.status, 400) << extra << " " << r.body;
+        EXPECT_NE(r.body.find("runs no batched steps"), std::string::npos) << r.body;
+    }
+}
+
 TEST(OpenAI, MidStreamErrorIsADataFrame) {
     EngineHost h({"--inference-timeout-sec", "1"}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
     auto r = h.post("/v1/chat/completions",

@@ -40,8 +40,8 @@ TEST(ExecuteRequest, EachRuleNamesItsField) {
         {R"({"job_id":"j"})", "prompt: 'prompt' is required"},
         {R"({"job_id":"j","prompt":""})", "prompt: 'prompt' must not be empty"},
         {R"({"job_id":"j","prompt":"a\u0000b"})", "prompt: 'prompt' contains a NUL"},
-        {R"({"job_id":"j","prompt":"x","max_tokens":0})", "max_tokens: 'max_tokens' must be between 1 and 2048; got 0"},
-        {R"({"job_id":"j","prompt":"x","max_tokens":2049})", "max_tokens: 'max_tokens' must be between 1 and 2048"},
+        {R"({"job_id":"j","prompt":"x","max_tokens":0})", "max_tokens: 'max_tokens' must be between 1 and 16777216; got 0"},
+        {R"({"job_id":"j","prompt":"x","max_tokens":16777217})", "max_tokens: 'max_tokens' must be between 1 and 16777216"},
         {R"({"job_id":"j","prompt":"x","max_tokens":1.5})", "max_tokens: 'max_tokens' must be an integer"},
         {R"({"job_id":"j","prompt":"x","max_tokens":"5"})", "max_tokens: 'max_tokens' must be an integer, not string"},
         {R"({"job_id":"j","prompt":"x","temperature":2.5})", "temperature: 'temperature' must be in [0, 2]"},
@@ -65,6 +65,32 @@ TEST(ExecuteRequest, EachRuleNamesItsField) {
         std::string got = field_of(c.body);
         EXPECT_EQ(got.rfind(c.starts, 0), 0u) << "body " << c.body << "\n got " << got;
     }
+}
+
+TEST(ExecuteRequest, PenaltiesAndLogitBias) {
+    RequestLimits lim;
+    auto r = parse_execute_request(
+        R"({"job_id":"a","prompt":"p","presence_penalty":0.5,"frequency_penalty":-1,"logit_bias":{"7":-100,"42":2.5}})", lim);
+    EXPECT_DOUBLE_EQ(r.sampling.presence_penalty, 0.5);
+    EXPECT_DOUBLE_EQ(r.sampling.frequency_penalty, -1.0);
+    ASSERT_EQ(r.sampling.logit_bias.size(), 2u);
+    EXPECT_EQ(r.sampling.logit_bias[0], (std::pair<int32_t, float>{7, -100.0f}));
+    EXPECT_EQ(r.sampling.logit_bias[1], (std::pair<int32_t, float>{42, 2.5f}));
+    EXPECT_TRUE(r.sampling.needs_batched_engine());
+    EXPECT_FALSE(parse_execute_request(R"({"job_id":"a","prompt":"p"})", lim).sampling.needs_batched_engine());
+    for (auto [body, starts] : std::vector<std::pair<std::string, std::string>>{
+             {R"({"job_id":"a","prompt":"p","presence_penalty":2.5})", "presence_penalty: 'presence_penalty' must be in [-2, 2]"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":[1]})", "logit_bias: 'logit_bias' must be an object"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"x":1}})", "logit_bias: 'logit_bias' keys must be token ids"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"-1":1}})", "logit_bias: 'logit_bias' keys must be token ids"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"99999999999":1}})", "logit_bias: 'logit_bias' keys must be token ids"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"1":101}})", "logit_bias: 'logit_bias' values must be between -100 and 100"},
+             {R"({"job_id":"a","prompt":"p","logit_bias":{"1":"a"}})", "logit_bias: 'logit_bias' values must be numbers"}}) {
+        std::string got = field_of(body);
+        EXPECT_EQ(got.rfind(starts, 0), 0u) << body << "\n got " << got;
+    }
+    lim.max_logit_bias = 2;
+    EXPECT_THROW(parse_execute_request(R"({"job_id":"a","prompt":"p","logit_bias":{"1":1,"2":1,"3":1}})", lim), RequestError);
 }
 
 TEST(ExecuteRequest, PromptLengthCountsCharactersNotBytes) {

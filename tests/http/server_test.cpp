@@ -448,3 +448,31 @@ TEST(Server, HealthIs503WhileTheModelLoads) {
     }
     EXPECT_TRUE(ready) << h.log();
 }
+
+// `engine-host loadgen` against a live server: every level sends 2N
+// requests and counts the completion tokens the server reports.
+TEST(Server, LoadgenReportsEveryLevel) {
+    EngineHost h;
+    ASSERT_GT(h.port(), 0) << h.log();
+    const std::string cmd = std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port()) +
+                            " --levels 1,3 -n 4 --json 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << out;
+    json j = json::parse(out);
+    ASSERT_EQ(j["levels"].size(), 2u) << out;
+    EXPECT_EQ(j["levels"][0]["clients"], 1);
+    EXPECT_EQ(j["levels"][0]["requests"], 2);
+    EXPECT_EQ(j["levels"][1]["requests"], 6);
+    for (auto& l : j["levels"]) {
+        EXPECT_EQ(l["failed"], 0) << out;
+        EXPECT_EQ(l["completion_tokens"], l["requests"].get<int>() * 4) << out;
+        EXPECT_GT(l["tokens_per_s"].get<double>(), 0.0);
+    }
+    // A bad level is a usage error, a dead server a clear failure.
+    EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --levels 0 > /dev/null 2>&1").c_str()), 0);
+    EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:1 > /dev/null 2>&1").c_str()), 0);
+}

@@ -28,8 +28,18 @@ static_assert(offsetof(eh_plugin_api, session_reset) == 112);
 static_assert(offsetof(eh_plugin_api, session_n_past) == 120);
 static_assert(offsetof(eh_plugin_api, session_logits) == 128);
 static_assert(offsetof(eh_plugin_api, session_last_error) == 136);
-static_assert(offsetof(eh_plugin_api, session_release) == 144);
-static_assert(sizeof(eh_plugin_api) == 152);
+static_assert(offsetof(eh_plugin_api, session_release) == 144);  // end of the 1.0/1.1 table
+static_assert(offsetof(eh_plugin_api, kv_init) == 152);           // 1.2
+static_assert(offsetof(eh_plugin_api, kv_get_info) == 160);
+static_assert(offsetof(eh_plugin_api, seq_create) == 168);
+static_assert(offsetof(eh_plugin_api, seq_fork) == 176);
+static_assert(offsetof(eh_plugin_api, seq_truncate) == 184);
+static_assert(offsetof(eh_plugin_api, seq_set_sampling) == 192);
+static_assert(offsetof(eh_plugin_api, seq_length) == 200);
+static_assert(offsetof(eh_plugin_api, seq_logits) == 208);
+static_assert(offsetof(eh_plugin_api, seq_release) == 216);
+static_assert(offsetof(eh_plugin_api, step) == 224);
+static_assert(sizeof(eh_plugin_api) == 232);
 
 static_assert(sizeof(eh_string) == 16);
 static_assert(sizeof(eh_value) == 32);
@@ -62,10 +72,23 @@ static_assert(offsetof(eh_model_info, kv_bytes_per_token) == 232);  // 1.1
 static_assert(sizeof(eh_model_info) == 240);
 static_assert(sizeof(eh_session_params) == 24);
 static_assert(offsetof(eh_sampling_params, seed) == 32);
-static_assert(sizeof(eh_sampling_params) == 40);
+static_assert(offsetof(eh_sampling_params, presence_penalty) == 40);  // 1.2
+static_assert(offsetof(eh_sampling_params, frequency_penalty) == 44);
+static_assert(sizeof(eh_sampling_params) == 48);
+static_assert(sizeof(eh_kv_params) == 40);
+static_assert(offsetof(eh_kv_params, budget_bytes) == 24);
+static_assert(sizeof(eh_kv_info) == 40);
+static_assert(offsetof(eh_kv_info, block_bytes) == 16);
+static_assert(sizeof(eh_step_entry) == 64);
+static_assert(offsetof(eh_step_entry, seq) == 8);
+static_assert(offsetof(eh_step_entry, tokens) == 16);
+static_assert(offsetof(eh_step_entry, n_tokens) == 24);
+static_assert(offsetof(eh_step_entry, bias_tokens) == 32);
+static_assert(offsetof(eh_step_entry, allowed) == 48);
+static_assert(offsetof(eh_step_entry, token) == 56);
 
 // Status and type numbers are stable too: they travel in logs and files.
-static_assert(EH_VRAM_OOM == 5 && EH_INTERNAL == 9);
+static_assert(EH_VRAM_OOM == 5 && EH_INTERNAL == 9 && EH_KV_FULL == 10);
 static_assert(EH_TYPE_Q4_K == 12 && EH_TYPE_BF16 == 30 && EH_TYPE_MXFP4 == 39);
 
 TEST(AbiLayout, TypeTraitsMatchTheGgmlBlockLayouts) {

@@ -100,19 +100,29 @@ TEST(Loader, HangingProbeIsKilledAfterTheTimeout) {
     EXPECT_NE(all_reasons(r).find("did not finish probe within 1 s"), std::string::npos) << all_reasons(r);
 }
 
-// Minor versions only append: a plugin built against 1.0 loads in a 1.1
-// host, which then reads none of 1.1's additions from it.
+// Minor versions only append: a plugin built against 1.1 (its table ends
+// before 1.2's batched members) loads in the 1.2 host, which then drives it
+// through the session calls.
 TEST(Loader, PluginBuiltForAnOlderMinorIsAccepted) {
     ScratchDir dir;
-    eh::test::copy_fixture("abi-1-0", dir.path);
+    eh::test::copy_fixture("abi-1-1", dir.path);
     auto mp = eh::test::manifest_in(dir.path);
     std::string text = eh::test::read_file(mp);
-    eh::test::replace_all(text, "\"minor\": " + std::to_string(EH_ABI_MINOR), "\"minor\": 0");
+    eh::test::replace_all(text, "\"minor\": " + std::to_string(EH_ABI_MINOR), "\"minor\": 1");
     eh::test::write_file(mp, text);
     PluginRecord r = load_plugin(mp.string());
     EXPECT_TRUE(r.accepted) << all_reasons(r);
     ASSERT_NE(r.api, nullptr);
-    EXPECT_EQ(r.api->abi_minor, 0);
+    EXPECT_EQ(r.api->abi_minor, 1);
+    EXPECT_EQ(r.api->struct_size, offsetof(eh_plugin_api, kv_init));
+    EXPECT_FALSE(api_has_step(*r.api));
+}
+
+TEST(Loader, BatchedMembersComeAsAGroup) {
+    PluginRecord r = load_fixture("partial-batch");
+    EXPECT_FALSE(r.accepted);
+    EXPECT_NE(all_reasons(r).find("function table entry step is NULL while other batched (1.2) entries are set"),
+              std::string::npos) << all_reasons(r);
 }
 
 TEST(Loader, TooOldMinorIsRejectedBeforeOpening) {

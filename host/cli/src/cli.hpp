@@ -31,6 +31,12 @@ int cmd_forge(const std::vector<std::string>& args);
 int cmd_quantize(const std::vector<std::string>& args);
 int cmd_convert(const std::vector<std::string>& args);
 int cmd_bench(const std::vector<std::string>& args);
+int cmd_loadgen(const std::vector<std::string>& args);
+int cmd_pull(const std::vector<std::string>& args);
+int cmd_chat(const std::vector<std::string>& args);
+
+// The longest line `chat` reads; longer input is split into several turns.
+inline constexpr size_t kMaxChatLineBytes = 64 * 1024;
 
 // The "Tokenizer" block of `inspect`.
 void append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out);

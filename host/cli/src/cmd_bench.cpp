@@ -5,6 +5,8 @@
 
 #include "cli.hpp"
 #include "eh/tools/bench.hpp"
+#include "eh/loader/plugin_search.hpp"
+#include "model_ref.hpp"
 #include "options.hpp"
 
 namespace eh::cli {
@@ -13,8 +15,9 @@ int cmd_bench(const std::vector<std::string>& args) {
     po::options_description desc("Options");
     desc.add_options()
         ("help,h", "show this help")
-        ("plugins", po::value<std::string>()->required(), "plugin directory")
-        ("model", po::value<std::string>()->required(), "model file")
+        ("plugins", po::value<std::vector<std::string>>(), kPluginsHelp)
+        ("model,m", po::value<std::string>()->required(), kModelHelp)
+        ("offline", kOfflineHelp)
         ("plugin", po::value<std::string>()->default_value(""), "only this plugin (default: every plugin that serves the model)")
         ("p,p", po::value<uint32_t>()->default_value(512), "prompt tokens (prefill); -p and -n are scaled down together when p+n exceeds the model context")
         ("n,n", po::value<uint32_t>()->default_value(128), "generated tokens (decode)")
@@ -25,12 +28,12 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("verbose,v", "progress lines on stderr");
     po::variables_map vm;
     int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host bench --plugins DIR --model FILE [-p 512] [-n 128] [-r 5] [--json]",
+    if (!parse_options(args, desc, "Usage: engine-host bench --model REF [--plugins DIR] [-p 512] [-n 128] [-r 5] [--json]",
                        vm, code))
         return code;
     tools::BenchOptions o;
-    o.plugins_dir = vm["plugins"].as<std::string>();
-    o.model = vm["model"].as<std::string>();
+    o.plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
+    o.model = resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0);
     o.plugin = vm["plugin"].as<std::string>();
     o.n_prompt = vm["p"].as<uint32_t>();
     o.n_gen = vm["n"].as<uint32_t>();

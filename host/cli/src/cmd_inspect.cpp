@@ -9,6 +9,7 @@
 #include "eh/model/descriptor.hpp"
 #include "eh/model/inspect.hpp"
 #include "eh/model/model_file.hpp"
+#include "model_ref.hpp"
 #include "options.hpp"
 #include "plugin_report.hpp"
 
@@ -18,17 +19,18 @@ int cmd_inspect(const std::vector<std::string>& args) {
     po::options_description desc("Options");
     desc.add_options()
         ("help,h", "show this help")
-        ("model", po::value<std::string>()->required(), "GGUF file or Hugging Face model directory")
-        ("plugins", po::value<std::string>(), "plugin directory: also say which plugin would serve the model")
+        ("model,m", po::value<std::string>()->required(), kModelHelp)
+        ("offline", kOfflineHelp)
+        ("plugins", po::value<std::vector<std::string>>(), "plugin directory (repeatable): also say which plugin would serve the model")
         ("gpu", po::value<int>()->default_value(0), "GPU ordinal the plugins are probed on")
         ("tensors", "list every tensor")
         ("json", "print JSON instead of text");
     po::variables_map vm;
     int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host inspect --model PATH [--plugins DIR] [--json] [--tensors]", vm, code))
+    if (!parse_options(args, desc, "Usage: engine-host inspect --model REF [--plugins DIR] [--json] [--tensors]", vm, code))
         return code;
 
-    auto file = model::ModelFile::open(vm["model"].as<std::string>());
+    auto file = model::ModelFile::open(resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0));
     model::ModelDescriptor d = model::describe(*file);
     model::InspectOptions opt;
     opt.list_tensors = vm.count("tensors") > 0;
@@ -38,7 +40,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     if (vm.count("plugins")) {
         loader::LoaderOptions lo;
         lo.device = vm["gpu"].as<int>();
-        Registry reg = loader::discover_plugins(vm["plugins"].as<std::string>(), lo);
+        Registry reg = loader::discover_plugins(plugins_arg(vm), lo);
         Resolution res = reg.resolve(d.requirements());
         model::InspectSection s{"Plugin", {}, {}};
         if (res.plugin) {

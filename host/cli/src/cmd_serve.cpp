@@ -23,9 +23,11 @@
 #include "eh/http/server.hpp"
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/loader/plugin_search.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/service/service.hpp"
+#include "model_ref.hpp"
 #include "options.hpp"
 #include "plugin_report.hpp"
 #include "serve_codec.hpp"
@@ -37,7 +39,7 @@ namespace {
 using service::log_event;
 namespace lvl = spdlog::level;
 
-const char* kServeUsage = "Usage: engine-host [serve] --plugins DIR --model PATH [--port N] [options]";
+const char* kServeUsage = "Usage: engine-host [serve] --model REF [--plugins DIR] [--port N] [options]";
 
 std::string new_uuid() {
     std::mt19937_64 rng{std::random_device{}()};
@@ -127,18 +129,23 @@ int cmd_serve(const std::vector<std::string>& args) {
     po::options_description desc("Options");
     desc.add_options()
         ("help,h", "show this help")
-        ("plugins", po::value<std::string>()->required(), "plugin directory")
-        ("model", po::value<std::string>()->required(), "model file (GGUF) or Hugging Face model directory")
+        ("plugins", po::value<std::vector<std::string>>(), kPluginsHelp)
+        ("model,m", po::value<std::string>()->required(), kModelHelp)
+        ("offline", kOfflineHelp)
         ("model-name", po::value<std::string>(), "model id clients use (default: file name without .gguf)")
         ("port", po::value<int>()->default_value(8080), "TCP port (0 = any free port)")
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
         ("worker-id", po::value<std::string>(), "UUID of this worker (generated when absent)")
         ("gpu-device", po::value<int>()->default_value(0), "GPU ordinal")
-        ("max-tokens-out", po::value<uint32_t>()->default_value(2048), "most tokens one request may generate (1-2048)")
+        ("max-tokens-out", po::value<uint32_t>()->default_value(0), "most tokens one request may generate (0 = as many as the context leaves)")
         ("inference-timeout-sec", po::value<uint32_t>()->default_value(300), "per-request time limit")
         ("ctx-size", po::value<uint32_t>()->default_value(0), "context length (prompt + output); default: the model's")
-        ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0), "size the context to this much KV cache")
-        ("queue-size", po::value<size_t>()->default_value(16), "requests that may wait while one runs")
+        ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0), "KV-cache pool shared by all sequences (default: --gpu-memory-fraction); without --ctx-size the context is capped to what it holds")
+        ("gpu-memory-fraction", po::value<float>()->default_value(0), "KV-cache pool as a fraction (0-1] of the device memory free after the weights (0 = plugin default)")
+        ("parallel", po::value<uint32_t>()->default_value(64), "requests decoding at once in the batch (1-4096)")
+        ("batch-tokens", po::value<uint32_t>()->default_value(2048), "tokens per forward step: decodes plus prefill chunks (16-65536)")
+        ("no-prefix-cache", "do not keep finished sequences for prompts that share their prefix")
+        ("queue-size", po::value<size_t>()->default_value(256), "requests that may wait for a place in the batch")
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
         ("callback-url", po::value<std::string>(), "POST {worker_id, model_ref, vram_bytes, uri} here once serving")
         ("cors", "allow cross-origin requests from localhost origins (browser tooling)")
@@ -169,9 +176,20 @@ int cmd_serve(const std::vector<std::string>& args) {
         print_error("--worker-id must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000)");
         return kUsage;
     }
-    uint32_t max_out = vm["max-tokens-out"].as<uint32_t>();
-    if (max_out < 1 || max_out > 2048) {
-        print_error("--max-tokens-out must be between 1 and 2048");
+    const uint32_t max_out = vm["max-tokens-out"].as<uint32_t>();
+    const uint32_t parallel = vm["parallel"].as<uint32_t>();
+    if (parallel < 1 || parallel > 4096) {
+        print_error("--parallel must be between 1 and 4096");
+        return kUsage;
+    }
+    const uint32_t batch_tokens = vm["batch-tokens"].as<uint32_t>();
+    if (batch_tokens < 16 || batch_tokens > 65536) {
+        print_error("--batch-tokens must be between 16 and 65536");
+        return kUsage;
+    }
+    const float mem_fraction = vm["gpu-memory-fraction"].as<float>();
+    if (!(mem_fraction >= 0.0f && mem_fraction <= 1.0f)) {
+        print_error("--gpu-memory-fraction must be in [0, 1] (0 = the plugin's default)");
         return kUsage;
     }
     if (vm["inference-timeout-sec"].as<uint32_t>() == 0) {
@@ -183,7 +201,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         print_error("--port must be between 0 and 65535");
         return kUsage;
     }
-    const std::string model_path = vm["model"].as<std::string>();
+    const std::string model_ref = vm["model"].as<std::string>();
+    const std::string model_path = resolve_model_ref(model_ref, vm.count("offline") > 0);
+    const std::vector<std::string> plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
     const int gpu = vm["gpu-device"].as<int>();
     const std::string model_name = vm.count("model-name") ? vm["model-name"].as<std::string>() : model_id(model_path);
 
@@ -211,7 +231,8 @@ int cmd_serve(const std::vector<std::string>& args) {
     service::init_event_log(ls);
     log_event(lvl::info, "startup", {{"version", EH_VERSION}, {"abi", fmt::format("{}.{}", EH_ABI_MAJOR, EH_ABI_MINOR)},
                                      {"host", vm["host"].as<std::string>()}, {"port", port},
-                                     {"plugins", vm["plugins"].as<std::string>()}, {"model_path", model_path}});
+                                     {"plugins", loader::join_dirs(plugin_dirs)}, {"model_ref", model_ref},
+                                     {"model_path", model_path}});
 
     auto metrics = std::make_shared<service::Metrics>();
     http::ServerOptions so;
@@ -220,8 +241,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     so.cors = vm.count("cors") > 0;
     if (vm.count("allowed-hosts")) boost::split(so.allowed_hosts, vm["allowed-hosts"].as<std::string>(), boost::is_any_of(","));
     so.allow_shutdown_endpoint = vm.count("allow-shutdown-endpoint") > 0;
-    so.limits.max_tokens = max_out;
-    so.threads = vm["queue-size"].as<size_t>() + 16;
+    if (max_out) so.limits.max_tokens = max_out;
+    // Every running and waiting request holds an HTTP thread while it streams.
+    so.threads = vm["queue-size"].as<size_t>() + parallel + 16;
     http::Server server(so, metrics);
     server.on_shutdown_request([latch] { latch->trigger("POST /shutdown"); });
     int bound;
@@ -263,7 +285,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     try {
         loader::LoaderOptions lo;
         lo.device = gpu;
-        Registry reg = loader::discover_plugins(vm["plugins"].as<std::string>(), lo);
+        Registry reg = loader::discover_plugins(plugin_dirs, lo);
         for (const auto* r : reg.rejected())
             log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
 
@@ -304,6 +326,11 @@ int cmd_serve(const std::vector<std::string>& args) {
         service::ServiceOptions sopt;
         sopt.n_ctx = choose_context(*file, mi, vm["ctx-size"].as<uint32_t>(), vm["kv-cache-size-mb"].as<uint64_t>());
         sopt.queue_capacity = vm["queue-size"].as<size_t>();
+        sopt.max_running = parallel;
+        sopt.max_step_tokens = batch_tokens;
+        sopt.kv_budget_bytes = vm["kv-cache-size-mb"].as<uint64_t>() * 1024 * 1024;
+        sopt.kv_memory_fraction = mem_fraction;
+        sopt.prefix_cache = vm.count("no-prefix-cache") == 0;
         sopt.inference_timeout = std::chrono::seconds(vm["inference-timeout-sec"].as<uint32_t>());
         sopt.shutdown_grace = std::chrono::milliseconds(vm["shutdown-grace-ms"].as<uint32_t>());
         sopt.limits = so.limits;
@@ -319,7 +346,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.vocab_size = codec->vocab_size();
         ni.context_length = svc->n_ctx();
         ni.trained_context_length = mi.context_length;
-        ni.max_tokens_out = max_out;
+        ni.max_tokens_out = max_out ? std::min(max_out, svc->n_ctx()) : svc->n_ctx();
+        ni.slots = svc->max_running();
         ni.plugin_name = plugin.caps.name;
         ni.plugin_version = plugin.caps.version;
         ni.engine = plugin.caps.engine;
@@ -347,12 +375,15 @@ int cmd_serve(const std::vector<std::string>& args) {
                 lock.lock();
             }
         });
+        const service::SeqLimits& kl = svc->kv_limits();
         log_event(lvl::info, "ready", {{"uri", uri}, {"context_length", svc->n_ctx()}, {"plugin", plugin.caps.name},
-                                       {"tokenizer", codec->kind()}});
+                                       {"tokenizer", codec->kind()}, {"batched", svc->batched()},
+                                       {"max_running", svc->max_running()}, {"kv_blocks", kl.total_blocks},
+                                       {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc->kv_cache_bytes()}});
 
         if (vm.count("callback-url")) {
             std::string err;
-            nlohmann::json body = {{"worker_id", worker_id}, {"model_ref", model_path}, {"vram_bytes", mi.device_bytes_used},
+            nlohmann::json body = {{"worker_id", worker_id}, {"model_ref", model_ref}, {"vram_bytes", mi.device_bytes_used},
                                    {"uri", uri}};
             if (!post_callback(vm["callback-url"].as<std::string>(), body, err)) {
                 log_event(lvl::err, "error", {{"code", "CALLBACK_FAILED"}, {"message", err}});

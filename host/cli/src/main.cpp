@@ -31,15 +31,24 @@ namespace {
 const char* kUsageText = R"(engine-host — serve language models through engine plugins
 
 Usage:
-  engine-host [serve] --plugins DIR --model PATH [options]   run the server
-  engine-host plugins --plugins DIR [--json]                 list accepted and rejected plugins
-  engine-host inspect --model PATH [--plugins DIR] [--json]  describe a model file and its plugin
+  engine-host [serve] --model REF [options]                  run the server
+  engine-host chat --model REF [-p PROMPT]                   chat with a model in the terminal
+  engine-host pull REF                                       download a model into the hub cache
+  engine-host plugins [--plugins DIR] [--json]               list accepted and rejected plugins
+  engine-host inspect --model REF [--plugins DIR] [--json]   describe a model file and its plugin
   engine-host forge --like PROFILE --out FILE [--seed N]     write a real-shape GGUF with random weights
   engine-host quantize --in F --out G --type T               convert a GGUF's weights (Q8_0, Q4_K_M, MXFP4, ...)
   engine-host convert --hf DIR --out FILE [--type T]         Hugging Face safetensors directory to GGUF
-  engine-host bench --plugins DIR --model FILE [--json]      prefill/decode speed of each plugin serving a model
+  engine-host bench --model REF [--json]                     prefill/decode speed of each plugin serving a model
+  engine-host loadgen [--url URL] [--levels 1,4,16,64]       tokens/s and latency of a running server under concurrent clients
   engine-host help | --help | -h                             this text
   engine-host version | --version                            print the version
+
+REF: a GGUF file or Hugging Face model directory, hf://ORG/REPO/FILE, or
+ORG/REPO[:QUANT] (fetched into the Hugging Face hub cache; HF_ENDPOINT,
+HF_TOKEN, HF_HOME, HF_HUB_CACHE and HF_HUB_OFFLINE are honoured).
+Plugins: --plugins DIR (repeatable), else beside the executable, the install
+prefix's lib/engine-host/plugins, then $ENGINE_HOST_PLUGINS.
 
 Run `engine-host <command> --help` for a command's options.
 
@@ -73,6 +82,9 @@ int main(int argc, char** argv) {
         if (cmd == "quantize") return eh::cli::cmd_quantize({args.begin() + 1, args.end()});
         if (cmd == "convert") return eh::cli::cmd_convert({args.begin() + 1, args.end()});
         if (cmd == "bench") return eh::cli::cmd_bench({args.begin() + 1, args.end()});
+        if (cmd == "loadgen") return eh::cli::cmd_loadgen({args.begin() + 1, args.end()});
+        if (cmd == "pull") return eh::cli::cmd_pull({args.begin() + 1, args.end()});
+        if (cmd == "chat") return eh::cli::cmd_chat({args.begin() + 1, args.end()});
         if (cmd.empty() || cmd.rfind("-", 0) == 0) return eh::cli::cmd_serve(args);
         eh::cli::print_error("unknown command '" + cmd + "' (try `engine-host --help`)");
         return eh::cli::kUsage;

@@ -34,6 +34,7 @@ Code code_from_status(eh_status status) {
     case EH_CANCELLED: return Code::Cancelled;
     case EH_CONTEXT_FULL: return Code::ContextFull;
     case EH_INTERNAL: return Code::Internal;
+    case EH_KV_FULL: return Code::VramOom;  // the scheduler handles it; never expected here
     }
     return Code::Internal;
 }

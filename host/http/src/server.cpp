@@ -11,6 +11,7 @@
 #include "crash_notice.hpp"
 #include "impl.hpp"
 #include "request_guard.hpp"
+#include "web_assets.hpp"
 
 namespace eh::http {
 namespace {
@@ -237,11 +238,25 @@ void Server::Impl::install_routes() {
         if (auto svc = get_service()) {
             j["queue_depth"] = svc->queue_depth();
             j["active_jobs"] = svc->active_jobs();
-            // Live: the model plus its sessions (KV caches, buffers).
+            // The model plus its KV-cache pool and step buffers, allocated at start.
             j["vram_bytes_used"] = svc->device_bytes_used();
             j["vram_bytes_model"] = svc->model_device_bytes();
             j["kv_bytes_per_token"] = svc->kv_bytes_per_token();
-            j["kv_cache_bytes"] = uint64_t(svc->n_ctx()) * svc->kv_bytes_per_token();
+            j["kv_cache_bytes"] = svc->kv_cache_bytes();
+            service::Gauges g;
+            svc->fill_gauges(g);
+            const service::SeqLimits& kl = svc->kv_limits();
+            j["scheduler"] = {{"batched", svc->batched()},
+                              {"running", svc->active_jobs()},
+                              {"waiting", svc->queue_depth()},
+                              {"max_running", svc->max_running()},
+                              {"max_step_tokens", kl.max_step_tokens},
+                              {"kv_block_tokens", kl.block_tokens},
+                              {"kv_blocks_total", kl.total_blocks},
+                              {"kv_cache_usage", g.kv_cache_usage},
+                              {"prefix_cache_entries", uint64_t(g.prefix_cache_entries)},
+                              {"prefix_cache_hit_tokens", uint64_t(g.prefix_hit_tokens)},
+                              {"preemptions", uint64_t(g.preemptions)}};
         }
         send_json(res, status == "healthy" ? 200 : 503, j);
     });
@@ -270,7 +285,7 @@ void Server::Impl::install_routes() {
             {"architecture", ni.architecture},
             {"ctx_max", ni.context_length},
             {"max_tokens_out", ni.max_tokens_out},
-            {"concurrency", {{"slots", 1}, {"queue_capacity", ni.queue_capacity}}},
+            {"concurrency", {{"slots", ni.slots}, {"queue_capacity", ni.queue_capacity}}},
             {"workloads", {"generate", "chat", "tokenize", "detokenize"}},
             {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
                            "/v1/models", "/v1/completions", "/v1/chat/completions"}},
@@ -294,7 +309,7 @@ void Server::Impl::install_routes() {
                                                  {"sampler_profile_version", "1"},
                                                  {"ctx_max", ni.context_length},
                                                  {"max_tokens_out", ni.max_tokens_out},
-                                                 {"concurrency", {{"slots", 1}}},
+                                                 {"concurrency", {{"slots", ni.slots}}},
                                                  {"supported_workloads", {"generate", "chat", "tokenize", "detokenize"}}}})},
         };
         send_json(res, 200, j);
@@ -310,11 +325,12 @@ void Server::Impl::install_routes() {
         g.context_length = ni.context_length;
         if (auto svc = get_service()) {
             g.vram_bytes = double(svc->device_bytes_used());
-            g.queue_depth = double(svc->queue_depth());
-            g.active_jobs = double(svc->active_jobs());
+            svc->fill_gauges(g);
         }
         res.set_content(metrics->render(g), "text/plain; version=0.0.4; charset=utf-8");
     });
+
+    http.Get(web::kRoutePattern, web::serve_asset);  // the chat page
 
     http.Post("/shutdown", [this](const httplib::Request& req, httplib::Response& res) {
         std::string cid = correlation_id(req, res);

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -120,9 +121,12 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
         problems.push_back("ABI too old: plugin speaks " + plug_v + ", host needs at least " + host_v);
         return out;
     }
-    if (api->struct_size < sizeof(eh_plugin_api)) {
+    // A table is as large as the minor version it was built for defines:
+    // older plugins end before the members later minors appended.
+    const size_t needed = api_table_size(api->abi_minor);
+    if (api->struct_size < needed) {
         problems.push_back("function table too small: plugin says " + std::to_string(api->struct_size) +
-                           " bytes, ABI " + plug_v + " needs " + std::to_string(sizeof(eh_plugin_api)));
+                           " bytes, ABI " + plug_v + " needs " + std::to_string(needed));
         return out;
     }
     if (api->abi_major != m.abi_major || api->abi_minor != m.abi_minor)
@@ -143,6 +147,21 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
                          (void*)api->session_last_error, (void*)api->session_release};
     for (size_t i = 0; i < std::size(fns); ++i)
         if (!fns[i]) problems.push_back(std::string("function table entry ") + required[i] + " is NULL");
+    if (api->abi_minor >= 2) {
+        // The batched members come as a group (seq_logits stays optional).
+        const char* batched[] = {"kv_init", "kv_get_info", "seq_create", "seq_fork", "seq_truncate",
+                                 "seq_set_sampling", "seq_length", "seq_release", "step"};
+        const void* bfns[] = {(void*)api->kv_init, (void*)api->kv_get_info, (void*)api->seq_create,
+                              (void*)api->seq_fork, (void*)api->seq_truncate, (void*)api->seq_set_sampling,
+                              (void*)api->seq_length, (void*)api->seq_release, (void*)api->step};
+        size_t set = 0;
+        for (const void* f : bfns) set += f != nullptr;
+        if (set != 0 && set != std::size(bfns))
+            for (size_t i = 0; i < std::size(bfns); ++i)
+                if (!bfns[i])
+                    problems.push_back(std::string("function table entry ") + batched[i] +
+                                       " is NULL while other batched (1.2) entries are set: set all or none");
+    }
     if (!problems.empty()) return out;
 
     stage("info");
@@ -363,21 +382,30 @@ PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& 
 }
 
 Registry discover_plugins(const std::string& dir, const LoaderOptions& options) {
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec))
-        throw Error(Code::NoPlugin, "plugin directory '" + dir + "' does not exist or is not a directory");
+    return discover_plugins(std::vector<std::string>{dir}, options);
+}
+
+Registry discover_plugins(const std::vector<std::string>& dirs, const LoaderOptions& options) {
     std::vector<fs::path> manifests, libraries;
-    for (const auto& e : fs::directory_iterator(dir, ec)) {
-        std::string name = e.path().filename().string();
-        if (name.size() > std::strlen(kManifestSuffix) &&
-            name.compare(name.size() - std::strlen(kManifestSuffix), std::string::npos, kManifestSuffix) == 0)
-            manifests.push_back(e.path());
-        else if (e.path().extension() == ".so")
-            libraries.push_back(e.path());
+    for (const auto& dir : dirs) {
+        std::error_code ec;
+        if (!fs::is_directory(dir, ec))
+            throw Error(Code::NoPlugin, "plugin directory '" + dir + "' does not exist or is not a directory");
+        std::vector<fs::path> m, l;
+        for (const auto& e : fs::directory_iterator(dir, ec)) {
+            std::string name = e.path().filename().string();
+            if (name.size() > std::strlen(kManifestSuffix) &&
+                name.compare(name.size() - std::strlen(kManifestSuffix), std::string::npos, kManifestSuffix) == 0)
+                m.push_back(e.path());
+            else if (e.path().extension() == ".so")
+                l.push_back(e.path());
+        }
+        if (ec) throw Error(Code::NoPlugin, "cannot list plugin directory '" + dir + "': " + ec.message());
+        std::sort(m.begin(), m.end());
+        std::sort(l.begin(), l.end());
+        manifests.insert(manifests.end(), m.begin(), m.end());
+        libraries.insert(libraries.end(), l.begin(), l.end());
     }
-    if (ec) throw Error(Code::NoPlugin, "cannot list plugin directory '" + dir + "': " + ec.message());
-    std::sort(manifests.begin(), manifests.end());
-    std::sort(libraries.begin(), libraries.end());
 
     // Every pre-flight runs before any plugin is opened here: a forked child
     // cannot use CUDA once this process has initialised it, so a CUDA plugin
@@ -387,14 +415,25 @@ Registry discover_plugins(const std::string& dir, const LoaderOptions& options) 
     for (const auto& mp : manifests) prepared.push_back(prepare(mp.string(), opt));
 
     Registry reg;
-    std::set<std::string> claimed;
+    std::set<fs::path> claimed;
+    std::map<std::string, std::string> first_dir;  // plugin name -> the directory it was accepted from
     for (auto& prep : prepared) {
+        const std::string name = prep.record.caps.name;
+        const std::string dir = fs::path(prep.record.manifest_path).parent_path().string();
+        if (!prep.record.library_path.empty()) claimed.insert(fs::path(prep.record.library_path));
+        if (prep.ready && first_dir.count(name) && first_dir[name] != dir) {
+            // The search order decides: an earlier directory's copy serves.
+            prep.record.reasons.push_back("a plugin named " + name + " was already found in " + first_dir[name] +
+                                          " (earlier in the search order); this copy was not loaded");
+            reg.add(std::move(prep.record));
+            continue;
+        }
         PluginRecord rec = finish(std::move(prep), opt);
-        if (!rec.library_path.empty()) claimed.insert(fs::path(rec.library_path).filename().string());
+        if (rec.accepted) first_dir.emplace(name, dir);
         reg.add(std::move(rec));
     }
     for (const auto& lib : libraries) {
-        if (claimed.count(lib.filename().string())) continue;
+        if (claimed.count(lib)) continue;
         PluginRecord rec;
         rec.library_path = lib.string();
         rec.caps.name = lib.filename().string();

@@ -35,6 +35,11 @@ std::optional<double> get_number(const object& obj, std::string_view key, double
 std::optional<int64_t> get_int(const object& obj, std::string_view key, int64_t lo, int64_t hi);
 std::optional<uint64_t> get_uint64(const object& obj, std::string_view key);
 std::optional<bool> get_bool(const object& obj, std::string_view key);
+// {"<token id>": bias, ...} with biases in [-100, 100] (OpenAI's logit_bias).
+std::vector<std::pair<int32_t, float>> get_logit_bias(const object& obj, std::string_view key,
+                                                      const RequestLimits& limits);
+// presence_penalty / frequency_penalty / logit_bias into `s`.
+void get_penalties(const object& obj, Sampling& s, const RequestLimits& limits);
 // A string or an array of strings.
 std::vector<std::string> get_stop(const object& obj, std::string_view key, const RequestLimits& limits);
 // Prompt text rules shared by every endpoint.

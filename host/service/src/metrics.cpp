@@ -32,7 +32,9 @@ void Histogram::render(std::string& out, const std::string& name) const {
 
 Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
-      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}) {}
+      itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
+      queue_({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
+      e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}) {}
 
 void Metrics::request(const std::string& endpoint, const std::string& outcome) {
     std::lock_guard lock(mu_);
@@ -64,6 +66,16 @@ void Metrics::inter_token_latency(double s) {
     itl_.observe(s);
 }
 
+void Metrics::queue_time(double s) {
+    std::lock_guard lock(mu_);
+    queue_.observe(s);
+}
+
+void Metrics::request_latency(double s) {
+    std::lock_guard lock(mu_);
+    e2e_.observe(s);
+}
+
 std::string Metrics::render(const Gauges& g) const {
     std::lock_guard lock(mu_);
     std::string out;
@@ -77,16 +89,49 @@ std::string Metrics::render(const Gauges& g) const {
     out += fmt::format("eh_prompt_tokens_total {}\n", prompt_tokens_);
     out += "# HELP eh_generated_tokens_total Tokens generated.\n# TYPE eh_generated_tokens_total counter\n";
     out += fmt::format("eh_generated_tokens_total {}\n", tokens_generated_);
-    out += "# HELP eh_time_to_first_token_seconds Time from job start to its first generated token.\n"
+    out += "# HELP eh_time_to_first_token_seconds Time from submission (queue time included) to the first generated token.\n"
            "# TYPE eh_time_to_first_token_seconds histogram\n";
     ttft_.render(out, "eh_time_to_first_token_seconds");
     out += "# HELP eh_inter_token_latency_seconds Time between consecutive generated tokens.\n"
            "# TYPE eh_inter_token_latency_seconds histogram\n";
     itl_.render(out, "eh_inter_token_latency_seconds");
+    out += "# HELP eh_queue_time_seconds Time from submission to admission into the batch.\n"
+           "# TYPE eh_queue_time_seconds histogram\n";
+    queue_.render(out, "eh_queue_time_seconds");
+    out += "# HELP eh_request_latency_seconds Time from submission to the end of a completed request.\n"
+           "# TYPE eh_request_latency_seconds histogram\n";
+    e2e_.render(out, "eh_request_latency_seconds");
     out += "# HELP eh_queue_depth Jobs waiting to run.\n# TYPE eh_queue_depth gauge\n";
     out += fmt::format("eh_queue_depth {}\n", num(g.queue_depth));
     out += "# HELP eh_active_jobs Jobs running now.\n# TYPE eh_active_jobs gauge\n";
     out += fmt::format("eh_active_jobs {}\n", num(g.active_jobs));
+    // The Gateway API inference extension's model-server protocol:
+    // TotalQueuedRequests, TotalRunningRequests, KVCacheUtilization.
+    out += "# HELP eh_num_requests_waiting Requests waiting to start.\n# TYPE eh_num_requests_waiting gauge\n";
+    out += fmt::format("eh_num_requests_waiting {}\n", num(g.queue_depth));
+    out += "# HELP eh_num_requests_running Requests in the running batch.\n# TYPE eh_num_requests_running gauge\n";
+    out += fmt::format("eh_num_requests_running {}\n", num(g.active_jobs));
+    out += "# HELP eh_kv_cache_usage_perc Fraction (0-1) of KV-cache blocks held, cached prefixes included.\n"
+           "# TYPE eh_kv_cache_usage_perc gauge\n";
+    out += fmt::format("eh_kv_cache_usage_perc {}\n", num(g.kv_cache_usage));
+    out += "# HELP eh_kv_cache_blocks Total KV-cache blocks.\n# TYPE eh_kv_cache_blocks gauge\n";
+    out += fmt::format("eh_kv_cache_blocks {}\n", num(g.kv_blocks_total));
+    out += "# HELP eh_prefix_cache_entries Finished sequences kept for prefix reuse.\n# TYPE eh_prefix_cache_entries gauge\n";
+    out += fmt::format("eh_prefix_cache_entries {}\n", num(g.prefix_cache_entries));
+    out += "# HELP eh_prefix_cache_lookups_total Prefix-cache lookups (one per admitted request).\n"
+           "# TYPE eh_prefix_cache_lookups_total counter\n";
+    out += fmt::format("eh_prefix_cache_lookups_total {}\n", num(g.prefix_lookups));
+    out += "# HELP eh_prefix_cache_hits_total Lookups that reused a cached prefix.\n# TYPE eh_prefix_cache_hits_total counter\n";
+    out += fmt::format("eh_prefix_cache_hits_total {}\n", num(g.prefix_hits));
+    out += "# HELP eh_prefix_cache_query_tokens_total Prompt tokens looked up in the prefix cache.\n"
+           "# TYPE eh_prefix_cache_query_tokens_total counter\n";
+    out += fmt::format("eh_prefix_cache_query_tokens_total {}\n", num(g.prefix_query_tokens));
+    out += "# HELP eh_prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n"
+           "# TYPE eh_prefix_cache_hit_tokens_total counter\n";
+    out += fmt::format("eh_prefix_cache_hit_tokens_total {}\n", num(g.prefix_hit_tokens));
+    out += "# HELP eh_preemptions_total Requests preempted (KV blocks freed, recomputed later).\n"
+           "# TYPE eh_preemptions_total counter\n";
+    out += fmt::format("eh_preemptions_total {}\n", num(g.preemptions));
     out += "# HELP eh_vram_bytes Device memory held by the model.\n# TYPE eh_vram_bytes gauge\n";
     out += fmt::format("eh_vram_bytes {}\n", num(g.vram_bytes));
     out += "# HELP eh_context_length Tokens per sequence (prompt + output).\n# TYPE eh_context_length gauge\n";

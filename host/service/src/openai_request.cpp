@@ -118,9 +118,7 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
     if (auto v = get_int(obj, "top_k", 0, INT32_MAX)) r.gen.sampling.top_k = int32_t(*v);
     if (auto v = get_number(obj, "min_p", 0, 1)) r.gen.sampling.min_p = *v;
     if (auto v = get_number(obj, "repetition_penalty", 0, 2, true)) r.gen.sampling.repetition_penalty = *v;
-    for (const char* k : {"presence_penalty", "frequency_penalty"})
-        if (auto v = get_number(obj, k, -2, 2); v && *v != 0)
-            throw RequestError(k, fmt::format("'{}' is not supported (use repetition_penalty)", k));
+    get_penalties(obj, r.gen.sampling, limits);
     r.gen.stop = get_stop(obj, "stop", limits);
     r.gen.sampling.seed = get_uint64(obj, "seed");
     if (auto s = get_bool(obj, "stream")) r.stream = *s;

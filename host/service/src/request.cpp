@@ -1,5 +1,6 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cmath>
 #include <set>
 
@@ -136,6 +137,43 @@ std::optional<bool> get_bool(const object& obj, std::string_view key) {
     return e->get_bool().value_unsafe();
 }
 
+std::vector<std::pair<int32_t, float>> get_logit_bias(const object& obj, std::string_view key,
+                                                      const RequestLimits& limits) {
+    std::vector<std::pair<int32_t, float>> out;
+    auto e = field(obj, key);
+    if (!e) return out;
+    if (e->type() != element_type::OBJECT) throw wrong_type(key, "an object of token id -> bias", *e);
+    auto o = e->get_object().value_unsafe();
+    if (o.size() > limits.max_logit_bias)
+        throw RequestError(std::string(key), fmt::format("'{}' has {} entries; the limit is {}", key, o.size(),
+                                                         limits.max_logit_bias));
+    for (auto [k, v] : o) {
+        const std::string_view id_text = k;
+        int64_t id = -1;
+        const bool digits = !id_text.empty() && id_text.size() <= 10 &&
+                            std::all_of(id_text.begin(), id_text.end(), [](char c) { return c >= '0' && c <= '9'; });
+        if (digits) id = std::stoll(std::string(id_text));
+        if (!digits || id > INT32_MAX)
+            throw RequestError(std::string(key), fmt::format("'{}' keys must be token ids (decimal integers); got '{}'",
+                                                             key, sanitize_utf8(std::string(id_text.substr(0, 32)))));
+        double b = 0;
+        if (v.type() == element_type::INT64) b = double(v.get_int64().value_unsafe());
+        else if (v.type() == element_type::UINT64) b = double(v.get_uint64().value_unsafe());
+        else if (v.type() == element_type::DOUBLE) b = v.get_double().value_unsafe();
+        else throw RequestError(std::string(key), fmt::format("'{}' values must be numbers", key));
+        if (!(b >= -100.0 && b <= 100.0))
+            throw RequestError(std::string(key), fmt::format("'{}' values must be between -100 and 100; got {}", key, b));
+        out.emplace_back(int32_t(id), float(b));
+    }
+    return out;
+}
+
+void get_penalties(const object& obj, Sampling& s, const RequestLimits& limits) {
+    if (auto v = get_number(obj, "presence_penalty", -2, 2)) s.presence_penalty = *v;
+    if (auto v = get_number(obj, "frequency_penalty", -2, 2)) s.frequency_penalty = *v;
+    s.logit_bias = get_logit_bias(obj, "logit_bias", limits);
+}
+
 std::vector<std::string> get_stop(const object& obj, std::string_view key, const RequestLimits& limits) {
     auto e = field(obj, key);
     std::vector<std::string> out;
@@ -189,7 +227,8 @@ GenerationRequest parse_execute_request(std::string_view body, const RequestLimi
     simdjson::padded_string storage;
     object obj = parse_object(parser, storage, body, limits);
     reject_unknown(obj, {"job_id", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
-                         "repetition_penalty", "stop", "seed", "logprobs", "add_special", "model", "n_ctx"});
+                         "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop", "seed",
+                         "logprobs", "add_special", "model", "n_ctx"});
     GenerationRequest r;
     auto id = get_string(obj, "job_id");
     if (!id) throw RequestError("job_id", "'job_id' is required");
@@ -208,6 +247,7 @@ GenerationRequest parse_execute_request(std::string_view body, const RequestLimi
     if (auto v = get_int(obj, "top_k", 0, INT32_MAX)) r.sampling.top_k = int32_t(*v);
     if (auto v = get_number(obj, "min_p", 0, 1)) r.sampling.min_p = *v;
     if (auto v = get_number(obj, "repetition_penalty", 0, 2, true)) r.sampling.repetition_penalty = *v;
+    get_penalties(obj, r.sampling, limits);
     r.stop = get_stop(obj, "stop", limits);
     r.sampling.seed = get_uint64(obj, "seed");
     if (auto v = get_int(obj, "logprobs", 0, 20)) r.top_logprobs = int(*v);

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <engine_host/tensor_types.h>
 
@@ -199,7 +200,8 @@ BenchReport run_bench(const BenchOptions& o) {
 
     loader::LoaderOptions lo;
     lo.device = o.device;
-    Registry reg = loader::discover_plugins(o.plugins_dir, lo);
+    const std::vector<std::string> dirs = o.plugin_dirs.empty() ? std::vector<std::string>{o.plugins_dir} : o.plugin_dirs;
+    Registry reg = loader::discover_plugins(dirs, lo);
     const ModelRequirements need = requirements(*mf);
     std::vector<const PluginRecord*> chosen;
     for (const PluginRecord& r : reg.records()) {
@@ -222,7 +224,7 @@ BenchReport run_bench(const BenchOptions& o) {
     if (chosen.empty()) {
         std::string why;
         for (const auto& [n, w] : rep.skipped) why += fmt::format("\n  {}: {}", n, w);
-        throw Error(Code::NoPlugin, fmt::format("no plugin in '{}' serves '{}' ({} {}){}", o.plugins_dir, o.model,
+        throw Error(Code::NoPlugin, fmt::format("no plugin in '{}' serves '{}' ({} {}){}", fmt::join(dirs, ", "), o.model,
                                                 rep.architecture, rep.quant, why));
     }
     for (const PluginRecord* r : chosen) {

@@ -1,5 +1,5 @@
 /*
- * engine-host plugin ABI, version 1.
+ * engine-host plugin ABI, version 1.2.
  *
  * This header is the whole contract between the engine-host process and an
  * engine plugin. It is plain C11 (usable from C++17 and later) and depends on
@@ -25,10 +25,10 @@
  *     the plugin. Info strings live as long as the library is loaded. A
  *     last-error string stays valid until the next call on the same object
  *     from the same thread.
- *   - Every object a plugin creates (eh_model, eh_session) has a release
- *     function, and the host calls it exactly once. The host never unloads a
- *     library while any object created by it is alive, and releases sessions
- *     before the model they belong to.
+ *   - Every object a plugin creates (eh_model, eh_session, eh_seq) has a
+ *     release function, and the host calls it exactly once. The host never
+ *     unloads a library while any object created by it is alive, and
+ *     releases sessions and sequences before the model they belong to.
  *
  * Errors
  *   Every fallible call returns an eh_status. On failure, the plugin's message
@@ -43,6 +43,21 @@
  *   model may have several sessions; the host calls into one session from one
  *   thread at a time, and calls model_check_residency / model_get_info
  *   concurrently with session calls, so those two must be thread-safe.
+ *   The batched calls of 1.2 (kv_init, kv_get_info, seq_*, step) are made
+ *   from one thread at a time per model (the host's scheduler); the host never
+ *   mixes them with session calls on the same model.
+ *
+ * Two ways to run a model
+ *   1.0/1.1: one sequence per eh_session; prefill/decode one session per call.
+ *   1.2: sequences (eh_seq) whose KV cache lives in fixed-size blocks shared
+ *   by all sequences of the model, and one call, step(), that runs one
+ *   forward pass over many sequences at once: each entry appends a prefill
+ *   chunk or one decode token to its sequence and may ask for a sampled
+ *   token. The host decides what goes into every step (admission, fairness,
+ *   preemption, prefix reuse); the plugin never guesses the next call. A
+ *   host that speaks 1.2 drives 1.0/1.1 plugins one sequence at a time
+ *   through the session calls, which stay required; so does it a 1.2
+ *   plugin that leaves the batched members NULL.
  *
  * Tokens, not text
  *   Plugins never see text. The host tokenizes and detokenizes; plugins take
@@ -60,10 +75,13 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 1
+#define EH_ABI_MINOR 2
 /* History (members are only ever appended):
  *   1.0  first version
- *   1.1  eh_model_info.kv_bytes_per_token                                   */
+ *   1.1  eh_model_info.kv_bytes_per_token
+ *   1.2  sequences, KV-cache blocks and the batched step (eh_plugin_api
+ *        kv_init .. step, eh_step_entry); EH_KV_FULL;
+ *        eh_sampling_params.presence_penalty / frequency_penalty            */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -87,7 +105,9 @@ typedef enum eh_status {
     EH_CUDA_ERROR = 6,         /* a device API failed                        */
     EH_CANCELLED = 7,          /* the cancel callback asked to stop          */
     EH_CONTEXT_FULL = 8,       /* the session has no room for more tokens    */
-    EH_INTERNAL = 9            /* anything else; always a bug somewhere      */
+    EH_INTERNAL = 9,           /* anything else; always a bug somewhere      */
+    EH_KV_FULL = 10            /* (1.2) a step needs more free KV blocks than
+                                  there are; nothing was changed             */
 } eh_status;
 
 /* ------------------------------------------------------------------------ */
@@ -264,6 +284,7 @@ typedef struct eh_probe_result {
 
 typedef struct eh_model eh_model;     /* opaque, plugin-owned */
 typedef struct eh_session eh_session; /* opaque, plugin-owned */
+typedef struct eh_seq eh_seq;         /* opaque, plugin-owned (1.2) */
 
 /* Progress: fraction in [0,1], monotonically non-decreasing, 1.0 exactly once
  * at the end of a successful load. `stage` is a short plugin-owned label. */
@@ -315,9 +336,16 @@ typedef struct eh_session_params {
 } eh_session_params;
 
 /* The sampling pipeline, applied in this order to the logits of the last
- * position: repetition penalty, temperature, top-k, top-p, min-p, then
- * either greedy (temperature == 0) or a draw from the seeded generator.
- * Neutral values: repetition_penalty 1, top_k 0, top_p 1, min_p 0. */
+ * position: (1.2: a step entry's logit biases, then its allowed-token mask,)
+ * repetition penalty, (1.2: presence and frequency penalties,) temperature,
+ * top-k, top-p, min-p, then either greedy (temperature == 0) or a draw from
+ * the seeded generator. Neutral values: repetition_penalty 1, top_k 0,
+ * top_p 1, min_p 0, presence_penalty 0, frequency_penalty 0.
+ * Penalties look at the sequence's tokens (prompt and output): repetition
+ * over the last repetition_window of them; presence and frequency (OpenAI's
+ * meaning: logit -= presence * [count > 0] + frequency * count) over the
+ * tokens the sequence generated itself, i.e. those appended after the first
+ * sampled step. */
 typedef struct eh_sampling_params {
     uint32_t struct_size;
     float temperature;             /* 0 = greedy                              */
@@ -327,7 +355,78 @@ typedef struct eh_sampling_params {
     float repetition_penalty;      /* 1 = off                                 */
     int32_t repetition_window;     /* last N tokens penalised; -1 = all       */
     uint64_t seed;                 /* same seed + same input = same tokens    */
+    /* since 1.2 -- ignored by 1.0/1.1 plugins, so the host refuses requests
+     * that set them on such a plugin */
+    float presence_penalty;        /* 0 = off                                 */
+    float frequency_penalty;       /* 0 = off                                 */
 } eh_sampling_params;
+
+/* ------------------------------------------------------------------------ */
+/* 1.2: the KV cache in blocks, sequences, and the batched step.
+ *
+ * kv_init is called once per model, after model_load and before any seq_*
+ * or step call. The plugin allocates every KV block there (device memory for
+ * GPU engines) plus whatever one step of the granted size needs, so that no
+ * later call allocates. A sequence holds ceil(length / block_tokens) blocks;
+ * forked sequences share the blocks of their common prefix (reference
+ * counted; a shared block is never written: a step that appends into a
+ * shared, partly filled block first copies it). Blocks come back when the
+ * last sequence holding them is released or truncated below them.         */
+
+typedef struct eh_kv_params {
+    uint32_t struct_size;
+    uint32_t max_seqs;             /* most sequences alive at once            */
+    uint32_t max_step_tokens;      /* most tokens in one step, all entries    */
+    uint32_t max_step_entries;     /* most entries in one step                */
+    uint32_t max_seq_tokens;       /* longest sequence the host will build    */
+    uint64_t budget_bytes;         /* memory for the blocks; 0 = use
+                                      memory_fraction                         */
+    float memory_fraction;         /* (0,1]: of the memory free after the
+                                      weights and step buffers, when
+                                      budget_bytes is 0; 0 = plugin default   */
+} eh_kv_params;
+
+typedef struct eh_kv_info {
+    uint32_t struct_size;
+    uint32_t block_tokens;         /* tokens per block                        */
+    uint32_t total_blocks;
+    uint32_t free_blocks;          /* held by no sequence                     */
+    uint64_t block_bytes;          /* memory of one block, all layers         */
+    /* As granted: never above what kv_init asked for; a plugin may grant
+     * less (e.g. a GPT-2 has only n learned positions, or a budget holds
+     * less than one sequence of max_seq_tokens: the host then serves the
+     * shorter context). */
+    uint32_t max_seqs;
+    uint32_t max_step_tokens;
+    uint32_t max_step_entries;
+    uint32_t max_seq_tokens;
+} eh_kv_info;
+
+/* step() entry flags. */
+#define EH_STEP_SAMPLE 1u /* sample a token after the entry's last token     */
+#define EH_STEP_LOGITS 2u /* keep that position's raw logits for seq_logits  */
+
+/* One sequence's part of a step. Entries are an array whose stride is
+ * entries[0].struct_size (the same for every entry). The host owns every
+ * pointer; they are valid for the duration of the call. A sequence appears
+ * at most once per step. */
+typedef struct eh_step_entry {
+    uint32_t struct_size;
+    uint32_t flags;                /* EH_STEP_*                               */
+    eh_seq* seq;
+    const int32_t* tokens;         /* appended to the sequence, in order      */
+    uint32_t n_tokens;             /* >= 1                                    */
+    /* Optional, with EH_STEP_SAMPLE, for this step only: */
+    uint32_t n_bias;               /* logit biases: logits[bias_tokens[i]] +=  */
+    const int32_t* bias_tokens;    /*   bias_values[i]; NULL when n_bias == 0 */
+    const float* bias_values;
+    const uint32_t* allowed;       /* allowed-token bitset, ceil(n_vocab/32)
+                                      words, bit (i % 32) of word i / 32 set =
+                                      token i may be sampled; NULL = all. At
+                                      least one bit must be set.              */
+    /* Out: the sampled token with EH_STEP_SAMPLE, else -1. */
+    int32_t token;
+} eh_step_entry;
 
 /* ------------------------------------------------------------------------ */
 /* The function table. Members marked OPTIONAL may be NULL. */
@@ -383,6 +482,54 @@ typedef struct eh_plugin_api {
                                 uint32_t* out_n_vocab);
     const char* (*session_last_error)(const eh_session* s);
     void (*session_release)(eh_session* s);
+
+    /* since 1.2 -- OPTIONAL as a group: either every member below is set
+     * (seq_logits may still be NULL) or none is, and a plugin with none is
+     * driven one sequence at a time through the session calls. Messages of
+     * failed calls are read with model_last_error on the sequence's model. */
+
+    /* Allocates the KV blocks and step buffers (see above) and reports what
+     * was granted. Called once; EH_INSUFFICIENT_VRAM when not even one block
+     * fits, EH_INVALID_ARGUMENT for zero limits. */
+    eh_status (*kv_init)(eh_model* model, const eh_kv_params* params, eh_kv_info* out);
+    eh_status (*kv_get_info)(const eh_model* model, eh_kv_info* out);
+
+    /* A new, empty sequence (no blocks, no sampler). EH_INVALID_ARGUMENT
+     * when max_seqs are alive. */
+    eh_status (*seq_create)(eh_model* model, eh_seq** out_seq);
+    /* A new sequence holding the first n_tokens (<= seq_length(src)) of src,
+     * sharing src's blocks for them; it takes no free block (the first step
+     * that writes into a shared, partly filled block copies it and counts
+     * that block). It has no sampler and no logits until a step on it; src
+     * is unchanged. EH_INVALID_ARGUMENT when max_seqs are alive. */
+    eh_status (*seq_fork)(eh_seq* src, uint32_t n_tokens, eh_seq** out_seq);
+    /* Keeps the first n_tokens (<= seq_length) and frees the blocks past
+     * them; the logits are dropped. */
+    eh_status (*seq_truncate)(eh_seq* seq, uint32_t n_tokens);
+    /* Sets the sequence's sampler and (re)seeds its generator; needed before
+     * the first step that samples for it, and may be called again. */
+    eh_status (*seq_set_sampling)(eh_seq* seq, const eh_sampling_params* p);
+    uint32_t (*seq_length)(const eh_seq* seq);
+    /* OPTIONAL. Raw logits of the position the sequence's last step asked
+     * EH_STEP_LOGITS for: n_vocab floats owned by the sequence, valid until
+     * the next step or seq_* call on it. */
+    eh_status (*seq_logits)(eh_seq* seq, const float** out_logits, uint32_t* out_n_vocab);
+    void (*seq_release)(eh_seq* seq);
+
+    /* One forward pass over n_entries sequences: appends each entry's tokens
+     * and, for entries with EH_STEP_SAMPLE, samples one token from the logits
+     * of the entry's last position (the sequence does NOT get that token:
+     * the host sends it in a later step). The result for each entry must not
+     * depend on which other entries share the step, except through floating-
+     * point reassociation a GPU engine documents. Limits: n_entries <=
+     * max_step_entries, total tokens <= max_step_tokens, every sequence
+     * <= max_seq_tokens afterwards.
+     * On EH_KV_FULL or EH_INVALID_ARGUMENT (limits, bad token ids, a NULL or
+     * repeated sequence, sampling without a sampler, an empty mask) nothing
+     * was changed and the message names the entry. Other failures (device
+     * errors) leave the entries' sequences in an unspecified state; the host
+     * releases them. */
+    eh_status (*step)(eh_model* model, eh_step_entry* entries, uint32_t n_entries);
 } eh_plugin_api;
 
 /* The entry point. Returns the plugin's static function table, or NULL if the
@@ -404,6 +551,7 @@ static inline const char* eh_status_name(eh_status s) {
     case EH_CANCELLED: return "CANCELLED";
     case EH_CONTEXT_FULL: return "CONTEXT_FULL";
     case EH_INTERNAL: return "INTERNAL";
+    case EH_KV_FULL: return "KV_FULL";
     }
     return "UNKNOWN_STATUS";
 }

@@ -126,13 +126,11 @@ int64_t window_start(int64_t pos, uint32_t window) {
     return std::max<int64_t>(0, pos - static_cast<int64_t>(window) + 1);
 }
 
-void attend_one(const float* q, const float* k, const float* v, size_t stride, size_t head_dim,
-                int64_t first, int64_t last, float scale, const float* sink,
-                float* scores, float* out) {
-    const size_t n = static_cast<size_t>(last - first + 1);
+void attend_rows(const float* q, const float* const* k_rows, const float* const* v_rows, size_t n,
+                 size_t head_dim, float scale, const float* sink, float* scores, float* out) {
     float m = sink ? *sink : -INFINITY;
     for (size_t j = 0; j < n; ++j) {
-        const float* kj = k + static_cast<size_t>(first + static_cast<int64_t>(j)) * stride;
+        const float* kj = k_rows[j];
         float d = 0.0f;
         for (size_t i = 0; i < head_dim; ++i) d += q[i] * kj[i];
         scores[j] = d * scale;
@@ -147,9 +145,22 @@ void attend_one(const float* q, const float* k, const float* v, size_t stride, s
     for (size_t i = 0; i < head_dim; ++i) out[i] = 0.0f;
     for (size_t j = 0; j < n; ++j) {
         const float p = scores[j] * inv;
-        const float* vj = v + static_cast<size_t>(first + static_cast<int64_t>(j)) * stride;
+        const float* vj = v_rows[j];
         for (size_t i = 0; i < head_dim; ++i) out[i] += p * vj[i];
     }
+}
+
+void attend_one(const float* q, const float* k, const float* v, size_t stride, size_t head_dim,
+                int64_t first, int64_t last, float scale, const float* sink,
+                float* scores, float* out) {
+    const size_t n = static_cast<size_t>(last - first + 1);
+    std::vector<const float*> k_rows(n), v_rows(n);
+    for (size_t j = 0; j < n; ++j) {
+        const size_t row = static_cast<size_t>(first + static_cast<int64_t>(j)) * stride;
+        k_rows[j] = k + row;
+        v_rows[j] = v + row;
+    }
+    attend_rows(q, k_rows.data(), v_rows.data(), n, head_dim, scale, sink, scores, out);
 }
 
 std::vector<std::pair<int, float>> route_top_k(const float* logits, int n_expert, int k) {

@@ -72,6 +72,12 @@ void attend_one(const float* q, const float* k, const float* v, size_t stride, s
                 int64_t first, int64_t last, float scale, const float* sink,
                 float* scores_scratch, float* out);
 
+// The same over rows that need not be evenly spaced (a paged KV cache):
+// k_rows[j] and v_rows[j] are key j's and value j's head vectors, j < n.
+// attend_one is this over its evenly spaced rows, so both give equal bits.
+void attend_rows(const float* q, const float* const* k_rows, const float* const* v_rows, size_t n,
+                 size_t head_dim, float scale, const float* sink, float* scores_scratch, float* out);
+
 // First visible key position for a query at `pos` with a sliding window of
 // `window` tokens (0 = no window): keys in (pos - window, pos] are visible.
 int64_t window_start(int64_t pos, uint32_t window);

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <string_view>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -11,12 +12,15 @@
 #include <engine_host/plugin_abi.h>
 #include <engine_host/plugin_abi.hpp>
 
+#include "batch.hpp"
 #include "model.hpp"
+#include "sequence.hpp"
 #include "session.hpp"
 
-// Opaque ABI handles are these plugin types.
+// Opaque ABI handles are these plugin types (eh_seq: sequence.hpp).
 struct eh_model {
     std::unique_ptr<cpuref::Model> model;
+    std::unique_ptr<cpuref::Batch> batch;  // from kv_init on
 };
 struct eh_session {
     std::unique_ptr<cpuref::Session> session;
@@ -189,12 +193,114 @@ void session_release(eh_session* s) {
     }
 }
 
+// ---- 1.2: KV blocks, sequences, step. Messages go to the model's slot.
+
+template <class Body>
+eh_status on_model(eh_model* m, const char* call, Body&& body) {
+    if (!m) return EH_INVALID_ARGUMENT;
+    return ehp::guard(model_error_slot(m), [&] {
+        if (!m->batch && std::string_view(call) != "kv_init")
+            throw ehp::Error(EH_INVALID_ARGUMENT, std::string(call) + ": kv_init was not called");
+        body();
+    });
+}
+
+cpuref::Sequence* seq_of(eh_seq* s) { return static_cast<cpuref::Sequence*>(s); }
+
+eh_status kv_init(eh_model* m, const eh_kv_params* p, eh_kv_info* out) {
+    return on_model(m, "kv_init", [&] {
+        if (!p || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: NULL argument");
+        if (p->struct_size < sizeof(eh_kv_params))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: eh_kv_params.struct_size too small");
+        if (m->batch) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: already called for this model");
+        m->batch = std::make_unique<cpuref::Batch>(*m->model, *p);
+        ehp::fill_versioned(out, [&](eh_kv_info& i) { i = m->batch->info(); });
+    });
+}
+
+eh_status kv_get_info(const eh_model* m, eh_kv_info* out) {
+    auto* mm = const_cast<eh_model*>(m);
+    return on_model(mm, "kv_get_info", [&] {
+        if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_get_info: out is NULL");
+        ehp::fill_versioned(out, [&](eh_kv_info& i) { i = mm->batch->info(); });
+    });
+}
+
+eh_status seq_create(eh_model* m, eh_seq** out) {
+    if (out) *out = nullptr;
+    return on_model(m, "seq_create", [&] {
+        if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_create: out_seq is NULL");
+        auto s = m->batch->create();
+        s->owner = m;
+        *out = s.release();
+    });
+}
+
+eh_status seq_fork(eh_seq* src, uint32_t n_tokens, eh_seq** out) {
+    if (out) *out = nullptr;
+    if (!src) return EH_INVALID_ARGUMENT;
+    return on_model(src->owner, "seq_fork", [&] {
+        if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_fork: out_seq is NULL");
+        auto s = src->owner->batch->fork(*seq_of(src), n_tokens);
+        s->owner = src->owner;
+        *out = s.release();
+    });
+}
+
+eh_status seq_truncate(eh_seq* s, uint32_t n_tokens) {
+    if (!s) return EH_INVALID_ARGUMENT;
+    return on_model(s->owner, "seq_truncate", [&] {
+        if (n_tokens > seq_of(s)->length())
+            throw ehp::Error(EH_INVALID_ARGUMENT, "seq_truncate: n_tokens " + std::to_string(n_tokens) +
+                                                      " exceeds the length " + std::to_string(seq_of(s)->length()));
+        seq_of(s)->truncate(n_tokens);
+    });
+}
+
+eh_status seq_set_sampling(eh_seq* s, const eh_sampling_params* p) {
+    if (!s) return EH_INVALID_ARGUMENT;
+    return on_model(s->owner, "seq_set_sampling", [&] {
+        if (!p) throw ehp::Error(EH_INVALID_ARGUMENT, "sampling params are NULL");
+        if (p->struct_size < sizeof(eh_sampling_params))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "eh_sampling_params.struct_size too small");
+        seq_of(s)->sampler.set(*p);
+    });
+}
+
+uint32_t seq_length(const eh_seq* s) { return s ? static_cast<const cpuref::Sequence*>(s)->length() : 0; }
+
+eh_status seq_logits(eh_seq* s, const float** out_logits, uint32_t* out_n_vocab) {
+    if (!s) return EH_INVALID_ARGUMENT;
+    return on_model(s->owner, "seq_logits", [&] {
+        if (!out_logits || !out_n_vocab) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: NULL argument");
+        if (!seq_of(s)->has_logits)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: the last step did not ask for logits (EH_STEP_LOGITS)");
+        *out_logits = seq_of(s)->logits.data();
+        *out_n_vocab = static_cast<uint32_t>(seq_of(s)->logits.size());
+    });
+}
+
+void seq_release(eh_seq* s) {
+    try {
+        if (!s) return;
+        if (s->owner && s->owner->batch) s->owner->batch->forget(seq_of(s));
+        delete seq_of(s);
+    } catch (...) {
+    }
+}
+
+eh_status step(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
+    return on_model(m, "step", [&] { m->batch->step(entries, n_entries); });
+}
+
 const eh_plugin_api kApi = {
     sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
     info, plugin_last_error, probe,
     model_load, model_get_info, model_check_residency, model_last_error, model_release,
     session_create, session_set_sampling, session_prefill, session_sample, session_decode,
     session_reset, session_n_past, session_logits, session_last_error, session_release,
+    kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
+    seq_release, step,
 };
 
 }  // namespace

@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <cstring>
+#include <unordered_map>
 #include <unordered_set>
 
 #include <engine_host/plugin_abi.hpp>
@@ -18,6 +20,23 @@ void validate_sampling(const eh_sampling_params& p) {
     if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f)
         bad("repetition_penalty must be a finite value > 0");
     if (p.repetition_window < -1) bad("repetition_window must be >= -1 (-1 = all)");
+    if (p.struct_size >= offsetof(eh_sampling_params, frequency_penalty) + sizeof(float)) {
+        if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f)
+            bad("presence_penalty must be in [-2, 2]");
+        if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f)
+            bad("frequency_penalty must be in [-2, 2]");
+    }
+}
+
+void apply_presence_frequency(std::vector<float>& logits, const int32_t* generated, size_t n_generated,
+                              float presence, float frequency) {
+    if ((presence == 0.0f && frequency == 0.0f) || n_generated == 0) return;
+    std::unordered_map<int32_t, uint32_t> counts;
+    for (size_t i = 0; i < n_generated; ++i) ++counts[generated[i]];
+    for (auto [t, n] : counts) {
+        if (t < 0 || static_cast<size_t>(t) >= logits.size()) continue;
+        logits[static_cast<size_t>(t)] -= presence + frequency * static_cast<float>(n);
+    }
 }
 
 void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int32_t>& history,
@@ -101,19 +120,32 @@ int32_t greedy(const std::vector<float>& logits) {
 
 void Sampler::set(const eh_sampling_params& p) {
     validate_sampling(p);
-    params_ = p;
+    // A caller built against 1.0/1.1 passes a shorter struct: the rest is neutral.
+    params_ = eh_sampling_params{};
+    std::memcpy(&params_, &p, std::min<size_t>(p.struct_size, sizeof(params_)));
     rng_.seed(p.seed);
     ready_ = true;
 }
 
-int32_t Sampler::sample(const float* logits_in, uint32_t n_vocab, const std::vector<int32_t>& history) {
+int32_t Sampler::sample(const float* logits_in, uint32_t n_vocab, const std::vector<int32_t>& history,
+                        size_t gen_start, const StepBias& bias) {
     if (!ready_) throw ehp::Error(EH_INVALID_ARGUMENT, "session_set_sampling must be called before sampling");
     std::vector<float> logits(logits_in, logits_in + n_vocab);
+    for (uint32_t i = 0; i < bias.n_bias; ++i) logits[static_cast<size_t>(bias.bias_tokens[i])] += bias.bias_values[i];
+    if (bias.allowed)
+        for (uint32_t i = 0; i < n_vocab; ++i)
+            if (!((bias.allowed[i / 32] >> (i % 32)) & 1u)) logits[i] = -INFINITY;
     apply_repetition_penalty(logits, history, params_.repetition_penalty, params_.repetition_window);
+    if (gen_start < history.size())
+        apply_presence_frequency(logits, history.data() + gen_start, history.size() - gen_start,
+                                 params_.presence_penalty, params_.frequency_penalty);
     // top-k, top-p and min-p all keep the most likely token, so greedy is
     // the argmax of the penalized logits
     if (params_.temperature == 0.0f) return greedy(logits);
     std::vector<Candidate> c = sorted_candidates(logits);
+    // Masked-out tokens sort last; drop them so rounding in the draw below
+    // can never land on one.
+    while (c.size() > 1 && c.back().logit == -INFINITY) c.pop_back();
     apply_temperature(c, params_.temperature);
     apply_top_k(c, params_.top_k);
     apply_top_p(c, params_.top_p);

@@ -1,8 +1,10 @@
-// The sampling pipeline of the ABI, in its stated order: repetition penalty,
-// temperature, top-k, top-p, min-p, then greedy (temperature 0) or a draw
-// from a std::mt19937_64 seeded with the request's seed.
+// The sampling pipeline of the ABI, in its stated order: a step's logit
+// biases and allowed-token mask, repetition penalty, presence and frequency
+// penalties, temperature, top-k, top-p, min-p, then greedy (temperature 0)
+// or a draw from a std::mt19937_64 seeded with the request's seed.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <random>
 #include <vector>
@@ -25,6 +27,10 @@ void validate_sampling(const eh_sampling_params& p);
 // entries (-1 = all): positive logits divided by `penalty`, others multiplied.
 void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int32_t>& history,
                               float penalty, int32_t window);
+// OpenAI's: logit -= presence * [count > 0] + frequency * count, counting
+// the tokens of `generated`.
+void apply_presence_frequency(std::vector<float>& logits, const int32_t* generated, size_t n_generated,
+                              float presence, float frequency);
 std::vector<Candidate> sorted_candidates(const std::vector<float>& logits);
 void apply_temperature(std::vector<Candidate>& c, float temperature);
 void apply_top_k(std::vector<Candidate>& c, int32_t k);
@@ -36,11 +42,23 @@ std::vector<float> candidate_probs(const std::vector<Candidate>& c);
 // argmax with ties to the lowest id
 int32_t greedy(const std::vector<float>& logits);
 
+// One step's extra inputs for one sequence (eh_step_entry's optional
+// fields), already validated.
+struct StepBias {
+    uint32_t n_bias = 0;
+    const int32_t* bias_tokens = nullptr;
+    const float* bias_values = nullptr;
+    const uint32_t* allowed = nullptr;  // bitset, NULL = all
+};
+
 class Sampler {
 public:
     void set(const eh_sampling_params& p);  // validates and reseeds
     bool ready() const { return ready_; }
-    int32_t sample(const float* logits, uint32_t n_vocab, const std::vector<int32_t>& history);
+    // `history` is the sequence's tokens; those from `gen_start` on are its
+    // own output (presence/frequency penalties).
+    int32_t sample(const float* logits, uint32_t n_vocab, const std::vector<int32_t>& history,
+                   size_t gen_start = SIZE_MAX, const StepBias& bias = {});
 
 private:
     eh_sampling_params params_{};

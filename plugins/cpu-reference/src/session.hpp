@@ -1,15 +1,19 @@
-// One sequence: its KV cache, the tokens in context, the logits of the last
-// position, and the sampler.
+// The 1.0/1.1 session: one sequence with a KV cache of its own, the logits
+// of its last position, and its sampler. The batched calls (batch.hpp) share
+// the forward pass and the sequence type with it.
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include <engine_host/plugin_abi.h>
 
+#include "kv_pool.hpp"
 #include "model.hpp"
 #include "sampler.hpp"
+#include "sequence.hpp"
 
 namespace cpuref {
 
@@ -26,26 +30,20 @@ public:
     void reset();
     void set_sampling(const eh_sampling_params& p) { sampler_.set(p); }
 
-    uint32_t n_past() const { return static_cast<uint32_t>(tokens_.size()); }
+    uint32_t n_past() const { return seq_->length(); }
     const std::vector<float>& logits() const { return logits_; }
     bool has_logits() const { return has_logits_; }
 
     std::string last_error;
 
 private:
-    void forward(const int32_t* tokens, uint32_t n);
-    void attention(const Layer& L, uint32_t layer, size_t T, int64_t pos0,
-                   float* q, float* k, float* v, float* out);
-    void feed_forward(const Layer& L, size_t T, const float* in, float* out);
-    void moe(const Layer& L, size_t T, const float* in, float* out);
-
     const Model& model_;
     uint32_t n_ctx_;
     std::string ctx_limit_note_;  // why n_ctx_ is below what was asked for
     eh_cancel_fn cancel_;
     void* cancel_user_;
-    std::vector<std::vector<float>> k_cache_, v_cache_;  // per layer: n_ctx x kv_dim
-    std::vector<int32_t> tokens_;
+    std::unique_ptr<KvPool> kv_;  // one block of n_ctx positions
+    std::unique_ptr<Sequence> seq_;
     std::vector<float> logits_;
     bool has_logits_ = false;
     Sampler sampler_;

@@ -1,7 +1,9 @@
 // GQA attention over the FP16 KV cache.
 //
-// Prefill: a block serves 8 consecutive queries of one head (one warp each);
-// FP16 or FP32 cache, optional sink logits (gpt-cuda's prefill).
+// Prefill on CUDA cores (attention_prefill_simt: head dim 256, and the
+// tests' second opinion on the tensor-core kernel of attention_prefill.cu):
+// a block serves 8 consecutive queries of one head (one warp each);
+// FP16 or FP32 cache, optional sink logits.
 // K/V tiles of 32 positions are staged in shared memory once for all eight;
 // each warp scores the tile (lane = key), then folds it into its running
 // output with the online-softmax rescaling (flash-attention style), so the
@@ -28,6 +30,7 @@
 
 #include "block_reduce.cuh"
 #include "gemv_stage.cuh"
+#include "ehcuda/attention_prefill.hpp"
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
@@ -629,7 +632,7 @@ bool attention_prefill_takes(const AttnArgs& a) {
     return attention_head_dim_fast(a.head_dim) && (!a.k_cache32 || (a.v_cache32 && a.head_dim <= 128));
 }
 
-void attention_prefill(const AttnArgs& a, cudaStream_t stream) {
+void attention_prefill_simt(const AttnArgs& a, cudaStream_t stream) {
     validate(a);
     if (!attention_prefill_takes(a))
         throw ehp::Error(EH_INTERNAL, "attention_prefill: an FP32 cache or sinks need head dim 64, 96 or 128 (check attention_prefill_takes)");

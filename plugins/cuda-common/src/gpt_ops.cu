@@ -6,6 +6,7 @@
 
 #include "block_reduce.cuh"
 #include "gemv_stage.cuh"
+#include "ehcuda/attention_prefill.hpp"
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/gpt_ops.hpp"
@@ -557,9 +558,10 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
     const int xb = check_chunk_output(a, split);
     if (split && a.nsplit > kMaxSinkSplits) throw ehp::Error(EH_INTERNAL, "attention: at most 128 splits");
     if (a.ntok > 1) {
-        // Several queries: the tiled kernel, which stages each K/V tile once
-        // for 8 queries (one block per query and head read every key once per
-        // query: gpt-oss-20b pp512 spent 521 us per layer there, ncu on an H100).
+        // Several queries: attention_prefill (tensor cores for head dims 64,
+        // 96, 128), which stages each K/V tile once for a tile of queries
+        // (one block per query and head read every key once per query:
+        // gpt-oss-20b pp512 spent 521 us per layer there, ncu on an H100).
         AttnArgs t;
         t.q = a.q;
         t.ldq = a.ldq;
@@ -577,7 +579,8 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
         t.sinks = a.sinks;
         t.out = a.out;
         t.ldo = a.ldo;
-        if (attention_prefill_takes(t) && attention_head_dim_fast(t.head_dim)) return attention_prefill(t, stream);
+        if (attention_prefill_takes(t) && attention_head_dim_fast(t.head_dim))
+            return attention_prefill(t, AttnSplitScratch{a.prefill_scratch, a.prefill_scratch_floats}, stream);
     }
     const dim3 grid = split ? dim3(unsigned(a.nsplit), unsigned(a.n_head)) : dim3(unsigned(a.ntok), unsigned(a.n_head));
     auto go = [&](auto kc, auto vc) {

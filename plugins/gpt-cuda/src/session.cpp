@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/kernels.hpp>
@@ -143,6 +144,11 @@ bool Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttn
                         attn_chunks_.size() >= ehcuda::gemv_chunk_bytes(c.q_dim()) &&
                         ehcuda::gemv_takes_chunks(out_proj.w.type);
     if (chunks) at.out_chunks = attn_chunks_.get();
+    if (ntok > 1) {
+        const ehcuda::AttnSplitScratch sp = ehcuda::attention_split_scratch(*prefill_workspace());
+        at.prefill_scratch = sp.data;
+        at.prefill_scratch_floats = sp.floats;
+    }
     if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
         ehcuda::rope_sink_attention_decode(r, at, s);
     } else {

@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 
+#include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/kernels.hpp>
 
@@ -183,7 +184,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             if (decode_path)
                 ehcuda::attention_decode(at, attn_scratch_.as<float>(), nsplit_, s);
             else
-                ehcuda::attention_prefill(at, s);
+                ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*prefill_workspace()), s);
         }
         mark(kAttn);
 

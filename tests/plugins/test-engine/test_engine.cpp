@@ -15,6 +15,7 @@
 #include <engine_host/plugin_abi.hpp>
 
 #include <chrono>
+#include <cstddef>
 #include <csignal>
 #include <cstdlib>
 #include <random>
@@ -37,7 +38,8 @@
 #define MODE_DISAGREE 7
 #define MODE_MISSING_ENTRY 8
 #define MODE_SMALL_TABLE 9
-#define MODE_ABI_1_0 10
+#define MODE_ABI_1_1 10      // a table as a 1.1 build has it: 1.2's members absent
+#define MODE_PARTIAL_BATCH 11  // 1.2 with only some of the batched members
 
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "test-engine"
@@ -282,9 +284,15 @@ eh_status session_logits(eh_session* sess, const float** out, uint32_t* n) {
 const char* session_last_error(const eh_session* s) { return S(s)->last_error.c_str(); }
 void session_release(eh_session* s) { delete S(s); }
 
+#if FIXTURE_MODE == MODE_PARTIAL_BATCH
+eh_status partial_kv_init(eh_model*, const eh_kv_params*, eh_kv_info*) { return EH_UNSUPPORTED; }
+#endif
+
 const eh_plugin_api kApi = {
 #if FIXTURE_MODE == MODE_SMALL_TABLE
     16,
+#elif FIXTURE_MODE == MODE_ABI_1_1
+    offsetof(eh_plugin_api, kv_init),
 #else
     sizeof(eh_plugin_api),
 #endif
@@ -293,8 +301,8 @@ const eh_plugin_api kApi = {
 #else
     EH_ABI_MAJOR,
 #endif
-#if FIXTURE_MODE == MODE_ABI_1_0
-    0,  // built against ABI 1.0: the 1.1 host must still accept it
+#if FIXTURE_MODE == MODE_ABI_1_1
+    1,  // built against ABI 1.1: the 1.2 host must still accept it
 #else
     EH_ABI_MINOR,
 #endif
@@ -302,6 +310,9 @@ const eh_plugin_api kApi = {
     model_last_error, model_release, session_create, session_set_sampling, session_prefill,
     session_sample, session_decode, session_reset, session_n_past, session_logits,
     session_last_error, session_release,
+#if FIXTURE_MODE == MODE_PARTIAL_BATCH
+    partial_kv_init,
+#endif
 };
 
 }  // namespace

@@ -79,6 +79,10 @@ struct SinkAttnArgs {
     // Split decode only: `out` also as the output projection's integer
     // chunks, as DecodeAttnArgs::out_chunks (head_dim a multiple of 32).
     void* out_chunks = nullptr;
+    // Prefill (ntok > 1) only, optional: AttnArgs::split_scratch (the
+    // prefill workspace's attention_scratch()).
+    float* prefill_scratch = nullptr;
+    size_t prefill_scratch_floats = 0;
 };
 // Splits for decode attention in a session of n_ctx positions (~128 keys
 // per split for a full cache; at most 32).

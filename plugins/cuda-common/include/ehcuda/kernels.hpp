@@ -224,7 +224,8 @@ bool attention_head_dim_fast(int head_dim);
 // The generic kernels (any supported head dim); attention_prefill/decode
 // dispatch to them for dims that are not fast. Decode needs no scratch.
 void attention_generic(const AttnArgs& a, cudaStream_t stream);
-// Tiled (flash-style, online softmax) kernel for prefill.
+// Prefill: tensor cores for head dims 64/96/128, without key-range splits
+// (attention_prefill.hpp has the form with split scratch and the details).
 void attention_prefill(const AttnArgs& a, cudaStream_t stream);
 // Whether attention_prefill takes a's FP32 cache or sinks (the tiled kernel
 // only: head dims 64, 96, 128, and 256 with an FP16 cache).

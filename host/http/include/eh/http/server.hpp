@@ -52,6 +52,7 @@ struct NodeInfo {
     int cuda_runtime_version = 0;
     bool logprobs = false;
     size_t queue_capacity = 0;
+    uint32_t slots = 1;              // requests that run at once (the batch)
     nlohmann::json plugins = nlohmann::json::array();  // record_json of every plugin seen
 };
 

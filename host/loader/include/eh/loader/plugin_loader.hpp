@@ -18,8 +18,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <engine_host/plugin_abi.h>
 
@@ -37,9 +39,26 @@ struct LoaderOptions {
     std::string platform;                       // empty = host_platform()
 };
 
+// Bytes of the function table a plugin built for ABI 1.`minor` has: the
+// members that minor defines (1.0 and 1.1 end before 1.2's kv_init).
+constexpr size_t api_table_size(uint16_t minor) {
+    return minor >= 2 ? sizeof(eh_plugin_api) : offsetof(eh_plugin_api, kv_init);
+}
+
+// True when the plugin runs batched steps (ABI 1.2 with its batched members).
+inline bool api_has_step(const eh_plugin_api& api) {
+    return api.abi_minor >= 2 && api.struct_size >= api_table_size(2) && api.step != nullptr;
+}
+
 // Every plugin under `dir` (not recursive), accepted or rejected.
 // Throws eh::Error(NoPlugin) only when `dir` itself cannot be read.
 Registry discover_plugins(const std::string& dir, const LoaderOptions& options = {});
+
+// Every plugin under each of `dirs`, in that order (plugin_search.hpp gives
+// the default order). A plugin whose name an earlier directory already
+// provided is rejected, unloaded, with the reason. Throws eh::Error(NoPlugin)
+// when one of `dirs` cannot be read.
+Registry discover_plugins(const std::vector<std::string>& dirs, const LoaderOptions& options = {});
 
 // One plugin, from its manifest path.
 PluginRecord load_plugin(const std::string& manifest_path, const LoaderOptions& options = {});

@@ -26,8 +26,14 @@ private:
 };
 
 struct Gauges {
-    double queue_depth = 0;
-    double active_jobs = 0;
+    double queue_depth = 0;            // requests waiting to start
+    double active_jobs = 0;            // requests running (in the batch)
+    double kv_cache_usage = 0;         // fraction of KV blocks held, cached prefixes included
+    double kv_blocks_total = 0;
+    double prefix_cache_entries = 0;
+    // counters kept by the scheduler
+    double prefix_lookups = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0;
+    double preemptions = 0;
     double vram_bytes = 0;
     double uptime_seconds = 0;
     double context_length = 0;
@@ -45,6 +51,8 @@ public:
     void tokens_generated(uint64_t n);
     void time_to_first_token(double seconds);
     void inter_token_latency(double seconds);
+    void queue_time(double seconds);        // submission to admission into the batch
+    void request_latency(double seconds);   // submission to the last token
     std::string render(const Gauges& g) const;
 
 private:
@@ -55,6 +63,8 @@ private:
     uint64_t tokens_generated_ = 0;
     Histogram ttft_;
     Histogram itl_;
+    Histogram queue_;
+    Histogram e2e_;
 };
 
 }  // namespace eh::service

@@ -25,19 +25,21 @@ private:
     std::string field_;
 };
 
+// The largest n_ctx a request may name (the ABI's session limit); the
+// service also caps it at the model's trained context length.
+inline constexpr uint32_t kMaxRequestContext = 1u << 24;
+
 struct RequestLimits {
     size_t max_body_bytes = 1 << 20;
     size_t max_prompt_chars = 32768;   // code points
-    uint32_t max_tokens = 2048;        // --max-tokens-out (never above 2048)
+    // --max-tokens-out; by default only the context bounds max_tokens.
+    uint32_t max_tokens = kMaxRequestContext;
     size_t max_stop = 4;
     size_t max_stop_bytes = 256;
     size_t max_job_id_bytes = 256;
     size_t max_messages = 256;
+    size_t max_logit_bias = 1024;      // entries in one request's logit_bias
 };
-
-// The largest n_ctx a request may name (the ABI's session limit); the
-// service also caps it at the model's trained context length.
-inline constexpr uint32_t kMaxRequestContext = 1u << 24;
 
 struct Sampling {
     double temperature = 1.0;
@@ -45,7 +47,15 @@ struct Sampling {
     int32_t top_k = 0;
     double min_p = 0.0;
     double repetition_penalty = 1.0;
+    double presence_penalty = 0.0;     // OpenAI's, over the tokens generated so far
+    double frequency_penalty = 0.0;
     std::optional<uint64_t> seed;      // generated when absent
+    // Added to the logits before sampling: (token id, -100..100). Ids are
+    // checked against the vocabulary when the request is submitted.
+    std::vector<std::pair<int32_t, float>> logit_bias;
+    bool needs_batched_engine() const {
+        return presence_penalty != 0.0 || frequency_penalty != 0.0 || !logit_bias.empty();
+    }
 };
 
 struct GenerationRequest {

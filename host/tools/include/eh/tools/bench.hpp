@@ -22,6 +22,7 @@ namespace eh::tools {
 
 struct BenchOptions {
     std::string plugins_dir;
+    std::vector<std::string> plugin_dirs;  // searched instead of plugins_dir when not empty
     std::string model;
     std::string plugin;          // only this plugin (by name); "" = every one that serves the model
     uint32_t n_prompt = 512;

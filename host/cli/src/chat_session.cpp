@@ -1,0 +1,99 @@
+#include "chat_session.hpp"
+
+#include <fmt/format.h>
+
+#include "eh/error.hpp"
+#include "eh/loader/engine.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/model/model_file.hpp"
+#include "eh/service/event_log.hpp"
+#include "eh/service/service.hpp"
+#include "serve_codec.hpp"
+#include "serve_model.hpp"
+
+namespace eh::cli {
+
+struct ChatSession::Impl {
+    Registry registry;  // keeps the plugin library loaded
+    std::shared_ptr<EngineModel> model;
+    std::shared_ptr<service::Service> svc;
+    ChatSettings settings;
+    std::string plugin;
+    uint64_t next_id = 0;
+};
+
+ChatSession::ChatSession(const ChatSettings& s) : impl_(std::make_unique<Impl>()) {
+    impl_->settings = s;
+    service::LogSettings ls;
+    ls.json = false;
+    ls.level = spdlog::level::off;  // the terminal is the conversation; errors come back as job events
+    service::init_event_log(ls);
+
+    loader::LoaderOptions lo;
+    lo.device = s.gpu;
+    impl_->registry = loader::discover_plugins(s.plugin_dirs, lo);
+    std::shared_ptr<model::ModelFile> file = model::ModelFile::open(s.model_path);
+    Resolution pick = impl_->registry.resolve(model_requirements(*file));
+    if (!pick.plugin) throw Error(Code::NoPlugin, pick.explanation);
+    impl_->plugin = pick.plugin->caps.name;
+    EngineLoadOptions elo;
+    elo.device = s.gpu;
+    elo.n_threads = s.threads;
+    impl_->model = EngineModel::load(pick.plugin->api, s.model_path, &file->view(), file, elo);
+    service::ServiceOptions so;
+    so.n_ctx = choose_context(*file, impl_->model->info(), s.ctx_size, 0);
+    so.model_name = model_id(s.model_path);
+    so.queue_capacity = 1;
+    // One conversation: one running sequence, plus the previous turn kept in
+    // the prefix cache, so each turn computes only its new tokens.
+    so.max_running = 1;
+    so.inference_timeout = std::chrono::hours(24);  // the person at the terminal decides (Ctrl-C)
+    impl_->svc = std::make_shared<service::Service>(impl_->model, make_codec(*file), so);
+}
+
+ChatSession::~ChatSession() {
+    if (impl_->svc) impl_->svc->shutdown();
+}
+
+std::string ChatSession::describe() const {
+    return fmt::format("{} via {}, context {} tokens", model_id(impl_->settings.model_path), impl_->plugin,
+                       impl_->svc->n_ctx());
+}
+
+std::string ChatSession::reply(const std::vector<service::ChatMessage>& messages,
+                               const std::function<void(const std::string&)>& on_text, const std::atomic<bool>& stop) {
+    const ChatSettings& s = impl_->settings;
+    service::GenerationRequest req;
+    req.job_id = fmt::format("chat-{}", ++impl_->next_id);
+    req.prompt = impl_->svc->codec().render_chat(messages);
+    req.add_special = false;  // as the OpenAI chat endpoint: the template writes BOS
+    req.parse_special = true;
+    req.max_tokens = s.max_tokens;
+    req.sampling.temperature = s.temperature;
+    req.sampling.top_p = s.top_p;
+    req.sampling.top_k = s.top_k;
+    req.sampling.seed = s.seed;
+    req.origin = "chat";
+    auto job = impl_->svc->submit(req);
+    std::string text;
+    bool cancelled = false;
+    while (true) {
+        if (stop && !cancelled) {
+            impl_->svc->cancel(req.job_id);
+            cancelled = true;
+        }
+        auto ev = job->pop(std::chrono::milliseconds(50));
+        if (!ev) continue;
+        if (ev->kind == service::JobEvent::Kind::Token) {
+            text += ev->text;
+            on_text(ev->text);
+        } else if (ev->kind == service::JobEvent::Kind::End) {
+            return text;
+        } else if (ev->kind == service::JobEvent::Kind::Error) {
+            if (ev->code == Code::Cancelled && cancelled) return text;
+            throw Error(ev->code, ev->message);
+        }
+    }
+}
+
+}  // namespace eh::cli

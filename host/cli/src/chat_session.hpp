@@ -1,0 +1,51 @@
+// The model side of `engine-host chat`: one model loaded through the best
+// plugin and driven through the host's service in this process (no HTTP).
+// The only coupling to host/service is Service's public header: submit a
+// GenerationRequest, read the job's events, cancel by job id.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "eh/service/text_codec.hpp"
+
+namespace eh::cli {
+
+struct ChatSettings {
+    std::string model_path;
+    std::vector<std::string> plugin_dirs;
+    int gpu = 0;
+    uint32_t threads = 0;
+    uint32_t ctx_size = 0;        // 0: the model's trained context
+    uint32_t max_tokens = 512;    // per reply
+    double temperature = 0.7;
+    double top_p = 0.95;
+    int32_t top_k = 40;
+    std::optional<uint64_t> seed;
+};
+
+class ChatSession {
+public:
+    explicit ChatSession(const ChatSettings& s);
+    ~ChatSession();
+
+    // Generates the assistant's reply to `messages`, passing text to `on_text`
+    // as it is decoded. Returns the reply; stops early (keeping what was
+    // written) when `stop` becomes true. Throws eh::Error for a request the
+    // model cannot take (e.g. the conversation no longer fits the context).
+    std::string reply(const std::vector<service::ChatMessage>& messages, const std::function<void(const std::string&)>& on_text,
+                      const std::atomic<bool>& stop);
+
+    std::string describe() const;  // "model via plugin, context N"
+
+private:
+    struct Impl;
+    std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace eh::cli

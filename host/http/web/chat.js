@@ -1,0 +1,154 @@
+// The chat page: a conversation kept in the browser, each reply streamed
+// from POST /v1/chat/completions (server-sent events), model facts from
+// GET /health. No libraries: this file is all of it.
+"use strict";
+
+const $ = (id) => document.getElementById(id);
+const messages = [];   // {role, content} sent with every request
+let controller = null; // AbortController of the reply being streamed
+
+function addMessage(role, text) {
+  const div = document.createElement("div");
+  div.className = "msg " + role;
+  div.textContent = text;
+  $("conversation").appendChild(div);
+  div.scrollIntoView({block: "end"});
+  return div;
+}
+
+async function showHealth() {
+  const info = $("model-info");
+  try {
+    const h = await (await fetch("/health")).json();
+    info.dataset.status = h.status;
+    if (h.status === "loading") {
+      info.textContent = `loading ${h.model || "model"}… ${Math.round(100 * (h.load_progress || 0))}%`;
+      setTimeout(showHealth, 1000);
+      return;
+    }
+    const parts = [h.model, h.plugin && h.plugin.name, h.device, h.quant_kind,
+                   h.context_length && `context ${h.context_length}`, h.status !== "healthy" && h.status];
+    info.textContent = parts.filter(Boolean).join(" · ");
+    info.title = JSON.stringify(h, null, 1);
+  } catch (e) {
+    info.dataset.status = "error";
+    info.textContent = "server not reachable";
+  }
+}
+
+function numberSetting(id) {
+  const v = $(id).value.trim();
+  return v === "" ? undefined : Number(v);
+}
+
+function requestBody() {
+  const system = $("system").value.trim();
+  const body = {
+    messages: system ? [{role: "system", content: system}, ...messages] : messages,
+    stream: true,
+    temperature: numberSetting("temperature"),
+    top_p: numberSetting("top_p"),
+    max_tokens: numberSetting("max_tokens"),
+    seed: numberSetting("seed"),
+  };
+  const topK = numberSetting("top_k");
+  if (topK) body.top_k = topK;
+  return JSON.stringify(body);
+}
+
+// Reads "data: ..." events from the response body; calls onData for each
+// JSON payload until [DONE].
+async function readEvents(response, onData) {
+  const reader = response.body.getReader();
+  const decoder = new TextDecoder();
+  let buffer = "";
+  for (;;) {
+    const {value, done} = await reader.read();
+    if (done) return;
+    buffer += decoder.decode(value, {stream: true});
+    let end;
+    while ((end = buffer.indexOf("\n\n")) >= 0) {
+      const event = buffer.slice(0, end);
+      buffer = buffer.slice(end + 2);
+      const data = event.split("\n").filter((l) => l.startsWith("data:")).map((l) => l.slice(5).trim()).join("\n");
+      if (!data) continue;
+      if (data === "[DONE]") return;
+      onData(JSON.parse(data));
+    }
+  }
+}
+
+function errorText(body) {
+  return (body && body.error && (body.error.message || body.error.code)) || "request failed";
+}
+
+async function send(text) {
+  messages.push({role: "user", content: text});
+  addMessage("user", text);
+  const reply = addMessage("assistant", "");
+  reply.dataset.state = "streaming";
+  reply.dataset.chunks = "0";
+  let content = "";
+  controller = new AbortController();
+  setBusy(true);
+  try {
+    const response = await fetch("/v1/chat/completions", {
+      method: "POST", headers: {"Content-Type": "application/json"}, body: requestBody(), signal: controller.signal,
+    });
+    if (!response.ok) throw new Error(errorText(await response.json().catch(() => null)));
+    await readEvents(response, (chunk) => {
+      if (chunk.error) throw new Error(errorText(chunk));
+      const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
+      if (!delta || !delta.content) return;
+      content += delta.content;
+      reply.textContent = content.replace(/^\s+/, "");  // the first token often starts with a space
+      reply.dataset.chunks = String(Number(reply.dataset.chunks) + 1);
+      reply.scrollIntoView({block: "end"});
+    });
+    reply.dataset.state = "done";
+  } catch (e) {
+    if (e.name === "AbortError") {
+      reply.dataset.state = "stopped";
+    } else {
+      reply.dataset.state = "error";
+      reply.classList.add("error");
+      reply.textContent = (content ? content.trim() + "\n" : "") + "Error: " + e.message;
+    }
+  } finally {
+    controller = null;
+    setBusy(false);
+  }
+  // A reply (a stopped one too) stays in the conversation; a turn that got
+  // none is dropped, so user and assistant turns keep alternating.
+  if (content.trim()) messages.push({role: "assistant", content: content.trim()});
+  else messages.pop();
+}
+
+function setBusy(busy) {
+  $("send").disabled = busy;
+  $("stop").disabled = !busy;
+  document.body.dataset.busy = busy ? "1" : "0";
+}
+
+$("composer").addEventListener("submit", (ev) => {
+  ev.preventDefault();
+  const text = $("prompt").value.trim();
+  if (!text || controller) return;
+  $("prompt").value = "";
+  send(text);
+});
+$("prompt").addEventListener("keydown", (ev) => {
+  if (ev.key === "Enter" && !ev.shiftKey) {
+    ev.preventDefault();
+    $("composer").requestSubmit();
+  }
+});
+$("stop").addEventListener("click", () => controller && controller.abort());
+$("reset").addEventListener("click", () => {
+  if (controller) controller.abort();
+  messages.length = 0;
+  $("conversation").replaceChildren();
+});
+
+setBusy(false);
+showHealth();

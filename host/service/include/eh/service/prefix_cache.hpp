@@ -1,0 +1,51 @@
+// Sequences kept after their request ended, so a later request whose prompt
+// starts with the same tokens (a system prompt, the earlier turns of a chat)
+// forks their KV cache instead of computing it again. Entries are found by
+// the longest common prefix, evicted least recently used first, and an entry
+// whose tokens are a prefix of a newer one's is dropped as redundant.
+#pragma once
+
+#include <cstdint>
+#include <list>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "eh/service/seq_engine.hpp"
+
+namespace eh::service {
+
+class PrefixCache {
+public:
+    // `min_match`: the shortest reuse worth a fork (one KV block).
+    PrefixCache(SeqEngine& engine, uint32_t min_match, size_t max_entries)
+        : engine_(engine), min_match_(min_match ? min_match : 1), max_entries_(max_entries) {}
+    ~PrefixCache() { clear(); }
+
+    struct Match {
+        SeqId seq;       // the cached sequence to fork
+        uint32_t n;      // tokens of it to reuse
+    };
+    // The entry sharing the longest prefix with `tokens`, reusing at most
+    // `limit` tokens; marks it used. nullopt when none reaches min_match.
+    std::optional<Match> lookup(std::span<const int32_t> tokens, uint32_t limit);
+
+    // Takes ownership of `seq`, which holds exactly `tokens`.
+    void insert(SeqId seq, std::vector<int32_t> tokens);
+    // Releases the least recently used entry; false when empty.
+    bool evict_one();
+    void clear();
+    size_t size() const { return entries_.size(); }
+
+private:
+    struct Entry {
+        SeqId seq;
+        std::vector<int32_t> tokens;
+    };
+    SeqEngine& engine_;
+    uint32_t min_match_;
+    size_t max_entries_;
+    std::list<Entry> entries_;  // front = most recently used
+};
+
+}  // namespace eh::service

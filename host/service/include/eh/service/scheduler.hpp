@@ -1,0 +1,130 @@
+// Continuous batching. One thread owns the engine and, every step:
+//   1. ends requests that were cancelled or ran past their deadline;
+//   2. admits waiting requests in arrival order while sequences and KV
+//      blocks allow (forking a cached prefix when one matches);
+//   3. builds one step under the token budget: every decoding request's
+//      next token first, then prefill chunks, oldest request first;
+//   4. runs it; on KV_FULL evicts cached prefixes, then preempts the newest
+//      request (its blocks are freed and it is recomputed later), and tries
+//      again; otherwise hands each sampled token to its request.
+// A request joins or leaves the batch between any two steps.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+#include <vector>
+
+#include "eh/service/generation.hpp"
+#include "eh/service/job.hpp"
+#include "eh/service/metrics.hpp"
+#include "eh/service/prefix_cache.hpp"
+#include "eh/service/seq_engine.hpp"
+#include "eh/service/text_codec.hpp"
+
+namespace eh::service {
+
+struct SchedulerOptions {
+    uint32_t max_running = 64;          // sequences decoding at once (--parallel)
+    size_t queue_capacity = 256;        // requests waiting to start
+    bool prefix_cache = true;
+    std::chrono::milliseconds inference_timeout{300000};
+    std::chrono::milliseconds shutdown_grace{5000};
+    int repetition_window = 64;
+};
+
+// Read by /health and /metrics from any thread.
+struct SchedulerStats {
+    std::atomic<uint32_t> running{0}, waiting{0};
+    std::atomic<uint32_t> kv_total_blocks{0}, kv_free_blocks{0}, prefix_entries{0};
+    std::atomic<uint64_t> prefix_lookups{0}, prefix_hits{0}, prefix_query_tokens{0}, prefix_hit_tokens{0};
+    std::atomic<uint64_t> preemptions{0}, steps{0};
+};
+
+// The queue is full: 503 with Retry-After.
+class QueueFullError : public Error {
+public:
+    QueueFullError(const std::string& msg, uint32_t retry_after_ms)
+        : Error(Code::QueueFull, msg), retry_after_ms_(retry_after_ms) {}
+    uint32_t retry_after_ms() const { return retry_after_ms_; }
+
+private:
+    uint32_t retry_after_ms_;
+};
+
+class Scheduler {
+public:
+    Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const TextCodec> codec,
+              std::shared_ptr<Metrics> metrics, SchedulerOptions options);
+    ~Scheduler();
+    Scheduler(const Scheduler&) = delete;
+    Scheduler& operator=(const Scheduler&) = delete;
+
+    // Queues a validated job. Throws QueueFullError, Error(ShuttingDown) or
+    // RequestError (a job_id already queued or running).
+    void enqueue(std::shared_ptr<Job> job);
+    // "cancelling" (running), "cancelled" (was waiting), "finished", "unknown".
+    std::string cancel(const std::string& job_id, CancelReason why);
+    // Fails waiting jobs with SHUTTING_DOWN, gives running ones the grace
+    // period, then cancels them, and joins the thread. Idempotent.
+    void shutdown();
+
+    const SchedulerStats& stats() const { return stats_; }
+    const SeqLimits& limits() const { return limits_; }
+    uint32_t max_running() const { return max_running_; }
+
+private:
+    struct Active {
+        std::shared_ptr<Job> job;
+        SeqId seq = 0;                  // 0: holds no sequence (waiting)
+        std::vector<int32_t> tokens;    // prompt, then every sampled token
+        uint32_t in_seq = 0;            // tokens[0, in_seq) are in the sequence
+        std::unique_ptr<Generation> gen;
+        std::chrono::steady_clock::time_point admitted;
+        int64_t deadline_ns = 0;
+        uint64_t order = 0;             // admission order; the newest is preempted first
+    };
+    using ActivePtr = std::unique_ptr<Active>;
+
+    void loop();
+    void reap();
+    void admit();
+    bool try_admit(Active& a);
+    void run_step();
+    void handle_kv_full();
+    void complete(ActivePtr a);
+    void fail(ActivePtr a, const Error& e);
+    void finish(const std::shared_ptr<Job>& job, const JobEvent& terminal);
+    void forget(const std::string& job_id);
+    void publish();
+
+    std::unique_ptr<SeqEngine> engine_;
+    std::shared_ptr<const TextCodec> codec_;
+    std::shared_ptr<Metrics> metrics_;
+    SchedulerOptions options_;
+    SeqLimits limits_;
+    uint32_t max_running_;
+    std::unique_ptr<PrefixCache> cache_;
+    SchedulerStats stats_;
+
+    // The scheduler thread's own.
+    std::vector<ActivePtr> running_;
+    uint64_t next_order_ = 0;
+
+    mutable std::mutex mu_;
+    std::condition_variable cv_;
+    std::deque<ActivePtr> waiting_;
+    std::unordered_map<std::string, std::shared_ptr<Job>> live_;  // waiting or running, by job_id
+    std::deque<std::string> recent_;                              // ended ids, for idempotent cancel
+    bool stopping_ = false;
+    std::once_flag shutdown_once_;
+    std::thread thread_;
+};
+
+}  // namespace eh::service

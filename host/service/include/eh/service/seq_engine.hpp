@@ -1,0 +1,78 @@
+// What the scheduler drives: sequences whose KV cache lives in blocks and a
+// batched step over them. Two implementations wrap a plugin (the 1.2 batched
+// calls, or the 1.0/1.1 session calls one sequence at a time); tests use a
+// fake. Calls come from the scheduler's thread only.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <vector>
+
+#include <engine_host/plugin_abi.h>
+
+#include "eh/error.hpp"
+#include "eh/loader/engine.hpp"
+
+namespace eh::service {
+
+using SeqId = uint64_t;
+
+struct SeqLimits {
+    uint32_t max_seqs = 1;          // sequences alive at once, cached prefixes included
+    uint32_t max_step_tokens = 1;
+    uint32_t max_step_entries = 1;
+    uint32_t max_seq_tokens = 1;    // the context length
+    uint32_t block_tokens = 1;
+    uint32_t total_blocks = 1;
+    uint64_t block_bytes = 0;
+    bool can_fork = false;          // prefix reuse and n > 1 need it
+    bool batched = false;           // more than one sequence per step
+};
+
+struct StepItem {
+    SeqId seq = 0;
+    std::span<const int32_t> tokens;
+    bool sample = false;
+    bool logits = false;            // keep the raw logits for logprobs
+    const std::vector<uint32_t>* allowed = nullptr;   // bitset, or NULL
+    const std::vector<std::pair<int32_t, float>>* bias = nullptr;
+    int32_t token = -1;             // out
+};
+
+class SeqEngine {
+public:
+    virtual ~SeqEngine() = default;
+    virtual const SeqLimits& limits() const = 0;
+    virtual uint32_t free_blocks() const = 0;
+    // Throw eh::Error on failure.
+    virtual SeqId create() = 0;
+    virtual SeqId fork(SeqId src, uint32_t n_tokens) = 0;   // can_fork only
+    virtual void truncate(SeqId seq, uint32_t n_tokens) = 0;
+    virtual void release(SeqId seq) = 0;                     // never throws
+    virtual void set_sampling(SeqId seq, const eh_sampling_params& p) = 0;
+    // false: not enough free KV blocks, and nothing changed. Other failures
+    // throw eh::Error; the sequences of the step are then unusable.
+    virtual bool step(std::span<StepItem> items) = 0;
+    // Logits of the sequence's last step that asked for them; empty if none.
+    virtual std::span<const float> logits(SeqId seq) = 0;
+    virtual bool has_logits() const = 0;
+    // Polled inside a long step by engines that can stop one (the session
+    // engine's prefill): true ends the step with Error(Cancelled).
+    virtual void set_interrupt(std::function<bool()> fn) { (void)fn; }
+};
+
+struct KvBudget {
+    uint32_t max_seqs = 64;
+    uint32_t max_step_tokens = 2048;
+    uint32_t max_seq_tokens = 0;    // the context length
+    uint64_t budget_bytes = 0;      // 0: memory_fraction
+    float memory_fraction = 0;      // 0: the plugin's default
+};
+
+// The plugin's batched calls when it has them (kv_init runs here), else its
+// sessions, one sequence at a time, with one session of max_seq_tokens.
+std::unique_ptr<SeqEngine> make_seq_engine(std::shared_ptr<EngineModel> model, const KvBudget& budget);
+
+}  // namespace eh::service

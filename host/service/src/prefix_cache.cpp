@@ -1,0 +1,60 @@
+#include "eh/service/prefix_cache.hpp"
+
+#include <algorithm>
+
+namespace eh::service {
+namespace {
+
+size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
+    const size_t n = std::min(a.size(), b.size());
+    return size_t(std::mismatch(a.begin(), a.begin() + long(n), b.begin()).first - a.begin());
+}
+
+}  // namespace
+
+std::optional<PrefixCache::Match> PrefixCache::lookup(std::span<const int32_t> tokens, uint32_t limit) {
+    auto best = entries_.end();
+    size_t best_n = 0;
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        const size_t n = std::min<size_t>(common_prefix(it->tokens, tokens), limit);
+        if (n > best_n) {
+            best_n = n;
+            best = it;
+        }
+    }
+    if (best == entries_.end() || best_n < min_match_) return std::nullopt;
+    entries_.splice(entries_.begin(), entries_, best);
+    return Match{entries_.front().seq, uint32_t(best_n)};
+}
+
+void PrefixCache::insert(SeqId seq, std::vector<int32_t> tokens) {
+    if (max_entries_ == 0 || tokens.size() < min_match_) {
+        engine_.release(seq);
+        return;
+    }
+    // Entries the new one contains add nothing.
+    for (auto it = entries_.begin(); it != entries_.end();) {
+        if (it->tokens.size() <= tokens.size() && common_prefix(it->tokens, tokens) == it->tokens.size()) {
+            engine_.release(it->seq);
+            it = entries_.erase(it);
+        } else {
+            ++it;
+        }
+    }
+    entries_.push_front({seq, std::move(tokens)});
+    while (entries_.size() > max_entries_) evict_one();
+}
+
+bool PrefixCache::evict_one() {
+    if (entries_.empty()) return false;
+    engine_.release(entries_.back().seq);
+    entries_.pop_back();
+    return true;
+}
+
+void PrefixCache::clear() {
+    while (evict_one()) {
+    }
+}
+
+}  // namespace eh::service

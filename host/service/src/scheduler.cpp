@@ -1,0 +1,438 @@
+#include "eh/service/scheduler.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "eh/service/event_log.hpp"
+#include "eh/service/request.hpp"
+#include "eh/service/utf8.hpp"
+
+namespace eh::service {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
+
+std::string rfc3339_now() {
+    auto now = std::chrono::system_clock::now();
+    auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(now.time_since_epoch()).count();
+    std::time_t t = std::time_t(ms / 1000);
+    std::tm tm{};
+    gmtime_r(&t, &tm);
+    return fmt::format("{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z", tm.tm_year + 1900, tm.tm_mon + 1, tm.tm_mday,
+                       tm.tm_hour, tm.tm_min, tm.tm_sec, int(ms % 1000));
+}
+
+JobEvent error_event(Code code, std::string message, bool retriable) {
+    JobEvent ev;
+    ev.kind = JobEvent::Kind::Error;
+    ev.code = code;
+    ev.message = std::move(message);
+    ev.retriable = retriable;
+    return ev;
+}
+
+bool retriable_code(Code c) {
+    return c == Code::QueueFull || c == Code::ShuttingDown || c == Code::VramOom || c == Code::InferenceTimeout;
+}
+
+const char* outcome_for(Code c) {
+    switch (c) {
+    case Code::Cancelled: return "cancelled";
+    case Code::InferenceTimeout: return "timeout";
+    case Code::ShuttingDown: return "rejected_shutdown";
+    default: return "error";
+    }
+}
+
+// The terminal event of a job that stopped early: why it was cancelled
+// decides the code the client sees.
+JobEvent stopped_event(const Job& job, const Error& e, std::chrono::milliseconds timeout) {
+    if (e.code() != Code::Cancelled && !job.cancelled()) return error_event(e.code(), e.what(), retriable_code(e.code()));
+    switch (job.cancel_reason()) {
+    case CancelReason::Timeout:
+        return error_event(Code::InferenceTimeout,
+                           fmt::format("the job ran past the inference timeout of {} ms", timeout.count()), false);
+    case CancelReason::Shutdown:
+        return error_event(Code::ShuttingDown, "the server is shutting down; the job was cancelled", true);
+    case CancelReason::Disconnect:
+        return error_event(Code::Cancelled, "the client disconnected", false);
+    default:
+        return error_event(Code::Cancelled, "the job was cancelled by a cancel request", false);
+    }
+}
+
+uint32_t blocks_for(uint64_t tokens, uint32_t block_tokens) {
+    return uint32_t((tokens + block_tokens - 1) / block_tokens);
+}
+
+}  // namespace
+
+Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const TextCodec> codec,
+                     std::shared_ptr<Metrics> metrics, SchedulerOptions options)
+    : engine_(std::move(engine)), codec_(std::move(codec)), metrics_(std::move(metrics)), options_(options),
+      limits_(engine_->limits()) {
+    // Half the engine's sequences run; the other half may hold cached prefixes.
+    const uint32_t seq_room = limits_.can_fork ? std::max(1u, limits_.max_seqs / 2) : limits_.max_seqs;
+    max_running_ = std::max(1u, std::min({options_.max_running, seq_room, limits_.max_step_entries}));
+    if (options_.prefix_cache && limits_.can_fork)
+        cache_ = std::make_unique<PrefixCache>(*engine_, limits_.block_tokens, limits_.max_seqs - max_running_);
+    stats_.kv_total_blocks = limits_.total_blocks;
+    // Only the scheduler thread steps, and it is the one polled here.
+    engine_->set_interrupt([this] {
+        const int64_t now = now_ns();
+        bool stop = false;
+        for (const auto& a : running_) {
+            if (!a) continue;
+            if (!a->job->cancelled() && now > a->deadline_ns) a->job->cancel(CancelReason::Timeout);
+            stop = stop || a->job->cancelled();
+        }
+        return stop;
+    });
+    publish();
+    thread_ = std::thread([this] { loop(); });
+}
+
+Scheduler::~Scheduler() { shutdown(); }
+
+void Scheduler::publish() {
+    stats_.running = uint32_t(running_.size());
+    stats_.kv_free_blocks = engine_->free_blocks();
+    stats_.prefix_entries = cache_ ? uint32_t(cache_->size()) : 0;
+    std::lock_guard lock(mu_);
+    stats_.waiting = uint32_t(waiting_.size());
+}
+
+void Scheduler::enqueue(std::shared_ptr<Job> job) {
+    auto a = std::make_unique<Active>();
+    a->tokens = job->prompt_tokens;
+    a->job = std::move(job);
+    {
+        std::lock_guard lock(mu_);
+        if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
+        const std::string& id = a->job->request.job_id;
+        if (live_.count(id))
+            throw RequestError("job_id", fmt::format("job_id '{}' is already queued or running", sanitize_utf8(id)));
+        if (waiting_.size() >= options_.queue_capacity) {
+            const uint32_t ra = uint32_t(std::clamp(1000.0 * double(waiting_.size()) / double(max_running_), 1000.0, 60000.0));
+            throw QueueFullError(fmt::format("the queue is full ({} waiting, capacity {}); retry later",
+                                             waiting_.size(), options_.queue_capacity), ra);
+        }
+        live_[id] = a->job;
+        waiting_.push_back(std::move(a));
+        stats_.waiting = uint32_t(waiting_.size());
+    }
+    cv_.notify_all();
+}
+
+std::string Scheduler::cancel(const std::string& job_id, CancelReason why) {
+    ActivePtr removed;
+    std::shared_ptr<Job> job;
+    {
+        std::lock_guard lock(mu_);
+        auto it = live_.find(job_id);
+        if (it == live_.end())
+            return std::find(recent_.begin(), recent_.end(), job_id) != recent_.end() ? "finished" : "unknown";
+        job = it->second;
+        if (job->terminated()) return "finished";
+        auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const ActivePtr& a) { return a->job == job; });
+        if (w != waiting_.end()) {
+            removed = std::move(*w);
+            waiting_.erase(w);
+            stats_.waiting = uint32_t(waiting_.size());
+        }
+    }
+    job->cancel(why);
+    if (removed) {
+        // A preempted job still holds no sequence: nothing to release.
+        finish(job, error_event(Code::Cancelled, fmt::format("cancelled while queued ({})", cancel_reason_name(why)), false));
+        forget(job_id);
+        return "cancelled";
+    }
+    cv_.notify_all();
+    return "cancelling";
+}
+
+void Scheduler::finish(const std::shared_ptr<Job>& job, const JobEvent& terminal) {
+    const auto& r = job->request;
+    const double e2e = std::chrono::duration<double>(Clock::now() - job->submitted_at).count();
+    if (terminal.kind == JobEvent::Kind::End) {
+        metrics_->request(r.origin, "completed");
+        metrics_->request_latency(e2e);
+        log_event(spdlog::level::info, "execute_end",
+                  {{"job_id", r.job_id}, {"correlation_id", r.correlation_id}, {"tokens_out", terminal.tokens_out},
+                   {"stop_reason", terminal.stop_reason}, {"decode_time_ms", terminal.decode_time_ms},
+                   {"time_to_first_token_ms", terminal.time_to_first_token_ms}});
+    } else {
+        metrics_->request(r.origin, outcome_for(terminal.code));
+        log_event(terminal.code == Code::Cancelled ? spdlog::level::info : spdlog::level::warn, "error",
+                  {{"job_id", r.job_id}, {"correlation_id", r.correlation_id}, {"code", code_name(terminal.code)},
+                   {"message", terminal.message}});
+    }
+    job->push(terminal);
+}
+
+void Scheduler::forget(const std::string& job_id) {
+    std::lock_guard lock(mu_);
+    live_.erase(job_id);
+    recent_.push_back(job_id);
+    if (recent_.size() > 1024) recent_.pop_front();
+}
+
+void Scheduler::loop() {
+    for (;;) {
+        {
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+            if (stopping_ && waiting_.empty() && running_.empty()) break;
+        }
+        try {
+            reap();
+            admit();
+            if (!running_.empty()) run_step();
+        } catch (const std::exception& e) {
+            // A bug in the loop itself: end every running job rather than hang them.
+            const Error err(Code::Internal, std::string("internal scheduler error: ") + e.what());
+            for (auto& a : running_)
+                if (a) fail(std::move(a), err);
+            running_.clear();
+        }
+        stats_.steps.fetch_add(1);
+        publish();
+    }
+    if (cache_) cache_->clear();
+    publish();
+}
+
+void Scheduler::reap() {
+    const int64_t now = now_ns();
+    for (auto& a : running_) {
+        if (!a->job->cancelled() && now > a->deadline_ns) a->job->cancel(CancelReason::Timeout);
+        if (a->job->cancelled()) fail(std::move(a), Error(Code::Cancelled, "cancelled"));
+    }
+    std::erase(running_, nullptr);
+}
+
+void Scheduler::admit() {
+    for (;;) {
+        ActivePtr a;
+        {
+            std::lock_guard lock(mu_);
+            if (waiting_.empty() || running_.size() >= max_running_) return;
+            a = std::move(waiting_.front());
+            waiting_.pop_front();
+            stats_.waiting = uint32_t(waiting_.size());
+        }
+        if (a->job->cancelled()) {
+            fail(std::move(a), Error(Code::Cancelled, "cancelled"));
+            continue;
+        }
+        bool admitted = false;
+        try {
+            admitted = try_admit(*a);
+        } catch (const Error& e) {
+            fail(std::move(a), e);
+            continue;
+        }
+        if (!admitted) {
+            std::lock_guard lock(mu_);
+            waiting_.push_front(std::move(a));
+            stats_.waiting = uint32_t(waiting_.size());
+            return;
+        }
+        running_.push_back(std::move(a));
+    }
+}
+
+bool Scheduler::try_admit(Active& a) {
+    const uint32_t B = limits_.block_tokens;
+    std::optional<PrefixCache::Match> match;
+    if (cache_) {
+        stats_.prefix_lookups.fetch_add(1);
+        stats_.prefix_query_tokens.fetch_add(a.tokens.size());
+        match = cache_->lookup(a.tokens, uint32_t(a.tokens.size() - 1));
+    }
+    const uint32_t reuse = match ? match->n : 0;
+    // Blocks for what is left to compute, one for a copied partial block,
+    // and one for each running request's next token.
+    const uint32_t need = blocks_for(a.tokens.size() - reuse, B) + 1 + uint32_t(running_.size());
+    // (Sequences never run out: max_running plus the cache's entries fit
+    // the engine's max_seqs by construction.)
+    const size_t keep = match ? 1 : 0;
+    while (cache_ && cache_->size() > keep && engine_->free_blocks() < need) cache_->evict_one();
+    if (engine_->free_blocks() < need && !running_.empty()) return false;  // wait for blocks to come back
+
+    a.seq = match ? engine_->fork(match->seq, match->n) : engine_->create();
+    a.in_seq = reuse;
+    if (match) {
+        stats_.prefix_hits.fetch_add(1);
+        stats_.prefix_hit_tokens.fetch_add(match->n);
+    }
+    const GenerationRequest& req = a.job->request;
+    eh_sampling_params sp{};
+    sp.struct_size = sizeof(sp);
+    sp.temperature = float(req.sampling.temperature);
+    sp.top_k = req.sampling.top_k;
+    sp.top_p = float(req.sampling.top_p);
+    sp.min_p = float(req.sampling.min_p);
+    sp.repetition_penalty = float(req.sampling.repetition_penalty);
+    sp.repetition_window = options_.repetition_window;
+    sp.presence_penalty = float(req.sampling.presence_penalty);
+    sp.frequency_penalty = float(req.sampling.frequency_penalty);
+    sp.seed = a.job->seed;
+    try {
+        engine_->set_sampling(a.seq, sp);
+    } catch (...) {
+        engine_->release(a.seq);
+        a.seq = 0;
+        throw;
+    }
+    a.order = ++next_order_;
+    if (!a.gen) {  // first admission (a preempted job keeps its output state)
+        a.admitted = Clock::now();
+        a.deadline_ns = (a.admitted + options_.inference_timeout).time_since_epoch().count();
+        a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
+        metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
+        JobEvent started;
+        started.kind = JobEvent::Kind::Started;
+        started.started_at = rfc3339_now();
+        started.seed = a.job->seed;
+        started.prompt_tokens = uint32_t(a.job->prompt_tokens.size());
+        a.job->push(started);
+        metrics_->prompt_tokens(a.job->prompt_tokens.size());
+        nlohmann::json fields = {{"job_id", req.job_id}, {"correlation_id", req.correlation_id},
+                                 {"prompt_tokens", a.job->prompt_tokens.size()}, {"max_tokens", a.job->max_tokens},
+                                 {"seed", a.job->seed}, {"endpoint", req.origin}, {"cached_tokens", reuse}};
+        if (log_settings().log_content) fields["prompt"] = sanitize_utf8(req.prompt);
+        log_event(spdlog::level::info, "execute_start", fields);
+    }
+    return true;
+}
+
+void Scheduler::run_step() {
+    std::vector<StepItem> items;
+    std::vector<Active*> owners;
+    uint32_t budget = limits_.max_step_tokens;
+    auto add = [&](Active& a, uint32_t k) {
+        StepItem it;
+        it.seq = a.seq;
+        it.tokens = std::span<const int32_t>(a.tokens).subspan(a.in_seq, k);
+        it.sample = a.in_seq + k == a.tokens.size();
+        it.logits = it.sample && a.job->request.top_logprobs >= 0;
+        if (it.sample && !a.job->request.sampling.logit_bias.empty()) it.bias = &a.job->request.sampling.logit_bias;
+        items.push_back(it);
+        owners.push_back(&a);
+        budget -= k;
+    };
+    // Decoding requests first, so prefill never delays a token in flight.
+    for (auto& a : running_)
+        if (a->gen->tokens_out() > 0 && a->tokens.size() - a->in_seq == 1 && budget > 0 &&
+            items.size() < limits_.max_step_entries)
+            add(*a, 1);
+    for (auto& a : running_) {
+        if (budget == 0 || items.size() >= limits_.max_step_entries) break;
+        if (std::find(owners.begin(), owners.end(), a.get()) != owners.end()) continue;
+        const uint32_t left = uint32_t(a->tokens.size() - a->in_seq);
+        if (left == 0) continue;
+        add(*a, std::min(left, budget));
+    }
+    if (items.empty()) return;
+
+    bool ok = false;
+    try {
+        ok = engine_->step(items);
+    } catch (const Error& e) {
+        // The step's sequences are unusable now; their requests end here.
+        for (auto& a : running_)
+            if (std::find(owners.begin(), owners.end(), a.get()) != owners.end()) fail(std::move(a), e);
+        std::erase(running_, nullptr);
+        return;
+    }
+    if (!ok) {
+        handle_kv_full();
+        return;
+    }
+    for (size_t i = 0; i < items.size(); ++i) {
+        Active& a = *owners[i];
+        a.in_seq += uint32_t(items[i].tokens.size());
+        if (!items[i].sample) continue;
+        const int32_t tok = items[i].token;
+        const auto lg = items[i].logits ? engine_->logits(a.seq) : std::span<const float>();
+        if (!a.gen->accept(tok, lg)) a.tokens.push_back(tok);
+    }
+    for (auto& a : running_)
+        if (a->gen->done()) complete(std::move(a));
+    std::erase(running_, nullptr);
+}
+
+void Scheduler::handle_kv_full() {
+    if (cache_ && cache_->evict_one()) return;
+    // The newest request gives its blocks back and is recomputed later.
+    auto newest = std::max_element(running_.begin(), running_.end(),
+                                   [](const ActivePtr& x, const ActivePtr& y) { return x->order < y->order; });
+    if (running_.size() <= 1) {
+        // By construction one sequence of the full context fits the pool.
+        fail(std::move(*newest), Error(Code::VramOom, "the KV cache cannot hold this request's sequence"));
+        std::erase(running_, nullptr);
+        return;
+    }
+    ActivePtr a = std::move(*newest);
+    std::erase(running_, nullptr);
+    engine_->release(a->seq);
+    a->seq = 0;
+    a->in_seq = 0;
+    stats_.preemptions.fetch_add(1);
+    log_event(spdlog::level::info, "preempted", {{"job_id", a->job->request.job_id}, {"recompute_tokens", a->tokens.size()}});
+    std::lock_guard lock(mu_);
+    waiting_.push_front(std::move(a));
+    stats_.waiting = uint32_t(waiting_.size());
+}
+
+void Scheduler::complete(ActivePtr a) {
+    const SeqId seq = std::exchange(a->seq, 0);
+    if (cache_) cache_->insert(seq, std::vector<int32_t>(a->tokens.begin(), a->tokens.begin() + a->in_seq));
+    else engine_->release(seq);
+    finish(a->job, a->gen->end_event(a->admitted));
+    forget(a->job->request.job_id);
+}
+
+void Scheduler::fail(ActivePtr a, const Error& e) {
+    if (a->seq) engine_->release(std::exchange(a->seq, 0));
+    finish(a->job, stopped_event(*a->job, e, options_.inference_timeout));
+    forget(a->job->request.job_id);
+}
+
+void Scheduler::shutdown() {
+    std::call_once(shutdown_once_, [&] {
+        std::deque<ActivePtr> waiting;
+        {
+            std::lock_guard lock(mu_);
+            stopping_ = true;
+            waiting.swap(waiting_);
+            stats_.waiting = 0;
+        }
+        cv_.notify_all();
+        for (auto& a : waiting) {
+            a->job->cancel(CancelReason::Shutdown);
+            finish(a->job, error_event(Code::ShuttingDown, "the server is shutting down; the job was not started", true));
+            forget(a->job->request.job_id);
+        }
+        // Running jobs get the grace period, then are cancelled.
+        std::vector<std::shared_ptr<Job>> running;
+        {
+            std::lock_guard lock(mu_);
+            for (auto& [id, job] : live_) running.push_back(job);
+        }
+        const auto until = Clock::now() + options_.shutdown_grace;
+        for (auto& j : running)
+            while (!j->terminated() && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+        for (auto& j : running)
+            if (!j->terminated()) j->cancel(CancelReason::Shutdown);
+        cv_.notify_all();
+        if (thread_.joinable()) thread_.join();
+    });
+}
+
+}  // namespace eh::service

@@ -1,0 +1,259 @@
+// The two plugin-backed SeqEngines: BatchedEngine over ABI 1.2's kv_init /
+// seq_* / step, and SessionEngine over a 1.0/1.1 plugin's one session.
+#include "eh/service/seq_engine.hpp"
+
+#include <fmt/format.h>
+
+#include <unordered_map>
+
+#include "eh/loader/plugin_loader.hpp"
+
+namespace eh::service {
+namespace {
+
+std::string model_message(const EngineModel& m, eh_status st) {
+    const char* msg = m.api().model_last_error(m.raw());
+    return msg && *msg ? std::string(msg) : std::string(eh_status_name(st));
+}
+
+// A plugin that lets a C++ exception escape is buggy: report INTERNAL.
+template <class F>
+eh_status guarded(F&& f) {
+    try {
+        return f();
+    } catch (...) {
+        return EH_INTERNAL;
+    }
+}
+
+class BatchedEngine final : public SeqEngine {
+public:
+    BatchedEngine(std::shared_ptr<EngineModel> model, const KvBudget& b) : model_(std::move(model)), api_(model_->api()) {
+        eh_kv_params p{};
+        p.struct_size = sizeof(p);
+        // Cached prefixes are sequences too: room for as many as run.
+        p.max_seqs = b.max_seqs * 2;
+        p.max_step_tokens = b.max_step_tokens;
+        p.max_step_entries = std::min(b.max_seqs, b.max_step_tokens);
+        p.max_seq_tokens = b.max_seq_tokens;
+        p.budget_bytes = b.budget_bytes;
+        p.memory_fraction = b.memory_fraction;
+        eh_kv_info info{};
+        info.struct_size = sizeof(info);
+        check(guarded([&] { return api_.kv_init(model_->raw(), &p, &info); }), "kv_init");
+        limits_.max_seqs = info.max_seqs;
+        limits_.max_step_tokens = info.max_step_tokens;
+        limits_.max_step_entries = info.max_step_entries;
+        limits_.max_seq_tokens = info.max_seq_tokens;
+        limits_.block_tokens = info.block_tokens;
+        limits_.total_blocks = info.total_blocks;
+        limits_.block_bytes = info.block_bytes;
+        limits_.can_fork = true;
+        limits_.batched = true;
+        if (!info.block_tokens || !info.total_blocks || !info.max_seqs || !info.max_step_tokens ||
+            !info.max_step_entries || !info.max_seq_tokens)
+            throw Error(Code::Internal, "plugin's kv_init granted a zero limit");
+        free_ = info.free_blocks;
+    }
+
+    ~BatchedEngine() override {
+        for (auto& [id, s] : seqs_) api_.seq_release(s);
+    }
+
+    const SeqLimits& limits() const override { return limits_; }
+    uint32_t free_blocks() const override { return free_; }
+
+    SeqId create() override {
+        eh_seq* s = nullptr;
+        check(guarded([&] { return api_.seq_create(model_->raw(), &s); }), "seq_create");
+        return adopt(s);
+    }
+
+    SeqId fork(SeqId src, uint32_t n) override {
+        eh_seq* s = nullptr;
+        check(guarded([&] { return api_.seq_fork(get(src), n, &s); }), "seq_fork");
+        return adopt(s);
+    }
+
+    void truncate(SeqId seq, uint32_t n) override {
+        check(guarded([&] { return api_.seq_truncate(get(seq), n); }), "seq_truncate");
+        refresh();
+    }
+
+    void release(SeqId seq) override {
+        auto it = seqs_.find(seq);
+        if (it == seqs_.end()) return;
+        try {
+            api_.seq_release(it->second);
+        } catch (...) {
+        }
+        seqs_.erase(it);
+        refresh();
+    }
+
+    void set_sampling(SeqId seq, const eh_sampling_params& p) override {
+        check(guarded([&] { return api_.seq_set_sampling(get(seq), &p); }), "seq_set_sampling");
+    }
+
+    bool step(std::span<StepItem> items) override {
+        entries_.assign(items.size(), eh_step_entry{});
+        biases_.resize(items.size());
+        for (size_t i = 0; i < items.size(); ++i) {
+            const StepItem& it = items[i];
+            eh_step_entry& e = entries_[i];
+            e.struct_size = sizeof(e);
+            e.flags = (it.sample ? EH_STEP_SAMPLE : 0u) | (it.logits ? EH_STEP_LOGITS : 0u);
+            e.seq = get(it.seq);
+            e.tokens = it.tokens.data();
+            e.n_tokens = uint32_t(it.tokens.size());
+            if (it.allowed) e.allowed = it.allowed->data();
+            auto& [ids, vals] = biases_[i];
+            ids.clear();
+            vals.clear();
+            if (it.bias)
+                for (auto [t, v] : *it.bias) {
+                    ids.push_back(t);
+                    vals.push_back(v);
+                }
+            e.n_bias = uint32_t(ids.size());
+            e.bias_tokens = ids.empty() ? nullptr : ids.data();
+            e.bias_values = vals.empty() ? nullptr : vals.data();
+            e.token = -1;
+        }
+        eh_status st = guarded([&] { return api_.step(model_->raw(), entries_.data(), uint32_t(entries_.size())); });
+        if (st == EH_KV_FULL) {
+            refresh();
+            return false;
+        }
+        check(st, "step");
+        for (size_t i = 0; i < items.size(); ++i) items[i].token = entries_[i].token;
+        refresh();
+        return true;
+    }
+
+    std::span<const float> logits(SeqId seq) override {
+        if (!api_.seq_logits) return {};
+        const float* p = nullptr;
+        uint32_t n = 0;
+        if (guarded([&] { return api_.seq_logits(get(seq), &p, &n); }) != EH_OK || !p) return {};
+        return {p, n};
+    }
+    bool has_logits() const override { return api_.seq_logits != nullptr; }
+
+private:
+    void check(eh_status st, const char* call) const {
+        if (st != EH_OK) throw Error(code_from_status(st), fmt::format("{}: {}", call, model_message(*model_, st)));
+    }
+    SeqId adopt(eh_seq* s) {
+        if (!s) throw Error(Code::Internal, "plugin returned OK but no sequence");
+        seqs_[++next_] = s;
+        refresh();
+        return next_;
+    }
+    eh_seq* get(SeqId id) const {
+        auto it = seqs_.find(id);
+        if (it == seqs_.end()) throw Error(Code::Internal, fmt::format("unknown sequence {}", id));
+        return it->second;
+    }
+    void refresh() {
+        eh_kv_info info{};
+        info.struct_size = sizeof(info);
+        if (guarded([&] { return api_.kv_get_info(model_->raw(), &info); }) == EH_OK) free_ = info.free_blocks;
+    }
+
+    std::shared_ptr<EngineModel> model_;
+    const eh_plugin_api& api_;
+    SeqLimits limits_;
+    uint32_t free_ = 0;
+    std::unordered_map<SeqId, eh_seq*> seqs_;
+    SeqId next_ = 0;
+    std::vector<eh_step_entry> entries_;
+    std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> biases_;
+};
+
+// One session holds the one sequence. Its "block" is the whole context.
+class SessionEngine final : public SeqEngine {
+public:
+    SessionEngine(std::shared_ptr<EngineModel> model, const KvBudget& b) : model_(std::move(model)) {
+        session_ = model_->create_session(b.max_seq_tokens, [this] { return interrupt_ && interrupt_(); });
+        limits_.max_seqs = 1;
+        limits_.max_step_tokens = b.max_seq_tokens;
+        limits_.max_step_entries = 1;
+        limits_.max_seq_tokens = b.max_seq_tokens;
+        limits_.block_tokens = b.max_seq_tokens;
+        limits_.total_blocks = 1;
+        limits_.can_fork = false;
+        limits_.batched = false;
+    }
+
+    const SeqLimits& limits() const override { return limits_; }
+    uint32_t free_blocks() const override { return live_ ? 0 : 1; }
+
+    SeqId create() override {
+        if (live_) throw Error(Code::Internal, "the session engine holds one sequence at a time");
+        session_->reset();
+        live_ = ++next_;
+        has_logits_ = false;
+        return live_;
+    }
+    SeqId fork(SeqId, uint32_t) override { throw Error(Code::Internal, "this plugin cannot fork sequences"); }
+    void truncate(SeqId seq, uint32_t n) override {
+        expect(seq);
+        if (n != 0) throw Error(Code::Internal, "this plugin can only truncate a sequence to 0 tokens");
+        session_->reset();
+        has_logits_ = false;
+    }
+    void release(SeqId seq) override {
+        if (seq == live_) live_ = 0;
+    }
+    void set_sampling(SeqId seq, const eh_sampling_params& p) override {
+        expect(seq);
+        // A 1.0/1.1 plugin reads the struct up to its own size; the host
+        // refuses requests that need the fields it would not see.
+        session_->set_sampling(p);
+    }
+    bool step(std::span<StepItem> items) override {
+        if (items.size() != 1) throw Error(Code::Internal, "the session engine steps one sequence at a time");
+        StepItem& it = items[0];
+        expect(it.seq);
+        if (it.allowed || (it.bias && !it.bias->empty()))
+            throw Error(Code::Internal, "this plugin takes no token masks or logit biases");
+        // One token after a sampled step is a decode: the plugins' fast
+        // path (CUDA plugins run it one step ahead).
+        if (it.tokens.size() == 1 && it.sample && session_->n_past() > 0) {
+            it.token = session_->decode(it.tokens[0]);
+        } else {
+            session_->prefill(it.tokens);
+            it.token = it.sample ? session_->sample() : -1;
+        }
+        has_logits_ = it.logits;
+        return true;
+    }
+    std::span<const float> logits(SeqId seq) override {
+        if (seq != live_ || !has_logits_ || !session_->has_logits()) return {};
+        return session_->logits();
+    }
+    bool has_logits() const override { return model_->api().session_logits != nullptr; }
+    void set_interrupt(std::function<bool()> fn) override { interrupt_ = std::move(fn); }
+
+private:
+    void expect(SeqId seq) const {
+        if (seq == 0 || seq != live_) throw Error(Code::Internal, fmt::format("unknown sequence {}", seq));
+    }
+    std::shared_ptr<EngineModel> model_;
+    std::unique_ptr<EngineSession> session_;
+    SeqLimits limits_;
+    SeqId live_ = 0, next_ = 0;
+    bool has_logits_ = false;
+    std::function<bool()> interrupt_;
+};
+
+}  // namespace
+
+std::unique_ptr<SeqEngine> make_seq_engine(std::shared_ptr<EngineModel> model, const KvBudget& budget) {
+    if (budget.max_seq_tokens == 0) throw Error(Code::InvalidRequest, "the context length is 0");
+    if (loader::api_has_step(model->api())) return std::make_unique<BatchedEngine>(std::move(model), budget);
+    return std::make_unique<SessionEngine>(std::move(model), budget);
+}
+
+}  // namespace eh::service

@@ -1,0 +1,42 @@
+// Throughput under load through the HTTP API: N client threads each send
+// /v1/completions requests back to back (distinct prompts, temperature 0,
+// a fixed number of output tokens), 2N requests per level, and the level
+// reports aggregate completion tokens/s, requests/s and latency percentiles.
+// The same shape as ../shared/peers/loadgen.py, so numbers compare.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace eh::tools {
+
+struct LoadOptions {
+    std::string url = "http://127.0.0.1:8080";  // the server's base URL
+    std::vector<uint32_t> levels = {1, 4, 16, 64};
+    uint32_t max_tokens = 128;
+    uint32_t requests_per_client = 2;
+    std::string model;                           // "model" field; empty: the server's
+    uint32_t timeout_s = 600;                    // per request
+    std::function<void(const std::string&)> log; // progress, may be empty
+};
+
+struct LevelResult {
+    uint32_t clients = 0;
+    uint32_t requests = 0, failed = 0;
+    uint64_t completion_tokens = 0;
+    double seconds = 0;
+    double tokens_per_s = 0, requests_per_s = 0;
+    double latency_p50_s = 0, latency_p95_s = 0;
+    std::string first_error;
+};
+
+// Throws eh::Error when the server cannot be reached at all.
+std::vector<LevelResult> run_load(const LoadOptions& options);
+std::string to_table(const std::vector<LevelResult>& r);
+nlohmann::json to_json(const std::vector<LevelResult>& r);
+
+}  // namespace eh::tools

@@ -1,0 +1,248 @@
+#include "forward.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include <engine_host/plugin_abi.hpp>
+
+namespace cpuref {
+namespace {
+
+using ehp::Error;
+
+const float* bias_of(const std::vector<float>& b) { return b.empty() ? nullptr : b.data(); }
+
+// Where each row of the batch comes from.
+struct Row {
+    Sequence* seq;
+    uint32_t pos;
+};
+
+class Pass {
+public:
+    Pass(const Model& model, std::span<const Slice> slices) : m_(model), c_(model.config()), slices_(slices) {
+        for (const Slice& s : slices)
+            for (uint32_t i = 0; i < s.n; ++i) rows_.push_back({s.seq, s.seq->length() + i});
+    }
+
+    void run(eh_cancel_fn cancel, void* cancel_user);
+
+private:
+    void attention(const Layer& L, uint32_t layer, float* q, const float* k, const float* v, float* out);
+    void feed_forward(const Layer& L, const float* in, float* out);
+    void moe(const Layer& L, const float* in, float* out);
+    void norm(const std::vector<float>& w, const std::vector<float>& b, const float* in, float* out, size_t n_rows);
+    void logits(const float* x);
+
+    const Model& m_;
+    const Config& c_;
+    std::span<const Slice> slices_;
+    std::vector<Row> rows_;
+};
+
+void Pass::norm(const std::vector<float>& w, const std::vector<float>& b, const float* in, float* out, size_t n_rows) {
+    const size_t E = c_.n_embd;
+    for (size_t t = 0; t < n_rows; ++t) {
+        if (c_.layer_norm) layer_norm(in + t * E, w.data(), bias_of(b), c_.norm_eps, E, out + t * E);
+        else rms_norm(in + t * E, w.data(), c_.norm_eps, E, out + t * E);
+    }
+}
+
+void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
+    ThreadPool& pool = m_.pool();
+    const size_t T = rows_.size(), E = c_.n_embd;
+    const size_t q_dim = static_cast<size_t>(c_.n_head) * c_.head_dim;
+    const size_t kv_dim = static_cast<size_t>(c_.n_head_kv) * c_.head_dim;
+    std::vector<float> x(T * E), h(T * E), q(T * q_dim), k(T * kv_dim), v(T * kv_dim), att(T * q_dim), tmp(T * E);
+
+    size_t t = 0;
+    for (const Slice& s : slices_)
+        for (uint32_t i = 0; i < s.n; ++i, ++t) {
+            m_.token_embd().dequantize_row(static_cast<uint64_t>(s.tokens[i]), &x[t * E]);
+            if (c_.arch == Arch::Gpt2) {
+                m_.position_embd().dequantize_row(rows_[t].pos, &h[0]);
+                for (size_t e = 0; e < E; ++e) x[t * E + e] += h[e];
+            }
+        }
+
+    for (uint32_t il = 0; il < c_.n_layer; ++il) {
+        if (cancel && cancel(cancel_user)) throw Error(EH_CANCELLED, "cancelled");
+        const Layer& L = m_.layers()[il];
+        norm(L.attn_norm, L.attn_norm_b, x.data(), h.data(), T);
+        if (L.wqkv) {
+            const size_t stride = q_dim + 2 * kv_dim;
+            std::vector<float> qkv(T * stride);
+            matmul(pool, L.wqkv, 0, stride, h.data(), T, E, qkv.data(), stride, bias_of(L.bqkv));
+            for (size_t r = 0; r < T; ++r) {
+                std::memcpy(&q[r * q_dim], &qkv[r * stride], q_dim * sizeof(float));
+                std::memcpy(&k[r * kv_dim], &qkv[r * stride + q_dim], kv_dim * sizeof(float));
+                std::memcpy(&v[r * kv_dim], &qkv[r * stride + q_dim + kv_dim], kv_dim * sizeof(float));
+            }
+        } else {
+            matmul(pool, L.wq, 0, q_dim, h.data(), T, E, q.data(), q_dim, bias_of(L.bq));
+            matmul(pool, L.wk, 0, kv_dim, h.data(), T, E, k.data(), kv_dim, bias_of(L.bk));
+            matmul(pool, L.wv, 0, kv_dim, h.data(), T, E, v.data(), kv_dim, bias_of(L.bv));
+        }
+        attention(L, il, q.data(), k.data(), v.data(), att.data());
+        matmul(pool, L.wo, 0, E, att.data(), T, q_dim, tmp.data(), E, bias_of(L.bo));
+        for (size_t i = 0; i < T * E; ++i) x[i] += tmp[i];
+
+        norm(L.ffn_norm, L.ffn_norm_b, x.data(), h.data(), T);
+        feed_forward(L, h.data(), tmp.data());
+        for (size_t i = 0; i < T * E; ++i) x[i] += tmp[i];
+    }
+    logits(x.data());
+}
+
+// Only the last position of a slice that asks gets logits.
+void Pass::logits(const float* x) {
+    const size_t E = c_.n_embd;
+    std::vector<size_t> last_rows;
+    size_t t = 0;
+    for (const Slice& s : slices_) {
+        t += s.n;
+        if (s.logits) last_rows.push_back(t - 1);
+    }
+    if (last_rows.empty()) return;
+    const size_t n = last_rows.size();
+    std::vector<float> h(n * E), out(n * c_.n_vocab);
+    for (size_t i = 0; i < n; ++i) {
+        const float* row = x + last_rows[i] * E;
+        if (c_.layer_norm)
+            layer_norm(row, m_.output_norm().data(), bias_of(m_.output_norm_b()), c_.norm_eps, E, &h[i * E]);
+        else rms_norm(row, m_.output_norm().data(), c_.norm_eps, E, &h[i * E]);
+    }
+    matmul(m_.pool(), m_.output(), 0, c_.n_vocab, h.data(), n, E, out.data(), c_.n_vocab);
+    size_t i = 0;
+    for (const Slice& s : slices_)
+        if (s.logits) std::memcpy(s.logits, &out[(i++) * c_.n_vocab], c_.n_vocab * sizeof(float));
+}
+
+void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, const float* v, float* out) {
+    const size_t hd = c_.head_dim, T = rows_.size();
+    const size_t q_dim = static_cast<size_t>(c_.n_head) * hd;
+    const size_t kv_dim = static_cast<size_t>(c_.n_head_kv) * hd;
+    const RopeTables& rope = m_.rope();
+
+    // Rotate q and k at each row's own position, then store k and v there.
+    std::vector<float> kr(k, k + T * kv_dim);
+    if (rope.style != RopeStyle::None) {
+        std::vector<float> cs(rope.n_rot / 2), sn(rope.n_rot / 2);
+        for (size_t r = 0; r < T; ++r) {
+            rope_cos_sin(rope, rows_[r].pos, cs.data(), sn.data());
+            for (uint32_t hh = 0; hh < c_.n_head; ++hh) rope_apply(rope, cs.data(), sn.data(), q + r * q_dim + hh * hd);
+            for (uint32_t hh = 0; hh < c_.n_head_kv; ++hh) rope_apply(rope, cs.data(), sn.data(), &kr[r * kv_dim + hh * hd]);
+        }
+    }
+    for (size_t r = 0; r < T; ++r) {
+        std::memcpy(rows_[r].seq->k(layer, rows_[r].pos), &kr[r * kv_dim], kv_dim * sizeof(float));
+        std::memcpy(rows_[r].seq->v(layer, rows_[r].pos), v + r * kv_dim, kv_dim * sizeof(float));
+    }
+
+    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const uint32_t group = c_.n_head / c_.n_head_kv;
+    size_t longest = 1;
+    for (const Row& row : rows_) longest = std::max<size_t>(longest, row.pos + 1);
+    m_.pool().parallel_for(T * c_.n_head, std::max<size_t>(1, 4096 / (longest * hd + 1)), [&](size_t b, size_t e) {
+        std::vector<float> scores(longest);
+        std::vector<const float*> k_rows(longest), v_rows(longest);
+        for (size_t item = b; item < e; ++item) {
+            const size_t r = item / c_.n_head;
+            const uint32_t hh = static_cast<uint32_t>(item % c_.n_head);
+            const Sequence& seq = *rows_[r].seq;
+            const int64_t pos = rows_[r].pos;
+            const size_t g = static_cast<size_t>(hh / group) * hd;
+            const int64_t first = window_start(pos, L.window);
+            const size_t n = static_cast<size_t>(pos - first + 1);
+            for (size_t j = 0; j < n; ++j) {
+                const uint32_t p = static_cast<uint32_t>(first + static_cast<int64_t>(j));
+                k_rows[j] = seq.k(layer, p) + g;
+                v_rows[j] = seq.v(layer, p) + g;
+            }
+            attend_rows(q + r * q_dim + hh * hd, k_rows.data(), v_rows.data(), n, hd, scale,
+                        L.sinks.empty() ? nullptr : &L.sinks[hh], scores.data(), out + r * q_dim + hh * hd);
+        }
+    });
+}
+
+void Pass::feed_forward(const Layer& L, const float* in, float* out) {
+    ThreadPool& pool = m_.pool();
+    const size_t T = rows_.size(), E = c_.n_embd, F = c_.n_ff;
+    switch (c_.ffn) {
+    case FfnKind::SwiGlu: {
+        std::vector<float> g(T * F), u(T * F);
+        matmul(pool, L.w_gate, 0, F, in, T, E, g.data(), F, bias_of(L.b_gate));
+        matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F, bias_of(L.b_up));
+        for (size_t i = 0; i < T * F; ++i) g[i] = silu(g[i]) * u[i];
+        matmul(pool, L.w_down, 0, E, g.data(), T, F, out, E, bias_of(L.b_down));
+        break;
+    }
+    case FfnKind::SwiGluFused: {
+        std::vector<float> gu(T * 2 * F), a(T * F);
+        matmul(pool, L.w_up, 0, 2 * F, in, T, E, gu.data(), 2 * F);
+        for (size_t t = 0; t < T; ++t)
+            for (size_t i = 0; i < F; ++i) a[t * F + i] = silu(gu[t * 2 * F + i]) * gu[t * 2 * F + F + i];
+        matmul(pool, L.w_down, 0, E, a.data(), T, F, out, E, bias_of(L.b_down));
+        break;
+    }
+    case FfnKind::Gelu: {
+        std::vector<float> u(T * F);
+        matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F, bias_of(L.b_up));
+        for (auto& val : u) val = gelu_tanh(val);
+        matmul(pool, L.w_down, 0, E, u.data(), T, F, out, E, bias_of(L.b_down));
+        break;
+    }
+    case FfnKind::MoeOai:
+        moe(L, in, out);
+        break;
+    }
+}
+
+void Pass::moe(const Layer& L, const float* in, float* out) {
+    ThreadPool& pool = m_.pool();
+    const size_t T = rows_.size(), E = c_.n_embd, F = c_.n_ff_exp, X = c_.n_expert;
+    std::vector<float> router(T * X);
+    matmul(pool, L.router, 0, X, in, T, E, router.data(), X, bias_of(L.router_b));
+
+    // which tokens go to which expert, with what weight
+    std::vector<std::vector<std::pair<size_t, float>>> routed(X);
+    for (size_t t = 0; t < T; ++t)
+        for (auto [e, w] : route_top_k(&router[t * X], static_cast<int>(X), static_cast<int>(c_.n_expert_used)))
+            routed[static_cast<size_t>(e)].emplace_back(t, w);
+
+    std::fill(out, out + T * E, 0.0f);
+    std::vector<float> xin, g, u, y;
+    for (size_t e = 0; e < X; ++e) {
+        const auto& list = routed[e];
+        if (list.empty()) continue;
+        const size_t m = list.size();
+        xin.resize(m * E);
+        for (size_t r = 0; r < m; ++r) std::memcpy(&xin[r * E], in + list[r].first * E, E * sizeof(float));
+        g.resize(m * F);
+        u.resize(m * F);
+        matmul(pool, L.gate_exps, e * F, F, xin.data(), m, E, g.data(), F,
+               L.gate_exps_b.empty() ? nullptr : &L.gate_exps_b[e * F]);
+        matmul(pool, L.up_exps, e * F, F, xin.data(), m, E, u.data(), F,
+               L.up_exps_b.empty() ? nullptr : &L.up_exps_b[e * F]);
+        for (size_t i = 0; i < m * F; ++i) g[i] = swiglu_oai(g[i], u[i], c_.swiglu_alpha, c_.swiglu_limit);
+        y.resize(m * E);
+        matmul(pool, L.down_exps, e * E, E, g.data(), m, F, y.data(), E,
+               L.down_exps_b.empty() ? nullptr : &L.down_exps_b[e * E]);
+        for (size_t r = 0; r < m; ++r) {
+            const float w = list[r].second;
+            float* o = out + list[r].first * E;
+            for (size_t i = 0; i < E; ++i) o[i] += w * y[r * E + i];
+        }
+    }
+}
+
+}  // namespace
+
+void forward(const Model& model, std::span<const Slice> slices, eh_cancel_fn cancel, void* cancel_user) {
+    if (slices.empty()) return;
+    Pass(model, slices).run(cancel, cancel_user);
+}
+
+}  // namespace cpuref

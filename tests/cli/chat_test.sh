@@ -1,0 +1,76 @@
+#!/usr/bin/env bash
+# `engine-host chat`: one-shot (-p), the interactive loop through a pipe
+# (/reset, /exit, end of input), and Ctrl-C stopping a reply but not the
+# program. Usage: chat_test.sh ENGINE_HOST TEST_PLUGIN_DIR TESTDATA_DIR
+set -uo pipefail
+eh=$1 plugins=$2 testdata=$3
+model=$testdata/models/stories260K.gguf
+fails=0 passes=0
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+check() {  # NAME CONDITION-RESULT DETAIL
+  if [[ $2 -eq 0 ]]; then passes=$((passes + 1)); else echo "FAIL $1: $3"; fails=$((fails + 1)); fi
+}
+
+# One-shot through the CPU reference plugin, found beside the executable (no --plugins).
+out=$("$eh" chat -m "$model" -p "Once upon a time" -n 24 --seed 7 --temp 0 2>"$scratch/err")
+rc=$?
+check oneshot-exit $rc "exit $rc: $(cat "$scratch/err")"
+words=$(wc -w <<<"$out")
+[[ $words -ge 5 && "$out" =~ [a-z]+\ [a-z]+ ]]; check oneshot-text $? "expected a few words of a story, got '$out'"
+again=$("$eh" chat -m "$model" -p "Once upon a time" -n 24 --seed 7 --temp 0 2>/dev/null)
+[[ "$again" == "$out" ]]; check oneshot-greedy-repeats $? "'$again' != '$out'"
+
+# Interactive through a pipe: two turns, a reset, /exit stops reading.
+out=$(printf 'Hello there\n/reset\n\nThe cat\n/exit\nnever read\n' | "$eh" chat -m "$model" -n 12 --seed 1 2>"$scratch/err")
+rc=$?
+check pipe-exit $rc "exit $rc: $(cat "$scratch/err")"
+[[ $(grep -c . <<<"$out") -ge 3 ]]; check pipe-two-replies $? "got: $out"
+grep -aq '^(conversation reset)$' <<<"$out"; check pipe-reset $? "no reset line in: $out"
+out=$(printf 'Hi\n' | "$eh" chat -m "$model" -n 8 2>&1)
+check pipe-eof-exits $? "end of input should end the chat: $out"
+
+# A turn that no longer fits the context fails alone; /reset starts over.
+long=$(printf 'once upon a time %.0s' {1..40})
+out=$(printf '%s\n/reset\nhi\n' "$long" | "$eh" chat -m "$model" -c 64 -n 8 --seed 1 2>"$scratch/err")
+rc=$?
+[[ $rc -eq 0 && "$(cat "$scratch/err")" == *"the context holds 64 tokens"*"(/reset starts over)"* ]]
+check context-full-turn $? "exit $rc: $(cat "$scratch/err")"
+[[ $(grep -v '^(conversation reset)$' <<<"$out" | grep -c .) -eq 1 ]]; check context-full-then-reply $? "got: $out"
+
+# Ctrl-C: the test engine sleeps 40 ms per token, so 400 tokens take 16 s.
+# Each step waits for the output of the one before (a loaded machine is slow).
+wait_for() {  # PATTERN: up to 20 s for it to appear in the output
+  for _ in $(seq 200); do grep -aq -- "$1" "$scratch/out" && return 0; sleep 0.1; done
+  return 1
+}
+mkfifo "$scratch/in"
+EH_TEST_ENGINE_DELAY_MS=40 "$eh" chat -m "$model" --plugins "$plugins/good" -n 400 <"$scratch/in" >"$scratch/out" 2>&1 &
+pid=$!
+exec 3>"$scratch/in"
+echo "tell me a long story" >&3
+for _ in $(seq 200); do [[ -s "$scratch/out" ]] && break; sleep 0.1; done  # the reply has begun
+start=$(date +%s)
+kill -INT $pid
+wait_for '\[stopped\]'; check ctrl-c-marks-reply $? "$(tr -d "\\0" <"$scratch/out")"
+[[ $(( $(date +%s) - start )) -lt 8 ]]; check ctrl-c-stops-quickly $? "the reply went on"
+kill -0 $pid 2>/dev/null; check ctrl-c-keeps-running $? "the chat exited on Ctrl-C"
+kill -INT $pid  # at the prompt: a hint, not an exit
+wait_for 'Ctrl-C stops a reply; /exit or Ctrl-D leaves'; check ctrl-c-at-prompt $? "$(tr -d "\\0" <"$scratch/out")"
+echo "/exit" >&3
+exec 3>&-
+wait $pid
+rc=$?
+check ctrl-c-exit-code $rc "exit $rc: $(tr -d "\\0" <"$scratch/out")"
+
+out=$("$eh" chat -m "$model" -n 0 2>&1); rc=$?
+[[ $rc -eq 2 && "$out" == *"--n-predict must be between 1 and 2048"* ]]; check bad-n-predict $? "exit $rc: $out"
+for flags in "--temp 3" "--top-p 0" "--top-k -1"; do
+  out=$("$eh" chat -m "$model" $flags 2>&1); rc=$?
+  [[ $rc -eq 2 && "$out" == *"${flags%% *} must"* ]]; check "bad ${flags%% *}" $? "exit $rc: $out"
+done
+out=$("$eh" chat 2>&1); rc=$?
+[[ $rc -eq 2 && "$out" == *"'--model' is required"* ]]; check no-model $? "exit $rc: $out"
+
+echo "$passes passed, $fails failed"
+[[ $fails -eq 0 ]]

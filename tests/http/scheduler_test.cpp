@@ -1,0 +1,335 @@
+// The continuous-batching scheduler against a fake engine whose KV blocks
+// and steps are counted exactly: batching, admission under a block budget,
+// preemption and recompute, cancel mid-batch, FIFO order, prefix reuse.
+// The fake's next token is a hash of the sequence's whole content, so any
+// mistake in what a sequence holds (a bad fork, a lost chunk, a wrong
+// recompute) changes the output.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <mutex>
+#include <thread>
+
+#include "eh/service/scheduler.hpp"
+
+using namespace eh;
+using namespace eh::service;
+
+namespace {
+
+class FakeEngine : public SeqEngine {
+public:
+    FakeEngine(uint32_t block_tokens, uint32_t total_blocks, uint32_t max_seqs, uint32_t step_tokens) {
+        l_.block_tokens = block_tokens;
+        l_.total_blocks = total_blocks;
+        l_.max_seqs = max_seqs;
+        l_.max_step_tokens = step_tokens;
+        l_.max_step_entries = max_seqs;
+        l_.max_seq_tokens = 4096;
+        l_.can_fork = true;
+        l_.batched = true;
+        refs_.assign(total_blocks, 0);
+    }
+    const SeqLimits& limits() const override { return l_; }
+    uint32_t free_blocks() const override {
+        std::lock_guard lock(mu_);
+        return uint32_t(std::count(refs_.begin(), refs_.end(), 0));
+    }
+    SeqId create() override {
+        std::lock_guard lock(mu_);
+        if (seqs_.size() >= l_.max_seqs) throw Error(Code::Internal, "too many sequences");
+        seqs_[++next_] = {};
+        return next_;
+    }
+    SeqId fork(SeqId src, uint32_t n) override {
+        std::lock_guard lock(mu_);
+        Seq s;
+        const Seq& from = seqs_.at(src);
+        s.tokens.assign(from.tokens.begin(), from.tokens.begin() + n);
+        for (size_t i = 0; i < blocks_for(n); ++i) {
+            s.blocks.push_back(from.blocks[i]);
+            ++refs_[from.blocks[i]];
+        }
+        seqs_[++next_] = s;
+        ++forks;
+        return next_;
+    }
+    void truncate(SeqId, uint32_t) override { throw Error(Code::Internal, "unused"); }
+    void release(SeqId id) override {
+        std::lock_guard lock(mu_);
+        auto it = seqs_.find(id);
+        if (it == seqs_.end()) return;
+        for (uint32_t b : it->second.blocks) --refs_[b];
+        seqs_.erase(it);
+    }
+    void set_sampling(SeqId id, const eh_sampling_params&) override {
+        std::lock_guard lock(mu_);
+        seqs_.at(id).sampler = true;
+    }
+    bool step(std::span<StepItem> items) override {
+        std::lock_guard lock(mu_);
+        if (items.size() > l_.max_step_entries) throw Error(Code::Internal, "too many entries");
+        uint32_t total = 0, need = 0;
+        for (auto& it : items) {
+            Seq& s = seqs_.at(it.seq);
+            total += uint32_t(it.tokens.size());
+            const size_t want = blocks_for(s.tokens.size() + it.tokens.size());
+            need += uint32_t(want > s.blocks.size() ? want - s.blocks.size() : 0);
+            if (s.tokens.size() % l_.block_tokens && refs_[s.blocks.back()] > 1) ++need;  // copy on write
+            if (it.sample && !s.sampler) throw Error(Code::Internal, "sampling without a sampler");
+        }
+        if (total > l_.max_step_tokens) throw Error(Code::Internal, "step over the token budget");
+        if (need > uint32_t(std::count(refs_.begin(), refs_.end(), 0))) {
+            ++kv_full;
+            return false;
+        }
+        max_entries = std::max<size_t>(max_entries, items.size());
+        ++steps;
+        for (auto& it : items) {
+            Seq& s = seqs_.at(it.seq);
+            if (s.tokens.size() % l_.block_tokens && refs_[s.blocks.back()] > 1) {
+                --refs_[s.blocks.back()];
+                s.blocks.back() = take();
+            }
+            s.tokens.insert(s.tokens.end(), it.tokens.begin(), it.tokens.end());
+            while (s.blocks.size() < blocks_for(s.tokens.size())) s.blocks.push_back(take());
+            computed_tokens += it.tokens.size();
+            if (s.tokens.size() == it.tokens.size()) started.emplace_back(it.tokens.begin(), it.tokens.end());
+            it.token = it.sample ? next_token(s.tokens) : -1;
+        }
+        if (step_delay.count()) std::this_thread::sleep_for(step_delay);
+        return true;
+    }
+    std::span<const float> logits(SeqId) override { return {}; }
+    bool has_logits() const override { return false; }
+
+    // 'a'..'z' from a hash of everything in the sequence.
+    static int32_t next_token(const std::vector<int32_t>& t) {
+        uint64_t h = 1469598103934665603ull;
+        for (int32_t x : t) h = (h ^ uint64_t(x)) * 1099511628211ull;
+        return int32_t('a' + h % 26);
+    }
+
+    std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0};
+    std::chrono::milliseconds step_delay{0};
+    std::vector<std::string> started;  // each sequence's first chunk, in step order
+
+private:
+    struct Seq {
+        std::vector<int32_t> tokens;
+        std::vector<uint32_t> blocks;
+        bool sampler = false;
+    };
+    size_t blocks_for(size_t n) const { return (n + l_.block_tokens - 1) / l_.block_tokens; }
+    uint32_t take() {
+        for (uint32_t b = 0; b < refs_.size(); ++b)
+            if (refs_[b] == 0) {
+                refs_[b] = 1;
+                return b;
+            }
+        throw Error(Code::Internal, "fake engine: no block (the scheduler ignored KV_FULL)");
+    }
+    SeqLimits l_;
+    mutable std::mutex mu_;
+    std::vector<uint32_t> refs_;
+    std::map<SeqId, Seq> seqs_;
+    SeqId next_ = 0;
+};
+
+struct Outcome {
+    std::string text;
+    JobEvent end;
+    size_t terminals = 0;
+};
+
+Outcome drain(Job& job) {
+    Outcome r;
+    for (int i = 0; i < 2000; ++i) {
+        auto ev = job.pop(std::chrono::milliseconds(10));
+        if (!ev) continue;
+        if (ev->kind == JobEvent::Kind::Token) r.text += ev->text;
+        if (ev->kind == JobEvent::Kind::End || ev->kind == JobEvent::Kind::Error) {
+            r.end = *ev;
+            ++r.terminals;
+            // a second terminal would show up right behind the first
+            if (job.pop(std::chrono::milliseconds(20))) ++r.terminals;
+            break;
+        }
+    }
+    return r;
+}
+
+std::shared_ptr<Job> make_job(const std::string& id, const std::string& prompt, uint32_t max_tokens) {
+    auto j = std::make_shared<Job>();
+    j->request.job_id = id;
+    j->request.prompt = prompt;
+    j->prompt_tokens.assign(prompt.begin(), prompt.end());
+    j->max_tokens = max_tokens;
+    j->seed = 1;
+    return j;
+}
+
+// What the fake produces for this prompt when nothing else is running.
+std::string expected(const std::string& prompt, uint32_t n) {
+    std::vector<int32_t> t(prompt.begin(), prompt.end());
+    std::string out;
+    for (uint32_t i = 0; i < n; ++i) {
+        const int32_t tok = FakeEngine::next_token(t);
+        out += char(tok);
+        t.push_back(tok);
+    }
+    return out;
+}
+
+struct Harness {
+    FakeEngine* engine;
+    std::unique_ptr<Scheduler> sched;
+    Harness(uint32_t block_tokens, uint32_t blocks, uint32_t max_seqs, uint32_t step_tokens, SchedulerOptions o = {}) {
+        auto e = std::make_unique<FakeEngine>(block_tokens, blocks, max_seqs, step_tokens);
+        engine = e.get();
+        sched = std::make_unique<Scheduler>(std::move(e), std::make_shared<ByteCodec>(), std::make_shared<Metrics>(), o);
+    }
+};
+
+}  // namespace
+
+TEST(Scheduler, ConcurrentRequestsShareStepsAndMatchTheirSoloOutput) {
+    Harness h(16, 256, 16, 64);
+    h.engine->step_delay = std::chrono::milliseconds(2);
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 6; ++i) {
+        prompts.push_back("prompt number " + std::to_string(i) + std::string(size_t(10 * i), 'x'));
+        jobs.push_back(make_job("j" + std::to_string(i), prompts.back(), 20));
+        h.sched->enqueue(jobs.back());
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Outcome r = drain(*jobs[i]);
+        EXPECT_EQ(r.terminals, 1u);
+        EXPECT_EQ(r.end.kind, JobEvent::Kind::End);
+        EXPECT_EQ(r.text, expected(prompts[i], 20)) << "job " << i;
+    }
+    EXPECT_GE(h.engine->max_entries.load(), 4u) << "requests were not batched";
+}
+
+TEST(Scheduler, PrefillIsChunkedUnderTheStepBudget) {
+    Harness h(16, 256, 8, 16);
+    const std::string p(100, 'p');
+    auto j = make_job("long", p, 5);
+    h.sched->enqueue(j);
+    Outcome r = drain(*j);
+    EXPECT_EQ(r.text, expected(p, 5));
+    EXPECT_GE(h.engine->steps.load(), 7u + 4u) << "100 prompt tokens take 7 steps of 16, then 4 decodes";
+}
+
+TEST(Scheduler, OutOfBlocksPreemptsAndRecomputesWithoutChangingOutput) {
+    // 4-token blocks, 12 in all; each request grows to 8 + 24 = 32 tokens =
+    // 8 blocks, so two cannot both finish without a preemption.
+    SchedulerOptions o;
+    o.prefix_cache = false;
+    Harness h(4, 12, 8, 64, o);
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> prompts = {"aaaaaaaa", "bbbbbbbb", "cccccccc"};
+    for (size_t i = 0; i < prompts.size(); ++i) {
+        jobs.push_back(make_job("p" + std::to_string(i), prompts[i], 24));
+        h.sched->enqueue(jobs.back());
+    }
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Outcome r = drain(*jobs[i]);
+        EXPECT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+        EXPECT_EQ(r.text, expected(prompts[i], 24)) << "job " << i;
+        EXPECT_EQ(r.terminals, 1u);
+    }
+    EXPECT_GE(h.sched->stats().preemptions.load() + h.engine->kv_full.load(), 1u);
+    EXPECT_EQ(h.engine->free_blocks(), 12u) << "every block came back";
+}
+
+TEST(Scheduler, CancelMidBatchEndsOnlyThatRequest) {
+    Harness h(16, 256, 8, 64);
+    h.engine->step_delay = std::chrono::milliseconds(5);
+    auto a = make_job("a", "first prompt", 200), b = make_job("b", "second prompt", 30);
+    h.sched->enqueue(a);
+    h.sched->enqueue(b);
+    while (h.sched->stats().running.load() < 2) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(h.sched->cancel("a", CancelReason::Client), "cancelling");
+    Outcome ra = drain(*a), rb = drain(*b);
+    EXPECT_EQ(ra.end.kind, JobEvent::Kind::Error);
+    EXPECT_EQ(ra.end.code, Code::Cancelled);
+    EXPECT_EQ(ra.terminals, 1u);
+    EXPECT_EQ(rb.end.kind, JobEvent::Kind::End);
+    EXPECT_EQ(rb.text, expected("second prompt", 30));
+    EXPECT_EQ(h.sched->cancel("a", CancelReason::Client), "finished");
+}
+
+TEST(Scheduler, OneAtATimeRunsInArrivalOrder) {
+    SchedulerOptions o;
+    o.max_running = 1;
+    Harness h(16, 256, 8, 64, o);
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (int i = 0; i < 4; ++i) {
+        jobs.push_back(make_job("f" + std::to_string(i), "prompt " + std::to_string(i), 8));
+        h.sched->enqueue(jobs.back());
+    }
+    for (auto& j : jobs) EXPECT_EQ(drain(*j).end.kind, JobEvent::Kind::End);
+    EXPECT_EQ(h.engine->started, (std::vector<std::string>{"prompt 0", "prompt 1", "prompt 2", "prompt 3"}));
+    EXPECT_EQ(h.engine->max_entries.load(), 1u);
+}
+
+TEST(Scheduler, QueueLimitAndShutdown) {
+    SchedulerOptions o;
+    o.max_running = 1;
+    o.queue_capacity = 1;
+    o.shutdown_grace = std::chrono::milliseconds(20);
+    Harness h(16, 256, 8, 64, o);
+    h.engine->step_delay = std::chrono::milliseconds(5);
+    auto r = make_job("r", "running", 1000);
+    h.sched->enqueue(r);
+    while (h.sched->stats().running.load() < 1) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    auto q = make_job("q", "queued", 5);
+    h.sched->enqueue(q);
+    EXPECT_THROW(h.sched->enqueue(make_job("x", "x", 5)), QueueFullError);
+    h.sched->shutdown();
+    EXPECT_EQ(drain(*q).end.code, Code::ShuttingDown);
+    Outcome rr = drain(*r);
+    EXPECT_EQ(rr.end.code, Code::ShuttingDown);
+    EXPECT_EQ(rr.terminals, 1u);
+    EXPECT_EQ(h.engine->free_blocks(), 256u);
+}
+
+TEST(Scheduler, APromptSharingACachedPrefixReusesItAndGivesTheSameOutput) {
+    Harness h(16, 256, 16, 64);
+    const std::string system(40, 's');
+    auto first = make_job("t1", system + " first question", 10);
+    h.sched->enqueue(first);
+    Outcome r1 = drain(*first);
+    EXPECT_EQ(r1.text, expected(system + " first question", 10));
+    EXPECT_EQ(h.sched->stats().prefix_hits.load(), 0u);
+
+    // The next turn of the chat: the whole first exchange plus more.
+    const std::string turn2 = system + " first question" + r1.text + " and then?";
+    const size_t before = h.engine->computed_tokens.load();
+    auto second = make_job("t2", turn2, 10);
+    h.sched->enqueue(second);
+    Outcome r2 = drain(*second);
+    EXPECT_EQ(r2.text, expected(turn2, 10));
+    EXPECT_EQ(h.sched->stats().prefix_hits.load(), 1u);
+    EXPECT_GE(h.sched->stats().prefix_hit_tokens.load(), 16u + 32u);
+    EXPECT_GE(h.engine->forks.load(), 1u);
+    // Only the new tokens (and the decodes) were computed.
+    EXPECT_LE(h.engine->computed_tokens.load() - before, turn2.size() - 48 + 10);
+}
+
+TEST(Scheduler, PrefixCacheOffComputesEverything) {
+    SchedulerOptions o;
+    o.prefix_cache = false;
+    Harness h(16, 256, 16, 64, o);
+    const std::string p(40, 's');
+    for (int i = 0; i < 2; ++i) {
+        auto j = make_job("n" + std::to_string(i), p + std::to_string(i), 4);
+        h.sched->enqueue(j);
+        EXPECT_EQ(drain(*j).text, expected(p + std::to_string(i), 4));
+    }
+    EXPECT_EQ(h.sched->stats().prefix_hits.load(), 0u);
+    EXPECT_EQ(h.engine->forks.load(), 0u);
+}

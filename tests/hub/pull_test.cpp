@@ -1,0 +1,286 @@
+// pull() against the loopback hub (fake_hub.hpp): the cache layout, reuse,
+// resume, hash checks, offline mode, redirects and the tree API.
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "eh/error.hpp"
+#include "eh/hub/pull.hpp"
+#include "fake_hub.hpp"
+
+namespace fs = std::filesystem;
+using namespace eh::hub;
+using eh::hub::test::FakeHub;
+using eh::hub::test::FakeRepo;
+using eh::hub::test::sha256_hex;
+
+namespace {
+
+const std::string kCommit = "0123456789abcdef0123456789abcdef01234567";
+
+std::string blob_of(size_t n, char seed) {
+    std::string s(n, '\0');
+    for (size_t i = 0; i < n; ++i) s[i] = char(seed + i * 7 + (i >> 9));
+    return s;
+}
+
+std::string read(const fs::path& p) { return eh::hub::test::read_file(p.string()); }
+
+class HubPull : public ::testing::Test {
+protected:
+    void SetUp() override {
+        cache = fs::temp_directory_path() /
+                ("eh_hub_pull_" + std::to_string(::getpid()) + "_" +
+                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
+        fs::remove_all(cache);
+        FakeRepo r;
+        r.commit = kCommit;
+        r.files["README.md"] = {"# a model\n", false};
+        r.files["m-Q4_K_M.gguf"] = {blob_of(300000, 1), true};
+        r.files["m-Q8_0.gguf"] = {blob_of(200000, 2), true};
+        r.files["x-Q8_0.gguf"] = {blob_of(1000, 3), true};
+        r.files["big/m-F16-00001-of-00003.gguf"] = {blob_of(5000, 4), true};
+        r.files["big/m-F16-00002-of-00003.gguf"] = {blob_of(6000, 5), true};
+        r.files["big/m-F16-00003-of-00003.gguf"] = {blob_of(7000, 6), true};
+        r.files["small.gguf"] = {"GGUF tiny, not an LFS file", false};
+        hub.add("org/repo", r);
+        FakeRepo moved;
+        moved.renamed_to = "org/repo";
+        hub.add("old/name", moved);
+        FakeRepo gated = r;
+        gated.gated = true;
+        hub.add("org/gated", gated);
+        opt.settings.endpoint = hub.endpoint();
+        opt.settings.cache = cache;
+        opt.log = [this](const std::string& l) { logs.push_back(l); };
+    }
+    void TearDown() override { fs::remove_all(cache); }
+
+    PullResult pull_text(const std::string& ref) { return pull(parse_ref(ref), opt); }
+    fs::path repo_dir() const { return cache / "models--org--repo"; }
+    std::string error_of(const std::string& ref, eh::Code want) {
+        try {
+            pull_text(ref);
+        } catch (const eh::Error& e) {
+            EXPECT_EQ(e.code(), want) << e.what();
+            return e.what();
+        }
+        ADD_FAILURE() << "no error for " << ref;
+        return "";
+    }
+
+    FakeHub hub;
+    fs::path cache;
+    PullOptions opt;
+    std::vector<std::string> logs;
+};
+
+}  // namespace
+
+TEST_F(HubPull, ByQuantIntoTheHubCacheLayout) {
+    PullResult r = pull_text("org/repo:Q4_K_M");
+    const std::string content = "m-Q4_K_M.gguf";
+    std::string sha = sha256_hex(blob_of(300000, 1));
+    EXPECT_EQ(r.commit, kCommit);
+    EXPECT_EQ(r.path, repo_dir() / "snapshots" / kCommit / content);
+    EXPECT_EQ(fs::read_symlink(r.path), fs::path("../../blobs") / sha);
+    EXPECT_EQ(read(r.path), blob_of(300000, 1));
+    EXPECT_EQ(read(repo_dir() / "refs/main"), kCommit);
+    EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / (sha + ".incomplete")));
+    EXPECT_EQ(hub.tree_gets.load(), 1);
+    EXPECT_EQ(hub.cdn_gets.load(), 1);
+}
+
+TEST_F(HubPull, CachedFilesAreNotFetchedAgain) {
+    pull_text("hf://org/repo/m-Q8_0.gguf");
+    ASSERT_EQ(hub.cdn_gets.load(), 1);
+    PullResult again = pull_text("hf://org/repo/m-Q8_0.gguf");
+    EXPECT_EQ(hub.cdn_gets.load(), 1);
+    EXPECT_EQ(read(again.path), blob_of(200000, 2));
+    ASSERT_FALSE(logs.empty());
+    EXPECT_NE(logs.back().find("already in the cache"), std::string::npos);
+}
+
+TEST_F(HubPull, ABlobAnotherToolFetchedIsReused) {
+    // The layout huggingface_hub writes: blobs/<sha256>, the snapshot link, refs/main.
+    std::string sha = sha256_hex(blob_of(200000, 2));
+    fs::create_directories(repo_dir() / "blobs");
+    std::ofstream(repo_dir() / "blobs" / sha, std::ios::binary) << blob_of(200000, 2);
+    PullResult r = pull_text("hf://org/repo/m-Q8_0.gguf");
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
+    EXPECT_EQ(read(r.path), blob_of(200000, 2));
+}
+
+TEST_F(HubPull, ADroppedConnectionIsResumedWithARangeRequest) {
+    hub.drop_after = 120000;
+    hub.drops_left = 2;  // twice in a row: 0..120000, then nothing new, then the rest
+    PullResult r = pull_text("hf://org/repo/m-Q4_K_M.gguf");
+    EXPECT_EQ(read(r.path), blob_of(300000, 1));
+    EXPECT_EQ(sha256_hex(read(r.path)), sha256_hex(blob_of(300000, 1)));
+    auto ranges = hub.ranges_seen();
+    ASSERT_GE(ranges.size(), 1u);
+    EXPECT_EQ(ranges.front(), "bytes=120000-");
+    EXPECT_EQ(hub.cdn_gets.load(), 3);
+}
+
+TEST_F(HubPull, AnIncompleteFileFromAnEarlierRunIsResumed) {
+    std::string content = blob_of(300000, 1), sha = sha256_hex(content);
+    fs::create_directories(repo_dir() / "blobs");
+    std::ofstream(repo_dir() / "blobs" / (sha + ".incomplete"), std::ios::binary) << content.substr(0, 77777);
+    PullResult r = pull_text("hf://org/repo/m-Q4_K_M.gguf");
+    EXPECT_EQ(read(r.path), content);
+    ASSERT_EQ(hub.ranges_seen().size(), 1u);
+    EXPECT_EQ(hub.ranges_seen().front(), "bytes=77777-");
+}
+
+TEST_F(HubPull, AConnectionThatKeepsDroppingGivesUpClearly) {
+    hub.drop_after = 0;
+    hub.drops_left = 1000;
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("the download stopped at 0 of 200000 bytes"), std::string::npos) << e;
+    EXPECT_NE(e.find("run the command again to resume"), std::string::npos) << e;
+}
+
+TEST_F(HubPull, AWrongShaFailsAndLeavesNothingInSnapshots) {
+    hub.lie_about_sha = true;
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("sha256 mismatch"), std::string::npos) << e;
+    EXPECT_NE(e.find(sha256_hex(blob_of(200000, 2))), std::string::npos) << "names the actual hash: " << e;
+    EXPECT_FALSE(fs::exists(repo_dir() / "snapshots" / kCommit / "m-Q8_0.gguf"));
+    for (const auto& b : fs::directory_iterator(repo_dir() / "blobs"))
+        ADD_FAILURE() << "left behind: " << b.path();
+}
+
+TEST_F(HubPull, AnEtagThatIsNotAPlainNameIsRefused) {
+    hub.etag_override = "../../../../tmp/x";
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("no usable ETag"), std::string::npos) << e;
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
+}
+
+TEST_F(HubPull, ANonLfsFileIsCheckedByItsGitHash) {
+    PullResult r = pull_text("hf://org/repo/small.gguf");
+    EXPECT_EQ(read(r.path), "GGUF tiny, not an LFS file");
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
+    EXPECT_EQ(fs::read_symlink(r.path), fs::path("../../blobs") / eh::hub::test::git_sha1_hex(read(r.path)));
+}
+
+TEST_F(HubPull, OfflineUsesTheCacheOnly) {
+    opt.settings.offline = true;
+    std::string e = error_of("org/repo:Q4_K_M", eh::Code::NotFound);
+    EXPECT_NE(e.find("is not in the hub cache"), std::string::npos) << e;
+    EXPECT_NE(e.find("offline mode is on"), std::string::npos) << e;
+    opt.settings.offline = false;
+    pull_text("org/repo:Q4_K_M");
+    int heads = hub.heads, trees = hub.tree_gets;
+    opt.settings.offline = true;
+    PullResult r = pull_text("org/repo:Q4_K_M");
+    EXPECT_TRUE(r.offline);
+    EXPECT_EQ(read(r.path), blob_of(300000, 1));
+    EXPECT_EQ(hub.heads.load(), heads);
+    EXPECT_EQ(hub.tree_gets.load(), trees);
+    // Offline choice by quant sees only what is cached.
+    e = error_of("org/repo:Q8_0", eh::Code::NotFound);
+    EXPECT_NE(e.find("no GGUF file of quantization 'Q8_0'"), std::string::npos) << e;
+}
+
+TEST_F(HubPull, AnUnreachableHubFallsBackToTheCache) {
+    pull_text("hf://org/repo/m-Q8_0.gguf");
+    opt.settings.endpoint = "http://127.0.0.1:1";  // nothing listens on port 1
+    PullResult r = pull_text("hf://org/repo/m-Q8_0.gguf");
+    EXPECT_TRUE(r.offline);
+    EXPECT_NE(logs.back().find("the hub cannot be reached"), std::string::npos);
+    std::string e = error_of("hf://org/repo/m-Q4_K_M.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("127.0.0.1:1"), std::string::npos) << e;
+}
+
+TEST_F(HubPull, AmbiguousAndMissingQuantsListTheChoices) {
+    std::string e = error_of("org/repo:Q8_0", eh::Code::InvalidRequest);
+    EXPECT_NE(e.find("ambiguous"), std::string::npos) << e;
+    EXPECT_NE(e.find("m-Q8_0.gguf"), std::string::npos) << e;
+    EXPECT_NE(e.find("x-Q8_0.gguf"), std::string::npos) << e;
+    e = error_of("org/repo:Q3_K_S", eh::Code::NotFound);
+    EXPECT_NE(e.find("m-Q4_K_M.gguf"), std::string::npos) << e;
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
+}
+
+TEST_F(HubPull, SplitGgufsAreFetchedWhole) {
+    PullResult r = pull_text("org/repo:F16");
+    ASSERT_EQ(r.files.size(), 3u);
+    EXPECT_EQ(r.path, repo_dir() / "snapshots" / kCommit / "big/m-F16-00001-of-00003.gguf");
+    for (int i = 1; i <= 3; ++i)
+        EXPECT_EQ(read(repo_dir() / "snapshots" / kCommit / ("big/m-F16-0000" + std::to_string(i) + "-of-00003.gguf")),
+                  blob_of(4000 + 1000 * i, char(3 + i)));
+    // A later shard named directly brings the whole set too.
+    fs::remove_all(cache);
+    r = pull_text("hf://org/repo/big/m-F16-00003-of-00003.gguf");
+    EXPECT_EQ(r.files.size(), 3u);
+    EXPECT_EQ(r.path.filename(), "m-F16-00001-of-00003.gguf");
+}
+
+TEST_F(HubPull, AListedPathThatWouldLeaveTheSnapshotIsIgnored) {
+    FakeRepo evil;
+    evil.commit = kCommit;
+    evil.files["../../../escape-Q2_K.gguf"] = {"x", true};
+    evil.files["ok-Q8_0.gguf"] = {"y", true};
+    hub.add("evil/repo", evil);
+    std::string e = error_of("evil/repo:Q2_K", eh::Code::NotFound);
+    EXPECT_NE(e.find("no GGUF file of quantization 'Q2_K'"), std::string::npos) << e;
+    EXPECT_EQ(e.find("escape"), std::string::npos) << e;
+}
+
+TEST_F(HubPull, TheTreeApiIsReadPageByPage) {
+    hub.tree_page_size = 2;
+    auto files = list_repo_files(opt, "org/repo", "main");
+    EXPECT_EQ(files.size(), 8u);
+    EXPECT_EQ(hub.tree_gets.load(), 4);
+    EXPECT_EQ(std::count(files.begin(), files.end(), "subdir"), 0) << "directories are not files";
+}
+
+TEST_F(HubPull, TheTokenGoesToTheHubNeverToTheCdn) {
+    opt.settings.token = "hf_secret";
+    pull_text("hf://org/repo/m-Q8_0.gguf");
+    for (const auto& a : hub.auth_at_hub()) EXPECT_EQ(a, "Bearer hf_secret");
+    ASSERT_FALSE(hub.auth_at_cdn().empty());
+    for (const auto& a : hub.auth_at_cdn()) EXPECT_EQ(a, "");
+}
+
+TEST_F(HubPull, ARenamedRepoIsFollowed) {
+    PullResult r = pull_text("hf://old/name/m-Q8_0.gguf");
+    EXPECT_EQ(read(r.path), blob_of(200000, 2));
+    EXPECT_EQ(r.path, cache / "models--old--name" / "snapshots" / kCommit / "m-Q8_0.gguf");
+}
+
+TEST_F(HubPull, ARevisionPinsTheCommit) {
+    PullResult r = pull_text("org/repo@" + kCommit + ":Q4_K_M");
+    EXPECT_EQ(r.path, repo_dir() / "snapshots" / kCommit / "m-Q4_K_M.gguf");
+    EXPECT_FALSE(fs::exists(repo_dir() / "refs" / kCommit)) << "a commit needs no ref";
+    opt.settings.offline = true;
+    EXPECT_EQ(pull_text("org/repo@" + kCommit + ":Q4_K_M").path, r.path);
+    EXPECT_NE(error_of("org/repo@dev:Q4_K_M", eh::Code::NotFound).find("not in the hub cache"), std::string::npos);
+    opt.settings.offline = false;
+    std::string e = error_of("org/repo@dev:Q4_K_M", eh::Code::NotFound);
+    EXPECT_NE(e.find("revision not found"), std::string::npos) << e;
+    e = error_of("hf://org/repo@dev/m-Q8_0.gguf", eh::Code::NotFound);
+    EXPECT_NE(e.find("revision not found"), std::string::npos) << e;
+}
+
+TEST_F(HubPull, HubRefusalsSayWhatIsWrong) {
+    std::string e = error_of("hf://no/such/f.gguf", eh::Code::NotFound);
+    EXPECT_NE(e.find("repository not found (a private one needs HF_TOKEN)"), std::string::npos) << e;
+    e = error_of("hf://org/repo/absent.gguf", eh::Code::NotFound);
+    EXPECT_NE(e.find("org/repo/absent.gguf: file not found"), std::string::npos) << e;
+    e = error_of("hf://org/gated/m-Q8_0.gguf", eh::Code::NotFound);
+    EXPECT_NE(e.find("gated"), std::string::npos) << e;
+    e = error_of("no/such", eh::Code::NotFound);
+    EXPECT_NE(e.find("repository not found"), std::string::npos) << e;
+}
+
+TEST_F(HubPull, ResolveModelPassesLocalPathsThrough) {
+    EXPECT_EQ(resolve_model("/no/such/model.gguf", opt), "/no/such/model.gguf");
+    EXPECT_EQ(hub.heads.load(), 0);
+    EXPECT_EQ(fs::path(resolve_model("org/repo:Q4_K_M", opt)).filename(), "m-Q4_K_M.gguf");
+}

@@ -1,0 +1,96 @@
+// Model references: which text is a local path, a hub file or a hub repo.
+#include <gtest/gtest.h>
+
+#include "eh/error.hpp"
+#include "eh/hub/ref.hpp"
+
+using eh::hub::ModelRef;
+using eh::hub::parse_ref;
+
+namespace {
+
+auto none = [](const std::string&) { return false; };
+
+std::string error_of(const std::string& text) {
+    try {
+        parse_ref(text, none);
+    } catch (const eh::Error& e) {
+        EXPECT_EQ(e.code(), eh::Code::InvalidRequest);
+        return e.what();
+    }
+    return "";
+}
+
+}  // namespace
+
+TEST(HubRef, PathsStayPaths) {
+    for (std::string p : {"/models/x.gguf", "./x", "../y/z", "~/m.gguf", "model.gguf", "a/b.gguf", "a/b/c", "plain"}) {
+        ModelRef r = parse_ref(p, none);
+        EXPECT_EQ(r.kind, ModelRef::Kind::LocalPath) << p;
+        EXPECT_EQ(r.path, p);
+    }
+}
+
+TEST(HubRef, AnExistingPathWinsOverOrgRepo) {
+    ModelRef r = parse_ref("org/repo", [](const std::string& p) { return p == "org/repo"; });
+    EXPECT_EQ(r.kind, ModelRef::Kind::LocalPath);
+    EXPECT_EQ(parse_ref("org/repo", none).kind, ModelRef::Kind::HubRepo);
+}
+
+TEST(HubRef, OrgRepoWithAndWithoutQuant) {
+    ModelRef r = parse_ref("Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M", none);
+    EXPECT_EQ(r.kind, ModelRef::Kind::HubRepo);
+    EXPECT_EQ(r.org, "Qwen");
+    EXPECT_EQ(r.repo, "Qwen2.5-0.5B-Instruct-GGUF");
+    EXPECT_EQ(r.quant, "Q4_K_M");
+    EXPECT_EQ(r.revision, "main");
+    EXPECT_EQ(r.display(), "Qwen/Qwen2.5-0.5B-Instruct-GGUF:Q4_K_M");
+    ModelRef n = parse_ref("org/repo", none);
+    EXPECT_EQ(n.quant, "");
+    EXPECT_EQ(n.repo_id(), "org/repo");
+}
+
+TEST(HubRef, HfFileUrls) {
+    ModelRef r = parse_ref("hf://org/repo/sub/dir/model-Q8_0.gguf", none);
+    EXPECT_EQ(r.kind, ModelRef::Kind::HubFile);
+    EXPECT_EQ(r.repo_id(), "org/repo");
+    EXPECT_EQ(r.file, "sub/dir/model-Q8_0.gguf");
+    EXPECT_EQ(r.display(), "hf://org/repo/sub/dir/model-Q8_0.gguf");
+}
+
+TEST(HubRef, Revisions) {
+    ModelRef r = parse_ref("org/repo@v1.2:Q8_0", none);
+    EXPECT_EQ(r.kind, ModelRef::Kind::HubRepo);
+    EXPECT_EQ(r.repo, "repo");
+    EXPECT_EQ(r.revision, "v1.2");
+    EXPECT_EQ(r.quant, "Q8_0");
+    EXPECT_EQ(r.display(), "org/repo@v1.2:Q8_0");
+    r = parse_ref("hf://org/repo@0123456789abcdef0123456789abcdef01234567/d/f.gguf", none);
+    EXPECT_EQ(r.kind, ModelRef::Kind::HubFile);
+    EXPECT_EQ(r.revision, "0123456789abcdef0123456789abcdef01234567");
+    EXPECT_EQ(r.file, "d/f.gguf");
+    EXPECT_EQ(parse_ref("org/repo@dev", none).revision, "dev");
+    EXPECT_EQ(parse_ref("org/repo", none).revision, "main");
+}
+
+TEST(HubRef, BadReferencesSayWhy) {
+    EXPECT_NE(error_of("").find("empty"), std::string::npos);
+    EXPECT_NE(error_of(std::string(eh::hub::kMaxRefBytes + 1, 'a')).find("longer than 2048"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/repo").find("hf://ORG/REPO/FILE"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/repo/").find("no file"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/repo/a/../b.gguf").find("'..'"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/repo/a//b.gguf").find("empty path segment"), std::string::npos);
+    EXPECT_NE(error_of("hf://o--x/repo/f.gguf").find("'--'"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/-repo/f.gguf").find("start or end"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/re po/f.gguf").find("letters, digits"), std::string::npos);
+    EXPECT_NE(error_of("org/repo:").find("empty quantization"), std::string::npos);
+    EXPECT_NE(error_of("org/repo:Q4.K").find("quantization may hold"), std::string::npos);
+    EXPECT_NE(error_of("org/repo:" + std::string(33, 'Q')).find("longer than 32"), std::string::npos);
+    EXPECT_NE(error_of("o..rg/repo:Q4_0").find("'..'"), std::string::npos);
+    EXPECT_NE(error_of(std::string("a\0b", 3)).find("NUL"), std::string::npos);
+    EXPECT_NE(error_of("org/repo@").find("empty revision"), std::string::npos);
+    EXPECT_NE(error_of("org/repo@a..b:Q4_0").find("'..'"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/repo@x y/f.gguf").find("a revision may hold only"), std::string::npos);
+    EXPECT_NE(error_of("org/repo@" + std::string(129, 'r')).find("longer than 128"), std::string::npos);
+    EXPECT_NE(error_of("hf://org/" + std::string(97, 'r') + "/f.gguf").find("longer than 96"), std::string::npos);
+}
