@@ -137,6 +137,13 @@ TEST(TemplateHostile, ExtremeNumbersAreErrorsNotCrashes) {
     EXPECT_NE(msg.find("bad range()"), std::string::npos) << msg;
 }
 
+// Found by fuzz_chat_template: '' * 10^12 looped 10^12 times (a hang).
+TEST(TemplateHostile, EmptyStringTimesHugeCountIsInstant) {
+    auto t0 = std::chrono::steady_clock::now();
+    EXPECT_EQ(render("[{{ '' * 1000000000000 }}][{{ 'ab' * 0 }}][{{ 'ab' * -5 }}][{{ 'ab' * 2 }}]"), "[][][][abab]");
+    EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(5));
+}
+
 TEST(TemplateHostile, RenderCanBeCancelled) {
     std::atomic<int> polls{0};
     ChatOptions o;

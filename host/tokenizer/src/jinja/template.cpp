@@ -417,9 +417,12 @@ Value arith(const std::string& op, const Value& l, const Value& r) {
         }
     }
     if (op == "*" && l.t == T::Str && r.t == T::Int) {
-        if (r.i > 0 && !l.s.empty() && uint64_t(r.i) > kMaxValueBytes / l.s.size())
+        // An empty string times 10^12 is empty: never loop over the count.
+        if (r.i <= 0 || l.s.empty()) return Value::str("");
+        if (uint64_t(r.i) > kMaxValueBytes / l.s.size())
             runtime("a string grew past " + std::to_string(kMaxValueBytes) + " bytes");
         std::string s;
+        s.reserve(l.s.size() * size_t(r.i));
         for (int64_t k = 0; k < r.i; ++k) s += l.s;
         return Value::str(s);
     }
