@@ -7,7 +7,7 @@ packages=(
   build-essential cmake ninja-build pkg-config git
   libboost-dev libboost-filesystem-dev libboost-program-options-dev
   libspdlog-dev libfmt-dev libsimdjson-dev libcpp-httplib-dev nlohmann-json3-dev
-  libssl-dev libgtest-dev libgmock-dev libicu-dev
+  libssl-dev zlib1g-dev libgtest-dev libgmock-dev libicu-dev
   clang libclang-rt-14-dev
   chromium chromium-driver
 )

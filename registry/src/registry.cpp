@@ -53,11 +53,20 @@ std::vector<std::string> Registry::shortfalls(const PluginCapabilities& caps,
     return out;
 }
 
-Resolution Registry::resolve(const ModelRequirements& need) const {
+Resolution Registry::resolve(const ModelRequirements& need, DevicePolicy policy) const {
+    auto of_kind = [policy](const PluginRecord& r) {
+        if (policy == DevicePolicy::Any) return true;
+        return (r.caps.device_kind == "cpu") == (policy == DevicePolicy::Cpu);
+    };
     std::vector<const PluginRecord*> fits;
-    std::string offers;
+    std::string offers, would_serve;
     for (const auto& r : records_) {
-        if (!r.accepted) continue;
+        if (!of_kind(r)) continue;
+        if (!r.accepted) {
+            if (policy != DevicePolicy::Any && shortfalls(r.caps, need).empty())
+                would_serve += "\n  " + r.caps.name + " (rejected): " + join(r.reasons, "; ");
+            continue;
+        }
         auto gaps = shortfalls(r.caps, need);
         if (gaps.empty()) {
             fits.push_back(&r);
@@ -68,10 +77,14 @@ Resolution Registry::resolve(const ModelRequirements& need) const {
     Resolution res;
     if (fits.empty()) {
         std::string types = need.tensor_types.empty() ? "none" : join(need.tensor_types);
-        res.explanation = "no accepted plugin can serve this model (format " + need.format +
+        const char* which = policy == DevicePolicy::Device ? "no accepted device (GPU) plugin"
+                            : policy == DevicePolicy::Cpu  ? "no accepted CPU plugin"
+                                                           : "no accepted plugin";
+        res.explanation = std::string(which) + " can serve this model (format " + need.format +
                           ", architecture " + need.architecture + ", tensor types " + types + ")";
+        if (!would_serve.empty()) res.explanation += "; these would serve it but were rejected:" + would_serve;
         if (offers.empty())
-            res.explanation += "; no plugin was accepted";
+            res.explanation += policy == DevicePolicy::Any ? "; no plugin was accepted" : "; none of that kind was accepted";
         else
             res.explanation += ":" + offers;
         size_t n_rejected = rejected().size();

@@ -44,5 +44,16 @@ printf 'GGUF\x03\x00\x00\x00' >"$scratch/truncated.gguf"
 expect inspect-truncated 4 "^error: GGUF '.*truncated.gguf'.*\[MODEL_LOAD_FAILED\]" -- "$eh" inspect --model "$scratch/truncated.gguf"
 expect inspect-missing 4 'MODEL_LOAD_FAILED|NOT_FOUND' -- "$eh" inspect --model "$scratch/absent.gguf"
 
+# Hostile files (issue 26 item 3): a FIFO or device as the model, and a FIFO
+# named as a manifest, are refused at once (they blocked for ever).
+mkfifo "$scratch/fifo.gguf"
+expect inspect-fifo 4 "is not a regular file.*MODEL_LOAD_FAILED" -- timeout 10 "$eh" inspect --model "$scratch/fifo.gguf"
+expect inspect-device 4 "is not a regular file" -- timeout 10 "$eh" inspect --model /dev/zero
+mkdir "$scratch/fifo-plugins"
+cp "$plugins/good/"* "$scratch/fifo-plugins/"
+mkfifo "$scratch/fifo-plugins/evil.manifest.json"
+expect plugins-fifo-manifest 0 'evil\.manifest\.json.*REJECTED +manifest .* is not a regular file' -- timeout 10 "$eh" plugins --plugins "$scratch/fifo-plugins"
+expect serve-fifo-model 4 "is not a regular file" -- timeout 10 "$eh" --plugins "$plugins/good" --model "$scratch/fifo.gguf" --port 0 --log-level off
+
 echo "$passes passed, $fails failed"
 [[ $fails -eq 0 ]]

@@ -292,7 +292,7 @@ def check_oom(srv, n_ctx_big, baseline_used):
         assert d.get("retriable") is True, d
         log(f"oom: {d['code']}: {d['message']}")
         st, h = srv.json("GET", "/health")
-        assert st == 200 and h["status"] == "ok" and h["resident"] is True, h
+        assert st == 200 and h["status"] == "healthy" and h["resident"] is True, h
         assert h["vram_bytes_used"] == baseline_used, \
             f"device memory not given back after VRAM_OOM: {h['vram_bytes_used']} vs {baseline_used}"
         evs = srv.execute({"job_id": "after-oom", "prompt": "Hello", "max_tokens": 16, "temperature": 0})
@@ -338,7 +338,7 @@ def main():
             on_cpu = h["plugin"]["name"] != a.plugin and a.allow_cpu
             if not on_cpu:
                 assert h["plugin"]["name"] == a.plugin, f"expected {a.plugin}, got {h['plugin']} (no GPU?)"
-            assert h["status"] == "ok" and h["resident"] is True, h
+            assert h["status"] == "healthy" and h["resident"] is True, h
             assert h["context_length"] == a.ctx, (h["context_length"], a.ctx)
             if a.quant:
                 assert h["quant_kind"].upper().startswith(a.quant.upper()), f"quant_kind {h['quant_kind']}"

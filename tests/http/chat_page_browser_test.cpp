@@ -124,7 +124,7 @@ bool open_page(Browser& b, EngineHost& h) {
     }
     if (!b.ok()) return false;
     b.open("http://127.0.0.1:" + std::to_string(h.port()) + "/");
-    return b.wait_for("return document.getElementById('model-info').dataset.status === 'ok'", 10s);
+    return b.wait_for("return document.getElementById('model-info').dataset.status === 'healthy'", 10s);
 }
 
 // Sets a number field of the sampling settings as a user would.

@@ -36,7 +36,7 @@ TEST(DefaultModel, LoadsOnTheCpuReferencePlugin) {
     EngineHost& h = shipped();
     ASSERT_GT(h.port(), 0) << h.log();
     json health = json::parse(h.get("/health").body);
-    EXPECT_EQ(health["status"], "ok") << health.dump();
+    EXPECT_EQ(health["status"], "healthy") << health.dump();
     EXPECT_EQ(health["model"], "tinytales");
     EXPECT_EQ(health["plugin"]["name"], "cpu-reference");
     EXPECT_EQ(health["tokenizer_kind"], "gguf-spm");

@@ -8,6 +8,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <filesystem>
@@ -80,6 +81,7 @@ public:
         std::filesystem::remove(log_path_, ec);
     }
     int port() const { return port_; }
+    pid_t pid() const { return pid_; }
     bool running() {
         if (exit_status_ >= 0) return false;
         int st;

@@ -84,7 +84,7 @@ std::vector<Case> cases() {
         {"seed string", exec(ok + R"(,"seed":"1")"), 400, "INVALID_REQUEST"},
         {"unknown field", exec(ok + R"(,"temprature":1)"), 400, "INVALID_REQUEST"},
         {"duplicate key", exec(ok + R"(,"prompt":"y")"), 400, "INVALID_REQUEST"},
-        {"body just over the limit", post("/execute", "{\"job_id\":\"h\",\"prompt\":\"" + std::string((1 << 20) + 10, 'a') + "\"}"), 400, "INVALID_REQUEST"},
+        {"body just over the limit", post("/execute", "{\"job_id\":\"h\",\"prompt\":\"" + std::string((1 << 20) + 10, 'a') + "\"}"), 413, "INVALID_REQUEST"},
         {"cancel without job_id", post("/cancel", "{}"), 400, "INVALID_REQUEST"},
         {"cancel bad json", post("/cancel", "{"), 400, "INVALID_REQUEST"},
         {"cancel job_id number", post("/cancel", R"({"job_id":1})"), 400, "INVALID_REQUEST"},

@@ -57,7 +57,8 @@ inline bool send_all(int fd, const std::string& s) {
 
 inline std::string build_request(const std::string& method, const std::string& path, const std::string& body,
                                  const std::map<std::string, std::string>& headers = {}) {
-    std::string r = method + " " + path + " HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n";
+    std::string r = method + " " + path + " HTTP/1.1\r\n" + (headers.count("Host") ? "" : "Host: 127.0.0.1\r\n") +
+                    "Connection: close\r\n";
     bool has_ct = false;
     for (auto& [k, v] : headers) {
         r += k + ": " + v + "\r\n";
@@ -107,6 +108,8 @@ public:
             pos = next;
         }
         chunked_ = r.header("transfer-encoding").find("chunked") != std::string::npos;
+        done_ = false;  // a kept-alive connection reads several responses
+        remaining_ = -1;
         if (!chunked_ && !r.header("content-length").empty()) remaining_ = std::stoll(r.header("content-length"));
         return true;
     }

@@ -238,7 +238,8 @@ TEST(Server, HealthReportsTheModelAndUnhealthyWhenNotResident) {
     for (const char* k : {"status", "model", "resident", "quant_kind", "vram_bytes_used", "tokenizer_kind", "vocab_size",
                           "context_length", "uptime_seconds", "plugin", "sm", "cuda_runtime_version"})
         EXPECT_TRUE(j.contains(k)) << k;
-    EXPECT_EQ(j["status"], "ok");
+    EXPECT_EQ(j["status"], "healthy");
+    EXPECT_TRUE(j["cuda_runtime_version"].is_null()) << j.dump();  // the test engine has no CUDA runtime
     EXPECT_EQ(j["vocab_size"], 512);
     EXPECT_EQ(j["plugin"]["name"], "test-engine");
     EngineHost bad({}, {{"EH_TEST_ENGINE_NOT_RESIDENT", "1"}}, false);
@@ -266,6 +267,25 @@ TEST(Server, CapabilitiesListsLimitsAndPlugins) {
     EXPECT_TRUE(j["plugins"]["rejected"].is_array());
     EXPECT_EQ(j["plugins"]["accepted"].size(), 1u);
     EXPECT_TRUE(j["sampler"].contains("top_p"));
+}
+
+// The worker contract's capabilities route, beside /capabilities.
+TEST(Server, V1CapabilitiesListsEachEngine) {
+    auto& h = shared_host();
+    auto r = h.get("/v1/capabilities");
+    ASSERT_EQ(r.status, 200);
+    json j = json::parse(r.body);
+    EXPECT_EQ(j["api_version"], "1");
+    ASSERT_EQ(j["engines"].size(), 1u);
+    const json& e = j["engines"][0];
+    EXPECT_EQ(e["engine"], "test");
+    EXPECT_EQ(e["engine_version"], "1.0.0");
+    EXPECT_EQ(e["sampler_profile_version"], "1");
+    EXPECT_EQ(e["ctx_max"], j["ctx_max"]);
+    EXPECT_EQ(e["max_tokens_out"], 2048);
+    EXPECT_EQ(e["concurrency"]["slots"], 1);
+    EXPECT_EQ(e["supported_workloads"], json({"generate", "chat", "tokenize", "detokenize"}));
+    EXPECT_EQ(json::parse(h.get("/capabilities").body)["engines"], j["engines"]);
 }
 
 TEST(Server, MetricsParseAsPrometheusText) {

@@ -78,3 +78,46 @@ TEST(Registry, FormatMustMatch) {
     EXPECT_EQ(res.plugin, nullptr);
     EXPECT_NE(res.explanation.find("format safetensors not served (serves gguf)"), std::string::npos);
 }
+
+namespace {
+
+PluginRecord on(PluginRecord r, const char* device_kind) {
+    r.caps.device_kind = device_kind;
+    return r;
+}
+
+// The worker contract's VRAM-only rule: a GPU worker never falls back to the
+// CPU engine unasked, and says why the GPU plugin could not serve.
+TEST(Registry, DevicePolicyNeverFallsBackToTheCpuAndNamesTheRejectedGpuPlugin) {
+    Registry reg;
+    PluginRecord gpu = on(plugin("llama-cuda", 10, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}, false), "cuda");
+    gpu.reasons = {"probe: no CUDA driver"};
+    reg.add(gpu);
+    reg.add(on(plugin("cpu-reference", 0, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}), "cpu"));
+    reg.add(on(plugin("other-cuda", 5, {"llama"}, {"F32"}, false), "cuda"));  // would not serve qwen2 anyway
+
+    Resolution any = reg.resolve(qwen_q4km());
+    ASSERT_NE(any.plugin, nullptr);
+    EXPECT_EQ(any.plugin->caps.name, "cpu-reference");
+
+    Resolution dev = reg.resolve(qwen_q4km(), DevicePolicy::Device);
+    EXPECT_EQ(dev.plugin, nullptr);
+    EXPECT_NE(dev.explanation.find("no accepted device (GPU) plugin"), std::string::npos) << dev.explanation;
+    EXPECT_NE(dev.explanation.find("llama-cuda (rejected): probe: no CUDA driver"), std::string::npos) << dev.explanation;
+    EXPECT_EQ(dev.explanation.find("other-cuda"), std::string::npos) << dev.explanation;
+
+    Resolution cpu = reg.resolve(qwen_q4km(), DevicePolicy::Cpu);
+    ASSERT_NE(cpu.plugin, nullptr);
+    EXPECT_EQ(cpu.plugin->caps.name, "cpu-reference");
+}
+
+TEST(Registry, DevicePolicyPicksAnAcceptedGpuPluginOverAHigherPriorityCpuOne) {
+    Registry reg;
+    reg.add(on(plugin("llama-cuda", 1, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}), "cuda"));
+    reg.add(on(plugin("cpu-reference", 50, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}), "cpu"));
+    EXPECT_EQ(reg.resolve(qwen_q4km(), DevicePolicy::Device).plugin->caps.name, "llama-cuda");
+    EXPECT_EQ(reg.resolve(qwen_q4km(), DevicePolicy::Cpu).plugin->caps.name, "cpu-reference");
+    EXPECT_EQ(reg.resolve(qwen_q4km()).plugin->caps.name, "cpu-reference");
+}
+
+}  // namespace

@@ -4,6 +4,7 @@
 // Order matters: the HTTP socket is bound first so /health answers
 // "loading" (503) during the model load; signals are blocked in every thread
 // and taken by one waiter thread, so shutdown runs as ordinary code.
+#include <boost/algorithm/string.hpp>
 #include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
@@ -148,6 +149,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
         ("callback-url", po::value<std::string>(), "POST {worker_id, model_ref, vram_bytes, uri} here once serving")
         ("cors", "allow cross-origin requests from localhost origins (browser tooling)")
+        ("allowed-hosts", po::value<std::string>(), "comma-separated Host names accepted besides IPs, localhost and --host (* = any)")
         ("allow-shutdown-endpoint", "enable POST /shutdown")
         ("log-format", po::value<std::string>()->default_value("json"), "json or text")
         ("log-level", po::value<std::string>()->default_value("info"), "trace, debug, info, warn, error")
@@ -237,6 +239,7 @@ int cmd_serve(const std::vector<std::string>& args) {
     so.host = vm["host"].as<std::string>();
     so.port = port;
     so.cors = vm.count("cors") > 0;
+    if (vm.count("allowed-hosts")) boost::split(so.allowed_hosts, vm["allowed-hosts"].as<std::string>(), boost::is_any_of(","));
     so.allow_shutdown_endpoint = vm.count("allow-shutdown-endpoint") > 0;
     if (max_out) so.limits.max_tokens = max_out;
     // Every running and waiting request holds an HTTP thread while it streams.
@@ -349,6 +352,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.plugin_version = plugin.caps.version;
         ni.engine = plugin.caps.engine;
         ni.device_name = mi.device_name;
+        ni.device_kind = plugin.caps.device_kind;
         ni.compute_capability = mi.compute_capability;
         ni.cuda_runtime_version = mi.runtime_version;
         ni.logprobs = model->api().session_logits != nullptr;

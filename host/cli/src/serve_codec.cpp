@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eh/error.hpp"
+#include "eh/service/event_log.hpp"
 #include "eh/tokenizer/chat_template.hpp"
 #include "eh/tokenizer/tokenizer.hpp"
 
@@ -17,8 +18,10 @@ public:
         if (!tok_->chat_template().empty()) {
             try {
                 template_ = tokenizer::ChatTemplate::compile(tok_->chat_template());
-            } catch (const Error&) {
-                template_.reset();  // unusable template: fall back to the plain transcript
+            } catch (const Error& e) {
+                template_.reset();  // unusable template: fall back to the plain transcript, and say so
+                service::log_event(spdlog::level::warn, "chat_template_rejected",
+                                   {{"message", e.what()}, {"fallback", "plain transcript"}});
             }
         }
         const auto& sp = tok_->special();

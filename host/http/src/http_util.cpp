@@ -7,14 +7,16 @@
 
 namespace eh::http {
 
+std::string new_correlation_id() {
+    static thread_local std::mt19937_64 rng{std::random_device{}()};
+    return fmt::format("{:016x}{:016x}", rng(), rng());
+}
+
 std::string correlation_id(const httplib::Request& req, httplib::Response& res) {
     std::string id = req.get_header_value("X-Correlation-Id");
     bool sane = !id.empty() && id.size() <= 128;
     for (unsigned char c : id) sane = sane && c > 0x20 && c < 0x7f;
-    if (!sane) {
-        static thread_local std::mt19937_64 rng{std::random_device{}()};
-        id = fmt::format("{:016x}{:016x}", rng(), rng());
-    }
+    if (!sane) id = new_correlation_id();
     res.set_header("X-Correlation-Id", id);
     return id;
 }
@@ -32,7 +34,7 @@ int http_status_for(Code code) {
 }
 
 static const char* openai_type(int status) {
-    if (status == 400 || status == 404 || status == 413) return "invalid_request_error";
+    if (status >= 400 && status < 500) return "invalid_request_error";
     if (status == 503) return "server_overloaded";
     return "server_error";
 }
@@ -51,11 +53,16 @@ void send_json(httplib::Response& res, int status, const nlohmann::json& body) {
     res.set_content(dump(body), "application/json");
 }
 
-void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message,
-                const std::string& correlation, const nlohmann::json& details, const std::string& param) {
+nlohmann::json typed_error_body(int status, const std::string& code, const std::string& message,
+                                const std::string& correlation, const nlohmann::json& details, const std::string& param) {
     nlohmann::json body = error_body(code, message, correlation, details, param);
     body["error"]["type"] = openai_type(status);
-    send_json(res, status, body);
+    return body;
+}
+
+void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message,
+                const std::string& correlation, const nlohmann::json& details, const std::string& param) {
+    send_json(res, status, typed_error_body(status, code, message, correlation, details, param));
 }
 
 void send_exception(httplib::Response& res, const std::exception& e, const std::string& correlation) {

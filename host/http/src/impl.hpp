@@ -11,6 +11,7 @@
 #include <string>
 
 #include "eh/error.hpp"
+#include "connection.hpp"
 #include "eh/http/server.hpp"
 
 namespace eh::http {
@@ -20,7 +21,11 @@ enum class State { Loading, Ready, Stopping };
 struct Server::Impl {
     ServerOptions options;
     std::shared_ptr<service::Metrics> metrics;
-    httplib::Server http;
+    GatedServer http;
+    // Server::run()/stop() may race (stop before listen has begun): run
+    // never starts listening once stop was asked for, and stop waits for a
+    // run in progress to end.
+    std::atomic<bool> stop_requested{false}, in_run{false};
     std::chrono::steady_clock::time_point started = std::chrono::steady_clock::now();
     int64_t started_unix = 0;
 
@@ -65,11 +70,16 @@ struct StreamGuard {
 // The request's X-Correlation-Id when it is sane, else a fresh one; echoed
 // in the response header.
 std::string correlation_id(const httplib::Request& req, httplib::Response& res);
+std::string new_correlation_id();
 int http_status_for(Code code);
 // {"error":{code,message,details,correlation_id,type,param}}
 nlohmann::json error_body(const std::string& code, const std::string& message, const std::string& correlation,
                           const nlohmann::json& details = nlohmann::json::object(), const std::string& param = "");
 void send_json(httplib::Response& res, int status, const nlohmann::json& body);
+// error_body() plus the OpenAI "type" for the status.
+nlohmann::json typed_error_body(int status, const std::string& code, const std::string& message,
+                                const std::string& correlation, const nlohmann::json& details = nlohmann::json::object(),
+                                const std::string& param = "");
 void send_error(httplib::Response& res, int status, const std::string& code, const std::string& message,
                 const std::string& correlation, const nlohmann::json& details = nlohmann::json::object(),
                 const std::string& param = "");

@@ -2,12 +2,15 @@
 
 #include <fmt/format.h>
 
+#include <filesystem>
 #include <set>
 #include <thread>
 
 #include "eh/service/event_log.hpp"
 #include "eh/service/utf8.hpp"
+#include "crash_notice.hpp"
 #include "impl.hpp"
+#include "request_guard.hpp"
 #include "web_assets.hpp"
 
 namespace eh::http {
@@ -15,14 +18,28 @@ namespace {
 
 const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
-                                       "/v1/chat/completions"};
+                                       "/v1/chat/completions", "/v1/capabilities"};
 
-bool local_origin(const std::string& origin) {
-    for (const char* p : {"http://localhost", "http://127.0.0.1", "http://[::1]", "https://localhost", "https://127.0.0.1"}) {
-        std::string_view o(origin), pre(p);
-        if (o.substr(0, pre.size()) == pre && (o.size() == pre.size() || o[pre.size()] == ':')) return true;
-    }
-    return false;
+// POST routes that read a JSON body.
+const std::set<std::string> kJsonPosts = {"/execute", "/cancel", "/tokenize", "/detokenize", "/shutdown",
+                                          "/v1/completions", "/v1/chat/completions"};
+
+// CUDA's runtime version number (1000 * major + 10 * minor) as "13.0"; null
+// for engines without one.
+nlohmann::json cuda_version_string(int v) {
+    if (v <= 0) return nullptr;
+    return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
+}
+
+// What /capabilities says about a plugin: file names, not absolute paths
+// (they tell a caller about the machine, not the plugin), and no free-memory
+// figure (a probe-time number, stale by the time anyone reads it; /health
+// and /metrics carry the live ones).
+nlohmann::json public_plugin(nlohmann::json p) {
+    for (const char* k : {"library", "manifest"})
+        if (p.contains(k) && p[k].is_string()) p[k] = std::filesystem::path(p[k].get<std::string>()).filename().string();
+    if (p.contains("probe") && p["probe"].is_object()) p["probe"].erase("free_memory_bytes");
+    return p;
 }
 
 }  // namespace
@@ -31,14 +48,11 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->options = std::move(options);
     impl_->metrics = metrics ? std::move(metrics) : std::make_shared<service::Metrics>();
     impl_->started_unix = unix_now();
-    size_t threads = std::max<size_t>(impl_->options.threads, 4);
-    impl_->http.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
-    // Bodies between the request limit and this hard cap get a precise 400
-    // from the parser; past the cap httplib refuses and the error handler
-    // writes the envelope.
-    impl_->http.set_payload_max_length(std::max<size_t>(impl_->options.limits.max_body_bytes * 8, 8u << 20));
-    impl_->http.set_read_timeout(30, 0);
-    impl_->http.set_write_timeout(30, 0);
+    // Connections are read by the gate (connection.hpp): one thread each, up
+    // to its cap, with the body limit enforced while reading.
+    impl_->http.limits.framing.max_body_bytes = impl_->options.limits.max_body_bytes;
+    impl_->http.set_payload_max_length(impl_->options.limits.max_body_bytes);
+    impl_->http.on_refused = [m = impl_->metrics](int status) { m->http_response("other", status); };
     impl_->install_routes();
     impl_->install_native();
     impl_->install_openai();
@@ -56,13 +70,31 @@ int Server::bind() {
                                                     impl_->options.host, impl_->options.port));
         port_ = impl_->options.port;
     }
+    impl_->http.widen_backlog(SOMAXCONN);
     return port_;
 }
 
-void Server::run() { impl_->http.listen_after_bind(); }
+void Server::run() {
+    crash_notice::install();
+    impl_->in_run.store(true);
+    if (!impl_->stop_requested.load()) impl_->http.listen_after_bind();
+    impl_->in_run.store(false);
+}
 
 void Server::stop() {
-    if (impl_ && impl_->http.is_running()) impl_->http.stop();
+    if (!impl_) return;
+    impl_->stop_requested.store(true);
+    impl_->http.abort_reads();
+    // listen_after_bind() may not be listening yet: keep asking until run()
+    // has returned (or never began).
+    bool asked = false;
+    while (impl_->in_run.load()) {
+        if (!asked && impl_->http.is_running()) {
+            impl_->http.stop();
+            asked = true;
+        }
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
 }
 
 void Server::set_load_progress(float f) { impl_->load_progress.store(f); }
@@ -84,7 +116,10 @@ void Server::set_resident(bool resident, const std::string& why) {
     impl_->resident_why = why;
 }
 
-void Server::begin_shutdown() { impl_->state.store(State::Stopping); }
+void Server::begin_shutdown() {
+    impl_->state.store(State::Stopping);
+    impl_->http.begin_drain();
+}
 
 void Server::drain(std::chrono::milliseconds timeout) {
     auto until = std::chrono::steady_clock::now() + timeout;
@@ -99,6 +134,24 @@ void Server::on_shutdown_request(std::function<void()> fn) {
 
 void Server::Impl::install_routes() {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
+        // DNS rebinding: a page on evil.example whose name now resolves to
+        // 127.0.0.1 sends Host: evil.example. (HTTP/1.0 may omit Host; a
+        // browser never does.)
+        const std::string host = req.get_header_value("Host");
+        if (!(host.empty() && req.version == "HTTP/1.0") && !host_allowed(host, options.host, options.allowed_hosts)) {
+            send_error(res, 403, "INVALID_REQUEST",
+                       fmt::format("Host '{}' is not allowed here (IP addresses, localhost and the bound host are; "
+                                   "add names with --allowed-hosts)",
+                                   service::sanitize_utf8(host.substr(0, 200))),
+                       correlation_id(req, res));
+            return httplib::Server::HandlerResponse::Handled;
+        }
+        if (req.method == "POST" && kJsonPosts.count(req.path) &&
+            cross_site_form_post(req.get_header_value("Content-Type"), req.has_header("Origin"))) {
+            send_error(res, 415, "INVALID_REQUEST",
+                       "this route takes a JSON body: send Content-Type: application/json", correlation_id(req, res));
+            return httplib::Server::HandlerResponse::Handled;
+        }
         if (options.cors) {
             std::string origin = req.get_header_value("Origin");
             if (!origin.empty() && local_origin(origin)) {
@@ -123,8 +176,7 @@ void Server::Impl::install_routes() {
         if (!res.body.empty()) return;
         std::string cid = correlation_id(req, res);
         if (res.status == 413) {
-            // The product answers oversized bodies like any other bad input.
-            send_error(res, 400, "INVALID_REQUEST",
+            send_error(res, 413, "INVALID_REQUEST",
                        fmt::format("the request body is larger than the limit of {} bytes", options.limits.max_body_bytes),
                        cid, {{"limit_bytes", options.limits.max_body_bytes}});
         } else if (res.status == 404) {
@@ -160,12 +212,15 @@ void Server::Impl::install_routes() {
             why = resident_why;
         }
         State st = state.load();
+        // The worker contract's words: healthy, loading, unhealthy, shutting_down.
         std::string status = st == State::Loading ? "loading" : st == State::Stopping ? "shutting_down"
-                             : res_ok ? "ok" : "unhealthy";
+                             : res_ok ? "healthy" : "unhealthy";
         nlohmann::json j = {
             {"status", status},
             {"model", ni.model},
-            {"resident", st == State::Ready && res_ok},
+            // The contract's meaning: weights held in device memory. A CPU
+            // engine can be healthy, but its weights are never resident.
+            {"resident", st == State::Ready && res_ok && ni.device_kind != "cpu"},
             {"quant_kind", ni.quant_kind},
             {"vram_bytes_used", ni.vram_bytes_used},
             {"tokenizer_kind", ni.tokenizer_kind},
@@ -174,7 +229,7 @@ void Server::Impl::install_routes() {
             {"uptime_seconds", uptime()},
             {"plugin", {{"name", ni.plugin_name}, {"version", ni.plugin_version}}},
             {"sm", ni.compute_capability},
-            {"cuda_runtime_version", ni.cuda_runtime_version},
+            {"cuda_runtime_version", cuda_version_string(ni.cuda_runtime_version)},
             {"device", ni.device_name},
             {"worker_id", service::log_settings().worker_id},
         };
@@ -203,10 +258,11 @@ void Server::Impl::install_routes() {
                               {"prefix_cache_hit_tokens", uint64_t(g.prefix_hit_tokens)},
                               {"preemptions", uint64_t(g.preemptions)}};
         }
-        send_json(res, status == "ok" ? 200 : 503, j);
+        send_json(res, status == "healthy" ? 200 : 503, j);
     });
 
-    http.Get("/capabilities", [this](const httplib::Request& req, httplib::Response& res) {
+    // /v1/capabilities is the worker contract's name; /capabilities stays.
+    http.Get("/(v1/)?capabilities", [this](const httplib::Request& req, httplib::Response& res) {
         std::string cid = correlation_id(req, res);
         if (state.load() == State::Loading) {
             require_ready(*this, res, cid);
@@ -215,9 +271,10 @@ void Server::Impl::install_routes() {
         NodeInfo ni = get_info();
         nlohmann::json accepted = nlohmann::json::array(), rejected = nlohmann::json::array();
         for (const auto& p : ni.plugins) {
-            if (p.value("accepted", false)) accepted.push_back(p);
-            else rejected.push_back({{"name", p.value("name", "")}, {"library", p.value("library", "")},
-                                     {"manifest", p.value("manifest", "")}, {"reasons", p.value("reasons", nlohmann::json::array())}});
+            if (p.value("accepted", false)) accepted.push_back(public_plugin(p));
+            else rejected.push_back(public_plugin({{"name", p.value("name", "")}, {"library", p.value("library", "")},
+                                                   {"manifest", p.value("manifest", "")},
+                                                   {"reasons", p.value("reasons", nlohmann::json::array())}}));
         }
         nlohmann::json j = {
             {"api_version", "1"},
@@ -230,7 +287,7 @@ void Server::Impl::install_routes() {
             {"max_tokens_out", ni.max_tokens_out},
             {"concurrency", {{"slots", ni.slots}, {"queue_capacity", ni.queue_capacity}}},
             {"workloads", {"generate", "chat", "tokenize", "detokenize"}},
-            {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/metrics", "/tokenize", "/detokenize",
+            {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
                            "/v1/models", "/v1/completions", "/v1/chat/completions"}},
             {"sampler", {{"temperature", {{"min", 0}, {"max", 2}, {"default", 1}}},
                          {"top_p", {{"min", 0}, {"max", 1}, {"default", 1}}},
@@ -243,6 +300,17 @@ void Server::Impl::install_routes() {
             {"limits", {{"max_prompt_chars", options.limits.max_prompt_chars},
                         {"max_body_bytes", options.limits.max_body_bytes}}},
             {"plugins", {{"accepted", accepted}, {"rejected", rejected}}},
+            // The contract's per-engine view; one engine serves here.
+            // sampler_profile_version names the sampler's behaviour (what a
+            // seed and the sampling fields produce); it changes when that does.
+            {"engines", nlohmann::json::array({{{"engine", ni.engine},
+                                                 {"engine_version", ni.plugin_version},
+                                                 {"plugin", ni.plugin_name},
+                                                 {"sampler_profile_version", "1"},
+                                                 {"ctx_max", ni.context_length},
+                                                 {"max_tokens_out", ni.max_tokens_out},
+                                                 {"concurrency", {{"slots", ni.slots}}},
+                                                 {"supported_workloads", {"generate", "chat", "tokenize", "detokenize"}}}})},
         };
         send_json(res, 200, j);
     });

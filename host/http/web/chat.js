@@ -27,7 +27,7 @@ async function showHealth() {
       return;
     }
     const parts = [h.model, h.plugin && h.plugin.name, h.device, h.quant_kind,
-                   h.context_length && `context ${h.context_length}`, h.status !== "ok" && h.status];
+                   h.context_length && `context ${h.context_length}`, h.status !== "healthy" && h.status];
     info.textContent = parts.filter(Boolean).join(" · ");
     info.title = JSON.stringify(h, null, 1);
   } catch (e) {

@@ -20,6 +20,7 @@
 #include "eh/error.hpp"
 #include "eh/loader/manifest.hpp"
 #include "eh/sha256.hpp"
+#include "regular_file.hpp"
 
 namespace fs = std::filesystem;
 
@@ -300,15 +301,15 @@ Prepared prepare(const std::string& manifest_path, const LoaderOptions& opt) {
     rec.manifest_path = manifest_path;
     std::vector<std::string>& problems = rec.reasons;
 
-    std::ifstream f(manifest_path, std::ios::binary);
-    if (!f) {
-        problems.push_back("cannot read manifest " + manifest_path);
+    std::string problem;
+    std::optional<std::string> text = read_regular_file(manifest_path, kMaxManifestBytes, problem);
+    if (!text) {
+        problems.push_back("manifest " + problem);
+        rec.caps.name = fs::path(manifest_path).filename().string();
         return prep;
     }
-    std::stringstream ss;
-    ss << f.rdbuf();
     Manifest& m = prep.manifest;
-    m = parse_manifest(ss.str(), problems);
+    m = parse_manifest(*text, problems);
     rec.caps = m.caps;
     if (rec.caps.name.empty()) rec.caps.name = fs::path(manifest_path).filename().string();
 
@@ -326,8 +327,10 @@ Prepared prepare(const std::string& manifest_path, const LoaderOptions& opt) {
         fs::path lib = fs::path(manifest_path).parent_path() / m.library;
         rec.library_path = lib.string();
         std::error_code ec;
-        if (!fs::is_regular_file(lib, ec)) {
+        if (!fs::exists(lib, ec)) {
             problems.push_back("library " + lib.string() + " does not exist");
+        } else if (!fs::is_regular_file(lib, ec)) {
+            problems.push_back("library " + lib.string() + " is not a regular file");
         } else if (!m.sha256.empty()) {
             std::string actual = sha256_file_hex(lib.string());
             if (actual != m.sha256)

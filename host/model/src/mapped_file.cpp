@@ -29,7 +29,9 @@ struct Fd {
 
 std::shared_ptr<const MappedFile> MappedFile::open(const std::string& path) {
     Fd f;
-    f.fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: a FIFO would otherwise block open() until a writer comes;
+    // it is refused below as not a regular file. Regular files ignore it.
+    f.fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
     if (f.fd < 0) os_fail(path, "open");
     struct stat st {};
     if (::fstat(f.fd, &st) != 0) os_fail(path, "stat");

@@ -46,6 +46,14 @@ struct ModelRequirements {
     std::vector<std::string> tensor_types;  // every type the file stores, "Q4_K", ...
 };
 
+// Which devices a resolution may pick from (the worker contract's VRAM-only
+// rule: a GPU worker never falls back to the CPU engine unasked).
+enum class DevicePolicy {
+    Any,     // every accepted plugin (tools: inspect, bench)
+    Device,  // only plugins whose device_kind is not "cpu"
+    Cpu,     // only "cpu" plugins (`--device cpu`)
+};
+
 struct Resolution {
     const PluginRecord* plugin = nullptr;   // null when none fits
     std::string explanation;                // why this one, or why none
@@ -63,7 +71,12 @@ public:
     // every tensor type; among several, the highest priority, then the name
     // (so the choice never depends on discovery order). When none fits, the
     // explanation states what the model needs and what each plugin offers.
-    Resolution resolve(const ModelRequirements& need) const;
+    //
+    // With a policy other than Any, only plugins of that kind are candidates;
+    // when none fits, the explanation also names every rejected plugin of
+    // that kind that would have served the model, with its reasons (a CUDA
+    // plugin rejected for "no driver" says so instead of being skipped).
+    Resolution resolve(const ModelRequirements& need, DevicePolicy policy = DevicePolicy::Any) const;
 
     // The ways `caps` falls short of `need` (empty = it can serve the model).
     static std::vector<std::string> shortfalls(const PluginCapabilities& caps,

@@ -54,6 +54,7 @@ struct Model {
     uint32_t ctx = 4096;
     int delay_ms = 0;
     int eos_after = -1;
+    int crash_after = -1;  // EH_TEST_ENGINE_CRASH_AFTER: SIGSEGV at that decode step (a corrupt plugin)
 };
 
 struct Session {
@@ -155,6 +156,7 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
         if (auto c = view.get_uint(view.arch_key("context_length"))) m->ctx = uint32_t(*c);
         if (const char* d = std::getenv("EH_TEST_ENGINE_DELAY_MS")) m->delay_ms = std::atoi(d);
         if (const char* e = std::getenv("EH_TEST_ENGINE_EOS_AFTER")) m->eos_after = std::atoi(e);
+        if (const char* c = std::getenv("EH_TEST_ENGINE_CRASH_AFTER")) m->crash_after = std::atoi(c);
         if (m->vocab == 0) throw ehp::Error(EH_MODEL_LOAD_FAILED, "vocabulary is empty");
         if (const char* d = std::getenv("EH_TEST_ENGINE_LOAD_DELAY_MS"))
             std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
@@ -252,6 +254,7 @@ eh_status session_decode(eh_session* sess, int32_t token, int32_t* out) {
     if (s->model->delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(s->model->delay_ms));
     s->tokens.push_back(token);
     ++s->steps;
+    if (s->model->crash_after >= 0 && s->steps > s->model->crash_after) std::raise(SIGSEGV);
     *out = pick(*s, token);
     fill_logits(*s, *out);
     return EH_OK;

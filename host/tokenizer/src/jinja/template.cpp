@@ -3,6 +3,8 @@
 // statement and expression trees, and a tree-walking evaluator with Jinja's
 // scoping (for-loop bodies and macros get their own scope; if does not).
 #include <algorithm>
+#include <charconv>
+#include <cstdlib>
 #include <cmath>
 #include <ctime>
 #include <map>
@@ -18,6 +20,37 @@ namespace {
     throw Error(Code::InvalidRequest, "chat template line " + std::to_string(line) + ": " + what);
 }
 [[noreturn]] void runtime(const std::string& what) { throw Error(Code::InvalidRequest, "chat template: " + what); }
+
+// Hostile templates must fail, not crash: the parsers recurse once per
+// nesting level, so nesting is bounded well below what the stack holds, and
+// every string or list a template builds is bounded so that a few doubling
+// steps cannot exhaust memory before the step budget notices.
+constexpr int kMaxNesting = 200;
+constexpr size_t kMaxValueBytes = size_t(8) << 20;
+constexpr size_t kMaxListItems = 1'000'000;
+
+std::string checked_size(std::string s) {
+    if (s.size() > kMaxValueBytes)
+        runtime("a string grew past " + std::to_string(kMaxValueBytes) + " bytes");
+    return s;
+}
+size_t checked_sum(size_t a, size_t b, size_t limit, const char* what) {
+    if (a > limit || b > limit - a) runtime(std::string(what) + " grew past " + std::to_string(limit));
+    return a + b;
+}
+
+// Counts one level of parser recursion; throws past kMaxNesting.
+struct NestGuard {
+    int& depth;
+    NestGuard(int& d, int line) : depth(d) {
+        if (++depth > kMaxNesting) {
+            --depth;
+            throw Error(Code::InvalidRequest, "chat template line " + std::to_string(line) +
+                                                  ": nesting deeper than " + std::to_string(kMaxNesting) + " levels");
+        }
+    }
+    ~NestGuard() { --depth; }
+};
 
 // ---------------------------------------------------------------- lexer --
 
@@ -150,11 +183,12 @@ std::vector<Tok> tokenize(const std::string& s, int line) {
                 ++j;
                 while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
                 Tok t{Tok::Float, s.substr(i, j - i)};
-                t.f = std::stod(t.text);
+                t.f = std::strtod(t.text.c_str(), nullptr);  // overflow is inf, as in Python
                 out.push_back(t);
             } else {
                 Tok t{Tok::Int, s.substr(i, j - i)};
-                t.i = std::stoll(t.text);
+                auto [end, ec] = std::from_chars(t.text.data(), t.text.data() + t.text.size(), t.i);
+                if (ec != std::errc()) syntax(line, "integer literal " + t.text.substr(0, 40) + " does not fit 64 bits");
                 out.push_back(t);
             }
             i = j;
@@ -222,6 +256,21 @@ struct Context {
     LoopSignal signal;
     int depth = 0;
     const ChatOptions* options = nullptr;
+    uint64_t steps = 0;
+
+    // One unit of work (a statement, a loop iteration, a call). Past the
+    // budget the render fails; the cancel hook is polled every 1024 steps.
+    void step() {
+        if (++steps > options->max_steps)
+            runtime("evaluation exceeded " + std::to_string(options->max_steps) + " steps");
+        if ((steps & 1023) == 0 && options->cancelled && options->cancelled())
+            throw Error(Code::Cancelled, "chat template: rendering cancelled");
+    }
+    void emit(std::string_view text) {
+        if (out->size() + text.size() > options->max_output_bytes)
+            runtime("output exceeded " + std::to_string(options->max_output_bytes) + " bytes");
+        out->append(text);
+    }
 
     Value lookup(std::string_view name) const {
         for (auto it = scopes.rbegin(); it != scopes.rend(); ++it) {
@@ -235,6 +284,7 @@ struct Context {
 
 void run_body(const Body& b, Context& c) {
     for (const auto& n : b) {
+        c.step();
         n->run(c);
         if (c.signal.brk || c.signal.cont) return;
     }
@@ -358,15 +408,21 @@ bool contains(const Value& hay, const Value& needle) {
 Value arith(const std::string& op, const Value& l, const Value& r) {
     using T = Value::T;
     if (op == "+" ) {
-        if (l.t == T::Str && r.t == T::Str) return Value::str(l.s + r.s);
+        if (l.t == T::Str && r.t == T::Str) return Value::str(checked_size(l.s + r.s));
         if (l.t == T::Arr && r.t == T::Arr) {
+            checked_sum(l.a->size(), r.a->size(), kMaxListItems, "a list");
             Value v = Value::array(*l.a);
             v.a->insert(v.a->end(), r.a->begin(), r.a->end());
             return v;
         }
     }
     if (op == "*" && l.t == T::Str && r.t == T::Int) {
+        // An empty string times 10^12 is empty: never loop over the count.
+        if (r.i <= 0 || l.s.empty()) return Value::str("");
+        if (uint64_t(r.i) > kMaxValueBytes / l.s.size())
+            runtime("a string grew past " + std::to_string(kMaxValueBytes) + " bytes");
         std::string s;
+        s.reserve(l.s.size() * size_t(r.i));
         for (int64_t k = 0; k < r.i; ++k) s += l.s;
         return Value::str(s);
     }
@@ -382,6 +438,7 @@ Value arith(const std::string& op, const Value& l, const Value& r) {
         if (op == "-") return Value::integer(x - y);
         if (op == "*") return Value::integer(x * y);
         if (y == 0) runtime("division by zero");
+        if (y == -1 && x == INT64_MIN) runtime("integer overflow");  // would trap (SIGFPE)
         if (op == "//") return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
         if (op == "%") { int64_t m = x % y; if (m != 0 && ((m < 0) != (y < 0))) m += y; return Value::integer(m); }
     }
@@ -416,7 +473,7 @@ struct Binary : Expr {
         if (op == ">") return Value::boolean(compare(a, b) > 0);
         if (op == "<=") return Value::boolean(compare(a, b) <= 0);
         if (op == ">=") return Value::boolean(compare(a, b) >= 0);
-        if (op == "~") return Value::str(to_output(a) + to_output(b));
+        if (op == "~") return Value::str(checked_size(to_output(a) + to_output(b)));
         return arith(op, a, b);
     }
 };
@@ -489,8 +546,11 @@ Value call_method(const Value& self, const std::string& name, Args& a, Kwargs& k
             const std::string& from = a[0].s;
             size_t i = 0;
             if (from.empty()) return Value::str(s);
-            for (size_t j; (j = s.find(from, i)) != std::string::npos; i = j + from.size()) r += s.substr(i, j - i) + a[1].s;
-            return Value::str(r + s.substr(i));
+            for (size_t j; (j = s.find(from, i)) != std::string::npos; i = j + from.size()) {
+                r += s.substr(i, j - i) + a[1].s;
+                if (r.size() > kMaxValueBytes) checked_size(std::move(r));
+            }
+            return Value::str(checked_size(r + s.substr(i)));
         }
         if (name == "split") {
             Value out = Value::array();
@@ -520,6 +580,7 @@ struct Call : Expr {
     ExprP callee;
     CallArgs args;
     Value eval(Context& c) const override {
+        c.step();
         Args a;
         Kwargs k;
         if (auto* attr = dynamic_cast<const GetAttr*>(callee.get())) {
@@ -560,7 +621,10 @@ Value apply_filter(const std::string& name, const Value& v, Args& a, Kwargs& k) 
         const Value sep = kwarg(a, k, 0, "d", Value::str(""));
         std::string out;
         if (v.t == T::Arr)
-            for (size_t i = 0; i < v.a->size(); ++i) out += (i ? sep.s : "") + to_output((*v.a)[i]);
+            for (size_t i = 0; i < v.a->size(); ++i) {
+                out += (i ? sep.s : "") + to_output((*v.a)[i]);
+                if (out.size() > kMaxValueBytes) checked_size(std::move(out));
+            }
         return Value::str(out);
     }
     if (name == "trim") return Value::str(strip(to_output(v), kWs, true, true));
@@ -645,12 +709,12 @@ struct Test : Expr {
 
 struct TextNode : Node {
     std::string text;
-    void run(Context& c) const override { c.out->append(text); }
+    void run(Context& c) const override { c.emit(text); }
 };
 
 struct OutputNode : Node {
     ExprP e;
-    void run(Context& c) const override { c.out->append(to_output(e->eval(c))); }
+    void run(Context& c) const override { c.emit(to_output(e->eval(c))); }
 };
 
 struct IfNode : Node {
@@ -683,6 +747,7 @@ struct ForNode : Node {
         if (filter) {
             std::vector<Value> kept;
             for (const auto& it : items) {
+                c.step();
                 bind(it);
                 if (filter->eval(c).truthy()) kept.push_back(it);
             }
@@ -690,6 +755,7 @@ struct ForNode : Node {
         }
         const int64_t n = int64_t(items.size());
         for (int64_t k = 0; k < n; ++k) {
+            c.step();
             scope->vars.clear();
             bind(items[k]);
             Value loop = Value::object();
@@ -804,6 +870,7 @@ public:
     [[noreturn]] void fail(const std::string& what) const { syntax(line_, what); }
 
     ExprP parse_cond() {
+        NestGuard g(depth_, line_);
         ExprP e = parse_or();
         while (peek_name("if")) {
             ++pos_;
@@ -838,6 +905,7 @@ private:
     }
     ExprP parse_not() {
         if (accept_name("not")) {
+            NestGuard g(depth_, line_);
             auto u = std::make_unique<Unary>();
             u->op = '!';
             u->e = parse_not();
@@ -885,6 +953,7 @@ private:
     }
     ExprP parse_unary() {
         if (peek_op("-") || peek_op("+")) {
+            NestGuard g(depth_, line_);
             auto u = std::make_unique<Unary>();
             u->op = toks_[pos_++].text[0];
             u->e = parse_unary();
@@ -895,7 +964,10 @@ private:
     }
     ExprP parse_pow() {
         ExprP e = parse_postfix(parse_primary());
-        if (accept_op("**")) e = binary("**", std::move(e), parse_unary());
+        if (accept_op("**")) {
+            NestGuard g(depth_, line_);
+            e = binary("**", std::move(e), parse_unary());
+        }
         return e;
     }
     // Filters and tests bind to the operand before them, as in Jinja.
@@ -1046,6 +1118,7 @@ private:
     std::vector<Tok> toks_;
     size_t pos_ = 0;
     int line_;
+    int depth_ = 0;  // nesting: brackets and calls (parse_cond), chained not, unary signs, **
 };
 
 class Parser {
@@ -1061,6 +1134,7 @@ public:
 private:
     // Parses until a block whose first word is in `enders`; that word goes to `end`.
     Body parse_body(const std::vector<std::string>& enders, std::string& end, ExprParser** end_parser = nullptr) {
+        NestGuard g(depth_, pos_ < segs_.size() ? segs_[pos_].line : 0);
         Body body;
         while (pos_ < segs_.size()) {
             const Segment& s = segs_[pos_++];
@@ -1178,6 +1252,7 @@ private:
 
     std::vector<Segment> segs_;
     size_t pos_ = 0;
+    int depth_ = 0;  // block nesting
 };
 
 std::string format_time(const std::string& fmt, const std::string& now) {
@@ -1207,6 +1282,17 @@ public:
     explicit Compiled(std::string_view src) : body_(Parser(lex(src)).parse_all()) {}
 
     std::string render(std::string_view messages_json, const ChatOptions& options) const override {
+        try {
+            return render_checked(messages_json, options);
+        } catch (const Error&) {
+            throw;
+        } catch (const std::exception& e) {
+            throw Error(Code::InvalidRequest, std::string("chat template: ") + e.what());
+        }
+    }
+
+private:
+    std::string render_checked(std::string_view messages_json, const ChatOptions& options) const {
         auto globals = std::make_shared<Scope>();
         if (!options.extra_json.empty()) {
             Value extra = from_json(options.extra_json);
@@ -1240,7 +1326,8 @@ public:
             int64_t lo = 0, hi = 0, step = 1;
             if (a.size() == 1) hi = a[0].i;
             else if (a.size() >= 2) { lo = a[0].i; hi = a[1].i; if (a.size() > 2) step = a[2].i; }
-            if (step == 0 || (hi - lo) / step > 100000) runtime("bad range()");
+            // In 128 bits: hi - lo overflows int64 for extreme arguments.
+            if (step == 0 || (__int128(hi) - lo) / step > 100000) runtime("bad range()");
             Value out = Value::array();
             for (int64_t k = lo; step > 0 ? k < hi : k > hi; k += step) out.a->push_back(Value::integer(k));
             return out;
@@ -1255,7 +1342,6 @@ public:
         return out;
     }
 
-private:
     Body body_;
 };
 
@@ -1265,7 +1351,14 @@ private:
 namespace eh::tokenizer {
 
 std::shared_ptr<const ChatTemplate> ChatTemplate::compile(std::string_view source) {
-    return std::make_shared<jinja::Compiled>(source);
+    try {
+        return std::make_shared<jinja::Compiled>(source);
+    } catch (const Error&) {
+        throw;
+    } catch (const std::exception& e) {
+        // A template is input: whatever it provokes is its error, never the host's crash.
+        throw Error(Code::InvalidRequest, std::string("chat template: ") + e.what());
+    }
 }
 
 }  // namespace eh::tokenizer

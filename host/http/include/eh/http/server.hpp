@@ -10,6 +10,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "eh/service/metrics.hpp"
 #include "eh/service/service.hpp"
@@ -23,7 +24,10 @@ struct ServerOptions {
     int port = 8080;                 // 0: any free port (see bound_port())
     bool cors = false;               // allow browser tooling on localhost origins
     bool allow_shutdown_endpoint = false;
-    size_t threads = 32;             // connections served at once (SSE streams hold one each)
+    size_t threads = 32;             // unused: connections get a thread each, up to the gate's cap
+    // Host header values accepted besides IP literals, "localhost" and the
+    // bound host (DNS-rebinding guard); "*" accepts any.
+    std::vector<std::string> allowed_hosts;
     service::RequestLimits limits;
 };
 
@@ -43,6 +47,7 @@ struct NodeInfo {
     std::string plugin_version;
     std::string engine;
     std::string device_name;
+    std::string device_kind;         // the plugin's: "cpu" weights are never "resident" in /health
     int compute_capability = 0;
     int cuda_runtime_version = 0;
     bool logprobs = false;

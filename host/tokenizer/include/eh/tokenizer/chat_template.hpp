@@ -8,8 +8,14 @@
 // raise_exception, strftime_now). Unsupported syntax fails at compile time
 // with eh::Error(InvalidRequest) naming the line; a template's own
 // raise_exception() fails render() with InvalidRequest and its message.
+//
+// Limits: expressions and blocks nest at most 200 levels (deeper fails
+// compile()); any string a template builds is at most 8 MiB and any list
+// 1,000,000 items; steps and output are budgeted per render (ChatOptions).
 #pragma once
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -28,6 +34,15 @@ struct ChatOptions {
     // The date strftime_now() reports, as "YYYY-MM-DD HH:MM:SS" (UTC);
     // "" means the current time. Tests pin it.
     std::string now;
+
+    // Evaluation budget, so a hostile template ends: a render that runs more
+    // steps (statements, loop iterations, calls) or writes more bytes fails
+    // with InvalidRequest; `cancelled`, when set, is polled every 1,024 steps
+    // and a true answer fails the render with Code::Cancelled. A real chat
+    // template uses a few thousand steps per conversation.
+    uint64_t max_steps = 1'000'000;
+    size_t max_output_bytes = size_t(8) << 20;
+    std::function<bool()> cancelled;
 };
 
 class ChatTemplate {

@@ -1,0 +1,89 @@
+// The connection layer under cpp-httplib: one thread per connection (a
+// capped number of them), each reading its requests with deadlines and
+// limits (framing.hpp) and handing httplib one canonical request at a time.
+//
+// Why not httplib's own reading: Debian's 0.11.4 applies no limit to chunked
+// or compressed bodies, waits out its read timeout on malformed framing,
+// lets a header-trickling client hold a pool thread for ever, closes a
+// connection after 5 requests (dropping pipelined ones) and serves Range on
+// every route. Its routing, handlers and response writing are kept as they
+// are: process_request() runs on the canonical bytes.
+#pragma once
+
+#include <httplib.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <functional>
+#include <list>
+#include <mutex>
+#include <thread>
+
+#include "framing.hpp"
+
+namespace eh::http {
+
+// Every number here is documented in docs/http-api.md ("Connection limits").
+struct ConnectionLimits {
+    FramingLimits framing;
+    std::chrono::milliseconds header_timeout{5000};  // first byte of a request -> end of its head
+    std::chrono::milliseconds body_timeout{30000};   // end of the head -> end of the body
+    std::chrono::milliseconds idle_timeout{5000};    // keep-alive: wait for the next request
+    std::chrono::milliseconds write_timeout{30000};  // one response write making no progress
+    size_t max_connections = 256;                    // open at once for any route
+    // Past max_connections, this many more are read with a short header
+    // timeout and may only ask GET /health or GET /metrics (so probes still
+    // answer while the cap is reached); anything else, or past the reserve,
+    // gets 503 QUEUE_FULL and is closed.
+    size_t probe_reserve = 64;
+    std::chrono::milliseconds probe_header_timeout{1000};
+    size_t max_requests_per_connection = 10000;
+};
+
+class GatedServer : public httplib::Server {
+public:
+    GatedServer();
+    ConnectionLimits limits;
+    // Called for every request refused here (status), for the metrics.
+    std::function<void(int)> on_refused;
+
+    // Shutdown, first phase: connections close after their current response
+    // instead of waiting for another request.
+    void begin_drain() { draining_.store(true); }
+    // Second phase (before httplib's stop()): reads in progress are abandoned
+    // at once, so no idle or half-sent request holds the shutdown.
+    void abort_reads() {
+        draining_.store(true);
+        aborted_.store(true);
+    }
+    int open_connections() const { return open_.load(); }
+    // httplib listens with a backlog of 5, so a burst of connects waits out
+    // SYN retries (1 s and more); call after binding to widen it.
+    void widen_backlog(int backlog);
+
+private:
+    bool process_and_close_socket(socket_t sock) override;
+    void serve(int fd, size_t open);  // open: connections open, this one included
+
+    std::atomic<bool> draining_{false}, aborted_{false};
+    std::atomic<int> open_{0};
+};
+
+// httplib's task queue, one thread per connection: a slow client holds its
+// own thread, never one that /health needs. shutdown() joins them all.
+class ConnectionThreads : public httplib::TaskQueue {
+public:
+    void enqueue(std::function<void()> fn) override;
+    void shutdown() override;
+
+private:
+    struct Worker {
+        std::thread thread;
+        std::shared_ptr<std::atomic<bool>> done;
+    };
+    std::mutex mu_;
+    std::list<Worker> workers_;
+};
+
+}  // namespace eh::http
