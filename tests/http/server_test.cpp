@@ -420,6 +420,17 @@ TEST(Server, LogContentAndTextFormatAreOptIn) {
     EXPECT_NE(t.log().find(" ready "), std::string::npos) << t.log();
 }
 
+// Text logs quote a value with a control character or a space, so a job_id
+// holding a newline cannot forge a log line.
+TEST(Server, TextLogsCannotBeForgedThroughAJobId) {
+    EngineHost h({"--log-format", "text"});
+    auto r = h.post("/execute", R"({"job_id":"a\nFORGED error event=shutdown","prompt":"hi","max_tokens":2})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    const std::string log = h.log();
+    EXPECT_EQ(log.find("\nFORGED"), std::string::npos) << log;
+    EXPECT_NE(log.find(R"(job_id="a\nFORGED error event=shutdown")"), std::string::npos) << log;
+}
+
 TEST(Server, KvCacheSizeSetsTheContext) {
     EngineHost h({"--kv-cache-size-mb", "1"});
     json j = json::parse(h.get("/health").body);

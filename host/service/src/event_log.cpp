@@ -2,6 +2,7 @@
 
 #include <spdlog/sinks/stdout_sinks.h>
 
+#include <algorithm>
 #include <chrono>
 #include <mutex>
 
@@ -66,7 +67,13 @@ void log_event(spdlog::level::level_enum level, std::string_view event, nlohmann
     std::string text = line["ts"].get<std::string>() + " " + line["level"].get<std::string>() + " " + std::string(event);
     for (auto& [k, v] : line.items()) {
         if (k == "ts" || k == "level" || k == "event") continue;
-        text += " " + k + "=" + (v.is_string() ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+        // A string with a control character (a job_id with "\n") or a space
+        // is written JSON-quoted, so no value can start a line of its own.
+        const bool plain = v.is_string() && std::none_of(v.get_ref<const std::string&>().begin(),
+                                                         v.get_ref<const std::string&>().end(),
+                                                         [](unsigned char c) { return c < 0x20 || c == 0x7f || c == ' '; });
+        text += " " + k + "=" +
+                (plain ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
     logger->log(level, "{}", text);
 }
