@@ -4,7 +4,9 @@
 
 #include <cstdlib>
 #include <gtest/gtest.h>
+#include <string>
 #include <sys/stat.h>
+#include <vector>
 
 #include <engine_host/plugin_abi.h>
 
@@ -34,9 +36,9 @@ TEST(LlamaCudaProbe, InfoMatchesManifestLists) {
     EXPECT_STREQ(info->name, "llama-cuda");
     EXPECT_EQ(info->device_kind, uint32_t(EH_DEVICE_CUDA));
     EXPECT_EQ(info->min_compute_capability, 80u);
-    int n = 0;
-    for (const char* const* a = info->architectures; *a; ++a) ++n;
-    EXPECT_EQ(n, 3);
+    std::vector<std::string> archs;
+    for (const char* const* a = info->architectures; *a; ++a) archs.push_back(*a);
+    EXPECT_EQ(archs, (std::vector<std::string>{"llama", "qwen2", "qwen3", "phi3"}));
 }
 
 TEST(LlamaCudaProbe, NeverCrashesAndExplainsUnsupported) {
