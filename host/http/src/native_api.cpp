@@ -45,57 +45,15 @@ nlohmann::json logprobs_json(const std::vector<service::TokenLogprob>& lps) {
 void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
                 std::shared_ptr<service::Job> job, std::function<std::string(const JobEvent&)> render,
                 std::string trailer, bool trailer_after_error) {
-    res.set_header("Cache-Control", "no-cache");
-    res.set_header("X-Accel-Buffering", "no");
-    auto guard = std::make_shared<StreamGuard>(s.open_streams);
-    auto st = std::make_shared<PumpState>();
-    auto disconnect = [svc, job] {
-        if (job->terminated()) return;
-        job->cancel(service::CancelReason::Disconnect);
-        svc->cancel(job->request.job_id, service::CancelReason::Disconnect);
-    };
-    res.set_chunked_content_provider(
-        "text/event-stream",
-        [job, st, render, trailer, trailer_after_error, disconnect](size_t, httplib::DataSink& sink) {
-            if (st->finished) {
-                sink.done();
-                return true;
-            }
-            auto ev = job->pop(kPoll);
-            auto now = std::chrono::steady_clock::now();
-            if (!ev) {
-                if (now - st->last_write >= kHeartbeat) {
-                    static const std::string hb = ": keep-alive\n\n";
-                    if (!sink.write(hb.data(), hb.size())) {
-                        disconnect();
-                        return false;
-                    }
-                    st->last_write = now;
-                }
-                return true;
-            }
-            bool terminal = ev->kind == JobEvent::Kind::End || ev->kind == JobEvent::Kind::Error;
-            std::string out = render(*ev);
-            if (terminal && (ev->kind == JobEvent::Kind::End || trailer_after_error)) out += trailer;
-            if (!out.empty()) {
-                if (!sink.write(out.data(), out.size())) {
-                    disconnect();
-                    return false;
-                }
-                st->last_write = now;
-            }
-            if (terminal) {
-                st->finished = true;
-                sink.done();
-            }
-            return true;
-        },
-        [guard, disconnect](bool) { disconnect(); });
+    stream_jobs(s, res, std::move(svc), {std::move(job)},
+                [render = std::move(render)](size_t, const JobEvent& ev) { return render(ev); }, std::move(trailer),
+                trailer_after_error);
 }
 
 void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
                  std::vector<std::shared_ptr<service::Job>> jobs,
-                 std::function<std::string(size_t, const JobEvent&)> render, std::string trailer) {
+                 std::function<std::string(size_t, const JobEvent&)> render, std::string trailer,
+                 bool trailer_after_error) {
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto guard = std::make_shared<StreamGuard>(s.open_streams);
@@ -110,7 +68,7 @@ void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<servic
     };
     res.set_chunked_content_provider(
         "text/event-stream",
-        [jobs, st, ended, render, trailer, cancel_all](size_t, httplib::DataSink& sink) {
+        [jobs, st, ended, render, trailer, trailer_after_error, cancel_all](size_t, httplib::DataSink& sink) {
             if (st->finished) {
                 sink.done();
                 return true;
@@ -131,7 +89,7 @@ void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<servic
                 }
             }
             const bool all_ended = std::all_of(ended->begin(), ended->end(), [](bool e) { return e; });
-            if (all_ended) out += trailer;
+            if (all_ended || (error && trailer_after_error)) out += trailer;
             auto now = std::chrono::steady_clock::now();
             if (out.empty() && now - st->last_write >= kHeartbeat) out = ": keep-alive\n\n";
             if (!out.empty()) {

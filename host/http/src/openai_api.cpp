@@ -179,11 +179,7 @@ void Server::Impl::install_openai() {
                 }
                 return {};
             };
-            if (n_choices == 1)
-                stream_job(*this, res, svc, job, [render](const JobEvent& ev) { return render(0, ev); }, "data: [DONE]\n\n",
-                           false);
-            else
-                stream_jobs(*this, res, svc, jobs, render, "data: [DONE]\n\n");
+            stream_jobs(*this, res, svc, jobs, render, "data: [DONE]\n\n");
             return;
         }
 

@@ -20,11 +20,14 @@ void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service
                 std::shared_ptr<service::Job> job, std::function<std::string(const service::JobEvent&)> render,
                 std::string trailer = "", bool trailer_after_error = false);
 
-// Several jobs in one stream (OpenAI `n` > 1): events interleave as they
-// come, `render` gets the job's index; the trailer follows the last job's
-// end. An error event from any job ends the stream and cancels the others.
+// Several jobs in one stream (OpenAI `n` > 1; stream_job is the one-job
+// case): events interleave as they come, `render` gets the job's index; the
+// trailer follows the last job's end (and an error, with
+// `trailer_after_error`). An error event from any job ends the stream and
+// cancels the others.
 void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
                  std::vector<std::shared_ptr<service::Job>> jobs,
-                 std::function<std::string(size_t, const service::JobEvent&)> render, std::string trailer);
+                 std::function<std::string(size_t, const service::JobEvent&)> render, std::string trailer,
+                 bool trailer_after_error = false);
 
 }  // namespace eh::http

@@ -75,11 +75,8 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
     engine_->set_interrupt([this] {
         const int64_t now = now_ns();
         bool stop = false;
-        for (const auto& a : running_) {
-            if (!a) continue;
-            if (!a->job->cancelled() && now > a->deadline_ns) a->job->cancel(CancelReason::Timeout);
-            stop = stop || a->job->cancelled();
-        }
+        for (const auto& a : running_)
+            if (a && must_stop(*a, now)) stop = true;
         return stop;
     });
     publish();
@@ -203,12 +200,15 @@ void Scheduler::loop() {
     publish();
 }
 
+bool Scheduler::must_stop(Active& a, int64_t now) {
+    if (!a.job->cancelled() && now > a.deadline_ns) a.job->cancel(CancelReason::Timeout);
+    return a.job->cancelled();
+}
+
 void Scheduler::reap() {
     const int64_t now = now_ns();
-    for (auto& a : running_) {
-        if (!a->job->cancelled() && now > a->deadline_ns) a->job->cancel(CancelReason::Timeout);
-        if (a->job->cancelled()) fail(std::move(a), Error(Code::Cancelled, "cancelled"));
-    }
+    for (auto& a : running_)
+        if (must_stop(*a, now)) fail(std::move(a), Error(Code::Cancelled, "cancelled"));
     std::erase(running_, nullptr);
 }
 

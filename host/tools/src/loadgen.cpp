@@ -11,18 +11,12 @@
 #include <thread>
 
 #include "eh/error.hpp"
+#include "eh/tools/bench.hpp"
 
 namespace eh::tools {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-double percentile(std::vector<double> v, double q) {
-    if (v.empty()) return 0;
-    std::sort(v.begin(), v.end());
-    const size_t i = std::min(v.size() - 1, size_t(q * double(v.size() - 1) + 0.5));
-    return v[i];
-}
 
 // Distinct prompts of about 25 tokens, so no two requests share a prefix
 // beyond a few words.
@@ -104,8 +98,8 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
         lr.seconds = std::chrono::duration<double>(Clock::now() - t0).count();
         lr.tokens_per_s = lr.seconds > 0 ? double(lr.completion_tokens) / lr.seconds : 0;
         lr.requests_per_s = lr.seconds > 0 ? double(lr.requests - lr.failed) / lr.seconds : 0;
-        lr.latency_p50_s = percentile(latencies, 0.50);
-        lr.latency_p95_s = percentile(latencies, 0.95);
+        lr.latency_p50_s = percentile(latencies, 50);
+        lr.latency_p95_s = percentile(latencies, 95);
         if (o.log)
             o.log(fmt::format("{} clients: {:.1f} tok/s, {} requests, {} failed", level, lr.tokens_per_s, lr.requests,
                               lr.failed));

@@ -62,7 +62,7 @@ public:
     GenerationRequest request;
     std::vector<int32_t> prompt_tokens;
     uint32_t max_tokens = 0;
-    uint32_t n_ctx = 0;        // the context it runs in (the server's, or its own n_ctx)
+    uint32_t n_ctx = 0;        // the context it runs in (the server's)
     uint64_t seed = 0;
     // For the 2nd..nth sample of one prompt (`n` > 1): the first one's job.
     // The scheduler forks that job's sequence once its prompt is in, so the

@@ -64,9 +64,8 @@ struct GenerationRequest {
     bool add_special = true;           // let the tokenizer add BOS
     bool parse_special = false;        // control-token text becomes ids (chat templates only)
     std::optional<uint32_t> max_tokens;  // absent: as many as fit, up to the limit
-    // A context (prompt + output) for this job alone. Above the server's, a
-    // KV cache of this size is allocated for the job and freed after it; an
-    // allocation failure ends only this job (VRAM_OOM).
+    // The context (prompt + output) this job needs: at most the server's,
+    // since every sequence lives in the one KV-cache pool (more is a 400).
     std::optional<uint32_t> n_ctx;
     Sampling sampling;
     std::vector<std::string> stop;

@@ -96,6 +96,8 @@ private:
     using ActivePtr = std::unique_ptr<Active>;
 
     void loop();
+    // Cancelled, or past its deadline (then cancelled here as a timeout).
+    static bool must_stop(Active& a, int64_t now_ns);
     void reap();
     void admit();
     bool try_admit(Active& a);
