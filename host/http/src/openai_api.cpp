@@ -96,7 +96,7 @@ void Server::Impl::install_openai() {
         try {
             r = service::parse_openai_request(req.body, chat, options.limits);
             if (chat) {
-                r.gen.prompt = svc->codec().render_chat(r.messages);
+                render_chat_prompt(*this, *svc, r.messages, r.gen);
                 service::check_prompt(r.gen.prompt, "messages", options.limits);
             }
             r.gen.correlation_id = cid;
