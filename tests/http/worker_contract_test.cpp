@@ -425,3 +425,48 @@ TEST(LoadProgress, LogLinesAloneWhenTheLogSharesTheTerminal) {
 }
 
 }  // namespace load_bar
+
+// ---- a plugin that dies (issue 26 item 5) ------------------------------------------
+
+// The engine-crashed line of a log, or null.
+json crash_line(EngineHost& h) {
+    for (auto& e : h.log_events())
+        if (e.value("event", "") == "engine_crashed") return e;
+    return nullptr;
+}
+
+// A plugin that passes the pre-flight and dies loading the model: the worker
+// exits with 128 + the signal, its last log line says which plugin died, how
+// and in which phase, and a request that came during the load was answered.
+TEST(PluginDies, AtLoadTheLogSaysWhichPluginDiedAndHow) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_CRASH_AT_LOAD", "1"}, {"EH_TEST_ENGINE_LOAD_DELAY_MS", "600"}}, false, kTestEngine,
+                 kModel);
+    ASSERT_GT(h.port(), 0) << h.log();
+    HttpResponse during = h.post("/execute", exec_body("early", 4));
+    EXPECT_EQ(during.status, 503) << during.body;  // loading: retriable, answered at once
+    EXPECT_EQ(h.wait_exit(10000), 128 + SIGILL) << h.log();
+    json line = crash_line(h);
+    ASSERT_TRUE(line.is_object()) << h.log();
+    EXPECT_EQ(line.value("signal", ""), "SIGILL");
+    EXPECT_EQ(line.value("phase", ""), "loading");
+    EXPECT_EQ(line.value("plugin", ""), "test-engine");
+    EXPECT_EQ(line.value("level", ""), "critical");
+    EXPECT_EQ(line.value("ts", "").size(), 24u) << line.dump();
+    EXPECT_EQ(line.value("ts", "").find("0000-"), std::string::npos) << line.dump();  // the crash time, not the placeholder
+}
+
+TEST(PluginDies, MidRequestTheStreamEndsAndTheLogSaysSo) {
+    EngineHost h = host({}, {{"EH_TEST_ENGINE_CRASH_AFTER", "3"}, {"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    std::vector<SseEvent> events;
+    sse_stream(h.port(), "/execute", exec_body("dies", 20), [&](const SseEvent& e) {
+        events.push_back(e);
+        return true;
+    });
+    ASSERT_FALSE(events.empty());
+    EXPECT_EQ(events.back().event, "error");
+    EXPECT_EQ(h.wait_exit(5000), 128 + SIGSEGV);
+    json line = crash_line(h);
+    ASSERT_TRUE(line.is_object()) << h.log();
+    EXPECT_EQ(line.value("signal", ""), "SIGSEGV");
+    EXPECT_EQ(line.value("phase", ""), "serving");
+}

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "eh/http/last_words.hpp"
 #include "eh/http/server.hpp"
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
@@ -285,6 +286,21 @@ int cmd_serve(const std::vector<std::string>& args) {
         Resolution pick = reg.resolve(model_requirements(*file), policy);
         if (!pick.plugin) throw Error(Code::NoPlugin, pick.explanation);
         const PluginRecord& plugin = *pick.plugin;
+        // Engine plugins run in this process: if one dies on a fatal signal,
+        // the log's last line says which, how and when (last_words.hpp).
+        auto last_words = [&plugin](const char* phase) {
+            http::set_last_words([&plugin, phase](const char* sig, const std::string& ts) {
+                return service::format_event(
+                    lvl::critical, "engine_crashed",
+                    {{"code", "INTERNAL"}, {"signal", sig}, {"phase", phase}, {"plugin", plugin.caps.name},
+                     {"plugin_version", plugin.caps.version},
+                     {"message", fmt::format("the engine plugin died on {} while {}; the worker exits with 128 + the "
+                                             "signal number and should be restarted",
+                                             sig, phase)}},
+                    ts);
+            });
+        };
+        last_words("loading");
 
         log_event(lvl::info, "model_load_start", {{"plugin", plugin.caps.name}, {"plugin_version", plugin.caps.version},
                                                   {"format", file->format_name()}, {"architecture", std::string(file->architecture())}});
@@ -351,6 +367,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.queue_capacity = sopt.queue_capacity;
         ni.plugins = registry_json(reg);
         server.attach(svc, ni);
+        last_words("serving");
 
         // Residency is checked here, never on a request's path.
         std::string why;
