@@ -58,21 +58,13 @@ HttpResponse http_from(const char* source, int port, const std::string& method, 
     dst.sin_family = AF_INET;
     dst.sin_port = htons(uint16_t(port));
     dst.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    HttpResponse r;
     if (::bind(fd, reinterpret_cast<sockaddr*>(&src), sizeof src) != 0 ||
         ::connect(fd, reinterpret_cast<sockaddr*>(&dst), sizeof dst) != 0) {
         ::close(fd);
         ADD_FAILURE() << "cannot connect from " << source;
-        return r;
+        return {};
     }
-    send_all(fd, build_request(method, path, body, headers));
-    ResponseReader rd(fd);
-    if (rd.read_headers(r)) {
-        std::string piece;
-        while (rd.next_body(piece)) r.body += piece;
-    }
-    ::close(fd);
-    return r;
+    return send_and_read(fd, build_request(method, path, body, headers));
 }
 
 std::string cancel_status(const HttpResponse& r) {
