@@ -107,6 +107,7 @@ void Server::Impl::install_openai() {
             metrics->request(endpoint, !ee ? "error"
                                        : ee->code() == Code::QueueFull ? "rejected_queue_full"
                                        : ee->code() == Code::ShuttingDown ? "rejected_shutdown"
+                                       : ee->code() == Code::Cancelled ? "cancelled"  // left during its template
                                        : "rejected_invalid");
             send_exception(res, e, cid);
             return;
