@@ -278,7 +278,7 @@ TEST(WorkerContract, AClientThatLeavesStopsItsChatTemplateEvaluation) {
 // ---- --device --------------------------------------------------------------------
 
 TEST(WorkerContract, DeviceGpuNeverFallsBackToACpuPlugin) {
-    EngineHost h = host({"--device", "gpu"});
+    EngineHost h({"--device", "gpu"}, {}, false, kTestEngine, kModel);
     EXPECT_EQ(h.wait_exit(15000), 3) << h.log();  // no plugin
     EXPECT_NE(h.log().find("no accepted device (GPU) plugin can serve this model"), std::string::npos) << h.log();
 }
