@@ -1,0 +1,163 @@
+#include "eh/constrain/automaton.hpp"
+
+#include <fmt/format.h>
+
+#include <cstring>
+
+#include "stack_set.hpp"
+
+namespace eh::constrain {
+namespace {
+
+constexpr int32_t kUnknown = -2;
+constexpr int32_t kDead = -1;
+
+}  // namespace
+
+size_t Automaton::KeyHash::operator()(const std::vector<uint32_t>& k) const noexcept {
+    uint64_t h = 0xcbf29ce484222325ull ^ k.size();
+    for (uint32_t v : k) h = (h ^ v) * 0x100000001b3ull;
+    return size_t(h ^ (h >> 29));
+}
+
+Automaton::Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab)
+    : g_(std::move(grammar)), vocab_(std::move(vocab)) {
+    start_key_ = detail::start_key(*g_, kMaxStacks, kMaxStackDepth);
+    walk_ids_.resize(size_t(vocab_->max_depth()) + 1);
+}
+
+void Automaton::reset() {
+    states_.clear();
+    ids_.clear();
+    masks_ = 0;
+    ++epoch_;
+    ++stats_.resets;
+}
+
+int32_t Automaton::intern(std::vector<uint32_t> key) {
+    if (key.empty()) return kDead;
+    if (auto it = ids_.find(key); it != ids_.end()) return it->second;
+    if (states_.size() >= kHardMaxStates)
+        throw Error(Code::InvalidRequest, fmt::format("the grammar needs more than {} matcher states for one token; "
+                                                      "simplify it", kHardMaxStates));
+    State st;
+    st.accepting = detail::key_accepting(key);
+    st.complete = detail::key_complete(key);
+    st.key = std::move(key);
+    const auto id = int32_t(states_.size());
+    ids_.emplace(st.key, id);
+    states_.push_back(std::move(st));
+    return id;
+}
+
+int32_t Automaton::resolve(Position& p) {
+    if (p.epoch != epoch_ || p.id < 0) {
+        p.id = intern(p.key);
+        p.epoch = epoch_;
+    }
+    return p.id;
+}
+
+int32_t Automaton::step(int32_t s, uint8_t byte) {
+    State& st = states_[size_t(s)];
+    if (!st.next) {
+        st.next.reset(new int32_t[256]);
+        std::fill_n(st.next.get(), 256, kUnknown);
+    }
+    int32_t t = st.next[byte];
+    if (t != kUnknown) return t;
+    t = intern(detail::advance_key(*g_, states_[size_t(s)].key, byte, kMaxStacks, kMaxStackDepth));
+    states_[size_t(s)].next[byte] = t;  // (states_ may have grown: index again)
+    return t;
+}
+
+Automaton::Position Automaton::start() {
+    std::lock_guard lock(mu_);
+    Position p;
+    p.key = start_key_;
+    return p;
+}
+
+bool Automaton::advance(Position& p, std::string_view bytes) {
+    std::lock_guard lock(mu_);
+    if (states_.size() > kMaxStates) reset();
+    int32_t s = resolve(p);
+    if (s < 0) return false;
+    for (unsigned char b : bytes) {
+        s = step(s, b);
+        if (s < 0) return false;
+    }
+    p.key = states_[size_t(s)].key;
+    p.id = s;
+    return true;
+}
+
+bool Automaton::accepting(Position& p) {
+    std::lock_guard lock(mu_);
+    const int32_t s = resolve(p);
+    return s >= 0 && states_[size_t(s)].accepting;
+}
+
+bool Automaton::complete(Position& p) {
+    std::lock_guard lock(mu_);
+    const int32_t s = resolve(p);
+    return s >= 0 && states_[size_t(s)].complete;
+}
+
+std::shared_ptr<const Mask> Automaton::mask(Position& p) {
+    std::lock_guard lock(mu_);
+    if (states_.size() > kMaxStates) reset();
+    const int32_t s = resolve(p);
+    if (s >= 0 && states_[size_t(s)].mask) return states_[size_t(s)].mask;
+    auto m = std::make_shared<Mask>((vocab_->size() + 31) / 32, 0u);
+    if (s >= 0) {
+        // Preorder walk of the token trie: ids[d] is the state after the
+        // first d bytes of the current node's path.
+        const auto& nodes = vocab_->nodes();
+        const auto& toks = vocab_->tokens();
+        uint32_t* bits = m->data();
+        walk_ids_[0] = s;
+        size_t visited = 0;
+        for (size_t i = 0; i < nodes.size();) {
+            const auto& n = nodes[i];
+            ++visited;
+            const int32_t t = step(walk_ids_[n.depth - 1], n.byte);
+            if (t < 0) {
+                i = n.skip;
+                continue;
+            }
+            walk_ids_[n.depth] = t;
+            for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) bits[uint32_t(toks[k]) / 32] |= 1u << (uint32_t(toks[k]) % 32);
+            ++i;
+        }
+        ++stats_.mask_walks;
+        stats_.walk_nodes += visited;
+        if (states_[size_t(s)].accepting)
+            for (int32_t id : vocab_->eog()) bits[uint32_t(id) / 32] |= 1u << (uint32_t(id) % 32);
+        if (masks_ >= kMaxCachedMasks) {
+            for (auto& st : states_) st.mask.reset();
+            masks_ = 0;
+        }
+        states_[size_t(s)].mask = m;
+        ++masks_;
+    }
+    return m;
+}
+
+Automaton::Stats Automaton::stats() const {
+    std::lock_guard lock(mu_);
+    Stats s = stats_;
+    s.states = states_.size();
+    s.masks = masks_;
+    return s;
+}
+
+bool Matcher::accept(int32_t token) {
+    if (token < 0 || size_t(token) >= a_->vocab().size()) return false;
+    if (a_->vocab().is_eog(token)) return accepting();
+    const std::string& b = a_->vocab().bytes(token);
+    if (b.empty()) return false;
+    return a_->advance(pos_, b);
+}
+
+}  // namespace eh::constrain
