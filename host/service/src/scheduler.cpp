@@ -301,6 +301,7 @@ bool Scheduler::try_admit(Active& a) {
         a.admitted = Clock::now();
         a.deadline_ns = (a.admitted + options_.inference_timeout).time_since_epoch().count();
         a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
+        if (a.job->constraint) a.matcher = std::make_unique<constrain::Matcher>(a.job->constraint);
         metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
         JobEvent started;
         started.kind = JobEvent::Kind::Started;
@@ -322,6 +323,7 @@ bool Scheduler::try_admit(Active& a) {
 void Scheduler::run_step() {
     std::vector<StepItem> items;
     std::vector<Active*> owners;
+    std::vector<std::pair<Active*, Error>> broken;   // their mask could not be computed
     uint32_t budget = limits_.max_step_tokens;
     auto add = [&](Active& a, uint32_t k) {
         StepItem it;
@@ -330,6 +332,15 @@ void Scheduler::run_step() {
         it.sample = a.in_seq + k == a.tokens.size();
         it.logits = it.sample && a.job->request.top_logprobs >= 0;
         if (it.sample && !a.job->request.sampling.logit_bias.empty()) it.bias = &a.job->request.sampling.logit_bias;
+        if (it.sample && a.matcher) {
+            try {
+                a.mask = a.matcher->mask();
+            } catch (const Error& e) {
+                broken.emplace_back(&a, e);
+                return;
+            }
+            it.allowed = a.mask.get();
+        }
         items.push_back(it);
         owners.push_back(&a);
         budget -= k;
@@ -346,6 +357,10 @@ void Scheduler::run_step() {
         if (left == 0) continue;
         add(*a, std::min(left, budget));
     }
+    for (auto& [ptr, err] : broken)
+        for (auto& a : running_)
+            if (a.get() == ptr) fail(std::move(a), err);
+    std::erase(running_, nullptr);
     if (items.empty()) return;
 
     bool ok = false;
@@ -362,16 +377,28 @@ void Scheduler::run_step() {
         handle_kv_full();
         return;
     }
+    std::vector<Active*> off_grammar;  // the engine ignored the mask
     for (size_t i = 0; i < items.size(); ++i) {
         Active& a = *owners[i];
         a.in_seq += uint32_t(items[i].tokens.size());
         if (!items[i].sample) continue;
         const int32_t tok = items[i].token;
+        if (a.matcher && !a.matcher->accept(tok)) {
+            off_grammar.push_back(&a);
+            continue;
+        }
         const auto lg = items[i].logits ? engine_->logits(a.seq) : std::span<const float>();
-        if (!a.gen->accept(tok, lg)) a.tokens.push_back(tok);
+        if (!a.gen->accept(tok, lg)) {
+            a.tokens.push_back(tok);
+            if (a.matcher && a.matcher->complete()) a.gen->end("grammar");
+        }
     }
-    for (auto& a : running_)
-        if (a->gen->done()) complete(std::move(a));
+    for (auto& a : running_) {
+        if (std::find(off_grammar.begin(), off_grammar.end(), a.get()) != off_grammar.end())
+            fail(std::move(a), Error(Code::Internal, "the engine sampled a token outside the allowed-token mask"));
+        else if (a->gen->done())
+            complete(std::move(a));
+    }
     std::erase(running_, nullptr);
 }
 
