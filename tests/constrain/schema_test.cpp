@@ -116,6 +116,21 @@ TEST(Schema, NumbersFollowJson) {
     auto g = json_schema_grammar(R"({"type":"number"})");
     for (const char* ok : {"0", "-0", "1.25", "-12e+5", "3E-2", "10"}) EXPECT_TRUE(matches(g, ok)) << ok;
     for (const char* bad : {"01", "+1", ".5", "1.", "1e", "--1", "NaN"}) EXPECT_FALSE(matches(g, bad)) << bad;
+    // Bounded so a model repeating a digit still reaches the end.
+    EXPECT_TRUE(matches(g, "1234567890123456.1234567890123456e-123"));
+    EXPECT_FALSE(prefix_ok(g, "12345678901234567"));
+    EXPECT_FALSE(prefix_ok(g, "1.12345678901234567"));
+    EXPECT_FALSE(prefix_ok(g, "1e1234"));
+}
+
+TEST(Schema, WhitespaceIsBounded) {
+    auto g = json_schema_grammar(R"({"type":"array","items":{"type":"integer"}})");
+    EXPECT_TRUE(matches(g, "[1, 2,\n\t\t3\n]"));
+    EXPECT_TRUE(matches(g, "\n" + std::string(20, ' ') + "[1]"));
+    EXPECT_FALSE(prefix_ok(g, "[1,  2"));
+    EXPECT_FALSE(prefix_ok(g, "[1,\n\n"));
+    EXPECT_FALSE(prefix_ok(g, "[1,\n" + std::string(21, ' ')));
+    EXPECT_FALSE(prefix_ok(g, "[1]\n"));  // nothing after the value
 }
 
 TEST(Schema, TaggedJsonForToolCalls) {

@@ -23,6 +23,9 @@ size_t Automaton::KeyHash::operator()(const std::vector<uint32_t>& k) const noex
 Automaton::Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab)
     : g_(std::move(grammar)), vocab_(std::move(vocab)) {
     start_key_ = detail::start_key(*g_, kMaxStacks, kMaxStackDepth);
+    if (start_key_.empty())
+        throw GrammarError("grammar", fmt::format("the grammar nests deeper than the matcher's {}-level stack before "
+                                                  "its first character", kMaxStackDepth));
     walk_ids_.resize(size_t(vocab_->max_depth()) + 1);
 }
 
@@ -131,6 +134,13 @@ std::shared_ptr<const Mask> Automaton::mask(Position& p) {
             ++i;
         }
         ++stats_.mask_walks;
+        bool any = states_[size_t(s)].accepting && !vocab_->eog().empty();
+        for (size_t w = 0; w < m->size() && !any; ++w) any = (*m)[w] != 0;
+        // Only nesting past the stack limit leaves a state with no way on;
+        // an all-zero mask would be refused by the engine for the whole step.
+        if (!any)
+            throw Error(Code::InvalidRequest, fmt::format("the output cannot continue: every allowed token would nest "
+                                                          "deeper than the matcher's {}-level stack", kMaxStackDepth));
         stats_.walk_nodes += visited;
         if (states_[size_t(s)].accepting)
             for (int32_t id : vocab_->eog()) bits[uint32_t(id) / 32] |= 1u << (uint32_t(id) % 32);

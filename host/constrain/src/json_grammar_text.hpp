@@ -8,7 +8,8 @@
 
 namespace eh::constrain::detail {
 
-// The rules every JSON grammar uses: j-ws (at most 16 blanks), j-value,
+// The rules every JSON grammar uses: j-ws (nothing, a space, or a newline
+// and up to 20 spaces/tabs), j-value,
 // j-object, j-array, j-string, j-number, j-integer, j-boolean, j-null.
 const std::string& json_base_rules();
 

@@ -288,7 +288,9 @@ std::string literal(std::string_view bytes) {
 }
 
 const std::string& json_base_rules() {
-    static const std::string rules = R"(j-ws ::= [ \t\n]{0,16}
+    // Bounded blanks and digits (as llama.cpp's schema grammars do): a model
+    // that keeps choosing a space or a 7 still reaches the end.
+    static const std::string rules = R"(j-ws ::= ( " " | "\n" [ \t]{0,20} )?
 j-value ::= j-object | j-array | j-string | j-number | "true" | "false" | "null"
 j-object ::= "{" j-ws ( j-string j-ws ":" j-ws j-value j-ws ( "," j-ws j-string j-ws ":" j-ws j-value j-ws )* )? "}"
 j-array ::= "[" j-ws ( j-value j-ws ( "," j-ws j-value j-ws )* )? "]"
@@ -296,9 +298,9 @@ j-string ::= "\"" j-char* "\""
 j-char ::= [^"\\\x00-\x1F] | "\\" ( ["\\/bfnrt] | "u" j-u4 )
 j-u4 ::= [0-9a-cA-CeEfF] j-hex j-hex j-hex | [dD] [0-7] j-hex j-hex | [dD] [89abAB] j-hex j-hex "\\u" [dD] [c-fC-F] j-hex j-hex
 j-hex ::= [0-9a-fA-F]
-j-number ::= "-"? j-int ( "." [0-9]+ )? ( [eE] [-+]? [0-9]+ )?
+j-number ::= "-"? j-int ( "." [0-9]{1,16} )? ( [eE] [-+]? [0-9]{1,3} )?
 j-integer ::= "-"? j-int
-j-int ::= "0" | [1-9] [0-9]*
+j-int ::= "0" | [1-9] [0-9]{0,15}
 j-boolean ::= "true" | "false"
 j-null ::= "null"
 )";

@@ -6,6 +6,7 @@ namespace eh::constrain::detail {
 namespace {
 
 using Stack = std::vector<uint32_t>;
+constexpr size_t kMaxCloseSteps = 1000000;
 
 class Closer {
 public:
@@ -15,6 +16,11 @@ public:
     // every stack that results. The grammar has no left recursion, so this
     // ends; stacks past the depth limit are dropped (nesting too deep).
     void close(Stack& s) {
+        // Ambiguous grammars (nullable items nested in repeats) can reach the
+        // same stacks along exponentially many paths: bound the work.
+        if (++steps_ > kMaxCloseSteps)
+            throw GrammarError("grammar", "the grammar is too ambiguous to match (one byte expands to more than "
+                                          "1,000,000 parse steps); simplify its optional and repeated parts");
         if (out_.size() >= max_stacks_ * 4) return;
         if (s.empty()) {
             out_.push_back(s);
@@ -76,6 +82,7 @@ public:
 private:
     const Grammar& g_;
     size_t max_stacks_, max_depth_;
+    size_t steps_ = 0;
     std::vector<Stack> out_;
 };
 

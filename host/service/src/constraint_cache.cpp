@@ -32,6 +32,7 @@ std::shared_ptr<constrain::Automaton> ConstraintCache::get(const OutputConstrain
             }
     }
     std::shared_ptr<const constrain::Grammar> g;
+    std::shared_ptr<constrain::Automaton> a;
     try {
         switch (c.kind) {
         case Kind::JsonObject: g = constrain::json_object_grammar(); break;
@@ -40,11 +41,11 @@ std::shared_ptr<constrain::Automaton> ConstraintCache::get(const OutputConstrain
         case Kind::Prebuilt: g = c.grammar; break;
         case Kind::None: break;
         }
+        if (!g) throw RequestError(c.field, "no grammar was given for the output constraint");
+        a = std::make_shared<constrain::Automaton>(std::move(g), vocab());  // computes the start state
     } catch (const constrain::GrammarError& e) {
         throw RequestError(c.field, std::string(e.what()));
     }
-    if (!g) throw RequestError(c.field, "no grammar was given for the output constraint");
-    auto a = std::make_shared<constrain::Automaton>(std::move(g), vocab());
     std::lock_guard lock(mu_);
     lru_.emplace_front(key, a);
     if (lru_.size() > kCapacity) lru_.pop_back();

@@ -377,28 +377,36 @@ void Scheduler::run_step() {
         handle_kv_full();
         return;
     }
-    std::vector<Active*> off_grammar;  // the engine ignored the mask
+    broken.clear();
     for (size_t i = 0; i < items.size(); ++i) {
         Active& a = *owners[i];
         a.in_seq += uint32_t(items[i].tokens.size());
         if (!items[i].sample) continue;
         const int32_t tok = items[i].token;
-        if (a.matcher && !a.matcher->accept(tok)) {
-            off_grammar.push_back(&a);
-            continue;
+        bool complete_now = false;
+        if (a.matcher) {
+            try {
+                if (!a.matcher->accept(tok)) {
+                    broken.emplace_back(&a, Error(Code::Internal, "the engine sampled a token outside the allowed-token mask"));
+                    continue;
+                }
+                complete_now = a.matcher->complete();
+            } catch (const Error& e) {
+                broken.emplace_back(&a, e);
+                continue;
+            }
         }
         const auto lg = items[i].logits ? engine_->logits(a.seq) : std::span<const float>();
         if (!a.gen->accept(tok, lg)) {
             a.tokens.push_back(tok);
-            if (a.matcher && a.matcher->complete()) a.gen->end("grammar");
+            if (complete_now) a.gen->end("grammar");
         }
     }
-    for (auto& a : running_) {
-        if (std::find(off_grammar.begin(), off_grammar.end(), a.get()) != off_grammar.end())
-            fail(std::move(a), Error(Code::Internal, "the engine sampled a token outside the allowed-token mask"));
-        else if (a->gen->done())
-            complete(std::move(a));
-    }
+    for (auto& [ptr, err] : broken)
+        for (auto& a : running_)
+            if (a.get() == ptr) fail(std::move(a), err);
+    for (auto& a : running_)
+        if (a && a->gen->done()) complete(std::move(a));
     std::erase(running_, nullptr);
 }
 
