@@ -214,3 +214,22 @@ TEST(StructuredOutput, RefusalsNameTheKeywordOrField) {
                                         {"json_schema", json::object()}}.dump());
     EXPECT_EQ(both.status, 400) << both.body;
 }
+
+// The test engine is a 1.0 plugin: no batched step, so no place for the
+// mask. A constrained request is refused, naming its field, never run
+// unconstrained.
+TEST(StructuredOutput, AnEngineWithoutBatchedStepsRefusesConstraints) {
+    EngineHost h;
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto r = h.post("/v1/chat/completions", json{{"messages", {{{"role", "user"}, {"content", "x"}}}},
+                                                 {"response_format", {{"type", "json_object"}}}}.dump());
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_NE(r.body.find("'response_format' is not available"), std::string::npos) << r.body;
+    EXPECT_NE(r.body.find("runs no batched steps"), std::string::npos) << r.body;
+    auto g = h.post("/execute", json{{"job_id", "g"}, {"prompt", "x"}, {"grammar", "root ::= \"a\"\n"}}.dump());
+    EXPECT_EQ(g.status, 400) << g.body;
+    EXPECT_NE(g.body.find("'grammar' is not available"), std::string::npos) << g.body;
+    // Plain text is still fine.
+    auto t = h.post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}, {"response_format", {{"type", "text"}}}}.dump());
+    EXPECT_EQ(t.status, 200) << t.body;
+}

@@ -26,8 +26,12 @@ OutputConstraint get_response_format(const object& obj) {
     if (!js || js->type() != element_type::OBJECT)
         throw RequestError("response_format", "'response_format.json_schema' must be an object with a 'schema'");
     const object jo = js->get_object().value_unsafe();
-    (void)get_string(jo, "name");  // type-checked; only a label
-    (void)get_bool(jo, "strict");  // the schema is enforced either way
+    // `name` is only a label and the schema is enforced whatever `strict`
+    // says; both are type-checked so a mistake is not silently accepted.
+    if (auto n = field(jo, "name"); n && n->type() != element_type::STRING)
+        throw RequestError("response_format", "'response_format.json_schema.name' must be a string");
+    if (auto s = field(jo, "strict"); s && s->type() != element_type::BOOL)
+        throw RequestError("response_format", "'response_format.json_schema.strict' must be a boolean");
     auto schema = field(jo, "schema");
     if (!schema) throw RequestError("response_format", "'response_format.json_schema.schema' is required");
     if (schema->type() != element_type::OBJECT && schema->type() != element_type::BOOL)
