@@ -31,6 +31,7 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<con
 
 void Automaton::reset() {
     states_.clear();
+    trans_.clear();
     ids_.clear();
     masks_ = 0;
     ++epoch_;
@@ -46,10 +47,12 @@ int32_t Automaton::intern(std::vector<uint32_t> key) {
     State st;
     st.accepting = detail::key_accepting(key);
     st.complete = detail::key_complete(key);
+    st.left_frames = detail::key_has_context(key);
     st.key = std::move(key);
     const auto id = int32_t(states_.size());
     ids_.emplace(st.key, id);
     states_.push_back(std::move(st));
+    trans_.resize(trans_.size() + 256, kUnknown);
     return id;
 }
 
@@ -61,16 +64,9 @@ int32_t Automaton::resolve(Position& p) {
     return p.id;
 }
 
-int32_t Automaton::step(int32_t s, uint8_t byte) {
-    State& st = states_[size_t(s)];
-    if (!st.next) {
-        st.next.reset(new int32_t[256]);
-        std::fill_n(st.next.get(), 256, kUnknown);
-    }
-    int32_t t = st.next[byte];
-    if (t != kUnknown) return t;
-    t = intern(detail::advance_key(*g_, states_[size_t(s)].key, byte, kMaxStacks, kMaxStackDepth));
-    states_[size_t(s)].next[byte] = t;  // (states_ may have grown: index again)
+int32_t Automaton::compute_step(int32_t s, uint8_t byte) {
+    const int32_t t = intern(detail::advance_key(*g_, states_[size_t(s)].key, byte, kMaxStacks, kMaxStackDepth));
+    trans_[size_t(s) * 256 + byte] = t;  // (after intern: the table may have grown)
     return t;
 }
 
@@ -107,48 +103,107 @@ bool Automaton::complete(Position& p) {
     return s >= 0 && states_[size_t(s)].complete;
 }
 
+void Automaton::walk(int32_t s, uint32_t begin, uint32_t end, Mask& m) {
+    // Preorder: walk_ids_[d] is the state after the first d bytes of the
+    // current node's path.
+    const auto& nodes = vocab_->nodes();
+    const auto& toks = vocab_->tokens();
+    uint32_t* bits = m.data();
+    walk_ids_[nodes[begin].depth - 1] = s;
+    size_t visited = 0;
+    for (uint32_t i = begin; i < end;) {
+        const auto& n = nodes[i];
+        ++visited;
+        const int32_t t = step(walk_ids_[n.depth - 1], n.byte);
+        if (t < 0) {
+            i = n.skip;
+            continue;
+        }
+        walk_ids_[n.depth] = t;
+        for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) bits[uint32_t(toks[k]) / 32] |= 1u << (uint32_t(toks[k]) % 32);
+        ++i;
+    }
+    stats_.walk_nodes += visited;
+}
+
+std::shared_ptr<const Automaton::Partial> Automaton::partial(int32_t t) {
+    if (states_[size_t(t)].partial) return states_[size_t(t)].partial;
+    auto p = std::make_shared<Partial>();
+    p->decided.assign((vocab_->size() + 31) / 32, 0u);
+    const auto& nodes = vocab_->nodes();
+    const auto& toks = vocab_->tokens();
+    std::string path(vocab_->max_depth() + 1, '\0');
+    walk_ids_[0] = t;
+    size_t visited = 0;
+    for (uint32_t i = 0; i < nodes.size();) {
+        const auto& n = nodes[i];
+        ++visited;
+        const int32_t u = step(walk_ids_[n.depth - 1], n.byte);
+        if (u < 0) {
+            i = n.skip;
+            continue;
+        }
+        path[n.depth - 1] = char(n.byte);
+        if (states_[size_t(u)].left_frames) {  // decided only by what lies below the cut
+            p->open.emplace_back(i, path.substr(0, n.depth - 1));
+            i = n.skip;
+            continue;
+        }
+        walk_ids_[n.depth] = u;
+        for (uint32_t k = n.tok_begin; k < n.tok_end; ++k)
+            p->decided[uint32_t(toks[k]) / 32] |= 1u << (uint32_t(toks[k]) % 32);
+        ++i;
+    }
+    ++stats_.mask_walks;
+    stats_.walk_nodes += visited;
+    cache_limit();
+    ++masks_;
+    states_[size_t(t)].partial = p;
+    return p;
+}
+
+void Automaton::cache_limit() {
+    if (masks_ < kMaxCachedMasks) return;
+    for (auto& st : states_) st.mask.reset(), st.partial.reset();
+    masks_ = 0;
+}
+
 std::shared_ptr<const Mask> Automaton::mask(Position& p) {
     std::lock_guard lock(mu_);
     if (states_.size() > kMaxStates) reset();
     const int32_t s = resolve(p);
     if (s >= 0 && states_[size_t(s)].mask) return states_[size_t(s)].mask;
     auto m = std::make_shared<Mask>((vocab_->size() + 31) / 32, 0u);
-    if (s >= 0) {
-        // Preorder walk of the token trie: ids[d] is the state after the
-        // first d bytes of the current node's path.
-        const auto& nodes = vocab_->nodes();
-        const auto& toks = vocab_->tokens();
-        uint32_t* bits = m->data();
-        walk_ids_[0] = s;
-        size_t visited = 0;
-        for (size_t i = 0; i < nodes.size();) {
-            const auto& n = nodes[i];
-            ++visited;
-            const int32_t t = step(walk_ids_[n.depth - 1], n.byte);
-            if (t < 0) {
-                i = n.skip;
-                continue;
+    if (s >= 0 && !vocab_->nodes().empty()) {
+        size_t max_len = 0, n_stacks = 0;
+        auto cut = detail::truncate_key(states_[size_t(s)].key, max_len, n_stacks);
+        // Near the limits the cut state could keep stacks the full one drops:
+        // walk the full state there (and where nothing was cut).
+        if (cut == states_[size_t(s)].key || max_len + 8 >= kMaxStackDepth || n_stacks * 2 > kMaxStacks) {
+            walk(s, 0, uint32_t(vocab_->nodes().size()), *m);
+            ++stats_.mask_walks;
+        } else {
+            const auto part = partial(intern(std::move(cut)));
+            *m = part->decided;
+            for (const auto& [node, prefix] : part->open) {
+                int32_t st = resolve(p);
+                for (unsigned char b : prefix)
+                    if (st >= 0) st = step(st, b);
+                if (st >= 0) walk(st, node, vocab_->nodes()[node].skip, *m);
             }
-            walk_ids_[n.depth] = t;
-            for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) bits[uint32_t(toks[k]) / 32] |= 1u << (uint32_t(toks[k]) % 32);
-            ++i;
         }
-        ++stats_.mask_walks;
-        bool any = states_[size_t(s)].accepting && !vocab_->eog().empty();
+        const int32_t s2 = resolve(p);  // (ids are stable within one call; this re-reads the flag)
+        bool any = states_[size_t(s2)].accepting && !vocab_->eog().empty();
         for (size_t w = 0; w < m->size() && !any; ++w) any = (*m)[w] != 0;
         // Only nesting past the stack limit leaves a state with no way on;
         // an all-zero mask would be refused by the engine for the whole step.
         if (!any)
             throw Error(Code::InvalidRequest, fmt::format("the output cannot continue: every allowed token would nest "
                                                           "deeper than the matcher's {}-level stack", kMaxStackDepth));
-        stats_.walk_nodes += visited;
-        if (states_[size_t(s)].accepting)
-            for (int32_t id : vocab_->eog()) bits[uint32_t(id) / 32] |= 1u << (uint32_t(id) % 32);
-        if (masks_ >= kMaxCachedMasks) {
-            for (auto& st : states_) st.mask.reset();
-            masks_ = 0;
-        }
-        states_[size_t(s)].mask = m;
+        if (states_[size_t(s2)].accepting)
+            for (int32_t id : vocab_->eog()) (*m)[uint32_t(id) / 32] |= 1u << (uint32_t(id) % 32);
+        cache_limit();
+        states_[size_t(s2)].mask = m;
         ++masks_;
     }
     return m;

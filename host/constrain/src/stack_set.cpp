@@ -27,6 +27,10 @@ public:
             return;
         }
         const uint32_t p = s.back();
+        if (p == kContext) {
+            out_.push_back(s);
+            return;
+        }
         const auto& e = g_.elems[p];
         if (e.kind == Grammar::Kind::Bytes) {
             out_.push_back(s);
@@ -105,7 +109,7 @@ StateKey advance_key(const Grammar& g, const StateKey& key, uint8_t byte, size_t
         const uint32_t n = key[i++];
         s.assign(key.begin() + long(i), key.begin() + long(i + n));
         i += n;
-        if (s.empty()) continue;
+        if (s.empty() || s.back() == kContext) continue;
         const auto& e = g.elems[s.back()];
         if (e.kind == Grammar::Kind::Bytes && g.has(e.arg, byte)) c.after_byte(s);
     }
@@ -119,5 +123,48 @@ bool key_accepting(const StateKey& key) {
 }
 
 bool key_complete(const StateKey& key) { return key.size() == 1 && key[0] == 0; }
+
+bool key_has_context(const StateKey& key) {
+    for (size_t i = 0; i < key.size(); i += 1 + key[i])
+        if (key[i] == 1 && key[i + 1] == kContext) return true;
+    return false;
+}
+
+StateKey truncate_key(const StateKey& key, size_t& max_len, size_t& stacks) {
+    // The bottom positions every stack shares are the context (where the
+    // current value sits: which property, which array); cut them, keeping at
+    // least the top of every stack.
+    std::vector<std::pair<size_t, size_t>> spans;  // (start, length)
+    max_len = 0;
+    size_t min_len = SIZE_MAX;
+    for (size_t i = 0; i < key.size(); i += 1 + key[i]) {
+        spans.emplace_back(i + 1, key[i]);
+        max_len = std::max<size_t>(max_len, key[i]);
+        min_len = std::min<size_t>(min_len, key[i]);
+    }
+    stacks = spans.size();
+    if (spans.empty() || min_len == 0) return key;
+    size_t common = min_len - 1;
+    for (const auto& [start, len] : spans)
+        for (size_t d = 0; d < common; ++d)
+            if (key[start + d] != key[spans[0].first + d]) {
+                common = d;
+                break;
+            }
+    if (common == 0) return key;
+    std::vector<Stack> out;
+    for (const auto& [start, len] : spans) {
+        Stack s{kContext};
+        s.insert(s.end(), key.begin() + long(start + common), key.begin() + long(start + len));
+        out.push_back(std::move(s));
+    }
+    std::sort(out.begin(), out.end());
+    StateKey t;
+    for (const auto& s : out) {
+        t.push_back(uint32_t(s.size()));
+        t.insert(t.end(), s.begin(), s.end());
+    }
+    return t;
+}
 
 }  // namespace eh::constrain::detail

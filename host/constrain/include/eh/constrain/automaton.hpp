@@ -11,6 +11,13 @@
 // (inside a JSON string, between digits) a token costs a table walk over
 // its bytes and a cache hit.
 //
+// A state seen for the first time does not walk the whole trie when it can
+// avoid it: the bottom its stacks share is cut (what is left says e.g.
+// "inside a JSON string", whatever property the string belongs to), the
+// cut state's walk (cached, shared by every state with the same top) gives
+// the tokens decided within those frames, and only the subtrees where a
+// token leaves them (a closing quote) are walked with the full state.
+//
 // Thread-safe: one mutex per Automaton (the scheduler thread is its only
 // heavy user). Limits (documented in docs/http-api.md): at most
 // kMaxStacks parse stacks per state (more ambiguous alternatives are
@@ -66,12 +73,19 @@ public:
     Stats stats() const;
 
 private:
+    // A cut state's walk: tokens decided within its frames, and the trie
+    // subtrees (node, bytes before it) where the input leaves them.
+    struct Partial {
+        Mask decided;
+        std::vector<std::pair<uint32_t, std::string>> open;
+    };
     struct State {
         std::vector<uint32_t> key;
-        std::unique_ptr<int32_t[]> next;  // 256 entries, kUnknown until computed; -1 dead
         std::shared_ptr<const Mask> mask;
+        std::shared_ptr<const Partial> partial;
         bool accepting = false;
         bool complete = false;
+        bool left_frames = false;  // a stack popped to the cut (truncated states only)
     };
     struct KeyHash {
         size_t operator()(const std::vector<uint32_t>& k) const noexcept;
@@ -79,14 +93,25 @@ private:
 
     int32_t resolve(Position& p);
     int32_t intern(std::vector<uint32_t> key);
-    int32_t step(int32_t s, uint8_t byte);
-    std::vector<uint32_t> advance_key(const std::vector<uint32_t>& key, uint8_t byte) const;
+    int32_t step(int32_t s, uint8_t byte) {
+        const int32_t t = trans_[size_t(s) * 256 + byte];
+        return t != -2 ? t : compute_step(s, byte);
+    }
+    int32_t compute_step(int32_t s, uint8_t byte);
     void reset();
+    // Allowed tokens in trie nodes [begin, end) from state s at begin's parent.
+    void walk(int32_t s, uint32_t begin, uint32_t end, Mask& m);
+    std::shared_ptr<const Partial> partial(int32_t t);
+    void cache_limit();
 
     std::shared_ptr<const Grammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
     mutable std::mutex mu_;
     std::vector<State> states_;
+    // Transitions, 256 per state (state * 256 + byte): the next state, -1
+    // dead, -2 not computed yet. One flat table keeps the trie walk's inner
+    // loop to a load.
+    std::vector<int32_t> trans_;
     std::unordered_map<std::vector<uint32_t>, int32_t, KeyHash> ids_;
     std::vector<uint32_t> start_key_;
     uint64_t epoch_ = 0;
