@@ -27,6 +27,7 @@ Automaton::Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<con
         throw GrammarError("grammar", fmt::format("the grammar nests deeper than the matcher's {}-level stack before "
                                                   "its first character", kMaxStackDepth));
     walk_ids_.resize(size_t(vocab_->max_depth()) + 1);
+    path_.resize(size_t(vocab_->max_depth()) + 1);
 }
 
 void Automaton::reset() {
@@ -103,9 +104,9 @@ bool Automaton::complete(Position& p) {
     return s >= 0 && states_[size_t(s)].complete;
 }
 
-void Automaton::walk(int32_t s, uint32_t begin, uint32_t end, Mask& m) {
+void Automaton::walk(int32_t s, uint32_t begin, uint32_t end, Mask& m, Partial* cut) {
     // Preorder: walk_ids_[d] is the state after the first d bytes of the
-    // current node's path.
+    // current node's path (path_ holds those bytes when cutting).
     const auto& nodes = vocab_->nodes();
     const auto& toks = vocab_->tokens();
     uint32_t* bits = m.data();
@@ -119,6 +120,14 @@ void Automaton::walk(int32_t s, uint32_t begin, uint32_t end, Mask& m) {
             i = n.skip;
             continue;
         }
+        if (cut) {
+            path_[n.depth - 1] = char(n.byte);
+            if (states_[size_t(t)].left_frames) {  // decided only by what lies below the cut
+                cut->open.emplace_back(i, path_.substr(0, n.depth - 1));
+                i = n.skip;
+                continue;
+            }
+        }
         walk_ids_[n.depth] = t;
         for (uint32_t k = n.tok_begin; k < n.tok_end; ++k) bits[uint32_t(toks[k]) / 32] |= 1u << (uint32_t(toks[k]) % 32);
         ++i;
@@ -130,32 +139,8 @@ std::shared_ptr<const Automaton::Partial> Automaton::partial(int32_t t) {
     if (states_[size_t(t)].partial) return states_[size_t(t)].partial;
     auto p = std::make_shared<Partial>();
     p->decided.assign((vocab_->size() + 31) / 32, 0u);
-    const auto& nodes = vocab_->nodes();
-    const auto& toks = vocab_->tokens();
-    std::string path(vocab_->max_depth() + 1, '\0');
-    walk_ids_[0] = t;
-    size_t visited = 0;
-    for (uint32_t i = 0; i < nodes.size();) {
-        const auto& n = nodes[i];
-        ++visited;
-        const int32_t u = step(walk_ids_[n.depth - 1], n.byte);
-        if (u < 0) {
-            i = n.skip;
-            continue;
-        }
-        path[n.depth - 1] = char(n.byte);
-        if (states_[size_t(u)].left_frames) {  // decided only by what lies below the cut
-            p->open.emplace_back(i, path.substr(0, n.depth - 1));
-            i = n.skip;
-            continue;
-        }
-        walk_ids_[n.depth] = u;
-        for (uint32_t k = n.tok_begin; k < n.tok_end; ++k)
-            p->decided[uint32_t(toks[k]) / 32] |= 1u << (uint32_t(toks[k]) % 32);
-        ++i;
-    }
+    walk(t, 0, uint32_t(vocab_->nodes().size()), p->decided, p.get());
     ++stats_.mask_walks;
-    stats_.walk_nodes += visited;
     cache_limit();
     ++masks_;
     states_[size_t(t)].partial = p;

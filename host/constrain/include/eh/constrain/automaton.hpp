@@ -31,6 +31,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <string_view>
 #include <unordered_map>
 #include <vector>
@@ -99,8 +100,10 @@ private:
     }
     int32_t compute_step(int32_t s, uint8_t byte);
     void reset();
-    // Allowed tokens in trie nodes [begin, end) from state s at begin's parent.
-    void walk(int32_t s, uint32_t begin, uint32_t end, Mask& m);
+    // Allowed tokens in trie nodes [begin, end) from state s at begin's
+    // parent, into m; with `cut`, subtrees where the input leaves a cut
+    // state's frames go to cut->open instead.
+    void walk(int32_t s, uint32_t begin, uint32_t end, Mask& m, Partial* cut = nullptr);
     std::shared_ptr<const Partial> partial(int32_t t);
     void cache_limit();
 
@@ -118,6 +121,7 @@ private:
     size_t masks_ = 0;
     Stats stats_;
     std::vector<int32_t> walk_ids_;
+    std::string path_;
 };
 
 // One request's progress through its grammar.
