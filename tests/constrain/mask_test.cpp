@@ -114,6 +114,36 @@ TEST_P(MaskOnVocab, ControlTokensNeverAndEndOnlyWhenComplete) {
     EXPECT_EQ(n, vocab->eog().size());
 }
 
+// A grammar that is not JSON (recursion, multi-byte classes, a free quoted
+// part): the cut-state walk must agree with brute force here too.
+TEST_P(MaskOnVocab, GrammarMasksMatchBruteForce) {
+    auto tok = test::load(GetParam());
+    auto vocab = test::vocab_of(*tok);
+    auto g = gbnf_grammar(R"g(root ::= "(" item ("," " "? item)* ")"
+item ::= [a-z\u00e9\u20ac]+ | root | "'" [^'\n]* "'"
+)g");
+    auto automaton = std::make_shared<Automaton>(g, vocab);
+    std::mt19937 rng(99);
+    for (int walk = 0; walk < 3; ++walk) {
+        Matcher m(automaton);
+        std::string out;
+        for (int step = 0; step < 30; ++step) {
+            auto mask = m.mask();
+            if (step % 6 == 0) {
+                EXPECT_EQ(*mask, brute_force(g, *vocab, out)) << "after: " << out;
+            }
+            std::vector<int32_t> ids;
+            for (size_t i = 0; i < vocab->size(); ++i)
+                if (allowed(*mask, int32_t(i)) && !vocab->is_eog(int32_t(i))) ids.push_back(int32_t(i));
+            if (ids.empty()) break;
+            const int32_t pick = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+            ASSERT_TRUE(m.accept(pick));
+            out += vocab->bytes(pick);
+            if (m.complete()) break;
+        }
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(Vocabularies, MaskOnVocab, ::testing::Values("llama-spm", "gpt-2", "qwen2.5"),
                          [](const auto& info) {
                              std::string s = info.param;

@@ -134,6 +134,28 @@ TEST(StructuredOutput, SchemaOutputValidatesOnARandomModel) {
     run_schema_requests(h);
 }
 
+// n choices of one constrained prompt: each sibling walks the grammar with
+// its own matcher.
+TEST(StructuredOutput, EveryChoiceOfNMatches) {
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    const json schema = json::parse(kSchema);
+    auto r = h.post("/v1/chat/completions",
+                    json{{"messages", {{{"role", "user"}, {"content", "Animals?"}}}}, {"max_tokens", 300},
+                         {"temperature", 1.0}, {"seed", 5}, {"n", 3},
+                         {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "a"}, {"schema", schema}}}}}}
+                        .dump());
+    ASSERT_EQ(r.status, 200) << r.body;
+    json j = json::parse(r.body);
+    ASSERT_EQ(j["choices"].size(), 3u);
+    for (const auto& c : j["choices"]) {
+        const std::string content = c["message"]["content"];
+        ASSERT_TRUE(json::accept(content)) << content;
+        EXPECT_TRUE(validates(json::parse(content), schema, schema)) << content;
+        EXPECT_EQ(c["finish_reason"], "stop");
+    }
+}
+
 TEST(StructuredOutput, JsonObjectModeGivesAnObject) {
     EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
     ASSERT_GT(h.port(), 0) << h.log();
