@@ -56,6 +56,15 @@ TEST(Schema, CompleteAfterTheRootCloses) {
     EXPECT_FALSE(m.accept_bytes(" "));
 }
 
+TEST(Schema, EnumAndConstValuesWithEscapesAreWrittenExactly) {
+    auto g = json_schema_grammar(R"({"enum":["a\"b\\c", "\u00e9\n", 1.5, {"k":[true,null]}]})");
+    EXPECT_TRUE(matches(g, R"("a\"b\\c")"));
+    EXPECT_TRUE(matches(g, "\"\xC3\xA9\\n\""));
+    EXPECT_TRUE(matches(g, "1.5"));
+    EXPECT_TRUE(matches(g, R"({"k":[true,null]})"));
+    EXPECT_FALSE(prefix_ok(g, R"("a\"c)"));
+}
+
 TEST(Schema, OptionalPropertiesKeepOrderAndCommas) {
     auto g = json_schema_grammar(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"},
         "c":{"type":"integer"}},"required":["b"],"additionalProperties":false})");
