@@ -8,6 +8,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <filesystem>
+
 #include "eh/constrain/automaton.hpp"
 #include "eh/constrain/grammar.hpp"
 #include "engine_host_process.hpp"
@@ -254,4 +257,23 @@ TEST(StructuredOutput, AnEngineWithoutBatchedStepsRefusesConstraints) {
     // Plain text is still fine.
     auto t = h.post("/v1/completions", json{{"prompt", "x"}, {"max_tokens", 2}, {"response_format", {{"type", "text"}}}}.dump());
     EXPECT_EQ(t.status, 200) << t.body;
+}
+
+// The official openai npm client (tests/http/openai-client/structured.mjs):
+// json_schema, streamed, json_object, and the 400 for 'pattern'.
+TEST(StructuredOutput, OfficialNodeClient) {
+    std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
+    if (!std::filesystem::exists(dir / "node_modules" / "openai"))
+        GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir.string();
+    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    const std::string cmd = "node " + (dir / "structured.mjs").string() + " http://127.0.0.1:" + std::to_string(h.port()) + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << out;
+    EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
