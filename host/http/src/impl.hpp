@@ -11,6 +11,7 @@
 #include <string>
 
 #include "eh/error.hpp"
+#include "auth.hpp"
 #include "connection.hpp"
 #include "eh/http/server.hpp"
 
@@ -20,6 +21,7 @@ enum class State { Loading, Ready, Stopping };
 
 struct Server::Impl {
     ServerOptions options;
+    ApiKeys keys;
     std::shared_ptr<service::Metrics> metrics;
     GatedServer http;
     // Server::run()/stop() may race (stop before listen has begun): run
@@ -56,6 +58,7 @@ struct Server::Impl {
     void install_routes();
     void install_native();
     void install_openai();
+    void install_anthropic();
 };
 
 // Keeps the open-stream count right however a stream ends.

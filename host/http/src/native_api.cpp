@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "access_log.hpp"
 #include "eh/service/request.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
@@ -54,6 +55,7 @@ void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<servic
                  std::vector<std::shared_ptr<service::Job>> jobs,
                  std::function<std::string(size_t, const JobEvent&)> render, std::string trailer,
                  bool trailer_after_error) {
+    access::note_jobs(jobs);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto guard = std::make_shared<StreamGuard>(s.open_streams);

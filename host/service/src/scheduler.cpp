@@ -302,6 +302,7 @@ bool Scheduler::try_admit(Active& a) {
         a.deadline_ns = (a.admitted + options_.inference_timeout).time_since_epoch().count();
         a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
         metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
+        a.job->queue_us.store(std::chrono::duration_cast<std::chrono::microseconds>(a.admitted - a.job->submitted_at).count());
         JobEvent started;
         started.kind = JobEvent::Kind::Started;
         started.started_at = now_rfc3339();

@@ -47,6 +47,7 @@ struct JobEvent {
     double decode_time_ms = 0;
     double time_to_first_token_ms = 0;
     std::string stop_reason;           // "eos", "stop", "length"
+    std::string stop_sequence;         // with "stop": the stop string that matched
     // Error
     Code code = Code::Internal;
     std::string message;
@@ -69,6 +70,9 @@ public:
     // prompt's KV is computed once.
     std::shared_ptr<Job> fork_of;
     std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
+    // Microseconds from submission to admission into the batch; -1 until
+    // the scheduler admits it (the access log reads it).
+    std::atomic<int64_t> queue_us{-1};
 
     void push(JobEvent ev);
     // Next event, or nullopt when none arrived within `wait`.
