@@ -8,7 +8,10 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/pem.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <system_error>
 #include <cstring>
 #include <optional>
@@ -291,10 +294,17 @@ void GatedServer::use_tls(const std::string& cert_file, const std::string& key_f
     };
     if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1)
         give_up("--ssl-cert-file " + cert_file + ": not a readable PEM certificate");
-    if (SSL_CTX_use_PrivateKey_file(ctx, key_file.c_str(), SSL_FILETYPE_PEM) != 1)
-        give_up("--ssl-key-file " + key_file + ": not a readable PEM private key");
-    if (SSL_CTX_check_private_key(ctx) != 1)
-        give_up("--ssl-key-file " + key_file + " does not match the certificate in " + cert_file);
+    // Read first, so an unreadable key and a key for another certificate
+    // get different messages.
+    EVP_PKEY* key = nullptr;
+    if (FILE* f = std::fopen(key_file.c_str(), "r")) {
+        key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+        std::fclose(f);
+    }
+    if (!key) give_up("--ssl-key-file " + key_file + ": not a readable PEM private key");
+    const bool matches = SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
+    EVP_PKEY_free(key);
+    if (!matches) give_up("--ssl-key-file " + key_file + " does not match the certificate in " + cert_file);
     if (tls_) SSL_CTX_free(tls_);
     tls_ = ctx;
 }
