@@ -1,6 +1,5 @@
 #include "anthropic_api.hpp"
 
-#include "access_log.hpp"
 #include "eh/service/anthropic_request.hpp"
 #include "impl.hpp"
 #include "stream.hpp"

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "eh/error.hpp"
+#include "access_log.hpp"
 #include "auth.hpp"
 #include "connection.hpp"
 #include "eh/http/server.hpp"

@@ -2,7 +2,6 @@
 #include <algorithm>
 #include <chrono>
 
-#include "access_log.hpp"
 #include "eh/service/request.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"

@@ -3,7 +3,6 @@
 // `data: [DONE]`) and not.
 #include <fmt/format.h>
 
-#include "access_log.hpp"
 #include "eh/service/request.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
