@@ -157,9 +157,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("log-content", "log prompts and generated text (off by default)")
         ("residency-check-sec", po::value<uint32_t>()->default_value(30), "how often weights residency is verified")
         ("shutdown-grace-ms", po::value<uint32_t>()->default_value(5000), "time the running job gets to finish on shutdown");
-    add_serve_access_options(desc);  // API keys, HTTPS, request limits
     po::variables_map vm;
     int code = kOk;
+    add_serve_access_options(desc);  // API keys, HTTPS, request limits
     if (!parse_options(args, desc, kServeUsage, vm, code)) return code;
 
     const std::string log_format = vm["log-format"].as<std::string>();

@@ -11,10 +11,10 @@
 #include <string>
 
 #include "eh/error.hpp"
-#include "access_log.hpp"
-#include "auth.hpp"
 #include "connection.hpp"
 #include "eh/http/server.hpp"
+#include "access_log.hpp"
+#include "auth.hpp"
 
 namespace eh::http {
 
