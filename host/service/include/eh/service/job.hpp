@@ -43,11 +43,11 @@ struct JobEvent {
     uint32_t index = 0;
     std::vector<TokenLogprob> logprobs;  // one per token in the chunk, when asked for
     // End
+    std::string stop_sequence;         // with stop_reason "stop": the stop string that matched
     uint32_t tokens_out = 0;
     double decode_time_ms = 0;
     double time_to_first_token_ms = 0;
     std::string stop_reason;           // "eos", "stop", "length"
-    std::string stop_sequence;         // with "stop": the stop string that matched
     // Error
     Code code = Code::Internal;
     std::string message;
