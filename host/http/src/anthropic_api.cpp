@@ -17,6 +17,7 @@ const char* anthropic_error_type(int status) {
     case 413: return "request_too_large";
     case 429: return "rate_limit_error";
     case 503: case 529: return "overloaded_error";
+    case 499: return "api_error";  // a job cancelled by /cancel or shutdown: not the request's fault
     default: return status >= 400 && status < 500 ? "invalid_request_error" : "api_error";
     }
 }
