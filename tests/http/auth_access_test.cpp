@@ -210,6 +210,29 @@ TEST(AccessLog, OneLinePerRequestRefusalsIncluded) {
     }
 }
 
+TEST(AccessLog, AClientThatLeavesMidStreamStillGetsItsLine) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    int events = 0;
+    auto r = sse_stream(h.port(), "/execute",
+                        R"({"job_id":"leaver","prompt":"Once upon a time","max_tokens":500})",
+                        [&](const SseEvent&) { return ++events < 3; }, {{"X-Correlation-Id", "leaver-1"}});
+    EXPECT_EQ(r.status, 200);
+    json line;
+    for (int i = 0; i < 300 && line.is_null(); ++i) {
+        for (auto& l : access_lines(h))
+            if (l["correlation_id"] == "leaver-1") line = l;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    ASSERT_FALSE(line.is_null()) << h.log();
+    EXPECT_EQ(line["status"], 200);
+    EXPECT_EQ(line["path"], "/execute");
+    EXPECT_GT(line["bytes"].get<uint64_t>(), 0u);
+    EXPECT_TRUE(line.contains("queue_ms"));
+    size_t mine = 0;  // one line, however the stream ended (the others are the start-up /health polls)
+    for (auto& l : access_lines(h)) mine += l["correlation_id"] == "leaver-1";
+    EXPECT_EQ(mine, 1u);
+}
+
 TEST(Limits, FormTypedAndUntypedBodiesAreReadAsJson) {
     EngineHost h;
     const std::string body = json{{"text", std::string(10 * 1024, 'a')}}.dump();  // past httplib's 8 KiB form limit
