@@ -119,6 +119,21 @@ TEST(Auth, OpenRoutesAndMetricsFlag) {
     }
 }
 
+TEST(Auth, CorsPreflightNeedsNoKeyAndA401IsReadableCrossOrigin) {
+    EngineHost h({"--api-key", "k-cors", "--cors"});
+    const std::map<std::string, std::string> origin = {{"Origin", "http://localhost:3000"}};
+    auto pre = http(h.port(), "OPTIONS", "/v1/chat/completions", "",
+                    {{"Origin", "http://localhost:3000"}, {"Access-Control-Request-Method", "POST"},
+                     {"Access-Control-Request-Headers", "authorization, content-type"}});
+    EXPECT_EQ(pre.status, 204);
+    EXPECT_NE(pre.header("access-control-allow-headers").find("Authorization"), std::string::npos);
+    auto denied = h.post("/v1/chat/completions", chat_body(), origin);
+    EXPECT_EQ(denied.status, 401);
+    EXPECT_EQ(denied.header("access-control-allow-origin"), "http://localhost:3000");
+    auto allowed = h.post("/v1/chat/completions", chat_body(), {{"Origin", "http://localhost:3000"}, {"Authorization", "Bearer k-cors"}});
+    EXPECT_EQ(allowed.status, 200) << allowed.body;
+}
+
 TEST(Auth, SeveralKeysFromFlagsFileAndEnvironment) {
     TempDir d;
     std::string file = d.file("keys", "# ops\nfile-key-a\n\nfile-key-b\r\n");

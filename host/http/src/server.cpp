@@ -154,7 +154,23 @@ void Server::Impl::install_routes() {
                        correlation_id(req, res));
             return httplib::Server::HandlerResponse::Handled;
         }
+        if (options.cors) {
+            std::string origin = req.get_header_value("Origin");
+            if (!origin.empty() && local_origin(origin)) {
+                res.set_header("Access-Control-Allow-Origin", origin);
+                res.set_header("Vary", "Origin");
+                res.set_header("Access-Control-Expose-Headers", "X-Correlation-Id, Retry-After");
+                if (req.method == "OPTIONS") {
+                    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Api-Key, X-Correlation-Id");
+                    res.set_header("Access-Control-Max-Age", "600");
+                    res.status = 204;
+                    return httplib::Server::HandlerResponse::Handled;
+                }
+            }
+        }
         if (keys.required() && route_needs_key(req.method, req.path, options.metrics_require_key)) {
+            // After the CORS headers, so a browser tool can read the 401.
             // Anthropic clients send their key in x-api-key.
             const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
             const std::string authorization = req.get_header_value("Authorization");
@@ -170,21 +186,6 @@ void Server::Impl::install_routes() {
                 if (anthropic) send_anthropic_error(res, 401, message);
                 else send_error(res, 401, "INVALID_API_KEY", message, cid);
                 return httplib::Server::HandlerResponse::Handled;
-            }
-        }
-        if (options.cors) {
-            std::string origin = req.get_header_value("Origin");
-            if (!origin.empty() && local_origin(origin)) {
-                res.set_header("Access-Control-Allow-Origin", origin);
-                res.set_header("Vary", "Origin");
-                res.set_header("Access-Control-Expose-Headers", "X-Correlation-Id, Retry-After");
-                if (req.method == "OPTIONS") {
-                    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-                    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Api-Key, X-Correlation-Id");
-                    res.set_header("Access-Control-Max-Age", "600");
-                    res.status = 204;
-                    return httplib::Server::HandlerResponse::Handled;
-                }
             }
         }
         return httplib::Server::HandlerResponse::Unhandled;
