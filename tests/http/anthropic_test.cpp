@@ -5,6 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <filesystem>
+
 #include "engine_host_process.hpp"
 
 using namespace eh::test;
@@ -232,4 +235,27 @@ TEST(Anthropic, LoadingIsOverloadedError) {
     auto r = h.post("/v1/messages", request(4).dump());
     EXPECT_EQ(r.status, 503) << r.body;
     EXPECT_EQ(error_of(r)["type"], "overloaded_error");
+}
+
+// The official @anthropic-ai/sdk npm client (tests/http/openai-client/
+// anthropic.mjs; `npm ci` there installs it, as CI does) against a server
+// that requires a key: create, the SDK's stream helper, raw events,
+// countTokens and its typed errors.
+TEST(Anthropic, OfficialNodeClientRoundTrip) {
+    std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
+    if (!std::filesystem::exists(dir / "node_modules" / "@anthropic-ai" / "sdk"))
+        GTEST_SKIP() << "@anthropic-ai/sdk npm package not installed: run `npm ci` in " << dir.string();
+    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+    EngineHost h({"--api-key", "sdk-key"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    std::string cmd = "node " + (dir / "anthropic.mjs").string() + " http://127.0.0.1:" + std::to_string(h.port()) +
+                      " sdk-key 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    int rc = pclose(p);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
