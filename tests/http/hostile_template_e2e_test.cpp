@@ -4,42 +4,22 @@
 
 #include <chrono>
 
-#include "eh/model/gguf_writer.hpp"
-#include "eh/model/model_file.hpp"
-#include "eh/tools/vocab.hpp"
 #include "engine_host_process.hpp"
+#include "templated_model.hpp"
 
 using namespace eh::test;
 
 namespace {
 
 // stories260K with its chat template replaced, in a temp file.
-struct TemplatedModel {
-    std::string path;
-    explicit TemplatedModel(const std::string& tmpl) {
-        path = (std::filesystem::temp_directory_path() / ("eh-tmpl-" + std::to_string(::getpid()) + "-" +
-                                                           std::to_string(std::hash<std::string>{}(tmpl)) + ".gguf"))
-                   .string();
-        auto mf = eh::model::ModelFile::open(stories_model());
-        eh::model::GgufWriter w;
-        for (const auto& kv : mf->metadata()) {
-            std::string key(eh::model::to_sv(kv.key));
-            if (key == "tokenizer.chat_template" || key == "general.alignment") continue;
-            w.set(key, eh::tools::to_gguf_value(kv.value));
-        }
-        w.set("tokenizer.chat_template", eh::model::GgufValue::string(tmpl));
-        for (const eh_tensor& t : mf->tensors())
-            w.add_tensor(std::string(eh::model::to_sv(t.name)), t.type, std::vector<uint64_t>(t.dims, t.dims + t.n_dims),
-                         t.data);
-        w.write(path);
-    }
-    ~TemplatedModel() { std::filesystem::remove(path); }
+struct StoriesWithTemplate : TemplatedModel {
+    explicit StoriesWithTemplate(const std::string& tmpl) : TemplatedModel(tmpl, stories_model()) {}
 };
 
 const char* kChat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})";
 
 TEST(HostileTemplateServe, DeeplyNestedTemplateDoesNotCrashTheServer) {
-    TemplatedModel m("{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}");
+    StoriesWithTemplate m("{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}");
     EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
     ASSERT_TRUE(h.running()) << h.log();
     // The template is refused at load, with the reason in the log; chat falls
@@ -56,7 +36,7 @@ TEST(HostileTemplateServe, DeeplyNestedTemplateDoesNotCrashTheServer) {
 }
 
 TEST(HostileTemplateServe, RunawayTemplateLoopAnswersAndShutsDown) {
-    TemplatedModel m("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
+    StoriesWithTemplate m("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
     EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
     ASSERT_TRUE(h.running()) << h.log();
     auto t0 = std::chrono::steady_clock::now();

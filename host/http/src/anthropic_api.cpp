@@ -74,12 +74,12 @@ void Server::Impl::install_anthropic() {
         }
         try {
             auto r = service::parse_anthropic_request(req.body, options.limits, count_only);
-            r.gen.prompt = svc->codec().render_chat(r.messages);
+            render_chat_prompt(*this, *svc, r.messages, r.gen);  // message text stays text
             service::check_prompt(r.gen.prompt, "messages", options.limits);
             r.gen.correlation_id = cid;
             return r;
         } catch (const std::exception& e) {
-            if (!count_only) metrics->request("messages", "rejected_invalid");
+            if (!count_only) metrics->request("messages", rejection_outcome(e));
             send_exception(res, e, cid);
             to_anthropic(res);
             return std::nullopt;
@@ -91,7 +91,7 @@ void Server::Impl::install_anthropic() {
         std::shared_ptr<service::Service> svc;
         auto r = prepare(req, res, cid, true, svc);
         if (!r) return;
-        auto tokens = svc->codec().encode(r->gen.prompt, r->gen.add_special, r->gen.parse_special);
+        auto tokens = svc->codec().encode(r->gen.prompt, r->gen.add_special, r->gen.parse_special, r->gen.literal);
         send_json(res, 200, {{"input_tokens", tokens.size()}});
     });
 
@@ -104,11 +104,7 @@ void Server::Impl::install_anthropic() {
         try {
             job = svc->submit(r->gen);
         } catch (const std::exception& e) {
-            auto* ee = dynamic_cast<const Error*>(&e);
-            metrics->request("messages", !ee                                 ? "error"
-                                         : ee->code() == Code::QueueFull    ? "rejected_queue_full"
-                                         : ee->code() == Code::ShuttingDown ? "rejected_shutdown"
-                                                                            : "rejected_invalid");
+            metrics->request("messages", rejection_outcome(e));
             send_exception(res, e, cid);
             to_anthropic(res);
             return;

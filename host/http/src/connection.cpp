@@ -132,6 +132,17 @@ std::string error_response(int status, const std::string& code, const std::strin
     return r;
 }
 
+thread_local int t_client_fd = -1;
+
+// Whether the peer of `fd` is still there (a closed one reads as EOF;
+// pipelined bytes waiting to be read do not count as gone).
+bool peer_alive(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return true;
+    char c;
+    return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 // httplib reads the canonical request from memory and writes to the socket.
 class CanonicalStream final : public httplib::Stream {
 public:
@@ -173,13 +184,7 @@ public:
     socket_t socket() const override { return fd_; }
 
 private:
-    // Whether the peer is still there (a closed one reads as EOF).
-    bool alive() const {
-        pollfd p{fd_, POLLIN, 0};
-        if (::poll(&p, 1, 0) <= 0) return true;
-        char c;
-        return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
-    }
+    bool alive() const { return peer_alive(fd_); }
     void address(bool remote, std::string& ip, int& port) const {
         sockaddr_storage a{};
         socklen_t len = sizeof a;
@@ -501,7 +506,9 @@ void GatedServer::serve(Transport& t, size_t open) {
             scope.entry.path = path;
             std::optional<crash_notice::Watch> watch;
             if (!t.tls()) watch.emplace(fd, head.target.rfind("/v1/", 0) == 0);
+            t_client_fd = fd;
             ok = process_request(strm, close, closed, nullptr);
+            t_client_fd = -1;
             scope.entry.bytes = strm.bytes_written();
             scope.entry.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - head_done).count();
             scope.finish_queue_time();
@@ -510,6 +517,8 @@ void GatedServer::serve(Transport& t, size_t open) {
         if (!ok || closed || close) return;
     }
 }
+
+bool current_client_gone() { return t_client_fd >= 0 && !peer_alive(t_client_fd); }
 
 void ConnectionThreads::enqueue(std::function<void()> fn) {
     {

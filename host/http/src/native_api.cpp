@@ -21,15 +21,6 @@ struct PumpState {
 constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr auto kHeartbeat = std::chrono::milliseconds(500);
 
-const char* rejection_outcome(const std::exception& e) {
-    if (auto* ee = dynamic_cast<const Error*>(&e)) {
-        if (ee->code() == Code::QueueFull) return "rejected_queue_full";
-        if (ee->code() == Code::ShuttingDown) return "rejected_shutdown";
-        if (ee->code() == Code::InvalidRequest) return "rejected_invalid";
-    }
-    return "error";
-}
-
 nlohmann::json logprobs_json(const std::vector<service::TokenLogprob>& lps) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& lp : lps) {
@@ -122,6 +113,7 @@ void Server::Impl::install_native() {
         try {
             service::GenerationRequest r = service::parse_execute_request(req.body, options.limits);
             r.correlation_id = cid;
+            r.owner = submitter(req);
             job = svc->submit(std::move(r));
         } catch (const std::exception& e) {
             metrics->request("execute", rejection_outcome(e));
@@ -162,7 +154,8 @@ void Server::Impl::install_native() {
         auto svc = get_service();
         try {
             std::string id = service::parse_cancel_request(req.body, options.limits);
-            std::string status = svc ? svc->cancel(id) : "unknown";
+            const std::string owner = submitter(req);
+            std::string status = svc ? svc->cancel(id, service::CancelReason::Client, &owner) : "unknown";
             send_json(res, 202, {{"job_id", id}, {"status", status}});
         } catch (const std::exception& e) {
             send_exception(res, e, cid);

@@ -23,6 +23,41 @@ __device__ __forceinline__ size_t pool_row(const int32_t* table, int pos) {
     return size_t(table[pos / kPagedBlockTokens]) * kPagedBlockTokens + size_t(pos % kPagedBlockTokens);
 }
 
+// q . k over hd dims (hd <= 32 * DPL). A lane scores a whole key: with
+// hd % 8 == 0 (every real model) its row is fetched as 16-byte pieces all
+// issued before the first is used, so the lane waits for memory once per
+// key rather than once per element.
+template <int DPL>
+__device__ __forceinline__ float key_dot(const __half* k, const float* qs, int hd) {
+    float dot = 0.0f;
+    if (hd % 8 == 0) {
+        constexpr int kPieces = DPL * 4;  // 8 halves each
+        uint4 piece[kPieces];
+#pragma unroll
+        for (int c = 0; c < kPieces; ++c)
+            if (c < hd / 8) piece[c] = reinterpret_cast<const uint4*>(k)[c];
+#pragma unroll
+        for (int c = 0; c < kPieces; ++c) {
+            if (c >= hd / 8) break;
+            const __half2* h2 = reinterpret_cast<const __half2*>(&piece[c]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 kf = __half22float2(h2[j]);
+                dot = fmaf(qs[8 * c + 2 * j], kf.x, dot);
+                dot = fmaf(qs[8 * c + 2 * j + 1], kf.y, dot);
+            }
+        }
+        return dot;
+    }
+    const __half2* k2 = reinterpret_cast<const __half2*>(k);
+    for (int d = 0; d < hd / 2; ++d) {
+        const float2 kf = __half22float2(k2[d]);
+        dot = fmaf(qs[2 * d], kf.x, dot);
+        dot = fmaf(qs[2 * d + 1], kf.y, dot);
+    }
+    return dot;
+}
+
 // DPL: output dims per lane, ceil(head_dim / 32).
 template <int DPL>
 __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a) {
@@ -55,14 +90,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
         size_t row = 0;
         if (valid) {
             row = pool_row(table, key);
-            const __half2* kr = reinterpret_cast<const __half2*>(kbase + row * kv_ld);
-            float dot = 0.0f;
-            for (int d = 0; d < hd / 2; ++d) {
-                const float2 kf = __half22float2(kr[d]);
-                dot = fmaf(qs[2 * d], kf.x, dot);
-                dot = fmaf(qs[2 * d + 1], kf.y, dot);
-            }
-            s = dot;
+            s = key_dot<DPL>(kbase + row * kv_ld, qs, hd);
         }
         // Lane 0's key (kb) is always valid, so mt is finite.
         const float mt = detail::warp_max(s);
@@ -73,6 +101,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
 #pragma unroll
         for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
         const int nkeys = min(32, qpos - kb + 1);
+#pragma unroll 8
         for (int j = 0; j < nkeys; ++j) {
             const float pj = __shfl_sync(0xffffffffu, p, j);
             const unsigned long long rj = __shfl_sync(0xffffffffu, (unsigned long long)row, j);

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <unordered_map>
 
@@ -17,22 +18,24 @@ constexpr float kDefaultMemoryFraction = 0.9f;
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
-// Where each piece of a step's inputs sits in the staging buffers.
+// Where each piece of a step's inputs sits in the staging buffers. What the
+// forward pass reads (tokens .. tables) sits at offsets fixed by the
+// capacities, so a captured graph finds it at the same addresses every step.
 struct Layout {
     size_t tokens, pos, rows, table, out_idx, tables, params, counters, edits, etok, eval, masks, out, end;
-    Layout(size_t T, size_t R, size_t NB, size_t NE, size_t NM) {
+    Layout(size_t Tcap, size_t Rcap, size_t Bcap, size_t R, size_t NE, size_t NM) {
         size_t at = 0;
         auto take = [&](size_t bytes) {
             const size_t o = at;
             at += align16(bytes);
             return o;
         };
-        tokens = take(T * 4);
-        pos = take(T * 4);
-        rows = take(T * 4);
-        table = take(T * 4);
-        out_idx = take(R * 4);
-        tables = take(NB * 4);
+        tokens = take(Tcap * 4);
+        pos = take(Tcap * 4);
+        rows = take(Tcap * 4);
+        table = take(Tcap * 4);
+        out_idx = take(Rcap * 4);
+        tables = take(Bcap * 4);
         params = take(R * sizeof(SamplerParams));
         counters = take(R * sizeof(unsigned long long));
         edits = take(R * sizeof(RowEdits));
@@ -43,6 +46,18 @@ struct Layout {
         end = at;
     }
 };
+
+// Decode-only steps of up to this many tokens replay a CUDA graph captured
+// for their size bucket (1, 2, 4, .. 64), padded with rows that write to a
+// scratch block: a step of a few tokens is ~200 small launches, whose launch
+// cost would otherwise exceed the GPU work.
+constexpr int kGraphMaxTokens = 64;
+
+int bucket_index(int ntok) {
+    int b = 0;
+    while ((1 << b) < ntok) ++b;
+    return b;
+}
 
 }  // namespace
 
@@ -87,7 +102,6 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
     ps.max_tokens = int(limits_.max_step_tokens);
     ps.max_cols = shape.max_cols;
     workspace_ = std::make_unique<PrefillWorkspace>(ps, stream_.get(), shape.ledger);
-    ensure_staging(1 << 20);
 }
 
 BatchBase::~BatchBase() {
@@ -104,12 +118,20 @@ void BatchBase::init_pool() {
         budget = uint64_t(double(device_memory_info(shape_.device).free_bytes) * frac);
     }
     limits_ = ehp::grant_kv(params_, kPagedBlockTokens, limits_.block_bytes, budget, shape_.seq_cap);
-    const size_t layer_bytes = size_t(limits_.total_blocks) * kPagedBlockTokens * size_t(shape_.kv_dim) * sizeof(__half);
+    // One block more than granted: the scratch block padding rows write to.
+    scratch_block_ = limits_.total_blocks;
+    const size_t layer_bytes =
+        size_t(limits_.total_blocks + 1) * kPagedBlockTokens * size_t(shape_.kv_dim) * sizeof(__half);
     for (int l = 0; l < shape_.n_layer; ++l) {
         k_.emplace_back(layer_bytes, shape_.ledger);
         v_.emplace_back(layer_bytes, shape_.ledger);
     }
     pool_ = std::make_unique<ehp::BlockPool>(kPagedBlockTokens, limits_.total_blocks);
+}
+
+size_t BatchBase::table_capacity() const {
+    const size_t per_seq = (size_t(limits_.max_seq_tokens) + kPagedBlockTokens - 1) / kPagedBlockTokens;
+    return size_t(limits_.max_step_entries) * per_seq + 1;
 }
 
 eh_kv_info BatchBase::info() const {
@@ -166,6 +188,7 @@ void BatchBase::ensure_staging(size_t bytes) {
     if (staging_host_) cudaFreeHost(staging_host_);
     staging_host_ = nullptr;
     staging_bytes_ = 0;
+    for (CapturedGraph& g : graphs_) g.reset();  // they read the old buffer
     staging_dev_ = DeviceBuffer(n, shape_.ledger);
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_host_), n));
     staging_bytes_ = n;
@@ -256,7 +279,13 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     size_t n_tables = 0;
     for (uint32_t i = 0; i < n_entries; ++i) n_tables += seq_at(i).blocks.blocks().size();
     const size_t T = totals.tokens, R = rows.size();
-    const Layout L(T, R, n_tables, etok.size(), mask_rows.size() * words);
+    // A decode-only step (one sampled token per entry) of few tokens runs
+    // its bucket's graph, padded to the bucket's size.
+    const bool graphed = T == R && T <= size_t(kGraphMaxTokens) && !graph_failed_[bucket_index(int(T))];
+    const int b = bucket_index(int(T));
+    const size_t padded = graphed ? std::min<size_t>(size_t(1) << b, limits_.max_step_entries) : T;
+    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), R, etok.size(),
+                   mask_rows.size() * words);
     ensure_staging(L.end);
     char* h = staging_host_;
     auto* tokens = reinterpret_cast<int32_t*>(h + L.tokens);
@@ -291,26 +320,56 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
             ++r;
         }
     }
+    // Padding rows: token 0 at position 0 of a one-block table holding the
+    // scratch block, which no sequence ever gets.
+    for (; t < padded; ++t) {
+        tokens[t] = 0;
+        pos[t] = 0;
+        prow[t] = int32_t(uint64_t(scratch_block_) * kPagedBlockTokens);
+        table[t] = int32_t(tb);
+        out_idx[t] = int32_t(t);
+    }
+    if (padded > T) tables[tb++] = int32_t(scratch_block_);
     if (!etok.empty()) {
         std::memcpy(h + L.etok, etok.data(), etok.size() * 4);
         std::memcpy(h + L.eval, eval.data(), eval.size() * 4);
     }
     for (size_t m = 0; m < mask_rows.size(); ++m)
         std::memcpy(h + L.masks + m * words * 4, at(mask_rows[m]).allowed, words * 4);
-    EHC_CHECK(cudaMemcpyAsync(staging_dev_.get(), h, L.out, cudaMemcpyHostToDevice, s));
-
     char* d = staging_dev_.as<char>();
+    EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + tb * 4, cudaMemcpyHostToDevice, s));
+    EHC_CHECK(cudaMemcpyAsync(d + L.params, h + L.params, L.out - L.params, cudaMemcpyHostToDevice, s));
+
     StepView v;
-    v.ntok = int(T);
+    v.ntok = int(padded);
     v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
     v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
     v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
     v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
     v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
-    v.nout = int(R);
+    v.nout = graphed ? int(padded) : int(R);
     v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
     v.logits = logits_.as<float>();
-    forward(v);
+    if (!graphed) {
+        forward(v);
+    } else if (!graph_warm_[b]) {
+        forward(v);  // first use: lazy allocations (cuBLAS) happen outside a capture
+        graph_warm_[b] = true;
+    } else {
+        if (!graphs_[b].ready()) {
+            try {
+                graphs_[b].capture(s, [&] { forward(v); });
+            } catch (const ehp::Error& e) {
+                graph_failed_[b] = true;  // this bucket runs eagerly from now on
+                std::fprintf(stderr, "[ehcuda] batched step: graph capture for %zu tokens failed (%s); running eagerly\n",
+                             padded, e.what());
+            }
+        }
+        if (graphs_[b].ready())
+            graphs_[b].launch(s);
+        else
+            forward(v);
+    }
 
     auto* d_out = reinterpret_cast<int32_t*>(d + L.out);
     if (R) {

@@ -21,6 +21,15 @@ ehcuda::BatchShape shape_of(Model& m) {
     return sh;
 }
 
+// How a step's matmuls run, by its token count n (H200, forged Qwen2.5-0.5B
+// and Phi-3-mini Q4_K_M, 64 decode steps of n sequences, ms per step):
+//   n = 1      single-token GEMV, RMSNorm folded into its input staging
+//   n = 2..8   one single-token GEMV per token: the multi-token GEMV kernels
+//              took 2.7 / 4.2 / 7.3 ms (Qwen, n = 2 / 4 / 8) and 14 / 24 /
+//              45 ms (Phi-3) against 1.9 / 2.8 / 4.8 and 4.4 / 6.9 / 12.2
+//   n >= 9     cuBLAS on slab-dequantized FP16 weights (workspace)
+constexpr int kPerTokenGemvMax = 8;
+
 }  // namespace
 
 Batch::Batch(Model& model, const eh_kv_params& params)
@@ -33,6 +42,9 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     attn_ = ehcuda::DeviceBuffer(T * c_.q_dim() * 4, L);
     ff_ = ehcuda::DeviceBuffer(T * 2 * size_t(c_.n_ff) * 4, L);
     last_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+    // cuBLAS (the workspace's slab dequantization) from 9 tokens on: the
+    // in-kernel WMMA GEMM ran a 64-token decode step 4.5x slower.
+    workspace()->set_min_tokens(kPerTokenGemvMax + 1);
     init_pool();
 }
 
@@ -51,8 +63,10 @@ void Batch::forward(const ehcuda::StepView& v) {
     // a few tokens, the tensor-core GEMM (or cuBLAS past the workspace's
     // threshold) for more: each weight is read once per step either way.
     auto matmul = [&](const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
-                      float* y, int ldy, bool accumulate, int n) {
+                      float* y, int ldy, bool accumulate, int n, const float* norm_w = nullptr) {
         ehcuda::MatmulArgs m;
+        m.norm_w = norm_w;
+        m.norm_eps = c.eps;
         for (int k = 0; k < nseg; ++k) m.seg[k] = segs[k];
         m.nseg = nseg;
         m.cols = cols;
@@ -64,13 +78,33 @@ void Batch::forward(const ehcuda::StepView& v) {
         m.accumulate = accumulate;
         m.ntok = n;
         m.prefill = pw;
-        ehcuda::matmul(m, s);
+        if (n > 1 && n <= kPerTokenGemvMax) {
+            for (int t = 0; t < n; ++t) {
+                ehcuda::MatmulArgs one = m;
+                one.ntok = 1;
+                one.x = x + size_t(t) * ldx;
+                one.y = y + size_t(t) * ldy;
+                ehcuda::matmul(one, s);
+            }
+        } else {
+            ehcuda::matmul(m, s);
+        }
+    };
+    // y = segs . RMSNorm(h) * norm_w: folded into the GEMV's input staging
+    // for one token, a separate kernel otherwise.
+    auto normed_matmul = [&](const ehcuda::MatSeg* segs, int nseg, const float* hin, const float* norm_w, float* y,
+                             int ldy, int n) {
+        if (n == 1) {
+            matmul(segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
+            return;
+        }
+        ehcuda::rmsnorm(hin, c.n_embd, norm_w, xn, c.n_embd, c.n_embd, n, c.eps, s);
+        matmul(segs, nseg, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, y, ldy, false, n);
     };
     ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
     for (int li = 0; li < c.n_layer; ++li) {
         const Layer& L = m_.layers[size_t(li)];
-        ehcuda::rmsnorm(h, c.n_embd, L.attn_norm, xn, c.n_embd, c.n_embd, T, c.eps, s);
-        matmul(L.qkv, L.n_qkv, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, qkv, c.qkv_dim(), false, T);
+        normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, c.qkv_dim(), T);
         if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
 
         ehcuda::RopeArgs r;
@@ -111,8 +145,7 @@ void Batch::forward(const ehcuda::StepView& v) {
         ehcuda::MatSeg out{L.attn_out};
         matmul(&out, 1, c.q_dim(), attn, c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
-        ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, T, c.eps, s);
-        matmul(L.gate_up, L.n_gate_up, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, ff, 2 * c.n_ff, false, T);
+        normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * c.n_ff, T);
         ehcuda::MatSeg down{L.ffn_down};
         matmul(&down, 1, c.n_ff, ff, 2 * c.n_ff, ehcuda::XMode::SwiGLU, h, c.n_embd, true, T);
     }
@@ -120,9 +153,8 @@ void Batch::forward(const ehcuda::StepView& v) {
     // LM head on the tokens that need logits only.
     float* last = last_.as<float>();
     ehcuda::gather_rows(h, c.n_embd, v.d_out_idx, v.nout, c.n_embd, last, s);
-    ehcuda::rmsnorm(last, c.n_embd, m_.output_norm, xn, c.n_embd, c.n_embd, v.nout, c.eps, s);
     ehcuda::MatSeg head{m_.output};
-    matmul(&head, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, v.logits, c.n_vocab, false, v.nout);
+    normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
 }
 
 }  // namespace llama_cuda

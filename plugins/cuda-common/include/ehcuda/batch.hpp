@@ -109,8 +109,12 @@ protected:
 
 private:
     void copy_block(uint32_t from, uint32_t to, uint32_t n_pos);
-    // Grows the pinned staging and its device twin to at least `bytes`.
+    // Grows the pinned staging and its device twin to at least `bytes`
+    // (dropping the graphs, which read the old one).
     void ensure_staging(size_t bytes);
+    // Block ids a step's tables may hold: every entry at full length, plus
+    // the padding rows' table.
+    size_t table_capacity() const;
 
     BatchShape shape_;
     eh_kv_params params_;
@@ -126,6 +130,12 @@ private:
     char* staging_host_ = nullptr;
     size_t staging_bytes_ = 0;
     float* host_logits_ = nullptr;  // pinned, max_step_entries rows
+    uint32_t scratch_block_ = 0;    // the pool's extra block, outside the BlockPool
+    // Decode-only steps: graph per size bucket (1, 2, 4, .. 64 tokens).
+    static constexpr int kBuckets = 7;
+    CapturedGraph graphs_[kBuckets];
+    bool graph_warm_[kBuckets] = {};
+    bool graph_failed_[kBuckets] = {};
 };
 
 }  // namespace ehcuda
