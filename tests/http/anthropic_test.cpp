@@ -9,6 +9,7 @@
 #include <filesystem>
 
 #include "engine_host_process.hpp"
+#include "templated_model.hpp"
 
 using namespace eh::test;
 using nlohmann::json;
@@ -206,6 +207,24 @@ TEST(Anthropic, ErrorsHaveAnthropicsShape) {
     EXPECT_EQ(unauth.post("/v1/messages", base.dump(), {{"x-api-key", "ak"}}).status, 200);
     EXPECT_EQ(unauth.post("/v1/messages", base.dump(), {{"Authorization", "Bearer ak"}}).status, 200);
     EXPECT_EQ(unauth.post("/v1/messages/count_tokens", without("max_tokens"), {{"x-api-key", "ak"}}).status, 200);
+}
+
+// A message whose text looks like the model's control tokens is tokenized
+// as text (the template's own markup is not): "</s>" twice in a message is
+// more than the 2 tokens it would be as control tokens.
+TEST(Anthropic, MessageTextThatLooksLikeControlTokensStaysText) {
+    TemplatedModel m("{% for m in messages %}<s>{{ m.content }}</s>{% endfor %}", stories_model());
+    EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto count = [&](const std::string& text) {
+        json body = {{"model", "m"}, {"messages", {{{"role", "user"}, {"content", text}}}}};
+        auto r = h.post("/v1/messages/count_tokens", body.dump());
+        EXPECT_EQ(r.status, 200) << r.body;
+        return json::parse(r.body)["input_tokens"].get<int>();
+    };
+    const int markup = count("");  // "<s></s>": the template's control tokens
+    EXPECT_LE(markup, 3);
+    EXPECT_GT(count("</s></s>") - markup, 2);
 }
 
 TEST(Anthropic, EndTurnOnEndOfGeneration) {
