@@ -39,6 +39,7 @@ public:
         return tok_->encode_with_literals(text, add_special, ranges);
     }
     std::string decode(std::span<const int32_t> tokens) const override { return tok_->decode(tokens, false); }
+    std::string token_bytes(int32_t token) const override { return tok_->token_to_piece(token, false); }
     bool is_eog(int32_t token) const override { return tok_->is_eog(token); }
     uint32_t vocab_size() const override { return uint32_t(tok_->vocab_size()); }
     std::string kind() const override { return std::string(tok_->kind()); }

@@ -46,6 +46,10 @@ public:
     // Token ids to raw bytes. May end in the middle of a UTF-8 sequence (byte
     // tokens); TextStream takes care of that.
     virtual std::string decode(std::span<const int32_t> tokens) const = 0;
+    // The bytes the token adds to an output in mid-stream (SPM's "▁" as a
+    // space, even where decode() would strip it at the start); "" for
+    // control tokens. The constrained-decoding mask matches these.
+    virtual std::string token_bytes(int32_t token) const = 0;
     // End-of-generation tokens (EOS, EOT, <|im_end|>, ...).
     virtual bool is_eog(int32_t token) const = 0;
     virtual uint32_t vocab_size() const = 0;
@@ -67,6 +71,7 @@ public:
     std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false,
                                 std::span<const TextSpan> literal = {}) const override;
     std::string decode(std::span<const int32_t> tokens) const override;
+    std::string token_bytes(int32_t token) const override { return decode(std::span<const int32_t>(&token, 1)); }
     bool is_eog(int32_t token) const override { return eog_ >= 0 && token == eog_; }
     uint32_t vocab_size() const override { return vocab_; }
     std::string kind() const override { return "bytes"; }
