@@ -310,6 +310,44 @@ TEST(BatchedStepSampling, SeededDrawsRepeat) {
     EXPECT_GT(std::set<int32_t>(a.begin(), a.end()).size(), 3u) << "temperature 1.5 draws more than a few tokens";
 }
 
+// Draws are keyed by position: a sequence rebuilt from its prompt and the
+// first k sampled tokens in one prefill (what the host does after a
+// preemption) draws the same token k+1 as the sequence that decoded them.
+TEST(BatchedStepSampling, ARecomputedSequenceDrawsTheSameTokens) {
+    REQUIRE_BATCHED();
+    TinySpec spec;
+    TinyModel tm(spec);
+    Batched b(tm);
+    eh_sampling_params sp{};
+    sp.struct_size = sizeof sp;
+    sp.temperature = 1.0f;
+    sp.top_p = 1.0f;
+    sp.repetition_penalty = 1.0f;
+    sp.repetition_window = -1;
+    sp.seed = 7;
+    auto p = tokens_of(6, 3, spec.n_vocab);
+    eh_seq* s = b.create();
+    ASSERT_EQ(b.api->seq_set_sampling(s, &sp), EH_OK);
+    eh_step_entry e = entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE);
+    std::vector<int32_t> out;
+    int32_t t = 0;
+    for (int i = 0; i < 12; ++i) {
+        ASSERT_EQ(b.api->step(b.model, &e, 1), EH_OK) << b.error();
+        out.push_back(e.token);
+        t = e.token;
+        e = entry(s, &t, 1, EH_STEP_SAMPLE);
+    }
+    for (size_t k : {size_t(3), size_t(8)}) {
+        std::vector<int32_t> again = p;
+        again.insert(again.end(), out.begin(), out.begin() + long(k));
+        eh_seq* r = b.create();
+        ASSERT_EQ(b.api->seq_set_sampling(r, &sp), EH_OK);
+        eh_step_entry f = entry(r, again.data(), uint32_t(again.size()), EH_STEP_SAMPLE);
+        ASSERT_EQ(b.api->step(b.model, &f, 1), EH_OK) << b.error();
+        EXPECT_EQ(f.token, out[k]) << "recomputed after " << k << " sampled tokens";
+    }
+}
+
 TEST(BatchedStepPool, KvFullChangesNothing) {
     REQUIRE_BATCHED();
     TinySpec spec;

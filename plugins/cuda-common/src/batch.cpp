@@ -218,7 +218,6 @@ void BatchBase::set_sampling(CudaSeq& seq, const eh_sampling_params& p) {
     const bool has_pf = p.struct_size >= offsetof(eh_sampling_params, frequency_penalty) + sizeof(float);
     seq.presence = has_pf ? p.presence_penalty : 0.0f;
     seq.frequency = has_pf ? p.frequency_penalty : 0.0f;
-    seq.draws = 0;
     seq.sampling_set = true;
 }
 
@@ -356,7 +355,7 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
             SamplerParams sp = q.sampling_set ? q.params : SamplerParams{};
             sp.repetition_penalty = 1.0f;  // adjust_logits applies it
             params[r] = sp;
-            counters[r] = q.draws;
+            counters[r] = q.blocks.length() + e.n_tokens;
             edits[r] = rows[r].e;
             ++r;
         }
@@ -421,7 +420,6 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
         if (e.flags & EH_STEP_SAMPLE) {
             q.blocks.mark_sampled();
             e.token = picked[r];
-            ++q.draws;
         }
         if (e.flags & EH_STEP_LOGITS) {
             q.logits.assign(host_logits_ + r * V, host_logits_ + (r + 1) * V);

@@ -42,7 +42,7 @@ __global__ void adjust_logits_kernel(float* logits, int ld, int V, const RowEdit
 void adjust_logits(float* logits, int ld, int n_rows, int n_vocab, const RowEdits* d_rows, const int32_t* d_tok,
                    const float* d_val, const uint32_t* d_masks, cudaStream_t stream) {
     if (n_rows <= 0) return;
-    launch("adjust_logits_kernel", adjust_logits_kernel, n_rows, 256, 0, stream, logits, ld, n_vocab, d_rows, d_tok,
+    launch("adjust_logits_kernel", adjust_logits_kernel, n_rows, 1024, 0, stream, logits, ld, n_vocab, d_rows, d_tok,
            d_val, d_masks);
     EHC_LAUNCHED("adjust_logits_kernel");
 }

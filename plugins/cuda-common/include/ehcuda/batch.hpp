@@ -34,6 +34,9 @@ struct eh_seq {
 
 namespace ehcuda {
 
+// A sequence's draws are keyed by (seed, position of the token drawn), not
+// by how many draws came before: a sequence the host recomputes after a
+// preemption (released, then prefilled again) draws the same numbers.
 class CudaSeq : public eh_seq {
 public:
     explicit CudaSeq(ehp::BlockPool& pool, ehp::SeqBlocks::CopyFn copy) : blocks(pool, std::move(copy)) {}
@@ -42,7 +45,6 @@ public:
     bool sampling_set = false;
     SamplerParams params;  // repetition_penalty applied by adjust_logits, not the sampler
     float presence = 0.0f, frequency = 0.0f;
-    unsigned long long draws = 0;  // Philox draw counter
     std::vector<float> logits;     // raw logits kept by the last step that asked
     bool has_logits = false;
 };
