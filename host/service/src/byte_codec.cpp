@@ -16,7 +16,7 @@ std::string ByteCodec::decode(std::span<const int32_t> tokens) const {
     return out;
 }
 
-std::string ByteCodec::render_chat(const std::vector<ChatMessage>& messages) const {
+std::string ByteCodec::render_chat(const std::vector<ChatMessage>& messages, const ChatRenderOptions&) const {
     return render_plain_chat(messages);
 }
 

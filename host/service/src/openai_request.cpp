@@ -7,6 +7,7 @@
 
 #include "eh/service/request.hpp"
 #include "json_fields.hpp"
+#include "tool_calls/tool_request_parse.hpp"
 
 namespace eh::service {
 
@@ -65,6 +66,7 @@ std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& 
         ChatMessage cm;
         cm.role = *role;
         if (auto c = field(mo, "content")) cm.content = message_content(*c, i);
+        parse_message_tool_fields(mo, i, cm);
         check_prompt_text(cm.content, "messages", limits, true);
         total_chars += cm.content.size();
         out.push_back(std::move(cm));
@@ -142,7 +144,8 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
         auto t = get_string(rf->get_object().value_unsafe(), "type");
         if (t && *t != "text") throw RequestError("response_format", fmt::format("'response_format.type' '{}' is not supported", t->substr(0, 32)));
     }
-    if (field(obj, "tools")) throw RequestError("tools", "'tools' is not supported");
+    if (chat) r.tools = parse_chat_tools(obj);
+    else if (field(obj, "tools")) throw RequestError("tools", "'tools' is served on /v1/chat/completions only");
     return r;
 }
 

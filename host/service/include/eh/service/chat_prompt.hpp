@@ -1,0 +1,19 @@
+// A chat request's prompt: its messages, tools and reasoning effort rendered
+// through the model's chat template, after checking the model can express
+// them.
+#pragma once
+
+#include <string>
+
+#include "eh/service/request.hpp"
+#include "eh/service/text_codec.hpp"
+
+namespace eh::service {
+
+// Sets r.gen.prompt (and r.gen.control_text for harmony models). Throws
+// RequestError when tools or tool history are sent to a model whose template
+// has no tool format (`model` names it in the message), and whatever the
+// template raises (InvalidRequest).
+void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::string& model);
+
+}  // namespace eh::service

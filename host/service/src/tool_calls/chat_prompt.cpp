@@ -1,0 +1,33 @@
+#include "eh/service/chat_prompt.hpp"
+
+#include <fmt/format.h>
+
+#include <nlohmann/json.hpp>
+
+namespace eh::service {
+
+void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::string& model) {
+    const ToolFormat format = codec.tool_format();
+    if (format == ToolFormat::None) {
+        // A template without a tool format would drop these silently.
+        if (r.tools.enabled())
+            throw RequestError("tools", fmt::format("model '{}' has no tool-call format in its chat template, so it cannot "
+                                                    "be offered tools (served: templates that write Hermes <tool_call> "
+                                                    "blocks, such as Qwen2.5, and gpt-oss's harmony calls)", model));
+        for (size_t i = 0; i < r.messages.size(); ++i)
+            if (!r.messages[i].tool_calls.empty() || r.messages[i].role == "tool")
+                throw RequestError("messages", fmt::format("'messages[{}]' is a tool call or tool result, but model '{}' has "
+                                                           "no tool-call format in its chat template", i, model));
+    }
+    if (r.tools.forced())
+        throw RequestError("tool_choice", "'tool_choice' \"required\" or a named function needs decoding constrained to a "
+                                          "call, which this server does not do yet; use \"auto\"");
+    ChatRenderOptions opt;
+    if (r.tools.enabled()) opt.tools_json = r.tools.tools_json;
+    if (!r.tools.reasoning_effort.empty())
+        opt.extra_json = nlohmann::json{{"reasoning_effort", r.tools.reasoning_effort}}.dump();
+    r.gen.prompt = codec.render_chat(r.messages, opt);
+    r.gen.control_text = format == ToolFormat::Harmony;
+}
+
+}  // namespace eh::service
