@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <fstream>
+
 #include "eh/service/chat_output.hpp"
 #include "eh/service/request.hpp"
 
@@ -261,3 +263,34 @@ TEST(ToolRequest, HistoryMessages) {
 }
 
 }  // namespace
+
+// The request side of the transformers vectors: an OpenAI request carrying
+// the recorded tool history (arguments as JSON strings, reasoning as
+// reasoning_content) becomes exactly the messages and tools transformers
+// rendered, so the byte-for-byte template test covers what clients send.
+TEST(ToolRequest, HistoryBecomesTheMessagesTransformersRendered) {
+    using ojson = nlohmann::ordered_json;
+    std::ifstream in(EH_CHAT_VECTORS_FILE);
+    ASSERT_TRUE(in) << EH_CHAT_VECTORS_FILE;
+    ojson root = ojson::parse(in);
+    size_t checked = 0;
+    for (const auto& c : root["cases"]) {
+        const std::string name = c["name"];
+        if (name != "tool_history" && name != "parallel_tool_calls" && name != "tool_reasoning") continue;
+        ojson msgs = c["messages"];
+        for (auto& m : msgs) {
+            if (m.contains("thinking")) {
+                m["reasoning_content"] = m["thinking"];
+                m.erase("thinking");
+            }
+            if (m.contains("tool_calls"))
+                for (auto& call : m["tool_calls"]) call["function"]["arguments"] = call["function"]["arguments"].dump();
+        }
+        ojson body = {{"messages", msgs}, {"tools", c["tools"]}};
+        auto r = parse_openai_request(body.dump(), true, {});
+        EXPECT_EQ(ojson::parse(template_messages_json(r.messages)), c["messages"]) << name;
+        EXPECT_EQ(ojson::parse(r.tools.tools_json), c["tools"]) << name;
+        ++checked;
+    }
+    EXPECT_GE(checked, 6u);
+}
