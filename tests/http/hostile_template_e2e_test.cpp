@@ -4,37 +4,12 @@
 
 #include <chrono>
 
-#include "eh/model/gguf_writer.hpp"
-#include "eh/model/model_file.hpp"
-#include "eh/tools/vocab.hpp"
 #include "engine_host_process.hpp"
+#include "templated_model.hpp"
 
 using namespace eh::test;
 
 namespace {
-
-// stories260K with its chat template replaced, in a temp file.
-struct TemplatedModel {
-    std::string path;
-    explicit TemplatedModel(const std::string& tmpl) {
-        path = (std::filesystem::temp_directory_path() / ("eh-tmpl-" + std::to_string(::getpid()) + "-" +
-                                                           std::to_string(std::hash<std::string>{}(tmpl)) + ".gguf"))
-                   .string();
-        auto mf = eh::model::ModelFile::open(stories_model());
-        eh::model::GgufWriter w;
-        for (const auto& kv : mf->metadata()) {
-            std::string key(eh::model::to_sv(kv.key));
-            if (key == "tokenizer.chat_template" || key == "general.alignment") continue;
-            w.set(key, eh::tools::to_gguf_value(kv.value));
-        }
-        w.set("tokenizer.chat_template", eh::model::GgufValue::string(tmpl));
-        for (const eh_tensor& t : mf->tensors())
-            w.add_tensor(std::string(eh::model::to_sv(t.name)), t.type, std::vector<uint64_t>(t.dims, t.dims + t.n_dims),
-                         t.data);
-        w.write(path);
-    }
-    ~TemplatedModel() { std::filesystem::remove(path); }
-};
 
 const char* kChat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})";
 

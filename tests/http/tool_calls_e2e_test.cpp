@@ -1,0 +1,201 @@
+// Tool calling and reasoning over real HTTP: stories260K carrying Qwen2.5's
+// and gpt-oss's real chat templates, served by the test engine scripted
+// (EH_TEST_ENGINE_SCRIPT) to write a given text, so the output parsers, the
+// OpenAI shapes (whole and streamed) and the 400s run end to end.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <fstream>
+
+#include "engine_host_process.hpp"
+#include "templated_model.hpp"
+
+using namespace eh::test;
+using nlohmann::json;
+
+namespace {
+
+std::string qwen_template() {
+    std::ifstream f(std::string(EH_TESTDATA_DIR) + "/tokenizers/qwen2.5/tokenizer_config.json");
+    return json::parse(f)["chat_template"];
+}
+std::string gptoss_template() {
+    std::ifstream f(std::string(EH_TESTDATA_DIR) + "/tokenizers/gpt-oss-20b/chat_template.jinja");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+const char* kTools = R"([{"type":"function","function":{"name":"get_weather","description":"Weather now",)"
+                     R"("parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+
+// A host whose model writes `text` (then EOS) for every request.
+struct ScriptedHost {
+    TemplatedModel model;
+    std::unique_ptr<EngineHost> host;
+    ScriptedHost(const std::string& tmpl, const std::string& text, std::vector<std::string> args = {}) : model(tmpl) {
+        std::string ids;
+        {
+            EngineHost tok({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", model.path);
+            auto r = tok.post("/tokenize", json{{"text", text}, {"add_special", false}}.dump());
+            EXPECT_EQ(r.status, 200) << r.body;
+            const json tokens = json::parse(r.body)["tokens"];
+            for (int id : tokens) ids += (ids.empty() ? "" : ",") + std::to_string(id);
+        }
+        host = std::make_unique<EngineHost>(args, std::map<std::string, std::string>{{"EH_TEST_ENGINE_SCRIPT", ids}}, true,
+                                            std::string(EH_TEST_PLUGIN_DIR) + "/good", model.path);
+    }
+};
+
+json chat(EngineHost& h, const std::string& extra, int* status = nullptr) {
+    auto r = h.post("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200)" + extra + "}");
+    if (status) *status = r.status;
+    return json::parse(r.body, nullptr, false);
+}
+
+// The streamed chunks folded back into one message, checking OpenAI's
+// delta rules on the way.
+struct Folded {
+    std::string content, reasoning, finish;
+    json calls = json::array();
+};
+Folded stream(EngineHost& h, const std::string& extra) {
+    auto r = h.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,"stream":true)" +
+                                                extra + "}");
+    EXPECT_EQ(r.status, 200) << r.body;
+    Folded f;
+    for (const auto& ev : parse_sse(r.body)) {
+        if (ev.data == "[DONE]") break;
+        json c = json::parse(ev.data);
+        const json& ch = c["choices"][0];
+        if (!ch["finish_reason"].is_null()) f.finish = ch["finish_reason"];
+        const json& d = ch["delta"];
+        if (d.contains("content") && d["content"].is_string()) f.content += d["content"].get<std::string>();
+        if (d.contains("reasoning_content")) f.reasoning += d["reasoning_content"].get<std::string>();
+        if (d.contains("tool_calls"))
+            for (const json& tc : d["tool_calls"]) {
+                const size_t i = tc["index"];
+                if (tc.contains("id")) {  // the first delta of a call: id, type, name, empty arguments
+                    EXPECT_EQ(i, f.calls.size());
+                    EXPECT_EQ(tc["type"], "function");
+                    EXPECT_EQ(tc["function"]["arguments"], "");
+                    f.calls.push_back({{"id", tc["id"]}, {"name", tc["function"]["name"]}, {"arguments", ""}});
+                } else {
+                    EXPECT_LT(i, f.calls.size());
+                    EXPECT_FALSE(tc["function"].contains("name"));
+                    f.calls[i]["arguments"] = f.calls[i]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+                }
+            }
+    }
+    return f;
+}
+
+TEST(ToolCallsServe, QwenHermesCallWholeAndStreamed) {
+    ScriptedHost s(qwen_template(), "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    ASSERT_TRUE(s.host->running()) << s.host->log();
+    int status = 0;
+    json j = chat(*s.host, std::string(R"(,"tools":)") + kTools, &status);
+    ASSERT_EQ(status, 200) << j.dump();
+    const json& m = j["choices"][0]["message"];
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    ASSERT_EQ(m["tool_calls"].size(), 1u) << j.dump();
+    EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+    const std::string id = m["tool_calls"][0]["id"];
+    EXPECT_EQ(id.rfind("call_", 0), 0u);
+    // SPM: the first piece's space prefix is part of the model's text.
+    EXPECT_EQ(m["content"], " Let me look.");
+
+    Folded f = stream(*s.host, std::string(R"(,"tools":)") + kTools);
+    EXPECT_EQ(f.finish, "tool_calls");
+    EXPECT_EQ(f.content, " Let me look.");
+    ASSERT_EQ(f.calls.size(), 1u);
+    EXPECT_EQ(f.calls[0]["name"], "get_weather");
+    EXPECT_EQ(f.calls[0]["arguments"], m["tool_calls"][0]["function"]["arguments"]);
+
+    // Without tools (or with tool_choice none) the same text is content.
+    json plain = chat(*s.host, std::string(R"(,"tool_choice":"none","tools":)") + kTools);
+    EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
+    EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls"));
+    EXPECT_NE(plain["choices"][0]["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos);
+}
+
+TEST(ToolCallsServe, QwenToolHistoryRendersThroughTheTemplate) {
+    ScriptedHost s(qwen_template(), "It is sunny.", {"--log-content"});
+    const std::string body = std::string(R"({"max_tokens":20,"tools":)") + kTools + R"(,"messages":[
+        {"role":"user","content":"Weather in Paris?"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+        {"role":"tool","tool_call_id":"call_1","content":"sunny"}]})";
+    auto r = s.host->post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string prompt;
+    for (const auto& e : s.host->log_events())
+        if (e.value("event", "") == "execute_start") prompt = e.value("prompt", "");
+    EXPECT_NE(prompt.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                          "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>"),
+              std::string::npos)
+        << prompt;
+    EXPECT_NE(prompt.find("# Tools"), std::string::npos);
+}
+
+TEST(ToolCallsServe, GptOssReasoningAndCall) {
+    ScriptedHost s(gptoss_template(),
+                   "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+                   "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}",
+                   {"--log-content"});
+    ASSERT_TRUE(s.host->running()) << s.host->log();
+    int status = 0;
+    json j = chat(*s.host, std::string(R"(,"reasoning_effort":"low","tools":)") + kTools, &status);
+    ASSERT_EQ(status, 200) << j.dump();
+    const json& m = j["choices"][0]["message"];
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(m["reasoning_content"], "Need the weather.");
+    EXPECT_TRUE(m["content"].is_null());
+    ASSERT_EQ(m["tool_calls"].size(), 1u);
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    bool low = false;
+    for (const auto& e : s.host->log_events())
+        if (e.value("event", "") == "execute_start") low = e.value("prompt", "").find("Reasoning: low") != std::string::npos;
+    EXPECT_TRUE(low) << "reasoning_effort reaches the template";
+
+    Folded f = stream(*s.host, std::string(R"(,"tools":)") + kTools);
+    EXPECT_EQ(f.reasoning, "Need the weather.");
+    EXPECT_EQ(f.content, "");
+    EXPECT_EQ(f.finish, "tool_calls");
+    ASSERT_EQ(f.calls.size(), 1u);
+    EXPECT_EQ(f.calls[0]["arguments"], "{\"city\":\"Paris\"}");
+}
+
+TEST(ToolCallsServe, GptOssFinalAnswerHasNoMarkup) {
+    ScriptedHost s(gptoss_template(), "<|channel|>analysis<|message|>Greet back.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!");
+    json j = chat(*s.host, "");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello there!");
+    EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "Greet back.");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    Folded f = stream(*s.host, "");
+    EXPECT_EQ(f.content, "Hello there!");
+    EXPECT_EQ(f.reasoning, "Greet back.");
+}
+
+TEST(ToolCallsServe, ModelWithoutToolFormatIs400) {
+    EngineHost h;  // stories260K: no chat template, so no tool format
+    int status = 0;
+    json j = chat(h, std::string(R"(,"tools":)") + kTools, &status);
+    EXPECT_EQ(status, 400);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("has no tool-call format"), std::string::npos) << j.dump();
+    auto r = h.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"},
+        {"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c","content":"1"}]})");
+    EXPECT_EQ(r.status, 400);
+    EXPECT_NE(r.body.find("no tool-call format"), std::string::npos) << r.body;
+    // tool_choice none with tools is fine: nothing is offered.
+    EXPECT_EQ(h.post("/v1/chat/completions", R"({"max_tokens":2,"tool_choice":"none","messages":[{"role":"user","content":"x"}],"tools":)" +
+                                                 std::string(kTools) + "}").status,
+              200);
+}
+
+}  // namespace
