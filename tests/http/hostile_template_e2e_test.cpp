@@ -5,7 +5,7 @@
 #include <chrono>
 
 #include "engine_host_process.hpp"
-#include "templated_model.hpp"
+#include "model_fixtures.hpp"
 
 using namespace eh::test;
 

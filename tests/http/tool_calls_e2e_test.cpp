@@ -9,7 +9,7 @@
 #include <fstream>
 
 #include "engine_host_process.hpp"
-#include "templated_model.hpp"
+#include "model_fixtures.hpp"
 
 using namespace eh::test;
 using nlohmann::json;
@@ -30,22 +30,13 @@ std::string gptoss_template() {
 const char* kTools = R"([{"type":"function","function":{"name":"get_weather","description":"Weather now",)"
                      R"("parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
 
-// A host whose model writes `text` (then EOS) for every request.
-struct ScriptedHost {
+// stories260K with `tmpl`, writing `text`.
+struct TemplatedHost {
     TemplatedModel model;
-    std::unique_ptr<EngineHost> host;
-    ScriptedHost(const std::string& tmpl, const std::string& text, std::vector<std::string> args = {}) : model(tmpl) {
-        std::string ids;
-        {
-            EngineHost tok({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", model.path);
-            auto r = tok.post("/tokenize", json{{"text", text}, {"add_special", false}}.dump());
-            EXPECT_EQ(r.status, 200) << r.body;
-            const json tokens = json::parse(r.body)["tokens"];
-            for (int id : tokens) ids += (ids.empty() ? "" : ",") + std::to_string(id);
-        }
-        host = std::make_unique<EngineHost>(args, std::map<std::string, std::string>{{"EH_TEST_ENGINE_SCRIPT", ids}}, true,
-                                            std::string(EH_TEST_PLUGIN_DIR) + "/good", model.path);
-    }
+    ScriptedHost scripted;
+    TemplatedHost(const std::string& tmpl, const std::string& text, std::vector<std::string> args = {})
+        : model(tmpl), scripted(model.path, text, std::move(args)) {}
+    EngineHost* operator->() { return scripted.host.get(); }
 };
 
 json chat(EngineHost& h, const std::string& extra, int* status = nullptr) {
@@ -93,10 +84,10 @@ Folded stream(EngineHost& h, const std::string& extra) {
 }
 
 TEST(ToolCallsServe, QwenHermesCallWholeAndStreamed) {
-    ScriptedHost s(qwen_template(), "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
-    ASSERT_TRUE(s.host->running()) << s.host->log();
+    TemplatedHost s(qwen_template(), "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    ASSERT_TRUE(s->running()) << s->log();
     int status = 0;
-    json j = chat(*s.host, std::string(R"(,"tools":)") + kTools, &status);
+    json j = chat(*s.scripted.host, std::string(R"(,"tools":)") + kTools, &status);
     ASSERT_EQ(status, 200) << j.dump();
     const json& m = j["choices"][0]["message"];
     EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
@@ -109,7 +100,7 @@ TEST(ToolCallsServe, QwenHermesCallWholeAndStreamed) {
     // SPM: the first piece's space prefix is part of the model's text.
     EXPECT_EQ(m["content"], " Let me look.");
 
-    Folded f = stream(*s.host, std::string(R"(,"tools":)") + kTools);
+    Folded f = stream(*s.scripted.host, std::string(R"(,"tools":)") + kTools);
     EXPECT_EQ(f.finish, "tool_calls");
     EXPECT_EQ(f.content, " Let me look.");
     ASSERT_EQ(f.calls.size(), 1u);
@@ -117,22 +108,22 @@ TEST(ToolCallsServe, QwenHermesCallWholeAndStreamed) {
     EXPECT_EQ(f.calls[0]["arguments"], m["tool_calls"][0]["function"]["arguments"]);
 
     // Without tools (or with tool_choice none) the same text is content.
-    json plain = chat(*s.host, std::string(R"(,"tool_choice":"none","tools":)") + kTools);
+    json plain = chat(*s.scripted.host, std::string(R"(,"tool_choice":"none","tools":)") + kTools);
     EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
     EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls"));
     EXPECT_NE(plain["choices"][0]["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos);
 }
 
 TEST(ToolCallsServe, QwenToolHistoryRendersThroughTheTemplate) {
-    ScriptedHost s(qwen_template(), "It is sunny.", {"--log-content"});
+    TemplatedHost s(qwen_template(), "It is sunny.", {"--log-content"});
     const std::string body = std::string(R"({"max_tokens":20,"tools":)") + kTools + R"(,"messages":[
         {"role":"user","content":"Weather in Paris?"},
         {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
         {"role":"tool","tool_call_id":"call_1","content":"sunny"}]})";
-    auto r = s.host->post("/v1/chat/completions", body);
+    auto r = s->post("/v1/chat/completions", body);
     ASSERT_EQ(r.status, 200) << r.body;
     std::string prompt;
-    for (const auto& e : s.host->log_events())
+    for (const auto& e : s->log_events())
         if (e.value("event", "") == "execute_start") prompt = e.value("prompt", "");
     EXPECT_NE(prompt.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
                           "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>"),
@@ -142,13 +133,13 @@ TEST(ToolCallsServe, QwenToolHistoryRendersThroughTheTemplate) {
 }
 
 TEST(ToolCallsServe, GptOssReasoningAndCall) {
-    ScriptedHost s(gptoss_template(),
+    TemplatedHost s(gptoss_template(),
                    "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
                    "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}",
                    {"--log-content"});
-    ASSERT_TRUE(s.host->running()) << s.host->log();
+    ASSERT_TRUE(s->running()) << s->log();
     int status = 0;
-    json j = chat(*s.host, std::string(R"(,"reasoning_effort":"low","tools":)") + kTools, &status);
+    json j = chat(*s.scripted.host, std::string(R"(,"reasoning_effort":"low","tools":)") + kTools, &status);
     ASSERT_EQ(status, 200) << j.dump();
     const json& m = j["choices"][0]["message"];
     EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
@@ -158,11 +149,11 @@ TEST(ToolCallsServe, GptOssReasoningAndCall) {
     EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
     EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
     bool low = false;
-    for (const auto& e : s.host->log_events())
+    for (const auto& e : s->log_events())
         if (e.value("event", "") == "execute_start") low = e.value("prompt", "").find("Reasoning: low") != std::string::npos;
     EXPECT_TRUE(low) << "reasoning_effort reaches the template";
 
-    Folded f = stream(*s.host, std::string(R"(,"tools":)") + kTools);
+    Folded f = stream(*s.scripted.host, std::string(R"(,"tools":)") + kTools);
     EXPECT_EQ(f.reasoning, "Need the weather.");
     EXPECT_EQ(f.content, "");
     EXPECT_EQ(f.finish, "tool_calls");
@@ -171,12 +162,12 @@ TEST(ToolCallsServe, GptOssReasoningAndCall) {
 }
 
 TEST(ToolCallsServe, GptOssFinalAnswerHasNoMarkup) {
-    ScriptedHost s(gptoss_template(), "<|channel|>analysis<|message|>Greet back.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!");
-    json j = chat(*s.host, "");
+    TemplatedHost s(gptoss_template(), "<|channel|>analysis<|message|>Greet back.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!");
+    json j = chat(*s.scripted.host, "");
     EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello there!");
     EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "Greet back.");
     EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
-    Folded f = stream(*s.host, "");
+    Folded f = stream(*s.scripted.host, "");
     EXPECT_EQ(f.content, "Hello there!");
     EXPECT_EQ(f.reasoning, "Greet back.");
 }
