@@ -6,6 +6,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include <cstdio>
+#include <filesystem>
 #include <fstream>
 
 #include "engine_host_process.hpp"
@@ -170,6 +172,22 @@ TEST(ToolCallsServe, GptOssFinalAnswerHasNoMarkup) {
     Folded f = stream(*s.scripted.host, "");
     EXPECT_EQ(f.content, "Hello there!");
     EXPECT_EQ(f.reasoning, "Greet back.");
+}
+
+TEST(ToolCallsServe, OfficialNodeClient) {
+    std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
+    if (!std::filesystem::exists(dir / "node_modules" / "openai"))
+        GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir.string();
+    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+    TemplatedHost s(qwen_template(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    std::string cmd = "node " + (dir / "tools.mjs").string() + " http://127.0.0.1:" + std::to_string(s->port()) + " 2>&1";
+    FILE* p = popen(cmd.c_str(), "r");
+    ASSERT_NE(p, nullptr);
+    std::string out;
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    EXPECT_EQ(pclose(p), 0) << out;
+    EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
 
 TEST(ToolCallsServe, ModelWithoutToolFormatIs400) {
