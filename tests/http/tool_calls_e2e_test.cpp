@@ -190,6 +190,24 @@ TEST(ToolCallsServe, OfficialNodeClient) {
     EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
 
+// A real model (stories260K on the CPU reference engine, with Qwen2.5's
+// template) offered tools: its output is whatever it is (a story, no call),
+// but the request runs end to end and the stream folds to the same answer.
+TEST(ToolCallsServe, RealModelSmoke) {
+    TemplatedModel m(qwen_template());
+    EngineHost h({}, {}, true, EH_PLUGIN_DIR, m.path);
+    ASSERT_TRUE(h.running()) << h.log();
+    const std::string extra = std::string(R"(,"temperature":0,"seed":1,"tools":)") + kTools;
+    int status = 0;
+    json j = chat(h, extra, &status);
+    ASSERT_EQ(status, 200) << j.dump();
+    const json& msg = j["choices"][0]["message"];
+    Folded f = stream(h, extra);
+    EXPECT_EQ(f.finish, j["choices"][0]["finish_reason"]);
+    if (msg["content"].is_string()) EXPECT_EQ(f.content, msg["content"]);
+    EXPECT_EQ(f.calls.size(), msg.contains("tool_calls") ? msg["tool_calls"].size() : 0u);
+}
+
 TEST(ToolCallsServe, ModelWithoutToolFormatIs400) {
     EngineHost h;  // stories260K: no chat template, so no tool format
     int status = 0;
