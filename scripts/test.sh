@@ -2,8 +2,9 @@
 # The README's test command: install, build, run every non-GPU test.
 # On a GPU machine, `ctest --test-dir build -L gpu` runs the GPU tests.
 # Tests that read the shared test data (../shared/testdata, never committed)
-# carry the ctest label `testdata`; without that folder they are left out,
-# and the script says so. CI always has it and runs them.
+# carry the ctest label `testdata`, test by test (eh_discover_tests in
+# tests/CMakeLists.txt); without that folder they are left out, and the script
+# says so. CI always has it and runs them.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh

@@ -236,6 +236,84 @@ TEST(Bench, DISABLED_HostSequence_Phi3Mini) {
     host_bench("phi-3-mini-q4_k_m-shape", phi3_spec());
 }
 
+// The batched step's own cost, without the host: `batch` sequences with a
+// 128-token prompt each, then 64 decode steps of all of them, timed per step
+// on the host clock (the step returns after its tokens are read back).
+void batched_bench(const char* label, TinySpec spec) {
+    TinyModel tm(spec);
+    const eh_plugin_api* api = llama_cuda_api();
+    ASSERT_NE(api, nullptr);
+    ASSERT_NE(api->step, nullptr);
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = label;
+    lp.view = tm.view();
+    eh_model* m = nullptr;
+    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
+    eh_kv_params kp{};
+    kp.struct_size = sizeof kp;
+    kp.max_seqs = 64;
+    kp.max_step_tokens = 8192;
+    kp.max_step_entries = 64;
+    kp.max_seq_tokens = 256;
+    kp.budget_bytes = 8ull << 30;
+    eh_kv_info ki{};
+    ki.struct_size = sizeof ki;
+    ASSERT_EQ(api->kv_init(m, &kp, &ki), EH_OK) << api->model_last_error(m);
+    std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
+    if (const char* e = std::getenv("EH_BENCH_BATCHES")) {  // e.g. "1,4"
+        batches.clear();
+        for (const char* p = e; *p;) {
+            batches.push_back(std::atoi(p));
+            while (*p && *p != ',') ++p;
+            if (*p == ',') ++p;
+        }
+    }
+    for (int batch : batches) {
+        std::vector<eh_seq*> seqs(static_cast<size_t>(batch), nullptr);
+        std::vector<eh_step_entry> es(static_cast<size_t>(batch));
+        std::vector<int32_t> prompt(128), next(static_cast<size_t>(batch));
+        for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % size_t(spec.n_vocab));
+        eh_sampling_params p{};
+        p.struct_size = sizeof p;
+        p.top_p = 1;
+        p.repetition_penalty = 1;
+        p.repetition_window = -1;
+        for (int i = 0; i < batch; ++i) {
+            ASSERT_EQ(api->seq_create(m, &seqs[size_t(i)]), EH_OK) << api->model_last_error(m);
+            api->seq_set_sampling(seqs[size_t(i)], &p);
+            es[size_t(i)] = eh_step_entry{};
+            es[size_t(i)].struct_size = sizeof(eh_step_entry);
+            es[size_t(i)].flags = EH_STEP_SAMPLE;
+            es[size_t(i)].seq = seqs[size_t(i)];
+            es[size_t(i)].tokens = prompt.data();
+            es[size_t(i)].n_tokens = 128;
+        }
+        double t0 = now_s();
+        ASSERT_EQ(api->step(m, es.data(), uint32_t(batch)), EH_OK) << api->model_last_error(m);
+        const double prefill_s = now_s() - t0;
+        double decode_s = 0;
+        const int steps = 64;
+        for (int k = 0; k < steps + 2; ++k) {
+            for (int i = 0; i < batch; ++i) {
+                next[size_t(i)] = es[size_t(i)].token;
+                es[size_t(i)].tokens = &next[size_t(i)];
+                es[size_t(i)].n_tokens = 1;
+            }
+            t0 = now_s();
+            ASSERT_EQ(api->step(m, es.data(), uint32_t(batch)), EH_OK) << api->model_last_error(m);
+            if (k >= 2) decode_s += now_s() - t0;  // the first two: warm-up and graph capture
+        }
+        std::printf("[bench] %s batched: batch %2d: prefill %d x 128 tokens %.2f ms; decode %.3f ms/step = %.0f tok/s\n",
+                    label, batch, batch, prefill_s * 1e3, decode_s / steps * 1e3, batch * steps / decode_s);
+        for (eh_seq* q : seqs) api->seq_release(q);
+    }
+    api->model_release(m);
+}
+
+TEST(Bench, DISABLED_Batched_Qwen25_05B) { batched_bench("qwen2.5-0.5b", qwen_spec()); }
+TEST(Bench, DISABLED_Batched_Phi3Mini) { batched_bench("phi-3-mini", phi3_spec()); }
+
 TEST(Bench, DISABLED_GemvBandwidth) {
     REQUIRE_GPU();
     // Device copy bandwidth (bytes read + written).

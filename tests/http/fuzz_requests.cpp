@@ -2,20 +2,42 @@
 // HTTP API (/execute, /v1/completions, /v1/chat/completions, /tokenize,
 // /detokenize, /cancel). The first byte picks the parser; the rest is the
 // body. A parser may only answer with eh::Error (the 400 the server sends);
-// any other exception, a crash or a sanitizer report is a bug. Built only
-// with EH_ENABLE_FUZZERS=ON (clang).
+// any other exception, a crash or a sanitizer report is a bug. A first byte
+// of 0xFF instead runs a chat message through ChatLiterals: marked and put
+// back it must be the same bytes, and any rendered text's spans must lie in
+// it, sorted. Built only with EH_ENABLE_FUZZERS=ON (clang).
 //   build-fuzz/tests/http/fuzz_requests tests/http/fuzz_requests_seeds -max_total_time=60
 #include <cstddef>
 #include <cstdint>
 #include <string_view>
 
+#include "eh/service/chat_literals.hpp"
 #include "eh/service/request.hpp"
+
+namespace {
+
+void check_literals(std::string_view text) {
+    static const eh::service::ChatLiterals lit({"</s>", "<s>", "<|im_start|>", "<|im_end|>", "<"});
+    if (lit.unmark(lit.mark(text)).text != text) __builtin_trap();
+    auto p = lit.unmark(text);  // as if a template had written these bytes
+    size_t end = 0;
+    for (const auto& s : p.literal) {
+        if (s.begin < end || s.end <= s.begin || s.end > p.text.size()) __builtin_trap();
+        end = s.end;
+    }
+}
+
+}  // namespace
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
     eh::service::RequestLimits limits;
     limits.max_prompt_chars = 4096;  // keeps each input cheap; the rules are the same
+    if (data[0] == 0xFF) {
+        check_literals(body);
+        return 0;
+    }
     try {
         switch (data[0] % 6) {
         case 0: (void)eh::service::parse_execute_request(body, limits); break;

@@ -150,10 +150,10 @@ private:
     int64_t remaining_ = -1;
 };
 
-inline HttpResponse http_raw(int port, const std::string& raw_request) {
+// Sends `raw_request` on the connected socket `fd`, reads the whole
+// response and closes the socket.
+inline HttpResponse send_and_read(int fd, const std::string& raw_request) {
     HttpResponse r;
-    int fd = connect_local(port);
-    if (fd < 0) throw std::runtime_error("cannot connect");
     send_all(fd, raw_request);
     ResponseReader rd(fd);
     if (rd.read_headers(r)) {
@@ -162,6 +162,12 @@ inline HttpResponse http_raw(int port, const std::string& raw_request) {
     }
     ::close(fd);
     return r;
+}
+
+inline HttpResponse http_raw(int port, const std::string& raw_request) {
+    int fd = connect_local(port);
+    if (fd < 0) throw std::runtime_error("cannot connect");
+    return send_and_read(fd, raw_request);
 }
 
 inline HttpResponse http(int port, const std::string& method, const std::string& path, const std::string& body = "",

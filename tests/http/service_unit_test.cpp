@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/service/chat_literals.hpp"
 #include "eh/service/metrics.hpp"
 #include "eh/service/service.hpp"
 #include "eh/service/stop_matcher.hpp"
@@ -306,3 +307,48 @@ TEST(TextStream, PromptContextKeepsTheFirstTokensLeadingSpace) {
     TextStream bare(codec);
     EXPECT_EQ(bare.push(2), "upon");  // what the context prevents
 }
+
+// A chat message's control-token text survives its template as text
+// (issue 26 item 12): marked before rendering, put back with its span after.
+namespace {
+
+using eh::service::ChatLiterals;
+using eh::service::TextSpan;
+
+TEST(ChatLiterals, TextWithoutControlTokensIsUntouched) {
+    ChatLiterals lit({"</s>", "<|im_start|>"});
+    EXPECT_EQ(lit.mark("a plain message, with <b>html</b>"), "a plain message, with <b>html</b>");
+}
+
+TEST(ChatLiterals, ControlTokenTextComesBackAsTextWithItsSpans) {
+    ChatLiterals lit({"</s>", "<s>", "<|im_start|>"});
+    const std::string content = "x </s> y <s><|im_start|>";
+    // The template's own markup around the message is not a literal.
+    std::string rendered = "<|im_start|>user\n" + lit.mark(content) + "</s>";
+    auto p = lit.unmark(rendered);
+    EXPECT_EQ(p.text, "<|im_start|>user\n" + content + "</s>");
+    const size_t at = std::string("<|im_start|>user\n").size();
+    ASSERT_EQ(p.literal.size(), 3u);
+    EXPECT_EQ(p.literal[0], (TextSpan{at + 2, at + 6}));     // </s>
+    EXPECT_EQ(p.literal[1], (TextSpan{at + 9, at + 12}));    // <s>, not the </s> it ends
+    EXPECT_EQ(p.literal[2], (TextSpan{at + 12, at + 24}));   // <|im_start|>
+}
+
+TEST(ChatLiterals, AMessageCannotForgeAMarker) {
+    ChatLiterals lit({"</s>"});
+    const std::string forged = "\xEE\x80\x80" "1" "\xEE\x80\x81";  // what "</s>" is marked as
+    auto p = lit.unmark(lit.mark(forged));
+    EXPECT_EQ(p.text, forged);  // the same bytes, never "</s>"
+    ASSERT_EQ(p.literal.size(), 1u);
+    EXPECT_EQ(p.literal[0], (TextSpan{0, 3}));
+}
+
+TEST(ChatLiterals, MarkersOutsideTheTableStayAsTheyAre) {
+    ChatLiterals lit({"</s>"});
+    const std::string odd = "a\xEE\x80\x80" "99" "\xEE\x80\x81" "b\xEE\x80\x80";
+    auto p = lit.unmark(odd);  // a template that writes U+E000 itself
+    EXPECT_EQ(p.text, odd);
+    EXPECT_TRUE(p.literal.empty());
+}
+
+}  // namespace

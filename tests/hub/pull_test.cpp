@@ -9,6 +9,8 @@
 
 #include "eh/error.hpp"
 #include "eh/hub/pull.hpp"
+#include "eh/model/gguf_writer.hpp"
+#include "eh/model/model_file.hpp"
 #include "fake_hub.hpp"
 
 namespace fs = std::filesystem;
@@ -219,6 +221,33 @@ TEST_F(HubPull, SplitGgufsAreFetchedWhole) {
     r = pull_text("hf://org/repo/big/m-F16-00003-of-00003.gguf");
     EXPECT_EQ(r.files.size(), 3u);
     EXPECT_EQ(r.path.filename(), "m-F16-00001-of-00003.gguf");
+}
+
+// Pulled into the cache (snapshot entries that link to blobs), the first
+// shard of a real split GGUF opens the whole set as one model.
+TEST_F(HubPull, APulledSplitGgufOpensAsOneModel) {
+    const std::vector<float> w0(16, 1.0f), w1(32, 2.0f);
+    auto shard = [&](int no, const std::vector<float>* t, const char* name) {
+        eh::model::GgufWriter w;
+        if (no == 0) w.set("general.architecture", eh::model::GgufValue::string("llama"));
+        w.set("split.no", eh::model::GgufValue::u16(uint16_t(no)));
+        w.set("split.count", eh::model::GgufValue::u16(2));
+        if (no == 0) w.set("split.tensors.count", eh::model::GgufValue::i32(2));
+        w.add_tensor(name, EH_TYPE_F32, {uint64_t(t->size())}, t->data());
+        auto bytes = w.to_bytes();
+        return std::string(bytes.begin(), bytes.end());
+    };
+    FakeRepo r;
+    r.commit = kCommit;
+    r.files["q-F32-00001-of-00002.gguf"] = {shard(0, &w0, "a"), true};
+    r.files["q-F32-00002-of-00002.gguf"] = {shard(1, &w1, "b"), true};
+    hub.add("org/split", r);
+    PullResult got = pull(parse_ref("org/split:F32"), opt);
+    auto m = eh::model::ModelFile::open(got.path.string());
+    EXPECT_EQ(m->tensors().size(), 2u);
+    ASSERT_NE(m->find_tensor("b"), nullptr);
+    EXPECT_EQ(static_cast<const float*>(m->find_tensor("b")->data)[31], 2.0f);
+    EXPECT_EQ(m->weight_files().size(), 2u);
 }
 
 TEST_F(HubPull, AListedPathThatWouldLeaveTheSnapshotIsIgnored) {

@@ -1,5 +1,7 @@
 // libFuzzer target: arbitrary bytes through encode / decode / stream decode of
-// the hf-json and GGUF backends. Built only with EH_ENABLE_FUZZERS=ON (clang).
+// the hf-json and GGUF backends, and encode_with_literals, which must equal
+// encode() with parse_special when nothing is literal and without it when
+// everything is. Built only with EH_ENABLE_FUZZERS=ON (clang).
 //   ./fuzz_tokenizer -max_total_time=60
 #include <cstddef>
 #include <cstdint>
@@ -44,6 +46,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
             out += d.flush();
             if (eh::tokenizer::sanitize_utf8(out) != out) __builtin_trap();
         }
+        using Range = eh::tokenizer::Tokenizer::Range;
+        const Range all{0, text.size()};
+        if (tok->encode_with_literals(text, false, {}) != tok->encode(text, false, true)) __builtin_trap();
+        if (tok->encode_with_literals(text, false, std::span<const Range>(&all, 1)) != tok->encode(text, false, false))
+            __builtin_trap();
+        const Range middle{text.size() / 3, 2 * text.size() / 3};
+        for (int32_t id : tok->encode_with_literals(text, true, std::span<const Range>(&middle, 1)))
+            if (id < 0 || static_cast<size_t>(id) >= tok->vocab_size()) __builtin_trap();
     }
     return 0;
 }

@@ -202,6 +202,30 @@ TEST(SpecialTokens, ParseOnOff) {
     EXPECT_NE(tok->chat_template().find("im_start"), std::string::npos);
 }
 
+// A chat's own markup becomes control tokens; the same text inside a literal
+// range (what a user typed) stays text, also where a match would only begin
+// or end inside the range.
+TEST(SpecialTokens, LiteralRangesStayText) {
+    auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/qwen2.5");
+    const std::string markup = "<|im_start|>user\n", typed = "a<|im_end|>b", end = "<|im_end|>";
+    const std::string text = markup + typed + end;
+    const Tokenizer::Range user{markup.size(), markup.size() + typed.size()};
+    const auto ids = tok->encode_with_literals(text, false, std::span<const Tokenizer::Range>(&user, 1));
+    ASSERT_GE(ids.size(), 3u);
+    EXPECT_EQ(ids.front(), 151644);
+    EXPECT_EQ(ids.back(), 151645);
+    int control = 0;
+    for (int32_t id : ids) control += id >= 151643;
+    EXPECT_EQ(control, 2) << "the typed <|im_end|> must not be a token";
+    EXPECT_EQ(tok->decode(ids, true), text);
+    // A range that covers only the last byte of a control token's text still
+    // keeps that occurrence text.
+    const Tokenizer::Range tail{text.size() - 1, text.size()};
+    const auto t2 = tok->encode_with_literals(text, false, std::span<const Tokenizer::Range>(&tail, 1));
+    EXPECT_LT(t2.back(), 151643);
+    EXPECT_EQ(tok->special_texts().empty(), false);
+}
+
 TEST(SpecialTokens, RstripSwallowsWhitespace) {
     // Phi-3's <|end|> has rstrip: the newline after it belongs to the token.
     auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/phi-3-mini");

@@ -65,7 +65,9 @@ std::string ChatSession::reply(const std::vector<service::ChatMessage>& messages
     const ChatSettings& s = impl_->settings;
     service::GenerationRequest req;
     req.job_id = fmt::format("chat-{}", ++impl_->next_id);
-    req.prompt = impl_->svc->codec().render_chat(messages);
+    service::ChatPrompt prompt = impl_->svc->codec().render_chat(messages, [&stop] { return stop.load(); });
+    req.prompt = std::move(prompt.text);
+    req.literal = std::move(prompt.literal);  // what the user typed stays text
     req.add_special = false;  // as the OpenAI chat endpoint: the template writes BOS
     req.parse_special = true;
     req.max_tokens = s.max_tokens;

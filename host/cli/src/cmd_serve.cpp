@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "eh/http/last_words.hpp"
 #include "eh/http/server.hpp"
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
@@ -27,6 +28,7 @@
 #include "eh/model/model_file.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/service/service.hpp"
+#include "load_progress.hpp"
 #include "model_ref.hpp"
 #include "options.hpp"
 #include "plugin_report.hpp"
@@ -79,25 +81,6 @@ private:
     std::string why_;
 };
 
-class ProgressBar {
-public:
-    explicit ProgressBar(bool enabled) : on_(enabled) {}
-    void update(float f) {
-        if (!on_) return;
-        int pct = int(f * 100.0f + 0.5f);
-        if (pct == last_) return;
-        last_ = pct;
-        int fill = pct / 4;
-        std::fprintf(stderr, "\rloading model [%.*s%*s] %3d%%", fill, "#########################", 25 - fill, "", pct);
-        if (pct >= 100) std::fputc('\n', stderr);
-        std::fflush(stderr);
-    }
-
-private:
-    bool on_;
-    int last_ = -1;
-};
-
 // POSTs {worker_id, model_ref, vram_bytes, uri} to the orchestrator.
 bool post_callback(const std::string& url, const nlohmann::json& body, std::string& err) {
     static const std::regex re(R"(^(https?)://([^/:]+|\[[^\]]+\])(?::(\d+))?(/.*)?$)");
@@ -137,6 +120,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
         ("worker-id", po::value<std::string>(), "UUID of this worker (generated when absent)")
         ("gpu-device", po::value<int>()->default_value(0), "GPU ordinal")
+        ("device", po::value<std::string>()->default_value("any"), "gpu or cpu: only a plugin of that kind serves, with no fallback (any: the best accepted plugin)")
         ("max-tokens-out", po::value<uint32_t>()->default_value(0), "most tokens one request may generate (0 = as many as the context leaves)")
         ("inference-timeout-sec", po::value<uint32_t>()->default_value(300), "per-request time limit")
         ("ctx-size", po::value<uint32_t>()->default_value(0), "context length (prompt + output); default: the model's")
@@ -155,7 +139,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("log-level", po::value<std::string>()->default_value("info"), "trace, debug, info, warn, error")
         ("log-content", "log prompts and generated text (off by default)")
         ("residency-check-sec", po::value<uint32_t>()->default_value(30), "how often weights residency is verified")
-        ("shutdown-grace-ms", po::value<uint32_t>()->default_value(5000), "time the running job gets to finish on shutdown");
+        ("shutdown-grace-ms", po::value<uint32_t>()->default_value(4500), "time running jobs get to finish on shutdown; streams then get 500 ms to send their last event");
     po::variables_map vm;
     int code = kOk;
     if (!parse_options(args, desc, kServeUsage, vm, code)) return code;
@@ -205,6 +189,12 @@ int cmd_serve(const std::vector<std::string>& args) {
     const std::string model_path = resolve_model_ref(model_ref, vm.count("offline") > 0);
     const std::vector<std::string> plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
     const int gpu = vm["gpu-device"].as<int>();
+    const std::string device = vm["device"].as<std::string>();
+    if (device != "any" && device != "gpu" && device != "cpu") {
+        print_error("--device must be gpu, cpu or any");
+        return kUsage;
+    }
+    const DevicePolicy policy = device == "gpu" ? DevicePolicy::Device : device == "cpu" ? DevicePolicy::Cpu : DevicePolicy::Any;
     const std::string model_name = vm.count("model-name") ? vm["model-name"].as<std::string>() : model_id(model_path);
 
     // Signals go to one thread; everyone else (HTTP, worker) has them blocked.
@@ -269,7 +259,10 @@ int cmd_serve(const std::vector<std::string>& args) {
     auto stop_everything = [&] {
         server.begin_shutdown();
         if (svc) svc->shutdown();
-        server.drain(std::chrono::milliseconds(2000));
+        // The default grace plus this fits the worker contract's 5 s from
+        // SIGTERM to exit: cancelled streams only have their terminal event
+        // left to write.
+        server.drain(std::chrono::milliseconds(500));
         server.stop();
         if (http_thread.joinable()) http_thread.join();
         {
@@ -290,13 +283,28 @@ int cmd_serve(const std::vector<std::string>& args) {
             log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
 
         std::shared_ptr<model::ModelFile> file = model::ModelFile::open(model_path);
-        Resolution pick = reg.resolve(model_requirements(*file));
+        Resolution pick = reg.resolve(model_requirements(*file), policy);
         if (!pick.plugin) throw Error(Code::NoPlugin, pick.explanation);
         const PluginRecord& plugin = *pick.plugin;
+        // Engine plugins run in this process: if one dies on a fatal signal,
+        // the log's last line says which, how and when (last_words.hpp).
+        auto last_words = [&plugin](const char* phase) {
+            http::set_last_words([&plugin, phase](const char* sig, const std::string& ts) {
+                return service::format_event(
+                    lvl::critical, "engine_crashed",
+                    {{"code", "INTERNAL"}, {"signal", sig}, {"phase", phase}, {"plugin", plugin.caps.name},
+                     {"plugin_version", plugin.caps.version},
+                     {"message", fmt::format("the engine plugin died on {} while {}; the worker exits with 128 + the "
+                                             "signal number and should be restarted",
+                                             sig, phase)}},
+                    ts);
+            });
+        };
+        last_words("loading");
 
         log_event(lvl::info, "model_load_start", {{"plugin", plugin.caps.name}, {"plugin_version", plugin.caps.version},
                                                   {"format", file->format_name()}, {"architecture", std::string(file->architecture())}});
-        ProgressBar bar(isatty(STDERR_FILENO) != 0);
+        LoadProgressBar bar(progress_bar_fits(STDERR_FILENO, STDOUT_FILENO));
         int next_mark = 0;
         EngineLoadOptions elo;
         elo.device = gpu;
@@ -359,6 +367,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.queue_capacity = sopt.queue_capacity;
         ni.plugins = registry_json(reg);
         server.attach(svc, ni);
+        last_words("serving");
 
         // Residency is checked here, never on a request's path.
         std::string why;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "eh/error.hpp"
+#include "eh/service/chat_literals.hpp"
 #include "eh/service/chat_output.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/tokenizer/chat_template.hpp"
@@ -15,7 +16,8 @@ namespace {
 
 class TokenizerCodec : public service::TextCodec {
 public:
-    explicit TokenizerCodec(std::unique_ptr<tokenizer::Tokenizer> tok) : tok_(std::move(tok)) {
+    explicit TokenizerCodec(std::unique_ptr<tokenizer::Tokenizer> tok)
+        : tok_(std::move(tok)), literals_(tok_->special_texts()) {
         if (!tok_->chat_template().empty()) {
             try {
                 template_ = tokenizer::ChatTemplate::compile(tok_->chat_template());
@@ -31,8 +33,12 @@ public:
         if (sp.eos >= 0) eos_text_ = tok_->token_text(sp.eos);
     }
 
-    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override {
-        return tok_->encode(text, add_special, parse_special);
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special,
+                                std::span<const service::TextSpan> literal) const override {
+        if (!parse_special || literal.empty()) return tok_->encode(text, add_special, parse_special);
+        std::vector<tokenizer::Tokenizer::Range> ranges;
+        for (const auto& s : literal) ranges.emplace_back(s.begin, s.end);
+        return tok_->encode_with_literals(text, add_special, ranges);
     }
     std::string decode(std::span<const int32_t> tokens) const override { return tok_->decode(tokens, false); }
     std::string decode_with_control(std::span<const int32_t> tokens) const override { return tok_->decode(tokens, true); }
@@ -42,27 +48,35 @@ public:
     uint32_t vocab_size() const override { return uint32_t(tok_->vocab_size()); }
     std::string kind() const override { return std::string(tok_->kind()); }
 
-    std::string render_chat(const std::vector<service::ChatMessage>& messages,
-                            const service::ChatRenderOptions& options) const override {
+    service::ChatPrompt render_chat(const std::vector<service::ChatMessage>& messages,
+                                    const std::function<bool()>& cancelled,
+                                    const service::ChatRenderOptions& options) const override {
         std::string out;
+        const std::vector<service::ChatMessage> marked = literals_.mark(messages);
         if (template_) {
             tokenizer::ChatOptions opt;
             opt.bos_token = bos_text_;
             opt.eos_token = eos_text_;
             opt.tools_json = options.tools_json;
             opt.extra_json = options.extra_json;
-            out = template_->render(service::template_messages_json(messages), opt);
+            opt.cancelled = cancelled;
+            out = template_->render(service::template_messages_json(marked), opt);
         } else {
-            out = service::render_plain_chat(messages);
+            out = service::render_plain_chat(marked);
         }
+        service::ChatPrompt p = literals_.unmark(out);
         // Chat prompts are encoded without add_special; a model that wants
         // BOS gets it here unless its template already wrote it.
-        if (tok_->add_bos() && !bos_text_.empty() && out.rfind(bos_text_, 0) != 0) out = bos_text_ + out;
-        return out;
+        if (tok_->add_bos() && !bos_text_.empty() && p.text.rfind(bos_text_, 0) != 0) {
+            p.text = bos_text_ + p.text;
+            for (auto& s : p.literal) s.begin += bos_text_.size(), s.end += bos_text_.size();
+        }
+        return p;
     }
 
 private:
     std::unique_ptr<tokenizer::Tokenizer> tok_;
+    service::ChatLiterals literals_;
     std::shared_ptr<const tokenizer::ChatTemplate> template_;
     std::string bos_text_, eos_text_;
     service::ToolFormat tool_format_ = service::ToolFormat::None;

@@ -64,6 +64,17 @@ std::string error_response(int status, const std::string& code, const std::strin
     return r;
 }
 
+thread_local int t_client_fd = -1;
+
+// Whether the peer of `fd` is still there (a closed one reads as EOF;
+// pipelined bytes waiting to be read do not count as gone).
+bool peer_alive(int fd) {
+    pollfd p{fd, POLLIN, 0};
+    if (::poll(&p, 1, 0) <= 0) return true;
+    char c;
+    return ::recv(fd, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
+}
+
 // httplib reads the canonical request from memory and writes to the socket.
 class CanonicalStream final : public httplib::Stream {
 public:
@@ -97,13 +108,7 @@ public:
     socket_t socket() const override { return fd_; }
 
 private:
-    // Whether the peer is still there (a closed one reads as EOF).
-    bool alive() const {
-        pollfd p{fd_, POLLIN, 0};
-        if (::poll(&p, 1, 0) <= 0) return true;
-        char c;
-        return ::recv(fd_, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
-    }
+    bool alive() const { return peer_alive(fd_); }
     void address(bool remote, std::string& ip, int& port) const {
         sockaddr_storage a{};
         socklen_t len = sizeof a;
@@ -304,10 +309,14 @@ void GatedServer::serve(int fd, size_t open) {
         body.clear();
         bool closed = false;
         crash_notice::Watch watch(fd, head.target.rfind("/v1/", 0) == 0);
+        t_client_fd = fd;
         bool ok = process_request(strm, close, closed, nullptr);
+        t_client_fd = -1;
         if (!ok || closed || close) return;
     }
 }
+
+bool current_client_gone() { return t_client_fd >= 0 && !peer_alive(t_client_fd); }
 
 void ConnectionThreads::enqueue(std::function<void()> fn) {
     {

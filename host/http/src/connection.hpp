@@ -70,6 +70,11 @@ private:
     std::atomic<int> open_{0};
 };
 
+// Whether the client whose request the calling thread is handling has closed
+// its connection (false off a connection thread). For work a handler does
+// before it answers (a chat template's evaluation).
+bool current_client_gone();
+
 // httplib's task queue, one thread per connection: a slow client holds its
 // own thread, never one that /health needs. shutdown() joins them all.
 class ConnectionThreads : public httplib::TaskQueue {

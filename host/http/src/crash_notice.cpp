@@ -1,6 +1,9 @@
 #include "crash_notice.hpp"
 
+#include "eh/http/last_words.hpp"
+
 #include <signal.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -54,7 +57,67 @@ void write_all(int fd, const std::string& s) {
 // its to answer.
 std::atomic<pid_t> g_owner{0};
 
+// The last-words lines (last_words.hpp), one per fatal signal, in two sets
+// so a new set is written while the handler may read the other.
+constexpr int kFatal[] = {SIGSEGV, SIGILL, SIGBUS, SIGFPE, SIGABRT};
+constexpr const char* kFatalNames[] = {"SIGSEGV", "SIGILL", "SIGBUS", "SIGFPE", "SIGABRT"};
+constexpr int kFatalCount = 5;
+struct LastWords {
+    std::string line[kFatalCount];
+    size_t ts_at[kFatalCount] = {};  // where the placeholder timestamp is (npos: none)
+};
+LastWords g_words[2];
+std::atomic<int> g_words_active{-1};  // -1: none set
+std::mutex g_words_mu;               // writers only
+
+// RFC 3339 UTC with milliseconds from the clock, by arithmetic only (no
+// locale, no allocation: safe in a signal handler). 24 bytes.
+void format_time(char* out) {
+    timespec t{};
+    ::clock_gettime(CLOCK_REALTIME, &t);
+    int64_t secs = t.tv_sec, days = secs / 86400, rem = secs % 86400;
+    // Civil date from days since 1970-01-01 (Howard Hinnant's algorithm).
+    int64_t z = days + 719468, era = (z >= 0 ? z : z - 146096) / 146097;
+    int64_t doe = z - era * 146097, yoe = (doe - doe / 1460 + doe / 36524 - doe / 146096) / 365;
+    int64_t y = yoe + era * 400, doy = doe - (365 * yoe + yoe / 4 - yoe / 100), mp = (5 * doy + 2) / 153;
+    int64_t d = doy - (153 * mp + 2) / 5 + 1, m = mp < 10 ? mp + 3 : mp - 9;
+    y += m <= 2;
+    const int64_t fields[] = {y, m, d, rem / 3600, rem / 60 % 60, rem % 60, t.tv_nsec / 1000000};
+    const int widths[] = {4, 2, 2, 2, 2, 2, 3};
+    const char seps[] = {'-', '-', 'T', ':', ':', '.', 'Z'};
+    int k = 0;
+    for (int f = 0; f < 7; ++f) {
+        for (int w = widths[f] - 1; w >= 0; --w) {
+            int64_t v = fields[f];
+            for (int p = 0; p < w; ++p) v /= 10;
+            out[k++] = char('0' + v % 10);
+        }
+        out[k++] = seps[f];
+    }
+}
+
+void write_last_words(int sig) {
+    int set = g_words_active.load();
+    if (set < 0) return;
+    for (int i = 0; i < kFatalCount; ++i) {
+        if (kFatal[i] != sig) continue;
+        const std::string& line = g_words[set].line[i];
+        const size_t at = g_words[set].ts_at[i];
+        if (at == std::string::npos) {
+            write_all(STDOUT_FILENO, line);
+        } else {
+            char ts[sizeof kLastWordsTimePlaceholder];
+            format_time(ts);
+            (void)!::write(STDOUT_FILENO, line.data(), at);
+            (void)!::write(STDOUT_FILENO, ts, sizeof kLastWordsTimePlaceholder - 1);
+            (void)!::write(STDOUT_FILENO, line.data() + at + sizeof kLastWordsTimePlaceholder - 1,
+                           line.size() - at - (sizeof kLastWordsTimePlaceholder - 1));
+        }
+    }
+}
+
 void on_fatal(int sig) {
+    if (::getpid() == g_owner.load()) write_last_words(sig);
     for (auto& s : g_slots) {
         if (::getpid() != g_owner.load()) break;
         int fd = s.fd.load();
@@ -75,7 +138,7 @@ void install() {
     static std::once_flag once;
     std::call_once(once, [] {
         g_owner.store(::getpid());
-        for (int sig : {SIGSEGV, SIGILL, SIGBUS, SIGFPE, SIGABRT}) {
+        for (int sig : kFatal) {
             struct sigaction sa {};
             sa.sa_handler = on_fatal;
             sigemptyset(&sa.sa_mask);
@@ -142,3 +205,20 @@ void wrote(int fd, std::string_view bytes, bool whole_call) {
 }
 
 }  // namespace eh::http::crash_notice
+
+namespace eh::http {
+
+void set_last_words(const std::function<std::string(const char* signal_name, const std::string& ts)>& line_for) {
+    using namespace crash_notice;
+    std::lock_guard lock(g_words_mu);
+    const int next = g_words_active.load() == 0 ? 1 : 0;
+    for (int i = 0; i < kFatalCount; ++i) {
+        std::string line = line_for(kFatalNames[i], kLastWordsTimePlaceholder) + "\n";
+        g_words[next].ts_at[i] = line.find(kLastWordsTimePlaceholder);
+        g_words[next].line[i] = std::move(line);
+    }
+    g_words_active.store(next);
+    install();
+}
+
+}  // namespace eh::http

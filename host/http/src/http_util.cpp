@@ -21,6 +21,11 @@ std::string correlation_id(const httplib::Request& req, httplib::Response& res) 
     return id;
 }
 
+std::string submitter(const httplib::Request& req) {
+    std::string auth = req.get_header_value("Authorization");
+    return auth.empty() ? "addr " + req.remote_addr : "auth " + auth;
+}
+
 int http_status_for(Code code) {
     switch (code) {
     case Code::InvalidRequest: return 400;

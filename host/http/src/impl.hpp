@@ -11,6 +11,7 @@
 #include <string>
 
 #include "eh/error.hpp"
+#include "eh/service/request.hpp"
 #include "connection.hpp"
 #include "eh/http/server.hpp"
 
@@ -71,6 +72,9 @@ struct StreamGuard {
 // in the response header.
 std::string correlation_id(const httplib::Request& req, httplib::Response& res);
 std::string new_correlation_id();
+// Who submitted a request, for POST /cancel: the Authorization header when the
+// client sent one (an API key: any client holding it), else its IP address.
+std::string submitter(const httplib::Request& req);
 int http_status_for(Code code);
 // {"error":{code,message,details,correlation_id,type,param}}
 nlohmann::json error_body(const std::string& code, const std::string& message, const std::string& correlation,
@@ -88,6 +92,16 @@ void send_exception(httplib::Response& res, const std::exception& e, const std::
 // 503 unless the service is ready; returns the service when it is.
 std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation);
 std::string dump(const nlohmann::json& j);
+
+// ---- chat_prompt.cpp ----------------------------------------------------------
+
+// Renders a chat request's messages (with its tools and reasoning effort:
+// service::render_chat_prompt) into r.gen.prompt (and the spans of it that
+// stay text, r.gen.literal) on the connection's thread. The template's
+// evaluation ends early when the server begins shutting down (throws
+// SHUTTING_DOWN, 503) or the client has closed its connection (CANCELLED), so
+// a long evaluation neither holds the shutdown nor works for nobody.
+void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::OpenAIRequest& r, const std::string& model);
 std::string sse_event(const std::string& name, const nlohmann::json& data);
 std::string sse_data(const nlohmann::json& data);
 int64_t unix_now();

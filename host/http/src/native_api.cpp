@@ -121,6 +121,7 @@ void Server::Impl::install_native() {
         try {
             service::GenerationRequest r = service::parse_execute_request(req.body, options.limits);
             r.correlation_id = cid;
+            r.owner = submitter(req);
             job = svc->submit(std::move(r));
         } catch (const std::exception& e) {
             metrics->request("execute", rejection_outcome(e));
@@ -161,7 +162,8 @@ void Server::Impl::install_native() {
         auto svc = get_service();
         try {
             std::string id = service::parse_cancel_request(req.body, options.limits);
-            std::string status = svc ? svc->cancel(id) : "unknown";
+            const std::string owner = submitter(req);
+            std::string status = svc ? svc->cancel(id, service::CancelReason::Client, &owner) : "unknown";
             send_json(res, 202, {{"job_id", id}, {"status", status}});
         } catch (const std::exception& e) {
             send_exception(res, e, cid);

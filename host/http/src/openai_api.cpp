@@ -105,7 +105,7 @@ void Server::Impl::install_openai() {
         try {
             r = service::parse_openai_request(req.body, chat, options.limits);
             if (chat) {
-                service::render_chat_prompt(svc->codec(), r, get_info().model);
+                render_chat_prompt(*this, *svc, r, get_info().model);
                 service::check_prompt(r.gen.prompt, "messages", options.limits);
             }
             r.gen.correlation_id = cid;
@@ -116,6 +116,7 @@ void Server::Impl::install_openai() {
             metrics->request(endpoint, !ee ? "error"
                                        : ee->code() == Code::QueueFull ? "rejected_queue_full"
                                        : ee->code() == Code::ShuttingDown ? "rejected_shutdown"
+                                       : ee->code() == Code::Cancelled ? "cancelled"  // left during its template
                                        : "rejected_invalid");
             send_exception(res, e, cid);
             return;

@@ -57,23 +57,6 @@ std::string list_choices(const std::vector<std::string>& files) {
 
 }  // namespace
 
-std::optional<SplitName> parse_split(std::string_view file) {
-    // <prefix>-DDDDD-of-DDDDD.gguf
-    constexpr std::string_view kTail = "-00000-of-00000.gguf";
-    if (file.size() <= kTail.size() || !ends_with_ci(file, ".gguf")) return std::nullopt;
-    std::string_view t = file.substr(file.size() - kTail.size());
-    if (t[0] != '-' || t.substr(6, 4) != "-of-") return std::nullopt;
-    SplitName s;
-    auto digits = [](std::string_view d, int& v) {
-        if (!std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; })) return false;
-        return std::from_chars(d.data(), d.data() + d.size(), v).ec == std::errc();
-    };
-    if (!digits(t.substr(1, 5), s.index) || !digits(t.substr(10, 5), s.count)) return std::nullopt;
-    if (s.index < 1 || s.count < 1 || s.index > s.count) return std::nullopt;
-    s.prefix = std::string(file.substr(0, file.size() - kTail.size()));
-    return s;
-}
-
 std::vector<std::string> shard_set(const std::string& file) {
     auto s = parse_split(file);
     if (!s) return {file};
@@ -81,7 +64,7 @@ std::vector<std::string> shard_set(const std::string& file) {
         throw Error(Code::InvalidRequest, fmt::format("'{}' is one of {} shards; at most {} are fetched", file,
                                                       s->count, kMaxShards));
     std::vector<std::string> out;
-    for (int i = 1; i <= s->count; ++i) out.push_back(fmt::format("{}-{:05d}-of-{:05d}.gguf", s->prefix, i, s->count));
+    for (int i = 1; i <= s->count; ++i) out.push_back(model::split_file_name(s->prefix, i, s->count));
     return out;
 }
 

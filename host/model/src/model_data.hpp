@@ -57,5 +57,8 @@ struct ModelData {
 // Format readers (one file each).
 void read_gguf(ModelData& m, std::shared_ptr<const MappedFile> file, const std::string& label);
 void read_hf_directory(ModelData& m, const std::string& dir);
+// After read_gguf of a split set's first shard (m.path): adds every other
+// shard's tensors (gguf_split.cpp). Does nothing for a file that is not split.
+void read_gguf_shards(ModelData& m);
 
 }  // namespace eh::model::detail

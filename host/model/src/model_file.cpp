@@ -141,6 +141,7 @@ std::unique_ptr<ModelFile> ModelFile::open(const std::string& path) {
         d->format = EH_FORMAT_GGUF;
         d->weight_files.push_back(path);
         detail::read_gguf(*d, std::move(file), path);
+        detail::read_gguf_shards(*d);
     }
     return detail::ModelData::make_file(std::move(d));
 }

@@ -2,7 +2,7 @@
 
 namespace eh::service {
 
-std::vector<int32_t> ByteCodec::encode(std::string_view text, bool, bool) const {
+std::vector<int32_t> ByteCodec::encode(std::string_view text, bool, bool, std::span<const TextSpan>) const {
     std::vector<int32_t> out;
     out.reserve(text.size());
     for (unsigned char c : text) out.push_back(int32_t(c) % int32_t(vocab_));
@@ -16,8 +16,9 @@ std::string ByteCodec::decode(std::span<const int32_t> tokens) const {
     return out;
 }
 
-std::string ByteCodec::render_chat(const std::vector<ChatMessage>& messages, const ChatRenderOptions&) const {
-    return render_plain_chat(messages);
+ChatPrompt ByteCodec::render_chat(const std::vector<ChatMessage>& messages, const std::function<bool()>&,
+                                  const ChatRenderOptions&) const {
+    return {render_plain_chat(messages), {}};  // no control tokens: nothing to keep literal
 }
 
 std::string render_plain_chat(const std::vector<ChatMessage>& messages) {

@@ -49,21 +49,26 @@ const LogSettings& log_settings() { return g_settings; }
 
 void log_event(spdlog::level::level_enum level, std::string_view event, nlohmann::json fields) {
     std::shared_ptr<spdlog::logger> logger;
-    nlohmann::json line;
-    bool json;
     {
         std::lock_guard lock(g_mu);
         if (!g_logger || !g_logger->should_log(level)) return;
         logger = g_logger;
+    }
+    logger->log(level, "{}", format_event(level, event, std::move(fields), now_rfc3339()));
+}
+
+std::string format_event(spdlog::level::level_enum level, std::string_view event, nlohmann::json fields,
+                         const std::string& ts) {
+    nlohmann::json line;
+    bool json;
+    {
+        std::lock_guard lock(g_mu);
         json = g_settings.json;
-        line = {{"ts", now_rfc3339()}, {"level", spdlog::level::to_string_view(level).data()}, {"event", event},
+        line = {{"ts", ts}, {"level", spdlog::level::to_string_view(level).data()}, {"event", event},
                 {"worker_id", g_settings.worker_id}, {"model", g_settings.model}, {"gpu", g_settings.gpu}};
     }
     for (auto& [k, v] : fields.items()) line[k] = v;
-    if (json) {
-        logger->log(level, "{}", line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
-        return;
-    }
+    if (json) return line.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
     std::string text = line["ts"].get<std::string>() + " " + line["level"].get<std::string>() + " " + std::string(event);
     for (auto& [k, v] : line.items()) {
         if (k == "ts" || k == "level" || k == "event") continue;
@@ -75,7 +80,7 @@ void log_event(spdlog::level::level_enum level, std::string_view event, nlohmann
         text += " " + k + "=" +
                 (plain ? v.get<std::string>() : v.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
     }
-    logger->log(level, "{}", text);
+    return text;
 }
 
 }  // namespace eh::service

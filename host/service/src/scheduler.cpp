@@ -121,7 +121,7 @@ void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
     cv_.notify_all();
 }
 
-std::string Scheduler::cancel(const std::string& job_id, CancelReason why) {
+std::string Scheduler::cancel(const std::string& job_id, CancelReason why, const std::string* owner) {
     ActivePtr removed;
     std::shared_ptr<Job> job;
     {
@@ -130,6 +130,7 @@ std::string Scheduler::cancel(const std::string& job_id, CancelReason why) {
         if (it == live_.end())
             return std::find(recent_.begin(), recent_.end(), job_id) != recent_.end() ? "finished" : "unknown";
         job = it->second;
+        if (owner && job->request.owner != *owner) return "unknown";
         if (job->terminated()) return "finished";
         auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const ActivePtr& a) { return a->job == job; });
         if (w != waiting_.end()) {

@@ -114,7 +114,7 @@ std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
                                                 "larger --ctx-size)",
                                                 *req.n_ctx, n_ctx_));
     }
-    job->prompt_tokens = codec_->encode(req.prompt, req.add_special, req.parse_special);
+    job->prompt_tokens = codec_->encode(req.prompt, req.add_special, req.parse_special, req.literal);
     job->n_ctx = n_ctx_;
     const uint32_t ctx = n_ctx_;
     const size_t np = job->prompt_tokens.size();
@@ -151,7 +151,9 @@ std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
     return job;
 }
 
-std::string Service::cancel(const std::string& job_id, CancelReason why) { return scheduler_->cancel(job_id, why); }
+std::string Service::cancel(const std::string& job_id, CancelReason why, const std::string* owner) {
+    return scheduler_->cancel(job_id, why, owner);
+}
 
 void Service::shutdown() {
     stopping_ = true;

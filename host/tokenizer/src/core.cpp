@@ -223,6 +223,24 @@ std::string Core::decode(std::span<const int32_t> ids, bool include_special) con
 }
 
 std::vector<int32_t> Core::encode(std::string_view text, bool add_special, bool parse_special) const {
+    return encode_impl(text, add_special, parse_special, {});
+}
+
+std::vector<int32_t> Core::encode_with_literals(std::string_view text, bool add_special,
+                                                std::span<const Range> literal) const {
+    return encode_impl(text, add_special, true, literal);
+}
+
+std::vector<std::string> Core::special_texts() const {
+    std::vector<std::string> out;
+    for (const auto& a : spec_.added)
+        if (a.special && !a.text.empty() && a.id >= 0 && static_cast<size_t>(a.id) < spec_.tokens.size())
+            out.push_back(a.text);
+    return out;
+}
+
+std::vector<int32_t> Core::encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                       std::span<const Range> literal) const {
     std::vector<int32_t> out;
     out.reserve(text.size() / 3 + 4);
     if (add_special && spec_.add_bos && spec_.special.bos >= 0) out.push_back(spec_.special.bos);
@@ -232,11 +250,16 @@ std::vector<int32_t> Core::encode(std::string_view text, bool add_special, bool 
     size_t i = 0;
     bool after_special = true;  // the text start counts as "after a special token"
     bool strip_next = false;    // the last added token swallows following whitespace
+    size_t lit = 0;             // the first literal range that does not end before i
     while (i < text.size()) {
+        while (lit < literal.size() && literal[lit].second <= i) ++lit;
         const AddedToken* hit = nullptr;
         for (int32_t k : table[static_cast<uint8_t>(text[i])]) {
             const AddedToken& a = spec_.added[k];
-            if (text.compare(i, a.text.size(), a.text) == 0) { hit = &a; break; }
+            if (text.compare(i, a.text.size(), a.text) != 0) continue;
+            if (a.special && lit < literal.size() && literal[lit].first < i + a.text.size()) continue;
+            hit = &a;
+            break;
         }
         if (!hit) { ++i; continue; }
         size_t frag_end = i;

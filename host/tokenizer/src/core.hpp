@@ -66,6 +66,9 @@ public:
     explicit Core(CoreSpec spec);
 
     std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special) const override;
+    std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
+                                              std::span<const Range> literal) const override;
+    std::vector<std::string> special_texts() const override;
     std::string token_to_piece(int32_t id, bool include_special) const override;
     std::string decode(std::span<const int32_t> ids, bool include_special) const override;
     const std::string& token_text(int32_t id) const override;
@@ -86,6 +89,8 @@ private:
         int32_t result;
     };
 
+    std::vector<int32_t> encode_impl(std::string_view text, bool add_special, bool parse_special,
+                                     std::span<const Range> literal) const;
     void encode_fragment(std::string_view text, bool after_special, std::vector<int32_t>& out) const;
     void encode_word(std::string_view word, std::vector<int32_t>& out) const;
     void bpe_word(std::string_view word, std::vector<int32_t>& out) const;

@@ -42,11 +42,11 @@ void Session::prefill(const int32_t* tokens, uint32_t n) {
         if (tokens[i] < 0 || static_cast<uint32_t>(tokens[i]) >= n_vocab)
             throw Error(EH_INVALID_ARGUMENT, "token " + std::to_string(tokens[i]) + " at index " + std::to_string(i) +
                                                  " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
-    seq_->reserve(n);
+    seq_->blocks.reserve(n);
     std::vector<float> out(n_vocab);
     const Slice slice{seq_.get(), tokens, n, out.data()};
     forward(model_, std::span<const Slice>(&slice, 1), cancel_, cancel_user_);
-    seq_->commit(tokens, n);
+    seq_->blocks.commit(tokens, n);
     logits_.swap(out);
     has_logits_ = true;
 }

@@ -71,13 +71,14 @@ __global__ void rope_kernel(RopeArgs a) {
     pdl_entry();
     const int t = blockIdx.x;
     const int tid = blockIdx.y * blockDim.x + threadIdx.x, nthr = gridDim.y * blockDim.x;
-    const int pos = *a.d_pos0 + t;
+    const int pos = a.d_pos ? a.d_pos[t] : *a.d_pos0 + t;
+    const size_t cache_row = a.d_rows ? size_t(a.d_rows[t]) : size_t(pos);
     float* row = a.qkv + size_t(t) * a.ld;
     const int hd = a.head_dim, half_rot = a.n_rot / 2;
     const int nq = a.n_head * hd;
     const int nk = a.n_kv * hd;
-    __half* kc = a.k_cache + size_t(pos) * nk;
-    __half* vc = a.v_cache + size_t(pos) * nk;
+    __half* kc = a.k_cache + cache_row * nk;
+    __half* vc = a.v_cache + cache_row * nk;
     const int pairs = (a.n_head + a.n_kv) * half_rot;
     for (int p = tid; p < pairs; p += nthr) {
         const int head = p / half_rot, i = p % half_rot;
@@ -186,8 +187,22 @@ void head_rmsnorm(float* qkv, int ld, int n_head, int n_kv, int head_dim, const 
     EHC_LAUNCHED("head_rmsnorm_kernel");
 }
 
+__global__ void gather_rows_kernel(const float* src, int ld, const int32_t* idx, int cols, float* dst) {
+    pdl_entry();
+    const float* from = src + size_t(idx[blockIdx.x]) * ld;
+    float* to = dst + size_t(blockIdx.x) * cols;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) to[c] = from[c];
+}
+
+void gather_rows(const float* src, int ld, const int32_t* d_idx, int n, int cols, float* dst, cudaStream_t stream) {
+    if (n <= 0) return;
+    launch("gather_rows_kernel", gather_rows_kernel, n, 256, 0, stream, src, ld, d_idx, cols, dst);
+    EHC_LAUNCHED("gather_rows_kernel");
+}
+
 void rope_store_kv(const RopeArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
+    if (!a.d_pos != !a.d_rows) throw ehp::Error(EH_INTERNAL, "rope: d_pos and d_rows come together");
     if (a.n_rot <= 0 || a.n_rot > a.head_dim || a.n_rot % 2)
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension");
     // Few tokens (decode, batched GEMV prefill): spread each token's pairs

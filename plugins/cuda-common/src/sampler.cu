@@ -64,9 +64,14 @@ __device__ __forceinline__ bool plain_greedy(const SamplerParams& P) {
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const float* logits, int V,
                                                                       const SamplerParams* pp, float* pv,
-                                                                      int32_t* pi) {
+                                                                      int32_t* pi, int ld, int work_ld) {
     pdl_entry();
     pdl_release();
+    // Row blockIdx.y of a batch: its logits, params and work.
+    logits += size_t(blockIdx.y) * ld;
+    pp += blockIdx.y;
+    pv += size_t(blockIdx.y) * work_ld;
+    pi += size_t(blockIdx.y) * work_ld;
     __shared__ float shm_v[kArgmaxThreads];
     __shared__ int shm_i[kArgmaxThreads];
     if (!plain_greedy(*pp)) return;
@@ -85,9 +90,18 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const fl
 __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int V, const int32_t* hist,
                                                         const int32_t* d_n_hist, const SamplerParams* pp,
                                                         unsigned long long* counter, float* w, int32_t* first,
-                                                        int32_t* out, int partials, StepState* next) {
+                                                        int32_t* out, int partials, StepState* next, int ld,
+                                                        int work_ld) {
     pdl_entry();
     pdl_release();
+    // Row blockIdx.x of a batch: its logits, params, draw counter, work and
+    // result (hist, d_n_hist and next serve a single row).
+    logits += size_t(blockIdx.x) * ld;
+    pp += blockIdx.x;
+    counter += blockIdx.x;
+    w += size_t(blockIdx.x) * work_ld;
+    first += size_t(blockIdx.x) * work_ld;
+    out += blockIdx.x;
     // Thread 0 alone writes the result; the step's other fields are read
     // (n_hist) before a barrier that precedes every write.
     auto finish = [&](int pick) {
@@ -305,9 +319,23 @@ void sample_tokens(const float* logits, int n_vocab, const int32_t* history, con
     const int partials = n_vocab >= kArgmaxMinVocab ? kArgmaxBlocks : 0;
     if (partials)
         launch("argmax_partial_kernel", argmax_partial_kernel, partials, kArgmaxThreads, 0, stream, logits, n_vocab,
-               d_params, work.fwork, work.iwork);
+               d_params, work.fwork, work.iwork, n_vocab, n_vocab);
     launch("sample_kernel", sample_kernel, 1, kThreads, 0, stream, logits, n_vocab, history, d_n_hist, d_params, d_counter,
-           work.fwork, work.iwork, d_out_token, partials, next);
+           work.fwork, work.iwork, d_out_token, partials, next, n_vocab, n_vocab);
+    EHC_LAUNCHED("sample_kernel");
+}
+
+void sample_rows(const float* logits, int ld, int n_rows, int n_vocab, const SamplerParams* d_params,
+                 unsigned long long* d_counters, SamplerWork work, int32_t* d_out, cudaStream_t stream) {
+    if (n_rows <= 0) return;
+    if (n_vocab <= 0 || ld < n_vocab) throw ehp::Error(EH_INTERNAL, "sample_rows: bad shape");
+    if (n_rows > 65535) throw ehp::Error(EH_INTERNAL, "sample_rows: more than 65535 rows");
+    const int partials = n_vocab >= kArgmaxMinVocab ? kArgmaxBlocks : 0;
+    if (partials)
+        launch("argmax_partial_kernel", argmax_partial_kernel, dim3(partials, n_rows), kArgmaxThreads, 0, stream, logits,
+               n_vocab, d_params, work.fwork, work.iwork, ld, n_vocab);
+    launch("sample_kernel", sample_kernel, n_rows, kThreads, 0, stream, logits, n_vocab, nullptr, nullptr, d_params,
+           d_counters, work.fwork, work.iwork, d_out, partials, nullptr, ld, n_vocab);
     EHC_LAUNCHED("sample_kernel");
 }
 

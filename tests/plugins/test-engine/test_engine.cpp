@@ -9,6 +9,8 @@
 //                             generation, then EOS (tests that need a model
 //                             to write given text, e.g. a tool call)
 //   EH_TEST_ENGINE_LOAD_DELAY_MS  take this long to load (startup tests)
+//   EH_TEST_ENGINE_CRASH_AFTER  SIGSEGV at that decode step (a corrupt plugin)
+//   EH_TEST_ENGINE_CRASH_AT_LOAD  SIGILL half-way through the model load
 //   EH_TEST_ENGINE_FORK_SENSITIVE behave like CUDA across fork(): probe
 //                             initialises per-process state, and fails in a
 //                             forked child of a process that already did
@@ -178,7 +180,10 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
         if (m->vocab == 0) throw ehp::Error(EH_MODEL_LOAD_FAILED, "vocabulary is empty");
         if (const char* d = std::getenv("EH_TEST_ENGINE_LOAD_DELAY_MS"))
             std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
-        for (int i = 0; i <= 4 && p->progress; ++i) p->progress(p->progress_user, i / 4.0f, "test");
+        for (int i = 0; i <= 4 && p->progress; ++i) {
+            if (i == 2 && std::getenv("EH_TEST_ENGINE_CRASH_AT_LOAD")) std::raise(SIGILL);
+            p->progress(p->progress_user, i / 4.0f, "test");
+        }
         *out = reinterpret_cast<eh_model*>(m.release());
         return EH_OK;
     });

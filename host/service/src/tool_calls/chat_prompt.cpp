@@ -6,7 +6,8 @@
 
 namespace eh::service {
 
-void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::string& model) {
+void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::string& model,
+                        const std::function<bool()>& cancelled) {
     const ToolFormat format = codec.tool_format();
     if (format == ToolFormat::None) {
         // A template without a tool format would drop these silently.
@@ -26,7 +27,9 @@ void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::str
     if (r.tools.enabled()) opt.tools_json = r.tools.tools_json;
     if (!r.tools.reasoning_effort.empty())
         opt.extra_json = nlohmann::json{{"reasoning_effort", r.tools.reasoning_effort}}.dump();
-    r.gen.prompt = codec.render_chat(r.messages, opt);
+    ChatPrompt p = codec.render_chat(r.messages, cancelled, opt);
+    r.gen.prompt = std::move(p.text);
+    r.gen.literal = std::move(p.literal);
     r.gen.control_text = format == ToolFormat::Harmony;
 }
 

@@ -191,8 +191,16 @@ struct RopeArgs {
     int ntok = 1;
     __half* k_cache = nullptr;  // [pos][n_kv][head_dim]
     __half* v_cache = nullptr;
+    // A batched step (both or neither): token t sits at position d_pos[t]
+    // (instead of *d_pos0 + t) and its K/V go to cache row d_rows[t] (a
+    // paged pool's row; instead of the position).
+    const int32_t* d_pos = nullptr;
+    const int32_t* d_rows = nullptr;
 };
 void rope_store_kv(const RopeArgs& a, cudaStream_t stream);
+
+// dst[i] = src[d_idx[i]] (rows of `cols` floats; src stride ld, dst dense).
+void gather_rows(const float* src, int ld, const int32_t* d_idx, int n, int cols, float* dst, cudaStream_t stream);
 
 // Qwen3's QK-norm, in place: each of the n_head Q heads and n_kv K heads of
 // every token's [q | k | v] row (stride ld) is RMS-normalised over head_dim

@@ -15,6 +15,9 @@
 //       // architecture, context_length, vocab_size, kv_bytes_per_token
 //       // (the rest is common)
 //       static void fill_info(const Model&, eh_model_info&);
+//       // Optional: ABI 1.2's batched calls (batch.hpp); without it the
+//       // table leaves them NULL and the host runs sessions one at a time.
+//       using Batch = my::Batch;  // Batch(Model&, const eh_kv_params&), a BatchBase
 //   };
 //   EHCUDA_EXPORT_PLUGIN(Engine)
 #pragma once
@@ -26,6 +29,7 @@
 
 #include <engine_host/plugin_abi.hpp>
 
+#include "batch.hpp"
 #include "device_memory.hpp"
 #include "kernels.hpp"
 
@@ -88,13 +92,30 @@ inline eh_status probe_cuda_device(int32_t device, uint32_t min_cc, eh_probe_res
     });
 }
 
+template <class E>
+concept BatchedEngine = requires { typename E::Batch; };
+
+template <class E>
+struct BatchOf {
+    using type = BatchBase;
+};
+template <BatchedEngine E>
+struct BatchOf<E> {
+    using type = typename E::Batch;
+};
+
 template <class Engine>
 struct PluginGlue {
     using Model = typename Engine::Model;
     using Session = typename Engine::Session;
+    using Batch = typename BatchOf<Engine>::type;
 
-    // The opaque ABI handles point at these.
-    struct ModelBox { std::unique_ptr<Model> m; };
+    // The opaque ABI handles point at these. The batch goes before the
+    // model it runs.
+    struct ModelBox {
+        std::unique_ptr<Model> m;
+        std::unique_ptr<Batch> batch;  // from kv_init on
+    };
     struct SessionBox { std::unique_ptr<Session> s; };
     static ModelBox* M(const eh_model* p) { return reinterpret_cast<ModelBox*>(const_cast<eh_model*>(p)); }
     static SessionBox* S(const eh_session* p) { return reinterpret_cast<SessionBox*>(const_cast<eh_session*>(p)); }
@@ -208,15 +229,118 @@ struct PluginGlue {
     static const char* session_last_error(const eh_session* s) { return s ? S(s)->s->last_error.c_str() : ""; }
     static void session_release(eh_session* s) { delete S(s); }
 
+    // ---- 1.2: KV blocks, sequences, step. Messages go to the model's slot.
+    static CudaSeq* Q(eh_seq* s) { return static_cast<CudaSeq*>(s); }
+
+    template <class Body>
+    static eh_status on_model(eh_model* m, const char* call, Body&& body) {
+        if (!m) return EH_INVALID_ARGUMENT;
+        return ehp::guard(model_error(), [&] {
+            if (!M(m)->batch && std::string_view(call) != "kv_init")
+                throw ehp::Error(EH_INVALID_ARGUMENT, std::string(call) + ": kv_init was not called");
+            cudaSetDevice(M(m)->m->device);
+            body(*M(m));
+        });
+    }
+    static eh_status kv_init(eh_model* m, const eh_kv_params* p, eh_kv_info* out) {
+        return on_model(m, "kv_init", [&](ModelBox& box) {
+            if (!p || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: NULL argument");
+            if (p->struct_size < sizeof(eh_kv_params))
+                throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: eh_kv_params.struct_size too small");
+            if (box.batch) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: already called for this model");
+            box.batch = std::make_unique<Batch>(*box.m, *p);
+            ehp::fill_versioned(out, [&](eh_kv_info& i) { i = box.batch->info(); });
+        });
+    }
+    static eh_status kv_get_info(const eh_model* m, eh_kv_info* out) {
+        return on_model(const_cast<eh_model*>(m), "kv_get_info", [&](ModelBox& box) {
+            if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_get_info: out is NULL");
+            ehp::fill_versioned(out, [&](eh_kv_info& i) { i = box.batch->info(); });
+        });
+    }
+    static eh_status seq_create(eh_model* m, eh_seq** out) {
+        if (out) *out = nullptr;
+        return on_model(m, "seq_create", [&](ModelBox& box) {
+            if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_create: out_seq is NULL");
+            auto s = box.batch->create();
+            s->owner = m;
+            *out = s.release();
+        });
+    }
+    static eh_status seq_fork(eh_seq* src, uint32_t n_tokens, eh_seq** out) {
+        if (out) *out = nullptr;
+        if (!src) return EH_INVALID_ARGUMENT;
+        return on_model(src->owner, "seq_fork", [&](ModelBox& box) {
+            if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_fork: out_seq is NULL");
+            auto s = box.batch->fork(*Q(src), n_tokens);
+            s->owner = src->owner;
+            *out = s.release();
+        });
+    }
+    static eh_status seq_truncate(eh_seq* s, uint32_t n_tokens) {
+        if (!s) return EH_INVALID_ARGUMENT;
+        return on_model(s->owner, "seq_truncate", [&](ModelBox&) {
+            if (n_tokens > Q(s)->blocks.length())
+                throw ehp::Error(EH_INVALID_ARGUMENT, "seq_truncate: n_tokens " + std::to_string(n_tokens) +
+                                                          " exceeds the length " + std::to_string(Q(s)->blocks.length()));
+            Q(s)->blocks.truncate(n_tokens);
+            Q(s)->has_logits = false;
+        });
+    }
+    static eh_status seq_set_sampling(eh_seq* s, const eh_sampling_params* p) {
+        if (!s) return EH_INVALID_ARGUMENT;
+        return on_model(s->owner, "seq_set_sampling", [&](ModelBox& box) {
+            if (!p) throw ehp::Error(EH_INVALID_ARGUMENT, "sampling params are NULL");
+            if (p->struct_size < sizeof(eh_sampling_params))
+                throw ehp::Error(EH_INVALID_ARGUMENT, "eh_sampling_params.struct_size too small");
+            box.batch->set_sampling(*Q(s), *p);
+        });
+    }
+    static uint32_t seq_length(const eh_seq* s) { return s ? Q(const_cast<eh_seq*>(s))->blocks.length() : 0; }
+    static eh_status seq_logits(eh_seq* s, const float** out_logits, uint32_t* out_n_vocab) {
+        if (!s) return EH_INVALID_ARGUMENT;
+        return on_model(s->owner, "seq_logits", [&](ModelBox&) {
+            if (!out_logits || !out_n_vocab) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: NULL argument");
+            if (!Q(s)->has_logits)
+                throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: the last step did not ask for logits (EH_STEP_LOGITS)");
+            *out_logits = Q(s)->logits.data();
+            *out_n_vocab = uint32_t(Q(s)->logits.size());
+        });
+    }
+    static void seq_release(eh_seq* s) {
+        try {
+            if (!s) return;
+            if (s->owner && M(s->owner)->batch) M(s->owner)->batch->forget(Q(s));
+            delete Q(s);
+        } catch (...) {
+        }
+    }
+    static eh_status step(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
+        return on_model(m, "step", [&](ModelBox& box) { box.batch->step(entries, n_entries); });
+    }
+
     static const eh_plugin_api* api() {
-        static const eh_plugin_api table = {
-            sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
-            info, plugin_last_error, probe,
-            model_load, model_get_info, model_check_residency, model_last_error, model_release,
-            session_create, session_set_sampling, session_prefill, session_sample, session_decode,
-            session_reset, session_n_past, session_logits, session_last_error, session_release,
-        };
-        return &table;
+        if constexpr (BatchedEngine<Engine>) {
+            static const eh_plugin_api table = {
+                sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
+                info, plugin_last_error, probe,
+                model_load, model_get_info, model_check_residency, model_last_error, model_release,
+                session_create, session_set_sampling, session_prefill, session_sample, session_decode,
+                session_reset, session_n_past, session_logits, session_last_error, session_release,
+                kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
+                seq_release, step,
+            };
+            return &table;
+        } else {
+            static const eh_plugin_api table = {
+                sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
+                info, plugin_last_error, probe,
+                model_load, model_get_info, model_check_residency, model_last_error, model_release,
+                session_create, session_set_sampling, session_prefill, session_sample, session_decode,
+                session_reset, session_n_past, session_logits, session_last_error, session_release,
+            };
+            return &table;
+        }
     }
 };
 

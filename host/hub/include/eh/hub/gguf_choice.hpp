@@ -6,17 +6,15 @@
 #include <string_view>
 #include <vector>
 
+#include "eh/model/gguf_split.hpp"
+
 namespace eh::hub {
 
-inline constexpr int kMaxShards = 1000;  // NAME-0000k-of-0000N.gguf with N above this is refused
+inline constexpr int kMaxShards = model::kMaxSplitShards;  // NAME-0000k-of-0000N.gguf with N above this is refused
 
-// "dir/model-00002-of-00005.gguf" -> {"dir/model", 2, 5}.
-struct SplitName {
-    std::string prefix;
-    int index = 0;
-    int count = 0;
-};
-std::optional<SplitName> parse_split(std::string_view file);
+// The split naming convention is the model library's (eh/model/gguf_split.hpp).
+using model::parse_split;
+using model::SplitName;
 
 // Every file of the set `file` belongs to, first shard first; {file} when it
 // is not split. Throws InvalidRequest for more than kMaxShards.

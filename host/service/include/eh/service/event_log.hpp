@@ -31,5 +31,8 @@ const LogSettings& log_settings();
 
 // Logs `event` with `fields` merged over the process-wide ones.
 void log_event(spdlog::level::level_enum level, std::string_view event, nlohmann::json fields = nlohmann::json::object());
+// The line log_event() writes (without its newline), with `ts` as its time.
+std::string format_event(spdlog::level::level_enum level, std::string_view event, nlohmann::json fields,
+                         const std::string& ts);
 
 }  // namespace eh::service

@@ -64,6 +64,7 @@ struct GenerationRequest {
     std::string prompt;                // text handed to the tokenizer
     bool add_special = true;           // let the tokenizer add BOS
     bool parse_special = false;        // control-token text becomes ids (chat templates only)
+    std::vector<TextSpan> literal;     // ...except in these spans of prompt (a chat's messages)
     std::optional<uint32_t> max_tokens;  // absent: as many as fit, up to the limit
     // The context (prompt + output) this job needs: at most the server's,
     // since every sequence lives in the one KV-cache pool (more is a 400).
@@ -77,6 +78,9 @@ struct GenerationRequest {
     bool control_text = false;
     std::string correlation_id;
     std::string origin = "execute";    // metrics/log label: execute, completions, chat
+    // Who may cancel the job by its id (POST /cancel): set by the HTTP layer
+    // from the submitter's credentials or address; never logged.
+    std::string owner;
 };
 
 // POST /execute.

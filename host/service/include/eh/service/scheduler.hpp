@@ -73,7 +73,8 @@ public:
     // before the scheduler looks at any of them, or none is.
     void enqueue_all(std::vector<std::shared_ptr<Job>> jobs);
     // "cancelling" (running), "cancelled" (was waiting), "finished", "unknown".
-    std::string cancel(const std::string& job_id, CancelReason why);
+    // With `owner`, a job submitted by anyone else is "unknown" and untouched.
+    std::string cancel(const std::string& job_id, CancelReason why, const std::string* owner = nullptr);
     // Fails waiting jobs with SHUTTING_DOWN, gives running ones the grace
     // period, then cancels them, and joins the thread. Idempotent.
     void shutdown();

@@ -52,8 +52,12 @@ public:
     std::vector<std::shared_ptr<Job>> submit_n(GenerationRequest request, uint32_t n);
 
     // "cancelling" (running), "cancelled" (was waiting), "finished",
-    // "unknown". Takes effect within one step.
-    std::string cancel(const std::string& job_id, CancelReason why = CancelReason::Client);
+    // "unknown". Takes effect within one step. With `owner`, only a job
+    // whose request.owner is the same is touched; a live job of anyone else
+    // is "unknown" (a client cannot end, or see running, another's job; an
+    // id that has ended answers "finished" to anyone).
+    std::string cancel(const std::string& job_id, CancelReason why = CancelReason::Client,
+                       const std::string* owner = nullptr);
 
     // Stops accepting, fails waiting jobs with SHUTTING_DOWN, lets running
     // jobs finish within the grace period (then cancels them). Idempotent.

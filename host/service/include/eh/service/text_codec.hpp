@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -42,13 +43,31 @@ enum class ToolFormat {
     Harmony,  // gpt-oss: channels; calls on commentary to=functions.NAME ... <|call|>
 };
 
+// Byte range [begin, end) of a prompt.
+struct TextSpan {
+    size_t begin = 0, end = 0;
+    bool operator==(const TextSpan&) const = default;
+};
+
+// A rendered chat prompt. Its control-token text ("<|im_start|>") becomes
+// ids, except inside `literal`: the parts of the messages' own text that
+// spell a control token ("</s>" typed by a user is four characters, as on
+// /execute, never the end-of-sequence id).
+struct ChatPrompt {
+    std::string text;
+    std::vector<TextSpan> literal;  // sorted, not overlapping
+};
+
 class TextCodec {
 public:
     virtual ~TextCodec() = default;
     // Text to token ids; `add_special` adds the model's BOS (if it uses one);
     // `parse_special` maps control-token text ("<|im_start|>") to its id —
     // only for text the server built (chat templates), never for raw prompts.
-    virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const = 0;
+    // With parse_special, control-token text inside a `literal` span is
+    // plain text all the same (a chat's messages: ChatPrompt).
+    virtual std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false,
+                                        std::span<const TextSpan> literal = {}) const = 0;
     // Token ids to raw bytes. May end in the middle of a UTF-8 sequence (byte
     // tokens); TextStream takes care of that.
     virtual std::string decode(std::span<const int32_t> tokens) const = 0;
@@ -66,9 +85,12 @@ public:
     virtual std::string kind() const = 0;
     // The prompt a chat model expects for these messages, ending with the
     // assistant turn's opening. Throws eh::Error(InvalidRequest) for messages
-    // the template cannot express.
-    virtual std::string render_chat(const std::vector<ChatMessage>& messages,
-                                    const ChatRenderOptions& options = {}) const = 0;
+    // the template cannot express, Error(Cancelled) once `cancelled` answers
+    // true (polled while a template runs). `options`: tools and extra
+    // template variables.
+    virtual ChatPrompt render_chat(const std::vector<ChatMessage>& messages,
+                                   const std::function<bool()>& cancelled = {},
+                                   const ChatRenderOptions& options = {}) const = 0;
     // The model's tool-call format, from its chat template.
     virtual ToolFormat tool_format() const { return ToolFormat::None; }
 };
@@ -78,12 +100,14 @@ public:
 class ByteCodec : public TextCodec {
 public:
     explicit ByteCodec(uint32_t vocab = 256, int32_t eog = -1) : vocab_(vocab), eog_(eog) {}
-    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false) const override;
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false,
+                                std::span<const TextSpan> literal = {}) const override;
     std::string decode(std::span<const int32_t> tokens) const override;
     bool is_eog(int32_t token) const override { return eog_ >= 0 && token == eog_; }
     uint32_t vocab_size() const override { return vocab_; }
     std::string kind() const override { return "bytes"; }
-    std::string render_chat(const std::vector<ChatMessage>& messages, const ChatRenderOptions& options = {}) const override;
+    ChatPrompt render_chat(const std::vector<ChatMessage>& messages, const std::function<bool()>& cancelled = {},
+                           const ChatRenderOptions& options = {}) const override;
 
 private:
     uint32_t vocab_;

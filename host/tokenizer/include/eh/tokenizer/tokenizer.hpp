@@ -13,6 +13,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include <engine_host/plugin_abi.h>
@@ -51,6 +52,16 @@ public:
     // any byte string (invalid UTF-8 and NULs included).
     virtual std::vector<int32_t> encode(std::string_view text, bool add_special,
                                         bool parse_special) const = 0;
+
+    // Byte range [first, second) of a text.
+    using Range = std::pair<size_t, size_t>;
+    // encode(text, add_special, true), except that control-token text that
+    // overlaps a range of `literal` (sorted, not overlapping) is plain text:
+    // a chat template's own markup becomes ids, the messages' text does not.
+    virtual std::vector<int32_t> encode_with_literals(std::string_view text, bool add_special,
+                                                      std::span<const Range> literal) const = 0;
+    // The texts encode() turns into ids only with parse_special.
+    virtual std::vector<std::string> special_texts() const = 0;
 
     // The bytes one token stands for (for SPM, "▁" is already a space and
     // <0xXX> is that byte). Control tokens give their text when

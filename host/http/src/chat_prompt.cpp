@@ -1,0 +1,18 @@
+#include "eh/service/chat_prompt.hpp"
+#include "eh/service/service.hpp"
+#include "impl.hpp"
+
+namespace eh::http {
+
+void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::OpenAIRequest& r, const std::string& model) {
+    auto stopping = [&s] { return s.state.load() == State::Stopping; };
+    try {
+        service::render_chat_prompt(svc.codec(), r, model, [&] { return stopping() || current_client_gone(); });
+    } catch (const Error& e) {
+        if (e.code() == Code::Cancelled && stopping())
+            throw Error(Code::ShuttingDown, "the server is shutting down; the chat template's evaluation was stopped");
+        throw;
+    }
+}
+
+}  // namespace eh::http

@@ -1,0 +1,141 @@
+// ABI 1.2's batched calls for a CUDA engine, written once for all of them:
+// the paged KV pool in device memory (FP16, kPagedBlockTokens positions per
+// block, per layer [row][kv_dim]), the sequences (ehp::SeqBlocks over the
+// pool), and step(): check every entry, take blocks (copy on write of a
+// shared partial block), lay the step's tokens out on the device, run the
+// engine's forward pass, then apply each sampling entry's biases, mask and
+// penalties and sample every row in one launch. A plugin derives from
+// BatchBase, allocates its step activations for max_step_tokens(), calls
+// init_pool(), and implements forward().
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <unordered_set>
+#include <vector>
+
+#include <engine_host/kv_blocks.hpp>
+#include <engine_host/plugin_abi.h>
+
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/graph.hpp>
+#include <ehcuda/prefill_workspace.hpp>
+#include <ehcuda/sampler.hpp>
+
+// The ABI's opaque sequence handle; `owner` is the model whose last-error
+// slot the sequence's calls report to.
+struct eh_seq {
+    eh_model* owner = nullptr;
+};
+
+namespace ehcuda {
+
+// Validates p (INVALID_ARGUMENT naming the field) and converts it.
+SamplerParams sampler_params_of(const eh_sampling_params& p);
+
+class CudaSeq : public eh_seq {
+public:
+    explicit CudaSeq(ehp::BlockPool& pool, ehp::SeqBlocks::CopyFn copy) : blocks(pool, std::move(copy)) {}
+
+    ehp::SeqBlocks blocks;
+    bool sampling_set = false;
+    SamplerParams params;  // repetition_penalty applied by adjust_logits, not the sampler
+    float presence = 0.0f, frequency = 0.0f;
+    unsigned long long draws = 0;  // Philox draw counter
+    std::vector<float> logits;     // raw logits kept by the last step that asked
+    bool has_logits = false;
+};
+
+// What forward() gets: the step's tokens laid out entry after entry, in
+// device memory.
+struct StepView {
+    int ntok = 0;
+    const int32_t* d_tokens = nullptr;
+    const int32_t* d_pos = nullptr;    // each token's position in its sequence
+    const int32_t* d_rows = nullptr;   // the pool row its K/V go to
+    const int32_t* d_table = nullptr;  // offset of its sequence's block ids in d_tables
+    const int32_t* d_tables = nullptr;
+    // forward() leaves the logits of token d_out_idx[r] in logits + r * n_vocab.
+    int nout = 0;
+    const int32_t* d_out_idx = nullptr;
+    float* logits = nullptr;
+};
+
+struct BatchShape {
+    int device = 0;
+    MemoryLedger* ledger = nullptr;
+    int n_vocab = 0;
+    int n_layer = 0;
+    int kv_dim = 0;                  // n_kv * head_dim
+    uint32_t seq_cap = UINT32_MAX;   // longest sequence the model allows
+    int max_cols = 0;                // widest matmul input (the prefill workspace)
+};
+
+class BatchBase {
+public:
+    BatchBase(const BatchShape& shape, const eh_kv_params& params);
+    virtual ~BatchBase();
+    BatchBase(const BatchBase&) = delete;
+    BatchBase& operator=(const BatchBase&) = delete;
+
+    eh_kv_info info() const;
+    std::unique_ptr<CudaSeq> create();
+    std::unique_ptr<CudaSeq> fork(const CudaSeq& src, uint32_t n_tokens);
+    void forget(const CudaSeq* seq) { live_.erase(seq); }
+    bool owns(const CudaSeq* seq) const { return live_.count(seq) != 0; }
+    void set_sampling(CudaSeq& seq, const eh_sampling_params& p);
+    // Throws ehp::Error; on INVALID_ARGUMENT and KV_FULL nothing has changed.
+    void step(eh_step_entry* entries, uint32_t n_entries);
+
+protected:
+    // One forward pass over v.ntok tokens: K/V of token t into row
+    // v.d_rows[t] of every layer's pool, attention over the sequence's
+    // earlier rows, logits of the v.nout chosen tokens into v.logits.
+    virtual void forward(const StepView& v) = 0;
+    // After the derived class allocated its step buffers: sizes the pool
+    // from the budget (or the free memory) and allocates it.
+    void init_pool();
+
+    int max_step_tokens() const { return int(limits_.max_step_tokens); }
+    cudaStream_t stream() const { return stream_.get(); }
+    PrefillWorkspace* workspace() const { return workspace_.get(); }
+    __half* k_pool(int layer) const { return k_[size_t(layer)].as<__half>(); }
+    __half* v_pool(int layer) const { return v_[size_t(layer)].as<__half>(); }
+    MemoryLedger* ledger() const { return shape_.ledger; }
+
+private:
+    void copy_block(uint32_t from, uint32_t to, uint32_t n_pos);
+    // Grows the pinned staging and its device twin to at least `bytes`
+    // (dropping the graphs, which read the old one).
+    void ensure_staging(size_t bytes);
+    // Block ids a step's tables may hold: every entry at full length, plus
+    // the padding rows' table.
+    size_t table_capacity() const;
+
+    BatchShape shape_;
+    eh_kv_params params_;
+    eh_kv_info limits_{};  // as granted, total_blocks from init_pool on
+    std::unique_ptr<ehp::BlockPool> pool_;
+    std::vector<DeviceBuffer> k_, v_;
+    std::unordered_set<const CudaSeq*> live_;
+
+    Stream stream_;
+    std::unique_ptr<PrefillWorkspace> workspace_;
+    DeviceBuffer logits_, fwork_, iwork_;
+    DeviceBuffer staging_dev_;
+    char* staging_host_ = nullptr;
+    size_t staging_bytes_ = 0;
+    float* host_logits_ = nullptr;  // pinned, max_step_entries rows
+    uint32_t scratch_block_ = 0;    // the pool's extra block, outside the BlockPool
+    // Decode-only steps: graph per size bucket (1, 2, 4, .. 64 tokens).
+    static constexpr int kBuckets = 7;
+    CapturedGraph graphs_[kBuckets];
+    bool graph_warm_[kBuckets] = {};
+    bool graph_failed_[kBuckets] = {};
+};
+
+}  // namespace ehcuda

@@ -1,0 +1,175 @@
+// attention_paged: one block of kWarps warps per (query row, head). Each
+// warp takes every kWarps-th tile of 32 keys: its lanes score one key each
+// (the key's block id looked up in the sequence's table), the warp folds the
+// tile into its running softmax, and every lane adds the tile's weighted V
+// rows for its own output dims. The warps' partial softmaxes are merged in
+// warp order at the end. Fixed splits and shuffle trees, no atomics: the
+// same inputs give the same bits whatever else is in the step.
+#include <cmath>
+#include <string>
+
+#include "block_reduce.cuh"
+#include "ehcuda/attention_paged.hpp"
+#include "ehcuda/check.hpp"
+#include "ehcuda/kernels.hpp"
+#include "ehcuda/launch.cuh"
+
+namespace ehcuda {
+namespace {
+
+constexpr int kWarps = 4;
+
+__device__ __forceinline__ size_t pool_row(const int32_t* table, int pos) {
+    return size_t(table[pos / kPagedBlockTokens]) * kPagedBlockTokens + size_t(pos % kPagedBlockTokens);
+}
+
+// q . k over hd dims (hd <= 32 * DPL). A lane scores a whole key: with
+// hd % 8 == 0 (every real model) its row is fetched as 16-byte pieces all
+// issued before the first is used, so the lane waits for memory once per
+// key rather than once per element.
+template <int DPL>
+__device__ __forceinline__ float key_dot(const __half* k, const float* qs, int hd) {
+    float dot = 0.0f;
+    if (hd % 8 == 0) {
+        constexpr int kPieces = DPL * 4;  // 8 halves each
+        uint4 piece[kPieces];
+#pragma unroll
+        for (int c = 0; c < kPieces; ++c)
+            if (c < hd / 8) piece[c] = reinterpret_cast<const uint4*>(k)[c];
+#pragma unroll
+        for (int c = 0; c < kPieces; ++c) {
+            if (c >= hd / 8) break;
+            const __half2* h2 = reinterpret_cast<const __half2*>(&piece[c]);
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {
+                const float2 kf = __half22float2(h2[j]);
+                dot = fmaf(qs[8 * c + 2 * j], kf.x, dot);
+                dot = fmaf(qs[8 * c + 2 * j + 1], kf.y, dot);
+            }
+        }
+        return dot;
+    }
+    const __half2* k2 = reinterpret_cast<const __half2*>(k);
+    for (int d = 0; d < hd / 2; ++d) {
+        const float2 kf = __half22float2(k2[d]);
+        dot = fmaf(qs[2 * d], kf.x, dot);
+        dot = fmaf(qs[2 * d + 1], kf.y, dot);
+    }
+    return dot;
+}
+
+// DPL: output dims per lane, ceil(head_dim / 32).
+template <int DPL>
+__global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a) {
+    __shared__ float qs[kAttentionMaxHeadDim];
+    __shared__ float part_m[kWarps], part_l[kWarps];
+    __shared__ float part_acc[kWarps][DPL * 32];
+    pdl_entry();
+    const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const int t = blockIdx.x, head = blockIdx.y;
+    const int hd = a.head_dim;
+    const int kvh = head / (a.n_head / a.n_kv);
+    const int qpos = a.d_pos[t];
+    const int32_t* table = a.tables + a.d_table[t];
+    const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
+    const size_t kv_ld = size_t(a.n_kv) * hd;
+    const __half* kbase = a.k_pool + size_t(kvh) * hd;
+    const __half* vbase = a.v_pool + size_t(kvh) * hd;
+
+    const float* q = a.q + size_t(t) * a.ldq + size_t(head) * hd;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[d] * a.scale;
+    __syncthreads();
+
+    float m = -INFINITY, l = 0.0f, acc[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
+    for (int kb = kstart + warp * 32; kb <= qpos; kb += kWarps * 32) {
+        const int key = kb + lane;
+        const bool valid = key <= qpos;
+        float s = -INFINITY;
+        size_t row = 0;
+        if (valid) {
+            row = pool_row(table, key);
+            s = key_dot<DPL>(kbase + row * kv_ld, qs, hd);
+        }
+        // Lane 0's key (kb) is always valid, so mt is finite.
+        const float mt = detail::warp_max(s);
+        const float mnew = fmaxf(m, mt);
+        const float alpha = m == -INFINITY ? 0.0f : expf(m - mnew);
+        const float p = valid ? expf(s - mnew) : 0.0f;
+        l = l * alpha + detail::warp_sum(p);
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
+        const int nkeys = min(32, qpos - kb + 1);
+#pragma unroll 8
+        for (int j = 0; j < nkeys; ++j) {
+            const float pj = __shfl_sync(0xffffffffu, p, j);
+            const unsigned long long rj = __shfl_sync(0xffffffffu, (unsigned long long)row, j);
+            const __half* vr = vbase + size_t(rj) * kv_ld;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int d = lane + 32 * i;
+                if (d < hd) acc[i] = fmaf(pj, __half2float(vr[d]), acc[i]);
+            }
+        }
+        m = mnew;
+    }
+    if (lane == 0) {
+        part_m[warp] = m;
+        part_l[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) part_acc[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+    if (warp != 0) return;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, part_m[w]);
+    float L = 0.0f, f[kWarps];
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+        f[w] = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - M);
+        L += part_l[w] * f[w];
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    float* o = a.out + size_t(t) * a.ldo + size_t(head) * hd;
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) {
+        const int d = lane + 32 * i;
+        if (d >= hd) continue;
+        float v = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kWarps; ++w) v = fmaf(part_acc[w][d], f[w], v);
+        o[d] = v * inv;
+    }
+}
+
+template <int DPL>
+void launch_paged(const PagedAttnArgs& a, cudaStream_t stream) {
+    launch("attn_paged_kernel", attn_paged_kernel<DPL>, dim3(unsigned(a.ntok), unsigned(a.n_head)), kWarps * 32, 0,
+           stream, a);
+}
+
+}  // namespace
+
+void attention_paged(const PagedAttnArgs& a, cudaStream_t stream) {
+    if (!attention_head_dim_supported(a.head_dim) || a.head_dim % 2)
+        throw ehp::Error(EH_UNSUPPORTED, "paged attention: head_dim " + std::to_string(a.head_dim) + " unsupported");
+    if (a.n_kv <= 0 || a.n_head <= 0 || a.n_head % a.n_kv)
+        throw ehp::Error(EH_INTERNAL, "paged attention: n_head must be a multiple of n_kv");
+    if (a.ntok <= 0) return;
+    if (a.n_head > 65535) throw ehp::Error(EH_UNSUPPORTED, "paged attention: more than 65535 heads");
+    switch ((a.head_dim + 31) / 32) {
+    case 1: launch_paged<1>(a, stream); break;
+    case 2: launch_paged<2>(a, stream); break;
+    case 3: launch_paged<3>(a, stream); break;
+    case 4: launch_paged<4>(a, stream); break;
+    case 5: launch_paged<5>(a, stream); break;
+    case 6: launch_paged<6>(a, stream); break;
+    case 7: launch_paged<7>(a, stream); break;
+    default: launch_paged<8>(a, stream); break;
+    }
+    EHC_LAUNCHED("attn_paged_kernel");
+}
+
+}  // namespace ehcuda

@@ -1,0 +1,412 @@
+#include "ehcuda/batch.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <unordered_map>
+
+#include <ehcuda/attention_paged.hpp>
+#include <ehcuda/check.hpp>
+
+namespace ehcuda {
+namespace {
+
+// The pool takes this fraction of the memory free after the weights and
+// the step buffers when the host names neither a budget nor a fraction.
+constexpr float kDefaultMemoryFraction = 0.9f;
+
+size_t align16(size_t n) { return (n + 15) / 16 * 16; }
+
+// Where each piece of a step's inputs sits in the staging buffers. What the
+// forward pass reads (tokens .. tables) sits at offsets fixed by the
+// capacities, so a captured graph finds it at the same addresses every step.
+struct Layout {
+    size_t tokens, pos, rows, table, out_idx, tables, params, counters, edits, etok, eval, masks, out, end;
+    Layout(size_t Tcap, size_t Rcap, size_t Bcap, size_t R, size_t NE, size_t NM) {
+        size_t at = 0;
+        auto take = [&](size_t bytes) {
+            const size_t o = at;
+            at += align16(bytes);
+            return o;
+        };
+        tokens = take(Tcap * 4);
+        pos = take(Tcap * 4);
+        rows = take(Tcap * 4);
+        table = take(Tcap * 4);
+        out_idx = take(Rcap * 4);
+        tables = take(Bcap * 4);
+        params = take(R * sizeof(SamplerParams));
+        counters = take(R * sizeof(unsigned long long));
+        edits = take(R * sizeof(RowEdits));
+        etok = take(NE * 4);
+        eval = take(NE * 4);
+        masks = take(NM * 4);
+        out = take(R * 4);  // written by the device
+        end = at;
+    }
+};
+
+// Decode-only steps of up to this many tokens replay a CUDA graph captured
+// for their size bucket (1, 2, 4, .. 64), padded with rows that write to a
+// scratch block: a step of a few tokens is ~200 small launches, whose launch
+// cost would otherwise exceed the GPU work.
+constexpr int kGraphMaxTokens = 64;
+
+int bucket_index(int ntok) {
+    int b = 0;
+    while ((1 << b) < ntok) ++b;
+    return b;
+}
+
+}  // namespace
+
+SamplerParams sampler_params_of(const eh_sampling_params& p) {
+    auto bad = [](const std::string& what) { throw ehp::Error(EH_INVALID_ARGUMENT, "sampling: " + what); };
+    if (!std::isfinite(p.temperature) || p.temperature < 0.0f) bad("temperature must be a finite value >= 0");
+    if (p.top_k < 0) bad("top_k must be >= 0 (0 = off)");
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p must be in [0, 1]");
+    if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f)
+        bad("repetition_penalty must be a finite value > 0");
+    if (p.repetition_window < -1) bad("repetition_window must be >= -1 (-1 = all)");
+    if (p.struct_size >= offsetof(eh_sampling_params, frequency_penalty) + sizeof(float)) {
+        if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f)
+            bad("presence_penalty must be in [-2, 2]");
+        if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f)
+            bad("frequency_penalty must be in [-2, 2]");
+    }
+    SamplerParams sp;
+    sp.temperature = p.temperature;
+    sp.top_k = p.top_k;
+    sp.top_p = p.top_p;
+    sp.min_p = p.min_p;
+    sp.repetition_penalty = p.repetition_penalty;
+    sp.repetition_window = p.repetition_window;
+    sp.seed = p.seed;
+    return sp;
+}
+
+BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shape_(shape), params_(params) {
+    EHC_CHECK(cudaSetDevice(shape.device));
+    // The limits as granted, but for the block count init_pool() decides.
+    const uint64_t block_bytes =
+        2ull * uint64_t(shape.n_layer) * kPagedBlockTokens * uint64_t(shape.kv_dim) * sizeof(__half);
+    limits_ = ehp::grant_kv(params, kPagedBlockTokens, block_bytes, UINT64_MAX, shape.seq_cap);
+    const size_t R = limits_.max_step_entries, V = size_t(shape.n_vocab);
+    logits_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
+    fwork_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
+    iwork_ = DeviceBuffer(R * V * sizeof(int32_t), shape.ledger);
+    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), R * V * sizeof(float)));
+    PrefillShape ps;
+    ps.max_tokens = int(limits_.max_step_tokens);
+    ps.max_cols = shape.max_cols;
+    workspace_ = std::make_unique<PrefillWorkspace>(ps, stream_.get(), shape.ledger);
+}
+
+BatchBase::~BatchBase() {
+    live_.clear();
+    if (staging_host_) cudaFreeHost(staging_host_);
+    if (host_logits_) cudaFreeHost(host_logits_);
+}
+
+void BatchBase::init_pool() {
+    EHC_CHECK(cudaSetDevice(shape_.device));
+    uint64_t budget = params_.budget_bytes;
+    if (!budget) {
+        const float frac = params_.memory_fraction > 0.0f ? params_.memory_fraction : kDefaultMemoryFraction;
+        budget = uint64_t(double(device_memory_info(shape_.device).free_bytes) * frac);
+    }
+    limits_ = ehp::grant_kv(params_, kPagedBlockTokens, limits_.block_bytes, budget, shape_.seq_cap);
+    // One block more than granted: the scratch block padding rows write to.
+    scratch_block_ = limits_.total_blocks;
+    const size_t layer_bytes =
+        size_t(limits_.total_blocks + 1) * kPagedBlockTokens * size_t(shape_.kv_dim) * sizeof(__half);
+    for (int l = 0; l < shape_.n_layer; ++l) {
+        k_.emplace_back(layer_bytes, shape_.ledger);
+        v_.emplace_back(layer_bytes, shape_.ledger);
+    }
+    pool_ = std::make_unique<ehp::BlockPool>(kPagedBlockTokens, limits_.total_blocks);
+}
+
+size_t BatchBase::table_capacity() const {
+    const size_t per_seq = (size_t(limits_.max_seq_tokens) + kPagedBlockTokens - 1) / kPagedBlockTokens;
+    return size_t(limits_.max_step_entries) * per_seq + 1;
+}
+
+eh_kv_info BatchBase::info() const {
+    eh_kv_info i = limits_;
+    i.free_blocks = pool_ ? pool_->free_blocks() : 0;
+    return i;
+}
+
+void BatchBase::copy_block(uint32_t from, uint32_t to, uint32_t n_pos) {
+    const size_t row = size_t(shape_.kv_dim) * sizeof(__half);
+    const size_t src = size_t(from) * kPagedBlockTokens * row, dst = size_t(to) * kPagedBlockTokens * row;
+    for (int l = 0; l < shape_.n_layer; ++l) {
+        EHC_CHECK(cudaMemcpyAsync(static_cast<char*>(k_[size_t(l)].get()) + dst,
+                                  static_cast<char*>(k_[size_t(l)].get()) + src, n_pos * row,
+                                  cudaMemcpyDeviceToDevice, stream_.get()));
+        EHC_CHECK(cudaMemcpyAsync(static_cast<char*>(v_[size_t(l)].get()) + dst,
+                                  static_cast<char*>(v_[size_t(l)].get()) + src, n_pos * row,
+                                  cudaMemcpyDeviceToDevice, stream_.get()));
+    }
+}
+
+std::unique_ptr<CudaSeq> BatchBase::create() {
+    if (live_.size() >= limits_.max_seqs)
+        throw ehp::Error(EH_INVALID_ARGUMENT, "seq_create: " + std::to_string(live_.size()) +
+                                                  " sequences are alive, the most kv_init granted");
+    auto s = std::make_unique<CudaSeq>(*pool_, [this](uint32_t f, uint32_t t, uint32_t n) { copy_block(f, t, n); });
+    live_.insert(s.get());
+    return s;
+}
+
+std::unique_ptr<CudaSeq> BatchBase::fork(const CudaSeq& src, uint32_t n_tokens) {
+    if (n_tokens > src.blocks.length())
+        throw ehp::Error(EH_INVALID_ARGUMENT, "seq_fork: n_tokens " + std::to_string(n_tokens) +
+                                                  " exceeds the source's length " +
+                                                  std::to_string(src.blocks.length()));
+    auto s = create();
+    s->blocks.share_prefix(src.blocks, n_tokens);
+    return s;
+}
+
+void BatchBase::set_sampling(CudaSeq& seq, const eh_sampling_params& p) {
+    seq.params = sampler_params_of(p);
+    const bool has_pf = p.struct_size >= offsetof(eh_sampling_params, frequency_penalty) + sizeof(float);
+    seq.presence = has_pf ? p.presence_penalty : 0.0f;
+    seq.frequency = has_pf ? p.frequency_penalty : 0.0f;
+    seq.draws = 0;
+    seq.sampling_set = true;
+}
+
+void BatchBase::ensure_staging(size_t bytes) {
+    if (bytes <= staging_bytes_) return;
+    const size_t n = std::max(bytes, staging_bytes_ * 2);
+    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
+    if (staging_host_) cudaFreeHost(staging_host_);
+    staging_host_ = nullptr;
+    staging_bytes_ = 0;
+    for (CapturedGraph& g : graphs_) g.reset();  // they read the old buffer
+    staging_dev_ = DeviceBuffer(n, shape_.ledger);
+    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_host_), n));
+    staging_bytes_ = n;
+}
+
+void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
+    EHC_CHECK(cudaSetDevice(shape_.device));
+    const uint32_t V = uint32_t(shape_.n_vocab);
+    const ehp::StepTotals totals = ehp::check_step(
+        entries, n_entries, limits_, pool_->free_blocks(), V,
+        [&](eh_seq* s) -> const ehp::SeqBlocks* {
+            auto* seq = static_cast<CudaSeq*>(s);
+            return owns(seq) ? &seq->blocks : nullptr;
+        },
+        [](eh_seq* s) { return static_cast<CudaSeq*>(s)->sampling_set; });
+    auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
+    auto seq_at = [&](uint32_t i) -> CudaSeq& { return *static_cast<CudaSeq*>(at(i).seq); };
+    cudaStream_t s = stream_.get();
+
+    // Blocks first (copies of shared partial blocks go on the stream).
+    for (uint32_t i = 0; i < n_entries; ++i) seq_at(i).blocks.reserve(at(i).n_tokens);
+
+    // Each sampling row's edits, from the history the step leaves behind.
+    struct RowBuild {
+        uint32_t entry;
+        RowEdits e;
+    };
+    std::vector<RowBuild> rows;
+    std::vector<int32_t> etok;
+    std::vector<float> eval;
+    std::vector<uint32_t> mask_rows;  // entry of each mask, in order
+    const size_t words = (V + 31) / 32;
+    std::vector<int32_t> hist;
+    std::unordered_map<int32_t, uint32_t> counts;
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        const eh_step_entry& e = at(i);
+        if (!e.flags) continue;
+        RowBuild rb{i, {}};
+        if (e.flags & EH_STEP_SAMPLE) {
+            CudaSeq& q = seq_at(i);
+            rb.e.bias_begin = int32_t(etok.size());
+            for (uint32_t b = 0; b < e.n_bias; ++b) {
+                etok.push_back(e.bias_tokens[b]);
+                eval.push_back(e.bias_values[b]);
+            }
+            rb.e.bias_end = int32_t(etok.size());
+            if (e.allowed) {
+                rb.e.mask_word = int32_t(mask_rows.size() * words);
+                mask_rows.push_back(i);
+            }
+            const bool rep = q.params.repetition_penalty != 1.0f;
+            const bool pf = q.presence != 0.0f || q.frequency != 0.0f;
+            if (rep || pf) {
+                hist = q.blocks.tokens();
+                hist.insert(hist.end(), e.tokens, e.tokens + e.n_tokens);
+            }
+            rb.e.rep_begin = rb.e.rep_end = int32_t(etok.size());
+            if (rep) {
+                const size_t n = hist.size();
+                const size_t start = q.params.repetition_window < 0 ? 0 : n - std::min<size_t>(n, size_t(q.params.repetition_window));
+                counts.clear();
+                for (size_t j = start; j < n; ++j)
+                    if (counts.emplace(hist[j], 1).second) {
+                        etok.push_back(hist[j]);
+                        eval.push_back(0.0f);
+                    }
+                rb.e.rep_end = int32_t(etok.size());
+                rb.e.repetition_penalty = q.params.repetition_penalty;
+            }
+            rb.e.pf_begin = rb.e.pf_end = int32_t(etok.size());
+            const uint32_t gen_start = q.blocks.gen_start == ehp::SeqBlocks::kNoOutput ? uint32_t(hist.size())
+                                                                                       : q.blocks.gen_start;
+            if (pf && gen_start < hist.size()) {
+                counts.clear();
+                for (size_t j = gen_start; j < hist.size(); ++j) ++counts[hist[j]];
+                for (auto [tok, c] : counts) {
+                    etok.push_back(tok);
+                    eval.push_back(float(c));
+                }
+                rb.e.pf_end = int32_t(etok.size());
+                rb.e.presence = q.presence;
+                rb.e.frequency = q.frequency;
+            }
+        }
+        rows.push_back(rb);
+    }
+
+    size_t n_tables = 0;
+    for (uint32_t i = 0; i < n_entries; ++i) n_tables += seq_at(i).blocks.blocks().size();
+    const size_t T = totals.tokens, R = rows.size();
+    // A decode-only step (one sampled token per entry) of few tokens runs
+    // its bucket's graph, padded to the bucket's size.
+    const bool graphed = T == R && T <= size_t(kGraphMaxTokens) && !graph_failed_[bucket_index(int(T))];
+    const int b = bucket_index(int(T));
+    const size_t padded = graphed ? std::min<size_t>(size_t(1) << b, limits_.max_step_entries) : T;
+    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), R, etok.size(),
+                   mask_rows.size() * words);
+    ensure_staging(L.end);
+    char* h = staging_host_;
+    auto* tokens = reinterpret_cast<int32_t*>(h + L.tokens);
+    auto* pos = reinterpret_cast<int32_t*>(h + L.pos);
+    auto* prow = reinterpret_cast<int32_t*>(h + L.rows);
+    auto* table = reinterpret_cast<int32_t*>(h + L.table);
+    auto* out_idx = reinterpret_cast<int32_t*>(h + L.out_idx);
+    auto* tables = reinterpret_cast<int32_t*>(h + L.tables);
+    auto* params = reinterpret_cast<SamplerParams*>(h + L.params);
+    auto* counters = reinterpret_cast<unsigned long long*>(h + L.counters);
+    auto* edits = reinterpret_cast<RowEdits*>(h + L.edits);
+    size_t t = 0, tb = 0, r = 0;
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        const eh_step_entry& e = at(i);
+        const ehp::SeqBlocks& b = seq_at(i).blocks;
+        const uint32_t len = b.length();
+        for (uint32_t k = 0; k < e.n_tokens; ++k, ++t) {
+            tokens[t] = e.tokens[k];
+            pos[t] = int32_t(len + k);
+            prow[t] = int32_t(b.row(len + k));
+            table[t] = int32_t(tb);
+        }
+        for (uint32_t blk : b.blocks()) tables[tb++] = int32_t(blk);
+        if (e.flags) {
+            const CudaSeq& q = seq_at(i);
+            out_idx[r] = int32_t(t - 1);
+            SamplerParams sp = q.sampling_set ? q.params : SamplerParams{};
+            sp.repetition_penalty = 1.0f;  // adjust_logits applies it
+            params[r] = sp;
+            counters[r] = q.draws;
+            edits[r] = rows[r].e;
+            ++r;
+        }
+    }
+    // Padding rows: token 0 at position 0 of a one-block table holding the
+    // scratch block, which no sequence ever gets.
+    for (; t < padded; ++t) {
+        tokens[t] = 0;
+        pos[t] = 0;
+        prow[t] = int32_t(uint64_t(scratch_block_) * kPagedBlockTokens);
+        table[t] = int32_t(tb);
+        out_idx[t] = int32_t(t);
+    }
+    if (padded > T) tables[tb++] = int32_t(scratch_block_);
+    if (!etok.empty()) {
+        std::memcpy(h + L.etok, etok.data(), etok.size() * 4);
+        std::memcpy(h + L.eval, eval.data(), eval.size() * 4);
+    }
+    for (size_t m = 0; m < mask_rows.size(); ++m)
+        std::memcpy(h + L.masks + m * words * 4, at(mask_rows[m]).allowed, words * 4);
+    char* d = staging_dev_.as<char>();
+    EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + tb * 4, cudaMemcpyHostToDevice, s));
+    EHC_CHECK(cudaMemcpyAsync(d + L.params, h + L.params, L.out - L.params, cudaMemcpyHostToDevice, s));
+
+    StepView v;
+    v.ntok = int(padded);
+    v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
+    v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
+    v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
+    v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
+    v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
+    v.nout = graphed ? int(padded) : int(R);
+    v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
+    v.logits = logits_.as<float>();
+    if (!graphed) {
+        forward(v);
+    } else if (!graph_warm_[b]) {
+        forward(v);  // first use: lazy allocations (cuBLAS) happen outside a capture
+        graph_warm_[b] = true;
+    } else {
+        if (!graphs_[b].ready()) {
+            try {
+                graphs_[b].capture(s, [&] { forward(v); });
+            } catch (const ehp::Error& e) {
+                graph_failed_[b] = true;  // this bucket runs eagerly from now on
+                std::fprintf(stderr, "[ehcuda] batched step: graph capture for %zu tokens failed (%s); running eagerly\n",
+                             padded, e.what());
+            }
+        }
+        if (graphs_[b].ready())
+            graphs_[b].launch(s);
+        else
+            forward(v);
+    }
+
+    auto* d_out = reinterpret_cast<int32_t*>(d + L.out);
+    if (R) {
+        for (size_t k = 0; k < R; ++k)
+            if (at(rows[k].entry).flags & EH_STEP_LOGITS)
+                EHC_CHECK(cudaMemcpyAsync(host_logits_ + k * V, v.logits + k * V, V * sizeof(float),
+                                          cudaMemcpyDeviceToHost, s));
+        adjust_logits(v.logits, int(V), int(R), int(V), reinterpret_cast<const RowEdits*>(d + L.edits),
+                      reinterpret_cast<const int32_t*>(d + L.etok), reinterpret_cast<const float*>(d + L.eval),
+                      reinterpret_cast<const uint32_t*>(d + L.masks), s);
+        sample_rows(v.logits, int(V), int(R), int(V), reinterpret_cast<const SamplerParams*>(d + L.params),
+                    reinterpret_cast<unsigned long long*>(d + L.counters), {fwork_.as<float>(), iwork_.as<int32_t>()},
+                    d_out, s);
+        EHC_CHECK(cudaMemcpyAsync(h + L.out, d_out, R * 4, cudaMemcpyDeviceToHost, s));
+    }
+    EHC_CHECK(cudaStreamSynchronize(s));
+
+    const auto* picked = reinterpret_cast<const int32_t*>(h + L.out);
+    r = 0;
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        eh_step_entry& e = at(i);
+        CudaSeq& q = seq_at(i);
+        q.blocks.commit(e.tokens, e.n_tokens);
+        q.has_logits = false;
+        e.token = -1;
+        if (!e.flags) continue;
+        if (e.flags & EH_STEP_SAMPLE) {
+            q.blocks.mark_sampled();
+            e.token = picked[r];
+            ++q.draws;
+        }
+        if (e.flags & EH_STEP_LOGITS) {
+            q.logits.assign(host_logits_ + r * V, host_logits_ + (r + 1) * V);
+            q.has_logits = true;
+        }
+        ++r;
+    }
+}
+
+}  // namespace ehcuda
