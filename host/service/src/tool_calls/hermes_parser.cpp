@@ -43,8 +43,14 @@ public:
                 pending_.erase(0, open + kOpen.size());
                 in_call_ = true;
             }
-            const size_t close = pending_.find(kClose);
-            if (close == std::string::npos) return out;
+            // Search only the new text (and a marker's length before it), so
+            // a long block streamed in small pieces costs linear time.
+            const size_t close = pending_.find(kClose, scanned_);
+            if (close == std::string::npos) {
+                scanned_ = pending_.size() >= kClose.size() ? pending_.size() - kClose.size() + 1 : 0;
+                return out;
+            }
+            scanned_ = 0;
             finish_block(out, std::string_view(pending_).substr(0, close));
             pending_.erase(0, close + kClose.size());
             in_call_ = false;
@@ -111,6 +117,7 @@ private:
     bool in_call_ = false;
     bool started_after_call_ = false;
     std::string ws_before_;  // whitespace between the text and an open block
+    size_t scanned_ = 0;     // in a block: where the search for its end resumes
 };
 
 }  // namespace
