@@ -113,6 +113,16 @@ TEST(HermesParser, PlainTextIsUntouched) {
     EXPECT_TRUE(r.calls.empty());
 }
 
+TEST(HermesParser, CallsOfFunctionsNotOfferedAreContent) {
+    const std::string text = "<tool_call>{\"name\":\"rm_rf\",\"arguments\":{}}</tool_call>";
+    ChatParseOptions o{true, true, {"get_weather"}};
+    auto r = parse_all_ways(ToolFormat::Hermes, text, o);
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, text);
+    auto ok = parse_all_ways(ToolFormat::Hermes, "<tool_call>{\"name\":\"get_weather\",\"arguments\":{}}</tool_call>", o);
+    EXPECT_EQ(ok.calls.size(), 1u);
+}
+
 TEST(HermesParser, WithoutToolsEverythingIsContent) {
     const std::string text = "<tool_call>{\"name\":\"a\",\"arguments\":{}}</tool_call>";
     auto r = parse_all_ways(ToolFormat::Hermes, text, {false, true});
@@ -151,6 +161,13 @@ TEST(HarmonyParser, MarkupNeverLeaks) {
     EXPECT_EQ(ret.content, "Done.");
     auto pre = parse_all_ways(ToolFormat::Harmony, "<|channel|>commentary<|message|>Checking.<|end|>");
     EXPECT_EQ(pre.content, "Checking.");
+}
+
+TEST(HarmonyParser, CallOfAFunctionNotOfferedIsContent) {
+    auto r = parse_all_ways(ToolFormat::Harmony, "<|channel|>commentary to=functions.rm_rf json<|message|>{}<|call|>",
+                            {true, true, {"get_weather"}});
+    EXPECT_TRUE(r.calls.empty());
+    EXPECT_EQ(r.content, "{}");
 }
 
 TEST(HarmonyParser, CallWithoutToolsOfferedIsContent) {

@@ -132,10 +132,11 @@ void Server::Impl::install_openai() {
         const size_t n_choices = jobs.size();
         // Chat: each choice's output split into reasoning, content and tool calls.
         auto outputs = std::make_shared<std::vector<ChatChoiceOutput>>();
-        if (chat)
-            for (size_t i = 0; i < n_choices; ++i)
-                outputs->emplace_back(svc->codec().tool_format(),
-                                      service::ChatParseOptions{r.tools.enabled(), r.tools.parallel});
+        if (chat) {
+            service::ChatParseOptions po{r.tools.enabled(), r.tools.parallel, {}};
+            for (const auto& t : r.tools.tools) po.names.push_back(t.name);
+            for (size_t i = 0; i < n_choices; ++i) outputs->emplace_back(svc->codec().tool_format(), po);
+        }
         // Usage once the last choice ended: (choices ended, completion tokens).
         auto totals = std::make_shared<std::pair<size_t, uint32_t>>(0, 0);
         if (r.stream) {

@@ -6,9 +6,10 @@
 // the channel ("<|channel|>analysis") and, for a call, the recipient
 // (" to=functions.get_weather", before or after the channel) and content
 // type (" json" or " <|constrain|>json").
-// Routing: analysis -> reasoning; a commentary message to functions.NAME ->
-// a tool call (the body streams as its arguments); everything else (final,
-// commentary preambles) -> content. Markup never reaches content or
+// Routing: analysis -> reasoning; a commentary message to functions.NAME
+// (an offered function) -> a tool call (the body streams as its arguments);
+// everything else (final, commentary preambles, calls of functions not
+// offered) -> content. Markup never reaches content or
 // reasoning. A header that never ends (output that does not follow harmony)
 // is returned as content as the model wrote it.
 #include "text_scan.hpp"
@@ -118,7 +119,8 @@ private:
         const std::string_view recipient = word_after(header, "to=");
         if (channel == "analysis") {
             target_ = Target::Reasoning;
-        } else if (recipient.substr(0, 10) == "functions." && recipient.size() > 10 && opt_.tools) {
+        } else if (recipient.substr(0, 10) == "functions." && recipient.size() > 10 && opt_.tools &&
+                   opt_.offered(recipient.substr(10))) {
             if (!opt_.parallel && calls_ > 0) {
                 target_ = Target::Drop;  // parallel_tool_calls: false keeps the first
                 return;

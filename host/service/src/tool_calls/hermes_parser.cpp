@@ -2,8 +2,9 @@
 //   <tool_call>\n{"name": "f", "arguments": {...}}\n</tool_call>
 // one block per call, possibly after some text. A block is returned as a
 // call once its closing tag arrives and its JSON holds a string "name" (and
-// "arguments", an object or a JSON string); anything else, an unclosed block
-// included, is returned as content exactly as the model wrote it.
+// "arguments", an object or a JSON string) naming an offered function;
+// anything else, an unclosed block included, is returned as content exactly
+// as the model wrote it.
 #include <nlohmann/json.hpp>
 
 #include "text_scan.hpp"
@@ -98,7 +99,8 @@ private:
             if (a == j.end()) a = j.find("parameters");  // some fine-tunes write this key
             if (a != j.end()) args = &*a;
         }
-        if (!name || (args && !args->is_object() && !args->is_string())) {
+        if (!name || (args && !args->is_object() && !args->is_string()) ||
+            !opt_.offered(name->get_ref<const std::string&>())) {
             emit_raw(out, ws_before_ + std::string(kOpen) + std::string(body) + std::string(kClose));
             return;
         }

@@ -34,6 +34,15 @@ using ChatPieces = std::vector<ChatPiece>;
 struct ChatParseOptions {
     bool tools = false;     // tools were offered (and tool_choice is not "none"): parse calls
     bool parallel = true;   // parallel_tool_calls; false keeps only the first call
+    // The offered functions: a call naming another is not a call (returned
+    // as content). Empty: any name.
+    std::vector<std::string> names;
+    bool offered(std::string_view name) const {
+        if (names.empty()) return true;
+        for (const auto& n : names)
+            if (n == name) return true;
+        return false;
+    }
 };
 
 class ChatOutputParser {
