@@ -181,12 +181,8 @@ TEST(ToolCallsServe, OfficialNodeClient) {
     if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
     TemplatedHost s(qwen_template(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
     std::string cmd = "node " + (dir / "tools.mjs").string() + " http://127.0.0.1:" + std::to_string(s->port()) + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    EXPECT_EQ(pclose(p), 0) << out;
+    auto [rc, out] = run_command(cmd);
+    EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }
 
