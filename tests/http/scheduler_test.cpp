@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eh/service/constraint_cache.hpp"
 #include "eh/service/scheduler.hpp"
 
 using namespace eh;
@@ -96,6 +97,19 @@ public:
             computed_tokens += it.tokens.size();
             if (s.tokens.size() == it.tokens.size()) started.emplace_back(it.tokens.begin(), it.tokens.end());
             it.token = it.sample ? next_token(s.tokens) : -1;
+            // Under a mask: the first allowed id at or above the hashed one.
+            if (it.sample && it.allowed && !ignore_mask) {
+                ++masked;
+                const auto& m = *it.allowed;
+                const auto n = int32_t(m.size() * 32);
+                for (int32_t k = 0; k < n; ++k) {
+                    const int32_t id = (it.token + k) % n;
+                    if ((m[size_t(id) / 32] >> (id % 32)) & 1u) {
+                        it.token = id;
+                        break;
+                    }
+                }
+            }
         }
         if (step_delay.count()) std::this_thread::sleep_for(step_delay);
         return true;
@@ -110,7 +124,8 @@ public:
         return int32_t('a' + h % 26);
     }
 
-    std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0};
+    std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0}, masked{0};
+    bool ignore_mask = false;
     std::chrono::milliseconds step_delay{0};
     std::vector<std::string> started;  // each sequence's first chunk, in step order
 
@@ -373,4 +388,74 @@ TEST(Scheduler, SiblingsOfAnNRequestForkTheFirstOnesPrompt) {
     EXPECT_EQ(h.engine->forks.load(), 3u);
     // The 100-token prompt once, each sibling its last prompt token, and the decodes.
     EXPECT_EQ(h.engine->computed_tokens.load(), 100u + 3u + 4u * 7u);
+}
+
+// Constrained output through the scheduler: every sampled token comes under
+// the request's mask, the matcher follows it (also across a preemption and
+// recompute), and the request ends with "grammar" once the output is
+// complete, before max_tokens. The fake engine picks the first allowed id at
+// or above its hashed letter, so the output is deterministic.
+TEST(Scheduler, ConstrainedRequestsFollowTheirMaskAndEndWhenComplete) {
+    SchedulerOptions o;
+    o.prefix_cache = false;
+    auto codec = std::make_shared<ByteCodec>(257, 256);
+    ConstraintCache constraints(codec, 257);
+    OutputConstraint c;
+    c.kind = OutputConstraint::Kind::Grammar;
+    c.field = "grammar";
+    c.text = "root ::= \"{\" [a-z]{3,20} \"}\"\n";
+    auto run = [&](uint32_t blocks, size_t n_jobs) {
+        auto e = std::make_unique<FakeEngine>(4, blocks, 8, 64);
+        FakeEngine* engine = e.get();
+        Scheduler sched(std::move(e), codec, std::make_shared<Metrics>(), o);
+        std::vector<std::shared_ptr<Job>> jobs;
+        for (size_t i = 0; i < n_jobs; ++i) {
+            jobs.push_back(make_job("c" + std::to_string(i), std::string(8, char('a' + i)), 60));
+            jobs.back()->constraint = constraints.get(c);
+        }
+        sched.enqueue_all(jobs);
+        std::vector<std::string> out;
+        for (auto& j : jobs) {
+            Outcome r = drain(*j);
+            EXPECT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+            EXPECT_EQ(r.end.stop_reason, "grammar");
+            EXPECT_LT(r.end.tokens_out, 60u);
+            out.push_back(r.text);
+        }
+        EXPECT_GT(engine->masked.load(), 0u);
+        return std::make_pair(out, sched.stats().preemptions.load() + engine->kv_full.load());
+    };
+    auto [alone, p0] = run(256, 1);
+    ASSERT_EQ(alone.size(), 1u);
+    EXPECT_EQ(alone[0].front(), '{');
+    EXPECT_EQ(alone[0].back(), '}');
+    EXPECT_GE(alone[0].size(), 5u);
+    EXPECT_EQ(alone[0].find_first_not_of("abcdefghijklmnopqrstuvwxyz", 1), alone[0].size() - 1) << alone[0];
+    // 4-token blocks, 12 in all: three requests growing to ~30 tokens contend.
+    auto [crowded, preempted] = run(12, 3);
+    EXPECT_EQ(crowded[0], alone[0]) << "batched and preempted, the same output";
+    for (const auto& t : crowded) EXPECT_TRUE(t.front() == '{' && t.back() == '}') << t;
+    EXPECT_GE(preempted, 1u);
+}
+
+// An engine that samples outside the mask fails that request (and only it)
+// with a clear error instead of letting invalid output through.
+TEST(Scheduler, ATokenOutsideTheMaskFailsOnlyItsRequest) {
+    Harness h(16, 256, 8, 64);
+    h.engine->ignore_mask = true;
+    auto codec = std::make_shared<ByteCodec>(256);
+    ConstraintCache constraints(codec, 256);
+    OutputConstraint c;
+    c.kind = OutputConstraint::Kind::Grammar;
+    c.field = "grammar";
+    c.text = "root ::= \"0\"+\n";  // the fake's letters are never allowed
+    auto bad = make_job("bad", "hello", 10);
+    bad->constraint = constraints.get(c);
+    auto good = make_job("good", "world", 10);
+    h.sched->enqueue_all({bad, good});
+    Outcome rb = drain(*bad), rg = drain(*good);
+    EXPECT_EQ(rb.end.kind, JobEvent::Kind::Error);
+    EXPECT_NE(rb.end.message.find("outside the allowed-token mask"), std::string::npos) << rb.end.message;
+    EXPECT_EQ(rg.end.kind, JobEvent::Kind::End);
+    EXPECT_EQ(rg.text, expected("world", 10));
 }

@@ -100,6 +100,12 @@ bool Generation::accept(int32_t tok, std::span<const float> logits) {
     return done();
 }
 
+void Generation::end(const std::string& reason) {
+    if (done()) return;
+    reason_ = reason;
+    finish_text();
+}
+
 JobEvent Generation::end_event(Clock::time_point admitted) {
     metrics_.tokens_generated(n_out_);
     const auto now = Clock::now();

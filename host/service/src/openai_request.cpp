@@ -6,6 +6,7 @@
 #include <random>
 
 #include "eh/service/request.hpp"
+#include "constraint_fields.hpp"
 #include "json_fields.hpp"
 #include "tool_calls/tool_request_parse.hpp"
 
@@ -138,12 +139,7 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
         r.logprobs = true;
         r.gen.top_logprobs = int(*lp);
     }
-    if (auto rf = field(obj, "response_format")) {
-        if (rf->type() != element_type::OBJECT)
-            throw RequestError("response_format", "'response_format' must be an object");
-        auto t = get_string(rf->get_object().value_unsafe(), "type");
-        if (t && *t != "text") throw RequestError("response_format", fmt::format("'response_format.type' '{}' is not supported", t->substr(0, 32)));
-    }
+    r.gen.constraint = get_response_format(obj);
     if (chat) r.tools = parse_chat_tools(obj);
     else if (field(obj, "tools")) throw RequestError("tools", "'tools' is served on /v1/chat/completions only");
     return r;

@@ -6,6 +6,7 @@
 
 #include "eh/service/request.hpp"
 #include "eh/service/utf8.hpp"
+#include "constraint_fields.hpp"
 #include "json_fields.hpp"
 
 namespace eh::service {
@@ -228,7 +229,7 @@ GenerationRequest parse_execute_request(std::string_view body, const RequestLimi
     object obj = parse_object(parser, storage, body, limits);
     reject_unknown(obj, {"job_id", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                          "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop", "seed",
-                         "logprobs", "add_special", "model", "n_ctx", "ignore_eos"});
+                         "logprobs", "add_special", "model", "n_ctx", "ignore_eos", "grammar", "json_schema"});
     GenerationRequest r;
     auto id = get_string(obj, "job_id");
     if (!id) throw RequestError("job_id", "'job_id' is required");
@@ -254,6 +255,7 @@ GenerationRequest parse_execute_request(std::string_view body, const RequestLimi
     if (auto v = get_bool(obj, "add_special")) r.add_special = *v;
     if (auto v = get_bool(obj, "ignore_eos")) r.ignore_eos = *v;
     if (auto v = get_int(obj, "n_ctx", 1, kMaxRequestContext)) r.n_ctx = uint32_t(*v);
+    r.constraint = get_native_constraint(obj);
     return r;
 }
 

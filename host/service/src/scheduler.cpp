@@ -302,6 +302,7 @@ bool Scheduler::try_admit(Active& a) {
         a.admitted = Clock::now();
         a.deadline_ns = (a.admitted + options_.inference_timeout).time_since_epoch().count();
         a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
+        if (a.job->constraint) a.matcher = std::make_unique<constrain::Matcher>(a.job->constraint);
         metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
         JobEvent started;
         started.kind = JobEvent::Kind::Started;
@@ -323,6 +324,7 @@ bool Scheduler::try_admit(Active& a) {
 void Scheduler::run_step() {
     std::vector<StepItem> items;
     std::vector<Active*> owners;
+    std::vector<std::pair<Active*, Error>> broken;   // their mask could not be computed
     uint32_t budget = limits_.max_step_tokens;
     auto add = [&](Active& a, uint32_t k) {
         StepItem it;
@@ -331,6 +333,15 @@ void Scheduler::run_step() {
         it.sample = a.in_seq + k == a.tokens.size();
         it.logits = it.sample && a.job->request.top_logprobs >= 0;
         if (it.sample && !a.job->request.sampling.logit_bias.empty()) it.bias = &a.job->request.sampling.logit_bias;
+        if (it.sample && a.matcher) {
+            try {
+                a.mask = a.matcher->mask();
+            } catch (const Error& e) {
+                broken.emplace_back(&a, e);
+                return;
+            }
+            it.allowed = a.mask.get();
+        }
         items.push_back(it);
         owners.push_back(&a);
         budget -= k;
@@ -347,6 +358,10 @@ void Scheduler::run_step() {
         if (left == 0) continue;
         add(*a, std::min(left, budget));
     }
+    for (auto& [ptr, err] : broken)
+        for (auto& a : running_)
+            if (a.get() == ptr) fail(std::move(a), err);
+    std::erase(running_, nullptr);
     if (items.empty()) return;
 
     bool ok = false;
@@ -363,16 +378,36 @@ void Scheduler::run_step() {
         handle_kv_full();
         return;
     }
+    broken.clear();
     for (size_t i = 0; i < items.size(); ++i) {
         Active& a = *owners[i];
         a.in_seq += uint32_t(items[i].tokens.size());
         if (!items[i].sample) continue;
         const int32_t tok = items[i].token;
+        bool complete_now = false;
+        if (a.matcher) {
+            try {
+                if (!a.matcher->accept(tok)) {
+                    broken.emplace_back(&a, Error(Code::Internal, "the engine sampled a token outside the allowed-token mask"));
+                    continue;
+                }
+                complete_now = a.matcher->complete();
+            } catch (const Error& e) {
+                broken.emplace_back(&a, e);
+                continue;
+            }
+        }
         const auto lg = items[i].logits ? engine_->logits(a.seq) : std::span<const float>();
-        if (!a.gen->accept(tok, lg)) a.tokens.push_back(tok);
+        if (!a.gen->accept(tok, lg)) {
+            a.tokens.push_back(tok);
+            if (complete_now) a.gen->end("grammar");
+        }
     }
+    for (auto& [ptr, err] : broken)
+        for (auto& a : running_)
+            if (a.get() == ptr) fail(std::move(a), err);
     for (auto& a : running_)
-        if (a->gen->done()) complete(std::move(a));
+        if (a && a->gen->done()) complete(std::move(a));
     std::erase(running_, nullptr);
 }
 

@@ -50,6 +50,7 @@ Service::Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextC
     so.shutdown_grace = options_.shutdown_grace;
     so.repetition_window = options_.repetition_window;
     scheduler_ = std::make_unique<Scheduler>(std::move(engine), codec_, metrics_, so);
+    constraints_ = std::make_unique<ConstraintCache>(codec_, mi.vocab_size);
 }
 
 Service::~Service() { shutdown(); }
@@ -96,6 +97,7 @@ std::vector<std::shared_ptr<Job>> Service::submit_n(GenerationRequest req, uint3
         j->request.job_id = fmt::format("{}.{}", jobs[0]->request.job_id, i);
         j->seed = jobs[0]->seed + i;
         j->fork_of = jobs[0];
+        j->constraint = jobs[0]->constraint;
         jobs.push_back(std::move(j));
     }
     scheduler_->enqueue_all(jobs);
@@ -144,6 +146,13 @@ std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
         if (id < 0 || uint32_t(id) >= codec_->vocab_size())
             throw RequestError("logit_bias", fmt::format("'logit_bias' token id {} is outside the vocabulary (0..{})", id,
                                                          codec_->vocab_size() - 1));
+    if (req.constraint.active()) {
+        const std::string& f = req.constraint.field;
+        if (!scheduler_->limits().batched)
+            throw RequestError(f, fmt::format("'{}' is not available: the engine plugin runs no batched steps (ABI 1.2), "
+                                              "where the sampler takes the allowed-token mask", f));
+        job->constraint = constraints_->get(req.constraint);
+    }
     if (req.top_logprobs >= 0 && !has_logits_)
         throw RequestError("logprobs", "logprobs are not available: the engine plugin does not expose logits");
     job->seed = req.sampling.seed ? *req.sampling.seed : random_seed();

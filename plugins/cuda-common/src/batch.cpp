@@ -52,6 +52,8 @@ struct Layout {
 // scratch block: a step of a few tokens is ~200 small launches, whose launch
 // cost would otherwise exceed the GPU work.
 constexpr int kGraphMaxTokens = 64;
+// kv_init's warm-up pass over this many tokens (or max_step_tokens).
+constexpr uint32_t kWarmPrefillTokens = 512;
 
 int bucket_index(int ntok) {
     int b = 0;
@@ -127,11 +129,76 @@ void BatchBase::init_pool() {
         v_.emplace_back(layer_bytes, shape_.ledger);
     }
     pool_ = std::make_unique<ehp::BlockPool>(kPagedBlockTokens, limits_.total_blocks);
+    warm_up();
 }
 
 size_t BatchBase::table_capacity() const {
     const size_t per_seq = (size_t(limits_.max_seq_tokens) + kPagedBlockTokens - 1) / kPagedBlockTokens;
     return size_t(limits_.max_step_entries) * per_seq + 1;
+}
+
+void BatchBase::run_forward(const StepView& v, int bucket) {
+    cudaStream_t s = stream_.get();
+    if (bucket < 0) {
+        forward(v);
+    } else if (!graph_warm_[bucket]) {
+        forward(v);  // first use: lazy allocations (cuBLAS) happen outside a capture
+        graph_warm_[bucket] = true;
+    } else {
+        if (!graphs_[bucket].ready()) {
+            try {
+                graphs_[bucket].capture(s, [&] { forward(v); });
+            } catch (const ehp::Error& e) {
+                graph_failed_[bucket] = true;  // this bucket runs eagerly from now on
+                std::fprintf(stderr, "[ehcuda] batched step: graph capture for %d tokens failed (%s); running eagerly\n",
+                             v.ntok, e.what());
+            }
+        }
+        if (graphs_[bucket].ready())
+            graphs_[bucket].launch(s);
+        else
+            forward(v);
+    }
+}
+
+void BatchBase::warm_up() {
+    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), 0, 0, 0);
+    ensure_staging(L.end);
+    // Rows of nothing: token 0 at position 0 of the scratch block.
+    const int n = int(std::min<uint32_t>(limits_.max_step_tokens, kWarmPrefillTokens));
+    char* h = staging_host_;
+    for (int t = 0; t < n; ++t) {
+        reinterpret_cast<int32_t*>(h + L.tokens)[t] = 0;
+        reinterpret_cast<int32_t*>(h + L.pos)[t] = 0;
+        reinterpret_cast<int32_t*>(h + L.rows)[t] = int32_t(uint64_t(scratch_block_) * kPagedBlockTokens);
+        reinterpret_cast<int32_t*>(h + L.table)[t] = 0;
+        if (t < int(limits_.max_step_entries)) reinterpret_cast<int32_t*>(h + L.out_idx)[t] = t;
+    }
+    reinterpret_cast<int32_t*>(h + L.tables)[0] = int32_t(scratch_block_);
+    char* d = staging_dev_.as<char>();
+    EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + 4, cudaMemcpyHostToDevice, stream_.get()));
+    StepView v;
+    v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
+    v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
+    v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
+    v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
+    v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
+    v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
+    v.logits = logits_.as<float>();
+    // Each decode bucket twice: its first run, then its capture.
+    for (int b = 0; b < kBuckets; ++b) {
+        const int size = std::min<int>(1 << b, int(limits_.max_step_entries));
+        v.ntok = v.nout = size;
+        run_forward(v, b);
+        run_forward(v, b);
+        if (size == int(limits_.max_step_entries)) break;
+    }
+    // A prompt-sized pass: cuBLAS and the GEMM kernels start before the
+    // first request does.
+    v.ntok = n;
+    v.nout = 1;
+    forward(v);
+    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
 }
 
 eh_kv_info BatchBase::info() const {
@@ -350,26 +417,7 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     v.nout = graphed ? int(padded) : int(R);
     v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
     v.logits = logits_.as<float>();
-    if (!graphed) {
-        forward(v);
-    } else if (!graph_warm_[b]) {
-        forward(v);  // first use: lazy allocations (cuBLAS) happen outside a capture
-        graph_warm_[b] = true;
-    } else {
-        if (!graphs_[b].ready()) {
-            try {
-                graphs_[b].capture(s, [&] { forward(v); });
-            } catch (const ehp::Error& e) {
-                graph_failed_[b] = true;  // this bucket runs eagerly from now on
-                std::fprintf(stderr, "[ehcuda] batched step: graph capture for %zu tokens failed (%s); running eagerly\n",
-                             padded, e.what());
-            }
-        }
-        if (graphs_[b].ready())
-            graphs_[b].launch(s);
-        else
-            forward(v);
-    }
+    run_forward(v, graphed ? b : -1);
 
     auto* d_out = reinterpret_cast<int32_t*>(d + L.out);
     if (R) {

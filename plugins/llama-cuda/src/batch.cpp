@@ -145,9 +145,26 @@ void Batch::forward(const ehcuda::StepView& v) {
         ehcuda::MatSeg out{L.attn_out};
         matmul(&out, 1, c.q_dim(), attn, c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
-        normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * c.n_ff, T);
-        ehcuda::MatSeg down{L.ffn_down};
-        matmul(&down, 1, c.n_ff, ff, 2 * c.n_ff, ehcuda::XMode::SwiGLU, h, c.n_embd, true, T);
+        // One token: gate, up and the SwiGLU in one kernel that leaves the
+        // down projection's input quantized (as a session's decode step).
+        ehcuda::MatSeg gate, up, down{L.ffn_down};
+        gate_up_halves(L, c.n_ff, gate, up);
+        if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
+            ehcuda::GateUpArgs gu;
+            gu.gate = gate;
+            gu.up = up;
+            gu.cols = c.n_embd;
+            gu.x = h;
+            gu.norm_w = L.ffn_norm;
+            gu.norm_eps = c.eps;
+            gu.out = ff;
+            gu.out_bytes = ff_.size();
+            ehcuda::gate_up_swiglu(gu, s);
+            matmul(&down, 1, c.n_ff, ff, c.n_ff, ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
+        } else {
+            normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * c.n_ff, T);
+            matmul(&down, 1, c.n_ff, ff, 2 * c.n_ff, ehcuda::XMode::SwiGLU, h, c.n_embd, true, T);
+        }
     }
     if (v.nout == 0) return;
     // LM head on the tokens that need logits only.

@@ -31,21 +31,6 @@ ehcuda::SessionShape shape_of(Model& m) {
     return sh;
 }
 
-// A layer's gate and up as two matrices (phi3 stores them as one: gate's
-// n_ff rows, then up's).
-void gate_up_halves(const Layer& L, int n_ff, ehcuda::MatSeg& gate, ehcuda::MatSeg& up) {
-    if (L.n_gate_up == 2) {
-        gate = L.gate_up[0];
-        up = L.gate_up[1];
-        return;
-    }
-    gate = L.gate_up[0];
-    gate.w.rows = n_ff;
-    up = gate;
-    up.w.data = static_cast<const uint8_t*>(gate.w.data) + size_t(n_ff) * gate.w.row_bytes;
-    if (gate.bias) up.bias = gate.bias + n_ff;
-}
-
 }  // namespace
 
 Session::Session(Model& model, const eh_session_params& params)

@@ -97,7 +97,9 @@ protected:
     // earlier rows, logits of the v.nout chosen tokens into v.logits.
     virtual void forward(const StepView& v) = 0;
     // After the derived class allocated its step buffers: sizes the pool
-    // from the budget (or the free memory) and allocates it.
+    // from the budget (or the free memory), allocates it, and warms up
+    // (every decode bucket's graph captured, cuBLAS started), so the first
+    // request pays none of that.
     void init_pool();
 
     int max_step_tokens() const { return int(limits_.max_step_tokens); }
@@ -109,6 +111,10 @@ protected:
 
 private:
     void copy_block(uint32_t from, uint32_t to, uint32_t n_pos);
+    // forward(v), through bucket's graph when bucket >= 0 (run eagerly on
+    // its first use, captured on its second).
+    void run_forward(const StepView& v, int bucket);
+    void warm_up();
     // Grows the pinned staging and its device twin to at least `bytes`
     // (dropping the graphs, which read the old one).
     void ensure_staging(size_t bytes);

@@ -27,6 +27,9 @@ public:
     // then end_event() is the terminal event.
     bool accept(int32_t token, std::span<const float> logits);
     bool done() const { return !reason_.empty(); }
+    // Ends generation for a reason outside the token stream (the output
+    // completed its grammar): flushes held text like an EOS would.
+    void end(const std::string& reason);
     uint32_t tokens_out() const { return n_out_; }
     JobEvent end_event(std::chrono::steady_clock::time_point admitted) ;
 

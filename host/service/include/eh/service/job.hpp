@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "eh/constrain/automaton.hpp"
 #include "eh/error.hpp"
 #include "eh/service/request.hpp"
 
@@ -51,7 +52,7 @@ struct JobEvent {
     uint32_t tokens_out = 0;
     double decode_time_ms = 0;
     double time_to_first_token_ms = 0;
-    std::string stop_reason;           // "eos", "stop", "length"
+    std::string stop_reason;           // "eos", "stop", "length", "grammar" (the output completed its constraint)
     // Error
     Code code = Code::Internal;
     std::string message;
@@ -73,6 +74,9 @@ public:
     // The scheduler forks that job's sequence once its prompt is in, so the
     // prompt's KV is computed once.
     std::shared_ptr<Job> fork_of;
+    // The compiled output constraint (request.constraint), shared by every
+    // job with the same one; each running job walks it with its own Matcher.
+    std::shared_ptr<constrain::Automaton> constraint;
     std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
 
     void push(JobEvent ev);

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -12,6 +13,10 @@
 #include "eh/error.hpp"
 #include "eh/service/text_codec.hpp"
 #include "eh/service/tool_request.hpp"
+
+namespace eh::constrain {
+struct Grammar;
+}
 
 namespace eh::service {
 
@@ -59,6 +64,21 @@ struct Sampling {
     }
 };
 
+// What the output must match, enforced while decoding by an allowed-token
+// mask (host/constrain). Compiled when the request is submitted; a schema or
+// grammar the compiler refuses is a 400 naming `field`.
+struct OutputConstraint {
+    enum class Kind { None, JsonObject, JsonSchema, Grammar, Prebuilt };
+    Kind kind = Kind::None;
+    // JsonSchema: the schema as JSON text; Grammar: the grammar text;
+    // Prebuilt: a key naming `grammar` (equal keys must mean equal grammars:
+    // compiled matcher tables are cached under it).
+    std::string text;
+    std::string field;      // the request field that asked for it, for errors
+    std::shared_ptr<const constrain::Grammar> grammar;  // Prebuilt only (e.g. tool calls)
+    bool active() const { return kind != Kind::None; }
+};
+
 struct GenerationRequest {
     std::string job_id;
     std::string prompt;                // text handed to the tokenizer
@@ -73,6 +93,7 @@ struct GenerationRequest {
     std::vector<std::string> stop;
     int top_logprobs = -1;             // -1: no logprobs; 0: the chosen token's only
     bool ignore_eos = false;           // keep generating past end-of-generation tokens (benchmarks)
+    OutputConstraint constraint;       // response_format, grammar, json_schema, tool calls
     // Output text keeps control tokens (<|channel|>...): set for chat on
     // harmony models, whose output parser needs them.
     bool control_text = false;

@@ -7,6 +7,9 @@
 //   4. runs it; on KV_FULL evicts cached prefixes, then preempts the newest
 //      request (its blocks are freed and it is recomputed later), and tries
 //      again; otherwise hands each sampled token to its request.
+// A request with an output constraint samples under its matcher's
+// allowed-token mask, advances the matcher with each token, and ends
+// ("grammar") as soon as its output is complete.
 // A request joins or leaves the batch between any two steps.
 #pragma once
 
@@ -93,6 +96,10 @@ private:
         std::chrono::steady_clock::time_point admitted;
         int64_t deadline_ns = 0;
         uint64_t order = 0;             // admission order; the newest is preempted first
+        // Constrained output: the request's place in its grammar, and the
+        // allowed-token mask of the step in flight (kept alive here).
+        std::unique_ptr<constrain::Matcher> matcher;
+        std::shared_ptr<const constrain::Mask> mask;
     };
     using ActivePtr = std::unique_ptr<Active>;
 

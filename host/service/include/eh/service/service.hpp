@@ -9,6 +9,7 @@
 #include <string>
 
 #include "eh/loader/engine.hpp"
+#include "eh/service/constraint_cache.hpp"
 #include "eh/service/job.hpp"
 #include "eh/service/metrics.hpp"
 #include "eh/service/request.hpp"
@@ -96,6 +97,7 @@ private:
     uint64_t kv_bytes_per_token_ = 0;
     bool has_logits_ = false;
     std::unique_ptr<Scheduler> scheduler_;
+    std::unique_ptr<ConstraintCache> constraints_;
     std::atomic<bool> stopping_{false};
 };
 

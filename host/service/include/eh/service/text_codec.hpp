@@ -74,10 +74,11 @@ public:
     // The same, with control tokens written as their text (<|channel|>): for
     // output formats whose structure is in control tokens (harmony).
     virtual std::string decode_with_control(std::span<const int32_t> tokens) const { return decode(tokens); }
-    // The exact bytes one token adds to the output (an SPM piece keeps its
-    // leading space; a byte-fallback token is its one byte); "" for control
-    // tokens. For logprobs.
-    virtual std::string token_bytes(int32_t token) const { return decode(std::span<const int32_t>(&token, 1)); }
+    // The bytes the token adds to an output in mid-stream (SPM's "▁" as a
+    // space, even where decode() would strip it at the start; a byte-fallback
+    // token is its one byte); "" for control tokens. The constrained-decoding
+    // mask matches these; logprobs report them.
+    virtual std::string token_bytes(int32_t token) const = 0;
     // End-of-generation tokens (EOS, EOT, <|im_end|>, ...).
     virtual bool is_eog(int32_t token) const = 0;
     virtual uint32_t vocab_size() const = 0;
@@ -103,6 +104,7 @@ public:
     std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false,
                                 std::span<const TextSpan> literal = {}) const override;
     std::string decode(std::span<const int32_t> tokens) const override;
+    std::string token_bytes(int32_t token) const override { return decode(std::span<const int32_t>(&token, 1)); }
     bool is_eog(int32_t token) const override { return eog_ >= 0 && token == eog_; }
     uint32_t vocab_size() const override { return vocab_; }
     std::string kind() const override { return "bytes"; }

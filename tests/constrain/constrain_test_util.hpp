@@ -1,0 +1,42 @@
+// Helpers for the constrained-decoding tests: a one-byte-per-token
+// vocabulary (plus an end token) and a matcher over a grammar.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "eh/constrain/automaton.hpp"
+#include "eh/constrain/grammar.hpp"
+
+namespace eh::constrain::test {
+
+inline constexpr int32_t kByteEnd = 256;
+
+inline std::shared_ptr<const TokenVocab> byte_vocab() {
+    static const auto v = [] {
+        std::vector<std::string> bytes;
+        for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+        bytes.emplace_back();  // the end token
+        return std::make_shared<const TokenVocab>(std::move(bytes), std::vector<int32_t>{kByteEnd});
+    }();
+    return v;
+}
+
+inline Matcher matcher(std::shared_ptr<const Grammar> g) {
+    return Matcher(std::make_shared<Automaton>(std::move(g), byte_vocab()));
+}
+
+// Does the grammar match exactly `text`?
+inline bool matches(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+    Matcher m = matcher(g);
+    return m.accept_bytes(text) && m.accepting();
+}
+
+// Is `text` a prefix of some match?
+inline bool prefix_ok(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+    Matcher m = matcher(g);
+    return m.accept_bytes(text);
+}
+
+}  // namespace eh::constrain::test
