@@ -204,6 +204,73 @@ TEST(ToolCallsServe, RealModelSmoke) {
     EXPECT_EQ(f.calls.size(), msg.contains("tool_calls") ? msg["tool_calls"].size() : 0u);
 }
 
+// tool_choice "required" / named on a real model (stories260K on the CPU
+// reference engine, which takes the allowed-token mask): whatever the
+// model would have written, the output is a call of an offered function
+// whose arguments match its schema.
+TEST(ToolCallsServe, ForcedCallsAreValidCallsOnARealModel) {
+    // (gpt-oss's template needs each tool's description.)
+    const std::string tools = R"([{"type":"function","function":{"name":"get_weather","description":"w","parameters":{"type":"object",)"
+                              R"("properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city","days"],)"
+                              R"("additionalProperties":false}}},{"type":"function","function":{"name":"get_time","description":"t",)"
+                              R"("parameters":{"type":"object","properties":{"zone":{"type":"string","enum":["UTC","CET"]}},)"
+                              R"("required":["zone"],"additionalProperties":false}}}])";
+    auto check_call = [](const json& call) {
+        const std::string name = call["function"]["name"];
+        json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+        ASSERT_TRUE(args.is_object()) << call.dump();
+        if (name == "get_weather") {
+            EXPECT_TRUE(args["city"].is_string() && args["days"].is_number_integer() && args.size() == 2) << args.dump();
+        } else {
+            ASSERT_EQ(name, "get_time");
+            EXPECT_TRUE(args["zone"] == "UTC" || args["zone"] == "CET") << args.dump();
+        }
+    };
+    for (const auto& [tmpl, label] : {std::pair{qwen_template(), "qwen"}, std::pair{gptoss_template(), "gpt-oss"}}) {
+        TemplatedModel m(tmpl);
+        EngineHost h({}, {}, true, EH_PLUGIN_DIR, m.path);
+        ASSERT_TRUE(h.running()) << h.log();
+        for (int seed = 0; seed < 3; ++seed) {
+            const std::string named = R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}},"temperature":1,"seed":)" +
+                                      std::to_string(seed) + R"(,"tools":)" + tools;
+            int status = 0;
+            json j = chat(h, named, &status);
+            ASSERT_EQ(status, 200) << label << " " << j.dump();
+            const json& msg = j["choices"][0]["message"];
+            EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << label << " " << j.dump();
+            ASSERT_EQ(msg["tool_calls"].size(), 1u) << label << " " << j.dump();
+            EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_time");
+            check_call(msg["tool_calls"][0]);
+            Folded f = stream(h, named);
+            EXPECT_EQ(f.finish, "tool_calls");
+            ASSERT_EQ(f.calls.size(), 1u) << label;
+            EXPECT_EQ(f.calls[0]["name"], "get_time");
+        }
+        if (std::string(label) == "qwen") {
+            for (int seed = 0; seed < 3; ++seed) {
+                json j = chat(h, R"(,"tool_choice":"required","temperature":1,"seed":)" + std::to_string(seed) + R"(,"tools":)" + tools);
+                const json& msg = j["choices"][0]["message"];
+                ASSERT_GE(msg["tool_calls"].size(), 1u) << j.dump();
+                for (const json& c : msg["tool_calls"]) check_call(c);
+            }
+        } else {  // harmony: the header is prefilled, so one tool at most
+            int status = 0;
+            json j = chat(h, R"(,"tool_choice":"required","tools":)" + tools, &status);
+            EXPECT_EQ(status, 400);
+            EXPECT_EQ(j["error"]["param"], "tool_choice") << j.dump();
+        }
+    }
+}
+
+TEST(ToolCallsServe, ForcedCallOnAnEngineWithoutMasksIs400) {
+    TemplatedModel m(qwen_template());
+    EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);  // a 1.0 engine: no masks
+    int status = 0;
+    json j = chat(h, std::string(R"(,"tool_choice":"required","tools":)") + kTools, &status);
+    EXPECT_EQ(status, 400) << j.dump();
+    EXPECT_EQ(j["error"]["param"], "tool_choice") << j.dump();
+}
+
 TEST(ToolCallsServe, ModelWithoutToolFormatIs400) {
     EngineHost h;  // stories260K: no chat template, so no tool format
     int status = 0;

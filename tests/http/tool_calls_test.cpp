@@ -9,6 +9,7 @@
 
 #include "eh/service/chat_output.hpp"
 #include "eh/service/request.hpp"
+#include "eh/service/chat_prompt.hpp"
 
 using namespace eh;
 using namespace eh::service;
@@ -310,4 +311,33 @@ TEST(ToolRequest, HistoryBecomesTheMessagesTransformersRendered) {
         ++checked;
     }
     EXPECT_GE(checked, 6u);
+}
+
+TEST(ToolConstraint, ForcedCallsBecomeAConstraint) {
+    const std::string tools = std::string(R"("tools":[)") + kTool + "]";
+    auto r = chat(tools + R"(,"tool_choice":"required")");
+    r.gen.prompt = "P";
+    constrain_tool_call(r, ToolFormat::Hermes);
+    EXPECT_EQ(r.gen.constraint.kind, OutputConstraint::Kind::Prebuilt);
+    EXPECT_EQ(r.gen.constraint.field, "tool_choice");
+    ASSERT_TRUE(r.gen.constraint.grammar);
+    EXPECT_EQ(r.gen.prompt, "P");  // Hermes: nothing prefilled
+    auto h = chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})");
+    h.gen.prompt = "P";
+    constrain_tool_call(h, ToolFormat::Harmony);
+    EXPECT_EQ(h.tools.prefill, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
+    EXPECT_EQ(h.gen.prompt, "P" + h.tools.prefill);
+    EXPECT_NE(h.gen.constraint.text, r.gen.constraint.text);  // cache keys differ with the grammar
+    // Two tools, "required", harmony: the header cannot be prefilled.
+    auto two = chat(R"("tools":[)" + std::string(kTool) + R"(,{"type":"function","function":{"name":"b"}}],"tool_choice":"required")");
+    EXPECT_THROW(constrain_tool_call(two, ToolFormat::Harmony), RequestError);
+    // A parameters schema outside the supported subset names the keyword.
+    auto bad = chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"z":{"type":"string","pattern":"^a"}}}}}],"tool_choice":"required")");
+    try {
+        constrain_tool_call(bad, ToolFormat::Hermes);
+        FAIL();
+    } catch (const RequestError& e) {
+        EXPECT_EQ(e.field(), "tools");
+        EXPECT_NE(std::string(e.what()).find("pattern"), std::string::npos) << e.what();
+    }
 }

@@ -135,7 +135,7 @@ void Server::Impl::install_openai() {
         if (chat) {
             service::ChatParseOptions po{r.tools.enabled(), r.tools.parallel, {}};
             for (const auto& t : r.tools.tools) po.names.push_back(t.name);
-            for (size_t i = 0; i < n_choices; ++i) outputs->emplace_back(svc->codec().tool_format(), po);
+            for (size_t i = 0; i < n_choices; ++i) outputs->emplace_back(svc->codec().tool_format(), po, r.tools.prefill);
         }
         // Usage once the last choice ended: (choices ended, completion tokens).
         auto totals = std::make_shared<std::pair<size_t, uint32_t>>(0, 0);

@@ -4,8 +4,11 @@ namespace eh::http {
 
 using service::ChatPiece;
 
-ChatChoiceOutput::ChatChoiceOutput(service::ToolFormat format, const service::ChatParseOptions& options)
-    : parser_(service::make_chat_output_parser(format, options)) {}
+ChatChoiceOutput::ChatChoiceOutput(service::ToolFormat format, const service::ChatParseOptions& options,
+                                   const std::string& prefill)
+    : parser_(service::make_chat_output_parser(format, options)) {
+    if (!prefill.empty()) prefilled_ = parser_->feed(prefill);
+}
 
 std::vector<nlohmann::json> ChatChoiceOutput::to_deltas(const service::ChatPieces& pieces) {
     std::vector<nlohmann::json> out;
@@ -39,19 +42,23 @@ void ChatChoiceOutput::collect(const service::ChatPieces& pieces) {
 }
 
 std::vector<nlohmann::json> ChatChoiceOutput::deltas(std::string_view text) {
-    auto pieces = parser_->feed(text);
+    auto pieces = std::move(prefilled_);
+    prefilled_.clear();
+    for (auto& p : parser_->feed(text)) pieces.push_back(std::move(p));
     collect(pieces);
     return to_deltas(pieces);
 }
 
 std::vector<nlohmann::json> ChatChoiceOutput::finish_deltas() {
-    auto pieces = parser_->finish();
+    auto pieces = std::move(prefilled_);
+    prefilled_.clear();
+    for (auto& p : parser_->finish()) pieces.push_back(std::move(p));
     collect(pieces);
     return to_deltas(pieces);
 }
 
-void ChatChoiceOutput::add(std::string_view text) { collect(parser_->feed(text)); }
-void ChatChoiceOutput::finish() { collect(parser_->finish()); }
+void ChatChoiceOutput::add(std::string_view text) { deltas(text); }
+void ChatChoiceOutput::finish() { finish_deltas(); }
 
 nlohmann::json ChatChoiceOutput::message() const {
     nlohmann::json m = {{"role", "assistant"}, {"content", content_}};

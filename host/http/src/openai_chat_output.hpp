@@ -16,7 +16,10 @@ namespace eh::http {
 
 class ChatChoiceOutput {
 public:
-    ChatChoiceOutput(service::ToolFormat format, const service::ChatParseOptions& options);
+    // `prefill`: the start of the answer that is already in the prompt (a
+    // forced call's header on harmony models), parsed before the output.
+    ChatChoiceOutput(service::ToolFormat format, const service::ChatParseOptions& options,
+                     const std::string& prefill = "");
 
     // Streaming: the deltas this text completes (one per piece; the first
     // delta of a tool call carries id, type, name and empty arguments, later
@@ -45,6 +48,7 @@ private:
         std::string id, name, arguments;
     };
     std::vector<Call> calls_;
+    service::ChatPieces prefilled_;  // the prefill's pieces, sent with the first output
 };
 
 }  // namespace eh::http

@@ -20,9 +20,6 @@ void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::str
                 throw RequestError("messages", fmt::format("'messages[{}]' is a tool call or tool result, but model '{}' has "
                                                            "no tool-call format in its chat template", i, model));
     }
-    if (r.tools.forced())
-        throw RequestError("tool_choice", "'tool_choice' \"required\" or a named function needs decoding constrained to a "
-                                          "call, which this server does not do yet; use \"auto\"");
     ChatRenderOptions opt;
     if (r.tools.enabled()) opt.tools_json = r.tools.tools_json;
     if (!r.tools.reasoning_effort.empty())
@@ -31,6 +28,12 @@ void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::str
     r.gen.prompt = std::move(p.text);
     r.gen.literal = std::move(p.literal);
     r.gen.control_text = format == ToolFormat::Harmony;
+    if (r.tools.forced()) {
+        if (r.gen.constraint.active())
+            throw RequestError("tool_choice", "'tool_choice' \"required\" or a named function cannot be combined with "
+                                              "'response_format'");
+        constrain_tool_call(r, format);
+    }
 }
 
 }  // namespace eh::service

@@ -28,6 +28,10 @@ struct ChatToolRequest {
     std::string named;             // Choice::Named: the function
     bool parallel = true;          // parallel_tool_calls
     std::string reasoning_effort;  // "", "low", "medium" or "high"
+    // Set when the call is forced on a harmony model: the answer's start
+    // (the call's header), written into the prompt; the output parser reads
+    // it before the output.
+    std::string prefill;
 
     // Tool calls are parsed from the output (and offered to the template).
     bool enabled() const { return !tools.empty() && choice != Choice::None; }
