@@ -45,10 +45,10 @@ struct RewrittenModel {
     RewrittenModel& operator=(const RewrittenModel&) = delete;
 };
 
-// stories260K with `tmpl` as its tokenizer.chat_template.
+// `source` (stories260K by default) with `tmpl` as its tokenizer.chat_template.
 struct TemplatedModel : RewrittenModel {
-    explicit TemplatedModel(const std::string& tmpl)
-        : RewrittenModel(stories_model(), {{"tokenizer.chat_template", eh::model::GgufValue::string(tmpl)}}) {}
+    explicit TemplatedModel(const std::string& tmpl, const std::string& source = stories_model())
+        : RewrittenModel(source, {{"tokenizer.chat_template", eh::model::GgufValue::string(tmpl)}}) {}
 };
 
 // engine-host serving `model` with the test engine scripted
