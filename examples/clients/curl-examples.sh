@@ -24,4 +24,16 @@ echo "== OpenAI chat, streaming with usage"
 curl -sN "$BASE/v1/chat/completions" -H 'Content-Type: application/json' \
   -d '{"model":"any","messages":[{"role":"user","content":"Tell me a story"}],"max_tokens":16,"stream":true,"stream_options":{"include_usage":true}}'
 
+echo "== Anthropic Messages API, not streaming"
+curl -s "$BASE/v1/messages" -H 'Content-Type: application/json' \
+  -d '{"model":"any","max_tokens":32,"system":"You tell short stories.","messages":[{"role":"user","content":"Tell me a story"}]}'; echo
+
+echo "== Anthropic Messages API, streaming"
+curl -sN "$BASE/v1/messages" -H 'Content-Type: application/json' \
+  -d '{"model":"any","max_tokens":8,"stream":true,"messages":[{"role":"user","content":"Tell me a story"}]}'
+
+echo "== Anthropic token count"
+curl -s "$BASE/v1/messages/count_tokens" -H 'Content-Type: application/json' \
+  -d '{"model":"any","messages":[{"role":"user","content":"Tell me a story"}]}'; echo
+
 echo "== metrics";       curl -s "$BASE/metrics" | grep -v '^#' | head -20

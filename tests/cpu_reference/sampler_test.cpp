@@ -167,7 +167,7 @@ TEST(Sampler, PresenceAndFrequencyFollowOpenAIsFormula) {
 TEST(Sampler, RejectsBadParameters) {
     auto expect_bad = [](eh_sampling_params p) {
         try {
-            validate_sampling(p);
+            ehp::check_sampling(p);
             ADD_FAILURE() << "accepted";
         } catch (const ehp::Error& e) {
             EXPECT_EQ(e.status(), EH_INVALID_ARGUMENT);

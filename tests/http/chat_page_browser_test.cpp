@@ -164,6 +164,31 @@ TEST(ChatPageBrowser, StreamsAReplyFromTheShippedModel) {
     EXPECT_EQ(b.script("return document.getElementById('send').disabled"), false);
 }
 
+// With --api-key the page still loads; a message without the key shows the
+// server's 401 and points at the key field; with the key typed in, the
+// reply streams.
+TEST(ChatPageBrowser, AsksForTheApiKeyAndSendsIt) {
+    EngineHost h({"--api-key", "page-key"}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", EH_DEFAULT_MODEL);
+    ASSERT_GT(h.port(), 0) << h.log();
+    Browser b;
+    ASSERT_TRUE(open_page(b, h));
+    b.type(b.find("#prompt"), "Hello");
+    b.click(b.find("#send"));
+    ASSERT_TRUE(b.wait_for("const m = document.querySelector('.msg.assistant');"
+                           "return !!m && m.dataset.state === 'error'", 20s));
+    const std::string error = b.script("return document.querySelector('.msg.assistant').textContent");
+    EXPECT_NE(error.find("API key"), std::string::npos) << error;
+    EXPECT_EQ(b.script("return document.activeElement.id"), "api_key");
+
+    b.type(b.find("#api_key"), "page-key");
+    set_field(b, "#max_tokens", "5");
+    b.type(b.find("#prompt"), "Hello");
+    b.click(b.find("#send"));
+    ASSERT_TRUE(b.wait_for("const m = document.querySelectorAll('.msg.assistant')[1];"
+                           "return !!m && m.dataset.state === 'done'", 30s))
+        << b.script("return document.getElementById('conversation').innerHTML");
+}
+
 // Stop ends a slow reply: the page marks it stopped and the server drops the
 // job (the test engine waits 50 ms a token, so the reply cannot finish first).
 TEST(ChatPageBrowser, StopEndsTheReplyAndTheServerJob) {

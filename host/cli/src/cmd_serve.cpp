@@ -32,6 +32,7 @@
 #include "model_ref.hpp"
 #include "options.hpp"
 #include "plugin_report.hpp"
+#include "serve_access.hpp"
 #include "serve_codec.hpp"
 #include "serve_model.hpp"
 
@@ -142,6 +143,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("shutdown-grace-ms", po::value<uint32_t>()->default_value(4500), "time running jobs get to finish on shutdown; streams then get 500 ms to send their last event");
     po::variables_map vm;
     int code = kOk;
+    add_serve_access_options(desc);  // API keys, HTTPS, request limits
     if (!parse_options(args, desc, kServeUsage, vm, code)) return code;
 
     const std::string log_format = vm["log-format"].as<std::string>();
@@ -232,6 +234,10 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (vm.count("allowed-hosts")) boost::split(so.allowed_hosts, vm["allowed-hosts"].as<std::string>(), boost::is_any_of(","));
     so.allow_shutdown_endpoint = vm.count("allow-shutdown-endpoint") > 0;
     if (max_out) so.limits.max_tokens = max_out;
+    if (std::string err; !apply_serve_access_options(vm, so, err)) {
+        print_error(err);
+        return kUsage;
+    }
     // Every running and waiting request holds an HTTP thread while it streams.
     so.threads = vm["queue-size"].as<size_t>() + parallel + 16;
     http::Server server(so, metrics);
@@ -245,7 +251,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         return kFailure;
     }
     std::thread http_thread([&] { server.run(); });
-    const std::string uri = fmt::format("http://{}:{}", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, bound);
+    const std::string uri = fmt::format("{}://{}:{}", so.ssl_cert_file.empty() ? "http" : "https", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, bound);
     log_event(lvl::info, "listening", {{"uri", uri}, {"port", bound}});
 
     std::shared_ptr<EngineModel> model;

@@ -1,18 +1,25 @@
 #include "connection.hpp"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/pem.h>
+
 #include <cerrno>
+#include <cstdio>
 #include <system_error>
 #include <cstring>
+#include <optional>
 
+#include "access_log.hpp"
 #include "crash_notice.hpp"
 #include "impl.hpp"
+#include "request_guard.hpp"
 
 namespace eh::http {
 namespace {
@@ -37,16 +44,78 @@ const char* reason_phrase(int status) {
     }
 }
 
-bool send_all(int fd, std::string_view s, std::chrono::milliseconds timeout) {
+}  // namespace
+
+// The bytes of one connection: the socket itself, or TLS over it (then the
+// socket is non-blocking and OpenSSL may need to read to write or the other
+// way round; wants() says which to poll for).
+class Transport {
+public:
+    explicit Transport(int fd, SSL* ssl = nullptr) : fd_(fd), ssl_(ssl) {}
+    ~Transport() {
+        if (ssl_) SSL_free(ssl_);
+    }
+    Transport(const Transport&) = delete;
+    Transport& operator=(const Transport&) = delete;
+    int fd() const { return fd_; }
+    bool tls() const { return ssl_ != nullptr; }
+    short wants() const { return wants_; }
+    // Decrypted bytes not handed out yet: poll() cannot see them.
+    bool buffered() const { return ssl_ && SSL_pending(ssl_) > 0; }
+    // As recv()/send(): > 0 bytes, 0 the peer closed, -1 with errno (EAGAIN: poll for wants(), then again).
+    ssize_t recv(char* p, size_t n) {
+        wants_ = POLLIN;
+        if (!ssl_) return ::recv(fd_, p, n, 0);
+        return tls_result(SSL_read(ssl_, p, int(std::min<size_t>(n, 1 << 30))));
+    }
+    ssize_t send(const char* p, size_t n) {
+        wants_ = POLLOUT;
+        if (!ssl_) return ::send(fd_, p, n, MSG_NOSIGNAL);
+        return tls_result(SSL_write(ssl_, p, int(std::min<size_t>(n, 1 << 30))));
+    }
+    // Sends TLS's close_notify (best effort) before the socket is shut.
+    void close_notify() {
+        if (ssl_) SSL_shutdown(ssl_);
+    }
+
+private:
+    ssize_t tls_result(int rc) {
+        if (rc > 0) return rc;
+        switch (SSL_get_error(ssl_, rc)) {
+        case SSL_ERROR_WANT_READ: wants_ = POLLIN; errno = EAGAIN; return -1;
+        case SSL_ERROR_WANT_WRITE: wants_ = POLLOUT; errno = EAGAIN; return -1;
+        case SSL_ERROR_ZERO_RETURN: return 0;
+        default: ERR_clear_error(); errno = ECONNRESET; return -1;
+        }
+    }
+    int fd_;
+    SSL* ssl_;
+    short wants_ = POLLIN;
+};
+
+namespace {
+
+// Waits (up to `ms`) until `t` can make progress in the direction it last wanted.
+bool wait_for(Transport& t, short events, int ms) {
+    if (events == POLLIN && t.buffered()) return true;
+    pollfd p{t.fd(), events, 0};
+    return ::poll(&p, 1, ms) > 0;
+}
+
+bool send_all(Transport& t, std::string_view s, std::chrono::milliseconds timeout) {
     const auto until = Clock::now() + timeout;
+    short want = POLLOUT;
     while (!s.empty()) {
-        pollfd p{fd, POLLOUT, 0};
         int left = int(std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count());
-        if (left <= 0 || ::poll(&p, 1, left) <= 0) return false;
-        ssize_t n = ::send(fd, s.data(), s.size(), MSG_NOSIGNAL);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        if (left <= 0 || !wait_for(t, want, left)) return false;
+        ssize_t n = t.send(s.data(), s.size());
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+            want = t.wants();
+            continue;
+        }
         if (n <= 0) return false;
         s.remove_prefix(size_t(n));
+        want = POLLOUT;
     }
     return true;
 }
@@ -54,8 +123,7 @@ bool send_all(int fd, std::string_view s, std::chrono::milliseconds timeout) {
 // A complete error response; the connection is closed after it, since the
 // rest of the request (if any) was not read.
 std::string error_response(int status, const std::string& code, const std::string& message, const nlohmann::json& details,
-                           bool retry_after) {
-    std::string cid = new_correlation_id();
+                           bool retry_after, const std::string& cid) {
     std::string body = dump(typed_error_body(status, code, message, cid, details));
     std::string r = "HTTP/1.1 " + std::to_string(status) + " " + reason_phrase(status) + "\r\n";
     r += "Content-Type: application/json\r\nConnection: close\r\nX-Correlation-Id: " + cid + "\r\n";
@@ -78,9 +146,10 @@ bool peer_alive(int fd) {
 // httplib reads the canonical request from memory and writes to the socket.
 class CanonicalStream final : public httplib::Stream {
 public:
-    CanonicalStream(int fd, std::string request, std::chrono::milliseconds write_timeout)
-        : fd_(fd), in_(std::move(request)), write_timeout_(write_timeout) {}
+    CanonicalStream(Transport& t, std::string request, std::chrono::milliseconds write_timeout)
+        : t_(t), fd_(t.fd()), in_(std::move(request)), write_timeout_(write_timeout) {}
 
+    uint64_t bytes_written() const { return written_; }
     bool is_readable() const override { return pos_ < in_.size(); }
     bool is_writable() const override {
         pollfd p{fd_, POLLOUT, 0};
@@ -94,12 +163,19 @@ public:
         return ssize_t(n);
     }
     ssize_t write(const char* ptr, size_t size) override {
+        short want = POLLOUT;
         for (;;) {
-            pollfd p{fd_, POLLOUT, 0};
-            if (::poll(&p, 1, int(write_timeout_.count())) <= 0) return -1;
-            ssize_t n = ::send(fd_, ptr, size, MSG_NOSIGNAL);
-            if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-            if (n > 0) crash_notice::wrote(fd_, std::string_view(ptr, size_t(n)), size_t(n) == size);
+            if (!wait_for(t_, want, int(write_timeout_.count()))) return -1;
+            ssize_t n = t_.send(ptr, size);
+            if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+                want = t_.wants();
+                continue;
+            }
+            if (n > 0) {
+                written_ += uint64_t(n);
+                // Raw bytes cannot be added to a TLS stream: no crash notice there.
+                if (!t_.tls()) crash_notice::wrote(fd_, std::string_view(ptr, size_t(n)), size_t(n) == size);
+            }
             return n;
         }
     }
@@ -128,28 +204,36 @@ private:
         ip = buf;
     }
 
+    Transport& t_;
     int fd_;
     std::string in_;
     size_t pos_ = 0;
     std::chrono::milliseconds write_timeout_;
+    uint64_t written_ = 0;
 };
 
 enum class Read { Ok, Closed, TimedOut, Aborted };
 
 // Appends what the socket has, waiting until `until` in short slices so the
 // stop flags are seen.
-Read read_more(int fd, std::string& buf, Clock::time_point until, const std::atomic<bool>& aborted) {
+Read read_more(Transport& t, std::string& buf, Clock::time_point until, const std::atomic<bool>& aborted) {
+    short want = POLLIN;
     for (;;) {
         if (aborted.load()) return Read::Aborted;
         auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
         if (left <= 0) return Read::TimedOut;
-        pollfd p{fd, POLLIN, 0};
-        int rc = ::poll(&p, 1, int(std::min<int64_t>(left, kSliceMs)));
-        if (rc < 0 && errno != EINTR) return Read::Closed;
-        if (rc <= 0) continue;
+        if (!(want == POLLIN && t.buffered())) {
+            pollfd p{t.fd(), want, 0};
+            int rc = ::poll(&p, 1, int(std::min<int64_t>(left, kSliceMs)));
+            if (rc < 0 && errno != EINTR) return Read::Closed;
+            if (rc <= 0) continue;
+        }
         char chunk[16384];
-        ssize_t n = ::recv(fd, chunk, sizeof chunk, 0);
-        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        ssize_t n = t.recv(chunk, sizeof chunk);
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) {
+            want = t.wants();
+            continue;
+        }
         if (n <= 0) return Read::Closed;
         buf.append(chunk, size_t(n));
         return Read::Ok;
@@ -160,7 +244,9 @@ Read read_more(int fd, std::string& buf, Clock::time_point until, const std::ato
 // make the kernel send a reset, which can destroy the answer before the
 // client reads it. So: end our side, then read and drop what still comes for
 // a short while (bounded in bytes and time).
-void linger_close(int fd) {
+void linger_close(Transport& t) {
+    const int fd = t.fd();
+    t.close_notify();
     ::shutdown(fd, SHUT_WR);
     const auto until = Clock::now() + std::chrono::milliseconds(500);
     size_t dropped = 0;
@@ -181,6 +267,51 @@ void linger_close(int fd) {
 GatedServer::GatedServer() {
     new_task_queue = [] { return new ConnectionThreads(); };
     set_keep_alive_max_count(limits.max_requests_per_connection);
+    // httplib calls this once the response is written (a stream included):
+    // the status and correlation id of the request the gate is serving.
+    set_logger([](const httplib::Request&, const httplib::Response& res) {
+        if (auto* scope = access::current()) {
+            scope->entry.status = res.status;
+            scope->entry.correlation_id = res.get_header_value("X-Correlation-Id");
+        }
+    });
+}
+
+GatedServer::~GatedServer() {
+    if (tls_) SSL_CTX_free(tls_);
+}
+
+void GatedServer::use_tls(const std::string& cert_file, const std::string& key_file) {
+    auto fail = [](const std::string& what) {
+        unsigned long e = ERR_get_error();
+        char reason[256] = "unknown reason";
+        if (e) ERR_error_string_n(e, reason, sizeof reason);
+        ERR_clear_error();
+        throw Error(Code::InvalidRequest, what + " (" + reason + ")");
+    };
+    SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
+    if (!ctx) fail("cannot create a TLS context");
+    SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
+    SSL_CTX_set_mode(ctx, SSL_MODE_ENABLE_PARTIAL_WRITE | SSL_MODE_ACCEPT_MOVING_WRITE_BUFFER);
+    auto give_up = [&](const std::string& what) {
+        SSL_CTX_free(ctx);
+        fail(what);
+    };
+    if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1)
+        give_up("--ssl-cert-file " + cert_file + ": not a readable PEM certificate");
+    // Read first, so an unreadable key and a key for another certificate
+    // get different messages.
+    EVP_PKEY* key = nullptr;
+    if (FILE* f = std::fopen(key_file.c_str(), "r")) {
+        key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
+        std::fclose(f);
+    }
+    if (!key) give_up("--ssl-key-file " + key_file + ": not a readable PEM private key");
+    const bool matches = SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
+    EVP_PKEY_free(key);
+    if (!matches) give_up("--ssl-key-file " + key_file + " does not match the certificate in " + cert_file);
+    if (tls_) SSL_CTX_free(tls_);
+    tls_ = ctx;
 }
 
 void GatedServer::widen_backlog(int backlog) {
@@ -194,21 +325,61 @@ bool GatedServer::process_and_close_socket(socket_t sock) {
     // delayed ACK (~40 ms) before each body.
     int one = 1;
     ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-    serve(int(sock), size_t(++open_));
+    const size_t open = size_t(++open_);
+    if (!tls_) {
+        Transport t{int(sock)};
+        serve(t, open);
+    } else if (SSL* ssl = SSL_new(tls_)) {
+        // Non-blocking, so neither the handshake nor a read can outlast its
+        // deadline; the handshake gets the header timeout.
+        ::fcntl(sock, F_SETFL, ::fcntl(sock, F_GETFL) | O_NONBLOCK);
+        SSL_set_fd(ssl, int(sock));
+        Transport t(int(sock), ssl);
+        const auto until = Clock::now() + limits.header_timeout;
+        bool ready = false;
+        for (;;) {
+            int rc = SSL_accept(ssl);
+            if (rc == 1) {
+                ready = true;
+                break;
+            }
+            int e = SSL_get_error(ssl, rc);
+            if ((e != SSL_ERROR_WANT_READ && e != SSL_ERROR_WANT_WRITE) || aborted_.load()) break;
+            auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - Clock::now()).count();
+            pollfd p{int(sock), short(e == SSL_ERROR_WANT_READ ? POLLIN : POLLOUT), 0};
+            if (left <= 0 || ::poll(&p, 1, int(std::min<int64_t>(left, kSliceMs))) < 0) break;
+        }
+        ERR_clear_error();  // a failed handshake (a plain-HTTP client, a scanner) is that client's business
+        if (ready) serve(t, open);
+        t.close_notify();
+    }
     --open_;
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
     return true;
 }
 
-void GatedServer::serve(int fd, size_t open) {
+void GatedServer::serve(Transport& t, size_t open) {
+    const int fd = t.fd();
+    // Method and path of the request being read, for the access log of a refusal.
+    std::string method = "-", path = "-";
+    Clock::time_point head_done = Clock::now();
     auto refuse = [&](int status, const std::string& code, const std::string& message, const nlohmann::json& details,
                       bool retry_after = false) {
         if (on_refused) on_refused(status);
-        if (!send_all(fd, error_response(status, code, message, details, retry_after), std::chrono::milliseconds(1000)))
-            return;
+        access::Entry e;
+        e.method = method;
+        e.path = path;
+        e.status = status;
+        e.correlation_id = new_correlation_id();
+        const std::string response = error_response(status, code, message, details, retry_after, e.correlation_id);
+        const bool sent = send_all(t, response, std::chrono::milliseconds(1000));
+        e.bytes = sent ? response.size() : 0;
+        e.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - head_done).count();
+        access::write(e);
+        if (!sent) return;
         // Not when over the connection cap: a flood must not keep threads.
-        if (!retry_after) linger_close(fd);
+        if (!retry_after) linger_close(t);
     };
     auto busy = [&] {
         refuse(503, "QUEUE_FULL",
@@ -222,14 +393,16 @@ void GatedServer::serve(int fd, size_t open) {
     const FramingLimits& fl = limits.framing;
     std::string buf;  // read, not yet consumed (a pipelined request may already be here)
     for (size_t served = 0; served < limits.max_requests_per_connection; ++served) {
+        method = path = "-";
         // Wait for the next request. A fresh connection always gets its
         // first request served, even while draining (/health answers
         // "shutting_down"); a kept-alive one closes instead.
         if (served > 0 && draining_.load()) return;
-        if (buf.empty() && read_more(fd, buf, Clock::now() + limits.idle_timeout, aborted_) != Read::Ok) return;
+        if (buf.empty() && read_more(t, buf, Clock::now() + limits.idle_timeout, aborted_) != Read::Ok) return;
 
         // The head, within the header timeout.
         const auto head_until = Clock::now() + header_timeout;
+        head_done = Clock::now();
         size_t head_end;
         while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
             if (buf.size() > fl.max_head_bytes) {
@@ -238,16 +411,20 @@ void GatedServer::serve(int fd, size_t open) {
                        {{"limit_bytes", fl.max_head_bytes}});
                 return;
             }
-            Read r = read_more(fd, buf, head_until, aborted_);
+            Read r = read_more(t, buf, head_until, aborted_);
             if (r == Read::TimedOut)
                 refuse(408, "INVALID_REQUEST",
                        "the request head did not arrive within " + std::to_string(header_timeout.count()) + " ms",
                        {{"timeout_ms", header_timeout.count()}});
             if (r != Read::Ok) return;
         }
+        head_done = Clock::now();
         RequestHead head;
         FramingError err;
-        if (!parse_head(std::string_view(buf).substr(0, head_end), fl, head, err)) {
+        const bool parsed = parse_head(std::string_view(buf).substr(0, head_end), fl, head, err);
+        if (!head.method.empty()) method = head.method.substr(0, 16);
+        if (!head.target.empty()) path = access::log_path(head.target);
+        if (!parsed) {
             nlohmann::json details = nlohmann::json::object();
             if (err.status == 413) details["limit_bytes"] = fl.max_body_bytes;
             refuse(err.status, "INVALID_REQUEST", err.message, details);
@@ -255,11 +432,25 @@ void GatedServer::serve(int fd, size_t open) {
         }
         buf.erase(0, head_end + 4);
         if (probe_only) {
-            const std::string path = head.target.substr(0, head.target.find('?'));
-            if (head.method != "GET" || (path != "/health" && path != "/metrics")) return busy();
+            const std::string probe_path = head.target.substr(0, head.target.find('?'));
+            if (head.method != "GET" || (probe_path != "/health" && probe_path != "/metrics")) return busy();
             head.wants_close = true;
         }
-        if (head.expect_continue && !send_all(fd, "HTTP/1.1 100 Continue\r\n\r\n", limits.write_timeout)) return;
+        // Every POST body here is JSON. A type a web page may send
+        // cross-site without a CORS preflight is refused before the body is
+        // read (request_guard.hpp); a form type from curl -d (no Origin) is
+        // read as JSON: httplib is not shown it, since it would parse the
+        // body as a form under its own 8 KiB limit.
+        if (head.method == "POST") {
+            const std::string type = head.header("content-type");
+            if (cross_site_form_post(type, !head.header("origin").empty())) {
+                refuse(415, "INVALID_REQUEST", "this route takes a JSON body: send Content-Type: application/json", {});
+                return;
+            }
+            if (form_content_type(type))
+                head.drop_header("content-type");
+        }
+        if (head.expect_continue && !send_all(t, "HTTP/1.1 100 Continue\r\n\r\n", limits.write_timeout)) return;
 
         // The body, within the body timeout, de-chunked under the limit.
         const auto body_until = Clock::now() + limits.body_timeout;
@@ -282,13 +473,13 @@ void GatedServer::serve(int fd, size_t open) {
                     refuse(err.status, "INVALID_REQUEST", err.message, details);
                     return;
                 }
-                Read r = read_more(fd, buf, body_until, aborted_);
+                Read r = read_more(t, buf, body_until, aborted_);
                 if (r == Read::TimedOut) body_timed_out();
                 if (r != Read::Ok) return;
             }
         } else {
             while (buf.size() < head.content_length) {
-                Read r = read_more(fd, buf, body_until, aborted_);
+                Read r = read_more(t, buf, body_until, aborted_);
                 if (r == Read::TimedOut) body_timed_out();
                 if (r != Read::Ok) return;
             }
@@ -305,13 +496,24 @@ void GatedServer::serve(int fd, size_t open) {
         raw.clear();
 
         const bool close = head.wants_close || draining_.load() || served + 1 == limits.max_requests_per_connection;
-        CanonicalStream strm(fd, canonical_request(head, body), limits.write_timeout);
+        CanonicalStream strm(t, canonical_request(head, body), limits.write_timeout);
         body.clear();
         bool closed = false;
-        crash_notice::Watch watch(fd, head.target.rfind("/v1/", 0) == 0);
-        t_client_fd = fd;
-        bool ok = process_request(strm, close, closed, nullptr);
-        t_client_fd = -1;
+        bool ok;
+        {
+            access::Scope scope;
+            scope.entry.method = method;
+            scope.entry.path = path;
+            std::optional<crash_notice::Watch> watch;
+            if (!t.tls()) watch.emplace(fd, head.target.rfind("/v1/", 0) == 0);
+            t_client_fd = fd;
+            ok = process_request(strm, close, closed, nullptr);
+            t_client_fd = -1;
+            scope.entry.bytes = strm.bytes_written();
+            scope.entry.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - head_done).count();
+            scope.finish_queue_time();
+            access::write(scope.entry);
+        }
         if (!ok || closed || close) return;
     }
 }

@@ -8,6 +8,10 @@
 // connection after 5 requests (dropping pipelined ones) and serves Range on
 // every route. Its routing, handlers and response writing are kept as they
 // are: process_request() runs on the canonical bytes.
+//
+// HTTPS (--ssl-cert-file): the same loop reads through OpenSSL (the library
+// cpp-httplib's SSLServer uses); httplib's SSLServer itself would read the
+// requests its own way, without the limits above.
 #pragma once
 
 #include <httplib.h>
@@ -47,6 +51,13 @@ public:
     ConnectionLimits limits;
     // Called for every request refused here (status), for the metrics.
     std::function<void(int)> on_refused;
+    ~GatedServer() override;
+
+    // Serves HTTPS with this PEM certificate (chain) and key; throws
+    // eh::Error naming the file and OpenSSL's reason when they cannot be
+    // used. Call before listening.
+    void use_tls(const std::string& cert_file, const std::string& key_file);
+    bool tls() const { return tls_ != nullptr; }
 
     // Shutdown, first phase: connections close after their current response
     // instead of waiting for another request.
@@ -64,8 +75,9 @@ public:
 
 private:
     bool process_and_close_socket(socket_t sock) override;
-    void serve(int fd, size_t open);  // open: connections open, this one included
+    void serve(class Transport& t, size_t open);  // open: connections open, this one included
 
+    SSL_CTX* tls_ = nullptr;
     std::atomic<bool> draining_{false}, aborted_{false};
     std::atomic<int> open_{0};
 };

@@ -72,6 +72,10 @@ std::string RequestHead::header(std::string_view lower_name) const {
     return "";
 }
 
+void RequestHead::drop_header(std::string_view lower_name) {
+    std::erase_if(headers, [&](const auto& h) { return lower(h.first) == lower_name; });
+}
+
 bool parse_head(std::string_view head, const FramingLimits& limits, RequestHead& out, FramingError& err) {
     out = RequestHead{};
     if (head.size() > limits.max_head_bytes)

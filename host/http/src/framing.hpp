@@ -41,6 +41,7 @@ struct RequestHead {
     bool expect_continue = false;
     bool wants_close = false;     // Connection: close, or HTTP/1.0 without keep-alive
     std::string header(std::string_view lower_name) const;  // first value, "" if none
+    void drop_header(std::string_view lower_name);          // every header of that name
 };
 
 // Parses a head (everything before the blank line, without it). On failure

@@ -26,6 +26,16 @@ std::string submitter(const httplib::Request& req) {
     return auth.empty() ? "addr " + req.remote_addr : "auth " + auth;
 }
 
+const char* rejection_outcome(const std::exception& e) {
+    if (auto* ee = dynamic_cast<const Error*>(&e)) {
+        if (ee->code() == Code::QueueFull) return "rejected_queue_full";
+        if (ee->code() == Code::ShuttingDown) return "rejected_shutdown";
+        if (ee->code() == Code::InvalidRequest) return "rejected_invalid";
+        if (ee->code() == Code::Cancelled) return "cancelled";  // the client left during its chat template
+    }
+    return "error";
+}
+
 int http_status_for(Code code) {
     switch (code) {
     case Code::InvalidRequest: return 400;

@@ -14,6 +14,8 @@
 #include "eh/service/request.hpp"
 #include "connection.hpp"
 #include "eh/http/server.hpp"
+#include "access_log.hpp"
+#include "auth.hpp"
 
 namespace eh::http {
 
@@ -21,6 +23,7 @@ enum class State { Loading, Ready, Stopping };
 
 struct Server::Impl {
     ServerOptions options;
+    ApiKeys keys;
     std::shared_ptr<service::Metrics> metrics;
     GatedServer http;
     // Server::run()/stop() may race (stop before listen has begun): run
@@ -57,6 +60,7 @@ struct Server::Impl {
     void install_routes();
     void install_native();
     void install_openai();
+    void install_anthropic();
 };
 
 // Keeps the open-stream count right however a stream ends.
@@ -75,6 +79,8 @@ std::string new_correlation_id();
 // Who submitted a request, for POST /cancel: the Authorization header when the
 // client sent one (an API key: any client holding it), else its IP address.
 std::string submitter(const httplib::Request& req);
+// The eh_requests_total outcome of a request refused before its job ran.
+const char* rejection_outcome(const std::exception& e);
 int http_status_for(Code code);
 // {"error":{code,message,details,correlation_id,type,param}}
 nlohmann::json error_body(const std::string& code, const std::string& message, const std::string& correlation,

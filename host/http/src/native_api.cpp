@@ -21,15 +21,6 @@ struct PumpState {
 constexpr auto kPoll = std::chrono::milliseconds(100);
 constexpr auto kHeartbeat = std::chrono::milliseconds(500);
 
-const char* rejection_outcome(const std::exception& e) {
-    if (auto* ee = dynamic_cast<const Error*>(&e)) {
-        if (ee->code() == Code::QueueFull) return "rejected_queue_full";
-        if (ee->code() == Code::ShuttingDown) return "rejected_shutdown";
-        if (ee->code() == Code::InvalidRequest) return "rejected_invalid";
-    }
-    return "error";
-}
-
 nlohmann::json logprobs_json(const std::vector<service::TokenLogprob>& lps) {
     nlohmann::json arr = nlohmann::json::array();
     for (const auto& lp : lps) {
@@ -54,6 +45,7 @@ void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<servic
                  std::vector<std::shared_ptr<service::Job>> jobs,
                  std::function<std::string(size_t, const JobEvent&)> render, std::string trailer,
                  bool trailer_after_error) {
+    access::note_jobs(jobs);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
     auto guard = std::make_shared<StreamGuard>(s.open_streams);

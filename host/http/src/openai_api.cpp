@@ -111,6 +111,7 @@ void Server::Impl::install_openai() {
             r.gen.correlation_id = cid;
             jobs = svc->submit_n(r.gen, r.n);
             job = jobs[0];
+            access::note_jobs(jobs);
         } catch (const std::exception& e) {
             auto* ee = dynamic_cast<const Error*>(&e);
             metrics->request(endpoint, !ee ? "error"

@@ -66,10 +66,24 @@ bool host_allowed(std::string_view host_header, const std::string& bound_host, c
     return false;
 }
 
-bool cross_site_form_post(std::string_view content_type, bool has_origin) {
+namespace {
+
+// "Text/Plain; charset=x" -> "text/plain".
+std::string media_type(std::string_view content_type) {
     std::string t = lower(content_type.substr(0, content_type.find(';')));
     while (!t.empty() && (t.back() == ' ' || t.back() == '\t')) t.pop_back();
     while (!t.empty() && (t.front() == ' ' || t.front() == '\t')) t.erase(0, 1);
+    return t;
+}
+
+}  // namespace
+
+bool form_content_type(std::string_view content_type) {
+    return media_type(content_type) == "application/x-www-form-urlencoded";
+}
+
+bool cross_site_form_post(std::string_view content_type, bool has_origin) {
+    std::string t = media_type(content_type);
     if (t == "text/plain" || t == "multipart/form-data") return true;
     return t == "application/x-www-form-urlencoded" && has_origin;
 }

@@ -26,4 +26,8 @@ bool host_allowed(std::string_view host_header, const std::string& bound_host, c
 // default type it is, does not).
 bool cross_site_form_post(std::string_view content_type, bool has_origin);
 
+// Whether the media type is application/x-www-form-urlencoded (curl -d's
+// default; parameters and case ignored).
+bool form_content_type(std::string_view content_type);
+
 }  // namespace eh::http

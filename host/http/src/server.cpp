@@ -8,6 +8,8 @@
 
 #include "eh/service/event_log.hpp"
 #include "eh/service/utf8.hpp"
+#include "anthropic_api.hpp"
+#include "auth.hpp"
 #include "crash_notice.hpp"
 #include "impl.hpp"
 #include "request_guard.hpp"
@@ -18,11 +20,8 @@ namespace {
 
 const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
-                                       "/v1/chat/completions", "/v1/capabilities"};
-
-// POST routes that read a JSON body.
-const std::set<std::string> kJsonPosts = {"/execute", "/cancel", "/tokenize", "/detokenize", "/shutdown",
-                                          "/v1/completions", "/v1/chat/completions"};
+                                       "/v1/chat/completions", "/v1/capabilities", "/v1/messages",
+                                       "/v1/messages/count_tokens"};
 
 // CUDA's runtime version number (1000 * major + 10 * minor) as "13.0"; null
 // for engines without one.
@@ -53,14 +52,23 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->http.limits.framing.max_body_bytes = impl_->options.limits.max_body_bytes;
     impl_->http.set_payload_max_length(impl_->options.limits.max_body_bytes);
     impl_->http.on_refused = [m = impl_->metrics](int status) { m->http_response("other", status); };
+    // Only the keys' digests are kept.
+    impl_->keys = ApiKeys(impl_->options.api_keys);
+    impl_->options.api_keys.clear();
     impl_->install_routes();
     impl_->install_native();
     impl_->install_openai();
+    impl_->install_anthropic();
 }
 
 Server::~Server() { stop(); }
 
 int Server::bind() {
+    if (!impl_->options.ssl_cert_file.empty() || !impl_->options.ssl_key_file.empty()) {
+        if (impl_->options.ssl_cert_file.empty() || impl_->options.ssl_key_file.empty())
+            throw Error(Code::InvalidRequest, "HTTPS needs both --ssl-cert-file and --ssl-key-file");
+        impl_->http.use_tls(impl_->options.ssl_cert_file, impl_->options.ssl_key_file);
+    }
     if (impl_->options.port == 0) {
         port_ = impl_->http.bind_to_any_port(impl_->options.host);
         if (port_ <= 0) throw Error(Code::Internal, fmt::format("cannot bind to {} on any port", impl_->options.host));
@@ -146,12 +154,6 @@ void Server::Impl::install_routes() {
                        correlation_id(req, res));
             return httplib::Server::HandlerResponse::Handled;
         }
-        if (req.method == "POST" && kJsonPosts.count(req.path) &&
-            cross_site_form_post(req.get_header_value("Content-Type"), req.has_header("Origin"))) {
-            send_error(res, 415, "INVALID_REQUEST",
-                       "this route takes a JSON body: send Content-Type: application/json", correlation_id(req, res));
-            return httplib::Server::HandlerResponse::Handled;
-        }
         if (options.cors) {
             std::string origin = req.get_header_value("Origin");
             if (!origin.empty() && local_origin(origin)) {
@@ -160,11 +162,30 @@ void Server::Impl::install_routes() {
                 res.set_header("Access-Control-Expose-Headers", "X-Correlation-Id, Retry-After");
                 if (req.method == "OPTIONS") {
                     res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
-                    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Correlation-Id");
+                    res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Api-Key, X-Correlation-Id");
                     res.set_header("Access-Control-Max-Age", "600");
                     res.status = 204;
                     return httplib::Server::HandlerResponse::Handled;
                 }
+            }
+        }
+        if (keys.required() && route_needs_key(req.method, req.path, options.metrics_require_key)) {
+            // After the CORS headers, so a browser tool can read the 401.
+            // Anthropic clients send their key in x-api-key.
+            const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+            const std::string authorization = req.get_header_value("Authorization");
+            const std::string x_api_key = anthropic ? req.get_header_value("x-api-key") : std::string();
+            const std::string_view key = presented_key(authorization, x_api_key);
+            if (!keys.accepts(key)) {
+                const std::string cid = correlation_id(req, res);
+                const std::string message = key.empty()
+                    ? (anthropic ? "no API key: send x-api-key: KEY or Authorization: Bearer KEY"
+                                 : "no API key: send Authorization: Bearer KEY")
+                    : "invalid API key";
+                res.set_header("WWW-Authenticate", "Bearer");
+                if (anthropic) send_anthropic_error(res, 401, message);
+                else send_error(res, 401, "INVALID_API_KEY", message, cid);
+                return httplib::Server::HandlerResponse::Handled;
             }
         }
         return httplib::Server::HandlerResponse::Unhandled;
@@ -288,7 +309,8 @@ void Server::Impl::install_routes() {
             {"concurrency", {{"slots", ni.slots}, {"queue_capacity", ni.queue_capacity}}},
             {"workloads", {"generate", "chat", "tokenize", "detokenize"}},
             {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
-                           "/v1/models", "/v1/completions", "/v1/chat/completions"}},
+                           "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
+                           "/v1/messages/count_tokens"}},
             {"sampler", {{"temperature", {{"min", 0}, {"max", 2}, {"default", 1}}},
                          {"top_p", {{"min", 0}, {"max", 1}, {"default", 1}}},
                          {"top_k", {{"min", 0}, {"default", 0}}},

@@ -1,6 +1,7 @@
 // The chat page: a conversation kept in the browser, each reply streamed
 // from POST /v1/chat/completions (server-sent events), model facts from
-// GET /health. No libraries: this file is all of it.
+// GET /health (open even when the server requires an API key). No
+// libraries: this file is all of it.
 "use strict";
 
 const $ = (id) => document.getElementById(id);
@@ -35,6 +36,17 @@ async function showHealth() {
     info.textContent = "server not reachable";
   }
 }
+
+// The API key for servers started with --api-key: typed by the user, kept
+// for this tab only, sent as "Authorization: Bearer KEY".
+function requestHeaders() {
+  const headers = {"Content-Type": "application/json"};
+  const key = $("api_key").value.trim();
+  if (key) headers.Authorization = "Bearer " + key;
+  return headers;
+}
+$("api_key").value = sessionStorage.getItem("engine-host-api-key") || "";
+$("api_key").addEventListener("change", () => sessionStorage.setItem("engine-host-api-key", $("api_key").value.trim()));
 
 function numberSetting(id) {
   const v = $(id).value.trim();
@@ -93,8 +105,13 @@ async function send(text) {
   setBusy(true);
   try {
     const response = await fetch("/v1/chat/completions", {
-      method: "POST", headers: {"Content-Type": "application/json"}, body: requestBody(), signal: controller.signal,
+      method: "POST", headers: requestHeaders(), body: requestBody(), signal: controller.signal,
     });
+    if (response.status === 401) {
+      $("settings").open = true;
+      $("api_key").focus();
+      throw new Error(errorText(await response.json().catch(() => null)) + " (enter the server's API key under Sampling)");
+    }
     if (!response.ok) throw new Error(errorText(await response.json().catch(() => null)));
     await readEvents(response, (chunk) => {
       if (chunk.error) throw new Error(errorText(chunk));

@@ -113,6 +113,7 @@ JobEvent Generation::end_event(Clock::time_point admitted) {
     end.kind = JobEvent::Kind::End;
     end.tokens_out = n_out_;
     end.stop_reason = reason_;
+    if (reason_ == "stop") end.stop_sequence = stops_.matched();
     end.decode_time_ms = n_out_ ? std::chrono::duration<double, std::milli>(now - first_).count() : 0.0;
     end.time_to_first_token_ms =
         std::chrono::duration<double, std::milli>((n_out_ ? first_ : now) - admitted).count();

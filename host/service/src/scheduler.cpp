@@ -304,6 +304,7 @@ bool Scheduler::try_admit(Active& a) {
         a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
         if (a.job->constraint) a.matcher = std::make_unique<constrain::Matcher>(a.job->constraint);
         metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
+        a.job->queue_us.store(std::chrono::duration_cast<std::chrono::microseconds>(a.admitted - a.job->submitted_at).count());
         JobEvent started;
         started.kind = JobEvent::Kind::Started;
         started.started_at = now_rfc3339();

@@ -11,7 +11,10 @@ StopMatcher::Result StopMatcher::feed(std::string_view text) {
     for (const auto& s : stops_) {
         if (s.empty()) continue;
         size_t p = held_.find(s);
-        if (p != std::string::npos) first = std::min(first, p);
+        if (p != std::string::npos && p < first) {
+            first = p;
+            matched_ = s;
+        }
     }
     if (first != std::string::npos) {
         r.emit = held_.substr(0, first);

@@ -4,10 +4,14 @@
 //     runs a body and turns every exception into a status + message, so no
 //     exception ever crosses the ABI;
 //   - ehp::ModelView, typed read access to the host's eh_model_view
-//     (metadata lookups that throw a clear MODEL_LOAD_FAILED, tensor lookup).
+//     (metadata lookups that throw a clear MODEL_LOAD_FAILED, tensor lookup);
+//   - ehp::check_sampling, the ranges of eh_sampling_params every plugin
+//     enforces, with one set of messages.
 #ifndef ENGINE_HOST_PLUGIN_ABI_HPP
 #define ENGINE_HOST_PLUGIN_ABI_HPP
 
+#include <cmath>
+#include <cstddef>
 #include <cstring>
 #include <new>
 #include <optional>
@@ -57,6 +61,25 @@ eh_status guard(std::string& last_error, Body&& body) noexcept {
     } catch (...) {
         try { last_error = "unknown exception"; } catch (...) {}
         return EH_INTERNAL;
+    }
+}
+
+// Throws Error(EH_INVALID_ARGUMENT) naming the first field out of range.
+// presence/frequency_penalty are checked when struct_size covers them (1.2).
+inline void check_sampling(const eh_sampling_params& p) {
+    auto bad = [](const std::string& what) { throw Error(EH_INVALID_ARGUMENT, "sampling: " + what); };
+    if (!std::isfinite(p.temperature) || p.temperature < 0.0f) bad("temperature must be a finite value >= 0");
+    if (p.top_k < 0) bad("top_k must be >= 0 (0 = off)");
+    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
+    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p must be in [0, 1]");
+    if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f)
+        bad("repetition_penalty must be a finite value > 0");
+    if (p.repetition_window < -1) bad("repetition_window must be >= -1 (-1 = all)");
+    if (p.struct_size >= offsetof(eh_sampling_params, frequency_penalty) + sizeof(float)) {
+        if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f)
+            bad("presence_penalty must be in [-2, 2]");
+        if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f)
+            bad("frequency_penalty must be in [-2, 2]");
     }
 }
 

@@ -11,23 +11,6 @@
 
 namespace cpuref {
 
-void validate_sampling(const eh_sampling_params& p) {
-    auto bad = [](const std::string& what) { throw ehp::Error(EH_INVALID_ARGUMENT, "sampling: " + what); };
-    if (!std::isfinite(p.temperature) || p.temperature < 0.0f) bad("temperature must be a finite value >= 0");
-    if (p.top_k < 0) bad("top_k must be >= 0 (0 = off)");
-    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
-    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p must be in [0, 1]");
-    if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f)
-        bad("repetition_penalty must be a finite value > 0");
-    if (p.repetition_window < -1) bad("repetition_window must be >= -1 (-1 = all)");
-    if (p.struct_size >= offsetof(eh_sampling_params, frequency_penalty) + sizeof(float)) {
-        if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f)
-            bad("presence_penalty must be in [-2, 2]");
-        if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f)
-            bad("frequency_penalty must be in [-2, 2]");
-    }
-}
-
 void apply_presence_frequency(std::vector<float>& logits, const int32_t* generated, size_t n_generated,
                               float presence, float frequency) {
     if ((presence == 0.0f && frequency == 0.0f) || n_generated == 0) return;
@@ -119,7 +102,7 @@ int32_t greedy(const std::vector<float>& logits) {
 }
 
 void Sampler::set(const eh_sampling_params& p) {
-    validate_sampling(p);
+    ehp::check_sampling(p);
     // A caller built against 1.0/1.1 passes a shorter struct: the rest is neutral.
     params_ = eh_sampling_params{};
     std::memcpy(&params_, &p, std::min<size_t>(p.struct_size, sizeof(params_)));

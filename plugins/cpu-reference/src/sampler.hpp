@@ -18,8 +18,6 @@ struct Candidate {
     float logit;
 };
 
-// Throws ehp::Error(EH_INVALID_ARGUMENT) naming the bad field.
-void validate_sampling(const eh_sampling_params& p);
 
 // Stages, exposed for tests. Candidates are kept sorted by descending logit
 // (ties by ascending id) from top_k on.

@@ -17,7 +17,9 @@
 namespace ehcuda {
 namespace {
 
-constexpr int kWarps = 4;
+// Warps per (row, head) block: 4, or 16 when the step has too few rows to
+// fill the GPU otherwise (a decode step of one sequence has n_head blocks).
+constexpr int kWarpsWide = 16;
 
 __device__ __forceinline__ size_t pool_row(const int32_t* table, int pos) {
     return size_t(table[pos / kPagedBlockTokens]) * kPagedBlockTokens + size_t(pos % kPagedBlockTokens);
@@ -59,7 +61,7 @@ __device__ __forceinline__ float key_dot(const __half* k, const float* qs, int h
 }
 
 // DPL: output dims per lane, ceil(head_dim / 32).
-template <int DPL>
+template <int DPL, int kWarps>
 __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a) {
     __shared__ float qs[kAttentionMaxHeadDim];
     __shared__ float part_m[kWarps], part_l[kWarps];
@@ -146,8 +148,11 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
 
 template <int DPL>
 void launch_paged(const PagedAttnArgs& a, cudaStream_t stream) {
-    launch("attn_paged_kernel", attn_paged_kernel<DPL>, dim3(unsigned(a.ntok), unsigned(a.n_head)), kWarps * 32, 0,
-           stream, a);
+    const dim3 grid(unsigned(a.ntok), unsigned(a.n_head));
+    if (a.ntok * a.n_head < 2 * detail::sm_count())
+        launch("attn_paged_kernel", attn_paged_kernel<DPL, kWarpsWide>, grid, kWarpsWide * 32, 0, stream, a);
+    else
+        launch("attn_paged_kernel", attn_paged_kernel<DPL, 4>, grid, 4 * 32, 0, stream, a);
 }
 
 }  // namespace

@@ -63,32 +63,6 @@ int bucket_index(int ntok) {
 
 }  // namespace
 
-SamplerParams sampler_params_of(const eh_sampling_params& p) {
-    auto bad = [](const std::string& what) { throw ehp::Error(EH_INVALID_ARGUMENT, "sampling: " + what); };
-    if (!std::isfinite(p.temperature) || p.temperature < 0.0f) bad("temperature must be a finite value >= 0");
-    if (p.top_k < 0) bad("top_k must be >= 0 (0 = off)");
-    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) bad("top_p must be in (0, 1]");
-    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) bad("min_p must be in [0, 1]");
-    if (!std::isfinite(p.repetition_penalty) || p.repetition_penalty <= 0.0f)
-        bad("repetition_penalty must be a finite value > 0");
-    if (p.repetition_window < -1) bad("repetition_window must be >= -1 (-1 = all)");
-    if (p.struct_size >= offsetof(eh_sampling_params, frequency_penalty) + sizeof(float)) {
-        if (!std::isfinite(p.presence_penalty) || std::fabs(p.presence_penalty) > 2.0f)
-            bad("presence_penalty must be in [-2, 2]");
-        if (!std::isfinite(p.frequency_penalty) || std::fabs(p.frequency_penalty) > 2.0f)
-            bad("frequency_penalty must be in [-2, 2]");
-    }
-    SamplerParams sp;
-    sp.temperature = p.temperature;
-    sp.top_k = p.top_k;
-    sp.top_p = p.top_p;
-    sp.min_p = p.min_p;
-    sp.repetition_penalty = p.repetition_penalty;
-    sp.repetition_window = p.repetition_window;
-    sp.seed = p.seed;
-    return sp;
-}
-
 BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shape_(shape), params_(params) {
     EHC_CHECK(cudaSetDevice(shape.device));
     // The limits as granted, but for the block count init_pool() decides.

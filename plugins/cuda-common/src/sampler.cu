@@ -7,6 +7,8 @@
 #include "ehcuda/philox.cuh"
 #include "ehcuda/sampler.hpp"
 
+#include <engine_host/plugin_abi.hpp>
+
 namespace ehcuda {
 namespace {
 
@@ -337,6 +339,19 @@ void sample_rows(const float* logits, int ld, int n_rows, int n_vocab, const Sam
     launch("sample_kernel", sample_kernel, n_rows, kThreads, 0, stream, logits, n_vocab, nullptr, nullptr, d_params,
            d_counters, work.fwork, work.iwork, d_out, partials, nullptr, ld, n_vocab);
     EHC_LAUNCHED("sample_kernel");
+}
+
+SamplerParams sampler_params_of(const eh_sampling_params& p) {
+    ehp::check_sampling(p);
+    SamplerParams sp;
+    sp.temperature = p.temperature;
+    sp.top_k = p.top_k;
+    sp.top_p = p.top_p;
+    sp.min_p = p.min_p;
+    sp.repetition_penalty = p.repetition_penalty;
+    sp.repetition_window = p.repetition_window;
+    sp.seed = p.seed;
+    return sp;
 }
 
 }  // namespace ehcuda

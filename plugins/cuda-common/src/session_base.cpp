@@ -71,21 +71,7 @@ SessionBase::~SessionBase() {
 }
 
 void SessionBase::set_sampling(const eh_sampling_params& p) {
-    if (!(p.temperature >= 0.0f) || !std::isfinite(p.temperature)) throw ehp::Error(EH_INVALID_ARGUMENT, "temperature must be >= 0");
-    if (p.top_k < 0) throw ehp::Error(EH_INVALID_ARGUMENT, "top_k must be >= 0");
-    if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) throw ehp::Error(EH_INVALID_ARGUMENT, "top_p must be in (0, 1]");
-    if (!(p.min_p >= 0.0f && p.min_p <= 1.0f)) throw ehp::Error(EH_INVALID_ARGUMENT, "min_p must be in [0, 1]");
-    if (!(p.repetition_penalty > 0.0f) || !std::isfinite(p.repetition_penalty))
-        throw ehp::Error(EH_INVALID_ARGUMENT, "repetition_penalty must be > 0");
-    if (p.repetition_window < -1) throw ehp::Error(EH_INVALID_ARGUMENT, "repetition_window must be >= -1");
-    SamplerParams sp;
-    sp.temperature = p.temperature;
-    sp.top_k = p.top_k;
-    sp.top_p = p.top_p;
-    sp.min_p = p.min_p;
-    sp.repetition_penalty = p.repetition_penalty;
-    sp.repetition_window = p.repetition_window;
-    sp.seed = p.seed;
+    const SamplerParams sp = sampler_params_of(p);
     EHC_CHECK(cudaSetDevice(device_));
     settle();  // a step run ahead drew with the old settings
     EHC_CHECK(cudaMemcpyAsync(params_.get(), &sp, sizeof sp, cudaMemcpyHostToDevice, stream_.get()));

@@ -107,17 +107,7 @@ void Batch::forward(const ehcuda::StepView& v) {
         normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, c.qkv_dim(), T);
         if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
 
-        ehcuda::RopeArgs r;
-        r.qkv = qkv;
-        r.ld = c.qkv_dim();
-        r.n_head = c.n_head;
-        r.n_kv = c.n_kv;
-        r.head_dim = c.head_dim;
-        r.n_rot = c.n_rot;
-        r.neox = c.neox;
-        r.freq_base = c.freq_base;
-        r.freq_factors = m_.rope_freqs;
-        r.ntok = T;
+        ehcuda::RopeArgs r = rope_args(m_, qkv, T);
         r.k_cache = k_pool(li);
         r.v_cache = v_pool(li);
         r.d_pos = v.d_pos;

@@ -62,6 +62,24 @@ inline void gate_up_halves(const Layer& L, int n_ff, ehcuda::MatSeg& gate, ehcud
     if (gate.bias) up.bias = gate.bias + n_ff;
 }
 
+// RoPE of ntok rows of qkv (the fused [q | k | v] buffer) with this
+// model's rotation; the caller names the cache and the positions.
+inline ehcuda::RopeArgs rope_args(const Model& m, float* qkv, int ntok) {
+    const Config& c = m.cfg;
+    ehcuda::RopeArgs r;
+    r.qkv = qkv;
+    r.ld = c.qkv_dim();
+    r.n_head = c.n_head;
+    r.n_kv = c.n_kv;
+    r.head_dim = c.head_dim;
+    r.n_rot = c.n_rot;
+    r.neox = c.neox;
+    r.freq_base = c.freq_base;
+    r.freq_factors = m.rope_freqs;
+    r.ntok = ntok;
+    return r;
+}
+
 struct LoadOptions {
     size_t upload_chunk_bytes = 1u << 20;
 };

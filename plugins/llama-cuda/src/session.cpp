@@ -139,18 +139,8 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             if (attn_chunks) da.out_chunks = attn_chunks_.get();
             ehcuda::rope_attention_decode(da, s);
         } else {
-            ehcuda::RopeArgs r;
-            r.qkv = qkv;
-            r.ld = c.qkv_dim();
-            r.n_head = c.n_head;
-            r.n_kv = c.n_kv;
-            r.head_dim = c.head_dim;
-            r.n_rot = c.n_rot;
-            r.neox = c.neox;
-            r.freq_base = c.freq_base;
-            r.freq_factors = m_.rope_freqs;
+            ehcuda::RopeArgs r = rope_args(m_, qkv, ntok);
             r.d_pos0 = d_pos0;
-            r.ntok = ntok;
             r.k_cache = kc;
             r.v_cache = vc;
             ehcuda::rope_store_kv(r, s);

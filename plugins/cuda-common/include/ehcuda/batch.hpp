@@ -34,9 +34,6 @@ struct eh_seq {
 
 namespace ehcuda {
 
-// Validates p (INVALID_ARGUMENT naming the field) and converts it.
-SamplerParams sampler_params_of(const eh_sampling_params& p);
-
 class CudaSeq : public eh_seq {
 public:
     explicit CudaSeq(ehp::BlockPool& pool, ehp::SeqBlocks::CopyFn copy) : blocks(pool, std::move(copy)) {}

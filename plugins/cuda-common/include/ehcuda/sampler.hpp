@@ -10,6 +10,8 @@
 
 #include <cstdint>
 
+#include <engine_host/plugin_abi.h>
+
 namespace ehcuda {
 
 // Lives in device memory so a captured graph picks up new settings.
@@ -22,6 +24,10 @@ struct SamplerParams {
     int32_t repetition_window = -1;  // -1 = whole history
     uint64_t seed = 0;
 };
+
+// Validates p (ehp::check_sampling: INVALID_ARGUMENT naming the field) and
+// converts it.
+SamplerParams sampler_params_of(const eh_sampling_params& p);
 
 // Device buffers a sampler needs: n_vocab floats and n_vocab ints of work.
 struct SamplerWork {

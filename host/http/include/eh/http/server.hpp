@@ -29,6 +29,14 @@ struct ServerOptions {
     // bound host (DNS-rebinding guard); "*" accepts any.
     std::vector<std::string> allowed_hosts;
     service::RequestLimits limits;
+    // API keys (auth.hpp): when any is set, every route but /health, the
+    // chat page's files and (unless metrics_require_key) /metrics answers
+    // 401 without one of them. The server keeps only their digests.
+    std::vector<std::string> api_keys;
+    bool metrics_require_key = false;
+    // HTTPS when both are set (PEM files; the certificate file may hold the
+    // chain). bind() throws eh::Error when they cannot be used.
+    std::string ssl_cert_file, ssl_key_file;
 };
 
 // Facts about the node, gathered once at startup: /health and /capabilities

@@ -49,6 +49,7 @@ struct JobEvent {
     uint32_t index = 0;
     std::vector<TokenLogprob> logprobs;  // one per token in the chunk, when asked for
     // End
+    std::string stop_sequence;         // with stop_reason "stop": the stop string that matched
     uint32_t tokens_out = 0;
     double decode_time_ms = 0;
     double time_to_first_token_ms = 0;
@@ -78,6 +79,9 @@ public:
     // job with the same one; each running job walks it with its own Matcher.
     std::shared_ptr<constrain::Automaton> constraint;
     std::chrono::steady_clock::time_point submitted_at = std::chrono::steady_clock::now();
+    // Microseconds from submission to admission into the batch; -1 until
+    // the scheduler admits it (the access log reads it).
+    std::atomic<int64_t> queue_us{-1};
 
     void push(JobEvent ev);
     // Next event, or nullopt when none arrived within `wait`.

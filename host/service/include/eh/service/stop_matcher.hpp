@@ -20,10 +20,13 @@ public:
     Result feed(std::string_view text);
     // The held-back text, once generation ends without a stop.
     std::string flush();
+    // The stop string that ended generation ("" until one did).
+    const std::string& matched() const { return matched_; }
 
 private:
     std::vector<std::string> stops_;
     std::string held_;
+    std::string matched_;
 };
 
 }  // namespace eh::service

@@ -1,0 +1,76 @@
+#include "serve_access.hpp"
+
+#include <fmt/format.h>
+
+#include <cstdlib>
+
+#include "eh/error.hpp"
+#include "eh/http/api_keys.hpp"
+
+namespace eh::cli {
+
+void add_serve_access_options(po::options_description& desc) {
+    desc.add_options()
+        ("api-key", po::value<std::vector<std::string>>(),
+         "require this API key (repeatable; also $ENGINE_HOST_API_KEY and --api-key-file): "
+         "Authorization: Bearer KEY on every route but /health, /metrics and the chat page")
+        ("api-key-file", po::value<std::vector<std::string>>(),
+         "file of API keys, one a line ('#' comments and blank lines skipped; repeatable)")
+        ("metrics-require-key", "with API keys, /metrics needs one too")
+        ("ssl-cert-file", po::value<std::string>(), "serve HTTPS with this PEM certificate (chain); needs --ssl-key-file")
+        ("ssl-key-file", po::value<std::string>(), "PEM private key for --ssl-cert-file")
+        ("max-body-bytes", po::value<size_t>()->default_value(service::RequestLimits{}.max_body_bytes),
+         "largest request body, after de-chunking and decompression (1024-268435456; 413 past it)")
+        ("max-prompt-chars", po::value<size_t>()->default_value(service::RequestLimits{}.max_prompt_chars),
+         "longest prompt or rendered chat, in Unicode code points (1-16777216; 400 past it)");
+}
+
+bool apply_serve_access_options(const po::variables_map& vm, http::ServerOptions& so, std::string& err) {
+    std::vector<std::string> keys;
+    if (vm.count("api-key")) keys = vm["api-key"].as<std::vector<std::string>>();
+    if (const char* env = std::getenv(kApiKeyEnv); env && *env) keys.emplace_back(env);
+    for (const auto& k : keys) {
+        if (std::string why = http::key_problem(k); !why.empty()) {
+            err = "--api-key / $" + std::string(kApiKeyEnv) + ": " + why;  // never the key itself
+            return false;
+        }
+    }
+    if (vm.count("api-key-file")) {
+        try {
+            for (const auto& path : vm["api-key-file"].as<std::vector<std::string>>())
+                for (auto& k : http::read_api_key_file(path)) keys.push_back(std::move(k));
+        } catch (const Error& e) {
+            err = e.what();
+            return false;
+        }
+    }
+    so.api_keys = std::move(keys);
+    so.metrics_require_key = vm.count("metrics-require-key") > 0;
+    if (so.metrics_require_key && so.api_keys.empty()) {
+        err = "--metrics-require-key needs an API key (--api-key, --api-key-file or $" + std::string(kApiKeyEnv) + ")";
+        return false;
+    }
+    if (vm.count("ssl-cert-file") != vm.count("ssl-key-file")) {
+        err = "HTTPS needs both --ssl-cert-file and --ssl-key-file";
+        return false;
+    }
+    if (vm.count("ssl-cert-file")) {
+        so.ssl_cert_file = vm["ssl-cert-file"].as<std::string>();
+        so.ssl_key_file = vm["ssl-key-file"].as<std::string>();
+    }
+    const size_t body = vm["max-body-bytes"].as<size_t>();
+    if (body < 1024 || body > (size_t(256) << 20)) {
+        err = "--max-body-bytes must be between 1024 and 268435456";
+        return false;
+    }
+    const size_t chars = vm["max-prompt-chars"].as<size_t>();
+    if (chars < 1 || chars > (size_t(1) << 24)) {
+        err = "--max-prompt-chars must be between 1 and 16777216";
+        return false;
+    }
+    so.limits.max_body_bytes = body;
+    so.limits.max_prompt_chars = chars;
+    return true;
+}
+
+}  // namespace eh::cli

@@ -1,0 +1,176 @@
+#include "anthropic_api.hpp"
+
+#include "eh/service/anthropic_request.hpp"
+#include "impl.hpp"
+#include "stream.hpp"
+
+namespace eh::http {
+
+using service::JobEvent;
+
+const char* anthropic_error_type(int status) {
+    switch (status) {
+    case 400: return "invalid_request_error";
+    case 401: return "authentication_error";
+    case 403: return "permission_error";
+    case 404: return "not_found_error";
+    case 413: return "request_too_large";
+    case 429: return "rate_limit_error";
+    case 503: case 529: return "overloaded_error";
+    case 499: return "api_error";  // a job cancelled by /cancel or shutdown: not the request's fault
+    default: return status >= 400 && status < 500 ? "invalid_request_error" : "api_error";
+    }
+}
+
+nlohmann::json anthropic_error_body(int status, const std::string& message) {
+    return {{"type", "error"}, {"error", {{"type", anthropic_error_type(status)}, {"message", message}}}};
+}
+
+void send_anthropic_error(httplib::Response& res, int status, const std::string& message) {
+    send_json(res, status, anthropic_error_body(status, message));
+}
+
+namespace {
+
+// The shared helpers answer in the server's own envelope; Anthropic
+// clients get the same status and message in theirs.
+void to_anthropic(httplib::Response& res) {
+    auto j = nlohmann::json::parse(res.body, nullptr, false);
+    std::string message = "HTTP " + std::to_string(res.status);
+    if (j.is_object() && j.contains("error") && j["error"].is_object() && j["error"].contains("message") &&
+        j["error"]["message"].is_string())
+        message = j["error"]["message"].get<std::string>();
+    send_anthropic_error(res, res.status, message);
+}
+
+// The service's stop reasons in Anthropic's words.
+nlohmann::json stop_reason(const std::string& r) {
+    if (r == "eos") return "end_turn";
+    if (r == "length") return "max_tokens";
+    if (r == "stop") return "stop_sequence";
+    return nullptr;
+}
+
+nlohmann::json stop_sequence(const JobEvent& end) {
+    return end.stop_reason == "stop" ? nlohmann::json(end.stop_sequence) : nlohmann::json(nullptr);
+}
+
+nlohmann::json stream_error(const JobEvent& ev) {
+    return anthropic_error_body(ev.code == Code::Cancelled ? 499 : http_status_for(ev.code), ev.message);
+}
+
+}  // namespace
+
+void Server::Impl::install_anthropic() {
+    // Parses, renders and checks the prompt; nullopt after answering an error.
+    auto prepare = [this](const httplib::Request& req, httplib::Response& res, const std::string& cid, bool count_only,
+                          std::shared_ptr<service::Service>& svc) -> std::optional<service::AnthropicRequest> {
+        svc = require_ready(*this, res, cid);
+        if (!svc) {
+            if (!count_only)
+                metrics->request("messages", state.load() == State::Stopping ? "rejected_shutdown" : "rejected_loading");
+            to_anthropic(res);
+            return std::nullopt;
+        }
+        try {
+            auto r = service::parse_anthropic_request(req.body, options.limits, count_only);
+            render_chat_prompt(*this, *svc, r.messages, r.gen);  // message text stays text
+            service::check_prompt(r.gen.prompt, "messages", options.limits);
+            r.gen.correlation_id = cid;
+            return r;
+        } catch (const std::exception& e) {
+            if (!count_only) metrics->request("messages", rejection_outcome(e));
+            send_exception(res, e, cid);
+            to_anthropic(res);
+            return std::nullopt;
+        }
+    };
+
+    http.Post("/v1/messages/count_tokens", [this, prepare](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        std::shared_ptr<service::Service> svc;
+        auto r = prepare(req, res, cid, true, svc);
+        if (!r) return;
+        auto tokens = svc->codec().encode(r->gen.prompt, r->gen.add_special, r->gen.parse_special, r->gen.literal);
+        send_json(res, 200, {{"input_tokens", tokens.size()}});
+    });
+
+    http.Post("/v1/messages", [this, prepare](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        std::shared_ptr<service::Service> svc;
+        auto r = prepare(req, res, cid, false, svc);
+        if (!r) return;
+        std::shared_ptr<service::Job> job;
+        try {
+            job = svc->submit(r->gen);
+        } catch (const std::exception& e) {
+            metrics->request("messages", rejection_outcome(e));
+            send_exception(res, e, cid);
+            to_anthropic(res);
+            return;
+        }
+        access::note_jobs({job});
+        const std::string model = r->model;
+        const std::string id = job->request.job_id;
+        const uint32_t input_tokens = uint32_t(job->prompt_tokens.size());
+        res.set_header("X-Job-Id", id);
+
+        if (r->stream) {
+            auto render = [=](const JobEvent& ev) -> std::string {
+                switch (ev.kind) {
+                case JobEvent::Kind::Started:
+                    return sse_event("message_start",
+                                     {{"type", "message_start"},
+                                      {"message", {{"id", id}, {"type", "message"}, {"role", "assistant"},
+                                                   {"content", nlohmann::json::array()}, {"model", model},
+                                                   {"stop_reason", nullptr}, {"stop_sequence", nullptr},
+                                                   {"usage", {{"input_tokens", input_tokens}, {"output_tokens", 0}}}}}}) +
+                           sse_event("content_block_start", {{"type", "content_block_start"}, {"index", 0},
+                                                             {"content_block", {{"type", "text"}, {"text", ""}}}}) +
+                           sse_event("ping", {{"type", "ping"}});
+                case JobEvent::Kind::Token:
+                    if (ev.text.empty()) return {};
+                    return sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
+                                                             {"delta", {{"type", "text_delta"}, {"text", ev.text}}}});
+                case JobEvent::Kind::End:
+                    return sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
+                           sse_event("message_delta", {{"type", "message_delta"},
+                                                       {"delta", {{"stop_reason", stop_reason(ev.stop_reason)},
+                                                                  {"stop_sequence", stop_sequence(ev)}}},
+                                                       {"usage", {{"output_tokens", ev.tokens_out}}}}) +
+                           sse_event("message_stop", {{"type", "message_stop"}});
+                case JobEvent::Kind::Error:
+                    return sse_event("error", stream_error(ev));
+                }
+                return {};
+            };
+            stream_job(*this, res, svc, job, render);
+            return;
+        }
+
+        // Not streaming: collect the text. A client that goes away is only
+        // noticed when the answer is written.
+        std::string text;
+        for (;;) {
+            auto ev = job->pop(std::chrono::milliseconds(200));
+            if (!ev) continue;
+            if (ev->kind == JobEvent::Kind::Token) {
+                text += ev->text;
+            } else if (ev->kind == JobEvent::Kind::Error) {
+                send_json(res, ev->code == Code::Cancelled ? 499 : http_status_for(ev->code), stream_error(*ev));
+                return;
+            } else if (ev->kind == JobEvent::Kind::End) {
+                nlohmann::json content = nlohmann::json::array();
+                content.push_back({{"type", "text"}, {"text", text}});
+                send_json(res, 200,
+                          {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"content", content},
+                           {"model", model}, {"stop_reason", stop_reason(ev->stop_reason)},
+                           {"stop_sequence", stop_sequence(*ev)},
+                           {"usage", {{"input_tokens", input_tokens}, {"output_tokens", ev->tokens_out}}}});
+                return;
+            }
+        }
+    });
+}
+
+}  // namespace eh::http

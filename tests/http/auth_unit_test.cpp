@@ -1,0 +1,115 @@
+// API keys: the comparison, how a request presents a key, which routes need
+// one, and the key file (in process; the server's use of them is in
+// auth_access_test.cpp).
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "auth.hpp"
+#include "eh/error.hpp"
+#include "request_guard.hpp"
+
+namespace eh::http {
+namespace {
+
+TEST(ApiKeys, AcceptsExactlyTheConfiguredKeys) {
+    ApiKeys keys({"alpha-key", "b", std::string(4096, 'z')});
+    EXPECT_TRUE(keys.required());
+    EXPECT_TRUE(keys.accepts("alpha-key"));
+    EXPECT_TRUE(keys.accepts("b"));
+    EXPECT_TRUE(keys.accepts(std::string(4096, 'z')));
+    for (const char* wrong : {"", "alpha", "alpha-key ", "alpha-keyx", "ALPHA-KEY", "bb", "a", "alpha-kez"})
+        EXPECT_FALSE(keys.accepts(wrong)) << wrong;
+    EXPECT_FALSE(keys.accepts(std::string(4095, 'z')));
+    EXPECT_FALSE(keys.accepts(std::string(4097, 'z')));
+}
+
+TEST(ApiKeys, NoKeysMeansNoneRequiredAndNoneAccepted) {
+    ApiKeys none;
+    EXPECT_FALSE(none.required());
+    EXPECT_FALSE(none.accepts("anything"));
+}
+
+TEST(ApiKeys, PresentedKeyComesFromBearerThenXApiKey) {
+    EXPECT_EQ(presented_key("Bearer abc", ""), "abc");
+    EXPECT_EQ(presented_key("bearer abc", ""), "abc");   // the scheme is case-insensitive
+    EXPECT_EQ(presented_key("BEARER   abc  ", ""), "abc");
+    EXPECT_EQ(presented_key("Basic abc", ""), "");         // another scheme is no key
+    EXPECT_EQ(presented_key("Bearer", ""), "");
+    EXPECT_EQ(presented_key("", "xkey"), "xkey");          // Anthropic clients
+    EXPECT_EQ(presented_key("Bearer abc", "xkey"), "abc");
+    EXPECT_EQ(presented_key("", ""), "");
+}
+
+TEST(ApiKeys, RoutesThatStayOpen) {
+    EXPECT_FALSE(route_needs_key("GET", "/health", false));
+    EXPECT_FALSE(route_needs_key("GET", "/metrics", false));
+    EXPECT_TRUE(route_needs_key("GET", "/metrics", true));
+    EXPECT_FALSE(route_needs_key("GET", "/", false));           // the chat page asks for the key itself
+    EXPECT_FALSE(route_needs_key("GET", "/chat.js", false));
+    EXPECT_FALSE(route_needs_key("OPTIONS", "/v1/chat/completions", false));  // CORS preflight
+    for (const char* p : {"/v1/models", "/v1/chat/completions", "/v1/completions", "/v1/messages", "/execute",
+                          "/cancel", "/tokenize", "/detokenize", "/capabilities", "/v1/capabilities", "/shutdown",
+                          "/no-such-route", "/../health"})
+        for (const char* m : {"GET", "POST"}) EXPECT_TRUE(route_needs_key(m, p, false)) << m << " " << p;
+    EXPECT_TRUE(route_needs_key("POST", "/", false));
+    EXPECT_TRUE(route_needs_key("GET", "/capabilities", false));
+}
+
+TEST(ApiKeys, KeyProblems) {
+    EXPECT_EQ(key_problem("sk-abc_123.XYZ~"), "");
+    EXPECT_NE(key_problem(""), "");
+    EXPECT_NE(key_problem("has space"), "");
+    EXPECT_NE(key_problem("tab\there"), "");
+    EXPECT_NE(key_problem("caf\xc3\xa9"), "");
+    EXPECT_NE(key_problem(std::string(4097, 'k')), "");
+}
+
+class KeyFile : public ::testing::Test {
+protected:
+    void SetUp() override {
+        dir_ = std::filesystem::temp_directory_path() / ("eh-keys-" + std::to_string(std::random_device{}()));
+        std::filesystem::create_directories(dir_);
+    }
+    void TearDown() override { std::filesystem::remove_all(dir_); }
+    std::string write(const std::string& name, const std::string& text) {
+        auto p = dir_ / name;
+        std::ofstream(p, std::ios::binary) << text;
+        return p.string();
+    }
+    std::string error_of(const std::string& path) {
+        try {
+            read_api_key_file(path);
+        } catch (const Error& e) {
+            return e.what();
+        }
+        return "";
+    }
+    std::filesystem::path dir_;
+};
+
+TEST_F(KeyFile, ReadsOneKeyALineSkippingCommentsAndBlankLines) {
+    auto p = write("keys", "# team keys\nfirst-key\r\n\n  second-key  \n#third\nthird-key");
+    EXPECT_EQ(read_api_key_file(p), (std::vector<std::string>{"first-key", "second-key", "third-key"}));
+}
+
+TEST_F(KeyFile, ClearErrorsThatNeverQuoteAKey) {
+    EXPECT_NE(error_of(dir_.string()).find("not a regular file"), std::string::npos) << error_of(dir_.string());
+    EXPECT_NE(error_of((dir_ / "absent").string()).find("no such file"), std::string::npos);
+    EXPECT_NE(error_of(write("empty", "# nothing\n\n")).find("holds no key"), std::string::npos);
+    std::string bad = error_of(write("bad", "good-key\nsecret with-space\n"));
+    EXPECT_NE(bad.find("line 2"), std::string::npos) << bad;
+    EXPECT_EQ(bad.find("secret"), std::string::npos) << bad;
+}
+
+TEST(FormContentType, OnlyTheFormMediaType) {
+    EXPECT_TRUE(form_content_type("application/x-www-form-urlencoded"));
+    EXPECT_TRUE(form_content_type("Application/X-WWW-Form-Urlencoded; charset=utf-8"));
+    EXPECT_FALSE(form_content_type("application/json"));
+    EXPECT_FALSE(form_content_type(""));
+}
+
+}  // namespace
+}  // namespace eh::http
