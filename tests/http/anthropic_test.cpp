@@ -9,7 +9,7 @@
 #include <filesystem>
 
 #include "engine_host_process.hpp"
-#include "templated_model.hpp"
+#include "model_fixtures.hpp"
 
 using namespace eh::test;
 using nlohmann::json;

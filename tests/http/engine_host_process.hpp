@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -23,6 +24,17 @@
 #include "raw_http.hpp"
 
 namespace eh::test {
+
+// Runs a shell command; its exit status and what it wrote (stdout and
+// stderr, when the command redirects 2>&1).
+inline std::pair<int, std::string> run_command(const std::string& cmd) {
+    std::string out;
+    FILE* p = popen(cmd.c_str(), "r");
+    if (!p) return {-1, out};
+    char buf[4096];
+    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+    return {pclose(p), out};
+}
 
 inline std::string stories_model() { return std::string(EH_TESTDATA_DIR) + "/models/stories260K.gguf"; }
 

@@ -5,21 +5,16 @@
 #include <chrono>
 
 #include "engine_host_process.hpp"
-#include "templated_model.hpp"
+#include "model_fixtures.hpp"
 
 using namespace eh::test;
 
 namespace {
 
-// stories260K with its chat template replaced, in a temp file.
-struct StoriesWithTemplate : TemplatedModel {
-    explicit StoriesWithTemplate(const std::string& tmpl) : TemplatedModel(tmpl, stories_model()) {}
-};
-
 const char* kChat = R"({"messages":[{"role":"user","content":"hi"}],"max_tokens":3})";
 
 TEST(HostileTemplateServe, DeeplyNestedTemplateDoesNotCrashTheServer) {
-    StoriesWithTemplate m("{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}");
+    TemplatedModel m("{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}");
     EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
     ASSERT_TRUE(h.running()) << h.log();
     // The template is refused at load, with the reason in the log; chat falls
@@ -36,7 +31,7 @@ TEST(HostileTemplateServe, DeeplyNestedTemplateDoesNotCrashTheServer) {
 }
 
 TEST(HostileTemplateServe, RunawayTemplateLoopAnswersAndShutsDown) {
-    StoriesWithTemplate m("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
+    TemplatedModel m("{% for a in range(100000) %}{% for b in range(100000) %}{% endfor %}{% endfor %}");
     EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
     ASSERT_TRUE(h.running()) << h.log();
     auto t0 = std::chrono::steady_clock::now();

@@ -110,12 +110,7 @@ TEST(OpenAI, OfficialNodeClientRoundTrip) {
         GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir.string();
     if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
     std::string cmd = "node " + (dir / "roundtrip.mjs").string() + " http://127.0.0.1:" + std::to_string(host().port()) + " 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    int rc = pclose(p);
+    auto [rc, out] = run_command(cmd);
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
 }

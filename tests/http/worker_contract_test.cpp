@@ -20,7 +20,7 @@
 #include "eh/model/model_file.hpp"
 #include "eh/tools/vocab.hpp"
 #include "engine_host_process.hpp"
-#include "templated_model.hpp"
+#include "model_fixtures.hpp"
 
 using namespace eh::test;
 using nlohmann::json;

@@ -65,10 +65,45 @@ CASES = [
     ], None, {"reasoning_effort": "high"}),
 ]
 
+# Tool history exactly as engine-host hands it to templates
+# (host/service/src/tool_calls/template_messages.cpp): content always a
+# string, arguments parsed into an object, the call's id after its function,
+# tool_call_id on tool messages, reasoning as `thinking`.
+CALL_PARIS = {"type": "function", "function": {"name": "get_weather", "arguments": {"unit": "celsius", "city": "Paris"}},
+              "id": "call_a1"}
+CALL_TOKYO = {"type": "function", "function": {"name": "get_weather", "arguments": {"city": "Tokyo", "days": 3}},
+              "id": "call_b2"}
+CASES += [
+    ("tool_history", [
+        {"role": "system", "content": "You are a weather bot."},
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "tool_calls": [CALL_PARIS]},
+        {"role": "tool", "content": "{\"temperature\": 21, \"sky\": \"clear\"}", "tool_call_id": "call_a1"},
+        {"role": "assistant", "content": "It is 21 °C and clear in Paris."},
+        {"role": "user", "content": "Thanks! And tomorrow?"},
+    ], [WEATHER_TOOL], {}),
+    ("parallel_tool_calls", [
+        {"role": "user", "content": "Paris and Tokyo, please."},
+        {"role": "assistant", "content": "Checking both.", "tool_calls": [CALL_PARIS, CALL_TOKYO]},
+        {"role": "tool", "content": "21", "tool_call_id": "call_a1"},
+        {"role": "tool", "content": "17", "tool_call_id": "call_b2"},
+    ], [WEATHER_TOOL], {}),
+    ("tool_reasoning", [
+        {"role": "user", "content": "Weather in Paris?"},
+        {"role": "assistant", "content": "", "thinking": "I should call get_weather.", "tool_calls": [CALL_PARIS]},
+        {"role": "tool", "content": "{\"temperature\": 21}", "tool_call_id": "call_a1"},
+    ], [WEATHER_TOOL], {"reasoning_effort": "low"}),
+    ("tools_offered", [
+        {"role": "user", "content": "What can you do?"},
+    ], [WEATHER_TOOL], {"reasoning_effort": "high"}),
+]
+
 TEMPLATES = {
-    "qwen2.5": ["simple", "system_multi_turn", "unicode_whitespace", "tool_call"],
-    "phi-3-mini": ["simple", "system_multi_turn", "unicode_whitespace"],
-    "gpt-oss-20b": ["simple", "system_multi_turn", "unicode_whitespace", "tool_call", "reasoning"],
+    "qwen2.5": ["simple", "system_multi_turn", "unicode_whitespace", "tool_call", "tool_history",
+                "parallel_tool_calls", "tools_offered"],
+    "phi-3-mini": ["simple", "system_multi_turn", "unicode_whitespace", "tool_history", "tools_offered"],
+    "gpt-oss-20b": ["simple", "system_multi_turn", "unicode_whitespace", "tool_call", "reasoning", "tool_history",
+                    "tool_reasoning", "tools_offered"],
 }
 
 

@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 #include <simdjson.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 
@@ -88,6 +89,29 @@ TEST(ChatTemplate, GptOssHarmonyByHand) {
               "Knowledge cutoff: 2024-06\nCurrent date: 2025-01-15\n\nReasoning: low\n\n"
               "# Valid channels: analysis, commentary, final. Channel must be included for every message.<|end|>"
               "<|start|>user<|message|>Hi<|end|><|start|>assistant");
+}
+
+// The harmony output parser reads gpt-oss's channels from the text of its
+// control tokens: decoding with include_special writes them back exactly,
+// and without it they vanish (so chat output on harmony models decodes with).
+TEST(ChatTemplate, GptOssHarmonyControlTokensRoundTrip) {
+    auto tok = Tokenizer::from_hf_json(testdata() / "tokenizers/gpt-oss-20b");
+    const std::string text =
+        "<|channel|>analysis<|message|>Think.<|end|><|start|>assistant<|channel|>commentary to=functions.get_weather "
+        "<|constrain|>json<|message|>{\"city\":\"Paris\"}";
+    auto ids = tok->encode(text, false, true);
+    for (const char* marker : {"<|channel|>", "<|message|>", "<|end|>", "<|start|>", "<|constrain|>"}) {
+        auto id = tok->token_id(marker);
+        ASSERT_TRUE(id) << marker;
+        EXPECT_TRUE(tok->is_special(*id)) << marker;
+        EXPECT_NE(std::find(ids.begin(), ids.end(), *id), ids.end()) << marker;
+    }
+    EXPECT_EQ(tok->decode(ids, true), text);
+    EXPECT_EQ(tok->decode(ids, false).find("<|"), std::string::npos);
+    // <|call|> and <|return|> end generation; <|end|> does not (more channels follow).
+    EXPECT_TRUE(tok->is_eog(*tok->token_id("<|call|>")));
+    EXPECT_TRUE(tok->is_eog(*tok->token_id("<|return|>")));
+    EXPECT_FALSE(tok->is_eog(*tok->token_id("<|end|>")));
 }
 
 TEST(ChatTemplate, TemplateRaiseExceptionIsInvalidRequest) {

@@ -6,6 +6,7 @@
 
 #include "eh/error.hpp"
 #include "eh/service/chat_literals.hpp"
+#include "eh/service/chat_output.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/tokenizer/chat_template.hpp"
 #include "eh/tokenizer/tokenizer.hpp"
@@ -20,6 +21,7 @@ public:
         if (!tok_->chat_template().empty()) {
             try {
                 template_ = tokenizer::ChatTemplate::compile(tok_->chat_template());
+                tool_format_ = service::tool_format_of_template(tok_->chat_template());
             } catch (const Error& e) {
                 template_.reset();  // unusable template: fall back to the plain transcript, and say so
                 service::log_event(spdlog::level::warn, "chat_template_rejected",
@@ -39,23 +41,26 @@ public:
         return tok_->encode_with_literals(text, add_special, ranges);
     }
     std::string decode(std::span<const int32_t> tokens) const override { return tok_->decode(tokens, false); }
+    std::string decode_with_control(std::span<const int32_t> tokens) const override { return tok_->decode(tokens, true); }
     std::string token_bytes(int32_t token) const override { return tok_->token_to_piece(token, false); }
+    service::ToolFormat tool_format() const override { return tool_format_; }
     bool is_eog(int32_t token) const override { return tok_->is_eog(token); }
     uint32_t vocab_size() const override { return uint32_t(tok_->vocab_size()); }
     std::string kind() const override { return std::string(tok_->kind()); }
 
     service::ChatPrompt render_chat(const std::vector<service::ChatMessage>& messages,
-                                    const std::function<bool()>& cancelled) const override {
+                                    const std::function<bool()>& cancelled,
+                                    const service::ChatRenderOptions& options) const override {
         std::string out;
         const std::vector<service::ChatMessage> marked = literals_.mark(messages);
         if (template_) {
-            nlohmann::json arr = nlohmann::json::array();
-            for (const auto& m : marked) arr.push_back({{"role", m.role}, {"content", m.content}});
             tokenizer::ChatOptions opt;
             opt.bos_token = bos_text_;
             opt.eos_token = eos_text_;
+            opt.tools_json = options.tools_json;
+            opt.extra_json = options.extra_json;
             opt.cancelled = cancelled;
-            out = template_->render(arr.dump(), opt);
+            out = template_->render(service::template_messages_json(marked), opt);
         } else {
             out = service::render_plain_chat(marked);
         }
@@ -74,6 +79,7 @@ private:
     service::ChatLiterals literals_;
     std::shared_ptr<const tokenizer::ChatTemplate> template_;
     std::string bos_text_, eos_text_;
+    service::ToolFormat tool_format_ = service::ToolFormat::None;
 };
 
 }  // namespace

@@ -1,21 +1,39 @@
+#include "eh/service/chat_prompt.hpp"
 #include "eh/service/service.hpp"
 #include "impl.hpp"
 
 namespace eh::http {
 
-void render_chat_prompt(Server::Impl& s, const service::Service& svc, const std::vector<service::ChatMessage>& messages,
-                        service::GenerationRequest& gen) {
+namespace {
+
+// Runs `render` with the cancel hook a template polls: the server stopping
+// or the client gone. Stopping turns the cancel into SHUTTING_DOWN.
+void with_template_cancel(Server::Impl& s, const std::function<void(const std::function<bool()>&)>& render) {
     auto stopping = [&s] { return s.state.load() == State::Stopping; };
-    service::ChatPrompt p;
     try {
-        p = svc.codec().render_chat(messages, [&] { return stopping() || current_client_gone(); });
+        render([&] { return stopping() || current_client_gone(); });
     } catch (const Error& e) {
         if (e.code() == Code::Cancelled && stopping())
             throw Error(Code::ShuttingDown, "the server is shutting down; the chat template's evaluation was stopped");
         throw;
     }
-    gen.prompt = std::move(p.text);
-    gen.literal = std::move(p.literal);
+}
+
+}  // namespace
+
+void render_chat_prompt(Server::Impl& s, const service::Service& svc, const std::vector<service::ChatMessage>& messages,
+                        service::GenerationRequest& gen) {
+    with_template_cancel(s, [&](const std::function<bool()>& cancelled) {
+        service::ChatPrompt p = svc.codec().render_chat(messages, cancelled);
+        gen.prompt = std::move(p.text);
+        gen.literal = std::move(p.literal);
+    });
+}
+
+void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::OpenAIRequest& r, const std::string& model) {
+    with_template_cancel(s, [&](const std::function<bool()>& cancelled) {
+        service::render_chat_prompt(svc.codec(), r, model, cancelled);
+    });
 }
 
 }  // namespace eh::http

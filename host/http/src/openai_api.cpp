@@ -3,9 +3,11 @@
 // `data: [DONE]`) and not.
 #include <fmt/format.h>
 
+#include "eh/service/chat_prompt.hpp"
 #include "eh/service/request.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
+#include "openai_chat_output.hpp"
 #include "stream.hpp"
 
 namespace eh::http {
@@ -29,17 +31,21 @@ nlohmann::json chat_logprobs(const std::vector<service::TokenLogprob>& lps) {
     nlohmann::json content = nlohmann::json::array();
     for (const auto& lp : lps) {
         nlohmann::json top = nlohmann::json::array();
-        for (const auto& t : lp.top) top.push_back({{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes_of(t.text)}});
-        content.push_back({{"token", lp.text}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.text)}, {"top_logprobs", top}});
+        for (const auto& t : lp.top) top.push_back({{"token", t.text}, {"logprob", t.logprob}, {"bytes", bytes_of(t.bytes)}});
+        content.push_back({{"token", lp.text}, {"logprob", lp.logprob}, {"bytes", bytes_of(lp.bytes)}, {"top_logprobs", top}});
     }
     return {{"content", content}};
 }
 
-// Legacy completions logprobs: parallel arrays.
+// Legacy completions logprobs: parallel arrays. text_offset counts code
+// points of the output text (as OpenAI's and vLLM's Python strings do); a
+// token that starts inside a character (byte fallback) gets that
+// character's offset.
 struct CompletionLogprobs {
     nlohmann::json tokens = nlohmann::json::array(), token_logprobs = nlohmann::json::array(),
                    top = nlohmann::json::array(), offsets = nlohmann::json::array();
-    size_t offset = 0;
+    size_t offset = 0;      // code points of complete characters so far
+    std::string partial;    // bytes of a character not complete yet
     void add(const std::vector<service::TokenLogprob>& lps) {
         for (const auto& lp : lps) {
             tokens.push_back(lp.text);
@@ -48,7 +54,10 @@ struct CompletionLogprobs {
             for (const auto& x : lp.top) t[x.text] = x.logprob;
             top.push_back(t);
             offsets.push_back(offset);
-            offset += lp.text.size();
+            partial += lp.bytes;
+            const size_t done = service::complete_utf8_prefix(partial);
+            offset += service::utf8_length(std::string_view(partial).substr(0, done));
+            partial.erase(0, done);
         }
     }
     nlohmann::json json() const {
@@ -96,7 +105,7 @@ void Server::Impl::install_openai() {
         try {
             r = service::parse_openai_request(req.body, chat, options.limits);
             if (chat) {
-                render_chat_prompt(*this, *svc, r.messages, r.gen);
+                render_chat_prompt(*this, *svc, r, get_info().model);
                 service::check_prompt(r.gen.prompt, "messages", options.limits);
             }
             r.gen.correlation_id = cid;
@@ -122,6 +131,13 @@ void Server::Impl::install_openai() {
 
         auto cached = std::make_shared<uint32_t>(0);  // from the started event
         const size_t n_choices = jobs.size();
+        // Chat: each choice's output split into reasoning, content and tool calls.
+        auto outputs = std::make_shared<std::vector<ChatChoiceOutput>>();
+        if (chat) {
+            service::ChatParseOptions po{r.tools.enabled(), r.tools.parallel, {}};
+            for (const auto& t : r.tools.tools) po.names.push_back(t.name);
+            for (size_t i = 0; i < n_choices; ++i) outputs->emplace_back(svc->codec().tool_format(), po, r.tools.prefill);
+        }
         // Usage once the last choice ended: (choices ended, completion tokens).
         auto totals = std::make_shared<std::pair<size_t, uint32_t>>(0, 0);
         if (r.stream) {
@@ -147,8 +163,17 @@ void Server::Impl::install_openai() {
                 case JobEvent::Kind::Token: {
                     nlohmann::json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
                     if (chat) {
-                        choice["delta"] = {{"content", ev.text}};
-                        if (want_lp) choice["logprobs"] = chat_logprobs(ev.logprobs);
+                        auto deltas = (*outputs)[index].deltas(ev.text);
+                        // Logprobs ride on the first chunk (an empty one when
+                        // the parser holds the text back).
+                        if (deltas.empty() && want_lp) deltas.push_back({{"content", ""}});
+                        std::string out;
+                        for (size_t k = 0; k < deltas.size(); ++k) {
+                            choice["delta"] = std::move(deltas[k]);
+                            choice["logprobs"] = want_lp && k == 0 ? chat_logprobs(ev.logprobs) : nlohmann::json(nullptr);
+                            out += sse_data(chunk(choice));
+                        }
+                        return out;
                     } else {
                         choice["text"] = ev.text;
                         if (want_lp) {
@@ -162,10 +187,20 @@ void Server::Impl::install_openai() {
                     return sse_data(chunk(choice));
                 }
                 case JobEvent::Kind::End: {
-                    nlohmann::json choice = {{"index", index}, {"finish_reason", finish_reason(ev.stop_reason)}, {"logprobs", nullptr}};
-                    if (chat) choice["delta"] = nlohmann::json::object();
-                    else choice["text"] = "";
-                    std::string out = sse_data(chunk(choice));
+                    std::string out;
+                    nlohmann::json choice = {{"index", index}, {"finish_reason", nullptr}, {"logprobs", nullptr}};
+                    if (chat) {
+                        for (auto& d : (*outputs)[index].finish_deltas()) {
+                            choice["delta"] = std::move(d);
+                            out += sse_data(chunk(choice));
+                        }
+                        choice["finish_reason"] = (*outputs)[index].finish_reason(ev.stop_reason);
+                        choice["delta"] = nlohmann::json::object();
+                    } else {
+                        choice["finish_reason"] = finish_reason(ev.stop_reason);
+                        choice["text"] = "";
+                    }
+                    out += sse_data(chunk(choice));
                     totals->first += 1;
                     totals->second += ev.tokens_out;
                     if (r.include_usage && totals->first == n_choices) {
@@ -198,7 +233,8 @@ void Server::Impl::install_openai() {
                 if (!ev) continue;
                 if (ev->kind == JobEvent::Kind::Started && index == 0) *cached = ev->cached_tokens;
                 if (ev->kind == JobEvent::Kind::Token) {
-                    text += ev->text;
+                    if (chat) (*outputs)[index].add(ev->text);
+                    else text += ev->text;
                     if (want_lp) {
                         if (chat) {
                             nlohmann::json part = chat_logprobs(ev->logprobs);
@@ -215,7 +251,10 @@ void Server::Impl::install_openai() {
                 } else if (ev->kind == JobEvent::Kind::End) {
                     nlohmann::json choice = {{"index", index}, {"finish_reason", finish_reason(ev->stop_reason)}};
                     if (chat) {
-                        choice["message"] = {{"role", "assistant"}, {"content", text}};
+                        auto& output = (*outputs)[index];
+                        output.finish();
+                        choice["message"] = output.message();
+                        choice["finish_reason"] = output.finish_reason(ev->stop_reason);
                         choice["logprobs"] = want_lp ? nlohmann::json{{"content", chat_lp}} : nlohmann::json(nullptr);
                     } else {
                         choice["text"] = text;

@@ -16,7 +16,8 @@ std::string ByteCodec::decode(std::span<const int32_t> tokens) const {
     return out;
 }
 
-ChatPrompt ByteCodec::render_chat(const std::vector<ChatMessage>& messages, const std::function<bool()>&) const {
+ChatPrompt ByteCodec::render_chat(const std::vector<ChatMessage>& messages, const std::function<bool()>&,
+                                  const ChatRenderOptions&) const {
     return {render_plain_chat(messages), {}};  // no control tokens: nothing to keep literal
 }
 

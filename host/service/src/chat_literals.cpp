@@ -44,7 +44,18 @@ std::string ChatLiterals::mark(std::string_view content) const {
 
 std::vector<ChatMessage> ChatLiterals::mark(const std::vector<ChatMessage>& messages) const {
     std::vector<ChatMessage> out = messages;
-    for (auto& m : out) m.content = mark(m.content);
+    // Every text of a message a template may write (tool-call fields too).
+    for (auto& m : out) {
+        m.content = mark(m.content);
+        m.reasoning = mark(m.reasoning);
+        m.tool_call_id = mark(m.tool_call_id);
+        m.name = mark(m.name);
+        for (auto& c : m.tool_calls) {
+            c.id = mark(c.id);
+            c.name = mark(c.name);
+            c.arguments = mark(c.arguments);
+        }
+    }
     return out;
 }
 

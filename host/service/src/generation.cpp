@@ -20,12 +20,16 @@ std::span<const int32_t> last_prompt_tokens(const Job& job) {
 }  // namespace
 
 Generation::Generation(Job& job, const TextCodec& codec, Metrics& metrics)
-    : job_(job), codec_(codec), metrics_(metrics), text_(codec, last_prompt_tokens(job)), stops_(job.request.stop) {}
+    : job_(job), codec_(codec), metrics_(metrics), text_(codec, last_prompt_tokens(job), job.request.control_text), stops_(job.request.stop) {}
 
 TokenLogprob Generation::logprob_of(int32_t tok, std::span<const float> lg) const {
     TokenLogprob lp;
     lp.id = tok;
-    lp.text = sanitize_utf8(codec_.decode(std::span<const int32_t>(&tok, 1)));
+    // The bytes the token adds to the output (an SPM piece with its leading
+    // space); `text` is them as valid UTF-8 (a partial character becomes
+    // U+FFFD), `bytes` exactly.
+    lp.bytes = codec_.token_bytes(tok);
+    lp.text = sanitize_utf8(lp.bytes);
     if (lg.empty() || tok < 0 || size_t(tok) >= lg.size()) return lp;
     const float mx = *std::max_element(lg.begin(), lg.end());
     double sum = 0;
@@ -40,8 +44,8 @@ TokenLogprob Generation::logprob_of(int32_t tok, std::span<const float> lg) cons
                           [&](int32_t a, int32_t b) { return lg[size_t(a)] > lg[size_t(b)]; });
         for (size_t i = 0; i < k; ++i) {
             const int32_t id = idx[i];
-            lp.top.push_back({id, sanitize_utf8(codec_.decode(std::span<const int32_t>(&id, 1))),
-                              double(lg[size_t(id)]) - lse});
+            std::string b = codec_.token_bytes(id);
+            lp.top.push_back({id, sanitize_utf8(b), double(lg[size_t(id)]) - lse, std::move(b)});
         }
     }
     return lp;

@@ -8,6 +8,7 @@
 #include "eh/service/request.hpp"
 #include "constraint_fields.hpp"
 #include "json_fields.hpp"
+#include "tool_calls/tool_request_parse.hpp"
 
 namespace eh::service {
 
@@ -66,6 +67,7 @@ std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& 
         ChatMessage cm;
         cm.role = *role;
         if (auto c = field(mo, "content")) cm.content = message_content(*c, i);
+        parse_message_tool_fields(mo, i, cm);
         check_prompt_text(cm.content, "messages", limits, true);
         total_chars += cm.content.size();
         out.push_back(std::move(cm));
@@ -138,7 +140,8 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
         r.gen.top_logprobs = int(*lp);
     }
     r.gen.constraint = get_response_format(obj);
-    if (field(obj, "tools")) throw RequestError("tools", "'tools' is not supported");
+    if (chat) r.tools = parse_chat_tools(obj);
+    else if (field(obj, "tools")) throw RequestError("tools", "'tools' is served on /v1/chat/completions only");
     return r;
 }
 

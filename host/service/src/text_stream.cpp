@@ -17,8 +17,8 @@ constexpr size_t kMaxHeldTokens = 4;
 std::string TextStream::push(int32_t token) {
     tokens_.push_back(token);
     std::span<const int32_t> all(tokens_);
-    std::string before = codec_.decode(all.subspan(prefix_, read_ - prefix_));
-    std::string now = codec_.decode(all.subspan(prefix_));
+    std::string before = decode(all.subspan(prefix_, read_ - prefix_));
+    std::string now = decode(all.subspan(prefix_));
     if (now.size() <= before.size()) return {};
     std::string_view fresh = std::string_view(now).substr(before.size());
     bool incomplete = complete_utf8_prefix(fresh) != fresh.size() ||
@@ -33,8 +33,8 @@ std::string TextStream::push(int32_t token) {
 std::string TextStream::finish() {
     if (read_ == tokens_.size()) return {};
     std::span<const int32_t> all(tokens_);
-    std::string before = codec_.decode(all.subspan(prefix_, read_ - prefix_));
-    std::string now = codec_.decode(all.subspan(prefix_));
+    std::string before = decode(all.subspan(prefix_, read_ - prefix_));
+    std::string now = decode(all.subspan(prefix_));
     prefix_ = read_ = tokens_.size();
     if (now.size() <= before.size()) return {};
     return sanitize_utf8(std::string_view(now).substr(before.size()));

@@ -5,6 +5,9 @@
 // Behaviour knobs (environment, read at model load):
 //   EH_TEST_ENGINE_DELAY_MS   sleep this long in every decode step (cancel tests)
 //   EH_TEST_ENGINE_EOS_AFTER  emit the model's EOS id after N decode steps
+//   EH_TEST_ENGINE_SCRIPT     comma-separated ids: the output of every
+//                             generation, then EOS (tests that need a model
+//                             to write given text, e.g. a tool call)
 //   EH_TEST_ENGINE_LOAD_DELAY_MS  take this long to load (startup tests)
 //   EH_TEST_ENGINE_CRASH_AFTER  SIGSEGV at that decode step (a corrupt plugin)
 //   EH_TEST_ENGINE_CRASH_AT_LOAD  SIGILL half-way through the model load
@@ -57,6 +60,7 @@ struct Model {
     int delay_ms = 0;
     int eos_after = -1;
     int crash_after = -1;  // EH_TEST_ENGINE_CRASH_AFTER: SIGSEGV at that decode step (a corrupt plugin)
+    std::vector<int32_t> script;  // EH_TEST_ENGINE_SCRIPT
 };
 
 struct Session {
@@ -72,6 +76,7 @@ struct Session {
     void* cancel_user = nullptr;
     bool have_logits = false;
     int32_t next_token = 0;
+    size_t script_pos = 0;  // output tokens since the last prefill's sample
 };
 
 const char* const kFormats[] = {"gguf", "safetensors", nullptr};
@@ -132,6 +137,11 @@ eh_status probe(int32_t, eh_probe_result* out) {
 // Next id: greedy is a fixed walk; sampling mixes in the seeded generator.
 int32_t pick(Session& s, int32_t prev) {
     Model& m = *s.model;
+    if (!m.script.empty()) {
+        const size_t i = s.script_pos++;
+        if (i < m.script.size()) return m.script[i];
+        if (m.eos >= 0) return m.eos;
+    }
     if (m.eos_after >= 0 && s.steps >= m.eos_after && m.eos >= 0) return m.eos;
     uint64_t base = (uint64_t(prev) * 31u + s.tokens.size() * 7u + 3u);
     if (s.sp.temperature > 0) base += s.rng() % 1000u;
@@ -159,6 +169,14 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
         if (const char* d = std::getenv("EH_TEST_ENGINE_DELAY_MS")) m->delay_ms = std::atoi(d);
         if (const char* e = std::getenv("EH_TEST_ENGINE_EOS_AFTER")) m->eos_after = std::atoi(e);
         if (const char* c = std::getenv("EH_TEST_ENGINE_CRASH_AFTER")) m->crash_after = std::atoi(c);
+        if (const char* sc = std::getenv("EH_TEST_ENGINE_SCRIPT"))
+            for (const char* p = sc; *p;) {
+                char* end = nullptr;
+                const long v = std::strtol(p, &end, 10);
+                if (end == p) break;
+                if (v >= 0 && uint32_t(v) < m->vocab) m->script.push_back(int32_t(v));
+                p = *end == ',' ? end + 1 : end;
+            }
         if (m->vocab == 0) throw ehp::Error(EH_MODEL_LOAD_FAILED, "vocabulary is empty");
         if (const char* d = std::getenv("EH_TEST_ENGINE_LOAD_DELAY_MS"))
             std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
@@ -244,6 +262,7 @@ eh_status session_sample(eh_session* sess, int32_t* out) {
         s->last_error = "nothing to sample from: prefill first";
         return EH_INVALID_ARGUMENT;
     }
+    s->script_pos = 0;  // a fresh generation
     *out = pick(*s, s->tokens.back());
     fill_logits(*s, *out);
     return EH_OK;

@@ -22,11 +22,16 @@ struct TopLogprob {
     int32_t id = 0;
     std::string text;
     double logprob = 0;
+    std::string bytes;
 };
 
 struct TokenLogprob {
     int32_t id = 0;
-    std::string text;      // this token decoded on its own (may be a partial character)
+    // The exact bytes this token adds to the output (TextCodec::token_bytes):
+    // may be part of a character. `text` is them as valid UTF-8, a partial
+    // character replaced by U+FFFD.
+    std::string bytes;
+    std::string text;
     double logprob = 0;
     std::vector<TopLogprob> top;
 };

@@ -12,6 +12,7 @@
 
 #include "eh/error.hpp"
 #include "eh/service/text_codec.hpp"
+#include "eh/service/tool_request.hpp"
 
 namespace eh::constrain {
 struct Grammar;
@@ -93,6 +94,9 @@ struct GenerationRequest {
     int top_logprobs = -1;             // -1: no logprobs; 0: the chosen token's only
     bool ignore_eos = false;           // keep generating past end-of-generation tokens (benchmarks)
     OutputConstraint constraint;       // response_format, grammar, json_schema, tool calls
+    // Output text keeps control tokens (<|channel|>...): set for chat on
+    // harmony models, whose output parser needs them.
+    bool control_text = false;
     std::string correlation_id;
     std::string origin = "execute";    // metrics/log label: execute, completions, chat
     // Who may cancel the job by its id (POST /cancel): set by the HTTP layer
@@ -113,6 +117,7 @@ struct OpenAIRequest {
     bool include_usage = false;
     bool logprobs = false;
     uint32_t n = 1;                    // choices: samples of the same prompt
+    ChatToolRequest tools;             // chat only: tools, tool_choice, reasoning_effort
 };
 OpenAIRequest parse_openai_request(std::string_view body, bool chat, const RequestLimits& limits);
 

@@ -13,9 +13,34 @@
 
 namespace eh::service {
 
+// A call an assistant message made (OpenAI's tool_calls[i]).
+struct ChatToolCall {
+    std::string id;
+    std::string name;
+    std::string arguments;  // as the client sent it: JSON text, normally an object
+};
+
 struct ChatMessage {
     std::string role;     // system, user, assistant, developer, tool
     std::string content;
+    std::string reasoning;               // assistant: reasoning_content (the template's `thinking`)
+    std::vector<ChatToolCall> tool_calls;  // assistant only
+    std::string tool_call_id;            // tool: the call this answers
+    std::string name;                    // tool/user: the optional `name`
+};
+
+// What a chat template gets besides the messages.
+struct ChatRenderOptions {
+    std::string tools_json;  // JSON array of {type, function:{name, description, parameters}}, "" for none
+    std::string extra_json;  // JSON object of extra template variables ({"reasoning_effort":"low"}), "" for none
+};
+
+// How a model writes tool calls, told by its chat template (chat_output.hpp
+// parses each).
+enum class ToolFormat {
+    None,     // the template has no tool format (Phi-3, plain transcripts)
+    Hermes,   // <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call> (Qwen2.5)
+    Harmony,  // gpt-oss: channels; calls on commentary to=functions.NAME ... <|call|>
 };
 
 // Byte range [begin, end) of a prompt.
@@ -46,9 +71,13 @@ public:
     // Token ids to raw bytes. May end in the middle of a UTF-8 sequence (byte
     // tokens); TextStream takes care of that.
     virtual std::string decode(std::span<const int32_t> tokens) const = 0;
+    // The same, with control tokens written as their text (<|channel|>): for
+    // output formats whose structure is in control tokens (harmony).
+    virtual std::string decode_with_control(std::span<const int32_t> tokens) const { return decode(tokens); }
     // The bytes the token adds to an output in mid-stream (SPM's "▁" as a
-    // space, even where decode() would strip it at the start); "" for
-    // control tokens. The constrained-decoding mask matches these.
+    // space, even where decode() would strip it at the start; a byte-fallback
+    // token is its one byte); "" for control tokens. The constrained-decoding
+    // mask matches these; logprobs report them.
     virtual std::string token_bytes(int32_t token) const = 0;
     // End-of-generation tokens (EOS, EOT, <|im_end|>, ...).
     virtual bool is_eog(int32_t token) const = 0;
@@ -58,9 +87,13 @@ public:
     // The prompt a chat model expects for these messages, ending with the
     // assistant turn's opening. Throws eh::Error(InvalidRequest) for messages
     // the template cannot express, Error(Cancelled) once `cancelled` answers
-    // true (polled while a template runs).
+    // true (polled while a template runs). `options`: tools and extra
+    // template variables.
     virtual ChatPrompt render_chat(const std::vector<ChatMessage>& messages,
-                                   const std::function<bool()>& cancelled = {}) const = 0;
+                                   const std::function<bool()>& cancelled = {},
+                                   const ChatRenderOptions& options = {}) const = 0;
+    // The model's tool-call format, from its chat template.
+    virtual ToolFormat tool_format() const { return ToolFormat::None; }
 };
 
 // One token per byte (id = byte value), no special tokens except an optional
@@ -75,8 +108,8 @@ public:
     bool is_eog(int32_t token) const override { return eog_ >= 0 && token == eog_; }
     uint32_t vocab_size() const override { return vocab_; }
     std::string kind() const override { return "bytes"; }
-    ChatPrompt render_chat(const std::vector<ChatMessage>& messages,
-                           const std::function<bool()>& cancelled = {}) const override;
+    ChatPrompt render_chat(const std::vector<ChatMessage>& messages, const std::function<bool()>& cancelled = {},
+                           const ChatRenderOptions& options = {}) const override;
 
 private:
     uint32_t vocab_;

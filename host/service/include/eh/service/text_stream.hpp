@@ -17,8 +17,9 @@ class TextStream {
 public:
     // `context`: the last few prompt tokens. Their text counts as already
     // sent, so the first generated token keeps its leading space.
-    explicit TextStream(const TextCodec& codec, std::span<const int32_t> context = {})
-        : codec_(codec), tokens_(context.begin(), context.end()), read_(context.size()) {}
+    // `control_text`: control tokens are written as their text (harmony).
+    explicit TextStream(const TextCodec& codec, std::span<const int32_t> context = {}, bool control_text = false)
+        : codec_(codec), tokens_(context.begin(), context.end()), read_(context.size()), control_text_(control_text) {}
     // Text completed by this token (may be empty while a character or a
     // multi-token sequence is incomplete).
     std::string push(int32_t token);
@@ -30,6 +31,10 @@ private:
     std::vector<int32_t> tokens_;
     size_t prefix_ = 0;  // window start: text before it is settled
     size_t read_ = 0;    // tokens whose text was emitted
+    bool control_text_ = false;
+    std::string decode(std::span<const int32_t> ids) const {
+        return control_text_ ? codec_.decode_with_control(ids) : codec_.decode(ids);
+    }
 };
 
 }  // namespace eh::service

@@ -1,0 +1,291 @@
+// Tool calling and reasoning over real HTTP: stories260K carrying Qwen2.5's
+// and gpt-oss's real chat templates, served by the test engine scripted
+// (EH_TEST_ENGINE_SCRIPT) to write a given text, so the output parsers, the
+// OpenAI shapes (whole and streamed) and the 400s run end to end.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "engine_host_process.hpp"
+#include "model_fixtures.hpp"
+
+using namespace eh::test;
+using nlohmann::json;
+
+namespace {
+
+std::string qwen_template() {
+    std::ifstream f(std::string(EH_TESTDATA_DIR) + "/tokenizers/qwen2.5/tokenizer_config.json");
+    return json::parse(f)["chat_template"];
+}
+std::string gptoss_template() {
+    std::ifstream f(std::string(EH_TESTDATA_DIR) + "/tokenizers/gpt-oss-20b/chat_template.jinja");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    return ss.str();
+}
+
+const char* kTools = R"([{"type":"function","function":{"name":"get_weather","description":"Weather now",)"
+                     R"("parameters":{"type":"object","properties":{"city":{"type":"string"}},"required":["city"]}}}])";
+
+// stories260K with `tmpl`, writing `text`.
+struct TemplatedHost {
+    TemplatedModel model;
+    ScriptedHost scripted;
+    TemplatedHost(const std::string& tmpl, const std::string& text, std::vector<std::string> args = {})
+        : model(tmpl), scripted(model.path, text, std::move(args)) {}
+    EngineHost* operator->() { return scripted.host.get(); }
+};
+
+json chat(EngineHost& h, const std::string& extra, int* status = nullptr) {
+    auto r = h.post("/v1/chat/completions",
+                    R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200)" + extra + "}");
+    if (status) *status = r.status;
+    return json::parse(r.body, nullptr, false);
+}
+
+// The streamed chunks folded back into one message, checking OpenAI's
+// delta rules on the way.
+struct Folded {
+    std::string content, reasoning, finish;
+    json calls = json::array();
+};
+Folded stream(EngineHost& h, const std::string& extra) {
+    auto r = h.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"Weather in Paris?"}],"max_tokens":200,"stream":true)" +
+                                                extra + "}");
+    EXPECT_EQ(r.status, 200) << r.body;
+    Folded f;
+    for (const auto& ev : parse_sse(r.body)) {
+        if (ev.data == "[DONE]") break;
+        json c = json::parse(ev.data);
+        const json& ch = c["choices"][0];
+        if (!ch["finish_reason"].is_null()) f.finish = ch["finish_reason"];
+        const json& d = ch["delta"];
+        if (d.contains("content") && d["content"].is_string()) f.content += d["content"].get<std::string>();
+        if (d.contains("reasoning_content")) f.reasoning += d["reasoning_content"].get<std::string>();
+        if (d.contains("tool_calls"))
+            for (const json& tc : d["tool_calls"]) {
+                const size_t i = tc["index"];
+                if (tc.contains("id")) {  // the first delta of a call: id, type, name, empty arguments
+                    EXPECT_EQ(i, f.calls.size());
+                    EXPECT_EQ(tc["type"], "function");
+                    EXPECT_EQ(tc["function"]["arguments"], "");
+                    f.calls.push_back({{"id", tc["id"]}, {"name", tc["function"]["name"]}, {"arguments", ""}});
+                } else {
+                    EXPECT_LT(i, f.calls.size());
+                    EXPECT_FALSE(tc["function"].contains("name"));
+                    f.calls[i]["arguments"] = f.calls[i]["arguments"].get<std::string>() + tc["function"]["arguments"].get<std::string>();
+                }
+            }
+    }
+    return f;
+}
+
+TEST(ToolCallsServe, QwenHermesCallWholeAndStreamed) {
+    TemplatedHost s(qwen_template(), "Let me look.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    ASSERT_TRUE(s->running()) << s->log();
+    int status = 0;
+    json j = chat(*s.scripted.host, std::string(R"(,"tools":)") + kTools, &status);
+    ASSERT_EQ(status, 200) << j.dump();
+    const json& m = j["choices"][0]["message"];
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    ASSERT_EQ(m["tool_calls"].size(), 1u) << j.dump();
+    EXPECT_EQ(m["tool_calls"][0]["type"], "function");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(json::parse(m["tool_calls"][0]["function"]["arguments"].get<std::string>()), json({{"city", "Paris"}}));
+    const std::string id = m["tool_calls"][0]["id"];
+    EXPECT_EQ(id.rfind("call_", 0), 0u);
+    // SPM: the first piece's space prefix is part of the model's text.
+    EXPECT_EQ(m["content"], " Let me look.");
+
+    Folded f = stream(*s.scripted.host, std::string(R"(,"tools":)") + kTools);
+    EXPECT_EQ(f.finish, "tool_calls");
+    EXPECT_EQ(f.content, " Let me look.");
+    ASSERT_EQ(f.calls.size(), 1u);
+    EXPECT_EQ(f.calls[0]["name"], "get_weather");
+    EXPECT_EQ(f.calls[0]["arguments"], m["tool_calls"][0]["function"]["arguments"]);
+
+    // Without tools (or with tool_choice none) the same text is content.
+    json plain = chat(*s.scripted.host, std::string(R"(,"tool_choice":"none","tools":)") + kTools);
+    EXPECT_EQ(plain["choices"][0]["finish_reason"], "stop");
+    EXPECT_FALSE(plain["choices"][0]["message"].contains("tool_calls"));
+    EXPECT_NE(plain["choices"][0]["message"]["content"].get<std::string>().find("<tool_call>"), std::string::npos);
+}
+
+TEST(ToolCallsServe, QwenToolHistoryRendersThroughTheTemplate) {
+    TemplatedHost s(qwen_template(), "It is sunny.", {"--log-content"});
+    const std::string body = std::string(R"({"max_tokens":20,"tools":)") + kTools + R"(,"messages":[
+        {"role":"user","content":"Weather in Paris?"},
+        {"role":"assistant","content":null,"tool_calls":[{"id":"call_1","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
+        {"role":"tool","tool_call_id":"call_1","content":"sunny"}]})";
+    auto r = s->post("/v1/chat/completions", body);
+    ASSERT_EQ(r.status, 200) << r.body;
+    std::string prompt;
+    for (const auto& e : s->log_events())
+        if (e.value("event", "") == "execute_start") prompt = e.value("prompt", "");
+    EXPECT_NE(prompt.find("<|im_start|>assistant\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n"
+                          "</tool_call><|im_end|>\n<|im_start|>user\n<tool_response>\nsunny\n</tool_response><|im_end|>"),
+              std::string::npos)
+        << prompt;
+    EXPECT_NE(prompt.find("# Tools"), std::string::npos);
+}
+
+TEST(ToolCallsServe, GptOssReasoningAndCall) {
+    TemplatedHost s(gptoss_template(),
+                   "<|channel|>analysis<|message|>Need the weather.<|end|><|start|>assistant<|channel|>commentary "
+                   "to=functions.get_weather <|constrain|>json<|message|>{\"city\":\"Paris\"}",
+                   {"--log-content"});
+    ASSERT_TRUE(s->running()) << s->log();
+    int status = 0;
+    json j = chat(*s.scripted.host, std::string(R"(,"reasoning_effort":"low","tools":)") + kTools, &status);
+    ASSERT_EQ(status, 200) << j.dump();
+    const json& m = j["choices"][0]["message"];
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls");
+    EXPECT_EQ(m["reasoning_content"], "Need the weather.");
+    EXPECT_TRUE(m["content"].is_null());
+    ASSERT_EQ(m["tool_calls"].size(), 1u);
+    EXPECT_EQ(m["tool_calls"][0]["function"]["name"], "get_weather");
+    EXPECT_EQ(m["tool_calls"][0]["function"]["arguments"], "{\"city\":\"Paris\"}");
+    bool low = false;
+    for (const auto& e : s->log_events())
+        if (e.value("event", "") == "execute_start") low = e.value("prompt", "").find("Reasoning: low") != std::string::npos;
+    EXPECT_TRUE(low) << "reasoning_effort reaches the template";
+
+    Folded f = stream(*s.scripted.host, std::string(R"(,"tools":)") + kTools);
+    EXPECT_EQ(f.reasoning, "Need the weather.");
+    EXPECT_EQ(f.content, "");
+    EXPECT_EQ(f.finish, "tool_calls");
+    ASSERT_EQ(f.calls.size(), 1u);
+    EXPECT_EQ(f.calls[0]["arguments"], "{\"city\":\"Paris\"}");
+}
+
+TEST(ToolCallsServe, GptOssFinalAnswerHasNoMarkup) {
+    TemplatedHost s(gptoss_template(), "<|channel|>analysis<|message|>Greet back.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!");
+    json j = chat(*s.scripted.host, "");
+    EXPECT_EQ(j["choices"][0]["message"]["content"], "Hello there!");
+    EXPECT_EQ(j["choices"][0]["message"]["reasoning_content"], "Greet back.");
+    EXPECT_EQ(j["choices"][0]["finish_reason"], "stop");
+    Folded f = stream(*s.scripted.host, "");
+    EXPECT_EQ(f.content, "Hello there!");
+    EXPECT_EQ(f.reasoning, "Greet back.");
+}
+
+TEST(ToolCallsServe, OfficialNodeClient) {
+    std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
+    if (!std::filesystem::exists(dir / "node_modules" / "openai"))
+        GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir.string();
+    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+    TemplatedHost s(qwen_template(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    std::string cmd = "node " + (dir / "tools.mjs").string() + " http://127.0.0.1:" + std::to_string(s->port()) + " 2>&1";
+    auto [rc, out] = run_command(cmd);
+    EXPECT_EQ(rc, 0) << out;
+    EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
+}
+
+// A real model (stories260K on the CPU reference engine, with Qwen2.5's
+// template) offered tools: its output is whatever it is (a story, no call),
+// but the request runs end to end and the stream folds to the same answer.
+TEST(ToolCallsServe, RealModelSmoke) {
+    TemplatedModel m(qwen_template());
+    EngineHost h({}, {}, true, EH_PLUGIN_DIR, m.path);
+    ASSERT_TRUE(h.running()) << h.log();
+    const std::string extra = std::string(R"(,"temperature":0,"seed":1,"tools":)") + kTools;
+    int status = 0;
+    json j = chat(h, extra, &status);
+    ASSERT_EQ(status, 200) << j.dump();
+    const json& msg = j["choices"][0]["message"];
+    Folded f = stream(h, extra);
+    EXPECT_EQ(f.finish, j["choices"][0]["finish_reason"]);
+    if (msg["content"].is_string()) EXPECT_EQ(f.content, msg["content"]);
+    EXPECT_EQ(f.calls.size(), msg.contains("tool_calls") ? msg["tool_calls"].size() : 0u);
+}
+
+// tool_choice "required" / named on a real model (stories260K on the CPU
+// reference engine, which takes the allowed-token mask): whatever the
+// model would have written, the output is a call of an offered function
+// whose arguments match its schema.
+TEST(ToolCallsServe, ForcedCallsAreValidCallsOnARealModel) {
+    // (gpt-oss's template needs each tool's description.)
+    const std::string tools = R"([{"type":"function","function":{"name":"get_weather","description":"w","parameters":{"type":"object",)"
+                              R"("properties":{"city":{"type":"string"},"days":{"type":"integer"}},"required":["city","days"],)"
+                              R"("additionalProperties":false}}},{"type":"function","function":{"name":"get_time","description":"t",)"
+                              R"("parameters":{"type":"object","properties":{"zone":{"type":"string","enum":["UTC","CET"]}},)"
+                              R"("required":["zone"],"additionalProperties":false}}}])";
+    auto check_call = [](const json& call) {
+        const std::string name = call["function"]["name"];
+        json args = json::parse(call["function"]["arguments"].get<std::string>(), nullptr, false);
+        ASSERT_TRUE(args.is_object()) << call.dump();
+        if (name == "get_weather") {
+            EXPECT_TRUE(args["city"].is_string() && args["days"].is_number_integer() && args.size() == 2) << args.dump();
+        } else {
+            ASSERT_EQ(name, "get_time");
+            EXPECT_TRUE(args["zone"] == "UTC" || args["zone"] == "CET") << args.dump();
+        }
+    };
+    for (const auto& [tmpl, label] : {std::pair{qwen_template(), "qwen"}, std::pair{gptoss_template(), "gpt-oss"}}) {
+        TemplatedModel m(tmpl);
+        EngineHost h({}, {}, true, EH_PLUGIN_DIR, m.path);
+        ASSERT_TRUE(h.running()) << h.log();
+        for (int seed = 0; seed < 3; ++seed) {
+            const std::string named = R"(,"tool_choice":{"type":"function","function":{"name":"get_time"}},"temperature":1,"seed":)" +
+                                      std::to_string(seed) + R"(,"tools":)" + tools;
+            int status = 0;
+            json j = chat(h, named, &status);
+            ASSERT_EQ(status, 200) << label << " " << j.dump();
+            const json& msg = j["choices"][0]["message"];
+            EXPECT_EQ(j["choices"][0]["finish_reason"], "tool_calls") << label << " " << j.dump();
+            ASSERT_EQ(msg["tool_calls"].size(), 1u) << label << " " << j.dump();
+            EXPECT_EQ(msg["tool_calls"][0]["function"]["name"], "get_time");
+            check_call(msg["tool_calls"][0]);
+            Folded f = stream(h, named);
+            EXPECT_EQ(f.finish, "tool_calls");
+            ASSERT_EQ(f.calls.size(), 1u) << label;
+            EXPECT_EQ(f.calls[0]["name"], "get_time");
+        }
+        if (std::string(label) == "qwen") {
+            for (int seed = 0; seed < 3; ++seed) {
+                json j = chat(h, R"(,"tool_choice":"required","temperature":1,"seed":)" + std::to_string(seed) + R"(,"tools":)" + tools);
+                const json& msg = j["choices"][0]["message"];
+                ASSERT_GE(msg["tool_calls"].size(), 1u) << j.dump();
+                for (const json& c : msg["tool_calls"]) check_call(c);
+            }
+        } else {  // harmony: the header is prefilled, so one tool at most
+            int status = 0;
+            json j = chat(h, R"(,"tool_choice":"required","tools":)" + tools, &status);
+            EXPECT_EQ(status, 400);
+            EXPECT_EQ(j["error"]["param"], "tool_choice") << j.dump();
+        }
+    }
+}
+
+TEST(ToolCallsServe, ForcedCallOnAnEngineWithoutMasksIs400) {
+    TemplatedModel m(qwen_template());
+    EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);  // a 1.0 engine: no masks
+    int status = 0;
+    json j = chat(h, std::string(R"(,"tool_choice":"required","tools":)") + kTools, &status);
+    EXPECT_EQ(status, 400) << j.dump();
+    EXPECT_EQ(j["error"]["param"], "tool_choice") << j.dump();
+}
+
+TEST(ToolCallsServe, ModelWithoutToolFormatIs400) {
+    EngineHost h;  // stories260K: no chat template, so no tool format
+    int status = 0;
+    json j = chat(h, std::string(R"(,"tools":)") + kTools, &status);
+    EXPECT_EQ(status, 400);
+    EXPECT_NE(j["error"]["message"].get<std::string>().find("has no tool-call format"), std::string::npos) << j.dump();
+    auto r = h.post("/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"},
+        {"role":"assistant","tool_calls":[{"id":"c","type":"function","function":{"name":"f","arguments":"{}"}}]},
+        {"role":"tool","tool_call_id":"c","content":"1"}]})");
+    EXPECT_EQ(r.status, 400);
+    EXPECT_NE(r.body.find("no tool-call format"), std::string::npos) << r.body;
+    // tool_choice none with tools is fine: nothing is offered.
+    EXPECT_EQ(h.post("/v1/chat/completions", R"({"max_tokens":2,"tool_choice":"none","messages":[{"role":"user","content":"x"}],"tools":)" +
+                                                 std::string(kTools) + "}").status,
+              200);
+}
+
+}  // namespace
