@@ -133,6 +133,13 @@ TEST(TemplateHostile, ExtremeNumbersAreErrorsNotCrashes) {
     EXPECT_NE(msg.find("integer overflow"), std::string::npos) << msg;
     msg = error_of([] { render("{{ (-9223372036854775807 - 1) % -1 }}"); });
     EXPECT_NE(msg.find("integer overflow"), std::string::npos) << msg;
+    // + - * past 64 bits (found by fuzz_chat_template under UBSan: signed overflow).
+    for (const char* t : {"{{ 7000000000000000000 * 7 }}", "{{ 9223372036854775807 + 1 }}",
+                          "{{ (-9223372036854775807 - 1) - 1 }}"}) {
+        msg = error_of([&] { render(t); });
+        EXPECT_NE(msg.find("integer overflow"), std::string::npos) << t << ": " << msg;
+    }
+    EXPECT_EQ(render("{{ 3037000499 * 3037000499 }}"), "9223372030926249001");
     msg = error_of([] { render("{{ range(-9223372036854775807, 9223372036854775807)|length }}"); });
     EXPECT_NE(msg.find("bad range()"), std::string::npos) << msg;
 }

@@ -434,9 +434,16 @@ Value arith(const std::string& op, const Value& l, const Value& r) {
     if (op == "/") { if (b == 0) runtime("division by zero"); return Value::number(a / b); }
     if (ints) {
         const int64_t x = l.t == T::Bool ? l.b : l.i, y = r.t == T::Bool ? r.b : r.i;
-        if (op == "+") return Value::integer(x + y);
-        if (op == "-") return Value::integer(x - y);
-        if (op == "*") return Value::integer(x * y);
+        // Python's integers do not overflow; ours are 64-bit: past that the
+        // template fails clearly instead of wrapping (undefined behaviour).
+        int64_t v = 0;
+        if (op == "+" || op == "-" || op == "*") {
+            const bool over = op == "+"   ? __builtin_add_overflow(x, y, &v)
+                              : op == "-" ? __builtin_sub_overflow(x, y, &v)
+                                          : __builtin_mul_overflow(x, y, &v);
+            if (over) runtime("integer overflow in '" + op + "'");
+            return Value::integer(v);
+        }
         if (y == 0) runtime("division by zero");
         if (y == -1 && x == INT64_MIN) runtime("integer overflow");  // would trap (SIGFPE)
         if (op == "//") return Value::integer(x / y - ((x % y != 0) && ((x < 0) != (y < 0))));
