@@ -184,6 +184,14 @@ TEST(HarmonyParser, TextWithoutHarmonyIsContent) {
     std::string long_text(3000, 'x');
     auto l = parse_all_ways(ToolFormat::Harmony, long_text);
     EXPECT_EQ(l.content, long_text);
+    // A <|message|> just inside and just past the header bound (found by
+    // fuzz_tool_calls: the whole text took a far marker as a header's end
+    // while a stream had already given up on the header).
+    for (size_t n : {1000u, 1010u, 1014u, 1015u, 1016u, 1020u, 1100u}) {
+        SCOPED_TRACE("header of " + std::to_string(n) + " bytes");
+        const std::string text = "<|start|>assistant" + std::string(n - 18, 'h') + "<|message|>body<|end|>";
+        parse_all_ways(ToolFormat::Harmony, text);
+    }
 }
 
 TEST(TemplateMessages, ShapeTransformersTemplatesExpect) {

@@ -67,8 +67,12 @@ private:
             return true;
         }
         case State::Header: {
+            // A header ends with a <|message|> inside its first kMaxHeader + 1
+            // bytes. The rule looks only at those bytes, so a stream fed in
+            // any pieces decides as the whole text does (a marker further on,
+            // seen at once in the whole text, made the two disagree).
             const size_t m = pending_.find(kMessage);
-            if (m == std::string::npos) {
+            if (m == std::string::npos || m + kMessage.size() > kMaxHeader + 1) {
                 if (pending_.size() > kMaxHeader) {  // not harmony: plain content from here on
                     state_ = State::Body;
                     target_ = Target::Content;
