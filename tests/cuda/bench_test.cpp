@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <string>
 
+#include <cuda_profiler_api.h>
+
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/kernels.hpp>
 
@@ -22,6 +24,19 @@ namespace {
 double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
+
+// With EH_BENCH_PROFILE_STEP=K, decode step K of each timed loop runs inside
+// cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees the kernels
+// of that one step.
+struct ProfiledStep {
+    int k = std::getenv("EH_BENCH_PROFILE_STEP") ? std::atoi(std::getenv("EH_BENCH_PROFILE_STEP")) : -1;
+    void begin(int i) const {
+        if (i == k) cudaProfilerStart();
+    }
+    void end(int i) const {
+        if (i == k) cudaProfilerStop();
+    }
+};
 
 void bench_model(const char* label, TinySpec spec) {
     double t0 = now_s();
@@ -68,8 +83,13 @@ void bench_model(const char* label, TinySpec spec) {
     int32_t tok = 0;
     api->session_sample(s, &tok);
     ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK) << api->session_last_error(s);
+    const ProfiledStep prof;
     t0 = now_s();
-    for (int i = 0; i < 128; ++i) ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK);
+    for (int i = 0; i < 128; ++i) {
+        prof.begin(i);
+        ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK);
+        prof.end(i);
+    }
     double tg = now_s() - t0;
     api->model_get_info(m, &mi);
     std::printf("[bench] %s (%s): load %.2f s (%.2f GB/s incl. validation), device bytes %.1f MiB\n", label, mi.device_name,
@@ -294,6 +314,7 @@ void batched_bench(const char* label, TinySpec spec) {
         const double prefill_s = now_s() - t0;
         double decode_s = 0;
         const int steps = 64;
+        const ProfiledStep prof;
         for (int k = 0; k < steps + 2; ++k) {
             for (int i = 0; i < batch; ++i) {
                 next[size_t(i)] = es[size_t(i)].token;
@@ -301,7 +322,9 @@ void batched_bench(const char* label, TinySpec spec) {
                 es[size_t(i)].n_tokens = 1;
             }
             t0 = now_s();
+            prof.begin(k);
             ASSERT_EQ(api->step(m, es.data(), uint32_t(batch)), EH_OK) << api->model_last_error(m);
+            prof.end(k);
             if (k >= 2) decode_s += now_s() - t0;  // the first two: warm-up and graph capture
         }
         std::printf("[bench] %s batched: batch %2d: prefill %d x 128 tokens %.2f ms; decode %.3f ms/step = %.0f tok/s\n",

@@ -5,12 +5,14 @@
 // captured graph replayed over consecutive positions.
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
 
 #include <engine_host/plugin_abi.hpp>
+#include <ehcuda/attention_paged.hpp>
 #include <ehcuda/kernels.hpp>
 
 #include "gpu_util.hpp"
@@ -426,6 +428,139 @@ TEST(FusedDecode, EarlyAndPipelinedKeyLoadsGiveTheSameBits) {
         }
     }
     GPU_OK(cudaStreamDestroy(st));
+}
+
+// The paged form (a batched step's decode rows): each row's output and
+// stored K/V equal, bit for bit, the one-row kernel's on a contiguous cache
+// holding the same keys with the same splits; rows of different lengths
+// (one position, block boundaries, past a window) in one launch, their
+// blocks scattered over the pool; counters back to 0; a second launch gives
+// the same bits.
+TEST(FusedDecode, PagedRowsMatchOneRowOnAContiguousCache) {
+    REQUIRE_GPU();
+    constexpr int B = ehcuda::kPagedBlockTokens;
+    for (const FusedCase c : {FusedCase{64, 14, 2, 0, 0, true, 64}, FusedCase{128, 8, 8, 0, 100, false, 64},
+                              FusedCase{96, 4, 2, 0, 0, false, 96}}) {
+        SCOPED_TRACE(name_of(c));
+        const std::vector<int> lens = {1, 16, 17, 64, 65, 300, 577};
+        const int R = int(lens.size());
+        const int ld = (c.H + 2 * c.KV) * c.hd, n_out = c.H * c.hd;
+        const size_t row = static_cast<size_t>(c.KV) * c.hd;
+        std::mt19937 rng(uint32_t(c.hd * 7 + c.H));
+        std::normal_distribution<float> nd(0.0f, 1.0f);
+        // Block ids: every row's blocks, shuffled over a pool with spares.
+        int nblk = 0;
+        for (int len : lens) nblk += (len + B - 1) / B;
+        std::vector<int32_t> ids(size_t(nblk + 5));
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        std::vector<__half> kpool(ids.size() * B * row, __float2half(kSentinel)), vpool(kpool.size(), __float2half(kSentinel));
+        std::vector<float> qkv(size_t(R) * ld);
+        const size_t nr = lens.size();
+        std::vector<int32_t> pos(nr), store(nr), table_at(nr), tables;
+        std::vector<std::vector<__half>> kc(nr), vc(nr);
+        for (int r = 0; r < R; ++r) {
+            const int len = lens[size_t(r)], p = len - 1;
+            for (int i = 0; i < ld; ++i) qkv[size_t(r) * ld + i] = nd(rng);
+            kc[size_t(r)].assign(size_t(len + 3) * row, __float2half(kSentinel));
+            vc[size_t(r)] = kc[size_t(r)];
+            table_at[size_t(r)] = int32_t(tables.size());
+            for (int b = 0; b < (len + B - 1) / B; ++b) tables.push_back(ids[tables.size()]);
+            auto pool_row = [&](int key) {
+                return size_t(tables[size_t(table_at[size_t(r)] + key / B)]) * B + key % B;
+            };
+            for (int key = 0; key < p; ++key)
+                for (size_t e = 0; e < row; ++e) {
+                    const __half k = __float2half(nd(rng)), v = __float2half(nd(rng));
+                    kc[size_t(r)][size_t(key) * row + e] = kpool[pool_row(key) * row + e] = k;
+                    vc[size_t(r)][size_t(key) * row + e] = vpool[pool_row(key) * row + e] = v;
+                }
+            pos[size_t(r)] = p;
+            store[size_t(r)] = int32_t(pool_row(p));
+        }
+        for (int nsplit : {1, 4, 11}) {
+            SCOPED_TRACE("nsplit " + std::to_string(nsplit));
+            const ehcuda::DeviceBuffer dq = to_device(qkv), dk = to_device(kpool), dv = to_device(vpool),
+                                       dpos = to_device(pos), dstore = to_device(store), dtab = to_device(table_at),
+                                       dtables = to_device(tables);
+            ehcuda::DeviceBuffer out = to_device(std::vector<float>(size_t(R) * n_out, -7.0f));
+            ehcuda::DeviceBuffer scratch(ehcuda::attention_decode_scratch_floats(R * c.H, c.hd, nsplit) * 4);
+            ehcuda::DeviceBuffer counters = to_device(std::vector<uint32_t>(ehcuda::attention_decode_counters(c.H, R), 0u));
+            ehcuda::DecodeAttnArgs a;
+            a.qkv = dq.as<float>();
+            a.n_head = c.H;
+            a.n_kv = c.KV;
+            a.head_dim = c.hd;
+            a.n_rot = c.n_rot;
+            a.neox = c.neox;
+            a.freq_base = 10000.0f;
+            a.k_cache = dk.as<__half>();
+            a.v_cache = dv.as<__half>();
+            a.window = c.window;
+            a.scale = 1 / std::sqrt(float(c.hd));
+            a.out = out.as<float>();
+            a.nsplit = nsplit;
+            a.scratch = scratch.as<float>();
+            a.counters = counters.as<uint32_t>();
+            a.paged = true;
+            a.nrows = R;
+            a.ldqkv = ld;
+            a.ldo = n_out;
+            a.d_pos = dpos.as<int32_t>();
+            a.d_rows = dstore.as<int32_t>();
+            a.d_table = dtab.as<int32_t>();
+            a.tables = dtables.as<int32_t>();
+            ASSERT_NO_THROW(ehcuda::rope_attention_decode(a, nullptr));
+            GPU_OK(cudaDeviceSynchronize());
+            const auto pout = to_host<float>(out, size_t(R) * n_out);
+            const auto pk = to_host<__half>(dk, kpool.size()), pv = to_host<__half>(dv, vpool.size());
+            for (uint32_t v : to_host<uint32_t>(counters, size_t(R) * c.H)) ASSERT_EQ(v, 0u) << "a split counter was left non-zero";
+            for (int r = 0; r < R; ++r) {
+                SCOPED_TRACE("row " + std::to_string(r) + " len " + std::to_string(lens[size_t(r)]));
+                const std::vector<float> q1(qkv.begin() + size_t(r) * ld, qkv.begin() + size_t(r + 1) * ld);
+                Step one = make_step(c, nsplit, q1, kc[size_t(r)], vc[size_t(r)], pos[size_t(r)]);
+                ASSERT_NO_THROW(ehcuda::rope_attention_decode(one.args(c, nsplit), nullptr));
+                const auto o1 = to_host<float>(one.out, size_t(n_out));
+                EXPECT_EQ(std::memcmp(o1.data(), pout.data() + size_t(r) * n_out, size_t(n_out) * 4), 0) << "output differs";
+                const auto k1 = to_host<__half>(one.kc, kc[size_t(r)].size()), v1 = to_host<__half>(one.vc, vc[size_t(r)].size());
+                EXPECT_EQ(std::memcmp(k1.data() + size_t(pos[size_t(r)]) * row, pk.data() + size_t(store[size_t(r)]) * row,
+                                      row * sizeof(__half)), 0) << "stored K differs";
+                EXPECT_EQ(std::memcmp(v1.data() + size_t(pos[size_t(r)]) * row, pv.data() + size_t(store[size_t(r)]) * row,
+                                      row * sizeof(__half)), 0) << "stored V differs";
+            }
+            // Every pool row but the stored ones is as it was.
+            std::vector<bool> stored(ids.size() * B, false);
+            for (int32_t s : store) stored[size_t(s)] = true;
+            for (size_t pr = 0; pr < stored.size(); ++pr) {
+                if (stored[pr]) continue;
+                ASSERT_EQ(std::memcmp(pk.data() + pr * row, kpool.data() + pr * row, row * sizeof(__half)), 0) << "pool row " << pr;
+            }
+            ASSERT_NO_THROW(ehcuda::rope_attention_decode(a, nullptr));
+            const auto pout2 = to_host<float>(out, pout.size());
+            EXPECT_EQ(std::memcmp(pout.data(), pout2.data(), pout.size() * 4), 0) << "second launch differs";
+        }
+    }
+}
+
+TEST(FusedDecode, PagedRejectsBadArguments) {
+    REQUIRE_GPU();
+    const FusedCase c{64, 4, 2, 10, 0, false, 64};
+    std::vector<float> qkv(static_cast<size_t>((c.H + 2 * c.KV) * c.hd));
+    std::vector<__half> kc(static_cast<size_t>(16) * c.KV * c.hd);
+    Step s = make_step(c, 4, qkv, kc, kc, 9);
+    auto a = s.args(c, 4);
+    a.nrows = 2;  // several rows without the paged form
+    EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+    a = s.args(c, 4);
+    a.paged = true;  // no positions, rows or tables
+    EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
+}
+
+TEST(FusedDecode, RowSplitsShrinkAsRowsFillTheGpu) {
+    EXPECT_EQ(ehcuda::attention_decode_row_splits(4096, 14, 1), ehcuda::attention_decode_splits(4096));
+    EXPECT_LT(ehcuda::attention_decode_row_splits(4096, 14, 8), ehcuda::attention_decode_splits(4096));
+    EXPECT_EQ(ehcuda::attention_decode_row_splits(4096, 14, 64), 1);
+    EXPECT_EQ(ehcuda::attention_decode_row_splits(64, 14, 1), 1);
 }
 
 TEST(FusedDecode, RejectsBadArguments) {

@@ -10,11 +10,13 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstdio>
 #include <random>
 #include <string>
 #include <vector>
 
+#include <ehcuda/attention_paged.hpp>
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/kernels.hpp>
 
@@ -189,6 +191,29 @@ TEST_P(PrefillAttention, MatchesFloat64ReferenceSplitOrNot) {
     const auto many = run("split keys", true, [&] { ehcuda::attention_prefill(a, sp, nullptr); });
     if (splits == 1) {
         EXPECT_EQ(one, many) << "one split either way: the same bits";
+    }
+    if (!c.f32_cache) {
+        // The same keys in a batched step's paged pool, blocks scattered
+        // (AttnArgs::kv_table): the same bits, split or not.
+        constexpr int B = ehcuda::kPagedBlockTokens;
+        const int len = c.pos0 + c.ntok, nblk = (len + B - 1) / B;
+        const size_t row = size_t(c.KV) * c.hd;
+        std::vector<int32_t> ids(size_t(nblk + 3));
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), std::mt19937(uint32_t(len)));
+        std::vector<__half> pk(ids.size() * B * row, __float2half(0.0f)), pv(pk.size(), __float2half(0.0f));
+        for (int p = 0; p < len; ++p) {
+            const size_t at = (size_t(ids[size_t(p / B)]) * B + size_t(p % B)) * row;
+            std::copy_n(in.kh.begin() + ptrdiff_t(size_t(p) * row), row, pk.begin() + ptrdiff_t(at));
+            std::copy_n(in.vh.begin() + ptrdiff_t(size_t(p) * row), row, pv.begin() + ptrdiff_t(at));
+        }
+        const ehcuda::DeviceBuffer dk = to_device(pk), dv = to_device(pv), dt = to_device(ids);
+        ehcuda::AttnArgs pa = a;
+        pa.k_cache = dk.as<__half>();
+        pa.v_cache = dv.as<__half>();
+        pa.kv_table = dt.as<int32_t>();
+        EXPECT_EQ(run("paged pool", false, [&] { ehcuda::attention_prefill(pa, nullptr); }), one);
+        EXPECT_EQ(run("paged pool, split keys", true, [&] { ehcuda::attention_prefill(pa, sp, nullptr); }), many);
     }
     if (!c.f32_cache) run("cuda-core kernel", false, [&] { ehcuda::attention_prefill_simt(a, nullptr); });
     std::printf("%s: %d split(s)\n", c.name, splits);

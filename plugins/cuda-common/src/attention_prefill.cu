@@ -22,14 +22,16 @@
 // row and flash_merge_kernel combines them in split order (deterministic,
 // no atomics). Sinks (gpt-oss) join the denominator at the last step.
 //
-// All K/V addressing goes through KvRows::row(), the one place a paged
-// cache's block table would plug in.
+// All K/V addressing goes through KvRows::row(): position p's row of a
+// contiguous cache, or of a batched step's paged pool through the
+// sequence's block table (AttnArgs::kv_table).
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
 
+#include "ehcuda/attention_paged.hpp"
 #include "ehcuda/attention_prefill.hpp"
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
@@ -53,14 +55,19 @@ constexpr float kLog2e = 1.4426950408889634f;
 // Head dims the tensor-core kernel is compiled for (and so takes).
 constexpr int kMmaHeadDims[] = {64, 96, 128};
 
-// Where key `pos` of KV head `kvh` lives: today one [pos][n_kv][head_dim]
-// array per layer. A paged cache replaces this with a block-table lookup.
+// Where key `pos` of KV head `kvh` lives: row pos of one [pos][n_kv][head_dim]
+// array per layer, or (table set) the pool row its block holds it in.
 template <class C>
 struct KvRows {
     const C* base;
     int ld;  // elements per position (n_kv * head_dim)
     int hd;
-    __device__ __forceinline__ const C* row(int pos, int kvh) const { return base + size_t(pos) * ld + size_t(kvh) * hd; }
+    const int32_t* table;  // block ids of a paged pool, or null
+    __device__ __forceinline__ const C* row(int pos, int kvh) const {
+        const size_t r = table ? size_t(table[pos / kPagedBlockTokens]) * kPagedBlockTokens + pos % kPagedBlockTokens
+                               : size_t(pos);
+        return base + r * ld + size_t(kvh) * hd;
+    }
 };
 
 struct FlashArgs {
@@ -490,7 +497,7 @@ void launch_flash(const AttnArgs& a, AttnSplitScratch split, const C* kc, const 
     f.scratch = split.data;
     const int qtiles = (a.ntok + kQTile - 1) / kQTile;
     f.nsplit = attention_prefill_splits(a.ntok, a.n_head, split.data ? split.floats : 0, HD);
-    const KvRows<C> kr{kc, a.n_kv * HD, HD}, vr{vc, a.n_kv * HD, HD};
+    const KvRows<C> kr{kc, a.n_kv * HD, HD, a.kv_table}, vr{vc, a.n_kv * HD, HD, a.kv_table};
     launch("flash_prefill_kernel", flash_prefill_kernel<HD, C>, dim3(qtiles, a.n_head, f.nsplit), kWarps * 32, T::kSmem,
            stream, f, kr, vr);
     EHC_LAUNCHED("flash_prefill_kernel");
@@ -545,6 +552,7 @@ void attention_prefill(const AttnArgs& a, AttnSplitScratch split, cudaStream_t s
         if (a.k_cache32) launch_flash<HD, float>(a, split, a.k_cache32, a.v_cache32, stream);
         else launch_flash<HD, __half>(a, split, a.k_cache, a.v_cache, stream);
     });
+    if (!mma && a.kv_table) throw ehp::Error(EH_INTERNAL, "attention_prefill: a paged cache needs head dim 64, 96 or 128");
     if (!mma) attention_prefill_simt(a, stream);
 }
 

@@ -160,6 +160,7 @@ void BatchBase::warm_up() {
     v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
     v.logits = logits_.as<float>();
     // Each decode bucket twice: its first run, then its capture.
+    v.decode = true;
     for (int b = 0; b < kBuckets; ++b) {
         const int size = std::min<int>(1 << b, int(limits_.max_step_entries));
         v.ntok = v.nout = size;
@@ -171,6 +172,7 @@ void BatchBase::warm_up() {
     // first request does.
     v.ntok = n;
     v.nout = 1;
+    v.decode = n == 1;
     forward(v);
     EHC_CHECK(cudaStreamSynchronize(stream_.get()));
 }
@@ -338,10 +340,12 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     auto* counters = reinterpret_cast<unsigned long long*>(h + L.counters);
     auto* edits = reinterpret_cast<RowEdits*>(h + L.edits);
     size_t t = 0, tb = 0, r = 0;
+    spans_.clear();
     for (uint32_t i = 0; i < n_entries; ++i) {
         const eh_step_entry& e = at(i);
         const ehp::SeqBlocks& b = seq_at(i).blocks;
         const uint32_t len = b.length();
+        spans_.push_back({int(t), int(e.n_tokens), int(tb)});
         for (uint32_t k = 0; k < e.n_tokens; ++k, ++t) {
             tokens[t] = e.tokens[k];
             pos[t] = int32_t(len + k);
@@ -382,11 +386,14 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
 
     StepView v;
     v.ntok = int(padded);
+    v.decode = totals.tokens == n_entries;
     v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
     v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
     v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
     v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
     v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
+    v.spans = spans_.data();
+    v.nspans = int(spans_.size());
     v.nout = graphed ? int(padded) : int(R);
     v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
     v.logits = logits_.as<float>();

@@ -49,15 +49,26 @@ public:
     bool has_logits = false;
 };
 
+// Where one entry's tokens are in a step: tokens first .. first + n - 1,
+// their sequence's block ids at d_tables + table.
+struct StepSpan {
+    int first = 0, n = 0, table = 0;
+};
+
 // What forward() gets: the step's tokens laid out entry after entry, in
 // device memory.
 struct StepView {
     int ntok = 0;
+    bool decode = false;  // every token is the only one of its sequence in this step
     const int32_t* d_tokens = nullptr;
     const int32_t* d_pos = nullptr;    // each token's position in its sequence
     const int32_t* d_rows = nullptr;   // the pool row its K/V go to
     const int32_t* d_table = nullptr;  // offset of its sequence's block ids in d_tables
     const int32_t* d_tables = nullptr;
+    // Host memory: each entry's span (none for the warm-up's rows), for
+    // launch choices such as the tensor-core attention for a long chunk.
+    const StepSpan* spans = nullptr;
+    int nspans = 0;
     // forward() leaves the logits of token d_out_idx[r] in logits + r * n_vocab.
     int nout = 0;
     const int32_t* d_out_idx = nullptr;
@@ -102,6 +113,8 @@ protected:
     void init_pool();
 
     int max_step_tokens() const { return int(limits_.max_step_tokens); }
+    int max_step_entries() const { return int(limits_.max_step_entries); }
+    uint32_t max_seq_tokens() const { return limits_.max_seq_tokens; }
     cudaStream_t stream() const { return stream_.get(); }
     PrefillWorkspace* workspace() const { return workspace_.get(); }
     __half* k_pool(int layer) const { return k_[size_t(layer)].as<__half>(); }
@@ -127,6 +140,7 @@ private:
     std::unique_ptr<ehp::BlockPool> pool_;
     std::vector<DeviceBuffer> k_, v_;
     std::unordered_set<const CudaSeq*> live_;
+    std::vector<StepSpan> spans_;
 
     Stream stream_;
     std::unique_ptr<PrefillWorkspace> workspace_;

@@ -230,6 +230,11 @@ struct AttnArgs {
     const float* k_cache32 = nullptr;
     const float* v_cache32 = nullptr;
     const float* sinks = nullptr;
+    // Prefill on the tensor cores only (attention_prefill_mma_takes): the
+    // caches are a batched step's paged pools and the queries one sequence's
+    // chunk; key p's row is kv_table[p / kPagedBlockTokens] *
+    // kPagedBlockTokens + p % kPagedBlockTokens (attention_paged.hpp).
+    const int32_t* kv_table = nullptr;
 };
 constexpr int kAttentionMaxHeadDim = 256;
 // 1 .. kAttentionMaxHeadDim.
@@ -282,8 +287,27 @@ struct DecodeAttnArgs {
     // 16-byte aligned; the attention output projection then stages nothing).
     // Needs an integer GemvInput and a head dim attention_head_dim_fast takes.
     void* out_chunks = nullptr;
+    // Paged: the decode rows of a batched step, one token of a different
+    // sequence each, instead of the one token above. Row r's [q | k | v] is
+    // at qkv + r * ldqkv, at position d_pos[r]; its K and V go to pool row
+    // d_rows[r] of k_cache / v_cache (pools of kPagedBlockTokens-position
+    // blocks, attention_paged.hpp); its keys are read through the block ids
+    // at tables + d_table[r]; its output is at out + r * ldo. Scratch and
+    // counters hold nrows times a row's (attention_decode_scratch_floats(
+    // nrows * n_head, ..), attention_decode_counters(n_head, nrows)). Head
+    // dims attention_head_dim_fast takes; out_chunks with one row only.
+    bool paged = false;
+    int nrows = 1;
+    int ldqkv = 0, ldo = 0;
+    const int32_t* d_pos = nullptr;
+    const int32_t* d_rows = nullptr;
+    const int32_t* d_table = nullptr;
+    const int32_t* tables = nullptr;
 };
-size_t attention_decode_counters(int n_head);
+size_t attention_decode_counters(int n_head, int nrows = 1);
+// Splits for a paged launch of nrows rows whose sequences hold at most
+// seq_cap positions: fewer as the rows alone fill the GPU.
+int attention_decode_row_splits(uint32_t seq_cap, int n_head, int nrows);
 void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream);
 // How the decode attention kernels (this one and the sink attention) read
 // the cache, for measurements and tests; the results are the same bits

@@ -1,0 +1,634 @@
+// Decode attention over the FP16 KV cache, one query token per sequence.
+//
+// Split-K: the KV range is split into chunks; each block reduces its chunk
+// to (max, sum, weighted V) and the chunks are merged in split order.
+// Nothing is accumulated with atomics, so results are bitwise reproducible.
+//
+// attention_decode: a decode kernel and a merge kernel (the tests' second
+// opinion on the fused one).
+//
+// rope_attention_decode: the same scheme in one launch per layer instead of
+// rope_store_kv + decode + merge. Each block rotates its own Q; the blocks
+// whose split holds the new position rotate its K and attend it from shared
+// memory, one of them per KV head stores it; the last split of a head to
+// finish (per-head counter) merges all splits in split order. H100,
+// Qwen2.5-0.5B at ~577 keys: 9.7 us per layer against 4.2 + 7.2 + 6.0 us for
+// the three kernels (ncu). The same kernel serves a batched step's decode
+// rows (DecodeAttnArgs::paged): one grid slice per row, keys through the
+// row's block table into the paged pool.
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include "attention_dispatch.cuh"
+#include "block_reduce.cuh"
+#include "gemv_stage.cuh"
+#include "ehcuda/attention_paged.hpp"
+#include "ehcuda/check.hpp"
+#include "ehcuda/kernels.hpp"
+#include "ehcuda/launch.cuh"
+#include "kv_prefetch.cuh"
+#include "online_softmax.cuh"
+#include "rope.cuh"
+
+namespace ehcuda {
+namespace {
+
+using detail::by_dpl;
+using detail::validate;
+
+constexpr int kDecodeWarps = 4;
+constexpr int kMinChunk = 64;
+// Keys a warp scores per iteration. The loop is latency-bound (each key is a
+// dependent load → reduce → rescale chain), so loading several keys' K and V
+// rows before reducing any of them keeps that many loads in flight.
+constexpr int kKeysPerIter = 4;
+// attention_decode_splits' cap; the fused kernel stages one float pair per
+// split in shared memory.
+constexpr int kMaxDecodeSplits = 128;
+// Splits the fused kernel's last block merges from registers (one scratch
+// load round); more take the shared-memory path.
+constexpr int kOneRoundMerge = 32;
+
+// scratch layout per (head, split): [m, l, acc[HD]]
+template <int DPL>
+__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a, float* scratch) {
+    pdl_entry();
+    pdl_release();
+    constexpr int HD = DPL * 32;
+    __shared__ float sm_m[kDecodeWarps], sm_l[kDecodeWarps];
+    __shared__ float sm_acc[kDecodeWarps][HD];
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int head = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
+    const int kvh = head / (a.n_head / a.n_kv);
+    const int qpos = *a.d_pos0;
+    const int len = qpos + 1;
+    const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
+    const int range = len - kstart;
+    const int chunk = max(kMinChunk, (range + nsplit - 1) / nsplit);
+    const int ks = kstart + split * chunk;
+    const int ke = min(len, ks + chunk);
+    const int kv_ld = a.n_kv * HD;
+
+    float q[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) q[i] = a.q[head * HD + lane + 32 * i] * a.scale;
+
+    float m = -INFINITY, l = 0.0f, acc[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
+    // Warp w takes keys ks + w*G .. +G-1, then jumps by kDecodeWarps*G.
+    for (int kb = ks + warp * kKeysPerIter; kb < ke; kb += kDecodeWarps * kKeysPerIter) {
+        float kf[kKeysPerIter][DPL], vf[kKeysPerIter][DPL];
+#pragma unroll
+        for (int j = 0; j < kKeysPerIter; ++j) {
+            const int key = min(kb + j, ke - 1);  // clamped: a valid row, masked below
+            const __half* kr = a.k_cache + size_t(key) * kv_ld + kvh * HD;
+            const __half* vr = a.v_cache + size_t(key) * kv_ld + kvh * HD;
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                kf[j][i] = __half2float(kr[lane + 32 * i]);
+                vf[j][i] = __half2float(vr[lane + 32 * i]);
+            }
+        }
+        float s[kKeysPerIter];
+        detail::score_keys<kKeysPerIter, DPL>(q, kf, s);
+        detail::softmax_fold<kKeysPerIter, DPL>(s, vf, ke - kb, m, l, acc);
+    }
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) sm_acc[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, sm_m[w]);
+    float* out = scratch + size_t(head * nsplit + split) * (HD + 2);
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float A = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kDecodeWarps; ++w)
+            if (sm_m[w] != -INFINITY) A += sm_acc[w][d] * __expf(sm_m[w] - M);
+        out[2 + d] = A;
+    }
+    if (threadIdx.x == 0) {
+        float L = 0.0f;
+        for (int w = 0; w < kDecodeWarps; ++w)
+            if (sm_m[w] != -INFINITY) L += sm_l[w] * __expf(sm_m[w] - M);
+        out[0] = M;
+        out[1] = L;
+    }
+}
+
+__global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, float* out) {
+    pdl_entry();
+    pdl_release();
+    const int head = blockIdx.x;
+    const float* base = scratch + size_t(head) * nsplit * (hd + 2);
+    float M = -INFINITY;
+    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, base[size_t(s) * (hd + 2)]);
+    float L = 0.0f;
+    for (int s = 0; s < nsplit; ++s) {
+        const float ms = base[size_t(s) * (hd + 2)];
+        if (ms != -INFINITY) L += base[size_t(s) * (hd + 2) + 1] * __expf(ms - M);
+    }
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float A = 0.0f;
+        for (int s = 0; s < nsplit; ++s) {
+            const float ms = base[size_t(s) * (hd + 2)];
+            if (ms != -INFINITY) A += base[size_t(s) * (hd + 2) + 2 + d] * __expf(ms - M);
+        }
+        out[head * hd + d] = A * inv;
+    }
+}
+
+// ---- Fused decode: RoPE + KV store + split-K attention + merge ----------
+//
+// Grid (head, split), kDecodeWarps warps per block. Only the splits the
+// current length needs run (nact of them, from *d_pos0, the same in every
+// block); the rest exit at once. Splits are at least min_chunk keys.
+
+// Loads the K and V rows of keys kb .. kb+G-1 (clamped to ke-1; masked when
+// scored) into registers as stored (FP16, converted where they are scored:
+// converting here made the warp wait for the loads before the RoPE work they
+// are meant to overlap), lane l holding dims l + 32 i. Row qpos is being
+// written by this launch, so it is never read here: its slots (and the
+// masked ones past it) load `spare`, readable memory nobody writes during
+// the launch, and are overwritten from shared memory before use (see the
+// kernel). A select, not a branch: a branch per key kept the compiler from
+// hoisting the loads, and each key then paid a full memory latency.
+// Paged: key k's row is table[k / kPagedBlockTokens] * kPagedBlockTokens +
+// k % kPagedBlockTokens; else row k.
+template <bool Paged>
+__device__ __forceinline__ size_t key_row(const int32_t* table, int key) {
+    if constexpr (Paged)
+        return size_t(table[key / kPagedBlockTokens]) * kPagedBlockTokens + key % kPagedBlockTokens;
+    else
+        return size_t(key);
+}
+
+// detail::prefetch_kv_rows through a block table: asks L2 for the K and V
+// rows of keys k0 .. k1 (inclusive), one prefetch per 64 bytes.
+__device__ __forceinline__ void prefetch_paged_rows(const __half* kc, const __half* vc, int kv_ld, int hd,
+                                                    const int32_t* table, int k0, int k1) {
+    const int pieces = (hd * int(sizeof(__half)) + 63) / 64;
+    const int n = 2 * (k1 - k0 + 1) * pieces;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int j = i >> 1, key = k0 + j / pieces, piece = j % pieces;
+        const __half* row = ((i & 1) ? vc : kc) + key_row<true>(table, key) * kv_ld;
+        prefetch_l2(reinterpret_cast<const char*>(row) + 64 * piece);
+    }
+}
+
+template <int DPL, int G, bool Paged>
+__device__ __forceinline__ void load_key_group(const __half* kc, const __half* vc, const __half* spare, int kv_ld,
+                                               const int32_t* table, int kb, int ke, int qpos, int lane,
+                                               __half (&kh)[G][DPL], __half (&vh)[G][DPL]) {
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+        const int key = min(kb + j, ke - 1);
+        const bool fresh = key == qpos;
+        const size_t kr_at = key_row<Paged>(table, key) * kv_ld;
+        const __half* kr = fresh ? spare : kc + kr_at;
+        const __half* vr = fresh ? spare : vc + kr_at;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+            kh[j][i] = kr[lane + 32 * i];
+            vh[j][i] = vr[lane + 32 * i];
+        }
+    }
+}
+
+// o[d] of head `head` is val; with chunks (one row only) also element d of
+// the head's integer chunks (xb bits). d runs over a whole warp's 32 consecutive dims
+// (head dims are multiples of 32), so each warp quantizes one chunk.
+__device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float* o, int head, int hd, int d, float val) {
+    o[d] = val;
+    if (a.out_chunks) detail::store_chunk_warp_bits(xb, val, a.out_chunks, head * hd + d);
+}
+
+// G: keys a warp loads before scoring any of them (more loads in flight per
+// dependent round; the unfused kernel's 4 left a 64-key split four rounds
+// per warp).
+// early (attention_early()): with 1 or 2 the first key group's loads (and
+// with 2 an L2 request for the rest of the block's keys) go out before
+// pdl_entry(), while the QKV projection still runs; the cache rows below the
+// new position were written by earlier steps (kv_prefetch.cuh).
+// Pipe (attention_pipe()): a warp loads its next key group before scoring
+// the current one.
+// Paged (DecodeAttnArgs::paged): grid slice blockIdx.z is row z of the
+// batched step, with its own position, store row and block table; its
+// counters and scratch follow the single row's layout, row after row.
+template <int DPL, int G, bool Pipe, bool Paged>
+__global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk, int xb,
+                                                                             int early) {
+    if (!early) {
+        pdl_entry();
+        pdl_release();
+    }
+    constexpr int HD = DPL * 32;
+    __shared__ float sq[HD];                        // rotated q (unscaled)
+    __shared__ __align__(16) __half snk[HD], snv[HD];  // the new token's K (rotated) and V, as cached
+    __shared__ float sm_m[kDecodeWarps], sm_l[kDecodeWarps];
+    __shared__ float sm_acc[kDecodeWarps][HD];
+    __shared__ bool s_last;
+    __shared__ float sm_sm[kMaxDecodeSplits], sm_sl[kMaxDecodeSplits];  // merge: split maxima (then weights), sums
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int head = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
+    const int row = Paged ? int(blockIdx.z) : 0;
+    const int group = a.n_head / a.n_kv;
+    const int kvh = head / group;
+    const int qpos = Paged ? a.d_pos[row] : *a.d_pos0;
+    const int32_t* table = Paged ? a.tables + a.d_table[row] : nullptr;
+    const float* qkv = a.qkv + (Paged ? size_t(row) * a.ldqkv : 0);
+    const int rh = row * a.n_head + head;  // this row's head: counters and scratch
+    const int len = qpos + 1;
+    const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
+    const int range = len - kstart;
+    const int chunk = max(min_chunk, (range + nsplit - 1) / nsplit);
+    const int nact = (range + chunk - 1) / chunk;
+    if (split >= nact) return;
+    const int ks = kstart + split * chunk;
+    const int ke = min(len, ks + chunk);
+    const bool has_new = ke == len;  // this split attends the new key
+    const int kv_ld = a.n_kv * HD;
+    const __half* kc = a.k_cache + kvh * HD;
+    const __half* vc = a.v_cache + kvh * HD;
+    // The qkv row (only read in this launch) holds at least n_kv * HD halves.
+    const __half* spare = reinterpret_cast<const __half*>(qkv) + kvh * HD;
+
+    // The first key group's loads go out before RoPE, which then hides part
+    // of their latency.
+    __half kh[G][DPL], vh[G][DPL];
+    int kb = ks + warp * G;
+    if (kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kb, ke, qpos, lane, kh, vh);
+    // The thread's first rotary angle needs only the position.
+    const int half_rot = a.n_rot / 2;
+    float sn0 = 0.0f, cs0 = 1.0f;
+    if (int(threadIdx.x) < half_rot) detail::rope_sincos(qpos, threadIdx.x, a.n_rot, a.freq_base, a.freq_factors, &sn0, &cs0);
+    if (early) {
+        // (`spare` may be read while the QKV projection writes it: those
+        // slots are overwritten before use.)
+        if (early >= 2 && ks + kDecodeWarps * G < ke) {
+            if constexpr (Paged)
+                prefetch_paged_rows(kc, vc, kv_ld, HD, table, ks + kDecodeWarps * G, min(ke, qpos) - 1);
+            else
+                detail::prefetch_kv_rows(kc, vc, kv_ld, 0, HD, ks + kDecodeWarps * G, min(ke, qpos) - 1);
+        }
+        pdl_entry();
+        pdl_release();
+    }
+
+    const float* qrow = qkv + head * HD;
+    const float* krow = qkv + a.n_head * HD + kvh * HD;
+    const float* vrow = qkv + (a.n_head + a.n_kv) * HD + kvh * HD;
+    for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
+        float sn = sn0, cs = cs0, y0, y1;
+        if (i != int(threadIdx.x)) detail::rope_sincos(qpos, i, a.n_rot, a.freq_base, a.freq_factors, &sn, &cs);
+        const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
+        detail::rope_rotate(qrow[i0], qrow[i1], sn, cs, &y0, &y1);
+        sq[i0] = y0;
+        sq[i1] = y1;
+        if (has_new) {
+            detail::rope_rotate(krow[i0], krow[i1], sn, cs, &y0, &y1);
+            snk[i0] = __float2half_rn(y0);
+            snk[i1] = __float2half_rn(y1);
+        }
+    }
+    for (int d = a.n_rot + threadIdx.x; d < HD; d += blockDim.x) {
+        sq[d] = qrow[d];
+        if (has_new) snk[d] = __float2half_rn(krow[d]);
+    }
+    if (has_new)
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) snv[d] = __float2half_rn(vrow[d]);
+    __syncthreads();
+    // One block per KV head stores the new K and V; nothing in this launch
+    // reads them back from the cache.
+    if (has_new && head % group == 0) {
+        const size_t at = size_t(Paged ? a.d_rows[row] : qpos) * kv_ld + kvh * HD;
+        __half* kd = a.k_cache + at;
+        __half* vd = a.v_cache + at;
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+            kd[d] = snk[d];
+            vd[d] = snv[d];
+        }
+    }
+
+    float q[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) q[i] = sq[lane + 32 * i] * a.scale;
+
+    float m = -INFINITY, l = 0.0f, acc[DPL];
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
+    // Warp w takes keys ks + w*G .. +G-1, then jumps by kDecodeWarps*G.
+    while (kb < ke) {
+        if (has_new && kb + G > qpos) {
+            // The new key from shared memory; the masked slots past it get
+            // the same finite values (they loaded `spare`: any bits).
+#pragma unroll
+            for (int j = 0; j < G; ++j)
+                if (kb + j >= qpos) {
+#pragma unroll
+                    for (int i = 0; i < DPL; ++i) {
+                        kh[j][i] = snk[lane + 32 * i];
+                        vh[j][i] = snv[lane + 32 * i];
+                    }
+                }
+        }
+        float kf[G][DPL], vf[G][DPL];
+#pragma unroll
+        for (int j = 0; j < G; ++j)
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                kf[j][i] = __half2float(kh[j][i]);
+                vf[j][i] = __half2float(vh[j][i]);
+            }
+        const int kn = kb + kDecodeWarps * G;
+        if (Pipe && kn < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kn, ke, qpos, lane, kh, vh);
+        float s[G];
+        detail::score_keys<G, DPL>(q, kf, s);
+        detail::softmax_fold<G, DPL>(s, vf, ke - kb, m, l, acc);
+        kb = kn;
+        if (!Pipe && kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kb, ke, qpos, lane, kh, vh);
+    }
+
+    // The block's warps, combined in warp order.
+    if (lane == 0) {
+        sm_m[warp] = m;
+        sm_l[warp] = l;
+    }
+#pragma unroll
+    for (int i = 0; i < DPL; ++i) sm_acc[warp][lane + 32 * i] = acc[i];
+    __syncthreads();
+    float M = -INFINITY, L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, sm_m[w]);
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; ++w)
+        if (sm_m[w] != -INFINITY) L += sm_l[w] * __expf(sm_m[w] - M);
+    float* o = a.out + (Paged ? size_t(row) * a.ldo : 0) + size_t(head) * HD;
+    if (nact == 1) {
+        // The only split: the merge would scale by exp(0) = 1, so this is
+        // what it would write.
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+            float A = 0.0f;
+#pragma unroll
+            for (int w = 0; w < kDecodeWarps; ++w)
+                if (sm_m[w] != -INFINITY) A += sm_acc[w][d] * __expf(sm_m[w] - M);
+            emit_out(a, xb, o, head, HD, d, A * inv);
+        }
+        return;
+    }
+    float* part = a.scratch + (size_t(rh) * nsplit + split) * (HD + 2);
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float A = 0.0f;
+#pragma unroll
+        for (int w = 0; w < kDecodeWarps; ++w)
+            if (sm_m[w] != -INFINITY) A += sm_acc[w][d] * __expf(sm_m[w] - M);
+        part[2 + d] = A;
+    }
+    if (threadIdx.x == 0) {
+        part[0] = M;
+        part[1] = L;
+    }
+
+    // Last block done: publish this split, count it; the block that counts
+    // the head's last split merges them all, in split order.
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const unsigned done = atomicAdd(a.counters + rh, 1u);
+        s_last = done == unsigned(nact - 1);
+        if (s_last) a.counters[rh] = 0;  // every split of this launch has counted
+    }
+    __syncthreads();
+    if (!s_last) return;
+    __threadfence();
+    // Every active split has keys, so every M_s is finite.
+    const float* base = a.scratch + size_t(rh) * nsplit * (HD + 2);
+    if (nact <= kOneRoundMerge) {
+        // One load round: each thread reads every split's maximum and sum
+        // (the same words across the block) with its own dims' sums, then
+        // merges in registers, in split order as below (the same bits).
+        constexpr int kDims = (HD + kDecodeWarps * 32 - 1) / (kDecodeWarps * 32);
+        float ms[kOneRoundMerge], ls[kOneRoundMerge], as[kDims][kOneRoundMerge];
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s) {
+            if (s >= nact) break;
+            ms[s] = __ldcg(base + size_t(s) * (HD + 2));
+            ls[s] = __ldcg(base + size_t(s) * (HD + 2) + 1);
+#pragma unroll
+            for (int i = 0; i < kDims; ++i) {
+                const int d = threadIdx.x + i * kDecodeWarps * 32;
+                as[i][s] = d < HD ? __ldcg(base + size_t(s) * (HD + 2) + 2 + d) : 0.0f;
+            }
+        }
+        M = -INFINITY;
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s)
+            if (s < nact) M = fmaxf(M, ms[s]);
+        L = 0.0f;
+#pragma unroll
+        for (int s = 0; s < kOneRoundMerge; ++s)
+            if (s < nact) {
+                ms[s] = __expf(ms[s] - M);
+                L += ls[s] * ms[s];
+            }
+        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+#pragma unroll
+        for (int i = 0; i < kDims; ++i) {
+            const int d = threadIdx.x + i * kDecodeWarps * 32;
+            float A = 0.0f;
+#pragma unroll
+            for (int s = 0; s < kOneRoundMerge; ++s)
+                if (s < nact) A += as[i][s] * ms[s];
+            if (d < HD) emit_out(a, xb, o, head, HD, d, A * inv);
+        }
+        return;
+    }
+    // Longer sequences: split maxima and sums first (one load round), then
+    // weights, then each dim's sum over splits with its loads independent
+    // of one another.
+    for (int s = threadIdx.x; s < nact; s += blockDim.x) {
+        sm_sm[s] = __ldcg(base + size_t(s) * (HD + 2));
+        sm_sl[s] = __ldcg(base + size_t(s) * (HD + 2) + 1);
+    }
+    __syncthreads();
+    M = -INFINITY;
+    for (int s = 0; s < nact; ++s) M = fmaxf(M, sm_sm[s]);
+    __syncthreads();  // all read sm_sm before it becomes the weights
+    for (int s = threadIdx.x; s < nact; s += blockDim.x) sm_sm[s] = __expf(sm_sm[s] - M);
+    __syncthreads();
+    L = 0.0f;
+    for (int s = 0; s < nact; ++s) L += sm_sl[s] * sm_sm[s];
+    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+        float A = 0.0f;
+#pragma unroll 8
+        for (int s = 0; s < nact; ++s) A += __ldcg(base + size_t(s) * (HD + 2) + 2 + d) * sm_sm[s];
+        emit_out(a, xb, o, head, HD, d, A * inv);
+    }
+}
+
+
+// Keys per warp round (EHCUDA_ATTN_KEYS, default as many as fit: 16 for
+// head dim 64) and the smallest split (EHCUDA_ATTN_MINCHUNK, default 64) of
+// the fused decode kernel; the variables are for measurements.
+struct DecodeTuning {
+    int keys = 16;
+    int min_chunk = kMinChunk;
+};
+const DecodeTuning& decode_tuning() {
+    static const DecodeTuning t = [] {
+        DecodeTuning d;
+        if (const char* e = std::getenv("EHCUDA_ATTN_KEYS")) d.keys = std::atoi(e);
+        if (const char* e = std::getenv("EHCUDA_ATTN_MINCHUNK")) d.min_chunk = std::max(1, std::atoi(e));
+        return d;
+    }();
+    return t;
+}
+
+// Largest key group of 4, 8 or 16 not above `want` whose K and V rows fit
+// 64 registers per lane.
+template <int DPL, class F>
+void by_keys(int want, F&& f) {
+    if constexpr (16 * DPL <= 32) {
+        if (want >= 16) return f.template operator()<16>();
+    }
+    if constexpr (8 * DPL <= 32) {
+        if (want >= 8) return f.template operator()<8>();
+    }
+    f.template operator()<4>();
+}
+
+}  // namespace
+
+namespace detail {
+int attention_early_mode = [] {
+    const char* e = std::getenv("EHCUDA_ATTN_EARLY");
+    return e && *e ? std::atoi(e) : 2;
+}();
+bool attention_pipe_on = [] {
+    const char* e = std::getenv("EHCUDA_ATTN_PIPE");
+    return !(e && *e == '0');
+}();
+}  // namespace detail
+
+void set_attention_early(int mode) { detail::attention_early_mode = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
+void set_attention_pipe(bool on) { detail::attention_pipe_on = on; }
+
+int attention_decode_splits(uint32_t n_ctx) {
+    // Enough splits that a full cache gives each block about kMinChunk keys
+    // (the grid is fixed when the decode step is captured, so size it for
+    // the longest sequence; splits past the current length exit at once).
+    const uint32_t n = (n_ctx + kMinChunk - 1) / kMinChunk;
+    return int(n < 1 ? 1 : n > kMaxDecodeSplits ? kMaxDecodeSplits : n);
+}
+
+size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit) {
+    return size_t(n_head) * nsplit * (head_dim + 2);
+}
+
+void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_t stream) {
+    validate(a);
+    if (a.ntok != 1) throw ehp::Error(EH_INTERNAL, "attention_decode: one token only");
+    if (!attention_head_dim_fast(a.head_dim)) return attention_generic(a, stream);
+    if (nsplit < 1) nsplit = 1;
+    by_dpl(a.head_dim, [&]<int DPL>() {
+        launch("attn_decode_kernel", attn_decode_kernel<DPL>, dim3(a.n_head, nsplit), kDecodeWarps * 32, 0, stream, a, scratch);
+    });
+    EHC_LAUNCHED("attn_decode_kernel");
+    launch("attn_merge_kernel", attn_merge_kernel, a.n_head, 128, 0, stream, scratch, nsplit, a.head_dim, a.out);
+    EHC_LAUNCHED("attn_merge_kernel");
+}
+
+size_t attention_decode_counters(int n_head, int nrows) { return size_t(n_head > 0 && nrows > 0 ? n_head * nrows : 0); }
+
+int attention_decode_row_splits(uint32_t seq_cap, int n_head, int nrows) {
+    // Enough blocks to fill the GPU a few times over: one row alone gets the
+    // splits a full cache needs, 64 rows of 14 heads one split each.
+    constexpr int kBlocksWanted = 1024;
+    const int by_fill = std::max(1, kBlocksWanted / std::max(1, n_head * nrows));
+    return std::min(attention_decode_splits(seq_cap), by_fill);
+}
+
+void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
+    AttnArgs at;
+    at.q = a.qkv;
+    at.ldq = (a.n_head + 2 * a.n_kv) * a.head_dim;
+    at.k_cache = a.k_cache;
+    at.v_cache = a.v_cache;
+    at.n_head = a.n_head;
+    at.n_kv = a.n_kv;
+    at.head_dim = a.head_dim;
+    at.d_pos0 = a.d_pos0;
+    at.ntok = 1;
+    at.window = a.window;
+    at.scale = a.scale;
+    at.out = a.out;
+    at.ldo = a.n_head * a.head_dim;
+    validate(at);
+    if (a.n_rot <= 0 || a.n_rot > a.head_dim || a.n_rot % 2)
+        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: bad rotary dimension");
+    if (a.paged) {
+        if (!attention_head_dim_fast(a.head_dim) || a.nrows < 1 || !a.d_pos || !a.d_rows || !a.d_table || !a.tables ||
+            a.ldqkv < at.ldq || a.ldo < at.ldo || a.out_chunks && a.nrows != 1)
+            throw ehp::Error(EH_INTERNAL, "rope_attention_decode: paged rows need head dim 64/96/128/256, positions, "
+                                          "store rows, block tables, strides and chunks for one row only");
+    } else if (a.nrows != 1) {
+        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: several rows need the paged form");
+    }
+    int xb = 0;
+    if (a.out_chunks) {
+        xb = detail::gemv_chunk_bits();
+        if (!xb || !attention_head_dim_fast(a.head_dim) || reinterpret_cast<uintptr_t>(a.out_chunks) % 16)
+            throw ehp::Error(EH_INTERNAL, "rope_attention_decode: chunk output needs an integer GemvInput, head dim 64/96/128/256 and 16-byte alignment");
+    }
+    if (!attention_head_dim_fast(a.head_dim)) {
+        RopeArgs r;
+        r.qkv = a.qkv;
+        r.ld = at.ldq;
+        r.n_head = a.n_head;
+        r.n_kv = a.n_kv;
+        r.head_dim = a.head_dim;
+        r.n_rot = a.n_rot;
+        r.neox = a.neox;
+        r.freq_base = a.freq_base;
+        r.freq_factors = a.freq_factors;
+        r.d_pos0 = a.d_pos0;
+        r.ntok = 1;
+        r.k_cache = a.k_cache;
+        r.v_cache = a.v_cache;
+        rope_store_kv(r, stream);
+        return attention_generic(at, stream);
+    }
+    const int nsplit = std::clamp(a.nsplit, 1, kMaxDecodeSplits);
+    if (nsplit > 1 && (!a.scratch || !a.counters))
+        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: several splits need scratch and counters");
+    const DecodeTuning& t = decode_tuning();
+    const dim3 grid(a.n_head, nsplit, a.nrows);
+    by_dpl(a.head_dim, [&]<int DPL>() {
+        by_keys<DPL>(t.keys, [&]<int G>() {
+            auto go = [&]<bool Pipe, bool Paged>() {
+                launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G, Pipe, Paged>, grid,
+                       kDecodeWarps * 32, 0, stream, a, t.min_chunk, xb, detail::attention_early());
+            };
+            const bool pipe = detail::attention_pipe();
+            if (a.paged)
+                pipe ? go.template operator()<true, true>() : go.template operator()<false, true>();
+            else
+                pipe ? go.template operator()<true, false>() : go.template operator()<false, false>();
+        });
+    });
+    EHC_LAUNCHED("rope_attn_decode_kernel");
+}
+
+}  // namespace ehcuda
