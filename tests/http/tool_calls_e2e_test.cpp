@@ -179,16 +179,27 @@ TEST(ToolCallsServe, GptOssFinalAnswerHasNoMarkup) {
     EXPECT_EQ(f.reasoning, "Greet back.");
 }
 
-TEST(ToolCallsServe, OfficialNodeClient) {
-    std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
-    if (!std::filesystem::exists(dir / "node_modules" / "openai"))
-        GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir.string();
-    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
-    TemplatedHost s(qwen_template(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
-    std::string cmd = "node " + (dir / "tools.mjs").string() + " http://127.0.0.1:" + std::to_string(s->port()) + " 2>&1";
-    auto [rc, out] = run_command(cmd);
+// The official npm clients' scripts (tests/http/openai-client; `npm ci`
+// there installs the clients, as CI does): why one cannot run, "" when it can.
+std::string node_client_missing(const std::string& package) {
+    const std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
+    if (!std::filesystem::exists(dir / "node_modules" / package))
+        return package + " npm package not installed: run `npm ci` in " + dir.string();
+    if (std::system("node --version > /dev/null 2>&1") != 0) return "node is not installed";
+    return "";
+}
+// Runs `script` against the server on `port`; it prints {"ok":true,...} when every check passed.
+void expect_node_client_passes(const std::string& script, int port) {
+    const std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
+    auto [rc, out] = run_command("node " + (dir / script).string() + " http://127.0.0.1:" + std::to_string(port) + " 2>&1");
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
+}
+
+TEST(ToolCallsServe, OfficialNodeClient) {
+    if (auto why = node_client_missing("openai"); !why.empty()) GTEST_SKIP() << why;
+    TemplatedHost s(qwen_template(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    expect_node_client_passes("tools.mjs", s->port());
 }
 
 // A real model (stories260K on the CPU reference engine, with Qwen2.5's
@@ -497,15 +508,9 @@ TEST(AnthropicToolUse, ModelWithoutToolFormatIs400) {
 }
 
 TEST(AnthropicToolUse, OfficialNodeClient) {
-    std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
-    if (!std::filesystem::exists(dir / "node_modules" / "@anthropic-ai" / "sdk"))
-        GTEST_SKIP() << "@anthropic-ai/sdk npm package not installed: run `npm ci` in " << dir.string();
-    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
+    if (auto why = node_client_missing("@anthropic-ai/sdk"); !why.empty()) GTEST_SKIP() << why;
     TemplatedHost s(qwen_template(), "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
-    std::string cmd = "node " + (dir / "anthropic_tools.mjs").string() + " http://127.0.0.1:" + std::to_string(s->port()) + " 2>&1";
-    auto [rc, out] = run_command(cmd);
-    EXPECT_EQ(rc, 0) << out;
-    EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
+    expect_node_client_passes("anthropic_tools.mjs", s->port());
 }
 
 }  // namespace

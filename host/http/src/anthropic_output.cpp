@@ -9,9 +9,7 @@ using service::ChatPiece;
 
 AnthropicOutput::AnthropicOutput(service::ToolFormat format, const service::ChatParseOptions& options,
                                  const std::string& prefill)
-    : parser_(service::make_chat_output_parser(format, options)) {
-    if (!prefill.empty()) prefilled_ = parser_->feed(prefill);
-}
+    : parser_(service::make_chat_output_parser(format, options, prefill)) {}
 
 std::string AnthropicOutput::open(nlohmann::json block) {
     std::string out = close();
@@ -66,18 +64,10 @@ std::string AnthropicOutput::apply(const service::ChatPieces& pieces) {
     return out;
 }
 
-std::string AnthropicOutput::events(std::string_view text) {
-    service::ChatPieces pieces = std::move(prefilled_);
-    prefilled_.clear();
-    for (auto& p : parser_->feed(text)) pieces.push_back(std::move(p));
-    return apply(pieces);
-}
+std::string AnthropicOutput::events(std::string_view text) { return apply(parser_->feed(text)); }
 
 std::string AnthropicOutput::finish_events() {
-    service::ChatPieces pieces = std::move(prefilled_);
-    prefilled_.clear();
-    for (auto& p : parser_->finish()) pieces.push_back(std::move(p));
-    std::string out = apply(pieces);
+    std::string out = apply(parser_->finish());
     if (blocks_.empty()) {
         blocks_.push_back({});
         out += open({{"type", "text"}, {"text", ""}});

@@ -49,7 +49,6 @@ private:
     std::string close();
 
     std::unique_ptr<service::ChatOutputParser> parser_;
-    service::ChatPieces prefilled_;
     struct Block {
         bool tool = false;
         std::string text;                 // text, or a tool_use's arguments (JSON text)
