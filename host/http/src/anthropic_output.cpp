@@ -26,6 +26,11 @@ std::string AnthropicOutput::close() {
     return sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", blocks_.size() - 1}});
 }
 
+std::string AnthropicOutput::input_delta(const std::string& json_piece) const {
+    return sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", blocks_.size() - 1},
+                                             {"delta", {{"type", "input_json_delta"}, {"partial_json", json_piece}}}});
+}
+
 std::string AnthropicOutput::apply(const service::ChatPieces& pieces) {
     std::string out;
     for (const auto& p : pieces) {
@@ -48,6 +53,9 @@ std::string AnthropicOutput::apply(const service::ChatPieces& pieces) {
             if (call_block_.size() <= p.index) call_block_.resize(p.index + 1);
             call_block_[p.index] = blocks_.size() - 1;
             out += open({{"type", "tool_use"}, {"id", b.id}, {"name", b.name}, {"input", nlohmann::json::object()}});
+            // Anthropic's streams open a tool_use block's input with an
+            // empty piece.
+            out += input_delta("");
             break;
         }
         case ChatPiece::Kind::CallArgs: {
@@ -55,8 +63,7 @@ std::string AnthropicOutput::apply(const service::ChatPieces& pieces) {
             // (parsers finish one call before the next), but stay safe.
             if (p.index >= call_block_.size() || call_block_[p.index] + 1 != blocks_.size() || !open_) break;
             blocks_.back().text += p.text;
-            out += sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", blocks_.size() - 1},
-                                                     {"delta", {{"type", "input_json_delta"}, {"partial_json", p.text}}}});
+            out += input_delta(p.text);
             break;
         }
         }

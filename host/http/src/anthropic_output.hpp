@@ -47,6 +47,7 @@ private:
     std::string apply(const service::ChatPieces& pieces);
     std::string open(nlohmann::json block);
     std::string close();
+    std::string input_delta(const std::string& json_piece) const;  // of the open tool_use block
 
     std::unique_ptr<service::ChatOutputParser> parser_;
     struct Block {

@@ -37,17 +37,13 @@ std::string want_string(const object& o, std::string_view key, std::string_view 
     return sv(*e);
 }
 
-void check_function_name(const std::string& name, std::string_view field, const std::string& path) {
+void check_new_tool(const std::vector<ToolDef>& tools, const std::string& name, std::string_view field,
+                    const std::string& path) {
+    if (tools.size() >= kMaxTools) bad(field, fmt::format("'{}' has more than {} entries", field, kMaxTools));
     bool ok = !name.empty() && name.size() <= kMaxToolNameBytes;
     for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
     if (!ok)
         bad(field, fmt::format("'{}' must be 1 to {} letters, digits, '_' or '-'", path, kMaxToolNameBytes));
-}
-
-void check_new_tool(const std::vector<ToolDef>& tools, const std::string& name, std::string_view field,
-                    const std::string& path) {
-    if (tools.size() >= kMaxTools) bad(field, fmt::format("'{}' has more than {} entries", field, kMaxTools));
-    check_function_name(name, field, path);
     for (const auto& prev : tools)
         if (prev.name == name) bad(field, fmt::format("'{}' '{}' is defined twice", path, name));
 }
