@@ -413,6 +413,35 @@ TEST(AnthropicToolUse, HermesCallIsAToolUseBlockWholeAndStreamed) {
     }
 }
 
+// Blocks follow the model's order: text, a call, text again.
+TEST(AnthropicToolUse, TextAfterACallIsANewTextBlock) {
+    TemplatedHost s(qwen_template(), "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {}}\n</tool_call>\nThen more.");
+    json m = json::parse(s->post("/v1/messages", anthropic_body({{"tools", kAnthropicTools}}).dump()).body);
+    ASSERT_EQ(m["content"].size(), 2u) << m.dump();
+    EXPECT_EQ(m["content"][0]["type"], "tool_use");
+    EXPECT_EQ(m["content"][0]["input"], json::object());
+    EXPECT_EQ(m["content"][1], (json{{"type", "text"}, {"text", "Then more."}}));
+    EXPECT_EQ(m["stop_reason"], "tool_use");
+    AnthropicFolded f = anthropic_stream(*s.scripted.host, anthropic_body({{"tools", kAnthropicTools}}));
+    ASSERT_EQ(f.blocks.size(), 2u);
+    f.blocks[0].erase("id");  // a new id per message
+    m["content"][0].erase("id");
+    EXPECT_EQ(f.blocks, m["content"]);
+}
+
+// On harmony models the channels are split for Anthropic clients too: the
+// final answer is the text, the analysis channel (a thinking block, which
+// is not served) is left out, and no markup leaks.
+TEST(AnthropicToolUse, GptOssChannelsAreSplit) {
+    TemplatedHost s(gptoss_template(),
+                    "<|channel|>analysis<|message|>Greet back.<|end|><|start|>assistant<|channel|>final<|message|>Hello there!");
+    json m = json::parse(s->post("/v1/messages", anthropic_body().dump()).body);
+    EXPECT_EQ(m["content"], json::parse(R"([{"type":"text","text":"Hello there!"}])")) << m.dump();
+    EXPECT_EQ(m["stop_reason"], "end_turn");
+    AnthropicFolded f = anthropic_stream(*s.scripted.host, anthropic_body());
+    EXPECT_EQ(f.blocks, m["content"]);
+}
+
 // Tool history sent the Anthropic way renders exactly the prompt the same
 // history sent the OpenAI way does.
 TEST(AnthropicToolUse, ToolHistoryRendersAsOpenAIsDoes) {
