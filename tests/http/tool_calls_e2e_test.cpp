@@ -291,6 +291,12 @@ TEST(ToolCallsServe, ForcedCallOnAnEngineWithoutMasksIs400) {
     json j = chat(h, std::string(R"(,"tool_choice":"required","tools":)") + kTools, &status);
     EXPECT_EQ(status, 400) << j.dump();
     EXPECT_EQ(j["error"]["param"], "tool_choice") << j.dump();
+    // Anthropic's any: the same refusal, in Anthropic's shape.
+    const std::string tools = R"([{"name":"get_weather","input_schema":{"type":"object"}}])";
+    auto r = h.post("/v1/messages", R"({"model":"m","max_tokens":8,"tool_choice":{"type":"any"},"tools":)" + tools +
+                                        R"(,"messages":[{"role":"user","content":"x"}]})");
+    EXPECT_EQ(r.status, 400) << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"]["type"], "invalid_request_error") << r.body;
 }
 
 TEST(ToolCallsServe, ModelWithoutToolFormatIs400) {
