@@ -188,7 +188,8 @@ TEST(Anthropic, ErrorsHaveAnthropicsShape) {
         {"image block", with("messages", {{{"role", "user"}, {"content", {{{"type", "image"}}}}}}), "\"image\" is not supported"},
         {"final assistant", with("messages", {{{"role", "user"}, {"content", "a"}}, {{"role", "assistant"}, {"content", "b"}}}),
          "final assistant"},
-        {"tools", with("tools", json::array({{{"name", "f"}}})), "'tools' is not supported"},
+        {"tool without input_schema", with("tools", json::array({{{"name", "f"}}})), "'tools[0].input_schema' is required"},
+        {"server tool", with("tools", json::array({{{"type", "bash_20250124"}, {"name", "bash"}}})), "is not supported"},
         {"thinking", with("thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}), "'thinking'"},
         {"stop_sequences not array", with("stop_sequences", "x"), "stop_sequences"},
     };

@@ -8,17 +8,36 @@
 #include <cstdint>
 #include <string_view>
 
+// An accepted request must also hold together: its messages become the
+// template's message JSON, its tools_json is a JSON array of one function
+// per tool, and every tool result answers a string id.
+#include <nlohmann/json.hpp>
+
+#include <cstdlib>
+
 #include "eh/service/anthropic_request.hpp"
+#include "eh/service/chat_output.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
     eh::service::RequestLimits limits;
     limits.max_prompt_chars = 4096;  // keeps each input cheap; the rules are the same
+    eh::service::AnthropicRequest r;
     try {
-        (void)eh::service::parse_anthropic_request(body, limits, (data[0] & 1) != 0);
+        r = eh::service::parse_anthropic_request(body, limits, (data[0] & 1) != 0);
     } catch (const eh::Error&) {
-        // The clear, stable rejection: expected for most inputs.
+        return 0;  // the clear, stable rejection: expected for most inputs
     }
+    const auto messages = nlohmann::json::parse(eh::service::template_messages_json(r.messages), nullptr, false);
+    if (!messages.is_array() || messages.size() != r.messages.size()) std::abort();
+    if (!r.tools.tools.empty()) {
+        const auto tools = nlohmann::json::parse(r.tools.tools_json, nullptr, false);
+        if (!tools.is_array() || tools.size() != r.tools.tools.size()) std::abort();
+        for (size_t i = 0; i < tools.size(); ++i)
+            if (tools[i]["function"]["name"] != r.tools.tools[i].name) std::abort();
+    }
+    for (const auto& m : r.messages)
+        if (m.role == "tool" && m.tool_call_id.empty()) std::abort();
     return 0;
 }

@@ -1,6 +1,7 @@
 // libFuzzer target: arbitrary bytes as a model's output through the chat
 // output parsers (Hermes <tool_call> blocks, gpt-oss harmony). The first
-// byte picks the format, the options and a chunk size; the rest is fed
+// byte picks the format, the options (tools, parallel calls, a list of
+// offered names) and a chunk size; the rest is fed
 // whole and then in chunks. A parser must never throw or crash, and must
 // give the same pieces (folded) however the text is split, since a stream
 // and a whole answer have to agree. Built only with EH_ENABLE_FUZZERS=ON.
@@ -48,8 +49,9 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const uint8_t k = data[0];
     const std::string_view text(reinterpret_cast<const char*>(data + 1), size - 1);
     const ToolFormat f = (k & 1) ? ToolFormat::Harmony : ToolFormat::Hermes;
-    const ChatParseOptions o{(k & 2) == 0, (k & 4) == 0};
-    const size_t chunk = 1 + (k >> 3);
+    ChatParseOptions o{(k & 2) == 0, (k & 4) == 0, {}};
+    if (k & 8) o.names = {"get_weather", "f"};  // calls of other functions are content
+    const size_t chunk = 1 + (k >> 4);
     const Folded whole = run(f, o, text, text.size() + 1);
     if (!(run(f, o, text, chunk) == whole)) std::abort();
     return 0;

@@ -10,6 +10,7 @@
 #include "eh/service/chat_output.hpp"
 #include "eh/service/request.hpp"
 #include "eh/service/chat_prompt.hpp"
+#include "eh/service/constraint_cache.hpp"
 
 using namespace eh;
 using namespace eh::service;
@@ -95,16 +96,66 @@ TEST(HermesParser, ParallelFalseKeepsTheFirstCall) {
 }
 
 TEST(HermesParser, MalformedBlocksAreContent) {
-    for (std::string bad : {"<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": }\n</tool_call>",  // bad JSON
+    for (std::string bad : {"<tool_call>\n{\"name\": \"f\" \"arguments\": {}}\n</tool_call>",  // bad JSON
                             "<tool_call>{\"arguments\": {}}</tool_call>",                          // no name
                             "<tool_call>{\"name\": 3}</tool_call>",                                // name not a string
                             "<tool_call>[1,2]</tool_call>",                                        // not an object
                             "<tool_call>{\"name\": \"f\", \"arguments\": 5}</tool_call>",          // bad arguments
-                            "<tool_call>\n{\"name\": \"f\", \"arguments\": {}}"}) {               // never closed
+                            "<tool_call>\n{\"name\": \"f\", \"arguments\": \"{}\""}) {          // never closed
         auto r = parse_all_ways(ToolFormat::Hermes, "ok " + bad);
         EXPECT_TRUE(r.calls.empty()) << bad;
         EXPECT_EQ(r.content, "ok " + bad);
     }
+}
+
+// OpenAI streams a call's arguments as the model writes them: a block that
+// starts {"name": "<offered>", "arguments": { is a call from its '{' on,
+// and each byte of the arguments leaves the parser as soon as it cannot be
+// the start of </tool_call>.
+TEST(HermesParser, ArgumentsStreamAsTheyArrive) {
+    const std::string text = "<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Pa ris<\", \"n\": [1, {\"d\": 2}]}}\n</tool_call>";
+    auto p = make_chat_output_parser(ToolFormat::Hermes, {true, true, {"get_weather"}});
+    Result r;
+    const size_t args_at = text.find("{\"city");
+    for (size_t i = 0; i < text.size(); ++i) {
+        r.add(p->feed(text.substr(i, 1)));
+        if (i + 1 == args_at) EXPECT_TRUE(r.calls.empty()) << "no call before its arguments begin";
+        if (i == args_at) {
+            ASSERT_EQ(r.calls.size(), 1u);
+            EXPECT_EQ(r.calls[0].first, "get_weather");
+            EXPECT_EQ(r.calls[0].second, "{");
+        }
+        if (i + 1 == text.find("ris<"))
+            EXPECT_EQ(r.calls[0].second, "{\"city\":\"Pa ") << "whitespace inside strings is kept";
+        if (i + 1 == text.find("}}\n</tool_call>") + 1) EXPECT_EQ(r.calls[0].second, R"({"city":"Pa ris<","n":[1,{"d":2}]})");
+    }
+    r.add(p->finish());
+    EXPECT_EQ(r.calls, (Calls{{"get_weather", R"({"city":"Pa ris<","n":[1,{"d":2}]})"}}));
+    EXPECT_EQ(r.content, "");
+    EXPECT_TRUE(r.opens_ok);
+}
+
+// Once a block's start made it a call, the call stands: arguments that are
+// not valid JSON are passed as written (tool_choice required/named makes
+// them valid by construction), and a block cut off (max_tokens) keeps the
+// arguments written so far. Text after the arguments' closing brace up to
+// </tool_call> is dropped.
+TEST(HermesParser, StreamedCallsStandOnceStarted) {
+    auto bad = parse_all_ways(ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": }\n</tool_call>");
+    EXPECT_EQ(bad.calls, (Calls{{"f", R"({"x":})"}}));
+    auto cut = parse_all_ways(ToolFormat::Hermes, "<tool_call>\n{\"name\": \"f\", \"arguments\": {\"x\": [1, 2");
+    EXPECT_EQ(cut.calls, (Calls{{"f", R"({"x":[1,2)"}}));
+    EXPECT_EQ(cut.content, "");
+    auto closed_inside = parse_all_ways(ToolFormat::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {\"x\": </tool_call> after");
+    EXPECT_EQ(closed_inside.calls, (Calls{{"f", R"({"x":)"}}));
+    EXPECT_EQ(closed_inside.content, "after");
+    auto trailing = parse_all_ways(ToolFormat::Hermes, "<tool_call>{\"name\": \"f\", \"arguments\": {}, \"extra\": 1}</tool_call>");
+    EXPECT_EQ(trailing.calls, (Calls{{"f", "{}"}}));
+    EXPECT_EQ(trailing.content, "");
+    // Past 1,024 bytes a block's start is not read as the usual one: the
+    // block waits for its end, then is read whole.
+    const std::string far = "<tool_call>" + std::string(1100, ' ') + "{\"name\": \"f\", \"arguments\": {\"a\": 1}}</tool_call>";
+    EXPECT_EQ(parse_all_ways(ToolFormat::Hermes, far).calls, (Calls{{"f", R"({"a":1})"}}));
 }
 
 TEST(HermesParser, PlainTextIsUntouched) {
@@ -325,27 +376,111 @@ TEST(ToolConstraint, ForcedCallsBecomeAConstraint) {
     const std::string tools = std::string(R"("tools":[)") + kTool + "]";
     auto r = chat(tools + R"(,"tool_choice":"required")");
     r.gen.prompt = "P";
-    constrain_tool_call(r, ToolFormat::Hermes);
+    constrain_tool_call(r, ToolFormat::Hermes, ByteCodec());
     EXPECT_EQ(r.gen.constraint.kind, OutputConstraint::Kind::Prebuilt);
     EXPECT_EQ(r.gen.constraint.field, "tool_choice");
     ASSERT_TRUE(r.gen.constraint.grammar);
     EXPECT_EQ(r.gen.prompt, "P");  // Hermes: nothing prefilled
     auto h = chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})");
     h.gen.prompt = "P";
-    constrain_tool_call(h, ToolFormat::Harmony);
+    constrain_tool_call(h, ToolFormat::Harmony, ByteCodec());
     EXPECT_EQ(h.tools.prefill, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
     EXPECT_EQ(h.gen.prompt, "P" + h.tools.prefill);
     EXPECT_NE(h.gen.constraint.text, r.gen.constraint.text);  // cache keys differ with the grammar
-    // Two tools, "required", harmony: the header cannot be prefilled.
+    // Two tools, "required", harmony: the header is prefilled up to the
+    // name; the output is the name, the rest of the header and the
+    // arguments (ByteCodec has no control tokens: the markup is text).
     auto two = chat(R"("tools":[)" + std::string(kTool) + R"(,{"type":"function","function":{"name":"b"}}],"tool_choice":"required")");
-    EXPECT_THROW(constrain_tool_call(two, ToolFormat::Harmony), RequestError);
+    two.gen.prompt = "P";
+    constrain_tool_call(two, ToolFormat::Harmony, ByteCodec());
+    EXPECT_EQ(two.tools.prefill, "<|channel|>commentary to=functions.");
+    EXPECT_EQ(two.gen.prompt, "P<|channel|>commentary to=functions.");
+    ASSERT_TRUE(two.gen.constraint.grammar);
     // A parameters schema outside the supported subset names the keyword.
     auto bad = chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"z":{"type":"string","pattern":"^a"}}}}}],"tool_choice":"required")");
     try {
-        constrain_tool_call(bad, ToolFormat::Hermes);
+        constrain_tool_call(bad, ToolFormat::Hermes, ByteCodec());
         FAIL();
     } catch (const RequestError& e) {
         EXPECT_EQ(e.field(), "tools");
         EXPECT_NE(std::string(e.what()).find("pattern"), std::string::npos) << e.what();
     }
+}
+
+namespace {
+
+// Bytes as tokens 0-255, plus harmony's header markup as control tokens
+// (they add no output text; decode_with_control writes them), and <|call|>
+// ending generation: how gpt-oss's vocabulary looks to the mask.
+class HarmonyControlCodec : public ByteCodec {
+public:
+    static constexpr int32_t kConstrain = 256, kMessage = 257, kCall = 258;
+    HarmonyControlCodec() : ByteCodec(259, kCall) {}
+    std::vector<int32_t> encode(std::string_view text, bool add_special, bool parse_special = false,
+                                std::span<const TextSpan> literal = {}) const override {
+        if (parse_special)
+            for (int32_t id : {kConstrain, kMessage, kCall})
+                if (text == special(id)) return {id};
+        return ByteCodec::encode(text, add_special, parse_special, literal);
+    }
+    std::string token_bytes(int32_t t) const override { return t >= 256 ? "" : ByteCodec::token_bytes(t); }
+    std::string decode_with_control(std::span<const int32_t> tokens) const override {
+        std::string out;
+        for (int32_t t : tokens) out += t >= 256 ? special(t) : ByteCodec::token_bytes(t);
+        return out;
+    }
+
+private:
+    static std::string special(int32_t id) {
+        return id == kConstrain ? "<|constrain|>" : id == kMessage ? "<|message|>" : "<|call|>";
+    }
+};
+
+bool allowed(const constrain::Mask& m, int32_t id) { return (m[size_t(id) / 32] >> (id % 32)) & 1u; }
+
+}  // namespace
+
+// tool_choice "required" with several tools on a harmony model: the output
+// after the prefilled "to=functions." is a tool's name, then the header's
+// control tokens (which the mask allows as themselves, never as their text
+// spelled in bytes), then arguments matching that tool's schema.
+TEST(ToolConstraint, HarmonyRequiredWithSeveralToolsWritesTheHeaderControlTokens) {
+    auto codec = std::make_shared<HarmonyControlCodec>();
+    auto r = chat(R"("tool_choice":"required","tools":[)" + std::string(kTool) +
+                  R"(,{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":)"
+                  R"({"zone":{"type":"string","enum":["UTC"]}},"required":["zone"],"additionalProperties":false}}}])");
+    constrain_tool_call(r, ToolFormat::Harmony, *codec);
+    EXPECT_EQ(r.tools.prefill, "<|channel|>commentary to=functions.");
+    ConstraintCache cache(codec, codec->vocab_size());
+    constrain::Matcher m(cache.get(r.gen.constraint));
+    EXPECT_FALSE(allowed(*m.mask(), HarmonyControlCodec::kMessage));
+    for (char c : std::string("get_time ")) ASSERT_TRUE(m.accept(int32_t(uint8_t(c)))) << c;
+    auto mask = m.mask();
+    EXPECT_TRUE(allowed(*mask, HarmonyControlCodec::kConstrain));
+    EXPECT_FALSE(allowed(*mask, '<')) << "the markup is the control token, not its text";
+    ASSERT_TRUE(m.accept(HarmonyControlCodec::kConstrain));
+    for (char c : std::string("json")) ASSERT_TRUE(m.accept(int32_t(uint8_t(c))));
+    EXPECT_TRUE(allowed(*m.mask(), HarmonyControlCodec::kMessage));
+    ASSERT_TRUE(m.accept(HarmonyControlCodec::kMessage));
+    EXPECT_FALSE(m.accept(HarmonyControlCodec::kMessage)) << "a control token only where the grammar names it";
+    for (char c : std::string(R"({"zone":"UTC"})")) ASSERT_TRUE(m.accept(int32_t(uint8_t(c)))) << c;
+    EXPECT_TRUE(m.complete());
+    EXPECT_TRUE(allowed(*m.mask(), HarmonyControlCodec::kCall));
+    // The output, decoded with its control tokens after the prefill, parses
+    // as the call.
+    auto p = make_chat_output_parser(ToolFormat::Harmony, {true, true, {"get_weather", "get_time"}});
+    Result res;
+    res.add(p->feed(r.tools.prefill + "get_time <|constrain|>json<|message|>{\"zone\":\"UTC\"}"));
+    res.add(p->finish());
+    EXPECT_EQ(res.calls, (Calls{{"get_time", R"({"zone":"UTC"})"}}));
+    // A JSON schema's grammar never allows a control token, even inside a
+    // string where its text would fit.
+    OutputConstraint schema;
+    schema.kind = OutputConstraint::Kind::JsonSchema;
+    schema.text = R"({"type":"object","properties":{"s":{"type":"string"}}})";
+    schema.field = "response_format";
+    constrain::Matcher s(cache.get(schema));
+    for (char c : std::string(R"({"s":")")) ASSERT_TRUE(s.accept(int32_t(uint8_t(c))));
+    EXPECT_TRUE(allowed(*s.mask(), '<'));
+    EXPECT_FALSE(allowed(*s.mask(), HarmonyControlCodec::kMessage));
 }

@@ -1,5 +1,7 @@
 #include "anthropic_api.hpp"
 
+#include "anthropic_output.hpp"
+
 #include "eh/service/anthropic_request.hpp"
 #include "impl.hpp"
 #include "stream.hpp"
@@ -43,14 +45,6 @@ void to_anthropic(httplib::Response& res) {
     send_anthropic_error(res, res.status, message);
 }
 
-// The service's stop reasons in Anthropic's words.
-nlohmann::json stop_reason(const std::string& r) {
-    if (r == "eos") return "end_turn";
-    if (r == "length") return "max_tokens";
-    if (r == "stop") return "stop_sequence";
-    return nullptr;
-}
-
 nlohmann::json stop_sequence(const JobEvent& end) {
     return end.stop_reason == "stop" ? nlohmann::json(end.stop_sequence) : nlohmann::json(nullptr);
 }
@@ -74,7 +68,7 @@ void Server::Impl::install_anthropic() {
         }
         try {
             auto r = service::parse_anthropic_request(req.body, options.limits, count_only);
-            render_chat_prompt(*this, *svc, r.messages, r.gen);  // message text stays text
+            render_chat_prompt(*this, *svc, r, get_info().model);
             service::check_prompt(r.gen.prompt, "messages", options.limits);
             r.gen.correlation_id = cid;
             return r;
@@ -114,6 +108,9 @@ void Server::Impl::install_anthropic() {
         const std::string id = job->request.job_id;
         const uint32_t input_tokens = uint32_t(job->prompt_tokens.size());
         res.set_header("X-Job-Id", id);
+        service::ChatParseOptions po{r->tools.enabled(), r->tools.parallel, {}};
+        for (const auto& t : r->tools.tools) po.names.push_back(t.name);
+        auto output = std::make_shared<AnthropicOutput>(svc->codec().tool_format(), po, r->tools.prefill);
 
         if (r->stream) {
             auto render = [=](const JobEvent& ev) -> std::string {
@@ -124,18 +121,13 @@ void Server::Impl::install_anthropic() {
                                       {"message", {{"id", id}, {"type", "message"}, {"role", "assistant"},
                                                    {"content", nlohmann::json::array()}, {"model", model},
                                                    {"stop_reason", nullptr}, {"stop_sequence", nullptr},
-                                                   {"usage", {{"input_tokens", input_tokens}, {"output_tokens", 0}}}}}}) +
-                           sse_event("content_block_start", {{"type", "content_block_start"}, {"index", 0},
-                                                             {"content_block", {{"type", "text"}, {"text", ""}}}}) +
-                           sse_event("ping", {{"type", "ping"}});
+                                                   {"usage", {{"input_tokens", input_tokens}, {"output_tokens", 0}}}}}});
                 case JobEvent::Kind::Token:
-                    if (ev.text.empty()) return {};
-                    return sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", 0},
-                                                             {"delta", {{"type", "text_delta"}, {"text", ev.text}}}});
+                    return output->events(ev.text);
                 case JobEvent::Kind::End:
-                    return sse_event("content_block_stop", {{"type", "content_block_stop"}, {"index", 0}}) +
+                    return output->finish_events() +
                            sse_event("message_delta", {{"type", "message_delta"},
-                                                       {"delta", {{"stop_reason", stop_reason(ev.stop_reason)},
+                                                       {"delta", {{"stop_reason", output->stop_reason(ev.stop_reason)},
                                                                   {"stop_sequence", stop_sequence(ev)}}},
                                                        {"usage", {{"output_tokens", ev.tokens_out}}}}) +
                            sse_event("message_stop", {{"type", "message_stop"}});
@@ -148,23 +140,21 @@ void Server::Impl::install_anthropic() {
             return;
         }
 
-        // Not streaming: collect the text. A client that goes away is only
+        // Not streaming: collect the output. A client that goes away is only
         // noticed when the answer is written.
-        std::string text;
         for (;;) {
             auto ev = job->pop(std::chrono::milliseconds(200));
             if (!ev) continue;
             if (ev->kind == JobEvent::Kind::Token) {
-                text += ev->text;
+                output->add(ev->text);
             } else if (ev->kind == JobEvent::Kind::Error) {
                 send_json(res, ev->code == Code::Cancelled ? 499 : http_status_for(ev->code), stream_error(*ev));
                 return;
             } else if (ev->kind == JobEvent::Kind::End) {
-                nlohmann::json content = nlohmann::json::array();
-                content.push_back({{"type", "text"}, {"text", text}});
+                output->finish();
                 send_json(res, 200,
-                          {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"content", content},
-                           {"model", model}, {"stop_reason", stop_reason(ev->stop_reason)},
+                          {{"id", id}, {"type", "message"}, {"role", "assistant"}, {"content", output->content()},
+                           {"model", model}, {"stop_reason", output->stop_reason(ev->stop_reason)},
                            {"stop_sequence", stop_sequence(*ev)},
                            {"usage", {{"input_tokens", input_tokens}, {"output_tokens", ev->tokens_out}}}});
                 return;

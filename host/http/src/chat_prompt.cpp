@@ -21,16 +21,7 @@ void with_template_cancel(Server::Impl& s, const std::function<void(const std::f
 
 }  // namespace
 
-void render_chat_prompt(Server::Impl& s, const service::Service& svc, const std::vector<service::ChatMessage>& messages,
-                        service::GenerationRequest& gen) {
-    with_template_cancel(s, [&](const std::function<bool()>& cancelled) {
-        service::ChatPrompt p = svc.codec().render_chat(messages, cancelled);
-        gen.prompt = std::move(p.text);
-        gen.literal = std::move(p.literal);
-    });
-}
-
-void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::OpenAIRequest& r, const std::string& model) {
+void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::ChatRequest& r, const std::string& model) {
     with_template_cancel(s, [&](const std::function<bool()>& cancelled) {
         service::render_chat_prompt(svc.codec(), r, model, cancelled);
     });

@@ -101,16 +101,14 @@ std::string dump(const nlohmann::json& j);
 
 // ---- chat_prompt.cpp ----------------------------------------------------------
 
-// Renders a chat's messages into gen.prompt (and the spans of it that stay
-// text, gen.literal) on the connection's thread. The template's evaluation
-// ends early when the server begins shutting down (throws SHUTTING_DOWN,
-// 503) or the client has closed its connection (CANCELLED), so a long
-// evaluation neither holds the shutdown nor works for nobody.
-void render_chat_prompt(Server::Impl& s, const service::Service& svc, const std::vector<service::ChatMessage>& messages,
-                        service::GenerationRequest& gen);
-// The same for an OpenAI chat request, with its tools, tool_choice and
-// reasoning effort (service::render_chat_prompt) into r.gen.
-void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::OpenAIRequest& r, const std::string& model);
+// Renders a chat request (OpenAI's or Anthropic's: its messages, tools,
+// tool_choice and reasoning effort; service::render_chat_prompt) into
+// r.gen.prompt (and the spans of it that stay text, r.gen.literal) on the
+// connection's thread. The template's evaluation ends early when the server
+// begins shutting down (throws SHUTTING_DOWN, 503) or the client has closed
+// its connection (CANCELLED), so a long evaluation neither holds the
+// shutdown nor works for nobody.
+void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::ChatRequest& r, const std::string& model);
 std::string sse_event(const std::string& name, const nlohmann::json& data);
 std::string sse_data(const nlohmann::json& data);
 int64_t unix_now();

@@ -6,9 +6,7 @@ using service::ChatPiece;
 
 ChatChoiceOutput::ChatChoiceOutput(service::ToolFormat format, const service::ChatParseOptions& options,
                                    const std::string& prefill)
-    : parser_(service::make_chat_output_parser(format, options)) {
-    if (!prefill.empty()) prefilled_ = parser_->feed(prefill);
-}
+    : parser_(service::make_chat_output_parser(format, options, prefill)) {}
 
 std::vector<nlohmann::json> ChatChoiceOutput::to_deltas(const service::ChatPieces& pieces) {
     std::vector<nlohmann::json> out;
@@ -42,17 +40,13 @@ void ChatChoiceOutput::collect(const service::ChatPieces& pieces) {
 }
 
 std::vector<nlohmann::json> ChatChoiceOutput::deltas(std::string_view text) {
-    auto pieces = std::move(prefilled_);
-    prefilled_.clear();
-    for (auto& p : parser_->feed(text)) pieces.push_back(std::move(p));
+    auto pieces = parser_->feed(text);
     collect(pieces);
     return to_deltas(pieces);
 }
 
 std::vector<nlohmann::json> ChatChoiceOutput::finish_deltas() {
-    auto pieces = std::move(prefilled_);
-    prefilled_.clear();
-    for (auto& p : parser_->finish()) pieces.push_back(std::move(p));
+    auto pieces = parser_->finish();
     collect(pieces);
     return to_deltas(pieces);
 }

@@ -48,7 +48,6 @@ private:
         std::string id, name, arguments;
     };
     std::vector<Call> calls_;
-    service::ChatPieces prefilled_;  // the prefill's pieces, sent with the first output
 };
 
 }  // namespace eh::http

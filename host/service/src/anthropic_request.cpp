@@ -2,9 +2,13 @@
 
 #include <fmt/format.h>
 
+#include <cstdint>
 #include <random>
 
+#include "anthropic_tools.hpp"
+#include "chat_messages.hpp"
 #include "json_fields.hpp"
+#include "tool_calls/tool_request_parse.hpp"
 
 namespace eh::service {
 
@@ -17,62 +21,80 @@ std::string message_id() {
     return fmt::format("msg_{:016x}{:08x}", rng(), uint32_t(rng()));
 }
 
-// A string, or an array of text blocks joined in order. `where` names the
-// field in messages ("messages[2].content", "system").
-std::string text_content(const element& c, const std::string& where, std::string_view field_name) {
-    if (c.type() == element_type::STRING) return std::string(c.get_string().value_unsafe());
-    if (c.type() != element_type::ARRAY)
-        throw RequestError(std::string(field_name), fmt::format("'{}' must be a string or an array of content blocks, not {}",
-                                                                where, type_name(c.type())));
-    std::string out;
-    size_t k = 0;
-    simdjson::dom::array arr = c.get_array().value_unsafe();
-    for (element block : arr) {
-        if (block.type() != element_type::OBJECT)
-            throw RequestError(std::string(field_name), fmt::format("'{}[{}]' must be an object", where, k));
-        object b = block.get_object().value_unsafe();
-        auto type = get_string(b, "type");
-        if (!type) throw RequestError(std::string(field_name), fmt::format("'{}[{}].type' is required", where, k));
-        if (*type != "text")
-            throw RequestError(std::string(field_name),
-                               fmt::format("'{}[{}].type' \"{}\" is not supported (text blocks only)", where, k,
-                                           type->substr(0, 32)));
-        auto text = get_string(b, "text");
-        if (!text) throw RequestError(std::string(field_name), fmt::format("'{}[{}].text' is required", where, k));
-        out += *text;
-        ++k;
+ChatMessage text_message(const std::string& role, std::string text) {
+    ChatMessage m;
+    m.role = role;
+    m.content = std::move(text);
+    return m;
+}
+
+// A user tool_result block: the result of one tool_use, as a `tool` message
+// (what the chat templates render tool results from).
+ChatMessage tool_result(const object& b, const std::string& at) {
+    ChatMessage m;
+    m.role = "tool";
+    m.tool_call_id = want_string(b, "tool_use_id", "messages", at, true);
+    if (auto c = field(b, "content")) m.content = text_content(*c, "messages", at + ".content");
+    if (auto e = get_bool(b, "is_error"); e && *e) m.content = "Error: " + m.content;  // the template has no flag for it
+    return m;
+}
+
+// An assistant tool_use block: a call the model made.
+ChatToolCall tool_use(const object& b, const std::string& at) {
+    ChatToolCall c;
+    c.id = want_string(b, "id", "messages", at, true);
+    c.name = want_string(b, "name", "messages", at, true);
+    if (c.name.empty()) throw RequestError("messages", fmt::format("'{}.name' must not be empty", at));
+    auto input = field(b, "input");
+    if (!input) throw RequestError("messages", fmt::format("'{}.input' is required", at));
+    want_object(*input, "messages", at + ".input");
+    c.arguments = simdjson::to_string(*input);
+    return c;
+}
+
+// One message's content: a string, or blocks — text, and tool_use
+// (assistant) or tool_result (user). A user message's tool results become
+// `tool` messages and its text a user message, in the order given.
+void read_content(const object& mo, size_t i, const std::string& role, std::vector<ChatMessage>& out) {
+    const std::string where = fmt::format("messages[{}].content", i);
+    auto c = field(mo, "content");
+    if (!c) throw RequestError("messages", fmt::format("'{}' is required", where));
+    if (c->type() != element_type::ARRAY) {
+        out.push_back(text_message(role, text_content(*c, "messages", where)));
+        return;
     }
-    return out;
+    size_t text = SIZE_MAX;  // the message text (and tool_use) blocks go to
+    size_t k = 0;
+    simdjson::dom::array arr = c->get_array().value_unsafe();
+    for (element block : arr) {
+        const std::string at = fmt::format("{}[{}]", where, k++);
+        object b = want_object(block, "messages", at);
+        const std::string type = want_string(b, "type", "messages", at, true);
+        if (type == "text") {
+            if (text == SIZE_MAX) text = out.size(), out.push_back(text_message(role, ""));
+            out[text].content += text_block(b, "messages", at);
+        } else if (type == "tool_use" && role == "assistant") {
+            if (text == SIZE_MAX) text = out.size(), out.push_back(text_message(role, ""));
+            if (out[text].tool_calls.size() >= kMaxToolCallsPerMessage)
+                throw RequestError("messages", fmt::format("'{}' has more than {} tool_use blocks", where,
+                                                           kMaxToolCallsPerMessage));
+            out[text].tool_calls.push_back(tool_use(b, at));
+        } else if (type == "tool_result" && role == "user") {
+            out.push_back(tool_result(b, at));
+            text = SIZE_MAX;  // text after a result is a new user turn
+        } else if (type == "tool_use" || type == "tool_result") {
+            throw RequestError("messages", fmt::format("'{}.type' \"{}\" belongs in {} messages", at, type,
+                                                       type == "tool_use" ? "assistant" : "user"));
+        } else {
+            throw RequestError("messages", fmt::format("'{}.type' \"{}\" is not supported (text, tool_use and "
+                                                       "tool_result blocks only)", at, type.substr(0, 32)));
+        }
+    }
+    if (k == 0) out.push_back(text_message(role, ""));
 }
 
 std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& limits) {
-    auto e = field(obj, "messages");
-    if (!e) throw RequestError("messages", "'messages' is required");
-    if (e->type() != element_type::ARRAY)
-        throw RequestError("messages", fmt::format("'messages' must be an array, not {}", type_name(e->type())));
-    std::vector<ChatMessage> out;
-    size_t i = 0;
-    simdjson::dom::array arr = e->get_array().value_unsafe();
-    for (element m : arr) {
-        if (i >= limits.max_messages)
-            throw RequestError("messages", fmt::format("'messages' has more than {} entries", limits.max_messages));
-        if (m.type() != element_type::OBJECT)
-            throw RequestError("messages", fmt::format("'messages[{}]' must be an object, not {}", i, type_name(m.type())));
-        object mo = m.get_object().value_unsafe();
-        auto role = get_string(mo, "role");
-        if (!role) throw RequestError("messages", fmt::format("'messages[{}].role' is required", i));
-        if (*role != "user" && *role != "assistant")
-            throw RequestError("messages", fmt::format("'messages[{}].role' must be user or assistant; got '{}' "
-                                                       "(the system prompt goes in 'system')",
-                                                       i, role->substr(0, 32)));
-        auto c = field(mo, "content");
-        if (!c) throw RequestError("messages", fmt::format("'messages[{}].content' is required", i));
-        ChatMessage cm{*role, text_content(*c, fmt::format("messages[{}].content", i), "messages")};
-        check_prompt_text(cm.content, "messages", limits, true);
-        out.push_back(std::move(cm));
-        ++i;
-    }
-    if (out.empty()) throw RequestError("messages", "'messages' must not be empty");
+    auto out = read_messages(obj, limits, {"user", "assistant"}, "(the system prompt goes in 'system')", read_content);
     // Anthropic continues a final assistant message in place; a chat
     // template can only start a new turn after it, which would answer a
     // different question. Refused rather than answered wrongly.
@@ -83,6 +105,11 @@ std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& 
 }
 
 }  // namespace
+
+std::string anthropic_tool_use_id(const std::string& call_id) {
+    const std::string_view body = std::string_view(call_id).substr(call_id.rfind('_') + 1);
+    return "toolu_" + std::string(body);
+}
 
 AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLimits& limits, bool count_only) {
     simdjson::dom::parser parser;
@@ -99,11 +126,10 @@ AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLim
     if (auto s = field(obj, "system")) {
         std::string system = text_content(*s, "system", "system");
         check_prompt_text(system, "system", limits, true);
-        if (!system.empty()) r.messages.push_back({"system", std::move(system)});
+        if (!system.empty()) r.messages.push_back(text_message("system", std::move(system)));
     }
     for (auto& m : parse_messages(obj, limits)) r.messages.push_back(std::move(m));
-    for (const char* k : {"tools", "tool_choice"})
-        if (field(obj, k)) throw RequestError(k, fmt::format("'{}' is not supported", k));
+    r.tools = parse_anthropic_tools(obj);
     if (auto t = field(obj, "thinking")) {
         std::optional<std::string> type;
         if (t->type() == element_type::OBJECT) type = get_string(t->get_object().value_unsafe(), "type");

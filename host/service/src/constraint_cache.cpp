@@ -1,6 +1,7 @@
 #include "eh/service/constraint_cache.hpp"
 
 #include <algorithm>
+#include <span>
 
 #include "eh/constrain/grammar.hpp"
 
@@ -14,6 +15,13 @@ std::shared_ptr<const constrain::TokenVocab> ConstraintCache::vocab() {
         for (uint32_t i = 0; i < n; ++i) {
             if (codec_->is_eog(int32_t(i))) eog.push_back(int32_t(i));
             else bytes[i] = codec_->token_bytes(int32_t(i));
+            if (bytes[i].empty() && !codec_->is_eog(int32_t(i))) {
+                // A control token: allowed only where a server-built
+                // grammar names it (vocab.hpp).
+                const int32_t id = int32_t(i);
+                const std::string text = codec_->decode_with_control(std::span<const int32_t>(&id, 1));
+                if (!text.empty()) bytes[i] = constrain::control_token_bytes(text);
+            }
         }
         vocab_ = std::make_shared<const constrain::TokenVocab>(std::move(bytes), std::move(eog));
     });

@@ -6,6 +6,7 @@
 #include <random>
 
 #include "eh/service/request.hpp"
+#include "chat_messages.hpp"
 #include "constraint_fields.hpp"
 #include "json_fields.hpp"
 #include "tool_calls/tool_request_parse.hpp"
@@ -21,61 +22,16 @@ std::string generated_id(const char* prefix) {
     return fmt::format("{}-{:016x}", prefix, rng());
 }
 
-std::string message_content(const element& c, size_t i) {
-    if (c.type() == element_type::STRING) return std::string(c.get_string().value_unsafe());
-    if (c.type() != element_type::ARRAY)
-        throw RequestError("messages", fmt::format("'messages[{}].content' must be a string or an array of parts, not {}",
-                                                   i, type_name(c.type())));
-    std::string out;
-    size_t k = 0;
-    simdjson::dom::array arr_ = c.get_array().value_unsafe();
-    for (element part : arr_) {
-        if (part.type() != element_type::OBJECT)
-            throw RequestError("messages", fmt::format("'messages[{}].content[{}]' must be an object", i, k));
-        object p = part.get_object().value_unsafe();
-        auto type = get_string(p, "type");
-        if (!type || *type != "text")
-            throw RequestError("messages", fmt::format("'messages[{}].content[{}].type' must be \"text\" (only text is supported)", i, k));
-        auto text = get_string(p, "text");
-        if (!text) throw RequestError("messages", fmt::format("'messages[{}].content[{}].text' is required", i, k));
-        out += *text;
-        ++k;
-    }
-    return out;
-}
-
 std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& limits) {
-    auto e = field(obj, "messages");
-    if (!e) throw RequestError("messages", "'messages' is required");
-    if (e->type() != element_type::ARRAY)
-        throw RequestError("messages", fmt::format("'messages' must be an array, not {}", type_name(e->type())));
-    std::vector<ChatMessage> out;
-    size_t i = 0;
-    size_t total_chars = 0;
-    simdjson::dom::array arr_ = e->get_array().value_unsafe();
-    for (element m : arr_) {
-        if (i >= limits.max_messages)
-            throw RequestError("messages", fmt::format("'messages' has more than {} entries", limits.max_messages));
-        if (m.type() != element_type::OBJECT)
-            throw RequestError("messages", fmt::format("'messages[{}]' must be an object, not {}", i, type_name(m.type())));
-        object mo = m.get_object().value_unsafe();
-        auto role = get_string(mo, "role");
-        if (!role) throw RequestError("messages", fmt::format("'messages[{}].role' is required", i));
-        if (*role != "system" && *role != "user" && *role != "assistant" && *role != "developer" && *role != "tool")
-            throw RequestError("messages", fmt::format("'messages[{}].role' must be one of system, developer, user, "
-                                                       "assistant, tool; got '{}'", i, role->substr(0, 32)));
-        ChatMessage cm;
-        cm.role = *role;
-        if (auto c = field(mo, "content")) cm.content = message_content(*c, i);
-        parse_message_tool_fields(mo, i, cm);
-        check_prompt_text(cm.content, "messages", limits, true);
-        total_chars += cm.content.size();
-        out.push_back(std::move(cm));
-        ++i;
-    }
-    if (out.empty()) throw RequestError("messages", "'messages' must not be empty");
-    (void)total_chars;
-    return out;
+    return read_messages(obj, limits, {"system", "developer", "user", "assistant", "tool"}, "",
+                         [](const object& mo, size_t i, const std::string& role, std::vector<ChatMessage>& out) {
+                             ChatMessage cm;
+                             cm.role = role;
+                             if (auto c = field(mo, "content"))
+                                 cm.content = text_content(*c, "messages", fmt::format("messages[{}].content", i));
+                             parse_message_tool_fields(mo, i, cm);
+                             out.push_back(std::move(cm));
+                         });
 }
 
 }  // namespace

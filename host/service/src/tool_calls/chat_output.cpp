@@ -26,9 +26,31 @@ public:
     ChatPieces finish() override { return {}; }
 };
 
-}  // namespace
+// A parser that has read the answer's prefilled start: its pieces go out
+// with the first output.
+class PrefilledParser : public ChatOutputParser {
+public:
+    PrefilledParser(std::unique_ptr<ChatOutputParser> inner, std::string_view prefill)
+        : inner_(std::move(inner)), held_(inner_->feed(prefill)) {
+        calls_ = inner_->calls();
+    }
+    ChatPieces feed(std::string_view text) override { return with_held(inner_->feed(text)); }
+    ChatPieces finish() override { return with_held(inner_->finish()); }
 
-std::unique_ptr<ChatOutputParser> make_chat_output_parser(ToolFormat format, const ChatParseOptions& options) {
+private:
+    ChatPieces with_held(ChatPieces pieces) {
+        calls_ = inner_->calls();
+        if (held_.empty()) return pieces;
+        ChatPieces out = std::move(held_);
+        held_.clear();
+        for (auto& p : pieces) out.push_back(std::move(p));
+        return out;
+    }
+    std::unique_ptr<ChatOutputParser> inner_;
+    ChatPieces held_;
+};
+
+std::unique_ptr<ChatOutputParser> make_parser(ToolFormat format, const ChatParseOptions& options) {
     switch (format) {
     case ToolFormat::Hermes:
         if (options.tools) return tool_calls::make_hermes_parser(options);
@@ -40,6 +62,15 @@ std::unique_ptr<ChatOutputParser> make_chat_output_parser(ToolFormat format, con
         break;
     }
     return std::make_unique<PlainParser>();
+}
+
+}  // namespace
+
+std::unique_ptr<ChatOutputParser> make_chat_output_parser(ToolFormat format, const ChatParseOptions& options,
+                                                          const std::string& prefill) {
+    auto parser = make_parser(format, options);
+    if (prefill.empty()) return parser;
+    return std::make_unique<PrefilledParser>(std::move(parser), prefill);
 }
 
 std::string new_tool_call_id() {

@@ -6,7 +6,7 @@
 
 namespace eh::service {
 
-void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::string& model,
+void render_chat_prompt(const TextCodec& codec, ChatRequest& r, const std::string& model,
                         const std::function<bool()>& cancelled) {
     const ToolFormat format = codec.tool_format();
     if (format == ToolFormat::None) {
@@ -32,7 +32,7 @@ void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::str
         if (r.gen.constraint.active())
             throw RequestError("tool_choice", "'tool_choice' \"required\" or a named function cannot be combined with "
                                               "'response_format'");
-        constrain_tool_call(r, format);
+        constrain_tool_call(r, format, codec);
     }
 }
 

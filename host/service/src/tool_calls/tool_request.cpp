@@ -17,6 +17,8 @@ std::string sv(const element& e) { return std::string(e.get_string().value_unsaf
 // Where the message says what is wrong: "'tools[2].function.name' ...".
 [[noreturn]] void bad(std::string_view field, const std::string& msg) { throw RequestError(std::string(field), msg); }
 
+}  // namespace
+
 object want_object(const element& e, std::string_view field, const std::string& path) {
     if (e.type() != element_type::OBJECT)
         bad(field, fmt::format("'{}' must be an object, not {}", path, type_name(e.type())));
@@ -35,12 +37,18 @@ std::string want_string(const object& o, std::string_view key, std::string_view 
     return sv(*e);
 }
 
-void check_function_name(const std::string& name, std::string_view field, const std::string& path) {
+void check_new_tool(const std::vector<ToolDef>& tools, const std::string& name, std::string_view field,
+                    const std::string& path) {
+    if (tools.size() >= kMaxTools) bad(field, fmt::format("'{}' has more than {} entries", field, kMaxTools));
     bool ok = !name.empty() && name.size() <= kMaxToolNameBytes;
     for (char c : name) ok = ok && (std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-');
     if (!ok)
         bad(field, fmt::format("'{}' must be 1 to {} letters, digits, '_' or '-'", path, kMaxToolNameBytes));
+    for (const auto& prev : tools)
+        if (prev.name == name) bad(field, fmt::format("'{}' '{}' is defined twice", path, name));
 }
+
+namespace {
 
 std::vector<ToolDef> parse_tools(const element& e, std::string& tools_json) {
     if (e.type() != element_type::ARRAY) bad("tools", fmt::format("'tools' must be an array, not {}", type_name(e.type())));
@@ -49,7 +57,6 @@ std::vector<ToolDef> parse_tools(const element& e, std::string& tools_json) {
     simdjson::dom::array arr = e.get_array().value_unsafe();  // a named array: the range must outlive the loop
     for (element t : arr) {
         const std::string path = fmt::format("tools[{}]", i);
-        if (i >= kMaxTools) bad("tools", fmt::format("'tools' has more than {} entries", kMaxTools));
         object to = want_object(t, "tools", path);
         const std::string type = want_string(to, "type", "tools", path, true);
         if (type != "function")
@@ -60,7 +67,7 @@ std::vector<ToolDef> parse_tools(const element& e, std::string& tools_json) {
         object fo = want_object(*f, "tools", path + ".function");
         ToolDef d;
         d.name = want_string(fo, "name", "tools", path + ".function", true);
-        check_function_name(d.name, "tools", path + ".function.name");
+        check_new_tool(out, d.name, "tools", path + ".function.name");
         want_string(fo, "description", "tools", path + ".function", false);
         if (auto p = json::field(fo, "parameters")) {
             want_object(*p, "tools", path + ".function.parameters");
@@ -68,8 +75,6 @@ std::vector<ToolDef> parse_tools(const element& e, std::string& tools_json) {
         }
         if (auto s = json::field(fo, "strict"); s && s->type() != element_type::BOOL)
             bad("tools", fmt::format("'{}.function.strict' must be a boolean", path));
-        for (const auto& prev : out)
-            if (prev.name == d.name) bad("tools", fmt::format("'{}.function.name' '{}' is defined twice", path, d.name));
         out.push_back(std::move(d));
         ++i;
     }

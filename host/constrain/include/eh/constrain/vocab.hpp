@@ -10,9 +10,19 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace eh::constrain {
+
+// A control token's bytes in the mask's vocabulary (a token that adds no
+// output text, such as gpt-oss's <|message|>): kControlByte, then its text.
+// 0xFF never occurs in UTF-8 and the grammars a request brings (JSON
+// schemas, GBNF) match UTF-8 only, so they never allow a control token; a
+// grammar the server builds may name one with these bytes (harmony's forced
+// tool calls, whose headers are control tokens).
+inline constexpr char kControlByte = '\xFF';
+inline std::string control_token_bytes(std::string_view text) { return kControlByte + std::string(text); }
 
 class TokenVocab {
 public:
@@ -24,8 +34,8 @@ public:
         uint8_t byte = 0;
     };
 
-    // bytes[id]: the token's output bytes ("" for tokens that add nothing,
-    // e.g. control tokens: never allowed). eog: ids that end generation;
+    // bytes[id]: the token's output bytes (control_token_bytes for control
+    // tokens; "" for tokens never allowed). eog: ids that end generation;
     // allowed exactly where the grammar accepts.
     TokenVocab(std::vector<std::string> bytes, std::vector<int32_t> eog);
 

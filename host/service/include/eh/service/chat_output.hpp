@@ -61,8 +61,12 @@ protected:
 };
 
 // Harmony: control tokens must reach the parser as text
-// (TextCodec::decode_with_control).
-std::unique_ptr<ChatOutputParser> make_chat_output_parser(ToolFormat format, const ChatParseOptions& options);
+// (TextCodec::decode_with_control). `prefill`: the start of the answer that
+// is already in the prompt (a forced call's header on harmony models,
+// ChatToolRequest::prefill), parsed before the output; its pieces come
+// with the first feed() or finish().
+std::unique_ptr<ChatOutputParser> make_chat_output_parser(ToolFormat format, const ChatParseOptions& options,
+                                                          const std::string& prefill = "");
 
 // "call_" followed by 24 random letters and digits, as OpenAI's ids look.
 std::string new_tool_call_id();

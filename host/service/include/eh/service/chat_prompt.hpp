@@ -19,14 +19,15 @@ namespace eh::service {
 // With tool_choice "required" or a named function it also calls
 // constrain_tool_call. `cancelled` is polled while the template runs
 // (TextCodec::render_chat).
-void render_chat_prompt(const TextCodec& codec, OpenAIRequest& r, const std::string& model,
+void render_chat_prompt(const TextCodec& codec, ChatRequest& r, const std::string& model,
                         const std::function<bool()>& cancelled = {});
 
 // For tool_choice "required" / a named function: sets r.gen.constraint so
 // the output is the call(s) in `format` (on harmony models it also appends
-// the call's header to r.gen.prompt and records it in r.tools.prefill).
-// Throws RequestError for a tool schema the constraint compiler refuses
-// (naming `tools`) and for "required" with several tools on harmony.
-void constrain_tool_call(OpenAIRequest& r, ToolFormat format);
+// the call's header, or with several tools its start, to r.gen.prompt and
+// records it in r.tools.prefill; `codec` tells whether the rest of the
+// header is control tokens). Throws RequestError for a tool schema the
+// constraint compiler refuses (naming `tools`).
+void constrain_tool_call(ChatRequest& r, ToolFormat format, const TextCodec& codec);
 
 }  // namespace eh::service

@@ -107,17 +107,23 @@ struct GenerationRequest {
 // POST /execute.
 GenerationRequest parse_execute_request(std::string_view body, const RequestLimits& limits);
 
-// The OpenAI-compatible endpoints.
-struct OpenAIRequest {
+// What a chat request (OpenAI's or Anthropic's) has once parsed: the
+// messages and tools its prompt is rendered from (chat_prompt.hpp), and the
+// generation settings.
+struct ChatRequest {
     GenerationRequest gen;
-    bool chat = false;
-    std::vector<ChatMessage> messages; // chat only; gen.prompt is rendered later
+    std::vector<ChatMessage> messages; // gen.prompt is rendered later
     std::string model;
     bool stream = false;
+    ChatToolRequest tools;             // tools, tool_choice, reasoning_effort
+};
+
+// The OpenAI-compatible endpoints (`messages` and `tools`: chat only).
+struct OpenAIRequest : ChatRequest {
+    bool chat = false;
     bool include_usage = false;
     bool logprobs = false;
     uint32_t n = 1;                    // choices: samples of the same prompt
-    ChatToolRequest tools;             // chat only: tools, tool_choice, reasoning_effort
 };
 OpenAIRequest parse_openai_request(std::string_view body, bool chat, const RequestLimits& limits);
 

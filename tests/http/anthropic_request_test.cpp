@@ -1,0 +1,180 @@
+// The Anthropic Messages request's tool fields, parsed in process: tools and
+// tool_choice become the chat request's tool fields, tool_use / tool_result
+// blocks become the same messages an OpenAI request with tool_calls / tool
+// messages gives (so one template rendering serves both), and every block
+// or field that cannot be honoured is a 400 naming it.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "eh/service/anthropic_request.hpp"
+#include "eh/service/chat_output.hpp"
+#include "eh/service/request.hpp"
+
+using namespace eh::service;
+using nlohmann::json;
+
+namespace {
+
+const json kTool = {{"name", "get_weather"},
+                    {"description", "Weather now"},
+                    {"input_schema", {{"type", "object"}, {"properties", {{"city", {{"type", "string"}}}}}}}};
+
+json body(json messages, json extra = json::object()) {
+    json b = {{"model", "m"}, {"max_tokens", 8}, {"messages", std::move(messages)}};
+    for (auto& [k, v] : extra.items()) b[k] = v;
+    return b;
+}
+
+std::string error_of(const json& b) {
+    try {
+        parse_anthropic_request(b.dump(), {});
+    } catch (const RequestError& e) {
+        return e.field() + ": " + e.what();
+    }
+    return "";
+}
+
+const json kUser = json::array({{{"role", "user"}, {"content", "Weather in Paris?"}}});
+
+}  // namespace
+
+TEST(AnthropicRequest, ToolsBecomeFunctionTools) {
+    auto r = parse_anthropic_request(body(kUser, {{"tools", {kTool}}}).dump(), {});
+    ASSERT_EQ(r.tools.tools.size(), 1u);
+    EXPECT_EQ(r.tools.tools[0].name, "get_weather");
+    EXPECT_EQ(json::parse(r.tools.tools[0].parameters_json), kTool["input_schema"]);
+    EXPECT_EQ(r.tools.choice, ChatToolRequest::Choice::Auto);
+    EXPECT_TRUE(r.tools.enabled());
+    // The template gets OpenAI's shape, as transformers passes tools.
+    EXPECT_EQ(json::parse(r.tools.tools_json),
+              json::parse(R"([{"type":"function","function":{"name":"get_weather","description":"Weather now",)"
+                          R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}}])"));
+}
+
+TEST(AnthropicRequest, ToolChoiceMapsOntoOpenAIs) {
+    using C = ChatToolRequest::Choice;
+    auto choice = [](json tc) { return parse_anthropic_request(body(kUser, {{"tools", {kTool}}, {"tool_choice", tc}}).dump(), {}).tools; };
+    EXPECT_EQ(choice({{"type", "auto"}}).choice, C::Auto);
+    EXPECT_EQ(choice({{"type", "none"}}).choice, C::None);
+    EXPECT_FALSE(choice({{"type", "none"}}).enabled());
+    auto any = choice({{"type", "any"}});
+    EXPECT_EQ(any.choice, C::Required);
+    EXPECT_TRUE(any.forced());
+    EXPECT_TRUE(any.parallel);
+    auto named = choice({{"type", "tool"}, {"name", "get_weather"}, {"disable_parallel_tool_use", true}});
+    EXPECT_EQ(named.choice, C::Named);
+    EXPECT_EQ(named.named, "get_weather");
+    EXPECT_FALSE(named.parallel);
+}
+
+// The same conversation sent both ways becomes the same messages, so the
+// chat template renders tool history identically for both APIs.
+TEST(AnthropicRequest, ToolHistoryBecomesTheMessagesOpenAIsGives) {
+    json anthropic = json::array({
+        {{"role", "user"}, {"content", "Weather in Paris and Rome?"}},
+        {{"role", "assistant"},
+         {"content", json::array({{{"type", "text"}, {"text", "Checking."}},
+                                  {{"type", "tool_use"}, {"id", "toolu_1"}, {"name", "get_weather"}, {"input", {{"city", "Paris"}}}},
+                                  {{"type", "tool_use"}, {"id", "toolu_2"}, {"name", "get_weather"}, {"input", {{"city", "Rome"}}}}})}},
+        {{"role", "user"},
+         {"content", json::array({{{"type", "tool_result"}, {"tool_use_id", "toolu_1"}, {"content", "sunny"}},
+                                  {{"type", "tool_result"}, {"tool_use_id", "toolu_2"},
+                                   {"content", json::array({{{"type", "text"}, {"text", "no "}}, {{"type", "text"}, {"text", "data"}}})},
+                                   {"is_error", true}},
+                                  {{"type", "text"}, {"text", "And tomorrow?"}}})}}});
+    json openai = json::array({
+        {{"role", "user"}, {"content", "Weather in Paris and Rome?"}},
+        {{"role", "assistant"},
+         {"content", "Checking."},
+         {"tool_calls", json::array({{{"id", "toolu_1"}, {"type", "function"},
+                                      {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Paris"})"}}}},
+                                     {{"id", "toolu_2"}, {"type", "function"},
+                                      {"function", {{"name", "get_weather"}, {"arguments", R"({"city":"Rome"})"}}}}})}},
+        {{"role", "tool"}, {"tool_call_id", "toolu_1"}, {"content", "sunny"}},
+        {{"role", "tool"}, {"tool_call_id", "toolu_2"}, {"content", "Error: no data"}},
+        {{"role", "user"}, {"content", "And tomorrow?"}}});
+    auto a = parse_anthropic_request(body(anthropic, {{"system", "Be brief."}}).dump(), {});
+    json with_system = openai;
+    with_system.insert(with_system.begin(), json::object({{"role", "system"}, {"content", "Be brief."}}));
+    auto o = parse_openai_request(json{{"messages", with_system}}.dump(), true, {});
+    EXPECT_EQ(template_messages_json(a.messages), template_messages_json(o.messages));
+    ASSERT_EQ(a.messages.size(), 6u);
+    EXPECT_EQ(a.messages[2].tool_calls.size(), 2u);
+}
+
+TEST(AnthropicRequest, ToolFieldsThatCannotBeHonouredAre400) {
+    auto with = [](json extra) { return error_of(body(kUser, extra)); };
+    auto msgs = [](json m) { return error_of(body(m)); };
+    EXPECT_NE(with({{"tools", {{{"type", "web_search_20250305"}, {"name", "web_search"}}}}}).find("\"web_search_20250305\" is not supported"),
+              std::string::npos);
+    EXPECT_NE(with({{"tools", {{{"name", "f"}}}}}).find("'tools[0].input_schema' is required"), std::string::npos);
+    EXPECT_NE(with({{"tools", {{{"name", "f"}, {"input_schema", "x"}}}}}).find("'tools[0].input_schema' must be an object"),
+              std::string::npos);
+    EXPECT_NE(with({{"tools", {{{"name", "a b"}, {"input_schema", json::object()}}}}}).find("'tools[0].name'"), std::string::npos);
+    EXPECT_NE(with({{"tools", {kTool, kTool}}}).find("defined twice"), std::string::npos);
+    EXPECT_NE(with({{"tools", {kTool}}, {"tool_choice", "any"}}).find("'tool_choice' must be an object"), std::string::npos);
+    EXPECT_NE(with({{"tools", {kTool}}, {"tool_choice", {{"type", "required"}}}}).find("'tool_choice.type' must be"),
+              std::string::npos);
+    EXPECT_NE(with({{"tools", {kTool}}, {"tool_choice", {{"type", "tool"}, {"name", "other"}}}}).find("is not one of 'tools'"),
+              std::string::npos);
+    EXPECT_NE(with({{"tool_choice", {{"type", "any"}}}}).find("needs 'tools'"), std::string::npos);
+    json many = json::array();
+    for (int i = 0; i < 129; ++i) many.push_back({{"name", "f" + std::to_string(i)}, {"input_schema", json::object()}});
+    EXPECT_NE(with({{"tools", many}}).find("more than 128"), std::string::npos);
+
+    const json use = {{"type", "tool_use"}, {"id", "t"}, {"name", "f"}, {"input", json::object()}};
+    const json result = {{"type", "tool_result"}, {"tool_use_id", "t"}, {"content", "1"}};
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", {use}}}}).find("\"tool_use\" belongs in assistant messages"), std::string::npos);
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", {result}}}, {{"role", "user"}, {"content", "x"}}})
+                  .find("\"tool_result\" belongs in user messages"),
+              std::string::npos);
+    json no_input = use;
+    no_input.erase("input");
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", {no_input}}}, {{"role", "user"}, {"content", "x"}}})
+                  .find("'messages[1].content[0].input' is required"),
+              std::string::npos);
+    json no_id = result;
+    no_id.erase("tool_use_id");
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", {no_id}}}}).find("'messages[0].content[0].tool_use_id' is required"),
+              std::string::npos);
+    json image_result = result;
+    image_result["content"] = {{{"type", "image"}}};
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", {image_result}}}}).find("\"image\" is not supported"), std::string::npos);
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", {{{"type", "thinking"}, {"thinking", "x"}}}}}}).find("\"thinking\" is not supported"),
+              std::string::npos);
+}
+
+// One walker reads both APIs' message arrays: the same limits and shapes,
+// each API's roles.
+TEST(ChatMessages, BothAPIsShareTheArrayRules) {
+    json many = json::array();
+    for (int i = 0; i < 257; ++i) many.push_back({{"role", "user"}, {"content", "x"}});
+    EXPECT_NE(error_of(body(many)).find("'messages' has more than 256 entries"), std::string::npos);
+    auto openai_error = [](const json& messages) {
+        try {
+            parse_openai_request(json{{"messages", messages}}.dump(), true, {});
+        } catch (const RequestError& e) {
+            return std::string(e.what());
+        }
+        return std::string();
+    };
+    EXPECT_NE(openai_error(many).find("'messages' has more than 256 entries"), std::string::npos);
+    for (const json& bad : {json::array({1}), json::array({{{"content", "x"}}}), json::array(), json("x")}) {
+        const std::string a = error_of(body(bad)), o = openai_error(bad);
+        EXPECT_FALSE(a.empty()) << bad.dump();
+        EXPECT_EQ(a.substr(a.find(": ") + 2), o) << bad.dump();
+    }
+    EXPECT_NE(error_of(body({{{"role", "tool"}, {"content", "x"}}})).find("'messages[0].role' must be user or assistant; got 'tool'"),
+              std::string::npos);
+    EXPECT_NE(openai_error({{{"role", "bot"}, {"content", "x"}}})
+                  .find("'messages[0].role' must be one of system, developer, user, assistant, tool; got 'bot'"),
+              std::string::npos);
+}
+
+TEST(AnthropicRequest, ToolUseIdsTakeAnthropicsPrefix) {
+    const std::string call = new_tool_call_id();
+    const std::string id = anthropic_tool_use_id(call);
+    EXPECT_EQ(id.rfind("toolu_", 0), 0u);
+    EXPECT_EQ(id.substr(6), call.substr(5));
+}
