@@ -292,7 +292,7 @@ TEST(Limits, BodyAndPromptLimitsAreTheConfiguredNumbers) {
 }
 
 TEST(Limits, OutOfRangeFlagsAreUsageErrors) {
-    for (auto args : {std::vector<std::string>{"--max-body-bytes", "10"}, {"--max-prompt-chars", "0"},
+    for (auto args : {std::vector<std::string>{"--max-body-bytes", "10"}, {"--max-prompt-chars", "16777217"},
                       {"--ssl-cert-file", "/nonexistent.pem"}}) {
         EngineHost h(args, {}, false);
         EXPECT_EQ(h.wait_exit(10000), 2) << h.log();

@@ -100,6 +100,13 @@ TEST(ExecuteRequest, PromptLengthCountsCharactersNotBytes) {
     EXPECT_THROW(parse_execute_request(R"({"job_id":"j","prompt":"abcd"})", lim), RequestError);
 }
 
+// By default only the context limits a prompt (in tokens, when it is
+// submitted): a 100,000-character prompt parses.
+TEST(ExecuteRequest, PromptsHaveNoCharacterCapByDefault) {
+    const std::string prompt(100000, 'a');
+    EXPECT_NO_THROW(parse_execute_request(R"({"job_id":"j","prompt":")" + prompt + R"("})", RequestLimits{}));
+}
+
 TEST(ExecuteRequest, InvalidUtf8IsMalformed) {
     std::string body = "{\"job_id\":\"j\",\"prompt\":\"\xC3\x28\"}";
     EXPECT_NE(field_of(body).find("malformed JSON"), std::string::npos);

@@ -22,7 +22,8 @@ void add_serve_access_options(po::options_description& desc) {
         ("max-body-bytes", po::value<size_t>()->default_value(service::RequestLimits{}.max_body_bytes),
          "largest request body, after de-chunking and decompression (1024-268435456; 413 past it)")
         ("max-prompt-chars", po::value<size_t>()->default_value(service::RequestLimits{}.max_prompt_chars),
-         "longest prompt or rendered chat, in Unicode code points (1-16777216; 400 past it)");
+         "longest prompt or rendered chat, in Unicode code points (0-16777216; 400 past it); 0: no cap of its own "
+         "(--max-body-bytes bounds the text, the context the prompt's tokens)");
 }
 
 bool apply_serve_access_options(const po::variables_map& vm, http::ServerOptions& so, std::string& err) {
@@ -64,8 +65,8 @@ bool apply_serve_access_options(const po::variables_map& vm, http::ServerOptions
         return false;
     }
     const size_t chars = vm["max-prompt-chars"].as<size_t>();
-    if (chars < 1 || chars > (size_t(1) << 24)) {
-        err = "--max-prompt-chars must be between 1 and 16777216";
+    if (chars > (size_t(1) << 24)) {
+        err = "--max-prompt-chars must be between 0 and 16777216";
         return false;
     }
     so.limits.max_body_bytes = body;

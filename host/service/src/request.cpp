@@ -210,7 +210,7 @@ void check_prompt_text(const std::string& text, std::string_view key, const Requ
     if (text.find('\0') != std::string::npos)
         throw RequestError(std::string(key), fmt::format("'{}' contains a NUL character", key));
     size_t n = utf8_length(text);
-    if (n > limits.max_prompt_chars)
+    if (limits.max_prompt_chars && n > limits.max_prompt_chars)
         throw RequestError(std::string(key), fmt::format("'{}' is {} characters; the limit is {}", key, n,
                                                          limits.max_prompt_chars));
 }

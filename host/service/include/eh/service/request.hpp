@@ -37,7 +37,10 @@ inline constexpr uint32_t kMaxRequestContext = 1u << 24;
 
 struct RequestLimits {
     size_t max_body_bytes = 1 << 20;
-    size_t max_prompt_chars = 32768;   // code points
+    // Code points of a prompt, chat message or rendered chat; 0, the default:
+    // no cap of its own (max_body_bytes bounds the text, the context the
+    // prompt's tokens).
+    size_t max_prompt_chars = 0;
     // --max-tokens-out; by default only the context bounds max_tokens.
     uint32_t max_tokens = kMaxRequestContext;
     size_t max_stop = 4;
