@@ -2,6 +2,7 @@
 // (ehcuda/plugin_glue.hpp) with this engine's description, loader and info.
 #include <ehcuda/plugin_glue.hpp>
 
+#include "batch.hpp"
 #include "model.hpp"
 #include "session.hpp"
 
@@ -14,6 +15,7 @@ const char* const kQuants[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5
 struct Engine {
     using Model = gpt_cuda::Model;
     using Session = gpt_cuda::Session;
+    using Batch = gpt_cuda::Batch;
 
     static const eh_plugin_info& info() {
         static const eh_plugin_info i = {sizeof(eh_plugin_info), "gpt-cuda", "0.1.0", "gpt-cuda",
