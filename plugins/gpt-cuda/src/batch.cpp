@@ -5,6 +5,7 @@
 #include <cstdlib>
 
 #include <ehcuda/attention_paged.hpp>
+#include <ehcuda/check.hpp>
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/moe.hpp>
 
@@ -41,7 +42,7 @@ constexpr int kGemvPerTokenMax = 8;
 // products, routing fused) per token; more go through the grouped
 // kernels (moe_gate_up / moe_down, or the cuBLAS form in eager steps from
 // the workspace's threshold on), which read each selected expert once.
-constexpr int kMoePerTokenMax = 1;
+constexpr int kMoePerTokenMax = 8;
 // Tokens per MoE call: bounds the grouped path's buffers whatever the
 // step's token budget.
 constexpr int kMoeChunk = 512;
@@ -84,8 +85,34 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         ps.moe_ff = c_.n_ff_exp;
         moe_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream(), L);
     }
+    EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : join_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     workspace()->set_min_tokens(gemv_per_token_max_ + 1);
     init_pool();
+}
+
+Batch::~Batch() {
+    cudaStreamSynchronize(stream());
+    for (cudaEvent_t e : join_)
+        if (e) cudaEventDestroy(e);
+    if (fork_) cudaEventDestroy(fork_);
+}
+
+template <class F>
+void Batch::per_token(int n, F&& fn) {
+    cudaStream_t s = stream();
+    if (n == 1) {
+        fn(0, s);
+        return;
+    }
+    const int nside = std::min(n, kSideStreams);
+    EHC_CHECK(cudaEventRecord(fork_, s));
+    for (int j = 0; j < nside; ++j) EHC_CHECK(cudaStreamWaitEvent(side_[j].get(), fork_, 0));
+    for (int t = 0; t < n; ++t) fn(t, side_[t % nside].get());
+    for (int j = 0; j < nside; ++j) {
+        EHC_CHECK(cudaEventRecord(join_[j], side_[j].get()));
+        EHC_CHECK(cudaStreamWaitEvent(s, join_[j], 0));
+    }
 }
 
 void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
@@ -105,13 +132,13 @@ void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* 
     m.ntok = n;
     m.prefill = workspace();
     if (n > 1 && n <= gemv_per_token_max_) {
-        for (int t = 0; t < n; ++t) {
+        per_token(n, [&](int t, cudaStream_t st) {
             ehcuda::MatmulArgs one = m;
             one.ntok = 1;
             one.x = x + size_t(t) * ldx;
             one.y = y + size_t(t) * ldy;
-            ehcuda::matmul(one, stream());
-        }
+            ehcuda::matmul(one, st);
+        });
     } else {
         ehcuda::matmul(m, stream());
     }
@@ -218,10 +245,12 @@ void Batch::moe(int li, int T) {
     float* h = h_.as<float>();
     const float* xn = xn_.as<float>();
     const bool decode_ok = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k);
-    if (decode_ok && T <= moe_per_token_max_) {
-        // One token at a time through the decode kernels. T == 1: routing
-        // and the pre-norm inside the kernels (the caller skipped both).
-        for (int t = 0; t < T; ++t) {
+    const size_t scratch = ehcuda::moe_decode_scratch_bytes(k, c.n_ff_exp);
+    if (decode_ok && T <= moe_per_token_max_ && size_t(T) * scratch <= ff_.size()) {
+        // One token at a time through the decode kernels, each token with
+        // its own scratch (per_token overlaps them). T == 1: routing and the
+        // pre-norm inside the kernels (the caller skipped both).
+        per_token(T, [&](int t, cudaStream_t st) {
             ehcuda::MoeDecodeArgs md;
             md.k = k;
             if (T == 1) {
@@ -242,11 +271,11 @@ void Batch::moe(int li, int T) {
             md.down = L.down_exps;
             md.alpha = c.swiglu_alpha;
             md.limit = c.swiglu_limit;
-            md.scratch = ff_.get();
-            md.scratch_bytes = ff_.size();
+            md.scratch = static_cast<char*>(ff_.get()) + size_t(t) * scratch;
+            md.scratch_bytes = scratch;
             md.h = h + size_t(t) * c.n_embd;
-            ehcuda::moe_decode(md, s);
-        }
+            ehcuda::moe_decode(md, st);
+        });
         return;
     }
     // Every token of the chunk routed to an expert is multiplied with that
