@@ -22,6 +22,7 @@ if [ -x "$build/bin/eh_gpt_cuda_tests" ]; then
     > "$out/session-tests.log" 2>&1; echo "session tests rc=$?"
   summary "$out/session-tests.log" 20
 fi
+[ "${SKIP_BENCH:-0}" = 1 ] && exit 0
 # With engine-host staged: the forged file with the real vocabulary (the
 # HTTP load needs it); without: the bench forges one with a synthetic one.
 model=/tmp/eh-models/gpt-oss-20b.gguf

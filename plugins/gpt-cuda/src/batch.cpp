@@ -12,13 +12,15 @@
 namespace gpt_cuda {
 namespace {
 
-// KV precision: the pool is BatchBase's FP16 (half the bytes of the
-// session's default FP32 cache, so twice the sequences fit, and one pool
-// format for every CUDA plugin). The session keeps FP32 by default because
-// FP16 K/V flips near-tied MoE router choices (issue 8); tests/cuda/
-// gpt_batch_step_test.cpp holds the batched step to the CPU reference at
-// the session's EH_GPT_CUDA_KV=f16 tolerance and measures how often the
-// top-1 token moves.
+// KV precision: the pool is BatchBase's FP16, not the session's default
+// FP32. The session keeps FP32 because on the forged gpt-oss-20b FP16 K/V
+// flipped near-tied router choices (issue 8: the top-1 token moved at 15
+// of 128 positions against the CPU reference). FP16 here anyway: half the
+// pool bytes (twice the sequences in a budget) and half the attention
+// reads, one pool format for every CUDA plugin (copy-on-write, the
+// scratch block, the paged kernel). On the tiny gpt-oss and gpt2 models
+// every position stays within 1e-2 of the CPU reference with the same
+// top-1 token (tests/cuda/gpt_batch_step_test.cpp).
 
 ehcuda::BatchShape shape_of(Model& m) {
     const Config& c = m.cfg;
@@ -34,15 +36,22 @@ ehcuda::BatchShape shape_of(Model& m) {
     return sh;
 }
 
-// Up to this many tokens run one single-token GEMV per token for the dense
-// matmuls (llama-cuda's measurement: faster than the multi-token GEMV on
-// the quantized types); cuBLAS on slab-dequantized weights from one more.
+// How a step's matmuls run, by its token count n (H200, forged gpt-oss-20b,
+// 64 decode steps of n sequences; tests/gpt_cuda/bench_test.cpp
+// GptOss20bBatchedStep, tokens/s at n = 16 / 32 / 64):
+//   dense:   n = 2..8 one single-token GEMV per token (llama-cuda's
+//            measurement; here n = 2 / 4 / 8 gave 271 / 296 / 549 tokens/s
+//            against 211 / 235 / 375 with the multi-token GEMV), cuBLAS on
+//            slab-dequantized weights from 9 on (per-token GEMVs to 64:
+//            923 / 962 / 973 against 1,094 / 1,288 / 1,409).
+//   experts: n <= 64 the one-token expert kernel (integer dot products)
+//            per token, the tokens overlapping on side streams: 1,094 /
+//            1,288 / 1,409 against 726 / 826 / 891 with the grouped float
+//            kernels (moe_gate_up / moe_down, the only grouped form a
+//            captured graph can take: moe_prefill synchronises the host).
+//            Past 64 (prefill) the cuBLAS grouped-by-expert form.
 constexpr int kGemvPerTokenMax = 8;
-// Up to this many tokens run the one-token expert kernel (integer dot
-// products, routing fused) per token; more go through the grouped
-// kernels (moe_gate_up / moe_down, or the cuBLAS form in eager steps from
-// the workspace's threshold on), which read each selected expert once.
-constexpr int kMoePerTokenMax = 8;
+constexpr int kMoePerTokenMax = 64;
 // Tokens per MoE call: bounds the grouped path's buffers whatever the
 // step's token budget.
 constexpr int kMoeChunk = 512;
