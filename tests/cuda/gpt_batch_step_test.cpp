@@ -18,7 +18,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <filesystem>
 #include <map>
 #include <memory>
 #include <random>
@@ -29,67 +28,26 @@
 #include <cuda_runtime_api.h>
 
 #include <eh/model/model_file.hpp>
-#include <eh/tools/forge.hpp>
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/device_memory.hpp>
 
+#include "compare.hpp"  // tests/gpt_cuda: logit comparisons, the test models
 #include "plugins.hpp"  // tests/gpt_cuda: the two plugins, a session Engine
 
-namespace fs = std::filesystem;
 using namespace gpttest;
 
 namespace {
 
-bool have_gpu() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
-
 #define REQUIRE_BATCHED()                                                          \
-    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";                      \
+    if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";                      \
     ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable";          \
     ASSERT_NE(gpu_api()->step, nullptr) << "gpt-cuda exports no batched step"
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return a.size() == b.size() ? e / mx : 1e9;
-}
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-// a's top token is b's, or ties with it within tol of b's largest |logit|.
-bool top1_ok(const std::vector<float>& a, const std::vector<float>& b, double tol) {
-    double mx = 1e-6;
-    for (float v : b) mx = std::max(mx, double(std::fabs(v)));
-    return b[argmax(b)] - b[argmax(a)] <= tol * mx;
-}
-
-// Model files: the transformers-checked ones, or forged once per process.
+// Model files, opened once per process.
 const eh_model_view* view_of(const std::string& name) {
     static std::map<std::string, std::unique_ptr<eh::model::ModelFile>> files;
     auto& f = files[name];
-    if (!f) {
-        std::string path = std::string(GPT_REFERENCE_DIR) + "/" + name + "/model.gguf";
-        if (name.rfind("tiny-", 0) == 0) {
-            static const fs::path dir = fs::temp_directory_path() / ("gpt_batch_test_" + std::to_string(::getpid()));
-            path = (dir / (name + ".gguf")).string();
-            if (!fs::exists(path)) {
-                fs::create_directories(dir);
-                eh::tools::ForgeOptions o;
-                o.profile = name;
-                o.out = path;
-                o.seed = 11;
-                o.vocab = "none";
-                eh::tools::forge(o);
-            }
-        }
-        f = eh::model::ModelFile::open(path);
-    }
+    if (!f) f = eh::model::ModelFile::open(model_path(name));
     return &f->view();
 }
 
@@ -122,7 +80,8 @@ struct Batched {
     eh_kv_info kv{};
     std::vector<eh_seq*> seqs;
 
-    explicit Batched(const std::string& name, uint64_t budget = 0, uint32_t max_seq_tokens = 256) {
+    explicit Batched(const std::string& name, uint64_t budget = 0, uint32_t max_seq_tokens = 256,
+                     uint32_t max_entries = 8) {
         eh_load_params lp{};
         lp.struct_size = sizeof lp;
         lp.path = name.c_str();
@@ -130,9 +89,9 @@ struct Batched {
         EXPECT_EQ(api->model_load(&lp, &model), EH_OK) << api->plugin_last_error();
         eh_kv_params p{};
         p.struct_size = sizeof p;
-        p.max_seqs = 8;
+        p.max_seqs = max_entries;
         p.max_step_tokens = 512;
-        p.max_step_entries = 8;
+        p.max_step_entries = max_entries;
         p.max_seq_tokens = max_seq_tokens;
         p.budget_bytes = budget ? budget : (64ull << 20);
         kv.struct_size = sizeof kv;
@@ -314,6 +273,39 @@ INSTANTIATE_TEST_SUITE_P(
         return s;
     });
 
+// Twenty sequences decoding together: the decode steps take the 32-token
+// graph (padded), the dense matmuls cuBLAS and the experts one token at a
+// time on the side streams; every position against the CPU reference.
+TEST(GptBatchedStepWide, TwentySequencesDecodeTogether) {
+    REQUIRE_BATCHED();
+    const uint32_t vocab = vocab_of("gpt-oss");
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<std::vector<std::vector<float>>> ref;
+    for (uint32_t i = 0; i < 20; ++i) {
+        toks.push_back(tokens_of(14, 40 + i, vocab));
+        ref.push_back(reference_logits("gpt-oss", toks.back()));
+    }
+    Batched b("gpt-oss", 0, 256, 32);
+    ASSERT_TRUE(b.model);
+    const SeqLogits got = feed(b, toks, 4, 0);
+    size_t n = 0, ok = 0, top1 = 0;
+    double worst = 0;
+    for (size_t i = 0; i < toks.size(); ++i)
+        for (size_t p = 0; p < toks[i].size(); ++p) {
+            if (got[i][p].empty()) continue;
+            const double e = rel_err(got[i][p], ref[i][p]);
+            worst = std::max(worst, e);
+            ++n;
+            ok += e < 1e-2;
+            top1 += top1_ok(got[i][p], ref[i][p], 1e-2);
+        }
+    std::printf("[gpt-batch] 20 sequences: %zu positions, within 1e-2: %zu, top-1 ok: %zu, max %.3g\n", n, ok, top1,
+                worst);
+    EXPECT_EQ(n, 20u * 11u);  // the prompt's last position, then 10 decodes each
+    EXPECT_GE(double(ok), 0.97 * double(n));
+    EXPECT_GE(double(top1), 0.97 * double(n));
+}
+
 // The same mix twice, on two loads and again on the first: the same bits.
 TEST(GptBatchedStepRepeat, TheSameStepsGiveTheSameBits) {
     REQUIRE_BATCHED();
@@ -402,7 +394,7 @@ TEST(GptBatchedStepPool, KvFullChangesNothing) {
 // are scattered over the pool, with and without the per-layer window and
 // the per-head sinks, against a host computation over the same FP16 K/V.
 TEST(GptPagedAttention, SinksAndWindowMatchTheHostComputation) {
-    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
     constexpr int B = ehcuda::kPagedBlockTokens;
     for (int hd : {16, 64}) {
         const int n_head = 8, n_kv = 2, kvd = n_kv * hd;

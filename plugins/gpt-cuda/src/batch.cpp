@@ -153,6 +153,17 @@ void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* 
     }
 }
 
+void Batch::normed_matmul(const ehcuda::MatSeg* segs, int nseg, const float* x, const float* norm_w, float* y,
+                          int ldy, int n, bool fold) {
+    const int E = c_.n_embd;
+    if (fold) {
+        matmul(segs, nseg, E, x, E, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
+        return;
+    }
+    ehcuda::rmsnorm(x, E, norm_w, xn_.as<float>(), E, E, n, c_.eps, stream());
+    matmul(segs, nseg, E, xn_.as<float>(), E, ehcuda::XMode::Plain, y, ldy, false, n);
+}
+
 void Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks) {
     cudaStream_t s = stream();
     const Config& c = c_;
@@ -220,29 +231,18 @@ void Batch::gpt_oss_layer(int li, const ehcuda::StepView& v) {
     const Layer& L = m_.layers[size_t(li)];
     const int T = v.ntok;
     float* h = h_.as<float>();
-    float* xn = xn_.as<float>();
     // One token: the pre-norms fold into the GEMVs' input staging (and the
     // expert kernel's), as in a session's decode step.
     const bool one = T == 1 && moe_per_token_max_ >= 1 &&
                      ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
-    if (T == 1) {
-        matmul(L.qkv, L.n_qkv, c.n_embd, h, c.n_embd, ehcuda::XMode::RmsNorm, qkv_.as<float>(), c.qkv_dim(), false, 1,
-               L.attn_norm);
-    } else {
-        ehcuda::rmsnorm(h, c.n_embd, L.attn_norm, xn, c.n_embd, c.n_embd, T, c.eps, s);
-        matmul(L.qkv, L.n_qkv, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, qkv_.as<float>(), c.qkv_dim(), false, T);
-    }
+    normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
     attend(li, v, c.n_rot, L.window, L.sinks);
     matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
-    if (one) {
-        matmul(&L.router, 1, c.n_embd, h, c.n_embd, ehcuda::XMode::RmsNorm, router_.as<float>(), c.n_expert, false, 1,
-               L.ffn_norm);
-    } else {
-        ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, T, c.eps, s);
-        matmul(&L.router, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, router_.as<float>(), c.n_expert, false, T);
+    // (one token: the expert kernel routes for itself and reads h)
+    normed_matmul(&L.router, 1, h, L.ffn_norm, router_.as<float>(), c.n_expert, T, one);
+    if (!one)
         ehcuda::moe_route(router_.as<float>(), T, c.n_expert, c.n_expert_used, ids_.as<int32_t>(), wts_.as<float>(), s);
-    }
     moe(li, T);
 }
 
@@ -325,12 +325,8 @@ void Batch::forward(const ehcuda::StepView& v) {
     if (c.arch == Arch::Gpt2) {
         ehcuda::layernorm(last, c.n_embd, m_.output_norm, m_.output_norm_b, xn, c.n_embd, c.n_embd, v.nout, c.eps, s);
         matmul(&head, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, v.logits, c.n_vocab, false, v.nout);
-    } else if (v.nout == 1) {
-        matmul(&head, 1, c.n_embd, last, c.n_embd, ehcuda::XMode::RmsNorm, v.logits, c.n_vocab, false, 1,
-               m_.output_norm);
     } else {
-        ehcuda::rmsnorm(last, c.n_embd, m_.output_norm, xn, c.n_embd, c.n_embd, v.nout, c.eps, s);
-        matmul(&head, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, v.logits, c.n_vocab, false, v.nout);
+        normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout, v.nout == 1);
     }
 }
 

@@ -43,6 +43,11 @@ private:
     // y (+)= segs . x over n tokens (see batch.cpp for the kernel choice).
     void matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode, float* y,
                 int ldy, bool accumulate, int n, const float* norm_w = nullptr);
+    // y = segs . (RMSNorm(x) * norm_w) over n rows of n_embd: folded into
+    // the single-token GEMV's input staging when `fold` (n == 1), else the
+    // normalised rows go to xn_ (where the MoE reads them) first.
+    void normed_matmul(const ehcuda::MatSeg* segs, int nseg, const float* x, const float* norm_w, float* y, int ldy,
+                       int n, bool fold);
 
     Model& m_;
     const Config& c_;
