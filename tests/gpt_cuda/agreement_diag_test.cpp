@@ -42,6 +42,7 @@
 #include <eh/tools/forge.hpp>
 
 #include "model.hpp"  // cpu-reference core
+#include "compare.hpp"
 #include "plugins.hpp"
 
 namespace fs = std::filesystem;
@@ -175,21 +176,12 @@ struct Trace {
     std::vector<std::vector<float>> logits;  // [position][vocab]
 };
 
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
 double top_margin(const std::vector<float>& v) {
     const size_t a = argmax(v);
     float second = -INFINITY;
     for (size_t i = 0; i < v.size(); ++i)
         if (i != a) second = std::max(second, v[i]);
     return double(v[a]) - double(second);
-}
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return e / mx;
 }
 double max_abs(const std::vector<float>& b) {
     double mx = 0;
@@ -257,16 +249,8 @@ Trace run_gpu(const eh_plugin_api* api, const eh_model_view* view, const std::ve
     return r;
 }
 
-bool have_gpu() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
-
 TEST(GptOss20bDiagnostic, AgreementErrorsMarginsAndRoutes) {
-    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
     const std::string path = model_20b();
     if (path.empty()) GTEST_SKIP() << "set EH_FORGED_DIR (with " << kProfile << ".gguf) or EH_GPT_DIAG=1";
     auto file = eh::model::ModelFile::open(path);

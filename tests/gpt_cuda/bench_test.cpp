@@ -17,12 +17,15 @@
 
 using namespace gpttest;
 
-TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
+namespace {
+
+// The bench model's path ("" when neither variable is set), forged on first use.
+std::string bench_model() {
     std::string path;
     if (const char* p = std::getenv("EH_GPT_CUDA_BENCH_MODEL")) path = p;
     if (path.empty()) {
         const char* dir = std::getenv("EH_GPT_CUDA_BENCH_FORGE");
-        if (!dir) GTEST_SKIP() << "set EH_GPT_CUDA_BENCH_MODEL or EH_GPT_CUDA_BENCH_FORGE";
+        if (!dir) return path;
         path = std::string(dir) + "/gpt-oss-20b-mxfp4.gguf";
         if (!std::filesystem::exists(path)) {
             const auto t0 = std::chrono::steady_clock::now();
@@ -36,6 +39,14 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
                         std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
         }
     }
+    return path;
+}
+
+}  // namespace
+
+TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
+    const std::string path = bench_model();
+    if (path.empty()) GTEST_SKIP() << "set EH_GPT_CUDA_BENCH_MODEL or EH_GPT_CUDA_BENCH_FORGE";
     ASSERT_NE(gpu_api(), nullptr);
     auto file = eh::model::ModelFile::open(path);
     const auto t0 = std::chrono::steady_clock::now();
@@ -70,4 +81,119 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
     const double tg = std::chrono::duration<double>(clock() - a).count();
     std::printf("gpt-oss-20b MXFP4: pp512 %.0f tokens/s, decode %.1f tokens/s (%d tokens at context ~%d)\n",
                 512 / pp, n / tg, n, 512 + 4);
+}
+
+// The batched step's own cost (ABI 1.2, no host): `batch` sequences with a
+// 128-token prompt each (one step), then 64 decode steps of all of them,
+// timed per step on the host clock; and one sequence at context ~512 for
+// 128 decode steps, the session bench's tg128 shape. EH_BENCH_BATCHES
+// ("1,4") picks the batch sizes.
+TEST(GptCudaBench, GptOss20bBatchedStep) {
+    const std::string path = bench_model();
+    if (path.empty()) GTEST_SKIP() << "set EH_GPT_CUDA_BENCH_MODEL or EH_GPT_CUDA_BENCH_FORGE";
+    const eh_plugin_api* api = gpu_api();
+    ASSERT_NE(api, nullptr);
+    ASSERT_NE(api->step, nullptr);
+    auto file = eh::model::ModelFile::open(path);
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = path.c_str();
+    lp.view = &file->view();
+    eh_model* m = nullptr;
+    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
+    eh_kv_params kp{};
+    kp.struct_size = sizeof kp;
+    kp.max_seqs = 64;
+    kp.max_step_tokens = 8192;
+    kp.max_step_entries = 64;
+    kp.max_seq_tokens = 1024;
+    kp.budget_bytes = 8ull << 30;
+    eh_kv_info ki{};
+    ki.struct_size = sizeof ki;
+    auto clock = [] { return std::chrono::steady_clock::now(); };
+    auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
+    auto t0 = clock();
+    ASSERT_EQ(api->kv_init(m, &kp, &ki), EH_OK) << api->model_last_error(m);
+    std::printf("[bench] gpt-oss-20b batched: kv_init (pool + warm-up) %.2f s, %u blocks\n", secs(t0, clock()),
+                ki.total_blocks);
+    eh_sampling_params sp{};
+    sp.struct_size = sizeof sp;
+    sp.top_p = 1;
+    sp.repetition_penalty = 1;
+    sp.repetition_window = -1;
+    auto entry = [](eh_seq* s, const int32_t* t, uint32_t n) {
+        eh_step_entry e{};
+        e.struct_size = sizeof e;
+        e.flags = EH_STEP_SAMPLE;
+        e.seq = s;
+        e.tokens = t;
+        e.n_tokens = n;
+        return e;
+    };
+    std::mt19937 rng(3);
+    std::vector<int32_t> prompt(512);
+    for (auto& t : prompt) t = int32_t(rng() % 200000);
+    {  // batch 1 at context 512 (the session's tg128 shape)
+        eh_seq* s = nullptr;
+        ASSERT_EQ(api->seq_create(m, &s), EH_OK);
+        api->seq_set_sampling(s, &sp);
+        eh_step_entry e = entry(s, prompt.data(), 512);
+        t0 = clock();
+        ASSERT_EQ(api->step(m, &e, 1), EH_OK) << api->model_last_error(m);
+        const double pp = secs(t0, clock());
+        int32_t t = e.token;
+        for (int i = 0; i < 4; ++i) {
+            e = entry(s, &t, 1);
+            ASSERT_EQ(api->step(m, &e, 1), EH_OK);
+            t = e.token;
+        }
+        const int n = 128;
+        t0 = clock();
+        for (int i = 0; i < n; ++i) {
+            e = entry(s, &t, 1);
+            ASSERT_EQ(api->step(m, &e, 1), EH_OK);
+            t = e.token;
+        }
+        const double tg = secs(t0, clock());
+        std::printf("[bench] gpt-oss-20b batched: one sequence: prefill 512 in one step %.0f tokens/s, decode %.1f "
+                    "tokens/s (%d steps at context ~516)\n", 512 / pp, n / tg, n);
+        api->seq_release(s);
+    }
+    std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
+    if (const char* e = std::getenv("EH_BENCH_BATCHES")) {
+        batches.clear();
+        for (const char* p = e; *p;) {
+            batches.push_back(std::atoi(p));
+            while (*p && *p != ',') ++p;
+            if (*p == ',') ++p;
+        }
+    }
+    for (int batch : batches) {
+        std::vector<eh_seq*> seqs(static_cast<size_t>(batch), nullptr);
+        std::vector<eh_step_entry> es(static_cast<size_t>(batch));
+        std::vector<int32_t> next(static_cast<size_t>(batch));
+        for (int i = 0; i < batch; ++i) {
+            ASSERT_EQ(api->seq_create(m, &seqs[size_t(i)]), EH_OK) << api->model_last_error(m);
+            api->seq_set_sampling(seqs[size_t(i)], &sp);
+            es[size_t(i)] = entry(seqs[size_t(i)], prompt.data() + i % 4 * 64, 128);
+        }
+        t0 = clock();
+        ASSERT_EQ(api->step(m, es.data(), uint32_t(batch)), EH_OK) << api->model_last_error(m);
+        const double prefill_s = secs(t0, clock());
+        double decode_s = 0;
+        const int steps = 64;
+        for (int k = 0; k < steps + 2; ++k) {
+            for (int i = 0; i < batch; ++i) {
+                next[size_t(i)] = es[size_t(i)].token;
+                es[size_t(i)] = entry(seqs[size_t(i)], &next[size_t(i)], 1);
+            }
+            t0 = clock();
+            ASSERT_EQ(api->step(m, es.data(), uint32_t(batch)), EH_OK) << api->model_last_error(m);
+            if (k >= 2) decode_s += secs(t0, clock());
+        }
+        std::printf("[bench] gpt-oss-20b batched: batch %2d: prefill %d x 128 tokens %.1f ms; decode %.3f ms/step = "
+                    "%.0f tokens/s\n", batch, batch, prefill_s * 1e3, decode_s / steps * 1e3, batch * steps / decode_s);
+        for (eh_seq* q : seqs) api->seq_release(q);
+    }
+    api->model_release(m);
 }

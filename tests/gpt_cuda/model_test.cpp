@@ -15,6 +15,7 @@
 #include <eh/model/model_file.hpp>
 #include <eh/tools/forge.hpp>
 
+#include "compare.hpp"
 #include "plugins.hpp"
 
 namespace fs = std::filesystem;
@@ -22,57 +23,12 @@ using namespace gpttest;
 
 namespace {
 
-bool have_gpu() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
-
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return e / mx;
-}
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-// The GPU's top token is the reference's, or ties with it within tol.
-bool top1_ok(const std::vector<float>& gpu, const std::vector<float>& ref, double tol) {
-    double mx = 1e-6;
-    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
-    return ref[argmax(ref)] - ref[argmax(gpu)] <= tol * mx;
-}
-
-// Forged tiny models, made once per process in a temp dir.
-std::string forged(const std::string& profile) {
-    static const fs::path dir = fs::temp_directory_path() / ("gpt_cuda_test_" + std::to_string(::getpid()));
-    const fs::path out = dir / (profile + ".gguf");
-    if (!fs::exists(out)) {
-        fs::create_directories(dir);
-        eh::tools::ForgeOptions o;
-        o.profile = profile;
-        o.out = out.string();
-        o.seed = 11;
-        o.vocab = "none";
-        eh::tools::forge(o);
-    }
-    return out.string();
-}
-
-std::string model_path(const std::string& name) {
-    if (name.rfind("tiny-", 0) == 0) return forged(name);
-    return std::string(GPT_REFERENCE_DIR) + "/" + name + "/model.gguf";
-}
-
 constexpr double kTol = 1e-2;  // of the largest |logit|: FP16 KV cache vs the reference's FP32
 
 class GptModels : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(GptModels, LogitsMatchCpuReference) {
-    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
     ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable";
     const std::string path = model_path(GetParam());
     ASSERT_TRUE(fs::exists(path)) << path;
@@ -129,7 +85,7 @@ INSTANTIATE_TEST_SUITE_P(Tiny, GptModels,
                          });
 
 TEST(GptCuda, DecodeIsDeterministicAndMatchesGreedy) {
-    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
     auto file = eh::model::ModelFile::open(model_path("gpt-oss"));
     std::vector<int32_t> runs[2];
     for (auto& ids : runs) {
@@ -148,7 +104,7 @@ TEST(GptCuda, DecodeIsDeterministicAndMatchesGreedy) {
 }
 
 TEST(GptCuda, Gpt2ContextIsCappedAtLearnedPositions) {
-    if (!have_gpu()) GTEST_SKIP() << "no usable CUDA device";
+    if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
     auto file = eh::model::ModelFile::open(model_path("gpt2"));  // 64 positions
     Engine gpu(gpu_api(), &file->view(), 1000);
     ASSERT_TRUE(gpu.ok()) << gpu.error;
@@ -163,7 +119,7 @@ TEST(GptCuda, RejectsOtherArchitectures) {
     if (!gpu_api()) GTEST_SKIP() << "plugin not loadable";
     auto file = eh::model::ModelFile::open(forged("tiny-qwen2.5-q4_k_m"));
     Engine gpu(gpu_api(), &file->view(), 16);
-    EXPECT_EQ(gpu.status, have_gpu() ? EH_UNSUPPORTED : gpu.status);
+    EXPECT_EQ(gpu.status, plugin_gpu_usable() ? EH_UNSUPPORTED : gpu.status);
 }
 
 }  // namespace

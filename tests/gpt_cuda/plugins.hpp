@@ -29,6 +29,15 @@ inline const eh_plugin_api* cpu_api() {
     return api;
 }
 
+// The gpt-cuda plugin loads and finds a supported device.
+inline bool plugin_gpu_usable() {
+    const eh_plugin_api* api = gpu_api();
+    if (!api) return false;
+    eh_probe_result r{};
+    r.struct_size = sizeof r;
+    return api->probe(0, &r) == EH_OK && r.supported;
+}
+
 struct Engine {
     const eh_plugin_api* api = nullptr;
     eh_model* model = nullptr;

@@ -3,7 +3,8 @@
 // (the key's block id looked up in the sequence's table), the warp folds the
 // tile into its running softmax, and every lane adds the tile's weighted V
 // rows for its own output dims. The warps' partial softmaxes are merged in
-// warp order at the end. Fixed splits and shuffle trees, no atomics: the
+// warp order at the end, with the head's sink logit (gpt-oss) joining the
+// denominator last. Fixed splits and shuffle trees, no atomics: the
 // same inputs give the same bits whatever else is in the step.
 #include <cmath>
 #include <string>
@@ -124,7 +125,10 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
     for (int i = 0; i < DPL; ++i) part_acc[warp][lane + 32 * i] = acc[i];
     __syncthreads();
     if (warp != 0) return;
-    float M = -INFINITY;
+    // The sink (when given) takes part in the maximum and the denominator
+    // only: the warps' partials are merged in warp order, then the sink.
+    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
+    float M = sink;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) M = fmaxf(M, part_m[w]);
     float L = 0.0f, f[kWarps];
@@ -133,6 +137,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
         f[w] = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - M);
         L += part_l[w] * f[w];
     }
+    if (a.sinks) L += expf(sink - M);
     const float inv = L > 0.0f ? 1.0f / L : 0.0f;
     float* o = a.out + size_t(t) * a.ldo + size_t(head) * hd;
 #pragma unroll

@@ -51,12 +51,14 @@ __global__ void gelu_kernel(float* x, int ld, int n) {
     }
 }
 
+// Token t takes row d_pos[t] when d_pos is set (a batched step), else
+// row *d_pos0 + t.
 __global__ void add_rows_kernel(const uint8_t* table, size_t row_bytes, int type, int cols,
-                                const int32_t* d_pos0, float* h) {
+                                const int32_t* d_pos0, const int32_t* d_pos, float* h) {
     pdl_entry();
     pdl_release();
     const int t = blockIdx.x;
-    const uint8_t* row = table + size_t(*d_pos0 + t) * row_bytes;
+    const uint8_t* row = table + size_t(d_pos ? d_pos[t] : *d_pos0 + t) * row_bytes;
     float* o = h + size_t(t) * cols;
     for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
         float v[32];
@@ -100,12 +102,13 @@ __global__ void rope_table_kernel(RopeTableArgs a, C* k_cache, C* v_cache) {
     // gridDim.y blocks (one block took ~9 us per gpt-oss layer at decode).
     const int t = blockIdx.x;
     const int tid = blockIdx.y * blockDim.x + threadIdx.x, nthr = gridDim.y * blockDim.x;
-    const int pos = *a.d_pos0 + t;
+    const int pos = a.d_pos ? a.d_pos[t] : *a.d_pos0 + t;
+    const size_t cache_row = a.d_rows ? size_t(a.d_rows[t]) : size_t(pos);
     float* row = a.qkv + size_t(t) * a.ld;
     const int hd = a.head_dim, half_rot = a.n_rot / 2;
     const int nq = a.n_head * hd, nk = a.n_kv * hd;
-    C* kc = k_cache + size_t(pos) * nk;
-    C* vc = v_cache + size_t(pos) * nk;
+    C* kc = k_cache + cache_row * nk;
+    C* vc = v_cache + cache_row * nk;
     if (half_rot > 0) {
         const int pairs = (a.n_head + a.n_kv) * half_rot;
         for (int p = tid; p < pairs; p += nthr) {
@@ -479,20 +482,32 @@ void gelu_tanh_inplace(float* x, int ld, int n, int ntok, cudaStream_t stream) {
     EHC_LAUNCHED("gelu_kernel");
 }
 
-void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, float* h,
-                       cudaStream_t stream) {
+namespace {
+void launch_add_rows(const WeightRef& table, const int32_t* d_pos0, const int32_t* d_pos, int ntok, float* h,
+                     cudaStream_t stream) {
     if (ntok <= 0) return;
     if (!matmul_type_supported(table.type) || table.cols % 32)
         throw ehp::Error(EH_UNSUPPORTED, "position table: unsupported type or width");
     launch("add_rows_kernel", add_rows_kernel, ntok, 128, 0, stream, static_cast<const uint8_t*>(table.data), table.row_bytes,
-                                              int(table.type), table.cols, d_pos0, h);
+                                              int(table.type), table.cols, d_pos0, d_pos, h);
     EHC_LAUNCHED("add_rows_kernel");
+}
+}  // namespace
+
+void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, float* h,
+                       cudaStream_t stream) {
+    launch_add_rows(table, d_pos0, nullptr, ntok, h, stream);
+}
+
+void add_position_rows_at(const WeightRef& table, const int32_t* d_pos, int ntok, float* h, cudaStream_t stream) {
+    launch_add_rows(table, nullptr, d_pos, ntok, h, stream);
 }
 
 void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
     if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 || (a.n_rot > 0 && !a.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
+    if (!a.d_pos != !a.d_rows) throw ehp::Error(EH_INTERNAL, "rope: d_pos and d_rows come together");
     const int work = std::max((a.n_head + a.n_kv) * (a.n_rot / 2), a.n_kv * a.head_dim);
     const dim3 grid(unsigned(a.ntok), a.ntok == 1 ? unsigned(std::clamp((work + 255) / 256, 1, 64)) : 1u);
     if (a.k_cache32 && a.v_cache32) launch("rope_table_kernel", rope_table_kernel<float>, grid, 256, 0, stream, a, a.k_cache32, a.v_cache32);
@@ -603,7 +618,7 @@ void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, c
     if (a.ntok != 1 || r.ntok != 1 || a.nsplit < 1 || !a.split_scratch || !a.split_counters)
         throw ehp::Error(EH_INTERNAL, "fused decode attention: one token, a split scratch and counters");
     if (r.qkv != a.q || r.n_head != a.n_head || r.n_kv != a.n_kv || r.head_dim != a.head_dim || r.d_pos0 != a.d_pos0 ||
-        a.ldq != r.ld)
+        a.ldq != r.ld || r.d_pos || r.d_rows)
         throw ehp::Error(EH_INTERNAL, "fused decode attention: RoPE and attention arguments disagree");
     if (r.n_rot < 0 || r.n_rot > r.head_dim || r.n_rot % 2 || (r.n_rot > 0 && !r.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");

@@ -2,6 +2,7 @@
 // (ehcuda/plugin_glue.hpp) with this engine's description, loader and info.
 #include <ehcuda/plugin_glue.hpp>
 
+#include "batch.hpp"
 #include "model.hpp"
 #include "session.hpp"
 
@@ -14,6 +15,7 @@ const char* const kQuants[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5
 struct Engine {
     using Model = gpt_cuda::Model;
     using Session = gpt_cuda::Session;
+    using Batch = gpt_cuda::Batch;
 
     static const eh_plugin_info& info() {
         static const eh_plugin_info i = {sizeof(eh_plugin_info), "gpt-cuda", "0.1.0", "gpt-cuda",
@@ -25,7 +27,9 @@ struct Engine {
         ehp::copy_fixed(out.architecture, m.cfg.arch_name);
         out.context_length = uint32_t(m.cfg.n_ctx_train);
         out.vocab_size = uint32_t(m.cfg.n_vocab);
-        out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * gpt_cuda::kv_element_bytes();
+        // K and V in the batched step's FP16 pool (the host serves through
+        // it; a session's cache is FP32 unless EH_GPT_CUDA_KV=f16).
+        out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * 2;
     }
 };
 

@@ -31,8 +31,6 @@ bool kv_f32_from_env() {
     return !(v && std::string(v) == "f16");
 }
 
-size_t kv_element_bytes() { return kv_f32_from_env() ? 4 : 2; }
-
 namespace {
 
 ehcuda::SessionShape shape_of(Model& m) {

@@ -17,9 +17,8 @@
 
 namespace gpt_cuda {
 
-// Bytes of one KV-cache element: FP32 unless EH_GPT_CUDA_KV=f16.
+// FP32 KV cache unless EH_GPT_CUDA_KV=f16.
 bool kv_f32_from_env();
-size_t kv_element_bytes();
 
 class Session : public ehcuda::SessionBase {
 public:

@@ -1,7 +1,8 @@
 // Attention of a batched step (src/attention_paged.cu): every query row of
 // the step attends its own sequence's keys through that sequence's block
 // table into the paged KV pool, so decode tokens of many sequences and
-// prefill chunks share one launch.
+// prefill chunks share one launch. Optional per-head sink logits and a
+// sliding window cover gpt-oss.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -31,6 +32,9 @@ struct PagedAttnArgs {
     const int32_t* tables = nullptr;
     int window = 0;
     float scale = 1.0f;
+    // Optional (gpt-oss): one logit per query head that joins every row's
+    // softmax denominator (exp(sink - max)) but adds no value row.
+    const float* sinks = nullptr;
     float* out = nullptr;  // row t: [n_head][head_dim], stride ldo
     int ldo = 0;
 };

@@ -26,6 +26,8 @@ void gelu_tanh_inplace(float* x, int ld, int n, int ntok, cudaStream_t stream);
 // h[t] += row (*d_pos0 + t) of the table (GPT-2 learned positions).
 void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, float* h,
                        cudaStream_t stream);
+// h[t] += row d_pos[t] of the table (a batched step's tokens).
+void add_position_rows_at(const WeightRef& table, const int32_t* d_pos, int ntok, float* h, cudaStream_t stream);
 
 // Rotates Q in place (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))
 // with angle pos * inv_freq[i] and both cos and sin multiplied by
@@ -45,6 +47,11 @@ struct RopeTableArgs {
     __half* v_cache = nullptr;
     float* k_cache32 = nullptr;
     float* v_cache32 = nullptr;
+    // A batched step (both or neither; rope_table_store_kv only): token t
+    // sits at position d_pos[t] (instead of *d_pos0 + t) and its K/V go to
+    // cache row d_rows[t] (a paged pool's row).
+    const int32_t* d_pos = nullptr;
+    const int32_t* d_rows = nullptr;
 };
 void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream);
 

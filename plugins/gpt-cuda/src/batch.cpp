@@ -1,0 +1,333 @@
+#include "batch.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
+#include <ehcuda/attention_paged.hpp>
+#include <ehcuda/check.hpp>
+#include <ehcuda/gpt_ops.hpp>
+#include <ehcuda/moe.hpp>
+
+namespace gpt_cuda {
+namespace {
+
+// KV precision: the pool is BatchBase's FP16, not the session's default
+// FP32. The session keeps FP32 because on the forged gpt-oss-20b FP16 K/V
+// flipped near-tied router choices (issue 8: the top-1 token moved at 15
+// of 128 positions against the CPU reference). FP16 here anyway: half the
+// pool bytes (twice the sequences in a budget) and half the attention
+// reads, one pool format for every CUDA plugin (copy-on-write, the
+// scratch block, the paged kernel). On the tiny gpt-oss and gpt2 models
+// every position stays within 1e-2 of the CPU reference with the same
+// top-1 token (tests/cuda/gpt_batch_step_test.cpp).
+
+ehcuda::BatchShape shape_of(Model& m) {
+    const Config& c = m.cfg;
+    ehcuda::BatchShape sh;
+    sh.device = m.device;
+    sh.ledger = &m.ledger;
+    sh.n_vocab = c.n_vocab;
+    sh.n_layer = c.n_layer;
+    sh.kv_dim = c.kv_dim();
+    // gpt2 has a table of learned positions: no room past its end
+    if (c.arch == Arch::Gpt2) sh.seq_cap = uint32_t(c.n_ctx_train);
+    sh.max_cols = std::max({c.n_embd, c.q_dim(), c.arch == Arch::Gpt2 ? c.n_ff : 0});
+    return sh;
+}
+
+// How a step's matmuls run, by its token count n (H200, forged gpt-oss-20b,
+// 64 decode steps of n sequences; tests/gpt_cuda/bench_test.cpp
+// GptOss20bBatchedStep, tokens/s at n = 16 / 32 / 64):
+//   dense:   n = 2..8 one single-token GEMV per token (llama-cuda's
+//            measurement; here n = 2 / 4 / 8 gave 271 / 296 / 549 tokens/s
+//            against 211 / 235 / 375 with the multi-token GEMV), cuBLAS on
+//            slab-dequantized weights from 9 on (per-token GEMVs to 64:
+//            923 / 962 / 973 against 1,094 / 1,288 / 1,409).
+//   experts: n <= 64 the one-token expert kernel (integer dot products)
+//            per token, the tokens overlapping on side streams: 1,094 /
+//            1,288 / 1,409 against 726 / 826 / 891 with the grouped float
+//            kernels (moe_gate_up / moe_down, the only grouped form a
+//            captured graph can take: moe_prefill synchronises the host).
+//            Past 64 (prefill) the cuBLAS grouped-by-expert form.
+constexpr int kGemvPerTokenMax = 8;
+constexpr int kMoePerTokenMax = 64;
+// Tokens per MoE call: bounds the grouped path's buffers whatever the
+// step's token budget.
+constexpr int kMoeChunk = 512;
+
+int env_int(const char* name, int fallback) {
+    const char* e = std::getenv(name);
+    return e && *e ? std::atoi(e) : fallback;
+}
+
+}  // namespace
+
+Batch::Batch(Model& model, const eh_kv_params& params)
+    : BatchBase(shape_of(model), params),
+      m_(model),
+      c_(model.cfg),
+      gemv_per_token_max_(env_int("EH_GPT_CUDA_BATCH_GEMV_PER_TOKEN", kGemvPerTokenMax)),
+      moe_per_token_max_(env_int("EH_GPT_CUDA_BATCH_MOE_PER_TOKEN", kMoePerTokenMax)) {
+    ehcuda::MemoryLedger* L = ledger();
+    const size_t T = size_t(max_step_tokens());
+    h_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+    xn_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+    qkv_ = ehcuda::DeviceBuffer(T * c_.qkv_dim() * 4, L);
+    attn_ = ehcuda::DeviceBuffer(T * c_.q_dim() * 4, L);
+    last_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+    if (c_.arch == Arch::Gpt2) {
+        ff_ = ehcuda::DeviceBuffer(T * c_.n_ff * 4, L);
+    } else {
+        const size_t K = size_t(c_.n_expert_used), chunk = std::min<size_t>(T, kMoeChunk);
+        ff_ = ehcuda::DeviceBuffer(
+            std::max(chunk * K * c_.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)), L);
+        router_ = ehcuda::DeviceBuffer(T * c_.n_expert * 4, L);
+        ids_ = ehcuda::DeviceBuffer(T * K * 4, L);
+        wts_ = ehcuda::DeviceBuffer(T * K * 4, L);
+        ehcuda::PrefillShape ps;
+        ps.max_tokens = int(chunk);
+        ps.max_cols = c_.n_embd;
+        ps.moe_experts = c_.n_expert;
+        ps.moe_k = c_.n_expert_used;
+        ps.moe_embd = c_.n_embd;
+        ps.moe_ff = c_.n_ff_exp;
+        moe_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream(), L);
+    }
+    EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : join_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    workspace()->set_min_tokens(gemv_per_token_max_ + 1);
+    init_pool();
+}
+
+Batch::~Batch() {
+    cudaStreamSynchronize(stream());
+    for (cudaEvent_t e : join_)
+        if (e) cudaEventDestroy(e);
+    if (fork_) cudaEventDestroy(fork_);
+}
+
+template <class F>
+void Batch::per_token(int n, F&& fn) {
+    cudaStream_t s = stream();
+    if (n == 1) {
+        fn(0, s);
+        return;
+    }
+    const int nside = std::min(n, kSideStreams);
+    EHC_CHECK(cudaEventRecord(fork_, s));
+    for (int j = 0; j < nside; ++j) EHC_CHECK(cudaStreamWaitEvent(side_[j].get(), fork_, 0));
+    for (int t = 0; t < n; ++t) fn(t, side_[t % nside].get());
+    for (int j = 0; j < nside; ++j) {
+        EHC_CHECK(cudaEventRecord(join_[j], side_[j].get()));
+        EHC_CHECK(cudaStreamWaitEvent(s, join_[j], 0));
+    }
+}
+
+void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
+                   float* y, int ldy, bool accumulate, int n, const float* norm_w) {
+    ehcuda::MatmulArgs m;
+    m.norm_w = norm_w;
+    m.norm_eps = c_.eps;
+    for (int k = 0; k < nseg; ++k) m.seg[k] = segs[k];
+    m.nseg = nseg;
+    m.cols = cols;
+    m.x = x;
+    m.ldx = ldx;
+    m.xmode = mode;
+    m.y = y;
+    m.ldy = ldy;
+    m.accumulate = accumulate;
+    m.ntok = n;
+    m.prefill = workspace();
+    if (n > 1 && n <= gemv_per_token_max_) {
+        per_token(n, [&](int t, cudaStream_t st) {
+            ehcuda::MatmulArgs one = m;
+            one.ntok = 1;
+            one.x = x + size_t(t) * ldx;
+            one.y = y + size_t(t) * ldy;
+            ehcuda::matmul(one, st);
+        });
+    } else {
+        ehcuda::matmul(m, stream());
+    }
+}
+
+void Batch::normed_matmul(const ehcuda::MatSeg* segs, int nseg, const float* x, const float* norm_w, float* y,
+                          int ldy, int n, bool fold) {
+    const int E = c_.n_embd;
+    if (fold) {
+        matmul(segs, nseg, E, x, E, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
+        return;
+    }
+    ehcuda::rmsnorm(x, E, norm_w, xn_.as<float>(), E, E, n, c_.eps, stream());
+    matmul(segs, nseg, E, xn_.as<float>(), E, ehcuda::XMode::Plain, y, ldy, false, n);
+}
+
+void Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks) {
+    cudaStream_t s = stream();
+    const Config& c = c_;
+    float* qkv = qkv_.as<float>();
+    ehcuda::RopeTableArgs r;  // gpt-oss: YaRN-scaled NEOX rotation from the model's table
+    r.qkv = qkv;
+    r.ld = c.qkv_dim();
+    r.n_head = c.n_head;
+    r.n_kv = c.n_kv;
+    r.head_dim = c.head_dim;
+    r.n_rot = n_rot;
+    r.neox = true;
+    r.inv_freq = m_.inv_freq;
+    r.attn_factor = c.attn_factor;
+    r.ntok = v.ntok;
+    r.k_cache = k_pool(li);
+    r.v_cache = v_pool(li);
+    r.d_pos = v.d_pos;
+    r.d_rows = v.d_rows;
+    ehcuda::rope_table_store_kv(r, s);
+
+    ehcuda::PagedAttnArgs at;
+    at.q = qkv;
+    at.ldq = c.qkv_dim();
+    at.k_pool = k_pool(li);
+    at.v_pool = v_pool(li);
+    at.n_head = c.n_head;
+    at.n_kv = c.n_kv;
+    at.head_dim = c.head_dim;
+    at.ntok = v.ntok;
+    at.d_pos = v.d_pos;
+    at.d_table = v.d_table;
+    at.tables = v.d_tables;
+    at.window = window;
+    at.sinks = sinks;
+    at.scale = 1.0f / std::sqrt(float(c.head_dim));
+    at.out = attn_.as<float>();
+    at.ldo = c.q_dim();
+    ehcuda::attention_paged(at, s);
+}
+
+void Batch::gpt2_layer(int li, const ehcuda::StepView& v) {
+    cudaStream_t s = stream();
+    const Config& c = c_;
+    const Layer& L = m_.layers[size_t(li)];
+    const int T = v.ntok;
+    float* h = h_.as<float>();
+    float* xn = xn_.as<float>();
+    float* ff = ff_.as<float>();
+
+    ehcuda::layernorm(h, c.n_embd, L.attn_norm, L.attn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
+    matmul(L.qkv, L.n_qkv, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, qkv_.as<float>(), c.qkv_dim(), false, T);
+    attend(li, v, 0, 0, nullptr);  // (no rotation: stores K and V)
+    matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
+
+    ehcuda::layernorm(h, c.n_embd, L.ffn_norm, L.ffn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
+    matmul(&L.ffn_up, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, ff, c.n_ff, false, T);
+    ehcuda::gelu_tanh_inplace(ff, c.n_ff, c.n_ff, T, s);
+    matmul(&L.ffn_down, 1, c.n_ff, ff, c.n_ff, ehcuda::XMode::Plain, h, c.n_embd, true, T);
+}
+
+void Batch::gpt_oss_layer(int li, const ehcuda::StepView& v) {
+    cudaStream_t s = stream();
+    const Config& c = c_;
+    const Layer& L = m_.layers[size_t(li)];
+    const int T = v.ntok;
+    float* h = h_.as<float>();
+    // One token: the pre-norms fold into the GEMVs' input staging (and the
+    // expert kernel's), as in a session's decode step.
+    const bool one = T == 1 && moe_per_token_max_ >= 1 &&
+                     ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
+    normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
+    attend(li, v, c.n_rot, L.window, L.sinks);
+    matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
+
+    // (one token: the expert kernel routes for itself and reads h)
+    normed_matmul(&L.router, 1, h, L.ffn_norm, router_.as<float>(), c.n_expert, T, one);
+    if (!one)
+        ehcuda::moe_route(router_.as<float>(), T, c.n_expert, c.n_expert_used, ids_.as<int32_t>(), wts_.as<float>(), s);
+    moe(li, T);
+}
+
+void Batch::moe(int li, int T) {
+    cudaStream_t s = stream();
+    const Config& c = c_;
+    const Layer& L = m_.layers[size_t(li)];
+    const int k = c.n_expert_used;
+    float* h = h_.as<float>();
+    const float* xn = xn_.as<float>();
+    const bool decode_ok = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k);
+    const size_t scratch = ehcuda::moe_decode_scratch_bytes(k, c.n_ff_exp);
+    if (decode_ok && T <= moe_per_token_max_ && size_t(T) * scratch <= ff_.size()) {
+        // One token at a time through the decode kernels, each token with
+        // its own scratch (per_token overlaps them). T == 1: routing and the
+        // pre-norm inside the kernels (the caller skipped both).
+        per_token(T, [&](int t, cudaStream_t st) {
+            ehcuda::MoeDecodeArgs md;
+            md.k = k;
+            if (T == 1) {
+                md.x = h;
+                md.norm_w = L.ffn_norm;
+                md.norm_eps = c.eps;
+                md.logits = router_.as<float>();
+                md.n_expert = c.n_expert;
+                md.route_ids = ids_.as<int32_t>();
+                md.route_weights = wts_.as<float>();
+            } else {
+                md.x = xn + size_t(t) * c.n_embd;
+                md.ids = ids_.as<int32_t>() + size_t(t) * k;
+                md.weights = wts_.as<float>() + size_t(t) * k;
+            }
+            md.gate = L.gate_exps;
+            md.up = L.up_exps;
+            md.down = L.down_exps;
+            md.alpha = c.swiglu_alpha;
+            md.limit = c.swiglu_limit;
+            md.scratch = static_cast<char*>(ff_.get()) + size_t(t) * scratch;
+            md.scratch_bytes = scratch;
+            md.h = h + size_t(t) * c.n_embd;
+            ehcuda::moe_decode(md, st);
+        });
+        return;
+    }
+    // Every token of the chunk routed to an expert is multiplied with that
+    // expert together, whichever sequence it belongs to.
+    for (int t0 = 0; t0 < T; t0 += kMoeChunk) {
+        const int n = std::min(kMoeChunk, T - t0);
+        const float* x = xn + size_t(t0) * c.n_embd;
+        const int32_t* ids = ids_.as<int32_t>() + size_t(t0) * k;
+        const float* w = wts_.as<float>() + size_t(t0) * k;
+        float* hc = h + size_t(t0) * c.n_embd;
+        if (ehcuda::moe_prefill(moe_ws_.get(), x, c.n_embd, n, k, c.n_expert, ids, w, L.gate_exps, L.up_exps,
+                                L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
+            continue;
+        ehcuda::moe_gate_up(x, c.n_embd, n, k, ids, L.gate_exps, L.up_exps, c.swiglu_alpha, c.swiglu_limit,
+                            ff_.as<float>(), s);
+        ehcuda::moe_down(ff_.as<float>(), n, k, ids, w, L.down_exps, hc, c.n_embd, s);
+    }
+}
+
+void Batch::forward(const ehcuda::StepView& v) {
+    cudaStream_t s = stream();
+    const Config& c = c_;
+    const int T = v.ntok;
+    float* h = h_.as<float>();
+    ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
+    if (c.arch == Arch::Gpt2) ehcuda::add_position_rows_at(m_.pos_embd, v.d_pos, T, h, s);
+    for (int li = 0; li < c.n_layer; ++li) {
+        if (c.arch == Arch::Gpt2) gpt2_layer(li, v);
+        else gpt_oss_layer(li, v);
+    }
+    if (v.nout == 0) return;
+    // LM head on the tokens that need logits only.
+    float* last = last_.as<float>();
+    ehcuda::gather_rows(h, c.n_embd, v.d_out_idx, v.nout, c.n_embd, last, s);
+    ehcuda::MatSeg head;
+    head.w = m_.output;
+    float* xn = xn_.as<float>();
+    if (c.arch == Arch::Gpt2) {
+        ehcuda::layernorm(last, c.n_embd, m_.output_norm, m_.output_norm_b, xn, c.n_embd, c.n_embd, v.nout, c.eps, s);
+        matmul(&head, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, v.logits, c.n_vocab, false, v.nout);
+    } else {
+        normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout, v.nout == 1);
+    }
+}
+
+}  // namespace gpt_cuda

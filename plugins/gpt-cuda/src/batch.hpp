@@ -1,0 +1,71 @@
+// ABI 1.2's batched step for gpt2 and gpt-oss: the shared CUDA batch engine
+// (ehcuda::BatchBase: paged FP16 KV pool, sequences, sampling) with this
+// family's forward pass over a step's tokens from many sequences at once.
+// Dense matmuls run once over all the step's tokens; attention reads each
+// token's own sequence through the block tables (per-head sinks and the
+// per-layer sliding window for gpt-oss); the MoE groups the step's routed
+// tokens by expert, whatever sequence they come from.
+#pragma once
+
+#include <ehcuda/batch.hpp>
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/graph.hpp>
+#include <ehcuda/kernels.hpp>
+#include <ehcuda/prefill_workspace.hpp>
+
+#include <memory>
+
+#include "model.hpp"
+
+namespace gpt_cuda {
+
+class Batch : public ehcuda::BatchBase {
+public:
+    // Throws VRAM_OOM / INSUFFICIENT_VRAM (nothing left allocated).
+    Batch(Model& model, const eh_kv_params& params);
+    ~Batch() override;
+
+private:
+    void forward(const ehcuda::StepView& v) override;
+    void gpt2_layer(int li, const ehcuda::StepView& v);
+    void gpt_oss_layer(int li, const ehcuda::StepView& v);
+    // RoPE (none for gpt2) + K/V into the pool rows, then paged attention
+    // of the step's qkv_ rows into attn_.
+    void attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks);
+    // The experts of layer li over the step's T tokens (routing in ids_ /
+    // wts_ already, or done by the one-token kernel when T == 1).
+    void moe(int li, int T);
+    // fn(t, stream) for t < n: on the step's stream when n == 1, else
+    // spread over the side streams (forked from the step's stream and
+    // joined back), so the single-token kernels of a few tokens overlap.
+    template <class F>
+    void per_token(int n, F&& fn);
+    // y (+)= segs . x over n tokens (see batch.cpp for the kernel choice).
+    void matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode, float* y,
+                int ldy, bool accumulate, int n, const float* norm_w = nullptr);
+    // y = segs . (RMSNorm(x) * norm_w) over n rows of n_embd: folded into
+    // the single-token GEMV's input staging when `fold` (n == 1), else the
+    // normalised rows go to xn_ (where the MoE reads them) first.
+    void normed_matmul(const ehcuda::MatSeg* segs, int nseg, const float* x, const float* norm_w, float* y, int ldy,
+                       int n, bool fold);
+
+    Model& m_;
+    const Config& c_;
+    // Measurement knobs (EH_GPT_CUDA_BATCH_GEMV_PER_TOKEN /
+    // EH_GPT_CUDA_BATCH_MOE_PER_TOKEN): the largest token counts that run
+    // one single-token kernel per token.
+    int gemv_per_token_max_;
+    int moe_per_token_max_;
+    ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_;
+    // gpt-oss: the grouped-by-expert cuBLAS MoE's own workspace (the base's
+    // has no MoE buffers), sized for kMoeChunk tokens: a step's MoE runs in
+    // chunks of at most that many tokens.
+    std::unique_ptr<ehcuda::PrefillWorkspace> moe_ws_;
+    // per_token's streams and events (a captured graph keeps the side
+    // streams' work as parallel branches).
+    static constexpr int kSideStreams = 4;
+    ehcuda::Stream side_[kSideStreams];
+    cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
+};
+
+}  // namespace gpt_cuda
