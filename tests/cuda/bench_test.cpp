@@ -55,9 +55,11 @@ void bench_model(const char* label, TinySpec spec) {
     eh_model_info mi{};
     mi.struct_size = sizeof mi;
     api->model_get_info(m, &mi);
+    // EH_BENCH_DEPTH=N: tg128 after an N-token prompt (decode at depth).
+    const int depth = std::getenv("EH_BENCH_DEPTH") ? std::max(1, std::atoi(std::getenv("EH_BENCH_DEPTH"))) : 16;
     eh_session_params sp{};
     sp.struct_size = sizeof sp;
-    sp.n_ctx = 1024;
+    sp.n_ctx = uint32_t(std::max(1024, depth + 256));
     eh_session* s = nullptr;
     ASSERT_EQ(api->session_create(m, &sp, &s), EH_OK) << api->model_last_error(m);
     eh_sampling_params p{};
@@ -66,7 +68,7 @@ void bench_model(const char* label, TinySpec spec) {
     p.repetition_penalty = 1;
     p.repetition_window = -1;
     api->session_set_sampling(s, &p);
-    std::vector<int32_t> prompt(512);
+    std::vector<int32_t> prompt(size_t(std::max(512, depth)));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % static_cast<size_t>(spec.n_vocab));
     // pp512: best of 3 after a warm-up.
     double best_pp = 1e9;
@@ -77,9 +79,9 @@ void bench_model(const char* label, TinySpec spec) {
         ASSERT_EQ(api->session_prefill(s, prompt.data(), 512), EH_OK) << api->session_last_error(s);
         if (r) best_pp = std::min(best_pp, now_s() - t0);
     }
-    // tg128 after a 16-token prompt; the first decode captures the graph.
+    // tg128 after a `depth`-token prompt; the first decode captures the graph.
     api->session_reset(s);
-    ASSERT_EQ(api->session_prefill(s, prompt.data(), 16), EH_OK);
+    ASSERT_EQ(api->session_prefill(s, prompt.data(), uint32_t(depth)), EH_OK) << api->session_last_error(s);
     int32_t tok = 0;
     api->session_sample(s, &tok);
     ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK) << api->session_last_error(s);
@@ -94,7 +96,7 @@ void bench_model(const char* label, TinySpec spec) {
     api->model_get_info(m, &mi);
     std::printf("[bench] %s (%s): load %.2f s (%.2f GB/s incl. validation), device bytes %.1f MiB\n", label, mi.device_name,
                 load_s, double(mi.device_bytes_used) / load_s / 1e9, double(mi.device_bytes_used) / (1 << 20));
-    std::printf("[bench] %s: pp512 %.0f tok/s, tg128 %.0f tok/s (%.3f ms/token)\n", label, 512 / best_pp, 128 / tg,
+    std::printf("[bench] %s: pp512 %.0f tok/s, tg128 after %d tokens %.0f tok/s (%.3f ms/token)\n", label, 512 / best_pp, depth, 128 / tg,
                 tg / 128 * 1e3);
     api->session_release(s);
     api->model_release(m);
