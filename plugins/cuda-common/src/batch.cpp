@@ -74,6 +74,8 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
     fwork_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
     iwork_ = DeviceBuffer(R * V * sizeof(int32_t), shape.ledger);
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), R * V * sizeof(float)));
+    EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
+    for (cudaEvent_t& e : join_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     PrefillShape ps;
     ps.max_tokens = int(limits_.max_step_tokens);
     ps.max_cols = shape.max_cols;
@@ -81,9 +83,27 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
 }
 
 BatchBase::~BatchBase() {
+    cudaStreamSynchronize(stream_.get());
+    for (cudaEvent_t e : join_)
+        if (e) cudaEventDestroy(e);
+    if (fork_) cudaEventDestroy(fork_);
     live_.clear();
     if (staging_host_) cudaFreeHost(staging_host_);
     if (host_logits_) cudaFreeHost(host_logits_);
+}
+
+int BatchBase::fork_side(int n) {
+    const int nside = std::min(n, kSideStreams);
+    EHC_CHECK(cudaEventRecord(fork_, stream_.get()));
+    for (int j = 0; j < nside; ++j) EHC_CHECK(cudaStreamWaitEvent(side_[j].get(), fork_, 0));
+    return nside;
+}
+
+void BatchBase::join_side(int nside) {
+    for (int j = 0; j < nside; ++j) {
+        EHC_CHECK(cudaEventRecord(join_[j], side_[j].get()));
+        EHC_CHECK(cudaStreamWaitEvent(stream_.get(), join_[j], 0));
+    }
 }
 
 void BatchBase::init_pool() {

@@ -94,35 +94,11 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         ps.moe_ff = c_.n_ff_exp;
         moe_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream(), L);
     }
-    EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
-    for (cudaEvent_t& e : join_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     workspace()->set_min_tokens(gemv_per_token_max_ + 1);
     init_pool();
 }
 
-Batch::~Batch() {
-    cudaStreamSynchronize(stream());
-    for (cudaEvent_t e : join_)
-        if (e) cudaEventDestroy(e);
-    if (fork_) cudaEventDestroy(fork_);
-}
-
-template <class F>
-void Batch::per_token(int n, F&& fn) {
-    cudaStream_t s = stream();
-    if (n == 1) {
-        fn(0, s);
-        return;
-    }
-    const int nside = std::min(n, kSideStreams);
-    EHC_CHECK(cudaEventRecord(fork_, s));
-    for (int j = 0; j < nside; ++j) EHC_CHECK(cudaStreamWaitEvent(side_[j].get(), fork_, 0));
-    for (int t = 0; t < n; ++t) fn(t, side_[t % nside].get());
-    for (int j = 0; j < nside; ++j) {
-        EHC_CHECK(cudaEventRecord(join_[j], side_[j].get()));
-        EHC_CHECK(cudaStreamWaitEvent(s, join_[j], 0));
-    }
-}
+Batch::~Batch() { cudaStreamSynchronize(stream()); }
 
 void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
                    float* y, int ldy, bool accumulate, int n, const float* norm_w) {

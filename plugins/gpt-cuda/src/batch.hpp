@@ -35,11 +35,6 @@ private:
     // The experts of layer li over the step's T tokens (routing in ids_ /
     // wts_ already, or done by the one-token kernel when T == 1).
     void moe(int li, int T);
-    // fn(t, stream) for t < n: on the step's stream when n == 1, else
-    // spread over the side streams (forked from the step's stream and
-    // joined back), so the single-token kernels of a few tokens overlap.
-    template <class F>
-    void per_token(int n, F&& fn);
     // y (+)= segs . x over n tokens (see batch.cpp for the kernel choice).
     void matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode, float* y,
                 int ldy, bool accumulate, int n, const float* norm_w = nullptr);
@@ -61,11 +56,6 @@ private:
     // has no MoE buffers), sized for kMoeChunk tokens: a step's MoE runs in
     // chunks of at most that many tokens.
     std::unique_ptr<ehcuda::PrefillWorkspace> moe_ws_;
-    // per_token's streams and events (a captured graph keeps the side
-    // streams' work as parallel branches).
-    static constexpr int kSideStreams = 4;
-    ehcuda::Stream side_[kSideStreams];
-    cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
 };
 
 }  // namespace gpt_cuda

@@ -26,7 +26,8 @@ ehcuda::BatchShape shape_of(Model& m) {
 // How a step's matmuls run, by its token count n (H200, forged Qwen2.5-0.5B
 // and Phi-3-mini Q4_K_M, 64 decode steps of n sequences, ms per step):
 //   n = 1      single-token GEMV, RMSNorm folded into its input staging
-//   n = 2..8   one single-token GEMV per token: the multi-token GEMV kernels
+//   n = 2..8   one single-token GEMV per token, the tokens overlapping on
+//              side streams (BatchBase::per_token): the multi-token GEMV kernels
 //              took 2.7 / 4.2 / 7.3 ms (Qwen, n = 2 / 4 / 8) and 14 / 24 /
 //              45 ms (Phi-3) against 1.9 / 2.8 / 4.8 and 4.4 / 6.9 / 12.2
 //   n >= 9     cuBLAS on slab-dequantized FP16 weights (workspace)
@@ -205,13 +206,13 @@ void Batch::forward(const ehcuda::StepView& v) {
         m.ntok = n;
         m.prefill = pw;
         if (n > 1 && n <= kPerTokenGemvMax) {
-            for (int t = 0; t < n; ++t) {
+            per_token(n, [&](int t, cudaStream_t st) {
                 ehcuda::MatmulArgs one = m;
                 one.ntok = 1;
                 one.x = x + size_t(t) * ldx;
                 one.y = y + size_t(t) * ldy;
-                ehcuda::matmul(one, s);
-            }
+                ehcuda::matmul(one, st);
+            });
         } else {
             ehcuda::matmul(m, s);
         }

@@ -120,8 +120,25 @@ protected:
     __half* k_pool(int layer) const { return k_[size_t(layer)].as<__half>(); }
     __half* v_pool(int layer) const { return v_[size_t(layer)].as<__half>(); }
     MemoryLedger* ledger() const { return shape_.ledger; }
+    // fn(t, stream) for t < n: on the step's stream when n == 1, else spread
+    // over side streams forked from the step's stream and joined back, so
+    // the single-token kernels of a few tokens overlap (a captured graph
+    // keeps them as parallel branches).
+    template <class F>
+    void per_token(int n, F&& fn) {
+        if (n == 1) {
+            fn(0, stream());
+            return;
+        }
+        const int nside = fork_side(n);
+        for (int t = 0; t < n; ++t) fn(t, side_[t % nside].get());
+        join_side(nside);
+    }
 
 private:
+    // per_token's fork (returns the side streams used) and join.
+    int fork_side(int n);
+    void join_side(int nside);
     void copy_block(uint32_t from, uint32_t to, uint32_t n_pos);
     // forward(v), through bucket's graph when bucket >= 0 (run eagerly on
     // its first use, captured on its second).
@@ -143,6 +160,9 @@ private:
     std::vector<StepSpan> spans_;
 
     Stream stream_;
+    static constexpr int kSideStreams = 4;
+    Stream side_[kSideStreams];
+    cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
     std::unique_ptr<PrefillWorkspace> workspace_;
     DeviceBuffer logits_, fwork_, iwork_;
     DeviceBuffer staging_dev_;
