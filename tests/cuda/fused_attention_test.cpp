@@ -7,12 +7,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <numeric>
 #include <cstring>
 #include <random>
 #include <string>
 
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/attention_paged.hpp>
+#include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/kernels.hpp>
 
 #include "gpu_util.hpp"
@@ -540,6 +542,124 @@ TEST(FusedDecode, PagedRowsMatchOneRowOnAContiguousCache) {
             EXPECT_EQ(std::memcmp(pout.data(), pout2.data(), pout.size() * 4), 0) << "second launch differs";
         }
     }
+}
+
+// gpt-oss's form of the paged launch (RoPE from a frequency table scaled by
+// attn_factor, per-head sinks, a window): against rope_table_store_kv +
+// attention_paged, the two kernels it replaces in a batched step, over the
+// same pool: the same K/V bits stored, outputs within float rounding.
+TEST(FusedDecode, PagedTableRopeAndSinksMatchTheTwoKernelPath) {
+    REQUIRE_GPU();
+    constexpr int B = ehcuda::kPagedBlockTokens;
+    const int hd = 64, H = 16, KV = 2, window = 40;
+    const std::vector<int> lens = {1, 17, 65, 300};
+    const int R = int(lens.size()), ld = (H + 2 * KV) * hd, n_out = H * hd;
+    const size_t row = size_t(KV) * hd, nr = lens.size();
+    std::mt19937 rng(11);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    int nblk = 0;
+    for (int len : lens) nblk += (len + B - 1) / B;
+    std::vector<int32_t> ids(size_t(nblk + 2));
+    std::iota(ids.begin(), ids.end(), 0);
+    std::shuffle(ids.begin(), ids.end(), rng);
+    std::vector<__half> pool(ids.size() * B * row);
+    for (auto& x : pool) x = __float2half(nd(rng));
+    std::vector<float> qkv(nr * ld), inv_freq(size_t(hd / 2)), sinks(static_cast<size_t>(H));
+    for (auto& x : qkv) x = nd(rng);
+    for (int i = 0; i < hd / 2; ++i) inv_freq[size_t(i)] = float(std::pow(150000.0, -2.0 * i / hd)) * (i % 3 ? 1.0f : 0.25f);
+    for (auto& x : sinks) x = nd(rng) + 1.0f;
+    std::vector<int32_t> pos(nr), store(nr), table_at(nr), tables;
+    for (size_t r = 0; r < nr; ++r) {
+        table_at[r] = int32_t(tables.size());
+        for (int b = 0; b < (lens[r] + B - 1) / B; ++b) tables.push_back(ids[tables.size()]);
+        pos[r] = lens[r] - 1;
+        store[r] = tables[size_t(table_at[r] + pos[r] / B)] * B + pos[r] % B;
+    }
+    const ehcuda::DeviceBuffer dpos = to_device(pos), dstore = to_device(store), dtab = to_device(table_at),
+                               dtables = to_device(tables), dfreq = to_device(inv_freq), dsinks = to_device(sinks);
+    auto run = [&](bool fused, std::vector<float>& out, std::vector<__half>& k, std::vector<__half>& v) {
+        ehcuda::DeviceBuffer dq = to_device(qkv), dk = to_device(pool), dv = to_device(pool);
+        ehcuda::DeviceBuffer dout = to_device(std::vector<float>(nr * n_out, -7.0f));
+        const int nsplit = 5;
+        ehcuda::DeviceBuffer scratch(ehcuda::attention_decode_scratch_floats(R * H, hd, nsplit) * 4);
+        ehcuda::DeviceBuffer counters = to_device(std::vector<uint32_t>(ehcuda::attention_decode_counters(H, R), 0u));
+        if (fused) {
+            ehcuda::DecodeAttnArgs a;
+            a.qkv = dq.as<float>();
+            a.n_head = H;
+            a.n_kv = KV;
+            a.head_dim = hd;
+            a.n_rot = hd;
+            a.neox = true;
+            a.inv_freq = dfreq.as<float>();
+            a.attn_factor = 1.3f;
+            a.sinks = dsinks.as<float>();
+            a.k_cache = dk.as<__half>();
+            a.v_cache = dv.as<__half>();
+            a.window = window;
+            a.scale = 1 / std::sqrt(float(hd));
+            a.out = dout.as<float>();
+            a.nsplit = nsplit;
+            a.scratch = scratch.as<float>();
+            a.counters = counters.as<uint32_t>();
+            a.paged = true;
+            a.nrows = R;
+            a.ldqkv = ld;
+            a.ldo = n_out;
+            a.d_pos = dpos.as<int32_t>();
+            a.d_rows = dstore.as<int32_t>();
+            a.d_table = dtab.as<int32_t>();
+            a.tables = dtables.as<int32_t>();
+            ASSERT_NO_THROW(ehcuda::rope_attention_decode(a, nullptr));
+        } else {
+            ehcuda::RopeTableArgs r;
+            r.qkv = dq.as<float>();
+            r.ld = ld;
+            r.n_head = H;
+            r.n_kv = KV;
+            r.head_dim = hd;
+            r.n_rot = hd;
+            r.neox = true;
+            r.inv_freq = dfreq.as<float>();
+            r.attn_factor = 1.3f;
+            r.ntok = R;
+            r.k_cache = dk.as<__half>();
+            r.v_cache = dv.as<__half>();
+            r.d_pos = dpos.as<int32_t>();
+            r.d_rows = dstore.as<int32_t>();
+            ASSERT_NO_THROW(ehcuda::rope_table_store_kv(r, nullptr));
+            ehcuda::PagedAttnArgs at;
+            at.q = dq.as<float>();
+            at.ldq = ld;
+            at.k_pool = dk.as<__half>();
+            at.v_pool = dv.as<__half>();
+            at.n_head = H;
+            at.n_kv = KV;
+            at.head_dim = hd;
+            at.ntok = R;
+            at.d_pos = dpos.as<int32_t>();
+            at.d_table = dtab.as<int32_t>();
+            at.tables = dtables.as<int32_t>();
+            at.window = window;
+            at.scale = 1 / std::sqrt(float(hd));
+            at.sinks = dsinks.as<float>();
+            at.out = dout.as<float>();
+            at.ldo = n_out;
+            ASSERT_NO_THROW(ehcuda::attention_paged(at, nullptr));
+        }
+        GPU_OK(cudaDeviceSynchronize());
+        out = to_host<float>(dout, nr * n_out);
+        k = to_host<__half>(dk, pool.size());
+        v = to_host<__half>(dv, pool.size());
+    };
+    std::vector<float> fo, uo;
+    std::vector<__half> fk, fv, uk, uv;
+    run(true, fo, fk, fv);
+    run(false, uo, uk, uv);
+    EXPECT_TRUE(same_bits(fk, uk)) << "K pool differs from rope_table_store_kv's";
+    EXPECT_TRUE(same_bits(fv, uv)) << "V pool differs";
+    for (size_t i = 0; i < fo.size(); ++i)
+        ASSERT_NEAR(fo[i], uo[i], 2e-4 * (1 + std::fabs(uo[i]))) << "output " << i << " (row " << i / size_t(n_out) << ")";
 }
 
 TEST(FusedDecode, PagedRejectsBadArguments) {

@@ -210,6 +210,29 @@ __device__ __forceinline__ void load_key_group(const __half* kc, const __half* v
     }
 }
 
+// The rotary angle of pair i at position pos: the model's frequencies, or
+// (inv_freq set) its table scaled by attn_factor, as rope_table_store_kv
+// (gpt_ops.cu) computes it, so both leave the same bits in the cache.
+__device__ __forceinline__ void rope_angle(const DecodeAttnArgs& a, int pos, int i, float* sn, float* cs) {
+    if (a.inv_freq) {
+        sincosf(float(pos) * a.inv_freq[i], sn, cs);
+        *cs *= a.attn_factor;
+        *sn *= a.attn_factor;
+    } else {
+        detail::rope_sincos(pos, i, a.n_rot, a.freq_base, a.freq_factors, sn, cs);
+    }
+}
+
+// 1 / the softmax denominator of a head whose keys gave maximum M and sum
+// L (relative to M), as the factor the outputs (relative to M) take; with
+// sinks the head's sink logit joins the denominator.
+__device__ __forceinline__ float out_scale(const DecodeAttnArgs& a, int head, float M, float L) {
+    if (!a.sinks) return L > 0.0f ? 1.0f / L : 0.0f;
+    const float sk = a.sinks[head], Mo = fmaxf(M, sk);
+    const float f = M == -INFINITY ? 0.0f : __expf(M - Mo);
+    return f / (L * f + __expf(sk - Mo));
+}
+
 // o[d] of head `head` is val; with chunks (one row only) also element d of
 // the head's integer chunks (xb bits). d runs over a whole warp's 32 consecutive dims
 // (head dims are multiples of 32), so each warp quantizes one chunk.
@@ -278,7 +301,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     // The thread's first rotary angle needs only the position.
     const int half_rot = a.n_rot / 2;
     float sn0 = 0.0f, cs0 = 1.0f;
-    if (int(threadIdx.x) < half_rot) detail::rope_sincos(qpos, threadIdx.x, a.n_rot, a.freq_base, a.freq_factors, &sn0, &cs0);
+    if (int(threadIdx.x) < half_rot) rope_angle(a, qpos, threadIdx.x, &sn0, &cs0);
     if (early) {
         // (`spare` may be read while the QKV projection writes it: those
         // slots are overwritten before use.)
@@ -297,7 +320,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     const float* vrow = qkv + (a.n_head + a.n_kv) * HD + kvh * HD;
     for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
         float sn = sn0, cs = cs0, y0, y1;
-        if (i != int(threadIdx.x)) detail::rope_sincos(qpos, i, a.n_rot, a.freq_base, a.freq_factors, &sn, &cs);
+        if (i != int(threadIdx.x)) rope_angle(a, qpos, i, &sn, &cs);
         const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
         detail::rope_rotate(qrow[i0], qrow[i1], sn, cs, &y0, &y1);
         sq[i0] = y0;
@@ -384,7 +407,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     if (nact == 1) {
         // The only split: the merge would scale by exp(0) = 1, so this is
         // what it would write.
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        const float inv = out_scale(a, head, M, L);
         for (int d = threadIdx.x; d < HD; d += blockDim.x) {
             float A = 0.0f;
 #pragma unroll
@@ -449,7 +472,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
                 ms[s] = __expf(ms[s] - M);
                 L += ls[s] * ms[s];
             }
-        const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+        const float inv = out_scale(a, head, M, L);
 #pragma unroll
         for (int i = 0; i < kDims; ++i) {
             const int d = threadIdx.x + i * kDecodeWarps * 32;
@@ -476,7 +499,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     __syncthreads();
     L = 0.0f;
     for (int s = 0; s < nact; ++s) L += sm_sl[s] * sm_sm[s];
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
+    const float inv = out_scale(a, head, M, L);
     for (int d = threadIdx.x; d < HD; d += blockDim.x) {
         float A = 0.0f;
 #pragma unroll 8
@@ -562,6 +585,18 @@ void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_
 
 size_t attention_decode_counters(int n_head, int nrows) { return size_t(n_head > 0 && nrows > 0 ? n_head * nrows : 0); }
 
+bool attention_decode_fused_takes(int nrows, int n_head, int n_kv, int head_dim) {
+    // Up to 16 rows, and any number without GQA. Past it, the paged
+    // attention's blocks, which serve a KV head's whole query group, read
+    // each key once instead of once per query head. H200, the llama-cuda
+    // Bench.Batched_*, ms per step fused / RoPE + paged: Qwen2.5-0.5B (7
+    // query heads per KV head) 0.629 / 0.778 at 1 row, 2.64 / 2.74 at 16,
+    // 2.98 / 2.88 at 32, 3.76 / 3.63 at 64; Phi-3-mini (no GQA) 1.48 / 1.80
+    // at 1, 10.8 / 11.9 at 64.
+    constexpr int kMaxRowsWithGqa = 16;
+    return attention_head_dim_fast(head_dim) && (nrows <= kMaxRowsWithGqa || n_head == n_kv);
+}
+
 int attention_decode_row_splits(uint32_t seq_cap, int n_head, int nrows) {
     // Enough blocks to fill the GPU a few times over: one row alone gets the
     // splits a full cache needs, 64 rows of 14 heads one split each.
@@ -588,6 +623,8 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     validate(at);
     if (a.n_rot <= 0 || a.n_rot > a.head_dim || a.n_rot % 2)
         throw ehp::Error(EH_INTERNAL, "rope_attention_decode: bad rotary dimension");
+    if ((a.inv_freq || a.sinks) && !attention_head_dim_fast(a.head_dim))
+        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: a RoPE table or sinks need head dim 64/96/128/256");
     if (a.paged) {
         if (!attention_head_dim_fast(a.head_dim) || a.nrows < 1 || !a.d_pos || !a.d_rows || !a.d_table || !a.tables ||
             a.ldqkv < at.ldq || a.ldo < at.ldo || a.out_chunks && a.nrows != 1)

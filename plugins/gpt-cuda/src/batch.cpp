@@ -94,6 +94,15 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         ps.moe_ff = c_.n_ff_exp;
         moe_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream(), L);
     }
+    if (c_.arch != Arch::Gpt2 && ehcuda::attention_head_dim_fast(c_.head_dim)) {
+        size_t heads_x_splits = 0;
+        for (int r = 1; r <= max_step_entries(); ++r)
+            heads_x_splits = std::max(heads_x_splits, size_t(r) * c_.n_head * decode_splits(r));
+        attn_scratch_ = ehcuda::DeviceBuffer(heads_x_splits * (c_.head_dim + 2) * 4, L);
+        attn_counters_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(c_.n_head, max_step_entries()) * 4, L);
+        EHC_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.size()));
+        if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
+    }
     workspace()->set_min_tokens(gemv_per_token_max_ + 1);
     init_pool();
 }
@@ -140,10 +149,50 @@ void Batch::normed_matmul(const ehcuda::MatSeg* segs, int nseg, const float* x, 
     matmul(segs, nseg, E, xn_.as<float>(), E, ehcuda::XMode::Plain, y, ldy, false, n);
 }
 
-void Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks) {
+int Batch::decode_splits(int rows) const {
+    return ehcuda::attention_decode_row_splits(max_seq_tokens(), c_.n_head, rows);
+}
+
+bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks,
+                   const ehcuda::MatSeg& attn_out) {
     cudaStream_t s = stream();
     const Config& c = c_;
     float* qkv = qkv_.as<float>();
+    if (v.decode && n_rot > 0 && attn_scratch_.size() &&
+        ehcuda::attention_decode_fused_takes(v.ntok, c.n_head, c.n_kv, c.head_dim)) {
+        // Decode rows: YaRN RoPE, the K/V store, split-K attention with the
+        // sinks in one launch (the session's decode attention, paged).
+        ehcuda::DecodeAttnArgs da;
+        da.qkv = qkv;
+        da.n_head = c.n_head;
+        da.n_kv = c.n_kv;
+        da.head_dim = c.head_dim;
+        da.n_rot = n_rot;
+        da.neox = true;
+        da.inv_freq = m_.inv_freq;
+        da.attn_factor = c.attn_factor;
+        da.sinks = sinks;
+        da.k_cache = k_pool(li);
+        da.v_cache = v_pool(li);
+        da.window = window;
+        da.scale = 1.0f / std::sqrt(float(c.head_dim));
+        da.out = attn_.as<float>();
+        da.nsplit = decode_splits(v.ntok);
+        da.scratch = attn_scratch_.as<float>();
+        da.counters = attn_counters_.as<uint32_t>();
+        const bool chunks = v.ntok == 1 && attn_chunks_.size() && ehcuda::gemv_takes_chunks(attn_out.w.type);
+        if (chunks) da.out_chunks = attn_chunks_.get();
+        da.paged = true;
+        da.nrows = v.ntok;
+        da.ldqkv = c.qkv_dim();
+        da.ldo = c.q_dim();
+        da.d_pos = v.d_pos;
+        da.d_rows = v.d_rows;
+        da.d_table = v.d_table;
+        da.tables = v.d_tables;
+        ehcuda::rope_attention_decode(da, s);
+        return chunks;
+    }
     ehcuda::RopeTableArgs r;  // gpt-oss: YaRN-scaled NEOX rotation from the model's table
     r.qkv = qkv;
     r.ld = c.qkv_dim();
@@ -179,6 +228,7 @@ void Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     at.out = attn_.as<float>();
     at.ldo = c.q_dim();
     ehcuda::attention_paged(at, s);
+    return false;
 }
 
 void Batch::gpt2_layer(int li, const ehcuda::StepView& v) {
@@ -192,7 +242,7 @@ void Batch::gpt2_layer(int li, const ehcuda::StepView& v) {
 
     ehcuda::layernorm(h, c.n_embd, L.attn_norm, L.attn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
     matmul(L.qkv, L.n_qkv, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, qkv_.as<float>(), c.qkv_dim(), false, T);
-    attend(li, v, 0, 0, nullptr);  // (no rotation: stores K and V)
+    attend(li, v, 0, 0, nullptr, L.attn_out);  // (no rotation: stores K and V)
     matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
     ehcuda::layernorm(h, c.n_embd, L.ffn_norm, L.ffn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
@@ -212,8 +262,10 @@ void Batch::gpt_oss_layer(int li, const ehcuda::StepView& v) {
     const bool one = T == 1 && moe_per_token_max_ >= 1 &&
                      ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
     normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
-    attend(li, v, c.n_rot, L.window, L.sinks);
-    matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
+    if (attend(li, v, c.n_rot, L.window, L.sinks, L.attn_out))
+        matmul(&L.attn_out, 1, c.q_dim(), attn_chunks_.as<float>(), c.q_dim(), ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
+    else
+        matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
     // (one token: the expert kernel routes for itself and reads h)
     normed_matmul(&L.router, 1, h, L.ffn_norm, router_.as<float>(), c.n_expert, T, one);

@@ -31,7 +31,10 @@ private:
     void gpt_oss_layer(int li, const ehcuda::StepView& v);
     // RoPE (none for gpt2) + K/V into the pool rows, then paged attention
     // of the step's qkv_ rows into attn_.
-    void attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks);
+    // Returns true when the attention output went to attn_chunks_ as the
+    // output projection's integer chunks (one decode row) instead of attn_.
+    bool attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks,
+                const ehcuda::MatSeg& attn_out);
     // The experts of layer li over the step's T tokens (routing in ids_ /
     // wts_ already, or done by the one-token kernel when T == 1).
     void moe(int li, int T);
@@ -52,6 +55,10 @@ private:
     int gemv_per_token_max_;
     int moe_per_token_max_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_;
+    // gpt-oss decode rows: the paged fused decode attention's split scratch,
+    // counters and (one row) quantized output.
+    ehcuda::DeviceBuffer attn_scratch_, attn_counters_, attn_chunks_;
+    int decode_splits(int rows) const;
     // gpt-oss: the grouped-by-expert cuBLAS MoE's own workspace (the base's
     // has no MoE buffers), sized for kMoeChunk tokens: a step's MoE runs in
     // chunks of at most that many tokens.

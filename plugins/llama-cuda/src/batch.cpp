@@ -35,15 +35,6 @@ constexpr int kPerTokenGemvMax = 8;
 // Prefill chunks of at least this many tokens take the tensor-core
 // attention (one query tile), the rest of a step the paged CUDA-core one.
 constexpr int kTensorCoreChunk = 64;
-// Decode-only steps take the fused paged attention (RoPE, store and
-// split-K attention in one launch per layer) up to this many rows, and at
-// any size without GQA. Past it, the paged attention's blocks, which serve a
-// KV head's whole query group, read each key once instead of once per query
-// head. H200, Bench.Batched_*, ms per step fused / RoPE + paged: Qwen2.5-0.5B
-// (7 query heads per KV head) 0.629 / 0.778 at 1 row, 2.64 / 2.74 at 16,
-// 2.98 / 2.88 at 32, 3.76 / 3.63 at 64; Phi-3-mini (no GQA) 1.48 / 1.80 at
-// 1, 10.8 / 11.9 at 64.
-constexpr int kFusedDecodeMaxRows = 16;
 
 }  // namespace
 
@@ -235,7 +226,7 @@ void Batch::forward(const ehcuda::StepView& v) {
         if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
 
         ehcuda::MatSeg out{L.attn_out};
-        if (v.decode && fused_attn_ && (T <= kFusedDecodeMaxRows || c.n_head == c.n_kv)) {
+        if (v.decode && fused_attn_ && ehcuda::attention_decode_fused_takes(T, c.n_head, c.n_kv, c.head_dim)) {
             // One token: the attention leaves its output quantized for the
             // output projection, which then stages nothing (as a session's
             // decode step).

@@ -303,11 +303,22 @@ struct DecodeAttnArgs {
     const int32_t* d_rows = nullptr;
     const int32_t* d_table = nullptr;
     const int32_t* tables = nullptr;
+    // gpt-oss: RoPE from a frequency table (n_rot / 2 entries, device) with
+    // cos and sin scaled by attn_factor, as RopeTableArgs (gpt_ops.hpp),
+    // instead of freq_base / freq_factors; per-head sink logits (device,
+    // n_head) that join each head's softmax denominator.
+    const float* inv_freq = nullptr;
+    float attn_factor = 1.0f;
+    const float* sinks = nullptr;
 };
 size_t attention_decode_counters(int n_head, int nrows = 1);
 // Splits for a paged launch of nrows rows whose sequences hold at most
 // seq_cap positions: fewer as the rows alone fill the GPU.
 int attention_decode_row_splits(uint32_t seq_cap, int n_head, int nrows);
+// Whether a batched step's nrows decode rows take the paged
+// rope_attention_decode (one launch per layer) rather than RoPE + store and
+// attention_paged (attention_paged.hpp).
+bool attention_decode_fused_takes(int nrows, int n_head, int n_kv, int head_dim);
 void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream);
 // How the decode attention kernels (this one and the sink attention) read
 // the cache, for measurements and tests; the results are the same bits
