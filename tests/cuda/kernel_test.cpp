@@ -17,7 +17,8 @@ namespace ehtest {
 namespace {
 
 const uint32_t kTypes[] = {EH_TYPE_F32,  EH_TYPE_F16,  EH_TYPE_BF16, EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0,
-                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K,
+                           EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS};
 
 struct MatmulCase {
     uint32_t type;
@@ -581,7 +582,7 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
     for (ehcuda::GemvInput in : {ehcuda::GemvInput::Float, ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int8,
                                  ehcuda::GemvInput::Int16x2})
     for (uint32_t type : {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
-                          EH_TYPE_Q6_K}) {
+                          EH_TYPE_Q6_K, EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS}) {
         ehcuda::set_gemv_input(in);
         for (int mode = 0; mode < 4; ++mode) {
             // R = 4 (tall), R = 1, and split-K over 4 warps (short, long-K).

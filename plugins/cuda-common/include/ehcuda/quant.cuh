@@ -21,6 +21,19 @@
 //                       bit of element l of sub-block s
 //   Q6_K (210 B / 256): ql[128], qh[64], scales:i8[16], d:f16; two 128-element
 //                       halves, each four 32-element quarters (see load_chunk)
+//   Q2_K (84 B / 256):  scales[16] (4-bit scale | 4-bit min << 4 per 16 values),
+//                       qs[64], d, dmin:f16; chunk 4h+k (half h, quarter k)
+//                       is bits 2k..2k+1 of qs[32h..32h+32); x = d*sc*q - dmin*m
+//   Q3_K (110 B / 256): hmask[32], qs[64], scales[12] (16 x 6-bit, biased by
+//                       32), d:f16; q as Q2_K's plus a third bit, bit 4h+k of
+//                       hmask[l], that is *set* for the upper half: x =
+//                       d*(s-32)*(q - 4*!bit)
+//   IQ4_NL (18 B / 32): d:f16, qs[16] in Q4_0's nibble order; x = d*level[q]
+//                       with the 16 non-uniform levels below
+//   IQ4_XS (136 B / 256): d:f16, scales_h:u16, scales_l[4], qs[128]: eight
+//                       IQ4_NL-like 32-value sub-blocks (qs[16s..16s+16)), a
+//                       6-bit scale each (low nibble from scales_l, high 2
+//                       bits from scales_h); x = d*(ls-32)*level[q]
 #pragma once
 
 #include <cuda_bf16.h>
@@ -49,6 +62,37 @@ __device__ __forceinline__ void k4_scale_min(const uint8_t* s, int j, float& sc,
         sc = float((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
         mn = float((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
     }
+}
+
+// The IQ4 levels (ggml's kvalues_iq4nl: -127 -104 -83 -65 -49 -35 -22 -10
+// 1 13 25 38 53 69 89 113) as int8 bytes, four to a word, so a lookup is a
+// byte permute rather than a load from a divergent table.
+constexpr uint32_t kIq4Levels[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};
+
+// The int8 levels of the four 4-bit codes in the bytes of q (each byte
+// 0..15), four to a word: each byte's low 3 bits pick one of 8 bytes of the
+// lower or upper half of the table, its bit 3 picks the half.
+__device__ __forceinline__ uint32_t iq4_levels4(uint32_t q) {
+    const uint32_t t = q | (q >> 4);                     // nibble pairs in bytes 0 and 2
+    const uint32_t sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);  // the four codes as 4-bit selectors
+    const uint32_t lo = __byte_perm(kIq4Levels[0], kIq4Levels[1], sel & 0x7777u);
+    const uint32_t hi = __byte_perm(kIq4Levels[2], kIq4Levels[3], sel & 0x7777u);
+    return __byte_perm(lo, hi, 0x3210u | ((sel & 0x8888u) >> 1));
+}
+
+// 6-bit scale (biased by 32) of Q3_K sub-blocks 8h+2k and 8h+2k+1: the
+// pair chunk 4h+k uses.
+__device__ __forceinline__ void k3_scales(const uint8_t* s, int h, int k, int& s0, int& s1) {
+    const int hs = 4 * h + 2 * (k >> 1);
+    const int hb = 8 + 2 * (k & 1);
+    s0 = (((s[2 * k] >> (4 * h)) & 15) | (((s[hb] >> hs) & 3) << 4)) - 32;
+    s1 = (((s[2 * k + 1] >> (4 * h)) & 15) | (((s[hb + 1] >> hs) & 3) << 4)) - 32;
+}
+
+// 6-bit scale (biased by 32) of IQ4_XS sub-block s.
+__device__ __forceinline__ int iq4xs_scale(const uint8_t* b, int s) {
+    const int sh = int(b[2]) | (int(b[3]) << 8);
+    return (((b[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((sh >> (2 * s)) & 3) << 4)) - 32;
 }
 
 template <int T>
@@ -214,6 +258,66 @@ __device__ __forceinline__ void load_chunk<EH_TYPE_Q6_K>(const uint8_t* row, int
     }
 }
 
+template <>
+__device__ __forceinline__ void load_chunk<EH_TYPE_Q2_K>(const uint8_t* row, int c, float (&v)[32]) {
+    const uint8_t* b = row + size_t(c >> 3) * 84;
+    const int s = c & 7, h = s >> 2, k = s & 3;
+    const float d = f16_at(b + 80), dmin = f16_at(b + 82);
+    const int sc0 = b[8 * h + 2 * k], sc1 = b[8 * h + 2 * k + 1];
+    const float d0 = d * float(sc0 & 15), m0 = dmin * float(sc0 >> 4);
+    const float d1 = d * float(sc1 & 15), m1 = dmin * float(sc1 >> 4);
+    const uint8_t* q = b + 16 + 32 * h;
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const float qv = float((q[j] >> (2 * k)) & 3);
+        v[j] = j < 16 ? d0 * qv - m0 : d1 * qv - m1;
+    }
+}
+
+template <>
+__device__ __forceinline__ void load_chunk<EH_TYPE_Q3_K>(const uint8_t* row, int c, float (&v)[32]) {
+    const uint8_t* b = row + size_t(c >> 3) * 110;
+    const int s = c & 7, h = s >> 2, k = s & 3;
+    int s0, s1;
+    k3_scales(b + 96, h, k, s0, s1);
+    const float d = f16_at(b + 108);
+    const float d0 = d * float(s0), d1 = d * float(s1);
+    const uint8_t* q = b + 32 + 32 * h;
+    const int m = 1 << (4 * h + k);
+#pragma unroll
+    for (int j = 0; j < 32; ++j) {
+        const int qv = ((q[j] >> (2 * k)) & 3) - ((b[j] & m) ? 0 : 4);
+        v[j] = (j < 16 ? d0 : d1) * float(qv);
+    }
+}
+
+// 16 IQ4 code bytes (Q4_0's nibble order) times d into v.
+__device__ __forceinline__ void iq4_decode16(const uint8_t* q, float d, float (&v)[32]) {
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const uint32_t u = u32_at(q + 4 * i);
+        const uint32_t lo = iq4_levels4(u & 0x0F0F0F0Fu), hi = iq4_levels4((u >> 4) & 0x0F0F0F0Fu);
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            v[4 * i + j] = d * float(int8_t(lo >> (8 * j)));
+            v[16 + 4 * i + j] = d * float(int8_t(hi >> (8 * j)));
+        }
+    }
+}
+
+template <>
+__device__ __forceinline__ void load_chunk<EH_TYPE_IQ4_NL>(const uint8_t* row, int c, float (&v)[32]) {
+    const uint8_t* b = row + size_t(c) * 18;
+    iq4_decode16(b + 2, f16_at(b), v);
+}
+
+template <>
+__device__ __forceinline__ void load_chunk<EH_TYPE_IQ4_XS>(const uint8_t* row, int c, float (&v)[32]) {
+    const uint8_t* b = row + size_t(c >> 3) * 136;
+    const int s = c & 7;
+    iq4_decode16(b + 8 + 16 * s, f16_at(b) * float(iq4xs_scale(b, s)), v);
+}
+
 // Address of the bulk of chunk c's bytes (for prefetching); the type at
 // run time (a mixed-type launch) or as a template argument.
 __device__ __forceinline__ const uint8_t* chunk_ptr(int type, const uint8_t* row, int c) {
@@ -228,6 +332,10 @@ __device__ __forceinline__ const uint8_t* chunk_ptr(int type, const uint8_t* row
     case EH_TYPE_Q4_K: return row + size_t(c >> 3) * 144 + 16 + 32 * ((c & 7) >> 1);
     case EH_TYPE_Q5_K: return row + size_t(c >> 3) * 176 + 48 + 32 * ((c & 7) >> 1);
     case EH_TYPE_Q6_K: return row + size_t(c >> 3) * 210 + 64 * ((c & 7) >> 2);
+    case EH_TYPE_Q2_K: return row + size_t(c >> 3) * 84 + 16 + 32 * ((c & 7) >> 2);
+    case EH_TYPE_Q3_K: return row + size_t(c >> 3) * 110 + 32 + 32 * ((c & 7) >> 2);
+    case EH_TYPE_IQ4_NL: return row + size_t(c) * 18;
+    case EH_TYPE_IQ4_XS: return row + size_t(c >> 3) * 136 + 8 + 16 * (c & 7);
     default: return row;
     }
 }
@@ -255,6 +363,10 @@ __device__ __forceinline__ bool dispatch_type(int type, F&& f) {
     case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); return true;
     case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); return true;
     case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); return true;
+    case EH_TYPE_Q2_K: f.template operator()<EH_TYPE_Q2_K>(); return true;
+    case EH_TYPE_Q3_K: f.template operator()<EH_TYPE_Q3_K>(); return true;
+    case EH_TYPE_IQ4_NL: f.template operator()<EH_TYPE_IQ4_NL>(); return true;
+    case EH_TYPE_IQ4_XS: f.template operator()<EH_TYPE_IQ4_XS>(); return true;
     default: return false;
     }
 }

@@ -39,6 +39,14 @@ __device__ __forceinline__ void load_words2(const uint8_t* p, uint32_t (&out)[N]
     for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(x[i], x[i + 1], sh);
 }
 
+// N 32-bit words from a 4-byte-aligned address (Q2_K's 84-byte blocks).
+template <int N, bool Shared = false>
+__device__ __forceinline__ void load_words4(const uint8_t* p, uint32_t (&out)[N]) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = Shared ? w[i] : __ldg(w + i);
+}
+
 // Spreads 4 bits (b0..b3) to bit 4 of each byte.
 __device__ __forceinline__ uint32_t spread4(uint32_t b) {
     return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
@@ -191,6 +199,67 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         }
         return f16_at(b + 208) * x.d *
                (float(sc[0]) * to_f(si0 - 32 * x.sum_lo) + float(sc[1]) * to_f(si1 - 32 * x.sum_hi));
+    } else if constexpr (T == EH_TYPE_Q2_K) {
+        // chunk 4h+k: bits 2k..2k+1 of qs[32h..32h+32); elements 0..15 and
+        // 16..31 have their own 4-bit scale and min, applied to the half sums
+        const uint8_t* b = row + size_t(c >> 3) * 84;
+        const int s = c & 7, h = s >> 2, k = s & 3;
+        uint32_t q[8];
+        load_words4<8, Shared>(b + 16 + 32 * h, q);
+        S si0{}, si1{};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t v = (q[i] >> (2 * k)) & 0x03030303u;
+            if (i < 4) si0 = dot4(x, i, v, si0);
+            else si1 = dot4(x, i, v, si1);
+        }
+        const int sc0 = b[8 * h + 2 * k], sc1 = b[8 * h + 2 * k + 1];
+        return x.d * (f16_at(b + 80) * to_f((sc0 & 15) * si0 + (sc1 & 15) * si1) -
+                      f16_at(b + 82) * to_f((sc0 >> 4) * x.sum_lo + (sc1 >> 4) * x.sum_hi));
+    } else if constexpr (T == EH_TYPE_Q3_K) {
+        // Q2_K's two low bits plus hmask's bit as bit 2: codes 0..7, less 4
+        // through the input code sums
+        const uint8_t* b = row + size_t(c >> 3) * 110;
+        const int s = c & 7, h = s >> 2, k = s & 3;
+        uint32_t q[8], hm[8];
+        load_words2<8, Shared>(b + 32 + 32 * h, q);
+        load_words2<8, Shared>(b, hm);
+        const int hs = 4 * h + k;
+        S si0{}, si1{};
+#pragma unroll
+        for (int i = 0; i < 8; ++i) {
+            const uint32_t v = ((q[i] >> (2 * k)) & 0x03030303u) | (((hm[i] >> hs) & 0x01010101u) << 2);
+            if (i < 4) si0 = dot4(x, i, v, si0);
+            else si1 = dot4(x, i, v, si1);
+        }
+        int s0, s1;
+        k3_scales(b + 96, h, k, s0, s1);
+        return f16_at(b + 108) * x.d * to_f(s0 * (si0 - 4 * x.sum_lo) + s1 * (si1 - 4 * x.sum_hi));
+    } else if constexpr (T == EH_TYPE_IQ4_NL) {
+        // codes through the level table (iq4_levels4) to signed bytes
+        const uint8_t* b = row + size_t(c) * 18;
+        uint32_t q[4];
+        load_words2<4, Shared>(b + 2, q);
+        S si{};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            si = dot4(x, i, iq4_levels4(q[i] & 0x0F0F0F0Fu), si);
+            si = dot4(x, 4 + i, iq4_levels4((q[i] >> 4) & 0x0F0F0F0Fu), si);
+        }
+        return f16_at(b) * x.d * to_f(si);
+    } else if constexpr (T == EH_TYPE_IQ4_XS) {
+        const uint8_t* b = row + size_t(c >> 3) * 136;
+        const int s = c & 7;
+        const uint2* p = reinterpret_cast<const uint2*>(b + 8 + 16 * s);  // 8-byte aligned
+        const uint2 qa = Shared ? p[0] : __ldg(p), qb = Shared ? p[1] : __ldg(p + 1);
+        const uint32_t q[4] = {qa.x, qa.y, qb.x, qb.y};
+        S si{};
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            si = dot4(x, i, iq4_levels4(q[i] & 0x0F0F0F0Fu), si);
+            si = dot4(x, 4 + i, iq4_levels4((q[i] >> 4) & 0x0F0F0F0Fu), si);
+        }
+        return f16_at(b) * float(iq4xs_scale(b, s)) * x.d * to_f(si);
     } else if constexpr (T == EH_TYPE_MXFP4) {
         // device layout (mxfp4.cuh): aligned 16-byte loads of the codes
         // and of the group's exponents; word k expands to input words k
@@ -228,6 +297,10 @@ __device__ __forceinline__ float dot_chunk_int_any(int type, const uint8_t* row,
     case EH_TYPE_Q4_K: return dot_chunk_int<EH_TYPE_Q4_K, Shared>(row, c, x);
     case EH_TYPE_Q5_K: return dot_chunk_int<EH_TYPE_Q5_K, Shared>(row, c, x);
     case EH_TYPE_Q6_K: return dot_chunk_int<EH_TYPE_Q6_K, Shared>(row, c, x);
+    case EH_TYPE_Q2_K: return dot_chunk_int<EH_TYPE_Q2_K, Shared>(row, c, x);
+    case EH_TYPE_Q3_K: return dot_chunk_int<EH_TYPE_Q3_K, Shared>(row, c, x);
+    case EH_TYPE_IQ4_NL: return dot_chunk_int<EH_TYPE_IQ4_NL, Shared>(row, c, x);
+    case EH_TYPE_IQ4_XS: return dot_chunk_int<EH_TYPE_IQ4_XS, Shared>(row, c, x);
     default: return 0.0f;  // the host launches only these
     }
 }
@@ -235,7 +308,8 @@ __device__ __forceinline__ float dot_chunk_int_any(int type, const uint8_t* row,
 template <int T>
 constexpr bool has_int_input_path() {
     return T == EH_TYPE_MXFP4 || T == EH_TYPE_Q4_0 || T == EH_TYPE_Q4_1 || T == EH_TYPE_Q5_0 || T == EH_TYPE_Q5_1 || T == EH_TYPE_Q8_0 ||
-           T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K || T == EH_TYPE_Q6_K;
+           T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K || T == EH_TYPE_Q6_K || T == EH_TYPE_Q2_K || T == EH_TYPE_Q3_K ||
+           T == EH_TYPE_IQ4_NL || T == EH_TYPE_IQ4_XS;
 }
 
 // Bytes from a row's start to chunk c's block, for c a multiple of 16
@@ -254,6 +328,10 @@ __host__ __device__ constexpr size_t chunk_run_offset(int c) {
     case EH_TYPE_Q4_K: return size_t(c >> 3) * 144;
     case EH_TYPE_Q5_K: return size_t(c >> 3) * 176;
     case EH_TYPE_Q6_K: return size_t(c >> 3) * 210;
+    case EH_TYPE_Q2_K: return size_t(c >> 3) * 84;
+    case EH_TYPE_Q3_K: return size_t(c >> 3) * 110;
+    case EH_TYPE_IQ4_NL: return size_t(c) * 18;
+    case EH_TYPE_IQ4_XS: return size_t(c >> 3) * 136;
     default: return mxfp4_group_offset(c);
     }
 }
