@@ -36,7 +36,7 @@ TEST(QuantSlab, DequantRowsMatchesCpuReference) {
         ehcuda::prefill::dequant_rows(type, dw.get(), rs, rows, cols, out.as<__half>(), nullptr);
         GPU_OK(cudaDeviceSynchronize());
         const auto got = to_host<uint16_t>(out, size_t(rows) * cols);
-        std::vector<float> ref(size_t(cols));
+        std::vector<float> ref(static_cast<size_t>(cols));
         size_t bad = 0, nonzero = 0;
         for (int r = 0; r < rows; ++r) {
             dequant_row(type, w.data() + rs * r, cols, ref.data());
