@@ -69,15 +69,24 @@ __device__ __forceinline__ void k4_scale_min(const uint8_t* s, int j, float& sc,
 // byte permute rather than a load from a divergent table.
 constexpr uint32_t kIq4Levels[4] = {0xBFAD9881u, 0xF6EADDCFu, 0x26190D01u, 0x71594535u};
 
-// The int8 levels of the four 4-bit codes in the bytes of q (each byte
-// 0..15), four to a word: each byte's low 3 bits pick one of 8 bytes of the
-// lower or upper half of the table, its bit 3 picks the half.
-__device__ __forceinline__ uint32_t iq4_levels4(uint32_t q) {
-    const uint32_t t = q | (q >> 4);                     // nibble pairs in bytes 0 and 2
-    const uint32_t sel = (t & 0xFFu) | ((t >> 8) & 0xFF00u);  // the four codes as 4-bit selectors
-    const uint32_t lo = __byte_perm(kIq4Levels[0], kIq4Levels[1], sel & 0x7777u);
-    const uint32_t hi = __byte_perm(kIq4Levels[2], kIq4Levels[3], sel & 0x7777u);
-    return __byte_perm(lo, hi, 0x3210u | ((sel & 0x8888u) >> 1));
+// The int8 levels of the four 4-bit codes in the low 16 bits of s (one
+// per nibble), four to a word: each code's low 3 bits pick one of 8 bytes of
+// the lower or upper half of the table, its bit 3 picks the half.
+__device__ __forceinline__ uint32_t iq4_levels4(uint32_t s) {
+    const uint32_t lo = __byte_perm(kIq4Levels[0], kIq4Levels[1], s & 0x7777u);
+    const uint32_t hi = __byte_perm(kIq4Levels[2], kIq4Levels[3], s & 0x7777u);
+    return __byte_perm(lo, hi, 0x3210u | ((s & 0x8888u) >> 1));
+}
+
+// The levels of the eight codes in one word u of IQ4 code bytes (Q4_0's
+// order: byte j holds element j's code low, element j+16's high): lo gets
+// those of the low nibbles, hi of the high nibbles, each in element order.
+// The word's halves are already four selectors each (low, high, low, high
+// nibble), so no code is moved before the lookup, only the levels after.
+__device__ __forceinline__ void iq4_levels8(uint32_t u, uint32_t& lo, uint32_t& hi) {
+    const uint32_t a = iq4_levels4(u), b = iq4_levels4(u >> 16);
+    lo = __byte_perm(a, b, 0x6420u);
+    hi = __byte_perm(a, b, 0x7531u);
 }
 
 // 6-bit scale (biased by 32) of Q3_K sub-blocks 8h+2k and 8h+2k+1: the
@@ -295,8 +304,8 @@ __device__ __forceinline__ void load_chunk<EH_TYPE_Q3_K>(const uint8_t* row, int
 __device__ __forceinline__ void iq4_decode16(const uint8_t* q, float d, float (&v)[32]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
-        const uint32_t u = u32_at(q + 4 * i);
-        const uint32_t lo = iq4_levels4(u & 0x0F0F0F0Fu), hi = iq4_levels4((u >> 4) & 0x0F0F0F0Fu);
+        uint32_t lo, hi;
+        iq4_levels8(u32_at(q + 4 * i), lo, hi);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             v[4 * i + j] = d * float(int8_t(lo >> (8 * j)));

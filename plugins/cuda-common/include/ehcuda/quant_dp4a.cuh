@@ -221,14 +221,28 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         // through the input code sums
         const uint8_t* b = row + size_t(c >> 3) * 110;
         const int s = c & 7, h = s >> 2, k = s & 3;
-        uint32_t q[8], hm[8];
-        load_words2<8, Shared>(b + 32 + 32 * h, q);
-        load_words2<8, Shared>(b, hm);
+        // hmask and qs are equally (2-byte) aligned: the codes are merged
+        // byte-wise in the aligned words, then moved into place once
+        // (load_words2's funnel shift, by 0 or 2 whole bytes)
+        const uintptr_t a = reinterpret_cast<uintptr_t>(b);
+        const uint32_t* wh = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+        const uint32_t* wq = reinterpret_cast<const uint32_t*>((a & ~uintptr_t(3)) + 32 + 32 * h);
+        const uint32_t sh = uint32_t(a & 2) * 8;
         const int hs = 4 * h + k;
+        uint32_t m[9];
+#pragma unroll
+        for (int i = 0; i < 9; ++i) {
+            if (i == 8 && !sh) {
+                m[i] = 0;
+                break;
+            }
+            const uint32_t qw = Shared ? wq[i] : __ldg(wq + i), hw = Shared ? wh[i] : __ldg(wh + i);
+            m[i] = ((qw >> (2 * k)) & 0x03030303u) | (((hw >> hs) & 0x01010101u) << 2);
+        }
         S si0{}, si1{};
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
-            const uint32_t v = ((q[i] >> (2 * k)) & 0x03030303u) | (((hm[i] >> hs) & 0x01010101u) << 2);
+            const uint32_t v = __funnelshift_r(m[i], m[i + 1], sh);
             if (i < 4) si0 = dot4(x, i, v, si0);
             else si1 = dot4(x, i, v, si1);
         }
@@ -236,15 +250,17 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         k3_scales(b + 96, h, k, s0, s1);
         return f16_at(b + 108) * x.d * to_f(s0 * (si0 - 4 * x.sum_lo) + s1 * (si1 - 4 * x.sum_hi));
     } else if constexpr (T == EH_TYPE_IQ4_NL) {
-        // codes through the level table (iq4_levels4) to signed bytes
+        // codes through the level table (iq4_levels8) to signed bytes
         const uint8_t* b = row + size_t(c) * 18;
         uint32_t q[4];
         load_words2<4, Shared>(b + 2, q);
         S si{};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            si = dot4(x, i, iq4_levels4(q[i] & 0x0F0F0F0Fu), si);
-            si = dot4(x, 4 + i, iq4_levels4((q[i] >> 4) & 0x0F0F0F0Fu), si);
+            uint32_t lo, hi;
+            iq4_levels8(q[i], lo, hi);
+            si = dot4(x, i, lo, si);
+            si = dot4(x, 4 + i, hi, si);
         }
         return f16_at(b) * x.d * to_f(si);
     } else if constexpr (T == EH_TYPE_IQ4_XS) {
@@ -256,8 +272,10 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         S si{};
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            si = dot4(x, i, iq4_levels4(q[i] & 0x0F0F0F0Fu), si);
-            si = dot4(x, 4 + i, iq4_levels4((q[i] >> 4) & 0x0F0F0F0Fu), si);
+            uint32_t lo, hi;
+            iq4_levels8(q[i], lo, hi);
+            si = dot4(x, i, lo, si);
+            si = dot4(x, 4 + i, hi, si);
         }
         return f16_at(b) * float(iq4xs_scale(b, s)) * x.d * to_f(si);
     } else if constexpr (T == EH_TYPE_MXFP4) {
