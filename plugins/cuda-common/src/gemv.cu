@@ -457,7 +457,7 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
         return;
     }
     bool mixed = d.ntok == 1 && detail::gemv_input_mode != GemvInput::Float && detail::gemv_mixed_enabled;
-    for (int s = 0; s < d.nseg; ++s) mixed &= detail::int_type(uint32_t(d.seg[s].type)) && d.seg[s].type != EH_TYPE_MXFP4;
+    for (int s = 0; s < d.nseg; ++s) mixed &= detail::mixed_launch_type(uint32_t(d.seg[s].type));
     if (mixed) {
         launch_gemv_mixed(d, stream);
         return;

@@ -149,4 +149,14 @@ inline bool int_type(uint32_t type) {
            type == EH_TYPE_IQ4_XS;
 }
 
+// The types a single-token launch of segments of different types decodes
+// (dot_chunk_int_any): the integer-path types but MXFP4 and the low-bit
+// ones (Q2_K, Q3_K, IQ4_NL, IQ4_XS), whose decoders would raise that
+// kernel's register use for every model; a launch with one of those goes
+// segment by segment.
+inline bool mixed_launch_type(uint32_t type) {
+    return int_type(type) && type != EH_TYPE_MXFP4 && type != EH_TYPE_Q2_K && type != EH_TYPE_Q3_K &&
+           type != EH_TYPE_IQ4_NL && type != EH_TYPE_IQ4_XS;
+}
+
 }  // namespace ehcuda::detail

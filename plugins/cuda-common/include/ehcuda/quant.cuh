@@ -104,6 +104,81 @@ __device__ __forceinline__ int iq4xs_scale(const uint8_t* b, int s) {
     return (((b[4 + (s >> 1)] >> (4 * (s & 1))) & 15) | (((sh >> (2 * s)) & 3) << 4)) - 32;
 }
 
+// N 32-bit words from a 2-byte-aligned address (blocks of 18, 22, 34 and
+// 210 bytes leave their fields there): N aligned word loads, one more when
+// the address is not 4-byte aligned, and funnel shifts; half the load
+// instructions of 16-bit loads. Reads nothing past the N words'
+// last byte's aligned word. Shared: p points into shared memory (a weight
+// tile the bulk GEMV copied there), read with ordinary loads.
+template <int N, bool Shared = false>
+__device__ __forceinline__ void load_words2(const uint8_t* p, uint32_t (&out)[N]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+    const uint32_t sh = uint32_t(a & 2) * 8;
+    uint32_t x[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) x[i] = Shared ? w[i] : __ldg(w + i);
+    x[N] = sh ? (Shared ? w[N] : __ldg(w + N)) : 0u;
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(x[i], x[i + 1], sh);
+}
+
+// N 32-bit words from a 4-byte-aligned address (Q2_K's 84-byte blocks).
+template <int N, bool Shared = false>
+__device__ __forceinline__ void load_words4(const uint8_t* p, uint32_t (&out)[N]) {
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(p);
+#pragma unroll
+    for (int i = 0; i < N; ++i) out[i] = Shared ? w[i] : __ldg(w + i);
+}
+
+// N (even) 32-bit words from an 8-byte-aligned address (IQ4_XS's
+// 136-byte blocks), two per load.
+template <int N, bool Shared = false>
+__device__ __forceinline__ void load_words8(const uint8_t* p, uint32_t (&out)[N]) {
+    const uint2* w = reinterpret_cast<const uint2*>(p);
+#pragma unroll
+    for (int i = 0; i < N / 2; ++i) {
+        const uint2 v = Shared ? w[i] : __ldg(w + i);
+        out[2 * i] = v.x;
+        out[2 * i + 1] = v.y;
+    }
+}
+
+// Q2_K chunk 4h+k of the block at b: its 32 two-bit codes as bytes, four
+// to a word in element order (bits 2k..2k+1 of qs[32h..32h+32)).
+template <bool Shared = false>
+__device__ __forceinline__ void q2k_codes(const uint8_t* b, int h, int k, uint32_t (&v)[8]) {
+    load_words4<8, Shared>(b + 16 + 32 * h, v);
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = (v[i] >> (2 * k)) & 0x03030303u;
+}
+
+// Q3_K chunk 4h+k of the block at b: codes 0..7 as bytes, four to a word
+// (Q2_K's two low bits from qs plus bit 4h+k of hmask[l] as bit 2; the
+// value is d * scale * (code - 4)). hmask and qs are equally (2-byte)
+// aligned, so the codes are merged byte-wise in aligned words and moved
+// into place once (load_words2's funnel shift, by 0 or 2 whole bytes).
+template <bool Shared = false>
+__device__ __forceinline__ void q3k_codes(const uint8_t* b, int h, int k, uint32_t (&v)[8]) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(b);
+    const uint32_t* wh = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
+    const uint32_t* wq = reinterpret_cast<const uint32_t*>((a & ~uintptr_t(3)) + 32 + 32 * h);
+    const uint32_t sh = uint32_t(a & 2) * 8;
+    const int hs = 4 * h + k;
+    uint32_t m[9];
+#pragma unroll
+    for (int i = 0; i < 9; ++i) {
+        if (i == 8 && !sh) {
+            m[i] = 0;
+            break;
+        }
+        const uint32_t qw = Shared ? wq[i] : __ldg(wq + i), hw = Shared ? wh[i] : __ldg(wh + i);
+        m[i] = ((qw >> (2 * k)) & 0x03030303u) | (((hw >> hs) & 0x01010101u) << 2);
+    }
+#pragma unroll
+    for (int i = 0; i < 8; ++i) v[i] = __funnelshift_r(m[i], m[i + 1], sh);
+}
+
 template <int T>
 __device__ __forceinline__ void load_chunk(const uint8_t* row, int c, float (&v)[32]);
 
@@ -275,12 +350,15 @@ __device__ __forceinline__ void load_chunk<EH_TYPE_Q2_K>(const uint8_t* row, int
     const int sc0 = b[8 * h + 2 * k], sc1 = b[8 * h + 2 * k + 1];
     const float d0 = d * float(sc0 & 15), m0 = dmin * float(sc0 >> 4);
     const float d1 = d * float(sc1 & 15), m1 = dmin * float(sc1 >> 4);
-    const uint8_t* q = b + 16 + 32 * h;
+    uint32_t q[8];
+    q2k_codes(b, h, k, q);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-        const float qv = float((q[j] >> (2 * k)) & 3);
-        v[j] = j < 16 ? d0 * qv - m0 : d1 * qv - m1;
-    }
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) {
+            const float qv = float((q[i] >> (8 * j)) & 0xFF);
+            v[4 * i + j] = i < 4 ? d0 * qv - m0 : d1 * qv - m1;
+        }
 }
 
 template <>
@@ -291,21 +369,21 @@ __device__ __forceinline__ void load_chunk<EH_TYPE_Q3_K>(const uint8_t* row, int
     k3_scales(b + 96, h, k, s0, s1);
     const float d = f16_at(b + 108);
     const float d0 = d * float(s0), d1 = d * float(s1);
-    const uint8_t* q = b + 32 + 32 * h;
-    const int m = 1 << (4 * h + k);
+    uint32_t q[8];
+    q3k_codes(b, h, k, q);
 #pragma unroll
-    for (int j = 0; j < 32; ++j) {
-        const int qv = ((q[j] >> (2 * k)) & 3) - ((b[j] & m) ? 0 : 4);
-        v[j] = (j < 16 ? d0 : d1) * float(qv);
-    }
+    for (int i = 0; i < 8; ++i)
+#pragma unroll
+        for (int j = 0; j < 4; ++j) v[4 * i + j] = (i < 4 ? d0 : d1) * float(int((q[i] >> (8 * j)) & 0xFF) - 4);
 }
 
-// 16 IQ4 code bytes (Q4_0's nibble order) times d into v.
-__device__ __forceinline__ void iq4_decode16(const uint8_t* q, float d, float (&v)[32]) {
+// Four words of IQ4 code bytes (16 bytes, Q4_0's nibble order) times d
+// into v.
+__device__ __forceinline__ void iq4_decode16(const uint32_t (&q)[4], float d, float (&v)[32]) {
 #pragma unroll
     for (int i = 0; i < 4; ++i) {
         uint32_t lo, hi;
-        iq4_levels8(u32_at(q + 4 * i), lo, hi);
+        iq4_levels8(q[i], lo, hi);
 #pragma unroll
         for (int j = 0; j < 4; ++j) {
             v[4 * i + j] = d * float(int8_t(lo >> (8 * j)));
@@ -317,14 +395,18 @@ __device__ __forceinline__ void iq4_decode16(const uint8_t* q, float d, float (&
 template <>
 __device__ __forceinline__ void load_chunk<EH_TYPE_IQ4_NL>(const uint8_t* row, int c, float (&v)[32]) {
     const uint8_t* b = row + size_t(c) * 18;
-    iq4_decode16(b + 2, f16_at(b), v);
+    uint32_t q[4];
+    load_words2<4>(b + 2, q);
+    iq4_decode16(q, f16_at(b), v);
 }
 
 template <>
 __device__ __forceinline__ void load_chunk<EH_TYPE_IQ4_XS>(const uint8_t* row, int c, float (&v)[32]) {
     const uint8_t* b = row + size_t(c >> 3) * 136;
     const int s = c & 7;
-    iq4_decode16(b + 8 + 16 * s, f16_at(b) * float(iq4xs_scale(b, s)), v);
+    uint32_t q[4];
+    load_words8<4>(b + 8 + 16 * s, q);
+    iq4_decode16(q, f16_at(b) * float(iq4xs_scale(b, s)), v);
 }
 
 // Address of the bulk of chunk c's bytes (for prefetching); the type at
