@@ -14,6 +14,7 @@
 #include "gpu_util.hpp"
 #include "host_reference.hpp"
 #include "plugin_handle.hpp"
+#include "plugin_positions.hpp"
 #include "prefill_gemm.hpp"
 #include "tiny_model.hpp"
 
@@ -80,6 +81,31 @@ TEST(QuantTypes, UnservedTypeIsRefusedByName) {
         EXPECT_EQ(m, nullptr);
         if (m) api->model_release(m);
     }
+}
+
+// llama-cuda on an F16 and a BF16 checkpoint rounded from the same F32
+// model gives the F32 model's logits (both through llama-cuda) within
+// twice to five times what cpu-reference shows for the rounding alone
+// (HalfCheckpoints.CpuReferenceF16AndBF16MatchF32: F16 2.0e-3, BF16 1.5e-2).
+TEST(HalfCheckpoints, LlamaCudaF16AndBF16MatchF32) {
+    REQUIRE_GPU();
+    const eh_plugin_api* api = llama_cuda_api();
+    ASSERT_NE(api, nullptr);
+    TinySpec spec;
+    spec.wtype = EH_TYPE_F32;
+    spec.magnitude = 0.08f;
+    TinyModel f32(spec), f16(spec), bf16(spec);
+    f16.round_matrices(EH_TYPE_F16);
+    bf16.round_matrices(EH_TYPE_BF16);
+    std::vector<int32_t> toks;
+    for (int i = 0; i < 32; ++i) toks.push_back(int32_t((i * 97 + 5) % spec.n_vocab));
+    const auto ref = run_positions(api, f32.view(), toks);
+    ASSERT_EQ(ref.size(), toks.size());
+    const double e16 = worst_relative(run_positions(api, f16.view(), toks), ref);
+    const double eb16 = worst_relative(run_positions(api, bf16.view(), toks), ref);
+    std::printf("llama-cuda vs F32: F16 %.2e, BF16 %.2e\n", e16, eb16);
+    EXPECT_LT(e16, 1e-2);
+    EXPECT_LT(eb16, 3e-2);
 }
 
 }  // namespace
