@@ -2,10 +2,10 @@
 //
 // Every supported type is decoded through one primitive: load_chunk<T>(row,
 // c, v) writes elements [32c, 32c+32) of a weight row into v. The legacy
-// types (Q4_0..Q8_0) have exactly one 32-element block per chunk; the K-quants
-// have 8 chunks per 256-element super-block (chunk = one sub-block with its
-// own 6-bit scale/min, or for Q6_K two 16-element scale groups); the float
-// types are plain. GEMV and GEMM kernels build on this, so no kernel ever
+// types (Q4_0..Q8_0, IQ4_NL) have exactly one 32-element block per chunk; the
+// K-quants and IQ4_XS have 8 chunks per 256-element super-block (chunk = one
+// sub-block with its own scale (and min), or for Q2_K, Q3_K and Q6_K two
+// 16-element scale groups); the float types are plain. GEMV and GEMM kernels build on this, so no kernel ever
 // holds a dequantized copy of a whole tensor.
 //
 // Byte layouts (little-endian, fp16 = IEEE half):
@@ -25,9 +25,8 @@
 //                       qs[64], d, dmin:f16; chunk 4h+k (half h, quarter k)
 //                       is bits 2k..2k+1 of qs[32h..32h+32); x = d*sc*q - dmin*m
 //   Q3_K (110 B / 256): hmask[32], qs[64], scales[12] (16 x 6-bit, biased by
-//                       32), d:f16; q as Q2_K's plus a third bit, bit 4h+k of
-//                       hmask[l], that is *set* for the upper half: x =
-//                       d*(s-32)*(q - 4*!bit)
+//                       32), d:f16; q as Q2_K's, and bit 4h+k of hmask[l]:
+//                       x = d*(s-32)*q where it is set, d*(s-32)*(q-4) where not
 //   IQ4_NL (18 B / 32): d:f16, qs[16] in Q4_0's nibble order; x = d*level[q]
 //                       with the 16 non-uniform levels below
 //   IQ4_XS (136 B / 256): d:f16, scales_h:u16, scales_l[4], qs[128]: eight
