@@ -365,9 +365,18 @@ TEST(Bench, DISABLED_GemvBandwidth) {
     const Shape shapes[] = {{EH_TYPE_Q4_K, 16384, 8192}, {EH_TYPE_Q6_K, 16384, 8192}, {EH_TYPE_Q5_0, 16384, 8192},
                             {EH_TYPE_Q8_0, 16384, 8192}, {EH_TYPE_Q4_0, 16384, 8192}, {EH_TYPE_F16, 16384, 8192},
                             {EH_TYPE_Q4_K, 16384, 3072}, {EH_TYPE_Q6_K, 3072, 8192},  {EH_TYPE_Q6_K, 896, 4864},
-                            {EH_TYPE_Q5_0, 9728, 896},   {EH_TYPE_Q8_0, 151936, 896}};
+                            {EH_TYPE_Q5_0, 9728, 896},   {EH_TYPE_Q8_0, 151936, 896},
+                            // llama.cpp's low-bit types: the large product, then a Llama-3-8B
+                            // ffn_gate/up (14336 x 4096) and ffn_down (4096 x 14336)
+                            {EH_TYPE_Q2_K, 16384, 8192}, {EH_TYPE_Q3_K, 16384, 8192}, {EH_TYPE_IQ4_NL, 16384, 8192},
+                            {EH_TYPE_IQ4_XS, 16384, 8192}, {EH_TYPE_Q2_K, 14336, 4096}, {EH_TYPE_Q3_K, 14336, 4096},
+                            {EH_TYPE_IQ4_NL, 14336, 4096}, {EH_TYPE_IQ4_XS, 14336, 4096}, {EH_TYPE_Q3_K, 4096, 14336},
+                            {EH_TYPE_IQ4_XS, 4096, 14336}};
+    // EH_BENCH_GEMV_TYPES=Q2_K,Q3_K,...: only those types' shapes.
+    const char* only = std::getenv("EH_BENCH_GEMV_TYPES");
     for (const Shape& sh : shapes) {
         const uint32_t type = sh.type;
+        if (only && ("," + std::string(only) + ",").find("," + ehp::type_name(type) + ",") == std::string::npos) continue;
         const int rows = sh.rows, cols = sh.cols;
         std::mt19937 rng(1);
         auto w = random_rows(type, rows, cols, rng);

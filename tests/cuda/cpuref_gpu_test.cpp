@@ -76,6 +76,10 @@ INSTANTIATE_TEST_SUITE_P(Archs, VsCpuReference,
                          ::testing::Values(Case{"llama", EH_TYPE_Q4_K}, Case{"qwen2", EH_TYPE_Q5_0},
                                            Case{"qwen2", EH_TYPE_Q8_0}, Case{"phi3", EH_TYPE_Q6_K},
                                            Case{"phi3", EH_TYPE_Q4_0}, Case{"llama", EH_TYPE_BF16},
+                                           Case{"llama", EH_TYPE_F16},
+                                           // the types of llama.cpp's Q2_K, Q3_K_S/M/L, IQ4_NL and IQ4_XS uploads
+                                           Case{"llama", EH_TYPE_Q2_K}, Case{"llama", EH_TYPE_Q3_K},
+                                           Case{"qwen2", EH_TYPE_IQ4_NL}, Case{"llama", EH_TYPE_IQ4_XS},
                                            // HF checkpoints as the host serves them: BF16 everywhere, llama's
                                            // Q/K rows unpermuted (NEOX rotation); qwen2 / phi3 rotate NEOX anyway
                                            Case{"llama", EH_TYPE_BF16, true}, Case{"qwen2", EH_TYPE_BF16, true},

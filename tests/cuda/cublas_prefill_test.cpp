@@ -21,7 +21,8 @@ namespace ehtest {
 namespace {
 
 const uint32_t kTypes[] = {EH_TYPE_F32,  EH_TYPE_F16,  EH_TYPE_BF16, EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0,
-                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K,
+                           EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS};
 
 // A workspace whose slab holds 64 rows of 1024 columns (128 KiB): the
 // 512-column, 200-row matrices below take two slabs.

@@ -183,8 +183,8 @@ TEST_P(FfnDecodeTest, MatchesTwoMatmulPathBitwiseAndHostMath) {
 
 std::vector<FfnCase> ffn_cases() {
     std::vector<FfnCase> v;
-    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1,
-                              EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K,
+                              EH_TYPE_Q5_K, EH_TYPE_Q6_K, EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS};
     for (uint32_t t : types)
         for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
             const uint32_t down = t == EH_TYPE_Q6_K ? EH_TYPE_Q4_K : EH_TYPE_Q6_K;
@@ -212,12 +212,12 @@ INSTANTIATE_TEST_SUITE_P(Types, FfnDecodeTest, ::testing::ValuesIn(ffn_cases()),
 // the two forms' blocks differ in warps.
 TEST(FfnDecode, BulkSlicesMatchRegisterForm) {
     REQUIRE_GPU();
-    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1,
-                              EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K,
+                              EH_TYPE_Q5_K, EH_TYPE_Q6_K, EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS};
     for (uint32_t t : types)
         for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2})
             for (bool norm : {false, true}) {
-                const bool k_quant = t == EH_TYPE_Q4_K || t == EH_TYPE_Q5_K || t == EH_TYPE_Q6_K;
+                const bool k_quant = eh_tensor_type_traits(t).block_elems == 256;
                 const FfnCase c{t, EH_TYPE_Q8_0, in, norm, true};
                 InputGuard guard(in);
                 // 72 or 73 chunks: 3 slices, the last of 8 or 9

@@ -88,7 +88,8 @@ TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
     // grid's warps refill their buffers).
     const Shape shapes[] = {{37, 96}, {300, 1024}, {4100, 640}, {8192, 1024}, {3072, 8192}, {70001, 256}};
     const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1,
-                              EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+                              EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K,
+                              EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS};
     int checked = 0;
     for (const Shape& sh : shapes)
         for (uint32_t type : types) {

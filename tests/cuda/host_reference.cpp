@@ -4,6 +4,7 @@
 #include <cstring>
 #include <stdexcept>
 
+#include <engine_host/quant_blocks.hpp>
 #include <engine_host/tensor_types.h>
 
 namespace ehtest {
@@ -86,6 +87,17 @@ void dequant_row(uint32_t type, const uint8_t* src, int cols, float* y) {
             uint32_t b = uint32_t(src[2 * i]) << 16 | uint32_t(src[2 * i + 1]) << 24;
             std::memcpy(&y[i], &b, 4);
         }
+        return;
+    case EH_TYPE_Q2_K:
+    case EH_TYPE_Q3_K:
+    case EH_TYPE_IQ4_NL:
+    case EH_TYPE_IQ4_XS:
+        // The types the CPU reference learnt from llama.cpp uploads: the GPU
+        // kernels are checked against its dequantization (plugin-abi's
+        // quant_blocks.hpp, itself checked against ggml's in
+        // tests/cpu_reference/quant_blocks_test.cpp), not a second copy here.
+        if (!ehp::quant::dequantize_row(type, src, y, uint64_t(cols)))
+            throw std::runtime_error("dequant_row: not whole blocks");
         return;
     default:
         break;
@@ -228,6 +240,11 @@ std::vector<uint8_t> random_rows(uint32_t type, int rows, int cols, std::mt19937
             put16(x + 208, f32_to_f16(0.00015f * m * u(rng)));
             break;
         }
+        // (scales and codes stay random; d sets the magnitude)
+        case EH_TYPE_Q2_K: put16(x + 80, f32_to_f16(0.002f * m * u(rng))); put16(x + 82, f32_to_f16(0.001f * m * u(rng))); break;
+        case EH_TYPE_Q3_K: put16(x + 108, f32_to_f16(0.0005f * m * u(rng))); break;
+        case EH_TYPE_IQ4_NL: put16(x, f32_to_f16(0.0004f * m * u(rng))); break;
+        case EH_TYPE_IQ4_XS: put16(x, f32_to_f16(0.00002f * m * u(rng))); break;
         default: throw std::runtime_error("random_rows: unsupported type");
         }
     }

@@ -17,7 +17,8 @@ namespace ehtest {
 namespace {
 
 const uint32_t kTypes[] = {EH_TYPE_F32,  EH_TYPE_F16,  EH_TYPE_BF16, EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0,
-                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K};
+                           EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K,
+                           EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS};
 
 struct MatmulCase {
     uint32_t type;
@@ -102,11 +103,12 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, MatmulTest, ::testing::ValuesIn(matmul_cases(
                              return ehp::type_name(info.param.type) + "_n" + std::to_string(info.param.ntok);
                          });
 
-TEST(Kernels, MultiSegmentMatmulWritesEachSlice) {
-    REQUIRE_GPU();
+// Three segments of different types in one matmul, also with the low-bit
+// types (as Q3_K_M files mix Q3_K, Q4_K and Q5_K among Q, K and V): those go
+// one launch per segment, the others share one (mixed_launch_type).
+void multi_segment_writes_each_slice(const uint32_t (&types)[3]) {
     const int cols = 256;
     std::mt19937 rng(5);
-    const uint32_t types[3] = {EH_TYPE_Q4_K, EH_TYPE_Q8_0, EH_TYPE_Q6_K};
     const int rows[3] = {64, 32, 32};
     std::vector<ehcuda::DeviceBuffer> bufs;
     std::vector<std::vector<float>> wf(3);
@@ -146,10 +148,17 @@ TEST(Kernels, MultiSegmentMatmulWritesEachSlice) {
             }
             // The int8-input path rounds x to 8 bits per 32 elements.
             const double tol = ehcuda::gemv_input() == ehcuda::GemvInput::Int8 ? 1.5e-2 : 1e-4;
-            EXPECT_NEAR(y[static_cast<size_t>(off + r)], e, tol * (mag + 1e-3));
+            EXPECT_NEAR(y[static_cast<size_t>(off + r)], e, tol * (mag + 1e-3)) << ehp::type_name(types[s]);
         }
         off += rows[s];
     }
+}
+
+TEST(Kernels, MultiSegmentMatmulWritesEachSlice) {
+    REQUIRE_GPU();
+    multi_segment_writes_each_slice({EH_TYPE_Q4_K, EH_TYPE_Q8_0, EH_TYPE_Q6_K});
+    multi_segment_writes_each_slice({EH_TYPE_Q3_K, EH_TYPE_Q4_K, EH_TYPE_IQ4_NL});
+    multi_segment_writes_each_slice({EH_TYPE_IQ4_XS, EH_TYPE_Q2_K, EH_TYPE_Q5_0});
 }
 
 // Qwen2.5's Q4_K_M layers mix Q5_0 and Q8_0 among Q, K and V: one
@@ -581,7 +590,7 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
     for (ehcuda::GemvInput in : {ehcuda::GemvInput::Float, ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int8,
                                  ehcuda::GemvInput::Int16x2})
     for (uint32_t type : {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
-                          EH_TYPE_Q6_K}) {
+                          EH_TYPE_Q6_K, EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS}) {
         ehcuda::set_gemv_input(in);
         for (int mode = 0; mode < 4; ++mode) {
             // R = 4 (tall), R = 1, and split-K over 4 warps (short, long-K).

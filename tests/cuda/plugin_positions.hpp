@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -50,6 +52,21 @@ inline std::vector<std::vector<float>> run_positions(const eh_plugin_api* api, c
     api->session_release(s);
     api->model_release(m);
     return out;
+}
+
+// The largest |a - b| over every position's logits, relative to the largest
+// |b| at that position (b: the reference).
+inline double worst_relative(const std::vector<std::vector<float>>& a, const std::vector<std::vector<float>>& b) {
+    double worst = 0;
+    for (size_t t = 0; t < a.size() && t < b.size(); ++t) {
+        double mx = 1e-6, err = 0;
+        for (size_t i = 0; i < b[t].size() && i < a[t].size(); ++i) {
+            mx = std::max(mx, double(std::fabs(b[t][i])));
+            err = std::max(err, double(std::fabs(a[t][i] - b[t][i])));
+        }
+        worst = std::max(worst, err / mx);
+    }
+    return worst;
 }
 
 }  // namespace ehtest

@@ -2,8 +2,11 @@
 // machine without a usable GPU (CI). Runs without the gpu label.
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstdlib>
+#include <fstream>
 #include <gtest/gtest.h>
+#include <sstream>
 #include <string>
 #include <sys/stat.h>
 #include <vector>
@@ -39,6 +42,27 @@ TEST(LlamaCudaProbe, InfoMatchesManifestLists) {
     std::vector<std::string> archs;
     for (const char* const* a = info->architectures; *a; ++a) archs.push_back(*a);
     EXPECT_EQ(archs, (std::vector<std::string>{"llama", "qwen2", "qwen3", "phi3"}));
+    // The quant kinds the plugin reports are the manifest's (the host's
+    // registry decides from the manifest, `engine-host plugins` prints it),
+    // and name the types of llama.cpp's low-bit uploads.
+    std::vector<std::string> quants;
+    for (const char* const* q = info->quant_kinds; *q; ++q) quants.push_back(*q);
+    std::ifstream f(EH_LLAMA_CUDA_MANIFEST);
+    ASSERT_TRUE(f) << EH_LLAMA_CUDA_MANIFEST;
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const std::string json = ss.str();
+    const size_t key = json.find("\"quant_kinds\"");
+    ASSERT_NE(key, std::string::npos);
+    const size_t open = json.find('[', key), close = json.find(']', key);
+    std::vector<std::string> listed;
+    for (size_t p = json.find('"', open); p < close; p = json.find('"', json.find('"', p + 1) + 1)) {
+        const size_t e = json.find('"', p + 1);
+        listed.push_back(json.substr(p + 1, e - p - 1));
+    }
+    EXPECT_EQ(quants, listed);
+    for (const char* t : {"Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS"})
+        EXPECT_NE(std::find(quants.begin(), quants.end(), t), quants.end()) << t;
 }
 
 TEST(LlamaCudaProbe, NeverCrashesAndExplainsUnsupported) {

@@ -133,6 +133,27 @@ void TinyModel::add_fake_tensor(const std::string& name, uint32_t type, uint64_t
     finish();
 }
 
+void TinyModel::round_matrices(uint32_t type) {
+    if (type != EH_TYPE_F16 && type != EH_TYPE_BF16) throw std::runtime_error("round_matrices: F16 or BF16 only");
+    for (auto& t : tensors_) {
+        if (t.type != EH_TYPE_F32 || t.n_dims < 2) continue;
+        const size_t n = t.nbytes / 4;
+        std::vector<uint8_t> bytes(n * 2);
+        for (size_t i = 0; i < n; ++i) {
+            float f;
+            std::memcpy(&f, static_cast<const uint8_t*>(t.data) + 4 * i, 4);
+            const uint16_t h = type == EH_TYPE_F16 ? f32_to_f16(f) : f32_to_bf16(f);
+            std::memcpy(&bytes[2 * i], &h, 2);
+        }
+        blobs_.push_back(std::move(bytes));
+        t.type = type;
+        t.nbytes = n * 2;
+        t.data = blobs_.back().data();
+    }
+    dequant_.clear();
+    finish();
+}
+
 void TinyModel::finish() {
     strings_.push_back(s_.arch);
     view_.struct_size = sizeof(eh_model_view);

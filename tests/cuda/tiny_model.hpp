@@ -47,6 +47,12 @@ public:
     // Logits [n][n_vocab] for every position of `tokens` (teacher forcing).
     std::vector<std::vector<float>> reference_logits(const std::vector<int32_t>& tokens) const;
 
+    // Rounds every F32 matrix (2-D tensor: token_embd, output and the layer
+    // matrices; not the norms and biases) to `type`, F16 or BF16: the same
+    // checkpoint saved in half precision, as a converter's --outtype f16 /
+    // bf16 writes it.
+    void round_matrices(uint32_t type);
+
     // Adds a tensor whose bytes are not backed (for VRAM pre-check tests).
     void add_fake_tensor(const std::string& name, uint32_t type, uint64_t d0, uint64_t d1);
 

@@ -54,11 +54,14 @@ constexpr int kPairMaxSlots = 4;
 // RW 2 (16 warps): 2, <= 64 registers, so two blocks share a
 // multiprocessor (at 72-107 registers one 512-thread block had it alone,
 // and Qwen2.5-0.5B's 152 blocks took two waves), wherever ptxas -v shows
-// no spills at 64: not Q5_K, Q6_K, nor Q5_0's bulk form.
+// no spills at 64: not Q5_K, Q6_K, Q3_K, Q5_0's bulk form nor Q2_K's register
+// form (128 bytes of spills).
 template <int TG, int Bits, int RW, bool Bulk>
 constexpr int pair_min_blocks() {
     if (RW == 4 && TG == EH_TYPE_MXFP4) return 3;
-    if (RW == 2 && Bits == 16 && TG != EH_TYPE_Q5_K && TG != EH_TYPE_Q6_K && !(Bulk && TG == EH_TYPE_Q5_0)) return 2;
+    if (RW == 2 && Bits == 16 && TG != EH_TYPE_Q5_K && TG != EH_TYPE_Q6_K && TG != EH_TYPE_Q3_K &&
+        !(Bulk && TG == EH_TYPE_Q5_0) && !(!Bulk && TG == EH_TYPE_Q2_K))
+        return 2;
     return 1;
 }
 

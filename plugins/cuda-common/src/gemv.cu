@@ -434,7 +434,7 @@ bool matmul_type_supported(uint32_t type) {
     switch (type) {
     case EH_TYPE_F32: case EH_TYPE_F16: case EH_TYPE_BF16: case EH_TYPE_Q4_0: case EH_TYPE_Q4_1:
     case EH_TYPE_Q5_0: case EH_TYPE_Q5_1: case EH_TYPE_Q8_0: case EH_TYPE_Q4_K: case EH_TYPE_Q5_K:
-    case EH_TYPE_Q6_K:
+    case EH_TYPE_Q6_K: case EH_TYPE_Q2_K: case EH_TYPE_Q3_K: case EH_TYPE_IQ4_NL: case EH_TYPE_IQ4_XS:
         return true;
     default:
         return false;
@@ -457,7 +457,7 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
         return;
     }
     bool mixed = d.ntok == 1 && detail::gemv_input_mode != GemvInput::Float && detail::gemv_mixed_enabled;
-    for (int s = 0; s < d.nseg; ++s) mixed &= detail::int_type(uint32_t(d.seg[s].type)) && d.seg[s].type != EH_TYPE_MXFP4;
+    for (int s = 0; s < d.nseg; ++s) mixed &= detail::mixed_launch_type(uint32_t(d.seg[s].type));
     if (mixed) {
         launch_gemv_mixed(d, stream);
         return;

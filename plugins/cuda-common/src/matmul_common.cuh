@@ -98,6 +98,10 @@ void host_dispatch(int type, F&& f) {
     case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); break;
     case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); break;
     case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); break;
+    case EH_TYPE_Q2_K: f.template operator()<EH_TYPE_Q2_K>(); break;
+    case EH_TYPE_Q3_K: f.template operator()<EH_TYPE_Q3_K>(); break;
+    case EH_TYPE_IQ4_NL: f.template operator()<EH_TYPE_IQ4_NL>(); break;
+    case EH_TYPE_IQ4_XS: f.template operator()<EH_TYPE_IQ4_XS>(); break;
     default: throw ehp::Error(EH_UNSUPPORTED, "matmul: unsupported weight type " + std::to_string(type));
     }
 }
@@ -128,6 +132,10 @@ bool int_type_dispatch(uint32_t type, F&& f) {
     case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); return true;
     case EH_TYPE_Q5_K: f.template operator()<EH_TYPE_Q5_K>(); return true;
     case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); return true;
+    case EH_TYPE_Q2_K: f.template operator()<EH_TYPE_Q2_K>(); return true;
+    case EH_TYPE_Q3_K: f.template operator()<EH_TYPE_Q3_K>(); return true;
+    case EH_TYPE_IQ4_NL: f.template operator()<EH_TYPE_IQ4_NL>(); return true;
+    case EH_TYPE_IQ4_XS: f.template operator()<EH_TYPE_IQ4_XS>(); return true;
     case EH_TYPE_MXFP4: f.template operator()<EH_TYPE_MXFP4>(); return true;
     default: return false;
     }
@@ -137,7 +145,18 @@ bool int_type_dispatch(uint32_t type, F&& f) {
 inline bool int_type(uint32_t type) {
     return type == EH_TYPE_MXFP4 || type == EH_TYPE_Q4_0 || type == EH_TYPE_Q4_1 || type == EH_TYPE_Q5_0 ||
            type == EH_TYPE_Q5_1 || type == EH_TYPE_Q8_0 || type == EH_TYPE_Q4_K || type == EH_TYPE_Q5_K ||
-           type == EH_TYPE_Q6_K;
+           type == EH_TYPE_Q6_K || type == EH_TYPE_Q2_K || type == EH_TYPE_Q3_K || type == EH_TYPE_IQ4_NL ||
+           type == EH_TYPE_IQ4_XS;
+}
+
+// The types a single-token launch of segments of different types decodes
+// (dot_chunk_int_any): the integer-path types but MXFP4 and the low-bit
+// ones (Q2_K, Q3_K, IQ4_NL, IQ4_XS), whose decoders would raise that
+// kernel's register use for every model; a launch with one of those goes
+// segment by segment.
+inline bool mixed_launch_type(uint32_t type) {
+    return int_type(type) && type != EH_TYPE_MXFP4 && type != EH_TYPE_Q2_K && type != EH_TYPE_Q3_K &&
+           type != EH_TYPE_IQ4_NL && type != EH_TYPE_IQ4_XS;
 }
 
 }  // namespace ehcuda::detail

@@ -20,25 +20,6 @@
 
 namespace ehcuda {
 
-// N 32-bit words from a 2-byte-aligned address (blocks of 18, 22, 34 and
-// 210 bytes leave their fields there): N aligned word loads, one more when
-// the address is not 4-byte aligned, and funnel shifts; half the load
-// instructions of 16-bit loads. Reads nothing past the N words'
-// last byte's aligned word. Shared: p points into shared memory (a weight
-// tile the bulk GEMV copied there), read with ordinary loads.
-template <int N, bool Shared = false>
-__device__ __forceinline__ void load_words2(const uint8_t* p, uint32_t (&out)[N]) {
-    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
-    const uint32_t* w = reinterpret_cast<const uint32_t*>(a & ~uintptr_t(3));
-    const uint32_t sh = uint32_t(a & 2) * 8;
-    uint32_t x[N + 1];
-#pragma unroll
-    for (int i = 0; i < N; ++i) x[i] = Shared ? w[i] : __ldg(w + i);
-    x[N] = sh ? (Shared ? w[N] : __ldg(w + N)) : 0u;
-#pragma unroll
-    for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(x[i], x[i + 1], sh);
-}
-
 // Spreads 4 bits (b0..b3) to bit 4 of each byte.
 __device__ __forceinline__ uint32_t spread4(uint32_t b) {
     return ((b & 1u) << 4) | ((b & 2u) << 11) | ((b & 4u) << 18) | ((b & 8u) << 25);
@@ -82,6 +63,35 @@ __device__ __forceinline__ int dot4(const XInt16& x, int k, uint32_t v, int acc)
 }
 __device__ __forceinline__ I2 dot4(const XInt16x2& x, int k, uint32_t v, I2 acc) {
     return I2{__dp2a_hi(x.w[2 * k + 1], int(v), __dp2a_lo(x.w[2 * k], int(v), acc.hi)), __dp4a(int(v), x.r[k], acc.lo)};
+}
+
+// Integer dot of 16 IQ4 code bytes (Q4_0's nibble order) with x: the
+// codes' levels (iq4_levels8), without the block's scale.
+template <class X>
+__device__ __forceinline__ typename X::Sum iq4_dot(const uint32_t (&q)[4], const X& x) {
+    typename X::Sum si{};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        uint32_t lo, hi;
+        iq4_levels8(q[i], lo, hi);
+        si = dot4(x, i, lo, si);
+        si = dot4(x, 4 + i, hi, si);
+    }
+    return si;
+}
+
+// Integer dots of 8 words of byte codes with x, the halves apart
+// (elements 0..15 and 16..31: the K-quants' 16-value sub-blocks).
+template <class X>
+__device__ __forceinline__ void dot_halves(const uint32_t (&q)[8], const X& x, typename X::Sum& lo,
+                                           typename X::Sum& hi) {
+    lo = {};
+    hi = {};
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        lo = dot4(x, i, q[i], lo);
+        hi = dot4(x, 4 + i, q[4 + i], hi);
+    }
 }
 
 // Weight chunk c of a row dotted with x (both scales applied). Shared: the
@@ -191,6 +201,43 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         }
         return f16_at(b + 208) * x.d *
                (float(sc[0]) * to_f(si0 - 32 * x.sum_lo) + float(sc[1]) * to_f(si1 - 32 * x.sum_hi));
+    } else if constexpr (T == EH_TYPE_Q2_K) {
+        // chunk 4h+k: bits 2k..2k+1 of qs[32h..32h+32); elements 0..15 and
+        // 16..31 have their own 4-bit scale and min, applied to the half sums
+        const uint8_t* b = row + size_t(c >> 3) * 84;
+        const int s = c & 7, h = s >> 2, k = s & 3;
+        uint32_t q[8];
+        q2k_codes<Shared>(b, h, k, q);
+        S si0, si1;
+        dot_halves(q, x, si0, si1);
+        const int sc0 = b[8 * h + 2 * k], sc1 = b[8 * h + 2 * k + 1];
+        return x.d * (f16_at(b + 80) * to_f((sc0 & 15) * si0 + (sc1 & 15) * si1) -
+                      f16_at(b + 82) * to_f((sc0 >> 4) * x.sum_lo + (sc1 >> 4) * x.sum_hi));
+    } else if constexpr (T == EH_TYPE_Q3_K) {
+        // codes 0..7 (q3k_codes), less 4 through the input code sums
+        const uint8_t* b = row + size_t(c >> 3) * 110;
+        const int s = c & 7, h = s >> 2, k = s & 3;
+        uint32_t q[8];
+        q3k_codes<Shared>(b, h, k, q);
+        S si0, si1;
+        dot_halves(q, x, si0, si1);
+        int s0, s1;
+        k3_scales(b + 96, h, k, s0, s1);
+        return f16_at(b + 108) * x.d * to_f(s0 * (si0 - 4 * x.sum_lo) + s1 * (si1 - 4 * x.sum_hi));
+    } else if constexpr (T == EH_TYPE_IQ4_NL) {
+        // codes through the level table (iq4_levels8) to signed bytes
+        const uint8_t* b = row + size_t(c) * 18;
+        uint32_t q[4];
+        load_words2<4, Shared>(b + 2, q);
+        const S si = iq4_dot(q, x);
+        return f16_at(b) * x.d * to_f(si);
+    } else if constexpr (T == EH_TYPE_IQ4_XS) {
+        const uint8_t* b = row + size_t(c >> 3) * 136;
+        const int s = c & 7;
+        uint32_t q[4];
+        load_words8<4, Shared>(b + 8 + 16 * s, q);
+        const S si = iq4_dot(q, x);
+        return f16_at(b) * float(iq4xs_scale(b, s)) * x.d * to_f(si);
     } else if constexpr (T == EH_TYPE_MXFP4) {
         // device layout (mxfp4.cuh): aligned 16-byte loads of the codes
         // and of the group's exponents; word k expands to input words k
@@ -228,14 +275,15 @@ __device__ __forceinline__ float dot_chunk_int_any(int type, const uint8_t* row,
     case EH_TYPE_Q4_K: return dot_chunk_int<EH_TYPE_Q4_K, Shared>(row, c, x);
     case EH_TYPE_Q5_K: return dot_chunk_int<EH_TYPE_Q5_K, Shared>(row, c, x);
     case EH_TYPE_Q6_K: return dot_chunk_int<EH_TYPE_Q6_K, Shared>(row, c, x);
-    default: return 0.0f;  // the host launches only these
+    default: return 0.0f;  // the host launches only these (mixed_launch_type)
     }
 }
 
 template <int T>
 constexpr bool has_int_input_path() {
     return T == EH_TYPE_MXFP4 || T == EH_TYPE_Q4_0 || T == EH_TYPE_Q4_1 || T == EH_TYPE_Q5_0 || T == EH_TYPE_Q5_1 || T == EH_TYPE_Q8_0 ||
-           T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K || T == EH_TYPE_Q6_K;
+           T == EH_TYPE_Q4_K || T == EH_TYPE_Q5_K || T == EH_TYPE_Q6_K || T == EH_TYPE_Q2_K || T == EH_TYPE_Q3_K ||
+           T == EH_TYPE_IQ4_NL || T == EH_TYPE_IQ4_XS;
 }
 
 // Bytes from a row's start to chunk c's block, for c a multiple of 16
@@ -254,6 +302,10 @@ __host__ __device__ constexpr size_t chunk_run_offset(int c) {
     case EH_TYPE_Q4_K: return size_t(c >> 3) * 144;
     case EH_TYPE_Q5_K: return size_t(c >> 3) * 176;
     case EH_TYPE_Q6_K: return size_t(c >> 3) * 210;
+    case EH_TYPE_Q2_K: return size_t(c >> 3) * 84;
+    case EH_TYPE_Q3_K: return size_t(c >> 3) * 110;
+    case EH_TYPE_IQ4_NL: return size_t(c) * 18;
+    case EH_TYPE_IQ4_XS: return size_t(c >> 3) * 136;
     default: return mxfp4_group_offset(c);
     }
 }
