@@ -72,7 +72,7 @@ if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
     ncu_summary "$OUT_DIR/ncu_pp.csv"
 fi
 
-SUBSET='Kernels.*:AllTypes/MatmulTest.*_n1:AllTypes/MatmulTest.*_n77:Shapes/*:DeviceSampler.*:ArchTypes/ModelVsReference.*/llama_Q4_K:ArchTypes/ModelVsReference.*/phi3_Q6_K:ArchTypes/ModelVsReference.*/qwen2_Q5_0:LlamaCuda.ContextFullAndBadTokens:LlamaCuda.GenerationIsReproducible'
+SUBSET=${MEM_FILTER:-'FusedDecode.*:PrefillAttention*:BatchedStep*:QuantTypes.*:Kernels.*:AllTypes/MatmulTest.*_n1:AllTypes/MatmulTest.*_n77:Shapes/*:DeviceSampler.*:ArchTypes/ModelVsReference.*/llama_Q4_K:ArchTypes/ModelVsReference.*/phi3_Q6_K:ArchTypes/ModelVsReference.*/qwen2_Q5_0:LlamaCuda.ContextFullAndBadTokens:LlamaCuda.GenerationIsReproducible'}
 if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
   if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
     step "compute-sanitizer memcheck (subset)"
@@ -82,7 +82,7 @@ if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; 
   fi
     step "compute-sanitizer racecheck (subset)"
     timeout "${SANITIZER_TIMEOUT:-120}" compute-sanitizer --tool racecheck --error-exitcode 3 "$T" --gtest_brief=1 \
-        --gtest_filter="${RACE_FILTER:-Shapes/*:DeviceSampler.TopK*:DeviceSampler.RepetitionPenalty*:Kernels.Rms*:AllTypes/MatmulTest.*/Q4_K_n77:AllTypes/MatmulTest.*/Q6_K_n1:ArchTypes/ModelVsReference.*/qwen2_Q4_K}" \
+        --gtest_filter="${RACE_FILTER:-FusedDecode.Paged*:PrefillAttention*:Shapes/*:DeviceSampler.TopK*:DeviceSampler.RepetitionPenalty*:Kernels.Rms*:AllTypes/MatmulTest.*/Q4_K_n77:AllTypes/MatmulTest.*/Q6_K_n1:ArchTypes/ModelVsReference.*/qwen2_Q4_K}" \
         > "$OUT_DIR/racecheck.log" 2>&1 || rc=1
     tail -n 4 "$OUT_DIR/racecheck.log"
 fi

@@ -3,9 +3,9 @@
 # one `run` call (carry [".device"]) has the build and the test data:
 #   engine-host and the GPU test binaries ($STAGE_BINS), the plugins and test
 #   plugins (libraries and manifests only), the shared libraries in
-#   <build>/lib, binaries and shared libraries stripped of debug info (not
-#   the plugins: their manifests pin their sha256); the ctest files, so
-#   `ctest -L gpu` works there; ../shared/testdata.
+#   <build>/lib, all stripped of debug info (a stripped plugin's manifest
+#   gets the stripped library's sha256, so the loader's pin still holds);
+#   the ctest files, so `ctest -L gpu` works there; ../shared/testdata.
 # Paths inside the archive are absolute paths of this machine, so binaries'
 # baked-in paths (test data, test plugins) hold there too. On the device:
 #   bash scripts/device-unpack.sh && <commands>
@@ -38,9 +38,22 @@ for n in ${STAGE_SKIP_PLUGINS:-}; do skip_re="$skip_re|/(lib)?eh-$n\.so$|/$n\.ma
   grep -Ev "$skip_re" | while read -r f; do copy "$f"; done
 (cd / && find "$build" -name CTestTestfile.cmake -o -name '*_tests.cmake' -o -name '*_include.cmake' \
    -o -name 'DartConfiguration.tcl' | grep -v '/CMakeFiles/') | while read -r f; do copy "$f"; done
+# gtest_discover_tests' ctest files include this CMake module by absolute path;
+# the GPU machine's CMake may be another version.
+for m in /usr/share/cmake-*/Modules/GoogleTestAddTests.cmake; do [ -f "$m" ] && copy "$m"; done
 mkdir -p "$stage$build/lib"
 cp -a "$build"/lib/*.so* "$stage$build/lib/" 2>/dev/null || true
 find "$stage$build/bin" "$stage$build/lib" -type f -exec strip --strip-debug {} + 2>/dev/null || true
+# Plugins: strip, then re-pin each manifest to its stripped library (only a
+# manifest that pinned the unstripped one: test plugins with a wrong pin keep it).
+find "$stage$build/plugins" "$stage$build/test-plugins" -name '*.manifest.json' 2>/dev/null | while read -r m; do
+  lib="$(dirname "$m")/$(sed -n 's/.*"library": *"\([^"]*\)".*/\1/p' "$m")"
+  [ -f "$lib" ] || continue
+  old=$(sha256sum "$lib" | cut -d' ' -f1)
+  grep -q "\"$old\"" "$m" || continue
+  strip --strip-debug "$lib"
+  sed -i "s/$old/$(sha256sum "$lib" | cut -d' ' -f1)/" "$m"
+done
 # The commit the build was made from (device-bench.sh reports it).
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+changes')" > "$stage$build/COMMIT"
 copy "$testdata"
@@ -51,5 +64,7 @@ rm -f "$stage$testdata"/tokenizers/*/vocab.json "$stage$testdata"/tokenizers/*/m
 for d in ${STAGE_DROP:-}; do rm -rf "$stage$testdata/$d"; done
 mkdir -p .device
 rm -f .device/stage.tar.gz .device/stage.tar.xz
-tar -C "$stage" -cf - . | xz -T2 -6 > .device/stage.tar.xz
+# One xz stream (-T1) with a 64 MiB window: the test binaries and the plugins
+# link the same kernels, and one stream stores them once.
+tar -C "$stage" -cf - . | xz -T1 -9 > .device/stage.tar.xz
 echo "staged $(du -h .device/stage.tar.xz | cut -f1) (build $build, testdata $testdata)"

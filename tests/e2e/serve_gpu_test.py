@@ -7,14 +7,16 @@
                    from `engine-host inspect --json`, + the KV cache of the
                    served context, from /health's kv_bytes_per_token)
   --memory cap10   device memory <= (weights + KV cache) * 1.10
-  --utf8           Chinese, emoji (ZWJ sequences too) and mixed scripts
-                   round-trip /tokenize -> /detokenize exactly (o200k has
-                   no normalizer; Qwen's NFC would fold e+U+0301); a sampled
-                   stream's pieces are each valid UTF-8 and join to
-                   /detokenize of the streamed ids
-  --oom            a job whose own n_ctx does not fit in free device memory
-                   ends with VRAM_OOM, memory is given back, the next request
-                   is served; with the memory back, the same n_ctx is served
+                   (the KV cache is the block pool the server allocates at
+                   start: kv_blocks_total x kv_block_tokens x bytes per token)
+  --oom            a KV pool that holds two full contexts
+                   (--kv-cache-size-mb) under six concurrent requests of
+                   nearly a context each: requests wait or are preempted,
+                   every one ends with `end` and the same greedy text as
+                   alone, device memory is unchanged afterwards; and with
+                   another process holding all but half the weights' bytes
+                   of device memory, serve exits non-zero with a message
+                   naming the memory, instead of hanging or crashing
 
 Prints the load rate (file bytes / load_ms of the model_load_complete log
 event) for the notes; that is a measurement, not an assertion.
@@ -50,14 +52,17 @@ def log(*a):
 
 
 class Server:
-    def __init__(self, eh, plugins, model, ctx, workdir):
-        self.log_path = os.path.join(workdir, "serve.log")
+    def __init__(self, eh, plugins, model, ctx, workdir, extra=(), log_name="serve.log", wait_listening=True):
+        self.log_path = os.path.join(workdir, log_name)
         self.logf = open(self.log_path, "w")
         args = [eh, "--plugins", plugins, "--model", model, "--port", "0", "--log-format", "json"]
         if ctx:
             args += ["--ctx-size", str(ctx)]
+        args += list(extra)
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
         self.port = None
+        if not wait_listening:
+            return
         for _ in range(600):
             ev = self.event("listening")
             if ev:
@@ -181,13 +186,22 @@ def check_memory(h, model_info, ctx, mode):
     weights = model_info["tensor_bytes"]
     used = h["vram_bytes_used"]
     kv = h["kv_cache_bytes"]
-    assert h["kv_bytes_per_token"] > 0, f"the plugin states no KV cost per token: {h}"
-    assert kv == ctx * h["kv_bytes_per_token"], (kv, ctx, h["kv_bytes_per_token"])
+    per = h["kv_bytes_per_token"]
+    sch = h["scheduler"]
+    assert per > 0, f"the plugin states no KV cost per token: {h}"
+    if sch["batched"]:
+        pool = sch["kv_blocks_total"] * sch["kv_block_tokens"]
+        assert kv == pool * per, (kv, sch, per)
+        assert pool >= ctx, f"the KV pool holds {pool} tokens, less than one context of {ctx}"
+        what = f"pool of {sch['kv_blocks_total']} blocks x {sch['kv_block_tokens']} tokens x {per} B"
+    else:
+        assert kv == ctx * per, (kv, ctx, per)
+        what = f"{ctx} x {per} B"
     expected = weights + kv
     ratio = used / expected
     log(f"device memory: used {used / 1e9:.3f} GB (model {h['vram_bytes_model'] / 1e9:.3f} GB), expected "
         f"{expected / 1e9:.3f} GB = tensors {weights / 1e9:.3f} GB + KV {kv / 1e9:.3f} GB "
-        f"({ctx} x {h['kv_bytes_per_token']} B); used/expected = {ratio:.4f}")
+        f"({what}); used/expected = {ratio:.4f}")
     assert used >= 0.99 * weights, f"device memory {used} is below the tensor bytes {weights}: not all weights on the device?"
     if mode == "band20":
         assert 0.8 <= ratio <= 1.2, f"device memory {used} is not within 20 % of {expected}"
@@ -269,43 +283,86 @@ sys.stdin.read()  # hold until the test closes our stdin
 """
 
 
-def check_oom(srv, n_ctx_big, baseline_used):
-    # Warm the server's session first (decode graph, first-use buffers), so
-    # the request after the failure needs no memory the hog took.
-    evs = srv.execute({"job_id": "warm", "prompt": "Hello", "max_tokens": 4, "temperature": 0})
-    assert evs[-1][0] == "end", evs[-1]
-    st, h = srv.json("GET", "/health")
-    need = n_ctx_big * h["kv_bytes_per_token"]
-    leave = need // 4
+def hold_device_memory(leave):
+    """Starts a process that takes all free device memory but `leave` bytes;
+    returns it once it holds the memory (close its stdin to end it)."""
     hog = subprocess.Popen([sys.executable, "-c", CUDA_HOG, str(leave)], stdin=subprocess.PIPE,
                            stdout=subprocess.PIPE, text=True)
+    line = hog.stdout.readline().strip()
+    assert line.startswith("held "), f"could not occupy device memory: {line!r} (rc {hog.poll()})"
+    log(f"a second process holds device memory ({line})")
+    return hog
+
+
+def check_pool_pressure(a, model, ctx, per_token, work):
+    """Six requests of nearly a context each through a pool of two contexts:
+    the scheduler makes them wait (or preempts them); all complete."""
+    mb = (2 * ctx * per_token + (1 << 20) - 1) >> 20
+    srv = Server(a.engine_host, a.plugins, model, ctx, work, ["--kv-cache-size-mb", str(mb)], "pool.log")
     try:
-        line = hog.stdout.readline().strip()
-        assert line.startswith("held "), f"could not occupy device memory: {line!r} (rc {hog.poll()})"
-        log(f"oom: a second process holds device memory ({line}); asking for n_ctx {n_ctx_big} "
-            f"({need / 1e9:.2f} GB of KV)")
-        evs = srv.execute({"job_id": "oom-big", "prompt": "Hello", "max_tokens": 4, "n_ctx": n_ctx_big,
-                           "temperature": 0})
-        name, d = evs[-1]
-        assert name == "error" and d["code"] == "VRAM_OOM", f"expected VRAM_OOM, got {name} {d}"
-        assert f"n_ctx {n_ctx_big}" in d["message"], d["message"]
-        assert d.get("retriable") is True, d
-        log(f"oom: {d['code']}: {d['message']}")
+        h = srv.wait_ready()
+        base = h["vram_bytes_used"]
+        pool = h["scheduler"]["kv_blocks_total"] * h["scheduler"]["kv_block_tokens"]
+        assert pool < 3 * ctx, f"--kv-cache-size-mb {mb} gave a pool of {pool} tokens (context {ctx})"
+        n_prompt = ctx - 96  # room for 16 new tokens and a re-tokenization that differs slightly
+        # Different texts, so prefix reuse cannot make them share blocks.
+        bodies = [{"job_id": f"pool-{i}", "prompt": f"{i} " + "word " * n_prompt, "max_tokens": 16,
+                   "temperature": 0, "add_special": False} for i in range(6)]
+        for b in bodies:  # the prompt is cut to n_prompt tokens by /tokenize + /detokenize
+            st, tk = srv.json("POST", "/tokenize", {"text": b["prompt"], "add_special": False})
+            assert st == 200, tk
+            st, dt = srv.json("POST", "/detokenize", {"tokens": tk["tokens"][:n_prompt]})
+            assert st == 200, dt
+            b["prompt"] = dt["text"]
+        alone = srv.execute(dict(bodies[0], job_id="pool-alone"))
+        assert alone[-1][0] == "end", alone[-1]
+        import concurrent.futures
+        with concurrent.futures.ThreadPoolExecutor(len(bodies)) as ex:
+            outs = list(ex.map(srv.execute, bodies))
+        for b, evs in zip(bodies, outs):
+            assert evs[-1][0] == "end", f"{b['job_id']}: {evs[-1]}"
+        text = lambda evs: "".join(d["t"] for n, d in evs if n == "token")
+        assert text(outs[0]) == text(alone), "the same greedy request under pool pressure gave other text"
         st, h = srv.json("GET", "/health")
-        assert st == 200 and h["status"] == "healthy" and h["resident"] is True, h
-        assert h["vram_bytes_used"] == baseline_used, \
-            f"device memory not given back after VRAM_OOM: {h['vram_bytes_used']} vs {baseline_used}"
-        evs = srv.execute({"job_id": "after-oom", "prompt": "Hello", "max_tokens": 16, "temperature": 0})
-        assert evs[-1][0] == "end" and evs[-1][1]["tokens_out"] > 0, evs[-1]
-        log("oom: the next request was served")
+        assert h["vram_bytes_used"] == base, (h["vram_bytes_used"], base)
+        log(f"pool: {len(bodies)} requests of {n_prompt} prompt tokens through a pool of {pool} tokens: all ended; "
+            f"preemptions {h['scheduler']['preemptions']}")
+        srv.check_alive()
+    except AssertionError as e:
+        srv.fail(f"{type(e).__name__}: {e}")
+    finally:
+        srv.stop()
+
+
+def check_start_without_memory(a, model, weights, work):
+    """With less device memory free than the weights need, serve must exit
+    with an error that names the memory, not hang or crash."""
+    hog = hold_device_memory(weights // 2)
+    try:
+        srv = Server(a.engine_host, a.plugins, model, a.ctx, work, [], "nomem.log", wait_listening=False)
+        rc = None
+        for _ in range(3000):
+            rc = srv.proc.poll()
+            if rc is not None:
+                break
+            ready = srv.event("ready")
+            if ready:  # the VRAM-only rule: never a silent fallback to the CPU
+                srv.stop()
+                srv.fail(f"serve started with {ready.get('plugin')} instead of refusing without device memory")
+            time.sleep(0.1)
+        if rc is None:
+            srv.stop()
+            srv.fail("serve neither failed nor finished starting within 300 s with the device memory taken")
+        with open(srv.log_path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        srv.stop()
+        assert rc not in (0, -11, -6, 139, 134), f"serve exited with {rc}:\n{text[-3000:]}"
+        low = text.lower()
+        assert "memory" in low or "vram" in low, f"the exit does not name the memory:\n{text[-3000:]}"
+        log(f"no memory: serve exited with {rc}: {[l for l in text.splitlines() if 'emory' in l][-1][:300]}")
     finally:
         hog.stdin.close()
         hog.wait(60)
-    evs = srv.execute({"job_id": "big-fits", "prompt": "Hello", "max_tokens": 8, "n_ctx": n_ctx_big, "temperature": 0})
-    assert evs[-1][0] == "end", f"with the memory back, n_ctx {n_ctx_big} should be served: {evs[-1]}"
-    st, h = srv.json("GET", "/health")
-    assert h["vram_bytes_used"] == baseline_used, (h["vram_bytes_used"], baseline_used)
-    log(f"oom: with the memory back, n_ctx {n_ctx_big} was served and freed")
 
 
 def main():
@@ -347,13 +404,15 @@ def main():
                 check_memory(h, info, a.ctx, a.memory)
             if a.utf8:
                 check_utf8(srv, h["vocab_size"])
-            if a.oom and not on_cpu:
-                check_oom(srv, info["context_length"], h["vram_bytes_used"])
+            per_token = h["kv_bytes_per_token"]
             srv.check_alive()
         except AssertionError as e:
             srv.fail(f"{type(e).__name__}: {e}")
         finally:
             srv.stop()
+        if a.oom and not on_cpu:
+            check_pool_pressure(a, model, a.ctx, per_token, work)
+            check_start_without_memory(a, model, info["tensor_bytes"], work)
     log("PASS")
 
 

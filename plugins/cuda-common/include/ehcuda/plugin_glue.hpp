@@ -67,9 +67,12 @@ inline eh_status probe_into(int32_t device, uint32_t min_cc, eh_probe_result* ou
         if (uint32_t(out->compute_capability) < min_cc)
             return no("compute capability " + std::to_string(out->compute_capability) + " is below the required " +
                       std::to_string(min_cc));
-        if (cudaSetDevice(device) != cudaSuccess) {
+        // cudaSetDevice creates the device's context: it fails with "out of
+        // memory" when another process holds the memory, which the reason says.
+        err = cudaSetDevice(device);
+        if (err != cudaSuccess) {
             (void)cudaGetLastError();
-            return no("cudaSetDevice failed");
+            return no(std::string("cudaSetDevice failed: ") + cudaGetErrorString(err));
         }
         size_t fr = 0, tot = 0;
         if (cudaMemGetInfo(&fr, &tot) == cudaSuccess) out->free_memory_bytes = fr;
