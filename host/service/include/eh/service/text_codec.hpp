@@ -116,8 +116,4 @@ private:
     int32_t eog_;
 };
 
-// A plain role-prefixed transcript; the fallback for models without a chat
-// template.
-std::string render_plain_chat(const std::vector<ChatMessage>& messages);
-
 }  // namespace eh::service
