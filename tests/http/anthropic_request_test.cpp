@@ -7,10 +7,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "eh/service/anthropic_request.hpp"
-#include "eh/service/chat_output.hpp"
-#include "eh/service/request.hpp"
+#include "anthropic_output.hpp"
+#include "eh/service/chat_prompt.hpp"
+#include "parse/anthropic_request.hpp"
+#include "parse/openai_request.hpp"
 
+using namespace eh::http;
 using namespace eh::service;
 using nlohmann::json;
 

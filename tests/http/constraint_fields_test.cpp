@@ -2,8 +2,10 @@
 // is Service's job; see structured_output_e2e_test.cpp).
 #include <gtest/gtest.h>
 
-#include "eh/service/request.hpp"
+#include "parse/native_request.hpp"
+#include "parse/openai_request.hpp"
 
+using namespace eh::http;
 using namespace eh::service;
 using Kind = OutputConstraint::Kind;
 

@@ -15,17 +15,17 @@
 
 #include <cstdlib>
 
-#include "eh/service/anthropic_request.hpp"
-#include "eh/service/chat_output.hpp"
+#include "eh/service/chat_prompt.hpp"
+#include "parse/anthropic_request.hpp"
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     if (size == 0) return 0;
     const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
     eh::service::RequestLimits limits;
     limits.max_prompt_chars = 4096;  // keeps each input cheap; the rules are the same
-    eh::service::AnthropicRequest r;
+    eh::http::AnthropicRequest r;
     try {
-        r = eh::service::parse_anthropic_request(body, limits, (data[0] & 1) != 0);
+        r = eh::http::parse_anthropic_request(body, limits, (data[0] & 1) != 0);
     } catch (const eh::Error&) {
         return 0;  // the clear, stable rejection: expected for most inputs
     }

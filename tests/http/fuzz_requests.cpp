@@ -11,8 +11,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "eh/service/chat_literals.hpp"
-#include "eh/service/request.hpp"
+#include "eh/service/chat_prompt.hpp"
+#include "parse/native_request.hpp"
+#include "parse/openai_request.hpp"
 
 namespace {
 
@@ -40,12 +41,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     try {
         switch (data[0] % 6) {
-        case 0: (void)eh::service::parse_execute_request(body, limits); break;
-        case 1: (void)eh::service::parse_openai_request(body, false, limits); break;
-        case 2: (void)eh::service::parse_openai_request(body, true, limits); break;
-        case 3: (void)eh::service::parse_tokenize_request(body, limits); break;
-        case 4: (void)eh::service::parse_detokenize_request(body, 50000, limits); break;
-        default: (void)eh::service::parse_cancel_request(body, limits); break;
+        case 0: (void)eh::http::parse_execute_request(body, limits); break;
+        case 1: (void)eh::http::parse_openai_request(body, false, limits); break;
+        case 2: (void)eh::http::parse_openai_request(body, true, limits); break;
+        case 3: (void)eh::http::parse_tokenize_request(body, limits); break;
+        case 4: (void)eh::http::parse_detokenize_request(body, 50000, limits); break;
+        default: (void)eh::http::parse_cancel_request(body, limits); break;
         }
     } catch (const eh::Error&) {
         // The clear, stable rejection: expected for most inputs.

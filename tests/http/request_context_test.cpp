@@ -164,20 +164,3 @@ TEST(RequestContext, BeyondTheTrainedContextIsRejectedAndSmallerUsesTheServersSe
     std::lock_guard lock(g_fake.mu);
     EXPECT_EQ(g_fake.live.size(), 1u) << "no second session for a smaller context";
 }
-
-TEST(RequestContext, ExecuteParsesNCtx) {
-    RequestLimits lim;
-    auto r = parse_execute_request(R"({"job_id":"a","prompt":"p","n_ctx":8192})", lim);
-    ASSERT_TRUE(r.n_ctx);
-    EXPECT_EQ(*r.n_ctx, 8192u);
-    EXPECT_FALSE(parse_execute_request(R"({"job_id":"a","prompt":"p"})", lim).n_ctx);
-    for (const char* bad : {R"({"job_id":"a","prompt":"p","n_ctx":0})", R"({"job_id":"a","prompt":"p","n_ctx":"9"})",
-                            R"({"job_id":"a","prompt":"p","n_ctx":16777217})"}) {
-        try {
-            parse_execute_request(bad, lim);
-            FAIL() << bad;
-        } catch (const RequestError& e) {
-            EXPECT_EQ(e.field(), "n_ctx") << bad;
-        }
-    }
-}

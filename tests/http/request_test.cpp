@@ -1,8 +1,10 @@
 // Validation of request bodies: every rule names its field.
 #include <gtest/gtest.h>
 
-#include "eh/service/request.hpp"
+#include "parse/native_request.hpp"
+#include "parse/openai_request.hpp"
 
+using namespace eh::http;
 using namespace eh::service;
 
 namespace {
@@ -129,4 +131,21 @@ TEST(OpenAIRequest, ChatAndCompletionsFields) {
     EXPECT_THROW(parse_openai_request(R"({"prompt":"x","n":17})", false, {}), RequestError);
     EXPECT_THROW(parse_openai_request(R"({"messages":[{"role":"user","content":"x"}],"top_logprobs":2})", true, {}),
                  RequestError);
+}
+
+TEST(RequestContext, ExecuteParsesNCtx) {
+    RequestLimits lim;
+    auto r = parse_execute_request(R"({"job_id":"a","prompt":"p","n_ctx":8192})", lim);
+    ASSERT_TRUE(r.n_ctx);
+    EXPECT_EQ(*r.n_ctx, 8192u);
+    EXPECT_FALSE(parse_execute_request(R"({"job_id":"a","prompt":"p"})", lim).n_ctx);
+    for (const char* bad : {R"({"job_id":"a","prompt":"p","n_ctx":0})", R"({"job_id":"a","prompt":"p","n_ctx":"9"})",
+                            R"({"job_id":"a","prompt":"p","n_ctx":16777217})"}) {
+        try {
+            parse_execute_request(bad, lim);
+            FAIL() << bad;
+        } catch (const RequestError& e) {
+            EXPECT_EQ(e.field(), "n_ctx") << bad;
+        }
+    }
 }

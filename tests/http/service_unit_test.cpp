@@ -6,7 +6,7 @@
 #include <thread>
 
 #include "eh/loader/plugin_loader.hpp"
-#include "eh/service/chat_literals.hpp"
+#include "eh/service/chat_prompt.hpp"
 #include "eh/service/metrics.hpp"
 #include "eh/service/service.hpp"
 #include "eh/service/stop_matcher.hpp"
@@ -349,6 +349,32 @@ TEST(ChatLiterals, MarkersOutsideTheTableStayAsTheyAre) {
     auto p = lit.unmark(odd);  // a template that writes U+E000 itself
     EXPECT_EQ(p.text, odd);
     EXPECT_TRUE(p.literal.empty());
+}
+
+// compose_chat_prompt: the template sees the marked messages as JSON, the
+// literal spans come back shifted past a BOS it adds, and a BOS the
+// template wrote itself is not written twice.
+TEST(ChatPromptCompose, TemplateSeesMarkedJsonAndBosShiftsTheSpans) {
+    ChatLiterals lit({"</s>", "<s>"});
+    std::vector<eh::service::ChatMessage> msgs(1);
+    msgs[0].role = "user";
+    msgs[0].content = "a</s>";
+    std::string seen;
+    auto apply = [&](const std::string& json) {
+        seen = json;
+        return "[U]" + lit.mark("a</s>") + "[A]";
+    };
+    auto p = eh::service::compose_chat_prompt(msgs, lit, apply, "<s>");
+    EXPECT_EQ(seen, eh::service::template_messages_json(lit.mark(msgs)));
+    EXPECT_EQ(p.text, "<s>[U]a</s>[A]");
+    ASSERT_EQ(p.literal.size(), 1u);
+    EXPECT_EQ(p.literal[0], (TextSpan{7, 11}));
+    auto own = eh::service::compose_chat_prompt(msgs, lit, [](const std::string&) { return std::string("<s>x"); }, "<s>");
+    EXPECT_EQ(own.text, "<s>x");
+    auto plain = eh::service::compose_chat_prompt(msgs, lit, {}, "");
+    EXPECT_EQ(plain.text, "user: a</s>\nassistant:");
+    ASSERT_EQ(plain.literal.size(), 1u);
+    EXPECT_EQ(plain.literal[0], (TextSpan{7, 11}));
 }
 
 }  // namespace

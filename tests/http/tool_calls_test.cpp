@@ -1,16 +1,15 @@
 // The chat output parsers (Hermes <tool_call> blocks, gpt-oss harmony) on
 // injected text: whole and split at every byte, malformed calls as
-// content; the template message shape; the tool request fields.
+// content; the template message shape; forced tool calls as a constraint.
+// (The tool request fields, as parsed: tests/http/tool_request_test.cpp.)
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
 
-#include <fstream>
-
 #include "eh/service/chat_output.hpp"
-#include "eh/service/request.hpp"
 #include "eh/service/chat_prompt.hpp"
 #include "eh/service/constraint_cache.hpp"
+#include "eh/service/request.hpp"
 
 using namespace eh;
 using namespace eh::service;
@@ -269,119 +268,38 @@ TEST(ToolFormat, FromTheTemplateText) {
     EXPECT_EQ(tool_format_of_template("{% for m in messages %}<|user|>{{ m.content }}{% endfor %}"), ToolFormat::None);
 }
 
-// ---- request fields ---------------------------------------------------------
-
-const char* kTool = R"({"type":"function","function":{"name":"get_weather","description":"d",)"
-                    R"("parameters":{"type":"object","properties":{"city":{"type":"string"}}}}})";
-
-OpenAIRequest chat(const std::string& extra, const std::string& messages = R"([{"role":"user","content":"x"}])") {
-    return parse_openai_request(R"({"messages":)" + messages + (extra.empty() ? "" : "," + extra) + "}", true, {});
-}
-
-std::string error_of(const std::string& extra, const std::string& messages = R"([{"role":"user","content":"x"}])") {
-    try {
-        chat(extra, messages);
-    } catch (const RequestError& e) {
-        return e.field() + ": " + e.what();
+// A chat request offering `tools` (name and parameters schema, "" for
+// none) with `choice` (Named: the first tool), as the parsers give it.
+ChatRequest offering(const std::vector<std::pair<std::string, std::string>>& tools,
+                     ChatToolRequest::Choice choice = ChatToolRequest::Choice::Required) {
+    ChatRequest r;
+    nlohmann::json as_json = nlohmann::json::array();
+    for (const auto& [name, schema] : tools) {
+        r.tools.tools.push_back({name, schema});
+        nlohmann::json fn = {{"name", name}};
+        if (!schema.empty()) fn["parameters"] = nlohmann::json::parse(schema);
+        as_json.push_back({{"type", "function"}, {"function", fn}});
     }
-    return "";
+    r.tools.tools_json = as_json.dump();
+    r.tools.choice = choice;
+    if (choice == ChatToolRequest::Choice::Named) r.tools.named = tools.at(0).first;
+    return r;
 }
 
-TEST(ToolRequest, ToolsAndChoices) {
-    auto r = chat(std::string(R"("tools":[)") + kTool + "]");
-    ASSERT_EQ(r.tools.tools.size(), 1u);
-    EXPECT_EQ(r.tools.tools[0].name, "get_weather");
-    EXPECT_EQ(r.tools.tools[0].parameters_json, R"({"type":"object","properties":{"city":{"type":"string"}}})");
-    EXPECT_EQ(r.tools.choice, ChatToolRequest::Choice::Auto);
-    EXPECT_TRUE(r.tools.enabled());
-    EXPECT_FALSE(r.tools.forced());
-    EXPECT_EQ(nlohmann::json::parse(r.tools.tools_json)[0]["function"]["name"], "get_weather");
-    auto none = chat(std::string(R"("tool_choice":"none","tools":[)") + kTool + "]");
-    EXPECT_FALSE(none.tools.enabled());
-    auto named = chat(std::string(R"("tool_choice":{"type":"function","function":{"name":"get_weather"}},"parallel_tool_calls":false,"tools":[)") + kTool + "]");
-    EXPECT_EQ(named.tools.choice, ChatToolRequest::Choice::Named);
-    EXPECT_TRUE(named.tools.forced());
-    EXPECT_FALSE(named.tools.parallel);
-    EXPECT_EQ(chat(R"("reasoning_effort":"high")").tools.reasoning_effort, "high");
-}
-
-TEST(ToolRequest, BadFieldsAre400NamingThem) {
-    const std::string tools = std::string(R"("tools":[)") + kTool + "]";
-    EXPECT_NE(error_of(R"("tools":{})").find("'tools' must be an array"), std::string::npos);
-    EXPECT_NE(error_of(R"("tools":[{"type":"retrieval"}])").find("'tools[0].type' must be \"function\""), std::string::npos);
-    EXPECT_NE(error_of(R"("tools":[{"type":"function","function":{"name":"a b"}}])").find("'tools[0].function.name'"), std::string::npos);
-    EXPECT_NE(error_of(R"("tools":[{"type":"function","function":{"name":"a","parameters":[]}}])").find("parameters' must be an object"), std::string::npos);
-    EXPECT_NE(error_of(tools + "," + tools.substr(0, 0) + R"("tool_choice":"maybe")").find("'tool_choice' must be"), std::string::npos);
-    EXPECT_NE(error_of(R"("tool_choice":"required")").find("needs 'tools'"), std::string::npos);
-    EXPECT_NE(error_of(tools + R"(,"tool_choice":{"type":"function","function":{"name":"other"}})").find("is not one of 'tools'"), std::string::npos);
-    EXPECT_NE(error_of(R"("reasoning_effort":"max")").find("reasoning_effort"), std::string::npos);
-    EXPECT_NE(error_of(R"("functions":[])").find("deprecated"), std::string::npos);
-    std::string many = R"("tools":[)";
-    for (int i = 0; i < 129; ++i) many += (i ? "," : "") + std::string(R"({"type":"function","function":{"name":"f)") + std::to_string(i) + "\"}}";
-    EXPECT_NE(error_of(many + "]").find("more than 128"), std::string::npos);
-}
-
-TEST(ToolRequest, HistoryMessages) {
-    auto r = chat("", R"([{"role":"user","content":"w?"},
-        {"role":"assistant","content":null,"reasoning_content":"think","tool_calls":[{"id":"call_9","type":"function","function":{"name":"get_weather","arguments":"{\"city\":\"Paris\"}"}}]},
-        {"role":"tool","tool_call_id":"call_9","content":"21C"}])");
-    ASSERT_EQ(r.messages.size(), 3u);
-    ASSERT_EQ(r.messages[1].tool_calls.size(), 1u);
-    EXPECT_EQ(r.messages[1].tool_calls[0].id, "call_9");
-    EXPECT_EQ(r.messages[1].tool_calls[0].name, "get_weather");
-    EXPECT_EQ(r.messages[1].tool_calls[0].arguments, R"({"city":"Paris"})");
-    EXPECT_EQ(r.messages[1].reasoning, "think");
-    EXPECT_EQ(r.messages[1].content, "");
-    EXPECT_EQ(r.messages[2].tool_call_id, "call_9");
-    EXPECT_NE(error_of("", R"([{"role":"tool","content":"x"}])").find("tool_call_id' is required"), std::string::npos);
-    EXPECT_NE(error_of("", R"([{"role":"assistant","tool_calls":[{"type":"function","function":{"arguments":"{}"}}]}])")
-                  .find("tool_calls[0].function.name' is required"), std::string::npos);
-    EXPECT_NE(error_of("", R"([{"role":"assistant","tool_calls":{}}])").find("must be an array"), std::string::npos);
-}
+const std::pair<std::string, std::string> kWeather = {
+    "get_weather", R"({"type":"object","properties":{"city":{"type":"string"}}})"};
 
 }  // namespace
 
-// The request side of the transformers vectors: an OpenAI request carrying
-// the recorded tool history (arguments as JSON strings, reasoning as
-// reasoning_content) becomes exactly the messages and tools transformers
-// rendered, so the byte-for-byte template test covers what clients send.
-TEST(ToolRequest, HistoryBecomesTheMessagesTransformersRendered) {
-    using ojson = nlohmann::ordered_json;
-    std::ifstream in(EH_CHAT_VECTORS_FILE);
-    ASSERT_TRUE(in) << EH_CHAT_VECTORS_FILE;
-    ojson root = ojson::parse(in);
-    size_t checked = 0;
-    for (const auto& c : root["cases"]) {
-        const std::string name = c["name"];
-        if (name != "tool_history" && name != "parallel_tool_calls" && name != "tool_reasoning") continue;
-        ojson msgs = c["messages"];
-        for (auto& m : msgs) {
-            if (m.contains("thinking")) {
-                m["reasoning_content"] = m["thinking"];
-                m.erase("thinking");
-            }
-            if (m.contains("tool_calls"))
-                for (auto& call : m["tool_calls"]) call["function"]["arguments"] = call["function"]["arguments"].dump();
-        }
-        ojson body = {{"messages", msgs}, {"tools", c["tools"]}};
-        auto r = parse_openai_request(body.dump(), true, {});
-        EXPECT_EQ(ojson::parse(template_messages_json(r.messages)), c["messages"]) << name;
-        EXPECT_EQ(ojson::parse(r.tools.tools_json), c["tools"]) << name;
-        ++checked;
-    }
-    EXPECT_GE(checked, 6u);
-}
-
 TEST(ToolConstraint, ForcedCallsBecomeAConstraint) {
-    const std::string tools = std::string(R"("tools":[)") + kTool + "]";
-    auto r = chat(tools + R"(,"tool_choice":"required")");
+    auto r = offering({kWeather});
     r.gen.prompt = "P";
     constrain_tool_call(r, ToolFormat::Hermes, ByteCodec());
     EXPECT_EQ(r.gen.constraint.kind, OutputConstraint::Kind::Prebuilt);
     EXPECT_EQ(r.gen.constraint.field, "tool_choice");
     ASSERT_TRUE(r.gen.constraint.grammar);
     EXPECT_EQ(r.gen.prompt, "P");  // Hermes: nothing prefilled
-    auto h = chat(tools + R"(,"tool_choice":{"type":"function","function":{"name":"get_weather"}})");
+    auto h = offering({kWeather}, ChatToolRequest::Choice::Named);
     h.gen.prompt = "P";
     constrain_tool_call(h, ToolFormat::Harmony, ByteCodec());
     EXPECT_EQ(h.tools.prefill, "<|channel|>commentary to=functions.get_weather <|constrain|>json<|message|>");
@@ -390,14 +308,14 @@ TEST(ToolConstraint, ForcedCallsBecomeAConstraint) {
     // Two tools, "required", harmony: the header is prefilled up to the
     // name; the output is the name, the rest of the header and the
     // arguments (ByteCodec has no control tokens: the markup is text).
-    auto two = chat(R"("tools":[)" + std::string(kTool) + R"(,{"type":"function","function":{"name":"b"}}],"tool_choice":"required")");
+    auto two = offering({kWeather, {"b", ""}});
     two.gen.prompt = "P";
     constrain_tool_call(two, ToolFormat::Harmony, ByteCodec());
     EXPECT_EQ(two.tools.prefill, "<|channel|>commentary to=functions.");
     EXPECT_EQ(two.gen.prompt, "P<|channel|>commentary to=functions.");
     ASSERT_TRUE(two.gen.constraint.grammar);
     // A parameters schema outside the supported subset names the keyword.
-    auto bad = chat(R"("tools":[{"type":"function","function":{"name":"f","parameters":{"type":"object","properties":{"z":{"type":"string","pattern":"^a"}}}}}],"tool_choice":"required")");
+    auto bad = offering({{"f", R"({"type":"object","properties":{"z":{"type":"string","pattern":"^a"}}})"}});
     try {
         constrain_tool_call(bad, ToolFormat::Hermes, ByteCodec());
         FAIL();
@@ -446,9 +364,9 @@ bool allowed(const constrain::Mask& m, int32_t id) { return (m[size_t(id) / 32] 
 // spelled in bytes), then arguments matching that tool's schema.
 TEST(ToolConstraint, HarmonyRequiredWithSeveralToolsWritesTheHeaderControlTokens) {
     auto codec = std::make_shared<HarmonyControlCodec>();
-    auto r = chat(R"("tool_choice":"required","tools":[)" + std::string(kTool) +
-                  R"(,{"type":"function","function":{"name":"get_time","parameters":{"type":"object","properties":)"
-                  R"({"zone":{"type":"string","enum":["UTC"]}},"required":["zone"],"additionalProperties":false}}}])");
+    auto r = offering({kWeather, {"get_time", R"({"type":"object","properties":)"
+                                              R"({"zone":{"type":"string","enum":["UTC"]}},"required":["zone"],)"
+                                              R"("additionalProperties":false})"}});
     constrain_tool_call(r, ToolFormat::Harmony, *codec);
     EXPECT_EQ(r.tools.prefill, "<|channel|>commentary to=functions.");
     ConstraintCache cache(codec, codec->vocab_size());

@@ -5,8 +5,8 @@
 #include <nlohmann/json.hpp>
 
 #include "eh/error.hpp"
-#include "eh/service/chat_literals.hpp"
 #include "eh/service/chat_output.hpp"
+#include "eh/service/chat_prompt.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/tokenizer/chat_template.hpp"
 #include "eh/tokenizer/tokenizer.hpp"
@@ -51,27 +51,18 @@ public:
     service::ChatPrompt render_chat(const std::vector<service::ChatMessage>& messages,
                                     const std::function<bool()>& cancelled,
                                     const service::ChatRenderOptions& options) const override {
-        std::string out;
-        const std::vector<service::ChatMessage> marked = literals_.mark(messages);
-        if (template_) {
-            tokenizer::ChatOptions opt;
-            opt.bos_token = bos_text_;
-            opt.eos_token = eos_text_;
-            opt.tools_json = options.tools_json;
-            opt.extra_json = options.extra_json;
-            opt.cancelled = cancelled;
-            out = template_->render(service::template_messages_json(marked), opt);
-        } else {
-            out = service::render_plain_chat(marked);
-        }
-        service::ChatPrompt p = literals_.unmark(out);
-        // Chat prompts are encoded without add_special; a model that wants
-        // BOS gets it here unless its template already wrote it.
-        if (tok_->add_bos() && !bos_text_.empty() && p.text.rfind(bos_text_, 0) != 0) {
-            p.text = bos_text_ + p.text;
-            for (auto& s : p.literal) s.begin += bos_text_.size(), s.end += bos_text_.size();
-        }
-        return p;
+        service::ApplyTemplate apply;
+        if (template_)
+            apply = [&](const std::string& messages_json) {
+                tokenizer::ChatOptions opt;
+                opt.bos_token = bos_text_;
+                opt.eos_token = eos_text_;
+                opt.tools_json = options.tools_json;
+                opt.extra_json = options.extra_json;
+                opt.cancelled = cancelled;
+                return template_->render(messages_json, opt);
+            };
+        return service::compose_chat_prompt(messages, literals_, apply, tok_->add_bos() ? bos_text_ : std::string());
     }
 
 private:

@@ -2,8 +2,8 @@
 
 #include "anthropic_output.hpp"
 
-#include "eh/service/anthropic_request.hpp"
 #include "impl.hpp"
+#include "parse/anthropic_request.hpp"
 #include "stream.hpp"
 
 namespace eh::http {
@@ -58,7 +58,7 @@ nlohmann::json stream_error(const JobEvent& ev) {
 void Server::Impl::install_anthropic() {
     // Parses, renders and checks the prompt; nullopt after answering an error.
     auto prepare = [this](const httplib::Request& req, httplib::Response& res, const std::string& cid, bool count_only,
-                          std::shared_ptr<service::Service>& svc) -> std::optional<service::AnthropicRequest> {
+                          std::shared_ptr<service::Service>& svc) -> std::optional<AnthropicRequest> {
         svc = require_ready(*this, res, cid);
         if (!svc) {
             if (!count_only)
@@ -67,9 +67,8 @@ void Server::Impl::install_anthropic() {
             return std::nullopt;
         }
         try {
-            auto r = service::parse_anthropic_request(req.body, options.limits, count_only);
-            render_chat_prompt(*this, *svc, r, get_info().model);
-            service::check_prompt(r.gen.prompt, "messages", options.limits);
+            auto r = parse_anthropic_request(req.body, options.limits, count_only);
+            render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             return r;
         } catch (const std::exception& e) {

@@ -1,11 +1,15 @@
 #include "anthropic_output.hpp"
 
-#include "eh/service/anthropic_request.hpp"
 #include "impl.hpp"
 
 namespace eh::http {
 
 using service::ChatPiece;
+
+std::string anthropic_tool_use_id(const std::string& call_id) {
+    const std::string_view body = std::string_view(call_id).substr(call_id.rfind('_') + 1);
+    return "toolu_" + std::string(body);
+}
 
 AnthropicOutput::AnthropicOutput(service::ToolFormat format, const service::ChatParseOptions& options,
                                  const std::string& prefill)
@@ -48,7 +52,7 @@ std::string AnthropicOutput::apply(const service::ChatPieces& pieces) {
             break;
         case ChatPiece::Kind::CallOpen: {
             out += close();
-            Block b{true, "", service::anthropic_tool_use_id(p.id), p.name};
+            Block b{true, "", anthropic_tool_use_id(p.id), p.name};
             blocks_.push_back(b);
             if (call_block_.size() <= p.index) call_block_.resize(p.index + 1);
             call_block_[p.index] = blocks_.size() - 1;

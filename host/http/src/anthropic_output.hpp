@@ -17,6 +17,10 @@
 
 namespace eh::http {
 
+// A tool_use id for a call the model made: "toolu_" + 24 letters and digits
+// (the output parser's "call_..." id with Anthropic's prefix).
+std::string anthropic_tool_use_id(const std::string& call_id);
+
 class AnthropicOutput {
 public:
     // `prefill`: the start of the answer already in the prompt (a forced

@@ -99,16 +99,16 @@ void send_exception(httplib::Response& res, const std::exception& e, const std::
 std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation);
 std::string dump(const nlohmann::json& j);
 
-// ---- chat_prompt.cpp ----------------------------------------------------------
+// ---- template_cancel.cpp -------------------------------------------------------
 
-// Renders a chat request (OpenAI's or Anthropic's: its messages, tools,
-// tool_choice and reasoning effort; service::render_chat_prompt) into
-// r.gen.prompt (and the spans of it that stay text, r.gen.literal) on the
-// connection's thread. The template's evaluation ends early when the server
-// begins shutting down (throws SHUTTING_DOWN, 503) or the client has closed
-// its connection (CANCELLED), so a long evaluation neither holds the
-// shutdown nor works for nobody.
-void render_chat_prompt(Server::Impl& s, const service::Service& svc, service::ChatRequest& r, const std::string& model);
+// Has the service render a parsed chat request (OpenAI's or Anthropic's)
+// into its prompt (service::render_chat_prompt, where chat templating
+// happens) on the connection's thread, with the cancel hook the template
+// polls: its evaluation ends early when the server begins shutting down
+// (throws SHUTTING_DOWN, 503) or the client has closed its connection
+// (CANCELLED), so a long evaluation neither holds the shutdown nor works for
+// nobody.
+void render_chat_cancellable(Server::Impl& s, const service::Service& svc, service::ChatRequest& r);
 std::string sse_event(const std::string& name, const nlohmann::json& data);
 std::string sse_data(const nlohmann::json& data);
 int64_t unix_now();

@@ -2,9 +2,9 @@
 #include <algorithm>
 #include <chrono>
 
-#include "eh/service/request.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
+#include "parse/native_request.hpp"
 #include "stream.hpp"
 
 namespace eh::http {
@@ -111,7 +111,7 @@ void Server::Impl::install_native() {
         }
         std::shared_ptr<service::Job> job;
         try {
-            service::GenerationRequest r = service::parse_execute_request(req.body, options.limits);
+            service::GenerationRequest r = parse_execute_request(req.body, options.limits);
             r.correlation_id = cid;
             r.owner = submitter(req);
             job = svc->submit(std::move(r));
@@ -153,7 +153,7 @@ void Server::Impl::install_native() {
         std::string cid = correlation_id(req, res);
         auto svc = get_service();
         try {
-            std::string id = service::parse_cancel_request(req.body, options.limits);
+            std::string id = parse_cancel_request(req.body, options.limits);
             const std::string owner = submitter(req);
             std::string status = svc ? svc->cancel(id, service::CancelReason::Client, &owner) : "unknown";
             send_json(res, 202, {{"job_id", id}, {"status", status}});
@@ -167,7 +167,7 @@ void Server::Impl::install_native() {
         auto svc = require_ready(*this, res, cid);
         if (!svc) return;
         try {
-            auto r = service::parse_tokenize_request(req.body, options.limits);
+            auto r = parse_tokenize_request(req.body, options.limits);
             auto tokens = svc->codec().encode(r.text, r.add_special, r.parse_special);
             send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}});
         } catch (const std::exception& e) {
@@ -180,7 +180,7 @@ void Server::Impl::install_native() {
         auto svc = require_ready(*this, res, cid);
         if (!svc) return;
         try {
-            auto tokens = service::parse_detokenize_request(req.body, svc->codec().vocab_size(), options.limits);
+            auto tokens = parse_detokenize_request(req.body, svc->codec().vocab_size(), options.limits);
             send_json(res, 200, {{"text", service::sanitize_utf8(svc->codec().decode(tokens))}});
         } catch (const std::exception& e) {
             send_exception(res, e, cid);

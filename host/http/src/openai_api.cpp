@@ -3,11 +3,10 @@
 // `data: [DONE]`) and not.
 #include <fmt/format.h>
 
-#include "eh/service/chat_prompt.hpp"
-#include "eh/service/request.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
 #include "openai_chat_output.hpp"
+#include "parse/openai_request.hpp"
 #include "stream.hpp"
 
 namespace eh::http {
@@ -101,13 +100,10 @@ void Server::Impl::install_openai() {
         }
         std::shared_ptr<service::Job> job;
         std::vector<std::shared_ptr<service::Job>> jobs;  // n of them; job == jobs[0]
-        service::OpenAIRequest r;
+        OpenAIRequest r;
         try {
-            r = service::parse_openai_request(req.body, chat, options.limits);
-            if (chat) {
-                render_chat_prompt(*this, *svc, r, get_info().model);
-                service::check_prompt(r.gen.prompt, "messages", options.limits);
-            }
+            r = parse_openai_request(req.body, chat, options.limits);
+            if (chat) render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             jobs = svc->submit_n(r.gen, r.n);
             job = jobs[0];

@@ -1,3 +1,4 @@
+#include "eh/service/chat_prompt.hpp"
 #include "eh/service/text_codec.hpp"
 
 namespace eh::service {
@@ -19,13 +20,6 @@ std::string ByteCodec::decode(std::span<const int32_t> tokens) const {
 ChatPrompt ByteCodec::render_chat(const std::vector<ChatMessage>& messages, const std::function<bool()>&,
                                   const ChatRenderOptions&) const {
     return {render_plain_chat(messages), {}};  // no control tokens: nothing to keep literal
-}
-
-std::string render_plain_chat(const std::vector<ChatMessage>& messages) {
-    std::string out;
-    for (const auto& m : messages) out += m.role + ": " + m.content + "\n";
-    out += "assistant:";
-    return out;
 }
 
 }  // namespace eh::service

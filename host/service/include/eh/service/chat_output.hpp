@@ -75,11 +75,4 @@ std::string new_tool_call_id();
 ToolFormat tool_format_of_template(std::string_view template_source);
 const char* tool_format_name(ToolFormat f);
 
-// The messages as the JSON array transformers' apply_chat_template gets
-// them: tool_calls as [{id, type:"function", function:{name, arguments}}]
-// with arguments parsed into a JSON value (templates write it with
-// |tojson), `thinking` for reasoning, tool_call_id on tool messages. Keys a
-// message does not use are left out (templates test `"tool_calls" in m`).
-std::string template_messages_json(const std::vector<ChatMessage>& messages);
-
 }  // namespace eh::service

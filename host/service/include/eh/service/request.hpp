@@ -1,6 +1,7 @@
-// Generation requests: what the native /execute and the OpenAI endpoints
-// parse into, and their validation. Parsing uses simdjson; every rule a
-// request breaks is reported as eh::Error(InvalidRequest) naming the field.
+// Generation requests: the service's input, what host/http parses every
+// endpoint's body into (host/http/src/parse/), and the rules they share.
+// Every rule a request breaks is reported as eh::Error(InvalidRequest)
+// naming the field (RequestError).
 #pragma once
 
 #include <cstdint>
@@ -107,9 +108,6 @@ struct GenerationRequest {
     std::string owner;
 };
 
-// POST /execute.
-GenerationRequest parse_execute_request(std::string_view body, const RequestLimits& limits);
-
 // What a chat request (OpenAI's or Anthropic's) has once parsed: the
 // messages and tools its prompt is rendered from (chat_prompt.hpp), and the
 // generation settings.
@@ -121,30 +119,10 @@ struct ChatRequest {
     ChatToolRequest tools;             // tools, tool_choice, reasoning_effort
 };
 
-// The OpenAI-compatible endpoints (`messages` and `tools`: chat only).
-struct OpenAIRequest : ChatRequest {
-    bool chat = false;
-    bool include_usage = false;
-    bool logprobs = false;
-    uint32_t n = 1;                    // choices: samples of the same prompt
-};
-OpenAIRequest parse_openai_request(std::string_view body, bool chat, const RequestLimits& limits);
-
-// POST /tokenize and /detokenize.
-struct TokenizeRequest {
-    std::string text;
-    bool add_special = true;
-    bool parse_special = false;
-};
-TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimits& limits);
-std::vector<int32_t> parse_detokenize_request(std::string_view body, uint32_t vocab_size,
-                                              const RequestLimits& limits);
-
-// The prompt rules (non-empty, no NUL, length) for text built by the server,
-// e.g. a rendered chat template.
-void check_prompt(const std::string& text, std::string_view field, const RequestLimits& limits);
-
-// POST /cancel.
-std::string parse_cancel_request(std::string_view body, const RequestLimits& limits);
+// The prompt rules (non-empty unless `allow_empty`, no NUL, at most
+// limits.max_prompt_chars code points) for a prompt, a chat message or the
+// rendered chat; RequestError naming `field`.
+void check_prompt(const std::string& text, std::string_view field, const RequestLimits& limits,
+                  bool allow_empty = false);
 
 }  // namespace eh::service

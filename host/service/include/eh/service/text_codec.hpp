@@ -88,7 +88,9 @@ public:
     // assistant turn's opening. Throws eh::Error(InvalidRequest) for messages
     // the template cannot express, Error(Cancelled) once `cancelled` answers
     // true (polled while a template runs). `options`: tools and extra
-    // template variables.
+    // template variables. Requests reach it through render_chat_prompt; a
+    // codec with a template builds it with compose_chat_prompt (both in
+    // chat_prompt.hpp), supplying only the template's evaluation.
     virtual ChatPrompt render_chat(const std::vector<ChatMessage>& messages,
                                    const std::function<bool()>& cancelled = {},
                                    const ChatRenderOptions& options = {}) const = 0;
@@ -115,9 +117,5 @@ private:
     uint32_t vocab_;
     int32_t eog_;
 };
-
-// A plain role-prefixed transcript; the fallback for models without a chat
-// template.
-std::string render_plain_chat(const std::vector<ChatMessage>& messages);
 
 }  // namespace eh::service

@@ -1,8 +1,8 @@
-#include "chat_messages.hpp"
+#include "parse/chat_messages.hpp"
 
 #include <fmt/format.h>
 
-namespace eh::service::json {
+namespace eh::http::json {
 
 namespace {
 
@@ -44,7 +44,7 @@ std::vector<ChatMessage> read_messages(const object& body, const RequestLimits& 
                                                        role->substr(0, 32), note.empty() ? "" : " ", note));
         const size_t first = out.size();
         read(mo, i, *role, out);
-        for (size_t k = first; k < out.size(); ++k) check_prompt_text(out[k].content, "messages", limits, true);
+        for (size_t k = first; k < out.size(); ++k) service::check_prompt(out[k].content, "messages", limits, true);
         ++i;
     }
     if (out.empty()) throw RequestError("messages", "'messages' must not be empty");
@@ -81,4 +81,4 @@ std::string text_content(const element& c, std::string_view field, const std::st
     return out;
 }
 
-}  // namespace eh::service::json
+}  // namespace eh::http::json

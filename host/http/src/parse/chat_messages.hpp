@@ -11,9 +11,9 @@
 #include <string_view>
 #include <vector>
 
-#include "json_fields.hpp"
+#include "parse/json_fields.hpp"
 
-namespace eh::service::json {
+namespace eh::http::json {
 
 // Appends what `message` (entry `index`, of role `role`) becomes: one
 // ChatMessage, or for Anthropic's tool results several.
@@ -34,4 +34,4 @@ std::string text_content(const element& c, std::string_view field, const std::st
 // One {"type":"text","text":...} block's text (its type already read).
 std::string text_block(const object& block, std::string_view field, const std::string& where);
 
-}  // namespace eh::service::json
+}  // namespace eh::http::json

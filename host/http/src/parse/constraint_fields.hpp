@@ -1,13 +1,12 @@
 // The request fields that constrain the output: OpenAI's response_format
 // and the native API's grammar / json_schema. Only parsed here (the schema
-// or grammar kept as text); Service compiles them when the job is
+// or grammar kept as text); the service compiles them when the job is
 // submitted, so every refusal is still a 400 naming the field.
 #pragma once
 
-#include "eh/service/request.hpp"
-#include "json_fields.hpp"
+#include "parse/json_fields.hpp"
 
-namespace eh::service::json {
+namespace eh::http::json {
 
 // response_format: {type: text | json_object | json_schema, json_schema:
 // {name, schema, strict, description}}.
@@ -16,4 +15,4 @@ OutputConstraint get_response_format(const object& obj);
 // most one of them.
 OutputConstraint get_native_constraint(const object& obj);
 
-}  // namespace eh::service::json
+}  // namespace eh::http::json

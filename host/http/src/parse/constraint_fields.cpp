@@ -1,8 +1,8 @@
-#include "constraint_fields.hpp"
+#include "parse/constraint_fields.hpp"
 
 #include <fmt/format.h>
 
-namespace eh::service::json {
+namespace eh::http::json {
 
 OutputConstraint get_response_format(const object& obj) {
     OutputConstraint c;
@@ -63,4 +63,4 @@ OutputConstraint get_native_constraint(const object& obj) {
     return c;
 }
 
-}  // namespace eh::service::json
+}  // namespace eh::http::json

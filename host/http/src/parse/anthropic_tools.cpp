@@ -1,12 +1,12 @@
-#include "anthropic_tools.hpp"
+#include "parse/anthropic_tools.hpp"
 
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
 
-#include "tool_calls/tool_request_parse.hpp"
+#include "parse/tool_fields.hpp"
 
-namespace eh::service {
+namespace eh::http {
 
 using namespace json;
 
@@ -76,4 +76,4 @@ ChatToolRequest parse_anthropic_tools(const object& body) {
     return r;
 }
 
-}  // namespace eh::service
+}  // namespace eh::http

@@ -1,17 +1,15 @@
-// The OpenAI request bodies. Unknown fields are ignored (clients send many
-// this server has no use for); fields it cannot honour are rejected rather
-// than silently dropped.
+#include "parse/openai_request.hpp"
+
 #include <fmt/format.h>
 
 #include <random>
 
-#include "eh/service/request.hpp"
-#include "chat_messages.hpp"
-#include "constraint_fields.hpp"
-#include "json_fields.hpp"
-#include "tool_calls/tool_request_parse.hpp"
+#include "parse/chat_messages.hpp"
+#include "parse/constraint_fields.hpp"
+#include "parse/json_fields.hpp"
+#include "parse/tool_fields.hpp"
 
-namespace eh::service {
+namespace eh::http {
 
 using namespace json;
 
@@ -62,7 +60,7 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
         } else {
             throw RequestError("prompt", fmt::format("'prompt' must be a string, not {}", type_name(p->type())));
         }
-        check_prompt_text(r.gen.prompt, "prompt", limits);
+        service::check_prompt(r.gen.prompt, "prompt", limits);
         if (auto echo = get_bool(obj, "echo"); echo && *echo) throw RequestError("echo", "'echo' is not supported");
         if (auto s = get_string(obj, "suffix"); s && !s->empty()) throw RequestError("suffix", "'suffix' is not supported");
     }
@@ -101,4 +99,4 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
     return r;
 }
 
-}  // namespace eh::service
+}  // namespace eh::http

@@ -1,4 +1,4 @@
-#include "eh/service/chat_literals.hpp"
+#include "eh/service/chat_prompt.hpp"
 
 #include <algorithm>
 

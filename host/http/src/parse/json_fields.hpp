@@ -1,5 +1,7 @@
-// Typed field access on a simdjson DOM object with precise messages. Null
-// counts as absent, so clients that send `"field": null` get the default.
+// Typed field access on a simdjson DOM object with precise messages, for
+// the request parsers of every endpoint (parse/*_request.cpp). Null counts as
+// absent, so clients that send `"field": null` get the default. Every broken
+// rule is a service::RequestError naming the field.
 #pragma once
 
 #include <simdjson.h>
@@ -12,7 +14,17 @@
 
 #include "eh/service/request.hpp"
 
-namespace eh::service::json {
+namespace eh::http::json {
+
+// What the parsers fill in: the service's input types.
+using service::ChatMessage;
+using service::ChatToolCall;
+using service::ChatToolRequest;
+using service::OutputConstraint;
+using service::RequestError;
+using service::RequestLimits;
+using service::Sampling;
+using service::ToolDef;
 
 using simdjson::dom::element;
 using simdjson::dom::element_type;
@@ -25,7 +37,7 @@ const char* type_name(element_type t);
 object parse_object(simdjson::dom::parser& parser, simdjson::padded_string& storage,
                     std::string_view body, const RequestLimits& limits);
 
-// Rejects keys outside `allowed` (nullptr-terminated).
+// Rejects keys outside `allowed`.
 void reject_unknown(const object& obj, std::initializer_list<std::string_view> allowed);
 
 std::optional<element> field(const object& obj, std::string_view key);
@@ -42,8 +54,5 @@ std::vector<std::pair<int32_t, float>> get_logit_bias(const object& obj, std::st
 void get_penalties(const object& obj, Sampling& s, const RequestLimits& limits);
 // A string or an array of strings.
 std::vector<std::string> get_stop(const object& obj, std::string_view key, const RequestLimits& limits);
-// Prompt text rules shared by every endpoint.
-void check_prompt_text(const std::string& text, std::string_view field, const RequestLimits& limits,
-                       bool allow_empty = false);
 
-}  // namespace eh::service::json
+}  // namespace eh::http::json

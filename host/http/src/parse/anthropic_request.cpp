@@ -1,18 +1,19 @@
-#include "eh/service/anthropic_request.hpp"
+#include "parse/anthropic_request.hpp"
 
 #include <fmt/format.h>
 
 #include <cstdint>
 #include <random>
 
-#include "anthropic_tools.hpp"
-#include "chat_messages.hpp"
-#include "json_fields.hpp"
-#include "tool_calls/tool_request_parse.hpp"
+#include "parse/anthropic_tools.hpp"
+#include "parse/chat_messages.hpp"
+#include "parse/json_fields.hpp"
+#include "parse/tool_fields.hpp"
 
-namespace eh::service {
+namespace eh::http {
 
 using namespace json;
+using service::kMaxToolCallsPerMessage;
 
 namespace {
 
@@ -106,11 +107,6 @@ std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& 
 
 }  // namespace
 
-std::string anthropic_tool_use_id(const std::string& call_id) {
-    const std::string_view body = std::string_view(call_id).substr(call_id.rfind('_') + 1);
-    return "toolu_" + std::string(body);
-}
-
 AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLimits& limits, bool count_only) {
     simdjson::dom::parser parser;
     simdjson::padded_string storage;
@@ -125,7 +121,7 @@ AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLim
     r.model = *model;
     if (auto s = field(obj, "system")) {
         std::string system = text_content(*s, "system", "system");
-        check_prompt_text(system, "system", limits, true);
+        service::check_prompt(system, "system", limits, true);
         if (!system.empty()) r.messages.push_back(text_message("system", std::move(system)));
     }
     for (auto& m : parse_messages(obj, limits)) r.messages.push_back(std::move(m));
@@ -155,4 +151,4 @@ AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLim
     return r;
 }
 
-}  // namespace eh::service
+}  // namespace eh::http

@@ -2,7 +2,7 @@
 // for (the shape transformers' apply_chat_template passes them in).
 #include <nlohmann/json.hpp>
 
-#include "eh/service/chat_output.hpp"
+#include "eh/service/chat_prompt.hpp"
 
 namespace eh::service {
 

@@ -1,14 +1,16 @@
 // Parsing of the tool-calling and reasoning fields of a chat request (see
-// tool_request.hpp). Kept apart from openai_request.cpp, which calls these.
+// eh/service/tool_request.hpp). Kept apart from openai_request.cpp, which
+// calls these.
+#include "parse/tool_fields.hpp"
+
 #include <fmt/format.h>
 
-#include "../json_fields.hpp"
-#include "eh/service/tool_request.hpp"
-#include "tool_request_parse.hpp"
-
-namespace eh::service {
+namespace eh::http {
 
 using namespace json;
+using service::kMaxToolCallsPerMessage;
+using service::kMaxToolNameBytes;
+using service::kMaxTools;
 
 namespace {
 
@@ -170,4 +172,4 @@ void parse_message_tool_fields(const object& mo, size_t i, ChatMessage& cm) {
     if (auto n = json::field(mo, "name"); n && n->type() == element_type::STRING) cm.name = sv(*n);
 }
 
-}  // namespace eh::service
+}  // namespace eh::http

@@ -7,7 +7,7 @@
 namespace eh::service {
 
 void render_chat_prompt(const TextCodec& codec, ChatRequest& r, const std::string& model,
-                        const std::function<bool()>& cancelled) {
+                        const RequestLimits& limits, const std::function<bool()>& cancelled) {
     const ToolFormat format = codec.tool_format();
     if (format == ToolFormat::None) {
         // A template without a tool format would drop these silently.
@@ -34,6 +34,7 @@ void render_chat_prompt(const TextCodec& codec, ChatRequest& r, const std::strin
                                               "'response_format'");
         constrain_tool_call(r, format, codec);
     }
+    check_prompt(r.gen.prompt, "messages", limits);
 }
 
 }  // namespace eh::service

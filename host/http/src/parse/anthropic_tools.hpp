@@ -3,14 +3,14 @@
 #pragma once
 
 #include "eh/service/tool_request.hpp"
-#include "json_fields.hpp"
+#include "parse/json_fields.hpp"
 
-namespace eh::service {
+namespace eh::http {
 
 // tools: [{name, description, input_schema, type "custom" or absent}] →
 // function tools (tools_json in OpenAI's shape, which the chat templates
 // are written for); tool_choice {type auto|any|tool|none, name,
 // disable_parallel_tool_use}.
-ChatToolRequest parse_anthropic_tools(const json::object& body);
+service::ChatToolRequest parse_anthropic_tools(const json::object& body);
 
-}  // namespace eh::service
+}  // namespace eh::http
