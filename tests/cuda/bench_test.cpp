@@ -47,6 +47,7 @@ void bench_model(const char* label, TinySpec spec) {
     eh_load_params lp{};
     lp.struct_size = sizeof lp;
     lp.path = label;
+    lp.options_json = std::getenv("EH_BENCH_OPTIONS");  // e.g. {"fp16_weights":"off"}
     lp.view = tm.view();
     eh_model* m = nullptr;
     t0 = now_s();
@@ -155,6 +156,7 @@ void host_bench(const char* label, TinySpec spec) {
     eh_load_params lp{};
     lp.struct_size = sizeof lp;
     lp.path = label;
+    lp.options_json = std::getenv("EH_BENCH_OPTIONS");  // e.g. {"fp16_weights":"off"}
     lp.view = tm.view();
     eh_model* m = nullptr;
     ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
@@ -269,6 +271,7 @@ void batched_bench(const char* label, TinySpec spec) {
     eh_load_params lp{};
     lp.struct_size = sizeof lp;
     lp.path = label;
+    lp.options_json = std::getenv("EH_BENCH_OPTIONS");  // e.g. {"fp16_weights":"off"}
     lp.view = tm.view();
     eh_model* m = nullptr;
     ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();

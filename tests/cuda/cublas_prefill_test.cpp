@@ -2,7 +2,8 @@
 // type against the host dequant reference with bias, SwiGLU input,
 // accumulate and odd token counts; slabs smaller than a matrix;
 // multi-segment calls (fused and gapped outputs, mixed types); the ledger;
-// bitwise reproducibility; and the fallback when no workspace is given.
+// bitwise reproducibility; the model's FP16 mirror in place of the slab; and
+// the fallback when no workspace is given.
 #include <cuda_runtime_api.h>
 
 #include <cmath>
@@ -13,6 +14,7 @@
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/prefill_workspace.hpp>
+#include <ehcuda/weight_mirror.hpp>
 
 #include "gpu_util.hpp"
 #include "host_reference.hpp"
@@ -102,25 +104,32 @@ TEST_P(CublasPrefillTest, MatchesHostDequantReference) {
         EXPECT_EQ(ws.uses(), 1u) << "the cuBLAS path did not run";
         const auto y = to_host<float>(dy, y0.size());
 
-        double worst = 0;
-        for (int t = 0; t < ntok; ++t) {
-            const auto xin = input_row(x, t, ldx, cols, swiglu);
-            for (int r = 0; r < rows; ++r) {
-                double s = 0, mag = 0;
-                for (int k = 0; k < cols; ++k) {
-                    const double p = wf[size_t(r) * cols + k] * xin[size_t(k)];
-                    s += p;
-                    mag += std::fabs(p);
+        // Worst error of y against the host reference, relative to the summed
+        // magnitudes; checks that nothing outside the output slots changed.
+        const auto worst_error = [&](const std::vector<float>& out) {
+            double worst = 0;
+            for (int t = 0; t < ntok; ++t) {
+                const auto xin = input_row(x, t, ldx, cols, swiglu);
+                for (int r = 0; r < rows; ++r) {
+                    double s = 0, mag = 0;
+                    for (int k = 0; k < cols; ++k) {
+                        const double p = wf[size_t(r) * cols + k] * xin[size_t(k)];
+                        s += p;
+                        mag += std::fabs(p);
+                    }
+                    const double base =
+                        (accumulate ? y0[size_t(t) * ldy + pad + r] : 0.0) + (with_bias ? bias[size_t(r)] : 0.0);
+                    worst = std::max(worst, std::fabs(out[size_t(t) * ldy + pad + r] - (base + s)) / (mag + 1e-3));
                 }
-                const double base = (accumulate ? y0[size_t(t) * ldy + pad + r] : 0.0) + (with_bias ? bias[size_t(r)] : 0.0);
-                const double err = std::fabs(y[size_t(t) * ldy + pad + r] - (base + s)) / (mag + 1e-3);
-                worst = std::max(worst, err);
+                for (int r = 0; r < pad; ++r) {
+                    EXPECT_EQ(out[size_t(t) * ldy + r], y0[size_t(t) * ldy + r]) << "wrote before its slot";
+                    EXPECT_EQ(out[size_t(t) * ldy + pad + rows + r], y0[size_t(t) * ldy + pad + rows + r])
+                        << "wrote after its slot";
+                }
             }
-            for (int r = 0; r < pad; ++r) {
-                ASSERT_EQ(y[size_t(t) * ldy + r], y0[size_t(t) * ldy + r]) << "wrote before its slot";
-                ASSERT_EQ(y[size_t(t) * ldy + pad + rows + r], y0[size_t(t) * ldy + pad + rows + r]) << "wrote after its slot";
-            }
-        }
+            return worst;
+        };
+        const double worst = worst_error(y);
         // FP16 operands: ~1e-3 of the summed magnitudes.
         EXPECT_LT(worst, 1e-2) << ehp::type_name(type) << " ntok=" << ntok;
 
@@ -132,6 +141,24 @@ TEST_P(CublasPrefillTest, MatchesHostDequantReference) {
         const auto y2 = to_host<float>(dy2, y0.size());
         EXPECT_EQ(std::memcmp(y.data(), y2.data(), y.size() * 4), 0) << "not reproducible";
         EXPECT_EQ(ledger.bytes(), ws.device_bytes());
+
+        // The model's FP16 mirror in place of the slab. The stored weights are
+        // zeroed once mirrored: a result that still matches came from the mirror.
+        if (type != EH_TYPE_F16) {
+            ehcuda::WeightMirror mirror;
+            mirror.add(a.seg[0].w, stream, &ledger);
+            GPU_OK(cudaStreamSynchronize(stream));
+            ASSERT_EQ(mirror.bytes(), size_t(rows) * cols * sizeof(__half));
+            EXPECT_EQ(ledger.bytes(), ws.device_bytes() + mirror.bytes());
+            GPU_OK(cudaMemset(dw.get(), 0, w.size()));
+            ws.set_mirror(&mirror);
+            auto dy3 = to_device(y0);
+            a.y = dy3.as<float>();
+            ehcuda::matmul(a, stream);
+            GPU_OK(cudaStreamSynchronize(stream));
+            EXPECT_LT(worst_error(to_host<float>(dy3, y0.size())), 1e-2) << ehp::type_name(type) << " from the mirror";
+            ws.set_mirror(nullptr);
+        }
     }
     EXPECT_EQ(ledger.bytes(), 0u) << "workspace bytes not returned to the ledger";
     cudaStreamDestroy(stream);
@@ -152,6 +179,78 @@ INSTANTIATE_TEST_SUITE_P(AllTypes, CublasPrefillTest, ::testing::ValuesIn(cases(
 // Three segments: Q|K adjacent in the output (one GEMM per slab), a gap
 // before V, mixed types (one FP16, read in place), bias on one segment, and
 // slabs that straddle segment boundaries.
+// A run of rows inside a mirrored matrix (Phi-3's gate and up halves of one
+// tensor) finds its own rows; other shapes, unmirrored matrices and FP16
+// weights find none; adding twice keeps one copy.
+TEST(WeightMirror, FindsRowRunsOfMirroredMatrices) {
+    REQUIRE_GPU();
+    const int rows = 96, cols = 256;
+    const uint32_t type = EH_TYPE_Q4_K;
+    std::mt19937 rng(7);
+    const auto w = random_rows(type, rows, cols, rng);
+    const auto wf = dequant_all(type, w, rows, cols);
+    auto dw = to_device(w);
+    auto other = to_device(w);
+    const size_t rb = row_size(type, cols);
+    ehcuda::MemoryLedger ledger;
+    {
+        ehcuda::WeightMirror m;
+        const ehcuda::WeightRef whole{dw.get(), type, rows, cols, rb};
+        m.add(whole, nullptr, &ledger);
+        m.add(whole, nullptr, &ledger);
+        GPU_OK(cudaDeviceSynchronize());
+        EXPECT_EQ(m.count(), 1u);
+        EXPECT_EQ(ledger.bytes(), size_t(rows) * cols * 2);
+        const __half* base = m.find(whole);
+        ASSERT_NE(base, nullptr);
+        ehcuda::WeightRef up = whole;
+        up.rows = rows / 2;
+        up.data = static_cast<const uint8_t*>(dw.get()) + size_t(rows / 2) * rb;
+        EXPECT_EQ(m.find(up), base + size_t(rows / 2) * cols);
+        ehcuda::WeightRef past = up;
+        past.rows = rows / 2 + 1;  // one row beyond the matrix
+        EXPECT_EQ(m.find(past), nullptr);
+        ehcuda::WeightRef skew = whole;
+        skew.data = static_cast<const uint8_t*>(dw.get()) + 1;
+        skew.rows = 1;
+        EXPECT_EQ(m.find(skew), nullptr);
+        EXPECT_EQ(m.find({other.get(), type, rows, cols, rb}), nullptr);
+        EXPECT_EQ(ehcuda::WeightMirror::bytes_for({dw.get(), EH_TYPE_F16, rows, cols, size_t(cols) * 2}), 0u);
+        // The copy holds the dequantized weights, rounded to FP16.
+        std::vector<__half> h(size_t(rows) * cols);
+        GPU_OK(cudaMemcpy(h.data(), base, h.size() * 2, cudaMemcpyDeviceToHost));
+        for (size_t i = 0; i < h.size(); ++i)
+            ASSERT_NEAR(__half2float(h[i]), wf[i], std::fabs(wf[i]) * 1e-3 + 1e-6) << i;
+    }
+    EXPECT_EQ(ledger.bytes(), 0u);
+}
+
+// The load option and the auto rule (on up to a quarter of free memory).
+TEST(WeightMirror, PolicyOptionAndAutoRule) {
+    using ehcuda::MirrorPolicy;
+    EXPECT_EQ(ehcuda::parse_mirror_policy(nullptr), MirrorPolicy::Auto);
+    EXPECT_EQ(ehcuda::parse_mirror_policy("{}"), MirrorPolicy::Auto);
+    EXPECT_EQ(ehcuda::parse_mirror_policy(R"({"fp16_weights": "on"})"), MirrorPolicy::On);
+    EXPECT_EQ(ehcuda::parse_mirror_policy(R"({"upload_chunk_bytes": 65536, "fp16_weights":"off"})"), MirrorPolicy::Off);
+    EXPECT_EQ(ehcuda::parse_mirror_policy(R"({"fp16_weights": "auto"})"), MirrorPolicy::Auto);
+    for (const char* bad : {R"({"fp16_weights": "yes"})", R"({"fp16_weights": 1})", R"({"fp16_weights")"}) {
+        try {
+            ehcuda::parse_mirror_policy(bad);
+            ADD_FAILURE() << bad << " was accepted";
+        } catch (const ehp::Error& e) {
+            EXPECT_EQ(e.status(), EH_INVALID_ARGUMENT) << bad;
+            EXPECT_NE(std::string(e.what()).find("fp16_weights"), std::string::npos) << e.what();
+        }
+    }
+    const size_t gib = size_t(1) << 30;
+    EXPECT_TRUE(ehcuda::mirror_policy(MirrorPolicy::Auto, gib, 4 * gib).on);
+    EXPECT_FALSE(ehcuda::mirror_policy(MirrorPolicy::Auto, gib + 1, 4 * gib).on);
+    EXPECT_TRUE(ehcuda::mirror_policy(MirrorPolicy::On, 8 * gib, gib).on);
+    EXPECT_FALSE(ehcuda::mirror_policy(MirrorPolicy::Off, 1, 100 * gib).on);
+    EXPECT_FALSE(ehcuda::mirror_policy(MirrorPolicy::On, 0, gib).on);
+    EXPECT_NE(ehcuda::mirror_policy(MirrorPolicy::Auto, gib, 4 * gib).why.find("1024 MiB"), std::string::npos);
+}
+
 TEST(CublasPrefill, MultiSegmentMixedTypesAndGaps) {
     REQUIRE_GPU();
     const int cols = 256, ntok = 100;

@@ -11,6 +11,7 @@
 
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
+#include "ehcuda/prefill_workspace.hpp"
 #include "ehcuda/quant_dp4a.cuh"
 #include "gemv_stage.cuh"
 #include "matmul_common.cuh"
@@ -474,7 +475,7 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
 void matmul(const MatmulArgs& a, cudaStream_t stream) {
     if (a.xmode == XMode::Chunks) return gemv(a, stream);  // to_dev checks the single-token shape
     if (matmul_needs_generic(a)) return matmul_generic(a, stream);
-    if (a.ntok <= 8)
+    if (a.ntok <= 8 && !(a.prefill && a.prefill->enabled_for(a.ntok)))
         gemv(a, stream);
     else
         gemm(a, stream);

@@ -19,6 +19,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/moe.hpp"
 #include "ehcuda/mxfp4.cuh"
+#include "ehcuda/weight_mirror.hpp"
 #include "matmul_common.cuh"
 #include "prefill_gemm.hpp"
 
@@ -180,12 +181,18 @@ bool gemm_cublas(const MatmulArgs& a, cudaStream_t stream) {
         }
     }
 
-    // FP16 weights need no slab: the GEMM reads them where they are.
+    // FP16 weights, and matrices the model mirrors in FP16, need no slab: the
+    // GEMM reads them where they are.
+    const __half* f16[3] = {};
     for (int s = 0; s < a.nseg; ++s) {
         const MatSeg& g = a.seg[s];
-        if (g.w.type != EH_TYPE_F16) continue;
-        gemm_f16(*ws, g.w.rows, N, K, static_cast<const __half*>(g.w.data), int(g.w.row_bytes / 2), x16, K,
-                 a.y + g.out_offset, a.ldy, beta[s], stream);
+        if (g.w.type == EH_TYPE_F16) {
+            f16[s] = static_cast<const __half*>(g.w.data);
+            gemm_f16(*ws, g.w.rows, N, K, f16[s], int(g.w.row_bytes / 2), x16, K, a.y + g.out_offset, a.ldy, beta[s],
+                     stream);
+        } else if (ws->mirror() && (f16[s] = ws->mirror()->find(g.w))) {
+            gemm_f16(*ws, g.w.rows, N, K, f16[s], K, x16, K, a.y + g.out_offset, a.ldy, beta[s], stream);
+        }
     }
 
     // The other segments' rows, concatenated, in slabs of slab_rows. Pieces
@@ -195,7 +202,7 @@ bool gemm_cublas(const MatmulArgs& a, cudaStream_t stream) {
     };
     int total = 0;
     for (int s = 0; s < a.nseg; ++s)
-        if (a.seg[s].w.type != EH_TYPE_F16) total += a.seg[s].w.rows;
+        if (!f16[s]) total += a.seg[s].w.rows;
     __half* slab = ws->slab();
     for (int R0 = 0; R0 < total; R0 += int(slab_rows)) {
         const int R1 = int(std::min<size_t>(size_t(total), size_t(R0) + slab_rows));
@@ -203,7 +210,7 @@ bool gemm_cublas(const MatmulArgs& a, cudaStream_t stream) {
         int np = 0, base = 0;
         for (int s = 0; s < a.nseg; ++s) {
             const MatSeg& g = a.seg[s];
-            if (g.w.type == EH_TYPE_F16) continue;
+            if (f16[s]) continue;
             const int lo = std::max(R0, base), hi = std::min(R1, base + g.w.rows);
             if (lo < hi) {
                 pieces[np++] = {s, lo - base, hi - base};

@@ -104,6 +104,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     }
     workspace()->set_min_tokens(gemv_per_token_max_ + 1);
+    workspace()->set_mirror(&m_.mirror);
     init_pool();
 }
 

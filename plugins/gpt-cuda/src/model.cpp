@@ -221,6 +221,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->path = params.path && *params.path ? params.path : "(model)";
     Config& c = m->cfg;
     const size_t chunk = parse_size_option(params.options_json, "\"upload_chunk_bytes\"", size_t(1) << 20);
+    const ehcuda::MirrorPolicy mirror_policy = ehcuda::parse_mirror_policy(params.options_json);
 
     auto progress = [&](float f, const char* stage) {
         if (params.progress) params.progress(params.progress_user, f, stage);
@@ -290,7 +291,26 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
 
     std::string why = ehcuda::check_kernel_image();
     if (!why.empty()) throw ehp::Error(EH_UNSUPPORTED, why);
-    progress(1.0f, "ready");
+
+    // The dense matrices multi-token GEMMs read: FP16 copies when the policy
+    // says so (weight_mirror.hpp).
+    std::vector<ehcuda::WeightRef> mats{m->output};
+    for (const Layer& L : m->layers) {
+        for (int k = 0; k < L.n_qkv; ++k) mats.push_back(L.qkv[k].w);
+        for (const ehcuda::MatSeg* g : {&L.attn_out, &L.ffn_up, &L.ffn_down, &L.router})
+            if (g->w.data) mats.push_back(g->w);
+    }
+    size_t mirror_bytes = 0;
+    for (const ehcuda::WeightRef& w : mats) mirror_bytes += ehcuda::WeightMirror::bytes_for(w);
+    size_t free_bytes = 0, total_bytes = 0;
+    EHC_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    const ehcuda::MirrorDecision md = ehcuda::mirror_policy(mirror_policy, mirror_bytes, free_bytes);
+    if (md.on) {
+        for (const ehcuda::WeightRef& w : mats) m->mirror.add(w, stream.get(), &m->ledger);
+        EHC_CHECK(cudaStreamSynchronize(stream.get()));
+    }
+    m->mirror_note = md.why;
+    progress(1.0f, ("ready; " + md.why).c_str());
     return m;
 }
 

@@ -8,6 +8,7 @@
 
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/kernels.hpp>
+#include <ehcuda/weight_mirror.hpp>
 #include <ehcuda/moe.hpp>
 
 #include "config.hpp"
@@ -49,6 +50,10 @@ struct Model {
     const float* inv_freq = nullptr;
     std::vector<Layer> layers;
     std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
+    // FP16 copies of the dense matrices for multi-token GEMMs (the experts
+    // keep their own path), when the load's policy keeps them.
+    ehcuda::WeightMirror mirror;
+    std::string mirror_note;
 };
 
 // Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates

@@ -93,6 +93,7 @@ Session::Session(Model& model, const eh_session_params& params)
         ps.moe_ff = c_.n_ff_exp;
     }
     finish_init(ps);
+    prefill_workspace()->set_mirror(&m_.mirror);
 }
 
 std::string Session::vocab_text() const { return "(0.." + std::to_string(c_.n_vocab - 1) + ")"; }

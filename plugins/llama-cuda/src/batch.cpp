@@ -23,15 +23,17 @@ ehcuda::BatchShape shape_of(Model& m) {
     return sh;
 }
 
-// How a step's matmuls run, by its token count n (H200, forged Qwen2.5-0.5B
-// and Phi-3-mini Q4_K_M, 64 decode steps of n sequences, ms per step):
+// How a step's matmuls run, by its token count n and the threshold
+// Model::batch_gemm_min_tokens (G):
 //   n = 1      single-token GEMV, RMSNorm folded into its input staging
-//   n = 2..8   one single-token GEMV per token, the tokens overlapping on
-//              side streams (BatchBase::per_token): the multi-token GEMV kernels
-//              took 2.7 / 4.2 / 7.3 ms (Qwen, n = 2 / 4 / 8) and 14 / 24 /
-//              45 ms (Phi-3) against 1.9 / 2.8 / 4.8 and 4.4 / 6.9 / 12.2
-//   n >= 9     cuBLAS on slab-dequantized FP16 weights (workspace)
-constexpr int kPerTokenGemvMax = 8;
+//   1 < n < G  one single-token GEMV per token, the tokens overlapping on
+//              side streams (BatchBase::per_token): the multi-token GEMV
+//              kernels took 2.7 / 4.2 / 7.3 ms (Qwen, n = 2 / 4 / 8) and 14 /
+//              24 / 45 ms (Phi-3) against 1.9 / 2.8 / 4.8 and 4.4 / 6.9 / 12.2
+//              (H200, forged Q4_K_M files, ms per step)
+//   n >= G     one cuBLAS GEMM per matrix: on the model's FP16 mirror when it
+//              keeps one (G = 3 by default then; model.cpp has the sweep),
+//              else on slab-dequantized weights (G = 9)
 // Prefill chunks of at least this many tokens take the tensor-core
 // attention (one query tile), the rest of a step the paged CUDA-core one.
 constexpr int kTensorCoreChunk = 64;
@@ -60,9 +62,10 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         EHC_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.size()));
         if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     }
-    // cuBLAS (the workspace's slab dequantization) from 9 tokens on: the
-    // in-kernel WMMA GEMM ran a 64-token decode step 4.5x slower.
-    workspace()->set_min_tokens(kPerTokenGemvMax + 1);
+    // cuBLAS from G tokens on (above); the in-kernel WMMA GEMM ran a 64-token
+    // decode step 4.5x slower than cuBLAS on slabs.
+    workspace()->set_min_tokens(m_.batch_gemm_min_tokens);
+    workspace()->set_mirror(&m_.mirror);
     init_pool();
 }
 
@@ -196,7 +199,7 @@ void Batch::forward(const ehcuda::StepView& v) {
         m.accumulate = accumulate;
         m.ntok = n;
         m.prefill = pw;
-        if (n > 1 && n <= kPerTokenGemvMax) {
+        if (n > 1 && n < pw->min_tokens()) {
             per_token(n, [&](int t, cudaStream_t st) {
                 ehcuda::MatmulArgs one = m;
                 one.ntok = 1;

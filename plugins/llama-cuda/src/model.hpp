@@ -10,6 +10,7 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/kernels.hpp>
+#include <ehcuda/weight_mirror.hpp>
 
 #include "config.hpp"
 
@@ -45,6 +46,14 @@ struct Model {
     const float* rope_freqs = nullptr;  // Llama 3.x: n_rot/2 per-pair RoPE divisors, else null
     std::vector<Layer> layers;
     std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
+    // FP16 copies of the matrices for multi-token GEMMs (prefill, batched
+    // steps), when the load's policy keeps them; `mirror_note` says why.
+    ehcuda::WeightMirror mirror;
+    std::string mirror_note;
+    // Batched steps of at least this many tokens run their matmuls as one
+    // cuBLAS GEMM (fewer: one GEMV per token, overlapped). 9 without the
+    // mirror; with it, options_json "batch_gemm_min_tokens" (default below).
+    int batch_gemm_min_tokens = 9;
 };
 
 // A layer's gate and up as two matrices (phi3 stores them as one: gate's

@@ -64,6 +64,7 @@ Session::Session(Model& model, const eh_session_params& params)
     ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab + FP16 activations
     ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
     finish_init(ps);
+    prefill_workspace()->set_mirror(&m_.mirror);
 }
 
 void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {

@@ -5,8 +5,10 @@
 // expert. Every byte comes from DeviceBuffers on the session's ledger, so an
 // allocation failure is VRAM_OOM and device_bytes_used stays truthful.
 //
-// No FP16 copy of a whole weight tensor is ever kept: the slab is reused by
-// every matrix of every call (slab_bytes, 32 MiB by default, is the bound).
+// The workspace keeps no FP16 copy of a whole weight tensor: the slab is
+// reused by every matrix of every call (slab_bytes, 32 MiB by default, is the
+// bound). A model may keep such copies itself (weight_mirror.hpp); the
+// workspace then points at them and the GEMM skips the slab.
 // Decode never uses the workspace (it runs the GEMV path in a CUDA graph).
 #pragma once
 
@@ -21,6 +23,8 @@
 struct cublasContext;  // cublasHandle_t is cublasContext*
 
 namespace ehcuda {
+
+class WeightMirror;
 
 struct PrefillShape {
     int max_tokens = 0;  // most tokens per matmul call (the session's batch)
@@ -53,10 +57,17 @@ public:
 
     // Calls with fewer tokens use the old kernels. 16 by default (below it
     // the WMMA kernel's single pass over the quantized weights wins);
-    // EHCUDA_PREFILL_MIN_TOKENS=N overrides it (0 turns the path off).
+    // EHCUDA_PREFILL_MIN_TOKENS=N overrides it (0 turns the path off). A
+    // batched step with FP16 mirrors lowers it to as few as 2 tokens: matmul()
+    // then takes cuBLAS instead of the multi-token GEMV.
     int min_tokens() const { return min_tokens_; }
     void set_min_tokens(int n) { min_tokens_ = n; }
-    bool enabled_for(int ntok) const { return min_tokens_ > 0 && ntok >= min_tokens_ && ntok >= 9; }
+    bool enabled_for(int ntok) const { return min_tokens_ > 0 && ntok >= min_tokens_ && ntok >= 2; }
+
+    // The model's FP16 weight copies (not owned; it outlives the workspace),
+    // or null: every quantized matrix goes through the slab.
+    void set_mirror(const WeightMirror* m) { mirror_ = m; }
+    const WeightMirror* mirror() const { return mirror_; }
 
     const PrefillShape& shape() const { return shape_; }
     cudaStream_t stream() const { return stream_; }
@@ -90,6 +101,7 @@ private:
     cublasContext* handle_ = nullptr;
     int min_tokens_ = 16;
     uint64_t uses_ = 0;
+    const WeightMirror* mirror_ = nullptr;
     DeviceBuffer cublas_ws_, slab_, act_;
     DeviceBuffer moe_out_, moe_sorted_, moe_pos_, moe_offsets_;
     int32_t* host_offsets_ = nullptr;
