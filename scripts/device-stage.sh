@@ -9,7 +9,8 @@
 # Paths inside the archive are absolute paths of this machine, so binaries'
 # baked-in paths (test data, test plugins) hold there too. On the device:
 #   bash scripts/device-unpack.sh && <commands>
-# STAGE_BINS (default below) and STAGE_DROP (test data left out) trim it.
+# STAGE_BINS (default below) and STAGE_DROP (test data left out) trim it;
+# STAGE_OUT names another folder than .device (device-unpack.sh takes it too).
 #
 #   scripts/device-stage.sh [BUILD_DIR]     (default: build)
 set -euo pipefail
@@ -62,9 +63,10 @@ rm -f "$stage$testdata"/tokenizers/*/vocab.json "$stage$testdata"/tokenizers/*/m
 # STAGE_DROP: test data paths (relative to testdata) a run does not need,
 # to keep the carried stage under the device's 64 MiB.
 for d in ${STAGE_DROP:-}; do rm -rf "$stage$testdata/$d"; done
-mkdir -p .device
-rm -f .device/stage.tar.gz .device/stage.tar.xz
+out=${STAGE_OUT:-.device}  # another ignored folder for a second stage
+mkdir -p "$out"
+rm -f "$out/stage.tar.gz" "$out/stage.tar.xz"
 # One xz stream (-T1) with a 64 MiB window: the test binaries and the plugins
 # link the same kernels, and one stream stores them once.
-tar -C "$stage" -cf - . | xz -T1 -9 > .device/stage.tar.xz
-echo "staged $(du -h .device/stage.tar.xz | cut -f1) (build $build, testdata $testdata)"
+tar -C "$stage" -cf - . | xz -T1 -9 > "$out/stage.tar.xz"
+echo "staged $(du -h "$out/stage.tar.xz" | cut -f1) in $out (build $build, testdata $testdata)"
