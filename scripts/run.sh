@@ -15,4 +15,12 @@ case " $* " in
   *" --model "* | *" --model="* | *" -m "*) ;;
   *) args=(--model "$model" "${args[@]}") ;;
 esac
+# Without a usable NVIDIA GPU, ask for the CPU engine: engine-host's default
+# (--device auto) refuses to let it stand in for a GPU plugin that claims the
+# model but was rejected (a CUDA build's plugins are rejected on such a machine).
+gpu_here() { command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi -L 2>/dev/null | grep -q '^GPU '; }
+case " $* " in
+  *" --device "* | *" --device="*) ;;
+  *) gpu_here || args=(--device cpu "${args[@]}") ;;
+esac
 exec build/bin/engine-host --plugins build/plugins "${args[@]}"

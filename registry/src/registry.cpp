@@ -54,17 +54,27 @@ std::vector<std::string> Registry::shortfalls(const PluginCapabilities& caps,
 }
 
 Resolution Registry::resolve(const ModelRequirements& need, DevicePolicy policy) const {
+    if (policy == DevicePolicy::Auto) {
+        // A device plugin that serves the model, even a rejected one, means
+        // the model was meant for the GPU: only a device plugin may serve it.
+        const bool device_claims = std::any_of(records_.begin(), records_.end(), [&](const PluginRecord& r) {
+            return r.caps.device_kind != "cpu" && shortfalls(r.caps, need).empty();
+        });
+        return resolve(need, device_claims ? DevicePolicy::Device : DevicePolicy::Any);
+    }
     auto of_kind = [policy](const PluginRecord& r) {
         if (policy == DevicePolicy::Any) return true;
         return (r.caps.device_kind == "cpu") == (policy == DevicePolicy::Cpu);
     };
-    std::vector<const PluginRecord*> fits;
+    std::vector<const PluginRecord*> fits, claimants;
     std::string offers, would_serve;
     for (const auto& r : records_) {
         if (!of_kind(r)) continue;
         if (!r.accepted) {
-            if (policy != DevicePolicy::Any && shortfalls(r.caps, need).empty())
+            if (policy != DevicePolicy::Any && shortfalls(r.caps, need).empty()) {
                 would_serve += "\n  " + r.caps.name + " (rejected): " + join(r.reasons, "; ");
+                claimants.push_back(&r);
+            }
             continue;
         }
         auto gaps = shortfalls(r.caps, need);
@@ -76,6 +86,7 @@ Resolution Registry::resolve(const ModelRequirements& need, DevicePolicy policy)
     }
     Resolution res;
     if (fits.empty()) {
+        res.rejected_claimants = std::move(claimants);
         std::string types = need.tensor_types.empty() ? "none" : join(need.tensor_types);
         const char* which = policy == DevicePolicy::Device ? "no accepted device (GPU) plugin"
                             : policy == DevicePolicy::Cpu  ? "no accepted CPU plugin"
@@ -83,10 +94,10 @@ Resolution Registry::resolve(const ModelRequirements& need, DevicePolicy policy)
         res.explanation = std::string(which) + " can serve this model (format " + need.format +
                           ", architecture " + need.architecture + ", tensor types " + types + ")";
         if (!would_serve.empty()) res.explanation += "; these would serve it but were rejected:" + would_serve;
-        if (offers.empty())
+        if (!offers.empty())
+            res.explanation += (would_serve.empty() ? ":" : "\n  and these were accepted but fall short:") + offers;
+        else if (would_serve.empty())
             res.explanation += policy == DevicePolicy::Any ? "; no plugin was accepted" : "; none of that kind was accepted";
-        else
-            res.explanation += ":" + offers;
         size_t n_rejected = rejected().size();
         if (n_rejected)
             res.explanation += "\n  (" + std::to_string(n_rejected) +

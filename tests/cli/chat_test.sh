@@ -12,27 +12,29 @@ check() {  # NAME CONDITION-RESULT DETAIL
   if [[ $2 -eq 0 ]]; then passes=$((passes + 1)); else echo "FAIL $1: $3"; fails=$((fails + 1)); fi
 }
 
-# One-shot through the CPU reference plugin, found beside the executable (no --plugins).
-out=$("$eh" chat -m "$model" -p "Once upon a time" -n 24 --seed 7 --temp 0 2>"$scratch/err")
+# One-shot through the CPU reference plugin, found beside the executable (no
+# --plugins). --device cpu: a CUDA build's GPU plugins are there too, and
+# rejected on a machine without a GPU (device_test.sh has the default's refusal).
+out=$("$eh" chat -m "$model" --device cpu -p "Once upon a time" -n 24 --seed 7 --temp 0 2>"$scratch/err")
 rc=$?
 check oneshot-exit $rc "exit $rc: $(cat "$scratch/err")"
 words=$(wc -w <<<"$out")
 [[ $words -ge 5 && "$out" =~ [a-z]+\ [a-z]+ ]]; check oneshot-text $? "expected a few words of a story, got '$out'"
-again=$("$eh" chat -m "$model" -p "Once upon a time" -n 24 --seed 7 --temp 0 2>/dev/null)
+again=$("$eh" chat -m "$model" --device cpu -p "Once upon a time" -n 24 --seed 7 --temp 0 2>/dev/null)
 [[ "$again" == "$out" ]]; check oneshot-greedy-repeats $? "'$again' != '$out'"
 
 # Interactive through a pipe: two turns, a reset, /exit stops reading.
-out=$(printf 'Hello there\n/reset\n\nThe cat\n/exit\nnever read\n' | "$eh" chat -m "$model" -n 12 --seed 1 2>"$scratch/err")
+out=$(printf 'Hello there\n/reset\n\nThe cat\n/exit\nnever read\n' | "$eh" chat -m "$model" --device cpu -n 12 --seed 1 2>"$scratch/err")
 rc=$?
 check pipe-exit $rc "exit $rc: $(cat "$scratch/err")"
 [[ $(grep -c . <<<"$out") -ge 3 ]]; check pipe-two-replies $? "got: $out"
 grep -aq '^(conversation reset)$' <<<"$out"; check pipe-reset $? "no reset line in: $out"
-out=$(printf 'Hi\n' | "$eh" chat -m "$model" -n 8 2>&1)
+out=$(printf 'Hi\n' | "$eh" chat -m "$model" --device cpu -n 8 2>&1)
 check pipe-eof-exits $? "end of input should end the chat: $out"
 
 # A turn that no longer fits the context fails alone; /reset starts over.
 long=$(printf 'once upon a time %.0s' {1..40})
-out=$(printf '%s\n/reset\nhi\n' "$long" | "$eh" chat -m "$model" -c 64 -n 8 --seed 1 2>"$scratch/err")
+out=$(printf '%s\n/reset\nhi\n' "$long" | "$eh" chat -m "$model" --device cpu -c 64 -n 8 --seed 1 2>"$scratch/err")
 rc=$?
 [[ $rc -eq 0 && "$(cat "$scratch/err")" == *"the context holds 64 tokens"*"(/reset starts over)"* ]]
 check context-full-turn $? "exit $rc: $(cat "$scratch/err")"

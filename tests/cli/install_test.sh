@@ -18,7 +18,7 @@ extra=$(find "$prefix/lib/engine-host/plugins" -mindepth 1 ! -name '*.so' ! -nam
 out=$(env -u ENGINE_HOST_PLUGINS "$prefix/bin/engine-host" plugins 2>&1)
 [[ $? -eq 0 && "$out" == *"searched: $prefix/lib/engine-host/plugins"* && "$out" == *"cpu-reference"*"accepted"* ]] ||
   { echo "FAIL: installed engine-host: $out"; fails=1; }
-out=$(env -u ENGINE_HOST_PLUGINS "$prefix/bin/engine-host" chat -m "$testdata/models/stories260K.gguf" -p hi -n 4 2>&1)
+out=$(env -u ENGINE_HOST_PLUGINS "$prefix/bin/engine-host" chat -m "$testdata/models/stories260K.gguf" --device cpu -p hi -n 4 2>&1)
 [[ $? -eq 0 ]] || { echo "FAIL: installed chat: $out"; fails=1; }
 [[ $fails -eq 0 ]] && echo "install: ok"
 [[ $fails -eq 0 ]]

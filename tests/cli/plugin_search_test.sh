@@ -46,8 +46,9 @@ out=$("$x" plugins --plugins "$plugins/crash" --plugins "$plugins/good" --json 2
 [[ $rc -eq 0 && "$out" == *'"accepted": true'* && "$out" == *"crashed with signal"* ]]
 check flag-repeats $? "exit $rc: $out"
 
-# A command that loads a model uses the search too.
-out=$("$x" chat -m "$model" -p "hi" -n 4 2>&1); rc=$?
+# A command that loads a model uses the search too (--device cpu: a CUDA
+# build's GPU plugins are found as well, and rejected without a GPU).
+out=$("$x" chat -m "$model" --device cpu -p "hi" -n 4 2>&1); rc=$?
 [[ $rc -eq 0 ]]; check chat-uses-search $? "exit $rc: $out"
 
 echo "$passes passed, $fails failed"

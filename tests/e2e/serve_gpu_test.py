@@ -52,12 +52,15 @@ def log(*a):
 
 
 class Server:
-    def __init__(self, eh, plugins, model, ctx, workdir, extra=(), log_name="serve.log", wait_listening=True):
+    def __init__(self, eh, plugins, model, ctx, workdir, extra=(), log_name="serve.log", wait_listening=True,
+                 allow_cpu=False):
         self.log_path = os.path.join(workdir, log_name)
         self.logf = open(self.log_path, "w")
         args = [eh, "--plugins", plugins, "--model", model, "--port", "0", "--log-format", "json"]
         if ctx:
             args += ["--ctx-size", str(ctx)]
+        if allow_cpu:  # the default refuses to let the CPU stand in for a rejected GPU plugin
+            args += ["--device", "any"]
         args += list(extra)
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
         self.port = None
@@ -384,7 +387,7 @@ def main():
                                      capture_output=True).stdout)
     info = insp["model"]
     with tempfile.TemporaryDirectory() as work:
-        srv = Server(a.engine_host, a.plugins, model, a.ctx, work)
+        srv = Server(a.engine_host, a.plugins, model, a.ctx, work, allow_cpu=a.allow_cpu)
         try:
             h = srv.wait_ready()
             done = srv.event("model_load_complete")

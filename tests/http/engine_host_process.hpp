@@ -51,6 +51,14 @@ public:
         std::vector<std::string> args = {EH_ENGINE_HOST, "--plugins", plugins,
                                          "--model", model, "--port", "0"};
         for (auto& a : extra_args) args.push_back(a);
+#ifdef EH_PLUGIN_DIR
+        // The build's plugin folder also holds a CUDA build's GPU plugins,
+        // rejected on a machine without a GPU, and serve's default then
+        // refuses rather than fall back (--device): these tests ask for the
+        // CPU engine they are about.
+        if (plugins == EH_PLUGIN_DIR && std::find(args.begin(), args.end(), "--device") == args.end())
+            args.insert(args.end(), {"--device", "cpu"});
+#endif
         pid_ = fork();
         if (pid_ == 0) {
             for (auto& [k, v] : env) setenv(k.c_str(), v.c_str(), 1);

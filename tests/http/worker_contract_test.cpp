@@ -294,7 +294,7 @@ TEST(WorkerContract, DeviceCpuServesWithTheCpuPlugin) {
 TEST(WorkerContract, DeviceTakesOnlyKnownKinds) {
     EngineHost h = host({"--device", "tpu"}, {}, kModel);
     EXPECT_EQ(h.wait_exit(15000), 2) << h.log();
-    EXPECT_NE(h.log().find("--device must be gpu, cpu or any"), std::string::npos) << h.log();
+    EXPECT_NE(h.log().find("--device must be auto, gpu, cpu or any"), std::string::npos) << h.log();
 }
 
 // ---- split GGUF --------------------------------------------------------------------

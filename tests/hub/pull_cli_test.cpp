@@ -75,7 +75,7 @@ TEST_F(PullCli, ModelRefsWorkOnInspectAndChat) {
     Outcome r = run("inspect --model tiny/stories:F32");
     ASSERT_EQ(r.exit, 0) << r.out;
     EXPECT_NE(r.out.find("llama"), std::string::npos) << r.out;
-    r = run("chat -m hf://tiny/stories/stories260K-F32.gguf -p 'Once upon a time' -n 8 --offline");
+    r = run("chat -m hf://tiny/stories/stories260K-F32.gguf -p 'Once upon a time' -n 8 --offline --device cpu");
     EXPECT_EQ(r.exit, 0) << r.out;
     EXPECT_EQ(hub.cdn_gets.load(), 1) << "the second command used the cache";
 }
@@ -92,7 +92,7 @@ TEST_F(PullCli, AProgressBarOnATerminal) {
 
 TEST_F(PullCli, ServeTakesAHubReference) {
     std::string cmd = "HF_HOME='" + home.string() + "' HF_ENDPOINT='" + hub.endpoint() + "' exec env -u HF_HUB_OFFLINE " EH_ENGINE_HOST
-                      " serve -m tiny/stories:F32 --port 0 --log-level warn --callback-url " + hub.endpoint() +
+                      " serve -m tiny/stories:F32 --device cpu --port 0 --log-level warn --callback-url " + hub.endpoint() +
                       "/callback >/dev/null 2>&1";
     pid_t pid = fork();
     if (pid == 0) {

@@ -120,4 +120,43 @@ TEST(Registry, DevicePolicyPicksAnAcceptedGpuPluginOverAHigherPriorityCpuOne) {
     EXPECT_EQ(reg.resolve(qwen_q4km()).plugin->caps.name, "cpu-reference");
 }
 
+// The default policy (serve, chat): a GPU plugin that claims the model keeps
+// the CPU engine out, accepted or not.
+TEST(Registry, AutoRefusesTheCpuWhenARejectedGpuPluginClaimsTheModel) {
+    Registry reg;
+    PluginRecord gpu = on(plugin("llama-cuda", 100, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}, false), "cuda");
+    gpu.reasons = {"probe: cannot run here: cudaSetDevice failed"};
+    reg.add(gpu);
+    reg.add(on(plugin("cpu-reference", 0, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}), "cpu"));
+    reg.add(on(plugin("gpt-cuda", 100, {"gpt-oss"}, {"F32"}, false), "cuda"));  // does not claim qwen2
+
+    Resolution res = reg.resolve(qwen_q4km(), DevicePolicy::Auto);
+    EXPECT_EQ(res.plugin, nullptr);
+    EXPECT_NE(res.explanation.find("llama-cuda (rejected): probe: cannot run here: cudaSetDevice failed"),
+              std::string::npos) << res.explanation;
+    ASSERT_EQ(res.rejected_claimants.size(), 1u);
+    EXPECT_EQ(res.rejected_claimants[0]->caps.name, "llama-cuda");
+    // Asked for: the CPU; the explicit fallback: the CPU too.
+    EXPECT_EQ(reg.resolve(qwen_q4km(), DevicePolicy::Cpu).plugin->caps.name, "cpu-reference");
+    EXPECT_EQ(reg.resolve(qwen_q4km(), DevicePolicy::Any).plugin->caps.name, "cpu-reference");
+}
+
+TEST(Registry, AutoServesOnTheCpuWhenNoGpuPluginClaimsTheModel) {
+    Registry reg;
+    reg.add(on(plugin("gpt-cuda", 100, {"gpt-oss"}, {"F32", "Q4_K", "Q6_K"}, false), "cuda"));  // other arch
+    reg.add(on(plugin("partial-cuda", 100, {"qwen2"}, {"F32", "Q4_K"}, false), "cuda"));       // lacks Q6_K
+    reg.add(on(plugin("cpu-reference", 0, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}), "cpu"));
+    Resolution res = reg.resolve(qwen_q4km(), DevicePolicy::Auto);
+    ASSERT_NE(res.plugin, nullptr) << res.explanation;
+    EXPECT_EQ(res.plugin->caps.name, "cpu-reference");
+    EXPECT_TRUE(res.rejected_claimants.empty());
+}
+
+TEST(Registry, AutoPicksTheAcceptedGpuPluginOverAHigherPriorityCpuOne) {
+    Registry reg;
+    reg.add(on(plugin("llama-cuda", 1, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}), "cuda"));
+    reg.add(on(plugin("cpu-reference", 50, {"qwen2"}, {"F32", "Q4_K", "Q6_K"}), "cpu"));
+    EXPECT_EQ(reg.resolve(qwen_q4km(), DevicePolicy::Auto).plugin->caps.name, "llama-cuda");
+}
+
 }  // namespace

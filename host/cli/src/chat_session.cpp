@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "device_choice.hpp"
 #include "eh/error.hpp"
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
@@ -33,13 +34,12 @@ ChatSession::ChatSession(const ChatSettings& s) : impl_(std::make_unique<Impl>()
     lo.device = s.gpu;
     impl_->registry = loader::discover_plugins(s.plugin_dirs, lo);
     std::shared_ptr<model::ModelFile> file = model::ModelFile::open(s.model_path);
-    Resolution pick = impl_->registry.resolve(model_requirements(*file));
-    if (!pick.plugin) throw Error(Code::NoPlugin, pick.explanation);
-    impl_->plugin = pick.plugin->caps.name;
+    const PluginRecord& plugin = choose_plugin(impl_->registry, model_requirements(*file), s.device);
+    impl_->plugin = plugin.caps.name;
     EngineLoadOptions elo;
     elo.device = s.gpu;
     elo.n_threads = s.threads;
-    impl_->model = EngineModel::load(pick.plugin->api, s.model_path, &file->view(), file, elo);
+    impl_->model = EngineModel::load(plugin.api, s.model_path, &file->view(), file, elo);
     service::ServiceOptions so;
     so.n_ctx = choose_context(*file, impl_->model->info(), s.ctx_size, 0);
     so.model_name = model_id(s.model_path);

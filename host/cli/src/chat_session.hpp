@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "eh/registry.hpp"
 #include "eh/service/text_codec.hpp"
 
 namespace eh::cli {
@@ -20,6 +21,7 @@ struct ChatSettings {
     std::string model_path;
     std::vector<std::string> plugin_dirs;
     int gpu = 0;
+    DevicePolicy device = DevicePolicy::Auto;  // --device (device_choice.hpp)
     uint32_t threads = 0;
     uint32_t ctx_size = 0;        // 0: the model's trained context
     uint32_t max_tokens = 512;    // per reply

@@ -14,6 +14,7 @@
 
 #include "chat_session.hpp"
 #include "cli.hpp"
+#include "device_choice.hpp"
 #include "eh/loader/plugin_search.hpp"
 #include "model_ref.hpp"
 #include "options.hpp"
@@ -73,7 +74,8 @@ int cmd_chat(const std::vector<std::string>& args) {
         ("seed", po::value<uint64_t>(), "sampling seed (default: random)")
         ("plugins", po::value<std::vector<std::string>>(), kPluginsHelp)
         ("offline", kOfflineHelp)
-        ("gpu", po::value<int>()->default_value(0), "GPU ordinal")
+        ("gpu", po::value<int>()->default_value(0), "GPU ordinal (checked by the GPU plugins' probes)")
+        ("device", po::value<std::string>()->default_value("auto"), kDeviceHelp)
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)");
     po::variables_map vm;
     int code = kOk;
@@ -85,6 +87,7 @@ int cmd_chat(const std::vector<std::string>& args) {
                       : !(vm["temp"].as<double>() >= 0 && vm["temp"].as<double>() <= 2) ? "--temp must be between 0 and 2"
                       : !(vm["top-p"].as<double>() > 0 && vm["top-p"].as<double>() <= 1) ? "--top-p must be above 0 and at most 1"
                       : vm["top-k"].as<int32_t>() < 0 ? "--top-k must not be negative"
+                      : vm["gpu"].as<int>() < 0 ? "--gpu must be 0 or more"
                       : nullptr;
     if (bad) {
         print_error(bad);
@@ -92,6 +95,10 @@ int cmd_chat(const std::vector<std::string>& args) {
     }
 
     ChatSettings s;
+    if (!parse_device_policy(vm["device"].as<std::string>(), s.device)) {
+        print_error("--device must be auto, gpu, cpu or any");
+        return kUsage;
+    }
     s.model_path = resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0);
     s.plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
     s.gpu = vm["gpu"].as<int>();

@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "device_choice.hpp"
 #include "eh/http/last_words.hpp"
 #include "eh/http/server.hpp"
 #include "eh/loader/engine.hpp"
@@ -120,8 +121,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("port", po::value<int>()->default_value(8080), "TCP port (0 = any free port)")
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
         ("worker-id", po::value<std::string>(), "UUID of this worker (generated when absent)")
-        ("gpu-device", po::value<int>()->default_value(0), "GPU ordinal")
-        ("device", po::value<std::string>()->default_value("any"), "gpu or cpu: only a plugin of that kind serves, with no fallback (any: the best accepted plugin)")
+        ("gpu-device", po::value<int>()->default_value(0), "GPU ordinal (checked by the GPU plugins' probes)")
+        ("device", po::value<std::string>()->default_value("auto"), kDeviceHelp)
         ("max-tokens-out", po::value<uint32_t>()->default_value(0), "most tokens one request may generate (0 = as many as the context leaves)")
         ("inference-timeout-sec", po::value<uint32_t>()->default_value(300), "per-request time limit")
         ("ctx-size", po::value<uint32_t>()->default_value(0), "context length (prompt + output); default: the model's")
@@ -187,16 +188,19 @@ int cmd_serve(const std::vector<std::string>& args) {
         print_error("--port must be between 0 and 65535");
         return kUsage;
     }
+    const int gpu = vm["gpu-device"].as<int>();
+    if (gpu < 0) {
+        print_error("--gpu-device must be 0 or more");
+        return kUsage;
+    }
+    DevicePolicy policy;
+    if (!parse_device_policy(vm["device"].as<std::string>(), policy)) {
+        print_error("--device must be auto, gpu, cpu or any");
+        return kUsage;
+    }
     const std::string model_ref = vm["model"].as<std::string>();
     const std::string model_path = resolve_model_ref(model_ref, vm.count("offline") > 0);
     const std::vector<std::string> plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
-    const int gpu = vm["gpu-device"].as<int>();
-    const std::string device = vm["device"].as<std::string>();
-    if (device != "any" && device != "gpu" && device != "cpu") {
-        print_error("--device must be gpu, cpu or any");
-        return kUsage;
-    }
-    const DevicePolicy policy = device == "gpu" ? DevicePolicy::Device : device == "cpu" ? DevicePolicy::Cpu : DevicePolicy::Any;
     const std::string model_name = vm.count("model-name") ? vm["model-name"].as<std::string>() : model_id(model_path);
 
     // Signals go to one thread; everyone else (HTTP, worker) has them blocked.
@@ -289,9 +293,7 @@ int cmd_serve(const std::vector<std::string>& args) {
             log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
 
         std::shared_ptr<model::ModelFile> file = model::ModelFile::open(model_path);
-        Resolution pick = reg.resolve(model_requirements(*file), policy);
-        if (!pick.plugin) throw Error(Code::NoPlugin, pick.explanation);
-        const PluginRecord& plugin = *pick.plugin;
+        const PluginRecord& plugin = choose_plugin(reg, model_requirements(*file), policy);
         // Engine plugins run in this process: if one dies on a fatal signal,
         // the log's last line says which, how and when (last_words.hpp).
         auto last_words = [&plugin](const char* phase) {

@@ -49,14 +49,22 @@ struct ModelRequirements {
 // Which devices a resolution may pick from (the worker contract's VRAM-only
 // rule: a GPU worker never falls back to the CPU engine unasked).
 enum class DevicePolicy {
-    Any,     // every accepted plugin (tools: inspect, bench)
-    Device,  // only plugins whose device_kind is not "cpu"
+    Auto,    // as Device when any device plugin, accepted or rejected, serves
+             // the model's format, architecture and tensor types; otherwise
+             // as Any (serve's and chat's default)
+    Any,     // every accepted plugin: the explicit opt-in to a CPU fallback
+             // (`--device any`; tools: inspect, bench)
+    Device,  // only plugins whose device_kind is not "cpu" (`--device gpu`)
     Cpu,     // only "cpu" plugins (`--device cpu`)
 };
 
 struct Resolution {
     const PluginRecord* plugin = nullptr;   // null when none fits
     std::string explanation;                // why this one, or why none
+    // When none fits under a policy other than Any: the rejected plugins of
+    // the candidate kind that serve the model, each with its reasons in
+    // `reasons` (e.g. a CUDA plugin whose probe found no driver).
+    std::vector<const PluginRecord*> rejected_claimants;
 };
 
 class Registry {
@@ -76,6 +84,9 @@ public:
     // when none fits, the explanation also names every rejected plugin of
     // that kind that would have served the model, with its reasons (a CUDA
     // plugin rejected for "no driver" says so instead of being skipped).
+    // Auto decides between Device and Any by whether a device plugin claims
+    // the model at all, so a rejected GPU plugin is never silently replaced
+    // by the CPU engine.
     Resolution resolve(const ModelRequirements& need, DevicePolicy policy = DevicePolicy::Any) const;
 
     // The ways `caps` falls short of `need` (empty = it can serve the model).

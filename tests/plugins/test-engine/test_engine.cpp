@@ -14,6 +14,7 @@
 //   EH_TEST_ENGINE_FORK_SENSITIVE behave like CUDA across fork(): probe
 //                             initialises per-process state, and fails in a
 //                             forked child of a process that already did
+//   EH_TEST_ENGINE_NO_GPU     the fake-gpu fixture's probe finds no driver
 //
 // Built several times with FIXTURE_MODE set to make the broken plugins the
 // loader must reject; FIXTURE_MODE 0 is the well-behaved engine.
@@ -45,6 +46,7 @@
 #define MODE_SMALL_TABLE 9
 #define MODE_ABI_1_1 10      // a table as a 1.1 build has it: 1.2's members absent
 #define MODE_PARTIAL_BATCH 11  // 1.2 with only some of the batched members
+#define MODE_FAKE_GPU 12       // says it is a CUDA engine; its probe accepts GPU 0 only
 
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "test-engine"
@@ -97,7 +99,13 @@ const eh_plugin_info* info() {
 #else
                                      FIXTURE_NAME,
 #endif
-                                     "1.0.0", "test", kFormats, kArchs, kQuants, EH_DEVICE_CPU, 0};
+                                     "1.0.0", "test", kFormats, kArchs, kQuants,
+#if FIXTURE_MODE == MODE_FAKE_GPU
+                                     EH_DEVICE_CUDA,
+#else
+                                     EH_DEVICE_CPU,
+#endif
+                                     0};
     return &i;
 }
 
@@ -118,7 +126,7 @@ bool fork_sensitive_ok(eh_probe_result* out) {
     return true;
 }
 
-eh_status probe(int32_t, eh_probe_result* out) {
+eh_status probe([[maybe_unused]] int32_t device, eh_probe_result* out) {
 #if FIXTURE_MODE == MODE_CRASH
     std::raise(SIGSEGV);
 #endif
@@ -131,6 +139,17 @@ eh_status probe(int32_t, eh_probe_result* out) {
     ehp::copy_fixed(out->reason, "fixture: needs hardware this machine lacks");
 #endif
     ehp::copy_fixed(out->device_name, "test device");
+#if FIXTURE_MODE == MODE_FAKE_GPU
+    // As a CUDA plugin's probe answers on a machine without a driver
+    // (EH_TEST_ENGINE_NO_GPU) or for a GPU ordinal that does not exist.
+    if (std::getenv("EH_TEST_ENGINE_NO_GPU")) {
+        out->supported = 0;
+        ehp::copy_fixed(out->reason, "fixture: no usable CUDA device (no driver)");
+    } else if (device != 0) {
+        out->supported = 0;
+        ehp::copy_fixed(out->reason, "fixture: CUDA device " + std::to_string(device) + " does not exist (1 present)");
+    }
+#endif
     return EH_OK;
 }
 
