@@ -293,10 +293,21 @@ TEST(Limits, BodyAndPromptLimitsAreTheConfiguredNumbers) {
 
 TEST(Limits, OutOfRangeFlagsAreUsageErrors) {
     for (auto args : {std::vector<std::string>{"--max-body-bytes", "10"}, {"--max-prompt-chars", "16777217"},
-                      {"--ssl-cert-file", "/nonexistent.pem"}}) {
+                      {"--ssl-cert-file", "/nonexistent.pem"}, {"--engine-options", "fp16_weights=off"},
+                      {"--engine-options", "[1]"}}) {
         EngineHost h(args, {}, false);
         EXPECT_EQ(h.wait_exit(10000), 2) << h.log();
     }
+}
+
+// --engine-options reaches the plugin's load: a key the test plugin does not
+// know is ignored (the server comes up); a JSON object is required.
+TEST(Limits, EngineOptionsAreHandedToThePlugin) {
+    EngineHost h({"--engine-options", R"({"unknown_key": 1})"});
+    EXPECT_EQ(h.get("/health").status, 200) << h.log();
+    EngineHost bad({"--engine-options", "{"}, {}, false);
+    EXPECT_EQ(bad.wait_exit(10000), 2) << bad.log();
+    EXPECT_NE(bad.log().find("--engine-options must be a JSON object"), std::string::npos) << bad.log();
 }
 
 // ---- HTTPS ------------------------------------------------------------------

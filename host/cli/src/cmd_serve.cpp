@@ -133,6 +133,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("no-prefix-cache", "do not keep finished sequences for prompts that share their prefix")
         ("queue-size", po::value<size_t>()->default_value(256), "requests that may wait for a place in the batch")
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
+        ("engine-options", po::value<std::string>()->default_value(""), "JSON object handed to the engine plugin's model load, e.g. '{\"fp16_weights\":\"off\"}' (each plugin's README lists its keys)")
         ("callback-url", po::value<std::string>(), "POST {worker_id, model_ref, vram_bytes, uri} here once serving")
         ("cors", "allow cross-origin requests from localhost origins (browser tooling)")
         ("allowed-hosts", po::value<std::string>(), "comma-separated Host names accepted besides IPs, localhost and --host (* = any)")
@@ -173,6 +174,14 @@ int cmd_serve(const std::vector<std::string>& args) {
     if (batch_tokens < 16 || batch_tokens > 65536) {
         print_error("--batch-tokens must be between 16 and 65536");
         return kUsage;
+    }
+    const std::string engine_options = vm["engine-options"].as<std::string>();
+    if (!engine_options.empty()) {
+        const nlohmann::json j = nlohmann::json::parse(engine_options, nullptr, false);
+        if (j.is_discarded() || !j.is_object()) {
+            print_error("--engine-options must be a JSON object, e.g. '{\"fp16_weights\":\"off\"}'");
+            return kUsage;
+        }
     }
     const float mem_fraction = vm["gpu-memory-fraction"].as<float>();
     if (!(mem_fraction >= 0.0f && mem_fraction <= 1.0f)) {
@@ -317,6 +326,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         EngineLoadOptions elo;
         elo.device = gpu;
         elo.n_threads = vm["threads"].as<uint32_t>();
+        elo.options_json = engine_options;
         elo.progress = [&](float f, const char* stage) {
             server.set_load_progress(f);
             bar.update(f);
