@@ -66,7 +66,7 @@ for d in ${STAGE_DROP:-}; do rm -rf "$stage$testdata/$d"; done
 out=${STAGE_OUT:-.device}  # another ignored folder for a second stage
 mkdir -p "$out"
 rm -f "$out/stage.tar.gz" "$out/stage.tar.xz"
-# One xz stream (-T1) with a 64 MiB window: the test binaries and the plugins
-# link the same kernels, and one stream stores them once.
-tar -C "$stage" -cf - . | xz -T1 -9 > "$out/stage.tar.xz"
+# One xz stream (-T1) with a 192 MiB window: the test binaries and the
+# plugins link the same kernels, and one stream stores them once.
+tar -C "$stage" -cf - . | xz -T1 --lzma2=preset=9,dict=192MiB > "$out/stage.tar.xz"
 echo "staged $(du -h "$out/stage.tar.xz" | cut -f1) in $out (build $build, testdata $testdata)"
