@@ -37,10 +37,12 @@ struct Batched {
     eh_kv_info kv{};
     std::vector<eh_seq*> seqs;
 
-    explicit Batched(const TinyModel& tm, uint64_t budget = 0, uint32_t max_seq_tokens = 256) {
+    explicit Batched(const TinyModel& tm, uint64_t budget = 0, uint32_t max_seq_tokens = 256,
+                     const char* options = nullptr) {
         eh_load_params lp{};
         lp.struct_size = sizeof lp;
         lp.path = "tiny";
+        lp.options_json = options;
         lp.view = tm.view();
         EXPECT_EQ(api->model_load(&lp, &model), EH_OK) << api->plugin_last_error();
         EXPECT_NE(api->kv_init, nullptr);
@@ -119,6 +121,10 @@ std::vector<int32_t> tokens_of(size_t n, uint32_t salt, int vocab) {
 struct BatchCase {
     std::string arch;
     uint32_t wtype;
+    // The load's options_json: null keeps the FP16 weight mirror (the auto
+    // rule takes it for these tiny models); {"fp16_weights":"off"} runs the
+    // multi-token GEMMs on slab-dequantized weights instead.
+    const char* options = nullptr;
 };
 
 class BatchedStep : public ::testing::TestWithParam<BatchCase> {};
@@ -143,7 +149,7 @@ void teacher_forced(const BatchCase& bc, const std::vector<size_t>& lens, size_t
     const double tol = 3e-2;
     for (uint32_t chunk : chunks) {
         SCOPED_TRACE("chunk " + std::to_string(chunk));
-        Batched b(tm);
+        Batched b(tm, 0, 256, bc.options);
         ASSERT_TRUE(b.model);
         std::vector<eh_seq*> s;
         for (size_t i = 0; i < lens.size(); ++i) s.push_back(b.create());
@@ -203,7 +209,7 @@ TEST_P(BatchedStep, GreedyTokensAreTheSameAloneAndBatched) {
                                                        tokens_of(3, 3, spec.n_vocab)};
     constexpr int kGen = 24;
     auto run = [&](const std::vector<size_t>& which) {
-        Batched b(tm);
+        Batched b(tm, 0, 256, GetParam().options);
         std::vector<eh_seq*> s;
         std::vector<std::vector<int32_t>> out(which.size());
         std::vector<eh_step_entry> es;
@@ -238,8 +244,51 @@ TEST_P(BatchedStep, GreedyTokensAreTheSameAloneAndBatched) {
 
 INSTANTIATE_TEST_SUITE_P(Archs, BatchedStep,
                          ::testing::Values(BatchCase{"llama", EH_TYPE_F32}, BatchCase{"qwen2", EH_TYPE_Q8_0},
-                                           BatchCase{"phi3", EH_TYPE_Q4_K}),
-                         [](const auto& info) { return info.param.arch; });
+                                           BatchCase{"phi3", EH_TYPE_Q4_K},
+                                           BatchCase{"qwen2", EH_TYPE_Q8_0, R"({"fp16_weights":"off"})"},
+                                           BatchCase{"phi3", EH_TYPE_Q4_K, R"({"fp16_weights":"off"})"}),
+                         [](const auto& info) { return info.param.arch + (info.param.options ? "_slabs" : ""); });
+
+// The FP16 mirror is a load decision the model's memory shows: "on" holds
+// two bytes per weight of every matrix more than "off"; a bad value of the
+// option fails the load with INVALID_ARGUMENT.
+TEST(BatchedStepMirror, OptionDecidesAndDeviceBytesCountIt) {
+    REQUIRE_BATCHED();
+    TinySpec spec;
+    spec.arch = "qwen2";
+    spec.wtype = EH_TYPE_Q8_0;
+    TinyModel tm(spec);
+    const eh_plugin_api* api = llama_cuda_api();
+    auto device_bytes = [&](const char* options, eh_status* st) {
+        eh_load_params lp{};
+        lp.struct_size = sizeof lp;
+        lp.path = "tiny";
+        lp.view = tm.view();
+        lp.options_json = options;
+        eh_model* m = nullptr;
+        *st = api->model_load(&lp, &m);
+        if (*st != EH_OK) return uint64_t(0);
+        eh_model_info mi{};
+        mi.struct_size = sizeof mi;
+        EXPECT_EQ(api->model_get_info(m, &mi), EH_OK);
+        api->model_release(m);
+        return mi.device_bytes_used;
+    };
+    eh_status st_on, st_off, st_bad;
+    const uint64_t on = device_bytes(R"({"fp16_weights":"on"})", &st_on);
+    const uint64_t off = device_bytes(R"({"fp16_weights":"off"})", &st_off);
+    ASSERT_EQ(st_on, EH_OK);
+    ASSERT_EQ(st_off, EH_OK);
+    // Q/K/V, attn_output, gate, up, down per layer and the (tied) LM head.
+    const uint64_t per_layer = uint64_t(spec.n_embd) * (spec.n_head + 2 * spec.n_kv) * (spec.n_embd / spec.n_head) +
+                               uint64_t(spec.n_head) * (spec.n_embd / spec.n_head) * spec.n_embd + 3ull * spec.n_embd * spec.n_ff;
+    const uint64_t expect = 2 * (per_layer * spec.n_layer + uint64_t(spec.n_vocab) * spec.n_embd);
+    EXPECT_GE(on - off, expect) << "on " << on << " off " << off;
+    EXPECT_LT(on - off, expect + expect / 8 + (1u << 20)) << "on " << on << " off " << off;
+    device_bytes(R"({"fp16_weights":"sometimes"})", &st_bad);
+    EXPECT_EQ(st_bad, EH_INVALID_ARGUMENT);
+    EXPECT_NE(std::string(api->plugin_last_error()).find("fp16_weights"), std::string::npos) << api->plugin_last_error();
+}
 
 // A fork at a position inside a block shares the prefix; when the fork and
 // its source each append different tokens, the shared partial block is

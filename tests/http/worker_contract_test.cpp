@@ -291,6 +291,17 @@ TEST(WorkerContract, DeviceCpuServesWithTheCpuPlugin) {
     EXPECT_EQ(h.stop(), 0);
 }
 
+// /health's quant_kind is the file's quantization (general.file_type), not
+// the dominant tensor type the plugin reports (F32 for the test engine here).
+TEST(WorkerContract, QuantKindIsTheFilesQuantization) {
+    RewrittenModel q4km(kModel, {{"general.file_type", eh::model::GgufValue::u32(15)}});
+    EngineHost h = host({}, {}, q4km.path);
+    ASSERT_TRUE(h.running()) << h.log();
+    json j = json::parse(h.get("/health").body, nullptr, false);
+    EXPECT_EQ(j.value("quant_kind", ""), "Q4_K_M") << j.dump();
+    EXPECT_EQ(h.stop(), 0);
+}
+
 TEST(WorkerContract, DeviceTakesOnlyKnownKinds) {
     EngineHost h = host({"--device", "tpu"}, {}, kModel);
     EXPECT_EQ(h.wait_exit(15000), 2) << h.log();

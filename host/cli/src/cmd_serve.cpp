@@ -26,6 +26,7 @@
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/loader/plugin_search.hpp"
+#include "eh/model/descriptor.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/service/service.hpp"
@@ -344,8 +345,13 @@ int cmd_serve(const std::vector<std::string>& args) {
         }
         bar.update(1.0f);
         eh_model_info mi = model->info();
+        // The worker contract's quant_kind is the file's quantization
+        // ("Q4_K_M", from general.file_type), not the plugin's dominant
+        // tensor type; the plugin's answer stands in when the file has none.
+        const std::string file_quant = model::describe(*file).quant_kind;
+        const std::string quant_kind = file_quant.empty() ? std::string(mi.quant_kind) : file_quant;
         log_event(lvl::info, "model_load_complete",
-                  {{"vram_bytes", mi.device_bytes_used}, {"host_bytes", mi.host_bytes_used}, {"quant_kind", mi.quant_kind},
+                  {{"vram_bytes", mi.device_bytes_used}, {"host_bytes", mi.host_bytes_used}, {"quant_kind", quant_kind},
                    {"load_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
 
         auto codec = make_codec(*file);
@@ -366,7 +372,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         http::NodeInfo ni;
         ni.model = model_name;
         ni.architecture = mi.architecture;
-        ni.quant_kind = mi.quant_kind;
+        ni.quant_kind = quant_kind;
         ni.tokenizer_kind = codec->kind();
         ni.vram_bytes_used = mi.device_bytes_used;
         ni.vocab_size = codec->vocab_size();

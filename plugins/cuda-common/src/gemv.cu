@@ -472,6 +472,10 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
     }
 }
 
+// Up to 8 tokens the weight-streaming GEMV, unless the prefill workspace
+// takes that many (a batched step whose model keeps FP16 weight mirrors
+// lowers its threshold to 3): then, as for more tokens, gemm() (cuBLAS
+// through the workspace, else the WMMA kernel).
 void matmul(const MatmulArgs& a, cudaStream_t stream) {
     if (a.xmode == XMode::Chunks) return gemv(a, stream);  // to_dev checks the single-token shape
     if (matmul_needs_generic(a)) return matmul_generic(a, stream);

@@ -16,7 +16,10 @@
 namespace gpt_cuda {
 namespace {
 
-constexpr int kMaxBatch = 512;  // prefill tokens per forward pass
+// Prefill tokens per forward pass. Each pass dequantizes every routed
+// expert's MXFP4 weights once (moe_prefill's slabs), so longer passes
+// amortize that over more tokens.
+constexpr int kMaxBatch = 2048;
 
 // FP32 KV cache by default. With FP16 K/V the rounding (~5e-4 relative)
 // flips near-tied MoE router choices in later layers, and on the forged
