@@ -6,7 +6,9 @@
                    +-20 % of the expected envelope (tensor bytes of the file,
                    from `engine-host inspect --json`, + the KV cache of the
                    served context, from /health's kv_bytes_per_token)
-  --memory cap10   device memory <= (weights + KV cache) * 1.10
+  --memory cap10   device memory <= (model + KV cache) * 1.10, the model
+                   being its tensors plus the FP16 weight mirror the plugin
+                   may keep (checked: at most two bytes per parameter)
                    (the KV cache is the block pool the server allocates at
                    start: kv_blocks_total x kv_block_tokens x bytes per token)
   --oom            a KV pool that holds two full contexts
@@ -200,16 +202,22 @@ def check_memory(h, model_info, ctx, mode):
     else:
         assert kv == ctx * per, (kv, ctx, per)
         what = f"{ctx} x {per} B"
-    expected = weights + kv
+    # The model's part: its tensors, plus the FP16 weight mirror when the
+    # plugin keeps one (at most two bytes per parameter).
+    model = h["vram_bytes_model"]
+    params = model_info["parameter_count"]
+    mirror = max(0, model - weights)
+    assert model <= weights + 2 * params + (64 << 20), \
+        f"the model holds {model} bytes: more than its tensors {weights} and an FP16 copy of its {params} parameters"
+    expected = model + kv
     ratio = used / expected
-    log(f"device memory: used {used / 1e9:.3f} GB (model {h['vram_bytes_model'] / 1e9:.3f} GB), expected "
-        f"{expected / 1e9:.3f} GB = tensors {weights / 1e9:.3f} GB + KV {kv / 1e9:.3f} GB "
-        f"({what}); used/expected = {ratio:.4f}")
+    log(f"device memory: used {used / 1e9:.3f} GB, expected {expected / 1e9:.3f} GB = tensors {weights / 1e9:.3f} GB "
+        f"+ FP16 mirror {mirror / 1e9:.3f} GB + KV {kv / 1e9:.3f} GB ({what}); used/expected = {ratio:.4f}")
     assert used >= 0.99 * weights, f"device memory {used} is below the tensor bytes {weights}: not all weights on the device?"
     if mode == "band20":
         assert 0.8 <= ratio <= 1.2, f"device memory {used} is not within 20 % of {expected}"
     elif mode == "cap10":
-        assert ratio <= 1.10, f"device memory {used} exceeds weights + KV cache + 10 % ({expected * 1.1:.0f})"
+        assert ratio <= 1.10, f"device memory {used} exceeds model + KV cache + 10 % ({expected * 1.1:.0f})"
 
 
 def check_utf8(srv, vocab_size):
