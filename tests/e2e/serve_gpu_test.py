@@ -370,7 +370,8 @@ def check_start_without_memory(a, model, weights, work):
         assert rc not in (0, -11, -6, 139, 134), f"serve exited with {rc}:\n{text[-3000:]}"
         low = text.lower()
         assert "memory" in low or "vram" in low, f"the exit does not name the memory:\n{text[-3000:]}"
-        log(f"no memory: serve exited with {rc}: {[l for l in text.splitlines() if 'emory' in l][-1][:300]}")
+        said = [l for l in text.splitlines() if "memory" in l.lower() or "vram" in l.lower()]
+        log(f"no memory: serve exited with {rc}: {said[-1][:300]}")
     finally:
         hog.stdin.close()
         hog.wait(60)
