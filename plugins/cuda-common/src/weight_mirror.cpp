@@ -63,6 +63,20 @@ MirrorDecision mirror_policy(MirrorPolicy policy, size_t mirror_bytes, size_t fr
     return d;
 }
 
+MirrorDecision build_mirror(WeightMirror& mirror, const std::vector<WeightRef>& mats, MirrorPolicy policy,
+                            cudaStream_t stream, MemoryLedger* ledger) {
+    size_t need = 0;
+    for (const WeightRef& w : mats) need += WeightMirror::bytes_for(w);
+    size_t free_bytes = 0, total_bytes = 0;
+    EHC_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
+    MirrorDecision d = mirror_policy(policy, need, free_bytes);
+    if (d.on) {
+        for (const WeightRef& w : mats) mirror.add(w, stream, ledger);
+        EHC_CHECK(cudaStreamSynchronize(stream));
+    }
+    return d;
+}
+
 MirrorPolicy parse_mirror_policy(const char* json) {
     if (!json) return MirrorPolicy::Auto;
     const char* p = std::strstr(json, "\"fp16_weights\"");

@@ -257,15 +257,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         for (int k = 0; k < L.n_gate_up; ++k) mats.push_back(L.gate_up[k].w);
         mats.push_back(L.ffn_down);
     }
-    size_t mirror_bytes = 0;
-    for (const ehcuda::WeightRef& w : mats) mirror_bytes += ehcuda::WeightMirror::bytes_for(w);
-    size_t free_bytes = 0, total_bytes = 0;
-    EHC_CHECK(cudaMemGetInfo(&free_bytes, &total_bytes));
-    const ehcuda::MirrorDecision md = ehcuda::mirror_policy(mirror_policy, mirror_bytes, free_bytes);
-    if (md.on) {
-        for (const ehcuda::WeightRef& w : mats) m->mirror.add(w, stream.get(), &m->ledger);
-        EHC_CHECK(cudaStreamSynchronize(stream.get()));
-    }
+    const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
     m->mirror_note = md.why;
     if (md.on) m->batch_gemm_min_tokens = gemm_min_tokens;
     progress(1.0f, ("ready; " + md.why).c_str());

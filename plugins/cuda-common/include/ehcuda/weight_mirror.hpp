@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "ehcuda/device_memory.hpp"
 #include "ehcuda/kernels.hpp"
@@ -64,6 +65,11 @@ struct MirrorDecision {
     std::string why;  // one line for the load log
 };
 MirrorDecision mirror_policy(MirrorPolicy policy, size_t mirror_bytes, size_t free_bytes);
+// A model's load step: decides by `policy` for `mats` against the device
+// memory free now, and when on adds them all to `mirror` (on `ledger`,
+// synchronising `stream`). Throws VRAM_OOM when "on" does not fit.
+MirrorDecision build_mirror(WeightMirror& mirror, const std::vector<WeightRef>& mats, MirrorPolicy policy,
+                            cudaStream_t stream, MemoryLedger* ledger);
 // "auto" | "on" | "off" from a load's options_json key "fp16_weights";
 // throws INVALID_ARGUMENT naming the value otherwise.
 MirrorPolicy parse_mirror_policy(const char* options_json);
