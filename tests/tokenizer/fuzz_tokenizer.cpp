@@ -2,7 +2,8 @@
 // the hf-json and GGUF backends, and encode_with_literals, which must equal
 // encode() with parse_special when nothing is literal and without it when
 // everything is. Built only with EH_ENABLE_FUZZERS=ON (clang).
-//   ./fuzz_tokenizer -max_total_time=60
+// The tokenizer sources are compiled into the target (instrumented).
+//   build-fuzz/bin/fuzz_tokenizer corpus tests/tokenizer/fuzz_tokenizer_seeds -max_total_time=60
 #include <cstddef>
 #include <cstdint>
 #include <memory>
