@@ -186,13 +186,11 @@ bool gemm_cublas(const MatmulArgs& a, cudaStream_t stream) {
     const __half* f16[3] = {};
     for (int s = 0; s < a.nseg; ++s) {
         const MatSeg& g = a.seg[s];
-        if (g.w.type == EH_TYPE_F16) {
-            f16[s] = static_cast<const __half*>(g.w.data);
-            gemm_f16(*ws, g.w.rows, N, K, f16[s], int(g.w.row_bytes / 2), x16, K, a.y + g.out_offset, a.ldy, beta[s],
-                     stream);
-        } else if (ws->mirror() && (f16[s] = ws->mirror()->find(g.w))) {
-            gemm_f16(*ws, g.w.rows, N, K, f16[s], K, x16, K, a.y + g.out_offset, a.ldy, beta[s], stream);
-        }
+        const bool stored = g.w.type == EH_TYPE_F16;
+        f16[s] = stored ? static_cast<const __half*>(g.w.data) : ws->mirror() ? ws->mirror()->find(g.w) : nullptr;
+        if (f16[s])
+            gemm_f16(*ws, g.w.rows, N, K, f16[s], stored ? int(g.w.row_bytes / 2) : K, x16, K, a.y + g.out_offset,
+                     a.ldy, beta[s], stream);
     }
 
     // The other segments' rows, concatenated, in slabs of slab_rows. Pieces

@@ -301,7 +301,6 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
             if (g->w.data) mats.push_back(g->w);
     }
     const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
-    m->mirror_note = md.why;
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;
 }

@@ -53,7 +53,6 @@ struct Model {
     // FP16 copies of the dense matrices for multi-token GEMMs (the experts
     // keep their own path), when the load's policy keeps them.
     ehcuda::WeightMirror mirror;
-    std::string mirror_note;
 };
 
 // Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates

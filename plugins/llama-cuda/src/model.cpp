@@ -258,7 +258,6 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         mats.push_back(L.ffn_down);
     }
     const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
-    m->mirror_note = md.why;
     if (md.on) m->batch_gemm_min_tokens = gemm_min_tokens;
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;

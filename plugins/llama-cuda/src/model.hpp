@@ -47,9 +47,9 @@ struct Model {
     std::vector<Layer> layers;
     std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
     // FP16 copies of the matrices for multi-token GEMMs (prefill, batched
-    // steps), when the load's policy keeps them; `mirror_note` says why.
+    // steps), when the load's policy keeps them (the load's last progress
+    // stage says why).
     ehcuda::WeightMirror mirror;
-    std::string mirror_note;
     // Batched steps of at least this many tokens run their matmuls as one
     // cuBLAS GEMM (fewer: one GEMV per token, overlapped). 9 without the
     // mirror; with it, options_json "batch_gemm_min_tokens" (default below).
