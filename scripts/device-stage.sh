@@ -44,6 +44,9 @@ for n in ${STAGE_SKIP_PLUGINS:-}; do skip_re="$skip_re|/(lib)?eh-$n\.so$|/$n\.ma
 for m in /usr/share/cmake-*/Modules/GoogleTestAddTests.cmake; do [ -f "$m" ] && copy "$m"; done
 mkdir -p "$stage$build/lib"
 cp -a "$build"/lib/*.so* "$stage$build/lib/" 2>/dev/null || true
+# STAGE_LIB_DROP: shared libraries (globs) no staged binary links, e.g.
+# "libicu*" for a run without engine-host (ICU is the tokenizers' only).
+for g in ${STAGE_LIB_DROP:-}; do rm -f "$stage$build"/lib/$g; done
 find "$stage$build/bin" "$stage$build/lib" -type f -exec strip --strip-debug {} + 2>/dev/null || true
 # Plugins: strip, then re-pin each manifest to its stripped library (only a
 # manifest that pinned the unstripped one: test plugins with a wrong pin keep it).

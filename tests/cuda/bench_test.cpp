@@ -8,7 +8,6 @@
 #include <cstdlib>
 #include <string>
 
-#include <cuda_profiler_api.h>
 
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/kernels.hpp>
@@ -16,6 +15,7 @@
 #include "gpu_util.hpp"
 #include "host_reference.hpp"
 #include "plugin_handle.hpp"
+#include "profiled_step.hpp"
 #include "tiny_model.hpp"
 
 namespace ehtest {
@@ -24,19 +24,6 @@ namespace {
 double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
-
-// With EH_BENCH_PROFILE_STEP=K, decode step K of each timed loop runs inside
-// cudaProfilerStart/Stop, so `ncu --profile-from-start off` sees the kernels
-// of that one step.
-struct ProfiledStep {
-    int k = std::getenv("EH_BENCH_PROFILE_STEP") ? std::atoi(std::getenv("EH_BENCH_PROFILE_STEP")) : -1;
-    void begin(int i) const {
-        if (i == k) cudaProfilerStart();
-    }
-    void end(int i) const {
-        if (i == k) cudaProfilerStop();
-    }
-};
 
 void bench_model(const char* label, TinySpec spec) {
     double t0 = now_s();

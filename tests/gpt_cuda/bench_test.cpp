@@ -13,6 +13,7 @@
 #include <eh/model/model_file.hpp>
 #include <eh/tools/forge.hpp>
 
+#include "../cuda/profiled_step.hpp"
 #include "plugins.hpp"
 
 using namespace gpttest;
@@ -168,6 +169,7 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
             if (*p == ',') ++p;
         }
     }
+    const ehtest::ProfiledStep profiled;
     for (int batch : batches) {
         std::vector<eh_seq*> seqs(static_cast<size_t>(batch), nullptr);
         std::vector<eh_step_entry> es(static_cast<size_t>(batch));
@@ -188,7 +190,9 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
                 es[size_t(i)] = entry(seqs[size_t(i)], &next[size_t(i)], 1);
             }
             t0 = clock();
+            profiled.begin(k);
             ASSERT_EQ(api->step(m, es.data(), uint32_t(batch)), EH_OK) << api->model_last_error(m);
+            profiled.end(k);
             if (k >= 2) decode_s += secs(t0, clock());
         }
         std::printf("[bench] gpt-oss-20b batched: batch %2d: prefill %d x 128 tokens %.1f ms; decode %.3f ms/step = "

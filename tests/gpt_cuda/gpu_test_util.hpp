@@ -10,6 +10,7 @@
 #include <vector>
 
 #include <engine_host/plugin_abi.h>
+#include <engine_host/quant_blocks.hpp>
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/mxfp4_layout.hpp>
 
@@ -64,6 +65,32 @@ inline std::vector<float> randn(std::mt19937& rng, size_t n, float scale = 1.0f)
     std::vector<float> v(n);
     for (auto& x : v) x = d(rng);
     return v;
+}
+
+// rows x cols of `type`: MXFP4 as random codes (every nibble, exponents
+// near 2^0), the other types quantized from N(0, 0.05^2) values.
+inline std::vector<uint8_t> random_quant_rows(uint32_t type, std::mt19937& rng, size_t rows, size_t cols) {
+    const size_t rb = ehp::quant::row_bytes(type, cols);
+    std::vector<uint8_t> b(rows * rb);
+    if (type == EH_TYPE_MXFP4) {
+        for (size_t i = 0; i < b.size() / 17; ++i) {
+            b[i * 17] = uint8_t(120 + rng() % 8);
+            for (int j = 1; j < 17; ++j) b[i * 17 + j] = uint8_t(rng());
+        }
+        return b;
+    }
+    for (size_t r = 0; r < rows; ++r) {
+        const auto v = randn(rng, cols, 0.05f);
+        EXPECT_TRUE(ehp::quant::quantize_row(type, v.data(), b.data() + r * rb, cols));
+    }
+    return b;
+}
+
+inline std::vector<float> dequant_rows(uint32_t type, const std::vector<uint8_t>& data, size_t rows, size_t cols) {
+    std::vector<float> w(rows * cols);
+    const size_t rb = ehp::quant::row_bytes(type, cols);
+    for (size_t r = 0; r < rows; ++r) ehp::quant::dequantize_row(type, data.data() + r * rb, &w[r * cols], cols);
+    return w;
 }
 
 }  // namespace gpttest

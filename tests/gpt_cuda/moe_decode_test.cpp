@@ -26,32 +26,6 @@ namespace {
 
 using namespace gpttest;
 
-// rows x cols of `type`: MXFP4 as random codes (every nibble, exponents
-// near 2^0), the other types quantized from N(0, 0.05^2) values.
-std::vector<uint8_t> random_rows(uint32_t type, std::mt19937& rng, size_t rows, size_t cols) {
-    const size_t rb = ehp::quant::row_bytes(type, cols);
-    std::vector<uint8_t> b(rows * rb);
-    if (type == EH_TYPE_MXFP4) {
-        for (size_t i = 0; i < b.size() / 17; ++i) {
-            b[i * 17] = uint8_t(120 + rng() % 8);
-            for (int j = 1; j < 17; ++j) b[i * 17 + j] = uint8_t(rng());
-        }
-        return b;
-    }
-    for (size_t r = 0; r < rows; ++r) {
-        const auto v = randn(rng, cols, 0.05f);
-        EXPECT_TRUE(ehp::quant::quantize_row(type, v.data(), b.data() + r * rb, cols));
-    }
-    return b;
-}
-
-std::vector<float> dequant(uint32_t type, const std::vector<uint8_t>& data, size_t rows, size_t cols) {
-    std::vector<float> w(rows * cols);
-    const size_t rb = ehp::quant::row_bytes(type, cols);
-    for (size_t r = 0; r < rows; ++r) ehp::quant::dequantize_row(type, data.data() + r * rb, &w[r * cols], cols);
-    return w;
-}
-
 struct DecodeCase {
     uint32_t gu_type, down_type;
     int E, F, X, k;
@@ -73,10 +47,10 @@ TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
     const int E = C.E, F = C.F, X = C.X, k = C.k;
     std::mt19937 rng(C.gu_type * 7 + C.down_type + uint32_t(k) * 131 + uint32_t(E));
     // gate|up: one fused tensor [X][2F][E] (gate rows first) or two [X][F][E].
-    const auto gu = random_rows(C.gu_type, rng, size_t(X) * 2 * F, size_t(E));
-    const auto dn = random_rows(C.down_type, rng, size_t(X) * E, size_t(F));
-    const auto guf = dequant(C.gu_type, gu, size_t(X) * 2 * F, size_t(E));
-    const auto dnf = dequant(C.down_type, dn, size_t(X) * E, size_t(F));
+    const auto gu = random_quant_rows(C.gu_type, rng, size_t(X) * 2 * F, size_t(E));
+    const auto dn = random_quant_rows(C.down_type, rng, size_t(X) * E, size_t(F));
+    const auto guf = dequant_rows(C.gu_type, gu, size_t(X) * 2 * F, size_t(E));
+    const auto dnf = dequant_rows(C.down_type, dn, size_t(X) * E, size_t(F));
     const auto gub = randn(rng, size_t(X) * 2 * F, 0.1f), dnb = randn(rng, size_t(X) * E, 0.1f);
     const auto h0 = randn(rng, size_t(E));
     const auto nw = randn(rng, size_t(E), 0.3f);

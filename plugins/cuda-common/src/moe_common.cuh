@@ -117,5 +117,12 @@ __device__ __forceinline__ float bias_of(const DevMat& m, int e, int r) {
     return m.bias ? m.bias[size_t(e) * m.bias_stride + r] : 0.0f;
 }
 
+// The P (token, slot) pairs of `ids` grouped by expert, a stable counting
+// sort on the device (moe_prefill.cu): expert e's pairs, in pair order, are
+// sorted[offsets[e] .. offsets[e+1]), and pos[pair] is a pair's place. Ids
+// must lie in [0, n_expert) (moe_route's do); the others are left out.
+void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int32_t* sorted, int32_t* pos,
+                 cudaStream_t stream);
+
 }  // namespace moe_detail
 }  // namespace ehcuda

@@ -121,6 +121,18 @@ __global__ void combine_kernel(const float* d, int embd, int k, const int32_t* i
 
 unsigned blocks_for(size_t n, unsigned per) { return unsigned((n + per - 1) / per); }
 
+}  // namespace
+
+namespace moe_detail {
+void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int32_t* sorted, int32_t* pos,
+                 cudaStream_t stream) {
+    group_kernel<<<n_expert, kGroupThreads, 0, stream>>>(ids, P, n_expert, offsets, sorted, pos);
+    EHC_LAUNCHED("group_kernel");
+}
+}  // namespace moe_detail
+
+namespace {
+
 bool shape_ok(const ExpertMat& m) {
     return m.data && moe_type_supported(m.type) && m.rows > 0 && m.cols > 0 && m.cols % 32 == 0 &&
            m.row_bytes == moe_row_bytes(m.type, m.cols);
@@ -171,8 +183,7 @@ bool moe_prefill(PrefillWorkspace* ws, const float* x, int ldx, int ntok, int k,
     __half* x16 = ws->act();
     float* out = ws->moe_out();
 
-    group_kernel<<<n_expert, kGroupThreads, 0, stream>>>(ids, int(P), n_expert, offsets, sorted, pos);
-    EHC_LAUNCHED("group_kernel");
+    moe_detail::group_pairs(ids, int(P), n_expert, offsets, sorted, pos, stream);
     EHC_CHECK(cudaMemcpyAsync(host_off, offsets, size_t(n_expert + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
     gather_kernel<<<blocks_for(P * size_t(E / 8), 256), 256, 0, stream>>>(x, ldx, E, k, sorted, int(P), x16);
     EHC_LAUNCHED("gather_kernel");

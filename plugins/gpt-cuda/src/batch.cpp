@@ -44,14 +44,14 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            against 211 / 235 / 375 with the multi-token GEMV), cuBLAS on
 //            slab-dequantized weights from 9 on (per-token GEMVs to 64:
 //            923 / 962 / 973 against 1,094 / 1,288 / 1,409).
-//   experts: n <= 64 the one-token expert kernel (integer dot products)
-//            per token, the tokens overlapping on side streams: 1,094 /
-//            1,288 / 1,409 against 726 / 826 / 891 with the grouped float
-//            kernels (moe_gate_up / moe_down, the only grouped form a
-//            captured graph can take: moe_prefill synchronises the host).
-//            Past 64 (prefill) the cuBLAS grouped-by-expert form.
+//   experts: one token: the one-token expert kernel (integer dot products,
+//            routing inside). 2 .. kMoeGroupedMax tokens: the grouped
+//            kernels (moe_grouped: pairs grouped by expert on the device,
+//            each expert's rows read once per 8 of its tokens, graph-safe).
+//            Past that, when not captured, the cuBLAS grouped-by-expert
+//            form (moe_prefill), which synchronises the host once a layer.
 constexpr int kGemvPerTokenMax = 8;
-constexpr int kMoePerTokenMax = 64;
+constexpr int kMoeGroupedMax = 128;
 // Tokens per MoE call: bounds the grouped path's buffers whatever the
 // step's token budget.
 constexpr int kMoeChunk = 512;
@@ -68,7 +68,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
       m_(model),
       c_(model.cfg),
       gemv_per_token_max_(env_int("EH_GPT_CUDA_BATCH_GEMV_PER_TOKEN", kGemvPerTokenMax)),
-      moe_per_token_max_(env_int("EH_GPT_CUDA_BATCH_MOE_PER_TOKEN", kMoePerTokenMax)) {
+      moe_grouped_max_(env_int("EH_GPT_CUDA_BATCH_MOE_GROUPED_MAX", kMoeGroupedMax)) {
     ehcuda::MemoryLedger* L = ledger();
     const size_t T = size_t(max_step_tokens());
     h_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
@@ -83,6 +83,9 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         ff_ = ehcuda::DeviceBuffer(
             std::max(chunk * K * c_.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)), L);
         router_ = ehcuda::DeviceBuffer(T * c_.n_expert * 4, L);
+        if (moe_grouped_max_ >= 2)
+            grouped_ = ehcuda::DeviceBuffer(ehcuda::moe_grouped_scratch_bytes(int(std::min<size_t>(T, size_t(moe_grouped_max_))),
+                                                                               int(K), c_.n_expert, c_.n_embd, c_.n_ff_exp), L);
         ids_ = ehcuda::DeviceBuffer(T * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(T * K * 4, L);
         ehcuda::PrefillShape ps;
@@ -260,7 +263,7 @@ void Batch::gpt_oss_layer(int li, const ehcuda::StepView& v) {
     float* h = h_.as<float>();
     // One token: the pre-norms fold into the GEMVs' input staging (and the
     // expert kernel's), as in a session's decode step.
-    const bool one = T == 1 && moe_per_token_max_ >= 1 &&
+    const bool one = T == 1 &&
                      ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
     normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
     if (attend(li, v, c.n_rot, L.window, L.sinks, L.attn_out))
@@ -282,38 +285,31 @@ void Batch::moe(int li, int T) {
     const int k = c.n_expert_used;
     float* h = h_.as<float>();
     const float* xn = xn_.as<float>();
-    const bool decode_ok = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k);
-    const size_t scratch = ehcuda::moe_decode_scratch_bytes(k, c.n_ff_exp);
-    if (decode_ok && T <= moe_per_token_max_ && size_t(T) * scratch <= ff_.size()) {
-        // One token at a time through the decode kernels, each token with
-        // its own scratch (per_token overlaps them). T == 1: routing and the
-        // pre-norm inside the kernels (the caller skipped both).
-        per_token(T, [&](int t, cudaStream_t st) {
-            ehcuda::MoeDecodeArgs md;
-            md.k = k;
-            if (T == 1) {
-                md.x = h;
-                md.norm_w = L.ffn_norm;
-                md.norm_eps = c.eps;
-                md.logits = router_.as<float>();
-                md.n_expert = c.n_expert;
-                md.route_ids = ids_.as<int32_t>();
-                md.route_weights = wts_.as<float>();
-            } else {
-                md.x = xn + size_t(t) * c.n_embd;
-                md.ids = ids_.as<int32_t>() + size_t(t) * k;
-                md.weights = wts_.as<float>() + size_t(t) * k;
-            }
-            md.gate = L.gate_exps;
-            md.up = L.up_exps;
-            md.down = L.down_exps;
-            md.alpha = c.swiglu_alpha;
-            md.limit = c.swiglu_limit;
-            md.scratch = static_cast<char*>(ff_.get()) + size_t(t) * scratch;
-            md.scratch_bytes = scratch;
-            md.h = h + size_t(t) * c.n_embd;
-            ehcuda::moe_decode(md, st);
-        });
+    if (T == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k)) {
+        // routing and the pre-norm inside the kernels (the caller skipped both)
+        ehcuda::MoeDecodeArgs md;
+        md.k = k;
+        md.x = h;
+        md.norm_w = L.ffn_norm;
+        md.norm_eps = c.eps;
+        md.logits = router_.as<float>();
+        md.n_expert = c.n_expert;
+        md.route_ids = ids_.as<int32_t>();
+        md.route_weights = wts_.as<float>();
+        md.gate = L.gate_exps;
+        md.up = L.up_exps;
+        md.down = L.down_exps;
+        md.alpha = c.swiglu_alpha;
+        md.limit = c.swiglu_limit;
+        md.scratch = ff_.get();
+        md.scratch_bytes = ff_.size();
+        md.h = h;
+        ehcuda::moe_decode(md, s);
+        return;
+    }
+    const bool grouped_ok = T >= 2 && grouped_.get() && ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, k);
+    if (grouped_ok && T <= moe_grouped_max_) {
+        grouped(li, 0, T);
         return;
     }
     // Every token of the chunk routed to an expert is multiplied with that
@@ -327,10 +323,39 @@ void Batch::moe(int li, int T) {
         if (ehcuda::moe_prefill(moe_ws_.get(), x, c.n_embd, n, k, c.n_expert, ids, w, L.gate_exps, L.up_exps,
                                 L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
             continue;
+        if (grouped_ok) {
+            // (a captured step past kMoeGroupedMax tokens)
+            for (int g0 = t0; g0 < t0 + n; g0 += moe_grouped_max_) grouped(li, g0, std::min(moe_grouped_max_, t0 + n - g0));
+            continue;
+        }
         ehcuda::moe_gate_up(x, c.n_embd, n, k, ids, L.gate_exps, L.up_exps, c.swiglu_alpha, c.swiglu_limit,
                             ff_.as<float>(), s);
         ehcuda::moe_down(ff_.as<float>(), n, k, ids, w, L.down_exps, hc, c.n_embd, s);
     }
+}
+
+void Batch::grouped(int li, int t0, int n) {
+    const Config& c = c_;
+    const Layer& L = m_.layers[size_t(li)];
+    const int k = c.n_expert_used;
+    ehcuda::MoeGroupedArgs g;
+    g.x = xn_.as<float>() + size_t(t0) * c.n_embd;
+    g.ldx = c.n_embd;
+    g.ntok = n;
+    g.k = k;
+    g.n_expert = c.n_expert;
+    g.ids = ids_.as<int32_t>() + size_t(t0) * k;
+    g.weights = wts_.as<float>() + size_t(t0) * k;
+    g.gate = L.gate_exps;
+    g.up = L.up_exps;
+    g.down = L.down_exps;
+    g.alpha = c.swiglu_alpha;
+    g.limit = c.swiglu_limit;
+    g.scratch = grouped_.get();
+    g.scratch_bytes = grouped_.size();
+    g.h = h_.as<float>() + size_t(t0) * c.n_embd;
+    g.ldh = c.n_embd;
+    ehcuda::moe_grouped(g, stream());
 }
 
 void Batch::forward(const ehcuda::StepView& v) {

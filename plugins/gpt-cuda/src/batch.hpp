@@ -38,6 +38,8 @@ private:
     // The experts of layer li over the step's T tokens (routing in ids_ /
     // wts_ already, or done by the one-token kernel when T == 1).
     void moe(int li, int T);
+    // moe_grouped over tokens t0 .. t0 + n of the step (n <= moe_grouped_max_).
+    void grouped(int li, int t0, int n);
     // y (+)= segs . x over n tokens (see batch.cpp for the kernel choice).
     void matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode, float* y,
                 int ldy, bool accumulate, int n, const float* norm_w = nullptr);
@@ -53,8 +55,8 @@ private:
     // EH_GPT_CUDA_BATCH_MOE_PER_TOKEN): the largest token counts that run
     // one single-token kernel per token.
     int gemv_per_token_max_;
-    int moe_per_token_max_;
-    ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_;
+    int moe_grouped_max_;
+    ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_, grouped_;
     // gpt-oss decode rows: the paged fused decode attention's split scratch,
     // counters and (one row) quantized output.
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_, attn_chunks_;

@@ -110,6 +110,37 @@ bool moe_decode_supported(const ExpertMat& gate, const ExpertMat& up, const Expe
 size_t moe_decode_scratch_bytes(int k, int n_ff);
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
 
+// Several tokens' expert blocks at once (moe_gate_up then moe_down, the
+// same formulas), for batched decode steps: the (token, slot) pairs are
+// grouped by expert on the device and each expert's rows are read once per
+// 8 tokens routed to it, not once per token; integer dot products with
+// int16x2 inputs as moe_decode (per token and row the same sums in the same
+// order). No host synchronisation: a captured graph takes it. x holds the
+// tokens' normalised inputs [ntok][ldx]; ids and weights moe_route's [ntok][k]
+// (ids in [0, n_expert)); h [ntok][ldh] is accumulated into. The types and
+// shapes moe_decode takes, with down mapping back to gate's columns
+// (moe_grouped_supported says). scratch: moe_grouped_scratch_bytes(ntok, ...)
+// bytes, 256-byte aligned (a DeviceBuffer's are).
+struct MoeGroupedArgs {
+    const float* x = nullptr;
+    int ldx = 0;
+    int ntok = 0;
+    int k = 0;
+    int n_expert = 0;
+    const int32_t* ids = nullptr;
+    const float* weights = nullptr;
+    ExpertMat gate, up, down;
+    float alpha = 0.0f, limit = 0.0f;  // clamped SwiGLU
+    void* scratch = nullptr;
+    size_t scratch_bytes = 0;
+    float* h = nullptr;
+    int ldh = 0;
+};
+bool moe_grouped_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k);
+// 0 when a size is out of range.
+size_t moe_grouped_scratch_bytes(int ntok, int k, int n_expert, int n_embd, int n_ff);
+void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream);
+
 // y[t][r] = W[r] . x[t] (+ bias[r]) for a single matrix in any moe type:
 // the dense form of the same decode path (MXFP4 tests, MXFP4 dense weights).
 void dense_gemv(const float* x, int ldx, int ntok, const ExpertMat& w, float* y, int ldy,

@@ -1,0 +1,231 @@
+// The grouped MoE kernels of batched decode steps (moe_grouped) against the
+// single-token kernels (moe_decode, one token at a time: the same integer
+// sums in the same order, so the same bits) and a double-precision host
+// reference: MXFP4 (gpt-oss) and K-quant experts, fused and separate
+// gate/up, routings that leave experts empty and one that sends every token
+// to the same expert (more tokens than one tile); bitwise reproducibility;
+// what moe_grouped_supported refuses.
+#include <cuda_runtime_api.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <engine_host/plugin_abi.hpp>
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/moe.hpp>
+
+#include "gpu_test_util.hpp"
+#include "ops.hpp"  // cpu-reference building blocks
+
+namespace {
+
+using namespace gpttest;
+
+struct GroupedCase {
+    uint32_t gu_type, down_type;
+    int E, F, X, k, ntok;
+    bool fused, skewed;  // skewed: every token's first choice is expert 0
+};
+
+std::string case_name(const ::testing::TestParamInfo<GroupedCase>& i) {
+    const GroupedCase& c = i.param;
+    return ehp::type_name(c.gu_type) + "_" + ehp::type_name(c.down_type) + "_E" + std::to_string(c.E) + "_F" +
+           std::to_string(c.F) + "_k" + std::to_string(c.k) + "_T" + std::to_string(c.ntok) +
+           (c.fused ? "_fused" : "_split") + (c.skewed ? "_skewed" : "_random");
+}
+
+class MoeGroupedTest : public ::testing::TestWithParam<GroupedCase> {};
+
+TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsBitwise) {
+    REQUIRE_GPU();
+    const GroupedCase C = GetParam();
+    const int E = C.E, F = C.F, X = C.X, k = C.k, T = C.ntok;
+    std::mt19937 rng(C.gu_type * 5 + C.down_type + uint32_t(T) * 17 + uint32_t(k));
+    const auto gu = random_quant_rows(C.gu_type, rng, size_t(X) * 2 * F, size_t(E));
+    const auto dn = random_quant_rows(C.down_type, rng, size_t(X) * E, size_t(F));
+    const auto guf = dequant_rows(C.gu_type, gu, size_t(X) * 2 * F, size_t(E));
+    const auto dnf = dequant_rows(C.down_type, dn, size_t(X) * E, size_t(F));
+    const auto gub = randn(rng, size_t(X) * 2 * F, 0.1f), dnb = randn(rng, size_t(X) * E, 0.1f);
+    const auto x = randn(rng, size_t(T) * E);   // the normalised inputs
+    const auto h0 = randn(rng, size_t(T) * E);  // the residual stream
+    // per token k distinct experts in rank order, weights summing to 1
+    std::vector<int32_t> ids;
+    std::vector<float> wts;
+    for (int t = 0; t < T; ++t) {
+        std::vector<int32_t> e(static_cast<size_t>(X));
+        for (int i = 0; i < X; ++i) e[size_t(i)] = i;
+        std::shuffle(e.begin(), e.end(), rng);
+        if (C.skewed) std::iter_swap(e.begin(), std::find(e.begin(), e.end(), 0));
+        float sum = 0;
+        std::vector<float> w(static_cast<size_t>(k));
+        for (auto& v : w) sum += (v = 0.2f + float(rng() % 100) / 100.0f);
+        for (int s = 0; s < k; ++s) {
+            ids.push_back(e[size_t(s)]);
+            wts.push_back(w[size_t(s)] / sum);
+        }
+    }
+
+    auto dgu = dev_rows(C.gu_type, gu, size_t(X) * 2 * F, E), ddn = dev_rows(C.down_type, dn, size_t(X) * E, F);
+    auto dgub = dev(gub), ddnb = dev(dnb), dx = dev(x), dids = dev(ids), dwts = dev(wts);
+    const size_t rb = ehcuda::moe_row_bytes(C.gu_type, E);
+    ehcuda::ExpertMat g;
+    g.type = C.gu_type;
+    g.rows = F;
+    g.cols = E;
+    g.row_bytes = rb;
+    g.bias = dgub.as<float>();
+    g.bias_stride = 2 * F;
+    ehcuda::ExpertMat u = g;
+    u.bias = dgub.as<float>() + F;
+    ehcuda::DeviceBuffer gsplit, usplit;
+    if (C.fused) {
+        g.data = u.data = dgu.get();
+        g.expert_stride = u.expert_stride = rb * 2 * F;
+        u.row0 = F;
+    } else {
+        const size_t frb = ehp::quant::row_bytes(C.gu_type, size_t(E));
+        std::vector<uint8_t> gs(size_t(X) * F * frb), us(size_t(X) * F * frb);
+        for (int e = 0; e < X; ++e) {
+            std::memcpy(&gs[size_t(e) * F * frb], &gu[size_t(e) * 2 * F * frb], size_t(F) * frb);
+            std::memcpy(&us[size_t(e) * F * frb], &gu[(size_t(e) * 2 * F + F) * frb], size_t(F) * frb);
+        }
+        gsplit = dev_rows(C.gu_type, gs, size_t(X) * F, E);
+        usplit = dev_rows(C.gu_type, us, size_t(X) * F, E);
+        g.data = gsplit.get();
+        u.data = usplit.get();
+        g.expert_stride = u.expert_stride = rb * F;
+    }
+    ehcuda::ExpertMat d;
+    d.data = ddn.get();
+    d.type = C.down_type;
+    d.rows = E;
+    d.cols = F;
+    d.row_bytes = ehcuda::moe_row_bytes(C.down_type, F);
+    d.expert_stride = d.row_bytes * E;
+    d.bias = ddnb.as<float>();
+    d.bias_stride = E;
+    ASSERT_TRUE(ehcuda::moe_grouped_supported(g, u, d, k));
+
+    const size_t scratch_bytes = ehcuda::moe_grouped_scratch_bytes(T, k, X, E, F);
+    ASSERT_GT(scratch_bytes, 0u);
+    ehcuda::DeviceBuffer scratch(scratch_bytes);
+    auto dh = dev(h0);
+    ehcuda::MoeGroupedArgs a;
+    a.x = dx.as<float>();
+    a.ldx = E;
+    a.ntok = T;
+    a.k = k;
+    a.n_expert = X;
+    a.ids = dids.as<int32_t>();
+    a.weights = dwts.as<float>();
+    a.gate = g;
+    a.up = u;
+    a.down = d;
+    a.alpha = 1.702f;
+    a.limit = 7.0f;
+    a.scratch = scratch.get();
+    a.scratch_bytes = scratch.size();
+    a.h = dh.as<float>();
+    a.ldh = E;
+    ehcuda::moe_grouped(a, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got = host<float>(dh, size_t(T) * E);
+
+    // One token at a time through the single-token kernels.
+    auto dh1 = dev(h0);
+    ehcuda::DeviceBuffer one(ehcuda::moe_decode_scratch_bytes(k, F));
+    for (int t = 0; t < T; ++t) {
+        ehcuda::MoeDecodeArgs m;
+        m.x = dx.as<float>() + size_t(t) * E;
+        m.k = k;
+        m.ids = dids.as<int32_t>() + size_t(t) * k;
+        m.weights = dwts.as<float>() + size_t(t) * k;
+        m.gate = g;
+        m.up = u;
+        m.down = d;
+        m.alpha = 1.702f;
+        m.limit = 7.0f;
+        m.scratch = one.get();
+        m.scratch_bytes = one.size();
+        m.h = dh1.as<float>() + size_t(t) * E;
+        ehcuda::moe_decode(m, nullptr);
+    }
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto want = host<float>(dh1, size_t(T) * E);
+    size_t differ = 0;
+    for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
+    EXPECT_EQ(differ, 0u) << "of " << got.size() << " outputs differ from the single-token kernels'";
+
+    // Host reference in double for the first and last tokens.
+    for (int t : {0, T - 1}) {
+        std::vector<double> delta(size_t(E), 0.0);
+        for (int s = 0; s < k; ++s) {
+            const int e = ids[size_t(t * k + s)];
+            std::vector<float> act(static_cast<size_t>(F));
+            for (int r = 0; r < F; ++r) {
+                double gv = gub[size_t(e) * 2 * F + r], uv = gub[size_t(e) * 2 * F + F + r];
+                for (int c = 0; c < E; ++c) {
+                    gv += double(guf[(size_t(e) * 2 * F + r) * E + c]) * x[size_t(t) * E + c];
+                    uv += double(guf[(size_t(e) * 2 * F + F + r) * E + c]) * x[size_t(t) * E + c];
+                }
+                act[size_t(r)] = cpuref::swiglu_oai(float(gv), float(uv), 1.702f, 7.0f);
+            }
+            for (int r = 0; r < E; ++r) {
+                double y = dnb[size_t(e) * E + r];
+                for (int c = 0; c < F; ++c) y += double(dnf[(size_t(e) * E + r) * F + c]) * act[size_t(c)];
+                delta[size_t(r)] += wts[size_t(t * k + s)] * y;
+            }
+        }
+        double mx = 1e-12, err = 0;
+        for (int r = 0; r < E; ++r) {
+            mx = std::max(mx, std::fabs(delta[size_t(r)]));
+            err = std::max(err, std::fabs(double(got[size_t(t) * E + r]) - h0[size_t(t) * E + r] - delta[size_t(r)]));
+        }
+        EXPECT_LT(err / mx, 2e-6) << "token " << t << ": max |delta| " << mx;
+    }
+
+    // Same inputs, same bits.
+    auto dh2 = dev(h0);
+    a.h = dh2.as<float>();
+    ehcuda::moe_grouped(a, nullptr);
+    EXPECT_EQ(std::memcmp(host<float>(dh2, got.size()).data(), got.data(), got.size() * 4), 0);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Types, MoeGroupedTest,
+    ::testing::Values(
+        // gpt-oss-20b's shape: top-4 of 32, a 64-sequence step
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, 64, true, false},
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, 2, true, false},
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 6, 3, 21, false, true},
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 96, 96, 4, 1, 9, true, true},
+        GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 512, 256, 16, 8, 12, false, false},
+        GroupedCase{EH_TYPE_Q8_0, EH_TYPE_Q4_0, 512, 256, 8, 2, 33, true, true}),
+    case_name);
+
+TEST(MoeGrouped, SupportedOnlyWhereTheSingleTokenKernelsAre) {
+    ehcuda::ExpertMat g;
+    g.type = EH_TYPE_MXFP4;
+    g.rows = 64;
+    g.cols = 96;
+    ehcuda::ExpertMat u = g, d;
+    d.type = EH_TYPE_MXFP4;
+    d.rows = 96;
+    d.cols = 64;
+    EXPECT_TRUE(ehcuda::moe_grouped_supported(g, u, d, 4));
+    EXPECT_FALSE(ehcuda::moe_grouped_supported(g, u, d, 33)) << "more slots than moe_route ranks";
+    d.rows = 128;
+    EXPECT_FALSE(ehcuda::moe_grouped_supported(g, u, d, 4)) << "down must map back to gate's columns";
+    d.rows = 96;
+    g.type = u.type = EH_TYPE_F16;
+    EXPECT_FALSE(ehcuda::moe_grouped_supported(g, u, d, 4)) << "no integer path for F16 experts";
+    EXPECT_EQ(ehcuda::moe_grouped_scratch_bytes(0, 4, 32, 2880, 2880), 0u);
+    EXPECT_GT(ehcuda::moe_grouped_scratch_bytes(64, 4, 32, 2880, 2880), 0u);
+}
+
+}  // namespace
