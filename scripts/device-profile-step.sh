@@ -15,17 +15,7 @@ export EH_LLAMA_CUDA_PLUGIN="$build/plugins/libeh-llama-cuda.so" EH_BENCH_SKIP_P
 t="$build/bin/eh_cuda_tests --gtest_also_run_disabled_tests"
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 EH_BENCH_BATCHES=$batches $t --gtest_filter="Bench.DISABLED_Batched_$model:Bench.DISABLED_${model}_Q4KM_Shape" 2>&1 | grep "\[bench\]"
-summarize() {  # ncu CSV -> kernel, launches, total us (sorted)
-  python3 -c '
-import csv, sys, collections
-rows = list(csv.reader(l for l in sys.stdin if l.startswith("\"")))
-h = rows[0]; k = h.index("Kernel Name"); v = h.index("Metric Value")
-tot = collections.defaultdict(float); cnt = collections.Counter()
-for r in rows[1:]:
-    name = r[k].split("(")[0][:70]; tot[name] += float(r[v].replace(",", "")) / 1e3; cnt[name] += 1
-for n, t in sorted(tot.items(), key=lambda x: -x[1]): print(f"  {t:9.1f} us {cnt[n]:4d}x  {n}")
-print(f"  {sum(tot.values()):9.1f} us total, {sum(cnt.values())} kernels")'
-}
+summarize() { python3 "$(dirname "$0")/ncu-summary.py"; }  # kernel, launches, total us (sorted)
 prof() {
   EH_BENCH_PROFILE_STEP=${STEP:-10} timeout 300 $ncu --profile-from-start off --cache-control none --clock-control none \
     --metrics gpu__time_duration.sum --csv --print-units base "$@" 2>/dev/null | summarize

@@ -1,7 +1,8 @@
-// The grouped MoE kernels of batched decode steps (moe_grouped) against the
-// single-token kernels (moe_decode, one token at a time: the same integer
-// sums in the same order, so the same bits) and a double-precision host
-// reference: MXFP4 (gpt-oss) and K-quant experts, fused and separate
+// The grouped MoE kernels of batched decode steps (moe_grouped): the
+// integer form against the single-token kernels (moe_decode, one token at a
+// time: the same integer sums in the same order, so the same bits), both
+// forms (MXFP4's default is the tensor-core one) against a double-precision
+// host reference: MXFP4 (gpt-oss) and K-quant experts, fused and separate
 // gate/up, routings that leave experts empty and one that sends every token
 // to the same expert (more tokens than one tile); bitwise reproducibility;
 // what moe_grouped_supported refuses.
@@ -10,6 +11,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstring>
 #include <random>
 #include <string>
@@ -41,7 +43,7 @@ std::string case_name(const ::testing::TestParamInfo<GroupedCase>& i) {
 
 class MoeGroupedTest : public ::testing::TestWithParam<GroupedCase> {};
 
-TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsBitwise) {
+TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     REQUIRE_GPU();
     const GroupedCase C = GetParam();
     const int E = C.E, F = C.F, X = C.X, k = C.k, T = C.ntok;
@@ -132,9 +134,19 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsBitwise) {
     a.scratch_bytes = scratch.size();
     a.h = dh.as<float>();
     a.ldh = E;
+    a.integer_path = true;
     ehcuda::moe_grouped(a, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto got = host<float>(dh, size_t(T) * E);
+    // The default form (MXFP4: the tensor cores, FP16 inputs).
+    auto dh_def = dev(h0);
+    ehcuda::MoeGroupedArgs ad = a;
+    ad.integer_path = false;
+    ad.h = dh_def.as<float>();
+    ehcuda::moe_grouped(ad, nullptr);
+    ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    const auto got_def = host<float>(dh_def, size_t(T) * E);
+    const bool fp16_inputs = C.gu_type == EH_TYPE_MXFP4 && C.down_type == EH_TYPE_MXFP4;
 
     // One token at a time through the single-token kernels.
     auto dh1 = dev(h0);
@@ -181,19 +193,29 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsBitwise) {
                 delta[size_t(r)] += wts[size_t(t * k + s)] * y;
             }
         }
-        double mx = 1e-12, err = 0;
+        double mx = 1e-12, err = 0, err_def = 0;
         for (int r = 0; r < E; ++r) {
+            const size_t i = size_t(t) * E + r;
             mx = std::max(mx, std::fabs(delta[size_t(r)]));
-            err = std::max(err, std::fabs(double(got[size_t(t) * E + r]) - h0[size_t(t) * E + r] - delta[size_t(r)]));
+            err = std::max(err, std::fabs(double(got[i]) - h0[i] - delta[size_t(r)]));
+            err_def = std::max(err_def, std::fabs(double(got_def[i]) - h0[i] - delta[size_t(r)]));
         }
-        EXPECT_LT(err / mx, 2e-6) << "token " << t << ": max |delta| " << mx;
+        EXPECT_LT(err / mx, 2e-6) << "integer form, token " << t << ": max |delta| " << mx;
+        // FP16 inputs and activations: ~2^-11 relative per element.
+        EXPECT_LT(err_def / mx, fp16_inputs ? 4e-3 : 2e-6) << "default form, token " << t << ": max |delta| " << mx;
+        std::printf("[moe-grouped] token %d: max |error| / max |delta|: integer %.2e, default %.2e\n", t, err / mx,
+                    err_def / mx);
     }
 
-    // Same inputs, same bits.
+    // Same inputs, same bits, in both forms.
     auto dh2 = dev(h0);
     a.h = dh2.as<float>();
     ehcuda::moe_grouped(a, nullptr);
     EXPECT_EQ(std::memcmp(host<float>(dh2, got.size()).data(), got.data(), got.size() * 4), 0);
+    auto dh3 = dev(h0);
+    ad.h = dh3.as<float>();
+    ehcuda::moe_grouped(ad, nullptr);
+    EXPECT_EQ(std::memcmp(host<float>(dh3, got.size()).data(), got_def.data(), got.size() * 4), 0);
 }
 
 INSTANTIATE_TEST_SUITE_P(

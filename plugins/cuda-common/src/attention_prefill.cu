@@ -36,9 +36,15 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
+#include "mma.cuh"
 
 namespace ehcuda {
 namespace {
+
+using detail::cp_async16;
+using detail::cp_async_commit;
+using detail::cp_async_wait;
+using detail::mma16816;
 
 constexpr int kWarps = 4;
 constexpr int kQTile = kWarps * 16;  // query rows per block
@@ -96,13 +102,6 @@ __device__ __forceinline__ void split_half2(float a, float b, uint32_t& hi, uint
     lo = pack_half2(a - hf.x, b - hf.y);
 }
 
-__device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
-    asm volatile(
-        "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 __device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
     const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
@@ -114,17 +113,6 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
-}
-
-// 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros.
-__device__ __forceinline__ void cp_async16(__half* dst, const void* src, int src_bytes) {
-    const uint32_t d = uint32_t(__cvta_generic_to_shared(dst));
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(d), "l"(src), "r"(src_bytes));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
 template <int HD, class C>

@@ -4,6 +4,8 @@
 // the same way.
 #pragma once
 
+#include <cuda_fp16.h>
+
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -123,6 +125,23 @@ __device__ __forceinline__ float bias_of(const DevMat& m, int e, int r) {
 // must lie in [0, n_expert) (moe_route's do); the others are left out.
 void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int32_t* sorted, int32_t* pos,
                  cudaStream_t stream);
+// The tensor-core form of moe_grouped (moe_grouped_mma.cu): whether it
+// serves these experts (MXFP4 throughout), and its two products over the
+// pairs grouped by expert (offsets from group_pairs; inputs FP16 in sorted
+// order): act16[i] = swiglu_oai(gate . x16[i] + bg, up . x16[i] + bu) as
+// FP16, then out[i] = down . act16[i] (no bias: combine_sorted adds it).
+bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down);
+void mma_gate_up(const __half* x16, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
+                 float alpha, float limit, __half* act16, cudaStream_t stream);
+void mma_down(const __half* act16, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
+              cudaStream_t stream);
+// x16[i] = x[sorted[i] / k] as FP16 (cols a multiple of 8, ldx of 4).
+void gather_half_rows(const float* x, int ldx, int cols, int k, const int32_t* sorted, int P, __half* x16,
+                      cudaStream_t stream);
+// h[t][r] += sum over s in rank order of w[t*k+s] * (d[pos[t*k+s]][r] +
+// bias[e][r]), e = ids[t*k+s]: the experts' outputs d in sorted order.
+void combine_sorted(const float* d, int embd, int ntok, int k, const int32_t* ids, const float* weights,
+                    const int32_t* pos, const float* bias, int bias_stride, float* h, int ldh, cudaStream_t stream);
 
 }  // namespace moe_detail
 }  // namespace ehcuda

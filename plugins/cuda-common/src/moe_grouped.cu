@@ -1,5 +1,8 @@
-// Grouped MoE for a batch of tokens (see moe_grouped in moe.hpp). Per call,
-// all on the stream, no host synchronisation (a captured step graph takes it):
+// Grouped MoE for a batch of tokens (see moe_grouped in moe.hpp). MXFP4
+// experts take the tensor-core form (moe_grouped_mma.cu: group, gather the
+// inputs as FP16, gate|up, down, combine); the others this integer form.
+// Per call, all on the stream, no host synchronisation (a captured step
+// graph takes it):
 //   1. x rows -> integer chunks (store_chunk_warp: the codes the single-token
 //      kernels stage for themselves);
 //   2. the (token, slot) pairs grouped by expert on the device (moe_prefill's
@@ -179,20 +182,27 @@ struct NoAct {
 size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 // Scratch layout (each piece 256-byte aligned): offsets [n_expert + 1],
-// sorted [P], pos [P] (int32), x chunks [ntok][E/32], act [P][F] (float),
-// act chunks [P][F/32], d [P][E] (float).
+// sorted [P], pos [P] (int32); then the integer form's x chunks [ntok][E/32],
+// act [P][F] (float), act chunks [P][F/32], d [P][E] (float), or the tensor-
+// core form's x16 [P][E], act16 [P][F] (FP16), d [P][E] (float, sorted).
 struct Layout {
-    size_t offsets, sorted, pos, xq, act, actq, d, total;
-    Layout(int ntok, int k, int n_expert, int E, int F) {
+    size_t offsets, sorted, pos, xq, act, actq, x16, act16, d, total;
+    Layout(int ntok, int k, int n_expert, int E, int F, bool mma) {
         const size_t P = size_t(ntok) * size_t(k);
         size_t o = 0;
         auto take = [&](size_t n) { const size_t at = o; o += align256(n); return at; };
         offsets = take(size_t(n_expert + 1) * 4);
         sorted = take(P * 4);
         pos = take(P * 4);
-        xq = take(size_t(ntok) * size_t(E / 32) * kChunkBytes);
-        act = take(P * size_t(F) * 4);
-        actq = take(P * size_t(F / 32) * kChunkBytes);
+        xq = act = actq = x16 = act16 = 0;
+        if (mma) {
+            x16 = take(P * size_t(E) * 2);
+            act16 = take(P * size_t(F) * 2);
+        } else {
+            xq = take(size_t(ntok) * size_t(E / 32) * kChunkBytes);
+            act = take(P * size_t(F) * 4);
+            actq = take(P * size_t(F / 32) * kChunkBytes);
+        }
         d = take(P * size_t(E) * 4);
         total = o;
     }
@@ -217,7 +227,7 @@ bool moe_grouped_supported(const ExpertMat& gate, const ExpertMat& up, const Exp
 
 size_t moe_grouped_scratch_bytes(int ntok, int k, int n_expert, int n_embd, int n_ff) {
     if (ntok < 1 || k < 1 || n_expert < 1 || n_embd < 32 || n_ff < 32) return 0;
-    return Layout(ntok, k, n_expert, n_embd, n_ff).total;
+    return std::max(Layout(ntok, k, n_expert, n_embd, n_ff, false).total, Layout(ntok, k, n_expert, n_embd, n_ff, true).total);
 }
 
 void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
@@ -230,20 +240,31 @@ void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
     const int E = g.cols, F = g.rows;
     if (d.cols != F || d.rows != E)
         throw ehp::Error(EH_INTERNAL, "moe grouped: down must map the gate's rows back to its columns");
-    const Layout lay(a.ntok, a.k, a.n_expert, E, F);
+    const bool mma = !a.integer_path && moe_detail::mma_experts(a.gate, a.up, a.down);
+    const Layout lay(a.ntok, a.k, a.n_expert, E, F, mma);
     if (a.scratch_bytes < lay.total) throw ehp::Error(EH_INTERNAL, "moe grouped: scratch too small");
     char* s = static_cast<char*>(a.scratch);
     int32_t* offsets = reinterpret_cast<int32_t*>(s + lay.offsets);
     int32_t* sorted = reinterpret_cast<int32_t*>(s + lay.sorted);
     int32_t* pos = reinterpret_cast<int32_t*>(s + lay.pos);
+    float* dout = reinterpret_cast<float*>(s + lay.d);
+    const int P = a.ntok * a.k;
+    moe_detail::group_pairs(a.ids, P, a.n_expert, offsets, sorted, pos, stream);
+    if (mma) {
+        __half* x16 = reinterpret_cast<__half*>(s + lay.x16);
+        __half* act16 = reinterpret_cast<__half*>(s + lay.act16);
+        moe_detail::gather_half_rows(a.x, a.ldx, E, a.k, sorted, P, x16, stream);
+        moe_detail::mma_gate_up(x16, offsets, a.n_expert, g, u, a.alpha, a.limit, act16, stream);
+        moe_detail::mma_down(act16, offsets, a.n_expert, d, dout, stream);
+        moe_detail::combine_sorted(dout, E, a.ntok, a.k, a.ids, a.weights, pos, a.down.bias, a.down.bias_stride, a.h,
+                                   a.ldh, stream);
+        return;
+    }
     uint8_t* xq = reinterpret_cast<uint8_t*>(s + lay.xq);
     float* act = reinterpret_cast<float*>(s + lay.act);
     uint8_t* actq = reinterpret_cast<uint8_t*>(s + lay.actq);
-    float* dout = reinterpret_cast<float*>(s + lay.d);
-    const int P = a.ntok * a.k;
 
     quantize_rows(a.x, a.ldx, a.ntok, E, xq, stream);
-    moe_detail::group_pairs(a.ids, P, a.n_expert, offsets, sorted, pos, stream);
     detail::int_type_dispatch(a.gate.type, [&]<int T>() {
         constexpr int kRows = kWarps * kRowsPair;
         launch("moe grouped gate_up", grouped_rows_kernel<T, kRowsPair, true, detail::SwiGluOai>,

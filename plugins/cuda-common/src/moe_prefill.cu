@@ -124,6 +124,19 @@ unsigned blocks_for(size_t n, unsigned per) { return unsigned((n + per - 1) / pe
 }  // namespace
 
 namespace moe_detail {
+void gather_half_rows(const float* x, int ldx, int cols, int k, const int32_t* sorted, int P, __half* x16,
+                      cudaStream_t stream) {
+    gather_kernel<<<blocks_for(size_t(P) * size_t(cols / 8), 256), 256, 0, stream>>>(x, ldx, cols, k, sorted, P, x16);
+    EHC_LAUNCHED("gather_kernel");
+}
+
+void combine_sorted(const float* d, int embd, int ntok, int k, const int32_t* ids, const float* weights,
+                    const int32_t* pos, const float* bias, int bias_stride, float* h, int ldh, cudaStream_t stream) {
+    combine_kernel<<<dim3(blocks_for(size_t(embd), 256), unsigned(ntok)), 256, 0, stream>>>(d, embd, k, ids, weights,
+                                                                                             pos, bias, bias_stride, h, ldh);
+    EHC_LAUNCHED("combine_kernel");
+}
+
 void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int32_t* sorted, int32_t* pos,
                  cudaStream_t stream) {
     group_kernel<<<n_expert, kGroupThreads, 0, stream>>>(ids, P, n_expert, offsets, sorted, pos);
@@ -185,8 +198,7 @@ bool moe_prefill(PrefillWorkspace* ws, const float* x, int ldx, int ntok, int k,
 
     moe_detail::group_pairs(ids, int(P), n_expert, offsets, sorted, pos, stream);
     EHC_CHECK(cudaMemcpyAsync(host_off, offsets, size_t(n_expert + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
-    gather_kernel<<<blocks_for(P * size_t(E / 8), 256), 256, 0, stream>>>(x, ldx, E, k, sorted, int(P), x16);
-    EHC_LAUNCHED("gather_kernel");
+    moe_detail::gather_half_rows(x, ldx, E, k, sorted, int(P), x16, stream);
     EHC_CHECK(cudaStreamSynchronize(stream));
     if (host_off[0] != 0 || host_off[n_expert] != int32_t(P)) throw ehp::Error(EH_INTERNAL, "moe prefill: expert ids out of range");
 
@@ -215,9 +227,7 @@ bool moe_prefill(PrefillWorkspace* ws, const float* x, int ldx, int ntok, int k,
         if (cnt <= 0) continue;
         expert_gemm(*ws, down, E, e, x16 + size_t(off) * F, cnt, out + size_t(off) * E, E, stream);
     }
-    combine_kernel<<<dim3(blocks_for(size_t(E), 256), unsigned(ntok)), 256, 0, stream>>>(
-        out, E, k, ids, weights, pos, down.bias, down.bias_stride, h, ldh);
-    EHC_LAUNCHED("combine_kernel");
+    moe_detail::combine_sorted(out, E, ntok, k, ids, weights, pos, down.bias, down.bias_stride, h, ldh, stream);
     return true;
 }
 

@@ -113,9 +113,12 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
 // Several tokens' expert blocks at once (moe_gate_up then moe_down, the
 // same formulas), for batched decode steps: the (token, slot) pairs are
 // grouped by expert on the device and each expert's rows are read once per
-// 8 tokens routed to it, not once per token; integer dot products with
-// int16x2 inputs as moe_decode (per token and row the same sums in the same
-// order). No host synchronisation: a captured graph takes it. x holds the
+// 8 tokens routed to it, not once per token. MXFP4 experts: on the tensor
+// cores (FP16 inputs and activations as moe_prefill, FP32 accumulation);
+// the other types, or integer_path set: integer dot products with int16x2
+// inputs as moe_decode (per token and row the same sums in the same order,
+// so the same bits). Both fixed-order (reproducible, whatever the batch's
+// other tokens). No host synchronisation: a captured graph takes it. x holds the
 // tokens' normalised inputs [ntok][ldx]; ids and weights moe_route's [ntok][k]
 // (ids in [0, n_expert)); h [ntok][ldh] is accumulated into. The types and
 // shapes moe_decode takes, with down mapping back to gate's columns
@@ -135,6 +138,7 @@ struct MoeGroupedArgs {
     size_t scratch_bytes = 0;
     float* h = nullptr;
     int ldh = 0;
+    bool integer_path = false;
 };
 bool moe_grouped_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k);
 // 0 when a size is out of range.

@@ -1,0 +1,260 @@
+// The tensor-core form of the grouped MoE products for MXFP4 experts
+// (moe_grouped in moe.hpp picks it; see moe_common.cuh for the calls).
+//
+// Block (64 rows, expert e), 16 warps: 4 groups of 16 rows, each group's k
+// range split over 4 warps (more warps to hide the latency of each block's
+// table lookups and mma; their partial sums are added in a fixed order at
+// the end), a GEMM of those rows by
+// a tile of 8 of the tokens routed to e. The K dimension is walked half an
+// MXFP4 group at a time (8 blocks of 32 values; a group is a 16-byte
+// exponent header and 256 code bytes, contiguous in the device layout):
+// the block copies that run of each of its rows, with the group's header,
+// and the tile's FP16 inputs for those 256 columns, into shared memory with
+// cp.async, four stages deep, so three segments stream in while one is
+// multiplied (the rows come from memory in 128-byte runs, and enough of
+// them are in flight to keep HBM busy). Per block of 32 values a warp turns its rows' codes into two
+// m16n8k16 A fragments through a 256-entry table (code byte -> two FP16
+// values, exact), two mma.sync give the 16 rows x 8 tokens partial sums,
+// and the block scale (a power of two) multiplies them into the FP32
+// accumulators. Each weight byte is read once per 8 tokens; the inputs are
+// FP16 as in the cuBLAS prefill path (moe_prefill); the order of the sums
+// is fixed. gate|up keeps 16 rows of gate and the same 16 of up per warp
+// and applies the clamped SwiGLU in registers, writing FP16 activations in
+// sorted pair order for the down kernel, which writes FP32 [pair][row].
+#include <cuda_fp16.h>
+
+#include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
+#include "ehcuda/mxfp4.cuh"
+#include "mma.cuh"
+#include "moe_common.cuh"
+
+namespace ehcuda {
+namespace {
+
+using moe_detail::bias_of;
+using moe_detail::DevMat;
+using moe_detail::row_ptr;
+
+constexpr int kRowWarps = 4;                 // warps along the rows, 16 rows each
+constexpr int kKSplit = 4;                   // warps along k per row group
+constexpr int kWarps = kRowWarps * kKSplit;  // 16
+constexpr int kRows = kRowWarps * 16;        // rows per block
+constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
+constexpr int kTok = 8;             // tokens per tile (the mma's n)
+// A stage holds one segment: half an MXFP4 group (8 blocks, 256 values) of
+// every row, with the group's exponent header copied along (16 + 128 bytes
+// per row), and the tile's inputs for those 256 columns.
+constexpr int kSegBlocks = kMxfp4GroupBlocks / 2;
+constexpr int kSegVals = kSegBlocks * 32;
+constexpr int kSegRowBytes = 16 + kSegBlocks * 16;
+constexpr int kXLd = kSegVals + 8;  // halves per staged input row (+8: distinct banks)
+constexpr int kStages = 4;
+
+constexpr size_t stage_bytes(bool pair) {
+    return size_t(pair ? 2 : 1) * kRows * kSegRowBytes + size_t(kTok) * kXLd * sizeof(__half);
+}
+constexpr size_t smem_bytes(bool pair) { return kStages * stage_bytes(pair); }
+// The end-of-tile reduction of the k-split partial sums reuses the stages.
+static_assert(size_t(kKSplit) * kRowWarps * 32 * 8 * sizeof(float) <= smem_bytes(false));
+
+__device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
+    __half2 h = __floats2half2_rn(lo, hi);
+    return *reinterpret_cast<uint32_t*>(&h);
+}
+
+// FP4 (E2M1) code -> value.
+__device__ __forceinline__ float fp4_value(int n) {
+    const int m = n & 7;
+    // exponent 0: subnormal, m / 2; else 2^(e - 1) * (1 + mantissa / 2)
+    const float v = m < 2 ? 0.5f * float(m) : float(1 << ((m >> 1) - 1)) * (m & 1 ? 1.5f : 1.0f);
+    return (n & 8) ? -v : v;
+}
+
+// Block i of a staged segment (exponent byte ei of its header), rows w0
+// (lane row g) and w1 (g + 8): the A fragments of its two k16 steps (step
+// 0: values 0..15, step 1: 16..31) through the table (code byte -> two
+// FP16 values), two mma.sync, then acc += scale * (A . x) per row. In the
+// device layout code word w holds values 4w..4w+3 (nibbles 0..3) and
+// 16+4w..16+4w+3 (nibbles 4..7), so lane (g, t) needs bytes t & 1 (step 0)
+// and 2 + (t & 1) (step 1) of words t / 2 (k = 2t, 2t+1) and t / 2 + 2
+// (k = 2t+8, 2t+9).
+__device__ __forceinline__ void block_mma(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int i, int ei,
+                                          int t, uint32_t b00, uint32_t b01, uint32_t b10, uint32_t b11,
+                                          float (&acc)[4]) {
+    const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
+    const uint32_t* c1 = reinterpret_cast<const uint32_t*>(w1 + 16 + 16 * i);
+    const uint32_t w00 = c0[t >> 1], w02 = c0[(t >> 1) + 2], w10 = c1[t >> 1], w12 = c1[(t >> 1) + 2];
+    const int s0 = 8 * (t & 1), s1 = s0 + 16;
+    const uint32_t a0[4] = {lut[(w00 >> s0) & 255u], lut[(w10 >> s0) & 255u], lut[(w02 >> s0) & 255u],
+                            lut[(w12 >> s0) & 255u]};
+    const uint32_t a1[4] = {lut[(w00 >> s1) & 255u], lut[(w10 >> s1) & 255u], lut[(w02 >> s1) & 255u],
+                            lut[(w12 >> s1) & 255u]};
+    float c[4] = {};
+    detail::mma16816(c, a0, b00, b01);
+    detail::mma16816(c, a1, b10, b11);
+    const float sc0 = e8m0_value(w0[ei]), sc1 = e8m0_value(w1[ei]);
+    acc[0] = fmaf(sc0, c[0], acc[0]);
+    acc[1] = fmaf(sc0, c[1], acc[1]);
+    acc[2] = fmaf(sc1, c[2], acc[2]);
+    acc[3] = fmaf(sc1, c[3], acc[3]);
+}
+
+// Pair: out16[i][r] = swiglu_oai(a_r . x_i + bias_a, b_r . x_i + bias_b);
+// otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
+// expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
+template <bool Pair>
+__global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16, const int32_t* offsets, DevMat a,
+                                                               DevMat b, float alpha, float limit, __half* out16,
+                                                               float* out32, int ldo) {
+    constexpr int kMats = Pair ? 2 : 1;
+    __shared__ uint32_t lut[256];
+    extern __shared__ int4 smem_raw[];
+    uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
+    for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = half2_bits(fp4_value(i & 15), fp4_value(i >> 4));
+    pdl_entry();
+    const int e = blockIdx.y;
+    const int off = offsets[e], cnt = offsets[e + 1] - off;
+    if (cnt <= 0) return;  // (the whole block)
+    const int K = a.cols, nkb = K / 32, nseg = (nkb + kSegBlocks - 1) / kSegBlocks;
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    const int row0 = blockIdx.x * kRows, nrows = min(kRows, a.rows - row0);
+    // Warp (rw, kw): rows rw * 16 .. + 16 of the block, blocks kw, kw + kKSplit, ...
+    // of each segment; the kKSplit partial sums are added in kw order at the end.
+    const int rw = warp % kRowWarps, kw = warp / kRowWarps;
+    const int r0 = rw * 16;  // the warp's first row within the block
+    const bool has_rows = r0 < nrows;
+    // The rows this thread stages (kThreadsPerRow threads per row; rows
+    // past the matrix repeat its last one, their results are dropped).
+    const int sr = threadIdx.x / kThreadsPerRow, sc = threadIdx.x % kThreadsPerRow;
+    const uint8_t* src_a = row_ptr(a, e, row0 + min(sr, nrows - 1));
+    const uint8_t* src_b = Pair ? row_ptr(b, e, row0 + min(sr, nrows - 1)) : nullptr;
+
+    // Segment S into stage S % kStages (an empty commit past the last, so
+    // every iteration waits on the same count): its rows' header and code
+    // blocks, and the tile's inputs for its columns (zeros past n tokens).
+    auto issue = [&](int S, int j0, int n) {
+        if (S < nseg) {
+            uint8_t* st = smem + size_t(S % kStages) * stage_bytes(Pair);
+            const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
+            const size_t grp = size_t(S / 2) * kMxfp4GroupBytes, codes = grp + 16 + size_t(S & 1) * kSegBlocks * 16;
+            for (int c = sc; c <= nb; c += kThreadsPerRow) {
+                // run 0: the header; run c >= 1: code block c - 1
+                const size_t from = c == 0 ? grp : codes + size_t(c - 1) * 16;
+                detail::cp_async16(st + size_t(sr) * kSegRowBytes + c * 16, src_a + from, 16);
+                if constexpr (Pair) detail::cp_async16(st + size_t(kRows + sr) * kSegRowBytes + c * 16, src_b + from, 16);
+            }
+            __half* xs = reinterpret_cast<__half*>(st + size_t(kMats) * kRows * kSegRowBytes);
+            constexpr int kRuns = kSegVals / 8;  // 16-byte runs of 8 halves per token
+            for (int idx = threadIdx.x; idx < kTok * kRuns; idx += blockDim.x) {
+                const int j = idx / kRuns, c = idx % kRuns;
+                if (c >= nb * 4) continue;
+                const __half* src = x16 + size_t(off + j0 + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
+                detail::cp_async16(xs + j * kXLd + c * 8, src, j < n ? 16 : 0);
+            }
+        }
+        detail::cp_async_commit();
+    };
+
+    for (int j0 = 0; j0 < cnt; j0 += kTok) {
+        const int n = min(kTok, cnt - j0);
+        float acc_a[4] = {}, acc_b[4] = {};
+        __syncthreads();  // the previous tile's reads of every stage are done
+        for (int S = 0; S < kStages - 1; ++S) issue(S, j0, n);
+        for (int S = 0; S < nseg; ++S) {
+            detail::cp_async_wait<kStages - 2>();
+            __syncthreads();  // segment S is visible; segment S - 1's stage is free
+            issue(S + kStages - 1, j0, n);
+            if (has_rows) {
+                const uint8_t* st = smem + size_t(S % kStages) * stage_bytes(Pair);
+                const uint8_t* wa0 = st + size_t(r0 + g) * kSegRowBytes;
+                const uint8_t* wa1 = wa0 + 8 * kSegRowBytes;
+                const uint8_t* wb0 = wa0 + size_t(kRows) * kSegRowBytes;
+                const uint8_t* wb1 = wb0 + 8 * kSegRowBytes;
+                const __half* xr =
+                    reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * kSegRowBytes) + g * kXLd + 2 * t;
+                const int nb = min(kSegBlocks, nkb - S * kSegBlocks), e0 = (S & 1) * kSegBlocks;
+                for (int i = kw; i < nb; i += kKSplit) {
+                    const __half* p = xr + i * 32;
+                    const uint32_t b00 = *reinterpret_cast<const uint32_t*>(p);
+                    const uint32_t b01 = *reinterpret_cast<const uint32_t*>(p + 8);
+                    const uint32_t b10 = *reinterpret_cast<const uint32_t*>(p + 16);
+                    const uint32_t b11 = *reinterpret_cast<const uint32_t*>(p + 24);
+                    block_mma(lut, wa0, wa1, i, e0 + i, t, b00, b01, b10, b11, acc_a);
+                    if constexpr (Pair) block_mma(lut, wb0, wb1, i, e0 + i, t, b00, b01, b10, b11, acc_b);
+                }
+            }
+        }
+        detail::cp_async_wait<0>();  // (only empty groups remain)
+        __syncthreads();              // every warp's reads of the stages are done
+        float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][gate 4 | up 4]
+        if (has_rows) {
+            float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * 8;
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                mine[q] = acc_a[q];
+                mine[4 + q] = acc_b[q];
+            }
+        }
+        __syncthreads();
+        if (kw != 0) continue;
+        if (has_rows) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc_a[q] = acc_b[q] = 0.0f;
+            for (int k = 0; k < kKSplit; ++k) {
+                const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * 8;
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    acc_a[q] += part[q];
+                    acc_b[q] += part[4 + q];
+                }
+            }
+        }
+        if (!has_rows) continue;
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int r = row0 + r0 + g + (q >= 2 ? 8 : 0), j = 2 * t + (q & 1);
+            if (r >= a.rows || j >= n) continue;
+            const size_t i = size_t(off + j0 + j);
+            if constexpr (Pair)
+                out16[i * ldo + r] = __float2half_rn(
+                    swiglu_oai(acc_a[q] + bias_of(a, e, r), acc_b[q] + bias_of(b, e, r), alpha, limit));
+            else
+                out32[i * ldo + r] = acc_a[q];
+        }
+    }
+}
+
+template <bool Pair>
+void launch_rows(const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a, const DevMat& b,
+                 float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
+    const size_t smem = smem_bytes(Pair);
+    auto kernel = mma_rows_kernel<Pair>;
+    allow_dynamic_smem(kernel, smem);
+    launch(Pair ? "moe mma gate_up" : "moe mma down", kernel,
+           dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(n_expert)), kWarps * 32, smem, stream, x16, offsets, a,
+           b, alpha, limit, out16, out32, ldo);
+    EHC_LAUNCHED("mma_rows_kernel");
+}
+
+}  // namespace
+
+namespace moe_detail {
+
+bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down) {
+    return gate.type == EH_TYPE_MXFP4 && up.type == EH_TYPE_MXFP4 && down.type == EH_TYPE_MXFP4 &&
+           gate.cols % 32 == 0 && down.cols % 32 == 0;
+}
+
+void mma_gate_up(const __half* x16, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
+                 float alpha, float limit, __half* act16, cudaStream_t stream) {
+    launch_rows<true>(x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
+}
+
+void mma_down(const __half* act16, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
+              cudaStream_t stream) {
+    launch_rows<false>(act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
+}
+
+}  // namespace moe_detail
+}  // namespace ehcuda
