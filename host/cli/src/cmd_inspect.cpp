@@ -24,7 +24,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
         ("model,m", po::value<std::string>()->required(), kModelHelp)
         ("offline", kOfflineHelp)
         ("plugins", po::value<std::vector<std::string>>(), "plugin directory (repeatable): also say which plugin would serve the model")
-        ("gpu", po::value<int>()->default_value(0), "GPU ordinal the plugins are probed on")
+        ("gpu", po::value<int>()->default_value(0), kGpuHelp)
         ("device", po::value<std::string>()->default_value("auto"), "which kind of plugin may serve it, as serve's --device: auto, gpu, cpu or any")
         ("tensors", "list every tensor")
         ("json", "print JSON instead of text");
@@ -51,7 +51,13 @@ int cmd_inspect(const std::vector<std::string>& args) {
         Registry reg = loader::discover_plugins(plugins_arg(vm), lo);
         Resolution res = reg.resolve(d.requirements(), policy);
         model::InspectSection s{"Plugin", {}, {}};
-        if (res.plugin) {
+        const std::string gpu_problem =
+            vm["gpu"].defaulted() ? "" : named_gpu_problem(reg, vm["gpu"].as<int>(), policy);
+        if (!gpu_problem.empty()) {
+            s.facts = {{"serves it", "none"}, {"why", gpu_problem}};
+            s.raw_json = nlohmann::json{{"plugin", nullptr}, {"why", gpu_problem}}.dump();
+            exit = kNoPlugin;
+        } else if (res.plugin) {
             s.facts = {{"serves it", res.plugin->caps.name + " " + res.plugin->caps.version},
                        {"why", res.explanation}};
             s.raw_json = nlohmann::json{{"plugin", record_json(*res.plugin)}, {"why", res.explanation}}.dump();

@@ -57,7 +57,8 @@ Exit codes:
   1  failure not listed below
   2  bad command line
   3  plugin directory unusable, or no plugin can serve the model (also: a GPU
-     plugin serves it but was rejected; --device cpu runs it on the CPU)
+     plugin serves it but was rejected, or a GPU named with --gpu-device/--gpu
+     is one no GPU plugin accepts; --device cpu runs it on the CPU)
   4  model file unreadable or malformed (MODEL_LOAD_FAILED)
   5  the model does not fit in device memory (INSUFFICIENT_VRAM)
 )";
