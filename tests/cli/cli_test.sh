@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Black-box tests of the engine-host command line: exit codes, messages,
 # JSON shapes. Usage: cli_test.sh ENGINE_HOST TEST_PLUGIN_DIR TESTDATA_DIR
-set -uo pipefail
+source "$(dirname "$0")/testlib.sh"
 eh=$1 plugins=$2 testdata=$3
-fails=0 passes=0
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 
 # expect NAME EXIT_CODE PATTERN -- command...
 expect() {
@@ -55,5 +52,4 @@ mkfifo "$scratch/fifo-plugins/evil.manifest.json"
 expect plugins-fifo-manifest 0 'evil\.manifest\.json.*REJECTED +manifest .* is not a regular file' -- timeout 10 "$eh" plugins --plugins "$scratch/fifo-plugins"
 expect serve-fifo-model 4 "is not a regular file" -- timeout 10 "$eh" --plugins "$plugins/good" --model "$scratch/fifo.gguf" --port 0 --log-level off
 
-echo "$passes passed, $fails failed"
-[[ $fails -eq 0 ]]
+finish

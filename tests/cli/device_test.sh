@@ -9,15 +9,9 @@
 # "cuda" plugin whose probe accepts GPU 0 only, and finds no driver with
 # EH_TEST_ENGINE_NO_GPU set. The CPU plugin is the test engine.
 # Usage: device_test.sh ENGINE_HOST TEST_PLUGIN_DIR MODEL
-set -uo pipefail
+source "$(dirname "$0")/testlib.sh"
 eh=$1 plugins=$2 model=$3
 both=(--plugins "$plugins/fake-gpu" --plugins "$plugins/good")
-fails=0 passes=0
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-check() {  # NAME CONDITION-RESULT DETAIL
-  if [[ $2 -eq 0 ]]; then passes=$((passes + 1)); else echo "FAIL $1: $3"; fails=$((fails + 1)); fi
-}
 
 # refuses NAME EXIT PATTERN... -- command: the command exits with EXIT by
 # itself, never gets as far as loading the model, and prints every PATTERN.
@@ -42,11 +36,7 @@ serves() {
   shift 3
   "$@" --port 0 >"$log" 2>&1 &
   local pid=$!
-  for _ in $(seq 600); do
-    grep -q '"event":"ready"' "$log" && break
-    kill -0 $pid 2>/dev/null || break
-    sleep 0.1
-  done
+  wait_for_line "$log" '"event":"ready"' $pid
   local ready
   ready=$(grep '"event":"ready"' "$log")
   kill -TERM $pid 2>/dev/null
@@ -117,5 +107,4 @@ refuses inspect-auto 3 "$reason" "$hint" -- "${no_gpu[@]}" "$eh" inspect --model
 out=$("${no_gpu[@]}" "$eh" inspect --model "$model" "${both[@]}" --device cpu 2>&1); rc=$?
 [[ $rc -eq 0 && $out =~ serves\ it\ +test-engine ]]; check inspect-device-cpu $? "exit $rc: $out"
 
-echo "$passes passed, $fails failed"
-[[ $fails -eq 0 ]]
+finish
