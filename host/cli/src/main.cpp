@@ -35,7 +35,7 @@ Usage:
   engine-host chat --model REF [-p PROMPT]                   chat with a model in the terminal
   engine-host pull REF                                       download a model into the hub cache
   engine-host plugins [--plugins DIR] [--json]               list accepted and rejected plugins
-  engine-host inspect --model REF [--plugins DIR] [--json]   describe a model file and its plugin
+  engine-host inspect --model REF [--plugins DIR] [--json]   describe a model file, its plugin, and whether serve takes it
   engine-host forge --like PROFILE --out FILE [--seed N]     write a real-shape GGUF with random weights
   engine-host quantize --in F --out G --type T               convert a GGUF's weights (Q8_0, Q4_K_M, MXFP4, ...)
   engine-host convert --hf DIR --out FILE [--type T]         Hugging Face safetensors directory to GGUF
