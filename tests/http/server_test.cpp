@@ -241,6 +241,8 @@ TEST(Server, HealthReportsTheModelAndUnhealthyWhenNotResident) {
     EXPECT_EQ(j["status"], "healthy");
     EXPECT_TRUE(j["cuda_runtime_version"].is_null()) << j.dump();  // the test engine has no CUDA runtime
     EXPECT_EQ(j["vocab_size"], 512);
+    EXPECT_EQ(j["bos_id"], 1) << j.dump();  // stories260K's tokenizer (the worker contract's bos_id / eos_id)
+    EXPECT_EQ(j["eos_id"], 2) << j.dump();
     EXPECT_EQ(j["plugin"]["name"], "test-engine");
     EngineHost bad({}, {{"EH_TEST_ENGINE_NOT_RESIDENT", "1"}}, false);
     json b;

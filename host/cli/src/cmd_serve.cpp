@@ -377,6 +377,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.tokenizer_kind = codec->kind();
         ni.vram_bytes_used = mi.device_bytes_used;
         ni.vocab_size = codec->vocab_size();
+        ni.bos_id = codec->bos_id();
+        ni.eos_id = codec->eos_id();
         ni.context_length = svc->n_ctx();
         ni.trained_context_length = mi.context_length;
         ni.max_tokens_out = max_out ? std::min(max_out, svc->n_ctx()) : svc->n_ctx();
