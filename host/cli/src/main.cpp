@@ -59,8 +59,9 @@ Exit codes:
   3  plugin directory unusable, or no plugin can serve the model (also: a GPU
      plugin serves it but was rejected, or a GPU named with --gpu-device/--gpu
      is one no GPU plugin accepts; --device cpu runs it on the CPU)
-  4  model file unreadable or malformed (MODEL_LOAD_FAILED)
+  4  model file (or its tokenizer) unreadable or malformed (MODEL_LOAD_FAILED)
   5  the model does not fit in device memory (INSUFFICIENT_VRAM)
+  130, 143  bench stopped by SIGINT, SIGTERM (no results)
 )";
 
 }  // namespace
