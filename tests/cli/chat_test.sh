@@ -2,15 +2,9 @@
 # `engine-host chat`: one-shot (-p), the interactive loop through a pipe
 # (/reset, /exit, end of input), and Ctrl-C stopping a reply but not the
 # program. Usage: chat_test.sh ENGINE_HOST TEST_PLUGIN_DIR TESTDATA_DIR
-set -uo pipefail
+source "$(dirname "$0")/testlib.sh"
 eh=$1 plugins=$2 testdata=$3
 model=$testdata/models/stories260K.gguf
-fails=0 passes=0
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
-check() {  # NAME CONDITION-RESULT DETAIL
-  if [[ $2 -eq 0 ]]; then passes=$((passes + 1)); else echo "FAIL $1: $3"; fails=$((fails + 1)); fi
-}
 
 # One-shot through the CPU reference plugin, found beside the executable (no
 # --plugins). --device cpu: a CUDA build's GPU plugins are there too, and
@@ -74,5 +68,4 @@ done
 out=$("$eh" chat 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"'--model' is required"* ]]; check no-model $? "exit $rc: $out"
 
-echo "$passes passed, $fails failed"
-[[ $fails -eq 0 ]]
+finish

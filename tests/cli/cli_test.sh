@@ -1,11 +1,8 @@
 #!/usr/bin/env bash
 # Black-box tests of the engine-host command line: exit codes, messages,
 # JSON shapes. Usage: cli_test.sh ENGINE_HOST TEST_PLUGIN_DIR TESTDATA_DIR
-set -uo pipefail
+source "$(dirname "$0")/testlib.sh"
 eh=$1 plugins=$2 testdata=$3
-fails=0 passes=0
-scratch=$(mktemp -d)
-trap 'rm -rf "$scratch"' EXIT
 
 # expect NAME EXIT_CODE PATTERN -- command...
 expect() {
@@ -42,6 +39,15 @@ expect inspect-json 0 '"quant_kind": ?"F32"' -- "$eh" inspect --model "$model" -
 expect inspect-no-plugin 3 'no accepted plugin can serve this model' -- "$eh" inspect --model "$testdata/vocab/ggml-vocab-gpt-2.gguf" --plugins "$plugins/good"
 printf 'GGUF\x03\x00\x00\x00' >"$scratch/truncated.gguf"
 expect inspect-truncated 4 "^error: GGUF '.*truncated.gguf'.*\[MODEL_LOAD_FAILED\]" -- "$eh" inspect --model "$scratch/truncated.gguf"
+# Serve refuses a file whose tokenizer does not load (exit 4): so does
+# inspect, saying why (issue 26: it exited 0). A same-length key rename keeps
+# the GGUF valid.
+LC_ALL=C perl -pe 's/tokenizer\.ggml\.tokens/tokenizer.ggml.tokenz/g' "$model" >"$scratch/no-tokens.gguf"
+expect inspect-tokenizer-refused 4 "why +tokenizer: missing metadata 'tokenizer.ggml.tokens' \[MODEL_LOAD_FAILED\]" -- "$eh" inspect --model "$scratch/no-tokens.gguf"
+expect serve-tokenizer-refused 4 "tokenizer: missing metadata 'tokenizer.ggml.tokens'" -- timeout 20 "$eh" --model "$scratch/no-tokens.gguf" --plugins "$plugins/good" --port 0 --log-level off
+expect inspect-json-refused 4 '"exit_code": ?4' -- "$eh" inspect --model "$scratch/no-tokens.gguf" --json
+expect inspect-serves 0 'verdict +yes, as far as checked' -- "$eh" inspect --model "$model" --plugins "$plugins/good"
+expect inspect-no-plugin-verdict 3 'verdict +no: serve refuses this file' -- "$eh" inspect --model "$testdata/vocab/ggml-vocab-gpt-2.gguf" --plugins "$plugins/good"
 expect inspect-missing 4 'MODEL_LOAD_FAILED|NOT_FOUND' -- "$eh" inspect --model "$scratch/absent.gguf"
 
 # Hostile files (issue 26 item 3): a FIFO or device as the model, and a FIFO
@@ -55,5 +61,4 @@ mkfifo "$scratch/fifo-plugins/evil.manifest.json"
 expect plugins-fifo-manifest 0 'evil\.manifest\.json.*REJECTED +manifest .* is not a regular file' -- timeout 10 "$eh" plugins --plugins "$scratch/fifo-plugins"
 expect serve-fifo-model 4 "is not a regular file" -- timeout 10 "$eh" --plugins "$plugins/good" --model "$scratch/fifo.gguf" --port 0 --log-level off
 
-echo "$passes passed, $fails failed"
-[[ $fails -eq 0 ]]
+finish

@@ -3,15 +3,10 @@
 # $ENGINE_HOST_PLUGINS; --plugins replaces the search. The executable is
 # copied into a scratch tree so the build tree's own plugins/ is not beside it.
 # Usage: plugin_search_test.sh ENGINE_HOST TEST_PLUGIN_DIR TESTDATA_DIR
-set -uo pipefail
+source "$(dirname "$0")/testlib.sh"
 eh=$1 plugins=$2 testdata=$3
 model=$testdata/models/stories260K.gguf
-fails=0 passes=0
-t=$(mktemp -d)
-trap 'rm -rf "$t"' EXIT
-check() {
-  if [[ $2 -eq 0 ]]; then passes=$((passes + 1)); else echo "FAIL $1: $3"; fails=$((fails + 1)); fi
-}
+t=$scratch
 
 # The build tree itself: build/bin/engine-host finds build/plugins.
 out=$("$eh" plugins 2>&1); rc=$?
@@ -51,5 +46,4 @@ check flag-repeats $? "exit $rc: $out"
 out=$("$x" chat -m "$model" --device cpu -p "hi" -n 4 2>&1); rc=$?
 [[ $rc -eq 0 ]]; check chat-uses-search $? "exit $rc: $out"
 
-echo "$passes passed, $fails failed"
-[[ $fails -eq 0 ]]
+finish

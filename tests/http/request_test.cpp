@@ -33,6 +33,18 @@ TEST(ExecuteRequest, ParsesEveryField) {
     EXPECT_EQ(*r.sampling.seed, 18446744073709551615ull);
 }
 
+// The worker contract's output_mode: recorded as named, other strings
+// ignored, never a reason to refuse; a non-string is a typed field's 400.
+TEST(ExecuteRequest, OutputModeIsRecordedAndUnknownValuesIgnored) {
+    for (const char* mode : {"text", "json", "edits"}) {
+        auto r = parse_execute_request(std::string(R"({"job_id":"j","prompt":"hi","output_mode":")") + mode + "\"}", {});
+        EXPECT_EQ(r.output_mode, mode);
+    }
+    EXPECT_EQ(parse_execute_request(R"({"job_id":"j","prompt":"hi","output_mode":"diff"})", {}).output_mode, "");
+    EXPECT_EQ(parse_execute_request(R"({"job_id":"j","prompt":"hi"})", {}).output_mode, "");
+    EXPECT_THROW(parse_execute_request(R"({"job_id":"j","prompt":"hi","output_mode":3})", {}), RequestError);
+}
+
 TEST(ExecuteRequest, EachRuleNamesItsField) {
     struct Case { const char* body; const char* starts; };
     const Case cases[] = {

@@ -50,6 +50,10 @@ TEST(Server, ExecuteStreamsStartedTokensThenExactlyOneEnd) {
     EXPECT_EQ(st["correlation_id"], "corr-123");
     EXPECT_GT(st["prompt_tokens"].get<int>(), 0);
     EXPECT_TRUE(st.contains("started_at"));
+    // The context at the start: the prompt used, the rest left for the output.
+    EXPECT_EQ(st["tokens_used"], st["prompt_tokens"]);
+    json health = json::parse(h.get("/health").body);
+    EXPECT_EQ(st["tokens_remaining"].get<int>(), health["context_length"].get<int>() - st["prompt_tokens"].get<int>());
     int terminal = 0;
     int last_i = -1;
     for (size_t k = 1; k < evs.size(); ++k) {
@@ -59,6 +63,7 @@ TEST(Server, ExecuteStreamsStartedTokensThenExactlyOneEnd) {
         } else {
             ASSERT_EQ(evs[k].event, "token");
             json t = json::parse(evs[k].data);
+            EXPECT_EQ(t["correlation_id"], "corr-123") << "every frame carries the correlation id";
             EXPECT_GT(t["i"].get<int>(), last_i);
             last_i = t["i"];
         }
@@ -68,6 +73,7 @@ TEST(Server, ExecuteStreamsStartedTokensThenExactlyOneEnd) {
     EXPECT_EQ(evs.back().event, "end");
     EXPECT_EQ(end["tokens_out"], 10);
     EXPECT_EQ(end["stop_reason"], "length");
+    EXPECT_EQ(end["correlation_id"], "corr-123");
     EXPECT_TRUE(end.contains("decode_time_ms"));
     // The correlation id is in the job's log lines.
     bool logged = false;
@@ -241,6 +247,8 @@ TEST(Server, HealthReportsTheModelAndUnhealthyWhenNotResident) {
     EXPECT_EQ(j["status"], "healthy");
     EXPECT_TRUE(j["cuda_runtime_version"].is_null()) << j.dump();  // the test engine has no CUDA runtime
     EXPECT_EQ(j["vocab_size"], 512);
+    EXPECT_EQ(j["bos_id"], 1) << j.dump();  // stories260K's tokenizer (the worker contract's bos_id / eos_id)
+    EXPECT_EQ(j["eos_id"], 2) << j.dump();
     EXPECT_EQ(j["plugin"]["name"], "test-engine");
     EngineHost bad({}, {{"EH_TEST_ENGINE_NOT_RESIDENT", "1"}}, false);
     json b;
@@ -336,6 +344,9 @@ TEST(Server, TokenizeAndDetokenizeRoundTrip) {
 TEST(Server, LogsAreJsonLinesWithTheNamedEvents) {
     auto& h = shared_host();
     h.post("/execute", exec_body("lg", 2));
+    json om = json::parse(exec_body("om", 2));
+    om["output_mode"] = "edits";
+    ASSERT_EQ(h.post("/execute", om.dump()).status, 200);
     std::set<std::string> events;
     for (auto& j : h.log_events()) {
         events.insert(j.value("event", ""));
@@ -345,6 +356,24 @@ TEST(Server, LogsAreJsonLinesWithTheNamedEvents) {
     for (const char* e : {"startup", "model_load_start", "model_load_progress", "model_load_complete", "ready",
                           "execute_start", "execute_end"})
         EXPECT_TRUE(events.count(e)) << e;
+    // A job's log names the plugin that ran it and the sampling it ran with.
+    bool start_seen = false;
+    for (auto& j : h.log_events()) {
+        if (j.value("event", "") != "execute_start" || j.value("job_id", "") != "lg") continue;
+        start_seen = true;
+        EXPECT_EQ(j.value("plugin", ""), "test-engine") << j.dump();
+        EXPECT_EQ(j.value("plugin_version", ""), "1.0.0") << j.dump();
+        ASSERT_TRUE(j.contains("sampling") && j["sampling"].is_object()) << j.dump();
+        for (const char* k : {"temperature", "top_p", "top_k", "min_p", "repetition_penalty", "presence_penalty",
+                              "frequency_penalty"})
+            EXPECT_TRUE(j["sampling"].contains(k)) << k << " in " << j.dump();
+    }
+    EXPECT_TRUE(start_seen);
+    bool mode_seen = false;
+    for (auto& j : h.log_events())
+        if (j.value("event", "") == "execute_start" && j.value("job_id", "") == "om")
+            mode_seen = j.value("output_mode", "") == "edits";
+    EXPECT_TRUE(mode_seen) << "output_mode is recorded in the job's log";
     int marks = 0;
     for (auto& j : h.log_events())
         if (j.value("event", "") == "model_load_progress") ++marks;

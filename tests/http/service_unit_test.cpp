@@ -91,6 +91,43 @@ TEST(Metrics, RendersPrometheusTextWithBoundedLabels) {
     EXPECT_NE(t.find("eh_time_to_first_token_seconds_bucket{le=\"0.025\"} 1"), std::string::npos);
     EXPECT_NE(t.find("eh_time_to_first_token_seconds_bucket{le=\"+Inf\"} 1"), std::string::npos);
     EXPECT_NE(t.find("# TYPE eh_queue_depth gauge"), std::string::npos);
+    m.inference_duration(0.3);
+    t = m.render(Gauges{});
+    EXPECT_NE(t.find("# TYPE eh_inference_duration_seconds histogram"), std::string::npos);
+    EXPECT_NE(t.find("eh_inference_duration_seconds_bucket{le=\"0.5\"} 1"), std::string::npos);
+    EXPECT_NE(t.find("eh_inference_duration_seconds_count 1"), std::string::npos);
+}
+
+// Every stream opens with `started`: a terminal event for a job that never
+// started gets one first; one that started gets no second.
+TEST(Job, ATerminalEventBeforeStartedIsPrecededByOne) {
+    Job never;
+    never.seed = 9;
+    never.prompt_tokens = {1, 2, 3};
+    JobEvent err;
+    err.kind = JobEvent::Kind::Error;
+    err.code = Code::Cancelled;
+    never.push(err);
+    auto a = never.pop(std::chrono::milliseconds(0));
+    ASSERT_TRUE(a);
+    EXPECT_EQ(a->kind, JobEvent::Kind::Started);
+    EXPECT_EQ(a->seed, 9u);
+    EXPECT_EQ(a->prompt_tokens, 3u);
+    auto b = never.pop(std::chrono::milliseconds(0));
+    ASSERT_TRUE(b);
+    EXPECT_EQ(b->kind, JobEvent::Kind::Error);
+    EXPECT_FALSE(never.pop(std::chrono::milliseconds(0)));
+
+    Job ran;
+    JobEvent st;
+    st.kind = JobEvent::Kind::Started;
+    ran.push(st);
+    JobEvent end;
+    end.kind = JobEvent::Kind::End;
+    ran.push(end);
+    EXPECT_EQ(ran.pop(std::chrono::milliseconds(0))->kind, JobEvent::Kind::Started);
+    EXPECT_EQ(ran.pop(std::chrono::milliseconds(0))->kind, JobEvent::Kind::End);
+    EXPECT_FALSE(ran.pop(std::chrono::milliseconds(0)));
 }
 
 // ---- the service loop over the real test engine -------------------------
@@ -230,8 +267,12 @@ TEST(Service, QueueIsBoundedAndQueuedJobsCancelImmediately) {
     EXPECT_THROW(f.svc->submit(req("x", 5)), QueueFullError);
     EXPECT_EQ(f.svc->cancel("q"), "cancelled");
     auto evs = drain(*queued);
-    ASSERT_EQ(evs.size(), 1u);
-    EXPECT_EQ(evs[0].code, Code::Cancelled);
+    ASSERT_EQ(evs.size(), 2u);  // a job cancelled while queued still opens with `started` (the worker contract)
+    EXPECT_EQ(evs[0].kind, JobEvent::Kind::Started);
+    EXPECT_EQ(evs[0].seed, 7u);
+    EXPECT_FALSE(evs[0].started_at.empty());
+    EXPECT_EQ(evs[1].kind, JobEvent::Kind::Error);
+    EXPECT_EQ(evs[1].code, Code::Cancelled);
     f.svc->cancel("r");
     drain(*running);
 }
@@ -253,7 +294,10 @@ TEST(Service, ShutdownFailsQueuedJobsAndRefusesNewOnes) {
     while (f.svc->active_jobs() == 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     auto queued = f.svc->submit(req("q", 5));
     f.svc->shutdown();
-    EXPECT_EQ(drain(*queued).back().code, Code::ShuttingDown);
+    auto qevs = drain(*queued);
+    ASSERT_EQ(qevs.size(), 2u);
+    EXPECT_EQ(qevs.front().kind, JobEvent::Kind::Started);
+    EXPECT_EQ(qevs.back().code, Code::ShuttingDown);
     auto last = drain(*running).back();
     EXPECT_EQ(last.kind, JobEvent::Kind::Error);
     EXPECT_EQ(last.code, Code::ShuttingDown);

@@ -72,6 +72,33 @@ TEST(Bench, NoPluginIsAnErrorNamingTheModel) {
     }
 }
 
+// The stop callback (SIGINT/SIGTERM in the CLI) ends the run with CANCELLED,
+// never a report: at once (the plugin's load polls it too), or a few steps in.
+TEST(Bench, StopEndsTheRunWithCancelled) {
+    TempDir d;
+    ForgeOptions f{"tiny-gpt2-q8_0", d.file("m.gguf"), 1, "", 2, {}};
+    forge(f);
+    for (int after : {0, 3, 40}) {
+        BenchOptions o;
+        o.plugins_dir = EH_PLUGIN_DIR;
+        o.plugin = "cpu-reference";
+        o.model = f.out;
+        o.n_prompt = 16;
+        o.n_gen = 8;
+        o.reps = 1000;  // far more than `after` polls
+        o.threads = 1;
+        int polls = 0;
+        o.stop = [&] { return ++polls > after; };
+        try {
+            run_bench(o);
+            ADD_FAILURE() << "expected CANCELLED after " << after << " polls";
+        } catch (const eh::Error& e) {
+            EXPECT_EQ(e.code(), eh::Code::Cancelled) << e.what();
+        }
+        EXPECT_LE(polls, after + 2) << "the run went on after the stop";
+    }
+}
+
 TEST(Bench, PromptAndPercentiles) {
     auto p = bench_prompt(512, 50257);
     ASSERT_EQ(p.size(), 512u);

@@ -34,7 +34,8 @@ ChatSession::ChatSession(const ChatSettings& s) : impl_(std::make_unique<Impl>()
     lo.device = s.gpu;
     impl_->registry = loader::discover_plugins(s.plugin_dirs, lo);
     std::shared_ptr<model::ModelFile> file = model::ModelFile::open(s.model_path);
-    const PluginRecord& plugin = choose_plugin(impl_->registry, model_requirements(*file), s.device);
+    const PluginRecord& plugin = choose_plugin(impl_->registry, model_requirements(*file), s.device,
+                                                s.gpu_named ? std::optional<int>(s.gpu) : std::nullopt);
     impl_->plugin = plugin.caps.name;
     EngineLoadOptions elo;
     elo.device = s.gpu;

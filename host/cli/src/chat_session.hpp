@@ -21,6 +21,7 @@ struct ChatSettings {
     std::string model_path;
     std::vector<std::string> plugin_dirs;
     int gpu = 0;
+    bool gpu_named = false;  // --gpu given: a request for that GPU (device_choice.hpp)
     DevicePolicy device = DevicePolicy::Auto;  // --device (device_choice.hpp)
     uint32_t threads = 0;
     uint32_t ctx_size = 0;        // 0: the model's trained context

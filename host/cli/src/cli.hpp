@@ -1,6 +1,7 @@
 // engine-host command-line interface: shared pieces of the subcommands.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -38,7 +39,8 @@ int cmd_chat(const std::vector<std::string>& args);
 // The longest line `chat` reads; longer input is split into several turns.
 inline constexpr size_t kMaxChatLineBytes = 64 * 1024;
 
-// The "Tokenizer" block of `inspect`.
-void append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out);
+// The "Tokenizer" block of `inspect`. Returns the error when the tokenizer
+// does not load (serve refuses such a file), else nullopt.
+std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out);
 
 }  // namespace eh::cli

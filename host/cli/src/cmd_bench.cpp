@@ -1,5 +1,14 @@
 // `engine-host bench`: prefill/decode throughput, TTFT and inter-token
 // latency of a model through each plugin that serves it.
+//
+// SIGINT and SIGTERM stop it between steps (and inside a plugin's load,
+// prefill or decode, through the plugin's cancel callback): it prints why on
+// stderr, no results, and exits 128 + the signal (130, 143). The handlers are
+// installed explicitly, so a SIGINT ignored by the parent (a background job
+// of a script) stops it too.
+#include <signal.h>
+
+#include <atomic>
 #include <cstdio>
 #include <iostream>
 
@@ -10,6 +19,13 @@
 #include "options.hpp"
 
 namespace eh::cli {
+namespace {
+
+std::atomic<int> g_stop_signal{0};
+
+void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+}  // namespace
 
 int cmd_bench(const std::vector<std::string>& args) {
     po::options_description desc("Options");
@@ -28,7 +44,8 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("verbose,v", "progress lines on stderr");
     po::variables_map vm;
     int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host bench --model REF [--plugins DIR] [-p 512] [-n 128] [-r 5] [--json]",
+    if (!parse_options(args, desc, "Usage: engine-host bench --model REF [--plugins DIR] [-p 512] [-n 128] [-r 5] [--json]\n"
+                       "SIGINT/SIGTERM stop it within a step: no results, exit 130/143.",
                        vm, code))
         return code;
     tools::BenchOptions o;
@@ -41,7 +58,23 @@ int cmd_bench(const std::vector<std::string>& args) {
     o.device = vm["gpu"].as<int>();
     o.threads = vm["threads"].as<uint32_t>();
     if (vm.count("verbose")) o.log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
-    auto r = tools::run_bench(o);
+    struct sigaction sa {};
+    sa.sa_handler = on_stop_signal;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = SA_RESTART;  // the plugin pre-flight's reads and waits carry on
+    sigaction(SIGINT, &sa, nullptr);
+    sigaction(SIGTERM, &sa, nullptr);
+    o.stop = [] { return g_stop_signal != 0; };
+    tools::BenchReport r;
+    try {
+        r = tools::run_bench(o);
+    } catch (const Error& e) {
+        if (const int sig = g_stop_signal; sig != 0) {
+            print_error(std::string("bench stopped by ") + (sig == SIGINT ? "SIGINT" : "SIGTERM") + "; no results");
+            return 128 + sig;
+        }
+        throw;
+    }
     if (vm.count("json")) std::cout << tools::to_json(r).dump(2) << "\n";
     else std::cout << tools::to_table(r);
     for (const auto& run : r.runs)

@@ -74,7 +74,7 @@ int cmd_chat(const std::vector<std::string>& args) {
         ("seed", po::value<uint64_t>(), "sampling seed (default: random)")
         ("plugins", po::value<std::vector<std::string>>(), kPluginsHelp)
         ("offline", kOfflineHelp)
-        ("gpu", po::value<int>()->default_value(0), "GPU ordinal (checked by the GPU plugins' probes)")
+        ("gpu", po::value<int>()->default_value(0), kGpuHelp)
         ("device", po::value<std::string>()->default_value("auto"), kDeviceHelp)
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)");
     po::variables_map vm;
@@ -102,6 +102,7 @@ int cmd_chat(const std::vector<std::string>& args) {
     s.model_path = resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0);
     s.plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
     s.gpu = vm["gpu"].as<int>();
+    s.gpu_named = !vm["gpu"].defaulted();
     s.threads = vm["threads"].as<uint32_t>();
     s.ctx_size = vm["ctx-size"].as<uint32_t>();
     s.max_tokens = vm["n-predict"].as<uint32_t>();

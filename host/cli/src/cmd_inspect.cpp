@@ -1,13 +1,17 @@
-// `engine-host inspect`: what a model file is, and which plugin would serve
-// it (by serve's rule, --device). Reads only headers (the file is mapped,
-// never loaded into a plugin).
+// `engine-host inspect`: what a model file is, which plugin would serve it
+// (by serve's rule, --device), and whether serve would refuse it. Reads only
+// headers and the tokenizer (the file is mapped, never loaded into a
+// plugin) unless --load asks for the plugin's own checks.
 #include <nlohmann/json.hpp>
 
 #include <iostream>
+#include <optional>
 
 #include "cli.hpp"
 #include "device_choice.hpp"
+#include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/loader/plugin_search.hpp"
 #include "eh/model/descriptor.hpp"
 #include "eh/model/inspect.hpp"
 #include "eh/model/model_file.hpp"
@@ -16,6 +20,31 @@
 #include "plugin_report.hpp"
 
 namespace eh::cli {
+namespace {
+
+// Why serve would refuse the file, with the exit code serve gives for it.
+struct Refusal {
+    int exit = kOk;
+    std::string why;
+};
+
+Refusal refusal_of(const Error& e) {
+    return {exit_code_for(e.code()), std::string(e.what()) + " [" + code_name(e.code()) + "]"};
+}
+
+// The "Serves" block: the verdict, what it rests on, and (JSON) the exit code.
+model::InspectSection verdict_section(const std::optional<Refusal>& refusal, const std::string& checked) {
+    model::InspectSection s{"Serves", {}, {}};
+    s.facts = {{"verdict", refusal ? "no: serve refuses this file" : "yes, as far as checked"}};
+    if (refusal) s.facts.push_back({"why", refusal->why});
+    s.facts.push_back({"checked", checked});
+    nlohmann::json j = {{"serves", !refusal}, {"exit_code", refusal ? refusal->exit : int(kOk)}, {"checked", checked}};
+    if (refusal) j["why"] = refusal->why;
+    s.raw_json = j.dump();
+    return s;
+}
+
+}  // namespace
 
 int cmd_inspect(const std::vector<std::string>& args) {
     po::options_description desc("Options");
@@ -24,47 +53,72 @@ int cmd_inspect(const std::vector<std::string>& args) {
         ("model,m", po::value<std::string>()->required(), kModelHelp)
         ("offline", kOfflineHelp)
         ("plugins", po::value<std::vector<std::string>>(), "plugin directory (repeatable): also say which plugin would serve the model")
-        ("gpu", po::value<int>()->default_value(0), "GPU ordinal the plugins are probed on")
+        ("gpu", po::value<int>()->default_value(0), kGpuHelp)
         ("device", po::value<std::string>()->default_value("auto"), "which kind of plugin may serve it, as serve's --device: auto, gpu, cpu or any")
+        ("load", "also load the model through that plugin, as serve does, and release it: the plugin's own checks (tensors, shapes); "
+                 "takes the memory (VRAM for a GPU plugin) and time serve's load takes. Without --plugins, the default plugin search")
         ("tensors", "list every tensor")
         ("json", "print JSON instead of text");
     po::variables_map vm;
     int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host inspect --model REF [--plugins DIR] [--json] [--tensors]", vm, code))
-        return code;
+    const char* usage =
+        "Usage: engine-host inspect --model REF [--plugins DIR] [--load] [--json] [--tensors]\n"
+        "Exit code: what serve would exit with for this file as far as checked: 0 it serves, 3 no plugin (with\n"
+        "--plugins or --load), 4 the file or its tokenizer is unusable (or, with --load, the plugin's load refuses it),\n"
+        "5 (--load) it does not fit in device memory.";
+    if (!parse_options(args, desc, usage, vm, code)) return code;
 
     DevicePolicy policy;
     if (!parse_device_policy(vm["device"].as<std::string>(), policy)) {
         print_error("--device must be auto, gpu, cpu or any");
         return kUsage;
     }
-    auto file = model::ModelFile::open(resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0));
+    const bool load = vm.count("load") > 0;
+    std::shared_ptr<model::ModelFile> file = model::ModelFile::open(resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0));
     model::ModelDescriptor d = model::describe(*file);
     model::InspectOptions opt;
     opt.list_tensors = vm.count("tensors") > 0;
-    append_tokenizer_section(*file, opt.extra_sections);
+    const std::optional<Error> tokenizer_error = append_tokenizer_section(*file, opt.extra_sections);
 
-    int exit = kOk;
-    if (vm.count("plugins")) {
+    // In serve's order: the plugin choice, the plugin's load, the tokenizer.
+    std::optional<Refusal> refusal;
+    std::string checked = "file, tokenizer";
+    if (vm.count("plugins") || load) {
+        checked += ", plugin choice";
         loader::LoaderOptions lo;
         lo.device = vm["gpu"].as<int>();
-        Registry reg = loader::discover_plugins(plugins_arg(vm), lo);
+        Registry reg = loader::discover_plugins(loader::plugin_dirs(plugins_arg(vm)), lo);
         Resolution res = reg.resolve(d.requirements(), policy);
         model::InspectSection s{"Plugin", {}, {}};
-        if (res.plugin) {
+        const std::string gpu_problem =
+            vm["gpu"].defaulted() ? "" : named_gpu_problem(reg, vm["gpu"].as<int>(), policy);
+        if (!gpu_problem.empty() || !res.plugin) {
+            const std::string why = gpu_problem.empty() ? no_plugin_message(reg, d.requirements(), res) : gpu_problem;
+            s.facts = {{"serves it", "none"}, {"why", why}};
+            s.raw_json = nlohmann::json{{"plugin", nullptr}, {"why", why}}.dump();
+            refusal = Refusal{kNoPlugin, why + " [NO_PLUGIN]"};
+        } else {
             s.facts = {{"serves it", res.plugin->caps.name + " " + res.plugin->caps.version},
                        {"why", res.explanation}};
             s.raw_json = nlohmann::json{{"plugin", record_json(*res.plugin)}, {"why", res.explanation}}.dump();
-        } else {
-            const std::string why = no_plugin_message(reg, d.requirements(), res);
-            s.facts = {{"serves it", "none"}, {"why", why}};
-            s.raw_json = nlohmann::json{{"plugin", nullptr}, {"why", why}}.dump();
-            exit = kNoPlugin;
+            if (load) {
+                checked += ", plugin load";
+                try {
+                    EngineLoadOptions elo;
+                    elo.device = vm["gpu"].as<int>();
+                    EngineModel::load(res.plugin->api, file->path(), &file->view(), file, elo);  // released at once
+                } catch (const Error& e) {
+                    refusal = refusal_of(e);
+                }
+            }
         }
         opt.extra_sections.push_back(std::move(s));
     }
+    if (!refusal && tokenizer_error) refusal = refusal_of(*tokenizer_error);
+    if (!load) checked += " (not the plugin's own checks of tensors and shapes: --load)";
+    opt.extra_sections.push_back(verdict_section(refusal, checked));
     std::cout << (vm.count("json") ? model::inspect_json(*file, opt) + "\n" : model::inspect_text(*file, opt));
-    return exit;
+    return refusal ? refusal->exit : kOk;
 }
 
 }  // namespace eh::cli

@@ -122,7 +122,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("port", po::value<int>()->default_value(8080), "TCP port (0 = any free port)")
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
         ("worker-id", po::value<std::string>(), "UUID of this worker (generated when absent)")
-        ("gpu-device", po::value<int>()->default_value(0), "GPU ordinal (checked by the GPU plugins' probes)")
+        ("gpu-device", po::value<int>()->default_value(0), kGpuHelp)
         ("device", po::value<std::string>()->default_value("auto"), kDeviceHelp)
         ("max-tokens-out", po::value<uint32_t>()->default_value(0), "most tokens one request may generate (0 = as many as the context leaves)")
         ("inference-timeout-sec", po::value<uint32_t>()->default_value(300), "per-request time limit")
@@ -199,6 +199,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         return kUsage;
     }
     const int gpu = vm["gpu-device"].as<int>();
+    const std::optional<int> named_gpu = vm["gpu-device"].defaulted() ? std::nullopt : std::optional<int>(gpu);
     if (gpu < 0) {
         print_error("--gpu-device must be 0 or more");
         return kUsage;
@@ -303,7 +304,7 @@ int cmd_serve(const std::vector<std::string>& args) {
             log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
 
         std::shared_ptr<model::ModelFile> file = model::ModelFile::open(model_path);
-        const PluginRecord& plugin = choose_plugin(reg, model_requirements(*file), policy);
+        const PluginRecord& plugin = choose_plugin(reg, model_requirements(*file), policy, named_gpu);
         // Engine plugins run in this process: if one dies on a fatal signal,
         // the log's last line says which, how and when (last_words.hpp).
         auto last_words = [&plugin](const char* phase) {
@@ -376,6 +377,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.tokenizer_kind = codec->kind();
         ni.vram_bytes_used = mi.device_bytes_used;
         ni.vocab_size = codec->vocab_size();
+        ni.bos_id = codec->bos_id();
+        ni.eos_id = codec->eos_id();
         ni.context_length = svc->n_ctx();
         ni.trained_context_length = mi.context_length;
         ni.max_tokens_out = max_out ? std::min(max_out, svc->n_ctx()) : svc->n_ctx();

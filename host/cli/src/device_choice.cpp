@@ -27,7 +27,30 @@ std::string no_plugin_message(const Registry& reg, const ModelRequirements& need
     return msg;
 }
 
-const PluginRecord& choose_plugin(const Registry& reg, const ModelRequirements& need, DevicePolicy policy) {
+std::string named_gpu_problem(const Registry& reg, int gpu, DevicePolicy policy) {
+    if (policy == DevicePolicy::Cpu) return "";
+    std::string plugins;
+    for (const PluginRecord& r : reg.records()) {
+        if (r.caps.device_kind == "cpu") continue;
+        if (r.accepted) return "";
+        std::string why;
+        for (const auto& s : r.reasons) why += (why.empty() ? "" : "; ") + s;
+        plugins += "\n  " + (r.caps.name.empty() ? r.manifest_path : r.caps.name) + " (rejected): " + why;
+    }
+    const std::string n = std::to_string(gpu);
+    std::string msg = "GPU " + n + " was asked for on the command line, and no GPU plugin can use it";
+    msg += plugins.empty() ? " (no GPU plugin was found)" : ":" + plugins;
+    msg += "\n  the CPU engine does not stand in for a named GPU: name a GPU that exists, or pass --device cpu to "
+           "serve this model on the CPU";
+    return msg;
+}
+
+const PluginRecord& choose_plugin(const Registry& reg, const ModelRequirements& need, DevicePolicy policy,
+                                  std::optional<int> named_gpu) {
+    if (named_gpu) {
+        std::string problem = named_gpu_problem(reg, *named_gpu, policy);
+        if (!problem.empty()) throw Error(Code::NoPlugin, problem);
+    }
     Resolution res = reg.resolve(need, policy);
     if (!res.plugin) throw Error(Code::NoPlugin, no_plugin_message(reg, need, res));
     return *res.plugin;

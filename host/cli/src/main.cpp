@@ -35,7 +35,7 @@ Usage:
   engine-host chat --model REF [-p PROMPT]                   chat with a model in the terminal
   engine-host pull REF                                       download a model into the hub cache
   engine-host plugins [--plugins DIR] [--json]               list accepted and rejected plugins
-  engine-host inspect --model REF [--plugins DIR] [--json]   describe a model file and its plugin
+  engine-host inspect --model REF [--plugins DIR] [--json]   describe a model file, its plugin, and whether serve takes it
   engine-host forge --like PROFILE --out FILE [--seed N]     write a real-shape GGUF with random weights
   engine-host quantize --in F --out G --type T               convert a GGUF's weights (Q8_0, Q4_K_M, MXFP4, ...)
   engine-host convert --hf DIR --out FILE [--type T]         Hugging Face safetensors directory to GGUF
@@ -57,9 +57,11 @@ Exit codes:
   1  failure not listed below
   2  bad command line
   3  plugin directory unusable, or no plugin can serve the model (also: a GPU
-     plugin serves it but was rejected; --device cpu runs it on the CPU)
-  4  model file unreadable or malformed (MODEL_LOAD_FAILED)
+     plugin serves it but was rejected, or a GPU named with --gpu-device/--gpu
+     is one no GPU plugin accepts; --device cpu runs it on the CPU)
+  4  model file (or its tokenizer) unreadable or malformed (MODEL_LOAD_FAILED)
   5  the model does not fit in device memory (INSUFFICIENT_VRAM)
+  130, 143  bench stopped by SIGINT, SIGTERM (no results)
 )";
 
 }  // namespace

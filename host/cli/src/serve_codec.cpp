@@ -47,6 +47,8 @@ public:
     bool is_eog(int32_t token) const override { return tok_->is_eog(token); }
     uint32_t vocab_size() const override { return uint32_t(tok_->vocab_size()); }
     std::string kind() const override { return std::string(tok_->kind()); }
+    int32_t bos_id() const override { return tok_->special().bos; }
+    int32_t eos_id() const override { return tok_->special().eos; }
 
     service::ChatPrompt render_chat(const std::vector<service::ChatMessage>& messages,
                                     const std::function<bool()>& cancelled,

@@ -6,7 +6,7 @@
 
 namespace eh::cli {
 
-void append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out) {
+std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out) {
     model::InspectSection s{"Tokenizer", {}, {}};
     std::optional<std::filesystem::path> hf_dir;
     if (file.format() == EH_FORMAT_SAFETENSORS) hf_dir = file.path();
@@ -25,8 +25,11 @@ void append_tokenizer_section(const model::ModelFile& file, std::vector<model::I
         if (auto pre = file.get_string("tokenizer.ggml.pre")) s.facts.push_back({"pre-tokenizer", std::string(*pre)});
     } catch (const Error& e) {
         s.facts = {{"error", std::string(code_name(e.code())) + ": " + e.what()}};
+        out.push_back(std::move(s));
+        return e;
     }
     out.push_back(std::move(s));
+    return std::nullopt;
 }
 
 }  // namespace eh::cli

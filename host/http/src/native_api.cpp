@@ -121,26 +121,33 @@ void Server::Impl::install_native() {
             return;
         }
         std::string model = get_info().model;
+        // Every frame carries the correlation id (the worker contract).
         auto render = [job, cid, model](const JobEvent& ev) -> std::string {
             switch (ev.kind) {
             case JobEvent::Kind::Started:
+                // tokens_used / tokens_remaining: the context at the start
+                // (the prompt), and what is left of it for the output.
                 return sse_event("started", {{"job_id", job->request.job_id}, {"model", model},
                                              {"started_at", ev.started_at}, {"seed", ev.seed},
                                              {"prompt_tokens", ev.prompt_tokens}, {"cached_tokens", ev.cached_tokens},
                                              {"max_tokens", job->max_tokens},
+                                             {"tokens_used", ev.prompt_tokens},
+                                             {"tokens_remaining", job->n_ctx > ev.prompt_tokens ? job->n_ctx - ev.prompt_tokens : 0},
                                              {"correlation_id", cid}});
             case JobEvent::Kind::Token: {
                 nlohmann::json j = {{"t", ev.text}, {"i", ev.index}};
                 if (job->request.top_logprobs >= 0) j["logprobs"] = logprobs_json(ev.logprobs);
+                j["correlation_id"] = cid;
                 return sse_event("token", j);
             }
             case JobEvent::Kind::End:
                 return sse_event("end", {{"tokens_out", ev.tokens_out}, {"decode_time_ms", ev.decode_time_ms},
                                          {"time_to_first_token_ms", ev.time_to_first_token_ms},
-                                         {"stop_reason", ev.stop_reason}});
+                                         {"stop_reason", ev.stop_reason}, {"correlation_id", cid}});
             case JobEvent::Kind::Error: {
                 nlohmann::json j = {{"code", code_name(ev.code)}, {"message", ev.message}, {"retriable", ev.retriable}};
                 if (ev.retry_after_ms) j["retry_after_ms"] = *ev.retry_after_ms;
+                j["correlation_id"] = cid;
                 return sse_event("error", j);
             }
             }

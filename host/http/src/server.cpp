@@ -246,6 +246,8 @@ void Server::Impl::install_routes() {
             {"vram_bytes_used", ni.vram_bytes_used},
             {"tokenizer_kind", ni.tokenizer_kind},
             {"vocab_size", ni.vocab_size},
+            {"bos_id", ni.bos_id >= 0 ? nlohmann::json(ni.bos_id) : nlohmann::json(nullptr)},
+            {"eos_id", ni.eos_id >= 0 ? nlohmann::json(ni.eos_id) : nlohmann::json(nullptr)},
             {"context_length", ni.context_length},
             {"uptime_seconds", uptime()},
             {"plugin", {{"name", ni.plugin_name}, {"version", ni.plugin_version}}},

@@ -1,5 +1,7 @@
 #include "eh/service/job.hpp"
 
+#include "eh/service/event_log.hpp"
+
 namespace eh::service {
 
 const char* cancel_reason_name(CancelReason r) {
@@ -17,7 +19,17 @@ void Job::push(JobEvent ev) {
     {
         std::lock_guard lock(mu_);
         if (terminated_) return;  // exactly one terminal event, nothing after it
-        if (ev.kind == JobEvent::Kind::End || ev.kind == JobEvent::Kind::Error) terminated_ = true;
+        const bool terminal = ev.kind == JobEvent::Kind::End || ev.kind == JobEvent::Kind::Error;
+        if (terminal && !started_) {
+            JobEvent started;
+            started.kind = JobEvent::Kind::Started;
+            started.started_at = now_rfc3339();
+            started.seed = seed;
+            started.prompt_tokens = uint32_t(prompt_tokens.size());
+            events_.push_back(std::move(started));
+        }
+        started_ |= ev.kind == JobEvent::Kind::Started;
+        terminated_ |= terminal;
         events_.push_back(std::move(ev));
     }
     cv_.notify_all();

@@ -34,7 +34,8 @@ Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
       itl_({0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1}),
       queue_({0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60}),
-      e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}) {}
+      e2e_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}),
+      inference_({0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 30, 60, 120, 300}) {}
 
 void Metrics::request(const std::string& endpoint, const std::string& outcome) {
     std::lock_guard lock(mu_);
@@ -76,6 +77,11 @@ void Metrics::request_latency(double s) {
     e2e_.observe(s);
 }
 
+void Metrics::inference_duration(double s) {
+    std::lock_guard lock(mu_);
+    inference_.observe(s);
+}
+
 std::string Metrics::render(const Gauges& g) const {
     std::lock_guard lock(mu_);
     std::string out;
@@ -101,6 +107,9 @@ std::string Metrics::render(const Gauges& g) const {
     out += "# HELP eh_request_latency_seconds Time from submission to the end of a completed request.\n"
            "# TYPE eh_request_latency_seconds histogram\n";
     e2e_.render(out, "eh_request_latency_seconds");
+    out += "# HELP eh_inference_duration_seconds Time from admission into the batch to the end of a completed request.\n"
+           "# TYPE eh_inference_duration_seconds histogram\n";
+    inference_.render(out, "eh_inference_duration_seconds");
     out += "# HELP eh_queue_depth Jobs waiting to run.\n# TYPE eh_queue_depth gauge\n";
     out += fmt::format("eh_queue_depth {}\n", num(g.queue_depth));
     out += "# HELP eh_active_jobs Jobs running now.\n# TYPE eh_active_jobs gauge\n";

@@ -156,6 +156,8 @@ void Scheduler::finish(const std::shared_ptr<Job>& job, const JobEvent& terminal
     if (terminal.kind == JobEvent::Kind::End) {
         metrics_->request(r.origin, "completed");
         metrics_->request_latency(e2e);
+        if (const int64_t q = job->queue_us.load(); q >= 0)  // admitted: the part of e2e the batch ran it
+            metrics_->inference_duration(std::max(0.0, e2e - double(q) / 1e6));
         log_event(spdlog::level::info, "execute_end",
                   {{"job_id", r.job_id}, {"correlation_id", r.correlation_id}, {"tokens_out", terminal.tokens_out},
                    {"stop_reason", terminal.stop_reason}, {"decode_time_ms", terminal.decode_time_ms},
@@ -315,7 +317,14 @@ bool Scheduler::try_admit(Active& a) {
         metrics_->prompt_tokens(a.job->prompt_tokens.size());
         nlohmann::json fields = {{"job_id", req.job_id}, {"correlation_id", req.correlation_id},
                                  {"prompt_tokens", a.job->prompt_tokens.size()}, {"max_tokens", a.job->max_tokens},
-                                 {"seed", a.job->seed}, {"endpoint", req.origin}, {"cached_tokens", reuse}};
+                                 {"seed", a.job->seed}, {"endpoint", req.origin}, {"cached_tokens", reuse},
+                                 {"plugin", options_.plugin}, {"plugin_version", options_.plugin_version},
+                                 {"sampling", {{"temperature", req.sampling.temperature}, {"top_p", req.sampling.top_p},
+                                               {"top_k", req.sampling.top_k}, {"min_p", req.sampling.min_p},
+                                               {"repetition_penalty", req.sampling.repetition_penalty},
+                                               {"presence_penalty", req.sampling.presence_penalty},
+                                               {"frequency_penalty", req.sampling.frequency_penalty}}}};
+        if (!req.output_mode.empty()) fields["output_mode"] = req.output_mode;
         if (log_settings().log_content) fields["prompt"] = sanitize_utf8(req.prompt);
         log_event(spdlog::level::info, "execute_start", fields);
     }
@@ -429,7 +438,9 @@ void Scheduler::handle_kv_full() {
     a->seq = 0;
     a->in_seq = 0;
     stats_.preemptions.fetch_add(1);
-    log_event(spdlog::level::info, "preempted", {{"job_id", a->job->request.job_id}, {"recompute_tokens", a->tokens.size()}});
+    log_event(spdlog::level::info, "preempted", {{"job_id", a->job->request.job_id},
+                                                {"correlation_id", a->job->request.correlation_id},
+                                                {"recompute_tokens", a->tokens.size()}});
     std::lock_guard lock(mu_);
     waiting_.push_front(std::move(a));
     stats_.waiting = uint32_t(waiting_.size());

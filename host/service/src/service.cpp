@@ -49,6 +49,10 @@ Service::Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextC
     so.inference_timeout = options_.inference_timeout;
     so.shutdown_grace = options_.shutdown_grace;
     so.repetition_window = options_.repetition_window;
+    if (const eh_plugin_info* pi = model_->api().info()) {
+        so.plugin = pi->name ? pi->name : "";
+        so.plugin_version = pi->version ? pi->version : "";
+    }
     scheduler_ = std::make_unique<Scheduler>(std::move(engine), codec_, metrics_, so);
     constraints_ = std::make_unique<ConstraintCache>(codec_, mi.vocab_size);
 }

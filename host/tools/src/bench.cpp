@@ -3,19 +3,16 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <map>
-#include <optional>
 #include <tuple>
 #include <utility>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <engine_host/tensor_types.h>
-
 #include "eh/error.hpp"
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/model/descriptor.hpp"
 #include "eh/model/model_file.hpp"
 
 namespace eh::tools {
@@ -27,38 +24,9 @@ double ms_since(Clock::time_point t0) { return std::chrono::duration<double, std
 
 double median(std::vector<double> v) { return percentile(std::move(v), 50.0); }
 
-ModelRequirements requirements(const model::ModelFile& mf) {
-    ModelRequirements need;
-    need.format = mf.format_name();
-    need.architecture = std::string(mf.architecture());
-    for (const auto& t : mf.tensors()) {
-        std::string n = model::tensor_type_name(t.type);
-        if (std::find(need.tensor_types.begin(), need.tensor_types.end(), n) == need.tensor_types.end())
-            need.tensor_types.push_back(n);
-    }
-    return need;
-}
-
-// The type holding the most bytes, as a rough quant label.
-std::string dominant_type(const model::ModelFile& mf) {
-    std::map<uint32_t, uint64_t> bytes;
-    for (const auto& t : mf.tensors()) bytes[t.type] += t.nbytes;
-    uint32_t best = 0;
-    uint64_t most = 0;
-    for (auto [type, b] : bytes) if (b > most) { most = b; best = type; }
-    return model::tensor_type_name(best);
-}
-
-// llama_ftype names of the files we make; nullopt for others.
-std::optional<std::string> file_type_name(std::optional<uint64_t> ft) {
-    if (!ft) return std::nullopt;
-    switch (*ft) {
-    case 0: return "F32"; case 1: return "F16"; case 2: return "Q4_0"; case 3: return "Q4_1";
-    case 7: return "Q8_0"; case 8: return "Q5_0"; case 9: return "Q5_1"; case 14: return "Q4_K_S";
-    case 15: return "Q4_K_M"; case 16: return "Q5_K_S"; case 17: return "Q5_K_M"; case 18: return "Q6_K";
-    case 32: return "BF16"; case 38: return "MXFP4_MOE";
-    default: return std::nullopt;
-    }
+// Ends the run when the caller asked to stop (a signal, for the CLI).
+void check_stop(const BenchOptions& o) {
+    if (o.stop && o.stop()) throw Error(Code::Cancelled, "bench stopped before it finished");
 }
 
 // `o` carries the numbers actually run (already fitted to the context).
@@ -73,6 +41,7 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
         EngineLoadOptions lo;
         lo.device = o.device;
         lo.n_threads = o.threads;
+        lo.cancel = o.stop;
         auto t0 = Clock::now();
         auto model = EngineModel::load(rec.api, mf->path(), &mf->view(), mf, lo);
         run.load_ms = ms_since(t0);
@@ -81,7 +50,7 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
         const uint32_t n_vocab = info.vocab_size;
         if (n_vocab == 0) throw Error(Code::Internal, "plugin reports a vocabulary of 0 tokens");
         const auto prompt = bench_prompt(o.n_prompt, n_vocab);
-        auto session = model->create_session(o.n_prompt + o.n_gen + 1);
+        auto session = model->create_session(o.n_prompt + o.n_gen + 1, o.stop);
         eh_sampling_params sp{};
         sp.struct_size = sizeof(sp);
         sp.temperature = 0.0f;
@@ -93,6 +62,7 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
 
         std::vector<double> prefill_ms, decode_ms, ttft_ms, itl_ms;
         for (uint32_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
+            check_stop(o);
             session->reset();
             auto t_start = Clock::now();
             session->prefill(prompt);
@@ -103,6 +73,7 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
             steps.reserve(o.n_gen);
             auto t_dec = Clock::now();
             for (uint32_t i = 0; i < o.n_gen; ++i) {
+                check_stop(o);
                 auto ts = Clock::now();
                 tok = session->decode(tok);
                 steps.push_back(ms_since(ts));
@@ -130,6 +101,7 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
         run.device_bytes = info.device_bytes_used;
         run.host_bytes = info.host_bytes_used;
     } catch (const std::exception& e) {
+        check_stop(o);  // a plugin cancelled by the stop callback failed because it was asked to
         run.error = e.what();
     }
     return run;
@@ -182,7 +154,8 @@ BenchReport run_bench(const BenchOptions& o) {
     std::shared_ptr<model::ModelFile> mf = model::ModelFile::open(o.model);
     rep.model = o.model;
     rep.architecture = std::string(mf->architecture());
-    rep.quant = file_type_name(mf->get_uint("general.file_type")).value_or(dominant_type(*mf));
+    const model::ModelDescriptor desc = model::describe(*mf);
+    rep.quant = desc.quant_kind;
     rep.model_bytes = mf->file_size();
     if (auto toks = mf->get_string_array("tokenizer.ggml.tokens"); !toks.empty()) rep.n_vocab = toks.size();
     uint64_t ctx = mf->get_uint(mf->arch_key("context_length")).value_or(0);
@@ -202,7 +175,7 @@ BenchReport run_bench(const BenchOptions& o) {
     lo.device = o.device;
     const std::vector<std::string> dirs = o.plugin_dirs.empty() ? std::vector<std::string>{o.plugins_dir} : o.plugin_dirs;
     Registry reg = loader::discover_plugins(dirs, lo);
-    const ModelRequirements need = requirements(*mf);
+    const ModelRequirements need = desc.requirements();
     std::vector<const PluginRecord*> chosen;
     for (const PluginRecord& r : reg.records()) {
         if (!o.plugin.empty() && r.caps.name != o.plugin) continue;
@@ -228,6 +201,7 @@ BenchReport run_bench(const BenchOptions& o) {
                                                 rep.architecture, rep.quant, why));
     }
     for (const PluginRecord* r : chosen) {
+        check_stop(o);
         if (o.log) o.log(fmt::format("benchmarking {} on {}", r->caps.name, o.model));
         rep.runs.push_back(bench_one(*r, mf, run_opts));
     }

@@ -15,7 +15,8 @@ service::GenerationRequest parse_execute_request(std::string_view body, const Re
     object obj = parse_object(parser, storage, body, limits);
     reject_unknown(obj, {"job_id", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                          "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop", "seed",
-                         "logprobs", "add_special", "model", "n_ctx", "ignore_eos", "grammar", "json_schema"});
+                         "logprobs", "add_special", "model", "n_ctx", "ignore_eos", "grammar", "json_schema",
+                         "output_mode"});
     service::GenerationRequest r;
     auto id = get_string(obj, "job_id");
     if (!id) throw RequestError("job_id", "'job_id' is required");
@@ -42,6 +43,9 @@ service::GenerationRequest parse_execute_request(std::string_view body, const Re
     if (auto v = get_bool(obj, "ignore_eos")) r.ignore_eos = *v;
     if (auto v = get_int(obj, "n_ctx", 1, service::kMaxRequestContext)) r.n_ctx = uint32_t(*v);
     r.constraint = get_native_constraint(obj);
+    // Recorded, never acted on; a value the contract does not name is ignored.
+    if (auto mode = get_string(obj, "output_mode"); mode && (*mode == "text" || *mode == "json" || *mode == "edits"))
+        r.output_mode = *mode;
     return r;
 }
 

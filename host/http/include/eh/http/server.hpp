@@ -48,6 +48,8 @@ struct NodeInfo {
     std::string tokenizer_kind;
     uint64_t vram_bytes_used = 0;       // at load; once attached, /health reads the service's live figure
     uint32_t vocab_size = 0;
+    int32_t bos_id = -1;             // the tokenizer's; -1: none (null in /health)
+    int32_t eos_id = -1;
     uint32_t context_length = 0;     // the context the server runs with
     uint32_t trained_context_length = 0;
     uint32_t max_tokens_out = 2048;

@@ -83,6 +83,9 @@ public:
     // the scheduler admits it (the access log reads it).
     std::atomic<int64_t> queue_us{-1};
 
+    // Queues an event. A terminal event for a job that never started (it was
+    // cancelled, timed out or shut down while queued) is preceded by a
+    // `started` event, so every stream opens with one.
     void push(JobEvent ev);
     // Next event, or nullopt when none arrived within `wait`.
     std::optional<JobEvent> pop(std::chrono::milliseconds wait);
@@ -97,6 +100,7 @@ private:
     std::condition_variable cv_;
     std::deque<JobEvent> events_;
     bool terminated_ = false;
+    bool started_ = false;
     std::atomic<int> cancel_{0};
 };
 

@@ -53,6 +53,7 @@ public:
     void inter_token_latency(double seconds);
     void queue_time(double seconds);        // submission to admission into the batch
     void request_latency(double seconds);   // submission to the last token
+    void inference_duration(double seconds);  // admission into the batch to the last token
     std::string render(const Gauges& g) const;
 
 private:
@@ -65,6 +66,7 @@ private:
     Histogram itl_;
     Histogram queue_;
     Histogram e2e_;
+    Histogram inference_;
 };
 
 }  // namespace eh::service

@@ -93,6 +93,10 @@ struct GenerationRequest {
     // The context (prompt + output) this job needs: at most the server's,
     // since every sequence lives in the one KV-cache pool (more is a 400).
     std::optional<uint32_t> n_ctx;
+    // The worker contract's output_mode: "text", "json" or "edits" as the
+    // client named it, "" when absent or unknown. Recorded in the job's log;
+    // it never changes generation.
+    std::string output_mode;
     Sampling sampling;
     std::vector<std::string> stop;
     int top_logprobs = -1;             // -1: no logprobs; 0: the chosen token's only

@@ -40,6 +40,7 @@ struct SchedulerOptions {
     std::chrono::milliseconds inference_timeout{300000};
     std::chrono::milliseconds shutdown_grace{5000};
     int repetition_window = 64;
+    std::string plugin, plugin_version;  // the engine's, for each job's execute_start log line
 };
 
 // Read by /health and /metrics from any thread.

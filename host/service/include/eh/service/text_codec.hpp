@@ -84,6 +84,9 @@ public:
     virtual uint32_t vocab_size() const = 0;
     // "bytes", "spm", "bpe", ... for /health.
     virtual std::string kind() const = 0;
+    // The tokenizer's beginning- and end-of-sequence ids, -1 for none (for /health).
+    virtual int32_t bos_id() const { return -1; }
+    virtual int32_t eos_id() const { return -1; }
     // The prompt a chat model expects for these messages, ending with the
     // assistant turn's opening. Throws eh::Error(InvalidRequest) for messages
     // the template cannot express, Error(Cancelled) once `cancelled` answers

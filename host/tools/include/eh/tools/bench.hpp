@@ -31,6 +31,10 @@ struct BenchOptions {
     int32_t device = 0;
     uint32_t threads = 0;        // CPU plugins; 0 = plugin default
     std::function<void(const std::string&)> log;
+    // May be empty. Polled before each repetition and decode step, and by the
+    // plugin through its cancel callbacks while it loads, prefills or decodes;
+    // once true, run_bench throws Error(CANCELLED) and reports nothing.
+    std::function<bool()> stop;
 };
 
 struct BenchRun {
@@ -56,8 +60,9 @@ struct BenchReport {
     std::vector<std::pair<std::string, std::string>> skipped;  // plugin, why
 };
 
-// Throws eh::Error for an unreadable plugin dir or model; a plugin that
-// fails mid-run is recorded in BenchRun::error and the others still run.
+// Throws eh::Error for an unreadable plugin dir or model, and CANCELLED
+// when options.stop says so; a plugin that fails mid-run is recorded in
+// BenchRun::error and the others still run.
 BenchReport run_bench(const BenchOptions& options);
 
 nlohmann::json to_json(const BenchReport& r);
