@@ -4,7 +4,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "engine_host_process.hpp"
@@ -175,6 +178,93 @@ TEST(Server, ClientDisconnectCancelsTheJob) {
     }
     EXPECT_TRUE(cancelled) << h.log();
     EXPECT_EQ(h.get("/health").status, 200);
+}
+
+// --artifacts-dir: one record per /execute job, completed or not, with the
+// request, the result and the SSE transcript as sent; the oldest go past
+// --artifacts-max-files; the job id is kept to file-name characters.
+TEST(Server, ArtifactRecordsOnePerJobBoundedInNumber) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("eh-artifacts-" + std::to_string(::getpid()));
+    fs::remove_all(dir);
+    EngineHost h({"--artifacts-dir", dir.string(), "--artifacts-max-files", "2"}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    auto records = [&] {
+        std::vector<fs::path> v;
+        for (const auto& e : fs::directory_iterator(dir))
+            if (e.path().extension() == ".json") v.push_back(e.path());
+        std::sort(v.begin(), v.end());
+        return v;
+    };
+    auto read = [](const fs::path& p) {
+        std::ifstream f(p);
+        return json::parse(f);
+    };
+    // A job that completes.
+    auto r = h.post("/execute", exec_body("art-1", 5), {{"X-Correlation-Id", "corr-art"}});
+    ASSERT_EQ(r.status, 200) << r.body;
+    auto v = records();
+    ASSERT_EQ(v.size(), 1u);
+    json rec = read(v[0]);
+    EXPECT_EQ(rec["job_id"], "art-1");
+    EXPECT_EQ(rec["status"], "completed");
+    EXPECT_EQ(rec["correlation_id"], "corr-art");
+    EXPECT_EQ(rec["request"]["prompt"], "Once upon a time");
+    EXPECT_EQ(rec["request"]["max_tokens"], 5);
+    EXPECT_EQ(rec["max_tokens"], 5);
+    EXPECT_EQ(rec["seed"], 1);
+    EXPECT_EQ(rec["tokens_out"], 5);
+    EXPECT_TRUE(rec.contains("decode_time_ms"));
+    EXPECT_GT(rec["ctx"].get<int>(), 0);
+    EXPECT_FALSE(rec["engine"].get<std::string>().empty());
+    EXPECT_EQ(rec["sampler_profile_version"], "1");
+    EXPECT_FALSE(rec["model_ref"].get<std::string>().empty());
+    EXPECT_EQ(rec["transcript"], r.body) << "the transcript is the stream as sent";
+    EXPECT_EQ(rec["transcript_truncated"], false);
+    // A job the client cancels: a failed record with its partial transcript.
+    bool cancelled = false;
+    sse_stream(h.port(), "/execute", exec_body("art/2 x", 500), [&](const SseEvent& e) {
+        if (e.event == "token" && !cancelled) {
+            cancelled = true;
+            EXPECT_EQ(h.post("/cancel", R"({"job_id":"art/2 x"})").status, 202);
+        }
+        return true;
+    });
+    v = records();
+    ASSERT_EQ(v.size(), 2u);
+    EXPECT_NE(v[1].filename().string().find("-art_2_x.json"), std::string::npos) << v[1];
+    rec = read(v[1]);
+    EXPECT_EQ(rec["job_id"], "art/2 x");
+    EXPECT_EQ(rec["status"], "failed");
+    EXPECT_EQ(rec["code"], "CANCELLED");
+    EXPECT_TRUE(rec.contains("retriable"));
+    EXPECT_NE(rec["transcript"].get<std::string>().find("event: error"), std::string::npos);
+    // A third job: the oldest record goes.
+    ASSERT_EQ(h.post("/execute", exec_body("art-3", 2)).status, 200);
+    v = records();
+    ASSERT_EQ(v.size(), 2u);
+    EXPECT_EQ(read(v[0])["job_id"], "art/2 x");
+    EXPECT_EQ(read(v[1])["job_id"], "art-3");
+    // A client that hangs up: the record is written when the stream closes.
+    int tokens = 0;
+    sse_stream(h.port(), "/execute", exec_body("art-4", 500), [&](const SseEvent& e) {
+        return !(e.event == "token" && ++tokens == 2);
+    });
+    json last;
+    for (int i = 0; i < 300; ++i) {
+        v = records();
+        if (!v.empty() && (last = read(v.back()))["job_id"] == "art-4") break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    }
+    EXPECT_EQ(last["job_id"], "art-4");
+    EXPECT_EQ(last["status"], "failed");
+    EXPECT_EQ(last["code"], "CANCELLED");
+    EXPECT_NE(last["transcript"].get<std::string>().find("event: token"), std::string::npos);
+    fs::remove_all(dir);
+}
+
+TEST(Server, ArtifactsDirThatCannotBeCreatedIsAUsageError) {
+    EngineHost h({"--artifacts-dir", "/proc/eh-no-such/artifacts"}, {}, false);
+    EXPECT_EQ(h.wait_exit(20000), 2) << h.log();
 }
 
 TEST(Server, FullQueueAnswers503WithRetryAfter) {

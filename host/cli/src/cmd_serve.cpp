@@ -139,6 +139,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("cors", "allow cross-origin requests from localhost origins (browser tooling)")
         ("allowed-hosts", po::value<std::string>(), "comma-separated Host names accepted besides IPs, localhost and --host (* = any)")
         ("allow-shutdown-endpoint", "enable POST /shutdown")
+        ("artifacts-dir", po::value<std::string>(), "write one JSON record per /execute job (request, result, SSE transcript) into DIR; off by default")
+        ("artifacts-max-files", po::value<uint32_t>()->default_value(1000), "records kept in --artifacts-dir (1-1000000); the oldest are removed")
         ("log-format", po::value<std::string>()->default_value("json"), "json or text")
         ("log-level", po::value<std::string>()->default_value("info"), "trace, debug, info, warn, error")
         ("log-content", "log prompts and generated text (off by default)")
@@ -255,7 +257,24 @@ int cmd_serve(const std::vector<std::string>& args) {
     }
     // Every running and waiting request holds an HTTP thread while it streams.
     so.threads = vm["queue-size"].as<size_t>() + parallel + 16;
-    http::Server server(so, metrics);
+    if (vm.count("artifacts-dir")) {
+        so.artifacts_dir = vm["artifacts-dir"].as<std::string>();
+        so.artifacts_max_files = vm["artifacts-max-files"].as<uint32_t>();
+        if (so.artifacts_dir.empty() || so.artifacts_max_files < 1 || so.artifacts_max_files > 1000000) {
+            print_error("--artifacts-dir must name a directory and --artifacts-max-files be between 1 and 1000000");
+            return kUsage;
+        }
+        so.model_ref = model_ref;
+        so.model_path = model_path;
+    }
+    std::optional<http::Server> server_box;
+    try {
+        server_box.emplace(so, metrics);
+    } catch (const Error& e) {
+        print_error(e.what());
+        return kUsage;
+    }
+    http::Server& server = *server_box;
     server.on_shutdown_request([latch] { latch->trigger("POST /shutdown"); });
     int bound;
     try {

@@ -17,6 +17,9 @@
 #include "access_log.hpp"
 #include "auth.hpp"
 
+#include "artifacts.hpp"
+#include "file_digest.hpp"
+
 namespace eh::http {
 
 enum class State { Loading, Ready, Stopping };
@@ -40,6 +43,10 @@ struct Server::Impl {
     std::string resident_why;
     std::function<void()> shutdown_fn;
     std::once_flag shutdown_once;
+
+    // Artifact records (serve --artifacts-dir); null when off.
+    std::unique_ptr<ArtifactStore> artifacts;
+    std::unique_ptr<FileDigest> model_digest;
 
     std::atomic<State> state{State::Loading};
     std::atomic<float> load_progress{0};

@@ -2,6 +2,7 @@
 #include <algorithm>
 #include <chrono>
 
+#include "eh/service/event_log.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
 #include "parse/native_request.hpp"
@@ -31,20 +32,96 @@ nlohmann::json logprobs_json(const std::vector<service::TokenLogprob>& lps) {
     return arr;
 }
 
+// Collects a native job's SSE frames and writes its artifact record (see
+// artifacts.hpp) at its terminal event, or when the stream closes without
+// one (the client went away): exactly once.
+class ArtifactRecorder {
+public:
+    ArtifactRecorder(Server::Impl& s, std::shared_ptr<service::Job> job, const std::string& body, std::string cid)
+        : store_(*s.artifacts), job_(std::move(job)), cid_(std::move(cid)) {
+        const NodeInfo ni = s.get_info();
+        record_ = {{"record_version", 1},
+                   {"job_id", job_->request.job_id},
+                   {"correlation_id", cid_},
+                   {"submitted_at", service::now_rfc3339()},
+                   {"request", nlohmann::json::parse(body, nullptr, false)},
+                   {"max_tokens", job_->max_tokens},
+                   {"ctx", job_->n_ctx},
+                   {"seed", job_->seed},
+                   {"engine", ni.engine},
+                   {"engine_version", ni.plugin_version},
+                   {"plugin", ni.plugin_name},
+                   {"sampler_profile_version", "1"},
+                   {"model", ni.model},
+                   {"model_ref", s.options.model_ref}};
+        digest_ = s.model_digest.get();
+    }
+    // The frame as written, kept for the transcript.
+    std::string frame(const JobEvent& ev, std::string bytes) {
+        std::lock_guard lock(mu_);
+        if (transcript_.size() + bytes.size() <= store_.max_transcript_bytes()) transcript_ += bytes;
+        else truncated_ = true;
+        if (ev.kind == JobEvent::Kind::End) {
+            record_["status"] = "completed";
+            record_["tokens_out"] = ev.tokens_out;
+            record_["decode_time_ms"] = ev.decode_time_ms;
+            record_["stop_reason"] = ev.stop_reason;
+            write_locked();
+        } else if (ev.kind == JobEvent::Kind::Error) {
+            fail_locked(code_name(ev.code), ev.message, ev.retriable, ev.retry_after_ms);
+        }
+        return bytes;
+    }
+    void close() {
+        std::lock_guard lock(mu_);
+        if (!written_) fail_locked("CANCELLED", "the client closed the stream before the job ended", false, std::nullopt);
+    }
+
+private:
+    void fail_locked(const std::string& code, const std::string& message, bool retriable,
+                     std::optional<uint32_t> retry_after_ms) {
+        record_["status"] = "failed";
+        record_["code"] = code;
+        record_["message"] = message;
+        record_["retriable"] = retriable;
+        record_["retry_after_ms"] = retry_after_ms ? nlohmann::json(*retry_after_ms) : nlohmann::json(nullptr);
+        write_locked();
+    }
+    void write_locked() {
+        if (written_) return;
+        written_ = true;
+        record_["finished_at"] = service::now_rfc3339();
+        const std::string sha = digest_ ? digest_->get() : "";
+        record_["model_sha256"] = sha.empty() ? nlohmann::json(nullptr) : nlohmann::json(sha);
+        record_["transcript"] = transcript_;
+        record_["transcript_truncated"] = truncated_;
+        store_.write(job_->request.job_id, record_);
+    }
+
+    ArtifactStore& store_;
+    std::shared_ptr<service::Job> job_;
+    std::string cid_;
+    const FileDigest* digest_ = nullptr;
+    std::mutex mu_;
+    nlohmann::json record_;
+    std::string transcript_;
+    bool truncated_ = false, written_ = false;
+};
+
 }  // namespace
 
 void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
                 std::shared_ptr<service::Job> job, std::function<std::string(const JobEvent&)> render,
-                std::string trailer, bool trailer_after_error) {
+                std::string trailer, bool trailer_after_error, std::function<void()> on_close) {
     stream_jobs(s, res, std::move(svc), {std::move(job)},
                 [render = std::move(render)](size_t, const JobEvent& ev) { return render(ev); }, std::move(trailer),
-                trailer_after_error);
+                trailer_after_error, std::move(on_close));
 }
 
 void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
                  std::vector<std::shared_ptr<service::Job>> jobs,
                  std::function<std::string(size_t, const JobEvent&)> render, std::string trailer,
-                 bool trailer_after_error) {
+                 bool trailer_after_error, std::function<void()> on_close) {
     access::note_jobs(jobs);
     res.set_header("Cache-Control", "no-cache");
     res.set_header("X-Accel-Buffering", "no");
@@ -98,7 +175,10 @@ void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<servic
             }
             return true;
         },
-        [guard, cancel_all](bool) { cancel_all(service::CancelReason::Disconnect); });
+        [guard, cancel_all, on_close](bool) {
+            cancel_all(service::CancelReason::Disconnect);
+            if (on_close) on_close();
+        });
 }
 
 void Server::Impl::install_native() {
@@ -153,7 +233,14 @@ void Server::Impl::install_native() {
             }
             return {};
         };
-        stream_job(*this, res, svc, job, render);
+        if (!artifacts) {
+            stream_job(*this, res, svc, job, render);
+            return;
+        }
+        auto rec = std::make_shared<ArtifactRecorder>(*this, job, req.body, cid);
+        stream_job(
+            *this, res, svc, job, [rec, render](const JobEvent& ev) { return rec->frame(ev, render(ev)); }, "", false,
+            [rec] { rec->close(); });
     });
 
     http.Post("/cancel", [this](const httplib::Request& req, httplib::Response& res) {

@@ -55,6 +55,11 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     // Only the keys' digests are kept.
     impl_->keys = ApiKeys(impl_->options.api_keys);
     impl_->options.api_keys.clear();
+    if (!impl_->options.artifacts_dir.empty()) {
+        impl_->artifacts = std::make_unique<ArtifactStore>(impl_->options.artifacts_dir, impl_->options.artifacts_max_files,
+                                                           impl_->options.artifacts_max_transcript_bytes);
+        if (!impl_->options.model_path.empty()) impl_->model_digest = std::make_unique<FileDigest>(impl_->options.model_path);
+    }
     impl_->install_routes();
     impl_->install_native();
     impl_->install_openai();

@@ -15,10 +15,12 @@ namespace eh::http {
 
 // `render` turns an event into bytes to write ("" writes nothing).
 // `trailer` is written after the terminal event (e.g. "data: [DONE]\n\n"),
-// `trailer_after_error` says whether an error event gets it too.
+// `trailer_after_error` says whether an error event gets it too. `on_close`
+// (if set) runs once when the response is done, however it ended (the
+// client's disconnect included).
 void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
                 std::shared_ptr<service::Job> job, std::function<std::string(const service::JobEvent&)> render,
-                std::string trailer = "", bool trailer_after_error = false);
+                std::string trailer = "", bool trailer_after_error = false, std::function<void()> on_close = {});
 
 // Several jobs in one stream (OpenAI `n` > 1; stream_job is the one-job
 // case): events interleave as they come, `render` gets the job's index; the
@@ -28,6 +30,6 @@ void stream_job(Server::Impl& s, httplib::Response& res, std::shared_ptr<service
 void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<service::Service> svc,
                  std::vector<std::shared_ptr<service::Job>> jobs,
                  std::function<std::string(size_t, const service::JobEvent&)> render, std::string trailer,
-                 bool trailer_after_error = false);
+                 bool trailer_after_error = false, std::function<void()> on_close = {});
 
 }  // namespace eh::http

@@ -37,6 +37,14 @@ struct ServerOptions {
     // HTTPS when both are set (PEM files; the certificate file may hold the
     // chain). bind() throws eh::Error when they cannot be used.
     std::string ssl_cert_file, ssl_key_file;
+    // Per-job artifact records of native /execute jobs (docs/http-api.md,
+    // "Artifact records"): off while artifacts_dir is empty.
+    std::string artifacts_dir;
+    size_t artifacts_max_files = 1000;
+    size_t artifacts_max_transcript_bytes = size_t(1) << 20;
+    // What the records name as the model: the --model reference as given
+    // and the file whose SHA-256 they carry (hashed in the background).
+    std::string model_ref, model_path;
 };
 
 // Facts about the node, gathered once at startup: /health and /capabilities
