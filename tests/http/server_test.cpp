@@ -259,6 +259,15 @@ TEST(Server, ArtifactRecordsOnePerJobBoundedInNumber) {
     EXPECT_EQ(last["status"], "failed");
     EXPECT_EQ(last["code"], "CANCELLED");
     EXPECT_NE(last["transcript"].get<std::string>().find("event: token"), std::string::npos);
+    // The model file's digest (hashed in the background; a 1 MB file is done by now).
+    std::string want;
+    if (FILE* p = popen(("sha256sum " + stories_model()).c_str(), "r")) {
+        char buf[65] = {};
+        if (fread(buf, 1, 64, p) == 64) want = buf;
+        pclose(p);
+    }
+    ASSERT_EQ(want.size(), 64u);
+    EXPECT_EQ(last["model_sha256"], want);
     fs::remove_all(dir);
 }
 
