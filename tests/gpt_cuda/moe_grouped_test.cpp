@@ -226,6 +226,9 @@ INSTANTIATE_TEST_SUITE_P(
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, 2, true, false},
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 6, 3, 21, false, true},
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 96, 96, 4, 1, 9, true, true},
+        // tens of tokens per expert: the 32-token passes, a partial last one
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 4, 2, 100, false, true},
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, 200, true, false},
         GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 512, 256, 16, 8, 12, false, false},
         GroupedCase{EH_TYPE_Q8_0, EH_TYPE_Q4_0, 512, 256, 8, 2, 33, true, true}),
     case_name);

@@ -44,19 +44,30 @@ constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
 constexpr int kTok = 8;             // tokens per tile (the mma's n)
 // A stage holds one segment: half an MXFP4 group (8 blocks, 256 values) of
 // every row, with the group's exponent header copied along (16 + 128 bytes
-// per row), and the tile's inputs for those 256 columns.
+// per row), and the pass's inputs for those 256 columns. A pass takes NT
+// tiles of 8 tokens: each A fragment feeds NT mma (NT 1 for decode-sized
+// groups; 4 when experts get tens of tokens, so the codes are turned into
+// fragments once per 32 tokens).
 constexpr int kSegBlocks = kMxfp4GroupBlocks / 2;
 constexpr int kSegVals = kSegBlocks * 32;
 constexpr int kSegRowBytes = 16 + kSegBlocks * 16;
 constexpr int kXLd = kSegVals + 8;  // halves per staged input row (+8: distinct banks)
-constexpr int kStages = 4;
 
-constexpr size_t stage_bytes(bool pair) {
-    return size_t(pair ? 2 : 1) * kRows * kSegRowBytes + size_t(kTok) * kXLd * sizeof(__half);
+template <int NT>
+constexpr int stages() { return NT == 1 ? 4 : 3; }  // two blocks per multiprocessor either way
+template <bool Pair, int NT>
+constexpr size_t stage_bytes() {
+    return size_t(Pair ? 2 : 1) * kRows * kSegRowBytes + size_t(kTok) * NT * kXLd * sizeof(__half);
 }
-constexpr size_t smem_bytes(bool pair) { return kStages * stage_bytes(pair); }
-// The end-of-tile reduction of the k-split partial sums reuses the stages.
-static_assert(size_t(kKSplit) * kRowWarps * 32 * 8 * sizeof(float) <= smem_bytes(false));
+template <bool Pair, int NT>
+constexpr size_t smem_bytes() { return stages<NT>() * stage_bytes<Pair, NT>(); }
+// The end-of-pass reduction of the k-split partial sums reuses the stages.
+template <bool Pair, int NT>
+constexpr bool reduction_fits() {
+    return size_t(kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<Pair, NT>();
+}
+static_assert(reduction_fits<false, 1>() && reduction_fits<true, 1>() && reduction_fits<false, 4>() &&
+              reduction_fits<true, 4>());
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -71,29 +82,38 @@ __device__ __forceinline__ float fp4_value(int n) {
     return (n & 8) ? -v : v;
 }
 
-// Block i of a staged segment (exponent byte ei of its header), rows w0
-// (lane row g) and w1 (g + 8): the A fragments of its two k16 steps (step
-// 0: values 0..15, step 1: 16..31) through the table (code byte -> two
-// FP16 values), two mma.sync, then acc += scale * (A . x) per row. In the
-// device layout code word w holds values 4w..4w+3 (nibbles 0..3) and
-// 16+4w..16+4w+3 (nibbles 4..7), so lane (g, t) needs bytes t & 1 (step 0)
-// and 2 + (t & 1) (step 1) of words t / 2 (k = 2t, 2t+1) and t / 2 + 2
-// (k = 2t+8, 2t+9).
-__device__ __forceinline__ void block_mma(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int i, int ei,
-                                          int t, uint32_t b00, uint32_t b01, uint32_t b10, uint32_t b11,
-                                          float (&acc)[4]) {
+// Block i of a staged segment, rows w0 (lane row g) and w1 (g + 8): the A
+// fragments of its two k16 steps (step 0: values 0..15, step 1: 16..31)
+// through the table (code byte -> two FP16 values). In the device layout
+// code word w holds values 4w..4w+3 (nibbles 0..3) and 16+4w..16+4w+3
+// (nibbles 4..7), so lane (g, t) needs bytes t & 1 (step 0) and 2 + (t & 1)
+// (step 1) of words t / 2 (k = 2t, 2t+1) and t / 2 + 2 (k = 2t+8, 2t+9).
+__device__ __forceinline__ void a_fragments(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int i, int t,
+                                            uint32_t (&a0)[4], uint32_t (&a1)[4]) {
     const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
     const uint32_t* c1 = reinterpret_cast<const uint32_t*>(w1 + 16 + 16 * i);
     const uint32_t w00 = c0[t >> 1], w02 = c0[(t >> 1) + 2], w10 = c1[t >> 1], w12 = c1[(t >> 1) + 2];
     const int s0 = 8 * (t & 1), s1 = s0 + 16;
-    const uint32_t a0[4] = {lut[(w00 >> s0) & 255u], lut[(w10 >> s0) & 255u], lut[(w02 >> s0) & 255u],
-                            lut[(w12 >> s0) & 255u]};
-    const uint32_t a1[4] = {lut[(w00 >> s1) & 255u], lut[(w10 >> s1) & 255u], lut[(w02 >> s1) & 255u],
-                            lut[(w12 >> s1) & 255u]};
+    a0[0] = lut[(w00 >> s0) & 255u];
+    a0[1] = lut[(w10 >> s0) & 255u];
+    a0[2] = lut[(w02 >> s0) & 255u];
+    a0[3] = lut[(w12 >> s0) & 255u];
+    a1[0] = lut[(w00 >> s1) & 255u];
+    a1[1] = lut[(w10 >> s1) & 255u];
+    a1[2] = lut[(w02 >> s1) & 255u];
+    a1[3] = lut[(w12 >> s1) & 255u];
+}
+
+// acc += scale * (A . x) for one block and one tile of 8 tokens, x's
+// fragments at p (the tile's row g, column 2t of the block): two mma.sync
+// into zeroed sums, then the rows' block scales (powers of two).
+__device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32_t (&a1)[4], const __half* p,
+                                           float sc0, float sc1, float (&acc)[4]) {
+    const uint32_t b00 = *reinterpret_cast<const uint32_t*>(p), b01 = *reinterpret_cast<const uint32_t*>(p + 8);
+    const uint32_t b10 = *reinterpret_cast<const uint32_t*>(p + 16), b11 = *reinterpret_cast<const uint32_t*>(p + 24);
     float c[4] = {};
     detail::mma16816(c, a0, b00, b01);
     detail::mma16816(c, a1, b10, b11);
-    const float sc0 = e8m0_value(w0[ei]), sc1 = e8m0_value(w1[ei]);
     acc[0] = fmaf(sc0, c[0], acc[0]);
     acc[1] = fmaf(sc0, c[1], acc[1]);
     acc[2] = fmaf(sc1, c[2], acc[2]);
@@ -103,11 +123,14 @@ __device__ __forceinline__ void block_mma(const uint32_t* lut, const uint8_t* w0
 // Pair: out16[i][r] = swiglu_oai(a_r . x_i + bias_a, b_r . x_i + bias_b);
 // otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
 // expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
-template <bool Pair>
+template <bool Pair, int NT>
 __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16, const int32_t* offsets, DevMat a,
                                                                DevMat b, float alpha, float limit, __half* out16,
                                                                float* out32, int ldo) {
     constexpr int kMats = Pair ? 2 : 1;
+    constexpr int kStages = stages<NT>();
+    constexpr size_t kStage = stage_bytes<Pair, NT>();
+    constexpr int kPass = kTok * NT;  // tokens per pass
     __shared__ uint32_t lut[256];
     extern __shared__ int4 smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
@@ -132,10 +155,10 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
 
     // Segment S into stage S % kStages (an empty commit past the last, so
     // every iteration waits on the same count): its rows' header and code
-    // blocks, and the tile's inputs for its columns (zeros past n tokens).
+    // blocks, and the pass's inputs for its columns (zeros past n tokens).
     auto issue = [&](int S, int j0, int n) {
         if (S < nseg) {
-            uint8_t* st = smem + size_t(S % kStages) * stage_bytes(Pair);
+            uint8_t* st = smem + size_t(S % kStages) * kStage;
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
             const size_t grp = size_t(S / 2) * kMxfp4GroupBytes, codes = grp + 16 + size_t(S & 1) * kSegBlocks * 16;
             for (int c = sc; c <= nb; c += kThreadsPerRow) {
@@ -146,7 +169,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
             }
             __half* xs = reinterpret_cast<__half*>(st + size_t(kMats) * kRows * kSegRowBytes);
             constexpr int kRuns = kSegVals / 8;  // 16-byte runs of 8 halves per token
-            for (int idx = threadIdx.x; idx < kTok * kRuns; idx += blockDim.x) {
+            for (int idx = threadIdx.x; idx < kPass * kRuns; idx += blockDim.x) {
                 const int j = idx / kRuns, c = idx % kRuns;
                 if (c >= nb * 4) continue;
                 const __half* src = x16 + size_t(off + j0 + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
@@ -156,17 +179,18 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
         detail::cp_async_commit();
     };
 
-    for (int j0 = 0; j0 < cnt; j0 += kTok) {
-        const int n = min(kTok, cnt - j0);
-        float acc_a[4] = {}, acc_b[4] = {};
-        __syncthreads();  // the previous tile's reads of every stage are done
+    for (int j0 = 0; j0 < cnt; j0 += kPass) {
+        const int n = min(kPass, cnt - j0);
+        const int tiles = (n + kTok - 1) / kTok;
+        float acc_a[NT][4] = {}, acc_b[NT][4] = {};
+        __syncthreads();  // the previous pass's reads of every stage are done
         for (int S = 0; S < kStages - 1; ++S) issue(S, j0, n);
         for (int S = 0; S < nseg; ++S) {
             detail::cp_async_wait<kStages - 2>();
             __syncthreads();  // segment S is visible; segment S - 1's stage is free
             issue(S + kStages - 1, j0, n);
             if (has_rows) {
-                const uint8_t* st = smem + size_t(S % kStages) * stage_bytes(Pair);
+                const uint8_t* st = smem + size_t(S % kStages) * kStage;
                 const uint8_t* wa0 = st + size_t(r0 + g) * kSegRowBytes;
                 const uint8_t* wa1 = wa0 + 8 * kSegRowBytes;
                 const uint8_t* wb0 = wa0 + size_t(kRows) * kSegRowBytes;
@@ -175,66 +199,92 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
                     reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * kSegRowBytes) + g * kXLd + 2 * t;
                 const int nb = min(kSegBlocks, nkb - S * kSegBlocks), e0 = (S & 1) * kSegBlocks;
                 for (int i = kw; i < nb; i += kKSplit) {
-                    const __half* p = xr + i * 32;
-                    const uint32_t b00 = *reinterpret_cast<const uint32_t*>(p);
-                    const uint32_t b01 = *reinterpret_cast<const uint32_t*>(p + 8);
-                    const uint32_t b10 = *reinterpret_cast<const uint32_t*>(p + 16);
-                    const uint32_t b11 = *reinterpret_cast<const uint32_t*>(p + 24);
-                    block_mma(lut, wa0, wa1, i, e0 + i, t, b00, b01, b10, b11, acc_a);
-                    if constexpr (Pair) block_mma(lut, wb0, wb1, i, e0 + i, t, b00, b01, b10, b11, acc_b);
+                    uint32_t a0[4], a1[4];
+                    a_fragments(lut, wa0, wa1, i, t, a0, a1);
+                    float sa0 = e8m0_value(wa0[e0 + i]), sa1 = e8m0_value(wa1[e0 + i]);
+#pragma unroll
+                    for (int u = 0; u < NT; ++u)
+                        if (u < tiles) scaled_mma(a0, a1, xr + u * kTok * kXLd + i * 32, sa0, sa1, acc_a[u]);
+                    if constexpr (Pair) {
+                        a_fragments(lut, wb0, wb1, i, t, a0, a1);
+                        sa0 = e8m0_value(wb0[e0 + i]);
+                        sa1 = e8m0_value(wb1[e0 + i]);
+#pragma unroll
+                        for (int u = 0; u < NT; ++u)
+                            if (u < tiles) scaled_mma(a0, a1, xr + u * kTok * kXLd + i * 32, sa0, sa1, acc_b[u]);
+                    }
                 }
             }
         }
         detail::cp_async_wait<0>();  // (only empty groups remain)
         __syncthreads();              // every warp's reads of the stages are done
-        float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][gate 4 | up 4]
+        float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][tile][gate 4 | up 4]
         if (has_rows) {
-            float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * 8;
+            float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * 8 * NT;
 #pragma unroll
-            for (int q = 0; q < 4; ++q) {
-                mine[q] = acc_a[q];
-                mine[4 + q] = acc_b[q];
-            }
-        }
-        __syncthreads();
-        if (kw != 0) continue;
-        if (has_rows) {
-#pragma unroll
-            for (int q = 0; q < 4; ++q) acc_a[q] = acc_b[q] = 0.0f;
-            for (int k = 0; k < kKSplit; ++k) {
-                const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * 8;
+            for (int u = 0; u < NT; ++u)
 #pragma unroll
                 for (int q = 0; q < 4; ++q) {
-                    acc_a[q] += part[q];
-                    acc_b[q] += part[4 + q];
+                    mine[8 * u + q] = acc_a[u][q];
+                    mine[8 * u + 4 + q] = acc_b[u][q];
                 }
-            }
         }
-        if (!has_rows) continue;
+        __syncthreads();
+        if (kw != 0 || !has_rows) continue;
 #pragma unroll
-        for (int q = 0; q < 4; ++q) {
-            const int r = row0 + r0 + g + (q >= 2 ? 8 : 0), j = 2 * t + (q & 1);
-            if (r >= a.rows || j >= n) continue;
-            const size_t i = size_t(off + j0 + j);
-            if constexpr (Pair)
-                out16[i * ldo + r] = __float2half_rn(
-                    swiglu_oai(acc_a[q] + bias_of(a, e, r), acc_b[q] + bias_of(b, e, r), alpha, limit));
-            else
-                out32[i * ldo + r] = acc_a[q];
+        for (int u = 0; u < NT; ++u)
+#pragma unroll
+            for (int q = 0; q < 4; ++q) acc_a[u][q] = acc_b[u][q] = 0.0f;
+        for (int k = 0; k < kKSplit; ++k) {
+            const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * 8 * NT;
+#pragma unroll
+            for (int u = 0; u < NT; ++u)
+#pragma unroll
+                for (int q = 0; q < 4; ++q) {
+                    acc_a[u][q] += part[8 * u + q];
+                    acc_b[u][q] += part[8 * u + 4 + q];
+                }
+        }
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+#pragma unroll
+            for (int q = 0; q < 4; ++q) {
+                const int r = row0 + r0 + g + (q >= 2 ? 8 : 0), j = u * kTok + 2 * t + (q & 1);
+                if (r >= a.rows || j >= n) continue;
+                const size_t i = size_t(off + j0 + j);
+                if constexpr (Pair)
+                    out16[i * ldo + r] = __float2half_rn(
+                        swiglu_oai(acc_a[u][q] + bias_of(a, e, r), acc_b[u][q] + bias_of(b, e, r), alpha, limit));
+                else
+                    out32[i * ldo + r] = acc_a[u][q];
+            }
         }
     }
 }
 
-template <bool Pair>
-void launch_rows(const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a, const DevMat& b,
-                 float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
-    const size_t smem = smem_bytes(Pair);
-    auto kernel = mma_rows_kernel<Pair>;
+// Tokens per expert above which a pass takes 4 tiles: ntok tokens routed k
+// ways over n_expert experts average ntok * k / n_expert each.
+constexpr int kWidePassTokens = 16;
+
+template <bool Pair, int NT>
+void launch_rows_nt(const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a, const DevMat& b,
+                    float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
+    const size_t smem = smem_bytes<Pair, NT>();
+    auto kernel = mma_rows_kernel<Pair, NT>;
     allow_dynamic_smem(kernel, smem);
     launch(Pair ? "moe mma gate_up" : "moe mma down", kernel,
            dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(n_expert)), kWarps * 32, smem, stream, x16, offsets, a,
            b, alpha, limit, out16, out32, ldo);
     EHC_LAUNCHED("mma_rows_kernel");
+}
+
+template <bool Pair>
+void launch_rows(int per_expert, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
+                 const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
+    if (per_expert > kWidePassTokens)
+        launch_rows_nt<Pair, 4>(x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+    else
+        launch_rows_nt<Pair, 1>(x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
 }
 
 }  // namespace
@@ -246,14 +296,14 @@ bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& do
            gate.cols % 32 == 0 && down.cols % 32 == 0;
 }
 
-void mma_gate_up(const __half* x16, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
+void mma_gate_up(const __half* x16, int pairs, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
                  float alpha, float limit, __half* act16, cudaStream_t stream) {
-    launch_rows<true>(x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
+    launch_rows<true>(pairs / n_expert, x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
 }
 
-void mma_down(const __half* act16, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
+void mma_down(const __half* act16, int pairs, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
               cudaStream_t stream) {
-    launch_rows<false>(act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
+    launch_rows<false>(pairs / n_expert, act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
 }
 
 }  // namespace moe_detail
