@@ -113,7 +113,8 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
 // Several tokens' expert blocks at once (moe_gate_up then moe_down, the
 // same formulas), for batched decode steps: the (token, slot) pairs are
 // grouped by expert on the device and each expert's rows are read once per
-// 8 tokens routed to it, not once per token. MXFP4 experts: on the tensor
+// 8 tokens routed to it (32 when experts average more than 16), not once
+// per token. MXFP4 experts: on the tensor
 // cores (FP16 inputs and activations as moe_prefill, FP32 accumulation);
 // the other types, or integer_path set: integer dot products with int16x2
 // inputs as moe_decode (per token and row the same sums in the same order,
