@@ -143,7 +143,10 @@ TEST(AnthropicRequest, ToolFieldsThatCannotBeHonouredAre400) {
     json image_result = result;
     image_result["content"] = {{{"type", "image"}}};
     EXPECT_NE(msgs({{{"role", "user"}, {"content", {image_result}}}}).find("\"image\" is not supported"), std::string::npos);
-    EXPECT_NE(msgs({{{"role", "user"}, {"content", {{{"type", "thinking"}, {"thinking", "x"}}}}}}).find("\"thinking\" is not supported"),
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", {{{"type", "thinking"}, {"thinking", "x"}}}}}})
+                  .find("\"thinking\" belongs in assistant messages"),
+              std::string::npos);
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", {{{"type", "document"}}}}}}).find("\"document\" is not supported"),
               std::string::npos);
 }
 
@@ -179,4 +182,78 @@ TEST(AnthropicRequest, ToolUseIdsTakeAnthropicsPrefix) {
     const std::string id = anthropic_tool_use_id(call);
     EXPECT_EQ(id.rfind("toolu_", 0), 0u);
     EXPECT_EQ(id.substr(6), call.substr(5));
+}
+
+// Extended thinking: enabled with a budget asks for a reasoning effort and
+// thinking blocks; the budget's rules are Anthropic's (at least 1,024, less
+// than max_tokens); history thinking blocks are the assistant's reasoning,
+// redacted ones are left out.
+TEST(AnthropicRequest, ThinkingPicksTheEffortAndHistoryKeepsTheReasoning) {
+    auto with_thinking = [](json thinking, int max_tokens) {
+        json b = body(kUser, {{"thinking", thinking}});
+        b["max_tokens"] = max_tokens;
+        return b;
+    };
+    auto r = parse_anthropic_request(with_thinking({{"type", "enabled"}, {"budget_tokens", 2048}}, 4096).dump(), {});
+    EXPECT_TRUE(r.thinking);
+    EXPECT_EQ(r.tools.reasoning_effort, "low");
+    EXPECT_EQ(parse_anthropic_request(with_thinking({{"type", "enabled"}, {"budget_tokens", 8000}}, 9000).dump(), {})
+                  .tools.reasoning_effort,
+              "medium");
+    EXPECT_EQ(parse_anthropic_request(with_thinking({{"type", "enabled"}, {"budget_tokens", 16384}}, 20000).dump(), {})
+                  .tools.reasoning_effort,
+              "high");
+    auto off = parse_anthropic_request(with_thinking({{"type", "disabled"}}, 64).dump(), {});
+    EXPECT_FALSE(off.thinking);
+    EXPECT_EQ(off.tools.reasoning_effort, "");
+    EXPECT_NE(error_of(with_thinking({{"type", "enabled"}, {"budget_tokens", 1000}}, 4096)).find("budget_tokens"),
+              std::string::npos);
+    EXPECT_NE(error_of(with_thinking({{"type", "enabled"}}, 4096)).find("'thinking.budget_tokens' is required"),
+              std::string::npos);
+    EXPECT_NE(error_of(with_thinking({{"type", "enabled"}, {"budget_tokens", 4096}}, 4096)).find("less than 'max_tokens'"),
+              std::string::npos);
+    EXPECT_NE(error_of(with_thinking({{"type", "auto"}}, 64)).find("\"enabled\" or \"disabled\""), std::string::npos);
+    EXPECT_NE(error_of(with_thinking("yes", 64)).find("thinking"), std::string::npos);
+
+    json history = {{{"role", "user"}, {"content", "q"}},
+                    {{"role", "assistant"},
+                     {"content", {{{"type", "thinking"}, {"thinking", "Paris is in France."}, {"signature", "abc"}},
+                                  {{"type", "redacted_thinking"}, {"data", "opaque"}},
+                                  {{"type", "text"}, {"text", "Paris."}}}}},
+                    {{"role", "user"}, {"content", "and?"}}};
+    auto h = parse_anthropic_request(body(history).dump(), {});
+    ASSERT_EQ(h.messages.size(), 3u);
+    EXPECT_EQ(h.messages[1].reasoning, "Paris is in France.");
+    EXPECT_EQ(h.messages[1].content, "Paris.");
+}
+
+// A harmony model's analysis channel: a thinking block (streamed as
+// thinking_delta) before the answer's text when thinking is on; left out
+// when it is off.
+TEST(AnthropicOutput, ReasoningBecomesAThinkingBlockWhenAskedFor) {
+    const std::string out = "<|channel|>analysis<|message|>Think first.<|end|><|start|>assistant<|channel|>final"
+                            "<|message|>Answer.";
+    AnthropicOutput on(ToolFormat::Harmony, {}, "", true);
+    std::string events = on.events(out);
+    events += on.finish_events();
+    const json c = on.content();
+    ASSERT_EQ(c.size(), 2u) << c.dump();
+    EXPECT_EQ(c[0], json({{"type", "thinking"}, {"thinking", "Think first."}, {"signature", ""}}));
+    EXPECT_EQ(c[1], json({{"type", "text"}, {"text", "Answer."}}));
+    EXPECT_NE(events.find("\"thinking_delta\""), std::string::npos) << events;
+    EXPECT_LT(events.find("\"thinking_delta\""), events.find("\"text_delta\""));
+
+    AnthropicOutput off(ToolFormat::Harmony, {}, "", false);
+    off.add(out);
+    off.finish();
+    EXPECT_EQ(off.content(), json::array({{{"type", "text"}, {"text", "Answer."}}}));
+
+    // Only reasoning: the answer still has its (empty) text block.
+    AnthropicOutput only(ToolFormat::Harmony, {}, "", true);
+    only.add("<|channel|>analysis<|message|>Hmm");
+    only.finish();
+    const json oc = only.content();
+    ASSERT_EQ(oc.size(), 2u) << oc.dump();
+    EXPECT_EQ(oc[0]["type"], "thinking");
+    EXPECT_EQ(oc[1], json({{"type", "text"}, {"text", ""}}));
 }

@@ -190,7 +190,7 @@ TEST(Anthropic, ErrorsHaveAnthropicsShape) {
          "final assistant"},
         {"tool without input_schema", with("tools", json::array({{{"name", "f"}}})), "'tools[0].input_schema' is required"},
         {"server tool", with("tools", json::array({{{"type", "bash_20250124"}, {"name", "bash"}}})), "is not supported"},
-        {"thinking", with("thinking", {{"type", "enabled"}, {"budget_tokens", 1024}}), "'thinking'"},
+        {"thinking budget below 1024", with("thinking", {{"type", "enabled"}, {"budget_tokens", 100}}), "budget_tokens"},
         {"stop_sequences not array", with("stop_sequences", "x"), "stop_sequences"},
     };
     for (const auto& c : cases) {

@@ -109,7 +109,7 @@ void Server::Impl::install_anthropic() {
         res.set_header("X-Job-Id", id);
         service::ChatParseOptions po{r->tools.enabled(), r->tools.parallel, {}};
         for (const auto& t : r->tools.tools) po.names.push_back(t.name);
-        auto output = std::make_shared<AnthropicOutput>(svc->codec().tool_format(), po, r->tools.prefill);
+        auto output = std::make_shared<AnthropicOutput>(svc->codec().tool_format(), po, r->tools.prefill, r->thinking);
 
         if (r->stream) {
             auto render = [=](const JobEvent& ev) -> std::string {

@@ -1,5 +1,7 @@
 #include "anthropic_output.hpp"
 
+#include <algorithm>
+
 #include "impl.hpp"
 
 namespace eh::http {
@@ -12,8 +14,8 @@ std::string anthropic_tool_use_id(const std::string& call_id) {
 }
 
 AnthropicOutput::AnthropicOutput(service::ToolFormat format, const service::ChatParseOptions& options,
-                                 const std::string& prefill)
-    : parser_(service::make_chat_output_parser(format, options, prefill)) {}
+                                 const std::string& prefill, bool thinking)
+    : parser_(service::make_chat_output_parser(format, options, prefill)), thinking_(thinking) {}
 
 std::string AnthropicOutput::open(nlohmann::json block) {
     std::string out = close();
@@ -39,9 +41,20 @@ std::string AnthropicOutput::apply(const service::ChatPieces& pieces) {
     std::string out;
     for (const auto& p : pieces) {
         switch (p.kind) {
-        case ChatPiece::Kind::Reasoning: break;  // no thinking blocks (see the header)
+        case ChatPiece::Kind::Reasoning:
+            if (!thinking_) break;  // not asked for (see the header)
+            if (blocks_.empty() || !blocks_.back().thinking || !open_) {
+                out += close();
+                blocks_.push_back({false, true, "", "", ""});
+                out += open({{"type", "thinking"}, {"thinking", ""}, {"signature", ""}});
+            }
+            blocks_.back().text += p.text;
+            out += sse_event("content_block_delta", {{"type", "content_block_delta"}, {"index", blocks_.size() - 1},
+                                                     {"delta", {{"type", "thinking_delta"}, {"thinking", p.text}}}});
+            break;
         case ChatPiece::Kind::Content:
-            if (blocks_.empty() || blocks_.back().tool || !open_) {
+            if (p.text.empty()) break;  // (finish_events opens an empty text block if none came)
+            if (blocks_.empty() || blocks_.back().tool || blocks_.back().thinking || !open_) {
                 out += close();
                 blocks_.push_back({});
                 out += open({{"type", "text"}, {"text", ""}});
@@ -52,7 +65,7 @@ std::string AnthropicOutput::apply(const service::ChatPieces& pieces) {
             break;
         case ChatPiece::Kind::CallOpen: {
             out += close();
-            Block b{true, "", anthropic_tool_use_id(p.id), p.name};
+            Block b{true, false, "", anthropic_tool_use_id(p.id), p.name};
             blocks_.push_back(b);
             if (call_block_.size() <= p.index) call_block_.resize(p.index + 1);
             call_block_[p.index] = blocks_.size() - 1;
@@ -79,7 +92,7 @@ std::string AnthropicOutput::events(std::string_view text) { return apply(parser
 
 std::string AnthropicOutput::finish_events() {
     std::string out = apply(parser_->finish());
-    if (blocks_.empty()) {
+    if (std::none_of(blocks_.begin(), blocks_.end(), [](const Block& b) { return !b.thinking; })) {
         blocks_.push_back({});
         out += open({{"type", "text"}, {"text", ""}});
     }
@@ -88,7 +101,13 @@ std::string AnthropicOutput::finish_events() {
 
 nlohmann::json AnthropicOutput::content() const {
     nlohmann::json out = nlohmann::json::array();
+    bool answer = false;  // a text or tool_use block
     for (const auto& b : blocks_) {
+        if (b.thinking) {
+            out.push_back({{"type", "thinking"}, {"thinking", b.text}, {"signature", ""}});
+            continue;
+        }
+        answer = true;
         if (!b.tool) {
             out.push_back({{"type", "text"}, {"text", b.text}});
             continue;
@@ -97,7 +116,7 @@ nlohmann::json AnthropicOutput::content() const {
         if (!input.is_object()) input = nlohmann::json::object();
         out.push_back({{"type", "tool_use"}, {"id", b.id}, {"name", b.name}, {"input", input}});
     }
-    if (out.empty()) out.push_back({{"type", "text"}, {"text", ""}});
+    if (!answer) out.push_back({{"type", "text"}, {"text", ""}});
     return out;
 }
 

@@ -2,8 +2,9 @@
 // parser's pieces (chat_output.hpp) as content blocks — `text`, and
 // `tool_use` for each call — streamed as content_block_start / _delta /
 // _stop events (text_delta, input_json_delta) or returned whole. Reasoning
-// (a harmony model's analysis channel) is not returned: it would be a
-// thinking block, and extended thinking is not served.
+// (a harmony model's analysis channel) becomes `thinking` blocks (streamed
+// as thinking_delta) when the request enabled extended thinking, and is
+// left out otherwise. Their `signature` is empty: this server signs nothing.
 #pragma once
 
 #include <nlohmann/json.hpp>
@@ -25,7 +26,8 @@ class AnthropicOutput {
 public:
     // `prefill`: the start of the answer already in the prompt (a forced
     // call's header on harmony models), parsed before the output.
-    AnthropicOutput(service::ToolFormat format, const service::ChatParseOptions& options, const std::string& prefill = "");
+    AnthropicOutput(service::ToolFormat format, const service::ChatParseOptions& options, const std::string& prefill = "",
+                    bool thinking = false);
 
     // Streaming: the SSE events this text completes. The first block's
     // content_block_start is followed by a `ping`, as Anthropic's streams are.
@@ -37,9 +39,10 @@ public:
     // Not streaming: collect, then content().
     void add(std::string_view text) { events(text); }
     void finish() { finish_events(); }
-    // The content blocks: text {type, text}; tool_use {type, id, name,
-    // input} with input the arguments as a JSON object ({} when the model's
-    // arguments are not one). Never empty: one empty text block at least.
+    // The content blocks: thinking {type, thinking, signature}; text {type,
+    // text}; tool_use {type, id, name, input} with input the arguments as a
+    // JSON object ({} when the model's arguments are not one). At least one
+    // text or tool_use block (an empty text block when there is nothing).
     nlohmann::json content() const;
 
     // "tool_use" once a call was returned (unless max_tokens cut it), else
@@ -56,9 +59,11 @@ private:
     std::unique_ptr<service::ChatOutputParser> parser_;
     struct Block {
         bool tool = false;
-        std::string text;                 // text, or a tool_use's arguments (JSON text)
+        bool thinking = false;
+        std::string text;                 // text, thinking, or a tool_use's arguments (JSON text)
         std::string id, name;
     };
+    bool thinking_ = false;  // reasoning becomes thinking blocks
     std::vector<Block> blocks_;
     bool open_ = false;                   // blocks_.back() is open (streaming)
     std::vector<size_t> call_block_;      // call index -> its block

@@ -83,12 +83,22 @@ void read_content(const object& mo, size_t i, const std::string& role, std::vect
         } else if (type == "tool_result" && role == "user") {
             out.push_back(tool_result(b, at));
             text = SIZE_MAX;  // text after a result is a new user turn
+        } else if (type == "thinking" && role == "assistant") {
+            // The model's earlier reasoning: the template's `thinking` (what
+            // reasoning_content is on the OpenAI route). Its signature is not
+            // checked (this server signs nothing).
+            if (text == SIZE_MAX) text = out.size(), out.push_back(text_message(role, ""));
+            out[text].reasoning += want_string(b, "thinking", "messages", at, true);
+        } else if (type == "redacted_thinking" && role == "assistant") {
+            // opaque to every model but the one that wrote it: left out
+        } else if (type == "thinking" || type == "redacted_thinking") {
+            throw RequestError("messages", fmt::format("'{}.type' \"{}\" belongs in assistant messages", at, type));
         } else if (type == "tool_use" || type == "tool_result") {
             throw RequestError("messages", fmt::format("'{}.type' \"{}\" belongs in {} messages", at, type,
                                                        type == "tool_use" ? "assistant" : "user"));
         } else {
-            throw RequestError("messages", fmt::format("'{}.type' \"{}\" is not supported (text, tool_use and "
-                                                       "tool_result blocks only)", at, type.substr(0, 32)));
+            throw RequestError("messages", fmt::format("'{}.type' \"{}\" is not supported (text, tool_use, "
+                                                       "tool_result and thinking blocks only)", at, type.substr(0, 32)));
         }
     }
     if (k == 0) out.push_back(text_message(role, ""));
@@ -106,6 +116,10 @@ std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& 
 }
 
 }  // namespace
+
+std::string reasoning_effort_for_budget(int64_t budget_tokens) {
+    return budget_tokens < 4096 ? "low" : budget_tokens < 16384 ? "medium" : "high";
+}
 
 AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLimits& limits, bool count_only) {
     simdjson::dom::parser parser;
@@ -126,16 +140,29 @@ AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLim
     }
     for (auto& m : parse_messages(obj, limits)) r.messages.push_back(std::move(m));
     r.tools = parse_anthropic_tools(obj);
+    std::optional<int64_t> budget;  // extended thinking's budget_tokens, when enabled
     if (auto t = field(obj, "thinking")) {
-        std::optional<std::string> type;
-        if (t->type() == element_type::OBJECT) type = get_string(t->get_object().value_unsafe(), "type");
-        if (!type || *type != "disabled") throw RequestError("thinking", "'thinking' is not supported (only {\"type\":\"disabled\"})");
+        object to = want_object(*t, "thinking", "thinking");
+        const std::string type = want_string(to, "type", "thinking", "thinking", true);
+        if (type == "enabled") {
+            budget = get_int(to, "budget_tokens", kMinThinkingBudget, INT32_MAX);
+            if (!budget)
+                throw RequestError("thinking", fmt::format("'thinking.budget_tokens' is required (at least {})",
+                                                           kMinThinkingBudget));
+            r.thinking = true;
+            r.tools.reasoning_effort = reasoning_effort_for_budget(*budget);
+        } else if (type != "disabled") {
+            throw RequestError("thinking", "'thinking.type' must be \"enabled\" or \"disabled\"");
+        }
     }
     if (count_only) return r;
 
     auto max_tokens = get_int(obj, "max_tokens", 1, limits.max_tokens);
     if (!max_tokens) throw RequestError("max_tokens", "'max_tokens' is required");
     r.gen.max_tokens = uint32_t(*max_tokens);
+    if (budget && *budget >= *max_tokens)
+        throw RequestError("thinking", fmt::format("'thinking.budget_tokens' ({}) must be less than 'max_tokens' ({})",
+                                                   *budget, *max_tokens));
     if (auto v = get_number(obj, "temperature", 0, 1)) r.gen.sampling.temperature = *v;
     if (auto v = get_number(obj, "top_p", 0, 1)) r.gen.sampling.top_p = *v;
     if (auto v = get_int(obj, "top_k", 0, INT32_MAX)) r.gen.sampling.top_k = int32_t(*v);
