@@ -300,3 +300,38 @@ TEST(KernelPlan, LogLines) {
 }
 
 }  // namespace
+
+namespace {
+
+TEST(KernelPlan, LogHasOneLinePerKindAndLaunch) {
+    const KernelPlan p = ehcuda::choose_plan(h100(), false);
+    std::vector<ehcuda::MatrixKind> mats;
+    for (int layer = 0; layer < 4; ++layer) {
+        mats.push_back({"attn_out", one(EH_TYPE_Q4_K, 896, 896), true, ""});
+        // Q4_K_M: ffn_down in Q6_K on some layers.
+        mats.push_back({"ffn_down", one(layer % 2 ? EH_TYPE_Q6_K : EH_TYPE_Q4_K, 896, 4864), true, ""});
+        mats.push_back({"ffn_gate_up", one(EH_TYPE_Q4_K, 4864, 896), false, "gate_up_pair_kernel"});
+    }
+    const auto lines = ehcuda::plan_log(p, h100(), mats, {"attention: rope_attn_decode_kernel"});
+    ASSERT_EQ(lines.size(), 6u);
+    EXPECT_TRUE(has(lines[0], "kernel plan: sm_90"));
+    EXPECT_EQ(lines[1], "attention: rope_attn_decode_kernel");
+    EXPECT_TRUE(has(lines[2], "attn_out x4: Q4_K 896x896: gemv_bulk_kernel")) << lines[2];
+    EXPECT_TRUE(has(lines[2], "input chunks from the producer")) << lines[2];
+    EXPECT_TRUE(has(lines[3], "ffn_down x2: Q4_K 896x4864: gemv_bulk_kernel")) << lines[3];
+    EXPECT_EQ(lines[4], "ffn_gate_up x4: Q4_K 4864x896: gate_up_pair_kernel");
+    EXPECT_TRUE(has(lines[5], "ffn_down x2: Q6_K 896x4864: gemv_bulk_kernel")) << lines[5];
+}
+
+TEST(KernelPlan, LoadPlanAppliesOptionsThenEnvironment) {
+    ::setenv("EHCUDA_PLAN", R"({"attn_splits": 9})", 1);
+    const KernelPlan p =
+        ehcuda::load_plan(h100(), true, Options(R"({"kernels": {"attn_splits": 3, "pair_slots": 1}})"));
+    ::unsetenv("EHCUDA_PLAN");
+    EXPECT_EQ(p.gemv_input, GemvInput::Int16x2);
+    EXPECT_EQ(p.attn_splits, 9);  // the environment last
+    EXPECT_EQ(p.pair_slots, 1);
+    EXPECT_EQ(ehcuda::load_plan(h100(), false, Options(nullptr)), ehcuda::choose_plan(h100(), false));
+}
+
+}  // namespace

@@ -131,6 +131,13 @@ void apply_plan_env(KernelPlan& p) {
     apply_plan_options(p, Options(e, "EHCUDA_PLAN"));
 }
 
+KernelPlan load_plan(const DeviceTraits& dev, bool exact_routing, const Options& load_options) {
+    KernelPlan p = choose_plan(dev, exact_routing);
+    apply_plan_options(p, load_options.object("kernels"));
+    apply_plan_env(p);
+    return p;
+}
+
 // ---- the installed plan
 
 namespace {
@@ -336,6 +343,26 @@ std::string describe_plan(const KernelPlan& p, const DeviceTraits& dev) {
                     ", " + std::to_string(p.pair_slots) + " slices in flight; prefill cuBLAS from " +
                     std::to_string(p.prefill_min_tokens) + " tokens";
     return s;
+}
+
+std::vector<std::string> plan_log(const KernelPlan& p, const DeviceTraits& dev, const std::vector<MatrixKind>& mats,
+                                  const std::vector<std::string>& extra) {
+    std::vector<std::string> lines{describe_plan(p, dev)};
+    lines.insert(lines.end(), extra.begin(), extra.end());
+    std::vector<std::pair<std::string, int>> seen;  // "kind: launch", matrices
+    for (const MatrixKind& m : mats) {
+        const std::string what =
+            m.kernel.empty() ? describe_gemv(p, dev, m.shape, m.chunk_input) : shape_text(m.shape) + ": " + m.kernel;
+        const std::string key = m.kind + "\n" + what;
+        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == key; });
+        if (it == seen.end()) seen.emplace_back(key, 1);
+        else ++it->second;
+    }
+    for (const auto& [key, n] : seen) {
+        const size_t nl = key.find('\n');
+        lines.push_back(key.substr(0, nl) + " x" + std::to_string(n) + ": " + key.substr(nl + 1));
+    }
+    return lines;
 }
 
 }  // namespace ehcuda

@@ -27,7 +27,7 @@ public:
     Session(Model& model, const eh_session_params& params);
 
 private:
-    // Decode profile groups (EHCUDA_PROFILE_DECODE=1); gpt2 has no router.
+    // Decode profile groups (KernelPlan::profile_decode); gpt2 has no router.
     enum Group { kEmbed, kQkv, kRope, kAttn, kOut, kRouter, kFfnUp, kFfnDown, kHead };
 
     void forward(int ntok, const int32_t* d_tokens, bool decode_path) override;
@@ -53,8 +53,6 @@ private:
     // Decode attention split over the keys (attention_sinks): per-split
     // partial results and one counter per head.
     int nsplit_ = 1;
-    bool attn_chunks_on_ = true;       // EHCUDA_ATTN_CHUNKS=0: the projection stages the float output
-    bool moe_fused_route_ = true;      // EHCUDA_MOE_FUSED_ROUTE=0: moe_route as its own kernel at decode
     ehcuda::DeviceBuffer attn_chunks_;  // decode: the attention output as the output projection's chunks
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
 };

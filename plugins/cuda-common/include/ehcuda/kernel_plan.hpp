@@ -104,6 +104,9 @@ KernelPlan choose_plan(const DeviceTraits& dev, bool exact_routing);
 void apply_plan_options(KernelPlan& p, const Options& kernels);
 // Applies EHCUDA_PLAN (the same keys) when set; INVALID_ARGUMENT names it.
 void apply_plan_env(KernelPlan& p);
+// A load's plan: choose_plan, then the load options' "kernels" object, then
+// EHCUDA_PLAN.
+KernelPlan load_plan(const DeviceTraits& dev, bool exact_routing, const Options& load_options);
 // The keys apply_plan_options takes.
 const std::vector<std::string_view>& plan_option_keys();
 
@@ -169,5 +172,20 @@ std::string describe_gemv(const KernelPlan& p, const DeviceTraits& dev, const Ge
 // The plan's model-wide line: input form, PDL, pipeline, FFN pair and the
 // decode attention's parameters.
 std::string describe_plan(const KernelPlan& p, const DeviceTraits& dev);
+
+// One weight matrix of a model as the load's log names it: its kind
+// ("attn_qkv", "ffn_down", ...) and single-token shape, or the line of a
+// kernel other than the GEMV that serves it (`kernel`, e.g. the FFN pair).
+struct MatrixKind {
+    std::string kind;
+    GemvShape shape;
+    bool chunk_input = false;  // its decode input comes as chunks from the kernel before
+    std::string kernel;        // non-empty: this, instead of describe_gemv
+};
+// The load's plan log: describe_plan's line, `extra` (the attention kinds),
+// then one line per kind and distinct launch, in first-seen order, with the
+// number of matrices it covers ("ffn_down x24: Q4_K 896x4864: ...").
+std::vector<std::string> plan_log(const KernelPlan& p, const DeviceTraits& dev, const std::vector<MatrixKind>& mats,
+                                  const std::vector<std::string>& extra);
 
 }  // namespace ehcuda
