@@ -121,6 +121,7 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.prefill_min_tokens, 16);
     EXPECT_TRUE(p.pipeline && p.attn_pipe && p.attn_chunks && p.moe_fused_route && p.gemv_mixed);
     EXPECT_FALSE(p.profile_decode);
+    EXPECT_FALSE(p.kv_f16);
 }
 
 TEST(KernelPlan, OptionsOverride) {

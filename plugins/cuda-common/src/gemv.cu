@@ -239,24 +239,11 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     }
 }
 
-// The shape of a launch as the plan's choosers take it.
-GemvShape shape_of(const DevArgs& d) {
-    GemvShape g;
-    g.nseg = d.nseg;
-    for (int s = 0; s < d.nseg; ++s) {
-        g.type[s] = uint32_t(d.seg[s].type);
-        g.rows[s] = d.seg[s].rows;
-        g.row_bytes[s] = d.seg[s].row_bytes;
-    }
-    g.cols = d.cols;
-    return g;
-}
-
 template <int T, int NT>
 void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     if (NT == 1 && detail::gemv_bulk(d, stream)) return;
     // Rows per warp and split-K (kernel_plan.cpp, plan_register).
-    const RegisterLaunch rl = plan_register(plan(), NT, shape_of(d));
+    const RegisterLaunch rl = plan_register(plan(), NT, detail::shape_of(d));
     const int R = rl.rows_per_warp;
     const int groups = (d.total_rows + R - 1) / R;
     const bool split = rl.split_k;

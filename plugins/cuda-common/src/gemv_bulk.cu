@@ -205,14 +205,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
 
 bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
     if (d.ntok != 1) return false;
-    GemvShape g;
-    g.nseg = d.nseg;
-    for (int s = 0; s < d.nseg; ++s) {
-        g.type[s] = uint32_t(d.seg[s].type);
-        g.rows[s] = d.seg[s].rows;
-        g.row_bytes[s] = d.seg[s].row_bytes;
-    }
-    g.cols = d.cols;
+    const GemvShape g = shape_of(d);
     const KernelPlan& kp = plan();
     if (!bulk_takes(kp, DeviceTraits{cc_major(), 0, sm_count()}, g)) return false;
     // Tile rows, warps per block, one-shot or resident grid (kernel_plan.cpp).

@@ -95,6 +95,7 @@ const std::vector<Key>& keys() {
         EHCUDA_BOOL_KEY(attn_pipe),
         EHCUDA_INT_KEY(sink_min_chunk, 1, kBig),
         EHCUDA_BOOL_KEY(moe_fused_route),
+        EHCUDA_BOOL_KEY(kv_f16),
         EHCUDA_BOOL_KEY(pdl),
         EHCUDA_BOOL_KEY(pipeline),
         EHCUDA_BOOL_KEY(profile_decode),

@@ -71,6 +71,19 @@ __device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (
 
 DevArgs to_dev(const MatmulArgs& a);
 
+// The shape of a launch as the plan's choosers (kernel_plan.hpp) take it.
+inline GemvShape shape_of(const DevArgs& d) {
+    GemvShape g;
+    g.nseg = d.nseg;
+    for (int s = 0; s < d.nseg; ++s) {
+        g.type[s] = uint32_t(d.seg[s].type);
+        g.rows[s] = d.seg[s].rows;
+        g.row_bytes[s] = d.seg[s].row_bytes;
+    }
+    g.cols = d.cols;
+    return g;
+}
+
 // Single-token GEMV through the bulk copy engine (gemv_bulk.cu): launches
 // and returns true when it takes these arguments (integer int16 / int16x2
 // input, integer-path types but MXFP4, sm_90+, rows that fit its shared

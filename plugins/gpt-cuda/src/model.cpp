@@ -221,9 +221,19 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
             e.type[0] = L.gate_exps.type;
             e.rows[0] = c.n_ff_exp;
             e.cols = c.n_embd;
+            const bool dec = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
             mats.push_back({"ffn_gate_up_exps", e, false,
-                            std::string("MoE decode: gate_up_pair_kernel per routed expert (register form)") +
-                                (p.moe_fused_route ? ", routing fused into it" : ", moe_route first")});
+                            dec ? std::string("moe_decode: gate_up_pair_kernel over the routed experts (register form, ") +
+                                      ehcuda::gemv_input_name(p.gemv_input) + " input)" +
+                                      (p.moe_fused_route ? ", routing fused into it" : ", route_kernel first")
+                                : std::string("moe_gate_up (float kernels)")});
+            ehcuda::GemvShape d;
+            d.type[0] = L.down_exps.type;
+            d.rows[0] = c.n_embd;
+            d.cols = c.n_ff_exp;
+            mats.push_back({"ffn_down_exps", d, dec,
+                            dec ? "moe_decode: down_decode_kernel, input chunks from the gate|up kernel"
+                                : "moe_down (float kernels)"});
         }
     }
     ehcuda::MatSeg head;

@@ -25,14 +25,10 @@ constexpr int kMaxBatch = 2048;
 // flips near-tied MoE router choices in later layers, and on the forged
 // gpt-oss-20b that moved logits by a median 2.8 % and the top-1 token at
 // 15 of 128 positions; with FP32 the logits match the CPU reference to
-// ~4e-6 (tests/gpt_cuda/agreement_diag_test.cpp, issue 8). EH_GPT_CUDA_KV=f16
-// halves the cache's memory and attention reads at that precision cost.
+// ~4e-6 (tests/gpt_cuda/agreement_diag_test.cpp, issue 8). The plan's
+// kv_f16 halves the cache's memory and attention reads at that precision
+// cost.
 }  // namespace
-
-bool kv_f32_from_env() {
-    const char* v = std::getenv("EH_GPT_CUDA_KV");
-    return !(v && std::string(v) == "f16");
-}
 
 namespace {
 
@@ -57,7 +53,7 @@ Session::Session(Model& model, const eh_session_params& params)
     : SessionBase(shape_of(model), params), m_(model), c_(model.cfg) {
     ehcuda::MemoryLedger* L = &m_.ledger;
     const size_t B = size_t(max_batch());
-    kv_f32_ = kv_f32_from_env();
+    kv_f32_ = !m_.plan.kv_f16;
     const size_t kv_bytes = size_t(n_ctx()) * c_.kv_dim() * (kv_f32_ ? sizeof(float) : sizeof(__half));
     for (int i = 0; i < c_.n_layer; ++i) {
         kcache_.emplace_back(kv_bytes, L);

@@ -1,4 +1,4 @@
-// One sequence: KV cache (FP32, or FP16 with EH_GPT_CUDA_KV=f16) and
+// One sequence: KV cache (FP32, or FP16 with the plan's kv_f16) and
 // activation buffers. The lifecycle (checks, chunked prefill, sampler state,
 // captured decode graph) is ehcuda::SessionBase; this class is the gpt2 and
 // gpt-oss forward pass.
@@ -16,9 +16,6 @@
 #include "model.hpp"
 
 namespace gpt_cuda {
-
-// FP32 KV cache unless EH_GPT_CUDA_KV=f16.
-bool kv_f32_from_env();
 
 class Session : public ehcuda::SessionBase {
 public:
@@ -46,7 +43,7 @@ private:
 
     Model& m_;
     const Config& c_;
-    // FP32 cache unless EH_GPT_CUDA_KV=f16 (see session.cpp).
+    // FP32 cache unless the plan's kv_f16 (see session.cpp).
     bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_;

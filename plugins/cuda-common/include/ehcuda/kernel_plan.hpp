@@ -63,12 +63,25 @@ struct KernelPlan {
     bool bulk_fit2 = true;     // 8 warps where a 16-warp block would sit alone on its SM
     int bulk_ring_waves = 3;   // matrices of this many waves take the resident-grid form; 0: never
     int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
-    int gemv_r2_rows = 4096;   // 2 rows per warp from this many
-    int split_groups = 1536;   // split K below this many row groups
-    int split_rows = 2048;     // ... and, for one token, up to this many rows
+    // 2 rows per warp from this many (4096, not 2048: with the entry
+    // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
+    // matrices took its decode 465 -> 479 tok/s on an H100)
+    int gemv_r2_rows = 4096;
+    // Split K below this many row groups, and for one token up to this many
+    // rows. (Split-K for every chunk-input GEMV from 1024 inputs was
+    // measured: Qwen 1357 -> 1343, Phi-3 467 -> 470 tok/s on an H100.)
+    int split_groups = 1536;
+    int split_rows = 2048;
     bool gemv_mixed = true;    // segments of different integer-path types in one launch
-    bool entry_prefetch = true;  // L2 request for each lane's first chunks before the staging
-    bool early_regs = true;      // float weights: first chunk into registers before the PDL wait
+    // Each lane asks L2 for its first chunk of each row before the input
+    // staging, which then overlaps the first weight fetch (H100: Qwen2.5-0.5B
+    // decode 1320 -> 1347, Phi-3 462 -> 465 tok/s).
+    bool entry_prefetch = true;
+    // Float weights, one row per warp (gpt-oss's F32 router, GPT-2's F16
+    // matrices): each lane's first chunk into registers before the PDL wait
+    // rather than an L2 request (H100: gpt-oss-20b 480.3 -> 485.4-486.4
+    // tok/s, GPT-2 2,441 -> 2,458-2,462).
+    bool early_regs = true;
     // ---- dense FFN pair kernel (ffn_decode.cu) and its MoE form
     int pair_rows = 0;   // rows of gate and of up per warp, 2 or 4; 0: by occupancy
     int pair_slots = 2;  // slices in flight per warp in the bulk form; 0: register form
@@ -82,6 +95,9 @@ struct KernelPlan {
     int sink_min_chunk = 128;  // the fewest keys a split of the sink attention takes
     // ---- MoE (gpt-oss)
     bool moe_fused_route = true;  // decode: routing inside the gate|up kernel
+    // gpt-cuda sessions: FP16 KV cache instead of FP32 (half the memory and
+    // attention reads; FP16 K/V flip near-tied MoE routing, see its session.cpp)
+    bool kv_f16 = false;
     // ---- launches and sessions
     bool pdl = true;          // programmatic dependent launch (only where the device has it)
     bool pipeline = true;     // a session's next decode step runs ahead
