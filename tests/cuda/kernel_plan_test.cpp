@@ -127,7 +127,8 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
 TEST(KernelPlan, OptionsOverride) {
     KernelPlan p = ehcuda::choose_plan(h100(), false);
     const Options o(R"({"kernels": {"gemv_input": "float", "gemv_bulk": false, "attn_splits": 12, "pair_rows": 4,
-                                    "pipeline": false, "prefill_min_tokens": 0}})");
+                                    "pipeline": false, "prefill_min_tokens": 0, "kv_f16": true,
+                                    "batch_moe_per_token": 64}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -135,6 +136,9 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_EQ(p.pair_rows, 4);
     EXPECT_FALSE(p.pipeline);
     EXPECT_EQ(p.prefill_min_tokens, 0);
+    EXPECT_TRUE(p.kv_f16);
+    EXPECT_EQ(p.batch_moe_per_token, 64);
+    EXPECT_EQ(p.batch_gemv_per_token, -1);  // the plugin's own
     // Absent keys keep the chosen values.
     EXPECT_TRUE(p.pdl);
     EXPECT_EQ(p.attn_keys, 8);
@@ -147,6 +151,8 @@ TEST(KernelPlan, BadOptionsNameTheKey) {
     };
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_splits": 2000}})"); }),
               "options.kernels: \"attn_splits\" must be an integer in [0, 1024]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"batch_gemv_per_token": -2}})"); }),
+              "options.kernels: \"batch_gemv_per_token\" must be an integer in [-1, 65536]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_warps": 6}})"); }),
               "options.kernels: \"bulk_warps\" must be 0, 4, 8 or 16");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_keys": 16}})"); }),

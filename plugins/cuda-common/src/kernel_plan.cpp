@@ -96,6 +96,8 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(sink_min_chunk, 1, kBig),
         EHCUDA_BOOL_KEY(moe_fused_route),
         EHCUDA_BOOL_KEY(kv_f16),
+        EHCUDA_INT_KEY(batch_gemv_per_token, -1, 65536),
+        EHCUDA_INT_KEY(batch_moe_per_token, -1, 65536),
         EHCUDA_BOOL_KEY(pdl),
         EHCUDA_BOOL_KEY(pipeline),
         EHCUDA_BOOL_KEY(profile_decode),

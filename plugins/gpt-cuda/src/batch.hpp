@@ -49,9 +49,8 @@ private:
 
     Model& m_;
     const Config& c_;
-    // Measurement knobs (EH_GPT_CUDA_BATCH_GEMV_PER_TOKEN /
-    // EH_GPT_CUDA_BATCH_MOE_PER_TOKEN): the largest token counts that run
-    // one single-token kernel per token.
+    // The largest token counts that run one single-token kernel per token
+    // (the plan's batch_gemv_per_token / batch_moe_per_token override them).
     int gemv_per_token_max_;
     int moe_per_token_max_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_;

@@ -98,6 +98,10 @@ struct KernelPlan {
     // gpt-cuda sessions: FP16 KV cache instead of FP32 (half the memory and
     // attention reads; FP16 K/V flip near-tied MoE routing, see its session.cpp)
     bool kv_f16 = false;
+    // gpt-cuda batched steps: the most tokens that run one single-token
+    // GEMV / MoE kernel per token; -1: the plugin's own (batch.cpp)
+    int batch_gemv_per_token = -1;
+    int batch_moe_per_token = -1;
     // ---- launches and sessions
     bool pdl = true;          // programmatic dependent launch (only where the device has it)
     bool pipeline = true;     // a session's next decode step runs ahead
