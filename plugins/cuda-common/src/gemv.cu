@@ -5,6 +5,16 @@
 // byte is read from device memory exactly once per call. A single token's
 // input is staged once per block: int16 codes + scale per chunk for
 // quantized weights (integer dot products), FP32 otherwise.
+//
+// The path of a call: matmul() picks GEMV, GEMM or the generic kernel by
+// token count and shape; gemv() sends segments of one type to
+// gemv_same_type (token groups of 8, 4, 2, 1, one launch_gemv<T, NT> each)
+// and single-token segments of different integer-path types to
+// launch_gemv_mixed. Both first offer a single token to the bulk-copy
+// kernel (gemv_bulk.cu: bulk_takes, then plan_bulk sizes it); what it does
+// not take runs gemv_kernel with plan_register's rows per warp and split-K.
+// The choosers are host code in kernel_plan.cpp, reading the installed
+// KernelPlan, so the load's log names the same kernels.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
