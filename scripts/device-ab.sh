@@ -5,13 +5,14 @@
 # A side is a plugin folder and optional environment settings, one word:
 #
 #   scripts/device-ab.sh BIN MODEL PLUGIN SIDE SIDE [SIDE...]
-#   SIDE = DIR[,VAR=VALUE...]    e.g. build/plugins,EHCUDA_PAIR_SLOTS=1
+#   SIDE = DIR[,VAR=VALUE...]    e.g. build/plugins,EHCUDA_PLAN={"pair_slots":1}
+#   (one plan key per side: a comma separates settings)
 #
 # Environment: AB_ROUNDS (default 3), AB_ARGS (default -p 512 -n 128 -r 3).
 # Prints one line per run (decode and prefill tok/s) and each side's
 # decode range at the end.
 set -uo pipefail
-[ $# -ge 5 ] || { sed -n 2,11p "$0"; exit 2; }
+[ $# -ge 5 ] || { sed -n 2,12p "$0"; exit 2; }
 bin=$1 model=$2 plugin=$3
 shift 3
 rounds=${AB_ROUNDS:-3}

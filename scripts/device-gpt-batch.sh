@@ -37,11 +37,11 @@ fi
 timeout 240 "$build/bin/eh_gpt_batch_tests" --gtest_filter='GptCudaBench.*' > "$out/bench.log" 2>&1; echo "bench rc=$?"
 summary "$out/bench.log"
 # The measurement knobs (batch.cpp) at the larger batches, KNOBS="a b":
-# each a comma-separated list of VAR=VALUE.
+# each a kernel plan object without spaces, set as EHCUDA_PLAN.
 i=0
-for knob in ${KNOBS:-EH_GPT_CUDA_BATCH_MOE_GROUPED_MAX=32 EH_GPT_CUDA_BATCH_GEMV_PER_TOKEN=64}; do
+for knob in ${KNOBS:-'{"batch_moe_grouped_max":32}' '{"batch_gemv_per_token":64}'}; do
   i=$((i + 1))
-  env ${knob//,/ } EH_BENCH_BATCHES=${KNOB_BATCHES:-16,32,64} timeout 90 "$build/bin/eh_gpt_batch_tests" \
+  EHCUDA_PLAN="$knob" EH_BENCH_BATCHES=${KNOB_BATCHES:-16,32,64} timeout 90 "$build/bin/eh_gpt_batch_tests" \
     --gtest_filter='GptCudaBench.GptOss20bBatchedStep' > "$out/bench-knob$i.log" 2>&1
   echo "$knob:"; grep "batch " "$out/bench-knob$i.log"
 done

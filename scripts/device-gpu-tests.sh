@@ -30,16 +30,16 @@ step "GPU test suite"
 "$T" --gtest_brief=1 > "$OUT_DIR/tests.log" 2>&1 || rc=1
 grep -E "^\[  PASSED|^\[  SKIPPED|^\[  FAILED" "$OUT_DIR/tests.log" | head -40
 grep -E -A4 "Failure" "$OUT_DIR/tests.log" | head -40
-step "GPU test suite with the int8-input GEMV path (EHCUDA_GEMV_Q8X=1)"
-EHCUDA_GEMV_Q8X=1 "$T" --gtest_brief=1 > "$OUT_DIR/tests_q8x.log" 2>&1 || rc=1
+step "GPU test suite with the int8-input GEMV path"
+EHCUDA_PLAN='{"gemv_input": "int8"}' "$T" --gtest_brief=1 > "$OUT_DIR/tests_q8x.log" 2>&1 || rc=1
 grep -E "^\[  PASSED|^\[  SKIPPED|^\[  FAILED" "$OUT_DIR/tests_q8x.log" | head -40
 grep -E -A4 "Failure" "$OUT_DIR/tests_q8x.log" | head -20
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
     step "bench"
     "$T" --gtest_also_run_disabled_tests --gtest_filter="${BENCH_FILTER:-Bench.*}" 2>&1 | tee "$OUT_DIR/bench.log" | grep -E "\[bench\]|FAILED|Failure"
-    step "bench, int8-input GEMV (EHCUDA_GEMV_Q8X=1)"
-    EHCUDA_GEMV_Q8X=1 "$T" --gtest_also_run_disabled_tests --gtest_filter='Bench.DISABLED_Qwen*:Bench.DISABLED_Phi3*' 2>&1 | tee "$OUT_DIR/bench_q8x.log" | grep -E "pp512|FAILED|Failure"
+    step "bench, int8-input GEMV"
+    EHCUDA_PLAN='{"gemv_input": "int8"}' "$T" --gtest_also_run_disabled_tests --gtest_filter='Bench.DISABLED_Qwen*:Bench.DISABLED_Phi3*' 2>&1 | tee "$OUT_DIR/bench_q8x.log" | grep -E "pp512|FAILED|Failure"
 fi
 ncu_summary() {
     python3 - "$1" <<'PY'
@@ -62,8 +62,8 @@ PY
 if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
     # Per-kernel times of one graph-replayed decode step of the 0.5B shape:
     # skip load + 16-token prefill + the eager first step.
-    step "ncu: one decode step (qwen2.5-0.5b shape, EHCUDA_GEMV_Q8X=${PROFILE_Q8X:-1})"
-    EHCUDA_GEMV_Q8X=${PROFILE_Q8X:-1} EH_BENCH_SKIP_PP=1 timeout 100 ncu --csv --metrics gpu__time_duration.sum --launch-skip 440 --launch-count 172 \
+    step "ncu: one decode step (qwen2.5-0.5b shape)"
+    EH_BENCH_SKIP_PP=1 timeout 100 ncu --csv --metrics gpu__time_duration.sum --launch-skip 440 --launch-count 172 \
         "$T" --gtest_also_run_disabled_tests --gtest_filter='Bench.DISABLED_Qwen*' > "$OUT_DIR/ncu.csv" 2> "$OUT_DIR/ncu.err"
     ncu_summary "$OUT_DIR/ncu.csv"
     step "ncu: one pp512 prefill (qwen2.5-0.5b shape)"

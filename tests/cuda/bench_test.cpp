@@ -134,8 +134,8 @@ TinySpec phi3_spec() {
 // The same sequence as `engine-host bench -p 512 -n 128 -r 5`: one session of
 // n_ctx = p + n + 1, greedy sampling; per repetition reset, prefill p tokens,
 // sample, then n decode calls, each timed on the host. Repetition 0 is the
-// warm-up. With EHCUDA_PROFILE_DECODE=1 the plugin prints its per-kernel-group
-// GPU time when the session is released.
+// warm-up. With EHCUDA_PLAN='{"profile_decode": true}' the plugin prints its
+// per-kernel-group GPU time when the session is released.
 void host_bench(const char* label, TinySpec spec) {
     TinyModel tm(spec);
     const eh_plugin_api* api = llama_cuda_api();
@@ -202,17 +202,18 @@ void host_bench(const char* label, TinySpec spec) {
             if (comma == std::string::npos) comma = l.size();
             const std::string v = l.substr(at, comma - at);
             at = comma + 1;
-            if (v == "0")
-                unsetenv("EHCUDA_ATTN_SPLITS");
-            else
-                setenv("EHCUDA_ATTN_SPLITS", v.c_str(), 1);
-            setenv("EHCUDA_PROFILE_DECODE", "1", 1);
+            // The plan is the model's: a profiled load of the same weights
+            // (EHCUDA_PLAN, the plugins' one environment override).
+            const std::string plan = "{\"attn_splits\": " + v + ", \"profile_decode\": true}";
+            setenv("EHCUDA_PLAN", plan.c_str(), 1);
+            eh_model* pm = nullptr;
+            const eh_status st = api->model_load(&lp, &pm);
+            unsetenv("EHCUDA_PLAN");
+            ASSERT_EQ(st, EH_OK) << api->plugin_last_error();
             eh_session* ps = nullptr;
-            ASSERT_EQ(api->session_create(m, &sp, &ps), EH_OK) << api->model_last_error(m);
-            unsetenv("EHCUDA_PROFILE_DECODE");
-            unsetenv("EHCUDA_ATTN_SPLITS");
+            ASSERT_EQ(api->session_create(pm, &sp, &ps), EH_OK) << api->model_last_error(pm);
             ASSERT_EQ(api->session_set_sampling(ps, &p), EH_OK);
-            std::printf("[hostbench] %s: profile with EHCUDA_ATTN_SPLITS=%s\n", label, v.c_str());
+            std::printf("[hostbench] %s: profile with attn_splits %s (0: the plugin's choice)\n", label, v.c_str());
             std::fflush(stdout);
             for (int rep = 0; rep < 2; ++rep) {
                 ASSERT_EQ(api->session_reset(ps), EH_OK);
@@ -222,6 +223,7 @@ void host_bench(const char* label, TinySpec spec) {
                 for (uint32_t i = 0; i < ng; ++i) ASSERT_EQ(api->session_decode(ps, tok, &tok), EH_OK);
             }
             api->session_release(ps);  // prints the breakdown to stderr
+            api->model_release(pm);
         }
     }
     api->model_release(m);
@@ -384,26 +386,22 @@ TEST(Bench, DISABLED_GemvBandwidth) {
         const ehcuda::GemvInput was = ehcuda::gemv_input();
         struct Variant {
             const char* name;
-            bool prefetch;
             ehcuda::GemvInput in;
             bool bulk;  // the bulk-copy kernel or the register one
         };
         const Variant variants[] = {
-            {"float-x", false, ehcuda::GemvInput::Float, false},
-            {"float-x prefetch", true, ehcuda::GemvInput::Float, false},
-            {"int16-x register", false, ehcuda::GemvInput::Int16, false},
-            {"int16-x bulk", false, ehcuda::GemvInput::Int16, true},
-            {"int16-x prefetch", true, ehcuda::GemvInput::Int16, false},
-            {"int8-x", false, ehcuda::GemvInput::Int8, false},
-            {"int16x2-x register", false, ehcuda::GemvInput::Int16x2, false},
-            {"int16x2-x bulk", false, ehcuda::GemvInput::Int16x2, true},
+            {"float-x", ehcuda::GemvInput::Float, false},
+            {"int16-x register", ehcuda::GemvInput::Int16, false},
+            {"int16-x bulk", ehcuda::GemvInput::Int16, true},
+            {"int8-x", ehcuda::GemvInput::Int8, false},
+            {"int16x2-x register", ehcuda::GemvInput::Int16x2, false},
+            {"int16x2-x bulk", ehcuda::GemvInput::Int16x2, true},
         };
-        const bool bulk_was = ehcuda::gemv_bulk_on();
+        const bool bulk_was = ehtest::gemv_bulk_on();
         for (const Variant& v : variants) {
             if (v.in != ehcuda::GemvInput::Float && type == EH_TYPE_F16) continue;
-            ehcuda::set_gemv_prefetch(v.prefetch);
-            ehcuda::set_gemv_input(v.in);
-            ehcuda::set_gemv_bulk(v.bulk);
+            ehtest::set_gemv_input(v.in);
+            ehtest::set_gemv_bulk(v.bulk);
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
@@ -415,9 +413,8 @@ TEST(Bench, DISABLED_GemvBandwidth) {
                         ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6, v.name, ms / 20 * 1e3, bw,
                         100 * bw / copy_bw);
         }
-        ehcuda::set_gemv_prefetch(false);
-        ehcuda::set_gemv_input(was);
-        ehcuda::set_gemv_bulk(bulk_was);
+        ehtest::set_gemv_input(was);
+        ehtest::set_gemv_bulk(bulk_was);
         if (rows != 16384 || cols != 8192) continue;
         // Prefill GEMM throughput on the same weights (512 tokens).
         std::vector<float> X(static_cast<size_t>(512) * cols, 0.01f);

@@ -369,8 +369,8 @@ TEST(FusedDecode, EarlyAndPipelinedKeyLoadsGiveTheSameBits) {
     REQUIRE_GPU();
     struct Restore {
         ~Restore() {
-            ehcuda::set_attention_early(2);
-            ehcuda::set_attention_pipe(true);
+            ehtest::set_attention_early(2);
+            ehtest::set_attention_pipe(true);
         }
     } restore;
     cudaStream_t st = nullptr;
@@ -394,8 +394,8 @@ TEST(FusedDecode, EarlyAndPipelinedKeyLoadsGiveTheSameBits) {
         const ehcuda::DeviceBuffer dw = to_device(random_rows(EH_TYPE_Q8_0, ld, n_in, rng, 0.2f)), dx = to_device(x);
         auto run = [&](int early, bool pipe, bool sync_between, std::vector<float>& out, std::vector<__half>& k,
                        std::vector<__half>& v) {
-            ehcuda::set_attention_early(early);
-            ehcuda::set_attention_pipe(pipe);
+            ehtest::set_attention_early(early);
+            ehtest::set_attention_pipe(pipe);
             Step s = make_step(c, nsplit, std::vector<float>(static_cast<size_t>(ld), 0.0f), kc, vc, pos);
             ehcuda::MatmulArgs m;
             m.seg[0].w = {dw.get(), EH_TYPE_Q8_0, ld, n_in, row_size(EH_TYPE_Q8_0, n_in)};

@@ -68,14 +68,14 @@ struct Shape {
 std::vector<float> run(const ehcuda::MatmulArgs& a, bool bulk, const std::vector<float>& y0,
                        const void* padded = nullptr, int ring_waves = 0) {
     BulkGuard g(bulk);
-    const int ring_was = ehcuda::gemv_bulk_ring();
-    ehcuda::set_gemv_bulk_ring(ring_waves);
+    const int ring_was = ehtest::gemv_bulk_ring();
+    ehtest::set_gemv_bulk_ring(ring_waves);
     auto dy = to_device(y0);
     ehcuda::MatmulArgs m = a;
     if (!bulk && padded) m.seg[0].w.data = padded;
     m.y = dy.as<float>();
     ehcuda::matmul(m, nullptr);
-    ehcuda::set_gemv_bulk_ring(ring_was);
+    ehtest::set_gemv_bulk_ring(ring_was);
     return to_host<float>(dy, y0.size());
 }
 

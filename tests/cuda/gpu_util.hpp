@@ -9,6 +9,8 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/kernels.hpp>
 
+#include "test_plan.hpp"
+
 namespace ehtest {
 
 #define GPU_OK(x) ASSERT_EQ((x), cudaSuccess) << cudaGetErrorString(x)
@@ -35,19 +37,5 @@ inline bool have_gpu() {
 
 #define REQUIRE_GPU() \
     if (!::ehtest::have_gpu()) GTEST_SKIP() << "no CUDA device"
-
-// Sets the single-token GEMV input form for a scope.
-struct InputGuard {
-    ehcuda::GemvInput old = ehcuda::gemv_input();
-    explicit InputGuard(ehcuda::GemvInput in) { ehcuda::set_gemv_input(in); }
-    ~InputGuard() { ehcuda::set_gemv_input(old); }
-};
-
-// Restores the process-wide choice of the bulk-copy kernels (set_gemv_bulk).
-struct BulkGuard {
-    bool old = ehcuda::gemv_bulk_on();
-    explicit BulkGuard(bool on) { ehcuda::set_gemv_bulk(on); }
-    ~BulkGuard() { ehcuda::set_gemv_bulk(old); }
-};
 
 }  // namespace ehtest

@@ -194,7 +194,7 @@ TEST(Kernels, MixedTypeSegmentsMatchOneLaunchPerSegment) {
     a.ldy = off;
     const ehcuda::GemvInput old = ehcuda::gemv_input();
     for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
-        ehcuda::set_gemv_input(in);
+        ehtest::set_gemv_input(in);
         ehcuda::DeviceBuffer one(static_cast<size_t>(off) * 4), each(static_cast<size_t>(off) * 4);
         a.y = one.as<float>();
         ehcuda::matmul(a, nullptr);
@@ -209,7 +209,7 @@ TEST(Kernels, MixedTypeSegmentsMatchOneLaunchPerSegment) {
         const auto y3 = to_host<float>(each, static_cast<size_t>(off));
         for (int r = 0; r < off; ++r) ASSERT_EQ(y1[static_cast<size_t>(r)], y3[static_cast<size_t>(r)]) << "row " << r;
     }
-    ehcuda::set_gemv_input(old);
+    ehtest::set_gemv_input(old);
     GPU_OK(cudaGetLastError());
 }
 
@@ -462,7 +462,7 @@ TEST(Kernels, GemvWithFusedRmsNormMatchesSeparateNorm) {
 TEST(Kernels, FloatGemvEarlyRegistersGiveTheSameBits) {
     REQUIRE_GPU();
     struct Restore {
-        ~Restore() { ehcuda::set_gemv_early_regs(true); }
+        ~Restore() { ehtest::set_gemv_early_regs(true); }
     } restore;
     InputGuard in(ehcuda::GemvInput::Float);
     for (uint32_t type : {uint32_t(EH_TYPE_F32), uint32_t(EH_TYPE_F16), uint32_t(EH_TYPE_BF16)})
@@ -479,7 +479,7 @@ TEST(Kernels, FloatGemvEarlyRegistersGiveTheSameBits) {
                     for (auto& v : nw) v = 1 + 0.2f * nd(rng);
                 const auto dw = to_device(w), dx = to_device(x), dn = to_device(nw);
                 auto run = [&](bool early) {
-                    ehcuda::set_gemv_early_regs(early);
+                    ehtest::set_gemv_early_regs(early);
                     ehcuda::DeviceBuffer y(static_cast<size_t>(rows) * 4);
                     ehcuda::MatmulArgs a;
                     a.seg[0].w = {dw.get(), type, rows, cols, row_size(type, cols)};
@@ -591,7 +591,7 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
                                  ehcuda::GemvInput::Int16x2})
     for (uint32_t type : {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
                           EH_TYPE_Q6_K, EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS}) {
-        ehcuda::set_gemv_input(in);
+        ehtest::set_gemv_input(in);
         for (int mode = 0; mode < 4; ++mode) {
             // R = 4 (tall), R = 1, and split-K over 4 warps (short, long-K).
             const int cols = mode == 3 ? 4864 : 1024, rows = mode == 1 ? 8192 : 300;
@@ -647,7 +647,7 @@ TEST(Kernels, EveryGemvInputFormMatchesReference) {
             }
         }
     }
-    ehcuda::set_gemv_input(was);
+    ehtest::set_gemv_input(was);
 }
 
 // Int16x2's contract: every input element is carried to within 1/512 of its
@@ -690,7 +690,7 @@ TEST(Kernels, Int16x2KeepsSmallInputsBesideALargeOne) {
     const ehcuda::GemvInput was = ehcuda::gemv_input();
     double worst_ratio[2] = {0, 0};  // |error| / bound: int16x2, int16
     for (int f = 0; f < 2; ++f) {
-        ehcuda::set_gemv_input(f == 0 ? ehcuda::GemvInput::Int16x2 : ehcuda::GemvInput::Int16);
+        ehtest::set_gemv_input(f == 0 ? ehcuda::GemvInput::Int16x2 : ehcuda::GemvInput::Int16);
         for (bool bulk : {false, true}) {
             BulkGuard g(bulk);
             ehcuda::matmul(a, nullptr);
@@ -709,7 +709,7 @@ TEST(Kernels, Int16x2KeepsSmallInputsBesideALargeOne) {
             }
         }
     }
-    ehcuda::set_gemv_input(was);
+    ehtest::set_gemv_input(was);
     EXPECT_LE(worst_ratio[0], 1.0) << "int16x2 past 1/256 of a code step";
     EXPECT_GT(worst_ratio[1], 10.0) << "int16 alone should be far off here: the test would not see a lost residue";
 }

@@ -2,9 +2,12 @@
 // models in every weight type against the host float forward pass, decode
 // vs prefill consistency, determinism, and the memory-safety behaviours
 // (INSUFFICIENT_VRAM at load, VRAM_OOM then recovery, residency).
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include <engine_host/plugin_abi.hpp>
 
@@ -35,7 +38,8 @@ struct Loaded {
     }
 };
 
-std::unique_ptr<Loaded> load(const TinyModel& tm, uint32_t n_ctx, eh_status* st_out = nullptr) {
+std::unique_ptr<Loaded> load(const TinyModel& tm, uint32_t n_ctx, eh_status* st_out = nullptr,
+                             const char* options = nullptr) {
     auto L = std::make_unique<Loaded>();
     L->api = llama_cuda_api();
     if (!L->api) return nullptr;
@@ -43,6 +47,7 @@ std::unique_ptr<Loaded> load(const TinyModel& tm, uint32_t n_ctx, eh_status* st_
     lp.struct_size = sizeof lp;
     lp.path = "tiny";
     lp.view = tm.view();
+    lp.options_json = options;
     eh_status st = L->api->model_load(&lp, &L->model);
     if (st_out) *st_out = st;
     if (st != EH_OK) return L;
@@ -235,9 +240,7 @@ TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
         std::vector<std::vector<float>> logits;
     };
     auto run = [&](bool ahead) {
-        if (!ahead) setenv("EHCUDA_PIPELINE", "0", 1);
-        auto L = load(tm, 96);
-        unsetenv("EHCUDA_PIPELINE");
+        auto L = load(tm, 96, nullptr, ahead ? nullptr : R"({"kernels": {"pipeline": false}})");
         Trace tr;
         if (!L || !L->session) return tr;
         auto set = [&](uint64_t seed) {
@@ -443,6 +446,52 @@ TEST(LlamaCuda, LoadProgressAndCancel) {
     lp.cancel_user = &polls;
     EXPECT_EQ(api->model_load(&lp, &m), EH_CANCELLED);
     EXPECT_EQ(m, nullptr);
+}
+
+// The kernel plan is logged once at load, through the progress stages: the
+// plan's line, the attention's, and one line per weight-matrix kind.
+TEST(LlamaCuda, LoadLogsTheKernelPlan) {
+    REQUIRE_PLUGIN();
+    TinySpec spec;
+    spec.wtype = EH_TYPE_Q4_K;
+    TinyModel tm(spec);
+    const eh_plugin_api* api = llama_cuda_api();
+    std::vector<std::string> stages;
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = "tiny";
+    lp.view = tm.view();
+    lp.progress = [](void* u, float, const char* stage) {
+        static_cast<std::vector<std::string>*>(u)->push_back(stage ? stage : "");
+    };
+    lp.progress_user = &stages;
+    eh_model* m = nullptr;
+    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
+    api->model_release(m);
+    auto count = [&](const std::string& prefix) {
+        return std::count_if(stages.begin(), stages.end(), [&](const std::string& s) { return s.rfind(prefix, 0) == 0; });
+    };
+    EXPECT_EQ(count("kernel plan: sm_"), 1);
+    EXPECT_EQ(count("attention decode: "), 1);
+    for (const char* kind : {"attn_qkv x", "attn_output x", "ffn_gate_up x", "ffn_down x", "output x"})
+        EXPECT_GE(count(kind), 1) << kind;
+}
+
+// The load's options: typed, range-checked, unknown keys refused by name.
+TEST(LlamaCuda, LoadOptionsAreChecked) {
+    REQUIRE_PLUGIN();
+    TinySpec spec;
+    TinyModel tm(spec);
+    for (const char* bad : {R"({"fp16_weight": "on"})", R"({"kernels": {"attn_splits": -1}})",
+                            R"({"kernels": {"gemv_input": "int4"}})", R"({"upload_chunk_bytes": 100})",
+                            R"({"batch_gemm_min_tokens": "3"})", "[1]"}) {
+        eh_status st = EH_OK;
+        auto L = load(tm, 64, &st, bad);
+        EXPECT_EQ(st, EH_INVALID_ARGUMENT) << bad;
+    }
+    eh_status st = EH_INTERNAL;
+    auto L = load(tm, 64, &st, R"({"kernels": {"gemv_input": "float", "attn_splits": 3}, "fp16_weights": "off"})");
+    EXPECT_EQ(st, EH_OK);
 }
 
 }  // namespace

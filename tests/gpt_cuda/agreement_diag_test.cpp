@@ -4,8 +4,8 @@
 // A step-by-step copy of the CPU reference's forward pass (its own building
 // blocks from eh_cpuref_core, same order of operations) runs twice: with an
 // FP32 KV cache as the reference plugin keeps it, and with K and V rounded to
-// FP16 as gpt-cuda's EH_GPT_CUDA_KV=f16 cache stores them. It records each
-// layer's selected expert set. gpt-cuda runs with EH_GPT_CUDA_KV=f16 and =f32.
+// FP16 as gpt-cuda's FP16 cache (the plan's kv_f16) stores them. It records
+// each layer's selected expert set. gpt-cuda runs with the FP16 and FP32 cache.
 // Per pair the test prints top-1 agreement, the max relative logit error
 // (max |a - b| over max |b|, per position), the reference's top1-top2 margin
 // at the positions that disagree, and per layer how many tokens' expert sets
@@ -239,13 +239,14 @@ void compare_routes(const Routes& a, const Routes& b, const char* what) {
 }
 
 Trace run_gpu(const eh_plugin_api* api, const eh_model_view* view, const std::vector<int32_t>& toks, const char* kv) {
-    ::setenv("EH_GPT_CUDA_KV", kv, 1);  // read at session creation
+    // The KV cache's type is the kernel plan's, chosen at the load.
+    ::setenv("EHCUDA_PLAN", std::string(kv) == "f16" ? R"({"kv_f16": true})" : "{}", 1);
     Trace r{std::string("gpu-kv-") + kv, {}};
     Engine e(api, view, uint32_t(toks.size() + 8));
     EXPECT_TRUE(e.ok()) << e.error;
     if (!e.ok()) return r;
     for (int32_t t : toks) r.logits.push_back(e.prefill({t}));
-    ::unsetenv("EH_GPT_CUDA_KV");
+    ::unsetenv("EHCUDA_PLAN");
     return r;
 }
 

@@ -19,6 +19,7 @@
 #include <ehcuda/moe.hpp>
 
 #include "gpu_test_util.hpp"
+#include "../cuda/test_plan.hpp"
 #include "ops.hpp"  // cpu-reference building blocks
 
 namespace {
@@ -570,7 +571,7 @@ TEST(GptKernels, SplitDecodeAttentionWritesProjectionChunks) {
     const auto want = host<float>(out, size_t(q_dim));
     const ehcuda::GemvInput was = ehcuda::gemv_input();
     for (auto in : {ehcuda::GemvInput::Int16x2, ehcuda::GemvInput::Int16}) {
-        ehcuda::set_gemv_input(in);
+        ehtest::set_gemv_input(in);
         a.out_chunks = chunks.get();
         ehcuda::attention_sinks(a, nullptr);
         const auto got = host<float>(out, size_t(q_dim));
@@ -603,8 +604,8 @@ TEST(GptKernels, SplitDecodeAttentionWritesProjectionChunks) {
     bad = a;
     bad.nsplit = 129;  // the merge stages at most 128 splits
     EXPECT_THROW(ehcuda::attention_sinks(bad, nullptr), ehp::Error);
-    ehcuda::set_gemv_input(ehcuda::GemvInput::Float);
+    ehtest::set_gemv_input(ehcuda::GemvInput::Float);
     EXPECT_THROW(ehcuda::attention_sinks(a, nullptr), ehp::Error);
-    ehcuda::set_gemv_input(was);
+    ehtest::set_gemv_input(was);
     for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
 }

@@ -344,6 +344,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                                                   {"format", file->format_name()}, {"architecture", std::string(file->architecture())}});
         LoadProgressBar bar(progress_bar_fits(STDERR_FILENO, STDOUT_FILENO));
         int next_mark = 0;
+        std::string last_stage;  // each distinct stage once (the CUDA plugins' kernel plan lines among them)
         EngineLoadOptions elo;
         elo.device = gpu;
         elo.n_threads = vm["threads"].as<uint32_t>();
@@ -351,6 +352,10 @@ int cmd_serve(const std::vector<std::string>& args) {
         elo.progress = [&](float f, const char* stage) {
             server.set_load_progress(f);
             bar.update(f);
+            if (stage && *stage && last_stage != stage) {
+                last_stage = stage;
+                log_event(lvl::info, "model_load_stage", {{"stage", last_stage}});
+            }
             while (next_mark <= 100 && f * 100.0f + 1e-3f >= float(next_mark)) {
                 log_event(lvl::info, "model_load_progress", {{"percent", next_mark}, {"stage", stage ? stage : ""}});
                 next_mark += 25;

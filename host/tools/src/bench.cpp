@@ -42,6 +42,11 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
         lo.device = o.device;
         lo.n_threads = o.threads;
         lo.cancel = o.stop;
+        std::string last_stage;  // -v: each distinct load stage once (the CUDA plugins' kernel plan lines among them)
+        if (o.log)
+            lo.progress = [&](float, const char* stage) {
+                if (stage && *stage && last_stage != stage) o.log(last_stage = stage);
+            };
         auto t0 = Clock::now();
         auto model = EngineModel::load(rec.api, mf->path(), &mf->view(), mf, lo);
         run.load_ms = ms_since(t0);

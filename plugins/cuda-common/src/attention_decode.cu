@@ -4,10 +4,11 @@
 // to (max, sum, weighted V) and the chunks are merged in split order.
 // Nothing is accumulated with atomics, so results are bitwise reproducible.
 //
-// attention_decode: a decode kernel and a merge kernel (the tests' second
-// opinion on the fused one).
+// attention_decode (attention_decode_split.cu): a decode kernel and a merge
+// kernel (the tests' second opinion on the fused one). The sink attention
+// of gpt-oss is the same scheme in attention_decode_sinks.cu.
 //
-// rope_attention_decode: the same scheme in one launch per layer instead of
+// rope_attention_decode: the scheme in one launch per layer instead of
 // rope_store_kv + decode + merge. Each block rotates its own Q; the blocks
 // whose split holds the new position rotate its K and attend it from shared
 // memory, one of them per KV head stores it; the last split of a head to
@@ -20,6 +21,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include "attention_decode.cuh"
 #include "attention_dispatch.cuh"
 #include "block_reduce.cuh"
 #include "gemv_stage.cuh"
@@ -35,17 +37,12 @@ namespace ehcuda {
 namespace {
 
 using detail::by_dpl;
+using detail::kDecodeWarps;
+using detail::kKeysPerIter;
+using detail::kMaxDecodeSplits;
+using detail::kMinChunk;
 using detail::validate;
 
-constexpr int kDecodeWarps = 4;
-constexpr int kMinChunk = 64;
-// Keys a warp scores per iteration. The loop is latency-bound (each key is a
-// dependent load → reduce → rescale chain), so loading several keys' K and V
-// rows before reducing any of them keeps that many loads in flight.
-constexpr int kKeysPerIter = 4;
-// attention_decode_splits' cap; the fused kernel stages one float pair per
-// split in shared memory.
-constexpr int kMaxDecodeSplits = 128;
 // Splits the fused kernel's last block merges from registers (one scratch
 // load round); more take the shared-memory path.
 constexpr int kOneRoundMerge = 32;
@@ -55,103 +52,6 @@ constexpr int kOneRoundMerge = 32;
 // keys 746 tok/s, 64 of 256 850 (after 4,096 and 512 tokens the cap changes
 // nothing: 68 and 9 splits of 64 keys).
 constexpr int kMaxActiveSplits = 64;
-
-// scratch layout per (head, split): [m, l, acc[HD]]
-template <int DPL>
-__global__ void __launch_bounds__(kDecodeWarps * 32) attn_decode_kernel(AttnArgs a, float* scratch) {
-    pdl_entry();
-    pdl_release();
-    constexpr int HD = DPL * 32;
-    __shared__ float sm_m[kDecodeWarps], sm_l[kDecodeWarps];
-    __shared__ float sm_acc[kDecodeWarps][HD];
-
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int head = blockIdx.x, split = blockIdx.y, nsplit = gridDim.y;
-    const int kvh = head / (a.n_head / a.n_kv);
-    const int qpos = *a.d_pos0;
-    const int len = qpos + 1;
-    const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
-    const int range = len - kstart;
-    const int chunk = max(kMinChunk, (range + nsplit - 1) / nsplit);
-    const int ks = kstart + split * chunk;
-    const int ke = min(len, ks + chunk);
-    const int kv_ld = a.n_kv * HD;
-
-    float q[DPL];
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) q[i] = a.q[head * HD + lane + 32 * i] * a.scale;
-
-    float m = -INFINITY, l = 0.0f, acc[DPL];
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
-    // Warp w takes keys ks + w*G .. +G-1, then jumps by kDecodeWarps*G.
-    for (int kb = ks + warp * kKeysPerIter; kb < ke; kb += kDecodeWarps * kKeysPerIter) {
-        float kf[kKeysPerIter][DPL], vf[kKeysPerIter][DPL];
-#pragma unroll
-        for (int j = 0; j < kKeysPerIter; ++j) {
-            const int key = min(kb + j, ke - 1);  // clamped: a valid row, masked below
-            const __half* kr = a.k_cache + size_t(key) * kv_ld + kvh * HD;
-            const __half* vr = a.v_cache + size_t(key) * kv_ld + kvh * HD;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) {
-                kf[j][i] = __half2float(kr[lane + 32 * i]);
-                vf[j][i] = __half2float(vr[lane + 32 * i]);
-            }
-        }
-        float s[kKeysPerIter];
-        detail::score_keys<kKeysPerIter, DPL>(q, kf, s);
-        detail::softmax_fold<kKeysPerIter, DPL>(s, vf, ke - kb, m, l, acc);
-    }
-    if (lane == 0) {
-        sm_m[warp] = m;
-        sm_l[warp] = l;
-    }
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) sm_acc[warp][lane + 32 * i] = acc[i];
-    __syncthreads();
-
-    float M = -INFINITY;
-#pragma unroll
-    for (int w = 0; w < kDecodeWarps; ++w) M = fmaxf(M, sm_m[w]);
-    float* out = scratch + size_t(head * nsplit + split) * (HD + 2);
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        float A = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kDecodeWarps; ++w)
-            if (sm_m[w] != -INFINITY) A += sm_acc[w][d] * __expf(sm_m[w] - M);
-        out[2 + d] = A;
-    }
-    if (threadIdx.x == 0) {
-        float L = 0.0f;
-        for (int w = 0; w < kDecodeWarps; ++w)
-            if (sm_m[w] != -INFINITY) L += sm_l[w] * __expf(sm_m[w] - M);
-        out[0] = M;
-        out[1] = L;
-    }
-}
-
-__global__ void attn_merge_kernel(const float* scratch, int nsplit, int hd, float* out) {
-    pdl_entry();
-    pdl_release();
-    const int head = blockIdx.x;
-    const float* base = scratch + size_t(head) * nsplit * (hd + 2);
-    float M = -INFINITY;
-    for (int s = 0; s < nsplit; ++s) M = fmaxf(M, base[size_t(s) * (hd + 2)]);
-    float L = 0.0f;
-    for (int s = 0; s < nsplit; ++s) {
-        const float ms = base[size_t(s) * (hd + 2)];
-        if (ms != -INFINITY) L += base[size_t(s) * (hd + 2) + 1] * __expf(ms - M);
-    }
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-        float A = 0.0f;
-        for (int s = 0; s < nsplit; ++s) {
-            const float ms = base[size_t(s) * (hd + 2)];
-            if (ms != -INFINITY) A += base[size_t(s) * (hd + 2) + 2 + d] * __expf(ms - M);
-        }
-        out[head * hd + d] = A * inv;
-    }
-}
 
 // ---- Fused decode: RoPE + KV store + split-K attention + merge ----------
 //
@@ -509,33 +409,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
 }
 
 
-// Keys per warp round (EHCUDA_ATTN_KEYS, default 8, fewer where a lane's K
-// and V rows would not fit 64 registers) and the smallest split
-// (EHCUDA_ATTN_MINCHUNK, default 64) of the fused decode kernel; the
-// variables are for measurements. 16 keys at head dim 64 (what fits) ran
-// Qwen2.5-0.5B's tg128 at 1,100 / 651 tok/s after 4,096 / 16,384 tokens
-// against 8 keys' 1,202 / 746 (H200); after 512 the same within 1 %.
-struct DecodeTuning {
-    int keys = 8;
-    int min_chunk = kMinChunk;
-};
-const DecodeTuning& decode_tuning() {
-    static const DecodeTuning t = [] {
-        DecodeTuning d;
-        if (const char* e = std::getenv("EHCUDA_ATTN_KEYS")) d.keys = std::atoi(e);
-        if (const char* e = std::getenv("EHCUDA_ATTN_MINCHUNK")) d.min_chunk = std::max(1, std::atoi(e));
-        return d;
-    }();
-    return t;
-}
-
-// Largest key group of 4, 8 or 16 not above `want` whose K and V rows fit
-// 64 registers per lane.
+// Keys per warp round (KernelPlan::attn_keys, 8, or 4 where a lane's K and
+// V rows would not fit 64 registers). (16 keys at head dim 64, what fits,
+// ran Qwen2.5-0.5B's tg128 at 1,100 / 651 tok/s after 4,096 / 16,384 tokens
+// against 8 keys' 1,202 / 746 on an H200, the same within 1 % after 512:
+// removed.)
 template <int DPL, class F>
 void by_keys(int want, F&& f) {
-    if constexpr (16 * DPL <= 32) {
-        if (want >= 16) return f.template operator()<16>();
-    }
     if constexpr (8 * DPL <= 32) {
         if (want >= 8) return f.template operator()<8>();
     }
@@ -543,20 +423,6 @@ void by_keys(int want, F&& f) {
 }
 
 }  // namespace
-
-namespace detail {
-int attention_early_mode = [] {
-    const char* e = std::getenv("EHCUDA_ATTN_EARLY");
-    return e && *e ? std::atoi(e) : 2;
-}();
-bool attention_pipe_on = [] {
-    const char* e = std::getenv("EHCUDA_ATTN_PIPE");
-    return !(e && *e == '0');
-}();
-}  // namespace detail
-
-void set_attention_early(int mode) { detail::attention_early_mode = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
-void set_attention_pipe(bool on) { detail::attention_pipe_on = on; }
 
 int attention_decode_splits(uint32_t n_ctx) {
     // Enough splits that a full cache gives each block about kMinChunk keys
@@ -570,18 +436,6 @@ size_t attention_decode_scratch_floats(int n_head, int head_dim, int nsplit) {
     return size_t(n_head) * nsplit * (head_dim + 2);
 }
 
-void attention_decode(const AttnArgs& a, float* scratch, int nsplit, cudaStream_t stream) {
-    validate(a);
-    if (a.ntok != 1) throw ehp::Error(EH_INTERNAL, "attention_decode: one token only");
-    if (!attention_head_dim_fast(a.head_dim)) return attention_generic(a, stream);
-    if (nsplit < 1) nsplit = 1;
-    by_dpl(a.head_dim, [&]<int DPL>() {
-        launch("attn_decode_kernel", attn_decode_kernel<DPL>, dim3(a.n_head, nsplit), kDecodeWarps * 32, 0, stream, a, scratch);
-    });
-    EHC_LAUNCHED("attn_decode_kernel");
-    launch("attn_merge_kernel", attn_merge_kernel, a.n_head, 128, 0, stream, scratch, nsplit, a.head_dim, a.out);
-    EHC_LAUNCHED("attn_merge_kernel");
-}
 
 size_t attention_decode_counters(int n_head, int nrows) { return size_t(n_head > 0 && nrows > 0 ? n_head * nrows : 0); }
 
@@ -660,15 +514,15 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     const int nsplit = std::clamp(a.nsplit, 1, kMaxDecodeSplits);
     if (nsplit > 1 && (!a.scratch || !a.counters))
         throw ehp::Error(EH_INTERNAL, "rope_attention_decode: several splits need scratch and counters");
-    const DecodeTuning& t = decode_tuning();
+    const KernelPlan& kp = plan();
     const dim3 grid(a.n_head, nsplit, a.nrows);
     by_dpl(a.head_dim, [&]<int DPL>() {
-        by_keys<DPL>(t.keys, [&]<int G>() {
+        by_keys<DPL>(kp.attn_keys, [&]<int G>() {
             auto go = [&]<bool Pipe, bool Paged>() {
                 launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G, Pipe, Paged>, grid,
-                       kDecodeWarps * 32, 0, stream, a, t.min_chunk, xb, detail::attention_early());
+                       kDecodeWarps * 32, 0, stream, a, std::max(1, kp.attn_min_chunk), xb, detail::attention_early());
             };
-            const bool pipe = detail::attention_pipe();
+            const bool pipe = kp.attn_pipe;
             if (a.paged)
                 pipe ? go.template operator()<true, true>() : go.template operator()<false, true>();
             else

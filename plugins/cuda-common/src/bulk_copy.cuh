@@ -9,11 +9,9 @@
 #include <stddef.h>
 #include <stdint.h>
 
-namespace ehcuda::detail {
+#include "ehcuda/kernel_plan.hpp"  // kBulkMaxSmem: a block's shared bytes, past which the register forms serve
 
-// Shared memory a bulk-copy kernel's block may take (input staging and
-// tiles); past it the kernels fall back to their register forms.
-constexpr size_t kBulkMaxSmem = 200 * 1024;
+namespace ehcuda::detail {
 
 __device__ __forceinline__ uint32_t smem_u32(const void* p) {
     return static_cast<uint32_t>(__cvta_generic_to_shared(p));

@@ -1,7 +1,5 @@
 // gate_up_swiglu (kernels.hpp): a dense FFN's gate and up for one token as
 // gate_up_pair_kernel with a single "expert".
-#include <cstdlib>
-
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "gate_up_pair.cuh"
@@ -37,29 +35,31 @@ bool gate_up_swiglu_supported(const WeightRef& gate, const WeightRef& up, const 
 
 namespace {
 
-// gate_up_swiglu's launch (the caller checked the arguments), or with
-// `warps_per_sm` set the warps per multiprocessor it would run at.
-void run_pair(const GateUpArgs& a, cudaStream_t stream, int* warps_per_sm) {
-    detail::DevArgs xa = detail::single_token_input(a.x, a.cols, a.norm_w, a.norm_eps);
-    xa.prefetch = detail::gemv_entry_prefetch ? 2 : 0;
-    const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
-    uint8_t* out = static_cast<uint8_t*>(a.out);
+// Rows of gate and of up per warp of gate_up_swiglu's kernel.
+int pair_rows_per_warp(const KernelPlan& kp, const WeightRef& gate, bool bulk) {
     // Register form: 2 rows of gate and of up per warp, 16 warps: on an
     // H100, Phi-3 decode 418 -> 459 tok/s and Qwen2.5-0.5B 1278 -> 1320
     // against 4 rows x 8 warps (the MoE's shape); 1 row x 32 warps: 1213 and
     // 446. Bulk form: 2 x 16 too where that kernel is compiled for two
     // blocks per multiprocessor (pair_rw2_shares_sm: 32 warps per SM, Phi-3
     // 606-607 -> 615 t/s on one H100), else 4 x 8 (a 16-warp block alone
-    // on its multiprocessor: 535 against 562). EHCUDA_PAIR_ROWS=2 / 4 for
-    // measurements.
+    // on its multiprocessor: 535 against 562). KernelPlan::pair_rows fixes it.
+    if (kp.pair_rows == 2 || kp.pair_rows == 4) return kp.pair_rows;
+    const int bits = kp.gemv_input == GemvInput::Int16 ? 16 : 32;
+    return bulk && !detail::pair_rw2_shares_sm(gate.type, bits, true) ? 4 : 2;
+}
+
+// gate_up_swiglu's launch (the caller checked the arguments), or with
+// `warps_per_sm` set the warps per multiprocessor it would run at.
+void run_pair(const GateUpArgs& a, cudaStream_t stream, int* warps_per_sm) {
+    detail::DevArgs xa = detail::single_token_input(a.x, a.cols, a.norm_w, a.norm_eps);
+    const KernelPlan& kp = plan();
+    xa.prefetch = kp.entry_prefetch ? 2 : 0;
+    const moe_detail::DevMat g = dense_mat(a.gate), u = dense_mat(a.up);
+    uint8_t* out = static_cast<uint8_t*>(a.out);
     const bool bulk = detail::pair_bulk(a.cols);
-    static const int rows_env = [] {
-        const char* e = std::getenv("EHCUDA_PAIR_ROWS");
-        return e && *e ? std::atoi(e) : 0;
-    }();
-    const int bits = gemv_input() == GemvInput::Int16 ? 16 : 32;
-    int rows_per_warp = bulk && !detail::pair_rw2_shares_sm(a.gate.w.type, bits, true) ? 4 : 2;
-    if (rows_env == 2 || rows_env == 4) rows_per_warp = rows_env;
+    const int bits = kp.gemv_input == GemvInput::Int16 ? 16 : 32;
+    const int rows_per_warp = pair_rows_per_warp(kp, a.gate.w, bulk);
     auto go = [&]<int Bits>() {
         auto act = detail::SwiGlu{};
         if (rows_per_warp == 4)
@@ -93,6 +93,17 @@ int gate_up_swiglu_warps_per_sm(const WeightRef& gate, const WeightRef& up) {
     int warps = 0;
     run_pair(a, nullptr, &warps);
     return warps;
+}
+
+std::string gate_up_swiglu_describe(const WeightRef& gate, const WeightRef& up) {
+    if (!pair_supported(gate, up)) return "not supported (gate|up GEMV, then the down GEMV stages the SwiGLU)";
+    const KernelPlan& kp = plan();
+    const bool bulk = detail::pair_bulk(gate.cols);
+    const int rw = pair_rows_per_warp(kp, gate, bulk);
+    return std::string("gate_up_pair_kernel with SwiGLU (") +
+           (bulk ? "up to " + std::to_string(detail::pair_slots()) + " slices in flight per warp" : std::string("register form")) +
+           ", " + std::to_string(rw) + " rows of gate and up per warp, " + std::to_string(32 / rw) + " warps/block, " +
+           gemv_input_name(kp.gemv_input) + " output chunks)";
 }
 
 }  // namespace ehcuda

@@ -197,19 +197,19 @@ __global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bu
     if (warp == 0) store_chunk_warp<Bits>(vals[lane], out + (size_t(slot) * gridDim.x + chunk) * kIntStride<Bits>);
 }
 
-// Slices per warp in flight for the bulk form (EHCUDA_PAIR_SLOTS, for
-// measurements; 0 gives the register form).
-int pair_slots();
+// Slices per warp in flight for the bulk form (KernelPlan::pair_slots; 0
+// gives the register form).
+inline int pair_slots() { return std::clamp(plan().pair_slots, 0, kPairMaxSlots); }
 
 // Whether the bulk form serves a dense FFN's gate and up of `cols` inputs:
-// on sm_90 with the bulk kernels on (set_gemv_bulk), for rows of more than
+// on sm_90 with the bulk kernels on (KernelPlan::gemv_bulk), for rows of more than
 // one slice. Measured on an H100 (decode tok/s, register form -> bulk form
 // with 2 slices in flight): Phi-3 (3 slices per row) 539 -> 562 at 4 rows
 // per warp (535 at 2: 16-warp blocks take 100-128 registers per thread, one
 // block per multiprocessor); Qwen2.5-0.5B (one slice) 1,405 -> 1,389 / 1,352.
 // The MoE experts keep the register form: gpt-oss-20b 455 -> 431.
 inline bool pair_bulk(int cols) {
-    return gemv_bulk_enabled && cc_major() >= 9 && pair_slots() > 0 && cols / 32 > kPairSliceChunks;
+    return plan().gemv_bulk && cc_major() >= 9 && pair_slots() > 0 && cols / 32 > kPairSliceChunks;
 }
 
 // Whether gate_up_pair_kernel at RW 2 (16 warps) for gate and up of `type`

@@ -5,6 +5,16 @@
 // byte is read from device memory exactly once per call. A single token's
 // input is staged once per block: int16 codes + scale per chunk for
 // quantized weights (integer dot products), FP32 otherwise.
+//
+// The path of a call: matmul() picks GEMV, GEMM or the generic kernel by
+// token count and shape; gemv() sends segments of one type to
+// gemv_same_type (token groups of 8, 4, 2, 1, one launch_gemv<T, NT> each)
+// and single-token segments of different integer-path types to
+// launch_gemv_mixed. Both first offer a single token to the bulk-copy
+// kernel (gemv_bulk.cu: bulk_takes, then plan_bulk sizes it); what it does
+// not take runs gemv_kernel with plan_register's rows per warp and split-K.
+// The choosers are host code in kernel_plan.cpp, reading the installed
+// KernelPlan, so the load's log names the same kernels.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
@@ -19,62 +29,13 @@
 namespace ehcuda {
 namespace detail {
 
-// Off: the next-chunk L2 prefetch cost bandwidth on an H100 (F16 77 % ->
-// 55 % of copy bandwidth, int16-input Q4_K 56 % -> 52 %).
-bool gemv_prefetch_enabled = false;
-// Each lane asks L2 for its first chunk of each of its rows before the
-// input staging, so the staging's latency overlaps the first weight fetch
-// (H100: Qwen2.5-0.5B decode 1320 -> 1347, Phi-3 462 -> 465 tok/s, gpt-oss
-// unchanged). EHCUDA_GEMV_ENTRY_PREFETCH=0 turns it off.
-bool gemv_entry_prefetch = [] {
-    const char* e = std::getenv("EHCUDA_GEMV_ENTRY_PREFETCH");
-    return !(e && *e == '0');
-}();
-// Float-typed weights, one row per warp, float input (gpt-oss's F32 router,
-// GPT-2's F16 matrices): each lane's first chunk is loaded into registers
-// before the wait rather than asked of L2 (EHCUDA_GEMV_EARLY_REGS=0: asked
-// of L2). H100 bench -p 512 -n 128 -r 3, 0 -> 1: gpt-oss-20b 480.3 ->
-// 485.4-486.4 tok/s, GPT-2 2,441-2,442 -> 2,458-2,462.
-bool gemv_early_regs = [] {
-    const char* e = std::getenv("EHCUDA_GEMV_EARLY_REGS");
-    return !(e && *e == '0');
-}();
-// Input form of single-token GEMV on quantized weights (see GemvInput).
-// EHCUDA_GEMV_INPUT=float|int16|int8 overrides the default (int16).
-GemvInput gemv_input_mode = [] {
-    const char* e = std::getenv("EHCUDA_GEMV_INPUT");
-    if (e && std::string(e) == "float") return GemvInput::Float;
-    if (e && std::string(e) == "int8") return GemvInput::Int8;
-    if (e && std::string(e) == "int16x2") return GemvInput::Int16x2;
-    return GemvInput::Int16;
-}();
-
-// Launch shape thresholds, from the environment for measurements only.
-// Single-token rows per warp: 4 from gemv_r4_rows rows, 2 from gemv_r2_rows
-// (EHCUDA_GEMV_R4_ROWS / EHCUDA_GEMV_R2_ROWS).
-static int env_int(const char* name, int dflt) {
-    const char* e = std::getenv(name);
-    return e && *e ? std::atoi(e) : dflt;
-}
-int gemv_r4_rows = env_int("EHCUDA_GEMV_R4_ROWS", 8192);
-// (4096, not 2048: with the entry prefetch and chunk inputs, one row per
-// warp for Phi-3's 3072-row matrices took its decode 465 -> 479 tok/s.)
-int gemv_r2_rows = env_int("EHCUDA_GEMV_R2_ROWS", 4096);
-// Split-K below this many row groups, and for a single token only up to
-// this many rows (EHCUDA_GEMV_SPLIT_GROUPS / EHCUDA_GEMV_SPLIT_ROWS).
-int gemv_split_groups = env_int("EHCUDA_GEMV_SPLIT_GROUPS", 1536);
-int gemv_split_rows = env_int("EHCUDA_GEMV_SPLIT_ROWS", 2048);
-// Segments of different integer-path types in one single-token launch
-// (EHCUDA_GEMV_MIXED=0: one launch per segment).
-bool gemv_mixed_enabled = env_int("EHCUDA_GEMV_MIXED", 1) != 0;
-
 DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
     if (a.cols <= 0 || a.cols % 32) throw ehp::Error(EH_INTERNAL, "matmul: cols must be a positive multiple of 32");
     if (a.ntok < 1) throw ehp::Error(EH_INTERNAL, "matmul: ntok < 1");
     if (a.xmode == XMode::RmsNorm && (a.ntok != 1 || !a.norm_w))
         throw ehp::Error(EH_INTERNAL, "matmul: fused RMSNorm needs one token and a norm weight");
-    if (a.xmode == XMode::Chunks && (a.ntok != 1 || gemv_input_mode == GemvInput::Float ||
+    if (a.xmode == XMode::Chunks && (a.ntok != 1 || gemv_input() == GemvInput::Float ||
                                      reinterpret_cast<uintptr_t>(a.x) % 16))
         throw ehp::Error(EH_INTERNAL, "matmul: chunk input needs one token, an integer GemvInput and a 16-byte aligned x");
     if (!a.x || !a.y) throw ehp::Error(EH_INTERNAL, "matmul: null input/output");
@@ -110,7 +71,8 @@ DevArgs to_dev(const MatmulArgs& a) {
     d.ldy = a.ldy;
     d.accumulate = a.accumulate ? 1 : 0;
     d.ntok = a.ntok;
-    d.prefetch = (gemv_prefetch_enabled ? 1 : 0) | (gemv_entry_prefetch ? 2 : 0) | (gemv_early_regs ? 4 : 0);
+    const KernelPlan& p = plan();
+    d.prefetch = (p.entry_prefetch ? 2 : 0) | (p.early_regs ? 4 : 0);
     return d;
 }
 
@@ -202,15 +164,9 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
         for (int t = 0; t < NT; ++t) acc[r][t] = 0.0f;
 
     for (int c = ks * 32 + lane; c < nch; c += 32 * KS) {
-        // Pull the next iteration's chunks towards L2 so their loads are
-        // short; keeps more of the row in flight than registers alone allow.
-        const int cn = c + 32 * KS;
-        if constexpr (T != kMixedTypes)
-        if ((a.prefetch & 1) && cn < nch) {
-#pragma unroll
-            for (int r = 0; r < R; ++r)
-                if (r < nr) prefetch_l2(chunk_ptr<T>(w + size_t(r) * g.row_bytes, cn));
-        }
+        // (An L2 request for the next iteration's chunks here cost bandwidth
+        // on an H100: F16 77 % -> 55 % of copy bandwidth, int16-input Q4_K
+        // 56 % -> 52 %; removed.)
         if constexpr (XB != 0) {
             XChunk<XB> x;
             load_staged_int<XB>(xq, c, x);
@@ -296,33 +252,13 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
 template <int T, int NT>
 void launch_gemv(const DevArgs& d, cudaStream_t stream) {
     if (NT == 1 && detail::gemv_bulk(d, stream)) return;
-    // Several rows per warp only pays for tall single-token products; a
-    // warp's rows must not straddle two segments.
-    int R = 1;
-    if (NT == 1) {
-        bool fit4 = true, fit2 = true;
-        for (int s = 0; s < d.nseg; ++s) {
-            fit4 &= d.seg[s].rows % 4 == 0;
-            fit2 &= d.seg[s].rows % 2 == 0;
-        }
-        // (Phi-3-mini's 3072-row matrices at R = 2 ran 0.48 waves at 17 %
-        // occupancy per ncu; R = 1 there was slower in session 2, 365 -> 350
-        // tok/s, and faster once the input staging shrank, 465 -> 479.)
-        if (d.total_rows >= detail::gemv_r4_rows && fit4) R = 4;
-        else if (d.total_rows >= detail::gemv_r2_rows && fit2) R = 2;
-    }
+    // Rows per warp and split-K (kernel_plan.cpp, plan_register).
+    const RegisterLaunch rl = plan_register(plan(), NT, detail::shape_of(d));
+    const int R = rl.rows_per_warp;
     const int groups = (d.total_rows + R - 1) / R;
-    // Fewer than ~12 row groups per SM -> split K over the block's 4 warps.
-    // Single token: the same for a short, long-K matrix (Qwen2.5-0.5B's
-    // ffn_down, 896 x 4864: one warp per row walked ~5 dependent chunk loads
-    // per lane), each block staging the input for its one row group.
-    // (Split-K for every chunk-input GEMV from 1024 inputs, which has no
-    // staging to repeat per block, was measured: Qwen 1357 -> 1343, Phi-3
-    // 467 -> 470 tok/s on an H100; not kept.)
-    const bool split = groups < detail::gemv_split_groups && d.cols >= 32 * 64 &&
-                       (NT > 1 || d.total_rows <= detail::gemv_split_rows);
+    const bool split = rl.split_k;
     const int per_block = split ? 1 : kWarps;
-    const GemvInput in = NT == 1 && has_int_input_path<T>() ? detail::gemv_input_mode : GemvInput::Float;
+    const GemvInput in = NT == 1 && has_int_input_path<T>() ? gemv_input() : GemvInput::Float;
     const bool chunks = d.xmode == int(XMode::Chunks);
     if (chunks && in == GemvInput::Float)
         throw ehp::Error(EH_UNSUPPORTED, "matmul: chunk input needs a weight type with an integer dot product");
@@ -375,7 +311,7 @@ void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
         allow_dynamic_smem(kernel, smem);
         launch("gemv_kernel", kernel, dim3(nblk), kWarps * 32, smem, stream, d);
     };
-    switch (detail::gemv_input_mode) {
+    switch (gemv_input()) {
     case GemvInput::Int8: go(gemv_kernel<kMixedTypes, 1, 1, 1, 8>, staged_int_bytes<8>(d.cols)); break;
     case GemvInput::Int16: go(gemv_kernel<kMixedTypes, 1, 1, 1, 16>, staged_int_bytes<16>(d.cols)); break;
     case GemvInput::Int16x2: go(gemv_kernel<kMixedTypes, 1, 1, 1, 32>, staged_int_bytes<32>(d.cols)); break;
@@ -408,18 +344,11 @@ void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
 
 }  // namespace
 
-void set_gemv_prefetch(bool on) { detail::gemv_prefetch_enabled = on; }
-void set_gemv_bulk(bool on) { detail::gemv_bulk_enabled = on; }
-void set_gemv_early_regs(bool on) { detail::gemv_early_regs = on; }
-bool gemv_bulk_on() { return detail::gemv_bulk_enabled; }
-void set_gemv_bulk_ring(int min_waves) { detail::gemv_bulk_ring_waves = std::max(0, min_waves); }
-int gemv_bulk_ring() { return detail::gemv_bulk_ring_waves; }
-void set_gemv_input(GemvInput in) { detail::gemv_input_mode = in; }
-GemvInput gemv_input() { return detail::gemv_input_mode; }
+GemvInput gemv_input() { return plan().gemv_input; }
 
 size_t gemv_chunk_bytes(int n) {
     const size_t chunks = size_t(n > 0 ? n : 0) / 32;
-    switch (detail::gemv_input_mode) {
+    switch (gemv_input()) {
     case GemvInput::Int8: return chunks * detail::kIntStride<8>;
     case GemvInput::Int16: return chunks * detail::kIntStride<16>;
     case GemvInput::Int16x2: return chunks * detail::kIntStride<32>;
@@ -428,7 +357,7 @@ size_t gemv_chunk_bytes(int n) {
 }
 
 bool gemv_takes_chunks(uint32_t type) {
-    return detail::gemv_input_mode != GemvInput::Float && matmul_type_supported(type) && detail::int_type(type);
+    return gemv_input() != GemvInput::Float && matmul_type_supported(type) && int_input_type(type);
 }
 
 bool matmul_type_supported(uint32_t type) {
@@ -457,8 +386,8 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
         gemv_same_type(d, stream);
         return;
     }
-    bool mixed = d.ntok == 1 && detail::gemv_input_mode != GemvInput::Float && detail::gemv_mixed_enabled;
-    for (int s = 0; s < d.nseg; ++s) mixed &= detail::mixed_launch_type(uint32_t(d.seg[s].type));
+    bool mixed = d.ntok == 1 && gemv_input() != GemvInput::Float && plan().gemv_mixed;
+    for (int s = 0; s < d.nseg; ++s) mixed &= mixed_launch_type(uint32_t(d.seg[s].type));
     if (mixed) {
         launch_gemv_mixed(d, stream);
         return;

@@ -11,7 +11,6 @@
 // Matrices of several waves take a resident grid instead
 // (gemv_bulk_ring_kernel), whose warps stream tile after tile.
 #include <algorithm>
-#include <cstdlib>
 
 #include "bulk_copy.cuh"
 #include "ehcuda/check.hpp"
@@ -25,7 +24,7 @@ namespace ehcuda::detail {
 
 namespace {
 
-constexpr int kMaxWarps = 16;
+constexpr int kMaxWarps = kBulkMaxWarps;
 constexpr int kMixed = -1;  // segments of different types, looked up per warp
 
 struct BulkArgs {
@@ -202,128 +201,18 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
     }
 }
 
-// Tile cap in bytes (EHCUDA_GEMV_BULK_KB, for measurements).
-int env_int(const char* name, int dflt, int lo, int hi) {
-    const char* e = std::getenv(name);
-    return std::clamp(e && *e ? std::atoi(e) : dflt, lo, hi);
-}
-const size_t kTileCap = size_t(env_int("EHCUDA_GEMV_BULK_KB", 8, 1, 48)) << 10;
-// Warps per block (EHCUDA_GEMV_BULK_WARPS = 4 / 8 / 16 fixes the most; 0,
-// the default: 16 for matrices of 4 or more waves of such blocks, else 8).
-// 8 rather than 16 on an H100 (tok/s): Phi-3 494 -> 534, gpt-oss 453 -> 475,
-// Qwen2.5-0.5B 1,287 -> 1,290 (4: 485, 437, 1,283): 16-warp blocks left
-// Phi-3's 3,072-row matrices at 1.5 blocks per multiprocessor. 16 for the
-// tall ones: their per-block input staging halves (16384 x 8192 Q4_K with
-// float input: 68 % of copy bandwidth at 16, 51 % at 8).
-const int kWarpsCap = env_int("EHCUDA_GEMV_BULK_WARPS", 0, 0, kMaxWarps);
-// With the default, 8 rather than 16 where a 16-warp block would sit alone
-// on its multiprocessor (one block loading, none computing) and the staged
-// input is at most two warps' tiles, so staging it twice as often costs
-// little (EHCUDA_GEMV_BULK_FIT2=0: 16 regardless). H100, 16 -> 8: Qwen2.5's
-// tied Q8_0 head (151936 x 896) 84 -> 91 % of copy bandwidth, decode
-// 1,542-1,544 -> 1,553-1,556 tok/s, Phi-3 (its Q6_K head) 594-595 ->
-// 597-598; where the input is the larger (Q6_K 16384 x 8192, int16 input
-// 20 KB against 6.7 KB tiles) 65 -> 58 %.
-const bool kFit2 = env_int("EHCUDA_GEMV_BULK_FIT2", 1, 0, 1) != 0;
-constexpr size_t kSmemPerSm = 228 * 1024;  // sm_90; each block also holds 1 KB of the system's
-
-// Rows per tile, tiles, warps per block and shared bytes of one launch.
-struct Plan {
-    int tr = 0, tiles = 0, warps = 0, x_bytes = 0, tile_stride = 0, blocks = 0;
-    size_t smem = 0;
-    bool same = true, ring = false;
-};
-
-// Blocks of `smem` dynamic shared bytes that fit one multiprocessor.
-int blocks_per_sm(size_t smem) { return std::max(1, int(kSmemPerSm / (smem + 2048))); }
-
-// The ring kernel's warps per block: the most warps per multiprocessor
-// (multiples of 4 up to 16, at most 32 per multiprocessor as its ~64
-// registers per thread allow; the larger block on a tie: fewer stagings);
-// p unchanged where two buffers per warp do not fit. Its grid (p.blocks)
-// is what stays resident, which the launch asks the occupancy calculator.
-void plan_ring(Plan& p) {
-    int best = 0, best_w = 0;
-    for (int w = 16; w >= 4; w -= 4) {
-        const size_t smem = size_t(p.x_bytes) + size_t(w) * 2 * p.tile_stride;
-        if (smem > kBulkMaxSmem) continue;
-        const int per_sm = w * std::min(blocks_per_sm(smem), 32 / w);
-        if (per_sm > best) best = per_sm, best_w = w;
-    }
-    if (best_w == 0) return;
-    p.ring = true;
-    p.warps = best_w;
-    p.smem = size_t(p.x_bytes) + size_t(best_w) * 2 * p.tile_stride;
-    p.blocks = (p.tiles + best_w - 1) / best_w;
-}
-
-Plan plan_for(const DevArgs& d) {
-    Plan p;
-    size_t max_rb = 0;
-    for (int s = 0; s < d.nseg; ++s) {
-        max_rb = std::max(max_rb, d.seg[s].row_bytes);
-        p.same &= d.seg[s].type == d.seg[0].type;
-    }
-    // Tiles for ~32 warps on every multiprocessor, each at most kTileCap
-    // bytes (at least one row) and 8 rows.
-    const int nsm = sm_count();
-    const int want = std::max(1, (d.total_rows + 32 * nsm - 1) / (32 * nsm));
-    const int cap = int(std::max<size_t>(1, kTileCap / max_rb));
-    p.tr = std::min({want, cap, 8});
-    for (int s = 0; s < d.nseg; ++s) p.tiles += (d.seg[s].rows + p.tr - 1) / p.tr;
-    p.tile_stride = int((size_t(p.tr) * max_rb + 15 + 15) / 16 * 16);
-    const size_t xb = gemv_input() == GemvInput::Int16 ? staged_int_bytes<16>(d.cols) : staged_int_bytes<32>(d.cols);
-    p.x_bytes = int((xb + 15) / 16 * 16);
-    // Warps per block: as many as keep every multiprocessor busy (4..16),
-    // within the shared memory a block may have.
-    if (kWarpsCap == 0) {
-        p.warps = (p.tiles + 15) / 16 >= 4 * nsm ? 16 : 8;
-        if (p.warps == 16 && kFit2 && p.x_bytes <= 2 * p.tile_stride &&
-            2 * (size_t(p.x_bytes) + 16 * size_t(p.tile_stride) + 2048) > kSmemPerSm)
-            p.warps = 8;
-    }
-    else p.warps = kWarpsCap >= 16 ? 16 : kWarpsCap >= 8 ? 8 : 4;
-    while (p.warps > 4 && ((p.tiles + p.warps - 1) / p.warps < nsm ||
-                           size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride > kBulkMaxSmem))
-        p.warps /= 2;
-    p.smem = size_t(p.x_bytes) + size_t(p.warps) * p.tile_stride;
-    if (p.smem > kBulkMaxSmem) {
-        p.warps = 0;  // too wide: the register kernel serves it
-        return p;
-    }
-    p.blocks = (p.tiles + p.warps - 1) / p.warps;
-    const int waves = (p.blocks + blocks_per_sm(p.smem) * nsm - 1) / (blocks_per_sm(p.smem) * nsm);
-    if (gemv_bulk_ring_waves > 0 && waves >= gemv_bulk_ring_waves) plan_ring(p);
-    return p;
-}
-
 }  // namespace
 
-// gemv_bulk_ring_kernel for matrices of at least this many waves of
-// gemv_bulk_kernel's blocks (EHCUDA_GEMV_BULK_RING, set_gemv_bulk_ring; 0:
-// never).
-int gemv_bulk_ring_waves = env_int("EHCUDA_GEMV_BULK_RING", 3, 0, 1 << 20);
-
-int pair_slots() {
-    static const int n = env_int("EHCUDA_PAIR_SLOTS", 2, 0, kPairMaxSlots);
-    return n;
-}
-
-bool gemv_bulk_enabled = [] {
-    const char* e = std::getenv("EHCUDA_GEMV_BULK");
-    return !(e && *e == '0');
-}();
-
 bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
-    const GemvInput in = gemv_input();
-    if (!gemv_bulk_enabled || d.ntok != 1 || (in != GemvInput::Int16 && in != GemvInput::Int16x2) || cc_major() < 9)
-        return false;
-    for (int s = 0; s < d.nseg; ++s)
-        if (!int_type(uint32_t(d.seg[s].type)) || d.seg[s].type == EH_TYPE_MXFP4) return false;
-    const Plan p = plan_for(d);
+    if (d.ntok != 1) return false;
+    const GemvShape g = shape_of(d);
+    const KernelPlan& kp = plan();
+    if (!bulk_takes(kp, DeviceTraits{cc_major(), 0, sm_count()}, g)) return false;
+    // Tile rows, warps per block, one-shot or resident grid (kernel_plan.cpp).
+    const BulkLaunch p = plan_bulk(kp, sm_count(), g);
     if (p.warps == 0) return false;
     const int R = p.tr <= 1 ? 1 : p.tr <= 2 ? 2 : p.tr <= 4 ? 4 : 8;
-    const int bits = gemv_input() == GemvInput::Int16 ? 16 : 32;
+    const int bits = kp.gemv_input == GemvInput::Int16 ? 16 : 32;
     BulkArgs b{};
     b.d = d;
     b.rows_per_tile = p.tr;

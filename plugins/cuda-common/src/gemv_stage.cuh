@@ -25,6 +25,10 @@ inline size_t staged_bytes(int cols) { return size_t(cols / 32) * kChunkPad * si
 // distinct banks.
 template <int Bits>
 constexpr int kIntStride = Bits == 8 ? 48 : Bits == 16 ? 80 : 112;
+static_assert(size_t(kIntStride<8>) == int_chunk_bytes(GemvInput::Int8) &&
+                  size_t(kIntStride<16>) == int_chunk_bytes(GemvInput::Int16) &&
+                  size_t(kIntStride<32>) == int_chunk_bytes(GemvInput::Int16x2),
+              "kernel_plan.hpp sizes staged inputs with these strides");
 template <int Bits>
 constexpr int kCodeBytes = Bits == 8 ? 32 : Bits == 16 ? 64 : 96;
 

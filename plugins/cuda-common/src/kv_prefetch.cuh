@@ -7,28 +7,26 @@
 // cache before the wait.
 #pragma once
 
-#include <cstdlib>
+#include <algorithm>
 
+#include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/quant.cuh"
 
 namespace ehcuda::detail {
 
-// EHCUDA_ATTN_EARLY / set_attention_early (kernels.hpp): 0 reads nothing
+// KernelPlan::attn_early: 0 reads nothing
 // before the wait; 1 the first key group before it; 2 (default) also asks
 // L2 for the rest of the block's keys. H100 bench -p 512 -n 128 -r 3, 0 ->
 // 2: Qwen2.5-0.5B 1,453 -> 1,506-1,514 tok/s, Phi-3 564.5-564.9 ->
 // 582.5-582.6, gpt-oss-20b 482.1 -> 487.8-489.2.
-extern int attention_early_mode;
-inline int attention_early() { return attention_early_mode; }
+inline int attention_early() { return std::clamp(plan().attn_early, 0, 2); }
 
-// EHCUDA_ATTN_PIPE=0 / set_attention_pipe(false): a warp of the llama
+// KernelPlan::attn_pipe off: a warp of the llama
 // decode attention issues its next key group's loads after scoring the
 // current one rather than before. H100, bench -p 512 -n 128 -r 3, 0 -> 1:
 // Phi-3 (two groups per warp) 597.0-597.4 -> 602.9-603.3 tok/s, Qwen2.5
 // (one group) unchanged. The same in the sink attention's key loop
 // (gpt_ops.cu) gave gpt-oss 490.5-490.8 -> 488.7-489.8 and was not kept.
-extern bool attention_pipe_on;
-inline bool attention_pipe() { return attention_pipe_on; }
 
 // Asks L2 for the K and V rows of keys k0 .. k1 (inclusive) of KV head kvh
 // (hd elements of C per row, rows kv_ld elements apart), one prefetch per 64

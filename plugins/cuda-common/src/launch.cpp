@@ -1,5 +1,4 @@
-#include <cstdlib>
-
+#include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 
 namespace ehcuda {
@@ -28,12 +27,6 @@ int cc_major() {
 
 }  // namespace detail
 
-bool pdl_enabled() {
-    static const bool on = [] {
-        if (const char* e = std::getenv("EHCUDA_PDL"); e && e[0] == '0') return false;
-        return detail::cc_major() >= 9;
-    }();
-    return on;
-}
+bool pdl_enabled() { return plan().pdl && detail::cc_major() >= 9; }
 
 }  // namespace ehcuda

@@ -34,13 +34,9 @@ struct DevArgs {
     int ldy;
     int accumulate;
     int ntok;
-    int prefetch;  // bit 0: next chunks to L2 inside the loop; bit 1: first chunks at entry;
-                   // bit 2: float weights' first chunk into registers at entry (gemv_kernel)
+    int prefetch;  // bit 1: first chunks to L2 at entry (KernelPlan::entry_prefetch);
+                   // bit 2: float weights' first chunk into registers at entry (early_regs, gemv_kernel)
 };
-
-// Whether weight-streaming kernels prefetch their first chunks at entry
-// (gemv.cu; EHCUDA_GEMV_ENTRY_PREFETCH=0 turns it off).
-extern bool gemv_entry_prefetch;
 
 // Output element (token t, segment row lr) of a matmul: the row's dot
 // product `sum` plus its bias, stored or added to y. The epilogue of every
@@ -75,12 +71,24 @@ __device__ __forceinline__ void load_x32(const DevArgs& a, int t, int c, float (
 
 DevArgs to_dev(const MatmulArgs& a);
 
+// The shape of a launch as the plan's choosers (kernel_plan.hpp) take it.
+inline GemvShape shape_of(const DevArgs& d) {
+    GemvShape g;
+    g.nseg = d.nseg;
+    for (int s = 0; s < d.nseg; ++s) {
+        g.type[s] = uint32_t(d.seg[s].type);
+        g.rows[s] = d.seg[s].rows;
+        g.row_bytes[s] = d.seg[s].row_bytes;
+    }
+    g.cols = d.cols;
+    return g;
+}
+
 // Single-token GEMV through the bulk copy engine (gemv_bulk.cu): launches
 // and returns true when it takes these arguments (integer int16 / int16x2
 // input, integer-path types but MXFP4, sm_90+, rows that fit its shared
-// memory, not switched off); false and nothing launched otherwise.
-extern bool gemv_bulk_enabled;
-extern int gemv_bulk_ring_waves;  // set_gemv_bulk_ring
+// memory, not switched off in the plan: bulk_takes and plan_bulk,
+// kernel_plan.hpp); false and nothing launched otherwise.
 bool gemv_bulk(const DevArgs& d, cudaStream_t stream);
 
 // Host-side type dispatch: f.template operator()<T>().
@@ -142,21 +150,6 @@ bool int_type_dispatch(uint32_t type, F&& f) {
 }
 
 // The same set, as a test (has_int_input_path<T>() at compile time).
-inline bool int_type(uint32_t type) {
-    return type == EH_TYPE_MXFP4 || type == EH_TYPE_Q4_0 || type == EH_TYPE_Q4_1 || type == EH_TYPE_Q5_0 ||
-           type == EH_TYPE_Q5_1 || type == EH_TYPE_Q8_0 || type == EH_TYPE_Q4_K || type == EH_TYPE_Q5_K ||
-           type == EH_TYPE_Q6_K || type == EH_TYPE_Q2_K || type == EH_TYPE_Q3_K || type == EH_TYPE_IQ4_NL ||
-           type == EH_TYPE_IQ4_XS;
-}
-
-// The types a single-token launch of segments of different types decodes
-// (dot_chunk_int_any): the integer-path types but MXFP4 and the low-bit
-// ones (Q2_K, Q3_K, IQ4_NL, IQ4_XS), whose decoders would raise that
-// kernel's register use for every model; a launch with one of those goes
-// segment by segment.
-inline bool mixed_launch_type(uint32_t type) {
-    return int_type(type) && type != EH_TYPE_MXFP4 && type != EH_TYPE_Q2_K && type != EH_TYPE_Q3_K &&
-           type != EH_TYPE_IQ4_NL && type != EH_TYPE_IQ4_XS;
-}
+inline bool int_type(uint32_t type) { return int_input_type(type); }
 
 }  // namespace ehcuda::detail

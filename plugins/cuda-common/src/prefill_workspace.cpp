@@ -3,10 +3,10 @@
 #include <cublas_v2.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <string>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/kernel_plan.hpp"
 
 namespace ehcuda {
 namespace {
@@ -27,15 +27,10 @@ void check_cublas(cublasStatus_t st, const char* what) {
 PrefillWorkspace::PrefillWorkspace(const PrefillShape& shape, cudaStream_t stream, MemoryLedger* ledger)
     : shape_(shape), stream_(stream) {
     if (shape.max_tokens <= 0 || shape.max_cols <= 0) throw ehp::Error(EH_INTERNAL, "prefill workspace: empty shape");
-    if (const char* e = std::getenv("EHCUDA_PREFILL_MIN_TOKENS")) min_tokens_ = std::max(0, std::atoi(e));
-    if (const char* e = std::getenv("EHCUDA_PREFILL_SLAB_MB")) {
-        const int mb = std::atoi(e);
-        if (mb > 0) shape_.slab_bytes = size_t(mb) << 20;
-    }
-    if (const char* e = std::getenv("EHCUDA_PREFILL_DENSE_SLAB_MB")) {
-        const int mb = std::atoi(e);
-        if (mb > 0) shape_.dense_slab_bytes = size_t(mb) << 20;
-    }
+    const KernelPlan& kp = plan();
+    min_tokens_ = kp.prefill_min_tokens;
+    if (kp.prefill_slab_mb > 0) shape_.slab_bytes = size_t(kp.prefill_slab_mb) << 20;
+    if (kp.prefill_dense_slab_mb > 0) shape_.dense_slab_bytes = size_t(kp.prefill_dense_slab_mb) << 20;
     if (shape_.moe_experts <= 0) shape_.slab_bytes = std::min(shape_.slab_bytes, shape_.dense_slab_bytes);
     // At least 64 rows of the widest input fit the slab.
     shape_.slab_bytes = std::max(shape_.slab_bytes, size_t(std::max(shape_.max_cols, shape_.moe_ff + shape_.moe_embd)) * 2 * 64);

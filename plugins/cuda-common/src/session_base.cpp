@@ -22,13 +22,15 @@ SessionBase::SessionBase(const SessionShape& shape, const eh_session_params& par
     n_ctx_ = std::min(n_ctx_, shape.n_ctx_cap);
     EHC_CHECK(cudaSetDevice(device_));
     max_batch_ = int(std::min<uint32_t>(n_ctx_, uint32_t(shape.max_batch)));
+    plan_ = shape.plan ? *shape.plan : plan();
+    const KernelPlan& kp = plan_;
     if (!shape.profile_groups.empty()) {
-        if (const char* e = std::getenv("EHCUDA_PROFILE_DECODE")) profile_ = e[0] == '1';
+        profile_ = kp.profile_decode;
         group_names_ = shape.profile_groups;
         group_names_.push_back("sampler");
         group_ms_.assign(group_names_.size(), 0.0);
     }
-    if (const char* e = std::getenv("EHCUDA_PIPELINE")) pipeline_ = e[0] != '0';
+    pipeline_ = kp.pipeline;
 }
 
 void SessionBase::finish_init(PrefillShape ps) {

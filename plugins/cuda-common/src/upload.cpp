@@ -8,6 +8,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/device_memory.hpp"
 #include "ehcuda/mxfp4_layout.hpp"
+#include "ehcuda/options.hpp"
 
 namespace ehcuda {
 namespace {
@@ -112,6 +113,10 @@ UploadStats upload_weights(const std::vector<UploadItem>& items, const UploadOpt
     st.bytes = total;
     st.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     return st;
+}
+
+size_t upload_chunk_option(const Options& options) {
+    return size_t(options.integer("upload_chunk_bytes", int64_t(UploadOptions{}.chunk_bytes), 4096, int64_t(1) << 30));
 }
 
 }  // namespace ehcuda

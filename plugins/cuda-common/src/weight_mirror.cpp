@@ -1,5 +1,7 @@
 #include "ehcuda/weight_mirror.hpp"
 
+#include "ehcuda/options.hpp"
+
 #include <cstring>
 
 #include <engine_host/plugin_abi.hpp>
@@ -77,18 +79,8 @@ MirrorDecision build_mirror(WeightMirror& mirror, const std::vector<WeightRef>& 
     return d;
 }
 
-MirrorPolicy parse_mirror_policy(const char* json) {
-    if (!json) return MirrorPolicy::Auto;
-    const char* p = std::strstr(json, "\"fp16_weights\"");
-    if (!p) return MirrorPolicy::Auto;
-    p = std::strchr(p + 14, ':');
-    if (!p) throw ehp::Error(EH_INVALID_ARGUMENT, "options: \"fp16_weights\" needs a value (\"auto\", \"on\" or \"off\")");
-    ++p;
-    while (*p == ' ' || *p == '\t' || *p == '\n' || *p == '\r') ++p;
-    for (auto [name, v] : {std::pair{"\"auto\"", MirrorPolicy::Auto}, std::pair{"\"on\"", MirrorPolicy::On},
-                           std::pair{"\"off\"", MirrorPolicy::Off}})
-        if (std::strncmp(p, name, std::strlen(name)) == 0) return v;
-    throw ehp::Error(EH_INVALID_ARGUMENT, "options: \"fp16_weights\" must be \"auto\", \"on\" or \"off\"");
+MirrorPolicy mirror_policy_option(const Options& options) {
+    return MirrorPolicy(options.choice("fp16_weights", int(MirrorPolicy::Auto), {"auto", "on", "off"}));
 }
 
 }  // namespace ehcuda

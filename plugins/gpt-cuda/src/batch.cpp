@@ -59,19 +59,14 @@ constexpr int kMoeGroupedMax = 512;
 // step's token budget.
 constexpr int kMoeChunk = 512;
 
-int env_int(const char* name, int fallback) {
-    const char* e = std::getenv(name);
-    return e && *e ? std::atoi(e) : fallback;
-}
-
 }  // namespace
 
 Batch::Batch(Model& model, const eh_kv_params& params)
     : BatchBase(shape_of(model), params),
       m_(model),
       c_(model.cfg),
-      gemv_per_token_max_(env_int("EH_GPT_CUDA_BATCH_GEMV_PER_TOKEN", kGemvPerTokenMax)),
-      moe_grouped_max_(env_int("EH_GPT_CUDA_BATCH_MOE_GROUPED_MAX", kMoeGroupedMax)) {
+      gemv_per_token_max_(model.plan.batch_gemv_per_token >= 0 ? model.plan.batch_gemv_per_token : kGemvPerTokenMax),
+      moe_grouped_max_(model.plan.batch_moe_grouped_max >= 0 ? model.plan.batch_moe_grouped_max : kMoeGroupedMax) {
     ehcuda::MemoryLedger* L = ledger();
     const size_t T = size_t(max_step_tokens());
     h_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);

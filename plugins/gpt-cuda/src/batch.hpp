@@ -51,9 +51,8 @@ private:
 
     Model& m_;
     const Config& c_;
-    // Measurement knobs: the largest token count whose dense matmuls run one
-    // single-token GEMV per token (EH_GPT_CUDA_BATCH_GEMV_PER_TOKEN), and
-    // whose experts run grouped (moe_grouped; EH_GPT_CUDA_BATCH_MOE_GROUPED_MAX).
+    // The largest token counts that run one single-token kernel per token
+    // (the plan's batch_gemv_per_token / batch_moe_per_token override them).
     int gemv_per_token_max_;
     int moe_grouped_max_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_, grouped_;

@@ -1,7 +1,5 @@
 #include "model.hpp"
 
-#include <cstdlib>
-
 #include <cuda_runtime_api.h>
 
 #include <cstring>
@@ -10,6 +8,7 @@
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/graph.hpp>
+#include <ehcuda/options.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
 
@@ -31,16 +30,6 @@ std::string dims_str(const eh_tensor& t) {
     std::string s;
     for (uint32_t d = 0; d < t.n_dims && d < EH_MAX_DIMS; ++d) s += (d ? ", " : "") + std::to_string(t.dims[d]);
     return "{" + s + "}";
-}
-
-size_t parse_size_option(const char* json, const char* key, size_t dflt) {
-    if (!json) return dflt;
-    const char* p = std::strstr(json, key);
-    if (!p) return dflt;
-    p = std::strchr(p, ':');
-    if (!p) return dflt;
-    unsigned long long v = std::strtoull(p + 1, nullptr, 10);
-    return v >= 4096 ? size_t(v) : dflt;
 }
 
 // Plans the arena and the upload list while checking each tensor's type,
@@ -211,6 +200,55 @@ void bind_gpt_oss_layer(Loader& ld, const Config& c, int i, Layer& L) {
     L.window = c.layer_window(i);
 }
 
+// The load's log of the kernel plan: one line per weight-matrix kind and
+// launch, and the attention's.
+std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& dev) {
+    ehcuda::PlanScope scope(m.plan);
+    const Config& c = m.cfg;
+    const ehcuda::KernelPlan& p = m.plan;
+    std::vector<ehcuda::MatrixKind> mats;
+    for (const Layer& L : m.layers) {
+        mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
+        const bool chunks = c.arch == Arch::GptOss && p.attn_chunks && c.head_dim % 32 == 0 &&
+                            ehcuda::gemv_takes_chunks(L.attn_out.w.type);
+        mats.push_back({"attn_output", ehcuda::gemv_shape(&L.attn_out, 1), chunks, ""});
+        if (c.arch == Arch::Gpt2) {
+            mats.push_back({"ffn_up", ehcuda::gemv_shape(&L.ffn_up, 1), false, ""});
+            mats.push_back({"ffn_down", ehcuda::gemv_shape(&L.ffn_down, 1), false, ""});
+        } else {
+            mats.push_back({"ffn_gate_inp (router)", ehcuda::gemv_shape(&L.router, 1), false, ""});
+            ehcuda::GemvShape e;
+            e.type[0] = L.gate_exps.type;
+            e.rows[0] = c.n_ff_exp;
+            e.cols = c.n_embd;
+            const bool dec = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
+            mats.push_back({"ffn_gate_up_exps", e, false,
+                            dec ? std::string("moe_decode: gate_up_pair_kernel over the routed experts (register form, ") +
+                                      ehcuda::gemv_input_name(p.gemv_input) + " input)" +
+                                      (p.moe_fused_route ? ", routing fused into it" : ", route_kernel first")
+                                : std::string("moe_gate_up (float kernels)")});
+            ehcuda::GemvShape d;
+            d.type[0] = L.down_exps.type;
+            d.rows[0] = c.n_embd;
+            d.cols = c.n_ff_exp;
+            mats.push_back({"ffn_down_exps", d, dec,
+                            dec ? "moe_decode: down_decode_kernel, input chunks from the gate|up kernel"
+                                : "moe_down (float kernels)"});
+        }
+    }
+    ehcuda::MatSeg head;
+    head.w = m.output;
+    mats.push_back({"output", ehcuda::gemv_shape(&head, 1), false, ""});
+    const std::string hd = "head dim " + std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) + " query / " +
+                           std::to_string(c.n_kv) + " KV heads";
+    std::vector<std::string> attn = {
+        "attention decode: " +
+            std::string(c.arch == Arch::GptOss ? "rope_sink_attention_decode (RoPE table, KV store, split-K with sinks), "
+                                               : "rope_sink_attention_decode (split-K), ") +
+            hd};
+    return ehcuda::plan_log(p, dev, mats, attn);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_model(const eh_load_params& params) {
@@ -220,8 +258,10 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->device = params.device;
     m->path = params.path && *params.path ? params.path : "(model)";
     Config& c = m->cfg;
-    const size_t chunk = parse_size_option(params.options_json, "\"upload_chunk_bytes\"", size_t(1) << 20);
-    const ehcuda::MirrorPolicy mirror_policy = ehcuda::parse_mirror_policy(params.options_json);
+    const ehcuda::Options opts(params.options_json);
+    opts.check_known({"upload_chunk_bytes", "fp16_weights", "kernels"});
+    const size_t chunk = ehcuda::upload_chunk_option(opts);
+    const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
 
     auto progress = [&](float f, const char* stage) {
         if (params.progress) params.progress(params.progress_user, f, stage);
@@ -234,6 +274,11 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->device_name = prop.name;
     m->compute_capability = prop.major * 10 + prop.minor;
     EHC_CHECK(cudaRuntimeGetVersion(&m->runtime_version));
+    // gpt-oss's top-4 routing must not flip on the GEMV input's int16
+    // rounding: the plan takes int16x2 (choose_plan's exact_routing). GPT-2
+    // shares the plugin and the choice.
+    const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
+    m->plan = ehcuda::load_plan(dev, true, opts);
     progress(0.0f, "validating");
 
     Loader ld(*m, view);
@@ -261,16 +306,6 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         else bind_gpt_oss_layer(ld, c, i, m->layers[size_t(i)]);
     }
     m->quant_kind = ld.plan.dominant_type();
-    // gpt-oss's top-4 routing flips on near-ties at the int16 input rounding
-    // of the default single-token GEMV (teacher-forced top-1 vs the CPU
-    // reference fell from 128/128 to 126/128 on the forged 20B), so this
-    // plugin takes its GEMV inputs as int16x2 codes (int16 + int8 residue,
-    // ~2^-24 of each chunk's largest value), at the integer path's speed (the FP32 path read Q8_0
-    // attention weights at ~860 GB/s on an H100). Its copy of the library
-    // state is its own: each plugin links cuda-common statically. An
-    // explicit EHCUDA_GEMV_INPUT still wins.
-    if (!std::getenv("EHCUDA_GEMV_INPUT")) ehcuda::set_gemv_input(ehcuda::GemvInput::Int16x2);
-
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
     ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
     progress(0.02f, "allocating");
@@ -301,6 +336,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
             if (g->w.data) mats.push_back(g->w);
     }
     const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
+    for (const std::string& line : plan_lines(*m, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;
 }

@@ -53,6 +53,9 @@ struct Model {
     // FP16 copies of the dense matrices for multi-token GEMMs (the experts
     // keep their own path), when the load's policy keeps them.
     ehcuda::WeightMirror mirror;
+    // Every tuning choice of the kernels (kernel_plan.hpp), chosen at load;
+    // plugin_glue.hpp installs it around each call that runs kernels.
+    ehcuda::KernelPlan plan;
 };
 
 // Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates

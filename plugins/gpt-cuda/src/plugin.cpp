@@ -29,7 +29,7 @@ struct Engine {
         out.context_length = uint32_t(m.cfg.n_ctx_train);
         out.vocab_size = uint32_t(m.cfg.n_vocab);
         // K and V in the batched step's FP16 pool (the host serves through
-        // it; a session's cache is FP32 unless EH_GPT_CUDA_KV=f16).
+        // it; a session's cache is FP32 unless the plan's kv_f16).
         out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * 2;
     }
 };

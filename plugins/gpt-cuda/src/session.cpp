@@ -25,14 +25,10 @@ constexpr int kMaxBatch = 2048;
 // flips near-tied MoE router choices in later layers, and on the forged
 // gpt-oss-20b that moved logits by a median 2.8 % and the top-1 token at
 // 15 of 128 positions; with FP32 the logits match the CPU reference to
-// ~4e-6 (tests/gpt_cuda/agreement_diag_test.cpp, issue 8). EH_GPT_CUDA_KV=f16
-// halves the cache's memory and attention reads at that precision cost.
+// ~4e-6 (tests/gpt_cuda/agreement_diag_test.cpp, issue 8). The plan's
+// kv_f16 halves the cache's memory and attention reads at that precision
+// cost.
 }  // namespace
-
-bool kv_f32_from_env() {
-    const char* v = std::getenv("EH_GPT_CUDA_KV");
-    return !(v && std::string(v) == "f16");
-}
 
 namespace {
 
@@ -44,6 +40,7 @@ ehcuda::SessionShape shape_of(Model& m) {
     // gpt2 has a table of learned positions: no room past its end
     if (m.cfg.arch == Arch::Gpt2) sh.n_ctx_cap = uint32_t(m.cfg.n_ctx_train);
     sh.max_batch = kMaxBatch;
+    sh.plan = &m.plan;
     sh.profile_groups = {"embed",         "qkv gemv (+norm)",      "rope+kv store (prefill)", "rope+kv+attention (sinks)",
                          "attn_out gemv", "ffn norm+router+top-k", "ffn up / experts gate|up", "ffn down / experts down",
                          "lm head gemv"};
@@ -56,7 +53,7 @@ Session::Session(Model& model, const eh_session_params& params)
     : SessionBase(shape_of(model), params), m_(model), c_(model.cfg) {
     ehcuda::MemoryLedger* L = &m_.ledger;
     const size_t B = size_t(max_batch());
-    kv_f32_ = kv_f32_from_env();
+    kv_f32_ = !m_.plan.kv_f16;
     const size_t kv_bytes = size_t(n_ctx()) * c_.kv_dim() * (kv_f32_ ? sizeof(float) : sizeof(__half));
     for (int i = 0; i < c_.n_layer; ++i) {
         kcache_.emplace_back(kv_bytes, L);
@@ -78,10 +75,9 @@ Session::Session(Model& model, const eh_session_params& params)
         ids_ = ehcuda::DeviceBuffer(B * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
     }
-    nsplit_ = ehcuda::attention_sink_splits(n_ctx());
-    if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 128);
-    if (const char* e = std::getenv("EHCUDA_ATTN_CHUNKS")) attn_chunks_on_ = std::atoi(e) != 0;
-    if (const char* e = std::getenv("EHCUDA_MOE_FUSED_ROUTE")) moe_fused_route_ = std::atoi(e) != 0;
+    // Split-K width of the sink attention; the plan's attn_splits fixes it
+    // for measurements (at most 128 here).
+    nsplit_ = m_.plan.attn_splits > 0 ? std::min(m_.plan.attn_splits, 128) : ehcuda::attention_sink_splits(n_ctx());
     if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     set_profile_note(std::to_string(nsplit_) + " attention splits");
     attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_sink_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
@@ -142,7 +138,7 @@ bool Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttn
         at.k_cache = r.k_cache;
         at.v_cache = r.v_cache;
     }
-    const bool chunks = ntok == 1 && attn_chunks_on_ && nsplit_ > 1 && c.head_dim % 32 == 0 && attn_chunks_.size() &&
+    const bool chunks = ntok == 1 && m_.plan.attn_chunks && nsplit_ > 1 && c.head_dim % 32 == 0 && attn_chunks_.size() &&
                         attn_chunks_.size() >= ehcuda::gemv_chunk_bytes(c.q_dim()) &&
                         ehcuda::gemv_takes_chunks(out_proj.w.type);
     if (chunks) at.out_chunks = attn_chunks_.get();
@@ -311,7 +307,7 @@ void Session::gpt_oss_layer(int li, int ntok) {
     ro.prefill = prefill_ws(ntok);
     ehcuda::matmul(ro, s);
     // (one token: the expert kernel routes for itself unless switched off)
-    const bool fused_route = one && moe_fused_route_;
+    const bool fused_route = one && m_.plan.moe_fused_route;
     if (!fused_route)
         ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);

@@ -1,4 +1,4 @@
-// One sequence: KV cache (FP32, or FP16 with EH_GPT_CUDA_KV=f16) and
+// One sequence: KV cache (FP32, or FP16 with the plan's kv_f16) and
 // activation buffers. The lifecycle (checks, chunked prefill, sampler state,
 // captured decode graph) is ehcuda::SessionBase; this class is the gpt2 and
 // gpt-oss forward pass.
@@ -17,9 +17,6 @@
 
 namespace gpt_cuda {
 
-// FP32 KV cache unless EH_GPT_CUDA_KV=f16.
-bool kv_f32_from_env();
-
 class Session : public ehcuda::SessionBase {
 public:
     // Throws VRAM_OOM (everything already allocated is freed) when the cache
@@ -27,7 +24,7 @@ public:
     Session(Model& model, const eh_session_params& params);
 
 private:
-    // Decode profile groups (EHCUDA_PROFILE_DECODE=1); gpt2 has no router.
+    // Decode profile groups (KernelPlan::profile_decode); gpt2 has no router.
     enum Group { kEmbed, kQkv, kRope, kAttn, kOut, kRouter, kFfnUp, kFfnDown, kHead };
 
     void forward(int ntok, const int32_t* d_tokens, bool decode_path) override;
@@ -46,15 +43,13 @@ private:
 
     Model& m_;
     const Config& c_;
-    // FP32 cache unless EH_GPT_CUDA_KV=f16 (see session.cpp).
+    // FP32 cache unless the plan's kv_f16 (see session.cpp).
     bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_;
     // Decode attention split over the keys (attention_sinks): per-split
     // partial results and one counter per head.
     int nsplit_ = 1;
-    bool attn_chunks_on_ = true;       // EHCUDA_ATTN_CHUNKS=0: the projection stages the float output
-    bool moe_fused_route_ = true;      // EHCUDA_MOE_FUSED_ROUTE=0: moe_route as its own kernel at decode
     ehcuda::DeviceBuffer attn_chunks_;  // decode: the attention output as the output projection's chunks
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
 };

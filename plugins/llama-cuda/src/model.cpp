@@ -7,6 +7,7 @@
 
 #include <engine_host/rope_scaling.hpp>
 #include <ehcuda/check.hpp>
+#include <ehcuda/options.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
 
@@ -45,30 +46,6 @@ float half_to_float(uint16_t h) {
     float f;
     std::memcpy(&f, &bits, 4);
     return f;
-}
-
-size_t parse_size_option(const char* json, const char* key, size_t dflt) {
-    if (!json) return dflt;
-    const char* p = std::strstr(json, key);
-    if (!p) return dflt;
-    p = std::strchr(p, ':');
-    if (!p) return dflt;
-    unsigned long long v = std::strtoull(p + 1, nullptr, 10);
-    return v >= 4096 ? size_t(v) : dflt;
-}
-
-// An integer option of options_json in [lo, hi]; INVALID_ARGUMENT otherwise.
-int parse_int_option(const char* json, const char* key, int dflt, int lo, int hi) {
-    if (!json) return dflt;
-    const char* p = std::strstr(json, key);
-    if (!p) return dflt;
-    p = std::strchr(p, ':');
-    char* end = nullptr;
-    const long v = p ? std::strtol(p + 1, &end, 10) : 0;
-    if (!p || end == p + 1 || v < lo || v > hi)
-        throw ehp::Error(EH_INVALID_ARGUMENT, std::string("options: ") + key + " must be an integer in [" +
-                                                  std::to_string(lo) + ", " + std::to_string(hi) + "]");
-    return int(v);
 }
 
 // Plans the arena and the upload list while checking each tensor.
@@ -146,6 +123,44 @@ private:
     const ehp::ModelView& view_;
 };
 
+// The load's log of the kernel plan: one line per weight-matrix kind and
+// launch, and the attention's.
+std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& dev) {
+    ehcuda::PlanScope scope(m.plan);
+    const Config& c = m.cfg;
+    const ehcuda::KernelPlan& p = m.plan;
+    std::vector<ehcuda::MatrixKind> mats;
+    for (const Layer& L : m.layers) {
+        mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
+        const bool chunks = p.attn_chunks && ehcuda::attention_head_dim_fast(c.head_dim) &&
+                            ehcuda::gemv_takes_chunks(L.attn_out.type);
+        ehcuda::MatSeg out;
+        out.w = L.attn_out;
+        mats.push_back({"attn_output", ehcuda::gemv_shape(&out, 1), chunks, ""});
+        ehcuda::MatSeg gate, up;
+        gate_up_halves(L, c.n_ff, gate, up);
+        const bool pair = ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
+        mats.push_back({"ffn_gate_up", ehcuda::gemv_shape(L.gate_up, L.n_gate_up), false,
+                        pair ? ehcuda::gate_up_swiglu_describe(gate.w, up.w) : ""});
+        ehcuda::MatSeg down;
+        down.w = L.ffn_down;
+        mats.push_back({"ffn_down", ehcuda::gemv_shape(&down, 1), pair, ""});
+    }
+    ehcuda::MatSeg head;
+    head.w = m.output;
+    mats.push_back({"output", ehcuda::gemv_shape(&head, 1), false, ""});
+    const std::string hd = "head dim " + std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) + " query / " +
+                           std::to_string(c.n_kv) + " KV heads";
+    std::vector<std::string> attn = {
+        "attention decode: " +
+            std::string(ehcuda::attention_head_dim_fast(c.head_dim)
+                            ? "rope_attn_decode_kernel (RoPE, KV store, split-K attention and merge in one launch), "
+                            : "rope_store_kv + attention_generic (head dim not tiled), ") +
+            hd + (c.window ? ", window " + std::to_string(c.window) : ""),
+        "attention prefill: attention_prefill (" + hd + ")"};
+    return ehcuda::plan_log(p, dev, mats, attn);
+}
+
 }  // namespace
 
 std::unique_ptr<Model> load_model(const eh_load_params& params) {
@@ -155,11 +170,11 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->device = params.device;
     m->path = params.path ? params.path : "(model)";
     const Config& c = m->cfg;
-    LoadOptions opt;
-    opt.upload_chunk_bytes = parse_size_option(params.options_json, "\"upload_chunk_bytes\"", opt.upload_chunk_bytes);
-    const ehcuda::MirrorPolicy mirror_policy = ehcuda::parse_mirror_policy(params.options_json);
-    const int gemm_min_tokens =
-        parse_int_option(params.options_json, "\"batch_gemm_min_tokens\"", kMirroredBatchGemmMinTokens, 2, 65536);
+    const ehcuda::Options opts(params.options_json);
+    opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels"});
+    const size_t upload_chunk_bytes = ehcuda::upload_chunk_option(opts);
+    const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
+    const int gemm_min_tokens = int(opts.integer("batch_gemm_min_tokens", kMirroredBatchGemmMinTokens, 2, 65536));
 
     auto progress = [&](float f, const char* stage) {
         if (params.progress) params.progress(params.progress_user, f, stage);
@@ -172,6 +187,8 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->device_name = prop.name;
     m->compute_capability = prop.major * 10 + prop.minor;
     EHC_CHECK(cudaRuntimeGetVersion(&m->runtime_version));
+    const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
+    m->plan = ehcuda::load_plan(dev, false, opts);
     progress(0.0f, "validating");
 
     Loader ld(*m, view);
@@ -238,7 +255,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
 
     ehcuda::Stream stream;
     ehcuda::UploadOptions up;
-    up.chunk_bytes = opt.upload_chunk_bytes;
+    up.chunk_bytes = upload_chunk_bytes;
     up.progress_lo = 0.02f;
     up.progress_hi = 0.99f;
     up.progress = [&](float f) { progress(f, "uploading weights"); };
@@ -259,6 +276,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     }
     const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
     if (md.on) m->batch_gemm_min_tokens = gemm_min_tokens;
+    for (const std::string& line : plan_lines(*m, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;
 }

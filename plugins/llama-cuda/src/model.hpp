@@ -50,6 +50,9 @@ struct Model {
     // steps), when the load's policy keeps them (the load's last progress
     // stage says why).
     ehcuda::WeightMirror mirror;
+    // Every tuning choice of the kernels (kernel_plan.hpp), chosen at load;
+    // plugin_glue.hpp installs it around each call that runs kernels.
+    ehcuda::KernelPlan plan;
     // Batched steps of at least this many tokens run their matmuls as one
     // cuBLAS GEMM (fewer: one GEMV per token, overlapped). 9 without the
     // mirror; with it, options_json "batch_gemm_min_tokens" (default below).
@@ -88,10 +91,6 @@ inline ehcuda::RopeArgs rope_args(const Model& m, float* qkv, int ntok) {
     r.ntok = ntok;
     return r;
 }
-
-struct LoadOptions {
-    size_t upload_chunk_bytes = 1u << 20;
-};
 
 // Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates
 // and uploads. Progress and cancel come from the load params.

@@ -5,7 +5,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
@@ -26,6 +25,7 @@ ehcuda::SessionShape shape_of(Model& m) {
     sh.ledger = &m.ledger;
     sh.n_vocab = m.cfg.n_vocab;
     sh.max_batch = kMaxBatch;
+    sh.plan = &m.plan;
     sh.profile_groups = {"embed+record",         "qkv gemv (+norm, qk-norm)",     "rope+kv store+attention", "attn_out gemv",
                          "gate/up (+norm, swiglu)", "ffn_down gemv", "lm head gemv"};
     return sh;
@@ -38,13 +38,9 @@ Session::Session(Model& model, const eh_session_params& params)
     // Split-K width for decode attention, sized for a full cache. (It was
     // n_ctx/256 ≤ 32: a 641-position session got 2 splits, so a block walked
     // ~320 keys serially and decode after a 512-token prompt ran at half
-    // speed.) EHCUDA_ATTN_SPLITS=N overrides it for measurements.
-    nsplit_ = ehcuda::attention_decode_splits(n_ctx());
-    if (const char* e = std::getenv("EHCUDA_ATTN_SPLITS")) nsplit_ = std::clamp(std::atoi(e), 1, 1024);
-    if (const char* e = std::getenv("EHCUDA_ATTN_FUSED")) fused_attn_ = std::atoi(e) != 0;
-    if (const char* e = std::getenv("EHCUDA_FFN_PAIR")) ffn_pair_ = std::atoi(e) != 0;
-    if (const char* e = std::getenv("EHCUDA_ATTN_CHUNKS")) attn_chunks_on_ = std::atoi(e) != 0;
-    set_profile_note(std::to_string(nsplit_) + " attention splits" + (fused_attn_ ? "" : ", unfused rope + attention"));
+    // speed.) The plan's attn_splits fixes it for measurements.
+    nsplit_ = m_.plan.attn_splits > 0 ? m_.plan.attn_splits : ehcuda::attention_decode_splits(n_ctx());
+    set_profile_note(std::to_string(nsplit_) + " attention splits");
     ehcuda::MemoryLedger* L = &m_.ledger;
     const size_t B = size_t(max_batch());
     const size_t kv_bytes = size_t(n_ctx()) * c_.kv_dim() * sizeof(__half);
@@ -114,10 +110,10 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
         // Decode: the fused attention also leaves its output quantized for
         // the output projection, which then stages nothing.
-        const bool attn_chunks = decode_path && fused_attn_ && attn_chunks_on_ &&
+        const bool attn_chunks = decode_path && m_.plan.attn_chunks &&
                                  attn_chunks_.size() >= ehcuda::gemv_chunk_bytes(c.q_dim()) && attn_chunks_.size() &&
                                  ehcuda::attention_head_dim_fast(c.head_dim) && ehcuda::gemv_takes_chunks(L.attn_out.type);
-        if (decode_path && fused_attn_) {
+        if (decode_path) {
             // One kernel: RoPE, the K/V store and split-K attention.
             ehcuda::DecodeAttnArgs da;
             da.qkv = qkv;
@@ -160,10 +156,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             at.scale = scale;
             at.out = attn;
             at.ldo = c.q_dim();
-            if (decode_path)
-                ehcuda::attention_decode(at, attn_scratch_.as<float>(), nsplit_, s);
-            else
-                ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*prefill_workspace()), s);
+            ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*prefill_workspace()), s);
         }
         mark(kAttn);
 
@@ -186,7 +179,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         // matmul whose output the down projection's load combines.
         ehcuda::MatSeg gate, up;
         gate_up_halves(L, c.n_ff, gate, up);
-        const bool pair = ntok == 1 && ffn_pair_ && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
+        const bool pair = ntok == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
         if (pair) {
             ehcuda::GateUpArgs gu;
             gu.gate = gate;

@@ -21,7 +21,7 @@ public:
     Session(Model& model, const eh_session_params& params);
 
 private:
-    // Decode profile groups (EHCUDA_PROFILE_DECODE=1), in forward's order.
+    // Decode profile groups (KernelPlan::profile_decode), in forward's order.
     // Decode has no RoPE group: rope_attention_decode rotates Q and K
     // inside the attention kernel.
     enum Group { kEmbed, kQkv, kAttn, kOut, kGateUp, kDown, kHead };
@@ -31,9 +31,6 @@ private:
     Model& m_;
     const Config& c_;
     int nsplit_;
-    bool fused_attn_ = true;  // rope_attention_decode on the decode path (EHCUDA_ATTN_FUSED=0: the two-kernel path)
-    bool attn_chunks_on_ = true;  // the fused decode attention writes the output projection's chunks (EHCUDA_ATTN_CHUNKS=0: it stages floats)
-    bool ffn_pair_ = true;    // gate_up_swiglu + chunk-input down on the decode path (EHCUDA_FFN_PAIR=0: gate|up GEMV + SwiGLU staging)
 
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, attn_scratch_;

@@ -11,6 +11,8 @@
 #include <cstdint>
 #include <string>
 
+#include "kernel_plan.hpp"
+
 namespace ehcuda {
 
 class PrefillWorkspace;  // prefill_workspace.hpp
@@ -74,46 +76,34 @@ struct MatmulArgs {
     PrefillWorkspace* prefill = nullptr;
 };
 
-// ntok <= 8: weight-streaming GEMV (each weight byte read once for all
-// tokens). Larger: tensor-core GEMM that dequantizes 64x32 weight tiles into
-// shared memory (FP16 operands, FP32 accumulation); no global scratch. With
-// a.prefill set and enough tokens: slab dequantization + cublasGemmEx.
+// One token, or up to 8 while the prefill workspace (a.prefill) does not
+// take that many (its min_tokens(), from the plan; a batched step whose
+// model keeps FP16 weight mirrors lowers it to 3): weight-streaming GEMV,
+// each weight byte read once for all tokens. More: tensor-core GEMM that
+// dequantizes 64x32 weight tiles into shared memory (FP16 operands, FP32
+// accumulation), or with a.prefill set, slab dequantization + cublasGemmEx.
+// The single-token kernel and its launch shape come from the installed
+// KernelPlan (kernel_plan.hpp: plan_bulk, plan_register): on sm_90 with an
+// int16 / int16x2 input, the bulk-copy kernel (each warp's rows copied to
+// shared memory by the copy engine; the same dot products summed in the
+// same order as the register kernel without its split-K, so bitwise the
+// same but for the last bits of the RMSNorm fold's 1/rms factor), else the
+// register streaming kernel.
 void matmul(const MatmulArgs& a, cudaStream_t stream);
-// L2 prefetch of the next chunks in GEMV (off by default; for measurements).
-void set_gemv_prefetch(bool on);
-// Single-token GEMV with an integer input (Int16, Int16x2) on sm_90+ copies
-// each warp's rows to shared memory with the bulk copy engine (on by
-// default; EHCUDA_GEMV_BULK=0 or set_gemv_bulk(false) for the register
-// streaming kernel). The same dot products summed in the same order as that
-// kernel without its split-K (bitwise the same results, but for the last
-// bits of the RMSNorm fold's 1/rms factor, summed over other warps).
-void set_gemv_bulk(bool on);
-bool gemv_bulk_on();
-// Matrices of at least `min_waves` waves of the bulk GEMV's blocks go to
-// its resident-grid form (each warp streams several tiles through two
-// buffers); 0: never. The same bits either way. EHCUDA_GEMV_BULK_RING sets
-// the default.
-void set_gemv_bulk_ring(int min_waves);
-int gemv_bulk_ring();
-// Single-token GEMV on float-typed weights (F32, F16, BF16), one row per
-// warp: each lane's first chunk is loaded into registers before the
-// kernel's PDL wait (on by default; EHCUDA_GEMV_EARLY_REGS=0 or false here:
-// an L2 request instead). The same bits either way.
-void set_gemv_early_regs(bool on);
-// How single-token GEMV on quantized weights takes its input. Int16 (the
-// default): quantized per 32 elements to int16 codes + a scale, integer dot
-// products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.
-// Int8: int8 codes and __dp4a, fewer instructions per weight byte but ~0.4 %
-// rounding (tiny-model logits drift past 3 %), for measurements. Float: the
-// input in FP32 and weights decoded to float (the slowest, the reference).
-// Int16x2: int16 codes plus int8 codes of their rounding residue (in
-// 1/256 of a code), a __dp2a per pair of weights and a __dp4a per four,
-// ~2^-24 of the chunk's largest value (as fine as its FP32 rounding): for
-// models whose discrete choices (MoE routing) must not move, at
-// integer-path speed.
-// Env EHCUDA_GEMV_INPUT=float|int16|int8|int16x2 sets the default.
-enum class GemvInput : int { Float = 0, Int16 = 1, Int8 = 2, Int16x2 = 3 };
-void set_gemv_input(GemvInput in);
+// The single-token shape of a matmul over these segments (the plan's
+// choosers and the load's log take it).
+inline GemvShape gemv_shape(const MatSeg* segs, int nseg) {
+    GemvShape g;
+    g.nseg = nseg;
+    for (int s = 0; s < nseg && s < 3; ++s) {
+        g.type[s] = segs[s].w.type;
+        g.rows[s] = segs[s].w.rows;
+        g.row_bytes[s] = segs[s].w.row_bytes;
+    }
+    g.cols = nseg > 0 ? segs[0].w.cols : 0;
+    return g;
+}
+// The installed plan's GEMV input form (KernelPlan::gemv_input).
 GemvInput gemv_input();
 // Bytes of n inputs (n % 32 == 0) in the current single-token integer form
 // (XMode::Chunks); 0 under GemvInput::Float.
@@ -145,9 +135,12 @@ struct GateUpArgs {
 bool gate_up_swiglu_supported(const WeightRef& gate, const WeightRef& up, const WeightRef& down);
 void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream);
 // Warps per multiprocessor gate_up_swiglu's kernel runs at for these gate
-// and up weights under the current GemvInput and switches (its occupancy:
+// and up weights under the installed plan (its occupancy:
 // rows per warp, shared memory and register bound); 0 if not supported.
 int gate_up_swiglu_warps_per_sm(const WeightRef& gate, const WeightRef& up);
+// The kernel gate_up_swiglu launches for these weights under the installed
+// plan and its parameters, for the load's log.
+std::string gate_up_swiglu_describe(const WeightRef& gate, const WeightRef& up);
 void gemv(const MatmulArgs& a, cudaStream_t stream);
 void gemm(const MatmulArgs& a, cudaStream_t stream);
 // Shapes the fast kernels do not take: cols not a multiple of 32, an input
@@ -320,15 +313,9 @@ int attention_decode_row_splits(uint32_t seq_cap, int n_head, int nrows);
 // attention_paged (attention_paged.hpp).
 bool attention_decode_fused_takes(int nrows, int n_head, int n_kv, int head_dim);
 void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream);
-// How the decode attention kernels (this one and the sink attention) read
-// the cache, for measurements and tests; the results are the same bits
-// either way. early 0: nothing before the kernel's PDL wait; 1: the first
-// key group (the cache rows earlier steps wrote); 2 (default, or
-// EHCUDA_ATTN_EARLY): also an L2 request for the block's other keys. pipe
-// (default on, or EHCUDA_ATTN_PIPE): a warp's next key group is loaded
-// before the current one is scored (this kernel only).
-void set_attention_early(int mode);
-void set_attention_pipe(bool on);
+// How the decode attention kernels read the cache (KernelPlan::attn_early,
+// attn_pipe, attn_keys, attn_min_chunk; the results are the same bits
+// either way) comes from the installed plan.
 
 // Busy-waits on the GPU for `us` microseconds. Profiling only: queued ahead
 // of eagerly launched work so that work then runs back to back, as in a

@@ -58,7 +58,7 @@ __device__ __forceinline__ void pdl_release() {
 #endif
 }
 
-// Off with EHCUDA_PDL=0 (for measurements) or on devices before 9.0.
+// Off where the installed KernelPlan says so (pdl) or on devices before 9.0.
 bool pdl_enabled();
 
 namespace detail {

@@ -1,12 +1,15 @@
 // The ABI function table of a CUDA engine plugin, written once for all of
 // them. Every entry point runs inside ehp::guard, so no exception leaves the
 // library; the probe is the same CUDA capability check for every engine.
+// Every entry point that runs kernels for a model installs that model's
+// KernelPlan on the calling thread (PlanScope) for the call's duration.
 //
 // A plugin supplies an Engine policy and exports the table:
 //
 //   struct Engine {
 //       using Model = my::Model;       // has device, weight_ptrs, ledger, quant_kind,
-//                                      // device_name, compute_capability, runtime_version
+//                                      // device_name, compute_capability, runtime_version,
+//                                      // plan (its KernelPlan, chosen at load)
 //       using Session = my::Session;   // Session(Model&, const eh_session_params&),
 //                                      // last_error, set_sampling, prefill, sample,
 //                                      // decode, reset, n_past, logits, n_vocab
@@ -184,6 +187,7 @@ struct PluginGlue {
         if (out) *out = nullptr;
         return ehp::guard(model_error(), [&] {
             if (!model || !params || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "NULL argument");
+            PlanScope plan(M(model)->m->plan);
             auto s = std::make_unique<Session>(*M(model)->m, *params);
             *out = reinterpret_cast<eh_session*>(new SessionBox{std::move(s)});
         });
@@ -194,6 +198,7 @@ struct PluginGlue {
     static eh_status on(eh_session* s, Body&& body) {
         if (!s) return EH_INVALID_ARGUMENT;
         Session& sess = *S(s)->s;
+        PlanScope plan(sess.kernel_plan());
         return ehp::guard(sess.last_error, [&] { body(sess); });
     }
 
@@ -242,6 +247,7 @@ struct PluginGlue {
             if (!M(m)->batch && std::string_view(call) != "kv_init")
                 throw ehp::Error(EH_INVALID_ARGUMENT, std::string(call) + ": kv_init was not called");
             cudaSetDevice(M(m)->m->device);
+            PlanScope plan(M(m)->m->plan);
             body(*M(m));
         });
     }

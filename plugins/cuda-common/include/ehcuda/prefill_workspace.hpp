@@ -36,8 +36,8 @@ struct PrefillShape {
     // dequantization and the GEMM that reads it (H100, Phi-3-mini pp512:
     // 18,976 tok/s at 12 MiB vs 10,746 at 32 MiB; gpt-oss experts were
     // slower at 12 MiB, 4,824 vs 6,657, hence two sizes). Models without
-    // experts allocate only this much. EHCUDA_PREFILL_SLAB_MB and
-    // EHCUDA_PREFILL_DENSE_SLAB_MB override them (measurements).
+    // experts allocate only this much. KernelPlan::prefill_slab_mb and
+    // prefill_dense_slab_mb override them (measurements).
     size_t dense_slab_bytes = size_t(12) << 20;
     // MoE prefill (all 0 when the model has no experts).
     int moe_experts = 0;  // expert_count
@@ -56,8 +56,8 @@ public:
     PrefillWorkspace& operator=(const PrefillWorkspace&) = delete;
 
     // Calls with fewer tokens use the old kernels. 16 by default (below it
-    // the WMMA kernel's single pass over the quantized weights wins);
-    // EHCUDA_PREFILL_MIN_TOKENS=N overrides it (0 turns the path off). A
+    // the WMMA kernel's single pass over the quantized weights wins; the
+    // plan's prefill_min_tokens, 0 turns the path off). A
     // batched step with FP16 mirrors lowers it to as few as 2 tokens: matmul()
     // then takes cuBLAS instead of the multi-token GEMV.
     int min_tokens() const { return min_tokens_; }

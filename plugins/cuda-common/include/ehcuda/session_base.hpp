@@ -18,6 +18,7 @@
 
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/graph.hpp>
+#include <ehcuda/kernel_plan.hpp>
 #include <ehcuda/prefill_workspace.hpp>
 #include <ehcuda/sampler.hpp>
 
@@ -33,8 +34,10 @@ struct SessionShape {
     int max_batch = 1;
     // Names of the decode profile groups forward() marks, in order; the
     // sampler's group is appended after them. Empty: no profiler, and
-    // EHCUDA_PROFILE_DECODE is ignored.
+    // KernelPlan::profile_decode is ignored.
     std::vector<const char*> profile_groups;
+    // The model's plan (pipeline, profile_decode); NULL: the installed one.
+    const KernelPlan* plan = nullptr;
 };
 
 class SessionBase {
@@ -43,6 +46,10 @@ public:
     virtual ~SessionBase();
     SessionBase(const SessionBase&) = delete;
     SessionBase& operator=(const SessionBase&) = delete;
+
+    // The plan this session's kernels run with (its model's, copied at
+    // creation); plugin_glue.hpp installs it around every session call.
+    const KernelPlan& kernel_plan() const { return plan_; }
 
     void set_sampling(const eh_sampling_params& p);
     void prefill(const int32_t* tokens, uint32_t n);
@@ -126,7 +133,8 @@ private:
     cudaEvent_t step_done_[2] = {nullptr, nullptr};
     int slot_ = 0;
     int fwd_slot_ = 0;
-    bool pipeline_ = true;  // EHCUDA_PIPELINE=0: no step runs ahead
+    KernelPlan plan_;
+    bool pipeline_ = true;  // KernelPlan::pipeline off: no step runs ahead
     // A step for position n_past_ is in flight in slot ahead_slot_,
     // consuming ahead_token_ (the token the last decode returned).
     bool ahead_ = false;
@@ -138,7 +146,7 @@ private:
     bool have_sampling_ = false;
     std::vector<float> host_logits_;
 
-    // Profiling (EHCUDA_PROFILE_DECODE=1): decode steps run eagerly behind a
+    // Profiling (KernelPlan::profile_decode): decode steps run eagerly behind a
     // GPU busy-wait, with events between kernel groups; the per-group GPU
     // time is printed to stderr when the session is released.
     std::vector<const char*> group_names_;  // forward's groups, then the sampler

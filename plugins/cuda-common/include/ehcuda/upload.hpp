@@ -38,6 +38,11 @@ struct UploadOptions {
     std::function<bool()> cancelled;
 };
 
+class Options;  // options.hpp
+// The load option "upload_chunk_bytes": 4 KiB .. 1 GiB (INVALID_ARGUMENT
+// outside), default UploadOptions::chunk_bytes.
+size_t upload_chunk_option(const Options& options);
+
 struct UploadStats {
     size_t bytes = 0;  // source bytes
     double seconds = 0;

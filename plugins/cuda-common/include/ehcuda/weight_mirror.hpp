@@ -27,6 +27,8 @@
 
 namespace ehcuda {
 
+class Options;  // options.hpp
+
 class WeightMirror {
 public:
     // Bytes a mirror of w takes (0 for FP16 weights, which need none, and
@@ -70,8 +72,8 @@ MirrorDecision mirror_policy(MirrorPolicy policy, size_t mirror_bytes, size_t fr
 // synchronising `stream`). Throws VRAM_OOM when "on" does not fit.
 MirrorDecision build_mirror(WeightMirror& mirror, const std::vector<WeightRef>& mats, MirrorPolicy policy,
                             cudaStream_t stream, MemoryLedger* ledger);
-// "auto" | "on" | "off" from a load's options_json key "fp16_weights";
-// throws INVALID_ARGUMENT naming the value otherwise.
-MirrorPolicy parse_mirror_policy(const char* options_json);
+// "auto" | "on" | "off" from a load's options key "fp16_weights" (absent:
+// auto); INVALID_ARGUMENT naming the key otherwise.
+MirrorPolicy mirror_policy_option(const Options& options);
 
 }  // namespace ehcuda

@@ -1,0 +1,212 @@
+// The kernel plan: every tuning choice of the CUDA kernels, made once per
+// model at load from the device and the model's shapes, instead of
+// process-wide switches. Host code only (no CUDA), so the choices are tested
+// without a GPU.
+//
+// Who holds it: the plugin's Model owns its KernelPlan. Every ABI call that
+// runs kernels for that model (plugin_glue.hpp: session_create, each session
+// call, kv_init and the batched calls) installs it on the calling thread
+// with a PlanScope; the launchers read plan(), the installed plan, or the
+// defaults where none is (the kernel unit tests, which install their own to
+// try other variants).
+//
+// Overrides, in order: the load's options_json object "kernels" (keys below,
+// each INVALID_ARGUMENT when out of range or unknown), then the environment
+// variable EHCUDA_PLAN, the same JSON object, for benchmarks that cannot
+// pass options (the only environment knob of the CUDA plugins;
+// plugins/cuda-common/README.md lists the keys).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace ehcuda {
+
+class Options;
+
+// How single-token GEMV on quantized weights takes its input. Int16 (the
+// default): quantized per 32 elements to int16 codes + a scale, integer dot
+// products (__dp2a), ~1.5e-5 relative rounding of the chunk's largest value.
+// Int8: int8 codes and __dp4a, fewer instructions per weight byte but ~0.4 %
+// rounding (tiny-model logits drift past 3 %), for measurements. Float: the
+// input in FP32 and weights decoded to float (the slowest, the reference).
+// Int16x2: int16 codes plus int8 codes of their rounding residue (in
+// 1/256 of a code), a __dp2a per pair of weights and a __dp4a per four,
+// ~2^-24 of the chunk's largest value (as fine as its FP32 rounding): for
+// models whose discrete choices (MoE routing) must not move, at
+// integer-path speed.
+enum class GemvInput : int { Float = 0, Int16 = 1, Int8 = 2, Int16x2 = 3 };
+const char* gemv_input_name(GemvInput in);
+// Bytes of one 32-element chunk of a staged integer input (int8, int16,
+// int16x2 codes plus scale, padded to 16 bytes): gemv_stage.cuh's kIntStride.
+constexpr size_t int_chunk_bytes(GemvInput in) {
+    return in == GemvInput::Int8 ? 48 : in == GemvInput::Int16 ? 80 : in == GemvInput::Int16x2 ? 112 : 0;
+}
+
+// What the plan needs of the device (cudaDeviceProp's fields).
+struct DeviceTraits {
+    int cc_major = 0, cc_minor = 0;
+    int sm_count = 0;
+};
+
+struct KernelPlan {
+    // ---- single-token GEMV (gemv.cu, gemv_bulk.cu)
+    GemvInput gemv_input = GemvInput::Int16;
+    // sm_90+, int16 / int16x2 input: each warp's rows copied to shared
+    // memory by the bulk copy engine (else the register streaming kernel).
+    bool gemv_bulk = true;
+    int bulk_tile_kb = 8;      // a warp's tile, at most
+    int bulk_warps = 0;        // warps per block, 4 / 8 / 16; 0: by the matrix (see plan_bulk)
+    bool bulk_fit2 = true;     // 8 warps where a 16-warp block would sit alone on its SM
+    int bulk_ring_waves = 3;   // matrices of this many waves take the resident-grid form; 0: never
+    int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
+    // 2 rows per warp from this many (4096, not 2048: with the entry
+    // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
+    // matrices took its decode 465 -> 479 tok/s on an H100)
+    int gemv_r2_rows = 4096;
+    // Split K below this many row groups, and for one token up to this many
+    // rows. (Split-K for every chunk-input GEMV from 1024 inputs was
+    // measured: Qwen 1357 -> 1343, Phi-3 467 -> 470 tok/s on an H100.)
+    int split_groups = 1536;
+    int split_rows = 2048;
+    bool gemv_mixed = true;    // segments of different integer-path types in one launch
+    // Each lane asks L2 for its first chunk of each row before the input
+    // staging, which then overlaps the first weight fetch (H100: Qwen2.5-0.5B
+    // decode 1320 -> 1347, Phi-3 462 -> 465 tok/s).
+    bool entry_prefetch = true;
+    // Float weights, one row per warp (gpt-oss's F32 router, GPT-2's F16
+    // matrices): each lane's first chunk into registers before the PDL wait
+    // rather than an L2 request (H100: gpt-oss-20b 480.3 -> 485.4-486.4
+    // tok/s, GPT-2 2,441 -> 2,458-2,462).
+    bool early_regs = true;
+    // ---- dense FFN pair kernel (ffn_decode.cu) and its MoE form
+    int pair_rows = 0;   // rows of gate and of up per warp, 2 or 4; 0: by occupancy
+    int pair_slots = 2;  // slices in flight per warp in the bulk form; 0: register form
+    // ---- decode attention (attention_decode.cu, attention_sink.cu)
+    int attn_splits = 0;       // split-K width per session; 0: from the context length
+    bool attn_chunks = true;   // the attention also writes its output as the projection's integer chunks
+    int attn_keys = 8;         // keys per warp round of the fused decode kernel (8, or 4 where 8 do not fit)
+    int attn_min_chunk = 64;   // the fewest keys a split of the fused decode kernel takes
+    int attn_early = 2;        // cache reads before the PDL wait: 0 none, 1 first key group, 2 also an L2 request
+    bool attn_pipe = true;     // a warp's next key group loaded before the current one is scored
+    int sink_min_chunk = 128;  // the fewest keys a split of the sink attention takes
+    // ---- MoE (gpt-oss)
+    bool moe_fused_route = true;  // decode: routing inside the gate|up kernel
+    // gpt-cuda sessions: FP16 KV cache instead of FP32 (half the memory and
+    // attention reads; FP16 K/V flip near-tied MoE routing, see its session.cpp)
+    bool kv_f16 = false;
+    // gpt-cuda batched steps: the most tokens that run one single-token
+    // GEMV per token, and the most whose experts run grouped; -1: the
+    // plugin's own (batch.cpp)
+    int batch_gemv_per_token = -1;
+    int batch_moe_grouped_max = -1;
+    // ---- launches and sessions
+    bool pdl = true;          // programmatic dependent launch (only where the device has it)
+    bool pipeline = true;     // a session's next decode step runs ahead
+    bool profile_decode = false;  // decode steps eager, timed per kernel group
+    // ---- prefill through cuBLAS (prefill_workspace.cpp)
+    int prefill_min_tokens = 16;  // 0: never
+    int prefill_slab_mb = 0;      // 0: the session's default
+    int prefill_dense_slab_mb = 0;
+
+    bool operator==(const KernelPlan&) const = default;
+};
+
+// The plan a model gets before overrides: device facts (PDL and the bulk
+// copy kernels need sm_90) and what the model needs of the GEMV input
+// (exact_routing: a model whose discrete choices, MoE top-k routing, must
+// not move with the int16 rounding takes int16x2).
+KernelPlan choose_plan(const DeviceTraits& dev, bool exact_routing);
+// Applies the "kernels" object's keys (INVALID_ARGUMENT naming a bad or
+// unknown key).
+void apply_plan_options(KernelPlan& p, const Options& kernels);
+// Applies EHCUDA_PLAN (the same keys) when set; INVALID_ARGUMENT names it.
+void apply_plan_env(KernelPlan& p);
+// A load's plan: choose_plan, then the load options' "kernels" object, then
+// EHCUDA_PLAN.
+KernelPlan load_plan(const DeviceTraits& dev, bool exact_routing, const Options& load_options);
+// The keys apply_plan_options takes.
+const std::vector<std::string_view>& plan_option_keys();
+
+// ---- the installed plan
+const KernelPlan& plan();
+class PlanScope {
+public:
+    explicit PlanScope(const KernelPlan& p);
+    ~PlanScope();
+    PlanScope(const PlanScope&) = delete;
+    PlanScope& operator=(const PlanScope&) = delete;
+
+private:
+    const KernelPlan* prev_;
+};
+
+// ---- single-token GEMV launch choices (the launchers and the load's log
+// use these, so the log says what runs)
+
+// Weight types with an integer-input dot product (quant_dp4a.cuh).
+bool int_input_type(uint32_t type);
+// The types one launch of segments of different types decodes: the
+// integer-path types but MXFP4 and the low-bit ones (Q2_K, Q3_K, IQ4_NL,
+// IQ4_XS), whose decoders would raise that kernel's register use for every
+// model; a launch with one of those goes segment by segment.
+bool mixed_launch_type(uint32_t type);
+
+// One single-token matmul: up to 3 segments sharing the input.
+struct GemvShape {
+    int nseg = 1;
+    uint32_t type[3] = {};
+    int rows[3] = {};
+    size_t row_bytes[3] = {};
+    int cols = 0;
+};
+
+// The bulk GEMV's launch (gemv_bulk.cu): rows per tile, tiles, warps per
+// block, shared bytes; warps == 0: it does not take this matrix.
+struct BulkLaunch {
+    int tr = 0, tiles = 0, warps = 0, x_bytes = 0, tile_stride = 0, blocks = 0;
+    size_t smem = 0;
+    bool same = true, ring = false;
+};
+constexpr size_t kBulkMaxSmem = 200 * 1024;  // dynamic shared bytes the bulk kernels may take
+constexpr size_t kSmemPerSm = 228 * 1024;    // sm_90; each block also holds 1 KB of the system's
+constexpr int kBulkMaxWarps = 16;
+// Whether the bulk kernels take this shape at all (input form, device,
+// types); plan_bulk then sizes the launch.
+bool bulk_takes(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g);
+BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g);
+
+// The register GEMV's launch (gemv.cu): rows per warp and split-K.
+struct RegisterLaunch {
+    int rows_per_warp = 1;
+    bool split_k = false;
+};
+RegisterLaunch plan_register(const KernelPlan& p, int ntok, const GemvShape& g);
+
+// One line naming the kernel a single-token matmul of this shape runs and
+// its parameters, e.g. "gemv_bulk_kernel Q4_K 4864x896: 2 rows/tile, 8
+// warps/block, 152 blocks, int16 input".
+std::string describe_gemv(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, bool chunk_input = false);
+// The plan's model-wide line: input form, PDL, pipeline, FFN pair and the
+// decode attention's parameters.
+std::string describe_plan(const KernelPlan& p, const DeviceTraits& dev);
+
+// One weight matrix of a model as the load's log names it: its kind
+// ("attn_qkv", "ffn_down", ...) and single-token shape, or the line of a
+// kernel other than the GEMV that serves it (`kernel`, e.g. the FFN pair).
+struct MatrixKind {
+    std::string kind;
+    GemvShape shape;
+    bool chunk_input = false;  // its decode input comes as chunks from the kernel before
+    std::string kernel;        // non-empty: this, instead of describe_gemv
+};
+// The load's plan log: describe_plan's line, `extra` (the attention kinds),
+// then one line per kind and distinct launch, in first-seen order, with the
+// number of matrices it covers ("ffn_down x24: Q4_K 896x4864: ...").
+std::vector<std::string> plan_log(const KernelPlan& p, const DeviceTraits& dev, const std::vector<MatrixKind>& mats,
+                                  const std::vector<std::string>& extra);
+
+}  // namespace ehcuda
