@@ -50,9 +50,11 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            each expert's rows read once per 8 (32 when experts get more
 //            than 16 tokens) of its tokens, graph-safe). Past that, when not
 //            captured, the cuBLAS grouped-by-expert form (moe_prefill),
-//            which synchronises the host once a layer. Prefill steps of
-//            256 / 512 / 1,024 / 2,048 tokens (H100, ms): grouped 42 / 50 /
-//            95 / 291 (in 1,024-token calls), moe_prefill 54 / 54 / 107 / 200.
+//            which synchronises the host once a layer. One prefill step of
+//            256 / 512 tokens (H100, GptOss20bBatchedStep's prefill rows):
+//            grouped 42 / 50 ms, moe_prefill 54 / 54 ms; single steps vary by
+//            up to a third from run to run (2,048 tokens, the same path in
+//            both runs: 200 and 291 ms), so only the trend is measured.
 constexpr int kGemvPerTokenMax = 8;
 constexpr int kMoeGroupedMax = 512;
 // Tokens per MoE call: bounds the grouped path's buffers whatever the
