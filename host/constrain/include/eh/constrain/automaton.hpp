@@ -25,7 +25,11 @@
 // deep (deeper nesting is refused), kMaxStates interned states (then the
 // tables are reset between tokens), kMaxCachedMasks cached masks; one
 // operation that needs more than kHardMaxStates states fails with
-// Error(InvalidRequest) rather than use unbounded memory.
+// Error(InvalidRequest) rather than use unbounded memory. One token's mask
+// may cost at most kMaxMaskWork units of work (a trie node visited or a
+// grammar parse step taken, each a unit): past that, mask() fails with
+// Error(InvalidRequest) naming the limit, and so does every later mask() of
+// that state, at once (the request ends; the server's CPU stays bounded).
 #pragma once
 
 #include <cstdint>
@@ -46,6 +50,7 @@ inline constexpr size_t kMaxStackDepth = 1024;
 inline constexpr size_t kMaxStates = 16384;
 inline constexpr size_t kHardMaxStates = 65536;
 inline constexpr size_t kMaxCachedMasks = 512;
+inline constexpr size_t kMaxMaskWork = 2000000;
 
 using Mask = std::vector<uint32_t>;  // bit i of word i/32: token i allowed (the ABI's layout)
 
@@ -70,6 +75,8 @@ public:
     const TokenVocab& vocab() const { return *vocab_; }
     struct Stats {
         size_t states = 0, masks = 0, resets = 0, mask_walks = 0, walk_nodes = 0;
+        size_t last_mask_work = 0;  // work units of the last mask() that computed a mask
+        size_t max_mask_work = 0;   // the most of any one
     };
     Stats stats() const;
 
@@ -87,12 +94,14 @@ private:
         bool accepting = false;
         bool complete = false;
         bool left_frames = false;  // a stack popped to the cut (truncated states only)
+        bool over_budget = false;  // its mask needed more than kMaxMaskWork
     };
     struct KeyHash {
         size_t operator()(const std::vector<uint32_t>& k) const noexcept;
     };
 
     int32_t resolve(Position& p);
+    std::shared_ptr<const Mask> mask_of(int32_t s);
     int32_t intern(std::vector<uint32_t> key);
     int32_t step(int32_t s, uint8_t byte) {
         const int32_t t = trans_[size_t(s) * 256 + byte];
@@ -106,6 +115,13 @@ private:
     void walk(int32_t s, uint32_t begin, uint32_t end, Mask& m, Partial* cut = nullptr);
     std::shared_ptr<const Partial> partial(int32_t t);
     void cache_limit();
+    // Counts n units of the current mask()'s work; throws past kMaxMaskWork.
+    void charge(size_t n) {
+        if (!counting_) return;
+        work_ += n;
+        if (work_ > kMaxMaskWork) over_budget();
+    }
+    [[noreturn]] void over_budget();
 
     std::shared_ptr<const Grammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
@@ -122,6 +138,8 @@ private:
     Stats stats_;
     std::vector<int32_t> walk_ids_;
     std::string path_;
+    bool counting_ = false;  // inside mask(): charge() counts
+    size_t work_ = 0;
 };
 
 // One request's progress through its grammar.
