@@ -21,8 +21,9 @@ size_t Automaton::KeyHash::operator()(const std::vector<uint32_t>& k) const noex
     return size_t(h ^ (h >> 29));
 }
 
-Automaton::Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab)
-    : g_(std::move(grammar)), vocab_(std::move(vocab)) {
+Automaton::Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab,
+                     size_t max_mask_work)
+    : g_(std::move(grammar)), vocab_(std::move(vocab)), max_work_(std::min(max_mask_work, kMaxMaskWork)) {
     start_key_ = detail::start_key(*g_, kMaxStacks, kMaxStackDepth);
     if (start_key_.empty())
         throw GrammarError("grammar", fmt::format("the grammar nests deeper than the matcher's {}-level stack before "
@@ -82,7 +83,7 @@ void Automaton::over_budget() {
     throw Error(Code::InvalidRequest,
                 fmt::format("the grammar needs more than {} steps to decide which tokens may come next (the limit "
                             "for one token); simplify its repeated or optional parts",
-                            kMaxMaskWork));
+                            max_work_));
 }
 
 Automaton::Position Automaton::start() {
@@ -203,7 +204,7 @@ std::shared_ptr<const Mask> Automaton::mask_of(int32_t s) {
             a.counting_ = false;
             a.stats_.last_mask_work = a.work_;
             a.stats_.max_mask_work = std::max(a.stats_.max_mask_work, a.work_);
-            if (a.work_ > kMaxMaskWork) a.states_[size_t(s)].over_budget = true;
+            if (a.work_ > a.max_work_) a.states_[size_t(s)].over_budget = true;
         }
     } counting(*this, s);
     size_t max_len = 0, n_stacks = 0;

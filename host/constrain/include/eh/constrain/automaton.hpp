@@ -56,7 +56,9 @@ using Mask = std::vector<uint32_t>;  // bit i of word i/32: token i allowed (the
 
 class Automaton {
 public:
-    Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab);
+    // max_mask_work: kMaxMaskWork, or less (tests).
+    Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab,
+              size_t max_mask_work = kMaxMaskWork);
 
     // A matcher's position: its parse stacks (canonical, flattened) and the
     // interned id they had in `epoch` (ids are reassigned after a reset).
@@ -119,7 +121,7 @@ private:
     void charge(size_t n) {
         if (!counting_) return;
         work_ += n;
-        if (work_ > kMaxMaskWork) over_budget();
+        if (work_ > max_work_) over_budget();
     }
     [[noreturn]] void over_budget();
 
@@ -140,6 +142,7 @@ private:
     std::string path_;
     bool counting_ = false;  // inside mask(): charge() counts
     size_t work_ = 0;
+    size_t max_work_;
 };
 
 // One request's progress through its grammar.
