@@ -423,6 +423,10 @@ TEST(Scheduler, ConstrainedRequestsFollowTheirMaskAndEndWhenComplete) {
             out.push_back(r.text);
         }
         EXPECT_GT(engine->masked.load(), 0u);
+        // /metrics' split of a step's time: the engine's calls and the masks.
+        EXPECT_GT(sched.stats().engine_steps.load(), 0u);
+        EXPECT_GT(sched.stats().engine_step_ns.load(), 0u);
+        EXPECT_GT(sched.stats().constraint_ns.load(), 0u);
         return std::make_pair(out, sched.stats().preemptions.load() + engine->kv_full.load());
     };
     auto [alone, p0] = run(256, 1);
