@@ -81,9 +81,22 @@ int32_t Automaton::compute_step(int32_t s, uint8_t byte) {
 
 void Automaton::over_budget() {
     throw Error(Code::InvalidRequest,
-                fmt::format("the grammar needs more than {} steps to decide which tokens may come next (the limit "
-                            "for one token); simplify its repeated or optional parts",
+                fmt::format("the grammar needs more than {} steps of matching work for one token (the limit); "
+                            "simplify its repeated or optional parts",
                             max_work_));
+}
+
+Automaton::Counting::Counting(Automaton& a, int32_t s) : a_(a), s_(s) {
+    a_.counting_ = true;
+    a_.work_ = 0;
+}
+
+Automaton::Counting::~Counting() {
+    a_.counting_ = false;
+    if (s_ < 0) return;  // (advance)
+    a_.stats_.last_mask_work = a_.work_;
+    a_.stats_.max_mask_work = std::max(a_.stats_.max_mask_work, a_.work_);
+    if (a_.work_ > a_.max_work_) a_.states_[size_t(s_)].over_budget = true;
 }
 
 Automaton::Position Automaton::start() {
@@ -96,6 +109,10 @@ Automaton::Position Automaton::start() {
 bool Automaton::advance(Position& p, std::string_view bytes) {
     std::lock_guard lock(mu_);
     if (states_.size() > kMaxStates) reset();
+    // A token's bytes whose steps the mask did not compute (a cut state's
+    // walk decides tokens without the full state's steps): bounded as a
+    // mask is.
+    Counting counting(*this, -1);
     int32_t s = resolve(p);
     if (s < 0) return false;
     for (unsigned char b : bytes) {
@@ -192,21 +209,7 @@ std::shared_ptr<const Mask> Automaton::mask_of(int32_t s) {
         return m;
     }
     auto m = std::make_shared<Mask>((vocab_->size() + 31) / 32, 0u);
-    // The work of this one mask, bounded (kMaxMaskWork).
-    struct Counting {
-        Automaton& a;
-        int32_t s;
-        explicit Counting(Automaton& a, int32_t s) : a(a), s(s) {
-            a.counting_ = true;
-            a.work_ = 0;
-        }
-        ~Counting() {
-            a.counting_ = false;
-            a.stats_.last_mask_work = a.work_;
-            a.stats_.max_mask_work = std::max(a.stats_.max_mask_work, a.work_);
-            if (a.work_ > a.max_work_) a.states_[size_t(s)].over_budget = true;
-        }
-    } counting(*this, s);
+    Counting counting(*this, s);  // the work of this one mask, bounded (kMaxMaskWork)
     size_t max_len = 0, n_stacks = 0;
     auto cut = detail::truncate_key(states_[size_t(s)].key, max_len, n_stacks);
     // Near the limits the cut state could keep stacks the full one drops:

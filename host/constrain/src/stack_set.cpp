@@ -1,6 +1,7 @@
 #include "stack_set.hpp"
 
 #include <algorithm>
+#include <bit>
 
 namespace eh::constrain::detail {
 namespace {
@@ -74,6 +75,10 @@ public:
     size_t steps() const { return steps_; }
 
     StateKey finish() {
+        // Sorting counts too: each position compared about log2(n) times.
+        size_t positions = 0;
+        for (const auto& s : out_) positions += s.size() + 1;
+        steps_ += positions * size_t(std::bit_width(out_.size()));
         std::sort(out_.begin(), out_.end());
         out_.erase(std::unique(out_.begin(), out_.end()), out_.end());
         drop_subsumed();

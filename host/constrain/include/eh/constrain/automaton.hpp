@@ -25,11 +25,13 @@
 // deep (deeper nesting is refused), kMaxStates interned states (then the
 // tables are reset between tokens), kMaxCachedMasks cached masks; one
 // operation that needs more than kHardMaxStates states fails with
-// Error(InvalidRequest) rather than use unbounded memory. One token's mask
-// may cost at most kMaxMaskWork units of work (a trie node visited or a
-// grammar parse step taken, each a unit): past that, mask() fails with
-// Error(InvalidRequest) naming the limit, and so does every later mask() of
-// that state, at once (the request ends; the server's CPU stays bounded).
+// Error(InvalidRequest) rather than use unbounded memory. One token's mask,
+// and one token's advance, may each cost at most kMaxMaskWork units of work
+// (a trie node visited; a grammar parse step taken; a parse-stack position
+// written, sorted or hashed): past that they fail with
+// Error(InvalidRequest) naming the limit, and every later mask() of that
+// state fails at once (the request ends; the server's CPU per token stays
+// bounded).
 #pragma once
 
 #include <cstdint>
@@ -50,7 +52,7 @@ inline constexpr size_t kMaxStackDepth = 1024;
 inline constexpr size_t kMaxStates = 16384;
 inline constexpr size_t kHardMaxStates = 65536;
 inline constexpr size_t kMaxCachedMasks = 512;
-inline constexpr size_t kMaxMaskWork = 2000000;
+inline constexpr size_t kMaxMaskWork = 3000000;
 
 using Mask = std::vector<uint32_t>;  // bit i of word i/32: token i allowed (the ABI's layout)
 
@@ -124,6 +126,18 @@ private:
         if (work_ > max_work_) over_budget();
     }
     [[noreturn]] void over_budget();
+    // Counts one operation's work from construction to destruction: a
+    // mask of state s (whose stats and over_budget flag it records), or an
+    // advance (s < 0).
+    class Counting {
+    public:
+        Counting(Automaton& a, int32_t s);
+        ~Counting();
+
+    private:
+        Automaton& a_;
+        int32_t s_;
+    };
 
     std::shared_ptr<const Grammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
