@@ -19,7 +19,7 @@ f=/tmp/eh-models/qwen.gguf
 "$build/bin/engine-host" --plugins "$build/plugins" --port 18700 --log-format text --log-level warn --model "$f" \
   --ctx-size 4096 > "$out/serve.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 240); do curl -sf localhost:18700/health > /dev/null && break; sleep 0.5; done
+for _ in $(seq 1 240); do curl -sf localhost:18700/health > /dev/null && break; kill -0 $pid 2>/dev/null || { echo "the server exited:"; tail -5 "$out/serve.log"; exit 1; }; sleep 0.5; done
 schema='{"response_format":{"type":"json_schema","json_schema":{"name":"person","strict":true,"schema":{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","age","tags"],"additionalProperties":false}}}}'
 metrics() {  # steps, step seconds, constraint seconds, generated tokens
   curl -s localhost:18700/metrics | awk '/^eh_engine_steps_total /{a=$2} /^eh_engine_step_seconds_total /{b=$2}
