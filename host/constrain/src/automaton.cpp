@@ -93,6 +93,7 @@ Automaton::Counting::Counting(Automaton& a, int32_t s) : a_(a), s_(s) {
 
 Automaton::Counting::~Counting() {
     a_.counting_ = false;
+    a_.stats_.total_work += a_.work_;
     if (s_ < 0) return;  // (advance)
     a_.stats_.last_mask_work = a_.work_;
     a_.stats_.max_mask_work = std::max(a_.stats_.max_mask_work, a_.work_);

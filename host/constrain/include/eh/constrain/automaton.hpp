@@ -81,6 +81,7 @@ public:
         size_t states = 0, masks = 0, resets = 0, mask_walks = 0, walk_nodes = 0;
         size_t last_mask_work = 0;  // work units of the last mask() that computed a mask
         size_t max_mask_work = 0;   // the most of any one
+        size_t total_work = 0;      // of every mask() and advance() so far
     };
     Stats stats() const;
 
