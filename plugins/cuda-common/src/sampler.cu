@@ -24,33 +24,6 @@ __device__ __forceinline__ float key_to_float(uint32_t k) {
     return __uint_as_float(u);
 }
 
-// Greedy: largest value, lowest index on ties.
-__device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
-    float best = -INFINITY;
-    int bi = INT_MAX;
-    for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float x = v[i];
-        if (x > best || (x == best && i < bi)) { best = x; bi = i; }
-    }
-    shm_v[threadIdx.x] = best;
-    shm_i[threadIdx.x] = bi;
-    __syncthreads();
-    for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-        if (threadIdx.x < s) {
-            float ov = shm_v[threadIdx.x + s];
-            int oi = shm_i[threadIdx.x + s];
-            if (ov > shm_v[threadIdx.x] || (ov == shm_v[threadIdx.x] && oi < shm_i[threadIdx.x])) {
-                shm_v[threadIdx.x] = ov;
-                shm_i[threadIdx.x] = oi;
-            }
-        }
-        __syncthreads();
-    }
-    int r = shm_i[0];
-    __syncthreads();
-    return r == INT_MAX ? 0 : r;
-}
-
 // Is token i allowed by the row's allowed-token bitset (none: all are)?
 __device__ __forceinline__ bool allowed(const uint32_t* mask, int i) {
     return !mask || ((__ldg(mask + (i >> 5)) >> (i & 31)) & 1u);
@@ -90,6 +63,12 @@ __device__ __forceinline__ const uint32_t* row_mask(const RowEdits* rows, const 
     if (!rows || !masks) return nullptr;
     const int w = rows[row].mask_word;
     return w >= 0 ? masks + w : nullptr;
+}
+
+// Greedy: largest value, lowest index on ties (0 for an empty or all-NaN v).
+__device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
+    const int r = block_argmax_allowed(v, n, 0, nullptr, shm_v, shm_i);
+    return r == INT_MAX ? 0 : r;
 }
 
 // Plain greedy over a large vocabulary: one block walking 152k logits took
