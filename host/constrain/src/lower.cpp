@@ -261,8 +261,10 @@ private:
     // link may also match nothing).
     uint32_t chain(Item x, uint32_t n, bool exact, Seq end) {
         const uint32_t c = ++chains_;
+        bool end_nullable = true;
+        for (const Item& it : end) end_nullable = end_nullable && nullable_item(it);
         uint32_t prev = helper_rule({std::move(end)});
-        nullable_[prev] = !exact;
+        nullable_[prev] = end_nullable;
         counted_[prev] = {c, 0};
         for (uint32_t k = 1; k <= n; ++k) {
             count(2);
