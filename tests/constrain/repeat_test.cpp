@@ -89,6 +89,13 @@ TEST(Repeat, BodiesThatMatchNothingRepeatTheirNonEmptyForm) {
     g = gbnf_grammar("root ::= ( [a-z] | )* \".\"\n");
     EXPECT_TRUE(matches(g, "."));
     EXPECT_TRUE(matches(g, "abc."));
+    // Too many optional items to write out the non-empty form (2^7
+    // alternatives): the body stays as it is, with the same language.
+    g = gbnf_grammar("root ::= ( \"a\"? \"b\"? \"c\"? \"d\"? \"e\"? \"f\"? \"g\"? ){3} \"!\"\n");
+    EXPECT_TRUE(matches(g, "!"));
+    EXPECT_TRUE(matches(g, "abcdefg!"));
+    EXPECT_TRUE(matches(g, "gfe!"));
+    EXPECT_FALSE(prefix_ok(g, "gfed"));
     // A rule that can match nothing, defined after its use.
     g = gbnf_grammar("root ::= w{2,3} \";\"\nw ::= \"a\"? \"b\"?\n");
     EXPECT_TRUE(matches(g, ";"));
