@@ -6,6 +6,8 @@
 // every later try.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "constrain_test_util.hpp"
 
 namespace eh::constrain {
@@ -120,6 +122,149 @@ TEST(Repeat, ExactAndRangeCountsAsChains) {
     EXPECT_TRUE(matches(g, "xx,xxx,xx,xx,xxx,"));
     EXPECT_FALSE(prefix_ok(g, "xxxx"));
     EXPECT_FALSE(prefix_ok(g, "xx,xx,xx,xx,xx,x"));
+}
+
+// Random nestings of repeats, optional items, empty alternatives and
+// ambiguous alternations over "abc": the grammar must match exactly the
+// strings a plain set-of-positions matcher over the same expression does
+// (what the chains, the non-empty forms and the merged stacks must not
+// change).
+struct Expr {
+    enum class Kind { Char, Class, Alt, Seq, Opt, Repeat } kind = Kind::Char;
+    char c = 'a';
+    std::vector<Expr> kids;
+    int lo = 0, hi = 0;  // Repeat; hi < 0: unbounded
+
+    std::string gbnf() const {
+        switch (kind) {
+        case Kind::Char: return std::string("\"") + c + "\"";
+        case Kind::Class: return "[ab]";
+        case Kind::Alt: return "( " + kids[0].gbnf() + " | " + (kids.size() > 1 ? kids[1].gbnf() : "") + " )";
+        case Kind::Seq: return "( " + kids[0].gbnf() + " " + kids[1].gbnf() + " )";
+        case Kind::Opt: return kids[0].gbnf() + "?";
+        case Kind::Repeat:
+            return "( " + kids[0].gbnf() + " ){" + std::to_string(lo) + "," + (hi < 0 ? "" : std::to_string(hi)) + "}";
+        }
+        return "";
+    }
+    // The positions of `s` where a match starting at one of `from` can end
+    // (bit i: position i; strings are at most 31 bytes).
+    uint32_t ends(std::string_view s, uint32_t from) const {
+        uint32_t out = 0;
+        switch (kind) {
+        case Kind::Char:
+        case Kind::Class:
+            for (size_t i = 0; i < s.size(); ++i)
+                if (((from >> i) & 1u) && (s[i] == c || (kind == Kind::Class && (s[i] == 'a' || s[i] == 'b'))))
+                    out |= 1u << (i + 1);
+            return out;
+        case Kind::Alt: return kids[0].ends(s, from) | (kids.size() > 1 ? kids[1].ends(s, from) : from);
+        case Kind::Seq: return kids[1].ends(s, kids[0].ends(s, from));
+        case Kind::Opt: return from | kids[0].ends(s, from);
+        case Kind::Repeat: {
+            uint32_t at = from;
+            for (int k = 0; k < lo; ++k) at = kids[0].ends(s, at);
+            out = at;
+            for (int k = lo; hi < 0 || k < hi; ++k) {
+                at = kids[0].ends(s, at);
+                if ((out | at) == out && hi < 0) break;  // (unbounded: a fixpoint)
+                out |= at;
+            }
+            return out;
+        }
+        }
+        return 0;
+    }
+};
+
+class RandomRepeat {
+public:
+    explicit RandomRepeat(uint32_t seed) : rng_(seed) {}
+    Expr expr(int depth = 0) {
+        Expr e;
+        switch (depth > 2 ? pick(2) : pick(6)) {
+        case 0: e.c = "abc"[pick(3)]; break;
+        case 1: e.kind = Expr::Kind::Class; break;
+        case 2:
+            e.kind = Expr::Kind::Alt;
+            e.kids.push_back(expr(depth + 1));
+            if (pick(3) != 0) e.kids.push_back(expr(depth + 1));  // else an empty alternative
+            break;
+        case 3:
+            e.kind = Expr::Kind::Seq;
+            e.kids = {expr(depth + 1), expr(depth + 1)};
+            break;
+        case 4:
+            e.kind = Expr::Kind::Opt;
+            e.kids = {expr(depth + 1)};
+            break;
+        default:
+            e.kind = Expr::Kind::Repeat;
+            e.kids = {expr(depth + 1)};
+            e.lo = pick(8);
+            e.hi = pick(5) == 0 ? -1 : e.lo + pick(5);
+            break;
+        }
+        return e;
+    }
+    // A string `e` matches, or (one time in three) one with a byte changed,
+    // added or taken away; at most 31 bytes.
+    std::string text(const Expr& e) {
+        std::string s;
+        sample(e, s);
+        if (s.size() > 30) s.resize(30);
+        const int how = pick(9);
+        if (how == 0 && !s.empty()) s[size_t(pick(int(s.size())))] = "abc"[pick(3)];
+        if (how == 1) s.insert(s.begin() + pick(int(s.size()) + 1), "abc"[pick(3)]);
+        if (how == 2 && !s.empty()) s.erase(s.begin() + pick(int(s.size())));
+        return s;
+    }
+
+private:
+    void sample(const Expr& e, std::string& s) {
+        switch (e.kind) {
+        case Expr::Kind::Char: s += e.c; return;
+        case Expr::Kind::Class: s += "ab"[pick(2)]; return;
+        case Expr::Kind::Alt:
+            if (const size_t k = size_t(pick(2)); k < e.kids.size()) sample(e.kids[k], s);
+            return;
+        case Expr::Kind::Seq:
+            sample(e.kids[0], s);
+            sample(e.kids[1], s);
+            return;
+        case Expr::Kind::Opt:
+            if (pick(2)) sample(e.kids[0], s);
+            return;
+        case Expr::Kind::Repeat: {
+            const int n = e.lo + pick((e.hi < 0 ? 3 : e.hi - e.lo) + 1);
+            for (int k = 0; k < n && s.size() < 40; ++k) sample(e.kids[0], s);
+            return;
+        }
+        }
+    }
+    int pick(int n) { return std::uniform_int_distribution<int>(0, n - 1)(rng_); }
+    std::mt19937 rng_;
+};
+
+TEST(Repeat, RandomGrammarsMatchWhatAPositionMatcherMatches) {
+    RandomRepeat gen(7);
+    size_t checked = 0, matched = 0;
+    for (int t = 0; t < 600; ++t) {
+        const Expr e = gen.expr();
+        auto a = std::make_shared<Automaton>(gbnf_grammar("root ::= " + e.gbnf() + "\n"), test::byte_vocab());
+        for (int k = 0; k < 40; ++k) {
+            const std::string s = gen.text(e);
+            Matcher m(a);
+            const bool got = m.accept_bytes(s) && m.accepting();
+            const bool want = (e.ends(s, 1u) >> s.size()) & 1u;
+            ASSERT_EQ(got, want) << "grammar " << e.gbnf() << ", text '" << s << "'";
+            ++checked;
+            matched += want;
+        }
+    }
+    EXPECT_EQ(checked, 600u * 40u);
+    EXPECT_GT(matched, checked / 2);      // (most texts match,
+    EXPECT_LT(matched, checked - 1000u);  // some do not)
 }
 
 // The mask of a state deep in a repeat is shared with states whose counts
