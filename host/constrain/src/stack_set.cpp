@@ -120,6 +120,7 @@ private:
             es.push_back(std::move(e));
         }
         if (!any) return;
+        steps_ += es.size() * size_t(std::bit_width(es.size()));  // (the sort; comparisons below count too)
         std::sort(es.begin(), es.end(), [](const Entry& a, const Entry& b) {
             return a.shape != b.shape ? a.shape < b.shape : a.left > b.left;
         });
@@ -131,6 +132,7 @@ private:
             for (size_t i = g; i < end; ++i) {
                 bool subsumed = false;
                 for (size_t k : kept) {
+                    steps_ += 1 + es[i].left.size();
                     bool all = true;
                     for (size_t d = 0; d < es[i].left.size() && all; ++d) all = es[k].left[d] >= es[i].left[d];
                     if (all) {
