@@ -18,6 +18,10 @@
 // the tokens decided within those frames, and only the subtrees where a
 // token leaves them (a closing quote) are walked with the full state.
 //
+// Counted repeats (Grammar::chains): a state whose counts differ from
+// another's only above the longest token's length shares that state's mask
+// (detail::clamp_counts), so x{1000} is not a new walk at every token.
+//
 // Thread-safe: one mutex per Automaton (the scheduler thread is its only
 // heavy user). Limits (documented in docs/http-api.md): at most
 // kMaxStacks parse stacks per state (more ambiguous alternatives are
@@ -120,7 +124,8 @@ private:
     void walk(int32_t s, uint32_t begin, uint32_t end, Mask& m, Partial* cut = nullptr);
     std::shared_ptr<const Partial> partial(int32_t t);
     void cache_limit();
-    // Counts n units of the current mask()'s work; throws past kMaxMaskWork.
+    // Counts n units of the current mask()'s or advance()'s work; throws
+    // past the budget.
     void charge(size_t n) {
         if (!counting_) return;
         work_ += n;
@@ -155,7 +160,7 @@ private:
     Stats stats_;
     std::vector<int32_t> walk_ids_;
     std::string path_;
-    bool counting_ = false;  // inside mask(): charge() counts
+    bool counting_ = false;  // inside mask() or advance(): charge() counts
     size_t work_ = 0;
     size_t max_work_;
 };
