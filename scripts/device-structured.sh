@@ -2,25 +2,42 @@
 # On the GPU machine, after scripts/device-unpack.sh: decode speed with a
 # JSON schema (response_format, enforced by the token mask through the
 # batched step) against the same requests without one, on the forged
-# Qwen2.5-0.5B Q4_K_M, with ../shared/peers/loadgen.py at 1 and 16 clients.
-#   OUT=... scripts/device-structured.sh BUILD_DIR [LEVELS]
+# Qwen2.5-0.5B Q4_K_M, with loadgen.py at 1 and 16 clients. Around each
+# level it reads /metrics and prints where the time went: the engine's step
+# calls (ms per step), the host's mask and matcher work (ms per step), and
+# tokens per request (a schema's answer may end before max_tokens).
+#   OUT=... [LOADGEN=.../loadgen.py] scripts/device-structured.sh BUILD_DIR [LEVELS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
 levels=${2:-1,16}
 out=${OUT:-/tmp/eh-structured}
-loadgen=$(cd ../shared/peers && pwd)/loadgen.py
+loadgen=${LOADGEN:-$(cd ../shared/peers && pwd)/loadgen.py}
 mkdir -p "$out" /tmp/eh-models
 f=/tmp/eh-models/qwen.gguf
 "$build/bin/engine-host" forge --like qwen2.5-0.5b-instruct-q4_k_m --out "$f" -q
 "$build/bin/engine-host" --plugins "$build/plugins" --port 18700 --log-format text --log-level warn --model "$f" \
   --ctx-size 4096 > "$out/serve.log" 2>&1 &
 pid=$!
-for _ in $(seq 1 240); do curl -sf localhost:18700/health > /dev/null && break; sleep 0.5; done
+for _ in $(seq 1 240); do curl -sf localhost:18700/health > /dev/null && break; kill -0 $pid 2>/dev/null || { echo "the server exited:"; tail -5 "$out/serve.log"; exit 1; }; sleep 0.5; done
 schema='{"response_format":{"type":"json_schema","json_schema":{"name":"person","strict":true,"schema":{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","age","tags"],"additionalProperties":false}}}}'
+metrics() {  # steps, step seconds, constraint seconds, generated tokens
+  curl -s localhost:18700/metrics | awk '/^eh_engine_steps_total /{a=$2} /^eh_engine_step_seconds_total /{b=$2}
+    /^eh_constraint_seconds_total /{c=$2} /^eh_generated_tokens_total /{d=$2} END{print a, b, c, d}'
+}
+level() {  # LABEL CLIENTS [EXTRA]
+  local before after
+  before=$(metrics)
+  python3 "$loadgen" http://127.0.0.1:18700 "$1" --levels "$2" ${3:+--extra "$3"} | tee -a "$out/structured.jsonl"
+  after=$(metrics)
+  echo "$before $after" | awk -v l="$1" -v c="$2" '{s=$5-$1; printf "{\"split\": \"%s\", \"concurrency\": %s, \"steps\": %d, \"engine_ms_per_step\": %.4f, \"constraint_ms_per_step\": %.4f, \"tokens\": %d}\n",
+    l, c, s, s ? 1000*($6-$2)/s : 0, s ? 1000*($7-$3)/s : 0, $8-$4}' | tee -a "$out/structured.jsonl"
+}
 for run in 1 2; do
-  python3 "$loadgen" http://127.0.0.1:18700 "plain" --levels "$levels" | tee -a "$out/structured.jsonl"
-  python3 "$loadgen" http://127.0.0.1:18700 "json_schema" --levels "$levels" --extra "$schema" | tee -a "$out/structured.jsonl"
+  for c in ${levels//,/ }; do
+    level plain "$c"
+    level json_schema "$c" "$schema"
+  done
 done
 # One answer with the schema, to show it parses.
 curl -s localhost:18700/v1/chat/completions -H 'Content-Type: application/json' \

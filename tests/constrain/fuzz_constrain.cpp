@@ -6,7 +6,7 @@
 // the mask's trie walk skips and cuts subtrees as it does over a real
 // vocabulary, at the cost of one walk over ~300 trie nodes per new state.
 // Checks: no crash, hang or sanitizer report (bad input must fail with
-// eh::Error); a state always has a way on; the end-of-generation bit is
+// eh::Error: the mask work budget's too); a state always has a way on; the end-of-generation bit is
 // exactly "accepting"; each multi-byte token is in the mask exactly when
 // the matcher accepts its bytes.
 //   ./fuzz_constrain corpus tests/constrain/fuzz_constrain_seeds -max_total_time=60
@@ -24,6 +24,8 @@
 namespace {
 
 constexpr int kEog = 256;
+constexpr size_t kWorkPerToken = 100000;
+constexpr size_t kWorkPerInput = 2000000;
 constexpr int kFirstMulti = 257;  // multi-byte tokens from here on
 
 std::shared_ptr<const eh::constrain::TokenVocab> make_vocab() {
@@ -48,10 +50,16 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const int n_tokens = int(vocab->size());
     try {
         auto g = (data[0] & 1) ? eh::constrain::json_schema_grammar(text) : eh::constrain::gbnf_grammar(text);
-        eh::constrain::Matcher m(std::make_shared<eh::constrain::Automaton>(g, vocab));
+        // A budget for this ~300-token vocabulary's masks (the server's
+        // kMaxMaskWork is sized for 150 K-token ones), and a cap on the
+        // whole input's work, so a grammar of the slow kind ends its input
+        // (with the budget's error, or here) instead of timing out.
+        auto automaton = std::make_shared<eh::constrain::Automaton>(g, vocab, kWorkPerToken);
+        eh::constrain::Matcher m(automaton);
         // Follow the mask: a byte >= 0xF0 asks for a multi-byte token if one
         // is allowed; otherwise take the allowed byte nearest the input's.
         for (size_t i = 0; i < std::min<size_t>(size, 64); ++i) {
+            if (automaton->stats().total_work > kWorkPerInput) break;
             const auto mask = m.mask();
             if (allowed(*mask, kEog) != m.accepting()) __builtin_trap();
             for (int k = kFirstMulti; k < n_tokens; ++k) {

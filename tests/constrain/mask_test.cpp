@@ -177,3 +177,41 @@ TEST(Vocab, TrieHoldsEveryTokenWithBytesOnce) {
 
 }  // namespace
 }  // namespace eh::constrain
+
+namespace eh::constrain {
+namespace {
+
+// The fuzzer's slow grammars over Qwen2.5's 151,665 tokens
+// (docs/robustness.md): counted repeats cost a few vocabulary walks, not one
+// per token, and the one that stays ambiguous enough to need more than
+// kMaxMaskWork for a mask fails with the documented error instead.
+TEST(SlowMasks, CountedRepeatsOverARealVocabulary) {
+    auto tok = test::load("qwen2.5");
+    auto vocab = test::vocab_of(*tok);
+    const auto ids = tok->encode("the quick brown fox jumps over the lazy dog and then it runs far away", false, false);
+    for (const std::string& g : {"root ::= [a-z ]{1000}\n", "root ::= ( [a-z ] | ){1000}\n",
+                                 "root ::= ( [a-z ] | [a-z ] [a-z ] ){1000}\n", "root ::= ( [a-z ]? [0-9]? ){300}\n",
+                                 "root ::= ( \"\\u00e9\" | [\\x01-\\u03c9] . | ){266} \"3341\"\n"}) {
+        auto a = std::make_shared<Automaton>(gbnf_grammar(g), vocab);
+        Matcher m(a);
+        for (int32_t id : ids) {
+            ASSERT_TRUE(allowed(*m.mask(), id)) << g;
+            ASSERT_TRUE(m.accept(id)) << g;
+        }
+        const auto s = a->stats();
+        EXPECT_LE(s.mask_walks, 4u) << g;
+        EXPECT_LE(s.max_mask_work, 1000000u) << g;
+    }
+    Matcher slow(std::make_shared<Automaton>(gbnf_grammar("root ::= ( [\\x01-\\u03c9] | [\\x01-\\u03c9] . ){266} \"3341\"\n"),
+                                             vocab));
+    try {
+        (void)slow.mask();
+        ADD_FAILURE() << "no error";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Code::InvalidRequest);
+        EXPECT_NE(std::string(e.what()).find("more than 3000000 steps"), std::string::npos) << e.what();
+    }
+}
+
+}  // namespace
+}  // namespace eh::constrain

@@ -340,6 +340,58 @@ TEST(BatchedStepSampling, BiasAndMaskSteerTheSampledToken) {
     EXPECT_EQ(es[1].token, 123);
 }
 
+// The sampler applies the allowed-token mask as it reads the logits, on
+// each of its paths: greedy over a small vocabulary (one block), greedy over
+// a large one (partial argmax per slice, 9,000 tokens here), and drawing
+// with a temperature. A biased token outside the mask never comes through,
+// and the greedy pick is the best allowed raw logit.
+TEST(BatchedStepSampling, MasksHoldOnEverySamplerPath) {
+    REQUIRE_BATCHED();
+    for (int nv : {512, 9000}) {
+        TinySpec spec;
+        spec.n_vocab = nv;
+        TinyModel tm(spec);
+        Batched b(tm);
+        auto p = tokens_of(7, 3, nv);
+        eh_seq* greedy = b.create();
+        eh_seq* drawn = b.create();
+        eh_sampling_params sp{};
+        sp.struct_size = sizeof sp;
+        sp.temperature = 1.5f;
+        sp.top_p = 1.0f;
+        sp.repetition_penalty = 1.0f;
+        sp.repetition_window = -1;
+        sp.seed = 7;
+        ASSERT_EQ(b.api->seq_set_sampling(drawn, &sp), EH_OK) << b.error();
+        const std::vector<int32_t> ok = {5, nv / 2, nv - 1};
+        std::vector<uint32_t> allowed(size_t(nv + 31) / 32, 0u);
+        for (int32_t t : ok) allowed[size_t(t) / 32] |= 1u << (t % 32);
+        const int32_t bt[] = {11};
+        const float bv[] = {1000.0f};
+        std::vector<int32_t> tg = p, td = p;
+        for (int step = 0; step < 6; ++step) {
+            eh_step_entry es[2] = {entry(greedy, tg.data() + (step ? tg.size() - 1 : 0), step ? 1 : uint32_t(tg.size())),
+                                   entry(drawn, td.data() + (step ? td.size() - 1 : 0), step ? 1 : uint32_t(td.size()),
+                                         EH_STEP_SAMPLE)};
+            for (auto& e : es) {
+                e.allowed = allowed.data();
+                e.n_bias = 1;
+                e.bias_tokens = bt;
+                e.bias_values = bv;
+            }
+            ASSERT_EQ(b.api->step(b.model, es, 2), EH_OK) << b.error();
+            const auto raw = b.logits(greedy);  // before edits
+            int32_t best = ok[0];
+            for (int32_t t : ok)
+                if (raw[size_t(t)] > raw[size_t(best)]) best = t;
+            EXPECT_EQ(es[0].token, best) << "vocabulary " << nv << ", step " << step;
+            EXPECT_NE(std::find(ok.begin(), ok.end(), es[1].token), ok.end()) << es[1].token;
+            tg.push_back(es[0].token);
+            td.push_back(es[1].token);
+        }
+    }
+}
+
 TEST(BatchedStepSampling, SeededDrawsRepeat) {
     REQUIRE_BATCHED();
     TinySpec spec;

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <thread>
 
+#include "eh/constrain/grammar.hpp"
 #include "eh/service/constraint_cache.hpp"
 #include "eh/service/scheduler.hpp"
 
@@ -423,6 +424,10 @@ TEST(Scheduler, ConstrainedRequestsFollowTheirMaskAndEndWhenComplete) {
             out.push_back(r.text);
         }
         EXPECT_GT(engine->masked.load(), 0u);
+        // /metrics' split of a step's time: the engine's calls and the masks.
+        EXPECT_GT(sched.stats().engine_steps.load(), 0u);
+        EXPECT_GT(sched.stats().engine_step_ns.load(), 0u);
+        EXPECT_GT(sched.stats().constraint_ns.load(), 0u);
         return std::make_pair(out, sched.stats().preemptions.load() + engine->kv_full.load());
     };
     auto [alone, p0] = run(256, 1);
@@ -456,6 +461,26 @@ TEST(Scheduler, ATokenOutsideTheMaskFailsOnlyItsRequest) {
     Outcome rb = drain(*bad), rg = drain(*good);
     EXPECT_EQ(rb.end.kind, JobEvent::Kind::Error);
     EXPECT_NE(rb.end.message.find("outside the allowed-token mask"), std::string::npos) << rb.end.message;
+    EXPECT_EQ(rg.end.kind, JobEvent::Kind::End);
+    EXPECT_EQ(rg.text, expected("world", 10));
+}
+
+// A grammar whose token mask needs more than the per-token work budget
+// (kMaxMaskWork; a tiny one here) ends its request with INVALID_REQUEST
+// naming the limit, and only that request.
+TEST(Scheduler, AMaskOverItsWorkBudgetFailsOnlyItsRequest) {
+    Harness h(16, 256, 8, 64);
+    auto codec = std::make_shared<ByteCodec>(256);
+    ConstraintCache constraints(codec, 256);
+    auto bad = make_job("bad", "hello", 10);
+    bad->constraint =
+        std::make_shared<constrain::Automaton>(constrain::gbnf_grammar("root ::= [a-z]{1000}\n"), constraints.vocab(), 50);
+    auto good = make_job("good", "world", 10);
+    h.sched->enqueue_all({bad, good});
+    Outcome rb = drain(*bad), rg = drain(*good);
+    EXPECT_EQ(rb.end.kind, JobEvent::Kind::Error);
+    EXPECT_EQ(rb.end.code, Code::InvalidRequest);
+    EXPECT_NE(rb.end.message.find("more than 50 steps"), std::string::npos) << rb.end.message;
     EXPECT_EQ(rg.end.kind, JobEvent::Kind::End);
     EXPECT_EQ(rg.text, expected("world", 10));
 }

@@ -5,8 +5,11 @@
 // way the scheduler does (mask, then accept the token), and times each
 // token: a cold pass (fresh automaton: every state's mask walks the
 // vocabulary trie), then new documents and repeats on the warm automaton
-// (a server that has seen the schema before).
+// (a server that has seen the schema before). With --grammar, the same for
+// one GBNF grammar over lowercase text, each token's work in kMaxMaskWork's
+// units too (docs/robustness.md, slow masks).
 //   eh-constrain-bench ../shared/testdata/tokenizers/qwen2.5/tokenizer.json
+//   eh-constrain-bench TOKENIZER_JSON --grammar 'root ::= ( [a-z ] | ){1000}' [TEXT]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -14,6 +17,7 @@
 #include <vector>
 
 #include "eh/constrain/automaton.hpp"
+#include "eh/error.hpp"
 #include "eh/constrain/grammar.hpp"
 #include "eh/tokenizer/tokenizer.hpp"
 
@@ -67,11 +71,32 @@ void replay(const std::shared_ptr<eh::constrain::Automaton>& a, const std::vecto
     }
 }
 
+// One grammar, cold, over `text`: per-token time and work; a grammar the
+// compiler or the mask budget refuses prints its error.
+int grammar_mode(const std::shared_ptr<const eh::constrain::TokenVocab>& vocab, const eh::tokenizer::Tokenizer& tok,
+                 const std::string& gbnf, const std::string& text) {
+    const auto ids = tok.encode(text, false, false);
+    try {
+        const auto t0 = Clock::now();
+        auto a = std::make_shared<eh::constrain::Automaton>(eh::constrain::gbnf_grammar(gbnf), vocab);
+        std::printf("compiled in %.2f ms\n", std::chrono::duration<double, std::milli>(Clock::now() - t0).count());
+        Pass pass;
+        replay(a, ids, pass);
+        pass.print("per token");
+        const auto st = a->stats();
+        std::printf("most work in one mask: %zu units (limit %zu); %zu states, %zu trie nodes walked\n", st.max_mask_work,
+                    eh::constrain::kMaxMaskWork, st.states, st.walk_nodes);
+    } catch (const eh::Error& e) {
+        std::printf("refused: %s\n", e.what());
+    }
+    return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc < 2) {
-        std::fprintf(stderr, "usage: %s TOKENIZER_JSON\n", argv[0]);
+    if (argc < 2 || (argc >= 3 && std::string(argv[2]) == "--grammar" && argc < 4)) {
+        std::fprintf(stderr, "usage: %s TOKENIZER_JSON [--grammar GBNF [TEXT]]\n", argv[0]);
         return 2;
     }
     auto tok = eh::tokenizer::Tokenizer::from_hf_json(argv[1]);
@@ -84,6 +109,11 @@ int main(int argc, char** argv) {
     }
     auto vocab = std::make_shared<const eh::constrain::TokenVocab>(std::move(bytes), std::move(eog));
     const double vocab_ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    if (argc >= 4)
+        return grammar_mode(vocab, *tok, argv[3],
+                            argc >= 5 ? argv[4]
+                                      : "the quick brown fox jumps over the lazy dog and then it runs far away into the "
+                                        "deep green forest where nobody can find it again");
     t0 = Clock::now();
     auto grammar = eh::constrain::json_schema_grammar(kSchema);
     auto a = std::make_shared<eh::constrain::Automaton>(grammar, vocab);
@@ -106,6 +136,7 @@ int main(int argc, char** argv) {
     fresh_docs.print("new documents, warm schema");
     warm.print("repeated documents (steady state)");
     s = a->stats();
-    std::printf("end: %zu states, %zu cached masks, %zu walks\n", s.states, s.masks, s.mask_walks);
+    std::printf("end: %zu states, %zu cached masks, %zu walks; most work in one mask %zu units (limit %zu)\n", s.states,
+                s.masks, s.mask_walks, s.max_mask_work, eh::constrain::kMaxMaskWork);
     return 0;
 }

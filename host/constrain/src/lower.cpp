@@ -35,6 +35,13 @@ public:
         auto it = index_.find(std::string(root));
         if (it == index_.end()) throw GrammarError("grammar", fmt::format("grammar: there is no rule named '{}'", root));
         for (const auto& d : defs_) rules_[index_[d.name]] = alternatives_of(d.body);
+        // Repeats last: how one is lowered depends on whether its body can
+        // match nothing, which needs every rule.
+        find_nullable();
+        for (size_t i = 0; i < repeats_.size(); ++i) {
+            Seq seq = repeat_seq(repeats_[i]);  // (may add rules)
+            rules_[repeats_[i].rule] = {std::move(seq)};
+        }
         check(it->second);
         return flatten(it->second);
     }
@@ -42,9 +49,12 @@ public:
 private:
     uint32_t new_rule(std::string name) {
         if (rules_.size() >= kMaxGrammarRules)
-            throw GrammarError("grammar", fmt::format("the grammar needs more than {} rules", kMaxGrammarRules));
+            throw GrammarError("grammar", fmt::format("the grammar needs more than {} rules (the limit; a counted "
+                                                      "repeat {{m,n}} takes n-m+2 of them)", kMaxGrammarRules));
         rules_.emplace_back();
         names_.push_back(std::move(name));
+        nullable_.push_back(0);
+        counted_.emplace_back();
         return uint32_t(rules_.size() - 1);
     }
     uint32_t helper_rule(std::vector<Seq> alts) {
@@ -168,29 +178,198 @@ private:
         return {true, helper_rule({std::move(s)})};
     }
 
+    // A repeat becomes a rule of its own, filled in by repeat_seq() once
+    // every rule is known; until then it holds stand-in alternatives that
+    // are nullable and productive exactly when the repeat is.
     void repeat(const Node& n, Seq& seq) {
         const Node& body = n.kids[0];
         if (n.max == 0) return;
         const Item x = single(body);
         count(n.min + 2);
-        if (n.min > kMaxRepeat) throw GrammarError("grammar", "a repeat count is too large");
-        for (uint32_t i = 0; i < n.min; ++i) seq.push_back(x);
-        if (n.max == kUnbounded) {
-            // star ::= x star | ()  -- right recursion in tail position keeps the matcher's stack flat
+        if (n.min > kMaxRepeat) throw GrammarError("grammar", fmt::format("a repeat count is larger than {}", kMaxRepeat));
+        std::vector<Seq> stand_in{Seq{x}};
+        if (n.min == 0) stand_in.push_back(Seq{});
+        const uint32_t r = helper_rule(std::move(stand_in));
+        repeats_.push_back({r, x, n.min, n.max});
+        repeat_of_[r] = repeats_.size() - 1;
+        seq.push_back({true, r});
+    }
+
+    struct Repeat {
+        uint32_t rule;
+        Item x;
+        uint32_t min, max;
+    };
+
+    // x{min,max}. A body that can match nothing is replaced by its non-empty
+    // form x' (x{m,n} == x'{0,n}): otherwise every count below the current
+    // one is reachable through empty matches at every byte, and the matcher
+    // would carry a parse stack for each (docs/robustness.md, slow masks).
+    Seq repeat_seq(const Repeat& rp) {
+        Item x = rp.x;
+        uint32_t min = rp.min;
+        if (nullable_item(x)) {
+            const auto ne = nonempty(x);
+            if (ne.kind == NonEmpty::Kind::OnlyEmpty) return {};
+            if (ne.kind != NonEmpty::Kind::Ok) return counted(x, min, rp.max, false);  // (stays ambiguous)
+            x = ne.item, min = 0;
+        }
+        return counted(x, min, rp.max);
+    }
+
+    // min copies of x, then up to max-min more, as chains of rules:
+    //   need_k ::= x need_(k-1)   (k = min .. 1)   need_0 ::= rest
+    //   opt_k  ::= x opt_(k-1) | ()  (k = max-min .. 1)   opt_0 ::= ()
+    // (rest: opt_(max-min), or star ::= x star | () when unbounded: right
+    // recursion in tail position keeps the matcher's stack flat). A few
+    // mandatory copies stay inline. Every reference to the rest of a chain
+    // is its link's last item, and is marked (Grammar::chains) so the
+    // matcher can merge stacks that differ only in their count. x must not
+    // match the empty string where a chain is built (repeat_seq).
+    Seq counted(Item x, uint32_t min, uint32_t max, bool chains = true) {
+        constexpr uint32_t kInline = 4;
+        Seq rest;
+        if (max == kUnbounded) {
             const uint32_t star = helper_rule({});
             rules_[star] = {Seq{x, Item{true, star}}, Seq{}};
-            seq.push_back({true, star});
-            return;
+            nullable_[star] = 1;
+            rest.push_back({true, star});
+        } else if (max > min) {
+            if (!chains) {
+                for (uint32_t k = min; k < max; ++k) {
+                    Seq more{x};
+                    if (!rest.empty()) more.push_back(rest[0]);
+                    count(more.size());
+                    const uint32_t r = helper_rule({std::move(more), Seq{}});
+                    nullable_[r] = 1;
+                    rest = {Item{true, r}};
+                }
+            } else {
+                rest = {Item{true, chain(x, max - min, false, {})}};
+            }
         }
-        // opt_k ::= x opt_(k-1) | ()
-        uint32_t prev = UINT32_MAX;
-        for (uint32_t k = n.min; k < n.max; ++k) {
-            Seq more{x};
-            if (prev != UINT32_MAX) more.push_back({true, prev});
-            count(more.size());
-            prev = helper_rule({std::move(more), Seq{}});
+        if (min <= kInline || !chains) {
+            Seq seq(min, x);
+            seq.insert(seq.end(), rest.begin(), rest.end());
+            return seq;
         }
-        if (prev != UINT32_MAX) seq.push_back({true, prev});
+        return {Item{true, chain(x, min, true, std::move(rest))}};
+    }
+
+    // The chain's head: n links, each "x, then the link below", the last
+    // link's "below" `end` (exact) or the empty match ("up to", where every
+    // link may also match nothing).
+    uint32_t chain(Item x, uint32_t n, bool exact, Seq end) {
+        const uint32_t c = ++chains_;
+        bool end_nullable = true;
+        for (const Item& it : end) end_nullable = end_nullable && nullable_item(it);
+        uint32_t prev = helper_rule({std::move(end)});
+        nullable_[prev] = end_nullable;
+        counted_[prev] = {c, 0};
+        for (uint32_t k = 1; k <= n; ++k) {
+            count(2);
+            std::vector<Seq> link{Seq{x, Item{true, prev}}};
+            if (!exact) link.push_back(Seq{});
+            prev = helper_rule(std::move(link));
+            nullable_[prev] = !exact;
+            counted_[prev] = {c, k};
+        }
+        exact_chain_.push_back(exact);
+        return prev;
+    }
+
+    // The non-empty form of an item that can match nothing: what it matches
+    // but the empty string, as an item; OnlyEmpty when that is nothing;
+    // TooLarge when writing it out would multiply alternatives past
+    // kMaxNullableItems per alternative (the repeat then keeps its body).
+    struct NonEmpty {
+        enum class Kind { Ok, OnlyEmpty, TooLarge } kind = Kind::Ok;
+        Item item{};
+    };
+    static constexpr size_t kMaxNullableItems = 6;
+
+    bool nullable_item(const Item& it) const { return it.ref && nullable_[it.arg]; }
+
+    NonEmpty nonempty(const Item& it) {
+        if (!nullable_item(it)) return {NonEmpty::Kind::Ok, it};
+        const uint32_t r = it.arg;
+        if (auto m = nonempty_of_.find(r); m != nonempty_of_.end()) return m->second;
+        const uint32_t out = helper_rule({});
+        nonempty_of_[r] = {NonEmpty::Kind::Ok, Item{true, out}};  // (a recursive use refers to it)
+        std::vector<Seq> alts;
+        NonEmpty::Kind fail = NonEmpty::Kind::Ok;
+        if (auto rp = repeat_of_.find(r); rp != repeat_of_.end()) {
+            // x{0,n} without the empty match: x'{1,n}.
+            const Repeat spec = repeats_[rp->second];
+            Item x = spec.x;
+            if (nullable_item(x)) {
+                const auto ne = nonempty(x);
+                if (ne.kind != NonEmpty::Kind::Ok) fail = ne.kind;
+                x = ne.item;
+            }
+            if (fail == NonEmpty::Kind::Ok) alts.push_back(counted(x, 1, spec.max));
+        } else {
+            const std::vector<Seq> src = rules_[r];  // (helper_rule may reallocate rules_)
+            for (const Seq& alt : src) {
+                std::vector<size_t> opt;  // its items that can match nothing
+                for (size_t i = 0; i < alt.size(); ++i)
+                    if (nullable_item(alt[i])) opt.push_back(i);
+                if (opt.size() > kMaxNullableItems) {
+                    fail = NonEmpty::Kind::TooLarge;
+                    break;
+                }
+                // Each subset of them present (in non-empty form), the rest left out.
+                for (uint32_t keep = 0; keep < (1u << opt.size()) && fail == NonEmpty::Kind::Ok; ++keep) {
+                    Seq v;
+                    bool possible = true;
+                    for (size_t i = 0, o = 0; i < alt.size(); ++i) {
+                        if (o < opt.size() && opt[o] == i) {
+                            if ((keep >> o++) & 1u) {
+                                const auto ne = nonempty(alt[i]);
+                                if (ne.kind == NonEmpty::Kind::TooLarge) fail = ne.kind;
+                                if (ne.kind != NonEmpty::Kind::Ok) possible = false;
+                                else v.push_back(ne.item);
+                            }
+                        } else {
+                            v.push_back(alt[i]);
+                        }
+                    }
+                    if (possible && !v.empty()) {
+                        count(v.size());
+                        alts.push_back(std::move(v));
+                    }
+                }
+                if (fail != NonEmpty::Kind::Ok) break;
+            }
+        }
+        if (fail == NonEmpty::Kind::Ok && alts.empty()) fail = NonEmpty::Kind::OnlyEmpty;
+        if (fail != NonEmpty::Kind::Ok) {
+            // (A rule that already refers to `out` is part of a cycle through
+            // empty matches: left recursion, which check() refuses.)
+            nonempty_of_[r] = {fail, {}};
+            return nonempty_of_[r];
+        }
+        rules_[out] = std::move(alts);
+        return nonempty_of_[r];
+    }
+
+    // Which rules can match nothing, by fixpoint (repeats by their stand-ins).
+    void find_nullable() {
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (size_t r = 0; r < rules_.size(); ++r) {
+                if (nullable_[r]) continue;
+                for (const auto& alt : rules_[r]) {
+                    bool e = true;
+                    for (const auto& it : alt) e = e && it.ref && nullable_[it.arg];
+                    if (e) {
+                        nullable_[r] = 1;
+                        changed = true;
+                        break;
+                    }
+                }
+            }
+        }
     }
 
     void check(uint32_t root) {
@@ -282,6 +461,32 @@ private:
                 g->elems.push_back({Grammar::Kind::End, 0});
             }
         }
+        // A reference to a link of a counted repeat's chain, as the last item
+        // of its alternative (the only place chain() puts one; the head may
+        // also be referred to elsewhere, unmarked: never on a parse stack).
+        if (chains_) {
+            g->counted.resize(g->elems.size());
+            g->chains.resize(chains_);
+            for (uint32_t c = 0; c < chains_; ++c) g->chains[c].exact = exact_chain_[c];
+            for (size_t p = 0; p + 1 < g->elems.size(); ++p) {
+                const auto& e = g->elems[p];
+                const auto k = e.kind == Grammar::Kind::Ref ? counted_[e.arg] : Grammar::Counted{};
+                if (!k.chain || g->elems[p + 1].kind != Grammar::Kind::End) continue;
+                auto& at = g->chains[k.chain - 1].at;
+                if (at.size() <= k.left) at.resize(k.left + 1, UINT32_MAX);
+                if (at[k.left] != UINT32_MAX) continue;  // (one element per count is enough)
+                at[k.left] = uint32_t(p);
+                g->counted[p] = k;
+            }
+            // Each link's x (the item before its reference to the rest).
+            for (size_t r = 0; r < rules_.size(); ++r) {
+                const auto k = counted_[r];
+                if (!k.chain || k.left == 0) continue;
+                const uint32_t p = g->alts[r][0];
+                if (g->chains[k.chain - 1].at.size() > k.left - 1 && g->chains[k.chain - 1].at[k.left - 1] == p + 1)
+                    g->counted[p] = {k.chain, k.left - 1, true};
+            }
+        }
         return g;
     }
 
@@ -292,6 +497,13 @@ private:
     std::vector<Grammar::ByteSet> sets_;
     std::map<Grammar::ByteSet, uint32_t> set_ids_;
     size_t elements_ = 0;
+    std::vector<char> nullable_;                     // per rule (find_nullable, then as made)
+    std::vector<Grammar::Counted> counted_;          // per rule: its place in a repeat's chain
+    std::vector<Repeat> repeats_;                    // in creation order (inner before outer)
+    std::unordered_map<uint32_t, size_t> repeat_of_; // repeat rule -> repeats_ index
+    std::unordered_map<uint32_t, NonEmpty> nonempty_of_;
+    uint32_t chains_ = 0;
+    std::vector<char> exact_chain_;  // per chain (1-based id - 1)
 };
 
 }  // namespace

@@ -20,8 +20,15 @@ using StateKey = std::vector<uint32_t>;
 inline constexpr uint32_t kContext = UINT32_MAX;
 
 StateKey start_key(const Grammar& g, size_t max_stacks, size_t max_depth);
-// The state after `byte`; empty if no stack takes it.
-StateKey advance_key(const Grammar& g, const StateKey& key, uint8_t byte, size_t max_stacks, size_t max_depth);
+// The state after `byte`; empty if no stack takes it. Adds the parse steps
+// it took (at least 1) to *steps.
+StateKey advance_key(const Grammar& g, const StateKey& key, uint8_t byte, size_t max_stacks, size_t max_depth,
+                     size_t* steps = nullptr);
+// The state with every count of a counted repeat (Grammar::chains) above
+// `limit` lowered to `limit`: for input of at most `limit` bytes the same
+// state (each copy takes a byte at least), so it has the same token mask
+// when `limit` is the longest token's length.
+StateKey clamp_counts(const Grammar& g, const StateKey& key, uint32_t limit);
 bool key_accepting(const StateKey& key);
 bool key_complete(const StateKey& key);  // only the empty stack is left
 bool key_has_context(const StateKey& key);  // some stack has popped down to kContext

@@ -141,6 +141,14 @@ std::string Metrics::render(const Gauges& g) const {
     out += "# HELP eh_preemptions_total Requests preempted (KV blocks freed, recomputed later).\n"
            "# TYPE eh_preemptions_total counter\n";
     out += fmt::format("eh_preemptions_total {}\n", num(g.preemptions));
+    out += "# HELP eh_engine_steps_total Batched steps run by the engine.\n# TYPE eh_engine_steps_total counter\n";
+    out += fmt::format("eh_engine_steps_total {}\n", num(g.engine_steps));
+    out += "# HELP eh_engine_step_seconds_total Time in the engine's step calls (device work included).\n"
+           "# TYPE eh_engine_step_seconds_total counter\n";
+    out += fmt::format("eh_engine_step_seconds_total {}\n", num(g.engine_step_seconds));
+    out += "# HELP eh_constraint_seconds_total Host time computing token masks and updating matchers for "
+           "structured output.\n# TYPE eh_constraint_seconds_total counter\n";
+    out += fmt::format("eh_constraint_seconds_total {}\n", num(g.constraint_seconds));
     out += "# HELP eh_vram_bytes Device memory held by the model.\n# TYPE eh_vram_bytes gauge\n";
     out += fmt::format("eh_vram_bytes {}\n", num(g.vram_bytes));
     out += "# HELP eh_context_length Tokens per sequence (prompt + output).\n# TYPE eh_context_length gauge\n";

@@ -344,12 +344,15 @@ void Scheduler::run_step() {
         it.logits = it.sample && a.job->request.top_logprobs >= 0;
         if (it.sample && !a.job->request.sampling.logit_bias.empty()) it.bias = &a.job->request.sampling.logit_bias;
         if (it.sample && a.matcher) {
+            const auto t0 = Clock::now();
             try {
                 a.mask = a.matcher->mask();
             } catch (const Error& e) {
+                stats_.constraint_ns.fetch_add(uint64_t((Clock::now() - t0).count()));
                 broken.emplace_back(&a, e);
                 return;
             }
+            stats_.constraint_ns.fetch_add(uint64_t((Clock::now() - t0).count()));
             it.allowed = a.mask.get();
         }
         items.push_back(it);
@@ -375,8 +378,11 @@ void Scheduler::run_step() {
     if (items.empty()) return;
 
     bool ok = false;
+    const auto step_start = Clock::now();
     try {
         ok = engine_->step(items);
+        stats_.engine_steps.fetch_add(1);
+        stats_.engine_step_ns.fetch_add(uint64_t((Clock::now() - step_start).count()));
     } catch (const Error& e) {
         // The step's sequences are unusable now; their requests end here.
         for (auto& a : running_)
@@ -396,6 +402,12 @@ void Scheduler::run_step() {
         const int32_t tok = items[i].token;
         bool complete_now = false;
         if (a.matcher) {
+            const auto t0 = Clock::now();
+            struct Timed {
+                std::atomic<uint64_t>& ns;
+                Clock::time_point t0;
+                ~Timed() { ns.fetch_add(uint64_t((Clock::now() - t0).count())); }
+            } timed{stats_.constraint_ns, t0};
             try {
                 if (!a.matcher->accept(tok)) {
                     broken.emplace_back(&a, Error(Code::Internal, "the engine sampled a token outside the allowed-token mask"));

@@ -425,12 +425,15 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
             if (at(rows[k].entry).flags & EH_STEP_LOGITS)
                 EHC_CHECK(cudaMemcpyAsync(host_logits_ + k * V, v.logits + k * V, V * sizeof(float),
                                           cudaMemcpyDeviceToHost, s));
-        adjust_logits(v.logits, int(V), int(R), int(V), reinterpret_cast<const RowEdits*>(d + L.edits),
-                      reinterpret_cast<const int32_t*>(d + L.etok), reinterpret_cast<const float*>(d + L.eval),
-                      reinterpret_cast<const uint32_t*>(d + L.masks), s);
+        // Biases and penalties, where some row has one (a plain or only
+        // masked step launches nothing here).
+        if (!etok.empty())
+            adjust_logits(v.logits, int(V), int(R), int(V), reinterpret_cast<const RowEdits*>(d + L.edits),
+                          reinterpret_cast<const int32_t*>(d + L.etok), reinterpret_cast<const float*>(d + L.eval), s);
         sample_rows(v.logits, int(V), int(R), int(V), reinterpret_cast<const SamplerParams*>(d + L.params),
                     reinterpret_cast<unsigned long long*>(d + L.counters), {fwork_.as<float>(), iwork_.as<int32_t>()},
-                    d_out, s);
+                    d_out, s, reinterpret_cast<const RowEdits*>(d + L.edits),
+                    mask_rows.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + L.masks));
         EHC_CHECK(cudaMemcpyAsync(h + L.out, d_out, R * 4, cudaMemcpyDeviceToHost, s));
     }
     EHC_CHECK(cudaStreamSynchronize(s));

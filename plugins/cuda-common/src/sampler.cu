@@ -24,12 +24,19 @@ __device__ __forceinline__ float key_to_float(uint32_t k) {
     return __uint_as_float(u);
 }
 
-// Greedy: largest value, lowest index on ties.
-__device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
+// Is token i allowed by the row's allowed-token bitset (none: all are)?
+__device__ __forceinline__ bool allowed(const uint32_t* mask, int i) {
+    return !mask || ((__ldg(mask + (i >> 5)) >> (i & 31)) & 1u);
+}
+
+// block_argmax over the allowed tokens of v[0, n), where v[0] is token
+// `base` of the row; INT_MAX when none is allowed.
+__device__ int block_argmax_allowed(const float* v, int n, int base, const uint32_t* mask, float* shm_v, int* shm_i) {
     float best = -INFINITY;
     int bi = INT_MAX;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
-        float x = v[i];
+        if (!allowed(mask, base + i)) continue;
+        const float x = v[i];
         if (x > best || (x == best && i < bi)) { best = x; bi = i; }
     }
     shm_v[threadIdx.x] = best;
@@ -37,8 +44,8 @@ __device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
     __syncthreads();
     for (int s = blockDim.x / 2; s > 0; s >>= 1) {
         if (threadIdx.x < s) {
-            float ov = shm_v[threadIdx.x + s];
-            int oi = shm_i[threadIdx.x + s];
+            const float ov = shm_v[threadIdx.x + s];
+            const int oi = shm_i[threadIdx.x + s];
             if (ov > shm_v[threadIdx.x] || (ov == shm_v[threadIdx.x] && oi < shm_i[threadIdx.x])) {
                 shm_v[threadIdx.x] = ov;
                 shm_i[threadIdx.x] = oi;
@@ -46,8 +53,21 @@ __device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
         }
         __syncthreads();
     }
-    int r = shm_i[0];
+    const int r = shm_i[0];
     __syncthreads();
+    return r;
+}
+
+// The row's allowed-token bitset, or null.
+__device__ __forceinline__ const uint32_t* row_mask(const RowEdits* rows, const uint32_t* masks, int row) {
+    if (!rows || !masks) return nullptr;
+    const int w = rows[row].mask_word;
+    return w >= 0 ? masks + w : nullptr;
+}
+
+// Greedy: largest value, lowest index on ties (0 for an empty or all-NaN v).
+__device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
+    const int r = block_argmax_allowed(v, n, 0, nullptr, shm_v, shm_i);
     return r == INT_MAX ? 0 : r;
 }
 
@@ -66,7 +86,8 @@ __device__ __forceinline__ bool plain_greedy(const SamplerParams& P) {
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const float* logits, int V,
                                                                       const SamplerParams* pp, float* pv,
-                                                                      int32_t* pi, int ld, int work_ld) {
+                                                                      int32_t* pi, int ld, int work_ld,
+                                                                      const RowEdits* rows, const uint32_t* masks) {
     pdl_entry();
     pdl_release();
     // Row blockIdx.y of a batch: its logits, params and work.
@@ -79,11 +100,14 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const fl
     if (!plain_greedy(*pp)) return;
     const int slice = (V + gridDim.x - 1) / gridDim.x;
     const int lo = blockIdx.x * slice, hi = min(V, lo + slice);
-    const int idx = block_argmax(logits + lo, max(0, hi - lo), shm_v, shm_i);
+    // The allowed-token mask is applied here, as the logits are read (not
+    // by a pass of its own over the row).
+    const int idx = block_argmax_allowed(logits + lo, max(0, hi - lo), lo, row_mask(rows, masks, blockIdx.y), shm_v,
+                                         shm_i);
     if (threadIdx.x == 0) {
-        // block_argmax answers 0 for an empty or all-NaN slice: keep that
-        // from beating a real candidate.
-        const bool real = hi > lo && logits[lo + idx] == logits[lo + idx];
+        // No allowed token in the slice, or only NaNs: keep that from
+        // beating a real candidate.
+        const bool real = idx != INT_MAX && logits[lo + idx] == logits[lo + idx];
         pv[blockIdx.x] = real ? logits[lo + idx] : -INFINITY;
         pi[blockIdx.x] = real ? lo + idx : INT_MAX;
     }
@@ -93,7 +117,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
                                                         const int32_t* d_n_hist, const SamplerParams* pp,
                                                         unsigned long long* counter, float* w, int32_t* first,
                                                         int32_t* out, int partials, StepState* next, int ld,
-                                                        int work_ld) {
+                                                        int work_ld, const RowEdits* rows, const uint32_t* masks) {
     pdl_entry();
     pdl_release();
     // Row blockIdx.x of a batch: its logits, params, draw counter, work and
@@ -104,6 +128,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     w += size_t(blockIdx.x) * work_ld;
     first += size_t(blockIdx.x) * work_ld;
     out += blockIdx.x;
+    const uint32_t* mask = row_mask(rows, masks, blockIdx.x);  // applied as the logits are read
     // Thread 0 alone writes the result; the step's other fields are read
     // (n_hist) before a barrier that precedes every write.
     auto finish = [&](int pick) {
@@ -157,12 +182,12 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
             if (tid == 0) finish(shm_i[0] == INT_MAX ? 0 : shm_i[0]);
             return;
         }
-        int idx = block_argmax(logits, V, shm_v, shm_i);
-        if (tid == 0) finish(idx);
+        const int idx = block_argmax_allowed(logits, V, 0, mask, shm_v, shm_i);
+        if (tid == 0) finish(idx == INT_MAX ? 0 : idx);
         return;
     }
     for (int i = tid; i < V; i += blockDim.x) {
-        w[i] = logits[i];
+        w[i] = allowed(mask, i) ? logits[i] : -INFINITY;
         if (penalise) first[i] = INT_MAX;
     }
     __syncthreads();
@@ -319,25 +344,31 @@ void sample_tokens(const float* logits, int n_vocab, const int32_t* history, con
                    int32_t* d_out_token, cudaStream_t stream, StepState* next) {
     if (n_vocab <= 0) throw ehp::Error(EH_INTERNAL, "sampler: empty vocabulary");
     const int partials = n_vocab >= kArgmaxMinVocab ? kArgmaxBlocks : 0;
+    const RowEdits* no_rows = nullptr;
+    const uint32_t* no_masks = nullptr;
     if (partials)
         launch("argmax_partial_kernel", argmax_partial_kernel, partials, kArgmaxThreads, 0, stream, logits, n_vocab,
-               d_params, work.fwork, work.iwork, n_vocab, n_vocab);
+               d_params, work.fwork, work.iwork, n_vocab, n_vocab, no_rows, no_masks);
     launch("sample_kernel", sample_kernel, 1, kThreads, 0, stream, logits, n_vocab, history, d_n_hist, d_params, d_counter,
-           work.fwork, work.iwork, d_out_token, partials, next, n_vocab, n_vocab);
+           work.fwork, work.iwork, d_out_token, partials, next, n_vocab, n_vocab, no_rows, no_masks);
     EHC_LAUNCHED("sample_kernel");
 }
 
 void sample_rows(const float* logits, int ld, int n_rows, int n_vocab, const SamplerParams* d_params,
-                 unsigned long long* d_counters, SamplerWork work, int32_t* d_out, cudaStream_t stream) {
+                 unsigned long long* d_counters, SamplerWork work, int32_t* d_out, cudaStream_t stream,
+                 const RowEdits* d_rows, const uint32_t* d_masks) {
     if (n_rows <= 0) return;
     if (n_vocab <= 0 || ld < n_vocab) throw ehp::Error(EH_INTERNAL, "sample_rows: bad shape");
     if (n_rows > 65535) throw ehp::Error(EH_INTERNAL, "sample_rows: more than 65535 rows");
     const int partials = n_vocab >= kArgmaxMinVocab ? kArgmaxBlocks : 0;
     if (partials)
         launch("argmax_partial_kernel", argmax_partial_kernel, dim3(partials, n_rows), kArgmaxThreads, 0, stream, logits,
-               n_vocab, d_params, work.fwork, work.iwork, ld, n_vocab);
-    launch("sample_kernel", sample_kernel, n_rows, kThreads, 0, stream, logits, n_vocab, nullptr, nullptr, d_params,
-           d_counters, work.fwork, work.iwork, d_out, partials, nullptr, ld, n_vocab);
+               n_vocab, d_params, work.fwork, work.iwork, ld, n_vocab, d_rows, d_masks);
+    const int32_t* no_hist = nullptr;
+    const int32_t* no_n_hist = nullptr;
+    StepState* no_next = nullptr;
+    launch("sample_kernel", sample_kernel, n_rows, kThreads, 0, stream, logits, n_vocab, no_hist, no_n_hist, d_params,
+           d_counters, work.fwork, work.iwork, d_out, partials, no_next, ld, n_vocab, d_rows, d_masks);
     EHC_LAUNCHED("sample_kernel");
 }
 

@@ -61,7 +61,8 @@ void sample_tokens(const float* logits, int n_vocab, const int32_t* history,
 // One row's edits for adjust_logits: ranges of the shared token / value
 // lists (bias: value added; repetition: distinct tokens of the window;
 // presence/frequency: distinct output tokens, value = count), and the word
-// offset of the row's allowed-token bitset in the mask array (-1: none).
+// offset of the row's allowed-token bitset in the mask array (-1: none),
+// which the sampler applies.
 struct RowEdits {
     int32_t bias_begin = 0, bias_end = 0;
     int32_t rep_begin = 0, rep_end = 0;
@@ -71,15 +72,22 @@ struct RowEdits {
     float presence = 0.0f, frequency = 0.0f;
 };
 // Applies each row's edits to row r of logits (stride ld), in the ABI's
-// order: biases, mask, repetition penalty, presence/frequency.
+// order: biases, repetition penalty, presence/frequency. The allowed-token
+// mask comes between biases and penalties in the ABI; it is applied by
+// sample_rows instead, as it reads the logits (no pass of its own over the
+// vocabulary): a disallowed token ends at -inf either way, and an allowed
+// one's value does not depend on the mask.
 void adjust_logits(float* logits, int ld, int n_rows, int n_vocab, const RowEdits* d_rows, const int32_t* d_tok,
-                   const float* d_val, const uint32_t* d_masks, cudaStream_t stream);
+                   const float* d_val, cudaStream_t stream);
 
 // A batched step's sampling: row r of logits (stride ld) is sampled with
-// d_params[r] and draw counter d_counters[r] into d_out[r], in one launch.
+// d_params[r] and draw counter d_counters[r] into d_out[r], in one launch,
+// over the tokens its allowed-token bitset allows (d_rows[r].mask_word into
+// d_masks; d_rows or d_masks null: every token).
 // No repetition penalty here (the caller applies it, params must say 1.0);
 // work holds n_rows * n_vocab floats and ints.
 void sample_rows(const float* logits, int ld, int n_rows, int n_vocab, const SamplerParams* d_params,
-                 unsigned long long* d_counters, SamplerWork work, int32_t* d_out, cudaStream_t stream);
+                 unsigned long long* d_counters, SamplerWork work, int32_t* d_out, cudaStream_t stream,
+                 const RowEdits* d_rows = nullptr, const uint32_t* d_masks = nullptr);
 
 }  // namespace ehcuda

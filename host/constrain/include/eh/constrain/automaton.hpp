@@ -18,6 +18,10 @@
 // the tokens decided within those frames, and only the subtrees where a
 // token leaves them (a closing quote) are walked with the full state.
 //
+// Counted repeats (Grammar::chains): a state whose counts differ from
+// another's only above the longest token's length shares that state's mask
+// (detail::clamp_counts), so x{1000} is not a new walk at every token.
+//
 // Thread-safe: one mutex per Automaton (the scheduler thread is its only
 // heavy user). Limits (documented in docs/http-api.md): at most
 // kMaxStacks parse stacks per state (more ambiguous alternatives are
@@ -25,7 +29,13 @@
 // deep (deeper nesting is refused), kMaxStates interned states (then the
 // tables are reset between tokens), kMaxCachedMasks cached masks; one
 // operation that needs more than kHardMaxStates states fails with
-// Error(InvalidRequest) rather than use unbounded memory.
+// Error(InvalidRequest) rather than use unbounded memory. One token's mask,
+// and one token's advance, may each cost at most kMaxMaskWork units of work
+// (a trie node visited; a grammar parse step taken; a parse-stack position
+// written, sorted or hashed): past that they fail with
+// Error(InvalidRequest) naming the limit, and every later mask() of that
+// state fails at once (the request ends; the server's CPU per token stays
+// bounded).
 #pragma once
 
 #include <cstdint>
@@ -46,12 +56,15 @@ inline constexpr size_t kMaxStackDepth = 1024;
 inline constexpr size_t kMaxStates = 16384;
 inline constexpr size_t kHardMaxStates = 65536;
 inline constexpr size_t kMaxCachedMasks = 512;
+inline constexpr size_t kMaxMaskWork = 3000000;
 
 using Mask = std::vector<uint32_t>;  // bit i of word i/32: token i allowed (the ABI's layout)
 
 class Automaton {
 public:
-    Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab);
+    // max_mask_work: kMaxMaskWork, or less (tests).
+    Automaton(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenVocab> vocab,
+              size_t max_mask_work = kMaxMaskWork);
 
     // A matcher's position: its parse stacks (canonical, flattened) and the
     // interned id they had in `epoch` (ids are reassigned after a reset).
@@ -70,6 +83,9 @@ public:
     const TokenVocab& vocab() const { return *vocab_; }
     struct Stats {
         size_t states = 0, masks = 0, resets = 0, mask_walks = 0, walk_nodes = 0;
+        size_t last_mask_work = 0;  // work units of the last mask() that computed a mask
+        size_t max_mask_work = 0;   // the most of any one
+        size_t total_work = 0;      // of every mask() and advance() so far
     };
     Stats stats() const;
 
@@ -87,12 +103,14 @@ private:
         bool accepting = false;
         bool complete = false;
         bool left_frames = false;  // a stack popped to the cut (truncated states only)
+        bool over_budget = false;  // its mask needed more than kMaxMaskWork
     };
     struct KeyHash {
         size_t operator()(const std::vector<uint32_t>& k) const noexcept;
     };
 
     int32_t resolve(Position& p);
+    std::shared_ptr<const Mask> mask_of(int32_t s);
     int32_t intern(std::vector<uint32_t> key);
     int32_t step(int32_t s, uint8_t byte) {
         const int32_t t = trans_[size_t(s) * 256 + byte];
@@ -106,6 +124,26 @@ private:
     void walk(int32_t s, uint32_t begin, uint32_t end, Mask& m, Partial* cut = nullptr);
     std::shared_ptr<const Partial> partial(int32_t t);
     void cache_limit();
+    // Counts n units of the current mask()'s or advance()'s work; throws
+    // past the budget.
+    void charge(size_t n) {
+        if (!counting_) return;
+        work_ += n;
+        if (work_ > max_work_) over_budget();
+    }
+    [[noreturn]] void over_budget();
+    // Counts one operation's work from construction to destruction: a
+    // mask of state s (whose stats and over_budget flag it records), or an
+    // advance (s < 0).
+    class Counting {
+    public:
+        Counting(Automaton& a, int32_t s);
+        ~Counting();
+
+    private:
+        Automaton& a_;
+        int32_t s_;
+    };
 
     std::shared_ptr<const Grammar> g_;
     std::shared_ptr<const TokenVocab> vocab_;
@@ -122,6 +160,9 @@ private:
     Stats stats_;
     std::vector<int32_t> walk_ids_;
     std::string path_;
+    bool counting_ = false;  // inside mask() or advance(): charge() counts
+    size_t work_ = 0;
+    size_t max_work_;
 };
 
 // One request's progress through its grammar.

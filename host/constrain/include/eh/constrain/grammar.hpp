@@ -63,6 +63,31 @@ struct Grammar {
     std::vector<std::vector<uint32_t>> alts;  // per rule: start positions of its alternatives
     std::vector<std::string> names;           // per rule, for messages
     uint32_t root = 0;
+    // Counted repeats x{m,n} are chains of rules, one link per copy, and a
+    // parse stack holds a reference to the rest of the chain: "exactly
+    // `left` more copies" in an exact chain (the m), "up to `left` more" in
+    // the other kind (the n-m). chains[c-1].at[left] is the element that
+    // refers to the rest with `left` copies to go; counted[p] says which
+    // chain and `left` element p is (chain 0: none; empty when the grammar
+    // has no chain). The matcher uses this twice: continuing with more
+    // copies left allows a superset of what continuing with fewer does
+    // ("up to" chains), and a token of at most D bytes cannot tell `left`
+    // >= D from D (either kind, copies matching at least one byte). Both
+    // hold for a stack position inside a link's x too, with that link's
+    // count.
+    // `copy`: the element is a link's x rather than its reference to the
+    // rest (chains[c-1].at[left] - 1, the element before it).
+    struct Counted {
+        uint32_t chain = 0, left = 0;
+        bool copy = false;
+    };
+    struct Chain {
+        bool exact = false;
+        std::vector<uint32_t> at;
+    };
+    std::vector<Counted> counted;
+    std::vector<Chain> chains;
+
 
     bool has(uint32_t set, uint8_t b) const { return (sets[set][b >> 6] >> (b & 63)) & 1u; }
 };

@@ -49,6 +49,9 @@ struct SchedulerStats {
     std::atomic<uint32_t> kv_total_blocks{0}, kv_free_blocks{0}, prefix_entries{0};
     std::atomic<uint64_t> prefix_lookups{0}, prefix_hits{0}, prefix_query_tokens{0}, prefix_hit_tokens{0};
     std::atomic<uint64_t> preemptions{0}, steps{0};
+    // Where a step's time goes: the engine's step call, and the host's
+    // output-constraint work (token masks and matcher updates) around it.
+    std::atomic<uint64_t> engine_steps{0}, engine_step_ns{0}, constraint_ns{0};
 };
 
 // The queue is full: 503 with Retry-After.
