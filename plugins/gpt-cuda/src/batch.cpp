@@ -287,23 +287,8 @@ void Batch::moe(int li, int T) {
     const float* xn = xn_.as<float>();
     if (T == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k)) {
         // routing and the pre-norm inside the kernels (the caller skipped both)
-        ehcuda::MoeDecodeArgs md;
-        md.k = k;
-        md.x = h;
-        md.norm_w = L.ffn_norm;
-        md.norm_eps = c.eps;
-        md.logits = router_.as<float>();
-        md.n_expert = c.n_expert;
-        md.route_ids = ids_.as<int32_t>();
-        md.route_weights = wts_.as<float>();
-        md.gate = L.gate_exps;
-        md.up = L.up_exps;
-        md.down = L.down_exps;
-        md.alpha = c.swiglu_alpha;
-        md.limit = c.swiglu_limit;
-        md.scratch = ff_.get();
-        md.scratch_bytes = ff_.size();
-        md.h = h;
+        const ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(),
+                                                         wts_.as<float>(), ff_.get(), ff_.size());
         ehcuda::moe_decode(md, s);
         return;
     }

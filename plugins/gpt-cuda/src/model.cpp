@@ -341,4 +341,26 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     return m;
 }
 
+ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h, const float* logits, int32_t* route_ids,
+                                      float* route_weights, void* scratch, size_t scratch_bytes) {
+    ehcuda::MoeDecodeArgs md;
+    md.x = h;
+    md.norm_w = L.ffn_norm;
+    md.norm_eps = c.eps;
+    md.k = c.n_expert_used;
+    md.logits = logits;
+    md.n_expert = c.n_expert;
+    md.route_ids = route_ids;
+    md.route_weights = route_weights;
+    md.gate = L.gate_exps;
+    md.up = L.up_exps;
+    md.down = L.down_exps;
+    md.alpha = c.swiglu_alpha;
+    md.limit = c.swiglu_limit;
+    md.scratch = scratch;
+    md.scratch_bytes = scratch_bytes;
+    md.h = h;
+    return md;
+}
+
 }  // namespace gpt_cuda

@@ -32,6 +32,14 @@ struct Layer {
     int window = 0;
 };
 
+// A gpt-oss layer's single-token expert block (moe_decode) for the token
+// whose residual stream is h: the pre-norm inside the kernels, the routing
+// of the router's `logits` too (ids and weights left in route_ids /
+// route_weights), `scratch` of moe_decode_scratch_bytes. A caller that
+// routed already sets logits to NULL and ids / weights instead.
+ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h, const float* logits, int32_t* route_ids,
+                                      float* route_weights, void* scratch, size_t scratch_bytes);
+
 struct Model {
     Config cfg;
     int device = 0;

@@ -312,28 +312,13 @@ void Session::gpt_oss_layer(int li, int ntok) {
         ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);
     if (one) {
-        ehcuda::MoeDecodeArgs md;
-        md.x = h;
-        md.norm_w = L.ffn_norm;
-        md.norm_eps = c.eps;
-        md.k = k;
-        if (fused_route) {
-            md.logits = router_.as<float>();
-            md.n_expert = c.n_expert;
-            md.route_ids = ids_.as<int32_t>();
-            md.route_weights = wts_.as<float>();
-        } else {
+        ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
+                                                   ff_.get(), ff_.size());
+        if (!fused_route) {  // routed above
+            md.logits = nullptr;
             md.ids = ids_.as<int32_t>();
             md.weights = wts_.as<float>();
         }
-        md.gate = L.gate_exps;
-        md.up = L.up_exps;
-        md.down = L.down_exps;
-        md.alpha = c.swiglu_alpha;
-        md.limit = c.swiglu_limit;
-        md.scratch = ff_.get();
-        md.scratch_bytes = ff_.size();
-        md.h = h;
         ehcuda::moe_decode(md, s);
         mark(kFfnDown);
     } else if (!ehcuda::moe_prefill(prefill_ws(ntok), xn, c.n_embd, ntok, k, c.n_expert, ids_.as<int32_t>(),
