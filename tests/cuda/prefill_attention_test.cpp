@@ -1,10 +1,12 @@
-// The tensor-core prefill attention (attention_prefill.cu) against a float64
-// host reference and against the CUDA-core kernel (attention_prefill_simt),
-// over the shapes the models use: head dims 64 (Qwen2.5, gpt-oss), 96
-// (Phi-3) and 128 (Llama); GQA ratios 1, 4, 7 and 8; sliding windows;
-// gpt-oss's sinks on its FP32 cache; lengths of 1, under and over one query
-// or key tile, and past 4,096; chunked prefill (queries starting deep in the
-// cache); with and without splitting the key range over blocks.
+// The tensor-core attention kernels against a float64 host reference: the
+// prefill kernel (attention_prefill.cu, also against the CUDA-core
+// attention_prefill_simt) and the query-group decode kernel
+// (attention_decode_group.cu), over the shapes the models use: head dims 64
+// (Qwen2.5, gpt-oss), 96 (Phi-3) and 128 (Llama); GQA ratios 1, 4, 7 and 8;
+// sliding windows; gpt-oss's sinks on its FP32 cache; lengths of 1, under
+// and over one query or key tile, and past 4,096 (decode: 16,384); chunked
+// prefill (queries starting deep in the cache); with and without splitting
+// the key range over blocks.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 
@@ -16,8 +18,10 @@
 #include <string>
 #include <vector>
 
+#include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/attention_prefill.hpp>
+#include <ehcuda/check.hpp>
 #include <ehcuda/kernels.hpp>
 
 #include "gpu_util.hpp"
@@ -258,6 +262,218 @@ TEST(PrefillAttentionPlan, SplitsOnlyWhenTheGridIsSmall) {
     // Dims the tensor-core kernel does not take never split.
     EXPECT_FALSE(ehcuda::attention_prefill_mma_takes(256));
     EXPECT_EQ(ehcuda::attention_prefill_splits(256, 14, s64, 256), 1);
+}
+
+// One token's attention for all query heads of a KV head at once
+// (attention_decode_group): against float64, every output written, the same
+// bits run to run, and one split (no scratch) within the same tolerance.
+class DecodeGroupAttention : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DecodeGroupAttention, MatchesFloat64ReferenceSplitOrNot) {
+    REQUIRE_GPU();
+    const Case c = GetParam();
+    ASSERT_EQ(c.ntok, 1);
+    const Inputs in = make_inputs(c, uint32_t(c.hd * 17 + c.pos0 * 3 + c.window + c.H));
+    const std::vector<double> ref = reference(c, in, {0});
+    OnDevice d(c, in);
+    ASSERT_TRUE(ehcuda::attention_decode_group_takes(d.a));
+    const size_t n_out = size_t(c.H) * c.hd;
+    const int nsplit = ehcuda::attention_decode_group_splits(ehcuda::kAttentionGroupMaxSplits, c.KV);
+    ehcuda::DeviceBuffer scratch(size_t(c.H) * nsplit * (c.hd + 2) * 4);
+    const double tol = c.f32_cache ? 2e-5 : 2e-3;
+    auto run = [&](const char* what, int splits) {
+        EXPECT_EQ(cudaMemset(d.out.get(), 0xff, n_out * 4), cudaSuccess);  // NaN
+        ehcuda::attention_decode_group(d.a, splits > 1 ? scratch.as<float>() : nullptr, splits, nullptr);
+        EXPECT_EQ(cudaGetLastError(), cudaSuccess) << what;
+        const auto got = to_host<float>(d.out, n_out);
+        double num = 0, den = 0, worst = 0;
+        size_t nans = 0;
+        for (size_t e = 0; e < n_out; ++e) {
+            if (std::isnan(got[e])) ++nans;
+            num += (got[e] - ref[e]) * (got[e] - ref[e]);
+            den += ref[e] * ref[e];
+            worst = std::max(worst, std::fabs(got[e] - ref[e]));
+        }
+        EXPECT_EQ(nans, 0u) << what << ": outputs unwritten or NaN";
+        EXPECT_LT(std::sqrt(num / std::max(den, 1e-30)), tol) << what << " (max abs error " << worst << ")";
+        return got;
+    };
+    const auto many = run("split keys", nsplit);
+    EXPECT_EQ(run("split keys again", nsplit), many) << "run to run: the same bits";
+    run("one split", 1);
+    std::printf("%s: %d split(s) in the grid\n", c.name, nsplit);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, DecodeGroupAttention,
+    ::testing::Values(
+        // Qwen2.5-0.5B: 7 query heads per KV head; the first key, one tile,
+        // one past it, deep (several tiles per split), the bench's depth.
+        Case{"qwen_at0", 64, 14, 2, 0, 1, 0, false, false}, Case{"qwen_at63", 64, 14, 2, 63, 1, 0, false, false},
+        Case{"qwen_at64", 64, 14, 2, 64, 1, 0, false, false}, Case{"qwen_at1000", 64, 14, 2, 1000, 1, 0, false, false},
+        Case{"qwen_at16383", 64, 14, 2, 16383, 1, 0, false, false},
+        Case{"qwen_window100_at300", 64, 14, 2, 300, 1, 100, false, false},
+        // gpt-oss: 8 per KV head, sinks, FP32 cache (and FP16), full and
+        // 128-key window layers.
+        Case{"gptoss_f32_at5", 64, 64, 8, 5, 1, 0, true, true},
+        Case{"gptoss_f32_at5000", 64, 64, 8, 5000, 1, 0, true, true},
+        Case{"gptoss_f32_at16383", 64, 64, 8, 16383, 1, 0, true, true},
+        Case{"gptoss_f32_window_at700", 64, 64, 8, 700, 1, 128, true, true},
+        Case{"gptoss_f16_at3000", 64, 64, 8, 3000, 1, 0, false, true},
+        // Head dims 96 and 128 (GQA 4), and a group of 16.
+        Case{"hd96_group4_at777", 96, 32, 8, 777, 1, 0, false, false},
+        Case{"hd128_group4_at4095", 128, 32, 8, 4095, 1, 0, false, false},
+        Case{"hd64_group16_at300", 64, 32, 2, 300, 1, 0, false, false}),
+    case_name);
+
+// A batched step's rows through block tables (the paged form): rows of
+// three sequences at several positions, against attention_paged (FP32
+// math) on the same pools; with gpt-oss's sinks and window, and Qwen's
+// shape; split over the keys and not.
+TEST(DecodeGroupAttention, PagedRowsMatchThePagedKernel) {
+    REQUIRE_GPU();
+    struct Shape {
+        int hd, H, KV, window;
+        bool sinks;
+    };
+    for (const Shape sh : {Shape{64, 64, 8, 0, true}, Shape{64, 64, 8, 128, true}, Shape{64, 14, 2, 0, false},
+                           Shape{128, 32, 8, 0, false}}) {
+        constexpr int B = ehcuda::kPagedBlockTokens;
+        const int lens[] = {40, 300, 1000};
+        std::mt19937 rng(uint32_t(sh.H + sh.window));
+        std::normal_distribution<float> nd(0.0f, 1.5f);
+        const size_t row = size_t(sh.KV) * sh.hd;
+        // Blocks of the three sequences, shuffled over the pool.
+        int nblk = 0;
+        for (int l : lens) nblk += (l + B - 1) / B;
+        std::vector<int32_t> ids(size_t(nblk) + 5);
+        std::iota(ids.begin(), ids.end(), 0);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        std::vector<__half> kp(ids.size() * B * row), vp(kp.size());
+        for (auto& x : kp) x = __float2half(nd(rng));
+        for (auto& x : vp) x = __float2half(nd(rng));
+        std::vector<int32_t> table_at, pos;
+        int first = 0;
+        for (int si = 0; si < 3; ++si) {
+            for (int p : {0, lens[si] / 3, lens[si] - 2, lens[si] - 1}) {
+                table_at.push_back(first);
+                pos.push_back(p);
+            }
+            first += (lens[si] + B - 1) / B;
+        }
+        const int rows = int(pos.size());
+        std::vector<float> q(size_t(rows) * (sh.H + 2 * sh.KV) * sh.hd), sinks(size_t(sh.H));
+        for (auto& x : q) x = nd(rng);
+        for (auto& x : sinks) x = nd(rng) + 2.0f;
+        const ehcuda::DeviceBuffer dk = to_device(kp), dv = to_device(vp), dtab = to_device(ids), dq = to_device(q),
+                                   dpos = to_device(pos), dat = to_device(table_at), dsinks = to_device(sinks);
+        ehcuda::DeviceBuffer out_ref(size_t(rows) * sh.H * sh.hd * 4), out(out_ref.size());
+        ehcuda::PagedAttnArgs a;
+        a.q = dq.as<float>();
+        a.ldq = (sh.H + 2 * sh.KV) * sh.hd;
+        a.k_pool = dk.as<__half>();
+        a.v_pool = dv.as<__half>();
+        a.n_head = sh.H;
+        a.n_kv = sh.KV;
+        a.head_dim = sh.hd;
+        a.ntok = rows;
+        a.d_pos = dpos.as<int32_t>();
+        a.d_table = dat.as<int32_t>();
+        a.tables = dtab.as<int32_t>();
+        a.window = sh.window;
+        a.scale = 1.0f / std::sqrt(float(sh.hd));
+        a.sinks = sh.sinks ? dsinks.as<float>() : nullptr;
+        a.ldo = sh.H * sh.hd;
+        a.out = out_ref.as<float>();
+        ehcuda::attention_paged(a, nullptr);
+        GPU_OK(cudaGetLastError());
+        const auto ref = to_host<float>(out_ref, size_t(rows) * sh.H * sh.hd);
+        ASSERT_TRUE(ehcuda::attention_decode_group_takes(a));
+        const int nsplit = ehcuda::attention_decode_group_splits(ehcuda::kAttentionGroupMaxSplits, sh.KV, rows);
+        ehcuda::DeviceBuffer scratch(size_t(rows) * sh.H * nsplit * (sh.hd + 2) * 4);
+        a.out = out.as<float>();
+        for (const int splits : {1, nsplit}) {
+            GPU_OK(cudaMemset(out.get(), 0xff, out.size()));  // NaN
+            ehcuda::attention_decode_group(a, scratch.as<float>(), splits, nullptr);
+            GPU_OK(cudaGetLastError());
+            const auto got = to_host<float>(out, ref.size());
+            double num = 0, den = 0;
+            size_t nans = 0;
+            for (size_t e = 0; e < ref.size(); ++e) {
+                nans += std::isnan(got[e]) ? 1 : 0;
+                num += double(got[e] - ref[e]) * (got[e] - ref[e]);
+                den += double(ref[e]) * ref[e];
+            }
+            EXPECT_EQ(nans, 0u) << "head dim " << sh.hd << ", " << splits << " split(s)";
+            EXPECT_LT(std::sqrt(num / den), 2e-3) << "head dim " << sh.hd << ", window " << sh.window << ", " << splits
+                                                   << " split(s)";
+        }
+    }
+}
+
+TEST(DecodeGroupAttentionPlan, TakesOnlyWhatItServes) {
+    REQUIRE_GPU();
+    Case c{"", 64, 14, 2, 10, 1, 0, false, false};
+    const Inputs in = make_inputs(c, 1);
+    OnDevice d(c, in);
+    EXPECT_TRUE(ehcuda::attention_decode_group_takes(d.a));
+    ehcuda::AttnArgs a = d.a;
+    a.ntok = 2;
+    EXPECT_FALSE(ehcuda::attention_decode_group_takes(a)) << "one token only";
+    a = d.a;
+    a.n_kv = a.n_head;
+    EXPECT_FALSE(ehcuda::attention_decode_group_takes(a)) << "no GQA: the fused kernel reads each key once already";
+    a = d.a;
+    a.head_dim = 256;
+    EXPECT_FALSE(ehcuda::attention_decode_group_takes(a));
+    a = d.a;
+    int32_t table = 0;
+    a.kv_table = &table;
+    EXPECT_FALSE(ehcuda::attention_decode_group_takes(a)) << "contiguous caches only";
+    EXPECT_THROW(ehcuda::attention_decode_group(a, nullptr, 1, nullptr), ehp::Error);
+    EXPECT_THROW(ehcuda::attention_decode_group(d.a, nullptr, 2, nullptr), ehp::Error) << "splits need scratch";
+    EXPECT_LE(ehcuda::attention_decode_group_splits(1000, 1), ehcuda::kAttentionGroupMaxSplits);
+    EXPECT_EQ(ehcuda::attention_decode_group_splits(4, 2), 4) << "never more than the caller's scratch holds";
+}
+
+// Rates, not assertions (run with --gtest_also_run_disabled_tests): one
+// decode token's attention at depth, query-group kernel, as the fraction of
+// the cache bytes it reads per second. CUDA events, median of 20.
+TEST(DecodeGroupAttentionBench, DISABLED_CacheReadRate) {
+    REQUIRE_GPU();
+    const Case shapes[] = {
+        {"qwen at 16383", 64, 14, 2, 16383, 1, 0, false, false},
+        {"qwen at 4095", 64, 14, 2, 4095, 1, 0, false, false},
+        {"gpt-oss f32 at 16383", 64, 64, 8, 16383, 1, 0, true, true},
+        {"gpt-oss f16 at 16383", 64, 64, 8, 16383, 1, 0, false, true},
+    };
+    for (const Case& b : shapes) {
+        const Inputs in = make_inputs(b, 5);
+        OnDevice d(b, in);
+        const int nsplit = ehcuda::attention_decode_group_splits(ehcuda::kAttentionGroupMaxSplits, b.KV);
+        ehcuda::DeviceBuffer scratch(size_t(b.H) * nsplit * (b.hd + 2) * 4);
+        cudaEvent_t e0, e1;
+        cudaEventCreate(&e0);
+        cudaEventCreate(&e1);
+        std::vector<float> ms;
+        for (int i = 0; i < 23; ++i) {
+            cudaEventRecord(e0);
+            ehcuda::attention_decode_group(d.a, scratch.as<float>(), nsplit, nullptr);
+            cudaEventRecord(e1);
+            cudaEventSynchronize(e1);
+            float x = 0;
+            cudaEventElapsedTime(&x, e0, e1);
+            if (i >= 3) ms.push_back(x);
+        }
+        GPU_OK(cudaGetLastError());
+        cudaEventDestroy(e0);
+        cudaEventDestroy(e1);
+        std::sort(ms.begin(), ms.end());
+        const double t = ms[ms.size() / 2];
+        const double bytes = 2.0 * (b.pos0 + 1) * b.KV * b.hd * (b.f32_cache ? 4 : 2);
+        std::printf("[bench] group decode %-24s splits %3d: %7.1f us, %6.0f GB/s of cache\n", b.name, nsplit, t * 1e3,
+                    bytes / t * 1e-6);
+    }
 }
 
 // Rates, not assertions (run with --gtest_also_run_disabled_tests): one

@@ -104,9 +104,9 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
     ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
     eh_kv_params kp{};
     kp.struct_size = sizeof kp;
-    kp.max_seqs = 64;
+    kp.max_seqs = 80;
     kp.max_step_tokens = 8192;
-    kp.max_step_entries = 64;
+    kp.max_step_entries = 80;
     kp.max_seq_tokens = 1024;
     kp.budget_bytes = 8ull << 30;
     eh_kv_info ki{};
@@ -197,6 +197,36 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
         }
         std::printf("[bench] gpt-oss-20b batched: batch %2d: prefill %d x 128 tokens %.1f ms; decode %.3f ms/step = "
                     "%.0f tokens/s\n", batch, batch, prefill_s * 1e3, decode_s / steps * 1e3, batch * steps / decode_s);
+        // What a server under load runs: the running sequences' decodes with
+        // a few arriving requests' prompts in the same step (4 new
+        // sequences of 32 tokens, the shape of loadgen's short prompts).
+        if (batch >= 16) {
+            constexpr int kArrivals = 4, kPromptTokens = 32, kRounds = 8;
+            double mixed_s = 0;
+            for (int r = 0; r < kRounds + 1; ++r) {
+                std::vector<eh_step_entry> all;
+                for (int i = 0; i < batch; ++i) {
+                    next[size_t(i)] = es[size_t(i)].token;
+                    es[size_t(i)] = entry(seqs[size_t(i)], &next[size_t(i)], 1);
+                    all.push_back(es[size_t(i)]);
+                }
+                std::vector<eh_seq*> fresh(kArrivals, nullptr);
+                for (int j = 0; j < kArrivals; ++j) {
+                    ASSERT_EQ(api->seq_create(m, &fresh[size_t(j)]), EH_OK) << api->model_last_error(m);
+                    api->seq_set_sampling(fresh[size_t(j)], &sp);
+                    all.push_back(entry(fresh[size_t(j)], prompt.data() + 128 + 32 * ((r + j) % 8), kPromptTokens));
+                }
+                t0 = clock();
+                profiled.begin(1000 + r);  // EH_BENCH_PROFILE_STEP=1000+r: mixed round r
+                ASSERT_EQ(api->step(m, all.data(), uint32_t(all.size())), EH_OK) << api->model_last_error(m);
+                profiled.end(1000 + r);
+                if (r > 0) mixed_s += secs(t0, clock());
+                for (int i = 0; i < batch; ++i) es[size_t(i)].token = all[size_t(i)].token;
+                for (eh_seq* q : fresh) api->seq_release(q);
+            }
+            std::printf("[bench] gpt-oss-20b batched: batch %2d + %d x %d-token prompts: %.3f ms/step\n", batch,
+                        kArrivals, kPromptTokens, mixed_s / kRounds * 1e3);
+        }
         for (eh_seq* q : seqs) api->seq_release(q);
     }
     api->model_release(m);

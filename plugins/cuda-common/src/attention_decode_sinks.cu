@@ -402,6 +402,27 @@ void by_dpl(int head_dim, F&& f) {
 
 }  // namespace
 
+AttnArgs attn_args_of(const SinkAttnArgs& a) {
+    AttnArgs t;
+    t.q = a.q;
+    t.ldq = a.ldq;
+    t.k_cache = a.k_cache;
+    t.v_cache = a.v_cache;
+    t.k_cache32 = a.k_cache32;
+    t.v_cache32 = a.v_cache32;
+    t.n_head = a.n_head;
+    t.n_kv = a.n_kv;
+    t.head_dim = a.head_dim;
+    t.d_pos0 = a.d_pos0;
+    t.ntok = a.ntok;
+    t.window = a.window;
+    t.scale = a.scale;
+    t.sinks = a.sinks;
+    t.out = a.out;
+    t.ldo = a.ldo;
+    return t;
+}
+
 void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
     check_sink_args(a);
@@ -413,23 +434,7 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
         // 96, 128), which stages each K/V tile once for a tile of queries
         // (one block per query and head read every key once per query:
         // gpt-oss-20b pp512 spent 521 us per layer there, ncu on an H100).
-        AttnArgs t;
-        t.q = a.q;
-        t.ldq = a.ldq;
-        t.k_cache = a.k_cache;
-        t.v_cache = a.v_cache;
-        t.k_cache32 = a.k_cache32;
-        t.v_cache32 = a.v_cache32;
-        t.n_head = a.n_head;
-        t.n_kv = a.n_kv;
-        t.head_dim = a.head_dim;
-        t.d_pos0 = a.d_pos0;
-        t.ntok = a.ntok;
-        t.window = a.window;
-        t.scale = a.scale;
-        t.sinks = a.sinks;
-        t.out = a.out;
-        t.ldo = a.ldo;
+        const AttnArgs t = attn_args_of(a);
         if (attention_prefill_takes(t) && attention_head_dim_fast(t.head_dim))
             return attention_prefill(t, AttnSplitScratch{a.prefill_scratch, a.prefill_scratch_floats}, stream);
     }

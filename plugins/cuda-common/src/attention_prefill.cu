@@ -36,45 +36,34 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
-#include "mma.cuh"
+#include "flash_tile.cuh"
 
 namespace ehcuda {
 namespace {
 
-using detail::cp_async16;
 using detail::cp_async_commit;
 using detail::cp_async_wait;
+using detail::KvRows;
+using detail::kKeyTile;
+using detail::kLog2e;
+using detail::ldsm_x4;
+using detail::ldsm_x4_trans;
 using detail::mma16816;
+using detail::pack_half2;
+using detail::split_half2;
+using detail::Tile;
 
 constexpr int kWarps = 4;
 constexpr int kQTile = kWarps * 16;  // query rows per block
-constexpr int kKeyTile = 64;         // keys per staged tile
-constexpr int kPad = 8;              // halves of padding per smem row: ldmatrix rows hit distinct banks
 constexpr int kMaxSplits = 16;
 // Splits are added until the grid has about this many blocks per
 // multiprocessor (3 blocks of 4 warps are resident per SM at head dim 128).
 constexpr int kBlocksPerSm = 3;
 // Blocks whose partial rows the split scratch holds (attention_prefill_scratch_floats).
 constexpr int kMaxSplitBlocks = 512;
-constexpr float kLog2e = 1.4426950408889634f;
 
 // Head dims the tensor-core kernel is compiled for (and so takes).
 constexpr int kMmaHeadDims[] = {64, 96, 128};
-
-// Where key `pos` of KV head `kvh` lives: row pos of one [pos][n_kv][head_dim]
-// array per layer, or (table set) the pool row its block holds it in.
-template <class C>
-struct KvRows {
-    const C* base;
-    int ld;  // elements per position (n_kv * head_dim)
-    int hd;
-    const int32_t* table;  // block ids of a paged pool, or null
-    __device__ __forceinline__ const C* row(int pos, int kvh) const {
-        const size_t r = table ? size_t(table[pos / kPagedBlockTokens]) * kPagedBlockTokens + pos % kPagedBlockTokens
-                               : size_t(pos);
-        return base + r * ld + size_t(kvh) * hd;
-    }
-};
 
 struct FlashArgs {
     const float* q;
@@ -89,85 +78,6 @@ struct FlashArgs {
     float* scratch;      // split partials, when nsplit > 1
     int nsplit;
 };
-
-__device__ __forceinline__ uint32_t pack_half2(float a, float b) {
-    __half2 h = __floats2half2_rn(a, b);
-    return *reinterpret_cast<uint32_t*>(&h);
-}
-// hi = fp16(a, b); lo = fp16 of what hi missed.
-__device__ __forceinline__ void split_half2(float a, float b, uint32_t& hi, uint32_t& lo) {
-    __half2 h = __floats2half2_rn(a, b);
-    const float2 hf = __half22float2(h);
-    hi = *reinterpret_cast<uint32_t*>(&h);
-    lo = pack_half2(a - hf.x, b - hf.y);
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
-    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p) {
-    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-
-template <int HD, class C>
-struct Tile {
-    static constexpr bool kSplit = std::is_same_v<C, float>;
-    static constexpr int kLd = HD + kPad;                  // smem row stride (halves)
-    static constexpr int kMat = kKeyTile * kLd;            // one staged matrix (halves)
-    static constexpr int kStages = kSplit ? 1 : 2;
-    static constexpr int kMatsPerStage = kSplit ? 4 : 2;   // K, V (and their lo parts)
-    static constexpr size_t kSmem = size_t(kStages) * kMatsPerStage * kMat * sizeof(__half);
-};
-
-// Stages keys kb .. kb+kKeyTile-1 of [ks, ke) (zeros past ke) into `dst`:
-// K at dst, V at dst + kMat (FP16 cache, asynchronous) or K hi, K lo, V hi,
-// V lo (FP32 cache, split; synchronous).
-template <int HD, class C>
-__device__ __forceinline__ void stage_tile(__half* dst, const KvRows<C>& kr, const KvRows<C>& vr, int kvh, int kb,
-                                           int ke) {
-    using T = Tile<HD, C>;
-    constexpr int kChunks = kKeyTile * HD / 8;  // 8-element pieces per matrix
-    for (int c = threadIdx.x; c < kChunks; c += kWarps * 32) {
-        const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
-        const int pos = kb + r;
-        const bool in = pos < ke;
-        if constexpr (!T::kSplit) {
-            const int p = in ? pos : kb;  // a readable row; 0 bytes are read from it
-            cp_async16(dst + r * T::kLd + col, kr.row(p, kvh) + col, in ? 16 : 0);
-            cp_async16(dst + T::kMat + r * T::kLd + col, vr.row(p, kvh) + col, in ? 16 : 0);
-        } else {
-            float4 k0 = {}, k1 = {}, v0 = {}, v1 = {};
-            if (in) {
-                const float4* kp = reinterpret_cast<const float4*>(kr.row(pos, kvh) + col);
-                const float4* vp = reinterpret_cast<const float4*>(vr.row(pos, kvh) + col);
-                k0 = kp[0];
-                k1 = kp[1];
-                v0 = vp[0];
-                v1 = vp[1];
-            }
-            uint4 kh, kl, vh, vl;
-            split_half2(k0.x, k0.y, kh.x, kl.x);
-            split_half2(k0.z, k0.w, kh.y, kl.y);
-            split_half2(k1.x, k1.y, kh.z, kl.z);
-            split_half2(k1.z, k1.w, kh.w, kl.w);
-            split_half2(v0.x, v0.y, vh.x, vl.x);
-            split_half2(v0.z, v0.w, vh.y, vl.y);
-            split_half2(v1.x, v1.y, vh.z, vl.z);
-            split_half2(v1.z, v1.w, vh.w, vl.w);
-            const int o = r * T::kLd + col;
-            *reinterpret_cast<uint4*>(dst + o) = kh;
-            *reinterpret_cast<uint4*>(dst + T::kMat + o) = kl;
-            *reinterpret_cast<uint4*>(dst + 2 * T::kMat + o) = vh;
-            *reinterpret_cast<uint4*>(dst + 3 * T::kMat + o) = vl;
-        }
-    }
-}
 
 // Grid (query tiles, heads, splits); query tiles run latest-first (they
 // have the most keys). Lane roles follow the m16n8k16 fragment layout:
@@ -238,7 +148,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(FlashArgs f,
 
     const int ntiles = ke > ks ? (ke - ks + kKeyTile - 1) / kKeyTile : 0;
     if (ntiles > 0) {
-        stage_tile<HD, C>(smem, kr, vr, kvh, ks, ke);
+        detail::stage_tile<HD, C, kWarps * 32>(smem, kr, vr, kvh, ks, ke);
         if constexpr (!kSplit) cp_async_commit();
     }
     for (int it = 0; it < ntiles; ++it) {
@@ -246,7 +156,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(FlashArgs f,
         const __half* st = smem + (kSplit ? 0 : (it & 1) * 2 * T::kMat);
         if constexpr (!kSplit) {
             if (it + 1 < ntiles) {
-                stage_tile<HD, C>(smem + ((it + 1) & 1) * 2 * T::kMat, kr, vr, kvh, kb + kKeyTile, ke);
+                detail::stage_tile<HD, C, kWarps * 32>(smem + ((it + 1) & 1) * 2 * T::kMat, kr, vr, kvh, kb + kKeyTile, ke);
                 cp_async_commit();
                 cp_async_wait<1>();
             } else {
@@ -367,7 +277,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(FlashArgs f,
         __syncthreads();  // every warp is done with this stage before it is refilled
         if constexpr (kSplit) {
             if (it + 1 < ntiles) {
-                stage_tile<HD, C>(smem, kr, vr, kvh, kb + kKeyTile, ke);
+                detail::stage_tile<HD, C, kWarps * 32>(smem, kr, vr, kvh, kb + kKeyTile, ke);
                 __syncthreads();
             }
         }

@@ -94,7 +94,9 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(attn_early, 0, 2),
         EHCUDA_BOOL_KEY(attn_pipe),
         EHCUDA_INT_KEY(sink_min_chunk, 1, kBig),
+        EHCUDA_INT_KEY(attn_group_min_keys, -1, kBig),
         EHCUDA_BOOL_KEY(moe_fused_route),
+        EHCUDA_INT_KEY(moe_wide_pass_tokens, 0, 65536),
         EHCUDA_BOOL_KEY(kv_f16),
         EHCUDA_INT_KEY(batch_gemv_per_token, -1, 65536),
         EHCUDA_INT_KEY(batch_moe_grouped_max, -1, 65536),
@@ -341,7 +343,11 @@ std::string describe_plan(const KernelPlan& p, const DeviceTraits& dev) {
                     std::to_string(p.attn_min_chunk) + " keys (sinks: " + std::to_string(p.sink_min_chunk) + ")" +
                     (p.attn_splits ? ", " + std::to_string(p.attn_splits) + " splits" : "") + ", early reads " +
                     std::to_string(p.attn_early) + (p.attn_pipe ? ", pipelined" : "") +
-                    (p.attn_chunks ? ", output as projection chunks" : "") + "; FFN pair " +
+                    (p.attn_chunks ? ", output as projection chunks" : "") +
+                    (p.attn_group_min_keys >= 0
+                         ? ", query groups on tensor cores from " + std::to_string(p.attn_group_min_keys) + " keys"
+                         : std::string()) +
+                    "; FFN pair " +
                     (p.pair_rows ? std::to_string(p.pair_rows) + " rows/warp" : std::string("rows/warp by occupancy")) +
                     ", " + std::to_string(p.pair_slots) + " slices in flight; prefill cuBLAS from " +
                     std::to_string(p.prefill_min_tokens) + " tokens";

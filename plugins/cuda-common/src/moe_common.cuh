@@ -131,10 +131,12 @@ void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int3
 // order): act16[i] = swiglu_oai(gate . x16[i] + bg, up . x16[i] + bu) as
 // FP16, then out[i] = down . act16[i] (no bias: combine_sorted adds it).
 bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down);
-// `pairs` (all experts' together) picks the kernel's tokens per pass.
-void mma_gate_up(const __half* x16, int pairs, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
-                 float alpha, float limit, __half* act16, cudaStream_t stream);
-void mma_down(const __half* act16, int pairs, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
+// `pairs` (all experts' together) picks the kernel's tokens per pass;
+// `ntok`, the most pairs one expert can hold (each token picks an expert
+// once), how many blocks may share an expert's passes.
+void mma_gate_up(const __half* x16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& g,
+                 const DevMat& u, float alpha, float limit, __half* act16, cudaStream_t stream);
+void mma_down(const __half* act16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
               cudaStream_t stream);
 // x16[i] = x[sorted[i] / k] as FP16 (cols a multiple of 8, ldx of 4).
 void gather_half_rows(const float* x, int ldx, int cols, int k, const int32_t* sorted, int P, __half* x16,

@@ -254,8 +254,8 @@ void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
         __half* x16 = reinterpret_cast<__half*>(s + lay.x16);
         __half* act16 = reinterpret_cast<__half*>(s + lay.act16);
         moe_detail::gather_half_rows(a.x, a.ldx, E, a.k, sorted, P, x16, stream);
-        moe_detail::mma_gate_up(x16, P, offsets, a.n_expert, g, u, a.alpha, a.limit, act16, stream);
-        moe_detail::mma_down(act16, P, offsets, a.n_expert, d, dout, stream);
+        moe_detail::mma_gate_up(x16, P, a.ntok, offsets, a.n_expert, g, u, a.alpha, a.limit, act16, stream);
+        moe_detail::mma_down(act16, P, a.ntok, offsets, a.n_expert, d, dout, stream);
         moe_detail::combine_sorted(dout, E, a.ntok, a.k, a.ids, a.weights, pos, a.down.bias, a.down.bias_stride, a.h,
                                    a.ldh, stream);
         return;

@@ -23,7 +23,10 @@
 // sorted pair order for the down kernel, which writes FP32 [pair][row].
 #include <cuda_fp16.h>
 
+#include <algorithm>
+
 #include "ehcuda/check.hpp"
+#include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/mxfp4.cuh"
 #include "mma.cuh"
@@ -45,9 +48,11 @@ constexpr int kTok = 8;             // tokens per tile (the mma's n)
 // A stage holds one segment: half an MXFP4 group (8 blocks, 256 values) of
 // every row, with the group's exponent header copied along (16 + 128 bytes
 // per row), and the pass's inputs for those 256 columns. A pass takes NT
-// tiles of 8 tokens: each A fragment feeds NT mma (NT 1 for decode-sized
-// groups; 4 when experts get tens of tokens, so the codes are turned into
-// fragments once per 32 tokens).
+// tiles of 8 tokens: each A fragment feeds NT mma (NT 1 when experts get
+// a few tokens each; 4 past KernelPlan::moe_wide_pass_tokens, so the codes
+// are turned into fragments once per 32 tokens: the kernel is bound by that
+// conversion, not by HBM). An expert's passes are spread over the grid's
+// z slices.
 constexpr int kSegBlocks = kMxfp4GroupBlocks / 2;
 constexpr int kSegVals = kSegBlocks * 32;
 constexpr int kSegRowBytes = 16 + kSegBlocks * 16;
@@ -138,7 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
     pdl_entry();
     const int e = blockIdx.y;
     const int off = offsets[e], cnt = offsets[e + 1] - off;
-    if (cnt <= 0) return;  // (the whole block)
+    if (cnt <= int(blockIdx.z) * kPass) return;  // (the whole block) no pass of this slice
     const int K = a.cols, nkb = K / 32, nseg = (nkb + kSegBlocks - 1) / kSegBlocks;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * kRows, nrows = min(kRows, a.rows - row0);
@@ -179,7 +184,10 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
         detail::cp_async_commit();
     };
 
-    for (int j0 = 0; j0 < cnt; j0 += kPass) {
+    // Slice z of the grid takes passes z, z + gridDim.z, ...: an expert with
+    // many tokens (routing is rarely even) spreads its passes over blocks
+    // instead of running them one after another in one.
+    for (int j0 = int(blockIdx.z) * kPass; j0 < cnt; j0 += int(gridDim.z) * kPass) {
         const int n = min(kPass, cnt - j0);
         const int tiles = (n + kTok - 1) / kTok;
         float acc_a[NT][4] = {}, acc_b[NT][4] = {};
@@ -262,29 +270,34 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
     }
 }
 
-// Tokens per expert above which a pass takes 4 tiles: ntok tokens routed k
-// ways over n_expert experts average ntok * k / n_expert each.
-constexpr int kWidePassTokens = 16;
+// Pass slices per expert (grid z): enough that an expert holding every
+// token of the call runs its passes side by side, at most this many.
+constexpr int kMaxPassSlices = 16;
 
 template <bool Pair, int NT>
-void launch_rows_nt(const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a, const DevMat& b,
-                    float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
+void launch_rows_nt(int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
+                    const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo,
+                    cudaStream_t stream) {
     const size_t smem = smem_bytes<Pair, NT>();
     auto kernel = mma_rows_kernel<Pair, NT>;
     allow_dynamic_smem(kernel, smem);
+    const int slices = std::clamp((ntok + kTok * NT - 1) / (kTok * NT), 1, kMaxPassSlices);
     launch(Pair ? "moe mma gate_up" : "moe mma down", kernel,
-           dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(n_expert)), kWarps * 32, smem, stream, x16, offsets, a,
-           b, alpha, limit, out16, out32, ldo);
+           dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(n_expert), unsigned(slices)), kWarps * 32, smem,
+           stream, x16, offsets, a, b, alpha, limit, out16, out32, ldo);
     EHC_LAUNCHED("mma_rows_kernel");
 }
 
 template <bool Pair>
-void launch_rows(int per_expert, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
+void launch_rows(int per_expert, int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
                  const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
-    if (per_expert > kWidePassTokens)
-        launch_rows_nt<Pair, 4>(x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+    // Tokens per expert above which a pass takes 4 tiles (KernelPlan::
+    // moe_wide_pass_tokens): ntok tokens routed k ways over n_expert experts
+    // average ntok * k / n_expert each.
+    if (per_expert > plan().moe_wide_pass_tokens)
+        launch_rows_nt<Pair, 4>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
     else
-        launch_rows_nt<Pair, 1>(x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+        launch_rows_nt<Pair, 1>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
 }
 
 }  // namespace
@@ -296,14 +309,14 @@ bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& do
            gate.cols % 32 == 0 && down.cols % 32 == 0;
 }
 
-void mma_gate_up(const __half* x16, int pairs, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
+void mma_gate_up(const __half* x16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
                  float alpha, float limit, __half* act16, cudaStream_t stream) {
-    launch_rows<true>(pairs / n_expert, x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
+    launch_rows<true>(pairs / n_expert, ntok, x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
 }
 
-void mma_down(const __half* act16, int pairs, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
+void mma_down(const __half* act16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
               cudaStream_t stream) {
-    launch_rows<false>(pairs / n_expert, act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
+    launch_rows<false>(pairs / n_expert, ntok, act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
 }
 
 }  // namespace moe_detail

@@ -219,6 +219,12 @@ int32_t SessionBase::decode(int32_t token) {
             ahead_ = false;
         } else {
             slot = slot_ ^ 1;
+            if (const int v = choose_decode_variant(n_past_); v != variant_) {
+                EHC_CHECK(cudaStreamSynchronize(s));  // a dropped step may still run its graph
+                for (CapturedGraph& g : decode_graph_) g.reset();
+                variant_ = v;
+                decode_warm_ = false;  // its kernels' modules load in an eager step first
+            }
             // The first step runs eagerly so every kernel's module is loaded
             // (lazy loading) before capture; later steps replay the graphs.
             if (!decode_graph_[0].ready() && decode_warm_ && !profile_) capture_decode_graphs();

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 
+#include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/gpt_ops.hpp>
@@ -231,7 +232,18 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     at.scale = 1.0f / std::sqrt(float(c.head_dim));
     at.out = attn_.as<float>();
     at.ldo = c.q_dim();
-    ehcuda::attention_paged(at, s);
+    if (ehcuda::attention_decode_group_takes(at)) {
+        // Each row's query group in one block on the tensor cores: a key is
+        // read once per KV head, not once per query head. Splits over the
+        // keys only when the rows are too few to fill the GPU (and the
+        // scratch holds them).
+        const size_t per_split = size_t(v.ntok) * c.n_head * (c.head_dim + 2);
+        const int cap = int(std::min<size_t>(attn_scratch_.size() / 4 / per_split, 128));
+        const int nsplit = cap >= 2 ? ehcuda::attention_decode_group_splits(cap, c.n_kv, v.ntok) : 1;
+        ehcuda::attention_decode_group(at, attn_scratch_.as<float>(), nsplit, s);
+    } else {
+        ehcuda::attention_paged(at, s);
+    }
     return false;
 }
 

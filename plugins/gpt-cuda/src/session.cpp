@@ -7,6 +7,7 @@
 #include <cstdlib>
 #include <string>
 
+#include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/gpt_ops.hpp>
@@ -83,6 +84,23 @@ Session::Session(Model& model, const eh_session_params& params)
     attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_sink_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
     attn_counters_ = ehcuda::DeviceBuffer(size_t(c_.n_head) * 4, L);
     EHC_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.size()));
+    {
+        ehcuda::SinkAttnArgs probe;
+        probe.q = qkv_.as<float>();
+        probe.ldq = c_.qkv_dim();
+        if (kv_f32_) {
+            probe.k_cache32 = kcache_[0].as<float>();
+            probe.v_cache32 = vcache_[0].as<float>();
+        } else {
+            probe.k_cache = kcache_[0].as<__half>();
+            probe.v_cache = vcache_[0].as<__half>();
+        }
+        probe.n_head = c_.n_head;
+        probe.n_kv = c_.n_kv;
+        probe.head_dim = c_.head_dim;
+        if (c_.arch == Arch::GptOss && ehcuda::attention_decode_group_takes(ehcuda::attn_args_of(probe)))
+            group_splits_ = ehcuda::attention_decode_group_splits(nsplit_, c_.n_kv);
+    }
     ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab, FP16 activations, MoE grouping
     ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.arch == Arch::Gpt2 ? c_.n_ff : 0});
     if (c_.arch == Arch::GptOss) {
@@ -93,6 +111,11 @@ Session::Session(Model& model, const eh_session_params& params)
     }
     finish_init(ps);
     prefill_workspace()->set_mirror(&m_.mirror);
+}
+
+int Session::choose_decode_variant(uint32_t pos) const {
+    const int min_keys = m_.plan.attn_group_min_keys;
+    return group_splits_ > 0 && min_keys >= 0 && pos + 1 >= uint32_t(min_keys) ? kGroup : kFused;
 }
 
 std::string Session::vocab_text() const { return "(0.." + std::to_string(c_.n_vocab - 1) + ")"; }
@@ -138,7 +161,11 @@ bool Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttn
         at.k_cache = r.k_cache;
         at.v_cache = r.v_cache;
     }
-    const bool chunks = ntok == 1 && m_.plan.attn_chunks && nsplit_ > 1 && c.head_dim % 32 == 0 && attn_chunks_.size() &&
+    // Decode at depth: each key read once per KV head (attention_decode_group);
+    // window layers of fewer keys keep the fused kernel.
+    const bool group = ntok == 1 && decode_variant() == kGroup &&
+                       (at.window <= 0 || at.window >= m_.plan.attn_group_min_keys);
+    const bool chunks = ntok == 1 && !group && m_.plan.attn_chunks && nsplit_ > 1 && c.head_dim % 32 == 0 && attn_chunks_.size() &&
                         attn_chunks_.size() >= ehcuda::gemv_chunk_bytes(c.q_dim()) &&
                         ehcuda::gemv_takes_chunks(out_proj.w.type);
     if (chunks) at.out_chunks = attn_chunks_.get();
@@ -147,7 +174,11 @@ bool Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttn
         at.prefill_scratch = sp.data;
         at.prefill_scratch_floats = sp.floats;
     }
-    if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
+    if (group) {
+        ehcuda::rope_table_store_kv(r, s);
+        mark(kRope);
+        ehcuda::attention_decode_group(ehcuda::attn_args_of(at), attn_scratch_.as<float>(), group_splits_, s);
+    } else if (ntok == 1) {  // one kernel: RoPE, K/V store, split attention
         ehcuda::rope_sink_attention_decode(r, at, s);
     } else {
         ehcuda::rope_table_store_kv(r, s);

@@ -37,6 +37,12 @@ private:
     // window and sinks. True when the split decode also left the output in
     // attn_chunks_ as out_proj's integer chunks (read with XMode::Chunks).
     bool attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttnArgs at, const ehcuda::MatSeg& out_proj);
+    // 1 (RoPE + store, then attention_decode_group for layers whose window
+    // holds at least that many keys) from the plan's attn_group_min_keys
+    // keys on, for grouped-query models (gpt-oss); else 0 (the fused
+    // rope_sink_attention_decode).
+    int choose_decode_variant(uint32_t pos) const override;
+    enum Variant { kFused = 0, kGroup = 1 };
     // The cuBLAS prefill scratch for a pass of ntok tokens; decode (one
     // token, captured in a graph) never gets it.
     ehcuda::PrefillWorkspace* prefill_ws(int ntok) const { return ntok > 1 ? prefill_workspace() : nullptr; }
@@ -50,6 +56,7 @@ private:
     // Decode attention split over the keys (attention_sinks): per-split
     // partial results and one counter per head.
     int nsplit_ = 1;
+    int group_splits_ = 0;  // attention_decode_group's grid, 0 when it does not serve the model
     ehcuda::DeviceBuffer attn_chunks_;  // decode: the attention output as the output projection's chunks
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
 };

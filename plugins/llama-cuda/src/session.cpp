@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/kernels.hpp>
@@ -57,10 +58,36 @@ Session::Session(Model& model, const eh_session_params& params)
     attn_counters_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(c_.n_head) * sizeof(uint32_t), L);
     if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
     EHC_CHECK(cudaMemsetAsync(attn_counters_.get(), 0, attn_counters_.size(), stream()));
+    if (ehcuda::attention_decode_group_takes(attn_args(kcache_[0].as<__half>(), vcache_[0].as<__half>(), qkv_.as<float>(), 1)))
+        group_splits_ = ehcuda::attention_decode_group_splits(nsplit_, c_.n_kv);
     ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab + FP16 activations
     ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.n_ff});
     finish_init(ps);
     prefill_workspace()->set_mirror(&m_.mirror);
+}
+
+int Session::choose_decode_variant(uint32_t pos) const {
+    const int min_keys = m_.plan.attn_group_min_keys;
+    const uint32_t keys = c_.window > 0 ? std::min<uint32_t>(pos + 1, uint32_t(c_.window)) : pos + 1;
+    return group_splits_ > 0 && min_keys >= 0 && keys >= uint32_t(min_keys) ? kGroup : kFused;
+}
+
+ehcuda::AttnArgs Session::attn_args(const __half* kc, const __half* vc, const float* qkv, int ntok) const {
+    ehcuda::AttnArgs at;
+    at.q = qkv;
+    at.ldq = c_.qkv_dim();
+    at.k_cache = kc;
+    at.v_cache = vc;
+    at.n_head = c_.n_head;
+    at.n_kv = c_.n_kv;
+    at.head_dim = c_.head_dim;
+    at.d_pos0 = d_pos0();
+    at.ntok = ntok;
+    at.window = c_.window;
+    at.scale = 1.0f / std::sqrt(float(c_.head_dim));
+    at.out = attn_.as<float>();
+    at.ldo = c_.q_dim();
+    return at;
 }
 
 void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
@@ -110,10 +137,11 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
         const float scale = 1.0f / std::sqrt(float(c.head_dim));
         // Decode: the fused attention also leaves its output quantized for
         // the output projection, which then stages nothing.
-        const bool attn_chunks = decode_path && m_.plan.attn_chunks &&
+        const bool fused = decode_path && decode_variant() == kFused;
+        const bool attn_chunks = fused && m_.plan.attn_chunks &&
                                  attn_chunks_.size() >= ehcuda::gemv_chunk_bytes(c.q_dim()) && attn_chunks_.size() &&
                                  ehcuda::attention_head_dim_fast(c.head_dim) && ehcuda::gemv_takes_chunks(L.attn_out.type);
-        if (decode_path) {
+        if (fused) {
             // One kernel: RoPE, the K/V store and split-K attention.
             ehcuda::DecodeAttnArgs da;
             da.qkv = qkv;
@@ -142,21 +170,11 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool decode_path) {
             r.v_cache = vc;
             ehcuda::rope_store_kv(r, s);
 
-            ehcuda::AttnArgs at;
-            at.q = qkv;
-            at.ldq = c.qkv_dim();
-            at.k_cache = kc;
-            at.v_cache = vc;
-            at.n_head = c.n_head;
-            at.n_kv = c.n_kv;
-            at.head_dim = c.head_dim;
-            at.d_pos0 = d_pos0;
-            at.ntok = ntok;
-            at.window = c.window;
-            at.scale = scale;
-            at.out = attn;
-            at.ldo = c.q_dim();
-            ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*prefill_workspace()), s);
+            const ehcuda::AttnArgs at = attn_args(kc, vc, qkv, ntok);
+            if (decode_path)
+                ehcuda::attention_decode_group(at, attn_scratch_.as<float>(), group_splits_, s);
+            else
+                ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*prefill_workspace()), s);
         }
         mark(kAttn);
 

@@ -96,6 +96,9 @@ struct SinkAttnArgs {
 int attention_sink_splits(uint32_t n_ctx);
 size_t attention_sink_scratch_floats(int n_head, int head_dim, int nsplit);
 void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream);
+// The same attention as the generic AttnArgs (queries, caches, heads,
+// position, window, scale, sinks, output) for the kernels that take those.
+AttnArgs attn_args_of(const SinkAttnArgs& a);
 // Decode (one token): rope_table_store_kv then attention_sinks (split form)
 // as one kernel, the same results (the cache bytes identical). r and a
 // describe the same qkv row, heads and position; a needs the split scratch

@@ -93,8 +93,17 @@ struct KernelPlan {
     int attn_early = 2;        // cache reads before the PDL wait: 0 none, 1 first key group, 2 also an L2 request
     bool attn_pipe = true;     // a warp's next key group loaded before the current one is scored
     int sink_min_chunk = 128;  // the fewest keys a split of the sink attention takes
+    // Sessions of grouped-query models: decode steps attending at least this
+    // many keys take attention_decode_group (one read of each key per KV
+    // head, tensor cores) after a separate RoPE + store; -1: never
+    int attn_group_min_keys = 2048;
     // ---- MoE (gpt-oss)
     bool moe_fused_route = true;  // decode: routing inside the gate|up kernel
+    // grouped tensor-core experts (moe_grouped_mma.cu): passes of 32 tokens
+    // instead of 8 when the experts average more than this many tokens (H200,
+    // forged gpt-oss-20b, 64 sequences' decode step: 4 -> 11.1 ms, 16 -> 14.5;
+    // 32 sequences: 4 -> 8.9, 2 -> 9.7; 8 sequences: 4 -> 8.5, 0 -> 10.4)
+    int moe_wide_pass_tokens = 4;
     // gpt-cuda sessions: FP16 KV cache instead of FP32 (half the memory and
     // attention reads; FP16 K/V flip near-tied MoE routing, see its session.cpp)
     bool kv_f16 = false;

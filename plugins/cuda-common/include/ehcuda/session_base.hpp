@@ -72,6 +72,12 @@ protected:
     // (already recorded in the history), leaving the last token's logits in
     // d_logits(). decode_path: the single-token step captured in the graph.
     virtual void forward(int ntok, const int32_t* d_tokens, bool decode_path) = 0;
+    // Which kernels a decode step at position pos takes, for a session that
+    // changes them with depth (0 for one that never does). The decode graphs
+    // are captured for one variant and captured again when it changes;
+    // forward() reads the current one from decode_variant().
+    virtual int choose_decode_variant(uint32_t pos) const { return 0; }
+    int decode_variant() const { return variant_; }
     // Text closing the "is outside the vocabulary" message, e.g. "(32000)".
     virtual std::string vocab_text() const;
     // Appended to prefill's "context full" message.
@@ -130,6 +136,7 @@ private:
     // its own logits buffer and token mirror, alternate. slot_ holds the
     // logits the host may read; fwd_slot_ is where forward() writes.
     CapturedGraph decode_graph_[2];
+    int variant_ = 0;  // what the graphs (and eager decode steps) run
     cudaEvent_t step_done_[2] = {nullptr, nullptr};
     int slot_ = 0;
     int fwd_slot_ = 0;
