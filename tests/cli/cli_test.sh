@@ -34,6 +34,7 @@ expect plugins-only-rejected 3 'REJECTED +plugin crashed with signal 11' -- "$eh
 model=$testdata/models/stories260K.gguf
 expect inspect-text 0 'architecture +llama' -- "$eh" inspect --model "$model"
 expect inspect-tokenizer 0 'kind +gguf-spm' -- "$eh" inspect --model "$model"
+expect inspect-chat-template 0 'chat_template +none \(chat requests get' -- "$eh" inspect --model "$model"
 expect inspect-plugin 0 'serves it +test-engine 1\.0\.0' -- "$eh" inspect --model "$model" --plugins "$plugins/good"
 expect inspect-json 0 '"quant_kind": ?"F32"' -- "$eh" inspect --model "$model" --json
 expect inspect-no-plugin 3 'no accepted plugin can serve this model' -- "$eh" inspect --model "$testdata/vocab/ggml-vocab-gpt-2.gguf" --plugins "$plugins/good"

@@ -98,6 +98,35 @@ TEST(Metrics, RendersPrometheusTextWithBoundedLabels) {
     EXPECT_NE(t.find("eh_inference_duration_seconds_count 1"), std::string::npos);
 }
 
+// The exact text of whole families (HELP, TYPE, samples): scrapers and
+// dashboards read these bytes.
+TEST(Metrics, FamiliesAreExactText) {
+    Metrics m;
+    m.request("chat", "completed");
+    m.prompt_tokens(12345678901234ull);  // a count stays exact, never 1.2e+13
+    Gauges g;
+    g.queue_depth = 3;
+    g.kv_cache_usage = 0.125;
+    g.ready = true;
+    const std::string t = m.render(g);
+    for (const char* block : {
+             "# HELP eh_requests_total Generation requests by endpoint and outcome.\n"
+             "# TYPE eh_requests_total counter\n"
+             "eh_requests_total{endpoint=\"chat\",outcome=\"completed\"} 1\n"
+             "# HELP eh_http_responses_total HTTP responses by route and status class.\n"
+             "# TYPE eh_http_responses_total counter\n"
+             "# HELP eh_prompt_tokens_total Prompt tokens processed.\n"
+             "# TYPE eh_prompt_tokens_total counter\n"
+             "eh_prompt_tokens_total 12345678901234\n",
+             "# HELP eh_queue_depth Jobs waiting to run.\n# TYPE eh_queue_depth gauge\neh_queue_depth 3\n",
+             "# HELP eh_kv_cache_usage_perc Fraction (0-1) of KV-cache blocks held, cached prefixes included.\n"
+             "# TYPE eh_kv_cache_usage_perc gauge\neh_kv_cache_usage_perc 0.125\n",
+             "# HELP eh_ready 1 when the model is loaded and serving.\n# TYPE eh_ready gauge\neh_ready 1\n",
+             "# HELP eh_queue_time_seconds Time from submission to admission into the batch.\n"
+             "# TYPE eh_queue_time_seconds histogram\neh_queue_time_seconds_bucket{le=\"0.001\"} 0\n"})
+        EXPECT_NE(t.find(block), std::string::npos) << block << "\nnot in:\n" << t;
+}
+
 // Every stream opens with `started`: a terminal event for a job that never
 // started gets one first; one that started gets no second.
 TEST(Job, ATerminalEventBeforeStartedIsPrecededByOne) {

@@ -72,6 +72,62 @@ TEST(TemplateHostile, EveryRecursiveFormIsBounded) {
     EXPECT_EQ(render(repeat("{% if true %}", 100) + "ok" + repeat("{% endif %}", 100)), "ok");
 }
 
+// Chains the parser builds in a loop, not by recursion, are as deep a tree
+// as they are long; evaluating or freeing 200,000 levels crashed (SIGSEGV)
+// in compile() (so at model load) before the tree's height was bounded.
+TEST(TemplateHostile, LongChainsAreBoundedLikeNesting) {
+    const int n = 200000;
+    for (const std::string& src : {
+             "{{ " + repeat("1+", n) + "1 }}",
+             "{{ " + repeat("2*", n) + "2 }}",
+             "{{ x" + repeat(".a", n) + " }}",
+             "{{ x" + repeat("[0]", n) + " }}",
+             "{{ x" + repeat("[0:1]", n) + " }}",
+             "{{ x" + repeat("|string", n) + " }}",
+             "{{ x" + repeat(" is defined", n) + " }}",
+             "{{ " + repeat("1 and ", n) + "1 }}",
+             "{{ " + repeat("1 or ", n) + "1 }}",
+             "{{ " + repeat("'a' ~ ", n) + "'a' }}",
+             "{{ " + repeat("1 < ", n) + "1 }}",
+             "{{ " + repeat("1 in ", n) + "x }}",
+             "{{ x" + repeat("()", n) + " }}",
+             // Each within its own limit, too tall together: 100 lists around a 150-link chain.
+             "{{ " + repeat("[", 100) + repeat("1+", 150) + "1" + repeat("]", 100) + " }}",
+         }) {
+        SCOPED_TRACE(src.substr(0, 40));
+        std::string msg = compile_error(src);
+        EXPECT_NE(msg.find("line 1: nesting deeper than 200 levels"), std::string::npos) << msg;
+    }
+    // A real template's chains are short; 150 links still work.
+    EXPECT_EQ(render("{{ 1" + repeat(" + 1", 150) + " }}"), "151");
+    EXPECT_EQ(render("{{ 'a'" + repeat("|string", 150) + " }}"), "a");
+}
+
+// A template builds values of any depth within its step budget (a list
+// wrapped in a list in a loop), or a namespace that holds itself; printing,
+// tojson and == walked them recursively (SIGSEGV), and freeing 300,000
+// levels overflowed the stack too.
+TEST(TemplateHostile, DeepAndCyclicValuesAreBounded) {
+    const std::string deep = "{% set ns = namespace(x=[]) %}{% for i in range(100000) %}{% set ns.x = [ns.x] %}{% endfor %}";
+    const std::string cycle = "{% set ns = namespace(x=1) %}{% set ns.x = ns %}";
+    for (const std::string& src : {deep + "{{ ns.x }}", deep + "{{ ns.x|tojson }}", deep + "{{ ns.x == ns.x }}",
+                                   deep + "{{ ns.x|string }}", cycle + "{{ ns }}", cycle + "{{ ns|tojson }}",
+                                   cycle + "{{ ns == ns }}"}) {
+        SCOPED_TRACE(src.substr(src.size() - 20));
+        std::string msg = error_of([&] { render(src); });
+        EXPECT_NE(msg.find("a value nested deeper than 1024 levels"), std::string::npos) << msg;
+    }
+    EXPECT_EQ(render(deep + "{{ ns.x|length }}"), "1");
+    // As deep as the step budget allows (about 330,000 levels), then freed.
+    std::string msg = error_of([&] {
+        render("{% set ns = namespace(x=[]) %}{% for j in range(10) %}{% for i in range(100000) %}"
+               "{% set ns.x = [ns.x] %}{% endfor %}{% endfor %}");
+    });
+    EXPECT_NE(msg.find("evaluation exceeded 1000000 steps"), std::string::npos) << msg;
+    // Up to the limit, values print as before.
+    EXPECT_EQ(render("{{ " + repeat("[", 150) + repeat("]", 150) + "|tojson|length }}"), "300");
+}
+
 TEST(TemplateHostile, NestedHugeLoopsEndWithinTheStepBudget) {
     // The reproducer: 10^10 iterations never answered.
     auto t0 = std::chrono::steady_clock::now();

@@ -37,6 +37,10 @@ ChatSession::ChatSession(const ChatSettings& s) : impl_(std::make_unique<Impl>()
     const PluginRecord& plugin = choose_plugin(impl_->registry, model_requirements(*file), s.device,
                                                 s.gpu_named ? std::optional<int>(s.gpu) : std::nullopt);
     impl_->plugin = plugin.caps.name;
+    // Before the (slow) load: a template that cannot be used ends the chat.
+    auto codec = make_codec(*file, s.chat_template);
+    if (const service::ChatTemplateState t = codec->chat_template_state(); t.kind == service::ChatTemplateState::Kind::Rejected)
+        throw service::ChatTemplateUnusable(t);
     EngineLoadOptions elo;
     elo.device = s.gpu;
     elo.n_threads = s.threads;
@@ -49,7 +53,7 @@ ChatSession::ChatSession(const ChatSettings& s) : impl_(std::make_unique<Impl>()
     // the prefix cache, so each turn computes only its new tokens.
     so.max_running = 1;
     so.inference_timeout = std::chrono::hours(24);  // the person at the terminal decides (Ctrl-C)
-    impl_->svc = std::make_shared<service::Service>(impl_->model, make_codec(*file), so);
+    impl_->svc = std::make_shared<service::Service>(impl_->model, std::move(codec), so);
 }
 
 ChatSession::~ChatSession() {

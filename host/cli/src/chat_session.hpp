@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "chat_template_choice.hpp"
 #include "eh/registry.hpp"
 #include "eh/service/text_codec.hpp"
 
@@ -30,10 +31,13 @@ struct ChatSettings {
     double top_p = 0.95;
     int32_t top_k = 40;
     std::optional<uint64_t> seed;
+    std::optional<ChatTemplateChoice> chat_template;  // --chat-template-file; nullopt: the model's own
 };
 
 class ChatSession {
 public:
+    // Throws service::ChatTemplateUnusable when the model's own template
+    // does not compile and none was given: a chat has nothing else to do.
     explicit ChatSession(const ChatSettings& s);
     ~ChatSession();
 

@@ -13,6 +13,7 @@
 #include <iostream>
 
 #include "chat_session.hpp"
+#include "chat_template_choice.hpp"
 #include "cli.hpp"
 #include "device_choice.hpp"
 #include "eh/loader/plugin_search.hpp"
@@ -66,6 +67,7 @@ int cmd_chat(const std::vector<std::string>& args) {
         ("model,m", po::value<std::string>()->required(), kModelHelp)
         ("prompt,p", po::value<std::string>(), "answer this one prompt, print the reply and exit")
         ("system,s", po::value<std::string>(), "system message at the start of the conversation")
+        ("chat-template-file", po::value<std::string>(), kChatTemplateFileHelp)
         ("ctx-size,c", po::value<uint32_t>()->default_value(0), "context length (0 = the model's)")
         ("n-predict,n", po::value<uint32_t>()->default_value(512), "most tokens in one reply")
         ("temp", po::value<double>()->default_value(0.7, "0.7"), "sampling temperature, 0-2 (0 = greedy)")
@@ -95,6 +97,7 @@ int cmd_chat(const std::vector<std::string>& args) {
     }
 
     ChatSettings s;
+    if (!chat_template_option(vm, s.chat_template)) return kUsage;
     if (!parse_device_policy(vm["device"].as<std::string>(), s.device)) {
         print_error("--device must be auto, gpu, cpu or any");
         return kUsage;

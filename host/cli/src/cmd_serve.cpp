@@ -119,6 +119,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("model,m", po::value<std::string>()->required(), kModelHelp)
         ("offline", kOfflineHelp)
         ("model-name", po::value<std::string>(), "model id clients use (default: file name without .gguf)")
+        ("chat-template-file", po::value<std::string>(), kChatTemplateFileHelp)
         ("port", po::value<int>()->default_value(8080), "TCP port (0 = any free port)")
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
         ("worker-id", po::value<std::string>(), "UUID of this worker (generated when absent)")
@@ -211,6 +212,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         print_error("--device must be auto, gpu, cpu or any");
         return kUsage;
     }
+    // Read and compiled before anything starts: a bad file is a usage error.
+    std::optional<ChatTemplateChoice> chat_template;
+    if (!chat_template_option(vm, chat_template)) return kUsage;
     const std::string model_ref = vm["model"].as<std::string>();
     const std::string model_path = resolve_model_ref(model_ref, vm.count("offline") > 0);
     const std::vector<std::string> plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
@@ -379,7 +383,16 @@ int cmd_serve(const std::vector<std::string>& args) {
                   {{"vram_bytes", mi.device_bytes_used}, {"host_bytes", mi.host_bytes_used}, {"quant_kind", quant_kind},
                    {"load_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
 
-        auto codec = make_codec(*file);
+        auto codec = make_codec(*file, std::move(chat_template));
+        const service::ChatTemplateState chat_state = codec->chat_template_state();
+        if (chat_state.kind == service::ChatTemplateState::Kind::Rejected)
+            // Serve still starts (completions and /execute need no template);
+            // chat requests answer CHAT_TEMPLATE_UNUSABLE.
+            log_event(lvl::err, "chat_template_rejected",
+                      {{"code", "CHAT_TEMPLATE_UNUSABLE"}, {"source", chat_state.source}, {"message", chat_state.error},
+                       {"chat_requests", "refused until restarted with --chat-template-file"}});
+        else if (chat_state.source == "file")
+            log_event(lvl::info, "chat_template", {{"source", "file"}, {"path", vm["chat-template-file"].as<std::string>()}});
         service::ServiceOptions sopt;
         sopt.n_ctx = choose_context(*file, mi, vm["ctx-size"].as<uint32_t>(), vm["kv-cache-size-mb"].as<uint64_t>());
         sopt.queue_capacity = vm["queue-size"].as<size_t>();
@@ -437,7 +450,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         });
         const service::SeqLimits& kl = svc->kv_limits();
         log_event(lvl::info, "ready", {{"uri", uri}, {"context_length", svc->n_ctx()}, {"plugin", plugin.caps.name},
-                                       {"tokenizer", codec->kind()}, {"batched", svc->batched()},
+                                       {"tokenizer", codec->kind()},
+                                       {"chat_template", service::chat_template_kind_name(chat_state.kind)},
+                                       {"batched", svc->batched()},
                                        {"max_running", svc->max_running()}, {"kv_blocks", kl.total_blocks},
                                        {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc->kv_cache_bytes()}});
 

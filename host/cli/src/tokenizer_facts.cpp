@@ -1,10 +1,23 @@
 // The "Tokenizer" block of `inspect`: loads the tokenizer the server would
-// use, so a file whose vocabulary cannot be loaded is caught here too.
+// use, so a file whose vocabulary cannot be loaded is caught here too, and
+// compiles its chat template as serve does.
+#include "chat_template_choice.hpp"
 #include "cli.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/tokenizer/tokenizer.hpp"
 
 namespace eh::cli {
+namespace {
+
+// What serve does with the model's own chat template.
+std::string template_verdict(const service::ChatTemplateState& t) {
+    using Kind = service::ChatTemplateState::Kind;
+    if (t.kind == Kind::Ok) return "compiles";
+    if (t.kind == Kind::None) return "none (chat requests get a plain role: text transcript)";
+    return "rejected: " + t.error + " (serve refuses chat requests unless --chat-template-file replaces it)";
+}
+
+}  // namespace
 
 std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out) {
     model::InspectSection s{"Tokenizer", {}, {}};
@@ -21,7 +34,7 @@ std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std:
                    {"eot_id", id(sp.eot)},
                    {"pad_id", id(sp.pad)},
                    {"add_bos", tok->add_bos() ? "yes" : "no"},
-                   {"chat_template", tok->chat_template().empty() ? "no" : "yes"}};
+                   {"chat_template", template_verdict(chat_template_from_model(tok->chat_template()).state)}};
         if (auto pre = file.get_string("tokenizer.ggml.pre")) s.facts.push_back({"pre-tokenizer", std::string(*pre)});
     } catch (const Error& e) {
         s.facts = {{"error", std::string(code_name(e.code())) + ": " + e.what()}};

@@ -87,6 +87,10 @@ void send_exception(httplib::Response& res, const std::exception& e, const std::
         send_error(res, 400, code_name(re->code()), re->what(), correlation, details, re->field());
         return;
     }
+    if (dynamic_cast<const service::ChatTemplateUnusable*>(&e)) {
+        send_error(res, 400, "CHAT_TEMPLATE_UNUSABLE", e.what(), correlation, {{"chat_template", "rejected"}});
+        return;
+    }
     if (auto* qf = dynamic_cast<const service::QueueFullError*>(&e)) {
         res.set_header("Retry-After", std::to_string((qf->retry_after_ms() + 999) / 1000));
         send_error(res, 503, code_name(qf->code()), qf->what(), correlation,

@@ -271,6 +271,10 @@ void Server::Impl::install_routes() {
             j["vram_bytes_model"] = svc->model_device_bytes();
             j["kv_bytes_per_token"] = svc->kv_bytes_per_token();
             j["kv_cache_bytes"] = svc->kv_cache_bytes();
+            const service::ChatTemplateState t = svc->codec().chat_template_state();
+            j["chat_template"] = {{"status", service::chat_template_kind_name(t.kind)}};
+            if (!t.source.empty()) j["chat_template"]["source"] = t.source;
+            if (!t.error.empty()) j["chat_template"]["error"] = t.error;
             service::Gauges g;
             svc->fill_gauges(g);
             const service::SeqLimits& kl = svc->kv_limits();
@@ -304,6 +308,11 @@ void Server::Impl::install_routes() {
                                                    {"manifest", p.value("manifest", "")},
                                                    {"reasons", p.value("reasons", nlohmann::json::array())}}));
         }
+        // A model whose chat template was rejected cannot take chat work.
+        nlohmann::json workloads = {"generate", "chat", "tokenize", "detokenize"};
+        if (auto svc = get_service();
+            svc && svc->codec().chat_template_state().kind == service::ChatTemplateState::Kind::Rejected)
+            workloads = {"generate", "tokenize", "detokenize"};
         nlohmann::json j = {
             {"api_version", "1"},
             {"engine", ni.engine},
@@ -314,7 +323,7 @@ void Server::Impl::install_routes() {
             {"ctx_max", ni.context_length},
             {"max_tokens_out", ni.max_tokens_out},
             {"concurrency", {{"slots", ni.slots}, {"queue_capacity", ni.queue_capacity}}},
-            {"workloads", {"generate", "chat", "tokenize", "detokenize"}},
+            {"workloads", workloads},
             {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
                            "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
                            "/v1/messages/count_tokens"}},
@@ -339,7 +348,7 @@ void Server::Impl::install_routes() {
                                                  {"ctx_max", ni.context_length},
                                                  {"max_tokens_out", ni.max_tokens_out},
                                                  {"concurrency", {{"slots", ni.slots}}},
-                                                 {"supported_workloads", {"generate", "chat", "tokenize", "detokenize"}}}})},
+                                                 {"supported_workloads", workloads}}})},
         };
         send_json(res, 200, j);
     });

@@ -19,13 +19,16 @@
 
 #include "eh/error.hpp"
 #include "eh/loader/manifest.hpp"
+#include "eh/regular_file.hpp"
 #include "eh/sha256.hpp"
-#include "regular_file.hpp"
 
 namespace fs = std::filesystem;
 
 namespace eh::loader {
 namespace {
+
+// A manifest is a few hundred bytes; 64 KiB leaves room and bounds memory.
+constexpr size_t kMaxManifestBytes = 64 * 1024;
 
 constexpr const char* kManifestSuffix = ".manifest.json";
 

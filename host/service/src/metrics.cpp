@@ -7,6 +7,27 @@ namespace {
 
 std::string num(double v) { return fmt::format("{}", v); }
 
+// A metric family's HELP and TYPE lines; its samples follow.
+void head(std::string& out, std::string_view name, std::string_view type, std::string_view help) {
+    out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// A family of one unlabelled sample. `value` as fmt writes it: a count
+// (uint64_t) stays exact; gauges come as num().
+template <class V>
+void single(std::string& out, std::string_view name, std::string_view type, std::string_view help, const V& value) {
+    head(out, name, type, help);
+    out += fmt::format("{} {}\n", name, value);
+}
+template <class V>
+void counter(std::string& out, std::string_view name, std::string_view help, const V& value) {
+    single(out, name, "counter", help, value);
+}
+template <class V>
+void gauge(std::string& out, std::string_view name, std::string_view help, const V& value) {
+    single(out, name, "gauge", help, value);
+}
+
 }  // namespace
 
 Histogram::Histogram(std::vector<double> bounds) : bounds_(std::move(bounds)), counts_(bounds_.size() + 1, 0) {}
@@ -29,6 +50,15 @@ void Histogram::render(std::string& out, const std::string& name) const {
     out += fmt::format("{}_bucket{{le=\"+Inf\"}} {}\n", name, cum);
     out += fmt::format("{}_sum {}\n{}_count {}\n", name, num(sum_), name, count_);
 }
+
+namespace {
+
+void histogram(std::string& out, std::string_view name, std::string_view help, const Histogram& h) {
+    head(out, name, "histogram", help);
+    h.render(out, std::string(name));
+}
+
+}  // namespace
 
 Metrics::Metrics()
     : ttft_({0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30}),
@@ -85,78 +115,48 @@ void Metrics::inference_duration(double s) {
 std::string Metrics::render(const Gauges& g) const {
     std::lock_guard lock(mu_);
     std::string out;
-    out += "# HELP eh_requests_total Generation requests by endpoint and outcome.\n# TYPE eh_requests_total counter\n";
+    head(out, "eh_requests_total", "counter", "Generation requests by endpoint and outcome.");
     for (const auto& [k, v] : requests_)
         out += fmt::format("eh_requests_total{{endpoint=\"{}\",outcome=\"{}\"}} {}\n", k.first, k.second, v);
-    out += "# HELP eh_http_responses_total HTTP responses by route and status class.\n# TYPE eh_http_responses_total counter\n";
+    head(out, "eh_http_responses_total", "counter", "HTTP responses by route and status class.");
     for (const auto& [k, v] : http_)
         out += fmt::format("eh_http_responses_total{{route=\"{}\",status=\"{}\"}} {}\n", k.first, k.second, v);
-    out += "# HELP eh_prompt_tokens_total Prompt tokens processed.\n# TYPE eh_prompt_tokens_total counter\n";
-    out += fmt::format("eh_prompt_tokens_total {}\n", prompt_tokens_);
-    out += "# HELP eh_generated_tokens_total Tokens generated.\n# TYPE eh_generated_tokens_total counter\n";
-    out += fmt::format("eh_generated_tokens_total {}\n", tokens_generated_);
-    out += "# HELP eh_time_to_first_token_seconds Time from submission (queue time included) to the first generated token.\n"
-           "# TYPE eh_time_to_first_token_seconds histogram\n";
-    ttft_.render(out, "eh_time_to_first_token_seconds");
-    out += "# HELP eh_inter_token_latency_seconds Time between consecutive generated tokens.\n"
-           "# TYPE eh_inter_token_latency_seconds histogram\n";
-    itl_.render(out, "eh_inter_token_latency_seconds");
-    out += "# HELP eh_queue_time_seconds Time from submission to admission into the batch.\n"
-           "# TYPE eh_queue_time_seconds histogram\n";
-    queue_.render(out, "eh_queue_time_seconds");
-    out += "# HELP eh_request_latency_seconds Time from submission to the end of a completed request.\n"
-           "# TYPE eh_request_latency_seconds histogram\n";
-    e2e_.render(out, "eh_request_latency_seconds");
-    out += "# HELP eh_inference_duration_seconds Time from admission into the batch to the end of a completed request.\n"
-           "# TYPE eh_inference_duration_seconds histogram\n";
-    inference_.render(out, "eh_inference_duration_seconds");
-    out += "# HELP eh_queue_depth Jobs waiting to run.\n# TYPE eh_queue_depth gauge\n";
-    out += fmt::format("eh_queue_depth {}\n", num(g.queue_depth));
-    out += "# HELP eh_active_jobs Jobs running now.\n# TYPE eh_active_jobs gauge\n";
-    out += fmt::format("eh_active_jobs {}\n", num(g.active_jobs));
+    counter(out, "eh_prompt_tokens_total", "Prompt tokens processed.", prompt_tokens_);
+    counter(out, "eh_generated_tokens_total", "Tokens generated.", tokens_generated_);
+    histogram(out, "eh_time_to_first_token_seconds",
+              "Time from submission (queue time included) to the first generated token.", ttft_);
+    histogram(out, "eh_inter_token_latency_seconds", "Time between consecutive generated tokens.", itl_);
+    histogram(out, "eh_queue_time_seconds", "Time from submission to admission into the batch.", queue_);
+    histogram(out, "eh_request_latency_seconds", "Time from submission to the end of a completed request.", e2e_);
+    histogram(out, "eh_inference_duration_seconds",
+              "Time from admission into the batch to the end of a completed request.", inference_);
+    gauge(out, "eh_queue_depth", "Jobs waiting to run.", num(g.queue_depth));
+    gauge(out, "eh_active_jobs", "Jobs running now.", num(g.active_jobs));
     // The Gateway API inference extension's model-server protocol:
     // TotalQueuedRequests, TotalRunningRequests, KVCacheUtilization.
-    out += "# HELP eh_num_requests_waiting Requests waiting to start.\n# TYPE eh_num_requests_waiting gauge\n";
-    out += fmt::format("eh_num_requests_waiting {}\n", num(g.queue_depth));
-    out += "# HELP eh_num_requests_running Requests in the running batch.\n# TYPE eh_num_requests_running gauge\n";
-    out += fmt::format("eh_num_requests_running {}\n", num(g.active_jobs));
-    out += "# HELP eh_kv_cache_usage_perc Fraction (0-1) of KV-cache blocks held, cached prefixes included.\n"
-           "# TYPE eh_kv_cache_usage_perc gauge\n";
-    out += fmt::format("eh_kv_cache_usage_perc {}\n", num(g.kv_cache_usage));
-    out += "# HELP eh_kv_cache_blocks Total KV-cache blocks.\n# TYPE eh_kv_cache_blocks gauge\n";
-    out += fmt::format("eh_kv_cache_blocks {}\n", num(g.kv_blocks_total));
-    out += "# HELP eh_prefix_cache_entries Finished sequences kept for prefix reuse.\n# TYPE eh_prefix_cache_entries gauge\n";
-    out += fmt::format("eh_prefix_cache_entries {}\n", num(g.prefix_cache_entries));
-    out += "# HELP eh_prefix_cache_lookups_total Prefix-cache lookups (one per admitted request).\n"
-           "# TYPE eh_prefix_cache_lookups_total counter\n";
-    out += fmt::format("eh_prefix_cache_lookups_total {}\n", num(g.prefix_lookups));
-    out += "# HELP eh_prefix_cache_hits_total Lookups that reused a cached prefix.\n# TYPE eh_prefix_cache_hits_total counter\n";
-    out += fmt::format("eh_prefix_cache_hits_total {}\n", num(g.prefix_hits));
-    out += "# HELP eh_prefix_cache_query_tokens_total Prompt tokens looked up in the prefix cache.\n"
-           "# TYPE eh_prefix_cache_query_tokens_total counter\n";
-    out += fmt::format("eh_prefix_cache_query_tokens_total {}\n", num(g.prefix_query_tokens));
-    out += "# HELP eh_prefix_cache_hit_tokens_total Prompt tokens reused from the prefix cache.\n"
-           "# TYPE eh_prefix_cache_hit_tokens_total counter\n";
-    out += fmt::format("eh_prefix_cache_hit_tokens_total {}\n", num(g.prefix_hit_tokens));
-    out += "# HELP eh_preemptions_total Requests preempted (KV blocks freed, recomputed later).\n"
-           "# TYPE eh_preemptions_total counter\n";
-    out += fmt::format("eh_preemptions_total {}\n", num(g.preemptions));
-    out += "# HELP eh_engine_steps_total Batched steps run by the engine.\n# TYPE eh_engine_steps_total counter\n";
-    out += fmt::format("eh_engine_steps_total {}\n", num(g.engine_steps));
-    out += "# HELP eh_engine_step_seconds_total Time in the engine's step calls (device work included).\n"
-           "# TYPE eh_engine_step_seconds_total counter\n";
-    out += fmt::format("eh_engine_step_seconds_total {}\n", num(g.engine_step_seconds));
-    out += "# HELP eh_constraint_seconds_total Host time computing token masks and updating matchers for "
-           "structured output.\n# TYPE eh_constraint_seconds_total counter\n";
-    out += fmt::format("eh_constraint_seconds_total {}\n", num(g.constraint_seconds));
-    out += "# HELP eh_vram_bytes Device memory held by the model.\n# TYPE eh_vram_bytes gauge\n";
-    out += fmt::format("eh_vram_bytes {}\n", num(g.vram_bytes));
-    out += "# HELP eh_context_length Tokens per sequence (prompt + output).\n# TYPE eh_context_length gauge\n";
-    out += fmt::format("eh_context_length {}\n", num(g.context_length));
-    out += "# HELP eh_ready 1 when the model is loaded and serving.\n# TYPE eh_ready gauge\n";
-    out += fmt::format("eh_ready {}\n", g.ready ? 1 : 0);
-    out += "# HELP eh_uptime_seconds Seconds since the process started.\n# TYPE eh_uptime_seconds gauge\n";
-    out += fmt::format("eh_uptime_seconds {}\n", num(g.uptime_seconds));
+    gauge(out, "eh_num_requests_waiting", "Requests waiting to start.", num(g.queue_depth));
+    gauge(out, "eh_num_requests_running", "Requests in the running batch.", num(g.active_jobs));
+    gauge(out, "eh_kv_cache_usage_perc", "Fraction (0-1) of KV-cache blocks held, cached prefixes included.",
+          num(g.kv_cache_usage));
+    gauge(out, "eh_kv_cache_blocks", "Total KV-cache blocks.", num(g.kv_blocks_total));
+    gauge(out, "eh_prefix_cache_entries", "Finished sequences kept for prefix reuse.", num(g.prefix_cache_entries));
+    counter(out, "eh_prefix_cache_lookups_total", "Prefix-cache lookups (one per admitted request).",
+            num(g.prefix_lookups));
+    counter(out, "eh_prefix_cache_hits_total", "Lookups that reused a cached prefix.", num(g.prefix_hits));
+    counter(out, "eh_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
+            num(g.prefix_query_tokens));
+    counter(out, "eh_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.",
+            num(g.prefix_hit_tokens));
+    counter(out, "eh_preemptions_total", "Requests preempted (KV blocks freed, recomputed later).", num(g.preemptions));
+    counter(out, "eh_engine_steps_total", "Batched steps run by the engine.", num(g.engine_steps));
+    counter(out, "eh_engine_step_seconds_total", "Time in the engine's step calls (device work included).",
+            num(g.engine_step_seconds));
+    counter(out, "eh_constraint_seconds_total",
+            "Host time computing token masks and updating matchers for structured output.", num(g.constraint_seconds));
+    gauge(out, "eh_vram_bytes", "Device memory held by the model.", num(g.vram_bytes));
+    gauge(out, "eh_context_length", "Tokens per sequence (prompt + output).", num(g.context_length));
+    gauge(out, "eh_ready", "1 when the model is loaded and serving.", g.ready ? 1 : 0);
+    gauge(out, "eh_uptime_seconds", "Seconds since the process started.", num(g.uptime_seconds));
     return out;
 }
 

@@ -8,6 +8,10 @@ namespace eh::service {
 
 void render_chat_prompt(const TextCodec& codec, ChatRequest& r, const std::string& model,
                         const RequestLimits& limits, const std::function<bool()>& cancelled) {
+    // First: a tools request to such a model would otherwise be told it has
+    // no tool format, which is not the reason.
+    if (const ChatTemplateState t = codec.chat_template_state(); t.kind == ChatTemplateState::Kind::Rejected)
+        throw ChatTemplateUnusable(t);
     const ToolFormat format = codec.tool_format();
     if (format == ToolFormat::None) {
         // A template without a tool format would drop these silently.

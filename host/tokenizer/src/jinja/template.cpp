@@ -232,6 +232,7 @@ struct Context;
 struct Expr {
     virtual ~Expr() = default;
     virtual Value eval(Context& c) const = 0;
+    int height = 1;  // levels down to its deepest leaf; at most kMaxNesting (ExprParser::raise)
 };
 using ExprP = std::unique_ptr<Expr>;
 
@@ -885,6 +886,7 @@ public:
             c->cond = parse_or();
             if (accept_name("else")) c->no = parse_cond();
             c->yes = std::move(e);
+            raise(*c, std::max({height(c->cond), height(c->yes), height(c->no)}));
             e = std::move(c);
         }
         return e;
@@ -898,12 +900,35 @@ public:
     }
 
 private:
-    static ExprP binary(std::string op, ExprP l, ExprP r) {
+    ExprP binary(std::string op, ExprP l, ExprP r) {
         auto b = std::make_unique<Binary>();
         b->op = std::move(op);
         b->l = std::move(l);
         b->r = std::move(r);
+        raise(*b, std::max(height(b->l), height(b->r)));
         return b;
+    }
+    // The tree's height, not only the parser's recursion, is bounded: loops
+    // build left-leaning chains (1+1+1..., x.a.a..., x|f|f..., x()()()...)
+    // that are as deep as they are long, and evaluating or destroying a
+    // tree recurses once per level. Called on each node with children,
+    // while the node is built, so no deeper tree ever exists.
+    void raise(Expr& node, int below) const {
+        node.height = below + 1;
+        if (node.height > kMaxNesting)
+            syntax(line_, "nesting deeper than " + std::to_string(kMaxNesting) + " levels");
+    }
+    static int height(const ExprP& e) { return e ? e->height : 0; }
+    static int items_height(const std::vector<ExprP>& items) {
+        int h = 0;
+        for (const auto& e : items) h = std::max(h, height(e));
+        return h;
+    }
+    static int height(const CallArgs& a) {
+        int h = 0;
+        for (const auto& e : a.args) h = std::max(h, height(e));
+        for (const auto& [k, e] : a.kwargs) h = std::max(h, height(e));
+        return h;
     }
     ExprP parse_and() {
         ExprP e = parse_not();
@@ -916,6 +941,7 @@ private:
             auto u = std::make_unique<Unary>();
             u->op = '!';
             u->e = parse_not();
+            raise(*u, height(u->e));
             return u;
         }
         return parse_compare();
@@ -964,6 +990,7 @@ private:
             auto u = std::make_unique<Unary>();
             u->op = toks_[pos_++].text[0];
             u->e = parse_unary();
+            raise(*u, height(u->e));
             return u;
         }
         ExprP e = parse_pow();
@@ -985,6 +1012,7 @@ private:
                 f->name = name();
                 if (accept_op("(")) parse_args(f->args);
                 f->e = std::move(e);
+                raise(*f, std::max(height(f->e), height(f->args)));
                 e = parse_postfix(std::move(f));
             } else if (accept_name("is")) {
                 auto t = std::make_unique<Test>();
@@ -995,6 +1023,7 @@ private:
                     t->args.args.push_back(parse_primary());
                 }
                 t->e = std::move(e);
+                raise(*t, std::max(height(t->e), height(t->args)));
                 e = std::move(t);
             } else {
                 return e;
@@ -1021,6 +1050,7 @@ private:
                 g->obj = std::move(e);
                 if (toks_[pos_].kind == Tok::Int) g->name = toks_[pos_++].text;
                 else g->name = name();
+                raise(*g, height(g->obj));
                 e = std::move(g);
             } else if (accept_op("[")) {
                 ExprP a, b, s;
@@ -1038,17 +1068,20 @@ private:
                     sl->start = std::move(a);
                     sl->stop = std::move(b);
                     sl->step = std::move(s);
+                    raise(*sl, std::max({height(sl->obj), height(sl->start), height(sl->stop), height(sl->step)}));
                     e = std::move(sl);
                 } else {
                     auto g = std::make_unique<GetItem>();
                     g->obj = std::move(e);
                     g->key = std::move(a);
+                    raise(*g, std::max(height(g->obj), height(g->key)));
                     e = std::move(g);
                 }
             } else if (accept_op("(")) {
                 auto c = std::make_unique<Call>();
                 c->callee = std::move(e);
                 parse_args(c->args);
+                raise(*c, std::max(height(c->callee), height(c->args)));
                 e = std::move(c);
             } else {
                 return e;
@@ -1085,6 +1118,7 @@ private:
                             if (peek_op(")")) break;
                             l->items.push_back(parse_expression());
                         }
+                        raise(*l, items_height(l->items));
                         e = std::move(l);
                     }
                     expect_op(")");
@@ -1100,6 +1134,7 @@ private:
                         } while (accept_op(","));
                         expect_op("]");
                     }
+                    raise(*l, items_height(l->items));
                     return l;
                 }
                 if (t.text == "{") {
@@ -1114,6 +1149,9 @@ private:
                         } while (accept_op(","));
                         expect_op("}");
                     }
+                    int h = 0;
+                    for (const auto& [k, v] : d->items) h = std::max({h, height(k), height(v)});
+                    raise(*d, h);
                     return d;
                 }
                 break;

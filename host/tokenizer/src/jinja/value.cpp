@@ -8,6 +8,32 @@
 
 namespace eh::tokenizer::jinja {
 
+void Value::release() noexcept {
+    // Containers this value held the last reference to, emptied one at a
+    // time: a child's own containers are moved here before the child is
+    // destroyed, so no destructor below recurses more than one level.
+    std::vector<std::shared_ptr<Array>> arrays;
+    std::vector<std::shared_ptr<Object>> objects;
+    auto take = [&](Value& v) {
+        if (v.a && v.a.use_count() == 1) arrays.push_back(std::move(v.a));
+        if (v.o && v.o.use_count() == 1) objects.push_back(std::move(v.o));
+    };
+    take(*this);
+    while (!arrays.empty() || !objects.empty()) {
+        if (!arrays.empty()) {
+            std::shared_ptr<Array> arr = std::move(arrays.back());
+            arrays.pop_back();
+            for (Value& x : *arr) take(x);
+        } else {
+            std::shared_ptr<Object> obj = std::move(objects.back());
+            objects.pop_back();
+            for (auto& [k, x] : obj->items) take(x);
+        }
+    }
+    a.reset();  // shared with others: only the count drops
+    o.reset();
+}
+
 bool Value::truthy() const {
     switch (t) {
         case T::Undefined: case T::None: return false;
@@ -22,8 +48,19 @@ bool Value::truthy() const {
     return false;
 }
 
-bool equal(const Value& x, const Value& y) {
+namespace {
+
+// Each walk below counts its depth with this: past kMaxValueNesting it
+// throws instead of overflowing the stack (or looping for ever on a cycle).
+void check_nesting(int depth) {
+    if (depth > kMaxValueNesting)
+        throw Error(Code::InvalidRequest,
+                    "chat template: a value nested deeper than " + std::to_string(kMaxValueNesting) + " levels");
+}
+
+bool equal_at(const Value& x, const Value& y, int depth) {
     using T = Value::T;
+    check_nesting(depth);
     if (x.numeric() && y.numeric()) return x.as_double() == y.as_double();
     if (x.is_none() && y.is_none()) return x.t == y.t;
     if (x.t != y.t) return false;
@@ -32,13 +69,13 @@ bool equal(const Value& x, const Value& y) {
         case T::Arr:
             if (x.a->size() != y.a->size()) return false;
             for (size_t k = 0; k < x.a->size(); ++k)
-                if (!equal((*x.a)[k], (*y.a)[k])) return false;
+                if (!equal_at((*x.a)[k], (*y.a)[k], depth + 1)) return false;
             return true;
         case T::Obj:
             if (x.o->items.size() != y.o->items.size()) return false;
             for (const auto& [k, v] : x.o->items) {
                 const Value* w = y.o->find(k);
-                if (!w || !equal(v, *w)) return false;
+                if (!w || !equal_at(v, *w, depth + 1)) return false;
             }
             return true;
         case T::Fn: return x.fn == y.fn;
@@ -46,7 +83,7 @@ bool equal(const Value& x, const Value& y) {
     }
 }
 
-namespace {
+std::string output_at(const Value& v, int depth);
 
 std::string float_repr(double d) {
     if (std::isnan(d)) return "NaN";
@@ -96,15 +133,14 @@ std::string py_repr_str(const std::string& s) {
     return out + q;
 }
 
-std::string py_repr(const Value& v) {
+std::string py_repr(const Value& v, int depth) {
     if (v.t == Value::T::Str) return py_repr_str(v.s);
-    return to_output(v);
+    return output_at(v, depth);
 }
 
-}  // namespace
-
-std::string to_output(const Value& v) {
+std::string output_at(const Value& v, int depth) {
     using T = Value::T;
+    check_nesting(depth);
     switch (v.t) {
         case T::Undefined: return "";
         case T::None: return "None";
@@ -114,14 +150,14 @@ std::string to_output(const Value& v) {
         case T::Str: return v.s;
         case T::Arr: {
             std::string s = "[";
-            for (size_t k = 0; k < v.a->size(); ++k) s += (k ? ", " : "") + py_repr((*v.a)[k]);
+            for (size_t k = 0; k < v.a->size(); ++k) s += (k ? ", " : "") + py_repr((*v.a)[k], depth + 1);
             return s + "]";
         }
         case T::Obj: {
             std::string s = "{";
             bool first = true;
             for (const auto& [k, x] : v.o->items) {
-                s += (first ? "" : ", ") + py_repr_str(k) + ": " + py_repr(x);
+                s += (first ? "" : ", ") + py_repr_str(k) + ": " + py_repr(x, depth + 1);
                 first = false;
             }
             return s + "}";
@@ -131,8 +167,15 @@ std::string to_output(const Value& v) {
     return "";
 }
 
+}  // namespace
+
+bool equal(const Value& x, const Value& y) { return equal_at(x, y, 0); }
+
+std::string to_output(const Value& v) { return output_at(v, 0); }
+
 std::string to_json(const Value& v, int indent, int depth) {
     using T = Value::T;
+    check_nesting(depth);
     std::string out;
     auto newline = [&](int d) {
         if (indent < 0) return;

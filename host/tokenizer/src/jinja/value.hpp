@@ -31,6 +31,19 @@ struct Value {
     std::shared_ptr<Object> o;
     std::shared_ptr<Function> fn;
 
+    Value() = default;
+    Value(const Value&) = default;
+    Value(Value&&) noexcept = default;
+    Value& operator=(const Value&) = default;
+    Value& operator=(Value&&) noexcept = default;
+    // A list wrapped in a list in a loop nests as deep as the step budget
+    // lets it (hundreds of thousands of levels); freeing it level by level
+    // through the destructors would overflow the stack, so the last owner
+    // of a list or dict frees what it holds iteratively (release()).
+    ~Value() {
+        if (a || o) release();
+    }
+
     static Value none() { Value v; v.t = T::None; return v; }
     static Value boolean(bool x) { Value v; v.t = T::Bool; v.b = x; return v; }
     static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
@@ -45,6 +58,9 @@ struct Value {
     bool numeric() const { return t == T::Int || t == T::Float || t == T::Bool; }
     double as_double() const { return t == T::Float ? f : t == T::Int ? double(i) : t == T::Bool ? double(b) : 0; }
     bool truthy() const;
+
+private:
+    void release() noexcept;
 };
 
 struct Object {
@@ -63,6 +79,13 @@ struct Object {
 };
 
 inline Value Value::object() { Value v; v.t = T::Obj; v.o = std::make_shared<Object>(); return v; }
+
+// Lists and dicts nest at most this deep where they are compared, printed or
+// written as JSON (deeper, or a namespace that holds itself: InvalidRequest),
+// as deep as the JSON parser takes input (simdjson's default, 1024): those
+// walks recurse once per level, and a template can build any depth (a list
+// wrapped in a list in a loop) within its step budget.
+inline constexpr int kMaxValueNesting = 1024;
 
 bool equal(const Value& a, const Value& b);
 // What {{ x }} prints: Python str() of the value ("" for undefined).

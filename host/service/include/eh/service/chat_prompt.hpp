@@ -20,7 +20,8 @@ namespace eh::service {
 
 // Sets r.gen.prompt and r.gen.literal (and r.gen.control_text for harmony
 // models), then checks the prompt's rules (check_prompt, field "messages").
-// Throws RequestError when tools or tool history are sent to a model whose
+// Throws ChatTemplateUnusable when the model's template was rejected at
+// load, RequestError when tools or tool history are sent to a model whose
 // template has no tool format (`model` names it in the message), and
 // whatever the template raises (InvalidRequest). With tool_choice
 // "required" or a named function it also calls constrain_tool_call.

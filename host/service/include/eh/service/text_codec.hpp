@@ -11,6 +11,8 @@
 #include <string_view>
 #include <vector>
 
+#include "eh/error.hpp"
+
 namespace eh::service {
 
 // A call an assistant message made (OpenAI's tool_calls[i]).
@@ -41,6 +43,30 @@ enum class ToolFormat {
     None,     // the template has no tool format (Phi-3, plain transcripts)
     Hermes,   // <tool_call>\n{"name": ..., "arguments": ...}\n</tool_call> (Qwen2.5)
     Harmony,  // gpt-oss: channels; calls on commentary to=functions.NAME ... <|call|>
+};
+
+// Whether chat requests can be templated, and how (/health's
+// `chat_template`, the `ready` log line, `inspect`).
+struct ChatTemplateState {
+    enum class Kind {
+        Ok,        // a template compiled: the model's own, or --chat-template-file
+        None,      // the model has none: chats are the plain transcript (render_plain_chat)
+        Rejected,  // the model's own failed to compile: chat requests are refused (ChatTemplateUnusable)
+    };
+    Kind kind = Kind::None;
+    std::string source;  // Ok: "model" or "file" (--chat-template-file); Rejected: "model"
+    std::string error;   // Rejected: the compile error ("chat template line 1: nesting deeper than 200 levels")
+};
+
+// "ok", "none" or "rejected": the stable words of /health and the logs.
+const char* chat_template_kind_name(ChatTemplateState::Kind kind);
+
+// A chat request to a model whose own chat template did not compile (and no
+// --chat-template-file replaced it): never a plain transcript the model was
+// not trained on. HTTP 400 with the code CHAT_TEMPLATE_UNUSABLE.
+class ChatTemplateUnusable : public Error {
+public:
+    explicit ChatTemplateUnusable(const ChatTemplateState& state);
 };
 
 // Byte range [begin, end) of a prompt.
@@ -99,6 +125,9 @@ public:
                                    const ChatRenderOptions& options = {}) const = 0;
     // The model's tool-call format, from its chat template.
     virtual ToolFormat tool_format() const { return ToolFormat::None; }
+    // Which template render_chat uses; with Kind::Rejected, render_chat and
+    // render_chat_prompt throw ChatTemplateUnusable.
+    virtual ChatTemplateState chat_template_state() const { return {}; }
 };
 
 // One token per byte (id = byte value), no special tokens except an optional

@@ -9,8 +9,11 @@
 // with eh::Error(InvalidRequest) naming the line; a template's own
 // raise_exception() fails render() with InvalidRequest and its message.
 //
-// Limits: expressions and blocks nest at most 200 levels (deeper fails
-// compile()); any string a template builds is at most 8 MiB and any list
+// Limits: expressions and blocks nest at most 200 levels, and an
+// expression's tree (chains such as 1+1+1... included) is at most 200
+// levels tall (deeper fails compile()); lists and dicts nested deeper than
+// 1,024 levels fail render() where printed, compared or written as JSON; any
+// string a template builds is at most 8 MiB and any list
 // 1,000,000 items; steps and output are budgeted per render (ChatOptions).
 #pragma once
 

@@ -1,4 +1,4 @@
-#include "regular_file.hpp"
+#include "eh/regular_file.hpp"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -7,7 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
-namespace eh::loader {
+namespace eh {
 
 std::optional<std::string> read_regular_file(const std::string& path, size_t max_bytes, std::string& problem) {
     // O_NONBLOCK: opening a FIFO for reading would otherwise wait for a writer.
@@ -52,4 +52,4 @@ std::optional<std::string> read_regular_file(const std::string& path, size_t max
     return out;
 }
 
-}  // namespace eh::loader
+}  // namespace eh
