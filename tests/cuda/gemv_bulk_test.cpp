@@ -191,49 +191,6 @@ TEST(GemvBulk, SharedMemoryJustUnderTheDefaultLimit) {
     }
 }
 
-// Rows of more than 8192 inputs (the 8B models' ffn_down) go to the
-// register kernel (kernel_plan.cpp, plan_bulk): 4096 rows (2 per warp, no
-// split-K, as for the 8B shapes) of 9,216 inputs, Q4_K and Q6_K, against
-// host math.
-TEST(GemvBulk, LongRowsTakeTheRegisterKernel) {
-    REQUIRE_GPU();
-    const int rows = 4096, cols = 9216;
-    InputGuard ig(ehcuda::GemvInput::Int16);
-    BulkGuard bg(true);
-    for (uint32_t type : {EH_TYPE_Q4_K, EH_TYPE_Q6_K}) {
-        std::mt19937 rng(type + 23);
-        const auto host_w = random_rows(type, rows, cols, rng);
-        auto w = to_device(host_w);
-        std::normal_distribution<float> nd;
-        std::vector<float> x(static_cast<size_t>(cols));
-        for (auto& v : x) v = nd(rng);
-        auto dx = to_device(x);
-        ehcuda::DeviceBuffer dy(size_t(rows) * 4);
-        ehcuda::MatmulArgs a;
-        const size_t rb = row_size(type, cols);
-        a.seg[0].w = {w.get(), type, rows, cols, rb};
-        a.cols = cols;
-        a.x = dx.as<float>();
-        a.ldx = cols;
-        a.y = dy.as<float>();
-        a.ldy = rows;
-        ASSERT_EQ(ehcuda::plan_bulk(ehcuda::plan(), 132, ehcuda::gemv_shape(a.seg, 1)).warps, 0);
-        ASSERT_NO_THROW(ehcuda::matmul(a, nullptr));
-        GPU_OK(cudaDeviceSynchronize());
-        const auto got = to_host<float>(dy, size_t(rows));
-        std::vector<float> row(static_cast<size_t>(cols));
-        for (int r = 0; r < rows; ++r) {
-            dequant_row(type, host_w.data() + size_t(r) * rb, cols, row.data());
-            double want = 0, mag = 0;
-            for (int k = 0; k < cols; ++k) {
-                want += double(row[size_t(k)]) * x[size_t(k)];
-                mag += std::fabs(double(row[size_t(k)]) * x[size_t(k)]);
-            }
-            ASSERT_NEAR(got[size_t(r)], want, 1e-4 * mag) << ehp::type_name(type) << " row " << r;
-        }
-    }
-}
-
 // Segments of one type and of mixed types (Qwen2.5's Q5_0 / Q8_0 QKV), rows
 // not a multiple of the tile, each segment's tiles its own.
 TEST(GemvBulk, SegmentsBitwiseEqual) {
