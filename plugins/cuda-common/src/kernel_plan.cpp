@@ -210,16 +210,8 @@ void plan_ring(BulkLaunch& b) {
 
 }  // namespace
 
-// Rows longer than this many inputs go to the register kernel, which reads
-// its input where it is instead of copying it into every block: at int16 a
-// 14336-input row's input is 35 KB against the 8 KB Q4_K row a warp dots.
-// (Llama-3.1-8B's ffn_down, 4096 x 14336, on an H200: GPU time per decode
-// step 999 -> 836 us, profile_decode.)
-constexpr int kBulkMaxCols = 8192;
-
 BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g) {
     BulkLaunch b;
-    if (g.cols > kBulkMaxCols) return b;
     size_t max_rb = 0;
     int total_rows = 0;
     for (int s = 0; s < g.nseg; ++s) {
