@@ -182,9 +182,9 @@ int blocks_per_sm(size_t smem) { return std::max(1, int(kSmemPerSm / (smem + 204
 // The fewest warps per multiprocessor the ring kernel may run at: below it
 // the warps cannot dot their tiles as fast as the copies land. (Llama-3.1-8B's
 // Q6_K ffn_down, 4096 x 14336, fits two 11.5 KB buffers for only 4 warps
-// next to its 35 KB input: 36 us a call, 1.3 TB/s, ncu on an H200; the
-// one-shot kernel's 8 warps, 1 block per multiprocessor, is faster: with
-// every ring off, bulk_ring_waves 0, decode 370 -> 378 tok/s there.)
+// next to its 35 KB input: 36 us a call, 1.3 TB/s, ncu on an H200. The
+// one-shot kernel instead, 8 warps, one block per multiprocessor: decode
+// 360 -> 370 tok/s, H200, bench -p 512 -n 128 -r 3.)
 constexpr int kRingMinWarpsPerSm = 8;
 
 // The ring kernel's warps per block: the most warps per multiprocessor
