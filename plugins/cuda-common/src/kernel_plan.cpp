@@ -187,9 +187,6 @@ int blocks_per_sm(size_t smem) { return std::max(1, int(kSmemPerSm / (smem + 204
 // 360 -> 370 tok/s, H200, bench -p 512 -n 128 -r 3.)
 constexpr int kRingMinWarpsPerSm = 8;
 
-// Staged inputs above this take 16-warp blocks (plan_bulk).
-constexpr int kWideInputBytes = 24 * 1024;
-
 // The ring kernel's warps per block: the most warps per multiprocessor
 // (multiples of 4 up to 16, at most 32 per multiprocessor as its ~64
 // registers per thread allow; the larger block on a tie: fewer stagings);
@@ -242,12 +239,9 @@ BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g) {
     // 1.5 blocks per multiprocessor). bulk_fit2: 8 also where a 16-warp block
     // would sit alone on its multiprocessor and the staged input is at most
     // two warps' tiles (Qwen2.5's tied Q8_0 head, 151936 x 896, 84 -> 91 %
-    // of copy bandwidth). 16 also for staged inputs over kWideInputBytes (the
-    // 8B models' ffn_down, 12288 and 14336 inputs: 30-35 KB that every block
-    // copies): half the blocks, so half the staging, at the same warps per
-    // multiprocessor.
+    // of copy bandwidth).
     if (p.bulk_warps == 0) {
-        b.warps = (b.tiles + 15) / 16 >= 4 * nsm || b.x_bytes > kWideInputBytes ? 16 : 8;
+        b.warps = (b.tiles + 15) / 16 >= 4 * nsm ? 16 : 8;
         if (b.warps == 16 && p.bulk_fit2 && b.x_bytes <= 2 * b.tile_stride &&
             2 * (size_t(b.x_bytes) + 16 * size_t(b.tile_stride) + 2048) > kSmemPerSm)
             b.warps = 8;
