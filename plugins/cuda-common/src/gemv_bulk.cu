@@ -107,7 +107,8 @@ __device__ __forceinline__ void tile_dot_typed(const DevArgs& a, const TileRef& 
 // tile's (a tile lies in one segment): one switch per tile, so each type's
 // chunk loop is the single-type kernel's. (A switch per chunk,
 // dot_chunk_int_any, ran Llama-3.1-8B's Q4_K + Q6_K QKV at 16.1 us a call
-// against 10.4 for its all-Q4_K layers, ncu on an H200.)
+// against 10.4 for its all-Q4_K layers, ncu on an H200; this form took its
+// decode 369.9 -> 378.2 tok/s and Qwen3-8B's 359.1 -> 370.1, same H200.)
 template <int T, int R, int XB>
 __device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
                                          float xscale, int lane) {
