@@ -259,6 +259,16 @@ TEST(KernelPlan, BulkLaunchFromShape) {
     // int16x2 stages 112 bytes per chunk.
     q.gemv_input = GemvInput::Int16x2;
     EXPECT_EQ(ehcuda::plan_bulk(q, 132, one(EH_TYPE_Q4_K, 896, 4864)).x_bytes, 4864 / 32 * 112);
+    // Llama-3.1-8B's Q6_K LM head (128256 x 4096): the ring, 12 warps per
+    // multiprocessor. Its Q6_K ffn_down (4096 x 14336): two buffers fit for 4
+    // warps only, under kRingMinWarpsPerSm: the one-shot kernel, 8 warps.
+    b = ehcuda::plan_bulk(p, 132, one(EH_TYPE_Q6_K, 128256, 4096));
+    EXPECT_TRUE(b.ring);
+    EXPECT_EQ(b.warps, 12);
+    b = ehcuda::plan_bulk(p, 132, one(EH_TYPE_Q6_K, 4096, 14336));
+    EXPECT_FALSE(b.ring);
+    EXPECT_EQ(b.warps, 8);
+    EXPECT_EQ(b.blocks, 512);
     // Too wide an input for the shared memory: not taken.
     EXPECT_EQ(ehcuda::plan_bulk(p, 132, one(EH_TYPE_Q8_0, 64, 256 * 1024)).warps, 0);
 }

@@ -181,11 +181,20 @@ namespace {
 // Blocks of `smem` dynamic shared bytes that fit one multiprocessor.
 int blocks_per_sm(size_t smem) { return std::max(1, int(kSmemPerSm / (smem + 2048))); }
 
+// The fewest warps per multiprocessor the ring kernel may run at: below it
+// the warps cannot dot their tiles as fast as the copies land. (Llama-3.1-8B's
+// Q6_K ffn_down, 4096 x 14336, fits two 11.5 KB buffers for only 4 warps
+// next to its 35 KB input: 36 us a call, 1.3 TB/s, ncu on an H200. The
+// one-shot kernel instead, 8 warps, one block per multiprocessor: decode
+// 360 -> 370 tok/s, H200, bench -p 512 -n 128 -r 3.)
+constexpr int kRingMinWarpsPerSm = 8;
+
 // The ring kernel's warps per block: the most warps per multiprocessor
 // (multiples of 4 up to 16, at most 32 per multiprocessor as its ~64
 // registers per thread allow; the larger block on a tie: fewer stagings);
-// b unchanged where two buffers per warp do not fit. Its grid (b.blocks)
-// is what stays resident, which the launch asks the occupancy calculator.
+// b unchanged where two buffers per warp do not fit kRingMinWarpsPerSm
+// warps. Its grid (b.blocks) is what stays resident, which the launch asks
+// the occupancy calculator.
 void plan_ring(BulkLaunch& b) {
     int best = 0, best_w = 0;
     for (int w = 16; w >= 4; w -= 4) {
@@ -194,7 +203,7 @@ void plan_ring(BulkLaunch& b) {
         const int per_sm = w * std::min(blocks_per_sm(smem), 32 / w);
         if (per_sm > best) best = per_sm, best_w = w;
     }
-    if (best_w == 0) return;
+    if (best < kRingMinWarpsPerSm) return;
     b.ring = true;
     b.warps = best_w;
     b.smem = size_t(b.x_bytes) + size_t(best_w) * 2 * b.tile_stride;
