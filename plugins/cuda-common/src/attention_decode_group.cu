@@ -333,28 +333,53 @@ __global__ void __launch_bounds__(kWarps * 32) flash_decode_group_kernel(GroupAr
     }
 }
 
-// One block per (query head, row): the active splits' partial rows in split
-// order.
+// One block per (query head, row): the active splits' partial rows combined
+// in split order. Every load round is issued at once (a loop over the
+// splits, one load after another, cost ~20 us at 64 splits): the splits'
+// maxima and sums in one round, then each thread's dims over its share of
+// the splits, the shares added in order.
+constexpr int kMergeThreads = 128;
 template <int HD, bool Paged>
-__global__ void __launch_bounds__(64) flash_decode_merge_kernel(GroupArgs f) {
+__global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(GroupArgs f) {
+    static_assert(kAttentionGroupMaxSplits <= kMergeThreads, "one split's max and sum per thread");
+    constexpr int kShares = HD >= kMergeThreads ? 1 : kMergeThreads / HD;  // threads per dim
+    __shared__ float sw[kMergeThreads], sl[kMergeThreads], red[kMergeThreads / 32];
+    __shared__ float part[kShares][HD];
     pdl_entry();
-    const int head = blockIdx.x, row = blockIdx.y;
+    const int head = blockIdx.x, row = blockIdx.y, t = threadIdx.x, lane = t & 31, warp = t >> 5;
     const int nact = split_range(f, row_pos<Paged>(f, row), 0).nact;
     if (nact <= 1) return;  // the one split wrote the output
     const float* base = f.scratch + (size_t(row) * f.n_head + head) * f.nsplit * (HD + 2);
+    const float m = t < nact ? base[size_t(t) * (HD + 2)] : -INFINITY;
+    const float l = t < nact ? base[size_t(t) * (HD + 2) + 1] : 0.0f;
+    float M = m;
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    if (lane == 0) red[warp] = M;
+    __syncthreads();
     const float sk = f.sinks ? f.sinks[head] * kLog2e : -INFINITY;
-    float M = sk;
-    for (int s = 0; s < nact; ++s) M = fmaxf(M, base[size_t(s) * (HD + 2)]);
-    for (int d = threadIdx.x; d < HD; d += blockDim.x) {
-        float L = f.sinks ? exp2f(sk - M) : 0.0f, A = 0.0f;
+    M = sk;
+#pragma unroll
+    for (int w = 0; w < kMergeThreads / 32; ++w) M = fmaxf(M, red[w]);
+    sw[t] = t < nact ? exp2f(m - M) : 0.0f;
+    sl[t] = t < nact ? l * sw[t] : 0.0f;
+    __syncthreads();
+    static_assert(HD <= kMergeThreads, "a thread per dim at least");
+    const int d = t % HD, share = t / HD;
+    if (share < kShares) {
+        float A = 0.0f;
 #pragma unroll 8
-        for (int s = 0; s < nact; ++s) {
-            const float* p = base + size_t(s) * (HD + 2);
-            const float w = exp2f(p[0] - M);
-            L += p[1] * w;
-            A += p[2 + d] * w;
-        }
-        f.out[size_t(row) * f.ldo + size_t(head) * HD + d] = L > 0.0f ? A / L : 0.0f;
+        for (int s = share; s < nact; s += kShares) A += base[size_t(s) * (HD + 2) + 2 + d] * sw[s];
+        part[share][d] = A;
+    }
+    __syncthreads();
+    float L = f.sinks ? exp2f(sk - M) : 0.0f;
+    for (int s = 0; s < nact; ++s) L += sl[s];  // (broadcast reads of shared memory, in split order)
+    for (int e = t; e < HD; e += kMergeThreads) {
+        float A = 0.0f;
+#pragma unroll
+        for (int q = 0; q < kShares; ++q) A += part[q][e];
+        f.out[size_t(row) * f.ldo + size_t(head) * HD + e] = L > 0.0f ? A / L : 0.0f;
     }
 }
 
@@ -369,7 +394,7 @@ void launch_group(const GroupArgs& f, int n_kv, int rows, const C* kc, const C* 
     EHC_LAUNCHED("flash_decode_group_kernel");
     if (f.nsplit > 1) {
         launch("flash_decode_merge_kernel", flash_decode_merge_kernel<HD, Paged>, dim3(unsigned(f.n_head), unsigned(rows)),
-               64, 0, stream, f);
+               kMergeThreads, 0, stream, f);
         EHC_LAUNCHED("flash_decode_merge_kernel");
     }
 }
