@@ -22,7 +22,7 @@ up() {  # port
 }
 for m in $models; do
   f=/tmp/eh-models/$m.gguf
-  "$eh" forge --like "$m" --out "$f" -q
+  [ -f "$f" ] || "$eh" forge --like "$m" --out "$f" -q
   "$eh" --plugins "$build/plugins" --port 18700 --log-format text --log-level warn --model "$f" --ctx-size 4096 \
     > "$out/$m-eh.log" 2>&1 &
   pid=$!
