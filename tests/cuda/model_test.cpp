@@ -290,6 +290,52 @@ TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
     for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_EQ(a.logits[i], b.logits[i]) << i;
 }
 
+// A grouped-query model's session switches its decode attention to the
+// query-group kernel (attention_decode_group) once a step attends the plan's
+// attn_group_min_keys keys, capturing its decode graphs again mid-generation.
+// Before the switch the steps are the fused kernel's bit for bit; after it
+// they differ only by the two kernels' rounding (FP16 weights on the tensor
+// cores), and they do differ: the switch happened.
+TEST(LlamaCuda, DecodeSwitchesToQueryGroupAttentionAtDepth) {
+    REQUIRE_PLUGIN();
+    TinySpec spec;  // 4 query heads over 2 KV heads, head dim 64
+    spec.wtype = EH_TYPE_Q4_K;
+    TinyModel tm(spec);
+    std::vector<int32_t> feed;
+    for (int i = 0; i < 90; ++i) feed.push_back((i * 37 + 5) % spec.n_vocab);
+    auto run = [&](const char* opts) {
+        std::vector<std::vector<float>> lg;
+        auto L = load(tm, 128, nullptr, opts);
+        if (!L || !L->session) return lg;
+        const eh_sampling_params p = full_sampling(0.0f, 1, 32);
+        EXPECT_EQ(L->api->session_set_sampling(L->session, &p), EH_OK);
+        const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
+        EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
+        int32_t t = 0;
+        for (int32_t tok : feed) {
+            EXPECT_EQ(L->api->session_decode(L->session, tok, &t), EH_OK);
+            lg.push_back(logits_of(*L));
+        }
+        return lg;
+    };
+    const auto fused = run(R"({"kernels": {"attn_group_min_keys": -1}})");
+    const auto switched = run(R"({"kernels": {"attn_group_min_keys": 40}})");
+    ASSERT_EQ(fused.size(), feed.size());
+    ASSERT_EQ(switched.size(), feed.size());
+    double worst = 0;
+    for (size_t i = 0; i < feed.size(); ++i) {
+        const size_t keys = 7 + i + 1;  // the step at position 7 + i attends that many
+        if (keys < 40) {
+            EXPECT_EQ(switched[i], fused[i]) << "step " << i << ": the fused kernel before the switch";
+        } else {
+            const double e = rel_err(switched[i], fused[i]);
+            EXPECT_LT(e, 2e-2) << "step " << i;
+            worst = std::max(worst, e);
+        }
+    }
+    EXPECT_GT(worst, 0.0) << "the query-group kernel never ran";
+}
+
 TEST(LlamaCuda, ContextFullAndBadTokens) {
     REQUIRE_PLUGIN();
     TinySpec spec;
