@@ -41,11 +41,6 @@ using detail::cp_async_wait;
 using detail::KvRows;
 using detail::kKeyTile;
 using detail::kLog2e;
-using detail::ldsm_x4;
-using detail::ldsm_x4_trans;
-using detail::mma16816;
-using detail::pack_half2;
-using detail::split_half2;
 using detail::Tile;
 
 constexpr int kWarps = 4;
@@ -129,29 +124,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_decode_group_kernel(GroupAr
 
     // Q fragments (A operand, 16 heads x HD), scaled into log2 units.
     uint32_t qh[KS][4], ql[kSplit ? KS : 1][4];
-    {
-        const bool in0 = g < f.group, in1 = g + 8 < f.group;
-        const float* q0 = qrow + size_t(h0 + (in0 ? g : 0)) * HD;
-        const float* q1 = qrow + size_t(h0 + (in1 ? g + 8 : 0)) * HD;
-#pragma unroll
-        for (int d = 0; d < KS; ++d) {
-            const int c0 = 16 * d + 2 * tq, c1 = c0 + 8;
-            float v[4][2];
-            v[0][0] = in0 ? q0[c0] * f.qscale : 0.0f;
-            v[0][1] = in0 ? q0[c0 + 1] * f.qscale : 0.0f;
-            v[1][0] = in1 ? q1[c0] * f.qscale : 0.0f;
-            v[1][1] = in1 ? q1[c0 + 1] * f.qscale : 0.0f;
-            v[2][0] = in0 ? q0[c1] * f.qscale : 0.0f;
-            v[2][1] = in0 ? q0[c1 + 1] * f.qscale : 0.0f;
-            v[3][0] = in1 ? q1[c1] * f.qscale : 0.0f;
-            v[3][1] = in1 ? q1[c1 + 1] * f.qscale : 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                if constexpr (kSplit) split_half2(v[i][0], v[i][1], qh[d][i], ql[d][i]);
-                else qh[d][i] = pack_half2(v[i][0], v[i][1]);
-            }
-        }
-    }
+    const bool in0 = g < f.group, in1 = g + 8 < f.group;  // absent heads read nothing (their rows stay zero)
+    detail::q_fragments<HD, kSplit>(qrow + size_t(h0 + (in0 ? g : 0)) * HD, qrow + size_t(h0 + (in1 ? g + 8 : 0)) * HD,
+                                    in0, in1, f.qscale, tq, qh, ql);
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float o[NO][4];
@@ -178,26 +153,8 @@ __global__ void __launch_bounds__(kWarps * 32) flash_decode_group_kernel(GroupAr
 
         // S = Q K^T for this warp's 16 keys of the tile (two 8-key tiles).
         float s[2][4];
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-            for (int dd = 0; dd < KS / 2; ++dd) {
-                const int off = (16 * warp + 8 * j + (lane & 7)) * T::kLd + 32 * dd + 8 * (lane >> 3);
-                uint32_t b[4];
-                ldsm_x4(b, st + off);
-                mma16816(s[j], qh[2 * dd], b[0], b[1]);
-                mma16816(s[j], qh[2 * dd + 1], b[2], b[3]);
-                if constexpr (kSplit) {
-                    uint32_t bl[4];
-                    ldsm_x4(bl, st + T::kMat + off);
-                    mma16816(s[j], qh[2 * dd], bl[0], bl[1]);
-                    mma16816(s[j], qh[2 * dd + 1], bl[2], bl[3]);
-                    mma16816(s[j], ql[2 * dd], b[0], b[1]);
-                    mma16816(s[j], ql[2 * dd + 1], b[2], b[3]);
-                }
-            }
-        }
+        detail::qk_keys8<HD, C>(st, 16 * warp, lane, qh, ql, s[0]);
+        detail::qk_keys8<HD, C>(st, 16 * warp + 8, lane, qh, ql, s[1]);
         // Every row sits at the same position, and [ks, ke) lies inside its
         // causal window: only keys past the split's end are masked.
         if (kb + kKeyTile > ke) {
@@ -208,65 +165,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_decode_group_kernel(GroupAr
                     if (kb + 16 * warp + 8 * j + 2 * tq + (e & 1) >= ke) s[j][e] = -INFINITY;
         }
 
-        // Online softmax over the warp's keys (rows g and g + 8).
-        float mx0 = fmaxf(m0, fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1])));
-        float mx1 = fmaxf(m1, fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3])));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        // A row with no valid key yet keeps max -inf; base 0 keeps exp2 finite.
-        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
-        m0 = mx0;
-        m1 = mx1;
-#pragma unroll
-        for (int j = 0; j < 2; ++j) {
-            s[j][0] = exp2f(s[j][0] - b0);
-            s[j][1] = exp2f(s[j][1] - b0);
-            s[j][2] = exp2f(s[j][2] - b1);
-            s[j][3] = exp2f(s[j][3] - b1);
-        }
-        l0 = l0 * a0 + s[0][0] + s[0][1] + s[1][0] + s[1][1];
-        l1 = l1 * a1 + s[0][2] + s[0][3] + s[1][2] + s[1][3];
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            o[n][0] *= a0;
-            o[n][1] *= a0;
-            o[n][2] *= a1;
-            o[n][3] *= a1;
-        }
-
-        // O += P V over the warp's 16 keys; P's A fragment is the two score tiles.
-        const __half* vs = st + (kSplit ? 2 : 1) * T::kMat;
-        uint32_t ph[4], pl[4];
-        if constexpr (kSplit) {
-            split_half2(s[0][0], s[0][1], ph[0], pl[0]);
-            split_half2(s[0][2], s[0][3], ph[1], pl[1]);
-            split_half2(s[1][0], s[1][1], ph[2], pl[2]);
-            split_half2(s[1][2], s[1][3], ph[3], pl[3]);
-        } else {
-            ph[0] = pack_half2(s[0][0], s[0][1]);
-            ph[1] = pack_half2(s[0][2], s[0][3]);
-            ph[2] = pack_half2(s[1][0], s[1][1]);
-            ph[3] = pack_half2(s[1][2], s[1][3]);
-        }
-#pragma unroll
-        for (int nn = 0; nn < NO / 2; ++nn) {
-            const int off = (16 * warp + (lane & 7) + 8 * ((lane >> 3) & 1)) * T::kLd + 16 * nn + 8 * (lane >> 4);
-            uint32_t b[4];
-            ldsm_x4_trans(b, vs + off);
-            mma16816(o[2 * nn], ph, b[0], b[1]);
-            mma16816(o[2 * nn + 1], ph, b[2], b[3]);
-            if constexpr (kSplit) {
-                uint32_t bl[4];
-                ldsm_x4_trans(bl, vs + T::kMat + off);
-                mma16816(o[2 * nn], ph, bl[0], bl[1]);
-                mma16816(o[2 * nn + 1], ph, bl[2], bl[3]);
-                mma16816(o[2 * nn], pl, b[0], b[1]);
-                mma16816(o[2 * nn + 1], pl, b[2], b[3]);
-            }
-        }
+        // Online softmax over the warp's keys (rows g and g + 8), then O += P V.
+        detail::softmax_fold(s, m0, m1, l0, l1, o);
+        detail::pv_keys16<HD, C>(st + (kSplit ? 2 : 1) * T::kMat, 16 * warp, lane, s[0], s[1], o);
         __syncthreads();  // every warp is done with this stage before it is refilled
         if constexpr (kSplit) {
             if (it + 1 < ntiles) {

@@ -46,11 +46,6 @@ using detail::cp_async_wait;
 using detail::KvRows;
 using detail::kKeyTile;
 using detail::kLog2e;
-using detail::ldsm_x4;
-using detail::ldsm_x4_trans;
-using detail::mma16816;
-using detail::pack_half2;
-using detail::split_half2;
 using detail::Tile;
 
 constexpr int kWarps = 4;
@@ -117,29 +112,9 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(FlashArgs f,
 
     // Q fragments (A operand, row-major 16 x HD), scaled into log2 units.
     uint32_t qh[KS][4], ql[kSplit ? KS : 1][4];
-    {
-        const float* q0 = f.q + size_t(r0) * f.ldq + size_t(head) * HD;
-        const float* q1 = f.q + size_t(r1) * f.ldq + size_t(head) * HD;
-        const bool in0 = r0 < f.ntok, in1 = r1 < f.ntok;
-#pragma unroll
-        for (int d = 0; d < KS; ++d) {
-            const int c0 = 16 * d + 2 * tq, c1 = c0 + 8;
-            float v[4][2];
-            v[0][0] = in0 ? q0[c0] * f.qscale : 0.0f;
-            v[0][1] = in0 ? q0[c0 + 1] * f.qscale : 0.0f;
-            v[1][0] = in1 ? q1[c0] * f.qscale : 0.0f;
-            v[1][1] = in1 ? q1[c0 + 1] * f.qscale : 0.0f;
-            v[2][0] = in0 ? q0[c1] * f.qscale : 0.0f;
-            v[2][1] = in0 ? q0[c1 + 1] * f.qscale : 0.0f;
-            v[3][0] = in1 ? q1[c1] * f.qscale : 0.0f;
-            v[3][1] = in1 ? q1[c1 + 1] * f.qscale : 0.0f;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                if constexpr (kSplit) split_half2(v[i][0], v[i][1], qh[d][i], ql[d][i]);
-                else qh[d][i] = pack_half2(v[i][0], v[i][1]);
-            }
-        }
-    }
+    detail::q_fragments<HD, kSplit>(f.q + size_t(r0) * f.ldq + size_t(head) * HD,
+                                    f.q + size_t(r1) * f.ldq + size_t(head) * HD, r0 < f.ntok, r1 < f.ntok, f.qscale,
+                                    tq, qh, ql);
 
     float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
     float o[NO][4];
@@ -168,25 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(FlashArgs f,
         // S = Q K^T (16 x kKeyTile per warp).
         float s[NS][4];
 #pragma unroll
-        for (int j = 0; j < NS; ++j) {
-            s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
-#pragma unroll
-            for (int dd = 0; dd < KS / 2; ++dd) {
-                const int off = (8 * j + (lane & 7)) * T::kLd + 32 * dd + 8 * (lane >> 3);
-                uint32_t b[4];
-                ldsm_x4(b, st + off);
-                mma16816(s[j], qh[2 * dd], b[0], b[1]);
-                mma16816(s[j], qh[2 * dd + 1], b[2], b[3]);
-                if constexpr (kSplit) {
-                    uint32_t bl[4];
-                    ldsm_x4(bl, st + T::kMat + off);
-                    mma16816(s[j], qh[2 * dd], bl[0], bl[1]);
-                    mma16816(s[j], qh[2 * dd + 1], bl[2], bl[3]);
-                    mma16816(s[j], ql[2 * dd], b[0], b[1]);
-                    mma16816(s[j], ql[2 * dd + 1], b[2], b[3]);
-                }
-            }
-        }
+        for (int j = 0; j < NS; ++j) detail::qk_keys8<HD, C>(st, 8 * j, lane, qh, ql, s[j]);
 
         // Mask where some key of the tile may be invalid for some row of
         // the block: past the split's end, past the first row's position
@@ -205,75 +162,12 @@ __global__ void __launch_bounds__(kWarps * 32) flash_prefill_kernel(FlashArgs f,
                 }
         }
 
-        // Online softmax over the tile (rows g and g + 8).
-        float mx0 = m0, mx1 = m1;
-#pragma unroll
-        for (int j = 0; j < NS; ++j) {
-            mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
-            mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
-        }
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
-        mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
-        mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
-        // A row with no valid key yet keeps max -inf; base 0 keeps exp2 finite.
-        const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
-        const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
-        m0 = mx0;
-        m1 = mx1;
-        float rs0 = 0.0f, rs1 = 0.0f;
-#pragma unroll
-        for (int j = 0; j < NS; ++j) {
-            s[j][0] = exp2f(s[j][0] - b0);
-            s[j][1] = exp2f(s[j][1] - b0);
-            s[j][2] = exp2f(s[j][2] - b1);
-            s[j][3] = exp2f(s[j][3] - b1);
-            rs0 += s[j][0] + s[j][1];
-            rs1 += s[j][2] + s[j][3];
-        }
-        l0 = l0 * a0 + rs0;
-        l1 = l1 * a1 + rs1;
-#pragma unroll
-        for (int n = 0; n < NO; ++n) {
-            o[n][0] *= a0;
-            o[n][1] *= a0;
-            o[n][2] *= a1;
-            o[n][3] *= a1;
-        }
-
-        // O += P V: 16-key steps; P's A fragment is two score tiles.
+        // Online softmax over the tile (rows g and g + 8), then O += P V in
+        // 16-key steps.
+        detail::softmax_fold(s, m0, m1, l0, l1, o);
         const __half* vs = st + (kSplit ? 2 : 1) * T::kMat;
 #pragma unroll
-        for (int kk = 0; kk < kKeyTile / 16; ++kk) {
-            uint32_t ph[4], pl[4];
-            if constexpr (kSplit) {
-                split_half2(s[2 * kk][0], s[2 * kk][1], ph[0], pl[0]);
-                split_half2(s[2 * kk][2], s[2 * kk][3], ph[1], pl[1]);
-                split_half2(s[2 * kk + 1][0], s[2 * kk + 1][1], ph[2], pl[2]);
-                split_half2(s[2 * kk + 1][2], s[2 * kk + 1][3], ph[3], pl[3]);
-            } else {
-                ph[0] = pack_half2(s[2 * kk][0], s[2 * kk][1]);
-                ph[1] = pack_half2(s[2 * kk][2], s[2 * kk][3]);
-                ph[2] = pack_half2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-                ph[3] = pack_half2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-            }
-#pragma unroll
-            for (int nn = 0; nn < NO / 2; ++nn) {
-                const int off = (16 * kk + (lane & 7) + 8 * ((lane >> 3) & 1)) * T::kLd + 16 * nn + 8 * (lane >> 4);
-                uint32_t b[4];
-                ldsm_x4_trans(b, vs + off);
-                mma16816(o[2 * nn], ph, b[0], b[1]);
-                mma16816(o[2 * nn + 1], ph, b[2], b[3]);
-                if constexpr (kSplit) {
-                    uint32_t bl[4];
-                    ldsm_x4_trans(bl, vs + T::kMat + off);
-                    mma16816(o[2 * nn], ph, bl[0], bl[1]);
-                    mma16816(o[2 * nn + 1], ph, bl[2], bl[3]);
-                    mma16816(o[2 * nn], pl, b[0], b[1]);
-                    mma16816(o[2 * nn + 1], pl, b[2], b[3]);
-                }
-            }
-        }
+        for (int kk = 0; kk < kKeyTile / 16; ++kk) detail::pv_keys16<HD, C>(vs, 16 * kk, lane, s[2 * kk], s[2 * kk + 1], o);
         __syncthreads();  // every warp is done with this stage before it is refilled
         if constexpr (kSplit) {
             if (it + 1 < ntiles) {

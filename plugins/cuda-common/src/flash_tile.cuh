@@ -7,6 +7,8 @@
 
 #include <cuda_fp16.h>
 
+#include <cmath>
+
 #include <cstddef>
 #include <cstdint>
 #include <type_traits>
@@ -113,6 +115,142 @@ __device__ __forceinline__ void stage_tile(__half* dst, const KvRows<C>& kr, con
             *reinterpret_cast<uint4*>(dst + T::kMat + o) = kl;
             *reinterpret_cast<uint4*>(dst + 2 * T::kMat + o) = vh;
             *reinterpret_cast<uint4*>(dst + 3 * T::kMat + o) = vl;
+        }
+    }
+}
+
+// The per-warp steps of flash attention over a staged tile, in the
+// m16n8k16 fragment layout: g = lane / 4 picks rows g and g + 8 of the
+// warp's 16, tq = lane % 4 the column pair 2 tq, 2 tq + 1 of each 8-wide
+// accumulator tile.
+
+// Q fragments (A operand, 16 rows x HD) of rows q0 (row g) and q1 (row
+// g + 8), scaled (into log2 units); zeros where a row is absent. An FP32
+// cache's products take hi + lo parts of Q too.
+template <int HD, bool kSplit>
+__device__ __forceinline__ void q_fragments(const float* q0, const float* q1, bool in0, bool in1, float qscale, int tq,
+                                            uint32_t (&qh)[HD / 16][4], uint32_t (&ql)[kSplit ? HD / 16 : 1][4]) {
+#pragma unroll
+    for (int d = 0; d < HD / 16; ++d) {
+        const int c0 = 16 * d + 2 * tq, c1 = c0 + 8;
+        float v[4][2];
+        v[0][0] = in0 ? q0[c0] * qscale : 0.0f;
+        v[0][1] = in0 ? q0[c0 + 1] * qscale : 0.0f;
+        v[1][0] = in1 ? q1[c0] * qscale : 0.0f;
+        v[1][1] = in1 ? q1[c0 + 1] * qscale : 0.0f;
+        v[2][0] = in0 ? q0[c1] * qscale : 0.0f;
+        v[2][1] = in0 ? q0[c1 + 1] * qscale : 0.0f;
+        v[3][0] = in1 ? q1[c1] * qscale : 0.0f;
+        v[3][1] = in1 ? q1[c1 + 1] * qscale : 0.0f;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            if constexpr (kSplit) split_half2(v[i][0], v[i][1], qh[d][i], ql[d][i]);
+            else qh[d][i] = pack_half2(v[i][0], v[i][1]);
+        }
+    }
+}
+
+// s = Q K^T for the 8 staged keys from row `key0` of the tile at st (K at
+// st, its lo part at st + kMat for an FP32 cache).
+template <int HD, class C>
+__device__ __forceinline__ void qk_keys8(const __half* st, int key0, int lane, const uint32_t (&qh)[HD / 16][4],
+                                         const uint32_t (&ql)[Tile<HD, C>::kSplit ? HD / 16 : 1][4], float (&s)[4]) {
+    using T = Tile<HD, C>;
+    s[0] = s[1] = s[2] = s[3] = 0.0f;
+#pragma unroll
+    for (int dd = 0; dd < HD / 32; ++dd) {
+        const int off = (key0 + (lane & 7)) * T::kLd + 32 * dd + 8 * (lane >> 3);
+        uint32_t b[4];
+        ldsm_x4(b, st + off);
+        mma16816(s, qh[2 * dd], b[0], b[1]);
+        mma16816(s, qh[2 * dd + 1], b[2], b[3]);
+        if constexpr (T::kSplit) {
+            uint32_t bl[4];
+            ldsm_x4(bl, st + T::kMat + off);
+            mma16816(s, qh[2 * dd], bl[0], bl[1]);
+            mma16816(s, qh[2 * dd + 1], bl[2], bl[3]);
+            mma16816(s, ql[2 * dd], b[0], b[1]);
+            mma16816(s, ql[2 * dd + 1], b[2], b[3]);
+        }
+    }
+}
+
+// Folds NS score tiles (rows g and g + 8) into the running max m, sum l and
+// output o (online softmax, base 2), leaving the tiles as probabilities
+// relative to the new max.
+template <int NS, int NO>
+__device__ __forceinline__ void softmax_fold(float (&s)[NS][4], float& m0, float& m1, float& l0, float& l1,
+                                             float (&o)[NO][4]) {
+    float mx0 = m0, mx1 = m1;
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+        mx0 = fmaxf(mx0, fmaxf(s[j][0], s[j][1]));
+        mx1 = fmaxf(mx1, fmaxf(s[j][2], s[j][3]));
+    }
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 1));
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, 2));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 1));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, 2));
+    // A row with no valid key yet keeps max -inf; base 0 keeps exp2 finite.
+    const float b0 = mx0 == -INFINITY ? 0.0f : mx0, b1 = mx1 == -INFINITY ? 0.0f : mx1;
+    const float a0 = exp2f(m0 - b0), a1 = exp2f(m1 - b1);
+    m0 = mx0;
+    m1 = mx1;
+    float rs0 = 0.0f, rs1 = 0.0f;
+#pragma unroll
+    for (int j = 0; j < NS; ++j) {
+        s[j][0] = exp2f(s[j][0] - b0);
+        s[j][1] = exp2f(s[j][1] - b0);
+        s[j][2] = exp2f(s[j][2] - b1);
+        s[j][3] = exp2f(s[j][3] - b1);
+        rs0 += s[j][0] + s[j][1];
+        rs1 += s[j][2] + s[j][3];
+    }
+    l0 = l0 * a0 + rs0;
+    l1 = l1 * a1 + rs1;
+#pragma unroll
+    for (int n = 0; n < NO; ++n) {
+        o[n][0] *= a0;
+        o[n][1] *= a0;
+        o[n][2] *= a1;
+        o[n][3] *= a1;
+    }
+}
+
+// o += P V for the 16 staged keys from row `key0` of the V matrix at vs
+// (its lo part at vs + kMat for an FP32 cache); P's A fragment is the two
+// score tiles p0 (keys key0..+7) and p1 (+8..+15), whose accumulator layout
+// is the A-operand layout.
+template <int HD, class C>
+__device__ __forceinline__ void pv_keys16(const __half* vs, int key0, int lane, const float (&p0)[4],
+                                          const float (&p1)[4], float (&o)[HD / 8][4]) {
+    using T = Tile<HD, C>;
+    uint32_t ph[4], pl[4];
+    if constexpr (T::kSplit) {
+        split_half2(p0[0], p0[1], ph[0], pl[0]);
+        split_half2(p0[2], p0[3], ph[1], pl[1]);
+        split_half2(p1[0], p1[1], ph[2], pl[2]);
+        split_half2(p1[2], p1[3], ph[3], pl[3]);
+    } else {
+        ph[0] = pack_half2(p0[0], p0[1]);
+        ph[1] = pack_half2(p0[2], p0[3]);
+        ph[2] = pack_half2(p1[0], p1[1]);
+        ph[3] = pack_half2(p1[2], p1[3]);
+    }
+#pragma unroll
+    for (int nn = 0; nn < HD / 16; ++nn) {
+        const int off = (key0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * T::kLd + 16 * nn + 8 * (lane >> 4);
+        uint32_t b[4];
+        ldsm_x4_trans(b, vs + off);
+        mma16816(o[2 * nn], ph, b[0], b[1]);
+        mma16816(o[2 * nn + 1], ph, b[2], b[3]);
+        if constexpr (T::kSplit) {
+            uint32_t bl[4];
+            ldsm_x4_trans(bl, vs + T::kMat + off);
+            mma16816(o[2 * nn], ph, bl[0], bl[1]);
+            mma16816(o[2 * nn + 1], ph, bl[2], bl[3]);
+            mma16816(o[2 * nn], pl, b[0], b[1]);
+            mma16816(o[2 * nn + 1], pl, b[2], b[3]);
         }
     }
 }
