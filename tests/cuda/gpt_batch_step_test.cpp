@@ -4,9 +4,9 @@
 // chunks mixed with them; the same step twice gives the same bits; a fork
 // shares its prefix and copies the shared block on write; KV_FULL changes
 // nothing. The models: the transformers-checked tiny gpt-oss (sliding
-// window 4 on even layers, per-head sinks, MXFP4 experts) and gpt2, and the
+// window 4 on even layers, per-head sinks, MXFP4 experts), gpt2 and qwen3moe, and the
 // forged tiny-gpt-oss-mxfp4 (window 128, real vocabulary) with sequences
-// longer than its window. The paged attention kernel's sinks and window are
+// longer than its window, and the forged tiny-qwen3-moe-q4_k_m. The paged attention kernel's sinks and window are
 // also checked alone against a host computation.
 //
 // KV precision: the batched pool is FP16 (the session's default cache is
@@ -264,8 +264,11 @@ TEST_P(GptBatchedStep, TeacherForcedLogitsMatchTheReferenceAloneAndInEveryMix) {
 INSTANTIATE_TEST_SUITE_P(
     Models, GptBatchedStep,
     ::testing::Values(Case{"gpt-oss", {13, 60, 5, 29, 44}, 20}, Case{"gpt2", {13, 60, 5, 29}, 20},
+                      Case{"qwen3moe", {13, 60, 5, 29, 44}, 20},
                       // Longer than the window (128): a prompt of 100, then decodes past it.
-                      Case{"tiny-gpt-oss-mxfp4", {150, 40, 5, 136}, 100}),
+                      Case{"tiny-gpt-oss-mxfp4", {150, 40, 5, 136}, 100},
+                      // Qwen3-MoE: QK-norm, 8 experts of Q4_K / Q6_K (the integer grouped form), plain SwiGLU.
+                      Case{"tiny-qwen3-moe-q4_k_m", {150, 40, 5, 136}, 100}),
     [](const auto& info) {
         std::string s = info.param.model;
         for (auto& ch : s)

@@ -65,7 +65,7 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
 
     std::mt19937 rng(3);
     std::vector<int32_t> prompt(512);
-    for (auto& t : prompt) t = int32_t(rng() % 200000);
+    for (auto& t : prompt) t = int32_t(rng() % info.vocab_size);
     auto clock = [] { return std::chrono::steady_clock::now(); };
     // prefill: warm once on a separate session, then time pp512
     gpu.prefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + 16));
@@ -131,9 +131,12 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
         e.n_tokens = n;
         return e;
     };
+    eh_model_info info{};
+    info.struct_size = sizeof info;
+    ASSERT_EQ(api->model_get_info(m, &info), EH_OK);
     std::mt19937 rng(3);
-    std::vector<int32_t> prompt(512);
-    for (auto& t : prompt) t = int32_t(rng() % 200000);
+    std::vector<int32_t> prompt(512);  // (any MoE model the plugin serves: ids below its vocabulary)
+    for (auto& t : prompt) t = int32_t(rng() % info.vocab_size);
     {  // batch 1 at context 512 (the session's tg128 shape)
         eh_seq* s = nullptr;
         ASSERT_EQ(api->seq_create(m, &s), EH_OK);

@@ -1,7 +1,9 @@
 // Whole models through the plugin ABI: gpt-cuda's logits against the CPU
 // reference plugin (itself checked against transformers) loaded in the same
-// process, on the transformers-checked tiny gpt2 / gpt-oss files and on
-// forged tiny profiles (MXFP4 experts, F16 and Q8_0 GPT-2). Batched prefill,
+// process, on the transformers-checked tiny gpt2 / gpt-oss / qwen3moe files
+// (qwen3moe's F32 experts take the float expert kernels) and on
+// forged tiny profiles (MXFP4 experts, F16 and Q8_0 GPT-2, Qwen3-MoE with
+// Q4_K_M experts, QK-norm and the plain SwiGLU). Batched prefill,
 // single-token prefill and graph-replayed decode are all compared.
 #include <gtest/gtest.h>
 
@@ -77,7 +79,8 @@ TEST_P(GptModels, LogitsMatchCpuReference) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, GptModels,
-                         ::testing::Values("gpt2", "gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gpt2-f16", "tiny-gpt2-q8_0"),
+                         ::testing::Values("gpt2", "gpt-oss", "tiny-gpt-oss-mxfp4", "tiny-gpt2-f16", "tiny-gpt2-q8_0",
+                                           "qwen3moe", "tiny-qwen3-moe-q4_k_m"),
                          [](const auto& info) {
                              std::string s = info.param;
                              for (auto& ch : s) if (ch == '-') ch = '_';

@@ -93,9 +93,11 @@ def families():
             "qwen3moe": qwen3moe}
 
 
-# (family, plugin or "HF dir") pairs refused by design: llama-cuda has no MoE,
-# and no plugin reads an HF Qwen3-MoE directory. Recorded, not failures.
-EXPECTED_REFUSALS = {("qwen3moe", "llama-cuda"), ("qwen3moe", "HF dir")}
+# (family, plugin or "HF dir") pairs refused by design: llama-cuda has no MoE
+# (gpt-cuda serves qwen3moe and none of the dense families), and no plugin
+# reads an HF Qwen3-MoE directory. Recorded, not failures.
+EXPECTED_REFUSALS = {("qwen3moe", "llama-cuda"), ("qwen3moe", "HF dir")} | {
+    (f, "gpt-cuda") for f in ("qwen3", "llama3", "mistral", "llama", "qwen2")}
 
 
 DEFAULT_FAMILIES = ["qwen3", "llama3", "mistral", "llama", "qwen3moe"]

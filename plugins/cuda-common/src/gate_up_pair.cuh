@@ -27,10 +27,10 @@ namespace ehcuda::detail {
 struct SwiGlu {
     __device__ float operator()(float g, float u) const { return silu(g) * u; }
 };
-// gpt-oss's clamped form (moe_common.cuh).
-struct SwiGluOai {
+// The experts' activation, plain or gpt-oss's clamped form (moe_common.cuh).
+struct ExpertSwiGlu {
     float alpha, limit;
-    __device__ float operator()(float g, float u) const { return swiglu_oai(g, u, alpha, limit); }
+    __device__ float operator()(float g, float u) const { return expert_swiglu(g, u, alpha, limit); }
 };
 
 // How a warp's rows reach it. slots 0: each lane loads its chunks through

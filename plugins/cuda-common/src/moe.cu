@@ -120,7 +120,7 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(const float* x, in
         const int r = r0 + lane;
         if (g.bias) gv += g.bias[size_t(e) * g.bias_stride + r];
         if (u.bias) uv += u.bias[size_t(e) * u.bias_stride + r];
-        act[size_t(ts) * g.rows + r] = swiglu_oai(gv, uv, alpha, limit);
+        act[size_t(ts) * g.rows + r] = expert_swiglu(gv, uv, alpha, limit);
     }
 }
 

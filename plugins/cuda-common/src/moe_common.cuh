@@ -16,9 +16,12 @@
 
 namespace ehcuda {
 
-// gpt-oss's clamped SwiGLU: gate = min(gate, limit), up = clamp(up, -limit,
-// limit), out = (up + 1) * gate * sigmoid(alpha * gate).
-__device__ __forceinline__ float swiglu_oai(float g, float u, float alpha, float limit) {
+// The experts' activation (moe.hpp). alpha > 0: gpt-oss's clamped SwiGLU,
+// gate = min(gate, limit), up = clamp(up, -limit, limit), out = (up + 1) *
+// gate * sigmoid(alpha * gate). alpha == kPlainSwiGlu (0): silu(gate) * up,
+// unclamped (Qwen3-MoE). The branch is uniform across a launch.
+__device__ __forceinline__ float expert_swiglu(float g, float u, float alpha, float limit) {
+    if (alpha == kPlainSwiGlu) return u * (g / (1.0f + __expf(-g)));
     g = fminf(g, limit);
     u = fminf(fmaxf(u, -limit), limit);
     return (u + 1.0f) * (g / (1.0f + __expf(-alpha * g)));
@@ -128,7 +131,7 @@ void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int3
 // The tensor-core form of moe_grouped (moe_grouped_mma.cu): whether it
 // serves these experts (MXFP4 throughout), and its two products over the
 // pairs grouped by expert (offsets from group_pairs; inputs FP16 in sorted
-// order): act16[i] = swiglu_oai(gate . x16[i] + bg, up . x16[i] + bu) as
+// order): act16[i] = expert_swiglu(gate . x16[i] + bg, up . x16[i] + bu) as
 // FP16, then out[i] = down . act16[i] (no bias: combine_sorted adds it).
 bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down);
 // `pairs` (all experts' together) picks the kernel's tokens per pass;

@@ -97,7 +97,7 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     const detail::DevArgs xa = detail::single_token_input(a.x, g.cols, a.norm_w, a.norm_eps);
     uint8_t* act_q = static_cast<uint8_t*>(a.scratch);
     detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, fused ? nullptr : a.ids, g, u,
-                                       detail::SwiGluOai{a.alpha, a.limit}, act_q, a.k, false, stream, route);
+                                       detail::ExpertSwiGlu{a.alpha, a.limit}, act_q, a.k, false, stream, route);
     detail::int_type_dispatch(a.down.type, [&]<int T>() {
         launch("moe down_decode_kernel", down_decode_kernel<T>, unsigned((d.rows + kDownRows - 1) / kDownRows),
                kDownWarps * 32, 0, stream, static_cast<const uint8_t*>(act_q), a.k, ids, weights, d, a.h);

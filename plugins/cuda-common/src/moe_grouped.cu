@@ -267,10 +267,10 @@ void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
     quantize_rows(a.x, a.ldx, a.ntok, E, xq, stream);
     detail::int_type_dispatch(a.gate.type, [&]<int T>() {
         constexpr int kRows = kWarps * kRowsPair;
-        launch("moe grouped gate_up", grouped_rows_kernel<T, kRowsPair, true, detail::SwiGluOai>,
+        launch("moe grouped gate_up", grouped_rows_kernel<T, kRowsPair, true, detail::ExpertSwiGlu>,
                dim3(blocks_for(size_t(F), kRows), unsigned(a.n_expert)), kWarps * 32, 0, stream,
                static_cast<const uint8_t*>(xq), a.k, static_cast<const int32_t*>(offsets),
-               static_cast<const int32_t*>(sorted), g, u, detail::SwiGluOai{a.alpha, a.limit}, act, F);
+               static_cast<const int32_t*>(sorted), g, u, detail::ExpertSwiGlu{a.alpha, a.limit}, act, F);
     });
     EHC_LAUNCHED("grouped_rows_kernel (gate_up)");
     quantize_rows(act, F, P, F, actq, stream);

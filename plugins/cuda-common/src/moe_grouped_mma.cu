@@ -125,7 +125,7 @@ __device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32
     acc[3] = fmaf(sc1, c[3], acc[3]);
 }
 
-// Pair: out16[i][r] = swiglu_oai(a_r . x_i + bias_a, b_r . x_i + bias_b);
+// Pair: out16[i][r] = expert_swiglu(a_r . x_i + bias_a, b_r . x_i + bias_b);
 // otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
 // expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
 template <bool Pair, int NT>
@@ -262,7 +262,7 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
                 const size_t i = size_t(off + j0 + j);
                 if constexpr (Pair)
                     out16[i * ldo + r] = __float2half_rn(
-                        swiglu_oai(acc_a[u][q] + bias_of(a, e, r), acc_b[u][q] + bias_of(b, e, r), alpha, limit));
+                        expert_swiglu(acc_a[u][q] + bias_of(a, e, r), acc_b[u][q] + bias_of(b, e, r), alpha, limit));
                 else
                     out32[i * ldo + r] = acc_a[u][q];
             }

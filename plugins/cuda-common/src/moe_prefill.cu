@@ -86,7 +86,7 @@ __global__ void gather_kernel(const float* x, int ldx, int cols, int k, const in
     store_half8(x16 + i * cols + c, v);
 }
 
-// act[i][r] = swiglu_oai(gu[i][r] + bg[e][r], gu[i][ff + r] + bu[e][r]) for
+// act[i][r] = expert_swiglu(gu[i][r] + bg[e][r], gu[i][ff + r] + bu[e][r]) for
 // the expert e of sorted pair i, as FP16.
 __global__ void swiglu_kernel(const float* gu, int ff, int P, const int32_t* sorted, const int32_t* ids,
                               const float* bg, int bg_stride, const float* bu, int bu_stride, float alpha, float limit,
@@ -99,7 +99,7 @@ __global__ void swiglu_kernel(const float* gu, int ff, int P, const int32_t* sor
     float g = gu[i * 2 * ff + r], u = gu[i * 2 * ff + ff + r];
     if (bg) g += bg[size_t(e) * bg_stride + r];
     if (bu) u += bu[size_t(e) * bu_stride + r];
-    act[idx] = __float2half_rn(swiglu_oai(g, u, alpha, limit));
+    act[idx] = __float2half_rn(expert_swiglu(g, u, alpha, limit));
 }
 
 // h[t][r] += sum_s w[t*k+s] * (d[pos[t*k+s]][r] + bd[e][r]), s in rank order

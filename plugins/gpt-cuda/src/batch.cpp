@@ -165,8 +165,8 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     float* qkv = qkv_.as<float>();
     if (v.decode && n_rot > 0 && attn_scratch_.size() &&
         ehcuda::attention_decode_fused_takes(v.ntok, c.n_head, c.n_kv, c.head_dim)) {
-        // Decode rows: YaRN RoPE, the K/V store, split-K attention with the
-        // sinks in one launch (the session's decode attention, paged).
+        // Decode rows: RoPE, the K/V store, split-K attention (with the
+        // sinks, gpt-oss) in one launch (the session's decode attention, paged).
         ehcuda::DecodeAttnArgs da;
         da.qkv = qkv;
         da.n_head = c.n_head;
@@ -198,7 +198,7 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
         ehcuda::rope_attention_decode(da, s);
         return chunks;
     }
-    ehcuda::RopeTableArgs r;  // gpt-oss: YaRN-scaled NEOX rotation from the model's table
+    ehcuda::RopeTableArgs r;  // NEOX rotation (YaRN-scaled when the file says) from the model's table
     r.qkv = qkv;
     r.ld = c.qkv_dim();
     r.n_head = c.n_head;
@@ -267,7 +267,7 @@ void Batch::gpt2_layer(int li, const ehcuda::StepView& v) {
     matmul(&L.ffn_down, 1, c.n_ff, ff, c.n_ff, ehcuda::XMode::Plain, h, c.n_embd, true, T);
 }
 
-void Batch::gpt_oss_layer(int li, const ehcuda::StepView& v) {
+void Batch::moe_layer(int li, const ehcuda::StepView& v) {
     cudaStream_t s = stream();
     const Config& c = c_;
     const Layer& L = m_.layers[size_t(li)];
@@ -278,6 +278,8 @@ void Batch::gpt_oss_layer(int li, const ehcuda::StepView& v) {
     const bool one = T == 1 &&
                      ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
     normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
+    if (c.qk_norm)
+        ehcuda::head_rmsnorm(qkv_.as<float>(), c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
     if (attend(li, v, c.n_rot, L.window, L.sinks, L.attn_out))
         matmul(&L.attn_out, 1, c.q_dim(), attn_chunks_.as<float>(), c.q_dim(), ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
     else
@@ -364,7 +366,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     if (c.arch == Arch::Gpt2) ehcuda::add_position_rows_at(m_.pos_embd, v.d_pos, T, h, s);
     for (int li = 0; li < c.n_layer; ++li) {
         if (c.arch == Arch::Gpt2) gpt2_layer(li, v);
-        else gpt_oss_layer(li, v);
+        else moe_layer(li, v);
     }
     if (v.nout == 0) return;
     // LM head on the tokens that need logits only.

@@ -1,4 +1,4 @@
-// ABI 1.2's batched step for gpt2 and gpt-oss: the shared CUDA batch engine
+// ABI 1.2's batched step for gpt2, gpt-oss and qwen3moe: the shared CUDA batch engine
 // (ehcuda::BatchBase: paged FP16 KV pool, sequences, sampling) with this
 // family's forward pass over a step's tokens from many sequences at once.
 // Dense matmuls run once over all the step's tokens; attention reads each
@@ -28,7 +28,7 @@ public:
 private:
     void forward(const ehcuda::StepView& v) override;
     void gpt2_layer(int li, const ehcuda::StepView& v);
-    void gpt_oss_layer(int li, const ehcuda::StepView& v);
+    void moe_layer(int li, const ehcuda::StepView& v);  // gpt-oss, qwen3moe
     // RoPE (none for gpt2) + K/V into the pool rows, then paged attention
     // of the step's qkv_ rows into attn_.
     // Returns true when the attention output went to attn_chunks_ as the

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <ehcuda/gpt_ops.hpp>
+#include <ehcuda/moe.hpp>
 
 namespace gpt_cuda {
 namespace {
@@ -56,7 +57,8 @@ Config read_config(const ehp::ModelView& view) {
     c.arch_name = std::string(view.architecture());
     if (c.arch_name == "gpt2") c.arch = Arch::Gpt2;
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
-    else throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda does not serve architecture '" + c.arch_name + "' (gpt2, gpt-oss)");
+    else if (c.arch_name == "qwen3moe") c.arch = Arch::Qwen3Moe;
+    else throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda does not serve architecture '" + c.arch_name + "' (gpt2, gpt-oss, qwen3moe)");
     auto key = [&](const char* s) { return view.arch_key(s); };
     auto req = [&](const char* s) { return to_int(view.require_uint(key(s)), key(s)); };
     auto opt = [&](const char* s, int dflt) {
@@ -94,7 +96,14 @@ Config read_config(const ehp::ModelView& view) {
     if (c.n_expert_used > 32) throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: at most 32 experts per token");
     if (c.n_expert > 1024) throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: at most 1024 experts (expert_count)");
     if (c.n_ff_exp % 32 || (c.q_dim() % 32)) bad("expert_feed_forward_length and head_count*key_length must be multiples of 32");
-    c.sliding_window = opt("attention.sliding_window", 0);
+    if (c.arch == Arch::GptOss) {
+        c.sliding_window = opt("attention.sliding_window", 0);
+    } else {  // qwen3moe: full attention in every layer, norm_topk_prob routing (moe_route's softmax over the k)
+        if (view.get_uint(key("attention.sliding_window")))
+            throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: " + key("attention.sliding_window") + " is not supported for qwen3moe");
+        c.qk_norm = true;
+        c.swiglu_alpha = ehcuda::kPlainSwiGlu;
+    }
 
     RopeParams rp;
     rp.n_rot = opt("rope.dimension_count", c.head_dim);
@@ -110,7 +119,8 @@ Config read_config(const ehp::ModelView& view) {
         rp.beta_fast = num("rope.scaling.yarn_beta_fast", 32.0);
         rp.beta_slow = num("rope.scaling.yarn_beta_slow", 1.0);
         // gpt-oss's HF config turns off the rounding of the correction range
-        rp.truncate = false;
+        // (HF's default rounds it)
+        rp.truncate = c.arch != Arch::GptOss;
         for (const char* k : {"hf.rope_scaling.truncate", "hf.rope_parameters.truncate"})
             if (const eh_value* t = view.find(k); t && t->type == EH_VALUE_BOOL) rp.truncate = t->v.u64 != 0;
     } else if (scaling != "none") {

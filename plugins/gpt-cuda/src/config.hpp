@@ -1,5 +1,6 @@
-// Hyperparameters of a GPT-2 or gpt-oss model, read from GGUF-named
-// metadata with the same keys and defaults as the CPU reference plugin.
+// Hyperparameters of a GPT-2, gpt-oss or Qwen3-MoE model, read from
+// GGUF-named metadata with the same keys and defaults as the CPU reference
+// plugin.
 #pragma once
 
 #include <string>
@@ -9,7 +10,10 @@
 
 namespace gpt_cuda {
 
-enum class Arch { Gpt2, GptOss };
+// gpt-oss and qwen3moe share the layer: RMSNorm, attention with RoPE
+// (gpt-oss: biases, sinks, a window on even layers; qwen3moe: per-head
+// RMSNorm of Q and K), RMSNorm, router, top-k experts.
+enum class Arch { Gpt2, GptOss, Qwen3Moe };
 
 struct Config {
     Arch arch = Arch::Gpt2;
@@ -20,15 +24,20 @@ struct Config {
     int n_ctx_train = 0;
     float eps = 1e-5f;
 
-    // gpt-oss: rotary embedding (neox pairs), YaRN-blended frequencies and
+    // gpt-oss, qwen3moe: rotary embedding (neox pairs), YaRN-blended frequencies and
     // the factor multiplying cos and sin.
     int n_rot = 0;
     std::vector<float> inv_freq;
     float attn_factor = 1.0f;
 
     int sliding_window = 0;  // gpt-oss: even layers slide, odd layers are full
+    bool qk_norm = false;    // qwen3moe: per-head RMSNorm of Q and K before RoPE
     int n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
+    // The experts' activation (ehcuda/moe.hpp): gpt-oss's clamped SwiGLU,
+    // or alpha = kPlainSwiGlu for silu(gate) * up.
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+
+    bool moe() const { return arch != Arch::Gpt2; }
 
     int q_dim() const { return n_head * head_dim; }
     int kv_dim() const { return n_kv * head_dim; }

@@ -155,7 +155,9 @@ void bind_gpt2_layer(Loader& ld, const Config& c, int i, Layer& L) {
     ld.vector(blk(i, "ffn_down.bias"), uint64_t(E), &L.ffn_down.bias, false);
 }
 
-void bind_gpt_oss_layer(Loader& ld, const Config& c, int i, Layer& L) {
+// gpt-oss and qwen3moe: the tensors the other lacks are optional (biases,
+// sinks; the per-head norms are required when the config asks for them).
+void bind_moe_layer(Loader& ld, const Config& c, int i, Layer& L) {
     const int E = c.n_embd, F = c.n_ff_exp, X = c.n_expert;
     ld.vector(blk(i, "attn_norm.weight"), E, &L.attn_norm);
     L.n_qkv = 3;
@@ -166,6 +168,10 @@ void bind_gpt_oss_layer(Loader& ld, const Config& c, int i, Layer& L) {
         ld.matrix(blk(i, std::string(names[k]) + ".weight"), E, rows[k], L.qkv[k].w);
         ld.vector(blk(i, std::string(names[k]) + ".bias"), uint64_t(rows[k]), &L.qkv[k].bias, false);
         L.qkv[k].out_offset = offs[k];
+    }
+    if (c.qk_norm) {
+        ld.vector(blk(i, "attn_q_norm.weight"), uint64_t(c.head_dim), &L.q_norm);
+        ld.vector(blk(i, "attn_k_norm.weight"), uint64_t(c.head_dim), &L.k_norm);
     }
     ld.matrix(blk(i, "attn_output.weight"), c.q_dim(), E, L.attn_out.w);
     ld.vector(blk(i, "attn_output.bias"), uint64_t(E), &L.attn_out.bias, false);
@@ -209,7 +215,7 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
     std::vector<ehcuda::MatrixKind> mats;
     for (const Layer& L : m.layers) {
         mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
-        const bool chunks = c.arch == Arch::GptOss && p.attn_chunks && c.head_dim % 32 == 0 &&
+        const bool chunks = c.moe() && p.attn_chunks && c.head_dim % 32 == 0 &&
                             ehcuda::gemv_takes_chunks(L.attn_out.w.type);
         mats.push_back({"attn_output", ehcuda::gemv_shape(&L.attn_out, 1), chunks, ""});
         if (c.arch == Arch::Gpt2) {
@@ -243,8 +249,9 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
                            std::to_string(c.n_kv) + " KV heads";
     std::vector<std::string> attn = {
         "attention decode: " +
-            std::string(c.arch == Arch::GptOss ? "rope_sink_attention_decode (RoPE table, KV store, split-K with sinks), "
-                                               : "rope_sink_attention_decode (split-K), ") +
+            std::string(c.arch == Arch::GptOss     ? "rope_sink_attention_decode (RoPE table, KV store, split-K with sinks), "
+                        : c.arch == Arch::Qwen3Moe ? "head_rmsnorm, then rope_sink_attention_decode (RoPE table, KV store, split-K), "
+                                                   : "rope_sink_attention_decode (split-K), ") +
             hd};
     return ehcuda::plan_log(p, dev, mats, attn);
 }
@@ -303,7 +310,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->layers.resize(size_t(c.n_layer));
     for (int i = 0; i < c.n_layer; ++i) {
         if (c.arch == Arch::Gpt2) bind_gpt2_layer(ld, c, i, m->layers[size_t(i)]);
-        else bind_gpt_oss_layer(ld, c, i, m->layers[size_t(i)]);
+        else bind_moe_layer(ld, c, i, m->layers[size_t(i)]);
     }
     m->quant_kind = ld.plan.dominant_type();
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");

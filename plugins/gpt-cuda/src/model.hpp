@@ -1,4 +1,4 @@
-// A loaded GPT-2 / gpt-oss model: configuration plus every weight in one
+// A loaded GPT-2 / gpt-oss / Qwen3-MoE model: configuration plus every weight in one
 // device arena, kept in its stored type (MXFP4 experts stay MXFP4).
 #pragma once
 
@@ -22,17 +22,19 @@ struct Layer {
     int n_qkv = 0;
     ehcuda::MatSeg attn_out;             // with its bias
     const float* sinks = nullptr;        // gpt-oss, one per query head
+    const float* q_norm = nullptr;       // qwen3moe: head_dim weights of the per-head RMSNorm
+    const float* k_norm = nullptr;
     const float* ffn_norm = nullptr;     // ffn_norm or post_attention_norm
     const float* ffn_norm_b = nullptr;
     // gpt2 MLP
     ehcuda::MatSeg ffn_up, ffn_down;
-    // gpt-oss MoE
+    // gpt-oss / qwen3moe experts
     ehcuda::MatSeg router;
     ehcuda::ExpertMat gate_exps, up_exps, down_exps;
     int window = 0;
 };
 
-// A gpt-oss layer's single-token expert block (moe_decode) for the token
+// An MoE layer's single-token expert block (moe_decode) for the token
 // whose residual stream is h: the pre-norm inside the kernels, the routing
 // of the router's `logits` too (ids and weights left in route_ids /
 // route_weights), `scratch` of moe_decode_scratch_bytes. A caller that

@@ -71,7 +71,7 @@ Session::Session(Model& model, const eh_session_params& params)
                                                      : std::max(B * K * c_.n_ff_exp * 4,
                                                                 ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)),
                                L);
-    if (c_.arch == Arch::GptOss) {
+    if (c_.moe()) {
         router_ = ehcuda::DeviceBuffer(B * c_.n_expert * 4, L);
         ids_ = ehcuda::DeviceBuffer(B * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
@@ -98,12 +98,12 @@ Session::Session(Model& model, const eh_session_params& params)
         probe.n_head = c_.n_head;
         probe.n_kv = c_.n_kv;
         probe.head_dim = c_.head_dim;
-        if (c_.arch == Arch::GptOss && ehcuda::attention_decode_group_takes(ehcuda::attn_args_of(probe)))
+        if (c_.moe() && ehcuda::attention_decode_group_takes(ehcuda::attn_args_of(probe)))
             group_splits_ = ehcuda::attention_decode_group_splits(nsplit_, c_.n_kv);
     }
     ehcuda::PrefillShape ps;  // cuBLAS prefill path: slab, FP16 activations, MoE grouping
     ps.max_cols = std::max({c_.n_embd, c_.q_dim(), c_.arch == Arch::Gpt2 ? c_.n_ff : 0});
-    if (c_.arch == Arch::GptOss) {
+    if (c_.moe()) {
         ps.moe_experts = c_.n_expert;
         ps.moe_k = c_.n_expert_used;
         ps.moe_embd = c_.n_embd;
@@ -258,7 +258,7 @@ void Session::gpt2_layer(int li, int ntok) {
     mark(kFfnDown);
 }
 
-void Session::gpt_oss_layer(int li, int ntok) {
+void Session::moe_layer(int li, int ntok) {
     cudaStream_t s = stream();
     const Config& c = c_;
     const Layer& L = m_.layers[size_t(li)];
@@ -286,9 +286,10 @@ void Session::gpt_oss_layer(int li, int ntok) {
     a.ntok = ntok;
     a.prefill = prefill_ws(ntok);
     ehcuda::matmul(a, s);
+    if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, ntok, c.eps, s);
     mark(kQkv);
 
-    ehcuda::RopeTableArgs r;  // YaRN-scaled NEOX rotation from the model's table
+    ehcuda::RopeTableArgs r;  // NEOX rotation (YaRN-scaled when the file says) from the model's table
     r.n_rot = c.n_rot;
     r.neox = true;
     r.inv_freq = m_.inv_freq;
@@ -312,7 +313,7 @@ void Session::gpt_oss_layer(int li, int ntok) {
     ehcuda::matmul(o, s);
     mark(kOut);
 
-    // MoE: router, top-k, the selected experts' gate|up with the clamped
+    // MoE: router, top-k, the selected experts' gate|up with the model's
     // SwiGLU, then down with the routing weights summed into the residual.
     // One token (decode): the pre-norm is folded into the router GEMV and
     // the expert kernels' input staging, and the experts run as the two
@@ -376,7 +377,7 @@ void Session::forward(int ntok, const int32_t* d_tokens, bool /*decode_path*/) {
     mark(kEmbed);
     for (int li = 0; li < c.n_layer; ++li) {
         if (c.arch == Arch::Gpt2) gpt2_layer(li, ntok);
-        else gpt_oss_layer(li, ntok);
+        else moe_layer(li, ntok);
     }
     // LM head on the last token only.
     const float* last = h + size_t(ntok - 1) * c.n_embd;

@@ -1,7 +1,7 @@
 // One sequence: KV cache (FP32, or FP16 with the plan's kv_f16) and
 // activation buffers. The lifecycle (checks, chunked prefill, sampler state,
 // captured decode graph) is ehcuda::SessionBase; this class is the gpt2 and
-// gpt-oss forward pass.
+// MoE (gpt-oss, qwen3moe) forward pass.
 #pragma once
 
 #include <cstdint>
@@ -31,7 +31,7 @@ private:
     std::string vocab_text() const override;
     std::string context_note() const override;
     void gpt2_layer(int li, int ntok);
-    void gpt_oss_layer(int li, int ntok);
+    void moe_layer(int li, int ntok);  // gpt-oss, qwen3moe
     // RoPE (as r's rotation fields say), the K/V store and sink attention
     // of layer li over qkv_ into attn_; the callers set only rotation,
     // window and sinks. True when the split decode also left the output in

@@ -4,11 +4,13 @@
 //
 //   moe_route:   logits [t][n_expert] -> top-k ids (ties: lower index) and
 //                softmax over the k selected logits, in rank order.
-//   moe_gate_up: act[t*k + s][r] = swiglu_oai(gate_e[r] . x[t] + bg_e[r],
-//                                             up_e[r]   . x[t] + bu_e[r])
-//                for e = ids[t*k + s]; gate = min(gate, limit),
-//                up = clamp(up, -limit, limit), out = (up + 1) * gate *
-//                sigmoid(alpha * gate).
+//   moe_gate_up: act[t*k + s][r] = expert_swiglu(gate_e[r] . x[t] + bg_e[r],
+//                                                up_e[r]   . x[t] + bu_e[r])
+//                for e = ids[t*k + s]. With alpha > 0 gpt-oss's clamped
+//                form: gate = min(gate, limit), up = clamp(up, -limit,
+//                limit), out = (up + 1) * gate * sigmoid(alpha * gate).
+//                With alpha = kPlainSwiGlu: silu(gate) * up (Qwen3-MoE;
+//                limit unused).
 //   moe_down:    h[t] += sum_s w[t*k+s] * (down_e . act[t*k+s] + bd_e), the
 //                slots summed in rank order (no atomics: reproducible).
 //
@@ -26,6 +28,10 @@
 namespace ehcuda {
 
 class PrefillWorkspace;  // prefill_workspace.hpp
+
+// The `alpha` that selects the plain SwiGLU, silu(gate) * up, in every
+// expert kernel below (any alpha > 0 selects the clamped gpt-oss form).
+inline constexpr float kPlainSwiGlu = 0.0f;
 
 // Types the MoE and MXFP4 kernels decode (the matmul types plus MXFP4).
 bool moe_type_supported(uint32_t type);
@@ -101,7 +107,7 @@ struct MoeDecodeArgs {
     int32_t* route_ids = nullptr;
     float* route_weights = nullptr;
     ExpertMat gate, up, down;
-    float alpha = 0.0f, limit = 0.0f;  // clamped SwiGLU
+    float alpha = kPlainSwiGlu, limit = 0.0f;  // the activation (top of file)
     void* scratch = nullptr;           // moe_decode_scratch_bytes(k, gate.rows)
     size_t scratch_bytes = 0;
     float* h = nullptr;  // [down.rows], accumulated into
@@ -134,7 +140,7 @@ struct MoeGroupedArgs {
     const int32_t* ids = nullptr;
     const float* weights = nullptr;
     ExpertMat gate, up, down;
-    float alpha = 0.0f, limit = 0.0f;  // clamped SwiGLU
+    float alpha = kPlainSwiGlu, limit = 0.0f;  // the activation (top of file)
     void* scratch = nullptr;
     size_t scratch_bytes = 0;
     float* h = nullptr;
