@@ -27,11 +27,14 @@ std::string bench_model() {
     if (path.empty()) {
         const char* dir = std::getenv("EH_GPT_CUDA_BENCH_FORGE");
         if (!dir) return path;
-        path = std::string(dir) + "/gpt-oss-20b-mxfp4.gguf";
+        // EH_GPT_CUDA_BENCH_PROFILE: another MoE profile (qwen3-30b-a3b-q4_k_m)
+        const char* prof = std::getenv("EH_GPT_CUDA_BENCH_PROFILE");
+        const std::string profile = prof && *prof ? prof : "gpt-oss-20b-mxfp4";
+        path = std::string(dir) + "/" + profile + ".gguf";
         if (!std::filesystem::exists(path)) {
             const auto t0 = std::chrono::steady_clock::now();
             eh::tools::ForgeOptions o;
-            o.profile = "gpt-oss-20b-mxfp4";
+            o.profile = profile;
             o.out = path;
             o.seed = 1;
             o.vocab = "none";
@@ -49,9 +52,12 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
     const std::string path = bench_model();
     if (path.empty()) GTEST_SKIP() << "set EH_GPT_CUDA_BENCH_MODEL or EH_GPT_CUDA_BENCH_FORGE";
     ASSERT_NE(gpu_api(), nullptr);
+    // EH_GPT_CUDA_BENCH_PROMPT: the prompt's length (default 512), for decode at depth
+    const char* pl = std::getenv("EH_GPT_CUDA_BENCH_PROMPT");
+    const int plen = pl && std::atoi(pl) > 0 ? std::atoi(pl) : 512;
     auto file = eh::model::ModelFile::open(path);
     const auto t0 = std::chrono::steady_clock::now();
-    Engine gpu(gpu_api(), &file->view(), 1024);
+    Engine gpu(gpu_api(), &file->view(), uint32_t(plen + 512));
     ASSERT_TRUE(gpu.ok()) << gpu.error;
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     eh_model_info info{};
@@ -64,7 +70,7 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
                 double(info.device_bytes_used) / 1e9, info.device_name);
 
     std::mt19937 rng(3);
-    std::vector<int32_t> prompt(512);
+    std::vector<int32_t> prompt(static_cast<size_t>(plen));
     for (auto& t : prompt) t = int32_t(rng() % info.vocab_size);
     auto clock = [] { return std::chrono::steady_clock::now(); };
     // prefill: warm once on a separate session, then time pp512
@@ -80,8 +86,8 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
     a = clock();
     for (int i = 0; i < n; ++i) ASSERT_EQ(gpu.api->session_decode(gpu.session, t, &t), EH_OK);
     const double tg = std::chrono::duration<double>(clock() - a).count();
-    std::printf("gpt-oss-20b MXFP4: pp512 %.0f tokens/s, decode %.1f tokens/s (%d tokens at context ~%d)\n",
-                512 / pp, n / tg, n, 512 + 4);
+    std::printf("%s: pp%d %.0f tokens/s, decode %.1f tokens/s (%d tokens at context ~%d)\n", info.architecture, plen,
+                plen / pp, n / tg, n, plen + 4);
 }
 
 // The batched step's own cost (ABI 1.2, no host): `batch` sequences with a

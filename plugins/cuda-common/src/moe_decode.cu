@@ -15,6 +15,7 @@
 #include <algorithm>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/moe.hpp"
 #include "gate_up_pair.cuh"
@@ -96,8 +97,13 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
         throw ehp::Error(EH_INTERNAL, "moe decode: down's columns must be gate's rows; input 16-byte aligned");
     const detail::DevArgs xa = detail::single_token_input(a.x, g.cols, a.norm_w, a.norm_eps);
     uint8_t* act_q = static_cast<uint8_t*>(a.scratch);
-    detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, fused ? nullptr : a.ids, g, u,
-                                       detail::ExpertSwiGlu{a.alpha, a.limit}, act_q, a.k, false, stream, route);
+    // 4 rows of gate and up per warp (8 warps a block) unless the plan's
+    // pair_rows says 2 (16 warps)
+    const auto act = detail::ExpertSwiGlu{a.alpha, a.limit};
+    if (plan().pair_rows == 2)
+        detail::launch_gate_up_pair<32, 2>(a.gate.type, xa, fused ? nullptr : a.ids, g, u, act, act_q, a.k, false, stream, route);
+    else
+        detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, fused ? nullptr : a.ids, g, u, act, act_q, a.k, false, stream, route);
     detail::int_type_dispatch(a.down.type, [&]<int T>() {
         launch("moe down_decode_kernel", down_decode_kernel<T>, unsigned((d.rows + kDownRows - 1) / kDownRows),
                kDownWarps * 32, 0, stream, static_cast<const uint8_t*>(act_q), a.k, ids, weights, d, a.h);

@@ -285,9 +285,10 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
     else
         matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
-    // (one token: the expert kernel routes for itself and reads h)
+    // (one token: the expert kernel reads h, and routes for itself where
+    // moe_fused_route says)
     normed_matmul(&L.router, 1, h, L.ffn_norm, router_.as<float>(), c.n_expert, T, one);
-    if (!one)
+    if (!one || !moe_fused_route(m_))
         ehcuda::moe_route(router_.as<float>(), T, c.n_expert, c.n_expert_used, ids_.as<int32_t>(), wts_.as<float>(), s);
     moe(li, T);
 }
@@ -300,9 +301,15 @@ void Batch::moe(int li, int T) {
     float* h = h_.as<float>();
     const float* xn = xn_.as<float>();
     if (T == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k)) {
-        // routing and the pre-norm inside the kernels (the caller skipped both)
-        const ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(),
-                                                         wts_.as<float>(), ff_.get(), ff_.size());
+        // the pre-norm inside the kernels (the caller skipped it), and the
+        // routing where moe_fused_route says (else the caller routed)
+        ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
+                                                   ff_.get(), ff_.size());
+        if (!moe_fused_route(m_)) {
+            md.logits = nullptr;
+            md.ids = ids_.as<int32_t>();
+            md.weights = wts_.as<float>();
+        }
         ehcuda::moe_decode(md, s);
         return;
     }

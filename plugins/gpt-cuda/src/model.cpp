@@ -231,7 +231,7 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
             mats.push_back({"ffn_gate_up_exps", e, false,
                             dec ? std::string("moe_decode: gate_up_pair_kernel over the routed experts (register form, ") +
                                       ehcuda::gemv_input_name(p.gemv_input) + " input)" +
-                                      (p.moe_fused_route ? ", routing fused into it" : ", route_kernel first")
+                                      (moe_fused_route(m) ? ", routing fused into it" : ", route_kernel first")
                                 : std::string("moe_gate_up (float kernels)")});
             ehcuda::GemvShape d;
             d.type[0] = L.down_exps.type;

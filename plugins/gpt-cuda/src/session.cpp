@@ -339,7 +339,7 @@ void Session::moe_layer(int li, int ntok) {
     ro.prefill = prefill_ws(ntok);
     ehcuda::matmul(ro, s);
     // (one token: the expert kernel routes for itself unless switched off)
-    const bool fused_route = one && m_.plan.moe_fused_route;
+    const bool fused_route = one && moe_fused_route(m_);
     if (!fused_route)
         ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);
