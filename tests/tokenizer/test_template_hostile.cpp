@@ -3,6 +3,7 @@
 // loops, string and list growth and huge outputs fail render() within the
 // budget; a render can be cancelled.
 #include <gtest/gtest.h>
+#include <malloc.h>
 
 #include <atomic>
 #include <chrono>
@@ -126,6 +127,29 @@ TEST(TemplateHostile, DeepAndCyclicValuesAreBounded) {
     EXPECT_NE(msg.find("evaluation exceeded 1000000 steps"), std::string::npos) << msg;
     // Up to the limit, values print as before.
     EXPECT_EQ(render("{{ " + repeat("[", 150) + repeat("]", 150) + "|tojson|length }}"), "300");
+}
+
+// Lists and namespaces have reference semantics, so a template can build a
+// cycle (a namespace holding itself, or a list it holds that holds it), and
+// a macro's closure was stored in the globals it held: each render leaked
+// what those reached (with a macro, every render's messages). The heap in
+// use (glibc's count) must not grow with the number of renders.
+TEST(TemplateHostile, CyclesAndMacrosLeakNothing) {
+    const std::string messages = R"([{"role":"user","content":")" + std::string(64 << 10, 'x') + R"("}])";
+    for (const std::string src : {
+             "{% set ns = namespace(m=messages) %}{% set ns.self = ns %}{{ ns.m|length }}",
+             "{% set ns = namespace(m=messages, l=[]) %}{% set ns.l = ns.l + [ns] %}{{ ns.l|length }}",
+             "{% macro count(x) %}{{ x|length }}{% endmacro %}{{ count(messages) }}",
+         }) {
+        SCOPED_TRACE(src);
+        const auto t = ChatTemplate::compile(src);
+        for (int i = 0; i < 3; ++i) EXPECT_EQ(t->render(messages, {}), "1");
+        const size_t before = mallinfo2().uordblks;
+        for (int i = 0; i < 200; ++i) t->render(messages, {});
+        const size_t after = mallinfo2().uordblks;
+        // a leak of the messages would be 200 x 64 KiB = 12.5 MiB
+        EXPECT_LT(after > before ? after - before : 0, size_t(512) << 10);
+    }
 }
 
 TEST(TemplateHostile, NestedHugeLoopsEndWithinTheStepBudget) {

@@ -822,9 +822,14 @@ struct MacroNode : Node {
     Body body;
     void run(Context& c) const override {
         const MacroNode* self = this;
-        std::shared_ptr<Scope> globals = c.scopes.front();
+        // Weak: the macro lives in a scope the globals hold, and a strong
+        // capture would keep the globals (messages included) alive for
+        // ever. The render owns the globals for as long as it can call it.
+        std::weak_ptr<Scope> weak_globals = c.scopes.front();
         Context* ctx = &c;
-        c.assign(name, Value::function([self, globals, ctx](Args& a, Kwargs& k) -> Value {
+        c.assign(name, Value::function([self, weak_globals, ctx](Args& a, Kwargs& k) -> Value {
+            const std::shared_ptr<Scope> globals = weak_globals.lock();
+            if (!globals) runtime("macro called after its template's render");
             Context& c2 = *ctx;
             if (++c2.depth > 200) runtime("macro recursion too deep");
             auto scope = std::make_shared<Scope>();
@@ -1338,6 +1343,7 @@ public:
 
 private:
     std::string render_checked(std::string_view messages_json, const ChatOptions& options) const {
+        RenderArena arena;  // first: it outlives every value of the render and frees their cycles
         auto globals = std::make_shared<Scope>();
         if (!options.extra_json.empty()) {
             Value extra = from_json(options.extra_json);

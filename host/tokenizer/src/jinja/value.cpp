@@ -1,12 +1,70 @@
 #include "value.hpp"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
+#include <stdexcept>
 #include <simdjson.h>
 
 #include "eh/error.hpp"
 
 namespace eh::tokenizer::jinja {
+
+namespace {
+thread_local RenderArena* t_arena = nullptr;
+}  // namespace
+
+RenderArena::RenderArena() {
+    if (t_arena) throw std::logic_error("jinja: RenderArena is not nestable");
+    t_arena = this;
+}
+
+RenderArena::~RenderArena() {
+    t_arena = nullptr;
+    // Whatever is still alive is held only by a cycle: move every such
+    // container's contents out, then let them go (Value's destructor frees
+    // nested containers iteratively).
+    Array garbage;
+    for (auto& w : arrays_)
+        if (auto a = w.lock()) {
+            for (Value& v : *a) garbage.push_back(std::move(v));
+            a->clear();
+        }
+    for (auto& w : objects_)
+        if (auto o = w.lock()) {
+            for (auto& kv : o->items) garbage.push_back(std::move(kv.second));
+            o->items.clear();
+        }
+}
+
+namespace {
+template <class T>
+void track_in(std::vector<std::weak_ptr<T>>& list, size_t& compact_at, const std::shared_ptr<T>& p) {
+    list.push_back(p);
+    if (list.size() < compact_at) return;
+    std::erase_if(list, [](const std::weak_ptr<T>& w) { return w.expired(); });
+    compact_at = std::max<size_t>(1024, 2 * list.size());
+}
+}  // namespace
+
+void RenderArena::track(const std::shared_ptr<Array>& a) { track_in(arrays_, arrays_compact_at_, a); }
+void RenderArena::track(const std::shared_ptr<Object>& o) { track_in(objects_, objects_compact_at_, o); }
+
+Value Value::array(Array x) {
+    Value v;
+    v.t = T::Arr;
+    v.a = std::make_shared<Array>(std::move(x));
+    if (t_arena) t_arena->track(v.a);
+    return v;
+}
+
+Value Value::object() {
+    Value v;
+    v.t = T::Obj;
+    v.o = std::make_shared<Object>();
+    if (t_arena) t_arena->track(v.o);
+    return v;
+}
 
 void Value::release() noexcept {
     // Containers this value held the last reference to, emptied one at a

@@ -49,7 +49,7 @@ struct Value {
     static Value integer(int64_t x) { Value v; v.t = T::Int; v.i = x; return v; }
     static Value number(double x) { Value v; v.t = T::Float; v.f = x; return v; }
     static Value str(std::string x) { Value v; v.t = T::Str; v.s = std::move(x); return v; }
-    static Value array(Array x = {}) { Value v; v.t = T::Arr; v.a = std::make_shared<Array>(std::move(x)); return v; }
+    static Value array(Array x = {});
     static Value object();
     static Value function(Function f) { Value v; v.t = T::Fn; v.fn = std::make_shared<Function>(std::move(f)); return v; }
 
@@ -78,7 +78,32 @@ struct Object {
     }
 };
 
-inline Value Value::object() { Value v; v.t = T::Obj; v.o = std::make_shared<Object>(); return v; }
+// Lists and dicts have reference semantics, so a template can make one hold
+// itself (`set ns.x = ns`, `l.append(l)`), and shared ownership alone would
+// never free it. While a RenderArena lives on a thread, every list and dict
+// made on that thread is recorded; when the arena ends, those still alive
+// (only a cycle keeps one alive once the render's own values are gone) are
+// emptied, which frees them. One arena per render (template.cpp), declared
+// before any value of the render. Not nestable: a second one on the same
+// thread throws std::logic_error.
+class RenderArena {
+public:
+    RenderArena();
+    ~RenderArena();
+    RenderArena(const RenderArena&) = delete;
+    RenderArena& operator=(const RenderArena&) = delete;
+
+    void track(const std::shared_ptr<Array>& a);
+    void track(const std::shared_ptr<Object>& o);
+
+private:
+    // Records of containers already freed are dropped whenever a list
+    // doubles past its last compaction, so the records (and the memory a
+    // weak reference keeps) stay within twice the containers alive.
+    std::vector<std::weak_ptr<Array>> arrays_;
+    std::vector<std::weak_ptr<Object>> objects_;
+    size_t arrays_compact_at_ = 1024, objects_compact_at_ = 1024;
+};
 
 // Lists and dicts nest at most this deep where they are compared, printed or
 // written as JSON (deeper, or a namespace that holds itself: InvalidRequest),
