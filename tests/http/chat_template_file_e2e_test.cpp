@@ -130,6 +130,28 @@ TEST(ChatTemplateInspect, SaysWhetherTheTemplateCompiles) {
     EXPECT_NE(none.find("none (chat requests get"), std::string::npos) << none;
 }
 
+// inspect --chat-template-file: checked as serve checks it (an unusable
+// file is serve's exit 2, the verdict says why), and a usable one is named
+// as the template in use beside the model's own verdict.
+TEST(ChatTemplateInspect, TakesTheFileServeWouldBeGiven) {
+    TemplatedModel deep(kDeep);
+    TempFile good(kTemplate), bad("{% for m in messages %}\n{% frobnicate %}\n{% endfor %}");
+    const std::string inspect = EH_ENGINE_HOST " inspect --model " + deep.path + " --chat-template-file ";
+    auto [s1, ok] = run_command(inspect + good.path + " 2>&1");
+    EXPECT_EQ(s1, 0) << ok;
+    EXPECT_NE(ok.find("rejected: chat template line 1: nesting deeper than 200 levels"), std::string::npos) << ok;
+    EXPECT_NE(ok.find("--chat-template-file " + good.path + ": compiles (replaces the model's)"), std::string::npos) << ok;
+    EXPECT_NE(ok.find("yes, as far as checked"), std::string::npos) << ok;
+    auto [s2, refused] = run_command(inspect + bad.path + " 2>&1");
+    EXPECT_TRUE(WIFEXITED(s2) && WEXITSTATUS(s2) == 2) << s2 << "\n" << refused;
+    EXPECT_NE(refused.find("no: serve refuses this file"), std::string::npos) << refused;
+    EXPECT_NE(refused.find("--chat-template-file " + bad.path + ": chat template line 2: unsupported statement 'frobnicate'"),
+              std::string::npos) << refused;
+    auto [s3, js] = run_command(inspect + bad.path + " --json");
+    EXPECT_TRUE(WIFEXITED(s3) && WEXITSTATUS(s3) == 2) << s3 << "\n" << js;
+    EXPECT_NE(js.find("\"exit_code\":2"), std::string::npos) << js;
+}
+
 // `chat` has nothing to do without a template: it refuses a rejected one
 // before loading the model (exit 2), and takes --chat-template-file too.
 TEST(ChatTemplateChat, RefusesARejectedTemplateAndTakesAFile) {

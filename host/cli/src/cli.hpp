@@ -40,7 +40,10 @@ int cmd_chat(const std::vector<std::string>& args);
 inline constexpr size_t kMaxChatLineBytes = 64 * 1024;
 
 // The "Tokenizer" block of `inspect`. Returns the error when the tokenizer
-// does not load (serve refuses such a file), else nullopt.
-std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out);
+// does not load (serve refuses such a file), else nullopt. `template_file`:
+// the --chat-template-file path given (it replaces the model's template in
+// the verdict; the caller has checked that it compiles), or "".
+std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out,
+                                              const std::string& template_file = "");
 
 }  // namespace eh::cli

@@ -7,6 +7,7 @@
 #include <iostream>
 #include <optional>
 
+#include "chat_template_choice.hpp"
 #include "cli.hpp"
 #include "device_choice.hpp"
 #include "eh/loader/engine.hpp"
@@ -57,15 +58,17 @@ int cmd_inspect(const std::vector<std::string>& args) {
         ("device", po::value<std::string>()->default_value("auto"), "which kind of plugin may serve it, as serve's --device: auto, gpu, cpu or any")
         ("load", "also load the model through that plugin, as serve does, and release it: the plugin's own checks (tensors, shapes); "
                  "takes the memory (VRAM for a GPU plugin) and time serve's load takes. Without --plugins, the default plugin search")
+        ("chat-template-file", po::value<std::string>(), "the Jinja chat template serve would be given (--chat-template-file): "
+                                                          "checked as serve checks it, and the verdict is on it instead of the model's")
         ("tensors", "list every tensor")
         ("json", "print JSON instead of text");
     po::variables_map vm;
     int code = kOk;
     const char* usage =
-        "Usage: engine-host inspect --model REF [--plugins DIR] [--load] [--json] [--tensors]\n"
-        "Exit code: what serve would exit with for this file as far as checked: 0 it serves, 3 no plugin (with\n"
-        "--plugins or --load), 4 the file or its tokenizer is unusable (or, with --load, the plugin's load refuses it),\n"
-        "5 (--load) it does not fit in device memory.";
+        "Usage: engine-host inspect --model REF [--plugins DIR] [--load] [--chat-template-file FILE] [--json] [--tensors]\n"
+        "Exit code: what serve would exit with for this file as far as checked: 0 it serves, 2 the --chat-template-file\n"
+        "is unusable, 3 no plugin (with --plugins or --load), 4 the file or its tokenizer is unusable (or, with --load,\n"
+        "the plugin's load refuses it), 5 (--load) it does not fit in device memory.";
     if (!parse_options(args, desc, usage, vm, code)) return code;
 
     DevicePolicy policy;
@@ -78,12 +81,24 @@ int cmd_inspect(const std::vector<std::string>& args) {
     model::ModelDescriptor d = model::describe(*file);
     model::InspectOptions opt;
     opt.list_tensors = vm.count("tensors") > 0;
-    const std::optional<Error> tokenizer_error = append_tokenizer_section(*file, opt.extra_sections);
+    // serve reads --chat-template-file before anything else and exits 2 when
+    // it cannot use it
+    std::optional<Refusal> refusal;
+    std::string template_file;
+    if (vm.count("chat-template-file")) {
+        template_file = vm["chat-template-file"].as<std::string>();
+        try {
+            chat_template_from_file(template_file);
+        } catch (const Error& e) {
+            refusal = Refusal{kUsage, std::string(e.what()) + " [" + code_name(e.code()) + "]"};
+            template_file.clear();
+        }
+    }
+    const std::optional<Error> tokenizer_error = append_tokenizer_section(*file, opt.extra_sections, template_file);
 
     // In serve's order: the plugin choice, the plugin's load, the tokenizer.
-    std::optional<Refusal> refusal;
-    std::string checked = "file, tokenizer";
-    if (vm.count("plugins") || load) {
+    std::string checked = vm.count("chat-template-file") ? "--chat-template-file, file, tokenizer" : "file, tokenizer";
+    if (!refusal && (vm.count("plugins") || load)) {
         checked += ", plugin choice";
         loader::LoaderOptions lo;
         lo.device = vm["gpu"].as<int>();

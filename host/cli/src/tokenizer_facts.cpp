@@ -19,7 +19,8 @@ std::string template_verdict(const service::ChatTemplateState& t) {
 
 }  // namespace
 
-std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out) {
+std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std::vector<model::InspectSection>& out,
+                                              const std::string& template_file) {
     model::InspectSection s{"Tokenizer", {}, {}};
     std::optional<std::filesystem::path> hf_dir;
     if (file.format() == EH_FORMAT_SAFETENSORS) hf_dir = file.path();
@@ -35,6 +36,8 @@ std::optional<Error> append_tokenizer_section(const model::ModelFile& file, std:
                    {"pad_id", id(sp.pad)},
                    {"add_bos", tok->add_bos() ? "yes" : "no"},
                    {"chat_template", template_verdict(chat_template_from_model(tok->chat_template()).state)}};
+        if (!template_file.empty())
+            s.facts.push_back({"chat_template in use", "--chat-template-file " + template_file + ": compiles (replaces the model's)"});
         if (auto pre = file.get_string("tokenizer.ggml.pre")) s.facts.push_back({"pre-tokenizer", std::string(*pre)});
     } catch (const Error& e) {
         s.facts = {{"error", std::string(code_name(e.code())) + ": " + e.what()}};
