@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 
-#include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/moe.hpp>
 
 namespace gpt_cuda {
