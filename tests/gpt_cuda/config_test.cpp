@@ -90,6 +90,10 @@ TEST(GptCudaConfig, RefusesWhatItWouldComputeWrong) {
     EXPECT_EQ(s1, EH_UNSUPPORTED);
     EXPECT_NE(m1.find("qwen3moe.attention.sliding_window is not supported for qwen3moe"), std::string::npos) << m1;
 
+    GgufWriter zero = moe_keys("qwen3moe");  // a window of 0 is no window
+    zero.set("qwen3moe.attention.sliding_window", GgufValue::u32(0));
+    EXPECT_EQ(read(zero).sliding_window, 0);
+
     auto [s2, m2] = refusal(moe_keys("llama"));
     EXPECT_EQ(s2, EH_UNSUPPORTED);
     EXPECT_NE(m2.find("gpt-cuda does not serve architecture 'llama' (gpt2, gpt-oss, qwen3moe)"), std::string::npos) << m2;

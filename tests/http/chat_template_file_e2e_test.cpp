@@ -147,6 +147,12 @@ TEST(ChatTemplateInspect, TakesTheFileServeWouldBeGiven) {
     EXPECT_NE(refused.find("no: serve refuses this file"), std::string::npos) << refused;
     EXPECT_NE(refused.find("--chat-template-file " + bad.path + ": chat template line 2: unsupported statement 'frobnicate'"),
               std::string::npos) << refused;
+    // serve reads the template first: with a model that cannot be opened
+    // either, the template's error and exit 2
+    auto [s4, both] = run_command(EH_ENGINE_HOST " inspect --offline --model /nonexistent/eh-model.gguf --chat-template-file " +
+                                  bad.path + " 2>&1");
+    EXPECT_TRUE(WIFEXITED(s4) && WEXITSTATUS(s4) == 2) << s4 << "\n" << both;
+    EXPECT_NE(both.find("unsupported statement 'frobnicate'"), std::string::npos) << both;
     auto [s3, js] = run_command(inspect + bad.path + " --json");
     EXPECT_TRUE(WIFEXITED(s3) && WEXITSTATUS(s3) == 2) << s3 << "\n" << js;
     EXPECT_NE(js.find("\"exit_code\":2"), std::string::npos) << js;

@@ -77,12 +77,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
         return kUsage;
     }
     const bool load = vm.count("load") > 0;
-    std::shared_ptr<model::ModelFile> file = model::ModelFile::open(resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0));
-    model::ModelDescriptor d = model::describe(*file);
-    model::InspectOptions opt;
-    opt.list_tensors = vm.count("tensors") > 0;
-    // serve reads --chat-template-file before anything else and exits 2 when
-    // it cannot use it
+    // serve reads --chat-template-file before it resolves the model and exits
+    // 2 when it cannot use it
     std::optional<Refusal> refusal;
     std::string template_file;
     if (vm.count("chat-template-file")) {
@@ -94,6 +90,19 @@ int cmd_inspect(const std::vector<std::string>& args) {
             template_file.clear();
         }
     }
+    // The report still describes the file; a model that cannot be opened
+    // after an unusable template is serve's exit 2 all the same.
+    std::shared_ptr<model::ModelFile> file;
+    try {
+        file = model::ModelFile::open(resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0));
+    } catch (const Error&) {
+        if (!refusal) throw;
+        print_error(refusal->why);
+        return refusal->exit;
+    }
+    model::ModelDescriptor d = model::describe(*file);
+    model::InspectOptions opt;
+    opt.list_tensors = vm.count("tensors") > 0;
     const std::optional<Error> tokenizer_error = append_tokenizer_section(*file, opt.extra_sections, template_file);
 
     // In serve's order: the plugin choice, the plugin's load, the tokenizer.

@@ -98,7 +98,7 @@ Config read_config(const ehp::ModelView& view) {
     if (c.arch == Arch::GptOss) {
         c.sliding_window = opt("attention.sliding_window", 0);
     } else {  // qwen3moe: full attention in every layer, norm_topk_prob routing (moe_route's softmax over the k)
-        if (view.get_uint(key("attention.sliding_window")))
+        if (view.get_uint(key("attention.sliding_window")).value_or(0) > 0)
             throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: " + key("attention.sliding_window") + " is not supported for qwen3moe");
         c.qk_norm = true;
         c.swiglu_alpha = ehcuda::kPlainSwiGlu;

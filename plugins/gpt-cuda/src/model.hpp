@@ -71,8 +71,8 @@ struct Model {
 // Whether a one-token expert block routes inside its gate|up kernel
 // (moe_decode's logits): the plan's moe_fused_route, for models of at most
 // kFusedRouteMaxExperts experts. Every block of that kernel ranks all the
-// experts itself: with gpt-oss's 32 that saves a launch, with Qwen3-MoE's
-// 128 it costs (H200, forged Qwen3-30B-A3B decode: 304 tok/s fused, 331
+// experts itself: with gpt-oss-20b's 32 that saves a launch, with 128
+// (Qwen3-MoE, gpt-oss-120b: not measured there) it costs (H200, forged Qwen3-30B-A3B decode: 304 tok/s fused, 331
 // with route_kernel first).
 inline constexpr int kFusedRouteMaxExperts = 32;
 inline bool moe_fused_route(const Model& m) { return m.plan.moe_fused_route && m.cfg.n_expert <= kFusedRouteMaxExperts; }

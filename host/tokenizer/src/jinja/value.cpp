@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <charconv>
 #include <cmath>
-#include <stdexcept>
 #include <simdjson.h>
 
 #include "eh/error.hpp"
@@ -15,7 +14,7 @@ thread_local RenderArena* t_arena = nullptr;
 }  // namespace
 
 RenderArena::RenderArena() {
-    if (t_arena) throw std::logic_error("jinja: RenderArena is not nestable");
+    if (t_arena) throw Error(Code::Internal, "jinja: RenderArena is not nestable");
     t_arena = this;
 }
 
@@ -24,7 +23,7 @@ RenderArena::~RenderArena() {
     // Whatever is still alive is held only by a cycle: move every such
     // container's contents out, then let them go (Value's destructor frees
     // nested containers iteratively).
-    Array garbage;
+    Array garbage;  // (a bad_alloc here ends the process: noexcept, as any destructor)
     for (auto& w : arrays_)
         if (auto a = w.lock()) {
             for (Value& v : *a) garbage.push_back(std::move(v));

@@ -85,7 +85,7 @@ struct Object {
 // (only a cycle keeps one alive once the render's own values are gone) are
 // emptied, which frees them. One arena per render (template.cpp), declared
 // before any value of the render. Not nestable: a second one on the same
-// thread throws std::logic_error.
+// thread throws eh::Error(Internal).
 class RenderArena {
 public:
     RenderArena();
