@@ -103,4 +103,19 @@ TEST(GptCudaConfig, RefusesWhatItWouldComputeWrong) {
     EXPECT_NE(m3.find("expert_used_count"), std::string::npos) << m3;
 }
 
+// The host names an HF directory's experts per expert (or fused gate_up):
+// without this refusal the load failed on "missing tensor
+// 'blk.0.ffn_gate_inp.weight'", which says nothing of the cause.
+TEST(GptCudaConfig, RefusesAQwen3MoeHuggingFaceCheckpointByName) {
+    GgufWriter hf = moe_keys("qwen3moe");
+    hf.set("general.source_format", GgufValue::string("safetensors"));
+    auto [s, m] = refusal(hf);
+    EXPECT_EQ(s, EH_UNSUPPORTED);
+    EXPECT_NE(m.find("qwen3moe from a Hugging Face directory is not supported by gpt-cuda"), std::string::npos) << m;
+
+    GgufWriter oss = moe_keys("gpt-oss");  // gpt-oss's HF experts are named by the host
+    oss.set("general.source_format", GgufValue::string("safetensors"));
+    EXPECT_EQ(read(oss).arch, gpt_cuda::Arch::GptOss);
+}
+
 }  // namespace

@@ -6,6 +6,7 @@
 #include <string>
 #include <thread>
 
+#include <engine_host/model_source.hpp>
 #include <engine_host/plugin_abi.hpp>
 #include <engine_host/quant_blocks.hpp>
 #include <engine_host/rope_scaling.hpp>
@@ -235,8 +236,7 @@ Config read_config(const ehp::ModelView& v) {
         return x ? to_u32(*x, key(s)) : dflt;
     };
 
-    auto src = v.get_string("general.source_format");
-    c.from_safetensors = v.raw().format == EH_FORMAT_SAFETENSORS || (src && *src == "safetensors");
+    c.from_safetensors = ehp::from_safetensors(v);
 
     // An HF Qwen3-MoE checkpoint keeps its experts as per-expert (transformers
     // 4) or fused gate_up (5) tensors the host has no GGUF names for.

@@ -46,18 +46,12 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            slab-dequantized weights from 9 on (per-token GEMVs to 64:
 //            923 / 962 / 973 against 1,094 / 1,288 / 1,409).
 //   experts: one token: the one-token expert kernel (integer dot products,
-//            routing inside). 2 .. kMoeGroupedMax tokens: the grouped
-//            kernels (moe_grouped: pairs grouped by expert on the device,
-//            each expert's rows read once per 8 (32 when experts get more
-//            than 16 tokens) of its tokens, graph-safe). Past that, when not
-//            captured, the cuBLAS grouped-by-expert form (moe_prefill),
-//            which synchronises the host once a layer. One prefill step of
-//            256 / 512 tokens (H100, GptOss20bBatchedStep's prefill rows):
-//            grouped 42 / 50 ms, moe_prefill 54 / 54 ms; single steps vary by
-//            up to a third from run to run (2,048 tokens, the same path in
-//            both runs: 200 and 291 ms), so only the trend is measured.
+//            routing inside). 2 .. moe_grouped_max tokens (model.hpp): the
+//            grouped kernels (moe_grouped: pairs grouped by expert on the
+//            device, graph-safe). Past that, when not captured, the cuBLAS
+//            grouped-by-expert form (moe_prefill), which synchronises the
+//            host once a layer.
 constexpr int kGemvPerTokenMax = 8;
-constexpr int kMoeGroupedMax = 512;
 // Tokens per MoE call: bounds the grouped path's buffers whatever the
 // step's token budget.
 constexpr int kMoeChunk = 512;
@@ -69,7 +63,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
       m_(model),
       c_(model.cfg),
       gemv_per_token_max_(model.plan.batch_gemv_per_token >= 0 ? model.plan.batch_gemv_per_token : kGemvPerTokenMax),
-      moe_grouped_max_(model.plan.batch_moe_grouped_max >= 0 ? model.plan.batch_moe_grouped_max : kMoeGroupedMax) {
+      moe_grouped_max_(moe_grouped_max(model)) {
     ehcuda::MemoryLedger* L = ledger();
     const size_t T = size_t(max_step_tokens());
     h_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
@@ -330,7 +324,7 @@ void Batch::moe(int li, int T) {
                                 L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
             continue;
         if (grouped_ok) {
-            // (a captured step past kMoeGroupedMax tokens)
+            // (a captured step past moe_grouped_max tokens)
             for (int g0 = t0; g0 < t0 + n; g0 += moe_grouped_max_) grouped(li, g0, std::min(moe_grouped_max_, t0 + n - g0));
             continue;
         }
@@ -342,26 +336,11 @@ void Batch::moe(int li, int T) {
 
 void Batch::grouped(int li, int t0, int n) {
     const Config& c = c_;
-    const Layer& L = m_.layers[size_t(li)];
     const int k = c.n_expert_used;
-    ehcuda::MoeGroupedArgs g;
-    g.x = xn_.as<float>() + size_t(t0) * c.n_embd;
-    g.ldx = c.n_embd;
-    g.ntok = n;
-    g.k = k;
-    g.n_expert = c.n_expert;
-    g.ids = ids_.as<int32_t>() + size_t(t0) * k;
-    g.weights = wts_.as<float>() + size_t(t0) * k;
-    g.gate = L.gate_exps;
-    g.up = L.up_exps;
-    g.down = L.down_exps;
-    g.alpha = c.swiglu_alpha;
-    g.limit = c.swiglu_limit;
-    g.scratch = grouped_.get();
-    g.scratch_bytes = grouped_.size();
-    g.h = h_.as<float>() + size_t(t0) * c.n_embd;
-    g.ldh = c.n_embd;
-    ehcuda::moe_grouped(g, stream());
+    ehcuda::moe_grouped(moe_grouped_args(c, m_.layers[size_t(li)], xn_.as<float>() + size_t(t0) * c.n_embd, n,
+                                         ids_.as<int32_t>() + size_t(t0) * k, wts_.as<float>() + size_t(t0) * k,
+                                         h_.as<float>() + size_t(t0) * c.n_embd, grouped_.get(), grouped_.size()),
+                        stream());
 }
 
 void Batch::forward(const ehcuda::StepView& v) {

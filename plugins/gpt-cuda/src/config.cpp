@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <engine_host/model_source.hpp>
 #include <ehcuda/moe.hpp>
 
 namespace gpt_cuda {
@@ -58,6 +59,10 @@ Config read_config(const ehp::ModelView& view) {
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
     else if (c.arch_name == "qwen3moe") c.arch = Arch::Qwen3Moe;
     else throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda does not serve architecture '" + c.arch_name + "' (gpt2, gpt-oss, qwen3moe)");
+    // An HF Qwen3-MoE checkpoint keeps its experts as per-expert (transformers
+    // 4) or fused gate_up (5) tensors the host has no GGUF names for.
+    if (c.arch == Arch::Qwen3Moe && ehp::from_safetensors(view))
+        throw ehp::Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by gpt-cuda (convert it to GGUF)");
     auto key = [&](const char* s) { return view.arch_key(s); };
     auto req = [&](const char* s) { return to_int(view.require_uint(key(s)), key(s)); };
     auto opt = [&](const char* s, int dflt) {

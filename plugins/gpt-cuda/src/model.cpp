@@ -370,4 +370,26 @@ ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h,
     return md;
 }
 
+ehcuda::MoeGroupedArgs moe_grouped_args(const Config& c, const Layer& L, const float* xn, int ntok, const int32_t* ids,
+                                        const float* wts, float* h, void* scratch, size_t scratch_bytes) {
+    ehcuda::MoeGroupedArgs g;
+    g.x = xn;
+    g.ldx = c.n_embd;
+    g.ntok = ntok;
+    g.k = c.n_expert_used;
+    g.n_expert = c.n_expert;
+    g.ids = ids;
+    g.weights = wts;
+    g.gate = L.gate_exps;
+    g.up = L.up_exps;
+    g.down = L.down_exps;
+    g.alpha = c.swiglu_alpha;
+    g.limit = c.swiglu_limit;
+    g.scratch = scratch;
+    g.scratch_bytes = scratch_bytes;
+    g.h = h;
+    g.ldh = c.n_embd;
+    return g;
+}
+
 }  // namespace gpt_cuda

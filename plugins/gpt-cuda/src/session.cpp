@@ -17,9 +17,9 @@
 namespace gpt_cuda {
 namespace {
 
-// Prefill tokens per forward pass. Each pass dequantizes every routed
-// expert's MXFP4 weights once (moe_prefill's slabs), so longer passes
-// amortize that over more tokens.
+// Prefill tokens per forward pass. A pass past moe_grouped_max tokens
+// converts every routed expert's weights to FP16 once (moe_prefill's slabs),
+// so longer passes amortize that over more tokens.
 constexpr int kMaxBatch = 2048;
 
 // FP32 KV cache by default. With FP16 K/V the rounding (~5e-4 relative)
@@ -75,6 +75,12 @@ Session::Session(Model& model, const eh_session_params& params)
         router_ = ehcuda::DeviceBuffer(B * c_.n_expert * 4, L);
         ids_ = ehcuda::DeviceBuffer(B * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
+        // Prefill passes of up to moe_grouped_max tokens run their experts as
+        // a batched step of as many tokens does (model.hpp).
+        grouped_max_ = std::min(moe_grouped_max(m_), int(B));
+        if (grouped_max_ >= 2)
+            grouped_ = ehcuda::DeviceBuffer(
+                ehcuda::moe_grouped_scratch_bytes(grouped_max_, int(K), c_.n_expert, c_.n_embd, c_.n_ff_exp), L);
     }
     // Split-K width of the sink attention; the plan's attn_splits fixes it
     // for measurements (at most 128 here).
@@ -352,6 +358,12 @@ void Session::moe_layer(int li, int ntok) {
             md.weights = wts_.as<float>();
         }
         ehcuda::moe_decode(md, s);
+        mark(kFfnDown);
+    } else if (ntok >= 2 && ntok <= grouped_max_ && grouped_.get() &&
+               ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, k)) {
+        ehcuda::moe_grouped(moe_grouped_args(c, L, xn, ntok, ids_.as<int32_t>(), wts_.as<float>(), h, grouped_.get(),
+                                             grouped_.size()),
+                            s);
         mark(kFfnDown);
     } else if (!ehcuda::moe_prefill(prefill_ws(ntok), xn, c.n_embd, ntok, k, c.n_expert, ids_.as<int32_t>(),
                                     wts_.as<float>(), L.gate_exps, L.up_exps, L.down_exps, c.swiglu_alpha,

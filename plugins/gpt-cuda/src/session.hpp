@@ -53,6 +53,8 @@ private:
     bool kv_f32_ = false;
     std::vector<ehcuda::DeviceBuffer> kcache_, vcache_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, router_, ids_, wts_;
+    ehcuda::DeviceBuffer grouped_;  // moe_grouped's scratch for prefill passes of up to grouped_max_ tokens
+    int grouped_max_ = 0;
     // Decode attention split over the keys (attention_sinks): per-split
     // partial results and one counter per head.
     int nsplit_ = 1;

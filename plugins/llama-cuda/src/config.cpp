@@ -1,5 +1,6 @@
 #include "config.hpp"
 
+#include <engine_host/model_source.hpp>
 #include <engine_host/rope_scaling.hpp>
 #include <ehcuda/kernels.hpp>
 
@@ -52,9 +53,7 @@ Config read_config(const ehp::ModelView& view) {
     // interleaved rotation; a Hugging Face checkpoint served as is (the
     // host's safetensors view, or a file marked general.source_format =
     // safetensors) keeps HF's order, whose rotate_half is the NEOX pairing.
-    const auto src = view.get_string("general.source_format");
-    const bool hf_rows = view.raw().format == EH_FORMAT_SAFETENSORS || (src && *src == "safetensors");
-    c.neox = c.arch != "llama" || hf_rows;
+    c.neox = c.arch != "llama" || ehp::from_safetensors(view);
 
     auto bad = [&](const std::string& why) { throw ehp::Error(EH_MODEL_LOAD_FAILED, c.arch + ": " + why); };
     if (c.n_head % c.n_kv) bad("head_count " + std::to_string(c.n_head) + " is not a multiple of head_count_kv " + std::to_string(c.n_kv));
