@@ -320,4 +320,9 @@ void mma_down(const __half* act16, int pairs, int ntok, const int32_t* offsets, 
 }
 
 }  // namespace moe_detail
+
+bool moe_grouped_on_tensor_cores(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down) {
+    return moe_detail::mma_experts(gate, up, down);
+}
+
 }  // namespace ehcuda

@@ -370,6 +370,13 @@ ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h,
     return md;
 }
 
+int session_moe_grouped_max(const Model& m) {
+    if (m.plan.batch_moe_grouped_max >= 0) return m.plan.batch_moe_grouped_max;
+    for (const Layer& L : m.layers)
+        if (!ehcuda::moe_grouped_on_tensor_cores(L.gate_exps, L.up_exps, L.down_exps)) return 0;
+    return kMoeGroupedMax;
+}
+
 ehcuda::MoeGroupedArgs moe_grouped_args(const Config& c, const Layer& L, const float* xn, int ntok, const int32_t* ids,
                                         const float* wts, float* h, void* scratch, size_t scratch_bytes) {
     ehcuda::MoeGroupedArgs g;

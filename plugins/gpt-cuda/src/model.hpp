@@ -83,19 +83,30 @@ struct Model {
 inline constexpr int kFusedRouteMaxExperts = 32;
 inline bool moe_fused_route(const Model& m) { return m.plan.moe_fused_route && m.cfg.n_expert <= kFusedRouteMaxExperts; }
 
-// The most tokens of a batched step or a session's prefill pass whose experts
-// run grouped (moe_grouped: each expert's weights read in their stored type,
-// once per 8 or 32 of its tokens); past it the cuBLAS grouped-by-expert form
-// (moe_prefill), which converts each routed expert's weights to FP16 per
-// pass. The plan's batch_moe_grouped_max overrides it. Measured on forged
-// gpt-oss-20b (H100, one batched prefill step of 256 / 512 tokens): grouped
-// 42 / 50 ms, moe_prefill 54 / 54 ms; single steps vary by up to a third
-// from run to run (2,048 tokens, the same path in both runs: 200 and 291
-// ms), so only the trend is measured.
+// The most tokens of a batched step whose experts run grouped (moe_grouped:
+// each expert's weights read in their stored type once per 8 or 32 of its
+// tokens, graph-safe); past it, when not captured, the cuBLAS
+// grouped-by-expert form (moe_prefill), which converts each routed expert's
+// weights to FP16 per pass and synchronises the host once a layer. The
+// plan's batch_moe_grouped_max overrides it.
 inline constexpr int kMoeGroupedMax = 512;
 inline int moe_grouped_max(const Model& m) {
     return m.plan.batch_moe_grouped_max >= 0 ? m.plan.batch_moe_grouped_max : kMoeGroupedMax;
 }
+// The same for a session's prefill pass: moe_grouped_max where the experts
+// take moe_grouped's tensor-core form (MXFP4), 0 (always the cuBLAS form)
+// where they would take its integer form, unless the plan sets
+// batch_moe_grouped_max. A session's 512-token pass on an H100 (engine-host
+// bench pp512, forged files), grouped against the cuBLAS form:
+//   gpt-oss-120b (MXFP4, 16 tokens an expert): 4,918 against 2,792 tokens/s;
+//   gpt-oss-20b (MXFP4, 64 an expert): 10,988 against 11,336, a tie within
+//     the run-to-run noise;
+//   Qwen3-30B-A3B (Q4_K / Q6_K, 32 an expert): 1,642 against 7,106.
+// Batched steps keep the grouped kernels for every type: there the same
+// Qwen3-30B-A3B steps ran slower when they left them (GptOss20bBatchedStep,
+// 64 decodes + four 32-token prompts: 109.5 ms grouped, 143.6 ms with 64
+// tokens the most), the uncaptured cuBLAS form not being what they gained.
+int session_moe_grouped_max(const Model& m);
 
 // Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates
 // and uploads. Progress and cancel come from the load params.

@@ -17,9 +17,10 @@
 namespace gpt_cuda {
 namespace {
 
-// Prefill tokens per forward pass. A pass past moe_grouped_max tokens
-// converts every routed expert's weights to FP16 once (moe_prefill's slabs),
-// so longer passes amortize that over more tokens.
+// Prefill tokens per forward pass. A pass the cuBLAS form takes
+// (session_moe_grouped_max, model.hpp) converts every routed expert's
+// weights to FP16 once (moe_prefill's slabs), so longer passes amortize
+// that over more tokens.
 constexpr int kMaxBatch = 2048;
 
 // FP32 KV cache by default. With FP16 K/V the rounding (~5e-4 relative)
@@ -75,9 +76,9 @@ Session::Session(Model& model, const eh_session_params& params)
         router_ = ehcuda::DeviceBuffer(B * c_.n_expert * 4, L);
         ids_ = ehcuda::DeviceBuffer(B * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(B * K * 4, L);
-        // Prefill passes of up to moe_grouped_max tokens run their experts as
-        // a batched step of as many tokens does (model.hpp).
-        grouped_max_ = std::min(moe_grouped_max(m_), int(B));
+        // Prefill passes of up to session_moe_grouped_max tokens run their
+        // experts grouped (model.hpp says when).
+        grouped_max_ = std::min(session_moe_grouped_max(m_), int(B));
         if (grouped_max_ >= 2)
             grouped_ = ehcuda::DeviceBuffer(
                 ehcuda::moe_grouped_scratch_bytes(grouped_max_, int(K), c_.n_expert, c_.n_embd, c_.n_ff_exp), L);

@@ -148,6 +148,8 @@ struct MoeGroupedArgs {
     bool integer_path = false;
 };
 bool moe_grouped_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k);
+// Whether these experts take the tensor-core form (MXFP4), not the integer one.
+bool moe_grouped_on_tensor_cores(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down);
 // 0 when a size is out of range.
 size_t moe_grouped_scratch_bytes(int ntok, int k, int n_expert, int n_embd, int n_ff);
 void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream);
