@@ -506,8 +506,10 @@ bool Scheduler::stopping() const {
 }
 
 void Scheduler::engine_lost(const Error& why) {
+    const int64_t now = now_ns();
     for (auto& a : running_) {
         if (!a) continue;
+        must_stop(*a, now);  // one past its deadline (why a hung engine was killed) ends as a timeout
         a->seq = 0;  // died with the engine: nothing to release
         fail(std::move(a), why);
     }
