@@ -128,6 +128,7 @@ TEST(EngineProcess, ACrashEndsTheRunningRequestOnceAndTheEngineComesBack) {
     EXPECT_EQ(after["engine"].value("restarts", 0), 1);
     EXPECT_GT(engine_pid(after), 0);
     EXPECT_NE(engine_pid(after), first);
+    EXPECT_NE(h.get("/metrics").body.find("\neh_engine_restarts_total 1\n"), std::string::npos);
 
     const Stream next = execute(h.port(), "short-after", 3);
     EXPECT_EQ(next.last_event, "end") << h.log();
@@ -152,7 +153,9 @@ TEST(EngineProcess, ANonStreamRequestOnACrashingEngineGetsA503WithRetryAfter) {
     ASSERT_TRUE(j.is_object()) << r.body;
     EXPECT_EQ(j["error"].value("code", ""), "ENGINE_CRASHED") << r.body;
     EXPECT_TRUE(h.running());
-    EXPECT_EQ(settled_health(h).value("status", ""), "healthy");
+    const json after = settled_health(h);
+    EXPECT_EQ(after.value("status", ""), "healthy") << after.dump();
+    EXPECT_EQ(after["engine"].value("restarts", 0), 1);
 }
 
 TEST(EngineProcess, ARequestWaitingDuringTheCrashRunsAfterTheRestart) {

@@ -328,17 +328,20 @@ public:
         }
     }
 
+    // The last answer when the engine is busy for a second (a long step) or
+    // down (the scheduler restarts it).
     bool check_residency(std::string* why) {
         std::unique_lock lock(mu, std::chrono::seconds(1));
         if (lock.owns_lock() && child_) {
             try {
                 wire::Reply r = call(wire::encode_request(wire::Msg::Residency), wire::Msg::Residency);
+                std::lock_guard f(facts_mu_);
                 resident_ = r.resident;
                 resident_why_ = r.message;
             } catch (const Error&) {
-                // A dead child is the scheduler's to restart; keep the last answer.
             }
         }
+        std::lock_guard f(facts_mu_);
         if (why) *why = resident_why_;
         return resident_;
     }
@@ -368,7 +371,7 @@ private:
     std::atomic<int64_t> pid_{0};
     std::string down_why_;
     std::deque<Clock::time_point> crashes_;
-    mutable std::mutex facts_mu_;
+    mutable std::mutex facts_mu_;  // facts_ and the residency answer: read from other threads
     EngineFacts facts_;
     bool resident_ = true;
     std::string resident_why_;

@@ -506,6 +506,9 @@ bool Scheduler::stopping() const {
 }
 
 void Scheduler::engine_lost(const Error& why) {
+    // Before any request hears of the crash: a client that asks /health
+    // next sees the restart.
+    stats_.engine_state = int(EngineState::Restarting);
     const int64_t now = now_ns();
     for (auto& a : running_) {
         if (!a) continue;
@@ -515,7 +518,6 @@ void Scheduler::engine_lost(const Error& why) {
     }
     running_.clear();
     if (cache_) cache_->forget_all();
-    stats_.engine_state = int(EngineState::Restarting);
     publish();
     try {
         engine_->restart([this] { return stopping(); });

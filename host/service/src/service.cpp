@@ -78,6 +78,7 @@ void Service::fill_gauges(Gauges& g) const {
     g.prefix_query_tokens = double(s.prefix_query_tokens.load());
     g.prefix_hit_tokens = double(s.prefix_hit_tokens.load());
     g.preemptions = double(s.preemptions.load());
+    g.engine_restarts = double(s.engine_restarts.load());
     g.engine_steps = double(s.engine_steps.load());
     g.engine_step_seconds = double(s.engine_step_ns.load()) * 1e-9;
     g.constraint_seconds = double(s.constraint_ns.load()) * 1e-9;
