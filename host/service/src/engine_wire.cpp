@@ -389,12 +389,19 @@ Io read_exact(int fd, uint8_t* p, size_t n, const std::function<bool()>& keep_wa
 
 }  // namespace
 
-Io write_frame(int fd, std::span<const uint8_t> frame) {
+Io write_frame(int fd, std::span<const uint8_t> frame, const std::function<bool()>& keep_waiting) {
     const uint8_t* p = frame.data();
     size_t n = frame.size();
     while (n > 0) {
-        const ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL);
+        const ssize_t put = ::send(fd, p, n, MSG_NOSIGNAL | MSG_DONTWAIT);
         if (put < 0 && errno == EINTR) continue;
+        if (put < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+            // A peer that stopped reading (a hung engine) must not hold the writer.
+            pollfd pf{fd, POLLOUT, 0};
+            const int r = ::poll(&pf, 1, 50);
+            if (r == 0 && keep_waiting && !keep_waiting()) return Io::Abandoned;
+            continue;
+        }
         if (put <= 0) return Io::Closed;
         p += put;
         n -= size_t(put);

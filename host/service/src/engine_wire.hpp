@@ -112,9 +112,9 @@ uint32_t frame_length(const uint8_t header[4]);
 
 // Blocking frame I/O on a stream socket. Closed: the other end is gone (EOF,
 // EPIPE, ECONNRESET). Abandoned: `keep_waiting`, asked every 50 ms while
-// the read waits, said no. A bad length throws ProtocolError.
+// the read or write waits, said no. A bad length throws ProtocolError.
 enum class Io { Ok, Closed, Abandoned };
-Io write_frame(int fd, std::span<const uint8_t> frame);
+Io write_frame(int fd, std::span<const uint8_t> frame, const std::function<bool()>& keep_waiting = {});
 Io read_frame(int fd, std::vector<uint8_t>& body, const std::function<bool()>& keep_waiting = {});
 
 }  // namespace eh::service::wire

@@ -231,8 +231,9 @@ public:
         wire::Reply r;
         std::string bad;
         try {
-            wire::Io io = wire::write_frame(child_->fd, frame);
-            if (io == wire::Io::Ok) io = wire::read_frame(child_->fd, body, [&] { return !(overdue && overdue()); });
+            const auto keep_waiting = [&] { return !(overdue && overdue()); };
+            wire::Io io = wire::write_frame(child_->fd, frame, keep_waiting);
+            if (io == wire::Io::Ok) io = wire::read_frame(child_->fd, body, keep_waiting);
             if (io == wire::Io::Abandoned) {
                 lose(std::chrono::milliseconds(0));
                 crashes_.push_back(Clock::now());
