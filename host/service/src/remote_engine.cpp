@@ -237,7 +237,7 @@ public:
             if (io == wire::Io::Abandoned) {
                 lose(std::chrono::milliseconds(0));
                 crashes_.push_back(Clock::now());
-                down_why_ = fmt::format("the engine did not finish a step within the inference timeout; its process (pid {}) "
+                down_why_ = fmt::format("the engine did not answer within the inference timeout; its process (pid {}) "
                                         "was killed with SIGKILL and is being restarted", pid);
                 log_event(lvl::err, "engine_crashed", {{"code", code_name(Code::EngineCrashed)}, {"pid", pid},
                                                         {"reason", "hung"}, {"message", down_why_}});
@@ -450,9 +450,10 @@ public:
     int64_t process_id() const override { return link_->pid(); }
 
 private:
+    // Any call can hang in a broken plugin, not only a step.
     wire::Reply call(const std::vector<uint8_t>& frame, wire::Msg expect) {
         std::lock_guard lock(link_->mu);
-        return link_->call(frame, expect);
+        return link_->call(frame, expect, overdue_);
     }
     SeqId adopt(const wire::Reply& r) {
         free_ = r.free_blocks;
