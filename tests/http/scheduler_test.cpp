@@ -60,7 +60,10 @@ public:
     void release(SeqId id) override {
         std::lock_guard lock(mu_);
         auto it = seqs_.find(id);
-        if (it == seqs_.end()) return;
+        if (it == seqs_.end()) {
+            ++unknown_releases;
+            return;
+        }
         for (uint32_t b : it->second.blocks) --refs_[b];
         seqs_.erase(it);
     }
@@ -70,6 +73,13 @@ public:
     }
     bool step(std::span<StepItem> items) override {
         std::lock_guard lock(mu_);
+        if (steps.load() >= crash_at_step) {
+            // As an engine process that died: every sequence and block gone.
+            crash_at_step = SIZE_MAX;
+            seqs_.clear();
+            refs_.assign(refs_.size(), 0);
+            throw Error(Code::EngineCrashed, "fake engine crashed");
+        }
         if (items.size() > l_.max_step_entries) throw Error(Code::Internal, "too many entries");
         uint32_t total = 0, need = 0;
         for (auto& it : items) {
@@ -117,6 +127,10 @@ public:
     }
     std::span<const float> logits(SeqId) override { return {}; }
     bool has_logits() const override { return false; }
+    void restart(const std::function<bool()>&) override {
+        if (restart_fails) throw Error(Code::EngineCrashed, "fake engine: not restarted again");
+        ++restarts;
+    }
 
     // 'a'..'z' from a hash of everything in the sequence.
     static int32_t next_token(const std::vector<int32_t>& t) {
@@ -126,6 +140,9 @@ public:
     }
 
     std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0}, masked{0};
+    std::atomic<size_t> restarts{0}, unknown_releases{0};
+    std::atomic<size_t> crash_at_step{SIZE_MAX};  // steps.load() at which step() throws EngineCrashed
+    bool restart_fails = false;
     bool ignore_mask = false;
     std::chrono::milliseconds step_delay{0};
     std::vector<std::string> started;  // each sequence's first chunk, in step order
@@ -483,4 +500,69 @@ TEST(Scheduler, AMaskOverItsWorkBudgetFailsOnlyItsRequest) {
     EXPECT_NE(rb.end.message.find("more than 50 steps"), std::string::npos) << rb.end.message;
     EXPECT_EQ(rg.end.kind, JobEvent::Kind::End);
     EXPECT_EQ(rg.text, expected("world", 10));
+}
+
+// The engine process died: the running requests end with its error, the
+// cached prefixes are forgotten (never released, never forked again), the
+// engine is restarted, and the request that was waiting runs on it.
+TEST(Scheduler, AnEngineThatLosesItsSequencesEndsTheRunningJobsAndKeepsTheQueue) {
+    SchedulerOptions o;
+    o.max_running = 2;
+    Harness h(16, 256, 4, 64, o);
+    const std::string shared(40, 's');
+    auto warm = make_job("warm", shared, 4);
+    h.sched->enqueue(warm);
+    ASSERT_EQ(drain(*warm).end.kind, JobEvent::Kind::End);
+    EXPECT_EQ(h.sched->stats().prefix_entries.load(), 1u);
+
+    h.engine->step_delay = std::chrono::milliseconds(3);
+    h.engine->crash_at_step = h.engine->steps.load() + 6;
+    auto a = make_job("a", "first running prompt", 40);
+    auto b = make_job("b", "second running prompt", 40);
+    auto c = make_job("c", shared + " and more", 5);  // would fork the lost cached prefix
+    h.sched->enqueue_all({a, b, c});
+    for (auto* j : {&a, &b}) {
+        Outcome r = drain(**j);
+        EXPECT_EQ(r.terminals, 1u);
+        EXPECT_EQ(r.end.kind, JobEvent::Kind::Error);
+        EXPECT_EQ(r.end.code, Code::EngineCrashed) << r.end.message;
+        EXPECT_TRUE(r.end.retriable);
+        EXPECT_EQ(r.end.retry_after_ms.value_or(0), 5000u);
+    }
+    const size_t forks = h.engine->forks.load();
+    Outcome rc = drain(*c);
+    EXPECT_EQ(rc.end.kind, JobEvent::Kind::End) << rc.end.message;
+    EXPECT_EQ(rc.text, expected(shared + " and more", 5));
+    EXPECT_EQ(h.engine->forks.load(), forks) << "forked a sequence that died with the engine";
+    EXPECT_EQ(h.engine->restarts.load(), 1u);
+    EXPECT_EQ(h.engine->unknown_releases.load(), 0u) << "released sequences that died with the engine";
+    EXPECT_EQ(h.sched->stats().engine_restarts.load(), 1u);
+    EXPECT_EQ(EngineState(h.sched->stats().engine_state.load()), EngineState::Ready);
+    EXPECT_EQ(h.sched->stats().prefix_entries.load(), 1u);  // c's own
+}
+
+TEST(Scheduler, AnEngineThatIsNotRestartedFailsTheQueueAndRefusesNewJobs) {
+    SchedulerOptions o;
+    o.max_running = 1;
+    Harness h(16, 256, 4, 64, o);
+    h.engine->step_delay = std::chrono::milliseconds(3);
+    h.engine->restart_fails = true;
+    h.engine->crash_at_step = 3;
+    auto a = make_job("a", "running prompt", 40);
+    auto b = make_job("b", "waiting prompt", 4);
+    h.sched->enqueue_all({a, b});
+    Outcome ra = drain(*a), rb = drain(*b);
+    EXPECT_EQ(ra.end.code, Code::EngineCrashed);
+    EXPECT_TRUE(ra.end.retriable);
+    EXPECT_EQ(rb.terminals, 1u);
+    EXPECT_EQ(rb.end.code, Code::EngineCrashed);
+    EXPECT_FALSE(rb.end.retriable);
+    EXPECT_NE(rb.end.message.find("not restarted again"), std::string::npos) << rb.end.message;
+    EXPECT_EQ(EngineState(h.sched->stats().engine_state.load()), EngineState::Failed);
+    try {
+        h.sched->enqueue(make_job("c", "late", 2));
+        ADD_FAILURE() << "a job was queued for an engine that is down";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Code::EngineCrashed);
+    }
 }

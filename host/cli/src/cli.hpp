@@ -35,6 +35,8 @@ int cmd_bench(const std::vector<std::string>& args);
 int cmd_loadgen(const std::vector<std::string>& args);
 int cmd_pull(const std::vector<std::string>& args);
 int cmd_chat(const std::vector<std::string>& args);
+// Not in --help: the engine process `serve --engine-process` starts.
+int cmd_engine_worker(const std::vector<std::string>& args);
 
 // The longest line `chat` reads; longer input is split into several turns.
 inline constexpr size_t kMaxChatLineBytes = 64 * 1024;

@@ -29,6 +29,7 @@
 #include "eh/model/descriptor.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/service/event_log.hpp"
+#include "eh/service/remote_engine.hpp"
 #include "eh/service/service.hpp"
 #include "load_progress.hpp"
 #include "model_ref.hpp"
@@ -135,6 +136,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("no-prefix-cache", "do not keep finished sequences for prompts that share their prefix")
         ("queue-size", po::value<size_t>()->default_value(256), "requests that may wait for a place in the batch")
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
+        ("engine-process", "run the engine plugin in a child process: a crash or hang there ends only the requests it was running, and the engine is restarted (docs/robustness.md)")
         ("engine-options", po::value<std::string>()->default_value(""), "JSON object handed to the engine plugin's model load, e.g. '{\"fp16_weights\":\"off\"}' (each plugin's README lists its keys)")
         ("callback-url", po::value<std::string>(), "POST {worker_id, model_ref, vram_bytes, uri} here once serving")
         ("cors", "allow cross-origin requests from localhost origins (browser tooling)")
@@ -292,7 +294,9 @@ int cmd_serve(const std::vector<std::string>& args) {
     const std::string uri = fmt::format("{}://{}:{}", so.ssl_cert_file.empty() ? "http" : "https", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, bound);
     log_event(lvl::info, "listening", {{"uri", uri}, {"port", bound}});
 
-    std::shared_ptr<EngineModel> model;
+    const bool engine_process = vm.count("engine-process") > 0;
+    std::shared_ptr<EngineModel> model;           // in this process only
+    std::shared_ptr<service::EngineSource> engine;
     std::shared_ptr<service::Service> svc;
     std::thread residency;
     std::mutex residency_mu;
@@ -316,12 +320,14 @@ int cmd_serve(const std::vector<std::string>& args) {
         residency_cv.notify_all();
         if (residency.joinable()) residency.join();
         svc.reset();
+        engine.reset();  // an engine process sees its socket close and exits
         model.reset();
     };
 
     try {
         loader::LoaderOptions lo;
         lo.device = gpu;
+        lo.open_in_process = !engine_process;
         Registry reg = loader::discover_plugins(plugin_dirs, lo);
         for (const auto* r : reg.rejected())
             log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
@@ -342,7 +348,7 @@ int cmd_serve(const std::vector<std::string>& args) {
                     ts);
             });
         };
-        last_words("loading");
+        if (!engine_process) last_words("loading");
 
         log_event(lvl::info, "model_load_start", {{"plugin", plugin.caps.name}, {"plugin_version", plugin.caps.version},
                                                   {"format", file->format_name()}, {"architecture", std::string(file->architecture())}});
@@ -367,13 +373,28 @@ int cmd_serve(const std::vector<std::string>& args) {
         };
         elo.cancel = [latch] { return latch->fired(); };
         auto t0 = std::chrono::steady_clock::now();
-        model = EngineModel::load(plugin.api, model_path, &file->view(), file, elo);
+        if (engine_process) {
+            service::EngineProcessOptions epo;
+            epo.argv = {"/proc/self/exe", "engine-worker", "--manifest", plugin.manifest_path, "--model", model_path,
+                        "--model-name", model_name, "--gpu-device", std::to_string(gpu),
+                        "--threads", std::to_string(elo.n_threads), "--engine-options", engine_options,
+                        "--log-format", log_format, "--log-level", vm["log-level"].as<std::string>(),
+                        "--worker-id", worker_id};
+            if (ls.log_content) epo.argv.push_back("--log-content");
+            epo.progress = [&](float f, const std::string& stage) { elo.progress(f, stage.c_str()); };
+            epo.cancel = elo.cancel;
+            engine = service::start_engine_process(std::move(epo));
+        } else {
+            model = EngineModel::load(plugin.api, model_path, &file->view(), file, elo);
+            engine = service::local_engine(model);
+        }
+        const service::EngineFacts facts = engine->facts();
         while (next_mark <= 100) {  // a plugin that reports no progress still logs every mark
             log_event(lvl::info, "model_load_progress", {{"percent", next_mark}, {"stage", "done"}});
             next_mark += 25;
         }
         bar.update(1.0f);
-        eh_model_info mi = model->info();
+        const eh_model_info& mi = facts.info;
         // The worker contract's quant_kind is the file's quantization
         // ("Q4_K_M", from general.file_type), not the plugin's dominant
         // tensor type; the plugin's answer stands in when the file has none.
@@ -405,7 +426,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         sopt.shutdown_grace = std::chrono::milliseconds(vm["shutdown-grace-ms"].as<uint32_t>());
         sopt.limits = so.limits;
         sopt.model_name = model_name;
-        svc = std::make_shared<service::Service>(model, codec, sopt, metrics);
+        svc = std::make_shared<service::Service>(engine, codec, sopt, metrics);
 
         http::NodeInfo ni;
         ni.model = model_name;
@@ -427,22 +448,22 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.device_kind = plugin.caps.device_kind;
         ni.compute_capability = mi.compute_capability;
         ni.cuda_runtime_version = mi.runtime_version;
-        ni.logprobs = model->api().session_logits != nullptr;
+        ni.logprobs = facts.session_logits;
         ni.queue_capacity = sopt.queue_capacity;
         ni.plugins = registry_json(reg);
         server.attach(svc, ni);
-        last_words("serving");
+        if (!engine_process) last_words("serving");
 
         // Residency is checked here, never on a request's path.
         std::string why;
-        server.set_resident(model->check_residency(&why), why);
+        server.set_resident(engine->check_residency(&why), why);
         uint32_t every = vm["residency-check-sec"].as<uint32_t>();
         residency = std::thread([&, every] {
             std::unique_lock lock(residency_mu);
             while (!residency_cv.wait_for(lock, std::chrono::seconds(every ? every : 30), [&] { return residency_stop; })) {
                 lock.unlock();
                 std::string w;
-                bool ok = model->check_residency(&w);
+                bool ok = engine->check_residency(&w);
                 server.set_resident(ok, w);
                 if (!ok) log_event(lvl::err, "error", {{"code", "RESIDENCY_CHECK_FAILED"}, {"message", w}});
                 lock.lock();
@@ -450,6 +471,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         });
         const service::SeqLimits& kl = svc->kv_limits();
         log_event(lvl::info, "ready", {{"uri", uri}, {"context_length", svc->n_ctx()}, {"plugin", plugin.caps.name},
+                                       {"engine_process", engine_process ? nlohmann::json(svc->stats().engine_pid.load()) : nlohmann::json(nullptr)},
                                        {"tokenizer", codec->kind()},
                                        {"chat_template", service::chat_template_kind_name(chat_state.kind)},
                                        {"batched", svc->batched()},

@@ -88,6 +88,7 @@ int main(int argc, char** argv) {
         if (cmd == "loadgen") return eh::cli::cmd_loadgen({args.begin() + 1, args.end()});
         if (cmd == "pull") return eh::cli::cmd_pull({args.begin() + 1, args.end()});
         if (cmd == "chat") return eh::cli::cmd_chat({args.begin() + 1, args.end()});
+        if (cmd == "engine-worker") return eh::cli::cmd_engine_worker({args.begin() + 1, args.end()});
         if (cmd.empty() || cmd.rfind("-", 0) == 0) return eh::cli::cmd_serve(args);
         eh::cli::print_error("unknown command '" + cmd + "' (try `engine-host --help`)");
         return eh::cli::kUsage;

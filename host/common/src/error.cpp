@@ -18,6 +18,7 @@ const char* code_name(Code code) {
     case Code::ShuttingDown: return "SHUTTING_DOWN";
     case Code::NotFound: return "NOT_FOUND";
     case Code::Internal: return "INTERNAL";
+    case Code::EngineCrashed: return "ENGINE_CRASHED";
     }
     return "INTERNAL";
 }

@@ -147,6 +147,7 @@ void Server::Impl::install_anthropic() {
             if (ev->kind == JobEvent::Kind::Token) {
                 output->add(ev->text);
             } else if (ev->kind == JobEvent::Kind::Error) {
+                set_retry_after(res, *ev);
                 send_json(res, ev->code == Code::Cancelled ? 499 : http_status_for(ev->code), stream_error(*ev));
                 return;
             } else if (ev->kind == JobEvent::Kind::End) {

@@ -40,12 +40,16 @@ int http_status_for(Code code) {
     switch (code) {
     case Code::InvalidRequest: return 400;
     case Code::NotFound: return 404;
-    case Code::QueueFull: case Code::ShuttingDown: return 503;
+    case Code::QueueFull: case Code::ShuttingDown: case Code::EngineCrashed: return 503;
     case Code::InferenceTimeout: return 504;
     case Code::Cancelled: return 499;
     case Code::ContextFull: return 400;
     default: return 500;
     }
+}
+
+void set_retry_after(httplib::Response& res, const service::JobEvent& ev) {
+    if (ev.retry_after_ms) res.set_header("Retry-After", std::to_string((*ev.retry_after_ms + 999) / 1000));
 }
 
 static const char* openai_type(int status) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "eh/error.hpp"
+#include "eh/service/job.hpp"
 #include "eh/service/request.hpp"
 #include "connection.hpp"
 #include "eh/http/server.hpp"
@@ -89,6 +90,8 @@ std::string submitter(const httplib::Request& req);
 // The eh_requests_total outcome of a request refused before its job ran.
 const char* rejection_outcome(const std::exception& e);
 int http_status_for(Code code);
+// A job's error event that says when to retry (ENGINE_CRASHED): Retry-After in whole seconds.
+void set_retry_after(httplib::Response& res, const service::JobEvent& ev);
 // {"error":{code,message,details,correlation_id,type,param}}
 nlohmann::json error_body(const std::string& code, const std::string& message, const std::string& correlation,
                           const nlohmann::json& details = nlohmann::json::object(), const std::string& param = "");

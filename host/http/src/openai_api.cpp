@@ -242,6 +242,7 @@ void Server::Impl::install_openai() {
                 } else if (ev->kind == JobEvent::Kind::Error) {
                     for (size_t k = index + 1; k < n_choices; ++k)
                         svc->cancel(jobs[k]->request.job_id, service::CancelReason::Client);
+                    set_retry_after(res, *ev);
                     send_json(res, http_status_for(ev->code), stream_error(*ev, cid));
                     return;
                 } else if (ev->kind == JobEvent::Kind::End) {

@@ -238,8 +238,17 @@ void Server::Impl::install_routes() {
             why = resident_why;
         }
         State st = state.load();
+        const auto svc = get_service();
+        // An engine process being restarted is loading its model again; one
+        // that crashed too often stays down.
+        const service::EngineState es = svc ? svc->engine_state() : service::EngineState::Ready;
+        if (es == service::EngineState::Failed) {
+            res_ok = false;
+            why = "the engine crashed too often and is not restarted";
+        }
         // The worker contract's words: healthy, loading, unhealthy, shutting_down.
         std::string status = st == State::Loading ? "loading" : st == State::Stopping ? "shutting_down"
+                             : es == service::EngineState::Restarting ? "loading"
                              : res_ok ? "healthy" : "unhealthy";
         nlohmann::json j = {
             {"status", status},
@@ -263,7 +272,11 @@ void Server::Impl::install_routes() {
         };
         if (st == State::Loading) j["load_progress"] = load_progress.load();
         if (!res_ok) j["reason"] = why;
-        if (auto svc = get_service()) {
+        if (svc) {
+            const service::SchedulerStats& ss = svc->stats();
+            j["engine"] = {{"state", service::engine_state_name(es)},
+                           {"process", ss.engine_pid.load() ? nlohmann::json(ss.engine_pid.load()) : nlohmann::json(nullptr)},
+                           {"restarts", ss.engine_restarts.load()}};
             j["queue_depth"] = svc->queue_depth();
             j["active_jobs"] = svc->active_jobs();
             // The model plus its KV-cache pool and step buffers, allocated at start.

@@ -357,6 +357,10 @@ Prepared prepare(const std::string& manifest_path, const LoaderOptions& opt) {
 PluginRecord finish(Prepared prep, const LoaderOptions& opt) {
     PluginRecord rec = std::move(prep.record);
     if (!prep.ready) return rec;
+    if (!opt.open_in_process) {
+        rec.accepted = true;
+        return rec;
+    }
     const Manifest& m = prep.manifest;
     std::vector<std::string>& problems = rec.reasons;
     Opened o = open_and_check(rec.library_path, m, opt, problems, [](const char*) {});

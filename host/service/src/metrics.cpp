@@ -148,6 +148,8 @@ std::string Metrics::render(const Gauges& g) const {
     counter(out, "eh_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.",
             num(g.prefix_hit_tokens));
     counter(out, "eh_preemptions_total", "Requests preempted (KV blocks freed, recomputed later).", num(g.preemptions));
+    counter(out, "eh_engine_restarts_total", "Times the engine process was started again after it crashed or hung.",
+            num(g.engine_restarts));
     counter(out, "eh_engine_steps_total", "Batched steps run by the engine.", num(g.engine_steps));
     counter(out, "eh_engine_step_seconds_total", "Time in the engine's step calls (device work included).",
             num(g.engine_step_seconds));

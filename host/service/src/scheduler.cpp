@@ -16,17 +16,22 @@ using Clock = std::chrono::steady_clock;
 int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
 
 
+// A restarted engine process takes a model load: clients wait this long.
+constexpr uint32_t kEngineRetryAfterMs = 5000;
+
 JobEvent error_event(Code code, std::string message, bool retriable) {
     JobEvent ev;
     ev.kind = JobEvent::Kind::Error;
     ev.code = code;
     ev.message = std::move(message);
     ev.retriable = retriable;
+    if (code == Code::EngineCrashed && retriable) ev.retry_after_ms = kEngineRetryAfterMs;
     return ev;
 }
 
 bool retriable_code(Code c) {
-    return c == Code::QueueFull || c == Code::ShuttingDown || c == Code::VramOom || c == Code::InferenceTimeout;
+    return c == Code::QueueFull || c == Code::ShuttingDown || c == Code::VramOom || c == Code::InferenceTimeout ||
+           c == Code::EngineCrashed;
 }
 
 const char* outcome_for(Code c) {
@@ -61,6 +66,15 @@ uint32_t blocks_for(uint64_t tokens, uint32_t block_tokens) {
 
 }  // namespace
 
+const char* engine_state_name(EngineState s) {
+    switch (s) {
+    case EngineState::Ready: return "ready";
+    case EngineState::Restarting: return "restarting";
+    case EngineState::Failed: return "failed";
+    }
+    return "ready";
+}
+
 Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const TextCodec> codec,
                      std::shared_ptr<Metrics> metrics, SchedulerOptions options)
     : engine_(std::move(engine)), codec_(std::move(codec)), metrics_(std::move(metrics)), options_(options),
@@ -79,6 +93,16 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
             if (a && must_stop(*a, now)) stop = true;
         return stop;
     });
+    // Killing the engine's process ends every sequence in it, so only a job
+    // past its deadline (or the shutdown grace, which cancels running jobs)
+    // may cost that; a client's cancel waits for the step.
+    engine_->set_overdue([this] {
+        const int64_t now = now_ns();
+        for (const auto& a : running_)
+            if (a && (now > a->deadline_ns || (a->job->cancelled() && a->job->cancel_reason() == CancelReason::Shutdown)))
+                return true;
+        return false;
+    });
     publish();
     thread_ = std::thread([this] { loop(); });
 }
@@ -86,6 +110,7 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
 Scheduler::~Scheduler() { shutdown(); }
 
 void Scheduler::publish() {
+    stats_.engine_pid = engine_->process_id();
     stats_.running = uint32_t(running_.size());
     stats_.kv_free_blocks = engine_->free_blocks();
     stats_.prefix_entries = cache_ ? uint32_t(cache_->size()) : 0;
@@ -97,6 +122,7 @@ void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
     {
         std::lock_guard lock(mu_);
         if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
+        if (!engine_failed_.empty()) throw Error(Code::EngineCrashed, engine_failed_);
         for (size_t i = 0; i < jobs.size(); ++i) {
             const std::string& id = jobs[i]->request.job_id;
             bool repeated = live_.count(id) != 0;
@@ -233,6 +259,18 @@ void Scheduler::admit() {
         try {
             admitted = try_admit(*a);
         } catch (const Error& e) {
+            if (e.code() == Code::EngineCrashed) {
+                // It had not started: it waits for the restarted engine.
+                a->seq = 0;
+                a->in_seq = 0;
+                {
+                    std::lock_guard lock(mu_);
+                    waiting_.push_front(std::move(a));
+                    stats_.waiting = uint32_t(waiting_.size());
+                }
+                engine_lost(e);
+                return;
+            }
             fail(std::move(a), e);
             continue;
         }
@@ -384,6 +422,10 @@ void Scheduler::run_step() {
         stats_.engine_steps.fetch_add(1);
         stats_.engine_step_ns.fetch_add(uint64_t((Clock::now() - step_start).count()));
     } catch (const Error& e) {
+        if (e.code() == Code::EngineCrashed) {
+            engine_lost(e);
+            return;
+        }
         // The step's sequences are unusable now; their requests end here.
         for (auto& a : running_)
             if (std::find(owners.begin(), owners.end(), a.get()) != owners.end()) fail(std::move(a), e);
@@ -456,6 +498,48 @@ void Scheduler::handle_kv_full() {
     std::lock_guard lock(mu_);
     waiting_.push_front(std::move(a));
     stats_.waiting = uint32_t(waiting_.size());
+}
+
+bool Scheduler::stopping() const {
+    std::lock_guard lock(mu_);
+    return stopping_;
+}
+
+void Scheduler::engine_lost(const Error& why) {
+    // Before any request hears of the crash: a client that asks /health
+    // next sees the restart.
+    stats_.engine_state = int(EngineState::Restarting);
+    const int64_t now = now_ns();
+    for (auto& a : running_) {
+        if (!a) continue;
+        must_stop(*a, now);  // one past its deadline (why a hung engine was killed) ends as a timeout
+        a->seq = 0;  // died with the engine: nothing to release
+        fail(std::move(a), why);
+    }
+    running_.clear();
+    if (cache_) cache_->forget_all();
+    publish();
+    try {
+        engine_->restart([this] { return stopping(); });
+        stats_.engine_restarts.fetch_add(1);
+        stats_.engine_state = int(EngineState::Ready);
+        return;
+    } catch (const Error& e) {
+        if (stopping()) return;  // shutdown() ends the waiting jobs
+        stats_.engine_state = int(EngineState::Failed);
+        log_event(spdlog::level::critical, "engine_failed", {{"code", code_name(Code::EngineCrashed)}, {"message", e.what()}});
+        std::deque<ActivePtr> waiting;
+        {
+            std::lock_guard lock(mu_);
+            engine_failed_ = e.what();
+            waiting.swap(waiting_);
+            stats_.waiting = 0;
+        }
+        for (auto& a : waiting) {
+            finish(a->job, error_event(Code::EngineCrashed, e.what(), false));
+            forget(a->job->request.job_id);
+        }
+    }
 }
 
 void Scheduler::complete(ActivePtr a) {

@@ -2,6 +2,8 @@
 // seq_* / step, and SessionEngine over a 1.0/1.1 plugin's one session.
 #include "eh/service/seq_engine.hpp"
 
+#include "eh/service/engine_source.hpp"
+
 #include <fmt/format.h>
 
 #include <unordered_map>
@@ -248,12 +250,36 @@ private:
     std::function<bool()> interrupt_;
 };
 
+class LocalEngine final : public EngineSource {
+public:
+    explicit LocalEngine(std::shared_ptr<EngineModel> model) : model_(std::move(model)) {}
+    EngineFacts facts() const override {
+        EngineFacts f;
+        f.info = model_->info();
+        if (const eh_plugin_info* pi = model_->api().info()) {
+            f.plugin_name = pi->name ? pi->name : "";
+            f.plugin_version = pi->version ? pi->version : "";
+        }
+        f.session_logits = model_->api().session_logits != nullptr;
+        return f;
+    }
+    std::unique_ptr<SeqEngine> make_engine(const KvBudget& budget) override { return make_seq_engine(model_, budget); }
+    bool check_residency(std::string* why) override { return model_->check_residency(why); }
+
+private:
+    std::shared_ptr<EngineModel> model_;
+};
+
 }  // namespace
 
 std::unique_ptr<SeqEngine> make_seq_engine(std::shared_ptr<EngineModel> model, const KvBudget& budget) {
     if (budget.max_seq_tokens == 0) throw Error(Code::InvalidRequest, "the context length is 0");
     if (loader::api_has_step(model->api())) return std::make_unique<BatchedEngine>(std::move(model), budget);
     return std::make_unique<SessionEngine>(std::move(model), budget);
+}
+
+std::shared_ptr<EngineSource> local_engine(std::shared_ptr<EngineModel> model) {
+    return std::make_shared<LocalEngine>(std::move(model));
 }
 
 }  // namespace eh::service

@@ -19,11 +19,12 @@ uint64_t random_seed() {
 
 }  // namespace
 
-Service::Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextCodec> codec, ServiceOptions options,
+Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const TextCodec> codec, ServiceOptions options,
                  std::shared_ptr<Metrics> metrics)
-    : model_(std::move(model)), codec_(std::move(codec)), options_(std::move(options)),
+    : engine_(std::move(source)), codec_(std::move(codec)), options_(std::move(options)),
       metrics_(metrics ? std::move(metrics) : std::make_shared<Metrics>()) {
-    const eh_model_info mi = model_->info();
+    const EngineFacts facts = engine_->facts();
+    const eh_model_info& mi = facts.info;
     trained_ctx_ = mi.context_length;
     model_device_bytes_ = mi.device_bytes_used;
     kv_bytes_per_token_ = mi.kv_bytes_per_token;
@@ -36,11 +37,11 @@ Service::Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextC
     kb.max_seq_tokens = n_ctx_;
     kb.budget_bytes = options_.kv_budget_bytes;
     kb.memory_fraction = options_.kv_memory_fraction;
-    auto engine = make_seq_engine(model_, kb);
+    auto engine = engine_->make_engine(kb);
     // A plugin may grant a shorter context (GPT-2's learned positions).
     n_ctx_ = std::min(n_ctx_, engine->limits().max_seq_tokens);
     has_logits_ = engine->has_logits();
-    device_bytes_ = model_->info().device_bytes_used;
+    device_bytes_ = engine_->facts().info.device_bytes_used;
 
     SchedulerOptions so;
     so.max_running = options_.max_running;
@@ -49,10 +50,8 @@ Service::Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextC
     so.inference_timeout = options_.inference_timeout;
     so.shutdown_grace = options_.shutdown_grace;
     so.repetition_window = options_.repetition_window;
-    if (const eh_plugin_info* pi = model_->api().info()) {
-        so.plugin = pi->name ? pi->name : "";
-        so.plugin_version = pi->version ? pi->version : "";
-    }
+    so.plugin = facts.plugin_name;
+    so.plugin_version = facts.plugin_version;
     scheduler_ = std::make_unique<Scheduler>(std::move(engine), codec_, metrics_, so);
     constraints_ = std::make_unique<ConstraintCache>(codec_, mi.vocab_size);
 }
@@ -79,6 +78,7 @@ void Service::fill_gauges(Gauges& g) const {
     g.prefix_query_tokens = double(s.prefix_query_tokens.load());
     g.prefix_hit_tokens = double(s.prefix_hit_tokens.load());
     g.preemptions = double(s.preemptions.load());
+    g.engine_restarts = double(s.engine_restarts.load());
     g.engine_steps = double(s.engine_steps.load());
     g.engine_step_seconds = double(s.engine_step_ns.load()) * 1e-9;
     g.constraint_seconds = double(s.constraint_ns.load()) * 1e-9;

@@ -11,6 +11,8 @@
 //   EH_TEST_ENGINE_LOAD_DELAY_MS  take this long to load (startup tests)
 //   EH_TEST_ENGINE_CRASH_AFTER  SIGSEGV at that decode step (a corrupt plugin)
 //   EH_TEST_ENGINE_CRASH_AT_LOAD  SIGILL half-way through the model load
+//   EH_TEST_ENGINE_HANG_AFTER  never return from that decode step (a plugin
+//                             stuck in a kernel or a lock)
 //   EH_TEST_ENGINE_FORK_SENSITIVE behave like CUDA across fork(): probe
 //                             initialises per-process state, and fails in a
 //                             forked child of a process that already did
@@ -62,6 +64,7 @@ struct Model {
     int delay_ms = 0;
     int eos_after = -1;
     int crash_after = -1;  // EH_TEST_ENGINE_CRASH_AFTER: SIGSEGV at that decode step (a corrupt plugin)
+    int hang_after = -1;   // EH_TEST_ENGINE_HANG_AFTER: that decode step never returns
     std::vector<int32_t> script;  // EH_TEST_ENGINE_SCRIPT
 };
 
@@ -188,6 +191,7 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
         if (const char* d = std::getenv("EH_TEST_ENGINE_DELAY_MS")) m->delay_ms = std::atoi(d);
         if (const char* e = std::getenv("EH_TEST_ENGINE_EOS_AFTER")) m->eos_after = std::atoi(e);
         if (const char* c = std::getenv("EH_TEST_ENGINE_CRASH_AFTER")) m->crash_after = std::atoi(c);
+        if (const char* h = std::getenv("EH_TEST_ENGINE_HANG_AFTER")) m->hang_after = std::atoi(h);
         if (const char* sc = std::getenv("EH_TEST_ENGINE_SCRIPT"))
             for (const char* p = sc; *p;) {
                 char* end = nullptr;
@@ -298,6 +302,8 @@ eh_status session_decode(eh_session* sess, int32_t token, int32_t* out) {
     s->tokens.push_back(token);
     ++s->steps;
     if (s->model->crash_after >= 0 && s->steps > s->model->crash_after) std::raise(SIGSEGV);
+    if (s->model->hang_after >= 0 && s->steps > s->model->hang_after)
+        for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
     *out = pick(*s, token);
     fill_logits(*s, *out);
     return EH_OK;

@@ -25,6 +25,7 @@ enum class Code {
     ShuttingDown,        // the server is stopping (HTTP 503)
     NotFound,            // unknown job, route or file
     Internal,            // a bug
+    EngineCrashed,       // the engine process died or hung; its jobs end (HTTP 503)
 };
 
 const char* code_name(Code code);

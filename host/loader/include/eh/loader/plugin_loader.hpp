@@ -35,6 +35,10 @@ struct LoaderOptions {
     // it reads 1.1's eh_model_info.kv_bytes_per_token only when it is set.
     uint16_t required_abi_minor = 0;
     bool isolate_preflight = true;              // run step 2 in a child process
+    // Step 3 too. Off (serve --engine-process): a plugin that passes the
+    // pre-flight is accepted without a table (`api` stays null), for a
+    // child process to open.
+    bool open_in_process = true;
     std::chrono::milliseconds preflight_timeout{30000};
     std::string platform;                       // empty = host_platform()
 };

@@ -35,6 +35,8 @@ public:
     // Releases the least recently used entry; false when empty.
     bool evict_one();
     void clear();
+    // The engine lost every sequence: drop the entries without releasing.
+    void forget_all() { entries_.clear(); }
     size_t size() const { return entries_.size(); }
 
 private:

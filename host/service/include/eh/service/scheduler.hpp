@@ -7,6 +7,10 @@
 //   4. runs it; on KV_FULL evicts cached prefixes, then preempts the newest
 //      request (its blocks are freed and it is recomputed later), and tries
 //      again; otherwise hands each sampled token to its request.
+// When the engine reports Error(EngineCrashed) (its process died or hung),
+// every sequence is gone: each running request ends with that error, the
+// prefix cache is emptied without releasing anything, and the engine is
+// restarted while waiting requests stay queued (engine_lost()).
 // A request with an output constraint samples under its matcher's
 // allowed-token mask, advances the matcher with each token, and ends
 // ("grammar") as soon as its output is complete.
@@ -43,8 +47,18 @@ struct SchedulerOptions {
     std::string plugin, plugin_version;  // the engine's, for each job's execute_start log line
 };
 
+enum class EngineState : int {
+    Ready,        // serving
+    Restarting,   // its process died; being started again, requests queue
+    Failed,       // it crashed too often; not restarted, requests refused
+};
+const char* engine_state_name(EngineState s);
+
 // Read by /health and /metrics from any thread.
 struct SchedulerStats {
+    std::atomic<int> engine_state{int(EngineState::Ready)};
+    std::atomic<uint32_t> engine_restarts{0};
+    std::atomic<int64_t> engine_pid{0};     // 0: in this process
     std::atomic<uint32_t> running{0}, waiting{0};
     std::atomic<uint32_t> kv_total_blocks{0}, kv_free_blocks{0}, prefix_entries{0};
     std::atomic<uint64_t> prefix_lookups{0}, prefix_hits{0}, prefix_query_tokens{0}, prefix_hit_tokens{0};
@@ -115,6 +129,10 @@ private:
     bool try_admit(Active& a);
     void run_step();
     void handle_kv_full();
+    // Every sequence died with the engine: end the running requests with
+    // `why`, forget the cached prefixes, restart it (or give up).
+    void engine_lost(const Error& why);
+    bool stopping() const;
     void complete(ActivePtr a);
     void fail(ActivePtr a, const Error& e);
     void finish(const std::shared_ptr<Job>& job, const JobEvent& terminal);
@@ -140,6 +158,7 @@ private:
     std::unordered_map<std::string, std::shared_ptr<Job>> live_;  // waiting or running, by job_id
     std::deque<std::string> recent_;                              // ended ids, for idempotent cancel
     bool stopping_ = false;
+    std::string engine_failed_;   // why the engine stays down (EngineState::Failed)
     std::once_flag shutdown_once_;
     std::thread thread_;
 };

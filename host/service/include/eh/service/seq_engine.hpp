@@ -1,7 +1,8 @@
 // What the scheduler drives: sequences whose KV cache lives in blocks and a
 // batched step over them. Two implementations wrap a plugin (the 1.2 batched
-// calls, or the 1.0/1.1 session calls one sequence at a time); tests use a
-// fake. Calls come from the scheduler's thread only.
+// calls, or the 1.0/1.1 session calls one sequence at a time), a third
+// drives them in an engine process (remote_engine.hpp); tests use a fake.
+// Calls come from the scheduler's thread only.
 #pragma once
 
 #include <cstdint>
@@ -61,6 +62,22 @@ public:
     // Polled inside a long step by engines that can stop one (the session
     // engine's prefill): true ends the step with Error(Cancelled).
     virtual void set_interrupt(std::function<bool()> fn) { (void)fn; }
+
+    // An engine that can abandon a step (by killing its process) polls this
+    // while one runs: true means a job in it is past its deadline or the
+    // server's shutdown grace. It then throws Error(EngineCrashed).
+    virtual void set_overdue(std::function<bool()> fn) { (void)fn; }
+    // After Error(EngineCrashed) every sequence is gone. restart() brings
+    // the engine back with the same limits and no sequences, or throws
+    // eh::Error when it gives up (then it stays down); `stop` polled while
+    // it waits ends it with Error(ShuttingDown). In-process engines never
+    // crash that way and cannot restart.
+    virtual void restart(const std::function<bool()>& stop) {
+        (void)stop;
+        throw Error(Code::Internal, "this engine cannot be restarted");
+    }
+    // The engine process's id; 0 in this process.
+    virtual int64_t process_id() const { return 0; }
 };
 
 struct KvBudget {

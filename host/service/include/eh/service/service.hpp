@@ -10,6 +10,7 @@
 
 #include "eh/loader/engine.hpp"
 #include "eh/service/constraint_cache.hpp"
+#include "eh/service/engine_source.hpp"
 #include "eh/service/job.hpp"
 #include "eh/service/metrics.hpp"
 #include "eh/service/request.hpp"
@@ -37,8 +38,12 @@ class Service {
 public:
     // Sizes the KV cache (kv_init for batched plugins) and starts the
     // scheduler. Throws eh::Error (e.g. INSUFFICIENT_VRAM).
-    Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextCodec> codec, ServiceOptions options,
+    Service(std::shared_ptr<EngineSource> engine, std::shared_ptr<const TextCodec> codec, ServiceOptions options,
             std::shared_ptr<Metrics> metrics = nullptr);
+    // A model loaded in this process.
+    Service(std::shared_ptr<EngineModel> model, std::shared_ptr<const TextCodec> codec, ServiceOptions options,
+            std::shared_ptr<Metrics> metrics = nullptr)
+        : Service(local_engine(std::move(model)), std::move(codec), std::move(options), std::move(metrics)) {}
     ~Service();
     Service(const Service&) = delete;
     Service& operator=(const Service&) = delete;
@@ -80,13 +85,15 @@ public:
     void fill_gauges(Gauges& g) const;
     const TextCodec& codec() const { return *codec_; }
     const ServiceOptions& options() const { return options_; }
-    const std::shared_ptr<EngineModel>& model() const { return model_; }
+    const std::shared_ptr<EngineSource>& engine() const { return engine_; }
+    // Ready, or restarting / failed after its process died (remote_engine.hpp).
+    EngineState engine_state() const { return EngineState(scheduler_->stats().engine_state.load()); }
     Metrics& metrics() { return *metrics_; }
 
 private:
     std::shared_ptr<Job> prepare(GenerationRequest request);
 
-    std::shared_ptr<EngineModel> model_;
+    std::shared_ptr<EngineSource> engine_;
     std::shared_ptr<const TextCodec> codec_;
     ServiceOptions options_;
     std::shared_ptr<Metrics> metrics_;

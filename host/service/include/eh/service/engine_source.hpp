@@ -1,0 +1,36 @@
+// Where the service's engine comes from: a model loaded by a plugin in this
+// process, or an engine process (remote_engine.hpp) that loaded it. The
+// service reads the model's facts and builds its SeqEngine through this, the
+// same way for both.
+#pragma once
+
+#include <memory>
+#include <string>
+
+#include <engine_host/plugin_abi.h>
+
+#include "eh/loader/engine.hpp"
+#include "eh/service/seq_engine.hpp"
+
+namespace eh::service {
+
+struct EngineFacts {
+    eh_model_info info{};           // device_bytes_used: as of the last look
+    std::string plugin_name, plugin_version;
+    bool session_logits = false;    // the plugin exposes a session's logits
+};
+
+class EngineSource {
+public:
+    virtual ~EngineSource() = default;
+    virtual EngineFacts facts() const = 0;
+    // Once, before serving (kv_init for batched plugins). Throws eh::Error.
+    virtual std::unique_ptr<SeqEngine> make_engine(const KvBudget& budget) = 0;
+    // True when every weight is resident; otherwise false and `why` says why.
+    virtual bool check_residency(std::string* why) = 0;
+};
+
+// A model this process loaded.
+std::shared_ptr<EngineSource> local_engine(std::shared_ptr<EngineModel> model);
+
+}  // namespace eh::service
