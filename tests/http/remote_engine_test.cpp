@@ -94,13 +94,15 @@ TEST(RemoteEngine, ALoadTheChildRefusesKeepsItsCodeAndMessage) {
 
 TEST(RemoteEngine, AnOversizedOrForeignGreetingIsRefusedAndTheChildKilled) {
     // A 4 GiB frame: refused from its header, the child (asleep) killed at once.
+    // (`exec sleep`: the shell's pid is the sleep's, so the kill ends it; a
+    // surviving sleep kept ctest's output pipe open for its 30 s.)
     const int64_t t = ms([] {
-        const Error e = start_error(child("printf '\\377\\377\\377\\377' >&3; sleep 30"));
+        const Error e = start_error(child("printf '\\377\\377\\377\\377' >&3; exec sleep 30"));
         EXPECT_EQ(e.code(), Code::EngineCrashed);
         EXPECT_NE(std::string(e.what()).find("protocol"), std::string::npos) << e.what();
     });
     EXPECT_LT(t, 5000);
-    Error e = start_error(child("printf '" + printf_arg(ready_frame(wire::kVersion + 1)) + "' >&3; sleep 30"));
+    Error e = start_error(child("printf '" + printf_arg(ready_frame(wire::kVersion + 1)) + "' >&3; exec sleep 30"));
     EXPECT_EQ(e.code(), Code::EngineCrashed);
     EXPECT_NE(std::string(e.what()).find("protocol version 2"), std::string::npos) << e.what();
     // A frame cut short by the child's exit.
