@@ -613,5 +613,43 @@ TEST(Server, LoadgenReportsEveryLevel) {
     }
     // A bad level is a usage error, a dead server a clear failure.
     EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --levels 0 > /dev/null 2>&1").c_str()), 0);
+    EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --extra '[1]' > /dev/null 2>&1").c_str()), 0);
     EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:1 > /dev/null 2>&1").c_str()), 0);
+}
+
+// `loadgen --stream`: each request is streamed; TTFT and TPOT come from the
+// chunks' arrival. The engine sleeps 30 ms in every decode step, so the time
+// per output token after the first is at least that, and the first token
+// comes before the request ends. `--extra` reaches the server: a field it
+// refuses fails every request.
+TEST(Server, LoadgenStreamsAndMeasuresTimeToFirstTokenAndPerToken) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "30"}});
+    ASSERT_GT(h.port(), 0) << h.log();
+    const std::string base = std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port());
+    auto run = [](const std::string& cmd, std::string& out) {
+        FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+        if (!p) return -1;
+        char buf[4096];
+        while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
+        return pclose(p);
+    };
+    std::string out;
+    ASSERT_EQ(run(base + " --levels 1,2 -n 5 --stream --json", out), 0) << out;
+    json j = json::parse(out);
+    ASSERT_EQ(j["levels"].size(), 2u) << out;
+    for (auto& l : j["levels"]) {
+        EXPECT_EQ(l["failed"], 0) << out;
+        EXPECT_EQ(l["completion_tokens"], l["requests"].get<int>() * 5) << out;
+        const double ttft = l["ttft_p50_s"], tpot = l["tpot_p50_s"], latency = l["latency_p50_s"];
+        EXPECT_GT(ttft, 0.0) << out;
+        EXPECT_LT(ttft, latency) << out;
+        EXPECT_GE(tpot, 0.029) << out;  // each later token waited for a 30 ms step
+        EXPECT_GE(l["tpot_p95_s"].get<double>(), tpot) << out;
+    }
+    std::string table;
+    ASSERT_EQ(run(base + " --levels 1 -n 3 --stream", table), 0) << table;
+    EXPECT_NE(table.find("TPOT p50 ms"), std::string::npos) << table;
+    std::string refused;
+    EXPECT_NE(run(base + " --levels 1 -n 3 --stream --extra '{\"best_of\": 3}'", refused), 0) << refused;
+    EXPECT_NE(refused.find("best_of"), std::string::npos) << refused;
 }

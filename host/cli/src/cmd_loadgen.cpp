@@ -22,6 +22,8 @@ int cmd_loadgen(const std::vector<std::string>& args) {
         ("requests-per-client", po::value<uint32_t>()->default_value(2), "requests each client sends per level (1-1000)")
         ("model", po::value<std::string>()->default_value(""), "the request's model field")
         ("honor-eos", "let requests end at an end-of-generation token (default: ignore_eos, so each generates -n tokens)")
+        ("stream", "stream the answers and also report time to first token and time per output token (TTFT, TPOT)")
+        ("extra", po::value<std::string>()->default_value("{}"), "a JSON object merged into every request body, e.g. '{\"response_format\":{\"type\":\"json_object\"}}' (the tool's own fields win)")
         ("timeout-sec", po::value<uint32_t>()->default_value(600), "per request")
         ("json", "print one JSON object instead of a table");
     po::variables_map vm;
@@ -59,6 +61,16 @@ int cmd_loadgen(const std::vector<std::string>& args) {
     o.model = vm["model"].as<std::string>();
     o.ignore_eos = vm.count("honor-eos") == 0;
     o.timeout_s = vm["timeout-sec"].as<uint32_t>();
+    o.stream = vm.count("stream") != 0;
+    try {
+        o.extra = nlohmann::json::parse(vm["extra"].as<std::string>());
+    } catch (const std::exception&) {
+        o.extra = nullptr;
+    }
+    if (!o.extra.is_object()) {
+        print_error("--extra takes a JSON object, got '" + vm["extra"].as<std::string>() + "'");
+        return kUsage;
+    }
     if (!vm.count("json")) o.log = [](const std::string& s) { std::fprintf(stderr, "loadgen: %s\n", s.c_str()); };
     auto r = tools::run_load(o);
     if (vm.count("json")) std::cout << tools::to_json(r).dump(2) << "\n";

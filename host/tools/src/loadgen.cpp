@@ -8,6 +8,7 @@
 #include <chrono>
 #include <mutex>
 #include <regex>
+#include <string_view>
 #include <thread>
 
 #include "eh/error.hpp"
@@ -42,6 +43,85 @@ Target parse_url(const std::string& url) {
     return {m[1].str(), prefix};
 }
 
+// One request's outcome: an error, or its completion tokens, latency and
+// (streamed) the time its first text arrived.
+struct Outcome {
+    std::string error;
+    uint64_t tokens = 0;
+    double latency_s = 0, ttft_s = -1;
+};
+
+Outcome plain_request(httplib::Client& cli, const std::string& path, const nlohmann::json& body) {
+    Outcome o;
+    const auto s = Clock::now();
+    auto r = cli.Post(path, body.dump(), "application/json");
+    o.latency_s = std::chrono::duration<double>(Clock::now() - s).count();
+    if (!r) o.error = httplib::to_string(r.error());
+    else if (r->status != 200) o.error = fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200));
+    else {
+        try {
+            o.tokens = nlohmann::json::parse(r->body).at("usage").at("completion_tokens").get<uint64_t>();
+        } catch (const std::exception& e) {
+            o.error = std::string("unreadable answer: ") + e.what();
+        }
+    }
+    return o;
+}
+
+// Server-sent events: `data: {chunk}` frames, a usage chunk (include_usage),
+// then `data: [DONE]`. The first chunk with non-empty text is the first token.
+Outcome streamed_request(httplib::Client& cli, const std::string& path, nlohmann::json body) {
+    body["stream"] = true;
+    body["stream_options"] = {{"include_usage", true}};
+    Outcome o;
+    std::string pending, raw;
+    bool done = false;
+    const auto s = Clock::now();
+    auto frame = [&](std::string_view f) {
+        if (f.rfind("data: ", 0) != 0) return;
+        f.remove_prefix(6);
+        if (f == "[DONE]") {
+            done = true;
+            return;
+        }
+        try {
+            const auto j = nlohmann::json::parse(f);
+            if (j.contains("error")) {
+                if (o.error.empty()) o.error = "error event: " + j["error"].dump().substr(0, 200);
+                return;
+            }
+            if (o.ttft_s < 0 && j.contains("choices"))
+                for (const auto& c : j["choices"])
+                    if (c.contains("text") && c["text"].is_string() && !c["text"].get_ref<const std::string&>().empty())
+                        o.ttft_s = std::chrono::duration<double>(Clock::now() - s).count();
+            if (j.contains("usage") && j["usage"].is_object()) o.tokens = j["usage"].at("completion_tokens").get<uint64_t>();
+        } catch (const std::exception& e) {
+            if (o.error.empty()) o.error = std::string("unreadable chunk: ") + e.what();
+        }
+    };
+    httplib::Request req;
+    req.method = "POST";
+    req.path = path;
+    req.body = body.dump();
+    req.set_header("Content-Type", "application/json");
+    req.content_receiver = [&](const char* data, size_t n, uint64_t, uint64_t) {
+        if (raw.size() < 4096) raw.append(data, std::min<size_t>(n, 4096 - raw.size()));
+        pending.append(data, n);
+        for (size_t end; (end = pending.find("\n\n")) != std::string::npos;) {
+            frame(std::string_view(pending).substr(0, end));
+            pending.erase(0, end + 2);
+        }
+        return true;
+    };
+    auto r = cli.send(req);
+    o.latency_s = std::chrono::duration<double>(Clock::now() - s).count();
+    if (!r) o.error = httplib::to_string(r.error());
+    else if (r->status != 200) o.error = fmt::format("HTTP {}: {}", r->status, raw.substr(0, 200));
+    else if (o.error.empty() && !done) o.error = "the stream ended without [DONE]";
+    else if (o.error.empty() && o.tokens == 0) o.error = "the stream carried no usage chunk";
+    return o;
+}
+
 }  // namespace
 
 std::vector<LevelResult> run_load(const LoadOptions& o) {
@@ -57,7 +137,7 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
         LevelResult lr;
         lr.clients = level;
         std::mutex mu;
-        std::vector<double> latencies;
+        std::vector<double> latencies, ttfts, tpots;
         const auto t0 = Clock::now();
         std::vector<std::thread> clients;
         for (uint32_t c = 0; c < level; ++c)
@@ -66,32 +146,27 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
                 cli.set_read_timeout(time_t(o.timeout_s), 0);
                 cli.set_write_timeout(30, 0);
                 for (uint32_t k = 0; k < o.requests_per_client; ++k) {
-                    nlohmann::json body = {{"prompt", prompt_for(level, c, k)}, {"max_tokens", o.max_tokens},
-                                           {"temperature", 0}, {"ignore_eos", o.ignore_eos}};
+                    nlohmann::json body = o.extra;
+                    body["prompt"] = prompt_for(level, c, k);
+                    body["max_tokens"] = o.max_tokens;
+                    body["temperature"] = 0;
+                    body["ignore_eos"] = o.ignore_eos;
                     if (!o.model.empty()) body["model"] = o.model;
-                    const auto s = Clock::now();
-                    auto r = cli.Post(t.path_prefix + "/v1/completions", body.dump(), "application/json");
-                    const double secs = std::chrono::duration<double>(Clock::now() - s).count();
+                    const std::string path = t.path_prefix + "/v1/completions";
+                    const Outcome r = o.stream ? streamed_request(cli, path, body) : plain_request(cli, path, body);
                     std::lock_guard lock(mu);
                     ++lr.requests;
-                    std::string err;
-                    uint64_t tokens = 0;
-                    if (!r) err = httplib::to_string(r.error());
-                    else if (r->status != 200) err = fmt::format("HTTP {}: {}", r->status, r->body.substr(0, 200));
-                    else {
-                        try {
-                            tokens = nlohmann::json::parse(r->body).at("usage").at("completion_tokens").get<uint64_t>();
-                        } catch (const std::exception& e) {
-                            err = std::string("unreadable answer: ") + e.what();
-                        }
-                    }
-                    if (!err.empty()) {
+                    if (!r.error.empty()) {
                         ++lr.failed;
-                        if (lr.first_error.empty()) lr.first_error = err;
+                        if (lr.first_error.empty()) lr.first_error = r.error;
                         continue;
                     }
-                    lr.completion_tokens += tokens;
-                    latencies.push_back(secs);
+                    lr.completion_tokens += r.tokens;
+                    latencies.push_back(r.latency_s);
+                    if (r.ttft_s >= 0) {
+                        ttfts.push_back(r.ttft_s);
+                        if (r.tokens >= 2) tpots.push_back((r.latency_s - r.ttft_s) / double(r.tokens - 1));
+                    }
                 }
             });
         for (auto& th : clients) th.join();
@@ -100,6 +175,11 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
         lr.requests_per_s = lr.seconds > 0 ? double(lr.requests - lr.failed) / lr.seconds : 0;
         lr.latency_p50_s = percentile(latencies, 50);
         lr.latency_p95_s = percentile(latencies, 95);
+        lr.streamed = o.stream;
+        lr.ttft_p50_s = percentile(ttfts, 50);
+        lr.ttft_p95_s = percentile(ttfts, 95);
+        lr.tpot_p50_s = percentile(tpots, 50);
+        lr.tpot_p95_s = percentile(tpots, 95);
         if (o.log)
             o.log(fmt::format("{} clients: {:.1f} tok/s, {} requests, {} failed", level, lr.tokens_per_s, lr.requests,
                               lr.failed));
@@ -109,11 +189,20 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
 }
 
 std::string to_table(const std::vector<LevelResult>& r) {
-    std::string s = fmt::format("{:>8} {:>9} {:>7} {:>12} {:>10} {:>10} {:>10}\n", "clients", "requests", "failed",
+    const bool streamed = !r.empty() && r.front().streamed;
+    std::string s = fmt::format("{:>8} {:>9} {:>7} {:>12} {:>10} {:>10} {:>10}", "clients", "requests", "failed",
                                 "tokens/s", "req/s", "p50 s", "p95 s");
-    for (const auto& l : r)
-        s += fmt::format("{:>8} {:>9} {:>7} {:>12.1f} {:>10.2f} {:>10.3f} {:>10.3f}\n", l.clients, l.requests, l.failed,
+    if (streamed)
+        s += fmt::format(" {:>13} {:>13} {:>13}", "TTFT p50 ms", "TPOT p50 ms", "TPOT p95 ms");
+    s += "\n";
+    for (const auto& l : r) {
+        s += fmt::format("{:>8} {:>9} {:>7} {:>12.1f} {:>10.2f} {:>10.3f} {:>10.3f}", l.clients, l.requests, l.failed,
                          l.tokens_per_s, l.requests_per_s, l.latency_p50_s, l.latency_p95_s);
+        if (streamed)
+            s += fmt::format(" {:>13.2f} {:>13.4f} {:>13.4f}", l.ttft_p50_s * 1e3, l.tpot_p50_s * 1e3,
+                             l.tpot_p95_s * 1e3);
+        s += "\n";
+    }
     for (const auto& l : r)
         if (!l.first_error.empty()) s += fmt::format("{} clients, first error: {}\n", l.clients, l.first_error);
     return s;
@@ -121,12 +210,20 @@ std::string to_table(const std::vector<LevelResult>& r) {
 
 nlohmann::json to_json(const std::vector<LevelResult>& r) {
     nlohmann::json levels = nlohmann::json::array();
-    for (const auto& l : r)
-        levels.push_back({{"clients", l.clients}, {"requests", l.requests}, {"failed", l.failed},
-                          {"completion_tokens", l.completion_tokens}, {"seconds", l.seconds},
-                          {"tokens_per_s", l.tokens_per_s}, {"requests_per_s", l.requests_per_s},
-                          {"latency_p50_s", l.latency_p50_s}, {"latency_p95_s", l.latency_p95_s},
-                          {"first_error", l.first_error}});
+    for (const auto& l : r) {
+        nlohmann::json j = {{"clients", l.clients}, {"requests", l.requests}, {"failed", l.failed},
+                            {"completion_tokens", l.completion_tokens}, {"seconds", l.seconds},
+                            {"tokens_per_s", l.tokens_per_s}, {"requests_per_s", l.requests_per_s},
+                            {"latency_p50_s", l.latency_p50_s}, {"latency_p95_s", l.latency_p95_s},
+                            {"first_error", l.first_error}};
+        if (l.streamed) {
+            j["ttft_p50_s"] = l.ttft_p50_s;
+            j["ttft_p95_s"] = l.ttft_p95_s;
+            j["tpot_p50_s"] = l.tpot_p50_s;
+            j["tpot_p95_s"] = l.tpot_p95_s;
+        }
+        levels.push_back(std::move(j));
+    }
     return {{"levels", levels}};
 }
 

@@ -2,7 +2,11 @@
 // /v1/completions requests back to back (distinct prompts, temperature 0,
 // a fixed number of output tokens), 2N requests per level, and the level
 // reports aggregate completion tokens/s, requests/s and latency percentiles.
-// The same shape as ../shared/peers/loadgen.py, so numbers compare.
+// The same shape as ../shared/peers/loadgen.py, so numbers compare. With
+// `stream` the requests are streamed and each level also reports time to
+// first token (TTFT) and time per output token after it (TPOT, as vLLM's
+// benchmark defines it: (latency - TTFT) / (tokens - 1)), which is the
+// decode rate one client sees, free of per-request costs.
 #pragma once
 
 #include <cstdint>
@@ -21,6 +25,8 @@ struct LoadOptions {
     uint32_t requests_per_client = 2;
     std::string model;                           // "model" field; empty: the server's
     bool ignore_eos = true;                      // every request generates max_tokens (vLLM/llama-server extension)
+    bool stream = false;                         // stream the answers; measure TTFT and TPOT
+    nlohmann::json extra = nlohmann::json::object();  // merged into every request body (e.g. response_format)
     uint32_t timeout_s = 600;                    // per request
     std::function<void(const std::string&)> log; // progress, may be empty
 };
@@ -32,6 +38,10 @@ struct LevelResult {
     double seconds = 0;
     double tokens_per_s = 0, requests_per_s = 0;
     double latency_p50_s = 0, latency_p95_s = 0;
+    // With stream only (requests of at least 2 tokens for TPOT):
+    double ttft_p50_s = 0, ttft_p95_s = 0;
+    double tpot_p50_s = 0, tpot_p95_s = 0;
+    bool streamed = false;
     std::string first_error;
 };
 
