@@ -5,8 +5,13 @@
 # Qwen2.5-0.5B Q4_K_M, with loadgen.py at 1 and 16 clients. Around each
 # level it reads /metrics and prints where the time went: the engine's step
 # calls (ms per step), the host's mask and matcher work (ms per step), and
-# tokens per request (a schema's answer may end before max_tokens).
-#   OUT=... [LOADGEN=.../loadgen.py] scripts/device-structured.sh BUILD_DIR [LEVELS]
+# tokens per request (a schema's answer may end before max_tokens). Then the
+# same comparison streamed with `engine-host loadgen --stream`, whose TPOT
+# (time per output token after the first) is the decode rate a client sees
+# whatever length the answers have, and last `engine-host bench` (prefill
+# 512, decode 128, the one-sequence session path) after the server stops:
+# the plugin's batch-1 decode rate beside the server's one-client TPOT.
+#   OUT=... [LOADGEN=.../loadgen.py] [ROUNDS=3] scripts/device-structured.sh BUILD_DIR [LEVELS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
@@ -33,13 +38,26 @@ level() {  # LABEL CLIENTS [EXTRA]
   echo "$before $after" | awk -v l="$1" -v c="$2" '{s=$5-$1; printf "{\"split\": \"%s\", \"concurrency\": %s, \"steps\": %d, \"engine_ms_per_step\": %.4f, \"constraint_ms_per_step\": %.4f, \"tokens\": %d}\n",
     l, c, s, s ? 1000*($6-$2)/s : 0, s ? 1000*($7-$3)/s : 0, $8-$4}' | tee -a "$out/structured.jsonl"
 }
-for run in 1 2; do
+rounds=${ROUNDS:-3}
+for run in $(seq 1 "$rounds"); do
   for c in ${levels//,/ }; do
     level plain "$c"
     level json_schema "$c" "$schema"
+  done
+done
+streamed() {  # LABEL CLIENTS [EXTRA]
+  echo "{\"split\": \"$1-stream\", \"result\": $("$build/bin/engine-host" loadgen --url http://127.0.0.1:18700 \
+    --levels "$2" -n 128 --requests-per-client 4 --stream --json ${3:+--extra "$3"} | tr -d '\n ')}" |
+    tee -a "$out/structured.jsonl"
+}
+for run in $(seq 1 "$rounds"); do
+  for c in ${levels//,/ }; do
+    streamed plain "$c"
+    streamed json_schema "$c" "$schema"
   done
 done
 # One answer with the schema, to show it parses.
 curl -s localhost:18700/v1/chat/completions -H 'Content-Type: application/json' \
   -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":200,${schema:1:-1}}" | tee "$out/sample.json" | head -c 600; echo
 kill $pid; wait $pid 2>/dev/null
+"$build/bin/engine-host" bench --plugins "$build/plugins" --model "$f" -p 512 -n 128 -r 3 | tee "$out/bench.txt"
