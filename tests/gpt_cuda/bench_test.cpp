@@ -97,6 +97,8 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
 // ("1,4") picks the batch sizes.
 TEST(GptCudaBench, GptOss20bBatchedStep) {
     const std::string path = bench_model();
+    // The printed label names the model benched (EH_GPT_CUDA_BENCH_PROFILE may pick another).
+    const std::string label = std::filesystem::path(path).stem().string();
     if (path.empty()) GTEST_SKIP() << "set EH_GPT_CUDA_BENCH_MODEL or EH_GPT_CUDA_BENCH_FORGE";
     const eh_plugin_api* api = gpu_api();
     ASSERT_NE(api, nullptr);
@@ -121,7 +123,7 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
     auto secs = [](auto a, auto b) { return std::chrono::duration<double>(b - a).count(); };
     auto t0 = clock();
     ASSERT_EQ(api->kv_init(m, &kp, &ki), EH_OK) << api->model_last_error(m);
-    std::printf("[bench] gpt-oss-20b batched: kv_init (pool + warm-up) %.2f s, %u blocks\n", secs(t0, clock()),
+    std::printf("[bench] %s batched: kv_init (pool + warm-up) %.2f s, %u blocks\n", label.c_str(), secs(t0, clock()),
                 ki.total_blocks);
     eh_sampling_params sp{};
     sp.struct_size = sizeof sp;
@@ -165,8 +167,8 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
             t = e.token;
         }
         const double tg = secs(t0, clock());
-        std::printf("[bench] gpt-oss-20b batched: one sequence: prefill 512 in one step %.0f tokens/s, decode %.1f "
-                    "tokens/s (%d steps at context ~516)\n", 512 / pp, n / tg, n);
+        std::printf("[bench] %s batched: one sequence: prefill 512 in one step %.0f tokens/s, decode %.1f "
+                    "tokens/s (%d steps at context ~516)\n", label.c_str(), 512 / pp, n / tg, n);
         api->seq_release(s);
     }
     std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
@@ -204,8 +206,8 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
             profiled.end(k);
             if (k >= 2) decode_s += secs(t0, clock());
         }
-        std::printf("[bench] gpt-oss-20b batched: batch %2d: prefill %d x 128 tokens %.1f ms; decode %.3f ms/step = "
-                    "%.0f tokens/s\n", batch, batch, prefill_s * 1e3, decode_s / steps * 1e3, batch * steps / decode_s);
+        std::printf("[bench] %s batched: batch %2d: prefill %d x 128 tokens %.1f ms; decode %.3f ms/step = "
+                    "%.0f tokens/s\n", label.c_str(), batch, batch, prefill_s * 1e3, decode_s / steps * 1e3, batch * steps / decode_s);
         // What a server under load runs: the running sequences' decodes with
         // a few arriving requests' prompts in the same step (4 new
         // sequences of 32 tokens, the shape of loadgen's short prompts).
@@ -233,7 +235,7 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
                 for (int i = 0; i < batch; ++i) es[size_t(i)].token = all[size_t(i)].token;
                 for (eh_seq* q : fresh) api->seq_release(q);
             }
-            std::printf("[bench] gpt-oss-20b batched: batch %2d + %d x %d-token prompts: %.3f ms/step\n", batch,
+            std::printf("[bench] %s batched: batch %2d + %d x %d-token prompts: %.3f ms/step\n", label.c_str(), batch,
                         kArrivals, kPromptTokens, mixed_s / kRounds * 1e3);
         }
         for (eh_seq* q : seqs) api->seq_release(q);
