@@ -38,20 +38,15 @@ level() {  # LABEL CLIENTS [EXTRA]
   echo "$before $after" | awk -v l="$1" -v c="$2" '{s=$5-$1; printf "{\"split\": \"%s\", \"concurrency\": %s, \"steps\": %d, \"engine_ms_per_step\": %.4f, \"constraint_ms_per_step\": %.4f, \"tokens\": %d}\n",
     l, c, s, s ? 1000*($6-$2)/s : 0, s ? 1000*($7-$3)/s : 0, $8-$4}' | tee -a "$out/structured.jsonl"
 }
-rounds=${ROUNDS:-3}
-for run in $(seq 1 "$rounds"); do
-  for c in ${levels//,/ }; do
-    level plain "$c"
-    level json_schema "$c" "$schema"
-  done
-done
 streamed() {  # LABEL CLIENTS [EXTRA]
   echo "{\"split\": \"$1-stream\", \"result\": $("$build/bin/engine-host" loadgen --url http://127.0.0.1:18700 \
     --levels "$2" -n 128 --requests-per-client 4 --stream --json ${3:+--extra "$3"} | tr -d '\n ')}" |
     tee -a "$out/structured.jsonl"
 }
-for run in $(seq 1 "$rounds"); do
+for run in $(seq 1 "${ROUNDS:-3}"); do
   for c in ${levels//,/ }; do
+    level plain "$c"
+    level json_schema "$c" "$schema"
     streamed plain "$c"
     streamed json_schema "$c" "$schema"
   done
