@@ -451,12 +451,21 @@ int cmd_serve(const std::vector<std::string>& args) {
         ni.logprobs = facts.session_logits;
         ni.queue_capacity = sopt.queue_capacity;
         ni.plugins = registry_json(reg);
-        server.attach(svc, ni);
-        if (!engine_process) last_words("serving");
-
         // Residency is checked here, never on a request's path.
         std::string why;
         server.set_resident(engine->check_residency(&why), why);
+        // Logged before /health answers ready, so whoever sees the one can read the other.
+        const service::SeqLimits& kl = svc->kv_limits();
+        log_event(lvl::info, "ready", {{"uri", uri}, {"context_length", svc->n_ctx()}, {"plugin", plugin.caps.name},
+                                       {"engine_process", engine_process ? nlohmann::json(svc->stats().engine_pid.load()) : nlohmann::json(nullptr)},
+                                       {"tokenizer", codec->kind()},
+                                       {"chat_template", service::chat_template_kind_name(chat_state.kind)},
+                                       {"batched", svc->batched()},
+                                       {"max_running", svc->max_running()}, {"kv_blocks", kl.total_blocks},
+                                       {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc->kv_cache_bytes()}});
+        server.attach(svc, ni);
+        if (!engine_process) last_words("serving");
+
         uint32_t every = vm["residency-check-sec"].as<uint32_t>();
         residency = std::thread([&, every] {
             std::unique_lock lock(residency_mu);
@@ -469,14 +478,6 @@ int cmd_serve(const std::vector<std::string>& args) {
                 lock.lock();
             }
         });
-        const service::SeqLimits& kl = svc->kv_limits();
-        log_event(lvl::info, "ready", {{"uri", uri}, {"context_length", svc->n_ctx()}, {"plugin", plugin.caps.name},
-                                       {"engine_process", engine_process ? nlohmann::json(svc->stats().engine_pid.load()) : nlohmann::json(nullptr)},
-                                       {"tokenizer", codec->kind()},
-                                       {"chat_template", service::chat_template_kind_name(chat_state.kind)},
-                                       {"batched", svc->batched()},
-                                       {"max_running", svc->max_running()}, {"kv_blocks", kl.total_blocks},
-                                       {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc->kv_cache_bytes()}});
 
         if (vm.count("callback-url")) {
             std::string err;
