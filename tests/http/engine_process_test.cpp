@@ -185,6 +185,32 @@ TEST(EngineProcess, ARequestWaitingDuringTheCrashRunsAfterTheRestart) {
 }
 
 // The policy: more than 3 crashes within 60 s and the engine stays down.
+// A child that dies while no request runs is noticed by the idle scheduler
+// and restarted at once: /health counts the restart with no request sent,
+// and the next request is served by the new child.
+TEST(EngineProcess, AChildThatDiesWhileIdleIsRestartedBeforeTheNextRequest) {
+    EngineHost h = engine_process({});
+    ASSERT_TRUE(h.running()) << h.log();
+    const int64_t first = engine_pid(health(h));
+    ASSERT_GT(first, 0);
+    ASSERT_EQ(kill(pid_t(first), SIGKILL), 0);
+    json st;
+    for (auto until = Clock::now() + std::chrono::seconds(15); Clock::now() < until;) {
+        st = health(h);
+        if (st["engine"].value("restarts", 0) == 1 && st.value("status", "") == "healthy") break;
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+    }
+    EXPECT_EQ(st["engine"].value("restarts", 0), 1) << st.dump() << h.log();
+    EXPECT_EQ(st.value("status", ""), "healthy") << st.dump();
+    const int64_t second = engine_pid(st);
+    EXPECT_GT(second, 0) << st.dump();
+    EXPECT_NE(second, first);
+    EXPECT_TRUE(wait_gone(first));
+    const Stream s = execute(h.port(), "after-idle-death", 4);
+    EXPECT_EQ(s.terminals, 1u);
+    EXPECT_EQ(s.last_event, "end") << s.terminal.dump();
+}
+
 TEST(EngineProcess, RepeatedCrashesLeaveTheServerUnhealthyAfterTheFourth) {
     EngineHost h = engine_process({{"EH_TEST_ENGINE_CRASH_AFTER", "0"}});
     ASSERT_TRUE(h.running()) << h.log();

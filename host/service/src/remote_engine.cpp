@@ -5,6 +5,7 @@
 #include "eh/service/remote_engine.hpp"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -243,14 +244,7 @@ public:
                                                         {"reason", "hung"}, {"message", down_why_}});
                 throw Error(Code::EngineCrashed, down_why_);
             }
-            if (io == wire::Io::Closed) {
-                const std::string how = lose(std::chrono::milliseconds(2000));
-                crashes_.push_back(Clock::now());
-                down_why_ = fmt::format("the engine process (pid {}) {}; the engine is being restarted", pid, how);
-                log_event(lvl::err, "engine_crashed", {{"code", code_name(Code::EngineCrashed)}, {"pid", pid},
-                                                        {"reason", how}, {"message", down_why_}});
-                throw Error(Code::EngineCrashed, down_why_);
-            }
+            if (io == wire::Io::Closed) died("");
             r = wire::decode_reply(body);
             if (r.type != expect && r.type != wire::Msg::Error)
                 throw wire::ProtocolError(fmt::format("a reply of type {} to a request of type {}", int(r.type), int(expect)));
@@ -260,6 +254,20 @@ public:
         if (!bad.empty()) broken(bad);
         if (r.type == wire::Msg::Error) throw Error(r.code, r.message);
         return r;
+    }
+
+    // Between calls nothing may arrive from the child: its end of the
+    // socket closing is its death, bytes are a protocol break. Both throw
+    // Error(EngineCrashed); a child with nothing to say returns.
+    void check_alive() {
+        if (!child_) throw Error(Code::EngineCrashed, "the engine process is not running: " + down_why_);
+        pollfd p{child_->fd, POLLIN, 0};
+        if (poll(&p, 1, 0) <= 0) return;
+        uint8_t byte = 0;
+        const ssize_t n = recv(child_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+        if (n > 0) broken("a message while no request was in flight");
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
+        died(" while idle");
     }
 
     // The child answered something this host cannot use: it is killed.
@@ -348,6 +356,17 @@ public:
     }
 
 private:
+    // The child's end of the socket closed: it is reaped (killed after a
+    // grace) and the death counted; `when` says what the host was doing.
+    [[noreturn]] void died(const char* when) {
+        const pid_t pid = child_->pid;
+        const std::string how = lose(std::chrono::milliseconds(2000));
+        crashes_.push_back(Clock::now());
+        down_why_ = fmt::format("the engine process (pid {}) {}{}; the engine is being restarted", pid, how, when);
+        log_event(lvl::err, "engine_crashed", {{"code", code_name(Code::EngineCrashed)}, {"pid", pid},
+                                                {"reason", how}, {"message", down_why_}});
+        throw Error(Code::EngineCrashed, down_why_);
+    }
     // Ends the child (killed at once when there is no grace) and reaps it;
     // returns how it ended.
     std::string lose(std::chrono::milliseconds grace) {
@@ -448,6 +467,11 @@ public:
         });
     }
     int64_t process_id() const override { return link_->pid(); }
+    void check_alive() override {
+        // A residency check from /health holds the link: it sees a death too.
+        std::unique_lock lock(link_->mu, std::try_to_lock);
+        if (lock.owns_lock()) link_->check_alive();
+    }
 
 private:
     // Any call can hang in a broken plugin, not only a step.

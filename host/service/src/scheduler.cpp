@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <optional>
 
 #include "eh/service/event_log.hpp"
 #include "eh/service/request.hpp"
@@ -15,6 +16,8 @@ using Clock = std::chrono::steady_clock;
 
 int64_t now_ns() { return Clock::now().time_since_epoch().count(); }
 
+// How often an idle scheduler asks the engine whether its process still runs.
+constexpr auto kIdleCheck = std::chrono::milliseconds(200);
 
 // A restarted engine process takes a model load: clients wait this long.
 constexpr uint32_t kEngineRetryAfterMs = 5000;
@@ -206,10 +209,26 @@ void Scheduler::forget(const std::string& job_id) {
 
 void Scheduler::loop() {
     for (;;) {
+        bool idle = false;
         {
             std::unique_lock lock(mu_);
-            cv_.wait(lock, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
+            idle = !cv_.wait_for(lock, kIdleCheck, [&] { return stopping_ || !waiting_.empty() || !running_.empty(); });
             if (stopping_ && waiting_.empty() && running_.empty()) break;
+        }
+        if (idle) {
+            // An engine process that died between requests is restarted now,
+            // not when the next request finds it gone (a given-up engine stays down).
+            std::optional<Error> lost;
+            if (stats_.engine_state.load() == int(EngineState::Ready)) {
+                try {
+                    engine_->check_alive();
+                } catch (const Error& e) {
+                    if (e.code() == Code::EngineCrashed) lost = e;
+                } catch (const std::exception&) {
+                }
+            }
+            if (lost) engine_lost(*lost);
+            continue;
         }
         try {
             reap();
@@ -521,6 +540,7 @@ void Scheduler::engine_lost(const Error& why) {
     publish();
     try {
         engine_->restart([this] { return stopping(); });
+        publish();  // the new process's id before /health says ready
         stats_.engine_restarts.fetch_add(1);
         stats_.engine_state = int(EngineState::Ready);
         return;

@@ -10,7 +10,9 @@
 // When the engine reports Error(EngineCrashed) (its process died or hung),
 // every sequence is gone: each running request ends with that error, the
 // prefix cache is emptied without releasing anything, and the engine is
-// restarted while waiting requests stay queued (engine_lost()).
+// restarted while waiting requests stay queued (engine_lost()). While it has
+// nothing to run it asks the engine every 200 ms whether its process still
+// runs (check_alive()), so a death between requests is restarted at once.
 // A request with an output constraint samples under its matcher's
 // allowed-token mask, advances the matcher with each token, and ends
 // ("grammar") as soon as its output is complete.

@@ -78,6 +78,11 @@ public:
     }
     // The engine process's id; 0 in this process.
     virtual int64_t process_id() const { return 0; }
+    // Called by the scheduler while it has nothing to run: an engine whose
+    // process can end between calls throws Error(EngineCrashed) when it has,
+    // so the restart need not wait for the next request. In-process engines
+    // never end that way.
+    virtual void check_alive() {}
 };
 
 struct KvBudget {
