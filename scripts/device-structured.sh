@@ -51,7 +51,7 @@ for run in $(seq 1 "${ROUNDS:-3}"); do
     streamed json_schema "$c" "$schema"
   done
 done
-# One answer with the schema, to show it parses.
+# One chat answer with the schema: JSON matching it when it ends by itself (finish_reason "stop"), a prefix of such JSON when max_tokens cuts it.
 curl -s localhost:18700/v1/chat/completions -H 'Content-Type: application/json' \
   -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":200,${schema:1:-1}}" | tee "$out/sample.json" | head -c 600; echo
 kill $pid; wait $pid 2>/dev/null
