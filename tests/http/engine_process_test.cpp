@@ -184,7 +184,6 @@ TEST(EngineProcess, ARequestWaitingDuringTheCrashRunsAfterTheRestart) {
     EXPECT_EQ(health(h)["engine"].value("restarts", 0), 1);
 }
 
-// The policy: more than 3 crashes within 60 s and the engine stays down.
 // A child that dies while no request runs is noticed by the idle scheduler
 // and restarted at once: /health counts the restart with no request sent,
 // and the next request is served by the new child.
@@ -211,6 +210,7 @@ TEST(EngineProcess, AChildThatDiesWhileIdleIsRestartedBeforeTheNextRequest) {
     EXPECT_EQ(s.last_event, "end") << s.terminal.dump();
 }
 
+// The policy: more than 3 crashes within 60 s and the engine stays down.
 TEST(EngineProcess, RepeatedCrashesLeaveTheServerUnhealthyAfterTheFourth) {
     EngineHost h = engine_process({{"EH_TEST_ENGINE_CRASH_AFTER", "0"}});
     ASSERT_TRUE(h.running()) << h.log();

@@ -595,12 +595,9 @@ TEST(Server, LoadgenReportsEveryLevel) {
     ASSERT_GT(h.port(), 0) << h.log();
     const std::string cmd = std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port()) +
                             " --levels 1,3 -n 4 --json 2>&1";
-    FILE* p = popen(cmd.c_str(), "r");
-    ASSERT_NE(p, nullptr);
-    std::string out;
-    char buf[4096];
-    while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-    EXPECT_EQ(pclose(p), 0) << out;
+    const auto [status, out] = run_command(cmd);
+    ASSERT_NE(status, -1);
+    EXPECT_EQ(status, 0) << out;
     json j = json::parse(out);
     ASSERT_EQ(j["levels"].size(), 2u) << out;
     EXPECT_EQ(j["levels"][0]["clients"], 1);
@@ -626,15 +623,8 @@ TEST(Server, LoadgenStreamsAndMeasuresTimeToFirstTokenAndPerToken) {
     EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "30"}});
     ASSERT_GT(h.port(), 0) << h.log();
     const std::string base = std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port());
-    auto run = [](const std::string& cmd, std::string& out) {
-        FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-        if (!p) return -1;
-        char buf[4096];
-        while (size_t n = fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-        return pclose(p);
-    };
-    std::string out;
-    ASSERT_EQ(run(base + " --levels 1,2 -n 5 --stream --json", out), 0) << out;
+    const auto [status, out] = run_command(base + " --levels 1,2 -n 5 --stream --json 2>&1");
+    ASSERT_EQ(status, 0) << out;
     json j = json::parse(out);
     ASSERT_EQ(j["levels"].size(), 2u) << out;
     for (auto& l : j["levels"]) {
@@ -646,10 +636,10 @@ TEST(Server, LoadgenStreamsAndMeasuresTimeToFirstTokenAndPerToken) {
         EXPECT_GE(tpot, 0.029) << out;  // each later token waited for a 30 ms step
         EXPECT_GE(l["tpot_p95_s"].get<double>(), tpot) << out;
     }
-    std::string table;
-    ASSERT_EQ(run(base + " --levels 1 -n 3 --stream", table), 0) << table;
+    const auto [table_status, table] = run_command(base + " --levels 1 -n 3 --stream 2>&1");
+    ASSERT_EQ(table_status, 0) << table;
     EXPECT_NE(table.find("TPOT p50 ms"), std::string::npos) << table;
-    std::string refused;
-    EXPECT_NE(run(base + " --levels 1 -n 3 --stream --extra '{\"best_of\": 3}'", refused), 0) << refused;
+    const auto [refused_status, refused] = run_command(base + " --levels 1 -n 3 --stream --extra '{\"best_of\": 3}' 2>&1");
+    EXPECT_NE(refused_status, 0) << refused;
     EXPECT_NE(refused.find("best_of"), std::string::npos) << refused;
 }
