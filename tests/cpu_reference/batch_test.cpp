@@ -322,3 +322,124 @@ TEST(BatchedSequences, MaskAndBiasSteerTheSampledToken) {
 }
 
 }  // namespace
+
+// ABI 1.3: steps in two halves, each begun before the one ahead of it is
+// read, its decode tokens taken from the step in flight (EH_STEP_CHAINED).
+// Tokens and sequences must be what plain step() calls give, with sampling
+// at a temperature (draws keyed by position) and a repetition penalty on
+// one sequence (its history includes the chained tokens).
+TEST(StepHalves, ChainedStepsGiveThePlainStepsTokens) {
+    TinySpec sp;
+    sp.n_embd = 128;
+    sp.n_ff = 128;
+    auto view = make_tiny(sp);
+    const std::vector<std::vector<int32_t>> prompts = {prompt(13, 1, sp.n_vocab), prompt(21, 2, sp.n_vocab),
+                                                       prompt(6, 3, sp.n_vocab)};
+    const size_t n = prompts.size();
+    constexpr int kSteps = 12;
+    auto setup = [&](Batched& b) {
+        std::vector<eh_seq*> s;
+        for (size_t i = 0; i < n; ++i) {
+            s.push_back(b.create());
+            eh_sampling_params p = greedy_params();
+            p.temperature = 0.9f;
+            p.seed = 40 + i;
+            if (i == 1) p.repetition_penalty = 1.3f;
+            EXPECT_EQ(plugin().seq_set_sampling(s[i], &p), EH_OK);
+        }
+        return s;
+    };
+    // Plain: the prompts, then kSteps decodes of all three.
+    std::vector<std::vector<int32_t>> plain(n);
+    std::vector<uint32_t> plain_len(n);
+    {
+        Batched b(view->view());
+        auto s = setup(b);
+        std::vector<eh_step_entry> es;
+        for (size_t i = 0; i < n; ++i) es.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+        std::vector<int32_t> next(n);
+        for (int k = 0; k <= kSteps; ++k) {
+            ASSERT_EQ(plugin().step(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
+            for (size_t i = 0; i < n; ++i) {
+                plain[i].push_back(es[i].token);
+                next[i] = es[i].token;
+            }
+            for (size_t i = 0; i < n; ++i) es[i] = entry(s[i], &next[i], 1, EH_STEP_SAMPLE);
+        }
+        for (size_t i = 0; i < n; ++i) plain_len[i] = plugin().seq_length(s[i]);
+    }
+    // Halves: step k+1 begins (chained) before step k ends.
+    Batched b(view->view());
+    auto s = setup(b);
+    std::vector<eh_step_entry> first;
+    for (size_t i = 0; i < n; ++i) first.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+    ASSERT_EQ(plugin().step_begin(b.model, first.data(), uint32_t(n)), EH_OK) << b.error();
+    std::vector<std::vector<int32_t>> halves(n);
+    std::vector<int32_t> out(n);
+    for (int k = 1; k <= kSteps + 1; ++k) {
+        if (k <= kSteps) {
+            std::vector<eh_step_entry> es;
+            for (size_t i = 0; i < n; ++i) es.push_back(entry(s[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED));
+            ASSERT_EQ(plugin().step_begin(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
+            for (size_t i = 0; i < n; ++i)  // lengths count the step in flight at once
+                EXPECT_EQ(plugin().seq_length(s[i]), uint32_t(prompts[i].size()) + uint32_t(k));
+        }
+        ASSERT_EQ(plugin().step_end(b.model, out.data(), uint32_t(n)), EH_OK) << b.error();
+        for (size_t i = 0; i < n; ++i) halves[i].push_back(out[i]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        EXPECT_EQ(halves[i], plain[i]) << "sequence " << i;
+        EXPECT_EQ(plugin().seq_length(s[i]), plain_len[i]);
+    }
+    // Nothing in flight: the plain calls work again.
+    EXPECT_EQ(plugin().seq_truncate(s[0], 3), EH_OK) << b.error();
+}
+
+TEST(StepHalves, TheirRulesAreEnforced) {
+    TinySpec sp;
+    auto view = make_tiny(sp);
+    Batched b(view->view(), 64, 0, 4, 64);
+    eh_seq* x = b.create();
+    eh_seq* y = b.create();
+    const auto p = prompt(8, 1, sp.n_vocab);
+    auto expect_refused = [&](eh_status st, const char* what) {
+        EXPECT_EQ(st, EH_INVALID_ARGUMENT) << what;
+        EXPECT_NE(b.error().find(what), std::string::npos) << b.error();
+    };
+    int32_t out[2] = {0, 0};
+    // Nothing in flight: no chained entry, no step_end.
+    eh_step_entry chained = entry(x, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED);
+    expect_refused(plugin().step(b.model, &chained, 1), "no step in flight samples");
+    expect_refused(plugin().step_begin(b.model, &chained, 1), "no step in flight samples");
+    expect_refused(plugin().step_end(b.model, out, 1), "no step is in flight");
+    EXPECT_EQ(plugin().seq_length(x), 0u);
+
+    eh_step_entry e = entry(x, p.data(), 8, EH_STEP_SAMPLE);
+    ASSERT_EQ(plugin().step_begin(b.model, &e, 1), EH_OK) << b.error();
+    // While it flies: no seq_* call that changes state, no plain step, no logits.
+    eh_seq* z = nullptr;
+    expect_refused(plugin().seq_create(b.model, &z), "in flight");
+    expect_refused(plugin().seq_truncate(x, 2), "in flight");
+    eh_step_entry plain = entry(y, p.data(), 4, EH_STEP_SAMPLE);
+    expect_refused(plugin().step(b.model, &plain, 1), "in flight");
+    eh_step_entry with_logits = entry(y, p.data(), 4, EH_STEP_SAMPLE | EH_STEP_LOGITS);
+    expect_refused(plugin().step_begin(b.model, &with_logits, 1), "EH_STEP_LOGITS");
+    // y sampled in no step in flight: it cannot chain; x can.
+    eh_step_entry ychain = entry(y, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED);
+    expect_refused(plugin().step_begin(b.model, &ychain, 1), "no step in flight samples");
+    eh_step_entry two[2] = {entry(x, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED), entry(y, p.data(), 4, EH_STEP_SAMPLE)};
+    ASSERT_EQ(plugin().step_begin(b.model, two, 2), EH_OK) << b.error();
+    eh_step_entry third = entry(y, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED);
+    expect_refused(plugin().step_begin(b.model, &third, 1), "two steps are in flight");
+    expect_refused(plugin().step_end(b.model, out, 2), "differs");
+    ASSERT_EQ(plugin().step_end(b.model, out, 1), EH_OK) << b.error();
+    const int32_t first = out[0];
+    ASSERT_EQ(plugin().step_end(b.model, out, 2), EH_OK) << b.error();
+    EXPECT_EQ(plugin().seq_length(x), 9u);
+    EXPECT_EQ(plugin().seq_length(y), 4u);
+    EXPECT_GE(first, 0);
+    EXPECT_GE(out[0], 0);
+    EXPECT_GE(out[1], 0);
+    // All ended: everything is allowed again.
+    EXPECT_EQ(plugin().seq_truncate(x, 2), EH_OK) << b.error();
+}

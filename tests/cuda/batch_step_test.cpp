@@ -484,3 +484,84 @@ TEST(BatchedStepPool, KvFullChangesNothing) {
 }
 
 }  // namespace
+
+// ABI 1.3's halves: step N+1 begun (its decode tokens chained on the device)
+// before step N is read gives the tokens plain steps give, bit for bit: a
+// greedy sequence and a drawn one take their token on the device, one with
+// penalties has it read on the host first, a lone sequence runs the
+// one-token graph, and a step whose sampling inputs outgrow the staging
+// (a long bias list of zeros) reallocates it while the step ahead flies.
+TEST(BatchedStepHalves, ChainedStepsGiveThePlainStepsTokens) {
+    REQUIRE_BATCHED();
+    ASSERT_NE(llama_cuda_api()->step_begin, nullptr) << "llama-cuda has no step_begin";
+    TinySpec spec;
+    TinyModel tm(spec);
+    constexpr int kSteps = 16, kBigBiasStep = 9;
+    std::vector<int32_t> bias_tok(4000);
+    std::vector<float> bias_val(4000, 0.0f);
+    for (size_t i = 0; i < bias_tok.size(); ++i) bias_tok[i] = int32_t(i % size_t(spec.n_vocab));
+    for (int n : {1, 3}) {
+        SCOPED_TRACE("sequences: " + std::to_string(n));
+        auto setup = [&](Batched& b) {
+            std::vector<eh_seq*> s;
+            for (int i = 0; i < n; ++i) {
+                s.push_back(b.create());
+                eh_sampling_params sp{};
+                sp.struct_size = sizeof sp;
+                sp.temperature = i == 0 ? 0.0f : 1.2f;
+                sp.top_p = 1.0f;
+                sp.repetition_penalty = i == 2 ? 1.3f : 1.0f;
+                sp.repetition_window = -1;
+                sp.seed = 7 + uint64_t(i);
+                EXPECT_EQ(b.api->seq_set_sampling(s.back(), &sp), EH_OK) << b.error();
+            }
+            return s;
+        };
+        std::vector<std::vector<int32_t>> prompts;
+        for (int i = 0; i < n; ++i) prompts.push_back(tokens_of(5 + 9 * size_t(i), uint32_t(i), spec.n_vocab));
+        auto with_bias = [&](eh_step_entry e, int k) {
+            if (k == kBigBiasStep) {
+                e.n_bias = uint32_t(bias_tok.size());
+                e.bias_tokens = bias_tok.data();
+                e.bias_values = bias_val.data();
+            }
+            return e;
+        };
+        std::vector<std::vector<int32_t>> plain(static_cast<size_t>(n)), halves(static_cast<size_t>(n));
+        {
+            Batched b(tm);
+            auto s = setup(b);
+            std::vector<eh_step_entry> es;
+            for (int i = 0; i < n; ++i) es.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+            std::vector<int32_t> next(static_cast<size_t>(n));
+            for (int k = 0; k <= kSteps; ++k) {
+                ASSERT_EQ(b.api->step(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
+                for (int i = 0; i < n; ++i) plain[i].push_back(next[i] = es[i].token);
+                for (int i = 0; i < n; ++i) es[i] = with_bias(entry(s[i], &next[i], 1, EH_STEP_SAMPLE), k + 1);
+            }
+        }
+        Batched b(tm);
+        auto s = setup(b);
+        std::vector<eh_step_entry> first;
+        for (int i = 0; i < n; ++i) first.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+        ASSERT_EQ(b.api->step_begin(b.model, first.data(), uint32_t(n)), EH_OK) << b.error();
+        std::vector<int32_t> out(static_cast<size_t>(n));
+        for (int k = 1; k <= kSteps + 1; ++k) {
+            if (k <= kSteps) {
+                std::vector<eh_step_entry> es;
+                for (int i = 0; i < n; ++i)
+                    es.push_back(with_bias(entry(s[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED), k));
+                ASSERT_EQ(b.api->step_begin(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
+            }
+            ASSERT_EQ(b.api->step_end(b.model, out.data(), uint32_t(n)), EH_OK) << b.error();
+            for (int i = 0; i < n; ++i) halves[i].push_back(out[i]);
+        }
+        for (int i = 0; i < n; ++i) {
+            EXPECT_EQ(halves[i], plain[i]) << "sequence " << i;
+            EXPECT_EQ(b.api->seq_length(s[i]), uint32_t(prompts[i].size() + kSteps));
+        }
+        // Ended: the plain calls work again, and a step_end has nothing to end.
+        EXPECT_EQ(b.api->step_end(b.model, out.data(), uint32_t(n)), EH_INVALID_ARGUMENT);
+        EXPECT_EQ(b.api->seq_truncate(s[0], 2), EH_OK) << b.error();
+    }
+}

@@ -56,9 +56,21 @@ public:
         ++forks;
         return next_;
     }
-    void truncate(SeqId, uint32_t) override { throw Error(Code::Internal, "unused"); }
+    void truncate(SeqId id, uint32_t n) override {
+        std::lock_guard lock(mu_);
+        if (!flight_.empty()) ++calls_in_flight;
+        Seq& s = seqs_.at(id);
+        if (n > s.tokens.size()) throw Error(Code::Internal, "truncate past the end");
+        s.tokens.resize(n);
+        while (s.blocks.size() > blocks_for(n)) {
+            --refs_[s.blocks.back()];
+            s.blocks.pop_back();
+        }
+        ++truncates;
+    }
     void release(SeqId id) override {
         std::lock_guard lock(mu_);
+        if (!flight_.empty()) ++calls_in_flight;
         auto it = seqs_.find(id);
         if (it == seqs_.end()) {
             ++unknown_releases;
@@ -71,8 +83,56 @@ public:
         std::lock_guard lock(mu_);
         seqs_.at(id).sampler = true;
     }
+    // ABI 1.3's halves when `halves`: begin_step computes the step at once
+    // (a chained item appends its sequence's last sample) and end_step hands
+    // its tokens out; any other call while a step is in flight is counted.
+    bool can_chain() const override { return halves; }
+    bool begin_step(std::span<StepItem> items) override {
+        {
+            std::lock_guard lock(mu_);
+            if (flight_.size() >= 2) throw Error(Code::Internal, "fake engine: a third step in flight");
+            for (auto& it : items)
+                if (it.chained) {
+                    const Seq& s = seqs_.at(it.seq);
+                    if (s.sampled_in != last_begun_ || flight_.empty())
+                        throw Error(Code::Internal, "fake engine: chained without a sample in flight");
+                    it.tokens = std::span<const int32_t>(&s.last_sample, 1);
+                }
+            in_begin_ = true;
+        }
+        const bool ok = step(items);
+        std::lock_guard lock(mu_);
+        in_begin_ = false;
+        if (!ok) return false;
+        ++last_begun_;
+        std::vector<int32_t> out;
+        for (auto& it : items) {
+            out.push_back(it.token);
+            if (it.sample) {
+                seqs_.at(it.seq).sampled_in = last_begun_;
+                seqs_.at(it.seq).last_sample = it.token;
+            }
+            if (it.chained) ++chained;
+        }
+        flight_.push_back(std::move(out));
+        return true;
+    }
+    void end_step(std::span<StepItem> items) override {
+        std::lock_guard lock(mu_);
+        if (flight_.empty() || flight_.front().size() != items.size()) throw Error(Code::Internal, "fake engine: bad end_step");
+        for (size_t i = 0; i < items.size(); ++i) items[i].token = flight_.front()[i];
+        flight_.erase(flight_.begin());
+    }
+    std::vector<size_t> live_lengths() const {
+        std::lock_guard lock(mu_);
+        std::vector<size_t> out;
+        for (const auto& [id, s] : seqs_) out.push_back(s.tokens.size());
+        return out;
+    }
+
     bool step(std::span<StepItem> items) override {
         std::lock_guard lock(mu_);
+        if (!flight_.empty() && !in_begin_) ++calls_in_flight;
         if (steps.load() >= crash_at_step) {
             // As an engine process that died: every sequence and block gone.
             crash_at_step = SIZE_MAX;
@@ -140,7 +200,8 @@ public:
     }
 
     std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0}, masked{0};
-    std::atomic<size_t> restarts{0}, unknown_releases{0};
+    std::atomic<size_t> restarts{0}, unknown_releases{0}, truncates{0}, chained{0}, calls_in_flight{0};
+    bool halves = false;
     std::atomic<size_t> crash_at_step{SIZE_MAX};  // steps.load() at which step() throws EngineCrashed
     bool restart_fails = false;
     bool ignore_mask = false;
@@ -152,7 +213,12 @@ private:
         std::vector<int32_t> tokens;
         std::vector<uint32_t> blocks;
         bool sampler = false;
+        uint64_t sampled_in = 0;   // the last step begun that sampled for it
+        int32_t last_sample = -1;
     };
+    std::vector<std::vector<int32_t>> flight_;  // tokens of the steps begun, not ended
+    uint64_t last_begun_ = 0;
+    bool in_begin_ = false;
     size_t blocks_for(size_t n) const { return (n + l_.block_tokens - 1) / l_.block_tokens; }
     uint32_t take() {
         for (uint32_t b = 0; b < refs_.size(); ++b)
@@ -218,8 +284,9 @@ struct Harness {
     FakeEngine* engine;
     std::unique_ptr<Scheduler> sched;
     Harness(uint32_t block_tokens, uint32_t blocks, uint32_t max_seqs, uint32_t step_tokens, SchedulerOptions o = {},
-            int32_t eog = -1) {
+            int32_t eog = -1, bool halves = false) {
         auto e = std::make_unique<FakeEngine>(block_tokens, blocks, max_seqs, step_tokens);
+        e->halves = halves;
         engine = e.get();
         sched = std::make_unique<Scheduler>(std::move(e), std::make_shared<ByteCodec>(256, eog), std::make_shared<Metrics>(), o);
     }
@@ -565,4 +632,91 @@ TEST(Scheduler, AnEngineThatIsNotRestartedFailsTheQueueAndRefusesNewJobs) {
     } catch (const Error& e) {
         EXPECT_EQ(e.code(), Code::EngineCrashed);
     }
+}
+
+// An engine that runs steps in halves (ABI 1.3) gets step N+1 begun before
+// N is read, with the decode tokens chained on its side. Outputs must be
+// what plain steps give, and nothing but begin/end may reach it while a step
+// is in flight.
+TEST(SchedulerChained, ConcurrentRequestsMatchTheirSoloOutput) {
+    Harness h(16, 256, 16, 64, {}, -1, true);
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 6; ++i) {
+        prompts.push_back("prompt number " + std::to_string(i) + std::string(size_t(10 * i), 'x'));
+        jobs.push_back(make_job("j" + std::to_string(i), prompts.back(), 20 + 3 * uint32_t(i)));
+    }
+    h.sched->enqueue(jobs[0]);
+    h.sched->enqueue_all({jobs.begin() + 1, jobs.end()});
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Outcome r = drain(*jobs[i]);
+        EXPECT_EQ(r.terminals, 1u);
+        EXPECT_EQ(r.end.kind, JobEvent::Kind::End);
+        EXPECT_EQ(r.text, expected(prompts[i], 20 + 3 * uint32_t(i))) << "job " << i;
+    }
+    EXPECT_GT(h.engine->chained.load(), 20u) << "no step was chained";
+    EXPECT_EQ(h.sched->stats().chained_steps.load() > 0, true);
+    EXPECT_EQ(h.engine->calls_in_flight.load(), 0u);
+}
+
+TEST(SchedulerChained, ARequestEndingInTheStepAheadHasItsExtraTokenCutBack) {
+    const std::string p = "a prompt";
+    const std::string full = expected(p, 60);
+    const char eog = full[10];
+    const size_t n_out = full.find(eog);  // tokens before the end token
+    Harness h(4, 256, 8, 64, {}, eog, true);
+    auto stops = make_job("eos", p, 60);
+    h.sched->enqueue(stops);
+    Outcome a = drain(*stops);
+    EXPECT_EQ(a.end.stop_reason, "eos");
+    EXPECT_EQ(a.text, full.substr(0, n_out));
+    EXPECT_EQ(a.terminals, 1u);
+    // The step after the end token was begun before it was read: its token
+    // is gone again, so the cached sequence holds the prompt and the output.
+    while (h.sched->stats().running.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(h.engine->truncates.load(), 1u);
+    EXPECT_EQ(h.engine->live_lengths(), std::vector<size_t>{p.size() + n_out});
+    EXPECT_EQ(h.engine->calls_in_flight.load(), 0u);
+    // A continuation of that text reuses it and computes what a fresh run does.
+    const std::string next = p + full.substr(0, n_out) + "zz";
+    auto cont = make_job("cont", next, 8);
+    cont->request.ignore_eos = true;
+    h.sched->enqueue(cont);
+    Outcome b = drain(*cont);
+    std::string want = expected(next, 8);
+    std::erase(want, eog);  // an end token generated anyway adds no text
+    EXPECT_EQ(b.text, want);
+    EXPECT_GE(h.sched->stats().prefix_hits.load(), 1u);
+}
+
+TEST(SchedulerChained, MaxTokensAndCancelEndTheChainCleanly) {
+    Harness h(16, 256, 8, 64, {}, -1, true);
+    h.engine->step_delay = std::chrono::milliseconds(2);
+    auto a = make_job("a", "first prompt", 400), b = make_job("b", "second prompt", 30);
+    h.sched->enqueue(a);
+    h.sched->enqueue(b);
+    for (int i = 0; i < 5000 && h.sched->stats().running.load() < 2; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    EXPECT_EQ(h.sched->cancel("a", CancelReason::Client), "cancelling");
+    Outcome ra = drain(*a), rb = drain(*b);
+    EXPECT_EQ(ra.end.code, Code::Cancelled) << "message: " << ra.end.message;
+    EXPECT_EQ(rb.end.kind, JobEvent::Kind::End) << rb.end.message;
+    EXPECT_EQ(ra.terminals, 1u);
+    EXPECT_EQ(rb.end.stop_reason, "length");
+    EXPECT_EQ(rb.text, expected("second prompt", 30));
+    EXPECT_EQ(h.engine->truncates.load(), 0u) << "max_tokens is known ahead: no step runs past it";
+    EXPECT_EQ(h.engine->calls_in_flight.load(), 0u);
+}
+
+TEST(SchedulerChained, TheOptionOffReadsEveryStepFirst) {
+    SchedulerOptions o;
+    o.chained_steps = false;  // serve --no-chained-steps
+    Harness h(16, 256, 8, 64, o, -1, true);
+    auto j = make_job("j", "some prompt", 25);
+    h.sched->enqueue(j);
+    Outcome r = drain(*j);
+    EXPECT_EQ(r.text, expected("some prompt", 25));
+    EXPECT_EQ(h.engine->chained.load(), 0u);
+    EXPECT_EQ(h.sched->stats().chained_steps.load(), 0u);
 }

@@ -38,8 +38,10 @@ static_assert(offsetof(eh_plugin_api, seq_set_sampling) == 192);
 static_assert(offsetof(eh_plugin_api, seq_length) == 200);
 static_assert(offsetof(eh_plugin_api, seq_logits) == 208);
 static_assert(offsetof(eh_plugin_api, seq_release) == 216);
-static_assert(offsetof(eh_plugin_api, step) == 224);
-static_assert(sizeof(eh_plugin_api) == 232);
+static_assert(offsetof(eh_plugin_api, step) == 224);               // end of the 1.2 table
+static_assert(offsetof(eh_plugin_api, step_begin) == 232);         // 1.3
+static_assert(offsetof(eh_plugin_api, step_end) == 240);
+static_assert(sizeof(eh_plugin_api) == 248);
 
 static_assert(sizeof(eh_string) == 16);
 static_assert(sizeof(eh_value) == 32);

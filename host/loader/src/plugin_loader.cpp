@@ -164,6 +164,10 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
                 if (!bfns[i])
                     problems.push_back(std::string("function table entry ") + batched[i] +
                                        " is NULL while other batched (1.2) entries are set: set all or none");
+        if (api->abi_minor >= 3 && (api->step_begin != nullptr) != (api->step_end != nullptr))
+            problems.push_back("function table entries step_begin and step_end (1.3) come as a pair: set both or neither");
+        if (api->abi_minor >= 3 && api->step_begin && set == 0)
+            problems.push_back("function table entries step_begin and step_end (1.3) need the batched (1.2) entries");
     }
     if (!problems.empty()) return out;
 

@@ -151,8 +151,12 @@ std::string Metrics::render(const Gauges& g) const {
     counter(out, "eh_engine_restarts_total", "Times the engine process was started again after it crashed or hung.",
             num(g.engine_restarts));
     counter(out, "eh_engine_steps_total", "Batched steps run by the engine.", num(g.engine_steps));
-    counter(out, "eh_engine_step_seconds_total", "Time in the engine's step calls (device work included).",
+    counter(out, "eh_engine_step_seconds_total",
+            "Time the scheduler waited in the engine's step calls (device work not overlapped with host work).",
             num(g.engine_step_seconds));
+    counter(out, "eh_engine_chained_steps_total",
+            "Steps begun before the step ahead of them was read (the engine took each token on the device).",
+            num(g.engine_chained_steps));
     counter(out, "eh_constraint_seconds_total",
             "Host time computing token masks and updating matchers for structured output.", num(g.constraint_seconds));
     gauge(out, "eh_vram_bytes", "Device memory held by the model.", num(g.vram_bytes));

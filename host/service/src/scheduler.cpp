@@ -388,9 +388,8 @@ bool Scheduler::try_admit(Active& a) {
     return true;
 }
 
-void Scheduler::run_step() {
-    std::vector<StepItem> items;
-    std::vector<Active*> owners;
+Scheduler::Step Scheduler::build_step() {
+    Step st;
     std::vector<std::pair<Active*, Error>> broken;   // their mask could not be computed
     uint32_t budget = limits_.max_step_tokens;
     auto add = [&](Active& a, uint32_t k) {
@@ -412,18 +411,18 @@ void Scheduler::run_step() {
             stats_.constraint_ns.fetch_add(uint64_t((Clock::now() - t0).count()));
             it.allowed = a.mask.get();
         }
-        items.push_back(it);
-        owners.push_back(&a);
+        st.items.push_back(it);
+        st.owners.push_back(&a);
         budget -= k;
     };
     // Decoding requests first, so prefill never delays a token in flight.
     for (auto& a : running_)
         if (a->gen->tokens_out() > 0 && a->tokens.size() - a->in_seq == 1 && budget > 0 &&
-            items.size() < limits_.max_step_entries)
+            st.items.size() < limits_.max_step_entries)
             add(*a, 1);
     for (auto& a : running_) {
-        if (budget == 0 || items.size() >= limits_.max_step_entries) break;
-        if (std::find(owners.begin(), owners.end(), a.get()) != owners.end()) continue;
+        if (budget == 0 || st.items.size() >= limits_.max_step_entries) break;
+        if (std::find(st.owners.begin(), st.owners.end(), a.get()) != st.owners.end()) continue;
         const uint32_t left = uint32_t(a->tokens.size() - a->in_seq);
         if (left == 0) continue;
         add(*a, std::min(left, budget));
@@ -432,35 +431,125 @@ void Scheduler::run_step() {
         for (auto& a : running_)
             if (a.get() == ptr) fail(std::move(a), err);
     std::erase(running_, nullptr);
-    if (items.empty()) return;
+    return st;
+}
 
-    bool ok = false;
-    const auto step_start = Clock::now();
+bool Scheduler::may_chain_after(const Step& st) {
+    if (!options_.chained_steps || !engine_->can_chain() || st.owners.size() != running_.size()) return false;
+    {
+        // A request that could be admitted now goes first.
+        std::lock_guard lock(mu_);
+        if (!waiting_.empty() && running_.size() < max_running_) return false;
+    }
+    const int64_t now = now_ns();
+    for (size_t i = 0; i < st.items.size(); ++i) {
+        const StepItem& it = st.items[i];
+        Active& a = *st.owners[i];
+        // The next step would append the token this one samples: every
+        // request must still want one after it, need nothing the host
+        // computes from that token (a grammar's mask) and no logits.
+        if (!it.sample || it.logits || a.matcher || a.gen->done() || must_stop(a, now)) return false;
+        if (a.gen->tokens_out() + 1 >= a.job->max_tokens) return false;
+        if (uint64_t(a.in_seq) + item_tokens(it) + 1 > limits_.max_seq_tokens) return false;
+    }
+    return true;
+}
+
+void Scheduler::run_step() {
+    Step st = build_step();
+    if (st.items.empty()) return;
+    const std::vector<Active*> owners = st.owners;  // every later step of a chain runs a subset
     try {
-        ok = engine_->step(items);
-        stats_.engine_steps.fetch_add(1);
-        stats_.engine_step_ns.fetch_add(uint64_t((Clock::now() - step_start).count()));
+        if (may_chain_after(st)) run_chain(st);
+        else run_alone(st);
     } catch (const Error& e) {
+        broken_.clear();
         if (e.code() == Code::EngineCrashed) {
             engine_lost(e);
             return;
         }
         // The step's sequences are unusable now; their requests end here.
         for (auto& a : running_)
-            if (std::find(owners.begin(), owners.end(), a.get()) != owners.end()) fail(std::move(a), e);
+            if (a && std::find(owners.begin(), owners.end(), a.get()) != owners.end()) fail(std::move(a), e);
         std::erase(running_, nullptr);
-        return;
     }
-    if (!ok) {
+}
+
+void Scheduler::run_alone(Step& st) {
+    if (!timed([&] { return engine_->step(st.items); })) {
         handle_kv_full();
         return;
     }
-    broken.clear();
-    for (size_t i = 0; i < items.size(); ++i) {
-        Active& a = *owners[i];
-        a.in_seq += uint32_t(items[i].tokens.size());
-        if (!items[i].sample) continue;
-        const int32_t tok = items[i].token;
+    accept_tokens(st);
+    settle();
+}
+
+void Scheduler::run_chain(Step& st) {
+    // Step N+1 starts before N's tokens are read: the engine takes each
+    // token on its own, and the host streams N's tokens while N+1 runs.
+    // A request that ends at N (EOS, a stop string) had its N+1 token
+    // computed for nothing; its sequence is cut back after N+1 ends.
+    if (!timed([&] { return engine_->begin_step(st.items); })) {
+        handle_kv_full();
+        return;
+    }
+    auto end = [&](Step& x) {
+        timed([&] {
+            engine_->end_step(x.items);
+            return true;
+        });
+        accept_tokens(x);
+    };
+    for (;;) {
+        std::optional<Step> next;
+        if (may_chain_after(st)) {
+            next.emplace();
+            for (Active* a : st.owners) {
+                StepItem it;
+                it.seq = a->seq;
+                it.chained = true;
+                it.sample = true;
+                if (!a->job->request.sampling.logit_bias.empty()) it.bias = &a->job->request.sampling.logit_bias;
+                next->items.push_back(it);
+                next->owners.push_back(a);
+            }
+            if (!timed([&] { return engine_->begin_step(next->items); })) next.reset();  // KV full: the chain ends
+        }
+        end(st);
+        publish();  // a chain can run a whole answer: /health and /metrics follow it
+        if (!next) break;
+        st = std::move(*next);
+        bool ended = false;
+        for (Active* a : st.owners) ended = ended || a->gen->done();
+        if (ended) {
+            end(st);
+            break;
+        }
+    }
+    settle();
+}
+
+template <class F>
+bool Scheduler::timed(F&& engine_call) {
+    const auto t0 = Clock::now();
+    const bool ok = engine_call();
+    stats_.engine_step_ns.fetch_add(uint64_t((Clock::now() - t0).count()));
+    return ok;
+}
+
+void Scheduler::accept_tokens(Step& st) {
+    stats_.engine_steps.fetch_add(1);
+    if (st.items.size() > 0 && st.items[0].chained) stats_.chained_steps.fetch_add(1);
+    for (size_t i = 0; i < st.items.size(); ++i) {
+        Active& a = *st.owners[i];
+        if (st.items[i].chained && a.gen->done()) {
+            // It ended at the step before: the token this one appended goes.
+            engine_->truncate(a.seq, a.in_seq);
+            continue;
+        }
+        a.in_seq += item_tokens(st.items[i]);
+        if (!st.items[i].sample) continue;
+        const int32_t tok = st.items[i].token;
         bool complete_now = false;
         if (a.matcher) {
             const auto t0 = Clock::now();
@@ -471,24 +560,28 @@ void Scheduler::run_step() {
             } timed{stats_.constraint_ns, t0};
             try {
                 if (!a.matcher->accept(tok)) {
-                    broken.emplace_back(&a, Error(Code::Internal, "the engine sampled a token outside the allowed-token mask"));
+                    broken_.emplace_back(&a, Error(Code::Internal, "the engine sampled a token outside the allowed-token mask"));
                     continue;
                 }
                 complete_now = a.matcher->complete();
             } catch (const Error& e) {
-                broken.emplace_back(&a, e);
+                broken_.emplace_back(&a, e);
                 continue;
             }
         }
-        const auto lg = items[i].logits ? engine_->logits(a.seq) : std::span<const float>();
+        const auto lg = st.items[i].logits ? engine_->logits(a.seq) : std::span<const float>();
         if (!a.gen->accept(tok, lg)) {
             a.tokens.push_back(tok);
             if (complete_now) a.gen->end("grammar");
         }
     }
-    for (auto& [ptr, err] : broken)
+}
+
+void Scheduler::settle() {
+    for (auto& [ptr, err] : broken_)
         for (auto& a : running_)
             if (a.get() == ptr) fail(std::move(a), err);
+    broken_.clear();
     for (auto& a : running_)
         if (a && a->gen->done()) complete(std::move(a));
     std::erase(running_, nullptr);

@@ -98,16 +98,62 @@ public:
     }
 
     bool step(std::span<StepItem> items) override {
+        fill_entries(items);
+        eh_status st = guarded([&] { return api_.step(model_->raw(), entries_.data(), uint32_t(entries_.size())); });
+        if (st == EH_KV_FULL) {
+            refresh();
+            return false;
+        }
+        check(st, "step");
+        for (size_t i = 0; i < items.size(); ++i) items[i].token = entries_[i].token;
+        refresh();
+        return true;
+    }
+
+    bool can_chain() const override { return halves_; }
+
+    bool begin_step(std::span<StepItem> items) override {
+        fill_entries(items);
+        eh_status st = guarded([&] { return api_.step_begin(model_->raw(), entries_.data(), uint32_t(entries_.size())); });
+        if (st == EH_KV_FULL) {
+            refresh();
+            return false;
+        }
+        check(st, "step_begin");
+        refresh();
+        return true;
+    }
+
+    void end_step(std::span<StepItem> items) override {
+        picked_.assign(items.size(), -1);
+        check(guarded([&] { return api_.step_end(model_->raw(), picked_.data(), uint32_t(picked_.size())); }), "step_end");
+        for (size_t i = 0; i < items.size(); ++i) items[i].token = picked_[i];
+        refresh();
+    }
+
+    std::span<const float> logits(SeqId seq) override {
+        if (!api_.seq_logits) return {};
+        const float* p = nullptr;
+        uint32_t n = 0;
+        if (guarded([&] { return api_.seq_logits(get(seq), &p, &n); }) != EH_OK || !p) return {};
+        return {p, n};
+    }
+    bool has_logits() const override { return api_.seq_logits != nullptr; }
+
+private:
+    // The plugin's entries for `items` (they point into items and biases_).
+    void fill_entries(std::span<StepItem> items) {
         entries_.assign(items.size(), eh_step_entry{});
         biases_.resize(items.size());
         for (size_t i = 0; i < items.size(); ++i) {
             const StepItem& it = items[i];
             eh_step_entry& e = entries_[i];
             e.struct_size = sizeof(e);
-            e.flags = (it.sample ? EH_STEP_SAMPLE : 0u) | (it.logits ? EH_STEP_LOGITS : 0u);
+            e.flags = (it.sample ? EH_STEP_SAMPLE : 0u) | (it.logits ? EH_STEP_LOGITS : 0u) |
+                      (it.chained ? EH_STEP_CHAINED : 0u);
             e.seq = get(it.seq);
-            e.tokens = it.tokens.data();
-            e.n_tokens = uint32_t(it.tokens.size());
+            e.tokens = it.chained ? nullptr : it.tokens.data();
+            e.n_tokens = it.chained ? 1u : uint32_t(it.tokens.size());
             if (it.allowed) e.allowed = it.allowed->data();
             auto& [ids, vals] = biases_[i];
             ids.clear();
@@ -122,27 +168,8 @@ public:
             e.bias_values = vals.empty() ? nullptr : vals.data();
             e.token = -1;
         }
-        eh_status st = guarded([&] { return api_.step(model_->raw(), entries_.data(), uint32_t(entries_.size())); });
-        if (st == EH_KV_FULL) {
-            refresh();
-            return false;
-        }
-        check(st, "step");
-        for (size_t i = 0; i < items.size(); ++i) items[i].token = entries_[i].token;
-        refresh();
-        return true;
     }
 
-    std::span<const float> logits(SeqId seq) override {
-        if (!api_.seq_logits) return {};
-        const float* p = nullptr;
-        uint32_t n = 0;
-        if (guarded([&] { return api_.seq_logits(get(seq), &p, &n); }) != EH_OK || !p) return {};
-        return {p, n};
-    }
-    bool has_logits() const override { return api_.seq_logits != nullptr; }
-
-private:
     void check(eh_status st, const char* call) const {
         if (st != EH_OK) throw Error(code_from_status(st), fmt::format("{}: {}", call, model_message(*model_, st)));
     }
@@ -171,6 +198,8 @@ private:
     SeqId next_ = 0;
     std::vector<eh_step_entry> entries_;
     std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> biases_;
+    std::vector<int32_t> picked_;
+    const bool halves_ = loader::api_has_step_halves(api_);
 };
 
 // One session holds the one sequence. Its "block" is the whole context.

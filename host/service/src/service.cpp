@@ -47,6 +47,7 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.max_running = options_.max_running;
     so.queue_capacity = options_.queue_capacity;
     so.prefix_cache = options_.prefix_cache;
+    so.chained_steps = options_.chained_steps;
     so.inference_timeout = options_.inference_timeout;
     so.shutdown_grace = options_.shutdown_grace;
     so.repetition_window = options_.repetition_window;
@@ -81,6 +82,7 @@ void Service::fill_gauges(Gauges& g) const {
     g.engine_restarts = double(s.engine_restarts.load());
     g.engine_steps = double(s.engine_steps.load());
     g.engine_step_seconds = double(s.engine_step_ns.load()) * 1e-9;
+    g.engine_chained_steps = double(s.chained_steps.load());
     g.constraint_seconds = double(s.constraint_ns.load()) * 1e-9;
 }
 

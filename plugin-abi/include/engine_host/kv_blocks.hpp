@@ -7,8 +7,8 @@
 //     fork (shared prefix), copy on write of a shared partial block, truncate;
 //   - ehp::grant_kv: kv_init's arithmetic (what a budget holds, what is
 //     granted);
-//   - ehp::check_step: every check step() must make before it changes
-//     anything, with the ABI's messages.
+//   - ehp::check_step: every check step() (and 1.3's step_begin) must make
+//     before it changes anything, with the ABI's messages.
 #ifndef ENGINE_HOST_KV_BLOCKS_HPP
 #define ENGINE_HOST_KV_BLOCKS_HPP
 
@@ -109,6 +109,11 @@ public:
     }
     // Appends tokens whose K/V the forward pass wrote into reserved rows.
     void commit(const int32_t* tokens, uint32_t n) { tokens_.insert(tokens_.end(), tokens, tokens + n); }
+    // Sets the token at `pos`: a chained step (EH_STEP_CHAINED) commits its
+    // token before the step in flight has sampled it.
+    void set_token(uint32_t pos, int32_t token) {
+        if (pos < tokens_.size()) tokens_[pos] = token;
+    }
     // Keeps the first n tokens and returns the blocks past them.
     void truncate(uint32_t n) {
         if (n > length()) return;
@@ -202,14 +207,17 @@ struct StepTotals {
     uint64_t blocks = 0;  // free blocks the step takes
 };
 
-// Every check of step() before anything changes. blocks_of(seq) returns the
-// sequence's SeqBlocks, or NULL when seq is not a live sequence of this
-// model; sampler_ready(seq) whether seq_set_sampling was called. Throws
+// Every check of step() (and step_begin) before anything changes.
+// blocks_of(seq) returns the sequence's SeqBlocks, or NULL when seq is not a
+// live sequence of this model; sampler_ready(seq) whether seq_set_sampling
+// was called; chain_ready(seq) whether the step in flight samples for seq
+// (an EH_STEP_CHAINED entry's condition; always false for step()). Throws
 // INVALID_ARGUMENT naming the entry, KV_FULL when the free blocks do not
 // suffice.
-template <class BlocksOf, class SamplerReady>
+template <class BlocksOf, class SamplerReady, class ChainReady>
 StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_info& granted, uint32_t free_blocks,
-                      uint32_t n_vocab, BlocksOf&& blocks_of, SamplerReady&& sampler_ready) {
+                      uint32_t n_vocab, BlocksOf&& blocks_of, SamplerReady&& sampler_ready,
+                      ChainReady&& chain_ready) {
     auto name = [](uint32_t i) { return "step entry " + std::to_string(i) + ": "; };
     if (!entries || n_entries == 0) throw Error(EH_INVALID_ARGUMENT, "step: no entries");
     if (n_entries > granted.max_step_entries)
@@ -227,10 +235,20 @@ StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_in
         const SeqBlocks* seq = e.seq ? blocks_of(e.seq) : nullptr;
         if (!seq) throw Error(EH_INVALID_ARGUMENT, name(i) + "not a live sequence of this model");
         if (!seen.insert(e.seq).second) throw Error(EH_INVALID_ARGUMENT, name(i) + "sequence appears twice");
-        if (e.n_tokens == 0 || !e.tokens) throw Error(EH_INVALID_ARGUMENT, name(i) + "no tokens");
-        if (e.flags & ~(EH_STEP_SAMPLE | EH_STEP_LOGITS))
+        if (e.flags & ~(EH_STEP_SAMPLE | EH_STEP_LOGITS | EH_STEP_CHAINED))
             throw Error(EH_INVALID_ARGUMENT, name(i) + "unknown flags " + std::to_string(e.flags));
-        for (uint32_t k = 0; k < e.n_tokens; ++k)
+        const bool chained = (e.flags & EH_STEP_CHAINED) != 0;
+        if (chained) {
+            if (e.n_tokens != 1)
+                throw Error(EH_INVALID_ARGUMENT, name(i) + "a chained entry (EH_STEP_CHAINED) takes exactly 1 token, not " +
+                                                     std::to_string(e.n_tokens));
+            if (!chain_ready(e.seq))
+                throw Error(EH_INVALID_ARGUMENT, name(i) + "EH_STEP_CHAINED, but no step in flight samples for "
+                                                           "this sequence");
+        } else if (e.n_tokens == 0 || !e.tokens) {
+            throw Error(EH_INVALID_ARGUMENT, name(i) + "no tokens");
+        }
+        for (uint32_t k = 0; k < e.n_tokens && !chained; ++k)
             if (e.tokens[k] < 0 || static_cast<uint32_t>(e.tokens[k]) >= n_vocab)
                 throw Error(EH_INVALID_ARGUMENT, name(i) + "token " + std::to_string(e.tokens[k]) + " at index " +
                                                      std::to_string(k) + " is outside the vocabulary (0.." +
@@ -272,6 +290,14 @@ StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_in
                                     std::to_string(free_blocks) + " of " + std::to_string(granted.total_blocks) +
                                     " are free");
     return t;
+}
+
+// step()'s checks: no step is in flight, so no entry may be chained.
+template <class BlocksOf, class SamplerReady>
+StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_info& granted, uint32_t free_blocks,
+                      uint32_t n_vocab, BlocksOf&& blocks_of, SamplerReady&& sampler_ready) {
+    return check_step(entries, n_entries, granted, free_blocks, n_vocab, blocks_of, sampler_ready,
+                      [](eh_seq*) { return false; });
 }
 
 }  // namespace ehp

@@ -1,5 +1,5 @@
 /*
- * engine-host plugin ABI, version 1.2.
+ * engine-host plugin ABI, version 1.3.
  *
  * This header is the whole contract between the engine-host process and an
  * engine plugin. It is plain C11 (usable from C++17 and later) and depends on
@@ -43,9 +43,10 @@
  *   model may have several sessions; the host calls into one session from one
  *   thread at a time, and calls model_check_residency / model_get_info
  *   concurrently with session calls, so those two must be thread-safe.
- *   The batched calls of 1.2 (kv_init, kv_get_info, seq_*, step) are made
- *   from one thread at a time per model (the host's scheduler); the host never
- *   mixes them with session calls on the same model.
+ *   The batched calls of 1.2 and 1.3 (kv_init, kv_get_info, seq_*, step,
+ *   step_begin, step_end) are made from one thread at a time per model (the
+ *   host's scheduler); the host never mixes them with session calls on the
+ *   same model.
  *
  * Two ways to run a model
  *   1.0/1.1: one sequence per eh_session; prefill/decode one session per call.
@@ -75,13 +76,16 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 2
+#define EH_ABI_MINOR 3
 /* History (members are only ever appended):
  *   1.0  first version
  *   1.1  eh_model_info.kv_bytes_per_token
  *   1.2  sequences, KV-cache blocks and the batched step (eh_plugin_api
  *        kv_init .. step, eh_step_entry); EH_KV_FULL;
- *        eh_sampling_params.presence_penalty / frequency_penalty            */
+ *        eh_sampling_params.presence_penalty / frequency_penalty
+ *   1.3  a step in two halves, so the next can start before the host has
+ *        read this one's tokens (eh_plugin_api step_begin, step_end);
+ *        EH_STEP_CHAINED                                                     */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -405,6 +409,12 @@ typedef struct eh_kv_info {
 /* step() entry flags. */
 #define EH_STEP_SAMPLE 1u /* sample a token after the entry's last token     */
 #define EH_STEP_LOGITS 2u /* keep that position's raw logits for seq_logits  */
+/* (1.3, step_begin only) The entry's one token is the token its sequence's
+ * step in flight samples, which the host has not read yet: n_tokens must be
+ * 1 and `tokens` is ignored (may be NULL). The sequence must be in the step
+ * in flight with EH_STEP_SAMPLE. A GPU engine takes the token on the device,
+ * so the step can run right behind the one in flight.                       */
+#define EH_STEP_CHAINED 4u
 
 /* One sequence's part of a step. Entries are an array whose stride is
  * entries[0].struct_size (the same for every entry). The host owns every
@@ -530,6 +540,40 @@ typedef struct eh_plugin_api {
      * errors) leave the entries' sequences in an unspecified state; the host
      * releases them. */
     eh_status (*step)(eh_model* model, eh_step_entry* entries, uint32_t n_entries);
+
+    /* since 1.3 -- OPTIONAL as a pair, and only beside the 1.2 group: step()
+     * in two halves, so that the host can start step N+1 before it has read
+     * step N's tokens and do its own work (detokenizing, streaming) while the
+     * engine computes.
+     *
+     * step_begin checks and starts a step exactly as step() would (same
+     * statuses; on EH_KV_FULL or EH_INVALID_ARGUMENT nothing was changed and
+     * nothing is in flight that was not before) and returns without waiting
+     * for its results; the sequences' lengths include its tokens at once.
+     * The plugin copies what it needs from `entries` during the call.
+     * At most one step may be in flight when step_begin is called (so at most
+     * two after it). A step begun while another is in flight may not ask
+     * EH_STEP_LOGITS. Its entries may be EH_STEP_CHAINED (above); an entry of
+     * a sequence whose penalties need its history may make step_begin wait
+     * for the step in flight.
+     *
+     * step_end waits for the oldest step in flight and writes the token it
+     * sampled for each of its entries, in entry order, to out_tokens[i]
+     * (n_entries must be that step's count; -1 for entries without
+     * EH_STEP_SAMPLE). EH_INVALID_ARGUMENT when no step is in flight or the
+     * count differs (nothing changes). A device failure leaves every
+     * sequence of the steps in flight in an unspecified state; the host
+     * releases them. A step's EH_STEP_LOGITS logits are read with seq_logits
+     * after its step_end.
+     *
+     * While a step is in flight the host calls only step_begin, step_end,
+     * kv_get_info, seq_length, model_get_info and model_check_residency on
+     * the model: step(), kv_init and the other seq_* calls that return a
+     * status fail with EH_INVALID_ARGUMENT then. The host ends every step it
+     * began before it releases a sequence or the model (a plugin that sees
+     * seq_release or model_release anyway waits for its steps first). */
+    eh_status (*step_begin)(eh_model* model, eh_step_entry* entries, uint32_t n_entries);
+    eh_status (*step_end)(eh_model* model, int32_t* out_tokens, uint32_t n_entries);
 } eh_plugin_api;
 
 /* The entry point. Returns the plugin's static function table, or NULL if the

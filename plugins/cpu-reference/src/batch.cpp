@@ -66,43 +66,91 @@ std::unique_ptr<Sequence> Batch::fork(const Sequence& src, uint32_t n_tokens) {
     return s;
 }
 
+void Batch::expect_idle(const char* call) const {
+    if (!flight_.empty())
+        throw Error(EH_INVALID_ARGUMENT, std::string(call) + ": a step is in flight (call step_end first)");
+}
+
 void Batch::step(eh_step_entry* entries, uint32_t n_entries) {
+    expect_idle("step");
+    const std::vector<int32_t> tokens = run(entries, n_entries, false);
+    const uint32_t stride = entries[0].struct_size;
+    for (uint32_t i = 0; i < n_entries; ++i) ehp::step_entry(entries, stride, i).token = tokens[i];
+}
+
+void Batch::begin(eh_step_entry* entries, uint32_t n_entries) {
+    if (flight_.size() >= 2) throw Error(EH_INVALID_ARGUMENT, "step_begin: two steps are in flight (call step_end first)");
+    if (!flight_.empty() && entries && n_entries) {
+        const uint32_t stride = entries[0].struct_size;
+        for (uint32_t i = 0; i < n_entries && stride >= sizeof(eh_step_entry); ++i)
+            if (ehp::step_entry(entries, stride, i).flags & EH_STEP_LOGITS)
+                throw Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
+                                                     ": EH_STEP_LOGITS on a step begun while another is in flight");
+    }
+    std::vector<int32_t> tokens = run(entries, n_entries, true);
+    flight_.push_back({next_step_, std::move(tokens)});
+}
+
+void Batch::end(int32_t* out_tokens, uint32_t n_entries) {
+    if (flight_.empty()) throw Error(EH_INVALID_ARGUMENT, "step_end: no step is in flight");
+    if (n_entries != flight_.front().tokens.size())
+        throw Error(EH_INVALID_ARGUMENT, "step_end: n_entries " + std::to_string(n_entries) + " differs from the step's " +
+                                             std::to_string(flight_.front().tokens.size()));
+    if (!out_tokens) throw Error(EH_INVALID_ARGUMENT, "step_end: out_tokens is NULL");
+    std::copy(flight_.front().tokens.begin(), flight_.front().tokens.end(), out_tokens);
+    flight_.erase(flight_.begin());
+}
+
+std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool chain_ok) {
     const uint32_t n_vocab = model_.config().n_vocab;
+    // A chained entry needs the step in flight (the newest one begun) to
+    // have sampled for its sequence.
+    const uint64_t in_flight = flight_.empty() ? 0 : flight_.back().id;
     const ehp::StepTotals totals = ehp::check_step(
         entries, n_entries, granted_, pool_->blocks().free_blocks(), n_vocab,
         [&](eh_seq* s) -> const ehp::SeqBlocks* {
             auto* seq = static_cast<Sequence*>(s);
             return owns(seq) ? &seq->blocks : nullptr;
         },
-        [](eh_seq* s) { return static_cast<Sequence*>(s)->sampler.ready(); });
+        [](eh_seq* s) { return static_cast<Sequence*>(s)->sampler.ready(); },
+        [&](eh_seq* s) { return chain_ok && in_flight && static_cast<Sequence*>(s)->sampled_in == in_flight; });
     auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
+    const uint64_t id = ++next_step_;
 
     std::vector<Slice> slices;
     std::vector<std::vector<float>> logits(n_entries);
+    std::vector<int32_t> chained(n_entries, -1);
+    auto tokens_of = [&](uint32_t i) -> const int32_t* {
+        return (at(i).flags & EH_STEP_CHAINED) ? &chained[i] : at(i).tokens;
+    };
     for (uint32_t i = 0; i < n_entries; ++i) {
         eh_step_entry& e = at(i);
         auto* seq = static_cast<Sequence*>(e.seq);
+        if (e.flags & EH_STEP_CHAINED) chained[i] = seq->last_sample;
         seq->blocks.reserve(e.n_tokens);
-        e.token = -1;
-        if (e.flags) logits[i].resize(n_vocab);
-        slices.push_back({seq, e.tokens, e.n_tokens, e.flags ? logits[i].data() : nullptr});
+        if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) logits[i].resize(n_vocab);
+        slices.push_back({seq, tokens_of(i), e.n_tokens, logits[i].empty() ? nullptr : logits[i].data()});
     }
     forward(model_, slices, nullptr, nullptr);
+    std::vector<int32_t> out(n_entries, -1);
     for (uint32_t i = 0; i < n_entries; ++i) {
         eh_step_entry& e = at(i);
         auto* seq = static_cast<Sequence*>(e.seq);
-        seq->blocks.commit(e.tokens, e.n_tokens);
+        seq->blocks.commit(tokens_of(i), e.n_tokens);
         seq->has_logits = false;
         if (e.flags & EH_STEP_SAMPLE) {
             seq->blocks.mark_sampled();
             const StepBias bias{e.n_bias, e.bias_tokens, e.bias_values, e.allowed};
-            e.token = seq->sampler.sample(logits[i].data(), n_vocab, seq->tokens(), seq->blocks.gen_start, bias);
+            out[i] = seq->sampler.sample(logits[i].data(), n_vocab, seq->tokens(), seq->blocks.gen_start, bias);
+            seq->sampled_in = id;
+            seq->last_sample = out[i];
         }
         if (e.flags & EH_STEP_LOGITS) {
             seq->logits.swap(logits[i]);
             seq->has_logits = true;
         }
     }
+    return out;
 }
 
 }  // namespace cpuref

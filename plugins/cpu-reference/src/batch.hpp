@@ -1,7 +1,8 @@
-// The batched calls of ABI 1.2 for one model: the block pool sized at
-// kv_init, the live sequences, and step(): validate every entry, take the
+// The batched calls of ABI 1.2 and 1.3 for one model: the block pool sized
+// at kv_init, the live sequences, and step(): validate every entry, take the
 // blocks all of them need (or change nothing), one forward pass, commit,
-// sample.
+// sample; step_begin / step_end as the same step whose tokens are handed out
+// later.
 #pragma once
 
 #include <cstdint>
@@ -36,8 +37,24 @@ public:
     // entries: stride entries[0].struct_size. Throws ehp::Error; on
     // INVALID_ARGUMENT and KV_FULL nothing has changed.
     void step(eh_step_entry* entries, uint32_t n_entries);
+    // ABI 1.3's halves, with the ABI's rules (plugin_abi.h). The CPU engine
+    // computes the step in begin(); end() hands out its tokens.
+    void begin(eh_step_entry* entries, uint32_t n_entries);
+    void end(int32_t* out_tokens, uint32_t n_entries);
+    // Throws INVALID_ARGUMENT naming `call` while a step is in flight.
+    void expect_idle(const char* call) const;
 
 private:
+    // One forward pass and the sampling; EH_STEP_CHAINED entries append
+    // their sequence's last sample. Returns each entry's token.
+    std::vector<int32_t> run(eh_step_entry* entries, uint32_t n_entries, bool chain_ok);
+
+    struct Flight {
+        uint64_t id;
+        std::vector<int32_t> tokens;
+    };
+    std::vector<Flight> flight_;  // begun, not ended; oldest first
+    uint64_t next_step_ = 0;
     const Model& model_;
     eh_kv_info granted_{};
     std::unique_ptr<KvPool> pool_;

@@ -230,6 +230,7 @@ eh_status seq_create(eh_model* m, eh_seq** out) {
     if (out) *out = nullptr;
     return on_model(m, "seq_create", [&] {
         if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_create: out_seq is NULL");
+        m->batch->expect_idle("seq_create");
         auto s = m->batch->create();
         s->owner = m;
         *out = s.release();
@@ -241,6 +242,7 @@ eh_status seq_fork(eh_seq* src, uint32_t n_tokens, eh_seq** out) {
     if (!src) return EH_INVALID_ARGUMENT;
     return on_model(src->owner, "seq_fork", [&] {
         if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_fork: out_seq is NULL");
+        src->owner->batch->expect_idle("seq_fork");
         auto s = src->owner->batch->fork(*seq_of(src), n_tokens);
         s->owner = src->owner;
         *out = s.release();
@@ -250,6 +252,7 @@ eh_status seq_fork(eh_seq* src, uint32_t n_tokens, eh_seq** out) {
 eh_status seq_truncate(eh_seq* s, uint32_t n_tokens) {
     if (!s) return EH_INVALID_ARGUMENT;
     return on_model(s->owner, "seq_truncate", [&] {
+        s->owner->batch->expect_idle("seq_truncate");
         if (n_tokens > seq_of(s)->length())
             throw ehp::Error(EH_INVALID_ARGUMENT, "seq_truncate: n_tokens " + std::to_string(n_tokens) +
                                                       " exceeds the length " + std::to_string(seq_of(s)->length()));
@@ -263,6 +266,7 @@ eh_status seq_set_sampling(eh_seq* s, const eh_sampling_params* p) {
         if (!p) throw ehp::Error(EH_INVALID_ARGUMENT, "sampling params are NULL");
         if (p->struct_size < sizeof(eh_sampling_params))
             throw ehp::Error(EH_INVALID_ARGUMENT, "eh_sampling_params.struct_size too small");
+        s->owner->batch->expect_idle("seq_set_sampling");
         seq_of(s)->sampler.set(*p);
     });
 }
@@ -273,6 +277,7 @@ eh_status seq_logits(eh_seq* s, const float** out_logits, uint32_t* out_n_vocab)
     if (!s) return EH_INVALID_ARGUMENT;
     return on_model(s->owner, "seq_logits", [&] {
         if (!out_logits || !out_n_vocab) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: NULL argument");
+        s->owner->batch->expect_idle("seq_logits");
         if (!seq_of(s)->has_logits)
             throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: the last step did not ask for logits (EH_STEP_LOGITS)");
         *out_logits = seq_of(s)->logits.data();
@@ -293,6 +298,14 @@ eh_status step(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
     return on_model(m, "step", [&] { m->batch->step(entries, n_entries); });
 }
 
+eh_status step_begin(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
+    return on_model(m, "step_begin", [&] { m->batch->begin(entries, n_entries); });
+}
+
+eh_status step_end(eh_model* m, int32_t* out_tokens, uint32_t n_entries) {
+    return on_model(m, "step_end", [&] { m->batch->end(out_tokens, n_entries); });
+}
+
 const eh_plugin_api kApi = {
     sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
     info, plugin_last_error, probe,
@@ -300,7 +313,7 @@ const eh_plugin_api kApi = {
     session_create, session_set_sampling, session_prefill, session_sample, session_decode,
     session_reset, session_n_past, session_logits, session_last_error, session_release,
     kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
-    seq_release, step,
+    seq_release, step, step_begin, step_end,
 };
 
 }  // namespace

@@ -52,6 +52,10 @@ public:
     Sampler sampler;
     std::vector<float> logits;  // raw logits kept by the last step that asked
     bool has_logits = false;
+    // The last step begun that sampled for it, and that token (which a
+    // chained step appends).
+    uint64_t sampled_in = 0;
+    int32_t last_sample = -1;
 };
 
 }  // namespace cpuref

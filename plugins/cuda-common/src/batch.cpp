@@ -8,6 +8,7 @@
 
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/check.hpp>
+#include <ehcuda/kernels.hpp>
 
 namespace ehcuda {
 namespace {
@@ -22,7 +23,7 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 // forward pass reads (tokens .. tables) sits at offsets fixed by the
 // capacities, so a captured graph finds it at the same addresses every step.
 struct Layout {
-    size_t tokens, pos, rows, table, out_idx, tables, params, counters, edits, etok, eval, masks, out, end;
+    size_t tokens, pos, rows, table, out_idx, chain, tables, params, counters, edits, etok, eval, masks, out, end;
     Layout(size_t Tcap, size_t Rcap, size_t Bcap, size_t R, size_t NE, size_t NM) {
         size_t at = 0;
         auto take = [&](size_t bytes) {
@@ -35,6 +36,7 @@ struct Layout {
         rows = take(Tcap * 4);
         table = take(Tcap * 4);
         out_idx = take(Rcap * 4);
+        chain = take(Rcap * 8);  // (token index, row of the step before) per chained entry
         tables = take(Bcap * 4);
         params = take(R * sizeof(SamplerParams));
         counters = take(R * sizeof(unsigned long long));
@@ -76,6 +78,8 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), R * V * sizeof(float)));
     EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     for (cudaEvent_t& e : join_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (cudaEvent_t& e : staged_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    flight_.reserve(2);
     PrefillShape ps;
     ps.max_tokens = int(limits_.max_step_tokens);
     ps.max_cols = shape.max_cols;
@@ -86,9 +90,12 @@ BatchBase::~BatchBase() {
     cudaStreamSynchronize(stream_.get());
     for (cudaEvent_t e : join_)
         if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : staged_)
+        if (e) cudaEventDestroy(e);
     if (fork_) cudaEventDestroy(fork_);
     live_.clear();
-    if (staging_host_) cudaFreeHost(staging_host_);
+    for (char* h : staging_host_)
+        if (h) cudaFreeHost(h);
     if (host_logits_) cudaFreeHost(host_logits_);
 }
 
@@ -160,7 +167,7 @@ void BatchBase::warm_up() {
     ensure_staging(L.end);
     // Rows of nothing: token 0 at position 0 of the scratch block.
     const int n = int(std::min<uint32_t>(limits_.max_step_tokens, kWarmPrefillTokens));
-    char* h = staging_host_;
+    char* h = staging_host_[0];
     for (int t = 0; t < n; ++t) {
         reinterpret_cast<int32_t*>(h + L.tokens)[t] = 0;
         reinterpret_cast<int32_t*>(h + L.pos)[t] = 0;
@@ -246,18 +253,68 @@ void BatchBase::set_sampling(CudaSeq& seq, const eh_sampling_params& p) {
 void BatchBase::ensure_staging(size_t bytes) {
     if (bytes <= staging_bytes_) return;
     const size_t n = std::max(bytes, staging_bytes_ * 2);
+    // The steps in flight finish first; their sampled ids move out of the
+    // slots that are about to go.
     EHC_CHECK(cudaStreamSynchronize(stream_.get()));
-    if (staging_host_) cudaFreeHost(staging_host_);
-    staging_host_ = nullptr;
+    for (Flight& f : flight_) read_picked(f);
+    for (char*& h : staging_host_) {
+        if (h) cudaFreeHost(h);
+        h = nullptr;
+    }
     staging_bytes_ = 0;
     for (CapturedGraph& g : graphs_) g.reset();  // they read the old buffer
     staging_dev_ = DeviceBuffer(n, shape_.ledger);
-    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&staging_host_), n));
+    for (char*& h : staging_host_) EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h), n));
     staging_bytes_ = n;
 }
 
+void BatchBase::read_picked(Flight& f) {
+    if (f.picked_read) return;
+    EHC_CHECK(cudaEventSynchronize(staged_[f.slot]));
+    size_t rows = 0;
+    for (int r : f.row) rows += r >= 0;
+    const auto* p = reinterpret_cast<const int32_t*>(slot_host(f.slot) + f.out);
+    f.picked.assign(p, p + rows);
+    f.picked_read = true;
+}
+
+void BatchBase::expect_idle(const char* call) const {
+    if (!flight_.empty())
+        throw ehp::Error(EH_INVALID_ARGUMENT, std::string(call) + ": a step is in flight (call step_end first)");
+}
+
+void BatchBase::forget(const CudaSeq* seq) {
+    live_.erase(seq);
+    if (flight_.empty()) return;
+    // Its blocks go back to the pool once it is deleted: the device must be
+    // done with them.
+    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
+    for (Flight& f : flight_) {
+        for (CudaSeq*& q : f.seqs)
+            if (q == seq) q = nullptr;
+        std::erase_if(f.patches, [&](const Flight::Patch& p) { return p.seq == seq; });
+    }
+}
+
+void BatchBase::drain() {
+    cudaStreamSynchronize(stream_.get());
+    flight_.clear();
+}
+
 void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
+    expect_idle("step");
+    begin(entries, n_entries);
+    std::vector<int32_t> picked(n_entries, -1);
+    end(picked.data(), n_entries);
+    const uint32_t stride = entries[0].struct_size;
+    for (uint32_t i = 0; i < n_entries; ++i) ehp::step_entry(entries, stride, i).token = picked[i];
+}
+
+void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     EHC_CHECK(cudaSetDevice(shape_.device));
+    if (flight_.size() >= 2)
+        throw ehp::Error(EH_INVALID_ARGUMENT, "step_begin: two steps are in flight (call step_end first)");
+    Flight* prev = flight_.empty() ? nullptr : &flight_.back();
     const uint32_t V = uint32_t(shape_.n_vocab);
     const ehp::StepTotals totals = ehp::check_step(
         entries, n_entries, limits_, pool_->free_blocks(), V,
@@ -265,10 +322,39 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
             auto* seq = static_cast<CudaSeq*>(s);
             return owns(seq) ? &seq->blocks : nullptr;
         },
-        [](eh_seq* s) { return static_cast<CudaSeq*>(s)->sampling_set; });
+        [](eh_seq* s) { return static_cast<CudaSeq*>(s)->sampling_set; },
+        [&](eh_seq* s) { return prev && static_cast<CudaSeq*>(s)->sampled_in == prev->id; });
     auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
     auto seq_at = [&](uint32_t i) -> CudaSeq& { return *static_cast<CudaSeq*>(at(i).seq); };
+    if (prev)
+        for (uint32_t i = 0; i < n_entries; ++i)
+            if (at(i).flags & EH_STEP_LOGITS)
+                throw ehp::Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
+                                                          ": EH_STEP_LOGITS on a step begun while another is in flight");
     cudaStream_t s = stream_.get();
+
+    // A chained entry's token: its row in the step in flight, and that
+    // step's entry for the sequence. Penalties need the token on the host
+    // (the history), so such an entry waits for it.
+    std::vector<int32_t> known(n_entries, -1);  // a chained entry's token when read on the host
+    std::vector<int> chain_row(n_entries, -1);
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        if (!(at(i).flags & EH_STEP_CHAINED)) continue;
+        const CudaSeq& q = seq_at(i);
+        for (size_t k = 0; k < prev->seqs.size(); ++k)
+            if (prev->seqs[k] == &q) chain_row[i] = prev->row[k];
+        if (chain_row[i] < 0) throw ehp::Error(EH_INTERNAL, "step_begin: chained sequence has no row in flight");
+        const bool history = q.params.repetition_penalty != 1.0f || q.presence != 0.0f || q.frequency != 0.0f;
+        if (history || prev->picked_read) {
+            read_picked(*prev);
+            known[i] = prev->picked[size_t(chain_row[i])];
+        }
+    }
+    // The entry's tokens as the host sees them now (a placeholder -1 for a
+    // chained token the device copies).
+    auto tokens_of = [&](uint32_t i) -> const int32_t* {
+        return (at(i).flags & EH_STEP_CHAINED) ? &known[i] : at(i).tokens;
+    };
 
     // Blocks first (copies of shared partial blocks go on the stream).
     for (uint32_t i = 0; i < n_entries; ++i) seq_at(i).blocks.reserve(at(i).n_tokens);
@@ -287,7 +373,7 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     std::unordered_map<int32_t, uint32_t> counts;
     for (uint32_t i = 0; i < n_entries; ++i) {
         const eh_step_entry& e = at(i);
-        if (!e.flags) continue;
+        if (!(e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS))) continue;
         RowBuild rb{i, {}};
         if (e.flags & EH_STEP_SAMPLE) {
             CudaSeq& q = seq_at(i);
@@ -305,7 +391,7 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
             const bool pf = q.presence != 0.0f || q.frequency != 0.0f;
             if (rep || pf) {
                 hist = q.blocks.tokens();
-                hist.insert(hist.end(), e.tokens, e.tokens + e.n_tokens);
+                hist.insert(hist.end(), tokens_of(i), tokens_of(i) + e.n_tokens);
             }
             rb.e.rep_begin = rb.e.rep_end = int32_t(etok.size());
             if (rep) {
@@ -348,33 +434,56 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     const size_t padded = graphed ? std::min<size_t>(size_t(1) << b, limits_.max_step_entries) : T;
     const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), R, etok.size(),
                    mask_rows.size() * words);
-    ensure_staging(L.end);
-    char* h = staging_host_;
+    ensure_staging(L.end);  // may wait for the steps in flight (then prev's ids are read)
+    if (prev && prev->picked_read)
+        for (uint32_t i = 0; i < n_entries; ++i)
+            if ((at(i).flags & EH_STEP_CHAINED) && known[i] < 0) known[i] = prev->picked[size_t(chain_row[i])];
+    const int slot = prev ? 1 - prev->slot : 0;
+    char* h = slot_host(slot);
     auto* tokens = reinterpret_cast<int32_t*>(h + L.tokens);
     auto* pos = reinterpret_cast<int32_t*>(h + L.pos);
     auto* prow = reinterpret_cast<int32_t*>(h + L.rows);
     auto* table = reinterpret_cast<int32_t*>(h + L.table);
     auto* out_idx = reinterpret_cast<int32_t*>(h + L.out_idx);
+    auto* chain = reinterpret_cast<int32_t*>(h + L.chain);
     auto* tables = reinterpret_cast<int32_t*>(h + L.tables);
     auto* params = reinterpret_cast<SamplerParams*>(h + L.params);
     auto* counters = reinterpret_cast<unsigned long long*>(h + L.counters);
     auto* edits = reinterpret_cast<RowEdits*>(h + L.edits);
+    Flight f;
+    f.id = ++next_step_;
+    f.slot = slot;
+    f.out = L.out;
+    f.seqs.resize(n_entries);
+    f.row.assign(n_entries, -1);
+    f.flags.resize(n_entries);
     size_t t = 0, tb = 0, r = 0;
+    int nchain = 0;
     spans_.clear();
     for (uint32_t i = 0; i < n_entries; ++i) {
         const eh_step_entry& e = at(i);
-        const ehp::SeqBlocks& b = seq_at(i).blocks;
-        const uint32_t len = b.length();
+        CudaSeq& q = seq_at(i);
+        const ehp::SeqBlocks& bl = q.blocks;
+        const uint32_t len = bl.length();
         spans_.push_back({int(t), int(e.n_tokens), int(tb)});
+        const int32_t* toks = tokens_of(i);
         for (uint32_t k = 0; k < e.n_tokens; ++k, ++t) {
-            tokens[t] = e.tokens[k];
+            tokens[t] = toks[k] >= 0 ? toks[k] : 0;
             pos[t] = int32_t(len + k);
-            prow[t] = int32_t(b.row(len + k));
+            prow[t] = int32_t(bl.row(len + k));
             table[t] = int32_t(tb);
         }
-        for (uint32_t blk : b.blocks()) tables[tb++] = int32_t(blk);
-        if (e.flags) {
-            const CudaSeq& q = seq_at(i);
+        if ((e.flags & EH_STEP_CHAINED) && known[i] < 0) {
+            chain[2 * nchain] = int32_t(t - 1);
+            chain[2 * nchain + 1] = chain_row[i];
+            ++nchain;
+            f.patches.push_back({&q, len, prev->id, chain_row[i]});
+        }
+        for (uint32_t blk : bl.blocks()) tables[tb++] = int32_t(blk);
+        f.seqs[i] = &q;
+        f.flags[i] = e.flags;
+        if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) {
+            f.row[i] = int(r);
             out_idx[r] = int32_t(t - 1);
             SamplerParams sp = q.sampling_set ? q.params : SamplerParams{};
             sp.repetition_penalty = 1.0f;  // adjust_logits applies it
@@ -401,7 +510,13 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     for (size_t m = 0; m < mask_rows.size(); ++m)
         std::memcpy(h + L.masks + m * words * 4, at(mask_rows[m]).allowed, words * 4);
     char* d = staging_dev_.as<char>();
+    // The step before may still run: these copies follow it on the stream.
+    // Chained tokens come from its sampled ids (past the fixed-size part
+    // copied first) before this step's sampling inputs may overwrite them.
     EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + tb * 4, cudaMemcpyHostToDevice, s));
+    if (nchain)
+        copy_tokens(reinterpret_cast<const int32_t*>(d + prev->out), reinterpret_cast<const int32_t*>(d + L.chain),
+                    nchain, reinterpret_cast<int32_t*>(d + L.tokens), s);
     EHC_CHECK(cudaMemcpyAsync(d + L.params, h + L.params, L.out - L.params, cudaMemcpyHostToDevice, s));
 
     StepView v;
@@ -436,27 +551,48 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
                     mask_rows.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + L.masks));
         EHC_CHECK(cudaMemcpyAsync(h + L.out, d_out, R * 4, cudaMemcpyDeviceToHost, s));
     }
-    EHC_CHECK(cudaStreamSynchronize(s));
+    EHC_CHECK(cudaEventRecord(staged_[slot], s));
 
-    const auto* picked = reinterpret_cast<const int32_t*>(h + L.out);
-    r = 0;
+    // The sequences hold the step's tokens from now on (a chained token as a
+    // placeholder until the step before is read).
     for (uint32_t i = 0; i < n_entries; ++i) {
-        eh_step_entry& e = at(i);
+        const eh_step_entry& e = at(i);
         CudaSeq& q = seq_at(i);
-        q.blocks.commit(e.tokens, e.n_tokens);
+        q.blocks.commit(tokens_of(i), e.n_tokens);
         q.has_logits = false;
-        e.token = -1;
-        if (!e.flags) continue;
         if (e.flags & EH_STEP_SAMPLE) {
             q.blocks.mark_sampled();
-            e.token = picked[r];
+            q.sampled_in = f.id;
         }
-        if (e.flags & EH_STEP_LOGITS) {
-            q.logits.assign(host_logits_ + r * V, host_logits_ + (r + 1) * V);
-            q.has_logits = true;
-        }
-        ++r;
     }
+    flight_.push_back(std::move(f));
+}
+
+void BatchBase::end(int32_t* out_tokens, uint32_t n_entries) {
+    EHC_CHECK(cudaSetDevice(shape_.device));
+    if (flight_.empty()) throw ehp::Error(EH_INVALID_ARGUMENT, "step_end: no step is in flight");
+    Flight& f = flight_.front();
+    if (n_entries != f.seqs.size())
+        throw ehp::Error(EH_INVALID_ARGUMENT, "step_end: n_entries " + std::to_string(n_entries) +
+                                                  " differs from the step's " + std::to_string(f.seqs.size()));
+    if (!out_tokens) throw ehp::Error(EH_INVALID_ARGUMENT, "step_end: out_tokens is NULL");
+    read_picked(f);
+    const size_t V = size_t(shape_.n_vocab);
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        const int r = f.row[i];
+        out_tokens[i] = (f.flags[i] & EH_STEP_SAMPLE) && r >= 0 ? f.picked[size_t(r)] : -1;
+        CudaSeq* q = f.seqs[i];
+        if (q && (f.flags[i] & EH_STEP_LOGITS) && r >= 0) {
+            q->logits.assign(host_logits_ + size_t(r) * V, host_logits_ + size_t(r + 1) * V);
+            q->has_logits = true;
+        }
+    }
+    // The step behind it took some of these tokens on the device: the
+    // sequences' histories get them now.
+    for (size_t k = 1; k < flight_.size(); ++k)
+        for (const Flight::Patch& p : flight_[k].patches)
+            if (p.from == f.id) p.seq->blocks.set_token(p.pos, f.picked[size_t(p.from_row)]);
+    flight_.erase(flight_.begin());
 }
 
 }  // namespace ehcuda

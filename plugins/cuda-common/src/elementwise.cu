@@ -200,6 +200,18 @@ void gather_rows(const float* src, int ld, const int32_t* d_idx, int n, int cols
     EHC_LAUNCHED("gather_rows_kernel");
 }
 
+__global__ void copy_tokens_kernel(const int32_t* src, const int32_t* pairs, int n, int32_t* dst) {
+    pdl_entry();
+    const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
+    if (i < n) dst[pairs[2 * i]] = src[pairs[2 * i + 1]];
+}
+
+void copy_tokens(const int32_t* src, const int32_t* d_pairs, int n, int32_t* dst, cudaStream_t stream) {
+    if (n <= 0) return;
+    launch("copy_tokens_kernel", copy_tokens_kernel, (n + 127) / 128, 128, 0, stream, src, d_pairs, n, dst);
+    EHC_LAUNCHED("copy_tokens_kernel");
+}
+
 void rope_store_kv(const RopeArgs& a, cudaStream_t stream) {
     if (a.ntok <= 0) return;
     if (!a.d_pos != !a.d_rows) throw ehp::Error(EH_INTERNAL, "rope: d_pos and d_rows come together");

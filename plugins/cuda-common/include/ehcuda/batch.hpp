@@ -7,6 +7,12 @@
 // penalties and sample every row in one launch. A plugin derives from
 // BatchBase, allocates its step activations for max_step_tokens(), calls
 // init_pool(), and implements forward().
+// ABI 1.3's two halves: begin() does all of that without waiting for the
+// stream and end() waits for the oldest step begun. Two steps may be in
+// flight; each has its own pinned staging slot (the device staging is one
+// buffer: the stream orders a step's uploads after the step before it), and
+// a chained entry's token is copied on the device from the sampled ids of
+// the step before it.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -47,6 +53,7 @@ public:
     float presence = 0.0f, frequency = 0.0f;
     std::vector<float> logits;     // raw logits kept by the last step that asked
     bool has_logits = false;
+    uint64_t sampled_in = 0;       // id of the last step begun that samples for it
 };
 
 // Where one entry's tokens are in a step: tokens first .. first + n - 1,
@@ -95,11 +102,20 @@ public:
     eh_kv_info info() const;
     std::unique_ptr<CudaSeq> create();
     std::unique_ptr<CudaSeq> fork(const CudaSeq& src, uint32_t n_tokens);
-    void forget(const CudaSeq* seq) { live_.erase(seq); }
+    // The sequence is going away: steps in flight are waited for first.
+    void forget(const CudaSeq* seq);
     bool owns(const CudaSeq* seq) const { return live_.count(seq) != 0; }
     void set_sampling(CudaSeq& seq, const eh_sampling_params& p);
     // Throws ehp::Error; on INVALID_ARGUMENT and KV_FULL nothing has changed.
     void step(eh_step_entry* entries, uint32_t n_entries);
+    // ABI 1.3's step_begin / step_end (plugin_abi.h has the rules). Throw
+    // ehp::Error as step() does.
+    void begin(eh_step_entry* entries, uint32_t n_entries);
+    void end(int32_t* out_tokens, uint32_t n_entries);
+    // Throws INVALID_ARGUMENT naming `call` while a step is in flight.
+    void expect_idle(const char* call) const;
+    // Waits for every step in flight (the model is going away).
+    void drain();
 
 protected:
     // One forward pass over v.ntok tokens: K/V of token t into row
@@ -151,6 +167,30 @@ private:
     // the padding rows' table.
     size_t table_capacity() const;
 
+    // A step begun and not ended.
+    struct Flight {
+        uint64_t id = 0;
+        int slot = 0;                    // pinned staging slot (and its event)
+        size_t out = 0;                  // offset of the sampled ids in the slot and on the device
+        std::vector<CudaSeq*> seqs;      // per entry; NULL once released
+        std::vector<int> row;            // per entry: its sampling row, or -1
+        std::vector<uint32_t> flags;     // per entry
+        // Chained entries: the sequence position holding a placeholder until
+        // step `from`'s row `from_row` is read.
+        struct Patch {
+            CudaSeq* seq;
+            uint32_t pos;
+            uint64_t from;
+            int from_row;
+        };
+        std::vector<Patch> patches;
+        std::vector<int32_t> picked;     // the sampled ids once read (picked_read)
+        bool picked_read = false;
+    };
+    // Waits for f and reads its sampled ids into f.picked.
+    void read_picked(Flight& f);
+    char* slot_host(int slot) const { return staging_host_[slot]; }
+
     BatchShape shape_;
     eh_kv_params params_;
     eh_kv_info limits_{};  // as granted, total_blocks from init_pool on
@@ -166,8 +206,11 @@ private:
     std::unique_ptr<PrefillWorkspace> workspace_;
     DeviceBuffer logits_, fwork_, iwork_;
     DeviceBuffer staging_dev_;
-    char* staging_host_ = nullptr;
+    char* staging_host_[2] = {};     // pinned, one per step in flight
+    cudaEvent_t staged_[2] = {};     // a slot's step has finished
     size_t staging_bytes_ = 0;
+    std::vector<Flight> flight_;     // oldest first, at most two
+    uint64_t next_step_ = 0;
     float* host_logits_ = nullptr;  // pinned, max_step_entries rows
     uint32_t scratch_block_ = 0;    // the pool's extra block, outside the BlockPool
     // Decode-only steps: graph per size bucket (1, 2, 4, .. 64 tokens).

@@ -271,6 +271,7 @@ struct PluginGlue {
         if (out) *out = nullptr;
         return on_model(m, "seq_create", [&](ModelBox& box) {
             if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_create: out_seq is NULL");
+            box.batch->expect_idle("seq_create");
             auto s = box.batch->create();
             s->owner = m;
             *out = s.release();
@@ -281,6 +282,7 @@ struct PluginGlue {
         if (!src) return EH_INVALID_ARGUMENT;
         return on_model(src->owner, "seq_fork", [&](ModelBox& box) {
             if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_fork: out_seq is NULL");
+            box.batch->expect_idle("seq_fork");
             auto s = box.batch->fork(*Q(src), n_tokens);
             s->owner = src->owner;
             *out = s.release();
@@ -288,7 +290,8 @@ struct PluginGlue {
     }
     static eh_status seq_truncate(eh_seq* s, uint32_t n_tokens) {
         if (!s) return EH_INVALID_ARGUMENT;
-        return on_model(s->owner, "seq_truncate", [&](ModelBox&) {
+        return on_model(s->owner, "seq_truncate", [&](ModelBox& box) {
+            box.batch->expect_idle("seq_truncate");
             if (n_tokens > Q(s)->blocks.length())
                 throw ehp::Error(EH_INVALID_ARGUMENT, "seq_truncate: n_tokens " + std::to_string(n_tokens) +
                                                           " exceeds the length " + std::to_string(Q(s)->blocks.length()));
@@ -302,13 +305,15 @@ struct PluginGlue {
             if (!p) throw ehp::Error(EH_INVALID_ARGUMENT, "sampling params are NULL");
             if (p->struct_size < sizeof(eh_sampling_params))
                 throw ehp::Error(EH_INVALID_ARGUMENT, "eh_sampling_params.struct_size too small");
+            box.batch->expect_idle("seq_set_sampling");
             box.batch->set_sampling(*Q(s), *p);
         });
     }
     static uint32_t seq_length(const eh_seq* s) { return s ? Q(const_cast<eh_seq*>(s))->blocks.length() : 0; }
     static eh_status seq_logits(eh_seq* s, const float** out_logits, uint32_t* out_n_vocab) {
         if (!s) return EH_INVALID_ARGUMENT;
-        return on_model(s->owner, "seq_logits", [&](ModelBox&) {
+        return on_model(s->owner, "seq_logits", [&](ModelBox& box) {
+            box.batch->expect_idle("seq_logits");
             if (!out_logits || !out_n_vocab) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: NULL argument");
             if (!Q(s)->has_logits)
                 throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: the last step did not ask for logits (EH_STEP_LOGITS)");
@@ -327,6 +332,12 @@ struct PluginGlue {
     static eh_status step(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
         return on_model(m, "step", [&](ModelBox& box) { box.batch->step(entries, n_entries); });
     }
+    static eh_status step_begin(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
+        return on_model(m, "step_begin", [&](ModelBox& box) { box.batch->begin(entries, n_entries); });
+    }
+    static eh_status step_end(eh_model* m, int32_t* out_tokens, uint32_t n_entries) {
+        return on_model(m, "step_end", [&](ModelBox& box) { box.batch->end(out_tokens, n_entries); });
+    }
 
     static const eh_plugin_api* api() {
         if constexpr (BatchedEngine<Engine>) {
@@ -337,7 +348,7 @@ struct PluginGlue {
                 session_create, session_set_sampling, session_prefill, session_sample, session_decode,
                 session_reset, session_n_past, session_logits, session_last_error, session_release,
                 kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
-                seq_release, step,
+                seq_release, step, step_begin, step_end,
             };
             return &table;
         } else {

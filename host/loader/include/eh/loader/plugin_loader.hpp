@@ -44,14 +44,23 @@ struct LoaderOptions {
 };
 
 // Bytes of the function table a plugin built for ABI 1.`minor` has: the
-// members that minor defines (1.0 and 1.1 end before 1.2's kv_init).
+// members that minor defines (1.0 and 1.1 end before 1.2's kv_init, 1.2
+// before 1.3's step_begin).
 constexpr size_t api_table_size(uint16_t minor) {
-    return minor >= 2 ? sizeof(eh_plugin_api) : offsetof(eh_plugin_api, kv_init);
+    return minor >= 3   ? sizeof(eh_plugin_api)
+           : minor == 2 ? offsetof(eh_plugin_api, step_begin)
+                        : offsetof(eh_plugin_api, kv_init);
 }
 
 // True when the plugin runs batched steps (ABI 1.2 with its batched members).
 inline bool api_has_step(const eh_plugin_api& api) {
     return api.abi_minor >= 2 && api.struct_size >= api_table_size(2) && api.step != nullptr;
+}
+
+// True when it also runs them in two halves (ABI 1.3's step_begin / step_end).
+inline bool api_has_step_halves(const eh_plugin_api& api) {
+    return api_has_step(api) && api.abi_minor >= 3 && api.struct_size >= api_table_size(3) &&
+           api.step_begin != nullptr && api.step_end != nullptr;
 }
 
 // Every plugin under `dir` (not recursive), accepted or rejected.

@@ -35,7 +35,7 @@ struct Gauges {
     double prefix_lookups = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0;
     double preemptions = 0;
     double engine_restarts = 0;        // engine processes started again after a crash (--engine-process)
-    double engine_steps = 0, engine_step_seconds = 0, constraint_seconds = 0;
+    double engine_steps = 0, engine_step_seconds = 0, constraint_seconds = 0, engine_chained_steps = 0;
     double vram_bytes = 0;
     double uptime_seconds = 0;
     double context_length = 0;

@@ -43,6 +43,7 @@ struct SchedulerOptions {
     uint32_t max_running = 64;          // sequences decoding at once (--parallel)
     size_t queue_capacity = 256;        // requests waiting to start
     bool prefix_cache = true;
+    bool chained_steps = true;          // begin step N+1 before reading N where the engine can
     std::chrono::milliseconds inference_timeout{300000};
     std::chrono::milliseconds shutdown_grace{5000};
     int repetition_window = 64;
@@ -68,6 +69,8 @@ struct SchedulerStats {
     // Where a step's time goes: the engine's step call, and the host's
     // output-constraint work (token masks and matcher updates) around it.
     std::atomic<uint64_t> engine_steps{0}, engine_step_ns{0}, constraint_ns{0};
+    // Steps begun before the step ahead of them was read (ABI 1.3 halves).
+    std::atomic<uint64_t> chained_steps{0};
 };
 
 // The queue is full: 503 with Retry-After.
@@ -129,7 +132,32 @@ private:
     void reap();
     void admit();
     bool try_admit(Active& a);
+    // One step's items and the request of each.
+    struct Step {
+        std::vector<StepItem> items;
+        std::vector<Active*> owners;
+    };
     void run_step();
+    // Every decoding request's next token, then prefill chunks.
+    Step build_step();
+    // Whether the next step may start before this one's tokens are read: the
+    // engine can, the step holds every running request, each samples and
+    // will want another token, none has a grammar or asks logits, and no
+    // waiting request could be admitted.
+    bool may_chain_after(const Step& st);
+    static uint32_t item_tokens(const StepItem& it) { return it.chained ? 1u : uint32_t(it.tokens.size()); }
+    void run_alone(Step& st);
+    // Steps in two halves, each begun before the one before it is read,
+    // for as long as may_chain_after() holds.
+    void run_chain(Step& st);
+    // The engine call, its time added to stats_.engine_step_ns.
+    template <class F>
+    bool timed(F&& engine_call);
+    // A finished step's tokens to their requests (a chained item of a
+    // request that already ended cuts its sequence back instead).
+    void accept_tokens(Step& st);
+    // Ends the requests that failed or finished.
+    void settle();
     void handle_kv_full();
     // Every sequence died with the engine: end the running requests with
     // `why`, forget the cached prefixes, restart it (or give up).
@@ -152,6 +180,7 @@ private:
 
     // The scheduler thread's own.
     std::vector<ActivePtr> running_;
+    std::vector<std::pair<Active*, Error>> broken_;   // failed while their step was accepted
     uint64_t next_order_ = 0;
 
     mutable std::mutex mu_;

@@ -34,7 +34,10 @@ struct SeqLimits {
 
 struct StepItem {
     SeqId seq = 0;
-    std::span<const int32_t> tokens;
+    std::span<const int32_t> tokens;   // empty when chained
+    // One token: the one the sequence's step in flight samples (begin_step
+    // only; the engine takes it without the host reading it first).
+    bool chained = false;
     bool sample = false;
     bool logits = false;            // keep the raw logits for logprobs
     const std::vector<uint32_t>* allowed = nullptr;   // bitset, or NULL
@@ -56,6 +59,22 @@ public:
     // false: not enough free KV blocks, and nothing changed. Other failures
     // throw eh::Error; the sequences of the step are then unusable.
     virtual bool step(std::span<StepItem> items) = 0;
+    // A step in two halves, so the next can start before this one's tokens
+    // are read (ABI 1.3); only where can_chain(). begin_step checks and
+    // starts a step (false: not enough free KV blocks, nothing changed;
+    // other failures throw as step() does); end_step waits for the oldest
+    // step begun and fills its items' tokens (the same items, in order). At
+    // most two steps are in flight; while any is, the scheduler calls
+    // nothing else but free_blocks(), and a step begun then asks no logits.
+    virtual bool can_chain() const { return false; }
+    virtual bool begin_step(std::span<StepItem> items) {
+        (void)items;
+        throw Error(Code::Internal, "this engine does not run steps in two halves");
+    }
+    virtual void end_step(std::span<StepItem> items) {
+        (void)items;
+        throw Error(Code::Internal, "this engine does not run steps in two halves");
+    }
     // Logits of the sequence's last step that asked for them; empty if none.
     virtual std::span<const float> logits(SeqId seq) = 0;
     virtual bool has_logits() const = 0;
