@@ -499,3 +499,62 @@ TEST(GptPagedAttention, SinksAndWindowMatchTheHostComputation) {
 }
 
 }  // namespace
+
+// ABI 1.3's halves on gpt-cuda (the CUDA batch base both plugins share):
+// steps begun before the one ahead is read, their decode tokens chained on
+// the device, give the tokens plain steps give, for a greedy and a drawn
+// sequence side by side.
+TEST(GptBatchedStepHalves, ChainedStepsGiveThePlainStepsTokens) {
+    REQUIRE_BATCHED();
+    ASSERT_NE(gpu_api()->step_begin, nullptr) << "gpt-cuda has no step_begin";
+    const uint32_t vocab = vocab_of("gpt-oss");
+    const std::vector<std::vector<int32_t>> prompts = {tokens_of(11, 1, vocab), tokens_of(23, 2, vocab)};
+    const size_t n = prompts.size();
+    constexpr int kSteps = 12;
+    auto setup = [&](Batched& b) {
+        std::vector<eh_seq*> s;
+        for (size_t i = 0; i < n; ++i) {
+            s.push_back(b.create());
+            eh_sampling_params sp{};
+            sp.struct_size = sizeof sp;
+            sp.temperature = i == 0 ? 0.0f : 1.1f;
+            sp.top_p = 1.0f;
+            sp.repetition_penalty = 1.0f;
+            sp.repetition_window = -1;
+            sp.seed = 3;
+            EXPECT_EQ(b.api->seq_set_sampling(s[i], &sp), EH_OK) << b.error();
+        }
+        return s;
+    };
+    std::vector<std::vector<int32_t>> plain(n), halves(n);
+    {
+        Batched b("gpt-oss");
+        ASSERT_TRUE(b.model);
+        auto s = setup(b);
+        std::vector<eh_step_entry> es;
+        for (size_t i = 0; i < n; ++i) es.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+        std::vector<int32_t> next(n);
+        for (int k = 0; k <= kSteps; ++k) {
+            ASSERT_EQ(b.api->step(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
+            for (size_t i = 0; i < n; ++i) plain[i].push_back(next[i] = es[i].token);
+            for (size_t i = 0; i < n; ++i) es[i] = entry(s[i], &next[i], 1, EH_STEP_SAMPLE);
+        }
+    }
+    Batched b("gpt-oss");
+    ASSERT_TRUE(b.model);
+    auto s = setup(b);
+    std::vector<eh_step_entry> first;
+    for (size_t i = 0; i < n; ++i) first.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+    ASSERT_EQ(b.api->step_begin(b.model, first.data(), uint32_t(n)), EH_OK) << b.error();
+    std::vector<int32_t> out(n);
+    for (int k = 1; k <= kSteps + 1; ++k) {
+        if (k <= kSteps) {
+            std::vector<eh_step_entry> es;
+            for (size_t i = 0; i < n; ++i) es.push_back(entry(s[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED));
+            ASSERT_EQ(b.api->step_begin(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
+        }
+        ASSERT_EQ(b.api->step_end(b.model, out.data(), uint32_t(n)), EH_OK) << b.error();
+        for (size_t i = 0; i < n; ++i) halves[i].push_back(out[i]);
+    }
+    for (size_t i = 0; i < n; ++i) EXPECT_EQ(halves[i], plain[i]) << "sequence " << i;
+}

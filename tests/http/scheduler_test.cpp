@@ -118,10 +118,15 @@ public:
         return true;
     }
     void end_step(std::span<StepItem> items) override {
+        if (end_delay.count()) std::this_thread::sleep_for(end_delay);  // the step "runs" until here
         std::lock_guard lock(mu_);
         if (flight_.empty() || flight_.front().size() != items.size()) throw Error(Code::Internal, "fake engine: bad end_step");
         for (size_t i = 0; i < items.size(); ++i) items[i].token = flight_.front()[i];
         flight_.erase(flight_.begin());
+    }
+    size_t in_flight() const {
+        std::lock_guard lock(mu_);
+        return flight_.size();
     }
     std::vector<size_t> live_lengths() const {
         std::lock_guard lock(mu_);
@@ -202,6 +207,7 @@ public:
     std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0}, masked{0};
     std::atomic<size_t> restarts{0}, unknown_releases{0}, truncates{0}, chained{0}, calls_in_flight{0};
     bool halves = false;
+    std::chrono::milliseconds end_delay{0};
     std::atomic<size_t> crash_at_step{SIZE_MAX};  // steps.load() at which step() throws EngineCrashed
     bool restart_fails = false;
     bool ignore_mask = false;
@@ -719,4 +725,30 @@ TEST(SchedulerChained, TheOptionOffReadsEveryStepFirst) {
     EXPECT_EQ(r.text, expected("some prompt", 25));
     EXPECT_EQ(h.engine->chained.load(), 0u);
     EXPECT_EQ(h.sched->stats().chained_steps.load(), 0u);
+}
+
+TEST(SchedulerChained, ARequestThatEndsIsAnsweredWhileTheStepAheadStillRuns) {
+    const std::string p = "a prompt";
+    const std::string full = expected(p, 60);
+    const char eog = full[10];
+    Harness h(16, 256, 8, 64, {}, eog, true);
+    auto j = make_job("eos", p, 60);
+    h.sched->enqueue(j);
+    // Every step ends 20 ms after it begins; the token after the end token
+    // was begun before the end token was read.
+    h.engine->end_delay = std::chrono::milliseconds(20);
+    JobEvent end;
+    size_t flying = 99;
+    for (int i = 0; i < 1000 && end.kind != JobEvent::Kind::End; ++i) {
+        auto ev = j->pop(std::chrono::milliseconds(10));
+        if (ev && ev->kind == JobEvent::Kind::End) {
+            flying = h.engine->in_flight();  // at once: the step ahead still "runs" for up to 20 ms
+            end = *ev;
+        }
+    }
+    EXPECT_EQ(end.stop_reason, "eos");
+    EXPECT_EQ(flying, 1u) << "the answer waited for the step it does not need";
+    while (h.sched->stats().running.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    EXPECT_EQ(h.engine->live_lengths(), std::vector<size_t>{p.size() + full.find(eog)});
+    EXPECT_FALSE(j->pop(std::chrono::milliseconds(30))) << "a second terminal event";
 }

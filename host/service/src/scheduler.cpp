@@ -518,6 +518,10 @@ void Scheduler::run_chain(Step& st) {
         end(st);
         publish();  // a chain can run a whole answer: /health and /metrics follow it
         if (!next) break;
+        // A request that ended here gets its answer now; its sequence is
+        // settled once the step in flight is read.
+        for (Active* a : next->owners)
+            if (a->gen->done() && !a->answered) answer(*a);
         st = std::move(*next);
         bool ended = false;
         for (Active* a : st.owners) ended = ended || a->gen->done();
@@ -659,12 +663,18 @@ void Scheduler::complete(ActivePtr a) {
     const SeqId seq = std::exchange(a->seq, 0);
     if (cache_) cache_->insert(seq, std::vector<int32_t>(a->tokens.begin(), a->tokens.begin() + a->in_seq));
     else engine_->release(seq);
-    finish(a->job, a->gen->end_event(a->admitted));
-    forget(a->job->request.job_id);
+    if (!a->answered) answer(*a);
+}
+
+void Scheduler::answer(Active& a) {
+    finish(a.job, a.gen->end_event(a.admitted));
+    forget(a.job->request.job_id);
+    a.answered = true;
 }
 
 void Scheduler::fail(ActivePtr a, const Error& e) {
     if (a->seq) engine_->release(std::exchange(a->seq, 0));
+    if (a->answered) return;  // its answer went out whole before this
     finish(a->job, stopped_event(*a->job, e, options_.inference_timeout));
     forget(a->job->request.job_id);
 }

@@ -123,6 +123,9 @@ private:
         // allowed-token mask of the step in flight (kept alive here).
         std::unique_ptr<constrain::Matcher> matcher;
         std::shared_ptr<const constrain::Mask> mask;
+        // Its terminal event went out while a chained step still held its
+        // sequence (settled after that step).
+        bool answered = false;
     };
     using ActivePtr = std::unique_ptr<Active>;
 
@@ -164,6 +167,8 @@ private:
     void engine_lost(const Error& why);
     bool stopping() const;
     void complete(ActivePtr a);
+    // The terminal event of a request whose output is complete.
+    void answer(Active& a);
     void fail(ActivePtr a, const Error& e);
     void finish(const std::shared_ptr<Job>& job, const JobEvent& terminal);
     void forget(const std::string& job_id);
