@@ -22,9 +22,11 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 // Where each piece of a step's inputs sits in the staging buffers. What the
 // forward pass reads (tokens .. tables) sits at offsets fixed by the
 // capacities, so a captured graph finds it at the same addresses every step.
+// Everything but the biases and masks lies before the end of the step's
+// block ids, so a plain step uploads its inputs in one copy.
 struct Layout {
-    size_t tokens, pos, rows, table, out_idx, chain, tables, params, counters, edits, etok, eval, masks, out, end;
-    Layout(size_t Tcap, size_t Rcap, size_t Bcap, size_t R, size_t NE, size_t NM) {
+    size_t tokens, pos, rows, table, out_idx, chain, params, counters, edits, tables, etok, eval, masks, out, end;
+    Layout(size_t Tcap, size_t Rcap, size_t Bcap, size_t NE, size_t NM) {
         size_t at = 0;
         auto take = [&](size_t bytes) {
             const size_t o = at;
@@ -37,14 +39,14 @@ struct Layout {
         table = take(Tcap * 4);
         out_idx = take(Rcap * 4);
         chain = take(Rcap * 8);  // (token index, row of the step before) per chained entry
+        params = take(Rcap * sizeof(SamplerParams));
+        counters = take(Rcap * sizeof(unsigned long long));
+        edits = take(Rcap * sizeof(RowEdits));
         tables = take(Bcap * 4);
-        params = take(R * sizeof(SamplerParams));
-        counters = take(R * sizeof(unsigned long long));
-        edits = take(R * sizeof(RowEdits));
         etok = take(NE * 4);
         eval = take(NE * 4);
         masks = take(NM * 4);
-        out = take(R * 4);  // written by the device
+        out = take(Rcap * 4);  // host only: the sampled ids, copied back from the device
         end = at;
     }
 };
@@ -73,6 +75,7 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
     limits_ = ehp::grant_kv(params, kPagedBlockTokens, block_bytes, UINT64_MAX, shape.seq_cap);
     const size_t R = limits_.max_step_entries, V = size_t(shape.n_vocab);
     logits_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
+    for (DeviceBuffer& o : out_dev_) o = DeviceBuffer(R * sizeof(int32_t), shape.ledger);
     fwork_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
     iwork_ = DeviceBuffer(R * V * sizeof(int32_t), shape.ledger);
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), R * V * sizeof(float)));
@@ -163,7 +166,7 @@ void BatchBase::run_forward(const StepView& v, int bucket) {
 }
 
 void BatchBase::warm_up() {
-    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), 0, 0, 0);
+    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), 0, 0);
     ensure_staging(L.end);
     // Rows of nothing: token 0 at position 0 of the scratch block.
     const int n = int(std::min<uint32_t>(limits_.max_step_tokens, kWarmPrefillTokens));
@@ -432,7 +435,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     const bool graphed = T == R && T <= size_t(kGraphMaxTokens) && !graph_failed_[bucket_index(int(T))];
     const int b = bucket_index(int(T));
     const size_t padded = graphed ? std::min<size_t>(size_t(1) << b, limits_.max_step_entries) : T;
-    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), R, etok.size(),
+    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), etok.size(),
                    mask_rows.size() * words);
     ensure_staging(L.end);  // may wait for the steps in flight (then prev's ids are read)
     if (prev && prev->picked_read)
@@ -510,14 +513,13 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     for (size_t m = 0; m < mask_rows.size(); ++m)
         std::memcpy(h + L.masks + m * words * 4, at(mask_rows[m]).allowed, words * 4);
     char* d = staging_dev_.as<char>();
-    // The step before may still run: these copies follow it on the stream.
-    // Chained tokens come from its sampled ids (past the fixed-size part
-    // copied first) before this step's sampling inputs may overwrite them.
+    // The step before may still run: these copies follow it on the stream,
+    // and chained tokens come from its sampled ids (its slot's out buffer).
     EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + tb * 4, cudaMemcpyHostToDevice, s));
+    if (L.out > L.etok) EHC_CHECK(cudaMemcpyAsync(d + L.etok, h + L.etok, L.out - L.etok, cudaMemcpyHostToDevice, s));
     if (nchain)
-        copy_tokens(reinterpret_cast<const int32_t*>(d + prev->out), reinterpret_cast<const int32_t*>(d + L.chain),
-                    nchain, reinterpret_cast<int32_t*>(d + L.tokens), s);
-    EHC_CHECK(cudaMemcpyAsync(d + L.params, h + L.params, L.out - L.params, cudaMemcpyHostToDevice, s));
+        copy_tokens(out_dev_[prev->slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), nchain,
+                    reinterpret_cast<int32_t*>(d + L.tokens), s);
 
     StepView v;
     v.ntok = int(padded);
@@ -534,7 +536,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     v.logits = logits_.as<float>();
     run_forward(v, graphed ? b : -1);
 
-    auto* d_out = reinterpret_cast<int32_t*>(d + L.out);
+    int32_t* d_out = out_dev_[slot].as<int32_t>();
     if (R) {
         for (size_t k = 0; k < R; ++k)
             if (at(rows[k].entry).flags & EH_STEP_LOGITS)

@@ -171,7 +171,7 @@ private:
     struct Flight {
         uint64_t id = 0;
         int slot = 0;                    // pinned staging slot (and its event)
-        size_t out = 0;                  // offset of the sampled ids in the slot and on the device
+        size_t out = 0;                  // offset of the sampled ids in the slot
         std::vector<CudaSeq*> seqs;      // per entry; NULL once released
         std::vector<int> row;            // per entry: its sampling row, or -1
         std::vector<uint32_t> flags;     // per entry
@@ -206,6 +206,7 @@ private:
     std::unique_ptr<PrefillWorkspace> workspace_;
     DeviceBuffer logits_, fwork_, iwork_;
     DeviceBuffer staging_dev_;
+    DeviceBuffer out_dev_[2];        // a slot's sampled ids on the device
     char* staging_host_[2] = {};     // pinned, one per step in flight
     cudaEvent_t staged_[2] = {};     // a slot's step has finished
     size_t staging_bytes_ = 0;
