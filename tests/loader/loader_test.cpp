@@ -118,6 +118,29 @@ TEST(Loader, PluginBuiltForAnOlderMinorIsAccepted) {
     EXPECT_FALSE(api_has_step(*r.api));
 }
 
+// A plugin built against 1.2 (its table ends before 1.3's step halves) loads
+// in the 1.3 host, which then runs its steps whole.
+TEST(Loader, PluginBuiltForMinorTwoIsAcceptedWithoutStepHalves) {
+    ScratchDir dir;
+    eh::test::copy_fixture("abi-1-2", dir.path);
+    auto mp = eh::test::manifest_in(dir.path);
+    std::string text = eh::test::read_file(mp);
+    eh::test::replace_all(text, "\"minor\": " + std::to_string(EH_ABI_MINOR), "\"minor\": 2");
+    eh::test::write_file(mp, text);
+    PluginRecord r = load_plugin(mp.string());
+    EXPECT_TRUE(r.accepted) << all_reasons(r);
+    ASSERT_NE(r.api, nullptr);
+    EXPECT_EQ(r.api->abi_minor, 2);
+    EXPECT_EQ(r.api->struct_size, offsetof(eh_plugin_api, step_begin));
+    EXPECT_FALSE(api_has_step_halves(*r.api));
+}
+
+TEST(Loader, StepHalvesComeAsAPair) {
+    PluginRecord r = load_fixture("half-steps");
+    EXPECT_FALSE(r.accepted);
+    EXPECT_NE(all_reasons(r).find("step_begin and step_end (1.3) come as a pair"), std::string::npos) << all_reasons(r);
+}
+
 TEST(Loader, BatchedMembersComeAsAGroup) {
     PluginRecord r = load_fixture("partial-batch");
     EXPECT_FALSE(r.accepted);

@@ -49,6 +49,8 @@
 #define MODE_ABI_1_1 10      // a table as a 1.1 build has it: 1.2's members absent
 #define MODE_PARTIAL_BATCH 11  // 1.2 with only some of the batched members
 #define MODE_FAKE_GPU 12       // says it is a CUDA engine; its probe accepts GPU 0 only
+#define MODE_ABI_1_2 13        // a table as a 1.2 build has it: 1.3's step halves absent
+#define MODE_HALF_STEPS 14     // 1.3's step_begin without step_end
 
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "test-engine"
@@ -336,12 +338,17 @@ void session_release(eh_session* s) { delete S(s); }
 #if FIXTURE_MODE == MODE_PARTIAL_BATCH
 eh_status partial_kv_init(eh_model*, const eh_kv_params*, eh_kv_info*) { return EH_UNSUPPORTED; }
 #endif
+#if FIXTURE_MODE == MODE_HALF_STEPS
+eh_status half_step_begin(eh_model*, eh_step_entry*, uint32_t) { return EH_UNSUPPORTED; }
+#endif
 
 const eh_plugin_api kApi = {
 #if FIXTURE_MODE == MODE_SMALL_TABLE
     16,
 #elif FIXTURE_MODE == MODE_ABI_1_1
     offsetof(eh_plugin_api, kv_init),
+#elif FIXTURE_MODE == MODE_ABI_1_2
+    offsetof(eh_plugin_api, step_begin),
 #else
     sizeof(eh_plugin_api),
 #endif
@@ -352,6 +359,8 @@ const eh_plugin_api kApi = {
 #endif
 #if FIXTURE_MODE == MODE_ABI_1_1
     1,  // built against ABI 1.1: the 1.2 host must still accept it
+#elif FIXTURE_MODE == MODE_ABI_1_2
+    2,  // built against ABI 1.2: the 1.3 host must still accept it
 #else
     EH_ABI_MINOR,
 #endif
@@ -361,6 +370,10 @@ const eh_plugin_api kApi = {
     session_last_error, session_release,
 #if FIXTURE_MODE == MODE_PARTIAL_BATCH
     partial_kv_init,
+#endif
+#if FIXTURE_MODE == MODE_HALF_STEPS
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+    half_step_begin,
 #endif
 };
 
