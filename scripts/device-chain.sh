@@ -3,11 +3,12 @@
 # rate through the server with chained steps (ABI 1.3: step N+1 begins
 # before the host reads N) against the same server with --no-chained-steps,
 # and against the plugin's one-sequence session path (`engine-host bench`),
-# on the forged Qwen2.5-0.5B Q4_K_M. Per round and setting: the streamed
+# on a forged model (LIKE, a forge profile; default the Qwen2.5-0.5B
+# Q4_K_M). Per round and setting: the streamed
 # `engine-host loadgen` (TPOT: time per output token after the first) at
 # LEVELS, then loadgen.py at the same levels; /metrics' chained-step count
 # around them.
-#   OUT=... [LOADGEN=.../loadgen.py] [ROUNDS=3] scripts/device-chain.sh BUILD_DIR [LEVELS]
+#   OUT=... [LOADGEN=.../loadgen.py] [ROUNDS=3] [LIKE=profile] scripts/device-chain.sh BUILD_DIR [LEVELS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
@@ -15,8 +16,9 @@ levels=${2:-1,16}
 out=${OUT:-/tmp/eh-chain}
 loadgen=${LOADGEN:-$(cd ../shared/peers && pwd)/loadgen.py}
 mkdir -p "$out" /tmp/eh-models
-f=/tmp/eh-models/qwen.gguf
-[ -f "$f" ] || "$build/bin/engine-host" forge --like qwen2.5-0.5b-instruct-q4_k_m --out "$f" -q
+like=${LIKE:-qwen2.5-0.5b-instruct-q4_k_m}
+f=/tmp/eh-models/$like.gguf
+[ -f "$f" ] || "$build/bin/engine-host" forge --like "$like" --out "$f" -q
 serve() {  # EXTRA_FLAGS...
   "$build/bin/engine-host" --plugins "$build/plugins" --port 18710 --log-format text --log-level warn --model "$f" \
     --ctx-size 4096 "$@" > "$out/serve.log" 2>&1 &
