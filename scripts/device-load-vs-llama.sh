@@ -4,7 +4,7 @@
 # ../shared/peers/README.md, on the forged Qwen2.5-0.5B and Phi-3-mini
 # Q4_K_M files. Needs scripts/device-unpack.sh run and llama.cpp's build
 # unpacked in $LC (default /tmp/lc). Results (JSON lines) go to $OUT.
-#   OUT=... scripts/device-load-vs-llama.sh BUILD_DIR [LEVELS] [MODELS]
+#   OUT=... [LOADGEN=.../loadgen.py] scripts/device-load-vs-llama.sh BUILD_DIR [LEVELS] [MODELS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
@@ -12,7 +12,7 @@ levels=${2:-1,4,16,64}
 models=${3:-qwen2.5-0.5b-instruct-q4_k_m phi-3-mini-4k-instruct-q4_k_m}
 out=${OUT:-/tmp/eh-vs}
 lc=${LC:-/tmp/lc}
-loadgen=$(cd ../shared/peers && pwd)/loadgen.py
+loadgen=${LOADGEN:-$(cd ../shared/peers && pwd)/loadgen.py}
 eh="$build/bin/engine-host"
 mkdir -p "$out" /tmp/eh-models
 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader | tee "$out/gpu.txt"
