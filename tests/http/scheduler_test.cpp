@@ -91,6 +91,7 @@ public:
         {
             std::lock_guard lock(mu_);
             if (flight_.size() >= 2) throw Error(Code::Internal, "fake engine: a third step in flight");
+            if (++begins == fail_begin_at) throw Error(Code::Internal, "fake engine: step_begin failed");
             for (auto& it : items)
                 if (it.chained) {
                     const Seq& s = seqs_.at(it.seq);
@@ -208,6 +209,7 @@ public:
     std::atomic<size_t> restarts{0}, unknown_releases{0}, truncates{0}, chained{0}, calls_in_flight{0};
     bool halves = false;
     std::chrono::milliseconds end_delay{0};
+    size_t begins = 0, fail_begin_at = SIZE_MAX;  // the begin_step call that throws
     std::atomic<size_t> crash_at_step{SIZE_MAX};  // steps.load() at which step() throws EngineCrashed
     bool restart_fails = false;
     bool ignore_mask = false;
@@ -751,4 +753,22 @@ TEST(SchedulerChained, ARequestThatEndsIsAnsweredWhileTheStepAheadStillRuns) {
     while (h.sched->stats().running.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(h.engine->live_lengths(), std::vector<size_t>{p.size() + full.find(eog)});
     EXPECT_FALSE(j->pop(std::chrono::milliseconds(30))) << "a second terminal event";
+}
+
+TEST(SchedulerChained, AFailedBeginEndsTheStepInFlightAndOnlyThatBatchsRequests) {
+    Harness h(16, 256, 8, 64, {}, -1, true);
+    h.engine->fail_begin_at = 5;  // a chained step, with the step before it in flight
+    auto a = make_job("a", "first prompt", 40);
+    h.sched->enqueue(a);
+    Outcome ra = drain(*a);
+    EXPECT_EQ(ra.end.kind, JobEvent::Kind::Error);
+    EXPECT_NE(ra.end.message.find("step_begin failed"), std::string::npos) << ra.end.message;
+    EXPECT_EQ(ra.terminals, 1u);
+    EXPECT_EQ(h.engine->in_flight(), 0u) << "the step in flight was not ended";
+    // The engine serves the next request.
+    auto b = make_job("b", "second prompt", 20);
+    h.sched->enqueue(b);
+    Outcome rb = drain(*b);
+    EXPECT_EQ(rb.end.kind, JobEvent::Kind::End) << rb.end.message;
+    EXPECT_EQ(rb.text, expected("second prompt", 20));
 }

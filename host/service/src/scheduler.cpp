@@ -493,42 +493,62 @@ void Scheduler::run_chain(Step& st) {
         handle_kv_full();
         return;
     }
+    size_t flying = 1;  // steps begun and not ended
     auto end = [&](Step& x) {
         timed([&] {
             engine_->end_step(x.items);
             return true;
         });
+        --flying;
         accept_tokens(x);
     };
-    for (;;) {
-        std::optional<Step> next;
-        if (may_chain_after(st)) {
-            next.emplace();
-            for (Active* a : st.owners) {
-                StepItem it;
-                it.seq = a->seq;
-                it.chained = true;
-                it.sample = true;
-                if (!a->job->request.sampling.logit_bias.empty()) it.bias = &a->job->request.sampling.logit_bias;
-                next->items.push_back(it);
-                next->owners.push_back(a);
+    std::optional<Step> next;
+    try {
+        for (;;) {
+            next.reset();
+            if (may_chain_after(st)) {
+                next.emplace();
+                for (Active* a : st.owners) {
+                    StepItem it;
+                    it.seq = a->seq;
+                    it.chained = true;
+                    it.sample = true;
+                    if (!a->job->request.sampling.logit_bias.empty()) it.bias = &a->job->request.sampling.logit_bias;
+                    next->items.push_back(it);
+                    next->owners.push_back(a);
+                }
+                if (timed([&] { return engine_->begin_step(next->items); })) ++flying;
+                else next.reset();  // KV full: the chain ends here
             }
-            if (!timed([&] { return engine_->begin_step(next->items); })) next.reset();  // KV full: the chain ends
-        }
-        end(st);
-        publish();  // a chain can run a whole answer: /health and /metrics follow it
-        if (!next) break;
-        // A request that ended here gets its answer now; its sequence is
-        // settled once the step in flight is read.
-        for (Active* a : next->owners)
-            if (a->gen->done() && !a->answered) answer(*a);
-        st = std::move(*next);
-        bool ended = false;
-        for (Active* a : st.owners) ended = ended || a->gen->done();
-        if (ended) {
             end(st);
-            break;
+            publish();  // a chain can run a whole answer: /health and /metrics follow it
+            if (!next) break;
+            // A request that ended here gets its answer now; its sequence is
+            // settled once the step in flight is read.
+            for (Active* a : next->owners)
+                if (a->gen->done() && !a->answered) answer(*a);
+            st = std::move(*next);
+            next.reset();
+            bool ended = false;
+            for (Active* a : st.owners) ended = ended || a->gen->done();
+            if (ended) {
+                end(st);
+                break;
+            }
         }
+    } catch (const Error& e) {
+        // The engine holds no step of ours afterwards (its sequences are
+        // released next): end what is still in flight, whatever it says.
+        // Every step of a chain has one item per running request.
+        std::vector<StepItem> scratch(st.items.size());
+        if (e.code() != Code::EngineCrashed)
+            for (; flying > 0; --flying) {
+                try {
+                    engine_->end_step(scratch);
+                } catch (const std::exception&) {
+                }
+            }
+        throw;
     }
     settle();
 }
