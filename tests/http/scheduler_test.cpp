@@ -734,17 +734,17 @@ TEST(SchedulerChained, ARequestThatEndsIsAnsweredWhileTheStepAheadStillRuns) {
     const std::string full = expected(p, 60);
     const char eog = full[10];
     Harness h(16, 256, 8, 64, {}, eog, true);
+    // Every step ends 60 ms after it begins; the token after the end token
+    // was begun before the end token was read.
+    h.engine->end_delay = std::chrono::milliseconds(60);
     auto j = make_job("eos", p, 60);
     h.sched->enqueue(j);
-    // Every step ends 20 ms after it begins; the token after the end token
-    // was begun before the end token was read.
-    h.engine->end_delay = std::chrono::milliseconds(20);
     JobEvent end;
     size_t flying = 99;
     for (int i = 0; i < 1000 && end.kind != JobEvent::Kind::End; ++i) {
         auto ev = j->pop(std::chrono::milliseconds(10));
         if (ev && ev->kind == JobEvent::Kind::End) {
-            flying = h.engine->in_flight();  // at once: the step ahead still "runs" for up to 20 ms
+            flying = h.engine->in_flight();  // at once: the step ahead still "runs" for up to 60 ms
             end = *ev;
         }
     }
