@@ -536,12 +536,20 @@ void Scheduler::run_chain(Step& st) {
                 break;
             }
         }
-    } catch (const Error& e) {
+    } catch (...) {
         // The engine holds no step of ours afterwards (its sequences are
-        // released next): end what is still in flight, whatever it says.
-        // Every step of a chain has one item per running request.
+        // released next): end what is still in flight, whatever it says,
+        // unless the engine itself is gone. Every step of a chain has one
+        // item per running request.
+        bool crashed = false;
+        try {
+            throw;
+        } catch (const Error& e) {
+            crashed = e.code() == Code::EngineCrashed;
+        } catch (...) {
+        }
         std::vector<StepItem> scratch(st.items.size());
-        if (e.code() != Code::EngineCrashed)
+        if (!crashed)
             for (; flying > 0; --flying) {
                 try {
                     engine_->end_step(scratch);

@@ -299,11 +299,6 @@ void BatchBase::forget(const CudaSeq* seq) {
     }
 }
 
-void BatchBase::drain() {
-    cudaStreamSynchronize(stream_.get());
-    flight_.clear();
-}
-
 void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     expect_idle("step");
     begin(entries, n_entries);

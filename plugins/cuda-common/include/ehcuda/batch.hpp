@@ -114,8 +114,6 @@ public:
     void end(int32_t* out_tokens, uint32_t n_entries);
     // Throws INVALID_ARGUMENT naming `call` while a step is in flight.
     void expect_idle(const char* call) const;
-    // Waits for every step in flight (the model is going away).
-    void drain();
 
 protected:
     // One forward pass over v.ntok tokens: K/V of token t into row
