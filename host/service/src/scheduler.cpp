@@ -502,10 +502,9 @@ void Scheduler::run_chain(Step& st) {
         --flying;
         accept_tokens(x);
     };
-    std::optional<Step> next;
     try {
         for (;;) {
-            next.reset();
+            std::optional<Step> next;
             if (may_chain_after(st)) {
                 next.emplace();
                 for (Active* a : st.owners) {
@@ -528,7 +527,6 @@ void Scheduler::run_chain(Step& st) {
             for (Active* a : next->owners)
                 if (a->gen->done() && !a->answered) answer(*a);
             st = std::move(*next);
-            next.reset();
             bool ended = false;
             for (Active* a : st.owners) ended = ended || a->gen->done();
             if (ended) {

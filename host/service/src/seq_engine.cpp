@@ -99,14 +99,10 @@ public:
 
     bool step(std::span<StepItem> items) override {
         fill_entries(items);
-        eh_status st = guarded([&] { return api_.step(model_->raw(), entries_.data(), uint32_t(entries_.size())); });
-        if (st == EH_KV_FULL) {
-            refresh();
+        if (!started(guarded([&] { return api_.step(model_->raw(), entries_.data(), uint32_t(entries_.size())); }),
+                     "step"))
             return false;
-        }
-        check(st, "step");
         for (size_t i = 0; i < items.size(); ++i) items[i].token = entries_[i].token;
-        refresh();
         return true;
     }
 
@@ -114,14 +110,9 @@ public:
 
     bool begin_step(std::span<StepItem> items) override {
         fill_entries(items);
-        eh_status st = guarded([&] { return api_.step_begin(model_->raw(), entries_.data(), uint32_t(entries_.size())); });
-        if (st == EH_KV_FULL) {
-            refresh();
-            return false;
-        }
-        check(st, "step_begin");
-        refresh();
-        return true;
+        return started(
+            guarded([&] { return api_.step_begin(model_->raw(), entries_.data(), uint32_t(entries_.size())); }),
+            "step_begin");
     }
 
     void end_step(std::span<StepItem> items) override {
@@ -170,6 +161,13 @@ private:
         }
     }
 
+    // A step call's status: false on KV_FULL (nothing changed), throws on
+    // other failures; the free-block count is read again either way it ran.
+    bool started(eh_status st, const char* call) {
+        if (st != EH_KV_FULL) check(st, call);
+        refresh();
+        return st == EH_OK;
+    }
     void check(eh_status st, const char* call) const {
         if (st != EH_OK) throw Error(code_from_status(st), fmt::format("{}: {}", call, model_message(*model_, st)));
     }

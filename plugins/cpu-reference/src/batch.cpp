@@ -80,13 +80,6 @@ void Batch::step(eh_step_entry* entries, uint32_t n_entries) {
 
 void Batch::begin(eh_step_entry* entries, uint32_t n_entries) {
     if (flight_.size() >= 2) throw Error(EH_INVALID_ARGUMENT, "step_begin: two steps are in flight (call step_end first)");
-    if (!flight_.empty() && entries && n_entries) {
-        const uint32_t stride = entries[0].struct_size;
-        for (uint32_t i = 0; i < n_entries && stride >= sizeof(eh_step_entry); ++i)
-            if (ehp::step_entry(entries, stride, i).flags & EH_STEP_LOGITS)
-                throw Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
-                                                     ": EH_STEP_LOGITS on a step begun while another is in flight");
-    }
     std::vector<int32_t> tokens = run(entries, n_entries, true);
     flight_.push_back({next_step_, std::move(tokens)});
 }
@@ -115,6 +108,11 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         [](eh_seq* s) { return static_cast<Sequence*>(s)->sampler.ready(); },
         [&](eh_seq* s) { return chain_ok && in_flight && static_cast<Sequence*>(s)->sampled_in == in_flight; });
     auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
+    if (in_flight)
+        for (uint32_t i = 0; i < n_entries; ++i)
+            if (at(i).flags & EH_STEP_LOGITS)
+                throw Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
+                                                     ": EH_STEP_LOGITS on a step begun while another is in flight");
     const uint64_t id = ++next_step_;
 
     std::vector<Slice> slices;
