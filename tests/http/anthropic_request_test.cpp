@@ -140,6 +140,15 @@ TEST(AnthropicRequest, ToolFieldsThatCannotBeHonouredAre400) {
     no_id.erase("tool_use_id");
     EXPECT_NE(msgs({{{"role", "user"}, {"content", {no_id}}}}).find("'messages[0].content[0].tool_use_id' is required"),
               std::string::npos);
+    json empty_id = result;
+    empty_id["tool_use_id"] = "";
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", {empty_id}}}}).find("'messages[0].content[0].tool_use_id' must not be empty"),
+              std::string::npos);
+    json empty_use_id = use;
+    empty_use_id["id"] = "";
+    EXPECT_NE(msgs({{{"role", "user"}, {"content", "q"}}, {{"role", "assistant"}, {"content", {empty_use_id}}}, {{"role", "user"}, {"content", "x"}}})
+                  .find("'messages[1].content[0].id' must not be empty"),
+              std::string::npos);
     json image_result = result;
     image_result["content"] = {{{"type", "image"}}};
     EXPECT_NE(msgs({{{"role", "user"}, {"content", {image_result}}}}).find("\"image\" is not supported"), std::string::npos);

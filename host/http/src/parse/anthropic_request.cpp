@@ -29,12 +29,20 @@ ChatMessage text_message(const std::string& role, std::string text) {
     return m;
 }
 
+// A tool_use block's id and a tool_result's tool_use_id: what pairs a result
+// with its call, so an empty one is refused (Anthropic's ids are never empty).
+std::string tool_id(const object& b, const char* key, const std::string& at) {
+    std::string id = want_string(b, key, "messages", at, true);
+    if (id.empty()) throw RequestError("messages", fmt::format("'{}.{}' must not be empty", at, key));
+    return id;
+}
+
 // A user tool_result block: the result of one tool_use, as a `tool` message
 // (what the chat templates render tool results from).
 ChatMessage tool_result(const object& b, const std::string& at) {
     ChatMessage m;
     m.role = "tool";
-    m.tool_call_id = want_string(b, "tool_use_id", "messages", at, true);
+    m.tool_call_id = tool_id(b, "tool_use_id", at);
     if (auto c = field(b, "content")) m.content = text_content(*c, "messages", at + ".content");
     if (auto e = get_bool(b, "is_error"); e && *e) m.content = "Error: " + m.content;  // the template has no flag for it
     return m;
@@ -43,7 +51,7 @@ ChatMessage tool_result(const object& b, const std::string& at) {
 // An assistant tool_use block: a call the model made.
 ChatToolCall tool_use(const object& b, const std::string& at) {
     ChatToolCall c;
-    c.id = want_string(b, "id", "messages", at, true);
+    c.id = tool_id(b, "id", at);
     c.name = want_string(b, "name", "messages", at, true);
     if (c.name.empty()) throw RequestError("messages", fmt::format("'{}.name' must not be empty", at));
     auto input = field(b, "input");
