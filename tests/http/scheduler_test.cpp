@@ -6,6 +6,8 @@
 // recompute) changes the output.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <condition_variable>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -115,15 +117,27 @@ public:
             }
             if (it.chained) ++chained;
         }
-        flight_.push_back(std::move(out));
+        if (hold_after >= 0 && held_from_ == SIZE_MAX && std::find(out.begin(), out.end(), hold_after) != out.end())
+            held_from_ = last_begun_;
+        flight_.push_back({last_begun_, std::move(out)});
         return true;
     }
     void end_step(std::span<StepItem> items) override {
         if (end_delay.count()) std::this_thread::sleep_for(end_delay);  // the step "runs" until here
-        std::lock_guard lock(mu_);
-        if (flight_.empty() || flight_.front().size() != items.size()) throw Error(Code::Internal, "fake engine: bad end_step");
-        for (size_t i = 0; i < items.size(); ++i) items[i].token = flight_.front()[i];
+        std::unique_lock lock(mu_);
+        // a step begun after the one that sampled hold_after runs until release()
+        if (!flight_.empty() && flight_.front().index > held_from_) released_cv_.wait(lock, [&] { return released_; });
+        if (flight_.empty() || flight_.front().tokens.size() != items.size())
+            throw Error(Code::Internal, "fake engine: bad end_step");
+        for (size_t i = 0; i < items.size(); ++i) items[i].token = flight_.front().tokens[i];
         flight_.erase(flight_.begin());
+    }
+    void release() {
+        {
+            std::lock_guard lock(mu_);
+            released_ = true;
+        }
+        released_cv_.notify_all();
     }
     size_t in_flight() const {
         std::lock_guard lock(mu_);
@@ -209,6 +223,7 @@ public:
     std::atomic<size_t> restarts{0}, unknown_releases{0}, truncates{0}, chained{0}, calls_in_flight{0};
     bool halves = false;
     std::chrono::milliseconds end_delay{0};
+    int32_t hold_after = -1;  // see end_step; set before the first step
     size_t begins = 0, fail_begin_at = SIZE_MAX;  // the begin_step call that throws
     std::atomic<size_t> crash_at_step{SIZE_MAX};  // steps.load() at which step() throws EngineCrashed
     bool restart_fails = false;
@@ -224,7 +239,14 @@ private:
         uint64_t sampled_in = 0;   // the last step begun that sampled for it
         int32_t last_sample = -1;
     };
-    std::vector<std::vector<int32_t>> flight_;  // tokens of the steps begun, not ended
+    struct Flying {
+        size_t index;  // the step's number (last_begun_ when it was begun)
+        std::vector<int32_t> tokens;
+    };
+    std::vector<Flying> flight_;  // the steps begun, not ended
+    size_t held_from_ = SIZE_MAX;
+    bool released_ = false;
+    std::condition_variable released_cv_;
     uint64_t last_begun_ = 0;
     bool in_begin_ = false;
     size_t blocks_for(size_t n) const { return (n + l_.block_tokens - 1) / l_.block_tokens; }
@@ -734,21 +756,22 @@ TEST(SchedulerChained, ARequestThatEndsIsAnsweredWhileTheStepAheadStillRuns) {
     const std::string full = expected(p, 60);
     const char eog = full[10];
     Harness h(16, 256, 8, 64, {}, eog, true);
-    // Every step ends 60 ms after it begins; the token after the end token
-    // was begun before the end token was read.
-    h.engine->end_delay = std::chrono::milliseconds(60);
+    // The step begun after the one that samples the end token "runs" until
+    // the test releases it: the answer must come while it is in flight.
+    h.engine->hold_after = eog;
     auto j = make_job("eos", p, 60);
     h.sched->enqueue(j);
     JobEvent end;
     size_t flying = 99;
-    for (int i = 0; i < 1000 && end.kind != JobEvent::Kind::End; ++i) {
+    for (int i = 0; i < 500 && end.kind != JobEvent::Kind::End; ++i) {
         auto ev = j->pop(std::chrono::milliseconds(10));
         if (ev && ev->kind == JobEvent::Kind::End) {
-            flying = h.engine->in_flight();  // at once: the step ahead still "runs" for up to 60 ms
+            flying = h.engine->in_flight();
             end = *ev;
         }
     }
-    EXPECT_EQ(end.stop_reason, "eos");
+    h.engine->release();
+    EXPECT_EQ(end.stop_reason, "eos") << "no answer while the step ahead was held";
     EXPECT_EQ(flying, 1u) << "the answer waited for the step it does not need";
     while (h.sched->stats().running.load() != 0) std::this_thread::sleep_for(std::chrono::milliseconds(1));
     EXPECT_EQ(h.engine->live_lengths(), std::vector<size_t>{p.size() + full.find(eog)});
