@@ -7,6 +7,8 @@
 #include <set>
 #include <sstream>
 
+#include <engine_host/model_source.hpp>
+#include <engine_host/plugin_abi.hpp>
 #include <engine_host/tensor_types.h>
 #include <simdjson.h>
 
@@ -345,6 +347,72 @@ TEST(HfNames, Translation) {
     EXPECT_EQ(eh::model::hf_model_type_to_arch("qwen3_moe"), "qwen3moe");
     EXPECT_EQ(hf_tensor_name_to_gguf("qwen3", "model.layers.2.self_attn.q_norm.weight"), "blk.2.attn_q_norm.weight");
     EXPECT_EQ(hf_tensor_name_to_gguf("qwen3", "model.layers.2.self_attn.k_norm.weight"), "blk.2.attn_k_norm.weight");
+}
+
+// Qwen3-MoE's router and experts: one tensor per expert (the checkpoints on
+// the Hub) under llama.cpp's split-expert names, or the fused 3D tensors.
+TEST(HfNames, Qwen3MoeExperts) {
+    using eh::model::hf_tensor_name_to_gguf;
+    const std::string q = "qwen3moe";
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.3.mlp.gate.weight"), "blk.3.ffn_gate_inp.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.3.mlp.experts.0.gate_proj.weight"), "blk.3.ffn_gate.0.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.47.mlp.experts.127.up_proj.weight"), "blk.47.ffn_up.127.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.0.mlp.experts.10.down_proj.weight"), "blk.0.ffn_down.10.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.mlp.experts.gate_up_proj"), "blk.1.ffn_gate_up_exps.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.mlp.experts.down_proj"), "blk.1.ffn_down_exps.weight");
+    // the rest of the layer as qwen3
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.self_attn.q_norm.weight"), "blk.1.attn_q_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.post_attention_layernorm.weight"), "blk.1.ffn_norm.weight");
+    // not an expert: no GGUF name, so a plugin reports it missing by its HF name
+    for (const char* odd : {"model.layers.0.mlp.experts.07.gate_proj.weight", "model.layers.0.mlp.experts..gate_proj.weight",
+                            "model.layers.0.mlp.experts.1.gate_proj.bias", "model.layers.0.mlp.experts.1.side_proj.weight",
+                            "model.layers.0.mlp.experts.1234567.up_proj.weight", "model.layers.0.mlp.experts.1.up_proj",
+                            "model.layers.0.mlp.shared_expert.gate_proj.weight"})
+        EXPECT_EQ(hf_tensor_name_to_gguf(q, odd), std::string("hf.") + odd) << odd;
+    // only Qwen3-MoE reads mlp.gate as the router
+    EXPECT_EQ(hf_tensor_name_to_gguf("qwen3", "model.layers.3.mlp.gate.weight"), "hf.model.layers.3.mlp.gate.weight");
+}
+
+// A Qwen3-MoE config: its expert counts under the GGUF keys llama.cpp's
+// converter writes; the settings a plugin must check stay hf.*.
+TEST(HfDirectory, Qwen3MoeConfig) {
+    TempDir d("qwen3moe");
+    write_text(d.path / "config.json", R"({"model_type": "qwen3_moe", "hidden_size": 8, "num_hidden_layers": 1,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 4, "intermediate_size": 12,
+        "moe_intermediate_size": 6, "num_experts": 4, "num_experts_per_tok": 2, "norm_topk_prob": true,
+        "decoder_sparse_step": 1, "mlp_only_layers": [], "vocab_size": 16})");
+    write_text(d.path / "tokenizer.json", "{}");
+    write_st(d.path / "model.safetensors", {{"model.layers.0.mlp.experts.3.down_proj.weight", "BF16", {8, 6}},
+                                            {"model.layers.0.mlp.gate.weight", "BF16", {4, 8}}});
+    auto f = ModelFile::open(d.path.string());
+    ehp::ModelView v(&f->view());
+    EXPECT_EQ(v.architecture(), "qwen3moe");
+    EXPECT_EQ(v.get_uint("qwen3moe.expert_count"), 4u);
+    EXPECT_EQ(v.get_uint("qwen3moe.expert_used_count"), 2u);
+    EXPECT_EQ(v.get_uint("qwen3moe.expert_feed_forward_length"), 6u);
+    EXPECT_EQ(v.get_uint("hf.norm_topk_prob"), 1u);
+    EXPECT_EQ(v.get_uint("hf.decoder_sparse_step"), 1u);
+    EXPECT_EQ(ehp::qwen3moe_unsupported(v), "");
+    const eh_tensor* down = v.find_tensor("blk.0.ffn_down.3.weight");
+    ASSERT_NE(down, nullptr);
+    EXPECT_EQ(down->dims[0], 6u);
+    EXPECT_EQ(down->dims[1], 8u);
+    EXPECT_NE(v.find_tensor("blk.0.ffn_gate_inp.weight"), nullptr);
+
+    // what the plugins refuse, each with its reason
+    const std::pair<const char*, const char*> refused[] = {
+        {R"("norm_topk_prob": false)", "norm_topk_prob false"},
+        {R"("decoder_sparse_step": 2)", "decoder_sparse_step 2"},
+        {R"("mlp_only_layers": [0])", "mlp_only_layers"},
+    };
+    for (const auto& [setting, why] : refused) {
+        write_text(d.path / "config.json", std::string(R"({"model_type": "qwen3_moe", "hidden_size": 8,
+            "num_hidden_layers": 1, "num_attention_heads": 2, "num_experts": 4, "num_experts_per_tok": 2, )") +
+                                               setting + "}");
+        auto g = ModelFile::open(d.path.string());
+        ehp::ModelView w(&g->view());
+        EXPECT_NE(ehp::qwen3moe_unsupported(w).find(why), std::string::npos) << setting;
+    }
 }
 
 // transformers 5 writes rope_theta and the scaling parameters into one

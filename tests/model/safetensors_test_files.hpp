@@ -58,6 +58,25 @@ inline void write_st(const std::filesystem::path& p, const std::vector<StTensor>
     write_st_raw(p, h, bytes);
 }
 
+// A file holding real tensor bytes: data[i] is tensors[i]'s, its length the
+// tensor's. The header is padded with spaces to a multiple of 8 bytes, as
+// the format recommends, so the data starts aligned.
+inline void write_st_data(const std::filesystem::path& p, const std::vector<StTensor>& tensors,
+                          const std::vector<const void*>& data) {
+    uint64_t bytes = 0;
+    std::string h = st_header(tensors, &bytes);
+    h.append((8 - h.size() % 8) % 8, ' ');
+    std::ofstream out(p, std::ios::binary);
+    const uint64_t n = h.size();
+    out.write(reinterpret_cast<const char*>(&n), 8);
+    out.write(h.data(), static_cast<std::streamsize>(h.size()));
+    for (size_t i = 0; i < tensors.size(); ++i) {
+        uint64_t len = dtype_size(tensors[i].dtype);
+        for (uint64_t d : tensors[i].shape) len *= d;
+        out.write(static_cast<const char*>(data[i]), static_cast<std::streamsize>(len));
+    }
+}
+
 inline void write_text(const std::filesystem::path& p, const std::string& text) {
     std::ofstream out(p, std::ios::binary);
     out << text;

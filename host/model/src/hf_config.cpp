@@ -348,6 +348,12 @@ std::string translate_hf_config(ModelData& m, std::string_view text, const std::
             if (c.u32("num_experts_per_tok", "expert_used_count")) c.consume("experts_per_token");
             else c.u32("experts_per_token", "expert_used_count");
             if (ff) c.set_u32("expert_feed_forward_length", *ff);
+        } else if (arch == "qwen3moe") {
+            // norm_topk_prob, decoder_sparse_step and mlp_only_layers stay
+            // hf.* for the plugins to check (ehp::qwen3moe_unsupported)
+            c.u32("num_experts", "expert_count");
+            c.u32("num_experts_per_tok", "expert_used_count");
+            c.u32("moe_intermediate_size", "expert_feed_forward_length");
         } else {
             if (c.get("num_local_experts")) c.u32("num_local_experts", "expert_count");
             if (c.get("num_experts_per_tok")) c.u32("num_experts_per_tok", "expert_used_count");

@@ -4,6 +4,9 @@
 // split gpt-oss gate_up experts; plugins see general.source_format and do
 // what they need).
 #include <cctype>
+#include <optional>
+#include <string>
+
 #include <fmt/format.h>
 
 #include "eh/model/hf_names.hpp"
@@ -18,7 +21,7 @@ struct Rule {
     std::string_view gguf;  // GGUF per-layer name
 };
 
-// Decoder layers of llama (and mistral), qwen2, qwen3, phi3 and gpt-oss ("model.layers.N.<hf>.<suffix>").
+// Decoder layers of llama (and mistral), qwen2, qwen3, qwen3moe, phi3 and gpt-oss ("model.layers.N.<hf>.<suffix>").
 constexpr Rule kLayerRules[] = {
     {"input_layernorm", "attn_norm"},
     {"post_attention_layernorm", "ffn_norm"},
@@ -59,6 +62,33 @@ constexpr Rule kGptOssExpertRules[] = {
     {"mlp.experts.down_proj", "ffn_down_exps.weight"},
     {"self_attn.sinks", "attn_sinks.weight"},
 };
+
+// Qwen3-MoE's sparse block ("model.layers.N.mlp.<rest>"): the router, and
+// the experts either one module each (the checkpoints transformers 4 wrote,
+// and what transformers 5 saves by default) or fused 3D tensors (its
+// `save_original_format=False` and models released in that form). Per-expert
+// names follow the GGUF names llama.cpp gave split experts
+// ("blk.N.ffn_gate.E.weight"); the fused tensors keep HF's layout, which is
+// the converter's: gate_up_proj [E, 2F, H] (gate rows first), down_proj
+// [E, H, F].
+std::optional<std::string> qwen3moe_mlp(std::string_view s) {
+    if (s == "gate.weight") return std::string("ffn_gate_inp.weight");
+    if (s == "experts.gate_up_proj") return std::string("ffn_gate_up_exps.weight");
+    if (s == "experts.down_proj") return std::string("ffn_down_exps.weight");
+    std::string_view rest = s;
+    if (rest.substr(0, 8) != "experts.") return std::nullopt;
+    rest.remove_prefix(8);
+    size_t i = 0;
+    while (i < rest.size() && std::isdigit(static_cast<unsigned char>(rest[i]))) ++i;
+    // a decimal expert number without leading zeros ("07" is not expert 7)
+    if (i == 0 || i > 6 || (i > 1 && rest[0] == '0') || i >= rest.size() || rest[i] != '.') return std::nullopt;
+    const std::string_view expert = rest.substr(0, i), proj = rest.substr(i + 1);
+    for (std::string_view which : {"gate", "up", "down"})
+        if (proj.size() == which.size() + 12 && proj.substr(0, which.size()) == which &&
+            proj.substr(which.size()) == "_proj.weight")
+            return fmt::format("ffn_{}.{}.weight", which, expert);
+    return std::nullopt;
+}
 
 bool consume_prefix(std::string_view& s, std::string_view p) {
     if (s.substr(0, p.size()) != p) return false;
@@ -119,6 +149,11 @@ std::string hf_tensor_name(std::string_view arch, std::string_view hf_name) {
             std::string_view p = s;
             if (consume_prefix(p, "post_attention_layernorm") && (p == ".weight" || p == ".bias"))
                 return fmt::format("blk.{}.post_attention_norm{}", n, p);
+        }
+        if (arch == "qwen3moe") {
+            std::string_view p = s;
+            if (consume_prefix(p, "mlp."))
+                if (auto g = qwen3moe_mlp(p)) return fmt::format("blk.{}.{}", n, *g);
         }
         if (auto g = by_rules(s, std::begin(kLayerRules), std::end(kLayerRules)))
             return fmt::format("blk.{}.{}", n, *g);

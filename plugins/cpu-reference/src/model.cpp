@@ -57,6 +57,25 @@ public:
         return m;
     }
 
+    // Experts kept one tensor each (an HF Qwen3-MoE checkpoint's
+    // mlp.experts.<e>.<what>_proj, which the host names "<base>.<e>.weight"),
+    // each {cols, rows}, all of one type: one expert matrix.
+    Matrix expert_set(const std::string& base, uint64_t cols, uint64_t rows, uint64_t n_expert) {
+        Matrix m;
+        for (uint64_t e = 0; e < n_expert; ++e) {
+            const std::string name = base + "." + std::to_string(e) + ".weight";
+            Matrix one = matrix(name, cols, rows, 1, true);
+            if (e == 0) m = one;
+            else if (one.type != m.type)
+                throw Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(one.type) + ", expert 0 " +
+                                                ehp::type_name(m.type) + ": the experts of a matrix must share a type");
+            m.expert_data.push_back(one.data);
+        }
+        m.name = base + ".*";
+        m.n_expert = n_expert;
+        return m;
+    }
+
     // A column-major float matrix as HF stores GPT-2 Conv1D weights and
     // gpt-oss dense experts: dims {phys_rows, cols, n_expert}; logical row r
     // is stored column r*step + offset.
@@ -238,11 +257,9 @@ Config read_config(const ehp::ModelView& v) {
 
     c.from_safetensors = ehp::from_safetensors(v);
 
-    // An HF Qwen3-MoE checkpoint keeps its experts as per-expert (transformers
-    // 4) or fused gate_up (5) tensors the host has no GGUF names for.
-    if (c.arch == Arch::Qwen3Moe && c.from_safetensors)
-        throw Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by cpu-reference "
-                                    "(convert it to GGUF)");
+    if (c.arch == Arch::Qwen3Moe)
+        if (const std::string why = ehp::qwen3moe_unsupported(v); !why.empty())
+            throw Error(EH_UNSUPPORTED, "qwen3moe: " + why + " by cpu-reference");
     c.n_embd = req("embedding_length");
     c.n_layer = req("block_count");
     c.n_head = req("attention.head_count");
@@ -452,8 +469,8 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             const bool gguf_router = b.has(blk(i, "ffn_gate_inp.weight"));
             L.router = b.matrix(gguf_router ? blk(i, "ffn_gate_inp.weight") : hf_router + ".weight", E, X, 1, true);
             L.router_b = b.vec(gguf_router ? blk(i, "ffn_gate_inp.bias") : hf_router + ".bias", X, false);
-            if (c.from_safetensors) {
-                // HF: one gate_up tensor with gate/up interleaved (even/odd
+            if (c.from_safetensors && c.arch == Arch::GptOss) {
+                // HF gpt-oss: one gate_up tensor with gate/up interleaved (even/odd
                 // output rows), MXFP4 blocks+scales or dense [E, in, out]
                 if (b.has(blk(i, "ffn_gate_up_exps.blocks"))) {
                     L.gate_exps = b.hf_mxfp4(blk(i, "ffn_gate_up_exps"), E, F, X, 2, 0, 2 * F);
@@ -469,8 +486,14 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
                     L.gate_exps_b = every_other(gub, 0);
                     L.up_exps_b = every_other(gub, 1);
                 }
+            } else if (b.has(blk(i, "ffn_gate.0.weight"))) {
+                // HF Qwen3-MoE, one tensor per expert
+                L.gate_exps = b.expert_set(blk(i, "ffn_gate"), E, F, X);
+                L.up_exps = b.expert_set(blk(i, "ffn_up"), E, F, X);
+                L.down_exps = b.expert_set(blk(i, "ffn_down"), F, E, X);
             } else if (b.has(blk(i, "ffn_gate_up_exps.weight"))) {
-                // GGUF fused: each expert's gate rows, then its up rows
+                // GGUF fused (and HF Qwen3-MoE's fused gate_up_proj, the
+                // same layout): each expert's gate rows, then its up rows
                 const Matrix gu = b.matrix(blk(i, "ffn_gate_up_exps.weight"), E, 2 * F, X, true);
                 L.gate_exps = part(gu, F, 1, 0);
                 L.up_exps = part(gu, F, 1, F);

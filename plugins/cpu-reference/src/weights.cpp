@@ -69,9 +69,7 @@ void matmul(ThreadPool& pool, const Matrix& w, uint64_t row0, uint64_t n_rows,
             float* y, size_t y_stride, const float* bias) {
     const size_t cols = static_cast<size_t>(w.cols);
     // F32 rows can be read in place when the mapping keeps floats aligned.
-    const bool direct = w.layout == Layout::Rows && w.type == EH_TYPE_F32 &&
-                        (reinterpret_cast<uintptr_t>(w.data) % alignof(float)) == 0 &&
-                        (w.row_bytes % alignof(float)) == 0;
+    const bool direct = w.layout == Layout::Rows && w.type == EH_TYPE_F32 && w.rows_aligned(alignof(float));
     // roughly 64K multiply-adds per thread before splitting pays off
     const size_t work_per_row = cols * (n_tokens ? n_tokens : 1);
     const size_t min_rows = work_per_row >= 65536 ? 1 : 65536 / work_per_row;

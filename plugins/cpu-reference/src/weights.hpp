@@ -43,6 +43,10 @@ struct Matrix {
     uint64_t phys_rows = 0;  // stored rows per expert
     uint64_t row_step = 1, row_offset = 0;
     uint64_t row_bytes = 0;  // Rows layout: bytes of one stored row
+    // Rows layout with each expert its own tensor (an HF Qwen3-MoE
+    // checkpoint): expert e's stored rows start at expert_data[e] (data is
+    // expert_data[0]). Empty: the experts follow each other from data.
+    std::vector<const uint8_t*> expert_data;
 
     explicit operator bool() const { return data != nullptr; }
     // Stored row of logical row r (e*rows + r_in_expert).
@@ -51,7 +55,19 @@ struct Matrix {
         return e * phys_rows + ri * row_step + row_offset;
     }
     // Rows layout: the bytes of logical row r.
-    const uint8_t* row(uint64_t r) const { return data + physical_row(r) * row_bytes; }
+    const uint8_t* row(uint64_t r) const {
+        if (expert_data.empty()) return data + physical_row(r) * row_bytes;
+        const uint64_t e = r / rows;
+        return expert_data[e] + (physical_row(r) - e * phys_rows) * row_bytes;
+    }
+    // Whether every stored row starts at a multiple of `align` bytes.
+    bool rows_aligned(uintptr_t align) const {
+        if (row_bytes % align != 0) return false;
+        if (expert_data.empty()) return reinterpret_cast<uintptr_t>(data) % align == 0;
+        for (const uint8_t* p : expert_data)
+            if (reinterpret_cast<uintptr_t>(p) % align != 0) return false;
+        return true;
+    }
     // Dequantizes logical row r into out (cols floats), any layout.
     void dequantize_row(uint64_t r, float* out) const;
 };

@@ -59,10 +59,12 @@ Config read_config(const ehp::ModelView& view) {
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
     else if (c.arch_name == "qwen3moe") c.arch = Arch::Qwen3Moe;
     else throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda does not serve architecture '" + c.arch_name + "' (gpt2, gpt-oss, qwen3moe)");
-    // An HF Qwen3-MoE checkpoint keeps its experts as per-expert (transformers
-    // 4) or fused gate_up (5) tensors the host has no GGUF names for.
+    // An HF Qwen3-MoE checkpoint keeps its experts one tensor each (the host
+    // names them blk.N.ffn_gate.E.weight) or fused; this loader reads the
+    // GGUF's stacked experts only (cpu-reference serves the directory).
     if (c.arch == Arch::Qwen3Moe && ehp::from_safetensors(view))
-        throw ehp::Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by gpt-cuda (convert it to GGUF)");
+        throw ehp::Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by gpt-cuda (convert it "
+                                         "to GGUF with llama.cpp's convert_hf_to_gguf.py)");
     auto key = [&](const char* s) { return view.arch_key(s); };
     auto req = [&](const char* s) { return to_int(view.require_uint(key(s)), key(s)); };
     auto opt = [&](const char* s, int dflt) {
