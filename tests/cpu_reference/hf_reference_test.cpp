@@ -23,6 +23,7 @@
 #include <map>
 
 #include <engine_host/plugin_abi.hpp>
+#include <engine_host/quant_blocks.hpp>
 #include <eh/model/model_file.hpp>
 #include <fmt/format.h>
 
@@ -147,8 +148,9 @@ namespace {
 // tensor per expert (`mlp.experts.<e>.gate_proj.weight`, the checkpoints on
 // the Hub) or fused (`mlp.experts.gate_up_proj` [E, 2F, H] gate rows first,
 // `down_proj` [E, H, F]: transformers 5's own layout).
+// mistyped_expert >= 0 stores that expert's layer-0 gate_proj as F16.
 void write_qwen3moe_hf_dir(const ehp::ModelView& v, const fs::path& out, bool fused,
-                           std::deque<std::vector<uint8_t>>& keep) {
+                           std::deque<std::vector<uint8_t>>& keep, int mistyped_expert = -1) {
     using eh::model::testing::StTensor;
     const std::map<std::string, std::string> layer_names = {
         {"attn_norm.weight", "input_layernorm.weight"},  {"attn_q.weight", "self_attn.q_proj.weight"},
@@ -158,8 +160,8 @@ void write_qwen3moe_hf_dir(const ehp::ModelView& v, const fs::path& out, bool fu
         {"ffn_gate_inp.weight", "mlp.gate.weight"}};
     std::vector<StTensor> tensors;
     std::vector<const void*> data;
-    auto add = [&](std::string name, std::vector<uint64_t> shape, const void* p) {
-        tensors.push_back({std::move(name), "F32", std::move(shape)});
+    auto add = [&](std::string name, std::vector<uint64_t> shape, const void* p, const char* dtype = "F32") {
+        tensors.push_back({std::move(name), dtype, std::move(shape)});
         data.push_back(p);
     };
     const eh_model_view& raw = v.raw();
@@ -187,8 +189,16 @@ void write_qwen3moe_hf_dir(const ehp::ModelView& v, const fs::path& out, bool fu
                                  : what == "ffn_down_exps.weight" ? "down" : "";
         ASSERT_FALSE(proj.empty()) << name;
         if (!fused) {
-            for (uint64_t e = 0; e < X; ++e)
-                add(base + "mlp.experts." + std::to_string(e) + "." + proj + "_proj.weight", {rows, cols}, f + e * rows * cols);
+            for (uint64_t e = 0; e < X; ++e) {
+                const std::string n = base + "mlp.experts." + std::to_string(e) + "." + proj + "_proj.weight";
+                if (layer == "0" && proj == "gate" && int(e) == mistyped_expert) {
+                    std::vector<uint8_t>& h = keep.emplace_back(rows * cols * 2);
+                    ehp::quant::quantize_row(EH_TYPE_F16, f + e * rows * cols, h.data(), rows * cols);
+                    add(n, {rows, cols}, h.data(), "F16");
+                } else {
+                    add(n, {rows, cols}, f + e * rows * cols);
+                }
+            }
         } else if (proj == "down") {
             add(base + "mlp.experts.down_proj", shape, t.data);
         } else if (proj == "gate") {
@@ -272,14 +282,21 @@ TEST(HfReferenceQwen3Moe, AMissingOrMistypedExpertIsRefusedByName) {
         std::ofstream o(st, std::ios::binary);
         o << bytes;
     }
-    auto hf = eh::model::ModelFile::open(out.path.string());
     const eh_plugin_api& api = plugin();
-    eh_model* model = nullptr;
-    eh_load_params lp = load_params(&hf->view());
-    EXPECT_EQ(api.model_load(&lp, &model), EH_MODEL_LOAD_FAILED);
-    EXPECT_NE(std::string(api.plugin_last_error()).find("missing tensor 'blk.1.ffn_up.5.weight'"), std::string::npos)
-        << api.plugin_last_error();
-    if (model) api.model_release(model);
+    auto refused = [&](const fs::path& d, eh_status want, const std::string& why) {
+        auto hf = eh::model::ModelFile::open(d.string());
+        eh_model* model = nullptr;
+        eh_load_params lp = load_params(&hf->view());
+        EXPECT_EQ(api.model_load(&lp, &model), want) << why;
+        EXPECT_NE(std::string(api.plugin_last_error()).find(why), std::string::npos) << api.plugin_last_error();
+        if (model) api.model_release(model);
+    };
+    refused(out.path, EH_MODEL_LOAD_FAILED, "missing tensor 'blk.1.ffn_up.5.weight'");
+
+    eh::model::testing::TempDir typed("q3moe_mistyped");
+    write_qwen3moe_hf_dir(v, typed.path, false, keep, 3);
+    refused(typed.path, EH_UNSUPPORTED,
+            "tensor 'blk.0.ffn_gate.3.weight' has type F16, expert 0 F32: the experts of a matrix must share a type");
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, HfReference,
