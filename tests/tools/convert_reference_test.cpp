@@ -3,7 +3,8 @@
 // transformers recorded (reference.json), within the same tolerance as
 // tests/cpu_reference/hf_reference_test.cpp. This checks every layout change
 // the converter makes: llama's Q/K permutation, GPT-2's Conv1D transpose,
-// gpt-oss's gate/up split, expert transposes and MXFP4 repacking.
+// gpt-oss's gate/up split, expert transposes and MXFP4 repacking, and
+// Qwen3-MoE's experts stacked from both of its HF layouts.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -16,9 +17,11 @@
 
 #include <engine_host/quant_blocks.hpp>
 
+#include "eh/error.hpp"
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/tools/convert.hpp"
+#include "../reference/qwen3moe_hf_dir.hpp"
 #include "tools_test_util.hpp"
 
 using namespace eh::tools;
@@ -131,7 +134,7 @@ TEST_P(ConvertReference, ConvertedLogitsMatchTransformers) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ConvertReference, ::testing::Values("llama", "qwen2", "phi3", "gpt2", "gpt-oss"),
+INSTANTIATE_TEST_SUITE_P(Archs, ConvertReference, ::testing::Values("llama", "qwen2", "qwen3", "phi3", "gpt2", "gpt-oss"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
@@ -175,4 +178,99 @@ TEST(ConvertGptOss, MatchesTheReferenceGguf) {
         }
         EXPECT_EQ(got->get_string("tokenizer.ggml.model"), "none");  // the tiny models' tokenizer is word-level
     }
+}
+
+// Qwen3-MoE written back as an HF directory in both expert layouts (one
+// tensor per expert, fused gate_up_proj / down_proj) converts into the file
+// llama.cpp's converter wrote for the same weights (the recorded model.gguf:
+// its tensors, shapes and F32 values bit for bit, and its qwen3moe.* keys),
+// which gives transformers' logits; quantized, the experts are each
+// expert's rows quantized as the stacked tensor's rows would be.
+TEST(ConvertQwen3Moe, BothExpertLayoutsGiveTheConvertersFile) {
+    const fs::path dir = kRefDir / "qwen3moe";
+    const Reference ref = read_reference(dir / "reference.json");
+    auto want = eh::model::ModelFile::open((dir / "model.gguf").string());
+    const ehp::ModelView wv(&want->view());
+    TempDir d;
+    for (const bool fused : {false, true}) {
+        const fs::path hf = fs::path(d.file(fused ? "fused" : "experts")) / "hf";
+        fs::create_directories(hf);
+        std::deque<std::vector<uint8_t>> keep;
+        eh::reference_test::write_qwen3moe_hf_dir(wv, hf, fused, keep);
+        const std::string label = fused ? "fused" : "one tensor per expert";
+        const std::string out = convert_dir(d, hf, "F32");
+        auto got = eh::model::ModelFile::open(out);
+        ASSERT_EQ(got->tensors().size(), want->tensors().size()) << label;
+        for (const eh_tensor& w : want->tensors()) {
+            const std::string name(eh::model::to_sv(w.name));
+            const eh_tensor* g = got->find_tensor(name);
+            ASSERT_NE(g, nullptr) << label << ": " << name;
+            ASSERT_EQ(g->n_dims, w.n_dims) << name;
+            for (uint32_t k = 0; k < w.n_dims; ++k) EXPECT_EQ(g->dims[k], w.dims[k]) << name;
+            ASSERT_EQ(g->type, uint32_t(EH_TYPE_F32)) << name;
+            ASSERT_EQ(g->nbytes, w.nbytes) << name;
+            EXPECT_EQ(std::memcmp(g->data, w.data, w.nbytes), 0) << label << ": " << name;
+        }
+        for (const eh_metadata_kv& kv : want->metadata()) {
+            const std::string key(eh::model::to_sv(kv.key));
+            if (key.rfind("qwen3moe.", 0) != 0) continue;
+            ASSERT_TRUE(got->has(key)) << key;
+            EXPECT_NEAR(*got->get_float(key), *want->get_float(key), 1e-6 * std::fabs(*want->get_float(key))) << key;
+        }
+        expect_logits(out, ref, "qwen3moe " + label + " -> F32");
+
+        // Q8_0: an expert tensor's bytes are each expert's rows quantized
+        const std::string q8 = convert_dir(d, hf, "Q8_0");
+        auto gq = eh::model::ModelFile::open(q8);
+        const eh_tensor* gate = gq->find_tensor("blk.1.ffn_gate_exps.weight");
+        const eh_tensor* src = want->find_tensor("blk.1.ffn_gate_exps.weight");
+        ASSERT_NE(gate, nullptr);
+        ASSERT_EQ(gate->type, uint32_t(EH_TYPE_Q8_0)) << label;
+        const uint64_t n = src->dims[0] * src->dims[1] * src->dims[2];
+        std::vector<uint8_t> q(ehp::quant::row_bytes(EH_TYPE_Q8_0, n));
+        ASSERT_TRUE(ehp::quant::quantize_row(EH_TYPE_Q8_0, static_cast<const float*>(src->data), q.data(), n));
+        ASSERT_EQ(gate->nbytes, q.size());
+        EXPECT_EQ(std::memcmp(gate->data, q.data(), q.size()), 0) << label;
+    }
+}
+
+// What the converter refuses in a Qwen3-MoE directory, naming it: a config
+// the GGUF layout cannot express, an expert with no tensor.
+TEST(ConvertQwen3Moe, RefusesWhatTheLayoutCannotHoldByName) {
+    const fs::path dir = kRefDir / "qwen3moe";
+    auto want = eh::model::ModelFile::open((dir / "model.gguf").string());
+    const ehp::ModelView wv(&want->view());
+    TempDir d;
+    const fs::path hf = fs::path(d.file("bad")) / "hf";
+    fs::create_directories(hf);
+    std::deque<std::vector<uint8_t>> keep;
+    eh::reference_test::write_qwen3moe_hf_dir(wv, hf, false, keep);
+    std::string config;
+    {
+        std::ifstream in(hf / "config.json");
+        config.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    auto expect_refused = [&](const std::string& cfg, const std::string& why) {
+        eh::model::testing::write_text(hf / "config.json", cfg);
+        try {
+            convert_dir(d, hf, "F32");
+            ADD_FAILURE() << "converted: " << why;
+        } catch (const eh::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+        }
+    };
+    std::string no_norm = config;
+    no_norm.replace(no_norm.find("\"norm_topk_prob\": true"), 22, "\"norm_topk_prob\": false");
+    expect_refused(no_norm, "norm_topk_prob false is not supported by the qwen3moe GGUF layout");
+    std::string step = config;
+    step.replace(step.find("\"decoder_sparse_step\": 1"), 24, "\"decoder_sparse_step\": 2");
+    expect_refused(step, "decoder_sparse_step 2");
+    std::string dense = config;
+    dense.replace(dense.find("\"mlp_only_layers\": []"), 21, "\"mlp_only_layers\": [0]");
+    expect_refused(dense, "mlp_only_layers (dense layers)");
+
+    // eight experts in the config, seven in the file
+    std::string fewer = config;
+    fewer.replace(fewer.find("\"num_experts\": 8"), 16, "\"num_experts\": 9");
+    expect_refused(fewer, "'blk.0.ffn_down_exps.weight': expert 8 of 9 has no tensor");
 }

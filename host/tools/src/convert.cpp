@@ -49,10 +49,28 @@ double cfg_f(const json& c, const char* key, double dflt) {
 std::string arch_of(const json& cfg, const std::string& file) {
     const std::string mt = cfg.value("model_type", "");
     if (mt == "mistral") return "llama";
-    if (mt == "llama" || mt == "qwen2" || mt == "phi3" || mt == "gpt2" || mt == "gpt_oss")
+    if (mt == "llama" || mt == "qwen2" || mt == "qwen3" || mt == "qwen3_moe" || mt == "phi3" || mt == "gpt2" ||
+        mt == "gpt_oss")
         return model::hf_model_type_to_arch(mt);
-    throw Error(Code::InvalidRequest,
-                fmt::format("'{}': model_type '{}' is not supported (llama, mistral, qwen2, phi3, gpt2, gpt_oss)", file, mt));
+    throw Error(Code::InvalidRequest, fmt::format("'{}': model_type '{}' is not supported (llama, mistral, qwen2, qwen3, "
+                                                  "qwen3_moe, phi3, gpt2, gpt_oss)",
+                                                  file, mt));
+}
+
+// A Qwen3-MoE config the qwen3moe GGUF layout cannot express (llama.cpp
+// computes every such file with every layer sparse and the top-k weights
+// renormalised), refused rather than converted into another model; the
+// same rule as the plugins' ehp::qwen3moe_unsupported.
+void check_qwen3moe(const json& cfg, const std::string& file) {
+    const auto refuse = [&](const std::string& why) {
+        throw Error(Code::InvalidRequest, fmt::format("'{}': {} is not supported by the qwen3moe GGUF layout", file, why));
+    };
+    if (cfg.contains("norm_topk_prob") && cfg["norm_topk_prob"].is_boolean() && !cfg["norm_topk_prob"].get<bool>())
+        refuse("norm_topk_prob false");
+    if (cfg.contains("decoder_sparse_step") && cfg["decoder_sparse_step"] != 1)
+        refuse(fmt::format("decoder_sparse_step {}", cfg["decoder_sparse_step"].dump()));
+    if (cfg.contains("mlp_only_layers") && !(cfg["mlp_only_layers"].is_array() && cfg["mlp_only_layers"].empty()))
+        refuse("mlp_only_layers (dense layers)");
 }
 
 // Rotary parameters: transformers 5 keeps them in "rope_parameters"
@@ -89,6 +107,7 @@ void rope_scaling(model::GgufWriter& w, const std::string& a, const json& cfg, u
 
 struct Hparams {
     uint32_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, head_dim = 0;
+    uint32_t n_expert = 0;  // qwen3moe
 };
 
 // config.json -> the {arch}.* keys llama.cpp's converter writes.
@@ -142,6 +161,21 @@ Hparams write_hparams(model::GgufWriter& w, const std::string& arch, const json&
     w.set(a + "rope.freq_base", GgufValue::f32(float(rope_theta(cfg, arch == "gpt-oss" ? 150000 : 10000))));
     w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(cfg_f(cfg, "rms_norm_eps", 1e-6))));
     if (arch == "llama") w.set(a + "rope.dimension_count", GgufValue::u32(h.head_dim));
+    if (arch == "qwen3" || arch == "qwen3moe") {
+        // head_dim is its own (128 with 2048 hidden / 32 heads in Qwen3-30B-A3B)
+        w.set(a + "attention.key_length", GgufValue::u32(h.head_dim));
+        w.set(a + "attention.value_length", GgufValue::u32(h.head_dim));
+    }
+    if (arch == "qwen3moe") {
+        check_qwen3moe(cfg, cfg_file);
+        h.n_expert = cfg_u32(cfg, {"num_experts"}, cfg_file);
+        const uint32_t used = cfg_u32(cfg, {"num_experts_per_tok"}, cfg_file);
+        if (h.n_expert == 0 || used == 0 || used > h.n_expert)
+            throw Error(Code::ModelLoadFailed, fmt::format("'{}': num_experts_per_tok {} of num_experts {}", cfg_file, used, h.n_expert));
+        w.set(a + "expert_count", GgufValue::u32(h.n_expert));
+        w.set(a + "expert_used_count", GgufValue::u32(used));
+        w.set(a + "expert_feed_forward_length", GgufValue::u32(cfg_u32(cfg, {"moe_intermediate_size"}, cfg_file)));
+    }
     if (arch == "gpt-oss") {
         // gpt-oss's head_dim (64) is not hidden_size / heads (2880 / 64).
         w.set(a + "attention.key_length", GgufValue::u32(h.head_dim));
@@ -174,7 +208,7 @@ ConvertResult convert_hf(const ConvertOptions& o) {
 
     // tokenizer
     const std::string tok = (dir / "tokenizer.json").string();
-    const std::string pre = arch == "qwen2"     ? "qwen2"
+    const std::string pre = arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe" ? "qwen2"
                             : arch == "gpt2"    ? "gpt-2"
                             : arch == "llama"   ? "llama-bpe"
                             : arch == "gpt-oss" ? "gpt-4o"
@@ -190,7 +224,7 @@ ConvertResult convert_hf(const ConvertOptions& o) {
     for (const auto& [k, v] : vocab.kv) w.set(k, v);
     w.set("general.quantization_version", GgufValue::u32(2));
 
-    PlanInput in{arch, hp.n_layer, hp.n_head, hp.n_head_kv,
+    PlanInput in{arch, hp.n_layer, hp.n_head, hp.n_head_kv, hp.n_expert,
                  cfg.value("tie_word_embeddings", arch == "gpt2"), o.log};
     const std::vector<Planned> plan = plan_tensors(in, st);
 

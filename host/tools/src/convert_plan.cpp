@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
+#include <string>
 #include <string_view>
 #include <tuple>
 
@@ -122,6 +124,76 @@ void plan_expert(std::vector<Planned>& plan, const std::string& g, const std::st
     bad(hf, "unrecognised expert tensor");
 }
 
+// Qwen3-MoE experts as the host's reader names them: one tensor per expert,
+// "blk.N.ffn_{gate,up,down}.E.weight" ([rows, in] each), gathered here into
+// `split`; or fused, "blk.N.ffn_gate_up_exps.weight" [X, 2F, H] (gate rows
+// first) and "blk.N.ffn_down_exps.weight" [X, H, F]. Returns false for any
+// other tensor.
+using ExpertSplit = std::map<std::string, std::map<uint64_t, std::string>>;  // stacked name -> expert -> HF name
+bool plan_qwen3moe_expert(std::vector<Planned>& plan, ExpertSplit& split, const std::string& g, const std::string& hf,
+                          const SafeTensor& t, uint32_t n_expert) {
+    const int layer = layer_of(g);
+    if (layer < 0) return false;
+    const std::string blk = g.substr(0, g.find('.', 4) + 1);
+    const std::string_view rest = std::string_view(g).substr(blk.size());
+    for (const char* which : {"ffn_gate.", "ffn_up.", "ffn_down."}) {
+        const std::string_view w(which);
+        if (rest.substr(0, w.size()) != w || !ends_with(rest, ".weight")) continue;
+        const std::string_view num = rest.substr(w.size(), rest.size() - w.size() - 7);
+        // the host's reader names only plain decimals so
+        const uint64_t e = std::stoull(std::string(num));
+        if (e >= n_expert) bad(hf, fmt::format("expert {} of a model with {} experts (num_experts)", e, n_expert));
+        split[blk + std::string(w.substr(0, w.size() - 1)) + "_exps.weight"][e] = hf;
+        return true;
+    }
+    const bool gate_up = rest == "ffn_gate_up_exps.weight", down = rest == "ffn_down_exps.weight";
+    if (!gate_up && !down) return false;
+    const auto& s = t.shape;
+    if (s.size() != 3 || s[0] != n_expert)
+        bad(hf, fmt::format("fused experts have shape {}, expected [{} experts, rows, in]", shape_str(s), n_expert));
+    if (gate_up && s[1] % 2) bad(hf, "fused gate_up has an odd row count");
+    Planned p;
+    p.hf = hf;
+    p.op = Op::ExpertRows;
+    p.dims = {s[2], gate_up ? s[1] / 2 : s[1], s[0]};
+    if (down) {
+        p.gguf = blk + "ffn_down_exps.weight";
+        plan.push_back(std::move(p));
+        return true;
+    }
+    p.gguf = blk + "ffn_gate_exps.weight";
+    plan.push_back(p);
+    p.gguf = blk + "ffn_up_exps.weight";
+    p.offset = s[1] / 2;
+    plan.push_back(std::move(p));
+    return true;
+}
+
+// One stacked expert matrix from its per-expert tensors: every expert
+// present, all of one shape and dtype.
+Planned stack_experts(const std::string& gguf, const std::map<uint64_t, std::string>& experts, uint32_t n_expert,
+                      const std::map<std::string, SafeTensor>& st) {
+    Planned p;
+    p.gguf = gguf;
+    p.op = Op::ExpertRows;
+    for (uint64_t e = 0; e < n_expert; ++e) {
+        auto it = experts.find(e);
+        if (it == experts.end())
+            throw Error(Code::ModelLoadFailed, fmt::format("'{}': expert {} of {} has no tensor", gguf, e, n_expert));
+        const SafeTensor& t = st.at(it->second);
+        const SafeTensor& first = st.at(experts.begin()->second);
+        if (t.shape.size() != 2) bad(it->second, fmt::format("has shape {}, expected [rows, in]", shape_str(t.shape)));
+        if (t.shape != first.shape || t.dtype != first.dtype)
+            bad(it->second, fmt::format("is {} {}, expert 0 is {} {}: the experts of a matrix must match", t.dtype,
+                                        shape_str(t.shape), first.dtype, shape_str(first.shape)));
+        p.hf_experts.push_back(it->second);
+    }
+    p.hf = p.hf_experts.front();
+    const auto& s = st.at(p.hf).shape;
+    p.dims = {s[1], s[0], n_expert};
+    return p;
+}
+
 bool is_conv1d(const std::string& g) {
     for (const char* s : {".attn_qkv.weight", ".attn_output.weight", ".ffn_up.weight", ".ffn_down.weight"})
         if (ends_with(g, s)) return true;
@@ -132,6 +204,7 @@ bool is_conv1d(const std::string& g) {
 
 std::vector<Planned> plan_tensors(const PlanInput& in, const std::map<std::string, SafeTensor>& st) {
     std::vector<Planned> plan;
+    ExpertSplit split;
     for (const auto& [hf, t] : st) {
         const std::string g = model::hf_tensor_name_to_gguf(in.arch, hf);
         if (g.rfind("hf.", 0) == 0) {
@@ -143,6 +216,7 @@ std::vector<Planned> plan_tensors(const PlanInput& in, const std::map<std::strin
             plan_expert(plan, g, hf, t, st);
             continue;
         }
+        if (in.arch == "qwen3moe" && plan_qwen3moe_expert(plan, split, g, hf, t, in.n_expert)) continue;
         if (g == "output.weight" && in.tied && in.arch != "gpt2") continue;
         if (t.shape.empty() || t.shape.size() > 2)
             bad(hf, fmt::format("has {} dims (1 or 2 expected)", t.shape.size()));
@@ -162,6 +236,7 @@ std::vector<Planned> plan_tensors(const PlanInput& in, const std::map<std::strin
         }
         plan.push_back(std::move(p));
     }
+    for (const auto& [gguf, experts] : split) plan.push_back(stack_experts(gguf, experts, in.n_expert, st));
     // GPT-2's converter writes the tied head out as output.weight.
     if (in.arch == "gpt2" && std::none_of(plan.begin(), plan.end(), [](const Planned& p) { return p.gguf == "output.weight"; })) {
         for (const Planned& p : plan)
@@ -206,10 +281,32 @@ void write_mxfp4(const Planned& p, const std::map<std::string, SafeTensor>& st, 
     }
 }
 
+// Expert by expert, so that only one expert's floats are held at a time.
+void write_expert_rows(const Planned& p, const std::map<std::string, SafeTensor>& st, uint32_t type, WorkerPool& pool,
+                       model::ByteSink& sink) {
+    const uint64_t ne0 = p.dims[0], rows = p.dims[1], n_expert = p.dims[2];
+    for (uint64_t e = 0; e < n_expert; ++e) {
+        std::vector<float> v;
+        if (!p.hf_experts.empty()) {
+            v = read_floats(st.at(p.hf_experts[e]));
+        } else {
+            const SafeTensor& t = st.at(p.hf);
+            v = read_floats(t, (e * t.shape[1] + p.offset) * ne0, rows * ne0);
+        }
+        detail::stream_rows(p.gguf, type, ne0, rows, pool, sink, [&](uint64_t first, uint64_t n, float* out) {
+            std::copy_n(v.begin() + first * ne0, n * ne0, out);
+        });
+    }
+}
+
 }  // namespace
 
 void write_planned(const Planned& p, const std::map<std::string, SafeTensor>& st, uint32_t type, WorkerPool& pool,
                    model::ByteSink& sink) {
+    if (p.op == Op::ExpertRows) {
+        write_expert_rows(p, st, type, pool, sink);
+        return;
+    }
     if (p.op == Op::Mxfp4) {
         if (type != EH_TYPE_MXFP4) bad(p.hf, "MXFP4 experts can only be copied as MXFP4");
         write_mxfp4(p, st, sink);
@@ -259,7 +356,8 @@ void write_planned(const Planned& p, const std::map<std::string, SafeTensor>& st
         };
         break;
     }
-    case Op::Mxfp4: break;
+    case Op::Mxfp4:
+    case Op::ExpertRows: break;
     }
     detail::stream_rows(p.gguf, type, ne0, rows, pool, sink, fill);
 }

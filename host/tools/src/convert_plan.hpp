@@ -9,7 +9,9 @@
 //             out as output.weight;
 //   gpt-oss   experts' fused gate_up split into gate (even rows) and up
 //             (odd rows), dense experts ([n_expert, in, out]) transposed,
-//             MXFP4 blocks+scales repacked into ggml MXFP4 blocks.
+//             MXFP4 blocks+scales repacked into ggml MXFP4 blocks;
+//   qwen3moe  experts stacked into one tensor per matrix, from one tensor
+//             per expert or from the fused gate_up_proj (gate rows first).
 #pragma once
 
 #include <cstdint>
@@ -31,12 +33,15 @@ enum class Op {
     Experts,       // dense experts [X, in, phys_out]: row r of expert e is column r*step+offset
     Strided,       // expert bias [X, phys]: element r of expert e is r*step+offset
     Mxfp4,         // HF MXFP4 blocks [X, phys, in/32, 16] + scales [X, phys, in/32]
+    ExpertRows,    // rows layout, expert by expert: hf_experts[e] whole, or
+                   // rows [offset, offset + rows) of expert e in hf [X, phys, in]
 };
 
 struct Planned {
     std::string gguf;
     std::string hf;         // source tensor (Mxfp4: the blocks)
     std::string hf_scales;  // Mxfp4 only
+    std::vector<std::string> hf_experts;  // ExpertRows from one tensor per expert
     Op op = Op::Copy;
     uint32_t heads = 0;     // PermuteHeads
     uint64_t step = 1, offset = 0;
@@ -46,6 +51,7 @@ struct Planned {
 struct PlanInput {
     std::string arch;
     uint32_t n_layer = 0, n_head = 0, n_head_kv = 0;
+    uint32_t n_expert = 0;  // qwen3moe: the config's num_experts
     bool tied = false;  // config's tie_word_embeddings
     std::function<void(const std::string&)> log;
 };

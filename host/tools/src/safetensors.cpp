@@ -95,13 +95,23 @@ std::vector<uint8_t> read_bytes(const SafeTensor& t) {
 }
 
 std::vector<float> read_floats(const SafeTensor& t) {
+    return read_floats(t, 0, t.nbytes / (t.dtype == "F32" ? 4 : 2));
+}
+
+std::vector<float> read_floats(const SafeTensor& t, uint64_t first, uint64_t count) {
     if (t.dtype != "F32" && t.dtype != "F16" && t.dtype != "BF16")
         throw Error(Code::InvalidRequest, fmt::format("'{}': dtype {} is not a float type", t.file, t.dtype));
-    const std::vector<uint8_t> raw = read_bytes(t);
-    const uint64_t n = t.nbytes / (t.dtype == "F32" ? 4 : 2);
+    const uint64_t es = t.dtype == "F32" ? 4 : 2;
+    if (first > t.nbytes / es || count > t.nbytes / es - first)
+        throw Error(Code::Internal, fmt::format("'{}': elements {} + {} past the tensor's {}", t.file, first, count, t.nbytes / es));
+    SafeTensor part = t;
+    part.offset += first * es;
+    part.nbytes = count * es;
+    const std::vector<uint8_t> raw = read_bytes(part);
+    const uint64_t n = count;
     std::vector<float> out(n);
     if (t.dtype == "F32") {
-        std::memcpy(out.data(), raw.data(), t.nbytes);
+        std::memcpy(out.data(), raw.data(), part.nbytes);
     } else {
         for (uint64_t i = 0; i < n; ++i) {
             uint16_t h;

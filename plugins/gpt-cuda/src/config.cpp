@@ -61,10 +61,11 @@ Config read_config(const ehp::ModelView& view) {
     else throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda does not serve architecture '" + c.arch_name + "' (gpt2, gpt-oss, qwen3moe)");
     // An HF Qwen3-MoE checkpoint keeps its experts one tensor each (the host
     // names them blk.N.ffn_gate.E.weight) or fused; this loader reads the
-    // GGUF's stacked experts only (cpu-reference serves the directory).
+    // GGUF's stacked experts only, which `engine-host convert` writes from
+    // either (cpu-reference serves the directory as it is).
     if (c.arch == Arch::Qwen3Moe && ehp::from_safetensors(view))
         throw ehp::Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by gpt-cuda (convert it "
-                                         "to GGUF with llama.cpp's convert_hf_to_gguf.py)");
+                                         "to GGUF: engine-host convert --hf DIR --out FILE)");
     auto key = [&](const char* s) { return view.arch_key(s); };
     auto req = [&](const char* s) { return to_int(view.require_uint(key(s)), key(s)); };
     auto opt = [&](const char* s, int dflt) {

@@ -24,6 +24,8 @@ std::map<std::string, SafeTensor> read_safetensors_dir(const std::string& dir);
 
 // The tensor's values as floats (F32, F16, BF16 only).
 std::vector<float> read_floats(const SafeTensor& t);
+// Elements [first, first + count) of a float tensor, as floats.
+std::vector<float> read_floats(const SafeTensor& t, uint64_t first, uint64_t count);
 
 // The tensor's bytes as stored (any dtype; MXFP4 blocks and scales are U8).
 std::vector<uint8_t> read_bytes(const SafeTensor& t);
