@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 
 #include <nlohmann/json.hpp>
 
@@ -105,6 +106,29 @@ void expect_logits(const std::string& model_path, const Reference& ref, const st
     std::printf("%s: max relative logit error %.3g (tolerance %.3g)\n", label.c_str(), worst, ref.tolerance);
 }
 
+// `got` has `want`'s tensors (names and dims) and its "<arch>." keys;
+// `values` compares each pair's contents.
+void expect_same_file(const eh::model::ModelFile& got, const eh::model::ModelFile& want, const std::string& arch,
+                      const std::string& label,
+                      const std::function<void(const eh_tensor& got, const eh_tensor& want, const std::string& label)>& values) {
+    ASSERT_EQ(got.tensors().size(), want.tensors().size()) << label;
+    for (const eh_tensor& w : want.tensors()) {
+        const std::string name(eh::model::to_sv(w.name));
+        const eh_tensor* g = got.find_tensor(name);
+        ASSERT_NE(g, nullptr) << label << ": " << name;
+        ASSERT_EQ(g->n_dims, w.n_dims) << name;
+        for (uint32_t k = 0; k < w.n_dims; ++k) EXPECT_EQ(g->dims[k], w.dims[k]) << name;
+        values(*g, w, label + ": " + name);
+    }
+    for (const eh_metadata_kv& kv : want.metadata()) {
+        const std::string key(eh::model::to_sv(kv.key));
+        if (key.rfind(arch + ".", 0) != 0) continue;
+        ASSERT_TRUE(got.has(key)) << key;
+        if (kv.value.type == EH_VALUE_STRING) EXPECT_EQ(got.get_string(key), want.get_string(key)) << key;
+        else EXPECT_NEAR(*got.get_float(key), *want.get_float(key), 1e-6) << key;
+    }
+}
+
 std::string convert_dir(const TempDir& d, const fs::path& hf, const std::string& type) {
     ConvertOptions c;
     c.hf_dir = hf.string();
@@ -151,31 +175,18 @@ TEST(ConvertGptOss, MatchesTheReferenceGguf) {
     for (const auto& [sub, type] : {std::pair{"hf_mxfp4", "F32"}, std::pair{"hf", "MXFP4_MOE"}}) {
         const std::string out = convert_dir(d, dir / sub, type);
         auto got = eh::model::ModelFile::open(out);
-        ASSERT_EQ(got->tensors().size(), want->tensors().size()) << sub;
-        for (const eh_tensor& w : want->tensors()) {
-            const std::string name(eh::model::to_sv(w.name));
-            const eh_tensor* g = got->find_tensor(name);
-            ASSERT_NE(g, nullptr) << sub << ": " << name;
-            ASSERT_EQ(g->n_dims, w.n_dims) << name;
-            for (uint32_t k = 0; k < w.n_dims; ++k) EXPECT_EQ(g->dims[k], w.dims[k]) << name;
-            if (w.type != EH_TYPE_MXFP4) continue;
+        expect_same_file(*got, *want, "gpt-oss", sub, [](const eh_tensor& g, const eh_tensor& w, const std::string& label) {
+            if (w.type != EH_TYPE_MXFP4) return;
             // the same values (the encodings may differ: a block has more
             // than one scale/code pair for some values)
-            ASSERT_EQ(g->type, EH_TYPE_MXFP4) << sub << ": " << name;
-            ASSERT_EQ(g->nbytes, w.nbytes) << name;
+            ASSERT_EQ(g.type, EH_TYPE_MXFP4) << label;
+            ASSERT_EQ(g.nbytes, w.nbytes) << label;
             const uint64_t n = w.nbytes / 17 * 32;
             std::vector<float> x(n), y(n);
-            ehp::quant::dequantize_row(EH_TYPE_MXFP4, g->data, x.data(), n);
+            ehp::quant::dequantize_row(EH_TYPE_MXFP4, g.data, x.data(), n);
             ehp::quant::dequantize_row(EH_TYPE_MXFP4, w.data, y.data(), n);
-            EXPECT_EQ(x, y) << sub << ": " << name;
-        }
-        for (const eh_metadata_kv& kv : want->metadata()) {
-            const std::string key(eh::model::to_sv(kv.key));
-            if (key.rfind("gpt-oss.", 0) != 0) continue;
-            ASSERT_TRUE(got->has(key)) << key;
-            if (kv.value.type == EH_VALUE_STRING) EXPECT_EQ(got->get_string(key), want->get_string(key)) << key;
-            else EXPECT_NEAR(*got->get_float(key), *want->get_float(key), 1e-6) << key;
-        }
+            EXPECT_EQ(x, y) << label;
+        });
         EXPECT_EQ(got->get_string("tokenizer.ggml.model"), "none");  // the tiny models' tokenizer is word-level
     }
 }
@@ -200,23 +211,11 @@ TEST(ConvertQwen3Moe, BothExpertLayoutsGiveTheConvertersFile) {
         const std::string label = fused ? "fused" : "one tensor per expert";
         const std::string out = convert_dir(d, hf, "F32");
         auto got = eh::model::ModelFile::open(out);
-        ASSERT_EQ(got->tensors().size(), want->tensors().size()) << label;
-        for (const eh_tensor& w : want->tensors()) {
-            const std::string name(eh::model::to_sv(w.name));
-            const eh_tensor* g = got->find_tensor(name);
-            ASSERT_NE(g, nullptr) << label << ": " << name;
-            ASSERT_EQ(g->n_dims, w.n_dims) << name;
-            for (uint32_t k = 0; k < w.n_dims; ++k) EXPECT_EQ(g->dims[k], w.dims[k]) << name;
-            ASSERT_EQ(g->type, uint32_t(EH_TYPE_F32)) << name;
-            ASSERT_EQ(g->nbytes, w.nbytes) << name;
-            EXPECT_EQ(std::memcmp(g->data, w.data, w.nbytes), 0) << label << ": " << name;
-        }
-        for (const eh_metadata_kv& kv : want->metadata()) {
-            const std::string key(eh::model::to_sv(kv.key));
-            if (key.rfind("qwen3moe.", 0) != 0) continue;
-            ASSERT_TRUE(got->has(key)) << key;
-            EXPECT_NEAR(*got->get_float(key), *want->get_float(key), 1e-6 * std::fabs(*want->get_float(key))) << key;
-        }
+        expect_same_file(*got, *want, "qwen3moe", label, [](const eh_tensor& g, const eh_tensor& w, const std::string& l) {
+            ASSERT_EQ(g.type, uint32_t(EH_TYPE_F32)) << l;
+            ASSERT_EQ(g.nbytes, w.nbytes) << l;
+            EXPECT_EQ(std::memcmp(g.data, w.data, w.nbytes), 0) << l;
+        });
         expect_logits(out, ref, "qwen3moe " + label + " -> F32");
 
         // Q8_0: an expert tensor's bytes are each expert's rows quantized
@@ -259,18 +258,18 @@ TEST(ConvertQwen3Moe, RefusesWhatTheLayoutCannotHoldByName) {
             EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
         }
     };
-    std::string no_norm = config;
-    no_norm.replace(no_norm.find("\"norm_topk_prob\": true"), 22, "\"norm_topk_prob\": false");
-    expect_refused(no_norm, "norm_topk_prob false is not supported by the qwen3moe GGUF layout");
-    std::string step = config;
-    step.replace(step.find("\"decoder_sparse_step\": 1"), 24, "\"decoder_sparse_step\": 2");
-    expect_refused(step, "decoder_sparse_step 2");
-    std::string dense = config;
-    dense.replace(dense.find("\"mlp_only_layers\": []"), 21, "\"mlp_only_layers\": [0]");
-    expect_refused(dense, "mlp_only_layers (dense layers)");
-
-    // eight experts in the config, seven in the file
-    std::string fewer = config;
-    fewer.replace(fewer.find("\"num_experts\": 8"), 16, "\"num_experts\": 9");
+    // the config with one setting changed
+    auto edited = [&](const std::string& from, const std::string& to) {
+        std::string c = config;
+        const size_t at = c.find(from);
+        EXPECT_NE(at, std::string::npos) << from;
+        return at == std::string::npos ? c : c.replace(at, from.size(), to);
+    };
+    expect_refused(edited("\"norm_topk_prob\": true", "\"norm_topk_prob\": false"),
+                   "norm_topk_prob false is not supported by the qwen3moe GGUF layout");
+    expect_refused(edited("\"decoder_sparse_step\": 1", "\"decoder_sparse_step\": 2"), "decoder_sparse_step 2");
+    expect_refused(edited("\"mlp_only_layers\": []", "\"mlp_only_layers\": [0]"), "mlp_only_layers (dense layers)");
+    // nine experts in the config, eight in the file
+    const std::string fewer = edited("\"num_experts\": 8", "\"num_experts\": 9");
     expect_refused(fewer, "'blk.0.ffn_down_exps.weight': expert 8 of 9 has no tensor");
 }
