@@ -158,7 +158,8 @@ TEST_P(ConvertReference, ConvertedLogitsMatchTransformers) {
     }
 }
 
-INSTANTIATE_TEST_SUITE_P(Archs, ConvertReference, ::testing::Values("llama", "qwen2", "qwen3", "phi3", "gpt2", "gpt-oss"),
+INSTANTIATE_TEST_SUITE_P(Archs, ConvertReference,
+                         ::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt-oss"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
@@ -272,4 +273,52 @@ TEST(ConvertQwen3Moe, RefusesWhatTheLayoutCannotHoldByName) {
     // nine experts in the config, eight in the file
     const std::string fewer = edited("\"num_experts\": 8", "\"num_experts\": 9");
     expect_refused(fewer, "'blk.0.ffn_down_exps.weight': expert 8 of 9 has no tensor");
+}
+
+// Llama 3.x: "rope_type": "llama3" becomes what llama.cpp's converter
+// writes, no scaling type and the rope_freqs.weight divisors (the recorded
+// model.gguf's values); longrope and llama3 outside llama stay refused.
+TEST(ConvertLlama3, RopeFreqsAsTheConverterWritesThem) {
+    const fs::path dir = kRefDir / "llama3";
+    TempDir d;
+    auto want = eh::model::ModelFile::open((dir / "model.gguf").string());
+    auto got = eh::model::ModelFile::open(convert_dir(d, dir / "hf", "F32"));
+    EXPECT_FALSE(got->has("llama.rope.scaling.type"));
+    const eh_tensor* g = got->find_tensor("rope_freqs.weight");
+    const eh_tensor* w = want->find_tensor("rope_freqs.weight");
+    ASSERT_NE(g, nullptr);
+    ASSERT_NE(w, nullptr);
+    ASSERT_EQ(g->type, uint32_t(EH_TYPE_F32));
+    ASSERT_EQ(g->dims[0], w->dims[0]);
+    const auto* gv = static_cast<const float*>(g->data);
+    const auto* wv = static_cast<const float*>(w->data);
+    bool scaled = false;
+    for (uint64_t i = 0; i < w->dims[0]; ++i) {
+        EXPECT_NEAR(gv[i], wv[i], 1e-6 * wv[i]) << i;
+        scaled = scaled || wv[i] != 1.0f;
+    }
+    EXPECT_TRUE(scaled) << "the reference's divisors are all 1: the test would not see a missing scaling";
+
+    std::string config;
+    {
+        std::ifstream in(dir / "hf" / "config.json");
+        config.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    const fs::path hf = fs::path(d.file("longrope")) / "hf";
+    fs::create_directories(hf);
+    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(dir / "hf" / f, hf / f);
+    auto refused = [&](const std::string& from, const std::string& to, const std::string& why) {
+        std::string c = config;
+        const size_t at = c.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        eh::model::testing::write_text(hf / "config.json", c.replace(at, from.size(), to));
+        try {
+            convert_dir(d, hf, "F32");
+            ADD_FAILURE() << "converted: " << why;
+        } catch (const eh::Error& e) {
+            EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+        }
+    };
+    refused("\"llama3\"", "\"longrope\"", "rope type 'longrope' is not supported");
+    refused("\"high_freq_factor\": 4.0", "\"high_freq_factor\": 1.0", "llama3 rope parameters out of range");
 }

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include <engine_host/rope_scaling.hpp>
 #include <engine_host/tensor_types.h>
 
 #include "eh/error.hpp"
@@ -86,15 +87,35 @@ double rope_theta(const json& cfg, double dflt) {
     return dflt;
 }
 
-// rope.scaling.* keys for linear and YaRN scaling; other kinds (llama3,
-// longrope) need tensors this converter does not write, so they are refused.
-void rope_scaling(model::GgufWriter& w, const std::string& a, const json& cfg, uint32_t ctx, const std::string& file) {
+// rope.scaling.* keys for linear and YaRN scaling. Llama 3.x's "llama3"
+// becomes what llama.cpp's converter writes for it: no scaling type, and a
+// rope_freqs.weight tensor of per-pair divisors (returned; n_rot/2 values).
+// Other kinds (longrope) are refused.
+std::vector<float> rope_scaling(model::GgufWriter& w, const std::string& arch, const json& cfg, uint32_t ctx,
+                                uint32_t n_rot, const std::string& file) {
+    const std::string a = arch + ".";
     const json* rp = rope_params(cfg);
-    if (!rp) return;
+    if (!rp) return {};
     const std::string type = rp->value("rope_type", rp->value("type", std::string("default")));
-    if (type == "default") return;
+    if (type == "default") return {};
+    if (type == "llama3" && arch == "llama") {
+        ehp::Llama3Rope p;
+        p.factor = cfg_f(*rp, "factor", p.factor);
+        p.low_freq_factor = cfg_f(*rp, "low_freq_factor", p.low_freq_factor);
+        p.high_freq_factor = cfg_f(*rp, "high_freq_factor", p.high_freq_factor);
+        p.original_context = cfg_f(*rp, "original_max_position_embeddings", p.original_context);
+        if (!(p.factor > 0) || !(p.low_freq_factor > 0) || !(p.high_freq_factor > p.low_freq_factor) ||
+            !(p.original_context > 0) || n_rot < 2 || n_rot % 2)
+            throw Error(Code::InvalidRequest, fmt::format("'{}': llama3 rope parameters out of range (factor {}, "
+                                                          "low_freq_factor {}, high_freq_factor {}, original {})",
+                                                          file, p.factor, p.low_freq_factor, p.high_freq_factor,
+                                                          p.original_context));
+        return ehp::llama3_rope_factors(n_rot, rope_theta(cfg, 500000), p);
+    }
     if (type != "linear" && type != "yarn")
-        throw Error(Code::InvalidRequest, fmt::format("'{}': rope type '{}' is not supported (default, linear, yarn)", file, type));
+        throw Error(Code::InvalidRequest, fmt::format("'{}': rope type '{}' is not supported (default, linear, yarn, "
+                                                      "llama3 for llama)",
+                                                      file, type));
     w.set(a + "rope.scaling.type", GgufValue::string(type));
     w.set(a + "rope.scaling.factor", GgufValue::f32(float(cfg_f(*rp, "factor", 1.0))));
     if (type == "yarn") {
@@ -103,11 +124,13 @@ void rope_scaling(model::GgufWriter& w, const std::string& a, const json& cfg, u
             orig = (*rp)["original_max_position_embeddings"].get<uint32_t>();
         w.set(a + "rope.scaling.original_context_length", GgufValue::u32(orig));
     }
+    return {};
 }
 
 struct Hparams {
     uint32_t n_layer = 0, n_embd = 0, n_head = 0, n_head_kv = 0, n_vocab = 0, head_dim = 0;
     uint32_t n_expert = 0;  // qwen3moe
+    std::vector<float> rope_freqs;  // llama3 rope scaling: rope_freqs.weight
 };
 
 // config.json -> the {arch}.* keys llama.cpp's converter writes.
@@ -160,7 +183,15 @@ Hparams write_hparams(model::GgufWriter& w, const std::string& arch, const json&
     }
     w.set(a + "rope.freq_base", GgufValue::f32(float(rope_theta(cfg, arch == "gpt-oss" ? 150000 : 10000))));
     w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(cfg_f(cfg, "rms_norm_eps", 1e-6))));
-    if (arch == "llama") w.set(a + "rope.dimension_count", GgufValue::u32(h.head_dim));
+    if (arch == "llama") {
+        w.set(a + "rope.dimension_count", GgufValue::u32(h.head_dim));
+        // a config's own head_dim (Mistral-Nemo: 128 with 5120 hidden / 32
+        // heads) goes into the file, as llama.cpp's converter writes it
+        if (cfg.contains("head_dim")) {
+            w.set(a + "attention.key_length", GgufValue::u32(h.head_dim));
+            w.set(a + "attention.value_length", GgufValue::u32(h.head_dim));
+        }
+    }
     if (arch == "qwen3" || arch == "qwen3moe") {
         // head_dim is its own (128 with 2048 hidden / 32 heads in Qwen3-30B-A3B)
         w.set(a + "attention.key_length", GgufValue::u32(h.head_dim));
@@ -186,7 +217,7 @@ Hparams write_hparams(model::GgufWriter& w, const std::string& arch, const json&
         w.set(a + "expert_feed_forward_length", GgufValue::u32(ff));
         w.set(a + "attention.sliding_window", GgufValue::u32(cfg_u32(cfg, {"sliding_window"}, cfg_file)));
     }
-    if (arch != "phi3") rope_scaling(w, a, cfg, ctx, cfg_file);
+    if (arch != "phi3") h.rope_freqs = rope_scaling(w, arch, cfg, ctx, h.head_dim, cfg_file);
     return h;
 }
 
@@ -234,6 +265,10 @@ ConvertResult convert_hf(const ConvertOptions& o) {
     WorkerPool pool(o.threads);
     ConvertResult r;
     r.architecture = arch;
+    if (!hp.rope_freqs.empty()) {  // first, where llama.cpp's converter puts it
+        w.add_tensor("rope_freqs.weight", EH_TYPE_F32, {hp.rope_freqs.size()}, hp.rope_freqs.data());
+        ++r.census["F32"];
+    }
     for (const auto& p : plan) {
         uint32_t type = EH_TYPE_MXFP4;
         if (p.op != Op::Mxfp4) {
@@ -248,7 +283,7 @@ ConvertResult convert_hf(const ConvertOptions& o) {
         });
     }
     w.write(o.out);
-    r.n_tensors = plan.size();
+    r.n_tensors = plan.size() + (hp.rope_freqs.empty() ? 0 : 1);
     r.out_bytes = fs::file_size(o.out);
     return r;
 }
