@@ -113,6 +113,43 @@ TEST(Convert, RejectsUnsupportedAndMalformed) {
     EXPECT_THROW(convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F16"), 1, {}}), eh::Error);
 }
 
+// A config key of the wrong JSON type is the request's error (InvalidRequest,
+// naming the file), not an internal one.
+TEST(Convert, AConfigKeyOfTheWrongTypeIsNamedAsTheCallersError) {
+    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/llama3/hf";
+    std::string config;
+    {
+        std::ifstream in(src / "config.json");
+        config.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    TempDir d;
+    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, d.path / f);
+    struct Edit {
+        std::string from, to, why;
+    };
+    const Edit edits[] = {
+        {"\"rope_type\": \"llama3\"", "\"rope_type\": 3", "config.json': a key has the wrong type"},
+        {"\"model_type\": \"llama\"", "\"model_type\": [\"llama\"]", "config.json': a key has the wrong type"},
+        {"\"factor\": 8.0", "\"factor\": \"8\"", "config.json': key 'factor' must be a number, not \"8\""},
+        {"\"num_hidden_layers\": 2", "\"num_hidden_layers\": -2",
+         "config.json': key 'num_hidden_layers' must be an integer from 0 to 4294967295, not -2"},
+        {"\"rms_norm_eps\": 1e-05", "\"rms_norm_eps\": true", "config.json': key 'rms_norm_eps' must be a number, not true"},
+    };
+    for (const auto& [from, to, why] : edits) {
+        std::string c = config;
+        const size_t at = c.find(from);
+        ASSERT_NE(at, std::string::npos) << from;
+        std::ofstream(d.path / "config.json") << c.replace(at, from.size(), to);
+        try {
+            convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F32"), 1, {}});
+            ADD_FAILURE() << "converted with " << to;
+        } catch (const eh::Error& e) {
+            EXPECT_EQ(e.code(), eh::Code::InvalidRequest) << to << ": " << e.what();
+            EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+        }
+    }
+}
+
 TEST(Convert, GptOssBlocksWithoutScalesNameTheTensor) {
     TempDir d;
     const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/gpt-oss/hf_mxfp4";
@@ -128,4 +165,46 @@ TEST(Convert, GptOssBlocksWithoutScalesNameTheTensor) {
         EXPECT_NE(std::string(e.what()).find("down_proj_scales"), std::string::npos) << e.what();
     }
     EXPECT_FALSE(fs::exists(d.file("o.gguf")));
+}
+
+// vocab_size pads the vocabulary, so it must be the embedding's row count: a
+// larger one is refused by name before anything is allocated for it.
+TEST(Convert, VocabSizeMustBeTheEmbeddingsRowCount) {
+    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/llama3/hf";
+    std::string config;
+    {
+        std::ifstream in(src / "config.json");
+        config.assign(std::istreambuf_iterator<char>(in), {});
+    }
+    TempDir d;
+    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, d.path / f);
+    const std::string from = "\"vocab_size\": 256";
+    ASSERT_NE(config.find(from), std::string::npos);
+    std::ofstream(d.path / "config.json") << config.replace(config.find(from), from.size(), "\"vocab_size\": 4000000000");
+    try {
+        convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F32"), 1, {}});
+        FAIL() << "converted";
+    } catch (const eh::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("vocab_size 4000000000 is not the row count 256 of 'model.embed_tokens.weight'"),
+                  std::string::npos)
+            << e.what();
+    }
+    EXPECT_FALSE(fs::exists(d.file("o.gguf")));
+}
+
+// A Qwen3-MoE config over dense weights (found by fuzz_convert_config: the
+// dense "ffn_up.weight" once read as an expert with no number) is refused,
+// naming the first missing expert tensor.
+TEST(Convert, AQwen3MoeConfigOverDenseWeightsIsRefused) {
+    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/llama3/hf";
+    TempDir d;
+    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, d.path / f);
+    fs::copy_file(fs::path(EH_SOURCE_DIR) / "tests/tools/fuzz_convert_seeds/qwen3moe.json", d.path / "config.json");
+    try {
+        convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F32"), 1, {}});
+        FAIL() << "converted";
+    } catch (const eh::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("qwen3moe: layer 0 has no 'blk.0.ffn_gate_exps.weight'"), std::string::npos)
+            << e.what();
+    }
 }

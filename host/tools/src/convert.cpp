@@ -38,13 +38,28 @@ json read_json(const fs::path& p) {
     }
 }
 
+// A config key present (not null) with a value of the wrong kind;
+// from_config names the file.
+struct ConfigKeyType {
+    std::string key, want, got;
+};
+
+bool present(const json& c, const char* key) { return c.contains(key) && !c[key].is_null(); }
+
+// The first of `keys` present; each must be a u32.
 uint32_t cfg_u32(const json& c, std::initializer_list<const char*> keys, const std::string& file) {
-    for (const char* k : keys)
-        if (c.contains(k) && c[k].is_number_integer()) return c[k].get<uint32_t>();
+    for (const char* k : keys) {
+        if (!present(c, k)) continue;
+        if (!c[k].is_number_unsigned() || c[k].get<uint64_t>() > UINT32_MAX)
+            throw ConfigKeyType{k, "an integer from 0 to 4294967295", c[k].dump()};
+        return c[k].get<uint32_t>();
+    }
     throw Error(Code::ModelLoadFailed, fmt::format("'{}': missing integer '{}'", file, *keys.begin()));
 }
 double cfg_f(const json& c, const char* key, double dflt) {
-    return c.contains(key) && c[key].is_number() ? c[key].get<double>() : dflt;
+    if (!present(c, key)) return dflt;
+    if (!c[key].is_number()) throw ConfigKeyType{key, "a number", c[key].dump()};
+    return c[key].get<double>();
 }
 
 std::string arch_of(const json& cfg, const std::string& file) {
@@ -82,7 +97,7 @@ const json* rope_params(const json& cfg) {
     return nullptr;
 }
 double rope_theta(const json& cfg, double dflt) {
-    if (cfg.contains("rope_theta") && cfg["rope_theta"].is_number()) return cfg["rope_theta"].get<double>();
+    if (present(cfg, "rope_theta")) return cfg_f(cfg, "rope_theta", dflt);
     if (const json* rp = rope_params(cfg)) return cfg_f(*rp, "rope_theta", dflt);
     return dflt;
 }
@@ -221,21 +236,40 @@ Hparams write_hparams(model::GgufWriter& w, const std::string& arch, const json&
     return h;
 }
 
+// A config.json key of the wrong JSON type (a string where a number goes,
+// say) is the caller's error, named with the file, not an internal one.
+template <class F>
+auto from_config(const std::string& file, F&& f) {
+    try {
+        return f();
+    } catch (const ConfigKeyType& k) {
+        throw Error(Code::InvalidRequest, fmt::format("'{}': key '{}' must be {}, not {}", file, k.key, k.want,
+                                                      k.got.substr(0, 64)));
+    } catch (const json::exception& e) {
+        throw Error(Code::InvalidRequest, fmt::format("'{}': a key has the wrong type ({})", file, e.what()));
+    }
+}
+
 }  // namespace
 
 ConvertResult convert_hf(const ConvertOptions& o) {
     const fs::path dir(o.hf_dir);
     const std::string cfg_file = (dir / "config.json").string();
     const json cfg = read_json(cfg_file);
-    const std::string arch = arch_of(cfg, cfg_file);
+    const std::string arch = from_config(cfg_file, [&] { return arch_of(cfg, cfg_file); });
     const auto st = read_safetensors_dir(o.hf_dir);
 
     model::GgufWriter w;
     w.set("general.architecture", GgufValue::string(arch));
     w.set("general.type", GgufValue::string("model"));
     w.set("general.name", GgufValue::string(dir.filename().string()));
-    const Hparams hp = write_hparams(w, arch, cfg, cfg_file);
+    const Hparams hp = from_config(cfg_file, [&] { return write_hparams(w, arch, cfg, cfg_file); });
     w.set("general.file_type", GgufValue::u32(o.target.file_type()));
+
+    // the tensors first: a problem with one is named before the vocabulary is read
+    const bool tied = from_config(cfg_file, [&] { return cfg.value("tie_word_embeddings", arch == "gpt2"); });
+    PlanInput in{arch, hp.n_layer, hp.n_head, hp.n_head_kv, hp.n_expert, tied, o.log};
+    const std::vector<Planned> plan = plan_tensors(in, st);
 
     // tokenizer
     const std::string tok = (dir / "tokenizer.json").string();
@@ -244,9 +278,21 @@ ConvertResult convert_hf(const ConvertOptions& o) {
                             : arch == "llama"   ? "llama-bpe"
                             : arch == "gpt-oss" ? "gpt-4o"
                                                 : "default";
+    // The vocabulary is padded to vocab_size, which must be the embedding's
+    // row count: more would name tokens no weight has (and a huge one would
+    // exhaust memory before anything is written).
+    const SafeTensor* embd = nullptr;
+    std::string embd_name;
+    for (const auto& [name, t] : st)
+        if (model::hf_tensor_name_to_gguf(arch, name) == "token_embd.weight") embd = &t, embd_name = name;
+    if (!embd || embd->shape.size() != 2)
+        throw Error(Code::ModelLoadFailed, fmt::format("'{}': no 2-D token embedding tensor", o.hf_dir));
+    if (embd->shape[0] != hp.n_vocab)
+        throw Error(Code::ModelLoadFailed, fmt::format("'{}': vocab_size {} is not the row count {} of '{}'", cfg_file,
+                                                       hp.n_vocab, embd->shape[0], embd_name));
     std::vector<std::pair<std::string, GgufValue>> extra;
     for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
-        if (cfg.contains(k) && cfg[k].is_number_integer()) {
+        if (cfg.contains(k) && cfg[k].is_number_unsigned() && cfg[k].get<uint64_t>() < hp.n_vocab) {
             std::string gk = std::string("tokenizer.ggml.") + (std::string(k) == "pad_token_id" ? "padding_token_id" : k);
             extra.emplace_back(gk, GgufValue::u32(cfg[k].get<uint32_t>()));
         }
@@ -255,9 +301,6 @@ ConvertResult convert_hf(const ConvertOptions& o) {
     for (const auto& [k, v] : vocab.kv) w.set(k, v);
     w.set("general.quantization_version", GgufValue::u32(2));
 
-    PlanInput in{arch, hp.n_layer, hp.n_head, hp.n_head_kv, hp.n_expert,
-                 cfg.value("tie_word_embeddings", arch == "gpt2"), o.log};
-    const std::vector<Planned> plan = plan_tensors(in, st);
 
     ModelFacts facts{hp.n_layer, false};
     for (const auto& p : plan) if (p.gguf == "output.weight") facts.has_output = true;

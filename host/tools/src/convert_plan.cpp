@@ -139,8 +139,10 @@ bool plan_qwen3moe_expert(std::vector<Planned>& plan, ExpertSplit& split, const 
     for (const char* which : {"ffn_gate.", "ffn_up.", "ffn_down."}) {
         const std::string_view w(which);
         if (rest.substr(0, w.size()) != w || !ends_with(rest, ".weight")) continue;
+        // "ffn_up.weight" (a dense FFN) has no expert number
         const std::string_view num = rest.substr(w.size(), rest.size() - w.size() - 7);
-        // the host's reader names only plain decimals so
+        if (num.empty() || num.size() > 6 || !std::all_of(num.begin(), num.end(), [](char c) { return c >= '0' && c <= '9'; }))
+            continue;
         const uint64_t e = std::stoull(std::string(num));
         if (e >= n_expert) bad(hf, fmt::format("expert {} of a model with {} experts (num_experts)", e, n_expert));
         split[blk + std::string(w.substr(0, w.size() - 1)) + "_exps.weight"][e] = hf;
@@ -237,6 +239,15 @@ std::vector<Planned> plan_tensors(const PlanInput& in, const std::map<std::strin
         plan.push_back(std::move(p));
     }
     for (const auto& [gguf, experts] : split) plan.push_back(stack_experts(gguf, experts, in.n_expert, st));
+    if (in.arch == "qwen3moe")  // every layer sparse: a dense one is not this layout
+        for (uint32_t l = 0; l < in.n_layer; ++l)
+            for (const char* m : {"gate", "up", "down"}) {
+                const std::string want = fmt::format("blk.{}.ffn_{}_exps.weight", l, m);
+                if (std::none_of(plan.begin(), plan.end(), [&](const Planned& p) { return p.gguf == want; }))
+                    throw Error(Code::ModelLoadFailed, fmt::format("qwen3moe: layer {} has no '{}' (its experts: "
+                                                                   "mlp.experts.E.{}_proj.weight or mlp.experts.*)",
+                                                                   l, want, m));
+            }
     // GPT-2's converter writes the tied head out as output.weight.
     if (in.arch == "gpt2" && std::none_of(plan.begin(), plan.end(), [](const Planned& p) { return p.gguf == "output.weight"; })) {
         for (const Planned& p : plan)
