@@ -113,17 +113,20 @@ TEST(Convert, RejectsUnsupportedAndMalformed) {
     EXPECT_THROW(convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F16"), 1, {}}), eh::Error);
 }
 
+// A temp directory holding the llama3 test model's weights and tokenizer;
+// returns its config.json for the caller to edit and write.
+static std::string llama3_dir_without_config(const TempDir& d) {
+    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/llama3/hf";
+    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, d.path / f);
+    std::ifstream in(src / "config.json");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
 // A config key of the wrong JSON type is the request's error (InvalidRequest,
 // naming the file), not an internal one.
 TEST(Convert, AConfigKeyOfTheWrongTypeIsNamedAsTheCallersError) {
-    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/llama3/hf";
-    std::string config;
-    {
-        std::ifstream in(src / "config.json");
-        config.assign(std::istreambuf_iterator<char>(in), {});
-    }
     TempDir d;
-    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, d.path / f);
+    std::string config = llama3_dir_without_config(d);
     struct Edit {
         std::string from, to, why;
     };
@@ -170,14 +173,8 @@ TEST(Convert, GptOssBlocksWithoutScalesNameTheTensor) {
 // vocab_size pads the vocabulary, so it must be the embedding's row count: a
 // larger one is refused by name before anything is allocated for it.
 TEST(Convert, VocabSizeMustBeTheEmbeddingsRowCount) {
-    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/llama3/hf";
-    std::string config;
-    {
-        std::ifstream in(src / "config.json");
-        config.assign(std::istreambuf_iterator<char>(in), {});
-    }
     TempDir d;
-    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, d.path / f);
+    std::string config = llama3_dir_without_config(d);
     const std::string from = "\"vocab_size\": 256";
     ASSERT_NE(config.find(from), std::string::npos);
     std::ofstream(d.path / "config.json") << config.replace(config.find(from), from.size(), "\"vocab_size\": 4000000000");
@@ -196,9 +193,8 @@ TEST(Convert, VocabSizeMustBeTheEmbeddingsRowCount) {
 // dense "ffn_up.weight" once read as an expert with no number) is refused,
 // naming the first missing expert tensor.
 TEST(Convert, AQwen3MoeConfigOverDenseWeightsIsRefused) {
-    const fs::path src = fs::path(EH_SOURCE_DIR) / "tests/reference/data/llama3/hf";
     TempDir d;
-    for (const char* f : {"model.safetensors", "tokenizer.json"}) fs::copy_file(src / f, d.path / f);
+    llama3_dir_without_config(d);
     fs::copy_file(fs::path(EH_SOURCE_DIR) / "tests/tools/fuzz_convert_seeds/qwen3moe.json", d.path / "config.json");
     try {
         convert_hf({d.path.string(), d.file("o.gguf"), parse_quant_target("F32"), 1, {}});
