@@ -281,15 +281,12 @@ ConvertResult convert_hf(const ConvertOptions& o) {
     // The vocabulary is padded to vocab_size, which must be the embedding's
     // row count: more would name tokens no weight has (and a huge one would
     // exhaust memory before anything is written).
-    const SafeTensor* embd = nullptr;
-    std::string embd_name;
-    for (const auto& [name, t] : st)
-        if (model::hf_tensor_name_to_gguf(arch, name) == "token_embd.weight") embd = &t, embd_name = name;
-    if (!embd || embd->shape.size() != 2)
+    const auto embd = std::find_if(plan.begin(), plan.end(), [](const Planned& p) { return p.gguf == "token_embd.weight"; });
+    if (embd == plan.end() || embd->dims.size() != 2)
         throw Error(Code::ModelLoadFailed, fmt::format("'{}': no 2-D token embedding tensor", o.hf_dir));
-    if (embd->shape[0] != hp.n_vocab)
+    if (embd->dims[1] != hp.n_vocab)
         throw Error(Code::ModelLoadFailed, fmt::format("'{}': vocab_size {} is not the row count {} of '{}'", cfg_file,
-                                                       hp.n_vocab, embd->shape[0], embd_name));
+                                                       hp.n_vocab, embd->dims[1], embd->hf));
     std::vector<std::pair<std::string, GgufValue>> extra;
     for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
         if (cfg.contains(k) && cfg[k].is_number_unsigned() && cfg[k].get<uint64_t>() < hp.n_vocab) {
@@ -300,7 +297,6 @@ ConvertResult convert_hf(const ConvertOptions& o) {
     Vocab vocab = load_vocab(tok, hp.n_vocab, pre, extra);
     for (const auto& [k, v] : vocab.kv) w.set(k, v);
     w.set("general.quantization_version", GgufValue::u32(2));
-
 
     ModelFacts facts{hp.n_layer, false};
     for (const auto& p : plan) if (p.gguf == "output.weight") facts.has_output = true;

@@ -178,12 +178,12 @@ Planned stack_experts(const std::string& gguf, const std::map<uint64_t, std::str
     Planned p;
     p.gguf = gguf;
     p.op = Op::ExpertRows;
+    const SafeTensor& first = st.at(experts.begin()->second);
     for (uint64_t e = 0; e < n_expert; ++e) {
         auto it = experts.find(e);
         if (it == experts.end())
             throw Error(Code::ModelLoadFailed, fmt::format("'{}': expert {} of {} has no tensor", gguf, e, n_expert));
         const SafeTensor& t = st.at(it->second);
-        const SafeTensor& first = st.at(experts.begin()->second);
         if (t.shape.size() != 2) bad(it->second, fmt::format("has shape {}, expected [rows, in]", shape_str(t.shape)));
         if (t.shape != first.shape || t.dtype != first.dtype)
             bad(it->second, fmt::format("is {} {}, expert 0 is {} {}: the experts of a matrix must match", t.dtype,
