@@ -4,7 +4,8 @@
 // forms (MXFP4's default is the tensor-core one) against a double-precision
 // host reference: MXFP4 (gpt-oss) and K-quant experts, fused and separate
 // gate/up, routings that leave experts empty and one that sends every token
-// to the same expert (more tokens than one tile); bitwise reproducibility;
+// to the same expert (more tokens than one pass); the tensor-core form's
+// 8-, 32- and 64-token passes on every case; bitwise reproducibility;
 // what moe_grouped_supported refuses.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -15,10 +16,13 @@
 #include <cstring>
 #include <random>
 #include <string>
+#include <tuple>
+#include <utility>
 #include <vector>
 
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/kernel_plan.hpp>
 #include <ehcuda/moe.hpp>
 
 #include "gpu_test_util.hpp"
@@ -147,6 +151,25 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto got_def = host<float>(dh_def, size_t(T) * E);
     const bool fp16_inputs = C.gu_type == EH_TYPE_MXFP4 && C.down_type == EH_TYPE_MXFP4;
+    // The tensor-core form with each pass length (8, 32 and, for gate|up, 64
+    // tokens), forced through the plan's thresholds whatever the case's own.
+    std::vector<std::pair<std::string, std::vector<float>>> passes;
+    if (fp16_inputs) {
+        for (const auto& [name, wide, long_] :
+             {std::tuple{"8-token passes", 65536, 65536}, std::tuple{"32-token passes", 0, 65536},
+              std::tuple{"64-token passes", 0, 0}}) {
+            ehcuda::KernelPlan p = ehcuda::plan();
+            p.moe_wide_pass_tokens = wide;
+            p.moe_long_pass_tokens = long_;
+            ehcuda::PlanScope scope(p);
+            auto dhp = dev(h0);
+            ehcuda::MoeGroupedArgs ap = ad;
+            ap.h = dhp.as<float>();
+            ehcuda::moe_grouped(ap, nullptr);
+            ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+            passes.emplace_back(name, host<float>(dhp, got_def.size()));
+        }
+    }
 
     // One token at a time through the single-token kernels.
     auto dh1 = dev(h0);
@@ -173,8 +196,8 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     for (size_t i = 0; i < got.size(); ++i) differ += std::memcmp(&got[i], &want[i], 4) != 0;
     EXPECT_EQ(differ, 0u) << "of " << got.size() << " outputs differ from the single-token kernels'";
 
-    // Host reference in double for the first and last tokens.
-    for (int t : {0, T - 1}) {
+    // Host reference in double for the first, a middle and the last token.
+    for (int t : {0, T / 2, T - 1}) {
         std::vector<double> delta(size_t(E), 0.0);
         for (int s = 0; s < k; ++s) {
             const int e = ids[size_t(t * k + s)];
@@ -203,6 +226,14 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
         EXPECT_LT(err / mx, 2e-6) << "integer form, token " << t << ": max |delta| " << mx;
         // FP16 inputs and activations: ~2^-11 relative per element.
         EXPECT_LT(err_def / mx, fp16_inputs ? 4e-3 : 2e-6) << "default form, token " << t << ": max |delta| " << mx;
+        for (const auto& [name, out] : passes) {
+            double e = 0;
+            for (int r = 0; r < E; ++r) {
+                const size_t i = size_t(t) * E + r;
+                e = std::max(e, std::fabs(double(out[i]) - h0[i] - delta[size_t(r)]));
+            }
+            EXPECT_LT(e / mx, 4e-3) << name << ", token " << t << ": max |delta| " << mx;
+        }
         std::printf("[moe-grouped] token %d: max |error| / max |delta|: integer %.2e, default %.2e\n", t, err / mx,
                     err_def / mx);
     }
@@ -226,9 +257,14 @@ INSTANTIATE_TEST_SUITE_P(
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, 2, true, false},
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 6, 3, 21, false, true},
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 96, 96, 4, 1, 9, true, true},
-        // tens of tokens per expert: the 32-token passes, a partial last one
+        // tens of tokens per expert: the 32- and 64-token passes, a partial last one
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 4, 2, 100, false, true},
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, 200, true, false},
+        // a 512-token prefill pass: 64 tokens per expert, the 64-token passes
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 2880, 2880, 32, 4, 512, true, false},
+        // one expert holds 200 tokens where the average is 12.5: 7 passes of
+        // 32 (25 of 8) side by side
+        GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 32, 2, 200, false, true},
         GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 512, 256, 16, 8, 12, false, false},
         GroupedCase{EH_TYPE_Q8_0, EH_TYPE_Q4_0, 512, 256, 8, 2, 33, true, true}),
     case_name);

@@ -1,8 +1,8 @@
 // The pieces of flash attention on the tensor cores that the prefill kernel
 // (attention_prefill.cu) and the query-group decode kernel
 // (attention_decode_group.cu) share: where a key's K/V row lives, FP16
-// packing (and the hi + lo split that keeps an FP32 cache's precision),
-// ldmatrix loads, and the staging of one tile of keys into shared memory.
+// packing (and the hi + lo split that keeps an FP32 cache's precision)
+// and the staging of one tile of keys into shared memory.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -47,19 +47,6 @@ __device__ __forceinline__ void split_half2(float a, float b, uint32_t& hi, uint
     const float2 hf = __half22float2(h);
     hi = *reinterpret_cast<uint32_t*>(&h);
     lo = pack_half2(a - hf.x, b - hf.y);
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
-    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
-}
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p) {
-    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-                 : "r"(a));
 }
 
 // A staged tile of kKeyTile keys: K and V (FP16 cache, kStages deep for

@@ -1,7 +1,9 @@
 // Tensor-core and asynchronous-copy primitives shared by the kernels that
-// use mma.sync and cp.async directly (prefill attention, the grouped MoE
+// use mma.sync, ldmatrix and cp.async directly (prefill attention, the grouped MoE
 // experts).
 #pragma once
+
+#include <cuda_fp16.h>
 
 #include <cstdint>
 
@@ -15,6 +17,21 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
         "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+// Four 8x8 FP16 matrices from shared memory, one register each; lane l
+// gives the address of row l % 8 of matrix l / 8 (16-byte aligned).
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
+    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p) {
+    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+                 : "r"(a));
 }
 
 // 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros.

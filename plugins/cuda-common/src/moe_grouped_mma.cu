@@ -1,26 +1,27 @@
 // The tensor-core form of the grouped MoE products for MXFP4 experts
 // (moe_grouped in moe.hpp picks it; see moe_common.cuh for the calls).
 //
-// Block (64 rows, expert e), 16 warps: 4 groups of 16 rows, each group's k
-// range split over 4 warps (more warps to hide the latency of each block's
-// table lookups and mma; their partial sums are added in a fixed order at
-// the end), a GEMM of those rows by
-// a tile of 8 of the tokens routed to e. The K dimension is walked half an
-// MXFP4 group at a time (8 blocks of 32 values; a group is a 16-byte
-// exponent header and 256 code bytes, contiguous in the device layout):
-// the block copies that run of each of its rows, with the group's header,
-// and the tile's FP16 inputs for those 256 columns, into shared memory with
-// cp.async, four stages deep, so three segments stream in while one is
-// multiplied (the rows come from memory in 128-byte runs, and enough of
-// them are in flight to keep HBM busy). Per block of 32 values a warp turns its rows' codes into two
+// Block (64 rows, expert e): 4 groups of 16 rows, each group's k range
+// split over 4 warps (2 for the 64-token pass; see Geometry), a GEMM of
+// those rows by the tiles of 8 of the tokens routed to e that one pass
+// takes. The K dimension is walked half an MXFP4 group at a time (8 blocks
+// of 32 values; a group is a 16-byte exponent header and 256 code bytes,
+// contiguous in the device layout): the block copies that run of each of
+// its rows, with the group's header, and the pass's FP16 inputs for those
+// 256 columns, into shared memory with cp.async, three or four stages deep,
+// so the next segments stream in while one is multiplied (the rows come
+// from memory in 128-byte runs, and enough of them are in flight to keep
+// HBM busy). Per block of 32 values a warp turns its rows' codes into two
 // m16n8k16 A fragments through a 256-entry table (code byte -> two FP16
-// values, exact), two mma.sync give the 16 rows x 8 tokens partial sums,
-// and the block scale (a power of two) multiplies them into the FP32
-// accumulators. Each weight byte is read once per 8 tokens; the inputs are
-// FP16 as in the cuBLAS prefill path (moe_prefill); the order of the sums
-// is fixed. gate|up keeps 16 rows of gate and the same 16 of up per warp
-// and applies the clamped SwiGLU in registers, writing FP16 activations in
-// sorted pair order for the down kernel, which writes FP32 [pair][row].
+// values, exact), loads each tile's input fragments with one ldmatrix
+// (shared by gate and up), two mma.sync per tile give the 16 rows x 8
+// tokens partial sums, and the block scale (a power of two) multiplies them
+// into the FP32 accumulators. Each weight byte is read once per pass; the
+// inputs are FP16 as in the cuBLAS prefill path (moe_prefill); the order of
+// the sums is fixed. gate|up keeps 16 rows of gate and the same 16 of up
+// per warp and applies the clamped SwiGLU in registers, writing FP16
+// activations in sorted pair order for the down kernel, which writes FP32
+// [pair][row].
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -39,40 +40,49 @@ using moe_detail::bias_of;
 using moe_detail::DevMat;
 using moe_detail::row_ptr;
 
-constexpr int kRowWarps = 4;                 // warps along the rows, 16 rows each
-constexpr int kKSplit = 4;                   // warps along k per row group
-constexpr int kWarps = kRowWarps * kKSplit;  // 16
-constexpr int kRows = kRowWarps * 16;        // rows per block
-constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
-constexpr int kTok = 8;             // tokens per tile (the mma's n)
+constexpr int kRowWarps = 4;           // warps along the rows, 16 rows each
+constexpr int kRows = kRowWarps * 16;  // rows per block
+constexpr int kTok = 8;                // tokens per tile (the mma's n)
 // A stage holds one segment: half an MXFP4 group (8 blocks, 256 values) of
 // every row, with the group's exponent header copied along (16 + 128 bytes
 // per row), and the pass's inputs for those 256 columns. A pass takes NT
 // tiles of 8 tokens: each A fragment feeds NT mma (NT 1 when experts get
-// a few tokens each; 4 past KernelPlan::moe_wide_pass_tokens, so the codes
-// are turned into fragments once per 32 tokens: the kernel is bound by that
-// conversion, not by HBM). An expert's passes are spread over the grid's
-// z slices.
+// a few tokens each; 4 past KernelPlan::moe_wide_pass_tokens and 8 past
+// moe_long_pass_tokens, so the codes are turned into fragments once per 32
+// or 64 tokens: the kernel is bound by that conversion, not by HBM). An
+// expert's passes are spread over the grid's z slices.
 constexpr int kSegBlocks = kMxfp4GroupBlocks / 2;
 constexpr int kSegVals = kSegBlocks * 32;
 constexpr int kSegRowBytes = 16 + kSegBlocks * 16;
 constexpr int kXLd = kSegVals + 8;  // halves per staged input row (+8: distinct banks)
 
+// A block's warps: kRowWarps groups of 16 rows, each group's k range split
+// over KSplit warps (more warps hide the latency of the table lookups and
+// mma; their partial sums are added in a fixed order at the end). The
+// 64-token pass keeps 64 accumulators a lane, which 16 warps' registers
+// cannot hold, so it splits k two ways.
 template <int NT>
-constexpr int stages() { return NT == 1 ? 4 : 3; }  // two blocks per multiprocessor either way
+struct Geometry {
+    static constexpr int kKSplit = NT >= 8 ? 2 : 4;
+    static constexpr int kWarps = kRowWarps * kKSplit;
+    static constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
+    // NT 1 and 4: two blocks per multiprocessor fit; NT 8: one
+    static constexpr int kStages = NT == 1 ? 4 : 3;
+};
 template <bool Pair, int NT>
 constexpr size_t stage_bytes() {
     return size_t(Pair ? 2 : 1) * kRows * kSegRowBytes + size_t(kTok) * NT * kXLd * sizeof(__half);
 }
 template <bool Pair, int NT>
-constexpr size_t smem_bytes() { return stages<NT>() * stage_bytes<Pair, NT>(); }
+constexpr size_t smem_bytes() { return Geometry<NT>::kStages * stage_bytes<Pair, NT>(); }
 // The end-of-pass reduction of the k-split partial sums reuses the stages.
 template <bool Pair, int NT>
 constexpr bool reduction_fits() {
-    return size_t(kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<Pair, NT>();
+    return size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<Pair, NT>();
 }
 static_assert(reduction_fits<false, 1>() && reduction_fits<true, 1>() && reduction_fits<false, 4>() &&
-              reduction_fits<true, 4>());
+              reduction_fits<true, 4>() && reduction_fits<true, 8>());
+static_assert(smem_bytes<true, 8>() <= 227 * 1024, "one block of the 64-token pass fits a multiprocessor");
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -110,15 +120,14 @@ __device__ __forceinline__ void a_fragments(const uint32_t* lut, const uint8_t* 
 }
 
 // acc += scale * (A . x) for one block and one tile of 8 tokens, x's
-// fragments at p (the tile's row g, column 2t of the block): two mma.sync
-// into zeroed sums, then the rows' block scales (powers of two).
-__device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32_t (&a1)[4], const __half* p,
+// fragments in b (ldmatrix of the tile's 8 tokens x the block's 32
+// columns: steps 0 and 1, two registers each): two mma.sync into zeroed
+// sums, then the rows' block scales (powers of two).
+__device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32_t (&a1)[4], const uint32_t (&b)[4],
                                            float sc0, float sc1, float (&acc)[4]) {
-    const uint32_t b00 = *reinterpret_cast<const uint32_t*>(p), b01 = *reinterpret_cast<const uint32_t*>(p + 8);
-    const uint32_t b10 = *reinterpret_cast<const uint32_t*>(p + 16), b11 = *reinterpret_cast<const uint32_t*>(p + 24);
     float c[4] = {};
-    detail::mma16816(c, a0, b00, b01);
-    detail::mma16816(c, a1, b10, b11);
+    detail::mma16816(c, a0, b[0], b[1]);
+    detail::mma16816(c, a1, b[2], b[3]);
     acc[0] = fmaf(sc0, c[0], acc[0]);
     acc[1] = fmaf(sc0, c[1], acc[1]);
     acc[2] = fmaf(sc1, c[2], acc[2]);
@@ -129,11 +138,12 @@ __device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32
 // otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
 // expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
 template <bool Pair, int NT>
-__global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16, const int32_t* offsets, DevMat a,
-                                                               DevMat b, float alpha, float limit, __half* out16,
-                                                               float* out32, int ldo) {
+__global__ void __launch_bounds__(Geometry<NT>::kWarps * 32)
+    mma_rows_kernel(const __half* x16, const int32_t* offsets, DevMat a, DevMat b, float alpha, float limit,
+                    __half* out16, float* out32, int ldo) {
     constexpr int kMats = Pair ? 2 : 1;
-    constexpr int kStages = stages<NT>();
+    constexpr int kKSplit = Geometry<NT>::kKSplit, kThreadsPerRow = Geometry<NT>::kThreadsPerRow;
+    constexpr int kStages = Geometry<NT>::kStages;
     constexpr size_t kStage = stage_bytes<Pair, NT>();
     constexpr int kPass = kTok * NT;  // tokens per pass
     __shared__ uint32_t lut[256];
@@ -203,23 +213,30 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
                 const uint8_t* wa1 = wa0 + 8 * kSegRowBytes;
                 const uint8_t* wb0 = wa0 + size_t(kRows) * kSegRowBytes;
                 const uint8_t* wb1 = wb0 + 8 * kSegRowBytes;
-                const __half* xr =
-                    reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * kSegRowBytes) + g * kXLd + 2 * t;
+                // ldmatrix row address of this lane: token lane % 8 of a tile,
+                // columns 8 * (lane / 8) .. + 8 of a block
+                const __half* xl = reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * kSegRowBytes) +
+                                   (lane & 7) * kXLd + 8 * (lane >> 3);
                 const int nb = min(kSegBlocks, nkb - S * kSegBlocks), e0 = (S & 1) * kSegBlocks;
                 for (int i = kw; i < nb; i += kKSplit) {
+                    // the tiles' x fragments, one ldmatrix each, shared by gate and up
+                    uint32_t bx[NT][4];
+#pragma unroll
+                    for (int u = 0; u < NT; ++u)
+                        if (u < tiles) detail::ldsm_x4(bx[u], xl + u * kTok * kXLd + i * 32);
                     uint32_t a0[4], a1[4];
                     a_fragments(lut, wa0, wa1, i, t, a0, a1);
                     float sa0 = e8m0_value(wa0[e0 + i]), sa1 = e8m0_value(wa1[e0 + i]);
 #pragma unroll
                     for (int u = 0; u < NT; ++u)
-                        if (u < tiles) scaled_mma(a0, a1, xr + u * kTok * kXLd + i * 32, sa0, sa1, acc_a[u]);
+                        if (u < tiles) scaled_mma(a0, a1, bx[u], sa0, sa1, acc_a[u]);
                     if constexpr (Pair) {
                         a_fragments(lut, wb0, wb1, i, t, a0, a1);
                         sa0 = e8m0_value(wb0[e0 + i]);
                         sa1 = e8m0_value(wb1[e0 + i]);
 #pragma unroll
                         for (int u = 0; u < NT; ++u)
-                            if (u < tiles) scaled_mma(a0, a1, xr + u * kTok * kXLd + i * 32, sa0, sa1, acc_b[u]);
+                            if (u < tiles) scaled_mma(a0, a1, bx[u], sa0, sa1, acc_b[u]);
                     }
                 }
             }
@@ -271,7 +288,10 @@ __global__ void __launch_bounds__(kWarps * 32) mma_rows_kernel(const __half* x16
 }
 
 // Pass slices per expert (grid z): enough that an expert holding every
-// token of the call runs its passes side by side, at most this many.
+// token of the call runs its passes side by side, at most this many. (A
+// grid sized from the average tokens per expert instead, the idle blocks
+// left out, measured no faster: a block past its expert's passes ends
+// before it stages anything.)
 constexpr int kMaxPassSlices = 16;
 
 template <bool Pair, int NT>
@@ -283,17 +303,25 @@ void launch_rows_nt(int ntok, const __half* x16, const int32_t* offsets, int n_e
     allow_dynamic_smem(kernel, smem);
     const int slices = std::clamp((ntok + kTok * NT - 1) / (kTok * NT), 1, kMaxPassSlices);
     launch(Pair ? "moe mma gate_up" : "moe mma down", kernel,
-           dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(n_expert), unsigned(slices)), kWarps * 32, smem,
-           stream, x16, offsets, a, b, alpha, limit, out16, out32, ldo);
+           dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(n_expert), unsigned(slices)),
+           Geometry<NT>::kWarps * 32, smem, stream, x16, offsets, a, b, alpha, limit, out16, out32, ldo);
     EHC_LAUNCHED("mma_rows_kernel");
 }
 
 template <bool Pair>
-void launch_rows(int per_expert, int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
+void launch_rows(int pairs, int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
                  const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
     // Tokens per expert above which a pass takes 4 tiles (KernelPlan::
-    // moe_wide_pass_tokens): ntok tokens routed k ways over n_expert experts
-    // average ntok * k / n_expert each.
+    // moe_wide_pass_tokens) or 8 (moe_long_pass_tokens): ntok tokens routed
+    // k ways over n_expert experts average pairs / n_expert = ntok * k /
+    // n_expert each.
+    // (The down products keep 32-token passes: two 16-warp blocks of those
+    // fit a multiprocessor where one 8-warp block of the 64-token pass does.)
+    const int per_expert = pairs / n_expert;
+    if constexpr (Pair) {
+        if (per_expert > plan().moe_long_pass_tokens)
+            return launch_rows_nt<Pair, 8>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+    }
     if (per_expert > plan().moe_wide_pass_tokens)
         launch_rows_nt<Pair, 4>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
     else
@@ -311,12 +339,12 @@ bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& do
 
 void mma_gate_up(const __half* x16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
                  float alpha, float limit, __half* act16, cudaStream_t stream) {
-    launch_rows<true>(pairs / n_expert, ntok, x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
+    launch_rows<true>(pairs, ntok, x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
 }
 
 void mma_down(const __half* act16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
               cudaStream_t stream) {
-    launch_rows<false>(pairs / n_expert, ntok, act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
+    launch_rows<false>(pairs, ntok, act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
 }
 
 }  // namespace moe_detail
