@@ -152,15 +152,17 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     const auto got_def = host<float>(dh_def, size_t(T) * E);
     const bool fp16_inputs = C.gu_type == EH_TYPE_MXFP4 && C.down_type == EH_TYPE_MXFP4;
     // The tensor-core form with each pass length (8, 32 and, for gate|up, 64
-    // tokens), forced through the plan's thresholds whatever the case's own.
+    // tokens) and pipeline depth, forced through the plan whatever the case's own.
     std::vector<std::pair<std::string, std::vector<float>>> passes;
     if (fp16_inputs) {
-        for (const auto& [name, wide, long_] :
-             {std::tuple{"8-token passes", 65536, 65536}, std::tuple{"32-token passes", 0, 65536},
-              std::tuple{"64-token passes", 0, 0}}) {
+        for (const auto& [name, wide, long_, deep] :
+             {std::tuple{"8-token passes", 65536, 65536, true}, std::tuple{"32-token passes", 0, 65536, true},
+              std::tuple{"64-token passes", 0, 0, true}, std::tuple{"32-token passes, 3 stages", 0, 65536, false},
+              std::tuple{"64-token passes, 3 stages", 0, 0, false}}) {
             ehcuda::KernelPlan p = ehcuda::plan();
             p.moe_wide_pass_tokens = wide;
             p.moe_long_pass_tokens = long_;
+            p.moe_deep_pipeline = deep;
             ehcuda::PlanScope scope(p);
             auto dhp = dev(h0);
             ehcuda::MoeGroupedArgs ap = ad;

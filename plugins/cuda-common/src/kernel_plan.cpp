@@ -98,6 +98,7 @@ const std::vector<Key>& keys() {
         EHCUDA_BOOL_KEY(moe_fused_route),
         EHCUDA_INT_KEY(moe_wide_pass_tokens, 0, 65536),
         EHCUDA_INT_KEY(moe_long_pass_tokens, 0, 65536),
+        EHCUDA_BOOL_KEY(moe_deep_pipeline),
         EHCUDA_BOOL_KEY(kv_f16),
         EHCUDA_INT_KEY(batch_gemv_per_token, -1, 65536),
         EHCUDA_INT_KEY(batch_moe_grouped_max, -1, 65536),

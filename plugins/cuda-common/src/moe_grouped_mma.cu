@@ -66,23 +66,35 @@ struct Geometry {
     static constexpr int kKSplit = NT >= 8 ? 2 : 4;
     static constexpr int kWarps = kRowWarps * kKSplit;
     static constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
-    // NT 1 and 4: two blocks per multiprocessor fit; NT 8: one
-    static constexpr int kStages = NT == 1 ? 4 : 3;
 };
 template <bool Pair, int NT>
 constexpr size_t stage_bytes() {
     return size_t(Pair ? 2 : 1) * kRows * kSegRowBytes + size_t(kTok) * NT * kXLd * sizeof(__half);
 }
-template <bool Pair, int NT>
-constexpr size_t smem_bytes() { return Geometry<NT>::kStages * stage_bytes<Pair, NT>(); }
-// The end-of-pass reduction of the k-split partial sums reuses the stages.
-template <bool Pair, int NT>
-constexpr bool reduction_fits() {
-    return size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<Pair, NT>();
+// Dynamic shared memory one block may take (sm_90: 227 KB, less the table).
+constexpr size_t kSmemPerBlock = 227 * 1024 - 256 * sizeof(uint32_t);
+// Stages in flight. NT 1, and the down products at NT 4, run two blocks per
+// multiprocessor (4 and 3 stages); gate|up at NT 4 and 8 needs more than
+// half the registers, so one block runs per multiprocessor and Deep gives it
+// the stages that fit (6 and 4: more weight bytes in flight per
+// multiprocessor; KernelPlan::moe_deep_pipeline).
+template <bool Pair, int NT, bool Deep>
+constexpr int stages() {
+    if constexpr (Deep) return int(std::min<size_t>(6, kSmemPerBlock / stage_bytes<Pair, NT>()));
+    return NT == 1 ? 4 : 3;
 }
-static_assert(reduction_fits<false, 1>() && reduction_fits<true, 1>() && reduction_fits<false, 4>() &&
-              reduction_fits<true, 4>() && reduction_fits<true, 8>());
-static_assert(smem_bytes<true, 8>() <= 227 * 1024, "one block of the 64-token pass fits a multiprocessor");
+template <bool Pair, int NT, bool Deep>
+constexpr size_t smem_bytes() { return stages<Pair, NT, Deep>() * stage_bytes<Pair, NT>(); }
+// The end-of-pass reduction of the k-split partial sums reuses the stages.
+template <bool Pair, int NT, bool Deep>
+constexpr bool reduction_fits() {
+    return size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<Pair, NT, Deep>();
+}
+static_assert(reduction_fits<false, 1, false>() && reduction_fits<true, 1, false>() &&
+              reduction_fits<false, 4, false>() && reduction_fits<true, 4, false>() && reduction_fits<true, 8, false>());
+static_assert(smem_bytes<true, 8, false>() <= kSmemPerBlock && smem_bytes<true, 8, true>() <= kSmemPerBlock &&
+              smem_bytes<true, 4, true>() <= kSmemPerBlock && stages<true, 4, true>() == 6 &&
+              stages<true, 8, true>() == 4);
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -137,13 +149,17 @@ __device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32
 // Pair: out16[i][r] = expert_swiglu(a_r . x_i + bias_a, b_r . x_i + bias_b);
 // otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
 // expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
+// Blocks per multiprocessor the registers must allow (see stages()).
 template <bool Pair, int NT>
-__global__ void __launch_bounds__(Geometry<NT>::kWarps * 32)
+constexpr int min_blocks() { return NT == 1 || !Pair ? 2 : 1; }
+
+template <bool Pair, int NT, bool Deep>
+__global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT>())
     mma_rows_kernel(const __half* x16, const int32_t* offsets, DevMat a, DevMat b, float alpha, float limit,
                     __half* out16, float* out32, int ldo) {
     constexpr int kMats = Pair ? 2 : 1;
     constexpr int kKSplit = Geometry<NT>::kKSplit, kThreadsPerRow = Geometry<NT>::kThreadsPerRow;
-    constexpr int kStages = Geometry<NT>::kStages;
+    constexpr int kStages = stages<Pair, NT, Deep>();
     constexpr size_t kStage = stage_bytes<Pair, NT>();
     constexpr int kPass = kTok * NT;  // tokens per pass
     __shared__ uint32_t lut[256];
@@ -170,7 +186,9 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32)
 
     // Segment S into stage S % kStages (an empty commit past the last, so
     // every iteration waits on the same count): its rows' header and code
-    // blocks, and the pass's inputs for its columns (zeros past n tokens).
+    // blocks, and the inputs of the pass's tiles for its columns (zeros past
+    // n tokens; the rows of tiles past the last are neither staged nor read:
+    // a decode step's experts average a few tokens, one tile of a pass of 4).
     auto issue = [&](int S, int j0, int n) {
         if (S < nseg) {
             uint8_t* st = smem + size_t(S % kStages) * kStage;
@@ -184,7 +202,8 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32)
             }
             __half* xs = reinterpret_cast<__half*>(st + size_t(kMats) * kRows * kSegRowBytes);
             constexpr int kRuns = kSegVals / 8;  // 16-byte runs of 8 halves per token
-            for (int idx = threadIdx.x; idx < kPass * kRuns; idx += blockDim.x) {
+            const int staged = (n + kTok - 1) / kTok * kTok;  // the rows of the pass's tiles
+            for (int idx = threadIdx.x; idx < staged * kRuns; idx += blockDim.x) {
                 const int j = idx / kRuns, c = idx % kRuns;
                 if (c >= nb * 4) continue;
                 const __half* src = x16 + size_t(off + j0 + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
@@ -294,12 +313,12 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32)
 // before it stages anything.)
 constexpr int kMaxPassSlices = 16;
 
-template <bool Pair, int NT>
+template <bool Pair, int NT, bool Deep>
 void launch_rows_nt(int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
                     const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo,
                     cudaStream_t stream) {
-    const size_t smem = smem_bytes<Pair, NT>();
-    auto kernel = mma_rows_kernel<Pair, NT>;
+    const size_t smem = smem_bytes<Pair, NT, Deep>();
+    auto kernel = mma_rows_kernel<Pair, NT, Deep>;
     allow_dynamic_smem(kernel, smem);
     const int slices = std::clamp((ntok + kTok * NT - 1) / (kTok * NT), 1, kMaxPassSlices);
     launch(Pair ? "moe mma gate_up" : "moe mma down", kernel,
@@ -311,6 +330,14 @@ void launch_rows_nt(int ntok, const __half* x16, const int32_t* offsets, int n_e
 template <bool Pair>
 void launch_rows(int pairs, int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
                  const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
+    auto go = [&]<int NT>() {
+        if constexpr (Pair && NT >= 4) {
+            if (plan().moe_deep_pipeline)
+                return launch_rows_nt<Pair, NT, true>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32,
+                                                      ldo, stream);
+        }
+        launch_rows_nt<Pair, NT, false>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+    };
     // Tokens per expert above which a pass takes 4 tiles (KernelPlan::
     // moe_wide_pass_tokens) or 8 (moe_long_pass_tokens): ntok tokens routed
     // k ways over n_expert experts average pairs / n_expert = ntok * k /
@@ -319,13 +346,12 @@ void launch_rows(int pairs, int ntok, const __half* x16, const int32_t* offsets,
     // fit a multiprocessor where one 8-warp block of the 64-token pass does.)
     const int per_expert = pairs / n_expert;
     if constexpr (Pair) {
-        if (per_expert > plan().moe_long_pass_tokens)
-            return launch_rows_nt<Pair, 8>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+        if (per_expert > plan().moe_long_pass_tokens) return go.template operator()<8>();
     }
     if (per_expert > plan().moe_wide_pass_tokens)
-        launch_rows_nt<Pair, 4>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+        go.template operator()<4>();
     else
-        launch_rows_nt<Pair, 1>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
+        go.template operator()<1>();
 }
 
 }  // namespace

@@ -109,6 +109,11 @@ struct KernelPlan {
     // 11,490 -> 12,425; 0, i.e. also in decode steps, took 64 clients through
     // the server from 3,908 to 3,311 tok/s on an H100)
     int moe_long_pass_tokens = 32;
+    // gate|up passes of 32 and 64 tokens, one block per multiprocessor (its
+    // registers): as many cp.async stages as shared memory holds (6 and 4)
+    // instead of 3 (H100, gpt-oss-20b, 64 clients through the server: 4,027 -
+    // 4,076 tok/s against 4,012 - 4,035; pp512 the same)
+    bool moe_deep_pipeline = true;
     // gpt-cuda sessions: FP16 KV cache instead of FP32 (half the memory and
     // attention reads; FP16 K/V flip near-tied MoE routing, see its session.cpp)
     bool kv_f16 = false;
