@@ -146,13 +146,13 @@ __device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32
     acc[3] = fmaf(sc1, c[3], acc[3]);
 }
 
-// Pair: out16[i][r] = expert_swiglu(a_r . x_i + bias_a, b_r . x_i + bias_b);
-// otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
-// expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
 // Blocks per multiprocessor the registers must allow (see stages()).
 template <bool Pair, int NT>
 constexpr int min_blocks() { return NT == 1 || !Pair ? 2 : 1; }
 
+// Pair: out16[i][r] = expert_swiglu(a_r . x_i + bias_a, b_r . x_i + bias_b);
+// otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
+// expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
 template <bool Pair, int NT, bool Deep>
 __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT>())
     mma_rows_kernel(const __half* x16, const int32_t* offsets, DevMat a, DevMat b, float alpha, float limit,
