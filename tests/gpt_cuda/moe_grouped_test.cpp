@@ -2,7 +2,8 @@
 // integer form against the single-token kernels (moe_decode, one token at a
 // time: the same integer sums in the same order, so the same bits), both
 // forms (MXFP4's default is the tensor-core one) against a double-precision
-// host reference: MXFP4 (gpt-oss) and K-quant experts, fused and separate
+// host reference: MXFP4 (gpt-oss) and K-quant experts (Q4_K and Q6_K on
+// the tensor cores too), fused and separate
 // gate/up, routings that leave experts empty and one that sends every token
 // to the same expert (more tokens than one pass); the tensor-core form's
 // 8-, 32- and 64-token passes on every case; bitwise reproducibility;
@@ -150,7 +151,11 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     ehcuda::moe_grouped(ad, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto got_def = host<float>(dh_def, size_t(T) * E);
-    const bool fp16_inputs = C.gu_type == EH_TYPE_MXFP4 && C.down_type == EH_TYPE_MXFP4;
+    const bool fp16_inputs = ehcuda::moe_grouped_on_tensor_cores(g, u, d);
+    const bool kquant_tc = fp16_inputs && C.gu_type != EH_TYPE_MXFP4;
+    EXPECT_EQ(kquant_tc, (C.gu_type == EH_TYPE_Q4_K || C.gu_type == EH_TYPE_Q6_K) &&
+                             (C.down_type == EH_TYPE_Q4_K || C.down_type == EH_TYPE_Q6_K || C.down_type == EH_TYPE_MXFP4))
+        << "the K-quants with a tensor-core form";
     // The tensor-core form with each pass length (8, 32 and, for gate|up, 64
     // tokens) and pipeline depth, forced through the plan whatever the case's own.
     std::vector<std::pair<std::string, std::vector<float>>> passes;
@@ -267,8 +272,18 @@ INSTANTIATE_TEST_SUITE_P(
         // one expert holds 200 tokens where the average is 12.5: 7 passes of
         // 32 (25 of 8) side by side
         GroupedCase{EH_TYPE_MXFP4, EH_TYPE_MXFP4, 320, 96, 32, 2, 200, false, true},
+        // K-quant experts: Q4_K and Q6_K on the tensor cores (Q6_K rows of
+        // 256 and 768 columns are 210 and 630 bytes, not 16-byte aligned)
         GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 512, 256, 16, 8, 12, false, false},
-        GroupedCase{EH_TYPE_Q8_0, EH_TYPE_Q4_0, 512, 256, 8, 2, 33, true, true}),
+        // Qwen3-30B-A3B's expert rows (768 x 2048, fewer experts): a decode
+        // step's few tokens an expert, and a prefill pass's 32-token passes
+        GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 2048, 768, 24, 8, 24, false, false},
+        GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q4_K, 2048, 768, 16, 4, 256, false, false},
+        GroupedCase{EH_TYPE_Q6_K, EH_TYPE_Q6_K, 512, 256, 8, 2, 100, true, true},
+        GroupedCase{EH_TYPE_Q6_K, EH_TYPE_Q4_K, 1024, 768, 6, 3, 40, false, true},
+        // the integer form only
+        GroupedCase{EH_TYPE_Q8_0, EH_TYPE_Q4_0, 512, 256, 8, 2, 33, true, true},
+        GroupedCase{EH_TYPE_Q5_K, EH_TYPE_Q6_K, 512, 256, 8, 2, 17, false, false}),
     case_name);
 
 TEST(MoeGrouped, SupportedOnlyWhereTheSingleTokenKernelsAre) {

@@ -129,18 +129,18 @@ __device__ __forceinline__ float bias_of(const DevMat& m, int e, int r) {
 void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int32_t* sorted, int32_t* pos,
                  cudaStream_t stream);
 // The tensor-core form of moe_grouped (moe_grouped_mma.cu): whether it
-// serves these experts (MXFP4 throughout), and its two products over the
-// pairs grouped by expert (offsets from group_pairs; inputs FP16 in sorted
-// order): act16[i] = expert_swiglu(gate . x16[i] + bg, up . x16[i] + bu) as
-// FP16, then out[i] = down . act16[i] (no bias: combine_sorted adds it).
+// serves these experts (gate and up of one type, each matrix MXFP4, Q4_K or
+// Q6_K), and its two products over the pairs grouped by expert (offsets
+// from group_pairs; inputs FP16 in sorted order; `type` the matrix's):
+// act16[i] = expert_swiglu(gate . x16[i] + bg, up . x16[i] + bu) as FP16,
+// then out[i] = down . act16[i] (no bias: combine_sorted adds it).
 bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down);
-// `pairs` (all experts' together) picks the kernel's tokens per pass;
-// `ntok`, the most pairs one expert can hold (each token picks an expert
-// once), how many blocks may share an expert's passes.
-void mma_gate_up(const __half* x16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& g,
-                 const DevMat& u, float alpha, float limit, __half* act16, cudaStream_t stream);
-void mma_down(const __half* act16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
-              cudaStream_t stream);
+// `pairs` (all experts' together) picks the kernel's tokens per pass and
+// bounds the passes.
+void mma_gate_up(const __half* x16, int pairs, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
+                 uint32_t type, float alpha, float limit, __half* act16, cudaStream_t stream);
+void mma_down(const __half* act16, int pairs, const int32_t* offsets, int n_expert, const DevMat& d, uint32_t type,
+              float* out, cudaStream_t stream);
 // x16[i] = x[sorted[i] / k] as FP16 (cols a multiple of 8, ldx of 4).
 void gather_half_rows(const float* x, int ldx, int cols, int k, const int32_t* sorted, int P, __half* x16,
                       cudaStream_t stream);

@@ -1,6 +1,7 @@
-// Grouped MoE for a batch of tokens (see moe_grouped in moe.hpp). MXFP4
-// experts take the tensor-core form (moe_grouped_mma.cu: group, gather the
-// inputs as FP16, gate|up, down, combine); the others this integer form.
+// Grouped MoE for a batch of tokens (see moe_grouped in moe.hpp). MXFP4,
+// Q4_K and Q6_K experts take the tensor-core form (moe_grouped_mma.cu:
+// group, gather the inputs as FP16, gate|up, down, combine); the others
+// this integer form.
 // Per call, all on the stream, no host synchronisation (a captured step
 // graph takes it):
 //   1. x rows -> integer chunks (store_chunk_warp: the codes the single-token
@@ -254,8 +255,8 @@ void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
         __half* x16 = reinterpret_cast<__half*>(s + lay.x16);
         __half* act16 = reinterpret_cast<__half*>(s + lay.act16);
         moe_detail::gather_half_rows(a.x, a.ldx, E, a.k, sorted, P, x16, stream);
-        moe_detail::mma_gate_up(x16, P, a.ntok, offsets, a.n_expert, g, u, a.alpha, a.limit, act16, stream);
-        moe_detail::mma_down(act16, P, a.ntok, offsets, a.n_expert, d, dout, stream);
+        moe_detail::mma_gate_up(x16, P, offsets, a.n_expert, g, u, a.gate.type, a.alpha, a.limit, act16, stream);
+        moe_detail::mma_down(act16, P, offsets, a.n_expert, d, a.down.type, dout, stream);
         moe_detail::combine_sorted(dout, E, a.ntok, a.k, a.ids, a.weights, pos, a.down.bias, a.down.bias_stride, a.h,
                                    a.ldh, stream);
         return;

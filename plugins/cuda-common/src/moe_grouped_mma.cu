@@ -1,27 +1,28 @@
-// The tensor-core form of the grouped MoE products for MXFP4 experts
-// (moe_grouped in moe.hpp picks it; see moe_common.cuh for the calls).
+// The tensor-core form of the grouped MoE products (moe_grouped in
+// moe.hpp picks it; see moe_common.cuh for the calls), for MXFP4, Q4_K and
+// Q6_K experts.
 //
 // Block (64 rows, expert e): 4 groups of 16 rows, each group's k range
 // split over 4 warps (2 for the 64-token pass; see Geometry), a GEMM of
 // those rows by the tiles of 8 of the tokens routed to e that one pass
-// takes. The K dimension is walked half an MXFP4 group at a time (8 blocks
-// of 32 values; a group is a 16-byte exponent header and 256 code bytes,
-// contiguous in the device layout): the block copies that run of each of
-// its rows, with the group's header, and the pass's FP16 inputs for those
-// 256 columns, into shared memory with cp.async, three or four stages deep,
-// so the next segments stream in while one is multiplied (the rows come
-// from memory in 128-byte runs, and enough of them are in flight to keep
-// HBM busy). Per block of 32 values a warp turns its rows' codes into two
-// m16n8k16 A fragments through a 256-entry table (code byte -> two FP16
-// values, exact), loads each tile's input fragments with one ldmatrix
-// (shared by gate and up), two mma.sync per tile give the 16 rows x 8
-// tokens partial sums, and the block scale (a power of two) multiplies them
-// into the FP32 accumulators. Each weight byte is read once per pass; the
-// inputs are FP16 as in the cuBLAS prefill path (moe_prefill); the order of
-// the sums is fixed. gate|up keeps 16 rows of gate and the same 16 of up
-// per warp and applies the clamped SwiGLU in registers, writing FP16
-// activations in sorted pair order for the down kernel, which writes FP32
-// [pair][row].
+// takes. The K dimension is walked a segment of 256 values at a time: the
+// block copies that segment of each of its rows (Fmt<T>::stage: for MXFP4
+// half a group's code bytes with the group's 16-byte exponent header; for
+// a K-quant its super-block, scales included) and the pass's FP16 inputs
+// for those 256 columns into shared memory with cp.async, three to six
+// stages deep, so the next segments stream in while one is multiplied (the
+// rows come from memory in 16-byte runs, and enough of them are in flight
+// to keep HBM busy). Per block of 32 values a warp turns its rows' codes
+// into two m16n8k16 A fragments of exact small integers or FP4 values
+// (Fmt<T>::block), loads each tile's input fragments with one ldmatrix
+// (shared by gate and up), and two mma.sync per tile give the 16 rows x 8
+// tokens partial sums that the block's scales (and, for Q4_K, its minimums
+// times the tile's input sums) fold into the FP32 accumulators. Each weight
+// byte is read once per pass; the inputs are FP16 as in the cuBLAS prefill
+// path (moe_prefill); the order of the sums is fixed. gate|up keeps 16 rows
+// of gate and the same 16 of up per warp and applies the SwiGLU in
+// registers, writing FP16 activations in sorted pair order for the down
+// kernel, which writes FP32 [pair][row].
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -30,6 +31,7 @@
 #include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/mxfp4.cuh"
+#include "ehcuda/quant.cuh"
 #include "mma.cuh"
 #include "moe_common.cuh"
 
@@ -43,58 +45,17 @@ using moe_detail::row_ptr;
 constexpr int kRowWarps = 4;           // warps along the rows, 16 rows each
 constexpr int kRows = kRowWarps * 16;  // rows per block
 constexpr int kTok = 8;                // tokens per tile (the mma's n)
-// A stage holds one segment: half an MXFP4 group (8 blocks, 256 values) of
-// every row, with the group's exponent header copied along (16 + 128 bytes
-// per row), and the pass's inputs for those 256 columns. A pass takes NT
-// tiles of 8 tokens: each A fragment feeds NT mma (NT 1 when experts get
-// a few tokens each; 4 past KernelPlan::moe_wide_pass_tokens and 8 past
-// moe_long_pass_tokens, so the codes are turned into fragments once per 32
-// or 64 tokens: the kernel is bound by that conversion, not by HBM). An
-// expert's passes are spread over the grid's z slices.
-constexpr int kSegBlocks = kMxfp4GroupBlocks / 2;
+// A stage holds one segment of 256 values of every row (Fmt<T>::kRowBytes
+// bytes a row) and the pass's inputs for those 256 columns. A pass takes
+// NT tiles of 8 tokens: each A fragment feeds NT mma (NT 1 when experts get
+// a few tokens each; 4 past KernelPlan::moe_wide_pass_tokens and, MXFP4
+// only, 8 past moe_long_pass_tokens, so the codes are turned into fragments
+// once per 32 or 64 tokens: the kernel is bound by that conversion, not by
+// HBM). Every pass of every expert has its own block (find_pass).
+constexpr int kSegBlocks = 8;  // blocks of 32 values per segment
 constexpr int kSegVals = kSegBlocks * 32;
-constexpr int kSegRowBytes = 16 + kSegBlocks * 16;
 constexpr int kXLd = kSegVals + 8;  // halves per staged input row (+8: distinct banks)
-
-// A block's warps: kRowWarps groups of 16 rows, each group's k range split
-// over KSplit warps (more warps hide the latency of the table lookups and
-// mma; their partial sums are added in a fixed order at the end). The
-// 64-token pass keeps 64 accumulators a lane, which 16 warps' registers
-// cannot hold, so it splits k two ways.
-template <int NT>
-struct Geometry {
-    static constexpr int kKSplit = NT >= 8 ? 2 : 4;
-    static constexpr int kWarps = kRowWarps * kKSplit;
-    static constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
-};
-template <bool Pair, int NT>
-constexpr size_t stage_bytes() {
-    return size_t(Pair ? 2 : 1) * kRows * kSegRowBytes + size_t(kTok) * NT * kXLd * sizeof(__half);
-}
-// Dynamic shared memory one block may take (sm_90: 227 KB, less the table).
-constexpr size_t kSmemPerBlock = 227 * 1024 - 256 * sizeof(uint32_t);
-// Stages in flight. NT 1, and the down products at NT 4, run two blocks per
-// multiprocessor (4 and 3 stages); gate|up at NT 4 and 8 needs more than
-// half the registers, so one block runs per multiprocessor and Deep gives it
-// the stages that fit (6 and 4: more weight bytes in flight per
-// multiprocessor; KernelPlan::moe_deep_pipeline).
-template <bool Pair, int NT, bool Deep>
-constexpr int stages() {
-    if constexpr (Deep) return int(std::min<size_t>(6, kSmemPerBlock / stage_bytes<Pair, NT>()));
-    return NT == 1 ? 4 : 3;
-}
-template <bool Pair, int NT, bool Deep>
-constexpr size_t smem_bytes() { return stages<Pair, NT, Deep>() * stage_bytes<Pair, NT>(); }
-// The end-of-pass reduction of the k-split partial sums reuses the stages.
-template <bool Pair, int NT, bool Deep>
-constexpr bool reduction_fits() {
-    return size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<Pair, NT, Deep>();
-}
-static_assert(reduction_fits<false, 1, false>() && reduction_fits<true, 1, false>() &&
-              reduction_fits<false, 4, false>() && reduction_fits<true, 4, false>() && reduction_fits<true, 8, false>());
-static_assert(smem_bytes<true, 8, false>() <= kSmemPerBlock && smem_bytes<true, 8, true>() <= kSmemPerBlock &&
-              smem_bytes<true, 4, true>() <= kSmemPerBlock && stages<true, 4, true>() == 6 &&
-              stages<true, 8, true>() == 4);
+static_assert(kSegBlocks * 2 == kMxfp4GroupBlocks, "an MXFP4 segment is half a group");
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     __half2 h = __floats2half2_rn(lo, hi);
@@ -109,41 +70,281 @@ __device__ __forceinline__ float fp4_value(int n) {
     return (n & 8) ? -v : v;
 }
 
-// Block i of a staged segment, rows w0 (lane row g) and w1 (g + 8): the A
-// fragments of its two k16 steps (step 0: values 0..15, step 1: 16..31)
-// through the table (code byte -> two FP16 values). In the device layout
-// code word w holds values 4w..4w+3 (nibbles 0..3) and 16+4w..16+4w+3
-// (nibbles 4..7), so lane (g, t) needs bytes t & 1 (step 0) and 2 + (t & 1)
-// (step 1) of words t / 2 (k = 2t, 2t+1) and t / 2 + 2 (k = 2t+8, 2t+9).
-__device__ __forceinline__ void a_fragments(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int i, int t,
-                                            uint32_t (&a0)[4], uint32_t (&a1)[4]) {
-    const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
-    const uint32_t* c1 = reinterpret_cast<const uint32_t*>(w1 + 16 + 16 * i);
-    const uint32_t w00 = c0[t >> 1], w02 = c0[(t >> 1) + 2], w10 = c1[t >> 1], w12 = c1[(t >> 1) + 2];
-    const int s0 = 8 * (t & 1), s1 = s0 + 16;
-    a0[0] = lut[(w00 >> s0) & 255u];
-    a0[1] = lut[(w10 >> s0) & 255u];
-    a0[2] = lut[(w02 >> s0) & 255u];
-    a0[3] = lut[(w12 >> s0) & 255u];
-    a1[0] = lut[(w00 >> s1) & 255u];
-    a1[1] = lut[(w10 >> s1) & 255u];
-    a1[2] = lut[(w02 >> s1) & 255u];
-    a1[3] = lut[(w12 >> s1) & 255u];
+// Bytes 0 and 1 of v (integers 0..255) as the two halves of an FP16 pair,
+// less `bias2` (a half pair): 0x64 above each byte makes the half 1024 + q,
+// so subtracting 1024 + offset leaves q - offset, exact.
+__device__ __forceinline__ uint32_t bytes_to_half2(uint32_t v, uint32_t bias2) {
+    const uint32_t w = __byte_perm(v, 0x64646464u, 0x4140u);
+    const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&w), *reinterpret_cast<const __half2*>(&bias2));
+    return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// acc += scale * (A . x) for one block and one tile of 8 tokens, x's
-// fragments in b (ldmatrix of the tile's 8 tokens x the block's 32
-// columns: steps 0 and 1, two registers each): two mma.sync into zeroed
-// sums, then the rows' block scales (powers of two).
-__device__ __forceinline__ void scaled_mma(const uint32_t (&a0)[4], const uint32_t (&a1)[4], const uint32_t (&b)[4],
-                                           float sc0, float sc1, float (&acc)[4]) {
-    float c[4] = {};
+__device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+
+// c = A0 . b(step 0) + A1 . b(step 1): the products of one block of 32
+// values with one tile of 8 tokens (b: its ldmatrix fragments, two
+// registers a k16 step), into zeroed sums.
+__device__ __forceinline__ void block_mma(const uint32_t (&a0)[4], const uint32_t (&a1)[4], const uint32_t (&b)[4],
+                                          float (&c)[4]) {
+    c[0] = c[1] = c[2] = c[3] = 0.0f;
     detail::mma16816(c, a0, b[0], b[1]);
     detail::mma16816(c, a1, b[2], b[3]);
-    acc[0] = fmaf(sc0, c[0], acc[0]);
-    acc[1] = fmaf(sc0, c[1], acc[1]);
-    acc[2] = fmaf(sc1, c[2], acc[2]);
-    acc[3] = fmaf(sc1, c[3], acc[3]);
+}
+
+// The weight formats the kernel reads. Each gives
+//   kRowBytes: shared-memory bytes one row's segment takes in a stage;
+//   lead(row, S): where in those bytes segment S of the row begins;
+//   stage(dst, row, S, nb, c0, step): cp.async of segment S of the row (nb
+//     blocks of 32 values), 16-byte runs c0, c0 + step, ...;
+//   block(...): acc[u] += the block's values of rows w0 (lane row g) and w1
+//     (g + 8) . tile u, for every tile u < tiles.
+// In a fragment, lane (g, t) holds columns 2t, 2t+1 and 2t+8, 2t+9 of rows
+// g and g + 8 (a[0] row g, a[1] row g + 8, a[2] and a[3] the same at +8).
+template <uint32_t T>
+struct Fmt;
+
+// MXFP4: a group is a 16-byte exponent header and 256 code bytes,
+// contiguous in the device layout (16-byte aligned); a segment is half a
+// group's codes with the header. Codes become FP16 through a 256-entry
+// table (code byte -> two FP16 values, exact); the block scale is a power
+// of two.
+template <>
+struct Fmt<EH_TYPE_MXFP4> {
+    static constexpr int kRowBytes = 16 + kSegBlocks * 16;
+    __device__ static int lead(const uint8_t*, int) { return 0; }
+    __device__ static void stage(uint8_t* dst, const uint8_t* row, int S, int nb, int c0, int step) {
+        const size_t grp = size_t(S / 2) * kMxfp4GroupBytes, codes = grp + 16 + size_t(S & 1) * kSegBlocks * 16;
+        for (int c = c0; c <= nb; c += step) {
+            // run 0: the header; run c >= 1: code block c - 1
+            const size_t from = c == 0 ? grp : codes + size_t(c - 1) * 16;
+            detail::cp_async16(dst + c * 16, row + from, 16);
+        }
+    }
+    // In the device layout code word w holds values 4w..4w+3 (nibbles 0..3)
+    // and 16+4w..16+4w+3 (nibbles 4..7), so lane (g, t) needs bytes t & 1
+    // (step 0) and 2 + (t & 1) (step 1) of words t / 2 (k = 2t, 2t+1) and
+    // t / 2 + 2 (k = 2t+8, 2t+9).
+    template <int NT>
+    __device__ static void block(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int S, int i, int t,
+                                 const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
+        const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
+        const uint32_t* c1 = reinterpret_cast<const uint32_t*>(w1 + 16 + 16 * i);
+        const uint32_t w00 = c0[t >> 1], w02 = c0[(t >> 1) + 2], w10 = c1[t >> 1], w12 = c1[(t >> 1) + 2];
+        const int s0 = 8 * (t & 1), s1 = s0 + 16;
+        const uint32_t a0[4] = {lut[(w00 >> s0) & 255u], lut[(w10 >> s0) & 255u], lut[(w02 >> s0) & 255u],
+                                lut[(w12 >> s0) & 255u]};
+        const uint32_t a1[4] = {lut[(w00 >> s1) & 255u], lut[(w10 >> s1) & 255u], lut[(w02 >> s1) & 255u],
+                                lut[(w12 >> s1) & 255u]};
+        const int e0 = (S & 1) * kSegBlocks;
+        const float sc0 = e8m0_value(w0[e0 + i]), sc1 = e8m0_value(w1[e0 + i]);
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            if (u >= tiles) continue;
+            float c[4];
+            block_mma(a0, a1, bx[u], c);
+            acc[u][0] = fmaf(sc0, c[0], acc[u][0]);
+            acc[u][1] = fmaf(sc0, c[1], acc[u][1]);
+            acc[u][2] = fmaf(sc1, c[2], acc[u][2]);
+            acc[u][3] = fmaf(sc1, c[3], acc[u][3]);
+        }
+    }
+};
+
+// K-quants: a segment is one super-block of Bytes bytes, which need not
+// start on a 16-byte boundary (Q6_K's are 210 bytes: a 768-column row is
+// 630), so it is staged from the boundary at or below it, the last run cut
+// at the segment's end (cp.async fills the rest with zeros): the bytes
+// before it belong to the row or tensor before, in the same allocation
+// (device allocations are 256-byte aligned). Rows must be 2-byte aligned
+// (mma_experts checks 4), so every 16-bit code load below is aligned.
+template <int Bytes>
+struct KquantStage {
+    static constexpr int kRowBytes = 16 * ((15 + Bytes + 15) / 16);
+    __device__ static int lead(const uint8_t* row, int S) {
+        return int(reinterpret_cast<uintptr_t>(row + size_t(S) * Bytes) & 15u);
+    }
+    __device__ static void stage(uint8_t* dst, const uint8_t* row, int S, int, int c0, int step) {
+        const uint8_t* from = row + size_t(S) * Bytes;
+        const uint8_t* base = from - (reinterpret_cast<uintptr_t>(from) & 15u);
+        const uint8_t* end = from + Bytes;
+        for (int c = c0; base + 16 * c < end; c += step) {
+            const ptrdiff_t left = end - (base + 16 * c);
+            detail::cp_async16(dst + 16 * c, base + 16 * c, left < 16 ? int(left) : 16);
+        }
+    }
+};
+
+// Q4_K (144 bytes / 256): d, dmin (FP16), 12 bytes of 6-bit scales and
+// minimums, qs[128]: sub-block s (block i of the segment) is the low (s
+// even) or high nibbles of qs[32 (s / 2) .. + 32), value d sc q - dmin m.
+// A = q (0..15, exact); the minimum's term needs each token's sum of the
+// block's 32 inputs, one more mma pair per tile with A all ones (made where
+// it is used: held for gate and up, the sums cost registers the 64-register
+// down kernel spills for).
+template <>
+struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
+    __device__ static void codes(const uint8_t* w, int i, int t, uint32_t (&q)[4]) {
+        const uint8_t* p = w + 16 + 32 * (i >> 1) + 2 * t;
+        const int sh = (i & 1) * 4;
+#pragma unroll
+        for (int j = 0; j < 4; ++j) q[j] = bytes_to_half2((ld_u16(p + 8 * j) >> sh) & 0x0F0Fu, 0x64006400u);
+    }
+    template <int NT>
+    __device__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
+                                 const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
+        constexpr uint32_t kOne = 0x3C003C00u;  // FP16 1.0, twice
+        constexpr uint32_t ones[4] = {kOne, kOne, kOne, kOne};
+        uint32_t q0[4], q1[4];
+        codes(w0, i, t, q0);
+        codes(w1, i, t, q1);
+        const uint32_t a0[4] = {q0[0], q1[0], q0[1], q1[1]}, a1[4] = {q0[2], q1[2], q0[3], q1[3]};
+        float sc0, mn0, sc1, mn1;
+        k4_scale_min(w0 + 4, i, sc0, mn0);
+        k4_scale_min(w1 + 4, i, sc1, mn1);
+        const float d0 = f16_at(w0) * sc0, m0 = f16_at(w0 + 2) * mn0;
+        const float d1 = f16_at(w1) * sc1, m1 = f16_at(w1 + 2) * mn1;
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            if (u >= tiles) continue;
+            float c[4], xs[4];
+            block_mma(a0, a1, bx[u], c);
+            block_mma(ones, ones, bx[u], xs);
+            acc[u][0] = fmaf(d0, c[0], fmaf(-m0, xs[0], acc[u][0]));
+            acc[u][1] = fmaf(d0, c[1], fmaf(-m0, xs[1], acc[u][1]));
+            acc[u][2] = fmaf(d1, c[2], fmaf(-m1, xs[2], acc[u][2]));
+            acc[u][3] = fmaf(d1, c[3], fmaf(-m1, xs[3], acc[u][3]));
+        }
+    }
+};
+
+// Q6_K (210 bytes / 256): ql[128], qh[64], int8 scales[16], d (FP16). Block
+// i is quarter i % 4 of half i / 4: low (quarters 0, 1) or high nibbles of
+// ql[64 h + 32 (i & 1) ..], with bits 2 (i % 4) .. + 1 of qh[128 + 32 h ..]
+// above them; each k16 step has its own scale. A = q - 32 (exact).
+template <>
+struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
+    __device__ static void codes(const uint8_t* w, int i, int t, uint32_t (&q)[4]) {
+        const int h = i >> 2, qd = i & 3;
+        const uint8_t* lo = w + 64 * h + 32 * (qd & 1) + 2 * t;
+        const uint8_t* hi = w + 128 + 32 * h + 2 * t;
+        const int ls = (qd >> 1) * 4, hs = 2 * qd;
+#pragma unroll
+        for (int j = 0; j < 4; ++j)
+            q[j] = bytes_to_half2(((ld_u16(lo + 8 * j) >> ls) & 0x0F0Fu) | (((ld_u16(hi + 8 * j) >> hs) & 0x0303u) << 4),
+                                  0x64206420u);
+    }
+    template <int NT>
+    __device__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
+                                 const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
+        uint32_t q0[4], q1[4];
+        codes(w0, i, t, q0);
+        codes(w1, i, t, q1);
+        const uint32_t a0[4] = {q0[0], q1[0], q0[1], q1[1]}, a1[4] = {q0[2], q1[2], q0[3], q1[3]};
+        const int si = 8 * (i >> 2) + 2 * (i & 3);
+        const int8_t* s0 = reinterpret_cast<const int8_t*>(w0 + 192) + si;
+        const int8_t* s1 = reinterpret_cast<const int8_t*>(w1 + 192) + si;
+        const float dw0 = f16_at(w0 + 208), dw1 = f16_at(w1 + 208);
+        const float d00 = dw0 * float(s0[0]), d01 = dw0 * float(s0[1]);
+        const float d10 = dw1 * float(s1[0]), d11 = dw1 * float(s1[1]);
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            if (u >= tiles) continue;
+            float c0[4] = {}, c1[4] = {};
+            detail::mma16816(c0, a0, bx[u][0], bx[u][1]);
+            detail::mma16816(c1, a1, bx[u][2], bx[u][3]);
+            acc[u][0] = fmaf(d00, c0[0], fmaf(d01, c1[0], acc[u][0]));
+            acc[u][1] = fmaf(d00, c0[1], fmaf(d01, c1[1], acc[u][1]));
+            acc[u][2] = fmaf(d10, c0[2], fmaf(d11, c1[2], acc[u][2]));
+            acc[u][3] = fmaf(d10, c0[3], fmaf(d11, c1[3], acc[u][3]));
+        }
+    }
+};
+
+// A block's warps: kRowWarps groups of 16 rows, each group's k range split
+// over KSplit warps (more warps hide the latency of the fragment building
+// and mma; their partial sums are added in a fixed order at the end). The
+// 64-token pass keeps 64 accumulators a lane, which 16 warps' registers
+// cannot hold, so it splits k two ways.
+template <int NT>
+struct Geometry {
+    static constexpr int kKSplit = NT >= 8 ? 2 : 4;
+    static constexpr int kWarps = kRowWarps * kKSplit;
+    static constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
+};
+template <uint32_t T, bool Pair, int NT>
+constexpr size_t stage_bytes() {
+    return size_t(Pair ? 2 : 1) * kRows * Fmt<T>::kRowBytes + size_t(kTok) * NT * kXLd * sizeof(__half);
+}
+// Dynamic shared memory one block may take (sm_90: 227 KB, less the table).
+constexpr size_t kSmemPerBlock = 227 * 1024 - 256 * sizeof(uint32_t);
+// Stages in flight. NT 1, and the down products at NT 4, run two blocks per
+// multiprocessor (4 and 3 stages, fewer where two blocks would not fit:
+// Q6_K's wider rows); gate|up at NT 4 and 8 needs more than half the
+// registers, so one block runs per multiprocessor and Deep gives it the
+// stages that fit (MXFP4 6 and 4: more weight bytes in flight per
+// multiprocessor; KernelPlan::moe_deep_pipeline).
+template <uint32_t T, bool Pair, int NT, bool Deep>
+constexpr int stages() {
+    if constexpr (Deep) return int(std::min<size_t>(6, kSmemPerBlock / stage_bytes<T, Pair, NT>()));
+    return int(std::min<size_t>(NT == 1 ? 4 : 3, kSmemPerBlock / 2 / stage_bytes<T, Pair, NT>()));
+}
+template <uint32_t T, bool Pair, int NT, bool Deep>
+constexpr size_t smem_bytes() { return stages<T, Pair, NT, Deep>() * stage_bytes<T, Pair, NT>(); }
+// The end-of-pass reduction of the k-split partial sums reuses the stages.
+template <uint32_t T, bool Pair, int NT, bool Deep>
+constexpr bool fits() {
+    return stages<T, Pair, NT, Deep>() >= 2 && smem_bytes<T, Pair, NT, Deep>() <= kSmemPerBlock &&
+           size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<T, Pair, NT, Deep>();
+}
+static_assert(fits<EH_TYPE_MXFP4, false, 1, false>() && fits<EH_TYPE_MXFP4, true, 1, false>() &&
+              fits<EH_TYPE_MXFP4, false, 4, false>() && fits<EH_TYPE_MXFP4, true, 4, false>() &&
+              fits<EH_TYPE_MXFP4, true, 8, false>() && fits<EH_TYPE_MXFP4, true, 8, true>() &&
+              fits<EH_TYPE_MXFP4, true, 4, true>());
+static_assert(stages<EH_TYPE_MXFP4, true, 1, false>() == 4 && stages<EH_TYPE_MXFP4, true, 4, false>() == 3 &&
+              stages<EH_TYPE_MXFP4, false, 4, false>() == 3 && stages<EH_TYPE_MXFP4, true, 4, true>() == 6 &&
+              stages<EH_TYPE_MXFP4, true, 8, true>() == 4);
+static_assert(fits<EH_TYPE_Q4_K, true, 1, false>() && fits<EH_TYPE_Q4_K, true, 4, true>() &&
+              fits<EH_TYPE_Q4_K, false, 1, false>() && fits<EH_TYPE_Q4_K, false, 4, false>() &&
+              fits<EH_TYPE_Q6_K, true, 1, false>() && fits<EH_TYPE_Q6_K, true, 4, true>() &&
+              fits<EH_TYPE_Q6_K, false, 1, false>() && fits<EH_TYPE_Q6_K, false, 4, false>());
+
+// The call's passes, expert by expert (expert e holds ceil(cnt_e / per) of
+// them, cnt_e = offsets[e + 1] - offsets[e]): for pass `pass`, sel[0] its
+// expert (-1 past the last pass) and sel[1] its first pair within the
+// expert. Warp 0 scans the offsets (a prefix sum of the experts' pass
+// counts, 32 experts a round); the whole block calls it and reads sel after.
+// (Sizing the grid per expert for an expert that could hold every token
+// launched mostly empty blocks: a 512-token Qwen3-MoE pass, 128 experts of
+// ~32 tokens each, had 16 x 128 blocks a row group for 128 to 256 passes.)
+__device__ __forceinline__ void find_pass(const int32_t* offsets, int n_expert, int per, int pass, int* sel) {
+    if (threadIdx.x < 32) {
+        const int lane = threadIdx.x;
+        int e = -1, j0 = 0, base = 0;
+        for (int c0 = 0; c0 < n_expert; c0 += 32) {
+            const int x = c0 + lane;
+            const int np = x < n_expert ? (offsets[x + 1] - offsets[x] + per - 1) / per : 0;
+            int inc = np;  // inclusive prefix sum over the round's lanes
+#pragma unroll
+            for (int o = 1; o < 32; o <<= 1) {
+                const int v = __shfl_up_sync(0xffffffffu, inc, o);
+                if (lane >= o) inc += v;
+            }
+            const int first = base + inc - np;  // this lane's expert's first pass
+            const unsigned m = __ballot_sync(0xffffffffu, np > 0 && pass >= first && pass < base + inc);
+            if (m) {  // (uniform)
+                const int src = __ffs(m) - 1;
+                e = c0 + src;
+                j0 = (pass - __shfl_sync(0xffffffffu, first, src)) * per;
+                break;
+            }
+            base += __shfl_sync(0xffffffffu, inc, 31);
+        }
+        if (lane == 0) {
+            sel[0] = e;
+            sel[1] = j0;
+        }
+    }
+    __syncthreads();
 }
 
 // Blocks per multiprocessor the registers must allow (see stages()).
@@ -153,23 +354,23 @@ constexpr int min_blocks() { return NT == 1 || !Pair ? 2 : 1; }
 // Pair: out16[i][r] = expert_swiglu(a_r . x_i + bias_a, b_r . x_i + bias_b);
 // otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
 // expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
-template <bool Pair, int NT, bool Deep>
+template <uint32_t T, bool Pair, int NT, bool Deep>
 __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT>())
-    mma_rows_kernel(const __half* x16, const int32_t* offsets, DevMat a, DevMat b, float alpha, float limit,
-                    __half* out16, float* out32, int ldo) {
+    mma_rows_kernel(const __half* x16, const int32_t* offsets, int n_expert, DevMat a, DevMat b, float alpha,
+                    float limit, __half* out16, float* out32, int ldo) {
+    using W = Fmt<T>;
     constexpr int kMats = Pair ? 2 : 1;
     constexpr int kKSplit = Geometry<NT>::kKSplit, kThreadsPerRow = Geometry<NT>::kThreadsPerRow;
-    constexpr int kStages = stages<Pair, NT, Deep>();
-    constexpr size_t kStage = stage_bytes<Pair, NT>();
+    constexpr int kStages = stages<T, Pair, NT, Deep>();
+    constexpr size_t kStage = stage_bytes<T, Pair, NT>();
     constexpr int kPass = kTok * NT;  // tokens per pass
-    __shared__ uint32_t lut[256];
+    __shared__ uint32_t lut[T == EH_TYPE_MXFP4 ? 256 : 1];
+    __shared__ int sel[2];
     extern __shared__ int4 smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
-    for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = half2_bits(fp4_value(i & 15), fp4_value(i >> 4));
+    if constexpr (T == EH_TYPE_MXFP4)
+        for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = half2_bits(fp4_value(i & 15), fp4_value(i >> 4));
     pdl_entry();
-    const int e = blockIdx.y;
-    const int off = offsets[e], cnt = offsets[e + 1] - off;
-    if (cnt <= int(blockIdx.z) * kPass) return;  // (the whole block) no pass of this slice
     const int K = a.cols, nkb = K / 32, nseg = (nkb + kSegBlocks - 1) / kSegBlocks;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
     const int row0 = blockIdx.x * kRows, nrows = min(kRows, a.rows - row0);
@@ -181,26 +382,30 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     // The rows this thread stages (kThreadsPerRow threads per row; rows
     // past the matrix repeat its last one, their results are dropped).
     const int sr = threadIdx.x / kThreadsPerRow, sc = threadIdx.x % kThreadsPerRow;
-    const uint8_t* src_a = row_ptr(a, e, row0 + min(sr, nrows - 1));
-    const uint8_t* src_b = Pair ? row_ptr(b, e, row0 + min(sr, nrows - 1)) : nullptr;
+    // The memory rows of this lane's fragment rows g and g + 8 (for lead()).
+    const int fr0 = row0 + min(r0 + g, nrows - 1), fr1 = row0 + min(r0 + g + 8, nrows - 1);
+    const int srow = row0 + min(sr, nrows - 1);
+
+    // Block (x, y, z) takes pass y + z * gridDim.y of the call for its 64 rows.
+    find_pass(offsets, n_expert, kPass, int(blockIdx.y + blockIdx.z * gridDim.y), sel);
+    const int e = sel[0], j0 = sel[1];
+    if (e < 0) return;  // (the whole block) past the last pass
+    const int off = offsets[e];
+    const int n = min(kPass, offsets[e + 1] - off - j0);
 
     // Segment S into stage S % kStages (an empty commit past the last, so
-    // every iteration waits on the same count): its rows' header and code
-    // blocks, and the inputs of the pass's tiles for its columns (zeros past
-    // n tokens; the rows of tiles past the last are neither staged nor read:
-    // a decode step's experts average a few tokens, one tile of a pass of 4).
-    auto issue = [&](int S, int j0, int n) {
+    // every iteration waits on the same count): its rows' bytes, and the
+    // inputs of the pass's tiles for its columns (zeros past n tokens; the
+    // rows of tiles past the last are neither staged nor read: a decode
+    // step's experts average a few tokens, one tile of a pass of 4).
+    auto issue = [&](int S) {
         if (S < nseg) {
             uint8_t* st = smem + size_t(S % kStages) * kStage;
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
-            const size_t grp = size_t(S / 2) * kMxfp4GroupBytes, codes = grp + 16 + size_t(S & 1) * kSegBlocks * 16;
-            for (int c = sc; c <= nb; c += kThreadsPerRow) {
-                // run 0: the header; run c >= 1: code block c - 1
-                const size_t from = c == 0 ? grp : codes + size_t(c - 1) * 16;
-                detail::cp_async16(st + size_t(sr) * kSegRowBytes + c * 16, src_a + from, 16);
-                if constexpr (Pair) detail::cp_async16(st + size_t(kRows + sr) * kSegRowBytes + c * 16, src_b + from, 16);
-            }
-            __half* xs = reinterpret_cast<__half*>(st + size_t(kMats) * kRows * kSegRowBytes);
+            W::stage(st + size_t(sr) * W::kRowBytes, row_ptr(a, e, srow), S, nb, sc, kThreadsPerRow);
+            if constexpr (Pair)
+                W::stage(st + size_t(kRows + sr) * W::kRowBytes, row_ptr(b, e, srow), S, nb, sc, kThreadsPerRow);
+            __half* xs = reinterpret_cast<__half*>(st + size_t(kMats) * kRows * W::kRowBytes);
             constexpr int kRuns = kSegVals / 8;  // 16-byte runs of 8 halves per token
             const int staged = (n + kTok - 1) / kTok * kTok;  // the rows of the pass's tiles
             for (int idx = threadIdx.x; idx < staged * kRuns; idx += blockDim.x) {
@@ -213,145 +418,156 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
         detail::cp_async_commit();
     };
 
-    // Slice z of the grid takes passes z, z + gridDim.z, ...: an expert with
-    // many tokens (routing is rarely even) spreads its passes over blocks
-    // instead of running them one after another in one.
-    for (int j0 = int(blockIdx.z) * kPass; j0 < cnt; j0 += int(gridDim.z) * kPass) {
-        const int n = min(kPass, cnt - j0);
-        const int tiles = (n + kTok - 1) / kTok;
-        float acc_a[NT][4] = {}, acc_b[NT][4] = {};
-        __syncthreads();  // the previous pass's reads of every stage are done
-        for (int S = 0; S < kStages - 1; ++S) issue(S, j0, n);
-        for (int S = 0; S < nseg; ++S) {
-            detail::cp_async_wait<kStages - 2>();
-            __syncthreads();  // segment S is visible; segment S - 1's stage is free
-            issue(S + kStages - 1, j0, n);
-            if (has_rows) {
-                const uint8_t* st = smem + size_t(S % kStages) * kStage;
-                const uint8_t* wa0 = st + size_t(r0 + g) * kSegRowBytes;
-                const uint8_t* wa1 = wa0 + 8 * kSegRowBytes;
-                const uint8_t* wb0 = wa0 + size_t(kRows) * kSegRowBytes;
-                const uint8_t* wb1 = wb0 + 8 * kSegRowBytes;
-                // ldmatrix row address of this lane: token lane % 8 of a tile,
-                // columns 8 * (lane / 8) .. + 8 of a block
-                const __half* xl = reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * kSegRowBytes) +
-                                   (lane & 7) * kXLd + 8 * (lane >> 3);
-                const int nb = min(kSegBlocks, nkb - S * kSegBlocks), e0 = (S & 1) * kSegBlocks;
-                for (int i = kw; i < nb; i += kKSplit) {
-                    // the tiles' x fragments, one ldmatrix each, shared by gate and up
-                    uint32_t bx[NT][4];
+    const int tiles = (n + kTok - 1) / kTok;
+    float acc_a[NT][4] = {}, acc_b[NT][4] = {};
+    for (int S = 0; S < kStages - 1; ++S) issue(S);
+    for (int S = 0; S < nseg; ++S) {
+        detail::cp_async_wait<kStages - 2>();
+        __syncthreads();  // segment S is visible; segment S - 1's stage is free
+        issue(S + kStages - 1);
+        if (has_rows) {
+            const uint8_t* st = smem + size_t(S % kStages) * kStage;
+            const uint8_t* wa0 = st + size_t(r0 + g) * W::kRowBytes + W::lead(row_ptr(a, e, fr0), S);
+            const uint8_t* wa1 = st + size_t(r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(a, e, fr1), S);
+            const uint8_t* wb0 =
+                Pair ? st + size_t(kRows + r0 + g) * W::kRowBytes + W::lead(row_ptr(b, e, fr0), S) : nullptr;
+            const uint8_t* wb1 =
+                Pair ? st + size_t(kRows + r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(b, e, fr1), S) : nullptr;
+            // ldmatrix row address of this lane: token lane % 8 of a tile,
+            // columns 8 * (lane / 8) .. + 8 of a block
+            const __half* xl = reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * W::kRowBytes) +
+                               (lane & 7) * kXLd + 8 * (lane >> 3);
+            const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
+            for (int i = kw; i < nb; i += kKSplit) {
+                // the tiles' x fragments, one ldmatrix each, shared by gate and up
+                uint32_t bx[NT][4];
 #pragma unroll
-                    for (int u = 0; u < NT; ++u)
-                        if (u < tiles) detail::ldsm_x4(bx[u], xl + u * kTok * kXLd + i * 32);
-                    uint32_t a0[4], a1[4];
-                    a_fragments(lut, wa0, wa1, i, t, a0, a1);
-                    float sa0 = e8m0_value(wa0[e0 + i]), sa1 = e8m0_value(wa1[e0 + i]);
-#pragma unroll
-                    for (int u = 0; u < NT; ++u)
-                        if (u < tiles) scaled_mma(a0, a1, bx[u], sa0, sa1, acc_a[u]);
-                    if constexpr (Pair) {
-                        a_fragments(lut, wb0, wb1, i, t, a0, a1);
-                        sa0 = e8m0_value(wb0[e0 + i]);
-                        sa1 = e8m0_value(wb1[e0 + i]);
-#pragma unroll
-                        for (int u = 0; u < NT; ++u)
-                            if (u < tiles) scaled_mma(a0, a1, bx[u], sa0, sa1, acc_b[u]);
-                    }
-                }
+                for (int u = 0; u < NT; ++u)
+                    if (u < tiles) detail::ldsm_x4(bx[u], xl + u * kTok * kXLd + i * 32);
+                W::template block<NT>(lut, wa0, wa1, S, i, t, bx, tiles, acc_a);
+                if constexpr (Pair) W::template block<NT>(lut, wb0, wb1, S, i, t, bx, tiles, acc_b);
             }
         }
-        detail::cp_async_wait<0>();  // (only empty groups remain)
-        __syncthreads();              // every warp's reads of the stages are done
-        float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][tile][gate 4 | up 4]
-        if (has_rows) {
-            float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * 8 * NT;
-#pragma unroll
-            for (int u = 0; u < NT; ++u)
-#pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    mine[8 * u + q] = acc_a[u][q];
-                    mine[8 * u + 4 + q] = acc_b[u][q];
-                }
-        }
-        __syncthreads();
-        if (kw != 0 || !has_rows) continue;
+    }
+    detail::cp_async_wait<0>();  // (only empty groups remain)
+    __syncthreads();              // every warp's reads of the stages are done
+    float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][tile][gate 4 | up 4]
+    if (has_rows) {
+        float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * 8 * NT;
 #pragma unroll
         for (int u = 0; u < NT; ++u)
 #pragma unroll
-            for (int q = 0; q < 4; ++q) acc_a[u][q] = acc_b[u][q] = 0.0f;
-        for (int k = 0; k < kKSplit; ++k) {
-            const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * 8 * NT;
+            for (int q = 0; q < 4; ++q) {
+                mine[8 * u + q] = acc_a[u][q];
+                mine[8 * u + 4 + q] = acc_b[u][q];
+            }
+    }
+    __syncthreads();
+    if (kw != 0 || !has_rows) return;
 #pragma unroll
-            for (int u = 0; u < NT; ++u)
+    for (int u = 0; u < NT; ++u)
 #pragma unroll
-                for (int q = 0; q < 4; ++q) {
-                    acc_a[u][q] += part[8 * u + q];
-                    acc_b[u][q] += part[8 * u + 4 + q];
-                }
-        }
+        for (int q = 0; q < 4; ++q) acc_a[u][q] = acc_b[u][q] = 0.0f;
+    for (int k = 0; k < kKSplit; ++k) {
+        const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * 8 * NT;
 #pragma unroll
-        for (int u = 0; u < NT; ++u) {
+        for (int u = 0; u < NT; ++u)
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                const int r = row0 + r0 + g + (q >= 2 ? 8 : 0), j = u * kTok + 2 * t + (q & 1);
-                if (r >= a.rows || j >= n) continue;
-                const size_t i = size_t(off + j0 + j);
-                if constexpr (Pair)
-                    out16[i * ldo + r] = __float2half_rn(
-                        expert_swiglu(acc_a[u][q] + bias_of(a, e, r), acc_b[u][q] + bias_of(b, e, r), alpha, limit));
-                else
-                    out32[i * ldo + r] = acc_a[u][q];
+                acc_a[u][q] += part[8 * u + q];
+                acc_b[u][q] += part[8 * u + 4 + q];
             }
+    }
+#pragma unroll
+    for (int u = 0; u < NT; ++u) {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) {
+            const int r = row0 + r0 + g + (q >= 2 ? 8 : 0), j = u * kTok + 2 * t + (q & 1);
+            if (r >= a.rows || j >= n) continue;
+            const size_t i = size_t(off + j0 + j);
+            if constexpr (Pair)
+                out16[i * ldo + r] = __float2half_rn(
+                    expert_swiglu(acc_a[u][q] + bias_of(a, e, r), acc_b[u][q] + bias_of(b, e, r), alpha, limit));
+            else
+                out32[i * ldo + r] = acc_a[u][q];
         }
     }
 }
 
-// Pass slices per expert (grid z): enough that an expert holding every
-// token of the call runs its passes side by side, at most this many. (A
-// grid sized from the average tokens per expert instead, the idle blocks
-// left out, measured no faster: a block past its expert's passes ends
-// before it stages anything.)
-constexpr int kMaxPassSlices = 16;
-
-template <bool Pair, int NT, bool Deep>
-void launch_rows_nt(int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
+template <uint32_t T, bool Pair, int NT, bool Deep>
+void launch_rows_nt(int pairs, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
                     const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo,
                     cudaStream_t stream) {
-    const size_t smem = smem_bytes<Pair, NT, Deep>();
-    auto kernel = mma_rows_kernel<Pair, NT, Deep>;
+    const size_t smem = smem_bytes<T, Pair, NT, Deep>();
+    auto kernel = mma_rows_kernel<T, Pair, NT, Deep>;
     allow_dynamic_smem(kernel, smem);
-    const int slices = std::clamp((ntok + kTok * NT - 1) / (kTok * NT), 1, kMaxPassSlices);
+    // The most passes `pairs` pairs can make: each expert's last may be partial.
+    constexpr int kPass = kTok * NT;
+    const long passes = (long(pairs) + kPass - 1) / kPass + std::min(n_expert, pairs);
+    const long ny = std::min(passes, 65535L), nz = (passes + ny - 1) / ny;  // (grid y holds 65535 at most)
     launch(Pair ? "moe mma gate_up" : "moe mma down", kernel,
-           dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(n_expert), unsigned(slices)),
-           Geometry<NT>::kWarps * 32, smem, stream, x16, offsets, a, b, alpha, limit, out16, out32, ldo);
+           dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(ny), unsigned(nz)),
+           Geometry<NT>::kWarps * 32, smem, stream, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo);
     EHC_LAUNCHED("mma_rows_kernel");
 }
 
-template <bool Pair>
-void launch_rows(int pairs, int ntok, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
-                 const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo, cudaStream_t stream) {
-    auto go = [&]<int NT>() {
-        if constexpr (Pair && NT >= 4) {
-            if (plan().moe_deep_pipeline)
-                return launch_rows_nt<Pair, NT, true>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32,
-                                                      ldo, stream);
-        }
-        launch_rows_nt<Pair, NT, false>(ntok, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo, stream);
-    };
-    // Tokens per expert above which a pass takes 4 tiles (KernelPlan::
-    // moe_wide_pass_tokens) or 8 (moe_long_pass_tokens): ntok tokens routed
-    // k ways over n_expert experts average pairs / n_expert = ntok * k /
-    // n_expert each.
-    // (The down products keep 32-token passes: two 16-warp blocks of those
-    // fit a multiprocessor where one 8-warp block of the 64-token pass does.)
-    const int per_expert = pairs / n_expert;
-    if constexpr (Pair) {
-        if (per_expert > plan().moe_long_pass_tokens) return go.template operator()<8>();
+// The weight types of the tensor-core form, one instance set each.
+template <class F>
+bool mma_type_dispatch(uint32_t type, F&& f) {
+    switch (type) {
+        case EH_TYPE_MXFP4: f.template operator()<EH_TYPE_MXFP4>(); return true;
+        case EH_TYPE_Q4_K: f.template operator()<EH_TYPE_Q4_K>(); return true;
+        case EH_TYPE_Q6_K: f.template operator()<EH_TYPE_Q6_K>(); return true;
+        default: return false;
     }
-    if (per_expert > plan().moe_wide_pass_tokens)
-        go.template operator()<4>();
-    else
-        go.template operator()<1>();
+}
+
+template <bool Pair>
+void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* offsets, int n_expert,
+                 const DevMat& a, const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo,
+                 cudaStream_t stream) {
+    const bool known = mma_type_dispatch(type, [&]<uint32_t T>() {
+        auto go = [&]<int NT>() {
+            // The K-quants' gate|up at NT 4 always takes the stages that fit
+            // (moe_deep_pipeline chooses for MXFP4 only: one instance fewer).
+            if constexpr (Pair && NT >= 4) {
+                if (T != EH_TYPE_MXFP4 || plan().moe_deep_pipeline)
+                    return launch_rows_nt<T, Pair, NT, true>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16,
+                                                             out32, ldo, stream);
+                if constexpr (T == EH_TYPE_MXFP4)
+                    return launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16,
+                                                              out32, ldo, stream);
+            } else {
+                launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16, out32,
+                                                   ldo, stream);
+            }
+        };
+        // Tokens per expert above which a pass takes 4 tiles (KernelPlan::
+        // moe_wide_pass_tokens) or, MXFP4's gate|up, 8 (moe_long_pass_tokens):
+        // ntok tokens routed k ways over n_expert experts average pairs /
+        // n_expert = ntok * k / n_expert each.
+        // (The down products keep 32-token passes: two 16-warp blocks of those
+        // fit a multiprocessor where one 8-warp block of the 64-token pass does.)
+        const int per_expert = pairs / n_expert;
+        if constexpr (Pair && T == EH_TYPE_MXFP4) {
+            if (per_expert > plan().moe_long_pass_tokens) return go.template operator()<8>();
+        }
+        if (per_expert > plan().moe_wide_pass_tokens)
+            go.template operator()<4>();
+        else
+            go.template operator()<1>();
+    });
+    if (!known) throw ehp::Error(EH_INTERNAL, "moe mma: weight type without a tensor-core form");
+}
+
+// Whether a matrix of experts can take the tensor-core form: a type it
+// reads, whole segments of 256 values for the K-quants (32 for MXFP4,
+// whose partial last segment the kernel handles), 4-byte aligned data (the
+// K-quants' 16-bit code loads; MXFP4 is checked for 16 by to_dev).
+bool mma_matrix(const ExpertMat& m) {
+    if (m.type == EH_TYPE_MXFP4) return m.cols % 32 == 0;
+    if (m.type != EH_TYPE_Q4_K && m.type != EH_TYPE_Q6_K) return false;
+    return m.cols % kSegVals == 0 && reinterpret_cast<uintptr_t>(m.data) % 4 == 0 && m.row_bytes % 2 == 0;
 }
 
 }  // namespace
@@ -359,18 +575,17 @@ void launch_rows(int pairs, int ntok, const __half* x16, const int32_t* offsets,
 namespace moe_detail {
 
 bool mma_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down) {
-    return gate.type == EH_TYPE_MXFP4 && up.type == EH_TYPE_MXFP4 && down.type == EH_TYPE_MXFP4 &&
-           gate.cols % 32 == 0 && down.cols % 32 == 0;
+    return gate.type == up.type && mma_matrix(gate) && mma_matrix(up) && mma_matrix(down);
 }
 
-void mma_gate_up(const __half* x16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
-                 float alpha, float limit, __half* act16, cudaStream_t stream) {
-    launch_rows<true>(pairs, ntok, x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
+void mma_gate_up(const __half* x16, int pairs, const int32_t* offsets, int n_expert, const DevMat& g, const DevMat& u,
+                 uint32_t type, float alpha, float limit, __half* act16, cudaStream_t stream) {
+    launch_rows<true>(type, pairs, x16, offsets, n_expert, g, u, alpha, limit, act16, nullptr, g.rows, stream);
 }
 
-void mma_down(const __half* act16, int pairs, int ntok, const int32_t* offsets, int n_expert, const DevMat& d, float* out,
-              cudaStream_t stream) {
-    launch_rows<false>(pairs, ntok, act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
+void mma_down(const __half* act16, int pairs, const int32_t* offsets, int n_expert, const DevMat& d,
+              uint32_t type, float* out, cudaStream_t stream) {
+    launch_rows<false>(type, pairs, act16, offsets, n_expert, d, d, 0.0f, 0.0f, nullptr, out, d.rows, stream);
 }
 
 }  // namespace moe_detail

@@ -119,10 +119,11 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
 // Several tokens' expert blocks at once (moe_gate_up then moe_down, the
 // same formulas), for batched decode steps: the (token, slot) pairs are
 // grouped by expert on the device and each expert's rows are read once per
-// 8 tokens routed to it (32 when experts average more than 16), not once
-// per token. MXFP4 experts: on the tensor
-// cores (FP16 inputs and activations as moe_prefill, FP32 accumulation);
-// the other types, or integer_path set: integer dot products with int16x2
+// 8 tokens routed to it (32 or 64 when experts average more), not once
+// per token. MXFP4, Q4_K and Q6_K experts (gate and up of one type,
+// 4-byte aligned data): on the tensor cores (FP16 inputs and activations
+// as moe_prefill, FP32 accumulation); the other types, or integer_path
+// set: integer dot products with int16x2
 // inputs as moe_decode (per token and row the same sums in the same order,
 // so the same bits). Both fixed-order (reproducible, whatever the batch's
 // other tokens). No host synchronisation: a captured graph takes it. x holds the
@@ -148,7 +149,7 @@ struct MoeGroupedArgs {
     bool integer_path = false;
 };
 bool moe_grouped_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k);
-// Whether these experts take the tensor-core form (MXFP4), not the integer one.
+// Whether these experts take the tensor-core form (MXFP4, Q4_K, Q6_K), not the integer one.
 bool moe_grouped_on_tensor_cores(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down);
 // 0 when a size is out of range.
 size_t moe_grouped_scratch_bytes(int ntok, int k, int n_expert, int n_embd, int n_ff);
