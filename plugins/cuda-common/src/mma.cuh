@@ -21,11 +21,14 @@ __device__ __forceinline__ void mma16816(float (&c)[4], const uint32_t (&a)[4], 
 
 // Four 8x8 FP16 matrices from shared memory, one register each; lane l
 // gives the address of row l % 8 of matrix l / 8 (16-byte aligned).
-__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
-    const uint32_t a = uint32_t(__cvta_generic_to_shared(p));
+// (a: the shared-window address, as __cvta_generic_to_shared gives it)
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], uint32_t a) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
+}
+__device__ __forceinline__ void ldsm_x4(uint32_t (&r)[4], const __half* p) {
+    ldsm_x4(r, uint32_t(__cvta_generic_to_shared(p)));
 }
 __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p) {
     const uint32_t a = uint32_t(__cvta_generic_to_shared(p));

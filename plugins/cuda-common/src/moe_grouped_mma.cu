@@ -111,8 +111,8 @@ struct Fmt;
 template <>
 struct Fmt<EH_TYPE_MXFP4> {
     static constexpr int kRowBytes = 16 + kSegBlocks * 16;
-    __device__ static int lead(const uint8_t*, int) { return 0; }
-    __device__ static void stage(uint8_t* dst, const uint8_t* row, int S, int nb, int c0, int step) {
+    __device__ __forceinline__ static int lead(const uint8_t*, int) { return 0; }
+    __device__ __forceinline__ static void stage(uint8_t* dst, const uint8_t* row, int S, int nb, int c0, int step) {
         const size_t grp = size_t(S / 2) * kMxfp4GroupBytes, codes = grp + 16 + size_t(S & 1) * kSegBlocks * 16;
         for (int c = c0; c <= nb; c += step) {
             // run 0: the header; run c >= 1: code block c - 1
@@ -125,7 +125,7 @@ struct Fmt<EH_TYPE_MXFP4> {
     // (step 0) and 2 + (t & 1) (step 1) of words t / 2 (k = 2t, 2t+1) and
     // t / 2 + 2 (k = 2t+8, 2t+9).
     template <int NT>
-    __device__ static void block(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int S, int i, int t,
+    __device__ __forceinline__ static void block(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int S, int i, int t,
                                  const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
         const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
         const uint32_t* c1 = reinterpret_cast<const uint32_t*>(w1 + 16 + 16 * i);
@@ -160,10 +160,10 @@ struct Fmt<EH_TYPE_MXFP4> {
 template <int Bytes>
 struct KquantStage {
     static constexpr int kRowBytes = 16 * ((15 + Bytes + 15) / 16);
-    __device__ static int lead(const uint8_t* row, int S) {
+    __device__ __forceinline__ static int lead(const uint8_t* row, int S) {
         return int(reinterpret_cast<uintptr_t>(row + size_t(S) * Bytes) & 15u);
     }
-    __device__ static void stage(uint8_t* dst, const uint8_t* row, int S, int, int c0, int step) {
+    __device__ __forceinline__ static void stage(uint8_t* dst, const uint8_t* row, int S, int, int c0, int step) {
         const uint8_t* from = row + size_t(S) * Bytes;
         const uint8_t* base = from - (reinterpret_cast<uintptr_t>(from) & 15u);
         const uint8_t* end = from + Bytes;
@@ -176,43 +176,62 @@ struct KquantStage {
 
 // Q4_K (144 bytes / 256): d, dmin (FP16), 12 bytes of 6-bit scales and
 // minimums, qs[128]: sub-block s (block i of the segment) is the low (s
-// even) or high nibbles of qs[32 (s / 2) .. + 32), value d sc q - dmin m.
-// A = q (0..15, exact); the minimum's term needs each token's sum of the
-// block's 32 inputs, one more mma pair per tile with A all ones (made where
-// it is used: held for gate and up, the sums cost registers the 64-register
-// down kernel spills for).
+// even) or high nibbles of qs[32 (s / 2) .. + 32), value d sc q - dmin m =
+// f (q - o) with f = d sc, o = dmin m / f. A = q - o, q exact and the
+// difference rounded once to FP16 (hfma2): the precision of the cuBLAS
+// form, which dequantizes the experts to FP16. (Kept apart, the minimum's
+// term needed each token's input sums, two more mma per tile, and the
+// kernel runs at the pace of its instructions.) Where f is zero or o past
+// FP16's range (the q term below o's rounding), A = -1 and f = dmin m.
 template <>
 struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
-    __device__ static void codes(const uint8_t* w, int i, int t, uint32_t (&q)[4]) {
+    // The row's factor f and the pair (1 or 0, -o) that turns q into A.
+    __device__ __forceinline__ static void factor(const uint8_t* w, int i, float& f, uint32_t& q1, uint32_t& no) {
+        float sc, mn;
+        k4_scale_min(w + 4, i, sc, mn);
+        const float fs = __half2float(__ushort_as_half(uint16_t(ld_u16(w)))) * sc;
+        const float fm = __half2float(__ushort_as_half(uint16_t(ld_u16(w + 2)))) * mn;
+        const float o = fm / fs;
+        if (fabsf(o) <= 32768.0f) {
+            f = fs;
+            q1 = 0x3C003C00u;  // FP16 1.0, twice
+            no = half2_bits(-o, -o);
+        } else {  // (also fs and fm zero: NaN)
+            f = fm;
+            q1 = 0u;
+            no = 0xBC00BC00u;  // FP16 -1.0, twice
+        }
+    }
+    __device__ __forceinline__ static void codes(const uint8_t* w, int i, int t, uint32_t q1, uint32_t no, uint32_t (&q)[4]) {
         const uint8_t* p = w + 16 + 32 * (i >> 1) + 2 * t;
         const int sh = (i & 1) * 4;
+        const __half2 h1 = *reinterpret_cast<const __half2*>(&q1), hn = *reinterpret_cast<const __half2*>(&no);
 #pragma unroll
-        for (int j = 0; j < 4; ++j) q[j] = bytes_to_half2((ld_u16(p + 8 * j) >> sh) & 0x0F0Fu, 0x64006400u);
+        for (int j = 0; j < 4; ++j) {
+            const uint32_t v = bytes_to_half2((ld_u16(p + 8 * j) >> sh) & 0x0F0Fu, 0x64006400u);
+            const __half2 a = __hfma2(*reinterpret_cast<const __half2*>(&v), h1, hn);
+            q[j] = *reinterpret_cast<const uint32_t*>(&a);
+        }
     }
     template <int NT>
-    __device__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
+    __device__ __forceinline__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
                                  const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
-        constexpr uint32_t kOne = 0x3C003C00u;  // FP16 1.0, twice
-        constexpr uint32_t ones[4] = {kOne, kOne, kOne, kOne};
-        uint32_t q0[4], q1[4];
-        codes(w0, i, t, q0);
-        codes(w1, i, t, q1);
+        float f0, f1;
+        uint32_t s0, n0, s1, n1, q0[4], q1[4];
+        factor(w0, i, f0, s0, n0);
+        factor(w1, i, f1, s1, n1);
+        codes(w0, i, t, s0, n0, q0);
+        codes(w1, i, t, s1, n1, q1);
         const uint32_t a0[4] = {q0[0], q1[0], q0[1], q1[1]}, a1[4] = {q0[2], q1[2], q0[3], q1[3]};
-        float sc0, mn0, sc1, mn1;
-        k4_scale_min(w0 + 4, i, sc0, mn0);
-        k4_scale_min(w1 + 4, i, sc1, mn1);
-        const float d0 = f16_at(w0) * sc0, m0 = f16_at(w0 + 2) * mn0;
-        const float d1 = f16_at(w1) * sc1, m1 = f16_at(w1 + 2) * mn1;
 #pragma unroll
         for (int u = 0; u < NT; ++u) {
             if (u >= tiles) continue;
-            float c[4], xs[4];
+            float c[4];
             block_mma(a0, a1, bx[u], c);
-            block_mma(ones, ones, bx[u], xs);
-            acc[u][0] = fmaf(d0, c[0], fmaf(-m0, xs[0], acc[u][0]));
-            acc[u][1] = fmaf(d0, c[1], fmaf(-m0, xs[1], acc[u][1]));
-            acc[u][2] = fmaf(d1, c[2], fmaf(-m1, xs[2], acc[u][2]));
-            acc[u][3] = fmaf(d1, c[3], fmaf(-m1, xs[3], acc[u][3]));
+            acc[u][0] = fmaf(f0, c[0], acc[u][0]);
+            acc[u][1] = fmaf(f0, c[1], acc[u][1]);
+            acc[u][2] = fmaf(f1, c[2], acc[u][2]);
+            acc[u][3] = fmaf(f1, c[3], acc[u][3]);
         }
     }
 };
@@ -223,7 +242,7 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
 // above them; each k16 step has its own scale. A = q - 32 (exact).
 template <>
 struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
-    __device__ static void codes(const uint8_t* w, int i, int t, uint32_t (&q)[4]) {
+    __device__ __forceinline__ static void codes(const uint8_t* w, int i, int t, uint32_t (&q)[4]) {
         const int h = i >> 2, qd = i & 3;
         const uint8_t* lo = w + 64 * h + 32 * (qd & 1) + 2 * t;
         const uint8_t* hi = w + 128 + 32 * h + 2 * t;
@@ -234,7 +253,7 @@ struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
                                   0x64206420u);
     }
     template <int NT>
-    __device__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
+    __device__ __forceinline__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
                                  const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
         uint32_t q0[4], q1[4];
         codes(w0, i, t, q0);
@@ -243,7 +262,8 @@ struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
         const int si = 8 * (i >> 2) + 2 * (i & 3);
         const int8_t* s0 = reinterpret_cast<const int8_t*>(w0 + 192) + si;
         const int8_t* s1 = reinterpret_cast<const int8_t*>(w1 + 192) + si;
-        const float dw0 = f16_at(w0 + 208), dw1 = f16_at(w1 + 208);
+        const float dw0 = __half2float(__ushort_as_half(uint16_t(ld_u16(w0 + 208))));
+        const float dw1 = __half2float(__ushort_as_half(uint16_t(ld_u16(w1 + 208))));
         const float d00 = dw0 * float(s0[0]), d01 = dw0 * float(s0[1]);
         const float d10 = dw1 * float(s1[0]), d11 = dw1 * float(s1[1]);
 #pragma unroll
@@ -313,9 +333,12 @@ static_assert(fits<EH_TYPE_Q4_K, true, 1, false>() && fits<EH_TYPE_Q4_K, true, 4
 // expert (-1 past the last pass) and sel[1] its first pair within the
 // expert. Warp 0 scans the offsets (a prefix sum of the experts' pass
 // counts, 32 experts a round); the whole block calls it and reads sel after.
-// (Sizing the grid per expert for an expert that could hold every token
-// launched mostly empty blocks: a 512-token Qwen3-MoE pass, 128 experts of
-// ~32 tokens each, had 16 x 128 blocks a row group for 128 to 256 passes.)
+// (Sizing the grid for an expert that could hold every token launched
+// mostly empty blocks: a 512-token Qwen3-MoE pass, 128 experts of ~32
+// tokens each, had 16 x 128 blocks a row group for 128 to 256 passes.
+// Ordering the passes round by round, every expert's first pass before any
+// second, measured slower: each block then counts the experts of every
+// round before its own.)
 __device__ __forceinline__ void find_pass(const int32_t* offsets, int n_expert, int per, int pass, int* sel) {
     if (threadIdx.x < 32) {
         const int lane = threadIdx.x;
@@ -433,17 +456,21 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
                 Pair ? st + size_t(kRows + r0 + g) * W::kRowBytes + W::lead(row_ptr(b, e, fr0), S) : nullptr;
             const uint8_t* wb1 =
                 Pair ? st + size_t(kRows + r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(b, e, fr1), S) : nullptr;
-            // ldmatrix row address of this lane: token lane % 8 of a tile,
-            // columns 8 * (lane / 8) .. + 8 of a block
-            const __half* xl = reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * W::kRowBytes) +
-                               (lane & 7) * kXLd + 8 * (lane >> 3);
+            // ldmatrix row address of this lane (shared window): token lane
+            // % 8 of a tile, columns 8 * (lane / 8) .. + 8 of a block
+            const uint32_t xl = uint32_t(__cvta_generic_to_shared(
+                reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * W::kRowBytes) + (lane & 7) * kXLd +
+                8 * (lane >> 3)));
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
             for (int i = kw; i < nb; i += kKSplit) {
-                // the tiles' x fragments, one ldmatrix each, shared by gate and up
+                // the tiles' x fragments, one ldmatrix each, shared by gate and
+                // up; those past the pass's tiles too (stale, unused): loaded
+                // under a branch each, the 64-token gate|up kernel recomputed
+                // the address for each and ran 13 % longer
                 uint32_t bx[NT][4];
 #pragma unroll
                 for (int u = 0; u < NT; ++u)
-                    if (u < tiles) detail::ldsm_x4(bx[u], xl + u * kTok * kXLd + i * 32);
+                    detail::ldsm_x4(bx[u], xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half)));
                 W::template block<NT>(lut, wa0, wa1, S, i, t, bx, tiles, acc_a);
                 if constexpr (Pair) W::template block<NT>(lut, wb0, wb1, S, i, t, bx, tiles, acc_b);
             }
