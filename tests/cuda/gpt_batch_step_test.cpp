@@ -267,7 +267,7 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"qwen3moe", {13, 60, 5, 29, 44}, 20},
                       // Longer than the window (128): a prompt of 100, then decodes past it.
                       Case{"tiny-gpt-oss-mxfp4", {150, 40, 5, 136}, 100},
-                      // Qwen3-MoE: QK-norm, 8 experts of Q4_K / Q6_K (the integer grouped form), plain SwiGLU.
+                      // Qwen3-MoE: QK-norm, 8 experts of Q4_K / Q6_K (the tensor-core grouped form), plain SwiGLU.
                       Case{"tiny-qwen3-moe-q4_k_m", {150, 40, 5, 136}, 100}),
     [](const auto& info) {
         std::string s = info.param.model;
