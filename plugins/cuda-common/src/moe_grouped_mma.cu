@@ -91,6 +91,24 @@ __device__ __forceinline__ void block_mma(const uint32_t (&a0)[4], const uint32_
     detail::mma16816(c, a1, b[2], b[3]);
 }
 
+// acc[u] += the rows' scales (s0 row g, s1 row g + 8) times the block's
+// products with tile u, for every tile of the pass.
+template <int NT>
+__device__ __forceinline__ void scaled_tiles(const uint32_t (&a0)[4], const uint32_t (&a1)[4],
+                                             const uint32_t (&bx)[NT][4], int tiles, float s0, float s1,
+                                             float (&acc)[NT][4]) {
+#pragma unroll
+    for (int u = 0; u < NT; ++u) {
+        if (u >= tiles) continue;
+        float c[4];
+        block_mma(a0, a1, bx[u], c);
+        acc[u][0] = fmaf(s0, c[0], acc[u][0]);
+        acc[u][1] = fmaf(s0, c[1], acc[u][1]);
+        acc[u][2] = fmaf(s1, c[2], acc[u][2]);
+        acc[u][3] = fmaf(s1, c[3], acc[u][3]);
+    }
+}
+
 // The weight formats the kernel reads. Each gives
 //   kRowBytes: shared-memory bytes one row's segment takes in a stage;
 //   lead(row, S): where in those bytes segment S of the row begins;
@@ -137,16 +155,7 @@ struct Fmt<EH_TYPE_MXFP4> {
                                 lut[(w12 >> s1) & 255u]};
         const int e0 = (S & 1) * kSegBlocks;
         const float sc0 = e8m0_value(w0[e0 + i]), sc1 = e8m0_value(w1[e0 + i]);
-#pragma unroll
-        for (int u = 0; u < NT; ++u) {
-            if (u >= tiles) continue;
-            float c[4];
-            block_mma(a0, a1, bx[u], c);
-            acc[u][0] = fmaf(sc0, c[0], acc[u][0]);
-            acc[u][1] = fmaf(sc0, c[1], acc[u][1]);
-            acc[u][2] = fmaf(sc1, c[2], acc[u][2]);
-            acc[u][3] = fmaf(sc1, c[3], acc[u][3]);
-        }
+        scaled_tiles<NT>(a0, a1, bx, tiles, sc0, sc1, acc);
     }
 };
 
@@ -223,16 +232,7 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
         codes(w0, i, t, s0, n0, q0);
         codes(w1, i, t, s1, n1, q1);
         const uint32_t a0[4] = {q0[0], q1[0], q0[1], q1[1]}, a1[4] = {q0[2], q1[2], q0[3], q1[3]};
-#pragma unroll
-        for (int u = 0; u < NT; ++u) {
-            if (u >= tiles) continue;
-            float c[4];
-            block_mma(a0, a1, bx[u], c);
-            acc[u][0] = fmaf(f0, c[0], acc[u][0]);
-            acc[u][1] = fmaf(f0, c[1], acc[u][1]);
-            acc[u][2] = fmaf(f1, c[2], acc[u][2]);
-            acc[u][3] = fmaf(f1, c[3], acc[u][3]);
-        }
+        scaled_tiles<NT>(a0, a1, bx, tiles, f0, f1, acc);
     }
 };
 
