@@ -1,7 +1,6 @@
 // Norms, embedding lookup and RoPE (with the KV-cache store fused in).
 #include <algorithm>
 #include <cmath>
-#include <string>
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
@@ -110,40 +109,19 @@ __global__ void rope_kernel(RopeArgs a) {
 
 // One warp per (token, head): heads 0..n_head-1 are Q, the next n_kv K
 // (K follows Q in the row).
-// One warp per (token, head), 8 to a block: the head's values (at most
-// kHeadNormMax, kHeadNormMax / 32 a lane) are loaded together before the sum.
-// (A 32-thread block per head made a 512-token Qwen3 pass 18,432 blocks
-// whose lanes loaded one value at a time: 24.7 us a call on an H100.)
-constexpr int kHeadNormWarps = 8;
-constexpr int kHeadNormMax = 256;
-__global__ void __launch_bounds__(kHeadNormWarps * 32)
-    head_rmsnorm_kernel(float* qkv, int ld, int ntok, int n_head, int n_heads, int hd, const float* wq, const float* wk,
-                        float eps) {
+__global__ void head_rmsnorm_kernel(float* qkv, int ld, int n_head, int hd, const float* wq, const float* wk,
+                                    float eps) {
     pdl_entry();
     pdl_release();
-    const int wi = blockIdx.x * kHeadNormWarps + int(threadIdx.x >> 5), lane = threadIdx.x & 31;
-    if (wi >= ntok * n_heads) return;
-    const int t = wi / n_heads, head = wi % n_heads;
+    const int t = blockIdx.x, head = blockIdx.y;
     float* x = qkv + size_t(t) * ld + size_t(head) * hd;
     const float* w = head < n_head ? wq : wk;
-    constexpr int kPer = kHeadNormMax / 32;
-    float v[kPer];
     float ss = 0.0f;
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = lane + 32 * j;
-        v[j] = i < hd ? x[i] : 0.0f;
-    }
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) ss = fmaf(v[j], v[j], ss);
+    for (int i = threadIdx.x; i < hd; i += 32) ss = fmaf(x[i], x[i], ss);
 #pragma unroll
     for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
     const float scale = rsqrtf(ss / float(hd) + eps);
-#pragma unroll
-    for (int j = 0; j < kPer; ++j) {
-        const int i = lane + 32 * j;
-        if (i < hd) x[i] = v[j] * scale * w[i];
-    }
+    for (int i = threadIdx.x; i < hd; i += 32) x[i] = x[i] * scale * w[i];
 }
 
 __global__ void record_kernel(int32_t* hist, const int32_t* d_pos0, const int32_t* tokens, int n) {
@@ -202,12 +180,10 @@ void embed_rows(const WeightRef& table, const int32_t* tokens, int ntok, float* 
 void head_rmsnorm(float* qkv, int ld, int n_head, int n_kv, int head_dim, const float* q_norm,
                   const float* k_norm, int ntok, float eps, cudaStream_t stream) {
     if (ntok <= 0) return;
-    if (!qkv || !q_norm || !k_norm || head_dim <= 0 || head_dim > kHeadNormMax || ld < (n_head + n_kv) * head_dim)
-        throw ehp::Error(EH_INTERNAL, "head_rmsnorm: bad arguments (head_dim at most " +
-                                          std::to_string(kHeadNormMax) + ")");
-    const int warps = ntok * (n_head + n_kv);
-    launch("head_rmsnorm_kernel", head_rmsnorm_kernel, (warps + kHeadNormWarps - 1) / kHeadNormWarps,
-           kHeadNormWarps * 32, 0, stream, qkv, ld, ntok, n_head, n_head + n_kv, head_dim, q_norm, k_norm, eps);
+    if (!qkv || !q_norm || !k_norm || head_dim <= 0 || ld < (n_head + n_kv) * head_dim)
+        throw ehp::Error(EH_INTERNAL, "head_rmsnorm: bad arguments");
+    launch("head_rmsnorm_kernel", head_rmsnorm_kernel, dim3(ntok, n_head + n_kv), 32, 0, stream, qkv, ld, n_head,
+           head_dim, q_norm, k_norm, eps);
     EHC_LAUNCHED("head_rmsnorm_kernel");
 }
 

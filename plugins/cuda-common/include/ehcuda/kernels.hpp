@@ -200,8 +200,7 @@ void copy_tokens(const int32_t* src, const int32_t* d_pairs, int n, int32_t* dst
 
 // Qwen3's QK-norm, in place: each of the n_head Q heads and n_kv K heads of
 // every token's [q | k | v] row (stride ld) is RMS-normalised over head_dim
-// and scaled by q_norm / k_norm (device, head_dim floats each); head_dim
-// at most 256 (both plugins' limit).
+// and scaled by q_norm / k_norm (device, head_dim floats each).
 void head_rmsnorm(float* qkv, int ld, int n_head, int n_kv, int head_dim, const float* q_norm,
                   const float* k_norm, int ntok, float eps, cudaStream_t stream);
 
