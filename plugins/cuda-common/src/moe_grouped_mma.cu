@@ -80,6 +80,8 @@ __device__ __forceinline__ uint32_t bytes_to_half2(uint32_t v, uint32_t bias2) {
 }
 
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
+// The FP16 value at a 2-byte aligned address (a super-block's d or dmin).
+__device__ __forceinline__ float f16_u16(const uint8_t* p) { return __half2float(__ushort_as_half(uint16_t(ld_u16(p)))); }
 
 // c = A0 . b(step 0) + A1 . b(step 1): the products of one block of 32
 // values with one tile of 8 tokens (b: its ldmatrix fragments, two
@@ -198,8 +200,7 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
     __device__ __forceinline__ static void factor(const uint8_t* w, int i, float& f, uint32_t& q1, uint32_t& no) {
         float sc, mn;
         k4_scale_min(w + 4, i, sc, mn);
-        const float fs = __half2float(__ushort_as_half(uint16_t(ld_u16(w)))) * sc;
-        const float fm = __half2float(__ushort_as_half(uint16_t(ld_u16(w + 2)))) * mn;
+        const float fs = f16_u16(w) * sc, fm = f16_u16(w + 2) * mn;
         const float o = fm / fs;
         if (fabsf(o) <= 32768.0f) {
             f = fs;
@@ -262,8 +263,7 @@ struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
         const int si = 8 * (i >> 2) + 2 * (i & 3);
         const int8_t* s0 = reinterpret_cast<const int8_t*>(w0 + 192) + si;
         const int8_t* s1 = reinterpret_cast<const int8_t*>(w1 + 192) + si;
-        const float dw0 = __half2float(__ushort_as_half(uint16_t(ld_u16(w0 + 208))));
-        const float dw1 = __half2float(__ushort_as_half(uint16_t(ld_u16(w1 + 208))));
+        const float dw0 = f16_u16(w0 + 208), dw1 = f16_u16(w1 + 208);
         const float d00 = dw0 * float(s0[0]), d01 = dw0 * float(s0[1]);
         const float d10 = dw1 * float(s1[0]), d11 = dw1 * float(s1[1]);
 #pragma unroll
@@ -555,19 +555,17 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
                  cudaStream_t stream) {
     const bool known = mma_type_dispatch(type, [&]<uint32_t T>() {
         auto go = [&]<int NT>() {
-            // The K-quants' gate|up at NT 4 always takes the stages that fit
-            // (moe_deep_pipeline chooses for MXFP4 only: one instance fewer).
-            if constexpr (Pair && NT >= 4) {
-                if (T != EH_TYPE_MXFP4 || plan().moe_deep_pipeline)
-                    return launch_rows_nt<T, Pair, NT, true>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16,
-                                                             out32, ldo, stream);
-                if constexpr (T == EH_TYPE_MXFP4)
+            // gate|up at NT 4 and 8 keeps the stages that fit (Deep); for
+            // MXFP4 moe_deep_pipeline may say otherwise (the K-quants have no
+            // shallow instance: one fewer each).
+            constexpr bool kDeep = Pair && NT >= 4;
+            if constexpr (kDeep && T == EH_TYPE_MXFP4) {
+                if (!plan().moe_deep_pipeline)
                     return launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16,
                                                               out32, ldo, stream);
-            } else {
-                launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16, out32,
-                                                   ldo, stream);
             }
+            launch_rows_nt<T, Pair, NT, kDeep>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo,
+                                               stream);
         };
         // Tokens per expert above which a pass takes 4 tiles (KernelPlan::
         // moe_wide_pass_tokens) or, MXFP4's gate|up, 8 (moe_long_pass_tokens):
@@ -592,8 +590,8 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
 // whose partial last segment the kernel handles), 4-byte aligned data (the
 // K-quants' 16-bit code loads; MXFP4 is checked for 16 by to_dev).
 bool mma_matrix(const ExpertMat& m) {
+    if (!mma_type_dispatch(m.type, [&]<uint32_t>() {})) return false;  // (a type it has instances for)
     if (m.type == EH_TYPE_MXFP4) return m.cols % 32 == 0;
-    if (m.type != EH_TYPE_Q4_K && m.type != EH_TYPE_Q6_K) return false;
     return m.cols % kSegVals == 0 && reinterpret_cast<uintptr_t>(m.data) % 4 == 0 && m.row_bytes % 2 == 0;
 }
 

@@ -104,15 +104,16 @@ struct KernelPlan {
     // forged gpt-oss-20b, 64 sequences' decode step: 4 -> 11.1 ms, 16 -> 14.5;
     // 32 sequences: 4 -> 8.9, 2 -> 9.7; 8 sequences: 4 -> 8.5, 0 -> 10.4)
     int moe_wide_pass_tokens = 4;
-    // ... and, MXFP4 experts, gate|up passes of 64 tokens (8-warp blocks) past this many
-    // (a 512-token prefill pass of gpt-oss-20b averages 64: pp512 on an H200
-    // 11,490 -> 12,425; 0, i.e. also in decode steps, took 64 clients through
-    // the server from 3,908 to 3,311 tok/s on an H100)
+    // ... and, MXFP4 experts, gate|up passes of 64 tokens (8-warp blocks)
+    // past this many (a 512-token prefill pass of gpt-oss-20b averages 64:
+    // pp512 on an H200 11,490 -> 12,425; 0, i.e. also in decode steps, took
+    // 64 clients through the server from 3,908 to 3,311 tok/s on an H100)
     int moe_long_pass_tokens = 32;
     // MXFP4 gate|up passes of 32 and 64 tokens, one block per multiprocessor
     // (its registers): as many cp.async stages as shared memory holds (6 and
-    // 4) instead of 3 (Q4_K and Q6_K always take those) (H100, gpt-oss-20b, 64 clients through the server: 4,027 -
-    // 4,076 tok/s against 4,012 - 4,035; pp512 the same)
+    // 4) instead of 3; Q4_K and Q6_K always take those (H100, gpt-oss-20b, 64
+    // clients through the server: 4,027 - 4,076 tok/s against 4,012 - 4,035;
+    // pp512 the same)
     bool moe_deep_pipeline = true;
     // gpt-cuda sessions: FP16 KV cache instead of FP32 (half the memory and
     // attention reads; FP16 K/V flip near-tied MoE routing, see its session.cpp)
