@@ -87,7 +87,11 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
     for (int i = 0; i < 4; ++i) gpu.api->session_decode(gpu.session, t, &t);  // graph capture
     const int n = 128;
     a = clock();
-    for (int i = 0; i < n; ++i) ASSERT_EQ(gpu.api->session_decode(gpu.session, t, &t), EH_OK);
+    for (int i = 0; i < n; ++i) {
+        profiled.begin(i);  // EH_BENCH_PROFILE_STEP=i: decode step i
+        ASSERT_EQ(gpu.api->session_decode(gpu.session, t, &t), EH_OK);
+        profiled.end(i);
+    }
     const double tg = std::chrono::duration<double>(clock() - a).count();
     std::printf("%s: pp%d %.0f tokens/s, decode %.1f tokens/s (%d tokens at context ~%d)\n", info.architecture, plen,
                 plen / pp, n / tg, n, plen + 4);

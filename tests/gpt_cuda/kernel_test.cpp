@@ -16,6 +16,7 @@
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/gpt_ops.hpp>
+#include <ehcuda/kernels.hpp>
 #include <ehcuda/moe.hpp>
 
 #include "gpu_test_util.hpp"
@@ -169,6 +170,76 @@ TEST(GptKernels, RoutingScansEveryExpertAndRanksNaNLast) {
             }
         }
     }
+}
+
+// The one-token router kernel: logits of the RMS-normalized input against
+// a double-precision host sum, then moe_route's selection of those logits
+// (ranked on the host from the kernel's own logits, so a near tie cannot
+// make the test flaky). Shapes: Qwen3-30B-A3B's 128 x 2048, gpt-oss's
+// 32 x 2880 with a bias (rows past the registers' 2048 inputs), one
+// expert, and a row narrower than one pass of the block; each launched
+// twice (the counter is left zero for the next launch).
+TEST(GptKernels, RouterDecodeMatchesHostAndRoutes) {
+    REQUIRE_GPU();
+    std::mt19937 rng(17);
+    struct Shape {
+        int n_expert, cols, k;
+        bool bias;
+    };
+    for (const Shape sh : {Shape{128, 2048, 8, false}, Shape{32, 2880, 4, true}, Shape{1, 64, 1, false},
+                           Shape{200, 36, 8, true}}) {
+        const auto w = randn(rng, size_t(sh.n_expert) * sh.cols, 0.05f);
+        const auto x = randn(rng, size_t(sh.cols), 3.0f);
+        const auto g = randn(rng, size_t(sh.cols));
+        const auto b = randn(rng, size_t(sh.n_expert));
+        double ss = 0.0;
+        for (float v : x) ss += double(v) * v;
+        const double inv = 1.0 / std::sqrt(ss / sh.cols + 1e-6);
+        auto dw = dev(w), dx = dev(x), dg = dev(g), db = dev(b);
+        ehcuda::DeviceBuffer logits(size_t(sh.n_expert) * 4), ids(size_t(sh.k) * 4), wts(size_t(sh.k) * 4);
+        auto counter = dev(std::vector<int32_t>{0});
+        ehcuda::MoeRouterArgs a;
+        a.x = dx.as<float>();
+        a.norm_w = dg.as<float>();
+        a.norm_eps = 1e-6f;
+        a.w = dw.as<float>();
+        a.bias = sh.bias ? db.as<float>() : nullptr;
+        a.n_expert = sh.n_expert;
+        a.cols = sh.cols;
+        a.k = sh.k;
+        a.logits = logits.as<float>();
+        a.ids = ids.as<int32_t>();
+        a.weights = wts.as<float>();
+        a.counter = counter.as<int>();
+        ASSERT_TRUE(ehcuda::moe_router_decode_supported(EH_TYPE_F32, sh.n_expert, sh.cols, sh.k));
+        const std::string what = std::to_string(sh.n_expert) + " x " + std::to_string(sh.cols);
+        for (int launch = 0; launch < 2; ++launch) {
+            ehcuda::moe_router_decode(a, nullptr);
+            const auto gl = host<float>(logits, size_t(sh.n_expert));
+            for (int e = 0; e < sh.n_expert; ++e) {
+                double want = sh.bias ? b[size_t(e)] : 0.0, mag = 0.0;
+                for (int i = 0; i < sh.cols; ++i) {
+                    const double t = double(w[size_t(e) * sh.cols + i]) * x[size_t(i)] * inv * g[size_t(i)];
+                    want += t;
+                    mag += std::fabs(t);
+                }
+                EXPECT_NEAR(gl[size_t(e)], want, 1e-5 * (mag + 1.0)) << what << " expert " << e;
+            }
+            const auto ref = cpuref::route_top_k(gl.data(), sh.n_expert, sh.k);
+            const auto gi = host<int32_t>(ids, size_t(sh.k));
+            const auto gw = host<float>(wts, size_t(sh.k));
+            for (int s = 0; s < sh.k; ++s) {
+                EXPECT_EQ(gi[size_t(s)], ref[size_t(s)].first) << what << " slot " << s;
+                EXPECT_NEAR(gw[size_t(s)], ref[size_t(s)].second, 1e-6) << what << " slot " << s;
+            }
+            EXPECT_EQ(host<int32_t>(counter, 1)[0], 0) << what;
+        }
+    }
+    // A row of a width the float4 loads cannot take, and more experts than
+    // the selection scans, are refused.
+    EXPECT_FALSE(ehcuda::moe_router_decode_supported(EH_TYPE_F32, 128, 2046, 8));
+    EXPECT_FALSE(ehcuda::moe_router_decode_supported(EH_TYPE_F32, 1025, 2048, 8));
+    EXPECT_FALSE(ehcuda::moe_router_decode_supported(EH_TYPE_F16, 128, 2048, 8));
 }
 
 // gate|up (fused tensor, gate rows first) + down, k of X experts, MXFP4,
@@ -410,7 +481,9 @@ TEST(GptKernels, FusedRopeSinkDecodeMatchesSeparateKernels) {
     const auto sinks = randn(rng, n_head);
     std::vector<float> inv_freq(size_t(hd / 2));
     for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * float(i) / float(hd));
-    auto dfreq = dev(inv_freq), ds = dev(sinks);
+    // QK-norm weights (Qwen3): the separate form runs head_rmsnorm first
+    const auto q_norm = randn(rng, hd), k_norm = randn(rng, hd);
+    auto dfreq = dev(inv_freq), ds = dev(sinks), dqn = dev(q_norm), dkn = dev(k_norm);
     int cases = 0;
     for (int pos : {0, 31, 33, 128, 577})
         for (int nsplit : {1, 3, 9})
@@ -419,6 +492,7 @@ TEST(GptKernels, FusedRopeSinkDecodeMatchesSeparateKernels) {
                     for (bool f32 : {false, true}) {
                         const int win = (cases % 3 == 0) ? 128 : 0;
                         const bool with_sinks = cases % 2 == 0;
+                        const bool qk_norm = cases / 2 % 2 == 1;
                         ++cases;
                         auto run = [&](bool fused, std::vector<float>& out, std::vector<uint8_t>& kc_bytes,
                                        std::vector<uint8_t>& vc_bytes) {
@@ -465,8 +539,24 @@ TEST(GptKernels, FusedRopeSinkDecodeMatchesSeparateKernels) {
                             a.split_scratch = sc.as<float>();
                             a.split_counters = cnt.as<int>();
                             if (fused) {
+                                if (qk_norm) {
+                                    r.q_norm = dqn.as<float>();
+                                    r.k_norm = dkn.as<float>();
+                                    r.norm_eps = 1e-6f;
+                                    ehcuda::RopeTableArgs one = r;  // both weights or neither
+                                    one.k_norm = nullptr;
+                                    EXPECT_THROW(ehcuda::rope_sink_attention_decode(one, a, nullptr), ehp::Error);
+                                }
                                 ehcuda::rope_sink_attention_decode(r, a, nullptr);
                             } else {
+                                if (qk_norm) {
+                                    ehcuda::head_rmsnorm(r.qkv, ld, n_head, n_kv, hd, dqn.as<float>(), dkn.as<float>(), 1,
+                                                         1e-6f, nullptr);
+                                    ehcuda::RopeTableArgs normed = r;  // the separate RoPE takes no norm weights
+                                    normed.q_norm = dqn.as<float>();
+                                    normed.k_norm = dkn.as<float>();
+                                    EXPECT_THROW(ehcuda::rope_table_store_kv(normed, nullptr), ehp::Error);
+                                }
                                 ehcuda::rope_table_store_kv(r, nullptr);
                                 ehcuda::attention_sinks(a, nullptr);
                             }
@@ -482,7 +572,8 @@ TEST(GptKernels, FusedRopeSinkDecodeMatchesSeparateKernels) {
                         run(true, got2, kg2, vg2);
                         const std::string what = "pos " + std::to_string(pos) + " splits " + std::to_string(nsplit) +
                                                  " n_rot " + std::to_string(n_rot) + " neox " + std::to_string(neox) +
-                                                 " f32 " + std::to_string(f32) + " window " + std::to_string(win);
+                                                 " f32 " + std::to_string(f32) + " window " + std::to_string(win) +
+                                                 " qk_norm " + std::to_string(qk_norm);
                         EXPECT_LT(rel_err(got, want), 1e-5) << what;
                         EXPECT_TRUE(kg == kw) << "K cache bytes differ: " << what;
                         EXPECT_TRUE(vg == vw) << "V cache bytes differ: " << what;

@@ -2,7 +2,8 @@
 // with int16x2 inputs, pre-norm folded into the staging, activations handed
 // to the down kernel as int16x2 chunks) against a double-precision host
 // reference and against the float per-pair kernels, for every expert type
-// with an integer path (MXFP4 and the quantized matmul types), k = 1..4,
+// with an integer path (MXFP4 and the quantized matmul types), k = 1..10
+// (8 and more: the down kernel's 8-warp shapes, both row counts),
 // fused and separate gate/up, biases, with and without the folded RMSNorm;
 // bitwise reproducibility; what moe_decode_supported refuses.
 #include <cuda_runtime_api.h>
@@ -20,6 +21,7 @@
 #include <ehcuda/moe.hpp>
 
 #include "gpu_test_util.hpp"
+#include "../cuda/test_plan.hpp"
 #include "ops.hpp"  // cpu-reference building blocks
 
 namespace {
@@ -185,6 +187,18 @@ TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
     a.h = dh2.as<float>();
     ehcuda::moe_decode(a, nullptr);
     EXPECT_EQ(std::memcmp(host<float>(dh2, size_t(E)).data(), got.data(), got.size() * 4), 0);
+    if (k >= 8) {
+        // The down kernel's other shape for 8+ experts (4 rows a block): each
+        // (expert, row) sum is formed the same way, so the same bits.
+        const int rows = ehtest::test_plan().moe_down_rows;
+        ehtest::test_plan().moe_down_rows = rows == 8 ? 4 : 8;
+        auto dh3 = dev(h0);
+        a.x = dh3.as<float>();
+        a.h = dh3.as<float>();
+        ehcuda::moe_decode(a, nullptr);
+        ehtest::test_plan().moe_down_rows = rows;
+        EXPECT_EQ(std::memcmp(host<float>(dh3, size_t(E)).data(), got.data(), got.size() * 4), 0) << "moe_down_rows";
+    }
 
     // The routing inside the expert kernel: router logits that rank `ids`
     // first (slots 0 and 1 tied: the lower index wins), then the others,
@@ -236,7 +250,11 @@ INSTANTIATE_TEST_SUITE_P(
         DecodeCase{EH_TYPE_Q5_0, EH_TYPE_Q5_1, 512, 256, 8, 2, true, false},
         DecodeCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 512, 256, 8, 4, false, true},
         DecodeCase{EH_TYPE_Q5_K, EH_TYPE_Q4_K, 512, 256, 8, 2, true, true},
-        DecodeCase{EH_TYPE_Q6_K, EH_TYPE_MXFP4, 512, 256, 8, 3, true, true}),
+        DecodeCase{EH_TYPE_Q6_K, EH_TYPE_MXFP4, 512, 256, 8, 3, true, true},
+        // Qwen3-30B-A3B's expert shape (2048 x 768, top-8; 9 experts here)
+        // and more slots than the down kernel's 8 warps
+        DecodeCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 2048, 768, 9, 8, true, true},
+        DecodeCase{EH_TYPE_Q4_K, EH_TYPE_Q4_K, 512, 256, 12, 10, false, false}),
     case_name);
 
 TEST(MoeDecode, SupportedOnlyForIntegerPathTypesAndWholeChunks) {

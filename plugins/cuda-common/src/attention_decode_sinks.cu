@@ -27,6 +27,7 @@ using detail::rope_table_pair;
 using detail::store_kv;
 
 constexpr int kAttnWarps = 8;
+static_assert(kAttnWarps >= 2, "the fused kernel's QK-norm takes warps 0 and 1");
 constexpr int kKeyGroup = 4;  // keys a warp scores together (independent loads in flight)
 constexpr int kMaxDpl = 8;    // head_dim <= 256
 constexpr int kMaxSinkSplits = 128;  // the split kernel's merge stages one float pair per split
@@ -218,6 +219,19 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
             vs[d] = r.qkv[nq + nk + size_t(kvh) * hd + d];
         }
         __syncthreads();
+        if (r.q_norm && warp < 2) {
+            // QK-norm: warp 0 the query head, warp 1 the key head, each as
+            // head_rmsnorm_kernel (elementwise.cu) computes it, bit for bit
+            float* x = warp == 0 ? qs : ks;
+            const float* w = warp == 0 ? r.q_norm : r.k_norm;
+            float ss = 0.0f;
+            for (int i = lane; i < hd; i += 32) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+            const float scale = rsqrtf(ss / float(hd) + r.norm_eps);
+            for (int i = lane; i < hd; i += 32) x[i] = x[i] * scale * w[i];
+        }
+        if (r.q_norm) __syncthreads();
         const int half_rot = r.n_rot / 2;
         for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
             const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + half_rot : 2 * i + 1;
@@ -463,6 +477,7 @@ void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, c
         throw ehp::Error(EH_INTERNAL, "fused decode attention: RoPE and attention arguments disagree");
     if (r.n_rot < 0 || r.n_rot > r.head_dim || r.n_rot % 2 || (r.n_rot > 0 && !r.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
+    if (!r.q_norm != !r.k_norm) throw ehp::Error(EH_INTERNAL, "fused decode attention: QK-norm needs both weights");
     const int xb = check_chunk_output(a, true);
     if (a.nsplit > kMaxSinkSplits) throw ehp::Error(EH_INTERNAL, "fused decode attention: at most 128 splits");
     const dim3 grid(unsigned(a.nsplit), unsigned(a.n_head));

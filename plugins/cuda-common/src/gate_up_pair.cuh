@@ -59,6 +59,11 @@ constexpr int kPairMaxSlots = 4;
 template <int TG, int Bits, int RW, bool Bulk>
 constexpr int pair_min_blocks() {
     if (RW == 4 && TG == EH_TYPE_MXFP4) return 3;
+    // The MoE decode's form (register, int16 input with residues, 8-warp
+    // blocks): 2, <= 128 registers (Q4_K took 181, Q6_K 252: one block per
+    // multiprocessor, so Qwen3-30B-A3B's 192 blocks ran in two waves), no
+    // spills but for Q5_K.
+    if (RW == 4 && Bits == 32 && !Bulk && TG != EH_TYPE_Q5_K) return 2;
     if (RW == 2 && Bits == 16 && TG != EH_TYPE_Q5_K && TG != EH_TYPE_Q6_K && TG != EH_TYPE_Q3_K &&
         !(Bulk && TG == EH_TYPE_Q5_0) && !(!Bulk && TG == EH_TYPE_Q2_K))
         return 2;

@@ -156,6 +156,8 @@ void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream) {
     if (a.n_rot < 0 || a.n_rot > a.head_dim || a.n_rot % 2 || (a.n_rot > 0 && !a.inv_freq))
         throw ehp::Error(EH_INTERNAL, "rope: bad rotary dimension or missing frequency table");
     if (!a.d_pos != !a.d_rows) throw ehp::Error(EH_INTERNAL, "rope: d_pos and d_rows come together");
+    if (a.q_norm || a.k_norm)
+        throw ehp::Error(EH_INTERNAL, "rope: QK-norm weights are rope_sink_attention_decode's only (head_rmsnorm first)");
     const int work = std::max((a.n_head + a.n_kv) * (a.n_rot / 2), a.n_kv * a.head_dim);
     const dim3 grid(unsigned(a.ntok), a.ntok == 1 ? unsigned(std::clamp((work + 255) / 256, 1, 64)) : 1u);
     if (a.k_cache32 && a.v_cache32) launch("rope_table_kernel", rope_table_kernel<float>, grid, 256, 0, stream, a, a.k_cache32, a.v_cache32);

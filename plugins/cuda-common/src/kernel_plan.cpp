@@ -96,6 +96,13 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(sink_min_chunk, 1, kBig),
         EHCUDA_INT_KEY(attn_group_min_keys, -1, kBig),
         EHCUDA_BOOL_KEY(moe_fused_route),
+        EHCUDA_BOOL_KEY(moe_router_kernel),
+        Key{"moe_down_rows",
+            [](KernelPlan& p, const Options& o, std::string_view k) {
+                const int v = int(o.integer(k, p.moe_down_rows, 4, 8));
+                if (v != 4 && v != 8) throw ehp::Error(EH_INVALID_ARGUMENT, o.where() + ": \"moe_down_rows\" must be 4 or 8");
+                p.moe_down_rows = v;
+            }},
         EHCUDA_INT_KEY(moe_wide_pass_tokens, 0, 65536),
         EHCUDA_INT_KEY(moe_long_pass_tokens, 0, 65536),
         EHCUDA_BOOL_KEY(moe_deep_pipeline),

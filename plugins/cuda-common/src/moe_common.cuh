@@ -32,47 +32,53 @@ __device__ __forceinline__ float expert_swiglu(float g, float u, float alpha, fl
 // bit per expert it has given up); ties go to the lower index (as the CPU
 // reference's ordering), NaN ranks below every number. Lane s < k gets
 // slot s's expert and its weight, a softmax over the selected logits.
-// (One thread per token walking every expert k times took ~20 us per
-// gpt-oss layer at decode.) k <= 32, n_expert <= kMaxRouteExperts.
+// A round compares order-preserving integer keys (route_key): the lane's
+// own best, then the warp's largest key and, among the lanes holding it,
+// the lowest expert, each in one warp reduction instruction. (Comparing
+// floats and indices through 5 pairs of shuffles a round took ~8 us for
+// the top-8 of 128 experts, one dependent chain of ~1,000 instructions;
+// one thread per token walking every expert k times took ~20 us per
+// gpt-oss layer.) k <= 32, n_expert <= kMaxRouteExperts.
 constexpr int kMaxRouteExperts = 32 * 32;
 
-__device__ __forceinline__ bool route_better(float v, int e, float bv, int be) {
-    if (be < 0) return e >= 0;
-    if (e < 0) return false;
-    const bool vn = isnan(v), bn = isnan(bv);
-    if (vn != bn) return bn;
-    return (!vn && v > bv) || ((vn || v == bv) && e < be);
+// 1 for NaN, else the float's bits mapped so that unsigned order is the
+// numbers' order (-0 as +0, so they tie as floats do); 0 is left for "no
+// expert". Every number's key is above 1 (-inf's is 0x007FFFFF).
+__device__ __forceinline__ uint32_t route_key(float v) {
+    if (isnan(v)) return 1u;
+    const uint32_t u = __float_as_uint(v == 0.0f ? 0.0f : v);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+__device__ __forceinline__ float route_value(uint32_t key) {
+    if (key <= 1u) return __uint_as_float(0x7FC00000u);  // NaN
+    return __uint_as_float((key & 0x80000000u) ? (key & 0x7FFFFFFFu) : ~key);
 }
 
 __device__ __forceinline__ void route_warp(const float* l, int n_expert, int k, int lane, int& my_id, float& my_w) {
     uint32_t taken = 0;  // bit j: expert lane + 32 j is selected
     my_id = -1;
-    float my_val = 0.0f;
+    uint32_t my_key = 0;
     for (int s = 0; s < k; ++s) {
-        float bv = 0.0f;
+        uint32_t bk = 0;  // the lane's best key; on ties its lowest expert
         int be = -1;
         for (int j = 0, e = lane; e < n_expert; ++j, e += 32) {
-            const float v = l[e];
-            if (!((taken >> j) & 1u) && route_better(v, e, bv, be)) {
-                bv = v;
+            const uint32_t key = route_key(l[e]);
+            if (!((taken >> j) & 1u) && key > bk) {
+                bk = key;
                 be = e;
             }
         }
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) {
-            const float ov = __shfl_xor_sync(0xffffffffu, bv, o);
-            const int oe = __shfl_xor_sync(0xffffffffu, be, o);
-            if (route_better(ov, oe, bv, be)) {
-                bv = ov;
-                be = oe;
-            }
-        }
-        if (be >= 0 && (be & 31) == lane) taken |= 1u << (be >> 5);
+        const uint32_t m = __reduce_max_sync(0xffffffffu, bk);
+        const uint32_t w = __reduce_min_sync(0xffffffffu, m != 0u && bk == m ? uint32_t(be) : 0xffffffffu);
+        const int win = m != 0u ? int(w) : -1;
+        if (win >= 0 && (win & 31) == lane) taken |= 1u << (win >> 5);
         if (lane == s) {
-            my_id = be;
-            my_val = bv;
+            my_id = win;
+            my_key = m;
         }
     }
+    const float my_val = route_value(my_key);
     const float mx = __shfl_sync(0xffffffffu, my_val, 0);
     const float p = lane < k ? expf(my_val - mx) : 0.0f;
     float sum = p;

@@ -4,9 +4,12 @@
 //            slot), int16x2 input with the pre-norm folded in; the
 //            activations go back to memory already in the int16x2 chunk
 //            layout, so the down kernel needs no staging of its own.
-//   down:    block (4 output rows), warp w takes slots w, w+4, ...; the
-//            slots' partial sums are combined in rank order in shared
-//            memory (no atomics: reproducible) and added to h.
+//   down:    block (R output rows) of W warps, warp w takes slots w,
+//            w+W, ...; the slots' partial sums are combined in rank order
+//            in shared memory (no atomics: reproducible) and added to h.
+//            Eight or more slots (Qwen3-MoE): 8 warps, one slot each, and
+//            R = moe_down_rows (8: each lane's input chunk serves 8 rows);
+//            fewer (gpt-oss): 4 warps of 4 rows.
 //
 // Integer dot products (quant_dp4a.cuh) with the int16x2 input form are
 // ~2^-24 of the chunk's largest input from exact, so the experts'
@@ -29,34 +32,41 @@ using moe_detail::DevMat;
 using moe_detail::row_ptr;
 using moe_detail::to_dev;
 
-constexpr int kDownWarps = 4;
-constexpr int kDownRows = 4;   // output rows per block
 constexpr int kMaxSlots = 32;  // expert_used_count bound (moe_route's)
 constexpr int kChunkBytes = kIntStride<32>;
 
-template <int T>
-__global__ void __launch_bounds__(kDownWarps * 32, 6) down_decode_kernel(const uint8_t* act_q, int k, const int32_t* ids,
-                                                                      const float* wts, DevMat d, float* h) {
+// Blocks per multiprocessor each shape is compiled for (its register
+// bound): enough that the grid of a 2048-row down projection is resident
+// at once (256 blocks of 8 rows, 512 of 4).
+template <int W, int R>
+constexpr int down_min_blocks() {
+    return W == 4 ? 6 : R == 8 ? 2 : 4;
+}
+
+template <int T, int W, int R>
+__global__ void __launch_bounds__(W * 32, down_min_blocks<W, R>()) down_decode_kernel(const uint8_t* act_q, int k,
+                                                                                    const int32_t* ids, const float* wts,
+                                                                                    DevMat d, float* h) {
     pdl_entry();
-    __shared__ float part[kMaxSlots][kDownRows];
+    __shared__ float part[kMaxSlots][R];
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int r0 = blockIdx.x * kDownRows;
-    const int nr = min(kDownRows, d.rows - r0);
+    const int r0 = blockIdx.x * R;
+    const int nr = min(R, d.rows - r0);
     const int nch = d.cols / 32;
-    for (int s = warp; s < k; s += kDownWarps) {
+    for (int s = warp; s < k; s += W) {
         const int e = ids[s];
         const uint8_t* xq = act_q + size_t(s) * nch * kChunkBytes;
         const uint8_t* w = row_ptr(d, e, r0);
-        float acc[kDownRows] = {};
+        float acc[R] = {};
         for (int c = lane; c < nch; c += 32) {
             XInt16x2 x;
             detail::load_staged_int<32>(xq, c, x);
 #pragma unroll
-            for (int i = 0; i < kDownRows; ++i)
+            for (int i = 0; i < R; ++i)
                 if (i < nr) acc[i] += dot_chunk_int<T>(w + size_t(i) * d.row_bytes, c, x);
         }
 #pragma unroll
-        for (int i = 0; i < kDownRows; ++i) {
+        for (int i = 0; i < R; ++i) {
             const float v = detail::warp_sum(acc[i]);
             if (lane == 0 && i < nr) part[s][i] = v + bias_of(d, e, r0 + i);
         }
@@ -105,8 +115,13 @@ void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream) {
     else
         detail::launch_gate_up_pair<32, 4>(a.gate.type, xa, fused ? nullptr : a.ids, g, u, act, act_q, a.k, false, stream, route);
     detail::int_type_dispatch(a.down.type, [&]<int T>() {
-        launch("moe down_decode_kernel", down_decode_kernel<T>, unsigned((d.rows + kDownRows - 1) / kDownRows),
-               kDownWarps * 32, 0, stream, static_cast<const uint8_t*>(act_q), a.k, ids, weights, d, a.h);
+        auto go = [&]<int W, int R>() {
+            launch("moe down_decode_kernel", down_decode_kernel<T, W, R>, unsigned((d.rows + R - 1) / R), W * 32, 0,
+                   stream, static_cast<const uint8_t*>(act_q), a.k, ids, weights, d, a.h);
+        };
+        if (a.k < 8) go.template operator()<4, 4>();
+        else if (plan().moe_down_rows == 4) go.template operator()<8, 4>();
+        else go.template operator()<8, 8>();
     });
     EHC_LAUNCHED("down_decode_kernel");
 }

@@ -78,6 +78,8 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         ff_ = ehcuda::DeviceBuffer(
             std::max(chunk * K * c_.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)), L);
         router_ = ehcuda::DeviceBuffer(T * c_.n_expert * 4, L);
+        router_counter_ = ehcuda::DeviceBuffer(4, L);
+        EHC_CHECK(cudaMemset(router_counter_.get(), 0, 4));
         if (moe_grouped_max_ >= 2)
             grouped_ = ehcuda::DeviceBuffer(ehcuda::moe_grouped_scratch_bytes(int(std::min<size_t>(T, size_t(moe_grouped_max_))),
                                                                                int(K), c_.n_expert, c_.n_embd, c_.n_ff_exp), L);
@@ -280,10 +282,17 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
         matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
     // (one token: the expert kernel reads h, and routes for itself where
-    // moe_fused_route says)
-    normed_matmul(&L.router, 1, h, L.ffn_norm, router_.as<float>(), c.n_expert, T, one);
-    if (!one || !moe_fused_route(m_))
-        ehcuda::moe_route(router_.as<float>(), T, c.n_expert, c.n_expert_used, ids_.as<int32_t>(), wts_.as<float>(), s);
+    // moe_fused_route says, else the router kernel routes where
+    // router_decode says)
+    if (one && !moe_fused_route(m_) && router_decode(m_, L)) {
+        ehcuda::moe_router_decode(router_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
+                                                     router_counter_.as<int>()),
+                                  s);
+    } else {
+        normed_matmul(&L.router, 1, h, L.ffn_norm, router_.as<float>(), c.n_expert, T, one);
+        if (!one || !moe_fused_route(m_))
+            ehcuda::moe_route(router_.as<float>(), T, c.n_expert, c.n_expert_used, ids_.as<int32_t>(), wts_.as<float>(), s);
+    }
     moe(li, T);
 }
 

@@ -59,6 +59,7 @@ private:
     // gpt-oss decode rows: the paged fused decode attention's split scratch,
     // counters and (one row) quantized output.
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_, attn_chunks_;
+    ehcuda::DeviceBuffer router_counter_;  // moe_router_decode's
     int decode_splits(int rows) const;
     // gpt-oss: the grouped-by-expert cuBLAS MoE's own workspace (the base's
     // has no MoE buffers), sized for kMoeChunk tokens: a step's MoE runs in

@@ -231,7 +231,9 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
             mats.push_back({"ffn_gate_up_exps", e, false,
                             dec ? std::string("moe_decode: gate_up_pair_kernel over the routed experts (register form, ") +
                                       ehcuda::gemv_input_name(p.gemv_input) + " input)" +
-                                      (moe_fused_route(m) ? ", routing fused into it" : ", route_kernel first")
+                                      (moe_fused_route(m)      ? ", routing fused into it"
+                                       : router_decode(m, L) ? ", routed first by router_decode_kernel (router GEMV + top-k)"
+                                                             : ", route_kernel first")
                                 : std::string("moe_gate_up (float kernels)")});
             ehcuda::GemvShape d;
             d.type[0] = L.down_exps.type;
@@ -368,6 +370,24 @@ ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h,
     md.scratch_bytes = scratch_bytes;
     md.h = h;
     return md;
+}
+
+ehcuda::MoeRouterArgs router_decode_args(const Config& c, const Layer& L, const float* h, float* logits, int32_t* ids,
+                                         float* weights, int* counter) {
+    ehcuda::MoeRouterArgs ra;
+    ra.x = h;
+    ra.norm_w = L.ffn_norm;
+    ra.norm_eps = c.eps;
+    ra.w = static_cast<const float*>(L.router.w.data);
+    ra.bias = L.router.bias;
+    ra.n_expert = c.n_expert;
+    ra.cols = c.n_embd;
+    ra.k = c.n_expert_used;
+    ra.logits = logits;
+    ra.ids = ids;
+    ra.weights = weights;
+    ra.counter = counter;
+    return ra;
 }
 
 int session_moe_grouped_max(const Model& m) {

@@ -42,6 +42,13 @@ struct Layer {
 ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h, const float* logits, int32_t* route_ids,
                                       float* route_weights, void* scratch, size_t scratch_bytes);
 
+// The router of the token whose residual stream is h as one kernel
+// (moe_router_decode; router_decode says when): the pre-norm inside,
+// the logits, ids and weights left where moe_route leaves them, `counter`
+// the caller's zeroed device int.
+ehcuda::MoeRouterArgs router_decode_args(const Config& c, const Layer& L, const float* h, float* logits, int32_t* ids,
+                                         float* weights, int* counter);
+
 // The expert block of ntok tokens (2 .. moe_grouped_max) through the grouped
 // kernels (moe_grouped): pre-normed inputs xn, the routing in ids / wts, the
 // residual stream h added to; `scratch` of moe_grouped_scratch_bytes.
@@ -82,6 +89,17 @@ struct Model {
 // with route_kernel first).
 inline constexpr int kFusedRouteMaxExperts = 32;
 inline bool moe_fused_route(const Model& m) { return m.plan.moe_fused_route && m.cfg.n_expert <= kFusedRouteMaxExperts; }
+
+// Whether a one-token expert block that routes before its experts takes
+// moe_router_decode (router GEMV and top-k in one kernel, one block per
+// expert row) rather than the GEMV and route_kernel: the plan's
+// moe_router_kernel, for an F32 router of n_expert x n_embd.
+inline bool router_decode(const Model& m, const Layer& L) {
+    const ehcuda::WeightRef& w = L.router.w;
+    return m.plan.moe_router_kernel && w.rows == m.cfg.n_expert && w.cols == m.cfg.n_embd &&
+           w.row_bytes == size_t(w.cols) * 4 &&
+           ehcuda::moe_router_decode_supported(w.type, m.cfg.n_expert, m.cfg.n_embd, m.cfg.n_expert_used);
+}
 
 // The most tokens of a batched step whose experts run grouped (moe_grouped:
 // each expert's weights read in their stored type once per 8 or 32 of its

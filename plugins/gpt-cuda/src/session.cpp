@@ -91,6 +91,10 @@ Session::Session(Model& model, const eh_session_params& params)
     attn_scratch_ = ehcuda::DeviceBuffer(ehcuda::attention_sink_scratch_floats(c_.n_head, c_.head_dim, nsplit_) * 4, L);
     attn_counters_ = ehcuda::DeviceBuffer(size_t(c_.n_head) * 4, L);
     EHC_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.size()));
+    if (c_.moe()) {
+        router_counter_ = ehcuda::DeviceBuffer(4, L);
+        EHC_CHECK(cudaMemset(router_counter_.get(), 0, 4));
+    }
     {
         ehcuda::SinkAttnArgs probe;
         probe.q = qkv_.as<float>();
@@ -180,6 +184,12 @@ bool Session::attend(int li, int ntok, ehcuda::RopeTableArgs r, ehcuda::SinkAttn
         const ehcuda::AttnSplitScratch sp = ehcuda::attention_split_scratch(*prefill_workspace());
         at.prefill_scratch = sp.data;
         at.prefill_scratch_floats = sp.floats;
+    }
+    // QK-norm (r.q_norm set): inside the fused one-token kernel, else its
+    // own kernel over the qkv rows first
+    if (r.q_norm && (group || ntok > 1)) {
+        ehcuda::head_rmsnorm(r.qkv, r.ld, c.n_head, c.n_kv, c.head_dim, r.q_norm, r.k_norm, ntok, r.norm_eps, s);
+        r.q_norm = r.k_norm = nullptr;
     }
     if (group) {
         ehcuda::rope_table_store_kv(r, s);
@@ -293,7 +303,6 @@ void Session::moe_layer(int li, int ntok) {
     a.ntok = ntok;
     a.prefill = prefill_ws(ntok);
     ehcuda::matmul(a, s);
-    if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, ntok, c.eps, s);
     mark(kQkv);
 
     ehcuda::RopeTableArgs r;  // NEOX rotation (YaRN-scaled when the file says) from the model's table
@@ -301,6 +310,11 @@ void Session::moe_layer(int li, int ntok) {
     r.neox = true;
     r.inv_freq = m_.inv_freq;
     r.attn_factor = c.attn_factor;
+    if (c.qk_norm) {  // (applied in attend)
+        r.q_norm = L.q_norm;
+        r.k_norm = L.k_norm;
+        r.norm_eps = c.eps;
+    }
     ehcuda::SinkAttnArgs at;
     at.window = L.window;
     at.sinks = L.sinks;
@@ -327,6 +341,23 @@ void Session::moe_layer(int li, int ntok) {
     // integer-input decode kernels.
     const int k = c.n_expert_used;
     const bool one = ntok == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k);
+    // (one token: the expert kernel routes for itself unless switched off)
+    const bool fused_route = one && moe_fused_route(m_);
+    if (one && !fused_route && router_decode(m_, L)) {
+        // router GEMV and routing in one kernel
+        ehcuda::moe_router_decode(router_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
+                                                     router_counter_.as<int>()),
+                                  s);
+        mark(kRouter);
+        ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
+                                                   ff_.get(), ff_.size());
+        md.logits = nullptr;
+        md.ids = ids_.as<int32_t>();
+        md.weights = wts_.as<float>();
+        ehcuda::moe_decode(md, s);
+        mark(kFfnDown);
+        return;
+    }
     ehcuda::MatmulArgs ro;
     ro.seg[0] = L.router;
     ro.cols = c.n_embd;
@@ -345,8 +376,6 @@ void Session::moe_layer(int li, int ntok) {
     ro.ntok = ntok;
     ro.prefill = prefill_ws(ntok);
     ehcuda::matmul(ro, s);
-    // (one token: the expert kernel routes for itself unless switched off)
-    const bool fused_route = one && moe_fused_route(m_);
     if (!fused_route)
         ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);

@@ -61,6 +61,7 @@ private:
     int group_splits_ = 0;  // attention_decode_group's grid, 0 when it does not serve the model
     ehcuda::DeviceBuffer attn_chunks_;  // decode: the attention output as the output projection's chunks
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_;
+    ehcuda::DeviceBuffer router_counter_;  // moe_router_decode's
 };
 
 }  // namespace gpt_cuda

@@ -52,6 +52,13 @@ struct RopeTableArgs {
     // cache row d_rows[t] (a paged pool's row).
     const int32_t* d_pos = nullptr;
     const int32_t* d_rows = nullptr;
+    // QK-norm (Qwen3), rope_sink_attention_decode only (both or neither):
+    // each head's q and k RMS-normalized over head_dim with these weights
+    // (head_dim long) before the rotation, as head_rmsnorm would; the qkv
+    // row itself is left as it is.
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    float norm_eps = 0.0f;
 };
 void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream);
 

@@ -99,6 +99,12 @@ struct KernelPlan {
     int attn_group_min_keys = 2048;
     // ---- MoE (gpt-oss)
     bool moe_fused_route = true;  // decode: routing inside the gate|up kernel
+    // decode, a router of F32 rows (Qwen3-MoE, gpt-oss-120b): its GEMV and
+    // the top-k in one kernel (moe_router_decode), not the GEMV + route_kernel
+    bool moe_router_kernel = true;
+    // decode, 8 or more experts a token: output rows of a down block (4 or
+    // 8; its 8 warps take one expert each)
+    int moe_down_rows = 8;
     // grouped tensor-core experts (moe_grouped_mma.cu): passes of 32 tokens
     // instead of 8 when the experts average more than this many tokens (H200,
     // forged gpt-oss-20b, 64 sequences' decode step: 4 -> 11.1 ms, 16 -> 14.5;

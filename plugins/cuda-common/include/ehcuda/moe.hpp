@@ -60,6 +60,27 @@ struct ExpertMat {
 void moe_route(const float* logits, int ntok, int n_expert, int k, int32_t* ids, float* weights,
                cudaStream_t stream);
 
+// One token's router at decode: logits[e] = router_e . rmsnorm(x) (+ bias)
+// for an F32 router [n_expert][cols], then moe_route's top-k ids and
+// weights of those logits, in one kernel (moe_router.cu). `counter` is one
+// device int, zero before the first launch and left zero by each; launches
+// sharing it must not overlap. Pointers x, norm_w and w 16-byte aligned;
+// moe_router_decode_supported says which shapes.
+struct MoeRouterArgs {
+    const float* x = nullptr;       // [cols], the residual before the norm
+    const float* norm_w = nullptr;  // [cols] RMSNorm weight
+    float norm_eps = 0.0f;
+    const float* w = nullptr;       // [n_expert][cols]
+    const float* bias = nullptr;    // [n_expert] or NULL
+    int n_expert = 0, cols = 0, k = 0;
+    float* logits = nullptr;  // [n_expert], written
+    int32_t* ids = nullptr;   // [k], written in rank order
+    float* weights = nullptr; // [k]
+    int* counter = nullptr;
+};
+bool moe_router_decode_supported(uint32_t type, int n_expert, int cols, int k);
+void moe_router_decode(const MoeRouterArgs& a, cudaStream_t stream);
+
 void moe_gate_up(const float* x, int ldx, int ntok, int k, const int32_t* ids, const ExpertMat& gate,
                  const ExpertMat& up, float alpha, float limit, float* act, cudaStream_t stream);
 
