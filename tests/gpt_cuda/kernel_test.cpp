@@ -234,6 +234,17 @@ TEST(GptKernels, RouterDecodeMatchesHostAndRoutes) {
             }
             EXPECT_EQ(host<int32_t>(counter, 1)[0], 0) << what;
         }
+        // Without ids (the expert kernel routes): the same logits, and the
+        // counter neither counted nor reset.
+        ehcuda::MoeRouterArgs lo = a;
+        lo.ids = nullptr;
+        const auto before = host<float>(logits, size_t(sh.n_expert));
+        EXPECT_EQ(cudaMemset(logits.get(), 0, logits.size()), cudaSuccess);
+        auto busy = dev(std::vector<int32_t>{5});
+        lo.counter = busy.as<int>();
+        ehcuda::moe_router_decode(lo, nullptr);
+        EXPECT_EQ(std::memcmp(host<float>(logits, size_t(sh.n_expert)).data(), before.data(), before.size() * 4), 0) << what;
+        EXPECT_EQ(host<int32_t>(busy, 1)[0], 5) << what;
     }
     // A row of a width the float4 loads cannot take, and more experts than
     // the selection scans, are refused.

@@ -7,7 +7,8 @@
 // written), the input and the norm's sum of squares after it. The last
 // block to finish (a counter, as the split attention merges) ranks the
 // logits with route_warp, so the ids and weights are moe_route's for
-// these logits, and resets the counter for the next launch.
+// these logits, and resets the counter for the next launch. Without ids
+// (the expert kernel routes for itself) the logits are all it writes.
 //
 // Why not the GEMV + route_kernel: a 128 x 2048 F32 router is 1 MB, read
 // by 32 four-warp blocks (one row per warp) it left most multiprocessors
@@ -59,10 +60,12 @@ __global__ void __launch_bounds__(kRouterThreads) router_decode_kernel(MoeRouter
     if (threadIdx.x == 0) {
         const float inv = rsqrtf(ss / float(a.cols) + a.norm_eps);
         a.logits[e] = dot * inv + (a.bias ? a.bias[e] : 0.0f);
+        if (!a.ids) return;  // (uniform: the block's other threads leave below)
         __threadfence();
         last = atomicAdd(a.counter, 1) == a.n_expert - 1;
         if (last) *a.counter = 0;  // every block of this launch has counted
     }
+    if (!a.ids) return;
     __syncthreads();
     if (!last) return;
     __threadfence();
@@ -89,7 +92,7 @@ bool moe_router_decode_supported(uint32_t type, int n_expert, int cols, int k) {
 void moe_router_decode(const MoeRouterArgs& a, cudaStream_t stream) {
     if (!moe_router_decode_supported(EH_TYPE_F32, a.n_expert, a.cols, a.k))
         throw ehp::Error(EH_INTERNAL, "moe router: shapes not supported (check moe_router_decode_supported)");
-    if (!a.x || !a.norm_w || !a.w || !a.logits || !a.ids || !a.weights || !a.counter)
+    if (!a.x || !a.norm_w || !a.w || !a.logits || (a.ids && (!a.weights || !a.counter)))
         throw ehp::Error(EH_INTERNAL, "moe router: missing buffer");
     for (const void* p : {static_cast<const void*>(a.x), static_cast<const void*>(a.norm_w), static_cast<const void*>(a.w)})
         if (reinterpret_cast<uintptr_t>(p) % 16)

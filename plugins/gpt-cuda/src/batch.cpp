@@ -282,10 +282,11 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
         matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
 
     // (one token: the expert kernel reads h, and routes for itself where
-    // moe_fused_route says, else the router kernel routes where
-    // router_decode says)
-    if (one && !moe_fused_route(m_) && router_decode(m_, L)) {
-        ehcuda::moe_router_decode(router_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
+    // moe_fused_route says; the router's own kernel where router_decode
+    // says, routing too where the expert kernel does not)
+    if (one && router_decode(m_, L)) {
+        ehcuda::moe_router_decode(router_decode_args(c, L, h, router_.as<float>(),
+                                                     moe_fused_route(m_) ? nullptr : ids_.as<int32_t>(), wts_.as<float>(),
                                                      router_counter_.as<int>()),
                                   s);
     } else {

@@ -43,9 +43,9 @@ ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h,
                                       float* route_weights, void* scratch, size_t scratch_bytes);
 
 // The router of the token whose residual stream is h as one kernel
-// (moe_router_decode; router_decode says when): the pre-norm inside,
-// the logits, ids and weights left where moe_route leaves them, `counter`
-// the caller's zeroed device int.
+// (moe_router_decode; router_decode says when): the pre-norm inside, the
+// logits, and (ids not NULL) the routing: ids and weights where moe_route
+// leaves them, `counter` the caller's zeroed device int.
 ehcuda::MoeRouterArgs router_decode_args(const Config& c, const Layer& L, const float* h, float* logits, int32_t* ids,
                                          float* weights, int* counter);
 
@@ -82,18 +82,19 @@ struct Model {
 };
 
 // Whether a one-token expert block routes inside its gate|up kernel
-// (moe_decode's logits): the plan's moe_fused_route, for models of at most
-// kFusedRouteMaxExperts experts. Every block of that kernel ranks all the
-// experts itself: with gpt-oss-20b's 32 that saves a launch, with 128
-// (Qwen3-MoE, gpt-oss-120b: not measured there) it costs (H200, forged Qwen3-30B-A3B decode: 304 tok/s fused, 331
-// with route_kernel first).
-inline constexpr int kFusedRouteMaxExperts = 32;
-inline bool moe_fused_route(const Model& m) { return m.plan.moe_fused_route && m.cfg.n_expert <= kFusedRouteMaxExperts; }
+// (moe_decode's logits): the plan's moe_fused_route. Every block of that
+// kernel ranks all the experts itself (route_warp: under a microsecond for
+// the top-8 of 128), which costs less than a routing step between the
+// router and the experts (H100, forged files, tg128 after 512 tokens:
+// Qwen3-30B-A3B 404 tok/s fused against 396 routed by the router kernel
+// and 390 by route_kernel after the GEMV).
+inline bool moe_fused_route(const Model& m) { return m.plan.moe_fused_route; }
 
-// Whether a one-token expert block that routes before its experts takes
-// moe_router_decode (router GEMV and top-k in one kernel, one block per
-// expert row) rather than the GEMV and route_kernel: the plan's
-// moe_router_kernel, for an F32 router of n_expert x n_embd.
+// Whether a one-token expert block's router takes moe_router_decode (one
+// block per expert row; the top-k too where the expert kernel does not
+// route) rather than the GEMV (and route_kernel): the plan's
+// moe_router_kernel, for an F32 router of n_expert x n_embd (H100,
+// gpt-oss-20b tg128 after 512 tokens 522 -> 537 tok/s).
 inline bool router_decode(const Model& m, const Layer& L) {
     const ehcuda::WeightRef& w = L.router.w;
     return m.plan.moe_router_kernel && w.rows == m.cfg.n_expert && w.cols == m.cfg.n_embd &&

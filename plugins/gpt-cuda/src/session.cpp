@@ -343,41 +343,34 @@ void Session::moe_layer(int li, int ntok) {
     const bool one = ntok == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k);
     // (one token: the expert kernel routes for itself unless switched off)
     const bool fused_route = one && moe_fused_route(m_);
-    if (one && !fused_route && router_decode(m_, L)) {
-        // router GEMV and routing in one kernel
-        ehcuda::moe_router_decode(router_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
-                                                     router_counter_.as<int>()),
+    if (one && router_decode(m_, L)) {
+        // the router's own kernel: its logits, and the routing unless the
+        // expert kernel routes
+        ehcuda::moe_router_decode(router_decode_args(c, L, h, router_.as<float>(), fused_route ? nullptr : ids_.as<int32_t>(),
+                                                     wts_.as<float>(), router_counter_.as<int>()),
                                   s);
-        mark(kRouter);
-        ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
-                                                   ff_.get(), ff_.size());
-        md.logits = nullptr;
-        md.ids = ids_.as<int32_t>();
-        md.weights = wts_.as<float>();
-        ehcuda::moe_decode(md, s);
-        mark(kFfnDown);
-        return;
-    }
-    ehcuda::MatmulArgs ro;
-    ro.seg[0] = L.router;
-    ro.cols = c.n_embd;
-    if (one) {
-        ro.x = h;
-        ro.xmode = ehcuda::XMode::RmsNorm;
-        ro.norm_w = L.ffn_norm;
-        ro.norm_eps = c.eps;
     } else {
-        ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
-        ro.x = xn;
+        ehcuda::MatmulArgs ro;
+        ro.seg[0] = L.router;
+        ro.cols = c.n_embd;
+        if (one) {
+            ro.x = h;
+            ro.xmode = ehcuda::XMode::RmsNorm;
+            ro.norm_w = L.ffn_norm;
+            ro.norm_eps = c.eps;
+        } else {
+            ehcuda::rmsnorm(h, c.n_embd, L.ffn_norm, xn, c.n_embd, c.n_embd, ntok, c.eps, s);
+            ro.x = xn;
+        }
+        ro.ldx = c.n_embd;
+        ro.y = router_.as<float>();
+        ro.ldy = c.n_expert;
+        ro.ntok = ntok;
+        ro.prefill = prefill_ws(ntok);
+        ehcuda::matmul(ro, s);
+        if (!fused_route)
+            ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     }
-    ro.ldx = c.n_embd;
-    ro.y = router_.as<float>();
-    ro.ldy = c.n_expert;
-    ro.ntok = ntok;
-    ro.prefill = prefill_ws(ntok);
-    ehcuda::matmul(ro, s);
-    if (!fused_route)
-        ehcuda::moe_route(router_.as<float>(), ntok, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     mark(kRouter);
     if (one) {
         ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),

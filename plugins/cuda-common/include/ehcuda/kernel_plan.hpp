@@ -99,8 +99,8 @@ struct KernelPlan {
     int attn_group_min_keys = 2048;
     // ---- MoE (gpt-oss)
     bool moe_fused_route = true;  // decode: routing inside the gate|up kernel
-    // decode, a router of F32 rows (Qwen3-MoE, gpt-oss-120b): its GEMV and
-    // the top-k in one kernel (moe_router_decode), not the GEMV + route_kernel
+    // decode, a router of F32 rows: its own kernel (moe_router_decode, one
+    // block per row, the top-k too when not fused), not the GEMV
     bool moe_router_kernel = true;
     // decode, 8 or more experts a token: output rows of a down block (4 or
     // 8; its 8 warps take one expert each)

@@ -61,8 +61,9 @@ void moe_route(const float* logits, int ntok, int n_expert, int k, int32_t* ids,
                cudaStream_t stream);
 
 // One token's router at decode: logits[e] = router_e . rmsnorm(x) (+ bias)
-// for an F32 router [n_expert][cols], then moe_route's top-k ids and
-// weights of those logits, in one kernel (moe_router.cu). `counter` is one
+// for an F32 router [n_expert][cols], one block per expert row
+// (moe_router.cu), then, where ids is set, moe_route's top-k ids and
+// weights of those logits in the same kernel. `counter` (with ids) is one
 // device int, zero before the first launch and left zero by each; launches
 // sharing it must not overlap. Pointers x, norm_w and w 16-byte aligned;
 // moe_router_decode_supported says which shapes.
@@ -74,7 +75,7 @@ struct MoeRouterArgs {
     const float* bias = nullptr;    // [n_expert] or NULL
     int n_expert = 0, cols = 0, k = 0;
     float* logits = nullptr;  // [n_expert], written
-    int32_t* ids = nullptr;   // [k], written in rank order
+    int32_t* ids = nullptr;   // [k], written in rank order; NULL: the logits only
     float* weights = nullptr; // [k]
     int* counter = nullptr;
 };
