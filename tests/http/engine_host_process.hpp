@@ -83,7 +83,11 @@ public:
             if (!running()) break;
         }
         if (wait_ready && port_) {
-            for (int i = 0; i < 500; ++i) {
+            // Until /health says the model is loaded (a loaded machine, as CI
+            // running tests side by side, can take seconds; a request before
+            // then is answered 503 "still loading"), for at most a minute.
+            const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(60);
+            while (std::chrono::steady_clock::now() < until && running()) {
                 try {
                     if (http(port_, "GET", "/health").status == 200) break;
                 } catch (...) {
