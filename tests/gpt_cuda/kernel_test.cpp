@@ -419,57 +419,76 @@ TEST(GptKernels, SinkAttentionWithWindowMatchesReference) {
     }
 }
 
+// The split decode kernels under the default plan and with splits of as few
+// as 32 keys (KernelPlan::sink_min_chunk), so that warps with no keys,
+// groups past a split's end, more than 16 splits to merge and window layers
+// held to one split are all met; the plan is restored after.
+template <class F>
+void for_sink_chunk_plans(F&& f) {
+    const ehcuda::KernelPlan saved = ehtest::test_plan();
+    for (const int min_chunk : {saved.sink_min_chunk, 32}) {
+        ehtest::test_plan().sink_min_chunk = min_chunk;
+        SCOPED_TRACE("sink_min_chunk " + std::to_string(min_chunk));
+        f();
+    }
+    ehtest::test_plan() = saved;
+}
+
 // Decode attention split over the keys (one kernel, the last block of a
 // head merges the splits in order): against the reference at positions
 // around the split boundaries, with and without window and sinks, FP32 and
-// FP16 caches, 1..9 splits (more splits than keys too); the counters are
-// back at zero after every launch, and a second launch gives the same bits.
+// FP16 caches, 1..24 splits (more splits than keys too), head dims 64 and
+// 128, under each chunk plan; the counters are back at zero after every
+// launch, and a second launch gives the same bits.
 TEST(GptKernels, SplitDecodeAttentionMatchesReference) {
     REQUIRE_GPU();
-    std::mt19937 rng(8);
-    const int hd = 64, n_head = 8, n_kv = 2, ctx = 600;
-    const int kv_dim = n_kv * hd, q_dim = n_head * hd;
-    const HalfKV cache = random_half_kv(rng, size_t(ctx) * kv_dim);
-    const std::vector<__half>& kh = cache.k;
-    const std::vector<__half>& vh = cache.v;
-    const std::vector<float>& kf = cache.kf;
-    const std::vector<float>& vf = cache.vf;
-    const auto q = randn(rng, size_t(q_dim));
-    const auto sinks = randn(rng, n_head);
-    auto dk = dev(kh), dv = dev(vh), dk32 = dev(kf), dv32 = dev(vf), dq = dev(q), ds = dev(sinks);
-    for (int pos : {0, 31, 32, 33, 127, 128, 577, 599})
-        for (int nsplit : {2, 3, 9})
-            for (int win : {0, 128})
-                for (bool with_sinks : {false, true})
-                    for (bool f32 : {false, true}) {
-                        std::vector<float> want(static_cast<size_t>(q_dim)), scratch(static_cast<size_t>(ctx));
-                        const float scale = 1.0f / std::sqrt(float(hd));
-                        for (int h = 0; h < n_head; ++h) {
-                            const int g = h / (n_head / n_kv);
-                            cpuref::attend_one(&q[size_t(h) * hd], &kf[size_t(g) * hd], &vf[size_t(g) * hd], size_t(kv_dim),
-                                               size_t(hd), cpuref::window_start(pos, uint32_t(win)), pos, scale,
-                                               with_sinks ? &sinks[size_t(h)] : nullptr, scratch.data(), &want[size_t(h) * hd]);
+    for (int hd : {64, 128}) for_sink_chunk_plans([&] {
+        SCOPED_TRACE("head dim " + std::to_string(hd));
+        std::mt19937 rng(8);
+        const int n_head = 8, n_kv = 2, ctx = 600;
+        const int kv_dim = n_kv * hd, q_dim = n_head * hd;
+        const HalfKV cache = random_half_kv(rng, size_t(ctx) * kv_dim);
+        const std::vector<__half>& kh = cache.k;
+        const std::vector<__half>& vh = cache.v;
+        const std::vector<float>& kf = cache.kf;
+        const std::vector<float>& vf = cache.vf;
+        const auto q = randn(rng, size_t(q_dim));
+        const auto sinks = randn(rng, n_head);
+        auto dk = dev(kh), dv = dev(vh), dk32 = dev(kf), dv32 = dev(vf), dq = dev(q), ds = dev(sinks);
+        for (int pos : {0, 31, 32, 33, 127, 128, 577, 599})
+            for (int nsplit : {2, 3, 9, 16, 24})
+                for (int win : {0, 128})
+                    for (bool with_sinks : {false, true})
+                        for (bool f32 : {false, true}) {
+                            std::vector<float> want(static_cast<size_t>(q_dim)), scratch(static_cast<size_t>(ctx));
+                            const float scale = 1.0f / std::sqrt(float(hd));
+                            for (int h = 0; h < n_head; ++h) {
+                                const int g = h / (n_head / n_kv);
+                                cpuref::attend_one(&q[size_t(h) * hd], &kf[size_t(g) * hd], &vf[size_t(g) * hd], size_t(kv_dim),
+                                                   size_t(hd), cpuref::window_start(pos, uint32_t(win)), pos, scale,
+                                                   with_sinks ? &sinks[size_t(h)] : nullptr, scratch.data(), &want[size_t(h) * hd]);
+                            }
+                            auto dp = dev(std::vector<int32_t>{pos});
+                            ehcuda::DeviceBuffer out(want.size() * 4), out2(want.size() * 4);
+                            ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
+                            auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
+                            ehcuda::SinkAttnArgs a = sink_args(dq.as<float>(), q_dim, f32, dk, dv, dk32, dv32, n_head, n_kv,
+                                                               hd, dp.as<int32_t>(), scale, out.as<float>());
+                            a.window = win;
+                            a.sinks = with_sinks ? ds.as<float>() : nullptr;
+                            a.nsplit = nsplit;
+                            a.split_scratch = sc.as<float>();
+                            a.split_counters = cnt.as<int>();
+                            ehcuda::attention_sinks(a, nullptr);
+                            const auto got = host<float>(out, want.size());
+                            EXPECT_LT(rel_err(got, want), 1e-4) << "pos " << pos << " splits " << nsplit << " window " << win
+                                                                << " sinks " << with_sinks << " f32 " << f32;
+                            for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
+                            a.out = out2.as<float>();
+                            ehcuda::attention_sinks(a, nullptr);
+                            EXPECT_EQ(std::memcmp(host<float>(out2, want.size()).data(), got.data(), got.size() * 4), 0);
                         }
-                        auto dp = dev(std::vector<int32_t>{pos});
-                        ehcuda::DeviceBuffer out(want.size() * 4), out2(want.size() * 4);
-                        ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
-                        auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
-                        ehcuda::SinkAttnArgs a = sink_args(dq.as<float>(), q_dim, f32, dk, dv, dk32, dv32, n_head, n_kv,
-                                                           hd, dp.as<int32_t>(), scale, out.as<float>());
-                        a.window = win;
-                        a.sinks = with_sinks ? ds.as<float>() : nullptr;
-                        a.nsplit = nsplit;
-                        a.split_scratch = sc.as<float>();
-                        a.split_counters = cnt.as<int>();
-                        ehcuda::attention_sinks(a, nullptr);
-                        const auto got = host<float>(out, want.size());
-                        EXPECT_LT(rel_err(got, want), 1e-4) << "pos " << pos << " splits " << nsplit << " window " << win
-                                                            << " sinks " << with_sinks << " f32 " << f32;
-                        for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
-                        a.out = out2.as<float>();
-                        ehcuda::attention_sinks(a, nullptr);
-                        EXPECT_EQ(std::memcmp(host<float>(out2, want.size()).data(), got.data(), got.size() * 4), 0);
-                    }
+    });
 }
 
 // The fused decode kernel (RoPE + K/V store + split sink attention) against
@@ -477,119 +496,123 @@ TEST(GptKernels, SplitDecodeAttentionMatchesReference) {
 // new key is folded in another order), the same cache bytes at the new
 // position and nothing else written, counters back at zero, the same bits
 // twice. Full, partial and no rotation; NEOX and interleaved; windows,
-// sinks, FP16 and FP32 caches, 1..9 splits.
+// sinks, FP16 and FP32 caches, 1..16 splits, head dims 64 and 128 (whole-head
+// NEOX rotation takes the kernel's register form), under each chunk plan.
 TEST(GptKernels, FusedRopeSinkDecodeMatchesSeparateKernels) {
     REQUIRE_GPU();
-    std::mt19937 rng(9);
-    const int hd = 64, n_head = 8, n_kv = 2, ctx = 600;
-    const int kv_dim = n_kv * hd, q_dim = n_head * hd, ld = q_dim + 2 * kv_dim;
-    const HalfKV cache = random_half_kv(rng, size_t(ctx) * kv_dim);
-    const std::vector<__half>& kh = cache.k;
-    const std::vector<__half>& vh = cache.v;
-    const std::vector<float>& kf = cache.kf;
-    const std::vector<float>& vf = cache.vf;
-    const auto qkv = randn(rng, size_t(ld));
-    const auto sinks = randn(rng, n_head);
-    std::vector<float> inv_freq(size_t(hd / 2));
-    for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * float(i) / float(hd));
-    // QK-norm weights (Qwen3): the separate form runs head_rmsnorm first
-    const auto q_norm = randn(rng, hd), k_norm = randn(rng, hd);
-    auto dfreq = dev(inv_freq), ds = dev(sinks), dqn = dev(q_norm), dkn = dev(k_norm);
-    int cases = 0;
-    for (int pos : {0, 31, 33, 128, 577})
-        for (int nsplit : {1, 3, 9})
-            for (int n_rot : {64, 32, 0})
-                for (bool neox : {true, false})
-                    for (bool f32 : {false, true}) {
-                        const int win = (cases % 3 == 0) ? 128 : 0;
-                        const bool with_sinks = cases % 2 == 0;
-                        const bool qk_norm = cases / 2 % 2 == 1;
-                        ++cases;
-                        auto run = [&](bool fused, std::vector<float>& out, std::vector<uint8_t>& kc_bytes,
-                                       std::vector<uint8_t>& vc_bytes) {
-                            auto dq = dev(qkv), dp = dev(std::vector<int32_t>{pos});
-                            auto dk = f32 ? dev(kf) : dev(kh), dv = f32 ? dev(vf) : dev(vh);
-                            ehcuda::DeviceBuffer o(size_t(q_dim) * 4);
-                            ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
-                            auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
-                            ehcuda::RopeTableArgs r;
-                            r.qkv = dq.as<float>();
-                            r.ld = ld;
-                            r.n_head = n_head;
-                            r.n_kv = n_kv;
-                            r.head_dim = hd;
-                            r.n_rot = n_rot;
-                            r.neox = neox;
-                            r.inv_freq = dfreq.as<float>();
-                            r.attn_factor = 1.25f;
-                            r.d_pos0 = dp.as<int32_t>();
-                            ehcuda::SinkAttnArgs a;
-                            a.q = dq.as<float>();
-                            a.ldq = ld;
-                            if (f32) {
-                                r.k_cache32 = dk.as<float>();
-                                r.v_cache32 = dv.as<float>();
-                                a.k_cache32 = r.k_cache32;
-                                a.v_cache32 = r.v_cache32;
-                            } else {
-                                r.k_cache = dk.as<__half>();
-                                r.v_cache = dv.as<__half>();
-                                a.k_cache = r.k_cache;
-                                a.v_cache = r.v_cache;
-                            }
-                            a.n_head = n_head;
-                            a.n_kv = n_kv;
-                            a.head_dim = hd;
-                            a.d_pos0 = dp.as<int32_t>();
-                            a.window = win;
-                            a.scale = 0.125f;
-                            a.sinks = with_sinks ? ds.as<float>() : nullptr;
-                            a.out = o.as<float>();
-                            a.ldo = q_dim;
-                            a.nsplit = nsplit;
-                            a.split_scratch = sc.as<float>();
-                            a.split_counters = cnt.as<int>();
-                            if (fused) {
-                                if (qk_norm) {
-                                    r.q_norm = dqn.as<float>();
-                                    r.k_norm = dkn.as<float>();
-                                    r.norm_eps = 1e-6f;
-                                    ehcuda::RopeTableArgs one = r;  // both weights or neither
-                                    one.k_norm = nullptr;
-                                    EXPECT_THROW(ehcuda::rope_sink_attention_decode(one, a, nullptr), ehp::Error);
+    for (int hd : {64, 128}) for_sink_chunk_plans([&] {
+        SCOPED_TRACE("head dim " + std::to_string(hd));
+        std::mt19937 rng(9);
+        const int n_head = 8, n_kv = 2, ctx = 600;
+        const int kv_dim = n_kv * hd, q_dim = n_head * hd, ld = q_dim + 2 * kv_dim;
+        const HalfKV cache = random_half_kv(rng, size_t(ctx) * kv_dim);
+        const std::vector<__half>& kh = cache.k;
+        const std::vector<__half>& vh = cache.v;
+        const std::vector<float>& kf = cache.kf;
+        const std::vector<float>& vf = cache.vf;
+        const auto qkv = randn(rng, size_t(ld));
+        const auto sinks = randn(rng, n_head);
+        std::vector<float> inv_freq(size_t(hd / 2));
+        for (size_t i = 0; i < inv_freq.size(); ++i) inv_freq[i] = std::pow(150000.0f, -2.0f * float(i) / float(hd));
+        // QK-norm weights (Qwen3): the separate form runs head_rmsnorm first
+        const auto q_norm = randn(rng, hd), k_norm = randn(rng, hd);
+        auto dfreq = dev(inv_freq), ds = dev(sinks), dqn = dev(q_norm), dkn = dev(k_norm);
+        int cases = 0;
+        for (int pos : {0, 31, 33, 128, 577})
+            for (int nsplit : {1, 3, 9, 16})
+                for (int n_rot : {hd, 32, 0})
+                    for (bool neox : {true, false})
+                        for (bool f32 : {false, true}) {
+                            const int win = (cases % 3 == 0) ? 128 : 0;
+                            const bool with_sinks = cases % 2 == 0;
+                            const bool qk_norm = cases / 2 % 2 == 1;
+                            ++cases;
+                            auto run = [&](bool fused, std::vector<float>& out, std::vector<uint8_t>& kc_bytes,
+                                           std::vector<uint8_t>& vc_bytes) {
+                                auto dq = dev(qkv), dp = dev(std::vector<int32_t>{pos});
+                                auto dk = f32 ? dev(kf) : dev(kh), dv = f32 ? dev(vf) : dev(vh);
+                                ehcuda::DeviceBuffer o(size_t(q_dim) * 4);
+                                ehcuda::DeviceBuffer sc(ehcuda::attention_sink_scratch_floats(n_head, hd, nsplit) * 4);
+                                auto cnt = dev(std::vector<int32_t>(size_t(n_head), 0));
+                                ehcuda::RopeTableArgs r;
+                                r.qkv = dq.as<float>();
+                                r.ld = ld;
+                                r.n_head = n_head;
+                                r.n_kv = n_kv;
+                                r.head_dim = hd;
+                                r.n_rot = n_rot;
+                                r.neox = neox;
+                                r.inv_freq = dfreq.as<float>();
+                                r.attn_factor = 1.25f;
+                                r.d_pos0 = dp.as<int32_t>();
+                                ehcuda::SinkAttnArgs a;
+                                a.q = dq.as<float>();
+                                a.ldq = ld;
+                                if (f32) {
+                                    r.k_cache32 = dk.as<float>();
+                                    r.v_cache32 = dv.as<float>();
+                                    a.k_cache32 = r.k_cache32;
+                                    a.v_cache32 = r.v_cache32;
+                                } else {
+                                    r.k_cache = dk.as<__half>();
+                                    r.v_cache = dv.as<__half>();
+                                    a.k_cache = r.k_cache;
+                                    a.v_cache = r.v_cache;
                                 }
-                                ehcuda::rope_sink_attention_decode(r, a, nullptr);
-                            } else {
-                                if (qk_norm) {
-                                    ehcuda::head_rmsnorm(r.qkv, ld, n_head, n_kv, hd, dqn.as<float>(), dkn.as<float>(), 1,
-                                                         1e-6f, nullptr);
-                                    ehcuda::RopeTableArgs normed = r;  // the separate RoPE takes no norm weights
-                                    normed.q_norm = dqn.as<float>();
-                                    normed.k_norm = dkn.as<float>();
-                                    EXPECT_THROW(ehcuda::rope_table_store_kv(normed, nullptr), ehp::Error);
+                                a.n_head = n_head;
+                                a.n_kv = n_kv;
+                                a.head_dim = hd;
+                                a.d_pos0 = dp.as<int32_t>();
+                                a.window = win;
+                                a.scale = 0.125f;
+                                a.sinks = with_sinks ? ds.as<float>() : nullptr;
+                                a.out = o.as<float>();
+                                a.ldo = q_dim;
+                                a.nsplit = nsplit;
+                                a.split_scratch = sc.as<float>();
+                                a.split_counters = cnt.as<int>();
+                                if (fused) {
+                                    if (qk_norm) {
+                                        r.q_norm = dqn.as<float>();
+                                        r.k_norm = dkn.as<float>();
+                                        r.norm_eps = 1e-6f;
+                                        ehcuda::RopeTableArgs one = r;  // both weights or neither
+                                        one.k_norm = nullptr;
+                                        EXPECT_THROW(ehcuda::rope_sink_attention_decode(one, a, nullptr), ehp::Error);
+                                    }
+                                    ehcuda::rope_sink_attention_decode(r, a, nullptr);
+                                } else {
+                                    if (qk_norm) {
+                                        ehcuda::head_rmsnorm(r.qkv, ld, n_head, n_kv, hd, dqn.as<float>(), dkn.as<float>(), 1,
+                                                             1e-6f, nullptr);
+                                        ehcuda::RopeTableArgs normed = r;  // the separate RoPE takes no norm weights
+                                        normed.q_norm = dqn.as<float>();
+                                        normed.k_norm = dkn.as<float>();
+                                        EXPECT_THROW(ehcuda::rope_table_store_kv(normed, nullptr), ehp::Error);
+                                    }
+                                    ehcuda::rope_table_store_kv(r, nullptr);
+                                    ehcuda::attention_sinks(a, nullptr);
                                 }
-                                ehcuda::rope_table_store_kv(r, nullptr);
-                                ehcuda::attention_sinks(a, nullptr);
-                            }
-                            out = host<float>(o, size_t(q_dim));
-                            kc_bytes = host<uint8_t>(dk, kf.size() * (f32 ? 4 : 2));
-                            vc_bytes = host<uint8_t>(dv, vf.size() * (f32 ? 4 : 2));
-                            for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
-                        };
-                        std::vector<float> want, got, got2;
-                        std::vector<uint8_t> kw, vw, kg, vg, kg2, vg2;
-                        run(false, want, kw, vw);
-                        run(true, got, kg, vg);
-                        run(true, got2, kg2, vg2);
-                        const std::string what = "pos " + std::to_string(pos) + " splits " + std::to_string(nsplit) +
-                                                 " n_rot " + std::to_string(n_rot) + " neox " + std::to_string(neox) +
-                                                 " f32 " + std::to_string(f32) + " window " + std::to_string(win) +
-                                                 " qk_norm " + std::to_string(qk_norm);
-                        EXPECT_LT(rel_err(got, want), 1e-5) << what;
-                        EXPECT_TRUE(kg == kw) << "K cache bytes differ: " << what;
-                        EXPECT_TRUE(vg == vw) << "V cache bytes differ: " << what;
-                        EXPECT_EQ(std::memcmp(got.data(), got2.data(), got.size() * 4), 0) << what;
-                    }
+                                out = host<float>(o, size_t(q_dim));
+                                kc_bytes = host<uint8_t>(dk, kf.size() * (f32 ? 4 : 2));
+                                vc_bytes = host<uint8_t>(dv, vf.size() * (f32 ? 4 : 2));
+                                for (int c : host<int32_t>(cnt, size_t(n_head))) EXPECT_EQ(c, 0);
+                            };
+                            std::vector<float> want, got, got2;
+                            std::vector<uint8_t> kw, vw, kg, vg, kg2, vg2;
+                            run(false, want, kw, vw);
+                            run(true, got, kg, vg);
+                            run(true, got2, kg2, vg2);
+                            const std::string what = "pos " + std::to_string(pos) + " splits " + std::to_string(nsplit) +
+                                                     " n_rot " + std::to_string(n_rot) + " neox " + std::to_string(neox) +
+                                                     " f32 " + std::to_string(f32) + " window " + std::to_string(win) +
+                                                     " qk_norm " + std::to_string(qk_norm);
+                            EXPECT_LT(rel_err(got, want), 1e-5) << what;
+                            EXPECT_TRUE(kg == kw) << "K cache bytes differ: " << what;
+                            EXPECT_TRUE(vg == vw) << "V cache bytes differ: " << what;
+                            EXPECT_EQ(std::memcmp(got.data(), got2.data(), got.size() * 4), 0) << what;
+                        }
+    });
 }
 
 TEST(GptKernels, LayerNormAndGeluMatchReference) {

@@ -28,47 +28,60 @@ using detail::store_kv;
 
 constexpr int kAttnWarps = 8;
 static_assert(kAttnWarps >= 2, "the fused kernel's QK-norm takes warps 0 and 1");
-constexpr int kKeyGroup = 4;  // keys a warp scores together (independent loads in flight)
+// Keys a warp scores together (independent loads in flight). 8 (the llama
+// form's KernelPlan::attn_keys) measured slower: H100, Qwen3-30B-A3B tg128
+// after 512 tokens 403 against 407 tok/s.
+constexpr int kKeyGroup = 4;
+constexpr int kMinSinkChunk = kAttnWarps * kKeyGroup;  // the fewest keys a split takes: a key group per warp
 constexpr int kMaxDpl = 8;    // head_dim <= 256
 constexpr int kMaxSinkSplits = 128;  // the split kernel's merge stages one float pair per split
 constexpr int kOneRoundMerge = 16;   // splits the split kernel merges from registers
 
-// Keys k0..k1 (inclusive) of one query head against q (pre-scaled): warp w
-// takes groups of kKeyGroup consecutive keys, kAttnWarps groups apart; lane
-// i holds dims i, i+32, ... of the query and of its running output. Leaves
-// the warp's running max m, sum l and unnormalised output acc.
+// The K and V rows of keys kb .. kb + kKeyGroup - 1 of KV head kvh, lane i
+// holding dims i, i+32, ... Slots past k1 load key k1 again (a select, so
+// the group's loads go out together; they are masked when folded).
 template <int DPL, class C>
-__device__ __forceinline__ void attend_keys(const SinkAttnArgs& a, const C* k_cache, const C* v_cache,
-                                            const float (&q)[DPL], int kvh, int k0, int k1, float& m, float& l,
-                                            float (&acc)[DPL]) {
-    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+__device__ __forceinline__ void load_key_group(const SinkAttnArgs& a, const C* k_cache, const C* v_cache, int kvh,
+                                               int kb, int k1, float (&kf)[kKeyGroup][DPL],
+                                               float (&vf)[kKeyGroup][DPL]) {
+    const int lane = threadIdx.x & 31;
     const int hd = a.head_dim;
     const int kv_ld = a.n_kv * hd;
+#pragma unroll
+    for (int g = 0; g < kKeyGroup; ++g) {
+        const int key = min(kb + g, k1);
+        const C* kr = k_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
+        const C* vr = v_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+            const int d = lane + 32 * i;
+            kf[g][i] = d < hd ? load_kv(kr + d) : 0.0f;
+            vf[g][i] = d < hd ? load_kv(vr + d) : 0.0f;
+        }
+    }
+}
+
+// Keys k0..k1 (inclusive) of one query head against q (pre-scaled): warp w
+// takes groups of kKeyGroup consecutive keys, kAttnWarps groups apart; lane
+// i holds dims i, i+32, ... of the query and of its running output. With
+// first_loaded, kf and vf already hold the warp's first group. Leaves the
+// warp's running max m, sum l and unnormalised output acc.
+template <int DPL, class C>
+__device__ __forceinline__ void attend_keys(const SinkAttnArgs& a, const C* k_cache, const C* v_cache,
+                                            const float (&q)[DPL], int kvh, int k0, int k1, bool first_loaded,
+                                            float (&kf)[kKeyGroup][DPL], float (&vf)[kKeyGroup][DPL], float& m,
+                                            float& l, float (&acc)[DPL]) {
+    const int warp = threadIdx.x >> 5;
     m = -INFINITY;
     l = 0.0f;
 #pragma unroll
     for (int i = 0; i < DPL; ++i) acc[i] = 0.0f;
-    for (int kb = k0 + warp * kKeyGroup; kb <= k1; kb += kAttnWarps * kKeyGroup) {
-        float s[kKeyGroup], vv[kKeyGroup][DPL];
-#pragma unroll
-        for (int g = 0; g < kKeyGroup; ++g) {
-            const int key = kb + g;
-            const bool valid = key <= k1;
-            const C* kr = k_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
-            const C* vr = v_cache + size_t(key) * kv_ld + size_t(kvh) * hd;
-            float part = 0.0f;
-#pragma unroll
-            for (int i = 0; i < DPL; ++i) {
-                const int d = lane + 32 * i;
-                const bool in = valid && d < hd;
-                part = fmaf(q[i], in ? load_kv(kr + d) : 0.0f, part);
-                vv[g][i] = in ? load_kv(vr + d) : 0.0f;
-            }
-            s[g] = part;
-        }
-#pragma unroll
-        for (int g = 0; g < kKeyGroup; ++g) s[g] = detail::warp_sum(s[g]);
-        detail::softmax_fold<kKeyGroup, DPL>(s, vv, k1 - kb + 1, m, l, acc);
+    const int first = k0 + warp * kKeyGroup;
+    for (int kb = first; kb <= k1; kb += kAttnWarps * kKeyGroup) {
+        if (kb != first || !first_loaded) load_key_group<DPL, C>(a, k_cache, v_cache, kvh, kb, k1, kf, vf);
+        float s[kKeyGroup];
+        detail::score_keys<kKeyGroup, DPL>(q, kf, s);
+        detail::softmax_fold<kKeyGroup, DPL>(s, vf, k1 - kb + 1, m, l, acc);
     }
 }
 
@@ -132,9 +145,9 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_kernel(SinkAttnArgs
     const int kvh = head / (a.n_head / a.n_kv);
     const int qpos = *a.d_pos0 + t;
     const int kstart = a.window > 0 ? max(0, qpos - a.window + 1) : 0;
-    float q[DPL], m, l, acc[DPL];
+    float q[DPL], m, l, acc[DPL], kf[kKeyGroup][DPL], vf[kKeyGroup][DPL];
     load_query<DPL>(a, t, head, q);
-    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, kstart, qpos, m, l, acc);
+    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, kstart, qpos, false, kf, vf, m, l, acc);
     parts.put(m, l, acc);
     __syncthreads();
 
@@ -165,17 +178,26 @@ __device__ __forceinline__ void emit_sink_out(const SinkAttnArgs& a, int xb, int
 // launch. One kernel instead of attention + merge.
 //
 // Fused (rope_sink_attention_decode): the block also takes its query head
-// and its KV head's new K and V from the qkv row, rotates them
-// (rope_table_pair, as rope_table_kernel does), and the split holding the
-// new position attends that key from shared memory; of the heads sharing a
-// KV head, the first writes K and V to the cache. No block reads the new
+// and its KV head's new K and V from the qkv row, normalises (QK-norm) and
+// rotates them (as head_rmsnorm_kernel and rope_table_kernel do), and warp 0
+// of the split holding the new position attends that key from registers; of
+// the heads sharing a KV head, the first writes K and V to the cache. No block reads the new
 // cache row during the launch: one kernel instead of RoPE + attention.
 //
-// min_chunk: the fewest keys a split takes (at least kAttnWarps * kKeyGroup).
-// early (attention_early(), kv_prefetch.cuh): L2 is asked for the block's
-// cache rows below the new position before pdl_entry().
+// min_chunk: the fewest keys a split takes (sink_min_chunk() below).
+// early (attention_early(), kv_prefetch.cuh): with 1 or 2 the fused kernel's
+// warps load their first key group before pdl_entry(), and with 2 L2 is
+// asked for the block's other cache rows below the new position.
+//
+// Blocks per SM: 3 for head dims up to 64 (gpt-oss-20b's 64 heads in 5 splits
+// are 320 blocks: at 2 a SM, 86 registers, its tg128 fell 537 -> 530 tok/s on
+// an H100), else 2.
+template <int DPL>
+constexpr int sink_split_min_blocks() {
+    return DPL <= 2 ? 3 : 2;
+}
 template <int DPL, class C, bool Fused>
-__global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
+__global__ void __launch_bounds__(kAttnWarps * 32, sink_split_min_blocks<DPL>()) sink_attn_split_kernel(SinkAttnArgs a, RopeTableArgs r, C* k_cache,
                                                                           C* v_cache, int xb, int early, int min_chunk) {
     if (!early) {
         pdl_entry();
@@ -202,79 +224,140 @@ __global__ void __launch_bounds__(kAttnWarps * 32) sink_attn_split_kernel(SinkAt
     const bool has_new = Fused && k0 <= qpos && qpos <= k1;
     // The thread's first rotary angle needs only the position (and the
     // frequency table, written at load).
-    float sn0 = 0.0f, cs0 = 1.0f;
-    if (Fused && int(threadIdx.x) < r.n_rot / 2) rope_table_angle(r, qpos, threadIdx.x, sn0, cs0);
+    // Registers (in_regs): NEOX rotation of the whole head of 64 dims or
+    // more puts both dims of every rotary pair (i, i + hd/2) in one lane
+    // (slots k and k + DPL/2), so each warp normalises and rotates its own
+    // copy of the query, and warp 0 of the split holding the new position
+    // the new key, without shared memory or a block barrier. Else thread t
+    // rotates pair t through shared memory. The same arithmetic either way
+    // (and as head_rmsnorm_kernel + rope_table_kernel), bit for bit.
+    constexpr int kPairs = DPL / 2 > 0 ? DPL / 2 : 1;
+    const bool in_regs = Fused && DPL % 2 == 0 && r.neox && r.n_rot == hd && hd == 32 * DPL;
+    float sn0 = 0.0f, cs0 = 1.0f, rsn[kPairs], rcs[kPairs], qw[DPL], kw[DPL];
+    if (in_regs) {
+        // weights and angles only: none of it is written by the kernels before
+#pragma unroll
+        for (int k = 0; k < DPL / 2; ++k) rope_table_angle(r, qpos, lane + 32 * k, rsn[k], rcs[k]);
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+            qw[i] = r.q_norm ? r.q_norm[lane + 32 * i] : 1.0f;
+            kw[i] = r.k_norm ? r.k_norm[lane + 32 * i] : 1.0f;
+        }
+    } else if (Fused && int(threadIdx.x) < r.n_rot / 2) {
+        rope_table_angle(r, qpos, threadIdx.x, sn0, cs0);
+    }
+    // Fused: the cache up to qpos - 1 (the new key is attended apart), all
+    // written by earlier steps, so the warp's first key group may be read
+    // before the wait. Empty when k0 > kc1.
+    const int kc1 = Fused ? min(k1, qpos - 1) : k1;
+    float kf[kKeyGroup][DPL], vf[kKeyGroup][DPL];
+    const bool first_loaded = Fused && early && k0 + warp * kKeyGroup <= kc1;
+    if (first_loaded) load_key_group<DPL, C>(a, k_cache, v_cache, kvh, k0 + warp * kKeyGroup, kc1, kf, vf);
     if (early) {
-        if (k0 <= min(k1, qpos - 1))
-            detail::prefetch_kv_rows(k_cache, v_cache, a.n_kv * hd, kvh, hd, k0, min(k1, qpos - 1));
+        const int p0 = Fused ? k0 + kAttnWarps * kKeyGroup : k0, p1 = min(k1, qpos - 1);  // past the first groups
+        if (early >= 2 && p0 <= p1) detail::prefetch_kv_rows(k_cache, v_cache, a.n_kv * hd, kvh, hd, p0, p1);
         pdl_entry();
         pdl_release();
     }
     float q[DPL], m, l, acc[DPL];
+    float kn[DPL], vn[DPL];  // the new key (normalised, rotated) and value: warp 0 where has_new
     if constexpr (Fused) {
         const int nq = a.n_head * hd, nk = a.n_kv * hd;
-        for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-            qs[d] = r.qkv[size_t(head) * hd + d];
-            ks[d] = r.qkv[nq + size_t(kvh) * hd + d];
-            vs[d] = r.qkv[nq + nk + size_t(kvh) * hd + d];
-        }
-        __syncthreads();
-        if (r.q_norm && warp < 2) {
-            // QK-norm: warp 0 the query head, warp 1 the key head, each as
-            // head_rmsnorm_kernel (elementwise.cu) computes it, bit for bit
-            float* x = warp == 0 ? qs : ks;
-            const float* w = warp == 0 ? r.q_norm : r.k_norm;
-            float ss = 0.0f;
-            for (int i = lane; i < hd; i += 32) ss = fmaf(x[i], x[i], ss);
+        if (in_regs) {
+            auto norm_rope = [&](float(&x)[DPL], const float(&w)[DPL]) {
+                if (r.q_norm) {
+                    float ss = 0.0f;
 #pragma unroll
-            for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-            const float scale = rsqrtf(ss / float(hd) + r.norm_eps);
-            for (int i = lane; i < hd; i += 32) x[i] = x[i] * scale * w[i];
-        }
-        if (r.q_norm) __syncthreads();
-        const int half_rot = r.n_rot / 2;
-        for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
-            const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + half_rot : 2 * i + 1;
-            float sn = sn0, cs = cs0;
-            if (i != int(threadIdx.x)) rope_table_angle(r, qpos, i, sn, cs);
-            rope_apply(sn, cs, qs[i0], qs[i1]);
-            rope_apply(sn, cs, ks[i0], ks[i1]);
-        }
-        __syncthreads();
-        if (has_new && head % group == 0) {
-            C* kc = k_cache + size_t(qpos) * nk + size_t(kvh) * hd;
-            C* vc = v_cache + size_t(qpos) * nk + size_t(kvh) * hd;
-            for (int d = threadIdx.x; d < hd; d += blockDim.x) {
-                store_kv(kc + d, ks[d]);
-                store_kv(vc + d, vs[d]);
+                    for (int i = 0; i < DPL; ++i) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+                    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+                    const float scale = rsqrtf(ss / float(hd) + r.norm_eps);
+#pragma unroll
+                    for (int i = 0; i < DPL; ++i) x[i] = x[i] * scale * w[i];
+                }
+#pragma unroll
+                for (int k = 0; k < DPL / 2; ++k) rope_apply(rsn[k], rcs[k], x[k], x[k + DPL / 2]);
+            };
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) q[i] = r.qkv[size_t(head) * hd + lane + 32 * i];
+            if (has_new && warp == 0) {
+#pragma unroll
+                for (int i = 0; i < DPL; ++i) {
+                    kn[i] = r.qkv[nq + size_t(kvh) * hd + lane + 32 * i];
+                    vn[i] = r.qkv[nq + nk + size_t(kvh) * hd + lane + 32 * i];
+                }
+                norm_rope(kn, kw);
+                if (head % group == 0) {
+                    C* kc = k_cache + size_t(qpos) * nk + size_t(kvh) * hd;
+                    C* vc = v_cache + size_t(qpos) * nk + size_t(kvh) * hd;
+#pragma unroll
+                    for (int i = 0; i < DPL; ++i) {
+                        store_kv(kc + lane + 32 * i, kn[i]);
+                        store_kv(vc + lane + 32 * i, vn[i]);
+                    }
+                }
             }
-        }
+            norm_rope(q, qw);
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) {
-            const int d = lane + 32 * i;
-            q[i] = d < hd ? qs[d] * a.scale : 0.0f;
+            for (int i = 0; i < DPL; ++i) q[i] *= a.scale;
+        } else {
+            for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+                qs[d] = r.qkv[size_t(head) * hd + d];
+                ks[d] = r.qkv[nq + size_t(kvh) * hd + d];
+                vs[d] = r.qkv[nq + nk + size_t(kvh) * hd + d];
+            }
+            __syncthreads();
+            if (r.q_norm && warp < 2) {
+                // QK-norm: warp 0 the query head, warp 1 the key head
+                float* x = warp == 0 ? qs : ks;
+                const float* w = warp == 0 ? r.q_norm : r.k_norm;
+                float ss = 0.0f;
+                for (int i = lane; i < hd; i += 32) ss = fmaf(x[i], x[i], ss);
+#pragma unroll
+                for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
+                const float scale = rsqrtf(ss / float(hd) + r.norm_eps);
+                for (int i = lane; i < hd; i += 32) x[i] = x[i] * scale * w[i];
+            }
+            if (r.q_norm) __syncthreads();
+            const int half_rot = r.n_rot / 2;
+            for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
+                const int i0 = r.neox ? i : 2 * i, i1 = r.neox ? i + half_rot : 2 * i + 1;
+                float sn = sn0, cs = cs0;
+                if (i != int(threadIdx.x)) rope_table_angle(r, qpos, i, sn, cs);
+                rope_apply(sn, cs, qs[i0], qs[i1]);
+                rope_apply(sn, cs, ks[i0], ks[i1]);
+            }
+            __syncthreads();
+            if (has_new && head % group == 0) {
+                C* kc = k_cache + size_t(qpos) * nk + size_t(kvh) * hd;
+                C* vc = v_cache + size_t(qpos) * nk + size_t(kvh) * hd;
+                for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+                    store_kv(kc + d, ks[d]);
+                    store_kv(vc + d, vs[d]);
+                }
+            }
+#pragma unroll
+            for (int i = 0; i < DPL; ++i) {
+                const int d = lane + 32 * i;
+                q[i] = d < hd ? qs[d] * a.scale : 0.0f;
+                kn[i] = d < hd ? ks[d] : 0.0f;
+                vn[i] = d < hd ? vs[d] : 0.0f;
+            }
         }
     } else {
         load_query<DPL>(a, 0, head, q);
     }
-    // Fused: the cache up to qpos - 1, the new key below. Empty when k0 > k1.
-    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, k0, Fused ? min(k1, qpos - 1) : k1, m, l, acc);
+    attend_keys<DPL, C>(a, k_cache, v_cache, q, kvh, k0, kc1, first_loaded, kf, vf, m, l, acc);
     if (has_new && warp == 0) {
         // as rounded in the cache, so the result matches the unfused kernels'
         float part = 0.0f;
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) {
-            const int d = lane + 32 * i;
-            part = fmaf(q[i], d < hd ? kv_round(k_cache, ks[d]) : 0.0f, part);
-        }
+        for (int i = 0; i < DPL; ++i) part = fmaf(q[i], kv_round(k_cache, kn[i]), part);
         const float sn[1] = {detail::warp_sum(part)};
-        float vn[1][DPL];
+        float vr[1][DPL];
 #pragma unroll
-        for (int i = 0; i < DPL; ++i) {
-            const int d = lane + 32 * i;
-            vn[0][i] = d < hd ? kv_round(v_cache, vs[d]) : 0.0f;
-        }
-        detail::softmax_fold<1, DPL>(sn, vn, 1, m, l, acc);
+        for (int i = 0; i < DPL; ++i) vr[0][i] = kv_round(v_cache, vn[i]);
+        detail::softmax_fold<1, DPL>(sn, vr, 1, m, l, acc);
     }
     parts.put(m, l, acc);
     __syncthreads();
@@ -379,13 +462,17 @@ size_t attention_sink_scratch_floats(int n_head, int head_dim, int nsplit) {
 
 namespace {
 
-// The fewest keys a split of the decode sink attention takes
-// (KernelPlan::sink_min_chunk; at least one key group per warp). 128:
-// gpt-oss's sliding-window layers (128 keys) then run one split per head,
-// which writes its output without the scratch, fence and counter. H100
-// bench -r 3, 32 -> 128: pp512/tg128 501.7-501.9 -> 502.3-503.0 tok/s,
-// pp2048/tg64 462.3 -> 465.1 (64: 500.7-500.8).
-int sink_min_chunk() { return std::max(kAttnWarps * kKeyGroup, plan().sink_min_chunk); }
+// The fewest keys a split of the decode sink attention takes: the plan's
+// sink_min_chunk (at least kMinSinkChunk) on layers that see the whole cache;
+// a sliding-window layer of at most kOneSplitWindow keys (gpt-oss's 128) runs
+// as one split, which writes its output without the scratch, fence and
+// counter (H100, gpt-oss-20b bench -r 3, every split at least 32 -> 128 keys:
+// pp512/tg128 501.7-501.9 -> 502.3-503.0 tok/s, pp2048/tg64 462.3 -> 465.1).
+constexpr int kOneSplitWindow = 128;
+int sink_min_chunk(int window) {
+    const int mc = std::max(kMinSinkChunk, plan().sink_min_chunk);
+    return window > 0 && window <= kOneSplitWindow ? std::max(mc, window) : mc;
+}
 
 void check_sink_args(const SinkAttnArgs& a) {
     if (a.head_dim <= 0 || a.head_dim > 32 * kMaxDpl)
@@ -459,7 +546,7 @@ void attention_sinks(const SinkAttnArgs& a, cudaStream_t stream) {
             if (split)
                 launch("sink_attn_split_kernel", sink_attn_split_kernel<D, C, false>, grid, kAttnWarps * 32, 0, stream, a,
                        RopeTableArgs{}, const_cast<C*>(kc), const_cast<C*>(vc), xb, detail::attention_early(),
-                       sink_min_chunk());
+                       sink_min_chunk(a.window));
             else launch("sink_attn_kernel", sink_attn_kernel<D, C>, grid, kAttnWarps * 32, 0, stream, a, kc, vc);
         });
     };
@@ -485,7 +572,7 @@ void rope_sink_attention_decode(const RopeTableArgs& r, const SinkAttnArgs& a, c
         using C = std::remove_pointer_t<decltype(kc)>;
         by_dpl(a.head_dim, [&]<int D>() {
             launch("rope_sink_attn_kernel", sink_attn_split_kernel<D, C, true>, grid, kAttnWarps * 32, 0, stream, a, r,
-                   kc, vc, xb, detail::attention_early(), sink_min_chunk());
+                   kc, vc, xb, detail::attention_early(), sink_min_chunk(a.window));
         });
     };
     if (r.k_cache32 && r.v_cache32) go(r.k_cache32, r.v_cache32);
