@@ -272,6 +272,62 @@ TEST(Dequant, Mxfp4E2M1AndE8M0) {
     EXPECT_FLOAT_EQ(e8m0_to_fp32(0), std::ldexp(1.0f, -127));
 }
 
+// The E2M1 encoder against a nearest-magnitude search in double precision
+// (ties to the smaller magnitude, NaN and infinities to 0; the float search
+// it replaced also sent finite values past ~2^26 to 0, where the difference
+// from 6 rounds away, which quantize_block never meets): at every midpoint and
+// its float neighbours, on a fine sweep over [-8, 8], at zeros, subnormals,
+// huge values and non-finite ones; and whole MXFP4 blocks against that
+// search over x / scale, for scales from 2^-127 to 2^127.
+static uint8_t e2m1_by_search(float v) {
+    static const double mag[8] = {0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0};
+    if (!std::isfinite(v)) return 0;
+    const double a = std::fabs(double(v));  // distances below 8 exact in double
+    int best = 7;                           // 6 is the nearest from 6 on
+    if (a < 6.0)
+        for (int i = best = 0; i < 8; ++i)
+            if (std::fabs(a - mag[i]) < std::fabs(a - mag[best])) best = i;
+    return static_cast<uint8_t>(best | ((v < 0 && best != 0) ? 8 : 0));
+}
+
+TEST(Quant, E2m1EncoderIsTheNearestMagnitude) {
+    std::vector<float> vs = {0.0f, -0.0f, 1e-45f, -1e-45f, 1e-38f, 5.0f, 6.0f, 7.0f, 1e30f, -1e30f, 3.4e38f,
+                             INFINITY, -INFINITY, NAN, -NAN};
+    for (float m : {0.25f, 0.75f, 1.25f, 1.75f, 2.5f, 3.5f, 5.0f})
+        for (float sgn : {1.0f, -1.0f}) {
+            vs.push_back(sgn * m);
+            vs.push_back(sgn * std::nextafter(m, 0.0f));
+            vs.push_back(sgn * std::nextafter(m, 10.0f));
+        }
+    for (int i = -8192; i <= 8192; ++i) vs.push_back(float(i) / 1024.0f);
+    for (float v : vs) EXPECT_EQ(fp32_to_e2m1(v), e2m1_by_search(v)) << v;
+}
+
+TEST(Quant, Mxfp4BlocksMatchTheSearchOverEveryScale) {
+    std::mt19937 rng(5);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    int blocks = 0;
+    for (int e2 = -140; e2 <= 130; e2 += 3)
+        for (int rep = 0; rep < 4; ++rep, ++blocks) {
+            float x[32];
+            for (float& v : x) v = std::ldexp(nd(rng), e2);
+            if (rep == 3) x[7] = x[19] = 0.0f;
+            block_mxfp4 b{};
+            quantize_block(x, b);
+            float amax = 0.0f;
+            for (float v : x) amax = std::max(amax, std::fabs(v));
+            int e = 0;
+            if (amax > 0.0f) e = std::clamp(int(std::ceil(std::log2(amax / 6.0f))) + 127, 0, 254);
+            ASSERT_EQ(b.e, e) << "2^" << e2;
+            const float scale = e8m0_to_fp32(uint8_t(e));
+            for (int j = 0; j < 16; ++j) {
+                const uint8_t want = uint8_t(e2m1_by_search(x[j] / scale) | (e2m1_by_search(x[j + 16] / scale) << 4));
+                ASSERT_EQ(b.qs[j], want) << "2^" << e2 << " j " << j;
+            }
+        }
+    EXPECT_GT(blocks, 300);
+}
+
 TEST(Dequant, FloatTypes) {
     const uint16_t f16[2] = {0x3C00, 0xC200};
     auto y = deq(EH_TYPE_F16, f16, 2);
