@@ -222,7 +222,11 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
             mats.push_back({"ffn_up", ehcuda::gemv_shape(&L.ffn_up, 1), false, ""});
             mats.push_back({"ffn_down", ehcuda::gemv_shape(&L.ffn_down, 1), false, ""});
         } else {
-            mats.push_back({"ffn_gate_inp (router)", ehcuda::gemv_shape(&L.router, 1), false, ""});
+            mats.push_back({"ffn_gate_inp (router)", ehcuda::gemv_shape(&L.router, 1), false,
+                            !router_decode(m, L)  ? ""
+                            : moe_fused_route(m) ? "router_decode_kernel (a block per expert row, pre-norm inside): logits"
+                                                 : "router_decode_kernel (a block per expert row, pre-norm inside): "
+                                                   "logits, top-k in its last block"});
             ehcuda::GemvShape e;
             e.type[0] = L.gate_exps.type;
             e.rows[0] = c.n_ff_exp;
@@ -252,7 +256,7 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
     std::vector<std::string> attn = {
         "attention decode: " +
             std::string(c.arch == Arch::GptOss     ? "rope_sink_attention_decode (RoPE table, KV store, split-K with sinks), "
-                        : c.arch == Arch::Qwen3Moe ? "head_rmsnorm, then rope_sink_attention_decode (RoPE table, KV store, split-K), "
+                        : c.arch == Arch::Qwen3Moe ? "rope_sink_attention_decode (QK-norm, RoPE table, KV store, split-K), "
                                                    : "rope_sink_attention_decode (split-K), ") +
             hd};
     return ehcuda::plan_log(p, dev, mats, attn);
