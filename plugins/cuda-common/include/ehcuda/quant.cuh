@@ -63,6 +63,27 @@ __device__ __forceinline__ void k4_scale_min(const uint8_t* s, int j, float& sc,
     }
 }
 
+// A Q4_K/Q5_K super-block's d, dmin and sub-block j's scale and min (as
+// f16_at and k4_scale_min give them, bit for bit) from one 16-byte load of
+// its first 16 bytes: no byte loads, and no branch on j, which differs
+// between the lanes of a warp (lane = chunk) so that k4_scale_min ran both
+// of its sides. b must be 16-byte aligned: every super-block of a row that
+// starts so (144 and 176 bytes), as the 16-byte code loads beside it assume.
+struct K4Head {
+    float d, dmin, sc, mn;
+};
+__device__ __forceinline__ K4Head k4_head(const uint8_t* b, int j) {
+    const uint4 h = *reinterpret_cast<const uint4*>(b);
+    const uint32_t sh = uint32_t(j & 3) * 8;
+    // bytes j & 3 of s[0..3], s[4..7] and s[8..11] (s = b + 4)
+    const uint32_t a = (h.y >> sh) & 0xFFu, m = (h.z >> sh) & 0xFFu, c = (h.w >> sh) & 0xFFu;
+    const bool low = j < 4;
+    const uint32_t sc = low ? (a & 63u) : ((c & 0xFu) | ((a >> 6) << 4));
+    const uint32_t mn = low ? (m & 63u) : ((c >> 4) | ((m >> 6) << 4));
+    return K4Head{__half2float(__ushort_as_half(uint16_t(h.x & 0xFFFFu))),
+                  __half2float(__ushort_as_half(uint16_t(h.x >> 16))), float(sc), float(mn)};
+}
+
 // The IQ4 levels (ggml's kvalues_iq4nl: -127 -104 -83 -65 -49 -35 -22 -10
 // 1 13 25 38 53 69 89 113) as int8 bytes, four to a word, so a lookup is a
 // byte permute rather than a load from a divergent table.
@@ -120,6 +141,13 @@ __device__ __forceinline__ void load_words2(const uint8_t* p, uint32_t (&out)[N]
     x[N] = sh ? (Shared ? w[N] : __ldg(w + N)) : 0u;
 #pragma unroll
     for (int i = 0; i < N; ++i) out[i] = __funnelshift_r(x[i], x[i + 1], sh);
+}
+
+// The 2-byte word at a 2-byte-aligned address (f16_at's value as bits).
+template <bool Shared = false>
+__device__ __forceinline__ uint32_t load_u16(const uint8_t* p) {
+    const uint16_t* w = reinterpret_cast<const uint16_t*>(p);
+    return Shared ? *w : __ldg(w);
 }
 
 // N 32-bit words from a 4-byte-aligned address (Q2_K's 84-byte blocks).

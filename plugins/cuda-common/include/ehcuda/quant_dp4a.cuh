@@ -160,8 +160,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         constexpr bool k5 = T == EH_TYPE_Q5_K;
         const uint8_t* b = row + size_t(c >> 3) * (k5 ? 176 : 144);
         const int s = c & 7;
-        float sc, mn;
-        k4_scale_min(b + 4, s, sc, mn);
+        const K4Head hd = k4_head(b, s);
         const uint4* q4 = reinterpret_cast<const uint4*>(b + (k5 ? 48 : 16) + 32 * (s >> 1));
         const uint4 qa = q4[0], qb = q4[1];
         const uint32_t q[8] = {qa.x, qa.y, qa.z, qa.w, qb.x, qb.y, qb.z, qb.w};
@@ -177,14 +176,18 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
         S si{};
 #pragma unroll
         for (int k = 0; k < 8; ++k) si = dot4(x, k, ((q[k] >> shift) & 0x0F0F0F0Fu) | h[k], si);
-        return x.d * (f16_at(b) * sc * to_f(si) - f16_at(b + 2) * mn * to_f(sx));
+        return x.d * (hd.d * hd.sc * to_f(si) - hd.dmin * hd.mn * to_f(sx));
     } else if constexpr (T == EH_TYPE_Q6_K) {
         const uint8_t* b = row + size_t(c >> 3) * 210;
         const int s = c & 7;
         const int half = s >> 2, quarter = s & 3;
         const uint8_t* ql = b + 64 * half + ((quarter & 1) ? 32 : 0);
         const uint8_t* qh = b + 128 + 32 * half;
-        const int8_t* sc = reinterpret_cast<const int8_t*>(b + 192) + 8 * half + 2 * quarter;
+        // the chunk's two int8 scales and the block's FP16 d, one 2-byte load
+        // each (Q6_K blocks of 210 bytes are 2-byte aligned)
+        const uint32_t sc2 = load_u16<Shared>(b + 192 + 8 * half + 2 * quarter);
+        const int sc[2] = {int(int8_t(sc2 & 0xFFu)), int(int8_t(sc2 >> 8))};
+        const float d6 = __half2float(__ushort_as_half(uint16_t(load_u16<Shared>(b + 208))));
         const int lshift = (quarter >> 1) * 4, hshift = quarter * 2;
         uint32_t lw[8], hw[8];
         load_words2<8, Shared>(ql, lw);
@@ -199,7 +202,7 @@ __device__ __forceinline__ float dot_chunk_int(const uint8_t* row, int c, const 
             else
                 si1 = dot4(x, k, v, si1);
         }
-        return f16_at(b + 208) * x.d *
+        return d6 * x.d *
                (float(sc[0]) * to_f(si0 - 32 * x.sum_lo) + float(sc[1]) * to_f(si1 - 32 * x.sum_hi));
     } else if constexpr (T == EH_TYPE_Q2_K) {
         // chunk 4h+k: bits 2k..2k+1 of qs[32h..32h+32); elements 0..15 and
