@@ -198,9 +198,8 @@ template <>
 struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
     // The row's factor f and the pair (1 or 0, -o) that turns q into A.
     __device__ __forceinline__ static void factor(const uint8_t* w, int i, float& f, uint32_t& q1, uint32_t& no) {
-        float sc, mn;
-        k4_scale_min(w + 4, i, sc, mn);
-        const float fs = f16_u16(w) * sc, fm = f16_u16(w + 2) * mn;
+        const K4Head h = k4_head(w, i);  // (w 16-byte aligned: 144-byte super-blocks)
+        const float fs = h.d * h.sc, fm = h.dmin * h.mn;
         const float o = fm / fs;
         if (fabsf(o) <= 32768.0f) {
             f = fs;
