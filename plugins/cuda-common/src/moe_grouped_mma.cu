@@ -54,7 +54,6 @@ constexpr int kTok = 8;                // tokens per tile (the mma's n)
 // HBM). Every pass of every expert has its own block (find_pass).
 constexpr int kSegBlocks = 8;  // blocks of 32 values per segment
 constexpr int kSegVals = kSegBlocks * 32;
-constexpr int kXLd = kSegVals + 8;  // halves per staged input row (+8: distinct banks)
 static_assert(kSegBlocks * 2 == kMxfp4GroupBlocks, "an MXFP4 segment is half a group");
 
 __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
@@ -82,6 +81,66 @@ __device__ __forceinline__ uint32_t bytes_to_half2(uint32_t v, uint32_t bias2) {
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 // The FP16 value at a 2-byte aligned address (a super-block's d or dmin).
 __device__ __forceinline__ float f16_u16(const uint8_t* p) { return __half2float(__ushort_as_half(uint16_t(ld_u16(p)))); }
+
+__device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
+    const __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b),
+                              *reinterpret_cast<const __half2*>(&c));
+    return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// Two 32-bit words from 8-byte aligned shared memory (a: shared window).
+__device__ __forceinline__ void lds64(uint32_t a, uint32_t& lo, uint32_t& hi) {
+    asm volatile("ld.shared.v2.u32 {%0,%1}, [%2];\n" : "=r"(lo), "=r"(hi) : "r"(a));
+}
+
+// A warp's view of one matrix's rows in a stage: w0 and w1 the segment of
+// the lane's fragment rows g and g + 8; wl (shared window) the row this
+// lane addresses for an ldmatrix of the warp's 16 rows (row l % 8, + 8 for
+// lanes 8-15 and 24-31, 16 bytes on for lanes 16-31).
+struct Rows {
+    const uint8_t* w0;
+    const uint8_t* w1;
+    uint32_t wl;
+};
+
+// How a format's A fragments pair with the inputs, and so how the inputs
+// are staged and loaded (kXLd: halves per staged token row; kUnit: blocks of
+// 32 values a warp takes at once; x_lane: the lane's first half in a tile;
+// load_x: the tile fragments of a unit's blocks from i on).
+// XTiles: the mma's own k order, each tile's two k16 steps by one ldmatrix
+// (+8 halves a row: its eight row addresses fall in distinct banks).
+struct XTiles {
+    static constexpr int kXLd = kSegVals + 8;
+    static constexpr int kUnit = 1;
+    __device__ __forceinline__ static int x_lane(int lane) { return (lane & 7) * kXLd + 8 * (lane >> 3); }
+    template <int NT>
+    __device__ __forceinline__ static void load_x(uint32_t xl, int i, uint32_t (&bx)[1][NT][4]) {
+#pragma unroll
+        for (int u = 0; u < NT; ++u)
+            detail::ldsm_x4(bx[0][u], xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half)));
+    }
+};
+// XQuads: lane (g, t) holds values 4t..4t+3 and 16+4t..16+4t+3 of a block
+// of 32 (as an ldmatrix of the code bytes leaves them: Fmt<Q4_K>), so k
+// steps 0 and 1 take input columns 4t..4t+3 (k 2t, 2t+1, 2t+8, 2t+9) and
+// 16 on: one 8-byte load each. (+16 halves a row: a half-warp's eight-byte
+// loads from 4 tokens cover the 32 banks once.)
+struct XQuads {
+    static constexpr int kXLd = kSegVals + 16;
+    static constexpr int kUnit = 2;
+    __device__ __forceinline__ static int x_lane(int lane) { return (lane >> 2) * kXLd + 4 * (lane & 3); }
+    template <int NT>
+    __device__ __forceinline__ static void load_x(uint32_t xl, int i, uint32_t (&bx)[2][NT][4]) {
+#pragma unroll
+        for (int b = 0; b < 2; ++b)
+#pragma unroll
+            for (int u = 0; u < NT; ++u) {
+                const uint32_t a = xl + uint32_t(u * kTok * kXLd + (i + b) * 32) * uint32_t(sizeof(__half));
+                lds64(a, bx[b][u][0], bx[b][u][1]);
+                lds64(a + 16 * sizeof(__half), bx[b][u][2], bx[b][u][3]);
+            }
+    }
+};
 
 // c = A0 . b(step 0) + A1 . b(step 1): the products of one block of 32
 // values with one tile of 8 tokens (b: its ldmatrix fragments, two
@@ -116,8 +175,9 @@ __device__ __forceinline__ void scaled_tiles(const uint32_t (&a0)[4], const uint
 //   lead(row, S): where in those bytes segment S of the row begins;
 //   stage(dst, row, S, nb, c0, step): cp.async of segment S of the row (nb
 //     blocks of 32 values), 16-byte runs c0, c0 + step, ...;
-//   block(...): acc[u] += the block's values of rows w0 (lane row g) and w1
-//     (g + 8) . tile u, for every tile u < tiles.
+//   an input layout (XTiles or XQuads above);
+//   block(...): acc[u] += the values of the unit's blocks i.. of rows
+//     r.w0 (lane row g) and r.w1 (g + 8) . tile u, for every tile u < tiles.
 // In a fragment, lane (g, t) holds columns 2t, 2t+1 and 2t+8, 2t+9 of rows
 // g and g + 8 (a[0] row g, a[1] row g + 8, a[2] and a[3] the same at +8).
 template <uint32_t T>
@@ -129,7 +189,7 @@ struct Fmt;
 // table (code byte -> two FP16 values, exact); the block scale is a power
 // of two.
 template <>
-struct Fmt<EH_TYPE_MXFP4> {
+struct Fmt<EH_TYPE_MXFP4> : XTiles {
     static constexpr int kRowBytes = 16 + kSegBlocks * 16;
     __device__ __forceinline__ static int lead(const uint8_t*, int) { return 0; }
     __device__ __forceinline__ static void stage(uint8_t* dst, const uint8_t* row, int S, int nb, int c0, int step) {
@@ -145,8 +205,10 @@ struct Fmt<EH_TYPE_MXFP4> {
     // (step 0) and 2 + (t & 1) (step 1) of words t / 2 (k = 2t, 2t+1) and
     // t / 2 + 2 (k = 2t+8, 2t+9).
     template <int NT>
-    __device__ __forceinline__ static void block(const uint32_t* lut, const uint8_t* w0, const uint8_t* w1, int S, int i, int t,
-                                 const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
+    __device__ __forceinline__ static void block(const uint32_t* lut, const Rows& r, int S, int i, int lane,
+                                                 const uint32_t (&bx)[1][NT][4], int tiles, float (&acc)[NT][4]) {
+        const uint8_t *w0 = r.w0, *w1 = r.w1;
+        const int t = lane & 3;
         const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
         const uint32_t* c1 = reinterpret_cast<const uint32_t*>(w1 + 16 + 16 * i);
         const uint32_t w00 = c0[t >> 1], w02 = c0[(t >> 1) + 2], w10 = c1[t >> 1], w12 = c1[(t >> 1) + 2];
@@ -157,7 +219,7 @@ struct Fmt<EH_TYPE_MXFP4> {
                                 lut[(w12 >> s1) & 255u]};
         const int e0 = (S & 1) * kSegBlocks;
         const float sc0 = e8m0_value(w0[e0 + i]), sc1 = e8m0_value(w1[e0 + i]);
-        scaled_tiles<NT>(a0, a1, bx, tiles, sc0, sc1, acc);
+        scaled_tiles<NT>(a0, a1, bx[0], tiles, sc0, sc1, acc);
     }
 };
 
@@ -167,11 +229,14 @@ struct Fmt<EH_TYPE_MXFP4> {
 // at the segment's end (cp.async fills the rest with zeros): the bytes
 // before it belong to the row or tensor before, in the same allocation
 // (device allocations are 256-byte aligned). Rows must be 2-byte aligned
-// (mma_experts checks 4), so every 16-bit code load below is aligned.
-template <int Bytes>
+// (mma_matrix checks), so every 16-bit code load below is aligned. A format
+// whose rows are 16-byte aligned (Aligned) needs no room for the lead.
+template <int Bytes, bool Aligned>
 struct KquantStage {
-    static constexpr int kRowBytes = 16 * ((15 + Bytes + 15) / 16);
+    static constexpr int kRowBytes = Aligned ? Bytes : 16 * ((15 + Bytes + 15) / 16);
+    static_assert(!Aligned || Bytes % 16 == 0);
     __device__ __forceinline__ static int lead(const uint8_t* row, int S) {
+        if constexpr (Aligned) return 0;
         return int(reinterpret_cast<uintptr_t>(row + size_t(S) * Bytes) & 15u);
     }
     __device__ __forceinline__ static void stage(uint8_t* dst, const uint8_t* row, int S, int, int c0, int step) {
@@ -187,52 +252,76 @@ struct KquantStage {
 
 // Q4_K (144 bytes / 256): d, dmin (FP16), 12 bytes of 6-bit scales and
 // minimums, qs[128]: sub-block s (block i of the segment) is the low (s
-// even) or high nibbles of qs[32 (s / 2) .. + 32), value d sc q - dmin m =
-// f (q - o) with f = d sc, o = dmin m / f. A = q - o, q exact and the
-// difference rounded once to FP16 (hfma2): the precision of the cuBLAS
-// form, which dequantizes the experts to FP16. (Kept apart, the minimum's
-// term needed each token's input sums, two more mma per tile, and the
-// kernel runs at the pace of its instructions.) Where f is zero or o past
-// FP16's range (the q term below o's rounding), A = -1 and f = dmin m.
+// even) or high nibbles of qs[32 (s / 2) .. + 32), value d sc q - dmin m.
+// A warp takes the two sub-blocks of 32 code bytes at once (XQuads): one
+// ldmatrix gives each lane four bytes of rows g and g + 8 in each half,
+// that is the codes of both sub-blocks. A = (d sc q - dmin m) / P, rounded
+// once to FP16 (the precision of the cuBLAS form, which dequantizes the
+// experts to FP16) by one hfma2 a pair: q comes in as the FP16 subnormal
+// q 2^-24 (low nibble) or 16 q 2^-24 (high), the code bits masked in
+// place, so its factor is d sc 2^24 / P or 2^20 / P, and P = 2^15 times a
+// power of two above |d| and |dmin| keeps that factor in FP16's range.
+// P, the same for the super-block's sub-blocks, scales the FP32 sums. Each
+// of a row quad's four lanes works out one (row, sub-block) pair's factor
+// and minimum and the quad shares them. Rows must be 16-byte aligned
+// (mma_matrix: the data; 144-byte super-blocks), so the stage holds a
+// row's segment from its first byte (kRowBytes 144: the eight rows of an
+// ldmatrix fall in distinct banks).
 template <>
-struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
-    // The row's factor f and the pair (1 or 0, -o) that turns q into A.
-    __device__ __forceinline__ static void factor(const uint8_t* w, int i, float& f, uint32_t& q1, uint32_t& no) {
-        const K4Head h = k4_head(w, i);  // (w 16-byte aligned: 144-byte super-blocks)
-        const float fs = h.d * h.sc, fm = h.dmin * h.mn;
-        const float o = fm / fs;
-        if (fabsf(o) <= 32768.0f) {
-            f = fs;
-            q1 = 0x3C003C00u;  // FP16 1.0, twice
-            no = half2_bits(-o, -o);
-        } else {  // (also fs and fm zero: NaN)
-            f = fm;
-            q1 = 0u;
-            no = 0xBC00BC00u;  // FP16 -1.0, twice
-        }
-    }
-    __device__ __forceinline__ static void codes(const uint8_t* w, int i, int t, uint32_t q1, uint32_t no, uint32_t (&q)[4]) {
-        const uint8_t* p = w + 16 + 32 * (i >> 1) + 2 * t;
-        const int sh = (i & 1) * 4;
-        const __half2 h1 = *reinterpret_cast<const __half2*>(&q1), hn = *reinterpret_cast<const __half2*>(&no);
-#pragma unroll
-        for (int j = 0; j < 4; ++j) {
-            const uint32_t v = bytes_to_half2((ld_u16(p + 8 * j) >> sh) & 0x0F0Fu, 0x64006400u);
-            const __half2 a = __hfma2(*reinterpret_cast<const __half2*>(&v), h1, hn);
-            q[j] = *reinterpret_cast<const uint32_t*>(&a);
-        }
-    }
+struct Fmt<EH_TYPE_Q4_K> : KquantStage<144, true>, XQuads {
     template <int NT>
-    __device__ __forceinline__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
-                                 const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
-        float f0, f1;
-        uint32_t s0, n0, s1, n1, q0[4], q1[4];
-        factor(w0, i, f0, s0, n0);
-        factor(w1, i, f1, s1, n1);
-        codes(w0, i, t, s0, n0, q0);
-        codes(w1, i, t, s1, n1, q1);
-        const uint32_t a0[4] = {q0[0], q1[0], q0[1], q1[1]}, a1[4] = {q0[2], q1[2], q0[3], q1[3]};
-        scaled_tiles<NT>(a0, a1, bx, tiles, f0, f1, acc);
+    __device__ __forceinline__ static void block(const uint32_t*, const Rows& r, int, int i, int lane,
+                                                 const uint32_t (&bx)[2][NT][4], int tiles, float (&acc)[NT][4]) {
+        const int t = lane & 3, quad = lane & ~3;
+        // this lane's pair: row g + 8 (t & 1), sub-block i + (t >> 1)
+        const K4Head h = k4_head((t & 1) ? r.w1 : r.w0, i + (t >> 1));
+        // 2^e above max(|d|, |dmin|) and its inverse, from the exponent bits
+        const uint32_t pb = (__float_as_uint(fmaxf(fabsf(h.d), fabsf(h.dmin))) & 0x7F800000u) + 0x00800000u;
+        const float inv = __uint_as_float(0x7F000000u - pb);
+        const uint32_t fm = half2_bits(h.d * h.sc * inv * ((t >> 1) ? 32.0f : 512.0f),
+                                       -(h.dmin * h.mn * inv) * (1.0f / 32768.0f));
+        const float p = __uint_as_float(pb) * 32768.0f;
+        // (factor, -minimum) of row g / g + 8, sub-block i (low) and i + 1 (high)
+        uint32_t f[4], m[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const uint32_t v = __shfl_sync(0xffffffffu, fm, quad | k);
+            f[k] = __byte_perm(v, 0, 0x1010);
+            m[k] = __byte_perm(v, 0, 0x3232);
+        }
+        const float p0 = __shfl_sync(0xffffffffu, p, quad), p1 = __shfl_sync(0xffffffffu, p, quad | 1);
+        uint32_t q[4];  // rows g, g + 8 bytes 4t..4t+3; the same at 16 + 4t
+        detail::ldsm_x4(q, r.wl + uint32_t(16 + 16 * i));
+        // A of code bytes (4t + j, 4t + j + 1) (j 0 or 2) of word w, sub-block
+        // h (0: low nibbles), row pair k = 2 h + (row g + 8)
+        auto a_of = [&](uint32_t w, int j, int hi, int k) {
+            const uint32_t y = __byte_perm(w, 0, j ? 0x4342u : 0x4140u);
+            return hfma2_bits(y & (hi ? 0x00F000F0u : 0x000F000Fu), f[k], m[k]);
+        };
+        uint32_t a[2][2][4];  // [sub-block][k step]
+#pragma unroll
+        for (int hi = 0; hi < 2; ++hi)
+#pragma unroll
+            for (int st = 0; st < 2; ++st) {
+                a[hi][st][0] = a_of(q[2 * st], 0, hi, 2 * hi);
+                a[hi][st][1] = a_of(q[2 * st + 1], 0, hi, 2 * hi + 1);
+                a[hi][st][2] = a_of(q[2 * st], 2, hi, 2 * hi);
+                a[hi][st][3] = a_of(q[2 * st + 1], 2, hi, 2 * hi + 1);
+            }
+#pragma unroll
+        for (int u = 0; u < NT; ++u) {
+            if (u >= tiles) continue;
+            float c[4] = {};
+#pragma unroll
+            for (int hi = 0; hi < 2; ++hi) {
+                detail::mma16816(c, a[hi][0], bx[hi][u][0], bx[hi][u][1]);
+                detail::mma16816(c, a[hi][1], bx[hi][u][2], bx[hi][u][3]);
+            }
+            acc[u][0] = fmaf(p0, c[0], acc[u][0]);
+            acc[u][1] = fmaf(p0, c[1], acc[u][1]);
+            acc[u][2] = fmaf(p1, c[2], acc[u][2]);
+            acc[u][3] = fmaf(p1, c[3], acc[u][3]);
+        }
     }
 };
 
@@ -241,7 +330,7 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144> {
 // ql[64 h + 32 (i & 1) ..], with bits 2 (i % 4) .. + 1 of qh[128 + 32 h ..]
 // above them; each k16 step has its own scale. A = q - 32 (exact).
 template <>
-struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
+struct Fmt<EH_TYPE_Q6_K> : KquantStage<210, false>, XTiles {
     __device__ __forceinline__ static void codes(const uint8_t* w, int i, int t, uint32_t (&q)[4]) {
         const int h = i >> 2, qd = i & 3;
         const uint8_t* lo = w + 64 * h + 32 * (qd & 1) + 2 * t;
@@ -253,8 +342,10 @@ struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
                                   0x64206420u);
     }
     template <int NT>
-    __device__ __forceinline__ static void block(const uint32_t*, const uint8_t* w0, const uint8_t* w1, int, int i, int t,
-                                 const uint32_t (&bx)[NT][4], int tiles, float (&acc)[NT][4]) {
+    __device__ __forceinline__ static void block(const uint32_t*, const Rows& r, int, int i, int lane,
+                                                 const uint32_t (&bx)[1][NT][4], int tiles, float (&acc)[NT][4]) {
+        const uint8_t *w0 = r.w0, *w1 = r.w1;
+        const int t = lane & 3;
         uint32_t q0[4], q1[4];
         codes(w0, i, t, q0);
         codes(w1, i, t, q1);
@@ -269,8 +360,8 @@ struct Fmt<EH_TYPE_Q6_K> : KquantStage<210> {
         for (int u = 0; u < NT; ++u) {
             if (u >= tiles) continue;
             float c0[4] = {}, c1[4] = {};
-            detail::mma16816(c0, a0, bx[u][0], bx[u][1]);
-            detail::mma16816(c1, a1, bx[u][2], bx[u][3]);
+            detail::mma16816(c0, a0, bx[0][u][0], bx[0][u][1]);
+            detail::mma16816(c1, a1, bx[0][u][2], bx[0][u][3]);
             acc[u][0] = fmaf(d00, c0[0], fmaf(d01, c1[0], acc[u][0]));
             acc[u][1] = fmaf(d00, c0[1], fmaf(d01, c1[1], acc[u][1]));
             acc[u][2] = fmaf(d10, c0[2], fmaf(d11, c1[2], acc[u][2]));
@@ -292,7 +383,7 @@ struct Geometry {
 };
 template <uint32_t T, bool Pair, int NT>
 constexpr size_t stage_bytes() {
-    return size_t(Pair ? 2 : 1) * kRows * Fmt<T>::kRowBytes + size_t(kTok) * NT * kXLd * sizeof(__half);
+    return size_t(Pair ? 2 : 1) * kRows * Fmt<T>::kRowBytes + size_t(kTok) * NT * Fmt<T>::kXLd * sizeof(__half);
 }
 // Dynamic shared memory one block may take (sm_90: 227 KB, less the table).
 constexpr size_t kSmemPerBlock = 227 * 1024 - 256 * sizeof(uint32_t);
@@ -434,7 +525,7 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
                 const int j = idx / kRuns, c = idx % kRuns;
                 if (c >= nb * 4) continue;
                 const __half* src = x16 + size_t(off + j0 + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
-                detail::cp_async16(xs + j * kXLd + c * 8, src, j < n ? 16 : 0);
+                detail::cp_async16(xs + j * W::kXLd + c * 8, src, j < n ? 16 : 0);
             }
         }
         detail::cp_async_commit();
@@ -449,29 +540,30 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
         issue(S + kStages - 1);
         if (has_rows) {
             const uint8_t* st = smem + size_t(S % kStages) * kStage;
-            const uint8_t* wa0 = st + size_t(r0 + g) * W::kRowBytes + W::lead(row_ptr(a, e, fr0), S);
-            const uint8_t* wa1 = st + size_t(r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(a, e, fr1), S);
-            const uint8_t* wb0 =
-                Pair ? st + size_t(kRows + r0 + g) * W::kRowBytes + W::lead(row_ptr(b, e, fr0), S) : nullptr;
-            const uint8_t* wb1 =
-                Pair ? st + size_t(kRows + r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(b, e, fr1), S) : nullptr;
-            // ldmatrix row address of this lane (shared window): token lane
-            // % 8 of a tile, columns 8 * (lane / 8) .. + 8 of a block
-            const uint32_t xl = uint32_t(__cvta_generic_to_shared(
-                reinterpret_cast<const __half*>(st + size_t(kMats) * kRows * W::kRowBytes) + (lane & 7) * kXLd +
-                8 * (lane >> 3)));
+            // this lane's row of an ldmatrix of the warp's 16 rows (Rows)
+            const size_t lrow = size_t(r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * W::kRowBytes + 16 * (lane >> 4);
+            const uint32_t sw = uint32_t(__cvta_generic_to_shared(st));
+            const Rows ra{st + size_t(r0 + g) * W::kRowBytes + W::lead(row_ptr(a, e, fr0), S),
+                          st + size_t(r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(a, e, fr1), S),
+                          sw + uint32_t(lrow)};
+            Rows rb{};
+            if constexpr (Pair)
+                rb = Rows{st + size_t(kRows + r0 + g) * W::kRowBytes + W::lead(row_ptr(b, e, fr0), S),
+                          st + size_t(kRows + r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(b, e, fr1), S),
+                          sw + uint32_t(size_t(kRows) * W::kRowBytes + lrow)};
+            // the lane's input address in the first tile (shared window)
+            const uint32_t xl =
+                sw + uint32_t((size_t(kMats) * kRows * W::kRowBytes) + size_t(W::x_lane(lane)) * sizeof(__half));
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
-            for (int i = kw; i < nb; i += kKSplit) {
-                // the tiles' x fragments, one ldmatrix each, shared by gate and
-                // up; those past the pass's tiles too (stale, unused): loaded
-                // under a branch each, the 64-token gate|up kernel recomputed
-                // the address for each and ran 13 % longer
-                uint32_t bx[NT][4];
-#pragma unroll
-                for (int u = 0; u < NT; ++u)
-                    detail::ldsm_x4(bx[u], xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half)));
-                W::template block<NT>(lut, wa0, wa1, S, i, t, bx, tiles, acc_a);
-                if constexpr (Pair) W::template block<NT>(lut, wb0, wb1, S, i, t, bx, tiles, acc_b);
+            for (int i = kw * W::kUnit; i < nb; i += kKSplit * W::kUnit) {
+                // the tiles' x fragments, shared by gate and up; those past the
+                // pass's tiles too (stale, unused): loaded under a branch each,
+                // the 64-token gate|up kernel recomputed the address for each
+                // and ran 13 % longer
+                uint32_t bx[W::kUnit][NT][4];
+                W::template load_x<NT>(xl, i, bx);
+                W::template block<NT>(lut, ra, S, i, lane, bx, tiles, acc_a);
+                if constexpr (Pair) W::template block<NT>(lut, rb, S, i, lane, bx, tiles, acc_b);
             }
         }
     }
@@ -586,12 +678,15 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
 
 // Whether a matrix of experts can take the tensor-core form: a type it
 // reads, whole segments of 256 values for the K-quants (32 for MXFP4,
-// whose partial last segment the kernel handles), 4-byte aligned data (the
-// K-quants' 16-bit code loads; MXFP4 is checked for 16 by to_dev).
+// whose partial last segment the kernel handles), aligned rows: Q4_K's on
+// 16 bytes (an ldmatrix of the staged codes), Q6_K's on 2 and the data on
+// 4 (its 16-bit code loads; MXFP4 is checked for 16 by to_dev).
 bool mma_matrix(const ExpertMat& m) {
     if (!mma_type_dispatch(m.type, [&]<uint32_t>() {})) return false;  // (a type it has instances for)
     if (m.type == EH_TYPE_MXFP4) return m.cols % 32 == 0;
-    return m.cols % kSegVals == 0 && reinterpret_cast<uintptr_t>(m.data) % 4 == 0 && m.row_bytes % 2 == 0;
+    const size_t row_align = m.type == EH_TYPE_Q4_K ? 16 : 2;
+    return m.cols % kSegVals == 0 && reinterpret_cast<uintptr_t>(m.data) % std::max<size_t>(row_align, 4) == 0 &&
+           m.row_bytes % row_align == 0 && m.expert_stride % row_align == 0;
 }
 
 }  // namespace
