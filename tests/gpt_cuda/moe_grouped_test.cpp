@@ -6,7 +6,7 @@
 // the tensor cores too), fused and separate
 // gate/up, routings that leave experts empty and one that sends every token
 // to the same expert (more tokens than one pass); the tensor-core form's
-// 8-, 32- and 64-token passes on every case; bitwise reproducibility;
+// 8-token, wide (32 tokens; 48 for the K-quants) and 64-token passes on every case; bitwise reproducibility;
 // what moe_grouped_supported refuses.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -170,13 +170,14 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     EXPECT_EQ(kquant_tc, (C.gu_type == EH_TYPE_Q4_K || C.gu_type == EH_TYPE_Q6_K) &&
                              (C.down_type == EH_TYPE_Q4_K || C.down_type == EH_TYPE_Q6_K || C.down_type == EH_TYPE_MXFP4))
         << "the K-quants with a tensor-core form";
-    // The tensor-core form with each pass length (8, 32 and, for gate|up, 64
-    // tokens) and pipeline depth, forced through the plan whatever the case's own.
+    // The tensor-core form with each pass length (8 tokens; wide: 32, or 48
+    // for the K-quants; and, for MXFP4's gate|up, 64) and pipeline depth,
+    // forced through the plan whatever the case's own.
     std::vector<std::pair<std::string, std::vector<float>>> passes;
     if (fp16_inputs) {
         for (const auto& [name, wide, long_, deep] :
-             {std::tuple{"8-token passes", 65536, 65536, true}, std::tuple{"32-token passes", 0, 65536, true},
-              std::tuple{"64-token passes", 0, 0, true}, std::tuple{"32-token passes, 3 stages", 0, 65536, false},
+             {std::tuple{"8-token passes", 65536, 65536, true}, std::tuple{"wide passes", 0, 65536, true},
+              std::tuple{"64-token passes", 0, 0, true}, std::tuple{"wide passes, 3 stages", 0, 65536, false},
               std::tuple{"64-token passes, 3 stages", 0, 0, false}}) {
             ehcuda::KernelPlan p = ehcuda::plan();
             p.moe_wide_pass_tokens = wide;
@@ -290,7 +291,7 @@ INSTANTIATE_TEST_SUITE_P(
         // 256 and 768 columns are 210 and 630 bytes, not 16-byte aligned)
         GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 512, 256, 16, 8, 12, false, false},
         // Qwen3-30B-A3B's expert rows (768 x 2048, fewer experts): a decode
-        // step's few tokens an expert, and a prefill pass's 32-token passes
+        // step's few tokens an expert, and a prefill pass's 48-token passes
         GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q6_K, 2048, 768, 24, 8, 24, false, false},
         GroupedCase{EH_TYPE_Q4_K, EH_TYPE_Q4_K, 2048, 768, 16, 4, 256, false, false},
         GroupedCase{EH_TYPE_Q6_K, EH_TYPE_Q6_K, 512, 256, 8, 2, 100, true, true},

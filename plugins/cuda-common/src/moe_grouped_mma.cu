@@ -69,15 +69,6 @@ __device__ __forceinline__ float fp4_value(int n) {
     return (n & 8) ? -v : v;
 }
 
-// Bytes 0 and 1 of v (integers 0..255) as the two halves of an FP16 pair,
-// less `bias2` (a half pair): 0x64 above each byte makes the half 1024 + q,
-// so subtracting 1024 + offset leaves q - offset, exact.
-__device__ __forceinline__ uint32_t bytes_to_half2(uint32_t v, uint32_t bias2) {
-    const uint32_t w = __byte_perm(v, 0x64646464u, 0x4140u);
-    const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&w), *reinterpret_cast<const __half2*>(&bias2));
-    return *reinterpret_cast<const uint32_t*>(&r);
-}
-
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 // The FP16 value at a 2-byte aligned address (a super-block's d or dmin).
 __device__ __forceinline__ float f16_u16(const uint8_t* p) { return __half2float(__ushort_as_half(uint16_t(ld_u16(p)))); }
@@ -85,6 +76,15 @@ __device__ __forceinline__ float f16_u16(const uint8_t* p) { return __half2float
 __device__ __forceinline__ uint32_t hfma2_bits(uint32_t a, uint32_t b, uint32_t c) {
     const __half2 r = __hfma2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b),
                               *reinterpret_cast<const __half2*>(&c));
+    return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+__device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
+    const __half2 r = __hsub2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
+    return *reinterpret_cast<const uint32_t*>(&r);
+}
+__device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
+    const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
     return *reinterpret_cast<const uint32_t*>(&r);
 }
 
@@ -105,41 +105,60 @@ struct Rows {
 
 // How a format's A fragments pair with the inputs, and so how the inputs
 // are staged and loaded (kXLd: halves per staged token row; kUnit: blocks of
-// 32 values a warp takes at once; x_lane: the lane's first half in a tile;
-// load_x: the tile fragments of a unit's blocks from i on).
+// 32 values a warp takes at once; first(u): the first block of the
+// segment's unit u; x_lane: the lane's first half in a tile; tile(xl, i, b,
+// u, f): tile u's fragments for block b of the unit from block i).
 // XTiles: the mma's own k order, each tile's two k16 steps by one ldmatrix
 // (+8 halves a row: its eight row addresses fall in distinct banks).
 struct XTiles {
     static constexpr int kXLd = kSegVals + 8;
     static constexpr int kUnit = 1;
+    __device__ __forceinline__ static int first(int unit) { return unit; }
     __device__ __forceinline__ static int x_lane(int lane) { return (lane & 7) * kXLd + 8 * (lane >> 3); }
+    __device__ __forceinline__ static void tile(uint32_t xl, int i, int, int u, uint32_t (&f)[4]) {
+        detail::ldsm_x4(f, xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half)));
+    }
     template <int NT>
     __device__ __forceinline__ static void load_x(uint32_t xl, int i, uint32_t (&bx)[1][NT][4]) {
 #pragma unroll
-        for (int u = 0; u < NT; ++u)
-            detail::ldsm_x4(bx[0][u], xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half)));
+        for (int u = 0; u < NT; ++u) tile(xl, i, 0, u, bx[0][u]);
     }
 };
-// XQuads: lane (g, t) holds values 4t..4t+3 and 16+4t..16+4t+3 of a block
-// of 32 (as an ldmatrix of the code bytes leaves them: Fmt<Q4_K>), so k
-// steps 0 and 1 take input columns 4t..4t+3 (k 2t, 2t+1, 2t+8, 2t+9) and
-// 16 on: one 8-byte load each. (+16 halves a row: a half-warp's eight-byte
-// loads from 4 tokens cover the 32 banks once.)
+// XQuads<Step>: lane (g, t) holds values 4t..4t+3 and 16+4t..16+4t+3 of
+// a block of 32 (as an ldmatrix of Q4_K's code bytes leaves them), so k
+// steps 0 and 1 take input columns 4t..4t+3 (k 2t, 2t+1, 2t+8, 2t+9) and 16
+// on: one 8-byte load each. A unit is blocks i and i + Step (+16 halves a
+// row: a half-warp's eight-byte loads from 4 tokens cover the 32 banks once).
+template <int Step>
 struct XQuads {
     static constexpr int kXLd = kSegVals + 16;
     static constexpr int kUnit = 2;
+    __device__ __forceinline__ static int first(int unit) { return unit % Step + 2 * Step * (unit / Step); }
     __device__ __forceinline__ static int x_lane(int lane) { return (lane >> 2) * kXLd + 4 * (lane & 3); }
-    template <int NT>
-    __device__ __forceinline__ static void load_x(uint32_t xl, int i, uint32_t (&bx)[2][NT][4]) {
-#pragma unroll
-        for (int b = 0; b < 2; ++b)
-#pragma unroll
-            for (int u = 0; u < NT; ++u) {
-                const uint32_t a = xl + uint32_t(u * kTok * kXLd + (i + b) * 32) * uint32_t(sizeof(__half));
-                lds64(a, bx[b][u][0], bx[b][u][1]);
-                lds64(a + 16 * sizeof(__half), bx[b][u][2], bx[b][u][3]);
-            }
+    __device__ __forceinline__ static void tile(uint32_t xl, int i, int b, int u, uint32_t (&f)[4]) {
+        const uint32_t a = xl + uint32_t(u * kTok * kXLd + (i + b * Step) * 32) * uint32_t(sizeof(__half));
+        lds64(a, f[0], f[1]);
+        lds64(a + 16 * sizeof(__half), f[2], f[3]);
     }
+};
+
+// Where a format takes tile u's input fragments for block b of its unit:
+// loaded before the unit (XTiles' block(), the gate|up pair sharing them),
+// or by tile() as each tile comes (quad_unit(), which has both
+// matrices' fragments built first).
+template <int U, int NT>
+struct XLoaded {
+    const uint32_t (&bx)[U][NT][4];
+    __device__ __forceinline__ void operator()(int b, int u, uint32_t (&f)[4]) const {
+#pragma unroll
+        for (int q = 0; q < 4; ++q) f[q] = bx[b][u][q];
+    }
+};
+template <class X>
+struct XOnDemand {
+    uint32_t xl;
+    int i;
+    __device__ __forceinline__ void operator()(int b, int u, uint32_t (&f)[4]) const { X::tile(xl, i, b, u, f); }
 };
 
 // c = A0 . b(step 0) + A1 . b(step 1): the products of one block of 32
@@ -154,15 +173,16 @@ __device__ __forceinline__ void block_mma(const uint32_t (&a0)[4], const uint32_
 
 // acc[u] += the rows' scales (s0 row g, s1 row g + 8) times the block's
 // products with tile u, for every tile of the pass.
-template <int NT>
-__device__ __forceinline__ void scaled_tiles(const uint32_t (&a0)[4], const uint32_t (&a1)[4],
-                                             const uint32_t (&bx)[NT][4], int tiles, float s0, float s1,
-                                             float (&acc)[NT][4]) {
+template <int NT, class X>
+__device__ __forceinline__ void scaled_tiles(const uint32_t (&a0)[4], const uint32_t (&a1)[4], const X& x, int tiles,
+                                             float s0, float s1, float (&acc)[NT][4]) {
 #pragma unroll
     for (int u = 0; u < NT; ++u) {
         if (u >= tiles) continue;
+        uint32_t b[4];
+        x(0, u, b);
         float c[4];
-        block_mma(a0, a1, bx[u], c);
+        block_mma(a0, a1, b, c);
         acc[u][0] = fmaf(s0, c[0], acc[u][0]);
         acc[u][1] = fmaf(s0, c[1], acc[u][1]);
         acc[u][2] = fmaf(s1, c[2], acc[u][2]);
@@ -176,8 +196,10 @@ __device__ __forceinline__ void scaled_tiles(const uint32_t (&a0)[4], const uint
 //   stage(dst, row, S, nb, c0, step): cp.async of segment S of the row (nb
 //     blocks of 32 values), 16-byte runs c0, c0 + step, ...;
 //   an input layout (XTiles or XQuads above);
-//   block(...): acc[u] += the values of the unit's blocks i.. of rows
-//     r.w0 (lane row g) and r.w1 (g + 8) . tile u, for every tile u < tiles.
+//   XTiles formats: block(...): acc[u] += the values of block i of rows
+//     r.w0 (lane row g) and r.w1 (g + 8) . tile u, for every tile u < tiles;
+//   XQuads formats: codes(...): the A fragments of the unit's two blocks
+//     (quad_unit below multiplies them).
 // In a fragment, lane (g, t) holds columns 2t, 2t+1 and 2t+8, 2t+9 of rows
 // g and g + 8 (a[0] row g, a[1] row g + 8, a[2] and a[3] the same at +8).
 template <uint32_t T>
@@ -204,9 +226,9 @@ struct Fmt<EH_TYPE_MXFP4> : XTiles {
     // and 16+4w..16+4w+3 (nibbles 4..7), so lane (g, t) needs bytes t & 1
     // (step 0) and 2 + (t & 1) (step 1) of words t / 2 (k = 2t, 2t+1) and
     // t / 2 + 2 (k = 2t+8, 2t+9).
-    template <int NT>
-    __device__ __forceinline__ static void block(const uint32_t* lut, const Rows& r, int S, int i, int lane,
-                                                 const uint32_t (&bx)[1][NT][4], int tiles, float (&acc)[NT][4]) {
+    template <int NT, class X>
+    __device__ __forceinline__ static void block(const uint32_t* lut, const Rows& r, int S, int i, int lane, const X& x,
+                                                 int tiles, float (&acc)[NT][4]) {
         const uint8_t *w0 = r.w0, *w1 = r.w1;
         const int t = lane & 3;
         const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
@@ -219,7 +241,7 @@ struct Fmt<EH_TYPE_MXFP4> : XTiles {
                                 lut[(w12 >> s1) & 255u]};
         const int e0 = (S & 1) * kSegBlocks;
         const float sc0 = e8m0_value(w0[e0 + i]), sc1 = e8m0_value(w1[e0 + i]);
-        scaled_tiles<NT>(a0, a1, bx[0], tiles, sc0, sc1, acc);
+        scaled_tiles<NT>(a0, a1, x, tiles, sc0, sc1, acc);
     }
 };
 
@@ -268,10 +290,10 @@ struct KquantStage {
 // row's segment from its first byte (kRowBytes 144: the eight rows of an
 // ldmatrix fall in distinct banks).
 template <>
-struct Fmt<EH_TYPE_Q4_K> : KquantStage<144, true>, XQuads {
-    template <int NT>
-    __device__ __forceinline__ static void block(const uint32_t*, const Rows& r, int, int i, int lane,
-                                                 const uint32_t (&bx)[2][NT][4], int tiles, float (&acc)[NT][4]) {
+struct Fmt<EH_TYPE_Q4_K> : KquantStage<144, true>, XQuads<1> {
+    // The unit's A fragments ([sub-block i / i + 1][k step]) and the row
+    // factors P of rows g and g + 8.
+    __device__ __forceinline__ static void codes(const Rows& r, int i, int lane, uint32_t (&a)[2][2][4], float (&p)[2]) {
         const int t = lane & 3, quad = lane & ~3;
         // this lane's pair: row g + 8 (t & 1), sub-block i + (t >> 1)
         const K4Head h = k4_head((t & 1) ? r.w1 : r.w0, i + (t >> 1));
@@ -280,7 +302,7 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144, true>, XQuads {
         const float inv = __uint_as_float(0x7F000000u - pb);
         const uint32_t fm = half2_bits(h.d * h.sc * inv * ((t >> 1) ? 32.0f : 512.0f),
                                        -(h.dmin * h.mn * inv) * (1.0f / 32768.0f));
-        const float p = __uint_as_float(pb) * 32768.0f;
+        const float pl = __uint_as_float(pb) * 32768.0f;
         // (factor, -minimum) of row g / g + 8, sub-block i (low) and i + 1 (high)
         uint32_t f[4], m[4];
 #pragma unroll
@@ -289,7 +311,8 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144, true>, XQuads {
             f[k] = __byte_perm(v, 0, 0x1010);
             m[k] = __byte_perm(v, 0, 0x3232);
         }
-        const float p0 = __shfl_sync(0xffffffffu, p, quad), p1 = __shfl_sync(0xffffffffu, p, quad | 1);
+        p[0] = __shfl_sync(0xffffffffu, pl, quad);
+        p[1] = __shfl_sync(0xffffffffu, pl, quad | 1);
         uint32_t q[4];  // rows g, g + 8 bytes 4t..4t+3; the same at 16 + 4t
         detail::ldsm_x4(q, r.wl + uint32_t(16 + 16 * i));
         // A of code bytes (4t + j, 4t + j + 1) (j 0 or 2) of word w, sub-block
@@ -298,7 +321,6 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144, true>, XQuads {
             const uint32_t y = __byte_perm(w, 0, j ? 0x4342u : 0x4140u);
             return hfma2_bits(y & (hi ? 0x00F000F0u : 0x000F000Fu), f[k], m[k]);
         };
-        uint32_t a[2][2][4];  // [sub-block][k step]
 #pragma unroll
         for (int hi = 0; hi < 2; ++hi)
 #pragma unroll
@@ -308,67 +330,98 @@ struct Fmt<EH_TYPE_Q4_K> : KquantStage<144, true>, XQuads {
                 a[hi][st][2] = a_of(q[2 * st], 2, hi, 2 * hi);
                 a[hi][st][3] = a_of(q[2 * st + 1], 2, hi, 2 * hi + 1);
             }
-#pragma unroll
-        for (int u = 0; u < NT; ++u) {
-            if (u >= tiles) continue;
-            float c[4] = {};
-#pragma unroll
-            for (int hi = 0; hi < 2; ++hi) {
-                detail::mma16816(c, a[hi][0], bx[hi][u][0], bx[hi][u][1]);
-                detail::mma16816(c, a[hi][1], bx[hi][u][2], bx[hi][u][3]);
-            }
-            acc[u][0] = fmaf(p0, c[0], acc[u][0]);
-            acc[u][1] = fmaf(p0, c[1], acc[u][1]);
-            acc[u][2] = fmaf(p1, c[2], acc[u][2]);
-            acc[u][3] = fmaf(p1, c[3], acc[u][3]);
-        }
     }
 };
 
 // Q6_K (210 bytes / 256): ql[128], qh[64], int8 scales[16], d (FP16). Block
 // i is quarter i % 4 of half i / 4: low (quarters 0, 1) or high nibbles of
 // ql[64 h + 32 (i & 1) ..], with bits 2 (i % 4) .. + 1 of qh[128 + 32 h ..]
-// above them; each k16 step has its own scale. A = q - 32 (exact).
+// above them; each 16 values have their own scale. A warp takes quarters qd
+// and qd + 2 of a half at once (XQuads<2>): the same ql bytes (low and high
+// nibbles) and qh bytes (bits 2 qd and 2 qd + 4), four of each a lane and
+// k step, read as words (a row is 2-byte aligned, so a word is two aligned
+// loads and a funnel shift). A = (q - 32) sc 2^-16, rounded once to FP16
+// (as the cuBLAS form's dequantized experts) by one hfma2 a pair from the
+// 6-bit code as the FP16 subnormal q 2^-24: factor 256 sc, exact, and
+// addend -sc 2^-11; d 2^16 scales the FP32 sums.
 template <>
-struct Fmt<EH_TYPE_Q6_K> : KquantStage<210, false>, XTiles {
-    __device__ __forceinline__ static void codes(const uint8_t* w, int i, int t, uint32_t (&q)[4]) {
-        const int h = i >> 2, qd = i & 3;
-        const uint8_t* lo = w + 64 * h + 32 * (qd & 1) + 2 * t;
-        const uint8_t* hi = w + 128 + 32 * h + 2 * t;
-        const int ls = (qd >> 1) * 4, hs = 2 * qd;
-#pragma unroll
-        for (int j = 0; j < 4; ++j)
-            q[j] = bytes_to_half2(((ld_u16(lo + 8 * j) >> ls) & 0x0F0Fu) | (((ld_u16(hi + 8 * j) >> hs) & 0x0303u) << 4),
-                                  0x64206420u);
+struct Fmt<EH_TYPE_Q6_K> : KquantStage<210, false>, XQuads<2> {
+    // Four bytes at a 2-byte aligned shared address.
+    __device__ __forceinline__ static uint32_t ld4(const uint8_t* p) {
+        const int mis = int(reinterpret_cast<uintptr_t>(p) & 3u);
+        const uint32_t* w = reinterpret_cast<const uint32_t*>(p - mis);
+        return __funnelshift_r(w[0], w[1], uint32_t(mis) * 8u);
     }
-    template <int NT>
-    __device__ __forceinline__ static void block(const uint32_t*, const Rows& r, int, int i, int lane,
-                                                 const uint32_t (&bx)[1][NT][4], int tiles, float (&acc)[NT][4]) {
-        const uint8_t *w0 = r.w0, *w1 = r.w1;
-        const int t = lane & 3;
-        uint32_t q0[4], q1[4];
-        codes(w0, i, t, q0);
-        codes(w1, i, t, q1);
-        const uint32_t a0[4] = {q0[0], q1[0], q0[1], q1[1]}, a1[4] = {q0[2], q1[2], q0[3], q1[3]};
-        const int si = 8 * (i >> 2) + 2 * (i & 3);
-        const int8_t* s0 = reinterpret_cast<const int8_t*>(w0 + 192) + si;
-        const int8_t* s1 = reinterpret_cast<const int8_t*>(w1 + 192) + si;
-        const float dw0 = f16_u16(w0 + 208), dw1 = f16_u16(w1 + 208);
-        const float d00 = dw0 * float(s0[0]), d01 = dw0 * float(s0[1]);
-        const float d10 = dw1 * float(s1[0]), d11 = dw1 * float(s1[1]);
+    // The unit's A fragments ([quarter qd / qd + 2][k step]) and the row
+    // factors of rows g and g + 8.
+    __device__ __forceinline__ static void codes(const Rows& r, int i, int lane, uint32_t (&a)[2][2][4], float (&p)[2]) {
+        const int t = lane & 3, h = i >> 2, qd = i & 3;  // (qd 0 or 1: the pair is qd, qd + 2)
 #pragma unroll
-        for (int u = 0; u < NT; ++u) {
-            if (u >= tiles) continue;
-            float c0[4] = {}, c1[4] = {};
-            detail::mma16816(c0, a0, bx[0][u][0], bx[0][u][1]);
-            detail::mma16816(c1, a1, bx[0][u][2], bx[0][u][3]);
-            acc[u][0] = fmaf(d00, c0[0], fmaf(d01, c1[0], acc[u][0]));
-            acc[u][1] = fmaf(d00, c0[1], fmaf(d01, c1[1], acc[u][1]));
-            acc[u][2] = fmaf(d10, c0[2], fmaf(d11, c1[2], acc[u][2]));
-            acc[u][3] = fmaf(d10, c0[3], fmaf(d11, c1[3], acc[u][3]));
+        for (int rr = 0; rr < 2; ++rr) {
+            const uint8_t* w = rr ? r.w1 : r.w0;
+            uint32_t sf[2][2], nf[2][2];  // (factor, addend) pairs [quarter][k step]
+#pragma unroll
+            for (int hq = 0; hq < 2; ++hq) {
+                // the two int8 scales as FP16: (s + 128) below 0x64 is 1152 + s
+                const uint32_t y = __byte_perm(ld_u16(w + 192 + 8 * h + 2 * qd + 4 * hq) ^ 0x8080u, 0x64646464u, 0x4140u);
+                const uint32_t sc = hsub2_bits(y, 0x64806480u);
+                const uint32_t f = hmul2_bits(sc, 0x5C005C00u), n = hmul2_bits(sc, 0x90009000u);  // 256, -2^-11
+                sf[hq][0] = __byte_perm(f, 0, 0x1010);
+                sf[hq][1] = __byte_perm(f, 0, 0x3232);
+                nf[hq][0] = __byte_perm(n, 0, 0x1010);
+                nf[hq][1] = __byte_perm(n, 0, 0x3232);
+            }
+            p[rr] = f16_u16(w + 208) * 65536.0f;
+            const uint8_t* ql = w + 64 * h + 32 * qd + 4 * t;
+            const uint8_t* qh = w + 128 + 32 * h + 4 * t;
+#pragma unroll
+            for (int st = 0; st < 2; ++st) {
+                const uint32_t L = ld4(ql + 16 * st), H = ld4(qh + 16 * st);
+                const uint32_t v[2] = {(L & 0x0F0F0F0Fu) | ((H << (4 - 2 * qd)) & 0x30303030u),
+                                       ((L >> 4) & 0x0F0F0F0Fu) | ((H >> (2 * qd)) & 0x30303030u)};
+#pragma unroll
+                for (int hq = 0; hq < 2; ++hq) {
+                    a[hq][st][rr] = hfma2_bits(__byte_perm(v[hq], 0, 0x4140u), sf[hq][st], nf[hq][st]);
+                    a[hq][st][rr + 2] = hfma2_bits(__byte_perm(v[hq], 0, 0x4342u), sf[hq][st], nf[hq][st]);
+                }
+            }
         }
     }
 };
+
+// An XQuads format's unit: acc[m][u] += the unit's values of matrix m's
+// rows . tile u, for every tile u < tiles (F::codes: the A fragments
+// [block][k step] and the FP32 factors of rows g and g + 8; both matrices'
+// first, then each tile's inputs loaded once for them).
+template <class F, int NT, int M, class X>
+__device__ __forceinline__ void quad_unit(const Rows* r, int i, int lane, const X& x, int tiles, float (*acc)[NT][4]) {
+    uint32_t a[M][2][2][4];
+    float p[M][2];
+#pragma unroll
+    for (int mi = 0; mi < M; ++mi) F::codes(r[mi], i, lane, a[mi], p[mi]);
+#pragma unroll
+    for (int u = 0; u < NT; ++u) {
+        if (u >= tiles) continue;
+        float c[M][4] = {};
+#pragma unroll
+        for (int b = 0; b < 2; ++b) {
+            uint32_t f[4];
+            x(b, u, f);
+#pragma unroll
+            for (int mi = 0; mi < M; ++mi) {
+                detail::mma16816(c[mi], a[mi][b][0], f[0], f[1]);
+                detail::mma16816(c[mi], a[mi][b][1], f[2], f[3]);
+            }
+        }
+#pragma unroll
+        for (int mi = 0; mi < M; ++mi) {
+            acc[mi][u][0] = fmaf(p[mi][0], c[mi][0], acc[mi][u][0]);
+            acc[mi][u][1] = fmaf(p[mi][0], c[mi][1], acc[mi][u][1]);
+            acc[mi][u][2] = fmaf(p[mi][1], c[mi][2], acc[mi][u][2]);
+            acc[mi][u][3] = fmaf(p[mi][1], c[mi][3], acc[mi][u][3]);
+        }
+    }
+}
 
 // A block's warps: kRowWarps groups of 16 rows, each group's k range split
 // over KSplit warps (more warps hide the latency of the fragment building
@@ -381,6 +434,13 @@ struct Geometry {
     static constexpr int kWarps = kRowWarps * kKSplit;
     static constexpr int kThreadsPerRow = kWarps * 32 / kRows;  // staging threads per row
 };
+// Tiles of a wide pass: 4 (32 tokens) for MXFP4; 6 (48 tokens) for the
+// K-quants, whose units take fewer registers (XQuads: no preloaded input
+// fragments), so that an expert of a 512-token Qwen3-MoE pass (32 tokens
+// on average, more than 32 for nearly half of them) is one pass, not two
+// (each pass builds the rows' fragments anew).
+template <uint32_t T>
+constexpr int kWideTiles = T == EH_TYPE_MXFP4 ? 4 : 6;
 template <uint32_t T, bool Pair, int NT>
 constexpr size_t stage_bytes() {
     return size_t(Pair ? 2 : 1) * kRows * Fmt<T>::kRowBytes + size_t(kTok) * NT * Fmt<T>::kXLd * sizeof(__half);
@@ -404,7 +464,8 @@ constexpr size_t smem_bytes() { return stages<T, Pair, NT, Deep>() * stage_bytes
 template <uint32_t T, bool Pair, int NT, bool Deep>
 constexpr bool fits() {
     return stages<T, Pair, NT, Deep>() >= 2 && smem_bytes<T, Pair, NT, Deep>() <= kSmemPerBlock &&
-           size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 8 * NT * sizeof(float) <= smem_bytes<T, Pair, NT, Deep>();
+           size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 4 * (Pair ? 2 : 1) * NT * sizeof(float) <=
+               smem_bytes<T, Pair, NT, Deep>();
 }
 static_assert(fits<EH_TYPE_MXFP4, false, 1, false>() && fits<EH_TYPE_MXFP4, true, 1, false>() &&
               fits<EH_TYPE_MXFP4, false, 4, false>() && fits<EH_TYPE_MXFP4, true, 4, false>() &&
@@ -413,10 +474,10 @@ static_assert(fits<EH_TYPE_MXFP4, false, 1, false>() && fits<EH_TYPE_MXFP4, true
 static_assert(stages<EH_TYPE_MXFP4, true, 1, false>() == 4 && stages<EH_TYPE_MXFP4, true, 4, false>() == 3 &&
               stages<EH_TYPE_MXFP4, false, 4, false>() == 3 && stages<EH_TYPE_MXFP4, true, 4, true>() == 6 &&
               stages<EH_TYPE_MXFP4, true, 8, true>() == 4);
-static_assert(fits<EH_TYPE_Q4_K, true, 1, false>() && fits<EH_TYPE_Q4_K, true, 4, true>() &&
-              fits<EH_TYPE_Q4_K, false, 1, false>() && fits<EH_TYPE_Q4_K, false, 4, false>() &&
-              fits<EH_TYPE_Q6_K, true, 1, false>() && fits<EH_TYPE_Q6_K, true, 4, true>() &&
-              fits<EH_TYPE_Q6_K, false, 1, false>() && fits<EH_TYPE_Q6_K, false, 4, false>());
+static_assert(fits<EH_TYPE_Q4_K, true, 1, false>() && fits<EH_TYPE_Q4_K, true, 6, true>() &&
+              fits<EH_TYPE_Q4_K, false, 1, false>() && fits<EH_TYPE_Q4_K, false, 6, false>() &&
+              fits<EH_TYPE_Q6_K, true, 1, false>() && fits<EH_TYPE_Q6_K, true, 6, true>() &&
+              fits<EH_TYPE_Q6_K, false, 1, false>() && fits<EH_TYPE_Q6_K, false, 6, false>());
 
 // The call's passes, expert by expert (expert e holds ceil(cnt_e / per) of
 // them, cnt_e = offsets[e + 1] - offsets[e]): for pass `pass`, sel[0] its
@@ -532,7 +593,9 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     };
 
     const int tiles = (n + kTok - 1) / kTok;
-    float acc_a[NT][4] = {}, acc_b[NT][4] = {};
+    float acc[2][NT][4] = {};  // gate (or the one matrix), up
+    float(&acc_a)[NT][4] = acc[0];
+    float(&acc_b)[NT][4] = acc[1];
     for (int S = 0; S < kStages - 1; ++S) issue(S);
     for (int S = 0; S < nseg; ++S) {
         detail::cp_async_wait<kStages - 2>();
@@ -555,29 +618,39 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
             const uint32_t xl =
                 sw + uint32_t((size_t(kMats) * kRows * W::kRowBytes) + size_t(W::x_lane(lane)) * sizeof(__half));
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
-            for (int i = kw * W::kUnit; i < nb; i += kKSplit * W::kUnit) {
-                // the tiles' x fragments, shared by gate and up; those past the
-                // pass's tiles too (stale, unused): loaded under a branch each,
-                // the 64-token gate|up kernel recomputed the address for each
-                // and ran 13 % longer
-                uint32_t bx[W::kUnit][NT][4];
-                W::template load_x<NT>(xl, i, bx);
-                W::template block<NT>(lut, ra, S, i, lane, bx, tiles, acc_a);
-                if constexpr (Pair) W::template block<NT>(lut, rb, S, i, lane, bx, tiles, acc_b);
+            for (int unit = kw; unit * W::kUnit < nb; unit += kKSplit) {
+                const int i = W::first(unit);  // the unit's first block
+                if constexpr (W::kUnit == 1) {
+                    // the tiles' x fragments, shared by gate and up; those past
+                    // the pass's tiles too (stale, unused): loaded under a
+                    // branch each, the 64-token gate|up kernel recomputed the
+                    // address for each and ran 13 % longer
+                    uint32_t bx[1][NT][4];
+                    W::template load_x<NT>(xl, i, bx);
+                    const XLoaded<1, NT> x{bx};
+                    W::template block<NT>(lut, ra, S, i, lane, x, tiles, acc_a);
+                    if constexpr (Pair) W::template block<NT>(lut, rb, S, i, lane, x, tiles, acc_b);
+                } else {
+                    // both matrices' fragments first, then each tile's inputs
+                    // once for them
+                    const Rows rs[2] = {ra, rb};
+                    quad_unit<W, NT, kMats>(rs, i, lane, XOnDemand<W>{xl, i}, tiles, acc);
+                }
             }
         }
     }
     detail::cp_async_wait<0>();  // (only empty groups remain)
     __syncthreads();              // every warp's reads of the stages are done
-    float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][tile][gate 4 | up 4]
+    constexpr int kRed = 4 * kMats;  // floats a lane and tile: gate 4 | up 4
+    float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][tile][kRed]
     if (has_rows) {
-        float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * 8 * NT;
+        float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * kRed * NT;
 #pragma unroll
         for (int u = 0; u < NT; ++u)
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                mine[8 * u + q] = acc_a[u][q];
-                mine[8 * u + 4 + q] = acc_b[u][q];
+                mine[kRed * u + q] = acc_a[u][q];
+                if constexpr (Pair) mine[kRed * u + 4 + q] = acc_b[u][q];
             }
     }
     __syncthreads();
@@ -587,13 +660,13 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
 #pragma unroll
         for (int q = 0; q < 4; ++q) acc_a[u][q] = acc_b[u][q] = 0.0f;
     for (int k = 0; k < kKSplit; ++k) {
-        const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * 8 * NT;
+        const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * kRed * NT;
 #pragma unroll
         for (int u = 0; u < NT; ++u)
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                acc_a[u][q] += part[8 * u + q];
-                acc_b[u][q] += part[8 * u + 4 + q];
+                acc_a[u][q] += part[kRed * u + q];
+                if constexpr (Pair) acc_b[u][q] += part[kRed * u + 4 + q];
             }
     }
 #pragma unroll
@@ -658,18 +731,19 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
             launch_rows_nt<T, Pair, NT, kDeep>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo,
                                                stream);
         };
-        // Tokens per expert above which a pass takes 4 tiles (KernelPlan::
-        // moe_wide_pass_tokens) or, MXFP4's gate|up, 8 (moe_long_pass_tokens):
-        // ntok tokens routed k ways over n_expert experts average pairs /
-        // n_expert = ntok * k / n_expert each.
-        // (The down products keep 32-token passes: two 16-warp blocks of those
-        // fit a multiprocessor where one 8-warp block of the 64-token pass does.)
+        // Tokens per expert above which a pass takes kWideTiles tiles
+        // (KernelPlan::moe_wide_pass_tokens) or, MXFP4's gate|up, 8
+        // (moe_long_pass_tokens): ntok tokens routed k ways over n_expert
+        // experts average pairs / n_expert = ntok * k / n_expert each.
+        // (MXFP4's down products keep 32-token passes: two 16-warp blocks of
+        // those fit a multiprocessor where one 8-warp block of the 64-token
+        // pass does.)
         const int per_expert = pairs / n_expert;
         if constexpr (Pair && T == EH_TYPE_MXFP4) {
             if (per_expert > plan().moe_long_pass_tokens) return go.template operator()<8>();
         }
         if (per_expert > plan().moe_wide_pass_tokens)
-            go.template operator()<4>();
+            go.template operator()<kWideTiles<T>>();
         else
             go.template operator()<1>();
     });
