@@ -12,14 +12,16 @@
 // for those 256 columns into shared memory with cp.async, three to six
 // stages deep, so the next segments stream in while one is multiplied (the
 // rows come from memory in 16-byte runs, and enough of them are in flight
-// to keep HBM busy). Per block of 32 values a warp turns its rows' codes
-// into two m16n8k16 A fragments of exact small integers or FP4 values
-// (Fmt<T>::block), loads each tile's input fragments with one ldmatrix
-// (shared by gate and up), and two mma.sync per tile give the 16 rows x 8
-// tokens partial sums that the block's scales (and, for Q4_K, its minimums
-// times the tile's input sums) fold into the FP32 accumulators. Each weight
-// byte is read once per pass; the inputs are FP16 as in the cuBLAS prefill
-// path (moe_prefill); the order of the sums is fixed. gate|up keeps 16 rows
+// to keep HBM busy). MXFP4: per block of 32 values a warp turns its rows'
+// codes into two m16n8k16 A fragments of FP4 values (Fmt<T>::block), loads
+// each tile's input fragments with one ldmatrix (shared by gate and up),
+// and two mma.sync per tile give the 16 rows x 8 tokens partial sums that
+// the block's scales fold into the FP32 accumulators. K-quants: a warp
+// takes two blocks that share code bytes, builds their fragments of both
+// matrices as FP16 values over a row factor (Fmt<T>::codes), then loads
+// each tile's inputs once for both (quad_unit). Each weight byte is read
+// once per pass; the inputs are FP16 as in the cuBLAS prefill path
+// (moe_prefill); the order of the sums is fixed. gate|up keeps 16 rows
 // of gate and the same 16 of up per warp and applies the SwiGLU in
 // registers, writing FP16 activations in sorted pair order for the down
 // kernel, which writes FP32 [pair][row].
@@ -48,10 +50,11 @@ constexpr int kTok = 8;                // tokens per tile (the mma's n)
 // A stage holds one segment of 256 values of every row (Fmt<T>::kRowBytes
 // bytes a row) and the pass's inputs for those 256 columns. A pass takes
 // NT tiles of 8 tokens: each A fragment feeds NT mma (NT 1 when experts get
-// a few tokens each; 4 past KernelPlan::moe_wide_pass_tokens and, MXFP4
-// only, 8 past moe_long_pass_tokens, so the codes are turned into fragments
-// once per 32 or 64 tokens: the kernel is bound by that conversion, not by
-// HBM). Every pass of every expert has its own block (find_pass).
+// a few tokens each; kWideTiles, 4 or 6, past KernelPlan::
+// moe_wide_pass_tokens and, MXFP4 only, 8 past moe_long_pass_tokens, so
+// the codes are turned into fragments once per 32 to 64 tokens: the kernel
+// is bound by that conversion, not by HBM). Every pass of every expert has
+// its own block (find_pass).
 constexpr int kSegBlocks = 8;  // blocks of 32 values per segment
 constexpr int kSegVals = kSegBlocks * 32;
 static_assert(kSegBlocks * 2 == kMxfp4GroupBlocks, "an MXFP4 segment is half a group");
