@@ -93,14 +93,17 @@ __global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bu
     // Lane i < kRows issues row i's slices.
     const uint8_t* my_row = nullptr;
     const uint8_t* my_limit = nullptr;
-    auto issue = [&](int s) {
+    // slice s into slot k (= s % ns, which the caller keeps as a counter:
+    // ns is known at run time only, and a division per slice cost ~30
+    // instructions of the loop's ~420)
+    auto issue = [&](int s, int k) {
         const int c0 = s * kPairSliceChunks, c1 = min(nch, c0 + kPairSliceChunks);
         const bool gate = lane < RW;
         const size_t o0 = gate ? chunk_run_offset<TG>(c0) : chunk_run_offset<TU>(c0);
         const size_t o1 = c1 == nch ? (gate ? g.row_bytes : u.row_bytes)
                                     : (gate ? chunk_run_offset<TG>(c1) : chunk_run_offset<TU>(c1));
-        bulk_range_issue(&bars[warp][s % ns], mine + (size_t(s % ns) * kRows + lane) * ps.row_stride, my_row + o0,
-                         o1 - o0, my_limit);
+        bulk_range_issue(&bars[warp][k], mine + (size_t(k) * kRows + lane) * ps.row_stride, my_row + o0, o1 - o0,
+                         my_limit);
     };
     if constexpr (Bulk) {
         // A dense FFN (the bulk form's only user): its rows are in flight
@@ -112,7 +115,7 @@ __global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bu
             const bool gate = lane < RW;
             my_row = gate ? moe_detail::row_ptr(g, 0, r0 + lane) : moe_detail::row_ptr(u, 0, r0 + lane - RW);
             my_limit = gate ? moe_detail::row_ptr(g, 0, g.rows) : moe_detail::row_ptr(u, 0, u.rows);
-            for (int s = 0; s < ns; ++s) issue(s);
+            for (int s = 0; s < ns; ++s) issue(s, s);
         }
     } else if constexpr (TG != EH_TYPE_MXFP4) {
         // A dense FFN (no expert ids, which an earlier kernel writes) knows
@@ -154,9 +157,11 @@ __global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bu
 
     float ag[RW] = {}, au[RW] = {};
     if constexpr (Bulk) {
+        int k = 0;           // s % ns
+        uint32_t phase = 0;  // (s / ns) & 1
         for (int s = 0; s < nsl; ++s) {
-            const int k = s % ns, c0 = s * kPairSliceChunks, c = c0 + lane;
-            mbar_wait(&bars[warp][k], uint32_t(s / ns) & 1u);
+            const int c0 = s * kPairSliceChunks, c = c0 + lane;
+            mbar_wait(&bars[warp][k], phase);
             __syncwarp();
             if (c < nch) {
                 XChunk<Bits> x;
@@ -175,7 +180,11 @@ __global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bu
                 // this warp's reads of the slot before the copy engine's refill
                 fence_async_shared();
                 __syncwarp();
-                if (lane < kRows) issue(s + ns);
+                if (lane < kRows) issue(s + ns, k);
+            }
+            if (++k == ns) {
+                k = 0;
+                phase ^= 1u;
             }
         }
     } else {
