@@ -266,3 +266,26 @@ TEST(AnthropicOutput, ReasoningBecomesAThinkingBlockWhenAskedFor) {
     EXPECT_EQ(oc[0]["type"], "thinking");
     EXPECT_EQ(oc[1], json({{"type", "text"}, {"text", ""}}));
 }
+
+// A repeated key inside a content block or a tool's input_schema is a 400
+// naming the path, as at the top level (nlohmann's dump cannot write one,
+// so these bodies are raw text).
+TEST(AnthropicRequest, DuplicateKeysAreRefusedAtEveryDepth) {
+    auto error_raw = [](const std::string& b) {
+        try {
+            parse_anthropic_request(b, {});
+        } catch (const RequestError& e) {
+            return e.field() + ": " + e.what();
+        }
+        return std::string("ok");
+    };
+    EXPECT_EQ(error_raw(R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":)"
+                        R"([{"type":"text","text":"a","type":"image"}]}]})"),
+              "messages: duplicate field 'messages[0].content[0].type'");
+    EXPECT_EQ(error_raw(R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}],)"
+                        R"("tools":[{"name":"t","input_schema":{"type":"object","properties":{"a":{},"a":{}}}}]})"),
+              "tools: duplicate field 'tools[0].input_schema.properties.a'");
+    EXPECT_EQ(error_raw(R"({"model":"m","max_tokens":8,"messages":[{"role":"user","content":"hi"}],)"
+                        R"("system":[{"type":"text","text":"a"},{"type":"text","text":"b"}]})"),
+              "ok");
+}

@@ -161,3 +161,71 @@ TEST(RequestContext, ExecuteParsesNCtx) {
         }
     }
 }
+
+namespace {
+
+// "field: message" of the RequestError a parser throws, "ok" if none.
+template <class Parse>
+std::string error_text(Parse parse) {
+    try {
+        parse();
+    } catch (const RequestError& e) {
+        return e.field() + ": " + e.what();
+    }
+    return "ok";
+}
+
+}  // namespace
+
+// Two values for one key: a gateway in front (Python, JavaScript: last wins)
+// and this parser (simdjson: first wins) would read different requests, so
+// a repeated key is refused at every depth, not only at the top.
+TEST(DuplicateKeys, RefusedAtEveryDepthWithThePath) {
+    auto openai = [](std::string body, bool chat = true) {
+        return error_text([&] { parse_openai_request(body, chat, RequestLimits{}); });
+    };
+    EXPECT_EQ(openai(R"({"messages":[{"role":"system","role":"user","content":"hi"}]})"),
+              "messages: duplicate field 'messages[0].role'");
+    // Keys compare after unescaping: "r\u006fle" is "role".
+    EXPECT_EQ(openai(R"({"messages":[{"role":"user","content":"a"},{"role":"user","r\u006fle":"system","content":"b"}]})"),
+              "messages: duplicate field 'messages[1].role'");
+    EXPECT_EQ(openai(R"({"messages":[{"role":"user","content":[{"type":"text","text":"a","text":"b"}]}]})"),
+              "messages: duplicate field 'messages[0].content[0].text'");
+    EXPECT_EQ(openai(R"({"prompt":"x","logit_bias":{"7":1,"7":-100}})", false), "logit_bias: duplicate field 'logit_bias.7'");
+    EXPECT_EQ(openai(R"({"messages":[{"role":"user","content":"x"}],"response_format":{"type":"json_schema",)"
+                     R"("json_schema":{"name":"n","schema":{"type":"object","properties":{"a":{"type":"string","type":"integer"}}}}}})"),
+              "response_format: duplicate field 'response_format.json_schema.schema.properties.a.type'");
+    EXPECT_EQ(openai(R"({"messages":[{"role":"user","content":"x"}],"tools":[{"type":"function","function":{"name":"f",)"
+                     R"("parameters":{"type":"object","properties":{"p":{},"p":{}}}}}]})"),
+              "tools: duplicate field 'tools[0].function.parameters.properties.p'");
+    // The top level keeps its message.
+    EXPECT_EQ(openai(R"({"model":"a","model":"b","prompt":"x"})", false), "model: duplicate field 'model'");
+
+    auto execute = [](std::string body) { return error_text([&] { parse_execute_request(body, RequestLimits{}); }); };
+    EXPECT_EQ(execute(R"({"job_id":"j","prompt":"x","json_schema":{"anyOf":[{"const":1},{"const":2,"const":3}]}})"),
+              "json_schema: duplicate field 'json_schema.anyOf[1].const'");
+    EXPECT_EQ(execute(R"({"job_id":"j","prompt":"x","stop":["a"],"logit_bias":{"1":1,"2":2,"1":3}})"),
+              "logit_bias: duplicate field 'logit_bias.1'");
+    // The same key in sibling objects, or at two depths, is no duplicate.
+    EXPECT_EQ(openai(R"({"messages":[{"role":"user","content":"a"},{"role":"assistant","content":"b"},)"
+                     R"({"role":"user","content":[{"type":"text","text":"c"},{"type":"text","text":"d"}]}]})"),
+              "ok");
+    EXPECT_EQ(execute(R"({"job_id":"j","prompt":"x","json_schema":{"type":"object","properties":{"type":{"type":"string"}}}})"),
+              "ok");
+}
+
+// The scan keeps its own stack: a duplicate under simdjson's deepest
+// nesting is found without recursion, and the path says where.
+TEST(DuplicateKeys, DeepNestingIsScannedWithoutRecursion) {
+    const int depth = 1000;
+    std::string deep;
+    for (int i = 0; i < depth; ++i) deep += "[";
+    deep += R"({"k":1,"k":2})";
+    for (int i = 0; i < depth; ++i) deep += "]";
+    std::string got = error_text([&] {
+        parse_execute_request(R"({"job_id":"j","prompt":"x","json_schema":{"enum":)" + deep + "}}", RequestLimits{});
+    });
+    std::string want_path = "json_schema.enum";
+    for (int i = 0; i < depth; ++i) want_path += "[0]";
+    EXPECT_EQ(got, "json_schema: duplicate field '" + want_path + ".k'");
+}

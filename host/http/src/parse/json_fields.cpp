@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <set>
+#include <unordered_set>
 
 #include "eh/service/utf8.hpp"
 
@@ -38,12 +39,92 @@ object parse_object(simdjson::dom::parser& parser, simdjson::padded_string& stor
         throw RequestError("", fmt::format("malformed JSON: {}", simdjson::error_message(err)));
     if (root.type() != element_type::OBJECT)
         throw RequestError("", fmt::format("request body must be a JSON object, not {}", type_name(root.type())));
-    object obj = root.get_object().value_unsafe();
-    std::set<std::string_view> seen;
-    for (auto kv : obj)
-        if (!seen.insert(kv.key).second)
-            throw RequestError(std::string(kv.key), fmt::format("duplicate field '{}'", kv.key));
-    return obj;
+    reject_duplicate_keys(root);
+    return root.get_object().value_unsafe();
+}
+
+namespace {
+
+// A step of the path to a value: an object's key or an array's index.
+struct PathStep {
+    std::string_view key;
+    size_t index = 0;
+    bool is_key = false;
+};
+
+std::string path_text(const std::vector<PathStep>& path, std::string_view last) {
+    std::string out;
+    for (const auto& s : path) {
+        if (!s.is_key) {
+            out += fmt::format("[{}]", s.index);
+            continue;
+        }
+        if (!out.empty()) out += '.';
+        out += sanitize_utf8(s.key.substr(0, 64));
+    }
+    if (!out.empty()) out += '.';
+    return out + sanitize_utf8(last.substr(0, 64));
+}
+
+}  // namespace
+
+// Depth-first with an explicit stack (simdjson allows 1,024 levels; no
+// recursion on the server thread's stack). Each object's keys are checked
+// when it is entered, so the first duplicate reported is the outermost one.
+void reject_duplicate_keys(const element& root) {
+    struct Frame {
+        bool is_object;
+        object::iterator oit, oend;
+        simdjson::dom::array::iterator ait, aend;
+        size_t index = 0;
+    };
+    std::vector<Frame> stack;
+    std::vector<PathStep> path;  // path[i]: the step that entered stack[i + 1]
+    std::unordered_set<std::string_view> seen;
+    auto enter = [&](const element& e) {
+        if (e.type() == element_type::OBJECT) {
+            object o = e.get_object().value_unsafe();
+            seen.clear();
+            for (auto kv : o)
+                if (!seen.insert(kv.key).second) {
+                    const std::string top = path.empty() ? sanitize_utf8(kv.key.substr(0, 64))
+                                                         : sanitize_utf8(path.front().key.substr(0, 64));
+                    throw RequestError(top, fmt::format("duplicate field '{}'", path_text(path, kv.key)));
+                }
+            stack.push_back(Frame{true, o.begin(), o.end(), {}, {}});
+        } else if (e.type() == element_type::ARRAY) {
+            simdjson::dom::array a = e.get_array().value_unsafe();
+            stack.push_back(Frame{false, {}, {}, a.begin(), a.end()});
+        }
+    };
+    enter(root);
+    while (!stack.empty()) {
+        Frame& f = stack.back();
+        if (stack.size() <= path.size()) path.pop_back();  // back from the child this frame entered last
+        element child;
+        PathStep step;
+        if (f.is_object) {
+            if (f.oit == f.oend) {
+                stack.pop_back();
+                continue;
+            }
+            auto kv = *f.oit;
+            ++f.oit;
+            child = kv.value;
+            step = PathStep{kv.key, 0, true};
+        } else {
+            if (f.ait == f.aend) {
+                stack.pop_back();
+                continue;
+            }
+            child = *f.ait;
+            ++f.ait;
+            step = PathStep{{}, f.index++, false};
+        }
+        if (child.type() != element_type::OBJECT && child.type() != element_type::ARRAY) continue;
+        path.push_back(step);
+        enter(child);  // may reallocate the stack: `f` is not used after this
+    }
 }
 
 void reject_unknown(const object& obj, std::initializer_list<std::string_view> allowed) {

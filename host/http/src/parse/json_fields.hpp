@@ -33,9 +33,16 @@ using simdjson::dom::object;
 const char* type_name(element_type t);
 
 // Parses `body` (size-checked) into the parser and returns the root object.
-// Duplicate keys are rejected: which of two values wins is a guess.
+// Duplicate keys are rejected at every depth (reject_duplicate_keys).
 object parse_object(simdjson::dom::parser& parser, simdjson::padded_string& storage,
                     std::string_view body, const RequestLimits& limits);
+
+// Refuses an object anywhere in `root` that holds a key twice (compared
+// after unescaping, so "a" and "\u0061" are the same key): which of two
+// values wins is a guess, and a gateway in front may guess the other way.
+// The RequestError's field is the top-level key it is under; the message
+// names the path: "duplicate field 'messages[0].role'".
+void reject_duplicate_keys(const element& root);
 
 // Rejects keys outside `allowed`.
 void reject_unknown(const object& obj, std::initializer_list<std::string_view> allowed);
