@@ -203,5 +203,73 @@ TEST(Schema, RefusesUnsupportedKeywordsByName) {
     expect_refused(s, "");
 }
 
+// A $ref that is the whole value (alone or as an anyOf alternative) means
+// "or what the target allows"; it used to make a left-recursive rule that
+// the grammar refused.
+TEST(Schema, RecursiveRefAsAWholeAlternative) {
+    // The issue's schema: the root allows itself or null, i.e. null.
+    auto self = json_schema_grammar(R"({"anyOf":[{"$ref":"#"},{"type":"null"}]})");
+    EXPECT_TRUE(matches(self, "null"));
+    EXPECT_FALSE(prefix_ok(self, "1"));
+    EXPECT_FALSE(prefix_ok(self, "{"));
+
+    // A linked list at the root: null, or a node whose "next" is a list.
+    auto list = json_schema_grammar(R"({"anyOf":[{"$ref":"#"},{"type":"null"},
+        {"type":"object","properties":{"v":{"type":"integer"},"next":{"$ref":"#"}},
+         "required":["v","next"],"additionalProperties":false}]})");
+    EXPECT_TRUE(matches(list, "null"));
+    EXPECT_TRUE(matches(list, R"({"v":1,"next":{"v":2,"next":{"v":3,"next":null}}})"));
+    EXPECT_FALSE(prefix_ok(list, R"({"v":1,"next":{"v":"x")"));
+    EXPECT_FALSE(matches(list, R"({"v":1,"next":{"v":2}})"));
+    EXPECT_FALSE(prefix_ok(list, R"({"v":1,"next":[)"));
+
+    // Two definitions that name each other as whole alternatives: both are
+    // an integer or an array of them, nested to any depth.
+    auto mutual = json_schema_grammar(R"({"$defs":{
+        "a":{"anyOf":[{"$ref":"#/$defs/b"},{"type":"integer"}]},
+        "b":{"anyOf":[{"$ref":"#/definitions/a"},{"type":"array","items":{"$ref":"#/$defs/a"}}]}},
+      "definitions":{"a":{"$ref":"#/$defs/a"}},
+      "type":"object","properties":{"x":{"$ref":"#/$defs/b"}},"required":["x"],"additionalProperties":false})");
+    EXPECT_TRUE(matches(mutual, R"({"x":7})"));
+    EXPECT_TRUE(matches(mutual, R"({"x":[1,[2,[[]]],3]})"));
+    EXPECT_FALSE(prefix_ok(mutual, R"({"x":[1,[true)"));
+    EXPECT_FALSE(prefix_ok(mutual, R"({"x":"s")"));
+}
+
+// A target that leads only to itself matches nothing: a clear error, never
+// a grammar that cannot end. Many targets, or self-references that branch,
+// stay bounded.
+TEST(Schema, HostileRecursiveRefsAreBounded) {
+    expect_refused(R"({"$ref":"#"})", "$ref");
+    expect_refused(R"({"anyOf":[{"$ref":"#"},{"$ref":"#"}]})", "$ref");
+    expect_refused(R"({"$defs":{"a":{"$ref":"#/$defs/b"},"b":{"anyOf":[{"$ref":"#/$defs/a"}]}},
+                       "type":"array","items":{"$ref":"#/$defs/a"}})", "$ref");
+    // Each definition names the next twice, 60 deep (a chain of $refs nests
+    // like the schema, at most 64): one rule each, not 2^60.
+    std::string defs;
+    for (int i = 0; i < 60; ++i) {
+        const std::string me = std::to_string(i), next = "{\"$ref\":\"#/$defs/d" + std::to_string(i + 1) + "\"}";
+        defs += "\"d" + me + "\":{\"anyOf\":[" + next + "," + next + ",{\"const\":" + me + "}]},";
+    }
+    defs += R"("d60":{"anyOf":[{"$ref":"#/$defs/d0"},{"type":"null"}]})";
+    auto chain = json_schema_grammar(R"({"$defs":{)" + defs + R"(},"type":"array","items":{"$ref":"#/$defs/d0"}})");
+    EXPECT_TRUE(matches(chain, "[0,59,null,7]"));
+    EXPECT_FALSE(prefix_ok(chain, "[60"));
+    // More different targets than the limit.
+    std::string many = R"({"$defs":{)";
+    for (int i = 0; i <= 1000; ++i) many += (i ? ",\"d" : "\"d") + std::to_string(i) + R"(":{"type":"null"})";
+    many += R"(},"type":"object","properties":{)";
+    for (int i = 0; i <= 1000; ++i)
+        many += (i ? ",\"p" : "\"p") + std::to_string(i) + R"(":{"$ref":"#/$defs/d)" + std::to_string(i) + "\"}";
+    many += "}}";
+    try {
+        json_schema_grammar(many);
+        ADD_FAILURE() << "accepted 1,001 $ref targets";
+    } catch (const GrammarError& e) {
+        EXPECT_EQ(e.keyword(), "$ref");
+        EXPECT_NE(std::string(e.what()).find("at most 1000 different schemas"), std::string::npos) << e.what();
+    }
+}
+
 }  // namespace
 }  // namespace eh::constrain

@@ -7,11 +7,26 @@
 // keyword is refused by name: the output must match the schema, and a
 // keyword the grammar does not enforce would be silently broken.
 //
+// Recursion. A $ref inside an object or array is a reference to the target's
+// rule. A $ref that stands for the whole value, alone or as an anyOf
+// alternative ({"anyOf":[{"$ref":"#"},{"type":"null"}]}), would make a rule
+// that starts with itself, which the grammar refuses as left-recursive; such
+// a reference means "or anything the target allows", so each target's rule
+// is the union of its own alternatives and those of every target it reaches
+// that way (a cycle adds nothing; the least fixed point, as a validator that
+// stops at a cycle sees it). A target that reaches only itself matches
+// nothing and is refused. At most kMaxSchemaRefs different targets.
+//
 // Objects are written with their properties in the schema's order; a
 // property not in `required` may be left out; no others appear.
 #include <fmt/format.h>
 
+#include <climits>
+#include <cstdint>
 #include <map>
+#include <optional>
+#include <utility>
+#include <vector>
 #include <nlohmann/json.hpp>
 #include <set>
 
@@ -29,6 +44,11 @@ const std::set<std::string, std::less<>> kAnnotations = {
 const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "items",
     "minItems", "maxItems", "$ref", "$defs", "definitions"};
+
+// Different $ref targets in one schema: each may add a rule holding every
+// target it reaches (kMaxSchemaRefs^2 names at worst, and the grammar text
+// limit stops that long before).
+constexpr size_t kMaxSchemaRefs = 1000;
 
 // Nesting depth of JSON text, without building it (a deep document would
 // recurse in the JSON library).
@@ -68,6 +88,13 @@ class SchemaCompiler {
 public:
     SchemaCompiler(const Json& root, std::string prefix, std::string& out) : root_(root), prefix_(std::move(prefix)), out_(out) {}
 
+    // The schema's expression; the rules it names are appended to `out`.
+    std::string compile() {
+        std::string expr = value(root_, "", 0);
+        write_target_rules();
+        return expr;
+    }
+
     std::string value(const Json& s, const std::string& path, uint32_t depth) {
         if (depth > kMaxGrammarNesting)
             throw GrammarError("", fmt::format("the schema nests deeper than {} levels at {}", kMaxGrammarNesting, at(path)));
@@ -102,9 +129,11 @@ public:
                     throw GrammarError(k, fmt::format("'{}' beside 'anyOf' at {} is not supported (put it inside each "
                                                       "alternative)", k, at(path)));
             std::string alts;
-            for (size_t i = 0; i < a->size(); ++i)
-                alts += (i ? " | " : "") + value((*a)[i], path + "/anyOf/" + std::to_string(i), depth + 1);
-            return rule(alts);
+            for (size_t i = 0; i < a->size(); ++i) {
+                const std::string alt = value((*a)[i], path + "/anyOf/" + std::to_string(i), depth + 1);
+                if (!alt.empty()) alts += (alts.empty() ? "" : " | ") + alt;  // "": a $ref folded into the target
+            }
+            return alts.empty() ? "" : rule(alts);
         }
         std::vector<std::string> types;
         if (auto t = s.find("type"); t != s.end()) {
@@ -130,8 +159,8 @@ public:
             else if (t == "integer") e = "j-integer";
             else if (t == "boolean") e = "j-boolean";
             else if (t == "null") e = "j-null";
-            else if (t == "object") e = object(s, path, depth);
-            else if (t == "array") e = array(s, path, depth);
+            else if (t == "object") e = inside([&] { return object(s, path, depth); });
+            else if (t == "array") e = inside([&] { return array(s, path, depth); });
             else throw GrammarError("type", fmt::format("'type' '{}' at {} is not a JSON-schema type", t, at(path)));
             alts += (alts.empty() ? "" : " | ") + e;
         }
@@ -149,9 +178,47 @@ private:
         return name;
     }
 
+    // A $ref target: its own alternatives' rule (`own`, "" when it has none),
+    // the rule used by references to it (`all`: its own alternatives and
+    // those of the targets in `folded`, the $refs that stand for its whole
+    // value), and where it was first named from a position that uses `all`.
+    struct Target {
+        std::string name;
+        std::string own;
+        std::string all;
+        std::vector<size_t> folded;
+        std::string used_at;  // "" while no such reference exists
+        bool used = false;
+    };
+
+    // Compiles an object or array: a $ref inside consumes text first, so it
+    // is never folded into the target being compiled.
+    template <class F>
+    std::string inside(F&& f) {
+        const std::optional<size_t> saved = std::exchange(folding_, std::nullopt);
+        std::string e = f();
+        folding_ = saved;
+        return e;
+    }
+
     std::string ref(const Json& r, const std::string& path) {
         if (!r.is_string()) throw GrammarError("$ref", fmt::format("'$ref' at {} must be a string", at(path)));
         const std::string target = r.get<std::string>();
+        const size_t t = target_index(target, path);
+        if (folding_) {
+            targets_[*folding_].folded.push_back(t);
+            return "";
+        }
+        if (!targets_[t].used) {
+            targets_[t].used = true;
+            targets_[t].used_at = path;
+        }
+        return targets_[t].all;
+    }
+
+    // The target's index, compiling it when first named. Its rule names are
+    // fixed before its schema is compiled, so a reference inside finds them.
+    size_t target_index(const std::string& target, const std::string& path) {
         if (auto it = refs_.find(target); it != refs_.end()) return it->second;
         const Json* node = nullptr;
         if (target == "#") {
@@ -169,13 +236,44 @@ private:
         if (!node)
             throw GrammarError("$ref", fmt::format("'$ref' '{}' at {} does not name the root or an entry of "
                                                    "$defs/definitions", target.substr(0, 200), at(path)));
-        // Named before it is compiled, so a recursive reference finds it.
-        const std::string name = fresh();
-        refs_[target] = name;
+        if (targets_.size() >= kMaxSchemaRefs)
+            throw GrammarError("$ref", fmt::format("'$ref' '{}' at {}: a schema's $refs may name at most {} different "
+                                                   "schemas", target.substr(0, 200), at(path), kMaxSchemaRefs));
+        const size_t t = targets_.size();
+        targets_.push_back(Target{target, fresh(), fresh(), {}, "", false});
+        refs_[target] = t;
+        const std::optional<size_t> saved = std::exchange(folding_, t);
         const std::string body = value(*node, target, ++ref_depth_ > kMaxGrammarNesting ? kMaxGrammarNesting + 1 : 0);
         --ref_depth_;
-        out_ += name + " ::= " + body + "\n";
-        return name;
+        folding_ = saved;
+        if (body.empty()) targets_[t].own.clear();
+        else out_ += targets_[t].own + " ::= " + body + "\n";
+        return t;
+    }
+
+    // Each referenced target's `all` rule: the own rules of every target it
+    // reaches through folded $refs, itself included.
+    void write_target_rules() {
+        std::vector<size_t> seen(targets_.size(), SIZE_MAX), todo;
+        for (size_t t = 0; t < targets_.size(); ++t) {
+            if (!targets_[t].used) continue;
+            std::string alts;
+            todo.assign(1, t);
+            seen[t] = t;
+            while (!todo.empty()) {
+                const size_t u = todo.back();
+                todo.pop_back();
+                if (!targets_[u].own.empty()) alts += (alts.empty() ? "" : " | ") + targets_[u].own;
+                for (size_t v : targets_[u].folded)
+                    if (seen[v] != t) seen[v] = t, todo.push_back(v);
+            }
+            if (alts.empty())
+                throw GrammarError("$ref", fmt::format("'$ref' '{}' at {} matches nothing: it leads only to $refs "
+                                                       "of itself",
+                                                       targets_[t].name.substr(0, 200), at(targets_[t].used_at)));
+            out_ += targets_[t].all + " ::= " + alts + "\n";
+            if (out_.size() > kMaxGrammarTextBytes) return;  // the caller's size check says so
+        }
     }
 
     std::string object(const Json& s, const std::string& path, uint32_t depth) {
@@ -272,7 +370,11 @@ private:
     std::string& out_;
     size_t counter_ = 0;
     uint32_t ref_depth_ = 0;
-    std::map<std::string, std::string> refs_;
+    std::map<std::string, size_t> refs_;  // target -> index in targets_
+    std::vector<Target> targets_;
+    // The target whose own alternatives are being compiled, while no text
+    // has been consumed since its start: a $ref here is folded into it.
+    std::optional<size_t> folding_;
 };
 
 }  // namespace
@@ -317,7 +419,7 @@ std::string schema_rules(std::string_view schema_json, const std::string& prefix
     } catch (const std::exception& e) {
         throw GrammarError("", std::string("the schema is not valid JSON: ") + e.what());
     }
-    const std::string expr = SchemaCompiler(root, prefix, out).value(root, "", 0);
+    const std::string expr = SchemaCompiler(root, prefix, out).compile();
     if (out.size() > kMaxGrammarTextBytes)
         throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kMaxGrammarTextBytes));
     return expr;
