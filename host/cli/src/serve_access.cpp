@@ -5,9 +5,17 @@
 #include <cstdlib>
 
 #include "eh/error.hpp"
+#include "eh/regular_file.hpp"
 #include "eh/http/api_keys.hpp"
 
 namespace eh::cli {
+namespace {
+
+// The largest certificate or key file read (docs/http-api.md, "HTTPS"; the
+// server's own reading has the same cap).
+constexpr size_t kMaxTlsFileBytes = size_t(1) << 20;
+
+}  // namespace
 
 void add_serve_access_options(po::options_description& desc) {
     desc.add_options()
@@ -27,14 +35,23 @@ void add_serve_access_options(po::options_description& desc) {
 }
 
 bool apply_serve_access_options(const po::variables_map& vm, http::ServerOptions& so, std::string& err) {
+    // Every key given is checked, an empty one included: a key that is
+    // empty by mistake must not start a server that takes no key at all.
+    // The messages never hold the key itself.
     std::vector<std::string> keys;
     if (vm.count("api-key")) keys = vm["api-key"].as<std::vector<std::string>>();
-    if (const char* env = std::getenv(kApiKeyEnv); env && *env) keys.emplace_back(env);
     for (const auto& k : keys) {
         if (std::string why = http::key_problem(k); !why.empty()) {
-            err = "--api-key / $" + std::string(kApiKeyEnv) + ": " + why;  // never the key itself
+            err = "--api-key: " + why;
             return false;
         }
+    }
+    if (const char* env = std::getenv(kApiKeyEnv)) {  // set, even to nothing
+        if (std::string why = http::key_problem(env); !why.empty()) {
+            err = "$" + std::string(kApiKeyEnv) + ": " + why + (*env ? "" : " (unset the variable to serve without a key)");
+            return false;
+        }
+        keys.emplace_back(env);
     }
     if (vm.count("api-key-file")) {
         try {
@@ -58,6 +75,18 @@ bool apply_serve_access_options(const po::variables_map& vm, http::ServerOptions
     if (vm.count("ssl-cert-file")) {
         so.ssl_cert_file = vm["ssl-cert-file"].as<std::string>();
         so.ssl_key_file = vm["ssl-key-file"].as<std::string>();
+        // Regular files only, checked before anything opens them for good: a
+        // FIFO would block startup in open(), deaf to SIGTERM. What they hold
+        // is checked when the server binds (Server::bind).
+        const std::pair<const char*, std::string> files[] = {{"--ssl-cert-file", so.ssl_cert_file},
+                                                             {"--ssl-key-file", so.ssl_key_file}};
+        for (const auto& [flag, path] : files) {
+            std::string problem;
+            if (!read_regular_file(path, kMaxTlsFileBytes, problem)) {
+                err = std::string(flag) + ": " + problem;
+                return false;
+            }
+        }
     }
     const size_t body = vm["max-body-bytes"].as<size_t>();
     if (body < 1024 || body > (size_t(256) << 20)) {

@@ -8,7 +8,9 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <openssl/err.h>
 #include <openssl/pem.h>
+#include <openssl/x509.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -16,6 +18,7 @@
 #include <cstring>
 #include <optional>
 
+#include "eh/regular_file.hpp"
 #include "access_log.hpp"
 #include "crash_notice.hpp"
 #include "impl.hpp"
@@ -36,11 +39,49 @@ const char* reason_phrase(int status) {
     case 414: return "URI Too Long";
     case 415: return "Unsupported Media Type";
     case 417: return "Expectation Failed";
+    case 429: return "Too Many Requests";
     case 431: return "Request Header Fields Too Large";
     case 500: return "Internal Server Error";
     case 503: return "Service Unavailable";
     case 505: return "HTTP Version Not Supported";
     default: return "Error";
+    }
+}
+
+// The address a connection's per-client count is kept under: IPv4 (an
+// IPv4-mapped IPv6 peer too) by its address, IPv6 by its /64, since one host
+// usually holds a whole /64. Empty when the peer has no IP address.
+std::string client_address(int fd) {
+    sockaddr_storage a{};
+    socklen_t len = sizeof a;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&a), &len) != 0) return "";
+    char buf[INET6_ADDRSTRLEN] = {};
+    if (a.ss_family == AF_INET) {
+        ::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(&a)->sin_addr, buf, sizeof buf);
+        return buf;
+    }
+    if (a.ss_family != AF_INET6) return "";
+    in6_addr addr = reinterpret_cast<sockaddr_in6*>(&a)->sin6_addr;
+    if (IN6_IS_ADDR_V4MAPPED(&addr)) {
+        in_addr v4;
+        std::memcpy(&v4, addr.s6_addr + 12, 4);
+        ::inet_ntop(AF_INET, &v4, buf, sizeof buf);
+        return buf;
+    }
+    std::memset(addr.s6_addr + 8, 0, 8);
+    ::inet_ntop(AF_INET6, &addr, buf, sizeof buf);
+    return std::string(buf) + "/64";
+}
+
+// Reads and drops what the peer already sent, without waiting: closing a
+// socket with unread bytes makes the kernel send a reset, which can destroy
+// an answer the client has not read yet.
+void drop_unread(int fd) {
+    char sink[16384];
+    for (size_t dropped = 0; dropped < (size_t(1) << 20);) {
+        ssize_t n = ::recv(fd, sink, sizeof sink, MSG_DONTWAIT);
+        if (n <= 0) break;
+        dropped += size_t(n);
     }
 }
 
@@ -266,6 +307,14 @@ void linger_close(Transport& t) {
 
 GatedServer::GatedServer() {
     new_task_queue = [] { return new ConnectionThreads(); };
+    // httplib's default sets SO_REUSEPORT, which lets a second process bind
+    // the same port and take a share of the connections. SO_REUSEADDR alone
+    // still allows a restart while old connections sit in TIME_WAIT, and a
+    // second server's bind fails with EADDRINUSE.
+    set_socket_options([](socket_t sock) {
+        int yes = 1;
+        ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+    });
     set_keep_alive_max_count(limits.max_requests_per_connection);
     // httplib calls this once the response is written (a stream included):
     // the status and correlation id of the request the gate is serving.
@@ -289,6 +338,18 @@ void GatedServer::use_tls(const std::string& cert_file, const std::string& key_f
         ERR_clear_error();
         throw Error(Code::InvalidRequest, what + " (" + reason + ")");
     };
+    // Read as regular files only (a FIFO would block the open, a device the
+    // read), then parsed from memory.
+    auto read_pem = [](const char* flag, const std::string& path) {
+        std::string problem;
+        std::optional<std::string> pem = read_regular_file(path, kMaxTlsFileBytes, problem);
+        if (!pem) throw Error(Code::InvalidRequest, std::string(flag) + ": " + problem);
+        return std::move(*pem);
+    };
+    const std::string cert_pem = read_pem("--ssl-cert-file", cert_file);
+    const std::string key_pem = read_pem("--ssl-key-file", key_file);
+    // An encrypted key is refused rather than have OpenSSL prompt on the terminal.
+    pem_password_cb* no_password = [](char*, int, int, void*) { return 0; };
     SSL_CTX* ctx = SSL_CTX_new(TLS_server_method());
     if (!ctx) fail("cannot create a TLS context");
     SSL_CTX_set_min_proto_version(ctx, TLS1_2_VERSION);
@@ -297,14 +358,37 @@ void GatedServer::use_tls(const std::string& cert_file, const std::string& key_f
         SSL_CTX_free(ctx);
         fail(what);
     };
-    if (SSL_CTX_use_certificate_chain_file(ctx, cert_file.c_str()) != 1)
-        give_up("--ssl-cert-file " + cert_file + ": not a readable PEM certificate");
+    // The certificate, then the chain behind it.
+    ERR_clear_error();
+    bool cert_ok = false;
+    if (BIO* bio = BIO_new_mem_buf(cert_pem.data(), int(cert_pem.size()))) {
+        if (X509* leaf = PEM_read_bio_X509_AUX(bio, nullptr, no_password, nullptr)) {
+            cert_ok = SSL_CTX_use_certificate(ctx, leaf) == 1;
+            X509_free(leaf);
+            while (cert_ok) {
+                X509* ca = PEM_read_bio_X509(bio, nullptr, no_password, nullptr);
+                if (!ca) break;
+                if (SSL_CTX_add0_chain_cert(ctx, ca) != 1) {
+                    X509_free(ca);
+                    cert_ok = false;
+                }
+            }
+            // The end of the file reads as "no start line"; anything else is a bad chain entry.
+            unsigned long e = ERR_peek_last_error();
+            if (cert_ok && e && !(ERR_GET_LIB(e) == ERR_LIB_PEM && ERR_GET_REASON(e) == PEM_R_NO_START_LINE))
+                cert_ok = false;
+            else if (cert_ok)
+                ERR_clear_error();
+        }
+        BIO_free(bio);
+    }
+    if (!cert_ok) give_up("--ssl-cert-file " + cert_file + ": not a readable PEM certificate");
     // Read first, so an unreadable key and a key for another certificate
     // get different messages.
     EVP_PKEY* key = nullptr;
-    if (FILE* f = std::fopen(key_file.c_str(), "r")) {
-        key = PEM_read_PrivateKey(f, nullptr, nullptr, nullptr);
-        std::fclose(f);
+    if (BIO* bio = BIO_new_mem_buf(key_pem.data(), int(key_pem.size()))) {
+        key = PEM_read_bio_PrivateKey(bio, nullptr, no_password, nullptr);
+        BIO_free(bio);
     }
     if (!key) give_up("--ssl-key-file " + key_file + ": not a readable PEM private key");
     const bool matches = SSL_CTX_use_PrivateKey(ctx, key) == 1 && SSL_CTX_check_private_key(ctx) == 1;
@@ -319,23 +403,40 @@ void GatedServer::widen_backlog(int backlog) {
     if (s != INVALID_SOCKET) ::listen(s, backlog);  // Linux updates the backlog of a listening socket
 }
 
+size_t GatedServer::count_client(const std::string& client, int delta) {
+    if (client.empty()) return 0;
+    std::lock_guard lock(clients_mu_);
+    size_t& n = clients_[client];
+    n = delta > 0 ? n + 1 : n - 1;
+    const size_t now = n;
+    if (now == 0) clients_.erase(client);
+    return now;
+}
+
 bool GatedServer::process_and_close_socket(socket_t sock) {
+    const auto accepted = Clock::now();
     // httplib writes a head and its body (and every SSE event) as separate
     // sends; with Nagle on, a kept-alive connection waits out the peer's
     // delayed ACK (~40 ms) before each body.
     int one = 1;
     ::setsockopt(sock, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+    const std::string client = client_address(int(sock));
+    const size_t from_client = count_client(client, +1);
     const size_t open = size_t(++open_);
     if (!tls_) {
         Transport t{int(sock)};
-        serve(t, open);
+        serve(t, open, from_client, accepted);
+    } else if (from_client > limits.max_connections_per_client) {
+        // Over its client's cap: closed at once. An answer would need a
+        // handshake first, the very work a flood wants spent on it.
     } else if (SSL* ssl = SSL_new(tls_)) {
         // Non-blocking, so neither the handshake nor a read can outlast its
-        // deadline; the handshake gets the header timeout.
+        // deadline; the handshake counts against the first request's head
+        // timeout.
         ::fcntl(sock, F_SETFL, ::fcntl(sock, F_GETFL) | O_NONBLOCK);
         SSL_set_fd(ssl, int(sock));
         Transport t(int(sock), ssl);
-        const auto until = Clock::now() + limits.header_timeout;
+        const auto until = accepted + limits.header_timeout;
         bool ready = false;
         for (;;) {
             int rc = SSL_accept(ssl);
@@ -350,16 +451,18 @@ bool GatedServer::process_and_close_socket(socket_t sock) {
             if (left <= 0 || ::poll(&p, 1, int(std::min<int64_t>(left, kSliceMs))) < 0) break;
         }
         ERR_clear_error();  // a failed handshake (a plain-HTTP client, a scanner) is that client's business
-        if (ready) serve(t, open);
+        if (ready) serve(t, open, from_client, accepted);
         t.close_notify();
     }
     --open_;
+    count_client(client, -1);
+    drop_unread(int(sock));
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
     return true;
 }
 
-void GatedServer::serve(Transport& t, size_t open) {
+void GatedServer::serve(Transport& t, size_t open, size_t from_client, Clock::time_point accepted) {
     const int fd = t.fd();
     // Method and path of the request being read, for the access log of a refusal.
     std::string method = "-", path = "-";
@@ -386,6 +489,15 @@ void GatedServer::serve(Transport& t, size_t open) {
                "too many open connections (limit " + std::to_string(limits.max_connections) + "); retry shortly",
                {{"retriable", true}, {"retry_after_ms", 1000}, {"limit_connections", limits.max_connections}}, true);
     };
+    if (from_client > limits.max_connections_per_client) {
+        return refuse(429, "TOO_MANY_CONNECTIONS",
+                      "too many connections open from " + client_address(fd) + " (limit " +
+                          std::to_string(limits.max_connections_per_client) +
+                          " per client address); close one or retry shortly",
+                      {{"retriable", true}, {"retry_after_ms", 1000},
+                       {"limit_connections_per_client", limits.max_connections_per_client}},
+                      true);
+    }
     if (open > limits.max_connections + limits.probe_reserve) return busy();
     // In the reserve: one quick probe request, nothing else.
     const bool probe_only = open > limits.max_connections;
@@ -398,10 +510,18 @@ void GatedServer::serve(Transport& t, size_t open) {
         // first request served, even while draining (/health answers
         // "shutting_down"); a kept-alive one closes instead.
         if (served > 0 && draining_.load()) return;
-        if (buf.empty() && read_more(t, buf, Clock::now() + limits.idle_timeout, aborted_) != Read::Ok) return;
+        // A new connection's first head (after its TLS handshake) must be
+        // complete within the header timeout of the accept, so one that
+        // sends nothing or trickles holds its slot no longer than that; a
+        // kept-alive connection waits up to the idle timeout for a first
+        // byte, then its head gets the header timeout.
+        const auto first_until = accepted + header_timeout;
+        if (buf.empty() &&
+            read_more(t, buf, served == 0 ? first_until : Clock::now() + limits.idle_timeout, aborted_) != Read::Ok)
+            return;
 
         // The head, within the header timeout.
-        const auto head_until = Clock::now() + header_timeout;
+        const auto head_until = served == 0 ? first_until : Clock::now() + header_timeout;
         head_done = Clock::now();
         size_t head_end;
         while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {

@@ -23,10 +23,14 @@
 #include <list>
 #include <mutex>
 #include <thread>
+#include <unordered_map>
 
 #include "framing.hpp"
 
 namespace eh::http {
+
+// The largest --ssl-cert-file / --ssl-key-file read (a chain is a few KiB).
+inline constexpr size_t kMaxTlsFileBytes = size_t(1) << 20;
 
 // Every number here is documented in docs/http-api.md ("Connection limits").
 struct ConnectionLimits {
@@ -42,6 +46,12 @@ struct ConnectionLimits {
     // gets 503 QUEUE_FULL and is closed.
     size_t probe_reserve = 64;
     std::chrono::milliseconds probe_header_timeout{1000};
+    // Open at once from one client address (an IPv6 client: its /64),
+    // loopback included, counted against the caps above too; past it a new
+    // connection gets 429 TOO_MANY_CONNECTIONS and is closed before
+    // anything of it is read, so no one address can fill the general slots,
+    // let alone the probe reserve.
+    size_t max_connections_per_client = 64;
     size_t max_requests_per_connection = 10000;
 };
 
@@ -53,8 +63,9 @@ public:
     std::function<void(int)> on_refused;
     ~GatedServer() override;
 
-    // Serves HTTPS with this PEM certificate (chain) and key; throws
-    // eh::Error naming the file and OpenSSL's reason when they cannot be
+    // Serves HTTPS with this PEM certificate (chain) and key, each a
+    // regular file of at most kMaxTlsFileBytes; throws eh::Error naming the
+    // file and the reason (OpenSSL's for a bad PEM) when they cannot be
     // used. Call before listening.
     void use_tls(const std::string& cert_file, const std::string& key_file);
     bool tls() const { return tls_ != nullptr; }
@@ -75,11 +86,17 @@ public:
 
 private:
     bool process_and_close_socket(socket_t sock) override;
-    void serve(class Transport& t, size_t open);  // open: connections open, this one included
+    // open: connections open, this one included; from_client: those open
+    // from its client address, this one included.
+    void serve(class Transport& t, size_t open, size_t from_client, std::chrono::steady_clock::time_point accepted);
+    // Counts a connection from `client` in (+1) or out (-1); the count after.
+    size_t count_client(const std::string& client, int delta);
 
     SSL_CTX* tls_ = nullptr;
     std::atomic<bool> draining_{false}, aborted_{false};
     std::atomic<int> open_{0};
+    std::mutex clients_mu_;
+    std::unordered_map<std::string, size_t> clients_;  // client address -> connections open
 };
 
 // Whether the client whose request the calling thread is handling has closed

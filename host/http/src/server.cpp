@@ -1,6 +1,12 @@
 #include "eh/http/server.hpp"
 
 #include <fmt/format.h>
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
 
 #include <filesystem>
 #include <set>
@@ -41,6 +47,41 @@ nlohmann::json public_plugin(nlohmann::json p) {
     return p;
 }
 
+// Why `host`:`port` cannot be listened on, in words: httplib only says that
+// it failed, so the bind is tried once more here (with the listener's
+// SO_REUSEADDR) for bind(2)'s reason.
+std::string bind_problem(const std::string& host, int port) {
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_PASSIVE;
+    addrinfo* found = nullptr;
+    if (int rc = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found); rc != 0)
+        return fmt::format("cannot resolve {} ({})", host, ::gai_strerror(rc));
+    int err = 0;
+    for (addrinfo* a = found; a; a = a->ai_next) {
+        int s = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+        if (s < 0) {
+            err = errno;
+            continue;
+        }
+        int yes = 1;
+        ::setsockopt(s, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+        const bool bound = ::bind(s, a->ai_addr, a->ai_addrlen) == 0;
+        err = bound ? 0 : errno;
+        ::close(s);
+        if (bound) break;
+    }
+    ::freeaddrinfo(found);
+    switch (err) {
+    case EADDRINUSE: return fmt::format("port {} is in use (another process is listening on it)", port);
+    case EADDRNOTAVAIL: return fmt::format("{} is not an address of this machine", host);
+    case EACCES: return fmt::format("permission denied (port {} needs privileges)", port);
+    case 0: return "the bind failed";  // free again by now
+    default: return std::strerror(err);
+    }
+}
+
 }  // namespace
 
 Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics) : impl_(std::make_unique<Impl>()) {
@@ -79,8 +120,8 @@ int Server::bind() {
         if (port_ <= 0) throw Error(Code::Internal, fmt::format("cannot bind to {} on any port", impl_->options.host));
     } else {
         if (!impl_->http.bind_to_port(impl_->options.host, impl_->options.port))
-            throw Error(Code::Internal, fmt::format("cannot bind to {}:{} (in use, or not a local address?)",
-                                                    impl_->options.host, impl_->options.port));
+            throw Error(Code::Internal, fmt::format("cannot listen on {}:{}: {}", impl_->options.host, impl_->options.port,
+                                                    bind_problem(impl_->options.host, impl_->options.port)));
         port_ = impl_->options.port;
     }
     impl_->http.widen_backlog(SOMAXCONN);
