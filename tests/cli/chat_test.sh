@@ -30,9 +30,31 @@ check pipe-eof-exits $? "end of input should end the chat: $out"
 long=$(printf 'once upon a time %.0s' {1..40})
 out=$(printf '%s\n/reset\nhi\n' "$long" | "$eh" chat -m "$model" --device cpu -c 64 -n 8 --seed 1 2>"$scratch/err")
 rc=$?
-[[ $rc -eq 0 && "$(cat "$scratch/err")" == *"the context holds 64 tokens"*"(/reset starts over)"* ]]
+[[ $rc -eq 0 && "$(cat "$scratch/err")" == *"the conversation fills the context (64 tokens; this turn's prompt is "*"); start a new one with /reset"* ]]
 check context-full-turn $? "exit $rc: $(cat "$scratch/err")"
 [[ $(grep -v '^(conversation reset)$' <<<"$out" | grep -c .) -eq 1 ]]; check context-full-then-reply $? "got: $out"
+
+# The built-in model (context 512) with the default --n-predict (512): the
+# reply gets what the context has left after the prompt, never a refusal.
+tinytales=$(cd "$(dirname "$0")/../.." && pwd)/models/tinytales.gguf
+out=$("$eh" chat -m "$tinytales" --device cpu -p "Tell me a story about a shy owl named Milo." --temp 0 2>"$scratch/err")
+rc=$?
+[[ $rc -eq 0 && $(wc -w <<<"$out") -ge 5 ]]; check default-model-first-turn $? "exit $rc: $(cat "$scratch/err") $out"
+out=$(printf 'Tell me a story.\nTell me another one.\n' | "$eh" chat -m "$tinytales" --device cpu --seed 3 2>"$scratch/err")
+rc=$?
+[[ $rc -eq 0 && ! -s "$scratch/err" && $(grep -c . <<<"$out") -ge 2 ]]
+check default-model-two-turns $? "exit $rc: $(cat "$scratch/err") $out"
+
+# A reply that reaches the end of the context (the test engine never ends
+# one) stops there and says so; the next turn is refused with the same words.
+out=$(printf 'hi\nand then\n/reset\nhi\n' |
+      "$eh" chat -m "$model" --plugins "$plugins/good" -c 64 -n 2048 2>"$scratch/err" | tr -d '\000')
+rc=$?
+check fills-context-exit $rc "exit $rc: $(cat "$scratch/err")"
+[[ $(grep -c '^(the conversation fills the context (64 tokens); start a new one with /reset)$' <<<"$out") -eq 2 ]]
+check fills-context-note $? "got: $out"
+[[ "$(cat "$scratch/err")" == *"the conversation fills the context (64 tokens; this turn's prompt is "*"); start a new one with /reset"* ]]
+check fills-context-next-turn $? "$(cat "$scratch/err")"
 
 # Ctrl-C: the test engine sleeps 40 ms per token, so 400 tokens take 16 s.
 # Each step waits for the output of the one before (a loaded machine is slow).

@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "device_choice.hpp"
 #include "eh/error.hpp"
 #include "eh/loader/engine.hpp"
@@ -65,8 +67,11 @@ std::string ChatSession::describe() const {
                        impl_->svc->n_ctx());
 }
 
+uint32_t ChatSession::context_tokens() const { return impl_->svc->n_ctx(); }
+
 std::string ChatSession::reply(const std::vector<service::ChatMessage>& messages,
-                               const std::function<void(const std::string&)>& on_text, const std::atomic<bool>& stop) {
+                               const std::function<void(const std::string&)>& on_text, const std::atomic<bool>& stop,
+                               bool* filled) {
     const ChatSettings& s = impl_->settings;
     service::GenerationRequest req;
     req.job_id = fmt::format("chat-{}", ++impl_->next_id);
@@ -75,7 +80,17 @@ std::string ChatSession::reply(const std::vector<service::ChatMessage>& messages
     req.literal = std::move(prompt.literal);  // what the user typed stays text
     req.add_special = false;  // as the OpenAI chat endpoint: the template writes BOS
     req.parse_special = true;
-    req.max_tokens = s.max_tokens;
+    // The reply gets what the context has left after the conversation so
+    // far, at most --n-predict: counted here, with the service's own encoding
+    // (the same call as Service::prepare), so the request always fits.
+    const uint32_t ctx = impl_->svc->n_ctx();
+    const size_t prompt_tokens = impl_->svc->codec().encode(req.prompt, req.add_special, req.parse_special, req.literal).size();
+    if (prompt_tokens >= ctx)
+        throw Error(Code::ContextFull, fmt::format("the conversation fills the context ({} tokens; this turn's prompt "
+                                                   "is {})", ctx, prompt_tokens));
+    const uint32_t room = uint32_t(ctx - prompt_tokens);
+    req.max_tokens = std::min(s.max_tokens, room);
+    if (filled) *filled = false;
     req.sampling.temperature = s.temperature;
     req.sampling.top_p = s.top_p;
     req.sampling.top_k = s.top_k;
@@ -95,6 +110,9 @@ std::string ChatSession::reply(const std::vector<service::ChatMessage>& messages
             text += ev->text;
             on_text(ev->text);
         } else if (ev->kind == service::JobEvent::Kind::End) {
+            // Cut by the context rather than by --n-predict: the next turn
+            // has no room.
+            if (filled) *filled = ev->stop_reason == "length" && *req.max_tokens == room && room < s.max_tokens;
             return text;
         } else if (ev->kind == service::JobEvent::Kind::Error) {
             if (ev->code == Code::Cancelled && cancelled) return text;

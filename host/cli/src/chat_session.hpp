@@ -43,12 +43,16 @@ public:
 
     // Generates the assistant's reply to `messages`, passing text to `on_text`
     // as it is decoded. Returns the reply; stops early (keeping what was
-    // written) when `stop` becomes true. Throws eh::Error for a request the
-    // model cannot take (e.g. the conversation no longer fits the context).
+    // written) when `stop` becomes true. The reply is at most max_tokens and
+    // at most what the context has left after the rendered conversation;
+    // `filled` (if given) says whether the context, not max_tokens, ended it.
+    // Throws eh::Error: Code::ContextFull when the conversation leaves no
+    // room for a reply, others for a request the model cannot take.
     std::string reply(const std::vector<service::ChatMessage>& messages, const std::function<void(const std::string&)>& on_text,
-                      const std::atomic<bool>& stop);
+                      const std::atomic<bool>& stop, bool* filled = nullptr);
 
     std::string describe() const;  // "model via plugin, context N"
+    uint32_t context_tokens() const;
 
 private:
     struct Impl;

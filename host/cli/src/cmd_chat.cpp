@@ -6,6 +6,8 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -131,10 +133,13 @@ int cmd_chat(const std::vector<std::string>& args) {
     std::vector<service::ChatMessage> history;
     if (vm.count("system")) history.push_back({"system", vm["system"].as<std::string>()});
     const size_t base = history.size();
+    const std::string full_hint =
+        fmt::format("the conversation fills the context ({} tokens); start a new one with /reset", chat.context_tokens());
+    bool filled = false;  // the last reply ended at the end of the context
     auto answer = [&](const std::string& prompt) {
         history.push_back({"user", prompt});
         g_interrupted = false;
-        std::string reply = chat.reply(history, write_out, g_interrupted);
+        std::string reply = chat.reply(history, write_out, g_interrupted, &filled);
         if (g_interrupted.exchange(false)) write_out(" [stopped]");
         write_out("\n");
         history.push_back({"assistant", reply});
@@ -142,6 +147,7 @@ int cmd_chat(const std::vector<std::string>& args) {
 
     if (vm.count("prompt")) {
         answer(vm["prompt"].as<std::string>());
+        if (filled) std::fprintf(stderr, "(the reply ended at the end of the context, %u tokens)\n", chat.context_tokens());
         return kOk;
     }
     const bool tty = isatty(STDIN_FILENO) != 0;
@@ -167,10 +173,14 @@ int cmd_chat(const std::vector<std::string>& args) {
         }
         try {
             answer(line);
+            if (filled) write_out("(" + full_hint + ")\n");
         } catch (const Error& e) {
             history.pop_back();  // the turn that failed is not part of the conversation
-            print_error(std::string(e.what()) + " [" + code_name(e.code()) + "]" +
-                        (e.code() == Code::ContextFull || e.code() == Code::InvalidRequest ? " (/reset starts over)" : ""));
+            if (e.code() == Code::ContextFull)
+                print_error(std::string(e.what()) + "; start a new one with /reset");
+            else
+                print_error(std::string(e.what()) + " [" + code_name(e.code()) + "]" +
+                            (e.code() == Code::InvalidRequest ? " (/reset starts over)" : ""));
         }
     }
     return kOk;
