@@ -2,7 +2,8 @@
 // pull tests: HEAD/GET /ORG/REPO/resolve/REV/FILE with X-Repo-Commit,
 // X-Linked-Etag, X-Linked-Size and a redirect to a second server (the
 // "CDN", another origin) for LFS files; the tree API with pagination; range
-// requests; injected faults (a dropped connection, a wrong hash).
+// requests; injected faults (a dropped connection, a wrong hash, a body
+// longer than announced, a next-page link to another host).
 #pragma once
 
 #include <httplib.h>
@@ -62,6 +63,16 @@ public:
         cdn_.Get(R"(/cdn/([0-9a-f]{64}))", [this](const httplib::Request& req, httplib::Response& res) {
             serve_cdn(req, res);
         });
+        // The tree API on the other origin too, for a hub whose next-page
+        // link leads there (tree_next_on_cdn): what a client sends it is kept.
+        cdn_.Get(R"(/api/models/([^/]+)/([^/]+)/tree/([^/]+))",
+                 [this](const httplib::Request& req, httplib::Response& res) {
+                     {
+                         std::lock_guard l(mu_);
+                         cdn_auth_.push_back(req.get_header_value("Authorization"));
+                     }
+                     serve_tree(req, res);
+                 });
         hub_.Get(R"(/api/models/([^/]+)/([^/]+)/tree/([^/]+))",
                  [this](const httplib::Request& req, httplib::Response& res) { serve_tree(req, res); });
         hub_.Get(R"(/([^/]+)/([^/]+)/resolve/([^/]+)/(.+))",
@@ -84,6 +95,7 @@ public:
     }
 
     std::string endpoint() const { return fmt::format("http://127.0.0.1:{}", hub_port_); }
+    std::string cdn_origin() const { return fmt::format("http://127.0.0.1:{}", cdn_port_); }
 
     void add(const std::string& repo_id, FakeRepo repo) {
         std::lock_guard l(mu_);
@@ -96,6 +108,13 @@ public:
     std::atomic<bool> lie_about_sha{false};  // X-Linked-Etag names other content
     size_t tree_page_size = 1000;
     std::string etag_override;               // sent as X-Linked-Etag, quoted, when set
+    std::atomic<bool> tree_next_on_cdn{false};   // the tree API's next-page links name the CDN's origin
+    std::string linked_size;                     // sent as X-Linked-Size instead of the real size when set
+    // >= 0: the CDN ignores Range and answers 200 with this many bytes (the
+    // file, then filler), claiming cdn_content_length as Content-Length when
+    // that is >= 0 (cutting the connection where the bytes end), else chunked.
+    std::atomic<int64_t> cdn_body_bytes{-1};
+    std::atomic<int64_t> cdn_content_length{-1};
 
     // What was seen.
     std::atomic<int> cdn_gets{0}, heads{0}, tree_gets{0};
@@ -166,7 +185,8 @@ private:
         std::string told = lie_about_sha ? sha256_hex(f->second.content + "x") : sha;
         res.status = 302;
         res.set_header("X-Linked-Etag", quoted(etag_override.empty() ? told : etag_override));
-        res.set_header("X-Linked-Size", std::to_string(f->second.content.size()));
+        res.set_header("X-Linked-Size",
+                       linked_size.empty() ? std::to_string(f->second.content.size()) : linked_size);
         res.set_header("ETag", quoted(git_sha1_hex("pointer " + sha)));
         res.set_header("Location", fmt::format("http://127.0.0.1:{}/cdn/{}", cdn_port_, sha));
     }
@@ -185,6 +205,7 @@ private:
             content = it->second;
         }
         ++cdn_gets;
+        if (cdn_body_bytes >= 0) return serve_overlong(std::move(content), res);
         int64_t cut = -1;
         if (drops_left > 0) {
             --drops_left;
@@ -201,6 +222,39 @@ private:
                                      sink.write(data->data() + offset, n);
                                      return true;
                                  });
+    }
+
+    // More bytes than the hub announced: the file, then filler, up to
+    // cdn_body_bytes (a bound so a client that never stops still ends).
+    void serve_overlong(std::string content, httplib::Response& res) {
+        res.status = 200;  // the whole body, whatever Range asked for
+        auto data = std::make_shared<std::string>(std::move(content));
+        size_t total = size_t(cdn_body_bytes.load());
+        auto fill = [data, total](size_t offset, httplib::DataSink& sink) {
+            if (offset >= total) return false;
+            char buf[8192];
+            size_t n = std::min(sizeof buf, total - offset);
+            for (size_t i = 0; i < n; ++i) buf[i] = offset + i < data->size() ? (*data)[offset + i] : 'z';
+            return sink.write(buf, n);
+        };
+        if (cdn_content_length >= 0) {
+            res.set_content_provider(size_t(cdn_content_length.load()), "application/octet-stream",
+                                     [fill](size_t offset, size_t, httplib::DataSink& sink) {
+                                         return fill(offset, sink);  // false past the bytes: the connection drops
+                                     });
+            return;
+        }
+        auto sent = std::make_shared<size_t>(0);
+        res.set_chunked_content_provider("application/octet-stream",
+                                         [fill, sent, total](size_t, httplib::DataSink& sink) {
+                                             if (*sent >= total) {
+                                                 sink.done();
+                                                 return true;
+                                             }
+                                             size_t before = *sent;
+                                             *sent = std::min(total, before + 8192);
+                                             return fill(before, sink);
+                                         });
     }
 
     void serve_tree(const httplib::Request& req, httplib::Response& res) {
@@ -235,7 +289,7 @@ private:
         if (cursor == 0) arr.push_back({{"type", "directory"}, {"path", "subdir"}, {"oid", "0"}, {"size", 0}});
         if (cursor + tree_page_size < i)
             res.set_header("Link", fmt::format("<{}/api/models/{}/tree/{}?recursive=true&cursor={}>; rel=\"next\"",
-                                               endpoint(), repo_id, req.matches[3].str(), cursor + tree_page_size));
+                                               tree_next_on_cdn ? cdn_origin() : endpoint(), repo_id, req.matches[3].str(), cursor + tree_page_size));
         res.set_content(arr.dump(), "application/json");
     }
 

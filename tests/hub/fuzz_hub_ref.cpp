@@ -18,7 +18,12 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     try {
         eh::hub::ModelRef r = eh::hub::parse_ref(text, [](const std::string&) { return false; });
         if (r.is_hub() && r.display().empty()) __builtin_trap();
-        if (r.kind == eh::hub::ModelRef::Kind::HubFile) eh::hub::shard_set(r.file);
+        if (r.kind == eh::hub::ModelRef::Kind::HubFile) {
+            // A file that parsed, decoded, can never leave the snapshot (no '.', '..' or empty segment).
+            if (!eh::hub::repo_file_problem(r.file).empty()) __builtin_trap();
+            if (eh::hub::parse_ref(r.display()).file != r.file) __builtin_trap();
+            eh::hub::shard_set(r.file);
+        }
     } catch (const eh::Error&) {
     }
     if (auto u = eh::hub::parse_url(text)) {

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include "eh/error.hpp"
+#include "eh/hub/http_client.hpp"
 #include "eh/hub/pull.hpp"
 #include "eh/model/gguf_writer.hpp"
 #include "eh/model/model_file.hpp"
@@ -312,4 +313,110 @@ TEST_F(HubPull, ResolveModelPassesLocalPathsThrough) {
     EXPECT_EQ(resolve_model("/no/such/model.gguf", opt), "/no/such/model.gguf");
     EXPECT_EQ(hub.heads.load(), 0);
     EXPECT_EQ(fs::path(resolve_model("org/repo:Q4_K_M", opt)).filename(), "m-Q4_K_M.gguf");
+}
+
+// Issue 52, item 4: the tree API's next-page link names another host. The
+// page is not asked for at all, so the token cannot reach that host.
+TEST_F(HubPull, ANextPageOnAnotherHostIsRefusedAndNeverGetsTheToken) {
+    opt.settings.token = "hf_secret";
+    hub.tree_page_size = 2;
+    hub.tree_next_on_cdn = true;
+    std::string e = error_of("org/repo:Q4_K_M", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("org/repo: the hub's file list points its next page at another host (" + hub.cdn_origin() + ")"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("only " + hub.endpoint() + " (HF_ENDPOINT)"), std::string::npos) << e;
+    EXPECT_TRUE(hub.auth_at_cdn().empty()) << "the other host was asked";
+    EXPECT_EQ(hub.tree_gets.load(), 1);
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
+}
+
+// The token goes to the configured origin only, whichever URL a request
+// starts from; the same host on another port or scheme is another origin.
+TEST_F(HubPull, TheTokenGoesOnlyToTheEndpointsOrigin) {
+    HttpOptions o;
+    o.token = "hf_secret";
+    o.token_origin = parse_url(hub.endpoint())->origin();
+    HttpClient http(o);
+    auto at_cdn = parse_url(hub.cdn_origin() + "/api/models/org/repo/tree/main?recursive=true");
+    ASSERT_TRUE(at_cdn);
+    EXPECT_EQ(http.get_text(*at_cdn).status, 200);
+    ASSERT_EQ(hub.auth_at_cdn().size(), 1u);
+    EXPECT_EQ(hub.auth_at_cdn().front(), "");
+    auto at_hub = parse_url(hub.endpoint() + "/org/repo/resolve/main/README.md");
+    ASSERT_TRUE(at_hub);
+    EXPECT_EQ(http.head(*at_hub).status, 200);
+    ASSERT_FALSE(hub.auth_at_hub().empty());
+    EXPECT_EQ(hub.auth_at_hub().back(), "Bearer hf_secret");
+    // A host name differs from the endpoint's only in case: the same origin.
+    EXPECT_EQ(parse_url("HTTP://LocalHost:80/x")->origin(), "http://localhost");
+}
+
+namespace {
+
+size_t files_in(const fs::path& dir) {
+    std::error_code ec;
+    size_t n = 0;
+    for (auto it = fs::directory_iterator(dir, ec); !ec && it != fs::directory_iterator(); it.increment(ec)) ++n;
+    return n;
+}
+
+}  // namespace
+
+// Issue 52, item 5: the hub announces 4096 bytes; the CDN claims 10^12 and
+// streams on. Nothing is written past the announced size, and nothing stays.
+TEST_F(HubPull, AContentLengthOverTheAnnouncedSizeIsRefusedAndNothingStays) {
+    uint64_t most = 0;
+    opt.progress = [&](const std::string&, uint64_t done, uint64_t) { most = std::max(most, done); };
+    hub.linked_size = "4096";
+    hub.cdn_content_length = 1'000'000'000'000;
+    hub.cdn_body_bytes = 16 << 20;
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("m-Q8_0.gguf: the server sends more than the 4096 bytes the hub announced; the download was "
+                     "removed"),
+              std::string::npos)
+        << e;
+    EXPECT_LE(most, 4096u);
+    EXPECT_EQ(hub.cdn_gets.load(), 1) << "not retried";
+    EXPECT_EQ(files_in(repo_dir() / "blobs"), 0u) << "a partial file stayed";
+    EXPECT_FALSE(fs::exists(repo_dir() / "snapshots" / kCommit / "m-Q8_0.gguf"));
+}
+
+// A body with no length that goes on past the announced size: cut at it.
+TEST_F(HubPull, ABodyLongerThanAnnouncedIsCutThereAndRemoved) {
+    uint64_t most = 0;
+    opt.progress = [&](const std::string&, uint64_t done, uint64_t) { most = std::max(most, done); };
+    hub.cdn_body_bytes = 16 << 20;  // the file's 200000 bytes, then filler, chunked
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("the server sends more than the 200000 bytes the hub announced"), std::string::npos) << e;
+    EXPECT_LE(most, 200000u);
+    EXPECT_EQ(files_in(repo_dir() / "blobs"), 0u) << "a partial file stayed";
+    // An earlier run's .incomplete is removed too when this one fails so.
+    std::string sha = sha256_hex(blob_of(200000, 2));
+    std::ofstream(repo_dir() / "blobs" / (sha + ".incomplete"), std::ios::binary) << blob_of(200000, 2).substr(0, 5000);
+    e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("the server sends more than the 200000 bytes the hub announced"), std::string::npos) << e;
+    EXPECT_EQ(files_in(repo_dir() / "blobs"), 0u);
+}
+
+// An announced size the disk cannot hold is refused before a byte is fetched.
+TEST_F(HubPull, AFileThatCannotFitIsRefusedBeforeItIsFetched) {
+    hub.linked_size = "1000000000000000000";  // 1 EB
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("m-Q8_0.gguf: not enough disk space: the hub announces 1000000000000000000 bytes"),
+              std::string::npos)
+        << e;
+    EXPECT_NE(e.find("are free in " + (repo_dir() / "blobs").string()), std::string::npos) << e;
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
+    EXPECT_EQ(files_in(repo_dir() / "blobs"), 0u);
+}
+
+// A size that is not a number bounds nothing: nothing is fetched.
+TEST_F(HubPull, AnAnswerWithoutAUsableSizeIsRefused) {
+    hub.linked_size = "12abc";
+    std::string e = error_of("hf://org/repo/m-Q8_0.gguf", eh::Code::ModelLoadFailed);
+    EXPECT_NE(e.find("org/repo/m-Q8_0.gguf: the hub's answer has no usable size (X-Linked-Size or Content-Length)"),
+              std::string::npos)
+        << e;
+    EXPECT_EQ(hub.cdn_gets.load(), 0);
 }

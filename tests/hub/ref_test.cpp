@@ -94,3 +94,33 @@ TEST(HubRef, BadReferencesSayWhy) {
     EXPECT_NE(error_of("org/repo@" + std::string(129, 'r')).find("longer than 128"), std::string::npos);
     EXPECT_NE(error_of("hf://org/" + std::string(97, 'r') + "/f.gguf").find("longer than 96"), std::string::npos);
 }
+
+// Issue 52, item 12f: FILE is percent-decoded before the segment rules apply,
+// so an encoded '.', '..', '/' or control byte is refused as a plain one is.
+TEST(HubRef, EncodedDotSegmentsAreRefused) {
+    for (std::string t : {"hf://o/r/%2e%2e/%2e%2e/x.gguf", "hf://o/r/%2E%2E/x.gguf", "hf://o/r/a/%2E%2e/x.gguf",
+                          "hf://o/r/.%2e/x.gguf", "hf://o/r/%2e./x.gguf", "hf://o/r/%2e/x.gguf",
+                          "hf://o/r/a/%2E", "hf://o/r/a%2F..%2Fb.gguf", "hf://o/r@main/%2e%2e/x.gguf"})
+        EXPECT_NE(error_of(t).find("'.' and '..' are not allowed in the file name"), std::string::npos) << t;
+    for (std::string t : {"hf://o/r/a%2F%2Fb.gguf", "hf://o/r/%2Fetc/x.gguf", "hf://o/r/a%2f", "hf://o/r/%2F"})
+        EXPECT_NE(error_of(t).find("an empty path segment in the file name"), std::string::npos) << t;
+    for (std::string t : {"hf://o/r/a%00.gguf", "hf://o/r/a%0A.gguf", "hf://o/r/a%5C..%5Cb.gguf"})
+        EXPECT_NE(error_of(t).find("control characters and '\\' are not allowed"), std::string::npos) << t;
+    for (std::string t : {"hf://o/r/a%zz.gguf", "hf://o/r/a%2", "hf://o/r/a%", "hf://o/r/%%2e%2e"})
+        EXPECT_NE(error_of(t).find("a '%' in the file name must start an escape"), std::string::npos) << t;
+}
+
+TEST(HubRef, EncodedFileNamesAreDecoded) {
+    ModelRef r = parse_ref("hf://org/repo/dir%2Fsub/a%20b-Q4_K_M.gguf", none);
+    EXPECT_EQ(r.kind, ModelRef::Kind::HubFile);
+    EXPECT_EQ(r.file, "dir/sub/a b-Q4_K_M.gguf");
+    EXPECT_EQ(parse_ref("hf://org/repo/x%2egguf", none).file, "x.gguf");
+    // '%' itself is written %25, and display() writes it so again.
+    r = parse_ref("hf://org/repo/100%25.gguf", none);
+    EXPECT_EQ(r.file, "100%.gguf");
+    EXPECT_EQ(r.display(), "hf://org/repo/100%25.gguf");
+    EXPECT_EQ(parse_ref(r.display(), none).file, r.file);
+    // ORG, REPO and REV are names, never decoded.
+    EXPECT_NE(error_of("hf://o%2e/r/x.gguf").find("letters, digits"), std::string::npos);
+    EXPECT_NE(error_of("hf://o/r@%2e%2e/x.gguf").find("a revision may hold only"), std::string::npos);
+}

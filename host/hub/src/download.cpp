@@ -1,6 +1,7 @@
 #include "eh/hub/download.hpp"
 
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <openssl/evp.h>
@@ -12,6 +13,7 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <thread>
 #include <vector>
 
@@ -27,11 +29,39 @@ bool all_hex(const std::string& s) {
     return std::all_of(s.begin(), s.end(), [](char c) { return (c >= '0' && c <= '9') || (c >= 'a' && c <= 'f'); });
 }
 
-uint64_t to_u64(const std::string& s) {
+// A size header: decimal digits only, nothing else.
+std::optional<uint64_t> to_u64(const std::string& s) {
     uint64_t v = 0;
-    std::from_chars(s.data(), s.data() + s.size(), v);
+    auto r = std::from_chars(s.data(), s.data() + s.size(), v);
+    if (s.empty() || r.ec != std::errc() || r.ptr != s.data() + s.size()) return std::nullopt;
     return v;
 }
+
+// Bytes an unprivileged writer may still use on the filesystem of `dir`;
+// nullopt when the system cannot say.
+std::optional<uint64_t> free_bytes(const fs::path& dir) {
+    struct statvfs st {};
+    if (::statvfs(dir.c_str(), &st) != 0) return std::nullopt;
+    return uint64_t(st.f_bavail) * uint64_t(st.f_frsize);
+}
+
+// Removes the .incomplete file when the download fails, unless told to keep
+// it for the next run to resume.
+class RemoveOnFailure {
+public:
+    explicit RemoveOnFailure(fs::path p) : path_(std::move(p)) {}
+    ~RemoveOnFailure() {
+        std::error_code ec;
+        if (!keep_) fs::remove(path_, ec);
+    }
+    RemoveOnFailure(const RemoveOnFailure&) = delete;
+    RemoveOnFailure& operator=(const RemoveOnFailure&) = delete;
+    void keep() { keep_ = true; }
+
+private:
+    fs::path path_;
+    bool keep_ = false;
+};
 
 // Git's object id of a file: SHA-1 of "blob <size>\0" and the bytes.
 std::string git_blob_sha1(const fs::path& path) {
@@ -139,10 +169,15 @@ FileMeta fetch_meta(const HttpClient& http, const std::string& endpoint, const s
     std::string linked = r.header("x-linked-etag");
     m.etag = unquote_etag(linked.empty() ? r.header("etag") : linked);
     std::string size = r.header("x-linked-size");
-    m.size = to_u64(size.empty() ? r.header("content-length") : size);
+    auto announced = to_u64(size.empty() ? r.header("content-length") : size);
     if (m.commit.empty() || !is_commit_hash(m.commit))
         throw Error(Code::ModelLoadFailed, what + ": the hub's answer has no commit (X-Repo-Commit); is HF_ENDPOINT (" +
                                                endpoint + ") a Hugging Face hub?");
+    // The size bounds what the download may write: without one nothing is fetched.
+    if (!announced)
+        throw Error(Code::ModelLoadFailed, what + ": the hub's answer has no usable size (X-Linked-Size or "
+                                                  "Content-Length)");
+    m.size = *announced;
     // The etag names a file in blobs/: nothing but a plain name is accepted.
     bool plain = !m.etag.empty() && m.etag.size() <= 128 && std::all_of(m.etag.begin(), m.etag.end(), [](char c) {
         return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '_';
@@ -159,50 +194,90 @@ fs::path download_file(const HttpClient& http, const RepoCache& cache, const Url
     if (fs::is_regular_file(cache.blob(meta.etag), ec)) return cache.link(meta.commit, file, meta.etag);
 
     const fs::path part_path = cache.incomplete(meta.etag);
+    // Room for what is still to come (an earlier run's .incomplete counts as
+    // fetched), checked before anything is fetched or created.
+    uint64_t have = fs::file_size(part_path, ec);
+    if (ec || have > meta.size) have = 0;
+    ec.clear();
+    if (auto avail = free_bytes(part_path.parent_path()); avail && meta.size - have > *avail)
+        throw Error(Code::ModelLoadFailed,
+                    fmt::format("{}: not enough disk space: the hub announces {} bytes ({} still to fetch), {} bytes "
+                                "are free in {}",
+                                file, meta.size, meta.size - have, *avail, part_path.parent_path().string()));
+
     PartFile part(part_path);
+    // Kept for the next run to resume only when the transfer was cut short
+    // (no connection, a broken one, a 5xx answer, a body that ended early);
+    // any other failure leaves no .incomplete behind.
+    RemoveOnFailure discard(part_path);
     if (part.pos() > meta.size) part.seek(0);  // not ours to resume
     if (progress) progress(part.pos(), meta.size);
     int stalled = 0;
     while (true) {
         if (meta.size > 0 && part.pos() == meta.size) break;
         uint64_t before = part.pos();
-        auto s = http.get_stream(
-            url, part.pos(), [&](uint64_t start, uint64_t) { part.seek(start); },
-            [&](const char* d, size_t n) {
-                if (!part.write(d, n)) return false;
-                if (progress) progress(part.pos(), meta.size);
-                return true;
-            });
+        // Nothing past the announced size is written: a longer body (or a
+        // Content-Length / range total over it) ends the download.
+        bool too_long = false;
+        HttpClient::Stream s;
+        try {
+            s = http.get_stream(
+                url, part.pos(),
+                [&](uint64_t start, uint64_t total) {
+                    if (total > meta.size) too_long = true;
+                    else part.seek(start);
+                },
+                [&](const char* d, size_t n) {
+                    if (too_long || n > meta.size - part.pos()) {
+                        too_long = true;
+                        return false;
+                    }
+                    if (!part.write(d, n)) return false;
+                    if (progress) progress(part.pos(), meta.size);
+                    return true;
+                });
+        } catch (const NetworkError&) {
+            discard.keep();  // no connection: what is there is good for the next run
+            throw;
+        }
+        if (too_long)
+            throw Error(Code::ModelLoadFailed, fmt::format("{}: the server sends more than the {} bytes the hub "
+                                                           "announced; the download was removed",
+                                                           file, meta.size));
         if (!part.error().empty()) part.close();  // throws the write error
         if (s.status == 416 && part.pos() == meta.size) break;
         if (s.status != 200 && s.status != 206) {
+            if (s.status >= 500) discard.keep();  // the server's trouble, not the bytes': resumable
             HttpResponse r{s.status, s.headers, {}, url};
             throw_hub_error(r, file);
         }
         if (s.transport_error.empty()) break;
         stalled = part.pos() > before ? 0 : stalled + 1;
-        if (stalled >= kMaxStalledAttempts)
+        if (stalled >= kMaxStalledAttempts) {
+            discard.keep();
             throw NetworkError(fmt::format("{}: the download stopped at {} of {} bytes ({}), {} times in a row; run "
                                            "the command again to resume",
                                            file, part.pos(), meta.size, s.transport_error, stalled));
+        }
         std::this_thread::sleep_for(std::chrono::milliseconds(100 * stalled));
     }
     part.close();
     uint64_t got = fs::file_size(part_path);
-    if (got != meta.size)
+    if (got != meta.size) {
+        discard.keep();  // a body that ended early: the rest can be resumed
         throw Error(Code::ModelLoadFailed, fmt::format("{}: the hub said {} bytes, the download has {}; run the "
                                                        "command again to resume",
                                                        file, meta.size, got));
+    }
     std::string kind = etag_hash_kind(meta.etag);
     std::string actual = kind == "sha256" ? sha256_file_hex(part_path.string())
                        : kind == "git-sha1" ? git_blob_sha1(part_path) : meta.etag;
-    if (actual != meta.etag) {
-        fs::remove(part_path, ec);
+    if (actual != meta.etag)
         throw Error(Code::ModelLoadFailed, fmt::format("{}: {} mismatch: the hub says {}, the download is {}; the "
                                                        "download was removed",
                                                        file, kind, meta.etag, actual));
-    }
     fs::rename(part_path, cache.blob(meta.etag));
+    discard.keep();
     return cache.link(meta.commit, file, meta.etag);
 }
 

@@ -34,9 +34,10 @@ std::unique_ptr<httplib::Client> make_client(const Url& url, const HttpOptions& 
     return c;
 }
 
-httplib::Headers request_headers(const Url& url, const Url& first, const HttpOptions& opt) {
+httplib::Headers request_headers(const Url& url, const HttpOptions& opt) {
     httplib::Headers h{{"User-Agent", opt.user_agent}, {"Accept-Encoding", "identity"}};
-    if (!opt.token.empty() && url.origin() == first.origin()) h.emplace("Authorization", "Bearer " + opt.token);
+    if (!opt.token.empty() && !opt.token_origin.empty() && url.origin() == opt.token_origin)
+        h.emplace("Authorization", "Bearer " + opt.token);
     return h;
 }
 
@@ -84,6 +85,7 @@ std::optional<Url> parse_url(std::string_view text) {
         if (colon != std::string_view::npos) port = authority.substr(colon + 1);
     }
     if (u.host.empty()) return std::nullopt;
+    u.host = lower(u.host);  // host names compare case-insensitively: one origin, one spelling
     u.port = u.scheme == "https" ? 443 : 80;
     if (!port.empty()) {
         int n = 0;
@@ -128,7 +130,7 @@ HttpResponse HttpClient::head(const Url& first) const {
     Url url = first;
     for (int hops = 0;;) {
         auto c = make_client(url, opt_);
-        auto res = c->Head(url.target, request_headers(url, first, opt_));
+        auto res = c->Head(url.target, request_headers(url, opt_));
         if (!res) throw NetworkError("HEAD " + url.str() + " failed: " + httplib::to_string(res.error()));
         HttpResponse out{res->status, lowered(res->headers), {}, url};
         bool hub_answer = !out.header("x-repo-commit").empty() || !out.header("x-linked-etag").empty();
@@ -147,7 +149,7 @@ HttpResponse HttpClient::get_text(const Url& first) const {
         out.url = url;
         bool too_big = false;
         auto res = c->Get(
-            url.target, request_headers(url, first, opt_),
+            url.target, request_headers(url, opt_),
             [&](const httplib::Response& r) {
                 out.status = r.status;
                 out.headers = lowered(r.headers);
@@ -175,7 +177,7 @@ HttpClient::Stream HttpClient::get_stream(const Url& first, uint64_t offset,
     Url url = first;
     for (int hops = 0;;) {
         auto c = make_client(url, opt_);
-        httplib::Headers h = request_headers(url, first, opt_);
+        httplib::Headers h = request_headers(url, opt_);
         if (offset > 0) h.emplace("Range", "bytes=" + std::to_string(offset) + "-");
         Stream out;
         bool body = false, sink_stopped = false;

@@ -14,9 +14,11 @@
 namespace eh::hub {
 namespace {
 
+// The token goes to the configured endpoint's origin only (http_client.hpp).
 HttpClient client(const PullOptions& o) {
     HttpOptions h;
     h.token = o.settings.token;
+    if (auto u = parse_url(o.settings.endpoint)) h.token_origin = u->origin();
     return HttpClient(h);
 }
 
@@ -58,6 +60,7 @@ std::vector<std::string> list_repo_files(const PullOptions& o, const std::string
     for (size_t p = rev.find('/'); p != std::string::npos; p = rev.find('/', p)) rev.replace(p, 1, "%2F");
     auto url = parse_url(o.settings.endpoint + "/api/models/" + repo_id + "/tree/" + rev + "?recursive=true");
     if (!url) throw Error(Code::InvalidRequest, "HF_ENDPOINT '" + o.settings.endpoint + "' is not an http(s) URL");
+    const std::string origin = url->origin();
     std::vector<std::string> files;
     for (int page = 0; url; ++page) {
         if (page == kMaxTreePages)
@@ -75,7 +78,18 @@ std::vector<std::string> list_repo_files(const PullOptions& o, const std::string
                 files.push_back(p->get<std::string>());
         }
         std::string next = next_link(r.header("link"));
-        url = next.empty() ? std::nullopt : resolve_location(r.url, next);
+        if (next.empty()) break;
+        url = resolve_location(r.url, next);
+        if (!url)
+            throw Error(Code::ModelLoadFailed, repo_id + ": the hub's file list has an unusable next-page link");
+        // The listing is the endpoint's: a page on another origin is not
+        // followed at all (with the token it would leak; without it the list
+        // would no longer be the hub's).
+        if (url->origin() != origin)
+            throw Error(Code::ModelLoadFailed,
+                        fmt::format("{}: the hub's file list points its next page at another host ({}); only {} "
+                                    "(HF_ENDPOINT) is asked for it",
+                                    repo_id, url->origin(), origin));
     }
     return files;
 }

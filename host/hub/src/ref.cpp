@@ -1,6 +1,7 @@
 #include "eh/hub/ref.hpp"
 
 #include <filesystem>
+#include <optional>
 
 #include "eh/error.hpp"
 
@@ -37,6 +38,30 @@ void split_revision(std::string_view text, ModelRef& r) {
     r.revision = r.repo.substr(at + 1);
     r.repo.resize(at);
     if (auto p = revision_problem(r.revision); !p.empty()) bad(text, p);
+}
+
+int hex_value(char c) {
+    if (c >= '0' && c <= '9') return c - '0';
+    if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+    if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+    return -1;
+}
+
+// %XX escapes to bytes; nullopt for a '%' that does not start one.
+std::optional<std::string> percent_decode(std::string_view s) {
+    std::string out;
+    out.reserve(s.size());
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] != '%') {
+            out.push_back(s[i]);
+            continue;
+        }
+        int hi = i + 2 < s.size() ? hex_value(s[i + 1]) : -1, lo = hi < 0 ? -1 : hex_value(s[i + 2]);
+        if (lo < 0) return std::nullopt;
+        out.push_back(char(hi * 16 + lo));
+        i += 2;
+    }
+    return out;
 }
 
 }  // namespace
@@ -83,7 +108,11 @@ std::string ModelRef::display() const {
     std::string rev = revision == "main" ? "" : "@" + revision;
     switch (kind) {
     case Kind::LocalPath: return path;
-    case Kind::HubFile: return "hf://" + repo_id() + rev + "/" + file;
+    case Kind::HubFile: {
+        std::string shown;  // re-encoded where parse_ref would decode, so it parses back to this file
+        for (char c : file) shown += c == '%' ? std::string("%25") : std::string(1, c);
+        return "hf://" + repo_id() + rev + "/" + shown;
+    }
     case Kind::HubRepo: return repo_id() + rev + (quant.empty() ? "" : ":" + quant);
     }
     return path;
@@ -103,10 +132,14 @@ ModelRef parse_ref(std::string_view text, const std::function<bool(const std::st
         r.kind = ModelRef::Kind::HubFile;
         r.org = rest.substr(0, a);
         r.repo = rest.substr(a + 1, b - a - 1);
-        r.file = rest.substr(b + 1);
         split_revision(text, r);
         for (const auto* part : {&r.org, &r.repo})
             if (auto p = repo_part_problem(*part); !p.empty()) bad(text, p);
+        // FILE is URL text: decoded first, so the segment rules see what the
+        // hub would (%2e%2e is '..', %2F a separator).
+        auto file = percent_decode(rest.substr(b + 1));
+        if (!file) bad(text, "a '%' in the file name must start an escape such as %20 (write '%' itself as %25)");
+        r.file = std::move(*file);
         if (auto p = repo_file_problem(r.file); !p.empty()) bad(text, p);
         return r;
     }

@@ -1,7 +1,8 @@
 // The few HTTP(S) requests a hub download makes, over cpp-httplib. Redirects
 // are followed here rather than by the library so that the token is only
 // ever sent to the hub's own origin (the hub redirects file downloads to a
-// CDN on another host) and so a HEAD can stop at the hub's answer.
+// CDN on another host, and any URL the hub names may point anywhere) and so
+// a HEAD can stop at the hub's answer.
 #pragma once
 
 #include <chrono>
@@ -21,7 +22,7 @@ inline constexpr size_t kMaxTextBody = 32u << 20;  // a tree API page, an error 
 
 struct Url {
     std::string scheme;   // http or https
-    std::string host;     // without brackets for IPv6
+    std::string host;     // lower case, without brackets for IPv6
     int port = 0;
     std::string target;   // path and query, starting with '/'
     std::string origin() const;
@@ -51,7 +52,11 @@ struct HttpResponse {
 };
 
 struct HttpOptions {
-    std::string token;                           // Bearer token for the first URL's origin only
+    // Bearer token, sent only on requests to token_origin (Url::origin(): scheme,
+    // host and port; the configured endpoint's), whichever URL a request
+    // started from and wherever a redirect leads. Empty origin: never sent.
+    std::string token;
+    std::string token_origin;
     std::chrono::seconds connect_timeout{15};
     std::chrono::seconds read_timeout{60};
     std::string user_agent = "engine-host";

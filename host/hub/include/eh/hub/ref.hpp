@@ -1,6 +1,7 @@
 // What `--model REF` and `engine-host pull REF` accept:
 //   a local path           ./model.gguf, /models/x, an existing file or directory
-//   hf://ORG/REPO/FILE     one file of a hub repository (FILE may hold '/')
+//   hf://ORG/REPO/FILE     one file of a hub repository (FILE may hold '/'; it is
+//                          percent-decoded, then may hold no '.', '..' or empty segment)
 //   ORG/REPO[:QUANT]       the repository's GGUF of that quantization
 // A hub reference may name a revision after the repository, REPO@REV (a
 // branch, tag or commit hash without '/'); the default is main.
@@ -27,7 +28,7 @@ struct ModelRef {
     std::string path;      // LocalPath
     std::string org;       // HubFile, HubRepo
     std::string repo;
-    std::string file;      // HubFile: path inside the repository
+    std::string file;      // HubFile: path inside the repository, percent-decoded
     std::string quant;     // HubRepo: "" = choose (docs/pull.md)
     std::string revision = "main";
 
