@@ -310,6 +310,78 @@ TEST(Limits, EngineOptionsAreHandedToThePlugin) {
     EXPECT_NE(bad.log().find("--engine-options must be a JSON object"), std::string::npos) << bad.log();
 }
 
+// ---- who may cancel: the credential, not the header's text ------------------
+
+namespace {
+
+std::string exec_body(const std::string& id, int max_tokens) {
+    return json{{"job_id", id}, {"prompt", "Once upon a time"}, {"max_tokens", max_tokens}}.dump();
+}
+
+// A streamed /execute in its own thread; `terminal` is its last event.
+struct RunningJob {
+    std::string terminal;
+    std::thread t;
+    RunningJob(int port, const std::string& id, std::map<std::string, std::string> headers) {
+        t = std::thread([this, port, id, headers] {
+            sse_stream(
+                port, "/execute", exec_body(id, 400),
+                [&](const SseEvent& e) {
+                    if (e.event == "error" || e.event == "end") terminal = e.event + " " + e.data;
+                    return true;
+                },
+                headers);
+        });
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // started
+    }
+    ~RunningJob() {
+        if (t.joinable()) t.join();
+    }
+};
+
+std::string cancel_status(const HttpResponse& r) {
+    auto j = json::parse(r.body, nullptr, false);
+    return j.is_object() ? j.value("status", "") : "";
+}
+
+}  // namespace
+
+// RFC 7235: the scheme is case-insensitive and any run of blanks may follow
+// it, so "bearer  KEY" is the client that sent "Bearer KEY".
+TEST(Auth, TheOwnerIsTheParsedCredentialNotTheHeaderText) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    ASSERT_GT(h.port(), 0) << h.log();
+    RunningJob job(h.port(), "owned", bearer("key-one"));
+    EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"owned"})", bearer("key-two"))), "unknown");
+    EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"owned"})", {{"Authorization", "Basic key-one"}})), "unknown");
+    auto r = h.post("/cancel", R"({"job_id":"owned"})", {{"Authorization", "bearer \t key-one"}});
+    EXPECT_EQ(cancel_status(r), "cancelling") << r.body;
+    job.t.join();
+    EXPECT_NE(job.terminal.find("CANCELLED"), std::string::npos) << job.terminal;
+}
+
+// Authorization is not a list: two of them are a 400, whichever is right
+// (a proxy in front may have checked the other one).
+TEST(Auth, TwoAuthorizationHeadersAreRefused) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    ASSERT_GT(h.port(), 0) << h.log();
+    // std::map keeps both spellings; HTTP names are case-insensitive.
+    const std::map<std::string, std::string> two = {{"Authorization", "Bearer key-one"}, {"authorization", "Bearer key-two"}};
+    for (const auto& [path, body] : {std::pair<std::string, std::string>{"/execute", exec_body("twice", 4)},
+                                     {"/cancel", R"({"job_id":"twice"})"}}) {
+        auto r = h.post(path, body, two);
+        EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+        json e = json::parse(r.body, nullptr, false);
+        ASSERT_TRUE(e.is_object()) << r.body;
+        EXPECT_EQ(e["error"]["code"], "INVALID_REQUEST") << r.body;
+        EXPECT_EQ(e["error"]["message"], "the request has 2 Authorization headers; send one") << r.body;
+    }
+    // A cancel with two headers cancels nothing.
+    RunningJob job(h.port(), "once", bearer("key-two"));
+    EXPECT_EQ(h.post("/cancel", R"({"job_id":"once"})", two).status, 400);
+    EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"once"})", bearer("key-two"))), "cancelling");
+}
+
 // ---- HTTPS ------------------------------------------------------------------
 
 namespace {

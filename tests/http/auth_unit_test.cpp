@@ -43,6 +43,29 @@ TEST(ApiKeys, PresentedKeyComesFromBearerThenXApiKey) {
     EXPECT_EQ(presented_key("", ""), "");
 }
 
+TEST(ApiKeys, AnyRunOfBlanksFollowsTheScheme) {
+    EXPECT_EQ(presented_key("Bearer\tabc", ""), "abc");
+    EXPECT_EQ(presented_key(" bearer \t abc\t", ""), "abc");
+    EXPECT_EQ(presented_key("Bearerabc", ""), "");  // no blank: another scheme
+    EXPECT_EQ(parse_authorization("Basic  dXNlcg==").scheme, "Basic");
+    EXPECT_EQ(parse_authorization("Basic  dXNlcg==").token, "dXNlcg==");
+    EXPECT_EQ(parse_authorization("  ").scheme, "");
+}
+
+// The owner of a job (POST /cancel) is the credential, never the header's
+// spelling, and the key is not kept.
+TEST(ApiKeys, CredentialIdentityIgnoresSpellingAndKeepsNoKey) {
+    const std::string id = credential_identity("Bearer key-one");
+    EXPECT_EQ(id.size(), 64u);
+    EXPECT_EQ(id.find("key-one"), std::string::npos);
+    for (const char* same : {"bearer key-one", "BEARER  key-one", "Bearer\tkey-one", " Bearer key-one \t"})
+        EXPECT_EQ(credential_identity(same), id) << same;
+    for (const char* other : {"Bearer key-two", "Bearer Key-one", "Basic key-one", "Bearer", "Bearerkey-one"})
+        EXPECT_NE(credential_identity(other), id) << other;
+    EXPECT_EQ(credential_identity(""), "");
+    EXPECT_EQ(credential_identity(" \t"), "");
+}
+
 TEST(ApiKeys, RoutesThatStayOpen) {
     EXPECT_FALSE(route_needs_key("GET", "/health", false));
     EXPECT_FALSE(route_needs_key("GET", "/metrics", false));

@@ -1,6 +1,7 @@
 #include "auth.hpp"
 
 #include <fmt/format.h>
+#include <httplib.h>
 #include <openssl/crypto.h>
 #include <openssl/sha.h>
 
@@ -48,10 +49,38 @@ bool ApiKeys::accepts(std::string_view presented) const {
     return match != 0;
 }
 
+Credentials parse_authorization(std::string_view authorization) {
+    const std::string_view a = trim(authorization);
+    size_t end = 0;
+    while (end < a.size() && a[end] != ' ' && a[end] != '\t') ++end;
+    return {a.substr(0, end), trim(a.substr(end))};
+}
+
 std::string_view presented_key(std::string_view authorization, std::string_view x_api_key) {
-    std::string_view a = trim(authorization);
-    if (a.size() > 7 && iequals(a.substr(0, 7), "bearer ")) return trim(a.substr(7));
+    const Credentials c = parse_authorization(authorization);
+    if (iequals(c.scheme, "bearer") && !c.token.empty()) return c.token;
     return trim(x_api_key);
+}
+
+std::string credential_identity(std::string_view authorization) {
+    const Credentials c = parse_authorization(authorization);
+    if (c.scheme.empty()) return "";
+    std::string canonical;
+    for (char ch : c.scheme) canonical += char(std::tolower(static_cast<unsigned char>(ch)));
+    canonical += ' ';
+    canonical += c.token;
+    std::string hex;
+    for (unsigned char b : digest(canonical)) hex += fmt::format("{:02x}", b);
+    return hex;
+}
+
+std::string credential_header_problem(const httplib::Request& req, bool x_api_key_accepted) {
+    for (const char* name : {"Authorization", "x-api-key"}) {
+        if (name[0] == 'x' && !x_api_key_accepted) continue;
+        if (const size_t n = req.get_header_value_count(name); n > 1)
+            return fmt::format("the request has {} {} headers; send one", n, name);
+    }
+    return "";
 }
 
 bool route_needs_key(std::string_view method, std::string_view path, bool metrics_require_key) {

@@ -15,6 +15,10 @@
 
 #include "eh/http/api_keys.hpp"
 
+namespace httplib {
+struct Request;
+}
+
 namespace eh::http {
 
 class ApiKeys {
@@ -28,10 +32,31 @@ private:
     std::vector<std::array<unsigned char, 32>> digests_;
 };
 
+// An Authorization header's credentials (RFC 7235): the scheme, compared
+// case-insensitively, and what follows it after any run of spaces or tabs,
+// surrounding blanks trimmed. Both "" for an empty header.
+struct Credentials {
+    std::string_view scheme;
+    std::string_view token;
+};
+Credentials parse_authorization(std::string_view authorization);
+
 // The key a request presents: the token of "Authorization: Bearer TOKEN"
 // (scheme case-insensitive), else `x_api_key` (Anthropic clients send the
 // key in x-api-key; pass "" where that header is not accepted). "" if none.
 std::string_view presented_key(std::string_view authorization, std::string_view x_api_key);
+
+// Who a request's credentials say it is, for comparing two requests (the
+// submitter of a job and a POST /cancel): the SHA-256 of the lower-cased
+// scheme and the token, in hex. "Bearer K", "bearer  K" and "BEARER\tK"
+// are one identity; the key itself is never kept. "" for an empty header.
+std::string credential_identity(std::string_view authorization);
+
+// Why the request's credential headers cannot be read, or "": Authorization
+// sent more than once (and x-api-key, where `x_api_key_accepted`). It is not
+// a list-valued header (RFC 9110), and which copy counts would be a guess
+// that a proxy in front may make differently; such a request is a 400.
+std::string credential_header_problem(const httplib::Request& req, bool x_api_key_accepted);
 
 // Whether a request needs a key when keys are configured. Open: /health,
 // /metrics (unless `metrics_require_key`), the chat page's files (GET / and

@@ -2,6 +2,7 @@
 
 #include <random>
 
+#include "auth.hpp"
 #include "eh/service/request.hpp"
 #include "impl.hpp"
 
@@ -22,8 +23,11 @@ std::string correlation_id(const httplib::Request& req, httplib::Response& res) 
 }
 
 std::string submitter(const httplib::Request& req) {
-    std::string auth = req.get_header_value("Authorization");
-    return auth.empty() ? "addr " + req.remote_addr : "auth " + auth;
+    if (std::string why = credential_header_problem(req, false); !why.empty()) throw Error(Code::InvalidRequest, why);
+    // The parsed credential, never the header's text: "bearer  KEY" is the
+    // client that sent "Bearer KEY".
+    const std::string id = credential_identity(req.get_header_value("Authorization"));
+    return id.empty() ? "addr " + req.remote_addr : "cred " + id;
 }
 
 const char* rejection_outcome(const std::exception& e) {
