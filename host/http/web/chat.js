@@ -7,6 +7,8 @@
 const $ = (id) => document.getElementById(id);
 const messages = [];   // {role, content} sent with every request
 let controller = null; // AbortController of the reply being streamed
+let contextLength = 0; // the model's context in tokens (GET /health), 0 until known
+let contextUsed = 0;   // tokens of the conversation after the last reply (its usage), 0 when unknown
 
 function addMessage(role, text) {
   const div = document.createElement("div");
@@ -29,6 +31,7 @@ async function showHealth() {
     }
     const parts = [h.model, h.plugin && h.plugin.name, h.device, h.quant_kind,
                    h.context_length && `context ${h.context_length}`, h.status !== "healthy" && h.status];
+    contextLength = h.context_length || 0;
     info.textContent = parts.filter(Boolean).join(" · ");
     info.title = JSON.stringify(h, null, 1);
   } catch (e) {
@@ -53,14 +56,17 @@ function numberSetting(id) {
   return v === "" ? undefined : Number(v);
 }
 
-function requestBody() {
+// `maxTokens` undefined: no max_tokens, so the server gives the reply all
+// the context has left after the prompt (it counts the prompt's tokens).
+function requestBody(maxTokens) {
   const system = $("system").value.trim();
   const body = {
     messages: system ? [{role: "system", content: system}, ...messages] : messages,
     stream: true,
+    stream_options: {include_usage: true},
     temperature: numberSetting("temperature"),
     top_p: numberSetting("top_p"),
-    max_tokens: numberSetting("max_tokens"),
+    max_tokens: maxTokens,
     seed: numberSetting("seed"),
   };
   const topK = numberSetting("top_k");
@@ -94,6 +100,40 @@ function errorText(body) {
   return (body && body.error && (body.error.message || body.error.code)) || "request failed";
 }
 
+function contextFullText() {
+  return `the conversation fills the context (${contextLength ? contextLength + " tokens" : "all of it"}); ` +
+         "start a new one with New chat";
+}
+
+// POSTs the conversation, its reply capped at max_tokens and at what the
+// context has left: a max_tokens above the room left is a 400 (param
+// "max_tokens"), so then, or when the last reply's usage already shows too
+// little room, the request goes without it and the server fills the room,
+// which is less than max_tokens. A prompt that leaves no room at all is a
+// 400 with param "prompt": the conversation is full.
+async function postChat() {
+  const wanted = numberSetting("max_tokens");
+  const post = (maxTokens) => fetch("/v1/chat/completions", {
+    method: "POST", headers: requestHeaders(), body: requestBody(maxTokens), signal: controller.signal,
+  });
+  const roomBefore = contextLength && contextUsed ? contextLength - contextUsed : Infinity;
+  let capped = wanted === undefined || wanted >= roomBefore;
+  let response = await post(capped ? undefined : wanted);
+  let body = null;
+  if (response.status === 400) {
+    body = await response.json().catch(() => null);
+    const param = body && body.error && body.error.param;
+    if (param === "max_tokens" && !capped) {
+      capped = true;
+      response = await post(undefined);
+      body = response.status === 400 ? await response.json().catch(() => null) : null;
+    }
+    const again = body && body.error && body.error.param;
+    if (response.status === 400 && again === "prompt") throw new Error(contextFullText());
+  }
+  return {response, body, capped};
+}
+
 async function send(text) {
   messages.push({role: "user", content: text});
   addMessage("user", text);
@@ -103,18 +143,23 @@ async function send(text) {
   let content = "";
   controller = new AbortController();
   setBusy(true);
+  let filled = false;
   try {
-    const response = await fetch("/v1/chat/completions", {
-      method: "POST", headers: requestHeaders(), body: requestBody(), signal: controller.signal,
-    });
+    const {response, body, capped} = await postChat();
     if (response.status === 401) {
       $("settings").open = true;
       $("api_key").focus();
       throw new Error(errorText(await response.json().catch(() => null)) + " (enter the server's API key under Sampling)");
     }
-    if (!response.ok) throw new Error(errorText(await response.json().catch(() => null)));
+    if (!response.ok) throw new Error(errorText(body || await response.json().catch(() => null)));
+    let finish = null;
     await readEvents(response, (chunk) => {
       if (chunk.error) throw new Error(errorText(chunk));
+      if (chunk.usage) {
+        contextUsed = chunk.usage.prompt_tokens + chunk.usage.completion_tokens;
+        filled = capped && finish === "length" && contextLength > 0 && contextUsed >= contextLength;
+      }
+      if (chunk.choices && chunk.choices[0] && chunk.choices[0].finish_reason) finish = chunk.choices[0].finish_reason;
       const delta = chunk.choices && chunk.choices[0] && chunk.choices[0].delta;
       if (!delta || !delta.content) return;
       content += delta.content;
@@ -123,6 +168,10 @@ async function send(text) {
       reply.scrollIntoView({block: "end"});
     });
     reply.dataset.state = "done";
+    if (filled) {
+      const note = addMessage("note", `(${contextFullText()})`);
+      note.dataset.context = "full";
+    }
   } catch (e) {
     if (e.name === "AbortError") {
       reply.dataset.state = "stopped";
@@ -164,6 +213,7 @@ $("stop").addEventListener("click", () => controller && controller.abort());
 $("reset").addEventListener("click", () => {
   if (controller) controller.abort();
   messages.length = 0;
+  contextUsed = 0;
   $("conversation").replaceChildren();
 });
 
