@@ -4,7 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <set>
 #include <unordered_set>
 
 #include "eh/service/utf8.hpp"
