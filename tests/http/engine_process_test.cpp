@@ -332,3 +332,100 @@ TEST(EngineProcess, CpuReferenceOutputIsTheSameAsInProcess) {
     // The logprobs are there to compare.
     EXPECT_FALSE(local[0]["choices"][0]["logprobs"]["top_logprobs"].empty()) << local[0].dump();
 }
+
+// A child stopped (SIGSTOP) while nothing runs: the idle scheduler's ping
+// finds it within 2 s, kills it and starts another, so the next request is
+// answered, and a request that arrives first is bounded by its own
+// inference timeout from admission (issue 52, item 2: it got a 200 head and
+// no event for over a minute while /health said healthy).
+TEST(EngineProcess, AChildStoppedWhileIdleIsReplacedAndTheNextRequestIsAnswered) {
+    EngineHost h = engine_process({}, {"--inference-timeout-sec", "4"});
+    ASSERT_TRUE(h.running()) << h.log();
+    const int64_t first = engine_pid(health(h));
+    ASSERT_GT(first, 0);
+    ASSERT_EQ(kill(pid_t(first), SIGSTOP), 0);
+    const auto t0 = Clock::now();
+    const Stream s = execute(h.port(), "after-stop", 3);
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+    EXPECT_EQ(s.terminals, 1u);
+    EXPECT_EQ(s.last_event, "end") << s.terminal.dump();
+    EXPECT_LT(ms, 12000);
+    EXPECT_TRUE(wait_gone(first)) << "the stopped engine process was not killed";
+    const json after = settled_health(h);
+    EXPECT_EQ(after.value("status", ""), "healthy") << after.dump();
+    EXPECT_NE(engine_pid(after), first);
+
+    // Stopped again, and nothing sent: /health stops saying healthy with
+    // the old process within the ping's bound.
+    const int64_t second = engine_pid(after);
+    ASSERT_GT(second, 0);
+    ASSERT_EQ(kill(pid_t(second), SIGSTOP), 0);
+    EXPECT_TRUE(wait_gone(second, 6000)) << "an idle stopped engine process went unnoticed";
+    EXPECT_NE(engine_pid(settled_health(h)), second);
+    EXPECT_EQ(h.stop(), 0) << h.log();
+}
+
+// A non-streamed request whose client closes its connection is cancelled
+// at once: its sequence leaves the batch (and its KV blocks the pool)
+// within the 200 ms poll, not when the answer would have been written.
+TEST(EngineProcess, ANonStreamedRequestWhoseClientLeavesIsCancelledAtOnce) {
+    for (bool child : {false, true}) {
+        std::vector<std::string> args;
+        if (child) args.push_back("--engine-process");
+        EngineHost h(args, {{"EH_TEST_ENGINE_DELAY_MS", "20"}}, true, kTestEngine, kModel);
+        ASSERT_TRUE(h.running()) << h.log();
+        const int fd = connect_local(h.port());
+        ASSERT_GE(fd, 0);
+        ASSERT_TRUE(send_all(fd, build_request("POST", "/v1/completions",
+                                               R"({"prompt":"Once upon a time","max_tokens":400})")));
+        bool ran = false;
+        for (int i = 0; i < 500 && !ran; ++i) {
+            ran = health(h)["scheduler"].value("running", 0) == 1;
+            if (!ran) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+        }
+        ASSERT_TRUE(ran) << health(h).dump();
+        close(fd);
+        const auto t0 = Clock::now();
+        bool left = false;
+        while (!left && Clock::now() - t0 < std::chrono::seconds(5)) {
+            left = health(h)["scheduler"].value("running", 1) == 0;
+            if (!left) std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(Clock::now() - t0).count();
+        EXPECT_TRUE(left) << "child " << child << ": the request ran on after its client left";
+        EXPECT_LT(ms, 2000) << "child " << child;
+    }
+}
+
+// The CPU reference engine with a pool that holds about three of twelve
+// concurrent requests (stories260K, 256-token context, 1 MiB of KV): every
+// request is answered, in process and with the engine in a child (issue
+// 52, item 1: three answered and nine waited forever while the scheduler
+// preempted and re-admitted millions of times).
+TEST(EngineProcess, TwelveRequestsOverASmallKvPoolAllFinish) {
+    std::string prompt;
+    for (int i = 0; i < 55; ++i) prompt += (i % 7 == 0 ? "Lily " : i % 3 == 0 ? "went to the park " : "and ");
+    const json body = {{"prompt", prompt}, {"max_tokens", 64}, {"temperature", 0}};
+    for (bool child : {false, true}) {
+        std::vector<std::string> args = {"--ctx-size", "256", "--kv-cache-size-mb", "1", "--device", "cpu"};
+        if (child) args.push_back("--engine-process");
+        EngineHost h(args, {}, true, EH_PLUGIN_DIR, stories_model());
+        ASSERT_TRUE(h.running()) << h.log();
+        // The pool must be over-subscribed several times for the test to mean anything.
+        const json sched0 = health(h)["scheduler"];
+        const size_t pool = sched0.value("kv_blocks_total", 0) * sched0.value("kv_block_tokens", 0);
+        const size_t n_prompt = json::parse(h.post("/tokenize", json{{"text", prompt}}.dump()).body)["tokens"].size();
+        ASSERT_GT(12 * (n_prompt + 64), 3 * pool) << n_prompt << " prompt tokens, a pool of " << pool;
+        ASSERT_LT(n_prompt + 64, 256u);
+        std::vector<int> status(12, 0);
+        std::vector<std::thread> clients;
+        for (size_t i = 0; i < status.size(); ++i)
+            clients.emplace_back([&, i] { status[i] = h.post("/v1/completions", body.dump()).status; });
+        for (auto& t : clients) t.join();
+        for (size_t i = 0; i < status.size(); ++i) EXPECT_EQ(status[i], 200) << "child " << child << " request " << i;
+        const json sched = health(h)["scheduler"];
+        EXPECT_EQ(sched.value("running", -1), 0) << sched.dump();
+        EXPECT_LE(sched.value("preemptions", 0), 100) << sched.dump();
+        EXPECT_EQ(h.stop(), 0) << h.log();
+    }
+}

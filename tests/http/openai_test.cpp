@@ -94,13 +94,16 @@ TEST(OpenAI, BiasAndPenaltiesOnAnEngineWithoutThemAre400) {
     }
 }
 
-TEST(OpenAI, MidStreamErrorIsADataFrame) {
+// An error ends the stream as an error object, then `data: [DONE]` like
+// every OpenAI stream: clients (and gateways) read to [DONE].
+TEST(OpenAI, MidStreamErrorIsADataFrameThenDone) {
     EngineHost h({"--inference-timeout-sec", "1"}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
     auto r = h.post("/v1/chat/completions",
                     R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2000,"stream":true})");
     auto evs = parse_sse(r.body);
-    ASSERT_FALSE(evs.empty());
-    json last = json::parse(evs.back().data);
+    ASSERT_GE(evs.size(), 2u);
+    EXPECT_EQ(evs.back().data, "[DONE]");
+    json last = json::parse(evs[evs.size() - 2].data);
     EXPECT_EQ(last["error"]["code"], "INFERENCE_TIMEOUT");
 }
 

@@ -374,6 +374,85 @@ TEST(Scheduler, OutOfBlocksPreemptsAndRecomputesWithoutChangingOutput) {
     EXPECT_EQ(h.engine->free_blocks(), 12u) << "every block came back";
 }
 
+// Many requests arriving together whose prompts, all admitted, need more
+// blocks than the pool has. Blocks are taken only when a step runs, so an
+// admission that looked at free_blocks() alone admitted all of them, the
+// step found the pool full, the newest was preempted and at once admitted
+// again: millions of preemptions and no token (issue 52, item 1).
+TEST(Scheduler, RequestsThatTogetherOverfillThePoolAllFinish) {
+    SchedulerOptions o;
+    o.prefix_cache = false;
+    Harness h(4, 40, 16, 512, o);  // 160 tokens of KV; each request grows to 60 + 16 = 76
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 12; ++i) {
+        prompts.push_back(std::string(58, char('a' + i)) + std::to_string(10 + i));
+        jobs.push_back(make_job("o" + std::to_string(i), prompts.back(), 16));
+    }
+    h.sched->enqueue_all(jobs);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Outcome r = drain(*jobs[i]);
+        ASSERT_EQ(r.terminals, 1u) << "job " << i << " never ended (preemptions: "
+                                   << h.sched->stats().preemptions.load() << ")";
+        EXPECT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+        EXPECT_EQ(r.text, expected(prompts[i], 16)) << "job " << i;
+    }
+    // Each request is preempted at most a few times, never in a loop.
+    EXPECT_LE(h.sched->stats().preemptions.load(), 24u);
+    EXPECT_EQ(h.engine->free_blocks(), 40u) << "every block came back";
+}
+
+// The decodes of the admitted requests outgrow the pool: the newest gives
+// its blocks back, and the oldest is never the one preempted while a
+// younger request runs, so it is computed once, from its first chunk to
+// its last token.
+TEST(Scheduler, TheOldestRequestIsNeverPreemptedForAYoungerOne) {
+    SchedulerOptions o;
+    o.prefix_cache = false;
+    Harness h(4, 24, 16, 512, o);  // 96 tokens; each request grows to 12 + 60 = 72
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 4; ++i) {
+        prompts.push_back("request " + std::to_string(i) + "...");
+        jobs.push_back(make_job("y" + std::to_string(i), prompts.back(), 60));
+    }
+    h.sched->enqueue_all(jobs);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Outcome r = drain(*jobs[i]);
+        ASSERT_EQ(r.terminals, 1u) << "job " << i;
+        EXPECT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+        EXPECT_EQ(r.text, expected(prompts[i], 60)) << "job " << i;
+    }
+    EXPECT_GE(h.sched->stats().preemptions.load(), 1u) << "the pool never filled: the test tests nothing";
+    EXPECT_EQ(std::count(h.engine->started.begin(), h.engine->started.end(), prompts[0]), 1)
+        << "the oldest request was preempted and recomputed";
+    EXPECT_EQ(h.engine->free_blocks(), 24u);
+}
+
+// A client that leaves while its request waits to be computed again after
+// a preemption, or while it runs, frees what it holds at once and the
+// others finish.
+TEST(Scheduler, RequestsCancelledWhilePreemptedOrRunningFreeTheirBlocks) {
+    SchedulerOptions o;
+    o.prefix_cache = false;
+    Harness h(4, 24, 16, 512, o);
+    h.engine->step_delay = std::chrono::milliseconds(1);
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (int i = 0; i < 6; ++i) jobs.push_back(make_job("c" + std::to_string(i), "leaving " + std::to_string(i), 70));
+    h.sched->enqueue_all(jobs);
+    for (int i = 1; i < 6; ++i) h.sched->cancel(jobs[size_t(i)]->request.job_id, CancelReason::Disconnect);
+    for (int i = 1; i < 6; ++i) {
+        Outcome r = drain(*jobs[size_t(i)]);
+        ASSERT_EQ(r.terminals, 1u);
+        if (r.end.kind == JobEvent::Kind::Error) EXPECT_EQ(r.end.code, Code::Cancelled);
+    }
+    Outcome first = drain(*jobs[0]);
+    EXPECT_EQ(first.end.kind, JobEvent::Kind::End);
+    EXPECT_EQ(first.text, expected("leaving 0", 70));
+    EXPECT_EQ(h.sched->stats().running.load() + h.sched->stats().waiting.load(), 0u);
+    EXPECT_EQ(h.engine->free_blocks(), 24u);
+}
+
 TEST(Scheduler, CancelMidBatchEndsOnlyThatRequest) {
     Harness h(16, 256, 8, 64);
     h.engine->step_delay = std::chrono::milliseconds(5);
@@ -794,4 +873,57 @@ TEST(SchedulerChained, AFailedBeginEndsTheStepInFlightAndOnlyThatBatchsRequests)
     Outcome rb = drain(*b);
     EXPECT_EQ(rb.end.kind, JobEvent::Kind::End) << rb.end.message;
     EXPECT_EQ(rb.text, expected("second prompt", 20));
+}
+
+// A job id belongs to its submitter: the same id from another submitter is
+// another job (it runs, and neither a collision's 400 nor a cancel answer
+// tells anyone of the other's), while a submitter's own repeat is refused.
+TEST(Scheduler, JobIdsAreEachSubmittersOwn) {
+    Harness h(16, 256, 8, 64);
+    h.engine->step_delay = std::chrono::milliseconds(2);
+    auto a = make_job("same", "from a", 40), b = make_job("same", "from b", 40);
+    a->request.owner = "key A";
+    b->request.owner = "key B";
+    h.sched->enqueue(a);
+    EXPECT_NO_THROW(h.sched->enqueue(b)) << "another submitter's id collided";
+    auto again = make_job("same", "from a again", 5);
+    again->request.owner = "key A";
+    EXPECT_THROW(h.sched->enqueue(again), RequestError);
+    const std::string stranger = "key C";
+    EXPECT_EQ(h.sched->cancel("same", CancelReason::Client, &stranger), "unknown");
+    const std::string owner_b = "key B";
+    const std::string answer = h.sched->cancel("same", CancelReason::Client, &owner_b);
+    EXPECT_TRUE(answer == "cancelling" || answer == "cancelled") << answer;  // running, or not yet admitted
+    Outcome ra = drain(*a), rb = drain(*b);
+    EXPECT_EQ(ra.end.kind, JobEvent::Kind::End);
+    EXPECT_EQ(ra.text, expected("from a", 40));
+    EXPECT_EQ(rb.end.code, Code::Cancelled);
+    EXPECT_EQ(h.sched->cancel("same", CancelReason::Client, &stranger), "unknown");
+    EXPECT_EQ(h.sched->cancel("same", CancelReason::Client, &owner_b), "finished");
+}
+
+// Prefix reuse is per cache scope (per API key): a request never reuses,
+// and so never learns of, another scope's cached prompt; with
+// prefix_cache_shared (single tenant) every request may.
+TEST(Scheduler, PrefixReuseStaysWithinItsCacheScope) {
+    for (bool shared : {false, true}) {
+        SchedulerOptions o;
+        o.prefix_cache_shared = shared;
+        Harness h(16, 256, 16, 64, o);
+        const std::string secret = std::string(48, 's') + " the first tenant's prompt";
+        auto a = make_job("a", secret, 4);
+        a->request.cache_scope = "tenant A";
+        h.sched->enqueue(a);
+        EXPECT_EQ(drain(*a).text, expected(secret, 4));
+        auto guess = make_job("b", secret + " guessed", 4);
+        guess->request.cache_scope = "tenant B";
+        h.sched->enqueue(guess);
+        EXPECT_EQ(drain(*guess).text, expected(secret + " guessed", 4));
+        EXPECT_EQ(h.sched->stats().prefix_hits.load(), shared ? 1u : 0u) << "shared " << shared;
+        auto own = make_job("a2", secret + " again", 4);
+        own->request.cache_scope = "tenant A";
+        h.sched->enqueue(own);
+        EXPECT_EQ(drain(*own).text, expected(secret + " again", 4));
+        EXPECT_EQ(h.sched->stats().prefix_hits.load(), shared ? 2u : 1u) << "its own scope's prefix was not reused";
+    }
 }

@@ -134,6 +134,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("parallel", po::value<uint32_t>()->default_value(64), "requests decoding at once in the batch (1-4096)")
         ("batch-tokens", po::value<uint32_t>()->default_value(2048), "tokens per forward step: decodes plus prefill chunks (16-65536)")
         ("no-prefix-cache", "do not keep finished sequences for prompts that share their prefix")
+        ("prefix-cache-shared", "with --api-key: let a request reuse prefixes that requests of other API keys "
+                                "computed (single tenant; by default each key reuses only its own)")
         ("no-chained-steps", "read every step's tokens before the next step starts (engines with ABI 1.3's "
                              "step_begin otherwise run the next step while the host streams this one's)")
         ("queue-size", po::value<size_t>()->default_value(256), "requests that may wait for a place in the batch")
@@ -424,6 +426,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         sopt.kv_budget_bytes = vm["kv-cache-size-mb"].as<uint64_t>() * 1024 * 1024;
         sopt.kv_memory_fraction = mem_fraction;
         sopt.prefix_cache = vm.count("no-prefix-cache") == 0;
+        sopt.prefix_cache_shared = vm.count("prefix-cache-shared") != 0;
         sopt.chained_steps = vm.count("no-chained-steps") == 0;
         sopt.inference_timeout = std::chrono::seconds(vm["inference-timeout-sec"].as<uint32_t>());
         sopt.shutdown_grace = std::chrono::milliseconds(vm["shutdown-grace-ms"].as<uint32_t>());

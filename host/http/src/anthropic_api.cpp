@@ -95,6 +95,7 @@ void Server::Impl::install_anthropic() {
         if (!r) return;
         std::shared_ptr<service::Job> job;
         try {
+            r->gen.cache_scope = cache_scope_of(*this, req);
             job = svc->submit(r->gen);
         } catch (const std::exception& e) {
             metrics->request("messages", rejection_outcome(e));
@@ -139,11 +140,11 @@ void Server::Impl::install_anthropic() {
             return;
         }
 
-        // Not streaming: collect the output. A client that goes away is only
-        // noticed when the answer is written.
+        // Not streaming: collect the output. A client that goes away cancels
+        // the job at once (wait_event).
         for (;;) {
-            auto ev = job->pop(std::chrono::milliseconds(200));
-            if (!ev) continue;
+            auto ev = wait_event(*svc, *job, {job});
+            if (!ev) return;
             if (ev->kind == JobEvent::Kind::Token) {
                 output->add(ev->text);
             } else if (ev->kind == JobEvent::Kind::Error) {

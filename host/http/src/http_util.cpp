@@ -4,6 +4,7 @@
 
 #include "auth.hpp"
 #include "eh/service/request.hpp"
+#include "eh/service/service.hpp"
 #include "impl.hpp"
 
 namespace eh::http {
@@ -28,6 +29,18 @@ std::string submitter(const httplib::Request& req) {
     // client that sent "Bearer KEY".
     const std::string id = credential_identity(req.get_header_value("Authorization"));
     return id.empty() ? "addr " + req.remote_addr : "cred " + id;
+}
+
+std::optional<service::JobEvent> wait_event(service::Service& svc, service::Job& job,
+                                            const std::vector<std::shared_ptr<service::Job>>& request) {
+    for (;;) {
+        if (current_client_gone()) {
+            for (const auto& j : request)
+                if (!j->terminated()) svc.cancel(j->request.job_id, service::CancelReason::Disconnect, &j->request.owner);
+            return std::nullopt;
+        }
+        if (auto ev = job.pop(std::chrono::milliseconds(200))) return ev;
+    }
 }
 
 const char* rejection_outcome(const std::exception& e) {

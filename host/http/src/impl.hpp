@@ -8,6 +8,8 @@
 #include <chrono>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <vector>
 #include <string>
 
 #include "eh/error.hpp"
@@ -87,6 +89,15 @@ std::string new_correlation_id();
 // Who submitted a request, for POST /cancel: the Authorization header when the
 // client sent one (an API key: any client holding it), else its IP address.
 std::string submitter(const httplib::Request& req);
+// The request's prefix-cache scope (cache_scope.cpp): a digest of the API
+// key it presented when keys are configured, else "".
+std::string cache_scope_of(const Server::Impl& s, const httplib::Request& req);
+// The next event of `job` for a route that answers once, at the end (not
+// streamed). nullopt when the client's connection closed first: then every
+// job of `request` is cancelled (CancelReason::Disconnect) at once, so its
+// KV blocks go back to the pool instead of when the answer is written.
+std::optional<service::JobEvent> wait_event(service::Service& svc, service::Job& job,
+                                            const std::vector<std::shared_ptr<service::Job>>& request);
 // The eh_requests_total outcome of a request refused before its job ran.
 const char* rejection_outcome(const std::exception& e);
 int http_status_for(Code code);

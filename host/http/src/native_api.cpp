@@ -132,7 +132,7 @@ void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<servic
         for (const auto& j : jobs) {
             if (j->terminated()) continue;
             j->cancel(why);
-            svc->cancel(j->request.job_id, why);
+            svc->cancel(j->request.job_id, why, &j->request.owner);
         }
     };
     res.set_chunked_content_provider(
@@ -194,6 +194,7 @@ void Server::Impl::install_native() {
             service::GenerationRequest r = parse_execute_request(req.body, options.limits);
             r.correlation_id = cid;
             r.owner = submitter(req);
+            r.cache_scope = cache_scope_of(*this, req);
             job = svc->submit(std::move(r));
         } catch (const std::exception& e) {
             metrics->request("execute", rejection_outcome(e));

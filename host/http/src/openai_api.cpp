@@ -105,6 +105,7 @@ void Server::Impl::install_openai() {
             r = parse_openai_request(req.body, chat, options.limits);
             if (chat) render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
+            r.gen.cache_scope = cache_scope_of(*this, req);
             jobs = svc->submit_n(r.gen, r.n);
             job = jobs[0];
             access::note_jobs(jobs);
@@ -212,12 +213,15 @@ void Server::Impl::install_openai() {
                 }
                 return {};
             };
-            stream_jobs(*this, res, svc, jobs, render, "data: [DONE]\n\n");
+            // An OpenAI stream always ends with [DONE], after an error event too:
+            // clients stop reading there.
+            stream_jobs(*this, res, svc, jobs, render, "data: [DONE]\n\n", true);
             return;
         }
 
-        // Not streaming: collect every choice. A client that goes away is
-        // only noticed when the answer is written.
+        // Not streaming: collect every choice. A client that goes away
+        // (its connection closed) cancels them at once: its sequences' KV
+        // blocks go back to the pool, not when the answer would be written.
         nlohmann::json choices = nlohmann::json::array();
         uint32_t completion_tokens = 0;
         for (size_t index = 0; index < n_choices; ++index) {
@@ -225,8 +229,8 @@ void Server::Impl::install_openai() {
             nlohmann::json chat_lp = nlohmann::json::array();
             CompletionLogprobs comp_lp;
             for (;;) {
-                auto ev = jobs[index]->pop(std::chrono::milliseconds(200));
-                if (!ev) continue;
+                auto ev = wait_event(*svc, *jobs[index], jobs);
+                if (!ev) return;  // the client left
                 if (ev->kind == JobEvent::Kind::Started && index == 0) *cached = ev->cached_tokens;
                 if (ev->kind == JobEvent::Kind::Token) {
                     if (chat) (*outputs)[index].add(ev->text);
@@ -241,7 +245,7 @@ void Server::Impl::install_openai() {
                     }
                 } else if (ev->kind == JobEvent::Kind::Error) {
                     for (size_t k = index + 1; k < n_choices; ++k)
-                        svc->cancel(jobs[k]->request.job_id, service::CancelReason::Client);
+                        svc->cancel(jobs[k]->request.job_id, service::CancelReason::Client, &jobs[k]->request.owner);
                     set_retry_after(res, *ev);
                     send_json(res, http_status_for(ev->code), stream_error(*ev, cid));
                     return;

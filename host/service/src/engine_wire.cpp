@@ -183,7 +183,8 @@ void request_fields(IO& io, Q& q) {
     switch (q.type) {
     case Msg::KvInit: budget_fields(io, q.budget); break;
     case Msg::Create:
-    case Msg::Residency: break;
+    case Msg::Residency:
+    case Msg::Ping: break;
     case Msg::Fork:
     case Msg::Truncate:
         io.field(q.seq);
@@ -255,6 +256,7 @@ void reply_fields(IO& io, R& q) {
         }
         break;
     }
+    case Msg::Ping: break;
     case Msg::Residency:
         io.field(q.resident);
         io.field(q.message);

@@ -28,7 +28,7 @@
 
 namespace eh::service::wire {
 
-inline constexpr uint16_t kVersion = 1;
+inline constexpr uint16_t kVersion = 2;
 inline constexpr uint32_t kMagic = 0x50454845;            // "EHEP"
 inline constexpr uint32_t kMaxFrame = 256u << 20;          // bytes of one body
 inline constexpr uint32_t kMaxString = 64u << 10;          // bytes of one string
@@ -45,6 +45,7 @@ enum class Msg : uint8_t {
     SetSampling = 6,
     Step = 7,
     Residency = 8,
+    Ping = 9,           // no fields; answered by the engine process itself, never the plugin
     // child -> parent
     Progress = 64,
     Ready = 65,

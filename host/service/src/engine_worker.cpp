@@ -16,6 +16,7 @@ void send(int fd, const wire::Reply& r) { wire::write_frame(fd, wire::encode_rep
 wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model, std::unique_ptr<SeqEngine>& engine) {
     wire::Reply r;
     r.type = q.type;
+    if (q.type == wire::Msg::Ping) return r;  // this process is not stuck: no plugin call
     if (q.type == wire::Msg::Residency) {
         r.resident = model->check_residency(&r.message);
         return r;

@@ -12,10 +12,12 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 
 }  // namespace
 
-std::optional<PrefixCache::Match> PrefixCache::lookup(std::span<const int32_t> tokens, uint32_t limit) {
+std::optional<PrefixCache::Match> PrefixCache::lookup(const std::string& scope, std::span<const int32_t> tokens,
+                                                      uint32_t limit) {
     auto best = entries_.end();
     size_t best_n = 0;
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+        if (it->scope != scope) continue;
         const size_t n = std::min<size_t>(common_prefix(it->tokens, tokens), limit);
         if (n > best_n) {
             best_n = n;
@@ -27,21 +29,22 @@ std::optional<PrefixCache::Match> PrefixCache::lookup(std::span<const int32_t> t
     return Match{entries_.front().seq, uint32_t(best_n)};
 }
 
-void PrefixCache::insert(SeqId seq, std::vector<int32_t> tokens) {
+void PrefixCache::insert(const std::string& scope, SeqId seq, std::vector<int32_t> tokens) {
     if (max_entries_ == 0 || tokens.size() < min_match_) {
         engine_.release(seq);
         return;
     }
     // Entries the new one contains add nothing.
     for (auto it = entries_.begin(); it != entries_.end();) {
-        if (it->tokens.size() <= tokens.size() && common_prefix(it->tokens, tokens) == it->tokens.size()) {
+        if (it->scope == scope && it->tokens.size() <= tokens.size() &&
+            common_prefix(it->tokens, tokens) == it->tokens.size()) {
             engine_.release(it->seq);
             it = entries_.erase(it);
         } else {
             ++it;
         }
     }
-    entries_.push_front({seq, std::move(tokens)});
+    entries_.push_front({scope, seq, std::move(tokens)});
     while (entries_.size() > max_entries_) evict_one();
 }
 

@@ -30,6 +30,11 @@ namespace eh::service {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// How long an idle engine process may take to answer the scheduler's ping,
+// and /health's residency check (which asks the plugin).
+constexpr auto kIdleAnswer = std::chrono::seconds(2);
+constexpr auto kResidencyAnswer = std::chrono::seconds(10);
 namespace lvl = spdlog::level;
 
 constexpr int kChildFd = 3;
@@ -225,7 +230,9 @@ public:
 
     // One request and its reply. A dead, hung (`overdue` said so) or
     // garbling child is killed and reaped; that is Error(EngineCrashed).
-    wire::Reply call(const std::vector<uint8_t>& frame, wire::Msg expect, const std::function<bool()>& overdue = {}) {
+    // `hung` says why a call that `overdue` ended was abandoned.
+    wire::Reply call(const std::vector<uint8_t>& frame, wire::Msg expect, const std::function<bool()>& overdue = {},
+                     const char* hung = "did not answer within the inference timeout") {
         if (!child_) throw Error(Code::EngineCrashed, "the engine process is not running: " + down_why_);
         const pid_t pid = child_->pid;
         std::vector<uint8_t> body;
@@ -238,8 +245,8 @@ public:
             if (io == wire::Io::Abandoned) {
                 lose(std::chrono::milliseconds(0));
                 crashes_.push_back(Clock::now());
-                down_why_ = fmt::format("the engine did not answer within the inference timeout; its process (pid {}) "
-                                        "was killed with SIGKILL and is being restarted", pid);
+                down_why_ = fmt::format("the engine {}; its process (pid {}) was killed with SIGKILL and is being "
+                                        "restarted", hung, pid);
                 log_event(lvl::err, "engine_crashed", {{"code", code_name(Code::EngineCrashed)}, {"pid", pid},
                                                         {"reason", "hung"}, {"message", down_why_}});
                 throw Error(Code::EngineCrashed, down_why_);
@@ -259,15 +266,20 @@ public:
     // Between calls nothing may arrive from the child: its end of the
     // socket closing is its death, bytes are a protocol break. Both throw
     // Error(EngineCrashed); a child with nothing to say returns.
+    // A child that is still there but does not answer (stopped, deadlocked)
+    // is found by a ping that must come back within kIdleAnswer.
     void check_alive() {
         if (!child_) throw Error(Code::EngineCrashed, "the engine process is not running: " + down_why_);
         pollfd p{child_->fd, POLLIN, 0};
-        if (poll(&p, 1, 0) <= 0) return;
-        uint8_t byte = 0;
-        const ssize_t n = recv(child_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
-        if (n > 0) broken("a message while no request was in flight");
-        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK || errno == EINTR)) return;
-        died(" while idle");
+        if (poll(&p, 1, 0) > 0) {
+            uint8_t byte = 0;
+            const ssize_t n = recv(child_->fd, &byte, 1, MSG_PEEK | MSG_DONTWAIT);
+            if (n > 0) broken("a message while no request was in flight");
+            if (n == 0 || (errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR)) died(" while idle");
+        }
+        const auto until = Clock::now() + kIdleAnswer;
+        call(wire::encode_request(wire::Msg::Ping), wire::Msg::Ping, [&] { return Clock::now() > until; },
+             "process did not answer a liveness check within 2 s");
     }
 
     // The child answered something this host cannot use: it is killed.
@@ -343,7 +355,11 @@ public:
         std::unique_lock lock(mu, std::chrono::seconds(1));
         if (lock.owns_lock() && child_) {
             try {
-                wire::Reply r = call(wire::encode_request(wire::Msg::Residency), wire::Msg::Residency);
+                // Only asked while no step runs: a child that takes longer is hung.
+                const auto until = Clock::now() + kResidencyAnswer;
+                wire::Reply r = call(wire::encode_request(wire::Msg::Residency), wire::Msg::Residency,
+                                     [&] { return Clock::now() > until; },
+                                     "did not answer a residency check within 10 s");
                 std::lock_guard f(facts_mu_);
                 resident_ = r.resident;
                 resident_why_ = r.message;

@@ -101,9 +101,12 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
     // may cost that; a client's cancel waits for the step.
     engine_->set_overdue([this] {
         const int64_t now = now_ns();
+        const auto overdue = [&](const Active& a) {
+            return now > a.deadline_ns || (a.job->cancelled() && a.job->cancel_reason() == CancelReason::Shutdown);
+        };
+        if (admitting_ && overdue(*admitting_)) return true;
         for (const auto& a : running_)
-            if (a && (now > a->deadline_ns || (a->job->cancelled() && a->job->cancel_reason() == CancelReason::Shutdown)))
-                return true;
+            if (a && overdue(*a)) return true;
         return false;
     });
     publish();
@@ -128,7 +131,7 @@ void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
         if (!engine_failed_.empty()) throw Error(Code::EngineCrashed, engine_failed_);
         for (size_t i = 0; i < jobs.size(); ++i) {
             const std::string& id = jobs[i]->request.job_id;
-            bool repeated = live_.count(id) != 0;
+            bool repeated = live_.count(live_key(jobs[i]->request.owner, id)) != 0;
             for (size_t k = 0; k < i; ++k) repeated = repeated || jobs[k]->request.job_id == id;
             if (repeated)
                 throw RequestError("job_id", fmt::format("job_id '{}' is already queued or running", sanitize_utf8(id)));
@@ -142,7 +145,7 @@ void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
             auto a = std::make_unique<Active>();
             a->tokens = job->prompt_tokens;
             a->job = std::move(job);
-            live_[a->job->request.job_id] = a->job;
+            live_[live_key(a->job->request.owner, a->job->request.job_id)] = a->job;
             waiting_.push_back(std::move(a));
         }
         stats_.waiting = uint32_t(waiting_.size());
@@ -155,11 +158,12 @@ std::string Scheduler::cancel(const std::string& job_id, CancelReason why, const
     std::shared_ptr<Job> job;
     {
         std::lock_guard lock(mu_);
-        auto it = live_.find(job_id);
+        // Another submitter's job of the same id is another job: "unknown".
+        const std::string key = live_key(owner ? *owner : std::string(), job_id);
+        auto it = live_.find(key);
         if (it == live_.end())
-            return std::find(recent_.begin(), recent_.end(), job_id) != recent_.end() ? "finished" : "unknown";
+            return std::find(recent_.begin(), recent_.end(), key) != recent_.end() ? "finished" : "unknown";
         job = it->second;
-        if (owner && job->request.owner != *owner) return "unknown";
         if (job->terminated()) return "finished";
         auto w = std::find_if(waiting_.begin(), waiting_.end(), [&](const ActivePtr& a) { return a->job == job; });
         if (w != waiting_.end()) {
@@ -172,7 +176,7 @@ std::string Scheduler::cancel(const std::string& job_id, CancelReason why, const
     if (removed) {
         // A preempted job still holds no sequence: nothing to release.
         finish(job, error_event(Code::Cancelled, fmt::format("cancelled while queued ({})", cancel_reason_name(why)), false));
-        forget(job_id);
+        forget(*job);
         return "cancelled";
     }
     cv_.notify_all();
@@ -200,10 +204,20 @@ void Scheduler::finish(const std::shared_ptr<Job>& job, const JobEvent& terminal
     job->push(terminal);
 }
 
-void Scheduler::forget(const std::string& job_id) {
+const std::string& Scheduler::cache_scope(const Job& job) const {
+    static const std::string shared;
+    return options_.prefix_cache_shared ? shared : job.request.cache_scope;
+}
+
+std::string Scheduler::live_key(const std::string& owner, const std::string& job_id) {
+    return owner + '\0' + job_id;
+}
+
+void Scheduler::forget(const Job& job) {
+    const std::string key = live_key(job.request.owner, job.request.job_id);
     std::lock_guard lock(mu_);
-    live_.erase(job_id);
-    recent_.push_back(job_id);
+    live_.erase(key);
+    recent_.push_back(key);
     if (recent_.size() > 1024) recent_.pop_front();
 }
 
@@ -261,6 +275,10 @@ void Scheduler::reap() {
 }
 
 void Scheduler::admit() {
+    // After a preemption nothing is admitted until a step has run: the
+    // step that found the pool full is retried with one request fewer
+    // before anyone can take the blocks that freed.
+    if (hold_admission_) return;
     for (;;) {
         ActivePtr a;
         {
@@ -299,8 +317,24 @@ void Scheduler::admit() {
             stats_.waiting = uint32_t(waiting_.size());
             return;
         }
-        running_.push_back(std::move(a));
+        // Oldest first: build_step serves running_ in this order.
+        auto at = std::upper_bound(running_.begin(), running_.end(), a->order,
+                                   [](uint64_t o, const ActivePtr& r) { return o < r->order; });
+        running_.insert(at, std::move(a));
     }
+}
+
+uint32_t Scheduler::owed_blocks() const {
+    const uint32_t B = limits_.block_tokens;
+    uint32_t owed = 0;
+    for (const auto& r : running_) {
+        if (!r) continue;
+        // Its tokens not yet in the sequence and the next one; at least one
+        // block each, so a decode crossing into a new block finds it.
+        const uint32_t want = blocks_for(uint64_t(r->tokens.size()) + 1, B), have = blocks_for(r->in_seq, B);
+        owed += std::max(1u, want > have ? want - have : 0u);
+    }
+    return owed;
 }
 
 bool Scheduler::try_admit(Active& a) {
@@ -319,17 +353,27 @@ bool Scheduler::try_admit(Active& a) {
     if (!match && cache_) {
         stats_.prefix_lookups.fetch_add(1);
         stats_.prefix_query_tokens.fetch_add(a.tokens.size());
-        match = cache_->lookup(a.tokens, uint32_t(a.tokens.size() - 1));
+        match = cache_->lookup(cache_scope(*a.job), a.tokens, uint32_t(a.tokens.size() - 1));
     }
     const uint32_t reuse = match ? match->n : 0;
-    // Blocks for what is left to compute, one for a copied partial block,
-    // and one for each running request's next token.
-    const uint32_t need = blocks_for(a.tokens.size() - reuse, B) + 1 + uint32_t(running_.size());
+    // Blocks for what is left to compute and one for a copied partial
+    // block, on top of what the running requests are owed: blocks are taken
+    // only when a step runs, so free_blocks() alone would promise the same
+    // blocks to every request admitted before the next step.
+    const uint32_t need = blocks_for(a.tokens.size() - reuse, B) + 1 + owed_blocks();
     // (Sequences never run out: max_running plus the cache's entries fit
     // the engine's max_seqs by construction.)
     const size_t keep = match ? 1 : 0;
     while (cache_ && cache_->size() > keep && engine_->free_blocks() < need) cache_->evict_one();
     if (engine_->free_blocks() < need && !running_.empty()) return false;  // wait for blocks to come back
+    // Its timeout runs from here: an engine that hangs in the calls below
+    // is abandoned at this deadline like one that hangs in a step.
+    if (!a.gen) a.deadline_ns = (Clock::now() + options_.inference_timeout).time_since_epoch().count();
+    admitting_ = &a;
+    struct Clear {
+        Active*& p;
+        ~Clear() { p = nullptr; }
+    } clear_admitting{admitting_};
 
     a.seq = match ? engine_->fork(match->seq, match->n) : engine_->create();
     a.in_seq = reuse;
@@ -356,10 +400,11 @@ bool Scheduler::try_admit(Active& a) {
         a.seq = 0;
         throw;
     }
-    a.order = ++next_order_;
+    // Arrival order, kept through preemption: a request preempted and
+    // admitted again is still older than everything admitted after it.
+    if (!a.order) a.order = ++next_order_;
     if (!a.gen) {  // first admission (a preempted job keeps its output state)
         a.admitted = Clock::now();
-        a.deadline_ns = (a.admitted + options_.inference_timeout).time_since_epoch().count();
         a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
         if (a.job->constraint) a.matcher = std::make_unique<constrain::Matcher>(a.job->constraint);
         metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
@@ -569,6 +614,7 @@ bool Scheduler::timed(F&& engine_call) {
 
 void Scheduler::accept_tokens(Step& st) {
     stats_.engine_steps.fetch_add(1);
+    hold_admission_ = false;
     if (st.items.size() > 0 && st.items[0].chained) stats_.chained_steps.fetch_add(1);
     for (size_t i = 0; i < st.items.size(); ++i) {
         Active& a = *st.owners[i];
@@ -630,6 +676,7 @@ void Scheduler::handle_kv_full() {
     }
     ActivePtr a = std::move(*newest);
     std::erase(running_, nullptr);
+    hold_admission_ = true;
     engine_->release(a->seq);
     a->seq = 0;
     a->in_seq = 0;
@@ -680,21 +727,22 @@ void Scheduler::engine_lost(const Error& why) {
         }
         for (auto& a : waiting) {
             finish(a->job, error_event(Code::EngineCrashed, e.what(), false));
-            forget(a->job->request.job_id);
+            forget(*a->job);
         }
     }
 }
 
 void Scheduler::complete(ActivePtr a) {
     const SeqId seq = std::exchange(a->seq, 0);
-    if (cache_) cache_->insert(seq, std::vector<int32_t>(a->tokens.begin(), a->tokens.begin() + a->in_seq));
+    if (cache_)
+        cache_->insert(cache_scope(*a->job), seq, std::vector<int32_t>(a->tokens.begin(), a->tokens.begin() + a->in_seq));
     else engine_->release(seq);
     if (!a->answered) answer(*a);
 }
 
 void Scheduler::answer(Active& a) {
     finish(a.job, a.gen->end_event(a.admitted));
-    forget(a.job->request.job_id);
+    forget(*a.job);
     a.answered = true;
 }
 
@@ -702,7 +750,7 @@ void Scheduler::fail(ActivePtr a, const Error& e) {
     if (a->seq) engine_->release(std::exchange(a->seq, 0));
     if (a->answered) return;  // its answer went out whole before this
     finish(a->job, stopped_event(*a->job, e, options_.inference_timeout));
-    forget(a->job->request.job_id);
+    forget(*a->job);
 }
 
 void Scheduler::shutdown() {
@@ -718,7 +766,7 @@ void Scheduler::shutdown() {
         for (auto& a : waiting) {
             a->job->cancel(CancelReason::Shutdown);
             finish(a->job, error_event(Code::ShuttingDown, "the server is shutting down; the job was not started", true));
-            forget(a->job->request.job_id);
+            forget(*a->job);
         }
         // Running jobs get the grace period, then are cancelled.
         std::vector<std::shared_ptr<Job>> running;

@@ -38,8 +38,13 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     kb.budget_bytes = options_.kv_budget_bytes;
     kb.memory_fraction = options_.kv_memory_fraction;
     auto engine = engine_->make_engine(kb);
-    // A plugin may grant a shorter context (GPT-2's learned positions).
-    n_ctx_ = std::min(n_ctx_, engine->limits().max_seq_tokens);
+    // A plugin may grant a shorter context (GPT-2's learned positions), and
+    // one sequence must fit the whole KV pool: the scheduler's progress rests
+    // on it, and a request that could never fit is refused up front (400)
+    // by the context checks in prepare() instead of waiting forever.
+    const SeqLimits& granted = engine->limits();
+    n_ctx_ = uint32_t(std::min<uint64_t>({n_ctx_, granted.max_seq_tokens,
+                                          uint64_t(granted.total_blocks) * granted.block_tokens}));
     has_logits_ = engine->has_logits();
     device_bytes_ = engine_->facts().info.device_bytes_used;
 
@@ -47,6 +52,7 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.max_running = options_.max_running;
     so.queue_capacity = options_.queue_capacity;
     so.prefix_cache = options_.prefix_cache;
+    so.prefix_cache_shared = options_.prefix_cache_shared;
     so.chained_steps = options_.chained_steps;
     so.inference_timeout = options_.inference_timeout;
     so.shutdown_grace = options_.shutdown_grace;

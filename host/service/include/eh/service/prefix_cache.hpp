@@ -3,12 +3,17 @@
 // forks their KV cache instead of computing it again. Entries are found by
 // the longest common prefix, evicted least recently used first, and an entry
 // whose tokens are a prefix of a newer one's is dropped as redundant.
+// Each entry belongs to a scope (the API key that computed it, by default):
+// a lookup finds only its own scope's entries, so one tenant cannot learn
+// from cached_tokens (or timing) whether another's prompt starts as it
+// guesses.
 #pragma once
 
 #include <cstdint>
 #include <list>
 #include <optional>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "eh/service/seq_engine.hpp"
@@ -28,10 +33,10 @@ public:
     };
     // The entry sharing the longest prefix with `tokens`, reusing at most
     // `limit` tokens; marks it used. nullopt when none reaches min_match.
-    std::optional<Match> lookup(std::span<const int32_t> tokens, uint32_t limit);
+    std::optional<Match> lookup(const std::string& scope, std::span<const int32_t> tokens, uint32_t limit);
 
     // Takes ownership of `seq`, which holds exactly `tokens`.
-    void insert(SeqId seq, std::vector<int32_t> tokens);
+    void insert(const std::string& scope, SeqId seq, std::vector<int32_t> tokens);
     // Releases the least recently used entry; false when empty.
     bool evict_one();
     void clear();
@@ -41,6 +46,7 @@ public:
 
 private:
     struct Entry {
+        std::string scope;
         SeqId seq;
         std::vector<int32_t> tokens;
     };

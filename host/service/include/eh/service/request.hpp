@@ -110,6 +110,10 @@ struct GenerationRequest {
     // Who may cancel the job by its id (POST /cancel): set by the HTTP layer
     // from the submitter's credentials or address; never logged.
     std::string owner;
+    // Whose cached prefixes it may reuse (SchedulerOptions::prefix_cache_shared
+    // aside): set by the HTTP layer to a digest of the API key it presented
+    // when keys are configured, else ""; never logged.
+    std::string cache_scope;
 };
 
 // What a chat request (OpenAI's or Anthropic's) has once parsed: the

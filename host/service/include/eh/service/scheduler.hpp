@@ -1,12 +1,21 @@
 // Continuous batching. One thread owns the engine and, every step:
 //   1. ends requests that were cancelled or ran past their deadline;
 //   2. admits waiting requests in arrival order while sequences and KV
-//      blocks allow (forking a cached prefix when one matches);
+//      blocks allow (forking a cached prefix when one matches): a request
+//      needs the blocks of what it has left to compute on top of the blocks
+//      the running requests are owed (see owed_blocks());
 //   3. builds one step under the token budget: every decoding request's
 //      next token first, then prefill chunks, oldest request first;
 //   4. runs it; on KV_FULL evicts cached prefixes, then preempts the newest
 //      request (its blocks are freed and it is recomputed later), and tries
-//      again; otherwise hands each sampled token to its request.
+//      again, admitting nobody until a step has run; otherwise hands each
+//      sampled token to its request.
+// Progress: the oldest running request is in every step and is never
+// preempted while a younger one runs (a preempted request keeps its arrival
+// order), and a step that finds the pool full is retried with fewer
+// requests before any is admitted, so every step that runs gives the
+// oldest request a token or a prefill chunk. One sequence of the full
+// context always fits the pool (kv_init grants that), so the retries end.
 // When the engine reports Error(EngineCrashed) (its process died or hung),
 // every sequence is gone: each running request ends with that error, the
 // prefix cache is emptied without releasing anything, and the engine is
@@ -43,6 +52,9 @@ struct SchedulerOptions {
     uint32_t max_running = 64;          // sequences decoding at once (--parallel)
     size_t queue_capacity = 256;        // requests waiting to start
     bool prefix_cache = true;
+    // Reuse prefixes across API keys (single tenant); by default a request
+    // reuses only what requests of its own cache_scope computed.
+    bool prefix_cache_shared = false;
     bool chained_steps = true;          // begin step N+1 before reading N where the engine can
     std::chrono::milliseconds inference_timeout{300000};
     std::chrono::milliseconds shutdown_grace{5000};
@@ -99,7 +111,9 @@ public:
     // before the scheduler looks at any of them, or none is.
     void enqueue_all(std::vector<std::shared_ptr<Job>> jobs);
     // "cancelling" (running), "cancelled" (was waiting), "finished", "unknown".
-    // With `owner`, a job submitted by anyone else is "unknown" and untouched.
+    // The job of that id submitted by `owner` (NULL: by the owner ""; the
+    // HTTP layer's OpenAI and Anthropic jobs and the CLI's); anyone else's is
+    // "unknown" and untouched.
     std::string cancel(const std::string& job_id, CancelReason why, const std::string* owner = nullptr);
     // Fails waiting jobs with SHUTTING_DOWN, gives running ones the grace
     // period, then cancels them, and joins the thread. Idempotent.
@@ -118,7 +132,7 @@ private:
         std::unique_ptr<Generation> gen;
         std::chrono::steady_clock::time_point admitted;
         int64_t deadline_ns = 0;
-        uint64_t order = 0;             // admission order; the newest is preempted first
+        uint64_t order = 0;             // first admission's order, kept when preempted; the newest is preempted first
         // Constrained output: the request's place in its grammar, and the
         // allowed-token mask of the step in flight (kept alive here).
         std::unique_ptr<constrain::Matcher> matcher;
@@ -140,6 +154,9 @@ private:
         std::vector<StepItem> items;
         std::vector<Active*> owners;
     };
+    // Blocks the running requests will take before their next token is
+    // sampled (at least one each), which admission keeps free for them.
+    uint32_t owed_blocks() const;
     void run_step();
     // Every decoding request's next token, then prefill chunks.
     Step build_step();
@@ -171,7 +188,13 @@ private:
     void answer(Active& a);
     void fail(ActivePtr a, const Error& e);
     void finish(const std::shared_ptr<Job>& job, const JobEvent& terminal);
-    void forget(const std::string& job_id);
+    void forget(const Job& job);
+    // The prefix-cache scope a job's sequences are looked up and kept in.
+    const std::string& cache_scope(const Job& job) const;
+    // Job ids are the submitter's own: the same id from two submitters is
+    // two jobs, and neither learns of the other's (a collision's 400, a
+    // cancel's answer).
+    static std::string live_key(const std::string& owner, const std::string& job_id);
     void publish();
 
     std::unique_ptr<SeqEngine> engine_;
@@ -187,12 +210,14 @@ private:
     std::vector<ActivePtr> running_;
     std::vector<std::pair<Active*, Error>> broken_;   // failed while their step was accepted
     uint64_t next_order_ = 0;
+    bool hold_admission_ = false;     // a preemption since the last step that ran
+    Active* admitting_ = nullptr;     // in try_admit's engine calls (the overdue check sees it)
 
     mutable std::mutex mu_;
     std::condition_variable cv_;
     std::deque<ActivePtr> waiting_;
-    std::unordered_map<std::string, std::shared_ptr<Job>> live_;  // waiting or running, by job_id
-    std::deque<std::string> recent_;                              // ended ids, for idempotent cancel
+    std::unordered_map<std::string, std::shared_ptr<Job>> live_;  // waiting or running, by live_key
+    std::deque<std::string> recent_;                              // ended live_keys, for idempotent cancel
     bool stopping_ = false;
     std::string engine_failed_;   // why the engine stays down (EngineState::Failed)
     std::once_flag shutdown_once_;

@@ -27,6 +27,7 @@ struct ServiceOptions {
     uint64_t kv_budget_bytes = 0;       // KV-cache pool; 0: kv_memory_fraction
     float kv_memory_fraction = 0;       // of free memory after the weights; 0: the plugin's default
     bool prefix_cache = true;
+    bool prefix_cache_shared = false;  // SchedulerOptions::prefix_cache_shared
     bool chained_steps = true;          // step N+1 begun before N is read, where the engine can
     std::chrono::milliseconds inference_timeout{300000};
     std::chrono::milliseconds shutdown_grace{5000};
