@@ -382,6 +382,27 @@ TEST(Auth, TwoAuthorizationHeadersAreRefused) {
     EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"once"})", bearer("key-two"))), "cancelling");
 }
 
+// With API keys, every route refuses two credentials before the key check:
+// a gateway in front that reads the second one would let a request through
+// that the first one's key would have refused, or the other way round.
+TEST(Auth, TwoCredentialHeadersAreRefusedOnEveryRoute) {
+    EngineHost h({"--api-key", "key-one", "--api-key", "key-two"});
+    ASSERT_GT(h.port(), 0) << h.log();
+    const std::map<std::string, std::string> two = {{"Authorization", "Bearer key-one"}, {"authorization", "Bearer nope"}};
+    for (const auto& [path, body] : {std::pair<std::string, std::string>{"/v1/completions", R"({"prompt":"x","max_tokens":2})"},
+                                     {"/v1/chat/completions", R"({"messages":[{"role":"user","content":"x"}],"max_tokens":2})"},
+                                     {"/tokenize", R"({"text":"x"})"}}) {
+        auto r = h.post(path, body, two);
+        EXPECT_EQ(r.status, 400) << path << ": " << r.body;
+        EXPECT_NE(r.body.find("2 Authorization headers"), std::string::npos) << path << ": " << r.body;
+    }
+    const std::map<std::string, std::string> keys = {{"x-api-key", "key-one"}, {"X-Api-Key", "nope"}};
+    auto r = h.post("/v1/messages", R"({"model":"m","max_tokens":2,"messages":[{"role":"user","content":"x"}]})", keys);
+    EXPECT_EQ(r.status, 400) << r.body;
+    // One of them is served as before.
+    EXPECT_EQ(h.post("/v1/completions", R"({"prompt":"x","max_tokens":2})", bearer("key-two")).status, 200);
+}
+
 // ---- HTTPS ------------------------------------------------------------------
 
 namespace {

@@ -253,8 +253,11 @@ TEST(HostileFraming, TricklingHeadGets408AtTheHeaderTimeout) {
     EXPECT_LT(ms_since(t0), 7500);
 }
 
+// The global cap from one address: the per-client cap raised above it
+// (--max-connections-per-client), so only the 256 general slots and the
+// probe reserve are in play (ClientCap.* in listener_test.cpp: the per-client cap).
 TEST(HostileFraming, ConnectionCapRefusesWorkButKeepsProbesAnswering) {
-    EngineHost h;
+    EngineHost h({"--max-connections-per-client", "320"});
     std::vector<int> idle;
     for (int i = 0; i < 256; ++i) idle.push_back(connect_local(h.port()));
     std::this_thread::sleep_for(std::chrono::milliseconds(500));  // all accepted and counted

@@ -208,6 +208,33 @@ TEST(ClientCap, HalfOpenHeadsFromOneAddressLeaveHealthToOthers) {
 // The connection cap itself: four addresses' 64 connections fill the 256
 // slots; a fifth address still gets /health and /metrics from the probe
 // reserve, and work is refused with 503 QUEUE_FULL.
+// --max-connections-per-client sets the cap: with 2, a third connection from
+// one address is refused while another address is served; out of range is a
+// usage error (exit 2).
+TEST(ClientCap, TheCapIsTheFlagsNumber) {
+    EngineHost h = host({"--max-connections-per-client", "2"});
+    ASSERT_GT(h.port(), 0) << h.log();
+    std::vector<int> held;
+    for (int i = 0; i < 2; ++i) {
+        held.push_back(connect_from("127.0.0.1", h.port()));
+        ASSERT_GE(held.back(), 0);
+        send_all(held.back(), kHalfHead);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));  // both accepted and counted
+    HttpResponse r = request_from("127.0.0.1", h.port(), "GET", "/health");
+    EXPECT_EQ(r.status, 429) << r.body;
+    json e = json::parse(r.body, nullptr, false);
+    ASSERT_TRUE(e.is_object()) << r.body;
+    EXPECT_EQ(e["error"]["details"]["limit_connections_per_client"], 2);
+    EXPECT_EQ(request_from("127.0.0.2", h.port(), "GET", "/health").status, 200);
+    for (int fd : held) ::close(fd);
+    for (const char* bad : {"0", "65537"}) {
+        EngineHost b = host({"--max-connections-per-client", bad}, {}, false);
+        EXPECT_EQ(b.wait_exit(10000), 2) << bad << ": " << b.log();
+        EXPECT_NE(b.log().find("--max-connections-per-client must be between 1 and 65536"), std::string::npos) << b.log();
+    }
+}
+
 TEST(ClientCap, FullSlotsStillAnswerProbesFromAnotherAddress) {
     EngineHost h = host();
     ASSERT_GT(h.port(), 0) << h.log();

@@ -31,7 +31,10 @@ void add_serve_access_options(po::options_description& desc) {
          "largest request body, after de-chunking and decompression (1024-268435456; 413 past it)")
         ("max-prompt-chars", po::value<size_t>()->default_value(service::RequestLimits{}.max_prompt_chars),
          "longest prompt or rendered chat, in Unicode code points (0-16777216; 400 past it); 0: no cap of its own "
-         "(--max-body-bytes bounds the text, the context the prompt's tokens)");
+         "(--max-body-bytes bounds the text, the context the prompt's tokens)")
+        ("max-connections-per-client", po::value<size_t>()->default_value(http::ServerOptions{}.max_connections_per_client),
+         "connections one client address (IPv4, or IPv6 /64) may hold at once (1-65536; 429 past it); a reverse "
+         "proxy on the same machine counts as one client");
 }
 
 bool apply_serve_access_options(const po::variables_map& vm, http::ServerOptions& so, std::string& err) {
@@ -100,6 +103,12 @@ bool apply_serve_access_options(const po::variables_map& vm, http::ServerOptions
     }
     so.limits.max_body_bytes = body;
     so.limits.max_prompt_chars = chars;
+    const size_t per_client = vm["max-connections-per-client"].as<size_t>();
+    if (per_client < 1 || per_client > 65536) {
+        err = "--max-connections-per-client must be between 1 and 65536";
+        return false;
+    }
+    so.max_connections_per_client = per_client;
     return true;
 }
 

@@ -92,6 +92,7 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     // to its cap, with the body limit enforced while reading.
     impl_->http.limits.framing.max_body_bytes = impl_->options.limits.max_body_bytes;
     impl_->http.set_payload_max_length(impl_->options.limits.max_body_bytes);
+    impl_->http.limits.max_connections_per_client = impl_->options.max_connections_per_client;
     impl_->http.on_refused = [m = impl_->metrics](int status) { m->http_response("other", status); };
     // Only the keys' digests are kept.
     impl_->keys = ApiKeys(impl_->options.api_keys);
@@ -214,6 +215,12 @@ void Server::Impl::install_routes() {
                     return httplib::Server::HandlerResponse::Handled;
                 }
             }
+        }
+        // Two Authorization (or, on /v1/messages, x-api-key) headers: which
+        // one counts is a guess a proxy in front may make differently.
+        if (std::string why = credential_header_problem(req, req.path.rfind("/v1/messages", 0) == 0); !why.empty()) {
+            send_error(res, 400, "INVALID_REQUEST", why, correlation_id(req, res));
+            return httplib::Server::HandlerResponse::Handled;
         }
         if (keys.required() && route_needs_key(req.method, req.path, options.metrics_require_key)) {
             // After the CORS headers, so a browser tool can read the 401.

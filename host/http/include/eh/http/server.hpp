@@ -34,6 +34,9 @@ struct ServerOptions {
     // 401 without one of them. The server keeps only their digests.
     std::vector<std::string> api_keys;
     bool metrics_require_key = false;
+    // Connections one client address (IPv4, or IPv6 /64) may hold at once;
+    // past it 429 TOO_MANY_CONNECTIONS (connection.hpp).
+    size_t max_connections_per_client = 64;
     // HTTPS when both are set (PEM files; the certificate file may hold the
     // chain). bind() throws eh::Error when they cannot be used.
     std::string ssl_cert_file, ssl_key_file;
