@@ -40,7 +40,10 @@ using ByteProgress = std::function<void(uint64_t done, uint64_t total)>;
 
 // Makes blobs/<etag> hold the file (downloading it unless already there)
 // and snapshots/<commit>/<file> point at it; returns the snapshot path.
-// A hash mismatch removes the download and throws ModelLoadFailed.
+// Nothing past meta.size is written: a longer body, a disk that cannot hold
+// the rest, a write error, a refusal or a hash mismatch throws
+// ModelLoadFailed and removes the .incomplete file; a transfer cut short
+// (NetworkError, a 5xx, a body that ended early) keeps it for the next run.
 fs::path download_file(const HttpClient& http, const RepoCache& cache, const Url& url, const FileMeta& meta,
                        const std::string& file, const ByteProgress& progress);
 
