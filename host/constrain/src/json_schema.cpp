@@ -1,11 +1,20 @@
-// JSON schema -> grammar text. The subset is OpenAI's strict structured
-// outputs: type (string, number, integer, boolean, null, object, array, or
-// an array of these), properties, required, additionalProperties (false, or
-// a schema when there are no properties), enum, const, anyOf, items,
-// minItems, maxItems, $ref to "#", "#/$defs/..." or "#/definitions/..."
-// (recursion allowed), $defs/definitions. Annotations are ignored. Any other
-// keyword is refused by name: the output must match the schema, and a
-// keyword the grammar does not enforce would be silently broken.
+// JSON schema -> grammar text (docs/http-api.md, "Structured output").
+//
+// One policy: a keyword that constrains the instance is either enforced by
+// the grammar or refused by name (the output must match the schema, and a
+// constraint the grammar does not enforce would be silently broken);
+// annotations and keywords this compiler does not know are ignored, as the
+// JSON Schema specification asks of a validator. Where enforcing exactly
+// would blow up the grammar, the grammar allows LESS than the schema
+// (narrowing: the output still validates), never more; docs/http-api.md
+// lists each such place.
+//
+// Enforced: type, properties, required, additionalProperties, enum, const,
+// anyOf, oneOf (as anyOf), allOf and $ref with sibling keywords (merged into
+// one schema first: merge()), items/prefixItems/additionalItems,
+// minItems/maxItems, minLength/maxLength, pattern (regex.cpp), format
+// (kFormats), minimum/maximum/exclusiveMinimum/exclusiveMaximum,
+// min/maxProperties where the property list decides them.
 //
 // Recursion. A $ref inside an object or array is a reference to the target's
 // rule. A $ref that stands for the whole value, alone or as an anyOf
@@ -15,13 +24,18 @@
 // is the union of its own alternatives and those of every target it reaches
 // that way (a cycle adds nothing; the least fixed point, as a validator that
 // stops at a cycle sees it). A target that reaches only itself matches
-// nothing and is refused. At most kMaxSchemaRefs different targets.
+// nothing and is refused. At most kMaxSchemaRefs different targets. A
+// schema merged from $ref/allOf is a target too (keyed by its text), so a
+// recursive one compiles once.
 //
 // Objects are written with their properties in the schema's order; a
 // property not in `required` may be left out; no others appear.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <climits>
+#include <cmath>
+#include <deque>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -33,17 +47,81 @@
 #include "eh/constrain/grammar.hpp"
 #include "gbnf_ast.hpp"
 #include "json_grammar_text.hpp"
+#include "regex.hpp"
 
 namespace eh::constrain::detail {
 namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Keywords that say nothing about the instance (listed so a merge can drop
+// them; any key not in kHandled or kRefused is ignored the same way).
 const std::set<std::string, std::less<>> kAnnotations = {
-    "description", "title", "$schema", "$id", "$comment", "examples", "default", "deprecated", "readOnly", "writeOnly"};
+    "description", "title", "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$comment", "examples", "default",
+    "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary"};
+// Keywords the grammar enforces.
 const std::set<std::string, std::less<>> kHandled = {
-    "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "items",
-    "minItems", "maxItems", "$ref", "$defs", "definitions"};
+    "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf", "items",
+    "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "$ref", "minLength", "maxLength",
+    "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties",
+    "maxProperties"};
+// Keywords that constrain the instance and are not enforced: refused by
+// name wherever they would constrain (an empty object or array of them
+// constrains nothing and is ignored).
+const std::set<std::string, std::less<>> kRefused = {
+    "not", "multipleOf", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "contains",
+    "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "patternProperties", "$dynamicRef",
+    "$recursiveRef"};
+// Keywords that make a schema's type object, array, string or number when
+// it has no `type` (narrowing: the schema alone would allow any other type).
+const std::set<std::string, std::less<>> kObjectWords = {"properties", "additionalProperties", "required",
+                                                         "minProperties", "maxProperties"};
+const std::set<std::string, std::less<>> kArrayWords = {"items", "prefixItems", "additionalItems", "minItems",
+                                                        "maxItems", "uniqueItems"};
+const std::set<std::string, std::less<>> kStringWords = {"minLength", "maxLength", "pattern", "format"};
+const std::set<std::string, std::less<>> kNumberWords = {"minimum", "maximum", "exclusiveMinimum",
+                                                         "exclusiveMaximum"};
+
+// `format` values enforced, as ECMA-262 patterns compiled like `pattern`.
+// Practical subsets where the RFC is larger (docs/http-api.md says which):
+// dates check days per month and leap years; time's fraction has at most 9
+// digits and its seconds stop at 59; hostname has at most 4 labels of at
+// most 63 characters (so at most 255 in all); email is a dot-atom local part
+// and a hostname; uri is a scheme and URI characters (not RFC 3986's whole
+// structure). Other formats are annotations, as in 2019-09 and later.
+const char* const kDate =
+    "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|"
+    "02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
+const char* const kTime =
+    "(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\\.[0-9]{1,9})?(?:[Zz]|[+-](?:[01][0-9]|2[0-3]):[0-5][0-9])";
+// A label of 1 to 63 letters, digits and inner hyphens, never "--" at
+// positions 3 and 4 (RFC 5891 reserves that for A-labels, which are not
+// checked, so they are not written: narrowing).
+const char* const kHostLabel =
+    "(?:[A-Za-z0-9](?:[A-Za-z0-9-]?[A-Za-z0-9])?|[A-Za-z0-9][A-Za-z0-9-]{2}[A-Za-z0-9]|"
+    "[A-Za-z0-9][A-Za-z0-9-](?:[A-Za-z0-9][A-Za-z0-9-]|-[A-Za-z0-9])[A-Za-z0-9-]{0,58}[A-Za-z0-9])";
+std::string format_pattern(std::string_view f) {
+    const std::string label = kHostLabel, host = label + "(?:\\." + label + "){0,3}";
+    const std::string octet = "(?:25[0-5]|2[0-4][0-9]|1[0-9]{2}|[1-9]?[0-9])";
+    const std::string atext = "[A-Za-z0-9!#$%&'*+/=?^_`{|}~-]";
+    if (f == "date") return std::string("^") + kDate + "$";
+    if (f == "time") return std::string("^") + kTime + "$";
+    if (f == "date-time") return std::string("^") + kDate + "[Tt]" + kTime + "$";
+    if (f == "uuid") return "^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}$";
+    if (f == "ipv4") return "^" + octet + "(?:\\." + octet + "){3}$";
+    if (f == "hostname") return "^" + host + "$";
+    if (f == "email") return "^" + atext + "{1,64}(?:\\." + atext + "{1,64}){0,3}@" + host + "$";
+    if (f == "uri") return "^[A-Za-z][A-Za-z0-9+.-]{0,31}:(?:[A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*$";
+    return "";
+}
+
+// The largest integer part JSON numbers may have here (j-int: 16 digits).
+constexpr uint64_t kMaxIntPart = 9999999999999999ull;
+// Schemas expanded while merging $ref/allOf (each a copy of a subtree), in
+// JSON nodes copied: a diamond of allOfs must not grow exponentially.
+constexpr size_t kMaxMergeNodes = 200000;
+// Alternatives one anyOf may get from merging two anyOfs (their product).
+constexpr size_t kMaxMergedAlternatives = 64;
 
 // Different $ref targets in one schema: each may add a rule holding every
 // target it reaches (kMaxSchemaRefs^2 names at worst, and the grammar text
@@ -69,6 +147,21 @@ size_t json_depth(std::string_view s) {
         }
     }
     return max;
+}
+
+// "%25" -> "%" and so on: a $ref is a URI fragment.
+std::string percent_unescape(std::string_view s) {
+    std::string out;
+    auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+    for (size_t i = 0; i < s.size(); ++i) {
+        if (s[i] == '%' && i + 2 < s.size() + 0 && hex(s[i + 1]) >= 0 && hex(s[i + 2]) >= 0) {
+            out.push_back(char(hex(s[i + 1]) * 16 + hex(s[i + 2])));
+            i += 2;
+        } else {
+            out.push_back(s[i]);
+        }
+    }
+    return out;
 }
 
 std::string pointer_unescape(std::string_view s) {
@@ -103,38 +196,86 @@ public:
             throw GrammarError("false", fmt::format("the schema 'false' at {} matches nothing", at(path)));
         }
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
-        for (const auto& [k, v] : s.items()) {
-            if (kAnnotations.count(k) || kHandled.count(k)) continue;
-            throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
-        }
-        if (auto r = s.find("$ref"); r != s.end()) {
-            for (const auto& [k, v] : s.items())
-                if (k != "$ref" && k != "$defs" && k != "definitions" && !kAnnotations.count(k))
-                    throw GrammarError(k, fmt::format("'{}' beside '$ref' at {} is not supported", k, at(path)));
-            return ref(*r, path);
-        }
-        if (auto c = s.find("const"); c != s.end()) return rule(literal(c->dump()));
-        if (auto e = s.find("enum"); e != s.end()) {
-            if (!e->is_array() || e->empty())
-                throw GrammarError("enum", fmt::format("'enum' at {} must be a non-empty array", at(path)));
+        check_refused(s, path);
+        const bool any_of = s.contains("anyOf"), one_of = s.contains("oneOf");
+        if (s.contains("allOf") || (any_of && one_of) || (s.contains("$ref") && constrains_beside(s, "$ref")))
+            return merged(s, path);
+        if (auto r = s.find("$ref"); r != s.end()) return ref(*r, path);
+        if (any_of || one_of) {
+            // oneOf is compiled as anyOf: where its branches overlap, a value
+            // matching two of them is not excluded (docs/http-api.md).
+            const char* key = any_of ? "anyOf" : "oneOf";
+            const Json& a = s[key];
+            if (!a.is_array() || a.empty())
+                throw GrammarError(key, fmt::format("'{}' at {} must be a non-empty array", key, at(path)));
+            // Keywords beside it apply to every alternative: each becomes
+            // {"allOf": [the keywords beside, the alternative]}.
+            Json beside = Json::object();
+            if (constrains_beside(s, key))
+                for (const auto& [k, v] : s.items())
+                    if (k != key && k != "$defs" && k != "definitions" && !kAnnotations.count(k)) beside[k] = v;
             std::string alts;
-            for (const auto& v : *e) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
-            return rule(alts);
-        }
-        if (auto a = s.find("anyOf"); a != s.end()) {
-            if (!a->is_array() || a->empty())
-                throw GrammarError("anyOf", fmt::format("'anyOf' at {} must be a non-empty array", at(path)));
-            for (const auto& [k, v] : s.items())
-                if (k != "anyOf" && k != "$defs" && k != "definitions" && !kAnnotations.count(k))
-                    throw GrammarError(k, fmt::format("'{}' beside 'anyOf' at {} is not supported (put it inside each "
-                                                      "alternative)", k, at(path)));
-            std::string alts;
-            for (size_t i = 0; i < a->size(); ++i) {
-                const std::string alt = value((*a)[i], path + "/anyOf/" + std::to_string(i), depth + 1);
+            for (size_t i = 0; i < a.size(); ++i) {
+                const std::string sub = path + "/" + key + "/" + std::to_string(i);
+                std::string alt;
+                if (beside.empty()) {
+                    alt = value(a[i], sub, depth + 1);
+                } else {
+                    store_.push_back(Json{{"allOf", Json::array({beside, a[i]})}});
+                    alt = value(store_.back(), sub, depth + 1);
+                }
                 if (!alt.empty()) alts += (alts.empty() ? "" : " | ") + alt;  // "": a $ref folded into the target
             }
             return alts.empty() ? "" : rule(alts);
         }
+        std::vector<std::string> types = types_of(s, path);
+        if (s.contains("enum") || s.contains("const")) return enumerated(s, types, path);
+        if (types.empty()) return "j-value";
+        const bool has_number = std::count(types.begin(), types.end(), "number") != 0;
+        std::string alts;
+        for (const auto& t : types) {
+            std::string e;
+            if (t == "string") e = string(s, path);
+            else if (t == "number") e = number(s, path, false);
+            else if (t == "integer") {
+                if (has_number) continue;  // number allows every integer
+                e = number(s, path, true);
+            } else if (t == "boolean") e = "j-boolean";
+            else if (t == "null") e = "j-null";
+            else if (t == "object") e = inside([&] { return object(s, path, depth); });
+            else if (t == "array") e = inside([&] { return array(s, path, depth); });
+            alts += (alts.empty() ? "" : " | ") + e;
+        }
+        return alts.find(' ') == std::string::npos ? alts : rule(alts);
+    }
+
+private:
+    static std::string at(const std::string& path) { return path.empty() ? "the root" : "'" + path + "'"; }
+
+    // Refuses what kRefused lists, where it constrains.
+    static void check_refused(const Json& s, const std::string& path) {
+        for (const auto& [k, v] : s.items()) {
+            if (kRefused.count(k)) {
+                if ((v.is_object() || v.is_array()) && v.empty() && k != "not") continue;
+                throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
+            }
+        }
+        // if/then/else constrain only with a then or an else.
+        if (s.contains("if") && (s.contains("then") || s.contains("else")))
+            throw GrammarError("if", fmt::format("the JSON-schema keyword 'if' (with 'then'/'else') at {} is not "
+                                                 "supported", at(path)));
+    }
+
+    // Whether `s` has an enforced keyword other than `except`.
+    static bool constrains_beside(const Json& s, std::string_view except) {
+        for (const auto& [k, v] : s.items())
+            if (k != except && kHandled.count(k)) return true;
+        return false;
+    }
+
+    // The types the schema allows, in its order; empty for any. Without
+    // `type`, the keywords that apply to one type pick it (kObjectWords ...).
+    static std::vector<std::string> types_of(const Json& s, const std::string& path) {
         std::vector<std::string> types;
         if (auto t = s.find("type"); t != s.end()) {
             if (t->is_string()) types.push_back(t->get<std::string>());
@@ -144,31 +285,62 @@ public:
                     types.push_back(x.get<std::string>());
                 }
             else throw GrammarError("type", fmt::format("'type' at {} must be a string or a non-empty array", at(path)));
-        } else if (s.contains("properties") || s.contains("additionalProperties") || s.contains("required")) {
-            types.push_back("object");
-        } else if (s.contains("items") || s.contains("minItems") || s.contains("maxItems")) {
-            types.push_back("array");
-        } else {
-            return "j-value";
+            for (const auto& x : types)
+                if (x != "string" && x != "number" && x != "integer" && x != "boolean" && x != "null" && x != "object" &&
+                    x != "array")
+                    throw GrammarError("type", fmt::format("'type' '{}' at {} is not a JSON-schema type",
+                                                           x.substr(0, 100), at(path)));
+            return types;
         }
-        std::string alts;
-        for (const auto& t : types) {
-            std::string e;
-            if (t == "string") e = "j-string";
-            else if (t == "number") e = "j-number";
-            else if (t == "integer") e = "j-integer";
-            else if (t == "boolean") e = "j-boolean";
-            else if (t == "null") e = "j-null";
-            else if (t == "object") e = inside([&] { return object(s, path, depth); });
-            else if (t == "array") e = inside([&] { return array(s, path, depth); });
-            else throw GrammarError("type", fmt::format("'type' '{}' at {} is not a JSON-schema type", t, at(path)));
-            alts += (alts.empty() ? "" : " | ") + e;
-        }
-        return types.size() == 1 ? alts : rule(alts);
+        auto any = [&](const std::set<std::string, std::less<>>& words) {
+            for (const auto& w : words)
+                if (s.contains(w)) return true;
+            return false;
+        };
+        if (any(kObjectWords)) types.push_back("object");
+        if (any(kArrayWords)) types.push_back("array");
+        if (any(kStringWords)) types.push_back("string");
+        if (any(kNumberWords)) types.push_back("number");
+        return types;
     }
 
-private:
-    static std::string at(const std::string& path) { return path.empty() ? "the root" : "'" + path + "'"; }
+    static bool has_type(const Json& v, const std::vector<std::string>& types) {
+        if (types.empty()) return true;
+        for (const auto& t : types) {
+            if ((t == "string" && v.is_string()) || (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
+                (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
+                (t == "number" && v.is_number()))
+                return true;
+            if (t == "integer" && v.is_number() &&
+                (v.is_number_integer() || std::floor(v.get<double>()) == v.get<double>()))
+                return true;
+        }
+        return false;
+    }
+
+    // enum/const: the values both allow, of the schema's types, each
+    // written compactly as given. (Other keywords beside them are not
+    // checked against the values: docs/http-api.md.)
+    std::string enumerated(const Json& s, const std::vector<std::string>& types, const std::string& path) {
+        std::vector<Json> values;
+        if (auto e = s.find("enum"); e != s.end()) {
+            if (!e->is_array() || e->empty())
+                throw GrammarError("enum", fmt::format("'enum' at {} must be a non-empty array", at(path)));
+            values.assign(e->begin(), e->end());
+        }
+        if (auto c = s.find("const"); c != s.end()) {
+            if (s.contains("enum") && std::find(values.begin(), values.end(), *c) == values.end()) values.clear();
+            else values.assign(1, *c);
+        }
+        std::string alts;
+        for (const auto& v : values)
+            if (has_type(v, types)) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
+        if (alts.empty())
+            throw GrammarError(s.contains("enum") ? "enum" : "const",
+                               fmt::format("'{}' at {} allows no value of the schema's type", s.contains("enum") ? "enum" : "const",
+                                           at(path)));
+        return rule(alts);
+    }
 
     std::string fresh() { return fmt::format("{}s{}", prefix_, counter_++); }
     // A new rule holding `body`; returns its name.
@@ -204,7 +376,20 @@ private:
     std::string ref(const Json& r, const std::string& path) {
         if (!r.is_string()) throw GrammarError("$ref", fmt::format("'$ref' at {} must be a string", at(path)));
         const std::string target = r.get<std::string>();
-        const size_t t = target_index(target, path);
+        return use_target(target_index(target, resolve(target, path), path), path);
+    }
+
+    // A schema with $ref and other keywords, or allOf: merged into one
+    // schema, compiled as a target named by its text (the same schema met
+    // again, in a recursion, is the same rule).
+    std::string merged(const Json& s, const std::string& path) {
+        std::string key = "&" + s.dump();
+        if (auto it = refs_.find(key); it != refs_.end()) return use_target(it->second, path);
+        store_.push_back(flatten(s, path, 0));
+        return use_target(target_index(key, &store_.back(), path), path);
+    }
+
+    std::string use_target(size_t t, const std::string& path) {
         if (folding_) {
             targets_[*folding_].folded.push_back(t);
             return "";
@@ -216,26 +401,40 @@ private:
         return targets_[t].all;
     }
 
-    // The target's index, compiling it when first named. Its rule names are
-    // fixed before its schema is compiled, so a reference inside finds them.
-    size_t target_index(const std::string& target, const std::string& path) {
-        if (auto it = refs_.find(target); it != refs_.end()) return it->second;
+    // The schema a $ref names: "#", or a JSON pointer into the root
+    // ("#/$defs/a", "#/properties/x/items", ...).
+    const Json* resolve(const std::string& target, const std::string& path) const {
         const Json* node = nullptr;
         if (target == "#") {
             node = &root_;
-        } else {
-            for (const char* base : {"#/$defs/", "#/definitions/"}) {
-                const std::string_view b(base);
-                if (target.rfind(b, 0) != 0) continue;
-                const std::string name = pointer_unescape(std::string_view(target).substr(b.size()));
-                auto defs = root_.find(std::string(b.substr(2, b.size() - 3)));
-                if (defs == root_.end() || !defs->is_object()) continue;
-                if (auto d = defs->find(name); d != defs->end()) node = &*d;
+        } else if (target.rfind("#/", 0) == 0) {
+            node = &root_;
+            size_t pos = 2;
+            while (node && pos <= target.size()) {
+                const size_t slash = std::min(target.find('/', pos), target.size());
+                const std::string part = pointer_unescape(percent_unescape(std::string_view(target).substr(pos, slash - pos)));
+                pos = slash + 1;
+                if (node->is_object()) {
+                    auto it = node->find(part);
+                    node = it == node->end() ? nullptr : &*it;
+                } else if (node->is_array() && !part.empty() && part.size() < 10 &&
+                           part.find_first_not_of("0123456789") == std::string::npos && std::stoul(part) < node->size()) {
+                    node = &(*node)[std::stoul(part)];
+                } else {
+                    node = nullptr;
+                }
             }
         }
         if (!node)
-            throw GrammarError("$ref", fmt::format("'$ref' '{}' at {} does not name the root or an entry of "
-                                                   "$defs/definitions", target.substr(0, 200), at(path)));
+            throw GrammarError("$ref", fmt::format("'$ref' '{}' at {} does not name the root or a schema inside it "
+                                                   "(\"#/...\")", target.substr(0, 200), at(path)));
+        return node;
+    }
+
+    // The target's index, compiling it when first named. Its rule names are
+    // fixed before its schema is compiled, so a reference inside finds them.
+    size_t target_index(const std::string& target, const Json* node, const std::string& path) {
+        if (auto it = refs_.find(target); it != refs_.end()) return it->second;
         if (targets_.size() >= kMaxSchemaRefs)
             throw GrammarError("$ref", fmt::format("'$ref' '{}' at {}: a schema's $refs may name at most {} different "
                                                    "schemas", target.substr(0, 200), at(path), kMaxSchemaRefs));
@@ -243,7 +442,8 @@ private:
         targets_.push_back(Target{target, fresh(), fresh(), {}, "", false});
         refs_[target] = t;
         const std::optional<size_t> saved = std::exchange(folding_, t);
-        const std::string body = value(*node, target, ++ref_depth_ > kMaxGrammarNesting ? kMaxGrammarNesting + 1 : 0);
+        const std::string where = target[0] == '&' ? path : target;
+        const std::string body = value(*node, where, ++ref_depth_ > kMaxGrammarNesting ? kMaxGrammarNesting + 1 : 0);
         --ref_depth_;
         folding_ = saved;
         if (body.empty()) targets_[t].own.clear();
@@ -276,91 +476,584 @@ private:
         }
     }
 
+    // ---- Merging $ref and allOf into one schema ----
+
+    // Counts the JSON nodes of `v` against kMaxMergeNodes.
+    void charge(const Json& v) {
+        size_t n = 0;
+        std::vector<const Json*> todo{&v};
+        while (!todo.empty()) {
+            const Json* j = todo.back();
+            todo.pop_back();
+            if (++merge_nodes_ > kMaxMergeNodes)
+                throw GrammarError("allOf", fmt::format("merging '$ref'/'allOf' schemas copies more than {} JSON values "
+                                                        "(the limit)", kMaxMergeNodes));
+            if (j->is_structured())
+                for (const auto& k : *j) todo.push_back(&k);
+            ++n;
+        }
+    }
+
+    // Draft 4's boolean exclusiveMinimum/exclusiveMaximum as draft 6's
+    // numeric form, so bounds merge and compile one way.
+    static void normalize_bounds(Json& s) {
+        for (auto [ex, bound] : {std::pair{"exclusiveMinimum", "minimum"}, std::pair{"exclusiveMaximum", "maximum"}}) {
+            auto e = s.find(ex);
+            if (e == s.end() || !e->is_boolean()) continue;
+            const bool on = e->get<bool>();
+            s.erase(ex);
+            if (on && s.contains(bound)) {
+                s[ex] = s[bound];
+                s.erase(bound);
+            }
+        }
+    }
+
+    // `s` with its $ref and allOf merged in: one schema with neither at its
+    // top (they may remain deeper, where they compile on their own).
+    Json flatten(const Json& s, const std::string& path, uint32_t depth) {
+        if (depth > kMaxGrammarNesting)
+            throw GrammarError("allOf", fmt::format("'$ref'/'allOf' at {} nest deeper than {} levels", at(path), kMaxGrammarNesting));
+        if (s.is_boolean()) {
+            if (s.get<bool>()) return Json::object();
+            throw GrammarError("allOf", fmt::format("the schema 'false' in 'allOf' at {} matches nothing", at(path)));
+        }
+        if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
+        check_refused(s, path);
+        charge(s);
+        Json out = Json::object();
+        for (const auto& [k, v] : s.items())
+            if (k != "$ref" && k != "allOf" && k != "$defs" && k != "definitions" && !kAnnotations.count(k)) out[k] = v;
+        normalize_bounds(out);
+        if (auto o = out.find("oneOf"); o != out.end()) {  // oneOf as anyOf (see value())
+            Json alts = *o;
+            out.erase("oneOf");
+            merge(out, Json{{"anyOf", alts}}, path);
+        }
+        if (auto r = s.find("$ref"); r != s.end()) {
+            if (!r->is_string()) throw GrammarError("$ref", fmt::format("'$ref' at {} must be a string", at(path)));
+            merge(out, flatten(*resolve(r->get<std::string>(), path), r->get<std::string>(), depth + 1), path);
+        }
+        if (auto a = s.find("allOf"); a != s.end()) {
+            if (!a->is_array() || a->empty())
+                throw GrammarError("allOf", fmt::format("'allOf' at {} must be a non-empty array", at(path)));
+            for (size_t i = 0; i < a->size(); ++i)
+                merge(out, flatten((*a)[i], path + "/allOf/" + std::to_string(i), depth + 1), path);
+        }
+        return out;
+    }
+
+    [[noreturn]] static void nothing(const std::string& key, const std::string& path, const std::string& why) {
+        throw GrammarError("allOf", fmt::format("'allOf' at {} matches nothing: {} ('{}')", at(path), why, key));
+    }
+
+    // a := the schema both a and b (flattened) allow, as far as that is one
+    // schema; refused by name where it is not.
+    void merge(Json& a, const Json& b, const std::string& path) {
+        // Properties one side allows beyond its `properties` must match its
+        // additionalProperties (absent: any): checked against the other
+        // side's properties before they are united.
+        auto extra = [](const Json& x) -> const Json* {
+            auto ap = x.find("additionalProperties");
+            return ap == x.end() ? nullptr : &*ap;
+        };
+        auto props = [](const Json& x) -> const Json* {
+            auto p = x.find("properties");
+            return p == x.end() || !p->is_object() ? nullptr : &*p;
+        };
+        auto restrict = [&](Json& target, const Json& other_side) {
+            // target's properties not named by other_side get other_side's additionalProperties.
+            const Json* ap = extra(other_side);
+            if (!ap || (ap->is_boolean() && ap->get<bool>()) || !target.contains("properties")) return;
+            const Json* named = props(other_side);
+            Json& tp = target["properties"];
+            if (!tp.is_object()) return;
+            Json kept = Json::object();
+            for (auto& [k, v] : tp.items()) {
+                if (named && named->contains(k)) kept[k] = v;
+                else if (ap->is_boolean()) {  // false: this property may not appear
+                    if (auto r = target.find("required"); r != target.end() && r->is_array() &&
+                                                          std::find(r->begin(), r->end(), Json(k)) != r->end())
+                        nothing("additionalProperties", path, "a required property '" + k.substr(0, 100) + "' is not allowed");
+                } else {
+                    kept[k] = Json{{"allOf", Json::array({v, *ap})}};
+                }
+            }
+            tp = std::move(kept);
+        };
+        // A tuple (prefixItems, or an array `items`) says which schema
+        // `items`/`additionalItems` apply after, in its own schema only.
+        auto tuple = [](const Json& x) {
+            auto it = x.find("items");
+            return x.contains("prefixItems") || (it != x.end() && it->is_array());
+        };
+        auto items_words = [](const Json& x) {
+            return x.contains("items") || x.contains("prefixItems") || x.contains("additionalItems");
+        };
+        if ((tuple(a) && items_words(b)) || (tuple(b) && items_words(a)))
+            throw GrammarError("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} merges tuple "
+                                                    "items with other items, which is not supported", at(path)));
+        Json bb = b;
+        restrict(a, bb);
+        restrict(bb, a);
+        for (const auto& [k, vb] : bb.items()) {
+            auto ia = a.find(k);
+            if (ia == a.end()) {
+                a[k] = vb;
+                continue;
+            }
+            Json& va = *ia;
+            if (va == vb) continue;
+            if (k == "type") {
+                auto list = [](const Json& t) {
+                    std::set<std::string> out;
+                    if (t.is_string()) out.insert(t.get<std::string>());
+                    else if (t.is_array())
+                        for (const auto& x : t)
+                            if (x.is_string()) out.insert(x.get<std::string>());
+                    return out;
+                };
+                const auto ta = list(va), tb = list(vb);
+                Json both = Json::array();
+                for (const auto& t : ta) {
+                    if (tb.count(t)) both.push_back(t);
+                    else if (t == "integer" && tb.count("number")) both.push_back(t);
+                    else if (t == "number" && tb.count("integer")) both.push_back("integer");
+                }
+                if (both.empty()) nothing(k, path, "no type is allowed by every part");
+                va = both.size() == 1 ? both[0] : both;
+            } else if (k == "properties" && va.is_object() && vb.is_object()) {
+                for (const auto& [pk, pv] : vb.items()) {
+                    if (auto p = va.find(pk); p != va.end()) *p = Json{{"allOf", Json::array({*p, pv})}};
+                    else va[pk] = pv;
+                }
+            } else if (k == "required" && va.is_array() && vb.is_array()) {
+                for (const auto& x : vb)
+                    if (std::find(va.begin(), va.end(), x) == va.end()) va.push_back(x);
+            } else if ((k == "items" || k == "additionalProperties" || k == "additionalItems") && !va.is_array() &&
+                       !vb.is_array()) {
+                va = Json{{"allOf", Json::array({va, vb})}};
+            } else if ((k == "minLength" || k == "minItems" || k == "minProperties" || k == "minimum" ||
+                        k == "exclusiveMinimum") && va.is_number() && vb.is_number()) {
+                if (vb.get<double>() > va.get<double>()) va = vb;
+            } else if ((k == "maxLength" || k == "maxItems" || k == "maxProperties" || k == "maximum" ||
+                        k == "exclusiveMaximum") && va.is_number() && vb.is_number()) {
+                if (vb.get<double>() < va.get<double>()) va = vb;
+            } else if (k == "enum" && va.is_array() && vb.is_array()) {
+                Json both = Json::array();
+                for (const auto& x : va)
+                    if (std::find(vb.begin(), vb.end(), x) != vb.end()) both.push_back(x);
+                if (both.empty()) nothing(k, path, "no value is in every 'enum'");
+                va = both;
+            } else if (k == "const") {
+                nothing(k, path, "two different constants");
+            } else if (k == "uniqueItems" && va.is_boolean() && vb.is_boolean()) {
+                va = va.get<bool>() || vb.get<bool>();
+            } else if (k == "anyOf" && va.is_array() && vb.is_array()) {
+                if (va.size() * vb.size() > kMaxMergedAlternatives)
+                    throw GrammarError("anyOf", fmt::format("merging 'anyOf'/'oneOf' at {} makes more than {} alternatives "
+                                                            "(the limit)", at(path), kMaxMergedAlternatives));
+                Json prod = Json::array();
+                for (const auto& x : va)
+                    for (const auto& y : vb) prod.push_back(Json{{"allOf", Json::array({x, y})}});
+                va = prod;
+            } else if (kHandled.count(k)) {
+                throw GrammarError("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} has two "
+                                                        "different '{}' that cannot be merged", at(path), k));
+            }
+        }
+    }
+
+    // ---- Strings ----
+
+    static uint64_t count_keyword(const Json& s, const char* key, uint64_t dflt, const std::string& path) {
+        auto b = s.find(key);
+        if (b == s.end()) return dflt;
+        if (b->is_number_float() && b->get<double>() >= 0 && std::floor(b->get<double>()) == b->get<double>() &&
+            b->get<double>() < 1e18)
+            return uint64_t(b->get<double>());
+        if (!b->is_number_unsigned())
+            throw GrammarError(key, fmt::format("'{}' at {} must be a non-negative integer", key, at(path)));
+        return b->get<uint64_t>();
+    }
+
+    // x{lo,hi} for a rule x; hi above kMaxRepeat as blocks of kMaxRepeat
+    // (the grammar's repeat limit): x{0,n} = b{0,q-1} x{0,999} | b{q} x{0,r}
+    // with b = x{1000}, n = 1000q + r; each length is reached one way.
+    std::string counted(const std::string& x, uint64_t lo, uint64_t hi, const char* key, const std::string& path) {
+        if (lo > kMaxRepeat)
+            throw GrammarError(key, fmt::format("'{}' at {} is above the limit of {}", key, at(path), kMaxRepeat));
+        if (hi == kRegexUnbounded) return lo ? fmt::format("{}{{{},}}", x, lo) : x + "*";
+        if (hi <= kMaxRepeat) return fmt::format("{}{{{},{}}}", x, lo, hi);
+        const uint64_t max_hi = uint64_t(kMaxRepeat) * kMaxRepeat;
+        if (hi > max_hi) hi = max_hi;  // narrowing: a million characters is past any output
+        const uint64_t q = hi / kMaxRepeat, r = hi % kMaxRepeat;
+        auto& block = block_rules_[x];
+        if (block.empty()) {
+            block = fresh();
+            out_ += fmt::format("{} ::= {}{{{}}}\n", block, x, kMaxRepeat);
+        }
+        // Lengths [lo, 999], [1000, 1000(q-1) + 999], [1000q, 1000q + r].
+        std::string body;
+        if (lo <= kMaxRepeat - 1) body = fmt::format("{}{{{},{}}}", x, lo, kMaxRepeat - 1);
+        if (q > 1) body += fmt::format("{}{}{{1,{}}} {}{{0,{}}}", body.empty() ? "" : " | ", block, q - 1, x, kMaxRepeat - 1);
+        body += fmt::format("{}{}{{{}}}{}", body.empty() ? "" : " | ", block, q, r ? fmt::format(" {}{{0,{}}}", x, r) : "");
+        return rule(body);
+    }
+
+    std::string string(const Json& s, const std::string& path) {
+        const uint64_t lo = count_keyword(s, "minLength", 0, path);
+        const uint64_t hi = count_keyword(s, "maxLength", kRegexUnbounded, path);
+        if (hi < lo) throw GrammarError("maxLength", fmt::format("'maxLength' at {} is below 'minLength'", at(path)));
+        if (auto p = s.find("pattern"); p != s.end()) {
+            if (!p->is_string()) throw GrammarError("pattern", fmt::format("'pattern' at {} must be a string", at(path)));
+            auto e = regex_grammar(p->get<std::string>(), "j-char", lo, hi);
+            if (!e)
+                throw GrammarError(s.contains("maxLength") ? "maxLength" : "minLength",
+                                   fmt::format("'{}' beside 'pattern' at {} is not supported for this pattern (only "
+                                               "'^x{{m,n}}$' with one character class takes a length)",
+                                               s.contains("maxLength") ? "maxLength" : "minLength", at(path)));
+            return rule("\"\\\"\" " + *e + " \"\\\"\"");
+        }
+        if (auto f = s.find("format"); f != s.end() && f->is_string()) {
+            const std::string fp = format_pattern(f->get<std::string>());
+            // A format whose lengths the length bounds cut is left to them:
+            // format is an annotation (2019-09 on); the bounds are enforced.
+            if (!fp.empty())
+                if (auto e = regex_grammar(fp, "j-char", lo, hi)) {
+                    const std::string key = f->get<std::string>();
+                    if (lo == 0 && hi == kRegexUnbounded) {
+                        auto& r = format_rules_[key];
+                        if (r.empty()) r = rule("\"\\\"\" " + *e + " \"\\\"\"");
+                        return r;
+                    }
+                    return rule("\"\\\"\" " + *e + " \"\\\"\"");
+                }
+        }
+        if (lo == 0 && hi == kRegexUnbounded) return "j-string";
+        auto& r = length_rules_[{lo, hi}];
+        if (r.empty()) r = rule("\"\\\"\" " + counted("j-char", lo, hi, lo > kMaxRepeat ? "minLength" : "maxLength", path) +
+                                " \"\\\"\"");
+        return r;
+    }
+
+    // ---- Numbers ----
+
+    // Decimal numerals (no leading zeros) of [lo, hi], both of n digits.
+    static std::string same_length(const std::string& lo, const std::string& hi) {
+        if (lo.empty()) return "";
+        if (lo == hi) return "\"" + lo + "\"";
+        if (lo[0] == hi[0]) {
+            const std::string rest = same_length(lo.substr(1), hi.substr(1));
+            return "\"" + lo.substr(0, 1) + "\" " + rest;
+        }
+        const size_t n = lo.size() - 1;
+        const bool lo_zeros = lo.find_first_not_of('0', 1) == std::string::npos;
+        const bool hi_nines = hi.find_first_not_of('9', 1) == std::string::npos;
+        std::vector<std::string> alts;
+        if (!lo_zeros) alts.push_back("\"" + lo.substr(0, 1) + "\" " + same_length(lo.substr(1), std::string(n, '9')));
+        const char from = lo_zeros ? lo[0] : char(lo[0] + 1), to = hi_nines ? hi[0] : char(hi[0] - 1);
+        if (from <= to) {
+            std::string e = from == to ? fmt::format("\"{}\"", from) : fmt::format("[{}-{}]", from, to);
+            if (n) e += fmt::format(" [0-9]{{{}}}", n);
+            alts.push_back(e);
+        }
+        if (!hi_nines) alts.push_back("\"" + hi.substr(0, 1) + "\" " + same_length(std::string(n, '0'), hi.substr(1)));
+        std::string out;
+        for (const auto& a : alts) out += (out.empty() ? "( " : " | ") + a;
+        return out + " )";
+    }
+
+    // Decimal numerals of the integers in [lo, hi] (lo <= hi <= kMaxIntPart).
+    static std::string uint_range(uint64_t lo, uint64_t hi) {
+        std::string out;
+        uint64_t p = 1;  // 10^(digits-1)
+        for (int digits = 1; digits <= 16; ++digits, p *= 10) {
+            const uint64_t first = digits == 1 ? 0 : p, last = p * 10 - 1;
+            if (last < lo || first > hi) continue;
+            out += (out.empty() ? "" : " | ") + same_length(std::to_string(std::max(lo, first)), std::to_string(std::min(hi, last)));
+        }
+        return "( " + out + " )";
+    }
+
+    // A magnitude m (the number without its sign), written I(.F)? with no
+    // exponent: a < m (a_ex) or a <= m, and m < b (b_ex) or m <= b, b
+    // absent for none; a, b integers. "" when none is allowed.
+    static std::string magnitude(uint64_t a, bool a_ex, std::optional<uint64_t> b, bool b_ex, bool integer) {
+        const std::string any_frac = integer ? "" : " ( \".\" [0-9]{1,16} )?";
+        const std::string zero_frac = integer ? "" : " ( \".\" \"0\"{1,16} )?";
+        const std::string nonzero_frac = " \".\" \"0\"{0,15} [1-9] [0-9]{0,15}";
+        const uint64_t top = b ? std::min(*b, kMaxIntPart) : kMaxIntPart;
+        const bool top_ex = b && *b <= kMaxIntPart ? b_ex : false;
+        std::vector<std::string> alts;
+        if (a > top) return "";
+        if (a == top) {
+            if (a_ex || top_ex) return "";
+            return fmt::format("\"{}\"{}", a, zero_frac);
+        }
+        // m's integer part is a (above a when exclusive: a fraction), then
+        // a+1 .. top-1 with any fraction, then top (no fraction above it).
+        if (!a_ex) alts.push_back(fmt::format("\"{}\"{}", a, any_frac));
+        else if (!integer) alts.push_back(fmt::format("\"{}\"{}", a, nonzero_frac));
+        if (a + 1 <= top - 1) alts.push_back(uint_range(a + 1, top - 1) + any_frac);
+        if (!top_ex) alts.push_back(fmt::format("\"{}\"{}", top, b ? zero_frac : any_frac));
+        std::string out;
+        for (const auto& x : alts) out += (out.empty() ? "" : " | ") + x;
+        return alts.empty() ? "" : "( " + out + " )";
+    }
+
+    // number/integer with bounds: exact digit automata for integer bounds.
+    // A bound that is not an integer is rounded inward for `number` too
+    // (x <= 2.5 is written as x <= 2: narrowing), and bounded numbers have
+    // no exponent (narrowing). Bounds past 16 digits are the digit limit.
+    std::string number(const Json& s0, const std::string& path, bool integer) {
+        Json s = s0;
+        normalize_bounds(s);
+        std::optional<double> lo, hi;
+        bool lo_ex = false, hi_ex = false;
+        auto read = [&](const char* key, std::optional<double>& v, bool& ex, bool exclusive, bool upper) {
+            auto b = s.find(key);
+            if (b == s.end()) return;
+            if (!b->is_number()) throw GrammarError(key, fmt::format("'{}' at {} must be a number", key, at(path)));
+            const double x = b->get<double>();
+            // The stricter of minimum and exclusiveMinimum (maximum ...).
+            if (!v || (upper ? x < *v || (x == *v && exclusive) : x > *v || (x == *v && exclusive))) {
+                v = x;
+                ex = exclusive;
+            }
+        };
+        read("minimum", lo, lo_ex, false, false);
+        read("exclusiveMinimum", lo, lo_ex, true, false);
+        read("maximum", hi, hi_ex, false, true);
+        read("exclusiveMaximum", hi, hi_ex, true, true);
+        if (!lo && !hi) return integer ? "j-integer" : "j-number";
+        // Integer bounds: inward rounding; a non-integer bound is never reached.
+        constexpr double kBig = 1e17;
+        std::optional<int64_t> ilo, ihi;
+        if (lo && *lo > -kBig) {
+            const double c = std::ceil(*lo);
+            if (c != *lo) lo_ex = false;
+            ilo = int64_t(std::min(c, kBig));
+        }
+        if (hi && *hi < kBig) {
+            const double f = std::floor(*hi);
+            if (f != *hi) hi_ex = false;
+            ihi = int64_t(std::max(f, -kBig));
+        }
+        if (integer) {  // exclusive integer bounds are inclusive ones moved by 1
+            if (ilo && lo_ex) ++*ilo, lo_ex = false;
+            if (ihi && hi_ex) --*ihi, hi_ex = false;
+        }
+        if (ilo && ihi && (*ilo > *ihi || (*ilo == *ihi && (lo_ex || hi_ex))))
+            throw GrammarError("minimum", fmt::format("'minimum'/'maximum' at {} allow no {}", at(path),
+                                                      integer ? "integer" : "number (bounds are rounded to integers)"));
+        std::vector<std::string> alts;
+        // x >= 0: magnitude from max(lo, 0) to hi.
+        if (!ihi || *ihi > 0 || (*ihi == 0 && !hi_ex)) {
+            const bool from_lo = ilo && *ilo >= 0;
+            const std::string m = magnitude(from_lo ? uint64_t(*ilo) : 0, from_lo && lo_ex,
+                                            ihi ? std::optional<uint64_t>(uint64_t(*ihi)) : std::nullopt, hi_ex, integer);
+            if (!m.empty()) alts.push_back(m);
+        }
+        // x < 0: "-" and a magnitude above max(-hi, 0) up to -lo.
+        if (!ilo || *ilo < 0) {
+            const bool from_hi = ihi && *ihi < 0;
+            const std::string m = magnitude(from_hi ? uint64_t(-*ihi) : 0, from_hi ? hi_ex : true,
+                                            ilo ? std::optional<uint64_t>(uint64_t(-*ilo)) : std::nullopt, lo_ex, integer);
+            if (!m.empty()) alts.push_back("\"-\" " + m);
+        }
+        if (alts.empty())
+            throw GrammarError("minimum", fmt::format("'minimum'/'maximum' at {} allow no number", at(path)));
+        std::string out;
+        for (const auto& x : alts) out += (out.empty() ? "" : " | ") + x;
+        return rule(out);
+    }
+
     std::string object(const Json& s, const std::string& path, uint32_t depth) {
-        const Json* props = nullptr;
+        Json props = Json::object();
         if (auto p = s.find("properties"); p != s.end()) {
             if (!p->is_object()) throw GrammarError("properties", fmt::format("'properties' at {} must be an object", at(path)));
-            props = &*p;
+            props = *p;
         }
         const Json* extra = nullptr;
+        bool closed = false;
         if (auto a = s.find("additionalProperties"); a != s.end()) {
             if (!a->is_boolean() && !a->is_object())
                 throw GrammarError("additionalProperties",
                                    fmt::format("'additionalProperties' at {} must be a boolean or a schema", at(path)));
-            if (!(a->is_boolean() && !a->get<bool>())) extra = &*a;
+            if (a->is_boolean() && !a->get<bool>()) closed = true;
+            else extra = &*a;
         }
         std::set<std::string> required;
         if (auto r = s.find("required"); r != s.end()) {
             if (!r->is_array()) throw GrammarError("required", fmt::format("'required' at {} must be an array", at(path)));
             for (const auto& x : *r) {
                 if (!x.is_string()) throw GrammarError("required", fmt::format("'required' at {} must hold strings", at(path)));
-                if (!props || !props->contains(x.get<std::string>()))
-                    throw GrammarError("required", fmt::format("'required' at {} names '{}', which is not in 'properties'",
-                                                               at(path), x.get<std::string>().substr(0, 100)));
-                required.insert(x.get<std::string>());
+                const std::string name = x.get<std::string>();
+                if (!props.contains(name)) {
+                    // A required name without a schema: any value, or what
+                    // additionalProperties says.
+                    if (closed)
+                        throw GrammarError("required", fmt::format("'required' at {} names '{}', which "
+                                                                   "'additionalProperties': false forbids",
+                                                                   at(path), name.substr(0, 100)));
+                    props[name] = extra ? *extra : Json(true);
+                }
+                required.insert(name);
             }
         }
-        if (!props || props->empty()) {
-            if (!extra && s.contains("additionalProperties")) return rule(R"("{" j-ws "}")");
-            if (!extra || extra->is_boolean()) return "j-object";
+        const uint64_t min_p = count_keyword(s, "minProperties", 0, path);
+        const uint64_t max_p = count_keyword(s, "maxProperties", kRegexUnbounded, path);
+        if (max_p < min_p) throw GrammarError("maxProperties", fmt::format("'maxProperties' at {} is below 'minProperties'", at(path)));
+        if (props.empty()) {
+            if (closed) {
+                if (min_p) throw GrammarError("minProperties", fmt::format("'minProperties' at {} asks for members that "
+                                                                           "'additionalProperties': false forbids", at(path)));
+                return rule(R"("{" j-ws "}")");
+            }
+            if (!extra && !min_p && max_p == kRegexUnbounded) return "j-object";
             // A map: any keys, every value matching the schema.
-            const std::string v = value(*extra, path + "/additionalProperties", depth + 1);
-            return rule(fmt::format(R"("{{" j-ws ( j-string j-ws ":" j-ws {0} j-ws ( "," j-ws j-string j-ws ":" j-ws {0} j-ws )* )? "}}")", v));
+            const std::string v = extra ? value(*extra, path + "/additionalProperties", depth + 1) : "j-value";
+            const std::string member = fmt::format(R"(j-string j-ws ":" j-ws {} j-ws)", v);
+            if (max_p == 0) return rule(R"("{" j-ws "}")");
+            const std::string more = counted(fmt::format(R"(( "," j-ws {} ))", member), min_p ? min_p - 1 : 0,
+                                             max_p == kRegexUnbounded ? max_p : max_p - 1, "maxProperties", path);
+            std::string members = member + " " + more;
+            if (!min_p) members = "( " + members + " )?";
+            return rule(fmt::format(R"("{{" j-ws {} "}}")", members));
         }
-        if (extra)
-            throw GrammarError("additionalProperties",
-                               fmt::format("'additionalProperties' at {} must be false when 'properties' is given", at(path)));
-        // first(i): the members from property i on, none written yet;
-        // rest(i): the same after at least one (each starts with a comma).
+        // Properties beyond `properties` never appear here, whatever
+        // additionalProperties allows (narrowing; docs/http-api.md).
         std::vector<std::string> kv;
         std::vector<bool> req;
-        for (const auto& [k, v] : props->items()) {
+        for (const auto& [k, v] : props.items()) {
             const std::string sub = value(v, path + "/properties/" + k, depth + 1);
             kv.push_back(literal(Json(k).dump()) + R"( j-ws ":" j-ws )" + sub);
             req.push_back(required.count(k) != 0);
         }
         const size_t n = kv.size();
         const std::string base = fresh();
-        auto first = [&](size_t i) { return fmt::format("{}-f{}", base, i); };
-        auto rest = [&](size_t i) { return fmt::format("{}-r{}", base, i); };
-        for (size_t i = 0; i <= n; ++i) {
-            if (i == n) {
-                out_ += first(i) + " ::= \n" + rest(i) + " ::= \n";
-                continue;
+        if (min_p <= required.size() && max_p >= n) {
+            // first(i): the members from property i on, none written yet;
+            // rest(i): the same after at least one (each starts with a comma).
+            auto first = [&](size_t i) { return fmt::format("{}-f{}", base, i); };
+            auto rest = [&](size_t i) { return fmt::format("{}-r{}", base, i); };
+            for (size_t i = 0; i <= n; ++i) {
+                if (i == n) {
+                    out_ += first(i) + " ::= \n" + rest(i) + " ::= \n";
+                    continue;
+                }
+                out_ += first(i) + " ::= " + kv[i] + " j-ws " + rest(i + 1) + (req[i] ? "" : " | " + first(i + 1)) + "\n";
+                out_ += rest(i) + R"( ::= "," j-ws )" + kv[i] + " j-ws " + rest(i + 1) + (req[i] ? "" : " | " + rest(i + 1)) + "\n";
             }
-            out_ += first(i) + " ::= " + kv[i] + " j-ws " + rest(i + 1) + (req[i] ? "" : " | " + first(i + 1)) + "\n";
-            out_ += rest(i) + R"( ::= "," j-ws )" + kv[i] + " j-ws " + rest(i + 1) + (req[i] ? "" : " | " + rest(i + 1)) + "\n";
+            out_ += base + R"( ::= "{" j-ws )" + first(0) + " \"}\"\n";
+            return base;
         }
-        out_ += base + R"( ::= "{" j-ws )" + first(0) + " \"}\"\n";
+        // min/maxProperties that the property list does not decide: the
+        // rules also count the members written (c), and only states from
+        // which the counts can still be met are written.
+        constexpr size_t kMaxCountedProperties = 40;
+        if (n > kMaxCountedProperties)
+            throw GrammarError(min_p > required.size() ? "minProperties" : "maxProperties",
+                               fmt::format("'{}' at {} with more than {} properties is not supported",
+                                           min_p > required.size() ? "minProperties" : "maxProperties", at(path),
+                                           kMaxCountedProperties));
+        std::vector<size_t> req_from(n + 1, 0);
+        for (size_t i = n; i-- > 0;) req_from[i] = req_from[i + 1] + (req[i] ? 1 : 0);
+        auto feasible = [&](size_t i, uint64_t c) {
+            return std::max<uint64_t>(c + req_from[i], min_p) <= std::min<uint64_t>(c + (n - i), max_p);
+        };
+        if (!feasible(0, 0))
+            throw GrammarError("minProperties", fmt::format("'minProperties'/'maxProperties' at {} cannot be met with "
+                                                            "its properties", at(path)));
+        auto state = [&](size_t i, uint64_t c) { return fmt::format("{}-{}-{}", base, i, c); };
+        // state(i, c): at property i with c members written.
+        for (size_t i = 0; i <= n; ++i)
+            for (uint64_t c = 0; c <= i; ++c) {
+                if (!feasible(i, c)) continue;
+                std::vector<std::string> alts;
+                if (i == n) {
+                    alts.emplace_back("");
+                } else {
+                    if (feasible(i + 1, c + 1))
+                        alts.push_back(std::string(c ? R"("," j-ws )" : "") + kv[i] + " j-ws " + state(i + 1, c + 1));
+                    if (!req[i] && feasible(i + 1, c)) alts.push_back(state(i + 1, c));
+                }
+                std::string body;
+                for (const auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+                out_ += state(i, c) + " ::= " + body + "\n";
+            }
+        out_ += base + R"( ::= "{" j-ws )" + state(0, 0) + " \"}\"\n";
         return base;
     }
 
     std::string array(const Json& s, const std::string& path, uint32_t depth) {
-        std::string item = "j-value";
-        if (auto it = s.find("items"); it != s.end()) item = value(*it, path + "/items", depth + 1);
-        auto bound = [&](const char* key, uint64_t dflt) -> uint64_t {
-            auto b = s.find(key);
-            if (b == s.end()) return dflt;
-            if (!b->is_number_unsigned())
-                throw GrammarError(key, fmt::format("'{}' at {} must be a non-negative integer", key, at(path)));
-            const uint64_t v = b->get<uint64_t>();
-            if (v > kMaxRepeat && std::string_view(key) == "minItems")
-                throw GrammarError(key, fmt::format("'{}' at {} is above the limit of {}", key, at(path), kMaxRepeat));
-            return v;
-        };
-        const uint64_t lo = bound("minItems", 0);
-        uint64_t hi = bound("maxItems", kUnbounded);
-        if (hi != kUnbounded && hi > kMaxRepeat) {
-            throw GrammarError("maxItems", fmt::format("'maxItems' at {} is above the limit of {}", at(path), kMaxRepeat));
+        // The tuple (prefixItems, or draft 4-7's array `items`) and what may
+        // follow it (items / additionalItems; "" for nothing).
+        std::vector<std::string> tuple;
+        std::string rest = "j-value";
+        const Json* tuple_json = nullptr;
+        const char* rest_key = "items";
+        if (auto p = s.find("prefixItems"); p != s.end()) {
+            if (!p->is_array()) throw GrammarError("prefixItems", fmt::format("'prefixItems' at {} must be an array", at(path)));
+            tuple_json = &*p;
+        } else if (auto it = s.find("items"); it != s.end() && it->is_array()) {
+            tuple_json = &*it;
+            rest_key = "additionalItems";
         }
+        if (tuple_json)
+            for (size_t i = 0; i < tuple_json->size(); ++i)
+                tuple.push_back(value((*tuple_json)[i], path + "/" + (rest_key[0] == 'i' ? "prefixItems/" : "items/") +
+                                                            std::to_string(i), depth + 1));
+        if (auto r = s.find(rest_key); r != s.end() && !(r->is_array())) {
+            if (r->is_boolean() && !r->get<bool>()) rest.clear();
+            else rest = value(*r, path + "/" + rest_key, depth + 1);
+        }
+        const uint64_t lo = count_keyword(s, "minItems", 0, path);
+        const uint64_t hi = count_keyword(s, "maxItems", kRegexUnbounded, path);
+        if (lo > kMaxRepeat) throw GrammarError("minItems", fmt::format("'minItems' at {} is above the limit of {}", at(path), kMaxRepeat));
+        if (hi != kRegexUnbounded && hi > kMaxRepeat)
+            throw GrammarError("maxItems", fmt::format("'maxItems' at {} is above the limit of {}", at(path), kMaxRepeat));
         if (hi < lo) throw GrammarError("maxItems", fmt::format("'maxItems' at {} is below 'minItems'", at(path)));
+        if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>() && hi > 1)
+            throw GrammarError("uniqueItems", fmt::format("'uniqueItems': true at {} is not supported (not enforceable "
+                                                          "in a grammar; allowed with maxItems <= 1)", at(path)));
         if (hi == 0) return rule(R"("[" j-ws "]")");
-        const std::string more = fmt::format(R"(( "," j-ws {} j-ws ))", item);
-        std::string reps;
-        const uint64_t rlo = lo ? lo - 1 : 0;
-        if (hi == kUnbounded) reps = rlo ? fmt::format("{}{{{},}}", more, rlo) : more + "*";
-        else reps = fmt::format("{}{{{},{}}}", more, rlo, hi - 1);
-        std::string items = fmt::format("{} j-ws {}", item, reps);
+        const size_t k = tuple.size();
+        if (k == 0) {
+            if (rest.empty()) {
+                if (lo) throw GrammarError("minItems", fmt::format("'minItems' at {} asks for items that '{}': false forbids", at(path), rest_key));
+                return rule(R"("[" j-ws "]")");
+            }
+            const std::string more = fmt::format(R"(( "," j-ws {} j-ws ))", rest);
+            std::string reps;
+            const uint64_t rlo = lo ? lo - 1 : 0;
+            if (hi == kRegexUnbounded) reps = rlo ? fmt::format("{}{{{},}}", more, rlo) : more + "*";
+            else reps = fmt::format("{}{{{},{}}}", more, rlo, hi - 1);
+            std::string items = fmt::format("{} j-ws {}", rest, reps);
+            if (lo == 0) items = "( " + items + " )?";
+            return rule(fmt::format(R"("[" j-ws {} "]")", items));
+        }
+        if (lo > k && rest.empty())
+            throw GrammarError("minItems", fmt::format("'minItems' at {} asks for more items than the tuple, and '{}': "
+                                                       "false forbids more", at(path), rest_key));
+        // after(i): what may follow i items.
+        const std::string base = fresh();
+        auto after = [&](size_t i) { return fmt::format("{}-a{}", base, i); };
+        for (size_t i = 1; i <= k; ++i) {
+            std::string body;
+            if (i < k && i < hi) {
+                body = R"("," j-ws )" + tuple[i] + " j-ws " + after(i + 1);
+                if (i >= lo) body = "( " + body + " )?";
+            } else if (i == k && !rest.empty() && hi > k) {
+                const uint64_t rlo = lo > k ? lo - k : 0;
+                const std::string more = fmt::format(R"(( "," j-ws {} j-ws ))", rest);
+                body = hi == kRegexUnbounded ? (rlo ? fmt::format("{}{{{},}}", more, rlo) : more + "*")
+                                             : fmt::format("{}{{{},{}}}", more, rlo, hi - k);
+            }
+            out_ += after(i) + " ::= " + body + "\n";
+        }
+        std::string items = tuple[0] + " j-ws " + after(1);
         if (lo == 0) items = "( " + items + " )?";
         return rule(fmt::format(R"("[" j-ws {} "]")", items));
     }
@@ -370,7 +1063,11 @@ private:
     std::string& out_;
     size_t counter_ = 0;
     uint32_t ref_depth_ = 0;
-    std::map<std::string, size_t> refs_;  // target -> index in targets_
+    std::map<std::string, size_t> refs_;  // target (or "&" + a merged schema's text) -> index in targets_
+    std::deque<Json> store_;               // merged schemas (stable addresses)
+    size_t merge_nodes_ = 0;
+    std::map<std::string, std::string> format_rules_, block_rules_;
+    std::map<std::pair<uint64_t, uint64_t>, std::string> length_rules_;
     std::vector<Target> targets_;
     // The target whose own alternatives are being compiled, while no text
     // has been consumed since its start: a $ref here is folded into it.

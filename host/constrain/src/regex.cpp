@@ -1,0 +1,486 @@
+// ECMA-262 regular expressions (the subset regex.hpp lists) to grammar
+// text over JSON string content. The regex is parsed to a small tree of
+// sequences, alternations, code point sets and counted repeats, which maps
+// one to one onto the grammar's items; sets become JSON-encoded character
+// expressions. Size is bounded by the pattern's length and kMaxRepeat here,
+// and by the grammar's own rule and text limits after.
+#include "regex.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "eh/constrain/grammar.hpp"
+
+namespace eh::constrain::detail {
+namespace {
+
+using Ranges = std::vector<std::pair<uint32_t, uint32_t>>;
+constexpr uint32_t kMaxCp = 0x10FFFF;
+constexpr uint32_t kInf = UINT32_MAX;
+
+Ranges normalize(Ranges r) {
+    std::sort(r.begin(), r.end());
+    Ranges out;
+    for (const auto& [lo, hi] : r) {
+        if (!out.empty() && lo <= out.back().second + 1) out.back().second = std::max(out.back().second, hi);
+        else out.emplace_back(lo, hi);
+    }
+    return out;
+}
+
+Ranges complement(const Ranges& r0) {
+    const Ranges r = normalize(r0);
+    Ranges out;
+    uint32_t next = 0;
+    for (const auto& [lo, hi] : r) {
+        if (lo > next) out.emplace_back(next, lo - 1);
+        next = hi + 1;
+    }
+    if (next <= kMaxCp) out.emplace_back(next, kMaxCp);
+    return out;
+}
+
+const Ranges kDigit = {{'0', '9'}};
+const Ranges kWord = {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}};
+// ECMA-262 WhiteSpace and LineTerminator.
+const Ranges kSpace = {{0x09, 0x0D}, {0x20, 0x20},     {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+                       {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+const Ranges kLineTerminators = {{0x0A, 0x0A}, {0x0D, 0x0D}, {0x2028, 0x2029}};
+
+struct RNode {
+    enum class K { Seq, Alt, Set, Rep } k = K::Seq;
+    std::vector<RNode> kids;
+    Ranges set;
+    uint32_t min = 0, max = 0;
+};
+
+struct Lengths {
+    uint64_t min = 0, max = 0;  // max: kRegexUnbounded
+};
+
+uint64_t sat_add(uint64_t a, uint64_t b) { return a > kRegexUnbounded - b ? kRegexUnbounded : a + b; }
+uint64_t sat_mul(uint64_t a, uint64_t b) {
+    if (a == 0 || b == 0) return 0;
+    return a > kRegexUnbounded / b ? kRegexUnbounded : a * b;
+}
+
+Lengths lengths(const RNode& n) {
+    switch (n.k) {
+    case RNode::K::Set: return {1, 1};
+    case RNode::K::Seq: {
+        Lengths l;
+        for (const auto& k : n.kids) {
+            const Lengths c = lengths(k);
+            l.min = sat_add(l.min, c.min);
+            l.max = sat_add(l.max, c.max);
+        }
+        return l;
+    }
+    case RNode::K::Alt: {
+        Lengths l{kRegexUnbounded, 0};
+        for (const auto& k : n.kids) {
+            const Lengths c = lengths(k);
+            l.min = std::min(l.min, c.min);
+            l.max = std::max(l.max, c.max);
+        }
+        return l;
+    }
+    case RNode::K::Rep: {
+        const Lengths c = lengths(n.kids[0]);
+        return {sat_mul(c.min, n.min), n.max == kInf ? (c.max ? kRegexUnbounded : 0) : sat_mul(c.max, n.max)};
+    }
+    }
+    return {};
+}
+
+struct TopAlt {
+    RNode body;
+    bool start = false, end = false;
+};
+
+class RegexParser {
+public:
+    explicit RegexParser(std::string_view src) : src_(src) {
+        // nlohmann hands the pattern over as valid UTF-8; decode it to code points.
+        for (size_t i = 0; i < src.size();) {
+            const auto b = uint8_t(src[i]);
+            uint32_t cp = b;
+            int extra = b < 0x80 ? 0 : b >= 0xF0 ? 3 : b >= 0xE0 ? 2 : 1;
+            if (b >= 0x80) cp = b & (0x3F >> extra);
+            if (i + extra >= src.size() + (extra ? 0 : 1)) fail("is not valid UTF-8");
+            for (int k = 1; k <= extra; ++k) cp = (cp << 6) | (uint8_t(src[i + k]) & 0x3F);
+            cps_.push_back(cp);
+            i += extra + 1;
+        }
+    }
+
+    std::vector<TopAlt> run() {
+        std::vector<TopAlt> out;
+        for (;;) {
+            TopAlt a;
+            if (!eof() && peek() == '^') ++i_, a.start = true;
+            a.body = seq(0, &a.end);
+            out.push_back(std::move(a));
+            if (eof()) break;
+            if (peek() == '|') {
+                ++i_;
+                continue;
+            }
+            fail("has an unmatched ')'");
+        }
+        return out;
+    }
+
+private:
+    [[noreturn]] void fail(const std::string& what) const {
+        throw GrammarError("pattern", fmt::format("'pattern' \"{}\" {}", src_.substr(0, 200), what));
+    }
+    bool eof() const { return i_ >= cps_.size(); }
+    uint32_t peek() const { return cps_[i_]; }
+
+    RNode alt(uint32_t depth) {
+        RNode n{RNode::K::Alt, {}, {}, 0, 0};
+        n.kids.push_back(seq(depth, nullptr));
+        while (!eof() && peek() == '|') {
+            ++i_;
+            n.kids.push_back(seq(depth, nullptr));
+        }
+        return n;
+    }
+
+    RNode seq(uint32_t depth, bool* end) {
+        RNode n;
+        while (!eof() && peek() != '|' && peek() != ')') {
+            if (peek() == '$') {
+                ++i_;
+                if (end && (eof() || peek() == '|')) {
+                    *end = true;
+                    break;
+                }
+                fail("uses '$' other than at the end (not supported)");
+            }
+            if (peek() == '^') fail("uses '^' other than at the start (not supported)");
+            RNode a = atom(depth);
+            quantifier(a);
+            n.kids.push_back(std::move(a));
+        }
+        return n;
+    }
+
+    void quantifier(RNode& a) {
+        if (eof()) return;
+        uint32_t lo = 0, hi = 0;
+        const uint32_t c = peek();
+        if (c == '*') lo = 0, hi = kInf, ++i_;
+        else if (c == '+') lo = 1, hi = kInf, ++i_;
+        else if (c == '?') lo = 0, hi = 1, ++i_;
+        else if (c == '{') {
+            size_t j = i_ + 1;
+            auto number = [&](uint64_t& v) {
+                const size_t s = j;
+                v = 0;
+                while (j < cps_.size() && cps_[j] >= '0' && cps_[j] <= '9') v = std::min<uint64_t>(v * 10 + (cps_[j++] - '0'), 1u << 30);
+                return j > s;
+            };
+            uint64_t m = 0, n = 0;
+            if (!number(m)) return;  // a literal '{' (Annex B)
+            n = m;
+            if (j < cps_.size() && cps_[j] == ',') {
+                ++j;
+                if (!number(n)) n = kInf;
+            }
+            if (j >= cps_.size() || cps_[j] != '}') return;
+            i_ = j + 1;
+            if (m > kMaxRepeat || (n != kInf && n > kMaxRepeat))
+                fail(fmt::format("has a repeat count above the limit of {}", kMaxRepeat));
+            if (n < m) fail("has a repeat {m,n} with n < m");
+            lo = uint32_t(m), hi = uint32_t(n);
+        } else {
+            return;
+        }
+        if (!eof() && peek() == '?') ++i_;  // lazy: the same strings
+        if (!eof() && (peek() == '*' || peek() == '+' || peek() == '?'))
+            fail("has a quantifier after a quantifier (possessive forms are not ECMA-262)");
+        RNode r{RNode::K::Rep, {}, {}, lo, hi};
+        r.kids.push_back(std::move(a));
+        a = std::move(r);
+    }
+
+    static RNode set(Ranges r) { return RNode{RNode::K::Set, {}, normalize(std::move(r)), 0, 0}; }
+
+    RNode atom(uint32_t depth) {
+        const uint32_t c = peek();
+        ++i_;
+        switch (c) {
+        case '(': {
+            if (depth >= kMaxGrammarNesting) fail(fmt::format("nests groups deeper than {}", kMaxGrammarNesting));
+            if (!eof() && peek() == '?') {
+                ++i_;
+                const uint32_t k = eof() ? 0 : peek();
+                if (k == ':') {
+                    ++i_;
+                } else if (k == '=' || k == '!') {
+                    fail("uses a lookahead (not supported)");
+                } else if (k == '<') {
+                    ++i_;
+                    if (!eof() && (peek() == '=' || peek() == '!')) fail("uses a lookbehind (not supported)");
+                    while (!eof() && peek() != '>') ++i_;  // a named group: its name does not matter here
+                    if (eof()) fail("has an unclosed group name");
+                    ++i_;
+                } else {
+                    fail("uses an unknown group '(?'");
+                }
+            }
+            RNode g = alt(depth + 1);
+            if (eof() || peek() != ')') fail("has an unclosed group");
+            ++i_;
+            return g;
+        }
+        case '[': return cls();
+        case '.': return set(complement(kLineTerminators));
+        case '\\': {
+            Ranges r;
+            uint32_t cp = escape(false, r);
+            if (cp == kInf) return set(std::move(r));
+            return set({{cp, cp}});
+        }
+        case '*': case '+': case '?': fail("has a quantifier with nothing to repeat");
+        case ')': fail("has an unmatched ')'");
+        default: return set({{c, c}});
+        }
+    }
+
+    RNode cls() {
+        bool neg = false;
+        if (!eof() && peek() == '^') ++i_, neg = true;
+        Ranges r;
+        while (!eof() && peek() != ']') {
+            Ranges s1;
+            const uint32_t a = class_atom(s1);
+            if (a == kInf) {
+                r.insert(r.end(), s1.begin(), s1.end());
+                continue;
+            }
+            if (i_ + 1 < cps_.size() && peek() == '-' && cps_[i_ + 1] != ']') {
+                ++i_;
+                Ranges s2;
+                const uint32_t b = class_atom(s2);
+                if (b == kInf) {  // [a-\d]: Annex B reads the '-' literally
+                    r.insert(r.end(), {{a, a}, {'-', '-'}});
+                    r.insert(r.end(), s2.begin(), s2.end());
+                    continue;
+                }
+                if (b < a) fail("has a class range out of order");
+                r.emplace_back(a, b);
+            } else {
+                r.emplace_back(a, a);
+            }
+        }
+        if (eof()) fail("has an unclosed '['");
+        ++i_;
+        return set(neg ? complement(r) : r);
+    }
+
+    uint32_t class_atom(Ranges& r) {
+        const uint32_t c = peek();
+        ++i_;
+        if (c == '\\') return escape(true, r);
+        return c;
+    }
+
+    uint32_t hex(size_t n) {
+        uint32_t v = 0;
+        for (size_t k = 0; k < n; ++k) {
+            if (eof()) fail("has a cut-short \\x or \\u escape");
+            const uint32_t c = peek();
+            int d = c >= '0' && c <= '9' ? int(c - '0') : c >= 'a' && c <= 'f' ? int(c - 'a' + 10) : c >= 'A' && c <= 'F' ? int(c - 'A' + 10) : -1;
+            if (d < 0) fail("has a bad \\x or \\u escape");
+            v = v * 16 + uint32_t(d);
+            ++i_;
+        }
+        return v;
+    }
+
+    // One escape after the backslash: a code point, or kInf with the set in `r`.
+    uint32_t escape(bool in_class, Ranges& r) {
+        if (eof()) fail("ends with a lone backslash");
+        const uint32_t c = peek();
+        ++i_;
+        switch (c) {
+        case 'd': r = kDigit; return kInf;
+        case 'D': r = complement(kDigit); return kInf;
+        case 'w': r = kWord; return kInf;
+        case 'W': r = complement(kWord); return kInf;
+        case 's': r = kSpace; return kInf;
+        case 'S': r = complement(kSpace); return kInf;
+        case 't': return '\t';
+        case 'n': return '\n';
+        case 'r': return '\r';
+        case 'v': return '\v';
+        case 'f': return '\f';
+        case 'b':
+            if (in_class) return '\b';
+            fail("uses the word boundary \\b (not supported)");
+        case 'B': fail("uses the word boundary \\B (not supported)");
+        case '0':
+            if (!eof() && peek() >= '0' && peek() <= '9') fail("uses an octal escape (not supported)");
+            return 0;
+        case 'k': fail("uses a named backreference \\k (not supported)");
+        case 'p': case 'P': fail("uses a Unicode property escape \\p (not supported)");
+        case 'x': return hex(2);
+        case 'u': {
+            if (!eof() && peek() == '{') {
+                ++i_;
+                uint32_t v = 0;
+                size_t n = 0;
+                while (!eof() && peek() != '}' && n < 7) v = v * 16 + hex(1), ++n;
+                if (eof() || peek() != '}' || n == 0 || v > kMaxCp) fail("has a bad \\u{...} escape");
+                ++i_;
+                return v;
+            }
+            uint32_t v = hex(4);
+            // A surrogate pair written as two \u escapes is one code point.
+            if (v >= 0xD800 && v <= 0xDBFF && i_ + 5 < cps_.size() + 0 && peek() == '\\' && cps_[i_ + 1] == 'u') {
+                const size_t save = i_;
+                i_ += 2;
+                const uint32_t lo = hex(4);
+                if (lo >= 0xDC00 && lo <= 0xDFFF) return 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
+                i_ = save;
+            }
+            if (v >= 0xD800 && v <= 0xDFFF) fail("has a lone surrogate escape (no JSON string holds one)");
+            return v;
+        }
+        case 'c':
+            if (!eof() && ((peek() >= 'a' && peek() <= 'z') || (peek() >= 'A' && peek() <= 'Z'))) return peek() % 32 + (++i_, 0);
+            fail("has a bad \\c escape");
+        default:
+            if (c >= '1' && c <= '9') fail("uses a backreference (not supported)");
+            return c;  // an escaped punctuation character stands for itself
+        }
+    }
+
+    std::string_view src_;
+    std::vector<uint32_t> cps_;
+    size_t i_ = 0;
+};
+
+std::string hex_digit_expr(uint32_t d) {
+    if (d < 10) return fmt::format("\"{}\"", char('0' + d));
+    return fmt::format("[{}{}]", char('a' + d - 10), char('A' + d - 10));
+}
+
+std::string emit(const RNode& n) {
+    switch (n.k) {
+    case RNode::K::Set: return json_char_class(n.set);
+    case RNode::K::Seq: {
+        if (n.kids.empty()) return "\"\"";
+        std::string out;
+        for (const auto& k : n.kids) out += (out.empty() ? "" : " ") + emit(k);
+        return n.kids.size() == 1 ? out : "( " + out + " )";
+    }
+    case RNode::K::Alt: {
+        std::string out;
+        for (const auto& k : n.kids) out += (out.empty() ? "" : " | ") + emit(k);
+        return "( " + out + " )";
+    }
+    case RNode::K::Rep: {
+        const std::string x = "( " + emit(n.kids[0]) + " )";
+        if (n.min == 0 && n.max == kInf) return x + "*";
+        if (n.min == 1 && n.max == kInf) return x + "+";
+        if (n.max == kInf) return fmt::format("{}{{{},}}", x, n.min);
+        return fmt::format("{}{{{},{}}}", x, n.min, n.max);
+    }
+    }
+    return "";
+}
+
+}  // namespace
+
+std::string json_char_class(Ranges ranges) {
+    ranges = normalize(std::move(ranges));
+    Ranges plain;
+    std::vector<uint32_t> escaped;
+    for (auto [lo, hi] : ranges) {
+        for (uint32_t c = lo; c <= std::min(hi, 0x1Fu); ++c) escaped.push_back(c);
+        lo = std::max(lo, 0x20u);
+        // Cut out '"', '\' and the surrogates (never characters of a string).
+        for (const auto& [xlo, xhi] : std::vector<std::pair<uint32_t, uint32_t>>{{'"', '"'}, {'\\', '\\'}, {0xD800, 0xDFFF}}) {
+            if (lo > hi) break;
+            if (xhi < lo || xlo > hi) continue;
+            if (xlo == '"' || xlo == '\\') escaped.push_back(xlo);
+            if (lo < xlo) plain.emplace_back(lo, xlo - 1);
+            lo = xhi + 1;
+        }
+        if (lo <= hi) plain.emplace_back(lo, hi);
+    }
+    std::vector<std::string> alts;
+    if (!plain.empty()) {
+        std::string cls = "[";
+        for (const auto& [lo, hi] : plain) {
+            cls += fmt::format("\\U{:08X}", lo);
+            if (hi != lo) cls += fmt::format("-\\U{:08X}", hi);
+        }
+        alts.push_back(cls + "]");
+    }
+    for (uint32_t c : escaped) {
+        // As JSON writers write them: short escapes, else \u00XX in either case.
+        switch (c) {
+        case '"': alts.emplace_back(R"("\\\"")"); break;
+        case '\\': alts.emplace_back(R"("\\\\")"); break;
+        case '\b': alts.emplace_back(R"("\\b")"); break;
+        case '\t': alts.emplace_back(R"("\\t")"); break;
+        case '\n': alts.emplace_back(R"("\\n")"); break;
+        case '\f': alts.emplace_back(R"("\\f")"); break;
+        case '\r': alts.emplace_back(R"("\\r")"); break;
+        default: alts.push_back(fmt::format(R"(( "\\u00{}" {} ))", c >> 4, hex_digit_expr(c & 15)));
+        }
+    }
+    if (alts.empty()) throw GrammarError("pattern", "'pattern' has a character class that matches no character");
+    if (alts.size() == 1) return alts[0];
+    std::string out;
+    for (const auto& a : alts) out += (out.empty() ? "( " : " | ") + a;
+    return out + " )";
+}
+
+std::optional<std::string> regex_grammar(std::string_view pattern, const std::string& any_char, uint64_t min_len,
+                                         uint64_t max_len) {
+    std::vector<TopAlt> alts = RegexParser(pattern).run();
+    Lengths all{kRegexUnbounded, 0};
+    for (const auto& a : alts) {
+        Lengths l = lengths(a.body);
+        if (!a.start || !a.end) l.max = kRegexUnbounded;
+        all.min = std::min(all.min, l.min);
+        all.max = std::max(all.max, l.max);
+    }
+    if (!(min_len <= all.min && all.max <= max_len)) {
+        // Fold the bounds into ^x{m,n}$ (or ^x$ for one class x), the one
+        // shape where the length is a repeat count.
+        if (alts.size() != 1 || !alts[0].start || !alts[0].end || alts[0].body.kids.size() != 1) return std::nullopt;
+        RNode& one = alts[0].body.kids[0];
+        if (one.k == RNode::K::Set) {
+            RNode r{RNode::K::Rep, {}, {}, 1, 1};
+            r.kids.push_back(one);
+            one = std::move(r);
+        }
+        if (one.k != RNode::K::Rep || one.kids[0].k != RNode::K::Set) return std::nullopt;
+        const uint64_t lo = std::max<uint64_t>(one.min, min_len);
+        const uint64_t hi = std::min<uint64_t>(one.max == kInf ? kRegexUnbounded : one.max, max_len);
+        if (lo > hi) throw GrammarError("pattern", fmt::format("'pattern' \"{}\" matches no string of the length "
+                                                               "minLength/maxLength allow", pattern.substr(0, 200)));
+        if (lo > kMaxRepeat || (hi != kRegexUnbounded && hi > kMaxRepeat)) return std::nullopt;
+        one.min = uint32_t(lo);
+        one.max = hi == kRegexUnbounded ? kInf : uint32_t(hi);
+    }
+    std::string out;
+    for (const auto& a : alts) {
+        std::string e = emit(a.body);
+        if (!a.start) e = any_char + "* " + e;
+        if (!a.end) e += " " + any_char + "*";
+        out += (out.empty() ? "" : " | ") + ("( " + e + " )");
+    }
+    return "( " + out + " )";
+}
+
+}  // namespace eh::constrain::detail
