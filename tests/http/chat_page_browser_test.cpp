@@ -211,3 +211,34 @@ TEST(ChatPageBrowser, StopEndsTheReplyAndTheServerJob) {
     }
     EXPECT_TRUE(idle) << "the server kept generating after the page stopped reading";
 }
+
+// A context smaller than what the page asks for (--ctx-size 128 against its
+// max_tokens of 400): the first reply is capped at what the context has left
+// and says that the conversation fills it; the next turn, with no room left,
+// says so and how to start over, instead of a raw 400 about max_tokens.
+TEST(ChatPageBrowser, AReplyIsCappedAtTheContextAndAFullConversationSaysSo) {
+    EngineHost h({"--ctx-size", "128"}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", EH_DEFAULT_MODEL);
+    ASSERT_GT(h.port(), 0) << h.log();
+    Browser b;
+    ASSERT_TRUE(open_page(b, h));
+    set_field(b, "#max_tokens", "400");
+    b.type(b.find("#prompt"), "Hello");
+    b.click(b.find("#send"));
+    ASSERT_TRUE(b.wait_for("const m = document.querySelector('.msg.assistant');"
+                           "return !!m && m.dataset.state === 'done'", 30s))
+        << b.script("return document.getElementById('conversation').innerHTML");
+    ASSERT_TRUE(b.wait_for("return !!document.querySelector('.msg.note')", 5s))
+        << b.script("return document.getElementById('conversation').innerHTML");
+    const std::string note = b.script("return document.querySelector('.msg.note').textContent");
+    EXPECT_NE(note.find("fills the context (128 tokens)"), std::string::npos) << note;
+
+    b.type(b.find("#prompt"), "And then?");
+    b.click(b.find("#send"));
+    ASSERT_TRUE(b.wait_for("const m = document.querySelectorAll('.msg.assistant')[1];"
+                           "return !!m && m.dataset.state === 'error'", 30s))
+        << b.script("return document.getElementById('conversation').innerHTML");
+    const std::string full = b.script("return document.querySelectorAll('.msg.assistant')[1].textContent");
+    EXPECT_NE(full.find("the conversation fills the context (128 tokens); start a new one with New chat"),
+              std::string::npos)
+        << full;
+}

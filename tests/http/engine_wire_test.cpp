@@ -123,6 +123,15 @@ TEST(EngineWire, TheOtherRequestsRoundTrip) {
     q = decode_request(body(encode_request(Msg::Release, 8)));
     EXPECT_EQ(q.seq, 8u);
     EXPECT_EQ(decode_request(body(encode_request(Msg::Create))).type, Msg::Create);
+    // The liveness ping: no fields either way, and a byte more is refused.
+    EXPECT_EQ(decode_request(body(encode_request(Msg::Ping))).type, Msg::Ping);
+    EXPECT_EQ(body(encode_request(Msg::Ping)).size(), 1u);
+    Reply pong;
+    pong.type = Msg::Ping;
+    EXPECT_EQ(decode_reply(body(encode_reply(pong))).type, Msg::Ping);
+    std::vector<uint8_t> ping_longer = body(encode_request(Msg::Ping));
+    ping_longer.push_back(0);
+    EXPECT_THROW(decode_request(ping_longer), ProtocolError);
 }
 
 TEST(EngineWire, RepliesRoundTrip) {
