@@ -3,6 +3,8 @@
 // instances match byte by byte, invalid ones stop where they become invalid.
 #include <gtest/gtest.h>
 
+#include <random>
+
 #include "constrain_test_util.hpp"
 
 namespace eh::constrain {
@@ -10,6 +12,324 @@ namespace {
 
 using test::matches;
 using test::prefix_ok;
+
+// The matcher takes text[0, n) and refuses byte n (n = text.size(): all
+// bytes are taken but the value is not complete).
+void stops_at(const std::shared_ptr<const Grammar>& g, const std::string& text, size_t n) {
+    Matcher m = test::matcher(g);
+    for (size_t i = 0; i < text.size(); ++i) {
+        if (!m.accept_bytes(text.substr(i, 1))) {
+            EXPECT_EQ(i, n) << text;
+            return;
+        }
+    }
+    EXPECT_FALSE(m.accepting()) << text;
+    EXPECT_EQ(text.size(), n) << text;
+}
+
+std::string refused_keyword(const std::string& schema) {
+    try {
+        json_schema_grammar(schema);
+    } catch (const GrammarError& e) {
+        return e.keyword();
+    }
+    return "(accepted)";
+}
+
+TEST(SchemaKeywords, AnnotationsAndUnknownKeywordsAreIgnored) {
+    auto g = json_schema_grammar(R"({"$schema":"http://json-schema.org/draft-04/schema#","id":"urn:x","$id":"urn:y",
+        "$anchor":"a","$comment":"c","title":"t","description":"d","examples":[1],"default":2,"deprecated":true,
+        "readOnly":true,"writeOnly":false,"contentMediaType":"text/plain","x-vendor":{"k":1},
+        "x-kubernetes-preserve-unknown-fields":true,"self":{"vendor":"v"},"nullable":true,"someUnknownKeyword":[],
+        "type":"integer"})");
+    EXPECT_TRUE(matches(g, "12"));
+    stops_at(g, "\"s\"", 0);
+    // An unknown format is an annotation too.
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"string","format":"color"})"), R"("red")"));
+}
+
+TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
+    EXPECT_EQ(refused_keyword(R"({"type":"integer","multipleOf":3})"), "multipleOf");
+    EXPECT_EQ(refused_keyword(R"({"not":{"type":"string"}})"), "not");
+    EXPECT_EQ(refused_keyword(R"({"if":{"type":"string"},"else":{"type":"null"}})"), "if");
+    EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
+    EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"}})"), "contains");
+    EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{}}})"), "patternProperties");
+    EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"(a)\\1"})"), "pattern");
+    EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"a(?=b)"})js"), "pattern");
+    EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"(?<!a)b"})js"), "pattern");
+    EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"\\bword"})"), "pattern");
+    // Where they constrain nothing they are accepted.
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"if":{"type":"string"},"patternProperties":{},"uniqueItems":false})"), "[1]"));
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"array","uniqueItems":true,"maxItems":1})"), "[7]"));
+}
+
+TEST(SchemaKeywords, RefWithSiblingsIsMerged) {
+    auto g = json_schema_grammar(R"({"$defs":{"s":{"type":"string","minLength":1}},"type":"object",
+        "properties":{"a":{"$ref":"#/$defs/s","maxLength":3,"description":"ignored"}},"required":["a"]})");
+    EXPECT_TRUE(matches(g, R"({"a":"abc"})"));
+    stops_at(g, R"({"a":"abcd"})", 9);
+    stops_at(g, R"({"a":""})", 6);
+    // A pointer anywhere into the root, and recursion through a merged schema.
+    auto tree = json_schema_grammar(R"({"type":"object","properties":{"v":{"type":"integer"},
+        "kids":{"type":"array","items":{"$ref":"#","required":["v"]}}},"required":["kids"]})");
+    EXPECT_TRUE(matches(tree, R"({"kids":[{"v":1,"kids":[{"v":2,"kids":[]}]}]})"));
+    stops_at(tree, R"({"kids":[{"kids":[]}]})", 11);
+    auto ptr = json_schema_grammar(R"({"properties":{"a":{"type":"boolean"},"b":{"$ref":"#/properties/a"}}})");
+    EXPECT_TRUE(matches(ptr, R"({"a":true,"b":false})"));
+    stops_at(ptr, R"({"b":1})", 5);
+}
+
+TEST(SchemaKeywords, AllOfMergesObjectsAndIntersectsTypes) {
+    auto g = json_schema_grammar(R"({"allOf":[
+        {"type":"object","properties":{"a":{"type":["integer","string"]}},"required":["a"]},
+        {"properties":{"a":{"type":"number"},"b":{"type":"string"}},"required":["b"]}]})");
+    EXPECT_TRUE(matches(g, R"({"a":1,"b":"x"})"));
+    stops_at(g, R"({"a":"s","b":"x"})", 5);   // a: integer only
+    stops_at(g, R"({"a":1.5,"b":"x"})", 6);
+    stops_at(g, R"({"a":1})", 6);              // b is required
+    // additionalProperties: false in one part forbids the other part's extra names.
+    auto closed = json_schema_grammar(R"({"allOf":[{"properties":{"a":{}},"additionalProperties":false},
+        {"properties":{"a":{"type":"integer"},"b":{}}}]})");
+    EXPECT_TRUE(matches(closed, R"({"a":1})"));
+    stops_at(closed, R"({"b":1})", 2);
+    EXPECT_EQ(refused_keyword(R"({"allOf":[{"properties":{"a":{}},"additionalProperties":false},
+        {"required":["b"]}]})"), "required");
+    EXPECT_EQ(refused_keyword(R"({"allOf":[{"type":"string"},{"type":"integer"}]})"), "allOf");
+    EXPECT_EQ(refused_keyword(R"({"allOf":[{"pattern":"a"},{"pattern":"b"}]})"), "allOf");
+    EXPECT_EQ(refused_keyword(R"({"allOf":[{"const":1},{"const":2}]})"), "allOf");
+    // Bounds merge to the stricter; enums intersect.
+    auto b = json_schema_grammar(R"({"allOf":[{"minimum":3,"enum":[1,4,5,9]},{"maximum":5,"type":"integer"}]})");
+    EXPECT_TRUE(matches(b, "4"));
+    EXPECT_TRUE(matches(b, "5"));
+    stops_at(b, "9", 0);
+}
+
+TEST(SchemaKeywords, OneOfIsAnyOfAndKeywordsBesideApplyToEachAlternative) {
+    auto g = json_schema_grammar(R"({"oneOf":[{"type":"integer"},{"type":"string","maxLength":2}]})");
+    EXPECT_TRUE(matches(g, "3"));
+    EXPECT_TRUE(matches(g, R"("ab")"));
+    stops_at(g, R"("abc")", 3);
+    auto beside = json_schema_grammar(R"({"type":"object","required":["k"],"anyOf":[
+        {"properties":{"k":{"const":"a"},"x":{"type":"integer"}}},
+        {"properties":{"k":{"const":"b"},"y":{"type":"string"}}}]})");
+    EXPECT_TRUE(matches(beside, R"({"k":"a","x":1})"));
+    EXPECT_TRUE(matches(beside, R"({"k":"b","y":"s"})"));
+    stops_at(beside, R"({"k":"b","x":1})", 10);
+    stops_at(beside, R"({"x":1})", 2);
+}
+
+TEST(SchemaKeywords, StringLengthsCountCodePoints) {
+    auto g = json_schema_grammar(R"({"type":"string","minLength":2,"maxLength":3})");
+    EXPECT_TRUE(matches(g, "\"\xC3\xA9\xC3\xA9\""));       // two code points, four bytes
+    EXPECT_TRUE(matches(g, R"("a\u00e9\n")"));              // escapes are one character each
+    EXPECT_TRUE(matches(g, R"("\ud83d\ude00z")"));          // a surrogate pair is one
+    stops_at(g, R"("a")", 2);
+    stops_at(g, R"("abcd")", 4);
+    // Above the repeat limit: blocks of 1000, every length still reachable.
+    auto big = json_schema_grammar(R"({"type":"string","maxLength":2500})");
+    EXPECT_TRUE(matches(big, "\"" + std::string(2500, 'x') + "\""));
+    EXPECT_TRUE(matches(big, "\"" + std::string(1999, 'x') + "\""));
+    EXPECT_TRUE(matches(big, "\"" + std::string(1000, 'x') + "\""));
+    stops_at(big, "\"" + std::string(2501, 'x') + "\"", 2501);
+    auto low = json_schema_grammar(R"({"type":"string","minLength":1000,"maxLength":1500})");
+    stops_at(low, "\"" + std::string(999, 'x') + "\"", 1000);
+    EXPECT_TRUE(matches(low, "\"" + std::string(1000, 'x') + "\""));
+    EXPECT_TRUE(matches(low, "\"" + std::string(1500, 'x') + "\""));
+    EXPECT_EQ(refused_keyword(R"({"type":"string","minLength":1001})"), "minLength");
+    EXPECT_EQ(refused_keyword(R"({"type":"string","minLength":3,"maxLength":2})"), "maxLength");
+}
+
+TEST(SchemaKeywords, Formats) {
+    auto date = json_schema_grammar(R"({"type":"string","format":"date"})");
+    for (const char* ok : {"2024-02-29", "2000-02-29", "1999-12-31", "2023-04-30"})
+        EXPECT_TRUE(matches(date, std::string("\"") + ok + "\"")) << ok;
+    stops_at(date, R"("2023-02-29")", 10);  // not a leap year
+    stops_at(date, R"("1900-02-29")", 10);
+    stops_at(date, R"("2023-04-31")", 10);
+    stops_at(date, R"("2023-13-01")", 7);
+    auto dt = json_schema_grammar(R"({"type":"string","format":"date-time"})");
+    EXPECT_TRUE(matches(dt, R"("2024-01-02T03:04:05Z")"));
+    EXPECT_TRUE(matches(dt, R"("2024-01-02t03:04:05.123+05:30")"));
+    stops_at(dt, R"("2024-01-02T24:00:00Z")", 13);
+    stops_at(dt, R"("2024-01-02T03:04:05")", 20);
+    auto time = json_schema_grammar(R"({"type":"string","format":"time"})");
+    EXPECT_TRUE(matches(time, R"("23:59:59-01:00")"));
+    auto uuid = json_schema_grammar(R"({"type":"string","format":"uuid"})");
+    EXPECT_TRUE(matches(uuid, R"("123e4567-e89b-12d3-a456-426614174000")"));
+    stops_at(uuid, R"("123e4567e89b")", 9);
+    auto ip = json_schema_grammar(R"({"type":"string","format":"ipv4"})");
+    EXPECT_TRUE(matches(ip, R"("192.168.0.255")"));
+    stops_at(ip, R"("256.1.1.1")", 3);
+    stops_at(ip, R"("01.1.1.1")", 2);
+    stops_at(ip, R"("1.1.1")", 6);
+    auto email = json_schema_grammar(R"({"type":"string","format":"email"})");
+    EXPECT_TRUE(matches(email, R"("first.last+tag@mail.example.com")"));
+    stops_at(email, R"(".a@b")", 1);
+    stops_at(email, R"("a..b@c")", 3);
+    stops_at(email, R"("ab")", 3);
+    auto host = json_schema_grammar(R"({"type":"string","format":"hostname"})");
+    EXPECT_TRUE(matches(host, R"("www.example-1.com")"));
+    stops_at(host, R"("-a.com")", 1);
+    stops_at(host, R"("a-.com")", 3);
+    stops_at(host, R"("xn--abc")", 4);  // A-labels are not written
+    auto uri = json_schema_grammar(R"({"type":"string","format":"uri"})");
+    EXPECT_TRUE(matches(uri, R"("https://example.com/a?b=c#d")"));
+    EXPECT_TRUE(matches(uri, R"("urn:isbn:0451450523")"));
+    stops_at(uri, R"("//example.com")", 1);
+    stops_at(uri, R"("http://a b")", 9);
+    // Length bounds the format's own lengths satisfy keep the format; others keep the bounds.
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"format":"uuid","maxLength":36})"), R"("123e4567-e89b-12d3-a456-426614174000")"));
+    auto cut = json_schema_grammar(R"({"type":"string","format":"email","maxLength":5})");
+    EXPECT_TRUE(matches(cut, R"("abcde")"));
+    stops_at(cut, R"("abcdef")", 6);
+}
+
+std::string fmt_bound(const char* key, int64_t v, bool ex, const char* ex_key) {
+    return ",\"" + std::string(key) + "\":" + std::to_string(v) + (ex ? ",\"" + std::string(ex_key) + "\":true" : "");
+}
+std::string bound6(const char* which, int64_t v, bool ex) {
+    return std::string(ex ? ",\"exclusive" : ",\"") + (ex ? which : which[0] == 'M' && which[1] == 'i' ? "minimum" : "maximum") +
+           "\":" + std::to_string(v);
+}
+
+// Integer bounds against a direct comparison, over random ranges and
+// every integer near them.
+TEST(SchemaKeywords, IntegerBoundsAreExact) {
+    std::mt19937 rng(51);
+    for (int round = 0; round < 60; ++round) {
+        auto pick = [&] {
+            const int64_t scale[] = {1, 1, 10, 100, 1000};
+            return (int64_t(rng() % 2001) - 1000) * scale[rng() % 5];
+        };
+        int64_t lo = pick(), hi = pick();
+        if (lo > hi) std::swap(lo, hi);
+        const bool lo_ex = rng() % 2, hi_ex = rng() % 2, draft4 = rng() % 2;
+        std::string schema = R"({"type":"integer")";
+        if (rng() % 5) schema += draft4 ? fmt_bound("minimum", lo, lo_ex, "exclusiveMinimum") : bound6("Minimum", lo, lo_ex);
+        else lo = INT64_MIN;
+        if (rng() % 5) schema += draft4 ? fmt_bound("maximum", hi, hi_ex, "exclusiveMaximum") : bound6("Maximum", hi, hi_ex);
+        else hi = INT64_MAX;
+        schema += "}";
+        std::shared_ptr<const Grammar> g;
+        const int64_t first = lo == INT64_MIN ? INT64_MIN : lo + (lo_ex ? 1 : 0);
+        const int64_t last = hi == INT64_MAX ? INT64_MAX : hi - (hi_ex ? 1 : 0);
+        try {
+            g = json_schema_grammar(schema);
+        } catch (const GrammarError& e) {
+            EXPECT_GT(first, last) << schema << ": " << e.what();
+            continue;
+        }
+        ASSERT_LE(first, last) << schema;
+        std::vector<int64_t> probe;
+        for (int64_t c : {lo, hi, int64_t(0)})
+            if (c != INT64_MIN && c != INT64_MAX)
+                for (int64_t d = -12; d <= 12; ++d) probe.push_back(c + d);
+        for (int k = 0; k < 40; ++k) probe.push_back(int64_t(rng() % 400001) - 200000);
+        for (int64_t v : probe)
+            EXPECT_EQ(matches(g, std::to_string(v)), v >= first && v <= last) << schema << " " << v;
+    }
+}
+
+TEST(SchemaKeywords, NumberBounds) {
+    auto unit = json_schema_grammar(R"({"type":"number","minimum":0,"exclusiveMaximum":1})");
+    for (const char* ok : {"0", "0.5", "0.999", "0.0"}) EXPECT_TRUE(matches(unit, ok)) << ok;
+    stops_at(unit, "1", 0);
+    stops_at(unit, "-0.1", 0);
+    stops_at(unit, "0.5e3", 3);  // bounded numbers have no exponent
+    auto g = json_schema_grammar(R"({"type":"number","exclusiveMinimum":-2,"maximum":3})");
+    for (const char* ok : {"-1.999", "-1", "0", "2.5", "3", "3.000"}) EXPECT_TRUE(matches(g, ok)) << ok;
+    for (const char* bad : {"-2", "-2.0", "-2.5", "3.001", "4"}) EXPECT_FALSE(matches(g, bad)) << bad;
+    // draft 4's boolean form
+    auto d4 = json_schema_grammar(R"({"type":"number","minimum":5,"exclusiveMinimum":true})");
+    EXPECT_FALSE(matches(d4, "5"));
+    EXPECT_TRUE(matches(d4, "5.01"));
+    // A bound that is not an integer is rounded inward (narrowing).
+    auto r = json_schema_grammar(R"({"type":"number","maximum":2.5})");
+    EXPECT_TRUE(matches(r, "2"));
+    EXPECT_FALSE(matches(r, "2.6"));
+    EXPECT_EQ(refused_keyword(R"({"type":"integer","minimum":1.2,"maximum":1.8})"), "minimum");
+}
+
+TEST(SchemaKeywords, Patterns) {
+    auto g = json_schema_grammar(R"({"type":"string","pattern":"^[A-Z]{2}-\\d{3}(x|yz)?$"})");
+    EXPECT_TRUE(matches(g, R"("AB-123")"));
+    EXPECT_TRUE(matches(g, R"("AB-123yz")"));
+    stops_at(g, R"("Ab-123")", 2);
+    stops_at(g, R"("AB-12")", 6);
+    stops_at(g, R"("AB-123y")", 8);
+    // Unanchored: a search; the characters JSON escapes are written escaped.
+    auto s = json_schema_grammar(R"({"pattern":"a\"b\\\\"})");
+    EXPECT_TRUE(matches(s, R"("xxa\"b\\yy")"));
+    EXPECT_FALSE(matches(s, R"("ab")"));
+    auto dot = json_schema_grammar(R"({"pattern":"^.$"})");
+    EXPECT_TRUE(matches(dot, "\"\xE2\x82\xAC\""));
+    EXPECT_TRUE(matches(dot, R"("\t")"));
+    stops_at(dot, R"("\n")", 2);
+    auto cls = json_schema_grammar(R"({"pattern":"^[^a-c\\s]+$"})");
+    EXPECT_TRUE(matches(cls, R"("xyz\"")"));
+    stops_at(cls, R"("xb")", 2);
+    // A length beside a one-class pattern is folded into its count.
+    auto len = json_schema_grammar(R"({"pattern":"^[a-z]+$","maxLength":3})");
+    EXPECT_TRUE(matches(len, R"("abc")"));
+    stops_at(len, R"("abcd")", 4);
+    EXPECT_EQ(refused_keyword(R"({"pattern":"^a+b+$","maxLength":3})"), "maxLength");
+    EXPECT_EQ(refused_keyword(R"({"pattern":"a{2000}"})"), "pattern");
+    EXPECT_EQ(refused_keyword(R"({"pattern":"\\p{L}"})"), "pattern");
+}
+
+TEST(SchemaKeywords, TuplesAndPropertyCounts) {
+    auto t = json_schema_grammar(R"({"prefixItems":[{"type":"integer"},{"type":"string"}],"items":false})");
+    EXPECT_TRUE(matches(t, "[]"));
+    EXPECT_TRUE(matches(t, "[1]"));
+    EXPECT_TRUE(matches(t, R"([1,"a"])"));
+    stops_at(t, R"(["a"])", 1);
+    stops_at(t, R"([1,"a",2])", 6);
+    auto d7 = json_schema_grammar(R"({"items":[{"type":"integer"}],"additionalItems":{"type":"boolean"},"minItems":2})");
+    EXPECT_TRUE(matches(d7, "[1,true,false]"));
+    stops_at(d7, "[1]", 2);
+    stops_at(d7, "[1,2]", 3);
+    auto p = json_schema_grammar(R"({"properties":{"a":{},"b":{},"c":{}},"minProperties":1,"maxProperties":2})");
+    EXPECT_TRUE(matches(p, R"({"b":1})"));
+    EXPECT_TRUE(matches(p, R"({"a":1,"c":2})"));
+    stops_at(p, "{}", 1);
+    stops_at(p, R"({"a":1,"b":2,)", 12);
+    auto map = json_schema_grammar(R"({"additionalProperties":{"type":"integer"},"minProperties":2})");
+    EXPECT_TRUE(matches(map, R"({"x":1,"y":2})"));
+    stops_at(map, R"({"x":1})", 6);
+    // required names without a schema are any value.
+    auto req = json_schema_grammar(R"({"type":"object","required":["id"]})");
+    EXPECT_TRUE(matches(req, R"({"id":[1]})"));
+    stops_at(req, "{}", 1);
+}
+
+TEST(SchemaKeywords, EnumAndConstKeepOnlyValuesOfTheType) {
+    auto g = json_schema_grammar(R"({"type":"string","enum":["a",1,null,"b"]})");
+    EXPECT_TRUE(matches(g, R"("b")"));
+    stops_at(g, "1", 0);
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"const":{"a":[1,{"b":null}]}})"), R"({"a":[1,{"b":null}]})"));
+    EXPECT_EQ(refused_keyword(R"({"type":"integer","const":"x"})"), "const");
+}
+
+// Hostile schemas fail with a limit error, quickly.
+TEST(SchemaKeywords, HostileSchemasHitLimits) {
+    // Nested counts are chains of rules that share their links: fine.
+    EXPECT_TRUE(prefix_ok(json_schema_grammar(R"({"pattern":"^((a{1000}){1000}){1000}$"})"), "\"aaaa"));
+    // Many distinct long counts: past the rule limit, a clear error.
+    std::string many = R"({"pattern":"^)";
+    for (int i = 0; i < 25; ++i) many += "a{1000}b";
+    EXPECT_EQ(refused_keyword(many + R"($"})"), "grammar");
+    std::string diamond = R"({"$defs":{"d0":{"type":"object"})";
+    for (int i = 1; i <= 40; ++i)
+        diamond += ",\"d" + std::to_string(i) + R"(":{"allOf":[{"$ref":"#/$defs/d)" + std::to_string(i - 1) +
+                   R"("},{"$ref":"#/$defs/d)" + std::to_string(i - 1) + "\"}]}";
+    diamond += R"(},"$ref":"#/$defs/d40","minProperties":0})";
+    EXPECT_EQ(refused_keyword(diamond), "allOf");
+    std::string props = R"({"properties":{)";
+    for (int i = 0; i < 41; ++i) props += (i ? ",\"p" : "\"p") + std::to_string(i) + "\":{}";
+    props += R"(},"minProperties":3})";
+    EXPECT_EQ(refused_keyword(props), "minProperties");
+}
 
 }  // namespace
 }  // namespace eh::constrain

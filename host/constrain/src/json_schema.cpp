@@ -44,7 +44,9 @@
 #include <nlohmann/json.hpp>
 #include <set>
 
+#include "eh/constrain/automaton.hpp"
 #include "eh/constrain/grammar.hpp"
+#include "eh/constrain/vocab.hpp"
 #include "gbnf_ast.hpp"
 #include "json_grammar_text.hpp"
 #include "regex.hpp"
@@ -177,9 +179,34 @@ std::string pointer_unescape(std::string_view s) {
     return out;
 }
 
+// enum/const values checked against their sibling keywords by a grammar
+// of their own, which may hold such checks again: at most this deep.
+constexpr uint32_t kMaxEnumChecks = 4;
+
+// Does `g` match exactly `text`? (A matcher over single-byte tokens.)
+bool byte_match(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+    static const auto vocab = [] {
+        std::vector<std::string> bytes;
+        for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+        bytes.emplace_back();  // end of generation
+        return std::make_shared<const TokenVocab>(std::move(bytes), std::vector<int32_t>{256});
+    }();
+    Matcher m(std::make_shared<Automaton>(g, vocab));
+    return m.accept_bytes(text) && m.accepting();
+}
+
 class SchemaCompiler {
 public:
     SchemaCompiler(const Json& root, std::string prefix, std::string& out) : root_(root), prefix_(std::move(prefix)), out_(out) {}
+
+    // `node` (a schema inside the root) compiled on its own.
+    std::string compile_node(const Json& node, const std::string& path) {
+        std::string expr = value(node, path, 0);
+        write_target_rules();
+        if (out_.size() > kMaxGrammarTextBytes)
+            throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kMaxGrammarTextBytes));
+        return expr;
+    }
 
     // The schema's expression; the rules it names are appended to `out`.
     std::string compile() {
@@ -332,9 +359,28 @@ private:
             if (s.contains("enum") && std::find(values.begin(), values.end(), *c) == values.end()) values.clear();
             else values.assign(1, *c);
         }
+        // Other enforced keywords beside them: the values are checked by
+        // matching them against those keywords' own grammar.
+        Json others = s;
+        others.erase("enum");
+        others.erase("const");
+        std::shared_ptr<const Grammar> check;
+        if (constrains_beside(others, "type")) {
+            if (enum_depth_ >= kMaxEnumChecks)
+                throw GrammarError(s.contains("enum") ? "enum" : "const",
+                                   fmt::format("'enum'/'const' beside other keywords at {} nest more than {} deep", at(path),
+                                               kMaxEnumChecks));
+            std::string rules = json_base_rules();
+            SchemaCompiler sub(root_, prefix_ + "e" + std::to_string(counter_++) + "-", rules);
+            sub.enum_depth_ = enum_depth_ + 1;
+            const std::string expr = sub.compile_node(others, path);
+            rules += "root ::= " + expr + "\n";
+            check = gbnf_grammar(rules);
+        }
         std::string alts;
         for (const auto& v : values)
-            if (has_type(v, types)) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
+            if (has_type(v, types) && (!check || byte_match(check, v.dump())))
+                alts += (alts.empty() ? "" : " | ") + literal(v.dump());
         if (alts.empty())
             throw GrammarError(s.contains("enum") ? "enum" : "const",
                                fmt::format("'{}' at {} allows no value of the schema's type", s.contains("enum") ? "enum" : "const",
@@ -1058,6 +1104,7 @@ private:
         return rule(fmt::format(R"("[" j-ws {} "]")", items));
     }
 
+    uint32_t enum_depth_ = 0;  // enum checks this compiler is nested in
     const Json& root_;
     std::string prefix_;
     std::string& out_;
