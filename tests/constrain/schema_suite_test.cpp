@@ -82,6 +82,10 @@ TEST(SchemaSuite, AcceptedSchemasMatchTheirValidInstancesAndStopTheInvalidOnes) 
                     if (t["valid"].get<bool>()) {
                         ++c.valid;
                         c.valid_ok += ok;
+                        if (!ok && std::getenv("EH_SUITE_VERBOSE"))
+                            std::printf("narrowed %s/%s: %s / %s: %s\n", draft, file.c_str(),
+                                        g["description"].get<std::string>().c_str(),
+                                        t["description"].get<std::string>().c_str(), text.substr(0, 120).c_str());
                     } else {
                         ++c.invalid;
                         c.invalid_ok += !ok;

@@ -353,7 +353,7 @@ private:
             return v;
         }
         case 'c':
-            if (!eof() && ((peek() >= 'a' && peek() <= 'z') || (peek() >= 'A' && peek() <= 'Z'))) return peek() % 32 + (++i_, 0);
+            if (!eof() && ((peek() >= 'a' && peek() <= 'z') || (peek() >= 'A' && peek() <= 'Z'))) return cps_[i_++] % 32;
             fail("has a bad \\c escape");
         default:
             if (c >= '1' && c <= '9') fail("uses a backreference (not supported)");
