@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <condition_variable>
+#include <functional>
 #include <map>
 #include <mutex>
 #include <thread>
@@ -173,6 +174,7 @@ public:
         if (total > l_.max_step_tokens) throw Error(Code::Internal, "step over the token budget");
         if (need > uint32_t(std::count(refs_.begin(), refs_.end(), 0))) {
             ++kv_full;
+            if (on_kv_full) on_kv_full();
             return false;
         }
         max_entries = std::max<size_t>(max_entries, items.size());
@@ -229,6 +231,7 @@ public:
     bool restart_fails = false;
     bool ignore_mask = false;
     std::chrono::milliseconds step_delay{0};
+    std::function<void()> on_kv_full;  // called (engine lock held) when a step finds the pool full
     std::vector<std::string> started;  // each sequence's first chunk, in step order
 
 private:
@@ -427,6 +430,29 @@ TEST(Scheduler, TheOldestRequestIsNeverPreemptedForAYoungerOne) {
     EXPECT_EQ(std::count(h.engine->started.begin(), h.engine->started.end(), prompts[0]), 1)
         << "the oldest request was preempted and recomputed";
     EXPECT_EQ(h.engine->free_blocks(), 24u);
+}
+
+// The step that found the pool full preempts the newest request; if every
+// other running request is cancelled before the retry, the preempted one
+// must still be admitted (there is no step left to run first).
+TEST(Scheduler, APreemptedRequestRunsWhenTheOthersAreCancelledBeforeTheRetry) {
+    SchedulerOptions o;
+    o.prefix_cache = false;
+    Harness h(4, 12, 8, 64, o);  // 48 tokens; each request grows to 8 + 24 = 32
+    auto a = make_job("old", "aaaaaaaa", 24), b = make_job("new", "bbbbbbbb", 24);
+    bool cancelled = false;
+    h.engine->on_kv_full = [&] {
+        if (!cancelled) a->cancel(CancelReason::Client);  // the client of the oldest leaves right then
+        cancelled = true;
+    };
+    h.sched->enqueue_all({a, b});
+    Outcome ra = drain(*a), rb = drain(*b);
+    ASSERT_TRUE(cancelled) << "the pool never filled: the test tests nothing";
+    EXPECT_EQ(ra.end.code, Code::Cancelled);
+    ASSERT_EQ(rb.terminals, 1u) << "the preempted request was never admitted again";
+    EXPECT_EQ(rb.end.kind, JobEvent::Kind::End) << rb.end.message;
+    EXPECT_EQ(rb.text, expected("bbbbbbbb", 24));
+    EXPECT_EQ(h.engine->free_blocks(), 12u);
 }
 
 // A client that leaves while its request waits to be computed again after

@@ -277,8 +277,11 @@ void Scheduler::reap() {
 void Scheduler::admit() {
     // After a preemption nothing is admitted until a step has run: the
     // step that found the pool full is retried with one request fewer
-    // before anyone can take the blocks that freed.
-    if (hold_admission_) return;
+    // before anyone can take the blocks that freed. Unless nothing is left
+    // to retry (the others were cancelled meanwhile): then holding would
+    // leave the preempted request waiting with no step to release it.
+    if (hold_admission_ && !running_.empty()) return;
+    hold_admission_ = false;
     for (;;) {
         ActivePtr a;
         {
