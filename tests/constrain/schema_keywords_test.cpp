@@ -57,7 +57,8 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"({"if":{"type":"string"},"else":{"type":"null"}})"), "if");
     EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
     EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"}})"), "contains");
-    EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{}}})"), "patternProperties");
+    EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{"type":"string"},"^y":{}}})"),
+              "patternProperties");
     EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"(a)\\1"})"), "pattern");
     EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"a(?=b)"})js"), "pattern");
     EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"(?<!a)b"})js"), "pattern");
@@ -313,6 +314,20 @@ TEST(SchemaKeywords, EnumAndConstKeepOnlyValuesOfTheType) {
     stops_at(g, "1", 0);
     EXPECT_TRUE(matches(json_schema_grammar(R"({"const":{"a":[1,{"b":null}]}})"), R"({"a":[1,{"b":null}]})"));
     EXPECT_EQ(refused_keyword(R"({"type":"integer","const":"x"})"), "const");
+}
+
+TEST(SchemaKeywords, PatternProperties) {
+    // Listed properties whose names match also match the pattern's schema.
+    auto g = json_schema_grammar(R"({"properties":{"x-a":{"type":["integer","string"]},"b":{}},
+        "patternProperties":{"^x-":{"type":"integer"}}})");
+    EXPECT_TRUE(matches(g, R"({"x-a":1,"b":"s"})"));
+    stops_at(g, R"({"x-a":"s"})", 7);
+    // No listed properties: keys written from the pattern.
+    auto map = json_schema_grammar(R"({"patternProperties":{"^[a-z]+$":{"type":"boolean"}},"additionalProperties":false})");
+    EXPECT_TRUE(matches(map, R"({"abc":true,"d":false})"));
+    EXPECT_TRUE(matches(map, "{}"));
+    stops_at(map, R"({"aB":true})", 3);
+    stops_at(map, R"({"a":1})", 5);
 }
 
 // Hostile schemas fail with a limit error, quickly.

@@ -66,18 +66,18 @@ const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "$ref", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties",
-    "maxProperties"};
+    "maxProperties", "patternProperties"};
 // Keywords that constrain the instance and are not enforced: refused by
 // name wherever they would constrain (an empty object or array of them
 // constrains nothing and is ignored).
 const std::set<std::string, std::less<>> kRefused = {
     "not", "multipleOf", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "contains",
-    "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "patternProperties", "$dynamicRef",
+    "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$recursiveRef"};
 // Keywords that make a schema's type object, array, string or number when
 // it has no `type` (narrowing: the schema alone would allow any other type).
 const std::set<std::string, std::less<>> kObjectWords = {"properties", "additionalProperties", "required",
-                                                         "minProperties", "maxProperties"};
+                                                         "minProperties", "maxProperties", "patternProperties"};
 const std::set<std::string, std::less<>> kArrayWords = {"items", "prefixItems", "additionalItems", "minItems",
                                                         "maxItems", "uniqueItems"};
 const std::set<std::string, std::less<>> kStringWords = {"minLength", "maxLength", "pattern", "format"};
@@ -948,19 +948,61 @@ private:
                 required.insert(name);
             }
         }
+        // patternProperties: a listed property whose name a pattern matches
+        // must match that pattern's schema too; with no listed properties
+        // the keys are written from the pattern (one pattern, or patterns
+        // that share one schema: a key matching two patterns with different
+        // schemas would have to match both, which is not enforced, so that
+        // is a 400).
+        const Json* pp = nullptr;
+        std::vector<std::string> key_exprs;
+        if (auto p = s.find("patternProperties"); p != s.end()) {
+            if (!p->is_object())
+                throw GrammarError("patternProperties", fmt::format("'patternProperties' at {} must be an object", at(path)));
+            if (!p->empty()) pp = &*p;
+        }
+        if (pp) {
+            for (const auto& [pattern, sub] : pp->items()) {
+                const std::string e = *regex_grammar(pattern, "j-char", 0, kRegexUnbounded);
+                key_exprs.push_back("\"\\\"\" " + e + " \"\\\"\"");
+            }
+            if (!props.empty()) {
+                size_t i = 0;
+                for (const auto& [pattern, sub] : pp->items()) {
+                    const auto g = gbnf_grammar(json_base_rules() + "root ::= " + key_exprs[i++] + "\n");
+                    for (auto& [name, v] : props.items())
+                        if (byte_match(g, Json(name).dump())) v = Json{{"allOf", Json::array({v, sub})}};
+                }
+            }
+        }
         const uint64_t min_p = count_keyword(s, "minProperties", 0, path);
         const uint64_t max_p = count_keyword(s, "maxProperties", kRegexUnbounded, path);
         if (max_p < min_p) throw GrammarError("maxProperties", fmt::format("'maxProperties' at {} is below 'minProperties'", at(path)));
         if (props.empty()) {
-            if (closed) {
+            if (closed && !pp) {
                 if (min_p) throw GrammarError("minProperties", fmt::format("'minProperties' at {} asks for members that "
                                                                            "'additionalProperties': false forbids", at(path)));
                 return rule(R"("{" j-ws "}")");
             }
-            if (!extra && !min_p && max_p == kRegexUnbounded) return "j-object";
+            if (!extra && !pp && !min_p && max_p == kRegexUnbounded) return "j-object";
             // A map: any keys, every value matching the schema.
-            const std::string v = extra ? value(*extra, path + "/additionalProperties", depth + 1) : "j-value";
-            const std::string member = fmt::format(R"(j-string j-ws ":" j-ws {} j-ws)", v);
+            std::string v = extra ? value(*extra, path + "/additionalProperties", depth + 1) : "j-value";
+            std::string key = "j-string";
+            if (pp) {
+                // Keys only from the patterns: others (additionalProperties)
+                // are not written (narrowing).
+                const Json& first = pp->begin().value();
+                for (const auto& [pattern, sub] : pp->items())
+                    if (sub != first)
+                        throw GrammarError("patternProperties",
+                                           fmt::format("'patternProperties' at {} with patterns of different schemas and no "
+                                                       "'properties' is not supported", at(path)));
+                v = value(first, path + "/patternProperties", depth + 1);
+                key.clear();
+                for (const auto& k : key_exprs) key += (key.empty() ? "" : " | ") + k;
+                key = rule(key);
+            }
+            const std::string member = fmt::format(R"({} j-ws ":" j-ws {} j-ws)", key, v);
             if (max_p == 0) return rule(R"("{" j-ws "}")");
             const std::string more = counted(fmt::format(R"(( "," j-ws {} ))", member), min_p ? min_p - 1 : 0,
                                              max_p == kRegexUnbounded ? max_p : max_p - 1, "maxProperties", path);
