@@ -95,6 +95,49 @@ TEST_P(MaskOnVocab, RandomWalksMatchBruteForceAndNeverDeadEnd) {
     EXPECT_EQ(*m.mask(), *mask);
 }
 
+// Issue 51's keywords (formats, a pattern, bounds, lengths, a tuple) over
+// real vocabularies: masks equal the byte-level matcher's, never a dead
+// end, and each mask stays within the work budget (a throw fails here).
+TEST_P(MaskOnVocab, KeywordSchemaMasksMatchBruteForce) {
+    auto tok = test::load(GetParam());
+    auto vocab = test::vocab_of(*tok);
+    auto g = json_schema_grammar(R"({"type":"object","properties":{
+      "at":{"type":"string","format":"date-time"},"mail":{"type":"string","format":"email"},
+      "id":{"type":"string","format":"uuid"},"code":{"type":"string","pattern":"^[A-Z]{2}-\\d{3,5}$"},
+      "n":{"type":"integer","minimum":-40,"maximum":1500},"x":{"type":"number","exclusiveMinimum":0,"maximum":1},
+      "s":{"type":"string","minLength":2,"maxLength":1200},"t":{"prefixItems":[{"type":"boolean"},{"format":"ipv4"}]}},
+      "required":["at","mail","id","code","n","x","s","t"]})");
+    auto automaton = std::make_shared<Automaton>(g, vocab);
+    std::mt19937 rng(51);
+    size_t checked = 0;
+    for (int walk = 0; walk < 3; ++walk) {
+        Matcher m(automaton);
+        std::string out;
+        for (int step = 0; step < 120; ++step) {
+            auto mask = m.mask();
+            std::vector<int32_t> ids;
+            for (size_t i = 0; i < vocab->size(); ++i)
+                if (allowed(*mask, int32_t(i))) ids.push_back(int32_t(i));
+            ASSERT_FALSE(ids.empty()) << "dead end after: " << out;
+            if (step % 10 == 0) {
+                EXPECT_EQ(*mask, brute_force(g, *vocab, out)) << "after: " << out;
+                ++checked;
+            }
+            int32_t pick = ids[std::uniform_int_distribution<size_t>(0, ids.size() - 1)(rng)];
+            for (int32_t id : ids)
+                if (rng() % 3 == 0 && !vocab->is_eog(id) && vocab->bytes(id).find_first_of("\"]}") != std::string::npos) {
+                    pick = id;
+                    break;
+                }
+            if (vocab->is_eog(pick)) break;
+            ASSERT_TRUE(m.accept(pick));
+            out += vocab->bytes(pick);
+            if (m.complete()) break;
+        }
+    }
+    EXPECT_GE(checked, 6u);
+}
+
 TEST_P(MaskOnVocab, ControlTokensNeverAndEndOnlyWhenComplete) {
     auto tok = test::load(GetParam());
     auto vocab = test::vocab_of(*tok);
