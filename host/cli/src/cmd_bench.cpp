@@ -1,5 +1,6 @@
 // `engine-host bench`: prefill/decode throughput, TTFT and inter-token
-// latency of a model through each plugin that serves it.
+// latency of a model through each plugin that serves it, on the path the
+// server serves (the batched step) unless --path session.
 //
 // SIGINT and SIGTERM stop it between steps (and inside a plugin's load,
 // prefill or decode, through the plugin's cancel callback): it prints why on
@@ -40,11 +41,26 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("r,r", po::value<uint32_t>()->default_value(5), "repetitions (after one warm-up)")
         ("gpu", po::value<int>()->default_value(0), "GPU ordinal")
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU plugins (0 = plugin default)")
+        ("path", po::value<std::string>()->default_value("step"),
+         "step: the batched step the server serves (prefill in --batch-tokens chunks, decode steps chained where the "
+         "plugin runs them in two halves); session: the plugin's one-sequence session calls. A plugin without the "
+         "batched calls (ABI < 1.2) runs the session path either way, and the report says so")
+        ("batch", po::value<uint32_t>()->default_value(1),
+         "sequences prefilled and decoding together, each with its own prompt (step path, 1-4096); tokens/s add "
+         "every sequence's tokens, tg/seq is one sequence's rate")
+        ("batch-tokens", po::value<uint32_t>()->default_value(2048),
+         "tokens per step, as serve's --batch-tokens: prompts are prefilled in chunks that share it (16-65536)")
+        ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0),
+         "step path's KV-cache pool (default: the plugin's share of device memory); it must hold --batch sequences "
+         "of p+n+1 tokens")
         ("json", "print one JSON object instead of a table")
         ("verbose,v", "progress lines on stderr");
     po::variables_map vm;
     int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host bench --model REF [--plugins DIR] [-p 512] [-n 128] [-r 5] [--json]\n"
+    if (!parse_options(args, desc, "Usage: engine-host bench --model REF [--plugins DIR] [-p 512] [-n 128] [-r 5] [--batch 1]\n"
+                       "                          [--batch-tokens 2048] [--path step|session] [--json]\n"
+                       "Per repetition (one warm-up first): --batch sequences prefill p-token prompts and decode n\n"
+                       "tokens together through the server's batched step; medians of -r repetitions.\n"
                        "SIGINT/SIGTERM stop it within a step: no results, exit 130/143.",
                        vm, code))
         return code;
@@ -57,6 +73,10 @@ int cmd_bench(const std::vector<std::string>& args) {
     o.reps = vm["r"].as<uint32_t>();
     o.device = vm["gpu"].as<int>();
     o.threads = vm["threads"].as<uint32_t>();
+    o.path = tools::parse_bench_path(vm["path"].as<std::string>());  // bad values: usage errors, as below
+    o.batch = vm["batch"].as<uint32_t>();  // ranges are checked by run_bench (INVALID_REQUEST: exit 2)
+    o.batch_tokens = vm["batch-tokens"].as<uint32_t>();
+    o.kv_budget_bytes = vm["kv-cache-size-mb"].as<uint64_t>() * 1024 * 1024;
     if (vm.count("verbose")) o.log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;

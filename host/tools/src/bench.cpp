@@ -14,6 +14,7 @@
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/model/descriptor.hpp"
 #include "eh/model/model_file.hpp"
+#include "eh/service/seq_engine.hpp"
 
 namespace eh::tools {
 
@@ -29,6 +30,246 @@ void check_stop(const BenchOptions& o) {
     if (o.stop && o.stop()) throw Error(Code::Cancelled, "bench stopped before it finished");
 }
 
+// Sampling both paths use: greedy, so their tokens can be compared.
+eh_sampling_params greedy() {
+    eh_sampling_params sp{};
+    sp.struct_size = sizeof(sp);
+    sp.temperature = 0.0f;
+    sp.top_p = 1.0f;
+    sp.repetition_penalty = 1.0f;
+    sp.repetition_window = -1;
+    sp.seed = 1234;
+    return sp;
+}
+
+// What one counted repetition measured.
+struct RepTimes {
+    double prefill_ms = 0, decode_ms = 0;
+    std::vector<double> ttft_ms, itl_ms;   // one per sequence; one per decode step
+    std::vector<int32_t> tokens;           // sequence 0's
+};
+
+// Medians and percentiles over the counted repetitions; `batch` sequences of
+// p + n tokens each.
+void summarize(BenchRun& run, const std::vector<RepTimes>& reps, uint32_t n_prompt, uint32_t n_gen, uint32_t batch) {
+    std::vector<double> pp, tg, tg_seq, ttft, itl;
+    run.prefill_ms.clear();
+    run.decode_ms.clear();
+    for (const RepTimes& r : reps) {
+        run.prefill_ms.push_back(r.prefill_ms);
+        run.decode_ms.push_back(r.decode_ms);
+        pp.push_back(r.prefill_ms > 0 ? double(n_prompt) * batch * 1000.0 / r.prefill_ms : 0);
+        tg.push_back(r.decode_ms > 0 ? double(n_gen) * batch * 1000.0 / r.decode_ms : 0);
+        tg_seq.push_back(r.decode_ms > 0 ? double(n_gen) * 1000.0 / r.decode_ms : 0);
+        ttft.insert(ttft.end(), r.ttft_ms.begin(), r.ttft_ms.end());
+        itl.insert(itl.end(), r.itl_ms.begin(), r.itl_ms.end());
+    }
+    run.prefill_tok_s = median(pp);
+    run.decode_tok_s = median(tg);
+    run.decode_tok_s_per_seq = median(tg_seq);
+    run.ttft_ms = median(ttft);
+    run.itl_p50_ms = percentile(itl, 50);
+    run.itl_p95_ms = percentile(itl, 95);
+    if (!reps.empty()) run.tokens = reps.back().tokens;
+}
+
+void log_rep(const BenchOptions& o, const BenchRun& run, uint32_t rep, const RepTimes& t) {
+    if (o.log)
+        o.log(fmt::format("{} ({} path) rep {}{}: prefill {:.1f} ms, decode {:.1f} ms", run.plugin, run.path, rep,
+                          rep == 0 ? " (warm-up)" : "", t.prefill_ms, t.decode_ms));
+}
+
+// The plugin's one-sequence session calls.
+std::vector<RepTimes> run_session(EngineModel& model, const BenchOptions& o, BenchRun& run, uint32_t n_vocab) {
+    const auto prompt = bench_prompt(o.n_prompt, n_vocab);
+    auto session = model.create_session(o.n_prompt + o.n_gen + 1, o.stop);
+    session->set_sampling(greedy());
+    std::vector<RepTimes> out;
+    for (uint32_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
+        check_stop(o);
+        RepTimes t;
+        session->reset();
+        auto t_start = Clock::now();
+        session->prefill(prompt);
+        t.prefill_ms = ms_since(t_start);
+        int32_t tok = session->sample();
+        t.ttft_ms.push_back(ms_since(t_start));
+        t.tokens.push_back(tok);
+        t.itl_ms.reserve(o.n_gen);
+        auto t_dec = Clock::now();
+        for (uint32_t i = 0; i < o.n_gen; ++i) {
+            check_stop(o);
+            auto ts = Clock::now();
+            tok = session->decode(tok);
+            t.itl_ms.push_back(ms_since(ts));
+            t.tokens.push_back(tok);
+        }
+        t.decode_ms = ms_since(t_dec);
+        log_rep(o, run, rep, t);
+        if (rep > 0) out.push_back(std::move(t));
+    }
+    return out;
+}
+
+// The batched step through the SeqEngine the server drives, steps formed as
+// the scheduler forms them (see bench.hpp for where they differ).
+std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchOptions& o, BenchRun& run,
+                                uint32_t n_vocab) {
+    const uint32_t N = o.batch, P = o.n_prompt, seq_tokens = o.n_prompt + o.n_gen + 1;
+    service::KvBudget kb;
+    kb.max_seqs = N;
+    kb.max_step_tokens = o.batch_tokens;
+    kb.max_seq_tokens = seq_tokens;
+    kb.budget_bytes = o.kv_budget_bytes;
+    auto engine = service::make_seq_engine(std::move(model), kb);
+    const service::SeqLimits& L = engine->limits();
+    // What the plugin granted must hold the whole run: a step that finds the
+    // KV cache full would otherwise end the run halfway with no clear cause.
+    if (L.max_seqs < N || L.max_step_entries < N || L.max_step_tokens < N)
+        throw Error(Code::VramOom, fmt::format("the plugin grants {} sequences, {} per step and {} tokens a step; "
+                                               "--batch {} needs {} of each",
+                                               L.max_seqs, L.max_step_entries, L.max_step_tokens, N, N));
+    if (L.max_seq_tokens < seq_tokens)
+        throw Error(Code::VramOom, fmt::format("the plugin grants sequences of {} tokens; -p {} -n {} needs {}",
+                                               L.max_seq_tokens, P, o.n_gen, seq_tokens));
+    const uint64_t per_seq = (uint64_t(seq_tokens) + L.block_tokens - 1) / L.block_tokens;
+    if (per_seq * N > engine->free_blocks())
+        throw Error(Code::VramOom,
+                    fmt::format("the KV cache holds {} blocks of {} tokens; {} sequences of {} tokens need {} "
+                                "(a smaller --batch, or a larger --kv-cache-size-mb)",
+                                engine->free_blocks(), L.block_tokens, N, seq_tokens, per_seq * N));
+    run.step_tokens = L.max_step_tokens;
+    run.chained = engine->can_chain();
+    run.batch = N;
+
+    std::vector<std::vector<int32_t>> prompts;
+    for (uint32_t i = 0; i < N; ++i) prompts.push_back(bench_prompt(P, n_vocab, i));
+    const eh_sampling_params sp = greedy();
+
+    std::vector<RepTimes> out;
+    for (uint32_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
+        check_stop(o);
+        RepTimes t;
+        std::vector<service::SeqId> seqs;
+        // Released at the end of the repetition, also when it throws.
+        struct Release {
+            service::SeqEngine& e;
+            std::vector<service::SeqId>& ids;
+            ~Release() {
+                for (service::SeqId id : ids) e.release(id);
+            }
+        } release{*engine, seqs};
+        for (uint32_t i = 0; i < N; ++i) {
+            seqs.push_back(engine->create());
+            engine->set_sampling(seqs.back(), sp);
+        }
+        std::vector<uint32_t> done(N, 0);  // prompt tokens in each sequence
+        std::vector<int32_t> last(N, -1);  // each sequence's latest token, fed to the next step
+        std::vector<service::StepItem> items;
+        std::vector<uint32_t> owner;       // items[k] is sequence owner[k]
+
+        // Prefill: the scheduler's build_step with no decode yet, sequences
+        // in order, each the rest of its prompt or what the step has left.
+        const auto t_start = Clock::now();
+        for (;;) {
+            check_stop(o);
+            items.clear();
+            owner.clear();
+            uint32_t budget = L.max_step_tokens;
+            for (uint32_t i = 0; i < N && budget > 0 && items.size() < L.max_step_entries; ++i) {
+                const uint32_t k = std::min(P - done[i], budget);
+                if (k == 0) continue;
+                service::StepItem it;
+                it.seq = seqs[i];
+                it.tokens = std::span<const int32_t>(prompts[i]).subspan(done[i], k);
+                it.sample = done[i] + k == P;
+                items.push_back(it);
+                owner.push_back(i);
+                budget -= k;
+            }
+            if (items.empty()) break;
+            if (!engine->step(items)) throw Error(Code::VramOom, "the KV cache filled up during prefill");
+            const double now = ms_since(t_start);
+            for (size_t k = 0; k < items.size(); ++k) {
+                const uint32_t i = owner[k];
+                done[i] += uint32_t(items[k].tokens.size());
+                if (!items[k].sample) continue;
+                last[i] = items[k].token;
+                t.ttft_ms.push_back(now);
+                if (i == 0) t.tokens.push_back(last[i]);
+            }
+        }
+        t.prefill_ms = ms_since(t_start);
+
+        // Decode: every sequence one token a step, in sequence order.
+        auto decode_items = [&](bool chained) {
+            std::vector<service::StepItem> v(N);
+            for (uint32_t i = 0; i < N; ++i) {
+                v[i].seq = seqs[i];
+                v[i].sample = true;
+                v[i].chained = chained;
+                if (!chained) v[i].tokens = std::span<const int32_t>(&last[i], 1);
+            }
+            return v;
+        };
+        t.itl_ms.reserve(o.n_gen);
+        const auto t_dec = Clock::now();
+        auto t_prev = t_dec;
+        auto read = [&](const std::vector<service::StepItem>& v) {
+            const auto now = Clock::now();
+            t.itl_ms.push_back(std::chrono::duration<double, std::milli>(now - t_prev).count());
+            t_prev = now;
+            for (uint32_t i = 0; i < N; ++i) last[i] = v[i].token;
+            t.tokens.push_back(v[0].token);
+        };
+        if (run.chained) {
+            // As the scheduler's run_chain: step s+1 begins (taking the token
+            // step s samples, on the device) before step s is read, so the
+            // host's turn between tokens overlaps the device's work.
+            std::vector<service::StepItem> cur = decode_items(false), next;
+            size_t flying = 0;
+            try {
+                if (!engine->begin_step(cur)) throw Error(Code::VramOom, "the KV cache filled up during decode");
+                flying = 1;
+                for (uint32_t s = 1; s <= o.n_gen; ++s) {
+                    check_stop(o);
+                    if (s < o.n_gen) {
+                        next = decode_items(true);
+                        if (!engine->begin_step(next)) throw Error(Code::VramOom, "the KV cache filled up during decode");
+                        ++flying;
+                    }
+                    engine->end_step(cur);
+                    --flying;
+                    read(cur);
+                    cur = std::move(next);
+                }
+            } catch (...) {
+                // The sequences are released next, which the engine refuses
+                // while a step is in flight: end what is, whatever it says.
+                std::vector<service::StepItem> scratch(N);
+                for (; flying > 0; --flying) {
+                    try {
+                        engine->end_step(scratch);
+                    } catch (const std::exception&) {
+                    }
+                }
+                throw;
+            }
+        } else {
+            for (uint32_t s = 1; s <= o.n_gen; ++s) {
+                check_stop(o);
+                std::vector<service::StepItem> v = decode_items(false);
+                if (!engine->step(v)) throw Error(Code::VramOom, "the KV cache filled up during decode");
+                read(v);
+            }
+        }
+        t.decode_ms = ms_since(t_dec);
+        log_rep(o, run, rep, t);
+        if (rep > 0) out.push_back(std::move(t));
+    }
+    return out;
+}
+
 // `o` carries the numbers actually run (already fitted to the context).
 BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFile>& mf, const BenchOptions& o) {
     BenchRun run;
@@ -36,6 +277,7 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
     run.plugin_version = rec.caps.version;
     run.engine = rec.caps.engine;
     run.device_kind = rec.caps.device_kind;
+    run.path = path_name(o.path);
     if (rec.probe) run.device_name = rec.probe->device_name;
     try {
         EngineLoadOptions lo;
@@ -54,54 +296,22 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
         if (info.device_name[0]) run.device_name = info.device_name;
         const uint32_t n_vocab = info.vocab_size;
         if (n_vocab == 0) throw Error(Code::Internal, "plugin reports a vocabulary of 0 tokens");
-        const auto prompt = bench_prompt(o.n_prompt, n_vocab);
-        auto session = model->create_session(o.n_prompt + o.n_gen + 1, o.stop);
-        eh_sampling_params sp{};
-        sp.struct_size = sizeof(sp);
-        sp.temperature = 0.0f;
-        sp.top_p = 1.0f;
-        sp.repetition_penalty = 1.0f;
-        sp.repetition_window = -1;
-        sp.seed = 1234;
-        session->set_sampling(sp);
-
-        std::vector<double> prefill_ms, decode_ms, ttft_ms, itl_ms;
-        for (uint32_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
-            check_stop(o);
-            session->reset();
-            auto t_start = Clock::now();
-            session->prefill(prompt);
-            const double t_prefill = ms_since(t_start);
-            int32_t tok = session->sample();
-            const double t_first = ms_since(t_start);
-            std::vector<double> steps;
-            steps.reserve(o.n_gen);
-            auto t_dec = Clock::now();
-            for (uint32_t i = 0; i < o.n_gen; ++i) {
-                check_stop(o);
-                auto ts = Clock::now();
-                tok = session->decode(tok);
-                steps.push_back(ms_since(ts));
-            }
-            const double t_decode = ms_since(t_dec);
-            if (o.log) o.log(fmt::format("{} rep {}{}: prefill {:.1f} ms, decode {:.1f} ms", run.plugin, rep,
-                                         rep == 0 ? " (warm-up)" : "", t_prefill, t_decode));
-            if (rep == 0) continue;
-            prefill_ms.push_back(t_prefill);
-            decode_ms.push_back(t_decode);
-            ttft_ms.push_back(t_first);
-            itl_ms.insert(itl_ms.end(), steps.begin(), steps.end());
+        BenchPath path = o.path;
+        if (path == BenchPath::Step && !loader::api_has_step(model->api())) {
+            path = BenchPath::Session;
+            run.path_note = o.batch > 1 ? "the plugin has no batched step (ABI < 1.2): ran its session path, one sequence"
+                                        : "the plugin has no batched step (ABI < 1.2): ran its session path";
+            if (o.log) o.log(fmt::format("{}: {}", run.plugin, run.path_note));
         }
-        run.prefill_ms = prefill_ms;
-        run.decode_ms = decode_ms;
-        std::vector<double> pp, tg;
-        for (double v : prefill_ms) pp.push_back(v > 0 ? o.n_prompt * 1000.0 / v : 0);
-        for (double v : decode_ms) tg.push_back(v > 0 ? o.n_gen * 1000.0 / v : 0);
-        run.prefill_tok_s = median(pp);
-        run.decode_tok_s = median(tg);
-        run.ttft_ms = median(ttft_ms);
-        run.itl_p50_ms = percentile(itl_ms, 50);
-        run.itl_p95_ms = percentile(itl_ms, 95);
+        run.path = path_name(path);
+        std::vector<RepTimes> reps;
+        if (path == BenchPath::Step) {
+            reps = run_steps(model, o, run, n_vocab);
+        } else {
+            run.batch = 1;
+            reps = run_session(*model, o, run, n_vocab);
+        }
+        summarize(run, reps, o.n_prompt, o.n_gen, run.batch);
         info = model->info();
         run.device_bytes = info.device_bytes_used;
         run.host_bytes = info.host_bytes_used;
@@ -139,11 +349,20 @@ std::pair<uint32_t, uint32_t> fit_context(uint32_t n_prompt, uint32_t n_gen, uin
     return {static_cast<uint32_t>(p), static_cast<uint32_t>(n)};
 }
 
-std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab) {
+const char* path_name(BenchPath p) { return p == BenchPath::Session ? "session" : "step"; }
+
+BenchPath parse_bench_path(const std::string& s) {
+    if (s == "step") return BenchPath::Step;
+    if (s == "session") return BenchPath::Session;
+    throw Error(Code::InvalidRequest, fmt::format("bench: --path must be step or session, not '{}'", s));
+}
+
+std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab, uint32_t seq) {
     std::vector<int32_t> out(n);
     // A stride coprime with any vocab size we meet walks the whole range
-    // without landing on one id twice in a short prompt.
-    uint64_t x = 1000 % n_vocab;
+    // without landing on one id twice in a short prompt; each sequence
+    // starts the walk elsewhere (104729, a prime, keeps the starts apart).
+    uint64_t x = (1000 + uint64_t(seq) * 104729) % n_vocab;
     for (uint32_t i = 0; i < n; ++i) {
         out[i] = static_cast<int32_t>(x);
         x = (x + 7919) % n_vocab;
@@ -154,6 +373,16 @@ std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab) {
 BenchReport run_bench(const BenchOptions& o) {
     if (o.n_prompt == 0 || o.n_gen == 0 || o.reps == 0)
         throw Error(Code::InvalidRequest, "bench: -p, -n and -r must be at least 1");
+    if (o.batch < 1 || o.batch > 4096) throw Error(Code::InvalidRequest, "bench: --batch must be between 1 and 4096");
+    // serve's range for its --batch-tokens
+    if (o.batch_tokens < 16 || o.batch_tokens > 65536)
+        throw Error(Code::InvalidRequest, "bench: --batch-tokens must be between 16 and 65536");
+    // A decode step holds one token of every sequence.
+    if (o.batch > o.batch_tokens)
+        throw Error(Code::InvalidRequest, fmt::format("bench: --batch {} exceeds --batch-tokens {}: a decode step holds "
+                                                      "a token of every sequence", o.batch, o.batch_tokens));
+    if (o.path == BenchPath::Session && o.batch != 1)
+        throw Error(Code::InvalidRequest, "bench: the session path runs one sequence: --batch must be 1");
     BenchReport rep;
     rep.options = o;
     std::shared_ptr<model::ModelFile> mf = model::ModelFile::open(o.model);
@@ -219,16 +448,24 @@ nlohmann::json to_json(const BenchReport& r) {
         nlohmann::json j = {
             {"plugin", x.plugin}, {"plugin_version", x.plugin_version}, {"engine", x.engine},
             {"device_kind", x.device_kind}, {"device_name", x.device_name}, {"ok", x.error.empty()},
+            {"path", x.path},
         };
+        if (!x.path_note.empty()) j["path_note"] = x.path_note;
         if (!x.error.empty()) {
             j["error"] = x.error;
         } else {
+            j["batch"] = x.batch;
+            if (x.path == "step") {
+                j["step_tokens"] = x.step_tokens;
+                j["chained"] = x.chained;
+            }
             j["load_ms"] = x.load_ms;
             // The model file's bytes over the plugin's load call (page cache
             // unless the file was cold): the "load >= 5 GB/s" goal.
             j["load_gb_per_s"] = x.load_ms > 0 ? double(r.model_bytes) / (x.load_ms * 1e6) : 0.0;
             j["prefill_tokens_per_s"] = x.prefill_tok_s;
             j["decode_tokens_per_s"] = x.decode_tok_s;
+            j["decode_tokens_per_s_per_seq"] = x.decode_tok_s_per_seq;
             j["ttft_ms"] = x.ttft_ms;
             j["itl_p50_ms"] = x.itl_p50_ms;
             j["itl_p95_ms"] = x.itl_p95_ms;
@@ -236,6 +473,7 @@ nlohmann::json to_json(const BenchReport& r) {
             j["host_bytes"] = x.host_bytes;
             j["prefill_ms"] = x.prefill_ms;
             j["decode_ms"] = x.decode_ms;
+            j["tokens"] = x.tokens;
         }
         runs.push_back(std::move(j));
     }
@@ -244,6 +482,7 @@ nlohmann::json to_json(const BenchReport& r) {
     return {
         {"model", r.model}, {"architecture", r.architecture}, {"quant", r.quant},
         {"model_bytes", r.model_bytes}, {"n_vocab", r.n_vocab},
+        {"path", path_name(r.options.path)}, {"batch", r.options.batch}, {"batch_tokens", r.options.batch_tokens},
         {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"reps", r.options.reps},
         {"n_prompt_requested", r.options.n_prompt}, {"n_gen_requested", r.options.n_gen},
         {"context_length", r.context_length},
@@ -254,22 +493,35 @@ nlohmann::json to_json(const BenchReport& r) {
 
 std::string to_table(const BenchReport& r) {
     std::string out = fmt::format("model: {} ({}, {}, {})\n", r.model, r.architecture, r.quant, human_bytes(r.model_bytes));
+    if (r.options.path == BenchPath::Step)
+        out += fmt::format("path: step (the server's batched step), batch {}, batch-tokens {}\n", r.options.batch,
+                           r.options.batch_tokens);
+    else
+        out += "path: session (the plugin's one-sequence session calls)\n";
     if (r.n_prompt != r.options.n_prompt || r.n_gen != r.options.n_gen)
         out += fmt::format("note: requested -p {} -n {} exceeds the model's context of {} positions; ran -p {} -n {}\n",
                            r.options.n_prompt, r.options.n_gen, r.context_length, r.n_prompt, r.n_gen);
-    out += fmt::format("| {:<16} | {:<28} | {:>12} | {:>12} | {:>9} | {:>8} | {:>8} | {:>11} |\n", "plugin", "device",
-                       fmt::format("pp{} t/s", r.n_prompt), fmt::format("tg{} t/s", r.n_gen),
-                       "TTFT ms", "ITL p50", "ITL p95", "device mem");
-    out += fmt::format("|{:-<18}|{:-<30}|{:->14}|{:->14}|{:->11}|{:->10}|{:->10}|{:->13}|\n", "", "", "", "", "", "", "", "");
+    // With several sequences the pp/tg columns add every sequence's tokens;
+    // tg/seq is what one of them sees.
+    const bool many = r.options.batch > 1;
+    out += fmt::format("| {:<16} | {:<7} | {:<28} | {:>12} | {:>12} |{} {:>9} | {:>8} | {:>8} | {:>11} |\n", "plugin",
+                       "path", "device", fmt::format("pp{} t/s", r.n_prompt), fmt::format("tg{} t/s", r.n_gen),
+                       many ? fmt::format(" {:>10} |", "tg/seq t/s") : "", "TTFT ms", "ITL p50", "ITL p95",
+                       "device mem");
+    out += fmt::format("|{:-<18}|{:-<9}|{:-<30}|{:->14}|{:->14}|{}{:->11}|{:->10}|{:->10}|{:->13}|\n", "", "", "", "",
+                       "", many ? fmt::format("{:->12}|", "") : "", "", "", "", "");
     for (const auto& x : r.runs) {
         if (!x.error.empty()) {
-            out += fmt::format("| {:<16} | {:<28} | failed: {}\n", x.plugin, x.device_name, x.error);
+            out += fmt::format("| {:<16} | {:<7} | {:<28} | failed: {}\n", x.plugin, x.path, x.device_name, x.error);
             continue;
         }
-        out += fmt::format("| {:<16} | {:<28} | {:>12.1f} | {:>12.1f} | {:>9.1f} | {:>8.2f} | {:>8.2f} | {:>11} |\n",
-                           x.plugin, x.device_name.substr(0, 28), x.prefill_tok_s, x.decode_tok_s, x.ttft_ms,
-                           x.itl_p50_ms, x.itl_p95_ms, human_bytes(x.device_bytes));
+        out += fmt::format("| {:<16} | {:<7} | {:<28} | {:>12.1f} | {:>12.1f} |{} {:>9.1f} | {:>8.2f} | {:>8.2f} | {:>11} |\n",
+                           x.plugin, x.path, x.device_name.substr(0, 28), x.prefill_tok_s, x.decode_tok_s,
+                           many ? fmt::format(" {:>10.1f} |", x.decode_tok_s_per_seq) : "", x.ttft_ms, x.itl_p50_ms,
+                           x.itl_p95_ms, human_bytes(x.device_bytes));
     }
+    for (const auto& x : r.runs)
+        if (!x.path_note.empty()) out += fmt::format("note {}: {}\n", x.plugin, x.path_note);
     for (const auto& [n, w] : r.skipped) out += fmt::format("skipped {}: {}\n", n, w);
     out += fmt::format("(medians of {} repetitions after one warm-up)\n", r.options.reps);
     return out;

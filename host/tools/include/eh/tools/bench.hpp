@@ -1,13 +1,26 @@
 // `engine-host bench`: llama-bench style numbers for one model through every
 // plugin that serves it (or one named plugin). Times are taken with
-// std::chrono around the ABI calls; plugins synchronize their device before
-// returning a token id, so a returned call is finished work.
+// std::chrono around the plugin calls; plugins synchronize their device
+// before returning a token id, so a returned call is finished work.
 //
-// Per repetition: reset the session, prefill a p-token prompt, sample the
-// first token (time to first token = prefill + sample), then decode n
-// tokens one at a time. One warm-up repetition runs first and is not
-// counted. Reported numbers are medians over r repetitions; inter-token
-// latency percentiles pool every decode step of every repetition.
+// Two paths. "step" (the default) runs the path the server serves: the
+// plugin's batched step through eh::service::SeqEngine, as the scheduler
+// forms it. Per repetition it creates `batch` sequences, each with its own
+// p-token prompt, prefills them in steps of at most `batch_tokens` tokens
+// (several sequences' chunks share a step; a sequence's last chunk samples
+// its first token), then decodes n tokens for all of them together, one step
+// a token, each step begun before the previous one is read where the plugin
+// runs steps in two halves (ABI 1.3), and releases the sequences. Decodes are
+// not mixed into prefill steps (the scheduler would mix them once a sequence
+// has its first token) so that the two rates stay separate; loadgen through
+// the server measures the mix. "session" runs the plugin's one-sequence
+// session calls: reset, prefill, sample the first token, decode n tokens one
+// call each; a plugin without the batched calls (ABI < 1.2) runs only this,
+// and the step path falls back to it for such a plugin and says so.
+//
+// One warm-up repetition runs first and is not counted. Reported numbers are
+// medians over r repetitions; time to first token pools every sequence of
+// every repetition, inter-token latency every decode step of every one.
 #pragma once
 
 #include <cstdint>
@@ -20,6 +33,11 @@
 
 namespace eh::tools {
 
+enum class BenchPath { Step, Session };
+const char* path_name(BenchPath p);          // "step", "session"
+// "step" or "session"; anything else throws Error(InvalidRequest).
+BenchPath parse_bench_path(const std::string& s);
+
 struct BenchOptions {
     std::string plugins_dir;
     std::vector<std::string> plugin_dirs;  // searched instead of plugins_dir when not empty
@@ -30,6 +48,10 @@ struct BenchOptions {
     uint32_t reps = 5;
     int32_t device = 0;
     uint32_t threads = 0;        // CPU plugins; 0 = plugin default
+    BenchPath path = BenchPath::Step;
+    uint32_t batch = 1;          // sequences prefilled and decoded together (step path; 1-4096)
+    uint32_t batch_tokens = 2048;  // tokens a step may hold, as serve's --batch-tokens (16-65536)
+    uint64_t kv_budget_bytes = 0;  // step path's KV pool; 0 = the plugin's default share of memory
     std::function<void(const std::string&)> log;
     // May be empty. Polled before each repetition and decode step, and by the
     // plugin through its cancel callbacks while it loads, prefills or decodes;
@@ -39,12 +61,22 @@ struct BenchOptions {
 
 struct BenchRun {
     std::string plugin, plugin_version, engine, device_kind, device_name;
+    std::string path;            // what ran: "step" or "session"
+    std::string path_note;       // why it is not the path asked for; empty when it is
+    uint32_t batch = 1;          // sequences run together
+    uint32_t step_tokens = 0;    // step path: tokens a step holds, as the plugin granted
+    bool chained = false;        // step path: decode steps begun before the previous one is read
     double load_ms = 0;
-    double prefill_tok_s = 0, decode_tok_s = 0;  // medians
+    // Medians. Prefill and decode count every sequence's tokens (aggregate);
+    // decode_tok_s_per_seq is one sequence's rate (decode_tok_s / batch).
+    double prefill_tok_s = 0, decode_tok_s = 0, decode_tok_s_per_seq = 0;
     double ttft_ms = 0;                          // median
     double itl_p50_ms = 0, itl_p95_ms = 0;
     uint64_t device_bytes = 0, host_bytes = 0;   // model info after the runs
     std::vector<double> prefill_ms, decode_ms;   // per repetition
+    // Sequence 0's tokens in the last repetition: the first token, then the
+    // n decoded. Sampling is greedy, so both paths must agree on them.
+    std::vector<int32_t> tokens;
     std::string error;                           // non-empty: this plugin failed
 };
 
@@ -60,8 +92,10 @@ struct BenchReport {
     std::vector<std::pair<std::string, std::string>> skipped;  // plugin, why
 };
 
-// Throws eh::Error for an unreadable plugin dir or model, and CANCELLED
-// when options.stop says so; a plugin that fails mid-run is recorded in
+// Throws eh::Error for an unreadable plugin dir or model, INVALID_REQUEST for
+// options out of range (-p/-n/-r/batch 0, batch_tokens outside 16-65536, a
+// batch larger than batch_tokens or than 1 on the session path), and
+// CANCELLED when options.stop says so; a plugin that fails mid-run is recorded in
 // BenchRun::error and the others still run.
 BenchReport run_bench(const BenchOptions& options);
 
@@ -74,8 +108,11 @@ std::string to_table(const BenchReport& r);
 // (128 positions) asked for pp512/tg128 runs pp101/tg26.
 std::pair<uint32_t, uint32_t> fit_context(uint32_t n_prompt, uint32_t n_gen, uint32_t context_length);
 
-// The deterministic prompt: n token ids spread over [0, n_vocab).
-std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab);
+// The deterministic prompt of sequence `seq`: n token ids spread over
+// [0, n_vocab). Sequences get different prompts (a mixture-of-experts model
+// given N copies of one prompt would route every sequence to the same
+// experts); sequence 0's is the session path's.
+std::vector<int32_t> bench_prompt(uint32_t n, uint32_t n_vocab, uint32_t seq = 0);
 // p-th percentile (0..100) by linear interpolation; 0 for an empty input.
 double percentile(std::vector<double> v, double p);
 
