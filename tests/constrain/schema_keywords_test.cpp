@@ -52,7 +52,7 @@ TEST(SchemaKeywords, AnnotationsAndUnknownKeywordsAreIgnored) {
 }
 
 TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
-    EXPECT_EQ(refused_keyword(R"({"type":"integer","multipleOf":3})"), "multipleOf");
+    EXPECT_EQ(refused_keyword(R"({"type":"number","multipleOf":0.5})"), "multipleOf");
     EXPECT_EQ(refused_keyword(R"({"not":{"type":"string"}})"), "not");
     EXPECT_EQ(refused_keyword(R"({"if":{"type":"string"},"else":{"type":"null"}})"), "if");
     EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
@@ -253,6 +253,24 @@ TEST(SchemaKeywords, NumberBounds) {
     EXPECT_TRUE(matches(r, "2"));
     EXPECT_FALSE(matches(r, "2.6"));
     EXPECT_EQ(refused_keyword(R"({"type":"integer","minimum":1.2,"maximum":1.8})"), "minimum");
+}
+
+TEST(SchemaKeywords, MultipleOf) {
+    auto seven = json_schema_grammar(R"({"type":"integer","multipleOf":7})");
+    for (int v = -300; v <= 300; ++v) EXPECT_EQ(matches(seven, std::to_string(v)), v % 7 == 0) << v;
+    EXPECT_TRUE(matches(seven, "7000000000000007"));  // 16 digits
+    stops_at(seven, "1", 1);
+    auto cents = json_schema_grammar(R"({"type":"number","multipleOf":0.01,"minimum":0,"maximum":100})");
+    for (const char* ok : {"0", "1.25", "99.99", "100", "100.00", "0.05"}) EXPECT_TRUE(matches(cents, ok)) << ok;
+    stops_at(cents, "1.255", 4);
+    stops_at(cents, "100.01", 5);
+    auto tenths = json_schema_grammar(R"({"type":"number","multipleOf":0.1})");
+    EXPECT_TRUE(matches(tenths, "-3.5"));
+    stops_at(tenths, "3.55", 3);
+    // multipleOf 1 on a number: integers.
+    stops_at(json_schema_grammar(R"({"type":"number","multipleOf":1})"), "2.5", 1);
+    EXPECT_EQ(refused_keyword(R"({"type":"integer","multipleOf":3,"minimum":0})"), "multipleOf");
+    EXPECT_EQ(refused_keyword(R"({"type":"integer","multipleOf":1000})"), "multipleOf");
 }
 
 TEST(SchemaKeywords, Patterns) {

@@ -66,12 +66,12 @@ const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "$ref", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties",
-    "maxProperties", "patternProperties"};
+    "maxProperties", "patternProperties", "multipleOf"};
 // Keywords that constrain the instance and are not enforced: refused by
 // name wherever they would constrain (an empty object or array of them
 // constrains nothing and is ignored).
 const std::set<std::string, std::less<>> kRefused = {
-    "not", "multipleOf", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "contains",
+    "not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "contains",
     "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$recursiveRef"};
 // Keywords that make a schema's type object, array, string or number when
@@ -82,7 +82,7 @@ const std::set<std::string, std::less<>> kArrayWords = {"items", "prefixItems", 
                                                         "maxItems", "uniqueItems"};
 const std::set<std::string, std::less<>> kStringWords = {"minLength", "maxLength", "pattern", "format"};
 const std::set<std::string, std::less<>> kNumberWords = {"minimum", "maximum", "exclusiveMinimum",
-                                                         "exclusiveMaximum"};
+                                                         "exclusiveMaximum", "multipleOf"};
 
 // `format` values enforced, as ECMA-262 patterns compiled like `pattern`.
 // Practical subsets where the RFC is larger (docs/http-api.md says which):
@@ -119,6 +119,8 @@ std::string format_pattern(std::string_view f) {
 
 // The largest integer part JSON numbers may have here (j-int: 16 digits).
 constexpr uint64_t kMaxIntPart = 9999999999999999ull;
+// The largest integer multipleOf (its digit automaton has 16 rules per remainder).
+constexpr uint64_t kMaxMultipleOf = 200;
 // Schemas expanded while merging $ref/allOf (each a copy of a subtree), in
 // JSON nodes copied: a diamond of allOfs must not grow exponentially.
 constexpr size_t kMaxMergeNodes = 200000;
@@ -825,10 +827,18 @@ private:
     // A magnitude m (the number without its sign), written I(.F)? with no
     // exponent: a < m (a_ex) or a <= m, and m < b (b_ex) or m <= b, b
     // absent for none; a, b integers. "" when none is allowed.
-    static std::string magnitude(uint64_t a, bool a_ex, std::optional<uint64_t> b, bool b_ex, bool integer) {
-        const std::string any_frac = integer ? "" : " ( \".\" [0-9]{1,16} )?";
-        const std::string zero_frac = integer ? "" : " ( \".\" \"0\"{1,16} )?";
-        const std::string nonzero_frac = " \".\" \"0\"{0,15} [1-9] [0-9]{0,15}";
+    // frac: the most fraction digits (16; fewer under multipleOf 10^-k).
+    static std::string magnitude(uint64_t a, bool a_ex, std::optional<uint64_t> b, bool b_ex, bool integer,
+                                 uint32_t frac = 16) {
+        if (frac == 0) integer = true;
+        const std::string any_frac = integer ? "" : fmt::format(" ( \".\" [0-9]{{1,{}}} )?", frac);
+        const std::string zero_frac = integer ? "" : fmt::format(" ( \".\" \"0\"{{1,{}}} )?", frac);
+        // A fraction that is not zero, at most `frac` digits: z zeros, a
+        // non-zero digit, then up to frac - z - 1 digits.
+        std::string nonzero_frac;
+        for (uint32_t z = 0; z < frac; ++z)
+            nonzero_frac += fmt::format("{}\"0\"{{{}}} [1-9] [0-9]{{0,{}}}", z ? " | " : "", z, frac - z - 1);
+        nonzero_frac = " \".\" ( " + nonzero_frac + " )";
         const uint64_t top = b ? std::min(*b, kMaxIntPart) : kMaxIntPart;
         const bool top_ex = b && *b <= kMaxIntPart ? b_ex : false;
         std::vector<std::string> alts;
@@ -846,6 +856,44 @@ private:
         std::string out;
         for (const auto& x : alts) out += (out.empty() ? "" : " | ") + x;
         return alts.empty() ? "" : "( " + out + " )";
+    }
+
+    // Integers divisible by m, at most 16 digits: rules d(r, n) for the
+    // remainder r so far and n digits still allowed; only rules from which
+    // the remainder can still reach 0 are written (a rule that cannot end
+    // would be refused by the grammar).
+    std::string multiples(uint64_t m) {
+        auto& cached = multiple_rules_[m];
+        if (!cached.empty()) return cached;
+        const std::string base = fresh();
+        constexpr uint32_t kDigits = 16;
+        std::vector<std::vector<bool>> ok(kDigits, std::vector<bool>(m, false));  // ok[n][r]
+        for (uint32_t n = 0; n < kDigits; ++n)
+            for (uint64_t r = 0; r < m; ++r) {
+                ok[n][r] = r == 0;
+                for (uint64_t d = 0; d < 10 && n && !ok[n][r]; ++d) ok[n][r] = ok[n - 1][(10 * r + d) % m];
+            }
+        auto name = [&](uint64_t r, uint32_t n) { return fmt::format("{}-{}-{}", base, r, n); };
+        // The digits leading from r to each next remainder, as a class.
+        auto steps = [&](uint64_t r, uint32_t n, bool first) {
+            std::map<uint64_t, std::string> by_next;
+            for (uint64_t d = first ? 1 : 0; d < 10; ++d) {
+                const uint64_t t = (10 * r + d) % m;
+                if (ok[n - 1][t]) by_next[t] += char('0' + d);
+            }
+            std::string alts;
+            for (const auto& [t, ds] : by_next) alts += fmt::format("{}[{}] {}", alts.empty() ? "" : " | ", ds, name(t, n - 1));
+            return alts;
+        };
+        for (uint32_t n = 0; n < kDigits; ++n)
+            for (uint64_t r = 0; r < m; ++r) {
+                if (!ok[n][r]) continue;
+                std::string body = n ? steps(r, n, false) : "";
+                if (r == 0) body = body.empty() ? "" : "( " + body + " )?";
+                out_ += name(r, n) + " ::= " + body + "\n";
+            }
+        cached = rule(fmt::format("\"-\"? ( \"0\" | {} )", steps(0, kDigits, true)));
+        return cached;
     }
 
     // number/integer with bounds: exact digit automata for integer bounds.
@@ -872,7 +920,40 @@ private:
         read("exclusiveMinimum", lo, lo_ex, true, false);
         read("maximum", hi, hi_ex, false, true);
         read("exclusiveMaximum", hi, hi_ex, true, true);
-        if (!lo && !hi) return integer ? "j-integer" : "j-number";
+        // multipleOf: 10^-k (0.01 ...) is at most k fraction digits; a
+        // positive integer m, integers divisible by m (digit automaton,
+        // m <= kMaxMultipleOf, no bounds beside it). Others: a 400.
+        uint32_t frac = 16;
+        uint64_t modulus = 0;
+        if (auto mo = s.find("multipleOf"); mo != s.end()) {
+            if (!mo->is_number() || mo->get<double>() <= 0)
+                throw GrammarError("multipleOf", fmt::format("'multipleOf' at {} must be a positive number", at(path)));
+            const double x = mo->get<double>();
+            bool decimal = false;
+            for (uint32_t k = 0; k <= 16 && !decimal; ++k) {
+                const double p = std::pow(10.0, -double(k));
+                if (std::fabs(x - p) <= p * 1e-9) decimal = true, frac = k;
+            }
+            if (decimal) {
+                if (frac == 0) integer = true;
+            } else if (std::floor(x) == x && x <= double(kMaxMultipleOf)) {
+                modulus = uint64_t(x);
+                integer = true;  // narrowing for number: only integers are written
+            } else {
+                throw GrammarError("multipleOf", fmt::format("'multipleOf' {} at {} is not supported (10^-k, or an "
+                                                             "integer up to {})", x, at(path), kMaxMultipleOf));
+            }
+        }
+        if (modulus > 1) {
+            if (lo || hi)
+                throw GrammarError("multipleOf", fmt::format("'multipleOf' beside bounds at {} is not supported", at(path)));
+            return multiples(modulus);
+        }
+        if (!lo && !hi) {
+            if (integer) return "j-integer";
+            if (frac == 16) return "j-number";
+            return rule(fmt::format("\"-\"? j-int ( \".\" [0-9]{{1,{}}} )?", frac));
+        }
         // Integer bounds: inward rounding; a non-integer bound is never reached.
         constexpr double kBig = 1e17;
         std::optional<int64_t> ilo, ihi;
@@ -898,14 +979,14 @@ private:
         if (!ihi || *ihi > 0 || (*ihi == 0 && !hi_ex)) {
             const bool from_lo = ilo && *ilo >= 0;
             const std::string m = magnitude(from_lo ? uint64_t(*ilo) : 0, from_lo && lo_ex,
-                                            ihi ? std::optional<uint64_t>(uint64_t(*ihi)) : std::nullopt, hi_ex, integer);
+                                            ihi ? std::optional<uint64_t>(uint64_t(*ihi)) : std::nullopt, hi_ex, integer, frac);
             if (!m.empty()) alts.push_back(m);
         }
         // x < 0: "-" and a magnitude above max(-hi, 0) up to -lo.
         if (!ilo || *ilo < 0) {
             const bool from_hi = ihi && *ihi < 0;
             const std::string m = magnitude(from_hi ? uint64_t(-*ihi) : 0, from_hi ? hi_ex : true,
-                                            ilo ? std::optional<uint64_t>(uint64_t(-*ilo)) : std::nullopt, lo_ex, integer);
+                                            ilo ? std::optional<uint64_t>(uint64_t(-*ilo)) : std::nullopt, lo_ex, integer, frac);
             if (!m.empty()) alts.push_back("\"-\" " + m);
         }
         if (alts.empty())
@@ -1156,6 +1237,7 @@ private:
     std::deque<Json> store_;               // merged schemas (stable addresses)
     size_t merge_nodes_ = 0;
     std::map<std::string, std::string> format_rules_, block_rules_;
+    std::map<uint64_t, std::string> multiple_rules_;
     std::map<std::pair<uint64_t, uint64_t>, std::string> length_rules_;
     std::vector<Target> targets_;
     // The target whose own alternatives are being compiled, while no text
