@@ -24,7 +24,7 @@ TEST(Bench, JsonSchemaOnCpuReference) {
     auto rep = run_bench(o);
     auto j = to_json(rep);
     for (const char* k : {"model", "architecture", "quant", "model_bytes", "n_vocab", "n_prompt", "n_gen", "reps", "n_prompt_requested", "n_gen_requested", "context_length", "capped",
-                          "results", "skipped"})
+                          "path", "batch", "batch_tokens", "results", "skipped"})
         EXPECT_TRUE(j.contains(k)) << k;
     EXPECT_EQ(j["quant"], "Q8_0");
     EXPECT_EQ(j["n_prompt"], 16);
@@ -34,7 +34,7 @@ TEST(Bench, JsonSchemaOnCpuReference) {
     ASSERT_FALSE(j["results"].empty());
     bool saw_cpu = false;
     for (const auto& r : j["results"]) {
-        for (const char* k : {"plugin", "plugin_version", "engine", "device_kind", "device_name", "ok"})
+        for (const char* k : {"plugin", "plugin_version", "engine", "device_kind", "device_name", "ok", "path"})
             EXPECT_TRUE(r.contains(k)) << k;
         if (r["plugin"] != "cpu-reference") continue;
         saw_cpu = true;
@@ -150,4 +150,213 @@ TEST(Bench, DefaultsAreCappedToSmallContext) {
     const std::string table = to_table(rep);
     EXPECT_NE(table.find("requested -p 512 -n 128"), std::string::npos) << table;
     EXPECT_NE(table.find(fmt::format("pp{} t/s", rep.n_prompt)), std::string::npos) << table;
+}
+
+// ---- the step path (issue 46 item 2) ----
+// tinytales (llama, 512 positions, in the repository) on the CPU reference;
+// no timing is asserted, only what ran and the tokens it produced.
+
+namespace {
+
+BenchOptions tinytales(uint32_t p, uint32_t n) {
+    BenchOptions o;
+    o.plugins_dir = EH_PLUGIN_DIR;
+    o.plugin = "cpu-reference";
+    o.model = std::string(EH_SOURCE_DIR) + "/models/tinytales.gguf";
+    o.n_prompt = p;
+    o.n_gen = n;
+    o.reps = 1;
+    o.threads = 2;
+    return o;
+}
+
+// The one result of `o` (one plugin), which must have succeeded.
+BenchRun run_one(const BenchOptions& o) {
+    BenchReport r = run_bench(o);
+    EXPECT_EQ(r.runs.size(), 1u);
+    if (r.runs.empty()) return {};
+    EXPECT_EQ(r.runs[0].error, "");
+    return r.runs[0];
+}
+
+void expect_usage_error(const BenchOptions& o, const char* what) {
+    try {
+        run_bench(o);
+        ADD_FAILURE() << what << ": expected INVALID_REQUEST";
+    } catch (const eh::Error& e) {
+        EXPECT_EQ(e.code(), eh::Code::InvalidRequest) << what << ": " << e.what();
+    }
+}
+
+}  // namespace
+
+TEST(BenchStep, DefaultIsTheStepPathAndTheReportNamesIt) {
+    BenchOptions o = tinytales(16, 4);
+    BenchReport rep = run_bench(o);
+    const auto j = to_json(rep);
+    EXPECT_EQ(j["path"], "step");
+    EXPECT_EQ(j["batch"], 1);
+    EXPECT_EQ(j["batch_tokens"], 2048);
+    ASSERT_EQ(j["results"].size(), 1u);
+    const auto& r = j["results"][0];
+    ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["path"], "step");
+    EXPECT_FALSE(r.contains("path_note"));
+    EXPECT_EQ(r["batch"], 1);
+    EXPECT_EQ(r["step_tokens"], 2048);
+    EXPECT_TRUE(r["chained"].get<bool>());  // the CPU reference runs steps in two halves (ABI 1.3)
+    EXPECT_EQ(r["prefill_steps"], 1);
+    EXPECT_EQ(r["prefill_tokens"], 16);
+    EXPECT_EQ(r["decode_tokens"], 4);
+    EXPECT_EQ(r["tokens"].size(), 5u);  // the first token, then 4 decoded
+    for (const char* k : {"prefill_tokens_per_s", "decode_tokens_per_s", "decode_tokens_per_s_per_seq", "ttft_ms",
+                          "itl_p50_ms", "itl_p95_ms"})
+        EXPECT_TRUE(r[k].is_number()) << k;
+    const std::string table = to_table(rep);
+    EXPECT_NE(table.find("path: step"), std::string::npos) << table;
+    EXPECT_NE(table.find("| step "), std::string::npos) << table;
+}
+
+// Four sequences decode together: every count says four, and the aggregate
+// rate is four sequences' tokens over the same time as one sequence's rate.
+TEST(BenchStep, BatchOfFourDecodesTogether) {
+    BenchOptions o = tinytales(16, 4);
+    o.batch = 4;
+    BenchReport rep = run_bench(o);
+    const auto j = to_json(rep);
+    EXPECT_EQ(j["batch"], 4);
+    const auto& r = j["results"][0];
+    ASSERT_TRUE(r["ok"].get<bool>()) << r.dump();
+    EXPECT_EQ(r["batch"], 4);
+    EXPECT_EQ(r["decode_tokens"], 4 * 4);
+    EXPECT_EQ(r["prefill_tokens"], 4 * 16);
+    EXPECT_EQ(r["prefill_steps"], 1);  // 64 prompt tokens share one step of 2048
+    EXPECT_NEAR(r["decode_tokens_per_s"].get<double>(), 4 * r["decode_tokens_per_s_per_seq"].get<double>(),
+                1e-6 * r["decode_tokens_per_s"].get<double>());
+    EXPECT_NE(to_table(rep).find("tg/seq t/s"), std::string::npos);
+}
+
+// A prompt longer than a step is prefilled in chunks of --batch-tokens, and
+// several sequences' chunks share a step; the tokens do not depend on either.
+TEST(BenchStep, PrefillRunsInChunksOfBatchTokens) {
+    BenchOptions o = tinytales(300, 4);
+    o.batch_tokens = 128;
+    const BenchRun chunked = run_one(o);
+    EXPECT_EQ(chunked.path, "step");
+    EXPECT_EQ(chunked.step_tokens, 128u);
+    EXPECT_EQ(chunked.prefill_steps, 3u);  // 128 + 128 + 44
+    o.batch_tokens = 2048;
+    const BenchRun whole = run_one(o);
+    EXPECT_EQ(whole.prefill_steps, 1u);
+    ASSERT_EQ(chunked.tokens.size(), 5u);
+    EXPECT_EQ(chunked.tokens, whole.tokens);
+
+    // Three 40-token prompts in steps of 16: 120 tokens, 8 steps, a step
+    // holding the end of one prompt and the start of the next.
+    BenchOptions m = tinytales(40, 4);
+    m.batch = 3;
+    m.batch_tokens = 16;
+    const BenchRun shared = run_one(m);
+    EXPECT_EQ(shared.batch, 3u);
+    EXPECT_EQ(shared.prefill_steps, 8u);
+    m.batch = 1;
+    m.batch_tokens = 2048;
+    EXPECT_EQ(shared.tokens, run_one(m).tokens) << "sequence 0 decoded beside two others, after a shared prefill";
+}
+
+// Greedy sampling on both paths: the step path (chained or not, one sequence
+// or several) produces the session path's tokens for the same prompt.
+TEST(BenchStep, StepAndSessionPathsAgreeOnTheGreedyTokens) {
+    BenchOptions o = tinytales(24, 8);
+    o.path = BenchPath::Session;
+    BenchReport srep = run_bench(o);
+    ASSERT_EQ(srep.runs.size(), 1u);
+    const BenchRun& session = srep.runs[0];
+    ASSERT_EQ(session.error, "");
+    EXPECT_EQ(session.path, "session");
+    EXPECT_EQ(session.batch, 1u);
+    ASSERT_EQ(session.tokens.size(), 9u);
+    const auto sj = to_json(srep);
+    EXPECT_EQ(sj["path"], "session");
+    EXPECT_EQ(sj["results"][0]["path"], "session");
+    EXPECT_FALSE(sj["results"][0].contains("chained"));
+    EXPECT_NE(to_table(srep).find("path: session"), std::string::npos);
+
+    o.path = BenchPath::Step;
+    const BenchRun chained = run_one(o);
+    EXPECT_TRUE(chained.chained);
+    EXPECT_EQ(chained.tokens, session.tokens);
+
+    o.chained_steps = false;
+    const BenchRun plain = run_one(o);
+    EXPECT_FALSE(plain.chained);
+    EXPECT_EQ(plain.tokens, session.tokens);
+
+    o.chained_steps = true;
+    o.batch = 2;
+    const BenchRun two = run_one(o);
+    EXPECT_EQ(two.batch, 2u);
+    EXPECT_EQ(two.tokens, session.tokens);
+}
+
+// A plugin without the batched calls (the test engine implements only the
+// session calls) runs the session path under --path step, and says so.
+TEST(BenchStep, APluginWithoutTheStepFallsBackToTheSessionPathAndSaysSo) {
+    BenchOptions o = tinytales(16, 4);
+    o.plugins_dir = std::string(EH_TEST_PLUGIN_DIR) + "/good";
+    o.plugin = "";
+    o.batch = 2;
+    BenchReport rep = run_bench(o);
+    ASSERT_EQ(rep.runs.size(), 1u);
+    const BenchRun& r = rep.runs[0];
+    ASSERT_EQ(r.error, "");
+    EXPECT_EQ(r.path, "session");
+    EXPECT_EQ(r.batch, 1u);
+    EXPECT_NE(r.path_note.find("no batched step"), std::string::npos) << r.path_note;
+    const auto j = to_json(rep);
+    EXPECT_EQ(j["path"], "step");  // as asked
+    EXPECT_EQ(j["results"][0]["path"], "session");
+    EXPECT_EQ(j["results"][0]["decode_tokens"], 4);
+    EXPECT_TRUE(j["results"][0].contains("path_note"));
+    EXPECT_NE(to_table(rep).find("no batched step"), std::string::npos);
+}
+
+// Checked before the model is opened: the CLI maps INVALID_REQUEST to its
+// usage exit status (2).
+TEST(BenchStep, BadValuesAreUsageErrors) {
+    BenchOptions o = tinytales(16, 4);
+    o.model = "/no/such/model.gguf";
+    auto with = [&](auto change) {
+        BenchOptions x = o;
+        change(x);
+        return x;
+    };
+    expect_usage_error(with([](BenchOptions& x) { x.batch = 0; }), "--batch 0");
+    expect_usage_error(with([](BenchOptions& x) { x.batch = 4097; }), "--batch 4097");
+    expect_usage_error(with([](BenchOptions& x) { x.batch_tokens = 0; }), "--batch-tokens 0");
+    expect_usage_error(with([](BenchOptions& x) { x.batch_tokens = 15; }), "--batch-tokens 15");
+    expect_usage_error(with([](BenchOptions& x) { x.batch_tokens = 65537; }), "--batch-tokens 65537");
+    expect_usage_error(with([](BenchOptions& x) {
+                           x.batch = 32;
+                           x.batch_tokens = 16;
+                       }),
+                       "--batch above --batch-tokens");
+    expect_usage_error(with([](BenchOptions& x) {
+                           x.path = BenchPath::Session;
+                           x.batch = 2;
+                       }),
+                       "--path session --batch 2");
+    EXPECT_EQ(parse_bench_path("step"), BenchPath::Step);
+    EXPECT_EQ(parse_bench_path("session"), BenchPath::Session);
+    EXPECT_THROW(parse_bench_path("batched"), eh::Error);
+}
+
+TEST(BenchStep, SequencesGetTheirOwnPrompts) {
+    EXPECT_EQ(bench_prompt(64, 1468, 0), bench_prompt(64, 1468));
+    EXPECT_NE(bench_prompt(64, 1468, 1), bench_prompt(64, 1468, 0));
+    EXPECT_NE(bench_prompt(64, 1468, 2), bench_prompt(64, 1468, 1));
+    for (int32_t t : bench_prompt(64, 512, 7)) {
+        EXPECT_GE(t, 0);
+        EXPECT_LT(t, 512);
+    }
 }

@@ -50,6 +50,8 @@ int cmd_bench(const std::vector<std::string>& args) {
          "every sequence's tokens, tg/seq is one sequence's rate")
         ("batch-tokens", po::value<uint32_t>()->default_value(2048),
          "tokens per step, as serve's --batch-tokens: prompts are prefilled in chunks that share it (16-65536)")
+        ("no-chained-steps", "step path: read every decode step's tokens before the next step starts, as serve "
+                             "--no-chained-steps (by default the next begins first where the plugin can)")
         ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0),
          "step path's KV-cache pool (default: the plugin's share of device memory); it must hold --batch sequences "
          "of p+n+1 tokens")
@@ -77,6 +79,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     o.batch = vm["batch"].as<uint32_t>();  // ranges are checked by run_bench (INVALID_REQUEST: exit 2)
     o.batch_tokens = vm["batch-tokens"].as<uint32_t>();
     o.kv_budget_bytes = vm["kv-cache-size-mb"].as<uint64_t>() * 1024 * 1024;
+    o.chained_steps = vm.count("no-chained-steps") == 0;
     if (vm.count("verbose")) o.log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
     struct sigaction sa {};
     sa.sa_handler = on_stop_signal;

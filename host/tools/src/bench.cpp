@@ -47,6 +47,7 @@ struct RepTimes {
     double prefill_ms = 0, decode_ms = 0;
     std::vector<double> ttft_ms, itl_ms;   // one per sequence; one per decode step
     std::vector<int32_t> tokens;           // sequence 0's
+    uint32_t prefill_steps = 0;
 };
 
 // Medians and percentiles over the counted repetitions; `batch` sequences of
@@ -70,7 +71,10 @@ void summarize(BenchRun& run, const std::vector<RepTimes>& reps, uint32_t n_prom
     run.ttft_ms = median(ttft);
     run.itl_p50_ms = percentile(itl, 50);
     run.itl_p95_ms = percentile(itl, 95);
-    if (!reps.empty()) run.tokens = reps.back().tokens;
+    if (!reps.empty()) {
+        run.tokens = reps.back().tokens;
+        run.prefill_steps = reps.back().prefill_steps;
+    }
 }
 
 void log_rep(const BenchOptions& o, const BenchRun& run, uint32_t rep, const RepTimes& t) {
@@ -139,7 +143,7 @@ std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchO
                                 "(a smaller --batch, or a larger --kv-cache-size-mb)",
                                 engine->free_blocks(), L.block_tokens, N, seq_tokens, per_seq * N));
     run.step_tokens = L.max_step_tokens;
-    run.chained = engine->can_chain();
+    run.chained = o.chained_steps && engine->can_chain();
     run.batch = N;
 
     std::vector<std::vector<int32_t>> prompts;
@@ -189,6 +193,7 @@ std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchO
             }
             if (items.empty()) break;
             if (!engine->step(items)) throw Error(Code::VramOom, "the KV cache filled up during prefill");
+            ++t.prefill_steps;
             const double now = ms_since(t_start);
             for (size_t k = 0; k < items.size(); ++k) {
                 const uint32_t i = owner[k];
@@ -458,7 +463,11 @@ nlohmann::json to_json(const BenchReport& r) {
             if (x.path == "step") {
                 j["step_tokens"] = x.step_tokens;
                 j["chained"] = x.chained;
+                j["prefill_steps"] = x.prefill_steps;
             }
+            // Tokens a repetition computes, every sequence's: what the rates count.
+            j["prefill_tokens"] = uint64_t(r.n_prompt) * x.batch;
+            j["decode_tokens"] = uint64_t(r.n_gen) * x.batch;
             j["load_ms"] = x.load_ms;
             // The model file's bytes over the plugin's load call (page cache
             // unless the file was cold): the "load >= 5 GB/s" goal.

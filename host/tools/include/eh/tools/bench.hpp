@@ -52,6 +52,10 @@ struct BenchOptions {
     uint32_t batch = 1;          // sequences prefilled and decoded together (step path; 1-4096)
     uint32_t batch_tokens = 2048;  // tokens a step may hold, as serve's --batch-tokens (16-65536)
     uint64_t kv_budget_bytes = 0;  // step path's KV pool; 0 = the plugin's default share of memory
+    // Step path: begin each decode step before the previous one is read where
+    // the plugin can (serve's default); false reads every step first, as
+    // serve --no-chained-steps.
+    bool chained_steps = true;
     std::function<void(const std::string&)> log;
     // May be empty. Polled before each repetition and decode step, and by the
     // plugin through its cancel callbacks while it loads, prefills or decodes;
@@ -66,6 +70,7 @@ struct BenchRun {
     uint32_t batch = 1;          // sequences run together
     uint32_t step_tokens = 0;    // step path: tokens a step holds, as the plugin granted
     bool chained = false;        // step path: decode steps begun before the previous one is read
+    uint32_t prefill_steps = 0;  // step path: steps the prefill of one repetition took
     double load_ms = 0;
     // Medians. Prefill and decode count every sequence's tokens (aggregate);
     // decode_tok_s_per_seq is one sequence's rate (decode_tok_s / batch).
