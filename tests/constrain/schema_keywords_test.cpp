@@ -84,6 +84,23 @@ TEST(SchemaKeywords, RefWithSiblingsIsMerged) {
     stops_at(ptr, R"({"b":1})", 5);
 }
 
+TEST(SchemaKeywords, RefsResolveIdsAndAnchorsInTheDocument) {
+    auto g = json_schema_grammar(R"({"$id":"https://example.com/root.json","type":"object","properties":{
+        "a":{"$ref":"item.json"},"b":{"$ref":"#named"},"c":{"$ref":"https://example.com/root.json#/$defs/n"},
+        "d":{"$ref":"nested/deep.json#/$defs/x"}},
+      "$defs":{"i":{"$id":"item.json","type":"integer"},"s":{"$anchor":"named","type":"string"},"n":{"type":"null"},
+        "d":{"$id":"nested/deep.json","$defs":{"x":{"$ref":"../item.json"}}}}})");
+    EXPECT_TRUE(matches(g, R"({"a":1,"b":"s","c":null,"d":2})"));
+    stops_at(g, R"({"a":"x")", 5);
+    stops_at(g, R"({"b":1)", 5);
+    stops_at(g, R"({"d":"x")", 5);
+    EXPECT_EQ(refused_keyword(R"({"$ref":"https://example.com/other.json"})"), "$ref");
+    EXPECT_EQ(refused_keyword(R"({"$ref":"#missing"})"), "$ref");
+    // Without $schema, a $ref beside an $id that moves the base is ambiguous between drafts.
+    EXPECT_EQ(refused_keyword(R"({"$id":"http://x/a/","allOf":[{"$id":"http://x/","$ref":"f.json"}],
+        "$defs":{"f":{"$id":"f.json","type":"number"}}})"), "$ref");
+}
+
 TEST(SchemaKeywords, AllOfMergesObjectsAndIntersectsTypes) {
     auto g = json_schema_grammar(R"({"allOf":[
         {"type":"object","properties":{"a":{"type":["integer","string"]}},"required":["a"]},

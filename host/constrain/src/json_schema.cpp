@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cctype>
 #include <climits>
 #include <cmath>
 #include <deque>
@@ -181,6 +182,122 @@ std::string pointer_unescape(std::string_view s) {
     return out;
 }
 
+// ---- $id, $anchor and relative $refs ----
+//
+// Before compiling, every $ref (at a schema position) is rewritten to an
+// absolute reference against the base URI its schema resource has ($id;
+// draft 4's `id` when $schema says draft 3/4), and each resource and
+// anchor is indexed; a $ref then names one schema however it was written,
+// and merged copies of schemas keep references that mean the same thing.
+// Nothing is fetched: a reference outside the document is a 400.
+
+bool has_scheme(std::string_view s) {
+    if (s.empty() || !std::isalpha(uint8_t(s[0]))) return false;
+    size_t i = 1;
+    while (i < s.size() && (std::isalnum(uint8_t(s[i])) || s[i] == '+' || s[i] == '-' || s[i] == '.')) ++i;
+    return i < s.size() && s[i] == ':';
+}
+
+// RFC 3986 section 5.2.4, on a path (no query or fragment handling beyond
+// carrying them along).
+std::string remove_dots(const std::string& path) {
+    const size_t cut = path.find_first_of("?#");
+    const std::string p = path.substr(0, cut), tail = cut == std::string::npos ? "" : path.substr(cut);
+    std::vector<std::string> out;
+    size_t i = 0;
+    const bool absolute = !p.empty() && p[0] == '/';
+    if (absolute) i = 1;
+    bool trailing = false;
+    while (i <= p.size()) {
+        const size_t j = std::min(p.find('/', i), p.size());
+        const std::string seg = p.substr(i, j - i);
+        trailing = j == p.size() && (seg == "." || seg == "..");
+        if (seg == "..") {
+            if (!out.empty()) out.pop_back();
+        } else if (seg != ".") {
+            out.push_back(seg);
+        }
+        i = j + 1;
+    }
+    std::string r = absolute ? "/" : "";
+    for (size_t k = 0; k < out.size(); ++k) r += (k ? "/" : "") + out[k];
+    if (trailing && (r.empty() || r.back() != '/')) r += "/";
+    return r + tail;
+}
+
+std::string uri_resolve(const std::string& base_in, const std::string& ref) {
+    if (has_scheme(ref)) return ref;
+    const std::string base = base_in.substr(0, base_in.find('#'));
+    if (ref.empty()) return base;
+    if (ref[0] == '#') return base + ref;
+    const size_t colon = has_scheme(base) ? base.find(':') : std::string::npos;
+    const std::string scheme = colon == std::string::npos ? "" : base.substr(0, colon + 1);
+    std::string rest = colon == std::string::npos ? base : base.substr(colon + 1);
+    if (ref.rfind("//", 0) == 0) return scheme + ref;
+    std::string authority;
+    if (rest.rfind("//", 0) == 0) {
+        const size_t e = rest.find('/', 2);
+        authority = rest.substr(0, e);
+        rest = e == std::string::npos ? "" : rest.substr(e);
+    }
+    std::string path;
+    if (ref[0] == '/') path = ref;
+    else if (!authority.empty() && rest.empty()) path = "/" + ref;
+    else {
+        const size_t slash = rest.rfind('/');
+        path = (slash == std::string::npos ? "" : rest.substr(0, slash + 1)) + ref;
+    }
+    return scheme + authority + remove_dots(path);
+}
+
+struct Resources {
+    std::map<std::string, const Json*> docs;     // base URI (no fragment) -> resource root
+    std::map<std::string, const Json*> anchors;  // "base#name" -> schema
+};
+
+// Keywords whose value is a schema, an array of schemas, or an object of
+// schemas: the positions where $id, $anchor and $ref mean something.
+const std::set<std::string, std::less<>> kSchemaValued = {
+    "items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
+    "unevaluatedItems", "unevaluatedProperties", "contentSchema"};
+const std::set<std::string, std::less<>> kSchemaArrays = {"items", "prefixItems", "allOf", "anyOf", "oneOf"};
+const std::set<std::string, std::less<>> kSchemaMaps = {"properties", "patternProperties", "$defs", "definitions",
+                                                        "dependentSchemas", "dependencies"};
+
+// old_draft: draft 3/4 (`id`); ref_only: drafts 3-7, where $ref's
+// siblings, $id included, are ignored.
+void index_schema(Json& node, const std::string& base_in, bool old_draft, bool ref_only, bool draft_known, Resources& res,
+                  uint32_t depth) {
+    if (!node.is_object() || depth > 4 * kMaxGrammarNesting) return;
+    std::string base = base_in;
+    auto id = node.find(old_draft ? "id" : "$id");
+    if (id != node.end() && id->is_string() && !(ref_only && node.contains("$ref"))) {
+        const std::string abs = uri_resolve(base, id->get<std::string>());
+        // Without $schema naming the draft, a $ref beside an $id that moves
+        // the base means one schema in drafts 6-7 and another in 2019-09 on.
+        if (!draft_known && node.contains("$ref") && abs.substr(0, abs.find('#')) != base.substr(0, base.find('#')))
+            throw GrammarError("$ref", "'$ref' beside an '$id' that changes the base URI: its target depends on the draft; "
+                                       "name the draft in '$schema'");
+        const size_t hash = abs.find('#');
+        if (id->get<std::string>().rfind('#', 0) != 0) {
+            base = abs.substr(0, hash);
+            res.docs.emplace(base, &node);
+        }
+        if (hash != std::string::npos && hash + 1 < abs.size()) res.anchors.emplace(abs, &node);
+    }
+    for (const char* a : {"$anchor", "$dynamicAnchor"})
+        if (auto an = node.find(a); an != node.end() && an->is_string())
+            res.anchors.emplace(base.substr(0, base.find('#')) + "#" + an->get<std::string>(), &node);
+    if (auto r = node.find("$ref"); r != node.end() && r->is_string()) *r = uri_resolve(base, r->get<std::string>());
+    for (auto& [k, v] : node.items()) {
+        if (kSchemaValued.count(k)) index_schema(v, base, old_draft, ref_only, draft_known, res, depth + 1);
+        if (kSchemaArrays.count(k) && v.is_array())
+            for (auto& x : v) index_schema(x, base, old_draft, ref_only, draft_known, res, depth + 1);
+        if (kSchemaMaps.count(k) && v.is_object())
+            for (auto& [name, x] : v.items()) index_schema(x, base, old_draft, ref_only, draft_known, res, depth + 1);
+    }
+}
+
 // enum/const values checked against their sibling keywords by a grammar
 // of their own, which may hold such checks again: at most this deep.
 constexpr uint32_t kMaxEnumChecks = 4;
@@ -199,7 +316,8 @@ bool byte_match(const std::shared_ptr<const Grammar>& g, std::string_view text) 
 
 class SchemaCompiler {
 public:
-    SchemaCompiler(const Json& root, std::string prefix, std::string& out) : root_(root), prefix_(std::move(prefix)), out_(out) {}
+    SchemaCompiler(const Json& root, const Resources& res, std::string prefix, std::string& out)
+        : root_(root), res_(res), prefix_(std::move(prefix)), out_(out) {}
 
     // `node` (a schema inside the root) compiled on its own.
     std::string compile_node(const Json& node, const std::string& path) {
@@ -373,7 +491,7 @@ private:
                                    fmt::format("'enum'/'const' beside other keywords at {} nest more than {} deep", at(path),
                                                kMaxEnumChecks));
             std::string rules = json_base_rules();
-            SchemaCompiler sub(root_, prefix_ + "e" + std::to_string(counter_++) + "-", rules);
+            SchemaCompiler sub(root_, res_, prefix_ + "e" + std::to_string(counter_++) + "-", rules);
             sub.enum_depth_ = enum_depth_ + 1;
             const std::string expr = sub.compile_node(others, path);
             rules += "root ::= " + expr + "\n";
@@ -452,15 +570,18 @@ private:
     // The schema a $ref names: "#", or a JSON pointer into the root
     // ("#/$defs/a", "#/properties/x/items", ...).
     const Json* resolve(const std::string& target, const std::string& path) const {
+        const size_t hash = target.find('#');
+        const std::string doc = target.substr(0, hash), frag = hash == std::string::npos ? "" : target.substr(hash + 1);
         const Json* node = nullptr;
-        if (target == "#") {
-            node = &root_;
-        } else if (target.rfind("#/", 0) == 0) {
-            node = &root_;
-            size_t pos = 2;
-            while (node && pos <= target.size()) {
-                const size_t slash = std::min(target.find('/', pos), target.size());
-                const std::string part = pointer_unescape(percent_unescape(std::string_view(target).substr(pos, slash - pos)));
+        if (auto d = res_.docs.find(doc); d != res_.docs.end()) node = d->second;
+        if (node && !frag.empty() && frag[0] != '/') {
+            auto a = res_.anchors.find(doc + "#" + percent_unescape(frag));
+            node = a == res_.anchors.end() ? nullptr : a->second;
+        } else if (node && !frag.empty()) {
+            size_t pos = 1;
+            while (node && pos <= frag.size()) {
+                const size_t slash = std::min(frag.find('/', pos), frag.size());
+                const std::string part = pointer_unescape(percent_unescape(std::string_view(frag).substr(pos, slash - pos)));
                 pos = slash + 1;
                 if (node->is_object()) {
                     auto it = node->find(part);
@@ -474,8 +595,9 @@ private:
             }
         }
         if (!node)
-            throw GrammarError("$ref", fmt::format("'$ref' '{}' at {} does not name the root or a schema inside it "
-                                                   "(\"#/...\")", target.substr(0, 200), at(path)));
+            throw GrammarError("$ref", fmt::format("'$ref' '{}' at {} does not name a schema in this document (the root, "
+                                                   "a JSON pointer, an $id or an $anchor; nothing is fetched)",
+                                                   target.substr(0, 200), at(path)));
         return node;
     }
 
@@ -1229,6 +1351,7 @@ private:
 
     uint32_t enum_depth_ = 0;  // enum checks this compiler is nested in
     const Json& root_;
+    const Resources& res_;
     std::string prefix_;
     std::string& out_;
     size_t counter_ = 0;
@@ -1287,7 +1410,15 @@ std::string schema_rules(std::string_view schema_json, const std::string& prefix
     } catch (const std::exception& e) {
         throw GrammarError("", std::string("the schema is not valid JSON: ") + e.what());
     }
-    const std::string expr = SchemaCompiler(root, prefix, out).compile();
+    Resources res;
+    std::string schema_uri;
+    if (auto sc = root.find("$schema"); root.is_object() && sc != root.end() && sc->is_string()) schema_uri = sc->get<std::string>();
+    const bool old_draft = schema_uri.find("draft-04") != std::string::npos || schema_uri.find("draft-03") != std::string::npos;
+    res.docs.emplace("", &root);
+    bool ref_only = old_draft;
+    for (const char* d : {"draft-06", "draft-07"}) ref_only = ref_only || schema_uri.find(d) != std::string::npos;
+    index_schema(root, "", old_draft, ref_only, schema_uri.find("json-schema.org") != std::string::npos, res, 0);
+    const std::string expr = SchemaCompiler(root, res, prefix, out).compile();
     if (out.size() > kMaxGrammarTextBytes)
         throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kMaxGrammarTextBytes));
     return expr;
