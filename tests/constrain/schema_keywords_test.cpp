@@ -253,6 +253,56 @@ TEST(SchemaKeywords, IntegerBoundsAreExact) {
     }
 }
 
+// A decimal in units of 10^-4 as JSON text ("-12.5", "0.0301").
+std::string decimal_text(int64_t v, int frac_digits) {
+    std::string sign = v < 0 ? "-" : "";
+    const int64_t a = v < 0 ? -v : v;
+    std::string out = sign + std::to_string(a / 10000);
+    std::string f = std::to_string(10000 + a % 10000).substr(1).substr(0, size_t(frac_digits));
+    return frac_digits ? out + "." + f : out;
+}
+
+// Decimal bounds on `number` against exact comparison (units of 10^-4),
+// with and without a multipleOf 0.01 digit limit.
+TEST(SchemaKeywords, NumberDecimalBoundsAreExact) {
+    std::mt19937 rng(4);
+    for (int round = 0; round < 80; ++round) {
+        auto pick = [&] { return (int64_t(rng() % 60001) - 30000) * (rng() % 3 ? 1 : 10); };  // +-3.0000 or +-30.000
+        int64_t lo = pick() / 10 * 10, hi = pick() / 10 * 10;  // bounds with at most 3 fraction digits
+        if (lo > hi) std::swap(lo, hi);
+        const bool lo_ex = rng() % 2, hi_ex = rng() % 2, has_lo = rng() % 6, has_hi = rng() % 6, cents = rng() % 3 == 0;
+        std::string schema = R"({"type":"number")";
+        if (has_lo) schema += std::string(lo_ex ? ",\"exclusiveMinimum\":" : ",\"minimum\":") + decimal_text(lo, 3);
+        if (has_hi) schema += std::string(hi_ex ? ",\"exclusiveMaximum\":" : ",\"maximum\":") + decimal_text(hi, 3);
+        if (cents) schema += R"(,"multipleOf":0.01)";
+        schema += "}";
+        auto ok = [&](int64_t v) {
+            return (!has_lo || (lo_ex ? v > lo : v >= lo)) && (!has_hi || (hi_ex ? v < hi : v <= hi)) && (!cents || v % 100 == 0);
+        };
+        std::shared_ptr<const Grammar> g;
+        try {
+            g = json_schema_grammar(schema);
+        } catch (const GrammarError& e) {
+            bool any = false;
+            for (int64_t v = lo - 200; v <= hi + 200 && !any; ++v) any = ok(v);
+            EXPECT_FALSE(any) << schema << ": " << e.what();
+            continue;
+        }
+        std::vector<int64_t> probe;
+        for (int64_t c : {lo, hi, int64_t(0)})
+            for (int64_t d = -25; d <= 25; ++d) probe.push_back(c + d * (rng() % 2 ? 1 : 10));
+        for (int k = 0; k < 30; ++k) probe.push_back(int64_t(rng() % 800001) - 400000);
+        for (int64_t v : probe)
+            for (int fd : {0, 1, 2, 3, 4}) {
+                if (fd < 4 && v % int64_t(std::pow(10, 4 - fd)) != 0) continue;
+                const std::string text = decimal_text(v, fd);
+                if (v == 0 && text[0] == '-') continue;  // -0 is not written
+                if (cents && fd > 2) continue;             // multipleOf 0.01: at most 2 fraction digits (narrowing)
+                EXPECT_EQ(matches(g, text), ok(v)) << schema << " " << text;
+            }
+    }
+}
+
 TEST(SchemaKeywords, NumberBounds) {
     auto unit = json_schema_grammar(R"({"type":"number","minimum":0,"exclusiveMaximum":1})");
     for (const char* ok : {"0", "0.5", "0.999", "0.0"}) EXPECT_TRUE(matches(unit, ok)) << ok;
@@ -266,10 +316,10 @@ TEST(SchemaKeywords, NumberBounds) {
     auto d4 = json_schema_grammar(R"({"type":"number","minimum":5,"exclusiveMinimum":true})");
     EXPECT_FALSE(matches(d4, "5"));
     EXPECT_TRUE(matches(d4, "5.01"));
-    // A bound that is not an integer is rounded inward (narrowing).
-    auto r = json_schema_grammar(R"({"type":"number","maximum":2.5})");
-    EXPECT_TRUE(matches(r, "2"));
-    EXPECT_FALSE(matches(r, "2.6"));
+    // Decimal bounds are exact.
+    auto r = json_schema_grammar(R"({"type":"number","minimum":-0.5,"maximum":2.25})");
+    for (const char* ok : {"-0.5", "-0.25", "0", "2.25", "2.250", "1.9999"}) EXPECT_TRUE(matches(r, ok)) << ok;
+    for (const char* bad : {"-0.51", "-1", "2.26", "2.2501", "3"}) EXPECT_FALSE(matches(r, bad)) << bad;
     EXPECT_EQ(refused_keyword(R"({"type":"integer","minimum":1.2,"maximum":1.8})"), "minimum");
 }
 

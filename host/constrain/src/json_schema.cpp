@@ -1018,10 +1018,154 @@ private:
         return cached;
     }
 
-    // number/integer with bounds: exact digit automata for integer bounds.
-    // A bound that is not an integer is rounded inward for `number` too
-    // (x <= 2.5 is written as x <= 2: narrowing), and bounded numbers have
-    // no exponent (narrowing). Bounds past 16 digits are the digit limit.
+    // ---- Decimal bounds for `number` ----
+
+    // A bound's magnitude as written: integer part and fraction digits
+    // (no trailing zeros).
+    struct Dec {
+        bool neg = false;
+        uint64_t ip = 0;
+        std::string fr;
+    };
+
+    // `x` as its shortest decimal text; nullopt when that has an exponent
+    // or more than 16 integer digits (the caller rounds those inward).
+    static std::optional<Dec> decimal(double x) {
+        std::string t = Json(x).dump();
+        if (t.find_first_of("eE") != std::string::npos) return std::nullopt;
+        Dec d;
+        if (!t.empty() && t[0] == '-') d.neg = true, t.erase(0, 1);
+        const size_t dot = t.find('.');
+        const std::string ip = t.substr(0, dot);
+        if (ip.empty() || ip.size() > 16) return std::nullopt;
+        d.ip = std::stoull(ip);
+        if (dot != std::string::npos) d.fr = t.substr(dot + 1);
+        while (!d.fr.empty() && d.fr.back() == '0') d.fr.pop_back();
+        if (d.ip == 0 && d.fr.empty()) d.neg = false;
+        return d;
+    }
+
+    struct FracBound {
+        std::string digits;
+        bool strict = false;
+    };
+    struct FracPart {
+        bool end = false;   // the digits may stop here
+        std::string alts;   // what may follow ("" for nothing)
+    };
+
+    // Fraction digits from position k on, with the digits so far equal to
+    // lo's (tl) and/or hi's (th) first k digits; at most maxd digits.
+    static FracPart frac_digits(const std::optional<FracBound>& lo, const std::optional<FracBound>& hi, uint32_t k,
+                                bool tl, bool th, uint32_t maxd) {
+        auto digit = [](const FracBound& b, uint32_t i) { return i < b.digits.size() ? b.digits[i] : '0'; };
+        auto rest_zero = [](const FracBound& b, uint32_t i) {
+            return i >= b.digits.size() || b.digits.find_first_not_of('0', i) == std::string::npos;
+        };
+        FracPart p;
+        p.end = (!tl || (rest_zero(*lo, k) && !lo->strict)) && (!th || !hi->strict || !rest_zero(*hi, k));
+        if (k >= maxd) return p;
+        const char l = tl ? digit(*lo, k) : '0', h = th ? digit(*hi, k) : '9';
+        std::vector<std::string> alts;
+        auto sub = [&](char d, bool ntl, bool nth) {
+            const FracPart q = frac_digits(lo, hi, k + 1, ntl, nth, maxd);
+            if (q.alts.empty() && !q.end) return;
+            std::string e = fmt::format("\"{}\"", d);
+            if (!q.alts.empty()) e += q.end ? " ( " + q.alts + " )?" : " ( " + q.alts + " )";
+            alts.push_back(e);
+        };
+        if (tl && th && l == h) {
+            sub(l, true, true);
+        } else {
+            char from = l, to = h;
+            if (tl) sub(l, true, false), ++from;
+            if (th) sub(h, false, true), --to;
+            if (from <= to) {
+                std::string e = from == to ? fmt::format("\"{}\"", from) : fmt::format("[{}-{}]", from, to);
+                if (k + 1 < maxd) e += fmt::format(" [0-9]{{0,{}}}", maxd - k - 1);
+                alts.push_back(e);
+            }
+        }
+        for (const auto& a : alts) p.alts += (p.alts.empty() ? "" : " | ") + a;
+        return p;
+    }
+
+    // The fraction (with its "." or absent) of a magnitude between lo and
+    // hi (fraction bounds; none = 0 / below 1); nullopt when none fits.
+    static std::optional<std::string> fraction(const std::optional<FracBound>& lo, const std::optional<FracBound>& hi,
+                                               uint32_t maxd) {
+        const FracPart p = frac_digits(lo, hi, 0, lo.has_value(), hi.has_value(), maxd);
+        if (p.alts.empty()) return p.end ? std::optional<std::string>("") : std::nullopt;
+        const std::string e = " \".\" ( " + p.alts + " )";
+        return p.end ? " (" + e + " )?" : e;
+    }
+
+    // A magnitude m between a (a_ex: above it) and b (b_ex: below it; none:
+    // up to the digit limit), written I(.F)? without exponent.
+    static std::string dec_magnitude(const Dec& a, bool a_ex, const std::optional<Dec>& b, bool b_ex, uint32_t maxd) {
+        uint64_t top = kMaxIntPart;
+        std::optional<FracBound> top_frac;  // none: any fraction at the top
+        if (b && b->ip <= kMaxIntPart) top = b->ip, top_frac = FracBound{b->fr, b_ex};
+        const std::optional<FracBound> a_frac = FracBound{a.fr, a_ex};
+        if (a.ip > top) return "";
+        std::vector<std::string> alts;
+        auto add = [&](const std::string& ip, const std::optional<std::string>& f) {
+            if (f) alts.push_back(ip + *f);
+        };
+        if (a.ip == top) {
+            add(fmt::format("\"{}\"", a.ip), fraction(a_frac, top_frac, maxd));
+        } else {
+            add(fmt::format("\"{}\"", a.ip), fraction(a_frac, std::nullopt, maxd));
+            if (a.ip + 1 <= top - 1) add(uint_range(a.ip + 1, top - 1), fraction(std::nullopt, std::nullopt, maxd));
+            add(fmt::format("\"{}\"", top), fraction(std::nullopt, top_frac, maxd));
+        }
+        std::string out;
+        for (const auto& x : alts) out += (out.empty() ? "" : " | ") + x;
+        return alts.empty() ? "" : "( " + out + " )";
+    }
+
+    // `number` between decimal bounds, exact where a bound is a decimal of
+    // at most 16 integer digits (others rounded inward).
+    std::string bounded_number(std::optional<double> lo, bool lo_ex, std::optional<double> hi, bool hi_ex, uint32_t maxd,
+                               const std::string& path) {
+        auto dec = [](double x, bool up) {
+            if (auto d = decimal(x)) return std::pair{*d, false};
+            const double r = up ? std::ceil(x) : std::floor(x);
+            const double c = std::max(-1e16 + 1, std::min(1e16 - 1, r));
+            return std::pair{Dec{c < 0, uint64_t(std::fabs(c)), ""}, r != x};  // second: rounded (inclusive now)
+        };
+        std::optional<Dec> l, h;
+        if (lo) {
+            auto [d, rounded] = dec(*lo, true);
+            l = d;
+            if (rounded) lo_ex = false;
+        }
+        if (hi) {
+            auto [d, rounded] = dec(*hi, false);
+            h = d;
+            if (rounded) hi_ex = false;
+        }
+        std::vector<std::string> alts;
+        const bool hi_nonneg = !h || !h->neg;
+        if (hi_nonneg && !(h && h->ip == 0 && h->fr.empty() && hi_ex)) {
+            const Dec a = l && !l->neg ? *l : Dec{};
+            const std::string m = dec_magnitude(a, l && !l->neg ? lo_ex : false, h, hi_ex, maxd);
+            if (!m.empty()) alts.push_back(m);
+        }
+        if (!l || l->neg) {
+            const Dec a = h && h->neg ? *h : Dec{};
+            const std::string m = dec_magnitude(a, h && h->neg ? hi_ex : true, l, lo_ex, maxd);
+            if (!m.empty()) alts.push_back("\"-\" " + m);
+        }
+        if (alts.empty()) throw GrammarError("minimum", fmt::format("'minimum'/'maximum' at {} allow no number", at(path)));
+        std::string out;
+        for (const auto& x : alts) out += (out.empty() ? "" : " | ") + x;
+        return rule(out);
+    }
+
+    // number/integer with bounds: exact digit automata (bounded_number for
+    // `number`); bounded numbers have no exponent (narrowing). Bounds past
+    // 16 digits are the digit limit.
     std::string number(const Json& s0, const std::string& path, bool integer) {
         Json s = s0;
         normalize_bounds(s);
@@ -1076,6 +1220,7 @@ private:
             if (frac == 16) return "j-number";
             return rule(fmt::format("\"-\"? j-int ( \".\" [0-9]{{1,{}}} )?", frac));
         }
+        if (!integer) return bounded_number(lo, lo_ex, hi, hi_ex, frac, path);
         // Integer bounds: inward rounding; a non-integer bound is never reached.
         constexpr double kBig = 1e17;
         std::optional<int64_t> ilo, ihi;
