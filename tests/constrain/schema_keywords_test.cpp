@@ -57,7 +57,8 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"({"not":{"type":"string"}})"), "not");
     EXPECT_EQ(refused_keyword(R"({"if":{"type":"string"},"else":{"type":"null"}})"), "if");
     EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
-    EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"}})"), "contains");
+    EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"},"minContains":2})"), "minContains");
+    EXPECT_EQ(refused_keyword(R"({"dependencies":{"a":{"required":["b"]}}})"), "dependencies");
     EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{"type":"string"},"^y":{}}})"),
               "patternProperties");
     EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"(a)\\1"})"), "pattern");
@@ -414,6 +415,30 @@ TEST(SchemaKeywords, PatternProperties) {
     EXPECT_TRUE(matches(map, "{}"));
     stops_at(map, R"({"aB":true})", 3);
     stops_at(map, R"({"a":1})", 5);
+}
+
+TEST(SchemaKeywords, ContainsPropertyNamesAndDependentRequired) {
+    // contains: the first item matches it.
+    auto c = json_schema_grammar(R"({"type":"array","items":{"type":"integer"},"contains":{"minimum":10}})");
+    EXPECT_TRUE(matches(c, "[12,1,2]"));
+    stops_at(c, "[]", 1);
+    stops_at(c, "[3", 2);
+    // propertyNames: listed names it refuses are left out; map keys follow it.
+    auto pn = json_schema_grammar(R"({"properties":{"ok":{},"TooLong":{}},"propertyNames":{"maxLength":3}})");
+    EXPECT_TRUE(matches(pn, R"({"ok":1})"));
+    stops_at(pn, R"({"T)", 2);
+    auto map = json_schema_grammar(R"({"type":"object","propertyNames":{"pattern":"^[a-z]{1,3}$"},
+        "additionalProperties":{"type":"integer"}})");
+    EXPECT_TRUE(matches(map, R"({"ab":1,"c":2})"));
+    stops_at(map, R"({"abcd":1})", 5);
+    EXPECT_EQ(refused_keyword(R"({"properties":{"Ab":{}},"required":["Ab"],"propertyNames":{"pattern":"^[a-z]+$"}})"),
+              "propertyNames");
+    // dependentRequired: the dependencies of a listed property are required.
+    auto d = json_schema_grammar(R"({"properties":{"card":{"type":"string"},"billing":{"type":"string"}},
+        "dependentRequired":{"card":["billing"]}})");
+    EXPECT_TRUE(matches(d, R"({"card":"x","billing":"y"})"));
+    stops_at(d, R"({"card":"x"})", 11);
+    EXPECT_EQ(refused_keyword(R"({"dependentRequired":{"a":["b"]}})"), "dependentRequired");
 }
 
 // Hostile schemas fail with a limit error, quickly.

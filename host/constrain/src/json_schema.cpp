@@ -67,20 +67,21 @@ const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "$ref", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties",
-    "maxProperties", "patternProperties", "multipleOf"};
+    "maxProperties", "patternProperties", "multipleOf", "dependentRequired", "dependencies", "propertyNames",
+    "contains"};
 // Keywords that constrain the instance and are not enforced: refused by
 // name wherever they would constrain (an empty object or array of them
 // constrains nothing and is ignored).
 const std::set<std::string, std::less<>> kRefused = {
-    "not", "dependencies", "dependentRequired", "dependentSchemas", "propertyNames", "contains",
-    "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+    "not", "dependentSchemas", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$recursiveRef"};
 // Keywords that make a schema's type object, array, string or number when
 // it has no `type` (narrowing: the schema alone would allow any other type).
 const std::set<std::string, std::less<>> kObjectWords = {"properties", "additionalProperties", "required",
-                                                         "minProperties", "maxProperties", "patternProperties"};
+                                                         "minProperties", "maxProperties", "patternProperties",
+                                                         "dependentRequired", "dependencies", "propertyNames"};
 const std::set<std::string, std::less<>> kArrayWords = {"items", "prefixItems", "additionalItems", "minItems",
-                                                        "maxItems", "uniqueItems"};
+                                                        "maxItems", "uniqueItems", "contains"};
 const std::set<std::string, std::less<>> kStringWords = {"minLength", "maxLength", "pattern", "format"};
 const std::set<std::string, std::less<>> kNumberWords = {"minimum", "maximum", "exclusiveMinimum",
                                                          "exclusiveMaximum", "multipleOf"};
@@ -407,6 +408,12 @@ private:
                 throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
             }
         }
+        // dependencies with a schema (not a list of names) is not enforced.
+        if (auto d = s.find("dependencies"); d != s.end() && d->is_object())
+            for (const auto& [k, v] : d->items())
+                if (!v.is_array())
+                    throw GrammarError("dependencies", fmt::format("'dependencies' with a schema (for '{}') at {} is not "
+                                                                   "supported", k.substr(0, 100), at(path)));
         // if/then/else constrain only with a then or an else.
         if (s.contains("if") && (s.contains("then") || s.contains("else")))
             throw GrammarError("if", fmt::format("the JSON-schema keyword 'if' (with 'then'/'else') at {} is not "
@@ -1323,6 +1330,76 @@ private:
                 }
             }
         }
+        // dependentRequired (and draft 4-7 `dependencies` with name lists):
+        // each listed property's dependencies are simply required
+        // (narrowing: they are written even where it is left out).
+        std::vector<std::pair<std::string, const Json*>> deps;
+        for (const char* key : {"dependentRequired", "dependencies"})
+            if (auto d = s.find(key); d != s.end() && d->is_object())
+                for (const auto& [name, list] : d->items())
+                    if (list.is_array() && !list.empty()) deps.emplace_back(name, &list);
+        if (!deps.empty()) {
+            if (props.empty())
+                throw GrammarError("dependentRequired", fmt::format("'dependentRequired'/'dependencies' at {} without "
+                                                                    "'properties' is not supported", at(path)));
+            for (bool changed = true; changed;) {
+                changed = false;
+                for (const auto& [name, list] : deps) {
+                    if (!props.contains(name)) continue;
+                    for (const auto& x : *list) {
+                        if (!x.is_string()) throw GrammarError("dependentRequired", fmt::format("'dependentRequired' at {} must list names", at(path)));
+                        const std::string dep = x.get<std::string>();
+                        if (!props.contains(dep)) {
+                            if (closed) {
+                                props.erase(name);  // its dependency may not appear: neither may it
+                                if (required.count(name))
+                                    throw GrammarError("dependentRequired", fmt::format("'dependentRequired' at {} needs '{}', "
+                                                                                        "which 'additionalProperties': false "
+                                                                                        "forbids", at(path), dep.substr(0, 100)));
+                                changed = true;
+                                break;
+                            }
+                            props[dep] = extra ? *extra : Json(true);
+                        }
+                        changed |= required.insert(dep).second;
+                    }
+                }
+            }
+        }
+        // propertyNames: listed names it refuses are left out (a required
+        // one is a 400); a map's keys are written from it.
+        std::string key_schema;
+        if (auto pn = s.find("propertyNames"); pn != s.end() && !(pn->is_boolean() && pn->get<bool>()) &&
+                                               !(pn->is_object() && pn->empty())) {
+            if (!props.empty()) {
+                std::string rules = json_base_rules();
+                SchemaCompiler sub(root_, res_, prefix_ + "n" + std::to_string(counter_++) + "-", rules);
+                sub.enum_depth_ = enum_depth_ + 1;
+                if (enum_depth_ >= kMaxEnumChecks)
+                    throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} nests too deep", at(path)));
+                rules += "root ::= " + sub.compile_node(*pn, path + "/propertyNames") + "\n";
+                const auto g = gbnf_grammar(rules);
+                Json kept = Json::object();
+                for (const auto& [name, v] : props.items()) {
+                    if (byte_match(g, Json(name).dump())) kept[name] = v;
+                    else if (required.count(name))
+                        throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses the required name "
+                                                                        "'{}'", at(path), name.substr(0, 100)));
+                }
+                props = std::move(kept);
+                if (props.empty()) {  // no listed name is allowed: only {} is written
+                    if (count_keyword(s, "minProperties", 0, path))
+                        throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses every listed "
+                                                                        "property and 'minProperties' asks for some", at(path)));
+                    return rule(R"("{" j-ws "}")");
+                }
+            } else {
+                if (pp) throw GrammarError("propertyNames", fmt::format("'propertyNames' beside 'patternProperties' at {} "
+                                                                        "is not supported", at(path)));
+                store_.push_back(Json{{"allOf", Json::array({*pn, Json{{"type", "string"}}})}});
+                key_schema = value(store_.back(), path + "/propertyNames", depth + 1);
+            }
+        }
         const uint64_t min_p = count_keyword(s, "minProperties", 0, path);
         const uint64_t max_p = count_keyword(s, "maxProperties", kRegexUnbounded, path);
         if (max_p < min_p) throw GrammarError("maxProperties", fmt::format("'maxProperties' at {} is below 'minProperties'", at(path)));
@@ -1332,10 +1409,10 @@ private:
                                                                            "'additionalProperties': false forbids", at(path)));
                 return rule(R"("{" j-ws "}")");
             }
-            if (!extra && !pp && !min_p && max_p == kRegexUnbounded) return "j-object";
+            if (!extra && !pp && key_schema.empty() && !min_p && max_p == kRegexUnbounded) return "j-object";
             // A map: any keys, every value matching the schema.
             std::string v = extra ? value(*extra, path + "/additionalProperties", depth + 1) : "j-value";
-            std::string key = "j-string";
+            std::string key = key_schema.empty() ? "j-string" : key_schema;
             if (pp) {
                 // Keys only from the patterns: others (additionalProperties)
                 // are not written (narrowing).
@@ -1454,6 +1531,23 @@ private:
         if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>() && hi > 1)
             throw GrammarError("uniqueItems", fmt::format("'uniqueItems': true at {} is not supported (not enforceable "
                                                           "in a grammar; allowed with maxItems <= 1)", at(path)));
+        if (auto c = s.find("contains"); c != s.end()) {
+            // contains: the FIRST item matches it (and `items`), so at least
+            // one does (narrowing: a match elsewhere is not written).
+            if (hi == 0 || tuple_json || rest.empty())
+                throw GrammarError("contains", fmt::format("'contains' at {} with a tuple, no items allowed or maxItems 0 "
+                                                           "is not supported", at(path)));
+            Json both = Json::object();
+            both["allOf"] = Json::array({*c});
+            if (auto it = s.find("items"); it != s.end()) both["allOf"].push_back(*it);
+            store_.push_back(std::move(both));
+            const std::string first = value(store_.back(), path + "/contains", depth + 1);
+            const std::string more = fmt::format(R"(( "," j-ws {} j-ws ))", rest);
+            const uint64_t rlo = lo ? lo - 1 : 0;
+            const std::string reps = hi == kRegexUnbounded ? (rlo ? fmt::format("{}{{{},}}", more, rlo) : more + "*")
+                                                           : fmt::format("{}{{{},{}}}", more, rlo, hi - 1);
+            return rule(fmt::format(R"("[" j-ws {} j-ws {} "]")", first, reps));
+        }
         if (hi == 0) return rule(R"("[" j-ws "]")");
         const size_t k = tuple.size();
         if (k == 0) {
