@@ -441,6 +441,23 @@ TEST(SchemaKeywords, ContainsPropertyNamesAndDependentRequired) {
     EXPECT_EQ(refused_keyword(R"({"dependentRequired":{"a":["b"]}})"), "dependentRequired");
 }
 
+TEST(SchemaKeywords, UniqueItemsOverAFiniteSet) {
+    auto g = json_schema_grammar(R"({"type":"array","uniqueItems":true,"items":{"enum":["r","g","b","g"]},"minItems":1})");
+    EXPECT_TRUE(matches(g, R"(["r","b"])"));
+    EXPECT_TRUE(matches(g, R"(["r","g","b"])"));
+    stops_at(g, R"(["r","r"])", 6);
+    stops_at(g, R"(["b","r"])", 4);  // written in the listed order (narrowing)
+    stops_at(g, "[]", 1);
+    auto flags = json_schema_grammar(R"({"type":"array","uniqueItems":true,"items":{"type":"boolean"}})");
+    EXPECT_TRUE(matches(flags, "[true,false]"));
+    stops_at(flags, "[false,true]", 6);
+    auto refd = json_schema_grammar(R"({"$defs":{"c":{"enum":[1,2,3]}},"type":"array","uniqueItems":true,
+        "items":{"$ref":"#/$defs/c"},"maxItems":2})");
+    EXPECT_TRUE(matches(refd, "[1,3]"));
+    stops_at(refd, "[1,2,", 4);
+    EXPECT_EQ(refused_keyword(R"({"type":"array","uniqueItems":true,"items":{"type":"string"}})"), "uniqueItems");
+}
+
 // Hostile schemas fail with a limit error, quickly.
 TEST(SchemaKeywords, HostileSchemasHitLimits) {
     // Nested counts are chains of rules that share their links: fine.

@@ -476,6 +476,13 @@ private:
     // written compactly as given. (Other keywords beside them are not
     // checked against the values: docs/http-api.md.)
     std::string enumerated(const Json& s, const std::vector<std::string>& types, const std::string& path) {
+        std::string alts;
+        for (const auto& v : enum_values(s, types, path)) alts += (alts.empty() ? "" : " | ") + literal(v.dump());
+        return rule(alts);
+    }
+
+    // The enum/const values the schema allows (different values only).
+    std::vector<Json> enum_values(const Json& s, const std::vector<std::string>& types, const std::string& path) {
         std::vector<Json> values;
         if (auto e = s.find("enum"); e != s.end()) {
             if (!e->is_array() || e->empty())
@@ -504,15 +511,67 @@ private:
             rules += "root ::= " + expr + "\n";
             check = gbnf_grammar(rules);
         }
-        std::string alts;
+        std::vector<Json> kept;
         for (const auto& v : values)
-            if (has_type(v, types) && (!check || byte_match(check, v.dump())))
-                alts += (alts.empty() ? "" : " | ") + literal(v.dump());
-        if (alts.empty())
+            if (has_type(v, types) && (!check || byte_match(check, v.dump())) &&
+                std::find(kept.begin(), kept.end(), v) == kept.end())
+                kept.push_back(v);
+        if (kept.empty())
             throw GrammarError(s.contains("enum") ? "enum" : "const",
                                fmt::format("'{}' at {} allows no value of the schema's type", s.contains("enum") ? "enum" : "const",
                                            at(path)));
-        return rule(alts);
+        return kept;
+    }
+
+    // uniqueItems over a finite item set (enum/const, boolean, null): the
+    // items are a subsequence of the values in their listed order
+    // (narrowing: other orders are not written), each at most once, lo..hi
+    // of them; nullopt when the items are not such a set.
+    std::optional<std::string> unique_array(const Json& s, uint64_t lo, uint64_t hi, const std::string& path) {
+        auto it = s.find("items");
+        if (it == s.end() || it->is_array() || s.contains("prefixItems") || s.contains("contains")) return std::nullopt;
+        const Json items = flatten(*it, path + "/items", 0);
+        std::vector<Json> values;
+        const std::vector<std::string> types = types_of(items, path + "/items");
+        if (items.contains("enum") || items.contains("const")) {
+            values = enum_values(items, types, path + "/items");
+        } else if (!types.empty() && !constrains_beside(items, "type")) {
+            for (const auto& t : types) {
+                if (t == "boolean") values.insert(values.end(), {Json(true), Json(false)});
+                else if (t == "null") values.emplace_back(nullptr);
+                else return std::nullopt;
+            }
+        } else {
+            return std::nullopt;
+        }
+        constexpr size_t kMaxUniqueValues = 64;
+        const size_t n = values.size();
+        if (n > kMaxUniqueValues) return std::nullopt;
+        hi = std::min<uint64_t>(hi, n);
+        if (lo > hi)
+            throw GrammarError("uniqueItems", fmt::format("'minItems' at {} asks for more different items than the {} "
+                                                          "values allowed", at(path), n));
+        // state(i, c): at value i with c items written (as object() counts members).
+        const std::string base = fresh();
+        auto feasible = [&](size_t i, uint64_t c) { return c <= hi && c + (n - i) >= lo; };
+        auto state = [&](size_t i, uint64_t c) { return fmt::format("{}-{}-{}", base, i, c); };
+        for (size_t i = 0; i <= n; ++i)
+            for (uint64_t c = 0; c <= i; ++c) {
+                if (!feasible(i, c)) continue;
+                std::vector<std::string> alts;
+                if (i == n) {
+                    alts.emplace_back("");
+                } else {
+                    if (feasible(i + 1, c + 1))
+                        alts.push_back(std::string(c ? R"("," j-ws )" : "") + literal(values[i].dump()) + " j-ws " +
+                                       state(i + 1, c + 1));
+                    if (feasible(i + 1, c)) alts.push_back(state(i + 1, c));
+                }
+                std::string body;
+                for (const auto& a : alts) body += (body.empty() ? "" : " | ") + a;
+                out_ += state(i, c) + " ::= " + body + "\n";
+            }
+        return rule(R"("[" j-ws )" + state(0, 0) + R"( "]")");
     }
 
     std::string fresh() { return fmt::format("{}s{}", prefix_, counter_++); }
@@ -1528,9 +1587,12 @@ private:
         if (hi != kRegexUnbounded && hi > kMaxRepeat)
             throw GrammarError("maxItems", fmt::format("'maxItems' at {} is above the limit of {}", at(path), kMaxRepeat));
         if (hi < lo) throw GrammarError("maxItems", fmt::format("'maxItems' at {} is below 'minItems'", at(path)));
-        if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>() && hi > 1)
-            throw GrammarError("uniqueItems", fmt::format("'uniqueItems': true at {} is not supported (not enforceable "
-                                                          "in a grammar; allowed with maxItems <= 1)", at(path)));
+        if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>() && hi > 1) {
+            if (auto e = unique_array(s, lo, hi, path)) return *e;
+            throw GrammarError("uniqueItems", fmt::format("'uniqueItems': true at {} is not supported (enforced only "
+                                                          "for items from a finite set: enum, const, boolean, null; or "
+                                                          "maxItems <= 1)", at(path)));
+        }
         if (auto c = s.find("contains"); c != s.end()) {
             // contains: the FIRST item matches it (and `items`), so at least
             // one does (narrowing: a match elsewhere is not written).
