@@ -5,8 +5,10 @@
 
 #include <chrono>
 #include <filesystem>
+#include <functional>
 #include <fstream>
 #include <random>
+#include <regex>
 #include <sstream>
 
 #include "constrain_test_util.hpp"
@@ -415,6 +417,44 @@ TEST(SchemaKeywords, PatternProperties) {
     EXPECT_TRUE(matches(map, "{}"));
     stops_at(map, R"({"aB":true})", 3);
     stops_at(map, R"({"a":1})", 5);
+}
+
+// Random patterns of the supported subset against std::regex (ECMAScript,
+// a search as JSON Schema's pattern is) on random short strings.
+TEST(SchemaKeywords, PatternsAgreeWithStdRegex) {
+    std::mt19937 rng(262);
+    std::function<std::string(int)> gen = [&](int depth) -> std::string {
+        const char* atoms[] = {"a", "b", "1", "[ab]", "[^a]", "\\d", ".", "[a-c1]", "\\w", "\\s", "\\.", "\"", "\\\\"};
+        std::string out;
+        const int n = 1 + int(rng() % 3);
+        for (int i = 0; i < n; ++i) {
+            std::string atom;
+            if (depth < 2 && rng() % 4 == 0) atom = "(" + gen(depth + 1) + (rng() % 2 ? "|" + gen(depth + 1) : "") + ")";
+            else atom = atoms[rng() % (sizeof atoms / sizeof atoms[0])];
+            const char* quants[] = {"", "", "?", "*", "+", "{2}", "{1,2}", "{0,3}", "*?"};
+            out += atom + quants[rng() % (sizeof quants / sizeof quants[0])];
+        }
+        return out;
+    };
+    for (int round = 0; round < 150; ++round) {
+        std::string pat = gen(0);
+        if (rng() % 2) pat = "^" + pat;
+        if (rng() % 2) pat += "$";
+        // As JSON text: the pattern's backslashes and quotes escaped.
+        std::string json_pat;
+        for (char c : pat) json_pat += (c == '\\' || c == '"') ? std::string("\\") + c : std::string(1, c);
+        auto g = json_schema_grammar(R"({"type":"string","pattern":")" + json_pat + "\"}");
+        const std::regex re(pat, std::regex::ECMAScript);
+        for (int k = 0; k < 40; ++k) {
+            std::string str;
+            const int len = int(rng() % 6);
+            for (int i = 0; i < len; ++i) str += "ab1 .c\"\\"[rng() % 8];
+            std::string json = "\"";
+            for (char c : str) json += (c == '\\' || c == '"') ? std::string("\\") + c : std::string(1, c);
+            json += "\"";
+            EXPECT_EQ(matches(g, json), std::regex_search(str, re)) << pat << " on " << json;
+        }
+    }
 }
 
 TEST(SchemaKeywords, ContainsPropertyNamesAndDependentRequired) {

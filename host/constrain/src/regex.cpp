@@ -366,11 +366,6 @@ private:
     size_t i_ = 0;
 };
 
-std::string hex_digit_expr(uint32_t d) {
-    if (d < 10) return fmt::format("\"{}\"", char('0' + d));
-    return fmt::format("[{}{}]", char('a' + d - 10), char('A' + d - 10));
-}
-
 std::string emit(const RNode& n) {
     switch (n.k) {
     case RNode::K::Set: return json_char_class(n.set);
@@ -424,19 +419,35 @@ std::string json_char_class(Ranges ranges) {
         }
         alts.push_back(cls + "]");
     }
+    // The escaped characters as JSON writers write them (short escapes,
+    // else \u00XX in either case), factored behind ONE backslash: the
+    // matcher keeps a parse stack per alternative that can start at a
+    // byte, and a class with 30 escape alternatives, repeated in an
+    // ambiguous pattern, would pass its 256-stack limit.
+    std::string shorts;
+    std::string lows[2];
     for (uint32_t c : escaped) {
-        // As JSON writers write them: short escapes, else \u00XX in either case.
         switch (c) {
-        case '"': alts.emplace_back(R"("\\\"")"); break;
-        case '\\': alts.emplace_back(R"("\\\\")"); break;
-        case '\b': alts.emplace_back(R"("\\b")"); break;
-        case '\t': alts.emplace_back(R"("\\t")"); break;
-        case '\n': alts.emplace_back(R"("\\n")"); break;
-        case '\f': alts.emplace_back(R"("\\f")"); break;
-        case '\r': alts.emplace_back(R"("\\r")"); break;
-        default: alts.push_back(fmt::format(R"(( "\\u00{}" {} ))", c >> 4, hex_digit_expr(c & 15)));
+        case '"': shorts += "\\\""; break;
+        case '\\': shorts += "\\\\"; break;
+        case '\b': shorts += 'b'; break;
+        case '\t': shorts += 't'; break;
+        case '\n': shorts += 'n'; break;
+        case '\f': shorts += 'f'; break;
+        case '\r': shorts += 'r'; break;
+        default: {
+            const uint32_t d = c & 15;
+            lows[c >> 4] += d < 10 ? std::string(1, char('0' + d)) : std::string{char('a' + d - 10), char('A' + d - 10)};
+        }
         }
     }
+    std::vector<std::string> esc;
+    if (!shorts.empty()) esc.push_back("[" + shorts + "]");
+    std::string u;
+    for (int hi = 0; hi < 2; ++hi)
+        if (!lows[hi].empty()) u += fmt::format("{}\"{}\" [{}]", u.empty() ? "" : " | ", hi, lows[hi]);
+    if (!u.empty()) esc.push_back("\"u00\" ( " + u + " )");
+    if (!esc.empty()) alts.push_back("\"\\\\\" ( " + (esc.size() == 1 ? esc[0] : esc[0] + " | " + esc[1]) + " )");
     if (alts.empty()) throw GrammarError("pattern", "'pattern' has a character class that matches no character");
     if (alts.size() == 1) return alts[0];
     std::string out;
