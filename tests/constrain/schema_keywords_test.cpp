@@ -56,7 +56,17 @@ TEST(SchemaKeywords, AnnotationsAndUnknownKeywordsAreIgnored) {
 
 TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"({"type":"number","multipleOf":0.5})"), "multipleOf");
-    EXPECT_EQ(refused_keyword(R"({"not":{"type":"string"}})"), "not");
+    EXPECT_EQ(refused_keyword(R"({"not":{"type":"string","minLength":2}})"), "not");
+    // A type-only `not` is enforced.
+    auto nt = json_schema_grammar(R"({"not":{"type":["null","object"]}})");
+    EXPECT_TRUE(matches(nt, "[1]"));
+    EXPECT_TRUE(matches(nt, "true"));
+    stops_at(nt, "null", 0);
+    stops_at(nt, "{}", 0);
+    auto ns = json_schema_grammar(R"({"type":["string","null"],"not":{"type":"null"}})");
+    EXPECT_TRUE(matches(ns, R"("s")"));
+    stops_at(ns, "null", 0);
+    EXPECT_EQ(refused_keyword(R"({"type":"number","not":{"type":"integer"}})"), "not");
     EXPECT_EQ(refused_keyword(R"({"if":{"type":"string"},"else":{"type":"null"}})"), "if");
     EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
     EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"},"minContains":2})"), "minContains");

@@ -68,7 +68,7 @@ const std::set<std::string, std::less<>> kHandled = {
     "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "$ref", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties",
     "maxProperties", "patternProperties", "multipleOf", "dependentRequired", "dependencies", "propertyNames",
-    "contains"};
+    "contains", "not"};
 // Keywords that constrain the instance and are not enforced: refused by
 // name wherever they would constrain (an empty object or array of them
 // constrains nothing and is ignored).
@@ -403,6 +403,7 @@ private:
     // Refuses what kRefused lists, where it constrains.
     static void check_refused(const Json& s, const std::string& path) {
         for (const auto& [k, v] : s.items()) {
+            if (k == "not" && not_types(v)) continue;  // a type-only `not` is enforced (types_of)
             if (kRefused.count(k)) {
                 if ((v.is_object() || v.is_array()) && v.empty() && k != "not") continue;
                 throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
@@ -429,7 +430,40 @@ private:
 
     // The types the schema allows, in its order; empty for any. Without
     // `type`, the keywords that apply to one type pick it (kObjectWords ...).
+    // The types a `not` excludes, when it holds only `type` (and annotations).
+    static std::optional<std::set<std::string>> not_types(const Json& n) {
+        if (!n.is_object() || !n.contains("type")) return std::nullopt;
+        for (const auto& [k, v] : n.items())
+            if (k != "type" && (kHandled.count(k) || kRefused.count(k) || k == "if")) return std::nullopt;
+        std::set<std::string> out;
+        const Json& t = n["type"];
+        if (t.is_string()) out.insert(t.get<std::string>());
+        else if (t.is_array())
+            for (const auto& x : t)
+                if (x.is_string()) out.insert(x.get<std::string>());
+                else return std::nullopt;
+        else return std::nullopt;
+        return out;
+    }
+
     static std::vector<std::string> types_of(const Json& s, const std::string& path) {
+        std::vector<std::string> types = types_allowed(s, path);
+        auto n = s.find("not");
+        if (n == s.end()) return types;
+        const auto ex = not_types(*n);
+        if (types.empty()) types = {"null", "boolean", "object", "array", "number", "string"};
+        std::vector<std::string> kept;
+        for (const auto& t : types) {
+            if (ex->count(t) || (t == "integer" && ex->count("number"))) continue;
+            if (t == "number" && ex->count("integer"))
+                throw GrammarError("not", fmt::format("'not' of 'integer' beside 'number' at {} is not supported", at(path)));
+            kept.push_back(t);
+        }
+        if (kept.empty()) throw GrammarError("not", fmt::format("'not' at {} excludes every type the schema allows", at(path)));
+        return kept;
+    }
+
+    static std::vector<std::string> types_allowed(const Json& s, const std::string& path) {
         std::vector<std::string> types;
         if (auto t = s.find("type"); t != s.end()) {
             if (t->is_string()) types.push_back(t->get<std::string>());
