@@ -37,6 +37,7 @@
 #include <climits>
 #include <cmath>
 #include <deque>
+#include <functional>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -649,7 +650,10 @@ private:
     // schema, compiled as a target named by its text (the same schema met
     // again, in a recursion, is the same rule).
     std::string merged(const Json& s, const std::string& path) {
-        std::string key = "&" + s.dump();
+        // Large texts are keyed by hash and length, so the keys of many
+        // nested merged schemas do not hold the document many times over.
+        std::string key = s.dump();
+        key = key.size() <= 4096 ? "&" + key : fmt::format("&#{:x}:{}", std::hash<std::string>{}(key), key.size());
         if (auto it = refs_.find(key); it != refs_.end()) return use_target(it->second, path);
         store_.push_back(flatten(s, path, 0));
         return use_target(target_index(key, &store_.back(), path), path);
