@@ -508,6 +508,46 @@ TEST(SchemaKeywords, UniqueItemsOverAFiniteSet) {
     EXPECT_EQ(refused_keyword(R"({"type":"array","uniqueItems":true,"items":{"type":"string"}})"), "uniqueItems");
 }
 
+// Shapes real clients send (pydantic v2, Kubernetes, function calling),
+// written here from their documented output formats: each compiles and
+// matches a typical value.
+TEST(SchemaKeywords, RealWorldShapesCompile) {
+    // pydantic v2: $defs + $ref with description, Optional as anyOf null,
+    // EmailStr, datetime, conint, constr(pattern), Literal, set[Enum],
+    // a discriminated union (oneOf + discriminator, an unknown keyword).
+    auto pyd = json_schema_grammar(R"({"$defs":{"Color":{"enum":["red","green"],"title":"Color","type":"string"},
+      "Cat":{"properties":{"kind":{"const":"cat","title":"Kind","type":"string"},"lives":{"maximum":9,"minimum":0,
+        "title":"Lives","type":"integer"}},"required":["kind","lives"],"title":"Cat","type":"object"},
+      "Dog":{"properties":{"kind":{"const":"dog","title":"Kind","type":"string"}},"required":["kind"],"title":"Dog",
+        "type":"object"}},
+      "properties":{"email":{"format":"email","title":"Email","type":"string"},
+        "at":{"format":"date-time","title":"At","type":"string"},
+        "age":{"anyOf":[{"exclusiveMinimum":0,"type":"integer"},{"type":"null"}],"default":null,"title":"Age"},
+        "code":{"pattern":"^[A-Z]{3}$","title":"Code","type":"string"},
+        "color":{"$ref":"#/$defs/Color","description":"favourite"},
+        "colors":{"items":{"$ref":"#/$defs/Color"},"title":"Colors","type":"array","uniqueItems":true},
+        "pet":{"discriminator":{"mapping":{"cat":"#/$defs/Cat","dog":"#/$defs/Dog"},"propertyName":"kind"},
+          "oneOf":[{"$ref":"#/$defs/Cat"},{"$ref":"#/$defs/Dog"}],"title":"Pet"}},
+      "required":["email","at","code","color","colors","pet"],"title":"Model","type":"object"})");
+    EXPECT_TRUE(matches(pyd, R"({"email":"a@b.io","at":"2024-05-06T07:08:09Z","age":null,"code":"ABC","color":"red",)"
+                             R"("colors":["red","green"],"pet":{"kind":"cat","lives":9}})"));
+    // Kubernetes: x-kubernetes-* vendor keys, int-or-string, formats on integers.
+    auto k8s = json_schema_grammar(R"({"description":"Deployment","type":"object","x-kubernetes-group-version-kind":[
+      {"group":"apps","kind":"Deployment","version":"v1"}],"properties":{"replicas":{"format":"int32","type":"integer"},
+      "maxSurge":{"x-kubernetes-int-or-string":true,"anyOf":[{"type":"integer"},{"type":"string"}]},
+      "labels":{"additionalProperties":{"type":"string"},"type":"object"},
+      "ports":{"items":{"properties":{"containerPort":{"format":"int32","type":"integer"}},"required":["containerPort"],
+        "type":"object"},"type":"array","x-kubernetes-list-type":"map","x-kubernetes-list-map-keys":["containerPort"]}}})");
+    EXPECT_TRUE(matches(k8s, R"({"replicas":3,"maxSurge":"25%","labels":{"app":"x"},"ports":[{"containerPort":80}]})"));
+    // Draft 4 with id, $schema, definitions and a boolean exclusive bound.
+    auto d4 = json_schema_grammar(R"({"$schema":"http://json-schema.org/draft-04/schema#","id":"http://example.com/s#",
+      "definitions":{"pos":{"type":"number","minimum":0,"exclusiveMinimum":true}},"type":"object",
+      "properties":{"w":{"$ref":"#/definitions/pos"},"name":{"type":"string","minLength":1,"maxLength":64}},
+      "required":["w"],"additionalProperties":false})");
+    EXPECT_TRUE(matches(d4, R"({"w":0.5,"name":"box"})"));
+    stops_at(d4, R"({"w":0,)", 6);
+}
+
 // Hostile schemas fail with a limit error, quickly.
 TEST(SchemaKeywords, HostileSchemasHitLimits) {
     // Nested counts are chains of rules that share their links: fine.
