@@ -208,6 +208,16 @@ TEST(SchemaKeywords, Formats) {
     stops_at(host, R"("-a.com")", 1);
     stops_at(host, R"("a-.com")", 3);
     stops_at(host, R"("xn--abc")", 4);  // A-labels are not written
+    auto v6 = json_schema_grammar(R"({"type":"string","format":"ipv6"})");
+    for (const char* ok : {"::", "::1", "fe80::1:2", "2001:db8:0:0:0:0:2:1", "::ffff:192.168.0.1", "1::"})
+        EXPECT_TRUE(matches(v6, std::string("\"") + ok + "\"")) << ok;
+    stops_at(v6, R"("1:2:3:4:5:6:7:8:9")", 16);
+    stops_at(v6, R"("12345::")", 5);
+    auto dur = json_schema_grammar(R"({"type":"string","format":"duration"})");
+    EXPECT_TRUE(matches(dur, R"("P4DT12H30M5S")"));
+    EXPECT_TRUE(matches(dur, R"("P2W")"));
+    stops_at(dur, R"("PT1D")", 4);
+    stops_at(dur, R"("P")", 2);
     auto uri = json_schema_grammar(R"({"type":"string","format":"uri"})");
     EXPECT_TRUE(matches(uri, R"("https://example.com/a?b=c#d")"));
     EXPECT_TRUE(matches(uri, R"("urn:isbn:0451450523")"));

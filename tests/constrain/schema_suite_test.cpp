@@ -35,7 +35,8 @@ bool not_enforced(const std::string& file, const std::string& group) {
     // practical approximation of RFC 3986.
     if (file.rfind("format/", 0) == 0 && file != "format/date.json" && file != "format/date-time.json" &&
         file != "format/time.json" && file != "format/uuid.json" && file != "format/ipv4.json" &&
-        file != "format/hostname.json" && file != "format/email.json")
+        file != "format/hostname.json" && file != "format/email.json" && file != "format/ipv6.json" &&
+        file != "format/duration.json")
         return true;
     // contentEncoding/contentMediaType are annotations (2019-09 on).
     if (file == "content.json") return true;

@@ -93,7 +93,9 @@ const std::set<std::string, std::less<>> kNumberWords = {"minimum", "maximum", "
 // digits and its seconds stop at 59; hostname has at most 4 labels of at
 // most 63 characters (so at most 255 in all); email is a dot-atom local part
 // and a hostname; uri is a scheme and URI characters (not RFC 3986's whole
-// structure). Other formats are annotations, as in 2019-09 and later.
+// structure); ipv6 is RFC 3986's nine forms (no zone id); duration is RFC
+// 3339's (components of at most 9 digits). Other formats are annotations,
+// as in 2019-09 and later.
 const char* const kDate =
     "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|"
     "02-(?:0[1-9]|1[0-9]|2[0-8]))|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)";
@@ -116,6 +118,22 @@ std::string format_pattern(std::string_view f) {
     if (f == "ipv4") return "^" + octet + "(?:\\." + octet + "){3}$";
     if (f == "hostname") return "^" + host + "$";
     if (f == "email") return "^" + atext + "{1,64}(?:\\." + atext + "{1,64}){0,3}@" + host + "$";
+    if (f == "ipv6") {
+        // RFC 3986's nine forms of IPv6address (no zone id).
+        const std::string h = "[0-9A-Fa-f]{1,4}", ls32 = "(?:" + h + ":" + h + "|" + octet + "(?:\\." + octet + "){3})";
+        auto before = [&](int n) { return n < 0 ? std::string() : "(?:(?:" + h + ":){0," + std::to_string(n) + "}" + h + ")?"; };
+        return "^(?:(?:" + h + ":){6}" + ls32 + "|::(?:" + h + ":){5}" + ls32 + "|" + before(0) + "::(?:" + h + ":){4}" + ls32 +
+               "|" + before(1) + "::(?:" + h + ":){3}" + ls32 + "|" + before(2) + "::(?:" + h + ":){2}" + ls32 + "|" +
+               before(3) + "::" + h + ":" + ls32 + "|" + before(4) + "::" + ls32 + "|" + before(5) + "::" + h + "|" +
+               before(6) + "::)$";
+    }
+    if (f == "duration") {
+        // RFC 3339 appendix A: P, then a date part (and maybe a time part), a time part, or weeks.
+        const std::string d = "[0-9]{1,9}";
+        const std::string time = "T(?:" + d + "H(?:" + d + "M(?:" + d + "S)?)?|" + d + "M(?:" + d + "S)?|" + d + "S)";
+        const std::string date = "(?:" + d + "D|" + d + "M(?:" + d + "D)?|" + d + "Y(?:" + d + "M(?:" + d + "D)?)?)";
+        return "^P(?:" + date + "(?:" + time + ")?|" + time + "|" + d + "W)$";
+    }
     if (f == "uri") return "^[A-Za-z][A-Za-z0-9+.-]{0,31}:(?:[A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*$";
     return "";
 }
