@@ -77,6 +77,10 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"a(?=b)"})js"), "pattern");
     EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"(?<!a)b"})js"), "pattern");
     EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"\\bword"})"), "pattern");
+    // A malformed value of an enforced keyword is refused even where it would not apply.
+    EXPECT_EQ(refused_keyword(R"({"type":"string","format":1})"), "format");
+    EXPECT_EQ(refused_keyword(R"({"type":"string","patternProperties":1})"), "patternProperties");
+    EXPECT_EQ(refused_keyword(R"({"type":"integer","minLength":-1})"), "minLength");
     // Where they constrain nothing they are accepted.
     EXPECT_TRUE(matches(json_schema_grammar(R"({"if":{"type":"string"},"patternProperties":{},"uniqueItems":false})"), "[1]"));
     EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"array","uniqueItems":true,"maxItems":1})"), "[7]"));

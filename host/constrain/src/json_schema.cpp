@@ -428,6 +428,25 @@ private:
                 throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
             }
         }
+        // A malformed value of an enforced keyword is a 400 even where the
+        // keyword would not apply (a string-only keyword on a number ...).
+        for (const auto& [k, v] : s.items()) {
+            const char* want = nullptr;
+            if ((k == "format" || k == "pattern") && !v.is_string()) want = "a string";
+            else if ((k == "properties" || k == "patternProperties" || k == "$defs" || k == "definitions" ||
+                      k == "dependentRequired") && !v.is_object())
+                want = "an object";
+            else if ((k == "required" || k == "enum" || k == "prefixItems") && !v.is_array()) want = "an array";
+            else if ((k == "minimum" || k == "maximum" || k == "multipleOf") && !v.is_number()) want = "a number";
+            else if ((k == "exclusiveMinimum" || k == "exclusiveMaximum") && !v.is_number() && !v.is_boolean())
+                want = "a number (or, in draft 4, a boolean)";
+            else if ((k == "minLength" || k == "maxLength" || k == "minItems" || k == "maxItems" || k == "minProperties" ||
+                      k == "maxProperties") &&
+                     !(v.is_number_unsigned() || (v.is_number_float() && v.get<double>() >= 0 &&
+                                                  std::floor(v.get<double>()) == v.get<double>())))
+                want = "a non-negative integer";
+            if (want) throw GrammarError(k, fmt::format("'{}' at {} must be {}", k, at(path), want));
+        }
         // dependencies with a schema (not a list of names) is not enforced.
         if (auto d = s.find("dependencies"); d != s.end() && d->is_object())
             for (const auto& [k, v] : d->items())
