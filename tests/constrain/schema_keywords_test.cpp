@@ -222,6 +222,15 @@ TEST(SchemaKeywords, Formats) {
     EXPECT_TRUE(matches(dur, R"("P2W")"));
     stops_at(dur, R"("PT1D")", 4);
     stops_at(dur, R"("P")", 2);
+    auto ptr = json_schema_grammar(R"({"type":"string","format":"json-pointer"})");
+    EXPECT_TRUE(matches(ptr, R"("/a~1b/0")"));
+    EXPECT_TRUE(matches(ptr, R"("")"));
+    stops_at(ptr, R"("a")", 1);
+    stops_at(ptr, R"("/~2")", 3);
+    auto rel = json_schema_grammar(R"({"type":"string","format":"relative-json-pointer"})");
+    EXPECT_TRUE(matches(rel, R"("1/a")"));
+    EXPECT_TRUE(matches(rel, R"("0#")"));
+    stops_at(rel, R"("01")", 2);
     auto uri = json_schema_grammar(R"({"type":"string","format":"uri"})");
     EXPECT_TRUE(matches(uri, R"("https://example.com/a?b=c#d")"));
     EXPECT_TRUE(matches(uri, R"("urn:isbn:0451450523")"));

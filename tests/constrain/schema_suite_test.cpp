@@ -36,7 +36,8 @@ bool not_enforced(const std::string& file, const std::string& group) {
     if (file.rfind("format/", 0) == 0 && file != "format/date.json" && file != "format/date-time.json" &&
         file != "format/time.json" && file != "format/uuid.json" && file != "format/ipv4.json" &&
         file != "format/hostname.json" && file != "format/email.json" && file != "format/ipv6.json" &&
-        file != "format/duration.json")
+        file != "format/duration.json" && file != "format/json-pointer.json" &&
+        file != "format/relative-json-pointer.json")
         return true;
     // contentEncoding/contentMediaType are annotations (2019-09 on).
     if (file == "content.json") return true;

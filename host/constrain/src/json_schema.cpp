@@ -94,7 +94,9 @@ const std::set<std::string, std::less<>> kNumberWords = {"minimum", "maximum", "
 // most 63 characters (so at most 255 in all); email is a dot-atom local part
 // and a hostname; uri is a scheme and URI characters (not RFC 3986's whole
 // structure); ipv6 is RFC 3986's nine forms (no zone id); duration is RFC
-// 3339's (components of at most 9 digits). Other formats are annotations,
+// 3339's (components of at most 9 digits); json-pointer and
+// relative-json-pointer are RFC 6901's and the draft's (a prefix of at most
+// 9 digits). Other formats are annotations,
 // as in 2019-09 and later.
 const char* const kDate =
     "(?:[0-9]{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12][0-9]|3[01])|(?:0[469]|11)-(?:0[1-9]|[12][0-9]|30)|"
@@ -134,6 +136,8 @@ std::string format_pattern(std::string_view f) {
         const std::string date = "(?:" + d + "D|" + d + "M(?:" + d + "D)?|" + d + "Y(?:" + d + "M(?:" + d + "D)?)?)";
         return "^P(?:" + date + "(?:" + time + ")?|" + time + "|" + d + "W)$";
     }
+    if (f == "json-pointer") return "^(?:/(?:[^~/]|~[01])*)*$";
+    if (f == "relative-json-pointer") return "^(?:0|[1-9][0-9]{0,8})(?:#|(?:/(?:[^~/]|~[01])*)*)$";
     if (f == "uri") return "^[A-Za-z][A-Za-z0-9+.-]{0,31}:(?:[A-Za-z0-9._~:/?#\\[\\]@!$&'()*+,;=-]|%[0-9A-Fa-f]{2})*$";
     return "";
 }
