@@ -314,14 +314,14 @@ TEST(ToolConstraint, ForcedCallsBecomeAConstraint) {
     EXPECT_EQ(two.tools.prefill, "<|channel|>commentary to=functions.");
     EXPECT_EQ(two.gen.prompt, "P<|channel|>commentary to=functions.");
     ASSERT_TRUE(two.gen.constraint.grammar);
-    // A parameters schema outside the supported subset names the keyword.
-    auto bad = offering({{"f", R"({"type":"object","properties":{"z":{"type":"string","pattern":"^a"}}})"}});
+    // A parameters schema with a keyword the grammar cannot enforce names it.
+    auto bad = offering({{"f", R"({"type":"object","properties":{"z":{"type":"object","unevaluatedProperties":false}}})"}});
     try {
         constrain_tool_call(bad, ToolFormat::Hermes, ByteCodec());
         FAIL();
     } catch (const RequestError& e) {
         EXPECT_EQ(e.field(), "tools");
-        EXPECT_NE(std::string(e.what()).find("pattern"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("unevaluatedProperties"), std::string::npos) << e.what();
     }
 }
 
