@@ -382,6 +382,32 @@ TEST(Auth, TwoAuthorizationHeadersAreRefused) {
     EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"once"})", bearer("key-two"))), "cancelling");
 }
 
+// With two API keys, one key's cached prompt is never reused for the other:
+// its cached_tokens would tell the other whether a guessed prompt matches
+// (102 against 28 before). --prefix-cache-shared shares them (one tenant).
+TEST(Auth, PrefixReuseStaysWithItsKeyUnlessShared) {
+    std::string secret = "The secret plan:";
+    for (int i = 0; i < 12; ++i) secret += " meet at the old mill at noon";
+    for (bool shared : {false, true}) {
+        std::vector<std::string> args = {"--api-key", "key-a", "--api-key", "key-b"};
+        if (shared) args.push_back("--prefix-cache-shared");
+        EngineHost h(args, {}, true, EH_PLUGIN_DIR);
+        ASSERT_GT(h.port(), 0) << h.log();
+        auto cached = [&](const std::string& key, const std::string& prompt) {
+            auto r = h.post("/v1/completions", json{{"prompt", prompt}, {"max_tokens", 2}, {"temperature", 0}}.dump(),
+                            bearer(key));
+            EXPECT_EQ(r.status, 200) << r.body;
+            json j = json::parse(r.body, nullptr, false);
+            return j.is_object() ? j["usage"]["prompt_tokens_details"].value("cached_tokens", -1) : -1;
+        };
+        EXPECT_EQ(cached("key-a", secret), 0);
+        const int guess = cached("key-b", secret + " and bring the map");
+        if (shared) EXPECT_GT(guess, 16) << "shared: the other key's prefix is reused";
+        else EXPECT_EQ(guess, 0) << "key-b reused key-a's cached prompt";
+        EXPECT_GT(cached("key-a", secret + " tomorrow"), 16) << "shared " << shared << ": its own prefix is reused";
+    }
+}
+
 // With API keys, every route refuses two credentials before the key check:
 // a gateway in front that reads the second one would let a request through
 // that the first one's key would have refused, or the other way round.
