@@ -627,9 +627,22 @@ private:
         if (lo > hi)
             throw GrammarError("uniqueItems", fmt::format("'minItems' at {} asks for more different items than the {} "
                                                           "values allowed", at(path), n));
-        // state(i, c): at value i with c items written (as object() counts members).
-        const std::string base = fresh();
-        auto feasible = [&](size_t i, uint64_t c) { return c <= hi && c + (n - i) >= lo; };
+        std::vector<std::string> parts;
+        for (const auto& v : values) parts.push_back(literal(v.dump()));
+        const std::string items_rule = counted_subsequence(
+            parts, std::vector<bool>(n, false), [&](size_t i, uint64_t c) { return c <= hi && c + (n - i) >= lo; },
+            fresh());
+        return rule(R"("[" j-ws )" + items_rule + R"( "]")");
+    }
+
+    // Rules that write a subsequence of `parts`, in their order and separated
+    // by commas, counting what they write: state (i, c) is "at part i with c
+    // written", a part with `required[i]` cannot be left out, and only
+    // states `feasible(i, c)` allows are written (so the count ends where the
+    // caller needs it). Rules are named `base`-i-c; returns the start's name.
+    std::string counted_subsequence(const std::vector<std::string>& parts, const std::vector<bool>& required,
+                                    const std::function<bool(size_t, uint64_t)>& feasible, const std::string& base) {
+        const size_t n = parts.size();
         auto state = [&](size_t i, uint64_t c) { return fmt::format("{}-{}-{}", base, i, c); };
         for (size_t i = 0; i <= n; ++i)
             for (uint64_t c = 0; c <= i; ++c) {
@@ -639,15 +652,14 @@ private:
                     alts.emplace_back("");
                 } else {
                     if (feasible(i + 1, c + 1))
-                        alts.push_back(std::string(c ? R"("," j-ws )" : "") + literal(values[i].dump()) + " j-ws " +
-                                       state(i + 1, c + 1));
-                    if (feasible(i + 1, c)) alts.push_back(state(i + 1, c));
+                        alts.push_back(std::string(c ? R"("," j-ws )" : "") + parts[i] + " j-ws " + state(i + 1, c + 1));
+                    if (!required[i] && feasible(i + 1, c)) alts.push_back(state(i + 1, c));
                 }
                 std::string body;
                 for (const auto& a : alts) body += (body.empty() ? "" : " | ") + a;
                 out_ += state(i, c) + " ::= " + body + "\n";
             }
-        return rule(R"("[" j-ws )" + state(0, 0) + R"( "]")");
+        return state(0, 0);
     }
 
     std::string fresh() { return fmt::format("{}s{}", prefix_, counter_++); }
@@ -1617,24 +1629,8 @@ private:
         if (!feasible(0, 0))
             throw GrammarError("minProperties", fmt::format("'minProperties'/'maxProperties' at {} cannot be met with "
                                                             "its properties", at(path)));
-        auto state = [&](size_t i, uint64_t c) { return fmt::format("{}-{}-{}", base, i, c); };
-        // state(i, c): at property i with c members written.
-        for (size_t i = 0; i <= n; ++i)
-            for (uint64_t c = 0; c <= i; ++c) {
-                if (!feasible(i, c)) continue;
-                std::vector<std::string> alts;
-                if (i == n) {
-                    alts.emplace_back("");
-                } else {
-                    if (feasible(i + 1, c + 1))
-                        alts.push_back(std::string(c ? R"("," j-ws )" : "") + kv[i] + " j-ws " + state(i + 1, c + 1));
-                    if (!req[i] && feasible(i + 1, c)) alts.push_back(state(i + 1, c));
-                }
-                std::string body;
-                for (const auto& a : alts) body += (body.empty() ? "" : " | ") + a;
-                out_ += state(i, c) + " ::= " + body + "\n";
-            }
-        out_ += base + R"( ::= "{" j-ws )" + state(0, 0) + " \"}\"\n";
+        const std::string members = counted_subsequence(kv, req, feasible, base);
+        out_ += base + R"( ::= "{" j-ws )" + members + " \"}\"\n";
         return base;
     }
 
