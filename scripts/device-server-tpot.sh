@@ -26,9 +26,11 @@ for entry in ${2:-qwen2.5-0.5b-instruct-q4_k_m:llama-cuda}; do
   for p in 32 512; do
     "$eh" bench --plugins "$build/plugins" --plugin "$plugin" --model "$model" -p $p -n 128 -r 3 --json > "$out/$profile.bench$p.json" 2>/dev/null
   done
-  "$eh" serve --plugins "$build/plugins" --plugin "$plugin" --model "$model" --port $port --ctx-size 4096 > "$out/$profile.serve.log" 2>&1 &
+  # serve picks the plugin by the model (PLUGIN names bench's choice)
+  "$eh" serve --plugins "$build/plugins" --model "$model" --port $port --ctx-size 4096 > "$out/$profile.serve.log" 2>&1 &
   pid=$!
   for _ in $(seq 1 240); do
+    kill -0 $pid 2>/dev/null || { echo "$profile: serve exited"; tail -3 "$out/$profile.serve.log"; break; }
     curl -sf "http://127.0.0.1:$port/health" 2>/dev/null | grep -q '"status": *"healthy"' && break
     sleep 0.5
   done
