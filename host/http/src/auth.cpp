@@ -62,6 +62,19 @@ std::string_view presented_key(std::string_view authorization, std::string_view 
     return trim(x_api_key);
 }
 
+std::string request_key(const httplib::Request& req) {
+    const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
+    const std::string authorization = req.get_header_value("Authorization");
+    const std::string x_api_key = anthropic ? req.get_header_value("x-api-key") : std::string();
+    return std::string(presented_key(authorization, x_api_key));
+}
+
+std::string digest_hex(std::string_view s) {
+    std::string hex;
+    for (unsigned char b : digest(s)) hex += fmt::format("{:02x}", b);
+    return hex;
+}
+
 std::string credential_identity(std::string_view authorization) {
     const Credentials c = parse_authorization(authorization);
     if (c.scheme.empty()) return "";
@@ -69,9 +82,7 @@ std::string credential_identity(std::string_view authorization) {
     for (char ch : c.scheme) canonical += char(std::tolower(static_cast<unsigned char>(ch)));
     canonical += ' ';
     canonical += c.token;
-    std::string hex;
-    for (unsigned char b : digest(canonical)) hex += fmt::format("{:02x}", b);
-    return hex;
+    return digest_hex(canonical);
 }
 
 std::string credential_header_problem(const httplib::Request& req, bool x_api_key_accepted) {

@@ -45,6 +45,12 @@ Credentials parse_authorization(std::string_view authorization);
 // (scheme case-insensitive), else `x_api_key` (Anthropic clients send the
 // key in x-api-key; pass "" where that header is not accepted). "" if none.
 std::string_view presented_key(std::string_view authorization, std::string_view x_api_key);
+// The key `req` presents: x-api-key counts on /v1/messages* (Anthropic's
+// clients send it there) and nowhere else. A copy: headers are copied out.
+std::string request_key(const httplib::Request& req);
+// Lower-case hex SHA-256 of `s`: how a key is kept when it must be told
+// apart from others without being kept itself.
+std::string digest_hex(std::string_view s);
 
 // Who a request's credentials say it is, for comparing two requests (the
 // submitter of a job and a POST /cancel): the SHA-256 of the lower-cased

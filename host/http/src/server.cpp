@@ -224,11 +224,8 @@ void Server::Impl::install_routes() {
         }
         if (keys.required() && route_needs_key(req.method, req.path, options.metrics_require_key)) {
             // After the CORS headers, so a browser tool can read the 401.
-            // Anthropic clients send their key in x-api-key.
             const bool anthropic = req.path.rfind("/v1/messages", 0) == 0;
-            const std::string authorization = req.get_header_value("Authorization");
-            const std::string x_api_key = anthropic ? req.get_header_value("x-api-key") : std::string();
-            const std::string_view key = presented_key(authorization, x_api_key);
+            const std::string key = request_key(req);
             if (!keys.accepts(key)) {
                 const std::string cid = correlation_id(req, res);
                 const std::string message = key.empty()
