@@ -81,6 +81,14 @@ wait $pid
 rc=$?
 check ctrl-c-exit-code $rc "exit $rc: $(tr -d "\\0" <"$scratch/out")"
 
+# A reply holding a NUL (the test engine scripted to emit the <0x00> byte
+# token, id 3) does not end the conversation: the next turn is answered, not
+# refused with "'messages' contains a NUL character".
+out=$(printf 'Hi\nAnd then?\n' | EH_TEST_ENGINE_SCRIPT=300,3,301 "$eh" chat -m "$model" --plugins "$plugins/good" -n 8 2>"$scratch/err" | tr -d '\000')
+rc=$?
+[[ $rc -eq 0 && $(grep -c . <<<"$out") -eq 2 && "$(cat "$scratch/err")" != *NUL* ]]
+check nul-reply-next-turn $? "exit $rc: $out / $(cat "$scratch/err")"
+
 out=$("$eh" chat -m "$model" -n 0 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"--n-predict must be between 1 and 2048"* ]]; check bad-n-predict $? "exit $rc: $out"
 for flags in "--temp 3" "--top-p 0" "--top-k -1"; do

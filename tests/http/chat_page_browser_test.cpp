@@ -242,3 +242,27 @@ TEST(ChatPageBrowser, AReplyIsCappedAtTheContextAndAFullConversationSaysSo) {
               std::string::npos)
         << full;
 }
+
+// A reply holding a NUL (the test engine is scripted to emit the <0x00> byte
+// token) still lets the conversation go on: the server refuses NUL in
+// messages, so the page keeps the reply in its history without it. Before,
+// the next turn failed with "'messages' contains a NUL character".
+TEST(ChatPageBrowser, AReplyWithANulByteDoesNotBreakTheNextTurn) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_SCRIPT", "300,3,301"}}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good",
+                 EH_DEFAULT_MODEL);
+    ASSERT_GT(h.port(), 0) << h.log();
+    Browser b;
+    ASSERT_TRUE(open_page(b, h));
+    for (int turn = 0; turn < 2; ++turn) {
+        b.type(b.find("#prompt"), turn == 0 ? "Hello" : "And then?");
+        b.click(b.find("#send"));
+        ASSERT_TRUE(b.wait_for("const m = document.querySelectorAll('.msg.assistant')[" + std::to_string(turn) +
+                                   "]; return !!m && ['done', 'error', 'stopped'].includes(m.dataset.state)",
+                               30s))
+            << b.script("return document.getElementById('conversation').innerHTML");
+        EXPECT_EQ(b.script("return document.querySelectorAll('.msg.assistant')[" + std::to_string(turn) +
+                           "].dataset.state"),
+                  "done")
+            << b.script("return document.getElementById('conversation').innerHTML");
+    }
+}

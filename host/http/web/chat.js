@@ -185,8 +185,11 @@ async function send(text) {
     setBusy(false);
   }
   // A reply (a stopped one too) stays in the conversation; a turn that got
-  // none is dropped, so user and assistant turns keep alternating.
-  if (content.trim()) messages.push({role: "assistant", content: content.trim()});
+  // none is dropped, so user and assistant turns keep alternating. A model can
+  // emit a NUL (a <0x00> byte token); the server refuses NUL in messages, so
+  // the history keeps the reply without it (the page never showed it either).
+  const kept = content.replace(/\u0000/g, "").trim();
+  if (kept) messages.push({role: "assistant", content: kept});
   else messages.pop();
 }
 
