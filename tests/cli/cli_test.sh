@@ -26,6 +26,8 @@ expect unknown-command 2 "unknown command 'frobnicate'" -- "$eh" frobnicate
 expect plugins-help 0 'Usage: engine-host plugins' -- "$eh" plugins --help
 expect plugins-empty-arg 2 "the required argument for option '--plugins' is missing" -- "$eh" plugins --plugins
 expect plugins-bad-option 2 "unrecognised option '--colour'|unrecognized option '--colour'" -- "$eh" plugins --plugins "$plugins/good" --colour
+# No prefix guessing: --plugin is not read as --plugins (that failed later as a directory, exit 3).
+expect serve-prefix-not-guessed 2 "unrecognised option '--plugin'|unrecognized option '--plugin'" -- "$eh" serve --plugin good --model /no/such.gguf
 expect plugins-missing-dir 3 "plugin directory '/no/such/dir' does not exist" -- "$eh" plugins --plugins /no/such/dir
 expect plugins-good 0 'test-engine +1\.0\.0 +cpu +accepted' -- "$eh" plugins --plugins "$plugins/good"
 expect plugins-json 0 '"accepted": true' -- "$eh" plugins --plugins "$plugins/good" --json

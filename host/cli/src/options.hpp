@@ -20,6 +20,9 @@ inline bool parse_options(const std::vector<std::string>& args, const po::option
                           const po::positional_options_description* positional = nullptr) {
     try {
         po::command_line_parser parser(args);
+        // No prefix guessing: `serve --plugin X` must be an unknown option,
+        // not a silent `--plugins X` (which then fails as a directory).
+        parser.style(po::command_line_style::default_style & ~po::command_line_style::allow_guessing);
         parser.options(desc);
         if (positional) parser.positional(*positional);
         po::store(parser.run(), vm);
