@@ -13,6 +13,7 @@ namespace {
 
 using model::GgufValue;
 using KV = std::pair<std::string, GgufValue>;
+using Shape = Profile::Shape;
 
 std::string blk(uint32_t i, const char* what) { return fmt::format("blk.{}.{}", i, what); }
 
@@ -138,8 +139,10 @@ Profile qwen2(std::string name, bool tiny) {
     p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
     p.n_vocab = 151936;
     auto& s = p.shape;
-    if (tiny) s = {4, 64, 256, 4, 2, 16, 32768, 0, 0, true, true};
-    else s = {24, 896, 4864, 14, 2, 64, 32768, 0, 0, true, true};
+    if (tiny) s = Shape{.n_layer = 4, .n_embd = 64, .n_ff = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 16,
+                        .n_ctx = 32768, .tied = true, .qkv_bias = true};
+    else s = Shape{.n_layer = 24, .n_embd = 896, .n_ff = 4864, .n_head = 14, .n_head_kv = 2, .head_dim = 64,
+                   .n_ctx = 32768, .tied = true, .qkv_bias = true};
     p.description = tiny ? "Qwen2.5 layout at toy size (Q4_K_M recipe, real vocab)"
                          : "Qwen2.5-0.5B-Instruct Q4_K_M";
     general(p, tiny ? "Tiny Qwen2.5" : "Qwen2.5 0.5B Instruct", tiny ? "8M" : "630M");
@@ -191,8 +194,10 @@ Profile llama3(std::string name, bool tiny) {
     p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
     p.n_vocab = 128256;
     auto& s = p.shape;
-    if (tiny) s = {2, 256, 512, 4, 2, 64, 131072, 0, 0, false, false, false};
-    else s = {32, 4096, 14336, 32, 8, 128, 131072, 0, 0, false, false, false};
+    if (tiny) s = Shape{.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+                        .n_ctx = 131072};
+    else s = Shape{.n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
+                   .n_ctx = 131072};
     p.description = tiny ? "Llama 3.1 layout at toy size (Q4_K_M recipe, rope_freqs)" : "Llama-3.1-8B-Instruct Q4_K_M";
     general(p, tiny ? "Tiny Llama 3.1" : "Meta Llama 3.1 8B Instruct", tiny ? "70M" : "8B");
     llama_family_keys(p, 500000.0f, 1e-5f);
@@ -219,8 +224,10 @@ Profile qwen3(std::string name, bool tiny) {
     p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
     p.n_vocab = 151936;
     auto& s = p.shape;
-    if (tiny) s = {2, 256, 512, 4, 2, 128, 40960, 0, 0, false, false, true};
-    else s = {36, 4096, 12288, 32, 8, 128, 40960, 0, 0, false, false, true};
+    if (tiny) s = Shape{.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .head_dim = 128,
+                        .n_ctx = 40960, .qk_norm = true};
+    else s = Shape{.n_layer = 36, .n_embd = 4096, .n_ff = 12288, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
+                   .n_ctx = 40960, .qk_norm = true};
     p.description = tiny ? "Qwen3 layout at toy size (Q4_K_M recipe, q/k norms, head dim 128)" : "Qwen3-8B Q4_K_M";
     general(p, tiny ? "Tiny Qwen3" : "Qwen3 8B", tiny ? "90M" : "8B");
     llama_family_keys(p, 1000000.0f, 1e-6f);
@@ -244,8 +251,10 @@ Profile qwen3moe(std::string name, bool tiny) {
     p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
     p.n_vocab = 151936;
     auto& s = p.shape;
-    if (tiny) s = {2, 256, 256, 4, 2, 128, 40960, 8, 2, false, false, true};
-    else s = {48, 2048, 768, 32, 4, 128, 40960, 128, 8, false, false, true};
+    if (tiny) s = Shape{.n_layer = 2, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 128,
+                        .n_ctx = 40960, .n_expert = 8, .n_expert_used = 2, .qk_norm = true};
+    else s = Shape{.n_layer = 48, .n_embd = 2048, .n_ff = 768, .n_head = 32, .n_head_kv = 4, .head_dim = 128,
+                   .n_ctx = 40960, .n_expert = 128, .n_expert_used = 8, .qk_norm = true};
     p.description = tiny ? "Qwen3-MoE layout at toy size (Q4_K_M recipe, 8 experts)" : "Qwen3-30B-A3B Q4_K_M";
     general(p, tiny ? "Tiny Qwen3 MoE" : "Qwen3 30B A3B", tiny ? "60M" : "30B-A3B");
     llama_family_keys(p, 1000000.0f, 1e-6f);
@@ -264,8 +273,10 @@ Profile phi3(std::string name, bool tiny) {
     p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
     p.n_vocab = 32064;
     auto& s = p.shape;
-    if (tiny) s = {4, 256, 256, 4, 4, 64, 4096, 0, 0, false, false};
-    else s = {32, 3072, 8192, 32, 32, 96, 4096, 0, 0, false, false};
+    if (tiny) s = Shape{.n_layer = 4, .n_embd = 256, .n_ff = 256, .n_head = 4, .n_head_kv = 4, .head_dim = 64,
+                        .n_ctx = 4096};
+    else s = Shape{.n_layer = 32, .n_embd = 3072, .n_ff = 8192, .n_head = 32, .n_head_kv = 32, .head_dim = 96,
+                   .n_ctx = 4096};
     p.description = tiny ? "Phi-3 layout at toy size (Q4_K_M recipe, real vocab)"
                          : "Phi-3-mini-4k-instruct Q4_K_M";
     general(p, tiny ? "Tiny Phi 3" : "Phi 3 Mini 4k Instruct", tiny ? "20M" : "3.8B");
@@ -293,8 +304,10 @@ Profile gpt2(std::string name, bool tiny, uint32_t type) {
     p.target = {Recipe::Plain, type};
     p.n_vocab = 50257;
     auto& s = p.shape;
-    if (tiny) s = {2, 64, 256, 4, 4, 16, 128, 0, 0, true, false};
-    else s = {12, 768, 3072, 12, 12, 64, 1024, 0, 0, true, false};
+    if (tiny) s = Shape{.n_layer = 2, .n_embd = 64, .n_ff = 256, .n_head = 4, .n_head_kv = 4, .head_dim = 16,
+                        .n_ctx = 128, .tied = true};
+    else s = Shape{.n_layer = 12, .n_embd = 768, .n_ff = 3072, .n_head = 12, .n_head_kv = 12, .head_dim = 64,
+                   .n_ctx = 1024, .tied = true};
     p.description = fmt::format("GPT-2{} {}", tiny ? " layout at toy size," : " 124M", p.target.name());
     general(p, tiny ? "Tiny GPT-2" : "GPT-2", tiny ? "4M" : "124M");
     const std::string a = "gpt2.";
@@ -318,9 +331,12 @@ Profile gpt_oss(std::string name, bool tiny, bool big = false) {
     p.target = {Recipe::MXFP4_MOE, EH_TYPE_MXFP4};
     p.n_vocab = 201088;
     auto& s = p.shape;
-    if (tiny) s = {2, 64, 64, 4, 2, 16, 131072, 4, 2, false, false};
-    else if (big) s = {36, 2880, 2880, 64, 8, 64, 131072, 128, 4, false, false};
-    else s = {24, 2880, 2880, 64, 8, 64, 131072, 32, 4, false, false};
+    if (tiny) s = Shape{.n_layer = 2, .n_embd = 64, .n_ff = 64, .n_head = 4, .n_head_kv = 2, .head_dim = 16,
+                        .n_ctx = 131072, .n_expert = 4, .n_expert_used = 2};
+    else if (big) s = Shape{.n_layer = 36, .n_embd = 2880, .n_ff = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64,
+                            .n_ctx = 131072, .n_expert = 128, .n_expert_used = 4};
+    else s = Shape{.n_layer = 24, .n_embd = 2880, .n_ff = 2880, .n_head = 64, .n_head_kv = 8, .head_dim = 64,
+                   .n_ctx = 131072, .n_expert = 32, .n_expert_used = 4};
     p.description = tiny ? "gpt-oss layout at toy size (MXFP4 experts, real vocab)"
                          : (big ? "gpt-oss-120b MXFP4" : "gpt-oss-20b MXFP4");
     general(p, tiny ? "Tiny Gpt Oss" : (big ? "Gpt Oss 120b" : "Gpt Oss 20b"), tiny ? "30M" : (big ? "120B" : "20B"));
@@ -350,42 +366,49 @@ Profile gpt_oss(std::string name, bool tiny, bool big = false) {
     return p;
 }
 
-Profile make(const std::string& name) {
-    if (name == "qwen2.5-0.5b-instruct-q4_k_m") return qwen2(name, false);
-    if (name == "phi-3-mini-4k-instruct-q4_k_m") return phi3(name, false);
-    if (name == "gpt-oss-20b-mxfp4") return gpt_oss(name, false);
-    if (name == "gpt-oss-120b-mxfp4") return gpt_oss(name, false, true);
-    if (name == "llama-3.1-8b-instruct-q4_k_m") return llama3(name, false);
-    if (name == "qwen3-8b-q4_k_m") return qwen3(name, false);
-    if (name == "tiny-llama-3.1-q4_k_m") return llama3(name, true);
-    if (name == "tiny-qwen3-q4_k_m") return qwen3(name, true);
-    if (name == "qwen3-30b-a3b-q4_k_m") return qwen3moe(name, false);
-    if (name == "tiny-qwen3-moe-q4_k_m") return qwen3moe(name, true);
-    if (name == "gpt2-124m-f16") return gpt2(name, false, EH_TYPE_F16);
-    if (name == "gpt2-124m-q8_0") return gpt2(name, false, EH_TYPE_Q8_0);
-    if (name == "tiny-qwen2.5-q4_k_m") return qwen2(name, true);
-    if (name == "tiny-phi-3-q4_k_m") return phi3(name, true);
-    if (name == "tiny-gpt-oss-mxfp4") return gpt_oss(name, true);
-    if (name == "tiny-gpt2-f16") return gpt2(name, true, EH_TYPE_F16);
-    if (name == "tiny-gpt2-q8_0") return gpt2(name, true, EH_TYPE_Q8_0);
-    std::string known;
-    for (const auto& n : profile_names()) known += (known.empty() ? "" : ", ") + n;
-    throw Error(Code::InvalidRequest, fmt::format("unknown profile '{}' (known: {})", name, known));
-}
+// Every profile by name, real sizes first: forge's --like, `forge --list`
+// and the error for an unknown name all read this one table.
+struct Entry {
+    const char* name;
+    Profile (*make)(std::string name);
+};
+const Entry kProfiles[] = {
+    {"qwen2.5-0.5b-instruct-q4_k_m", [](std::string n) { return qwen2(std::move(n), false); }},
+    {"phi-3-mini-4k-instruct-q4_k_m", [](std::string n) { return phi3(std::move(n), false); }},
+    {"gpt-oss-20b-mxfp4", [](std::string n) { return gpt_oss(std::move(n), false); }},
+    {"gpt-oss-120b-mxfp4", [](std::string n) { return gpt_oss(std::move(n), false, true); }},
+    {"llama-3.1-8b-instruct-q4_k_m", [](std::string n) { return llama3(std::move(n), false); }},
+    {"qwen3-8b-q4_k_m", [](std::string n) { return qwen3(std::move(n), false); }},
+    {"qwen3-30b-a3b-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), false); }},
+    {"gpt2-124m-f16", [](std::string n) { return gpt2(std::move(n), false, EH_TYPE_F16); }},
+    {"gpt2-124m-q8_0", [](std::string n) { return gpt2(std::move(n), false, EH_TYPE_Q8_0); }},
+    {"tiny-qwen2.5-q4_k_m", [](std::string n) { return qwen2(std::move(n), true); }},
+    {"tiny-phi-3-q4_k_m", [](std::string n) { return phi3(std::move(n), true); }},
+    {"tiny-gpt-oss-mxfp4", [](std::string n) { return gpt_oss(std::move(n), true); }},
+    {"tiny-llama-3.1-q4_k_m", [](std::string n) { return llama3(std::move(n), true); }},
+    {"tiny-qwen3-q4_k_m", [](std::string n) { return qwen3(std::move(n), true); }},
+    {"tiny-qwen3-moe-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), true); }},
+    {"tiny-gpt2-f16", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_F16); }},
+    {"tiny-gpt2-q8_0", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_Q8_0); }},
+};
 
 }  // namespace
 
 std::vector<TensorSpec> Profile::tensors(uint64_t vocab_rows) const { return build(*this, vocab_rows); }
 
 std::vector<std::string> profile_names() {
-    return {"qwen2.5-0.5b-instruct-q4_k_m", "phi-3-mini-4k-instruct-q4_k_m", "gpt-oss-20b-mxfp4",
-            "gpt-oss-120b-mxfp4", "llama-3.1-8b-instruct-q4_k_m", "qwen3-8b-q4_k_m", "qwen3-30b-a3b-q4_k_m",
-            "gpt2-124m-f16", "gpt2-124m-q8_0",
-            "tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4", "tiny-llama-3.1-q4_k_m",
-            "tiny-qwen3-q4_k_m", "tiny-qwen3-moe-q4_k_m", "tiny-gpt2-f16", "tiny-gpt2-q8_0"};
+    std::vector<std::string> out;
+    for (const Entry& e : kProfiles) out.emplace_back(e.name);
+    return out;
 }
 
-Profile find_profile(const std::string& name) { return make(name); }
+Profile find_profile(const std::string& name) {
+    for (const Entry& e : kProfiles)
+        if (name == e.name) return e.make(name);
+    std::string known;
+    for (const Entry& e : kProfiles) known += fmt::format("{}{}", known.empty() ? "" : ", ", e.name);
+    throw Error(Code::InvalidRequest, fmt::format("unknown profile '{}' (known: {})", name, known));
+}
 
 std::map<std::string, int> census(const std::vector<TensorSpec>& tensors) {
     std::map<std::string, int> out;
