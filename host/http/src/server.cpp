@@ -19,6 +19,7 @@
 #include "crash_notice.hpp"
 #include "impl.hpp"
 #include "request_guard.hpp"
+#include "responses_api.hpp"
 #include "web_assets.hpp"
 
 namespace eh::http {
@@ -27,7 +28,7 @@ namespace {
 const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
                                        "/v1/chat/completions", "/v1/capabilities", "/v1/messages",
-                                       "/v1/messages/count_tokens"};
+                                       "/v1/messages/count_tokens", "/v1/responses"};
 
 // CUDA's runtime version number (1000 * major + 10 * minor) as "13.0"; null
 // for engines without one.
@@ -106,6 +107,7 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->install_native();
     impl_->install_openai();
     impl_->install_anthropic();
+    install_responses(*impl_);
 }
 
 Server::~Server() { stop(); }
@@ -208,7 +210,7 @@ void Server::Impl::install_routes() {
                 res.set_header("Vary", "Origin");
                 res.set_header("Access-Control-Expose-Headers", "X-Correlation-Id, Retry-After");
                 if (req.method == "OPTIONS") {
-                    res.set_header("Access-Control-Allow-Methods", "GET, POST, OPTIONS");
+                    res.set_header("Access-Control-Allow-Methods", "GET, POST, DELETE, OPTIONS");
                     res.set_header("Access-Control-Allow-Headers", "Content-Type, Authorization, X-Api-Key, X-Correlation-Id");
                     res.set_header("Access-Control-Max-Age", "600");
                     res.status = 204;
@@ -384,7 +386,7 @@ void Server::Impl::install_routes() {
             {"workloads", workloads},
             {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
                            "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
-                           "/v1/messages/count_tokens"}},
+                           "/v1/messages/count_tokens", "/v1/responses"}},
             {"sampler", {{"temperature", {{"min", 0}, {"max", 2}, {"default", 1}}},
                          {"top_p", {{"min", 0}, {"max", 1}, {"default", 1}}},
                          {"top_k", {{"min", 0}, {"default", 0}}},
