@@ -10,6 +10,7 @@
 #include <nlohmann/json.hpp>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <condition_variable>
 #include <csignal>
@@ -120,6 +121,9 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("model,m", po::value<std::string>()->required(), kModelHelp)
         ("offline", kOfflineHelp)
         ("model-name", po::value<std::string>(), "model id clients use (default: file name without .gguf)")
+        ("served-model-name", po::value<std::vector<std::string>>()->composing(),
+         "a name clients may send as `model` (repeatable; the first is the model's id unless --model-name is given); "
+         "with it, a request naming any other model gets 404")
         ("chat-template-file", po::value<std::string>(), kChatTemplateFileHelp)
         ("port", po::value<int>()->default_value(8080), "TCP port (0 = any free port)")
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
@@ -224,7 +228,28 @@ int cmd_serve(const std::vector<std::string>& args) {
     const std::string model_ref = vm["model"].as<std::string>();
     const std::string model_path = resolve_model_ref(model_ref, vm.count("offline") > 0);
     const std::vector<std::string> plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
-    const std::string model_name = vm.count("model-name") ? vm["model-name"].as<std::string>() : model_id(model_path);
+    // The model's id, and the further names (--served-model-name, the file's
+    // name) a request's `model` may use.
+    const std::vector<std::string> served_names =
+        vm.count("served-model-name") ? vm["served-model-name"].as<std::vector<std::string>>() : std::vector<std::string>{};
+    for (const auto& n : served_names) {
+        bool ok = !n.empty() && n.size() <= 256;
+        for (unsigned char c : n) ok = ok && c >= 0x20 && c != 0x7f;
+        if (!ok) {
+            print_error("--served-model-name must be 1-256 bytes without control characters");
+            return kUsage;
+        }
+    }
+    const std::string model_name = vm.count("model-name") ? vm["model-name"].as<std::string>()
+                                   : !served_names.empty() ? served_names.front()
+                                                           : model_id(model_path);
+    std::vector<std::string> model_aliases;
+    for (const auto& n : served_names)
+        if (n != model_name && std::find(model_aliases.begin(), model_aliases.end(), n) == model_aliases.end())
+            model_aliases.push_back(n);
+    if (const std::string file_name = model_id(model_path); !served_names.empty() && file_name != model_name &&
+        std::find(model_aliases.begin(), model_aliases.end(), file_name) == model_aliases.end())
+        model_aliases.push_back(file_name);
 
     // Signals go to one thread; everyone else (HTTP, worker) has them blocked.
     sigset_t sigs;
@@ -436,6 +461,8 @@ int cmd_serve(const std::vector<std::string>& args) {
 
         http::NodeInfo ni;
         ni.model = model_name;
+        ni.model_aliases = model_aliases;
+        ni.refuse_unknown_models = !served_names.empty();
         ni.architecture = mi.architecture;
         ni.quant_kind = quant_kind;
         ni.tokenizer_kind = codec->kind();

@@ -1,8 +1,11 @@
 #include "access_log.hpp"
 
+#include <httplib.h>
+
 #include <algorithm>
 
 #include "eh/service/event_log.hpp"
+#include "eh/service/utf8.hpp"
 
 namespace eh::http::access {
 namespace {
@@ -15,7 +18,22 @@ void write(const Entry& e) {
     nlohmann::json f = {{"method", e.method}, {"path", e.path}, {"status", e.status}, {"bytes", e.bytes},
                         {"total_ms", e.total_ms}, {"correlation_id", e.correlation_id}};
     if (e.queue_ms) f["queue_ms"] = *e.queue_ms;
+    if (!e.routing.empty()) {
+        nlohmann::json r = nlohmann::json::object();
+        for (const auto& [name, value] : e.routing) r[name] = value;
+        f["routing"] = std::move(r);
+    }
     service::log_event(spdlog::level::info, "http_request", std::move(f));
+}
+
+void note_routing(Entry& e, const httplib::Request& req) {
+    e.routing.clear();
+    for (const char* name : kRoutingHeaders) {
+        if (!req.has_header(name)) continue;
+        std::string v = req.get_header_value(name);
+        if (v.size() > 256) v.resize(256);
+        e.routing.emplace_back(name, service::sanitize_utf8(v));
+    }
 }
 
 Scope::Scope() { t_current = this; }

@@ -4,8 +4,10 @@
 // secrets; at most 256 bytes), status, bytes (response bytes written, head
 // included), total_ms (end of the request head to the last byte written),
 // queue_ms (generation requests only: the longest wait of the request's jobs
-// between submission and admission into the batch) and correlation_id.
-// Request headers are never logged, so neither are API keys.
+// between submission and admission into the batch), correlation_id and,
+// when the request carried any, `routing`: the routing headers a gateway
+// sets (kRoutingHeaders), by name. No other request header is logged, so
+// neither are API keys.
 #pragma once
 
 #include <cstdint>
@@ -16,10 +18,19 @@
 
 #include "eh/service/job.hpp"
 
+namespace httplib { struct Request; }
+
 namespace eh::http::access {
+
+// Logged when present: the request's id (Envoy sets it; the Gateway API
+// Inference Extension's endpoint picker keys its work by it), the endpoint
+// that picker chose for it, and the W3C trace context. Each value at most
+// 256 bytes, invalid UTF-8 replaced.
+inline constexpr const char* kRoutingHeaders[] = {"x-request-id", "x-gateway-destination-endpoint", "traceparent"};
 
 struct Entry {
     std::string method, path, correlation_id;
+    std::vector<std::pair<std::string, std::string>> routing;  // kRoutingHeaders present, in that order
     int status = 0;  // 0: no response was written
     uint64_t bytes = 0;
     double total_ms = 0;
@@ -43,6 +54,9 @@ struct Scope {
 
 Scope* current();
 void note_jobs(const std::vector<std::shared_ptr<service::Job>>& jobs);
+
+// The routing headers `req` carries, into e.routing.
+void note_routing(Entry& e, const httplib::Request& req);
 
 // `target` without its query, cut to 256 bytes.
 std::string log_path(const std::string& target);

@@ -68,6 +68,7 @@ void Server::Impl::install_anthropic() {
         }
         try {
             auto r = parse_anthropic_request(req.body, options.limits, count_only);
+            if (std::string why = unknown_model(get_info(), r.model); !why.empty()) throw Error(Code::NotFound, why);
             render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             return r;

@@ -318,10 +318,11 @@ GatedServer::GatedServer() {
     set_keep_alive_max_count(limits.max_requests_per_connection);
     // httplib calls this once the response is written (a stream included):
     // the status and correlation id of the request the gate is serving.
-    set_logger([](const httplib::Request&, const httplib::Response& res) {
+    set_logger([](const httplib::Request& req, const httplib::Response& res) {
         if (auto* scope = access::current()) {
             scope->entry.status = res.status;
             scope->entry.correlation_id = res.get_header_value("X-Correlation-Id");
+            access::note_routing(scope->entry, req);
         }
     });
 }

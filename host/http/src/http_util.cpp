@@ -47,7 +47,7 @@ const char* rejection_outcome(const std::exception& e) {
     if (auto* ee = dynamic_cast<const Error*>(&e)) {
         if (ee->code() == Code::QueueFull) return "rejected_queue_full";
         if (ee->code() == Code::ShuttingDown) return "rejected_shutdown";
-        if (ee->code() == Code::InvalidRequest) return "rejected_invalid";
+        if (ee->code() == Code::InvalidRequest || ee->code() == Code::NotFound) return "rejected_invalid";
         if (ee->code() == Code::Cancelled) return "cancelled";  // the client left during its chat template
     }
     return "error";

@@ -71,7 +71,21 @@ struct Server::Impl {
     void install_native();
     void install_openai();
     void install_anthropic();
+    void install_lifecycle();  // /health/live, /health/ready (lifecycle.cpp)
 };
+
+// lifecycle.cpp: /health's status (healthy, loading, shutting_down,
+// unhealthy); `resident` false (and `reason` why) when the weights left
+// device memory or the engine crashed too often.
+struct ServingState {
+    std::string status, reason;
+    bool resident = true;
+};
+ServingState serving_state(const Server::Impl& s);
+// Why a request naming `requested` as its model is refused (404): with
+// --served-model-name, a name that is none of the served ones; "" when it
+// is served (an empty name always is).
+std::string unknown_model(const NodeInfo& ni, const std::string& requested);
 
 // Keeps the open-stream count right however a stream ends.
 struct StreamGuard {

@@ -86,6 +86,9 @@ void Server::Impl::install_openai() {
             NodeInfo ni = get_info();
             data.push_back({{"id", ni.model}, {"object", "model"}, {"created", started_unix}, {"owned_by", "engine-host"},
                             {"context_length", ni.context_length}});
+            for (const auto& alias : ni.model_aliases)
+                data.push_back({{"id", alias}, {"object", "model"}, {"created", started_unix}, {"owned_by", "engine-host"},
+                                {"context_length", ni.context_length}, {"root", ni.model}});
         }
         send_json(res, 200, {{"object", "list"}, {"data", data}});
     });
@@ -103,6 +106,7 @@ void Server::Impl::install_openai() {
         OpenAIRequest r;
         try {
             r = parse_openai_request(req.body, chat, options.limits);
+            if (std::string why = unknown_model(get_info(), r.model); !why.empty()) throw Error(Code::NotFound, why);
             if (chat) render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             r.gen.cache_scope = cache_scope_of(*this, req);

@@ -25,7 +25,7 @@
 namespace eh::http {
 namespace {
 
-const std::set<std::string> kRoutes = {"/health", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
+const std::set<std::string> kRoutes = {"/health", "/health/live", "/health/ready", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
                                        "/v1/chat/completions", "/v1/capabilities", "/v1/messages",
                                        "/v1/messages/count_tokens", "/v1/responses"};
@@ -107,6 +107,7 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->install_native();
     impl_->install_openai();
     impl_->install_anthropic();
+    impl_->install_lifecycle();
     install_responses(*impl_);
 }
 
@@ -277,32 +278,18 @@ void Server::Impl::install_routes() {
     http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
         correlation_id(req, res);
         NodeInfo ni = get_info();
-        bool res_ok;
-        std::string why;
-        {
-            std::lock_guard lock(mu);
-            res_ok = resident;
-            why = resident_why;
-        }
         State st = state.load();
         const auto svc = get_service();
-        // An engine process being restarted is loading its model again; one
-        // that crashed too often stays down.
         const service::EngineState es = svc ? svc->engine_state() : service::EngineState::Ready;
-        if (es == service::EngineState::Failed) {
-            res_ok = false;
-            why = "the engine crashed too often and is not restarted";
-        }
         // The worker contract's words: healthy, loading, unhealthy, shutting_down.
-        std::string status = st == State::Loading ? "loading" : st == State::Stopping ? "shutting_down"
-                             : es == service::EngineState::Restarting ? "loading"
-                             : res_ok ? "healthy" : "unhealthy";
+        const ServingState ss = serving_state(*this);
+        const std::string& status = ss.status;
         nlohmann::json j = {
             {"status", status},
             {"model", ni.model},
             // The contract's meaning: weights held in device memory. A CPU
             // engine can be healthy, but its weights are never resident.
-            {"resident", st == State::Ready && res_ok && ni.device_kind != "cpu"},
+            {"resident", st == State::Ready && ss.resident && ni.device_kind != "cpu"},
             {"quant_kind", ni.quant_kind},
             {"vram_bytes_used", ni.vram_bytes_used},
             {"tokenizer_kind", ni.tokenizer_kind},
@@ -318,7 +305,7 @@ void Server::Impl::install_routes() {
             {"worker_id", service::log_settings().worker_id},
         };
         if (st == State::Loading) j["load_progress"] = load_progress.load();
-        if (!res_ok) j["reason"] = why;
+        if (!ss.resident) j["reason"] = ss.reason;
         if (svc) {
             const service::SchedulerStats& ss = svc->stats();
             j["engine"] = {{"state", service::engine_state_name(es)},

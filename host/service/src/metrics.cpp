@@ -58,6 +58,38 @@ void histogram(std::string& out, std::string_view name, std::string_view help, c
     h.render(out, std::string(name));
 }
 
+// A label value in the text format: backslash, quote and newline escaped.
+std::string label_value(std::string_view v) {
+    std::string o;
+    for (char c : v) {
+        if (c == '\\') o += "\\\\";
+        else if (c == '"') o += "\\\"";
+        else if (c == '\n') o += "\\n";
+        else o += c;
+    }
+    return o;
+}
+
+// The gauges the Gateway API Inference Extension's endpoint picker reads
+// by default (its model-server protocol, vLLM's names and labels): a pool
+// of `engine-type: vllm` servers routes to this one unchanged. One engine
+// serves here: engine="0".
+void render_vllm(std::string& out, const Gauges& g) {
+    const std::string labels = fmt::format("{{model_name=\"{}\",engine=\"0\"}}", label_value(g.model_name));
+    head(out, "vllm:num_requests_running", "gauge", "Number of requests in model execution batches.");
+    out += fmt::format("vllm:num_requests_running{} {}\n", labels, num(g.active_jobs));
+    head(out, "vllm:num_requests_waiting", "gauge", "Number of requests waiting to be processed.");
+    out += fmt::format("vllm:num_requests_waiting{} {}\n", labels, num(g.queue_depth));
+    head(out, "vllm:kv_cache_usage_perc", "gauge",
+         "KV-cache usage. 1 means 100 percent usage (blocks only cached prefixes hold count as free).");
+    out += fmt::format("vllm:kv_cache_usage_perc{} {}\n", labels, num(g.kv_running_usage));
+    // An info gauge (always 1): the facts are its labels.
+    head(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
+    out += fmt::format("vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\","
+                       "engine=\"0\"}} 1\n",
+                       uint64_t(g.kv_block_tokens), uint64_t(g.kv_blocks_total), g.prefix_caching ? "True" : "False");
+}
+
 }  // namespace
 
 Metrics::Metrics()
@@ -159,6 +191,7 @@ std::string Metrics::render(const Gauges& g) const {
             num(g.engine_chained_steps));
     counter(out, "eh_constraint_seconds_total",
             "Host time computing token masks and updating matchers for structured output.", num(g.constraint_seconds));
+    if (!g.model_name.empty()) render_vllm(out, g);  // once the model is loaded
     gauge(out, "eh_vram_bytes", "Device memory held by the model.", num(g.vram_bytes));
     gauge(out, "eh_context_length", "Tokens per sequence (prompt + output).", num(g.context_length));
     gauge(out, "eh_ready", "1 when the model is loaded and serving.", g.ready ? 1 : 0);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <optional>
+#include <unordered_map>
+#include <unordered_set>
 
 #include "eh/service/event_log.hpp"
 #include "eh/service/request.hpp"
@@ -119,9 +121,30 @@ void Scheduler::publish() {
     stats_.engine_pid = engine_->process_id();
     stats_.running = uint32_t(running_.size());
     stats_.kv_free_blocks = engine_->free_blocks();
+    stats_.kv_running_blocks = running_blocks();
     stats_.prefix_entries = cache_ ? uint32_t(cache_->size()) : 0;
     std::lock_guard lock(mu_);
     stats_.waiting = uint32_t(waiting_.size());
+}
+
+uint32_t Scheduler::running_blocks() const {
+    const uint32_t B = limits_.block_tokens;
+    std::unordered_set<SeqId> running;
+    for (const auto& a : running_)
+        if (a && a->seq) running.insert(a->seq);
+    uint64_t held = 0;
+    std::unordered_map<SeqId, uint32_t> shared;  // source sequence -> full blocks shared with it
+    for (const auto& a : running_) {
+        if (!a || !a->seq) continue;
+        const uint32_t blocks = blocks_for(std::max(a->in_seq, a->shared_tokens), B);
+        const uint32_t full_shared = std::min(blocks, a->shared_tokens / B);
+        held += blocks - full_shared;
+        if (a->shared_from && full_shared) shared[a->shared_from] = std::max(shared[a->shared_from], full_shared);
+    }
+    for (const auto& [src, n] : shared)
+        if (!running.count(src)) held += n;  // a running source counts its own blocks
+    const uint32_t total = limits_.total_blocks, free = std::min(engine_->free_blocks(), total);
+    return uint32_t(std::min<uint64_t>(held, total - free));
 }
 
 void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
@@ -380,6 +403,8 @@ bool Scheduler::try_admit(Active& a) {
 
     a.seq = match ? engine_->fork(match->seq, match->n) : engine_->create();
     a.in_seq = reuse;
+    a.shared_from = match ? match->seq : 0;
+    a.shared_tokens = reuse;
     if (match && !a.job->fork_of) {
         stats_.prefix_hits.fetch_add(1);
         stats_.prefix_hit_tokens.fetch_add(match->n);

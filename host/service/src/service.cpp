@@ -79,6 +79,10 @@ void Service::fill_gauges(Gauges& g) const {
     const double total = double(l.total_blocks);
     g.kv_blocks_total = total;
     g.kv_cache_usage = total > 0 ? (total - double(s.kv_free_blocks.load())) / total : 0.0;
+    g.kv_running_usage = total > 0 ? double(s.kv_running_blocks.load()) / total : 0.0;
+    g.kv_block_tokens = double(l.block_tokens);
+    g.prefix_caching = options_.prefix_cache && l.can_fork;
+    g.model_name = options_.model_name;
     g.prefix_cache_entries = double(s.prefix_entries.load());
     g.prefix_lookups = double(s.prefix_lookups.load());
     g.prefix_hits = double(s.prefix_hits.load());

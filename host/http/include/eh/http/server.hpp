@@ -54,6 +54,11 @@ struct ServerOptions {
 // never call into the plugin.
 struct NodeInfo {
     std::string model;               // the id clients use (OpenAI "model")
+    // Further names clients may send as `model` (--served-model-name after
+    // the first, and the file's name); /v1/models lists them after `model`.
+    std::vector<std::string> model_aliases;
+    // --served-model-name given: a request naming another model gets 404.
+    bool refuse_unknown_models = false;
     std::string architecture;
     std::string quant_kind;
     std::string tokenizer_kind;
@@ -98,7 +103,8 @@ public:
     void attach(std::shared_ptr<service::Service> service, NodeInfo info);
     // Result of the periodic residency check (done off the request path).
     void set_resident(bool resident, const std::string& why);
-    // Stop accepting work; /health says "shutting_down".
+    // Stop accepting work; /health says "shutting_down", /health/ready
+    // "draining".
     void begin_shutdown();
     // Waits (up to `timeout`) until no response stream is open.
     void drain(std::chrono::milliseconds timeout);

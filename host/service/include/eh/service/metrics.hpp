@@ -29,7 +29,14 @@ struct Gauges {
     double queue_depth = 0;            // requests waiting to start
     double active_jobs = 0;            // requests running (in the batch)
     double kv_cache_usage = 0;         // fraction of KV blocks held, cached prefixes included
+    // Fraction of KV blocks the running requests hold: blocks only cached
+    // prefixes hold count as free, since admission evicts them on demand
+    // (vLLM's kv_cache_usage_perc counts its evictable cached blocks so).
+    double kv_running_usage = 0;
     double kv_blocks_total = 0;
+    double kv_block_tokens = 0;
+    bool prefix_caching = false;
+    std::string model_name;            // the first name clients use (vllm:* model_name label)
     double prefix_cache_entries = 0;
     // counters kept by the scheduler
     double prefix_lookups = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0;

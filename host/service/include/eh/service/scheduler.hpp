@@ -76,6 +76,8 @@ struct SchedulerStats {
     std::atomic<int64_t> engine_pid{0};     // 0: in this process
     std::atomic<uint32_t> running{0}, waiting{0};
     std::atomic<uint32_t> kv_total_blocks{0}, kv_free_blocks{0}, prefix_entries{0};
+    // Blocks the running requests hold (running_blocks()).
+    std::atomic<uint32_t> kv_running_blocks{0};
     std::atomic<uint64_t> prefix_lookups{0}, prefix_hits{0}, prefix_query_tokens{0}, prefix_hit_tokens{0};
     std::atomic<uint64_t> preemptions{0}, steps{0};
     // Where a step's time goes: the engine's step call, and the host's
@@ -129,6 +131,10 @@ private:
         SeqId seq = 0;                  // 0: holds no sequence (waiting)
         std::vector<int32_t> tokens;    // prompt, then every sampled token
         uint32_t in_seq = 0;            // tokens[0, in_seq) are in the sequence
+        // The sequence it was forked from at admission and the tokens it
+        // shares with it (0, 0: created empty).
+        SeqId shared_from = 0;
+        uint32_t shared_tokens = 0;
         std::unique_ptr<Generation> gen;
         std::chrono::steady_clock::time_point admitted;
         int64_t deadline_ns = 0;
@@ -196,6 +202,11 @@ private:
     // cancel's answer).
     static std::string live_key(const std::string& owner, const std::string& job_id);
     void publish();
+    // Blocks the running requests hold: each one's own blocks, plus once per
+    // cached sequence they were forked from the full blocks they share with
+    // it. An estimate from above (cached sequences that share blocks with
+    // each other count them twice), capped at the blocks in use.
+    uint32_t running_blocks() const;
 
     std::unique_ptr<SeqEngine> engine_;
     std::shared_ptr<const TextCodec> codec_;
