@@ -5,10 +5,12 @@
 # glibc and its loader included. Only the NVIDIA driver libraries are left
 # out: the NVIDIA container toolkit mounts the node's into the container.
 #
-#   deploy/image/build-image.sh [--build-dir DIR] [--model FILE] [--tag NAME]
+#   deploy/image/build-image.sh [--build-dir DIR] [--model FILE] [--plugin NAME]... [--tag NAME]
 #   deploy/image/build-image.sh --list     # print DEST<TAB>SOURCE for each file; build nothing
 #   deploy/image/build-image.sh --rootfs DIR   # write the image's filesystem into DIR; no image
 #
+# --plugin keeps only the named plugins (default: every plugin the build
+# installs), e.g. --plugin cpu-reference for a CPU image from a CUDA build.
 # The default builds the image with buildah (run as root, or under
 # `buildah unshare`, so the files keep their owners). docs/deploy.md says how
 # to run it with podman, docker or Kubernetes.
@@ -20,14 +22,16 @@ model=$repo/models/tinytales.gguf
 tag=
 mode=image
 rootfs_out=
+only_plugins=
 
-usage() { sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "build-image.sh: $*" >&2; exit 2; }
 
 while [ $# -gt 0 ]; do
   case $1 in
     --build-dir) [ $# -ge 2 ] || die "--build-dir needs a directory"; build_dir=$2; shift 2 ;;
     --model) [ $# -ge 2 ] || die "--model needs a file"; model=$2; shift 2 ;;
+    --plugin) [ $# -ge 2 ] || die "--plugin needs a name"; only_plugins="$only_plugins $2"; shift 2 ;;
     --tag) [ $# -ge 2 ] || die "--tag needs a name"; tag=$2; shift 2 ;;
     --list) mode=list; shift ;;
     --rootfs) [ $# -ge 2 ] || die "--rootfs needs a directory"; mode=rootfs; rootfs_out=$2; shift 2 ;;
@@ -58,6 +62,14 @@ plugin_dir=$work/install/lib/engine-host/plugins
 [ -x "$bin" ] || die "the install has no bin/engine-host"
 plugins=$(find "$plugin_dir" -maxdepth 1 -name 'libeh-*.so' 2>/dev/null | sort)
 [ -n "$plugins" ] || die "the install has no plugins in lib/engine-host/plugins (build the plugin targets)"
+if [ -n "$only_plugins" ]; then
+  kept=
+  for n in $only_plugins; do
+    [ -f "$plugin_dir/libeh-$n.so" ] || die "no plugin '$n' in the install (it has: $(cd "$plugin_dir" && ls libeh-*.so | sed 's/^libeh-//; s/\.so$//' | tr '\n' ' '))"
+    kept="$kept $plugin_dir/libeh-$n.so"
+  done
+  plugins=$kept
+fi
 
 # 2. The libraries they load. The loader is the binary's PT_INTERP; the rest
 #    land in the loader's own directory, which it searches by default.
@@ -70,7 +82,12 @@ is_driver_lib() { case $1 in libcuda.so*|libnvidia-*|libcudadebugger.so*) return
 : >"$work/list"
 add() { printf '%s\t%s\n' "$1" "$2" >>"$work/list"; }
 add "$prefix/bin/engine-host" "$bin"
-for f in "$plugin_dir"/*; do add "$prefix/lib/engine-host/plugins/$(basename "$f")" "$f"; done
+for p in $plugins; do
+  n=$(basename "$p" .so); n=${n#libeh-}
+  add "$prefix/lib/engine-host/plugins/libeh-$n.so" "$p"
+  [ -f "$plugin_dir/$n.manifest.json" ] || die "plugin $n has no manifest $n.manifest.json"
+  add "$prefix/lib/engine-host/plugins/$n.manifest.json" "$plugin_dir/$n.manifest.json"
+done
 add "$interp" "$(readlink -f "$interp")"
 missing=
 for elf in "$bin" $plugins; do
