@@ -10,6 +10,7 @@ packages=(
   libssl-dev zlib1g-dev libgtest-dev libgmock-dev libicu-dev
   clang libclang-rt-14-dev
   chromium chromium-driver
+  python3-yaml  # tests/deploy: the Kubernetes manifests are parsed and checked
 )
 
 missing=()
