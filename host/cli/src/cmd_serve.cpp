@@ -151,6 +151,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("allowed-hosts", po::value<std::string>(), "comma-separated Host names accepted besides IPs, localhost and --host (* = any)")
         ("allow-shutdown-endpoint", "enable POST /shutdown")
         ("artifacts-dir", po::value<std::string>(), "write one JSON record per /execute job (request, result, SSE transcript) into DIR; off by default")
+        ("responses-max", po::value<uint32_t>()->default_value(1000), "finished Responses API responses kept for previous_response_id and GET /v1/responses/{id} (0-1000000; 0 keeps none); the least recently used go first")
+        ("responses-max-mb", po::value<uint32_t>()->default_value(64), "memory those responses may hold, in MiB (1-65536)")
         ("artifacts-max-files", po::value<uint32_t>()->default_value(1000), "records kept in --artifacts-dir (1-1000000); the oldest are removed")
         ("log-format", po::value<std::string>()->default_value("json"), "json or text")
         ("log-level", po::value<std::string>()->default_value("info"), "trace, debug, info, warn, error")
@@ -292,6 +294,13 @@ int cmd_serve(const std::vector<std::string>& args) {
     }
     // Every running and waiting request holds an HTTP thread while it streams.
     so.threads = vm["queue-size"].as<size_t>() + parallel + 16;
+    so.responses_max = vm["responses-max"].as<uint32_t>();
+    so.responses_max_bytes = size_t(vm["responses-max-mb"].as<uint32_t>()) << 20;
+    if (so.responses_max > 1000000 || so.responses_max_bytes < (size_t(1) << 20) ||
+        so.responses_max_bytes > (size_t(65536) << 20)) {
+        print_error("--responses-max must be between 0 and 1000000 and --responses-max-mb between 1 and 65536");
+        return kUsage;
+    }
     if (vm.count("artifacts-dir")) {
         so.artifacts_dir = vm["artifacts-dir"].as<std::string>();
         so.artifacts_max_files = vm["artifacts-max-files"].as<uint32_t>();

@@ -72,7 +72,7 @@ std::string not_found(const std::string& id) {
 }  // namespace
 
 void install_responses(Server::Impl& s) {
-    const size_t max_count = 1000, max_bytes = size_t(64) << 20;  // TODO(options)
+    const size_t max_count = s.options.responses_max, max_bytes = s.options.responses_max_bytes;
     auto store = std::make_shared<ResponseStore>(max_count, max_bytes);
     Server::Impl* self = &s;
 
@@ -90,6 +90,7 @@ void install_responses(Server::Impl& s) {
         const std::string scope = cache_scope_of(s, req);
         try {
             r = parse_responses_request(req.body, s.options.limits);
+            if (std::string why = unknown_model(s.get_info(), r.model); !why.empty()) throw Error(Code::NotFound, why);
             if (!r.previous_response_id.empty()) {
                 auto prev = store->get(r.previous_response_id, scope);
                 if (!prev)

@@ -48,6 +48,12 @@ struct ServerOptions {
     // What the records name as the model: the --model reference as given
     // and the file whose SHA-256 they carry (hashed in the background).
     std::string model_ref, model_path;
+    // The Responses API's store of finished responses (previous_response_id,
+    // GET/DELETE /v1/responses/{id}): at most this many, holding at most this
+    // many bytes of conversations and answers; the least recently used go
+    // first. 0 responses: none is kept.
+    size_t responses_max = 1000;
+    size_t responses_max_bytes = size_t(64) << 20;
 };
 
 // Facts about the node, gathered once at startup: /health and /capabilities
