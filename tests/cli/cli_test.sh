@@ -64,4 +64,13 @@ mkfifo "$scratch/fifo-plugins/evil.manifest.json"
 expect plugins-fifo-manifest 0 'evil\.manifest\.json.*REJECTED +manifest .* is not a regular file' -- timeout 10 "$eh" plugins --plugins "$scratch/fifo-plugins"
 expect serve-fifo-model 4 "is not a regular file" -- timeout 10 "$eh" --plugins "$plugins/good" --model "$scratch/fifo.gguf" --port 0 --log-level off
 
+# ABI 1.4: a plugin with the batched step and no session calls serves the
+# chat command through the step, with the ids the session-only engine gives;
+# bench runs its step path and refuses the session path by name.
+greedy_good=$("$eh" chat -m "$model" --plugins "$plugins/good" -p "Once upon" -n 12 --temp 0 2>&1 | od -c)
+greedy_step=$("$eh" chat -m "$model" --plugins "$plugins/step-only" -p "Once upon" -n 12 --temp 0 2>&1 | od -c)
+[[ -n "$greedy_good" && "$greedy_step" == "$greedy_good" ]]
+check step-only-chat-same-ids $? "session engine: $greedy_good / step-only: $greedy_step"
+expect step-only-bench 0 '\| fixture-step-only +\| step +\|' -- "$eh" bench --plugins "$plugins/step-only" --model "$model" -p 64 -n 8 -r 1
+expect step-only-bench-session 1 'has no session calls \(ABI 1.4, step only\)' -- "$eh" bench --plugins "$plugins/step-only" --model "$model" -p 64 -n 8 -r 1 --path session
 finish

@@ -290,7 +290,7 @@ TEST(BatchedSequences, InvalidStepsAreRefusedWithoutChange) {
     b.seqs.push_back(raw);
     refused({entry(raw, p.data(), 1)}, "seq_set_sampling");
     eh_seq* third = nullptr;
-    EXPECT_EQ(plugin().seq_create(b.model, &third), EH_INVALID_ARGUMENT);
+    EXPECT_EQ(plugin().seq_create(b.model, &third), EH_NO_CAPACITY);  // ABI 1.4: max_seqs are alive
     std::vector<uint32_t> none((sp.n_vocab + 31) / 32, 0);
     eh_step_entry masked = entry(x, p.data(), 8);
     masked.allowed = none.data();
@@ -402,8 +402,8 @@ TEST(StepHalves, TheirRulesAreEnforced) {
     eh_seq* x = b.create();
     eh_seq* y = b.create();
     const auto p = prompt(8, 1, sp.n_vocab);
-    auto expect_refused = [&](eh_status st, const char* what) {
-        EXPECT_EQ(st, EH_INVALID_ARGUMENT) << what;
+    auto expect_refused = [&](eh_status st, const char* what, eh_status want = EH_INVALID_ARGUMENT) {
+        EXPECT_EQ(st, want) << what;
         EXPECT_NE(b.error().find(what), std::string::npos) << b.error();
     };
     int32_t out[2] = {0, 0};
@@ -418,10 +418,11 @@ TEST(StepHalves, TheirRulesAreEnforced) {
     ASSERT_EQ(plugin().step_begin(b.model, &e, 1), EH_OK) << b.error();
     // While it flies: no seq_* call that changes state, no plain step, no logits.
     eh_seq* z = nullptr;
-    expect_refused(plugin().seq_create(b.model, &z), "in flight");
-    expect_refused(plugin().seq_truncate(x, 2), "in flight");
+    // (ABI 1.4: EH_BUSY, a state error, not a bad argument.)
+    expect_refused(plugin().seq_create(b.model, &z), "in flight", EH_BUSY);
+    expect_refused(plugin().seq_truncate(x, 2), "in flight", EH_BUSY);
     eh_step_entry plain = entry(y, p.data(), 4, EH_STEP_SAMPLE);
-    expect_refused(plugin().step(b.model, &plain, 1), "in flight");
+    expect_refused(plugin().step(b.model, &plain, 1), "in flight", EH_BUSY);
     eh_step_entry with_logits = entry(y, p.data(), 4, EH_STEP_SAMPLE | EH_STEP_LOGITS);
     expect_refused(plugin().step_begin(b.model, &with_logits, 1), "EH_STEP_LOGITS");
     // y sampled in no step in flight: it cannot chain; x can.
@@ -430,7 +431,7 @@ TEST(StepHalves, TheirRulesAreEnforced) {
     eh_step_entry two[2] = {entry(x, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED), entry(y, p.data(), 4, EH_STEP_SAMPLE)};
     ASSERT_EQ(plugin().step_begin(b.model, two, 2), EH_OK) << b.error();
     eh_step_entry third = entry(y, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED);
-    expect_refused(plugin().step_begin(b.model, &third, 1), "two steps are in flight");
+    expect_refused(plugin().step_begin(b.model, &third, 1), "two steps are in flight", EH_BUSY);
     expect_refused(plugin().step_end(b.model, out, 2), "differs");
     ASSERT_EQ(plugin().step_end(b.model, out, 1), EH_OK) << b.error();
     const int32_t first = out[0];

@@ -330,3 +330,31 @@ TEST(Engine, HandlesOutliveTheRegistryAndMapErrors) {
     std::vector<int32_t> bad = {9999};
     EXPECT_THROW(s->prefill(bad), Error);
 }
+
+// ABI 1.4: the batched step is the forward path. A plugin with the batched
+// group and no session calls at all is accepted, and the host knows it has
+// no sessions (bench's session path and the SessionEngine are then refused).
+TEST(Loader, StepOnlyPluginIsAccepted) {
+    PluginRecord r = load_fixture("step-only");
+    ASSERT_TRUE(r.accepted) << all_reasons(r);
+    ASSERT_NE(r.api, nullptr);
+    EXPECT_EQ(r.api->abi_minor, EH_ABI_MINOR);
+    EXPECT_TRUE(api_has_step(*r.api));
+    EXPECT_FALSE(api_has_sessions(*r.api));
+    EXPECT_TRUE(api_has_sessions(*load_fixture("good").api));
+}
+
+TEST(Loader, SessionCallsComeAsAGroup) {
+    PluginRecord r = load_fixture("mixed-sessions");
+    EXPECT_FALSE(r.accepted);
+    EXPECT_NE(all_reasons(r).find("function table entry session_sample is NULL while other session entries are set: "
+                                  "set all or none (1.4)"),
+              std::string::npos) << all_reasons(r);
+}
+
+TEST(Loader, APluginNeedsSessionsOrTheBatchedStep) {
+    PluginRecord r = load_fixture("no-forward");
+    EXPECT_FALSE(r.accepted);
+    EXPECT_NE(all_reasons(r).find("function table has neither the session entries nor the batched (1.2) entries"),
+              std::string::npos) << all_reasons(r);
+}

@@ -36,6 +36,8 @@ Code code_from_status(eh_status status) {
     case EH_CONTEXT_FULL: return Code::ContextFull;
     case EH_INTERNAL: return Code::Internal;
     case EH_KV_FULL: return Code::VramOom;  // the scheduler handles it; never expected here
+    case EH_NO_CAPACITY: return Code::Internal;  // the scheduler keeps within max_seqs: a bug if seen
+    case EH_BUSY: return Code::Internal;         // the host never calls out of turn: a bug if seen
     }
     return Code::Internal;
 }

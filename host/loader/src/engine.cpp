@@ -110,6 +110,10 @@ bool EngineModel::check_residency(std::string* why) const {
 }
 
 std::unique_ptr<EngineSession> EngineModel::create_session(uint32_t n_ctx, std::function<bool()> cancel) {
+    if (!api_->session_create)
+        throw Error(Code::InvalidRequest,
+                    "the plugin has no session calls (ABI 1.4, step only): run it through the batched step "
+                    "(bench: --path step)");
     std::unique_ptr<EngineSession> s(new EngineSession());
     s->model_ = shared_from_this();
     eh_session_params p{};

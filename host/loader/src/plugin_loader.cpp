@@ -136,20 +136,32 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
         problems.push_back("ABI version disagrees: manifest says " + std::to_string(m.abi_major) + "." +
                            std::to_string(m.abi_minor) + ", plugin table says " + plug_v);
     const char* required[] = {"info", "plugin_last_error", "probe", "model_load", "model_get_info",
-                              "model_check_residency", "model_last_error", "model_release",
-                              "session_create", "session_set_sampling", "session_prefill",
-                              "session_sample", "session_decode", "session_reset", "session_n_past",
-                              "session_last_error", "session_release"};
+                              "model_check_residency", "model_last_error", "model_release"};
     const void* fns[] = {(void*)api->info, (void*)api->plugin_last_error, (void*)api->probe,
                          (void*)api->model_load, (void*)api->model_get_info,
                          (void*)api->model_check_residency, (void*)api->model_last_error,
-                         (void*)api->model_release, (void*)api->session_create,
-                         (void*)api->session_set_sampling, (void*)api->session_prefill,
-                         (void*)api->session_sample, (void*)api->session_decode,
-                         (void*)api->session_reset, (void*)api->session_n_past,
-                         (void*)api->session_last_error, (void*)api->session_release};
+                         (void*)api->model_release};
     for (size_t i = 0; i < std::size(fns); ++i)
         if (!fns[i]) problems.push_back(std::string("function table entry ") + required[i] + " is NULL");
+    // The session calls (session_logits is optional): required up to 1.3;
+    // from 1.4 a plugin with the batched group may leave all of them NULL.
+    const char* session[] = {"session_create", "session_set_sampling", "session_prefill", "session_sample",
+                             "session_decode", "session_reset", "session_n_past", "session_last_error",
+                             "session_release"};
+    const void* sfns[] = {(void*)api->session_create, (void*)api->session_set_sampling,
+                          (void*)api->session_prefill, (void*)api->session_sample, (void*)api->session_decode,
+                          (void*)api->session_reset, (void*)api->session_n_past,
+                          (void*)api->session_last_error, (void*)api->session_release};
+    size_t sessions_set = 0;
+    for (const void* f : sfns) sessions_set += f != nullptr;
+    const bool step_only = api->abi_minor >= 4 && sessions_set == 0 && api->session_logits == nullptr;
+    if (!step_only)
+        for (size_t i = 0; i < std::size(sfns); ++i)
+            if (!sfns[i])
+                problems.push_back(std::string("function table entry ") + session[i] + " is NULL" +
+                                   (api->abi_minor >= 4 && sessions_set > 0
+                                        ? " while other session entries are set: set all or none (1.4)"
+                                        : ""));
     if (api->abi_minor >= 2) {
         // The batched members come as a group (seq_logits stays optional).
         const char* batched[] = {"kv_init", "kv_get_info", "seq_create", "seq_fork", "seq_truncate",
@@ -168,6 +180,9 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
             problems.push_back("function table entries step_begin and step_end (1.3) come as a pair: set both or neither");
         if (api->abi_minor >= 3 && api->step_begin && set == 0)
             problems.push_back("function table entries step_begin and step_end (1.3) need the batched (1.2) entries");
+        if (step_only && set == 0)
+            problems.push_back("function table has neither the session entries nor the batched (1.2) entries: "
+                               "a plugin needs one of them to run a model");
     }
     if (!problems.empty()) return out;
 

@@ -1,5 +1,5 @@
 /*
- * engine-host plugin ABI, version 1.3.
+ * engine-host plugin ABI, version 1.4.
  *
  * This header is the whole contract between the engine-host process and an
  * engine plugin. It is plain C11 (usable from C++17 and later) and depends on
@@ -25,6 +25,10 @@
  *     the plugin. Info strings live as long as the library is loaded. A
  *     last-error string stays valid until the next call on the same object
  *     from the same thread.
+ *   - Last-error storage is per thread: a call's message is read on the
+ *     thread that made the call, and a call on another thread never changes
+ *     it (a plugin keeps it in thread-local storage, per object where the
+ *     call has one).
  *   - Every object a plugin creates (eh_model, eh_session, eh_seq) has a
  *     release function, and the host calls it exactly once. The host never
  *     unloads a library while any object created by it is alive, and
@@ -59,6 +63,11 @@
  *   host that speaks 1.2 drives 1.0/1.1 plugins one sequence at a time
  *   through the session calls, which stay required; so does it a 1.2
  *   plugin that leaves the batched members NULL.
+ *   1.4: the batched step is the forward path. A plugin with the batched
+ *   group may leave every session_* member NULL (all of them, or none); the
+ *   host then runs everything, one sequence too (the chat command, bench,
+ *   /execute), through seq_* and step. A plugin without the batched group
+ *   still needs the session calls.
  *
  * Tokens, not text
  *   Plugins never see text. The host tokenizes and detokenizes; plugins take
@@ -76,7 +85,7 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 3
+#define EH_ABI_MINOR 4
 /* History (members are only ever appended):
  *   1.0  first version
  *   1.1  eh_model_info.kv_bytes_per_token
@@ -85,7 +94,9 @@ extern "C" {
  *        eh_sampling_params.presence_penalty / frequency_penalty
  *   1.3  a step in two halves, so the next can start before the host has
  *        read this one's tokens (eh_plugin_api step_begin, step_end);
- *        EH_STEP_CHAINED                                                     */
+ *        EH_STEP_CHAINED
+ *   1.4  the step is the forward path: a plugin with the batched group may
+ *        leave every session_* member NULL; EH_NO_CAPACITY and EH_BUSY     */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -110,8 +121,12 @@ typedef enum eh_status {
     EH_CANCELLED = 7,          /* the cancel callback asked to stop          */
     EH_CONTEXT_FULL = 8,       /* the session has no room for more tokens    */
     EH_INTERNAL = 9,           /* anything else; always a bug somewhere      */
-    EH_KV_FULL = 10            /* (1.2) a step needs more free KV blocks than
+    EH_KV_FULL = 10,           /* (1.2) a step needs more free KV blocks than
                                   there are; nothing was changed             */
+    EH_NO_CAPACITY = 11,       /* (1.4) no room for another sequence:
+                                  max_seqs are alive (seq_create, seq_fork)  */
+    EH_BUSY = 12               /* (1.4) not now: a step is in flight (a call
+                                  1.3 allows only between steps)             */
 } eh_status;
 
 /* ------------------------------------------------------------------------ */
@@ -466,7 +481,9 @@ typedef struct eh_plugin_api {
     const char* (*model_last_error)(const eh_model* model);
     void (*model_release)(eh_model* model);
 
-    /* Sessions. */
+    /* Sessions. Required up to 1.3 and for a plugin without the batched
+     * group; from 1.4 a plugin with the batched group may leave all eleven
+     * session_* members NULL (never some of them). */
     eh_status (*session_create)(eh_model* model, const eh_session_params* params,
                                 eh_session** out_session);
     /* Sets the sampler and (re)seeds its generator. Must be called before
@@ -504,14 +521,15 @@ typedef struct eh_plugin_api {
     eh_status (*kv_init)(eh_model* model, const eh_kv_params* params, eh_kv_info* out);
     eh_status (*kv_get_info)(const eh_model* model, eh_kv_info* out);
 
-    /* A new, empty sequence (no blocks, no sampler). EH_INVALID_ARGUMENT
-     * when max_seqs are alive. */
+    /* A new, empty sequence (no blocks, no sampler). EH_NO_CAPACITY (1.4;
+     * EH_INVALID_ARGUMENT before) when max_seqs are alive. */
     eh_status (*seq_create)(eh_model* model, eh_seq** out_seq);
     /* A new sequence holding the first n_tokens (<= seq_length(src)) of src,
      * sharing src's blocks for them; it takes no free block (the first step
      * that writes into a shared, partly filled block copies it and counts
      * that block). It has no sampler and no logits until a step on it; src
-     * is unchanged. EH_INVALID_ARGUMENT when max_seqs are alive. */
+     * is unchanged. EH_NO_CAPACITY (1.4; EH_INVALID_ARGUMENT before) when
+     * max_seqs are alive. */
     eh_status (*seq_fork)(eh_seq* src, uint32_t n_tokens, eh_seq** out_seq);
     /* Keeps the first n_tokens (<= seq_length) and frees the blocks past
      * them; the logits are dropped. */
@@ -569,7 +587,7 @@ typedef struct eh_plugin_api {
      * While a step is in flight the host calls only step_begin, step_end,
      * kv_get_info, seq_length, model_get_info and model_check_residency on
      * the model: step(), kv_init and the other seq_* calls that return a
-     * status fail with EH_INVALID_ARGUMENT then. The host ends every step it
+     * status fail with EH_BUSY then (1.4; EH_INVALID_ARGUMENT before). The host ends every step it
      * began before it releases a sequence or the model (a plugin that sees
      * seq_release or model_release anyway waits for its steps first). */
     eh_status (*step_begin)(eh_model* model, eh_step_entry* entries, uint32_t n_entries);
@@ -596,6 +614,8 @@ static inline const char* eh_status_name(eh_status s) {
     case EH_CONTEXT_FULL: return "CONTEXT_FULL";
     case EH_INTERNAL: return "INTERNAL";
     case EH_KV_FULL: return "KV_FULL";
+    case EH_NO_CAPACITY: return "NO_CAPACITY";
+    case EH_BUSY: return "BUSY";
     }
     return "UNKNOWN_STATUS";
 }

@@ -47,7 +47,7 @@ eh_kv_info Batch::info() const {
 
 std::unique_ptr<Sequence> Batch::create() {
     if (live_.size() >= granted_.max_seqs)
-        throw Error(EH_INVALID_ARGUMENT, "seq_create: " + std::to_string(live_.size()) +
+        throw Error(EH_NO_CAPACITY, "seq_create: " + std::to_string(live_.size()) +
                                              " sequences are alive, the most kv_init granted");
     auto s = std::make_unique<Sequence>(*pool_);
     live_.insert(s.get());
@@ -59,7 +59,7 @@ std::unique_ptr<Sequence> Batch::fork(const Sequence& src, uint32_t n_tokens) {
         throw Error(EH_INVALID_ARGUMENT, "seq_fork: n_tokens " + std::to_string(n_tokens) +
                                              " exceeds the source's length " + std::to_string(src.length()));
     if (live_.size() >= granted_.max_seqs)
-        throw Error(EH_INVALID_ARGUMENT, "seq_fork: " + std::to_string(live_.size()) +
+        throw Error(EH_NO_CAPACITY, "seq_fork: " + std::to_string(live_.size()) +
                                              " sequences are alive, the most kv_init granted");
     auto s = src.fork(n_tokens);
     live_.insert(s.get());
@@ -68,7 +68,7 @@ std::unique_ptr<Sequence> Batch::fork(const Sequence& src, uint32_t n_tokens) {
 
 void Batch::expect_idle(const char* call) const {
     if (!flight_.empty())
-        throw Error(EH_INVALID_ARGUMENT, std::string(call) + ": a step is in flight (call step_end first)");
+        throw Error(EH_BUSY, std::string(call) + ": a step is in flight (call step_end first)");
 }
 
 void Batch::step(eh_step_entry* entries, uint32_t n_entries) {
@@ -79,7 +79,7 @@ void Batch::step(eh_step_entry* entries, uint32_t n_entries) {
 }
 
 void Batch::begin(eh_step_entry* entries, uint32_t n_entries) {
-    if (flight_.size() >= 2) throw Error(EH_INVALID_ARGUMENT, "step_begin: two steps are in flight (call step_end first)");
+    if (flight_.size() >= 2) throw Error(EH_BUSY, "step_begin: two steps are in flight (call step_end first)");
     std::vector<int32_t> tokens = run(entries, n_entries, true);
     flight_.push_back({next_step_, std::move(tokens)});
 }

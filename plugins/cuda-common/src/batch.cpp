@@ -228,7 +228,7 @@ void BatchBase::copy_block(uint32_t from, uint32_t to, uint32_t n_pos) {
 
 std::unique_ptr<CudaSeq> BatchBase::create() {
     if (live_.size() >= limits_.max_seqs)
-        throw ehp::Error(EH_INVALID_ARGUMENT, "seq_create: " + std::to_string(live_.size()) +
+        throw ehp::Error(EH_NO_CAPACITY, "seq_create: " + std::to_string(live_.size()) +
                                                   " sequences are alive, the most kv_init granted");
     auto s = std::make_unique<CudaSeq>(*pool_, [this](uint32_t f, uint32_t t, uint32_t n) { copy_block(f, t, n); });
     live_.insert(s.get());
@@ -283,7 +283,7 @@ void BatchBase::read_picked(Flight& f) {
 
 void BatchBase::expect_idle(const char* call) const {
     if (!flight_.empty())
-        throw ehp::Error(EH_INVALID_ARGUMENT, std::string(call) + ": a step is in flight (call step_end first)");
+        throw ehp::Error(EH_BUSY, std::string(call) + ": a step is in flight (call step_end first)");
 }
 
 void BatchBase::forget(const CudaSeq* seq) {
@@ -311,7 +311,7 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
 void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     EHC_CHECK(cudaSetDevice(shape_.device));
     if (flight_.size() >= 2)
-        throw ehp::Error(EH_INVALID_ARGUMENT, "step_begin: two steps are in flight (call step_end first)");
+        throw ehp::Error(EH_BUSY, "step_begin: two steps are in flight (call step_end first)");
     Flight* prev = flight_.empty() ? nullptr : &flight_.back();
     const uint32_t V = uint32_t(shape_.n_vocab);
     const ehp::StepTotals totals = ehp::check_step(

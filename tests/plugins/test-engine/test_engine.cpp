@@ -19,19 +19,26 @@
 //   EH_TEST_ENGINE_NO_GPU     the fake-gpu fixture's probe finds no driver
 //
 // Built several times with FIXTURE_MODE set to make the broken plugins the
-// loader must reject; FIXTURE_MODE 0 is the well-behaved engine.
+// loader must reject; FIXTURE_MODE 0 is the well-behaved engine (session
+// calls only), FIXTURE_MODE 15 the same engine through the batched step
+// alone (ABI 1.4, no session calls): the same ids for the same input.
 #include <engine_host/plugin_abi.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstddef>
 #include <csignal>
 #include <cstdlib>
+#include <memory>
 #include <random>
 #include <string>
 #include <thread>
 
 #include <unistd.h>
 #include <vector>
+
+// The fixtures leave parts of the table out; their unused members stay compiled.
+#pragma GCC diagnostic ignored "-Wunused-function"
 
 #ifndef FIXTURE_MODE
 #define FIXTURE_MODE 0
@@ -51,12 +58,17 @@
 #define MODE_FAKE_GPU 12       // says it is a CUDA engine; its probe accepts GPU 0 only
 #define MODE_ABI_1_2 13        // a table as a 1.2 build has it: 1.3's step halves absent
 #define MODE_HALF_STEPS 14     // 1.3's step_begin without step_end
+#define MODE_STEP_ONLY 15      // 1.4: the batched group and no session calls
+#define MODE_MIXED_SESSIONS 16 // 1.4: some session calls NULL, others set
+#define MODE_NO_FORWARD 17     // 1.4: neither the session calls nor the batched group
 
 #ifndef FIXTURE_NAME
 #define FIXTURE_NAME "test-engine"
 #endif
 
 namespace {
+
+struct Kv;  // the batched group's KV blocks (MODE_STEP_ONLY)
 
 struct Model {
     std::string last_error;
@@ -68,6 +80,7 @@ struct Model {
     int crash_after = -1;  // EH_TEST_ENGINE_CRASH_AFTER: SIGSEGV at that decode step (a corrupt plugin)
     int hang_after = -1;   // EH_TEST_ENGINE_HANG_AFTER: that decode step never returns
     std::vector<int32_t> script;  // EH_TEST_ENGINE_SCRIPT
+    std::shared_ptr<Kv> kv;       // set by kv_init
 };
 
 struct Session {
@@ -335,6 +348,255 @@ eh_status session_logits(eh_session* sess, const float** out, uint32_t* n) {
 const char* session_last_error(const eh_session* s) { return S(s)->last_error.c_str(); }
 void session_release(eh_session* s) { delete S(s); }
 
+
+#if FIXTURE_MODE == MODE_STEP_ONLY
+// The batched group over the same Session state: a sequence is a Session
+// plus the KV blocks it holds. Blocks are reference counted so that forks
+// share their prefix as the ABI says (a shared, partly filled last block is
+// copied by the first step that appends to it).
+constexpr uint32_t kBlockTokens = 16;
+
+struct Kv {
+    uint32_t max_seqs = 0, max_step_tokens = 0, max_step_entries = 0, max_seq_tokens = 0;
+    std::vector<uint32_t> refs;   // per block; 0 = free
+    uint32_t live = 0;            // sequences alive
+    uint32_t free_blocks() const {
+        uint32_t n = 0;
+        for (uint32_t r : refs) n += r == 0;
+        return n;
+    }
+    uint32_t take() {
+        for (uint32_t b = 0; b < refs.size(); ++b)
+            if (refs[b] == 0) { refs[b] = 1; return b; }
+        return UINT32_MAX;  // callers check free_blocks() first
+    }
+};
+
+struct Seq {
+    Session s;
+    std::vector<uint32_t> blocks;
+    bool has_sampler = false;
+    bool sampled_last = false;  // the previous step sampled: one token now is a decode
+};
+
+Seq* Q(const eh_seq* q) { return reinterpret_cast<Seq*>(const_cast<eh_seq*>(q)); }
+
+Kv* find_kv(Model* m) { return m->kv.get(); }
+
+uint32_t blocks_for(size_t tokens) { return uint32_t((tokens + kBlockTokens - 1) / kBlockTokens); }
+
+eh_status kv_get_info(const eh_model* model, eh_kv_info* out);
+
+eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out) {
+    Model* m = M(model);
+    return ehp::guard(m->last_error, [&]() -> eh_status {
+        if (find_kv(m)) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init was already called");
+        if (!p->max_seqs || !p->max_step_tokens || !p->max_step_entries || !p->max_seq_tokens)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: every limit must be positive");
+        auto kv = std::make_shared<Kv>();
+        kv->max_seqs = p->max_seqs;
+        kv->max_step_tokens = p->max_step_tokens;
+        kv->max_step_entries = p->max_step_entries;
+        kv->max_seq_tokens = std::min(p->max_seq_tokens, m->ctx);
+        // A token costs 64 bytes here; a budget buys that many blocks.
+        const uint64_t block_bytes = uint64_t(kBlockTokens) * 64;
+        uint64_t blocks = uint64_t(kv->max_seqs) * blocks_for(kv->max_seq_tokens);
+        if (p->budget_bytes) blocks = std::min<uint64_t>(blocks, p->budget_bytes / block_bytes);
+        if (blocks == 0) throw ehp::Error(EH_INSUFFICIENT_VRAM, "kv_init: the budget holds no block");
+        kv->refs.assign(size_t(std::min<uint64_t>(blocks, 1u << 20)), 0);
+        m->kv = std::move(kv);
+        return kv_get_info(model, out);
+    });
+}
+
+eh_status kv_get_info(const eh_model* model, eh_kv_info* out) {
+    Model* m = M(model);
+    Kv* kv = find_kv(m);
+    if (!kv) {
+        m->last_error = "kv_init first";
+        return EH_INVALID_ARGUMENT;
+    }
+    ehp::fill_versioned(out, [&](eh_kv_info& i) {
+        i.block_tokens = kBlockTokens;
+        i.total_blocks = uint32_t(kv->refs.size());
+        i.free_blocks = kv->free_blocks();
+        i.block_bytes = uint64_t(kBlockTokens) * 64;
+        i.max_seqs = kv->max_seqs;
+        i.max_step_tokens = kv->max_step_tokens;
+        i.max_step_entries = kv->max_step_entries;
+        i.max_seq_tokens = kv->max_seq_tokens;
+    });
+    return EH_OK;
+}
+
+eh_status new_seq(Model* m, eh_seq** out, Seq** made) {
+    Kv* kv = find_kv(m);
+    if (!kv) {
+        m->last_error = "kv_init first";
+        return EH_INVALID_ARGUMENT;
+    }
+    if (kv->live >= kv->max_seqs) {
+        m->last_error = "no room for another sequence: " + std::to_string(kv->max_seqs) + " are alive";
+        return EH_NO_CAPACITY;
+    }
+    auto q = std::make_unique<Seq>();
+    q->s.model = m;
+    q->s.n_ctx = kv->max_seq_tokens;
+    ++kv->live;
+    *made = q.get();
+    *out = reinterpret_cast<eh_seq*>(q.release());
+    return EH_OK;
+}
+
+eh_status seq_create(eh_model* model, eh_seq** out) {
+    Seq* q = nullptr;
+    return new_seq(M(model), out, &q);
+}
+
+eh_status seq_fork(eh_seq* src, uint32_t n, eh_seq** out) {
+    Seq* from = Q(src);
+    Model* m = from->s.model;
+    if (n > from->s.tokens.size()) {
+        m->last_error = "seq_fork: " + std::to_string(n) + " tokens asked, the sequence has " +
+                        std::to_string(from->s.tokens.size());
+        return EH_INVALID_ARGUMENT;
+    }
+    Seq* q = nullptr;
+    if (eh_status st = new_seq(m, out, &q); st != EH_OK) return st;
+    Kv& kv = *find_kv(m);
+    q->s.tokens.assign(from->s.tokens.begin(), from->s.tokens.begin() + n);
+    q->blocks.assign(from->blocks.begin(), from->blocks.begin() + blocks_for(n));
+    for (uint32_t b : q->blocks) ++kv.refs[b];
+    return EH_OK;
+}
+
+void drop_blocks(Kv& kv, Seq& q, uint32_t keep) {
+    while (q.blocks.size() > keep) {
+        --kv.refs[q.blocks.back()];
+        q.blocks.pop_back();
+    }
+}
+
+eh_status seq_truncate(eh_seq* seq, uint32_t n) {
+    Seq* q = Q(seq);
+    Model* m = q->s.model;
+    if (n > q->s.tokens.size()) {
+        m->last_error = "seq_truncate: " + std::to_string(n) + " is past the sequence's length";
+        return EH_INVALID_ARGUMENT;
+    }
+    q->s.tokens.resize(n);
+    drop_blocks(*find_kv(m), *q, blocks_for(n));
+    q->s.have_logits = false;
+    q->sampled_last = false;
+    return EH_OK;
+}
+
+eh_status seq_set_sampling(eh_seq* seq, const eh_sampling_params* p) {
+    Seq* q = Q(seq);
+    q->s.sp = *p;
+    q->s.rng.seed(p->seed);
+    q->has_sampler = true;
+    return EH_OK;
+}
+
+uint32_t seq_length(const eh_seq* seq) { return uint32_t(Q(seq)->s.tokens.size()); }
+
+eh_status seq_logits(eh_seq* seq, const float** out, uint32_t* n) {
+    Seq* q = Q(seq);
+    if (!q->s.have_logits) {
+        q->s.model->last_error = "no logits: the last step did not ask for them";
+        return EH_INVALID_ARGUMENT;
+    }
+    *out = q->s.logits.data();
+    *n = uint32_t(q->s.logits.size());
+    return EH_OK;
+}
+
+void seq_release(eh_seq* seq) {
+    Seq* q = Q(seq);
+    Kv* kv = find_kv(q->s.model);
+    drop_blocks(*kv, *q, 0);
+    --kv->live;
+    delete q;
+}
+
+// New blocks the entry needs: past the ones it holds, plus a copy of a
+// shared, partly filled last block it appends into.
+uint32_t blocks_needed(const Kv& kv, const Seq& q, uint32_t n_tokens) {
+    const size_t len = q.s.tokens.size();
+    uint32_t need = blocks_for(len + n_tokens) - uint32_t(q.blocks.size());
+    if (len % kBlockTokens != 0 && kv.refs[q.blocks.back()] > 1) ++need;
+    return need;
+}
+
+eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
+    Model* m = M(model);
+    Kv* kv = find_kv(m);
+    if (!kv) {
+        m->last_error = "kv_init first";
+        return EH_INVALID_ARGUMENT;
+    }
+    auto entry = [&](uint32_t i) -> eh_step_entry& {
+        return *reinterpret_cast<eh_step_entry*>(reinterpret_cast<char*>(entries) + size_t(i) * entries[0].struct_size);
+    };
+    auto invalid = [&](uint32_t i, const std::string& what) {
+        m->last_error = "step entry " + std::to_string(i) + ": " + what;
+        return EH_INVALID_ARGUMENT;
+    };
+    if (n == 0 || n > kv->max_step_entries) return invalid(0, "entry count out of range");
+    uint64_t total = 0, need = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+        eh_step_entry& e = entry(i);
+        if (!e.seq) return invalid(i, "no sequence");
+        for (uint32_t j = 0; j < i; ++j)
+            if (entry(j).seq == e.seq) return invalid(i, "the sequence is in the step twice");
+        if (e.n_tokens == 0 || !e.tokens) return invalid(i, "no tokens");
+        for (uint32_t t = 0; t < e.n_tokens; ++t)
+            if (e.tokens[t] < 0 || uint32_t(e.tokens[t]) >= m->vocab)
+                return invalid(i, "token id " + std::to_string(e.tokens[t]) + " out of range");
+        Seq* q = Q(e.seq);
+        if ((e.flags & EH_STEP_SAMPLE) && !q->has_sampler) return invalid(i, "sampling without a sampler");
+        if (q->s.tokens.size() + e.n_tokens > kv->max_seq_tokens) return invalid(i, "past max_seq_tokens");
+        total += e.n_tokens;
+        need += blocks_needed(*kv, *q, e.n_tokens);
+    }
+    if (total > kv->max_step_tokens) return invalid(0, "more tokens than max_step_tokens");
+    if (need > kv->free_blocks()) {
+        m->last_error = "KV full: the step needs " + std::to_string(need) + " free blocks, " +
+                        std::to_string(kv->free_blocks()) + " are free";
+        return EH_KV_FULL;
+    }
+    if (m->delay_ms) std::this_thread::sleep_for(std::chrono::milliseconds(m->delay_ms));
+    for (uint32_t i = 0; i < n; ++i) {
+        eh_step_entry& e = entry(i);
+        Seq& q = *Q(e.seq);
+        // Copy a shared, partly filled last block before writing into it.
+        if (q.s.tokens.size() % kBlockTokens != 0 && kv->refs[q.blocks.back()] > 1) {
+            --kv->refs[q.blocks.back()];
+            q.blocks.back() = kv->take();
+        }
+        const bool decode = q.sampled_last && e.n_tokens == 1;
+        q.s.tokens.insert(q.s.tokens.end(), e.tokens, e.tokens + e.n_tokens);
+        while (q.blocks.size() < blocks_for(q.s.tokens.size())) q.blocks.push_back(kv->take());
+        q.s.have_logits = false;
+        e.token = -1;
+        q.sampled_last = (e.flags & EH_STEP_SAMPLE) != 0;
+        if (!q.sampled_last) continue;
+        if (decode) {
+            ++q.s.steps;
+            if (m->crash_after >= 0 && q.s.steps > m->crash_after) std::raise(SIGSEGV);
+            if (m->hang_after >= 0 && q.s.steps > m->hang_after)
+                for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+        } else {
+            q.s.script_pos = 0;  // a fresh generation
+        }
+        e.token = pick(q.s, q.s.tokens.back());
+        if (e.flags & EH_STEP_LOGITS) fill_logits(q.s, e.token);
+    }
+    return EH_OK;
+}
+#endif
+
 #if FIXTURE_MODE == MODE_PARTIAL_BATCH
 eh_status partial_kv_init(eh_model*, const eh_kv_params*, eh_kv_info*) { return EH_UNSUPPORTED; }
 #endif
@@ -365,9 +627,21 @@ const eh_plugin_api kApi = {
     EH_ABI_MINOR,
 #endif
     info, plugin_last_error, probe, model_load, model_get_info, model_check_residency,
-    model_last_error, model_release, session_create, session_set_sampling, session_prefill,
+    model_last_error, model_release,
+#if FIXTURE_MODE == MODE_STEP_ONLY || FIXTURE_MODE == MODE_NO_FORWARD
+    nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+#elif FIXTURE_MODE == MODE_MIXED_SESSIONS
+    session_create, session_set_sampling, session_prefill, nullptr, nullptr, session_reset,
+    session_n_past, session_logits, session_last_error, session_release,
+#else
+    session_create, session_set_sampling, session_prefill,
     session_sample, session_decode, session_reset, session_n_past, session_logits,
     session_last_error, session_release,
+#endif
+#if FIXTURE_MODE == MODE_STEP_ONLY
+    kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
+    seq_release, step,
+#endif
 #if FIXTURE_MODE == MODE_PARTIAL_BATCH
     partial_kv_init,
 #endif

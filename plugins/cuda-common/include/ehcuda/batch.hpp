@@ -112,7 +112,7 @@ public:
     // ehp::Error as step() does.
     void begin(eh_step_entry* entries, uint32_t n_entries);
     void end(int32_t* out_tokens, uint32_t n_entries);
-    // Throws INVALID_ARGUMENT naming `call` while a step is in flight.
+    // Throws BUSY (ABI 1.4) naming `call` while a step is in flight.
     void expect_idle(const char* call) const;
 
 protected:

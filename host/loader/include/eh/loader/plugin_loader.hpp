@@ -57,6 +57,10 @@ inline bool api_has_step(const eh_plugin_api& api) {
     return api.abi_minor >= 2 && api.struct_size >= api_table_size(2) && api.step != nullptr;
 }
 
+// True when it has the session calls: always before ABI 1.4; a 1.4 plugin
+// with the batched group may leave them out (it is then step-only).
+inline bool api_has_sessions(const eh_plugin_api& api) { return api.session_create != nullptr; }
+
 // True when it also runs them in two halves (ABI 1.3's step_begin / step_end).
 inline bool api_has_step_halves(const eh_plugin_api& api) {
     return api_has_step(api) && api.abi_minor >= 3 && api.struct_size >= api_table_size(3) &&
