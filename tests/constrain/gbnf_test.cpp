@@ -76,6 +76,20 @@ item ::= "(" root ")"
     EXPECT_FALSE(prefix_ok(g, ")"));
 }
 
+// As llama.cpp writes its grammars: the body on the line after `::=`, and
+// alternatives on the lines after a trailing `|`.
+TEST(Gbnf, BodyMayStartOnTheLineAfterTheRuleName) {
+    auto g = gbnf_grammar("root ::=\n  \"a\" |\n  \"b\" (\n    \"c\"\n  )?\nother ::= \"z\"\n");
+    EXPECT_TRUE(matches(g, "a"));
+    EXPECT_TRUE(matches(g, "bc"));
+    EXPECT_TRUE(matches(g, "b"));
+    EXPECT_FALSE(matches(g, "z"));
+    // ...unless the next line starts the next rule: then the body is empty.
+    auto empty = gbnf_grammar("root ::= a \"x\"\na ::=\nb ::= \"y\"\n");
+    EXPECT_TRUE(matches(empty, "x"));
+    EXPECT_FALSE(matches(empty, "yx"));
+}
+
 TEST(Gbnf, LongRepeatsKeepTheStackFlat) {
     // x* is right recursion in tail position: 10,000 items must not hit the
     // stack depth limit.

@@ -74,7 +74,8 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{"type":"string"},"^y":{}}})"),
               "patternProperties");
     EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"(a)\\1"})"), "pattern");
-    EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"a(?=b)"})js"), "pattern");
+    EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"a(?=b)c"})js"), "pattern");
+    EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"^((?!ab).)*$"})js"), "pattern");
     EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"(?<!a)b"})js"), "pattern");
     EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"\\bword"})"), "pattern");
     // A malformed value of an enforced keyword is refused even where it would not apply.
@@ -400,9 +401,61 @@ TEST(SchemaKeywords, Patterns) {
     EXPECT_TRUE(matches(len, R"("abc")"));
     stops_at(len, R"("abcd")", 4);
     EXPECT_TRUE(matches(json_schema_grammar(R"({"pattern":"^\\cC\\x41\\u00e9\\u{1F600}$"})"), "\"\\u0003A\xC3\xA9\xF0\x9F\x98\x80\""));
-    EXPECT_EQ(refused_keyword(R"({"pattern":"^a+b+$","maxLength":3})"), "maxLength");
+    EXPECT_EQ(refused_keyword(R"({"pattern":"^ab$","minLength":3})"), "pattern");
     EXPECT_EQ(refused_keyword(R"({"pattern":"a{2000}"})"), "pattern");
     EXPECT_EQ(refused_keyword(R"({"pattern":"\\p{L}"})"), "pattern");
+}
+
+// Anchors inside groups at the pattern's ends, a lookahead that ends the
+// pattern, and a maxLength beside any pattern (narrowed: repeats are cut so
+// the longest match fits).
+TEST(SchemaKeywords, PatternAnchorsLookaheadsAndLengths) {
+    auto g = json_schema_grammar(R"js({"pattern":"^([^,]|$)"})js");
+    EXPECT_TRUE(matches(g, R"js("")js"));
+    EXPECT_TRUE(matches(g, R"js("a,b")js"));
+    stops_at(g, R"js(",a")js", 1);
+    auto tail = json_schema_grammar(R"js({"pattern":"(x|y$)"})js");
+    EXPECT_TRUE(matches(tail, R"js("axb")js"));
+    EXPECT_TRUE(matches(tail, R"js("ay")js"));
+    EXPECT_FALSE(matches(tail, R"js("ayb")js"));
+    auto head = json_schema_grammar(R"js({"pattern":"(^a|b)c$"})js");
+    EXPECT_TRUE(matches(head, R"js("ac")js"));
+    EXPECT_TRUE(matches(head, R"js("zzbc")js"));
+    EXPECT_FALSE(matches(head, R"js("zac")js"));
+    auto look = json_schema_grammar(R"js({"pattern":"^[a-z]+(?=\\.(yaml|json))"})js");
+    EXPECT_TRUE(matches(look, R"js("spec.yaml")js"));
+    EXPECT_TRUE(matches(look, R"js("spec.json.bak")js"));
+    stops_at(look, R"js("spec.txt")js", 6);
+    auto end_look = json_schema_grammar(R"js({"pattern":"^a(?=b$)"})js");
+    EXPECT_TRUE(matches(end_look, R"js("ab")js"));
+    EXPECT_FALSE(matches(end_look, R"js("abc")js"));
+    // maxLength beside a pattern whose matches may be longer: every output
+    // still matches the pattern and fits.
+    auto len = json_schema_grammar(R"js({"pattern":"^[a-z]+(-[a-z]+)*$","maxLength":10})js");
+    EXPECT_TRUE(matches(len, R"js("abc-de")js"));
+    EXPECT_TRUE(matches(len, R"js("a")js"));
+    EXPECT_FALSE(matches(len, R"js("abcdefghijk")js"));
+    stops_at(len, R"js("ab--")js", 4);
+    auto search = json_schema_grammar(R"js({"pattern":"@","maxLength":5})js");
+    EXPECT_TRUE(matches(search, R"js("a@b")js"));
+    EXPECT_FALSE(matches(search, R"js("ab")js"));
+    stops_at(search, R"js("ab@cde")js", 6);
+    // A format beside a maxLength keeps both.
+    auto email = json_schema_grammar(R"js({"format":"email","maxLength":20})js");
+    EXPECT_TRUE(matches(email, R"js("a@b.io")js"));
+    stops_at(email, R"js("ab")js", 3);
+    EXPECT_FALSE(matches(email, R"js("abcdefghijklm@gh.io")js"));
+    EXPECT_EQ(refused_keyword(R"js({"pattern":"^abcdef$","maxLength":3})js"), "pattern");
+    // minLength: alternatives too short are dropped, repeats' minimums raised.
+    auto min = json_schema_grammar(R"js({"pattern":"^([^,]|$)","minLength":1,"maxLength":5})js");
+    EXPECT_FALSE(matches(min, R"js("")js"));
+    EXPECT_TRUE(matches(min, R"js("a")js"));
+    EXPECT_TRUE(matches(min, R"js("ab,cd")js"));
+    EXPECT_FALSE(matches(min, R"js("ab,cde")js"));
+    stops_at(min, R"js(",a")js", 1);
+    auto pairs = json_schema_grammar(R"js({"pattern":"^(ab)+$","minLength":3})js");
+    EXPECT_FALSE(matches(pairs, R"js("ab")js"));
+    EXPECT_TRUE(matches(pairs, R"js("ababab")js"));
 }
 
 TEST(SchemaKeywords, TuplesAndPropertyCounts) {

@@ -2,7 +2,8 @@
 // `name ::= alternatives`, alternatives split by `|`, sequences of
 // "literals", [classes], (groups), rule names and `.`, each optionally
 // followed by * + ? {m} {m,} {m,n}; `#` comments. A rule ends at the end of
-// a line unless it is inside parentheses or the next line starts with `|`.
+// a line unless it is inside parentheses, the line ends in `::=` or `|`, or
+// the next line starts with `|`.
 #include <fmt/format.h>
 
 #include "gbnf_ast.hpp"
@@ -26,6 +27,7 @@ public:
             skip(false);
             if (s_.substr(pos_, 3) != "::=") fail(fmt::format("expected '::=' after the rule name '{}'", r.name));
             pos_ += 3;
+            body_on_next_line();
             r.body = alternatives(0);
             skip(false);
             if (!eof() && peek() != '\n' && peek() != '\r') fail(fmt::format("unexpected '{}'", printable(peek())));
@@ -64,6 +66,19 @@ private:
                 break;
             }
         }
+    }
+    // The body may start on the line after `::=` (as llama.cpp's grammars
+    // write it), unless that line starts the next rule: then this one is
+    // empty.
+    void body_on_next_line() {
+        skip(false);
+        if (eof() || (peek() != '\n' && peek() != '\r')) return;
+        const size_t save = pos_, save_line = line_, save_start = line_start_;
+        skip(true);
+        const size_t body = pos_, body_line = line_, body_start = line_start_;
+        const bool next_rule = !name().empty() && (skip(false), s_.substr(pos_, 3) == "::=");
+        if (next_rule) pos_ = save, line_ = save_line, line_start_ = save_start;
+        else pos_ = body, line_ = body_line, line_start_ = body_start;
     }
     static bool name_char(char c) {
         return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';

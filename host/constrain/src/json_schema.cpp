@@ -1037,8 +1037,8 @@ private:
             auto e = regex_grammar(p->get<std::string>(), "j-char", lo, hi);
             if (!e)
                 throw GrammarError(s.contains("maxLength") ? "maxLength" : "minLength",
-                                   fmt::format("'{}' beside 'pattern' at {} is not supported for this pattern (only "
-                                               "'^x{{m,n}}$' with one character class takes a length)",
+                                   fmt::format("'{}' beside 'pattern' at {} cannot be met by narrowing this pattern "
+                                               "(its repeats cannot be cut or raised to fit the length)",
                                                s.contains("maxLength") ? "maxLength" : "minLength", at(path)));
             return rule("\"\\\"\" " + *e + " \"\\\"\"");
         }

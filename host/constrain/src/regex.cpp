@@ -49,11 +49,16 @@ const Ranges kSpace = {{0x09, 0x0D}, {0x20, 0x20},     {0xA0, 0xA0},     {0x1680
                        {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
 const Ranges kLineTerminators = {{0x0A, 0x0A}, {0x0D, 0x0D}, {0x2028, 0x2029}};
 
+// Bol/Eol are ^ and $, Look a positive lookahead (its kid the group); the
+// anchoring pass (anchor_start/anchor_end) removes the ones it can express
+// and refuses the rest. `any` marks the set that stands for the unanchored
+// sides (emitted as the caller's any-character rule).
 struct RNode {
-    enum class K { Seq, Alt, Set, Rep } k = K::Seq;
+    enum class K { Seq, Alt, Set, Rep, Bol, Eol, Look } k = K::Seq;
     std::vector<RNode> kids;
     Ranges set;
     uint32_t min = 0, max = 0;
+    bool any = false;
 };
 
 struct Lengths {
@@ -69,6 +74,7 @@ uint64_t sat_mul(uint64_t a, uint64_t b) {
 Lengths lengths(const RNode& n) {
     switch (n.k) {
     case RNode::K::Set: return {1, 1};
+    case RNode::K::Bol: case RNode::K::Eol: case RNode::K::Look: return {0, 0};
     case RNode::K::Seq: {
         Lengths l;
         for (const auto& k : n.kids) {
@@ -95,11 +101,6 @@ Lengths lengths(const RNode& n) {
     return {};
 }
 
-struct TopAlt {
-    RNode body;
-    bool start = false, end = false;
-};
-
 class RegexParser {
 public:
     explicit RegexParser(std::string_view src) : src_(src) {
@@ -116,52 +117,119 @@ public:
         }
     }
 
-    std::vector<TopAlt> run() {
-        std::vector<TopAlt> out;
-        for (;;) {
-            TopAlt a;
-            if (!eof() && peek() == '^') ++i_, a.start = true;
-            a.body = seq(0, &a.end);
-            out.push_back(std::move(a));
-            if (eof()) break;
-            if (peek() == '|') {
-                ++i_;
-                continue;
-            }
-            fail("has an unmatched ')'");
-        }
-        return out;
+    // The whole pattern: an alternation, anchored (see anchor_start).
+    RNode run() {
+        RNode top = alt(0);
+        if (!eof()) fail("has an unmatched ')'");
+        top = anchor_end(anchor_start(std::move(top)));
+        check_anchors(top);
+        return top;
     }
 
-private:
     [[noreturn]] void fail(const std::string& what) const {
         throw GrammarError("pattern", fmt::format("'pattern' \"{}\" {}", src_.substr(0, 200), what));
     }
+
+private:
+    static RNode any_star() {
+        RNode a{RNode::K::Set, {}, {{0, kMaxCp}}, 0, 0, true};
+        RNode r{RNode::K::Rep, {}, {}, 0, kInf};
+        r.kids.push_back(std::move(a));
+        return r;
+    }
+    // A pattern is a search: what is not anchored by ^ may have anything
+    // before it. ^ is honoured where it is the first thing matched: at the
+    // start of a top-level alternative, or of an alternative of a group that
+    // itself starts the pattern (`^a|b`, `(^a|b)c`); elsewhere it is refused.
+    RNode anchor_start(RNode n) {
+        switch (n.k) {
+        case RNode::K::Alt:
+            for (auto& k : n.kids) k = anchor_start(std::move(k));
+            return n;
+        case RNode::K::Seq: {
+            if (!n.kids.empty() && n.kids[0].k == RNode::K::Bol) {
+                while (!n.kids.empty() && n.kids[0].k == RNode::K::Bol) n.kids.erase(n.kids.begin());
+                return n;
+            }
+            if (!n.kids.empty() && (n.kids[0].k == RNode::K::Alt || n.kids[0].k == RNode::K::Seq)) {
+                n.kids[0] = anchor_start(std::move(n.kids[0]));
+                return n;
+            }
+            n.kids.insert(n.kids.begin(), any_star());
+            return n;
+        }
+        default: {
+            RNode s;
+            s.kids.push_back(any_star());
+            s.kids.push_back(std::move(n));
+            return s;
+        }
+        }
+    }
+    // The same at the end for $, and for a positive lookahead (?=y) that is
+    // the last thing in the pattern: with the end open, x(?=y) matches what
+    // x y does (y then anything, unless y ends in $).
+    RNode anchor_end(RNode n) {
+        switch (n.k) {
+        case RNode::K::Alt:
+            for (auto& k : n.kids) k = anchor_end(std::move(k));
+            return n;
+        case RNode::K::Seq: {
+            if (!n.kids.empty() && n.kids.back().k == RNode::K::Eol) {
+                while (!n.kids.empty() && n.kids.back().k == RNode::K::Eol) n.kids.pop_back();
+                return n;
+            }
+            if (!n.kids.empty() && n.kids.back().k == RNode::K::Look) {
+                RNode y = std::move(n.kids.back().kids[0]);
+                n.kids.back() = anchor_end(std::move(y));
+                return n;
+            }
+            if (!n.kids.empty() && (n.kids.back().k == RNode::K::Alt || n.kids.back().k == RNode::K::Seq)) {
+                n.kids.back() = anchor_end(std::move(n.kids.back()));
+                return n;
+            }
+            n.kids.push_back(any_star());
+            return n;
+        }
+        default: {
+            RNode s;
+            s.kids.push_back(std::move(n));
+            s.kids.push_back(any_star());
+            return s;
+        }
+        }
+    }
+    // What anchoring left in place cannot be expressed.
+    void check_anchors(const RNode& n) const {
+        if (n.k == RNode::K::Bol) fail("uses '^' other than at the start (not supported)");
+        if (n.k == RNode::K::Eol) fail("uses '$' other than at the end (not supported)");
+        if (n.k == RNode::K::Look) fail("uses a lookahead other than at the end of the pattern (not supported)");
+        for (const auto& k : n.kids) check_anchors(k);
+    }
+
     bool eof() const { return i_ >= cps_.size(); }
     uint32_t peek() const { return cps_[i_]; }
 
     RNode alt(uint32_t depth) {
         RNode n{RNode::K::Alt, {}, {}, 0, 0};
-        n.kids.push_back(seq(depth, nullptr));
+        n.kids.push_back(seq(depth));
         while (!eof() && peek() == '|') {
             ++i_;
-            n.kids.push_back(seq(depth, nullptr));
+            n.kids.push_back(seq(depth));
         }
         return n;
     }
 
-    RNode seq(uint32_t depth, bool* end) {
+    RNode seq(uint32_t depth) {
         RNode n;
         while (!eof() && peek() != '|' && peek() != ')') {
-            if (peek() == '$') {
+            if (peek() == '^' || peek() == '$') {
+                n.kids.push_back(RNode{peek() == '^' ? RNode::K::Bol : RNode::K::Eol, {}, {}, 0, 0});
                 ++i_;
-                if (end && (eof() || peek() == '|')) {
-                    *end = true;
-                    break;
-                }
-                fail("uses '$' other than at the end (not supported)");
+                if (!eof() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{'))
+                    fail("has a quantifier on an anchor (not supported)");
+                continue;
             }
-            if (peek() == '^') fail("uses '^' other than at the start (not supported)");
             RNode a = atom(depth);
             quantifier(a);
             n.kids.push_back(std::move(a));
@@ -216,13 +284,17 @@ private:
         switch (c) {
         case '(': {
             if (depth >= kMaxGrammarNesting) fail(fmt::format("nests groups deeper than {}", kMaxGrammarNesting));
+            bool look = false;
             if (!eof() && peek() == '?') {
                 ++i_;
                 const uint32_t k = eof() ? 0 : peek();
                 if (k == ':') {
                     ++i_;
-                } else if (k == '=' || k == '!') {
-                    fail("uses a lookahead (not supported)");
+                } else if (k == '=') {
+                    ++i_;
+                    look = true;
+                } else if (k == '!') {
+                    fail("uses a negative lookahead (not supported)");
                 } else if (k == '<') {
                     ++i_;
                     if (!eof() && (peek() == '=' || peek() == '!')) fail("uses a lookbehind (not supported)");
@@ -236,6 +308,13 @@ private:
             RNode g = alt(depth + 1);
             if (eof() || peek() != ')') fail("has an unclosed group");
             ++i_;
+            if (look) {
+                if (!eof() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{'))
+                    fail("has a quantifier on a lookahead (not supported)");
+                RNode l{RNode::K::Look, {}, {}, 0, 0};
+                l.kids.push_back(std::move(g));
+                return l;
+            }
             return g;
         }
         case '[': return cls();
@@ -366,22 +445,24 @@ private:
     size_t i_ = 0;
 };
 
-std::string emit(const RNode& n) {
+std::string emit(const RNode& n, const std::string& any_char) {
     switch (n.k) {
-    case RNode::K::Set: return json_char_class(n.set);
+    case RNode::K::Bol: case RNode::K::Eol: case RNode::K::Look: return "\"\"";  // removed by anchoring
+    case RNode::K::Set: return n.any ? any_char : json_char_class(n.set);
     case RNode::K::Seq: {
         if (n.kids.empty()) return "\"\"";
         std::string out;
-        for (const auto& k : n.kids) out += (out.empty() ? "" : " ") + emit(k);
+        for (const auto& k : n.kids) out += (out.empty() ? "" : " ") + emit(k, any_char);
         return n.kids.size() == 1 ? out : "( " + out + " )";
     }
     case RNode::K::Alt: {
         std::string out;
-        for (const auto& k : n.kids) out += (out.empty() ? "" : " | ") + emit(k);
+        for (const auto& k : n.kids) out += (out.empty() ? "" : " | ") + emit(k, any_char);
         return "( " + out + " )";
     }
     case RNode::K::Rep: {
-        const std::string x = "( " + emit(n.kids[0]) + " )";
+        if (n.max == 0) return "\"\"";
+        const std::string x = "( " + emit(n.kids[0], any_char) + " )";
         if (n.min == 0 && n.max == kInf) return x + "*";
         if (n.min == 1 && n.max == kInf) return x + "+";
         if (n.max == kInf) return fmt::format("{}{{{},}}", x, n.min);
@@ -455,43 +536,149 @@ std::string json_char_class(Ranges ranges) {
     return out + " )";
 }
 
+namespace {
+
+// The repeats in the tree, each with the index of the repeat around it
+// (-1: none).
+void collect_repeats(RNode& n, int outer, std::vector<RNode*>& out, std::vector<int>& parent) {
+    if (n.k == RNode::K::Rep) {
+        out.push_back(&n);
+        parent.push_back(outer);
+        outer = int(out.size()) - 1;
+    }
+    for (auto& k : n.kids) collect_repeats(k, outer, out, parent);
+}
+
+// Work bound for narrowing to a length: attempts to add one copy to a
+// repeat (each re-measures the pattern), and copies added (each costs about
+// one grammar rule; kMaxGrammarRules is 20,000 for the whole schema).
+constexpr size_t kCapAttempts = 4000;
+constexpr size_t kCapCopies = 2000;
+
+// Drops the alternatives that cannot reach `need` code points even with
+// the longest of everything beside them (exact: no match is lost that the
+// length allows). False when nothing is left.
+bool prune_short(RNode& n, uint64_t need) {
+    if (n.k == RNode::K::Alt) {
+        std::erase_if(n.kids, [&](const RNode& k) { return lengths(k).max < need; });
+        for (auto& k : n.kids)
+            if (!prune_short(k, need)) return false;
+        return !n.kids.empty();
+    }
+    if (n.k == RNode::K::Seq) {
+        std::vector<uint64_t> max;
+        for (const auto& k : n.kids) max.push_back(lengths(k).max);
+        for (size_t i = 0; i < n.kids.size(); ++i) {
+            uint64_t others = 0;
+            for (size_t j = 0; j < n.kids.size(); ++j)
+                if (j != i) others = sat_add(others, max[j]);
+            if (others < need && !prune_short(n.kids[i], need - others)) return false;
+        }
+    }
+    return true;
+}
+
+// Raises repeats' minimum counts, one copy at a time round robin, until
+// every match is at least `need` long (narrowed: the shorter matches are
+// not written). False if that cannot be reached.
+bool raise_to_length(RNode& top, uint64_t need) {
+    std::vector<RNode*> reps;
+    std::vector<int> parent;
+    collect_repeats(top, -1, reps, parent);
+    size_t attempts = 0;
+    while (lengths(top).min < need) {
+        bool grew = false;
+        for (RNode* r : reps) {
+            if (r->min >= r->max || r->min >= kMaxRepeat || ++attempts > kCapAttempts) continue;
+            ++r->min;
+            grew = true;
+            if (lengths(top).min >= need) return true;
+        }
+        if (!grew) return false;
+    }
+    return true;
+}
+
+
+// Cuts every repeat to its minimum, then hands out one more copy at a time,
+// round robin, to each repeat whose copy still keeps the longest match
+// within max_len. False if even the minimum copies are too long.
+bool narrow_to_length(RNode& top, uint64_t max_len) {
+    std::vector<RNode*> reps;
+    std::vector<int> parent;
+    collect_repeats(top, -1, reps, parent);
+    // A repeat inside one allowed no copies costs nothing yet; growing it
+    // first would starve the one around it.
+    auto live = [&](size_t i) {
+        for (int p = parent[i]; p >= 0; p = parent[size_t(p)])
+            if (reps[size_t(p)]->max == 0) return false;
+        return true;
+    };
+    std::vector<uint32_t> limit;
+    for (RNode* r : reps) limit.push_back(r->max), r->max = r->min;
+    if (lengths(top).max > max_len) return false;
+    size_t attempts = 0, copies = 0;
+    for (bool more = true; more && attempts < kCapAttempts && copies < kCapCopies;) {
+        more = false;
+        for (size_t i = 0; i < reps.size() && attempts < kCapAttempts && copies < kCapCopies; ++i) {
+            if (reps[i]->max == limit[i] || reps[i]->max >= kMaxRepeat || !live(i)) continue;
+            ++attempts;
+            ++reps[i]->max;
+            if (lengths(top).max > max_len) {
+                --reps[i]->max;
+                limit[i] = reps[i]->max;  // it will not fit later either: the others only grow
+            } else {
+                ++copies;
+                more = true;
+            }
+        }
+    }
+    return true;
+}
+
+}  // namespace
+
 std::optional<std::string> regex_grammar(std::string_view pattern, const std::string& any_char, uint64_t min_len,
                                          uint64_t max_len) {
-    std::vector<TopAlt> alts = RegexParser(pattern).run();
-    Lengths all{kRegexUnbounded, 0};
-    for (const auto& a : alts) {
-        Lengths l = lengths(a.body);
-        if (!a.start || !a.end) l.max = kRegexUnbounded;
-        all.min = std::min(all.min, l.min);
-        all.max = std::max(all.max, l.max);
-    }
+    RegexParser parser(pattern);
+    RNode top = parser.run();
+    const Lengths all = lengths(top);
+    if (all.min > max_len || all.max < min_len) parser.fail("matches no string of the length minLength/maxLength allow");
     if (!(min_len <= all.min && all.max <= max_len)) {
-        // Fold the bounds into ^x{m,n}$ (or ^x$ for one class x), the one
-        // shape where the length is a repeat count.
-        if (alts.size() != 1 || !alts[0].start || !alts[0].end || alts[0].body.kids.size() != 1) return std::nullopt;
-        RNode& one = alts[0].body.kids[0];
-        if (one.k == RNode::K::Set) {
-            RNode r{RNode::K::Rep, {}, {}, 1, 1};
-            r.kids.push_back(one);
-            one = std::move(r);
+        bool folded = false;
+        // ^x{m,n}$ (or ^x$) for one class x: the bounds fold into the count.
+        if (top.kids.size() == 1 && top.kids[0].k == RNode::K::Seq && top.kids[0].kids.size() == 1) {
+            RNode& one = top.kids[0].kids[0];
+            if (one.k == RNode::K::Set && !one.any) {
+                RNode r{RNode::K::Rep, {}, {}, 1, 1};
+                r.kids.push_back(one);
+                one = std::move(r);
+            }
+            if (one.k == RNode::K::Rep && one.kids[0].k == RNode::K::Set && !one.kids[0].any) {
+                const uint64_t lo = std::max<uint64_t>(one.min, min_len);
+                const uint64_t hi = std::min<uint64_t>(one.max == kInf ? kRegexUnbounded : one.max, max_len);
+                if (lo > hi) parser.fail("matches no string of the length minLength/maxLength allow");
+                if (lo <= kMaxRepeat && (hi == kRegexUnbounded || hi <= kMaxRepeat)) {
+                    one.min = uint32_t(lo);
+                    one.max = hi == kRegexUnbounded ? kInf : uint32_t(hi);
+                    folded = true;
+                }
+            }
         }
-        if (one.k != RNode::K::Rep || one.kids[0].k != RNode::K::Set) return std::nullopt;
-        const uint64_t lo = std::max<uint64_t>(one.min, min_len);
-        const uint64_t hi = std::min<uint64_t>(one.max == kInf ? kRegexUnbounded : one.max, max_len);
-        if (lo > hi) throw GrammarError("pattern", fmt::format("'pattern' \"{}\" matches no string of the length "
-                                                               "minLength/maxLength allow", pattern.substr(0, 200)));
-        if (lo > kMaxRepeat || (hi != kRegexUnbounded && hi > kMaxRepeat)) return std::nullopt;
-        one.min = uint32_t(lo);
-        one.max = hi == kRegexUnbounded ? kInf : uint32_t(hi);
+        // Otherwise the bounds are met by narrowing to a subset of the
+        // pattern's matches: alternatives too short for minLength are
+        // dropped and repeats' minimum counts raised until every match is
+        // long enough; then every repeat (the unanchored sides' included) is
+        // cut to as many copies as keep the longest match within maxLength.
+        if (!folded) {
+            if (all.min < min_len) {
+                if (!prune_short(top, min_len)) parser.fail("matches no string of the length minLength/maxLength allow");
+                if (!raise_to_length(top, min_len)) return std::nullopt;
+            }
+            if (!narrow_to_length(top, max_len)) return std::nullopt;
+        }
     }
-    std::string out;
-    for (const auto& a : alts) {
-        std::string e = emit(a.body);
-        if (!a.start) e = any_char + "* " + e;
-        if (!a.end) e += " " + any_char + "*";
-        out += (out.empty() ? "" : " | ") + ("( " + e + " )");
-    }
-    return "( " + out + " )";
+    return emit(top, any_char);
 }
 
 }  // namespace eh::constrain::detail
