@@ -1,7 +1,17 @@
 /*
  * hello-engine: the smallest complete engine plugin, in plain C, to show the
  * shape of the ABI. It "generates" by replaying the prompt backwards, so it
- * needs no weights: any GGUF with architecture "hello" will do.
+ * needs no weights: any GGUF with architecture "hello" or "llama" will do
+ * (it never reads a tensor).
+ *
+ * It runs the way the host serves every request: through the batched step
+ * (ABI 1.2's kv_init, seq_* and step). From ABI 1.4 that is all a plugin
+ * needs: the session_* members are left NULL.
+ *
+ * The KV cache is in blocks the host counts. Here a block is a whole
+ * sequence's context (block_tokens = max_seq_tokens), the simplest layout
+ * the ABI allows: a forked sequence shares its source's block until its
+ * first step, which copies it.
  */
 #include <engine_host/plugin_abi.h>
 
@@ -12,20 +22,29 @@
 typedef struct hello_model {
     uint32_t vocab;
     char last_error[128];
+    /* Set by kv_init. */
+    int kv_ready;
+    eh_kv_info kv;      /* as granted; free_blocks kept current */
+    uint32_t* refs;     /* per block: how many sequences hold it */
+    uint32_t live;      /* sequences alive */
 } hello_model;
 
-typedef struct hello_session {
+typedef struct hello_seq {
     hello_model* model;
-    int32_t* tokens; /* the context, n_ctx long */
-    uint32_t n_ctx, n_past, cursor;
-    char last_error[128];
-} hello_session;
+    int32_t* tokens;    /* the context, kv.max_seq_tokens long */
+    uint32_t length;
+    int32_t block;      /* -1: holds none yet */
+    uint32_t cursor;    /* the next sampled token is tokens[cursor - 1] */
+    int has_sampler;
+    int sampled_last;   /* its last step sampled: one token now is a decode */
+} hello_seq;
 
 static const char* const formats[] = {"gguf", NULL};
-static const char* const archs[] = {"hello", NULL};
+static const char* const archs[] = {"hello", "llama", NULL};
 static const char* const quants[] = {"F32", NULL};
 static const eh_plugin_info info_v = {sizeof(eh_plugin_info), "hello-engine", "0.1.0", "hello",
                                       formats, archs, quants, EH_DEVICE_CPU, 0};
+/* Per thread, as the ABI requires of last-error storage. */
 static _Thread_local char plugin_error[128];
 
 static const eh_plugin_info* info(void) { return &info_v; }
@@ -73,88 +92,222 @@ static eh_status model_check_residency(eh_model* m, int32_t* resident) {
     return EH_OK;
 }
 static const char* model_last_error(const eh_model* m) { return ((const hello_model*)m)->last_error; }
-static void model_release(eh_model* m) { free(m); }
-
-static eh_status session_create(eh_model* model, const eh_session_params* p, eh_session** out) {
-    hello_session* s = calloc(1, sizeof *s);
-    if (s) s->tokens = calloc(p->n_ctx ? p->n_ctx : 1, sizeof(int32_t));
-    if (!s || !s->tokens) {
-        if (s) free(s);
-        snprintf(((hello_model*)model)->last_error, 128, "out of memory");
-        return EH_INTERNAL;
-    }
-    s->model = (hello_model*)model;
-    s->n_ctx = p->n_ctx;
-    *out = (eh_session*)s;
-    return EH_OK;
+static void model_release(eh_model* model) {
+    hello_model* m = (hello_model*)model;
+    free(m->refs);
+    free(m);
 }
 
-static eh_status session_set_sampling(eh_session* s, const eh_sampling_params* p) {
-    (void)s;
-    (void)p; /* this engine is always "greedy" */
-    return EH_OK;
-}
-
-static eh_status append(hello_session* s, const int32_t* t, uint32_t n) {
-    if (s->n_past + n > s->n_ctx) {
-        snprintf(s->last_error, sizeof s->last_error, "context full (%u of %u used)", s->n_past, s->n_ctx);
-        return EH_CONTEXT_FULL;
-    }
-    memcpy(s->tokens + s->n_past, t, n * sizeof *t);
-    s->n_past += n;
-    return EH_OK;
-}
-
-static eh_status session_prefill(eh_session* sess, const int32_t* t, uint32_t n) {
-    hello_session* s = (hello_session*)sess;
-    eh_status st = append(s, t, n);
-    if (st == EH_OK) s->cursor = s->n_past;
+static eh_status fail(hello_model* m, eh_status st, const char* what) {
+    snprintf(m->last_error, sizeof m->last_error, "%s", what);
     return st;
 }
 
-static eh_status session_sample(eh_session* sess, int32_t* out) {
-    hello_session* s = (hello_session*)sess;
-    if (s->cursor == 0) {
-        snprintf(s->last_error, sizeof s->last_error, "prefill first");
-        return EH_INVALID_ARGUMENT;
+/* ---- the KV cache: one block a sequence --------------------------------- */
+
+/* Writes only the prefix of the caller's struct_size (an older host's struct
+ * is smaller). */
+static void copy_kv_info(eh_kv_info* out, const eh_kv_info* in) {
+    eh_kv_info tmp = *in;
+    const uint32_t size = out->struct_size && out->struct_size < sizeof tmp ? out->struct_size : (uint32_t)sizeof tmp;
+    tmp.struct_size = size;
+    memcpy(out, &tmp, size);
+}
+
+static eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out) {
+    hello_model* m = (hello_model*)model;
+    if (m->kv_ready) return fail(m, EH_INVALID_ARGUMENT, "kv_init was already called");
+    if (!p->max_seqs || !p->max_step_tokens || !p->max_step_entries || !p->max_seq_tokens)
+        return fail(m, EH_INVALID_ARGUMENT, "kv_init: every limit must be positive");
+    eh_kv_info g;
+    memset(&g, 0, sizeof g);
+    g.struct_size = sizeof g;
+    g.max_seq_tokens = p->max_seq_tokens < 2048 ? p->max_seq_tokens : 2048; /* the context it reports */
+    g.block_tokens = g.max_seq_tokens;
+    g.total_blocks = g.free_blocks = p->max_seqs;
+    g.block_bytes = (uint64_t)g.block_tokens * sizeof(int32_t);
+    g.max_seqs = p->max_seqs;
+    g.max_step_tokens = p->max_step_tokens;
+    g.max_step_entries = p->max_step_entries;
+    m->refs = calloc(g.total_blocks, sizeof *m->refs);
+    if (!m->refs) return fail(m, EH_INSUFFICIENT_VRAM, "kv_init: out of memory");
+    m->kv = g;
+    m->kv_ready = 1;
+    copy_kv_info(out, &g);
+    return EH_OK;
+}
+
+static eh_status kv_get_info(const eh_model* model, eh_kv_info* out) {
+    hello_model* m = (hello_model*)model;
+    if (!m->kv_ready) return fail(m, EH_INVALID_ARGUMENT, "kv_init first");
+    copy_kv_info(out, &m->kv);
+    return EH_OK;
+}
+
+static int32_t take_block(hello_model* m) {
+    for (uint32_t b = 0; b < m->kv.total_blocks; ++b)
+        if (m->refs[b] == 0) {
+            m->refs[b] = 1;
+            --m->kv.free_blocks;
+            return (int32_t)b;
+        }
+    return -1; /* callers count free blocks first */
+}
+
+static void drop_block(hello_seq* s) {
+    if (s->block >= 0 && --s->model->refs[s->block] == 0) ++s->model->kv.free_blocks;
+    s->block = -1;
+}
+
+/* ---- sequences ----------------------------------------------------------- */
+
+static eh_status new_seq(hello_model* m, hello_seq** out) {
+    if (!m->kv_ready) return fail(m, EH_INVALID_ARGUMENT, "kv_init first");
+    if (m->live >= m->kv.max_seqs) return fail(m, EH_NO_CAPACITY, "max_seqs sequences are alive");
+    hello_seq* s = calloc(1, sizeof *s);
+    if (s) s->tokens = calloc(m->kv.max_seq_tokens, sizeof(int32_t));
+    if (!s || !s->tokens) {
+        free(s);
+        return fail(m, EH_VRAM_OOM, "out of memory");
     }
-    *out = s->tokens[--s->cursor]; /* the prompt, backwards */
-    if (s->cursor == 0) s->cursor = s->n_past;
+    s->model = m;
+    s->block = -1;
+    ++m->live;
+    *out = s;
     return EH_OK;
 }
 
-static eh_status session_decode(eh_session* sess, int32_t token, int32_t* out) {
-    hello_session* s = (hello_session*)sess;
-    uint32_t keep = s->cursor;
-    eh_status st = append(s, &token, 1);
+static eh_status seq_create(eh_model* model, eh_seq** out) {
+    hello_seq* s = NULL;
+    eh_status st = new_seq((hello_model*)model, &s);
+    *out = (eh_seq*)s;
+    return st;
+}
+
+static eh_status seq_fork(eh_seq* src_seq, uint32_t n_tokens, eh_seq** out) {
+    hello_seq* src = (hello_seq*)src_seq;
+    if (n_tokens > src->length) return fail(src->model, EH_INVALID_ARGUMENT, "seq_fork: past the source's length");
+    hello_seq* s = NULL;
+    eh_status st = new_seq(src->model, &s);
     if (st != EH_OK) return st;
-    s->cursor = keep;
-    return session_sample(sess, out);
-}
-
-static eh_status session_reset(eh_session* s) {
-    ((hello_session*)s)->n_past = ((hello_session*)s)->cursor = 0;
+    memcpy(s->tokens, src->tokens, n_tokens * sizeof(int32_t));
+    s->length = n_tokens;
+    if (n_tokens > 0) { /* shares the block: takes no free one */
+        s->block = src->block;
+        ++src->model->refs[s->block];
+    }
+    *out = (eh_seq*)s;
     return EH_OK;
 }
-static uint32_t session_n_past(const eh_session* s) { return ((const hello_session*)s)->n_past; }
-static const char* session_last_error(const eh_session* s) { return ((const hello_session*)s)->last_error; }
-static void session_release(eh_session* sess) {
-    hello_session* s = (hello_session*)sess;
+
+static eh_status seq_truncate(eh_seq* seq, uint32_t n_tokens) {
+    hello_seq* s = (hello_seq*)seq;
+    if (n_tokens > s->length) return fail(s->model, EH_INVALID_ARGUMENT, "seq_truncate: past the length");
+    s->length = n_tokens;
+    if (n_tokens == 0) drop_block(s);
+    if (s->cursor > n_tokens) s->cursor = n_tokens;
+    s->sampled_last = 0;
+    return EH_OK;
+}
+
+static eh_status seq_set_sampling(eh_seq* seq, const eh_sampling_params* p) {
+    (void)p; /* this engine is always "greedy" */
+    ((hello_seq*)seq)->has_sampler = 1;
+    return EH_OK;
+}
+
+static uint32_t seq_length(const eh_seq* seq) { return ((const hello_seq*)seq)->length; }
+
+static void seq_release(eh_seq* seq) {
+    hello_seq* s = (hello_seq*)seq;
+    drop_block(s);
+    --s->model->live;
     free(s->tokens);
     free(s);
+}
+
+/* ---- the step ------------------------------------------------------------ */
+
+static eh_step_entry* entry_at(eh_step_entry* entries, uint32_t i) {
+    /* The stride is the host's struct_size, so a newer host's larger entries work. */
+    return (eh_step_entry*)((char*)entries + (size_t)i * entries[0].struct_size);
+}
+
+/* A new block the entry needs: none held yet, or a shared one to copy. */
+static uint32_t needs_block(const hello_seq* s) { return s->block < 0 || s->model->refs[s->block] > 1; }
+
+static eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
+    hello_model* m = (hello_model*)model;
+    if (!m->kv_ready) return fail(m, EH_INVALID_ARGUMENT, "kv_init first");
+    if (n == 0 || n > m->kv.max_step_entries) return fail(m, EH_INVALID_ARGUMENT, "step: entry count out of range");
+    /* Check everything first: on a refusal nothing may have changed. */
+    uint64_t total = 0;
+    uint32_t blocks = 0;
+    for (uint32_t i = 0; i < n; ++i) {
+        const eh_step_entry* e = entry_at(entries, i);
+        const hello_seq* s = (const hello_seq*)e->seq;
+        char what[96];
+        if (!s || e->n_tokens == 0 || !e->tokens) {
+            snprintf(what, sizeof what, "step entry %u: no sequence or no tokens", i);
+            return fail(m, EH_INVALID_ARGUMENT, what);
+        }
+        for (uint32_t j = 0; j < i; ++j)
+            if (entry_at(entries, j)->seq == e->seq) {
+                snprintf(what, sizeof what, "step entry %u: the sequence appears twice", i);
+                return fail(m, EH_INVALID_ARGUMENT, what);
+            }
+        for (uint32_t t = 0; t < e->n_tokens; ++t)
+            if (e->tokens[t] < 0 || (uint32_t)e->tokens[t] >= m->vocab) {
+                snprintf(what, sizeof what, "step entry %u: token id %d is outside the vocabulary", i, e->tokens[t]);
+                return fail(m, EH_INVALID_ARGUMENT, what);
+            }
+        if ((e->flags & EH_STEP_SAMPLE) && !s->has_sampler) {
+            snprintf(what, sizeof what, "step entry %u: sampling before seq_set_sampling", i);
+            return fail(m, EH_INVALID_ARGUMENT, what);
+        }
+        if ((uint64_t)s->length + e->n_tokens > m->kv.max_seq_tokens) {
+            snprintf(what, sizeof what, "step entry %u: past max_seq_tokens", i);
+            return fail(m, EH_INVALID_ARGUMENT, what);
+        }
+        total += e->n_tokens;
+        blocks += needs_block(s);
+    }
+    if (total > m->kv.max_step_tokens) return fail(m, EH_INVALID_ARGUMENT, "step: more tokens than max_step_tokens");
+    if (blocks > m->kv.free_blocks) return fail(m, EH_KV_FULL, "step: not enough free KV blocks");
+
+    for (uint32_t i = 0; i < n; ++i) {
+        eh_step_entry* e = entry_at(entries, i);
+        hello_seq* s = (hello_seq*)e->seq;
+        if (needs_block(s)) { /* a first block, or a copy of a shared one */
+            drop_block(s);
+            s->block = take_block(m);
+        }
+        const int decode = s->sampled_last && e->n_tokens == 1;
+        memcpy(s->tokens + s->length, e->tokens, e->n_tokens * sizeof(int32_t));
+        s->length += e->n_tokens;
+        s->sampled_last = (e->flags & EH_STEP_SAMPLE) != 0;
+        e->token = -1;
+        if (!s->sampled_last) continue;
+        if (!decode || s->cursor == 0) s->cursor = s->length; /* a new prompt: replay it from its end */
+        e->token = s->tokens[--s->cursor];                     /* the prompt, backwards */
+        if (s->cursor == 0) s->cursor = s->length;
+    }
+    return EH_OK;
 }
 
 static const eh_plugin_api api = {
     sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
     info, plugin_last_error, probe,
     model_load, model_get_info, model_check_residency, model_last_error, model_release,
-    session_create, session_set_sampling, session_prefill, session_sample, session_decode,
-    session_reset, session_n_past,
-    NULL, /* session_logits: optional, not offered */
-    session_last_error, session_release,
+    /* session_*: none (ABI 1.4, the step is the forward path) */
+    NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL, NULL,
+    kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length,
+    NULL, /* seq_logits: optional, not offered */
+    seq_release, step,
+    NULL, NULL, /* step_begin, step_end: optional (1.3), not offered */
 };
 
 EH_PLUGIN_EXPORT const eh_plugin_api* eh_plugin_entry(uint16_t host_major, uint16_t host_minor) {
-    (void)host_minor;
-    return host_major == EH_ABI_MAJOR ? &api : NULL;
+    /* Speaks 1.4: an older host would need the session calls. */
+    return host_major == EH_ABI_MAJOR && host_minor >= 4 ? &api : NULL;
 }
