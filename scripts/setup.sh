@@ -8,6 +8,7 @@ packages=(
   libboost-dev libboost-filesystem-dev libboost-program-options-dev
   libspdlog-dev libfmt-dev libsimdjson-dev libcpp-httplib-dev nlohmann-json3-dev
   libssl-dev zlib1g-dev libgtest-dev libgmock-dev libicu-dev
+  libzmq3-dev libmsgpack-cxx-dev
   clang libclang-rt-14-dev
   chromium chromium-driver
   python3-yaml  # tests/deploy: the Kubernetes manifests are parsed and checked

@@ -8,6 +8,10 @@
 #include <fmt/format.h>
 #include <httplib.h>
 #include <nlohmann/json.hpp>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <arpa/inet.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -31,6 +35,7 @@
 #include "eh/model/model_file.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/service/remote_engine.hpp"
+#include "eh/service/kv_event_publisher.hpp"
 #include "eh/service/service.hpp"
 #include "load_progress.hpp"
 #include "model_ref.hpp"
@@ -111,6 +116,27 @@ bool post_callback(const std::string& url, const nlohmann::json& body, std::stri
     return true;
 }
 
+// The address a router knows this server by, for the KV-event topic: --host,
+// or for a wildcard the first IPv4 address of an interface that is up and
+// not loopback (a pod's IP).
+std::string advertised_host(const std::string& host) {
+    if (host != "0.0.0.0" && host != "::" && !host.empty()) return host;
+    std::string found = "127.0.0.1";
+    ifaddrs* list = nullptr;
+    if (::getifaddrs(&list) != 0) return found;
+    for (ifaddrs* a = list; a; a = a->ifa_next) {
+        if (!a->ifa_addr || a->ifa_addr->sa_family != AF_INET || !(a->ifa_flags & IFF_UP) || (a->ifa_flags & IFF_LOOPBACK))
+            continue;
+        char buf[INET_ADDRSTRLEN];
+        if (::inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(a->ifa_addr)->sin_addr, buf, sizeof buf)) {
+            found = buf;
+            break;
+        }
+    }
+    ::freeifaddrs(list);
+    return found;
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& args) {
@@ -158,6 +184,11 @@ int cmd_serve(const std::vector<std::string>& args) {
         ("log-level", po::value<std::string>()->default_value("info"), "trace, debug, info, warn, error")
         ("log-content", "log prompts and generated text (off by default)")
         ("residency-check-sec", po::value<uint32_t>()->default_value(30), "how often weights residency is verified")
+        ("kv-events-endpoint", po::value<std::string>(), "publish the prefix cache's KV events (vLLM's ZeroMQ format) on this PUB endpoint: tcp://*:5557 binds, tcp://HOST:PORT connects (off by default)")
+        ("kv-events-replay-endpoint", po::value<std::string>(), "with --kv-events-endpoint: a ROUTER endpoint (bound) that replays kept event batches from a sequence number")
+        ("kv-events-topic", po::value<std::string>(), "the events' topic (default kv@<host>:<port>@<model>)")
+        ("kv-events-block-tokens", po::value<uint32_t>(), "tokens per announced block (1-65536; default the engine's KV block, 16 for the bundled plugins); a router's block size must match")
+        ("kv-events-hash-seed", po::value<std::string>()->default_value(""), "seed of the block hash chain (llm-d's hashSeed, vLLM's PYTHONHASHSEED)")
         ("shutdown-grace-ms", po::value<uint32_t>()->default_value(4500), "time running jobs get to finish on shutdown; streams then get 500 ms to send their last event");
     po::variables_map vm;
     int code = kOk;
@@ -253,6 +284,21 @@ int cmd_serve(const std::vector<std::string>& args) {
         std::find(model_aliases.begin(), model_aliases.end(), file_name) == model_aliases.end())
         model_aliases.push_back(file_name);
 
+    if (vm.count("kv-events-endpoint")) {
+        if (vm.count("no-prefix-cache")) {
+            print_error("--kv-events-endpoint announces the prefix cache's blocks: it cannot go with --no-prefix-cache");
+            return kUsage;
+        }
+        if (vm.count("kv-events-block-tokens") &&
+            (vm["kv-events-block-tokens"].as<uint32_t>() < 1 || vm["kv-events-block-tokens"].as<uint32_t>() > 65536)) {
+            print_error("--kv-events-block-tokens must be between 1 and 65536");
+            return kUsage;
+        }
+    } else if (vm.count("kv-events-replay-endpoint") || vm.count("kv-events-topic") || vm.count("kv-events-block-tokens")) {
+        print_error("--kv-events-replay-endpoint, --kv-events-topic and --kv-events-block-tokens need --kv-events-endpoint");
+        return kUsage;
+    }
+
     // Signals go to one thread; everyone else (HTTP, worker) has them blocked.
     sigset_t sigs;
     sigemptyset(&sigs);
@@ -328,6 +374,25 @@ int cmd_serve(const std::vector<std::string>& args) {
         print_error(e.what());
         return kFailure;
     }
+    // Before the HTTP thread starts: an endpoint that cannot be used ends
+    // startup here.
+    std::shared_ptr<service::ZmqKvPublisher> kv_publisher;
+    if (vm.count("kv-events-endpoint")) {
+        service::KvPublisherOptions kpo;
+        kpo.endpoint = vm["kv-events-endpoint"].as<std::string>();
+        if (vm.count("kv-events-replay-endpoint")) kpo.replay_endpoint = vm["kv-events-replay-endpoint"].as<std::string>();
+        kpo.topic = vm.count("kv-events-topic") ? vm["kv-events-topic"].as<std::string>()
+                                                : fmt::format("kv@{}:{}@{}", advertised_host(so.host), bound, model_name);
+        try {
+            kv_publisher = std::make_shared<service::ZmqKvPublisher>(kpo);
+        } catch (const Error& e) {
+            log_event(lvl::err, "error", {{"code", code_name(e.code())}, {"message", e.what()}});
+            print_error(e.what());
+            return e.code() == Code::InvalidRequest ? kUsage : kFailure;
+        }
+        log_event(lvl::info, "kv_events", {{"endpoint", kpo.endpoint}, {"replay_endpoint", kpo.replay_endpoint},
+                                           {"topic", kpo.topic}});
+    }
     std::thread http_thread([&] { server.run(); });
     const std::string uri = fmt::format("{}://{}:{}", so.ssl_cert_file.empty() ? "http" : "https", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, bound);
     log_event(lvl::info, "listening", {{"uri", uri}, {"port", bound}});
@@ -359,6 +424,7 @@ int cmd_serve(const std::vector<std::string>& args) {
         if (residency.joinable()) residency.join();
         svc.reset();
         engine.reset();  // an engine process sees its socket close and exits
+        if (kv_publisher) kv_publisher->stop();  // after the cache's last events
         model.reset();
     };
 
@@ -466,6 +532,12 @@ int cmd_serve(const std::vector<std::string>& args) {
         sopt.shutdown_grace = std::chrono::milliseconds(vm["shutdown-grace-ms"].as<uint32_t>());
         sopt.limits = so.limits;
         sopt.model_name = model_name;
+        if (kv_publisher) {
+            kv_publisher->set_medium(plugin.caps.device_kind == std::string("cpu") ? "CPU" : "GPU");
+            sopt.kv_events = kv_publisher;
+            if (vm.count("kv-events-block-tokens")) sopt.kv_events_block_tokens = vm["kv-events-block-tokens"].as<uint32_t>();
+            sopt.kv_events_hash_seed = vm["kv-events-hash-seed"].as<std::string>();
+        }
         svc = std::make_shared<service::Service>(engine, codec, sopt, metrics);
 
         http::NodeInfo ni;

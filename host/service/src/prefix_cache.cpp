@@ -34,11 +34,14 @@ void PrefixCache::insert(const std::string& scope, SeqId seq, std::vector<int32_
         engine_.release(seq);
         return;
     }
+    // Told before the entries it contains leave, so the blocks they share stay.
+    if (index_) index_->add(tokens);
     // Entries the new one contains add nothing.
     for (auto it = entries_.begin(); it != entries_.end();) {
         if (it->scope == scope && it->tokens.size() <= tokens.size() &&
             common_prefix(it->tokens, tokens) == it->tokens.size()) {
             engine_.release(it->seq);
+            if (index_) index_->remove(it->tokens);
             it = entries_.erase(it);
         } else {
             ++it;
@@ -51,13 +54,21 @@ void PrefixCache::insert(const std::string& scope, SeqId seq, std::vector<int32_
 bool PrefixCache::evict_one() {
     if (entries_.empty()) return false;
     engine_.release(entries_.back().seq);
+    if (index_) index_->remove(entries_.back().tokens);
     entries_.pop_back();
     return true;
 }
 
 void PrefixCache::clear() {
-    while (evict_one()) {
-    }
+    if (entries_.empty()) return;
+    for (const Entry& e : entries_) engine_.release(e.seq);
+    entries_.clear();
+    if (index_) index_->clear();
+}
+
+void PrefixCache::forget_all() {
+    entries_.clear();
+    if (index_) index_->clear();
 }
 
 }  // namespace eh::service

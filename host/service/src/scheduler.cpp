@@ -88,7 +88,13 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
     const uint32_t seq_room = limits_.can_fork ? std::max(1u, limits_.max_seqs / 2) : limits_.max_seqs;
     max_running_ = std::max(1u, std::min({options_.max_running, seq_room, limits_.max_step_entries}));
     if (options_.prefix_cache && limits_.can_fork)
-        cache_ = std::make_unique<PrefixCache>(*engine_, limits_.block_tokens, limits_.max_seqs - max_running_);
+        cache_ = std::make_unique<PrefixCache>(
+            *engine_, limits_.block_tokens, limits_.max_seqs - max_running_,
+            options_.kv_events ? std::make_unique<KvBlockIndex>(options_.kv_events,
+                                                                options_.kv_events_block_tokens ? options_.kv_events_block_tokens
+                                                                                                : limits_.block_tokens,
+                                                                options_.kv_events_hash_seed)
+                               : nullptr);
     stats_.kv_total_blocks = limits_.total_blocks;
     // Only the scheduler thread steps, and it is the one polled here.
     engine_->set_interrupt([this] {

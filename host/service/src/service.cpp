@@ -57,6 +57,9 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.inference_timeout = options_.inference_timeout;
     so.shutdown_grace = options_.shutdown_grace;
     so.repetition_window = options_.repetition_window;
+    so.kv_events = options_.kv_events;
+    so.kv_events_block_tokens = options_.kv_events_block_tokens;
+    so.kv_events_hash_seed = options_.kv_events_hash_seed;
     so.plugin = facts.plugin_name;
     so.plugin_version = facts.plugin_version;
     scheduler_ = std::make_unique<Scheduler>(std::move(engine), codec_, metrics_, so);

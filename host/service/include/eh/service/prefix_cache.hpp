@@ -11,11 +11,13 @@
 
 #include <cstdint>
 #include <list>
+#include <memory>
 #include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "eh/service/kv_events.hpp"
 #include "eh/service/seq_engine.hpp"
 
 namespace eh::service {
@@ -23,8 +25,10 @@ namespace eh::service {
 class PrefixCache {
 public:
     // `min_match`: the shortest reuse worth a fork (one KV block).
-    PrefixCache(SeqEngine& engine, uint32_t min_match, size_t max_entries)
-        : engine_(engine), min_match_(min_match ? min_match : 1), max_entries_(max_entries) {}
+    // `index`, when given, hears of every entry that arrives and leaves (KV
+    // events, kv_events.hpp).
+    PrefixCache(SeqEngine& engine, uint32_t min_match, size_t max_entries, std::unique_ptr<KvBlockIndex> index = nullptr)
+        : engine_(engine), min_match_(min_match ? min_match : 1), max_entries_(max_entries), index_(std::move(index)) {}
     ~PrefixCache() { clear(); }
 
     struct Match {
@@ -41,7 +45,7 @@ public:
     bool evict_one();
     void clear();
     // The engine lost every sequence: drop the entries without releasing.
-    void forget_all() { entries_.clear(); }
+    void forget_all();
     size_t size() const { return entries_.size(); }
 
 private:
@@ -54,6 +58,7 @@ private:
     uint32_t min_match_;
     size_t max_entries_;
     std::list<Entry> entries_;  // front = most recently used
+    std::unique_ptr<KvBlockIndex> index_;
 };
 
 }  // namespace eh::service

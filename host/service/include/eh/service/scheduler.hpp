@@ -41,6 +41,7 @@
 
 #include "eh/service/generation.hpp"
 #include "eh/service/job.hpp"
+#include "eh/service/kv_events.hpp"
 #include "eh/service/metrics.hpp"
 #include "eh/service/prefix_cache.hpp"
 #include "eh/service/seq_engine.hpp"
@@ -60,6 +61,12 @@ struct SchedulerOptions {
     std::chrono::milliseconds shutdown_grace{5000};
     int repetition_window = 64;
     std::string plugin, plugin_version;  // the engine's, for each job's execute_start log line
+    // KV events of the prefix cache (kv_events.hpp): where they go (none:
+    // off), the tokens per announced block (0: the engine's block) and the
+    // hash chain's seed.
+    std::shared_ptr<KvEventSink> kv_events;
+    uint32_t kv_events_block_tokens = 0;
+    std::string kv_events_hash_seed;
 };
 
 enum class EngineState : int {

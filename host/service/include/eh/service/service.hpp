@@ -34,6 +34,10 @@ struct ServiceOptions {
     RequestLimits limits;
     std::string model_name;
     int repetition_window = 64;
+    // SchedulerOptions::kv_events and its settings.
+    std::shared_ptr<KvEventSink> kv_events;
+    uint32_t kv_events_block_tokens = 0;
+    std::string kv_events_hash_seed;
 };
 
 class Service {
