@@ -283,6 +283,26 @@ TEST(Responses, MidStreamErrorIsResponseFailed) {
     EXPECT_EQ(send(h, "GET", "/v1/responses/" + failed["id"].get<std::string>()).status, 404) << "a failed response is not kept";
 }
 
+// A model whose chat template was rejected at load: the chat routes' error,
+// never a transcript the model was not trained on.
+TEST(Responses, RejectedTemplateIsChatTemplateUnusable) {
+    TemplatedModel m("{{ " + std::string(10000, '(') + "1" + std::string(10000, ')') + " }}");
+    EngineHost h({}, {}, true, std::string(EH_TEST_PLUGIN_DIR) + "/good", m.path);
+    ASSERT_GT(h.port(), 0) << h.log();
+    for (bool stream : {false, true}) {
+        json e = post(h, {{"input", "hi"}, {"max_output_tokens", 3}, {"stream", stream}}, 400);
+        EXPECT_EQ(e["error"]["code"], "CHAT_TEMPLATE_UNUSABLE") << e.dump();
+    }
+}
+
+TEST(Responses, LoadingIs503) {
+    EngineHost h({}, {{"EH_TEST_ENGINE_LOAD_DELAY_MS", "3000"}}, false);
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto r = send(h, "POST", "/v1/responses", R"({"input":"x"})");
+    EXPECT_EQ(r.status, 503) << r.body;
+    EXPECT_EQ(json::parse(r.body)["error"]["code"], "MODEL_LOADING");
+}
+
 // ---- tools and reasoning (the test engine, scripted) --------------------------------
 
 namespace {
@@ -424,15 +444,40 @@ TEST(ResponsesTools, HarmonyReasoningIsAReasoningItem) {
 
 // ---- the official client -------------------------------------------------------------
 
-TEST(Responses, OfficialNodeClient) {
+namespace {
+
+// Why the npm client's scripts (tests/http/openai-client; `npm ci` there
+// installs the client, as CI does) cannot run, "" when they can.
+std::string node_client_missing() {
     const std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
     if (!std::filesystem::exists(dir / "node_modules" / "openai"))
-        GTEST_SKIP() << "openai npm package not installed: run `npm ci` in " << dir.string();
-    if (std::system("node --version > /dev/null 2>&1") != 0) GTEST_SKIP() << "node is not installed";
-    EngineHost h({"--api-key", "sdk-key"}, {}, true, EH_PLUGIN_DIR);
-    ASSERT_GT(h.port(), 0) << h.log();
-    auto [rc, out] = run_command("node " + (dir / "responses.mjs").string() + " http://127.0.0.1:" +
-                                 std::to_string(h.port()) + " sdk-key 2>&1");
+        return "openai npm package not installed: run `npm ci` in " + dir.string();
+    if (std::system("node --version > /dev/null 2>&1") != 0) return "node is not installed";
+    return "";
+}
+
+// Runs `script` with `args`; it prints {"ok":true,...} when every check passed.
+void expect_node_client_passes(const std::string& script, const std::string& args) {
+    const std::filesystem::path dir = std::filesystem::path(EH_HTTP_TEST_DIR) / "openai-client";
+    auto [rc, out] = run_command("node " + (dir / script).string() + " " + args + " 2>&1");
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
+}
+
+}  // namespace
+
+TEST(Responses, OfficialNodeClient) {
+    if (auto why = node_client_missing(); !why.empty()) GTEST_SKIP() << why;
+    EngineHost h({"--api-key", "sdk-key"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    expect_node_client_passes("responses.mjs", "http://127.0.0.1:" + std::to_string(h.port()) + " sdk-key");
+}
+
+TEST(ResponsesTools, OfficialNodeClient) {
+    if (auto why = node_client_missing(); !why.empty()) GTEST_SKIP() << why;
+    TemplatedModel model(qwen_template());
+    ScriptedHost s(model.path,
+                   "Checking.\n<tool_call>\n{\"name\": \"get_weather\", \"arguments\": {\"city\": \"Paris\"}}\n</tool_call>");
+    ASSERT_TRUE(s->running()) << s->log();
+    expect_node_client_passes("responses_tools.mjs", "http://127.0.0.1:" + std::to_string(s->port()));
 }
