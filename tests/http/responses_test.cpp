@@ -126,6 +126,9 @@ TEST(Responses, ResponseHasTheResponsesShape) {
     auto got = send(h, "GET", "/v1/responses/" + id);
     ASSERT_EQ(got.status, 200) << got.body;
     EXPECT_EQ(json::parse(got.body), r);
+    auto replay = send(h, "GET", "/v1/responses/" + id + "?stream=true");
+    EXPECT_EQ(replay.status, 400) << replay.body;
+    EXPECT_EQ(json::parse(replay.body)["error"]["param"], "stream");
     auto del = send(h, "DELETE", "/v1/responses/" + id);
     ASSERT_EQ(del.status, 200) << del.body;
     EXPECT_EQ(json::parse(del.body), (json{{"id", id}, {"object", "response"}, {"deleted", true}}));

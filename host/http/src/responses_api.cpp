@@ -188,6 +188,11 @@ void install_responses(Server::Impl& s) {
     s.http.Get(R"(/v1/responses/([^/]+))", [self, store](const httplib::Request& req, httplib::Response& res) {
         const std::string cid = correlation_id(req, res);
         const std::string id = req.matches[1];
+        // (OpenAI replays a background response's events here; responses run
+        // while their request is open, so there are none to replay.)
+        if (req.has_param("stream") && req.get_param_value("stream") != "false")
+            return send_error(res, 400, "INVALID_REQUEST", "'stream' is not supported here: GET returns the stored response",
+                              cid, {{"field", "stream"}}, "stream");
         auto r = store->get(id, cache_scope_of(*self, req));
         if (!r) return send_error(res, 404, "NOT_FOUND", not_found(id), cid);
         res.status = 200;
