@@ -261,6 +261,8 @@ TEST(Responses, BadInputIsA400NamingTheField) {
         {with(request(4), {{"background", true}}), "background", "not supported"},
         {with(request(4), {{"max_output_tokens", 0}}), "max_output_tokens", "max_output_tokens"},
         {with(request(4), {{"tools", {{{"type", "function"}, {"name", "f"}}}}}), "tools", "no tool-call format"},
+        {with(request(4), {{"input", {{{"type", "function_call_output"}, {"call_id", "c"}, {"output", "x"}}}}}), "input",
+         "no tool-call format"},
     };
     for (const auto& c : cases) {
         SCOPED_TRACE(c.body.dump());

@@ -110,7 +110,14 @@ void install_responses(Server::Impl& s) {
                 r.messages.push_back(std::move(m));
             }
             r.messages.insert(r.messages.end(), conversation.begin(), conversation.end());
-            render_chat_cancellable(s, *svc, r);
+            try {
+                render_chat_cancellable(s, *svc, r);
+            } catch (const service::RequestError& e) {
+                // The rendered conversation's rules name `messages`; this
+                // API's clients sent `input` (and previous_response_id).
+                if (e.field() != "messages") throw;
+                throw service::RequestError("input", e.what());
+            }
             r.gen.correlation_id = cid;
             r.gen.cache_scope = scope;
             job = svc->submit(r.gen);
