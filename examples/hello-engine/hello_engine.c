@@ -124,8 +124,12 @@ static eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out
     g.struct_size = sizeof g;
     g.max_seq_tokens = p->max_seq_tokens < 2048 ? p->max_seq_tokens : 2048; /* the context it reports */
     g.block_tokens = g.max_seq_tokens;
-    g.total_blocks = g.free_blocks = p->max_seqs;
     g.block_bytes = (uint64_t)g.block_tokens * sizeof(int32_t);
+    /* A budget buys whole blocks; without one, a block for every sequence. */
+    uint64_t blocks = p->max_seqs;
+    if (p->budget_bytes && p->budget_bytes / g.block_bytes < blocks) blocks = p->budget_bytes / g.block_bytes;
+    if (blocks == 0) return fail(m, EH_INSUFFICIENT_VRAM, "kv_init: the budget holds no block");
+    g.total_blocks = g.free_blocks = (uint32_t)blocks;
     g.max_seqs = p->max_seqs;
     g.max_step_tokens = p->max_step_tokens;
     g.max_step_entries = p->max_step_entries;
@@ -236,6 +240,19 @@ static eh_step_entry* entry_at(eh_step_entry* entries, uint32_t i) {
 /* A new block the entry needs: none held yet, or a shared one to copy. */
 static uint32_t needs_block(const hello_seq* s) { return s->block < 0 || s->model->refs[s->block] > 1; }
 
+/* The allowed-token mask (structured output): a set bit lets a token be
+ * sampled. This engine has no logits to rank the others by, so a refused
+ * pick becomes the lowest allowed id. (It offers no seq_logits, so the host
+ * knows not to expect biases to move it.) */
+static int allowed(const eh_step_entry* e, int32_t token) {
+    return !e->allowed || ((e->allowed[(uint32_t)token / 32] >> ((uint32_t)token % 32)) & 1u);
+}
+static int32_t first_allowed(const eh_step_entry* e, uint32_t vocab) {
+    for (uint32_t t = 0; t < vocab; ++t)
+        if (allowed(e, (int32_t)t)) return (int32_t)t;
+    return 0; /* the host never sends an empty mask */
+}
+
 static eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
     hello_model* m = (hello_model*)model;
     if (!m->kv_ready) return fail(m, EH_INVALID_ARGUMENT, "kv_init first");
@@ -291,6 +308,7 @@ static eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
         if (!decode || s->cursor == 0) s->cursor = s->length; /* a new prompt: replay it from its end */
         e->token = s->tokens[--s->cursor];                     /* the prompt, backwards */
         if (s->cursor == 0) s->cursor = s->length;
+        if (!allowed(e, e->token)) e->token = first_allowed(e, m->vocab);
     }
     return EH_OK;
 }

@@ -23,3 +23,9 @@ echo "$out" | grep -q '"accepted": true'
 reply=$("$engine_host" chat --plugins "$work/build/plugins" -m "$model" -p "one two three" -n 40 --temp 0 | tr -d '\000')
 echo "reply: '$reply'"
 [[ "$reply" == *"one two three"* ]]
+
+# The conformance harness, as installed, passes the example (it offers no
+# seq_logits or step halves, so those checks are skipped by name).
+verdict=$("$work/prefix/bin/eh-plugin-check" "$work/build/plugins/libeh-hello-engine.so" --model "$model")
+echo "$verdict"
+[[ "$verdict" == *"hello-engine: 13 passed, 0 failed, 3 skipped"* ]]

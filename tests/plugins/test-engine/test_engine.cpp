@@ -17,6 +17,8 @@
 //                             initialises per-process state, and fails in a
 //                             forked child of a process that already did
 //   EH_TEST_ENGINE_NO_GPU     the fake-gpu fixture's probe finds no driver
+//   EH_TEST_ENGINE_BATCH_DEPENDENT  (step-only) a pick that depends on the
+//                             step's entry count: batch invariance broken
 //
 // Built several times with FIXTURE_MODE set to make the broken plugins the
 // loader must reject; FIXTURE_MODE 0 is the well-behaved engine (session
@@ -529,6 +531,34 @@ uint32_t blocks_needed(const Kv& kv, const Seq& q, uint32_t n_tokens) {
     return need;
 }
 
+// The sampler stages the batched step promises (plugin_abi.h), over the
+// engine's fake logits (+10 for its pick, -10 for every other id): top_k 1
+// is greedy, logit biases add to those logits, and the allowed mask keeps
+// the best allowed id. EH_TEST_ENGINE_BATCH_DEPENDENT makes the pick depend
+// on how many entries share the step: a broken engine for eh-plugin-check.
+int32_t obey(const eh_step_entry& e, Session& s, uint32_t n_entries) {
+    const float saved = s.sp.temperature;
+    if (s.sp.top_k == 1) s.sp.temperature = 0;
+    int32_t t = pick(s, s.tokens.back());
+    s.sp.temperature = saved;
+    if (std::getenv("EH_TEST_ENGINE_BATCH_DEPENDENT")) t = int32_t((uint32_t(t) + n_entries - 1) % s.model->vocab);
+    auto logit = [&](int32_t id) {
+        float v = id == t ? 10.0f : -10.0f;
+        for (uint32_t i = 0; i < e.n_bias; ++i)
+            if (e.bias_tokens[i] == id) v += e.bias_values[i];
+        return v;
+    };
+    auto allowed = [&](int32_t id) { return !e.allowed || (e.allowed[uint32_t(id) / 32] >> (uint32_t(id) % 32)) & 1u; };
+    int32_t best = -1;
+    auto consider = [&](int32_t id) {
+        if (allowed(id) && (best < 0 || logit(id) > logit(best))) best = id;
+    };
+    consider(t);
+    for (uint32_t i = 0; i < e.n_bias; ++i) consider(e.bias_tokens[i]);
+    for (uint32_t id = 0; best < 0 && id < s.model->vocab; ++id) consider(int32_t(id));
+    return best < 0 ? t : best;
+}
+
 eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
     Model* m = M(model);
     Kv* kv = find_kv(m);
@@ -590,7 +620,7 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
         } else {
             q.s.script_pos = 0;  // a fresh generation
         }
-        e.token = pick(q.s, q.s.tokens.back());
+        e.token = obey(e, q.s, n);
         if (e.flags & EH_STEP_LOGITS) fill_logits(q.s, e.token);
     }
     return EH_OK;
@@ -640,7 +670,7 @@ const eh_plugin_api kApi = {
 #endif
 #if FIXTURE_MODE == MODE_STEP_ONLY
     kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
-    seq_release, step,
+    seq_release, step, nullptr, nullptr,
 #endif
 #if FIXTURE_MODE == MODE_PARTIAL_BATCH
     partial_kv_init,

@@ -1,0 +1,414 @@
+#include "checks.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <functional>
+
+#include "driver.hpp"
+#include "eh/error.hpp"
+#include "eh/loader/plugin_loader.hpp"
+
+namespace eh::plugin_check {
+namespace {
+
+// A check that does not apply to this plugin (an optional member it does
+// not offer, a feature its model lacks).
+struct Skipped {
+    std::string why;
+};
+
+// The main model's KV cache: room for every check but kv_full, which loads
+// the model again with a small budget.
+constexpr uint32_t kMaxSeqs = 8, kStepTokens = 256, kSeqTokens = 256;
+
+struct Context {
+    const CheckOptions& options;
+    Driver& d;
+    uint32_t n;  // tokens a generation samples
+
+    // Deterministic prompt ids, clear of the lowest ids (control tokens in
+    // most vocabularies).
+    std::vector<int32_t> prompt(uint32_t length, uint32_t salt) const {
+        const uint32_t lo = d.vocab() > 16 ? 3 : 0, span = std::max<uint32_t>(1, std::min<uint32_t>(d.vocab(), 32000) - lo);
+        std::vector<int32_t> p(length);
+        uint64_t x = 0x9E3779B97F4A7C15ull * (salt + 1);
+        for (auto& t : p) {
+            x = x * 6364136223846793005ull + 1442695040888963407ull;
+            t = int32_t(lo + (x >> 33) % span);
+        }
+        return p;
+    }
+};
+
+void expect_same(const std::vector<int32_t>& want, const std::vector<int32_t>& got, const std::string& what) {
+    if (want == got) return;
+    size_t i = 0;
+    while (i < want.size() && i < got.size() && want[i] == got[i]) ++i;
+    fail(fmt::format("{}: token {} differs ({} against {})", what, i, i < got.size() ? got[i] : -1,
+                     i < want.size() ? want[i] : -1));
+}
+
+void kv_init_grant(Context& c) {
+    const eh_kv_info& g = c.d.granted();
+    if (!g.block_tokens || !g.total_blocks || !g.max_seqs || !g.max_step_tokens || !g.max_step_entries ||
+        !g.max_seq_tokens)
+        fail("kv_init granted a zero limit");
+    if (g.max_seqs > kMaxSeqs || g.max_step_tokens > kStepTokens || g.max_step_entries > kMaxSeqs ||
+        g.max_seq_tokens > kSeqTokens)
+        fail(fmt::format("kv_init granted more than asked: max_seqs {} (asked {}), max_step_tokens {} ({}), "
+                         "max_step_entries {} ({}), max_seq_tokens {} ({})",
+                         g.max_seqs, kMaxSeqs, g.max_step_tokens, kStepTokens, g.max_step_entries, kMaxSeqs,
+                         g.max_seq_tokens, kSeqTokens));
+    const eh_kv_info now = c.d.kv_info();
+    if (now.free_blocks != now.total_blocks)
+        fail(fmt::format("{} of {} blocks are free before any sequence exists", now.free_blocks, now.total_blocks));
+    if (now.total_blocks != g.total_blocks || now.block_tokens != g.block_tokens)
+        fail("kv_get_info disagrees with what kv_init granted");
+}
+
+void sequence_lengths(Context& c) {
+    eh_seq* s = c.d.create();
+    if (c.d.length(s) != 0) fail("a new sequence is not empty");
+    const auto p = c.prompt(13, 1);
+    std::vector<eh_step_entry> es{entry(s, p.data(), 10, 0)};
+    c.d.step_ok(es, "ten tokens");
+    es = {entry(s, p.data() + 10, 3, 0)};
+    c.d.step_ok(es, "three more");
+    if (c.d.length(s) != 13) fail(fmt::format("length {} after 10 + 3 tokens", c.d.length(s)));
+    if (c.d.api().seq_truncate(s, 5) != EH_OK) fail("seq_truncate to 5 failed: " + c.d.error());
+    if (c.d.length(s) != 5) fail(fmt::format("length {} after truncating to 5", c.d.length(s)));
+    if (c.d.api().seq_truncate(s, 6) == EH_OK) fail("seq_truncate past the length succeeded");
+    if (c.d.length(s) != 5) fail("a refused seq_truncate changed the length");
+}
+
+void no_capacity(Context& c) {
+    const uint32_t cap = c.d.granted().max_seqs;
+    for (uint32_t i = 0; i < cap; ++i) c.d.create();
+    eh_seq* extra = nullptr;
+    const eh_status st = c.d.try_create(&extra);
+    const eh_status want = c.d.api().abi_minor >= 4 ? EH_NO_CAPACITY : EH_INVALID_ARGUMENT;
+    if (st != want)
+        fail(fmt::format("seq_create with {} sequences alive returned {}, not {}", cap, eh_status_name(st),
+                         eh_status_name(want)));
+}
+
+void greedy_repeats(Context& c) {
+    const auto p = c.prompt(12, 2);
+    const auto a = c.d.generate(c.d.create(), p, c.n, greedy());
+    const auto b = c.d.generate(c.d.create(), p, c.n, greedy());
+    expect_same(a, b, "the same prompt, greedy, twice");
+}
+
+void chunked_prefill(Context& c) {
+    const auto p = c.prompt(20, 3);
+    const auto whole = c.d.generate(c.d.create(), p, c.n, greedy());
+    const auto chunks = c.d.generate(c.d.create(), p, c.n, greedy(), 7);
+    expect_same(whole, chunks, "a prompt in chunks of 7 against in one step");
+}
+
+void batch_invariance(Context& c) {
+    if (c.d.granted().max_step_entries < 4 || c.d.granted().max_seqs < 4) throw Skipped{"fewer than 4 entries a step"};
+    const auto p = c.prompt(9, 4);
+    const auto alone = c.d.generate(c.d.create(), p, c.n, greedy());
+    std::vector<eh_seq*> seqs{c.d.create(), c.d.create(), c.d.create(), c.d.create()};
+    const auto together = c.d.generate_together(seqs, {p, c.prompt(5, 5), c.prompt(14, 6), c.prompt(3, 7)}, c.n, greedy());
+    expect_same(alone, together[0], "a sequence in a step of four against alone");
+}
+
+void prefill_beside_decode(Context& c) {
+    const auto p = c.prompt(10, 8);
+    const auto alone = c.d.generate(c.d.create(), p, c.n, greedy());
+    eh_seq* a = c.d.create();
+    eh_seq* b = c.d.create();
+    c.d.set_sampling(a, greedy());
+    std::vector<eh_step_entry> es{entry(a, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
+    std::vector<int32_t> got{c.d.step_ok(es, "prefill")[0]};
+    const auto other = c.prompt(4 * c.n, 9);
+    for (uint32_t i = 1; i < c.n; ++i) {
+        const int32_t tok = got.back();
+        es = {entry(a, &tok, 1, EH_STEP_SAMPLE), entry(b, other.data() + 4 * (i - 1), 4, 0)};
+        got.push_back(c.d.step_ok(es, "decode beside a prefill chunk")[0]);
+    }
+    expect_same(alone, got, "decoding beside another sequence's prefill chunks against alone");
+}
+
+void fork_shares_prefix(Context& c) {
+    const auto p = c.prompt(24, 10);
+    eh_seq* src = c.d.create();
+    std::vector<eh_step_entry> es{entry(src, p.data(), 16, 0)};
+    c.d.step_ok(es, "source prefill");
+    const uint32_t free_before = c.d.kv_info().free_blocks;
+    eh_seq* f = c.d.fork(src, 16);
+    if (c.d.length(f) != 16) fail(fmt::format("a fork of 16 tokens has length {}", c.d.length(f)));
+    if (c.d.length(src) != 16) fail("seq_fork changed its source's length");
+    const uint32_t free_after = c.d.kv_info().free_blocks;
+    if (free_after != free_before)
+        fail(fmt::format("seq_fork took {} free blocks (a fork shares its source's blocks)",
+                         int64_t(free_before) - int64_t(free_after)));
+    const std::vector<int32_t> rest(p.begin() + 16, p.end());
+    const auto forked = c.d.generate(f, rest, c.n, greedy());
+    const auto fresh = c.d.generate(c.d.create(), p, c.n, greedy());
+    expect_same(fresh, forked, "a fork continued with the rest of the prompt against the whole prompt");
+}
+
+void truncate_regrow(Context& c) {
+    const auto p = c.prompt(16, 11);
+    eh_seq* s = c.d.create();
+    const auto first = c.d.generate(s, p, c.n, greedy());
+    if (c.d.api().seq_truncate(s, 15) != EH_OK) fail("seq_truncate failed: " + c.d.error());
+    const auto again = c.d.generate(s, std::span<const int32_t>(p).subspan(15), c.n, greedy());
+    expect_same(first, again, "truncated to 15 tokens and the 16th stepped again against the first time");
+}
+
+void seeded_sampling(Context& c) {
+    eh_sampling_params sp = greedy();
+    sp.temperature = 0.9f;
+    sp.top_k = 40;
+    sp.top_p = 0.95f;
+    sp.seed = 1234;
+    const auto p = c.prompt(8, 12);
+    const auto a = c.d.generate(c.d.create(), p, c.n, sp);
+    const auto b = c.d.generate(c.d.create(), p, c.n, sp);
+    expect_same(a, b, "the same seed and input, sampled, twice");
+}
+
+void top_k_one_is_greedy(Context& c) {
+    eh_sampling_params sp = greedy();
+    sp.temperature = 1.0f;
+    sp.top_k = 1;
+    sp.seed = 99;
+    const auto p = c.prompt(8, 13);
+    expect_same(c.d.generate(c.d.create(), p, c.n, greedy()), c.d.generate(c.d.create(), p, c.n, sp),
+                "top_k 1 at temperature 1 against greedy");
+}
+
+void allowed_mask(Context& c) {
+    const auto p = c.prompt(8, 14);
+    const int32_t g = c.d.generate(c.d.create(), p, 1, greedy())[0];
+    const int32_t only = int32_t((uint32_t(g) + 1) % c.d.vocab());
+    std::vector<uint32_t> mask((c.d.vocab() + 31) / 32, 0);
+    mask[uint32_t(only) / 32] |= 1u << (uint32_t(only) % 32);
+    eh_seq* s = c.d.create();
+    c.d.set_sampling(s, greedy());
+    std::vector<eh_step_entry> es{entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
+    es[0].allowed = mask.data();
+    const int32_t got = c.d.step_ok(es, "masked prefill")[0];
+    if (got != only) fail(fmt::format("a mask allowing only token {} sampled {}", only, got));
+}
+
+void logit_bias(Context& c) {
+    if (!c.d.api().seq_logits) throw Skipped{"the plugin offers no seq_logits"};
+    const auto p = c.prompt(8, 15);
+    eh_seq* s = c.d.create();
+    c.d.set_sampling(s, greedy());
+    std::vector<eh_step_entry> es{entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE | EH_STEP_LOGITS)};
+    const int32_t g = c.d.step_ok(es, "prefill with logits")[0];
+    const float* logits = nullptr;
+    uint32_t n = 0;
+    if (c.d.api().seq_logits(s, &logits, &n) != EH_OK || !logits) fail("seq_logits failed: " + c.d.error());
+    if (n != c.d.vocab()) fail(fmt::format("seq_logits gave {} values for a vocabulary of {}", n, c.d.vocab()));
+    const int32_t best = int32_t(std::max_element(logits, logits + n) - logits);
+    if (logits[g] < logits[best]) fail(fmt::format("greedy sampled {} (logit {}), not the largest {} (logit {})", g,
+                                                   logits[g], best, logits[best]));
+    const int32_t low = int32_t(std::min_element(logits, logits + n) - logits);
+    const int32_t bias_token = low;
+    const float bias_value = logits[best] - logits[low] + 10.0f;
+    eh_seq* b = c.d.create();
+    c.d.set_sampling(b, greedy());
+    es = {entry(b, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
+    es[0].n_bias = 1;
+    es[0].bias_tokens = &bias_token;
+    es[0].bias_values = &bias_value;
+    const int32_t got = c.d.step_ok(es, "biased prefill")[0];
+    if (got != low) fail(fmt::format("a bias lifting token {} above every other sampled {}", low, got));
+}
+
+void kv_full_changes_nothing(Context& c) {
+    // A second load of the model with room for three blocks.
+    const eh_kv_info& main = c.d.granted();
+    eh_kv_params kp{};
+    kp.struct_size = sizeof(kp);
+    kp.max_seqs = kMaxSeqs;
+    kp.max_step_tokens = kStepTokens;
+    kp.max_step_entries = kMaxSeqs;
+    kp.max_seq_tokens = kSeqTokens;
+    kp.budget_bytes = 3 * main.block_bytes;
+    Driver small(c.options.plugin, c.options.model, kp);
+    const eh_kv_info g = small.granted();
+    if (uint64_t(g.total_blocks) * g.block_bytes > kp.budget_bytes)
+        fail(fmt::format("kv_init with a budget of {} bytes granted {} blocks of {} bytes", kp.budget_bytes,
+                         g.total_blocks, g.block_bytes));
+    const uint32_t chunk = std::min({g.block_tokens, g.max_step_tokens, g.max_seq_tokens});
+    const auto p = c.prompt(chunk, 16);
+    std::vector<eh_seq*> seqs;
+    for (uint32_t round = 0; round < 4 * g.total_blocks + g.max_seqs; ++round) {
+        eh_seq* s = nullptr;
+        if (small.try_create(&s) != EH_OK) break;
+        seqs.push_back(s);
+        std::vector<uint32_t> lengths;
+        for (eh_seq* x : seqs) lengths.push_back(small.length(x));
+        const uint32_t free = small.kv_info().free_blocks;
+        std::vector<eh_step_entry> es{entry(s, p.data(), chunk, 0)};
+        const eh_status st = small.step(es);
+        if (st == EH_OK) continue;
+        const std::string message = small.error();  // before any other call on the model replaces it
+        if (st != EH_KV_FULL)
+            fail(fmt::format("step returned {}, not KV_FULL, with {} free blocks: {}", eh_status_name(st), free, message));
+        if (message.empty()) fail("KV_FULL without a message");
+        for (size_t i = 0; i < seqs.size(); ++i)
+            if (small.length(seqs[i]) != lengths[i]) fail("a step refused with KV_FULL changed a sequence's length");
+        if (small.kv_info().free_blocks != free) fail("a step refused with KV_FULL changed the free block count");
+        return;
+    }
+    throw Skipped{fmt::format("no step ran out of blocks within {} sequences", seqs.size())};
+}
+
+void step_halves(Context& c) {
+    if (!loader::api_has_step_halves(c.d.api())) throw Skipped{"the plugin offers no step_begin / step_end"};
+    const auto p = c.prompt(10, 17);
+    const auto plain = c.d.generate(c.d.create(), p, c.n, greedy());
+    eh_seq* s = c.d.create();
+    c.d.set_sampling(s, greedy());
+    std::vector<int32_t> got;
+    int32_t tok = -1;
+    for (uint32_t i = 0; i < c.n; ++i) {
+        eh_step_entry e = i == 0 ? entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE) : entry(s, &tok, 1, EH_STEP_SAMPLE);
+        eh_status st = c.d.api().step_begin(c.d.model(), &e, 1);
+        if (st != EH_OK) fail(fmt::format("step_begin returned {}: {}", eh_status_name(st), c.d.error()));
+        st = c.d.api().step_end(c.d.model(), &tok, 1);
+        if (st != EH_OK) fail(fmt::format("step_end returned {}: {}", eh_status_name(st), c.d.error()));
+        got.push_back(tok);
+    }
+    expect_same(plain, got, "step_begin + step_end against step");
+}
+
+void reference_agreement(Context& c) {
+    if (!c.options.reference) throw Skipped{"no --reference plugin given"};
+    eh_kv_params kp{};
+    kp.struct_size = sizeof(kp);
+    kp.max_seqs = 2;
+    kp.max_step_tokens = kStepTokens;
+    kp.max_step_entries = 2;
+    kp.max_seq_tokens = kSeqTokens;
+    Driver ref(c.options.reference, c.options.model, kp);
+    if (ref.vocab() != c.d.vocab())
+        fail(fmt::format("the reference's vocabulary is {} tokens, the plugin's {}", ref.vocab(), c.d.vocab()));
+    // Teacher-forced: the plugin is fed the reference's tokens and its greedy
+    // pick compared at every position, so one early difference does not
+    // count for every later token.
+    uint32_t same = 0, total = 0;
+    for (uint32_t salt = 0; salt < 2; ++salt) {
+        const auto p = c.prompt(12, 20 + salt);
+        const auto want = ref.generate(ref.create(), p, 2 * c.n, greedy());
+        eh_seq* s = c.d.create();
+        c.d.set_sampling(s, greedy());
+        std::vector<eh_step_entry> es{entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
+        int32_t got = c.d.step_ok(es, "prefill")[0];
+        for (size_t i = 0; i < want.size(); ++i) {
+            same += got == want[i];
+            ++total;
+            if (i + 1 == want.size()) break;
+            es = {entry(s, &want[i], 1, EH_STEP_SAMPLE)};
+            got = c.d.step_ok(es, "teacher-forced decode")[0];
+        }
+    }
+    if (same * 10 < total * 9)
+        fail(fmt::format("greedy top-1 agrees with the reference at {} of {} positions (at least 90 % wanted)", same,
+                         total));
+}
+
+struct Check {
+    const char* name;
+    const char* what;
+    void (*run)(Context&);
+};
+
+// In the order they run; names are stable (scripts select them with --only).
+const Check kChecks[] = {
+    {"kv_init_grant", "kv_init grants no more than asked, and every block starts free", kv_init_grant},
+    {"sequence_lengths", "steps append, truncation keeps a prefix, a refused truncation changes nothing",
+     sequence_lengths},
+    {"no_capacity", "seq_create past max_seqs returns EH_NO_CAPACITY (EH_INVALID_ARGUMENT before 1.4)", no_capacity},
+    {"greedy_repeats", "the same prompt, greedy, gives the same tokens", greedy_repeats},
+    {"chunked_prefill", "a prompt prefilled in chunks continues as in one step", chunked_prefill},
+    {"batch_invariance", "a sequence's tokens do not depend on the others in its steps", batch_invariance},
+    {"prefill_beside_decode", "decoding beside another sequence's prefill chunks changes nothing",
+     prefill_beside_decode},
+    {"fork_shares_prefix", "seq_fork takes no free block and continues as the whole prompt would",
+     fork_shares_prefix},
+    {"truncate_regrow", "a truncated sequence stepped again continues as before", truncate_regrow},
+    {"seeded_sampling", "the same seed and input give the same sampled tokens", seeded_sampling},
+    {"top_k_one_is_greedy", "top_k 1 samples what greedy picks", top_k_one_is_greedy},
+    {"allowed_mask", "a step entry's allowed-token mask is obeyed", allowed_mask},
+    {"logit_bias", "greedy picks the largest logit, and a logit bias moves it (needs seq_logits)", logit_bias},
+    {"kv_full_changes_nothing", "kv_init keeps to its budget, and a step refused with EH_KV_FULL changes nothing",
+     kv_full_changes_nothing},
+    {"step_halves", "step_begin + step_end give what step gives (needs the 1.3 halves)", step_halves},
+    {"reference_agreement", "greedy tokens agree with the reference plugin, teacher-forced (needs --reference)",
+     reference_agreement},
+};
+
+}  // namespace
+
+std::vector<std::pair<std::string, std::string>> check_names() {
+    std::vector<std::pair<std::string, std::string>> out;
+    for (const Check& c : kChecks) out.emplace_back(c.name, c.what);
+    return out;
+}
+
+std::vector<CheckResult> run_checks(const CheckOptions& options) {
+    if (!loader::api_has_step(*options.plugin))
+        throw Error(Code::InvalidRequest,
+                    "the plugin has no batched step (ABI 1.2's kv_init .. step): eh-plugin-check drives that path");
+    for (const std::string& name : options.only)
+        if (std::none_of(std::begin(kChecks), std::end(kChecks), [&](const Check& c) { return name == c.name; }))
+            throw Error(Code::InvalidRequest, fmt::format("no check is named '{}'", name));
+    eh_kv_params kp{};
+    kp.struct_size = sizeof(kp);
+    kp.max_seqs = kMaxSeqs;
+    kp.max_step_tokens = kStepTokens;
+    kp.max_step_entries = kMaxSeqs;
+    kp.max_seq_tokens = kSeqTokens;
+    std::unique_ptr<Driver> d;
+    try {
+        d = std::make_unique<Driver>(options.plugin, options.model, kp);
+    } catch (const Failure& f) {
+        throw Error(Code::ModelLoadFailed, f.what());
+    }
+    std::vector<CheckResult> out;
+    for (const Check& check : kChecks) {
+        if (!options.only.empty() && std::find(options.only.begin(), options.only.end(), check.name) == options.only.end())
+            continue;
+        CheckResult r{check.name, check.what, CheckResult::Status::Pass, {}};
+        Context c{options, *d, std::max<uint32_t>(2, options.n_tokens)};
+        try {
+            check.run(c);
+        } catch (const Skipped& s) {
+            r.status = CheckResult::Status::Skip;
+            r.detail = s.why;
+        } catch (const std::exception& e) {
+            r.status = CheckResult::Status::Fail;
+            r.detail = e.what();
+        }
+        d->release_all();
+        // Every check's sequences are gone: each block must be free again.
+        if (r.status != CheckResult::Status::Fail) {
+            try {
+                const eh_kv_info now = d->kv_info();
+                if (now.free_blocks != now.total_blocks) {
+                    r.status = CheckResult::Status::Fail;
+                    r.detail = fmt::format("after its sequences were released, {} of {} blocks are free",
+                                           now.free_blocks, now.total_blocks);
+                }
+            } catch (const std::exception& e) {
+                r.status = CheckResult::Status::Fail;
+                r.detail = e.what();
+            }
+        }
+        out.push_back(std::move(r));
+    }
+    return out;
+}
+
+}  // namespace eh::plugin_check
