@@ -1,5 +1,7 @@
-// libFuzzer target: arbitrary bytes as a grammar text (first byte even) or a
-// JSON schema (odd); what compiles is matched against the input's own bytes
+// libFuzzer target: arbitrary bytes as a JSON schema (first byte odd), a
+// regular expression for the whole output (bit 1 set, bit 2 clear: vLLM's
+// guided_regex), a list of choices one per line (bits 1 and 2: guided_choice)
+// or a grammar text (else); what compiles is matched against the input's own bytes
 // and asked for masks over a small vocabulary: every single byte, an
 // end-of-generation token, and a few multi-byte tokens (JSON punctuation,
 // words, UTF-8 characters, a control token, one token with no bytes), so
@@ -10,6 +12,7 @@
 // exactly "accepting"; each multi-byte token is in the mask exactly when
 // the matcher accepts its bytes.
 //   ./fuzz_constrain corpus tests/constrain/fuzz_constrain_seeds -max_total_time=60
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -49,7 +52,22 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     static const auto vocab = make_vocab();
     const int n_tokens = int(vocab->size());
     try {
-        auto g = (data[0] & 1) ? eh::constrain::json_schema_grammar(text) : eh::constrain::gbnf_grammar(text);
+        std::shared_ptr<const eh::constrain::Grammar> g;
+        if (data[0] & 1) {
+            g = eh::constrain::json_schema_grammar(text);
+        } else if ((data[0] & 6) == 2) {
+            g = eh::constrain::regex_output_grammar(text);
+        } else if ((data[0] & 6) == 6) {
+            std::vector<std::string> choices;
+            for (size_t at = 0; at <= text.size();) {
+                const size_t nl = std::min(text.find('\n', at), text.size());
+                choices.emplace_back(text.substr(at, nl - at));
+                at = nl + 1;
+            }
+            g = eh::constrain::choice_grammar(choices);
+        } else {
+            g = eh::constrain::gbnf_grammar(text);
+        }
         // A budget for this ~300-token vocabulary's masks (the server's
         // kMaxMaskWork is sized for 150 K-token ones), and a cap on the
         // whole input's work, so a grammar of the slow kind ends its input

@@ -117,8 +117,11 @@ public:
         }
     }
 
-    // The whole pattern: an alternation, anchored (see anchor_start).
-    RNode run() {
+    // The whole pattern: an alternation, anchored (see anchor_start). With
+    // `search` false the pattern must match the whole text: the open
+    // sides stay closed (^ and $ change nothing).
+    RNode run(bool search = true) {
+        search_ = search;
         RNode top = alt(0);
         if (!eof()) fail("has an unmatched ')'");
         top = anchor_end(anchor_start(std::move(top)));
@@ -155,12 +158,12 @@ private:
                 n.kids[0] = anchor_start(std::move(n.kids[0]));
                 return n;
             }
-            n.kids.insert(n.kids.begin(), any_star());
+            if (search_) n.kids.insert(n.kids.begin(), any_star());
             return n;
         }
         default: {
             RNode s;
-            s.kids.push_back(any_star());
+            if (search_) s.kids.push_back(any_star());
             s.kids.push_back(std::move(n));
             return s;
         }
@@ -179,7 +182,7 @@ private:
                 while (!n.kids.empty() && n.kids.back().k == RNode::K::Eol) n.kids.pop_back();
                 return n;
             }
-            if (!n.kids.empty() && n.kids.back().k == RNode::K::Look) {
+            if (search_ && !n.kids.empty() && n.kids.back().k == RNode::K::Look) {
                 RNode y = std::move(n.kids.back().kids[0]);
                 n.kids.back() = anchor_end(std::move(y));
                 return n;
@@ -188,13 +191,13 @@ private:
                 n.kids.back() = anchor_end(std::move(n.kids.back()));
                 return n;
             }
-            n.kids.push_back(any_star());
+            if (search_) n.kids.push_back(any_star());
             return n;
         }
         default: {
             RNode s;
             s.kids.push_back(std::move(n));
-            s.kids.push_back(any_star());
+            if (search_) s.kids.push_back(any_star());
             return s;
         }
         }
@@ -443,12 +446,32 @@ private:
     std::string_view src_;
     std::vector<uint32_t> cps_;
     size_t i_ = 0;
+    bool search_ = true;
 };
 
+// A code point set as raw UTF-8 text (for output that is not a JSON string).
+std::string raw_char_class(const Ranges& ranges) {
+    std::string cls;
+    for (auto [lo, hi] : normalize(ranges)) {
+        // Surrogates are no characters of UTF-8 text.
+        for (const auto& [a, b] : std::vector<std::pair<uint32_t, uint32_t>>{{lo, std::min(hi, 0xD7FFu)}, {std::max(lo, 0xE000u), hi}}) {
+            if (a > b) continue;
+            cls += fmt::format("\\U{:08X}", a);
+            if (b != a) cls += fmt::format("-\\U{:08X}", b);
+        }
+    }
+    if (cls.empty()) throw GrammarError("pattern", "'pattern' has a character class that matches no character");
+    return "[" + cls + "]";
+}
+
+// any_char: the rule for one character of the open sides; "" writes the
+// text raw (not as JSON string content).
 std::string emit(const RNode& n, const std::string& any_char) {
     switch (n.k) {
     case RNode::K::Bol: case RNode::K::Eol: case RNode::K::Look: return "\"\"";  // removed by anchoring
-    case RNode::K::Set: return n.any ? any_char : json_char_class(n.set);
+    case RNode::K::Set:
+        if (any_char.empty()) return raw_char_class(n.set);
+        return n.any ? any_char : json_char_class(n.set);
     case RNode::K::Seq: {
         if (n.kids.empty()) return "\"\"";
         std::string out;
@@ -679,6 +702,11 @@ std::optional<std::string> regex_grammar(std::string_view pattern, const std::st
         }
     }
     return emit(top, any_char);
+}
+
+std::string regex_text_grammar(std::string_view pattern) {
+    RegexParser parser(pattern);
+    return emit(parser.run(false), "");
 }
 
 }  // namespace eh::constrain::detail

@@ -37,6 +37,12 @@ inline constexpr uint64_t kRegexUnbounded = UINT64_MAX;
 std::optional<std::string> regex_grammar(std::string_view pattern, const std::string& any_char, uint64_t min_len,
                                          uint64_t max_len);
 
+// The grammar expression for raw text (not a JSON string) that `pattern`
+// matches as a whole: what vLLM's guided_regex asks for (^ and $ may be
+// written and change nothing; a lookahead is refused). Same subset, same
+// GrammarError("pattern", ...) refusals.
+std::string regex_text_grammar(std::string_view pattern);
+
 // One JSON-encoded character from the code point ranges (inclusive,
 // sorted or not): raw where JSON allows, escaped where it must.
 std::string json_char_class(std::vector<std::pair<uint32_t, uint32_t>> ranges);

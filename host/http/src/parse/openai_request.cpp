@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include "eh/constrain/grammar.hpp"
 #include "parse/chat_messages.hpp"
 #include "parse/constraint_fields.hpp"
 #include "parse/json_fields.hpp"
@@ -30,6 +31,102 @@ std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& 
                              parse_message_tool_fields(mo, i, cm);
                              out.push_back(std::move(cm));
                          });
+}
+
+// vLLM's structured-output fields: guided_json / guided_regex /
+// guided_choice / guided_grammar (before vLLM 0.12), and their successor
+// structured_outputs {json | regex | choice | grammar | json_object}. At
+// most one constraint may be asked for; `field` names it in errors.
+OutputConstraint vllm_constraint(const std::string& field, const std::string& kind, const element& v) {
+    OutputConstraint c;
+    c.field = field;
+    const std::string what = field == "structured_outputs" ? "'structured_outputs." + kind + "'" : "'" + field + "'";
+    try {
+        if (kind == "json") {
+            c.kind = OutputConstraint::Kind::JsonSchema;
+            if (v.type() == element_type::OBJECT || v.type() == element_type::BOOL) {
+                c.text = simdjson::minify(v);
+            } else if (v.type() == element_type::STRING) {  // the schema as JSON text
+                simdjson::dom::parser p;
+                const simdjson::padded_string text(std::string(v.get_string().value_unsafe()));
+                element schema;
+                if (p.parse(text).get(schema) != simdjson::SUCCESS ||
+                    (schema.type() != element_type::OBJECT && schema.type() != element_type::BOOL))
+                    throw RequestError(field, what + " must be a JSON schema: an object, or a string holding one");
+                c.text = simdjson::minify(schema);
+            } else {
+                throw RequestError(field, fmt::format("{} must be an object (a JSON schema), not {}", what, type_name(v.type())));
+            }
+        } else if (kind == "regex") {
+            if (v.type() != element_type::STRING)
+                throw RequestError(field, fmt::format("{} must be a string, not {}", what, type_name(v.type())));
+            const std::string pattern(v.get_string().value_unsafe());
+            c.kind = OutputConstraint::Kind::Prebuilt;
+            c.grammar = constrain::regex_output_grammar(pattern);
+            c.text = "regex:" + pattern;
+        } else if (kind == "choice") {
+            if (v.type() != element_type::ARRAY)
+                throw RequestError(field, fmt::format("{} must be an array of strings, not {}", what, type_name(v.type())));
+            std::vector<std::string> choices;
+            const simdjson::dom::array arr = v.get_array().value_unsafe();
+            for (const element& e : arr) {
+                if (e.type() != element_type::STRING)
+                    throw RequestError(field, fmt::format("{} must hold strings only, not {}", what, type_name(e.type())));
+                choices.emplace_back(e.get_string().value_unsafe());
+            }
+            c.kind = OutputConstraint::Kind::Prebuilt;
+            c.grammar = constrain::choice_grammar(choices);
+            c.text = "choice:" + simdjson::minify(v);
+        } else if (kind == "grammar") {
+            if (v.type() != element_type::STRING)
+                throw RequestError(field, fmt::format("{} must be a string, not {}", what, type_name(v.type())));
+            c.kind = OutputConstraint::Kind::Grammar;
+            c.text = std::string(v.get_string().value_unsafe());
+        } else {  // json_object
+            if (v.type() != element_type::BOOL || !v.get_bool().value_unsafe())
+                throw RequestError(field, what + " must be true when given");
+            c.kind = OutputConstraint::Kind::JsonObject;
+        }
+    } catch (const constrain::GrammarError& e) {
+        throw RequestError(field, std::string(e.what()));
+    }
+    return c;
+}
+
+OutputConstraint get_vllm_constraint(const object& obj) {
+    struct Asked {
+        std::string field, kind;
+        element value;
+    };
+    std::vector<Asked> asked;
+    for (const char* kind : {"json", "regex", "choice", "grammar"})
+        if (auto v = field(obj, std::string("guided_") + kind)) asked.push_back({std::string("guided_") + kind, kind, *v});
+    if (field(obj, "guided_whitespace_pattern"))
+        throw RequestError("guided_whitespace_pattern", "'guided_whitespace_pattern' is not supported (JSON output "
+                                                        "uses its own whitespace rules)");
+    if (auto so = field(obj, "structured_outputs")) {
+        if (so->type() != element_type::OBJECT)
+            throw RequestError("structured_outputs", fmt::format("'structured_outputs' must be an object, not {}",
+                                                                 type_name(so->type())));
+        const object o = so->get_object().value_unsafe();
+        for (const char* unsupported : {"whitespace_pattern", "structural_tag"})
+            if (field(o, unsupported))
+                throw RequestError("structured_outputs",
+                                   fmt::format("'structured_outputs.{}' is not supported", unsupported));
+        size_t n = 0;
+        for (const char* kind : {"json", "regex", "choice", "grammar", "json_object"})
+            if (auto v = field(o, kind)) asked.push_back({"structured_outputs", kind, *v}), ++n;
+        if (n == 0)
+            throw RequestError("structured_outputs", "'structured_outputs' needs one of json, regex, choice, grammar "
+                                                     "or json_object");
+    }
+    if (asked.empty()) return {};
+    if (asked.size() > 1) {
+        auto name = [](const Asked& a) { return a.field == "structured_outputs" ? a.field + "." + a.kind : a.field; };
+        throw RequestError(asked[1].field, fmt::format("give at most one output constraint; got '{}' and '{}'",
+                                                       name(asked[0]), name(asked[1])));
+    }
+    return vllm_constraint(asked[0].field, asked[0].kind, asked[0].value);
 }
 
 }  // namespace
@@ -94,6 +191,12 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
         r.gen.top_logprobs = int(*lp);
     }
     r.gen.constraint = get_response_format(obj);
+    if (OutputConstraint v = get_vllm_constraint(obj); v.active()) {
+        if (r.gen.constraint.active())
+            throw RequestError(v.field, fmt::format("give at most one output constraint; got 'response_format' and '{}'",
+                                                    v.field));
+        r.gen.constraint = std::move(v);
+    }
     if (chat) r.tools = parse_chat_tools(obj);
     else if (field(obj, "tools")) throw RequestError("tools", "'tools' is served on /v1/chat/completions only");
     return r;

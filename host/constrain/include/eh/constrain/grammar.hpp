@@ -9,6 +9,8 @@
 //   json_schema_grammar   a JSON schema (the subset OpenAI's strict structured
 //                         outputs documents); JSON text in the schema's shape
 //   json_object_grammar   any JSON object (response_format json_object)
+//   regex_output_grammar  text matching a regular expression (guided_regex)
+//   choice_grammar        one of several literal strings (guided_choice)
 //   tagged_json_grammar   literal prefix + JSON matching a schema + literal
 //                         suffix, one of several, repeated (tool calls)
 // All of them throw GrammarError (an eh::Error with Code::InvalidRequest)
@@ -96,6 +98,13 @@ std::shared_ptr<const Grammar> gbnf_grammar(std::string_view text);
 // schema_json: the schema as JSON text.
 std::shared_ptr<const Grammar> json_schema_grammar(std::string_view schema_json);
 std::shared_ptr<const Grammar> json_object_grammar();
+// vLLM's guided_regex: the whole output (raw text, not JSON) matches the
+// ECMA-262 `pattern`, in the subset JSON-schema `pattern` takes (^ and $
+// optional; GrammarError "pattern" for the rest).
+std::shared_ptr<const Grammar> regex_output_grammar(std::string_view pattern);
+// vLLM's guided_choice: the output is exactly one of `choices` (GrammarError
+// "choice" for an empty list).
+std::shared_ptr<const Grammar> choice_grammar(const std::vector<std::string>& choices);
 
 // For tool calls: the output is `count` parts, min_count <= count <=
 // max_count, joined by `separator`; each part is one of `alternatives`:
