@@ -229,6 +229,16 @@ TEST(Responses, EvictedResponsesAreNotFound) {
     EXPECT_EQ(send(h, "GET", "/v1/responses/" + ids[2]).status, 200);
 }
 
+TEST(Responses, StoreLimitsOutOfRangeExit2) {
+    for (const char* flag : {"--responses-max 1000001", "--responses-max-mb 0", "--responses-max-mb 65537"}) {
+        SCOPED_TRACE(flag);
+        auto [rc, out] = run_command(std::string(EH_ENGINE_HOST) + " serve --port 0 --model " + stories_model() + " " +
+                                     flag + " 2>&1");
+        EXPECT_EQ(WEXITSTATUS(rc), 2) << out;
+        EXPECT_NE(out.find("--responses-max must be between 0 and 1000000"), std::string::npos) << out;
+    }
+}
+
 // One key's responses are invisible to another: not readable, not
 // continuable, not deletable, and answered as ids that never existed.
 TEST(Responses, StoredResponsesStayWithTheirKey) {
