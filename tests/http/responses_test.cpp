@@ -229,6 +229,17 @@ TEST(Responses, EvictedResponsesAreNotFound) {
     EXPECT_EQ(send(h, "GET", "/v1/responses/" + ids[2]).status, 200);
 }
 
+// With --served-model-name, `model` must name a served model, as on the
+// chat routes.
+TEST(Responses, UnservedModelIs404) {
+    EngineHost h({"--served-model-name", "story"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    json e = post(h, {{"model", "other"}, {"input", "x"}, {"max_output_tokens", 2}}, 404);
+    EXPECT_EQ(e["error"]["code"], "NOT_FOUND");
+    json ok = post(h, {{"model", "story"}, {"input", "x"}, {"max_output_tokens", 2}});
+    EXPECT_EQ(ok["model"], "story");
+}
+
 TEST(Responses, StoreLimitsOutOfRangeExit2) {
     for (const char* flag : {"--responses-max 1000001", "--responses-max-mb 0", "--responses-max-mb 65537"}) {
         SCOPED_TRACE(flag);
