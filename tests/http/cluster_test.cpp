@@ -157,6 +157,15 @@ TEST(Lifecycle, LoadingIsAliveButNotReady) {
     EXPECT_EQ(json::parse(h.get("/health/ready").body).value("status", ""), "ready");
 }
 
+// Probes carry no credentials: with --api-key the probe routes still answer.
+TEST(Lifecycle, ProbesNeedNoApiKey) {
+    EngineHost h = test_engine({"--api-key", "sekrit-key-1"});
+    ASSERT_GT(h.port(), 0);
+    EXPECT_EQ(h.get("/health/ready").status, 200);
+    EXPECT_EQ(h.get("/health/live").status, 200);
+    EXPECT_EQ(h.get("/v1/models").status, 401);
+}
+
 // SIGTERM: readiness turns 503 "draining" at once (the load balancer stops
 // sending), new requests are refused with 503 SHUTTING_DOWN, liveness stays
 // 200 (no kill while draining), and the running stream goes on to its end.

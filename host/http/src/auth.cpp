@@ -96,7 +96,7 @@ std::string credential_header_problem(const httplib::Request& req, bool x_api_ke
 
 bool route_needs_key(std::string_view method, std::string_view path, bool metrics_require_key) {
     if (method == "OPTIONS") return false;
-    if (path == "/health") return false;
+    if (path == "/health" || path == "/health/live" || path == "/health/ready") return false;  // probes
     if (path == "/metrics") return metrics_require_key;
     if (method == "GET" || method == "HEAD") {
         static const std::regex page(web::kRoutePattern);

@@ -65,6 +65,7 @@ std::string credential_identity(std::string_view authorization);
 std::string credential_header_problem(const httplib::Request& req, bool x_api_key_accepted);
 
 // Whether a request needs a key when keys are configured. Open: /health,
+// the probes /health/live and /health/ready,
 // /metrics (unless `metrics_require_key`), the chat page's files (GET / and
 // /NAME.html|css|js: the page asks for the key itself) and CORS preflights
 // (OPTIONS; browsers never send credentials on them).
