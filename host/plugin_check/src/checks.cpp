@@ -22,6 +22,17 @@ struct Skipped {
 // the model again with a small budget.
 constexpr uint32_t kMaxSeqs = 8, kStepTokens = 256, kSeqTokens = 256;
 
+eh_kv_params kv_params(uint32_t max_seqs, uint64_t budget_bytes = 0) {
+    eh_kv_params kp{};
+    kp.struct_size = sizeof(kp);
+    kp.max_seqs = max_seqs;
+    kp.max_step_tokens = kStepTokens;
+    kp.max_step_entries = max_seqs;
+    kp.max_seq_tokens = kSeqTokens;
+    kp.budget_bytes = budget_bytes;
+    return kp;
+}
+
 struct Context {
     const CheckOptions& options;
     Driver& d;
@@ -161,26 +172,26 @@ void truncate_regrow(Context& c) {
     expect_same(first, again, "truncated to 15 tokens and the 16th stepped again against the first time");
 }
 
-void seeded_sampling(Context& c) {
+eh_sampling_params sampled(float temperature, int32_t top_k, float top_p, uint64_t seed) {
     eh_sampling_params sp = greedy();
-    sp.temperature = 0.9f;
-    sp.top_k = 40;
-    sp.top_p = 0.95f;
-    sp.seed = 1234;
+    sp.temperature = temperature;
+    sp.top_k = top_k;
+    sp.top_p = top_p;
+    sp.seed = seed;
+    return sp;
+}
+
+void seeded_sampling(Context& c) {
+    const eh_sampling_params sp = sampled(0.9f, 40, 0.95f, 1234);
     const auto p = c.prompt(8, 12);
-    const auto a = c.d.generate(c.d.create(), p, c.n, sp);
-    const auto b = c.d.generate(c.d.create(), p, c.n, sp);
-    expect_same(a, b, "the same seed and input, sampled, twice");
+    expect_same(c.d.generate(c.d.create(), p, c.n, sp), c.d.generate(c.d.create(), p, c.n, sp),
+                "the same seed and input, sampled, twice");
 }
 
 void top_k_one_is_greedy(Context& c) {
-    eh_sampling_params sp = greedy();
-    sp.temperature = 1.0f;
-    sp.top_k = 1;
-    sp.seed = 99;
     const auto p = c.prompt(8, 13);
-    expect_same(c.d.generate(c.d.create(), p, c.n, greedy()), c.d.generate(c.d.create(), p, c.n, sp),
-                "top_k 1 at temperature 1 against greedy");
+    expect_same(c.d.generate(c.d.create(), p, c.n, greedy()),
+                c.d.generate(c.d.create(), p, c.n, sampled(1.0f, 1, 1.0f, 99)), "top_k 1 at temperature 1 against greedy");
 }
 
 void allowed_mask(Context& c) {
@@ -226,14 +237,7 @@ void logit_bias(Context& c) {
 
 void kv_full_changes_nothing(Context& c) {
     // A second load of the model with room for three blocks.
-    const eh_kv_info& main = c.d.granted();
-    eh_kv_params kp{};
-    kp.struct_size = sizeof(kp);
-    kp.max_seqs = kMaxSeqs;
-    kp.max_step_tokens = kStepTokens;
-    kp.max_step_entries = kMaxSeqs;
-    kp.max_seq_tokens = kSeqTokens;
-    kp.budget_bytes = 3 * main.block_bytes;
+    const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes);
     Driver small(c.options.plugin, c.options.model, kp);
     const eh_kv_info g = small.granted();
     if (uint64_t(g.total_blocks) * g.block_bytes > kp.budget_bytes)
@@ -285,13 +289,7 @@ void step_halves(Context& c) {
 
 void reference_agreement(Context& c) {
     if (!c.options.reference) throw Skipped{"no --reference plugin given"};
-    eh_kv_params kp{};
-    kp.struct_size = sizeof(kp);
-    kp.max_seqs = 2;
-    kp.max_step_tokens = kStepTokens;
-    kp.max_step_entries = 2;
-    kp.max_seq_tokens = kSeqTokens;
-    Driver ref(c.options.reference, c.options.model, kp);
+    Driver ref(c.options.reference, c.options.model, kv_params(2));
     if (ref.vocab() != c.d.vocab())
         fail(fmt::format("the reference's vocabulary is {} tokens, the plugin's {}", ref.vocab(), c.d.vocab()));
     // Teacher-forced: the plugin is fed the reference's tokens and its greedy
@@ -364,15 +362,9 @@ std::vector<CheckResult> run_checks(const CheckOptions& options) {
     for (const std::string& name : options.only)
         if (std::none_of(std::begin(kChecks), std::end(kChecks), [&](const Check& c) { return name == c.name; }))
             throw Error(Code::InvalidRequest, fmt::format("no check is named '{}'", name));
-    eh_kv_params kp{};
-    kp.struct_size = sizeof(kp);
-    kp.max_seqs = kMaxSeqs;
-    kp.max_step_tokens = kStepTokens;
-    kp.max_step_entries = kMaxSeqs;
-    kp.max_seq_tokens = kSeqTokens;
     std::unique_ptr<Driver> d;
     try {
-        d = std::make_unique<Driver>(options.plugin, options.model, kp);
+        d = std::make_unique<Driver>(options.plugin, options.model, kv_params(kMaxSeqs));
     } catch (const Failure& f) {
         throw Error(Code::ModelLoadFailed, f.what());
     }
