@@ -9,6 +9,7 @@
 #include <filesystem>
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "engine_host_process.hpp"
 #include "model_fixtures.hpp"
@@ -327,6 +328,30 @@ TEST(Responses, LoadingIs503) {
     auto r = send(h, "POST", "/v1/responses", R"({"input":"x"})");
     EXPECT_EQ(r.status, 503) << r.body;
     EXPECT_EQ(json::parse(r.body)["error"]["code"], "MODEL_LOADING");
+}
+
+// A streamed response whose job fails before it starts (still queued when
+// the server shuts down) still opens with response.created, as clients
+// (the SDK's ResponseStream) expect, then ends with response.failed.
+TEST(Responses, FailureBeforeTheStartStillOpensTheStream) {
+    EngineHost h({"--parallel", "1", "--shutdown-grace-ms", "300"}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
+    ASSERT_GT(h.port(), 0) << h.log();
+    std::thread first([&] { send(h, "POST", "/v1/responses", R"({"input":"x","max_output_tokens":300})"); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    HttpResponse queued;
+    std::thread second([&] {
+        queued = send(h, "POST", "/v1/responses", R"({"input":"y","max_output_tokens":5,"stream":true})");
+    });
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    h.stop();
+    first.join();
+    second.join();
+    auto evs = events_of(queued);
+    ASSERT_GE(evs.size(), 3u) << queued.body;
+    EXPECT_EQ(evs[0].type, "response.created");
+    EXPECT_EQ(evs[1].type, "response.in_progress");
+    EXPECT_EQ(evs.back().type, "response.failed");
+    EXPECT_EQ(evs.back().data["response"]["status"], "failed");
 }
 
 // ---- tools and reasoning (the test engine, scripted) --------------------------------

@@ -19,7 +19,7 @@ namespace {
 // where it is stored when it ends.
 struct Run {
     std::string id, model;
-    int64_t created = 0;
+    int64_t created_at = 0;
     nlohmann::json echo;
     ResponsesOutput output;
     std::shared_ptr<service::Service> svc;  // its codec counts the reasoning tokens
@@ -27,6 +27,7 @@ struct Run {
     std::string scope;
     std::vector<service::ChatMessage> conversation;  // up to this response's input, without instructions
     uint32_t input_tokens = 0, cached_tokens = 0;
+    bool created = false;  // response.created was sent (streaming)
 
     Run(service::ToolFormat format, const service::ChatParseOptions& po, const std::string& prefill)
         : output(format, po, prefill) {}
@@ -34,7 +35,7 @@ struct Run {
     nlohmann::json response(const std::string& status, nlohmann::json usage = nullptr, nlohmann::json error = nullptr,
                             nlohmann::json incomplete = nullptr) const {
         nlohmann::json r = echo;
-        r.update({{"id", id}, {"object", "response"}, {"created_at", created}, {"status", status}, {"error", error},
+        r.update({{"id", id}, {"object", "response"}, {"created_at", created_at}, {"status", status}, {"error", error},
                   {"incomplete_details", incomplete}, {"model", model}, {"output", output.output()}, {"usage", usage}});
         return r;
     }
@@ -58,6 +59,15 @@ struct Run {
             store->put(id, StoredResponse{scope, dump(r), std::move(conversation)});
         }
         return r;
+    }
+
+    // Streaming: response.created and response.in_progress, once.
+    std::string begin() {
+        if (created) return {};
+        created = true;
+        const nlohmann::json begun = response("in_progress");
+        std::string out = output.event("response.created", {{"response", begun}});  // (numbered before the next)
+        return out + output.event("response.in_progress", {{"response", begun}});
     }
 
     nlohmann::json failed(const JobEvent& ev) const {
@@ -134,7 +144,7 @@ void install_responses(Server::Impl& s) {
         auto run = std::make_shared<Run>(svc->codec().tool_format(), po, r.tools.prefill);
         run->id = job->request.job_id;
         run->model = r.model.empty() ? s.get_info().model : r.model;
-        run->created = unix_now();
+        run->created_at = unix_now();
         run->echo = std::move(r.echo);
         run->svc = svc;
         if (r.store) run->store = store;
@@ -145,12 +155,9 @@ void install_responses(Server::Impl& s) {
         if (r.stream) {
             auto render = [run](const JobEvent& ev) -> std::string {
                 switch (ev.kind) {
-                case JobEvent::Kind::Started: {
+                case JobEvent::Kind::Started:
                     run->cached_tokens = ev.cached_tokens;
-                    const nlohmann::json begun = run->response("in_progress");
-                    std::string out = run->output.event("response.created", {{"response", begun}});
-                    return out + run->output.event("response.in_progress", {{"response", begun}});
-                }
+                    return run->begin();
                 case JobEvent::Kind::Token:
                     return run->output.events(ev.text);
                 case JobEvent::Kind::End: {
@@ -160,7 +167,12 @@ void install_responses(Server::Impl& s) {
                     return out + run->output.event(type, {{"response", std::move(r)}});
                 }
                 case JobEvent::Kind::Error:
-                    return run->output.event("response.failed", {{"response", run->failed(ev)}});
+                    // (A job can fail before it starts: the stream still
+                    // opens with response.created, as clients expect.)
+                {
+                    std::string out = run->begin();  // first: it takes the first sequence numbers
+                    return out + run->output.event("response.failed", {{"response", run->failed(ev)}});
+                }
                 }
                 return {};
             };
