@@ -3,7 +3,7 @@
 // format, as llm-d's indexer reads it): a prompt's full blocks stored with
 // their token ids and chained parents, removals on eviction, the replay
 // socket, contiguous sequence numbers under 64 clients, AllBlocksCleared at
-// shutdown, and the flags' errors.
+// shutdown and when the engine process dies, and the flags' errors.
 #include <gtest/gtest.h>
 #include <zmq.h>
 
@@ -304,6 +304,47 @@ TEST(KvEvents, SixtyFourClientsGiveContiguousSequenceNumbers) {
     for (const auto& e : events_of(sub.all))
         if (e[0] == "BlockStored" && e[2].is_null()) ++first_blocks;
     EXPECT_EQ(first_blocks, 64u);
+}
+
+// The engine process dies and takes every cached sequence with it: the
+// blocks it held are removed and AllBlocksCleared follows, before the
+// restarted engine stores anything again.
+TEST(KvEvents, AnEngineThatDiesClearsEveryBlock) {
+    const std::string pub = unique_ipc("pub");
+    EngineHost h = kv_server(pub, {"--parallel", "1", "--engine-process"});
+    ASSERT_GT(h.port(), 0);
+    Subscriber sub(pub);
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    complete(h, kPromptA, 4);
+    auto stored = sub.next();
+    ASSERT_TRUE(stored);
+    ASSERT_EQ(stored->batch[1][0][0], "BlockStored");
+    const size_t held = stored->batch[1][0][1].size();
+    const json health = json::parse(h.get("/health").body);
+    const int child = health["engine"]["process"].get<int>();
+    ASSERT_GT(child, 0);
+    ASSERT_EQ(kill(child, SIGKILL), 0);
+    auto cleared = sub.next(10000);
+    ASSERT_TRUE(cleared);
+    const json& ev = cleared->batch[1];
+    ASSERT_EQ(ev.size(), 2u) << ev;
+    EXPECT_EQ(ev[0][0], "BlockRemoved");
+    EXPECT_EQ(ev[0][1].size(), held);
+    EXPECT_EQ(ev[1], json::array({"AllBlocksCleared"}));
+    EXPECT_EQ(cleared->seq, stored->seq + 1);
+    // Served again by the restarted engine, its blocks stored anew.
+    ASSERT_TRUE([&] {
+        for (int i = 0; i < 500; ++i) {
+            if (json::parse(h.get("/health").body).value("status", "") == "healthy") return true;
+            std::this_thread::sleep_for(std::chrono::milliseconds(20));
+        }
+        return false;
+    }());
+    complete(h, kPromptA, 4);
+    auto again = sub.next();
+    ASSERT_TRUE(again);
+    EXPECT_EQ(again->batch[1][0][0], "BlockStored");
+    EXPECT_EQ(again->batch[1][0][1], stored->batch[1][0][1]) << "the same tokens, the same hashes";
 }
 
 TEST(KvEvents, FlagErrorsAreUsageErrors) {
