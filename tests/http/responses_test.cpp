@@ -330,6 +330,18 @@ TEST(Responses, LoadingIs503) {
     EXPECT_EQ(json::parse(r.body)["error"]["code"], "MODEL_LOADING");
 }
 
+// Browser tools on localhost (--cors) may delete stored responses: the
+// preflight allows DELETE.
+TEST(Responses, CorsPreflightAllowsDelete) {
+    EngineHost h({"--cors"}, {});
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto r = http(h.port(), "OPTIONS", "/v1/responses/resp_1", "",
+                  {{"Origin", "http://localhost:3000"}, {"Access-Control-Request-Method", "DELETE"}});
+    EXPECT_EQ(r.status, 204) << r.body;
+    EXPECT_NE(r.header("access-control-allow-methods").find("DELETE"), std::string::npos)
+        << r.header("access-control-allow-methods");
+}
+
 // A streamed response whose job fails before it starts (still queued when
 // the server shuts down) still opens with response.created, as clients
 // (the SDK's ResponseStream) expect, then ends with response.failed.
