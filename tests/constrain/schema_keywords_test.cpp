@@ -67,7 +67,6 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_TRUE(matches(ns, R"("s")"));
     stops_at(ns, "null", 0);
     EXPECT_EQ(refused_keyword(R"({"type":"number","not":{"type":"integer"}})"), "not");
-    EXPECT_EQ(refused_keyword(R"({"if":{"type":"string"},"else":{"type":"null"}})"), "if");
     EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
     EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"},"minContains":2})"), "minContains");
     EXPECT_EQ(refused_keyword(R"({"dependencies":{"a":{"required":["b"]}}})"), "dependencies");
@@ -422,6 +421,17 @@ TEST(SchemaKeywords, PatternAnchorsLookaheadsAndLengths) {
     EXPECT_TRUE(matches(head, R"js("ac")js"));
     EXPECT_TRUE(matches(head, R"js("zzbc")js"));
     EXPECT_FALSE(matches(head, R"js("zac")js"));
+    // A $ inside a repeat at the end holds in its last copy only.
+    auto list = json_schema_grammar(R"js({"pattern":"^([^,]+(,|$)){3,}$"})js");
+    EXPECT_TRUE(matches(list, R"js("a,b,c")js"));
+    EXPECT_TRUE(matches(list, R"js("a,b,c,")js"));
+    EXPECT_TRUE(matches(list, R"js("a,b,c,d")js"));
+    EXPECT_FALSE(matches(list, R"js("a,b")js"));
+    EXPECT_FALSE(matches(list, R"js("a,,b,c")js"));
+    auto opt = json_schema_grammar(R"js({"pattern":"^(a(;|$))*"})js");
+    EXPECT_TRUE(matches(opt, R"js("")js"));
+    EXPECT_TRUE(matches(opt, R"js("a;a")js"));
+    EXPECT_TRUE(matches(opt, R"js("a;b")js"));
     auto look = json_schema_grammar(R"js({"pattern":"^[a-z]+(?=\\.(yaml|json))"})js");
     EXPECT_TRUE(matches(look, R"js("spec.yaml")js"));
     EXPECT_TRUE(matches(look, R"js("spec.json.bak")js"));
@@ -456,6 +466,48 @@ TEST(SchemaKeywords, PatternAnchorsLookaheadsAndLengths) {
     auto pairs = json_schema_grammar(R"js({"pattern":"^(ab)+$","minLength":3})js");
     EXPECT_FALSE(matches(pairs, R"js("ab")js"));
     EXPECT_TRUE(matches(pairs, R"js("ababab")js"));
+}
+
+// if/then/else: then beside if's condition; else beside if's negation when
+// if tests one property against values and the property's own values are a
+// finite set; otherwise the else branch is not written (narrowed).
+TEST(SchemaKeywords, IfThenElse) {
+    auto g = json_schema_grammar(R"js({"type":"object","properties":{
+        "kind":{"enum":["card","cash","gift"]},"number":{"type":"string","pattern":"^[0-9]{4}$"},"note":{"type":"string"}},
+      "required":["kind"],
+      "if":{"properties":{"kind":{"const":"card"}}},
+      "then":{"required":["number"]},
+      "else":{"properties":{"note":{"maxLength":3}}}})js");
+    EXPECT_TRUE(matches(g, R"js({"kind":"card","number":"1234"})js"));
+    EXPECT_FALSE(matches(g, R"js({"kind":"card"})js"));             // then: number is required
+    EXPECT_TRUE(matches(g, R"js({"kind":"cash","note":"abc"})js"));
+    EXPECT_FALSE(matches(g, R"js({"kind":"cash","note":"abcd"})js"));  // else: note at most 3
+    EXPECT_TRUE(matches(g, R"js({"kind":"card","number":"1234","note":"abcd"})js"));
+    // Conditions in allOf parts (as SchemaStore writes them) apply to the merged object.
+    auto parts = json_schema_grammar(R"js({"type":"object","properties":{"life":{"enum":["prod","dev","gone"]},
+        "access":{"enum":["open","closed"]}},"required":["life","access"],"additionalProperties":false,
+      "allOf":[{"if":{"properties":{"life":{"enum":["prod","dev"]}}},"then":{"properties":{"access":{"const":"open"}}}},
+               {"if":{"properties":{"life":{"const":"gone"}}},"then":{"properties":{"access":{"const":"closed"}}}}]})js");
+    EXPECT_TRUE(matches(parts, R"js({"life":"dev","access":"open"})js"));
+    EXPECT_TRUE(matches(parts, R"js({"life":"gone","access":"closed"})js"));
+    EXPECT_FALSE(matches(parts, R"js({"life":"gone","access":"open"})js"));
+    EXPECT_FALSE(matches(parts, R"js({"life":"prod","access":"closed"})js"));
+    // An if whose negation is no finite set: only values that pass it (narrowed).
+    auto open = json_schema_grammar(R"js({"type":"string","if":{"minLength":2},"then":{"maxLength":3},"else":{"const":"x"}})js");
+    EXPECT_TRUE(matches(open, R"js("abc")js"));
+    EXPECT_FALSE(matches(open, R"js("abcd")js"));
+    EXPECT_FALSE(matches(open, R"js("x")js"));  // valid, but not written
+    // if true / false pick one branch; then/else alone, or if alone, constrain nothing.
+    EXPECT_FALSE(matches(json_schema_grammar(R"js({"if":true,"then":{"type":"integer"},"else":{"type":"string"}})js"), R"js("s")js"));
+    EXPECT_TRUE(matches(json_schema_grammar(R"js({"if":false,"then":{"type":"integer"},"else":{"type":"string"}})js"), R"js("s")js"));
+    EXPECT_TRUE(matches(json_schema_grammar(R"js({"if":{"type":"integer"}})js"), R"js("s")js"));
+    // A property whose schema matches nothing may not appear: it is left out.
+    auto never = json_schema_grammar(R"js({"type":"object","properties":{"a":false,"b":{"type":"integer"},"c":{"not":{}}}})js");
+    EXPECT_FALSE(prefix_ok(never, R"js({"c")js"));
+    EXPECT_EQ(refused_keyword(R"js({"type":"object","properties":{"c":{"not":{}}},"required":["c"]})js"), "not");
+    EXPECT_TRUE(matches(json_schema_grammar(R"js({"type":"integer","not":false})js"), "3"));
+    EXPECT_TRUE(matches(never, R"js({"b":1})js"));
+    EXPECT_FALSE(prefix_ok(never, R"js({"a")js"));
 }
 
 TEST(SchemaKeywords, TuplesAndPropertyCounts) {

@@ -183,7 +183,7 @@ TEST(Schema, RefusesUnsupportedKeywordsByName) {
     for (const char* kw : {"not", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "minContains"})
         expect_refused(std::string(R"({"type":"object","properties":{"a":{"type":"string",")") + kw + R"(":{"x":1}}}})", kw);
     expect_refused(R"({"type":"array","uniqueItems":true})", "uniqueItems");
-    expect_refused(R"({"if":{"type":"string"},"then":{"minLength":1}})", "if");
+    expect_refused(R"({"type":"object","dependentSchemas":{"a":{"required":["b"]}}})", "dependentSchemas");
     expect_refused(R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})", "required");
     expect_refused(R"({"type":"strings"})", "type");
     expect_refused(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})", "$ref");
@@ -191,7 +191,7 @@ TEST(Schema, RefusesUnsupportedKeywordsByName) {
     expect_refused(R"({"enum":[]})", "enum");
     expect_refused(R"({"type":"array","maxItems":5000})", "maxItems");
     expect_refused(R"({"type":"array","minItems":3,"maxItems":2})", "maxItems");
-    expect_refused(R"({"properties":{"a":false}})", "false");
+    expect_refused(R"({"properties":{"a":false},"required":["a"]})", "false");
     expect_refused(R"({"type": )", "");
     expect_refused(R"([1,2])", "");
     std::string deep = R"({"type":"array","items":)";

@@ -63,6 +63,17 @@ using Json = nlohmann::ordered_json;
 const std::set<std::string, std::less<>> kAnnotations = {
     "description", "title", "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$comment", "examples", "default",
     "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary"};
+// A schema no value matches (a merge with nothing in common, an enum with
+// no value of the type, `false`): an anyOf alternative that is one is left
+// out, and so is an optional property; elsewhere it is the 400 it names.
+class EmptySchema : public GrammarError {
+public:
+    using GrammarError::GrammarError;
+};
+
+// Where flatten() keeps a merged schema's if/then/else parts until the
+// whole schema is merged (merged() applies them); no schema keyword.
+const char* const kConditionals = "$eh-conditionals";
 // Keywords the grammar enforces.
 const std::set<std::string, std::less<>> kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf", "items",
@@ -364,12 +375,15 @@ public:
             throw GrammarError("", fmt::format("the schema nests deeper than {} levels at {}", kMaxGrammarNesting, at(path)));
         if (s.is_boolean()) {
             if (s.get<bool>()) return "j-value";
-            throw GrammarError("false", fmt::format("the schema 'false' at {} matches nothing", at(path)));
+            throw EmptySchema("false", fmt::format("the schema 'false' at {} matches nothing", at(path)));
         }
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
         check_refused(s, path);
+        if (auto n = s.find("not"); n != s.end() && trivial(*n) == 1)  // {"not": {}}: "may not appear"
+            throw EmptySchema("not", fmt::format("the schema at {} is 'not' of a schema that matches everything", at(path)));
         const bool any_of = s.contains("anyOf"), one_of = s.contains("oneOf");
-        if (s.contains("allOf") || (any_of && one_of) || (s.contains("$ref") && constrains_beside(s, "$ref")))
+        if (s.contains("allOf") || (any_of && one_of) || (s.contains("$ref") && constrains_beside(s, "$ref")) ||
+            conditional(s))
             return merged(s, path);
         if (auto r = s.find("$ref"); r != s.end()) return ref(*r, path);
         if (any_of || one_of) {
@@ -386,17 +400,31 @@ public:
                 for (const auto& [k, v] : s.items())
                     if (k != key && k != "$defs" && k != "definitions" && !kAnnotations.count(k)) beside[k] = v;
             std::string alts;
+            size_t empty = 0;
+            std::optional<EmptySchema> last_empty;
+            const std::optional<size_t> folding = folding_;
             for (size_t i = 0; i < a.size(); ++i) {
                 const std::string sub = path + "/" + key + "/" + std::to_string(i);
                 std::string alt;
-                if (beside.empty()) {
-                    alt = value(a[i], sub, depth + 1);
-                } else {
-                    store_.push_back(Json{{"allOf", Json::array({beside, a[i]})}});
-                    alt = value(store_.back(), sub, depth + 1);
+                // An alternative no value matches is left out (what its
+                // compilation wrote before it found that is complete and
+                // unused).
+                try {
+                    if (beside.empty()) {
+                        alt = value(a[i], sub, depth + 1);
+                    } else {
+                        store_.push_back(Json{{"allOf", Json::array({beside, a[i]})}});
+                        alt = value(store_.back(), sub, depth + 1);
+                    }
+                } catch (const EmptySchema& e) {
+                    folding_ = folding;
+                    ++empty;
+                    last_empty = e;
+                    continue;
                 }
                 if (!alt.empty()) alts += (alts.empty() ? "" : " | ") + alt;  // "": a $ref folded into the target
             }
+            if (empty == a.size()) throw *last_empty;
             return alts.empty() ? "" : rule(alts);
         }
         std::vector<std::string> types = types_of(s, path);
@@ -426,7 +454,7 @@ private:
     // Refuses what kRefused lists, where it constrains.
     static void check_refused(const Json& s, const std::string& path) {
         for (const auto& [k, v] : s.items()) {
-            if (k == "not" && not_types(v)) continue;  // a type-only `not` is enforced (types_of)
+            if (k == "not" && (not_types(v) || trivial(v) >= 0)) continue;  // enforced: types_of, value()
             if (kRefused.count(k)) {
                 if ((v.is_object() || v.is_array()) && v.empty() && k != "not") continue;
                 throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
@@ -457,11 +485,10 @@ private:
                 if (!v.is_array())
                     throw GrammarError("dependencies", fmt::format("'dependencies' with a schema (for '{}') at {} is not "
                                                                    "supported", k.substr(0, 100), at(path)));
-        // if/then/else constrain only with a then or an else.
-        if (s.contains("if") && (s.contains("then") || s.contains("else")))
-            throw GrammarError("if", fmt::format("the JSON-schema keyword 'if' (with 'then'/'else') at {} is not "
-                                                 "supported", at(path)));
     }
+
+    // if/then/else constrain only with a then or an else.
+    static bool conditional(const Json& s) { return s.contains("if") && (s.contains("then") || s.contains("else")); }
 
     // Whether `s` has an enforced keyword other than `except`.
     static bool constrains_beside(const Json& s, std::string_view except) {
@@ -488,10 +515,20 @@ private:
         return out;
     }
 
+    // 1: the schema matches every value (true, {}, annotations only); 0: it
+    // matches none (false); -1: neither.
+    static int trivial(const Json& n) {
+        if (n.is_boolean()) return n.get<bool>() ? 1 : 0;
+        if (!n.is_object()) return -1;
+        for (const auto& [k, v] : n.items())
+            if (!kAnnotations.count(k)) return -1;
+        return 1;
+    }
+
     static std::vector<std::string> types_of(const Json& s, const std::string& path) {
         std::vector<std::string> types = types_allowed(s, path);
         auto n = s.find("not");
-        if (n == s.end()) return types;
+        if (n == s.end() || trivial(*n) == 0) return types;
         const auto ex = not_types(*n);
         if (types.empty()) types = {"null", "boolean", "object", "array", "number", "string"};
         std::vector<std::string> kept;
@@ -593,7 +630,7 @@ private:
                 std::find(kept.begin(), kept.end(), v) == kept.end())
                 kept.push_back(v);
         if (kept.empty())
-            throw GrammarError(s.contains("enum") ? "enum" : "const",
+            throw EmptySchema(s.contains("enum") ? "enum" : "const",
                                fmt::format("'{}' at {} allows no value of the schema's type", s.contains("enum") ? "enum" : "const",
                                            at(path)));
         return kept;
@@ -708,7 +745,13 @@ private:
         std::string key = s.dump();
         key = key.size() <= 4096 ? "&" + key : fmt::format("&#{:x}:{}", std::hash<std::string>{}(key), key.size());
         if (auto it = refs_.find(key); it != refs_.end()) return use_target(it->second, path);
-        store_.push_back(flatten(s, path, 0));
+        Json flat = flatten(s, path, 0);
+        if (auto c = flat.find(kConditionals); c != flat.end()) {
+            const Json conds = *c;
+            flat.erase(kConditionals);
+            for (const auto& cond : conds) apply_conditional(flat, cond, path);
+        }
+        store_.push_back(std::move(flat));
         return use_target(target_index(key, &store_.back(), path), path);
     }
 
@@ -850,7 +893,15 @@ private:
         charge(s);
         Json out = Json::object();
         for (const auto& [k, v] : s.items())
-            if (k != "$ref" && k != "allOf" && k != "$defs" && k != "definitions" && !kAnnotations.count(k)) out[k] = v;
+            if (k != "$ref" && k != "allOf" && k != "$defs" && k != "definitions" && k != "if" && k != "then" &&
+                k != "else" && !kAnnotations.count(k))
+                out[k] = v;
+        if (conditional(s)) {  // applied to the whole merged schema (merged())
+            Json cond = Json::object();
+            for (const char* k : {"if", "then", "else"})
+                if (auto v = s.find(k); v != s.end()) cond[k] = *v;
+            out[kConditionals] = Json::array({cond});
+        }
         normalize_bounds(out);
         if (auto o = out.find("oneOf"); o != out.end()) {  // oneOf as anyOf (see value())
             Json alts = *o;
@@ -871,7 +922,73 @@ private:
     }
 
     [[noreturn]] static void nothing(const std::string& key, const std::string& path, const std::string& why) {
-        throw GrammarError("allOf", fmt::format("'allOf' at {} matches nothing: {} ('{}')", at(path), why, key));
+        throw EmptySchema("allOf", fmt::format("'allOf' at {} matches nothing: {} ('{}')", at(path), why, key));
+    }
+
+    // if/then/else on the merged schema `s`: s becomes s AND one of
+    //   (if AND then)            the values `if` accepts, and then;
+    //   (not-if AND else)        where `if` tests one property against a
+    //                            finite set of values (const/enum) and s
+    //                            gives that property a finite set too: the
+    //                            property present with one of the others.
+    // Where not-if is not such a set, the else branch is not written
+    // (narrowed: the values `if` rejects are left out).
+    void apply_conditional(Json& s, const Json& cond, const std::string& path) {
+        Json alts = Json::array();
+        const Json& test = cond["if"];
+        auto both = [](const Json& x, const Json* y) { return y ? Json{{"allOf", Json::array({x, *y})}} : x; };
+        auto branch = [&](const char* k) { return cond.contains(k) ? &cond[k] : nullptr; };
+        if (!(test.is_boolean() && !test.get<bool>())) alts.push_back(both(test, branch("then")));
+        if (test.is_boolean()) {
+            if (!test.get<bool>()) alts.push_back(branch("else") ? *branch("else") : Json(true));
+        } else if (auto n = negated(test, s, path); n && !n->is_null()) {
+            alts.push_back(both(*n, branch("else")));
+        }
+        merge(s, Json{{"anyOf", alts}}, path);
+    }
+
+    // A schema whose values make `test` fail, within what `s` allows:
+    // nullopt where that is not a finite set of values of one property,
+    // null where it is empty.
+    std::optional<Json> negated(const Json& test, const Json& s, const std::string& path) {
+        if (!test.is_object()) return std::nullopt;
+        const Json* tested = nullptr;
+        std::string name;
+        for (const auto& [k, v] : test.items()) {
+            if (kAnnotations.count(k) || (k == "type" && v == "object")) continue;
+            if (k == "properties" && v.is_object() && v.size() == 1) {
+                name = v.begin().key();
+                tested = &v.begin().value();
+                continue;
+            }
+            if (k == "required" && v.is_array() && v.size() == 1 && test.contains("properties") &&
+                test["properties"].is_object() && test["properties"].contains(v[0].is_string() ? v[0].get<std::string>() : ""))
+                continue;  // required p beside properties p: not-if also holds when p is absent (not written)
+            return std::nullopt;
+        }
+        if (!tested || !tested->is_object()) return std::nullopt;
+        Json tested_values;
+        if (auto e = tested->find("enum"); e != tested->end() && e->is_array()) tested_values = *e;
+        else if (auto c = tested->find("const"); c != tested->end()) tested_values = Json::array({*c});
+        else return std::nullopt;
+        auto props = s.find("properties");
+        if (props == s.end() || !props->is_object() || !props->contains(name)) return std::nullopt;
+        Json domain;
+        try {
+            domain = flatten((*props)[name], path + "/properties/" + name, 1);
+        } catch (const GrammarError&) {
+            return std::nullopt;  // the property's own schema is refused where it is compiled
+        }
+        Json values;
+        if (auto e = domain.find("enum"); e != domain.end() && e->is_array()) values = *e;
+        else if (auto c = domain.find("const"); c != domain.end()) values = Json::array({*c});
+        else if (domain.value("type", Json()) == "boolean") values = Json::array({true, false});
+        else return std::nullopt;
+        Json others = Json::array();
+        for (const auto& v : values)
+            if (std::find(tested_values.begin(), tested_values.end(), v) == tested_values.end()) others.push_back(v);
+        if (others.empty()) return Json();
+        return Json{{"properties", {{name, {{"enum", others}}}}}, {"required", Json::array({name})}};
     }
 
     // a := the schema both a and b (flattened) allow, as far as that is one
@@ -976,6 +1093,8 @@ private:
                 nothing(k, path, "two different constants");
             } else if (k == "uniqueItems" && va.is_boolean() && vb.is_boolean()) {
                 va = va.get<bool>() || vb.get<bool>();
+            } else if (k == kConditionals && va.is_array() && vb.is_array()) {
+                for (const auto& x : vb) va.push_back(x);
             } else if (k == "anyOf" && va.is_array() && vb.is_array()) {
                 if (va.size() * vb.size() > kMaxMergedAlternatives)
                     throw GrammarError("anyOf", fmt::format("merging 'anyOf'/'oneOf' at {} makes more than {} alternatives "
@@ -1590,7 +1709,13 @@ private:
         std::vector<std::string> kv;
         std::vector<bool> req;
         for (const auto& [k, v] : props.items()) {
-            const std::string sub = value(v, path + "/properties/" + k, depth + 1);
+            std::string sub;
+            try {
+                sub = value(v, path + "/properties/" + k, depth + 1);
+            } catch (const EmptySchema&) {
+                if (required.count(k)) throw;
+                continue;  // an optional property no value matches is left out (it may not appear)
+            }
             kv.push_back(literal(Json(k).dump()) + R"( j-ws ":" j-ws )" + sub);
             req.push_back(required.count(k) != 0);
         }

@@ -171,36 +171,97 @@ private:
     }
     // The same at the end for $, and for a positive lookahead (?=y) that is
     // the last thing in the pattern: with the end open, x(?=y) matches what
-    // x y does (y then anything, unless y ends in $).
-    RNode anchor_end(RNode n) {
+    // x y does (y then anything, unless y ends in $). `closed`: a $ after
+    // this node already anchors the end (a $ inside it then changes
+    // nothing). A repeat at the end whose body holds a $ ("(x(,|$))+"): the
+    // $ can only hold in the last copy, so the others are written without
+    // the alternatives that hold it (exact when those alternatives cannot
+    // be followed by more copies; else narrowed).
+    RNode anchor_end(RNode n, bool closed = false) {
         switch (n.k) {
         case RNode::K::Alt:
-            for (auto& k : n.kids) k = anchor_end(std::move(k));
+            for (auto& k : n.kids) k = anchor_end(std::move(k), closed);
             return n;
         case RNode::K::Seq: {
             if (!n.kids.empty() && n.kids.back().k == RNode::K::Eol) {
                 while (!n.kids.empty() && n.kids.back().k == RNode::K::Eol) n.kids.pop_back();
-                return n;
+                return anchor_end(std::move(n), true);
             }
-            if (search_ && !n.kids.empty() && n.kids.back().k == RNode::K::Look) {
+            if (search_ && !closed && !n.kids.empty() && n.kids.back().k == RNode::K::Look) {
                 RNode y = std::move(n.kids.back().kids[0]);
                 n.kids.back() = anchor_end(std::move(y));
                 return n;
             }
             if (!n.kids.empty() && (n.kids.back().k == RNode::K::Alt || n.kids.back().k == RNode::K::Seq)) {
-                n.kids.back() = anchor_end(std::move(n.kids.back()));
+                n.kids.back() = anchor_end(std::move(n.kids.back()), closed);
                 return n;
             }
-            if (search_) n.kids.push_back(any_star());
+            if (!n.kids.empty() && n.kids.back().k == RNode::K::Rep && holds(n.kids.back(), RNode::K::Eol)) {
+                RNode rep = std::move(n.kids.back());
+                n.kids.pop_back();
+                n.kids.push_back(last_copy(std::move(rep), closed));
+                return n;
+            }
+            if (search_ && !closed) n.kids.push_back(any_star());
             return n;
         }
+        case RNode::K::Rep:
+            if (holds(n, RNode::K::Eol)) return last_copy(std::move(n), closed);
+            [[fallthrough]];
         default: {
             RNode s;
             s.kids.push_back(std::move(n));
-            if (search_) s.kids.push_back(any_star());
+            if (search_ && !closed) s.kids.push_back(any_star());
             return s;
         }
         }
+    }
+    static bool holds(const RNode& n, RNode::K k) {
+        if (n.k == k) return true;
+        for (const auto& c : n.kids)
+            if (holds(c, k)) return true;
+        return false;
+    }
+    // n without the alternatives that hold a $ (nullopt: none is left).
+    static std::optional<RNode> without_eol(const RNode& n) {
+        if (n.k == RNode::K::Eol) return std::nullopt;
+        if (n.k == RNode::K::Alt) {
+            RNode out{RNode::K::Alt, {}, {}, 0, 0};
+            for (const auto& k : n.kids)
+                if (auto w = without_eol(k)) out.kids.push_back(std::move(*w));
+            if (out.kids.empty()) return std::nullopt;
+            return out;
+        }
+        RNode out = n;
+        out.kids.clear();
+        for (const auto& k : n.kids) {
+            auto w = without_eol(k);
+            if (!w) return std::nullopt;
+            out.kids.push_back(std::move(*w));
+        }
+        return out;
+    }
+    // x{m,n} at the end with a $ in x: x'{m-1,n-1} then x anchored, where
+    // x' is x without its $ alternatives (m = 0 adds the empty case).
+    RNode last_copy(RNode rep, bool closed) {
+        if (rep.max == 0) fail("has a repeat of at most 0 copies holding '$'");
+        RNode last = anchor_end(rep.kids[0], closed);
+        RNode seq;
+        if (auto body = without_eol(rep.kids[0]); body && rep.max > 1) {
+            RNode more{RNode::K::Rep, {}, {}, rep.min ? rep.min - 1 : 0, rep.max == kInf ? kInf : rep.max - 1};
+            more.kids.push_back(std::move(*body));
+            seq.kids.push_back(std::move(more));
+        } else if (rep.min > 1) {
+            fail("has '$' in a repeat that needs more copies after it (not supported)");
+        }
+        seq.kids.push_back(std::move(last));
+        if (rep.min > 0) return seq;
+        RNode none;  // no copy: what follows is the open end, if any
+        if (search_ && !closed) none.kids.push_back(any_star());
+        RNode alt{RNode::K::Alt, {}, {}, 0, 0};
+        alt.kids.push_back(std::move(seq));
+        alt.kids.push_back(std::move(none));
+        return alt;
     }
     // What anchoring left in place cannot be expressed.
     void check_anchors(const RNode& n) const {
