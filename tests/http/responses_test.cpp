@@ -179,6 +179,29 @@ TEST(Responses, StreamedEventsInOrderAndSameAsNotStreamed) {
     EXPECT_EQ(json::parse(got.body), final);
 }
 
+// text.format constrains the output as response_format does on the chat
+// route (stories260K on the CPU reference engine: batched steps, so the
+// token mask reaches its sampler).
+TEST(Responses, TextFormatJsonSchemaConstrainsTheOutput) {
+    auto& h = stories_host();
+    const json schema = json::parse(R"({"type":"object","properties":{"animal":{"enum":["cat","dog","owl"]},)"
+                                    R"("happy":{"type":"boolean"}},"required":["animal","happy"],"additionalProperties":false})");
+    json r = post(h, with(request(300), {{"text", {{"format", {{"type", "json_schema"}, {"name", "pet"}, {"schema", schema},
+                                                               {"strict", true}}}}}}));
+    ASSERT_EQ(r["status"], "completed") << r.dump();
+    const json v = json::parse(output_text(r), nullptr, false);
+    ASSERT_TRUE(v.is_object()) << output_text(r);
+    EXPECT_TRUE(v["animal"] == "cat" || v["animal"] == "dog" || v["animal"] == "owl") << v.dump();
+    EXPECT_TRUE(v["happy"].is_boolean()) << v.dump();
+    EXPECT_EQ(v.size(), 2u) << v.dump();
+    EXPECT_EQ(r["text"]["format"]["name"], "pet");
+    // A schema the compiler refuses is a 400 naming `text`.
+    json bad = post(h, with(request(8), {{"text", {{"format", {{"type", "json_schema"}, {"name", "x"},
+                                                                 {"schema", {{"type", 5}}}}}}}}),
+                    400);
+    EXPECT_EQ(bad["error"]["param"], "text") << bad.dump();
+}
+
 // previous_response_id: the earlier input and output come before the new
 // input; its instructions do not (each request brings its own).
 TEST(Responses, PreviousResponseIdContinuesTheConversation) {
