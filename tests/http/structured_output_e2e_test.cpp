@@ -215,6 +215,43 @@ TEST(StructuredOutput, NativeGrammarEndsWhenComplete) {
     EXPECT_TRUE(value == "\"up\"" || value == "\"down\"") << text;
 }
 
+// vLLM's request fields constrain the same way: a regex and a list of
+// choices on both OpenAI endpoints, greedy and sampled, end by themselves
+// with a complete match.
+TEST(StructuredOutput, VllmGuidedFieldsConstrainTheOutput) {
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    auto text_of = [](const json& j, bool chat) {
+        return chat ? j["choices"][0]["message"]["content"].get<std::string>() : j["choices"][0]["text"].get<std::string>();
+    };
+    for (bool chat : {false, true}) {
+        for (double t : {0.0, 1.0}) {
+            json base = {{"max_tokens", 40}, {"temperature", t}, {"seed", 5}};
+            if (chat) base["messages"] = json::array({{{"role", "user"}, {"content", "Once upon a time"}}});
+            else base["prompt"] = "Once upon a time";
+            json rx = base;
+            rx["guided_regex"] = "(yes|no), [0-9]{1,2} owls";
+            auto r = h.post(chat ? "/v1/chat/completions" : "/v1/completions", rx.dump());
+            ASSERT_EQ(r.status, 200) << r.body;
+            json j = json::parse(r.body);
+            const std::string text = text_of(j, chat);
+            EXPECT_EQ(j["choices"][0]["finish_reason"], "stop") << text;
+            EXPECT_TRUE((text.rfind("yes, ", 0) == 0 || text.rfind("no, ", 0) == 0) && text.size() >= 10 &&
+                        text.substr(text.size() - 5) == " owls") << text;
+            json ch = base;
+            ch["structured_outputs"] = {{"choice", {"red fox", "blue whale", "green frog"}}};
+            r = h.post(chat ? "/v1/chat/completions" : "/v1/completions", ch.dump());
+            ASSERT_EQ(r.status, 200) << r.body;
+            const std::string pick = text_of(json::parse(r.body), chat);
+            EXPECT_TRUE(pick == "red fox" || pick == "blue whale" || pick == "green frog") << pick;
+        }
+    }
+    auto two = h.post("/v1/completions", json{{"prompt", "x"}, {"guided_choice", {"a"}},
+                                              {"response_format", {{"type", "json_object"}}}}.dump());
+    EXPECT_EQ(two.status, 400) << two.body;
+    EXPECT_NE(two.body.find("at most one output constraint"), std::string::npos) << two.body;
+}
+
 TEST(StructuredOutput, RefusalsNameTheKeywordOrField) {
     EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
     ASSERT_GT(h.port(), 0) << h.log();
@@ -228,7 +265,7 @@ TEST(StructuredOutput, RefusalsNameTheKeywordOrField) {
     const std::vector<std::pair<std::string, json>> refused = {
         {"unevaluatedProperties", {{"type", "object"}, {"unevaluatedProperties", false}}},
         {"not", {{"type", "string"}, {"not", {{"minLength", 2}}}}},
-        {"if", {{"type", "string"}, {"if", {{"minLength", 2}}}, {"then", {{"maxLength", 5}}}}},
+        {"uniqueItems", {{"type", "array"}, {"items", {{"type", "object"}}}, {"uniqueItems", true}}},
         {"dependentSchemas", {{"type", "object"}, {"dependentSchemas", {{"x", {{"required", {"y"}}}}}}}},
         {"pattern", {{"type", "string"}, {"pattern", 1}}},
         {"minimum", {{"type", "integer"}, {"minimum", "one"}}},
