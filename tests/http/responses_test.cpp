@@ -330,6 +330,14 @@ TEST(Responses, MidStreamErrorIsResponseFailed) {
     const json& failed = evs.back().data["response"];
     EXPECT_EQ(failed["status"], "failed");
     EXPECT_EQ(failed["error"]["code"], "INFERENCE_TIMEOUT");
+    // What was written before the failure is in its output.
+    std::string streamed;
+    for (const auto& e : evs)
+        if (e.type == "response.output_text.delta") streamed += e.data["delta"].get<std::string>();
+    EXPECT_FALSE(streamed.empty());
+    ASSERT_EQ(failed["output"].size(), 1u) << failed.dump();
+    EXPECT_EQ(failed["output"][0]["status"], "in_progress");
+    EXPECT_EQ(output_text(failed), streamed);
     EXPECT_EQ(send(h, "GET", "/v1/responses/" + failed["id"].get<std::string>()).status, 404) << "a failed response is not kept";
 }
 

@@ -34,23 +34,22 @@ nlohmann::json ResponsesOutput::part_json(const Item& it) const {
     return {{"type", "output_text"}, {"text", it.text}, {"annotations", nlohmann::json::array()}};
 }
 
-nlohmann::json ResponsesOutput::item_json(const Item& it) const {
-    const bool begun = it.status == "in_progress";  // as output_item.added shows it: no content yet
+nlohmann::json ResponsesOutput::item_json(const Item& it, bool added) const {
     switch (it.kind) {
     case Kind::Reasoning: {
         nlohmann::json content = nlohmann::json::array();
-        if (!begun) content.push_back(part_json(it));
+        if (!added) content.push_back(part_json(it));
         return {{"id", it.id}, {"type", "reasoning"}, {"summary", nlohmann::json::array()}, {"content", content},
                 {"status", it.status}};
     }
     case Kind::Message: {
         nlohmann::json content = nlohmann::json::array();
-        if (!begun) content.push_back(part_json(it));
+        if (!added) content.push_back(part_json(it));
         return {{"id", it.id}, {"type", "message"}, {"status", it.status}, {"role", "assistant"}, {"content", content}};
     }
     case Kind::Call:
         return {{"id", it.id}, {"type", "function_call"}, {"status", it.status}, {"call_id", it.call_id},
-                {"name", it.name}, {"arguments", begun ? "" : it.text}};
+                {"name", it.name}, {"arguments", added ? "" : it.text}};
     }
     return {};
 }
@@ -61,7 +60,7 @@ std::string ResponsesOutput::open(Item it) {
     open_ = true;
     const size_t index = items_.size() - 1;
     const Item& item = items_.back();
-    out += event("response.output_item.added", {{"output_index", index}, {"item", item_json(item)}});
+    out += event("response.output_item.added", {{"output_index", index}, {"item", item_json(item, true)}});
     if (item.kind != Kind::Call) {
         Item empty = item;
         empty.text.clear();

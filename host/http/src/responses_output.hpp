@@ -61,7 +61,8 @@ private:
         std::string call_id, name;
         std::string status = "in_progress";
     };
-    nlohmann::json item_json(const Item& item) const;
+    // `added`: as response.output_item.added shows it, before any content.
+    nlohmann::json item_json(const Item& item, bool added = false) const;
     nlohmann::json part_json(const Item& item) const;  // reasoning_text / output_text part
     std::string apply(const service::ChatPieces& pieces);
     std::string open(Item item);
