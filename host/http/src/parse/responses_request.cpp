@@ -315,7 +315,7 @@ void refuse_unsupported(const object& obj) {
             if (++n > 16) bad("metadata", "'metadata' has more than 16 keys");
             if (kv.value.type() != element_type::STRING) bad("metadata", "'metadata' values must be strings");
             if (kv.key.size() > 64 || kv.value.get_string().value_unsafe().size() > 512)
-                bad("metadata", "'metadata' keys are at most 64 characters and values at most 512");
+                bad("metadata", "'metadata' keys are at most 64 bytes and values at most 512");
         }
     }
     for (const char* key : {"user", "safety_identifier", "prompt_cache_key", "service_tier"})
