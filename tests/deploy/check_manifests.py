@@ -15,9 +15,10 @@ they run:
   InferencePool selects engine-host pods and targets their --port, its
   endpoint picker is a Service of the file with that port, an HTTPRoute's
   InferencePool backend is in the file;
-- an endpoint picker config (ConfigMap) parses, and a precise prefix-cache
-  scorer's block size and KV-event port equal --kv-block-tokens and the
-  --kv-events-endpoint port of the pool's pods;
+- an endpoint picker config (ConfigMap) parses, its profiles name declared
+  plugins, and a precise prefix-cache scorer's block size, hash seed and
+  KV-event port equal --kv-events-block-tokens, --kv-events-hash-seed and
+  the --kv-events-endpoint port of the pods that publish;
 - a Kustomization's resources exist;
 - a KServe LLMInferenceService serves spec.model.name on port 8000 from
   /mnt/models;
@@ -293,9 +294,13 @@ def check_epp_config(where, text, serves):
         if not publishers:
             fail(where, "a precise prefix-cache scorer but no engine-host pod publishes KV events")
         for s in publishers:
-            tokens = one(s.flags, "kv-block-tokens")
+            tokens = one(s.flags, "kv-events-block-tokens")
             if tokens is None or int(tokens) != block:
-                fail(where, f"blockSize {block} but {s.where} has --kv-block-tokens {tokens}")
+                fail(where, f"blockSize {block} but {s.where} has --kv-events-block-tokens {tokens}")
+            seed = str((params.get("tokenProcessorConfig") or {}).get("hashSeed", ""))
+            if one(s.flags, "kv-events-hash-seed", "") != seed:
+                fail(where, f"hashSeed {seed!r} but {s.where} has --kv-events-hash-seed "
+                            f"{one(s.flags, 'kv-events-hash-seed', '')!r}")
             ep_port = int(one(s.flags, "kv-events-endpoint").rsplit(":", 1)[1])
             if socket_port != ep_port:
                 fail(where, f"podDiscoveryConfig.socketPort {socket_port} but {s.where} publishes on {ep_port}")
