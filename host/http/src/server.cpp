@@ -371,7 +371,7 @@ void Server::Impl::install_routes() {
             {"max_tokens_out", ni.max_tokens_out},
             {"concurrency", {{"slots", ni.slots}, {"queue_capacity", ni.queue_capacity}}},
             {"workloads", workloads},
-            {"endpoints", {"/execute", "/cancel", "/health", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
+            {"endpoints", {"/execute", "/cancel", "/health", "/health/live", "/health/ready", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
                            "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
                            "/v1/messages/count_tokens", "/v1/responses"}},
             {"sampler", {{"temperature", {{"min", 0}, {"max", 2}, {"default", 1}}},
