@@ -53,7 +53,7 @@ ZmqKvPublisher::ZmqKvPublisher(KvPublisherOptions options) : options_(std::move(
     if (!ctx_) throw Error(Code::Internal, "cannot start ZeroMQ");
     try {
         pub_ = zmq_socket(ctx_, ZMQ_PUB);
-        const int linger = 1000;  // at stop, a second for the last batches to reach subscribers
+        const int linger = 200;  // at stop, the last batches get 200 ms to reach subscribers
         zmq_setsockopt(pub_, ZMQ_LINGER, &linger, sizeof linger);
         zmq_setsockopt(pub_, ZMQ_SNDHWM, &options_.send_hwm, sizeof options_.send_hwm);
         if (binds(options_.endpoint)) {

@@ -50,8 +50,9 @@ public:
     void publish(std::vector<KvEvent> batch) override;
     // Each event's `medium` ("GPU", "CPU"); "GPU" until set.
     void set_medium(std::string medium);
-    // Sends what is queued, then closes the sockets (waiting at most 1 s for
-    // slow subscribers). Idempotent; the destructor calls it.
+    // Sends what is queued, then closes the sockets (waiting at most 200 ms
+    // for subscribers to take the last batches). Idempotent; the destructor
+    // calls it.
     void stop();
 
     uint64_t batches() const { return next_seq_.load(); }   // sequence numbers handed out
