@@ -286,10 +286,11 @@ TEST(KvEvents, SixtyFourClientsGiveContiguousSequenceNumbers) {
     std::string failure;
     for (int i = 0; i < 64; ++i)
         clients.emplace_back([&, i] {
-            // About 20 tokens: one full block each (the CPU engine on two
-            // cores prefills 64 long prompts slower than the client waits).
+            // About 20 tokens and one out: one full block each (64 long
+            // prompts, or decode steps of 64 sequences, take the CPU engine
+            // on two cores longer than the client waits).
             const std::string p = "Story number " + std::to_string(i) + ". Tom was a brave boy who lived near the sea.";
-            HttpResponse r = h.post("/v1/completions", json{{"prompt", p}, {"max_tokens", 4}, {"temperature", 0}}.dump());
+            HttpResponse r = h.post("/v1/completions", json{{"prompt", p}, {"max_tokens", 1}, {"temperature", 0}}.dump());
             if (r.status == 200) ++ok;
             std::lock_guard lock(mu);
             if (r.status != 200 && failure.empty()) failure = std::to_string(r.status) + " " + r.body;
