@@ -69,7 +69,7 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"({"type":"number","not":{"type":"integer"}})"), "not");
     EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
     EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"},"minContains":2})"), "minContains");
-    EXPECT_EQ(refused_keyword(R"({"dependencies":{"a":{"required":["b"]}}})"), "dependencies");
+    EXPECT_EQ(refused_keyword(R"({"dependencies":{"a":3}})"), "dependencies");
     EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{"type":"string"},"^y":{}}})"),
               "patternProperties");
     EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"(a)\\1"})"), "pattern");
@@ -501,6 +501,28 @@ TEST(SchemaKeywords, IfThenElse) {
     EXPECT_FALSE(matches(json_schema_grammar(R"js({"if":true,"then":{"type":"integer"},"else":{"type":"string"}})js"), R"js("s")js"));
     EXPECT_TRUE(matches(json_schema_grammar(R"js({"if":false,"then":{"type":"integer"},"else":{"type":"string"}})js"), R"js("s")js"));
     EXPECT_TRUE(matches(json_schema_grammar(R"js({"if":{"type":"integer"}})js"), R"js("s")js"));
+    // dependencies / dependentSchemas with a schema: "if a is present, the
+    // schema applies" (if: required a).
+    auto dep = json_schema_grammar(R"js({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"integer"}},
+      "dependentSchemas":{"a":{"required":["b"]}}})js");
+    EXPECT_TRUE(matches(dep, R"js({"a":"x","b":1})js"));
+    EXPECT_FALSE(matches(dep, R"js({"a":"x"})js"));
+    EXPECT_TRUE(matches(dep, R"js({"b":1})js"));
+    EXPECT_TRUE(matches(dep, R"js({})js"));
+    // Mutually exclusive properties, as Boutiques descriptors write them.
+    auto excl = json_schema_grammar(R"js({"type":"object","properties":{"a":{"type":"string"},"b":{"type":"string"}},
+      "anyOf":[{"required":["a"]},{"required":["b"]}],
+      "dependencies":{"a":{"properties":{"b":{"not":{}}}},"b":{"properties":{"a":{"not":{}}}}}})js");
+    EXPECT_TRUE(matches(excl, R"js({"a":"x"})js"));
+    EXPECT_TRUE(matches(excl, R"js({"b":"y"})js"));
+    EXPECT_FALSE(matches(excl, R"js({"a":"x","b":"y"})js"));
+    EXPECT_FALSE(matches(excl, R"js({})js"));
+    // not of a list of strings: null left out, strings longer than the longest listed (narrowed).
+    auto reserved = json_schema_grammar(R"js({"type":["string","null"],"pattern":"^[a-z]+$","not":{"enum":["test","src",null]}})js");
+    EXPECT_TRUE(matches(reserved, R"js("tests")js"));
+    EXPECT_FALSE(matches(reserved, R"js("test")js"));
+    EXPECT_FALSE(matches(reserved, R"js("src")js"));
+    EXPECT_FALSE(matches(reserved, "null"));
     // A property whose schema matches nothing may not appear: it is left out.
     auto never = json_schema_grammar(R"js({"type":"object","properties":{"a":false,"b":{"type":"integer"},"c":{"not":{}}}})js");
     EXPECT_FALSE(prefix_ok(never, R"js({"c")js"));

@@ -180,10 +180,10 @@ void expect_refused(const std::string& schema, const std::string& keyword) {
 
 TEST(Schema, RefusesUnsupportedKeywordsByName) {
     // Keywords that constrain and are not enforced (issue 51's policy).
-    for (const char* kw : {"not", "dependentSchemas", "unevaluatedProperties", "unevaluatedItems", "minContains"})
+    for (const char* kw : {"not", "unevaluatedProperties", "unevaluatedItems", "minContains"})
         expect_refused(std::string(R"({"type":"object","properties":{"a":{"type":"string",")") + kw + R"(":{"x":1}}}})", kw);
     expect_refused(R"({"type":"array","uniqueItems":true})", "uniqueItems");
-    expect_refused(R"({"type":"object","dependentSchemas":{"a":{"required":["b"]}}})", "dependentSchemas");
+    expect_refused(R"({"type":"object","dependentSchemas":{"a":3}})", "dependentSchemas");
     expect_refused(R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})", "required");
     expect_refused(R"({"type":"strings"})", "type");
     expect_refused(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})", "$ref");

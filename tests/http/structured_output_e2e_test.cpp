@@ -266,7 +266,7 @@ TEST(StructuredOutput, RefusalsNameTheKeywordOrField) {
         {"unevaluatedProperties", {{"type", "object"}, {"unevaluatedProperties", false}}},
         {"not", {{"type", "string"}, {"not", {{"minLength", 2}}}}},
         {"uniqueItems", {{"type", "array"}, {"items", {{"type", "object"}}}, {"uniqueItems", true}}},
-        {"dependentSchemas", {{"type", "object"}, {"dependentSchemas", {{"x", {{"required", {"y"}}}}}}}},
+        {"maxContains", {{"type", "array"}, {"contains", {{"type", "integer"}}}, {"maxContains", 2}}},
         {"pattern", {{"type", "string"}, {"pattern", 1}}},
         {"minimum", {{"type", "integer"}, {"minimum", "one"}}},
     };

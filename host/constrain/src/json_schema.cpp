@@ -80,12 +80,12 @@ const std::set<std::string, std::less<>> kHandled = {
     "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "$ref", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties",
     "maxProperties", "patternProperties", "multipleOf", "dependentRequired", "dependencies", "propertyNames",
-    "contains", "not"};
+    "contains", "not", "dependentSchemas"};
 // Keywords that constrain the instance and are not enforced: refused by
 // name wherever they would constrain (an empty object or array of them
 // constrains nothing and is ignored).
 const std::set<std::string, std::less<>> kRefused = {
-    "not", "dependentSchemas", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
+    "not", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$recursiveRef"};
 // Keywords that make a schema's type object, array, string or number when
 // it has no `type` (narrowing: the schema alone would allow any other type).
@@ -381,6 +381,30 @@ public:
         check_refused(s, path);
         if (auto n = s.find("not"); n != s.end() && trivial(*n) == 1)  // {"not": {}}: "may not appear"
             throw EmptySchema("not", fmt::format("the schema at {} is 'not' of a schema that matches everything", at(path)));
+        if (auto n = s.find("not"); n != s.end() && not_values(*n)) {
+            Json copy = s;
+            copy.erase("not");
+            const Json& values = n->contains("enum") ? (*n)["enum"] : Json::array({(*n)["const"]});
+            uint64_t longest = 0;
+            bool strings = false, null = false;
+            for (const auto& v : values) {
+                if (v.is_null()) {
+                    null = true;
+                    continue;
+                }
+                strings = true;
+                const std::string& t = v.get_ref<const std::string&>();
+                longest = std::max<uint64_t>(longest, std::count_if(t.begin(), t.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
+            }
+            if (strings) {
+                auto m = copy.find("minLength");
+                const uint64_t had = m != copy.end() && m->is_number_unsigned() ? m->get<uint64_t>() : 0;
+                copy["minLength"] = std::max(had, longest + 1);
+            }
+            if (null) copy["not"] = Json{{"type", "null"}};
+            store_.push_back(std::move(copy));
+            return value(store_.back(), path, depth);
+        }
         const bool any_of = s.contains("anyOf"), one_of = s.contains("oneOf");
         if (s.contains("allOf") || (any_of && one_of) || (s.contains("$ref") && constrains_beside(s, "$ref")) ||
             conditional(s))
@@ -454,7 +478,7 @@ private:
     // Refuses what kRefused lists, where it constrains.
     static void check_refused(const Json& s, const std::string& path) {
         for (const auto& [k, v] : s.items()) {
-            if (k == "not" && (not_types(v) || trivial(v) >= 0)) continue;  // enforced: types_of, value()
+            if (k == "not" && (not_types(v) || trivial(v) >= 0 || not_values(v))) continue;  // types_of, value()
             if (kRefused.count(k)) {
                 if ((v.is_object() || v.is_array()) && v.empty() && k != "not") continue;
                 throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
@@ -479,16 +503,35 @@ private:
                 want = "a non-negative integer";
             if (want) throw GrammarError(k, fmt::format("'{}' at {} must be {}", k, at(path), want));
         }
-        // dependencies with a schema (not a list of names) is not enforced.
-        if (auto d = s.find("dependencies"); d != s.end() && d->is_object())
-            for (const auto& [k, v] : d->items())
-                if (!v.is_array())
-                    throw GrammarError("dependencies", fmt::format("'dependencies' with a schema (for '{}') at {} is not "
-                                                                   "supported", k.substr(0, 100), at(path)));
+        for (const char* key : {"dependentSchemas", "dependencies"})
+            if (auto d = s.find(key); d != s.end()) {
+                bool ok = d->is_object();
+                if (ok)
+                    for (const auto& [k, v] : d->items())
+                        ok = ok && (v.is_object() || v.is_boolean() || (v.is_array() && std::string_view(key) == "dependencies"));
+                if (!ok)
+                    throw GrammarError(key, fmt::format("'{}' at {} must be an object of {}", key, at(path),
+                                                        std::string_view(key) == "dependencies"
+                                                            ? "schemas or lists of names" : "schemas"));
+            }
     }
 
     // if/then/else constrain only with a then or an else.
-    static bool conditional(const Json& s) { return s.contains("if") && (s.contains("then") || s.contains("else")); }
+    static bool conditional(const Json& s) {
+        if (s.contains("if") && (s.contains("then") || s.contains("else"))) return true;
+        return !dependent_schemas(s).empty();
+    }
+
+    // dependentSchemas, and draft 4-7's dependencies with a schema: "if this
+    // property is present, the schema applies" (as name -> schema).
+    static std::vector<std::pair<std::string, const Json*>> dependent_schemas(const Json& s) {
+        std::vector<std::pair<std::string, const Json*>> out;
+        for (const char* key : {"dependentSchemas", "dependencies"})
+            if (auto d = s.find(key); d != s.end() && d->is_object())
+                for (const auto& [k, v] : d->items())
+                    if (!v.is_array() && trivial(v) != 1) out.emplace_back(k, &v);
+        return out;
+    }
 
     // Whether `s` has an enforced keyword other than `except`.
     static bool constrains_beside(const Json& s, std::string_view except) {
@@ -513,6 +556,25 @@ private:
                 else return std::nullopt;
         else return std::nullopt;
         return out;
+    }
+
+    // {"not": {"enum": [...]}} or {"not": {"const": x}} over strings and
+    // null: enforced by value() (null left out of the types; strings made
+    // longer than the longest listed one: narrowed).
+    static bool not_values(const Json& n) {
+        if (!n.is_object()) return false;
+        const Json* values = nullptr;
+        Json one;
+        for (const auto& [k, v] : n.items()) {
+            if (kAnnotations.count(k) || (k == "type" && (v == "string" || v == "null"))) continue;
+            if (k == "enum" && v.is_array() && !v.empty()) values = &v;
+            else if (k == "const") one = Json::array({v}), values = &one;
+            else return false;
+        }
+        if (!values) return false;
+        for (const auto& v : *values)
+            if (!v.is_string() && !v.is_null()) return false;
+        return true;
     }
 
     // 1: the schema matches every value (true, {}, annotations only); 0: it
@@ -718,6 +780,7 @@ private:
         std::vector<size_t> folded;
         std::string used_at;  // "" while no such reference exists
         bool used = false;
+        bool empty = false;   // no value matches it (EmptySchema)
     };
 
     // Compiles an object or array: a $ref inside consumes text first, so it
@@ -756,6 +819,8 @@ private:
     }
 
     std::string use_target(size_t t, const std::string& path) {
+        if (targets_[t].empty)
+            throw EmptySchema("allOf", fmt::format("the schema at {} matches nothing", at(path)));
         if (folding_) {
             targets_[*folding_].folded.push_back(t);
             return "";
@@ -813,7 +878,20 @@ private:
         refs_[target] = t;
         const std::optional<size_t> saved = std::exchange(folding_, t);
         const std::string where = target[0] == '&' ? path : target;
-        const std::string body = value(*node, where, ++ref_depth_ > kMaxGrammarNesting ? kMaxGrammarNesting + 1 : 0);
+        std::string body;
+        try {
+            body = value(*node, where, ++ref_depth_ > kMaxGrammarNesting ? kMaxGrammarNesting + 1 : 0);
+        } catch (const EmptySchema&) {
+            // Rules written before the compile found that may name this
+            // target: they are left unused, but every name must be defined
+            // (a rule nothing reaches may never end). A later use is empty too.
+            --ref_depth_;
+            folding_ = saved;
+            targets_[t].empty = true;
+            out_ += targets_[t].own + " ::= \"x\" " + targets_[t].own + "\n" + targets_[t].all + " ::= " +
+                    targets_[t].own + "\n";
+            throw;
+        }
         --ref_depth_;
         folding_ = saved;
         if (body.empty()) targets_[t].own.clear();
@@ -886,7 +964,7 @@ private:
             throw GrammarError("allOf", fmt::format("'$ref'/'allOf' at {} nest deeper than {} levels", at(path), kMaxGrammarNesting));
         if (s.is_boolean()) {
             if (s.get<bool>()) return Json::object();
-            throw GrammarError("allOf", fmt::format("the schema 'false' in 'allOf' at {} matches nothing", at(path)));
+            throw EmptySchema("allOf", fmt::format("the schema 'false' in 'allOf' at {} matches nothing", at(path)));
         }
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
         check_refused(s, path);
@@ -897,10 +975,24 @@ private:
                 k != "else" && !kAnnotations.count(k))
                 out[k] = v;
         if (conditional(s)) {  // applied to the whole merged schema (merged())
-            Json cond = Json::object();
-            for (const char* k : {"if", "then", "else"})
-                if (auto v = s.find(k); v != s.end()) cond[k] = *v;
-            out[kConditionals] = Json::array({cond});
+            Json conds = Json::array();
+            if (s.contains("if") && (s.contains("then") || s.contains("else"))) {
+                Json cond = Json::object();
+                for (const char* k : {"if", "then", "else"})
+                    if (auto v = s.find(k); v != s.end()) cond[k] = *v;
+                conds.push_back(cond);
+            }
+            for (const auto& [name, sub] : dependent_schemas(s))
+                conds.push_back(Json{{"if", {{"required", Json::array({name})}}}, {"then", *sub}});
+            out.erase("dependentSchemas");
+            if (auto d = out.find("dependencies"); d != out.end() && d->is_object()) {
+                Json lists = Json::object();
+                for (const auto& [k, v] : d->items())
+                    if (v.is_array()) lists[k] = v;
+                if (lists.empty()) out.erase("dependencies");
+                else *d = lists;
+            }
+            out[kConditionals] = conds;
         }
         normalize_bounds(out);
         if (auto o = out.find("oneOf"); o != out.end()) {  // oneOf as anyOf (see value())
@@ -952,6 +1044,18 @@ private:
     // null where it is empty.
     std::optional<Json> negated(const Json& test, const Json& s, const std::string& path) {
         if (!test.is_object()) return std::nullopt;
+        // {"required": [a, b]}: a or b is absent (it may not appear).
+        if (auto r = test.find("required"); r != test.end() && r->is_array() && !r->empty() && !test.contains("properties")) {
+            bool only = true;
+            for (const auto& [k, v] : test.items())
+                if (k != "required" && !kAnnotations.count(k) && !(k == "type" && v == "object")) only = false;
+            for (const auto& x : *r) only = only && x.is_string();
+            if (only) {
+                Json alts = Json::array();
+                for (const auto& x : *r) alts.push_back(Json{{"properties", {{x.get<std::string>(), false}}}});
+                return alts.size() == 1 ? alts[0] : Json{{"anyOf", alts}};
+            }
+        }
         const Json* tested = nullptr;
         std::string name;
         for (const auto& [k, v] : test.items()) {
