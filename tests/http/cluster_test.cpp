@@ -75,7 +75,7 @@ TEST(ModelServerProtocol, VllmGaugesCarryTheirNamesTypesAndFollowTheLoad) {
     ASSERT_GT(h.port(), 0);
     std::string m = h.get("/metrics").body;
     for (const char* name : {"vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-                             "vllm:cache_config_info"})
+                             "vllm:gpu_cache_usage_perc", "vllm:cache_config_info"})
         EXPECT_TRUE(has_line(m, std::string("# TYPE ") + name + " gauge")) << name << "\n" << m;
     std::string labels;
     EXPECT_EQ(sample(m, "vllm:num_requests_waiting", &labels), 0.0);
@@ -102,6 +102,7 @@ TEST(ModelServerProtocol, VllmGaugesCarryTheirNamesTypesAndFollowTheLoad) {
         max_waiting = std::max(max_waiting, sample(t, "vllm:num_requests_waiting").value_or(-1));
         max_running = std::max(max_running, sample(t, "vllm:num_requests_running").value_or(-1));
         max_usage = std::max(max_usage, sample(t, "vllm:kv_cache_usage_perc").value_or(-1));
+        EXPECT_EQ(sample(t, "vllm:gpu_cache_usage_perc"), sample(t, "vllm:kv_cache_usage_perc"));
         return max_waiting >= 1 && max_running == 1 && max_usage > 0;
     })) << "waiting " << max_waiting << " running " << max_running << " usage " << max_usage;
     EXPECT_EQ(max_running, 1);  // one sequence at a time

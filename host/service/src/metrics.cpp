@@ -83,6 +83,10 @@ void render_vllm(std::string& out, const Gauges& g) {
     head(out, "vllm:kv_cache_usage_perc", "gauge",
          "KV-cache usage. 1 means 100 percent usage (blocks only cached prefixes hold count as free).");
     out += fmt::format("vllm:kv_cache_usage_perc{} {}\n", labels, num(g.kv_running_usage));
+    // Its name before vLLM 0.9, the endpoint picker's default until its 2025 releases.
+    head(out, "vllm:gpu_cache_usage_perc", "gauge",
+         "GPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: Use vllm:kv_cache_usage_perc instead.");
+    out += fmt::format("vllm:gpu_cache_usage_perc{} {}\n", labels, num(g.kv_running_usage));
     // An info gauge (always 1): the facts are its labels.
     head(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
     out += fmt::format("vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\","
