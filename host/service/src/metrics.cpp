@@ -83,7 +83,7 @@ void render_vllm(std::string& out, const Gauges& g) {
     head(out, "vllm:kv_cache_usage_perc", "gauge",
          "KV-cache usage. 1 means 100 percent usage (blocks only cached prefixes hold count as free).");
     out += fmt::format("vllm:kv_cache_usage_perc{} {}\n", labels, num(g.kv_running_usage));
-    // Its name before vLLM 0.9, the endpoint picker's default until its 2025 releases.
+    // Its name before vLLM 0.9, which earlier endpoint-picker releases read by default.
     head(out, "vllm:gpu_cache_usage_perc", "gauge",
          "GPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: Use vllm:kv_cache_usage_perc instead.");
     out += fmt::format("vllm:gpu_cache_usage_perc{} {}\n", labels, num(g.kv_running_usage));
