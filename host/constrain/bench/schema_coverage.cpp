@@ -4,8 +4,14 @@
 // how many are accepted, the most common refusals (by keyword and message,
 // with paths left out), and the compile times (issue 51's < 50 ms goal).
 // The schemas are collected by whoever runs it; none ship with the project.
+// With --samples N FILE, each accepted schema's matcher is also walked N
+// times at random to a complete value (the way a sampler that picks any
+// allowed byte would), and the values are written to FILE as JSON lines
+// {"schema": path, "instance": text} for an independent validator
+// (tests/constrain/validate_samples.py).
 //   eh-schema-coverage /tmp/schemas            (each subfolder a source)
 //   eh-schema-coverage --list /tmp/schemas     (also one line per schema)
+//   eh-schema-coverage --samples 20 /tmp/samples.jsonl /tmp/schemas
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -13,6 +19,8 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -50,6 +58,32 @@ std::string reason_of(const std::string& keyword, const std::string& message) {
     return out.substr(0, 140);
 }
 
+// A random complete value: allowed bytes picked at random, leaning to
+// closing characters and to ending once the value may end. "" when the walk
+// runs past `limit` bytes without ending.
+std::string random_value(const std::shared_ptr<eh::constrain::Automaton>& a, std::mt19937& rng, size_t limit) {
+    eh::constrain::Matcher m(a);
+    std::string out;
+    std::uniform_real_distribution<double> u(0, 1);
+    while (out.size() < limit) {
+        const auto mask = m.mask();
+        auto allowed = [&](int id) { return ((*mask)[size_t(id) / 32] >> (id % 32)) & 1u; };
+        if (allowed(256) && (m.complete() || u(rng) < 0.3 + double(out.size()) / double(limit))) return out;
+        std::vector<int> bytes, closing;
+        for (int b = 0; b < 256; ++b)
+            if (allowed(b)) {
+                bytes.push_back(b);
+                if (b == '"' || b == '}' || b == ']') closing.push_back(b);
+            }
+        if (bytes.empty()) return "";
+        const auto& from = !closing.empty() && u(rng) < 0.35 ? closing : bytes;
+        const int b = from[std::uniform_int_distribution<size_t>(0, from.size() - 1)(rng)];
+        out += char(b);
+        if (!m.accept(b)) return "";
+    }
+    return "";
+}
+
 struct Result {
     std::string file;
     bool accepted = false;
@@ -62,11 +96,18 @@ struct Result {
 
 int main(int argc, char** argv) {
     bool list = false;
+    int samples = 0;
+    std::ofstream sample_out;
     std::vector<fs::path> roots;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--list") == 0) list = true;
-        else roots.emplace_back(argv[i]);
+        else if (std::strcmp(argv[i], "--samples") == 0 && i + 2 < argc) {
+            samples = std::atoi(argv[++i]);
+            sample_out.open(argv[++i]);
+        } else roots.emplace_back(argv[i]);
     }
+    std::mt19937 rng(51);
+    size_t walks = 0, ended = 0;
     if (roots.empty()) {
         std::fprintf(stderr, "usage: eh-schema-coverage [--list] DIR...  (each DIR's subfolders are sources)\n");
         return 2;
@@ -89,9 +130,10 @@ int main(int argc, char** argv) {
             r.file = rel.string();
             r.bytes = text.size();
             const auto t0 = Clock::now();
+            std::shared_ptr<eh::constrain::Automaton> automaton;
             try {
                 auto g = eh::constrain::json_schema_grammar(text);
-                eh::constrain::Automaton a(std::move(g), vocab);
+                automaton = std::make_shared<eh::constrain::Automaton>(std::move(g), vocab);
                 r.accepted = true;
             } catch (const eh::constrain::GrammarError& e) {
                 r.reason = reason_of(e.keyword(), e.what());
@@ -99,6 +141,18 @@ int main(int argc, char** argv) {
                 r.reason = reason_of("", e.what());
             }
             r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+            for (int k = 0; automaton && k < samples; ++k) {
+                ++walks;
+                std::string v;
+                try {
+                    v = random_value(automaton, rng, 3000);
+                } catch (const std::exception&) {
+                    continue;  // a matcher limit (docs/http-api.md); the value is not written
+                }
+                if (v.empty()) continue;
+                ++ended;
+                sample_out << nlohmann::json{{"schema", f.string()}, {"instance", v}}.dump() << "\n";
+            }
             by_source[source].push_back(std::move(r));
         }
     }
@@ -129,6 +183,7 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < std::min<size_t>(10, all.size()); ++i)
         std::printf("%8.2f  %8zu  %s  %s\n", all[i]->ms, all[i]->bytes, all[i]->accepted ? "yes" : "no ",
                     all[i]->file.c_str());
+    if (samples) std::printf("\nrandom walks: %zu, ended with a complete value: %zu\n", walks, ended);
     if (list)
         for (const auto& [source, results] : by_source)
             for (const auto& r : results)

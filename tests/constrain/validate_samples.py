@@ -1,0 +1,41 @@
+#!/usr/bin/env python3
+"""Validates the values eh-schema-coverage --samples wrote (JSON lines of
+{"schema": path, "instance": text}) against their schemas with the
+jsonschema package (Debian's python3-jsonschema): every value the grammar
+lets a sampler finish must parse and be valid. Prints the failures and a
+count; exits 1 if any value is invalid.
+  python3 tests/constrain/validate_samples.py /tmp/samples.jsonl
+"""
+import json
+import sys
+
+import jsonschema
+
+
+def main(path):
+    schemas, bad, n = {}, 0, 0
+    for line in open(path, encoding="utf-8"):
+        rec = json.loads(line)
+        n += 1
+        if rec["schema"] not in schemas:
+            with open(rec["schema"], encoding="utf-8") as f:
+                schema = json.load(f)
+            cls = jsonschema.validators.validator_for(schema, default=jsonschema.Draft7Validator)
+            schemas[rec["schema"]] = cls(schema, format_checker=cls.FORMAT_CHECKER)
+        try:
+            value = json.loads(rec["instance"])
+        except ValueError as e:
+            bad += 1
+            print(f"NOT JSON {rec['schema']}: {e}: {rec['instance'][:200]}")
+            continue
+        errors = list(schemas[rec["schema"]].iter_errors(value))
+        if errors:
+            bad += 1
+            print(f"INVALID {rec['schema']}: {errors[0].message[:200]} at {list(errors[0].absolute_path)}: "
+                  f"{rec['instance'][:300]}")
+    print(f"{n - bad} valid, {bad} invalid of {n} values from {len(schemas)} schemas")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))
