@@ -142,7 +142,9 @@ uint32_t Scheduler::running_blocks() const {
     std::unordered_map<SeqId, uint32_t> shared;  // source sequence -> full blocks shared with it
     for (const auto& a : running_) {
         if (!a || !a->seq) continue;
-        const uint32_t blocks = blocks_for(std::max(a->in_seq, a->shared_tokens), B);
+        // Every token it has (a prefill chunk or a chained step in flight
+        // holds blocks past in_seq): from above, like the whole estimate.
+        const uint32_t blocks = blocks_for(std::max<size_t>(a->tokens.size(), a->shared_tokens), B);
         const uint32_t full_shared = std::min(blocks, a->shared_tokens / B);
         held += blocks - full_shared;
         if (a->shared_from && full_shared) shared[a->shared_from] = std::max(shared[a->shared_from], full_shared);
