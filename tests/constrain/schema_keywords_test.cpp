@@ -523,6 +523,11 @@ TEST(SchemaKeywords, IfThenElse) {
     EXPECT_FALSE(matches(reserved, R"js("test")js"));
     EXPECT_FALSE(matches(reserved, R"js("src")js"));
     EXPECT_FALSE(matches(reserved, "null"));
+    // Keywords of other types beside an enum constrain nothing (uniqueItems
+    // on string values, as SchemaStore's a11yrc writes it).
+    auto tags = json_schema_grammar(R"js({"type":"array","items":{"uniqueItems":true,"minLength":2,"enum":["a","bb","cc"]}})js");
+    EXPECT_TRUE(matches(tags, R"js(["bb","cc","bb"])js"));
+    EXPECT_FALSE(matches(tags, R"js(["a"])js"));
     // A property whose schema matches nothing may not appear: it is left out.
     auto never = json_schema_grammar(R"js({"type":"object","properties":{"a":false,"b":{"type":"integer"},"c":{"not":{}}}})js");
     EXPECT_FALSE(prefix_ok(never, R"js({"c")js"));

@@ -673,6 +673,15 @@ private:
         Json others = s;
         others.erase("enum");
         others.erase("const");
+        if (!others.contains("type")) {
+            // Each keyword applies to its own type only: without a `type`,
+            // the values' own types (not the types keywords imply) are checked.
+            std::set<std::string> kinds;
+            for (const auto& v : values)
+                kinds.insert(v.is_string() ? "string" : v.is_number() ? "number" : v.is_boolean() ? "boolean"
+                             : v.is_null() ? "null" : v.is_array() ? "array" : "object");
+            if (!kinds.empty()) others["type"] = Json(std::vector<std::string>(kinds.begin(), kinds.end()));
+        }
         std::shared_ptr<const Grammar> check;
         if (constrains_beside(others, "type")) {
             if (enum_depth_ >= kMaxEnumChecks)
