@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "plugin_abi.hpp"
+#include <engine_host/plugin_abi.hpp>
 
 namespace ehp {
 

@@ -4,7 +4,7 @@
 
 #include <string>
 
-#include "engine_host/plugin_abi.hpp"
+#include <engine_host/plugin_abi.hpp>
 
 namespace ehp {
 

@@ -18,7 +18,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "tensor_types.h"
+#include <engine_host/tensor_types.h>
 
 namespace ehp {
 namespace quant {

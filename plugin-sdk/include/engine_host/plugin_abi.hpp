@@ -21,8 +21,8 @@
 #include <utility>
 #include <vector>
 
-#include "plugin_abi.h"
-#include "tensor_types.h"
+#include <engine_host/plugin_abi.h>
+#include <engine_host/tensor_types.h>
 
 namespace ehp {
 

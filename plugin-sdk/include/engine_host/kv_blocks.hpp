@@ -22,7 +22,7 @@
 #include <unordered_set>
 #include <vector>
 
-#include "plugin_abi.hpp"
+#include <engine_host/plugin_abi.hpp>
 
 namespace ehp {
 
