@@ -15,7 +15,7 @@
  *   the end of a struct; nothing is reordered, resized or removed. Every struct
  *   that crosses the boundary starts with a struct_size so that either side can
  *   tell which members the other knows about. Layout is pinned by static
- *   asserts in tests/unit/abi_layout_test.cpp.
+ *   asserts in tests/loader/abi_layout_test.cpp.
  *
  * Ownership (read this before writing a plugin)
  *   - Strings and arrays the host passes in are owned by the host and valid
@@ -482,7 +482,7 @@ typedef struct eh_plugin_api {
     void (*model_release)(eh_model* model);
 
     /* Sessions. Required up to 1.3 and for a plugin without the batched
-     * group; from 1.4 a plugin with the batched group may leave all eleven
+     * group; from 1.4 a plugin with the batched group may leave all ten
      * session_* members NULL (never some of them). */
     eh_status (*session_create)(eh_model* model, const eh_session_params* params,
                                 eh_session** out_session);
