@@ -67,12 +67,17 @@ struct Server::Impl {
         return std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     }
 
-    void install_routes();
-    void install_native();
-    void install_openai();
-    void install_anthropic();
-    void install_lifecycle();  // /health/live, /health/ready (lifecycle.cpp)
+    // One registration per API, beside its code.
+    void install_gates();    // Host check, CORS, API key, error bodies (server.cpp)
+    void install_health();   // /health, /capabilities, /metrics (health_api.cpp)
+    void install_native();   // /execute, /cancel, /tokenize, /detokenize (native_api.cpp)
+    void install_openai();     // /v1/models, /v1/completions, /v1/chat/completions (openai_api.cpp)
+    void install_anthropic();  // /v1/messages (anthropic_api.cpp)
+    void install_lifecycle();  // /health/live, /health/ready, /shutdown (lifecycle.cpp)
 };
+
+// The chat page's route (web_page.cpp).
+void install_web_page(Server::Impl& s);
 
 // lifecycle.cpp: /health's status (healthy, loading, shutting_down,
 // unhealthy); `resident` false (and `reason` why) when the weights left

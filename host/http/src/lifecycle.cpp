@@ -68,6 +68,21 @@ void Server::Impl::install_lifecycle() {
             if (auto svc = get_service()) j["running"] = svc->active_jobs();
         send_json(res, status == "ready" ? 200 : 503, j);
     });
+    // Stop on request, when started with --allow-shutdown-endpoint.
+    http.Post("/shutdown", [this](const httplib::Request& req, httplib::Response& res) {
+        std::string cid = correlation_id(req, res);
+        if (!options.allow_shutdown_endpoint) {
+            send_error(res, 404, "NOT_FOUND", "POST /shutdown is disabled (start with --allow-shutdown-endpoint)", cid);
+            return;
+        }
+        std::function<void()> fn;
+        {
+            std::lock_guard lock(mu);
+            fn = shutdown_fn;
+        }
+        send_json(res, 202, {{"status", "shutting_down"}});
+        if (fn) std::call_once(shutdown_once, fn);
+    });
 }
 
 }  // namespace eh::http

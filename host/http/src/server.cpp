@@ -8,7 +8,6 @@
 #include <cerrno>
 #include <cstring>
 
-#include <filesystem>
 #include <set>
 #include <thread>
 
@@ -20,7 +19,6 @@
 #include "impl.hpp"
 #include "request_guard.hpp"
 #include "responses_api.hpp"
-#include "web_assets.hpp"
 
 namespace eh::http {
 namespace {
@@ -29,24 +27,6 @@ const std::set<std::string> kRoutes = {"/health", "/health/live", "/health/ready
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
                                        "/v1/chat/completions", "/v1/capabilities", "/v1/messages",
                                        "/v1/messages/count_tokens", "/v1/responses"};
-
-// CUDA's runtime version number (1000 * major + 10 * minor) as "13.0"; null
-// for engines without one.
-nlohmann::json cuda_version_string(int v) {
-    if (v <= 0) return nullptr;
-    return fmt::format("{}.{}", v / 1000, (v % 1000) / 10);
-}
-
-// What /capabilities says about a plugin: file names, not absolute paths
-// (they tell a caller about the machine, not the plugin), and no free-memory
-// figure (a probe-time number, stale by the time anyone reads it; /health
-// and /metrics carry the live ones).
-nlohmann::json public_plugin(nlohmann::json p) {
-    for (const char* k : {"library", "manifest"})
-        if (p.contains(k) && p[k].is_string()) p[k] = std::filesystem::path(p[k].get<std::string>()).filename().string();
-    if (p.contains("probe") && p["probe"].is_object()) p["probe"].erase("free_memory_bytes");
-    return p;
-}
 
 // Why `host`:`port` cannot be listened on, in words: httplib only says that
 // it failed, so the bind is tried once more here (with the listener's
@@ -103,7 +83,9 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
                                                            impl_->options.artifacts_max_transcript_bytes);
         if (!impl_->options.model_path.empty()) impl_->model_digest = std::make_unique<FileDigest>(impl_->options.model_path);
     }
-    impl_->install_routes();
+    impl_->install_gates();
+    impl_->install_health();
+    install_web_page(*impl_);
     impl_->install_native();
     impl_->install_openai();
     impl_->install_anthropic();
@@ -190,7 +172,10 @@ void Server::on_shutdown_request(std::function<void()> fn) {
     impl_->shutdown_fn = std::move(fn);
 }
 
-void Server::Impl::install_routes() {
+// What every request passes before and after its route: the Host check
+// (DNS rebinding), CORS, the API key; the response count per route; the
+// error bodies of httplib's own refusals and of exceptions.
+void Server::Impl::install_gates() {
     http.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
         // DNS rebinding: a page on evil.example whose name now resolves to
         // 127.0.0.1 sends Host: evil.example. (HTTP/1.0 may omit Host; a
@@ -273,163 +258,6 @@ void Server::Impl::install_routes() {
         } catch (...) {
             send_error(res, 500, "INTERNAL", "unknown error", cid);
         }
-    });
-
-    http.Get("/health", [this](const httplib::Request& req, httplib::Response& res) {
-        correlation_id(req, res);
-        NodeInfo ni = get_info();
-        State st = state.load();
-        const auto svc = get_service();
-        const service::EngineState es = svc ? svc->engine_state() : service::EngineState::Ready;
-        // The worker contract's words: healthy, loading, unhealthy, shutting_down.
-        const ServingState ss = serving_state(*this);
-        const std::string& status = ss.status;
-        nlohmann::json j = {
-            {"status", status},
-            {"model", ni.model},
-            // The contract's meaning: weights held in device memory. A CPU
-            // engine can be healthy, but its weights are never resident.
-            {"resident", st == State::Ready && ss.resident && ni.device_kind != "cpu"},
-            {"quant_kind", ni.quant_kind},
-            {"vram_bytes_used", ni.vram_bytes_used},
-            {"tokenizer_kind", ni.tokenizer_kind},
-            {"vocab_size", ni.vocab_size},
-            {"bos_id", ni.bos_id >= 0 ? nlohmann::json(ni.bos_id) : nlohmann::json(nullptr)},
-            {"eos_id", ni.eos_id >= 0 ? nlohmann::json(ni.eos_id) : nlohmann::json(nullptr)},
-            {"context_length", ni.context_length},
-            {"uptime_seconds", uptime()},
-            {"plugin", {{"name", ni.plugin_name}, {"version", ni.plugin_version}}},
-            {"sm", ni.compute_capability},
-            {"cuda_runtime_version", cuda_version_string(ni.cuda_runtime_version)},
-            {"device", ni.device_name},
-            {"worker_id", service::log_settings().worker_id},
-        };
-        if (st == State::Loading) j["load_progress"] = load_progress.load();
-        if (!ss.resident) j["reason"] = ss.reason;
-        if (svc) {
-            const service::SchedulerStats& ss = svc->stats();
-            j["engine"] = {{"state", service::engine_state_name(es)},
-                           {"process", ss.engine_pid.load() ? nlohmann::json(ss.engine_pid.load()) : nlohmann::json(nullptr)},
-                           {"restarts", ss.engine_restarts.load()}};
-            j["queue_depth"] = svc->queue_depth();
-            j["active_jobs"] = svc->active_jobs();
-            // The model plus its KV-cache pool and step buffers, allocated at start.
-            j["vram_bytes_used"] = svc->device_bytes_used();
-            j["vram_bytes_model"] = svc->model_device_bytes();
-            j["kv_bytes_per_token"] = svc->kv_bytes_per_token();
-            j["kv_cache_bytes"] = svc->kv_cache_bytes();
-            const service::ChatTemplateState t = svc->codec().chat_template_state();
-            j["chat_template"] = {{"status", service::chat_template_kind_name(t.kind)}};
-            if (!t.source.empty()) j["chat_template"]["source"] = t.source;
-            if (!t.error.empty()) j["chat_template"]["error"] = t.error;
-            service::Gauges g;
-            svc->fill_gauges(g);
-            const service::SeqLimits& kl = svc->kv_limits();
-            j["scheduler"] = {{"batched", svc->batched()},
-                              {"running", svc->active_jobs()},
-                              {"waiting", svc->queue_depth()},
-                              {"max_running", svc->max_running()},
-                              {"max_step_tokens", kl.max_step_tokens},
-                              {"kv_block_tokens", kl.block_tokens},
-                              {"kv_blocks_total", kl.total_blocks},
-                              {"kv_cache_usage", g.kv_cache_usage},
-                              {"prefix_cache_entries", uint64_t(g.prefix_cache_entries)},
-                              {"prefix_cache_hit_tokens", uint64_t(g.prefix_hit_tokens)},
-                              {"preemptions", uint64_t(g.preemptions)}};
-        }
-        send_json(res, status == "healthy" ? 200 : 503, j);
-    });
-
-    // /v1/capabilities is the worker contract's name; /capabilities stays.
-    http.Get("/(v1/)?capabilities", [this](const httplib::Request& req, httplib::Response& res) {
-        std::string cid = correlation_id(req, res);
-        if (state.load() == State::Loading) {
-            require_ready(*this, res, cid);
-            return;
-        }
-        NodeInfo ni = get_info();
-        nlohmann::json accepted = nlohmann::json::array(), rejected = nlohmann::json::array();
-        for (const auto& p : ni.plugins) {
-            if (p.value("accepted", false)) accepted.push_back(public_plugin(p));
-            else rejected.push_back(public_plugin({{"name", p.value("name", "")}, {"library", p.value("library", "")},
-                                                   {"manifest", p.value("manifest", "")},
-                                                   {"reasons", p.value("reasons", nlohmann::json::array())}}));
-        }
-        // A model whose chat template was rejected cannot take chat work.
-        nlohmann::json workloads = {"generate", "chat", "tokenize", "detokenize"};
-        if (auto svc = get_service();
-            svc && svc->codec().chat_template_state().kind == service::ChatTemplateState::Kind::Rejected)
-            workloads = {"generate", "tokenize", "detokenize"};
-        nlohmann::json j = {
-            {"api_version", "1"},
-            {"engine", ni.engine},
-            {"engine_version", ni.plugin_version},
-            {"plugin", ni.plugin_name},
-            {"model", ni.model},
-            {"architecture", ni.architecture},
-            {"ctx_max", ni.context_length},
-            {"max_tokens_out", ni.max_tokens_out},
-            {"concurrency", {{"slots", ni.slots}, {"queue_capacity", ni.queue_capacity}}},
-            {"workloads", workloads},
-            {"endpoints", {"/execute", "/cancel", "/health", "/health/live", "/health/ready", "/capabilities", "/v1/capabilities", "/metrics", "/tokenize", "/detokenize",
-                           "/v1/models", "/v1/completions", "/v1/chat/completions", "/v1/messages",
-                           "/v1/messages/count_tokens", "/v1/responses"}},
-            {"sampler", {{"temperature", {{"min", 0}, {"max", 2}, {"default", 1}}},
-                         {"top_p", {{"min", 0}, {"max", 1}, {"default", 1}}},
-                         {"top_k", {{"min", 0}, {"default", 0}}},
-                         {"min_p", {{"min", 0}, {"max", 1}, {"default", 0}}},
-                         {"repetition_penalty", {{"min_exclusive", 0}, {"max", 2}, {"default", 1}}},
-                         {"seed", {{"type", "uint64"}}},
-                         {"stop", {{"max_count", options.limits.max_stop}}}}},
-            {"logprobs", ni.logprobs},
-            {"limits", {{"max_prompt_chars", options.limits.max_prompt_chars},
-                        {"max_body_bytes", options.limits.max_body_bytes}}},
-            {"plugins", {{"accepted", accepted}, {"rejected", rejected}}},
-            // The contract's per-engine view; one engine serves here.
-            // sampler_profile_version names the sampler's behaviour (what a
-            // seed and the sampling fields produce); it changes when that does.
-            {"engines", nlohmann::json::array({{{"engine", ni.engine},
-                                                 {"engine_version", ni.plugin_version},
-                                                 {"plugin", ni.plugin_name},
-                                                 {"sampler_profile_version", "1"},
-                                                 {"ctx_max", ni.context_length},
-                                                 {"max_tokens_out", ni.max_tokens_out},
-                                                 {"concurrency", {{"slots", ni.slots}}},
-                                                 {"supported_workloads", workloads}}})},
-        };
-        send_json(res, 200, j);
-    });
-
-    http.Get("/metrics", [this](const httplib::Request& req, httplib::Response& res) {
-        correlation_id(req, res);
-        service::Gauges g;
-        g.uptime_seconds = uptime();
-        g.ready = state.load() == State::Ready;
-        NodeInfo ni = get_info();
-        g.vram_bytes = double(ni.vram_bytes_used);
-        g.context_length = ni.context_length;
-        if (auto svc = get_service()) {
-            g.vram_bytes = double(svc->device_bytes_used());
-            svc->fill_gauges(g);
-        }
-        res.set_content(metrics->render(g), "text/plain; version=0.0.4; charset=utf-8");
-    });
-
-    http.Get(web::kRoutePattern, web::serve_asset);  // the chat page
-
-    http.Post("/shutdown", [this](const httplib::Request& req, httplib::Response& res) {
-        std::string cid = correlation_id(req, res);
-        if (!options.allow_shutdown_endpoint) {
-            send_error(res, 404, "NOT_FOUND", "POST /shutdown is disabled (start with --allow-shutdown-endpoint)", cid);
-            return;
-        }
-        std::function<void()> fn;
-        {
-            std::lock_guard lock(mu);
-            fn = shutdown_fn;
-        }
-        send_json(res, 202, {{"status", "shutting_down"}});
-        if (fn) std::call_once(shutdown_once, fn);
     });
 }
 

@@ -29,3 +29,9 @@ void serve_asset(const httplib::Request& req, httplib::Response& res) {
 }
 
 }  // namespace eh::http::web
+
+namespace eh::http {
+
+void install_web_page(Server::Impl& s) { s.http.Get(web::kRoutePattern, web::serve_asset); }
+
+}  // namespace eh::http
