@@ -63,7 +63,7 @@ Reply a_ready() {
     r.facts.info.compute_capability = 90;
     r.facts.plugin_name = "cpu-reference";
     r.facts.plugin_version = "1.2.3";
-    r.facts.session_logits = true;
+    r.facts.logits = true;
     return r;
 }
 
@@ -150,7 +150,7 @@ TEST(EngineWire, RepliesRoundTrip) {
     EXPECT_EQ(r.facts.info.device_bytes_used, 123456789u);
     EXPECT_EQ(r.facts.info.kv_bytes_per_token, 2048u);
     EXPECT_EQ(r.facts.plugin_version, "1.2.3");
-    EXPECT_TRUE(r.facts.session_logits);
+    EXPECT_TRUE(r.facts.logits);
 
     Reply e;
     e.type = Msg::Error;

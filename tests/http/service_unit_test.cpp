@@ -451,3 +451,20 @@ TEST(ChatPromptCompose, TemplateSeesMarkedJsonAndBosShiftsTheSpans) {
 }
 
 }  // namespace
+
+// Logprobs are served from the logits of the path the engine runs: seq_logits
+// on the batched step (a 1.4 step-only plugin has no session calls at all),
+// session_logits otherwise. /capabilities reports this fact.
+TEST(Service, LogitsFactFollowsTheForwardPath) {
+    for (const char* fixture : {"good/test-engine", "step-only/fixture-step-only"}) {
+        PluginRecord r = loader::load_plugin(std::string(EH_TEST_PLUGIN_DIR) + "/" + fixture + ".manifest.json",
+                                             loader::LoaderOptions{});
+        ASSERT_TRUE(r.accepted) << fixture;
+        static eh_model_view view{};
+        view.struct_size = sizeof(view);
+        view.format = EH_FORMAT_GGUF;
+        view.architecture = {"llama", 5};
+        auto model = EngineModel::load(r.api, "/dev/null", &view, nullptr, {});
+        EXPECT_TRUE(local_engine(model)->facts().logits) << fixture;
+    }
+}

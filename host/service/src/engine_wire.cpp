@@ -161,7 +161,7 @@ void facts_fields(IO& io, F& f) {
     io.field(i.kv_bytes_per_token);
     io.field(f.plugin_name);
     io.field(f.plugin_version);
-    io.field(f.session_logits);
+    io.field(f.logits);
 }
 
 template <class IO, class L>

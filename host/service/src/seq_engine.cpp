@@ -287,7 +287,10 @@ public:
             f.plugin_name = pi->name ? pi->name : "";
             f.plugin_version = pi->version ? pi->version : "";
         }
-        f.session_logits = model_->api().session_logits != nullptr;
+        // Logprobs come from the path make_seq_engine picks: the batched
+        // step's seq_logits, or the session's logits without that group.
+        const eh_plugin_api& api = model_->api();
+        f.logits = loader::api_has_step(api) ? api.seq_logits != nullptr : api.session_logits != nullptr;
         return f;
     }
     std::unique_ptr<SeqEngine> make_engine(const KvBudget& budget) override { return make_seq_engine(model_, budget); }

@@ -17,7 +17,7 @@ namespace eh::service {
 struct EngineFacts {
     eh_model_info info{};           // device_bytes_used: as of the last look
     std::string plugin_name, plugin_version;
-    bool session_logits = false;    // the plugin exposes a session's logits
+    bool logits = false;            // the engine gives raw logits (logprobs): seq_logits, or session_logits without the batched step
 };
 
 class EngineSource {
