@@ -390,3 +390,17 @@ TEST(ResponseStore, ScopedPerKey) {
     EXPECT_EQ(s.size(), 0u);
     EXPECT_EQ(s.bytes(), 0u);
 }
+
+// A full store evicts from the scope holding the most: one API key's burst
+// pushes out its own oldest responses, not another key's.
+TEST(ResponseStore, OneKeysTrafficEvictsItsOwnFirst) {
+    ResponseStore s(4, 1 << 20);
+    EXPECT_TRUE(s.put("a", stored("key1", "kept")));
+    for (int i = 1; i <= 6; ++i) EXPECT_TRUE(s.put("b" + std::to_string(i), stored("key2", "burst")));
+    EXPECT_EQ(s.size(), 4u);
+    ASSERT_NE(s.get("a", "key1"), nullptr);  // before: the store's oldest, evicted first
+    EXPECT_EQ(s.get("b1", "key2"), nullptr);
+    EXPECT_EQ(s.get("b3", "key2"), nullptr);
+    EXPECT_NE(s.get("b4", "key2"), nullptr);
+    EXPECT_NE(s.get("b6", "key2"), nullptr);
+}

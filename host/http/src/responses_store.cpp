@@ -18,8 +18,18 @@ size_t ResponseStore::cost(const std::string& id, const StoredResponse& r) {
 
 void ResponseStore::drop(std::unordered_map<std::string, Entry>::iterator it) {
     bytes_ -= it->second.bytes;
-    lru_.erase(it->second.lru);
+    auto sc = scopes_.find(it->second.r->scope);
+    sc->second.bytes -= it->second.bytes;
+    sc->second.lru.erase(it->second.lru);
+    if (sc->second.lru.empty()) scopes_.erase(sc);
     map_.erase(it);
+}
+
+void ResponseStore::evict_one() {
+    auto largest = scopes_.begin();
+    for (auto it = scopes_.begin(); it != scopes_.end(); ++it)
+        if (it->second.bytes > largest->second.bytes) largest = it;
+    drop(map_.find(largest->second.lru.back()));
 }
 
 bool ResponseStore::put(const std::string& id, StoredResponse r) {
@@ -27,9 +37,11 @@ bool ResponseStore::put(const std::string& id, StoredResponse r) {
     std::lock_guard lock(mu_);
     if (auto it = map_.find(id); it != map_.end()) drop(it);
     if (max_count_ == 0 || bytes > max_bytes_) return false;
-    while (!lru_.empty() && (map_.size() + 1 > max_count_ || bytes_ + bytes > max_bytes_)) drop(map_.find(lru_.back()));
-    lru_.push_front(id);
-    map_[id] = Entry{std::make_shared<const StoredResponse>(std::move(r)), bytes, lru_.begin()};
+    while (!map_.empty() && (map_.size() + 1 > max_count_ || bytes_ + bytes > max_bytes_)) evict_one();
+    Scope& sc = scopes_[r.scope];
+    sc.lru.push_front(id);
+    sc.bytes += bytes;
+    map_[id] = Entry{std::make_shared<const StoredResponse>(std::move(r)), bytes, sc.lru.begin()};
     bytes_ += bytes;
     return true;
 }
@@ -38,7 +50,8 @@ std::shared_ptr<const StoredResponse> ResponseStore::get(const std::string& id, 
     std::lock_guard lock(mu_);
     auto it = map_.find(id);
     if (it == map_.end() || it->second.r->scope != scope) return nullptr;
-    lru_.splice(lru_.begin(), lru_, it->second.lru);
+    std::list<std::string>& lru = scopes_[scope].lru;
+    lru.splice(lru.begin(), lru, it->second.lru);
     return it->second.r;
 }
 

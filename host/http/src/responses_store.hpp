@@ -1,8 +1,10 @@
 // The Responses API's store of finished responses (`store`, default true):
 // what previous_response_id continues from and GET / DELETE
 // /v1/responses/{id} read. In memory only, bounded by a count and a byte
-// total (ServerOptions::responses_max, responses_max_bytes); the least
-// recently used (stored or read) go first. Each response is kept with the
+// total (ServerOptions::responses_max, responses_max_bytes). When full, the
+// scope holding the most bytes gives up its least recently used (stored or
+// read) response first, so one API key's traffic evicts its own responses
+// before anyone else's. Each response is kept with the
 // prefix-cache scope of the request that made it (a digest of its API key,
 // "" without keys) and is found only under that scope: one key can neither
 // read, continue nor delete another key's responses, and cannot tell them
@@ -33,8 +35,8 @@ class ResponseStore {
 public:
     ResponseStore(size_t max_count, size_t max_bytes) : max_count_(max_count), max_bytes_(max_bytes) {}
 
-    // Keeps `r` under `id`, evicting the least recently used while over a
-    // limit. false (nothing kept) when it alone is larger than max_bytes or
+    // Keeps `r` under `id`, evicting while over a limit (the largest
+    // scope's least recently used first). false (nothing kept) when it alone is larger than max_bytes or
     // max_count is 0.
     bool put(const std::string& id, StoredResponse r);
     // The response under `id` made in `scope` (null when there is none),
@@ -52,14 +54,19 @@ private:
     struct Entry {
         std::shared_ptr<const StoredResponse> r;
         size_t bytes = 0;
-        std::list<std::string>::iterator lru;  // position in lru_ (front: most recent)
+        std::list<std::string>::iterator lru;  // position in its scope's lru (front: most recent)
+    };
+    struct Scope {
+        std::list<std::string> lru;  // ids, most recent first
+        size_t bytes = 0;
     };
     void drop(std::unordered_map<std::string, Entry>::iterator it);
+    void evict_one();  // the largest scope's least recently used
 
     const size_t max_count_, max_bytes_;
     mutable std::mutex mu_;
     std::unordered_map<std::string, Entry> map_;
-    std::list<std::string> lru_;
+    std::unordered_map<std::string, Scope> scopes_;
     size_t bytes_ = 0;
 };
 
