@@ -125,10 +125,15 @@ static eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out
     g.max_seq_tokens = p->max_seq_tokens < 2048 ? p->max_seq_tokens : 2048; /* the context it reports */
     g.block_tokens = g.max_seq_tokens;
     g.block_bytes = (uint64_t)g.block_tokens * sizeof(int32_t);
-    /* A budget buys whole blocks; without one, a block for every sequence. */
+    /* A budget buys whole blocks; without one, a block for every sequence.
+     * A budget below one block grants the shorter context it holds. */
+    if (p->budget_bytes && p->budget_bytes < g.block_bytes) {
+        g.max_seq_tokens = g.block_tokens = (uint32_t)(p->budget_bytes / sizeof(int32_t));
+        g.block_bytes = (uint64_t)g.block_tokens * sizeof(int32_t);
+        if (g.block_tokens == 0) return fail(m, EH_INSUFFICIENT_VRAM, "kv_init: the budget holds not one token");
+    }
     uint64_t blocks = p->max_seqs;
     if (p->budget_bytes && p->budget_bytes / g.block_bytes < blocks) blocks = p->budget_bytes / g.block_bytes;
-    if (blocks == 0) return fail(m, EH_INSUFFICIENT_VRAM, "kv_init: the budget holds no block");
     g.total_blocks = g.free_blocks = (uint32_t)blocks;
     g.max_seqs = p->max_seqs;
     g.max_step_tokens = p->max_step_tokens;
@@ -242,21 +247,29 @@ static uint32_t needs_block(const hello_seq* s) { return s->block < 0 || s->mode
 
 /* The allowed-token mask (structured output): a set bit lets a token be
  * sampled. This engine has no logits to rank the others by, so a refused
- * pick becomes the lowest allowed id. (It offers no seq_logits, so the host
- * knows not to expect biases to move it.) */
+ * pick becomes the lowest allowed id. Logit biases, having no logits to
+ * move, are checked (ids in the vocabulary) and otherwise ignored; the host
+ * sees from the missing seq_logits that this engine has no logits. */
 static int allowed(const eh_step_entry* e, int32_t token) {
     return !e->allowed || ((e->allowed[(uint32_t)token / 32] >> ((uint32_t)token % 32)) & 1u);
 }
 static int32_t first_allowed(const eh_step_entry* e, uint32_t vocab) {
     for (uint32_t t = 0; t < vocab; ++t)
         if (allowed(e, (int32_t)t)) return (int32_t)t;
-    return 0; /* the host never sends an empty mask */
+    return 0; /* unreachable: step() refuses an empty mask */
+}
+static int any_allowed(const eh_step_entry* e, uint32_t vocab) {
+    for (uint32_t t = 0; t < vocab; ++t)
+        if (allowed(e, (int32_t)t)) return 1;
+    return 0;
 }
 
 static eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
     hello_model* m = (hello_model*)model;
     if (!m->kv_ready) return fail(m, EH_INVALID_ARGUMENT, "kv_init first");
     if (n == 0 || n > m->kv.max_step_entries) return fail(m, EH_INVALID_ARGUMENT, "step: entry count out of range");
+    if (entries[0].struct_size < sizeof(eh_step_entry))
+        return fail(m, EH_INVALID_ARGUMENT, "step: entries[0].struct_size is smaller than this plugin's eh_step_entry");
     /* Check everything first: on a refusal nothing may have changed. */
     uint64_t total = 0;
     uint32_t blocks = 0;
@@ -278,6 +291,20 @@ static eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
                 snprintf(what, sizeof what, "step entry %u: token id %d is outside the vocabulary", i, e->tokens[t]);
                 return fail(m, EH_INVALID_ARGUMENT, what);
             }
+        if (e->flags & ~(uint32_t)EH_STEP_SAMPLE) { /* LOGITS needs seq_logits, CHAINED step_begin: not offered */
+            snprintf(what, sizeof what, "step entry %u: flags 0x%x are not offered by this plugin", i, e->flags);
+            return fail(m, EH_INVALID_ARGUMENT, what);
+        }
+        for (uint32_t b = 0; b < e->n_bias; ++b)
+            if (!e->bias_tokens || !e->bias_values || e->bias_tokens[b] < 0 || (uint32_t)e->bias_tokens[b] >= m->vocab ||
+                e->bias_values[b] - e->bias_values[b] != 0.0f) { /* NaN or infinite */
+                snprintf(what, sizeof what, "step entry %u: logit bias %u is outside the vocabulary or not finite", i, b);
+                return fail(m, EH_INVALID_ARGUMENT, what);
+            }
+        if (e->allowed && !any_allowed(e, m->vocab)) {
+            snprintf(what, sizeof what, "step entry %u: the mask allows no token", i);
+            return fail(m, EH_INVALID_ARGUMENT, what);
+        }
         if ((e->flags & EH_STEP_SAMPLE) && !s->has_sampler) {
             snprintf(what, sizeof what, "step entry %u: sampling before seq_set_sampling", i);
             return fail(m, EH_INVALID_ARGUMENT, what);

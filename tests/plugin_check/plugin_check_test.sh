@@ -24,6 +24,9 @@ out=$("$check_bin" "$step_only" --model "$model" --only fork_shares_prefix --jso
 out=$("$check_bin" "$plugins/good/libeh-test-engine.so" --model "$model" 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"has no batched step"* ]]; check session-only-refused $? "exit $rc: $out"
 
+out=$("$check_bin" "$cpuref" --model "$model" --reference "$plugins/good/libeh-test-engine.so" 2>&1); rc=$?
+[[ $rc -eq 2 && "$out" == *"the reference plugin has no batched step"* ]]; check session-only-reference-refused $? "exit $rc: $out"
+
 out=$("$check_bin" "$step_only" --model "$model" --only no_such_check 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"no check is named 'no_such_check'"* ]]; check unknown-check $? "exit $rc: $out"
 

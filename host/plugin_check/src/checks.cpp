@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 
 #include "driver.hpp"
@@ -37,6 +38,18 @@ struct Context {
     const CheckOptions& options;
     Driver& d;
     uint32_t n;  // tokens a generation samples
+
+    // A check that builds sequences of `tokens` tokens, or steps of
+    // `step_tokens`, is skipped (not failed) when the plugin granted less:
+    // the ABI lets it grant less than asked.
+    void needs(uint32_t tokens, uint32_t step_tokens = 1, uint32_t seqs = 1) const {
+        const eh_kv_info& g = d.granted();
+        if (g.max_seq_tokens < tokens || g.max_step_tokens < step_tokens || g.max_seqs < seqs ||
+            g.max_step_entries < std::min(seqs, 4u))
+            throw Skipped{fmt::format("needs sequences of {} tokens, steps of {} tokens and {} sequences; the plugin "
+                                      "granted {}, {} and {}",
+                                      tokens, step_tokens, seqs, g.max_seq_tokens, g.max_step_tokens, g.max_seqs)};
+    }
 
     // Deterministic prompt ids, clear of the lowest ids (control tokens in
     // most vocabularies).
@@ -79,6 +92,7 @@ void kv_init_grant(Context& c) {
 }
 
 void sequence_lengths(Context& c) {
+    c.needs(13, 10);
     eh_seq* s = c.d.create();
     if (c.d.length(s) != 0) fail("a new sequence is not empty");
     const auto p = c.prompt(13, 1);
@@ -95,6 +109,7 @@ void sequence_lengths(Context& c) {
 
 void no_capacity(Context& c) {
     const uint32_t cap = c.d.granted().max_seqs;
+    if (cap > kMaxSeqs) fail(fmt::format("kv_init granted {} sequences, more than the {} asked", cap, kMaxSeqs));
     for (uint32_t i = 0; i < cap; ++i) c.d.create();
     eh_seq* extra = nullptr;
     const eh_status st = c.d.try_create(&extra);
@@ -105,6 +120,7 @@ void no_capacity(Context& c) {
 }
 
 void greedy_repeats(Context& c) {
+    c.needs(12 + c.n, 12);
     const auto p = c.prompt(12, 2);
     const auto a = c.d.generate(c.d.create(), p, c.n, greedy());
     const auto b = c.d.generate(c.d.create(), p, c.n, greedy());
@@ -112,6 +128,7 @@ void greedy_repeats(Context& c) {
 }
 
 void chunked_prefill(Context& c) {
+    c.needs(20 + c.n, 20);
     const auto p = c.prompt(20, 3);
     const auto whole = c.d.generate(c.d.create(), p, c.n, greedy());
     const auto chunks = c.d.generate(c.d.create(), p, c.n, greedy(), 7);
@@ -119,7 +136,7 @@ void chunked_prefill(Context& c) {
 }
 
 void batch_invariance(Context& c) {
-    if (c.d.granted().max_step_entries < 4 || c.d.granted().max_seqs < 4) throw Skipped{"fewer than 4 entries a step"};
+    c.needs(14 + c.n, 9 + 5 + 14 + 3, 4);
     const auto p = c.prompt(9, 4);
     const auto alone = c.d.generate(c.d.create(), p, c.n, greedy());
     std::vector<eh_seq*> seqs{c.d.create(), c.d.create(), c.d.create(), c.d.create()};
@@ -128,6 +145,7 @@ void batch_invariance(Context& c) {
 }
 
 void prefill_beside_decode(Context& c) {
+    c.needs(std::max(10 + c.n, 4 * c.n), 10, 2);
     const auto p = c.prompt(10, 8);
     const auto alone = c.d.generate(c.d.create(), p, c.n, greedy());
     eh_seq* a = c.d.create();
@@ -145,25 +163,39 @@ void prefill_beside_decode(Context& c) {
 }
 
 void fork_shares_prefix(Context& c) {
-    const auto p = c.prompt(24, 10);
+    // A fork point inside a block (13 tokens, unless the blocks are 13 or
+    // fewer), so the fork and its source share a partly filled block: the
+    // first to write must copy it, and the other must not see that write.
+    const uint32_t bt = c.d.granted().block_tokens;
+    const uint32_t at = bt > 13 ? 13 : bt + bt / 2 + (bt == 1);
+    c.needs(at + 8 + c.n, at + 8, 3);
+    const auto p = c.prompt(at + 8, 10);
+    const auto q = c.prompt(8, 18);  // the source's own continuation
     eh_seq* src = c.d.create();
-    std::vector<eh_step_entry> es{entry(src, p.data(), 16, 0)};
+    std::vector<eh_step_entry> es{entry(src, p.data(), at, 0)};
     c.d.step_ok(es, "source prefill");
     const uint32_t free_before = c.d.kv_info().free_blocks;
-    eh_seq* f = c.d.fork(src, 16);
-    if (c.d.length(f) != 16) fail(fmt::format("a fork of 16 tokens has length {}", c.d.length(f)));
-    if (c.d.length(src) != 16) fail("seq_fork changed its source's length");
+    eh_seq* f = c.d.fork(src, at);
+    if (c.d.length(f) != at) fail(fmt::format("a fork of {} tokens has length {}", at, c.d.length(f)));
+    if (c.d.length(src) != at) fail("seq_fork changed its source's length");
     const uint32_t free_after = c.d.kv_info().free_blocks;
     if (free_after != free_before)
         fail(fmt::format("seq_fork took {} free blocks (a fork shares its source's blocks)",
                          int64_t(free_before) - int64_t(free_after)));
-    const std::vector<int32_t> rest(p.begin() + 16, p.end());
+    // The fork writes first, then the source goes on with other tokens.
+    const std::vector<int32_t> rest(p.begin() + at, p.end());
     const auto forked = c.d.generate(f, rest, c.n, greedy());
-    const auto fresh = c.d.generate(c.d.create(), p, c.n, greedy());
-    expect_same(fresh, forked, "a fork continued with the rest of the prompt against the whole prompt");
+    const auto source = c.d.generate(src, q, c.n, greedy());
+    std::vector<int32_t> src_whole(p.begin(), p.begin() + at);
+    src_whole.insert(src_whole.end(), q.begin(), q.end());
+    expect_same(c.d.generate(c.d.create(), p, c.n, greedy()), forked,
+                "a fork continued with the rest of the prompt against the whole prompt");
+    expect_same(c.d.generate(c.d.create(), src_whole, c.n, greedy()), source,
+                "the source continued after its fork wrote against a fresh sequence (copy on write)");
 }
 
 void truncate_regrow(Context& c) {
+    c.needs(16 + c.n, 16);
     const auto p = c.prompt(16, 11);
     eh_seq* s = c.d.create();
     const auto first = c.d.generate(s, p, c.n, greedy());
@@ -182,6 +214,7 @@ eh_sampling_params sampled(float temperature, int32_t top_k, float top_p, uint64
 }
 
 void seeded_sampling(Context& c) {
+    c.needs(8 + c.n, 8);
     const eh_sampling_params sp = sampled(0.9f, 40, 0.95f, 1234);
     const auto p = c.prompt(8, 12);
     expect_same(c.d.generate(c.d.create(), p, c.n, sp), c.d.generate(c.d.create(), p, c.n, sp),
@@ -189,12 +222,14 @@ void seeded_sampling(Context& c) {
 }
 
 void top_k_one_is_greedy(Context& c) {
+    c.needs(8 + c.n, 8);
     const auto p = c.prompt(8, 13);
     expect_same(c.d.generate(c.d.create(), p, c.n, greedy()),
                 c.d.generate(c.d.create(), p, c.n, sampled(1.0f, 1, 1.0f, 99)), "top_k 1 at temperature 1 against greedy");
 }
 
 void allowed_mask(Context& c) {
+    c.needs(8 + c.n, 8);
     const auto p = c.prompt(8, 14);
     const int32_t g = c.d.generate(c.d.create(), p, 1, greedy())[0];
     const int32_t only = int32_t((uint32_t(g) + 1) % c.d.vocab());
@@ -210,6 +245,7 @@ void allowed_mask(Context& c) {
 
 void logit_bias(Context& c) {
     if (!c.d.api().seq_logits) throw Skipped{"the plugin offers no seq_logits"};
+    c.needs(8 + c.n, 8);
     const auto p = c.prompt(8, 15);
     eh_seq* s = c.d.create();
     c.d.set_sampling(s, greedy());
@@ -222,9 +258,15 @@ void logit_bias(Context& c) {
     const int32_t best = int32_t(std::max_element(logits, logits + n) - logits);
     if (logits[g] < logits[best]) fail(fmt::format("greedy sampled {} (logit {}), not the largest {} (logit {})", g,
                                                    logits[g], best, logits[best]));
-    const int32_t low = int32_t(std::min_element(logits, logits + n) - logits);
+    // The runner-up (finite: a plugin may set padded ids to -inf) lifted
+    // just past the best.
+    int32_t second = -1;
+    for (uint32_t i = 0; i < n; ++i)
+        if (int32_t(i) != best && std::isfinite(logits[i]) && (second < 0 || logits[i] > logits[second])) second = int32_t(i);
+    if (second < 0) throw Skipped{"no second finite logit to lift"};
+    const int32_t low = second;
     const int32_t bias_token = low;
-    const float bias_value = logits[best] - logits[low] + 10.0f;
+    const float bias_value = logits[best] - logits[second] + 1.0f;
     eh_seq* b = c.d.create();
     c.d.set_sampling(b, greedy());
     es = {entry(b, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
@@ -232,13 +274,23 @@ void logit_bias(Context& c) {
     es[0].bias_tokens = &bias_token;
     es[0].bias_values = &bias_value;
     const int32_t got = c.d.step_ok(es, "biased prefill")[0];
-    if (got != low) fail(fmt::format("a bias lifting token {} above every other sampled {}", low, got));
+    if (got != low) fail(fmt::format("a bias lifting token {} past the best sampled {}", low, got));
 }
 
 void kv_full_changes_nothing(Context& c) {
     // A second load of the model with room for three blocks.
     const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes);
-    Driver small(c.options.plugin, c.options.model, kp);
+    std::unique_ptr<Driver> loaded;
+    try {
+        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model, kp);
+    } catch (const Failure& f) {
+        const std::string why = f.what();
+        if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
+            why.find("memory") != std::string::npos)
+            throw Skipped{"a second copy of the model does not fit beside the first: " + why};
+        throw;
+    }
+    Driver& small = *loaded;
     const eh_kv_info g = small.granted();
     if (uint64_t(g.total_blocks) * g.block_bytes > kp.budget_bytes)
         fail(fmt::format("kv_init with a budget of {} bytes granted {} blocks of {} bytes", kp.budget_bytes,
@@ -246,6 +298,7 @@ void kv_full_changes_nothing(Context& c) {
     const uint32_t chunk = std::min({g.block_tokens, g.max_step_tokens, g.max_seq_tokens});
     const auto p = c.prompt(chunk, 16);
     std::vector<eh_seq*> seqs;
+    std::vector<int32_t> one(1, p[0]);
     for (uint32_t round = 0; round < 4 * g.total_blocks + g.max_seqs; ++round) {
         eh_seq* s = nullptr;
         if (small.try_create(&s) != EH_OK) break;
@@ -253,7 +306,15 @@ void kv_full_changes_nothing(Context& c) {
         std::vector<uint32_t> lengths;
         for (eh_seq* x : seqs) lengths.push_back(small.length(x));
         const uint32_t free = small.kv_info().free_blocks;
+        // The new sequence's first block, beside a token for every sequence
+        // already alive that has room: a refusal must change none of them.
         std::vector<eh_step_entry> es{entry(s, p.data(), chunk, 0)};
+        uint32_t tokens = chunk;
+        for (size_t i = 0; i + 1 < seqs.size() && es.size() < g.max_step_entries && tokens < g.max_step_tokens; ++i)
+            if (lengths[i] + 1 <= g.max_seq_tokens) {
+                es.push_back(entry(seqs[i], one.data(), 1, 0));
+                ++tokens;
+            }
         const eh_status st = small.step(es);
         if (st == EH_OK) continue;
         const std::string message = small.error();  // before any other call on the model replaces it
@@ -289,6 +350,7 @@ void step_halves(Context& c) {
 
 void reference_agreement(Context& c) {
     if (!c.options.reference) throw Skipped{"no --reference plugin given"};
+    c.needs(12 + 2 * c.n, 12);
     Driver ref(c.options.reference, c.options.model, kv_params(2));
     if (ref.vocab() != c.d.vocab())
         fail(fmt::format("the reference's vocabulary is {} tokens, the plugin's {}", ref.vocab(), c.d.vocab()));
@@ -359,6 +421,8 @@ std::vector<CheckResult> run_checks(const CheckOptions& options) {
     if (!loader::api_has_step(*options.plugin))
         throw Error(Code::InvalidRequest,
                     "the plugin has no batched step (ABI 1.2's kv_init .. step): eh-plugin-check drives that path");
+    if (options.reference && !loader::api_has_step(*options.reference))
+        throw Error(Code::InvalidRequest, "the reference plugin has no batched step (ABI 1.2's kv_init .. step)");
     for (const std::string& name : options.only)
         if (std::none_of(std::begin(kChecks), std::end(kChecks), [&](const Check& c) { return name == c.name; }))
             throw Error(Code::InvalidRequest, fmt::format("no check is named '{}'", name));

@@ -1,5 +1,7 @@
 #include "driver.hpp"
 
+#include "eh/loader/plugin_loader.hpp"
+
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -35,6 +37,7 @@ eh_step_entry entry(eh_seq* seq, const int32_t* tokens, uint32_t n, uint32_t fla
 Driver::Driver(std::shared_ptr<const eh_plugin_api> api, std::shared_ptr<model::ModelFile> file,
                const eh_kv_params& kv)
     : api_(std::move(api)) {
+    if (!loader::api_has_step(*api_)) fail("the plugin has no batched step (ABI 1.2's kv_init .. step)");
     try {
         model_ = EngineModel::load(api_, file->path(), &file->view(), file, EngineLoadOptions{});
     } catch (const std::exception& e) {
@@ -123,7 +126,8 @@ std::vector<int32_t> Driver::step_ok(std::vector<eh_step_entry>& entries, const 
 std::vector<int32_t> Driver::generate(eh_seq* seq, std::span<const int32_t> prompt, uint32_t n,
                                       const eh_sampling_params& sp, uint32_t chunk) {
     set_sampling(seq, sp);
-    const uint32_t size = chunk ? chunk : uint32_t(prompt.size());
+    // Chunks no longer than the plugin granted a step.
+    const uint32_t size = std::min<uint32_t>(chunk ? chunk : uint32_t(prompt.size()), granted_.max_step_tokens);
     std::vector<int32_t> out;
     for (size_t at = 0; at < prompt.size(); at += size) {
         const uint32_t k = uint32_t(std::min<size_t>(size, prompt.size() - at));

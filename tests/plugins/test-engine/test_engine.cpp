@@ -28,6 +28,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
 #include <csignal>
 #include <cstdlib>
@@ -574,6 +575,7 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
         return EH_INVALID_ARGUMENT;
     };
     if (n == 0 || n > kv->max_step_entries) return invalid(0, "entry count out of range");
+    if (entries[0].struct_size < sizeof(eh_step_entry)) return invalid(0, "struct_size smaller than eh_step_entry");
     uint64_t total = 0, need = 0;
     for (uint32_t i = 0; i < n; ++i) {
         eh_step_entry& e = entry(i);
@@ -585,6 +587,16 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
             if (e.tokens[t] < 0 || uint32_t(e.tokens[t]) >= m->vocab)
                 return invalid(i, "token id " + std::to_string(e.tokens[t]) + " out of range");
         Seq* q = Q(e.seq);
+        if (e.flags & ~uint32_t(EH_STEP_SAMPLE | EH_STEP_LOGITS)) return invalid(i, "flags this engine does not offer");
+        for (uint32_t b = 0; b < e.n_bias; ++b)
+            if (!e.bias_tokens || !e.bias_values || e.bias_tokens[b] < 0 || uint32_t(e.bias_tokens[b]) >= m->vocab ||
+                !std::isfinite(e.bias_values[b]))
+                return invalid(i, "a logit bias outside the vocabulary or not finite");
+        if (e.allowed) {
+            bool any = false;
+            for (uint32_t t = 0; t < m->vocab && !any; ++t) any = (e.allowed[t / 32] >> (t % 32)) & 1u;
+            if (!any) return invalid(i, "the mask allows no token");
+        }
         if ((e.flags & EH_STEP_SAMPLE) && !q->has_sampler) return invalid(i, "sampling without a sampler");
         if (q->s.tokens.size() + e.n_tokens > kv->max_seq_tokens) return invalid(i, "past max_seq_tokens");
         total += e.n_tokens;
