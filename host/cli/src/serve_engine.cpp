@@ -1,0 +1,180 @@
+// Loading the served model and starting its service (serve_engine.hpp).
+#include "serve_engine.hpp"
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "eh/http/last_words.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/model/descriptor.hpp"
+#include "eh/model/model_file.hpp"
+#include "eh/service/event_log.hpp"
+#include "load_progress.hpp"
+#include "plugin_report.hpp"
+#include "serve_codec.hpp"
+#include "serve_model.hpp"
+
+namespace eh::cli {
+
+using service::log_event;
+namespace lvl = spdlog::level;
+
+void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelStartContext& ctx, RunningModel& out) {
+    loader::LoaderOptions lo;
+    lo.device = s.gpu;
+    lo.open_in_process = !s.engine_process;
+    Registry reg = loader::discover_plugins(s.plugin_dirs, lo);
+    for (const auto* r : reg.rejected())
+        log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
+
+    std::shared_ptr<model::ModelFile> file = model::ModelFile::open(m.path);
+    const PluginRecord& plugin = choose_plugin(reg, model_requirements(*file), s.policy, s.named_gpu);
+    // Engine plugins run in this process: if one dies on a fatal signal,
+    // the log's last line says which, how and when (last_words.hpp).
+    auto last_words = [name = std::string(plugin.caps.name), version = std::string(plugin.caps.version)](const char* phase) {
+        http::set_last_words([name, version, phase](const char* sig, const std::string& ts) {
+            return service::format_event(
+                lvl::critical, "engine_crashed",
+                {{"code", "INTERNAL"}, {"signal", sig}, {"phase", phase}, {"plugin", name},
+                 {"plugin_version", version},
+                 {"message", fmt::format("the engine plugin died on {} while {}; the worker exits with 128 + the "
+                                         "signal number and should be restarted",
+                                         sig, phase)}},
+                ts);
+        });
+    };
+    if (!s.engine_process) last_words("loading");
+
+    log_event(lvl::info, "model_load_start", {{"plugin", plugin.caps.name}, {"plugin_version", plugin.caps.version},
+                                              {"format", file->format_name()}, {"architecture", std::string(file->architecture())}});
+    LoadProgressBar bar(progress_bar_fits(STDERR_FILENO, STDOUT_FILENO));
+    int next_mark = 0;
+    std::string last_stage;  // each distinct stage once (the CUDA plugins' kernel plan lines among them)
+    EngineLoadOptions elo;
+    elo.device = s.gpu;
+    elo.n_threads = s.threads;
+    elo.options_json = s.engine_options;
+    elo.progress = [&](float f, const char* stage) {
+        ctx.server.set_load_progress(f);
+        bar.update(f);
+        if (stage && *stage && last_stage != stage) {
+            last_stage = stage;
+            log_event(lvl::info, "model_load_stage", {{"stage", last_stage}});
+        }
+        while (next_mark <= 100 && f * 100.0f + 1e-3f >= float(next_mark)) {
+            log_event(lvl::info, "model_load_progress", {{"percent", next_mark}, {"stage", stage ? stage : ""}});
+            next_mark += 25;
+        }
+    };
+    elo.cancel = ctx.cancel;
+    auto t0 = std::chrono::steady_clock::now();
+    if (s.engine_process) {
+        service::EngineProcessOptions epo;
+        epo.argv = {"/proc/self/exe", "engine-worker", "--manifest", plugin.manifest_path, "--model", m.path,
+                    "--model-name", m.name, "--gpu-device", std::to_string(s.gpu),
+                    "--threads", std::to_string(elo.n_threads), "--engine-options", s.engine_options,
+                    "--log-format", s.log_format, "--log-level", s.log_level_name,
+                    "--worker-id", s.worker_id};
+        if (s.log_content) epo.argv.push_back("--log-content");
+        epo.progress = [&](float f, const std::string& stage) { elo.progress(f, stage.c_str()); };
+        epo.cancel = elo.cancel;
+        out.engine = service::start_engine_process(std::move(epo));
+    } else {
+        out.model = EngineModel::load(plugin.api, m.path, &file->view(), file, elo);
+        out.engine = service::local_engine(out.model);
+    }
+    const service::EngineFacts facts = out.engine->facts();
+    while (next_mark <= 100) {  // a plugin that reports no progress still logs every mark
+        log_event(lvl::info, "model_load_progress", {{"percent", next_mark}, {"stage", "done"}});
+        next_mark += 25;
+    }
+    bar.update(1.0f);
+    const eh_model_info& mi = facts.info;
+    // The worker contract's quant_kind is the file's quantization
+    // ("Q4_K_M", from general.file_type), not the plugin's dominant
+    // tensor type; the plugin's answer stands in when the file has none.
+    const std::string file_quant = model::describe(*file).quant_kind;
+    const std::string quant_kind = file_quant.empty() ? std::string(mi.quant_kind) : file_quant;
+    log_event(lvl::info, "model_load_complete",
+              {{"vram_bytes", mi.device_bytes_used}, {"host_bytes", mi.host_bytes_used}, {"quant_kind", quant_kind},
+               {"load_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
+
+    auto codec = make_codec(*file, s.chat_template);
+    const service::ChatTemplateState chat_state = codec->chat_template_state();
+    if (chat_state.kind == service::ChatTemplateState::Kind::Rejected)
+        // Serve still starts (completions and /execute need no template);
+        // chat requests answer CHAT_TEMPLATE_UNUSABLE.
+        log_event(lvl::err, "chat_template_rejected",
+                  {{"code", "CHAT_TEMPLATE_UNUSABLE"}, {"source", chat_state.source}, {"message", chat_state.error},
+                   {"chat_requests", "refused until restarted with --chat-template-file"}});
+    else if (chat_state.source == "file")
+        log_event(lvl::info, "chat_template", {{"source", "file"}, {"path", s.chat_template_path}});
+    service::ServiceOptions sopt;
+    sopt.n_ctx = choose_context(*file, mi, s.ctx_size, s.kv_cache_mb);
+    sopt.queue_capacity = s.queue_size;
+    sopt.max_running = s.parallel;
+    sopt.max_step_tokens = s.batch_tokens;
+    sopt.kv_budget_bytes = s.kv_cache_mb * 1024 * 1024;
+    sopt.kv_memory_fraction = s.gpu_memory_fraction;
+    sopt.prefix_cache = s.prefix_cache;
+    sopt.prefix_cache_shared = s.prefix_cache_shared;
+    sopt.chained_steps = s.chained_steps;
+    sopt.inference_timeout = s.inference_timeout;
+    sopt.shutdown_grace = s.shutdown_grace;
+    sopt.limits = ctx.limits;
+    sopt.model_name = m.name;
+    if (ctx.kv_events) {
+        ctx.kv_events->set_medium(plugin.caps.device_kind == std::string("cpu") ? "CPU" : "GPU");
+        sopt.kv_events = ctx.kv_events;
+        if (s.kv_events_block_tokens) sopt.kv_events_block_tokens = *s.kv_events_block_tokens;
+        sopt.kv_events_hash_seed = s.kv_events_hash_seed;
+    }
+    out.svc = std::make_shared<service::Service>(out.engine, codec, sopt, ctx.metrics);
+
+    http::NodeInfo& ni = out.info;
+    ni.model = m.name;
+    ni.model_aliases = m.aliases;
+    ni.refuse_unknown_models = m.refuse_unknown;
+    ni.architecture = mi.architecture;
+    ni.quant_kind = quant_kind;
+    ni.tokenizer_kind = codec->kind();
+    ni.vram_bytes_used = mi.device_bytes_used;
+    ni.vocab_size = codec->vocab_size();
+    ni.bos_id = codec->bos_id();
+    ni.eos_id = codec->eos_id();
+    ni.context_length = out.svc->n_ctx();
+    ni.trained_context_length = mi.context_length;
+    ni.max_tokens_out = s.max_tokens_out ? std::min(s.max_tokens_out, out.svc->n_ctx()) : out.svc->n_ctx();
+    ni.slots = out.svc->max_running();
+    ni.plugin_name = plugin.caps.name;
+    ni.plugin_version = plugin.caps.version;
+    ni.engine = plugin.caps.engine;
+    ni.device_name = mi.device_name;
+    ni.device_kind = plugin.caps.device_kind;
+    ni.compute_capability = mi.compute_capability;
+    ni.cuda_runtime_version = mi.runtime_version;
+    ni.logprobs = facts.logits;
+    ni.queue_capacity = sopt.queue_capacity;
+    ni.plugins = registry_json(reg);
+    // Residency is checked here, never on a request's path.
+    std::string why;
+    ctx.server.set_resident(out.engine->check_residency(&why), why);
+    // Logged before /health answers ready, so whoever sees the one can read the other.
+    const service::Service& svc = *out.svc;
+    const service::SeqLimits& kl = svc.kv_limits();
+    log_event(lvl::info, "ready", {{"uri", ctx.uri}, {"context_length", svc.n_ctx()}, {"plugin", plugin.caps.name},
+                                   {"engine_process", s.engine_process ? nlohmann::json(svc.stats().engine_pid.load()) : nlohmann::json(nullptr)},
+                                   {"tokenizer", codec->kind()},
+                                   {"chat_template", service::chat_template_kind_name(chat_state.kind)},
+                                   {"batched", svc.batched()},
+                                   {"max_running", svc.max_running()}, {"kv_blocks", kl.total_blocks},
+                                   {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc.kv_cache_bytes()}});
+    ctx.server.attach(out.svc, out.info);
+    if (!s.engine_process) last_words("serving");
+}
+
+}  // namespace eh::cli
