@@ -67,7 +67,7 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_TRUE(matches(ns, R"("s")"));
     stops_at(ns, "null", 0);
     EXPECT_EQ(refused_keyword(R"({"type":"number","not":{"type":"integer"}})"), "not");
-    EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true})"), "uniqueItems");
+    EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true,"minItems":2})"), "uniqueItems");
     EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"},"minContains":2})"), "minContains");
     EXPECT_EQ(refused_keyword(R"({"dependencies":{"a":3}})"), "dependencies");
     EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{"type":"string"},"^y":{}}})"),
@@ -402,7 +402,29 @@ TEST(SchemaKeywords, Patterns) {
     EXPECT_TRUE(matches(json_schema_grammar(R"({"pattern":"^\\cC\\x41\\u00e9\\u{1F600}$"})"), "\"\\u0003A\xC3\xA9\xF0\x9F\x98\x80\""));
     EXPECT_EQ(refused_keyword(R"({"pattern":"^ab$","minLength":3})"), "pattern");
     EXPECT_EQ(refused_keyword(R"({"pattern":"a{2000}"})"), "pattern");
-    EXPECT_EQ(refused_keyword(R"({"pattern":"\\p{L}"})"), "pattern");
+    EXPECT_EQ(refused_keyword(R"({"pattern":"\\p{NoSuchProperty}"})"), "pattern");
+    // Unicode properties (ICU's tables), the complement with \P.
+    auto letters = json_schema_grammar(R"js({"pattern":"^[\\p{L}\\p{Zs}_]+$"})js");
+    EXPECT_TRUE(matches(letters, "\"Zo\xC3\xAB \xE6\x97\xA5_\""));
+    EXPECT_FALSE(matches(letters, R"js("a1")js"));
+    auto printable = json_schema_grammar(R"js({"pattern":"^\\P{C}*$"})js");
+    EXPECT_TRUE(matches(printable, R"js("any text")js"));
+    EXPECT_FALSE(matches(printable, R"js("tab\there")js"));
+    // A count above 1,000 in {m,n}: n is cut to 1,000 (narrowed); surrogates in a class are left out.
+    EXPECT_TRUE(matches(json_schema_grammar(R"js({"pattern":"^a{0,5000}$"})js"), R"js("aaa")js"));
+    EXPECT_TRUE(matches(json_schema_grammar(R"js({"pattern":"^[\\u0020-\\uD7FF\\uD800\\uDBFF-\\uDC00\\t]*$"})js"), R"js("ok")js"));
+    // A negative lookahead right after ^: the rest starts with no character
+    // the lookahead's pattern can start with (narrowed).
+    auto tag = json_schema_grammar(R"js({"pattern":"^(?!aws:)[a-zA-Z:._-]+$"})js");
+    EXPECT_TRUE(matches(tag, R"js("team:x")js"));
+    EXPECT_FALSE(matches(tag, R"js("aws:x")js"));
+    EXPECT_FALSE(matches(tag, R"js("a")js"));  // valid, but not written (narrowed)
+    auto blank = json_schema_grammar(R"js({"pattern":"^(?!\\s*$).+"})js");
+    EXPECT_TRUE(matches(blank, R"js("x ")js"));
+    EXPECT_FALSE(matches(blank, R"js("  ")js"));
+    EXPECT_FALSE(matches(blank, R"js("")js"));
+    EXPECT_EQ(refused_keyword(R"js({"pattern":"a(?!b)"})js"), "pattern");
+    EXPECT_EQ(refused_keyword(R"js({"pattern":"^(?!a*)b"})js"), "pattern");
 }
 
 // Anchors inside groups at the pattern's ends, a lookahead that ends the
@@ -660,7 +682,15 @@ TEST(SchemaKeywords, UniqueItemsOverAFiniteSet) {
         "items":{"$ref":"#/$defs/c"},"maxItems":2})");
     EXPECT_TRUE(matches(refd, "[1,3]"));
     stops_at(refd, "[1,2,", 4);
-    EXPECT_EQ(refused_keyword(R"({"type":"array","uniqueItems":true,"items":{"type":"string"}})"), "uniqueItems");
+    // Items from an infinite set: at most one item is written (always unique: narrowed).
+    auto tags = json_schema_grammar(R"({"type":"array","uniqueItems":true,"items":{"type":"string"}})");
+    EXPECT_TRUE(matches(tags, R"(["a"])"));
+    EXPECT_TRUE(matches(tags, "[]"));
+    EXPECT_FALSE(matches(tags, R"(["a","b"])"));
+    EXPECT_EQ(refused_keyword(R"({"type":"array","uniqueItems":true,"items":{"type":"string"},"minItems":2})"), "uniqueItems");
+    // maxItems above 1,000: at most 1,000 written (narrowed).
+    auto many = json_schema_grammar(R"({"type":"array","items":{"type":"integer"},"maxItems":5000})");
+    EXPECT_TRUE(matches(many, "[1,2,3]"));
 }
 
 // Shapes real clients send (pydantic v2, Kubernetes, function calling),

@@ -182,14 +182,14 @@ TEST(Schema, RefusesUnsupportedKeywordsByName) {
     // Keywords that constrain and are not enforced (issue 51's policy).
     for (const char* kw : {"not", "unevaluatedProperties", "unevaluatedItems", "minContains"})
         expect_refused(std::string(R"({"type":"object","properties":{"a":{"type":"string",")") + kw + R"(":{"x":1}}}})", kw);
-    expect_refused(R"({"type":"array","uniqueItems":true})", "uniqueItems");
+    expect_refused(R"({"type":"array","uniqueItems":true,"minItems":2})", "uniqueItems");
     expect_refused(R"({"type":"object","dependentSchemas":{"a":3}})", "dependentSchemas");
     expect_refused(R"({"type":"object","properties":{"a":{}},"required":["b"],"additionalProperties":false})", "required");
     expect_refused(R"({"type":"strings"})", "type");
     expect_refused(R"({"type":"object","properties":{"a":{"$ref":"#/$defs/missing"}}})", "$ref");
     expect_refused(R"({"$ref":"http://example.com/s.json"})", "$ref");
     expect_refused(R"({"enum":[]})", "enum");
-    expect_refused(R"({"type":"array","maxItems":5000})", "maxItems");
+    expect_refused(R"({"type":"array","minItems":5000})", "minItems");
     expect_refused(R"({"type":"array","minItems":3,"maxItems":2})", "maxItems");
     expect_refused(R"({"properties":{"a":false},"required":["a"]})", "false");
     expect_refused(R"({"type": )", "");

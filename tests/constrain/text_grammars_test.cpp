@@ -27,7 +27,10 @@ TEST(TextGrammars, RegexMatchesTheWholeRawOutput) {
     auto dot = regex_output_grammar("a.c");
     EXPECT_TRUE(matches(dot, "a\xE2\x82\xAC" "c"));
     EXPECT_FALSE(matches(dot, "a\nc"));
-    for (const char* bad : {"(a)\\1", "a(?=b)", "(?!a)b", "a{2000}", "(", "\\p{L}"}) {
+    EXPECT_TRUE(matches(regex_output_grammar("(?!no)[a-z]+"), "yes"));
+    EXPECT_FALSE(matches(regex_output_grammar("(?!no)[a-z]+"), "nope"));
+    EXPECT_TRUE(matches(regex_output_grammar("\\p{Lu}\\p{Ll}+"), "\xC3\x89cole"));
+    for (const char* bad : {"(a)\\1", "a(?=b)", "a(?!b)", "a{2000}", "(", "\\p{Nope}"}) {
         try {
             regex_output_grammar(bad);
             ADD_FAILURE() << bad << " was accepted";

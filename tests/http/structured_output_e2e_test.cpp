@@ -265,7 +265,7 @@ TEST(StructuredOutput, RefusalsNameTheKeywordOrField) {
     const std::vector<std::pair<std::string, json>> refused = {
         {"unevaluatedProperties", {{"type", "object"}, {"unevaluatedProperties", false}}},
         {"not", {{"type", "string"}, {"not", {{"minLength", 2}}}}},
-        {"uniqueItems", {{"type", "array"}, {"items", {{"type", "object"}}}, {"uniqueItems", true}}},
+        {"uniqueItems", {{"type", "array"}, {"items", {{"type", "object"}}}, {"uniqueItems", true}, {"minItems", 2}}},
         {"maxContains", {{"type", "array"}, {"contains", {{"type", "integer"}}}, {"maxContains", 2}}},
         {"pattern", {{"type", "string"}, {"pattern", 1}}},
         {"minimum", {{"type", "integer"}, {"minimum", "one"}}},

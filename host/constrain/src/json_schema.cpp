@@ -1266,13 +1266,17 @@ private:
         if (hi < lo) throw GrammarError("maxLength", fmt::format("'maxLength' at {} is below 'minLength'", at(path)));
         if (auto p = s.find("pattern"); p != s.end()) {
             if (!p->is_string()) throw GrammarError("pattern", fmt::format("'pattern' at {} must be a string", at(path)));
+            // The same pattern and bounds met again (a definition's pattern
+            // in many properties) is the same rule.
+            const std::string key = fmt::format("{}\n{}\n{}", lo, hi, p->get<std::string>());
+            if (auto it = pattern_rules_.find(key); it != pattern_rules_.end()) return it->second;
             auto e = regex_grammar(p->get<std::string>(), "j-char", lo, hi);
             if (!e)
                 throw GrammarError(s.contains("maxLength") ? "maxLength" : "minLength",
                                    fmt::format("'{}' beside 'pattern' at {} cannot be met by narrowing this pattern "
                                                "(its repeats cannot be cut or raised to fit the length)",
                                                s.contains("maxLength") ? "maxLength" : "minLength", at(path)));
-            return rule("\"\\\"\" " + *e + " \"\\\"\"");
+            return pattern_rules_[key] = rule("\"\\\"\" " + *e + " \"\\\"\"");
         }
         if (auto f = s.find("format"); f != s.end() && f->is_string()) {
             const std::string fp = format_pattern(f->get<std::string>());
@@ -1895,16 +1899,21 @@ private:
             else rest = value(*r, path + "/" + rest_key, depth + 1);
         }
         const uint64_t lo = count_keyword(s, "minItems", 0, path);
-        const uint64_t hi = count_keyword(s, "maxItems", kRegexUnbounded, path);
+        uint64_t hi = count_keyword(s, "maxItems", kRegexUnbounded, path);
         if (lo > kMaxRepeat) throw GrammarError("minItems", fmt::format("'minItems' at {} is above the limit of {}", at(path), kMaxRepeat));
-        if (hi != kRegexUnbounded && hi > kMaxRepeat)
-            throw GrammarError("maxItems", fmt::format("'maxItems' at {} is above the limit of {}", at(path), kMaxRepeat));
         if (hi < lo) throw GrammarError("maxItems", fmt::format("'maxItems' at {} is below 'minItems'", at(path)));
+        if (hi != kRegexUnbounded && hi > kMaxRepeat) hi = kMaxRepeat;  // narrowed: at most 1,000 items written
         if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>() && hi > 1) {
             if (auto e = unique_array(s, lo, hi, path)) return *e;
-            throw GrammarError("uniqueItems", fmt::format("'uniqueItems': true at {} is not supported (enforced only "
-                                                          "for items from a finite set: enum, const, boolean, null; or "
-                                                          "maxItems <= 1)", at(path)));
+            // Items from an infinite set: distinct items cannot be told apart
+            // in a grammar, but an array of at most one item is always
+            // unique (narrowed).
+            if (lo > 1)
+                throw GrammarError("uniqueItems", fmt::format("'uniqueItems': true with 'minItems' above 1 at {} is not "
+                                                              "supported (enforced for items from a finite set: enum, "
+                                                              "const, boolean, null; otherwise by writing at most one item)",
+                                                              at(path)));
+            hi = 1;
         }
         if (auto c = s.find("contains"); c != s.end()) {
             // contains: the FIRST item matches it (and `items`), so at least
@@ -1973,7 +1982,7 @@ private:
     std::map<std::string, size_t> refs_;  // target (or "&" + a merged schema's text) -> index in targets_
     std::deque<Json> store_;               // merged schemas (stable addresses)
     size_t merge_nodes_ = 0;
-    std::map<std::string, std::string> format_rules_, block_rules_;
+    std::map<std::string, std::string> format_rules_, block_rules_, pattern_rules_;
     std::map<uint64_t, std::string> multiple_rules_;
     std::map<std::pair<uint64_t, uint64_t>, std::string> length_rules_;
     std::vector<Target> targets_;

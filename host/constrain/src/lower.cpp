@@ -117,22 +117,52 @@ private:
         }
         std::vector<ByteRangeSeq> seqs;
         for (auto [lo, hi] : merged) utf8_sequences(lo, hi, seqs);
-        std::vector<Seq> out;
+        std::vector<ByteRangeSeq> multi;
         Grammar::ByteSet ascii{};
         bool any_ascii = false;
-        for (const auto& s : seqs) {
+        for (auto& s : seqs) {
             if (s.size() == 1) {
                 auto add = range_set(s[0].first, s[0].second);
                 for (int w = 0; w < 4; ++w) ascii[size_t(w)] |= add[size_t(w)];
                 any_ascii = true;
-                continue;
+            } else {
+                multi.push_back(std::move(s));
             }
-            Seq seq;
-            for (auto [lo, hi] : s) seq.push_back({false, set_index(range_set(lo, hi))});
+        }
+        std::vector<Seq> out = factored(multi, 0);
+        if (any_ascii) out.insert(out.begin(), Seq{{false, set_index(ascii)}});
+        return out;
+    }
+
+    // The byte-range sequences from position `at` on, with the ones that
+    // share their byte range there merged into one alternative whose rest
+    // is a helper rule: a large class (a Unicode property, hundreds of
+    // ranges) then has one alternative per byte, not hundreds, and the
+    // matcher one parse stack for it. Sequences that share a range there
+    // have the same length (a UTF-8 lead byte fixes it).
+    std::vector<Seq> factored(const std::vector<ByteRangeSeq>& seqs, size_t at) {
+        std::vector<std::vector<ByteRangeSeq>> groups;
+        std::map<std::pair<uint8_t, uint8_t>, size_t> index;
+        for (const auto& q : seqs) {
+            auto [it, fresh] = index.emplace(q[at], groups.size());
+            if (fresh) groups.emplace_back();
+            groups[it->second].push_back(q);
+        }
+        std::vector<Seq> out;
+        for (auto& group : groups) {
+            const ByteRangeSeq& first = group[0];
+            Seq seq{{false, set_index(range_set(first[at].first, first[at].second))}};
+            if (at + 1 < first.size()) {
+                if (group.size() == 1) {
+                    for (size_t k = at + 1; k < first.size(); ++k)
+                        seq.push_back({false, set_index(range_set(first[k].first, first[k].second))});
+                } else {
+                    seq.push_back({true, helper_rule(factored(group, at + 1))});
+                }
+            }
             count(seq.size());
             out.push_back(std::move(seq));
         }
-        if (any_ascii) out.insert(out.begin(), Seq{{false, set_index(ascii)}});
         return out;
     }
 
@@ -154,10 +184,19 @@ private:
             return;
         }
         case Node::Type::Class: {
-            auto alts = class_alternatives(n);
+            // A class met again (a pattern's \p{L} in every property it
+            // checks) is the same rule.
+            std::string key(n.negated ? "^" : "");
+            for (auto [lo, hi] : n.ranges) key += fmt::format("{:x}-{:x},", lo, hi);
             count(1);
-            if (alts.size() == 1 && alts[0].size() == 1) seq.push_back(alts[0][0]);
-            else seq.push_back({true, helper_rule(std::move(alts))});
+            if (auto it = class_rules_.find(key); it != class_rules_.end()) {
+                seq.push_back(it->second);
+                return;
+            }
+            auto alts = class_alternatives(n);
+            const Item item = alts.size() == 1 && alts[0].size() == 1 ? alts[0][0] : Item{true, helper_rule(std::move(alts))};
+            class_rules_.emplace(std::move(key), item);
+            seq.push_back(item);
             return;
         }
         case Node::Type::Alt:
@@ -493,6 +532,7 @@ private:
     const std::vector<RuleDef>& defs_;
     std::unordered_map<std::string, uint32_t> index_;
     std::vector<std::vector<Seq>> rules_;
+    std::map<std::string, Item> class_rules_;  // a class's ranges -> what stands for it
     std::vector<std::string> names_;
     std::vector<Grammar::ByteSet> sets_;
     std::map<Grammar::ByteSet, uint32_t> set_ids_;

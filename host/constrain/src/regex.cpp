@@ -8,6 +8,9 @@
 
 #include <fmt/format.h>
 
+#include <unicode/uniset.h>
+#include <unicode/unistr.h>
+
 #include <algorithm>
 #include <vector>
 
@@ -54,7 +57,7 @@ const Ranges kLineTerminators = {{0x0A, 0x0A}, {0x0D, 0x0D}, {0x2028, 0x2029}};
 // and refuses the rest. `any` marks the set that stands for the unanchored
 // sides (emitted as the caller's any-character rule).
 struct RNode {
-    enum class K { Seq, Alt, Set, Rep, Bol, Eol, Look } k = K::Seq;
+    enum class K { Seq, Alt, Set, Rep, Bol, Eol, Look, NotLook } k = K::Seq;
     std::vector<RNode> kids;
     Ranges set;
     uint32_t min = 0, max = 0;
@@ -74,7 +77,7 @@ uint64_t sat_mul(uint64_t a, uint64_t b) {
 Lengths lengths(const RNode& n) {
     switch (n.k) {
     case RNode::K::Set: return {1, 1};
-    case RNode::K::Bol: case RNode::K::Eol: case RNode::K::Look: return {0, 0};
+    case RNode::K::Bol: case RNode::K::Eol: case RNode::K::Look: case RNode::K::NotLook: return {0, 0};
     case RNode::K::Seq: {
         Lengths l;
         for (const auto& k : n.kids) {
@@ -125,6 +128,7 @@ public:
         RNode top = alt(0);
         if (!eof()) fail("has an unmatched ')'");
         top = anchor_end(anchor_start(std::move(top)));
+        for (auto& a : top.kids) a = negative_lookahead(std::move(a));
         check_anchors(top);
         return top;
     }
@@ -263,11 +267,134 @@ private:
         alt.kids.push_back(std::move(none));
         return alt;
     }
+    // A negative lookahead (?!p) right after the ^ that starts an
+    // alternative: the rest is written with its first character outside
+    // the characters p can start with (narrowed: then p cannot match there;
+    // some strings p does not match are left out), and empty only where p
+    // cannot match the empty end. p must not match the empty string
+    // mid-text (then the lookahead always fails but at the end).
+    RNode negative_lookahead(RNode a) {
+        if (a.k != RNode::K::Seq || a.kids.empty() || a.kids[0].k != RNode::K::NotLook) return a;
+        const RNode p = std::move(a.kids[0].kids[0]);
+        a.kids.erase(a.kids.begin());
+        if (nullable(p, false)) fail("has a negative lookahead that matches the empty string (not supported)");
+        Ranges first;
+        first_chars(p, first);
+        first = normalize(first);
+        RNode out{RNode::K::Alt, {}, {}, 0, 0};
+        if (auto r = restrict_first(a, first)) out.kids.push_back(std::move(*r));
+        if (nullable(a, true) && !nullable(p, true)) out.kids.push_back(RNode{});
+        if (out.kids.empty()) fail("matches nothing after its negative lookahead");
+        return out;
+    }
+    // Can n match the empty string: mid-text ($ cannot) or at the end ($ can).
+    static bool nullable(const RNode& n, bool at_end) {
+        switch (n.k) {
+        case RNode::K::Set: return false;
+        case RNode::K::Bol: case RNode::K::Look: case RNode::K::NotLook: return true;
+        case RNode::K::Eol: return at_end;
+        case RNode::K::Rep: return n.min == 0 || nullable(n.kids[0], at_end);
+        case RNode::K::Alt:
+            for (const auto& k : n.kids)
+                if (nullable(k, at_end)) return true;
+            return false;
+        case RNode::K::Seq:
+            for (const auto& k : n.kids)
+                if (!nullable(k, at_end)) return false;
+            return true;
+        }
+        return false;
+    }
+    // The characters a non-empty match of n can start with.
+    static void first_chars(const RNode& n, Ranges& out) {
+        switch (n.k) {
+        case RNode::K::Set: out.insert(out.end(), n.set.begin(), n.set.end()); return;
+        case RNode::K::Rep:
+            if (n.max) first_chars(n.kids[0], out);
+            return;
+        case RNode::K::Alt:
+            for (const auto& k : n.kids) first_chars(k, out);
+            return;
+        case RNode::K::Seq:
+            for (const auto& k : n.kids) {
+                first_chars(k, out);
+                if (!nullable(k, false)) return;
+            }
+            return;
+        default: return;
+        }
+    }
+    static Ranges minus(const Ranges& a, const Ranges& b) {
+        Ranges out;
+        for (const auto& [lo, hi] : normalize(a)) {
+            uint32_t from = lo;
+            for (const auto& [blo, bhi] : b) {
+                if (bhi < from || blo > hi) continue;
+                if (blo > from) out.emplace_back(from, blo - 1);
+                from = bhi + 1;
+                if (bhi >= hi) break;
+            }
+            if (from <= hi && from >= lo) out.emplace_back(from, hi);
+        }
+        return out;
+    }
+    // n's non-empty matches whose first character is not in `ex`
+    // (nullopt: none).
+    std::optional<RNode> restrict_first(const RNode& n, const Ranges& ex) {
+        switch (n.k) {
+        case RNode::K::Set: {
+            Ranges left = minus(n.set, ex);
+            if (left.empty()) return std::nullopt;
+            return RNode{RNode::K::Set, {}, std::move(left), 0, 0};
+        }
+        case RNode::K::Alt: {
+            RNode out{RNode::K::Alt, {}, {}, 0, 0};
+            for (const auto& k : n.kids)
+                if (auto r = restrict_first(k, ex)) out.kids.push_back(std::move(*r));
+            if (out.kids.empty()) return std::nullopt;
+            return out;
+        }
+        case RNode::K::Rep: {
+            if (n.max == 0) return std::nullopt;
+            if (nullable(n.kids[0], false)) fail("has a negative lookahead before a repeat of what may be empty (not supported)");
+            auto head = restrict_first(n.kids[0], ex);
+            if (!head) return std::nullopt;
+            RNode seq;
+            seq.kids.push_back(std::move(*head));
+            RNode more{RNode::K::Rep, {}, {}, n.min ? n.min - 1 : 0, n.max == kInf ? kInf : n.max - 1};
+            more.kids.push_back(n.kids[0]);
+            seq.kids.push_back(std::move(more));
+            return seq;
+        }
+        case RNode::K::Seq: {
+            if (n.kids.empty()) return std::nullopt;
+            RNode out{RNode::K::Alt, {}, {}, 0, 0};
+            if (auto h = restrict_first(n.kids[0], ex)) {
+                RNode seq;
+                seq.kids.push_back(std::move(*h));
+                seq.kids.insert(seq.kids.end(), n.kids.begin() + 1, n.kids.end());
+                out.kids.push_back(std::move(seq));
+            }
+            if (nullable(n.kids[0], false)) {
+                RNode rest;
+                rest.kids.assign(n.kids.begin() + 1, n.kids.end());
+                if (auto r = restrict_first(rest, ex)) out.kids.push_back(std::move(*r));
+            }
+            if (out.kids.empty()) return std::nullopt;
+            return out;
+        }
+        case RNode::K::Bol: case RNode::K::Eol: return std::nullopt;
+        default: fail("has a lookahead inside what follows a negative lookahead (not supported)");
+        }
+    }
+
     // What anchoring left in place cannot be expressed.
     void check_anchors(const RNode& n) const {
         if (n.k == RNode::K::Bol) fail("uses '^' other than at the start (not supported)");
         if (n.k == RNode::K::Eol) fail("uses '$' other than at the end (not supported)");
         if (n.k == RNode::K::Look) fail("uses a lookahead other than at the end of the pattern (not supported)");
+        if (n.k == RNode::K::NotLook)
+            fail("uses a negative lookahead other than right after the '^' that starts it (not supported)");
         for (const auto& k : n.kids) check_anchors(k);
     }
 
@@ -325,8 +452,8 @@ private:
             }
             if (j >= cps_.size() || cps_[j] != '}') return;
             i_ = j + 1;
-            if (m > kMaxRepeat || (n != kInf && n > kMaxRepeat))
-                fail(fmt::format("has a repeat count above the limit of {}", kMaxRepeat));
+            if (m > kMaxRepeat) fail(fmt::format("has a repeat count above the limit of {}", kMaxRepeat));
+            if (n != kInf && n > kMaxRepeat) n = kMaxRepeat;  // narrowed: at most 1,000 copies written
             if (n < m) fail("has a repeat {m,n} with n < m");
             lo = uint32_t(m), hi = uint32_t(n);
         } else {
@@ -348,7 +475,7 @@ private:
         switch (c) {
         case '(': {
             if (depth >= kMaxGrammarNesting) fail(fmt::format("nests groups deeper than {}", kMaxGrammarNesting));
-            bool look = false;
+            bool look = false, negative = false;
             if (!eof() && peek() == '?') {
                 ++i_;
                 const uint32_t k = eof() ? 0 : peek();
@@ -358,7 +485,9 @@ private:
                     ++i_;
                     look = true;
                 } else if (k == '!') {
-                    fail("uses a negative lookahead (not supported)");
+                    ++i_;
+                    look = true;
+                    negative = true;
                 } else if (k == '<') {
                     ++i_;
                     if (!eof() && (peek() == '=' || peek() == '!')) fail("uses a lookbehind (not supported)");
@@ -375,7 +504,7 @@ private:
             if (look) {
                 if (!eof() && (peek() == '*' || peek() == '+' || peek() == '?' || peek() == '{'))
                     fail("has a quantifier on a lookahead (not supported)");
-                RNode l{RNode::K::Look, {}, {}, 0, 0};
+                RNode l{negative ? RNode::K::NotLook : RNode::K::Look, {}, {}, 0, 0};
                 l.kids.push_back(std::move(g));
                 return l;
             }
@@ -471,7 +600,30 @@ private:
             if (!eof() && peek() >= '0' && peek() <= '9') fail("uses an octal escape (not supported)");
             return 0;
         case 'k': fail("uses a named backreference \\k (not supported)");
-        case 'p': case 'P': fail("uses a Unicode property escape \\p (not supported)");
+        case 'p': case 'P': {
+            // \p{Name} / \p{Name=Value}: a Unicode property (General_Category,
+            // Script, binary properties), as ICU knows it; \P the complement.
+            if (eof() || peek() != '{') fail("has a \\p escape without {...}");
+            ++i_;
+            std::string name;
+            while (!eof() && peek() != '}' && name.size() < 64) {
+                const uint32_t ch = peek();
+                if (!((ch >= 'a' && ch <= 'z') || (ch >= 'A' && ch <= 'Z') || (ch >= '0' && ch <= '9') || ch == '_' || ch == '='))
+                    fail("has a bad \\p{...} name");
+                name += char(ch);
+                ++i_;
+            }
+            if (eof() || peek() != '}' || name.empty()) fail("has a bad \\p{...} escape");
+            ++i_;
+            UErrorCode status = U_ZERO_ERROR;
+            const icu::UnicodeSet set(icu::UnicodeString::fromUTF8("[\\p{" + name + "}]"), status);
+            if (U_FAILURE(status)) fail("uses an unknown Unicode property \\p{" + name + "}");
+            Ranges props;
+            for (int32_t k = 0; k < set.getRangeCount(); ++k)
+                props.emplace_back(uint32_t(set.getRangeStart(k)), uint32_t(set.getRangeEnd(k)));
+            r = c == 'P' ? complement(props) : normalize(props);
+            return kInf;
+        }
         case 'x': return hex(2);
         case 'u': {
             if (!eof() && peek() == '{') {
@@ -492,7 +644,10 @@ private:
                 if (lo >= 0xDC00 && lo <= 0xDFFF) return 0x10000 + ((v - 0xD800) << 10) + (lo - 0xDC00);
                 i_ = save;
             }
-            if (v >= 0xD800 && v <= 0xDFFF) fail("has a lone surrogate escape (no JSON string holds one)");
+            if (v >= 0xD800 && v <= 0xDFFF) {
+                if (in_class) return v;  // a class's surrogates are no characters: left out of it
+                fail("has a lone surrogate escape (no JSON string holds one)");
+            }
             return v;
         }
         case 'c':
@@ -529,7 +684,8 @@ std::string raw_char_class(const Ranges& ranges) {
 // text raw (not as JSON string content).
 std::string emit(const RNode& n, const std::string& any_char) {
     switch (n.k) {
-    case RNode::K::Bol: case RNode::K::Eol: case RNode::K::Look: return "\"\"";  // removed by anchoring
+    case RNode::K::Bol: case RNode::K::Eol: case RNode::K::Look: case RNode::K::NotLook:
+        return "\"\"";  // removed by anchoring
     case RNode::K::Set:
         if (any_char.empty()) return raw_char_class(n.set);
         return n.any ? any_char : json_char_class(n.set);
