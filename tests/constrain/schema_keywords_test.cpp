@@ -439,6 +439,10 @@ TEST(SchemaKeywords, PatternAnchorsLookaheadsAndLengths) {
     EXPECT_TRUE(matches(tail, R"js("axb")js"));
     EXPECT_TRUE(matches(tail, R"js("ay")js"));
     EXPECT_FALSE(matches(tail, R"js("ayb")js"));
+    auto both = json_schema_grammar(R"js({"pattern":"^(^[0-9]{3}$|arn:.*)$"})js");
+    EXPECT_TRUE(matches(both, R"js("123")js"));
+    EXPECT_TRUE(matches(both, R"js("arn:x")js"));
+    EXPECT_FALSE(matches(both, R"js("1234")js"));
     auto head = json_schema_grammar(R"js({"pattern":"(^a|b)c$"})js");
     EXPECT_TRUE(matches(head, R"js("ac")js"));
     EXPECT_TRUE(matches(head, R"js("zzbc")js"));

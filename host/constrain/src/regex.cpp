@@ -148,26 +148,28 @@ private:
     // before it. ^ is honoured where it is the first thing matched: at the
     // start of a top-level alternative, or of an alternative of a group that
     // itself starts the pattern (`^a|b`, `(^a|b)c`); elsewhere it is refused.
-    RNode anchor_start(RNode n) {
+    // `closed`: a ^ before this node already anchors the start (one inside
+    // it then changes nothing: "^(^\d+$|arn:.*)$").
+    RNode anchor_start(RNode n, bool closed = false) {
         switch (n.k) {
         case RNode::K::Alt:
-            for (auto& k : n.kids) k = anchor_start(std::move(k));
+            for (auto& k : n.kids) k = anchor_start(std::move(k), closed);
             return n;
         case RNode::K::Seq: {
             if (!n.kids.empty() && n.kids[0].k == RNode::K::Bol) {
                 while (!n.kids.empty() && n.kids[0].k == RNode::K::Bol) n.kids.erase(n.kids.begin());
-                return n;
+                return anchor_start(std::move(n), true);
             }
             if (!n.kids.empty() && (n.kids[0].k == RNode::K::Alt || n.kids[0].k == RNode::K::Seq)) {
-                n.kids[0] = anchor_start(std::move(n.kids[0]));
+                n.kids[0] = anchor_start(std::move(n.kids[0]), closed);
                 return n;
             }
-            if (search_) n.kids.insert(n.kids.begin(), any_star());
+            if (search_ && !closed) n.kids.insert(n.kids.begin(), any_star());
             return n;
         }
         default: {
             RNode s;
-            if (search_) s.kids.push_back(any_star());
+            if (search_ && !closed) s.kids.push_back(any_star());
             s.kids.push_back(std::move(n));
             return s;
         }
