@@ -39,6 +39,52 @@ TEST(Fp16, ExactValuesAndRounding) {
         ASSERT_EQ(fp32_to_fp16(fp16_to_fp32(static_cast<uint16_t>(v))), v);
 }
 
+// OCP FP8 E4M3, the KV cache's FP8 (EH_TYPE_FP8_E4M3).
+TEST(Fp8E4M3, ExactValuesRoundingAndSaturation) {
+    EXPECT_EQ(fp32_to_e4m3(1.0f), 0x38);           // exponent 7 (bias), mantissa 0
+    EXPECT_EQ(fp32_to_e4m3(-2.0f), 0xC0);
+    EXPECT_EQ(fp32_to_e4m3(448.0f), 0x7E);         // largest finite
+    EXPECT_EQ(fp32_to_e4m3(1e6f), 0x7E);           // saturates, never NaN
+    EXPECT_EQ(fp32_to_e4m3(-1e6f), 0xFE);
+    EXPECT_EQ(fp32_to_e4m3(0.015625f), 0x08);      // smallest normal, 2^-6
+    EXPECT_EQ(fp32_to_e4m3(0.001953125f), 0x01);   // smallest subnormal, 2^-9
+    EXPECT_EQ(fp32_to_e4m3(0.0009765625f), 0x00);  // half of it: tie to even (0)
+    EXPECT_EQ(fp32_to_e4m3(1.0625f), 0x38);        // between 1 and 1.125: tie to even
+    EXPECT_EQ(fp32_to_e4m3(1.1875f), 0x3A);        // between 1.125 and 1.25: tie to even (up)
+    EXPECT_EQ(fp32_to_e4m3(1.96875f), 0x40);       // mantissa rounds up into the next exponent (2.0)
+    EXPECT_EQ(fp32_to_e4m3(NAN), 0x7F);
+    EXPECT_TRUE(std::isnan(e4m3_to_fp32(0x7F)));
+    EXPECT_TRUE(std::isnan(e4m3_to_fp32(0xFF)));
+    EXPECT_FLOAT_EQ(e4m3_to_fp32(0x7E), 448.0f);
+    EXPECT_FLOAT_EQ(e4m3_to_fp32(0x01), 0.001953125f);
+    EXPECT_FLOAT_EQ(e4m3_to_fp32(0xB9), -1.125f);
+    for (uint32_t c = 0; c < 256; ++c) {  // every finite code survives a round trip
+        if ((c & 0x7F) == 0x7F) continue;
+        ASSERT_EQ(fp32_to_e4m3(e4m3_to_fp32(static_cast<uint8_t>(c))), c) << c;
+    }
+}
+
+TEST(Fp8E4M3, BlockRoundTripWithinItsBound) {
+    std::mt19937 rng(7);
+    std::normal_distribution<float> dist(0.0f, 3.0f);
+    std::vector<float> x(64);
+    for (float& v : x) v = dist(rng);
+    x[5] = 40.0f;  // an outlier sets its block's scale
+    std::vector<uint8_t> q(row_bytes(EH_TYPE_FP8_E4M3, 64));
+    ASSERT_EQ(q.size(), 68u);
+    ASSERT_TRUE(quantize_row(EH_TYPE_FP8_E4M3, x.data(), q.data(), 64));
+    const std::vector<float> y = deq(EH_TYPE_FP8_E4M3, q.data(), 64);
+    EXPECT_NEAR(y[5], 40.0f, 40.0f / 1024);  // the block's largest maps onto 448 (times the f16-rounded scale)
+    for (size_t i = 0; i < 64; ++i) {
+        // 3 mantissa bits: within 1/16 of the value, or of the subnormal step
+        const float amax = i < 32 ? 40.0f : *std::max_element(x.begin() + 32, x.end(), [](float a, float b) {
+            return std::fabs(a) < std::fabs(b);
+        });
+        const float step = std::fabs(amax) / 448.0f * 0.001953125f;
+        EXPECT_LE(std::fabs(y[i] - x[i]), std::fabs(x[i]) / 16.0f + step + 1e-6f) << i;
+    }
+}
+
 TEST(Bf16, Conversions) {
     EXPECT_EQ(fp32_to_bf16(1.0f), 0x3F80);
     EXPECT_FLOAT_EQ(bf16_to_fp32(0x4049), 3.140625f);

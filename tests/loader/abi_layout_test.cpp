@@ -77,10 +77,13 @@ static_assert(offsetof(eh_sampling_params, seed) == 32);
 static_assert(offsetof(eh_sampling_params, presence_penalty) == 40);  // 1.2
 static_assert(offsetof(eh_sampling_params, frequency_penalty) == 44);
 static_assert(sizeof(eh_sampling_params) == 48);
-static_assert(sizeof(eh_kv_params) == 40);
 static_assert(offsetof(eh_kv_params, budget_bytes) == 24);
-static_assert(sizeof(eh_kv_info) == 40);
+static_assert(offsetof(eh_kv_params, kv_type) == 36);  // 1.4, in the padding that ended the 1.2 struct
+static_assert(offsetof(eh_kv_params, reserved) == 40);  // so the 1.4 struct is 48 bytes, a 1.2 one 40
+static_assert(sizeof(eh_kv_params) == 48);
 static_assert(offsetof(eh_kv_info, block_bytes) == 16);
+static_assert(offsetof(eh_kv_info, kv_type) == 40);  // 1.4; a 1.2 struct is 40 bytes
+static_assert(sizeof(eh_kv_info) == 48);
 static_assert(sizeof(eh_step_entry) == 64);
 static_assert(offsetof(eh_step_entry, seq) == 8);
 static_assert(offsetof(eh_step_entry, tokens) == 16);

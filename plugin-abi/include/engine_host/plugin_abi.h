@@ -96,7 +96,9 @@ extern "C" {
  *        read this one's tokens (eh_plugin_api step_begin, step_end);
  *        EH_STEP_CHAINED
  *   1.4  the step is the forward path: a plugin with the batched group may
- *        leave every session_* member NULL; EH_NO_CAPACITY and EH_BUSY     */
+ *        leave every session_* member NULL; EH_NO_CAPACITY and EH_BUSY;
+ *        the KV cache's element type (eh_kv_params.kv_type asks,
+ *        eh_kv_info.kv_type says what was granted); EH_TYPE_FP8_E4M3     */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -170,7 +172,13 @@ typedef enum eh_tensor_type {
     EH_TYPE_MXFP4 = 39,
     /* Not in ggml: raw bytes (safetensors U8), e.g. MXFP4 blocks/scales that a
      * Hugging Face checkpoint stores as separate tensors. */
-    EH_TYPE_U8 = 1000
+    EH_TYPE_U8 = 1000,
+    /* Not in ggml (1.4, a KV-cache type): blocks of 32 FP8 E4M3 values after
+     * one f16 scale d, 34 bytes like Q8_0; value = d * e4m3(q). E4M3 is OCP
+     * FP8's: sign, 4 exponent bits (bias 7), 3 mantissa bits, no infinities,
+     * 0x7F / 0xFF are NaN, largest finite 448 (so d = amax / 448). Layout:
+     * block_fp8_e4m3 in quant_blocks.hpp. */
+    EH_TYPE_FP8_E4M3 = 1001
 } eh_tensor_type;
 
 /* ------------------------------------------------------------------------ */
@@ -403,6 +411,20 @@ typedef struct eh_kv_params {
     float memory_fraction;         /* (0,1]: of the memory free after the
                                       weights and step buffers, when
                                       budget_bytes is 0; 0 = plugin default   */
+    /* since 1.4: read only when struct_size >= 48 (an older host's struct
+     * is 40 bytes and ends in padding where kv_type now lies) */
+    uint32_t kv_type;              /* element type of the K and V blocks: 0 =
+                                      the plugin's default (what it stored
+                                      before 1.4: F16 on the CUDA plugins, F32
+                                      on the CPU reference; F32 can only be
+                                      had so), else an eh_tensor_type id:
+                                      EH_TYPE_F16, EH_TYPE_Q8_0 (ggml's block:
+                                      per 32 values an f16 scale and 32 int8),
+                                      EH_TYPE_FP8_E4M3. A plugin that cannot
+                                      store it returns EH_UNSUPPORTED with a
+                                      message naming the type; it never grants
+                                      another type instead.                   */
+    uint32_t reserved;             /* 0; makes the 1.4 struct 48 bytes        */
 } eh_kv_params;
 
 typedef struct eh_kv_info {
@@ -419,6 +441,10 @@ typedef struct eh_kv_info {
     uint32_t max_step_tokens;
     uint32_t max_step_entries;
     uint32_t max_seq_tokens;
+    /* since 1.4: a plugin that writes a struct_size below 44 predates it */
+    uint32_t kv_type;              /* the element type the blocks hold: an
+                                      eh_tensor_type id, never "default" (0 is
+                                      EH_TYPE_F32 here); block_bytes is of it */
 } eh_kv_info;
 
 /* step() entry flags. */

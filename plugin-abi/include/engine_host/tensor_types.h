@@ -54,6 +54,7 @@ static inline eh_type_traits eh_tensor_type_traits(uint32_t type) {
     case EH_TYPE_TQ2_0: t.name = "TQ2_0"; t.block_elems = 256; t.block_bytes = 66; break;
     case EH_TYPE_MXFP4: t.name = "MXFP4"; t.block_elems = 32; t.block_bytes = 17; break;
     case EH_TYPE_U8: t.name = "U8"; t.block_elems = 1; t.block_bytes = 1; break;
+    case EH_TYPE_FP8_E4M3: t.name = "FP8_E4M3"; t.block_elems = 32; t.block_bytes = 34; break;
     default: break;
     }
     return t;

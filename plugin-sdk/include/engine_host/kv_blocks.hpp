@@ -7,6 +7,7 @@
 //     fork (shared prefix), copy on write of a shared partial block, truncate;
 //   - ehp::grant_kv: kv_init's arithmetic (what a budget holds, what is
 //     granted);
+//   - ehp::asked_kv_type / kv_type_name: kv_init's KV element type (1.4);
 //   - ehp::check_step: every check step() (and 1.3's step_begin) must make
 //     before it changes anything, with the ABI's messages.
 #ifndef ENGINE_HOST_KV_BLOCKS_HPP
@@ -23,6 +24,7 @@
 #include <vector>
 
 #include <engine_host/plugin_abi.hpp>
+#include <engine_host/tensor_types.h>
 
 namespace ehp {
 
@@ -162,6 +164,29 @@ private:
     std::vector<int32_t> tokens_;
     std::vector<uint32_t> blocks_;  // may run past length() after a reserve whose step failed
 };
+
+// The size of a 1.2 host's eh_kv_params: kv_init accepts any struct_size
+// from here up (kv_type is read only from a 1.4 struct).
+constexpr uint32_t kKvParamsMinSize = offsetof(eh_kv_params, reserved);
+
+// (1.4) The KV element type kv_init is asked for; 0, the plugin's default,
+// when the host's struct predates kv_type.
+inline uint32_t asked_kv_type(const eh_kv_params& p) {
+    return p.struct_size >= offsetof(eh_kv_params, reserved) + sizeof(p.reserved) ? p.kv_type : 0u;
+}
+
+// A KV type for messages: its eh_tensor_type name ("Q8_0"), "default" for 0
+// as asked, "type N" for an id no one defined.
+inline std::string kv_type_name(uint32_t type, bool asked = true) {
+    if (type == 0 && asked) return "default";
+    const eh_type_traits t = eh_tensor_type_traits(type);
+    return t.name ? std::string(t.name) : "type " + std::to_string(type);
+}
+
+// kv_init's refusal of a type the plugin cannot store (EH_UNSUPPORTED).
+[[noreturn]] inline void refuse_kv_type(uint32_t type, const std::string& why) {
+    throw Error(EH_UNSUPPORTED, "kv_init: KV cache type " + kv_type_name(type) + " is not supported: " + why);
+}
 
 // kv_init's arithmetic. `limits` is what the host asked for, `block_bytes`
 // the memory of one block (all layers), `budget` the bytes the blocks may

@@ -107,6 +107,9 @@ struct block_q4_1 { uint16_t d; uint16_t m; uint8_t qs[QK4_1 / 2]; };
 struct block_q5_0 { uint16_t d; uint8_t qh[4]; uint8_t qs[QK5_0 / 2]; };
 struct block_q5_1 { uint16_t d; uint16_t m; uint8_t qh[4]; uint8_t qs[QK5_1 / 2]; };
 struct block_q8_0 { uint16_t d; int8_t qs[QK8_0]; };
+// Not ggml's: the KV cache's FP8 block (EH_TYPE_FP8_E4M3), value = d * e4m3(q).
+constexpr int QK_FP8 = 32;
+struct block_fp8_e4m3 { uint16_t d; uint8_t qs[QK_FP8]; };
 struct block_q4_K { uint16_t d; uint16_t dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qs[QK_K / 2]; };
 struct block_q5_K { uint16_t d; uint16_t dmin; uint8_t scales[K_SCALE_SIZE]; uint8_t qh[QK_K / 8]; uint8_t qs[QK_K / 2]; };
 struct block_q6_K { uint8_t ql[QK_K / 2]; uint8_t qh[QK_K / 4]; int8_t scales[QK_K / 16]; uint16_t d; };
@@ -123,6 +126,7 @@ static_assert(sizeof(block_q4_1) == 20, "block_q4_1 layout");
 static_assert(sizeof(block_q5_0) == 22, "block_q5_0 layout");
 static_assert(sizeof(block_q5_1) == 24, "block_q5_1 layout");
 static_assert(sizeof(block_q8_0) == 34, "block_q8_0 layout");
+static_assert(sizeof(block_fp8_e4m3) == 34, "block_fp8_e4m3 layout");
 static_assert(sizeof(block_q4_K) == 144, "block_q4_K layout");
 static_assert(sizeof(block_q5_K) == 176, "block_q5_K layout");
 static_assert(sizeof(block_q6_K) == 210, "block_q6_K layout");
@@ -204,6 +208,41 @@ inline void dequantize_block(const block_q5_1& b, float* out) {
 inline void dequantize_block(const block_q8_0& b, float* out) {
     const float d = fp16_to_fp32(b.d);
     for (int j = 0; j < 32; ++j) out[j] = static_cast<float>(b.qs[j]) * d;
+}
+
+// OCP FP8 E4M3: sign, 4 exponent bits (bias 7), 3 mantissa bits; no
+// infinities; S.1111.111 is NaN; the largest finite value is 448.
+inline float e4m3_to_fp32(uint8_t q) {
+    const int e = (q >> 3) & 0xF, m = q & 7;
+    if ((q & 0x7F) == 0x7F) return NAN;
+    const float mag = e ? std::ldexp(1.0f + static_cast<float>(m) / 8.0f, e - 7) : std::ldexp(static_cast<float>(m), -9);
+    return (q & 0x80) ? -mag : mag;
+}
+
+// Round to nearest, ties to even; saturates at +-448 (never NaN for a
+// finite input); NaN in gives NaN out.
+inline uint8_t fp32_to_e4m3(float x) {
+    if (std::isnan(x)) return 0x7F;
+    const uint8_t sign = std::signbit(x) ? 0x80 : 0x00;
+    const float a = std::fabs(x);
+    if (a >= 448.0f) return sign | 0x7E;
+    int code;
+    if (a < 0.015625f) {  // below the smallest normal, 2^-6: steps of 2^-9
+        code = static_cast<int>(std::nearbyint(std::ldexp(a, 9)));
+    } else {
+        int k;
+        const float f = std::frexp(a, &k);  // a = f * 2^k, f in [0.5, 1)
+        const int e = k - 1;                // a = (2f) * 2^e
+        // codes are monotonic in the value, so a mantissa that rounds up to
+        // 8 carries into the next exponent by itself
+        code = ((e + 7) << 3) + static_cast<int>(std::nearbyint((2.0f * f - 1.0f) * 8.0f));
+    }
+    return static_cast<uint8_t>(sign | std::min(code, 0x7E));
+}
+
+inline void dequantize_block(const block_fp8_e4m3& b, float* out) {
+    const float d = fp16_to_fp32(b.d);
+    for (int j = 0; j < QK_FP8; ++j) out[j] = e4m3_to_fp32(b.qs[j]) * d;
 }
 
 // Q4_K / Q5_K scale packing (12 bytes for 8 scales and 8 mins, 6 bits each):
@@ -484,6 +523,16 @@ inline void quantize_block(const float* x, block_q8_0& b) {
         b.qs[j] = static_cast<int8_t>(detail::clampi(detail::round_to_int(x[j] * id), -127, 127));
 }
 
+// The scale maps the block's largest magnitude onto E4M3's largest, 448.
+inline void quantize_block(const float* x, block_fp8_e4m3& b) {
+    float amax = 0.0f;
+    for (int j = 0; j < QK_FP8; ++j) amax = std::max(amax, std::fabs(x[j]));
+    b.d = fp32_to_fp16(amax / 448.0f);
+    const float d = fp16_to_fp32(b.d);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    for (int j = 0; j < QK_FP8; ++j) b.qs[j] = fp32_to_e4m3(x[j] * id);
+}
+
 namespace detail {
 // Per sub-block affine parameters for Q4_K / Q5_K: value = s*q - m with
 // m >= 0, then the scales and mins quantized to 6 bits against d and dmin.
@@ -681,6 +730,7 @@ inline bool dequantize_row(uint32_t type, const void* src, float* dst, uint64_t 
     case EH_TYPE_Q5_K: detail::dequantize_blocks<block_q5_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_Q6_K: detail::dequantize_blocks<block_q6_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_MXFP4: detail::dequantize_blocks<block_mxfp4>(src, dst, n, QK_MXFP4); return true;
+    case EH_TYPE_FP8_E4M3: detail::dequantize_blocks<block_fp8_e4m3>(src, dst, n, QK_FP8); return true;
     case EH_TYPE_Q2_K: detail::dequantize_blocks<block_q2_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_Q3_K: detail::dequantize_blocks<block_q3_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_IQ4_NL: detail::dequantize_blocks<block_iq4_nl>(src, dst, n, QK4_NL); return true;
@@ -710,6 +760,7 @@ inline bool quantize_row(uint32_t type, const float* src, void* dst, uint64_t n)
     case EH_TYPE_Q5_K: detail::quantize_blocks<block_q5_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_Q6_K: detail::quantize_blocks<block_q6_K>(src, dst, n, QK_K); return true;
     case EH_TYPE_MXFP4: detail::quantize_blocks<block_mxfp4>(src, dst, n, QK_MXFP4); return true;
+    case EH_TYPE_FP8_E4M3: detail::quantize_blocks<block_fp8_e4m3>(src, dst, n, QK_FP8); return true;
     default: return false;
     }
 }

@@ -28,7 +28,9 @@ uint64_t available_host_bytes() {
 Batch::Batch(const Model& model, const eh_kv_params& p) : model_(model) {
     const Config& c = model.config();
     const size_t kv_dim = static_cast<size_t>(c.n_head_kv) * c.head_dim;
-    const uint64_t block_bytes = 2ull * c.n_layer * kBlockTokens * kv_dim * sizeof(float);
+    // 0, the default, is F32 (eh_tensor_type 0): what this plugin always stored
+    const uint32_t kv_type = ehp::asked_kv_type(p);
+    const uint64_t block_bytes = 2ull * c.n_layer * kBlockTokens * KvPool::row_bytes(kv_type, kv_dim);
     const uint64_t budget = p.budget_bytes
                                 ? p.budget_bytes
                                 : static_cast<uint64_t>(double(available_host_bytes()) *
@@ -36,7 +38,8 @@ Batch::Batch(const Model& model, const eh_kv_params& p) : model_(model) {
     // gpt2 has a table of learned positions: no room past its end
     const uint32_t seq_cap = c.arch == Arch::Gpt2 ? c.n_ctx_train : UINT32_MAX;
     granted_ = ehp::grant_kv(p, kBlockTokens, block_bytes, budget, seq_cap);
-    pool_ = std::make_unique<KvPool>(c.n_layer, kv_dim, kBlockTokens, granted_.total_blocks);
+    pool_ = std::make_unique<KvPool>(c.n_layer, kv_dim, kBlockTokens, granted_.total_blocks, kv_type);
+    granted_.kv_type = kv_type;
 }
 
 eh_kv_info Batch::info() const {

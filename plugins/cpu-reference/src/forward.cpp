@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <unordered_map>
 #include <vector>
 
 #include <engine_host/plugin_abi.hpp>
@@ -138,8 +139,31 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
         }
     }
     for (size_t r = 0; r < T; ++r) {
-        std::memcpy(rows_[r].seq->k(layer, rows_[r].pos), &kr[r * kv_dim], kv_dim * sizeof(float));
-        std::memcpy(rows_[r].seq->v(layer, rows_[r].pos), v + r * kv_dim, kv_dim * sizeof(float));
+        Sequence& seq = *rows_[r].seq;
+        seq.pool().store_k(layer, seq.row(rows_[r].pos), &kr[r * kv_dim]);
+        seq.pool().store_v(layer, seq.row(rows_[r].pos), v + r * kv_dim);
+    }
+    // An F32 pool is read in place; any other type is read back as floats
+    // once per sequence and layer (every position up to its last row's), so
+    // a row sees the same values whatever else shares the step.
+    struct Plain {
+        std::vector<float> k, v;
+    };
+    std::unordered_map<const Sequence*, Plain> plain;
+    if (rows_[0].seq->pool().type() != EH_TYPE_F32) {
+        std::unordered_map<const Sequence*, uint32_t> upto;
+        for (const Row& row : rows_) upto[row.seq] = std::max(upto[row.seq], row.pos + 1);
+        for (auto [s, n] : upto) {
+            Plain& p = plain[s];
+            p.k.resize(size_t(n) * kv_dim);
+            p.v.resize(size_t(n) * kv_dim);
+            m_.pool().parallel_for(n, 64, [&](size_t b, size_t e) {
+                for (size_t pos = b; pos < e; ++pos) {
+                    s->pool().load_k(layer, s->row(uint32_t(pos)), &p.k[pos * kv_dim]);
+                    s->pool().load_v(layer, s->row(uint32_t(pos)), &p.v[pos * kv_dim]);
+                }
+            });
+        }
     }
 
     const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
@@ -157,10 +181,16 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
             const size_t g = static_cast<size_t>(hh / group) * hd;
             const int64_t first = window_start(pos, L.window);
             const size_t n = static_cast<size_t>(pos - first + 1);
+            const Plain* pl = plain.empty() ? nullptr : &plain.at(&seq);
             for (size_t j = 0; j < n; ++j) {
                 const uint32_t p = static_cast<uint32_t>(first + static_cast<int64_t>(j));
-                k_rows[j] = seq.k(layer, p) + g;
-                v_rows[j] = seq.v(layer, p) + g;
+                if (pl) {
+                    k_rows[j] = &pl->k[size_t(p) * kv_dim + g];
+                    v_rows[j] = &pl->v[size_t(p) * kv_dim + g];
+                } else {
+                    k_rows[j] = seq.pool().k_f32(layer, seq.row(p)) + g;
+                    v_rows[j] = seq.pool().v_f32(layer, seq.row(p)) + g;
+                }
             }
             attend_rows(q + r * q_dim + hh * hd, k_rows.data(), v_rows.data(), n, hd, scale,
                         L.sinks.empty() ? nullptr : &L.sinks[hh], scores.data(), out + r * q_dim + hh * hd);

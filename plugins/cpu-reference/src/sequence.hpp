@@ -38,11 +38,9 @@ public:
         has_logits = false;
     }
 
-    // K/V rows of position `pos` in layer `layer`.
-    float* k(uint32_t layer, uint32_t pos) { return pool_.k(layer, blocks.row(pos)); }
-    float* v(uint32_t layer, uint32_t pos) { return pool_.v(layer, blocks.row(pos)); }
-    const float* k(uint32_t layer, uint32_t pos) const { return pool_.k(layer, blocks.row(pos)); }
-    const float* v(uint32_t layer, uint32_t pos) const { return pool_.v(layer, blocks.row(pos)); }
+    // The pool holding its K/V, and the pool row of position `pos`.
+    KvPool& pool() const { return pool_; }
+    uint64_t row(uint32_t pos) const { return blocks.row(pos); }
 
 private:
     KvPool& pool_;

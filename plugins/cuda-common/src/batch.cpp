@@ -210,6 +210,7 @@ void BatchBase::warm_up() {
 eh_kv_info BatchBase::info() const {
     eh_kv_info i = limits_;
     i.free_blocks = pool_ ? pool_->free_blocks() : 0;
+    i.kv_type = EH_TYPE_F16;  // the pools are __half; kv_init refuses any other type
     return i;
 }
 
