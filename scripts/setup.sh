@@ -12,6 +12,7 @@ packages=(
   clang libclang-rt-14-dev
   chromium chromium-driver
   python3-yaml  # tests/deploy: the Kubernetes manifests are parsed and checked
+  xz-utils  # tests/constrain: llama.cpp's grammars are unpacked from the peer's src.tar.xz
 )
 
 missing=()
