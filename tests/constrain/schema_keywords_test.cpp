@@ -423,6 +423,10 @@ TEST(SchemaKeywords, Patterns) {
     EXPECT_TRUE(matches(blank, R"js("x ")js"));
     EXPECT_FALSE(matches(blank, R"js("  ")js"));
     EXPECT_FALSE(matches(blank, R"js("")js"));
+    auto two = json_schema_grammar(R"js({"pattern":"^(?!aws:)(?!mem:)[a-z:]{1,8}$"})js");
+    EXPECT_TRUE(matches(two, R"js("team:x")js"));
+    EXPECT_FALSE(matches(two, R"js("mem:x")js"));
+    EXPECT_FALSE(matches(two, R"js("aws:x")js"));
     EXPECT_EQ(refused_keyword(R"js({"pattern":"a(?!b)"})js"), "pattern");
     EXPECT_EQ(refused_keyword(R"js({"pattern":"^(?!a*)b"})js"), "pattern");
 }

@@ -277,15 +277,20 @@ private:
     // mid-text (then the lookahead always fails but at the end).
     RNode negative_lookahead(RNode a) {
         if (a.k != RNode::K::Seq || a.kids.empty() || a.kids[0].k != RNode::K::NotLook) return a;
-        const RNode p = std::move(a.kids[0].kids[0]);
-        a.kids.erase(a.kids.begin());
-        if (nullable(p, false)) fail("has a negative lookahead that matches the empty string (not supported)");
+        // Several in a row ("^(?!aws:)(?!memorydb:)..."): each must fail.
         Ranges first;
-        first_chars(p, first);
+        bool empty_end = false;
+        while (!a.kids.empty() && a.kids[0].k == RNode::K::NotLook) {
+            const RNode p = std::move(a.kids[0].kids[0]);
+            a.kids.erase(a.kids.begin());
+            if (nullable(p, false)) fail("has a negative lookahead that matches the empty string (not supported)");
+            first_chars(p, first);
+            empty_end = empty_end || nullable(p, true);
+        }
         first = normalize(first);
         RNode out{RNode::K::Alt, {}, {}, 0, 0};
         if (auto r = restrict_first(a, first)) out.kids.push_back(std::move(*r));
-        if (nullable(a, true) && !nullable(p, true)) out.kids.push_back(RNode{});
+        if (nullable(a, true) && !empty_end) out.kids.push_back(RNode{});
         if (out.kids.empty()) fail("matches nothing after its negative lookahead");
         return out;
     }
