@@ -466,6 +466,18 @@ TEST(SchemaKeywords, PatternAnchorsLookaheadsAndLengths) {
     EXPECT_TRUE(matches(look, R"js("spec.yaml")js"));
     EXPECT_TRUE(matches(look, R"js("spec.json.bak")js"));
     stops_at(look, R"js("spec.txt")js", 6);
+    // A lookahead right after ^ that, with the rest, gives characters and a
+    // count: the other side, kept to those characters and narrowed to the count.
+    auto named = json_schema_grammar(R"js({"pattern":"^(?=^[a-z0-9-]+$).{3,8}$"})js");
+    EXPECT_TRUE(matches(named, R"js("abc-12")js"));
+    EXPECT_FALSE(matches(named, R"js("ab")js"));
+    EXPECT_FALSE(matches(named, R"js("abcdefghi")js"));
+    EXPECT_FALSE(matches(named, R"js("ABC")js"));
+    auto arn = json_schema_grammar(R"js({"pattern":"^(?=.{5,8}$)arn.*"})js");
+    EXPECT_TRUE(matches(arn, R"js("arn:x")js"));
+    EXPECT_FALSE(matches(arn, R"js("arn")js"));
+    EXPECT_FALSE(matches(arn, R"js("arn:xyzwv")js"));
+    stops_at(arn, R"js("xarn:1")js", 1);
     auto end_look = json_schema_grammar(R"js({"pattern":"^a(?=b$)"})js");
     EXPECT_TRUE(matches(end_look, R"js("ab")js"));
     EXPECT_FALSE(matches(end_look, R"js("abc")js"));

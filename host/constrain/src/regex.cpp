@@ -128,6 +128,8 @@ public:
         RNode top = alt(0);
         if (!eof()) fail("has an unmatched ')'");
         top = anchor_end(anchor_start(std::move(top)));
+        bounds_.assign(top.kids.size(), std::nullopt);
+        for (size_t i = 0; i < top.kids.size(); ++i) top.kids[i] = length_lookahead(std::move(top.kids[i]), i);
         for (auto& a : top.kids) a = negative_lookahead(std::move(a));
         check_anchors(top);
         return top;
@@ -136,8 +138,56 @@ public:
     [[noreturn]] void fail(const std::string& what) const {
         throw GrammarError("pattern", fmt::format("'pattern' \"{}\" {}", src_.substr(0, 200), what));
     }
+    // Per top-level alternative: the length bounds a lookahead gave it
+    // (regex_grammar narrows the alternative to them).
+    const std::vector<std::optional<std::pair<uint64_t, uint64_t>>>& bounds() const { return bounds_; }
 
 private:
+    // A lookahead right after ^ that, with what follows, says "these
+    // characters, this many of them": "^(?=.{3,64}$)arn.*",
+    // "^(?=^[a-z0-9-]+$).{3,64}$". The alternative becomes the other side
+    // with its characters kept within the counted class and its length
+    // bounds recorded (narrowed to them later, as for minLength/maxLength).
+    RNode length_lookahead(RNode a, size_t index) {
+        if (a.k != RNode::K::Seq || a.kids.empty() || a.kids[0].k != RNode::K::Look) return a;
+        const RNode& y = a.kids[0].kids[0];  // the lookahead's alternation
+        if (y.kids.size() != 1 || y.kids[0].k != RNode::K::Seq) return a;
+        std::vector<RNode> inner = y.kids[0].kids;
+        while (!inner.empty() && inner.front().k == RNode::K::Bol) inner.erase(inner.begin());
+        if (inner.empty() || inner.back().k != RNode::K::Eol) return a;  // must reach the end
+        while (!inner.empty() && inner.back().k == RNode::K::Eol) inner.pop_back();
+        std::vector<RNode> rest(a.kids.begin() + 1, a.kids.end());
+        auto counted = [](const std::vector<RNode>& v) {
+            return v.size() == 1 && v[0].k == RNode::K::Rep && v[0].kids[0].k == RNode::K::Set;
+        };
+        const RNode* count = nullptr;
+        RNode body;
+        if (counted(inner)) {  // (?=.{m,n}$) then the pattern
+            count = &inner[0];
+            body.kids = std::move(rest);
+        } else if (counted(rest) && !rest[0].kids[0].any) {  // (?=^p$) then .{m,n} (the $ already taken)
+            count = &rest[0];
+            body.kids = std::move(inner);
+        } else {
+            return a;
+        }
+        if (holds(body, RNode::K::Bol) || holds(body, RNode::K::Eol) || holds(body, RNode::K::Look) ||
+            holds(body, RNode::K::NotLook))
+            return a;
+        keep_within(body, count->kids[0].set);
+        bounds_[index] = std::make_pair(uint64_t(count->min), count->max == kInf ? kRegexUnbounded : uint64_t(count->max));
+        return body;
+    }
+    // Every character class in n cut to `allowed`.
+    void keep_within(RNode& n, const Ranges& allowed) {
+        for (auto& k : n.kids) keep_within(k, allowed);
+        if (n.k != RNode::K::Set) return;
+        Ranges kept = minus(n.set, complement(allowed));
+        if (kept.empty()) fail("has a class with no character its lookahead allows");
+        n.set = std::move(kept);
+        n.any = false;
+    }
+
     static RNode any_star() {
         RNode a{RNode::K::Set, {}, {{0, kMaxCp}}, 0, 0, true};
         RNode r{RNode::K::Rep, {}, {}, 0, kInf};
@@ -670,6 +720,7 @@ private:
     std::vector<uint32_t> cps_;
     size_t i_ = 0;
     bool search_ = true;
+    std::vector<std::optional<std::pair<uint64_t, uint64_t>>> bounds_;
 };
 
 // A code point set as raw UTF-8 text (for output that is not a JSON string).
@@ -889,6 +940,16 @@ std::optional<std::string> regex_grammar(std::string_view pattern, const std::st
                                          uint64_t max_len) {
     RegexParser parser(pattern);
     RNode top = parser.run();
+    for (size_t i = 0; i < top.kids.size(); ++i) {
+        const auto& b = parser.bounds()[i];
+        if (!b) continue;
+        RNode& alt = top.kids[i];
+        if (lengths(alt).min < b->first &&
+            (!prune_short(alt, b->first) || !raise_to_length(alt, b->first)))
+            parser.fail("has a lookahead length its pattern cannot reach");
+        if (lengths(alt).max > b->second && !narrow_to_length(alt, b->second))
+            parser.fail("has a lookahead length its pattern cannot keep within");
+    }
     const Lengths all = lengths(top);
     if (all.min > max_len || all.max < min_len) parser.fail("matches no string of the length minLength/maxLength allow");
     if (!(min_len <= all.min && all.max <= max_len)) {
