@@ -15,7 +15,10 @@
 #include <thread>
 
 #include "cli.hpp"
+#include "eh/http/model_pool.hpp"
 #include "eh/http/server.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "plugin_report.hpp"
 #include "eh/loader/plugin_search.hpp"
 #include "eh/service/event_log.hpp"
 #include "eh/service/kv_event_publisher.hpp"
@@ -104,6 +107,37 @@ bool announce(const ServeSettings& s, const RunningModel& running, const std::st
     return false;
 }
 
+// Many models: none is loaded yet; each loads on its first request.
+std::shared_ptr<http::ModelPool> start_pool(const ServeSettings& s, const ModelStartContext& ctx) {
+    std::vector<http::PoolModelSpec> specs;
+    for (const auto& m : s.models) specs.push_back({m.name, m.aliases, m.path});
+    http::ModelPoolOptions po;
+    po.memory_budget_bytes = uint64_t(s.models_memory_mb * 1024.0 * 1024.0);
+    po.idle_unload = std::chrono::seconds(s.idle_unload_seconds);
+    po.load_wait = std::chrono::seconds(s.model_load_wait_sec);
+    nlohmann::json names = nlohmann::json::array();
+    for (const auto& m : specs) names.push_back(m.name);
+    log_event(lvl::info, "models", {{"models", names}, {"memory_budget_bytes", po.memory_budget_bytes},
+                                    {"idle_unload_seconds", s.idle_unload_seconds}});
+    return std::make_shared<http::ModelPool>(std::move(specs), pool_loader(s, ctx), po);
+}
+
+// What /health and /capabilities say of a many-model server: the default
+// model's name, the batch and queue every model's service gets, the plugins.
+http::NodeInfo pool_info(const ServeSettings& s) {
+    http::NodeInfo ni;
+    ni.model = s.model.name;
+    ni.refuse_unknown_models = true;
+    ni.slots = s.parallel;
+    ni.queue_capacity = s.queue_size;
+    ni.max_tokens_out = s.max_tokens_out;
+    loader::LoaderOptions lo;
+    lo.device = s.gpu;
+    lo.open_in_process = false;
+    ni.plugins = registry_json(loader::discover_plugins(s.plugin_dirs, lo));
+    return ni;
+}
+
 }  // namespace
 
 int cmd_serve(const std::vector<std::string>& args) {
@@ -138,12 +172,14 @@ int cmd_serve(const std::vector<std::string>& args) {
     const std::string uri = fmt::format("{}://{}:{}", so.ssl_cert_file.empty() ? "http" : "https", so.host.find(':') != std::string::npos ? "[" + so.host + "]" : so.host, bound);
     log_event(lvl::info, "listening", {{"uri", uri}, {"port", bound}});
 
-    RunningModel running;
+    RunningModel running;                // one model
+    std::shared_ptr<http::ModelPool> pool;  // many models
     ResidencyWatch residency;
     int exit_code = kOk;
     auto stop_everything = [&] {
         server.begin_shutdown();
         if (running.svc) running.svc->shutdown();
+        if (pool) pool->shutdown();
         // The default grace plus this fits the worker contract's 5 s from
         // SIGTERM to exit: cancelled streams only have their terminal event
         // left to write.
@@ -151,6 +187,8 @@ int cmd_serve(const std::vector<std::string>& args) {
         server.stop();
         if (http_thread.joinable()) http_thread.join();
         residency.stop();
+        if (pool) pool->release();
+        pool.reset();
         running.svc.reset();
         running.engine.reset();  // an engine process sees its socket close and exits
         if (kv_publisher) kv_publisher->stop();  // after the cache's last events
@@ -158,9 +196,14 @@ int cmd_serve(const std::vector<std::string>& args) {
     };
 
     try {
-        const ModelStartContext ctx{server, [latch] { return latch->fired(); }, metrics, kv_publisher, so.limits, uri};
-        start_model(s, s.model, ctx, running);
-        residency.start(running.engine, server, s.residency_check_sec);
+        const ModelStartContext ctx{&server, [latch] { return latch->fired(); }, metrics, kv_publisher, so.limits, uri};
+        if (!s.models.empty()) {
+            pool = start_pool(s, ctx);
+            server.attach_pool(pool, pool_info(s));
+        } else {
+            start_model(s, s.model, ctx, running);
+            residency.start(running.engine, server, s.residency_check_sec);
+        }
         if (!announce(s, running, uri)) {
             exit_code = kFailure;
             latch->trigger("callback failed");

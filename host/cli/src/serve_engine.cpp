@@ -59,7 +59,7 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     elo.n_threads = s.threads;
     elo.options_json = s.engine_options;
     elo.progress = [&](float f, const char* stage) {
-        ctx.server.set_load_progress(f);
+        if (ctx.server) ctx.server->set_load_progress(f);
         bar.update(f);
         if (stage && *stage && last_stage != stage) {
             last_stage = stage;
@@ -114,11 +114,12 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     else if (chat_state.source == "file")
         log_event(lvl::info, "chat_template", {{"source", "file"}, {"path", s.chat_template_path}});
     service::ServiceOptions sopt;
-    sopt.n_ctx = choose_context(*file, mi, s.ctx_size, s.kv_cache_mb);
+    sopt.n_ctx = choose_context(*file, mi, s.ctx_size, s.kv_cache_mb, s.kv_type);
     sopt.queue_capacity = s.queue_size;
     sopt.max_running = s.parallel;
     sopt.max_step_tokens = s.batch_tokens;
     sopt.kv_budget_bytes = s.kv_cache_mb * 1024 * 1024;
+    sopt.kv_type = s.kv_type;
     sopt.kv_memory_fraction = s.gpu_memory_fraction;
     sopt.prefix_cache = s.prefix_cache;
     sopt.prefix_cache_shared = s.prefix_cache_shared;
@@ -160,9 +161,11 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     ni.logprobs = facts.logits;
     ni.queue_capacity = sopt.queue_capacity;
     ni.plugins = registry_json(reg);
+    out.host_bytes = mi.host_bytes_used;
     // Residency is checked here, never on a request's path.
     std::string why;
-    ctx.server.set_resident(out.engine->check_residency(&why), why);
+    const bool resident = out.engine->check_residency(&why);
+    if (ctx.server) ctx.server->set_resident(resident, why);
     // Logged before /health answers ready, so whoever sees the one can read the other.
     const service::Service& svc = *out.svc;
     const service::SeqLimits& kl = svc.kv_limits();
@@ -173,8 +176,37 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
                                    {"batched", svc.batched()},
                                    {"max_running", svc.max_running()}, {"kv_blocks", kl.total_blocks},
                                    {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc.kv_cache_bytes()}});
-    ctx.server.attach(out.svc, out.info);
+    if (ctx.server) ctx.server->attach(out.svc, out.info);
     if (!s.engine_process) last_words("serving");
+}
+
+http::ModelPool::Loader pool_loader(const ServeSettings& s, ModelStartContext ctx) {
+    ctx.server = nullptr;
+    return [&s, ctx](const http::PoolModelSpec& spec) {
+        ServedModelSpec m;
+        m.ref = m.path = spec.path;
+        m.name = spec.name;
+        m.aliases = spec.aliases;
+        m.refuse_unknown = true;
+        RunningModel r;
+        try {
+            start_model(s, m, ctx, r);
+        } catch (...) {
+            r.svc.reset();
+            r.engine.reset();
+            r.model.reset();
+            throw;
+        }
+        http::PooledModel p;
+        p.service = r.svc;
+        p.info = r.info;
+        p.memory_bytes = r.svc->device_bytes_used() + r.host_bytes;
+        p.release = [engine = std::move(r.engine), model = std::move(r.model)]() mutable {
+            engine.reset();  // an engine process sees its socket close and exits
+            model.reset();
+        };
+        return p;
+    };
 }
 
 }  // namespace eh::cli

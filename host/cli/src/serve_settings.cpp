@@ -6,10 +6,14 @@
 #include <nlohmann/json.hpp>
 
 #include <algorithm>
+#include <filesystem>
+#include <optional>
+#include <set>
 #include <random>
 #include <regex>
 
 #include "eh/loader/plugin_search.hpp"
+#include "kv_cache_option.hpp"
 #include "model_ref.hpp"
 #include "serve_access.hpp"
 #include "serve_model.hpp"
@@ -52,6 +56,116 @@ bool read_model_names(const po::variables_map& vm, ServedModelSpec& m, std::stri
     return true;
 }
 
+bool name_ok(const std::string& n) {
+    bool ok = !n.empty() && n.size() <= 256;
+    for (unsigned char c : n) ok = ok && c >= 0x20 && c != 0x7f;
+    return ok;
+}
+
+// NAME=REF: a name (no '/') before the first '=', and not a file that exists as written.
+std::optional<std::pair<std::string, std::string>> named_ref(const std::string& arg) {
+    const size_t eq = arg.find('=');
+    if (eq == std::string::npos || eq == 0 || arg.find('/') < eq) return std::nullopt;
+    std::error_code ec;
+    if (std::filesystem::exists(arg, ec)) return std::nullopt;
+    return std::make_pair(arg.substr(0, eq), arg.substr(eq + 1));
+}
+
+// Several --model, --model NAME=REF, --models-dir: the models a pool
+// serves, each with its names; --served-model-name NAME=ALIAS adds aliases.
+bool read_many_models(const po::variables_map& vm, const std::vector<std::string>& refs, ServeSettings& s,
+                      std::string& err) {
+    const bool offline = vm.count("offline") > 0;
+    for (const auto& arg : refs) {
+        ServedModelSpec m;
+        if (auto named = named_ref(arg)) {
+            m.name = named->first;
+            m.ref = named->second;
+        } else {
+            m.ref = arg;
+        }
+        m.path = resolve_model_ref(m.ref, offline);
+        if (m.name.empty()) m.name = model_id(m.path);
+        s.models.push_back(std::move(m));
+    }
+    if (vm.count("models-dir")) {
+        const std::string dir = vm["models-dir"].as<std::string>();
+        std::error_code ec;
+        if (!std::filesystem::is_directory(dir, ec)) {
+            err = "--models-dir " + dir + ": not a directory";
+            return false;
+        }
+        std::vector<std::filesystem::path> found;
+        for (const auto& e : std::filesystem::directory_iterator(dir, ec)) {
+            const auto& p = e.path();
+            if ((e.is_regular_file(ec) && p.extension() == ".gguf") ||
+                (e.is_directory(ec) && std::filesystem::exists(p / "config.json", ec)))
+                found.push_back(p);
+        }
+        std::sort(found.begin(), found.end());
+        if (found.empty()) {
+            err = "--models-dir " + dir + " holds no GGUF file and no Hugging Face model directory";
+            return false;
+        }
+        for (const auto& p : found) {
+            ServedModelSpec m;
+            m.ref = m.path = p.string();
+            m.name = model_id(m.path);
+            s.models.push_back(std::move(m));
+        }
+    }
+    if (vm.count("model-name")) {
+        err = "--model-name names the one model; with many, name each with --model NAME=PATH";
+        return false;
+    }
+    if (vm.count("served-model-name"))
+        for (const auto& a : vm["served-model-name"].as<std::vector<std::string>>()) {
+            const size_t eq = a.find('=');
+            auto it = eq == std::string::npos ? s.models.end()
+                                              : std::find_if(s.models.begin(), s.models.end(),
+                                                             [&](const ServedModelSpec& m) { return m.name == a.substr(0, eq); });
+            if (it == s.models.end()) {
+                err = "with many models, --served-model-name takes MODEL=ALIAS naming one of them (got '" + a + "')";
+                return false;
+            }
+            it->aliases.push_back(a.substr(eq + 1));
+        }
+    std::set<std::string> names;
+    for (auto& m : s.models) {
+        m.refuse_unknown = true;
+        std::vector<const std::string*> all{&m.name};
+        for (const auto& a : m.aliases) all.push_back(&a);
+        for (const auto* n : all) {
+            if (!name_ok(*n)) {
+                err = "a model name must be 1-256 bytes without control characters (got '" + *n + "')";
+                return false;
+            }
+            if (!names.insert(*n).second) {
+                err = "the model name '" + *n + "' is given to two models (name them with --model NAME=PATH)";
+                return false;
+            }
+        }
+    }
+    for (const char* flag : {"kv-events-endpoint", "callback-url"})
+        if (vm.count(flag)) {
+            err = std::string("--") + flag + " serves one model; it cannot go with several";
+            return false;
+        }
+    s.model = s.models.front();
+    s.models_memory_mb = vm["models-memory-mb"].as<double>();
+    if (!(s.models_memory_mb >= 0 && s.models_memory_mb <= 1e9)) {
+        err = "--models-memory-mb must be between 0 and 1e9";
+        return false;
+    }
+    s.idle_unload_seconds = vm["idle-unload-seconds"].as<uint32_t>();
+    s.model_load_wait_sec = vm["model-load-wait-sec"].as<uint32_t>();
+    if (s.model_load_wait_sec < 1 || s.model_load_wait_sec > 3600) {
+        err = "--model-load-wait-sec must be between 1 and 3600";
+        return false;
+    }
+    return true;
+}
+
 bool read_kv_events(const po::variables_map& vm, ServeSettings& s, std::string& err) {
     if (vm.count("kv-events-endpoint")) {
         if (vm.count("no-prefix-cache")) {
@@ -81,7 +195,20 @@ void add_serve_options(po::options_description& desc) {
     desc.add_options()
         ("help,h", "show this help")
         ("plugins", po::value<std::vector<std::string>>(), kPluginsHelp)
-        ("model,m", po::value<std::string>()->required(), kModelHelp)
+        ("model,m", po::value<std::vector<std::string>>(),
+         "model: a GGUF file, a Hugging Face model directory, hf://ORG/REPO/FILE or ORG/REPO[:QUANT] (pulled into the "
+         "hub cache). NAME=REF names it; repeated, the server serves each (loaded on first use, the first is the "
+         "default)")
+        ("models-dir", po::value<std::string>(),
+         "serve every GGUF file and Hugging Face model directory in DIR, named by file name without .gguf "
+         "(loaded on first use)")
+        ("models-memory-mb", po::value<double>()->default_value(0),
+         "with many models: memory (MiB, fractions allowed) the loaded models may hold; past it the least recently "
+         "used are unloaded (0 = no budget)")
+        ("idle-unload-seconds", po::value<uint32_t>()->default_value(0),
+         "with many models: unload a model no request used for this long (0 = never)")
+        ("model-load-wait-sec", po::value<uint32_t>()->default_value(60),
+         "with many models: how long a request waits for its model to load before it gets 503 MODEL_LOADING (1-3600)")
         ("offline", kOfflineHelp)
         ("model-name", po::value<std::string>(), "model id clients use (default: file name without .gguf)")
         ("served-model-name", po::value<std::vector<std::string>>()->composing(),
@@ -97,6 +224,7 @@ void add_serve_options(po::options_description& desc) {
         ("inference-timeout-sec", po::value<uint32_t>()->default_value(300), "per-request time limit")
         ("ctx-size", po::value<uint32_t>()->default_value(0), "context length (prompt + output); default: the model's")
         ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0), "KV-cache pool shared by all sequences (default: --gpu-memory-fraction); without --ctx-size the context is capped to what it holds")
+        ("kv-cache-type", po::value<std::string>(), kKvCacheTypeHelp)
         ("gpu-memory-fraction", po::value<float>()->default_value(0), "KV-cache pool as a fraction (0-1] of the device memory free after the weights (0 = plugin default)")
         ("parallel", po::value<uint32_t>()->default_value(64), "requests decoding at once in the batch (1-4096)")
         ("batch-tokens", po::value<uint32_t>()->default_value(2048), "tokens per forward step: decodes plus prefill chunks (16-65536)")
@@ -202,16 +330,37 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
             return false;
         }
     }
-    s.model.ref = vm["model"].as<std::string>();
-    s.model.path = resolve_model_ref(s.model.ref, vm.count("offline") > 0);
+    if (!vm.count("model") && !vm.count("models-dir")) {
+        err = "the option '--model' is required but missing (try --help)";
+        return false;
+    }
+    const std::vector<std::string> refs =
+        vm.count("model") ? vm["model"].as<std::vector<std::string>>() : std::vector<std::string>{};
     s.plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
-    if (!read_model_names(vm, s.model, err)) return false;
+    if (refs.size() == 1 && !vm.count("models-dir") && !named_ref(refs[0])) {
+        s.model.ref = refs[0];
+        s.model.path = resolve_model_ref(s.model.ref, vm.count("offline") > 0);
+        if (!read_model_names(vm, s.model, err)) return false;
+        for (const char* flag : {"models-memory-mb", "idle-unload-seconds", "model-load-wait-sec"})
+            if (!vm[flag].defaulted()) {
+                err = std::string("--") + flag + " is for many models (several --model, --model NAME=PATH or --models-dir)";
+                return false;
+            }
+    } else if (!read_many_models(vm, refs, s, err)) {
+        return false;
+    }
     if (!read_kv_events(vm, s, err)) return false;
 
     s.engine_process = vm.count("engine-process") > 0;
     s.threads = vm["threads"].as<uint32_t>();
     s.ctx_size = vm["ctx-size"].as<uint32_t>();
     s.kv_cache_mb = vm["kv-cache-size-mb"].as<uint64_t>();
+    try {
+        s.kv_type = kv_cache_type_arg(vm);
+    } catch (const Error& e) {
+        err = e.what();
+        return false;
+    }
     s.queue_size = vm["queue-size"].as<size_t>();
     s.prefix_cache = vm.count("no-prefix-cache") == 0;
     s.prefix_cache_shared = vm.count("prefix-cache-shared") != 0;

@@ -47,13 +47,20 @@ struct ServeSettings {
 
     std::optional<ChatTemplateChoice> chat_template;  // --chat-template-file, compiled
     std::string chat_template_path;
-    ServedModelSpec model;
+    ServedModelSpec model;  // the one model, or with many the default (the first)
+    // Many models (several --model, --model NAME=PATH or --models-dir): each
+    // loads on first use. Empty when one model is served as before.
+    std::vector<ServedModelSpec> models;
+    double models_memory_mb = 0;       // 0: no budget
+    uint32_t idle_unload_seconds = 0;  // 0: never
+    uint32_t model_load_wait_sec = 60;
 
     uint32_t max_tokens_out = 0;
     uint32_t parallel = 64;
     uint32_t batch_tokens = 2048;
     uint32_t ctx_size = 0;
     uint64_t kv_cache_mb = 0;
+    uint32_t kv_type = 0;  // --kv-cache-type (ABI 1.4 kv_type); 0: the plugin's default
     float gpu_memory_fraction = 0;
     size_t queue_size = 256;
     bool prefix_cache = true, prefix_cache_shared = false, chained_steps = true;

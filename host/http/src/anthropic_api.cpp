@@ -59,8 +59,7 @@ void Server::Impl::install_anthropic() {
     // Parses, renders and checks the prompt; nullopt after answering an error.
     auto prepare = [this](const httplib::Request& req, httplib::Response& res, const std::string& cid, bool count_only,
                           std::shared_ptr<service::Service>& svc) -> std::optional<AnthropicRequest> {
-        svc = require_ready(*this, res, cid);
-        if (!svc) {
+        if (!accepting(*this, res, cid)) {
             if (!count_only)
                 metrics->request("messages", state.load() == State::Stopping ? "rejected_shutdown" : "rejected_loading");
             to_anthropic(res);
@@ -68,7 +67,7 @@ void Server::Impl::install_anthropic() {
         }
         try {
             auto r = parse_anthropic_request(req.body, options.limits, count_only);
-            if (std::string why = unknown_model(get_info(), r.model); !why.empty()) throw Error(Code::NotFound, why);
+            svc = service_for(*this, r.model);
             render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             return r;

@@ -6,6 +6,7 @@
 #include <filesystem>
 
 #include "eh/service/event_log.hpp"
+#include "eh/service/kv_cache_type.hpp"
 #include "impl.hpp"
 
 namespace eh::http {
@@ -27,6 +28,25 @@ nlohmann::json public_plugin(nlohmann::json p) {
         if (p.contains(k) && p[k].is_string()) p[k] = std::filesystem::path(p[k].get<std::string>()).filename().string();
     if (p.contains("probe") && p["probe"].is_object()) p["probe"].erase("free_memory_bytes");
     return p;
+}
+
+// Which models are loaded (1) or not (0), and the memory they hold.
+std::string pool_metrics(const ModelPool& pool) {
+    std::string out = "# HELP eh_model_loaded 1 while the model is loaded (many-model serve)\n# TYPE eh_model_loaded gauge\n";
+    for (const auto& m : pool.status()) {
+        std::string name = m["id"].get<std::string>();
+        std::string escaped;
+        for (char c : name) {
+            if (c == '\\' || c == '"') escaped += '\\';
+            if (c == '\n') { escaped += "\\n"; continue; }
+            escaped += c;
+        }
+        out += fmt::format("eh_model_loaded{{model=\"{}\"}} {}\n", escaped, m["state"] == "loaded" ? 1 : 0);
+    }
+    out += "# HELP eh_models_memory_bytes memory the loaded models hold, counted against --models-memory-mb\n"
+           "# TYPE eh_models_memory_bytes gauge\n";
+    out += fmt::format("eh_models_memory_bytes {}\n", pool.memory_used());
+    return out;
 }
 
 }  // namespace
@@ -75,6 +95,10 @@ void Server::Impl::install_health() {
             j["vram_bytes_model"] = svc->model_device_bytes();
             j["kv_bytes_per_token"] = svc->kv_bytes_per_token();
             j["kv_cache_bytes"] = svc->kv_cache_bytes();
+            // What the blocks hold ("f16", "q8_0", "fp8", "f32"); null when the plugin does not say.
+            const uint32_t kv_type = svc->kv_limits().kv_type;
+            j["kv_cache_type"] = kv_type == service::kKvTypeUnknown ? nlohmann::json(nullptr)
+                                                                    : nlohmann::json(service::kv_cache_type_name(kv_type));
             const service::ChatTemplateState t = svc->codec().chat_template_state();
             j["chat_template"] = {{"status", service::chat_template_kind_name(t.kind)}};
             if (!t.source.empty()) j["chat_template"]["source"] = t.source;
@@ -93,6 +117,10 @@ void Server::Impl::install_health() {
                               {"prefix_cache_entries", uint64_t(g.prefix_cache_entries)},
                               {"prefix_cache_hit_tokens", uint64_t(g.prefix_hit_tokens)},
                               {"preemptions", uint64_t(g.preemptions)}};
+        }
+        if (pool) {
+            j["models"] = pool->status();
+            j["models_memory_bytes"] = pool->memory_used();
         }
         send_json(res, status == "healthy" ? 200 : 503, j);
     });
@@ -169,7 +197,9 @@ void Server::Impl::install_health() {
             g.vram_bytes = double(svc->device_bytes_used());
             svc->fill_gauges(g);
         }
-        res.set_content(metrics->render(g), "text/plain; version=0.0.4; charset=utf-8");
+        std::string text = metrics->render(g);
+        if (pool) text += pool_metrics(*pool);
+        res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
     });
 }
 

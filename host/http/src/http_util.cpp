@@ -44,6 +44,7 @@ std::optional<service::JobEvent> wait_event(service::Service& svc, service::Job&
 }
 
 const char* rejection_outcome(const std::exception& e) {
+    if (dynamic_cast<const ModelStillLoading*>(&e)) return "rejected_loading";
     if (auto* ee = dynamic_cast<const Error*>(&e)) {
         if (ee->code() == Code::QueueFull) return "rejected_queue_full";
         if (ee->code() == Code::ShuttingDown) return "rejected_shutdown";
@@ -118,6 +119,11 @@ void send_exception(httplib::Response& res, const std::exception& e, const std::
                    {{"retry_after_ms", qf->retry_after_ms()}, {"retriable", true}});
         return;
     }
+    if (auto* ml = dynamic_cast<const ModelStillLoading*>(&e)) {
+        res.set_header("Retry-After", "5");
+        send_error(res, 503, "MODEL_LOADING", ml->what(), correlation, {{"model", ml->model_name}});
+        return;
+    }
     if (auto* ee = dynamic_cast<const Error*>(&e)) {
         int status = http_status_for(ee->code());
         if (status == 503) res.set_header("Retry-After", "5");
@@ -127,18 +133,35 @@ void send_exception(httplib::Response& res, const std::exception& e, const std::
     send_error(res, 500, "INTERNAL", std::string("internal error: ") + e.what(), correlation);
 }
 
-std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation) {
+bool accepting(Server::Impl& s, httplib::Response& res, const std::string& correlation) {
     State st = s.state.load();
     if (st == State::Loading) {
         res.set_header("Retry-After", "5");
         send_error(res, 503, "MODEL_LOADING", "the model is still loading; retry shortly", correlation,
                    {{"load_progress", s.load_progress.load()}});
-        return nullptr;
+        return false;
     }
     if (st == State::Stopping) {
         send_error(res, 503, "SHUTTING_DOWN", "the server is shutting down; not accepting new jobs", correlation);
+        return false;
+    }
+    return true;
+}
+
+std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation) {
+    if (!accepting(s, res, correlation)) return nullptr;
+    if (!s.pool) return s.get_service();
+    try {
+        return s.pool->acquire("");
+    } catch (const std::exception& e) {
+        send_exception(res, e, correlation);
         return nullptr;
     }
+}
+
+std::shared_ptr<service::Service> service_for(Server::Impl& s, const std::string& model) {
+    if (s.pool) return s.pool->acquire(model);
+    if (std::string why = unknown_model(s.get_info(), model); !why.empty()) throw Error(Code::NotFound, why);
     return s.get_service();
 }
 

@@ -19,6 +19,7 @@
 #include "eh/http/server.hpp"
 #include "access_log.hpp"
 #include "auth.hpp"
+#include "eh/http/model_pool.hpp"
 
 #include "artifacts.hpp"
 #include "file_digest.hpp"
@@ -41,6 +42,7 @@ struct Server::Impl {
 
     mutable std::mutex mu;
     std::shared_ptr<service::Service> service;  // set by attach()
+    std::shared_ptr<ModelPool> pool;            // set by attach_pool() (many models); then `service` stays null
     NodeInfo info;
     bool resident = true;
     std::string resident_why;
@@ -74,6 +76,7 @@ struct Server::Impl {
     void install_openai();     // /v1/models, /v1/completions, /v1/chat/completions (openai_api.cpp)
     void install_anthropic();  // /v1/messages (anthropic_api.cpp)
     void install_lifecycle();  // /health/live, /health/ready, /shutdown (lifecycle.cpp)
+    void install_models();     // /v1/models/load, /v1/models/unload (models_api.cpp)
 };
 
 // The chat page's route (web_page.cpp).
@@ -135,8 +138,17 @@ void send_error(httplib::Response& res, int status, const std::string& code, con
                 const std::string& param = "");
 // Maps an exception from validation/submission to a response (400/503...).
 void send_exception(httplib::Response& res, const std::exception& e, const std::string& correlation);
-// 503 unless the service is ready; returns the service when it is.
+// 503 unless the service is ready; returns the service when it is (with
+// many models, the default model's, loaded first; an error answered when
+// that fails).
 std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation);
+// require_ready's 503s without a service: false when it answered one.
+bool accepting(Server::Impl& s, httplib::Response& res, const std::string& correlation);
+// The service a request naming `model` runs on: the one model's once the
+// name is checked (unknown_model), or the pool's model of that name, loaded
+// first. Throws Error(NOT_FOUND) for a name not served, ModelStillLoading
+// (503 MODEL_LOADING) past the pool's load wait.
+std::shared_ptr<service::Service> service_for(Server::Impl& s, const std::string& model);
 std::string dump(const nlohmann::json& j);
 
 // ---- template_cancel.cpp -------------------------------------------------------

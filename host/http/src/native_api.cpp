@@ -251,6 +251,9 @@ void Server::Impl::install_native() {
             std::string id = parse_cancel_request(req.body, options.limits);
             const std::string owner = submitter(req);
             std::string status = svc ? svc->cancel(id, service::CancelReason::Client, &owner) : "unknown";
+            if (pool)  // the job may run on any model's service
+                for (const auto& m : pool->services())
+                    if (status == "unknown") status = m->cancel(id, service::CancelReason::Client, &owner);
             send_json(res, 202, {{"job_id", id}, {"status", status}});
         } catch (const std::exception& e) {
             send_exception(res, e, cid);

@@ -82,7 +82,22 @@ void Server::Impl::install_openai() {
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
         correlation_id(req, res);
         nlohmann::json data = nlohmann::json::array();
-        if (state.load() != State::Loading) {
+        if (pool) {
+            // Every model served, loaded or not; its aliases after it.
+            const nlohmann::json st = pool->status();
+            for (size_t i = 0; i < pool->models().size(); ++i) {
+                const PoolModelSpec& m = pool->models()[i];
+                nlohmann::json entry = {{"id", m.name}, {"object", "model"}, {"created", started_unix},
+                                        {"owned_by", "engine-host"}, {"status", st[i]["state"]}};
+                if (st[i].contains("context_length")) entry["context_length"] = st[i]["context_length"];
+                data.push_back(entry);
+                for (const auto& alias : m.aliases) {
+                    entry["id"] = alias;
+                    entry["root"] = m.name;
+                    data.push_back(entry);
+                }
+            }
+        } else if (state.load() != State::Loading) {
             NodeInfo ni = get_info();
             data.push_back({{"id", ni.model}, {"object", "model"}, {"created", started_unix}, {"owned_by", "engine-host"},
                             {"context_length", ni.context_length}});
@@ -96,8 +111,8 @@ void Server::Impl::install_openai() {
     auto handle = [this](bool chat, const httplib::Request& req, httplib::Response& res) {
         const char* endpoint = chat ? "chat" : "completions";
         std::string cid = correlation_id(req, res);
-        auto svc = require_ready(*this, res, cid);
-        if (!svc) {
+        std::shared_ptr<service::Service> svc;
+        if (!accepting(*this, res, cid)) {
             metrics->request(endpoint, state.load() == State::Stopping ? "rejected_shutdown" : "rejected_loading");
             return;
         }
@@ -106,7 +121,7 @@ void Server::Impl::install_openai() {
         OpenAIRequest r;
         try {
             r = parse_openai_request(req.body, chat, options.limits);
-            if (std::string why = unknown_model(get_info(), r.model); !why.empty()) throw Error(Code::NotFound, why);
+            svc = service_for(*this, r.model);
             if (chat) render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             r.gen.cache_scope = cache_scope_of(*this, req);
@@ -115,7 +130,7 @@ void Server::Impl::install_openai() {
             access::note_jobs(jobs);
         } catch (const std::exception& e) {
             auto* ee = dynamic_cast<const Error*>(&e);
-            metrics->request(endpoint, !ee ? "error"
+            metrics->request(endpoint, !ee ? (dynamic_cast<const ModelStillLoading*>(&e) ? "rejected_loading" : "error")
                                        : ee->code() == Code::QueueFull ? "rejected_queue_full"
                                        : ee->code() == Code::ShuttingDown ? "rejected_shutdown"
                                        : ee->code() == Code::Cancelled ? "cancelled"  // left during its template

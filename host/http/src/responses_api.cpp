@@ -89,8 +89,8 @@ void install_responses(Server::Impl& s) {
     s.http.Post("/v1/responses", [self, store, max_count, max_bytes](const httplib::Request& req, httplib::Response& res) {
         Server::Impl& s = *self;
         const std::string cid = correlation_id(req, res);
-        auto svc = require_ready(s, res, cid);
-        if (!svc) {
+        std::shared_ptr<service::Service> svc;
+        if (!accepting(s, res, cid)) {
             s.metrics->request("responses", s.state.load() == State::Stopping ? "rejected_shutdown" : "rejected_loading");
             return;
         }
@@ -100,7 +100,7 @@ void install_responses(Server::Impl& s) {
         const std::string scope = cache_scope_of(s, req);
         try {
             r = parse_responses_request(req.body, s.options.limits);
-            if (std::string why = unknown_model(s.get_info(), r.model); !why.empty()) throw Error(Code::NotFound, why);
+            svc = service_for(s, r.model);
             if (!r.previous_response_id.empty()) {
                 auto prev = store->get(r.previous_response_id, scope);
                 if (!prev)

@@ -26,7 +26,8 @@ namespace {
 const std::set<std::string> kRoutes = {"/health", "/health/live", "/health/ready", "/capabilities", "/metrics", "/execute", "/cancel", "/tokenize",
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
                                        "/v1/chat/completions", "/v1/capabilities", "/v1/messages",
-                                       "/v1/messages/count_tokens", "/v1/responses"};
+                                       "/v1/messages/count_tokens", "/v1/responses", "/v1/models/load",
+                                       "/v1/models/unload", "/models/load", "/models/unload"};
 
 // Why `host`:`port` cannot be listened on, in words: httplib only says that
 // it failed, so the bind is tried once more here (with the listener's
@@ -90,6 +91,7 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->install_openai();
     impl_->install_anthropic();
     impl_->install_lifecycle();
+    impl_->install_models();
     install_responses(*impl_);
 }
 
@@ -143,6 +145,17 @@ void Server::attach(std::shared_ptr<service::Service> svc, NodeInfo info) {
     {
         std::lock_guard lock(impl_->mu);
         impl_->service = std::move(svc);
+        impl_->info = std::move(info);
+    }
+    impl_->load_progress.store(1);
+    State loading = State::Loading;
+    impl_->state.compare_exchange_strong(loading, State::Ready);
+}
+
+void Server::attach_pool(std::shared_ptr<ModelPool> pool, NodeInfo info) {
+    {
+        std::lock_guard lock(impl_->mu);
+        impl_->pool = std::move(pool);
         impl_->info = std::move(info);
     }
     impl_->load_progress.store(1);

@@ -88,6 +88,8 @@ struct NodeInfo {
     nlohmann::json plugins = nlohmann::json::array();  // record_json of every plugin seen
 };
 
+class ModelPool;  // model_pool.hpp
+
 class Server {
 public:
     Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics);
@@ -107,6 +109,10 @@ public:
     void set_load_progress(float fraction);
     // The model is loaded: serve it.
     void attach(std::shared_ptr<service::Service> service, NodeInfo info);
+    // Many models: requests pick one by name from `pool` (model_pool.hpp);
+    // `info` holds the server-wide facts (plugins, limits) and the default
+    // model's name.
+    void attach_pool(std::shared_ptr<ModelPool> pool, NodeInfo info);
     // Result of the periodic residency check (done off the request path).
     void set_resident(bool resident, const std::string& why);
     // Stop accepting work; /health says "shutting_down", /health/ready
