@@ -50,6 +50,7 @@ ChatSession::ChatSession(const ChatSettings& s) : impl_(std::make_unique<Impl>()
     service::ServiceOptions so;
     so.n_ctx = choose_context(*file, impl_->model->info(), s.ctx_size, 0);
     so.model_name = model_id(s.model_path);
+    so.kv_type = s.kv_type;
     so.queue_capacity = 1;
     // One conversation: one running sequence, plus the previous turn kept in
     // the prefix cache, so each turn computes only its new tokens.

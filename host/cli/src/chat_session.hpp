@@ -26,6 +26,7 @@ struct ChatSettings {
     DevicePolicy device = DevicePolicy::Auto;  // --device (device_choice.hpp)
     uint32_t threads = 0;
     uint32_t ctx_size = 0;        // 0: the model's trained context
+    uint32_t kv_type = 0;         // --kv-cache-type (ABI 1.4 kv_type); 0: the plugin's default
     uint32_t max_tokens = 512;    // per reply
     double temperature = 0.7;
     double top_p = 0.95;

@@ -16,6 +16,7 @@
 #include "cli.hpp"
 #include "eh/tools/bench.hpp"
 #include "eh/loader/plugin_search.hpp"
+#include "kv_cache_option.hpp"
 #include "model_ref.hpp"
 #include "options.hpp"
 
@@ -55,6 +56,7 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0),
          "step path's KV-cache pool (default: the plugin's share of device memory); it must hold --batch sequences "
          "of p+n+1 tokens")
+        ("kv-cache-type", po::value<std::string>(), kKvCacheTypeHelp)
         ("json", "print one JSON object instead of a table")
         ("verbose,v", "progress lines on stderr");
     po::variables_map vm;
@@ -79,6 +81,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     o.batch = vm["batch"].as<uint32_t>();  // ranges are checked by run_bench (INVALID_REQUEST: exit 2)
     o.batch_tokens = vm["batch-tokens"].as<uint32_t>();
     o.kv_budget_bytes = vm["kv-cache-size-mb"].as<uint64_t>() * 1024 * 1024;
+    o.kv_type = kv_cache_type_arg(vm);
     o.chained_steps = vm.count("no-chained-steps") == 0;
     if (vm.count("verbose")) o.log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
     struct sigaction sa {};

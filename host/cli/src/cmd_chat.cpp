@@ -19,6 +19,7 @@
 #include "cli.hpp"
 #include "device_choice.hpp"
 #include "eh/loader/plugin_search.hpp"
+#include "kv_cache_option.hpp"
 #include "model_ref.hpp"
 #include "options.hpp"
 
@@ -71,6 +72,7 @@ int cmd_chat(const std::vector<std::string>& args) {
         ("system,s", po::value<std::string>(), "system message at the start of the conversation")
         ("chat-template-file", po::value<std::string>(), kChatTemplateFileHelp)
         ("ctx-size,c", po::value<uint32_t>()->default_value(0), "context length (0 = the model's)")
+        ("kv-cache-type", po::value<std::string>(), kKvCacheTypeHelp)
         ("n-predict,n", po::value<uint32_t>()->default_value(512), "most tokens in one reply")
         ("temp", po::value<double>()->default_value(0.7, "0.7"), "sampling temperature, 0-2 (0 = greedy)")
         ("top-p", po::value<double>()->default_value(0.95, "0.95"), "nucleus sampling, above 0 up to 1")
@@ -110,6 +112,7 @@ int cmd_chat(const std::vector<std::string>& args) {
     s.gpu_named = !vm["gpu"].defaulted();
     s.threads = vm["threads"].as<uint32_t>();
     s.ctx_size = vm["ctx-size"].as<uint32_t>();
+    s.kv_type = kv_cache_type_arg(vm);
     s.max_tokens = vm["n-predict"].as<uint32_t>();
     s.temperature = vm["temp"].as<double>();
     s.top_p = vm["top-p"].as<double>();

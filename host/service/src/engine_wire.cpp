@@ -131,6 +131,7 @@ void budget_fields(IO& io, B& b) {
     io.field(b.max_seq_tokens);
     io.field(b.budget_bytes);
     io.field(b.memory_fraction);
+    io.field(b.kv_type);
 }
 
 template <class IO, class P>
@@ -173,6 +174,7 @@ void limits_fields(IO& io, L& l) {
     io.field(l.block_tokens);
     io.field(l.total_blocks);
     io.field(l.block_bytes);
+    io.field(l.kv_type);
     io.field(l.can_fork);
     io.field(l.batched);
 }

@@ -28,7 +28,7 @@
 
 namespace eh::service::wire {
 
-inline constexpr uint16_t kVersion = 2;
+inline constexpr uint16_t kVersion = 3;  // 3: the KV cache type in KvInit and the limits
 inline constexpr uint32_t kMagic = 0x50454845;            // "EHEP"
 inline constexpr uint32_t kMaxFrame = 256u << 20;          // bytes of one body
 inline constexpr uint32_t kMaxString = 64u << 10;          // bytes of one string

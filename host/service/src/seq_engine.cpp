@@ -3,9 +3,11 @@
 #include "eh/service/seq_engine.hpp"
 
 #include "eh/service/engine_source.hpp"
+#include "eh/service/kv_cache_type.hpp"
 
 #include <fmt/format.h>
 
+#include <cstddef>
 #include <unordered_map>
 
 #include "eh/loader/plugin_loader.hpp"
@@ -40,9 +42,11 @@ public:
         p.max_seq_tokens = b.max_seq_tokens;
         p.budget_bytes = b.budget_bytes;
         p.memory_fraction = b.memory_fraction;
+        p.kv_type = b.kv_type;
         eh_kv_info info{};
         info.struct_size = sizeof(info);
         check(guarded([&] { return api_.kv_init(model_->raw(), &p, &info); }), "kv_init");
+        limits_.kv_type = granted_kv_type(info, b.kv_type);
         limits_.max_seqs = info.max_seqs;
         limits_.max_step_tokens = info.max_step_tokens;
         limits_.max_step_entries = info.max_step_entries;
@@ -168,8 +172,31 @@ private:
         refresh();
         return st == EH_OK;
     }
+    // The type the blocks hold, from a plugin that says (ABI 1.4). One that
+    // predates kv_type ignored the ask, so only its default can be had; one
+    // that grants another type than asked breaks the ABI's rule.
+    static uint32_t granted_kv_type(const eh_kv_info& info, uint32_t asked) {
+        if (info.struct_size < offsetof(eh_kv_info, kv_type) + sizeof(info.kv_type)) {
+            if (asked != 0)
+                throw Error(Code::ModelLoadFailed,
+                            fmt::format("kv_init: the plugin predates ABI 1.4's KV cache types (it does not report "
+                                        "eh_kv_info.kv_type), so it keeps its default cache; {} cannot be asked of it",
+                                        kv_cache_type_name(asked)));
+            return kKvTypeUnknown;
+        }
+        if (asked != 0 && info.kv_type != asked)
+            throw Error(Code::ModelLoadFailed,
+                        fmt::format("kv_init: the plugin granted a {} KV cache where {} was asked (a plugin must refuse "
+                                    "a type it cannot store)",
+                                    kv_cache_type_name(info.kv_type), kv_cache_type_name(asked)));
+        return info.kv_type;
+    }
     void check(eh_status st, const char* call) const {
-        if (st != EH_OK) throw Error(code_from_status(st), fmt::format("{}: {}", call, model_message(*model_, st)));
+        if (st == EH_OK) return;
+        const std::string msg = model_message(*model_, st);
+        // plugins often name the call themselves ("kv_init: ...")
+        if (msg.rfind(std::string(call) + ": ", 0) == 0) throw Error(code_from_status(st), msg);
+        throw Error(code_from_status(st), fmt::format("{}: {}", call, msg));
     }
     SeqId adopt(eh_seq* s) {
         if (!s) throw Error(Code::Internal, "plugin returned OK but no sequence");
@@ -204,6 +231,11 @@ private:
 class SessionEngine final : public SeqEngine {
 public:
     SessionEngine(std::shared_ptr<EngineModel> model, const KvBudget& b) : model_(std::move(model)) {
+        if (b.kv_type != 0)
+            throw Error(Code::ModelLoadFailed,
+                        fmt::format("the plugin runs sessions only (no batched calls, so no kv_init): its KV cache "
+                                    "keeps the plugin's own type; {} cannot be asked of it",
+                                    kv_cache_type_name(b.kv_type)));
         session_ = model_->create_session(b.max_seq_tokens, [this] { return interrupt_ && interrupt_(); });
         limits_.max_seqs = 1;
         limits_.max_step_tokens = b.max_seq_tokens;

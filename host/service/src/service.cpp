@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "eh/service/kv_cache_type.hpp"
 #include "eh/service/utf8.hpp"
 
 namespace eh::service {
@@ -37,7 +38,17 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     kb.max_seq_tokens = n_ctx_;
     kb.budget_bytes = options_.kv_budget_bytes;
     kb.memory_fraction = options_.kv_memory_fraction;
-    auto engine = engine_->make_engine(kb);
+    kb.kv_type = options_.kv_type;
+    std::unique_ptr<SeqEngine> engine;
+    try {
+        engine = engine_->make_engine(kb);
+    } catch (const Error& e) {
+        // A cache type the plugin cannot hold fails the start, by name: no
+        // silent fallback to the default.
+        if (kb.kv_type == 0) throw;
+        throw Error(e.code(), fmt::format("plugin {} cannot start with --kv-cache-type {}: {}", facts.plugin_name,
+                                          kv_cache_type_name(kb.kv_type), e.what()));
+    }
     // A plugin may grant a shorter context (GPT-2's learned positions), and
     // one sequence must fit the whole KV pool: the scheduler's progress rests
     // on it, and a request that could never fit is refused up front (400)

@@ -14,6 +14,7 @@
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/model/descriptor.hpp"
 #include "eh/model/model_file.hpp"
+#include "eh/service/kv_cache_type.hpp"
 #include "eh/service/seq_engine.hpp"
 
 namespace eh::tools {
@@ -125,6 +126,7 @@ std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchO
     kb.max_step_tokens = o.batch_tokens;
     kb.max_seq_tokens = seq_tokens;
     kb.budget_bytes = o.kv_budget_bytes;
+    kb.kv_type = o.kv_type;
     auto engine = service::make_seq_engine(std::move(model), kb);
     const service::SeqLimits& L = engine->limits();
     // What the plugin granted must hold the whole run: a step that finds the
@@ -143,6 +145,8 @@ std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchO
                                 "(a smaller --batch, or a larger --kv-cache-size-mb)",
                                 engine->free_blocks(), L.block_tokens, N, seq_tokens, per_seq * N));
     run.step_tokens = L.max_step_tokens;
+    run.kv_cache_type = service::kv_cache_type_name(L.kv_type);
+    run.kv_blocks = L.total_blocks;
     run.chained = o.chained_steps && engine->can_chain();
     run.batch = N;
 
@@ -303,6 +307,9 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
         if (n_vocab == 0) throw Error(Code::Internal, "plugin reports a vocabulary of 0 tokens");
         BenchPath path = o.path;
         if (path == BenchPath::Step && !loader::api_has_step(model->api())) {
+            if (o.kv_type)
+                throw Error(Code::ModelLoadFailed, "the plugin has no batched step (ABI < 1.2): its session cache keeps "
+                                                   "its own type, so --kv-cache-type cannot be asked of it");
             path = BenchPath::Session;
             run.path_note = o.batch > 1 ? "the plugin has no batched step (ABI < 1.2): ran its session path, one sequence"
                                         : "the plugin has no batched step (ABI < 1.2): ran its session path";
@@ -388,6 +395,8 @@ BenchReport run_bench(const BenchOptions& o) {
                                                       "a token of every sequence", o.batch, o.batch_tokens));
     if (o.path == BenchPath::Session && o.batch != 1)
         throw Error(Code::InvalidRequest, "bench: the session path runs one sequence: --batch must be 1");
+    if (o.path == BenchPath::Session && o.kv_type)
+        throw Error(Code::InvalidRequest, "bench: --kv-cache-type is the step path's (the session calls take no KV type)");
     BenchReport rep;
     rep.options = o;
     std::shared_ptr<model::ModelFile> mf = model::ModelFile::open(o.model);
@@ -462,6 +471,8 @@ nlohmann::json to_json(const BenchReport& r) {
             j["batch"] = x.batch;
             if (x.path == "step") {
                 j["step_tokens"] = x.step_tokens;
+                j["kv_cache_type"] = x.kv_cache_type;
+                j["kv_blocks"] = x.kv_blocks;
                 j["chained"] = x.chained;
                 j["prefill_steps"] = x.prefill_steps;
             }

@@ -17,6 +17,11 @@
 //                             initialises per-process state, and fails in a
 //                             forked child of a process that already did
 //   EH_TEST_ENGINE_NO_GPU     the fake-gpu fixture's probe finds no driver
+//   EH_TEST_ENGINE_KV_INFO_1_3  kv_init ignores eh_kv_params.kv_type and
+//                             writes a 40-byte eh_kv_info, as a plugin built
+//                             before ABI 1.4's KV cache types; without it
+//                             the engine keeps F16 (by its word) and refuses
+//                             any other type with EH_UNSUPPORTED
 //   EH_TEST_ENGINE_BATCH_DEPENDENT  (step-only) a pick that depends on the
 //                             step's entry count: batch invariance broken
 //
@@ -24,6 +29,7 @@
 // loader must reject; FIXTURE_MODE 0 is the well-behaved engine (session
 // calls only), FIXTURE_MODE 15 the same engine through the batched step
 // alone (ABI 1.4, no session calls): the same ids for the same input.
+#include <engine_host/kv_blocks.hpp>
 #include <engine_host/plugin_abi.hpp>
 
 #include <algorithm>
@@ -396,6 +402,9 @@ eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out) {
         if (find_kv(m)) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init was already called");
         if (!p->max_seqs || !p->max_step_tokens || !p->max_step_entries || !p->max_seq_tokens)
             throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: every limit must be positive");
+        const uint32_t kv_type = ehp::asked_kv_type(*p);
+        if (!std::getenv("EH_TEST_ENGINE_KV_INFO_1_3") && kv_type != 0 && kv_type != EH_TYPE_F16)
+            ehp::refuse_kv_type(kv_type, "the test engine keeps F16 only");
         auto kv = std::make_shared<Kv>();
         kv->max_seqs = p->max_seqs;
         kv->max_step_tokens = p->max_step_tokens;
@@ -428,7 +437,10 @@ eh_status kv_get_info(const eh_model* model, eh_kv_info* out) {
         i.max_step_tokens = kv->max_step_tokens;
         i.max_step_entries = kv->max_step_entries;
         i.max_seq_tokens = kv->max_seq_tokens;
+        i.kv_type = EH_TYPE_F16;
     });
+    if (std::getenv("EH_TEST_ENGINE_KV_INFO_1_3") && out->struct_size > offsetof(eh_kv_info, kv_type))
+        out->struct_size = offsetof(eh_kv_info, kv_type);  // what a 1.3 plugin writes
     return EH_OK;
 }
 

@@ -28,6 +28,7 @@ struct SeqLimits {
     uint32_t block_tokens = 1;
     uint32_t total_blocks = 1;
     uint64_t block_bytes = 0;
+    uint32_t kv_type = UINT32_MAX;  // eh_tensor_type the blocks hold; kKvTypeUnknown (kv_cache_type.hpp) when the plugin does not say
     bool can_fork = false;          // prefix reuse and n > 1 need it
     bool batched = false;           // more than one sequence per step
 };
@@ -110,6 +111,10 @@ struct KvBudget {
     uint32_t max_seq_tokens = 0;    // the context length
     uint64_t budget_bytes = 0;      // 0: memory_fraction
     float memory_fraction = 0;      // 0: the plugin's default
+    // ABI 1.4 eh_kv_params.kv_type: 0, the plugin's default, or the
+    // eh_tensor_type asked for; a plugin that cannot store it fails the
+    // engine's start (never another type instead).
+    uint32_t kv_type = 0;
 };
 
 // The plugin's batched calls when it has them (kv_init runs here), else its

@@ -26,6 +26,7 @@ struct ServiceOptions {
     uint32_t max_step_tokens = 2048;    // tokens per forward step: decodes plus prefill chunks
     uint64_t kv_budget_bytes = 0;       // KV-cache pool; 0: kv_memory_fraction
     float kv_memory_fraction = 0;       // of free memory after the weights; 0: the plugin's default
+    uint32_t kv_type = 0;               // KvBudget::kv_type: 0 the plugin's default, else an eh_tensor_type
     bool prefix_cache = true;
     bool prefix_cache_shared = false;  // SchedulerOptions::prefix_cache_shared
     bool chained_steps = true;          // step N+1 begun before N is read, where the engine can

@@ -52,6 +52,7 @@ struct BenchOptions {
     uint32_t batch = 1;          // sequences prefilled and decoded together (step path; 1-4096)
     uint32_t batch_tokens = 2048;  // tokens a step may hold, as serve's --batch-tokens (16-65536)
     uint64_t kv_budget_bytes = 0;  // step path's KV pool; 0 = the plugin's default share of memory
+    uint32_t kv_type = 0;          // step path's KV element type (ABI 1.4 kv_type); 0 = the plugin's default
     // Step path: begin each decode step before the previous one is read where
     // the plugin can (serve's default); false reads every step first, as
     // serve --no-chained-steps.
@@ -69,6 +70,8 @@ struct BenchRun {
     std::string path_note;       // why it is not the path asked for; empty when it is
     uint32_t batch = 1;          // sequences run together
     uint32_t step_tokens = 0;    // step path: tokens a step holds, as the plugin granted
+    std::string kv_cache_type;   // step path: what the KV blocks hold ("f16", "q8_0", ...; "unknown")
+    uint32_t kv_blocks = 0;      // step path: KV blocks granted
     bool chained = false;        // step path: decode steps begun before the previous one is read
     uint32_t prefill_steps = 0;  // step path: steps the prefill of one repetition took
     double load_ms = 0;
