@@ -138,7 +138,8 @@ TEST(ManyModels, IdleModelIsUnloaded) {
 }
 
 TEST(ManyModels, AnUnloadWaitsForTheModelsRunningRequest) {
-    auto h = pool_host({"a", "b"}, {}, {{"EH_TEST_ENGINE_DELAY_MS", "40"}});
+    // A short shutdown grace: a service shut down under its request would end it.
+    auto h = pool_host({"a", "b"}, {"--shutdown-grace-ms", "100"}, {{"EH_TEST_ENGINE_DELAY_MS", "40"}});
     std::atomic<int> tokens{0};
     std::string finish;
     std::thread streamer([&] {
