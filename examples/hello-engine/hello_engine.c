@@ -15,6 +15,7 @@
  */
 #include <engine_host/plugin_abi.h>
 
+#include <stddef.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -119,9 +120,19 @@ static eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out
     if (m->kv_ready) return fail(m, EH_INVALID_ARGUMENT, "kv_init was already called");
     if (!p->max_seqs || !p->max_step_tokens || !p->max_step_entries || !p->max_seq_tokens)
         return fail(m, EH_INVALID_ARGUMENT, "kv_init: every limit must be positive");
+    /* ABI 1.4: the host may ask an element type for the cache (kv_type, read
+     * only from a 48-byte struct). This one holds token ids, its own way, so
+     * it refuses any type but the default, naming it. */
+    if (p->struct_size >= offsetof(eh_kv_params, reserved) + sizeof p->reserved && p->kv_type != 0) {
+        char why[96];
+        snprintf(why, sizeof why, "kv_init: KV cache type %u is not supported: hello-engine keeps token ids",
+                 (unsigned)p->kv_type);
+        return fail(m, EH_UNSUPPORTED, why);
+    }
     eh_kv_info g;
     memset(&g, 0, sizeof g);
     g.struct_size = sizeof g;
+    g.kv_type = EH_TYPE_I32; /* what the blocks hold: token ids */
     g.max_seq_tokens = p->max_seq_tokens < 2048 ? p->max_seq_tokens : 2048; /* the context it reports */
     g.block_tokens = g.max_seq_tokens;
     g.block_bytes = (uint64_t)g.block_tokens * sizeof(int32_t);

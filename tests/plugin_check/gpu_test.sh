@@ -12,6 +12,11 @@ out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories2
 echo "$out"
 [[ $rc -eq 0 ]]; check llama-cuda-stories $? "exit $rc"
 
+# The CUDA plugins keep F16 KV blocks only: a quantized cache is refused by name
+out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories260K.gguf" --kv-type q8_0 2>&1); rc=$?
+[[ $rc -eq 3 && $out == *"KV cache type Q8_0 is not supported: not implemented on CUDA yet"* ]]
+check llama-cuda-refuses-q8_0-kv $? "exit $rc: $out"
+
 for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-qwen3-moe-q4_k_m gpt-cuda:tiny-gpt-oss-mxfp4; do
   plugin=${spec%%:*} profile=${spec#*:}
   if ! "$eh" forge --like "$profile" --out "$scratch/$profile.gguf" >"$scratch/forge.log" 2>&1; then
@@ -21,5 +26,10 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-qwen3-moe-q4_k_m gp
   out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" 2>&1); rc=$?
   echo "$out"
   [[ $rc -eq 0 ]]; check "$plugin-$profile" $? "exit $rc"
+  if [[ $plugin == gpt-cuda ]]; then
+    out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --kv-type fp8 2>&1); rc=$?
+    [[ $rc -eq 3 && $out == *"KV cache type FP8_E4M3 is not supported: not implemented on CUDA yet"* ]]
+    check gpt-cuda-refuses-fp8-kv $? "exit $rc: $out"
+  fi
 done
 finish

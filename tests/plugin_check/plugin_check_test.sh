@@ -9,11 +9,35 @@ check_bin=$1 cpuref=$2 plugins=$3 model=$4
 step_only=$plugins/step-only/libeh-fixture-step-only.so
 
 out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"16 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
+[[ $rc -eq 0 && "$out" == *"17 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
+
+# every check over a quantized KV cache, greedy agreement with the F32-cache reference included
+for t in q8_0 fp8; do
+  out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" --kv-type $t 2>&1); rc=$?
+  [[ $rc -eq 0 && "$out" == *"17 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes-$t $? "exit $rc: $out"
+done
 
 out=$("$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"14 passed, 0 failed, 2 skipped"* && "$out" == *"SKIP  step_halves"* ]]
+[[ $rc -eq 0 && "$out" == *"15 passed, 0 failed, 2 skipped"* && "$out" == *"SKIP  step_halves"* ]]
 check step-only-passes $? "exit $rc: $out"
+
+# KV cache types: a type the plugin refuses stops the run (exit 3, named); one
+# that takes any type and keeps F16 fails kv_cache_type; one from before the
+# types is skipped there
+out=$("$check_bin" "$step_only" --model "$model" --kv-type q8_0 2>&1); rc=$?
+[[ $rc -eq 3 && "$out" == *"kv_init returned UNSUPPORTED: kv_init: KV cache type Q8_0 is not supported"* ]]
+check kv-type-refused $? "exit $rc: $out"
+out=$(EH_TEST_ENGINE_KV_ANY_TYPE=1 "$check_bin" "$step_only" --model "$model" --kv-type q8_0 --only kv_cache_type 2>&1); rc=$?
+[[ $rc -eq 1 && "$out" == *"FAIL  kv_cache_type"*"kv_init asked for KV type 8 granted type 1"* ]]
+check kv-type-not-kept $? "exit $rc: $out"
+out=$(EH_TEST_ENGINE_KV_ANY_TYPE=1 "$check_bin" "$step_only" --model "$model" --only kv_cache_type 2>&1); rc=$?
+[[ $rc -eq 1 && "$out" == *"FAIL  kv_cache_type"*"granted the undefined KV type 77"* ]]
+check kv-type-undefined-granted $? "exit $rc: $out"
+out=$(EH_TEST_ENGINE_KV_INFO_1_3=1 "$check_bin" "$step_only" --model "$model" --only kv_cache_type 2>&1); rc=$?
+[[ $rc -eq 0 && "$out" == *"SKIP  kv_cache_type"*"predates ABI 1.4"* ]]
+check kv-type-predates $? "exit $rc: $out"
+out=$("$check_bin" "$step_only" --model "$model" --kv-type q4 2>&1); rc=$?
+[[ $rc -eq 2 && "$out" == *"--kv-type must be f16, q8_0 or fp8, not 'q4'"* ]]; check kv-type-unknown-word $? "exit $rc: $out"
 
 out=$(EH_TEST_ENGINE_BATCH_DEPENDENT=1 "$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
 [[ $rc -eq 1 && "$out" == *"FAIL  batch_invariance"*"token 0 differs"* ]]; check batch-dependence-found $? "exit $rc: $out"

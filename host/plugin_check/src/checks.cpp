@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstddef>
 #include <functional>
 
 #include "driver.hpp"
@@ -23,7 +24,7 @@ struct Skipped {
 // the model again with a small budget.
 constexpr uint32_t kMaxSeqs = 8, kStepTokens = 256, kSeqTokens = 256;
 
-eh_kv_params kv_params(uint32_t max_seqs, uint64_t budget_bytes = 0) {
+eh_kv_params kv_params(uint32_t max_seqs, uint64_t budget_bytes = 0, uint32_t kv_type = 0) {
     eh_kv_params kp{};
     kp.struct_size = sizeof(kp);
     kp.max_seqs = max_seqs;
@@ -31,6 +32,7 @@ eh_kv_params kv_params(uint32_t max_seqs, uint64_t budget_bytes = 0) {
     kp.max_step_entries = max_seqs;
     kp.max_seq_tokens = kSeqTokens;
     kp.budget_bytes = budget_bytes;
+    kp.kv_type = kv_type;
     return kp;
 }
 
@@ -279,7 +281,7 @@ void logit_bias(Context& c) {
 
 void kv_full_changes_nothing(Context& c) {
     // A second load of the model with room for three blocks.
-    const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes);
+    const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes, c.options.kv_type);
     std::unique_ptr<Driver> loaded;
     try {
         loaded = std::make_unique<Driver>(c.options.plugin, c.options.model, kp);
@@ -348,6 +350,33 @@ void step_halves(Context& c) {
     expect_same(plain, got, "step_begin + step_end against step");
 }
 
+void kv_cache_type(Context& c) {
+    const eh_kv_info g = c.d.granted();
+    if (g.struct_size < offsetof(eh_kv_info, kv_type) + sizeof(g.kv_type))
+        throw Skipped{"the plugin predates ABI 1.4's KV cache types (its eh_kv_info has no kv_type)"};
+    if (c.options.kv_type && g.kv_type != c.options.kv_type)
+        fail(fmt::format("kv_init asked for KV type {} granted type {} (a plugin must refuse a type it cannot store)",
+                         c.options.kv_type, g.kv_type));
+    if (c.d.kv_info().kv_type != g.kv_type)
+        fail(fmt::format("kv_get_info says KV type {}, kv_init granted {}", c.d.kv_info().kv_type, g.kv_type));
+    // A second load asking an id no one has defined.
+    constexpr uint32_t kUndefined = 77;
+    try {
+        Driver other(c.options.plugin, c.options.model, kv_params(2, 0, kUndefined));
+    } catch (const Failure& f) {
+        const std::string why = f.what();
+        if (why.rfind("model_load failed", 0) == 0)
+            throw Skipped{"a second copy of the model does not load beside the first: " + why};
+        if (why.rfind(std::string("kv_init returned ") + eh_status_name(EH_UNSUPPORTED), 0) != 0 ||
+            why.find(std::to_string(kUndefined)) == std::string::npos)
+            fail(fmt::format("kv_init asked for the undefined KV type {}: want EH_UNSUPPORTED and a message naming "
+                             "it, got {}",
+                             kUndefined, why));
+        return;
+    }
+    fail(fmt::format("kv_init granted the undefined KV type {}", kUndefined));
+}
+
 void reference_agreement(Context& c) {
     if (!c.options.reference) throw Skipped{"no --reference plugin given"};
     c.needs(12 + 2 * c.n, 12);
@@ -405,6 +434,9 @@ const Check kChecks[] = {
     {"kv_full_changes_nothing", "kv_init keeps to its budget, and a step refused with EH_KV_FULL changes nothing",
      kv_full_changes_nothing},
     {"step_halves", "step_begin + step_end give what step gives (needs the 1.3 halves)", step_halves},
+    {"kv_cache_type", "kv_init grants the KV cache type asked (--kv-type) and refuses an undefined one with "
+                      "EH_UNSUPPORTED naming it (ABI 1.4)",
+     kv_cache_type},
     {"reference_agreement", "greedy tokens agree with the reference plugin, teacher-forced (needs --reference)",
      reference_agreement},
 };
@@ -428,7 +460,7 @@ std::vector<CheckResult> run_checks(const CheckOptions& options) {
             throw Error(Code::InvalidRequest, fmt::format("no check is named '{}'", name));
     std::unique_ptr<Driver> d;
     try {
-        d = std::make_unique<Driver>(options.plugin, options.model, kv_params(kMaxSeqs));
+        d = std::make_unique<Driver>(options.plugin, options.model, kv_params(kMaxSeqs, 0, options.kv_type));
     } catch (const Failure& f) {
         throw Error(Code::ModelLoadFailed, f.what());
     }

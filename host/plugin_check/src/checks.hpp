@@ -21,6 +21,10 @@ struct CheckOptions {
     std::shared_ptr<model::ModelFile> model;
     uint32_t n_tokens = 8;                           // tokens each generation samples
     std::vector<std::string> only;                   // names to run; empty = all
+    // eh_kv_params.kv_type of the plugin's kv_init calls (ABI 1.4; 0 = its
+    // default), so every check runs over that KV cache type; the
+    // reference keeps its default.
+    uint32_t kv_type = 0;
 };
 
 struct CheckResult {

@@ -20,7 +20,7 @@ using namespace eh;
 namespace {
 
 constexpr const char* kUsage =
-    "Usage: eh-plugin-check PLUGIN --model FILE [--reference PLUGIN] [--only NAME]... [--json]\n"
+    "Usage: eh-plugin-check PLUGIN --model FILE [--reference PLUGIN] [--kv-type f16|q8_0|fp8] [--only NAME]... [--json]\n"
     "PLUGIN: the plugin's library (libeh-NAME.so) or its manifest (NAME.manifest.json).";
 
 // The plugin directory of a library or manifest path, and which record there is it.
@@ -55,6 +55,8 @@ int main(int argc, char** argv) {
         "reference", po::value<std::string>(), "a second plugin (e.g. cpu-reference) whose greedy tokens to agree with")(
         "only", po::value<std::vector<std::string>>(), "run only this check (repeatable)")(
         "tokens,n", po::value<uint32_t>()->default_value(8), "tokens each generation samples (2..64)")(
+        "kv-type", po::value<std::string>(),
+        "run every check over this KV cache type (ABI 1.4 kv_type): f16, q8_0 or fp8; default: the plugin's own")(
         "list", "list the checks and exit")("json", "print the results as JSON");
     po::options_description hidden;
     hidden.add_options()("plugin", po::value<std::string>());
@@ -92,6 +94,15 @@ int main(int argc, char** argv) {
         std::cerr << "error: --tokens must be between 2 and 64\n";
         return 2;
     }
+    uint32_t kv_type = 0;
+    if (vm.count("kv-type")) {
+        const std::string& t = vm["kv-type"].as<std::string>();
+        kv_type = t == "f16" ? EH_TYPE_F16 : t == "q8_0" ? EH_TYPE_Q8_0 : t == "fp8" ? EH_TYPE_FP8_E4M3 : 0;
+        if (!kv_type) {
+            std::cerr << "error: --kv-type must be f16, q8_0 or fp8, not '" << t << "'\n";
+            return 2;
+        }
+    }
     try {
         auto [dir, file] = locate(vm["plugin"].as<std::string>());
         std::vector<std::string> dirs{dir};
@@ -110,6 +121,7 @@ int main(int argc, char** argv) {
         if (!ref_file.empty()) o.reference = pick(reg, ref_file).api;
         o.model = model::ModelFile::open(vm["model"].as<std::string>());
         o.n_tokens = n_tokens;
+        o.kv_type = kv_type;
         if (vm.count("only")) o.only = vm["only"].as<std::vector<std::string>>();
         const auto results = plugin_check::run_checks(o);
         int failed = 0, skipped = 0;

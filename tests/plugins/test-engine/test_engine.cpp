@@ -22,6 +22,9 @@
 //                             before ABI 1.4's KV cache types; without it
 //                             the engine keeps F16 (by its word) and refuses
 //                             any other type with EH_UNSUPPORTED
+//   EH_TEST_ENGINE_KV_ANY_TYPE  kv_init takes any kv_type and still keeps
+//                             F16 (a plugin breaking the rule that it must
+//                             refuse a type it cannot store)
 //   EH_TEST_ENGINE_BATCH_DEPENDENT  (step-only) a pick that depends on the
 //                             step's entry count: batch invariance broken
 //
@@ -403,7 +406,8 @@ eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out) {
         if (!p->max_seqs || !p->max_step_tokens || !p->max_step_entries || !p->max_seq_tokens)
             throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: every limit must be positive");
         const uint32_t kv_type = ehp::asked_kv_type(*p);
-        if (!std::getenv("EH_TEST_ENGINE_KV_INFO_1_3") && kv_type != 0 && kv_type != EH_TYPE_F16)
+        if (!std::getenv("EH_TEST_ENGINE_KV_INFO_1_3") && !std::getenv("EH_TEST_ENGINE_KV_ANY_TYPE") && kv_type != 0 &&
+            kv_type != EH_TYPE_F16)
             ehp::refuse_kv_type(kv_type, "the test engine keeps F16 only");
         auto kv = std::make_shared<Kv>();
         kv->max_seqs = p->max_seqs;
