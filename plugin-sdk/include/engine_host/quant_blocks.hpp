@@ -240,9 +240,20 @@ inline uint8_t fp32_to_e4m3(float x) {
     return static_cast<uint8_t>(sign | std::min(code, 0x7E));
 }
 
+// All 256 E4M3 codes as floats (built on first use): a KV row reads by lookup.
+inline const float* e4m3_table() {
+    static const float* table = [] {
+        static float t[256];
+        for (uint32_t i = 0; i < 256; ++i) t[i] = e4m3_to_fp32(static_cast<uint8_t>(i));
+        return t;
+    }();
+    return table;
+}
+
 inline void dequantize_block(const block_fp8_e4m3& b, float* out) {
     const float d = fp16_to_fp32(b.d);
-    for (int j = 0; j < QK_FP8; ++j) out[j] = e4m3_to_fp32(b.qs[j]) * d;
+    const float* t = e4m3_table();
+    for (int j = 0; j < QK_FP8; ++j) out[j] = t[b.qs[j]] * d;
 }
 
 // Q4_K / Q5_K scale packing (12 bytes for 8 scales and 8 mins, 6 bits each):
