@@ -97,6 +97,28 @@ TEST(ManyModels, EachApiPicksTheModelByNameAndLoadsItOnFirstUse) {
     EXPECT_NE(metrics.find("eh_models_memory_bytes 2048"), std::string::npos) << metrics;
 }
 
+TEST(ManyModels, NativeRoutesTakeTheModelField) {
+    auto h = pool_host({"a", "b"});
+    std::string started_model;
+    sse_stream(h.port(), "/execute", R"({"job_id":"j1","prompt":"Once","max_tokens":2,"model":"b"})", [&](const SseEvent& e) {
+        if (e.event == "started") started_model = json::parse(e.data)["model"];
+        return e.event != "end" && e.event != "error";
+    });
+    EXPECT_EQ(started_model, "b");
+    EXPECT_EQ(state_of(h, "b"), "loaded");
+    EXPECT_EQ(state_of(h, "a"), "unloaded");
+    auto r = h.post("/tokenize", R"({"text":"hi","model":"b"})");
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(state_of(h, "a"), "unloaded");
+    r = h.post("/detokenize", R"({"tokens":[1,2],"model":"nope"})");
+    EXPECT_EQ(r.status, 404) << r.body;
+    r = h.post("/execute", R"({"job_id":"j2","prompt":"Once","max_tokens":2,"model":"nope"})");
+    EXPECT_EQ(r.status, 404) << r.body;
+    // No model: the default.
+    EXPECT_EQ(h.post("/tokenize", R"({"text":"hi"})").status, 200);
+    EXPECT_EQ(state_of(h, "a"), "loaded");
+}
+
 TEST(ManyModels, UnknownModelIsNotFoundOnEveryApi) {
     auto h = pool_host({"a", "b"});
     auto r = h.post("/v1/completions", completion("nope").dump());

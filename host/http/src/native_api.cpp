@@ -2,6 +2,8 @@
 #include <algorithm>
 #include <chrono>
 
+#include <simdjson.h>
+
 #include "eh/service/event_log.hpp"
 #include "eh/service/utf8.hpp"
 #include "impl.hpp"
@@ -13,6 +15,25 @@ namespace eh::http {
 using service::JobEvent;
 
 namespace {
+
+// A native request's `model` ("" when absent, not a string, or the body is
+// not JSON: its parser reports that). With many models it picks one; a
+// one-model server ignores it, as it always did.
+std::string native_model(const std::string& body) {
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    std::string_view model;
+    if (parser.parse(body).get(doc) == simdjson::SUCCESS && doc.is_object() &&
+        doc["model"].get(model) == simdjson::SUCCESS)
+        return std::string(model);
+    return "";
+}
+
+// The service a native request runs on. Throws as service_for().
+std::shared_ptr<service::Service> native_service(Server::Impl& s, const std::string& body) {
+    if (!s.pool) return s.get_service();
+    return s.pool->acquire(native_model(body));
+}
 
 struct PumpState {
     std::chrono::steady_clock::time_point last_write = std::chrono::steady_clock::now();
@@ -184,14 +205,17 @@ void stream_jobs(Server::Impl& s, httplib::Response& res, std::shared_ptr<servic
 void Server::Impl::install_native() {
     http.Post("/execute", [this](const httplib::Request& req, httplib::Response& res) {
         std::string cid = correlation_id(req, res);
-        auto svc = require_ready(*this, res, cid);
-        if (!svc) {
+        if (!accepting(*this, res, cid)) {
             metrics->request("execute", state.load() == State::Stopping ? "rejected_shutdown" : "rejected_loading");
             return;
         }
+        std::shared_ptr<service::Service> svc;
         std::shared_ptr<service::Job> job;
+        std::string model = get_info().model;
         try {
             service::GenerationRequest r = parse_execute_request(req.body, options.limits);
+            svc = native_service(*this, req.body);
+            if (pool) model = pool->find(native_model(req.body))->name;
             r.correlation_id = cid;
             r.owner = submitter(req);
             r.cache_scope = cache_scope_of(*this, req);
@@ -201,7 +225,6 @@ void Server::Impl::install_native() {
             send_exception(res, e, cid);
             return;
         }
-        std::string model = get_info().model;
         // Every frame carries the correlation id (the worker contract).
         auto render = [job, cid, model](const JobEvent& ev) -> std::string {
             switch (ev.kind) {
@@ -262,10 +285,10 @@ void Server::Impl::install_native() {
 
     http.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
         std::string cid = correlation_id(req, res);
-        auto svc = require_ready(*this, res, cid);
-        if (!svc) return;
+        if (!accepting(*this, res, cid)) return;
         try {
             auto r = parse_tokenize_request(req.body, options.limits);
+            auto svc = native_service(*this, req.body);
             auto tokens = svc->codec().encode(r.text, r.add_special, r.parse_special);
             send_json(res, 200, {{"tokens", tokens}, {"count", tokens.size()}});
         } catch (const std::exception& e) {
@@ -275,9 +298,9 @@ void Server::Impl::install_native() {
 
     http.Post("/detokenize", [this](const httplib::Request& req, httplib::Response& res) {
         std::string cid = correlation_id(req, res);
-        auto svc = require_ready(*this, res, cid);
-        if (!svc) return;
+        if (!accepting(*this, res, cid)) return;
         try {
+            auto svc = native_service(*this, req.body);
             auto tokens = parse_detokenize_request(req.body, svc->codec().vocab_size(), options.limits);
             send_json(res, 200, {{"text", service::sanitize_utf8(svc->codec().decode(tokens))}});
         } catch (const std::exception& e) {

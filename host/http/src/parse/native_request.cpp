@@ -53,7 +53,7 @@ TokenizeRequest parse_tokenize_request(std::string_view body, const RequestLimit
     simdjson::dom::parser parser;
     simdjson::padded_string storage;
     object obj = parse_object(parser, storage, body, limits);
-    reject_unknown(obj, {"text", "content", "add_special", "parse_special"});
+    reject_unknown(obj, {"text", "content", "add_special", "parse_special", "model"});  // model: native_model()
     TokenizeRequest r;
     auto text = get_string(obj, "text");
     if (!text) text = get_string(obj, "content");
@@ -69,7 +69,7 @@ std::vector<int32_t> parse_detokenize_request(std::string_view body, uint32_t vo
     simdjson::dom::parser parser;
     simdjson::padded_string storage;
     object obj = parse_object(parser, storage, body, limits);
-    reject_unknown(obj, {"tokens"});
+    reject_unknown(obj, {"tokens", "model"});  // model: native_model()
     auto e = field(obj, "tokens");
     if (!e) throw RequestError("tokens", "'tokens' is required");
     if (e->type() != element_type::ARRAY) throw RequestError("tokens", fmt::format("'tokens' must be an array, not {}", type_name(e->type())));
