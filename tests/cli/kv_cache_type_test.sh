@@ -11,18 +11,20 @@
 source "$(dirname "$0")/testlib.sh"
 eh=$1 test_plugins=$2 cpuref=$3 model=$4
 
-# serve_health TYPE: serves with --kv-cache-type TYPE, saves /health in
-# $scratch/TYPE.json and a completion in $scratch/TYPE.completion.
+# serve_health TYPE [MB [NAME]]: serves with --kv-cache-type TYPE in MB
+# (default 4) MiB, saves /health in $scratch/NAME.json and a completion in
+# $scratch/NAME.completion (NAME: TYPE).
 serve_health() {
-  local t=$1 log=$scratch/serve-$1.log
-  "$eh" --model "$model" --plugins "$cpuref" --device cpu --kv-cache-type "$t" --kv-cache-size-mb 4 --port 0 >"$log" 2>&1 &
+  local t=$1 mb=${2:-4} name=${3:-$1}
+  local log=$scratch/serve-$name.log
+  "$eh" --model "$model" --plugins "$cpuref" --device cpu --kv-cache-type "$t" --kv-cache-size-mb "$mb" --port 0 >"$log" 2>&1 &
   local pid=$!
   wait_for_line "$log" '"event":"ready"' $pid 30
   local port
   port=$(grep '"event":"listening"' "$log" | grep -o '"port":[0-9]*' | cut -d: -f2)
-  curl --noproxy '*' -s "http://127.0.0.1:$port/health" >"$scratch/$t.json"
+  curl --noproxy '*' -s "http://127.0.0.1:$port/health" >"$scratch/$name.json"
   curl --noproxy '*' -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
-    -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' >"$scratch/$t.completion"
+    -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' >"$scratch/$name.completion"
   kill -TERM $pid 2>/dev/null
   wait $pid
 }
@@ -37,6 +39,15 @@ done
 f16=$(blocks f16) q8=$(blocks q8_0) fp8=$(blocks fp8)
 [[ -n $f16 && -n $q8 && $((q8 * 100)) -ge $((f16 * 180)) && $fp8 -eq $q8 ]]
 check q8_0-holds-twice-the-blocks $? "blocks in 4 MiB: f16 $f16, q8_0 $q8, fp8 $fp8"
+# Without --ctx-size the context is what the pool holds, in the asked type:
+# 1 MiB holds 144 f16 tokens of TinyTales (9 blocks) and 272 q8_0 (17).
+serve_health f16 1 f16-1mb
+serve_health q8_0 1 q8_0-1mb
+ctx() { grep -o '"context_length":[0-9]*' "$scratch/$1.json" | cut -d: -f2; }
+c16=$(ctx f16-1mb) c8=$(ctx q8_0-1mb)
+[[ -n $c16 && -n $c8 && $((c8 * 100)) -ge $((c16 * 180)) ]]
+check q8_0-context-from-the-same-mb $? "context in 1 MiB: f16 $c16, q8_0 $c8"
+
 grep -q '"completion_tokens":8' "$scratch/q8_0.completion"
 check q8_0-serves $? "$(head -c 2000 "$scratch/q8_0.completion")"
 
