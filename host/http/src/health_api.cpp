@@ -61,6 +61,7 @@ void Server::Impl::install_health() {
         // The worker contract's words: healthy, loading, unhealthy, shutting_down.
         const ServingState ss = serving_state(*this);
         const std::string& status = ss.status;
+        const auto pool = get_pool();
         nlohmann::json j = {
             {"status", status},
             {"model", ni.model},
@@ -198,7 +199,7 @@ void Server::Impl::install_health() {
             svc->fill_gauges(g);
         }
         std::string text = metrics->render(g);
-        if (pool) text += pool_metrics(*pool);
+        if (const auto pool = get_pool()) text += pool_metrics(*pool);
         res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
     });
 }

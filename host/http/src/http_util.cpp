@@ -150,9 +150,10 @@ bool accepting(Server::Impl& s, httplib::Response& res, const std::string& corre
 
 std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Response& res, const std::string& correlation) {
     if (!accepting(s, res, correlation)) return nullptr;
-    if (!s.pool) return s.get_service();
+    const auto pool = s.get_pool();
+    if (!pool) return s.get_service();
     try {
-        return s.pool->acquire("");
+        return pool->acquire("");
     } catch (const std::exception& e) {
         send_exception(res, e, correlation);
         return nullptr;
@@ -160,7 +161,7 @@ std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Respon
 }
 
 std::shared_ptr<service::Service> service_for(Server::Impl& s, const std::string& model) {
-    if (s.pool) return s.pool->acquire(model);
+    if (const auto pool = s.get_pool()) return pool->acquire(model);
     if (std::string why = unknown_model(s.get_info(), model); !why.empty()) throw Error(Code::NotFound, why);
     return s.get_service();
 }

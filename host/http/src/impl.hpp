@@ -42,7 +42,7 @@ struct Server::Impl {
 
     mutable std::mutex mu;
     std::shared_ptr<service::Service> service;  // set by attach()
-    std::shared_ptr<ModelPool> pool;            // set by attach_pool() (many models); then `service` stays null
+    std::shared_ptr<ModelPool> pool_;           // set by attach_pool() (many models); then `service` stays null
     NodeInfo info;
     bool resident = true;
     std::string resident_why;
@@ -60,6 +60,10 @@ struct Server::Impl {
     std::shared_ptr<service::Service> get_service() const {
         std::lock_guard lock(mu);
         return service;
+    }
+    std::shared_ptr<ModelPool> get_pool() const {
+        std::lock_guard lock(mu);
+        return pool_;
     }
     NodeInfo get_info() const {
         std::lock_guard lock(mu);

@@ -43,11 +43,16 @@ const PoolModelSpec* ModelPool::find(const std::string& name) const {
 
 std::string ModelPool::unknown(const std::string& name) const {
     if (index_of(name) != npos) return "";
-    std::string names;
+    // The first names only: a --models-dir may hold hundreds.
+    constexpr size_t kListed = 20;
+    std::vector<std::string> all;
     for (const auto& m : specs_) {
-        names += (names.empty() ? "'" : ", '") + m.name + "'";
-        for (const auto& a : m.aliases) names += ", '" + a + "'";
+        all.push_back(m.name);
+        for (const auto& a : m.aliases) all.push_back(a);
     }
+    std::string names;
+    for (size_t i = 0; i < all.size() && i < kListed; ++i) names += (i ? ", '" : "'") + all[i] + "'";
+    if (all.size() > kListed) names += fmt::format(" and {} more (GET /v1/models lists them)", all.size() - kListed);
     return fmt::format("the model '{}' is not served here (served: {})", service::sanitize_utf8(name.substr(0, 200)),
                        names);
 }
@@ -112,6 +117,8 @@ void ModelPool::load_thread(size_t i, uint64_t attempt) {
                       {{"model", specs_[i].name}, {"memory_bytes", e.loaded.memory_bytes},
                        {"load_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
             evict_over_budget_locked(i);
+        } else {
+            drop.push_back(std::move(m));
         }
     }
     for (auto& d : drop) {

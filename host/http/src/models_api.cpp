@@ -27,6 +27,7 @@ void Server::Impl::install_models() {
     auto load = [this](const httplib::Request& req, httplib::Response& res) {
         const std::string cid = correlation_id(req, res);
         if (!accepting(*this, res, cid)) return;
+        const auto pool = get_pool();
         try {
             const std::string name = model_field(req.body);
             if (!pool) {
@@ -43,6 +44,7 @@ void Server::Impl::install_models() {
     auto unload = [this](const httplib::Request& req, httplib::Response& res) {
         const std::string cid = correlation_id(req, res);
         if (!accepting(*this, res, cid)) return;
+        const auto pool = get_pool();
         try {
             const std::string name = model_field(req.body);
             if (!pool) {

@@ -31,8 +31,9 @@ std::string native_model(const std::string& body) {
 
 // The service a native request runs on. Throws as service_for().
 std::shared_ptr<service::Service> native_service(Server::Impl& s, const std::string& body) {
-    if (!s.pool) return s.get_service();
-    return s.pool->acquire(native_model(body));
+    const auto pool = s.get_pool();
+    if (!pool) return s.get_service();
+    return pool->acquire(native_model(body));
 }
 
 struct PumpState {
@@ -215,7 +216,7 @@ void Server::Impl::install_native() {
         try {
             service::GenerationRequest r = parse_execute_request(req.body, options.limits);
             svc = native_service(*this, req.body);
-            if (pool) model = pool->find(native_model(req.body))->name;
+            if (const auto pool = get_pool()) model = pool->find(native_model(req.body))->name;
             r.correlation_id = cid;
             r.owner = submitter(req);
             r.cache_scope = cache_scope_of(*this, req);
@@ -274,7 +275,7 @@ void Server::Impl::install_native() {
             std::string id = parse_cancel_request(req.body, options.limits);
             const std::string owner = submitter(req);
             std::string status = svc ? svc->cancel(id, service::CancelReason::Client, &owner) : "unknown";
-            if (pool)  // the job may run on any model's service
+            if (const auto pool = get_pool())  // the job may run on any model's service
                 for (const auto& m : pool->services())
                     if (status == "unknown") status = m->cancel(id, service::CancelReason::Client, &owner);
             send_json(res, 202, {{"job_id", id}, {"status", status}});

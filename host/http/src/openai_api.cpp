@@ -82,7 +82,7 @@ void Server::Impl::install_openai() {
     http.Get("/v1/models", [this](const httplib::Request& req, httplib::Response& res) {
         correlation_id(req, res);
         nlohmann::json data = nlohmann::json::array();
-        if (pool) {
+        if (const auto pool = get_pool()) {
             // Every model served, loaded or not; its aliases after it.
             const nlohmann::json st = pool->status();
             for (size_t i = 0; i < pool->models().size(); ++i) {

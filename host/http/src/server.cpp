@@ -155,7 +155,7 @@ void Server::attach(std::shared_ptr<service::Service> svc, NodeInfo info) {
 void Server::attach_pool(std::shared_ptr<ModelPool> pool, NodeInfo info) {
     {
         std::lock_guard lock(impl_->mu);
-        impl_->pool = std::move(pool);
+        impl_->pool_ = std::move(pool);
         impl_->info = std::move(info);
     }
     impl_->load_progress.store(1);
