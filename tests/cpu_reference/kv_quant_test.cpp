@@ -3,15 +3,19 @@
 // built-in TinyTales), teacher-forced along the F32 cache's greedy output;
 // the memory a block takes and what a budget holds; the refusals.
 #include <gtest/gtest.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include <engine_host/kv_blocks.hpp>
 #include <engine_host/tensor_types.h>
 
 #include <eh/model/model_file.hpp>
@@ -305,6 +309,39 @@ TEST(KvCacheType, AHostStructWithoutKvTypeGetsTheDefault) {
     EXPECT_EQ(m.kv.kv_type, uint32_t(EH_TYPE_F32));
     KvModel small(&file->view(), 0, 32, 0, 4, 36);
     EXPECT_EQ(small.status, EH_INVALID_ARGUMENT);  // below the 1.2 struct
+}
+
+TEST(KvCacheType, AShortHostStructIsNotReadPastItsEnd) {
+    // A 1.2 host's 40-byte struct ending right before a page no one may
+    // read: kv_init must not copy the 48 bytes of this header's struct.
+    if (!std::filesystem::exists(kStories)) GTEST_SKIP() << "missing " << kStories;
+    const size_t page = size_t(sysconf(_SC_PAGESIZE));
+    void* mem = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    ASSERT_NE(mem, MAP_FAILED);
+    ASSERT_EQ(mprotect(static_cast<char*>(mem) + page, page, PROT_NONE), 0);
+    eh_kv_params full{};
+    full.struct_size = 40;
+    full.max_seqs = 2;
+    full.max_step_tokens = 64;
+    full.max_step_entries = 2;
+    full.max_seq_tokens = 32;
+    auto* shortp = reinterpret_cast<eh_kv_params*>(static_cast<char*>(mem) + page - 40);
+    std::memcpy(static_cast<void*>(shortp), &full, 40);
+    const eh_kv_params read = ehp::read_kv_params(shortp);
+    EXPECT_EQ(read.struct_size, 40u);
+    EXPECT_EQ(read.max_seq_tokens, 32u);
+    EXPECT_EQ(ehp::asked_kv_type(read), 0u);
+
+    auto file = eh::model::ModelFile::open(kStories);
+    eh_load_params lp = load_params(&file->view());
+    eh_model* model = nullptr;
+    ASSERT_EQ(plugin().model_load(&lp, &model), EH_OK);
+    eh_kv_info info{};
+    info.struct_size = sizeof(info);
+    EXPECT_EQ(plugin().kv_init(model, shortp, &info), EH_OK) << plugin().model_last_error(model);
+    EXPECT_EQ(info.kv_type, uint32_t(EH_TYPE_F32));
+    plugin().model_release(model);
+    munmap(mem, 2 * page);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <functional>
 #include <limits>
 #include <string>
@@ -168,6 +169,18 @@ private:
 // The size of a 1.2 host's eh_kv_params: kv_init accepts any struct_size
 // from here up (kv_type is read only from a 1.4 struct).
 constexpr uint32_t kKvParamsMinSize = offsetof(eh_kv_params, reserved);
+
+// The host's eh_kv_params as this plugin's struct: an older host's shorter
+// struct is read only as far as it goes (never past its struct_size), the
+// rest zero, struct_size kept. Throws INVALID_ARGUMENT below the 1.2 size.
+inline eh_kv_params read_kv_params(const eh_kv_params* p) {
+    if (!p) throw Error(EH_INVALID_ARGUMENT, "kv_init: NULL argument");
+    if (p->struct_size < kKvParamsMinSize)
+        throw Error(EH_INVALID_ARGUMENT, "kv_init: eh_kv_params.struct_size too small");
+    eh_kv_params out{};
+    std::memcpy(static_cast<void*>(&out), p, std::min<size_t>(p->struct_size, sizeof out));
+    return out;
+}
 
 // (1.4) The KV element type kv_init is asked for; 0, the plugin's default,
 // when the host's struct predates kv_type.

@@ -209,11 +209,10 @@ cpuref::Sequence* seq_of(eh_seq* s) { return static_cast<cpuref::Sequence*>(s); 
 
 eh_status kv_init(eh_model* m, const eh_kv_params* p, eh_kv_info* out) {
     return on_model(m, "kv_init", [&] {
-        if (!p || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: NULL argument");
-        if (p->struct_size < ehp::kKvParamsMinSize)
-            throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: eh_kv_params.struct_size too small");
+        if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: NULL argument");
+        const eh_kv_params kp = ehp::read_kv_params(p);
         if (m->batch) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: already called for this model");
-        m->batch = std::make_unique<cpuref::Batch>(*m->model, *p);
+        m->batch = std::make_unique<cpuref::Batch>(*m->model, kp);
         ehp::fill_versioned(out, [&](eh_kv_info& i) { i = m->batch->info(); });
     });
 }

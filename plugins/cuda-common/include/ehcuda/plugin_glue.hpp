@@ -253,15 +253,15 @@ struct PluginGlue {
     }
     static eh_status kv_init(eh_model* m, const eh_kv_params* p, eh_kv_info* out) {
         return on_model(m, "kv_init", [&](ModelBox& box) {
-            if (!p || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: NULL argument");
-            if (p->struct_size < ehp::kKvParamsMinSize)
-                throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: eh_kv_params.struct_size too small");
+            if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: NULL argument");
+            // an older host's struct is shorter: never read past it
+            const eh_kv_params kp = ehp::read_kv_params(p);
             if (box.batch) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: already called for this model");
             // The paged attention kernels read FP16 pools only.
-            const uint32_t kv_type = ehp::asked_kv_type(*p);
+            const uint32_t kv_type = ehp::asked_kv_type(kp);
             if (kv_type != 0 && kv_type != EH_TYPE_F16)
                 ehp::refuse_kv_type(kv_type, "not implemented on CUDA yet (this plugin's KV cache is F16)");
-            box.batch = std::make_unique<Batch>(*box.m, *p);
+            box.batch = std::make_unique<Batch>(*box.m, kp);
             ehp::fill_versioned(out, [&](eh_kv_info& i) { i = box.batch->info(); });
         });
     }
