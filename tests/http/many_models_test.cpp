@@ -135,9 +135,14 @@ TEST(ManyModels, UnknownModelIsNotFoundOnEveryApi) {
     EXPECT_EQ(state_of(h, "a"), "unloaded");  // nothing was loaded for them
 }
 
+// --models-memory-mb for `bytes`: a model is estimated at its file's size
+// before its first load, and holds 1024 bytes once loaded (the test engine).
+std::string budget_mb(uint64_t bytes) { return std::to_string(double(bytes) / (1024.0 * 1024.0)); }
+const uint64_t kFileBytes = std::filesystem::file_size(kModel);
+
 TEST(ManyModels, LeastRecentlyUsedIsUnloadedPastTheMemoryBudget) {
-    // Room for two models of 1024 bytes, not three.
-    auto h = pool_host({"a", "b", "c"}, {"--models-memory-mb", "0.0025"});
+    // Room for one loaded model beside a new one, not two.
+    auto h = pool_host({"a", "b", "c"}, {"--models-memory-mb", budget_mb(kFileBytes + 1024 + 512)});
     ASSERT_EQ(h.post("/v1/completions", completion("a").dump()).status, 200);
     ASSERT_EQ(h.post("/v1/completions", completion("b").dump()).status, 200);
     ASSERT_EQ(h.post("/v1/completions", completion("a").dump()).status, 200);  // a is now the most recent
@@ -147,10 +152,42 @@ TEST(ManyModels, LeastRecentlyUsedIsUnloadedPastTheMemoryBudget) {
     EXPECT_EQ(state_of(h, "b"), "unloaded");  // the least recently used
     EXPECT_EQ(state_of(h, "a"), "loaded");
     EXPECT_EQ(state_of(h, "c"), "loaded");
-    // And it loads again when asked for.
+    // And it loads again when asked for (its 1024 bytes fit now).
     auto r = h.post("/v1/completions", completion("b").dump());
     EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_EQ(state_of(h, "b"), "loaded");
+    EXPECT_EQ(json::parse(h.get("/health").body)["models_memory_bytes"], 3072);
+}
+
+TEST(ManyModels, ALoadWaitsUntilTheModelItDisplacesHasFinishedItsRequest) {
+    // Room for one model: b's load unloads a, whose stream is running.
+    auto h = pool_host({"a", "b"}, {"--models-memory-mb", budget_mb(1536), "--shutdown-grace-ms", "100"},
+                       {{"EH_TEST_ENGINE_DELAY_MS", "40"}});
+    std::atomic<int> tokens{0};
+    std::atomic<bool> a_done{false};
+    std::string finish;
+    std::thread streamer([&] {
+        sse_stream(h.port(), "/v1/completions", completion("a", 30, true).dump(), [&](const SseEvent& e) {
+            if (e.data == "[DONE]") return false;
+            const json j = json::parse(e.data, nullptr, false);
+            if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) return true;
+            if (!j["choices"][0]["text"].get<std::string>().empty()) ++tokens;
+            if (j["choices"][0]["finish_reason"].is_string()) finish = j["choices"][0]["finish_reason"];
+            return true;
+        });
+        a_done = true;
+    });
+    const auto until = Clock::now() + std::chrono::seconds(10);
+    while (tokens.load() < 2 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    ASSERT_GE(tokens.load(), 2) << h.log();
+    auto r = h.post("/v1/completions", completion("b", 2).dump());
+    EXPECT_EQ(r.status, 200) << r.body;
+    EXPECT_TRUE(a_done.load()) << "b answered while a's request still ran";
+    streamer.join();
+    EXPECT_EQ(finish, "length");
+    EXPECT_GE(tokens.load(), 25);
     EXPECT_EQ(state_of(h, "a"), "unloaded");
+    EXPECT_EQ(state_of(h, "b"), "loaded");
 }
 
 TEST(ManyModels, IdleModelIsUnloaded) {

@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 
 #include <chrono>
+#include <filesystem>
 #include <optional>
 #include <thread>
 
@@ -107,10 +108,21 @@ bool announce(const ServeSettings& s, const RunningModel& running, const std::st
     return false;
 }
 
+// A model's bytes on disk: the file's size, or a directory's files' sizes
+// (its safetensors shards and tokenizer files).
+uint64_t bytes_on_disk(const std::string& path) {
+    std::error_code ec;
+    if (std::filesystem::is_regular_file(path, ec)) return std::filesystem::file_size(path, ec);
+    uint64_t sum = 0;
+    for (const auto& e : std::filesystem::directory_iterator(path, ec))
+        if (e.is_regular_file(ec)) sum += e.file_size(ec);
+    return sum;
+}
+
 // Many models: none is loaded yet; each loads on its first request.
 std::shared_ptr<http::ModelPool> start_pool(const ServeSettings& s, const ModelStartContext& ctx) {
     std::vector<http::PoolModelSpec> specs;
-    for (const auto& m : s.models) specs.push_back({m.name, m.aliases, m.path});
+    for (const auto& m : s.models) specs.push_back({m.name, m.aliases, m.path, bytes_on_disk(m.path)});
     http::ModelPoolOptions po;
     po.memory_budget_bytes = uint64_t(s.models_memory_mb * 1024.0 * 1024.0);
     po.idle_unload = std::chrono::seconds(s.idle_unload_seconds);

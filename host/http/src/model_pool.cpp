@@ -66,6 +66,7 @@ std::shared_ptr<service::Service> ModelPool::acquire(const std::string& name) {
     if (e.state == State::Unloaded) {
         e.state = State::Loading;
         const uint64_t attempt = ++e.attempts;
+        make_room_locked(i);
         ++loading_now_;
         log_event(lvl::info, "model_load_begin", {{"model", specs_[i].name}});
         std::thread([this, i, attempt] { load_thread(i, attempt); }).detach();
@@ -89,6 +90,13 @@ void ModelPool::load_thread(size_t i, uint64_t attempt) {
     std::string error;
     Code code = Code::Internal;
     try {
+        if (options_.memory_budget_bytes) {
+            // The models unloaded to make room hold their memory until their
+            // last request has finished: the load begins after that.
+            std::unique_lock lock(mu_);
+            cv_.wait(lock, [&] { return stopping_ || (retired_.empty() && releasing_ == 0); });
+            if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down");
+        }
         m = loader_(specs_[i]);
         if (!m.service) throw Error(Code::Internal, "the loader returned no service");
     } catch (const Error& e) {
@@ -110,6 +118,7 @@ void ModelPool::load_thread(size_t i, uint64_t attempt) {
                       {{"model", specs_[i].name}, {"code", code_name(e.error_code)}, {"message", e.error}});
         } else if (e.attempts == attempt) {
             e.loaded = std::move(m);
+            e.last_memory = e.loaded.memory_bytes;
             e.state = State::Loaded;
             e.error.clear();
             e.last_used = std::chrono::steady_clock::now();
@@ -154,6 +163,22 @@ void ModelPool::evict_over_budget_locked(size_t keep) {
     }
 }
 
+void ModelPool::make_room_locked(size_t i) {
+    if (options_.memory_budget_bytes == 0) return;
+    const uint64_t estimate = entries_[i].last_memory ? entries_[i].last_memory : specs_[i].size_hint;
+    for (;;) {
+        uint64_t used = 0;
+        size_t lru = npos;
+        for (size_t j = 0; j < entries_.size(); ++j) {
+            if (entries_[j].state != State::Loaded) continue;
+            used += entries_[j].loaded.memory_bytes;
+            if (j != i && (lru == npos || entries_[j].last_used < entries_[lru].last_used)) lru = j;
+        }
+        if (used + estimate <= options_.memory_budget_bytes || lru == npos) return;
+        retire_locked(lru, "memory_budget");
+    }
+}
+
 bool ModelPool::idle(const PooledModel& m) {
     // One reference: the pool's. A request between acquire() and its job
     // holds another; a job waiting or running is counted by the service.
@@ -185,6 +210,7 @@ void ModelPool::sweep() {
             }
         }
         if (done.empty()) continue;
+        releasing_ += done.size();
         lock.unlock();
         for (auto& r : done) {
             r.model.service->shutdown();
@@ -193,6 +219,8 @@ void ModelPool::sweep() {
             log_event(lvl::info, "model_unload", {{"model", r.name}, {"phase", "complete"}});
         }
         lock.lock();
+        releasing_ -= done.size();
+        cv_.notify_all();  // a load waiting for room
     }
 }
 

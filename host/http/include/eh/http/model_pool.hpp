@@ -29,6 +29,10 @@ struct PoolModelSpec {
     std::string name;                  // the id /v1/models lists and requests send
     std::vector<std::string> aliases;  // further names a request may send
     std::string path;                  // what the loader opens
+    // Its memory before it was ever loaded (the weights' bytes on disk):
+    // room is made for it under the budget before its first load; later
+    // loads use what it held the last time.
+    uint64_t size_hint = 0;
 };
 
 // What the loader returns for a loaded model.
@@ -106,6 +110,7 @@ private:
         PooledModel loaded;
         std::chrono::steady_clock::time_point last_used{};
         uint64_t attempts = 0;  // loads begun; a waiter watches its own
+        uint64_t last_memory = 0;  // what it held when last loaded; 0: never loaded
         std::string error;      // the last load's failure
         Code error_code = Code::Internal;
     };
@@ -118,6 +123,7 @@ private:
     void load_thread(size_t i, uint64_t attempt);
     void retire_locked(size_t i, const char* why);  // mu_ held
     void evict_over_budget_locked(size_t keep);
+    void make_room_locked(size_t i);  // before i's load: unload LRU models its estimate does not fit beside
     void sweep();
     static bool idle(const PooledModel& m);
 
@@ -129,6 +135,7 @@ private:
     std::vector<Entry> entries_;
     std::vector<Retired> retired_;
     size_t loading_now_ = 0;  // load threads (detached) still running
+    size_t releasing_ = 0;    // retired models the sweeper is releasing now
     bool stopping_ = false;
     std::thread sweeper_;
 };
