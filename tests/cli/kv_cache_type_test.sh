@@ -35,6 +35,8 @@ for t in f16 q8_0 fp8; do
   serve_health $t
   grep -q "\"kv_cache_type\":\"$t\"" "$scratch/$t.json"
   check "health-names-$t" $? "$(head -c 2000 "$scratch/$t.json")"
+  grep '"event":"ready"' "$scratch/serve-$t.log" | grep -q "\"kv_cache_type\":\"$t\""
+  check "ready-event-names-$t" $? "$(grep '"event":"ready"' "$scratch/serve-$t.log")"
 done
 f16=$(blocks f16) q8=$(blocks q8_0) fp8=$(blocks fp8)
 [[ -n $f16 && -n $q8 && $((q8 * 100)) -ge $((f16 * 180)) && $fp8 -eq $q8 ]]

@@ -13,6 +13,7 @@
 #include "eh/model/descriptor.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/service/event_log.hpp"
+#include "eh/service/kv_cache_type.hpp"
 #include "load_progress.hpp"
 #include "plugin_report.hpp"
 #include "serve_codec.hpp"
@@ -175,7 +176,8 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
                                    {"chat_template", service::chat_template_kind_name(chat_state.kind)},
                                    {"batched", svc.batched()},
                                    {"max_running", svc.max_running()}, {"kv_blocks", kl.total_blocks},
-                                   {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc.kv_cache_bytes()}});
+                                   {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc.kv_cache_bytes()},
+                                   {"kv_cache_type", service::kv_cache_type_name(kl.kv_type)}});
     if (ctx.server) ctx.server->attach(out.svc, out.info);
     if (!s.engine_process) last_words("serving");
 }
