@@ -77,6 +77,10 @@ TEST(ManyModels, EachApiPicksTheModelByNameAndLoadsItOnFirstUse) {
     EXPECT_EQ(json::parse(r.body)["model"], "a");
     EXPECT_EQ(state_of(h, "a"), "loaded");
     EXPECT_EQ(state_of(h, "b"), "unloaded");
+    const json health = json::parse(h.get("/health").body);
+    EXPECT_EQ(health["models"][0]["engine_state"], "ready") << health.dump();
+    EXPECT_EQ(health["models"][0]["memory_bytes"], 1024);
+    EXPECT_EQ(health["models_memory_bytes"], 1024);
 
     r = h.post("/v1/chat/completions",
                json({{"model", "bee"}, {"max_tokens", 2}, {"messages", {{{"role", "user"}, {"content", "hi"}}}}}).dump());

@@ -256,6 +256,7 @@ nlohmann::json ModelPool::status() const {
             j["queue_depth"] = e.loaded.service->queue_depth();
             j["idle_seconds"] = std::chrono::duration<double>(now - e.last_used).count();
             j["context_length"] = e.loaded.info.context_length;
+            j["engine_state"] = service::engine_state_name(e.loaded.service->engine_state());  // ready, restarting, failed
         }
         if (e.state == State::Unloaded && !e.error.empty()) j["last_error"] = e.error;
         out.push_back(j);
