@@ -18,7 +18,7 @@ namespace {
 
 // A native request's `model` ("" when absent, not a string, or the body is
 // not JSON: its parser reports that). With many models it picks one; a
-// one-model server ignores it, as it always did.
+// one-model server ignores it.
 std::string native_model(const std::string& body) {
     simdjson::dom::parser parser;
     simdjson::dom::element doc;
