@@ -49,7 +49,7 @@ struct ServeSettings {
     std::string chat_template_path;
     ServedModelSpec model;  // the one model, or with many the default (the first)
     // Many models (several --model, --model NAME=PATH or --models-dir): each
-    // loads on first use. Empty when one model is served as before.
+    // loads on first use. Empty for one model, loaded at startup.
     std::vector<ServedModelSpec> models;
     double models_memory_mb = 0;       // 0: no budget
     uint32_t idle_unload_seconds = 0;  // 0: never
