@@ -23,6 +23,7 @@ serve_health() {
   local port
   port=$(grep '"event":"listening"' "$log" | grep -o '"port":[0-9]*' | cut -d: -f2)
   curl --noproxy '*' -s "http://127.0.0.1:$port/health" >"$scratch/$name.json"
+  curl --noproxy '*' -s "http://127.0.0.1:$port/metrics" >"$scratch/$name.metrics"
   curl --noproxy '*' -s "http://127.0.0.1:$port/v1/completions" -H 'Content-Type: application/json' \
     -d '{"prompt":"Once upon a time","max_tokens":8,"temperature":0}' >"$scratch/$name.completion"
   kill -TERM $pid 2>/dev/null
@@ -37,6 +38,8 @@ for t in f16 q8_0 fp8; do
   check "health-names-$t" $? "$(head -c 2000 "$scratch/$t.json")"
   grep '"event":"ready"' "$scratch/serve-$t.log" | grep -q "\"kv_cache_type\":\"$t\""
   check "ready-event-names-$t" $? "$(grep '"event":"ready"' "$scratch/serve-$t.log")"
+  grep -q "^vllm:cache_config_info{.*cache_dtype=\"$t\"" "$scratch/$t.metrics"
+  check "metrics-name-$t" $? "$(grep cache_config_info "$scratch/$t.metrics")"
 done
 f16=$(blocks f16) q8=$(blocks q8_0) fp8=$(blocks fp8)
 [[ -n $f16 && -n $q8 && $((q8 * 100)) -ge $((f16 * 180)) && $fp8 -eq $q8 ]]

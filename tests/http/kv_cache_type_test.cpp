@@ -17,6 +17,7 @@
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/service/kv_cache_type.hpp"
+#include "eh/service/metrics.hpp"
 #include "eh/service/service.hpp"
 #include "eh/service/text_codec.hpp"
 
@@ -95,7 +96,19 @@ TEST(KvCacheTypeOption, ParsesTheThreeWordsAndNamesGrantedTypes) {
 }
 
 TEST(KvCacheTypeOption, TheGrantedTypeIsWhatTheServiceReports) {
-    EXPECT_EQ(start("step-only/fixture-step-only.manifest.json", 0)->kv_limits().kv_type, uint32_t(EH_TYPE_F16));
+    auto svc = start("step-only/fixture-step-only.manifest.json", 0);
+    EXPECT_EQ(svc->kv_limits().kv_type, uint32_t(EH_TYPE_F16));
+    // and vllm:cache_config_info's cache_dtype
+    Gauges g;
+    svc->fill_gauges(g);
+    EXPECT_EQ(g.kv_cache_type, "f16");
+    g.model_name = "m";  // the vllm:* families need one
+    const std::string text = Metrics().render(g);
+    EXPECT_NE(text.find("vllm:cache_config_info{block_size=\"16\",num_gpu_blocks=\"" +
+                        std::to_string(svc->kv_limits().total_blocks) +
+                        "\",enable_prefix_caching=\"True\",cache_dtype=\"f16\",engine=\"0\"} 1\n"),
+              std::string::npos)
+        << text;
     EXPECT_EQ(start("step-only/fixture-step-only.manifest.json", EH_TYPE_F16)->kv_limits().kv_type,
               uint32_t(EH_TYPE_F16));
 }
@@ -111,6 +124,9 @@ TEST(KvCacheTypeOption, APluginFromBeforeTheTypesGetsOnlyItsDefault) {
     Env old("EH_TEST_ENGINE_KV_INFO_1_3");
     auto svc = start("step-only/fixture-step-only.manifest.json", 0);
     EXPECT_EQ(svc->kv_limits().kv_type, kKvTypeUnknown);
+    Gauges g;
+    svc->fill_gauges(g);
+    EXPECT_EQ(g.kv_cache_type, "auto");
     svc.reset();
     // it ignores kv_type (and would have said F16): the host cannot know, so refuses even f16
     for (uint32_t t : {uint32_t(EH_TYPE_F16), uint32_t(EH_TYPE_FP8_E4M3)}) {

@@ -90,8 +90,9 @@ void render_vllm(std::string& out, const Gauges& g) {
     // An info gauge (always 1): the facts are its labels.
     head(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
     out += fmt::format("vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\","
-                       "engine=\"0\"}} 1\n",
-                       uint64_t(g.kv_block_tokens), uint64_t(g.kv_blocks_total), g.prefix_caching ? "True" : "False");
+                       "cache_dtype=\"{}\",engine=\"0\"}} 1\n",
+                       uint64_t(g.kv_block_tokens), uint64_t(g.kv_blocks_total), g.prefix_caching ? "True" : "False",
+                       g.kv_cache_type);
 }
 
 }  // namespace

@@ -96,6 +96,7 @@ void Service::fill_gauges(Gauges& g) const {
     g.kv_running_usage = total > 0 ? double(s.kv_running_blocks.load()) / total : 0.0;
     g.kv_block_tokens = double(l.block_tokens);
     g.prefix_caching = options_.prefix_cache && l.can_fork;
+    g.kv_cache_type = l.kv_type == kKvTypeUnknown ? "auto" : kv_cache_type_name(l.kv_type);
     g.model_name = options_.model_name;
     g.prefix_cache_entries = double(s.prefix_entries.load());
     g.prefix_lookups = double(s.prefix_lookups.load());

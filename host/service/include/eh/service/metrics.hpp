@@ -36,6 +36,9 @@ struct Gauges {
     double kv_blocks_total = 0;
     double kv_block_tokens = 0;
     bool prefix_caching = false;
+    // What the KV blocks hold ("f16", "q8_0", "fp8", "f32"; kv_cache_type.hpp),
+    // "auto" when the plugin does not say: vllm:cache_config_info's cache_dtype.
+    std::string kv_cache_type = "auto";
     std::string model_name;            // the first name clients use (vllm:* model_name label)
     double prefix_cache_entries = 0;
     // counters kept by the scheduler
