@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <system_error>
 
 #include "eh/service/event_log.hpp"
 #include "eh/service/utf8.hpp"
@@ -67,9 +68,14 @@ std::shared_ptr<service::Service> ModelPool::acquire(const std::string& name) {
         e.state = State::Loading;
         const uint64_t attempt = ++e.attempts;
         make_room_locked(i);
-        ++loading_now_;
         log_event(lvl::info, "model_load_begin", {{"model", specs_[i].name}});
-        std::thread([this, i, attempt] { load_thread(i, attempt); }).detach();
+        try {
+            std::thread([this, i, attempt] { load_thread(i, attempt); }).detach();
+        } catch (const std::system_error& err) {  // no thread to be had
+            e.state = State::Unloaded;
+            throw Error(Code::Internal, std::string("cannot start the model's load: ") + err.what());
+        }
+        ++loading_now_;
     }
     const uint64_t mine = e.attempts;
     const bool settled = cv_.wait_for(lock, options_.load_wait, [&] { return stopping_ || e.state != State::Loading; });
