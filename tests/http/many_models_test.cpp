@@ -347,6 +347,7 @@ TEST(ManyModels, BadFlagsAreUsageErrors) {
              "--model a=" + kModel + " --model b=" + kModel + " --served-model-name x",  // alias of which?
              "--model a=" + kModel + " --model b=" + kModel + " --model-name z",
              "--model a=" + kModel + " --model-load-wait-sec 0",
+             "--model a=" + kModel + " --artifacts-dir /tmp",
              "--models-dir " + empty.string(),
              "--models-dir /nonexistent-dir",
          }) {

@@ -146,7 +146,8 @@ bool read_many_models(const po::variables_map& vm, const std::vector<std::string
             }
         }
     }
-    for (const char* flag : {"kv-events-endpoint", "callback-url"})
+    // Each reports on the one model (its blocks, its load, its file's digest).
+    for (const char* flag : {"kv-events-endpoint", "callback-url", "artifacts-dir"})
         if (vm.count(flag)) {
             err = std::string("--") + flag + " serves one model; it cannot go with several";
             return false;
