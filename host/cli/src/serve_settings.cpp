@@ -149,7 +149,9 @@ bool read_many_models(const po::variables_map& vm, const std::vector<std::string
     // Each reports on the one model (its blocks, its load, its file's digest).
     for (const char* flag : {"kv-events-endpoint", "callback-url", "artifacts-dir"})
         if (vm.count(flag)) {
-            err = std::string("--") + flag + " serves one model; it cannot go with several";
+            err = std::string("--") + flag +
+                  " reports on one model (a plain --model PATH); it cannot go with --model NAME=PATH, several "
+                  "--model or --models-dir";
             return false;
         }
     s.model = s.models.front();
