@@ -30,8 +30,16 @@ namespace {
 // do, a copy that says 1 makes it a 1.1 plugin (sessions only).
 std::string session_only_manifest() {
     namespace fs = std::filesystem;
+    // removed when the test program ends
+    static const struct Dir {
+        fs::path path = fs::temp_directory_path() / ("eh-kv-type-test-" + std::to_string(getpid()));
+        ~Dir() {
+            std::error_code ec;
+            fs::remove_all(path, ec);
+        }
+    } scratch;
     static const std::string path = [] {
-        const fs::path dir = fs::temp_directory_path() / ("eh-kv-type-test-" + std::to_string(getpid()));
+        const fs::path& dir = scratch.path;
         fs::create_directories(dir);
         const fs::path from = fs::path(EH_TEST_PLUGIN_DIR) / "abi-1-1";
         fs::copy_file(from / "libeh-fixture-abi-1-1.so", dir / "libeh-fixture-abi-1-1.so",
