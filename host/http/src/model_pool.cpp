@@ -67,7 +67,8 @@ std::shared_ptr<service::Service> ModelPool::acquire(const std::string& name) {
     if (e.state == State::Unloaded) {
         e.state = State::Loading;
         const uint64_t attempt = ++e.attempts;
-        make_room_locked(i);
+        // Room for its estimate: what it held last time, else its size on disk.
+        evict_lru_until_locked(i, e.last_memory ? e.last_memory : specs_[i].size_hint);
         log_event(lvl::info, "model_load_begin", {{"model", specs_[i].name}});
         try {
             std::thread([this, i, attempt] { load_thread(i, attempt); }).detach();
@@ -131,7 +132,7 @@ void ModelPool::load_thread(size_t i, uint64_t attempt) {
             log_event(lvl::info, "model_loaded",
                       {{"model", specs_[i].name}, {"memory_bytes", e.loaded.memory_bytes},
                        {"load_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
-            evict_over_budget_locked(i);
+            evict_lru_until_locked(i, 0);  // the measured memory, now
         } else {
             drop.push_back(std::move(m));
         }
@@ -154,7 +155,7 @@ void ModelPool::retire_locked(size_t i, const char* why) {
     e.state = State::Unloaded;
 }
 
-void ModelPool::evict_over_budget_locked(size_t keep) {
+void ModelPool::evict_lru_until_locked(size_t keep, uint64_t extra) {
     if (options_.memory_budget_bytes == 0) return;
     for (;;) {
         uint64_t used = 0;
@@ -164,23 +165,7 @@ void ModelPool::evict_over_budget_locked(size_t keep) {
             used += entries_[j].loaded.memory_bytes;
             if (j != keep && (lru == npos || entries_[j].last_used < entries_[lru].last_used)) lru = j;
         }
-        if (used <= options_.memory_budget_bytes || lru == npos) return;
-        retire_locked(lru, "memory_budget");
-    }
-}
-
-void ModelPool::make_room_locked(size_t i) {
-    if (options_.memory_budget_bytes == 0) return;
-    const uint64_t estimate = entries_[i].last_memory ? entries_[i].last_memory : specs_[i].size_hint;
-    for (;;) {
-        uint64_t used = 0;
-        size_t lru = npos;
-        for (size_t j = 0; j < entries_.size(); ++j) {
-            if (entries_[j].state != State::Loaded) continue;
-            used += entries_[j].loaded.memory_bytes;
-            if (j != i && (lru == npos || entries_[j].last_used < entries_[lru].last_used)) lru = j;
-        }
-        if (used + estimate <= options_.memory_budget_bytes || lru == npos) return;
+        if (used + extra <= options_.memory_budget_bytes || lru == npos) return;
         retire_locked(lru, "memory_budget");
     }
 }

@@ -122,8 +122,9 @@ private:
     size_t index_of(const std::string& name) const;  // npos for none
     void load_thread(size_t i, uint64_t attempt);
     void retire_locked(size_t i, const char* why);  // mu_ held
-    void evict_over_budget_locked(size_t keep);
-    void make_room_locked(size_t i);  // before i's load: unload LRU models its estimate does not fit beside
+    // Unloads the least recently used loaded models, never `keep`, until the
+    // loaded ones and `extra` more bytes fit --models-memory-mb. mu_ held.
+    void evict_lru_until_locked(size_t keep, uint64_t extra);
     void sweep();
     static bool idle(const PooledModel& m);
 
