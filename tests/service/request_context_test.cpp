@@ -9,9 +9,11 @@
 
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/service/service.hpp"
+#include "test_engine_model.hpp"
 
 using namespace eh;
 using namespace eh::service;
+using eh::test::drain;
 
 namespace {
 
@@ -74,9 +76,7 @@ struct Fixture {
     std::shared_ptr<Service> svc;
     explicit Fixture(uint32_t n_ctx) {
         unsetenv("EH_TEST_ENGINE_DELAY_MS");
-        PluginRecord r = loader::load_plugin(std::string(EH_TEST_PLUGIN_DIR) + "/good/test-engine.manifest.json",
-                                             loader::LoaderOptions{});
-        if (!r.accepted) throw std::runtime_error("test engine rejected");
+        PluginRecord r = eh::test::load_test_plugin("good/test-engine");
         g_fake.real = r.api;
         static eh_plugin_api table;
         table = *r.api;
@@ -86,27 +86,12 @@ struct Fixture {
         table.model_last_error = fake_model_last_error;
         // Aliasing: the wrapped table keeps the real library loaded.
         std::shared_ptr<const eh_plugin_api> api(r.api, &table);
-        static eh_model_view view{};
-        view.struct_size = sizeof(view);
-        view.format = EH_FORMAT_GGUF;
-        view.architecture = {"llama", 5};
-        model = EngineModel::load(api, "/dev/null", &view, nullptr, {});  // trained context: 4096
+        model = eh::test::load_test_model(api);  // trained context: 4096
         ServiceOptions opt;
         opt.n_ctx = n_ctx;
         svc = std::make_shared<Service>(model, std::make_shared<ByteCodec>(), opt);
     }
 };
-
-std::vector<JobEvent> drain(Job& job) {
-    std::vector<JobEvent> out;
-    for (int i = 0; i < 600; ++i) {
-        auto ev = job.pop(std::chrono::milliseconds(50));
-        if (!ev) continue;
-        out.push_back(*ev);
-        if (ev->kind == JobEvent::Kind::End || ev->kind == JobEvent::Kind::Error) break;
-    }
-    return out;
-}
 
 GenerationRequest req(const std::string& id, uint32_t max_tokens, std::optional<uint32_t> n_ctx = {}) {
     GenerationRequest r;

@@ -12,9 +12,11 @@
 #include "eh/service/stop_matcher.hpp"
 #include "eh/service/text_stream.hpp"
 #include "eh/service/utf8.hpp"
+#include "test_engine_model.hpp"
 
 using namespace eh;
 using namespace eh::service;
+using eh::test::drain;
 
 TEST(Utf8, HoldsBackIncompleteSequencesOnly) {
     EXPECT_EQ(complete_utf8_prefix("abc"), 3u);
@@ -169,29 +171,11 @@ struct Fixture {
     explicit Fixture(ServiceOptions opt = {}, int delay_ms = 0) {
         if (delay_ms) setenv("EH_TEST_ENGINE_DELAY_MS", std::to_string(delay_ms).c_str(), 1);
         else unsetenv("EH_TEST_ENGINE_DELAY_MS");
-        PluginRecord r = loader::load_plugin(std::string(EH_TEST_PLUGIN_DIR) + "/good/test-engine.manifest.json",
-                                             loader::LoaderOptions{});
-        if (!r.accepted) throw std::runtime_error("test engine rejected");
-        static eh_model_view view{};
-        view.struct_size = sizeof(view);
-        view.format = EH_FORMAT_GGUF;
-        view.architecture = {"llama", 5};
-        model = EngineModel::load(r.api, "/dev/null", &view, nullptr, {});
+        model = eh::test::load_test_model(eh::test::load_test_plugin("good/test-engine").api);
         if (!opt.n_ctx) opt.n_ctx = 256;
         svc = std::make_shared<Service>(model, std::make_shared<ByteCodec>(), opt);
     }
 };
-
-std::vector<JobEvent> drain(Job& job) {
-    std::vector<JobEvent> out;
-    for (int i = 0; i < 600; ++i) {
-        auto ev = job.pop(std::chrono::milliseconds(50));
-        if (!ev) continue;
-        out.push_back(*ev);
-        if (ev->kind == JobEvent::Kind::End || ev->kind == JobEvent::Kind::Error) break;
-    }
-    return out;
-}
 
 GenerationRequest req(const std::string& id, uint32_t max_tokens) {
     GenerationRequest r;
@@ -457,14 +441,7 @@ TEST(ChatPromptCompose, TemplateSeesMarkedJsonAndBosShiftsTheSpans) {
 // session_logits otherwise. /capabilities reports this fact.
 TEST(Service, LogitsFactFollowsTheForwardPath) {
     for (const char* fixture : {"good/test-engine", "step-only/fixture-step-only"}) {
-        PluginRecord r = loader::load_plugin(std::string(EH_TEST_PLUGIN_DIR) + "/" + fixture + ".manifest.json",
-                                             loader::LoaderOptions{});
-        ASSERT_TRUE(r.accepted) << fixture;
-        static eh_model_view view{};
-        view.struct_size = sizeof(view);
-        view.format = EH_FORMAT_GGUF;
-        view.architecture = {"llama", 5};
-        auto model = EngineModel::load(r.api, "/dev/null", &view, nullptr, {});
+        auto model = eh::test::load_test_model(eh::test::load_test_plugin(fixture).api);
         EXPECT_TRUE(local_engine(model)->facts().logits) << fixture;
     }
 }
