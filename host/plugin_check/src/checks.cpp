@@ -124,35 +124,35 @@ void no_capacity(Context& c) {
 void greedy_repeats(Context& c) {
     c.needs(12 + c.n, 12);
     const auto p = c.prompt(12, 2);
-    const auto a = c.d.generate(c.d.create(), p, c.n, greedy());
-    const auto b = c.d.generate(c.d.create(), p, c.n, greedy());
+    const auto a = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
+    const auto b = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
     expect_same(a, b, "the same prompt, greedy, twice");
 }
 
 void chunked_prefill(Context& c) {
     c.needs(20 + c.n, 20);
     const auto p = c.prompt(20, 3);
-    const auto whole = c.d.generate(c.d.create(), p, c.n, greedy());
-    const auto chunks = c.d.generate(c.d.create(), p, c.n, greedy(), 7);
+    const auto whole = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
+    const auto chunks = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling(), 7);
     expect_same(whole, chunks, "a prompt in chunks of 7 against in one step");
 }
 
 void batch_invariance(Context& c) {
     c.needs(14 + c.n, 9 + 5 + 14 + 3, 4);
     const auto p = c.prompt(9, 4);
-    const auto alone = c.d.generate(c.d.create(), p, c.n, greedy());
+    const auto alone = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
     std::vector<eh_seq*> seqs{c.d.create(), c.d.create(), c.d.create(), c.d.create()};
-    const auto together = c.d.generate_together(seqs, {p, c.prompt(5, 5), c.prompt(14, 6), c.prompt(3, 7)}, c.n, greedy());
+    const auto together = c.d.generate_together(seqs, {p, c.prompt(5, 5), c.prompt(14, 6), c.prompt(3, 7)}, c.n, ehp::greedy_sampling());
     expect_same(alone, together[0], "a sequence in a step of four against alone");
 }
 
 void prefill_beside_decode(Context& c) {
     c.needs(std::max(10 + c.n, 4 * c.n), 10, 2);
     const auto p = c.prompt(10, 8);
-    const auto alone = c.d.generate(c.d.create(), p, c.n, greedy());
+    const auto alone = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
     eh_seq* a = c.d.create();
     eh_seq* b = c.d.create();
-    c.d.set_sampling(a, greedy());
+    c.d.set_sampling(a, ehp::greedy_sampling());
     std::vector<eh_step_entry> es{entry(a, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
     std::vector<int32_t> got{c.d.step_ok(es, "prefill")[0]};
     const auto other = c.prompt(4 * c.n, 9);
@@ -186,13 +186,13 @@ void fork_shares_prefix(Context& c) {
                          int64_t(free_before) - int64_t(free_after)));
     // The fork writes first, then the source goes on with other tokens.
     const std::vector<int32_t> rest(p.begin() + at, p.end());
-    const auto forked = c.d.generate(f, rest, c.n, greedy());
-    const auto source = c.d.generate(src, q, c.n, greedy());
+    const auto forked = c.d.generate(f, rest, c.n, ehp::greedy_sampling());
+    const auto source = c.d.generate(src, q, c.n, ehp::greedy_sampling());
     std::vector<int32_t> src_whole(p.begin(), p.begin() + at);
     src_whole.insert(src_whole.end(), q.begin(), q.end());
-    expect_same(c.d.generate(c.d.create(), p, c.n, greedy()), forked,
+    expect_same(c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling()), forked,
                 "a fork continued with the rest of the prompt against the whole prompt");
-    expect_same(c.d.generate(c.d.create(), src_whole, c.n, greedy()), source,
+    expect_same(c.d.generate(c.d.create(), src_whole, c.n, ehp::greedy_sampling()), source,
                 "the source continued after its fork wrote against a fresh sequence (copy on write)");
 }
 
@@ -200,14 +200,14 @@ void truncate_regrow(Context& c) {
     c.needs(16 + c.n, 16);
     const auto p = c.prompt(16, 11);
     eh_seq* s = c.d.create();
-    const auto first = c.d.generate(s, p, c.n, greedy());
+    const auto first = c.d.generate(s, p, c.n, ehp::greedy_sampling());
     if (c.d.api().seq_truncate(s, 15) != EH_OK) fail("seq_truncate failed: " + c.d.error());
-    const auto again = c.d.generate(s, std::span<const int32_t>(p).subspan(15), c.n, greedy());
+    const auto again = c.d.generate(s, std::span<const int32_t>(p).subspan(15), c.n, ehp::greedy_sampling());
     expect_same(first, again, "truncated to 15 tokens and the 16th stepped again against the first time");
 }
 
 eh_sampling_params sampled(float temperature, int32_t top_k, float top_p, uint64_t seed) {
-    eh_sampling_params sp = greedy();
+    eh_sampling_params sp = ehp::greedy_sampling();
     sp.temperature = temperature;
     sp.top_k = top_k;
     sp.top_p = top_p;
@@ -226,19 +226,19 @@ void seeded_sampling(Context& c) {
 void top_k_one_is_greedy(Context& c) {
     c.needs(8 + c.n, 8);
     const auto p = c.prompt(8, 13);
-    expect_same(c.d.generate(c.d.create(), p, c.n, greedy()),
+    expect_same(c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling()),
                 c.d.generate(c.d.create(), p, c.n, sampled(1.0f, 1, 1.0f, 99)), "top_k 1 at temperature 1 against greedy");
 }
 
 void allowed_mask(Context& c) {
     c.needs(8 + c.n, 8);
     const auto p = c.prompt(8, 14);
-    const int32_t g = c.d.generate(c.d.create(), p, 1, greedy())[0];
+    const int32_t g = c.d.generate(c.d.create(), p, 1, ehp::greedy_sampling())[0];
     const int32_t only = int32_t((uint32_t(g) + 1) % c.d.vocab());
     std::vector<uint32_t> mask((c.d.vocab() + 31) / 32, 0);
     mask[uint32_t(only) / 32] |= 1u << (uint32_t(only) % 32);
     eh_seq* s = c.d.create();
-    c.d.set_sampling(s, greedy());
+    c.d.set_sampling(s, ehp::greedy_sampling());
     std::vector<eh_step_entry> es{entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
     es[0].allowed = mask.data();
     const int32_t got = c.d.step_ok(es, "masked prefill")[0];
@@ -250,7 +250,7 @@ void logit_bias(Context& c) {
     c.needs(8 + c.n, 8);
     const auto p = c.prompt(8, 15);
     eh_seq* s = c.d.create();
-    c.d.set_sampling(s, greedy());
+    c.d.set_sampling(s, ehp::greedy_sampling());
     std::vector<eh_step_entry> es{entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE | EH_STEP_LOGITS)};
     const int32_t g = c.d.step_ok(es, "prefill with logits")[0];
     const float* logits = nullptr;
@@ -270,7 +270,7 @@ void logit_bias(Context& c) {
     const int32_t bias_token = low;
     const float bias_value = logits[best] - logits[second] + 1.0f;
     eh_seq* b = c.d.create();
-    c.d.set_sampling(b, greedy());
+    c.d.set_sampling(b, ehp::greedy_sampling());
     es = {entry(b, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
     es[0].n_bias = 1;
     es[0].bias_tokens = &bias_token;
@@ -334,9 +334,9 @@ void kv_full_changes_nothing(Context& c) {
 void step_halves(Context& c) {
     if (!loader::api_has_step_halves(c.d.api())) throw Skipped{"the plugin offers no step_begin / step_end"};
     const auto p = c.prompt(10, 17);
-    const auto plain = c.d.generate(c.d.create(), p, c.n, greedy());
+    const auto plain = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
     eh_seq* s = c.d.create();
-    c.d.set_sampling(s, greedy());
+    c.d.set_sampling(s, ehp::greedy_sampling());
     std::vector<int32_t> got;
     int32_t tok = -1;
     for (uint32_t i = 0; i < c.n; ++i) {
@@ -389,9 +389,9 @@ void reference_agreement(Context& c) {
     uint32_t same = 0, total = 0;
     for (uint32_t salt = 0; salt < 2; ++salt) {
         const auto p = c.prompt(12, 20 + salt);
-        const auto want = ref.generate(ref.create(), p, 2 * c.n, greedy());
+        const auto want = ref.generate(ref.create(), p, 2 * c.n, ehp::greedy_sampling());
         eh_seq* s = c.d.create();
-        c.d.set_sampling(s, greedy());
+        c.d.set_sampling(s, ehp::greedy_sampling());
         std::vector<eh_step_entry> es{entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
         int32_t got = c.d.step_ok(es, "prefill")[0];
         for (size_t i = 0; i < want.size(); ++i) {

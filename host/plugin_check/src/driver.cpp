@@ -10,18 +10,6 @@ namespace eh::plugin_check {
 
 void fail(const std::string& what) { throw Failure(what); }
 
-eh_sampling_params greedy() {
-    eh_sampling_params p{};
-    p.struct_size = sizeof(p);
-    p.temperature = 0;
-    p.top_k = 0;
-    p.top_p = 1;
-    p.min_p = 0;
-    p.repetition_penalty = 1;
-    p.repetition_window = -1;
-    p.seed = 0;
-    return p;
-}
 
 eh_step_entry entry(eh_seq* seq, const int32_t* tokens, uint32_t n, uint32_t flags) {
     eh_step_entry e{};

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include <engine_host/plugin_abi.h>
+#include <engine_host/plugin_abi.hpp>
 
 #include "eh/loader/engine.hpp"
 #include "eh/model/model_file.hpp"
@@ -25,8 +26,6 @@ struct Failure : std::runtime_error {
 };
 [[noreturn]] void fail(const std::string& what);
 
-// temperature 0 and every other stage neutral.
-eh_sampling_params greedy();
 eh_step_entry entry(eh_seq* seq, const int32_t* tokens, uint32_t n, uint32_t flags);
 
 class Driver {

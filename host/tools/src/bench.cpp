@@ -9,6 +9,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <engine_host/plugin_abi.hpp>
+
 #include "eh/error.hpp"
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
@@ -33,12 +35,7 @@ void check_stop(const BenchOptions& o) {
 
 // Sampling both paths use: greedy, so their tokens can be compared.
 eh_sampling_params greedy() {
-    eh_sampling_params sp{};
-    sp.struct_size = sizeof(sp);
-    sp.temperature = 0.0f;
-    sp.top_p = 1.0f;
-    sp.repetition_penalty = 1.0f;
-    sp.repetition_window = -1;
+    eh_sampling_params sp = ehp::greedy_sampling();
     sp.seed = 1234;
     return sp;
 }

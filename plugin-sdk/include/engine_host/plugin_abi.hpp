@@ -64,6 +64,18 @@ eh_status guard(std::string& last_error, Body&& body) noexcept {
     }
 }
 
+// Greedy sampling with every other stage neutral (temperature 0, top_k 0,
+// top_p 1, min_p 0, no penalties, window -1, seed 0): the host's tools and
+// harnesses that compare tokens across runs use it.
+inline eh_sampling_params greedy_sampling() {
+    eh_sampling_params p{};
+    p.struct_size = sizeof(p);
+    p.top_p = 1.0f;
+    p.repetition_penalty = 1.0f;
+    p.repetition_window = -1;
+    return p;
+}
+
 // Throws Error(EH_INVALID_ARGUMENT) naming the first field out of range.
 // presence/frequency_penalty are checked when struct_size covers them (1.2).
 inline void check_sampling(const eh_sampling_params& p) {
