@@ -57,6 +57,14 @@ struct Server::Impl {
     std::atomic<float> load_progress{0};
     std::atomic<int> open_streams{0};
 
+    // After a model (or the pool) is attached: loading is over, and the
+    // server is ready unless it is already stopping.
+    void loaded() {
+        load_progress.store(1);
+        State loading = State::Loading;
+        state.compare_exchange_strong(loading, State::Ready);
+    }
+
     std::shared_ptr<service::Service> get_service() const {
         std::lock_guard lock(mu);
         return service;

@@ -24,42 +24,40 @@ std::string model_field(const std::string& body) {
 }  // namespace
 
 void Server::Impl::install_models() {
-    auto load = [this](const httplib::Request& req, httplib::Response& res) {
-        const std::string cid = correlation_id(req, res);
-        if (!accepting(*this, res, cid)) return;
-        const auto pool = get_pool();
-        try {
-            const std::string name = model_field(req.body);
-            if (!pool) {
-                if (std::string why = unknown_model(get_info(), name); !why.empty()) throw Error(Code::NotFound, why);
-                send_json(res, 200, {{"model", get_info().model}, {"status", "loaded"}});
-                return;
+    // Both routes: the gates, the body's name, and for a one-model server
+    // (no pool) the 404 of a name it does not serve; then `act`.
+    auto route = [this](auto act) {
+        return [this, act](const httplib::Request& req, httplib::Response& res) {
+            const std::string cid = correlation_id(req, res);
+            if (!accepting(*this, res, cid)) return;
+            const auto pool = get_pool();
+            try {
+                const std::string name = model_field(req.body);
+                if (!pool)
+                    if (std::string why = unknown_model(get_info(), name); !why.empty()) throw Error(Code::NotFound, why);
+                act(pool.get(), name, res);
+            } catch (const std::exception& e) {
+                send_exception(res, e, cid);
             }
-            pool->acquire(name);  // waits for the load like a request; 503 MODEL_LOADING past the wait
-            send_json(res, 200, {{"model", pool->find(name)->name}, {"status", "loaded"}});
-        } catch (const std::exception& e) {
-            send_exception(res, e, cid);
-        }
+        };
     };
-    auto unload = [this](const httplib::Request& req, httplib::Response& res) {
-        const std::string cid = correlation_id(req, res);
-        if (!accepting(*this, res, cid)) return;
-        const auto pool = get_pool();
-        try {
-            const std::string name = model_field(req.body);
-            if (!pool) {
-                if (std::string why = unknown_model(get_info(), name); !why.empty()) throw Error(Code::NotFound, why);
-                throw Error(Code::InvalidRequest,
-                            "this server serves one model (--model PATH) and cannot unload it; serve several with "
-                            "--model NAME=PATH or --models-dir");
-            }
-            const bool was_loaded = pool->unload(name);
-            // Unloading: its running requests finish first, new ones load it again.
-            send_json(res, 200, {{"model", pool->find(name)->name}, {"status", was_loaded ? "unloading" : "not_loaded"}});
-        } catch (const std::exception& e) {
-            send_exception(res, e, cid);
+    auto load = route([this](ModelPool* pool, const std::string& name, httplib::Response& res) {
+        if (!pool) {
+            send_json(res, 200, {{"model", get_info().model}, {"status", "loaded"}});
+            return;
         }
-    };
+        pool->acquire(name);  // waits for the load like a request; 503 MODEL_LOADING past the wait
+        send_json(res, 200, {{"model", pool->find(name)->name}, {"status", "loaded"}});
+    });
+    auto unload = route([](ModelPool* pool, const std::string& name, httplib::Response& res) {
+        if (!pool)
+            throw Error(Code::InvalidRequest,
+                        "this server serves one model (--model PATH) and cannot unload it; serve several with "
+                        "--model NAME=PATH or --models-dir");
+        const bool was_loaded = pool->unload(name);
+        // Unloading: its running requests finish first, new ones load it again.
+        send_json(res, 200, {{"model", pool->find(name)->name}, {"status", was_loaded ? "unloading" : "not_loaded"}});
+    });
     http.Post("/v1/models/load", load);
     http.Post("/models/load", load);
     http.Post("/v1/models/unload", unload);

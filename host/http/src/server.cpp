@@ -147,9 +147,7 @@ void Server::attach(std::shared_ptr<service::Service> svc, NodeInfo info) {
         impl_->service = std::move(svc);
         impl_->info = std::move(info);
     }
-    impl_->load_progress.store(1);
-    State loading = State::Loading;
-    impl_->state.compare_exchange_strong(loading, State::Ready);
+    impl_->loaded();
 }
 
 void Server::attach_pool(std::shared_ptr<ModelPool> pool, NodeInfo info) {
@@ -158,9 +156,7 @@ void Server::attach_pool(std::shared_ptr<ModelPool> pool, NodeInfo info) {
         impl_->pool_ = std::move(pool);
         impl_->info = std::move(info);
     }
-    impl_->load_progress.store(1);
-    State loading = State::Loading;
-    impl_->state.compare_exchange_strong(loading, State::Ready);
+    impl_->loaded();
 }
 
 void Server::set_resident(bool resident, const std::string& why) {
