@@ -264,15 +264,11 @@ static uint32_t needs_block(const hello_seq* s) { return s->block < 0 || s->mode
 static int allowed(const eh_step_entry* e, int32_t token) {
     return !e->allowed || ((e->allowed[(uint32_t)token / 32] >> ((uint32_t)token % 32)) & 1u);
 }
+/* The lowest id the mask allows, or -1 for an empty mask. */
 static int32_t first_allowed(const eh_step_entry* e, uint32_t vocab) {
     for (uint32_t t = 0; t < vocab; ++t)
         if (allowed(e, (int32_t)t)) return (int32_t)t;
-    return 0; /* unreachable: step() refuses an empty mask */
-}
-static int any_allowed(const eh_step_entry* e, uint32_t vocab) {
-    for (uint32_t t = 0; t < vocab; ++t)
-        if (allowed(e, (int32_t)t)) return 1;
-    return 0;
+    return -1;
 }
 
 static eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
@@ -312,7 +308,7 @@ static eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
                 snprintf(what, sizeof what, "step entry %u: logit bias %u is outside the vocabulary or not finite", i, b);
                 return fail(m, EH_INVALID_ARGUMENT, what);
             }
-        if (e->allowed && !any_allowed(e, m->vocab)) {
+        if (e->allowed && first_allowed(e, m->vocab) < 0) {
             snprintf(what, sizeof what, "step entry %u: the mask allows no token", i);
             return fail(m, EH_INVALID_ARGUMENT, what);
         }
