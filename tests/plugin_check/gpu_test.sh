@@ -17,7 +17,7 @@ out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories2
 [[ $rc -eq 3 && $out == *"KV cache type Q8_0 is not supported: not implemented on CUDA yet"* ]]
 check llama-cuda-refuses-q8_0-kv $? "exit $rc: $out"
 
-for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-qwen3-moe-q4_k_m gpt-cuda:tiny-gpt-oss-mxfp4; do
+for spec in llama-cuda:tiny-llama-3.1-q4_k_m gpt-cuda:tiny-qwen3-moe-q4_k_m gpt-cuda:tiny-gpt-oss-mxfp4; do
   plugin=${spec%%:*} profile=${spec#*:}
   if ! "$eh" forge --like "$profile" --out "$scratch/$profile.gguf" >"$scratch/forge.log" 2>&1; then
     check "forge-$profile" 1 "$(cat "$scratch/forge.log")"
