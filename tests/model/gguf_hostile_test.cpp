@@ -3,6 +3,8 @@
 // MODEL_LOAD_FAILED naming the fault.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -245,7 +247,15 @@ TEST(GgufHostile, MessagesNameOffsets) {
 
 }  // namespace
 
-// GgufWriter::write(path) goes through `path`.partial and a rename: a write
+// The names in a folder, sorted.
+std::vector<std::string> names_in(const std::filesystem::path& dir) {
+    std::vector<std::string> v;
+    for (const auto& e : std::filesystem::directory_iterator(dir)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+}
+
+// GgufWriter::write(path) goes through a partial file and a rename: a write
 // that fails part-way leaves neither the target nor the partial file.
 TEST(GgufWriterFile, FailedWriteLeavesNoFile) {
     namespace fs = std::filesystem;
@@ -258,8 +268,7 @@ TEST(GgufWriterFile, FailedWriteLeavesNoFile) {
     std::vector<float> w(32, 1.0f);
     ok.add_tensor("a.weight", EH_TYPE_F32, {32}, w.data());
     ok.write(out.string());
-    EXPECT_TRUE(fs::exists(out));
-    EXPECT_FALSE(fs::exists(dir / "model.gguf.partial"));
+    EXPECT_EQ(names_in(dir), std::vector<std::string>{"model.gguf"});  // no partial file left
     EXPECT_NO_THROW(ModelFile::open(out.string()));
 
     const fs::path out2 = dir / "broken.gguf";
@@ -269,7 +278,34 @@ TEST(GgufWriterFile, FailedWriteLeavesNoFile) {
         throw eh::Error(eh::Code::Internal, "producer failed");
     });
     EXPECT_THROW(bad.write(out2.string()), eh::Error);
-    EXPECT_FALSE(fs::exists(out2));
-    EXPECT_FALSE(fs::exists(dir / "broken.gguf.partial"));
+    EXPECT_EQ(names_in(dir), std::vector<std::string>{"model.gguf"});  // neither broken.gguf nor its partial
+    fs::remove_all(dir);
+}
+
+// Two writers of one path at once (two test processes forging the same shared
+// file) both succeed, and the file is one of them whole: here the second
+// write runs to completion from inside the first one's tensor producer.
+// With one shared partial name the inner write truncated and renamed the
+// outer one's file, whose rename then failed ("cannot move ... into place").
+TEST(GgufWriterFile, TwoWritersOfOnePathBothSucceed) {
+    namespace fs = std::filesystem;
+    fs::path dir = fs::temp_directory_path() / ("eh-writer2-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    const std::string out = (dir / "shared.gguf").string();
+    std::vector<float> w(64, 2.0f);
+    eh::model::GgufWriter inner;
+    inner.set("general.architecture", eh::model::GgufValue::string("llama"));
+    inner.add_tensor("b.weight", EH_TYPE_F32, {64}, w.data());
+    eh::model::GgufWriter outer;
+    outer.set("general.architecture", eh::model::GgufValue::string("llama"));
+    outer.add_tensor("a.weight", EH_TYPE_F32, {64}, [&](eh::model::ByteSink& sink) {
+        inner.write(out);  // the other writer, start to finish
+        sink.write(w.data(), w.size() * sizeof(float));
+    });
+    ASSERT_NO_THROW(outer.write(out));
+    EXPECT_EQ(names_in(dir), std::vector<std::string>{"shared.gguf"});
+    auto f = ModelFile::open(out);  // the outer write, renamed last, whole
+    EXPECT_NE(f->find_tensor("a.weight"), nullptr);
+    EXPECT_EQ(f->find_tensor("b.weight"), nullptr);
     fs::remove_all(dir);
 }

@@ -1,5 +1,8 @@
 #include "eh/model/gguf_writer.hpp"
 
+#include <unistd.h>
+
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -240,8 +243,12 @@ void GgufWriter::write(ByteSink& sink) const {
 
 void GgufWriter::write(const std::string& path) const {
     // Write beside the target and rename, so an interrupted write never
-    // leaves a file that looks complete.
-    const std::string tmp = path + ".partial";
+    // leaves a file that looks complete. The partial name is this write's
+    // own (process and call), so two writers of one path (two test
+    // processes forging the same shared file) never truncate or rename each
+    // other's bytes: each rename is atomic and the file is always one whole write.
+    static std::atomic<uint64_t> writes{0};
+    const std::string tmp = fmt::format("{}.partial.{}.{}", path, ::getpid(), writes.fetch_add(1));
     try {
         FileSink s(tmp);
         write(s);

@@ -84,7 +84,8 @@ public:
     void add_tensor(std::string name, uint32_t type, std::vector<uint64_t> dims,
                     std::function<void(ByteSink&)> produce);
 
-    // Streams the file to `path`.partial and renames it into place, so an
+    // Streams the file to a partial file of its own beside `path` and renames
+    // it into place (atomic: concurrent writers of one path never mix), so an
     // interrupted write leaves no complete-looking file. Throws
     // eh::Error(Internal) on I/O failure (and removes the partial file).
     void write(const std::string& path) const;
