@@ -5,7 +5,8 @@
 #   plugins (libraries and manifests only), the shared libraries in
 #   <build>/lib, all stripped of debug info (a stripped plugin's manifest
 #   gets the stripped library's sha256, so the loader's pin still holds);
-#   the ctest files, so `ctest -L gpu` works there; ../shared/testdata.
+#   the ctest files and the source-tree test files the GPU tests read, so
+#   `ctest -L gpu` works there; ../shared/testdata.
 # Paths inside the archive are absolute paths of this machine, so binaries'
 # baked-in paths (test data, test plugins) hold there too. On the device:
 #   bash scripts/device-unpack.sh && <commands>
@@ -27,6 +28,12 @@ copy() {  # copy PATH into the stage under its absolute path
 bins=${STAGE_BINS:-engine-host eh_cuda_tests eh_cuda_probe_test eh_gpt_cuda_tests eh_e2e_gpu_tests eh_cuda_stories_tests}
 for b in $bins; do
   [ -f "$build/bin/$b" ] && copy "$build/bin/$b"
+done
+# What the GPU tests read from the source tree by absolute path (their
+# scripts, the reference models and logits), so `ctest -L gpu` runs there.
+src=$(sed -n 's/^CMAKE_HOME_DIRECTORY:INTERNAL=//p' "$build/CMakeCache.txt")
+for p in tests/reference/data tests/cli/testlib.sh tests/e2e tests/plugin_check; do
+  [ -n "$src" ] && [ -e "$src/$p" ] && copy "$src/$p"
 done
 # STAGE_EXTRA: more absolute paths to carry as they are (e.g. another
 # build's plugin folder for scripts/device-ab.sh).
