@@ -16,7 +16,8 @@
 // Qwen2.5-0.5B at ~577 keys: 9.7 us per layer against 4.2 + 7.2 + 6.0 us for
 // the three kernels (ncu). The same kernel serves a batched step's decode
 // rows (DecodeAttnArgs::paged): one grid slice per row, keys through the
-// row's block table into the paged pool.
+// row's block table into the paged pool. With QK-norm weights it also
+// normalises Q and the new K (Qwen3) instead of a head_rmsnorm launch.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -25,6 +26,7 @@
 #include "attention_dispatch.cuh"
 #include "block_reduce.cuh"
 #include "gemv_stage.cuh"
+#include "head_norm.cuh"
 #include "ehcuda/attention_paged.hpp"
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
@@ -218,22 +220,34 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     const float* qrow = qkv + head * HD;
     const float* krow = qkv + a.n_head * HD + kvh * HD;
     const float* vrow = qkv + (a.n_head + a.n_kv) * HD + kvh * HD;
+    // QK-norm (q_norm set): the query head's scale (warp 0) and, where this
+    // split holds the new key, its KV head's (warp 1), as head_rmsnorm_kernel
+    // computes them, so the unfused path's bits; one launch fewer a layer.
+    __shared__ float s_qscale, s_kscale;
+    if (a.q_norm) {
+        if (warp == 0) s_qscale = detail::head_rms_scale(qrow, HD, a.norm_eps, lane);
+        if (warp == 1 && has_new) s_kscale = detail::head_rms_scale(krow, HD, a.norm_eps, lane);
+        __syncthreads();
+    }
+    // Element d of the (normalised) query and new key.
+    auto qv = [&](int d) { return a.q_norm ? qrow[d] * s_qscale * a.q_norm[d] : qrow[d]; };
+    auto kv = [&](int d) { return a.q_norm ? krow[d] * s_kscale * a.k_norm[d] : krow[d]; };
     for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
         float sn = sn0, cs = cs0, y0, y1;
         if (i != int(threadIdx.x)) rope_angle(a, qpos, i, &sn, &cs);
         const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
-        detail::rope_rotate(qrow[i0], qrow[i1], sn, cs, &y0, &y1);
+        detail::rope_rotate(qv(i0), qv(i1), sn, cs, &y0, &y1);
         sq[i0] = y0;
         sq[i1] = y1;
         if (has_new) {
-            detail::rope_rotate(krow[i0], krow[i1], sn, cs, &y0, &y1);
+            detail::rope_rotate(kv(i0), kv(i1), sn, cs, &y0, &y1);
             snk[i0] = __float2half_rn(y0);
             snk[i1] = __float2half_rn(y1);
         }
     }
     for (int d = a.n_rot + threadIdx.x; d < HD; d += blockDim.x) {
-        sq[d] = qrow[d];
-        if (has_new) snk[d] = __float2half_rn(krow[d]);
+        sq[d] = qv(d);
+        if (has_new) snk[d] = __float2half_rn(kv(d));
     }
     if (has_new)
         for (int d = threadIdx.x; d < HD; d += blockDim.x) snv[d] = __float2half_rn(vrow[d]);
@@ -477,8 +491,10 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     validate(at);
     if (a.n_rot <= 0 || a.n_rot > a.head_dim || a.n_rot % 2)
         throw ehp::Error(EH_INTERNAL, "rope_attention_decode: bad rotary dimension");
-    if ((a.inv_freq || a.sinks) && !attention_head_dim_fast(a.head_dim))
-        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: a RoPE table or sinks need head dim 64/96/128/256");
+    if ((a.inv_freq || a.sinks || a.q_norm) && !attention_head_dim_fast(a.head_dim))
+        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: a RoPE table, sinks or QK-norm need head dim 64/96/128/256");
+    if (!a.q_norm != !a.k_norm)
+        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: QK-norm needs both q_norm and k_norm");
     if (a.paged) {
         if (!attention_head_dim_fast(a.head_dim) || a.nrows < 1 || !a.d_pos || !a.d_rows || !a.d_table || !a.tables ||
             a.ldqkv < at.ldq || a.ldo < at.ldo || a.out_chunks && a.nrows != 1)

@@ -7,6 +7,7 @@
 #include "ehcuda/launch.cuh"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/quant.cuh"
+#include "head_norm.cuh"
 #include "rope.cuh"
 
 namespace ehcuda {
@@ -116,11 +117,7 @@ __global__ void head_rmsnorm_kernel(float* qkv, int ld, int n_head, int hd, cons
     const int t = blockIdx.x, head = blockIdx.y;
     float* x = qkv + size_t(t) * ld + size_t(head) * hd;
     const float* w = head < n_head ? wq : wk;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < hd; i += 32) ss = fmaf(x[i], x[i], ss);
-#pragma unroll
-    for (int o = 16; o; o >>= 1) ss += __shfl_xor_sync(0xFFFFFFFFu, ss, o);
-    const float scale = rsqrtf(ss / float(hd) + eps);
+    const float scale = detail::head_rms_scale(x, hd, eps, threadIdx.x);
     for (int i = threadIdx.x; i < hd; i += 32) x[i] = x[i] * scale * w[i];
 }
 

@@ -155,7 +155,7 @@ int Batch::decode_splits(int rows) const {
 }
 
 bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks,
-                   const ehcuda::MatSeg& attn_out) {
+                   const ehcuda::MatSeg& attn_out, const float* q_norm, const float* k_norm) {
     cudaStream_t s = stream();
     const Config& c = c_;
     float* qkv = qkv_.as<float>();
@@ -173,6 +173,9 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
         da.inv_freq = m_.inv_freq;
         da.attn_factor = c.attn_factor;
         da.sinks = sinks;
+        da.q_norm = q_norm;
+        da.k_norm = k_norm;
+        da.norm_eps = c.eps;
         da.k_cache = k_pool(li);
         da.v_cache = v_pool(li);
         da.window = window;
@@ -194,6 +197,7 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
         ehcuda::rope_attention_decode(da, s);
         return chunks;
     }
+    if (q_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, q_norm, k_norm, v.ntok, c.eps, s);
     ehcuda::RopeTableArgs r;  // NEOX rotation (YaRN-scaled when the file says) from the model's table
     r.qkv = qkv;
     r.ld = c.qkv_dim();
@@ -274,9 +278,9 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
     const bool one = T == 1 &&
                      ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
     normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
-    if (c.qk_norm)
-        ehcuda::head_rmsnorm(qkv_.as<float>(), c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
-    if (attend(li, v, c.n_rot, L.window, L.sinks, L.attn_out))
+    const float* q_norm = c.qk_norm ? L.q_norm : nullptr;
+    const float* k_norm = c.qk_norm ? L.k_norm : nullptr;
+    if (attend(li, v, c.n_rot, L.window, L.sinks, L.attn_out, q_norm, k_norm))
         matmul(&L.attn_out, 1, c.q_dim(), attn_chunks_.as<float>(), c.q_dim(), ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
     else
         matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);

@@ -31,10 +31,12 @@ private:
     void moe_layer(int li, const ehcuda::StepView& v);  // gpt-oss, qwen3moe
     // RoPE (none for gpt2) + K/V into the pool rows, then paged attention
     // of the step's qkv_ rows into attn_.
+    // q_norm / k_norm (Qwen3-MoE's QK-norm, else null): the heads are
+    // normalised first, inside the fused decode attention where it runs.
     // Returns true when the attention output went to attn_chunks_ as the
     // output projection's integer chunks (one decode row) instead of attn_.
     bool attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks,
-                const ehcuda::MatSeg& attn_out);
+                const ehcuda::MatSeg& attn_out, const float* q_norm = nullptr, const float* k_norm = nullptr);
     // The experts of layer li over the step's T tokens (routing in ids_ /
     // wts_ already, or done by the one-token kernel when T == 1).
     void moe(int li, int T);

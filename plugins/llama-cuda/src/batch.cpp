@@ -86,6 +86,11 @@ void Batch::decode_attention(const ehcuda::StepView& v, int layer, bool chunks) 
     da.k_cache = k_pool(layer);
     da.v_cache = v_pool(layer);
     da.window = c_.window;
+    if (c_.qk_norm) {  // (Qwen3: normalised inside the attention, no head_rmsnorm launch)
+        da.q_norm = m_.layers[size_t(layer)].q_norm;
+        da.k_norm = m_.layers[size_t(layer)].k_norm;
+        da.norm_eps = c_.eps;
+    }
     da.scale = 1.0f / std::sqrt(float(c_.head_dim));
     da.out = attn_.as<float>();
     da.nsplit = decode_splits(v.ntok);
@@ -226,7 +231,6 @@ void Batch::forward(const ehcuda::StepView& v) {
     for (int li = 0; li < c.n_layer; ++li) {
         const Layer& L = m_.layers[size_t(li)];
         normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, c.qkv_dim(), T);
-        if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
 
         ehcuda::MatSeg out{L.attn_out};
         if (v.decode && fused_attn_ && ehcuda::attention_decode_fused_takes(T, c.n_head, c.n_kv, c.head_dim)) {
@@ -240,6 +244,7 @@ void Batch::forward(const ehcuda::StepView& v) {
             else
                 matmul(&out, 1, c.q_dim(), attn, c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
         } else {
+            if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
             prefill_attention(v, li);
             matmul(&out, 1, c.q_dim(), attn, c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
         }

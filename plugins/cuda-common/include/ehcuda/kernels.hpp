@@ -306,6 +306,13 @@ struct DecodeAttnArgs {
     const float* inv_freq = nullptr;
     float attn_factor = 1.0f;
     const float* sinks = nullptr;
+    // Qwen3's QK-norm: each query head and the new key's head are RMS-
+    // normalised (eps norm_eps) and scaled by q_norm / k_norm (device,
+    // head_dim floats each) before the rotation, as head_rmsnorm would do
+    // in a launch of its own (the same bits). Both or neither.
+    const float* q_norm = nullptr;
+    const float* k_norm = nullptr;
+    float norm_eps = 0.0f;
 };
 size_t attention_decode_counters(int n_head, int nrows = 1);
 // Splits for a paged launch of nrows rows whose sequences hold at most
