@@ -19,14 +19,16 @@ constexpr float kDefaultMemoryFraction = 0.9f;
 
 size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 
+}  // namespace
+
 // Where each piece of a step's inputs sits in the staging buffers. What the
 // forward pass reads (tokens .. tables) sits at offsets fixed by the
 // capacities, so a captured graph finds it at the same addresses every step.
 // Everything but the biases and masks lies before the end of the step's
 // block ids, so a plain step uploads its inputs in one copy.
-struct Layout {
+struct StagingLayout {
     size_t tokens, pos, rows, table, out_idx, chain, params, counters, edits, tables, etok, eval, masks, out, end;
-    Layout(size_t Tcap, size_t Rcap, size_t Bcap, size_t NE, size_t NM) {
+    StagingLayout(size_t Tcap, size_t Rcap, size_t Bcap, size_t NE, size_t NM) {
         size_t at = 0;
         auto take = [&](size_t bytes) {
             const size_t o = at;
@@ -50,6 +52,8 @@ struct Layout {
         end = at;
     }
 };
+
+namespace {
 
 // Decode-only steps of up to this many tokens replay a CUDA graph captured
 // for their size bucket (1, 2, 4, .. 64), padded with rows that write to a
@@ -166,7 +170,7 @@ void BatchBase::run_forward(const StepView& v, int bucket) {
 }
 
 void BatchBase::warm_up() {
-    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), 0, 0);
+    const StagingLayout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), 0, 0);
     ensure_staging(L.end);
     // Rows of nothing: token 0 at position 0 of the scratch block.
     const int n = int(std::min<uint32_t>(limits_.max_step_tokens, kWarmPrefillTokens));
@@ -309,136 +313,147 @@ void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     for (uint32_t i = 0; i < n_entries; ++i) ehp::step_entry(entries, stride, i).token = picked[i];
 }
 
-void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
-    EHC_CHECK(cudaSetDevice(shape_.device));
-    if (flight_.size() >= 2)
-        throw ehp::Error(EH_BUSY, "step_begin: two steps are in flight (call step_end first)");
-    Flight* prev = flight_.empty() ? nullptr : &flight_.back();
-    const uint32_t V = uint32_t(shape_.n_vocab);
-    const ehp::StepTotals totals = ehp::check_step(
-        entries, n_entries, limits_, pool_->free_blocks(), V,
-        [&](eh_seq* s) -> const ehp::SeqBlocks* {
-            auto* seq = static_cast<CudaSeq*>(s);
-            return owns(seq) ? &seq->blocks : nullptr;
-        },
-        [](eh_seq* s) { return static_cast<CudaSeq*>(s)->sampling_set; },
-        [&](eh_seq* s) { return prev && static_cast<CudaSeq*>(s)->sampled_in == prev->id; });
-    auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
-    auto seq_at = [&](uint32_t i) -> CudaSeq& { return *static_cast<CudaSeq*>(at(i).seq); };
-    if (prev)
-        for (uint32_t i = 0; i < n_entries; ++i)
-            if (at(i).flags & EH_STEP_LOGITS)
-                throw ehp::Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
-                                                          ": EH_STEP_LOGITS on a step begun while another is in flight");
-    cudaStream_t s = stream_.get();
+// A step's entries as begin() reads them: entry i, its sequence, and its
+// tokens as the host sees them (a chained entry's token is `known[i]`, -1
+// until the step before is read, the device copying it meanwhile).
+struct StepEntries {
+    eh_step_entry* base;
+    uint32_t stride, n;
+    std::vector<int32_t> known;    // a chained entry's token when read on the host
+    std::vector<int> chain_row;    // a chained entry's row in the step in flight
+    StepEntries(eh_step_entry* b, uint32_t st, uint32_t count) : base(b), stride(st), n(count), known(count, -1), chain_row(count, -1) {}
+    eh_step_entry& at(uint32_t i) const { return ehp::step_entry(base, stride, i); }
+    CudaSeq& seq(uint32_t i) const { return *static_cast<CudaSeq*>(at(i).seq); }
+    bool chained(uint32_t i) const { return at(i).flags & EH_STEP_CHAINED; }
+    const int32_t* tokens(uint32_t i) const { return chained(i) ? &known[i] : at(i).tokens; }
+};
 
-    // A chained entry's token: its row in the step in flight, and that
-    // step's entry for the sequence. Penalties need the token on the host
-    // (the history), so such an entry waits for it.
-    std::vector<int32_t> known(n_entries, -1);  // a chained entry's token when read on the host
-    std::vector<int> chain_row(n_entries, -1);
-    for (uint32_t i = 0; i < n_entries; ++i) {
-        if (!(at(i).flags & EH_STEP_CHAINED)) continue;
-        const CudaSeq& q = seq_at(i);
-        for (size_t k = 0; k < prev->seqs.size(); ++k)
-            if (prev->seqs[k] == &q) chain_row[i] = prev->row[k];
-        if (chain_row[i] < 0) throw ehp::Error(EH_INTERNAL, "step_begin: chained sequence has no row in flight");
-        const bool history = q.params.repetition_penalty != 1.0f || q.presence != 0.0f || q.frequency != 0.0f;
-        if (history || prev->picked_read) {
-            read_picked(*prev);
-            known[i] = prev->picked[size_t(chain_row[i])];
-        }
-    }
-    // The entry's tokens as the host sees them now (a placeholder -1 for a
-    // chained token the device copies).
-    auto tokens_of = [&](uint32_t i) -> const int32_t* {
-        return (at(i).flags & EH_STEP_CHAINED) ? &known[i] : at(i).tokens;
-    };
-
-    // Blocks first (copies of shared partial blocks go on the stream).
-    for (uint32_t i = 0; i < n_entries; ++i) seq_at(i).blocks.reserve(at(i).n_tokens);
-
-    // Each sampling row's edits, from the history the step leaves behind.
-    struct RowBuild {
+// Each entry that samples or wants logits gets a row, in entry order, with
+// the edits its logits take: biases, then repetition and presence /
+// frequency penalties over the history the step leaves behind, as flat
+// (token, value) lists; and its allowed-token mask, if any.
+struct SamplingRows {
+    struct Row {
         uint32_t entry;
         RowEdits e;
     };
-    std::vector<RowBuild> rows;
+    std::vector<Row> rows;
     std::vector<int32_t> etok;
     std::vector<float> eval;
     std::vector<uint32_t> mask_rows;  // entry of each mask, in order
-    const size_t words = (V + 31) / 32;
+};
+
+// The step's shape once its rows are known: T tokens, R sampling rows, and
+// (decode-only steps of few tokens) the graph bucket it is padded to.
+struct StepShape {
+    size_t T = 0, R = 0, padded = 0, words = 0;  // words: of one mask row
+    bool graphed = false;
+    int bucket = 0;
+    int slot = 0;          // the staging slot it fills
+    size_t n_tables = 0;   // block ids staged
+    int n_chain = 0;       // chained tokens the device copies
+};
+
+namespace {
+
+SamplingRows sampling_rows(const StepEntries& E, size_t words) {
+    SamplingRows S;
     std::vector<int32_t> hist;
     std::unordered_map<int32_t, uint32_t> counts;
-    for (uint32_t i = 0; i < n_entries; ++i) {
-        const eh_step_entry& e = at(i);
+    for (uint32_t i = 0; i < E.n; ++i) {
+        const eh_step_entry& e = E.at(i);
         if (!(e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS))) continue;
-        RowBuild rb{i, {}};
+        SamplingRows::Row rb{i, {}};
         if (e.flags & EH_STEP_SAMPLE) {
-            CudaSeq& q = seq_at(i);
-            rb.e.bias_begin = int32_t(etok.size());
+            const CudaSeq& q = E.seq(i);
+            rb.e.bias_begin = int32_t(S.etok.size());
             for (uint32_t b = 0; b < e.n_bias; ++b) {
-                etok.push_back(e.bias_tokens[b]);
-                eval.push_back(e.bias_values[b]);
+                S.etok.push_back(e.bias_tokens[b]);
+                S.eval.push_back(e.bias_values[b]);
             }
-            rb.e.bias_end = int32_t(etok.size());
+            rb.e.bias_end = int32_t(S.etok.size());
             if (e.allowed) {
-                rb.e.mask_word = int32_t(mask_rows.size() * words);
-                mask_rows.push_back(i);
+                rb.e.mask_word = int32_t(S.mask_rows.size() * words);
+                S.mask_rows.push_back(i);
             }
             const bool rep = q.params.repetition_penalty != 1.0f;
             const bool pf = q.presence != 0.0f || q.frequency != 0.0f;
             if (rep || pf) {
                 hist = q.blocks.tokens();
-                hist.insert(hist.end(), tokens_of(i), tokens_of(i) + e.n_tokens);
+                hist.insert(hist.end(), E.tokens(i), E.tokens(i) + e.n_tokens);
             }
-            rb.e.rep_begin = rb.e.rep_end = int32_t(etok.size());
+            rb.e.rep_begin = rb.e.rep_end = int32_t(S.etok.size());
             if (rep) {
                 const size_t n = hist.size();
                 const size_t start = q.params.repetition_window < 0 ? 0 : n - std::min<size_t>(n, size_t(q.params.repetition_window));
                 counts.clear();
                 for (size_t j = start; j < n; ++j)
                     if (counts.emplace(hist[j], 1).second) {
-                        etok.push_back(hist[j]);
-                        eval.push_back(0.0f);
+                        S.etok.push_back(hist[j]);
+                        S.eval.push_back(0.0f);
                     }
-                rb.e.rep_end = int32_t(etok.size());
+                rb.e.rep_end = int32_t(S.etok.size());
                 rb.e.repetition_penalty = q.params.repetition_penalty;
             }
-            rb.e.pf_begin = rb.e.pf_end = int32_t(etok.size());
+            rb.e.pf_begin = rb.e.pf_end = int32_t(S.etok.size());
             const uint32_t gen_start = q.blocks.gen_start == ehp::SeqBlocks::kNoOutput ? uint32_t(hist.size())
                                                                                        : q.blocks.gen_start;
             if (pf && gen_start < hist.size()) {
                 counts.clear();
                 for (size_t j = gen_start; j < hist.size(); ++j) ++counts[hist[j]];
                 for (auto [tok, c] : counts) {
-                    etok.push_back(tok);
-                    eval.push_back(float(c));
+                    S.etok.push_back(tok);
+                    S.eval.push_back(float(c));
                 }
-                rb.e.pf_end = int32_t(etok.size());
+                rb.e.pf_end = int32_t(S.etok.size());
                 rb.e.presence = q.presence;
                 rb.e.frequency = q.frequency;
             }
         }
-        rows.push_back(rb);
+        S.rows.push_back(rb);
     }
+    return S;
+}
 
-    size_t n_tables = 0;
-    for (uint32_t i = 0; i < n_entries; ++i) n_tables += seq_at(i).blocks.blocks().size();
-    const size_t T = totals.tokens, R = rows.size();
-    // A decode-only step (one sampled token per entry) of few tokens runs
-    // its bucket's graph, padded to the bucket's size.
-    const bool graphed = T == R && T <= size_t(kGraphMaxTokens) && !graph_failed_[bucket_index(int(T))];
-    const int b = bucket_index(int(T));
-    const size_t padded = graphed ? std::min<size_t>(size_t(1) << b, limits_.max_step_entries) : T;
-    const Layout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), etok.size(),
-                   mask_rows.size() * words);
-    ensure_staging(L.end);  // may wait for the steps in flight (then prev's ids are read)
-    if (prev && prev->picked_read)
+}  // namespace
+
+ehp::StepTotals BatchBase::check_entries(eh_step_entry* entries, uint32_t n_entries, const Flight* prev) const {
+    const ehp::StepTotals totals = ehp::check_step(
+        entries, n_entries, limits_, pool_->free_blocks(), uint32_t(shape_.n_vocab),
+        [&](eh_seq* s) -> const ehp::SeqBlocks* {
+            auto* seq = static_cast<CudaSeq*>(s);
+            return owns(seq) ? &seq->blocks : nullptr;
+        },
+        [](eh_seq* s) { return static_cast<CudaSeq*>(s)->sampling_set; },
+        [&](eh_seq* s) { return prev && static_cast<CudaSeq*>(s)->sampled_in == prev->id; });
+    if (prev)
         for (uint32_t i = 0; i < n_entries; ++i)
-            if ((at(i).flags & EH_STEP_CHAINED) && known[i] < 0) known[i] = prev->picked[size_t(chain_row[i])];
-    const int slot = prev ? 1 - prev->slot : 0;
-    char* h = slot_host(slot);
+            if (ehp::step_entry(entries, totals.stride, i).flags & EH_STEP_LOGITS)
+                throw ehp::Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
+                                                          ": EH_STEP_LOGITS on a step begun while another is in flight");
+    return totals;
+}
+
+void BatchBase::resolve_chained(StepEntries& E, Flight* prev) {
+    // A chained entry's token: its row in the step in flight. Penalties need
+    // the token on the host (the history), so such an entry waits for it.
+    for (uint32_t i = 0; i < E.n; ++i) {
+        if (!E.chained(i)) continue;
+        const CudaSeq& q = E.seq(i);
+        for (size_t k = 0; k < prev->seqs.size(); ++k)
+            if (prev->seqs[k] == &q) E.chain_row[i] = prev->row[k];
+        if (E.chain_row[i] < 0) throw ehp::Error(EH_INTERNAL, "step_begin: chained sequence has no row in flight");
+        const bool history = q.params.repetition_penalty != 1.0f || q.presence != 0.0f || q.frequency != 0.0f;
+        if (history || prev->picked_read) {
+            read_picked(*prev);
+            E.known[i] = prev->picked[size_t(E.chain_row[i])];
+        }
+    }
+}
+
+BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, const StagingLayout& L,
+                                   StepShape& sh, const Flight* prev) {
+    char* h = slot_host(sh.slot);
     auto* tokens = reinterpret_cast<int32_t*>(h + L.tokens);
     auto* pos = reinterpret_cast<int32_t*>(h + L.pos);
     auto* prow = reinterpret_cast<int32_t*>(h + L.rows);
@@ -451,32 +466,32 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     auto* edits = reinterpret_cast<RowEdits*>(h + L.edits);
     Flight f;
     f.id = ++next_step_;
-    f.slot = slot;
+    f.slot = sh.slot;
     f.out = L.out;
-    f.seqs.resize(n_entries);
-    f.row.assign(n_entries, -1);
-    f.flags.resize(n_entries);
+    f.seqs.resize(E.n);
+    f.row.assign(E.n, -1);
+    f.flags.resize(E.n);
     size_t t = 0, tb = 0, r = 0;
     int nchain = 0;
     spans_.clear();
-    for (uint32_t i = 0; i < n_entries; ++i) {
-        const eh_step_entry& e = at(i);
-        CudaSeq& q = seq_at(i);
+    for (uint32_t i = 0; i < E.n; ++i) {
+        const eh_step_entry& e = E.at(i);
+        CudaSeq& q = E.seq(i);
         const ehp::SeqBlocks& bl = q.blocks;
         const uint32_t len = bl.length();
         spans_.push_back({int(t), int(e.n_tokens), int(tb)});
-        const int32_t* toks = tokens_of(i);
+        const int32_t* toks = E.tokens(i);
         for (uint32_t k = 0; k < e.n_tokens; ++k, ++t) {
             tokens[t] = toks[k] >= 0 ? toks[k] : 0;
             pos[t] = int32_t(len + k);
             prow[t] = int32_t(bl.row(len + k));
             table[t] = int32_t(tb);
         }
-        if ((e.flags & EH_STEP_CHAINED) && known[i] < 0) {
+        if (E.chained(i) && E.known[i] < 0) {
             chain[2 * nchain] = int32_t(t - 1);
-            chain[2 * nchain + 1] = chain_row[i];
+            chain[2 * nchain + 1] = E.chain_row[i];
             ++nchain;
-            f.patches.push_back({&q, len, prev->id, chain_row[i]});
+            f.patches.push_back({&q, len, prev->id, E.chain_row[i]});
         }
         for (uint32_t blk : bl.blocks()) tables[tb++] = int32_t(blk);
         f.seqs[i] = &q;
@@ -488,38 +503,48 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
             sp.repetition_penalty = 1.0f;  // adjust_logits applies it
             params[r] = sp;
             counters[r] = q.blocks.length() + e.n_tokens;
-            edits[r] = rows[r].e;
+            edits[r] = S.rows[r].e;
             ++r;
         }
     }
     // Padding rows: token 0 at position 0 of a one-block table holding the
     // scratch block, which no sequence ever gets.
-    for (; t < padded; ++t) {
+    for (; t < sh.padded; ++t) {
         tokens[t] = 0;
         pos[t] = 0;
         prow[t] = int32_t(uint64_t(scratch_block_) * kPagedBlockTokens);
         table[t] = int32_t(tb);
         out_idx[t] = int32_t(t);
     }
-    if (padded > T) tables[tb++] = int32_t(scratch_block_);
-    if (!etok.empty()) {
-        std::memcpy(h + L.etok, etok.data(), etok.size() * 4);
-        std::memcpy(h + L.eval, eval.data(), eval.size() * 4);
+    if (sh.padded > sh.T) tables[tb++] = int32_t(scratch_block_);
+    if (!S.etok.empty()) {
+        std::memcpy(h + L.etok, S.etok.data(), S.etok.size() * 4);
+        std::memcpy(h + L.eval, S.eval.data(), S.eval.size() * 4);
     }
-    for (size_t m = 0; m < mask_rows.size(); ++m)
-        std::memcpy(h + L.masks + m * words * 4, at(mask_rows[m]).allowed, words * 4);
+    for (size_t m = 0; m < S.mask_rows.size(); ++m)
+        std::memcpy(h + L.masks + m * sh.words * 4, E.at(S.mask_rows[m]).allowed, sh.words * 4);
+    sh.n_tables = tb;
+    sh.n_chain = nchain;
+    return f;
+}
+
+void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh,
+                       const Flight* prev) {
+    cudaStream_t s = stream_.get();
+    const size_t V = size_t(shape_.n_vocab), R = sh.R;
+    char* h = slot_host(sh.slot);
     char* d = staging_dev_.as<char>();
     // The step before may still run: these copies follow it on the stream,
     // and chained tokens come from its sampled ids (its slot's out buffer).
-    EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + tb * 4, cudaMemcpyHostToDevice, s));
+    EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + sh.n_tables * 4, cudaMemcpyHostToDevice, s));
     if (L.out > L.etok) EHC_CHECK(cudaMemcpyAsync(d + L.etok, h + L.etok, L.out - L.etok, cudaMemcpyHostToDevice, s));
-    if (nchain)
-        copy_tokens(out_dev_[prev->slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), nchain,
+    if (sh.n_chain)
+        copy_tokens(out_dev_[prev->slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), sh.n_chain,
                     reinterpret_cast<int32_t*>(d + L.tokens), s);
 
     StepView v;
-    v.ntok = int(padded);
-    v.decode = totals.tokens == n_entries;
+    v.ntok = int(sh.padded);
+    v.decode = sh.T == E.n;
     v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
     v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
     v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
@@ -527,36 +552,68 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
     v.spans = spans_.data();
     v.nspans = int(spans_.size());
-    v.nout = graphed ? int(padded) : int(R);
+    v.nout = sh.graphed ? int(sh.padded) : int(R);
     v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
     v.logits = logits_.as<float>();
-    run_forward(v, graphed ? b : -1);
+    run_forward(v, sh.graphed ? sh.bucket : -1);
 
-    int32_t* d_out = out_dev_[slot].as<int32_t>();
+    int32_t* d_out = out_dev_[sh.slot].as<int32_t>();
     if (R) {
         for (size_t k = 0; k < R; ++k)
-            if (at(rows[k].entry).flags & EH_STEP_LOGITS)
+            if (E.at(S.rows[k].entry).flags & EH_STEP_LOGITS)
                 EHC_CHECK(cudaMemcpyAsync(host_logits_ + k * V, v.logits + k * V, V * sizeof(float),
                                           cudaMemcpyDeviceToHost, s));
         // Biases and penalties, where some row has one (a plain or only
         // masked step launches nothing here).
-        if (!etok.empty())
+        if (!S.etok.empty())
             adjust_logits(v.logits, int(V), int(R), int(V), reinterpret_cast<const RowEdits*>(d + L.edits),
                           reinterpret_cast<const int32_t*>(d + L.etok), reinterpret_cast<const float*>(d + L.eval), s);
         sample_rows(v.logits, int(V), int(R), int(V), reinterpret_cast<const SamplerParams*>(d + L.params),
                     reinterpret_cast<unsigned long long*>(d + L.counters), {fwork_.as<float>(), iwork_.as<int32_t>()},
                     d_out, s, reinterpret_cast<const RowEdits*>(d + L.edits),
-                    mask_rows.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + L.masks));
+                    S.mask_rows.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + L.masks));
         EHC_CHECK(cudaMemcpyAsync(h + L.out, d_out, R * 4, cudaMemcpyDeviceToHost, s));
     }
-    EHC_CHECK(cudaEventRecord(staged_[slot], s));
+    EHC_CHECK(cudaEventRecord(staged_[sh.slot], s));
+}
+
+void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
+    EHC_CHECK(cudaSetDevice(shape_.device));
+    if (flight_.size() >= 2)
+        throw ehp::Error(EH_BUSY, "step_begin: two steps are in flight (call step_end first)");
+    Flight* prev = flight_.empty() ? nullptr : &flight_.back();
+    const ehp::StepTotals totals = check_entries(entries, n_entries, prev);
+    StepEntries E(entries, totals.stride, n_entries);
+    resolve_chained(E, prev);
+    // Blocks first (copies of shared partial blocks go on the stream).
+    for (uint32_t i = 0; i < n_entries; ++i) E.seq(i).blocks.reserve(E.at(i).n_tokens);
+
+    StepShape sh;
+    sh.words = (size_t(shape_.n_vocab) + 31) / 32;
+    const SamplingRows S = sampling_rows(E, sh.words);
+    sh.T = totals.tokens;
+    sh.R = S.rows.size();
+    // A decode-only step (one sampled token per entry) of few tokens runs
+    // its bucket's graph, padded to the bucket's size.
+    sh.bucket = bucket_index(int(sh.T));
+    sh.graphed = sh.T == sh.R && sh.T <= size_t(kGraphMaxTokens) && !graph_failed_[sh.bucket];
+    sh.padded = sh.graphed ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries) : sh.T;
+    const StagingLayout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), S.etok.size(),
+                          S.mask_rows.size() * sh.words);
+    ensure_staging(L.end);  // may wait for the steps in flight (then prev's ids are read)
+    if (prev && prev->picked_read)
+        for (uint32_t i = 0; i < n_entries; ++i)
+            if (E.chained(i) && E.known[i] < 0) E.known[i] = prev->picked[size_t(E.chain_row[i])];
+    sh.slot = prev ? 1 - prev->slot : 0;
+    Flight f = stage(E, S, L, sh, prev);
+    launch(E, S, L, sh, prev);
 
     // The sequences hold the step's tokens from now on (a chained token as a
     // placeholder until the step before is read).
     for (uint32_t i = 0; i < n_entries; ++i) {
-        const eh_step_entry& e = at(i);
-        CudaSeq& q = seq_at(i);
-        q.blocks.commit(tokens_of(i), e.n_tokens);
+        const eh_step_entry& e = E.at(i);
+        CudaSeq& q = E.seq(i);
+        q.blocks.commit(E.tokens(i), e.n_tokens);
         q.has_logits = false;
         if (e.flags & EH_STEP_SAMPLE) {
             q.blocks.mark_sampled();

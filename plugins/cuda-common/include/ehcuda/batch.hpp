@@ -92,6 +92,12 @@ struct BatchShape {
     int max_cols = 0;                // widest matmul input (the prefill workspace)
 };
 
+// begin()'s working state (batch.cpp).
+struct StepEntries;
+struct SamplingRows;
+struct StepShape;
+struct StagingLayout;
+
 class BatchBase {
 public:
     BatchBase(const BatchShape& shape, const eh_kv_params& params);
@@ -187,6 +193,20 @@ private:
     };
     // Waits for f and reads its sampled ids into f.picked.
     void read_picked(Flight& f);
+    // begin()'s steps, in order. Every check before anything changes
+    // (check_step's, and no EH_STEP_LOGITS behind a step in flight).
+    ehp::StepTotals check_entries(eh_step_entry* entries, uint32_t n_entries, const Flight* prev) const;
+    // The chained entries' rows in prev, and their tokens where the host
+    // needs them now (penalties) or prev was read already.
+    void resolve_chained(StepEntries& E, Flight* prev);
+    // Writes the step's inputs into staging slot sh.slot (host side),
+    // sets sh.n_tables and sh.n_chain, and returns the step's Flight.
+    Flight stage(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, StepShape& sh,
+                 const Flight* prev);
+    // Uploads the slot, runs the forward pass (the bucket's graph when
+    // graphed), then the logits copies, edits and sampling of its rows.
+    void launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh,
+                const Flight* prev);
     char* slot_host(int slot) const { return staging_host_[slot]; }
 
     BatchShape shape_;
