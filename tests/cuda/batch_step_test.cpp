@@ -16,6 +16,7 @@
 
 #include "gpu_util.hpp"
 #include "plugin_handle.hpp"
+#include "step_seq.hpp"
 #include "tiny_model.hpp"
 
 namespace {
@@ -31,81 +32,21 @@ double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
     return e / mx;
 }
 
-struct Batched {
-    const eh_plugin_api* api = llama_cuda_api();
-    eh_model* model = nullptr;
-    eh_kv_info kv{};
-    std::vector<eh_seq*> seqs;
-
+// llama-cuda with kv_init done (step_seq.hpp): 8 sequences a step.
+struct Batched : StepModel {
     explicit Batched(const TinyModel& tm, uint64_t budget = 0, uint32_t max_seq_tokens = 256,
-                     const char* options = nullptr) {
-        eh_load_params lp{};
-        lp.struct_size = sizeof lp;
-        lp.path = "tiny";
-        lp.options_json = options;
-        lp.view = tm.view();
-        EXPECT_EQ(api->model_load(&lp, &model), EH_OK) << api->plugin_last_error();
-        EXPECT_NE(api->kv_init, nullptr);
-        eh_kv_params p{};
-        p.struct_size = sizeof p;
-        p.max_seqs = 8;
-        p.max_step_tokens = 512;
-        p.max_step_entries = 8;
-        p.max_seq_tokens = max_seq_tokens;
-        p.budget_bytes = budget;
-        kv.struct_size = sizeof kv;
-        if (model) {
-            EXPECT_EQ(api->kv_init(model, &p, &kv), EH_OK) << error();
-        }
+                     const char* options = nullptr)
+        : StepModel(llama_cuda_api(), tm.view(), shape(budget, max_seq_tokens), options, "tiny") {
+        EXPECT_TRUE(ok()) << failure;
     }
-    ~Batched() {
-        for (eh_seq* s : seqs) api->seq_release(s);
-        if (model) api->model_release(model);
-    }
-    std::string error() const { return api->model_last_error(model); }
-    eh_seq* add(eh_seq* s) {
-        eh_sampling_params g{};
-        g.struct_size = sizeof g;
-        g.top_p = 1.0f;
-        g.repetition_penalty = 1.0f;
-        g.repetition_window = -1;
-        EXPECT_EQ(api->seq_set_sampling(s, &g), EH_OK) << error();
-        seqs.push_back(s);
-        return s;
-    }
-    eh_seq* create() {
-        eh_seq* s = nullptr;
-        EXPECT_EQ(api->seq_create(model, &s), EH_OK) << error();
-        return add(s);
-    }
-    eh_seq* fork(eh_seq* src, uint32_t n) {
-        eh_seq* s = nullptr;
-        EXPECT_EQ(api->seq_fork(src, n, &s), EH_OK) << error();
-        return add(s);
-    }
-    std::vector<float> logits(eh_seq* s) const {
-        const float* l = nullptr;
-        uint32_t n = 0;
-        EXPECT_EQ(api->seq_logits(s, &l, &n), EH_OK) << error();
-        return l ? std::vector<float>(l, l + n) : std::vector<float>();
-    }
-    uint32_t free_blocks() const {
-        eh_kv_info i{};
-        i.struct_size = sizeof i;
-        EXPECT_EQ(api->kv_get_info(model, &i), EH_OK);
-        return i.free_blocks;
+    static KvShape shape(uint64_t budget, uint32_t max_seq_tokens) {
+        KvShape k;
+        k.max_seqs = k.max_step_entries = 8;
+        k.max_seq_tokens = max_seq_tokens;
+        k.budget_bytes = budget;
+        return k;
     }
 };
-
-eh_step_entry entry(eh_seq* s, const int32_t* tokens, uint32_t n, uint32_t flags = EH_STEP_SAMPLE | EH_STEP_LOGITS) {
-    eh_step_entry e{};
-    e.struct_size = sizeof e;
-    e.flags = flags;
-    e.seq = s;
-    e.tokens = tokens;
-    e.n_tokens = n;
-    return e;
-}
 
 std::vector<int32_t> tokens_of(size_t n, uint32_t salt, int vocab) {
     std::vector<int32_t> t(n);
@@ -165,7 +106,7 @@ void teacher_forced(const BatchCase& bc, const std::vector<size_t>& lens, size_t
                     const size_t left = std::min(prompt, lens[i]) - fed[i];
                     k = chunk ? std::min<size_t>(chunk, left) : left;
                 }
-                es.push_back(entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
+                es.push_back(step_entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
                 who.push_back(i);
                 fed[i] += k;
             }
@@ -215,7 +156,7 @@ TEST_P(BatchedStep, GreedyTokensAreTheSameAloneAndBatched) {
         std::vector<eh_step_entry> es;
         for (size_t j = 0; j < which.size(); ++j) {
             s.push_back(b.create());
-            es.push_back(entry(s[j], prompts[which[j]].data(), uint32_t(prompts[which[j]].size()), EH_STEP_SAMPLE));
+            es.push_back(step_entry(s[j], prompts[which[j]].data(), uint32_t(prompts[which[j]].size()), EH_STEP_SAMPLE));
         }
         std::vector<int32_t> next(which.size());
         for (int g = 0; g < kGen; ++g) {
@@ -223,7 +164,7 @@ TEST_P(BatchedStep, GreedyTokensAreTheSameAloneAndBatched) {
             for (size_t j = 0; j < which.size(); ++j) {
                 out[j].push_back(es[j].token);
                 next[j] = es[j].token;
-                es[j] = entry(s[j], &next[j], 1, EH_STEP_SAMPLE);
+                es[j] = step_entry(s[j], &next[j], 1, EH_STEP_SAMPLE);
             }
         }
         return out;
@@ -306,12 +247,12 @@ TEST(BatchedStepFork, ForkedSequencesDivergeWithoutTouchingEachOther) {
     const auto ra = tm.reference_logits(a), rc = tm.reference_logits(c);
     Batched b(tm);
     eh_seq* src = b.create();
-    eh_step_entry e = entry(src, base.data(), uint32_t(base.size()), 0);
+    eh_step_entry e = step_entry(src, base.data(), uint32_t(base.size()), 0);
     ASSERT_EQ(b.api->step(b.model, &e, 1), EH_OK) << b.error();
     const uint32_t free_before = b.free_blocks();
     eh_seq* f = b.fork(src, uint32_t(base.size()));
     EXPECT_EQ(b.free_blocks(), free_before) << "a fork takes no block";
-    eh_step_entry two[2] = {entry(src, a.data() + 21, 2), entry(f, c.data() + 21, 2)};
+    eh_step_entry two[2] = {step_entry(src, a.data() + 21, 2), step_entry(f, c.data() + 21, 2)};
     ASSERT_EQ(b.api->step(b.model, two, 2), EH_OK) << b.error();
     EXPECT_LT(rel_err(b.logits(src), ra.back()), 3e-2);
     EXPECT_LT(rel_err(b.logits(f), rc.back()), 3e-2);
@@ -330,7 +271,7 @@ TEST(BatchedStepSampling, BiasAndMaskSteerTheSampledToken) {
     allowed[77 / 32] |= 1u << (77 % 32);
     const int32_t bt[] = {123};
     const float bv[] = {1000.0f};
-    eh_step_entry es[2] = {entry(s0, p.data(), 9, EH_STEP_SAMPLE), entry(s1, p.data(), 9, EH_STEP_SAMPLE)};
+    eh_step_entry es[2] = {step_entry(s0, p.data(), 9, EH_STEP_SAMPLE), step_entry(s1, p.data(), 9, EH_STEP_SAMPLE)};
     es[0].allowed = allowed.data();
     es[1].n_bias = 1;
     es[1].bias_tokens = bt;
@@ -370,8 +311,8 @@ TEST(BatchedStepSampling, MasksHoldOnEverySamplerPath) {
         const float bv[] = {1000.0f};
         std::vector<int32_t> tg = p, td = p;
         for (int step = 0; step < 6; ++step) {
-            eh_step_entry es[2] = {entry(greedy, tg.data() + (step ? tg.size() - 1 : 0), step ? 1 : uint32_t(tg.size())),
-                                   entry(drawn, td.data() + (step ? td.size() - 1 : 0), step ? 1 : uint32_t(td.size()),
+            eh_step_entry es[2] = {step_entry(greedy, tg.data() + (step ? tg.size() - 1 : 0), step ? 1 : uint32_t(tg.size())),
+                                   step_entry(drawn, td.data() + (step ? td.size() - 1 : 0), step ? 1 : uint32_t(td.size()),
                                          EH_STEP_SAMPLE)};
             for (auto& e : es) {
                 e.allowed = allowed.data();
@@ -410,14 +351,14 @@ TEST(BatchedStepSampling, SeededDrawsRepeat) {
         sp.frequency_penalty = 0.5f;
         EXPECT_EQ(b.api->seq_set_sampling(s, &sp), EH_OK) << b.error();
         auto p = tokens_of(5, 1, spec.n_vocab);
-        eh_step_entry e = entry(s, p.data(), 5, EH_STEP_SAMPLE);
+        eh_step_entry e = step_entry(s, p.data(), 5, EH_STEP_SAMPLE);
         std::vector<int32_t> out;
         int32_t t = 0;
         for (int i = 0; i < 20; ++i) {
             EXPECT_EQ(b.api->step(b.model, &e, 1), EH_OK) << b.error();
             out.push_back(e.token);
             t = e.token;
-            e = entry(s, &t, 1, EH_STEP_SAMPLE);
+            e = step_entry(s, &t, 1, EH_STEP_SAMPLE);
         }
         return out;
     };
@@ -444,21 +385,21 @@ TEST(BatchedStepSampling, ARecomputedSequenceDrawsTheSameTokens) {
     auto p = tokens_of(6, 3, spec.n_vocab);
     eh_seq* s = b.create();
     ASSERT_EQ(b.api->seq_set_sampling(s, &sp), EH_OK);
-    eh_step_entry e = entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE);
+    eh_step_entry e = step_entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE);
     std::vector<int32_t> out;
     int32_t t = 0;
     for (int i = 0; i < 12; ++i) {
         ASSERT_EQ(b.api->step(b.model, &e, 1), EH_OK) << b.error();
         out.push_back(e.token);
         t = e.token;
-        e = entry(s, &t, 1, EH_STEP_SAMPLE);
+        e = step_entry(s, &t, 1, EH_STEP_SAMPLE);
     }
     for (size_t k : {size_t(3), size_t(8)}) {
         std::vector<int32_t> again = p;
         again.insert(again.end(), out.begin(), out.begin() + long(k));
         eh_seq* r = b.create();
         ASSERT_EQ(b.api->seq_set_sampling(r, &sp), EH_OK);
-        eh_step_entry f = entry(r, again.data(), uint32_t(again.size()), EH_STEP_SAMPLE);
+        eh_step_entry f = step_entry(r, again.data(), uint32_t(again.size()), EH_STEP_SAMPLE);
         ASSERT_EQ(b.api->step(b.model, &f, 1), EH_OK) << b.error();
         EXPECT_EQ(f.token, out[k]) << "recomputed after " << k << " sampled tokens";
     }
@@ -474,10 +415,10 @@ TEST(BatchedStepPool, KvFullChangesNothing) {
     ASSERT_EQ(b.kv.total_blocks, 4u);
     eh_seq* s = b.create();
     auto p = tokens_of(60, 1, spec.n_vocab);
-    eh_step_entry e = entry(s, p.data(), 40, 0);
+    eh_step_entry e = step_entry(s, p.data(), 40, 0);
     ASSERT_EQ(b.api->step(b.model, &e, 1), EH_OK) << b.error();
     eh_seq* s2 = b.create();
-    eh_step_entry e2 = entry(s2, p.data(), 30, 0);
+    eh_step_entry e2 = step_entry(s2, p.data(), 30, 0);
     EXPECT_EQ(b.api->step(b.model, &e2, 1), EH_KV_FULL);
     EXPECT_EQ(b.api->seq_length(s2), 0u);
     EXPECT_EQ(b.free_blocks(), 1u);
@@ -532,25 +473,25 @@ TEST(BatchedStepHalves, ChainedStepsGiveThePlainStepsTokens) {
             Batched b(tm);
             auto s = setup(b);
             std::vector<eh_step_entry> es;
-            for (int i = 0; i < n; ++i) es.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+            for (int i = 0; i < n; ++i) es.push_back(step_entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
             std::vector<int32_t> next(static_cast<size_t>(n));
             for (int k = 0; k <= kSteps; ++k) {
                 ASSERT_EQ(b.api->step(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
                 for (int i = 0; i < n; ++i) plain[i].push_back(next[i] = es[i].token);
-                for (int i = 0; i < n; ++i) es[i] = with_bias(entry(s[i], &next[i], 1, EH_STEP_SAMPLE), k + 1);
+                for (int i = 0; i < n; ++i) es[i] = with_bias(step_entry(s[i], &next[i], 1, EH_STEP_SAMPLE), k + 1);
             }
         }
         Batched b(tm);
         auto s = setup(b);
         std::vector<eh_step_entry> first;
-        for (int i = 0; i < n; ++i) first.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+        for (int i = 0; i < n; ++i) first.push_back(step_entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
         ASSERT_EQ(b.api->step_begin(b.model, first.data(), uint32_t(n)), EH_OK) << b.error();
         std::vector<int32_t> out(static_cast<size_t>(n));
         for (int k = 1; k <= kSteps + 1; ++k) {
             if (k <= kSteps) {
                 std::vector<eh_step_entry> es;
                 for (int i = 0; i < n; ++i)
-                    es.push_back(with_bias(entry(s[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED), k));
+                    es.push_back(with_bias(step_entry(s[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED), k));
                 ASSERT_EQ(b.api->step_begin(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
             }
             ASSERT_EQ(b.api->step_end(b.model, out.data(), uint32_t(n)), EH_OK) << b.error();

@@ -16,6 +16,7 @@
 #include "host_reference.hpp"
 #include "plugin_handle.hpp"
 #include "profiled_step.hpp"
+#include "step_seq.hpp"
 #include "tiny_model.hpp"
 
 namespace ehtest {
@@ -25,69 +26,52 @@ double now_s() {
     return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// One sequence through the batched step (the served path): pp512 as one
+// 512-token step, best of 3 after a warm-up, then tg128 after an
+// EH_BENCH_DEPTH-token prompt (default 16), the first decode step outside
+// the timing.
 void bench_model(const char* label, TinySpec spec) {
     double t0 = now_s();
     TinyModel tm(spec);
     std::printf("[bench] %s: built synthetic weights in %.1f s\n", label, now_s() - t0);
     const eh_plugin_api* api = llama_cuda_api();
     ASSERT_NE(api, nullptr);
-    eh_load_params lp{};
-    lp.struct_size = sizeof lp;
-    lp.path = label;
-    lp.options_json = std::getenv("EH_BENCH_OPTIONS");  // e.g. {"fp16_weights":"off"}
-    lp.view = tm.view();
-    eh_model* m = nullptr;
-    t0 = now_s();
-    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
-    double load_s = now_s() - t0;
-    eh_model_info mi{};
-    mi.struct_size = sizeof mi;
-    api->model_get_info(m, &mi);
-    // EH_BENCH_DEPTH=N: tg128 after an N-token prompt (decode at depth).
     const int depth = std::getenv("EH_BENCH_DEPTH") ? std::max(1, std::atoi(std::getenv("EH_BENCH_DEPTH"))) : 16;
-    eh_session_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.n_ctx = uint32_t(std::max(1024, depth + 256));
-    eh_session* s = nullptr;
-    ASSERT_EQ(api->session_create(m, &sp, &s), EH_OK) << api->model_last_error(m);
-    eh_sampling_params p{};
-    p.struct_size = sizeof p;
-    p.top_p = 1;
-    p.repetition_penalty = 1;
-    p.repetition_window = -1;
-    api->session_set_sampling(s, &p);
+    t0 = now_s();
+    // EH_BENCH_OPTIONS: the load's options, e.g. {"fp16_weights":"off"}
+    StepSeq s(api, tm.view(), one_seq(uint32_t(std::max(1024, depth + 256))), std::getenv("EH_BENCH_OPTIONS"), label);
+    ASSERT_TRUE(s.ok()) << s.failure;
+    const double load_s = now_s() - t0;  // (with kv_init's pool and warm-up)
+    s.flags = EH_STEP_SAMPLE;            // as the server's steps: no logits kept
     std::vector<int32_t> prompt(size_t(std::max(512, depth)));
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919) % static_cast<size_t>(spec.n_vocab));
-    // pp512: best of 3 after a warm-up.
     double best_pp = 1e9;
     const int pp_reps = std::getenv("EH_BENCH_SKIP_PP") ? 0 : 4;
     for (int r = 0; r < pp_reps; ++r) {
-        api->session_reset(s);
+        ASSERT_EQ(s.reset(), EH_OK) << s.error();
         t0 = now_s();
-        ASSERT_EQ(api->session_prefill(s, prompt.data(), 512), EH_OK) << api->session_last_error(s);
+        ASSERT_EQ(s.prefill(prompt.data(), 512), EH_OK) << s.error();
         if (r) best_pp = std::min(best_pp, now_s() - t0);
     }
-    // tg128 after a `depth`-token prompt; the first decode captures the graph.
-    api->session_reset(s);
-    ASSERT_EQ(api->session_prefill(s, prompt.data(), uint32_t(depth)), EH_OK) << api->session_last_error(s);
+    ASSERT_EQ(s.reset(), EH_OK) << s.error();
     int32_t tok = 0;
-    api->session_sample(s, &tok);
-    ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK) << api->session_last_error(s);
+    ASSERT_EQ(s.prefill(prompt.data(), uint32_t(depth), &tok), EH_OK) << s.error();
+    ASSERT_EQ(s.decode(tok, &tok), EH_OK) << s.error();
     const ProfiledStep prof;
     t0 = now_s();
     for (int i = 0; i < 128; ++i) {
         prof.begin(i);
-        ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK);
+        ASSERT_EQ(s.decode(tok, &tok), EH_OK) << s.error();
         prof.end(i);
     }
-    double tg = now_s() - t0;
-    api->model_get_info(m, &mi);
-    std::printf("[bench] %s (%s): load %.2f s (%.2f GB/s incl. validation), device bytes %.1f MiB\n", label, mi.device_name,
-                load_s, double(mi.device_bytes_used) / load_s / 1e9, double(mi.device_bytes_used) / (1 << 20));
-    std::printf("[bench] %s: pp512 %.0f tok/s, tg128 after %d tokens %.0f tok/s (%.3f ms/token)\n", label, 512 / best_pp, depth, 128 / tg,
-                tg / 128 * 1e3);
-    api->session_release(s);
-    api->model_release(m);
+    const double tg = now_s() - t0;
+    eh_model_info mi{};
+    mi.struct_size = sizeof mi;
+    ASSERT_EQ(api->model_get_info(s.model, &mi), EH_OK);
+    std::printf("[bench] %s (%s): load + kv_init %.2f s, device bytes %.1f MiB\n", label, mi.device_name, load_s,
+                double(mi.device_bytes_used) / (1 << 20));
+    std::printf("[bench] %s: pp512 %.0f tok/s, tg128 after %d tokens %.0f tok/s (%.3f ms/token)\n", label, 512 / best_pp,
+                depth, 128 / tg, tg / 128 * 1e3);
 }
 
 TinySpec qwen_spec() {
@@ -131,51 +115,36 @@ TinySpec phi3_spec() {
     return p;
 }
 
-// The same sequence as `engine-host bench -p 512 -n 128 -r 5`: one session of
-// n_ctx = p + n + 1, greedy sampling; per repetition reset, prefill p tokens,
-// sample, then n decode calls, each timed on the host. Repetition 0 is the
-// warm-up. With EHCUDA_PLAN='{"profile_decode": true}' the plugin prints its
-// per-kernel-group GPU time when the session is released.
+// The same sequence as `engine-host bench -p 512 -n 128 -r 5` (its step
+// path, one sequence): sequences of p + n + 1 tokens, greedy sampling; per
+// repetition an empty sequence, the prompt in one step (which samples),
+// then n decode steps, each timed on the host. Repetition 0 is the warm-up.
 void host_bench(const char* label, TinySpec spec) {
     TinyModel tm(spec);
     const eh_plugin_api* api = llama_cuda_api();
     ASSERT_NE(api, nullptr);
-    eh_load_params lp{};
-    lp.struct_size = sizeof lp;
-    lp.path = label;
-    lp.options_json = std::getenv("EH_BENCH_OPTIONS");  // e.g. {"fp16_weights":"off"}
-    lp.view = tm.view();
-    eh_model* m = nullptr;
-    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
     const uint32_t np = 512, ng = 128, reps = 5;
-    eh_session_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.n_ctx = np + ng + 1;
-    eh_session* s = nullptr;
-    ASSERT_EQ(api->session_create(m, &sp, &s), EH_OK) << api->model_last_error(m);
-    eh_sampling_params p{};
-    p.struct_size = sizeof p;
-    p.temperature = 0.0f;
-    p.top_p = 1.0f;
-    p.repetition_penalty = 1.0f;
-    p.repetition_window = -1;
+    // EH_BENCH_OPTIONS: the load's options, e.g. {"fp16_weights":"off"}
+    StepSeq s(api, tm.view(), one_seq(np + ng + 1), std::getenv("EH_BENCH_OPTIONS"), label);
+    ASSERT_TRUE(s.ok()) << s.failure;
+    s.flags = EH_STEP_SAMPLE;
+    eh_sampling_params p = ehp::greedy_sampling();
     p.seed = 1234;
-    ASSERT_EQ(api->session_set_sampling(s, &p), EH_OK);
+    ASSERT_EQ(s.set_sampling(p), EH_OK) << s.error();
     std::vector<int32_t> prompt(np);
     for (size_t i = 0; i < prompt.size(); ++i) prompt[i] = int32_t((i * 7919 + 13) % static_cast<size_t>(spec.n_vocab));
     std::vector<double> pp, tg, itl;
     for (uint32_t rep = 0; rep <= reps; ++rep) {
-        ASSERT_EQ(api->session_reset(s), EH_OK);
+        ASSERT_EQ(s.reset(), EH_OK) << s.error();
         double t0 = now_s();
-        ASSERT_EQ(api->session_prefill(s, prompt.data(), np), EH_OK) << api->session_last_error(s);
-        const double t_pp = now_s() - t0;
         int32_t tok = 0;
-        ASSERT_EQ(api->session_sample(s, &tok), EH_OK);
+        ASSERT_EQ(s.prefill(prompt.data(), np, &tok), EH_OK) << s.error();
+        const double t_pp = now_s() - t0;
         std::vector<double> steps;
         const double td = now_s();
         for (uint32_t i = 0; i < ng; ++i) {
             const double ts = now_s();
-            ASSERT_EQ(api->session_decode(s, tok, &tok), EH_OK) << api->session_last_error(s);
+            ASSERT_EQ(s.decode(tok, &tok), EH_OK) << s.error();
             steps.push_back(now_s() - ts);
         }
         const double t_tg = now_s() - td;
@@ -188,45 +157,9 @@ void host_bench(const char* label, TinySpec spec) {
         std::sort(v.begin(), v.end());
         return v[v.size() / 2];
     };
-    std::printf("[hostbench] %s: pp%u %.0f tok/s, tg%u %.0f tok/s, ITL p50 %.3f ms (n_ctx %u)\n", label, np, median(pp), ng,
-                median(tg), 1e3 * median(itl), sp.n_ctx);
+    std::printf("[hostbench] %s: pp%u %.0f tok/s, tg%u %.0f tok/s, ITL p50 %.3f ms (sequence of %u tokens)\n", label, np,
+                median(pp), ng, median(tg), 1e3 * median(itl), s.kv.max_seq_tokens);
     std::fflush(stdout);
-    api->session_release(s);
-    // Per-kernel-group breakdown of the same sequence: one profiled session
-    // per attention split count listed in EH_HOSTBENCH_PROFILE_SPLITS
-    // ("2,0": 2 splits, then the plugin's own choice).
-    if (const char* list = std::getenv("EH_HOSTBENCH_PROFILE_SPLITS")) {
-        std::string l = list;
-        for (size_t at = 0; at < l.size();) {
-            size_t comma = l.find(',', at);
-            if (comma == std::string::npos) comma = l.size();
-            const std::string v = l.substr(at, comma - at);
-            at = comma + 1;
-            // The plan is the model's: a profiled load of the same weights
-            // (EHCUDA_PLAN, the plugins' one environment override).
-            const std::string plan = "{\"attn_splits\": " + v + ", \"profile_decode\": true}";
-            setenv("EHCUDA_PLAN", plan.c_str(), 1);
-            eh_model* pm = nullptr;
-            const eh_status st = api->model_load(&lp, &pm);
-            unsetenv("EHCUDA_PLAN");
-            ASSERT_EQ(st, EH_OK) << api->plugin_last_error();
-            eh_session* ps = nullptr;
-            ASSERT_EQ(api->session_create(pm, &sp, &ps), EH_OK) << api->model_last_error(pm);
-            ASSERT_EQ(api->session_set_sampling(ps, &p), EH_OK);
-            std::printf("[hostbench] %s: profile with attn_splits %s (0: the plugin's choice)\n", label, v.c_str());
-            std::fflush(stdout);
-            for (int rep = 0; rep < 2; ++rep) {
-                ASSERT_EQ(api->session_reset(ps), EH_OK);
-                ASSERT_EQ(api->session_prefill(ps, prompt.data(), np), EH_OK) << api->session_last_error(ps);
-                int32_t tok = 0;
-                ASSERT_EQ(api->session_sample(ps, &tok), EH_OK);
-                for (uint32_t i = 0; i < ng; ++i) ASSERT_EQ(api->session_decode(ps, tok, &tok), EH_OK);
-            }
-            api->session_release(ps);  // prints the breakdown to stderr
-            api->model_release(pm);
-        }
-    }
-    api->model_release(m);
 }
 
 TEST(Bench, DISABLED_Qwen25_05B_Q4KM_Shape) {

@@ -9,9 +9,9 @@
 // longer than its window, and the forged tiny-qwen3-moe-q4_k_m. The paged attention kernel's sinks and window are
 // also checked alone against a host computation.
 //
-// KV precision: the batched pool is FP16 (the session's default cache is
-// FP32). The tolerances below are the session's FP16-cache ones; the
-// printed lines say how far the logits and the top-1 token moved.
+// KV precision: the batched pool is FP16, the CPU reference's default cache
+// FP32. The tolerances below allow for that; the printed lines say how far
+// the logits and the top-1 token moved.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -32,7 +32,7 @@
 #include <ehcuda/device_memory.hpp>
 
 #include "compare.hpp"  // tests/gpt_cuda: logit comparisons, the test models
-#include "plugins.hpp"  // tests/gpt_cuda: the two plugins, a session Engine
+#include "plugins.hpp"  // tests/gpt_cuda: the two plugins, a one-sequence Engine
 
 using namespace gpttest;
 
@@ -62,9 +62,9 @@ uint32_t vocab_of(const std::string& name) {
 // The CPU reference's logits after each token (one token per prefill).
 std::vector<std::vector<float>> reference_logits(const std::string& model, const std::vector<int32_t>& toks) {
     Engine cpu(cpu_api(), view_of(model), uint32_t(toks.size()));
-    EXPECT_TRUE(cpu.ok()) << cpu.error;
+    EXPECT_TRUE(cpu.ok()) << cpu.failure;
     std::vector<std::vector<float>> out;
-    for (int32_t t : toks) out.push_back(cpu.prefill({t}));
+    for (int32_t t : toks) out.push_back(cpu.decode(t));
     return out;
 }
 
@@ -74,79 +74,24 @@ std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
     return t;
 }
 
-struct Batched {
-    const eh_plugin_api* api = gpu_api();
-    eh_model* model = nullptr;
-    eh_kv_info kv{};
-    std::vector<eh_seq*> seqs;
-
+// gpt-cuda with kv_init done (tests/cuda/step_seq.hpp): max_entries
+// sequences in a 64 MiB pool unless told.
+struct Batched : ehtest::StepModel {
     explicit Batched(const std::string& name, uint64_t budget = 0, uint32_t max_seq_tokens = 256,
-                     uint32_t max_entries = 8) {
-        eh_load_params lp{};
-        lp.struct_size = sizeof lp;
-        lp.path = name.c_str();
-        lp.view = view_of(name);
-        EXPECT_EQ(api->model_load(&lp, &model), EH_OK) << api->plugin_last_error();
-        eh_kv_params p{};
-        p.struct_size = sizeof p;
-        p.max_seqs = max_entries;
-        p.max_step_tokens = 512;
-        p.max_step_entries = max_entries;
-        p.max_seq_tokens = max_seq_tokens;
-        p.budget_bytes = budget ? budget : (64ull << 20);
-        kv.struct_size = sizeof kv;
-        if (model) {
-            EXPECT_EQ(api->kv_init(model, &p, &kv), EH_OK) << error();
-        }
+                     uint32_t max_entries = 8)
+        : StepModel(gpu_api(), view_of(name), shape(budget, max_seq_tokens, max_entries), nullptr, name.c_str()) {
+        EXPECT_TRUE(ok()) << failure;
     }
-    ~Batched() {
-        for (eh_seq* s : seqs) api->seq_release(s);
-        if (model) api->model_release(model);
-    }
-    std::string error() const { return api->model_last_error(model); }
-    eh_seq* add(eh_seq* s) {
-        eh_sampling_params g{};
-        g.struct_size = sizeof g;
-        g.top_p = 1.0f;
-        g.repetition_penalty = 1.0f;
-        g.repetition_window = -1;
-        EXPECT_EQ(api->seq_set_sampling(s, &g), EH_OK) << error();
-        seqs.push_back(s);
-        return s;
-    }
-    eh_seq* create() {
-        eh_seq* s = nullptr;
-        EXPECT_EQ(api->seq_create(model, &s), EH_OK) << error();
-        return add(s);
-    }
-    eh_seq* fork(eh_seq* src, uint32_t n) {
-        eh_seq* s = nullptr;
-        EXPECT_EQ(api->seq_fork(src, n, &s), EH_OK) << error();
-        return add(s);
-    }
-    std::vector<float> logits(eh_seq* s) const {
-        const float* l = nullptr;
-        uint32_t n = 0;
-        EXPECT_EQ(api->seq_logits(s, &l, &n), EH_OK) << error();
-        return l ? std::vector<float>(l, l + n) : std::vector<float>();
-    }
-    uint32_t free_blocks() const {
-        eh_kv_info i{};
-        i.struct_size = sizeof i;
-        EXPECT_EQ(api->kv_get_info(model, &i), EH_OK);
-        return i.free_blocks;
+    static ehtest::KvShape shape(uint64_t budget, uint32_t max_seq_tokens, uint32_t max_entries) {
+        ehtest::KvShape k;
+        k.max_seqs = k.max_step_entries = max_entries;
+        k.max_seq_tokens = max_seq_tokens;
+        k.budget_bytes = budget ? budget : (64ull << 20);
+        return k;
     }
 };
 
-eh_step_entry entry(eh_seq* s, const int32_t* tokens, uint32_t n, uint32_t flags = EH_STEP_SAMPLE | EH_STEP_LOGITS) {
-    eh_step_entry e{};
-    e.struct_size = sizeof e;
-    e.flags = flags;
-    e.seq = s;
-    e.tokens = tokens;
-    e.n_tokens = n;
-    return e;
-}
+using ehtest::step_entry;
 
 // Logits of sequence i at position p: [i][p], empty where none was asked.
 using SeqLogits = std::vector<std::vector<std::vector<float>>>;
@@ -173,7 +118,7 @@ SeqLogits feed(Batched& b, const std::vector<std::vector<int32_t>>& toks, size_t
             const size_t p = std::min(prompt, toks[i].size());
             size_t k = 1;
             if (fed[i] < p) k = chunk ? std::min<size_t>(chunk, p - fed[i]) : p - fed[i];
-            es.push_back(entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
+            es.push_back(step_entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
             who.push_back(i);
             fed[i] += k;
         }
@@ -212,7 +157,7 @@ TEST_P(GptBatchedStep, TeacherForcedLogitsMatchTheReferenceAloneAndInEveryMix) {
         ASSERT_TRUE(b.model);
         for (size_t i = 0; i < toks.size(); ++i) alone[i] = feed(b, toks, c.prompt, 0, int(i))[i];
     }
-    constexpr double kTol = 1e-2;  // of the largest |logit| (the session's FP16-cache tolerance)
+    constexpr double kTol = 1e-2;  // of the largest |logit| (an FP16 KV pool against FP32)
     std::vector<double> errs;
     size_t n_ref = 0, ref_ok = 0, ref_top1 = 0, n_alone = 0, alone_ok = 0, alone_top1 = 0, past_window = 0,
            past_window_ok = 0;
@@ -343,18 +288,18 @@ TEST(GptBatchedStepFork, ForkedSequencesDivergeWithoutTouchingEachOther) {
     const auto ra = reference_logits("gpt-oss", a), rc = reference_logits("gpt-oss", c);
     Batched b("gpt-oss");
     eh_seq* src = b.create();
-    eh_step_entry e = entry(src, base.data(), uint32_t(base.size()), 0);
+    eh_step_entry e = step_entry(src, base.data(), uint32_t(base.size()), 0);
     ASSERT_EQ(b.api->step(b.model, &e, 1), EH_OK) << b.error();
     const uint32_t free_before = b.free_blocks();
     eh_seq* f = b.fork(src, uint32_t(base.size()));
     EXPECT_EQ(b.free_blocks(), free_before) << "a fork takes no block";
-    eh_step_entry two[2] = {entry(src, a.data() + 21, 2), entry(f, c.data() + 21, 2)};
+    eh_step_entry two[2] = {step_entry(src, a.data() + 21, 2), step_entry(f, c.data() + 21, 2)};
     ASSERT_EQ(b.api->step(b.model, two, 2), EH_OK) << b.error();
     EXPECT_LT(rel_err(b.logits(src), ra[22]), 1e-2);
     EXPECT_LT(rel_err(b.logits(f), rc[22]), 1e-2);
     EXPECT_EQ(b.free_blocks(), free_before - 1) << "one copy of the shared partial block";
     // And one decode each (the graph path) still sees only its own rows.
-    eh_step_entry dec[2] = {entry(src, a.data() + 23, 1), entry(f, c.data() + 23, 1)};
+    eh_step_entry dec[2] = {step_entry(src, a.data() + 23, 1), step_entry(f, c.data() + 23, 1)};
     ASSERT_EQ(b.api->step(b.model, dec, 2), EH_OK) << b.error();
     EXPECT_LT(rel_err(b.logits(src), ra[23]), 1e-2);
     EXPECT_LT(rel_err(b.logits(f), rc[23]), 1e-2);
@@ -373,18 +318,18 @@ TEST(GptBatchedStepPool, KvFullChangesNothing) {
         Batched b("gpt-oss", 4 * block, 64);
         EXPECT_EQ(b.kv.total_blocks, 4u);
         eh_seq* s = b.create();
-        eh_step_entry e = entry(s, p.data(), 40, 0);
+        eh_step_entry e = step_entry(s, p.data(), 40, 0);
         EXPECT_EQ(b.api->step(b.model, &e, 1), EH_OK) << b.error();
         if (overflow) {
             eh_seq* s2 = b.create();
-            eh_step_entry e2 = entry(s2, p.data(), 30, 0);
-            eh_step_entry both[2] = {entry(s, p.data() + 40, 1), e2};
+            eh_step_entry e2 = step_entry(s2, p.data(), 30, 0);
+            eh_step_entry both[2] = {step_entry(s, p.data() + 40, 1), e2};
             EXPECT_EQ(b.api->step(b.model, both, 2), EH_KV_FULL);
             EXPECT_EQ(b.api->seq_length(s2), 0u);
             EXPECT_EQ(b.api->seq_length(s), 40u);
             EXPECT_EQ(b.free_blocks(), 1u);
         }
-        eh_step_entry next = entry(s, p.data() + 40, 1);
+        eh_step_entry next = step_entry(s, p.data() + 40, 1);
         EXPECT_EQ(b.api->step(b.model, &next, 1), EH_OK) << b.error();
         return b.logits(s);
     };
@@ -532,25 +477,25 @@ TEST(GptBatchedStepHalves, ChainedStepsGiveThePlainStepsTokens) {
         ASSERT_TRUE(b.model);
         auto s = setup(b);
         std::vector<eh_step_entry> es;
-        for (size_t i = 0; i < n; ++i) es.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+        for (size_t i = 0; i < n; ++i) es.push_back(step_entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
         std::vector<int32_t> next(n);
         for (int k = 0; k <= kSteps; ++k) {
             ASSERT_EQ(b.api->step(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
             for (size_t i = 0; i < n; ++i) plain[i].push_back(next[i] = es[i].token);
-            for (size_t i = 0; i < n; ++i) es[i] = entry(s[i], &next[i], 1, EH_STEP_SAMPLE);
+            for (size_t i = 0; i < n; ++i) es[i] = step_entry(s[i], &next[i], 1, EH_STEP_SAMPLE);
         }
     }
     Batched b("gpt-oss");
     ASSERT_TRUE(b.model);
     auto s = setup(b);
     std::vector<eh_step_entry> first;
-    for (size_t i = 0; i < n; ++i) first.push_back(entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+    for (size_t i = 0; i < n; ++i) first.push_back(step_entry(s[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
     ASSERT_EQ(b.api->step_begin(b.model, first.data(), uint32_t(n)), EH_OK) << b.error();
     std::vector<int32_t> out(n);
     for (int k = 1; k <= kSteps + 1; ++k) {
         if (k <= kSteps) {
             std::vector<eh_step_entry> es;
-            for (size_t i = 0; i < n; ++i) es.push_back(entry(s[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED));
+            for (size_t i = 0; i < n; ++i) es.push_back(step_entry(s[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED));
             ASSERT_EQ(b.api->step_begin(b.model, es.data(), uint32_t(n)), EH_OK) << b.error();
         }
         ASSERT_EQ(b.api->step_end(b.model, out.data(), uint32_t(n)), EH_OK) << b.error();

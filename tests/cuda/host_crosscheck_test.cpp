@@ -85,39 +85,20 @@ TEST_P(TinyVsCpuReference, LogitsAgree) {
     for (int i = 0; i < 12; ++i) toks.push_back(int32_t((i * 131 + 7) % spec.n_vocab));
     auto ref = tm.reference_logits(toks);
 
-    eh_load_params lp{};
-    lp.struct_size = sizeof lp;
-    lp.path = "";
-    lp.view = tm.view();
-    lp.n_threads = 2;
-    eh_model* m = nullptr;
-    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
-    eh_session_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.n_ctx = 64;
-    eh_session* s = nullptr;
-    ASSERT_EQ(api->session_create(m, &sp, &s), EH_OK) << api->model_last_error(m);
-    eh_sampling_params g{};
-    g.struct_size = sizeof g;
-    g.top_p = 1;
-    g.repetition_penalty = 1;
-    g.repetition_window = -1;
-    api->session_set_sampling(s, &g);
+    // one token a step, through the batched step as on the GPU
+    StepSeq s(api, tm.view(), one_seq(64), nullptr, "");
+    ASSERT_TRUE(s.ok()) << s.failure;
     for (size_t t = 0; t < toks.size(); ++t) {
-        ASSERT_EQ(api->session_prefill(s, &toks[t], 1), EH_OK) << api->session_last_error(s);
-        const float* lg = nullptr;
-        uint32_t n = 0;
-        ASSERT_EQ(api->session_logits(s, &lg, &n), EH_OK) << api->session_last_error(s);
-        ASSERT_EQ(n, uint32_t(spec.n_vocab));
+        ASSERT_EQ(s.decode(toks[t]), EH_OK) << s.error();
+        const std::vector<float> lg = s.logits();
+        ASSERT_EQ(lg.size(), size_t(spec.n_vocab));
         double mx = 1e-6, err = 0;
-        for (uint32_t i = 0; i < n; ++i) {
+        for (size_t i = 0; i < lg.size(); ++i) {
             mx = std::max(mx, double(std::fabs(ref[t][i])));
             err = std::max(err, double(std::fabs(lg[i] - ref[t][i])));
         }
         EXPECT_LT(err / mx, 1e-3) << c.arch << " " << ehp::type_name(c.wtype) << " position " << t;
     }
-    api->session_release(s);
-    api->model_release(m);
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, TinyVsCpuReference,

@@ -1,7 +1,8 @@
-// Whole-model checks through the plugin ABI: tiny llama / qwen2 / phi3
-// models in every weight type against the host float forward pass, decode
-// vs prefill consistency, determinism, and the memory-safety behaviours
-// (INSUFFICIENT_VRAM at load, VRAM_OOM then recovery, residency).
+// Whole-model checks through the plugin ABI, one sequence through the
+// batched step: tiny llama / qwen2 / phi3 models in every weight type
+// against the host float forward pass, prompt steps vs decode steps,
+// determinism, the sequence's limits, and the memory-safety behaviours
+// (INSUFFICIENT_VRAM at load, VRAM_OOM at kv_init then recovery, residency).
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
@@ -13,6 +14,7 @@
 
 #include "gpu_util.hpp"
 #include "plugin_handle.hpp"
+#include "step_seq.hpp"
 #include "tiny_model.hpp"
 
 namespace ehtest {
@@ -28,41 +30,13 @@ namespace {
                                                  ? std::getenv("EH_LLAMA_CUDA_PLUGIN") \
                                                  : EH_LLAMA_CUDA_PLUGIN)
 
-struct Loaded {
-    const eh_plugin_api* api = nullptr;
-    eh_model* model = nullptr;
-    eh_session* session = nullptr;
-    ~Loaded() {
-        if (session) api->session_release(session);
-        if (model) api->model_release(model);
-    }
-};
-
-std::unique_ptr<Loaded> load(const TinyModel& tm, uint32_t n_ctx, eh_status* st_out = nullptr,
-                             const char* options = nullptr) {
-    auto L = std::make_unique<Loaded>();
-    L->api = llama_cuda_api();
-    if (!L->api) return nullptr;
-    eh_load_params lp{};
-    lp.struct_size = sizeof lp;
-    lp.path = "tiny";
-    lp.view = tm.view();
-    lp.options_json = options;
-    eh_status st = L->api->model_load(&lp, &L->model);
-    if (st_out) *st_out = st;
-    if (st != EH_OK) return L;
-    eh_session_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.n_ctx = n_ctx;
-    st = L->api->session_create(L->model, &sp, &L->session);
-    if (st_out) *st_out = st;
-    if (st != EH_OK) return L;
-    eh_sampling_params smp{};
-    smp.struct_size = sizeof smp;
-    smp.top_p = 1;
-    smp.repetition_penalty = 1;
-    smp.repetition_window = -1;
-    L->api->session_set_sampling(L->session, &smp);
+// The model with one sequence of n_ctx tokens; status and failure say
+// which call failed (model_load reads the options).
+std::unique_ptr<StepSeq> load(const TinyModel& tm, uint32_t n_ctx, eh_status* st_out = nullptr,
+                              const char* options = nullptr) {
+    if (!llama_cuda_api()) return nullptr;
+    auto L = std::make_unique<StepSeq>(llama_cuda_api(), tm.view(), one_seq(n_ctx), options, "tiny");
+    if (st_out) *st_out = L->status;
     return L;
 }
 
@@ -78,13 +52,6 @@ eh_sampling_params full_sampling(float temp, uint64_t seed, int32_t window) {
     p.repetition_window = window;
     p.seed = seed;
     return p;
-}
-
-std::vector<float> logits_of(Loaded& L) {
-    const float* p = nullptr;
-    uint32_t n = 0;
-    EXPECT_EQ(L.api->session_logits(L.session, &p, &n), EH_OK) << L.api->session_last_error(L.session);
-    return p ? std::vector<float>(p, p + n) : std::vector<float>{};
 }
 
 // max |a-b| relative to the reference's largest logit.
@@ -133,34 +100,34 @@ TEST_P(ModelVsReference, PrefillAndDecodeLogitsMatch) {
     spec.magnitude = 0.08f;
     TinyModel tm(spec);
     auto L = load(tm, 256);
-    ASSERT_TRUE(L && L->session) << (L && L->api ? L->api->plugin_last_error() : "no plugin");
+    ASSERT_TRUE(L && L->ok()) << (L ? L->failure : "no plugin");
 
     std::vector<int32_t> toks;
     std::mt19937 rng(3);
     for (int i = 0; i < 40; ++i) toks.push_back(int32_t(rng() % uint32_t(spec.n_vocab)));
     auto ref = tm.reference_logits(toks);
 
-    // Prefill 20 tokens through the GEMM path (n > 8).
-    ASSERT_EQ(L->api->session_prefill(L->session, toks.data(), 20), EH_OK) << L->api->session_last_error(L->session);
-    auto g = logits_of(*L);
+    // A 20-token prompt step (the multi-token matmul path).
+    ASSERT_EQ(L->prefill(toks.data(), 20), EH_OK) << L->error();
+    auto g = L->logits();
     const double tol = 3e-2;
     EXPECT_LT(rel_err(g, ref[19]), tol) << "prefill";
     EXPECT_TRUE(top1_ok(g, ref[19], tol));
-    // 4 more through the batched GEMV path, then single-token decodes
-    // (graph) with teacher forcing.
-    ASSERT_EQ(L->api->session_prefill(L->session, toks.data() + 20, 4), EH_OK);
-    EXPECT_LT(rel_err(logits_of(*L), ref[23]), tol) << "prefill gemv";
+    // 4 more in one step, then one-token decode steps (captured graphs)
+    // with teacher forcing.
+    ASSERT_EQ(L->prefill(toks.data() + 20, 4), EH_OK) << L->error();
+    EXPECT_LT(rel_err(L->logits(), ref[23]), tol) << "4-token step";
     int agree = 0;
     for (int t = 24; t < 40; ++t) {
         int32_t next = -1;
-        ASSERT_EQ(L->api->session_decode(L->session, toks[static_cast<size_t>(t)], &next), EH_OK) << L->api->session_last_error(L->session);
-        auto gl = logits_of(*L);
+        ASSERT_EQ(L->decode(toks[static_cast<size_t>(t)], &next), EH_OK) << L->error();
+        auto gl = L->logits();
         EXPECT_LT(rel_err(gl, ref[static_cast<size_t>(t)]), tol) << "decode at " << t;
         EXPECT_EQ(next, argmax(gl)) << "greedy token is the argmax of the returned logits";
         agree += top1_ok(gl, ref[static_cast<size_t>(t)], tol);
     }
     EXPECT_EQ(agree, 16);
-    EXPECT_EQ(L->api->session_n_past(L->session), 40u);
+    EXPECT_EQ(L->length(), 40u);
 }
 
 std::vector<ModelCase> model_cases() {
@@ -185,16 +152,15 @@ TEST(LlamaCuda, SlidingWindowAndPartialRotary) {
     spec.magnitude = 0.1f;
     TinyModel tm(spec);
     auto L = load(tm, 64);
-    ASSERT_TRUE(L && L->session);
+    ASSERT_TRUE(L && L->ok()) << (L ? L->failure : "no plugin");
     std::vector<int32_t> toks;
     for (int i = 0; i < 30; ++i) toks.push_back(int32_t((i * 37) % spec.n_vocab));
     auto ref = tm.reference_logits(toks);
-    ASSERT_EQ(L->api->session_prefill(L->session, toks.data(), 25), EH_OK);
-    EXPECT_LT(rel_err(logits_of(*L), ref[24]), 3e-2);
+    ASSERT_EQ(L->prefill(toks.data(), 25), EH_OK) << L->error();
+    EXPECT_LT(rel_err(L->logits(), ref[24]), 3e-2);
     for (int t = 25; t < 30; ++t) {
-        int32_t nx;
-        ASSERT_EQ(L->api->session_decode(L->session, toks[static_cast<size_t>(t)], &nx), EH_OK);
-        EXPECT_LT(rel_err(logits_of(*L), ref[static_cast<size_t>(t)]), 3e-2) << t;
+        ASSERT_EQ(L->decode(toks[static_cast<size_t>(t)]), EH_OK) << L->error();
+        EXPECT_LT(rel_err(L->logits(), ref[static_cast<size_t>(t)]), 3e-2) << t;
     }
 }
 
@@ -205,156 +171,51 @@ TEST(LlamaCuda, GenerationIsReproducible) {
     spec.magnitude = 0.01f;  // flat logits: sampling has real choices
     TinyModel tm(spec);
     auto run = [&](float temp, uint64_t seed) {
-        auto L = load(tm, 128);
-        const eh_sampling_params p = full_sampling(temp, seed, 64);
-        EXPECT_EQ(L->api->session_set_sampling(L->session, &p), EH_OK);
-        std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
-        EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
         std::vector<int32_t> out;
+        auto L = load(tm, 128);
+        if (!L || !L->ok()) return out;
+        EXPECT_EQ(L->set_sampling(full_sampling(temp, seed, 64)), EH_OK) << L->error();
+        const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11};
         int32_t t = 0;
-        EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);
+        EXPECT_EQ(L->prefill(prompt, &t), EH_OK) << L->error();
         for (int i = 0; i < 60; ++i) {
             out.push_back(t);
-            EXPECT_EQ(L->api->session_decode(L->session, t, &t), EH_OK);
+            EXPECT_EQ(L->decode(t, &t), EH_OK) << L->error();
         }
         return out;
     };
+    EXPECT_EQ(run(0.0f, 42).size(), 60u);
     EXPECT_EQ(run(0.0f, 42), run(0.0f, 42));
     auto a = run(0.9f, 42);
     EXPECT_EQ(a, run(0.9f, 42));
     EXPECT_NE(a, run(0.9f, 7));
 }
 
-// decode() runs the next step ahead (session_base.cpp); whatever the host
-// does between steps (reads logits, feeds another token, samples again,
-// prefills more, changes the sampling settings) must give exactly what a
-// session that never runs ahead gives.
-TEST(LlamaCuda, DecodeRunAheadIsInvisible) {
-    REQUIRE_PLUGIN();
-    TinySpec spec;
-    spec.wtype = EH_TYPE_Q4_K;
-    spec.magnitude = 0.01f;  // flat logits: sampling has real choices
-    TinyModel tm(spec);
-    struct Trace {
-        std::vector<int32_t> ids;
-        std::vector<std::vector<float>> logits;
-    };
-    auto run = [&](bool ahead) {
-        auto L = load(tm, 96, nullptr, ahead ? nullptr : R"({"kernels": {"pipeline": false}})");
-        Trace tr;
-        if (!L || !L->session) return tr;
-        auto set = [&](uint64_t seed) {
-            const eh_sampling_params p = full_sampling(0.9f, seed, 32);
-            EXPECT_EQ(L->api->session_set_sampling(L->session, &p), EH_OK);
-        };
-        set(42);
-        std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
-        EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
-        int32_t t = 0;
-        EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);
-        for (int i = 0; i < 60; ++i) {
-            tr.ids.push_back(t);
-            if (i == 12) t = (t + 1) % spec.n_vocab;  // the host feeds another token
-            EXPECT_EQ(L->api->session_decode(L->session, t, &t), EH_OK) << i;
-            if (i % 7 == 3) tr.logits.push_back(logits_of(*L));
-            if (i == 20) {
-                EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);  // a second draw
-            }
-            if (i == 30) {
-                const int32_t more[2] = {t, 9};
-                EXPECT_EQ(L->api->session_prefill(L->session, more, 2), EH_OK);
-                EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);
-            }
-            if (i == 40) set(7);
-        }
-        tr.ids.push_back(t);
-        tr.ids.push_back(int32_t(L->api->session_n_past(L->session)));
-        // the last step's logits, with a step still running ahead
-        tr.logits.push_back(logits_of(*L));
-        // reset with a step run ahead, then a new request
-        EXPECT_EQ(L->api->session_decode(L->session, t, &t), EH_OK);
-        EXPECT_EQ(L->api->session_reset(L->session), EH_OK);
-        EXPECT_EQ(L->api->session_n_past(L->session), 0u);
-        EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
-        EXPECT_EQ(L->api->session_sample(L->session, &t), EH_OK);
-        for (int i = 0; i < 5; ++i) {
-            tr.ids.push_back(t);
-            EXPECT_EQ(L->api->session_decode(L->session, t, &t), EH_OK);
-        }
-        return tr;
-    };
-    const Trace a = run(true), b = run(false);
-    ASSERT_EQ(a.ids.size(), 67u);
-    EXPECT_EQ(a.ids, b.ids);
-    ASSERT_EQ(a.logits.size(), b.logits.size());
-    for (size_t i = 0; i < a.logits.size(); ++i) EXPECT_EQ(a.logits[i], b.logits[i]) << i;
-}
-
-// A grouped-query model's session switches its decode attention to the
-// query-group kernel (attention_decode_group) once a step attends the plan's
-// attn_group_min_keys keys, capturing its decode graphs again mid-generation.
-// Before the switch the steps are the fused kernel's bit for bit; after it
-// they differ only by the two kernels' rounding (FP16 weights on the tensor
-// cores), and they do differ: the switch happened.
-TEST(LlamaCuda, DecodeSwitchesToQueryGroupAttentionAtDepth) {
-    REQUIRE_PLUGIN();
-    TinySpec spec;  // 4 query heads over 2 KV heads, head dim 64
-    spec.wtype = EH_TYPE_Q4_K;
-    TinyModel tm(spec);
-    std::vector<int32_t> feed;
-    for (int i = 0; i < 90; ++i) feed.push_back((i * 37 + 5) % spec.n_vocab);
-    auto run = [&](const char* opts) {
-        std::vector<std::vector<float>> lg;
-        auto L = load(tm, 128, nullptr, opts);
-        if (!L || !L->session) return lg;
-        const eh_sampling_params p = full_sampling(0.0f, 1, 32);
-        EXPECT_EQ(L->api->session_set_sampling(L->session, &p), EH_OK);
-        const std::vector<int32_t> prompt = {1, 2, 3, 4, 5, 6, 7};
-        EXPECT_EQ(L->api->session_prefill(L->session, prompt.data(), uint32_t(prompt.size())), EH_OK);
-        int32_t t = 0;
-        for (int32_t tok : feed) {
-            EXPECT_EQ(L->api->session_decode(L->session, tok, &t), EH_OK);
-            lg.push_back(logits_of(*L));
-        }
-        return lg;
-    };
-    const auto fused = run(R"({"kernels": {"attn_group_min_keys": -1}})");
-    const auto switched = run(R"({"kernels": {"attn_group_min_keys": 40}})");
-    ASSERT_EQ(fused.size(), feed.size());
-    ASSERT_EQ(switched.size(), feed.size());
-    double worst = 0;
-    for (size_t i = 0; i < feed.size(); ++i) {
-        const size_t keys = 7 + i + 1;  // the step at position 7 + i attends that many
-        if (keys < 40) {
-            EXPECT_EQ(switched[i], fused[i]) << "step " << i << ": the fused kernel before the switch";
-        } else {
-            const double e = rel_err(switched[i], fused[i]);
-            EXPECT_LT(e, 2e-2) << "step " << i;
-            worst = std::max(worst, e);
-        }
-    }
-    EXPECT_GT(worst, 0.0) << "the query-group kernel never ran";
-}
-
-TEST(LlamaCuda, ContextFullAndBadTokens) {
+// A sequence holds max_seq_tokens: a step past it, or with a token outside
+// the vocabulary, is refused naming why and changes nothing.
+TEST(LlamaCuda, SequenceFullAndBadTokens) {
     REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q8_0;
     TinyModel tm(spec);
     auto L = load(tm, 16);
-    ASSERT_TRUE(L && L->session);
+    ASSERT_TRUE(L && L->ok()) << (L ? L->failure : "no plugin");
+    ASSERT_EQ(L->kv.max_seq_tokens, 16u);
     std::vector<int32_t> toks(17, 1);
-    EXPECT_EQ(L->api->session_prefill(L->session, toks.data(), 17), EH_CONTEXT_FULL);
-    EXPECT_EQ(L->api->session_n_past(L->session), 0u);
+    EXPECT_EQ(L->prefill(toks.data(), 17), EH_INVALID_ARGUMENT);
+    EXPECT_NE(L->error().find("exceeds max_seq_tokens 16"), std::string::npos) << L->error();
+    EXPECT_EQ(L->length(), 0u);
     toks[3] = spec.n_vocab;
-    EXPECT_EQ(L->api->session_prefill(L->session, toks.data(), 5), EH_INVALID_ARGUMENT);
-    EXPECT_EQ(L->api->session_prefill(L->session, toks.data(), 3), EH_OK);
-    int32_t nx;
-    EXPECT_EQ(L->api->session_decode(L->session, -1, &nx), EH_INVALID_ARGUMENT);
-    for (int i = 3; i < 16; ++i) ASSERT_EQ(L->api->session_decode(L->session, 1, &nx), EH_OK);
-    EXPECT_EQ(L->api->session_decode(L->session, 1, &nx), EH_CONTEXT_FULL);
-    EXPECT_EQ(L->api->session_reset(L->session), EH_OK);
-    EXPECT_EQ(L->api->session_prefill(L->session, toks.data(), 3), EH_OK);
+    EXPECT_EQ(L->prefill(toks.data(), 5), EH_INVALID_ARGUMENT);
+    EXPECT_NE(L->error().find("outside the vocabulary"), std::string::npos) << L->error();
+    EXPECT_EQ(L->length(), 0u);
+    EXPECT_EQ(L->prefill(toks.data(), 3), EH_OK) << L->error();
+    EXPECT_EQ(L->decode(-1), EH_INVALID_ARGUMENT);
+    for (int i = 3; i < 16; ++i) ASSERT_EQ(L->decode(1), EH_OK) << L->error();
+    EXPECT_EQ(L->decode(1), EH_INVALID_ARGUMENT);
+    EXPECT_EQ(L->length(), 16u);
+    EXPECT_EQ(L->reset(), EH_OK);
+    EXPECT_EQ(L->prefill(toks.data(), 3), EH_OK) << L->error();
 }
 
 TEST(LlamaCuda, InsufficientVramAtLoadNamesTheNumbers) {
@@ -389,7 +250,9 @@ TEST(LlamaCuda, InsufficientVramAtLoadNamesTheNumbers) {
     EXPECT_EQ(m, nullptr);
 }
 
-TEST(LlamaCuda, VramOomOnSessionThenRecovers) {
+// A KV cache that cannot be had fails kv_init with VRAM_OOM, frees what it
+// took, and leaves the model able to make a cache that fits.
+TEST(LlamaCuda, VramOomAtKvInitThenRecovers) {
     REQUIRE_PLUGIN();
     TinySpec spec;
     spec.wtype = EH_TYPE_Q8_0;
@@ -398,41 +261,40 @@ TEST(LlamaCuda, VramOomOnSessionThenRecovers) {
     spec.n_kv = 8;   // kv_dim 512
     spec.n_layer = 8;
     TinyModel tm(spec);
-    auto L = load(tm, 64);
-    ASSERT_TRUE(L && L->session);
+    const eh_plugin_api* api = llama_cuda_api();
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = "tiny";
+    lp.view = tm.view();
+    eh_model* m = nullptr;
+    ASSERT_EQ(api->model_load(&lp, &m), EH_OK) << api->plugin_last_error();
     size_t free0 = 0, total = 0;
     cudaMemGetInfo(&free0, &total);
     eh_model_info mi{};
     mi.struct_size = sizeof mi;
-    ASSERT_EQ(L->api->model_get_info(L->model, &mi), EH_OK);
+    ASSERT_EQ(api->model_get_info(m, &mi), EH_OK);
     const uint64_t used0 = mi.device_bytes_used;
-    // 16M positions x 512 x 2 B x 2 x 8 layers = 256 GiB of KV cache.
-    eh_session_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.n_ctx = 1u << 24;
-    eh_session* s = nullptr;
-    EXPECT_EQ(L->api->session_create(L->model, &sp, &s), EH_VRAM_OOM) << L->api->model_last_error(L->model);
-    EXPECT_EQ(s, nullptr);
+    {
+        // 16M positions x 512 x 2 B x 2 x 8 layers = 256 GiB of KV pool.
+        KvShape huge = one_seq(1u << 24);
+        huge.budget_bytes = 256ull << 30;
+        StepModel oom(api, m, huge);
+        EXPECT_EQ(oom.status, EH_VRAM_OOM) << oom.failure;
+    }
     size_t free1 = 0;
     cudaMemGetInfo(&free1, &total);
     EXPECT_GE(free1 + (64u << 20), free0) << "partial allocations were freed";
-    ASSERT_EQ(L->api->model_get_info(L->model, &mi), EH_OK);
+    ASSERT_EQ(api->model_get_info(m, &mi), EH_OK);
     EXPECT_EQ(mi.device_bytes_used, used0);
-    // The existing session and a new one still work.
-    std::vector<int32_t> toks = {1, 2, 3};
-    EXPECT_EQ(L->api->session_prefill(L->session, toks.data(), 3), EH_OK);
-    sp.n_ctx = 128;
-    ASSERT_EQ(L->api->session_create(L->model, &sp, &s), EH_OK);
-    eh_sampling_params p{};
-    p.struct_size = sizeof p;
-    p.top_p = 1;
-    p.repetition_penalty = 1;
-    p.repetition_window = -1;
-    EXPECT_EQ(L->api->session_set_sampling(s, &p), EH_OK);
-    EXPECT_EQ(L->api->session_prefill(s, toks.data(), 3), EH_OK);
-    int32_t t;
-    EXPECT_EQ(L->api->session_decode(s, 4, &t), EH_OK);
-    L->api->session_release(s);
+    {
+        // kv_init again, with a cache that fits: the model still works.
+        StepSeq s(api, m, one_seq(128));
+        ASSERT_TRUE(s.ok()) << s.failure;
+        const std::vector<int32_t> toks = {1, 2, 3};
+        EXPECT_EQ(s.prefill(toks), EH_OK) << s.error();
+        EXPECT_EQ(s.decode(4), EH_OK) << s.error();
+    }
+    api->model_release(m);
 }
 
 TEST(LlamaCuda, ResidencyAndInfo) {
@@ -441,9 +303,9 @@ TEST(LlamaCuda, ResidencyAndInfo) {
     spec.wtype = EH_TYPE_Q4_K;
     TinyModel tm(spec);
     auto L = load(tm, 32);
-    ASSERT_TRUE(L && L->session);
+    ASSERT_TRUE(L && L->ok()) << (L ? L->failure : "no plugin");
     int32_t resident = 0;
-    EXPECT_EQ(L->api->model_check_residency(L->model, &resident), EH_OK) << L->api->model_last_error(L->model);
+    EXPECT_EQ(L->api->model_check_residency(L->model, &resident), EH_OK) << L->error();
     EXPECT_EQ(resident, 1);
     eh_model_info mi{};
     mi.struct_size = sizeof mi;
@@ -528,7 +390,7 @@ TEST(LlamaCuda, LoadOptionsAreChecked) {
     REQUIRE_PLUGIN();
     TinySpec spec;
     TinyModel tm(spec);
-    for (const char* bad : {R"({"fp16_weight": "on"})", R"({"kernels": {"attn_splits": -1}})",
+    for (const char* bad : {R"({"fp16_weight": "on"})", R"({"kernels": {"attn_min_chunk": 0}})",
                             R"({"kernels": {"gemv_input": "int4"}})", R"({"upload_chunk_bytes": 100})",
                             R"({"batch_gemm_min_tokens": "3"})", "[1]"}) {
         eh_status st = EH_OK;
@@ -536,8 +398,8 @@ TEST(LlamaCuda, LoadOptionsAreChecked) {
         EXPECT_EQ(st, EH_INVALID_ARGUMENT) << bad;
     }
     eh_status st = EH_INTERNAL;
-    auto L = load(tm, 64, &st, R"({"kernels": {"gemv_input": "float", "attn_splits": 3}, "fp16_weights": "off"})");
-    EXPECT_EQ(st, EH_OK);
+    auto L = load(tm, 64, &st, R"({"kernels": {"gemv_input": "float", "attn_min_chunk": 3}, "fp16_weights": "off"})");
+    EXPECT_EQ(st, EH_OK) << (L ? L->failure : "no plugin");
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // stories260K (a real trained llama: head dim 8, 172-wide FFN rows, F32)
 // on llama-cuda against the CPU reference plugin, through the real path:
-// GGUF on disk -> host reader -> plugin loader -> engine. Greedy from the
+// GGUF on disk -> host reader -> plugin loader -> one sequence through the
+// engine's batched step. Greedy from the
 // prompt "Once upon a time" (the model's own tokenizer, with BOS) for 200
 // tokens: the ids must be identical. On a divergence the test names the
 // first differing step and both engines' logit gaps there.
@@ -15,6 +16,7 @@
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/model/model_file.hpp"
 #include "eh/tokenizer/tokenizer.hpp"
+#include "step_seq.hpp"
 
 namespace {
 
@@ -34,23 +36,23 @@ const eh::PluginRecord* find(const eh::Registry& reg, const std::string& name) {
 
 Greedy greedy(const eh::PluginRecord& plugin, const eh::model::ModelFile& file, const std::vector<int32_t>& prompt) {
     auto model = eh::EngineModel::load(plugin.api, file.path(), &file.view(), nullptr, {});
-    auto session = model->create_session(uint32_t(prompt.size() + kSteps + 8));
-    eh_sampling_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.temperature = 0;
-    sp.top_p = 1;
-    sp.repetition_penalty = 1;
-    sp.repetition_window = -1;
-    session->set_sampling(sp);
-    session->prefill(prompt);
+    // (greedy sampling)
+    ehtest::StepSeq s(&model->api(), model->raw(), ehtest::one_seq(uint32_t(prompt.size() + kSteps + 8)));
     Greedy r;
-    int32_t t = session->sample();
+    EXPECT_TRUE(s.ok()) << s.failure;
+    int32_t t = -1;
+    if (!s.ok() || s.prefill(prompt, &t) != EH_OK) {
+        ADD_FAILURE() << plugin.caps.name << ": " << s.error();
+        return r;
+    }
     for (;;) {
-        auto lg = session->logits();
-        r.logits.emplace_back(lg.begin(), lg.end());
+        r.logits.push_back(s.logits());
         r.ids.push_back(t);
         if (r.ids.size() == kSteps) break;
-        t = session->decode(t);
+        if (s.decode(t, &t) != EH_OK) {
+            ADD_FAILURE() << plugin.caps.name << ": " << s.error();
+            break;
+        }
     }
     return r;
 }

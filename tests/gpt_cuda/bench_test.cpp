@@ -57,8 +57,10 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
     const int plen = pl && std::atoi(pl) > 0 ? std::atoi(pl) : 512;
     auto file = eh::model::ModelFile::open(path);
     const auto t0 = std::chrono::steady_clock::now();
-    Engine gpu(gpu_api(), &file->view(), uint32_t(plen + 512));
-    ASSERT_TRUE(gpu.ok()) << gpu.error;
+    // one sequence, its prompt in one step (as a 512-token prefill chunk)
+    Engine gpu(gpu_api(), &file->view(), uint32_t(plen + 512), uint32_t(std::max(plen, 512)));
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    gpu.flags = EH_STEP_SAMPLE;  // as the server's steps: no logits kept
     const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     eh_model_info info{};
     info.struct_size = sizeof info;
@@ -66,30 +68,31 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
     int32_t resident = 0;
     EXPECT_EQ(gpu.api->model_check_residency(gpu.model, &resident), EH_OK);
     EXPECT_EQ(resident, 1);
-    std::printf("loaded in %.1f s: quant %s, %.2f GB on %s\n", load_s, info.quant_kind,
+    std::printf("loaded (with kv_init) in %.1f s: quant %s, %.2f GB on %s\n", load_s, info.quant_kind,
                 double(info.device_bytes_used) / 1e9, info.device_name);
 
     std::mt19937 rng(3);
     std::vector<int32_t> prompt(static_cast<size_t>(plen));
     for (auto& t : prompt) t = int32_t(rng() % info.vocab_size);
     auto clock = [] { return std::chrono::steady_clock::now(); };
-    // prefill: warm once on a separate session, then time pp512
-    gpu.prefill(std::vector<int32_t>(prompt.begin(), prompt.begin() + 16));
-    ASSERT_EQ(gpu.api->session_reset(gpu.session), EH_OK);
+    // prefill: a warm-up prompt first (the model's first step pays
+    // first-use costs: module loading, cuBLAS setup), then the timed one on
+    // the emptied sequence
+    ASSERT_EQ(gpu.StepSeq::prefill(prompt), EH_OK) << gpu.error();
+    ASSERT_EQ(gpu.reset(), EH_OK) << gpu.error();
     const ehtest::ProfiledStep profiled;
     auto a = clock();
     profiled.begin(2000);  // EH_BENCH_PROFILE_STEP=2000: the timed prefill
-    gpu.prefill(prompt);
     int32_t t = 0;
-    ASSERT_EQ(gpu.api->session_sample(gpu.session, &t), EH_OK);
+    ASSERT_EQ(gpu.StepSeq::prefill(prompt, &t), EH_OK) << gpu.error();
     profiled.end(2000);
     const double pp = std::chrono::duration<double>(clock() - a).count();
-    for (int i = 0; i < 4; ++i) gpu.api->session_decode(gpu.session, t, &t);  // graph capture
+    for (int i = 0; i < 4; ++i) ASSERT_EQ(gpu.StepSeq::decode(t, &t), EH_OK) << gpu.error();  // graph capture
     const int n = 128;
     a = clock();
     for (int i = 0; i < n; ++i) {
         profiled.begin(i);  // EH_BENCH_PROFILE_STEP=i: decode step i
-        ASSERT_EQ(gpu.api->session_decode(gpu.session, t, &t), EH_OK);
+        ASSERT_EQ(gpu.StepSeq::decode(t, &t), EH_OK) << gpu.error();
         profiled.end(i);
     }
     const double tg = std::chrono::duration<double>(clock() - a).count();
@@ -99,9 +102,9 @@ TEST(GptCudaBench, GptOss20bDecodeAndPrefill) {
 
 // The batched step's own cost (ABI 1.2, no host): `batch` sequences with a
 // 128-token prompt each (one step), then 64 decode steps of all of them,
-// timed per step on the host clock; and one sequence at context ~512 for
-// 128 decode steps, the session bench's tg128 shape. EH_BENCH_BATCHES
-// ("1,4") picks the batch sizes.
+// timed per step on the host clock (one sequence's pp512 and tg128:
+// GptOss20bDecodeAndPrefill). EH_BENCH_BATCHES ("1,4") picks the batch
+// sizes.
 TEST(GptCudaBench, GptOss20bBatchedStep) {
     const std::string path = bench_model();
     // The printed label names the model benched (EH_GPT_CUDA_BENCH_PROFILE may pick another).
@@ -132,60 +135,14 @@ TEST(GptCudaBench, GptOss20bBatchedStep) {
     ASSERT_EQ(api->kv_init(m, &kp, &ki), EH_OK) << api->model_last_error(m);
     std::printf("[bench] %s batched: kv_init (pool + warm-up) %.2f s, %u blocks\n", label.c_str(), secs(t0, clock()),
                 ki.total_blocks);
-    eh_sampling_params sp{};
-    sp.struct_size = sizeof sp;
-    sp.top_p = 1;
-    sp.repetition_penalty = 1;
-    sp.repetition_window = -1;
-    auto entry = [](eh_seq* s, const int32_t* t, uint32_t n) {
-        eh_step_entry e{};
-        e.struct_size = sizeof e;
-        e.flags = EH_STEP_SAMPLE;
-        e.seq = s;
-        e.tokens = t;
-        e.n_tokens = n;
-        return e;
-    };
+    const eh_sampling_params sp = ehp::greedy_sampling();
+    auto entry = [](eh_seq* s, const int32_t* t, uint32_t n) { return ehtest::step_entry(s, t, n, EH_STEP_SAMPLE); };
     eh_model_info info{};
     info.struct_size = sizeof info;
     ASSERT_EQ(api->model_get_info(m, &info), EH_OK);
     std::mt19937 rng(3);
-    std::vector<int32_t> prompt(512);  // (any MoE model the plugin serves: ids below its vocabulary)
+    std::vector<int32_t> prompt(384);  // (any MoE model the plugin serves: ids below its vocabulary)
     for (auto& t : prompt) t = int32_t(rng() % info.vocab_size);
-    {  // batch 1 at context 512 (the session's tg128 shape)
-        eh_seq* s = nullptr;
-        // A warm-up prefill first, on a sequence of its own: the model's
-        // first step pays first-use costs (module loading, cuBLAS setup)
-        // that are not the prefill's rate.
-        ASSERT_EQ(api->seq_create(m, &s), EH_OK);
-        api->seq_set_sampling(s, &sp);
-        eh_step_entry e = entry(s, prompt.data(), 512);
-        ASSERT_EQ(api->step(m, &e, 1), EH_OK) << api->model_last_error(m);
-        api->seq_release(s);
-        ASSERT_EQ(api->seq_create(m, &s), EH_OK);
-        api->seq_set_sampling(s, &sp);
-        e = entry(s, prompt.data(), 512);
-        t0 = clock();
-        ASSERT_EQ(api->step(m, &e, 1), EH_OK) << api->model_last_error(m);
-        const double pp = secs(t0, clock());
-        int32_t t = e.token;
-        for (int i = 0; i < 4; ++i) {
-            e = entry(s, &t, 1);
-            ASSERT_EQ(api->step(m, &e, 1), EH_OK);
-            t = e.token;
-        }
-        const int n = 128;
-        t0 = clock();
-        for (int i = 0; i < n; ++i) {
-            e = entry(s, &t, 1);
-            ASSERT_EQ(api->step(m, &e, 1), EH_OK);
-            t = e.token;
-        }
-        const double tg = secs(t0, clock());
-        std::printf("[bench] %s batched: one sequence: prefill 512 in one step %.0f tokens/s, decode %.1f "
-                    "tokens/s (%d steps at context ~516)\n", label.c_str(), 512 / pp, n / tg, n);
-        api->seq_release(s);
-    }
     std::vector<int> batches = {1, 2, 4, 8, 16, 32, 64};
     if (const char* e = std::getenv("EH_BENCH_BATCHES")) {
         batches.clear();

@@ -3,8 +3,9 @@
 // process, on the transformers-checked tiny gpt2 / gpt-oss / qwen3moe files
 // (qwen3moe's F32 experts take the float expert kernels) and on
 // forged tiny profiles (MXFP4 experts, F16 and Q8_0 GPT-2, Qwen3-MoE with
-// Q4_K_M experts, QK-norm and the plain SwiGLU). Batched prefill,
-// single-token prefill and graph-replayed decode are all compared.
+// Q4_K_M experts, QK-norm and the plain SwiGLU). One sequence through the
+// batched step: a multi-token prompt step and graph-replayed one-token
+// decode steps are both compared.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -25,7 +26,7 @@ using namespace gpttest;
 
 namespace {
 
-constexpr double kTol = 1e-2;  // of the largest |logit|: FP16 KV cache vs the reference's FP32
+constexpr double kTol = 1e-2;  // of the largest |logit|: the FP16 KV pool vs the reference's FP32
 
 class GptModels : public ::testing::TestWithParam<std::string> {};
 
@@ -36,8 +37,8 @@ TEST_P(GptModels, LogitsMatchCpuReference) {
     ASSERT_TRUE(fs::exists(path)) << path;
     auto file = eh::model::ModelFile::open(path);
     Engine cpu(cpu_api(), &file->view(), 64), gpu(gpu_api(), &file->view(), 64);
-    ASSERT_TRUE(cpu.ok()) << cpu.error;
-    ASSERT_TRUE(gpu.ok()) << gpu.error;
+    ASSERT_TRUE(cpu.ok()) << cpu.failure;
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
 
     eh_model_info info{};
     info.struct_size = sizeof info;
@@ -56,8 +57,7 @@ TEST_P(GptModels, LogitsMatchCpuReference) {
     std::vector<int32_t> toks(40);
     for (auto& t : toks) t = int32_t(rng() % info.vocab_size);
     double worst = 0;
-    // batched prefill of 9 tokens (the GEMM path), then one token at a time:
-    // positions 9..19 through single-token prefill, the rest through decode
+    // a 9-token prompt step (the multi-token path), then one token a step
     const std::vector<int32_t> head(toks.begin(), toks.begin() + 9);
     auto g = gpu.prefill(head), c = cpu.prefill(head);
     worst = std::max(worst, rel_err(g, c));
@@ -65,14 +65,14 @@ TEST_P(GptModels, LogitsMatchCpuReference) {
     EXPECT_TRUE(top1_ok(g, c, kTol)) << "batched prefill";
     for (size_t i = 9; i < toks.size(); ++i) {
         c = cpu.prefill({toks[i]});
-        g = i < 20 ? gpu.prefill({toks[i]}) : gpu.decode(toks[i]);
+        g = gpu.decode(toks[i]);
         worst = std::max(worst, rel_err(g, c));
         EXPECT_LT(rel_err(g, c), kTol) << "position " << i;
         EXPECT_TRUE(top1_ok(g, c, kTol)) << "top-1 at position " << i;
     }
-    // the whole sequence in one prefill gives the same last logits
+    // the whole sequence in one prompt step gives the same last logits
     Engine again(gpu_api(), &file->view(), 64);
-    ASSERT_TRUE(again.ok()) << again.error;
+    ASSERT_TRUE(again.ok()) << again.failure;
     EXPECT_LT(rel_err(again.prefill(toks), g), kTol);
     std::printf("%s: quant %s, max relative logit error vs cpu-reference %.3g over %zu positions, %.1f MiB on the GPU\n",
                 GetParam().c_str(), info.quant_kind, worst, toks.size() - 8, double(info.device_bytes_used) / (1 << 20));
@@ -93,10 +93,10 @@ TEST(GptCuda, DecodeIsDeterministicAndMatchesGreedy) {
     std::vector<int32_t> runs[2];
     for (auto& ids : runs) {
         Engine gpu(gpu_api(), &file->view(), 64);
-        ASSERT_TRUE(gpu.ok()) << gpu.error;
-        gpu.prefill({1, 17, 93, 4});
-        int32_t t = 0;
-        ASSERT_EQ(gpu.api->session_sample(gpu.session, &t), EH_OK);
+        ASSERT_TRUE(gpu.ok()) << gpu.failure;
+        int32_t t = -1;
+        const auto l0 = gpu.prefill({1, 17, 93, 4}, &t);
+        EXPECT_EQ(size_t(t), argmax(l0)) << "greedy sample is the argmax after the prompt";
         for (int i = 0; i < 20; ++i) {
             ids.push_back(t);
             const auto l = gpu.decode(t, &t);
@@ -110,12 +110,12 @@ TEST(GptCuda, Gpt2ContextIsCappedAtLearnedPositions) {
     if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
     auto file = eh::model::ModelFile::open(model_path("gpt2"));  // 64 positions
     Engine gpu(gpu_api(), &file->view(), 1000);
-    ASSERT_TRUE(gpu.ok()) << gpu.error;
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    EXPECT_EQ(gpu.kv.max_seq_tokens, 64u) << "kv_init grants no more than the learned positions";
     std::vector<int32_t> toks(64, 5);
-    EXPECT_EQ(gpu.api->session_prefill(gpu.session, toks.data(), 64), EH_OK);
-    int32_t one = 5;
-    EXPECT_EQ(gpu.api->session_prefill(gpu.session, &one, 1), EH_CONTEXT_FULL);
-    EXPECT_NE(std::string(gpu.api->session_last_error(gpu.session)).find("learned positions"), std::string::npos);
+    EXPECT_EQ(gpu.StepSeq::prefill(toks), EH_OK) << gpu.error();
+    EXPECT_EQ(gpu.StepSeq::decode(5), EH_INVALID_ARGUMENT);
+    EXPECT_NE(gpu.error().find("exceeds max_seq_tokens 64"), std::string::npos) << gpu.error();
 }
 
 TEST(GptCuda, RejectsOtherArchitectures) {
