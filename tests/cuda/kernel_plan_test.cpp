@@ -119,24 +119,22 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.attn_early, 2);
     EXPECT_EQ(p.sink_min_chunk, 128);
     EXPECT_EQ(p.prefill_min_tokens, 16);
-    EXPECT_TRUE(p.pipeline && p.attn_pipe && p.attn_chunks && p.moe_fused_route && p.gemv_mixed);
-    EXPECT_FALSE(p.profile_decode);
-    EXPECT_FALSE(p.kv_f16);
+    EXPECT_TRUE(p.attn_pipe && p.moe_fused_route && p.gemv_mixed);
 }
 
 TEST(KernelPlan, OptionsOverride) {
     KernelPlan p = ehcuda::choose_plan(h100(), false);
-    const Options o(R"({"kernels": {"gemv_input": "float", "gemv_bulk": false, "attn_splits": 12, "pair_rows": 4,
-                                    "pipeline": false, "prefill_min_tokens": 0, "kv_f16": true,
+    const Options o(R"({"kernels": {"gemv_input": "float", "gemv_bulk": false, "attn_min_chunk": 12, "pair_rows": 4,
+                                    "attn_pipe": false, "prefill_min_tokens": 0, "moe_router_kernel": false,
                                     "batch_moe_grouped_max": 64}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
-    EXPECT_EQ(p.attn_splits, 12);
+    EXPECT_EQ(p.attn_min_chunk, 12);
     EXPECT_EQ(p.pair_rows, 4);
-    EXPECT_FALSE(p.pipeline);
+    EXPECT_FALSE(p.attn_pipe);
     EXPECT_EQ(p.prefill_min_tokens, 0);
-    EXPECT_TRUE(p.kv_f16);
+    EXPECT_FALSE(p.moe_router_kernel);
     EXPECT_EQ(p.batch_moe_grouped_max, 64);
     EXPECT_EQ(p.batch_gemv_per_token, -1);  // the plugin's own
     // Absent keys keep the chosen values.
@@ -149,16 +147,21 @@ TEST(KernelPlan, BadOptionsNameTheKey) {
         KernelPlan p;
         ehcuda::apply_plan_options(p, Options(json).object("kernels"));
     };
-    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_splits": 2000}})"); }),
-              "options.kernels: \"attn_splits\" must be an integer in [0, 1024]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"pair_slots": 5}})"); }),
+              "options.kernels: \"pair_slots\" must be an integer in [0, 4]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"batch_gemv_per_token": -2}})"); }),
               "options.kernels: \"batch_gemv_per_token\" must be an integer in [-1, 65536]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_warps": 6}})"); }),
               "options.kernels: \"bulk_warps\" must be 0, 4, 8 or 16");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_keys": 16}})"); }),
               "options.kernels: \"attn_keys\" must be an integer in [4, 8]");
-    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"pipeline": "no"}})"); }),
-              "options.kernels: \"pipeline\" must be true or false");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_pipe": "no"}})"); }),
+              "options.kernels: \"attn_pipe\" must be true or false");
+    // The session path's keys went with it: unknown now, named as such.
+    for (const char* gone : {"attn_splits", "attn_chunks", "attn_group_min_keys", "kv_f16", "pipeline", "profile_decode"})
+        EXPECT_TRUE(has(invalid([&] { apply((std::string(R"({"kernels": {")") + gone + R"(": 1}})").c_str()); }),
+                        std::string("options.kernels: unknown key \"") + gone + "\""))
+            << gone;
     EXPECT_TRUE(has(invalid([&] { apply(R"({"kernels": {"gemv_input": "int4"}})"); }),
                     "options.kernels: \"gemv_input\" must be one of \"float\", \"int16\", \"int8\", \"int16x2\""));
     EXPECT_TRUE(has(invalid([&] { apply(R"({"kernels": {"attn_split": 4}})"); }),
@@ -341,12 +344,12 @@ TEST(KernelPlan, LogHasOneLinePerKindAndLaunch) {
 }
 
 TEST(KernelPlan, LoadPlanAppliesOptionsThenEnvironment) {
-    ::setenv("EHCUDA_PLAN", R"({"attn_splits": 9})", 1);
+    ::setenv("EHCUDA_PLAN", R"({"attn_min_chunk": 9})", 1);
     const KernelPlan p =
-        ehcuda::load_plan(h100(), true, Options(R"({"kernels": {"attn_splits": 3, "pair_slots": 1}})"));
+        ehcuda::load_plan(h100(), true, Options(R"({"kernels": {"attn_min_chunk": 3, "pair_slots": 1}})"));
     ::unsetenv("EHCUDA_PLAN");
     EXPECT_EQ(p.gemv_input, GemvInput::Int16x2);
-    EXPECT_EQ(p.attn_splits, 9);  // the environment last
+    EXPECT_EQ(p.attn_min_chunk, 9);  // the environment last
     EXPECT_EQ(p.pair_slots, 1);
     EXPECT_EQ(ehcuda::load_plan(h100(), false, Options(nullptr)), ehcuda::choose_plan(h100(), false));
 }

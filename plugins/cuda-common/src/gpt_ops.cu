@@ -53,14 +53,13 @@ __global__ void gelu_kernel(float* x, int ld, int n) {
     }
 }
 
-// Token t takes row d_pos[t] when d_pos is set (a batched step), else
-// row *d_pos0 + t.
-__global__ void add_rows_kernel(const uint8_t* table, size_t row_bytes, int type, int cols,
-                                const int32_t* d_pos0, const int32_t* d_pos, float* h) {
+// Token t takes row d_pos[t].
+__global__ void add_rows_kernel(const uint8_t* table, size_t row_bytes, int type, int cols, const int32_t* d_pos,
+                                float* h) {
     pdl_entry();
     pdl_release();
     const int t = blockIdx.x;
-    const uint8_t* row = table + size_t(d_pos ? d_pos[t] : *d_pos0 + t) * row_bytes;
+    const uint8_t* row = table + size_t(d_pos[t]) * row_bytes;
     float* o = h + size_t(t) * cols;
     for (int c = threadIdx.x; c < cols / 32; c += blockDim.x) {
         float v[32];
@@ -130,25 +129,13 @@ void gelu_tanh_inplace(float* x, int ld, int n, int ntok, cudaStream_t stream) {
     EHC_LAUNCHED("gelu_kernel");
 }
 
-namespace {
-void launch_add_rows(const WeightRef& table, const int32_t* d_pos0, const int32_t* d_pos, int ntok, float* h,
-                     cudaStream_t stream) {
+void add_position_rows_at(const WeightRef& table, const int32_t* d_pos, int ntok, float* h, cudaStream_t stream) {
     if (ntok <= 0) return;
     if (!matmul_type_supported(table.type) || table.cols % 32)
         throw ehp::Error(EH_UNSUPPORTED, "position table: unsupported type or width");
-    launch("add_rows_kernel", add_rows_kernel, ntok, 128, 0, stream, static_cast<const uint8_t*>(table.data), table.row_bytes,
-                                              int(table.type), table.cols, d_pos0, d_pos, h);
+    launch("add_rows_kernel", add_rows_kernel, ntok, 128, 0, stream, static_cast<const uint8_t*>(table.data),
+           table.row_bytes, int(table.type), table.cols, d_pos, h);
     EHC_LAUNCHED("add_rows_kernel");
-}
-}  // namespace
-
-void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, float* h,
-                       cudaStream_t stream) {
-    launch_add_rows(table, d_pos0, nullptr, ntok, h, stream);
-}
-
-void add_position_rows_at(const WeightRef& table, const int32_t* d_pos, int ntok, float* h, cudaStream_t stream) {
-    launch_add_rows(table, nullptr, d_pos, ntok, h, stream);
 }
 
 void rope_table_store_kv(const RopeTableArgs& a, cudaStream_t stream) {

@@ -82,8 +82,6 @@ const std::vector<Key>& keys() {
                 p.pair_rows = v;
             }},
         EHCUDA_INT_KEY(pair_slots, 0, 4),
-        EHCUDA_INT_KEY(attn_splits, 0, 1024),
-        EHCUDA_BOOL_KEY(attn_chunks),
         Key{"attn_keys",
             [](KernelPlan& p, const Options& o, std::string_view k) {
                 const int v = int(o.integer(k, p.attn_keys, 4, 8));
@@ -94,7 +92,6 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(attn_early, 0, 2),
         EHCUDA_BOOL_KEY(attn_pipe),
         EHCUDA_INT_KEY(sink_min_chunk, 1, kBig),
-        EHCUDA_INT_KEY(attn_group_min_keys, -1, kBig),
         EHCUDA_BOOL_KEY(moe_fused_route),
         EHCUDA_BOOL_KEY(moe_router_kernel),
         Key{"moe_down_rows",
@@ -106,12 +103,9 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(moe_wide_pass_tokens, 0, 65536),
         EHCUDA_INT_KEY(moe_long_pass_tokens, 0, 65536),
         EHCUDA_BOOL_KEY(moe_deep_pipeline),
-        EHCUDA_BOOL_KEY(kv_f16),
         EHCUDA_INT_KEY(batch_gemv_per_token, -1, 65536),
         EHCUDA_INT_KEY(batch_moe_grouped_max, -1, 65536),
         EHCUDA_BOOL_KEY(pdl),
-        EHCUDA_BOOL_KEY(pipeline),
-        EHCUDA_BOOL_KEY(profile_decode),
         EHCUDA_INT_KEY(prefill_min_tokens, 0, kBig),
         EHCUDA_INT_KEY(prefill_slab_mb, 0, 4096),
         EHCUDA_INT_KEY(prefill_dense_slab_mb, 0, 4096),
@@ -356,15 +350,11 @@ std::string describe_plan(const KernelPlan& p, const DeviceTraits& dev) {
     std::string s = "kernel plan: sm_" + std::to_string(dev.cc_major) + std::to_string(dev.cc_minor) + ", " +
                     std::to_string(dev.sm_count) + " SMs; GEMV input " + gemv_input_name(p.gemv_input) +
                     (p.gemv_bulk && dev.cc_major >= 9 ? ", bulk copy GEMV" : ", register GEMV") +
-                    (pdl ? ", PDL" : ", no PDL") + (p.pipeline ? ", decode runs one step ahead" : "") +
+                    (pdl ? ", PDL" : ", no PDL") +
                     "; decode attention " + std::to_string(p.attn_keys) + " keys/warp round, splits of >= " +
                     std::to_string(p.attn_min_chunk) + " keys (sinks: " + std::to_string(p.sink_min_chunk) + ")" +
-                    (p.attn_splits ? ", " + std::to_string(p.attn_splits) + " splits" : "") + ", early reads " +
+                    ", early reads " +
                     std::to_string(p.attn_early) + (p.attn_pipe ? ", pipelined" : "") +
-                    (p.attn_chunks ? ", output as projection chunks" : "") +
-                    (p.attn_group_min_keys >= 0
-                         ? ", query groups on tensor cores from " + std::to_string(p.attn_group_min_keys) + " keys"
-                         : std::string()) +
                     "; FFN pair " +
                     (p.pair_rows ? std::to_string(p.pair_rows) + " rows/warp" : std::string("rows/warp by occupancy")) +
                     ", " + std::to_string(p.pair_slots) + " slices in flight; prefill cuBLAS from " +

@@ -15,8 +15,8 @@
 namespace gpt_cuda {
 namespace {
 
-// Headroom checked on top of the weights at load: a first session's
-// activations and KV cache of a modest context.
+// Headroom checked on top of the weights at load: the batched step's
+// activations and a KV pool of a modest context.
 constexpr size_t kLoadHeadroom = size_t(64) << 20;
 // Rows of some types (Q4_0, Q5_0, Q8_0) are read with aligned 32-bit loads
 // that may run 3 bytes past a tensor's end.
@@ -215,7 +215,8 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
     std::vector<ehcuda::MatrixKind> mats;
     for (const Layer& L : m.layers) {
         mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
-        const bool chunks = c.moe() && p.attn_chunks && c.head_dim % 32 == 0 &&
+        // (as the batched step's decode: the fused attention leaves chunks)
+        const bool chunks = c.moe() && ehcuda::attention_head_dim_fast(c.head_dim) &&
                             ehcuda::gemv_takes_chunks(L.attn_out.w.type);
         mats.push_back({"attn_output", ehcuda::gemv_shape(&L.attn_out, 1), chunks, ""});
         if (c.arch == Arch::Gpt2) {
@@ -255,9 +256,10 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
                            std::to_string(c.n_kv) + " KV heads";
     std::vector<std::string> attn = {
         "attention decode: " +
-            std::string(c.arch == Arch::GptOss     ? "rope_sink_attention_decode (RoPE table, KV store, split-K with sinks), "
-                        : c.arch == Arch::Qwen3Moe ? "rope_sink_attention_decode (QK-norm, RoPE table, KV store, split-K), "
-                                                   : "rope_sink_attention_decode (split-K), ") +
+            std::string(!c.moe() || !ehcuda::attention_head_dim_fast(c.head_dim)
+                            ? "rope_table_store_kv + attention_paged, "
+                        : c.arch == Arch::GptOss ? "rope_attn_decode_kernel, paged (RoPE table, KV store, split-K with sinks), "
+                                                 : "rope_attn_decode_kernel, paged (QK-norm, RoPE table, KV store, split-K), ") +
             hd};
     return ehcuda::plan_log(p, dev, mats, attn);
 }
@@ -392,13 +394,6 @@ ehcuda::MoeRouterArgs router_decode_args(const Config& c, const Layer& L, const 
     ra.weights = weights;
     ra.counter = counter;
     return ra;
-}
-
-int session_moe_grouped_max(const Model& m) {
-    if (m.plan.batch_moe_grouped_max >= 0) return m.plan.batch_moe_grouped_max;
-    for (const Layer& L : m.layers)
-        if (!ehcuda::moe_grouped_on_tensor_cores(L.gate_exps, L.up_exps, L.down_exps)) return 0;
-    return kMoeGroupedMax;
 }
 
 ehcuda::MoeGroupedArgs moe_grouped_args(const Config& c, const Layer& L, const float* xn, int ntok, const int32_t* ids,

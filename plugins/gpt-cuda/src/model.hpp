@@ -64,7 +64,7 @@ struct Model {
     int runtime_version = 0;
     std::string quant_kind;
 
-    ehcuda::MemoryLedger ledger;  // every device byte of the model and its sessions
+    ehcuda::MemoryLedger ledger;  // every device byte of the model and its KV pool
     ehcuda::DeviceArena arena;    // weights
     ehcuda::WeightRef tok_embd, pos_embd;
     const float* output_norm = nullptr;
@@ -112,21 +112,11 @@ inline constexpr int kMoeGroupedMax = 512;
 inline int moe_grouped_max(const Model& m) {
     return m.plan.batch_moe_grouped_max >= 0 ? m.plan.batch_moe_grouped_max : kMoeGroupedMax;
 }
-// The same for a session's prefill pass: moe_grouped_max where the experts
-// take moe_grouped's tensor-core form (MXFP4, Q4_K, Q6_K), 0 (always the
-// cuBLAS form) where they would take its integer form, unless the plan sets
-// batch_moe_grouped_max. A session's 512-token pass on an H100 (engine-host
-// bench pp512, forged files), grouped against the cuBLAS form:
-//   gpt-oss-120b (MXFP4, 16 tokens an expert): 4,918 against 2,792 tokens/s;
-//   gpt-oss-20b (MXFP4, 64 an expert): 10,988 against 11,336, a tie within
-//     the run-to-run noise (since then the grouped kernel: 13,764);
-//   Qwen3-30B-A3B (Q4_K / Q6_K, 32 an expert): 10,582 on the tensor cores
-//     against 9,003 (the integer grouped kernel it replaced: 1,642).
-// Batched steps keep the grouped kernels for every type: there the same
-// Qwen3-30B-A3B steps ran slower when they left them (GptOss20bBatchedStep,
-// 64 decodes + four 32-token prompts: 109.5 ms grouped, 143.6 ms with 64
-// tokens the most), the uncaptured cuBLAS form not being what they gained.
-int session_moe_grouped_max(const Model& m);
+// Every expert type keeps the grouped kernels up to that many: the
+// Qwen3-30B-A3B steps (Q4_K / Q6_K experts) ran slower when they left them
+// (GptOss20bBatchedStep, 64 decodes + four 32-token prompts: 109.5 ms
+// grouped, 143.6 ms with 64 tokens the most), the uncaptured cuBLAS form not
+// being what they gained.
 
 // Validates every tensor, checks free memory (INSUFFICIENT_VRAM), allocates
 // and uploads. Progress and cancel come from the load params.

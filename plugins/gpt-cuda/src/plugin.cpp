@@ -4,7 +4,6 @@
 
 #include "batch.hpp"
 #include "model.hpp"
-#include "session.hpp"
 
 namespace {
 
@@ -15,7 +14,6 @@ const char* const kQuants[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5
 
 struct Engine {
     using Model = gpt_cuda::Model;
-    using Session = gpt_cuda::Session;
     using Batch = gpt_cuda::Batch;
 
     static const eh_plugin_info& info() {
@@ -28,8 +26,7 @@ struct Engine {
         ehp::copy_fixed(out.architecture, m.cfg.arch_name);
         out.context_length = uint32_t(m.cfg.n_ctx_train);
         out.vocab_size = uint32_t(m.cfg.n_vocab);
-        // K and V in the batched step's FP16 pool (the host serves through
-        // it; a session's cache is FP32 unless the plan's kv_f16).
+        // K and V in the batched step's FP16 pool
         out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * 2;
     }
 };

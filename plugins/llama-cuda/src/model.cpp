@@ -14,8 +14,8 @@
 namespace llama_cuda {
 namespace {
 
-// Headroom checked on top of the weights at load: a first session's
-// activations and KV cache of a modest context.
+// Headroom checked on top of the weights at load: the batched step's
+// activations and a KV pool of a modest context.
 constexpr size_t kLoadHeadroom = size_t(64) << 20;
 
 // With FP16 mirrors, batched steps of this many tokens or more take cuBLAS
@@ -132,8 +132,8 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
     std::vector<ehcuda::MatrixKind> mats;
     for (const Layer& L : m.layers) {
         mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
-        const bool chunks = p.attn_chunks && ehcuda::attention_head_dim_fast(c.head_dim) &&
-                            ehcuda::gemv_takes_chunks(L.attn_out.type);
+        // (as the batched step's decode: the fused attention leaves chunks)
+        const bool chunks = ehcuda::attention_head_dim_fast(c.head_dim) && ehcuda::gemv_takes_chunks(L.attn_out.type);
         ehcuda::MatSeg out;
         out.w = L.attn_out;
         mats.push_back({"attn_output", ehcuda::gemv_shape(&out, 1), chunks, ""});

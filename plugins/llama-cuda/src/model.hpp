@@ -38,7 +38,7 @@ struct Model {
     int runtime_version = 0;
     std::string quant_kind;
 
-    ehcuda::MemoryLedger ledger;  // every device byte of the model and its sessions
+    ehcuda::MemoryLedger ledger;  // every device byte of the model and its KV pool
     ehcuda::DeviceArena arena;    // weights
     ehcuda::WeightRef tok_embd;
     const float* output_norm = nullptr;

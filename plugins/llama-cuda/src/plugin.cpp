@@ -4,7 +4,6 @@
 
 #include "batch.hpp"
 #include "model.hpp"
-#include "session.hpp"
 
 namespace {
 
@@ -15,7 +14,6 @@ const char* const kQuants[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5
 
 struct Engine {
     using Model = llama_cuda::Model;
-    using Session = llama_cuda::Session;
     using Batch = llama_cuda::Batch;
 
     static const eh_plugin_info& info() {

@@ -23,10 +23,8 @@ void layernorm(const float* x, int ldx, const float* w, const float* b, float* o
 // x[t*ld + i] = gelu_tanh(x[t*ld + i]) for i < n.
 void gelu_tanh_inplace(float* x, int ld, int n, int ntok, cudaStream_t stream);
 
-// h[t] += row (*d_pos0 + t) of the table (GPT-2 learned positions).
-void add_position_rows(const WeightRef& table, const int32_t* d_pos0, int ntok, float* h,
-                       cudaStream_t stream);
-// h[t] += row d_pos[t] of the table (a batched step's tokens).
+// h[t] += row d_pos[t] of the table (GPT-2's learned positions of a
+// batched step's tokens).
 void add_position_rows_at(const WeightRef& table, const int32_t* d_pos, int ntok, float* h, cudaStream_t stream);
 
 // Rotates Q in place (pairs (i, i + n_rot/2) when neox, else (2i, 2i+1))

@@ -4,9 +4,8 @@
 // without a GPU.
 //
 // Who holds it: the plugin's Model owns its KernelPlan. Every ABI call that
-// runs kernels for that model (plugin_glue.hpp: session_create, each session
-// call, kv_init and the batched calls) installs it on the calling thread
-// with a PlanScope; the launchers read plan(), the installed plan, or the
+// runs kernels for that model (plugin_glue.hpp: kv_init and the batched
+// calls) installs it on the calling thread with a PlanScope; the launchers read plan(), the installed plan, or the
 // defaults where none is (the kernel unit tests, which install their own to
 // try other variants).
 //
@@ -86,17 +85,11 @@ struct KernelPlan {
     int pair_rows = 0;   // rows of gate and of up per warp, 2 or 4; 0: by occupancy
     int pair_slots = 2;  // slices in flight per warp in the bulk form; 0: register form
     // ---- decode attention (attention_decode.cu, attention_sink.cu)
-    int attn_splits = 0;       // split-K width per session; 0: from the context length
-    bool attn_chunks = true;   // the attention also writes its output as the projection's integer chunks
     int attn_keys = 8;         // keys per warp round of the fused decode kernel (8, or 4 where 8 do not fit)
     int attn_min_chunk = 64;   // the fewest keys a split of the fused decode kernel takes
     int attn_early = 2;        // cache reads before the PDL wait: 0 none, 1 first key group, 2 also an L2 request
     bool attn_pipe = true;     // a warp's next key group loaded before the current one is scored
     int sink_min_chunk = 128;  // the fewest keys a split of the sink attention takes
-    // Sessions of grouped-query models: decode steps attending at least this
-    // many keys take attention_decode_group (one read of each key per KV
-    // head, tensor cores) after a separate RoPE + store; -1: never
-    int attn_group_min_keys = 2048;
     // ---- MoE (gpt-oss)
     bool moe_fused_route = true;  // decode: routing inside the gate|up kernel
     // decode, a router of F32 rows: its own kernel (moe_router_decode, one
@@ -121,21 +114,16 @@ struct KernelPlan {
     // clients through the server: 4,027 - 4,076 tok/s against 4,012 - 4,035;
     // pp512 the same)
     bool moe_deep_pipeline = true;
-    // gpt-cuda sessions: FP16 KV cache instead of FP32 (half the memory and
-    // attention reads; FP16 K/V flip near-tied MoE routing, see its session.cpp)
-    bool kv_f16 = false;
     // gpt-cuda batched steps: the most tokens that run one single-token
     // GEMV per token, and the most whose experts run grouped; -1: the
     // plugin's own (batch.cpp)
     int batch_gemv_per_token = -1;
     int batch_moe_grouped_max = -1;
-    // ---- launches and sessions
+    // ---- launches
     bool pdl = true;          // programmatic dependent launch (only where the device has it)
-    bool pipeline = true;     // a session's next decode step runs ahead
-    bool profile_decode = false;  // decode steps eager, timed per kernel group
     // ---- prefill through cuBLAS (prefill_workspace.cpp)
     int prefill_min_tokens = 16;  // 0: never
-    int prefill_slab_mb = 0;      // 0: the session's default
+    int prefill_slab_mb = 0;      // 0: the workspace's default
     int prefill_dense_slab_mb = 0;
 
     bool operator==(const KernelPlan&) const = default;
@@ -216,8 +204,8 @@ RegisterLaunch plan_register(const KernelPlan& p, int ntok, const GemvShape& g);
 // its parameters, e.g. "gemv_bulk_kernel Q4_K 4864x896: 2 rows/tile, 8
 // warps/block, 152 blocks, int16 input".
 std::string describe_gemv(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, bool chunk_input = false);
-// The plan's model-wide line: input form, PDL, pipeline, FFN pair and the
-// decode attention's parameters.
+// The plan's model-wide line: input form, PDL, FFN pair and the decode
+// attention's parameters.
 std::string describe_plan(const KernelPlan& p, const DeviceTraits& dev);
 
 // One weight matrix of a model as the load's log names it: its kind

@@ -3,6 +3,9 @@
 // library; the probe is the same CUDA capability check for every engine.
 // Every entry point that runs kernels for a model installs that model's
 // KernelPlan on the calling thread (PlanScope) for the call's duration.
+// The batched step is the plugin's one forward path: the table exports the
+// batched group and leaves every session_* member NULL (ABI 1.4), so the
+// host runs a single sequence (chat, bench, /execute) as one eh_seq.
 //
 // A plugin supplies an Engine policy and exports the table:
 //
@@ -10,17 +13,12 @@
 //       using Model = my::Model;       // has device, weight_ptrs, ledger, quant_kind,
 //                                      // device_name, compute_capability, runtime_version,
 //                                      // plan (its KernelPlan, chosen at load)
-//       using Session = my::Session;   // Session(Model&, const eh_session_params&),
-//                                      // last_error, set_sampling, prefill, sample,
-//                                      // decode, reset, n_past, logits, n_vocab
+//       using Batch = my::Batch;       // Batch(Model&, const eh_kv_params&), a BatchBase
 //       static const eh_plugin_info& info();
 //       static std::unique_ptr<Model> load(const eh_load_params&);
 //       // architecture, context_length, vocab_size, kv_bytes_per_token
 //       // (the rest is common)
 //       static void fill_info(const Model&, eh_model_info&);
-//       // Optional: ABI 1.2's batched calls (batch.hpp); without it the
-//       // table leaves them NULL and the host runs sessions one at a time.
-//       using Batch = my::Batch;  // Batch(Model&, const eh_kv_params&), a BatchBase
 //   };
 //   EHCUDA_EXPORT_PLUGIN(Engine)
 #pragma once
@@ -29,6 +27,7 @@
 
 #include <memory>
 #include <string>
+#include <type_traits>
 
 #include <engine_host/plugin_abi.hpp>
 
@@ -98,23 +97,11 @@ inline eh_status probe_cuda_device(int32_t device, uint32_t min_cc, eh_probe_res
     });
 }
 
-template <class E>
-concept BatchedEngine = requires { typename E::Batch; };
-
-template <class E>
-struct BatchOf {
-    using type = BatchBase;
-};
-template <BatchedEngine E>
-struct BatchOf<E> {
-    using type = typename E::Batch;
-};
-
 template <class Engine>
 struct PluginGlue {
     using Model = typename Engine::Model;
-    using Session = typename Engine::Session;
-    using Batch = typename BatchOf<Engine>::type;
+    using Batch = typename Engine::Batch;
+    static_assert(std::is_base_of_v<BatchBase, Batch>, "Engine::Batch must derive from ehcuda::BatchBase");
 
     // The opaque ABI handles point at these. The batch goes before the
     // model it runs.
@@ -122,9 +109,7 @@ struct PluginGlue {
         std::unique_ptr<Model> m;
         std::unique_ptr<Batch> batch;  // from kv_init on
     };
-    struct SessionBox { std::unique_ptr<Session> s; };
     static ModelBox* M(const eh_model* p) { return reinterpret_cast<ModelBox*>(const_cast<eh_model*>(p)); }
-    static SessionBox* S(const eh_session* p) { return reinterpret_cast<SessionBox*>(const_cast<eh_session*>(p)); }
 
     // Messages for calls on a model: per thread, valid until that thread's
     // next call (a model is used from several threads at once).
@@ -183,61 +168,7 @@ struct PluginGlue {
         delete M(model);
     }
 
-    static eh_status session_create(eh_model* model, const eh_session_params* params, eh_session** out) {
-        if (out) *out = nullptr;
-        return ehp::guard(model_error(), [&] {
-            if (!model || !params || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "NULL argument");
-            PlanScope plan(M(model)->m->plan);
-            auto s = std::make_unique<Session>(*M(model)->m, *params);
-            *out = reinterpret_cast<eh_session*>(new SessionBox{std::move(s)});
-        });
-    }
-
-    // Runs `body` on the session, with the session's own last-error.
-    template <class Body>
-    static eh_status on(eh_session* s, Body&& body) {
-        if (!s) return EH_INVALID_ARGUMENT;
-        Session& sess = *S(s)->s;
-        PlanScope plan(sess.kernel_plan());
-        return ehp::guard(sess.last_error, [&] { body(sess); });
-    }
-
-    static eh_status session_set_sampling(eh_session* s, const eh_sampling_params* p) {
-        return on(s, [&](Session& x) {
-            if (!p) throw ehp::Error(EH_INVALID_ARGUMENT, "sampling params NULL");
-            x.set_sampling(*p);
-        });
-    }
-    static eh_status session_prefill(eh_session* s, const int32_t* tokens, uint32_t n) {
-        return on(s, [&](Session& x) { x.prefill(tokens, n); });
-    }
-    static eh_status session_sample(eh_session* s, int32_t* out) {
-        return on(s, [&](Session& x) {
-            if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "out_token NULL");
-            *out = x.sample();
-        });
-    }
-    static eh_status session_decode(eh_session* s, int32_t token, int32_t* out) {
-        return on(s, [&](Session& x) {
-            if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "out_token NULL");
-            *out = x.decode(token);
-        });
-    }
-    static eh_status session_reset(eh_session* s) {
-        return on(s, [&](Session& x) { x.reset(); });
-    }
-    static uint32_t session_n_past(const eh_session* s) { return s ? S(s)->s->n_past() : 0; }
-    static eh_status session_logits(eh_session* s, const float** logits, uint32_t* n_vocab) {
-        return on(s, [&](Session& x) {
-            if (!logits || !n_vocab) throw ehp::Error(EH_INVALID_ARGUMENT, "NULL argument");
-            *logits = x.logits();
-            *n_vocab = uint32_t(x.n_vocab());
-        });
-    }
-    static const char* session_last_error(const eh_session* s) { return s ? S(s)->s->last_error.c_str() : ""; }
-    static void session_release(eh_session* s) { delete S(s); }
-
-    // ---- 1.2: KV blocks, sequences, step. Messages go to the model's slot.
+    // ---- KV blocks, sequences, step. Messages go to the model's slot.
     static CudaSeq* Q(eh_seq* s) { return static_cast<CudaSeq*>(s); }
 
     template <class Body>
@@ -344,27 +275,16 @@ struct PluginGlue {
     }
 
     static const eh_plugin_api* api() {
-        if constexpr (BatchedEngine<Engine>) {
-            static const eh_plugin_api table = {
-                sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
-                info, plugin_last_error, probe,
-                model_load, model_get_info, model_check_residency, model_last_error, model_release,
-                session_create, session_set_sampling, session_prefill, session_sample, session_decode,
-                session_reset, session_n_past, session_logits, session_last_error, session_release,
-                kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
-                seq_release, step, step_begin, step_end,
-            };
-            return &table;
-        } else {
-            static const eh_plugin_api table = {
-                sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
-                info, plugin_last_error, probe,
-                model_load, model_get_info, model_check_residency, model_last_error, model_release,
-                session_create, session_set_sampling, session_prefill, session_sample, session_decode,
-                session_reset, session_n_past, session_logits, session_last_error, session_release,
-            };
-            return &table;
-        }
+        static const eh_plugin_api table = {
+            sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
+            info, plugin_last_error, probe,
+            model_load, model_get_info, model_check_residency, model_last_error, model_release,
+            // the session calls: none (the step is the forward path)
+            nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
+            kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
+            seq_release, step, step_begin, step_end,
+        };
+        return &table;
     }
 };
 
