@@ -17,6 +17,7 @@
 #include "auth.hpp"
 #include "crash_notice.hpp"
 #include "impl.hpp"
+#include "pooled_api.hpp"
 #include "request_guard.hpp"
 #include "responses_api.hpp"
 
@@ -27,7 +28,8 @@ const std::set<std::string> kRoutes = {"/health", "/health/live", "/health/ready
                                        "/detokenize", "/shutdown", "/v1/models", "/v1/completions",
                                        "/v1/chat/completions", "/v1/capabilities", "/v1/messages",
                                        "/v1/messages/count_tokens", "/v1/responses", "/v1/models/load",
-                                       "/v1/models/unload", "/models/load", "/models/unload"};
+                                       "/v1/models/unload", "/models/load", "/models/unload", "/v1/embeddings",
+                                       "/v1/rerank", "/rerank"};
 
 // Why `host`:`port` cannot be listened on, in words: httplib only says that
 // it failed, so the bind is tried once more here (with the listener's
@@ -93,6 +95,7 @@ Server::Server(ServerOptions options, std::shared_ptr<service::Metrics> metrics)
     impl_->install_lifecycle();
     impl_->install_models();
     install_responses(*impl_);
+    install_pooled(*impl_);
 }
 
 Server::~Server() { stop(); }
