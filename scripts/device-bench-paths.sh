@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
 # On the GPU machine: `engine-host bench` through the served path (the
-# batched step, the default) beside the session path (--path session) and
-# beside llama-bench, in one call, for each profile: pp512 and tg128 (the
-# peers' commands), and the step path with 64 sequences decoding together.
+# batched step) beside llama-bench, in one call, for each profile: pp512 and
+# tg128 (the peers' commands), and 64 sequences decoding together. The CUDA
+# plugins have no session path; SESSION=1 also runs `--path session` (a
+# plugin that keeps one, e.g. cpu-reference).
 #
 #   scripts/device-bench-paths.sh BUILD_DIR "PROFILE:PLUGIN ..."
 # (after device-unpack.sh; llama.cpp unpacked in /tmp/lc; MODELS_DIR, default
-# /dev/shm/eh; OUT for the JSON)
+# /dev/shm/eh; OUT for the JSON; LONG=N adds one N-token prompt, SESSION=1
+# the session path)
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 eh="$build/bin/engine-host"
@@ -33,12 +35,15 @@ try:
 except Exception as e:
     print("0 0")' "$out/$profile.llama.json")
   "$eh" bench --plugins "$build/plugins" --plugin "$plugin" --model "$model" -p 512 -n 128 -r 3 --json > "$out/$profile.step.json" 2> "$out/$profile.step.err"
-  "$eh" bench --plugins "$build/plugins" --plugin "$plugin" --model "$model" -p 512 -n 128 -r 3 --path session --json > "$out/$profile.session.json" 2> "$out/$profile.session.err"
+  [ "${SESSION:-0}" = 1 ] && "$eh" bench --plugins "$build/plugins" --plugin "$plugin" --model "$model" -p 512 -n 128 -r 3 --path session --json > "$out/$profile.session.json" 2> "$out/$profile.session.err"
   "$eh" bench --plugins "$build/plugins" --plugin "$plugin" --model "$model" -p 512 -n 128 -r 2 --batch 64 --json > "$out/$profile.b64.json" 2> "$out/$profile.b64.err"
+  # LONG=N: also one N-token prompt through the step path (the server's chunks).
+  [ -n "${LONG:-}" ] && "$eh" bench --plugins "$build/plugins" --plugin "$plugin" --model "$model" -p "$LONG" -n 32 -r 1 --json > "$out/$profile.long.json" 2> "$out/$profile.long.err"
   read -r lc_pp lc_tg <<< "$lc"
   echo "$profile ($plugin): llama.cpp pp512 $lc_pp tg128 $lc_tg |" \
        "step pp512 $(rate "$out/$profile.step.json" prefill_tokens_per_s) tg128 $(rate "$out/$profile.step.json" decode_tokens_per_s) |" \
-       "session pp512 $(rate "$out/$profile.session.json" prefill_tokens_per_s) tg128 $(rate "$out/$profile.session.json" decode_tokens_per_s) |" \
-       "step x64 pp $(rate "$out/$profile.b64.json" prefill_tokens_per_s) tg $(rate "$out/$profile.b64.json" decode_tokens_per_s)"
+       "$([ "${SESSION:-0}" = 1 ] && echo "session pp512 $(rate "$out/$profile.session.json" prefill_tokens_per_s) tg128 $(rate "$out/$profile.session.json" decode_tokens_per_s) |")" \
+       "step x64 pp $(rate "$out/$profile.b64.json" prefill_tokens_per_s) tg $(rate "$out/$profile.b64.json" decode_tokens_per_s)" \
+       "$([ -n "${LONG:-}" ] && echo "| p$LONG $(rate "$out/$profile.long.json" prefill_tokens_per_s)")"
   rm -f "$model"  # /dev/shm is memory
 done
