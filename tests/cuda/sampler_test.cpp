@@ -1,4 +1,5 @@
-// The device sampler: each pipeline stage, and reproducibility.
+// The device sampler as a batched step runs it (adjust_logits, then
+// sample_rows): each pipeline stage, and reproducibility.
 #include <cmath>
 #include <map>
 #include <random>
@@ -10,26 +11,39 @@
 namespace ehtest {
 namespace {
 
+// One row: a repetition penalty first over the distinct tokens given
+// (adjust_logits, once, as the step applies it), then every draw through
+// sample_rows with the row's own counter.
 class Sampler {
 public:
-    Sampler(const std::vector<float>& logits, const std::vector<int32_t>& hist)
-        : n_(int(logits.size())), logits_(to_device(logits)), hist_(to_device(hist.empty() ? std::vector<int32_t>{0} : hist)),
-          nh_(to_device(std::vector<int32_t>{int32_t(hist.size())})), params_(sizeof(ehcuda::SamplerParams)),
+    explicit Sampler(const std::vector<float>& logits, const std::vector<int32_t>& repeated = {},
+                     float penalty = 1.0f)
+        : n_(int(logits.size())), logits_(to_device(logits)), params_(sizeof(ehcuda::SamplerParams)),
           counter_(8), fw_(logits.size() * 4), iw_(logits.size() * 4), out_(4) {
         cudaMemset(counter_.get(), 0, 8);
+        if (repeated.empty()) return;
+        ehcuda::RowEdits e;
+        e.rep_end = int32_t(repeated.size());
+        e.repetition_penalty = penalty;
+        const auto rows = to_device(std::vector<ehcuda::RowEdits>{e});
+        const auto tok = to_device(repeated);
+        const auto val = to_device(std::vector<float>(repeated.size(), 0.0f));
+        ehcuda::adjust_logits(logits_.as<float>(), n_, 1, n_, rows.as<ehcuda::RowEdits>(), tok.as<int32_t>(),
+                              val.as<float>(), nullptr);
+        cudaDeviceSynchronize();
     }
     void set(const ehcuda::SamplerParams& p) { cudaMemcpy(params_.get(), &p, sizeof p, cudaMemcpyHostToDevice); }
     int draw() {
-        ehcuda::sample_tokens(logits_.as<float>(), n_, hist_.as<int32_t>(), nh_.as<int32_t>(),
-                              params_.as<ehcuda::SamplerParams>(), counter_.as<unsigned long long>(),
-                              {fw_.as<float>(), iw_.as<int32_t>()}, out_.as<int32_t>(), nullptr);
+        ehcuda::sample_rows(logits_.as<float>(), n_, 1, n_, params_.as<ehcuda::SamplerParams>(),
+                            counter_.as<unsigned long long>(), {fw_.as<float>(), iw_.as<int32_t>()},
+                            out_.as<int32_t>(), nullptr);
         return to_host<int32_t>(out_, 1)[0];
     }
     unsigned long long counter() { return to_host<unsigned long long>(counter_, 1)[0]; }
 
 private:
     int n_;
-    ehcuda::DeviceBuffer logits_, hist_, nh_, params_, counter_, fw_, iw_, out_;
+    ehcuda::DeviceBuffer logits_, params_, counter_, fw_, iw_, out_;
 };
 
 std::vector<float> random_logits(int n, uint32_t seed) {
@@ -45,7 +59,7 @@ TEST(DeviceSampler, GreedyIsArgmaxLowestIndexOnTies) {
     auto l = random_logits(151936, 1);
     l[100] = 50.0f;
     l[90000] = 50.0f;
-    Sampler s(l, {});
+    Sampler s(l);
     s.set({});
     EXPECT_EQ(s.draw(), 100);
 }
@@ -70,16 +84,16 @@ TEST(DeviceSampler, GreedyOverSlicesMatchesHostArgmax) {
         if (c == 2) { for (int i = 0; i < V; i += 7) l[static_cast<size_t>(i)] = NAN; l[8] = 30.0f; }
         if (c == 3) { for (auto& x : l) x = -INFINITY; l[123456] = -1e30f; }
         if (c == 4) { for (int i = 0; i < 2000; ++i) l[static_cast<size_t>(i)] = NAN; }  // a whole slice of NaN
-        Sampler s(l, {});
+        Sampler s(l);
         s.set({});
         EXPECT_EQ(s.draw(), host_argmax(l)) << "case " << c;
-        // Greedy with a penalty, then plain greedy again, share the work buffers.
-        ehcuda::SamplerParams pen;
-        pen.repetition_penalty = 1.3f;
-        s.set(pen);
+        // A seeded draw, then plain greedy again, share the work buffers.
+        ehcuda::SamplerParams hot;
+        hot.temperature = 1.0f;
+        s.set(hot);
         (void)s.draw();
         s.set({});
-        EXPECT_EQ(s.draw(), host_argmax(l)) << "case " << c << " after a penalised draw";
+        EXPECT_EQ(s.draw(), host_argmax(l)) << "case " << c << " after a seeded draw";
     }
 }
 
@@ -91,23 +105,22 @@ TEST(DeviceSampler, SeededDrawsRepeatExactly) {
     p.top_k = 40;
     p.top_p = 0.95f;
     p.min_p = 0.02f;
-    p.repetition_penalty = 1.1f;
     p.seed = 42;
     std::vector<int> a, b, c;
     {
-        Sampler s(l, {1, 2, 3, 2});
+        Sampler s(l, {1, 2, 3}, 1.1f);
         s.set(p);
         for (int i = 0; i < 64; ++i) a.push_back(s.draw());
         EXPECT_EQ(s.counter(), 64u);
     }
     {
-        Sampler s(l, {1, 2, 3, 2});
+        Sampler s(l, {1, 2, 3}, 1.1f);
         s.set(p);
         for (int i = 0; i < 64; ++i) b.push_back(s.draw());
     }
     {
         p.seed = 43;
-        Sampler s(l, {1, 2, 3, 2});
+        Sampler s(l, {1, 2, 3}, 1.1f);
         s.set(p);
         for (int i = 0; i < 64; ++i) c.push_back(s.draw());
     }
@@ -122,7 +135,7 @@ TEST(DeviceSampler, TopKKeepsOnlyTheKBestAndFollowsSoftmax) {
     l[500] = 1.0f;
     l[999] = 0.0f;
     l[7] = -1.0f;
-    Sampler s(l, {});
+    Sampler s(l);
     ehcuda::SamplerParams p;
     p.temperature = 1.0f;
     p.top_k = 3;
@@ -148,7 +161,7 @@ TEST(DeviceSampler, TopPAndMinPCut) {
     l[3] = std::log(0.5f);
     l[4000] = std::log(0.3f);
     l[17] = std::log(0.2f);
-    Sampler s(l, {});
+    Sampler s(l);
     ehcuda::SamplerParams p;
     p.temperature = 1.0f;
     p.top_p = 0.7f;  // needs 0.5 + 0.3
@@ -167,31 +180,39 @@ TEST(DeviceSampler, TopPAndMinPCut) {
     EXPECT_FALSE(count.count(17));
 }
 
-TEST(DeviceSampler, RepetitionPenaltyRespectsWindow) {
+// The repetition penalty divides a positive logit and multiplies a
+// negative one, once per listed token (the step lists the distinct tokens
+// of the sequence's window).
+TEST(DeviceSampler, RepetitionPenaltyOncePerListedToken) {
     REQUIRE_GPU();
     std::vector<float> l(100, 0.0f);
     l[5] = 3.0f;
     l[6] = 2.0f;
     l[7] = -1.0f;
-    ehcuda::SamplerParams p;
-    p.repetition_penalty = 2.0f;  // 3 -> 1.5 < 2
     {
-        Sampler s(l, {5, 1, 1, 1});
-        s.set(p);
+        Sampler s(l, {5, 1}, 2.0f);  // 3 -> 1.5 < 2
+        s.set({});
         EXPECT_EQ(s.draw(), 6);
-        p.repetition_window = 3;  // 5 is outside the last 3 tokens
-        s.set(p);
+    }
+    {
+        Sampler s(l, {1}, 2.0f);  // 5 is not listed (outside the window)
+        s.set({});
         EXPECT_EQ(s.draw(), 5);
     }
     {
-        // Repeated tokens are penalised once, not once per occurrence.
+        // Once, not once per occurrence: 1.5 > 1.4; twice would be 0.75.
         std::vector<float> l2(100, -10.0f);
         l2[5] = 3.0f;
-        l2[6] = 1.4f;  // once: 1.5 > 1.4; three times would be 0.375
-        Sampler s(l2, {5, 5, 5});
-        p.repetition_window = -1;
-        s.set(p);
+        l2[6] = 1.4f;
+        Sampler s(l2, {5}, 2.0f);
+        s.set({});
         EXPECT_EQ(s.draw(), 5);
+        // A negative logit is multiplied: -1 -> -2, below the others' -1.5.
+        std::vector<float> l3(100, -1.5f);
+        l3[7] = -1.0f;
+        Sampler n(l3, {7}, 2.0f);
+        n.set({});
+        EXPECT_NE(n.draw(), 7);
     }
 }
 

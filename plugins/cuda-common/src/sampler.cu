@@ -65,12 +65,6 @@ __device__ __forceinline__ const uint32_t* row_mask(const RowEdits* rows, const 
     return w >= 0 ? masks + w : nullptr;
 }
 
-// Greedy: largest value, lowest index on ties (0 for an empty or all-NaN v).
-__device__ int block_argmax(const float* v, int n, float* shm_v, int* shm_i) {
-    const int r = block_argmax_allowed(v, n, 0, nullptr, shm_v, shm_i);
-    return r == INT_MAX ? 0 : r;
-}
-
 // Plain greedy over a large vocabulary: one block walking 152k logits took
 // ~55 us per token (Qwen2.5 on an H100), so kArgmaxBlocks blocks each find
 // the best of one contiguous slice first (value, lowest index), into the
@@ -80,9 +74,8 @@ constexpr int kArgmaxBlocks = 128;
 constexpr int kArgmaxThreads = 256;
 constexpr int kArgmaxMinVocab = 8192;
 
-__device__ __forceinline__ bool plain_greedy(const SamplerParams& P) {
-    return !(P.temperature > 0.0f) && P.repetition_penalty == 1.0f;
-}
+// (the penalties come before, in adjust_logits: greedy is temperature 0)
+__device__ __forceinline__ bool plain_greedy(const SamplerParams& P) { return !(P.temperature > 0.0f); }
 
 __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const float* logits, int V,
                                                                       const SamplerParams* pp, float* pv,
@@ -113,15 +106,14 @@ __global__ void __launch_bounds__(kArgmaxThreads) argmax_partial_kernel(const fl
     }
 }
 
-__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int V, const int32_t* hist,
-                                                        const int32_t* d_n_hist, const SamplerParams* pp,
+__global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, int V, const SamplerParams* pp,
                                                         unsigned long long* counter, float* w, int32_t* first,
-                                                        int32_t* out, int partials, StepState* next, int ld,
-                                                        int work_ld, const RowEdits* rows, const uint32_t* masks) {
+                                                        int32_t* out, int partials, int ld, int work_ld,
+                                                        const RowEdits* rows, const uint32_t* masks) {
     pdl_entry();
     pdl_release();
     // Row blockIdx.x of a batch: its logits, params, draw counter, work and
-    // result (hist, d_n_hist and next serve a single row).
+    // result.
     logits += size_t(blockIdx.x) * ld;
     pp += blockIdx.x;
     counter += blockIdx.x;
@@ -129,17 +121,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     first += size_t(blockIdx.x) * work_ld;
     out += blockIdx.x;
     const uint32_t* mask = row_mask(rows, masks, blockIdx.x);  // applied as the logits are read
-    // Thread 0 alone writes the result; the step's other fields are read
-    // (n_hist) before a barrier that precedes every write.
-    auto finish = [&](int pick) {
-        *out = pick;
-        if (next) {
-            next->pos0 += 1;
-            next->n_hist += 1;
-            next->token = pick;
-        }
-    };
-    if (next && threadIdx.x == 0) next->counter_before = *counter;
+    // Thread 0 alone writes the result.
+    auto finish = [&](int pick) { *out = pick; };
     __shared__ float red[32];
     __shared__ float shm_v[kThreads];
     __shared__ int shm_i[kThreads];
@@ -150,12 +133,8 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     const int tid = threadIdx.x;
     const SamplerParams P = *pp;
 
-    // 1. Repetition penalty, once per distinct token of the window. The
-    //    first occurrence is found with atomicMin, whose result does not
-    //    depend on the order threads run in.
-    const bool penalise = P.repetition_penalty != 1.0f;
-    if (!(P.temperature > 0.0f) && !penalise) {
-        // Plain greedy: no working copy needed.
+    // 1. Greedy (temperature 0): no working copy needed.
+    if (plain_greedy(P)) {
         if (partials) {
             // Best of the slices' winners: larger value, then lower index.
             float best = -INFINITY;
@@ -186,37 +165,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
         if (tid == 0) finish(idx == INT_MAX ? 0 : idx);
         return;
     }
-    for (int i = tid; i < V; i += blockDim.x) {
-        w[i] = allowed(mask, i) ? logits[i] : -INFINITY;
-        if (penalise) first[i] = INT_MAX;
-    }
+    for (int i = tid; i < V; i += blockDim.x) w[i] = allowed(mask, i) ? logits[i] : -INFINITY;
     __syncthreads();
-    if (penalise) {
-        const int n = *d_n_hist;
-        const int start = P.repetition_window < 0 ? 0 : max(0, n - P.repetition_window);
-        for (int j = start + tid; j < n; j += blockDim.x) {
-            int tok = hist[j];
-            if (tok >= 0 && tok < V) atomicMin(&first[tok], j);
-        }
-        __syncthreads();
-        for (int j = start + tid; j < n; j += blockDim.x) {
-            int tok = hist[j];
-            if (tok >= 0 && tok < V && first[tok] == j) {
-                float v = w[tok];
-                w[tok] = v > 0.0f ? v / P.repetition_penalty : v * P.repetition_penalty;
-            }
-        }
-        __syncthreads();
-    }
 
-    // 2. Greedy.
-    if (!(P.temperature > 0.0f)) {
-        int idx = block_argmax(w, V, shm_v, shm_i);
-        if (tid == 0) finish(idx);
-        return;
-    }
-
-    // 3. Temperature.
+    // 2. Temperature.
     const float inv_t = 1.0f / P.temperature;
     float mx = -INFINITY;
     for (int i = tid; i < V; i += blockDim.x) {
@@ -226,7 +178,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     __syncthreads();
     mx = detail::block_max(mx, red);
 
-    // 4. Top-k: radix-select the key of the k-th largest logit (8 bits a
+    // 3. Top-k: radix-select the key of the k-th largest logit (8 bits a
     //    pass); everything at or above it stays (ties are all kept).
     float thr = -INFINITY;
     if (P.top_k > 0 && P.top_k < V) {
@@ -259,7 +211,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
         thr = key_to_float(sh_prefix);
     }
 
-    // 5. Unnormalised probabilities (the max has p = 1).
+    // 4. Unnormalised probabilities (the max has p = 1).
     float z = 0.0f;
     for (int i = tid; i < V; i += blockDim.x) {
         float p = w[i] >= thr ? __expf(w[i] - mx) : 0.0f;
@@ -269,7 +221,7 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
     __syncthreads();
     z = detail::block_sum(z, red);
 
-    // 6. Top-p: the largest cut t with sum{p >= t} >= top_p * Z, found by
+    // 5. Top-p: the largest cut t with sum{p >= t} >= top_p * Z, found by
     //    bisection on the bit pattern of t (positive floats order as ints).
     float cut = 0.0f;
     if (P.top_p < 1.0f && P.top_p > 0.0f) {
@@ -285,10 +237,10 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
         }
         cut = __uint_as_float(lo);
     }
-    // 7. Min-p relative to the most likely token (p_max = 1).
+    // 6. Min-p relative to the most likely token (p_max = 1).
     if (P.min_p > 0.0f) cut = fmaxf(cut, P.min_p);
 
-    // 8. Inverse-CDF draw over contiguous per-thread ranges in index order.
+    // 7. Inverse-CDF draw over contiguous per-thread ranges in index order.
     const int per = (V + blockDim.x - 1) / blockDim.x;
     const int b0 = min(V, tid * per), b1 = min(V, b0 + per);
     float local = 0.0f;
@@ -339,21 +291,6 @@ __global__ void __launch_bounds__(kThreads) sample_kernel(const float* logits, i
 
 }  // namespace
 
-void sample_tokens(const float* logits, int n_vocab, const int32_t* history, const int32_t* d_n_hist,
-                   const SamplerParams* d_params, unsigned long long* d_counter, SamplerWork work,
-                   int32_t* d_out_token, cudaStream_t stream, StepState* next) {
-    if (n_vocab <= 0) throw ehp::Error(EH_INTERNAL, "sampler: empty vocabulary");
-    const int partials = n_vocab >= kArgmaxMinVocab ? kArgmaxBlocks : 0;
-    const RowEdits* no_rows = nullptr;
-    const uint32_t* no_masks = nullptr;
-    if (partials)
-        launch("argmax_partial_kernel", argmax_partial_kernel, partials, kArgmaxThreads, 0, stream, logits, n_vocab,
-               d_params, work.fwork, work.iwork, n_vocab, n_vocab, no_rows, no_masks);
-    launch("sample_kernel", sample_kernel, 1, kThreads, 0, stream, logits, n_vocab, history, d_n_hist, d_params, d_counter,
-           work.fwork, work.iwork, d_out_token, partials, next, n_vocab, n_vocab, no_rows, no_masks);
-    EHC_LAUNCHED("sample_kernel");
-}
-
 void sample_rows(const float* logits, int ld, int n_rows, int n_vocab, const SamplerParams* d_params,
                  unsigned long long* d_counters, SamplerWork work, int32_t* d_out, cudaStream_t stream,
                  const RowEdits* d_rows, const uint32_t* d_masks) {
@@ -364,11 +301,8 @@ void sample_rows(const float* logits, int ld, int n_rows, int n_vocab, const Sam
     if (partials)
         launch("argmax_partial_kernel", argmax_partial_kernel, dim3(partials, n_rows), kArgmaxThreads, 0, stream, logits,
                n_vocab, d_params, work.fwork, work.iwork, ld, n_vocab, d_rows, d_masks);
-    const int32_t* no_hist = nullptr;
-    const int32_t* no_n_hist = nullptr;
-    StepState* no_next = nullptr;
-    launch("sample_kernel", sample_kernel, n_rows, kThreads, 0, stream, logits, n_vocab, no_hist, no_n_hist, d_params,
-           d_counters, work.fwork, work.iwork, d_out, partials, no_next, ld, n_vocab, d_rows, d_masks);
+    launch("sample_kernel", sample_kernel, n_rows, kThreads, 0, stream, logits, n_vocab, d_params, d_counters,
+           work.fwork, work.iwork, d_out, partials, ld, n_vocab, d_rows, d_masks);
     EHC_LAUNCHED("sample_kernel");
 }
 

@@ -130,7 +130,7 @@ struct PluginGlue {
             if (!params || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: NULL argument");
             if (params->struct_size < sizeof(eh_load_params))
                 throw ehp::Error(EH_INVALID_ARGUMENT, "eh_load_params too small");
-            *out = reinterpret_cast<eh_model*>(new ModelBox{Engine::load(*params)});
+            *out = reinterpret_cast<eh_model*>(new ModelBox{Engine::load(*params), nullptr});
         });
     }
 

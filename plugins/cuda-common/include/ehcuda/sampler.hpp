@@ -1,9 +1,11 @@
-// Sampling on the device. One block runs the whole pipeline over the vocab:
-// repetition penalty, temperature, top-k, top-p, min-p, then greedy argmax
-// (temperature 0) or an inverse-CDF draw with a Philox number keyed by
-// (seed, draw counter). Every reduction has a fixed order and there are no
-// float atomics, so the same logits, history and seed give the same token.
-// Only the chosen id (4 bytes) needs to cross to the host.
+// Sampling on the device, a batched step's rows at once. First the logit
+// edits (adjust_logits: biases, repetition penalty, presence/frequency),
+// then one block per row runs the rest of the pipeline over the vocab:
+// temperature, top-k, top-p, min-p, then greedy argmax (temperature 0) or
+// an inverse-CDF draw with a Philox number keyed by (seed, draw counter).
+// Every reduction has a fixed order and there are no float atomics, so the
+// same logits and seed give the same token. Only the chosen ids cross to
+// the host.
 #pragma once
 
 #include <cuda_runtime_api.h>
@@ -14,7 +16,9 @@
 
 namespace ehcuda {
 
-// Lives in device memory so a captured graph picks up new settings.
+// One row's settings, in device memory. The repetition fields are the
+// sequence's; the step applies them in adjust_logits and hands the sampler
+// 1.0.
 struct SamplerParams {
     float temperature = 0.0f;
     int32_t top_k = 0;
@@ -34,29 +38,6 @@ struct SamplerWork {
     float* fwork = nullptr;
     int32_t* iwork = nullptr;
 };
-
-// A decode step's inputs in device memory: the captured step reads them, so
-// one graph serves every position. The sampler can advance them to the next
-// step itself (position + 1, the drawn token), which lets the host enqueue
-// that step before it has read this one's token.
-struct StepState {
-    int32_t pos0 = 0;    // position of the step's (first) token
-    int32_t n_hist = 0;  // history length the sampler sees
-    int32_t token = 0;   // the token a decode step consumes
-    int32_t pad = 0;
-    // The draw counter as this step's sampler found it: where to put it
-    // back when the host drops a step it ran ahead.
-    unsigned long long counter_before = 0;
-};
-
-// history[0 .. *d_n_hist) are the context's token ids. *d_counter is the draw
-// counter; it is advanced by one per draw (on the device). next (optional):
-// the drawn token also becomes next->token, next->pos0 and next->n_hist
-// advance by one, and next->counter_before records *d_counter as found.
-void sample_tokens(const float* logits, int n_vocab, const int32_t* history,
-                   const int32_t* d_n_hist, const SamplerParams* d_params,
-                   unsigned long long* d_counter, SamplerWork work, int32_t* d_out_token,
-                   cudaStream_t stream, StepState* next = nullptr);
 
 // One row's edits for adjust_logits: ranges of the shared token / value
 // lists (bias: value added; repetition: distinct tokens of the window;
@@ -83,9 +64,10 @@ void adjust_logits(float* logits, int ld, int n_rows, int n_vocab, const RowEdit
 // A batched step's sampling: row r of logits (stride ld) is sampled with
 // d_params[r] and draw counter d_counters[r] into d_out[r], in one launch,
 // over the tokens its allowed-token bitset allows (d_rows[r].mask_word into
-// d_masks; d_rows or d_masks null: every token).
-// No repetition penalty here (the caller applies it, params must say 1.0);
-// work holds n_rows * n_vocab floats and ints.
+// d_masks; d_rows or d_masks null: every token). The draw counters
+// advance by one per draw (on the device). No repetition penalty here
+// (adjust_logits applies it; the params' is not read); work holds n_rows *
+// n_vocab floats and ints.
 void sample_rows(const float* logits, int ld, int n_rows, int n_vocab, const SamplerParams* d_params,
                  unsigned long long* d_counters, SamplerWork work, int32_t* d_out, cudaStream_t stream,
                  const RowEdits* d_rows = nullptr, const uint32_t* d_masks = nullptr);
