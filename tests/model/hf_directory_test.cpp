@@ -519,3 +519,75 @@ TEST(HfDescribe, Qwen2Tied) {
 }
 
 }  // namespace
+
+// Gemma 3: its four norms a layer, and the decoder of
+// Gemma3ForConditionalGeneration under either prefix transformers used.
+TEST(HfNames, Gemma3) {
+    using eh::model::hf_tensor_name_to_gguf;
+    EXPECT_EQ(eh::model::hf_model_type_to_arch("gemma3_text"), "gemma3");
+    EXPECT_EQ(eh::model::hf_model_type_to_arch("gemma3"), "gemma3");
+    const std::string g = "gemma3";
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.input_layernorm.weight"), "blk.4.attn_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.post_attention_layernorm.weight"),
+              "blk.4.post_attention_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.pre_feedforward_layernorm.weight"), "blk.4.ffn_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.post_feedforward_layernorm.weight"),
+              "blk.4.post_ffw_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.self_attn.q_norm.weight"), "blk.4.attn_q_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "language_model.model.layers.0.mlp.gate_proj.weight"), "blk.0.ffn_gate.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "language_model.model.embed_tokens.weight"), "token_embd.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "language_model.lm_head.weight"), "output.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.language_model.layers.1.pre_feedforward_layernorm.weight"),
+              "blk.1.ffn_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.language_model.norm.weight"), "output_norm.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.vision_tower.vision_model.post_layernorm.weight"),
+              "hf.model.vision_tower.vision_model.post_layernorm.weight");
+    // llama's post_attention_layernorm is still its ffn_norm
+    EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.4.post_attention_layernorm.weight"), "blk.4.ffn_norm.weight");
+}
+
+// Gemma 3 4B's text_config gives five keys; the rest are Gemma3TextConfig's
+// defaults, written under the keys llama.cpp's converter uses. The token ids
+// stay at the top of a Gemma3ForConditionalGeneration config.
+TEST(HfDirectory, Gemma3TextConfigDefaults) {
+    TempDir d("gemma3");
+    write_text(d.path / "config.json", R"({"model_type": "gemma3", "eos_token_id": [1, 106], "text_config": {
+        "model_type": "gemma3_text", "hidden_size": 2560, "intermediate_size": 10240, "num_hidden_layers": 34,
+        "rope_scaling": {"factor": 8.0, "rope_type": "linear"}, "sliding_window": 1024}})");
+    write_text(d.path / "tokenizer.json", "{}");
+    write_st(d.path / "model.safetensors", {{"language_model.model.norm.weight", "BF16", {2560}}});
+    auto f = ModelFile::open(d.path.string());
+    ehp::ModelView v(&f->view());
+    EXPECT_EQ(v.architecture(), "gemma3");
+    EXPECT_EQ(v.get_uint("gemma3.embedding_length"), 2560u);
+    EXPECT_EQ(v.get_uint("gemma3.block_count"), 34u);
+    EXPECT_EQ(v.get_uint("gemma3.attention.head_count"), 8u);
+    EXPECT_EQ(v.get_uint("gemma3.attention.head_count_kv"), 4u);
+    EXPECT_EQ(v.get_uint("gemma3.attention.key_length"), 256u);
+    EXPECT_EQ(v.get_uint("gemma3.rope.dimension_count"), 256u);
+    EXPECT_EQ(v.get_uint("gemma3.context_length"), 131072u);
+    EXPECT_EQ(v.get_uint("gemma3.attention.sliding_window"), 1024u);
+    EXPECT_FLOAT_EQ(static_cast<float>(*v.get_float("gemma3.attention.layer_norm_rms_epsilon")), 1e-6f);
+    EXPECT_FLOAT_EQ(static_cast<float>(*v.get_float("gemma3.attention.scale")), 1.0f / 16.0f);
+    EXPECT_FLOAT_EQ(static_cast<float>(*v.get_float("gemma3.rope.freq_base")), 1e6f);
+    EXPECT_EQ(v.get_string("gemma3.rope.scaling.type"), "linear");
+    EXPECT_FLOAT_EQ(static_cast<float>(*v.get_float("gemma3.rope.scaling.factor")), 8.0f);
+    EXPECT_EQ(v.get_uint("tokenizer.ggml.eos_token_id"), 1u);
+    EXPECT_NE(v.find_tensor("output_norm.weight"), nullptr);
+}
+
+TEST(HfDirectory, Gemma3RefusesAScaledSlidingRope) {
+    TempDir d("gemma3_rope");
+    write_text(d.path / "config.json", R"({"model_type": "gemma3_text", "hidden_size": 8, "num_hidden_layers": 1,
+        "rope_parameters": {"full_attention": {"rope_type": "default", "rope_theta": 1000000.0},
+                            "sliding_attention": {"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0}}})");
+    write_text(d.path / "tokenizer.json", "{}");
+    write_st(d.path / "model.safetensors", kLlamaLike);
+    try {
+        ModelFile::open(d.path.string());
+        ADD_FAILURE() << "opened";
+    } catch (const eh::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("rope_parameters.sliding_attention.rope_type 'linear'"), std::string::npos)
+            << e.what();
+    }
+}

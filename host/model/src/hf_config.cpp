@@ -2,6 +2,8 @@
 // architectures carry (llama.cpp's converters wrote the first such files), so
 // plugins read one set of keys whatever the source format. Values are not
 // changed beyond that renaming; nothing here rewrites tensor data.
+#include <cmath>
+#include <optional>
 #include <set>
 
 #include <fmt/format.h>
@@ -232,9 +234,7 @@ public:
 
 // `rope_scaling` (transformers 4) or `rope_parameters` (transformers 5,
 // which also moves rope_theta there); rope_type "default" is no scaling.
-void translate_rope_object(Config& c, const char* obj_key) {
-    c.consume(obj_key);
-    auto e = c.get(obj_key);
+void translate_rope_object(Config& c, const std::string& obj_key, std::optional<element> e) {
     if (!e) return;
     simdjson::dom::object rs;
     if (e->get(rs) != simdjson::SUCCESS) config_fail(c.label_, fmt::format("config key '{}' is not an object", obj_key));
@@ -269,9 +269,53 @@ void translate_rope_object(Config& c, const char* obj_key) {
         if (!done.count(std::string(f.key))) add_hf(c.m_, fmt::format("hf.{}.{}", obj_key, f.key), f.value);
 }
 
+void translate_rope_object(Config& c, const char* obj_key) {
+    c.consume(obj_key);
+    translate_rope_object(c, obj_key, c.get(obj_key));
+}
+
 void translate_rope_scaling(Config& c) {
     translate_rope_object(c, "rope_scaling");
     translate_rope_object(c, "rope_parameters");
+}
+
+// Gemma 3 (model_type gemma3_text, or a gemma3 config's text_config).
+// Its configs leave out what Gemma3TextConfig defaults (the 4B's text_config
+// gives only five keys), so the defaults are written here, before the
+// common keys: the first value of a key is the one kept. Global layers keep
+// rope_theta / rope_scaling; sliding layers have rope_local_base_freq, or in
+// transformers 5 rope_parameters holds one object per layer type.
+void translate_gemma3_first(Config& c) {
+    auto absent = [&](std::string_view k) { return !c.get(k); };
+    if (absent("num_attention_heads")) c.set_u32("attention.head_count", 8);
+    if (absent("num_key_value_heads")) c.set_u32("attention.head_count_kv", 4);
+    if (absent("head_dim")) {
+        for (const char* k : {"attention.key_length", "attention.value_length", "rope.dimension_count"}) c.set_u32(k, 256);
+    }
+    if (absent("rms_norm_eps")) c.m_.set_f32(c.arch_ + ".attention.layer_norm_rms_epsilon", 1e-6f);
+    if (absent("max_position_embeddings")) c.set_u32("context_length", 131072);
+    if (absent("sliding_window")) c.set_u32("attention.sliding_window", 4096);
+    c.f32("rope_local_base_freq", "rope.freq_base_swa");
+    c.u32("sliding_window_pattern", "attention.sliding_window_pattern");
+    c.f32("final_logit_softcapping", "final_logit_softcapping");
+    const double qpas = c.float_of(c.get("query_pre_attn_scalar"), "query_pre_attn_scalar").value_or(256.0);
+    c.consume("query_pre_attn_scalar");
+    if (!(qpas > 0.0) || !std::isfinite(qpas)) config_fail(c.label_, "config key 'query_pre_attn_scalar' must be > 0");
+    c.m_.set_f32(c.arch_ + ".attention.scale", static_cast<float>(1.0 / std::sqrt(qpas)));
+    simdjson::dom::object rp;
+    if (auto e = c.get("rope_parameters"); e && e->get(rp) == simdjson::SUCCESS && c.get(rp, "full_attention")) {
+        c.consume("rope_parameters");
+        translate_rope_object(c, "rope_parameters.full_attention", c.get(rp, "full_attention"));
+        simdjson::dom::object local;
+        if (auto l = c.get(rp, "sliding_attention"); l && l->get(local) == simdjson::SUCCESS) {
+            if (auto theta = c.float_of(c.get(local, "rope_theta"), "rope_theta"))
+                c.m_.set_f32(c.arch_ + ".rope.freq_base_swa", static_cast<float>(*theta));
+            std::string_view type;
+            if (auto t = c.get(local, "rope_type"); t && t->get(type) == simdjson::SUCCESS && type != "default")
+                config_fail(c.label_, fmt::format("rope_parameters.sliding_attention.rope_type '{}' is not supported "
+                                                  "(Gemma 3's sliding layers rotate without scaling)", type));
+        }
+    }
 }
 
 }  // namespace
@@ -282,6 +326,7 @@ std::string hf_architecture(std::string_view model_type) {
     // hidden / 32 heads); llama.cpp's converter writes it as llama too.
     if (model_type == "mistral") return "llama";
     if (model_type == "qwen3_moe") return "qwen3moe";
+    if (model_type == "gemma3_text") return "gemma3";
     return std::string(model_type);  // llama, qwen2, qwen3, phi3, gpt2 keep their names
 }
 
@@ -296,6 +341,12 @@ std::string translate_hf_config(ModelData& m, std::string_view text, const std::
     std::string_view model_type;
     if (obj["model_type"].get(model_type)) config_fail(label, "has no string 'model_type'");
     std::string arch = hf_architecture(model_type);
+    // Gemma3ForConditionalGeneration: the decoder's settings are its
+    // text_config; the token ids stay at the top.
+    const simdjson::dom::object outer = obj;
+    simdjson::dom::object text_config;
+    const bool nested = model_type == "gemma3" && obj["text_config"].get(text_config) == simdjson::SUCCESS;
+    if (nested) obj = text_config;
 
     m.set_string("general.architecture", arch);
     m.set_string("general.source_format", "safetensors");
@@ -318,6 +369,7 @@ std::string translate_hf_config(ModelData& m, std::string_view text, const std::
         if (heads) c.set_u32("attention.head_count_kv", *heads);
         c.f32("layer_norm_epsilon", "attention.layer_norm_epsilon");
     } else {
+        if (arch == "gemma3") translate_gemma3_first(c);
         c.u32("max_position_embeddings", "context_length");
         auto embd = c.u32("hidden_size", "embedding_length");
         c.u32("num_hidden_layers", "block_count");
@@ -360,12 +412,19 @@ std::string translate_hf_config(ModelData& m, std::string_view text, const std::
         }
         c.u32("vocab_size", "vocab_size");
         translate_rope_scaling(c);
+        if (arch == "gemma3") c.m_.set_f32("gemma3.rope.freq_base", 1000000.0f);  // Gemma3TextConfig's rope_theta
     }
     if (arch == "gpt2") c.u32("vocab_size", "vocab_size");
     c.token_id("bos_token_id", "tokenizer.ggml.bos_token_id");
     c.token_id("eos_token_id", "tokenizer.ggml.eos_token_id");
     c.token_id("pad_token_id", "tokenizer.ggml.padding_token_id");
     c.rest_as_hf();
+    if (nested) {
+        Config top(m, outer, arch, label);
+        top.token_id("bos_token_id", "tokenizer.ggml.bos_token_id");
+        top.token_id("eos_token_id", "tokenizer.ggml.eos_token_id");
+        top.token_id("pad_token_id", "tokenizer.ggml.padding_token_id");
+    }
     return arch;
 }
 

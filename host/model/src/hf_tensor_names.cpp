@@ -39,6 +39,13 @@ constexpr Rule kLayerRules[] = {
     {"mlp.router", "ffn_gate_inp"},
 };
 
+// Gemma 3's four norms a layer: around attention and around the MLP.
+constexpr Rule kGemma3NormRules[] = {
+    {"post_attention_layernorm", "post_attention_norm"},
+    {"pre_feedforward_layernorm", "ffn_norm"},
+    {"post_feedforward_layernorm", "post_ffw_norm"},
+};
+
 // GPT-2 blocks ("h.N.<hf>.<suffix>").
 constexpr Rule kGpt2Rules[] = {
     {"ln_1", "attn_norm"},
@@ -126,9 +133,17 @@ bool layer_number(std::string_view& s, std::string& n) {
 
 std::string hf_tensor_name(std::string_view arch, std::string_view hf_name) {
     std::string_view s = hf_name;
-    if (s == "lm_head.weight") return "output.weight";
-    if (s == "lm_head.bias") return "output.bias";
-    if (!consume_prefix(s, "model.")) consume_prefix(s, "transformer.");
+    // Gemma3ForConditionalGeneration keeps its decoder under
+    // language_model.model. (transformers 4) or model.language_model.
+    // (later); its vision tower's tensors keep their hf.* names.
+    if (arch == "gemma3" && (consume_prefix(s, "language_model.") || consume_prefix(s, "model.language_model."))) {
+        if (s == "lm_head.weight") return "output.weight";
+        consume_prefix(s, "model.");
+    } else {
+        if (s == "lm_head.weight") return "output.weight";
+        if (s == "lm_head.bias") return "output.bias";
+        if (!consume_prefix(s, "model.")) consume_prefix(s, "transformer.");
+    }
     std::string n;
     if (arch == "gpt2") {
         if (consume_prefix(s, "wte.")) return fmt::format("token_embd.{}", s);
@@ -150,6 +165,9 @@ std::string hf_tensor_name(std::string_view arch, std::string_view hf_name) {
             if (consume_prefix(p, "post_attention_layernorm") && (p == ".weight" || p == ".bias"))
                 return fmt::format("blk.{}.post_attention_norm{}", n, p);
         }
+        if (arch == "gemma3")
+            if (auto g = by_rules(s, std::begin(kGemma3NormRules), std::end(kGemma3NormRules)))
+                return fmt::format("blk.{}.{}", n, *g);
         if (arch == "qwen3moe") {
             std::string_view p = s;
             if (consume_prefix(p, "mlp."))

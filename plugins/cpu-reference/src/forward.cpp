@@ -66,6 +66,8 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
                 m_.position_embd().dequantize_row(rows_[t].pos, &h[0]);
                 for (size_t e = 0; e < E; ++e) x[t * E + e] += h[e];
             }
+            if (c_.embd_scale != 1.0f)
+                for (size_t e = 0; e < E; ++e) x[t * E + e] *= c_.embd_scale;
         }
 
     for (uint32_t il = 0; il < c_.n_layer; ++il) {
@@ -89,10 +91,12 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
         apply_qk_norm(c_, L, q.data(), k.data(), T);
         attention(L, il, q.data(), k.data(), v.data(), att.data());
         matmul(pool, L.wo, 0, E, att.data(), T, q_dim, tmp.data(), E, bias_of(L.bo));
+        if (!L.attn_post_norm.empty()) norm(L.attn_post_norm, {}, tmp.data(), tmp.data(), T);
         for (size_t i = 0; i < T * E; ++i) x[i] += tmp[i];
 
         norm(L.ffn_norm, L.ffn_norm_b, x.data(), h.data(), T);
         feed_forward(L, h.data(), tmp.data());
+        if (!L.ffn_post_norm.empty()) norm(L.ffn_post_norm, {}, tmp.data(), tmp.data(), T);
         for (size_t i = 0; i < T * E; ++i) x[i] += tmp[i];
     }
     logits(x.data());
@@ -117,6 +121,8 @@ void Pass::logits(const float* x) {
         else rms_norm(row, m_.output_norm().data(), c_.norm_eps, E, &h[i * E]);
     }
     matmul(m_.pool(), m_.output(), 0, c_.n_vocab, h.data(), n, E, out.data(), c_.n_vocab);
+    if (const float cap = c_.logit_softcap; cap > 0.0f)
+        for (float& l : out) l = cap * std::tanh(l / cap);
     size_t i = 0;
     for (const Slice& s : slices_)
         if (s.logits) std::memcpy(s.logits, &out[(i++) * c_.n_vocab], c_.n_vocab * sizeof(float));
@@ -126,7 +132,7 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
     const size_t hd = c_.head_dim, T = rows_.size();
     const size_t q_dim = static_cast<size_t>(c_.n_head) * hd;
     const size_t kv_dim = static_cast<size_t>(c_.n_head_kv) * hd;
-    const RopeTables& rope = m_.rope();
+    const RopeTables& rope = m_.rope(L);
 
     // Rotate q and k at each row's own position, then store k and v there.
     std::vector<float> kr(k, k + T * kv_dim);
@@ -166,7 +172,7 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
         }
     }
 
-    const float scale = 1.0f / std::sqrt(static_cast<float>(hd));
+    const float scale = c_.attn_scale > 0.0f ? c_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
     const uint32_t group = c_.n_head / c_.n_head_kv;
     size_t longest = 1;
     for (const Row& row : rows_) longest = std::max<size_t>(longest, row.pos + 1);
@@ -216,6 +222,14 @@ void Pass::feed_forward(const Layer& L, const float* in, float* out) {
         for (size_t t = 0; t < T; ++t)
             for (size_t i = 0; i < F; ++i) a[t * F + i] = silu(gu[t * 2 * F + i]) * gu[t * 2 * F + F + i];
         matmul(pool, L.w_down, 0, E, a.data(), T, F, out, E, bias_of(L.b_down));
+        break;
+    }
+    case FfnKind::GeluGated: {
+        std::vector<float> g(T * F), u(T * F);
+        matmul(pool, L.w_gate, 0, F, in, T, E, g.data(), F);
+        matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F);
+        for (size_t i = 0; i < T * F; ++i) g[i] = gelu_tanh(g[i]) * u[i];
+        matmul(pool, L.w_down, 0, E, g.data(), T, F, out, E);
         break;
     }
     case FfnKind::Gelu: {

@@ -1,11 +1,13 @@
 #include "model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <initializer_list>
 #include <map>
 #include <string>
 #include <thread>
 
+#include <engine_host/gemma3.hpp>
 #include <engine_host/model_source.hpp>
 #include <engine_host/plugin_abi.hpp>
 #include <engine_host/quant_blocks.hpp>
@@ -245,8 +247,9 @@ Config read_config(const ehp::ModelView& v) {
     else if (c.arch_name == "phi3") c.arch = Arch::Phi3;
     else if (c.arch_name == "gpt2") c.arch = Arch::Gpt2;
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
+    else if (c.arch_name == "gemma3") c.arch = Arch::Gemma3;
     else throw Error(EH_UNSUPPORTED, "architecture '" + c.arch_name + "' is not supported by cpu-reference "
-                                     "(llama, qwen2, qwen3, qwen3moe, phi3, gpt2, gpt-oss)");
+                                     "(llama, qwen2, qwen3, qwen3moe, phi3, gpt2, gpt-oss, gemma3)");
 
     auto key = [&](const char* s) { return v.arch_key(s); };
     auto req = [&](const char* s) { return to_u32(v.require_uint(key(s)), key(s)); };
@@ -260,6 +263,9 @@ Config read_config(const ehp::ModelView& v) {
     if (c.arch == Arch::Qwen3Moe)
         if (const std::string why = ehp::qwen3moe_unsupported(v); !why.empty())
             throw Error(EH_UNSUPPORTED, "qwen3moe: " + why + " by cpu-reference");
+    if (c.arch == Arch::Gemma3)
+        if (const std::string why = ehp::gemma3::unsupported(v); !why.empty())
+            throw Error(EH_UNSUPPORTED, "gemma3: " + why + " by cpu-reference");
     c.n_embd = req("embedding_length");
     c.n_layer = req("block_count");
     c.n_head = req("attention.head_count");
@@ -299,6 +305,7 @@ Config read_config(const ehp::ModelView& v) {
     case Arch::Phi3: c.ffn = FfnKind::SwiGluFused; break;  // refined when tensors are bound
     case Arch::Gpt2: c.ffn = FfnKind::Gelu; break;
     case Arch::GptOss: c.ffn = FfnKind::MoeOai; break;
+    case Arch::Gemma3: c.ffn = FfnKind::GeluGated; break;
     }
     if (is_moe(c.ffn)) {
         c.n_expert = req("expert_count");
@@ -360,6 +367,18 @@ Config read_config(const ehp::ModelView& v) {
 
     c.sliding_window = opt("attention.sliding_window", 0);
     c.swa_alternating = c.arch == Arch::GptOss;
+    if (c.arch == Arch::Gemma3) {
+        // HF scales the embedding by sqrt(hidden) in the model's dtype; F32 here.
+        c.embd_scale = std::sqrt(static_cast<float>(c.n_embd));
+        c.attn_scale = ehp::gemma3::attention_scale(v, c.n_layer, c.n_embd, c.n_head, c.head_dim);
+        c.logit_softcap = ehp::gemma3::final_logit_softcap(v);
+        c.rope_swa = RopeConfig{};
+        c.rope_swa.style = r.style;
+        c.rope_swa.n_rot = r.n_rot;
+        c.rope_swa.freq_base = static_cast<float>(ehp::gemma3::local_rope_base(v));
+        if (!(c.rope_swa.freq_base > 1.0f))
+            throw Error(EH_MODEL_LOAD_FAILED, key("rope.freq_base_swa") + " must be > 1");
+    }
     return c;
 }
 
@@ -428,6 +447,9 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
     if (c.rope.style != RopeStyle::None) c.rope.freq_factors = ehp::rope_freqs(v, c.rope.n_rot, c.rope.freq_base);
     rope_ = make_rope_tables(c.rope);
 
+    const std::vector<bool> sliding =
+        c.arch == Arch::Gemma3 ? ehp::gemma3::sliding_layers(v, c.n_layer) : std::vector<bool>(c.n_layer, false);
+    if (c.arch == Arch::Gemma3) rope_swa_ = make_rope_tables(c.rope_swa);
     layers_.resize(c.n_layer);
     for (uint32_t i = 0; i < c.n_layer; ++i) {
         check_cancel();
@@ -450,7 +472,7 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             L.bk = b.vec(blk(i, "attn_k.bias"), kv_dim, false);
             L.bv = b.vec(blk(i, "attn_v.bias"), kv_dim, false);
         }
-        const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3Moe;
+        const bool qk_norm = c.arch == Arch::Qwen3 || c.arch == Arch::Qwen3Moe || c.arch == Arch::Gemma3;
         L.q_norm = b.vec(blk(i, "attn_q_norm.weight"), c.head_dim, qk_norm);
         L.k_norm = b.vec(blk(i, "attn_k_norm.weight"), c.head_dim, qk_norm);
         L.wo = lin("attn_output.weight", q_dim, E);
@@ -461,6 +483,10 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
         const std::string ffn_norm = b.has(blk(i, "ffn_norm.weight")) ? "ffn_norm" : "post_attention_norm";
         L.ffn_norm = b.vec(blk(i, (ffn_norm + ".weight").c_str()), E, true);
         L.ffn_norm_b = b.vec(blk(i, (ffn_norm + ".bias").c_str()), E, c.layer_norm);
+        if (c.arch == Arch::Gemma3) {
+            L.attn_post_norm = b.vec(blk(i, "post_attention_norm.weight"), E, true);
+            L.ffn_post_norm = b.vec(blk(i, "post_ffw_norm.weight"), E, true);
+        }
 
         if (is_moe(c.ffn)) {
             const uint64_t F = c.n_ff_exp, X = c.n_expert;
@@ -516,7 +542,7 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             if (c.ffn == FfnKind::SwiGluFused) {
                 L.w_up = b.matrix(blk(i, "ffn_up.weight"), E, 2 * F, 1, true);
             } else {
-                if (c.ffn == FfnKind::SwiGlu) {
+                if (c.ffn == FfnKind::SwiGlu || c.ffn == FfnKind::GeluGated) {
                     L.w_gate = b.matrix(blk(i, "ffn_gate.weight"), E, F, 1, true);
                     L.b_gate = b.vec(blk(i, "ffn_gate.bias"), F, false);
                 }
@@ -526,12 +552,29 @@ Model::Model(const eh_load_params& params) : view_(params.view) {
             L.w_down = lin("ffn_down.weight", F, E);
             L.b_down = b.vec(blk(i, "ffn_down.bias"), E, false);
         }
-        if (c.sliding_window > 0) L.window = (!c.swa_alternating || i % 2 == 0) ? c.sliding_window : 0;
+        if (c.arch == Arch::Gemma3) {
+            L.local_rope = sliding[i];
+            L.window = sliding[i] ? c.sliding_window : 0;
+        } else if (c.sliding_window > 0) {
+            L.window = (!c.swa_alternating || i % 2 == 0) ? c.sliding_window : 0;
+        }
         progress(0.05f + 0.9f * static_cast<float>(i + 1) / static_cast<float>(c.n_layer), "binding layers");
     }
 
     output_norm_ = b.vec("output_norm.weight", E, true);
     output_norm_b_ = b.vec("output_norm.bias", E, c.layer_norm);
+    // Gemma's RMSNorm multiplies by (1 + w). llama.cpp's converter stores
+    // w + 1; an HF checkpoint stores w.
+    if (c.arch == Arch::Gemma3 && c.from_safetensors) {
+        auto shift = [](std::vector<float>& w) {
+            for (float& x : w) x += 1.0f;
+        };
+        for (Layer& L : layers_) {
+            for (auto* w : {&L.attn_norm, &L.q_norm, &L.k_norm, &L.attn_post_norm, &L.ffn_norm, &L.ffn_post_norm})
+                shift(*w);
+        }
+        shift(output_norm_);
+    }
     // no output.weight: the embedding is tied (qwen2 small models, gpt2)
     output_ = b.has("output.weight") ? b.matrix("output.weight", E, c.n_vocab, 1, true) : token_embd_;
     check_cancel();

@@ -15,12 +15,13 @@
 
 namespace cpuref {
 
-enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gpt2, GptOss };
+enum class Arch { Llama, Qwen2, Qwen3, Qwen3Moe, Phi3, Gpt2, GptOss, Gemma3 };
 
 enum class FfnKind {
     SwiGlu,       // down(silu(gate(x)) * up(x))            llama, qwen2, qwen3
     SwiGluFused,  // up has 2*n_ff rows: gate rows first     phi3
     Gelu,         // down(gelu_tanh(up(x)))                  gpt2
+    GeluGated,    // down(gelu_tanh(gate(x)) * up(x))        gemma3
     MoeOai,       // routed experts with clamped SwiGLU      gpt-oss
     MoeSwiGlu     // routed experts, down(silu(gate) * up)    qwen3moe
 };
@@ -41,6 +42,13 @@ struct Config {
     bool swa_alternating = false;  // gpt-oss: even layers slide, odd are full
     uint32_t n_expert = 0, n_expert_used = 0, n_ff_exp = 0;
     float swiglu_alpha = 1.702f, swiglu_limit = 7.0f;
+    // gemma3: the embedding row times sqrt(n_embd); q times attn_scale
+    // (0 = 1/sqrt(head_dim)); the logits soft-capped (0 = not); the
+    // sliding layers' own rotation (rope_swa, no scaling).
+    float embd_scale = 1.0f;
+    float attn_scale = 0.0f;
+    float logit_softcap = 0.0f;
+    RopeConfig rope_swa;
 };
 
 struct Layer {
@@ -49,7 +57,9 @@ struct Layer {
     std::vector<float> bq, bk, bv, bqkv, bo;
     std::vector<float> q_norm, k_norm;  // per-head RMSNorm weights (head_dim), qwen3
     std::vector<float> sinks;          // per query head, gpt-oss
+    std::vector<float> attn_post_norm;  // RMSNorm of the attention output before the residual, gemma3
     std::vector<float> ffn_norm, ffn_norm_b;
+    std::vector<float> ffn_post_norm;   // RMSNorm of the FFN output before the residual, gemma3
     Matrix w_gate, w_up, w_down;
     std::vector<float> b_gate, b_up, b_down;
     Matrix router;                      // {n_embd, n_expert}
@@ -57,6 +67,7 @@ struct Layer {
     Matrix gate_exps, up_exps, down_exps;   // gate/up may be parts of one fused tensor
     std::vector<float> gate_exps_b, up_exps_b, down_exps_b;
     uint32_t window = 0;                // sliding window of this layer; 0 = full
+    bool local_rope = false;            // rotates with the model's rope_swa tables (gemma3 sliding layers)
 };
 
 class Model {
@@ -68,6 +79,7 @@ public:
     const Config& config() const { return cfg_; }
     const std::vector<Layer>& layers() const { return layers_; }
     const RopeTables& rope() const { return rope_; }
+    const RopeTables& rope(const Layer& L) const { return L.local_rope ? rope_swa_ : rope_; }
     ThreadPool& pool() const { return *pool_; }
     const eh_model_view* view() const { return view_; }
 
@@ -84,7 +96,7 @@ public:
 private:
     const eh_model_view* view_;
     Config cfg_;
-    RopeTables rope_;
+    RopeTables rope_, rope_swa_;
     std::unique_ptr<ThreadPool> pool_;
     std::vector<Layer> layers_;
     Matrix token_embd_, position_embd_, output_;
