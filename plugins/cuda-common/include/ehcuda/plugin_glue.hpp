@@ -274,16 +274,36 @@ struct PluginGlue {
         return on_model(m, "step_end", [&](ModelBox& box) { box.batch->end(out_tokens, n_entries); });
     }
 
+    // Every member this table does not name stays NULL: the session calls
+    // (the step is the forward path) and whatever a later ABI appends.
     static const eh_plugin_api* api() {
-        static const eh_plugin_api table = {
-            sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
-            info, plugin_last_error, probe,
-            model_load, model_get_info, model_check_residency, model_last_error, model_release,
-            // the session calls: none (the step is the forward path)
-            nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, nullptr,
-            kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
-            seq_release, step, step_begin, step_end,
-        };
+        static const eh_plugin_api table = [] {
+            eh_plugin_api t{};
+            t.struct_size = sizeof(eh_plugin_api);
+            t.abi_major = EH_ABI_MAJOR;
+            t.abi_minor = EH_ABI_MINOR;
+            t.info = info;
+            t.plugin_last_error = plugin_last_error;
+            t.probe = probe;
+            t.model_load = model_load;
+            t.model_get_info = model_get_info;
+            t.model_check_residency = model_check_residency;
+            t.model_last_error = model_last_error;
+            t.model_release = model_release;
+            t.kv_init = kv_init;
+            t.kv_get_info = kv_get_info;
+            t.seq_create = seq_create;
+            t.seq_fork = seq_fork;
+            t.seq_truncate = seq_truncate;
+            t.seq_set_sampling = seq_set_sampling;
+            t.seq_length = seq_length;
+            t.seq_logits = seq_logits;
+            t.seq_release = seq_release;
+            t.step = step;
+            t.step_begin = step_begin;
+            t.step_end = step_end;
+            return t;
+        }();
         return &table;
     }
 };
