@@ -7,6 +7,8 @@
 #include <engine_host/plugin_abi.h>
 #include <engine_host/tensor_types.h>
 
+#include "eh/loader/plugin_loader.hpp"
+
 static_assert(EH_ABI_MAJOR == 1);
 static_assert(offsetof(eh_plugin_api, struct_size) == 0);
 static_assert(offsetof(eh_plugin_api, abi_major) == 4);
@@ -40,8 +42,9 @@ static_assert(offsetof(eh_plugin_api, seq_logits) == 208);
 static_assert(offsetof(eh_plugin_api, seq_release) == 216);
 static_assert(offsetof(eh_plugin_api, step) == 224);               // end of the 1.2 table
 static_assert(offsetof(eh_plugin_api, step_begin) == 232);         // 1.3
-static_assert(offsetof(eh_plugin_api, step_end) == 240);
-static_assert(sizeof(eh_plugin_api) == 248);
+static_assert(offsetof(eh_plugin_api, step_end) == 240);         // end of the 1.3 and 1.4 table
+static_assert(offsetof(eh_plugin_api, seq_hidden) == 248);       // 1.5
+static_assert(sizeof(eh_plugin_api) == 256);
 
 static_assert(sizeof(eh_string) == 16);
 static_assert(sizeof(eh_value) == 32);
@@ -94,6 +97,7 @@ static_assert(offsetof(eh_step_entry, token) == 56);
 
 // Status and type numbers are stable too: they travel in logs and files.
 static_assert(EH_VRAM_OOM == 5 && EH_INTERNAL == 9 && EH_KV_FULL == 10);
+static_assert(EH_STEP_SAMPLE == 1 && EH_STEP_LOGITS == 2 && EH_STEP_CHAINED == 4 && EH_STEP_HIDDEN == 8);  // 1.5: HIDDEN
 static_assert(EH_TYPE_Q4_K == 12 && EH_TYPE_BF16 == 30 && EH_TYPE_MXFP4 == 39);
 
 TEST(AbiLayout, TypeTraitsMatchTheGgmlBlockLayouts) {
@@ -109,4 +113,31 @@ TEST(AbiLayout, TypeTraitsMatchTheGgmlBlockLayouts) {
 TEST(AbiLayout, StatusNamesAreStable) {
     EXPECT_STREQ(eh_status_name(EH_INSUFFICIENT_VRAM), "INSUFFICIENT_VRAM");
     EXPECT_STREQ(eh_status_name(static_cast<eh_status>(42)), "UNKNOWN_STATUS");
+}
+
+// 1.5's seq_hidden is read only from a table that is 1.5's size and says
+// 1.5: a 1.4 table ends before it, whatever lies past its end.
+TEST(AbiLayout, HiddenStatesOnlyFromA15Table) {
+    using eh::loader::api_has_hidden;
+    using eh::loader::api_table_size;
+    static_assert(api_table_size(4) == offsetof(eh_plugin_api, seq_hidden));
+    static_assert(api_table_size(5) == sizeof(eh_plugin_api));
+    eh_plugin_api api{};
+    api.abi_major = 1;
+    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
+    api.seq_hidden = [](eh_seq*, const float**, uint32_t*) { return EH_OK; };
+    api.abi_minor = 5;
+    api.struct_size = sizeof(eh_plugin_api);
+    EXPECT_TRUE(api_has_hidden(api));
+    api.abi_minor = 4;
+    EXPECT_FALSE(api_has_hidden(api));
+    api.abi_minor = 5;
+    api.struct_size = uint32_t(api_table_size(4));
+    EXPECT_FALSE(api_has_hidden(api));
+    api.struct_size = sizeof(eh_plugin_api);
+    api.seq_hidden = nullptr;
+    EXPECT_FALSE(api_has_hidden(api));
+    api.seq_hidden = [](eh_seq*, const float**, uint32_t*) { return EH_OK; };
+    api.step = nullptr;  // only beside the batched step
+    EXPECT_FALSE(api_has_hidden(api));
 }

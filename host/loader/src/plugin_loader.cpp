@@ -180,6 +180,8 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
             problems.push_back("function table entries step_begin and step_end (1.3) come as a pair: set both or neither");
         if (api->abi_minor >= 3 && api->step_begin && set == 0)
             problems.push_back("function table entries step_begin and step_end (1.3) need the batched (1.2) entries");
+        if (api->abi_minor >= 5 && api->seq_hidden && set == 0)
+            problems.push_back("function table entry seq_hidden (1.5) needs the batched (1.2) entries");
         if (step_only && set == 0)
             problems.push_back("function table has neither the session entries nor the batched (1.2) entries: "
                                "a plugin needs one of them to run a model");

@@ -1,5 +1,5 @@
 /*
- * engine-host plugin ABI, version 1.4.
+ * engine-host plugin ABI, version 1.5.
  *
  * This header is the whole contract between the engine-host process and an
  * engine plugin. It is plain C11 (usable from C++17 and later) and depends on
@@ -85,7 +85,7 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 4
+#define EH_ABI_MINOR 5
 /* History (members are only ever appended):
  *   1.0  first version
  *   1.1  eh_model_info.kv_bytes_per_token
@@ -98,7 +98,10 @@ extern "C" {
  *   1.4  the step is the forward path: a plugin with the batched group may
  *        leave every session_* member NULL; EH_NO_CAPACITY and EH_BUSY;
  *        the KV cache's element type (eh_kv_params.kv_type asks,
- *        eh_kv_info.kv_type says what was granted); EH_TYPE_FP8_E4M3     */
+ *        eh_kv_info.kv_type says what was granted); EH_TYPE_FP8_E4M3
+ *   1.5  the final hidden state of a step entry's last position, for
+ *        embeddings and rerank scores (EH_STEP_HIDDEN, eh_plugin_api
+ *        seq_hidden, optional)                                          */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -456,6 +459,14 @@ typedef struct eh_kv_info {
  * in flight with EH_STEP_SAMPLE. A GPU engine takes the token on the device,
  * so the step can run right behind the one in flight.                       */
 #define EH_STEP_CHAINED 4u
+/* (1.5, only for a plugin that sets seq_hidden) Keep the final hidden state
+ * of the entry's last position -- the row the LM head would read, after the
+ * output norm: n_embd floats -- for seq_hidden. Needs no sampler; may be
+ * combined with EH_STEP_SAMPLE / EH_STEP_LOGITS. A step begun while another
+ * is in flight may not ask it. Last-token pooling (an embedding model such
+ * as Qwen3-Embedding, a yes/no reranker) needs nothing more; mean or CLS
+ * pooling would need every position and is not part of 1.5.               */
+#define EH_STEP_HIDDEN 8u
 
 /* One sequence's part of a step. Entries are an array whose stride is
  * entries[0].struct_size (the same for every entry). The host owns every
@@ -618,6 +629,17 @@ typedef struct eh_plugin_api {
      * seq_release or model_release anyway waits for its steps first). */
     eh_status (*step_begin)(eh_model* model, eh_step_entry* entries, uint32_t n_entries);
     eh_status (*step_end)(eh_model* model, int32_t* out_tokens, uint32_t n_entries);
+
+    /* since 1.5 -- OPTIONAL, and only beside the 1.2 group. The final hidden
+     * state (after the output norm) of the position the sequence's last step
+     * asked EH_STEP_HIDDEN for: n_embd floats owned by the sequence, valid
+     * until the next step or seq_* call on it. EH_INVALID_ARGUMENT when its
+     * last step did not ask (seq_truncate and seq_fork drop it too). A
+     * plugin that leaves this NULL refuses EH_STEP_HIDDEN as an unknown flag,
+     * and the host refuses embedding and rerank serving with it by name. A
+     * sequence's hidden state must not depend on the other entries of its
+     * step, as its logits must not. */
+    eh_status (*seq_hidden)(eh_seq* seq, const float** out_hidden, uint32_t* out_n_embd);
 } eh_plugin_api;
 
 /* The entry point. Returns the plugin's static function table, or NULL if the

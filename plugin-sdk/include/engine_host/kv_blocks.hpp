@@ -249,13 +249,15 @@ struct StepTotals {
 // blocks_of(seq) returns the sequence's SeqBlocks, or NULL when seq is not a
 // live sequence of this model; sampler_ready(seq) whether seq_set_sampling
 // was called; chain_ready(seq) whether the step in flight samples for seq
-// (an EH_STEP_CHAINED entry's condition; always false for step()). Throws
+// (an EH_STEP_CHAINED entry's condition; always false for step()).
+// `extra_flags`: the flags past 1.3's the plugin serves (EH_STEP_HIDDEN, 1.5,
+// for one with seq_hidden); any other flag is refused as unknown. Throws
 // INVALID_ARGUMENT naming the entry, KV_FULL when the free blocks do not
 // suffice.
 template <class BlocksOf, class SamplerReady, class ChainReady>
 StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_info& granted, uint32_t free_blocks,
                       uint32_t n_vocab, BlocksOf&& blocks_of, SamplerReady&& sampler_ready,
-                      ChainReady&& chain_ready) {
+                      ChainReady&& chain_ready, uint32_t extra_flags = 0) {
     auto name = [](uint32_t i) { return "step entry " + std::to_string(i) + ": "; };
     if (!entries || n_entries == 0) throw Error(EH_INVALID_ARGUMENT, "step: no entries");
     if (n_entries > granted.max_step_entries)
@@ -273,7 +275,7 @@ StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_in
         const SeqBlocks* seq = e.seq ? blocks_of(e.seq) : nullptr;
         if (!seq) throw Error(EH_INVALID_ARGUMENT, name(i) + "not a live sequence of this model");
         if (!seen.insert(e.seq).second) throw Error(EH_INVALID_ARGUMENT, name(i) + "sequence appears twice");
-        if (e.flags & ~(EH_STEP_SAMPLE | EH_STEP_LOGITS | EH_STEP_CHAINED))
+        if (e.flags & ~(EH_STEP_SAMPLE | EH_STEP_LOGITS | EH_STEP_CHAINED | extra_flags))
             throw Error(EH_INVALID_ARGUMENT, name(i) + "unknown flags " + std::to_string(e.flags));
         const bool chained = (e.flags & EH_STEP_CHAINED) != 0;
         if (chained) {

@@ -109,17 +109,19 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
             return owns(seq) ? &seq->blocks : nullptr;
         },
         [](eh_seq* s) { return static_cast<Sequence*>(s)->sampler.ready(); },
-        [&](eh_seq* s) { return chain_ok && in_flight && static_cast<Sequence*>(s)->sampled_in == in_flight; });
+        [&](eh_seq* s) { return chain_ok && in_flight && static_cast<Sequence*>(s)->sampled_in == in_flight; },
+        EH_STEP_HIDDEN);
     auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
     if (in_flight)
         for (uint32_t i = 0; i < n_entries; ++i)
-            if (at(i).flags & EH_STEP_LOGITS)
-                throw Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
-                                                     ": EH_STEP_LOGITS on a step begun while another is in flight");
+            if (at(i).flags & (EH_STEP_LOGITS | EH_STEP_HIDDEN))
+                throw Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) + ": " +
+                                                     ((at(i).flags & EH_STEP_LOGITS) ? "EH_STEP_LOGITS" : "EH_STEP_HIDDEN") +
+                                                     " on a step begun while another is in flight");
     const uint64_t id = ++next_step_;
 
     std::vector<Slice> slices;
-    std::vector<std::vector<float>> logits(n_entries);
+    std::vector<std::vector<float>> logits(n_entries), hidden(n_entries);
     std::vector<int32_t> chained(n_entries, -1);
     auto tokens_of = [&](uint32_t i) -> const int32_t* {
         return (at(i).flags & EH_STEP_CHAINED) ? &chained[i] : at(i).tokens;
@@ -130,7 +132,9 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         if (e.flags & EH_STEP_CHAINED) chained[i] = seq->last_sample;
         seq->blocks.reserve(e.n_tokens);
         if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) logits[i].resize(n_vocab);
-        slices.push_back({seq, tokens_of(i), e.n_tokens, logits[i].empty() ? nullptr : logits[i].data()});
+        if (e.flags & EH_STEP_HIDDEN) hidden[i].resize(model_.config().n_embd);
+        slices.push_back({seq, tokens_of(i), e.n_tokens, logits[i].empty() ? nullptr : logits[i].data(),
+                          hidden[i].empty() ? nullptr : hidden[i].data()});
     }
     forward(model_, slices, nullptr, nullptr);
     std::vector<int32_t> out(n_entries, -1);
@@ -139,6 +143,7 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         auto* seq = static_cast<Sequence*>(e.seq);
         seq->blocks.commit(tokens_of(i), e.n_tokens);
         seq->has_logits = false;
+        seq->has_hidden = false;
         if (e.flags & EH_STEP_SAMPLE) {
             seq->blocks.mark_sampled();
             const StepBias bias{e.n_bias, e.bias_tokens, e.bias_values, e.allowed};
@@ -149,6 +154,10 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         if (e.flags & EH_STEP_LOGITS) {
             seq->logits.swap(logits[i]);
             seq->has_logits = true;
+        }
+        if (e.flags & EH_STEP_HIDDEN) {
+            seq->hidden.swap(hidden[i]);
+            seq->has_hidden = true;
         }
     }
     return out;

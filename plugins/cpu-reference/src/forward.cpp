@@ -102,30 +102,46 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
     logits(x.data());
 }
 
-// Only the last position of a slice that asks gets logits.
+// Only the last position of a slice that asks gets logits or its hidden
+// state (the output norm's row, which the LM head reads).
 void Pass::logits(const float* x) {
     const size_t E = c_.n_embd;
     std::vector<size_t> last_rows;
+    std::vector<const Slice*> normed;  // the slices of last_rows
     size_t t = 0;
     for (const Slice& s : slices_) {
         t += s.n;
-        if (s.logits) last_rows.push_back(t - 1);
+        if (s.logits || s.hidden) {
+            last_rows.push_back(t - 1);
+            normed.push_back(&s);
+        }
     }
     if (last_rows.empty()) return;
     const size_t n = last_rows.size();
-    std::vector<float> h(n * E), out(n * c_.n_vocab);
+    std::vector<float> h(n * E);
     for (size_t i = 0; i < n; ++i) {
         const float* row = x + last_rows[i] * E;
         if (c_.layer_norm)
             layer_norm(row, m_.output_norm().data(), bias_of(m_.output_norm_b()), c_.norm_eps, E, &h[i * E]);
         else rms_norm(row, m_.output_norm().data(), c_.norm_eps, E, &h[i * E]);
+        if (normed[i]->hidden) std::memcpy(normed[i]->hidden, &h[i * E], E * sizeof(float));
     }
-    matmul(m_.pool(), m_.output(), 0, c_.n_vocab, h.data(), n, E, out.data(), c_.n_vocab);
+    // The LM head over the rows that want logits, one row at a time's
+    // arithmetic whichever rows share the matmul.
+    std::vector<float> hl;
+    std::vector<const Slice*> want;
+    for (size_t i = 0; i < n; ++i)
+        if (normed[i]->logits) {
+            hl.insert(hl.end(), h.begin() + i * E, h.begin() + (i + 1) * E);
+            want.push_back(normed[i]);
+        }
+    if (want.empty()) return;
+    std::vector<float> out(want.size() * c_.n_vocab);
+    matmul(m_.pool(), m_.output(), 0, c_.n_vocab, hl.data(), want.size(), E, out.data(), c_.n_vocab);
     if (const float cap = c_.logit_softcap; cap > 0.0f)
         for (float& l : out) l = cap * std::tanh(l / cap);
-    size_t i = 0;
-    for (const Slice& s : slices_)
-        if (s.logits) std::memcpy(s.logits, &out[(i++) * c_.n_vocab], c_.n_vocab * sizeof(float));
+    for (size_t i = 0; i < want.size(); ++i)
+        std::memcpy(want[i]->logits, &out[i * c_.n_vocab], c_.n_vocab * sizeof(float));
 }
 
 void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, const float* v, float* out) {

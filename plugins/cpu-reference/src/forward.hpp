@@ -20,10 +20,11 @@ struct Slice {
     const int32_t* tokens;  // ids already checked against the vocabulary
     uint32_t n;
     float* logits;          // n_vocab floats for the last token's logits, or NULL
+    float* hidden = nullptr;  // n_embd floats for the last token's final hidden state (after the output norm), or NULL
 };
 
 // Writes every slice's K/V into its sequence's reserved rows and the asked-
-// for logits. Does not commit tokens. Polls `cancel` (may be NULL) between
+// for logits and hidden states. Does not commit tokens. Polls `cancel` (may be NULL) between
 // layers and throws ehp::Error(EH_CANCELLED).
 void forward(const Model& model, std::span<const Slice> slices, eh_cancel_fn cancel, void* cancel_user);
 

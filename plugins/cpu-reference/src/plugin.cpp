@@ -284,6 +284,18 @@ eh_status seq_logits(eh_seq* s, const float** out_logits, uint32_t* out_n_vocab)
     });
 }
 
+eh_status seq_hidden(eh_seq* s, const float** out_hidden, uint32_t* out_n_embd) {
+    if (!s) return EH_INVALID_ARGUMENT;
+    return on_model(s->owner, "seq_hidden", [&] {
+        if (!out_hidden || !out_n_embd) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_hidden: NULL argument");
+        s->owner->batch->expect_idle("seq_hidden");
+        if (!seq_of(s)->has_hidden)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "seq_hidden: the last step did not ask for the hidden state (EH_STEP_HIDDEN)");
+        *out_hidden = seq_of(s)->hidden.data();
+        *out_n_embd = static_cast<uint32_t>(seq_of(s)->hidden.size());
+    });
+}
+
 void seq_release(eh_seq* s) {
     try {
         if (!s) return;
@@ -313,6 +325,7 @@ const eh_plugin_api kApi = {
     session_reset, session_n_past, session_logits, session_last_error, session_release,
     kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
     seq_release, step, step_begin, step_end,
+    seq_hidden,
 };
 
 }  // namespace

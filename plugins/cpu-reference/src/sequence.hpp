@@ -36,6 +36,7 @@ public:
     void truncate(uint32_t n) {
         blocks.truncate(n);
         has_logits = false;
+        has_hidden = false;
     }
 
     // The pool holding its K/V, and the pool row of position `pos`.
@@ -50,6 +51,8 @@ public:
     Sampler sampler;
     std::vector<float> logits;  // raw logits kept by the last step that asked
     bool has_logits = false;
+    std::vector<float> hidden;  // final hidden state kept by the last step that asked (EH_STEP_HIDDEN)
+    bool has_hidden = false;
     // The last step begun that sampled for it, and that token (which a
     // chained step appends).
     uint64_t sampled_in = 0;

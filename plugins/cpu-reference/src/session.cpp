@@ -44,7 +44,7 @@ void Session::prefill(const int32_t* tokens, uint32_t n) {
                                                  " is outside the vocabulary (0.." + std::to_string(n_vocab - 1) + ")");
     seq_->blocks.reserve(n);
     std::vector<float> out(n_vocab);
-    const Slice slice{seq_.get(), tokens, n, out.data()};
+    const Slice slice{seq_.get(), tokens, n, out.data(), nullptr};
     forward(model_, std::span<const Slice>(&slice, 1), cancel_, cancel_user_);
     seq_->blocks.commit(tokens, n);
     logits_.swap(out);

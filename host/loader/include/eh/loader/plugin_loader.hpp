@@ -45,9 +45,10 @@ struct LoaderOptions {
 
 // Bytes of the function table a plugin built for ABI 1.`minor` has: the
 // members that minor defines (1.0 and 1.1 end before 1.2's kv_init, 1.2
-// before 1.3's step_begin).
+// before 1.3's step_begin, 1.3 and 1.4 before 1.5's seq_hidden).
 constexpr size_t api_table_size(uint16_t minor) {
-    return minor >= 3   ? sizeof(eh_plugin_api)
+    return minor >= 5   ? sizeof(eh_plugin_api)
+           : minor >= 3 ? offsetof(eh_plugin_api, seq_hidden)
            : minor == 2 ? offsetof(eh_plugin_api, step_begin)
                         : offsetof(eh_plugin_api, kv_init);
 }
@@ -65,6 +66,12 @@ inline bool api_has_sessions(const eh_plugin_api& api) { return api.session_crea
 inline bool api_has_step_halves(const eh_plugin_api& api) {
     return api_has_step(api) && api.abi_minor >= 3 && api.struct_size >= api_table_size(3) &&
            api.step_begin != nullptr && api.step_end != nullptr;
+}
+
+// True when its steps also keep final hidden states (ABI 1.5's
+// EH_STEP_HIDDEN and seq_hidden): what embeddings and rerank scores need.
+inline bool api_has_hidden(const eh_plugin_api& api) {
+    return api_has_step(api) && api.abi_minor >= 5 && api.struct_size >= api_table_size(5) && api.seq_hidden != nullptr;
 }
 
 // Every plugin under `dir` (not recursive), accepted or rejected.

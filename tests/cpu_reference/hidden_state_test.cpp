@@ -1,0 +1,199 @@
+// ABI 1.5's final hidden state (EH_STEP_HIDDEN, seq_hidden) on the CPU
+// reference: it is the output norm's row the LM head reads, and it is
+// bit-identical alone, batched beside other sequences and after a chunked
+// prefill; the rules around it (only after a step that asked, not while a
+// step flies) hold.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <engine_host/quant_blocks.hpp>
+
+#include "plugin_handle.hpp"
+#include "synthetic_model.hpp"
+
+namespace {
+
+using namespace cpuref_test;
+
+struct Model {
+    eh_model* model = nullptr;
+    std::vector<eh_seq*> seqs;
+    explicit Model(const eh_model_view* view) {
+        eh_load_params lp = load_params(view);
+        if (plugin().model_load(&lp, &model) != EH_OK) throw std::runtime_error(plugin().plugin_last_error());
+        eh_kv_params p{};
+        p.struct_size = sizeof(p);
+        p.max_seqs = 8;
+        p.max_step_tokens = 256;
+        p.max_step_entries = 8;
+        p.max_seq_tokens = 64;
+        eh_kv_info kv{};
+        kv.struct_size = sizeof(kv);
+        if (plugin().kv_init(model, &p, &kv) != EH_OK) throw std::runtime_error(error());
+    }
+    ~Model() {
+        for (eh_seq* s : seqs) plugin().seq_release(s);
+        plugin().model_release(model);
+    }
+    std::string error() const { return plugin().model_last_error(model); }
+    // A sequence without a sampler: a hidden state needs none.
+    eh_seq* create() {
+        eh_seq* s = nullptr;
+        EXPECT_EQ(plugin().seq_create(model, &s), EH_OK) << error();
+        seqs.push_back(s);
+        return s;
+    }
+    std::vector<float> hidden(eh_seq* s) const {
+        const float* h = nullptr;
+        uint32_t n = 0;
+        EXPECT_EQ(plugin().seq_hidden(s, &h, &n), EH_OK) << error();
+        return h ? std::vector<float>(h, h + n) : std::vector<float>();
+    }
+};
+
+eh_step_entry entry(eh_seq* s, const int32_t* tokens, uint32_t n, uint32_t flags) {
+    eh_step_entry e{};
+    e.struct_size = sizeof(e);
+    e.flags = flags;
+    e.seq = s;
+    e.tokens = tokens;
+    e.n_tokens = n;
+    return e;
+}
+
+std::vector<int32_t> prompt(uint32_t n, uint32_t salt, uint32_t vocab) {
+    std::vector<int32_t> p(n);
+    for (uint32_t i = 0; i < n; ++i) p[i] = int32_t((i * 5 + salt * 11 + 3) % vocab);
+    return p;
+}
+
+bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+}
+
+std::vector<float> alone(const eh_model_view* view, const std::vector<int32_t>& p) {
+    Model m(view);
+    eh_seq* s = m.create();
+    eh_step_entry e = entry(s, p.data(), uint32_t(p.size()), EH_STEP_HIDDEN);
+    EXPECT_EQ(plugin().step(m.model, &e, 1), EH_OK) << m.error();
+    EXPECT_EQ(e.token, -1);
+    return m.hidden(s);
+}
+
+class HiddenState : public ::testing::TestWithParam<std::string> {};
+
+TEST_P(HiddenState, AloneBatchedAndChunkedGiveEqualBits) {
+    TinySpec sp;
+    sp.arch = GetParam();
+    sp.n_embd = 128;
+    sp.n_ff = 128;
+    auto view = make_tiny(sp);
+    const std::vector<std::vector<int32_t>> prompts = {prompt(13, 1, sp.n_vocab), prompt(29, 2, sp.n_vocab),
+                                                       prompt(5, 3, sp.n_vocab)};
+    std::vector<std::vector<float>> want;
+    for (const auto& p : prompts) {
+        want.push_back(alone(view->view(), p));
+        ASSERT_EQ(want.back().size(), sp.n_embd);
+    }
+    EXPECT_FALSE(same_bits(want[0], want[1]));  // different inputs, different states
+
+    // All three in each step, prefilled 4 tokens at a time; only a last chunk asks.
+    Model m(view->view());
+    std::vector<eh_seq*> s;
+    for (size_t i = 0; i < prompts.size(); ++i) s.push_back(m.create());
+    std::vector<size_t> fed(prompts.size(), 0);
+    for (int guard = 0; guard < 100; ++guard) {
+        std::vector<eh_step_entry> es;
+        for (size_t i = 0; i < prompts.size(); ++i) {
+            if (fed[i] == prompts[i].size()) continue;
+            const uint32_t k = uint32_t(std::min<size_t>(4, prompts[i].size() - fed[i]));
+            const bool last = fed[i] + k == prompts[i].size();
+            es.push_back(entry(s[i], prompts[i].data() + fed[i], k, last ? EH_STEP_HIDDEN : 0));
+            fed[i] += k;
+        }
+        if (es.empty()) break;
+        ASSERT_EQ(plugin().step(m.model, es.data(), uint32_t(es.size())), EH_OK) << m.error();
+    }
+    for (size_t i = 0; i < prompts.size(); ++i) EXPECT_TRUE(same_bits(m.hidden(s[i]), want[i])) << "sequence " << i;
+}
+
+INSTANTIATE_TEST_SUITE_P(Archs, HiddenState, ::testing::Values("llama", "qwen2", "gpt2"),
+                         [](const auto& info) { return info.param; });
+
+// The LM head applied to the hidden state gives the logits the same step
+// keeps: it is the row after the output norm.
+TEST(HiddenStateFacts, IsTheRowTheLmHeadReads) {
+    TinySpec sp;
+    sp.n_embd = 128;
+    sp.n_ff = 128;
+    auto view = make_tiny(sp);
+    const eh_tensor* head = view->find("output.weight");
+    if (!head) head = view->find("token_embd.weight");
+    ASSERT_NE(head, nullptr);
+    ASSERT_EQ(head->type, uint32_t(EH_TYPE_F32));
+    Model m(view->view());
+    eh_seq* s = m.create();
+    eh_sampling_params g = greedy_params();
+    ASSERT_EQ(plugin().seq_set_sampling(s, &g), EH_OK);
+    const auto p = prompt(9, 4, sp.n_vocab);
+    eh_step_entry e = entry(s, p.data(), uint32_t(p.size()), EH_STEP_HIDDEN | EH_STEP_LOGITS | EH_STEP_SAMPLE);
+    ASSERT_EQ(plugin().step(m.model, &e, 1), EH_OK) << m.error();
+    const std::vector<float> h = m.hidden(s);
+    const float* lg = nullptr;
+    uint32_t nv = 0;
+    ASSERT_EQ(plugin().seq_logits(s, &lg, &nv), EH_OK);
+    ASSERT_EQ(nv, sp.n_vocab);
+    const float* w = static_cast<const float*>(head->data);
+    for (uint32_t t = 0; t < nv; ++t) {
+        double dot = 0;
+        for (uint32_t k = 0; k < sp.n_embd; ++k) dot += double(w[size_t(t) * sp.n_embd + k]) * h[k];
+        EXPECT_NEAR(dot, lg[t], 1e-3 * (1.0 + std::abs(dot))) << "token " << t;
+    }
+}
+
+TEST(HiddenStateFacts, ItsRulesAreEnforced) {
+    TinySpec sp;
+    auto view = make_tiny(sp);
+    Model m(view->view());
+    eh_seq* s = m.create();
+    const float* h = nullptr;
+    uint32_t n = 0;
+    // Nothing asked yet.
+    EXPECT_EQ(plugin().seq_hidden(s, &h, &n), EH_INVALID_ARGUMENT);
+    EXPECT_NE(m.error().find("EH_STEP_HIDDEN"), std::string::npos) << m.error();
+    EXPECT_EQ(plugin().seq_hidden(s, nullptr, &n), EH_INVALID_ARGUMENT);
+    const auto p = prompt(6, 1, sp.n_vocab);
+    eh_step_entry e = entry(s, p.data(), 3, EH_STEP_HIDDEN);
+    ASSERT_EQ(plugin().step(m.model, &e, 1), EH_OK) << m.error();
+    EXPECT_EQ(plugin().seq_hidden(s, &h, &n), EH_OK);
+    EXPECT_EQ(n, sp.n_embd);
+    // A later step that does not ask drops it; so does a truncation.
+    e = entry(s, p.data() + 3, 1, 0);
+    ASSERT_EQ(plugin().step(m.model, &e, 1), EH_OK);
+    EXPECT_EQ(plugin().seq_hidden(s, &h, &n), EH_INVALID_ARGUMENT);
+    e = entry(s, p.data() + 4, 1, EH_STEP_HIDDEN);
+    ASSERT_EQ(plugin().step(m.model, &e, 1), EH_OK);
+    ASSERT_EQ(plugin().seq_truncate(s, 2), EH_OK);
+    EXPECT_EQ(plugin().seq_hidden(s, &h, &n), EH_INVALID_ARGUMENT);
+    // Not on a step begun while another is in flight (as EH_STEP_LOGITS).
+    eh_seq* a = m.create();
+    eh_sampling_params g = greedy_params();
+    ASSERT_EQ(plugin().seq_set_sampling(a, &g), EH_OK);
+    eh_step_entry first = entry(a, p.data(), 2, EH_STEP_SAMPLE);
+    ASSERT_EQ(plugin().step_begin(m.model, &first, 1), EH_OK) << m.error();
+    eh_step_entry second = entry(s, p.data(), 1, EH_STEP_HIDDEN);
+    EXPECT_EQ(plugin().step_begin(m.model, &second, 1), EH_INVALID_ARGUMENT);
+    EXPECT_NE(m.error().find("EH_STEP_HIDDEN on a step begun while another is in flight"), std::string::npos) << m.error();
+    int32_t out = -1;
+    ASSERT_EQ(plugin().step_end(m.model, &out, 1), EH_OK);
+    // An unknown flag stays unknown.
+    eh_step_entry odd = entry(s, p.data(), 1, 16u);
+    EXPECT_EQ(plugin().step(m.model, &odd, 1), EH_INVALID_ARGUMENT);
+}
+
+}  // namespace
