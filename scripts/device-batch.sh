@@ -2,8 +2,7 @@
 # On the GPU machine, after scripts/device-unpack.sh: llama-cuda's batched
 # step — its GPU tests, then aggregate decode throughput through the HTTP
 # API (engine-host loadgen, 128 output tokens) at 1/16/64 clients on the
-# forged Qwen2.5-0.5B Q4_K_M, beside engine-host bench's batch-1 rate of the
-# session path. Results go to $OUT.
+# forged Qwen2.5-0.5B Q4_K_M. Results go to $OUT.
 #   OUT=... scripts/device-batch.sh BUILD_DIR [LEVELS]
 set -uo pipefail
 cd "$(dirname "$0")/.."

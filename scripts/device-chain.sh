@@ -2,7 +2,7 @@
 # On the GPU machine, after scripts/device-unpack.sh: one client's decode
 # rate through the server with chained steps (ABI 1.3: step N+1 begins
 # before the host reads N) against the same server with --no-chained-steps,
-# and against the plugin's one-sequence session path (`engine-host bench --path session`),
+# and against `engine-host bench`'s one sequence through the step (no server),
 # on a forged model (LIKE, a forge profile; default the Qwen2.5-0.5B
 # Q4_K_M). Per round and setting: the streamed
 # `engine-host loadgen` (TPOT: time per output token after the first) at
@@ -38,4 +38,4 @@ for run in $(seq 1 "${ROUNDS:-3}"); do
     kill $pid; wait $pid 2>/dev/null
   done
 done
-"$build/bin/engine-host" bench --plugins "$build/plugins" --model "$f" -p 512 -n 128 -r 3 --path session | tee "$out/bench.txt"
+"$build/bin/engine-host" bench --plugins "$build/plugins" --model "$f" -p 512 -n 128 -r 3 | tee "$out/bench.txt"

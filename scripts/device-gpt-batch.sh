@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # On the GPU machine, after scripts/device-unpack.sh (or its equivalent):
 # gpt-cuda's batched step — its GPU tests (eh_gpt_batch_tests, and the
-# session tests of eh_gpt_cuda_tests that share the RoPE kernel), then on
-# the forged gpt-oss-20b the session's tg128 beside the batched step's cost
+# whole-model tests of eh_gpt_cuda_tests), then on the forged gpt-oss-20b
+# one sequence's pp512 / tg128 beside the batched step's cost
 # per batch size (and with the per-token knobs for 2..8 tokens), then with
 # LOAD=1 aggregate tokens/s through the HTTP API (engine-host loadgen, 128
 # output tokens) at LEVELS clients. Results go to $OUT.
@@ -19,8 +19,8 @@ timeout 240 "$build/bin/eh_gpt_batch_tests" --gtest_filter='-GptCudaBench.*' --g
 summary "$out/batch-tests.log"
 if [ -x "$build/bin/eh_gpt_cuda_tests" ]; then
   timeout 120 "$build/bin/eh_gpt_cuda_tests" --gtest_filter='Tiny/GptModels.*:GptCuda.*' --gtest_brief=1 \
-    > "$out/session-tests.log" 2>&1; echo "session tests rc=$?"
-  summary "$out/session-tests.log" 20
+    > "$out/model-tests.log" 2>&1; echo "model tests rc=$?"
+  summary "$out/model-tests.log" 20
 fi
 [ "${SKIP_BENCH:-0}" = 1 ] && exit 0
 # With engine-host staged: the forged file with the real vocabulary (the

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine: the kernels of one decode step, each timed by ncu
 # (gpu__time_duration, no cache flush, clocks as the bench runs them), for
-# the session path's decode and the batched step at each batch size, on the
+# one sequence's decode steps and the batched step at each batch size, on the
 # forged-shape Qwen2.5-0.5B (or $MODEL: Qwen25_05B, Phi3Mini). Prints one
 # table per run: kernel, launches, total us. The bench's own timing is
 # printed first, without ncu.
@@ -20,7 +20,7 @@ prof() {
   EH_BENCH_PROFILE_STEP=${STEP:-10} timeout 300 $ncu --profile-from-start off --cache-control none --clock-control none \
     --metrics gpu__time_duration.sum --csv --print-units base "$@" 2>/dev/null | summarize
 }
-echo "== session decode ($model)"
+echo "== one sequence's decode ($model)"
 prof $t --gtest_filter="Bench.DISABLED_${model}_Q4KM_Shape"
 for b in ${batches//,/ }; do
   echo "== batched step, batch $b ($model)"

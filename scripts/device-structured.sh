@@ -8,9 +8,9 @@
 # tokens per request (a schema's answer may end before max_tokens). Then the
 # same comparison streamed with `engine-host loadgen --stream`, whose TPOT
 # (time per output token after the first) is the decode rate a client sees
-# whatever length the answers have, and last `engine-host bench --path session` (prefill
-# 512, decode 128, the one-sequence session path) after the server stops:
-# the plugin's batch-1 decode rate beside the server's one-client TPOT.
+# whatever length the answers have, and last `engine-host bench` (prefill
+# 512, decode 128, one sequence through the batched step) after the server
+# stops: the plugin's batch-1 decode rate beside the server's one-client TPOT.
 #   OUT=... [LOADGEN=.../loadgen.py] [ROUNDS=3] scripts/device-structured.sh BUILD_DIR [LEVELS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -55,4 +55,4 @@ done
 curl -s localhost:18700/v1/chat/completions -H 'Content-Type: application/json' \
   -d "{\"messages\":[{\"role\":\"user\",\"content\":\"hi\"}],\"max_tokens\":200,${schema:1:-1}}" | tee "$out/sample.json" | head -c 600; echo
 kill $pid; wait $pid 2>/dev/null
-"$build/bin/engine-host" bench --plugins "$build/plugins" --model "$f" -p 512 -n 128 -r 3 --path session | tee "$out/bench.txt"
+"$build/bin/engine-host" bench --plugins "$build/plugins" --model "$f" -p 512 -n 128 -r 3 | tee "$out/bench.txt"
