@@ -72,7 +72,7 @@ if [ "${PROFILE:-0}" = 1 ] && command -v ncu > /dev/null; then
     ncu_summary "$OUT_DIR/ncu_pp.csv"
 fi
 
-SUBSET=${MEM_FILTER:-'FusedDecode.*:PrefillAttention*:BatchedStep*:QuantTypes.*:Kernels.*:AllTypes/MatmulTest.*_n1:AllTypes/MatmulTest.*_n77:Shapes/*:DeviceSampler.*:ArchTypes/ModelVsReference.*/llama_Q4_K:ArchTypes/ModelVsReference.*/phi3_Q6_K:ArchTypes/ModelVsReference.*/qwen2_Q5_0:LlamaCuda.ContextFullAndBadTokens:LlamaCuda.GenerationIsReproducible'}
+SUBSET=${MEM_FILTER:-'FusedDecode.*:PrefillAttention*:BatchedStep*:QuantTypes.*:Kernels.*:AllTypes/MatmulTest.*_n1:AllTypes/MatmulTest.*_n77:Shapes/*:DeviceSampler.*:ArchTypes/ModelVsReference.*/llama_Q4_K:ArchTypes/ModelVsReference.*/phi3_Q6_K:ArchTypes/ModelVsReference.*/qwen2_Q5_0:LlamaCuda.SequenceFullAndBadTokens:LlamaCuda.GenerationIsReproducible'}
 if [ "${SKIP_SANITIZER:-0}" != 1 ] && command -v compute-sanitizer > /dev/null; then
   if [ "${SKIP_MEMCHECK:-0}" != 1 ]; then
     step "compute-sanitizer memcheck (subset)"
