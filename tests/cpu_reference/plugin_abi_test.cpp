@@ -373,28 +373,6 @@ TEST(PluginSessions, CancelBetweenLayersKeepsState) {
     api.model_release(m);
 }
 
-TEST(PluginLoad, ProgressAndCancel) {
-    auto view = make_tiny(TinySpec{});
-    const eh_plugin_api& api = plugin();
-    std::vector<float> seen;
-    eh_load_params lp = load_params(view->view());
-    lp.progress = [](void* u, float f, const char*) { static_cast<std::vector<float>*>(u)->push_back(f); };
-    lp.progress_user = &seen;
-    eh_model* m = nullptr;
-    ASSERT_EQ(api.model_load(&lp, &m), EH_OK);
-    api.model_release(m);
-    ASSERT_FALSE(seen.empty());
-    for (size_t i = 1; i < seen.size(); ++i) EXPECT_GE(seen[i], seen[i - 1]);
-    EXPECT_EQ(seen.back(), 1.0f);
-    EXPECT_EQ(std::count(seen.begin(), seen.end(), 1.0f), 1);
-
-    lp.progress = nullptr;
-    lp.cancel = [](void*) -> int32_t { return 1; };
-    m = reinterpret_cast<eh_model*>(0x1);
-    EXPECT_EQ(api.model_load(&lp, &m), EH_CANCELLED);
-    EXPECT_EQ(m, nullptr);
-}
-
 TEST(PluginLoad, RefusesUnsupportedAndMalformed) {
     const eh_plugin_api& api = plugin();
     auto expect_fail = [&](OwnedView& v, eh_status want, const std::string& fragment) {

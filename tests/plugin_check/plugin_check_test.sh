@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
 # eh-plugin-check against plugins whose verdicts are known: the CPU reference
 # (against itself as the reference) and the test engine's step-only build pass
-# every check that applies; the same engine made to depend on its batch
-# fails batch_invariance by name; bad command lines exit 2.
+# every check that applies; the same engine made to depend on its batch, or
+# to break another ABI rule, fails that check by name; bad command lines
+# exit 2.
 # Usage: plugin_check_test.sh EH_PLUGIN_CHECK CPU_REFERENCE_SO TEST_PLUGIN_DIR MODEL
 source "$(dirname "$0")/../cli/testlib.sh"
 check_bin=$1 cpuref=$2 plugins=$3 model=$4
 step_only=$plugins/step-only/libeh-fixture-step-only.so
 
 out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"17 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
+[[ $rc -eq 0 && "$out" == *"20 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
 
 # every check over a quantized KV cache, greedy agreement with the F32-cache reference included
 for t in q8_0 fp8; do
   out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" --kv-type $t 2>&1); rc=$?
-  [[ $rc -eq 0 && "$out" == *"17 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes-$t $? "exit $rc: $out"
+  [[ $rc -eq 0 && "$out" == *"20 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes-$t $? "exit $rc: $out"
 done
 
 out=$("$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"15 passed, 0 failed, 2 skipped"* && "$out" == *"SKIP  step_halves"* ]]
+[[ $rc -eq 0 && "$out" == *"17 passed, 0 failed, 3 skipped"* && "$out" == *"SKIP  step_halves"* ]]
 check step-only-passes $? "exit $rc: $out"
 
 # KV cache types: a type the plugin refuses stops the run (exit 3, named); one
@@ -41,6 +42,19 @@ out=$("$check_bin" "$step_only" --model "$model" --kv-type q4 2>&1); rc=$?
 
 out=$(EH_TEST_ENGINE_BATCH_DEPENDENT=1 "$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
 [[ $rc -eq 1 && "$out" == *"FAIL  batch_invariance"*"token 0 differs"* ]]; check batch-dependence-found $? "exit $rc: $out"
+
+# The same engine breaking one ABI rule at a time fails the check that
+# holds it, by name
+expect_fail() {  # KNOB CHECK DETAIL
+  local out rc
+  out=$(env "EH_TEST_ENGINE_$1=1" "$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
+  [[ $rc -eq 1 && "$out" == *"FAIL  $2"*"$3"* && "$out" == *"16 passed, 1 failed, 3 skipped"* ]]
+  check "$2-found" $? "exit $rc: $out"
+}
+expect_fail LAX_TOKENS invalid_steps "a token id equal to the vocabulary size returned OK, not INVALID_ARGUMENT"
+expect_fail KEEP_BLOCKS truncate_regrow "truncated to 15 tokens, the sequence holds 2 blocks, not 1"
+expect_fail BIASED_LOGITS logit_bias "not the raw logits"
+expect_fail PROGRESS_BACK load_progress_cancel "progress went back from 0.5 to 0.25"
 
 out=$("$check_bin" "$step_only" --model "$model" --only fork_shares_prefix --json 2>&1); rc=$?
 [[ $rc -eq 0 && $(grep -c '"name"' <<<"$out") -eq 1 && "$out" == *'"status": "pass"'* ]]; check only-json $? "exit $rc: $out"

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <deque>
 #include <functional>
 
 #include "driver.hpp"
@@ -121,6 +122,66 @@ void no_capacity(Context& c) {
                          eh_status_name(want)));
 }
 
+// A block count the ABI fixes: a sequence of `length` tokens holds
+// ceil(length / block_tokens) blocks.
+uint32_t blocks_for(uint32_t length, uint32_t block_tokens) { return (length + block_tokens - 1) / block_tokens; }
+
+void invalid_steps(Context& c) {
+    c.needs(8, 8, 2);
+    const eh_kv_info& g = c.d.granted();
+    const auto p = c.prompt(std::max<uint32_t>(8, g.max_step_tokens + 1), 19);
+    eh_seq* x = c.d.create();
+    c.d.set_sampling(x, ehp::greedy_sampling());
+    std::vector<eh_step_entry> es{entry(x, p.data(), 4, 0)};
+    c.d.step_ok(es, "four tokens");
+    eh_seq* raw = c.d.create();  // no sampler
+    const uint32_t free_before = c.d.kv_info().free_blocks;
+    // Each must be refused with EH_INVALID_ARGUMENT and a message, and
+    // change no sequence and no block.
+    auto refused = [&](std::vector<eh_step_entry> bad, const std::string& what) {
+        const eh_status st = c.d.step(bad);
+        const std::string message = c.d.error();
+        if (st != EH_INVALID_ARGUMENT)
+            fail(fmt::format("a step with {} returned {}, not INVALID_ARGUMENT{}", what, eh_status_name(st),
+                             st == EH_OK ? "" : ": " + message));
+        if (message.empty()) fail(fmt::format("a step with {} was refused without a message", what));
+        if (c.d.length(x) != 4 || c.d.length(raw) != 0)
+            fail(fmt::format("a step refused for {} changed a sequence's length", what));
+        if (c.d.kv_info().free_blocks != free_before)
+            fail(fmt::format("a step refused for {} changed the free block count", what));
+    };
+    const int32_t past_vocab = int32_t(c.d.vocab()), negative = -1;
+    refused({entry(x, &past_vocab, 1, EH_STEP_SAMPLE)}, "a token id equal to the vocabulary size");
+    refused({entry(x, &negative, 1, EH_STEP_SAMPLE)}, "a negative token id");
+    refused({entry(x, p.data() + 4, 2, 0), entry(x, p.data() + 6, 2, 0)}, "one sequence in two entries");
+    refused({entry(x, p.data() + 4, 1, 0), entry(nullptr, p.data(), 1, 0)}, "a NULL sequence");
+    refused({entry(x, p.data() + 4, 1, 0), entry(raw, p.data(), 1, EH_STEP_SAMPLE)},
+            "sampling for a sequence whose sampler was never set");
+    std::vector<uint32_t> none((c.d.vocab() + 31) / 32, 0);
+    es = {entry(x, p.data() + 4, 1, EH_STEP_SAMPLE)};
+    es[0].allowed = none.data();
+    refused(es, "an allowed-token mask that allows no token");
+    // One token more than a step may hold, over both sequences.
+    const uint32_t over = g.max_step_tokens + 1;
+    const uint32_t on_x = std::min(over, g.max_seq_tokens - 4), on_raw = over - on_x;
+    if (on_raw <= g.max_seq_tokens)
+        refused(on_raw ? std::vector<eh_step_entry>{entry(x, p.data(), on_x, 0), entry(raw, p.data(), on_raw, 0)}
+                       : std::vector<eh_step_entry>{entry(x, p.data(), on_x, 0)},
+                fmt::format("{} tokens (max_step_tokens is {})", over, g.max_step_tokens));
+    // One token more than a sequence may hold.
+    if (g.max_seq_tokens - 4 + 1 <= g.max_step_tokens)
+        refused({entry(x, p.data(), g.max_seq_tokens - 4 + 1, 0)},
+                fmt::format("a sequence past max_seq_tokens ({})", g.max_seq_tokens));
+    eh_seq* longer = nullptr;
+    const eh_status st = c.d.api().seq_fork(x, 5, &longer);
+    if (st == EH_OK) {
+        c.d.api().seq_release(longer);
+        fail("seq_fork of 5 tokens from a sequence of 4 succeeded");
+    }
+    if (st != EH_INVALID_ARGUMENT) fail(fmt::format("seq_fork past the source's length returned {}, not INVALID_ARGUMENT",
+                                                    eh_status_name(st)));
+}
+
 void greedy_repeats(Context& c) {
     c.needs(12 + c.n, 12);
     const auto p = c.prompt(12, 2);
@@ -187,6 +248,13 @@ void fork_shares_prefix(Context& c) {
     // The fork writes first, then the source goes on with other tokens.
     const std::vector<int32_t> rest(p.begin() + at, p.end());
     const auto forked = c.d.generate(f, rest, c.n, ehp::greedy_sampling());
+    // Its writes took the blocks past the shared whole ones: the copy of the
+    // shared, partly filled block and the new ones.
+    const uint32_t took = free_before - c.d.kv_info().free_blocks;
+    const uint32_t want = blocks_for(c.d.length(f), bt) - at / bt;
+    if (took != want)
+        fail(fmt::format("a fork of {} tokens grown to {} took {} free blocks, not {} (blocks of {} tokens)", at,
+                         c.d.length(f), took, want, bt));
     const auto source = c.d.generate(src, q, c.n, ehp::greedy_sampling());
     std::vector<int32_t> src_whole(p.begin(), p.begin() + at);
     src_whole.insert(src_whole.end(), q.begin(), q.end());
@@ -200,8 +268,15 @@ void truncate_regrow(Context& c) {
     c.needs(16 + c.n, 16);
     const auto p = c.prompt(16, 11);
     eh_seq* s = c.d.create();
+    const uint32_t bt = c.d.granted().block_tokens, free_before = c.d.kv_info().free_blocks;
+    auto held = [&]() { return free_before - c.d.kv_info().free_blocks; };
     const auto first = c.d.generate(s, p, c.n, ehp::greedy_sampling());
+    if (held() != blocks_for(c.d.length(s), bt))
+        fail(fmt::format("a sequence of {} tokens holds {} blocks, not {}", c.d.length(s), held(),
+                         blocks_for(c.d.length(s), bt)));
     if (c.d.api().seq_truncate(s, 15) != EH_OK) fail("seq_truncate failed: " + c.d.error());
+    if (held() != blocks_for(15, bt))
+        fail(fmt::format("truncated to 15 tokens, the sequence holds {} blocks, not {}", held(), blocks_for(15, bt)));
     const auto again = c.d.generate(s, std::span<const int32_t>(p).subspan(15), c.n, ehp::greedy_sampling());
     expect_same(first, again, "truncated to 15 tokens and the 16th stepped again against the first time");
 }
@@ -257,6 +332,7 @@ void logit_bias(Context& c) {
     uint32_t n = 0;
     if (c.d.api().seq_logits(s, &logits, &n) != EH_OK || !logits) fail("seq_logits failed: " + c.d.error());
     if (n != c.d.vocab()) fail(fmt::format("seq_logits gave {} values for a vocabulary of {}", n, c.d.vocab()));
+    const std::vector<float> raw(logits, logits + n);
     const int32_t best = int32_t(std::max_element(logits, logits + n) - logits);
     if (logits[g] < logits[best]) fail(fmt::format("greedy sampled {} (logit {}), not the largest {} (logit {})", g,
                                                    logits[g], best, logits[best]));
@@ -271,12 +347,18 @@ void logit_bias(Context& c) {
     const float bias_value = logits[best] - logits[second] + 1.0f;
     eh_seq* b = c.d.create();
     c.d.set_sampling(b, ehp::greedy_sampling());
-    es = {entry(b, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)};
+    es = {entry(b, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE | EH_STEP_LOGITS)};
     es[0].n_bias = 1;
     es[0].bias_tokens = &bias_token;
     es[0].bias_values = &bias_value;
     const int32_t got = c.d.step_ok(es, "biased prefill")[0];
     if (got != low) fail(fmt::format("a bias lifting token {} past the best sampled {}", low, got));
+    // seq_logits are the raw logits: the bias is the sampler's, not theirs.
+    if (c.d.api().seq_logits(b, &logits, &n) != EH_OK || !logits || n != raw.size())
+        fail("seq_logits after the biased step failed: " + c.d.error());
+    if (std::abs(logits[low] - raw[low]) > bias_value / 2)
+        fail(fmt::format("seq_logits after a step biasing token {} by {} gives it {}, unbiased {}: not the raw logits",
+                         low, bias_value, logits[low], raw[low]));
 }
 
 void kv_full_changes_nothing(Context& c) {
@@ -331,23 +413,221 @@ void kv_full_changes_nothing(Context& c) {
     throw Skipped{fmt::format("no step ran out of blocks within {} sequences", seqs.size())};
 }
 
+// Steps begun with step_begin and not yet ended; whatever a failed check
+// leaves in flight is ended, so the checks after it find the model idle.
+class Flights {
+public:
+    explicit Flights(Driver& d) : d_(d) {}
+    ~Flights() {
+        std::vector<int32_t> out;
+        for (uint32_t n : counts_) {
+            out.assign(n, -1);
+            d_.api().step_end(d_.model(), out.data(), n);
+        }
+    }
+    Flights(const Flights&) = delete;
+    Flights& operator=(const Flights&) = delete;
+    eh_status try_begin(std::vector<eh_step_entry>& es) {
+        const eh_status st = d_.api().step_begin(d_.model(), es.data(), uint32_t(es.size()));
+        if (st == EH_OK) counts_.push_back(uint32_t(es.size()));
+        return st;
+    }
+    void begin(std::vector<eh_step_entry>& es, const char* what) {
+        const eh_status st = try_begin(es);
+        if (st != EH_OK) fail(fmt::format("{}: step_begin returned {}: {}", what, eh_status_name(st), d_.error()));
+    }
+    std::vector<int32_t> end(const char* what) {
+        if (counts_.empty()) fail(std::string(what) + ": no step to end");
+        std::vector<int32_t> out(counts_.front(), -1);
+        const eh_status st = d_.api().step_end(d_.model(), out.data(), counts_.front());
+        if (st != EH_OK) fail(fmt::format("{}: step_end returned {}: {}", what, eh_status_name(st), d_.error()));
+        counts_.pop_front();
+        return out;
+    }
+
+private:
+    Driver& d_;
+    std::deque<uint32_t> counts_;
+};
+
 void step_halves(Context& c) {
     if (!loader::api_has_step_halves(c.d.api())) throw Skipped{"the plugin offers no step_begin / step_end"};
-    const auto p = c.prompt(10, 17);
-    const auto plain = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
-    eh_seq* s = c.d.create();
-    c.d.set_sampling(s, ehp::greedy_sampling());
-    std::vector<int32_t> got;
-    int32_t tok = -1;
-    for (uint32_t i = 0; i < c.n; ++i) {
-        eh_step_entry e = i == 0 ? entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE) : entry(s, &tok, 1, EH_STEP_SAMPLE);
-        eh_status st = c.d.api().step_begin(c.d.model(), &e, 1);
-        if (st != EH_OK) fail(fmt::format("step_begin returned {}: {}", eh_status_name(st), c.d.error()));
-        st = c.d.api().step_end(c.d.model(), &tok, 1);
-        if (st != EH_OK) fail(fmt::format("step_end returned {}: {}", eh_status_name(st), c.d.error()));
-        got.push_back(tok);
+    c.needs(21 + c.n, 21 + 13 + 6, 3);
+    {   // One sequence, each half at once after the other.
+        const auto p = c.prompt(10, 17);
+        const auto plain = c.d.generate(c.d.create(), p, c.n, ehp::greedy_sampling());
+        eh_seq* s = c.d.create();
+        c.d.set_sampling(s, ehp::greedy_sampling());
+        Flights flights(c.d);
+        std::vector<int32_t> got;
+        int32_t tok = -1;
+        for (uint32_t i = 0; i < c.n; ++i) {
+            std::vector<eh_step_entry> es{i == 0 ? entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE)
+                                                 : entry(s, &tok, 1, EH_STEP_SAMPLE)};
+            flights.begin(es, "one sequence");
+            tok = flights.end("one sequence")[0];
+            got.push_back(tok);
+        }
+        expect_same(plain, got, "step_begin + step_end against step");
+        c.d.release_all();
     }
-    expect_same(plain, got, "step_begin + step_end against step");
+    // Three sequences sampled at a temperature, one with a repetition
+    // penalty (its history holds the chained tokens): each step begun,
+    // EH_STEP_CHAINED, before the one ahead of it is read.
+    const std::vector<std::vector<int32_t>> prompts{c.prompt(13, 30), c.prompt(21, 31), c.prompt(6, 32)};
+    const size_t n = prompts.size();
+    auto make = [&]() {
+        std::vector<eh_seq*> seqs;
+        for (size_t i = 0; i < n; ++i) {
+            eh_sampling_params sp = sampled(0.9f, 0, 1.0f, 40 + i);
+            if (i == 1) sp.repetition_penalty = 1.3f;
+            seqs.push_back(c.d.create());
+            c.d.set_sampling(seqs.back(), sp);
+        }
+        return seqs;
+    };
+    std::vector<std::vector<int32_t>> plain(n), halves(n);
+    std::vector<uint32_t> plain_length(n);
+    {
+        const auto seqs = make();
+        std::vector<eh_step_entry> es;
+        for (size_t i = 0; i < n; ++i)
+            es.push_back(entry(seqs[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+        std::vector<int32_t> next(n);
+        for (uint32_t k = 0; k < c.n; ++k) {
+            const auto t = c.d.step_ok(es, "plain steps");
+            for (size_t i = 0; i < n; ++i) plain[i].push_back(next[i] = t[i]);
+            for (size_t i = 0; i < n; ++i) es[i] = entry(seqs[i], &next[i], 1, EH_STEP_SAMPLE);
+        }
+        for (size_t i = 0; i < n; ++i) plain_length[i] = c.d.length(seqs[i]);
+        c.d.release_all();
+    }
+    const auto seqs = make();
+    Flights flights(c.d);
+    std::vector<eh_step_entry> es;
+    for (size_t i = 0; i < n; ++i)
+        es.push_back(entry(seqs[i], prompts[i].data(), uint32_t(prompts[i].size()), EH_STEP_SAMPLE));
+    flights.begin(es, "the prompts");
+    for (uint32_t k = 1; k <= c.n; ++k) {
+        if (k < c.n) {
+            es.clear();
+            for (size_t i = 0; i < n; ++i) es.push_back(entry(seqs[i], nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED));
+            flights.begin(es, "a chained step");
+            for (size_t i = 0; i < n; ++i)
+                if (c.d.length(seqs[i]) != prompts[i].size() + k)
+                    fail(fmt::format("seq_length {} while a chained step is in flight, not {} (it counts the step "
+                                     "in flight at once)",
+                                     c.d.length(seqs[i]), prompts[i].size() + k));
+        }
+        const auto t = flights.end("a chained step");
+        for (size_t i = 0; i < n; ++i) halves[i].push_back(t[i]);
+    }
+    for (size_t i = 0; i < n; ++i) {
+        expect_same(plain[i], halves[i], fmt::format("sequence {}, sampled, chained steps against plain steps", i));
+        if (c.d.length(seqs[i]) != plain_length[i])
+            fail(fmt::format("sequence {} is {} tokens long after chained steps, {} after plain ones", i,
+                             c.d.length(seqs[i]), plain_length[i]));
+    }
+}
+
+void step_halves_rules(Context& c) {
+    if (!loader::api_has_step_halves(c.d.api())) throw Skipped{"the plugin offers no step_begin / step_end"};
+    c.needs(16, 16, 3);
+    const eh_status busy = c.d.api().abi_minor >= 4 ? EH_BUSY : EH_INVALID_ARGUMENT;
+    eh_seq* x = c.d.create();
+    eh_seq* y = c.d.create();
+    c.d.set_sampling(x, ehp::greedy_sampling());
+    c.d.set_sampling(y, ehp::greedy_sampling());
+    const auto p = c.prompt(8, 33);
+    Flights flights(c.d);
+    auto expect = [&](eh_status st, eh_status want, const std::string& what) {
+        if (st != want)
+            fail(fmt::format("{} returned {}, not {}{}", what, eh_status_name(st), eh_status_name(want),
+                             st == EH_OK ? "" : ": " + c.d.error()));
+        if (c.d.error().empty()) fail(what + " was refused without a message");
+    };
+    int32_t out[2] = {-1, -1};
+    // Nothing in flight: nothing to chain to, nothing to end.
+    std::vector<eh_step_entry> es{entry(x, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED)};
+    expect(c.d.step(es), EH_INVALID_ARGUMENT, "step with a chained entry and no step in flight");
+    expect(flights.try_begin(es), EH_INVALID_ARGUMENT, "step_begin with a chained entry and no step in flight");
+    expect(c.d.api().step_end(c.d.model(), out, 1), EH_INVALID_ARGUMENT, "step_end with no step in flight");
+    if (c.d.length(x) != 0) fail("a refused step changed the sequence's length");
+
+    es = {entry(x, p.data(), 8, EH_STEP_SAMPLE)};
+    flights.begin(es, "x's prompt");
+    if (c.d.length(x) != 8) fail(fmt::format("seq_length {} with an 8-token step in flight, not 8", c.d.length(x)));
+    // While it flies: no call that changes a sequence, no plain step.
+    eh_seq* z = nullptr;
+    const eh_status created = c.d.api().seq_create(c.d.model(), &z);
+    if (created == EH_OK) c.d.api().seq_release(z);
+    expect(created, busy, "seq_create while a step is in flight");
+    expect(c.d.api().seq_truncate(x, 2), busy, "seq_truncate while a step is in flight");
+    es = {entry(y, p.data(), 4, EH_STEP_SAMPLE)};
+    expect(c.d.step(es), busy, "step while a step is in flight");
+    es = {entry(y, p.data(), 4, EH_STEP_SAMPLE | EH_STEP_LOGITS)};
+    expect(flights.try_begin(es), EH_INVALID_ARGUMENT, "step_begin asking EH_STEP_LOGITS while a step is in flight");
+    es = {entry(y, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED)};
+    expect(flights.try_begin(es), EH_INVALID_ARGUMENT,
+           "step_begin chaining a sequence the step in flight does not sample for");
+    if (c.d.length(x) != 8 || c.d.length(y) != 0) fail("a refused call changed a sequence's length");
+    es = {entry(x, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED), entry(y, p.data(), 4, EH_STEP_SAMPLE)};
+    flights.begin(es, "x chained beside y's prompt");
+    es = {entry(y, nullptr, 1, EH_STEP_SAMPLE | EH_STEP_CHAINED)};
+    expect(flights.try_begin(es), busy, "step_begin with two steps in flight");
+    expect(c.d.api().step_end(c.d.model(), out, 2), EH_INVALID_ARGUMENT,
+           "step_end with a count other than the oldest step's");
+    flights.end("x's prompt");
+    flights.end("x chained beside y's prompt");
+    if (c.d.length(x) != 9 || c.d.length(y) != 4)
+        fail(fmt::format("lengths {} and {} after the steps ended, not 9 and 4", c.d.length(x), c.d.length(y)));
+    // All ended: the calls refused in flight work again.
+    if (c.d.api().seq_truncate(x, 2) != EH_OK) fail("seq_truncate after every step ended failed: " + c.d.error());
+}
+
+void load_progress_cancel(Context& c) {
+    // A second load of the model, its progress recorded; then one whose
+    // cancel callback asks to stop at every poll.
+    eh_load_params lp{};
+    lp.struct_size = sizeof(lp);
+    lp.path = c.options.model->path().c_str();
+    lp.view = &c.options.model->view();
+    std::vector<float> seen;
+    lp.progress = [](void* user, float fraction, const char*) { static_cast<std::vector<float>*>(user)->push_back(fraction); };
+    lp.progress_user = &seen;
+    eh_model* m = nullptr;
+    eh_status st = c.d.api().model_load(&lp, &m);
+    if (st != EH_OK) {
+        const std::string why = c.d.api().plugin_last_error();
+        if (st == EH_INSUFFICIENT_VRAM || st == EH_VRAM_OOM)
+            throw Skipped{"a second copy of the model does not fit beside the first: " + why};
+        fail(fmt::format("a second model_load returned {}: {}", eh_status_name(st), why));
+    }
+    c.d.api().model_release(m);
+    for (size_t i = 0; i < seen.size(); ++i) {
+        if (!(seen[i] >= 0.0f && seen[i] <= 1.0f)) fail(fmt::format("progress reported {}, outside [0, 1]", seen[i]));
+        if (i && seen[i] < seen[i - 1]) fail(fmt::format("progress went back from {} to {}", seen[i - 1], seen[i]));
+    }
+    if (!seen.empty() && (seen.back() != 1.0f || std::count(seen.begin(), seen.end(), 1.0f) != 1))
+        fail(fmt::format("progress reported 1.0 {} times, the last report {}: want 1.0 once, at the end",
+                         std::count(seen.begin(), seen.end(), 1.0f), seen.back()));
+    lp.progress = nullptr;
+    int polls = 0;
+    lp.cancel = [](void* user) -> int32_t { return ++*static_cast<int*>(user) > 0; };
+    lp.cancel_user = &polls;
+    m = reinterpret_cast<eh_model*>(&polls);  // must come back NULL on failure
+    st = c.d.api().model_load(&lp, &m);
+    if (st == EH_OK) {
+        c.d.api().model_release(m);
+        if (polls) fail(fmt::format("model_load polled a cancel that asked to stop {} times and loaded anyway", polls));
+        // A load with no safe point to stop at may ignore the callback.
+        if (seen.empty()) throw Skipped{"model_load reports no progress and polls no cancel callback"};
+        return;
+    }
+    if (st != EH_CANCELLED)
+        fail(fmt::format("a cancelled model_load returned {}, not CANCELLED: {}", eh_status_name(st),
+                         c.d.api().plugin_last_error()));
+    if (m) fail("a cancelled model_load left *out_model set");
 }
 
 void kv_cache_type(Context& c) {
@@ -419,6 +699,9 @@ const Check kChecks[] = {
     {"sequence_lengths", "steps append, truncation keeps a prefix, a refused truncation changes nothing",
      sequence_lengths},
     {"no_capacity", "seq_create past max_seqs returns EH_NO_CAPACITY (EH_INVALID_ARGUMENT before 1.4)", no_capacity},
+    {"invalid_steps", "a step with a bad token, sequence, mask or size, or a fork past the source, is refused "
+                      "with EH_INVALID_ARGUMENT and changes nothing",
+     invalid_steps},
     {"greedy_repeats", "the same prompt, greedy, gives the same tokens", greedy_repeats},
     {"chunked_prefill", "a prompt prefilled in chunks continues as in one step", chunked_prefill},
     {"batch_invariance", "a sequence's tokens do not depend on the others in its steps", batch_invariance},
@@ -433,7 +716,14 @@ const Check kChecks[] = {
     {"logit_bias", "greedy picks the largest logit, and a logit bias moves it (needs seq_logits)", logit_bias},
     {"kv_full_changes_nothing", "kv_init keeps to its budget, and a step refused with EH_KV_FULL changes nothing",
      kv_full_changes_nothing},
-    {"step_halves", "step_begin + step_end give what step gives (needs the 1.3 halves)", step_halves},
+    {"step_halves", "step_begin + step_end give what step gives, chained steps included (needs the 1.3 halves)",
+     step_halves},
+    {"step_halves_rules", "chaining and ending with nothing in flight, and calls that change state while a step "
+                          "flies, are refused (needs the 1.3 halves)",
+     step_halves_rules},
+    {"load_progress_cancel", "load progress only grows and ends at 1.0 once; a cancelled load returns "
+                             "EH_CANCELLED and no model (loads the model twice more)",
+     load_progress_cancel},
     {"kv_cache_type", "kv_init grants the KV cache type asked (--kv-type) and refuses an undefined one with "
                       "EH_UNSUPPORTED naming it (ABI 1.4)",
      kv_cache_type},

@@ -27,6 +27,12 @@
 //                             refuse a type it cannot store)
 //   EH_TEST_ENGINE_BATCH_DEPENDENT  (step-only) a pick that depends on the
 //                             step's entry count: batch invariance broken
+//   Plugins breaking an ABI rule, for eh-plugin-check (step-only):
+//   EH_TEST_ENGINE_LAX_TOKENS  step accepts token ids outside the vocabulary
+//   EH_TEST_ENGINE_KEEP_BLOCKS  seq_truncate keeps the blocks past the new end
+//   EH_TEST_ENGINE_BIASED_LOGITS  seq_logits gives the logits after the
+//                             step's logit biases, not the raw ones
+//   EH_TEST_ENGINE_PROGRESS_BACK  load progress goes back once
 //
 // Built several times with FIXTURE_MODE set to make the broken plugins the
 // loader must reject; FIXTURE_MODE 0 is the well-behaved engine (session
@@ -233,6 +239,7 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
         for (int i = 0; i <= 4 && p->progress; ++i) {
             if (i == 2 && std::getenv("EH_TEST_ENGINE_CRASH_AT_LOAD")) std::raise(SIGILL);
             p->progress(p->progress_user, i / 4.0f, "test");
+            if (i == 2 && std::getenv("EH_TEST_ENGINE_PROGRESS_BACK")) p->progress(p->progress_user, 0.25f, "test");
         }
         *out = reinterpret_cast<eh_model*>(m.release());
         return EH_OK;
@@ -504,7 +511,7 @@ eh_status seq_truncate(eh_seq* seq, uint32_t n) {
         return EH_INVALID_ARGUMENT;
     }
     q->s.tokens.resize(n);
-    drop_blocks(*find_kv(m), *q, blocks_for(n));
+    if (!std::getenv("EH_TEST_ENGINE_KEEP_BLOCKS")) drop_blocks(*find_kv(m), *q, blocks_for(n));
     q->s.have_logits = false;
     q->sampled_last = false;
     return EH_OK;
@@ -553,12 +560,14 @@ uint32_t blocks_needed(const Kv& kv, const Seq& q, uint32_t n_tokens) {
 // is greedy, logit biases add to those logits, and the allowed mask keeps
 // the best allowed id. EH_TEST_ENGINE_BATCH_DEPENDENT makes the pick depend
 // on how many entries share the step: a broken engine for eh-plugin-check.
-int32_t obey(const eh_step_entry& e, Session& s, uint32_t n_entries) {
+// *raw is the pick before biases and mask, whose logits seq_logits gives.
+int32_t obey(const eh_step_entry& e, Session& s, uint32_t n_entries, int32_t* raw) {
     const float saved = s.sp.temperature;
     if (s.sp.top_k == 1) s.sp.temperature = 0;
     int32_t t = pick(s, s.tokens.back());
     s.sp.temperature = saved;
     if (std::getenv("EH_TEST_ENGINE_BATCH_DEPENDENT")) t = int32_t((uint32_t(t) + n_entries - 1) % s.model->vocab);
+    *raw = t;
     auto logit = [&](int32_t id) {
         float v = id == t ? 10.0f : -10.0f;
         for (uint32_t i = 0; i < e.n_bias; ++i)
@@ -600,7 +609,7 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
             if (entry(j).seq == e.seq) return invalid(i, "the sequence is in the step twice");
         if (e.n_tokens == 0 || !e.tokens) return invalid(i, "no tokens");
         for (uint32_t t = 0; t < e.n_tokens; ++t)
-            if (e.tokens[t] < 0 || uint32_t(e.tokens[t]) >= m->vocab)
+            if ((e.tokens[t] < 0 || uint32_t(e.tokens[t]) >= m->vocab) && !std::getenv("EH_TEST_ENGINE_LAX_TOKENS"))
                 return invalid(i, "token id " + std::to_string(e.tokens[t]) + " out of range");
         Seq* q = Q(e.seq);
         if (e.flags & ~uint32_t(EH_STEP_SAMPLE | EH_STEP_LOGITS)) return invalid(i, "flags this engine does not offer");
@@ -648,8 +657,9 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
         } else {
             q.s.script_pos = 0;  // a fresh generation
         }
-        e.token = obey(e, q.s, n);
-        if (e.flags & EH_STEP_LOGITS) fill_logits(q.s, e.token);
+        int32_t raw = -1;
+        e.token = obey(e, q.s, n, &raw);
+        if (e.flags & EH_STEP_LOGITS) fill_logits(q.s, std::getenv("EH_TEST_ENGINE_BIASED_LOGITS") ? e.token : raw);
     }
     return EH_OK;
 }

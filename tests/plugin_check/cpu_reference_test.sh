@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The CPU reference's ABI contract is eh-plugin-check's: on the trained
+# stories260K (llama) and on forged toy files of three other architectures
+# it serves, every check passes by name (reference_agreement, with no
+# --reference, is skipped). Its own gtests keep what only it promises
+# (bit-identical logits, the session path, its refusals).
+# Usage: cpu_reference_test.sh EH_PLUGIN_CHECK ENGINE_HOST CPU_REFERENCE_SO MODEL
+source "$(dirname "$0")/../cli/testlib.sh"
+check_bin=$1 eh=$2 cpuref=$3 stories=$4
+
+# verdict JSON NAME: the status the --json output gives the named check
+verdict() {
+  grep -A1 "\"name\": \"$2\"" <<<"$1" | sed -n 's/.*"status": "\([a-z]*\)".*/\1/p'
+}
+
+expect_all_pass() {  # LABEL MODEL
+  local out rc name n=0
+  out=$("$check_bin" "$cpuref" --model "$2" --json 2>&1); rc=$?
+  [[ $rc -eq 0 ]]; check "$1-exit" $? "exit $rc: $out"
+  while read -r name _; do
+    n=$((n + 1))
+    local want=pass
+    [[ $name == reference_agreement ]] && want=skip
+    [[ $(verdict "$out" "$name") == "$want" ]]; check "$1-$name" $? "want $want: $(grep -A3 "\"name\": \"$name\"" <<<"$out")"
+  done < <("$check_bin" --list)
+  [[ $n -ge 20 ]]; check "$1-listed" $? "eh-plugin-check --list named $n checks"
+}
+
+expect_all_pass stories260K "$stories"
+for profile in tiny-phi-3-q4_k_m tiny-gpt-oss-mxfp4 tiny-qwen3-moe-q4_k_m; do
+  if ! "$eh" forge --like "$profile" --out "$scratch/$profile.gguf" >"$scratch/forge.log" 2>&1; then
+    check "forge-$profile" 1 "$(cat "$scratch/forge.log")"
+    continue
+  fi
+  expect_all_pass "$profile" "$scratch/$profile.gguf"
+  rm -f "$scratch/$profile.gguf"
+done
+finish
