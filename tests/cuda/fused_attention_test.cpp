@@ -305,8 +305,8 @@ std::vector<FusedCase> fused_cases() {
 INSTANTIATE_TEST_SUITE_P(Shapes, FusedDecodeTest, ::testing::ValuesIn(fused_cases()),
                          [](const ::testing::TestParamInfo<FusedCase>& i) { return name_of(i.param); });
 
-// Decode as the session runs it: the fused launch captured once in a CUDA
-// graph, replayed for consecutive positions (each step's cache row is
+// Decode as a captured step runs it: the fused launch captured once in a
+// CUDA graph, replayed for consecutive positions (each step's cache row is
 // what the next steps attend); the unfused path alongside on its own cache.
 TEST(FusedDecode, GraphReplayOverConsecutivePositions) {
     REQUIRE_GPU();

@@ -308,8 +308,8 @@ TEST_P(AttentionTest, MatchesHost) {
     auto got = to_host<float>(dout, ref.size());
     for (size_t i = 0; i < ref.size(); ++i) ASSERT_NEAR(got[i], ref[i], 2e-3 * (1 + std::fabs(ref[i]))) << "prefill at " << i;
     if (c.ntok == 1) {
-        // The session's own split count for a cache just holding this
-        // length, plus fixed ones (keys per split not a multiple of the
+        // The split count for a cache just holding this length, plus
+        // fixed ones (keys per split not a multiple of the
         // kernel's 4-key batches exercise the tail masking).
         for (int nsplit : {1, 4, 32, ehcuda::attention_decode_splits(uint32_t(len))}) {
             ehcuda::DeviceBuffer scratch(ehcuda::attention_decode_scratch_floats(c.H, c.hd, nsplit) * 4);
@@ -331,8 +331,8 @@ INSTANTIATE_TEST_SUITE_P(Shapes, AttentionTest,
                                            AttnCase{64, 14, 2, 577, 1, 0}, AttnCase{96, 32, 32, 639, 1, 0},
                                            AttnCase{64, 14, 2, 2, 1, 0}));
 
-// A full cache gives each decode-attention block about 64 keys (a 641-slot
-// session used to get 2 splits of 320 keys each: half-speed decode).
+// A full cache gives each decode-attention block about 64 keys (2 splits
+// of 320 keys each for 641 slots ran decode at half speed).
 TEST(Kernels, DecodeSplitsFollowCacheLength) {
     EXPECT_EQ(ehcuda::attention_decode_splits(1), 1);
     EXPECT_EQ(ehcuda::attention_decode_splits(64), 1);

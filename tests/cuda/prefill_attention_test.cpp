@@ -57,7 +57,7 @@ Inputs make_inputs(const Case& c, uint32_t seed) {
     const int len = c.pos0 + c.ntok;
     std::mt19937 rng(seed);
     std::normal_distribution<float> nd(0.0f, 1.5f);
-    in.ldq = (c.H + 2 * c.KV) * c.hd;  // the sessions' qkv row: [q | k | v]
+    in.ldq = (c.H + 2 * c.KV) * c.hd;  // a step's qkv row: [q | k | v]
     in.q.resize(size_t(c.ntok) * in.ldq);
     for (auto& x : in.q) x = nd(rng);
     in.k.resize(size_t(len) * c.KV * c.hd);
