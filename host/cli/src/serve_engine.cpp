@@ -18,6 +18,7 @@
 #include "plugin_report.hpp"
 #include "serve_codec.hpp"
 #include "serve_model.hpp"
+#include "serve_pooling.hpp"
 
 namespace eh::cli {
 
@@ -115,10 +116,15 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     else if (chat_state.source == "file")
         log_event(lvl::info, "chat_template", {{"source", "file"}, {"path", s.chat_template_path}});
     service::ServiceOptions sopt;
+    sopt.pooling = pooling_spec(*file, *codec, s.pooling);
+    if (sopt.pooling.mode != service::PoolingMode::None)
+        log_event(lvl::info, "pooling", {{"mode", service::pooling_mode_name(sopt.pooling.mode)},
+                                         {"rerank_head", sopt.pooling.head_source}});
     sopt.n_ctx = choose_context(*file, mi, s.ctx_size, s.kv_cache_mb, s.kv_type);
     sopt.queue_capacity = s.queue_size;
     sopt.max_running = s.parallel;
     sopt.max_step_tokens = s.batch_tokens;
+    sopt.prefill_chunk_tokens = s.prefill_chunk_tokens;
     sopt.kv_budget_bytes = s.kv_cache_mb * 1024 * 1024;
     sopt.kv_type = s.kv_type;
     sopt.kv_memory_fraction = s.gpu_memory_fraction;
@@ -175,6 +181,8 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
                                    {"tokenizer", codec->kind()},
                                    {"chat_template", service::chat_template_kind_name(chat_state.kind)},
                                    {"batched", svc.batched()},
+                                   {"serves", sopt.pooling.mode == service::PoolingMode::None
+                                                  ? "text" : service::pooling_mode_name(sopt.pooling.mode)},
                                    {"max_running", svc.max_running()}, {"kv_blocks", kl.total_blocks},
                                    {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc.kv_cache_bytes()},
                                    {"kv_cache_type", service::kv_cache_type_name(kl.kv_type)}});

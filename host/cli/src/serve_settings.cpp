@@ -231,12 +231,17 @@ void add_serve_options(po::options_description& desc) {
         ("gpu-memory-fraction", po::value<float>()->default_value(0), "KV-cache pool as a fraction (0-1] of the device memory free after the weights (0 = plugin default)")
         ("parallel", po::value<uint32_t>()->default_value(64), "requests decoding at once in the batch (1-4096)")
         ("batch-tokens", po::value<uint32_t>()->default_value(2048), "tokens per forward step: decodes plus prefill chunks (16-65536)")
+        ("prefill-chunk-tokens", po::value<uint32_t>()->default_value(512),
+         "prefill tokens a step may hold while requests decode, so each decode waits behind at most this much "
+         "prompt; with none decoding prefill fills --batch-tokens (16-65536)")
         ("no-prefix-cache", "do not keep finished sequences for prompts that share their prefix")
         ("prefix-cache-shared", "with --api-key: let a request reuse prefixes that requests of other API keys "
                                 "computed (single tenant; by default each key reuses only its own)")
         ("no-chained-steps", "read every step's tokens before the next step starts (engines with ABI 1.3's "
                              "step_begin otherwise run the next step while the host streams this one's)")
         ("queue-size", po::value<size_t>()->default_value(256), "requests that may wait for a place in the batch")
+        ("embedding", "serve /v1/embeddings (the last token's hidden state, L2-normalised) instead of text; default when the model's GGUF pooling type is last")
+        ("rerank", "serve /v1/rerank (a yes/no reranker such as Qwen3-Reranker) instead of text; default when the model's GGUF pooling type is rank")
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
         ("engine-process", "run the engine plugin in a child process: a crash or hang there ends only the requests it was running, and the engine is restarted (docs/robustness.md)")
         ("engine-options", po::value<std::string>()->default_value(""), "JSON object handed to the engine plugin's model load, e.g. '{\"fp16_weights\":\"off\"}' (each plugin's README lists its keys)")
@@ -288,6 +293,11 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
     s.batch_tokens = vm["batch-tokens"].as<uint32_t>();
     if (s.batch_tokens < 16 || s.batch_tokens > 65536) {
         err = "--batch-tokens must be between 16 and 65536";
+        return false;
+    }
+    s.prefill_chunk_tokens = vm["prefill-chunk-tokens"].as<uint32_t>();
+    if (s.prefill_chunk_tokens < 16 || s.prefill_chunk_tokens > 65536) {
+        err = "--prefill-chunk-tokens must be between 16 and 65536";
         return false;
     }
     s.engine_options = vm["engine-options"].as<std::string>();
@@ -368,6 +378,11 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
     s.prefix_cache = vm.count("no-prefix-cache") == 0;
     s.prefix_cache_shared = vm.count("prefix-cache-shared") != 0;
     s.chained_steps = vm.count("no-chained-steps") == 0;
+    if (vm.count("embedding") && vm.count("rerank")) {
+        err = "--embedding and --rerank are two modes: pass one";
+        return false;
+    }
+    s.pooling = vm.count("embedding") ? PoolingFlag::Embedding : vm.count("rerank") ? PoolingFlag::Rerank : PoolingFlag::Auto;
     s.shutdown_grace = std::chrono::milliseconds(vm["shutdown-grace-ms"].as<uint32_t>());
     s.residency_check_sec = vm["residency-check-sec"].as<uint32_t>();
     if (vm.count("callback-url")) s.callback_url = vm["callback-url"].as<std::string>();

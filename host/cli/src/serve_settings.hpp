@@ -14,6 +14,7 @@
 #include "device_choice.hpp"
 #include "eh/http/server.hpp"
 #include "options.hpp"
+#include "serve_pooling.hpp"
 
 namespace eh::cli {
 
@@ -58,12 +59,14 @@ struct ServeSettings {
     uint32_t max_tokens_out = 0;
     uint32_t parallel = 64;
     uint32_t batch_tokens = 2048;
+    uint32_t prefill_chunk_tokens = 512;
     uint32_t ctx_size = 0;
     uint64_t kv_cache_mb = 0;
     uint32_t kv_type = 0;  // --kv-cache-type (ABI 1.4 kv_type); 0: the plugin's default
     float gpu_memory_fraction = 0;
     size_t queue_size = 256;
     bool prefix_cache = true, prefix_cache_shared = false, chained_steps = true;
+    PoolingFlag pooling = PoolingFlag::Auto;  // --embedding, --rerank
     std::chrono::seconds inference_timeout{300};
     std::chrono::milliseconds shutdown_grace{4500};
     uint32_t residency_check_sec = 30;

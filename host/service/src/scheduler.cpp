@@ -155,7 +155,7 @@ uint32_t Scheduler::running_blocks() const {
     return uint32_t(std::min<uint64_t>(held, total - free));
 }
 
-void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
+void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs, bool one_request) {
     {
         std::lock_guard lock(mu_);
         if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
@@ -167,7 +167,7 @@ void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
             if (repeated)
                 throw RequestError("job_id", fmt::format("job_id '{}' is already queued or running", sanitize_utf8(id)));
         }
-        if (waiting_.size() + jobs.size() > options_.queue_capacity) {
+        if (waiting_.size() + (one_request ? std::min<size_t>(1, jobs.size()) : jobs.size()) > options_.queue_capacity) {
             const uint32_t ra = uint32_t(std::clamp(1000.0 * double(waiting_.size()) / double(max_running_), 1000.0, 60000.0));
             throw QueueFullError(fmt::format("the queue is full ({} waiting, capacity {}); retry later",
                                              waiting_.size(), options_.queue_capacity), ra);
@@ -430,7 +430,7 @@ bool Scheduler::try_admit(Active& a) {
     sp.frequency_penalty = float(req.sampling.frequency_penalty);
     sp.seed = a.job->seed;
     try {
-        engine_->set_sampling(a.seq, sp);
+        if (!a.job->pooled) engine_->set_sampling(a.seq, sp);  // a pooled job samples nothing
     } catch (...) {
         engine_->release(a.seq);
         a.seq = 0;
@@ -478,6 +478,11 @@ Scheduler::Step Scheduler::build_step() {
         it.seq = a.seq;
         it.tokens = std::span<const int32_t>(a.tokens).subspan(a.in_seq, k);
         it.sample = a.in_seq + k == a.tokens.size();
+        if (a.job->pooled) {
+            // Its last prompt token's hidden state is its whole output.
+            it.hidden = it.sample;
+            it.sample = false;
+        }
         it.logits = it.sample && a.job->request.top_logprobs >= 0;
         if (it.sample && !a.job->request.sampling.logit_bias.empty()) it.bias = &a.job->request.sampling.logit_bias;
         if (it.sample && a.matcher) {
@@ -501,6 +506,10 @@ Scheduler::Step Scheduler::build_step() {
         if (a->gen->tokens_out() > 0 && a->tokens.size() - a->in_seq == 1 && budget > 0 &&
             st.items.size() < limits_.max_step_entries)
             add(*a, 1);
+    // A step's time grows with its prefill: while requests decode, each of
+    // their tokens waits for at most prefill_chunk_tokens of it. The oldest
+    // prompt still advances every step, by the whole chunk.
+    if (!st.items.empty()) budget = std::min(budget, std::max(1u, options_.prefill_chunk_tokens));
     for (auto& a : running_) {
         if (budget == 0 || st.items.size() >= limits_.max_step_entries) break;
         if (std::find(st.owners.begin(), st.owners.end(), a.get()) != st.owners.end()) continue;
@@ -660,6 +669,16 @@ void Scheduler::accept_tokens(Step& st) {
             continue;
         }
         a.in_seq += item_tokens(st.items[i]);
+        if (st.items[i].hidden) {
+            const auto h = engine_->hidden(a.seq);
+            if (h.empty()) {
+                broken_.emplace_back(&a, Error(Code::Internal, "the engine kept no hidden state for the step that asked"));
+                continue;
+            }
+            a.hidden.assign(h.begin(), h.end());
+            a.gen->end("pooled");
+            continue;
+        }
         if (!st.items[i].sample) continue;
         const int32_t tok = st.items[i].token;
         bool complete_now = false;
@@ -777,7 +796,9 @@ void Scheduler::complete(ActivePtr a) {
 }
 
 void Scheduler::answer(Active& a) {
-    finish(a.job, a.gen->end_event(a.admitted));
+    JobEvent end = a.gen->end_event(a.admitted);
+    end.hidden = std::move(a.hidden);
+    finish(a.job, end);
     forget(*a.job);
     a.answered = true;
 }

@@ -135,6 +135,15 @@ public:
     }
     bool has_logits() const override { return api_.seq_logits != nullptr; }
 
+    std::span<const float> hidden(SeqId seq) override {
+        if (!hidden_) return {};
+        const float* p = nullptr;
+        uint32_t n = 0;
+        if (guarded([&] { return api_.seq_hidden(get(seq), &p, &n); }) != EH_OK || !p) return {};
+        return {p, n};
+    }
+    bool has_hidden() const override { return hidden_; }
+
 private:
     // The plugin's entries for `items` (they point into items and biases_).
     void fill_entries(std::span<StepItem> items) {
@@ -145,7 +154,7 @@ private:
             eh_step_entry& e = entries_[i];
             e.struct_size = sizeof(e);
             e.flags = (it.sample ? EH_STEP_SAMPLE : 0u) | (it.logits ? EH_STEP_LOGITS : 0u) |
-                      (it.chained ? EH_STEP_CHAINED : 0u);
+                      (it.chained ? EH_STEP_CHAINED : 0u) | (it.hidden ? EH_STEP_HIDDEN : 0u);
             e.seq = get(it.seq);
             e.tokens = it.chained ? nullptr : it.tokens.data();
             e.n_tokens = it.chained ? 1u : uint32_t(it.tokens.size());
@@ -225,6 +234,7 @@ private:
     std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> biases_;
     std::vector<int32_t> picked_;
     const bool halves_ = loader::api_has_step_halves(api_);
+    const bool hidden_ = loader::api_has_hidden(api_);
 };
 
 // One session holds the one sequence. Its "block" is the whole context.
@@ -323,6 +333,7 @@ public:
         // step's seq_logits, or the session's logits without that group.
         const eh_plugin_api& api = model_->api();
         f.logits = loader::api_has_step(api) ? api.seq_logits != nullptr : api.session_logits != nullptr;
+        f.hidden = loader::api_has_hidden(api);
         return f;
     }
     std::unique_ptr<SeqEngine> make_engine(const KvBudget& budget) override { return make_seq_engine(model_, budget); }

@@ -57,6 +57,14 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     n_ctx_ = uint32_t(std::min<uint64_t>({n_ctx_, granted.max_seq_tokens,
                                           uint64_t(granted.total_blocks) * granted.block_tokens}));
     has_logits_ = engine->has_logits();
+    if (options_.pooling.mode != PoolingMode::None && !engine->has_hidden())
+        throw Error(Code::ModelLoadFailed,
+                    fmt::format("plugin {} cannot serve {}: {}", facts.plugin_name,
+                                options_.pooling.mode == PoolingMode::Rerank ? "rerank scores (--rerank)"
+                                                                              : "embeddings (--embedding)",
+                                facts.hidden ? "the engine process does not carry hidden states (serve it without "
+                                               "--engine-process)"
+                                             : "it hands out no final hidden states (ABI 1.5 seq_hidden)"));
     device_bytes_ = engine_->facts().info.device_bytes_used;
 
     SchedulerOptions so;
@@ -65,6 +73,7 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.prefix_cache = options_.prefix_cache;
     so.prefix_cache_shared = options_.prefix_cache_shared;
     so.chained_steps = options_.chained_steps;
+    so.prefill_chunk_tokens = options_.prefill_chunk_tokens;
     so.inference_timeout = options_.inference_timeout;
     so.shutdown_grace = options_.shutdown_grace;
     so.repetition_window = options_.repetition_window;
@@ -138,8 +147,69 @@ std::vector<std::shared_ptr<Job>> Service::submit_n(GenerationRequest req, uint3
     return jobs;
 }
 
+std::vector<std::shared_ptr<Job>> Service::submit_pooled(const GenerationRequest& meta, std::vector<PooledInput> inputs,
+                                                         PoolingMode mode, const std::string& field) {
+    if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
+    const PoolingMode served = options_.pooling.mode;
+    if (mode != served) {
+        const char* route = mode == PoolingMode::Rerank ? "/v1/rerank" : "/v1/embeddings";
+        if (served == PoolingMode::None)
+            throw RequestError("", fmt::format("{} is not served: this server generates text; start it with {} and "
+                                               "an {} model",
+                                               route, mode == PoolingMode::Rerank ? "--rerank" : "--embedding",
+                                               mode == PoolingMode::Rerank ? "reranker" : "embedding"));
+        throw RequestError("", fmt::format("{} is not served: this server runs in {} mode ({})", route,
+                                           pooling_mode_name(served),
+                                           served == PoolingMode::Rerank ? "/v1/rerank" : "/v1/embeddings"));
+    }
+    if (inputs.empty()) throw RequestError(field, fmt::format("'{}' must hold at least one input", field));
+    if (inputs.size() > kMaxPooledInputs)
+        throw RequestError(field, fmt::format("'{}' holds {} inputs; the limit is {} per request", field, inputs.size(),
+                                              kMaxPooledInputs));
+    std::vector<std::shared_ptr<Job>> jobs;
+    uint64_t total = 0;
+    for (size_t i = 0; i < inputs.size(); ++i) {
+        PooledInput& in = inputs[i];
+        auto job = std::make_shared<Job>();
+        if (in.is_tokens) {
+            for (int32_t t : in.tokens)
+                if (t < 0 || uint32_t(t) >= codec_->vocab_size())
+                    throw RequestError(field, fmt::format("'{}[{}]' holds token id {}, outside the vocabulary (0..{})",
+                                                          field, i, t, codec_->vocab_size() - 1));
+            job->prompt_tokens = std::move(in.tokens);
+        } else {
+            job->prompt_tokens = codec_->encode(in.text, in.add_special, in.parse_special, in.literal);
+        }
+        const size_t np = job->prompt_tokens.size();
+        if (np == 0) throw RequestError(field, fmt::format("'{}[{}]' is empty (zero tokens)", field, i));
+        if (np > n_ctx_)
+            throw RequestError(field, fmt::format("'{}[{}]' is {} tokens; the context holds {} (start the server with a "
+                                                  "larger --ctx-size)",
+                                                  field, i, np, n_ctx_));
+        total += np;
+        if (total > kMaxPooledTokens)
+            throw RequestError(field, fmt::format("'{}' totals more than {} tokens; the limit is {} per request", field,
+                                                  kMaxPooledTokens, kMaxPooledTokens));
+        job->n_ctx = n_ctx_;
+        job->max_tokens = 0;
+        job->pooled = true;
+        job->request = meta;
+        job->request.prompt.clear();  // the tokens are the input; keep no second copy of the text
+        job->request.job_id = fmt::format("{}.{}", meta.job_id, i);
+        job->submitted_at = jobs.empty() ? job->submitted_at : jobs[0]->submitted_at;
+        jobs.push_back(std::move(job));
+    }
+    scheduler_->enqueue_all(jobs, true);
+    return jobs;
+}
+
 std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
     if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
+    if (options_.pooling.mode != PoolingMode::None)
+        throw RequestError("", fmt::format("this server serves {} (started with --{}): it generates no text; use {}",
+                                           options_.pooling.mode == PoolingMode::Rerank ? "rerank scores" : "embeddings",
+                                           pooling_mode_name(options_.pooling.mode),
+                                           options_.pooling.mode == PoolingMode::Rerank ? "/v1/rerank" : "/v1/embeddings"));
     auto job = std::make_shared<Job>();
     if (req.n_ctx && *req.n_ctx > n_ctx_) {
         if (trained_ctx_ && *req.n_ctx > trained_ctx_)

@@ -18,6 +18,7 @@ struct EngineFacts {
     eh_model_info info{};           // device_bytes_used: as of the last look
     std::string plugin_name, plugin_version;
     bool logits = false;            // the engine gives raw logits (logprobs): seq_logits, or session_logits without the batched step
+    bool hidden = false;            // the engine gives final hidden states (embeddings, rerank): ABI 1.5 seq_hidden
 };
 
 class EngineSource {

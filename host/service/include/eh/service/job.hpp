@@ -53,7 +53,9 @@ struct JobEvent {
     uint32_t tokens_out = 0;
     double decode_time_ms = 0;
     double time_to_first_token_ms = 0;
-    std::string stop_reason;           // "eos", "stop", "length", "grammar" (the output completed its constraint)
+    std::string stop_reason;           // "eos", "stop", "length", "grammar" (the output completed its constraint), "pooled"
+    // A pooled job's result: its last prompt token's final hidden state.
+    std::vector<float> hidden;
     // Error
     Code code = Code::Internal;
     std::string message;
@@ -71,6 +73,9 @@ public:
     uint32_t max_tokens = 0;
     uint32_t n_ctx = 0;        // the context it runs in (the server's)
     uint64_t seed = 0;
+    // Its output is the final hidden state of its last prompt token, not
+    // text (embeddings, rerank): nothing is sampled.
+    bool pooled = false;
     // For the 2nd..nth sample of one prompt (`n` > 1): the first one's job.
     // The scheduler forks that job's sequence once its prompt is in, so the
     // prompt's KV is computed once.

@@ -5,7 +5,10 @@
 //      needs the blocks of what it has left to compute on top of the blocks
 //      the running requests are owed (see owed_blocks());
 //   3. builds one step under the token budget: every decoding request's
-//      next token first, then prefill chunks, oldest request first;
+//      next token first, then prefill chunks, oldest request first; while
+//      any request decodes, at most prefill_chunk_tokens of prefill (so a
+//      decode step waits behind a bounded chunk, never a whole budget of
+//      prompt), with none decoding the whole budget;
 //   4. runs it; on KV_FULL evicts cached prefixes, then preempts the newest
 //      request (its blocks are freed and it is recomputed later), and tries
 //      again, admitting nobody until a step has run; otherwise hands each
@@ -57,6 +60,9 @@ struct SchedulerOptions {
     // reuses only what requests of its own cache_scope computed.
     bool prefix_cache_shared = false;
     bool chained_steps = true;          // begin step N+1 before reading N where the engine can
+    // Prefill tokens a step may hold while requests decode (--prefill-chunk-tokens);
+    // with none decoding, prefill may fill the step. At least 1.
+    uint32_t prefill_chunk_tokens = 512;
     std::chrono::milliseconds inference_timeout{300000};
     std::chrono::milliseconds shutdown_grace{5000};
     int repetition_window = 64;
@@ -118,7 +124,9 @@ public:
     void enqueue(std::shared_ptr<Job> job) { enqueue_all({std::move(job)}); }
     // Several jobs at once (n > 1 samples): all are queued, adjacent and
     // before the scheduler looks at any of them, or none is.
-    void enqueue_all(std::vector<std::shared_ptr<Job>> jobs);
+    // `one_request`: they count as one against the queue's capacity (the
+    // inputs of one embeddings request).
+    void enqueue_all(std::vector<std::shared_ptr<Job>> jobs, bool one_request = false);
     // "cancelling" (running), "cancelled" (was waiting), "finished", "unknown".
     // The job of that id submitted by `owner` (NULL: by the owner ""; the
     // HTTP layer's OpenAI and Anthropic jobs and the CLI's); anyone else's is
@@ -153,6 +161,8 @@ private:
         // Its terminal event went out while a chained step still held its
         // sequence (settled after that step).
         bool answered = false;
+        // A pooled job's hidden state, once its last prompt token is in.
+        std::vector<float> hidden;
     };
     using ActivePtr = std::unique_ptr<Active>;
 
@@ -171,7 +181,8 @@ private:
     // sampled (at least one each), which admission keeps free for them.
     uint32_t owed_blocks() const;
     void run_step();
-    // Every decoding request's next token, then prefill chunks.
+    // Every decoding request's next token, then prefill chunks (at most
+    // prefill_chunk_tokens of them when the step holds a decode).
     Step build_step();
     // Whether the next step may start before this one's tokens are read: the
     // engine can, the step holds every running request, each samples and

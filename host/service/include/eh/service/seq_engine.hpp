@@ -41,6 +41,7 @@ struct StepItem {
     bool chained = false;
     bool sample = false;
     bool logits = false;            // keep the raw logits for logprobs
+    bool hidden = false;            // keep the last position's final hidden state (has_hidden() engines)
     const std::vector<uint32_t>* allowed = nullptr;   // bitset, or NULL
     const std::vector<std::pair<int32_t, float>>* bias = nullptr;
     int32_t token = -1;             // out
@@ -79,6 +80,14 @@ public:
     // Logits of the sequence's last step that asked for them; empty if none.
     virtual std::span<const float> logits(SeqId seq) = 0;
     virtual bool has_logits() const = 0;
+    // The final hidden state (after the output norm) of the last position of
+    // the sequence's last step that asked for it (StepItem::hidden); empty
+    // if none. Only engines whose plugin hands it out (ABI 1.5 seq_hidden).
+    virtual std::span<const float> hidden(SeqId seq) {
+        (void)seq;
+        return {};
+    }
+    virtual bool has_hidden() const { return false; }
     // Polled inside a long step by engines that can stop one (the session
     // engine's prefill): true ends the step with Error(Cancelled).
     virtual void set_interrupt(std::function<bool()> fn) { (void)fn; }

@@ -13,6 +13,7 @@
 #include "eh/service/engine_source.hpp"
 #include "eh/service/job.hpp"
 #include "eh/service/metrics.hpp"
+#include "eh/service/pooling.hpp"
 #include "eh/service/request.hpp"
 #include "eh/service/scheduler.hpp"
 #include "eh/service/text_codec.hpp"
@@ -24,6 +25,7 @@ struct ServiceOptions {
     size_t queue_capacity = 256;        // requests waiting to start (running ones not counted)
     uint32_t max_running = 64;          // sequences in the batch at once (--parallel)
     uint32_t max_step_tokens = 2048;    // tokens per forward step: decodes plus prefill chunks
+    uint32_t prefill_chunk_tokens = 512;  // SchedulerOptions::prefill_chunk_tokens
     uint64_t kv_budget_bytes = 0;       // KV-cache pool; 0: kv_memory_fraction
     float kv_memory_fraction = 0;       // of free memory after the weights; 0: the plugin's default
     uint32_t kv_type = 0;               // KvBudget::kv_type: 0 the plugin's default, else an eh_tensor_type
@@ -39,6 +41,19 @@ struct ServiceOptions {
     std::shared_ptr<KvEventSink> kv_events;
     uint32_t kv_events_block_tokens = 0;
     std::string kv_events_hash_seed;
+    // Embedding or rerank serving: the only jobs it runs are pooled ones
+    // (submit_pooled), and the engine must hand out hidden states.
+    PoolingSpec pooling;
+};
+
+// One input of a pooled request: text to tokenize, or token ids as given.
+struct PooledInput {
+    std::string text;
+    std::vector<TextSpan> literal;     // spans of `text` never read as control tokens
+    bool add_special = true;
+    bool parse_special = false;
+    bool is_tokens = false;
+    std::vector<int32_t> tokens;
 };
 
 class Service {
@@ -63,6 +78,15 @@ public:
     // engine can fork sequences. All are queued or none is. 1 <= n <= kMaxN.
     static constexpr uint32_t kMaxN = 16;
     std::vector<std::shared_ptr<Job>> submit_n(GenerationRequest request, uint32_t n);
+    // Inputs of one embeddings or rerank request (`mode`, which must be the
+    // server's), each a pooled job "<meta.job_id>.<i>" with meta's ids and
+    // labels; all are queued, adjacent and as one request against the
+    // queue's capacity, or none is. RequestError naming `field` (400) for a
+    // request over the limits (kMaxPooledInputs, kMaxPooledTokens, the
+    // context) or to a server in another mode.
+    std::vector<std::shared_ptr<Job>> submit_pooled(const GenerationRequest& meta, std::vector<PooledInput> inputs,
+                                                    PoolingMode mode, const std::string& field);
+    const PoolingSpec& pooling() const { return options_.pooling; }
 
     // "cancelling" (running), "cancelled" (was waiting), "finished",
     // "unknown". Takes effect within one step. With `owner`, only a job
@@ -86,6 +110,7 @@ public:
     uint64_t kv_cache_bytes() const;
     bool batched() const { return scheduler_->limits().batched; }
     uint32_t max_running() const { return scheduler_->max_running(); }
+    uint32_t prefill_chunk_tokens() const { return options_.prefill_chunk_tokens; }
     const SeqLimits& kv_limits() const { return scheduler_->limits(); }
     const SchedulerStats& stats() const { return scheduler_->stats(); }
     // The scheduler's gauges and counters for /metrics.
