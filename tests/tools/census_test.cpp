@@ -99,3 +99,23 @@ TEST(Recipe, ParseTargets) {
     EXPECT_EQ(eh::tools::parse_quant_target("Q4_K_M").file_type(), 15u);
     EXPECT_THROW(eh::tools::parse_quant_target("Q3_K"), std::exception);
 }
+
+// Gemma 3 Q4_K_M from the same rules: 13 tensors a layer (6 norms F32, 7
+// matrices) + token_embd (the tied head: Q6_K, Q8_0 when its rows do not
+// split into 256-value blocks) + output_norm. attn_v and ffn_down Q6_K on
+// the "more bits" layers (17 of 34, 24 of 48, 30 of 62).
+TEST(Census, Gemma3_Q4_K_M) {
+    EXPECT_EQ(of("gemma-3-4b-it-q4_k_m"), (Census{{"F32", 205}, {"Q4_K", 204}, {"Q6_K", 35}}));
+    EXPECT_EQ(of("gemma-3-12b-it-q4_k_m"), (Census{{"F32", 289}, {"Q4_K", 288}, {"Q6_K", 49}}));
+    EXPECT_EQ(of("gemma-3-27b-it-q4_k_m"), (Census{{"F32", 373}, {"Q4_K", 374}, {"Q6_K", 61}}));
+    EXPECT_EQ(of("tiny-gemma-3-q4_k_m"), (Census{{"F32", 37}, {"Q4_K", 38}, {"Q6_K", 5}}));
+}
+
+// The 1B's hidden size (1152) is not a multiple of 256: the matrices that
+// read it fall back (Q4_K -> Q5_0, Q6_K -> Q8_0), attn_output (1024 wide)
+// and ffn_down (6912) keep K-quants. 13 of 26 layers get more bits.
+TEST(Census, Gemma3_1B_Q4_K_M) {
+    EXPECT_EQ(of("gemma-3-1b-it-q4_k_m"),
+              (Census{{"F32", 157}, {"Q8_0", 14}, {"Q5_0", 117}, {"Q4_K", 39}, {"Q6_K", 13}}));
+}
+

@@ -11,6 +11,7 @@
 #include "eh/model/model_file.hpp"
 #include "eh/tools/forge.hpp"
 #include "eh/tools/profiles.hpp"
+#include "eh/tokenizer/chat_template.hpp"
 #include "eh/error.hpp"
 #include "tools_test_util.hpp"
 
@@ -103,7 +104,7 @@ TEST_P(TinyProfile, LoadsAndRunsOnCpuReference) {
 INSTANTIATE_TEST_SUITE_P(AllTiny, TinyProfile,
                          ::testing::Values("tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4",
                                            "tiny-llama-3.1-q4_k_m", "tiny-qwen3-q4_k_m", "tiny-qwen3-moe-q4_k_m",
-                                           "tiny-gpt2-f16",
+                                           "tiny-gemma-3-q4_k_m", "tiny-gpt2-f16",
                                            "tiny-gpt2-q8_0"),
                          [](const auto& info) {
                              std::string n = info.param;
@@ -152,3 +153,30 @@ TEST(Forge, SyntheticVocabWhenAskedAndErrorsNameTheProblem) {
     EXPECT_THROW(forge(missing), eh::Error);
     EXPECT_FALSE(std::filesystem::exists(d.file("y.gguf")));
 }
+
+// The Gemma 3 profiles stand in a SentencePiece vocabulary padded to Gemma's
+// 262,144 ids, with Gemma's no-space-prefix flag, and carry a turn template
+// of ours that our Jinja engine renders in Gemma's <start_of_turn> form.
+TEST(Forge, Gemma3VocabularyAndTemplate) {
+    TempDir d;
+    auto mf = eh::model::ModelFile::open(forge_tiny(d, "tiny-gemma-3-q4_k_m"));
+    EXPECT_EQ(mf->get_string("tokenizer.ggml.model"), "llama");
+    EXPECT_EQ(mf->get_string_array("tokenizer.ggml.tokens").size(), 262144u);
+    const eh_value* prefix = mf->find("tokenizer.ggml.add_space_prefix");
+    ASSERT_NE(prefix, nullptr);
+    EXPECT_EQ(prefix->v.u64, 0u);
+    const auto tmpl = mf->get_string("tokenizer.chat_template");
+    ASSERT_TRUE(tmpl);
+    eh::tokenizer::ChatOptions o;
+    o.bos_token = "<s>";
+    EXPECT_EQ(eh::tokenizer::ChatTemplate::compile(*tmpl)->render(R"([
+        {"role": "system", "content": "Be brief."},
+        {"role": "user", "content": " Hi "},
+        {"role": "assistant", "content": "Hello."},
+        {"role": "user", "content": "Bye"}])", o),
+              "<s><start_of_turn>user\nBe brief.\n\nHi<end_of_turn>\n"
+              "<start_of_turn>model\nHello.<end_of_turn>\n"
+              "<start_of_turn>user\nBye<end_of_turn>\n"
+              "<start_of_turn>model\n");
+}
+

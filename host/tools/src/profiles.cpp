@@ -84,6 +84,15 @@ std::vector<TensorSpec> build(const Profile& p, uint64_t n_vocab) {
             b.norm(blk(i, "attn_k_norm.weight"), s.head_dim);
         }
         b.add(blk(i, "attn_output.weight"), {q_dim, E});
+        if (p.arch == "gemma3") {  // a norm after attention and after the MLP
+            b.norm(blk(i, "post_attention_norm.weight"), E);
+            b.norm(blk(i, "ffn_norm.weight"), E);
+            b.add(blk(i, "ffn_gate.weight"), {E, F});
+            b.add(blk(i, "ffn_up.weight"), {E, F});
+            b.add(blk(i, "ffn_down.weight"), {F, E});
+            b.norm(blk(i, "post_ffw_norm.weight"), E);
+            continue;
+        }
         if (p.arch == "gpt-oss") {
             b.add(blk(i, "attn_output.bias"), {E});
             b.add(blk(i, "attn_sinks.weight"), {s.n_head}, Init::Normal, 0.5f);
@@ -123,6 +132,20 @@ KV u32(std::string k, uint32_t v) { return {std::move(k), GgufValue::u32(v)}; }
 KV f32(std::string k, float v) { return {std::move(k), GgufValue::f32(v)}; }
 KV str(std::string k, std::string_view v) { return {std::move(k), GgufValue::string(v)}; }
 KV boolean(std::string k, bool v) { return {std::move(k), GgufValue::boolean(v)}; }
+
+// Gemma's turn format (<start_of_turn>role ... <end_of_turn>, the assistant
+// named "model", a system message folded into the first user turn), written
+// for the forged files: ours, not the published template.
+constexpr const char* kGemmaTurnTemplate =
+    "{{ bos_token }}"
+    "{% if messages and messages[0]['role'] == 'system' %}"
+    "{% set first = messages[0]['content'] + '\n\n' %}{% set rest = messages[1:] %}"
+    "{% else %}{% set first = '' %}{% set rest = messages %}{% endif %}"
+    "{% for m in rest %}"
+    "<start_of_turn>{{ 'model' if m['role'] == 'assistant' else m['role'] }}\n"
+    "{{ first if loop.first else '' }}{{ m['content'] | trim }}<end_of_turn>\n"
+    "{% endfor %}"
+    "{% if add_generation_prompt %}<start_of_turn>model\n{% endif %}";
 
 void general(Profile& p, std::string_view name, std::string_view size_label) {
     p.metadata.push_back(str("general.architecture", p.arch));
@@ -366,6 +389,75 @@ Profile gpt_oss(std::string name, bool tiny, bool big = false) {
     return p;
 }
 
+// Gemma 3 (1B, 4B, 12B, 27B) Q4_K_M as llama.cpp's converter writes it:
+// head size 256 (128 on the 27B) whatever the hidden size, q/k norms, norms
+// after attention and after the MLP (stored as 1 + w), GeLU-gated MLP, tied
+// head; five sliding-window layers of six (the converter writes the window,
+// llama.cpp assumes the period 6), their RoPE base 10000 (llama.cpp's
+// default, not written), the global layers' 1e6 with linear x8 on the 4B
+// and larger. Its 262,144-entry SentencePiece vocabulary is not in the
+// shared test data: the Phi-3 (Llama 2) SentencePiece vocabulary padded to
+// 262,144 stands in, with Gemma's add_space_prefix = false, and a turn
+// template of ours in Gemma's <start_of_turn> form.
+Profile gemma3(std::string name, const char* size) {
+    Profile p;
+    p.name = std::move(name);
+    p.arch = "gemma3";
+    p.tiny = std::string_view(size) == "tiny";
+    p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
+    p.n_vocab = 262144;
+    auto& s = p.shape;
+    uint32_t window = 1024;
+    float linear = 8.0f;
+    const std::string_view z = size;
+    if (z == "tiny") {
+        s = Shape{.n_layer = 6, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
+                  .n_ctx = 32768, .tied = true, .qk_norm = true};
+        window = 16;
+    } else if (z == "1b") {
+        s = Shape{.n_layer = 26, .n_embd = 1152, .n_ff = 6912, .n_head = 4, .n_head_kv = 1, .head_dim = 256,
+                  .n_ctx = 32768, .tied = true, .qk_norm = true};
+        window = 512;
+        linear = 1.0f;
+    } else if (z == "4b") {
+        s = Shape{.n_layer = 34, .n_embd = 2560, .n_ff = 10240, .n_head = 8, .n_head_kv = 4, .head_dim = 256,
+                  .n_ctx = 131072, .tied = true, .qk_norm = true};
+    } else if (z == "12b") {
+        s = Shape{.n_layer = 48, .n_embd = 3840, .n_ff = 15360, .n_head = 16, .n_head_kv = 8, .head_dim = 256,
+                  .n_ctx = 131072, .tied = true, .qk_norm = true};
+    } else {
+        s = Shape{.n_layer = 62, .n_embd = 5376, .n_ff = 21504, .n_head = 32, .n_head_kv = 16, .head_dim = 128,
+                  .n_ctx = 131072, .tied = true, .qk_norm = true};
+    }
+    const bool tiny = p.tiny;
+    p.description = tiny ? "Gemma 3 layout at toy size (Q4_K_M recipe, sliding pattern, padded SPM vocab)"
+                         : fmt::format("Gemma-3-{}-it Q4_K_M", size == std::string_view("1b") ? "1B"
+                                                                 : size == std::string_view("4b") ? "4B"
+                                                                 : size == std::string_view("12b") ? "12B" : "27B");
+    general(p, tiny ? "Tiny Gemma 3" : "Gemma 3", tiny ? "80M" : size);
+    const std::string a = "gemma3.";
+    p.metadata.push_back(u32(a + "context_length", s.n_ctx));
+    p.metadata.push_back(u32(a + "embedding_length", s.n_embd));
+    p.metadata.push_back(u32(a + "block_count", s.n_layer));
+    p.metadata.push_back(u32(a + "feed_forward_length", s.n_ff));
+    p.metadata.push_back(u32(a + "attention.head_count", s.n_head));
+    p.metadata.push_back(f32(a + "attention.layer_norm_rms_epsilon", 1e-6f));
+    p.metadata.push_back(u32(a + "attention.key_length", s.head_dim));
+    p.metadata.push_back(u32(a + "attention.value_length", s.head_dim));
+    p.metadata.push_back(f32(a + "rope.freq_base", 1000000.0f));
+    p.metadata.push_back(u32(a + "attention.sliding_window", window));
+    p.metadata.push_back(u32(a + "attention.head_count_kv", s.n_head_kv));
+    if (linear != 1.0f) {
+        p.metadata.push_back(str(a + "rope.scaling.type", "linear"));
+        p.metadata.push_back(f32(a + "rope.scaling.factor", linear));
+    }
+    p.vocab.default_source = "tokenizers/phi-3-mini/tokenizer.json";
+    p.vocab.extra.push_back(boolean("tokenizer.ggml.add_space_prefix", false));
+    p.vocab.extra.push_back(boolean("tokenizer.ggml.add_bos_token", true));
+    p.vocab.extra.push_back(str("tokenizer.chat_template", kGemmaTurnTemplate));
+    return p;
+}
+
 // Every profile by name, real sizes first: forge's --like, `forge --list`
 // and the error for an unknown name all read this one table.
 struct Entry {
@@ -380,6 +472,10 @@ const Entry kProfiles[] = {
     {"llama-3.1-8b-instruct-q4_k_m", [](std::string n) { return llama3(std::move(n), false); }},
     {"qwen3-8b-q4_k_m", [](std::string n) { return qwen3(std::move(n), false); }},
     {"qwen3-30b-a3b-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), false); }},
+    {"gemma-3-1b-it-q4_k_m", [](std::string n) { return gemma3(std::move(n), "1b"); }},
+    {"gemma-3-4b-it-q4_k_m", [](std::string n) { return gemma3(std::move(n), "4b"); }},
+    {"gemma-3-12b-it-q4_k_m", [](std::string n) { return gemma3(std::move(n), "12b"); }},
+    {"gemma-3-27b-it-q4_k_m", [](std::string n) { return gemma3(std::move(n), "27b"); }},
     {"gpt2-124m-f16", [](std::string n) { return gpt2(std::move(n), false, EH_TYPE_F16); }},
     {"gpt2-124m-q8_0", [](std::string n) { return gpt2(std::move(n), false, EH_TYPE_Q8_0); }},
     {"tiny-qwen2.5-q4_k_m", [](std::string n) { return qwen2(std::move(n), true); }},
@@ -388,6 +484,7 @@ const Entry kProfiles[] = {
     {"tiny-llama-3.1-q4_k_m", [](std::string n) { return llama3(std::move(n), true); }},
     {"tiny-qwen3-q4_k_m", [](std::string n) { return qwen3(std::move(n), true); }},
     {"tiny-qwen3-moe-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), true); }},
+    {"tiny-gemma-3-q4_k_m", [](std::string n) { return gemma3(std::move(n), "tiny"); }},
     {"tiny-gpt2-f16", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_F16); }},
     {"tiny-gpt2-q8_0", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_Q8_0); }},
 };
