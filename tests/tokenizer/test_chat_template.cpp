@@ -126,6 +126,76 @@ TEST(ChatTemplate, TemplateRaiseExceptionIsInvalidRequest) {
     }
 }
 
+// Gemma 3's turn format, in a template written for this test with the
+// constructs Gemma's published template relies on: a system message folded
+// into the first user turn (string or typed-part content), messages[1:],
+// strict user/model alternation checked with loop.index0 and
+// raise_exception, 'assistant' renamed 'model', typed content parts
+// (an image part becomes its marker), | trim, add_generation_prompt.
+const char* kGemmaStyleTemplate = R"({{- bos_token -}}
+{%- if messages[0]['role'] == 'system' -%}
+  {%- if messages[0]['content'] is string -%}
+    {%- set head = messages[0]['content'] ~ '
+
+' -%}
+  {%- else -%}
+    {%- set head = messages[0]['content'][0]['text'] ~ '
+
+' -%}
+  {%- endif -%}
+  {%- set turns = messages[1:] -%}
+{%- else -%}
+  {%- set head = '' -%}
+  {%- set turns = messages -%}
+{%- endif -%}
+{%- for msg in turns -%}
+  {%- if (msg['role'] == 'user') != (loop.index0 % 2 == 0) -%}
+    {{- raise_exception('turns must alternate user/assistant') -}}
+  {%- endif -%}
+  {%- set speaker = 'model' if msg['role'] == 'assistant' else msg['role'] -%}
+  {{- '<start_of_turn>' + speaker + '
+' + (head if loop.first else '') -}}
+  {%- if msg['content'] is string -%}
+    {{- msg['content'] | trim -}}
+  {%- elif msg['content'] is iterable -%}
+    {%- for part in msg['content'] -%}
+      {%- if part['type'] == 'image' -%}{{- '<start_of_image>' -}}
+      {%- elif part['type'] == 'text' -%}{{- part['text'] | trim -}}
+      {%- endif -%}
+    {%- endfor -%}
+  {%- else -%}
+    {{- raise_exception('unknown content') -}}
+  {%- endif -%}
+  {{- '<end_of_turn>
+' -}}
+{%- endfor -%}
+{%- if add_generation_prompt -%}{{- '<start_of_turn>model
+' -}}{%- endif -%})";
+
+TEST(ChatTemplate, GemmaTurnFormat) {
+    ChatOptions o;
+    o.bos_token = "<bos>";
+    EXPECT_EQ(render(kGemmaStyleTemplate, kConversation, o),
+              "<bos><start_of_turn>user\nYou are terse.\n\nHi there<end_of_turn>\n"
+              "<start_of_turn>model\nHello.<end_of_turn>\n"
+              "<start_of_turn>user\n2+2?<end_of_turn>\n"
+              "<start_of_turn>model\n");
+    // typed parts, a system message given as parts, no generation prompt
+    o.add_generation_prompt = false;
+    EXPECT_EQ(render(kGemmaStyleTemplate, R"([
+        {"role": "system", "content": [{"type": "text", "text": "Be brief."}]},
+        {"role": "user", "content": [{"type": "image"}, {"type": "text", "text": "  What is this?  "}]}])", o),
+              "<bos><start_of_turn>user\nBe brief.\n\n<start_of_image>What is this?<end_of_turn>\n");
+    // two user turns in a row
+    try {
+        render(kGemmaStyleTemplate, R"([{"role":"user","content":"a"},{"role":"user","content":"b"}])", o);
+        FAIL() << "expected raise_exception";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Code::InvalidRequest);
+        EXPECT_NE(std::string(e.what()).find("turns must alternate"), std::string::npos) << e.what();
+    }
+}
+
 TEST(Jinja, ScopingNamespacesMacros) {
     // A set inside a for body does not leak; a namespace attribute does.
     EXPECT_EQ(render("{% set x = 1 %}{% set ns = namespace(y=1) %}{% for i in [1,2] %}{% set x = 5 %}"
