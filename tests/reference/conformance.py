@@ -9,7 +9,7 @@ Run on the GPU machine (torch + transformers there; nothing is downloaded):
         --plugin cpu-reference=build/plugins/libeh-cpu-reference.so \\
         --plugin llama-cuda=build/plugins/libeh-llama-cuda.so --out OUT
 
-For each family (qwen3, llama3, mistral, qwen3moe; llama as a control) it
+For each family (qwen3, llama3, mistral, qwen3moe, gemma3; llama as a control) it
 builds a random-weight transformers model with the family's real structure
 at small dims (hidden 256 so that K-quant rows are whole 256-value blocks),
 saves it with a real tokenizer (the converter refuses a model without one),
@@ -86,21 +86,32 @@ def families():
         return transformers.Qwen2ForCausalLM, transformers.Qwen2Config(
             rope_theta=1000000.0, use_sliding_window=False, **common())
 
+    def gemma3():
+        # Gemma 3's structure at small dims: six layers, the sixth global (the
+        # period llama.cpp assumes: its converter writes no pattern), window 8
+        # of the 32 tokens, head size 128 at hidden 256, tied head, and the
+        # vocabulary exactly the GPT-2 tokenizer's (the converter cuts the
+        # embedding to the tokenizer's size).
+        cfg = mr.gemma3_config(50257, HIDDEN, FF, 6, HEADS, KV_HEADS, 128, 8, 6, CTX, None,
+                               bos=50256, eos=50256, pad=50256)
+        return transformers.Gemma3ForCausalLM, cfg
+
     # qwen2 is not in the default run: with the GPT-2 tokenizer saved beside a
     # qwen2 config, transformers builds a Qwen2 tokenizer whose pre-tokenizer
     # hash the converter does not know, and it refuses (--only qwen2 shows it).
     return {"qwen3": qwen3, "llama3": llama3, "mistral": mistral, "llama": llama, "qwen2": qwen2,
-            "qwen3moe": qwen3moe}
+            "qwen3moe": qwen3moe, "gemma3": gemma3}
 
 
 # (family, plugin or "HF dir") pairs refused by design: llama-cuda has no MoE
 # (gpt-cuda serves qwen3moe and none of the dense families), and no plugin
-# reads an HF Qwen3-MoE directory. Recorded, not failures.
-EXPECTED_REFUSALS = {("qwen3moe", "llama-cuda"), ("qwen3moe", "HF dir")} | {
-    (f, "gpt-cuda") for f in ("qwen3", "llama3", "mistral", "llama", "qwen2")}
+# reads an HF Qwen3-MoE directory; no CUDA plugin serves gemma3 yet.
+# Recorded, not failures.
+EXPECTED_REFUSALS = {("qwen3moe", "llama-cuda"), ("qwen3moe", "HF dir"), ("gemma3", "llama-cuda")} | {
+    (f, "gpt-cuda") for f in ("qwen3", "llama3", "mistral", "llama", "qwen2", "gemma3")}
 
 
-DEFAULT_FAMILIES = ["qwen3", "llama3", "mistral", "llama", "qwen3moe"]
+DEFAULT_FAMILIES = ["qwen3", "llama3", "mistral", "llama", "qwen3moe", "gemma3"]
 
 
 def common():

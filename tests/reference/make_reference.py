@@ -569,6 +569,102 @@ def gguf_gpt_oss(model, packed):
     return w
 
 
+# Gemma 3 (Gemma3ForCausalLM): head size 32 at hidden 64 (q/k/v wider than
+# the hidden state, as on every real Gemma 3), sliding layers with their own
+# RoPE base on a period of 2 (layers 0 and 2 slide, window 4 < the 12
+# tokens), global layers at 1e6 with linear x8, soft-capped logits (5.0, low
+# enough to bite), query_pre_attn_scalar = the head size (what llama.cpp
+# assumes for a GGUF, which carries no scale).
+GEMMA3_LAYERS, GEMMA3_HEAD_DIM, GEMMA3_WINDOW, GEMMA3_PERIOD = 4, 32, 4, 2
+GEMMA3_THETA, GEMMA3_LOCAL_THETA, GEMMA3_LINEAR, GEMMA3_SOFTCAP = 1000000.0, 10000.0, 8.0, 5.0
+
+
+def gemma3_config(vocab, hidden, ff, layers, heads, kv_heads, head_dim, window, period, ctx, softcap,
+                  bos=2, eos=1, pad=0):
+    """A Gemma3TextConfig in the form the installed transformers takes: from
+    version 5 one rope_parameters object per layer type and layer_types;
+    before, rope_theta / rope_local_base_freq / rope_scaling and
+    sliding_window_pattern."""
+    layer_types = ["sliding_attention" if i % period < period - 1 else "full_attention" for i in range(layers)]
+    kw = dict(vocab_size=vocab, hidden_size=hidden, intermediate_size=ff, num_hidden_layers=layers,
+              num_attention_heads=heads, num_key_value_heads=kv_heads, head_dim=head_dim,
+              query_pre_attn_scalar=head_dim, sliding_window=window, max_position_embeddings=ctx,
+              rms_norm_eps=1e-6, final_logit_softcapping=softcap, attn_logit_softcapping=None,
+              hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True, attention_bias=False,
+              bos_token_id=bos, eos_token_id=eos, pad_token_id=pad)
+    if int(transformers.__version__.split(".")[0]) >= 5:
+        cfg = transformers.Gemma3TextConfig(
+            layer_types=layer_types,
+            rope_parameters={"full_attention": {"rope_type": "linear", "factor": GEMMA3_LINEAR, "rope_theta": GEMMA3_THETA},
+                             "sliding_attention": {"rope_type": "default", "rope_theta": GEMMA3_LOCAL_THETA}},
+            **kw)
+    else:
+        cfg = transformers.Gemma3TextConfig(
+            sliding_window_pattern=period, rope_theta=GEMMA3_THETA, rope_local_base_freq=GEMMA3_LOCAL_THETA,
+            rope_scaling={"rope_type": "linear", "factor": GEMMA3_LINEAR}, **kw)
+    got = getattr(cfg, "layer_types", None)
+    if got is not None and list(got) != layer_types:
+        raise SystemExit(f"gemma3: transformers made layer_types {got}, wanted {layer_types}")
+    return cfg
+
+
+def build_gemma3(seed):
+    cfg = gemma3_config(VOCAB, HIDDEN, FF, GEMMA3_LAYERS, HEADS, KV_HEADS, GEMMA3_HEAD_DIM, GEMMA3_WINDOW,
+                        GEMMA3_PERIOD, CTX, GEMMA3_SOFTCAP)
+    model = instantiate(transformers.Gemma3ForCausalLM, cfg)
+    randomize(model, seed)
+    # Gemma's RMSNorm multiplies by (1 + w): centre the norm weights on 0
+    # (randomize puts norms at 1 + 0.1 r, which here would mean 2 + 0.1 r).
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(seed + 1)
+        for name, p in model.named_parameters():
+            if p.dim() == 1 and "norm" in name:
+                p.copy_(0.3 * torch.randn(p.shape, generator=g))
+    return model, None
+
+
+def gguf_gemma3(model):
+    """As llama.cpp's converter writes gemma3: every norm weight stored as
+    1 + w, no Q/K permutation (NEOX rotation), tied head (no output.weight),
+    no attention scale and no local RoPE base (llama.cpp's defaults: the head
+    size, 10000). The period is written because it is not 6."""
+    c = model.config
+    arch = "gemma3"
+    w = gguf_io.Writer(arch)
+    common_keys(w, arch, c.hidden_size, c.num_hidden_layers, c.num_attention_heads,
+                c.num_key_value_heads, c.intermediate_size, c.max_position_embeddings)
+    w.f32(f"{arch}.attention.layer_norm_rms_epsilon", c.rms_norm_eps)
+    w.u32(f"{arch}.attention.key_length", c.head_dim)
+    w.u32(f"{arch}.attention.value_length", c.head_dim)
+    w.f32(f"{arch}.rope.freq_base", GEMMA3_THETA)
+    w.str(f"{arch}.rope.scaling.type", "linear")
+    w.f32(f"{arch}.rope.scaling.factor", GEMMA3_LINEAR)
+    w.u32(f"{arch}.attention.sliding_window", GEMMA3_WINDOW)
+    w.u32(f"{arch}.attention.sliding_window_pattern", GEMMA3_PERIOD)
+    w.f32(f"{arch}.final_logit_softcapping", GEMMA3_SOFTCAP)
+    sd = model.state_dict()
+    lin = lambda name, t: w.tensor_f32(name, dims_of_linear(t), flat(t))
+    norm = lambda name, t: w.tensor_f32(name, [t.shape[0]], flat(t + 1.0))
+    lin("token_embd.weight", sd["model.embed_tokens.weight"])
+    for i in range(c.num_hidden_layers):
+        p = f"model.layers.{i}."
+        b = f"blk.{i}."
+        norm(b + "attn_norm.weight", sd[p + "input_layernorm.weight"])
+        for x in "qkv":
+            lin(b + f"attn_{x}.weight", sd[p + f"self_attn.{x}_proj.weight"])
+        norm(b + "attn_q_norm.weight", sd[p + "self_attn.q_norm.weight"])
+        norm(b + "attn_k_norm.weight", sd[p + "self_attn.k_norm.weight"])
+        lin(b + "attn_output.weight", sd[p + "self_attn.o_proj.weight"])
+        norm(b + "post_attention_norm.weight", sd[p + "post_attention_layernorm.weight"])
+        norm(b + "ffn_norm.weight", sd[p + "pre_feedforward_layernorm.weight"])
+        lin(b + "ffn_gate.weight", sd[p + "mlp.gate_proj.weight"])
+        lin(b + "ffn_up.weight", sd[p + "mlp.up_proj.weight"])
+        lin(b + "ffn_down.weight", sd[p + "mlp.down_proj.weight"])
+        norm(b + "post_ffw_norm.weight", sd[p + "post_feedforward_layernorm.weight"])
+    norm("output_norm.weight", sd["model.norm.weight"])
+    return w
+
+
 ARCHS = {
     "llama": (build_llama, lambda m, extra: gguf_llama(m), "llama"),
     "qwen2": (build_qwen2, lambda m, extra: gguf_qwen_family(m, "qwen2", QWEN2_THETA), "qwen2.5"),
@@ -580,6 +676,7 @@ ARCHS = {
     "mistral": (build_mistral, lambda m, extra: gguf_llama_family(m, MISTRAL_THETA, head_dim=MISTRAL_HEAD_DIM), "llama"),
     "qwen3": (build_qwen3, lambda m, extra: gguf_qwen_family(m, "qwen3", QWEN3_THETA), "qwen2.5"),
     "qwen3moe": (build_qwen3moe, lambda m, extra: gguf_qwen_family(m, "qwen3moe", QWEN3_THETA), "qwen2.5"),
+    "gemma3": (build_gemma3, lambda m, extra: gguf_gemma3(m), "gpt2"),
 }
 # Architectures whose HF directory the host cannot serve: no hf/ is kept for
 # them. (qwen3moe's is served now; its recorded entry predates that, and
