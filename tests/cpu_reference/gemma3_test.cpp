@@ -459,6 +459,11 @@ TEST(Gemma3, RefusesWhatItDoesNotCompute) {
     }
     {
         auto v = gguf_view(m);
+        v->u32("hf.use_bidirectional_attention", 1);
+        EXPECT_NE(load_error(v->view()).find("use_bidirectional_attention"), std::string::npos);
+    }
+    {
+        auto v = gguf_view(m);
         v->remove("blk.1.post_ffw_norm.weight");
         EXPECT_NE(load_error(v->view()).find("missing tensor 'blk.1.post_ffw_norm.weight'"), std::string::npos);
     }

@@ -91,6 +91,8 @@ inline float final_logit_softcap(const ModelView& v) {
 inline std::string unsupported(const ModelView& v) {
     if (v.find("hf.attn_logit_softcapping"))
         return "attn_logit_softcapping (Gemma 2's attention soft-cap) is not supported";
+    if (auto bidi = v.get_uint("hf.use_bidirectional_attention"); bidi && *bidi != 0)
+        return "use_bidirectional_attention (EmbeddingGemma's encoder attention) is not supported";
     if (auto act = v.get_string("hf.hidden_activation"); act && *act != "gelu_pytorch_tanh")
         return "hidden_activation '" + std::string(*act) + "' is not supported (gelu_pytorch_tanh)";
     return {};
