@@ -53,6 +53,7 @@ expect_fail() {  # KNOB CHECK DETAIL
 }
 expect_fail LAX_TOKENS invalid_steps "a token id equal to the vocabulary size returned OK, not INVALID_ARGUMENT"
 expect_fail KEEP_BLOCKS truncate_regrow "truncated to 15 tokens, the sequence holds 2 blocks, not 1"
+expect_fail NO_COPY fork_shares_prefix "a fork of 13 tokens grown to 28 took 1 free blocks, not 2"
 expect_fail BIASED_LOGITS logit_bias "not the raw logits"
 expect_fail PROGRESS_BACK load_progress_cancel "progress went back from 0.5 to 0.25"
 

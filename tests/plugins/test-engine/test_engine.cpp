@@ -30,6 +30,8 @@
 //   Plugins breaking an ABI rule, for eh-plugin-check (step-only):
 //   EH_TEST_ENGINE_LAX_TOKENS  step accepts token ids outside the vocabulary
 //   EH_TEST_ENGINE_KEEP_BLOCKS  seq_truncate keeps the blocks past the new end
+//   EH_TEST_ENGINE_NO_COPY    a step writes into a shared, partly filled
+//                             block instead of copying it
 //   EH_TEST_ENGINE_BIASED_LOGITS  seq_logits gives the logits after the
 //                             step's logit biases, not the raw ones
 //   EH_TEST_ENGINE_PROGRESS_BACK  load progress goes back once
@@ -551,7 +553,7 @@ void seq_release(eh_seq* seq) {
 uint32_t blocks_needed(const Kv& kv, const Seq& q, uint32_t n_tokens) {
     const size_t len = q.s.tokens.size();
     uint32_t need = blocks_for(len + n_tokens) - uint32_t(q.blocks.size());
-    if (len % kBlockTokens != 0 && kv.refs[q.blocks.back()] > 1) ++need;
+    if (len % kBlockTokens != 0 && kv.refs[q.blocks.back()] > 1 && !std::getenv("EH_TEST_ENGINE_NO_COPY")) ++need;
     return need;
 }
 
@@ -638,7 +640,8 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
         eh_step_entry& e = entry(i);
         Seq& q = *Q(e.seq);
         // Copy a shared, partly filled last block before writing into it.
-        if (q.s.tokens.size() % kBlockTokens != 0 && kv->refs[q.blocks.back()] > 1) {
+        if (q.s.tokens.size() % kBlockTokens != 0 && kv->refs[q.blocks.back()] > 1 &&
+            !std::getenv("EH_TEST_ENGINE_NO_COPY")) {
             --kv->refs[q.blocks.back()];
             q.blocks.back() = kv->take();
         }
