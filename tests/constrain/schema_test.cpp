@@ -203,8 +203,8 @@ TEST(Schema, RefusesUnsupportedKeywordsByName) {
 }
 
 // A $ref that is the whole value (alone or as an anyOf alternative) means
-// "or what the target allows"; it used to make a left-recursive rule that
-// the grammar refused.
+// "or what the target allows", and must not become a left-recursive rule,
+// which the grammar refuses.
 TEST(Schema, RecursiveRefAsAWholeAlternative) {
     // The issue's schema: the root allows itself or null, i.e. null.
     auto self = json_schema_grammar(R"({"anyOf":[{"$ref":"#"},{"type":"null"}]})");
