@@ -2,6 +2,8 @@
 // GGUFs and their expected ids, and a Qwen2 vocab GGUF the test writes from
 // tokenizer.json (ggml-vocab-qwen2.gguf itself is not in the test data).
 #include <gtest/gtest.h>
+#include <algorithm>
+#include <cstdio>
 #include <simdjson.h>
 
 #include "eh/error.hpp"
@@ -103,6 +105,71 @@ std::vector<uint8_t> gguf_from_tokenizer_json(const std::string& dir, const std:
     w.set("tokenizer.ggml.padding_token_id", model::GgufValue::u32(pad));
     w.set("tokenizer.ggml.add_bos_token", model::GgufValue::boolean(false));
     return w.to_bytes();
+}
+
+// Gemma's vocabulary as llama.cpp's converter writes it: SentencePiece
+// ("llama") with add_space_prefix false, <pad>/<eos>/<bos> at 0/1/2 (Gemma's
+// order, not Llama's), control and user-defined turn markers, byte
+// fallback. No Gemma vocabulary is in the test data: this one is forged
+// with just the pieces the checks need.
+TEST(GgufConformance, GemmaStyleSpm) {
+    std::vector<std::string> tokens = {"<pad>", "<eos>", "<bos>", "<unk>", "<start_of_turn>", "<end_of_turn>"};
+    std::vector<int32_t> types = {3, 3, 3, 2, 3, 4};
+    for (int b = 0; b < 256; ++b) {
+        char name[8];
+        std::snprintf(name, sizeof name, "<0x%02X>", b);
+        tokens.emplace_back(name);
+        types.push_back(6);
+    }
+    const std::vector<std::string> pieces = {"H", "e", "l", "o", "w", "r", "d", "u", "s", "\xE2\x96\x81", "\n", "He",
+                                             "ll", "llo", "Hello", "\xE2\x96\x81w", "\xE2\x96\x81wo", "\xE2\x96\x81wor",
+                                             "\xE2\x96\x81worl", "\xE2\x96\x81world", "us", "use", "user"};
+    for (const auto& p : pieces) {
+        tokens.push_back(p);
+        types.push_back(1);
+    }
+    std::vector<float> scores(tokens.size(), 0.0f);
+    for (size_t i = 0; i < tokens.size(); ++i)
+        if (types[i] == 1) scores[i] = static_cast<float>(tokens[i].size());  // longer pieces win
+    model::GgufWriter w;
+    w.set("general.architecture", model::GgufValue::string("gemma3"));
+    w.set("tokenizer.ggml.model", model::GgufValue::string("llama"));
+    w.set("tokenizer.ggml.tokens", model::GgufValue::string_array(tokens));
+    w.set("tokenizer.ggml.scores", model::GgufValue::array(std::span<const float>(scores)));
+    w.set("tokenizer.ggml.token_type", model::GgufValue::array(std::span<const int32_t>(types)));
+    w.set("tokenizer.ggml.bos_token_id", model::GgufValue::u32(2));
+    w.set("tokenizer.ggml.eos_token_id", model::GgufValue::u32(1));
+    w.set("tokenizer.ggml.unknown_token_id", model::GgufValue::u32(3));
+    w.set("tokenizer.ggml.padding_token_id", model::GgufValue::u32(0));
+    w.set("tokenizer.ggml.add_bos_token", model::GgufValue::boolean(true));
+    w.set("tokenizer.ggml.add_space_prefix", model::GgufValue::boolean(false));
+    const auto bytes = w.to_bytes();
+    auto file = model::ModelFile::open_gguf_buffer(bytes.data(), bytes.size(), "gemma-style-vocab");
+    auto tok = Tokenizer::from_view(file->view());
+    auto id = [&](const std::string& t) { return static_cast<int32_t>(std::find(tokens.begin(), tokens.end(), t) - tokens.begin()); };
+    const std::string sp = "\xE2\x96\x81";
+
+    EXPECT_EQ(tok->kind(), "gguf-spm");
+    EXPECT_EQ(tok->special().bos, 2);
+    EXPECT_EQ(tok->special().eos, 1);
+    EXPECT_FALSE(tok->strips_leading_space());
+    // no "▁" before the first word; BOS first
+    EXPECT_EQ(tok->encode("Hello world", true, false), (std::vector<int32_t>{2, id("Hello"), id(sp + "world")}));
+    EXPECT_EQ(tok->encode(" world", false, false), (std::vector<int32_t>{id(sp + "world")}));
+    // a turn: the marker as one id (control: only when parsing special
+    // text), then the role with no space prefix after it
+    EXPECT_EQ(tok->encode("<start_of_turn>user\nHello", false, true),
+              (std::vector<int32_t>{4, id("user"), id("\n"), id("Hello")}));
+    const auto plain = tok->encode("<start_of_turn>user", false, false);
+    EXPECT_EQ(std::find(plain.begin(), plain.end(), 4), plain.end());
+    // user-defined <end_of_turn> is matched either way
+    EXPECT_EQ(tok->encode("Hello<end_of_turn>", false, false), (std::vector<int32_t>{id("Hello"), 5}));
+    // a character with no piece falls back to its UTF-8 bytes
+    EXPECT_EQ(tok->encode("\xC3\xA9", false, false), (std::vector<int32_t>{id("<0xC3>"), id("<0xA9>")}));
+    // decoding keeps a leading space (nothing was added to strip)
+    EXPECT_EQ(tok->decode(std::vector<int32_t>{id(sp + "world")}), " world");
+    EXPECT_EQ(tok->decode(std::vector<int32_t>{id("Hello"), id(sp + "world"), id("<0xC3>"), id("<0xA9>")}),
+              "Hello world\xC3\xA9");
 }
 
 TEST(GgufConformance, Qwen2WrittenFromTokenizerJson) {
