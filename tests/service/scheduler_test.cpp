@@ -144,6 +144,17 @@ public:
         std::lock_guard lock(mu_);
         return flight_.size();
     }
+    // Every step that ran, item by item: the sequence's first token (which
+    // request it is, when prompts begin differently), where the item starts
+    // in the sequence and how many tokens it appends.
+    struct Piece {
+        int32_t first;
+        size_t at, n;
+    };
+    std::vector<std::vector<Piece>> runs() const {
+        std::lock_guard lock(mu_);
+        return runs_;
+    }
     std::vector<size_t> live_lengths() const {
         std::lock_guard lock(mu_);
         std::vector<size_t> out;
@@ -179,8 +190,10 @@ public:
         }
         max_entries = std::max<size_t>(max_entries, items.size());
         ++steps;
+        std::vector<Piece>& run = runs_.emplace_back();
         for (auto& it : items) {
             Seq& s = seqs_.at(it.seq);
+            run.push_back({s.tokens.empty() ? it.tokens[0] : s.tokens[0], s.tokens.size(), it.tokens.size()});
             if (s.tokens.size() % l_.block_tokens && refs_[s.blocks.back()] > 1) {
                 --refs_[s.blocks.back()];
                 s.blocks.back() = take();
@@ -247,6 +260,7 @@ private:
         std::vector<int32_t> tokens;
     };
     std::vector<Flying> flight_;  // the steps begun, not ended
+    std::vector<std::vector<Piece>> runs_;
     size_t held_from_ = SIZE_MAX;
     bool released_ = false;
     std::condition_variable released_cv_;
@@ -355,6 +369,94 @@ TEST(Scheduler, PrefillIsChunkedUnderTheStepBudget) {
     Outcome r = drain(*j);
     EXPECT_EQ(r.text, expected(p, 5));
     EXPECT_GE(h.engine->steps.load(), 7u + 4u) << "100 prompt tokens take 7 steps of 16, then 4 decodes";
+}
+
+// The chunked-prefill policy: while requests decode, a step holds every
+// decode first and then at most prefill_chunk_tokens of prefill, so a decode
+// step never waits behind more; the oldest prompt still advances by a whole
+// chunk every step (no starvation), and with nothing decoding prefill takes
+// the whole step budget.
+TEST(Scheduler, PrefillIsCappedPerStepWhileRequestsDecode) {
+    SchedulerOptions o;
+    o.prefill_chunk_tokens = 8;
+    Harness h(16, 256, 8, 64, o);
+    h.engine->step_delay = std::chrono::milliseconds(2);
+    // Three requests decode for a while (prompts "A...", "B...", "C...").
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> prompts;
+    for (char c : {'A', 'B', 'C'}) {
+        prompts.push_back(std::string(10, c));
+        jobs.push_back(make_job(std::string(1, c), prompts.back(), 60));
+    }
+    h.sched->enqueue_all(jobs);
+    auto decoding = [&](int32_t first) {
+        for (const auto& run : h.engine->runs())
+            for (const auto& p : run)
+                if (p.first == first && p.at >= 10) return true;
+        return false;
+    };
+    for (int i = 0; i < 500 && !decoding('C'); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    ASSERT_TRUE(decoding('C'));
+    // Then a long prompt arrives, then a second one behind it.
+    prompts.push_back(std::string(100, 'L'));
+    jobs.push_back(make_job("long", prompts.back(), 3));
+    prompts.push_back(std::string(30, 'M'));
+    jobs.push_back(make_job("more", prompts.back(), 3));
+    h.sched->enqueue_all({jobs[3], jobs[4]});
+    for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(drain(*jobs[i]).text, expected(prompts[i], i < 3 ? 60 : 3));
+
+    bool long_started = false, long_done = false, saw_decodes_with_prefill = false;
+    size_t long_at = 0;
+    for (const auto& run : h.engine->runs()) {
+        size_t decodes = 0, prefill = 0, total = 0, long_chunk = 0;
+        const size_t long_left = 100 - long_at;
+        bool prefill_seen = false, has_long = false;
+        for (const auto& p : run) {
+            total += p.n;
+            const size_t prompt = p.first == 'L' ? 100 : p.first == 'M' ? 30 : 10;
+            const bool is_prefill = p.at < prompt;
+            if (is_prefill) {
+                prefill += p.n;
+                prefill_seen = true;
+            } else {
+                EXPECT_EQ(p.n, 1u);
+                EXPECT_FALSE(prefill_seen) << "a decode came after a prefill chunk";
+                ++decodes;
+            }
+            if (p.first == 'L' && is_prefill) {
+                has_long = true;
+                EXPECT_EQ(p.at, long_at) << "the long prompt's chunks follow each other";
+                long_at += p.n;
+                long_chunk = p.n;
+                long_started = true;
+            }
+        }
+        EXPECT_LE(total, 64u);
+        if (decodes > 0) {
+            EXPECT_LE(prefill, 8u) << "prefill past its per-step budget while requests decode";
+            saw_decodes_with_prefill = saw_decodes_with_prefill || prefill > 0;
+        }
+        // Once begun, the long prompt advances in every step until it is in.
+        if (long_started && !long_done) {
+            EXPECT_TRUE(has_long) << "a step left the long prompt out";
+            if (decodes > 0 && has_long)
+                EXPECT_EQ(long_chunk, std::min<size_t>(8, long_left)) << "the oldest prompt gets the whole chunk";
+        }
+        long_done = long_at >= 100;
+    }
+    EXPECT_TRUE(long_done);
+    EXPECT_TRUE(saw_decodes_with_prefill);
+
+    // Nothing decoding: a lone prompt fills whole steps.
+    const std::string alone(100, 'Z');
+    auto z = make_job("alone", alone, 2);
+    const size_t before = h.engine->runs().size();
+    h.sched->enqueue(z);
+    EXPECT_EQ(drain(*z).text, expected(alone, 2));
+    const auto runs = h.engine->runs();
+    ASSERT_GT(runs.size(), before);
+    ASSERT_EQ(runs[before].size(), 1u);
+    EXPECT_EQ(runs[before][0].n, 64u) << "with nothing decoding, prefill may use the whole step";
 }
 
 TEST(Scheduler, OutOfBlocksPreemptsAndRecomputesWithoutChangingOutput) {

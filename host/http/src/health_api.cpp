@@ -112,6 +112,7 @@ void Server::Impl::install_health() {
                               {"waiting", svc->queue_depth()},
                               {"max_running", svc->max_running()},
                               {"max_step_tokens", kl.max_step_tokens},
+                              {"prefill_chunk_tokens", svc->prefill_chunk_tokens()},
                               {"kv_block_tokens", kl.block_tokens},
                               {"kv_blocks_total", kl.total_blocks},
                               {"kv_cache_usage", g.kv_cache_usage},
