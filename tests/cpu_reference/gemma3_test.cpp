@@ -397,6 +397,58 @@ TEST(Gemma3, OnePrefillEqualsTokenByToken) {
     EXPECT_EQ(la, b.prefill(kTokens));
 }
 
+// The batched step (what the server runs): two sequences share every step,
+// one token each, past the window; each position matches the independent
+// forward and is bit-identical to that sequence run alone.
+TEST(Gemma3, BatchedStepMatchesTheIndependentForward) {
+    const G3 m;
+    auto v = gguf_view(m);
+    const std::vector<int32_t> other = {7, 7, 30, 2, 19, 0, 11, 25, 3, 39};
+    const Mat ref_a = reference(m, kTokens, m.hd), ref_b = reference(m, other, m.hd);
+    const eh_plugin_api& api = plugin();
+    eh_load_params lp = load_params(v->view());
+    eh_model* model = nullptr;
+    ASSERT_EQ(api.model_load(&lp, &model), EH_OK) << api.plugin_last_error();
+    eh_kv_params kp{};
+    kp.struct_size = sizeof(kp);
+    kp.max_seqs = 4;
+    kp.max_step_tokens = 64;
+    kp.max_step_entries = 4;
+    kp.max_seq_tokens = 32;
+    eh_kv_info info{};
+    info.struct_size = sizeof(info);
+    ASSERT_EQ(api.kv_init(model, &kp, &info), EH_OK) << api.model_last_error(model);
+    eh_seq* a = nullptr;
+    eh_seq* b = nullptr;
+    ASSERT_EQ(api.seq_create(model, &a), EH_OK);
+    ASSERT_EQ(api.seq_create(model, &b), EH_OK);
+    auto logits_of = [&](eh_seq* s) {
+        const float* l = nullptr;
+        uint32_t n = 0;
+        EXPECT_EQ(api.seq_logits(s, &l, &n), EH_OK) << api.model_last_error(model);
+        return std::vector<float>(l, l + n);
+    };
+    Loaded alone(v->view(), 32);
+    for (size_t t = 0; t < kTokens.size(); ++t) {
+        eh_step_entry e[2] = {};
+        for (int i = 0; i < 2; ++i) {
+            e[i].struct_size = sizeof(eh_step_entry);
+            e[i].flags = EH_STEP_LOGITS;
+            e[i].seq = i == 0 ? a : b;
+            e[i].tokens = i == 0 ? &kTokens[t] : &other[t];
+            e[i].n_tokens = 1;
+        }
+        ASSERT_EQ(api.step(model, e, 2), EH_OK) << api.model_last_error(model);
+        const auto la = logits_of(a), lb = logits_of(b);
+        EXPECT_LE(max_diff(la, ref_a[t]), 2e-4) << "position " << t;
+        EXPECT_LE(max_diff(lb, ref_b[t]), 2e-4) << "position " << t;
+        EXPECT_EQ(la, alone.prefill({kTokens[t]})) << "position " << t;
+    }
+    api.seq_release(a);
+    api.seq_release(b);
+    api.model_release(model);
+}
+
 TEST(Gemma3, AttentionScaleKeyIsUsed) {
     G3 m;
     m.qpas = 20.0;
