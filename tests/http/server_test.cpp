@@ -497,6 +497,19 @@ TEST(Server, CliRejectsABadWorkerId) {
     EXPECT_EQ(h.wait_exit(), 2);
 }
 
+// --prefill-chunk-tokens reaches the scheduler (/health reports it, 512 by
+// default) and is range-checked like --batch-tokens (exit 2 outside 16-65536).
+TEST(Server, PrefillChunkTokensIsReportedAndRangeChecked) {
+    EXPECT_EQ(json::parse(shared_host().get("/health").body)["scheduler"]["prefill_chunk_tokens"], 512);
+    EngineHost h({"--prefill-chunk-tokens", "100"});
+    ASSERT_GT(h.port(), 0) << h.log();
+    EXPECT_EQ(json::parse(h.get("/health").body)["scheduler"]["prefill_chunk_tokens"], 100);
+    for (const char* bad : {"15", "65537", "x"}) {
+        EngineHost b({"--prefill-chunk-tokens", bad}, {}, false);
+        EXPECT_EQ(b.wait_exit(), 2) << bad;
+    }
+}
+
 TEST(Server, CallbackIsPostedOnceListeningAndAFailedOneExitsNonZero) {
     // A one-shot receiver on a free port.
     int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
@@ -612,6 +625,98 @@ TEST(Server, LoadgenReportsEveryLevel) {
     EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --levels 0 > /dev/null 2>&1").c_str()), 0);
     EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --extra '[1]' > /dev/null 2>&1").c_str()), 0);
     EXPECT_NE(std::system((std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:1 > /dev/null 2>&1").c_str()), 0);
+}
+
+// `loadgen --workload chat`: streamed requests drawn from the seed (a
+// shared preamble, drawn prompt and answer lengths). The JSON's counts agree
+// with each other and with the server (the CPU reference on stories260K):
+// every answer is as long as a draw allows (ignore_eos), percentiles are
+// ordered, the same seed sends the same requests, and the preamble is really
+// shared: the server's prefix-cache counter rises by exactly the reuse usage
+// reports, and by nothing when no request carries the preamble.
+TEST(Server, LoadgenChatWorkloadSharesItsPreambleAndReportsPercentiles) {
+    // The CPU reference: batched steps and forks, so a prefix cache.
+    EngineHost h({}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    const std::string base = std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port()) +
+                             " --workload chat --preamble-words 40 --prompt-words 5:20 --answer-tokens 3:6"
+                             " --requests-per-client 4 --levels 1,2 --json";
+    auto hit_tokens = [&] {
+        return json::parse(h.get("/health").body)["scheduler"]["prefix_cache_hit_tokens"].get<uint64_t>();
+    };
+    auto run = [&](const std::string& flags, uint64_t* cached) {
+        const uint64_t before = hit_tokens();
+        const auto [status, out] = run_command(base + " " + flags + " 2>&1");
+        EXPECT_EQ(status, 0) << out;
+        json j = json::parse(out, nullptr, false);
+        if (j.is_discarded() || !j.contains("levels") || j["levels"].size() != 2) {
+            ADD_FAILURE() << out;
+            return json();
+        }
+        EXPECT_EQ(j["workload"], "chat");
+        EXPECT_EQ(j["chat"]["preamble_words"], 40);
+        EXPECT_EQ(j["chat"]["answer_tokens"], json::array({3, 6}));
+        *cached = 0;
+        for (auto& l : j["levels"]) {
+            const uint64_t n = l["requests"];
+            EXPECT_EQ(n, l["clients"].get<uint64_t>() * 4) << out;
+            EXPECT_EQ(l["failed"], 0) << out;
+            EXPECT_GE(l["completion_tokens"].get<uint64_t>(), 3 * n) << out;
+            EXPECT_LE(l["completion_tokens"].get<uint64_t>(), 6 * n) << out;
+            for (const char* m : {"ttft", "tpot", "latency"}) {
+                const double p50 = l[std::string(m) + "_p50_s"], p95 = l[std::string(m) + "_p95_s"],
+                             p99 = l[std::string(m) + "_p99_s"];
+                EXPECT_GT(p50, 0.0) << m << " " << out;
+                EXPECT_LE(p50, p95) << m;
+                EXPECT_LE(p95, p99) << m;
+            }
+            EXPECT_LT(l["ttft_p50_s"].get<double>(), l["latency_p99_s"].get<double>());
+            EXPECT_LT(l["cached_prompt_tokens"].get<uint64_t>(), l["prompt_tokens"].get<uint64_t>()) << out;
+            *cached += l["cached_prompt_tokens"].get<uint64_t>();
+        }
+        EXPECT_EQ(hit_tokens() - before, *cached) << "the server reused what usage says it did\n" << out;
+        return j;
+    };
+    uint64_t cached = 0;
+    const json shared = run("--shared-prefix 1", &cached);
+    ASSERT_FALSE(shared.is_null());
+    for (auto& l : shared["levels"]) EXPECT_EQ(l["shared_prefix_requests"], l["requests"]);
+    // One client's later requests reuse its first one's preamble.
+    EXPECT_GT(shared["levels"][0]["cached_prompt_tokens"].get<uint64_t>(), 0u);
+
+    // The same seed: the same prompts and answer lengths (now all cached).
+    uint64_t again_cached = 0;
+    const json again = run("--shared-prefix 1", &again_cached);
+    ASSERT_FALSE(again.is_null());
+    EXPECT_GT(again_cached, cached);
+    for (size_t i = 0; i < 2; ++i) {
+        EXPECT_EQ(again["levels"][i]["prompt_tokens"], shared["levels"][i]["prompt_tokens"]);
+        EXPECT_EQ(again["levels"][i]["completion_tokens"], shared["levels"][i]["completion_tokens"]);
+    }
+
+    // No preamble anywhere, another seed: nothing to reuse.
+    uint64_t none_cached = 1;
+    const json alone = run("--shared-prefix 0 --seed 7", &none_cached);
+    ASSERT_FALSE(alone.is_null());
+    EXPECT_EQ(none_cached, 0u);
+    for (auto& l : alone["levels"]) EXPECT_EQ(l["shared_prefix_requests"], 0);
+    EXPECT_NE(alone["levels"][0]["prompt_tokens"], shared["levels"][0]["prompt_tokens"]);
+
+    // The table names the reuse; bad settings are usage errors (exit 2).
+    const auto [table_status, table] =
+        run_command(std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port()) +
+                    " --workload chat --preamble-words 10 --prompt-words 3:5 --answer-tokens 2 --levels 1 2>&1");
+    EXPECT_EQ(table_status, 0) << table;
+    EXPECT_NE(table.find("reused from the prefix cache"), std::string::npos) << table;
+    EXPECT_NE(table.find("TPOT p99 ms"), std::string::npos) << table;
+    const std::string cli = std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port());
+    for (const char* bad : {" --workload chat --prompt-words 30:20", " --workload chat --prompt-words 0:5",
+                            " --workload chat --answer-tokens 1:70000", " --workload chat --shared-prefix 1.5",
+                            " --workload chat -n 5", " --seed 3", " --workload story"}) {
+        const auto [st, out] = run_command(cli + bad + " 2>&1");
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << bad << ": " << out;
+        EXPECT_NE(out.find("--"), std::string::npos) << bad << ": " << out;
+    }
 }
 
 // `loadgen --stream`: each request is streamed; TTFT and TPOT come from the

@@ -1,16 +1,37 @@
 // `engine-host loadgen`: aggregate throughput and latency of a running
-// server under 1, 4, 16, 64 concurrent clients (eh/tools/loadgen.hpp).
+// server under 1, 4, 16, 64 concurrent clients (eh/tools/loadgen.hpp), with
+// short fixed requests or the chat-like workload (eh/tools/chat_workload.hpp).
 #include <fmt/format.h>
 
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <sstream>
+#include <tuple>
 
 #include "cli.hpp"
 #include "eh/tools/loadgen.hpp"
 #include "options.hpp"
 
 namespace eh::cli {
+namespace {
+
+// "MIN:MAX" (or one number: both), each within [1, cap].
+std::optional<std::pair<uint32_t, uint32_t>> parse_range(const std::string& s, uint32_t cap) {
+    const size_t colon = s.find(':');
+    const std::string a = s.substr(0, colon), b = colon == std::string::npos ? a : s.substr(colon + 1);
+    auto number = [&](const std::string& t) -> std::optional<uint32_t> {
+        if (t.empty() || t.size() > 10 || t.find_first_not_of("0123456789") != std::string::npos) return std::nullopt;
+        const unsigned long long v = std::stoull(t);
+        if (v > cap) return std::nullopt;
+        return uint32_t(v);
+    };
+    const auto lo = number(a), hi = number(b);
+    if (!lo || !hi || *lo > *hi) return std::nullopt;
+    return std::make_pair(*lo, *hi);
+}
+
+}  // namespace
 
 int cmd_loadgen(const std::vector<std::string>& args) {
     po::options_description desc("Options");
@@ -24,11 +45,27 @@ int cmd_loadgen(const std::vector<std::string>& args) {
         ("honor-eos", "let requests end at an end-of-generation token (default: ignore_eos, so each generates -n tokens)")
         ("stream", "stream the answers and also report time to first token and time per output token (TTFT, TPOT)")
         ("extra", po::value<std::string>()->default_value("{}"), "a JSON object merged into every request body, e.g. '{\"response_format\":{\"type\":\"json_object\"}}' (the tool's own fields win)")
+        ("workload", po::value<std::string>()->default_value("fixed"),
+         "fixed: ~25-token prompts of -n tokens each (as ../shared/peers/loadgen.py); chat: the chat-like load below, "
+         "always streamed")
+        ("prompt-words", po::value<std::string>()->default_value("200:3000"),
+         "chat: each request's own words, MIN:MAX drawn log-uniformly (1-200000; a word is about a token)")
+        ("preamble-words", po::value<uint32_t>()->default_value(1000),
+         "chat: words of the preamble shared requests begin with (0-200000)")
+        ("shared-prefix", po::value<double>()->default_value(0.5),
+         "chat: the fraction of requests that begin with the shared preamble (0-1)")
+        ("answer-tokens", po::value<std::string>()->default_value("100:200"),
+         "chat: each request's max_tokens, MIN:MAX drawn uniformly (1-65536)")
+        ("seed", po::value<uint64_t>()->default_value(1),
+         "chat: the same seed sends the same requests (use another against a server that already saw them: its "
+         "prefix cache holds them)")
         ("timeout-sec", po::value<uint32_t>()->default_value(600), "per request")
         ("json", "print one JSON object instead of a table");
     po::variables_map vm;
     int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host loadgen [--url http://127.0.0.1:8080] [--levels 1,4,16,64] [-n 128] [--json]",
+    if (!parse_options(args, desc, "Usage: engine-host loadgen [--url http://127.0.0.1:8080] [--levels 1,4,16,64] [-n 128] [--json]\n"
+                       "       engine-host loadgen --workload chat [--prompt-words 200:3000] [--preamble-words 1000] "
+                       "[--shared-prefix 0.5] [--answer-tokens 100:200] [--seed 1] [--levels 64] [--json]",
                        vm, code))
         return code;
     tools::LoadOptions o;
@@ -62,6 +99,37 @@ int cmd_loadgen(const std::vector<std::string>& args) {
     o.ignore_eos = vm.count("honor-eos") == 0;
     o.timeout_s = vm["timeout-sec"].as<uint32_t>();
     o.stream = vm.count("stream") != 0;
+    const std::string workload = vm["workload"].as<std::string>();
+    if (workload != "fixed" && workload != "chat") {
+        print_error("--workload must be fixed or chat, got '" + workload + "'");
+        return kUsage;
+    }
+    o.chat = workload == "chat";
+    for (const char* flag : {"prompt-words", "preamble-words", "shared-prefix", "answer-tokens", "seed"})
+        if (!o.chat && !vm[flag].defaulted()) {
+            print_error(std::string("--") + flag + " applies to --workload chat");
+            return kUsage;
+        }
+    if (o.chat && !vm["max-tokens"].defaulted()) {
+        print_error("--workload chat draws each request's max_tokens from --answer-tokens; -n does not apply");
+        return kUsage;
+    }
+    if (o.chat) {
+        tools::ChatWorkload& w = o.workload;
+        const auto words = parse_range(vm["prompt-words"].as<std::string>(), tools::kChatMaxWords);
+        const auto answers = parse_range(vm["answer-tokens"].as<std::string>(), tools::kChatMaxAnswerTokens);
+        if (words) std::tie(w.prompt_words_min, w.prompt_words_max) = *words;
+        else w.prompt_words_min = 0;  // check() names the flag
+        if (answers) std::tie(w.answer_tokens_min, w.answer_tokens_max) = *answers;
+        else w.answer_tokens_min = 0;
+        w.preamble_words = vm["preamble-words"].as<uint32_t>();
+        w.shared_prefix = vm["shared-prefix"].as<double>();
+        w.seed = vm["seed"].as<uint64_t>();
+        if (const std::string why = tools::check(w); !why.empty()) {
+            print_error(why);
+            return kUsage;
+        }
+    }
     try {
         o.extra = nlohmann::json::parse(vm["extra"].as<std::string>());
     } catch (const std::exception&) {
@@ -73,7 +141,7 @@ int cmd_loadgen(const std::vector<std::string>& args) {
     }
     if (!vm.count("json")) o.log = [](const std::string& s) { std::fprintf(stderr, "loadgen: %s\n", s.c_str()); };
     auto r = tools::run_load(o);
-    if (vm.count("json")) std::cout << tools::to_json(r).dump(2) << "\n";
+    if (vm.count("json")) std::cout << tools::to_json(r, o).dump(2) << "\n";
     else std::cout << tools::to_table(r);
     for (const auto& l : r)
         if (l.failed) return kFailure;

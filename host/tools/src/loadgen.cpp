@@ -13,6 +13,7 @@
 
 #include "eh/error.hpp"
 #include "eh/tools/bench.hpp"
+#include "eh/tools/chat_workload.hpp"
 
 namespace eh::tools {
 namespace {
@@ -49,6 +50,7 @@ struct Outcome {
     std::string error;
     uint64_t tokens = 0;
     double latency_s = 0, ttft_s = -1;
+    uint64_t prompt_tokens = 0, cached_tokens = 0;  // streamed: the usage chunk's
 };
 
 Outcome plain_request(httplib::Client& cli, const std::string& path, const nlohmann::json& body) {
@@ -94,7 +96,13 @@ Outcome streamed_request(httplib::Client& cli, const std::string& path, nlohmann
                 for (const auto& c : j["choices"])
                     if (c.contains("text") && c["text"].is_string() && !c["text"].get_ref<const std::string&>().empty())
                         o.ttft_s = std::chrono::duration<double>(Clock::now() - s).count();
-            if (j.contains("usage") && j["usage"].is_object()) o.tokens = j["usage"].at("completion_tokens").get<uint64_t>();
+            if (j.contains("usage") && j["usage"].is_object()) {
+                const auto& u = j["usage"];
+                o.tokens = u.at("completion_tokens").get<uint64_t>();
+                o.prompt_tokens = u.value("prompt_tokens", uint64_t(0));
+                if (u.contains("prompt_tokens_details") && u["prompt_tokens_details"].is_object())
+                    o.cached_tokens = u["prompt_tokens_details"].value("cached_tokens", uint64_t(0));
+            }
         } catch (const std::exception& e) {
             if (o.error.empty()) o.error = std::string("unreadable chunk: ") + e.what();
         }
@@ -132,10 +140,14 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
         auto r = probe.Get(t.path_prefix + "/health");
         if (!r) throw Error(Code::NotFound, "cannot reach " + o.url + "/health: " + httplib::to_string(r.error()));
     }
+    const bool stream = o.stream || o.chat;
+    const std::string preamble = o.chat ? chat_preamble(o.workload) : std::string();
     std::vector<LevelResult> out;
-    for (uint32_t level : o.levels) {
+    for (size_t level_index = 0; level_index < o.levels.size(); ++level_index) {
+        const uint32_t level = o.levels[level_index];
         LevelResult lr;
         lr.clients = level;
+        lr.chat = o.chat;
         std::mutex mu;
         std::vector<double> latencies, ttfts, tpots;
         const auto t0 = Clock::now();
@@ -147,13 +159,23 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
                 cli.set_write_timeout(30, 0);
                 for (uint32_t k = 0; k < o.requests_per_client; ++k) {
                     nlohmann::json body = o.extra;
-                    body["prompt"] = prompt_for(level, c, k);
-                    body["max_tokens"] = o.max_tokens;
+                    ChatRequest q;
+                    if (o.chat) {
+                        // Keyed by the level's place and size: runs of one seed with other
+                        // --levels send other prompts.
+                        q = chat_request(o.workload, preamble, uint32_t(level_index << 16 | level),
+                                         c * o.requests_per_client + k);
+                        body["prompt"] = std::move(q.prompt);
+                        body["max_tokens"] = q.max_tokens;
+                    } else {
+                        body["prompt"] = prompt_for(level, c, k);
+                        body["max_tokens"] = o.max_tokens;
+                    }
                     body["temperature"] = 0;
                     body["ignore_eos"] = o.ignore_eos;
                     if (!o.model.empty()) body["model"] = o.model;
                     const std::string path = t.path_prefix + "/v1/completions";
-                    const Outcome r = o.stream ? streamed_request(cli, path, body) : plain_request(cli, path, body);
+                    const Outcome r = stream ? streamed_request(cli, path, body) : plain_request(cli, path, body);
                     std::lock_guard lock(mu);
                     ++lr.requests;
                     if (!r.error.empty()) {
@@ -162,6 +184,9 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
                         continue;
                     }
                     lr.completion_tokens += r.tokens;
+                    lr.prompt_tokens += r.prompt_tokens;
+                    lr.cached_prompt_tokens += r.cached_tokens;
+                    lr.shared_prefix_requests += q.shared ? 1 : 0;
                     latencies.push_back(r.latency_s);
                     if (r.ttft_s >= 0) {
                         ttfts.push_back(r.ttft_s);
@@ -175,11 +200,14 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
         lr.requests_per_s = lr.seconds > 0 ? double(lr.requests - lr.failed) / lr.seconds : 0;
         lr.latency_p50_s = percentile(latencies, 50);
         lr.latency_p95_s = percentile(latencies, 95);
-        lr.streamed = o.stream;
+        lr.latency_p99_s = percentile(latencies, 99);
+        lr.streamed = stream;
         lr.ttft_p50_s = percentile(ttfts, 50);
         lr.ttft_p95_s = percentile(ttfts, 95);
+        lr.ttft_p99_s = percentile(ttfts, 99);
         lr.tpot_p50_s = percentile(tpots, 50);
         lr.tpot_p95_s = percentile(tpots, 95);
+        lr.tpot_p99_s = percentile(tpots, 99);
         if (o.log)
             o.log(fmt::format("{} clients: {:.1f} tok/s, {} requests, {} failed", level, lr.tokens_per_s, lr.requests,
                               lr.failed));
@@ -193,38 +221,59 @@ std::string to_table(const std::vector<LevelResult>& r) {
     std::string s = fmt::format("{:>8} {:>9} {:>7} {:>12} {:>10} {:>10} {:>10}", "clients", "requests", "failed",
                                 "tokens/s", "req/s", "p50 s", "p95 s");
     if (streamed)
-        s += fmt::format(" {:>13} {:>13} {:>13}", "TTFT p50 ms", "TPOT p50 ms", "TPOT p95 ms");
+        s += fmt::format(" {:>13} {:>13} {:>13} {:>13} {:>13}", "TTFT p50 ms", "TTFT p99 ms", "TPOT p50 ms",
+                         "TPOT p95 ms", "TPOT p99 ms");
     s += "\n";
     for (const auto& l : r) {
         s += fmt::format("{:>8} {:>9} {:>7} {:>12.1f} {:>10.2f} {:>10.3f} {:>10.3f}", l.clients, l.requests, l.failed,
                          l.tokens_per_s, l.requests_per_s, l.latency_p50_s, l.latency_p95_s);
         if (streamed)
-            s += fmt::format(" {:>13.2f} {:>13.4f} {:>13.4f}", l.ttft_p50_s * 1e3, l.tpot_p50_s * 1e3,
-                             l.tpot_p95_s * 1e3);
+            s += fmt::format(" {:>13.2f} {:>13.2f} {:>13.4f} {:>13.4f} {:>13.4f}", l.ttft_p50_s * 1e3,
+                             l.ttft_p99_s * 1e3, l.tpot_p50_s * 1e3, l.tpot_p95_s * 1e3, l.tpot_p99_s * 1e3);
         s += "\n";
     }
+    for (const auto& l : r)
+        if (l.chat)
+            s += fmt::format("{} clients: {} prompt tokens, {} of them reused from the prefix cache; {} requests began "
+                             "with the preamble\n",
+                             l.clients, l.prompt_tokens, l.cached_prompt_tokens, l.shared_prefix_requests);
     for (const auto& l : r)
         if (!l.first_error.empty()) s += fmt::format("{} clients, first error: {}\n", l.clients, l.first_error);
     return s;
 }
 
-nlohmann::json to_json(const std::vector<LevelResult>& r) {
+nlohmann::json to_json(const std::vector<LevelResult>& r, const LoadOptions& o) {
     nlohmann::json levels = nlohmann::json::array();
     for (const auto& l : r) {
         nlohmann::json j = {{"clients", l.clients}, {"requests", l.requests}, {"failed", l.failed},
                             {"completion_tokens", l.completion_tokens}, {"seconds", l.seconds},
                             {"tokens_per_s", l.tokens_per_s}, {"requests_per_s", l.requests_per_s},
                             {"latency_p50_s", l.latency_p50_s}, {"latency_p95_s", l.latency_p95_s},
-                            {"first_error", l.first_error}};
+                            {"latency_p99_s", l.latency_p99_s}, {"first_error", l.first_error}};
         if (l.streamed) {
             j["ttft_p50_s"] = l.ttft_p50_s;
             j["ttft_p95_s"] = l.ttft_p95_s;
+            j["ttft_p99_s"] = l.ttft_p99_s;
             j["tpot_p50_s"] = l.tpot_p50_s;
             j["tpot_p95_s"] = l.tpot_p95_s;
+            j["tpot_p99_s"] = l.tpot_p99_s;
+        }
+        if (l.chat) {
+            j["prompt_tokens"] = l.prompt_tokens;
+            j["cached_prompt_tokens"] = l.cached_prompt_tokens;
+            j["shared_prefix_requests"] = l.shared_prefix_requests;
         }
         levels.push_back(std::move(j));
     }
-    return {{"levels", levels}};
+    nlohmann::json out = {{"workload", o.chat ? "chat" : "fixed"}, {"levels", levels}};
+    if (o.chat) {
+        const ChatWorkload& w = o.workload;
+        out["chat"] = {{"seed", w.seed}, {"prompt_words", {w.prompt_words_min, w.prompt_words_max}},
+                       {"preamble_words", w.preamble_words}, {"shared_prefix", w.shared_prefix},
+                       {"answer_tokens", {w.answer_tokens_min, w.answer_tokens_max}},
+                       {"ignore_eos", o.ignore_eos}, {"requests_per_client", o.requests_per_client}};
+    }
+    return out;
 }
 
 }  // namespace eh::tools
