@@ -1,12 +1,12 @@
 // The plugin through its C ABI, loaded with dlopen like the host loads it,
-// running tiny synthetic models of every architecture.
+// running tiny synthetic models of every architecture: what only this plugin
+// promises (its session path, numerics, refusals). What the ABI asks of every
+// plugin is eh-plugin-check's (plugin_check.cpu_reference), and the loader
+// holds its self-description to its manifest on every load.
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstring>
-#include <fstream>
-#include <regex>
-#include <sstream>
 
 #include <engine_host/plugin_abi.hpp>
 
@@ -16,24 +16,6 @@
 using namespace cpuref_test;
 
 namespace {
-
-std::vector<std::string> c_list(const char* const* l) {
-    std::vector<std::string> out;
-    for (; l && *l; ++l) out.emplace_back(*l);
-    return out;
-}
-
-std::vector<std::string> json_list(const std::string& json, const std::string& key) {
-    std::smatch m;
-    std::regex re("\"" + key + "\"\\s*:\\s*\\[([^\\]]*)\\]");
-    if (!std::regex_search(json, m, re)) return {};
-    std::vector<std::string> out;
-    std::string body = m[1];
-    std::regex item("\"([^\"]*)\"");
-    for (auto it = std::sregex_iterator(body.begin(), body.end(), item); it != std::sregex_iterator(); ++it)
-        out.push_back((*it)[1]);
-    return out;
-}
 
 const std::vector<int32_t> kPrompt = {1, 7, 3, 12, 40, 5, 9, 33, 2, 17};
 
@@ -57,24 +39,6 @@ TEST(PluginAbi, EntryNegotiatesMajorVersion) {
     EXPECT_EQ(api->abi_major, EH_ABI_MAJOR);
     EXPECT_EQ(api->abi_minor, EH_ABI_MINOR);
     dlclose(lib);
-}
-
-TEST(PluginAbi, InfoAgreesWithManifest) {
-    const eh_plugin_info* info = plugin().info();
-    ASSERT_NE(info, nullptr);
-    std::ifstream f(CPUREF_MANIFEST_PATH);
-    ASSERT_TRUE(f) << CPUREF_MANIFEST_PATH;
-    std::stringstream ss;
-    ss << f.rdbuf();
-    const std::string json = ss.str();
-    EXPECT_NE(json.find("\"name\": \"" + std::string(info->name) + "\""), std::string::npos);
-    EXPECT_NE(json.find("\"version\": \"" + std::string(info->version) + "\""), std::string::npos);
-    EXPECT_NE(json.find("\"engine\": \"" + std::string(info->engine) + "\""), std::string::npos);
-    EXPECT_EQ(c_list(info->formats), json_list(json, "formats"));
-    EXPECT_EQ(c_list(info->architectures), json_list(json, "architectures"));
-    EXPECT_EQ(c_list(info->quant_kinds), json_list(json, "quant_kinds"));
-    EXPECT_EQ(info->device_kind, static_cast<uint32_t>(EH_DEVICE_CPU));
-    EXPECT_NE(json.find("\"kind\": \"cpu\""), std::string::npos);
 }
 
 TEST(PluginAbi, ProbeAlwaysSupportedOnCpu) {
