@@ -357,6 +357,7 @@ static const eh_plugin_api api = {
     NULL, /* seq_logits: optional, not offered */
     seq_release, step,
     NULL, NULL, /* step_begin, step_end: optional (1.3), not offered */
+    NULL,       /* seq_hidden: optional (1.5), not offered */
 };
 
 EH_PLUGIN_EXPORT const eh_plugin_api* eh_plugin_entry(uint16_t host_major, uint16_t host_minor) {
