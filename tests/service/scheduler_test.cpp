@@ -439,8 +439,9 @@ TEST(Scheduler, PrefillIsCappedPerStepWhileRequestsDecode) {
         // Once begun, the long prompt advances in every step until it is in.
         if (long_started && !long_done) {
             EXPECT_TRUE(has_long) << "a step left the long prompt out";
-            if (decodes > 0 && has_long)
+            if (decodes > 0 && has_long) {
                 EXPECT_EQ(long_chunk, std::min<size_t>(8, long_left)) << "the oldest prompt gets the whole chunk";
+            }
         }
         long_done = long_at >= 100;
     }
