@@ -75,7 +75,7 @@ TEST(EmbeddingsRequest, RefusalsNameTheField) {
               (P{"'input[1]' must be a string or an array of token ids, not object", "input"}));
     EXPECT_EQ(refusal(emb, R"({"input":3})"),
               (P{"'input' must be a string or an array (of strings, of token ids, or of arrays of token ids), not "
-                 "number",
+                 "integer",
                  "input"}));
     EXPECT_EQ(refusal(emb, R"({"input":"a","encoding_format":"int8"})"),
               (P{"'encoding_format' must be \"float\" or \"base64\"", "encoding_format"}));
@@ -110,7 +110,7 @@ TEST(RerankRequest, ShapesAndRefusals) {
     EXPECT_EQ(refusal(rer, R"({"query":"q","documents":[{"txt":"a"}]})"), (P{"unknown field 'txt'", "txt"}));
     EXPECT_EQ(refusal(rer, R"({"query":"q","documents":[{}]})"), (P{"'documents[0].text' is required", "documents"}));
     EXPECT_EQ(refusal(rer, R"({"query":"q","documents":[1]})"),
-              (P{"'documents[0]' must be a string or an object with \"text\", not number", "documents"}));
+              (P{"'documents[0]' must be a string or an object with \"text\", not integer", "documents"}));
     EXPECT_EQ(refusal(rer, R"({"query":"q","documents":["a"],"top_n":0})").second, "top_n");
 }
 

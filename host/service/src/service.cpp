@@ -155,9 +155,9 @@ std::vector<std::shared_ptr<Job>> Service::submit_pooled(const GenerationRequest
         const char* route = mode == PoolingMode::Rerank ? "/v1/rerank" : "/v1/embeddings";
         if (served == PoolingMode::None)
             throw RequestError("", fmt::format("{} is not served: this server generates text; start it with {} and "
-                                               "an {} model",
+                                               "{} model",
                                                route, mode == PoolingMode::Rerank ? "--rerank" : "--embedding",
-                                               mode == PoolingMode::Rerank ? "reranker" : "embedding"));
+                                               mode == PoolingMode::Rerank ? "a reranker" : "an embedding"));
         throw RequestError("", fmt::format("{} is not served: this server runs in {} mode ({})", route,
                                            pooling_mode_name(served),
                                            served == PoolingMode::Rerank ? "/v1/rerank" : "/v1/embeddings"));
