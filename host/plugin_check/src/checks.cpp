@@ -657,6 +657,71 @@ void kv_cache_type(Context& c) {
     fail(fmt::format("kv_init granted the undefined KV type {}", kUndefined));
 }
 
+// ABI 1.5: the final hidden state of an entry's last position, alone and
+// beside another sequence's prefill in chunked steps, must agree; a step
+// that does not ask drops it; a plugin without seq_hidden refuses the flag.
+void hidden_state(Context& c) {
+    c.needs(12, 12, 2);
+    const auto p = c.prompt(12, 23), q = c.prompt(12, 29);
+    if (!loader::api_has_hidden(c.d.api())) {
+        eh_seq* s = c.d.create();
+        std::vector<eh_step_entry> es{entry(s, p.data(), 4, EH_STEP_HIDDEN)};
+        const eh_status st = c.d.step(es);
+        if (st != EH_INVALID_ARGUMENT)
+            fail(fmt::format("the plugin has no seq_hidden, yet a step asking EH_STEP_HIDDEN returned {}, not "
+                             "INVALID_ARGUMENT (an unknown flag)",
+                             eh_status_name(st)));
+        if (c.d.length(s) != 0) fail("a step refused for EH_STEP_HIDDEN changed the sequence");
+        return;
+    }
+    auto read = [&](eh_seq* s, const char* what) {
+        const float* h = nullptr;
+        uint32_t n = 0;
+        const eh_status st = c.d.api().seq_hidden(s, &h, &n);
+        if (st != EH_OK || !h || n == 0)
+            fail(fmt::format("seq_hidden after {} returned {}{}", what, eh_status_name(st),
+                             st == EH_OK ? " and no values" : ": " + c.d.error()));
+        std::vector<float> v(h, h + n);
+        for (float x : v)
+            if (!std::isfinite(x)) fail(fmt::format("the hidden state after {} holds a non-finite value", what));
+        return v;
+    };
+    eh_seq* a = c.d.create();
+    std::vector<eh_step_entry> es{entry(a, p.data(), 12, EH_STEP_HIDDEN)};
+    c.d.step_ok(es, "a prompt asking its hidden state");
+    const std::vector<float> alone = read(a, "a whole prompt alone");
+    // The same prompt in chunks of 5, beside another sequence that samples.
+    eh_seq* b = c.d.create();
+    eh_seq* other = c.d.create();
+    c.d.set_sampling(other, ehp::greedy_sampling());
+    for (uint32_t at = 0; at < 12; at += 5) {
+        const uint32_t k = std::min(5u, 12 - at);
+        es = {entry(other, q.data() + at, k, at + k == 12 ? EH_STEP_SAMPLE : 0u),
+              entry(b, p.data() + at, k, at + k == 12 ? EH_STEP_HIDDEN : 0u)};
+        c.d.step_ok(es, "chunks beside another sequence");
+    }
+    const std::vector<float> mixed = read(b, "the same prompt in chunks beside another sequence");
+    if (mixed.size() != alone.size())
+        fail(fmt::format("the hidden state has {} values alone and {} in a batch", alone.size(), mixed.size()));
+    float scale = 0, worst = 0;
+    size_t at = 0;
+    for (size_t i = 0; i < alone.size(); ++i) {
+        scale = std::max(scale, std::abs(alone[i]));
+        if (std::abs(alone[i] - mixed[i]) > worst) worst = std::abs(alone[i] - mixed[i]), at = i;
+    }
+    if (worst > 1e-3f * (1.0f + scale))
+        fail(fmt::format("the hidden state differs alone and in a mixed batch: value {} is {} against {}", at,
+                         mixed[at], alone[at]));
+    // A later step that does not ask drops it.
+    const int32_t next = p[0];
+    es = {entry(a, &next, 1, 0)};
+    c.d.step_ok(es, "a step not asking");
+    const float* h = nullptr;
+    uint32_t n = 0;
+    if (c.d.api().seq_hidden(a, &h, &n) != EH_INVALID_ARGUMENT)
+        fail("seq_hidden after a step that did not ask EH_STEP_HIDDEN did not return INVALID_ARGUMENT");
+}
+
 void reference_agreement(Context& c) {
     if (!c.options.reference) throw Skipped{"no --reference plugin given"};
     c.needs(12 + 2 * c.n, 12);
@@ -727,6 +792,9 @@ const Check kChecks[] = {
     {"kv_cache_type", "kv_init grants the KV cache type asked (--kv-type) and refuses an undefined one with "
                       "EH_UNSUPPORTED naming it (ABI 1.4)",
      kv_cache_type},
+    {"hidden_state", "the final hidden state (EH_STEP_HIDDEN, 1.5) is the same alone and in a mixed, chunked "
+                     "batch, and the next step drops it; without seq_hidden the flag is refused",
+     hidden_state},
     {"reference_agreement", "greedy tokens agree with the reference plugin, teacher-forced (needs --reference)",
      reference_agreement},
 };
