@@ -205,7 +205,7 @@ TEST(HfReferenceQwen3Moe, AMissingOrMistypedExpertIsRefusedByName) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, HfReference,
-                         ::testing::Values("llama", "qwen2", "phi3", "gpt2", "gpt-oss", "llama3", "mistral", "qwen3", "qwen3moe", "stories260K"),
+                         ::testing::Values("llama", "qwen2", "phi3", "gpt2", "gpt-oss", "llama3", "mistral", "qwen3", "qwen3moe", "gemma3", "stories260K"),
                          [](const auto& info) {
                              std::string s = info.param;
                              for (auto& c : s) if (c == '-') c = '_';
