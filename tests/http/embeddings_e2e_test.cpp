@@ -196,11 +196,18 @@ TEST(Embeddings, LimitsAnswer400WithTheirNumbers) {
 TEST(Embeddings, StartingWithoutHiddenStatesFailsNamingThePlugin) {
     // The deterministic test engine (ABI 1.5 table, seq_hidden NULL).
     EngineHost h({"--log-format", "text", "--embedding"}, {}, false);
-    EXPECT_NE(h.wait_exit(), 0) << h.log();
+    EXPECT_EQ(h.wait_exit(), 4) << h.log();
     EXPECT_NE(h.log().find("plugin test-engine cannot serve embeddings (--embedding): it hands out no final hidden "
                            "states (ABI 1.5 seq_hidden)"),
               std::string::npos)
         << h.log();
+    // The engine wire carries no hidden states: an engine process cannot serve them.
+    EngineHost child({"--log-format", "text", "--rerank", "--engine-process"}, {}, false, EH_PLUGIN_DIR, tiny_llama());
+    EXPECT_EQ(child.wait_exit(), 4) << child.log();
+    EXPECT_NE(child.log().find("plugin cpu-reference cannot serve rerank scores (--rerank): the engine process does not "
+                               "carry hidden states (serve it without --engine-process)"),
+              std::string::npos)
+        << child.log();
     EngineHost both({"--log-format", "text", "--embedding", "--rerank"}, {}, false);
     EXPECT_EQ(both.wait_exit(), 2);
     EXPECT_NE(both.log().find("--embedding and --rerank are two modes: pass one"), std::string::npos) << both.log();

@@ -62,9 +62,10 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
                     fmt::format("plugin {} cannot serve {}: {}", facts.plugin_name,
                                 options_.pooling.mode == PoolingMode::Rerank ? "rerank scores (--rerank)"
                                                                               : "embeddings (--embedding)",
-                                facts.hidden ? "the engine process does not carry hidden states (serve it without "
-                                               "--engine-process)"
-                                             : "it hands out no final hidden states (ABI 1.5 seq_hidden)"));
+                                engine->process_id() != 0
+                                    ? "the engine process does not carry hidden states (serve it without "
+                                      "--engine-process)"
+                                    : "it hands out no final hidden states (ABI 1.5 seq_hidden)"));
     device_bytes_ = engine_->facts().info.device_bytes_used;
 
     SchedulerOptions so;
