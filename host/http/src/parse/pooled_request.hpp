@@ -9,8 +9,8 @@
 #include <string_view>
 #include <vector>
 
+#include "eh/service/pooling.hpp"
 #include "eh/service/request.hpp"
-#include "eh/service/service.hpp"
 
 namespace eh::http {
 

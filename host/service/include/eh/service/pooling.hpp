@@ -39,6 +39,17 @@ struct PoolingSpec {
     std::string head_source;  // which tensor the head came from, for the log
 };
 
+// One input of an embeddings or rerank request: text to tokenize, or token
+// ids as given.
+struct PooledInput {
+    std::string text;
+    std::vector<TextSpan> literal;     // spans of `text` never read as control tokens
+    bool add_special = true;
+    bool parse_special = false;
+    bool is_tokens = false;
+    std::vector<int32_t> tokens;
+};
+
 // The Qwen3-Reranker prompt of its model card (llama.cpp's converter writes
 // the same as the GGUF's `tokenizer.chat_template.rerank`).
 extern const char* const kQwen3RerankTemplate;

@@ -46,15 +46,6 @@ struct ServiceOptions {
     PoolingSpec pooling;
 };
 
-// One input of a pooled request: text to tokenize, or token ids as given.
-struct PooledInput {
-    std::string text;
-    std::vector<TextSpan> literal;     // spans of `text` never read as control tokens
-    bool add_special = true;
-    bool parse_special = false;
-    bool is_tokens = false;
-    std::vector<int32_t> tokens;
-};
 
 class Service {
 public:
