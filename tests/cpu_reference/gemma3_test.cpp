@@ -31,6 +31,7 @@
 
 #include <fmt/format.h>
 
+#include <eh/model/gguf_writer.hpp>
 #include <eh/model/model_file.hpp>
 #include <engine_host/gemma3.hpp>
 
@@ -486,6 +487,27 @@ TEST(Gemma3, LayerPatternFollowsTheFile) {
     v.u32("gemma3.attention.sliding_window_pattern", 3);
     const std::vector<bool> three = {true, true, false, true, true, false};
     EXPECT_EQ(ehp::gemma3::sliding_layers(ehp::ModelView(v.view()), 6), three);
+}
+
+// gguf-py may write the pattern key as one bool a layer (other converters
+// do); that form is read as given.
+TEST(Gemma3, LayerPatternAsOneBoolALayer) {
+    using eh::model::GgufValue;
+    eh::model::GgufWriter w;
+    w.set("general.architecture", GgufValue::string("gemma3"));
+    w.set("gemma3.attention.sliding_window", GgufValue::u32(512));
+    const uint8_t pattern[4] = {1, 0, 0, 1};
+    w.set("gemma3.attention.sliding_window_pattern", GgufValue::numeric_array(EH_VALUE_BOOL, pattern, 4));
+    const auto bytes = w.to_bytes();
+    auto f = eh::model::ModelFile::open_gguf_buffer(bytes.data(), bytes.size(), "pattern");
+    const ehp::ModelView v(&f->view());
+    EXPECT_EQ(ehp::gemma3::sliding_layers(v, 4), (std::vector<bool>{true, false, false, true}));
+    try {
+        ehp::gemma3::sliding_layers(v, 5);
+        ADD_FAILURE() << "a 4-entry pattern for 5 layers was accepted";
+    } catch (const ehp::Error& e) {
+        EXPECT_NE(std::string(e.what()).find("one bool per layer (5)"), std::string::npos) << e.what();
+    }
 }
 
 TEST(Gemma3, AttentionScaleDefaultsAsLlamaCpp) {

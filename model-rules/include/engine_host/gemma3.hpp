@@ -6,8 +6,9 @@
 //   layer i slides when i % P < P - 1 (five of six for Gemma 3's P = 6). The
 //   converter writes only `gemma3.attention.sliding_window` (no window, no
 //   sliding at all); the period defaults to 6 and may be given as
-//   `gemma3.attention.sliding_window_pattern`. A newer HF config lists the
-//   layers instead (`layer_types`, which the host passes as hf.layer_types).
+//   `gemma3.attention.sliding_window_pattern` (or, as gguf-py can write that
+//   key, one bool a layer). A newer HF config lists the layers instead
+//   (`layer_types`, which the host passes as hf.layer_types).
 // - Sliding layers rotate with their own base (`rope.freq_base_swa`, 10000
 //   by default) and no scaling; global layers use `rope.freq_base` and any
 //   `rope.scaling.*` (linear x8 on the 4B and larger).
@@ -51,6 +52,15 @@ inline std::vector<bool> sliding_layers(const ModelView& v, uint32_t n_layer) {
     }
     const std::string key = v.arch_key("attention.sliding_window_pattern");
     uint64_t period = kDefaultPattern;
+    if (const eh_value* per_layer = v.find(key); per_layer && per_layer->type == EH_VALUE_ARRAY) {
+        // gguf-py's per-layer form (one bool a layer), as other converters write it
+        if (per_layer->elem_type != EH_VALUE_BOOL || per_layer->count != n_layer)
+            throw Error(EH_MODEL_LOAD_FAILED, "'" + key + "' as an array must hold one bool per layer (" +
+                                                  std::to_string(n_layer) + ")");
+        const auto* b = static_cast<const uint8_t*>(per_layer->v.array);
+        for (uint32_t i = 0; i < n_layer; ++i) out[i] = b[i] != 0;
+        return out;
+    }
     if (v.find(key)) {
         const auto p = v.get_uint(key);
         if (!p || *p > 4096) throw Error(EH_MODEL_LOAD_FAILED, "'" + key + "' must be an integer in 0..4096");
