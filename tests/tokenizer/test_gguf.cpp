@@ -153,6 +153,11 @@ TEST(GgufConformance, GemmaStyleSpm) {
     EXPECT_EQ(tok->special().bos, 2);
     EXPECT_EQ(tok->special().eos, 1);
     EXPECT_FALSE(tok->strips_leading_space());
+    // a model turn ends generation at <end_of_turn>, as at <eos>
+    EXPECT_EQ(tok->special().eot, 5);
+    EXPECT_TRUE(tok->is_eog(5));
+    EXPECT_TRUE(tok->is_eog(1));
+    EXPECT_FALSE(tok->is_eog(4));
     // no "▁" before the first word; BOS first
     EXPECT_EQ(tok->encode("Hello world", true, false), (std::vector<int32_t>{2, id("Hello"), id(sp + "world")}));
     EXPECT_EQ(tok->encode(" world", false, false), (std::vector<int32_t>{id(sp + "world")}));
