@@ -203,6 +203,8 @@ public:
             computed_tokens += it.tokens.size();
             if (s.tokens.size() == it.tokens.size()) started.emplace_back(it.tokens.begin(), it.tokens.end());
             it.token = it.sample ? next_token(s.tokens) : -1;
+            // A pooled job's "hidden state": its length and its hash.
+            if (it.hidden) hidden_[it.seq] = {float(s.tokens.size()), float(next_token(s.tokens))};
             // Under a mask: the first allowed id at or above the hashed one.
             if (it.sample && it.allowed && !ignore_mask) {
                 ++masked;
@@ -222,6 +224,12 @@ public:
     }
     std::span<const float> logits(SeqId) override { return {}; }
     bool has_logits() const override { return false; }
+    std::span<const float> hidden(SeqId id) override {
+        std::lock_guard lock(mu_);
+        auto it = hidden_.find(id);
+        return it == hidden_.end() ? std::span<const float>() : std::span<const float>(it->second);
+    }
+    bool has_hidden() const override { return true; }
     void restart(const std::function<bool()>&) override {
         if (restart_fails) throw Error(Code::EngineCrashed, "fake engine: not restarted again");
         ++restarts;
@@ -261,6 +269,7 @@ private:
     };
     std::vector<Flying> flight_;  // the steps begun, not ended
     std::vector<std::vector<Piece>> runs_;
+    std::map<SeqId, std::vector<float>> hidden_;
     size_t held_from_ = SIZE_MAX;
     bool released_ = false;
     std::condition_variable released_cv_;
@@ -359,6 +368,43 @@ TEST(Scheduler, ConcurrentRequestsShareStepsAndMatchTheirSoloOutput) {
         EXPECT_EQ(r.text, expected(prompts[i], 20)) << "job " << i;
     }
     EXPECT_GE(h.engine->max_entries.load(), 4u) << "requests were not batched";
+}
+
+// Pooled jobs (embeddings, rerank): the last prompt chunk asks the hidden
+// state instead of a sample (the fake refuses to sample a sequence without
+// a sampler, which a pooled job never gets), a long prompt is chunked first,
+// a request's inputs count as one against the queue, and a generating job in
+// the same steps is unchanged.
+TEST(Scheduler, PooledJobsAnswerTheirLastTokensStateBesideGeneration) {
+    SchedulerOptions o;
+    o.queue_capacity = 2;
+    Harness h(16, 256, 16, 16, o);
+    h.engine->step_delay = std::chrono::milliseconds(1);
+    std::vector<std::shared_ptr<Job>> pooled;
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 6; ++i) {
+        prompts.push_back("input " + std::to_string(i) + std::string(size_t(9 * i), 'y'));
+        pooled.push_back(make_job("p." + std::to_string(i), prompts.back(), 0));
+        pooled.back()->pooled = true;
+    }
+    auto gen = make_job("gen", "a prompt that generates", 12);
+    // Six inputs are more than the queue holds, but they are one request.
+    EXPECT_THROW(h.sched->enqueue_all(pooled), QueueFullError);
+    h.sched->enqueue(gen);
+    h.sched->enqueue_all(pooled, true);
+    for (size_t i = 0; i < pooled.size(); ++i) {
+        Outcome r = drain(*pooled[i]);
+        ASSERT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+        EXPECT_EQ(r.terminals, 1u);
+        EXPECT_EQ(r.text, "");
+        EXPECT_EQ(r.end.stop_reason, "pooled");
+        EXPECT_EQ(r.end.tokens_out, 0u);
+        const std::vector<int32_t> t(prompts[i].begin(), prompts[i].end());
+        EXPECT_EQ(r.end.hidden, (std::vector<float>{float(t.size()), float(FakeEngine::next_token(t))})) << "input " << i;
+    }
+    Outcome g = drain(*gen);
+    EXPECT_EQ(g.text, expected("a prompt that generates", 12));
+    EXPECT_GE(h.engine->max_entries.load(), 2u) << "pooled and generating jobs did not share steps";
 }
 
 TEST(Scheduler, PrefillIsChunkedUnderTheStepBudget) {
