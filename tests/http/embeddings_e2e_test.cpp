@@ -15,7 +15,9 @@
 
 #include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/model/gguf_writer.hpp"
 #include "eh/model/model_file.hpp"
+#include "eh/tools/vocab.hpp"
 #include "eh/service/pooling.hpp"
 #include "eh/service/seq_engine.hpp"
 #include "engine_host_process.hpp"
@@ -66,6 +68,25 @@ private:
     std::shared_ptr<eh::EngineModel> model_;
     std::unique_ptr<eh::service::SeqEngine> engine_;
 };
+
+// The tiny llama again at `path`, with `keys` added and `extra` tensors
+// (F32, {n_embd, rows}) beside its own: a GGUF as llama.cpp's converter
+// writes an embedding model or a reranker.
+void write_variant(const std::string& path, const std::vector<std::pair<std::string, eh::model::GgufValue>>& keys,
+                   const std::vector<std::pair<std::string, std::vector<float>>>& extra = {}) {
+    auto mf = eh::model::ModelFile::open(tiny_llama());
+    eh::model::GgufWriter w;
+    for (const auto& kv : mf->metadata()) {
+        const std::string key(eh::model::to_sv(kv.key));
+        if (key != "general.alignment") w.set(key, eh::tools::to_gguf_value(kv.value));
+    }
+    for (const auto& [k, v] : keys) w.set(k, v);
+    for (const auto& t : mf->tensors())
+        w.add_tensor(std::string(eh::model::to_sv(t.name)), t.type, std::vector<uint64_t>(t.dims, t.dims + t.n_dims),
+                     t.data);
+    for (const auto& [name, v] : extra) w.add_tensor(name, EH_TYPE_F32, {8, v.size() / 8}, v.data());
+    w.write(path);
+}
 
 std::vector<int32_t> tokenize(EngineHost& h, const std::string& text, bool add_special, bool parse_special = false) {
     auto r = h.post("/tokenize", json{{"text", text}, {"add_special", add_special}, {"parse_special", parse_special}}.dump());
@@ -272,4 +293,82 @@ TEST(Embeddings, OfficialNodeClientEmbeddingsCreate) {
                                  std::to_string(h.port()) + " 2>&1");
     EXPECT_EQ(rc, 0) << out;
     EXPECT_NE(out.find("\"ok\":true"), std::string::npos) << out;
+}
+
+// The mode comes from the GGUF's <arch>.pooling_type when no flag names it.
+TEST(PoolingType, LastServesEmbeddingsMeanAndClsAreRefused) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("eh-pooling-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    using eh::model::GgufValue;
+    write_variant((dir / "last.gguf").string(), {{"llama.pooling_type", GgufValue::u32(3)}});
+    write_variant((dir / "mean.gguf").string(), {{"llama.pooling_type", GgufValue::u32(1)}});
+    write_variant((dir / "cls.gguf").string(), {{"llama.pooling_type", GgufValue::u32(2)}});
+    std::vector<float> want;
+    {
+        EngineHost flagged = serve({"--embedding"});
+        want = vec(post_json(flagged, "/v1/embeddings", {{"input", "the same weights"}})["data"][0]);
+    }
+    {
+        EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR, (dir / "last.gguf").string());
+        ASSERT_GT(h.port(), 0) << h.log();
+        EXPECT_EQ(vec(post_json(h, "/v1/embeddings", {{"input", "the same weights"}})["data"][0]), want);
+        EXPECT_EQ(post_json(h, "/v1/completions", {{"prompt", "hi"}}, 400)["error"]["code"], "INVALID_REQUEST");
+        // --rerank on an embedding model is refused by name.
+        EngineHost r({"--log-format", "text", "--rerank"}, {}, false, EH_PLUGIN_DIR, (dir / "last.gguf").string());
+        EXPECT_EQ(r.wait_exit(), 4);
+        EXPECT_NE(r.log().find("the model is an embedding model (llama.pooling_type = 3, last): serve it with --embedding"),
+                  std::string::npos)
+            << r.log();
+    }
+    for (const char* kind : {"mean", "cls"}) {
+        EngineHost h({"--log-format", "text"}, {}, false, EH_PLUGIN_DIR, (dir / (std::string(kind) + ".gguf")).string());
+        EXPECT_EQ(h.wait_exit(), 4) << h.log();
+        EXPECT_NE(h.log().find(std::string("the model's pooling type is ") + kind + " (llama.pooling_type = " +
+                               (kind == std::string("mean") ? "1" : "2") +
+                               "): only last-token pooling is served (a step hands out the last position's hidden "
+                               "state, ABI 1.5)"),
+                  std::string::npos)
+            << h.log();
+    }
+    fs::remove_all(dir);
+}
+
+// A reranker as llama.cpp's converter writes it: pooling_type 4, the yes/no
+// rows as cls.output.weight with their labels, its prompt in
+// tokenizer.chat_template.rerank. The score is sigmoid((yes - no) . h).
+TEST(PoolingType, RankScoresWithClsOutputWeightAndTheGgufsPrompt) {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::temp_directory_path() / ("eh-rank-" + std::to_string(::getpid()));
+    fs::create_directories(dir);
+    using eh::model::GgufValue;
+    // Labels in the other order than the converter's: the host reads them.
+    // "yes" = 2 x unit vector 0, "no" = unit vector 1: score = sigmoid(2 h0 - h1).
+    std::vector<float> rows(16, 0.0f);
+    rows[8 + 0] = 2.0f;  // row 1: yes
+    rows[0 + 1] = 1.0f;  // row 0: no
+    write_variant((dir / "rank.gguf").string(),
+                  {{"llama.pooling_type", GgufValue::u32(4)},
+                   {"llama.classifier.output_labels", GgufValue::string_array({"no", "yes"})},
+                   {"tokenizer.chat_template.rerank", GgufValue::string("query: {query} document: {document}")}},
+                  {{"cls.output.weight", rows}});
+    EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR, (dir / "rank.gguf").string());
+    ASSERT_GT(h.port(), 0) << h.log();
+    EXPECT_NE(h.log().find("rerank_head=cls.output.weight"), std::string::npos) << h.log();
+    CpuForward cpu;
+    const std::vector<std::string> docs = {"one", "two words", "three little words"};
+    json r = post_json(h, "/v1/rerank", {{"query", "q"}, {"documents", docs}});
+    ASSERT_EQ(r["results"].size(), 3u) << r.dump();
+    for (const auto& item : r["results"]) {
+        const size_t i = item["index"];
+        const auto hs = cpu.run(tokenize(h, "query: q document: " + docs[i], false, true));
+        const double want = 1.0 / (1.0 + std::exp(-(2.0 * hs[0] - hs[1])));
+        EXPECT_NEAR(item["relevance_score"].get<double>(), want, 1e-6) << "document " << i;
+    }
+    EngineHost e({"--log-format", "text", "--embedding"}, {}, false, EH_PLUGIN_DIR, (dir / "rank.gguf").string());
+    EXPECT_EQ(e.wait_exit(), 4);
+    EXPECT_NE(e.log().find("the model is a reranker (llama.pooling_type = 4, rank): serve it with --rerank"),
+              std::string::npos)
+        << e.log();
+    fs::remove_all(dir);
 }
