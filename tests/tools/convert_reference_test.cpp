@@ -159,7 +159,7 @@ TEST_P(ConvertReference, ConvertedLogitsMatchTransformers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Archs, ConvertReference,
-                         ::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt-oss"),
+                         ::testing::Values("llama", "llama3", "mistral", "qwen2", "qwen3", "phi3", "gpt2", "gpt-oss", "gemma3"),
                          [](const auto& info) {
                              std::string s = info.param;
                              std::replace(s.begin(), s.end(), '-', '_');
@@ -305,4 +305,39 @@ TEST(ConvertLlama3, RopeFreqsAsTheConverterWritesThem) {
     };
     refused("\"llama3\"", "\"longrope\"", "rope type 'longrope' is not supported");
     refused("\"high_freq_factor\": 4.0", "\"high_freq_factor\": 1.0", "llama3 rope parameters out of range");
+}
+
+// Gemma 3: the converted file holds what make_reference.py's GGUF (written
+// as llama.cpp's converter writes gemma3) holds, value for value: every norm
+// as 1 + w, the tied head left out. Its keys add what the transformers 5
+// config says and llama.cpp's converter drops: the per-layer pattern and the
+// attention scale (query_pre_attn_scalar 32).
+TEST(ConvertGemma3, TensorsAsTheReferenceGgufAndTheConfigsKeys) {
+    const fs::path dir = kRefDir / "gemma3";
+    TempDir d;
+    auto got = eh::model::ModelFile::open(convert_dir(d, dir / "hf", "F32"));
+    auto want = eh::model::ModelFile::open((dir / "model.gguf").string());
+    ASSERT_EQ(got->tensors().size(), want->tensors().size());
+    EXPECT_EQ(got->find_tensor("output.weight"), nullptr);
+    for (const eh_tensor& w : want->tensors()) {
+        const std::string name(eh::model::to_sv(w.name));
+        const eh_tensor* g = got->find_tensor(name);
+        ASSERT_NE(g, nullptr) << name;
+        ASSERT_EQ(g->type, uint32_t(EH_TYPE_F32)) << name;
+        ASSERT_EQ(g->nbytes, w.nbytes) << name;
+        EXPECT_EQ(std::memcmp(g->data, w.data, w.nbytes), 0) << name;
+    }
+    EXPECT_NEAR(*got->get_float("gemma3.rope.freq_base"), 1e6, 1e-3);
+    EXPECT_NEAR(*got->get_float("gemma3.rope.freq_base_swa"), 1e4, 1e-3);
+    EXPECT_EQ(got->get_string("gemma3.rope.scaling.type"), "linear");
+    EXPECT_NEAR(*got->get_float("gemma3.rope.scaling.factor"), 8.0, 1e-6);
+    EXPECT_NEAR(*got->get_float("gemma3.final_logit_softcapping"), 5.0, 1e-6);
+    EXPECT_NEAR(*got->get_float("gemma3.attention.scale"), 1.0 / std::sqrt(32.0), 1e-7);
+    const eh_value* pattern = got->find("gemma3.attention.sliding_window_pattern");
+    ASSERT_NE(pattern, nullptr);
+    ASSERT_EQ(pattern->type, uint32_t(EH_VALUE_ARRAY));
+    ASSERT_EQ(pattern->elem_type, uint32_t(EH_VALUE_BOOL));
+    ASSERT_EQ(pattern->count, 4u);
+    const auto* b = static_cast<const uint8_t*>(pattern->v.array);
+    EXPECT_EQ(std::vector<uint8_t>(b, b + 4), (std::vector<uint8_t>{1, 0, 1, 0}));
 }

@@ -1,6 +1,7 @@
 #include "eh/tools/convert.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -65,11 +66,13 @@ double cfg_f(const json& c, const char* key, double dflt) {
 std::string arch_of(const json& cfg, const std::string& file) {
     const std::string mt = cfg.value("model_type", "");
     if (mt == "mistral") return "llama";
+    if (mt == "gemma3_text" || (mt == "gemma3" && cfg.contains("text_config") && cfg["text_config"].is_object()))
+        return "gemma3";
     if (mt == "llama" || mt == "qwen2" || mt == "qwen3" || mt == "qwen3_moe" || mt == "phi3" || mt == "gpt2" ||
         mt == "gpt_oss")
         return model::hf_model_type_to_arch(mt);
     throw Error(Code::InvalidRequest, fmt::format("'{}': model_type '{}' is not supported (llama, mistral, qwen2, qwen3, "
-                                                  "qwen3_moe, phi3, gpt2, gpt_oss)",
+                                                  "qwen3_moe, phi3, gpt2, gpt_oss, gemma3_text, gemma3)",
                                                   file, mt));
 }
 
@@ -148,8 +151,79 @@ struct Hparams {
     std::vector<float> rope_freqs;  // llama3 rope scaling: rope_freqs.weight
 };
 
+// Gemma 3's keys, with Gemma3TextConfig's defaults for what a config
+// leaves out (the 4B's text_config gives five keys). Beyond what llama.cpp's
+// converter writes: the per-layer pattern when the config lists layer types
+// or a period other than 6, and attention.scale from query_pre_attn_scalar
+// (llama.cpp derives the scale from the layer count; engine-host's plugins
+// read the key).
+Hparams gemma3_hparams(model::GgufWriter& w, const json& cfg, const std::string& file) {
+    auto u = [&](const char* k, uint32_t dflt) { return present(cfg, k) ? cfg_u32(cfg, {k}, file) : dflt; };
+    Hparams h;
+    h.n_layer = cfg_u32(cfg, {"num_hidden_layers"}, file);
+    h.n_embd = cfg_u32(cfg, {"hidden_size"}, file);
+    h.n_head = u("num_attention_heads", 8);
+    h.n_head_kv = u("num_key_value_heads", 4);
+    h.head_dim = u("head_dim", 256);
+    h.n_vocab = u("vocab_size", 262208);
+    if (h.n_head == 0 || h.n_head_kv == 0 || h.n_head % h.n_head_kv != 0 || h.head_dim == 0 || h.n_layer == 0)
+        throw Error(Code::ModelLoadFailed, fmt::format("'{}': layers, head counts ({} / {}) or head_dim {} invalid", file,
+                                                       h.n_head, h.n_head_kv, h.head_dim));
+    if (present(cfg, "attn_logit_softcapping"))
+        throw Error(Code::InvalidRequest, fmt::format("'{}': attn_logit_softcapping is not supported by the gemma3 layout", file));
+    const std::string a = "gemma3.";
+    const uint32_t ctx = u("max_position_embeddings", 131072);
+    w.set(a + "context_length", GgufValue::u32(ctx));
+    w.set(a + "embedding_length", GgufValue::u32(h.n_embd));
+    w.set(a + "block_count", GgufValue::u32(h.n_layer));
+    w.set(a + "feed_forward_length", GgufValue::u32(cfg_u32(cfg, {"intermediate_size"}, file)));
+    w.set(a + "attention.head_count", GgufValue::u32(h.n_head));
+    w.set(a + "attention.head_count_kv", GgufValue::u32(h.n_head_kv));
+    w.set(a + "attention.layer_norm_rms_epsilon", GgufValue::f32(float(cfg_f(cfg, "rms_norm_eps", 1e-6))));
+    w.set(a + "attention.key_length", GgufValue::u32(h.head_dim));
+    w.set(a + "attention.value_length", GgufValue::u32(h.head_dim));
+    // transformers 5: one rope object per layer type; before: rope_theta,
+    // rope_scaling and rope_local_base_freq
+    json global = cfg, local = json::object();
+    if (cfg.contains("rope_parameters") && cfg["rope_parameters"].is_object() &&
+        cfg["rope_parameters"].contains("full_attention")) {
+        global = json{{"rope_parameters", cfg["rope_parameters"]["full_attention"]}};
+        if (cfg["rope_parameters"].contains("sliding_attention")) local = cfg["rope_parameters"]["sliding_attention"];
+    }
+    w.set(a + "rope.freq_base", GgufValue::f32(float(rope_theta(global, 1000000))));
+    if (local.is_object() && local.value("rope_type", std::string("default")) != "default")
+        throw Error(Code::InvalidRequest, fmt::format("'{}': a scaled RoPE on the sliding layers is not supported", file));
+    w.set(a + "rope.freq_base_swa",
+          GgufValue::f32(float(present(local, "rope_theta") ? cfg_f(local, "rope_theta", 10000)
+                                                            : cfg_f(cfg, "rope_local_base_freq", 10000))));
+    w.set(a + "attention.sliding_window", GgufValue::u32(u("sliding_window", 4096)));
+    if (cfg.contains("layer_types") && cfg["layer_types"].is_array()) {
+        const json& lt = cfg["layer_types"];
+        if (lt.size() != h.n_layer)
+            throw Error(Code::ModelLoadFailed, fmt::format("'{}': layer_types lists {} layers, not {}", file, lt.size(), h.n_layer));
+        std::vector<uint8_t> slide;
+        for (const auto& t : lt) {
+            if (!t.is_string() || (t != "sliding_attention" && t != "full_attention"))
+                throw Error(Code::ModelLoadFailed, fmt::format("'{}': layer_types entry {} is not sliding_attention or "
+                                                               "full_attention", file, t.dump()));
+            slide.push_back(t == "sliding_attention" ? 1 : 0);
+        }
+        w.set(a + "attention.sliding_window_pattern", GgufValue::numeric_array(EH_VALUE_BOOL, slide.data(), slide.size()));
+    } else if (const uint32_t period = u("sliding_window_pattern", 6); period != 6) {
+        w.set(a + "attention.sliding_window_pattern", GgufValue::u32(period));
+    }
+    const double qpas = cfg_f(cfg, "query_pre_attn_scalar", 256);
+    if (!(qpas > 0)) throw Error(Code::InvalidRequest, fmt::format("'{}': query_pre_attn_scalar must be > 0", file));
+    w.set(a + "attention.scale", GgufValue::f32(float(1.0 / std::sqrt(qpas))));
+    if (present(cfg, "final_logit_softcapping"))
+        w.set(a + "final_logit_softcapping", GgufValue::f32(float(cfg_f(cfg, "final_logit_softcapping", 0))));
+    h.rope_freqs = rope_scaling(w, "gemma3", global, ctx, h.head_dim, file);
+    return h;
+}
+
 // config.json -> the {arch}.* keys llama.cpp's converter writes.
 Hparams write_hparams(model::GgufWriter& w, const std::string& arch, const json& cfg, const std::string& cfg_file) {
+    if (arch == "gemma3") return gemma3_hparams(w, cfg, cfg_file);
     Hparams h;
     h.n_layer = cfg_u32(cfg, {"num_hidden_layers", "n_layer"}, cfg_file);
     h.n_embd = cfg_u32(cfg, {"hidden_size", "n_embd"}, cfg_file);
@@ -255,8 +329,16 @@ auto from_config(const std::string& file, F&& f) {
 ConvertResult convert_hf(const ConvertOptions& o) {
     const fs::path dir(o.hf_dir);
     const std::string cfg_file = (dir / "config.json").string();
-    const json cfg = read_json(cfg_file);
-    const std::string arch = from_config(cfg_file, [&] { return arch_of(cfg, cfg_file); });
+    const json top = read_json(cfg_file);
+    const std::string arch = from_config(cfg_file, [&] { return arch_of(top, cfg_file); });
+    // Gemma3ForConditionalGeneration: the decoder's settings are its
+    // text_config; token ids absent there are taken from the top.
+    json cfg = top;
+    if (arch == "gemma3" && top.contains("text_config") && top["text_config"].is_object()) {
+        cfg = top["text_config"];
+        for (const char* k : {"bos_token_id", "eos_token_id", "pad_token_id"})
+            if (!cfg.contains(k) && top.contains(k)) cfg[k] = top[k];
+    }
     const auto st = read_safetensors_dir(o.hf_dir);
 
     model::GgufWriter w;
@@ -267,7 +349,8 @@ ConvertResult convert_hf(const ConvertOptions& o) {
     w.set("general.file_type", GgufValue::u32(o.target.file_type()));
 
     // the tensors first: a problem with one is named before the vocabulary is read
-    const bool tied = from_config(cfg_file, [&] { return cfg.value("tie_word_embeddings", arch == "gpt2"); });
+    const bool tied =
+        from_config(cfg_file, [&] { return cfg.value("tie_word_embeddings", arch == "gpt2" || arch == "gemma3"); });
     PlanInput in{arch, hp.n_layer, hp.n_head, hp.n_head_kv, hp.n_expert, tied, o.log};
     const std::vector<Planned> plan = plan_tensors(in, st);
 

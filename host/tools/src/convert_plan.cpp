@@ -38,7 +38,7 @@ std::tuple<int, int, int, int, std::string> order_key(const std::string& g) {
     static constexpr std::string_view kRank[] = {
         "attn_norm", "attn_q", "attn_k", "attn_v", "attn_qkv", "attn_output", "attn_sinks",
         "ffn_norm", "post_attention_norm", "ffn_gate_inp", "ffn_gate_exps", "ffn_up_exps", "ffn_down_exps",
-        "ffn_gate", "ffn_up", "ffn_down"};
+        "ffn_gate", "ffn_up", "ffn_down", "post_ffw_norm"};
     const int bias = ends_with(g, ".bias") ? 1 : 0;
     if (g.rfind("token_embd.", 0) == 0) return {0, 0, 0, bias, g};
     if (g.rfind("position_embd.", 0) == 0) return {1, 0, 0, bias, g};
@@ -230,6 +230,8 @@ std::vector<Planned> plan_tensors(const PlanInput& in, const std::map<std::strin
             if (p.dims.size() != 2) bad(hf, "a Conv1D weight must be 2-D");
             p.op = Op::Transpose;
             std::swap(p.dims[0], p.dims[1]);
+        } else if (in.arch == "gemma3" && ends_with(g, "norm.weight")) {
+            p.op = Op::AddOne;
         } else if (in.arch == "llama" && (ends_with(g, ".attn_q.weight") || ends_with(g, ".attn_k.weight"))) {
             p.op = Op::PermuteHeads;
             p.heads = ends_with(g, ".attn_q.weight") ? in.n_head : in.n_head_kv;
@@ -332,6 +334,11 @@ void write_planned(const Planned& p, const std::map<std::string, SafeTensor>& st
     switch (p.op) {
     case Op::Copy:
         fill = [&](uint64_t first, uint64_t n, float* out) { std::copy_n(v.begin() + first * ne0, n * ne0, out); };
+        break;
+    case Op::AddOne:
+        fill = [&](uint64_t first, uint64_t n, float* out) {
+            for (uint64_t i = 0; i < n * ne0; ++i) out[i] = v[first * ne0 + i] + 1.0f;
+        };
         break;
     case Op::Transpose:  // source [ne0][rows]
         fill = [&](uint64_t first, uint64_t n, float* out) {

@@ -11,7 +11,9 @@
 //             (odd rows), dense experts ([n_expert, in, out]) transposed,
 //             MXFP4 blocks+scales repacked into ggml MXFP4 blocks;
 //   qwen3moe  experts stacked into one tensor per matrix, from one tensor
-//             per expert or from the fused gate_up_proj (gate rows first).
+//             per expert or from the fused gate_up_proj (gate rows first);
+//   gemma3    every norm weight stored as 1 + w (Gemma's RMSNorm scales by
+//             1 + w; llama.cpp's converter writes the sum).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,7 @@ enum class Op {
     Mxfp4,         // HF MXFP4 blocks [X, phys, in/32, 16] + scales [X, phys, in/32]
     ExpertRows,    // rows layout, expert by expert: hf_experts[e] whole, or
                    // rows [offset, offset + rows) of expert e in hf [X, phys, in]
+    AddOne,        // Copy, each value + 1 (gemma3 norms)
 };
 
 struct Planned {
