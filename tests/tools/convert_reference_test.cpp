@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <map>
 
 #include <nlohmann/json.hpp>
 
@@ -340,4 +341,72 @@ TEST(ConvertGemma3, TensorsAsTheReferenceGgufAndTheConfigsKeys) {
     ASSERT_EQ(pattern->count, 4u);
     const auto* b = static_cast<const uint8_t*>(pattern->v.array);
     EXPECT_EQ(std::vector<uint8_t>(b, b + 4), (std::vector<uint8_t>{1, 0, 1, 0}));
+}
+
+// Gemma3ForConditionalGeneration: the same decoder under language_model.*
+// names with its settings in text_config, beside a vision tower the
+// converter leaves out, converts to the same tensors.
+TEST(ConvertGemma3, ConditionalGenerationFormGivesTheSameFile) {
+    using eh::model::testing::StTensor;
+    const fs::path src = kRefDir / "gemma3" / "hf";
+    auto hf = eh::model::ModelFile::open(src.string());
+    const std::map<std::string, std::string> names = {
+        {"attn_norm.weight", "input_layernorm.weight"},          {"attn_q.weight", "self_attn.q_proj.weight"},
+        {"attn_k.weight", "self_attn.k_proj.weight"},            {"attn_v.weight", "self_attn.v_proj.weight"},
+        {"attn_output.weight", "self_attn.o_proj.weight"},       {"attn_q_norm.weight", "self_attn.q_norm.weight"},
+        {"attn_k_norm.weight", "self_attn.k_norm.weight"},       {"post_attention_norm.weight", "post_attention_layernorm.weight"},
+        {"ffn_norm.weight", "pre_feedforward_layernorm.weight"}, {"post_ffw_norm.weight", "post_feedforward_layernorm.weight"},
+        {"ffn_gate.weight", "mlp.gate_proj.weight"},             {"ffn_up.weight", "mlp.up_proj.weight"},
+        {"ffn_down.weight", "mlp.down_proj.weight"}};
+    std::vector<StTensor> tensors;
+    std::vector<const void*> data;
+    for (const eh_tensor& t : hf->tensors()) {
+        const std::string g(eh::model::to_sv(t.name));
+        std::string name;
+        if (g == "token_embd.weight") name = "language_model.model.embed_tokens.weight";
+        else if (g == "output_norm.weight") name = "language_model.model.norm.weight";
+        else {
+            ASSERT_EQ(g.rfind("blk.", 0), 0u) << g;
+            const size_t dot = g.find('.', 4);
+            auto it = names.find(g.substr(dot + 1));
+            ASSERT_NE(it, names.end()) << g;
+            name = "language_model.model.layers." + g.substr(4, dot - 4) + "." + it->second;
+        }
+        ASSERT_EQ(t.type, uint32_t(EH_TYPE_F32)) << g;
+        std::vector<uint64_t> shape;
+        for (uint32_t k = t.n_dims; k-- > 0;) shape.push_back(t.dims[k]);
+        tensors.push_back({name, "F32", shape});
+        data.push_back(t.data);
+    }
+    const std::vector<float> vision(8, 0.25f);
+    tensors.push_back({"vision_tower.vision_model.post_layernorm.weight", "F32", {8}});
+    data.push_back(vision.data());
+    TempDir d;
+    const fs::path nested = fs::path(d.file("nested"));
+    fs::create_directories(nested);
+    eh::model::testing::write_st_data(nested / "model.safetensors", tensors, data);
+    fs::copy_file(src / "tokenizer.json", nested / "tokenizer.json");
+    std::ifstream in(src / "config.json");
+    nlohmann::json text = nlohmann::json::parse(in);
+    nlohmann::json cfg = {{"model_type", "gemma3"},
+                          {"architectures", {"Gemma3ForConditionalGeneration"}},
+                          {"eos_token_id", text["eos_token_id"]},
+                          {"text_config", text},
+                          {"vision_config", {{"model_type", "siglip_vision_model"}}}};
+    cfg["text_config"].erase("eos_token_id");
+    eh::model::testing::write_text(nested / "config.json", cfg.dump());
+
+    auto plain = eh::model::ModelFile::open(convert_dir(d, src, "F32"));
+    auto got = eh::model::ModelFile::open(convert_dir(d, nested, "F32"));
+    ASSERT_EQ(got->tensors().size(), plain->tensors().size());
+    for (const eh_tensor& w : plain->tensors()) {
+        const std::string name(eh::model::to_sv(w.name));
+        const eh_tensor* g = got->find_tensor(name);
+        ASSERT_NE(g, nullptr) << name;
+        ASSERT_EQ(g->nbytes, w.nbytes) << name;
+        EXPECT_EQ(std::memcmp(g->data, w.data, w.nbytes), 0) << name;
+    }
+    for (const char* k : {"gemma3.attention.scale", "gemma3.rope.freq_base_swa", "gemma3.attention.sliding_window",
+                          "gemma3.final_logit_softcapping", "tokenizer.ggml.eos_token_id"})
+        EXPECT_EQ(got->get_float(k), plain->get_float(k)) << k;
 }
