@@ -242,10 +242,10 @@ void Pass::feed_forward(const Layer& L, const float* in, float* out) {
     }
     case FfnKind::GeluGated: {
         std::vector<float> g(T * F), u(T * F);
-        matmul(pool, L.w_gate, 0, F, in, T, E, g.data(), F);
-        matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F);
+        matmul(pool, L.w_gate, 0, F, in, T, E, g.data(), F, bias_of(L.b_gate));
+        matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F, bias_of(L.b_up));
         for (size_t i = 0; i < T * F; ++i) g[i] = gelu_tanh(g[i]) * u[i];
-        matmul(pool, L.w_down, 0, E, g.data(), T, F, out, E);
+        matmul(pool, L.w_down, 0, E, g.data(), T, F, out, E, bias_of(L.b_down));
         break;
     }
     case FfnKind::Gelu: {
