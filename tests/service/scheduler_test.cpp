@@ -377,21 +377,27 @@ TEST(Scheduler, ConcurrentRequestsShareStepsAndMatchTheirSoloOutput) {
 // the same steps is unchanged.
 TEST(Scheduler, PooledJobsAnswerTheirLastTokensStateBesideGeneration) {
     SchedulerOptions o;
-    o.queue_capacity = 2;
+    o.queue_capacity = 3;
     Harness h(16, 256, 16, 16, o);
     h.engine->step_delay = std::chrono::milliseconds(1);
-    std::vector<std::shared_ptr<Job>> pooled;
+    std::vector<std::shared_ptr<Job>> pooled, second;
     std::vector<std::string> prompts;
     for (int i = 0; i < 6; ++i) {
         prompts.push_back("input " + std::to_string(i) + std::string(size_t(9 * i), 'y'));
         pooled.push_back(make_job("p." + std::to_string(i), prompts.back(), 0));
         pooled.back()->pooled = true;
+        second.push_back(make_job("q." + std::to_string(i), prompts.back(), 0));
+        second.back()->pooled = true;
     }
     auto gen = make_job("gen", "a prompt that generates", 12);
-    // Six inputs are more than the queue holds, but they are one request.
+    // Six jobs are more than the queue holds, but six inputs of one request
+    // are one request: three requests fit, however many inputs wait.
     EXPECT_THROW(h.sched->enqueue_all(pooled), QueueFullError);
+    for (size_t i = 1; i < pooled.size(); ++i) pooled[i]->same_request = second[i]->same_request = true;
     h.sched->enqueue(gen);
-    h.sched->enqueue_all(pooled, true);
+    h.sched->enqueue_all(pooled);
+    h.sched->enqueue_all(second);
+    for (auto& j : second) EXPECT_EQ(drain(*j).end.kind, JobEvent::Kind::End);
     for (size_t i = 0; i < pooled.size(); ++i) {
         Outcome r = drain(*pooled[i]);
         ASSERT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;

@@ -155,7 +155,7 @@ uint32_t Scheduler::running_blocks() const {
     return uint32_t(std::min<uint64_t>(held, total - free));
 }
 
-void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs, bool one_request) {
+void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs) {
     {
         std::lock_guard lock(mu_);
         if (stopping_) throw Error(Code::ShuttingDown, "the server is shutting down; not accepting new jobs");
@@ -167,10 +167,15 @@ void Scheduler::enqueue_all(std::vector<std::shared_ptr<Job>> jobs, bool one_req
             if (repeated)
                 throw RequestError("job_id", fmt::format("job_id '{}' is already queued or running", sanitize_utf8(id)));
         }
-        if (waiting_.size() + (one_request ? std::min<size_t>(1, jobs.size()) : jobs.size()) > options_.queue_capacity) {
+        const size_t queued = size_t(std::count_if(waiting_.begin(), waiting_.end(),
+                                                   [](const ActivePtr& a) { return !a->job->same_request; }));
+        const size_t adding = size_t(std::count_if(jobs.begin(), jobs.end(),
+                                                   [](const std::shared_ptr<Job>& j) { return !j->same_request; }));
+        if (queued + adding > options_.queue_capacity) {
             const uint32_t ra = uint32_t(std::clamp(1000.0 * double(waiting_.size()) / double(max_running_), 1000.0, 60000.0));
-            throw QueueFullError(fmt::format("the queue is full ({} waiting, capacity {}); retry later",
-                                             waiting_.size(), options_.queue_capacity), ra);
+            throw QueueFullError(fmt::format("the queue is full ({} waiting, capacity {}); retry later", queued,
+                                             options_.queue_capacity),
+                                 ra);
         }
         for (auto& job : jobs) {
             auto a = std::make_unique<Active>();

@@ -194,13 +194,14 @@ std::vector<std::shared_ptr<Job>> Service::submit_pooled(const GenerationRequest
         job->n_ctx = n_ctx_;
         job->max_tokens = 0;
         job->pooled = true;
+        job->same_request = !jobs.empty();
         job->request = meta;
         job->request.prompt.clear();  // the tokens are the input; keep no second copy of the text
         job->request.job_id = fmt::format("{}.{}", meta.job_id, i);
         job->submitted_at = jobs.empty() ? job->submitted_at : jobs[0]->submitted_at;
         jobs.push_back(std::move(job));
     }
-    scheduler_->enqueue_all(jobs, true);
+    scheduler_->enqueue_all(jobs);
     return jobs;
 }
 

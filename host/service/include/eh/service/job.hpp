@@ -76,6 +76,10 @@ public:
     // Its output is the final hidden state of its last prompt token, not
     // text (embeddings, rerank): nothing is sampled.
     bool pooled = false;
+    // Queued as part of the request of the job before it (a pooled
+    // request's inputs after the first): the queue's capacity counts
+    // requests, so one request of 1,000 inputs is one waiting request.
+    bool same_request = false;
     // For the 2nd..nth sample of one prompt (`n` > 1): the first one's job.
     // The scheduler forks that job's sequence once its prompt is in, so the
     // prompt's KV is computed once.

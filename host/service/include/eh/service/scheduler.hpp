@@ -124,9 +124,9 @@ public:
     void enqueue(std::shared_ptr<Job> job) { enqueue_all({std::move(job)}); }
     // Several jobs at once (n > 1 samples): all are queued, adjacent and
     // before the scheduler looks at any of them, or none is.
-    // `one_request`: they count as one against the queue's capacity (the
-    // inputs of one embeddings request).
-    void enqueue_all(std::vector<std::shared_ptr<Job>> jobs, bool one_request = false);
+    // The queue's capacity counts requests: a job marked same_request
+    // counts with the one before it (the inputs of one embeddings request).
+    void enqueue_all(std::vector<std::shared_ptr<Job>> jobs);
     // "cancelling" (running), "cancelled" (was waiting), "finished", "unknown".
     // The job of that id submitted by `owner` (NULL: by the owner ""; the
     // HTTP layer's OpenAI and Anthropic jobs and the CLI's); anyone else's is
