@@ -227,7 +227,9 @@ void Scheduler::finish(const std::shared_ptr<Job>& job, const JobEvent& terminal
         metrics_->request_latency(e2e);
         if (const int64_t q = job->queue_us.load(); q >= 0)  // admitted: the part of e2e the batch ran it
             metrics_->inference_duration(std::max(0.0, e2e - double(q) / 1e6));
-        log_event(spdlog::level::info, "execute_end",
+        // A pooled request's inputs (up to 2,048 of them) log at debug; the
+        // access log has the request.
+        log_event(job->pooled ? spdlog::level::debug : spdlog::level::info, "execute_end",
                   {{"job_id", r.job_id}, {"correlation_id", r.correlation_id}, {"tokens_out", terminal.tokens_out},
                    {"stop_reason", terminal.stop_reason}, {"decode_time_ms", terminal.decode_time_ms},
                    {"time_to_first_token_ms", terminal.time_to_first_token_ms}});
@@ -469,7 +471,7 @@ bool Scheduler::try_admit(Active& a) {
                                                {"frequency_penalty", req.sampling.frequency_penalty}}}};
         if (!req.output_mode.empty()) fields["output_mode"] = req.output_mode;
         if (log_settings().log_content) fields["prompt"] = sanitize_utf8(req.prompt);
-        log_event(spdlog::level::info, "execute_start", fields);
+        log_event(a.job->pooled ? spdlog::level::debug : spdlog::level::info, "execute_start", fields);
     }
     return true;
 }
