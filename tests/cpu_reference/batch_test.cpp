@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "batched_model.hpp"
 #include "plugin_handle.hpp"
 #include "synthetic_model.hpp"
 
@@ -17,64 +18,12 @@ namespace {
 
 using namespace cpuref_test;
 
-
-// kv_init and a few sequences through the C table.
-struct Batched {
-    eh_model* model = nullptr;
-    eh_kv_info kv{};
-    explicit Batched(const eh_model_view* view) {
-        const eh_plugin_api& api = plugin();
-        eh_load_params lp = load_params(view);
-        if (api.model_load(&lp, &model) != EH_OK) throw std::runtime_error(std::string("load: ") + api.plugin_last_error());
-        eh_kv_params p{};
-        p.struct_size = sizeof(p);
-        p.max_seqs = 8;
-        p.max_step_tokens = 256;
-        p.max_step_entries = 8;
-        p.max_seq_tokens = 64;
-        kv.struct_size = sizeof(kv);
-        if (api.kv_init(model, &p, &kv) != EH_OK) throw std::runtime_error(std::string("kv_init: ") + error());
-    }
-    ~Batched() {
-        for (eh_seq* s : seqs) plugin().seq_release(s);
-        plugin().model_release(model);
-    }
-    std::string error() const { return plugin().model_last_error(model); }
-    eh_seq* create() {
-        eh_seq* s = nullptr;
-        EXPECT_EQ(plugin().seq_create(model, &s), EH_OK) << error();
-        eh_sampling_params g = greedy_params();
-        EXPECT_EQ(plugin().seq_set_sampling(s, &g), EH_OK) << error();
-        seqs.push_back(s);
-        return s;
-    }
-    std::vector<float> logits(eh_seq* s) const {
-        const float* l = nullptr;
-        uint32_t n = 0;
-        EXPECT_EQ(plugin().seq_logits(s, &l, &n), EH_OK) << error();
-        return l ? std::vector<float>(l, l + n) : std::vector<float>();
-    }
-    std::vector<eh_seq*> seqs;
-};
-
-eh_step_entry entry(eh_seq* s, const int32_t* tokens, uint32_t n, uint32_t flags = EH_STEP_SAMPLE | EH_STEP_LOGITS) {
-    eh_step_entry e{};
-    e.struct_size = sizeof(e);
-    e.flags = flags;
-    e.seq = s;
-    e.tokens = tokens;
-    e.n_tokens = n;
-    return e;
-}
+using Batched = BatchedModel;
 
 std::vector<int32_t> prompt(uint32_t n, uint32_t salt, uint32_t vocab) {
     std::vector<int32_t> p(n);
     for (uint32_t i = 0; i < n; ++i) p[i] = int32_t((i * 7 + salt * 13 + 1) % vocab);
     return p;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 // Per position: the sampled token and the logits it came from.

@@ -17,6 +17,7 @@
 
 #include "eh/model/model_file.hpp"
 
+#include "batched_model.hpp"
 #include "plugin_handle.hpp"
 #include "synthetic_model.hpp"
 
@@ -24,64 +25,16 @@ namespace {
 
 using namespace cpuref_test;
 
-struct Model {
-    eh_model* model = nullptr;
-    std::vector<eh_seq*> seqs;
-    explicit Model(const eh_model_view* view) {
-        eh_load_params lp = load_params(view);
-        if (plugin().model_load(&lp, &model) != EH_OK) throw std::runtime_error(plugin().plugin_last_error());
-        eh_kv_params p{};
-        p.struct_size = sizeof(p);
-        p.max_seqs = 8;
-        p.max_step_tokens = 256;
-        p.max_step_entries = 8;
-        p.max_seq_tokens = 64;
-        eh_kv_info kv{};
-        kv.struct_size = sizeof(kv);
-        if (plugin().kv_init(model, &p, &kv) != EH_OK) throw std::runtime_error(error());
-    }
-    ~Model() {
-        for (eh_seq* s : seqs) plugin().seq_release(s);
-        plugin().model_release(model);
-    }
-    std::string error() const { return plugin().model_last_error(model); }
-    // A sequence without a sampler: a hidden state needs none.
-    eh_seq* create() {
-        eh_seq* s = nullptr;
-        EXPECT_EQ(plugin().seq_create(model, &s), EH_OK) << error();
-        seqs.push_back(s);
-        return s;
-    }
-    void release(eh_seq* s) {
-        seqs.erase(std::find(seqs.begin(), seqs.end(), s));
-        plugin().seq_release(s);
-    }
-    std::vector<float> hidden(eh_seq* s) const {
-        const float* h = nullptr;
-        uint32_t n = 0;
-        EXPECT_EQ(plugin().seq_hidden(s, &h, &n), EH_OK) << error();
-        return h ? std::vector<float>(h, h + n) : std::vector<float>();
-    }
+// A sequence without a sampler: a hidden state needs none.
+struct Model : BatchedModel {
+    using BatchedModel::BatchedModel;
+    eh_seq* create() { return BatchedModel::create(false); }
 };
-
-eh_step_entry entry(eh_seq* s, const int32_t* tokens, uint32_t n, uint32_t flags) {
-    eh_step_entry e{};
-    e.struct_size = sizeof(e);
-    e.flags = flags;
-    e.seq = s;
-    e.tokens = tokens;
-    e.n_tokens = n;
-    return e;
-}
 
 std::vector<int32_t> prompt(uint32_t n, uint32_t salt, uint32_t vocab) {
     std::vector<int32_t> p(n);
     for (uint32_t i = 0; i < n; ++i) p[i] = int32_t((i * 5 + salt * 11 + 3) % vocab);
     return p;
-}
-
-bool same_bits(const std::vector<float>& a, const std::vector<float>& b) {
-    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
 }
 
 std::vector<float> alone(const eh_model_view* view, const std::vector<int32_t>& p) {
