@@ -50,6 +50,20 @@ for l in d["levels"]:
           + (f", first error: {l['first_error']}" if l.get("first_error") else ""))
 EOF
 }
+# measure PID TAG LABEL WHAT LOG: once the server PID answers, the chat load
+# against it into $out/$profile.TAG.json and its summary line; then stops it.
+measure() {
+  local pid=$1 tag=$2 label=$3 what=$4 log=$5
+  if up "$pid"; then
+    # shellcheck disable=SC2086
+    "$eh" loadgen --url "http://127.0.0.1:$port" --workload chat --levels "$levels" $loadgen_args --json \
+      > "$out/$profile.$tag.json" 2> "$out/$profile.$tag.err"
+    summary "$label" "$out/$profile.$tag.json"
+  else
+    echo "$profile: $what did not come up"; tail -3 "$log"
+  fi
+  kill -TERM "$pid" 2>/dev/null; wait "$pid" 2>/dev/null
+}
 for profile in ${2:-gpt-oss-20b-mxfp4}; do
   model="$models/$profile.gguf"
   [ -s "$model" ] || "$eh" forge --like "$profile" --out "$model" > "$out/$profile.forge.log" 2>&1 ||
@@ -58,30 +72,12 @@ for profile in ${2:-gpt-oss-20b-mxfp4}; do
     # shellcheck disable=SC2086
     "$eh" serve --plugins "$build/plugins" --model "$model" --port $port --ctx-size "$ctx" \
       --prefill-chunk-tokens "$chunk" ${SERVE_ARGS:-} > "$out/$profile.serve$chunk.log" 2>&1 &
-    pid=$!
-    if up $pid; then
-      # shellcheck disable=SC2086
-      "$eh" loadgen --url "http://127.0.0.1:$port" --workload chat --levels "$levels" $loadgen_args --json \
-        > "$out/$profile.eh$chunk.json" 2> "$out/$profile.eh$chunk.err"
-      summary "$profile engine-host --prefill-chunk-tokens $chunk" "$out/$profile.eh$chunk.json"
-    else
-      echo "$profile: serve did not come up"; tail -3 "$out/$profile.serve$chunk.log"
-    fi
-    kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+    measure $! "eh$chunk" "$profile engine-host --prefill-chunk-tokens $chunk" serve "$out/$profile.serve$chunk.log"
   done
   if [ -x "$lc/llama-server" ]; then
     # -c is shared by the 64 slots: each gets $ctx.
     LD_LIBRARY_PATH=$lc "$lc/llama-server" -m "$model" -ngl 99 -fa on -np 64 -c $((64 * ctx)) --port $port \
       > "$out/$profile.lc.log" 2>&1 &
-    pid=$!
-    if up $pid; then
-      # shellcheck disable=SC2086
-      "$eh" loadgen --url "http://127.0.0.1:$port" --workload chat --levels "$levels" $loadgen_args --json \
-        > "$out/$profile.lc.json" 2> "$out/$profile.lc.err"
-      summary "$profile llama-server -np 64" "$out/$profile.lc.json"
-    else
-      echo "$profile: llama-server did not come up"; tail -3 "$out/$profile.lc.log"
-    fi
-    kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null
+    measure $! lc "$profile llama-server -np 64" llama-server "$out/$profile.lc.log"
   fi
 done
