@@ -87,6 +87,7 @@ static_assert(sizeof(eh_kv_params) == 48);
 static_assert(offsetof(eh_kv_info, block_bytes) == 16);
 static_assert(offsetof(eh_kv_info, kv_type) == 40);  // 1.4; a 1.2 struct is 40 bytes
 static_assert(sizeof(eh_kv_info) == 48);
+static_assert(offsetof(eh_kv_info, max_draft_tokens) == 44);  // 1.6, in the 1.4 struct's padding
 static_assert(sizeof(eh_step_entry) == 64);
 static_assert(offsetof(eh_step_entry, seq) == 8);
 static_assert(offsetof(eh_step_entry, tokens) == 16);
@@ -94,6 +95,7 @@ static_assert(offsetof(eh_step_entry, n_tokens) == 24);
 static_assert(offsetof(eh_step_entry, bias_tokens) == 32);
 static_assert(offsetof(eh_step_entry, allowed) == 48);
 static_assert(offsetof(eh_step_entry, token) == 56);
+static_assert(offsetof(eh_step_entry, n_accepted) == 60);  // 1.6, in the 1.2 struct's padding
 
 // Status and type numbers are stable too: they travel in logs and files.
 static_assert(EH_VRAM_OOM == 5 && EH_INTERNAL == 9 && EH_KV_FULL == 10);

@@ -1,5 +1,5 @@
 /*
- * engine-host plugin ABI, version 1.5.
+ * engine-host plugin ABI, version 1.6.
  *
  * This header is the whole contract between the engine-host process and an
  * engine plugin. It is plain C11 (usable from C++17 and later) and depends on
@@ -85,7 +85,7 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 5
+#define EH_ABI_MINOR 6
 /* History (members are only ever appended):
  *   1.0  first version
  *   1.1  eh_model_info.kv_bytes_per_token
@@ -101,7 +101,10 @@ extern "C" {
  *        eh_kv_info.kv_type says what was granted); EH_TYPE_FP8_E4M3
  *   1.5  the final hidden state of a step entry's last position, for
  *        embeddings and rerank scores (EH_STEP_HIDDEN, eh_plugin_api
- *        seq_hidden, optional)                                          */
+ *        seq_hidden, optional)
+ *   1.6  speculative decoding: a step entry verifies draft tokens
+ *        (EH_STEP_VERIFY, eh_step_entry.n_accepted, eh_kv_info.
+ *        max_draft_tokens; optional)                                    */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -448,6 +451,12 @@ typedef struct eh_kv_info {
     uint32_t kv_type;              /* the element type the blocks hold: an
                                       eh_tensor_type id, never "default" (0 is
                                       EH_TYPE_F32 here); block_bytes is of it */
+    /* since 1.6, in what was padding (the struct keeps its 48 bytes): read
+     * only from a plugin whose table says abi_minor >= 6 */
+    uint32_t max_draft_tokens;     /* the most draft tokens one
+                                      EH_STEP_VERIFY entry may carry; 0: the
+                                      plugin does not verify, and refuses the
+                                      flag as unknown                        */
 } eh_kv_info;
 
 /* step() entry flags. */
@@ -467,6 +476,29 @@ typedef struct eh_kv_info {
  * as Qwen3-Embedding, a yes/no reranker) needs nothing more; mean or CLS
  * pooling would need every position and is not part of 1.5.               */
 #define EH_STEP_HIDDEN 8u
+/* (1.6, only for a plugin whose kv_init granted max_draft_tokens > 0)
+ * Speculative verification. The entry's tokens are [t, d1..dk]: the
+ * sequence's next token t, then k >= 1 draft tokens (k <= max_draft_tokens)
+ * that some cheaper source guessed would follow it. It must also carry
+ * EH_STEP_SAMPLE, may not carry EH_STEP_LOGITS, EH_STEP_HIDDEN or
+ * EH_STEP_CHAINED, and is for step() only (step_begin refuses it). The
+ * plugin runs the k + 1 positions in the one forward pass. With p_j the
+ * distribution the sequence's sampler would draw from after t, d1..d(j-1)
+ * (every transform of the pipeline applied there, the penalties over the
+ * history up to that position, the entry's bias and mask at every
+ * position; greedy: all mass on the argmax), for j = 1..k in order it
+ * accepts d_j with probability p_j(d_j) -- one uniform draw from the
+ * sequence's generator; greedy accepts exactly when d_j is the argmax and
+ * draws nothing -- and at the first rejection samples `token` from p_j with
+ * d_j removed and the rest renormalised (greedy: the argmax). When all k
+ * are accepted it samples `token` from p_(k+1) as a plain step would.
+ * Out: n_accepted = m, the drafts accepted; `token`, the one after them.
+ * The sequence keeps t, d1..dm (its length grows by m + 1); the rejected
+ * drafts leave no trace in it (their blocks are freed). This is rejection
+ * sampling with a deterministic proposal: every token's distribution is
+ * the one plain steps would sample it from, and greedy output is the same
+ * token for token. KV_FULL is judged on all k + 1 tokens.                */
+#define EH_STEP_VERIFY 16u
 
 /* One sequence's part of a step. Entries are an array whose stride is
  * entries[0].struct_size (the same for every entry). The host owns every
@@ -488,6 +520,10 @@ typedef struct eh_step_entry {
                                       least one bit must be set.              */
     /* Out: the sampled token with EH_STEP_SAMPLE, else -1. */
     int32_t token;
+    /* since 1.6 (in what was padding, so the struct keeps its 64 bytes):
+     * out, with EH_STEP_VERIFY only, the draft tokens accepted; a plugin
+     * leaves it alone otherwise (an older host's entry has no such member) */
+    uint32_t n_accepted;
 } eh_step_entry;
 
 /* ------------------------------------------------------------------------ */
