@@ -44,7 +44,14 @@ static_assert(offsetof(eh_plugin_api, step) == 224);               // end of the
 static_assert(offsetof(eh_plugin_api, step_begin) == 232);         // 1.3
 static_assert(offsetof(eh_plugin_api, step_end) == 240);         // end of the 1.3 and 1.4 table
 static_assert(offsetof(eh_plugin_api, seq_hidden) == 248);       // 1.5
-static_assert(sizeof(eh_plugin_api) == 256);
+static_assert(offsetof(eh_plugin_api, adapter_load) == 256);     // 1.6
+static_assert(offsetof(eh_plugin_api, adapter_release) == 264);
+static_assert(offsetof(eh_plugin_api, seq_set_adapter) == 272);
+static_assert(sizeof(eh_plugin_api) == 280);
+static_assert(offsetof(eh_adapter_params, view) == 8);
+static_assert(offsetof(eh_adapter_params, scale) == 16);
+static_assert(offsetof(eh_adapter_params, alpha) == 20);
+static_assert(sizeof(eh_adapter_params) == 24);
 
 static_assert(sizeof(eh_string) == 16);
 static_assert(sizeof(eh_value) == 32);
@@ -123,7 +130,7 @@ TEST(AbiLayout, HiddenStatesOnlyFromA15Table) {
     using eh::loader::api_has_hidden;
     using eh::loader::api_table_size;
     static_assert(api_table_size(4) == offsetof(eh_plugin_api, seq_hidden));
-    static_assert(api_table_size(5) == sizeof(eh_plugin_api));
+    static_assert(api_table_size(5) == offsetof(eh_plugin_api, adapter_load));
     eh_plugin_api api{};
     api.abi_major = 1;
     api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
@@ -142,4 +149,32 @@ TEST(AbiLayout, HiddenStatesOnlyFromA15Table) {
     api.seq_hidden = [](eh_seq*, const float**, uint32_t*) { return EH_OK; };
     api.step = nullptr;  // only beside the batched step
     EXPECT_FALSE(api_has_hidden(api));
+}
+
+// 1.6's adapter calls are read only from a table that is 1.6's size, says
+// 1.6, has all three and the batched step: a 1.5 table ends before them.
+TEST(AbiLayout, AdaptersOnlyFromA16TableWithAllThree) {
+    using eh::loader::api_has_adapters;
+    using eh::loader::api_table_size;
+    static_assert(api_table_size(6) == sizeof(eh_plugin_api));
+    eh_plugin_api api{};
+    api.abi_major = 1;
+    api.abi_minor = 6;
+    api.struct_size = sizeof(eh_plugin_api);
+    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
+    api.adapter_load = [](eh_model*, const eh_adapter_params*, eh_adapter**) { return EH_OK; };
+    api.adapter_release = [](eh_adapter*) {};
+    api.seq_set_adapter = [](eh_seq*, eh_adapter*) { return EH_OK; };
+    EXPECT_TRUE(api_has_adapters(api));
+    api.abi_minor = 5;
+    EXPECT_FALSE(api_has_adapters(api));
+    api.abi_minor = 6;
+    api.struct_size = uint32_t(api_table_size(5));
+    EXPECT_FALSE(api_has_adapters(api));
+    api.struct_size = sizeof(eh_plugin_api);
+    api.seq_set_adapter = nullptr;
+    EXPECT_FALSE(api_has_adapters(api));
+    api.seq_set_adapter = [](eh_seq*, eh_adapter*) { return EH_OK; };
+    api.step = nullptr;
+    EXPECT_FALSE(api_has_adapters(api));
 }

@@ -182,6 +182,17 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
             problems.push_back("function table entries step_begin and step_end (1.3) need the batched (1.2) entries");
         if (api->abi_minor >= 5 && api->seq_hidden && set == 0)
             problems.push_back("function table entry seq_hidden (1.5) needs the batched (1.2) entries");
+        if (api->abi_minor >= 6) {
+            // The adapter calls come as a group of three, beside the batched ones.
+            const size_t aset = (api->adapter_load != nullptr) + (api->adapter_release != nullptr) +
+                                (api->seq_set_adapter != nullptr);
+            if (aset != 0 && aset != 3)
+                problems.push_back("function table entries adapter_load, adapter_release and seq_set_adapter (1.6) "
+                                   "come as a group: set all three or none");
+            if (aset != 0 && set == 0)
+                problems.push_back("function table entries adapter_load, adapter_release and seq_set_adapter (1.6) "
+                                   "need the batched (1.2) entries");
+        }
         if (step_only && set == 0)
             problems.push_back("function table has neither the session entries nor the batched (1.2) entries: "
                                "a plugin needs one of them to run a model");

@@ -104,7 +104,9 @@ extern "C" {
  *        seq_hidden, optional)
  *   1.6  speculative decoding: a step entry verifies draft tokens
  *        (EH_STEP_VERIFY, eh_step_entry.n_accepted, eh_kv_info.
- *        max_draft_tokens; optional)                                    */
+ *        max_draft_tokens; optional);
+ *        LoRA adapters: eh_adapter, eh_adapter_params, eh_plugin_api
+ *        adapter_load, adapter_release, seq_set_adapter (optional)     */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -318,6 +320,7 @@ typedef struct eh_probe_result {
 typedef struct eh_model eh_model;     /* opaque, plugin-owned */
 typedef struct eh_session eh_session; /* opaque, plugin-owned */
 typedef struct eh_seq eh_seq;         /* opaque, plugin-owned (1.2) */
+typedef struct eh_adapter eh_adapter; /* opaque, plugin-owned (1.6) */
 
 /* Progress: fraction in [0,1], monotonically non-decreasing, 1.0 exactly once
  * at the end of a successful load. `stage` is a short plugin-owned label. */
@@ -527,6 +530,26 @@ typedef struct eh_step_entry {
 } eh_step_entry;
 
 /* ------------------------------------------------------------------------ */
+/* 1.6: LoRA adapters. The host opens the adapter file (llama.cpp's GGUF LoRA
+ * format: general.type "adapter", adapter.type "lora", adapter.lora.alpha),
+ * checks it against the model (every pair's base tensor exists, shapes and
+ * ranks agree) and hands the plugin a view of it like the model's. Its
+ * tensors come in pairs named after a base weight W of dims {n_in, n_out}:
+ * "<W>.lora_a" of dims {n_in, r} and "<W>.lora_b" of dims {r, n_out}; with
+ * the sequence's adapter, y = W x becomes
+ *     y = W x + s * B (A x),   s = alpha > 0 ? scale * alpha / r : scale
+ * per pair (r the pair's rank). Other tensors (a "_norm.weight" some tools
+ * add) are ignored, as llama.cpp ignores them.                            */
+typedef struct eh_adapter_params {
+    uint32_t struct_size;
+    uint32_t reserved;             /* 0                                       */
+    const eh_model_view* view;     /* host-owned; valid until adapter_release
+                                      returns                                 */
+    float scale;                   /* the user's multiplier; 1 = as trained   */
+    float alpha;                   /* adapter.lora.alpha; 0 = absent           */
+} eh_adapter_params;
+
+/* ------------------------------------------------------------------------ */
 /* The function table. Members marked OPTIONAL may be NULL. */
 
 typedef struct eh_plugin_api {
@@ -676,6 +699,31 @@ typedef struct eh_plugin_api {
      * sequence's hidden state must not depend on the other entries of its
      * step, as its logits must not. */
     eh_status (*seq_hidden)(eh_seq* seq, const float** out_hidden, uint32_t* out_n_embd);
+
+    /* since 1.6 -- OPTIONAL as a group of three, and only beside the 1.2
+     * group: LoRA adapters (eh_adapter_params above). A plugin that leaves
+     * them NULL serves no adapter, and the host refuses --lora with it by
+     * name. Called from the thread that makes the batched calls, never
+     * while a step is in flight (EH_BUSY). Messages of failed calls are read
+     * with model_last_error on the model.
+     *
+     * adapter_load: a new adapter of `model`; on EH_OK *out_adapter is an
+     * object the host releases with adapter_release, after every sequence
+     * that uses it and before the model. EH_MODEL_LOAD_FAILED for a view
+     * that does not fit the model (a missing base tensor, a shape, a rank),
+     * EH_UNSUPPORTED for a base tensor the plugin cannot adapt (the message
+     * names it). The plugin may keep pointers into the view until
+     * adapter_release returns.
+     *
+     * seq_set_adapter: the adapter (NULL = none) every later step of `seq`
+     * computes with. Allowed while the sequence is empty, or to the adapter
+     * it already has (EH_INVALID_ARGUMENT otherwise: its KV was computed
+     * with another); seq_fork gives the new sequence its source's adapter.
+     * Sequences with different adapters (and none) may share one step; each
+     * entry's results are those it would have alone.                     */
+    eh_status (*adapter_load)(eh_model* model, const eh_adapter_params* params, eh_adapter** out_adapter);
+    void (*adapter_release)(eh_adapter* adapter);
+    eh_status (*seq_set_adapter)(eh_seq* seq, eh_adapter* adapter);
 } eh_plugin_api;
 
 /* The entry point. Returns the plugin's static function table, or NULL if the

@@ -45,9 +45,11 @@ struct LoaderOptions {
 
 // Bytes of the function table a plugin built for ABI 1.`minor` has: the
 // members that minor defines (1.0 and 1.1 end before 1.2's kv_init, 1.2
-// before 1.3's step_begin, 1.3 and 1.4 before 1.5's seq_hidden).
+// before 1.3's step_begin, 1.3 and 1.4 before 1.5's seq_hidden, 1.5
+// before 1.6's adapter_load).
 constexpr size_t api_table_size(uint16_t minor) {
-    return minor >= 5   ? sizeof(eh_plugin_api)
+    return minor >= 6   ? sizeof(eh_plugin_api)
+           : minor == 5 ? offsetof(eh_plugin_api, adapter_load)
            : minor >= 3 ? offsetof(eh_plugin_api, seq_hidden)
            : minor == 2 ? offsetof(eh_plugin_api, step_begin)
                         : offsetof(eh_plugin_api, kv_init);
@@ -72,6 +74,13 @@ inline bool api_has_step_halves(const eh_plugin_api& api) {
 // EH_STEP_HIDDEN and seq_hidden): what embeddings and rerank scores need.
 inline bool api_has_hidden(const eh_plugin_api& api) {
     return api_has_step(api) && api.abi_minor >= 5 && api.struct_size >= api_table_size(5) && api.seq_hidden != nullptr;
+}
+
+// True when it serves LoRA adapters (ABI 1.6's adapter_load,
+// adapter_release and seq_set_adapter, beside the batched step).
+inline bool api_has_adapters(const eh_plugin_api& api) {
+    return api_has_step(api) && api.abi_minor >= 6 && api.struct_size >= api_table_size(6) &&
+           api.adapter_load != nullptr && api.adapter_release != nullptr && api.seq_set_adapter != nullptr;
 }
 
 // Every plugin under `dir` (not recursive), accepted or rejected.
