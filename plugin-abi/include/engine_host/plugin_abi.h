@@ -550,6 +550,46 @@ typedef struct eh_adapter_params {
 } eh_adapter_params;
 
 /* ------------------------------------------------------------------------ */
+/* 1.6: images in. A vision encoder turns one image into rows of the text
+ * model's embedding width (image_encode below), and a step takes such rows
+ * in place of the token embeddings of a span of a sequence's positions
+ * (seq_embd_spans below). The two halves are separate on purpose: the step
+ * takes rows from anywhere, so an encoder the plugin does not ship (another
+ * plugin, a host-side model) can feed it. The encoder's weights come in a
+ * second model view: llama.cpp's multimodal projector GGUF ("mmproj":
+ * general.architecture "clip", clip.vision.* keys, v.* and mm.* tensors). */
+
+/* What a loaded image encoder takes and gives. */
+typedef struct eh_image_encoder_info {
+    uint32_t struct_size;
+    uint32_t image_width;          /* pixels image_encode takes: the host     */
+    uint32_t image_height;         /*   resizes every image to this size      */
+    uint32_t n_tokens;             /* rows (positions) one image becomes      */
+    uint32_t n_embd;               /* floats per row: the text model's width  */
+    uint32_t span_flags;           /* EH_SPAN_* the text model wants on an
+                                      image's span (Gemma 3: BIDIRECTIONAL)   */
+    float mean[3];                 /* per channel (R, G, B): the encoder's    */
+    float std[3];                  /*   input is (value / 255 - mean) / std   */
+} eh_image_encoder_info;
+
+/* The span's positions attend to each other both ways (each also sees
+ * every earlier position, causally, as usual): Gemma 3's image tokens.     */
+#define EH_SPAN_BIDIRECTIONAL 1u
+
+/* Rows for positions of a step entry, in place of its tokens' embeddings.
+ * The entry still carries token ids there (the model's image token, say):
+ * they are checked as usual and count in the sequence's history, but their
+ * embedding is not read. Rows are used as given (no embedding scale).     */
+typedef struct eh_embd_span {
+    uint32_t first;                /* index into the entry's tokens           */
+    uint32_t count;                /* >= 1; first + count <= the entry's
+                                      n_tokens                                */
+    uint32_t flags;                /* EH_SPAN_*                               */
+    uint32_t reserved;             /* 0                                       */
+    const float* rows;             /* count * n_embd floats, host-owned       */
+} eh_embd_span;
+
+/* ------------------------------------------------------------------------ */
 /* The function table. Members marked OPTIONAL may be NULL. */
 
 typedef struct eh_plugin_api {
@@ -724,6 +764,40 @@ typedef struct eh_plugin_api {
     eh_status (*adapter_load)(eh_model* model, const eh_adapter_params* params, eh_adapter** out_adapter);
     void (*adapter_release)(eh_adapter* adapter);
     eh_status (*seq_set_adapter)(eh_seq* seq, eh_adapter* adapter);
+
+    /* since 1.6 -- OPTIONAL as a group of three, and only beside the 1.2
+     * group: images in (eh_image_encoder_info, eh_embd_span above). A
+     * plugin that leaves them NULL takes no image, and the host refuses
+     * --mmproj with it by name. Called from the thread that makes the
+     * batched calls, never while a step is in flight (EH_BUSY); messages of
+     * failed calls are read with model_last_error.
+     *
+     * image_encoder_load: loads the encoder from `encoder` (host-owned,
+     * valid until model_release; the plugin may keep pointers into it) and
+     * says what it takes and gives. Once per model, before kv_init.
+     * EH_MODEL_LOAD_FAILED for a view that does not fit the model (a
+     * missing tensor, a projection width other than the model's), naming
+     * it; EH_UNSUPPORTED for a projector type the plugin does not know.
+     *
+     * image_encode: one image. `pixels` is three planes (R, G, B) of
+     * image_height rows of image_width floats, already normalised with the
+     * info's mean and std; `out_rows` gets n_tokens * n_embd floats. Both
+     * caller-owned. EH_INVALID_ARGUMENT when no encoder was loaded.
+     *
+     * seq_embd_spans: rows for the sequence's next step (step or
+     * step_begin) only; n_spans 0 clears them. Spans are sorted by `first`
+     * and do not overlap. The host keeps `spans` and their rows valid until
+     * that step call returns (step_begin copies what it needs). That step
+     * fails with EH_INVALID_ARGUMENT, naming the entry, for a span past the
+     * entry's tokens or a sequence whose entry is EH_STEP_CHAINED or
+     * EH_STEP_VERIFY; the spans are dropped after the step either way. A
+     * BIDIRECTIONAL span lies whole in its entry, except that its first
+     * positions may already be in the sequence when they are the same
+     * image's (a prefix shared through seq_fork): their keys and values
+     * are then what the whole image computed. */
+    eh_status (*image_encoder_load)(eh_model* model, const eh_model_view* encoder, eh_image_encoder_info* out);
+    eh_status (*image_encode)(eh_model* model, const float* pixels, float* out_rows);
+    eh_status (*seq_embd_spans)(eh_seq* seq, const eh_embd_span* spans, uint32_t n_spans);
 } eh_plugin_api;
 
 /* The entry point. Returns the plugin's static function table, or NULL if the
