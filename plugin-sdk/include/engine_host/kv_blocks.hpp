@@ -251,7 +251,9 @@ struct StepTotals {
 // was called; chain_ready(seq) whether the step in flight samples for seq
 // (an EH_STEP_CHAINED entry's condition; always false for step()).
 // `extra_flags`: the flags past 1.3's the plugin serves (EH_STEP_HIDDEN, 1.5,
-// for one with seq_hidden); any other flag is refused as unknown. Throws
+// for one with seq_hidden; EH_STEP_VERIFY, 1.6, for one that grants
+// max_draft_tokens, whose entries are checked here against it); any other
+// flag is refused as unknown. Throws
 // INVALID_ARGUMENT naming the entry, KV_FULL when the free blocks do not
 // suffice.
 template <class BlocksOf, class SamplerReady, class ChainReady>
@@ -278,6 +280,16 @@ StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_in
         if (e.flags & ~(EH_STEP_SAMPLE | EH_STEP_LOGITS | EH_STEP_CHAINED | extra_flags))
             throw Error(EH_INVALID_ARGUMENT, name(i) + "unknown flags " + std::to_string(e.flags));
         const bool chained = (e.flags & EH_STEP_CHAINED) != 0;
+        if (e.flags & EH_STEP_VERIFY) {  // 1.6: [t, d1..dk], sampled, for step() alone
+            if (!(e.flags & EH_STEP_SAMPLE) || (e.flags & (EH_STEP_LOGITS | EH_STEP_HIDDEN | EH_STEP_CHAINED)))
+                throw Error(EH_INVALID_ARGUMENT, name(i) + "EH_STEP_VERIFY needs EH_STEP_SAMPLE and takes none of "
+                                                           "EH_STEP_LOGITS, EH_STEP_HIDDEN, EH_STEP_CHAINED");
+            if (e.n_tokens < 2 || e.n_tokens - 1 > granted.max_draft_tokens)
+                throw Error(EH_INVALID_ARGUMENT, name(i) + "EH_STEP_VERIFY carries " +
+                                                     std::to_string(e.n_tokens ? e.n_tokens - 1 : 0) +
+                                                     " draft tokens; 1 to max_draft_tokens " +
+                                                     std::to_string(granted.max_draft_tokens) + " may be verified");
+        }
         if (chained) {
             if (e.n_tokens != 1)
                 throw Error(EH_INVALID_ARGUMENT, name(i) + "a chained entry (EH_STEP_CHAINED) takes exactly 1 token, not " +

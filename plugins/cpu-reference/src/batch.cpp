@@ -40,6 +40,7 @@ Batch::Batch(const Model& model, const eh_kv_params& p) : model_(model) {
     granted_ = ehp::grant_kv(p, kBlockTokens, block_bytes, budget, seq_cap);
     pool_ = std::make_unique<KvPool>(c.n_layer, kv_dim, kBlockTokens, granted_.total_blocks, kv_type);
     granted_.kv_type = kv_type;
+    granted_.max_draft_tokens = std::min(kMaxDraftTokens, granted_.max_step_tokens - 1);
 }
 
 eh_kv_info Batch::info() const {
@@ -83,6 +84,11 @@ void Batch::step(eh_step_entry* entries, uint32_t n_entries) {
 
 void Batch::begin(eh_step_entry* entries, uint32_t n_entries) {
     if (flight_.size() >= 2) throw Error(EH_BUSY, "step_begin: two steps are in flight (call step_end first)");
+    const uint32_t stride = entries && n_entries ? entries[0].struct_size : 0;
+    for (uint32_t i = 0; i < n_entries && stride >= sizeof(eh_step_entry); ++i)
+        if (ehp::step_entry(entries, stride, i).flags & EH_STEP_VERIFY)
+            throw Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
+                                                 ": EH_STEP_VERIFY is for step() only, not step_begin");
     std::vector<int32_t> tokens = run(entries, n_entries, true);
     flight_.push_back({next_step_, std::move(tokens)});
 }
@@ -110,7 +116,7 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         },
         [](eh_seq* s) { return static_cast<Sequence*>(s)->sampler.ready(); },
         [&](eh_seq* s) { return chain_ok && in_flight && static_cast<Sequence*>(s)->sampled_in == in_flight; },
-        EH_STEP_HIDDEN);
+        EH_STEP_HIDDEN | (granted_.max_draft_tokens ? EH_STEP_VERIFY : 0u));
     auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
     if (in_flight)
         for (uint32_t i = 0; i < n_entries; ++i)
@@ -131,20 +137,33 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         auto* seq = static_cast<Sequence*>(e.seq);
         if (e.flags & EH_STEP_CHAINED) chained[i] = seq->last_sample;
         seq->blocks.reserve(e.n_tokens);
-        if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) logits[i].resize(n_vocab);
+        const bool verify = (e.flags & EH_STEP_VERIFY) != 0;
+        if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) logits[i].resize(size_t(verify ? e.n_tokens : 1) * n_vocab);
         if (e.flags & EH_STEP_HIDDEN) hidden[i].resize(model_.config().n_embd);
         slices.push_back({seq, tokens_of(i), e.n_tokens, logits[i].empty() ? nullptr : logits[i].data(),
-                          hidden[i].empty() ? nullptr : hidden[i].data()});
+                          hidden[i].empty() ? nullptr : hidden[i].data(), verify});
     }
     forward(model_, slices, nullptr, nullptr);
     std::vector<int32_t> out(n_entries, -1);
     for (uint32_t i = 0; i < n_entries; ++i) {
         eh_step_entry& e = at(i);
         auto* seq = static_cast<Sequence*>(e.seq);
-        seq->blocks.commit(tokens_of(i), e.n_tokens);
+        // A verify entry's drafts go in after its first token: they are the
+        // sequence's own output as much as that one.
+        const uint32_t first = (e.flags & EH_STEP_VERIFY) ? 1 : e.n_tokens;
+        seq->blocks.commit(tokens_of(i), first);
+        if (first < e.n_tokens) {
+            seq->blocks.mark_sampled();
+            seq->blocks.commit(tokens_of(i) + first, e.n_tokens - first);
+        }
         seq->has_logits = false;
         seq->has_hidden = false;
-        if (e.flags & EH_STEP_SAMPLE) {
+        if (e.flags & EH_STEP_VERIFY) {
+            e.n_accepted = verify(*seq, e, logits[i]);
+            out[i] = e.token;
+            seq->sampled_in = id;
+            seq->last_sample = out[i];
+        } else if (e.flags & EH_STEP_SAMPLE) {
             seq->blocks.mark_sampled();
             const StepBias bias{e.n_bias, e.bias_tokens, e.bias_values, e.allowed};
             out[i] = seq->sampler.sample(logits[i].data(), n_vocab, seq->tokens(), seq->blocks.gen_start, bias);
@@ -161,6 +180,28 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         }
     }
     return out;
+}
+
+uint32_t Batch::verify(Sequence& seq, eh_step_entry& e, const std::vector<float>& logits) {
+    const uint32_t n_vocab = model_.config().n_vocab, k = e.n_tokens - 1;
+    // The sequence holds t, d1..dk; position j's history ends at d(j-1).
+    const uint32_t base = seq.length() - k;
+    const StepBias bias{e.n_bias, e.bias_tokens, e.bias_values, e.allowed};
+    auto at = [&](uint32_t j) {  // p_j, after t, d1..d(j-1)
+        return seq.sampler.distribution(&logits[size_t(j - 1) * n_vocab], n_vocab, seq.tokens().data(), base + j - 1,
+                                        seq.blocks.gen_start, bias);
+    };
+    uint32_t m = 0;
+    for (; m < k; ++m) {
+        const Distribution d = at(m + 1);
+        if (!seq.sampler.accept(d, e.tokens[m + 1])) {
+            e.token = seq.sampler.draw_without(d, e.tokens[m + 1]);
+            break;
+        }
+    }
+    if (m == k) e.token = seq.sampler.draw(at(k + 1));
+    seq.blocks.truncate(base + m);  // the rejected drafts leave no trace
+    return m;
 }
 
 }  // namespace cpuref

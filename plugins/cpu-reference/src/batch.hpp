@@ -20,6 +20,8 @@ namespace cpuref {
 class Batch {
 public:
     static constexpr uint32_t kBlockTokens = 16;
+    // Draft tokens one EH_STEP_VERIFY entry may carry (ABI 1.6).
+    static constexpr uint32_t kMaxDraftTokens = 16;
 
     // Throws ehp::Error: INVALID_ARGUMENT for zero limits,
     // INSUFFICIENT_VRAM when the budget holds no block. A budget below one
@@ -48,6 +50,10 @@ private:
     // One forward pass and the sampling; EH_STEP_CHAINED entries append
     // their sequence's last sample. Returns each entry's token.
     std::vector<int32_t> run(eh_step_entry* entries, uint32_t n_entries, bool chain_ok);
+    // An EH_STEP_VERIFY entry's acceptance over the logits of its every
+    // position (its tokens already committed): sets e.token, cuts the
+    // rejected drafts off the sequence, returns the drafts accepted.
+    uint32_t verify(Sequence& seq, eh_step_entry& e, const std::vector<float>& logits);
 
     struct Flight {
         uint64_t id;

@@ -103,45 +103,49 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
 }
 
 // Only the last position of a slice that asks gets logits or its hidden
-// state (the output norm's row, which the LM head reads).
+// state (the output norm's row, which the LM head reads); every position of
+// one that asks every_logits gets logits.
 void Pass::logits(const float* x) {
     const size_t E = c_.n_embd;
-    std::vector<size_t> last_rows;
-    std::vector<const Slice*> normed;  // the slices of last_rows
+    struct Out {
+        size_t row;
+        float* logits;
+        float* hidden;
+    };
+    std::vector<Out> outs;
     size_t t = 0;
     for (const Slice& s : slices_) {
         t += s.n;
-        if (s.logits || s.hidden) {
-            last_rows.push_back(t - 1);
-            normed.push_back(&s);
-        }
+        if (s.every_logits && s.logits)
+            for (uint32_t i = 0; i + 1 < s.n; ++i) outs.push_back({t - s.n + i, s.logits + size_t(i) * c_.n_vocab, nullptr});
+        if (s.logits || s.hidden)
+            outs.push_back({t - 1, s.logits && s.every_logits ? s.logits + size_t(s.n - 1) * c_.n_vocab : s.logits, s.hidden});
     }
-    if (last_rows.empty()) return;
-    const size_t n = last_rows.size();
+    if (outs.empty()) return;
+    const size_t n = outs.size();
     std::vector<float> h(n * E);
     for (size_t i = 0; i < n; ++i) {
-        const float* row = x + last_rows[i] * E;
+        const float* row = x + outs[i].row * E;
         if (c_.layer_norm)
             layer_norm(row, m_.output_norm().data(), bias_of(m_.output_norm_b()), c_.norm_eps, E, &h[i * E]);
         else rms_norm(row, m_.output_norm().data(), c_.norm_eps, E, &h[i * E]);
-        if (normed[i]->hidden) std::memcpy(normed[i]->hidden, &h[i * E], E * sizeof(float));
+        if (outs[i].hidden) std::memcpy(outs[i].hidden, &h[i * E], E * sizeof(float));
     }
     // The LM head over the rows that want logits, one row at a time's
     // arithmetic whichever rows share the matmul.
     std::vector<float> hl;
-    std::vector<const Slice*> want;
+    std::vector<float*> want;
     for (size_t i = 0; i < n; ++i)
-        if (normed[i]->logits) {
+        if (outs[i].logits) {
             hl.insert(hl.end(), h.begin() + i * E, h.begin() + (i + 1) * E);
-            want.push_back(normed[i]);
+            want.push_back(outs[i].logits);
         }
     if (want.empty()) return;
     std::vector<float> out(want.size() * c_.n_vocab);
     matmul(m_.pool(), m_.output(), 0, c_.n_vocab, hl.data(), want.size(), E, out.data(), c_.n_vocab);
     if (const float cap = c_.logit_softcap; cap > 0.0f)
         for (float& l : out) l = cap * std::tanh(l / cap);
-    for (size_t i = 0; i < want.size(); ++i)
-        std::memcpy(want[i]->logits, &out[i * c_.n_vocab], c_.n_vocab * sizeof(float));
+    for (size_t i = 0; i < want.size(); ++i) std::memcpy(want[i], &out[i * c_.n_vocab], c_.n_vocab * sizeof(float));
 }
 
 void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, const float* v, float* out) {

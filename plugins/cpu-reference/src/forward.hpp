@@ -21,6 +21,9 @@ struct Slice {
     uint32_t n;
     float* logits;          // n_vocab floats for the last token's logits, or NULL
     float* hidden = nullptr;  // n_embd floats for the last token's final hidden state (after the output norm), or NULL
+    // Logits of every token, n * n_vocab floats in `logits` (speculative
+    // verification, EH_STEP_VERIFY, reads them all).
+    bool every_logits = false;
 };
 
 // Writes every slice's K/V into its sequence's reserved rows and the asked-

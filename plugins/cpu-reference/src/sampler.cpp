@@ -22,13 +22,13 @@ void apply_presence_frequency(std::vector<float>& logits, const int32_t* generat
     }
 }
 
-void apply_repetition_penalty(std::vector<float>& logits, const std::vector<int32_t>& history,
+void apply_repetition_penalty(std::vector<float>& logits, const int32_t* history, size_t n_history,
                               float penalty, int32_t window) {
-    if (penalty == 1.0f || window == 0 || history.empty()) return;
+    if (penalty == 1.0f || window == 0 || n_history == 0) return;
     size_t start = 0;
-    if (window > 0 && history.size() > static_cast<size_t>(window)) start = history.size() - static_cast<size_t>(window);
+    if (window > 0 && n_history > static_cast<size_t>(window)) start = n_history - static_cast<size_t>(window);
     std::unordered_set<int32_t> seen;
-    for (size_t i = start; i < history.size(); ++i) {
+    for (size_t i = start; i < n_history; ++i) {
         const int32_t t = history[i];
         if (t < 0 || static_cast<size_t>(t) >= logits.size() || !seen.insert(t).second) continue;
         float& l = logits[static_cast<size_t>(t)];
@@ -110,39 +110,90 @@ void Sampler::set(const eh_sampling_params& p) {
     ready_ = true;
 }
 
-int32_t Sampler::sample(const float* logits_in, uint32_t n_vocab, const std::vector<int32_t>& history,
-                        size_t gen_start, const StepBias& bias) {
+float Distribution::prob(int32_t id) const {
+    if (greedy) return id == argmax ? 1.0f : 0.0f;
+    for (size_t i = 0; i < c.size(); ++i)
+        if (c[i].id == id) return p[i];
+    return 0.0f;  // cut by the mask, top-k, top-p or min-p
+}
+
+Distribution Sampler::distribution(const float* logits_in, uint32_t n_vocab, const int32_t* history, size_t n_history,
+                                   size_t gen_start, const StepBias& bias) const {
     if (!ready_) throw ehp::Error(EH_INVALID_ARGUMENT, "session_set_sampling must be called before sampling");
     std::vector<float> logits(logits_in, logits_in + n_vocab);
     for (uint32_t i = 0; i < bias.n_bias; ++i) logits[static_cast<size_t>(bias.bias_tokens[i])] += bias.bias_values[i];
     if (bias.allowed)
         for (uint32_t i = 0; i < n_vocab; ++i)
             if (!((bias.allowed[i / 32] >> (i % 32)) & 1u)) logits[i] = -INFINITY;
-    apply_repetition_penalty(logits, history, params_.repetition_penalty, params_.repetition_window);
-    if (gen_start < history.size())
-        apply_presence_frequency(logits, history.data() + gen_start, history.size() - gen_start,
-                                 params_.presence_penalty, params_.frequency_penalty);
+    apply_repetition_penalty(logits, history, n_history, params_.repetition_penalty, params_.repetition_window);
+    if (gen_start < n_history)
+        apply_presence_frequency(logits, history + gen_start, n_history - gen_start, params_.presence_penalty,
+                                 params_.frequency_penalty);
+    Distribution d;
     // top-k, top-p and min-p all keep the most likely token, so greedy is
     // the argmax of the penalized logits
-    if (params_.temperature == 0.0f) return greedy(logits);
-    std::vector<Candidate> c = sorted_candidates(logits);
+    if (params_.temperature == 0.0f) {
+        d.greedy = true;
+        d.argmax = greedy(logits);
+        return d;
+    }
+    d.c = sorted_candidates(logits);
     // Masked-out tokens sort last; drop them so rounding in the draw below
     // can never land on one.
-    while (c.size() > 1 && c.back().logit == -INFINITY) c.pop_back();
-    apply_temperature(c, params_.temperature);
-    apply_top_k(c, params_.top_k);
-    apply_top_p(c, params_.top_p);
-    apply_min_p(c, params_.min_p);
-    const std::vector<float> p = candidate_probs(c);
-    // 53 random bits -> uniform double in [0, 1): the same on every platform,
-    // unlike std::uniform_real_distribution
-    const double u = static_cast<double>(rng_() >> 11) * (1.0 / 9007199254740992.0);
+    while (d.c.size() > 1 && d.c.back().logit == -INFINITY) d.c.pop_back();
+    apply_temperature(d.c, params_.temperature);
+    apply_top_k(d.c, params_.top_k);
+    apply_top_p(d.c, params_.top_p);
+    apply_min_p(d.c, params_.min_p);
+    d.p = candidate_probs(d.c);
+    d.argmax = d.c.front().id;
+    return d;
+}
+
+namespace {
+// 53 random bits -> uniform double in [0, 1): the same on every platform,
+// unlike std::uniform_real_distribution
+double uniform(std::mt19937_64& rng) { return static_cast<double>(rng() >> 11) * (1.0 / 9007199254740992.0); }
+}  // namespace
+
+int32_t Sampler::draw(const Distribution& d) {
+    if (d.greedy) return d.argmax;
+    const double u = uniform(rng_);
     double cum = 0.0;
-    for (size_t i = 0; i < c.size(); ++i) {
-        cum += p[i];
-        if (u < cum) return c[i].id;
+    for (size_t i = 0; i < d.c.size(); ++i) {
+        cum += d.p[i];
+        if (u < cum) return d.c[i].id;
     }
-    return c.back().id;
+    return d.c.back().id;
+}
+
+bool Sampler::accept(const Distribution& d, int32_t draft) {
+    if (d.greedy) return draft == d.argmax;
+    return uniform(rng_) < static_cast<double>(d.prob(draft));
+}
+
+int32_t Sampler::draw_without(const Distribution& d, int32_t rejected) {
+    if (d.greedy) return d.argmax;
+    double rest = 0.0;
+    for (size_t i = 0; i < d.c.size(); ++i)
+        if (d.c[i].id != rejected) rest += d.p[i];
+    // A draft with all the mass is never rejected, rounding aside: then the
+    // most likely other candidate stands in.
+    if (!(rest > 0.0)) {
+        for (const Candidate& x : d.c)
+            if (x.id != rejected) return x.id;
+        return rejected;
+    }
+    const double u = uniform(rng_) * rest;
+    double cum = 0.0;
+    int32_t last = rejected;
+    for (size_t i = 0; i < d.c.size(); ++i) {
+        if (d.c[i].id == rejected) continue;
+        cum += d.p[i];
+        last = d.c[i].id;
+        if (u < cum) return d.c[i].id;
+    }
+    return last;
 }
 
 }  // namespace cpuref
