@@ -7,6 +7,7 @@
 #include <engine_host/plugin_abi.h>
 #include <engine_host/tensor_types.h>
 
+#include "eh/loader/engine.hpp"
 #include "eh/loader/plugin_loader.hpp"
 
 static_assert(EH_ABI_MAJOR == 1);
@@ -68,7 +69,8 @@ static_assert(sizeof(eh_model_view) == 56);
 
 static_assert(offsetof(eh_plugin_info, name) == 8);
 static_assert(offsetof(eh_plugin_info, device_kind) == 56);
-static_assert(sizeof(eh_plugin_info) == 64);
+static_assert(offsetof(eh_plugin_info, max_devices) == 64);  // 1.6
+static_assert(sizeof(eh_plugin_info) == 72);
 static_assert(offsetof(eh_probe_result, reason) == 8);
 static_assert(offsetof(eh_probe_result, device_name) == 264);
 static_assert(offsetof(eh_probe_result, total_memory_bytes) == 408);
@@ -76,7 +78,9 @@ static_assert(sizeof(eh_probe_result) == 424);
 static_assert(offsetof(eh_load_params, view) == 16);
 static_assert(offsetof(eh_load_params, progress) == 40);
 static_assert(offsetof(eh_load_params, cancel_user) == 64);
-static_assert(sizeof(eh_load_params) == 72);
+static_assert(offsetof(eh_load_params, n_devices) == 72);  // 1.6
+static_assert(offsetof(eh_load_params, devices) == 80);
+static_assert(sizeof(eh_load_params) == 88);
 static_assert(offsetof(eh_model_info, context_length) == 68);
 static_assert(offsetof(eh_model_info, device_bytes_used) == 80);
 static_assert(offsetof(eh_model_info, runtime_version) == 228);  // end of the 1.0 layout
@@ -177,4 +181,30 @@ TEST(AbiLayout, AdaptersOnlyFromA16TableWithAllThree) {
     api.seq_set_adapter = [](eh_seq*, eh_adapter*) { return EH_OK; };
     api.step = nullptr;
     EXPECT_FALSE(api_has_adapters(api));
+}
+
+// 1.6's eh_plugin_info.max_devices is read only from a 1.6 table whose info
+// is long enough to hold it; every other plugin serves one device.
+namespace {
+eh_plugin_info g_info{};
+const eh_plugin_info* info_fn() { return &g_info; }
+}  // namespace
+
+TEST(AbiLayout, MaxDevicesOnlyFromA16InfoLongEnough) {
+    eh_plugin_api api{};
+    api.abi_major = 1;
+    api.abi_minor = 6;
+    api.info = &info_fn;
+    g_info = {};
+    g_info.struct_size = sizeof(eh_plugin_info);
+    g_info.max_devices = 8;
+    EXPECT_EQ(eh::plugin_max_devices(api), 8u);
+    g_info.max_devices = 0;  // 0 says one device, like 1
+    EXPECT_EQ(eh::plugin_max_devices(api), 1u);
+    g_info.max_devices = 8;
+    g_info.struct_size = 64;  // a 1.5 plugin's info ends before the member
+    EXPECT_EQ(eh::plugin_max_devices(api), 1u);
+    g_info.struct_size = sizeof(eh_plugin_info);
+    api.abi_minor = 5;
+    EXPECT_EQ(eh::plugin_max_devices(api), 1u);
 }

@@ -358,3 +358,22 @@ TEST(Loader, APluginNeedsSessionsOrTheBatchedStep) {
     EXPECT_NE(all_reasons(r).find("function table has neither the session entries nor the batched (1.2) entries"),
               std::string::npos) << all_reasons(r);
 }
+
+// A load spanning more devices than the plugin's info allows (the test
+// engine says nothing: one device) is refused before model_load, naming the
+// plugin and the count.
+TEST(Loader, ADeviceSetPastThePluginsMaxDevicesIsRefusedByName) {
+    PluginRecord r = load_fixture("good");
+    ASSERT_TRUE(r.accepted) << all_reasons(r);
+    EngineLoadOptions o;
+    o.devices = {0, 1};
+    try {
+        EngineModel::load(r.api, "none", nullptr, nullptr, o);
+        FAIL() << "a two-device load of a one-device plugin was accepted";
+    } catch (const Error& e) {
+        EXPECT_EQ(e.code(), Code::ModelLoadFailed);
+        EXPECT_NE(std::string(e.what()).find("plugin test-engine serves one device only; 2 were asked for"),
+                  std::string::npos)
+            << e.what();
+    }
+}

@@ -1,5 +1,7 @@
 #include "eh/loader/engine.hpp"
 
+#include <cstddef>
+
 #include "eh/error.hpp"
 
 namespace eh {
@@ -42,10 +44,27 @@ int32_t cancel_thunk(void* user) {
 
 }  // namespace
 
+uint32_t plugin_max_devices(const eh_plugin_api& api) {
+    if (api.abi_minor < 6 || !api.info) return 1;
+    const eh_plugin_info* pi = api.info();
+    if (!pi || pi->struct_size < offsetof(eh_plugin_info, max_devices) + sizeof(uint32_t)) return 1;
+    return pi->max_devices == 0 ? 1 : pi->max_devices;
+}
+
 std::shared_ptr<EngineModel> EngineModel::load(std::shared_ptr<const eh_plugin_api> api,
                                                const std::string& path, const eh_model_view* view,
                                                std::shared_ptr<const void> view_owner,
                                                const EngineLoadOptions& options) {
+    if (options.devices.size() > 1) {
+        const uint32_t most = plugin_max_devices(*api);
+        if (options.devices.size() > most) {
+            const eh_plugin_info* pi = api->info();
+            throw Error(Code::ModelLoadFailed,
+                        "plugin " + std::string(pi && pi->name ? pi->name : "(unnamed)") + " serves " +
+                            (most == 1 ? std::string("one device only") : "at most " + std::to_string(most) + " devices") +
+                            "; " + std::to_string(options.devices.size()) + " were asked for (--tensor-parallel)");
+        }
+    }
     std::shared_ptr<EngineModel> m(new EngineModel());
     m->api_ = std::move(api);
     m->view_owner_ = std::move(view_owner);
@@ -56,7 +75,11 @@ std::shared_ptr<EngineModel> EngineModel::load(std::shared_ptr<const eh_plugin_a
     p.struct_size = sizeof(p);
     p.path = path.c_str();
     p.view = view;
-    p.device = options.device;
+    p.device = options.devices.empty() ? options.device : options.devices[0];
+    if (!options.devices.empty()) {
+        p.n_devices = uint32_t(options.devices.size());
+        p.devices = options.devices.data();
+    }
     p.n_threads = options.n_threads;
     p.options_json = options.options_json.empty() ? nullptr : options.options_json.c_str();
     if (progress) {

@@ -106,7 +106,10 @@ extern "C" {
  *        (EH_STEP_VERIFY, eh_step_entry.n_accepted, eh_kv_info.
  *        max_draft_tokens; optional);
  *        LoRA adapters: eh_adapter, eh_adapter_params, eh_plugin_api
- *        adapter_load, adapter_release, seq_set_adapter (optional)     */
+ *        adapter_load, adapter_release, seq_set_adapter (optional);
+ *        a load spans a set of devices (eh_load_params.n_devices /
+ *        devices: tensor parallelism, or several shards on one GPU) and a
+ *        plugin says how many it can use (eh_plugin_info.max_devices)   */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -296,6 +299,13 @@ typedef struct eh_plugin_info {
     const char* const* quant_kinds;    /* tensor type names: "Q4_K", "F16", ... */
     uint32_t device_kind;          /* eh_device_kind                           */
     uint32_t min_compute_capability; /* CUDA only, e.g. 80 for sm_80; else 0   */
+    /* since 1.6: read only when struct_size >= 72 (a 1.5 plugin's info is
+     * 64 bytes; the host takes that as max_devices 1) */
+    uint32_t max_devices;          /* the most devices one load may span
+                                      (eh_load_params.devices): 0 or 1 = one
+                                      device only, and the host never names
+                                      more for this plugin                   */
+    uint32_t reserved_1_6;         /* 0                                        */
 } eh_plugin_info;
 
 /* probe(): "can this plugin run here, on this device?" It never crashes and
@@ -342,6 +352,21 @@ typedef struct eh_load_params {
     void* progress_user;
     eh_cancel_fn cancel;           /* may be NULL */
     void* cancel_user;
+    /* since 1.6: read only when struct_size >= 88. The devices the load
+     * spans, one rank each: rank i runs on devices[i]. n_devices 0 (or an
+     * older host's struct): `device` alone. Otherwise 1 <= n_devices <= the
+     * plugin info's max_devices (the host never names more), devices[0] ==
+     * device, every ordinal >= 0. An ordinal may repeat: the plugin then runs
+     * that many ranks (shards) on the one GPU, computing what as many GPUs
+     * would; it exists so the sharded path can be tested on one GPU. The
+     * array is host-owned and valid only during model_load (the plugin
+     * copies it). The plugin owns its ranks: streams, host threads, peer
+     * access and collectives (NCCL, peer-memory all-reduce) are its own, and
+     * model_get_info's device_bytes_used counts every rank's memory. A
+     * plugin that cannot shard this model (head counts, block sizes) fails
+     * the load with EH_UNSUPPORTED naming why.                             */
+    uint32_t n_devices;
+    const int32_t* devices;
 } eh_load_params;
 
 typedef struct eh_model_info {

@@ -75,7 +75,8 @@ eh_status model_load(const eh_load_params* params, eh_model** out_model) {
     if (out_model) *out_model = nullptr;
     return ehp::guard(ehp::thread_last_error(), [&] {
         if (!params || !out_model) throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: params or out_model is NULL");
-        if (params->struct_size < sizeof(eh_load_params))
+        // (a host before 1.6 passes the 72 bytes that end before n_devices)
+        if (params->struct_size < offsetof(eh_load_params, n_devices))
             throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: eh_load_params.struct_size too small");
         if (!params->view) throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: view is NULL");
         auto m = std::make_unique<eh_model>();

@@ -128,7 +128,8 @@ struct PluginGlue {
         if (out) *out = nullptr;
         return ehp::guard(ehp::thread_last_error(), [&] {
             if (!params || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "model_load: NULL argument");
-            if (params->struct_size < sizeof(eh_load_params))
+            // (a host before 1.6 passes the 72 bytes that end before n_devices)
+            if (params->struct_size < offsetof(eh_load_params, n_devices))
                 throw ehp::Error(EH_INVALID_ARGUMENT, "eh_load_params too small");
             *out = reinterpret_cast<eh_model*>(new ModelBox{Engine::load(*params), nullptr});
         });

@@ -9,13 +9,23 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include <engine_host/plugin_abi.h>
 
 namespace eh {
 
+// How many devices one load of this plugin may span (ABI 1.6
+// eh_plugin_info.max_devices): 1 for a plugin before 1.6, one whose info
+// ends before the member, or one that says 0.
+uint32_t plugin_max_devices(const eh_plugin_api& api);
+
 struct EngineLoadOptions {
     int32_t device = 0;
+    // (1.6) the devices the load spans, rank i on devices[i]; empty: `device`
+    // alone. More than one needs a plugin whose max_devices allows them
+    // (plugin_max_devices); load() refuses the rest by name.
+    std::vector<int32_t> devices;
     uint32_t n_threads = 0;
     std::string options_json;                          // plugin-specific, may be empty
     std::function<void(float, const char*)> progress;  // may be empty
