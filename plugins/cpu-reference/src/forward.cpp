@@ -1,5 +1,7 @@
 #include "forward.hpp"
 
+#include "lora.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -26,6 +28,10 @@ public:
     Pass(const Model& model, std::span<const Slice> slices) : m_(model), c_(model.config()), slices_(slices) {
         for (const Slice& s : slices)
             for (uint32_t i = 0; i < s.n; ++i) rows_.push_back({s.seq, s.seq->length() + i});
+        for (const Row& r : rows_) {
+            adapters_.push_back(r.seq->adapter);
+            any_adapter_ = any_adapter_ || r.seq->adapter;
+        }
     }
 
     void run(eh_cancel_fn cancel, void* cancel_user);
@@ -41,6 +47,13 @@ private:
     const Config& c_;
     std::span<const Slice> slices_;
     std::vector<Row> rows_;
+    // Each row's LoRA adapter (its sequence's; NULL: none), and whether any row has one.
+    std::vector<const Adapter*> adapters_;
+    bool any_adapter_ = false;
+    // y += the adapters' updates of matrix w, for every row of the batch.
+    void lora(const Matrix& w, const float* x, size_t x_stride, float* y, size_t y_stride) {
+        if (any_adapter_) lora_update(m_.pool(), w, adapters_.data(), rows_.size(), x, x_stride, y, y_stride);
+    }
 };
 
 void Pass::norm(const std::vector<float>& w, const std::vector<float>& b, const float* in, float* out, size_t n_rows) {
@@ -78,6 +91,7 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
             const size_t stride = q_dim + 2 * kv_dim;
             std::vector<float> qkv(T * stride);
             matmul(pool, L.wqkv, 0, stride, h.data(), T, E, qkv.data(), stride, bias_of(L.bqkv));
+            lora(L.wqkv, h.data(), E, qkv.data(), stride);
             for (size_t r = 0; r < T; ++r) {
                 std::memcpy(&q[r * q_dim], &qkv[r * stride], q_dim * sizeof(float));
                 std::memcpy(&k[r * kv_dim], &qkv[r * stride + q_dim], kv_dim * sizeof(float));
@@ -85,12 +99,16 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
             }
         } else {
             matmul(pool, L.wq, 0, q_dim, h.data(), T, E, q.data(), q_dim, bias_of(L.bq));
+            lora(L.wq, h.data(), E, q.data(), q_dim);
             matmul(pool, L.wk, 0, kv_dim, h.data(), T, E, k.data(), kv_dim, bias_of(L.bk));
+            lora(L.wk, h.data(), E, k.data(), kv_dim);
             matmul(pool, L.wv, 0, kv_dim, h.data(), T, E, v.data(), kv_dim, bias_of(L.bv));
+            lora(L.wv, h.data(), E, v.data(), kv_dim);
         }
         apply_qk_norm(c_, L, q.data(), k.data(), T);
         attention(L, il, q.data(), k.data(), v.data(), att.data());
         matmul(pool, L.wo, 0, E, att.data(), T, q_dim, tmp.data(), E, bias_of(L.bo));
+        lora(L.wo, att.data(), q_dim, tmp.data(), E);
         if (!L.attn_post_norm.empty()) norm(L.attn_post_norm, {}, tmp.data(), tmp.data(), T);
         for (size_t i = 0; i < T * E; ++i) x[i] += tmp[i];
 
@@ -135,14 +153,17 @@ void Pass::logits(const float* x) {
     // arithmetic whichever rows share the matmul.
     std::vector<float> hl;
     std::vector<float*> want;
+    std::vector<const Adapter*> want_ad;  // their rows' adapters
     for (size_t i = 0; i < n; ++i)
         if (outs[i].logits) {
             hl.insert(hl.end(), h.begin() + i * E, h.begin() + (i + 1) * E);
             want.push_back(outs[i].logits);
+            want_ad.push_back(adapters_[outs[i].row]);
         }
     if (want.empty()) return;
     std::vector<float> out(want.size() * c_.n_vocab);
     matmul(m_.pool(), m_.output(), 0, c_.n_vocab, hl.data(), want.size(), E, out.data(), c_.n_vocab);
+    if (any_adapter_) lora_update(m_.pool(), m_.output(), want_ad.data(), want.size(), hl.data(), E, out.data(), c_.n_vocab);
     if (const float cap = c_.logit_softcap; cap > 0.0f)
         for (float& l : out) l = cap * std::tanh(l / cap);
     for (size_t i = 0; i < want.size(); ++i) std::memcpy(want[i], &out[i * c_.n_vocab], c_.n_vocab * sizeof(float));
@@ -231,32 +252,42 @@ void Pass::feed_forward(const Layer& L, const float* in, float* out) {
     case FfnKind::SwiGlu: {
         std::vector<float> g(T * F), u(T * F);
         matmul(pool, L.w_gate, 0, F, in, T, E, g.data(), F, bias_of(L.b_gate));
+        lora(L.w_gate, in, E, g.data(), F);
         matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F, bias_of(L.b_up));
+        lora(L.w_up, in, E, u.data(), F);
         for (size_t i = 0; i < T * F; ++i) g[i] = silu(g[i]) * u[i];
         matmul(pool, L.w_down, 0, E, g.data(), T, F, out, E, bias_of(L.b_down));
+        lora(L.w_down, g.data(), F, out, E);
         break;
     }
     case FfnKind::SwiGluFused: {
         std::vector<float> gu(T * 2 * F), a(T * F);
         matmul(pool, L.w_up, 0, 2 * F, in, T, E, gu.data(), 2 * F);
+        lora(L.w_up, in, E, gu.data(), 2 * F);
         for (size_t t = 0; t < T; ++t)
             for (size_t i = 0; i < F; ++i) a[t * F + i] = silu(gu[t * 2 * F + i]) * gu[t * 2 * F + F + i];
         matmul(pool, L.w_down, 0, E, a.data(), T, F, out, E, bias_of(L.b_down));
+        lora(L.w_down, a.data(), F, out, E);
         break;
     }
     case FfnKind::GeluGated: {
         std::vector<float> g(T * F), u(T * F);
         matmul(pool, L.w_gate, 0, F, in, T, E, g.data(), F, bias_of(L.b_gate));
+        lora(L.w_gate, in, E, g.data(), F);
         matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F, bias_of(L.b_up));
+        lora(L.w_up, in, E, u.data(), F);
         for (size_t i = 0; i < T * F; ++i) g[i] = gelu_tanh(g[i]) * u[i];
         matmul(pool, L.w_down, 0, E, g.data(), T, F, out, E, bias_of(L.b_down));
+        lora(L.w_down, g.data(), F, out, E);
         break;
     }
     case FfnKind::Gelu: {
         std::vector<float> u(T * F);
         matmul(pool, L.w_up, 0, F, in, T, E, u.data(), F, bias_of(L.b_up));
+        lora(L.w_up, in, E, u.data(), F);
         for (auto& val : u) val = gelu_tanh(val);
         matmul(pool, L.w_down, 0, E, u.data(), T, F, out, E, bias_of(L.b_down));
+        lora(L.w_down, u.data(), F, out, E);
         break;
     }
     case FfnKind::MoeOai:

@@ -13,6 +13,7 @@
 #include <engine_host/plugin_abi.hpp>
 
 #include "batch.hpp"
+#include "lora.hpp"
 #include "model.hpp"
 #include "sequence.hpp"
 #include "session.hpp"
@@ -24,6 +25,9 @@ struct eh_model {
 };
 struct eh_session {
     std::unique_ptr<cpuref::Session> session;
+};
+struct eh_adapter {
+    std::unique_ptr<cpuref::Adapter> adapter;
 };
 
 namespace {
@@ -318,6 +322,45 @@ eh_status step_end(eh_model* m, int32_t* out_tokens, uint32_t n_entries) {
     return on_model(m, "step_end", [&] { m->batch->end(out_tokens, n_entries); });
 }
 
+// ---- 1.6: LoRA adapters.
+
+eh_status adapter_load(eh_model* m, const eh_adapter_params* p, eh_adapter** out) {
+    if (out) *out = nullptr;
+    if (!m) return EH_INVALID_ARGUMENT;
+    return ehp::guard(model_error_slot(m), [&] {
+        if (!p || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "adapter_load: NULL argument");
+        if (p->struct_size < sizeof(eh_adapter_params))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "adapter_load: eh_adapter_params.struct_size too small");
+        if (m->batch) m->batch->expect_idle("adapter_load");
+        auto a = std::make_unique<eh_adapter>();
+        a->adapter = std::make_unique<cpuref::Adapter>(*m->model, *p);
+        *out = a.release();
+    });
+}
+
+void adapter_release(eh_adapter* a) {
+    try {
+        delete a;
+    } catch (...) {
+    }
+}
+
+eh_status seq_set_adapter(eh_seq* s, eh_adapter* a) {
+    if (!s) return EH_INVALID_ARGUMENT;
+    return on_model(s->owner, "seq_set_adapter", [&] {
+        s->owner->batch->expect_idle("seq_set_adapter");
+        const cpuref::Adapter* want = a ? a->adapter.get() : nullptr;
+        if (want && &want->model() != s->owner->model.get())
+            throw ehp::Error(EH_INVALID_ARGUMENT, "seq_set_adapter: the adapter belongs to another model");
+        cpuref::Sequence& seq = *seq_of(s);
+        if (seq.adapter != want && seq.length() != 0)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "seq_set_adapter: the sequence holds " + std::to_string(seq.length()) +
+                                                      " tokens computed with another adapter; only an empty sequence "
+                                                      "changes adapter");
+        seq.adapter = want;
+    });
+}
+
 const eh_plugin_api kApi = {
     sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
     info, plugin_last_error, probe,
@@ -327,6 +370,7 @@ const eh_plugin_api kApi = {
     kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
     seq_release, step, step_begin, step_end,
     seq_hidden,
+    adapter_load, adapter_release, seq_set_adapter,
 };
 
 }  // namespace

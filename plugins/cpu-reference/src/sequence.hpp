@@ -20,6 +20,8 @@ struct eh_seq {
 
 namespace cpuref {
 
+class Adapter;
+
 class Sequence : public eh_seq {
 public:
     explicit Sequence(KvPool& pool)
@@ -31,6 +33,7 @@ public:
     std::unique_ptr<Sequence> fork(uint32_t n) const {
         auto s = std::make_unique<Sequence>(pool_);
         s->blocks.share_prefix(blocks, n);
+        s->adapter = adapter;
         return s;
     }
     void truncate(uint32_t n) {
@@ -57,6 +60,8 @@ public:
     // chained step appends).
     uint64_t sampled_in = 0;
     int32_t last_sample = -1;
+    // The LoRA adapter its steps compute with (ABI 1.6); NULL: none.
+    const Adapter* adapter = nullptr;
 };
 
 }  // namespace cpuref
