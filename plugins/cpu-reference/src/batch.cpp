@@ -23,6 +23,25 @@ uint64_t available_host_bytes() {
 }
 
 
+// An entry's spans (ABI 1.6 seq_embd_spans) lie within its tokens, in
+// order, without overlap, on an entry that appends its own tokens.
+void check_spans(const eh_step_entry& e, uint32_t i, const std::vector<eh_embd_span>& spans) {
+    const std::string at = "step entry " + std::to_string(i) + ": ";
+    if (spans.empty()) return;
+    if (e.flags & (EH_STEP_CHAINED | EH_STEP_VERIFY))
+        throw Error(EH_INVALID_ARGUMENT, at + "embedding spans on an EH_STEP_CHAINED or EH_STEP_VERIFY entry");
+    uint64_t next = 0;
+    for (size_t j = 0; j < spans.size(); ++j) {
+        const eh_embd_span& s = spans[j];
+        if (s.count == 0 || !s.rows || s.first < next || uint64_t(s.first) + s.count > e.n_tokens)
+            throw Error(EH_INVALID_ARGUMENT, at + "embedding span " + std::to_string(j) + " (first " +
+                                                 std::to_string(s.first) + ", count " + std::to_string(s.count) +
+                                                 ") is empty, has no rows, overlaps the one before or ends past the " +
+                                                 std::to_string(e.n_tokens) + " tokens");
+        next = uint64_t(s.first) + s.count;
+    }
+}
+
 }  // namespace
 
 Batch::Batch(const Model& model, const eh_kv_params& p) : model_(model) {
@@ -105,6 +124,12 @@ void Batch::end(int32_t* out_tokens, uint32_t n_entries) {
 
 std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool chain_ok) {
     const uint32_t n_vocab = model_.config().n_vocab;
+    // Each sequence's spans are for this step only, whatever becomes of it.
+    std::vector<std::vector<eh_embd_span>> spans(n_entries);
+    if (entries && n_entries && entries[0].struct_size >= sizeof(eh_step_entry))
+        for (uint32_t i = 0; i < n_entries; ++i)
+            if (auto* s = static_cast<Sequence*>(ehp::step_entry(entries, entries[0].struct_size, i).seq); owns(s))
+                spans[i].swap(s->spans);
     // A chained entry needs the step in flight (the newest one begun) to
     // have sampled for its sequence.
     const uint64_t in_flight = flight_.empty() ? 0 : flight_.back().id;
@@ -118,6 +143,7 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         [&](eh_seq* s) { return chain_ok && in_flight && static_cast<Sequence*>(s)->sampled_in == in_flight; },
         EH_STEP_HIDDEN | (granted_.max_draft_tokens ? EH_STEP_VERIFY : 0u));
     auto at = [&](uint32_t i) -> eh_step_entry& { return ehp::step_entry(entries, totals.stride, i); };
+    for (uint32_t i = 0; i < n_entries; ++i) check_spans(at(i), i, spans[i]);
     if (in_flight)
         for (uint32_t i = 0; i < n_entries; ++i)
             if (at(i).flags & (EH_STEP_LOGITS | EH_STEP_HIDDEN))
@@ -141,7 +167,8 @@ std::vector<int32_t> Batch::run(eh_step_entry* entries, uint32_t n_entries, bool
         if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) logits[i].resize(size_t(verify ? e.n_tokens : 1) * n_vocab);
         if (e.flags & EH_STEP_HIDDEN) hidden[i].resize(model_.config().n_embd);
         slices.push_back({seq, tokens_of(i), e.n_tokens, logits[i].empty() ? nullptr : logits[i].data(),
-                          hidden[i].empty() ? nullptr : hidden[i].data(), verify});
+                          hidden[i].empty() ? nullptr : hidden[i].data(), verify, spans[i].data(),
+                          uint32_t(spans[i].size())});
     }
     forward(model_, slices, nullptr, nullptr);
     std::vector<int32_t> out(n_entries, -1);

@@ -21,13 +21,24 @@ const float* bias_of(const std::vector<float>& b) { return b.empty() ? nullptr :
 struct Row {
     Sequence* seq;
     uint32_t pos;
+    uint32_t last;  // the last position it attends to: pos, or the end of its bidirectional span
 };
+
+// The index within slice s of the last token that token i attends to.
+uint32_t attends_to(const Slice& s, uint32_t i) {
+    for (uint32_t j = 0; j < s.n_spans; ++j) {
+        const eh_embd_span& sp = s.spans[j];
+        if ((sp.flags & EH_SPAN_BIDIRECTIONAL) && i >= sp.first && i - sp.first < sp.count) return sp.first + sp.count - 1;
+    }
+    return i;
+}
 
 class Pass {
 public:
     Pass(const Model& model, std::span<const Slice> slices) : m_(model), c_(model.config()), slices_(slices) {
         for (const Slice& s : slices)
-            for (uint32_t i = 0; i < s.n; ++i) rows_.push_back({s.seq, s.seq->length() + i});
+            for (uint32_t i = 0; i < s.n; ++i)
+                rows_.push_back({s.seq, s.seq->length() + i, s.seq->length() + attends_to(s, i)});
         for (const Row& r : rows_) {
             adapters_.push_back(r.seq->adapter);
             any_adapter_ = any_adapter_ || r.seq->adapter;
@@ -82,6 +93,14 @@ void Pass::run(eh_cancel_fn cancel, void* cancel_user) {
             if (c_.embd_scale != 1.0f)
                 for (size_t e = 0; e < E; ++e) x[t * E + e] *= c_.embd_scale;
         }
+
+    // An image's rows replace its tokens' embeddings, as given (unscaled).
+    t = 0;
+    for (const Slice& s : slices_) {
+        for (uint32_t j = 0; j < s.n_spans; ++j)
+            std::memcpy(&x[(t + s.spans[j].first) * E], s.spans[j].rows, size_t(s.spans[j].count) * E * sizeof(float));
+        t += s.n;
+    }
 
     for (uint32_t il = 0; il < c_.n_layer; ++il) {
         if (cancel && cancel(cancel_user)) throw Error(EH_CANCELLED, "cancelled");
@@ -199,7 +218,7 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
     std::unordered_map<const Sequence*, Plain> plain;
     if (rows_[0].seq->pool().type() != EH_TYPE_F32) {
         std::unordered_map<const Sequence*, uint32_t> upto;
-        for (const Row& row : rows_) upto[row.seq] = std::max(upto[row.seq], row.pos + 1);
+        for (const Row& row : rows_) upto[row.seq] = std::max(upto[row.seq], row.last + 1);
         for (auto [s, n] : upto) {
             Plain& p = plain[s];
             p.k.resize(size_t(n) * kv_dim);
@@ -216,7 +235,7 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
     const float scale = c_.attn_scale > 0.0f ? c_.attn_scale : 1.0f / std::sqrt(static_cast<float>(hd));
     const uint32_t group = c_.n_head / c_.n_head_kv;
     size_t longest = 1;
-    for (const Row& row : rows_) longest = std::max<size_t>(longest, row.pos + 1);
+    for (const Row& row : rows_) longest = std::max<size_t>(longest, row.last + 1);
     m_.pool().parallel_for(T * c_.n_head, std::max<size_t>(1, 4096 / (longest * hd + 1)), [&](size_t b, size_t e) {
         std::vector<float> scores(longest);
         std::vector<const float*> k_rows(longest), v_rows(longest);
@@ -227,7 +246,7 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
             const int64_t pos = rows_[r].pos;
             const size_t g = static_cast<size_t>(hh / group) * hd;
             const int64_t first = window_start(pos, L.window);
-            const size_t n = static_cast<size_t>(pos - first + 1);
+            const size_t n = static_cast<size_t>(int64_t(rows_[r].last) - first + 1);
             const Plain* pl = plain.empty() ? nullptr : &plain.at(&seq);
             for (size_t j = 0; j < n; ++j) {
                 const uint32_t p = static_cast<uint32_t>(first + static_cast<int64_t>(j));

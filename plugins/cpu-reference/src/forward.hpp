@@ -24,6 +24,11 @@ struct Slice {
     // Logits of every token, n * n_vocab floats in `logits` (speculative
     // verification, EH_STEP_VERIFY, reads them all).
     bool every_logits = false;
+    // Rows in place of token embeddings for some of its tokens (ABI 1.6
+    // seq_embd_spans), already checked against n; a BIDIRECTIONAL span's
+    // tokens also attend to the span's later tokens.
+    const eh_embd_span* spans = nullptr;
+    uint32_t n_spans = 0;
 };
 
 // Writes every slice's K/V into its sequence's reserved rows and the asked-

@@ -17,11 +17,13 @@
 #include "model.hpp"
 #include "sequence.hpp"
 #include "session.hpp"
+#include "vision.hpp"
 
 // Opaque ABI handles are these plugin types (eh_seq: sequence.hpp).
 struct eh_model {
     std::unique_ptr<cpuref::Model> model;
     std::unique_ptr<cpuref::Batch> batch;  // from kv_init on
+    std::unique_ptr<cpuref::VisionEncoder> vision;  // from image_encoder_load on
 };
 struct eh_session {
     std::unique_ptr<cpuref::Session> session;
@@ -361,6 +363,38 @@ eh_status seq_set_adapter(eh_seq* s, eh_adapter* a) {
     });
 }
 
+// ---- 1.6: images in.
+
+eh_status image_encoder_load(eh_model* m, const eh_model_view* view, eh_image_encoder_info* out) {
+    if (!m) return EH_INVALID_ARGUMENT;
+    return ehp::guard(model_error_slot(m), [&] {
+        if (!view || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encoder_load: NULL argument");
+        if (m->vision) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encoder_load: an encoder is already loaded");
+        if (m->batch) m->batch->expect_idle("image_encoder_load");
+        m->vision = std::make_unique<cpuref::VisionEncoder>(view, m->model->config().n_embd, m->model->pool());
+        ehp::fill_versioned(out, [&](eh_image_encoder_info& i) { i = m->vision->info(); });
+    });
+}
+
+eh_status image_encode(eh_model* m, const float* pixels, float* out_rows) {
+    if (!m) return EH_INVALID_ARGUMENT;
+    return ehp::guard(model_error_slot(m), [&] {
+        if (!pixels || !out_rows) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode: NULL argument");
+        if (!m->vision) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode: no encoder loaded (image_encoder_load)");
+        if (m->batch) m->batch->expect_idle("image_encode");
+        m->vision->encode(pixels, out_rows);
+    });
+}
+
+eh_status seq_embd_spans(eh_seq* s, const eh_embd_span* spans, uint32_t n_spans) {
+    if (!s) return EH_INVALID_ARGUMENT;
+    return on_model(s->owner, "seq_embd_spans", [&] {
+        s->owner->batch->expect_idle("seq_embd_spans");
+        if (n_spans && !spans) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_embd_spans: spans is NULL");
+        seq_of(s)->spans.assign(spans, spans + n_spans);
+    });
+}
+
 const eh_plugin_api kApi = {
     sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
     info, plugin_last_error, probe,
@@ -371,6 +405,7 @@ const eh_plugin_api kApi = {
     seq_release, step, step_begin, step_end,
     seq_hidden,
     adapter_load, adapter_release, seq_set_adapter,
+    image_encoder_load, image_encode, seq_embd_spans,
 };
 
 }  // namespace

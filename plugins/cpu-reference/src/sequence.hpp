@@ -60,6 +60,9 @@ public:
     // chained step appends).
     uint64_t sampled_in = 0;
     int32_t last_sample = -1;
+    // Rows for its next step's tokens (ABI 1.6 seq_embd_spans): the
+    // host's, valid until that step returns, which drops them.
+    std::vector<eh_embd_span> spans;
     // The LoRA adapter its steps compute with (ABI 1.6); NULL: none.
     const Adapter* adapter = nullptr;
 };
