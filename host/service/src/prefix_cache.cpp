@@ -12,12 +12,12 @@ size_t common_prefix(std::span<const int32_t> a, std::span<const int32_t> b) {
 
 }  // namespace
 
-std::optional<PrefixCache::Match> PrefixCache::lookup(const std::string& scope, std::span<const int32_t> tokens,
-                                                      uint32_t limit) {
+std::optional<PrefixCache::Match> PrefixCache::lookup(const std::string& scope, uint32_t adapter,
+                                                      std::span<const int32_t> tokens, uint32_t limit) {
     auto best = entries_.end();
     size_t best_n = 0;
     for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        if (it->scope != scope) continue;
+        if (it->scope != scope || it->adapter != adapter) continue;
         const size_t n = std::min<size_t>(common_prefix(it->tokens, tokens), limit);
         if (n > best_n) {
             best_n = n;
@@ -29,7 +29,7 @@ std::optional<PrefixCache::Match> PrefixCache::lookup(const std::string& scope, 
     return Match{entries_.front().seq, uint32_t(best_n)};
 }
 
-void PrefixCache::insert(const std::string& scope, SeqId seq, std::vector<int32_t> tokens) {
+void PrefixCache::insert(const std::string& scope, uint32_t adapter, SeqId seq, std::vector<int32_t> tokens) {
     if (max_entries_ == 0 || tokens.size() < min_match_) {
         engine_.release(seq);
         return;
@@ -38,7 +38,7 @@ void PrefixCache::insert(const std::string& scope, SeqId seq, std::vector<int32_
     if (index_) index_->add(tokens);
     // Entries the new one contains add nothing.
     for (auto it = entries_.begin(); it != entries_.end();) {
-        if (it->scope == scope && it->tokens.size() <= tokens.size() &&
+        if (it->scope == scope && it->adapter == adapter && it->tokens.size() <= tokens.size() &&
             common_prefix(it->tokens, tokens) == it->tokens.size()) {
             engine_.release(it->seq);
             if (index_) index_->remove(it->tokens);
@@ -47,7 +47,7 @@ void PrefixCache::insert(const std::string& scope, SeqId seq, std::vector<int32_
             ++it;
         }
     }
-    entries_.push_front({scope, seq, std::move(tokens)});
+    entries_.push_front({scope, adapter, seq, std::move(tokens)});
     while (entries_.size() > max_entries_) evict_one();
 }
 

@@ -394,7 +394,7 @@ bool Scheduler::try_admit(Active& a) {
     if (!match && cache_) {
         stats_.prefix_lookups.fetch_add(1);
         stats_.prefix_query_tokens.fetch_add(a.tokens.size());
-        match = cache_->lookup(cache_scope(*a.job), a.tokens, uint32_t(a.tokens.size() - 1));
+        match = cache_->lookup(cache_scope(*a.job), a.job->adapter, a.tokens, uint32_t(a.tokens.size() - 1));
     }
     const uint32_t reuse = match ? match->n : 0;
     // Blocks for what is left to compute and one for a copied partial
@@ -437,6 +437,9 @@ bool Scheduler::try_admit(Active& a) {
     sp.frequency_penalty = float(req.sampling.frequency_penalty);
     sp.seed = a.job->seed;
     try {
+        // A fork (a cached prefix, an n > 1 sibling) has its source's
+        // adapter, which is this job's: the cache is keyed by it.
+        if (a.job->adapter && !match) engine_->set_adapter(a.seq, a.job->adapter);
         if (!a.job->pooled) engine_->set_sampling(a.seq, sp);  // a pooled job samples nothing
     } catch (...) {
         engine_->release(a.seq);
@@ -797,7 +800,8 @@ void Scheduler::engine_lost(const Error& why) {
 void Scheduler::complete(ActivePtr a) {
     const SeqId seq = std::exchange(a->seq, 0);
     if (cache_)
-        cache_->insert(cache_scope(*a->job), seq, std::vector<int32_t>(a->tokens.begin(), a->tokens.begin() + a->in_seq));
+        cache_->insert(cache_scope(*a->job), a->job->adapter, seq,
+                       std::vector<int32_t>(a->tokens.begin(), a->tokens.begin() + a->in_seq));
     else engine_->release(seq);
     if (!a->answered) answer(*a);
 }

@@ -11,6 +11,7 @@
 #include <unordered_map>
 
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/service/lora.hpp"
 
 namespace eh::service {
 namespace {
@@ -32,7 +33,9 @@ eh_status guarded(F&& f) {
 
 class BatchedEngine final : public SeqEngine {
 public:
-    BatchedEngine(std::shared_ptr<EngineModel> model, const KvBudget& b) : model_(std::move(model)), api_(model_->api()) {
+    BatchedEngine(std::shared_ptr<EngineModel> model, const KvBudget& b,
+                  std::vector<std::shared_ptr<EngineAdapter>> adapters = {})
+        : model_(std::move(model)), api_(model_->api()), adapters_(std::move(adapters)) {
         eh_kv_params p{};
         p.struct_size = sizeof(p);
         // Cached prefixes are sequences too: room for as many as run.
@@ -99,6 +102,16 @@ public:
 
     void set_sampling(SeqId seq, const eh_sampling_params& p) override {
         check(guarded([&] { return api_.seq_set_sampling(get(seq), &p); }), "seq_set_sampling");
+    }
+
+    void set_adapter(SeqId seq, uint32_t adapter) override {
+        if (adapter > adapters_.size())
+            throw Error(Code::Internal, fmt::format("set_adapter: no adapter {} (the engine has {})", adapter,
+                                                    adapters_.size()));
+        eh_seq* s = get(seq);
+        if (adapters_.empty()) return;  // a plugin without the 1.6 calls: every sequence is the base model's
+        eh_adapter* a = adapter ? adapters_[adapter - 1]->raw() : nullptr;
+        check(guarded([&] { return api_.seq_set_adapter(s, a); }), "seq_set_adapter");
     }
 
     bool step(std::span<StepItem> items) override {
@@ -226,6 +239,8 @@ private:
 
     std::shared_ptr<EngineModel> model_;
     const eh_plugin_api& api_;
+    // Released after the sequences (the destructor's body) and before the model.
+    std::vector<std::shared_ptr<EngineAdapter>> adapters_;
     SeqLimits limits_;
     uint32_t free_ = 0;
     std::unordered_map<SeqId, eh_seq*> seqs_;
@@ -321,7 +336,8 @@ private:
 
 class LocalEngine final : public EngineSource {
 public:
-    explicit LocalEngine(std::shared_ptr<EngineModel> model) : model_(std::move(model)) {}
+    LocalEngine(std::shared_ptr<EngineModel> model, std::vector<std::shared_ptr<EngineAdapter>> adapters)
+        : model_(std::move(model)), adapters_(std::move(adapters)) {}
     EngineFacts facts() const override {
         EngineFacts f;
         f.info = model_->info();
@@ -336,23 +352,31 @@ public:
         f.hidden = loader::api_has_hidden(api);
         return f;
     }
-    std::unique_ptr<SeqEngine> make_engine(const KvBudget& budget) override { return make_seq_engine(model_, budget); }
+    std::unique_ptr<SeqEngine> make_engine(const KvBudget& budget) override {
+        return make_seq_engine(model_, budget, adapters_);
+    }
     bool check_residency(std::string* why) override { return model_->check_residency(why); }
 
 private:
     std::shared_ptr<EngineModel> model_;
+    std::vector<std::shared_ptr<EngineAdapter>> adapters_;
 };
 
 }  // namespace
 
-std::unique_ptr<SeqEngine> make_seq_engine(std::shared_ptr<EngineModel> model, const KvBudget& budget) {
+std::unique_ptr<SeqEngine> make_seq_engine(std::shared_ptr<EngineModel> model, const KvBudget& budget,
+                                           std::vector<std::shared_ptr<EngineAdapter>> adapters) {
     if (budget.max_seq_tokens == 0) throw Error(Code::InvalidRequest, "the context length is 0");
-    if (loader::api_has_step(model->api())) return std::make_unique<BatchedEngine>(std::move(model), budget);
+    if (loader::api_has_step(model->api()))
+        return std::make_unique<BatchedEngine>(std::move(model), budget, std::move(adapters));
+    if (!adapters.empty())
+        throw Error(Code::ModelLoadFailed, "LoRA adapters need a plugin with the batched step (ABI 1.2 and 1.6)");
     return std::make_unique<SessionEngine>(std::move(model), budget);
 }
 
-std::shared_ptr<EngineSource> local_engine(std::shared_ptr<EngineModel> model) {
-    return std::make_shared<LocalEngine>(std::move(model));
+std::shared_ptr<EngineSource> local_engine(std::shared_ptr<EngineModel> model,
+                                           std::vector<std::shared_ptr<EngineAdapter>> adapters) {
+    return std::make_shared<LocalEngine>(std::move(model), std::move(adapters));
 }
 
 }  // namespace eh::service

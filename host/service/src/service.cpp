@@ -6,6 +6,7 @@
 #include <random>
 
 #include "eh/service/kv_cache_type.hpp"
+#include "eh/service/lora.hpp"
 #include "eh/service/utf8.hpp"
 
 namespace eh::service {
@@ -213,6 +214,12 @@ std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
                                            pooling_mode_name(options_.pooling.mode),
                                            options_.pooling.mode == PoolingMode::Rerank ? "/v1/rerank" : "/v1/embeddings"));
     auto job = std::make_shared<Job>();
+    if (!req.adapter.empty()) {
+        const auto& names = options_.adapters;
+        const auto it = std::find(names.begin(), names.end(), req.adapter);
+        if (it == names.end()) throw AdapterNotFound(req.adapter, names);
+        job->adapter = uint32_t(it - names.begin()) + 1;
+    }
     if (req.n_ctx && *req.n_ctx > n_ctx_) {
         if (trained_ctx_ && *req.n_ctx > trained_ctx_)
             throw RequestError("n_ctx", fmt::format("'n_ctx' {} exceeds the model's trained context length {}",

@@ -31,7 +31,9 @@ public:
     virtual bool check_residency(std::string* why) = 0;
 };
 
-// A model this process loaded.
-std::shared_ptr<EngineSource> local_engine(std::shared_ptr<EngineModel> model);
+// A model this process loaded, with the LoRA adapters loaded into it
+// (lora.hpp); the engine it makes holds them.
+std::shared_ptr<EngineSource> local_engine(std::shared_ptr<EngineModel> model,
+                                           std::vector<std::shared_ptr<EngineAdapter>> adapters = {});
 
 }  // namespace eh::service

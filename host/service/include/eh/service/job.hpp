@@ -73,6 +73,8 @@ public:
     uint32_t max_tokens = 0;
     uint32_t n_ctx = 0;        // the context it runs in (the server's)
     uint64_t seed = 0;
+    // request.adapter as the engine numbers it (1-based; 0: the base model).
+    uint32_t adapter = 0;
     // Its output is the final hidden state of its last prompt token, not
     // text (embeddings, rerank): nothing is sampled.
     bool pooled = false;

@@ -6,7 +6,8 @@
 // Each entry belongs to a scope (the API key that computed it, by default):
 // a lookup finds only its own scope's entries, so one tenant cannot learn
 // from cached_tokens (or timing) whether another's prompt starts as it
-// guesses.
+// guesses. An entry also belongs to the LoRA adapter it was computed with
+// (0: the base model): its KV is that adapter's, so no other may reuse it.
 #pragma once
 
 #include <cstdint>
@@ -37,10 +38,11 @@ public:
     };
     // The entry sharing the longest prefix with `tokens`, reusing at most
     // `limit` tokens; marks it used. nullopt when none reaches min_match.
-    std::optional<Match> lookup(const std::string& scope, std::span<const int32_t> tokens, uint32_t limit);
+    std::optional<Match> lookup(const std::string& scope, uint32_t adapter, std::span<const int32_t> tokens,
+                                uint32_t limit);
 
-    // Takes ownership of `seq`, which holds exactly `tokens`.
-    void insert(const std::string& scope, SeqId seq, std::vector<int32_t> tokens);
+    // Takes ownership of `seq`, which holds exactly `tokens` computed with `adapter`.
+    void insert(const std::string& scope, uint32_t adapter, SeqId seq, std::vector<int32_t> tokens);
     // Releases the least recently used entry; false when empty.
     bool evict_one();
     void clear();
@@ -51,6 +53,7 @@ public:
 private:
     struct Entry {
         std::string scope;
+        uint32_t adapter;
         SeqId seq;
         std::vector<int32_t> tokens;
     };

@@ -114,6 +114,9 @@ struct GenerationRequest {
     // aside): set by the HTTP layer to a digest of the API key it presented
     // when keys are configured, else ""; never logged.
     std::string cache_scope;
+    // The LoRA adapter (a --lora NAME) it runs with; "" = the base model.
+    // Set by the HTTP layer from `lora` or a `model` of "<model>:<adapter>".
+    std::string adapter;
 };
 
 // What a chat request (OpenAI's or Anthropic's) has once parsed: the

@@ -18,6 +18,8 @@
 
 namespace eh::service {
 
+class EngineAdapter;  // lora.hpp
+
 using SeqId = uint64_t;
 
 struct SeqLimits {
@@ -58,6 +60,14 @@ public:
     virtual void truncate(SeqId seq, uint32_t n_tokens) = 0;
     virtual void release(SeqId seq) = 0;                     // never throws
     virtual void set_sampling(SeqId seq, const eh_sampling_params& p) = 0;
+    // The LoRA adapter (1-based, in the order the engine was given them; 0:
+    // none) the sequence's later steps compute with (ABI 1.6). Only while
+    // it is empty or to the one it has; a fork keeps its source's. Engines
+    // made without adapters refuse any but 0.
+    virtual void set_adapter(SeqId seq, uint32_t adapter) {
+        (void)seq;
+        if (adapter) throw Error(Code::InvalidRequest, "this engine serves no LoRA adapters");
+    }
     // false: not enough free KV blocks, and nothing changed. Other failures
     // throw eh::Error; the sequences of the step are then unusable.
     virtual bool step(std::span<StepItem> items) = 0;
@@ -128,6 +138,9 @@ struct KvBudget {
 
 // The plugin's batched calls when it has them (kv_init runs here), else its
 // sessions, one sequence at a time, with one session of max_seq_tokens.
-std::unique_ptr<SeqEngine> make_seq_engine(std::shared_ptr<EngineModel> model, const KvBudget& budget);
+// `adapters` (ABI 1.6, batched plugins only) are what set_adapter() picks
+// from; the engine holds them and releases its sequences first.
+std::unique_ptr<SeqEngine> make_seq_engine(std::shared_ptr<EngineModel> model, const KvBudget& budget,
+                                           std::vector<std::shared_ptr<EngineAdapter>> adapters = {});
 
 }  // namespace eh::service

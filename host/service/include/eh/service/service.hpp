@@ -44,6 +44,9 @@ struct ServiceOptions {
     // Embedding or rerank serving: the only jobs it runs are pooled ones
     // (submit_pooled), and the engine must hand out hidden states.
     PoolingSpec pooling;
+    // The LoRA adapters' names, in the order the engine was given them: a
+    // request's `adapter` picks one (AdapterNotFound otherwise).
+    std::vector<std::string> adapters;
 };
 
 
