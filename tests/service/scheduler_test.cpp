@@ -198,11 +198,25 @@ public:
                 --refs_[s.blocks.back()];
                 s.blocks.back() = take();
             }
-            s.tokens.insert(s.tokens.end(), it.tokens.begin(), it.tokens.end());
+            if (it.verify) {
+                // Greedy verification: a draft stays while it is the token
+                // the fake would have sampled there.
+                if (!l_.max_draft_tokens || it.tokens.size() - 1 > l_.max_draft_tokens || !it.sample)
+                    throw Error(Code::Internal, "fake engine: a verify item it cannot take");
+                s.tokens.push_back(it.tokens[0]);
+                it.n_accepted = 0;
+                while (it.n_accepted + 1 < it.tokens.size() && it.tokens[it.n_accepted + 1] == next_token(s.tokens))
+                    s.tokens.push_back(it.tokens[++it.n_accepted]);
+                ++verifies;
+            } else {
+                s.tokens.insert(s.tokens.end(), it.tokens.begin(), it.tokens.end());
+            }
             while (s.blocks.size() < blocks_for(s.tokens.size())) s.blocks.push_back(take());
             computed_tokens += it.tokens.size();
             if (s.tokens.size() == it.tokens.size()) started.emplace_back(it.tokens.begin(), it.tokens.end());
             it.token = it.sample ? next_token(s.tokens) : -1;
+            // A draft model that is wrong now and then.
+            if (it.sample && perturb_every && s.tokens.size() % perturb_every == 0) it.token = 'a' + (it.token - 'a' + 1) % 26;
             // A pooled job's "hidden state": its length and its hash.
             if (it.hidden) hidden_[it.seq] = {float(s.tokens.size()), float(next_token(s.tokens))};
             // Under a mask: the first allowed id at or above the hashed one.
@@ -243,7 +257,9 @@ public:
     }
 
     std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0}, masked{0};
-    std::atomic<size_t> restarts{0}, unknown_releases{0}, truncates{0}, chained{0}, calls_in_flight{0};
+    std::atomic<size_t> restarts{0}, unknown_releases{0}, truncates{0}, chained{0}, calls_in_flight{0}, verifies{0};
+    size_t perturb_every = 0;  // a sample at a length divisible by it is the next letter instead
+    void verifies_up_to(uint32_t n) { l_.max_draft_tokens = n; }  // before the scheduler reads the limits
     bool halves = false;
     std::chrono::milliseconds end_delay{0};
     int32_t hold_after = -1;  // see end_step; set before the first step
@@ -1107,4 +1123,165 @@ TEST(Scheduler, PrefixReuseStaysWithinItsCacheScope) {
         EXPECT_EQ(drain(*own).text, expected(secret + " again", 4));
         EXPECT_EQ(h.sched->stats().prefix_hits.load(), shared ? 2u : 1u) << "its own scope's prefix was not reused";
     }
+}
+
+// ---- speculative decoding ---------------------------------------------------
+
+namespace {
+
+// A target that verifies up to 8 drafts, and its scheduler speculating from
+// `o.spec` (a draft model: a second fake, `perturb_every` making it wrong
+// at every that many-th length).
+struct SpecHarness {
+    FakeEngine* engine;
+    std::shared_ptr<FakeEngine> draft;
+    std::unique_ptr<Scheduler> sched;
+    SpecHarness(SpecSource source, uint32_t draft_max, uint32_t max_batch, size_t perturb_every = 0,
+                uint32_t verify_max = 8, int32_t eog = -1, uint32_t blocks = 256) {
+        auto e = std::make_unique<FakeEngine>(4, blocks, 16, 256);
+        e->verifies_up_to(verify_max);
+        engine = e.get();
+        SchedulerOptions o;
+        o.spec.source = source;
+        o.spec.draft_max = draft_max;
+        o.spec.max_batch = max_batch;
+        if (source == SpecSource::DraftModel) {
+            draft = std::make_shared<FakeEngine>(4, 1024, 32, 256);
+            draft->perturb_every = perturb_every;
+            o.spec.draft = draft;
+        }
+        sched = std::make_unique<Scheduler>(std::move(e), std::make_shared<ByteCodec>(256, eog), std::make_shared<Metrics>(), o);
+    }
+};
+
+}  // namespace
+
+// A draft model that is always right: every draft is accepted, the output is
+// plain decoding's, and a step gives a request several tokens.
+TEST(SchedulerSpec, AnExactDraftModelIsAcceptedWholeAndChangesNothing) {
+    SpecHarness h(SpecSource::DraftModel, 4, 8);
+    EXPECT_STREQ(h.sched->speculation(), "draft_model");
+    auto job = make_job("one", "a prompt of some length", 41);
+    h.sched->enqueue(job);
+    Outcome r = drain(*job);
+    ASSERT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+    EXPECT_EQ(r.text, expected("a prompt of some length", 41));
+    const SchedulerStats& s = h.sched->stats();
+    EXPECT_GT(s.spec_draft_tokens.load(), 20u);
+    EXPECT_EQ(s.spec_accepted_tokens.load(), s.spec_draft_tokens.load());
+    // 41 tokens: the prompt's step gives one, then 1 + up to 4 a step (the
+    // draft length climbs to 4 and is capped near max_tokens).
+    EXPECT_LE(h.engine->steps.load(), 12u);
+    EXPECT_EQ(h.engine->live_lengths().size(), 1u) << "the finished request's sequence is kept for prefix reuse only";
+    EXPECT_EQ(h.draft->live_lengths().size(), 0u) << "its draft sequence was released";
+}
+
+// A draft model that is often wrong: still plain decoding's output for
+// several requests at once, with some drafts accepted and some not.
+TEST(SchedulerSpec, AWrongDraftModelNeverChangesTheOutput) {
+    SpecHarness h(SpecSource::DraftModel, 6, 8, 3);
+    std::vector<std::shared_ptr<Job>> jobs;
+    std::vector<std::string> prompts;
+    for (int i = 0; i < 5; ++i) {
+        prompts.push_back("prompt " + std::to_string(i) + std::string(size_t(3 * i), 'y'));
+        jobs.push_back(make_job("j" + std::to_string(i), prompts.back(), 30 + uint32_t(i)));
+    }
+    h.sched->enqueue_all(jobs);
+    for (size_t i = 0; i < jobs.size(); ++i) {
+        Outcome r = drain(*jobs[i]);
+        ASSERT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+        EXPECT_EQ(r.text, expected(prompts[i], 30 + uint32_t(i))) << "job " << i;
+    }
+    const SchedulerStats& s = h.sched->stats();
+    EXPECT_GT(s.spec_accepted_tokens.load(), 0u);
+    EXPECT_LT(s.spec_accepted_tokens.load(), s.spec_draft_tokens.load());
+    EXPECT_GE(h.engine->max_entries.load(), 3u) << "the requests were not batched";
+}
+
+// Generation that ends at an accepted draft (the end-of-generation token)
+// cuts the drafts after it off the sequence: a second request with the
+// same prompt reuses it and gets the same answer.
+TEST(SchedulerSpec, AnEndInsideTheAcceptedDraftsCutsTheRestOff) {
+    const std::string p = "the end comes early";
+    const std::string full = expected(p, 60);
+    const char eog = full[7];
+    SpecHarness h(SpecSource::DraftModel, 8, 8, 0, 8, eog);
+    auto a = make_job("a", p, 60);
+    h.sched->enqueue(a);
+    Outcome ra = drain(*a);
+    ASSERT_EQ(ra.end.kind, JobEvent::Kind::End) << ra.end.message;
+    EXPECT_EQ(ra.text, full.substr(0, full.find(eog)));
+    EXPECT_GT(h.engine->truncates.load(), 0u) << "no accepted draft was cut back";
+    // The cached sequence holds the prompt and the output before the end.
+    const std::vector<size_t> lengths = h.engine->live_lengths();
+    ASSERT_EQ(lengths.size(), 1u);
+    EXPECT_EQ(lengths[0], p.size() + full.find(eog));
+    auto b = make_job("b", p, 60);
+    h.sched->enqueue(b);
+    EXPECT_EQ(drain(*b).text, ra.text);
+}
+
+// max_tokens is never overshot: the drafts are capped by what is left.
+TEST(SchedulerSpec, MaxTokensIsExact) {
+    SpecHarness h(SpecSource::DraftModel, 8, 8);
+    for (uint32_t n : {1u, 2u, 3u, 9u, 10u}) {
+        auto j = make_job("m" + std::to_string(n), "max tokens " + std::to_string(n), n);
+        h.sched->enqueue(j);
+        Outcome r = drain(*j);
+        EXPECT_EQ(r.text, expected("max tokens " + std::to_string(n), n));
+        EXPECT_EQ(r.end.tokens_out, n);
+    }
+}
+
+// Prompt lookup drafts from the request's own tokens; the fake's tokens do
+// not repeat, so nearly every draft is rejected, and the output stays.
+TEST(SchedulerSpec, NgramDraftsAreVerifiedAndChangeNothing) {
+    SpecHarness h(SpecSource::Ngram, 4, 8);
+    EXPECT_STREQ(h.sched->speculation(), "ngram");
+    const std::string p = "abcabcabcabcabc";
+    auto j = make_job("n", p, 30);
+    h.sched->enqueue(j);
+    Outcome r = drain(*j);
+    EXPECT_EQ(r.text, expected(p, 30));
+    EXPECT_GT(h.sched->stats().spec_drafts.load(), 0u);
+    EXPECT_GT(h.engine->verifies.load(), 0u);
+}
+
+// Above --spec-max-batch decoding requests a step carries no drafts.
+TEST(SchedulerSpec, ALargeBatchTurnsItOff) {
+    SpecHarness h(SpecSource::DraftModel, 4, 1);
+    h.engine->step_delay = std::chrono::milliseconds(1);
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (int i = 0; i < 4; ++i) jobs.push_back(make_job("b" + std::to_string(i), "batch " + std::to_string(i), 20));
+    h.sched->enqueue_all(jobs);
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*jobs[size_t(i)]).text, expected("batch " + std::to_string(i), 20));
+    EXPECT_GT(h.sched->stats().spec_off_steps.load(), 0u);
+}
+
+// An engine that does not verify: speculation is off, said why, and serving is unchanged.
+TEST(SchedulerSpec, AnEngineThatDoesNotVerifyServesWithoutIt) {
+    SpecHarness h(SpecSource::DraftModel, 4, 8, 0, 0);
+    EXPECT_STREQ(h.sched->speculation(), "off");
+    EXPECT_NE(h.sched->speculation_off_reason().find("does not verify"), std::string::npos);
+    auto j = make_job("x", "no verify", 12);
+    h.sched->enqueue(j);
+    EXPECT_EQ(drain(*j).text, expected("no verify", 12));
+    EXPECT_EQ(h.engine->verifies.load(), 0u);
+}
+
+// A pool too small for every request's drafts: a step that finds it full
+// runs again without them (then preempts, as without speculation); the
+// outputs are unchanged.
+TEST(SchedulerSpec, APoolFullOfDraftsRetriesWithoutThem) {
+    // 4-token blocks: each request ends at 20 tokens (5 blocks); 12 blocks hold two of them.
+    SpecHarness h(SpecSource::DraftModel, 8, 8, 0, 8, -1, 12);
+    std::vector<std::shared_ptr<Job>> jobs;
+    for (int i = 0; i < 3; ++i) jobs.push_back(make_job("k" + std::to_string(i), "ten token" + std::to_string(i), 10));
+    h.sched->enqueue_all(jobs);
+    for (int i = 0; i < 3; ++i) {
+        Outcome r = drain(*jobs[size_t(i)]);
+        ASSERT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+        EXPECT_EQ(r.text, expected("ten token" + std::to_string(i), 10));
+    }
+    EXPECT_GT(h.engine->kv_full.load(), 0u);
 }

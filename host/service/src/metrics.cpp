@@ -93,6 +93,13 @@ void render_vllm(std::string& out, const Gauges& g) {
                        "cache_dtype=\"{}\",engine=\"0\"}} 1\n",
                        uint64_t(g.kv_block_tokens), uint64_t(g.kv_blocks_total), g.prefix_caching ? "True" : "False",
                        g.kv_cache_type);
+    if (!g.spec_on) return;  // vLLM has them only with speculative decoding
+    head(out, "vllm:spec_decode_num_drafts", "counter", "Number of spec decoding drafts.");
+    out += fmt::format("vllm:spec_decode_num_drafts_total{} {}\n", labels, num(g.spec_drafts));
+    head(out, "vllm:spec_decode_num_draft_tokens", "counter", "Number of draft tokens.");
+    out += fmt::format("vllm:spec_decode_num_draft_tokens_total{} {}\n", labels, num(g.spec_draft_tokens));
+    head(out, "vllm:spec_decode_num_accepted_tokens", "counter", "Number of accepted tokens.");
+    out += fmt::format("vllm:spec_decode_num_accepted_tokens_total{} {}\n", labels, num(g.spec_accepted_tokens));
 }
 
 }  // namespace
@@ -194,6 +201,21 @@ std::string Metrics::render(const Gauges& g) const {
     counter(out, "eh_engine_chained_steps_total",
             "Steps begun before the step ahead of them was read (the engine took each token on the device).",
             num(g.engine_chained_steps));
+    counter(out, "eh_spec_decode_num_drafts_total", "Step items that verified draft tokens (speculative decoding).",
+            num(g.spec_drafts));
+    counter(out, "eh_spec_decode_num_draft_tokens_total", "Draft tokens those items carried.", num(g.spec_draft_tokens));
+    counter(out, "eh_spec_decode_num_accepted_tokens_total", "Draft tokens the engine accepted.",
+            num(g.spec_accepted_tokens));
+    gauge(out, "eh_spec_decode_acceptance_rate",
+          "Accepted draft tokens over draft tokens since the start (0 before any).",
+          num(g.spec_draft_tokens > 0 ? g.spec_accepted_tokens / g.spec_draft_tokens : 0.0));
+    gauge(out, "eh_spec_decode_tokens_per_step",
+          "Tokens a verify item gave its request on average since the start: 1 + accepted / drafts (0 before any).",
+          num(g.spec_drafts > 0 ? 1.0 + g.spec_accepted_tokens / g.spec_drafts : 0.0));
+    counter(out, "eh_spec_decode_skipped_steps_total",
+            "Steps run without drafts because more requests decoded than --spec-max-batch.", num(g.spec_off_steps));
+    counter(out, "eh_spec_decode_draft_seconds_total", "Host time spent drafting (a draft model's steps).",
+            num(g.spec_draft_seconds));
     counter(out, "eh_constraint_seconds_total",
             "Host time computing token masks and updating matchers for structured output.", num(g.constraint_seconds));
     if (!g.model_name.empty()) render_vllm(out, g);  // once the model is loaded

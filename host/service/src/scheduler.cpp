@@ -96,6 +96,21 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
                                                                 options_.kv_events_hash_seed)
                                : nullptr);
     stats_.kv_total_blocks = limits_.total_blocks;
+    if (options_.spec.source != SpecSource::Off) {
+        if (!limits_.max_draft_tokens) {
+            spec_off_reason_ = engine_->process_id() != 0
+                                   ? "the engine process does not carry draft tokens (serve without --engine-process)"
+                                   : "the plugin does not verify draft tokens (ABI 1.6 EH_STEP_VERIFY)";
+            log_event(spdlog::level::warn, "speculation_off",
+                      {{"source", spec_source_name(options_.spec.source)}, {"reason", spec_off_reason_}});
+        } else {
+            spec_ = std::make_unique<Speculator>(options_.spec, limits_.max_draft_tokens);
+            log_event(spdlog::level::info, "speculation",
+                      {{"source", spec_source_name(options_.spec.source)},
+                       {"draft_max", std::min(options_.spec.draft_max, limits_.max_draft_tokens)},
+                       {"max_batch", options_.spec.max_batch}, {"draft_model", options_.spec.draft_name}});
+        }
+    }
     // Only the scheduler thread steps, and it is the one polled here.
     engine_->set_interrupt([this] {
         const int64_t now = now_ns();
@@ -488,6 +503,11 @@ Scheduler::Step Scheduler::build_step() {
         it.seq = a.seq;
         it.tokens = std::span<const int32_t>(a.tokens).subspan(a.in_seq, k);
         it.sample = a.in_seq + k == a.tokens.size();
+        if (k == 1 && a.spec.step.size() > 1) {  // its next token and the drafts after it
+            it.tokens = a.spec.step;
+            it.verify = true;
+            k = uint32_t(a.spec.step.size());
+        }
         if (a.job->pooled) {
             // Its last prompt token's hidden state is its whole output.
             it.hidden = it.sample;
@@ -512,10 +532,13 @@ Scheduler::Step Scheduler::build_step() {
         budget -= k;
     };
     // Decoding requests first, so prefill never delays a token in flight.
+    std::vector<Active*> decoding;
     for (auto& a : running_)
-        if (a->gen->tokens_out() > 0 && a->tokens.size() - a->in_seq == 1 && budget > 0 &&
-            st.items.size() < limits_.max_step_entries)
-            add(*a, 1);
+        if (a->gen->tokens_out() > 0 && a->tokens.size() - a->in_seq == 1 &&
+            decoding.size() < std::min(budget, limits_.max_step_entries))
+            decoding.push_back(a.get());
+    speculate(decoding);
+    for (Active* a : decoding) add(*a, 1);
     // A step's time grows with its prefill: while requests decode, each of
     // their tokens waits for at most prefill_chunk_tokens of it. The oldest
     // prompt still advances every step, by the whole chunk.
@@ -534,8 +557,48 @@ Scheduler::Step Scheduler::build_step() {
     return st;
 }
 
+void Scheduler::speculate(const std::vector<Active*>& decoding) {
+    for (Active* a : decoding) a->spec.step.clear();
+    if (!spec_ || decoding.empty()) return;
+    if (!spec_->on_for(decoding.size())) {
+        stats_.spec_off_steps.fetch_add(1);
+        return;
+    }
+    // The step's budget, shared: every decoding request has its token.
+    const uint32_t share = uint32_t((limits_.max_step_tokens - decoding.size()) / decoding.size());
+    std::vector<Speculator::Ask> asks;
+    for (Active* a : decoding) {
+        // A grammar's mask and logprobs' logits are per position; neither rides a verify.
+        if (a->matcher || a->job->pooled || a->job->request.top_logprobs >= 0) continue;
+        // A verify emits up to k + 1 tokens and leaves the sequence at most
+        // tokens.size() + k long.
+        const uint64_t out_left = a->job->max_tokens > a->gen->tokens_out() ? a->job->max_tokens - a->gen->tokens_out() : 0;
+        const uint64_t room = limits_.max_seq_tokens > a->tokens.size() ? limits_.max_seq_tokens - a->tokens.size() : 0;
+        const uint32_t cap = uint32_t(std::min<uint64_t>({share, out_left > 0 ? out_left - 1 : 0, room}));
+        if (cap) asks.push_back({&a->spec, a->tokens, cap});
+    }
+    const auto t0 = Clock::now();
+    spec_->draft(asks);
+    stats_.spec_draft_ns.fetch_add(uint64_t((Clock::now() - t0).count()));
+}
+
+bool Scheduler::drop_drafts(Step& st) {
+    bool any = false;
+    for (size_t i = 0; i < st.items.size(); ++i) {
+        StepItem& it = st.items[i];
+        if (!it.verify) continue;
+        it.verify = false;
+        it.tokens = it.tokens.first(1);
+        st.owners[i]->spec.step.resize(1);
+        any = true;
+    }
+    return any;
+}
+
 bool Scheduler::may_chain_after(const Step& st) {
     if (!options_.chained_steps || !engine_->can_chain() || st.owners.size() != running_.size()) return false;
+    // Speculation needs each step's tokens before the next step's drafts.
+    if (spec_ && spec_->on_for(st.items.size())) return false;
     {
         // A request that could be admitted now goes first.
         std::lock_guard lock(mu_);
@@ -548,7 +611,7 @@ bool Scheduler::may_chain_after(const Step& st) {
         // The next step would append the token this one samples: every
         // request must still want one after it, need nothing the host
         // computes from that token (a grammar's mask) and no logits.
-        if (!it.sample || it.logits || a.matcher || a.gen->done() || must_stop(a, now)) return false;
+        if (!it.sample || it.logits || it.verify || a.matcher || a.gen->done() || must_stop(a, now)) return false;
         if (a.gen->tokens_out() + 1 >= a.job->max_tokens) return false;
         if (uint64_t(a.in_seq) + item_tokens(it) + 1 > limits_.max_seq_tokens) return false;
     }
@@ -576,7 +639,9 @@ void Scheduler::run_step() {
 }
 
 void Scheduler::run_alone(Step& st) {
-    if (!timed([&] { return engine_->step(st.items); })) {
+    // Out of blocks with drafts aboard: the same step without them first.
+    if (!timed([&] { return engine_->step(st.items); }) &&
+        !(drop_drafts(st) && timed([&] { return engine_->step(st.items); }))) {
         handle_kv_full();
         return;
     }
@@ -678,6 +743,10 @@ void Scheduler::accept_tokens(Step& st) {
             engine_->truncate(a.seq, a.in_seq);
             continue;
         }
+        if (st.items[i].verify) {
+            accept_verified(a, st.items[i]);
+            continue;
+        }
         a.in_seq += item_tokens(st.items[i]);
         if (st.items[i].hidden) {
             const auto h = engine_->hidden(a.seq);
@@ -716,6 +785,26 @@ void Scheduler::accept_tokens(Step& st) {
             if (complete_now) a.gen->end("grammar");
         }
     }
+}
+
+void Scheduler::accept_verified(Active& a, const StepItem& it) {
+    const uint32_t m = it.n_accepted;
+    stats_.spec_drafts.fetch_add(1);
+    stats_.spec_draft_tokens.fetch_add(it.tokens.size() - 1);
+    stats_.spec_accepted_tokens.fetch_add(m);
+    spec_->verified(a.spec, m);
+    a.in_seq += 1;  // t; the engine kept d1..dm after it
+    for (uint32_t j = 1; j <= m; ++j) {
+        if (a.gen->accept(it.tokens[j], {})) {
+            // It ended at an accepted draft (a stop, max_tokens): the
+            // drafts after that one leave its sequence.
+            engine_->truncate(a.seq, a.in_seq);
+            return;
+        }
+        a.tokens.push_back(it.tokens[j]);
+        ++a.in_seq;
+    }
+    if (!a.gen->accept(it.token, {})) a.tokens.push_back(it.token);
 }
 
 void Scheduler::settle() {
@@ -798,6 +887,7 @@ void Scheduler::engine_lost(const Error& why) {
 }
 
 void Scheduler::complete(ActivePtr a) {
+    if (spec_) spec_->forget(a->spec);
     const SeqId seq = std::exchange(a->seq, 0);
     if (cache_)
         cache_->insert(cache_scope(*a->job), a->job->adapter, seq,
@@ -815,6 +905,7 @@ void Scheduler::answer(Active& a) {
 }
 
 void Scheduler::fail(ActivePtr a, const Error& e) {
+    if (spec_) spec_->forget(a->spec);
     if (a->seq) engine_->release(std::exchange(a->seq, 0));
     if (a->answered) return;  // its answer went out whole before this
     finish(a->job, stopped_event(*a->job, e, options_.inference_timeout));

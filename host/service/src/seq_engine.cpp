@@ -59,6 +59,8 @@ public:
         limits_.block_bytes = info.block_bytes;
         limits_.can_fork = true;
         limits_.batched = true;
+        // (1.6) read only from a plugin that knows the member: before, it was padding
+        if (api_.abi_minor >= 6) limits_.max_draft_tokens = info.max_draft_tokens;
         if (!info.block_tokens || !info.total_blocks || !info.max_seqs || !info.max_step_tokens ||
             !info.max_step_entries || !info.max_seq_tokens)
             throw Error(Code::Internal, "plugin's kv_init granted a zero limit");
@@ -119,7 +121,15 @@ public:
         if (!started(guarded([&] { return api_.step(model_->raw(), entries_.data(), uint32_t(entries_.size())); }),
                      "step"))
             return false;
-        for (size_t i = 0; i < items.size(); ++i) items[i].token = entries_[i].token;
+        for (size_t i = 0; i < items.size(); ++i) {
+            items[i].token = entries_[i].token;
+            if (items[i].verify) {
+                items[i].n_accepted = entries_[i].n_accepted;
+                if (items[i].n_accepted >= items[i].tokens.size())
+                    throw Error(Code::Internal, fmt::format("step: the plugin accepted {} of {} draft tokens",
+                                                            items[i].n_accepted, items[i].tokens.size() - 1));
+            }
+        }
         return true;
     }
 
@@ -167,7 +177,8 @@ private:
             eh_step_entry& e = entries_[i];
             e.struct_size = sizeof(e);
             e.flags = (it.sample ? EH_STEP_SAMPLE : 0u) | (it.logits ? EH_STEP_LOGITS : 0u) |
-                      (it.chained ? EH_STEP_CHAINED : 0u) | (it.hidden ? EH_STEP_HIDDEN : 0u);
+                      (it.chained ? EH_STEP_CHAINED : 0u) | (it.hidden ? EH_STEP_HIDDEN : 0u) |
+                      (it.verify ? EH_STEP_VERIFY : 0u);
             e.seq = get(it.seq);
             e.tokens = it.chained ? nullptr : it.tokens.data();
             e.n_tokens = it.chained ? 1u : uint32_t(it.tokens.size());

@@ -84,6 +84,20 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.kv_events_hash_seed = options_.kv_events_hash_seed;
     so.plugin = facts.plugin_name;
     so.plugin_version = facts.plugin_version;
+    so.spec = options_.spec;
+    if (so.spec.source == SpecSource::DraftModel) {
+        if (!options_.draft) throw Error(Code::Internal, "speculative decoding from a draft model without one");
+        const EngineFacts df = options_.draft->facts();
+        if (df.info.vocab_size != mi.vocab_size)
+            throw Error(Code::ModelLoadFailed,
+                        fmt::format("--draft-model: its vocabulary has {} tokens and the served model's {}; a draft "
+                                    "model must share the served model's vocabulary",
+                                    df.info.vocab_size, mi.vocab_size));
+        KvBudget db = kb;
+        db.kv_type = 0;  // the draft's cache is small: the plugin's default
+        so.spec.draft = options_.draft->make_engine(db);
+        device_bytes_ += options_.draft->facts().info.device_bytes_used;
+    }
     scheduler_ = std::make_unique<Scheduler>(std::move(engine), codec_, metrics_, so);
     constraints_ = std::make_unique<ConstraintCache>(codec_, mi.vocab_size);
 }
@@ -120,6 +134,12 @@ void Service::fill_gauges(Gauges& g) const {
     g.engine_step_seconds = double(s.engine_step_ns.load()) * 1e-9;
     g.engine_chained_steps = double(s.chained_steps.load());
     g.constraint_seconds = double(s.constraint_ns.load()) * 1e-9;
+    g.spec_on = std::string(scheduler_->speculation()) != "off";
+    g.spec_drafts = double(s.spec_drafts.load());
+    g.spec_draft_tokens = double(s.spec_draft_tokens.load());
+    g.spec_accepted_tokens = double(s.spec_accepted_tokens.load());
+    g.spec_off_steps = double(s.spec_off_steps.load());
+    g.spec_draft_seconds = double(s.spec_draft_ns.load()) * 1e-9;
 }
 
 std::shared_ptr<Job> Service::submit(GenerationRequest req) {

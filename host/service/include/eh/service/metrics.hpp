@@ -46,6 +46,11 @@ struct Gauges {
     double preemptions = 0;
     double engine_restarts = 0;        // engine processes started again after a crash (--engine-process)
     double engine_steps = 0, engine_step_seconds = 0, constraint_seconds = 0, engine_chained_steps = 0;
+    // Speculative decoding: on (configured and the engine verifies); verify
+    // items, the drafts they carried, the drafts accepted; steps it sat out
+    // (more than --spec-max-batch decoding); time spent drafting.
+    bool spec_on = false;
+    double spec_drafts = 0, spec_draft_tokens = 0, spec_accepted_tokens = 0, spec_off_steps = 0, spec_draft_seconds = 0;
     double vram_bytes = 0;
     double uptime_seconds = 0;
     double context_length = 0;

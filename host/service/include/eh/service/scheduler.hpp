@@ -29,6 +29,12 @@
 // allowed-token mask, advances the matcher with each token, and ends
 // ("grammar") as soon as its output is complete.
 // A request joins or leaves the batch between any two steps.
+// Speculative decoding (speculation.hpp), where configured and the engine
+// verifies: while at most --spec-max-batch requests decode, each decoding
+// request's item carries its drafts ([t, d1..dk], verified in the step);
+// the accepted drafts and the token after them are its output, in order.
+// Steps are not chained while it runs (the next drafts need this step's
+// tokens). A step that finds the pool full is first retried without drafts.
 #pragma once
 
 #include <atomic>
@@ -48,6 +54,7 @@
 #include "eh/service/metrics.hpp"
 #include "eh/service/prefix_cache.hpp"
 #include "eh/service/seq_engine.hpp"
+#include "eh/service/speculation.hpp"
 #include "eh/service/text_codec.hpp"
 
 namespace eh::service {
@@ -73,6 +80,8 @@ struct SchedulerOptions {
     std::shared_ptr<KvEventSink> kv_events;
     uint32_t kv_events_block_tokens = 0;
     std::string kv_events_hash_seed;
+    // Speculative decoding (source Off: none).
+    SpecOptions spec;
 };
 
 enum class EngineState : int {
@@ -98,6 +107,11 @@ struct SchedulerStats {
     std::atomic<uint64_t> engine_steps{0}, engine_step_ns{0}, constraint_ns{0};
     // Steps begun before the step ahead of them was read (ABI 1.3 halves).
     std::atomic<uint64_t> chained_steps{0};
+    // Speculative decoding: verify items, the drafts they carried and those
+    // accepted; steps it sat out because more than --spec-max-batch decoded;
+    // time spent drafting (a draft model's steps).
+    std::atomic<uint64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0}, spec_off_steps{0};
+    std::atomic<uint64_t> spec_draft_ns{0};
 };
 
 // The queue is full: 503 with Retry-After.
@@ -139,6 +153,10 @@ public:
     const SchedulerStats& stats() const { return stats_; }
     const SeqLimits& limits() const { return limits_; }
     uint32_t max_running() const { return max_running_; }
+    // Speculative decoding as it runs: its source ("off", "ngram",
+    // "draft_model") and, when off although asked for, why.
+    const char* speculation() const { return spec_ ? spec_source_name(spec_->source()) : "off"; }
+    const std::string& speculation_off_reason() const { return spec_off_reason_; }
 
 private:
     struct Active {
@@ -163,6 +181,7 @@ private:
         bool answered = false;
         // A pooled job's hidden state, once its last prompt token is in.
         std::vector<float> hidden;
+        SpecState spec;                 // its drafts (speculative decoding)
     };
     using ActivePtr = std::unique_ptr<Active>;
 
@@ -184,6 +203,12 @@ private:
     // Every decoding request's next token, then prefill chunks (at most
     // prefill_chunk_tokens of them when the step holds a decode).
     Step build_step();
+    // Drafts for the decoding requests that may take them (a->spec.step).
+    void speculate(const std::vector<Active*>& decoding);
+    // A step's KV was full: its verify items lose their drafts. False when it had none.
+    static bool drop_drafts(Step& st);
+    // A verify item's accepted drafts and its token, to its request.
+    void accept_verified(Active& a, const StepItem& it);
     // Whether the next step may start before this one's tokens are read: the
     // engine can, the step holds every running request, each samples and
     // will want another token, none has a grammar or asks logits, and no
@@ -233,6 +258,8 @@ private:
     SeqLimits limits_;
     uint32_t max_running_;
     std::unique_ptr<PrefixCache> cache_;
+    std::unique_ptr<Speculator> spec_;
+    std::string spec_off_reason_;
     SchedulerStats stats_;
 
     // The scheduler thread's own.

@@ -33,6 +33,9 @@ struct SeqLimits {
     uint32_t kv_type = UINT32_MAX;  // eh_tensor_type the blocks hold; kKvTypeUnknown (kv_cache_type.hpp) when the plugin does not say
     bool can_fork = false;          // prefix reuse and n > 1 need it
     bool batched = false;           // more than one sequence per step
+    // Draft tokens one verify item may carry (ABI 1.6 EH_STEP_VERIFY); 0:
+    // the engine does not verify, and speculative decoding stays off.
+    uint32_t max_draft_tokens = 0;
 };
 
 struct StepItem {
@@ -46,6 +49,11 @@ struct StepItem {
     bool hidden = false;            // keep the last position's final hidden state (has_hidden() engines)
     const std::vector<uint32_t>* allowed = nullptr;   // bitset, or NULL
     const std::vector<std::pair<int32_t, float>>* bias = nullptr;
+    // Speculative verification (step() only, where max_draft_tokens > 0):
+    // tokens are [t, d1..dk] and sample is set; the engine keeps t and the
+    // drafts it accepts, n_accepted says how many, token is the one after.
+    bool verify = false;
+    uint32_t n_accepted = 0;        // out
     int32_t token = -1;             // out
 };
 

@@ -47,6 +47,11 @@ struct ServiceOptions {
     // The LoRA adapters' names, in the order the engine was given them: a
     // request's `adapter` picks one (AdapterNotFound otherwise).
     std::vector<std::string> adapters;
+    // Speculative decoding (source Off: none); with DraftModel, `draft` is
+    // the draft model (the same vocabulary as the served one), whose own KV
+    // cache is sized here like the served model's.
+    SpecOptions spec;
+    std::shared_ptr<EngineSource> draft;
 };
 
 
@@ -107,6 +112,10 @@ public:
     uint32_t prefill_chunk_tokens() const { return options_.prefill_chunk_tokens; }
     const SeqLimits& kv_limits() const { return scheduler_->limits(); }
     const SchedulerStats& stats() const { return scheduler_->stats(); }
+    // Speculative decoding as it runs ("off", "ngram", "draft_model") and,
+    // when off although asked for, why.
+    const char* speculation() const { return scheduler_->speculation(); }
+    const std::string& speculation_off_reason() const { return scheduler_->speculation_off_reason(); }
     // The scheduler's gauges and counters for /metrics.
     void fill_gauges(Gauges& g) const;
     const TextCodec& codec() const { return *codec_; }

@@ -1,0 +1,100 @@
+// Speculative decoding's host half. The engine verifies (ABI 1.6
+// EH_STEP_VERIFY: a step entry [t, d1..dk] returns how many drafts it
+// accepted and the token after them); this decides where the drafts come
+// from and how many:
+//   - the source: an n-gram lookup in the request's own tokens (prompt
+//     lookup: the tokens that followed the latest earlier occurrence of its
+//     last n tokens; no model), or a draft model, a smaller model of the
+//     same vocabulary with sequences of its own, decoding greedily;
+//   - the length: each request's own, adapted to its acceptance (one more
+//     after a step that accepted every draft, the accepted count plus one
+//     after one that did not), within [1, draft_max];
+//   - when: only while at most max_batch requests decode. A verify entry of
+//     k drafts costs the step k + 1 tokens; with many sequences a step is
+//     no longer bound by reading the weights once, and extra tokens cost
+//     time that fewer accepted tokens do not repay (docs/http-api.md).
+// The draft model's sequences mirror the requests' tokens: before drafting,
+// each is cut back to what it shares with its request and caught up.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "eh/service/seq_engine.hpp"
+
+namespace eh::service {
+
+enum class SpecSource { Off, Ngram, DraftModel };
+const char* spec_source_name(SpecSource s);  // "off", "ngram", "draft_model"
+
+// The documented limits of the flags.
+inline constexpr uint32_t kSpecMaxDraftTokens = 16;   // --spec-draft-max
+inline constexpr uint32_t kSpecMaxNgram = 16;         // --spec-ngram-max
+
+struct SpecOptions {
+    SpecSource source = SpecSource::Off;
+    uint32_t draft_max = 4;      // --spec-draft-max: most drafts one verify carries (1..kSpecMaxDraftTokens)
+    uint32_t ngram_min = 1;      // --spec-ngram-min: the shortest suffix looked up
+    uint32_t ngram_max = 3;      // --spec-ngram-max: the longest (tried first)
+    uint32_t max_batch = 8;      // --spec-max-batch: off while more requests decode
+    std::string draft_name;      // the draft model's file, for /health
+    std::shared_ptr<SeqEngine> draft;  // DraftModel: its engine (its own KV)
+};
+
+// Throws eh::Error(InvalidRequest) naming the flag when a value is out of
+// its documented range.
+void check_spec_options(const SpecOptions& o);
+
+// Prompt lookup: the (up to) k tokens that followed the latest earlier
+// occurrence of the last n tokens, n from n_max down to n_min; empty if none.
+std::vector<int32_t> ngram_draft(std::span<const int32_t> tokens, uint32_t n_min, uint32_t n_max, uint32_t k);
+
+// A request's next draft length after a verify of `proposed` drafts that
+// accepted `accepted`.
+uint32_t adapt_draft_length(uint32_t proposed, uint32_t accepted, uint32_t k_max);
+
+// One request's speculation state (lives in the scheduler's Active).
+struct SpecState {
+    uint32_t k = 0;                    // its draft length (0: not yet drafted, start at draft_max)
+    SeqId draft_seq = 0;               // DraftModel: its sequence, 0 none
+    std::vector<int32_t> draft_tokens; // what draft_seq holds
+    std::vector<int32_t> step;         // [t, d1..dk] of the step being built
+};
+
+class Speculator {
+public:
+    // engine_max_draft: what the target engine verifies (SeqLimits::max_draft_tokens).
+    Speculator(SpecOptions o, uint32_t engine_max_draft);
+    ~Speculator();
+
+    SpecSource source() const { return o_.source; }
+    const SpecOptions& options() const { return o_; }
+    // Whether a step with this many decoding requests speculates.
+    bool on_for(size_t decoding) const { return decoding <= o_.max_batch; }
+
+    struct Ask {
+        SpecState* st;
+        std::span<const int32_t> tokens;  // the request's tokens; the last is its next input
+        uint32_t cap;                     // most drafts it may take (budget, max_tokens, context)
+    };
+    // Fills each ask's st->step with [last token, drafts...] (just the last
+    // token when its source found nothing). A draft model that fails or
+    // runs out of blocks drafts nothing this time (never an error).
+    void draft(std::span<Ask> asks);
+    // The step verified st.step: `accepted` of its drafts were taken.
+    void verified(SpecState& st, uint32_t accepted);
+    // The request ended: its draft sequence goes.
+    void forget(SpecState& st);
+
+private:
+    void draft_model(std::span<Ask> asks);
+    void drop(SpecState& st);
+
+    SpecOptions o_;
+    uint32_t k_max_;
+};
+
+}  // namespace eh::service
