@@ -18,7 +18,8 @@ struct Engine {
 
     static const eh_plugin_info& info() {
         static const eh_plugin_info i = {sizeof(eh_plugin_info), "gpt-cuda", "0.1.0", "gpt-cuda",
-                                         kFormats, kArchs, kQuants, EH_DEVICE_CUDA, 80};
+                                         kFormats, kArchs, kQuants, EH_DEVICE_CUDA, 80,
+                                         1 /* max_devices: one GPU; tensor parallelism is llama-cuda's so far */, 0};
         return i;
     }
     static std::unique_ptr<Model> load(const eh_load_params& p) { return gpt_cuda::load_model(p); }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 
+#include <ehcuda/allreduce.hpp>
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
@@ -17,8 +18,10 @@ ehcuda::BatchShape shape_of(Model& m) {
     sh.device = m.device;
     sh.ledger = &m.ledger;
     sh.n_vocab = c.n_vocab;
-    sh.n_layer = c.n_layer;
-    sh.kv_dim = c.kv_dim();
+    // (tensor parallel: a pool layer per rank and layer, each of the rank's
+    // KV heads; the block tables are shared, as a real rank's would be)
+    sh.n_layer = c.n_layer * m.tp;
+    sh.kv_dim = c.kv_dim() / m.tp;
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.n_ff});
     return sh;
 }
@@ -46,21 +49,30 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     const size_t T = size_t(max_step_tokens());
     h_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
     xn_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-    qkv_ = ehcuda::DeviceBuffer(T * c_.qkv_dim() * 4, L);
-    attn_ = ehcuda::DeviceBuffer(T * c_.q_dim() * 4, L);
-    ff_ = ehcuda::DeviceBuffer(T * 2 * size_t(c_.n_ff) * 4, L);
     last_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-    // Decode-only steps: the fused paged attention, with split scratch for
-    // the widest such step and (one row) its output quantized for attn_out.
     fused_attn_ = ehcuda::attention_head_dim_fast(c_.head_dim);
-    if (fused_attn_) {
-        size_t heads_x_splits = 0;
-        for (int r = 1; r <= max_step_entries(); ++r)
-            heads_x_splits = std::max(heads_x_splits, size_t(r) * c_.n_head * decode_splits(r));
-        attn_scratch_ = ehcuda::DeviceBuffer(heads_x_splits * (c_.head_dim + 2) * 4, L);
-        attn_counters_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(c_.n_head, max_step_entries()) * 4, L);
-        EHC_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.size()));
-        if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
+    ranks_.resize(size_t(m_.tp));
+    for (int i = 0; i < m_.tp; ++i) {
+        Rank& r = ranks_[size_t(i)];
+        r.index = i;
+        r.c = m_.tp == 1 ? &m_.cfg : &m_.shards[size_t(i)].c;
+        r.layers = m_.tp == 1 ? &m_.layers : &m_.shards[size_t(i)].layers;
+        const Config& rc = *r.c;
+        r.qkv = ehcuda::DeviceBuffer(T * rc.qkv_dim() * 4, L);
+        r.attn = ehcuda::DeviceBuffer(T * rc.q_dim() * 4, L);
+        r.ff = ehcuda::DeviceBuffer(T * 2 * size_t(rc.n_ff) * 4, L);
+        if (m_.tp > 1) r.part = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+        // Decode-only steps: the fused paged attention, with split scratch for
+        // the widest such step and (one row) its output quantized for attn_out.
+        if (fused_attn_) {
+            size_t heads_x_splits = 0;
+            for (int n = 1; n <= max_step_entries(); ++n)
+                heads_x_splits = std::max(heads_x_splits, size_t(n) * rc.n_head * decode_splits(rc.n_head, n));
+            r.attn_scratch = ehcuda::DeviceBuffer(heads_x_splits * (rc.head_dim + 2) * 4, L);
+            r.attn_counters = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(rc.n_head, max_step_entries()) * 4, L);
+            EHC_CHECK(cudaMemset(r.attn_counters.get(), 0, r.attn_counters.size()));
+            if (const size_t n = ehcuda::gemv_chunk_bytes(rc.q_dim())) r.attn_chunks = ehcuda::DeviceBuffer(n, L);
+        }
     }
     // cuBLAS from G tokens on (above); the in-kernel WMMA GEMM ran a 64-token
     // decode step 4.5x slower than cuBLAS on slabs.
@@ -69,38 +81,39 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     init_pool();
 }
 
-int Batch::decode_splits(int rows) const {
-    return ehcuda::attention_decode_row_splits(max_seq_tokens(), c_.n_head, rows);
+int Batch::decode_splits(int n_head, int rows) const {
+    return ehcuda::attention_decode_row_splits(max_seq_tokens(), n_head, rows);
 }
 
-void Batch::decode_attention(const ehcuda::StepView& v, int layer, bool chunks) {
+void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool chunks) {
+    const Config& rc = *r.c;
     ehcuda::DecodeAttnArgs da;
-    da.qkv = qkv_.as<float>();
-    da.n_head = c_.n_head;
-    da.n_kv = c_.n_kv;
+    da.qkv = r.qkv.as<float>();
+    da.n_head = rc.n_head;
+    da.n_kv = rc.n_kv;
     da.head_dim = c_.head_dim;
     da.n_rot = c_.n_rot;
     da.neox = c_.neox;
     da.freq_base = c_.freq_base;
     da.freq_factors = m_.rope_freqs;
-    da.k_cache = k_pool(layer);
-    da.v_cache = v_pool(layer);
+    da.k_cache = k_pool(pool_layer(r, layer));
+    da.v_cache = v_pool(pool_layer(r, layer));
     da.window = c_.window;
     if (c_.qk_norm) {  // (Qwen3: normalised inside the attention, no head_rmsnorm launch)
-        da.q_norm = m_.layers[size_t(layer)].q_norm;
-        da.k_norm = m_.layers[size_t(layer)].k_norm;
+        da.q_norm = (*r.layers)[size_t(layer)].q_norm;
+        da.k_norm = (*r.layers)[size_t(layer)].k_norm;
         da.norm_eps = c_.eps;
     }
     da.scale = 1.0f / std::sqrt(float(c_.head_dim));
-    da.out = attn_.as<float>();
-    da.nsplit = decode_splits(v.ntok);
-    da.scratch = attn_scratch_.as<float>();
-    da.counters = attn_counters_.as<uint32_t>();
-    if (chunks) da.out_chunks = attn_chunks_.get();
+    da.out = r.attn.as<float>();
+    da.nsplit = decode_splits(rc.n_head, v.ntok);
+    da.scratch = r.attn_scratch.as<float>();
+    da.counters = r.attn_counters.as<uint32_t>();
+    if (chunks) da.out_chunks = r.attn_chunks.get();
     da.paged = true;
     da.nrows = v.ntok;
-    da.ldqkv = c_.qkv_dim();
-    da.ldo = c_.q_dim();
+    da.ldqkv = rc.qkv_dim();
+    da.ldo = rc.q_dim();
     da.d_pos = v.d_pos;
     da.d_rows = v.d_rows;
     da.d_table = v.d_table;
@@ -108,14 +121,18 @@ void Batch::decode_attention(const ehcuda::StepView& v, int layer, bool chunks) 
     ehcuda::rope_attention_decode(da, stream());
 }
 
-void Batch::prefill_attention(const ehcuda::StepView& v, int layer) {
-    const Config& c = c_;
+void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
+    const Config& c = *rk.c;
+    const int pl = pool_layer(rk, layer);
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
-    float* qkv = qkv_.as<float>();
-    float* attn = attn_.as<float>();
+    float* qkv = rk.qkv.as<float>();
+    float* attn = rk.attn.as<float>();
     ehcuda::RopeArgs r = rope_args(m_, qkv, v.ntok);
-    r.k_cache = k_pool(layer);
-    r.v_cache = v_pool(layer);
+    r.ld = c.qkv_dim();
+    r.n_head = c.n_head;
+    r.n_kv = c.n_kv;
+    r.k_cache = k_pool(pl);
+    r.v_cache = v_pool(pl);
     r.d_pos = v.d_pos;
     r.d_rows = v.d_rows;
     ehcuda::rope_store_kv(r, stream());
@@ -127,8 +144,8 @@ void Batch::prefill_attention(const ehcuda::StepView& v, int layer) {
         ehcuda::PagedAttnArgs at;
         at.q = qkv + size_t(first) * c.qkv_dim();
         at.ldq = c.qkv_dim();
-        at.k_pool = k_pool(layer);
-        at.v_pool = v_pool(layer);
+        at.k_pool = k_pool(pl);
+        at.v_pool = v_pool(pl);
         at.n_head = c.n_head;
         at.n_kv = c.n_kv;
         at.head_dim = c.head_dim;
@@ -148,8 +165,8 @@ void Batch::prefill_attention(const ehcuda::StepView& v, int layer) {
         ehcuda::AttnArgs at;
         at.q = qkv + size_t(sp.first) * c.qkv_dim();
         at.ldq = c.qkv_dim();
-        at.k_cache = k_pool(layer);
-        at.v_cache = v_pool(layer);
+        at.k_cache = k_pool(pl);
+        at.v_cache = v_pool(pl);
         at.kv_table = v.d_tables + sp.table;
         at.n_head = c.n_head;
         at.n_kv = c.n_kv;
@@ -178,11 +195,9 @@ void Batch::forward(const ehcuda::StepView& v) {
     cudaStream_t s = stream();
     const Config& c = c_;
     const int T = v.ntok;
+    const int tp = m_.tp;
     float* h = h_.as<float>();
     float* xn = xn_.as<float>();
-    float* qkv = qkv_.as<float>();
-    float* attn = attn_.as<float>();
-    float* ff = ff_.as<float>();
     ehcuda::PrefillWorkspace* pw = workspace();
 
     // y (+)= segs . x over the step's n tokens: the weight-streaming GEMV for
@@ -227,48 +242,80 @@ void Batch::forward(const ehcuda::StepView& v) {
         ehcuda::rmsnorm(hin, c.n_embd, norm_w, xn, c.n_embd, c.n_embd, n, c.eps, s);
         matmul(segs, nseg, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, y, ldy, false, n);
     };
+    // A row-parallel matmul (attn_output, ffn_down) adds into h at tp 1;
+    // with ranks each writes its partial, and one all-reduce adds their
+    // sum into h, in rank order.
+    const bool acc = tp == 1;
+    auto target = [&](Rank& r) { return tp == 1 ? h : r.part.as<float>(); };
+    auto all_reduce = [&] {
+        if (tp == 1) return;
+        ehcuda::AllReduceArgs a;
+        for (int i = 0; i < tp; ++i) a.in[i] = ranks_[size_t(i)].part.as<float>();
+        a.nranks = tp;
+        a.out[0] = h;
+        a.nout = 1;
+        a.n = size_t(T) * c.n_embd;
+        a.accumulate = true;
+        ehcuda::allreduce_oneshot(a, s);
+    };
     ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
     for (int li = 0; li < c.n_layer; ++li) {
-        const Layer& L = m_.layers[size_t(li)];
-        normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, c.qkv_dim(), T);
+        for (Rank& r : ranks_) {
+            const Config& rc = *r.c;
+            const Layer& L = (*r.layers)[size_t(li)];
+            float* qkv = r.qkv.as<float>();
+            float* attn = r.attn.as<float>();
+            float* y = target(r);
+            normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, rc.qkv_dim(), T);
 
-        ehcuda::MatSeg out{L.attn_out};
-        if (v.decode && fused_attn_ && ehcuda::attention_decode_fused_takes(T, c.n_head, c.n_kv, c.head_dim)) {
-            // One token: the attention leaves its output quantized for the
-            // output projection, which then stages nothing (as a session's
-            // decode step).
-            const bool chunks = T == 1 && attn_chunks_.size() && ehcuda::gemv_takes_chunks(L.attn_out.type);
-            decode_attention(v, li, chunks);
-            if (chunks)
-                matmul(&out, 1, c.q_dim(), attn_chunks_.as<float>(), c.q_dim(), ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
-            else
-                matmul(&out, 1, c.q_dim(), attn, c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
-        } else {
-            if (c.qk_norm) ehcuda::head_rmsnorm(qkv, c.qkv_dim(), c.n_head, c.n_kv, c.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
-            prefill_attention(v, li);
-            matmul(&out, 1, c.q_dim(), attn, c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
+            ehcuda::MatSeg out{L.attn_out};
+            if (v.decode && fused_attn_ && ehcuda::attention_decode_fused_takes(T, rc.n_head, rc.n_kv, rc.head_dim)) {
+                // One token: the attention leaves its output quantized for the
+                // output projection, which then stages nothing (as a session's
+                // decode step).
+                const bool chunks = T == 1 && r.attn_chunks.size() && ehcuda::gemv_takes_chunks(L.attn_out.type);
+                decode_attention(v, r, li, chunks);
+                if (chunks)
+                    matmul(&out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y, c.n_embd,
+                           acc, 1);
+                else
+                    matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc, T);
+            } else {
+                if (c.qk_norm)
+                    ehcuda::head_rmsnorm(qkv, rc.qkv_dim(), rc.n_head, rc.n_kv, rc.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
+                prefill_attention(v, r, li);
+                matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc, T);
+            }
         }
+        all_reduce();
 
-        // One token: gate, up and the SwiGLU in one kernel that leaves the
-        // down projection's input quantized (as a session's decode step).
-        ehcuda::MatSeg gate, up, down{L.ffn_down};
-        gate_up_halves(L, c.n_ff, gate, up);
-        if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
-            ehcuda::GateUpArgs gu;
-            gu.gate = gate;
-            gu.up = up;
-            gu.cols = c.n_embd;
-            gu.x = h;
-            gu.norm_w = L.ffn_norm;
-            gu.norm_eps = c.eps;
-            gu.out = ff;
-            gu.out_bytes = ff_.size();
-            ehcuda::gate_up_swiglu(gu, s);
-            matmul(&down, 1, c.n_ff, ff, c.n_ff, ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
-        } else {
-            normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * c.n_ff, T);
-            matmul(&down, 1, c.n_ff, ff, 2 * c.n_ff, ehcuda::XMode::SwiGLU, h, c.n_embd, true, T);
+        for (Rank& r : ranks_) {
+            const Config& rc = *r.c;
+            const Layer& L = (*r.layers)[size_t(li)];
+            float* ff = r.ff.as<float>();
+            float* y = target(r);
+            // One token: gate, up and the SwiGLU in one kernel that leaves the
+            // down projection's input quantized (as a session's decode step).
+            ehcuda::MatSeg gate, up, down{L.ffn_down};
+            gate_up_halves(L, rc.n_ff, gate, up);
+            if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
+                ehcuda::GateUpArgs gu;
+                gu.gate = gate;
+                gu.up = up;
+                gu.cols = c.n_embd;
+                gu.x = h;
+                gu.norm_w = L.ffn_norm;
+                gu.norm_eps = c.eps;
+                gu.out = ff;
+                gu.out_bytes = r.ff.size();
+                ehcuda::gate_up_swiglu(gu, s);
+                matmul(&down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc, 1);
+            } else {
+                normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
+                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::SwiGLU, y, c.n_embd, acc, T);
+            }
         }
+        all_reduce();
     }
     if (v.nout == 0) return;
     // LM head on the tokens that need logits only.

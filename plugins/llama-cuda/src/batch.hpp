@@ -2,11 +2,16 @@
 // (ehcuda::BatchBase: paged KV pool, sequences, sampling) with this model's
 // forward pass over a step's tokens from many sequences at once (the matmul
 // policy by token count is in batch.cpp); attention reads each token's own
-// sequence through the block tables.
+// sequence through the block tables. A tensor-parallel model (Model::tp > 1)
+// runs its ranks' slices one after another and sums each row-parallel
+// matmul's partials into the residual with one all-reduce (allreduce.hpp);
+// rank r of layer l keeps its KV heads in the pool's layer l * tp + r.
 #pragma once
 
 #include <ehcuda/batch.hpp>
 #include <ehcuda/device_memory.hpp>
+
+#include <vector>
 
 #include "model.hpp"
 
@@ -18,18 +23,30 @@ public:
     Batch(Model& model, const eh_kv_params& params);
 
 private:
+    // One rank's heads, FFN rows and activations (the whole model at tp 1).
+    struct Rank {
+        int index = 0;
+        const Config* c = nullptr;
+        const std::vector<Layer>* layers = nullptr;
+        ehcuda::DeviceBuffer qkv, attn, ff;
+        ehcuda::DeviceBuffer part;  // tp > 1: its share of attn_output / ffn_down, before the all-reduce
+        ehcuda::DeviceBuffer attn_scratch, attn_counters, attn_chunks;
+    };
+
     void forward(const ehcuda::StepView& v) override;
     // A decode-only step's attention: RoPE, the K/V store and split-K
     // attention in one launch per layer (rope_attention_decode, paged).
-    void decode_attention(const ehcuda::StepView& v, int layer, bool chunks);
+    void decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool chunks);
     // Otherwise: RoPE + store for every token, then the paged attention.
-    void prefill_attention(const ehcuda::StepView& v, int layer);
-    int decode_splits(int rows) const;
+    void prefill_attention(const ehcuda::StepView& v, Rank& r, int layer);
+    int decode_splits(int n_head, int rows) const;
+    // The pool layer of rank r's heads of `layer`.
+    int pool_layer(const Rank& r, int layer) const { return layer * m_.tp + r.index; }
 
     Model& m_;
     const Config& c_;
-    ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_;
-    ehcuda::DeviceBuffer attn_scratch_, attn_counters_, attn_chunks_;
+    std::vector<Rank> ranks_;
+    ehcuda::DeviceBuffer h_, xn_, last_;
     bool fused_attn_ = false;
 };
 

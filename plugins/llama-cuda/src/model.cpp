@@ -3,10 +3,13 @@
 #include <cuda_runtime_api.h>
 
 #include <cstring>
+#include <deque>
 #include <map>
 
 #include <engine_host/rope_scaling.hpp>
+#include <ehcuda/allreduce.hpp>
 #include <ehcuda/check.hpp>
+#include <ehcuda/device_set.hpp>
 #include <ehcuda/options.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
@@ -54,6 +57,54 @@ public:
     Loader(Model& m, const ehp::ModelView& view) : plan(m.arena), view_(view) {}
 
     const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
+    const eh_tensor& need(const std::string& name) const {
+        const eh_tensor* t = find(name);
+        if (!t) fail("missing tensor '" + name + "'");
+        return *t;
+    }
+
+    // Rows r0 .. r0 + n - 1 of a rows x cols matrix (a column-parallel
+    // rank's share), as a matrix of its own.
+    void row_slice(const eh_tensor& t, int64_t cols, int64_t rows, int64_t r0, int64_t n, const std::string& tag,
+                   ehcuda::WeightRef& out) {
+        const size_t rb = check(t, cols, rows);
+        const std::string name = std::string(ehp::to_sv(t.name)) + tag;
+        const size_t off = plan.add(static_cast<const uint8_t*>(t.data) + size_t(r0) * rb, size_t(n) * rb,
+                                    size_t(n) * rb, name, t.type);
+        set(out, t.type, n, cols, rb, off);
+    }
+
+    // Columns c0 .. c0 + n - 1 of every row (a row-parallel rank's share):
+    // copied row by row on the host, so each slice must start and end on
+    // whole blocks of the type (UNSUPPORTED naming the tensor otherwise).
+    void col_slice(const eh_tensor& t, int64_t cols, int64_t rows, int64_t c0, int64_t n, const std::string& tag,
+                   ehcuda::WeightRef& out) {
+        const size_t rb = check(t, cols, rows);
+        const std::string name = std::string(ehp::to_sv(t.name)) + tag;
+        const size_t skip = c0 ? ehcuda::row_bytes(t.type, c0) : 0, nb = ehcuda::row_bytes(t.type, n);
+        if ((c0 && !skip) || !nb)
+            throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: tensor '" + std::string(ehp::to_sv(t.name)) +
+                                                 "' (" + ehp::type_name(t.type) + ") cannot be cut at columns " +
+                                                 std::to_string(c0) + ".." + std::to_string(c0 + n) +
+                                                 ": not whole blocks of its type");
+        std::vector<uint8_t>& buf = copies_.emplace_back(nb * size_t(rows));
+        for (int64_t r = 0; r < rows; ++r)
+            std::memcpy(buf.data() + size_t(r) * nb, static_cast<const uint8_t*>(t.data) + size_t(r) * rb + skip, nb);
+        const size_t off = plan.add(buf.data(), buf.size(), buf.size(), name, t.type);
+        set(out, t.type, rows, n, nb, off);
+    }
+
+    // Elements off .. off + n - 1 of a vector of total floats (a bias's
+    // share); *out null when it is absent and not required.
+    void vector_slice(const std::string& name, int64_t total, int64_t off, int64_t n, const float** out, bool required) {
+        std::vector<float> v;
+        if (!read_floats(name, total, v, required)) {
+            *out = nullptr;
+            return;
+        }
+        plan.host_floats(std::vector<float>(v.begin() + off, v.begin() + off + n), name + "[slice]",
+                         reinterpret_cast<const void**>(out));
+    }
 
     // A matrix of `rows` x `cols` (ggml dims {cols, rows}).
     size_t matrix(const std::string& name, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
@@ -63,6 +114,15 @@ public:
     }
 
     size_t matrix(const eh_tensor& t, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
+        const size_t rb = check(t, cols, rows);
+        const size_t off = plan.add(t.data, t.nbytes, t.nbytes, std::string(ehp::to_sv(t.name)), t.type);
+        set(out, t.type, rows, cols, rb, off);
+        return off;
+    }
+
+    // The tensor is a rows x cols matrix of a type llama-cuda runs, with all
+    // its bytes; returns its row bytes.
+    size_t check(const eh_tensor& t, int64_t cols, int64_t rows) {
         std::string name(ehp::to_sv(t.name));
         if (t.n_dims < 1 || t.dims[0] != uint64_t(cols) || (t.n_dims > 1 ? t.dims[1] : 1) != uint64_t(rows) ||
             (t.n_dims > 2 && (t.dims[2] != 1 || (t.n_dims > 3 && t.dims[3] != 1))))
@@ -76,26 +136,36 @@ public:
         if (rb == 0) fail("tensor '" + name + "': row of " + std::to_string(cols) + " is not whole blocks of " + ehp::type_name(t.type));
         if (rb * size_t(rows) != t.nbytes || !t.data)
             fail("tensor '" + name + "' has " + std::to_string(t.nbytes) + " bytes, expected " + std::to_string(rb * size_t(rows)));
-        const size_t off = plan.add(t.data, t.nbytes, t.nbytes, name, t.type);
-        out.type = t.type;
+        return rb;
+    }
+
+    void set(ehcuda::WeightRef& out, uint32_t type, int64_t rows, int64_t cols, size_t rb, size_t off) {
+        out.type = type;
         out.rows = int(rows);
         out.cols = int(cols);
         out.row_bytes = rb;
         plan.fix(&out.data, off);
-        return off;
     }
 
     // A 1-D vector of n floats (norm weights, biases), converted to F32.
     void vector(const std::string& name, int64_t n, const float** out, bool required = true) {
-        const eh_tensor* t = find(name);
-        if (!t) {
-            if (required) fail("missing tensor '" + name + "'");
+        std::vector<float> v;
+        if (!read_floats(name, n, v, required)) {
             *out = nullptr;
             return;
         }
+        plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+    }
+
+    bool read_floats(const std::string& name, int64_t n, std::vector<float>& v, bool required) {
+        const eh_tensor* t = find(name);
+        if (!t) {
+            if (required) fail("missing tensor '" + name + "'");
+            return false;
+        }
         if (t->dims[0] != uint64_t(n) || (t->n_dims > 1 && t->dims[1] != 1))
             fail("tensor '" + name + "' has length " + std::to_string(t->dims[0]) + ", expected " + std::to_string(n));
-        std::vector<float> v(static_cast<size_t>(n));
+        v.assign(static_cast<size_t>(n), 0.0f);
         const size_t esz = t->type == EH_TYPE_F32 ? 4 : 2;
         if ((t->type != EH_TYPE_F32 && t->type != EH_TYPE_F16 && t->type != EH_TYPE_BF16) ||
             t->nbytes != esz * size_t(n) || !t->data)
@@ -114,23 +184,138 @@ public:
                 }
             }
         }
-        plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+        return true;
     }
 
     ehcuda::WeightPlan plan;
 
 private:
     const ehp::ModelView& view_;
+    std::deque<std::vector<uint8_t>> copies_;  // column slices, until the upload is done
 };
+
+// The FFN rows of each of n ranks: as even as whole blocks of ffn_down's
+// type allow (its columns are cut where gate and up rows are), in units of
+// 32 where the width allows, so every rank keeps the chunked kernels.
+std::vector<int> ffn_split(int n_ff, uint32_t down_type, int n) {
+    int unit = 1;
+    for (int u : {1, 32, 256})
+        if (ehcuda::row_bytes(down_type, u)) {
+            unit = u;
+            break;
+        }
+    if (unit < 32 && n_ff % 32 == 0) unit = 32;
+    const int units = n_ff / unit;
+    if (units < n)
+        throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: the FFN's " + std::to_string(n_ff) + " rows are " +
+                                             std::to_string(units) + " blocks of " + std::to_string(unit) +
+                                             ", fewer than the " + std::to_string(n) + " ranks");
+    std::vector<int> rows(static_cast<size_t>(n));
+    int given = 0;
+    for (int r = 0; r < n; ++r) {
+        rows[size_t(r)] = (units / n + (r < units % n ? 1 : 0)) * unit;
+        given += rows[size_t(r)];
+    }
+    rows[size_t(n - 1)] += n_ff - given;  // (a width not a whole number of units: the rest to the last)
+    return rows;
+}
+
+// Every rank's slices of every layer (model.hpp's Shard): Q, K, V rows of
+// its heads (and their biases), attn_output's columns of its heads, gate
+// and up rows of its FFN share, ffn_down's columns of the same. Norm
+// weights are loaded once and shared.
+void load_shards(Loader& ld, Model& m) {
+    const Config& c = m.cfg;
+    const int n = m.tp;
+    if (c.n_kv % n)
+        throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: " + std::to_string(c.n_kv) + " KV heads do not split over " +
+                                             std::to_string(n) + " ranks (each rank takes whole KV heads)");
+    const int group = c.n_head / c.n_kv;
+    const std::vector<int> ff = ffn_split(c.n_ff, ld.need("blk.0.ffn_down.weight").type, n);
+    m.shards.resize(size_t(n));
+    for (int r = 0, ff0 = 0; r < n; ++r) {
+        Shard& s = m.shards[size_t(r)];
+        s.c = c;
+        s.c.n_kv = c.n_kv / n;
+        s.c.n_head = s.c.n_kv * group;
+        s.kv0 = r * s.c.n_kv;
+        s.head0 = s.kv0 * group;
+        s.c.n_ff = ff[size_t(r)];
+        s.ff0 = ff0;
+        ff0 += s.c.n_ff;
+        s.layers.resize(size_t(c.n_layer));
+    }
+    for (int i = 0; i < c.n_layer; ++i) {
+        const std::string p = "blk." + std::to_string(i) + ".";
+        const float *attn_norm, *ffn_norm, *q_norm = nullptr, *k_norm = nullptr;
+        ld.vector(p + "attn_norm.weight", c.n_embd, &attn_norm);
+        ld.vector(p + "ffn_norm.weight", c.n_embd, &ffn_norm);
+        if (c.qk_norm) {
+            ld.vector(p + "attn_q_norm.weight", c.head_dim, &q_norm);
+            ld.vector(p + "attn_k_norm.weight", c.head_dim, &k_norm);
+        }
+        const bool fused_qkv = ld.find(p + "attn_qkv.weight") != nullptr;
+        const bool fused_ff = ld.find(p + "ffn_gate.weight") == nullptr;  // phi3: gate | up in ffn_up
+        for (int r = 0; r < n; ++r) {
+            const Shard& s = m.shards[size_t(r)];
+            Layer& L = m.shards[size_t(r)].layers[size_t(i)];
+            const std::string tag = "[rank " + std::to_string(r) + "]";
+            L.attn_norm = attn_norm;
+            L.ffn_norm = ffn_norm;
+            L.q_norm = q_norm;
+            L.k_norm = k_norm;
+            // Q, K, V: this rank's heads, at [q | k | v] of its own width.
+            const int64_t q0 = int64_t(s.head0) * c.head_dim, k0 = int64_t(s.kv0) * c.head_dim;
+            const int64_t first[3] = {q0, c.q_dim() + k0, c.q_dim() + c.kv_dim() + k0};
+            const int64_t rows[3] = {s.c.q_dim(), s.c.kv_dim(), s.c.kv_dim()};
+            const int64_t full[3] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+            const int offs[3] = {0, s.c.q_dim(), s.c.q_dim() + s.c.kv_dim()};
+            const char* names[3] = {"attn_q", "attn_k", "attn_v"};
+            L.n_qkv = 3;
+            for (int k = 0; k < 3; ++k) {
+                if (fused_qkv) {
+                    ld.row_slice(ld.need(p + "attn_qkv.weight"), c.n_embd, c.qkv_dim(), first[k], rows[k], tag, L.qkv[k].w);
+                    ld.vector_slice(p + "attn_qkv.bias", c.qkv_dim(), first[k], rows[k], &L.qkv[k].bias, false);
+                } else {
+                    const int64_t f = k == 0 ? q0 : k0;
+                    ld.row_slice(ld.need(p + names[k] + ".weight"), c.n_embd, full[k], f, rows[k], tag, L.qkv[k].w);
+                    ld.vector_slice(p + names[k] + ".bias", full[k], f, rows[k], &L.qkv[k].bias, false);
+                }
+                L.qkv[k].out_offset = offs[k];
+            }
+            ld.col_slice(ld.need(p + "attn_output.weight"), c.q_dim(), c.n_embd, q0, s.c.q_dim(), tag, L.attn_out);
+            // gate, up: this rank's FFN rows; down: the same columns.
+            L.n_gate_up = 2;
+            if (fused_ff) {
+                const eh_tensor& gu = ld.need(p + "ffn_up.weight");
+                ld.row_slice(gu, c.n_embd, 2 * int64_t(c.n_ff), s.ff0, s.c.n_ff, tag, L.gate_up[0].w);
+                ld.row_slice(gu, c.n_embd, 2 * int64_t(c.n_ff), c.n_ff + s.ff0, s.c.n_ff, tag + "[up]", L.gate_up[1].w);
+            } else {
+                ld.row_slice(ld.need(p + "ffn_gate.weight"), c.n_embd, c.n_ff, s.ff0, s.c.n_ff, tag, L.gate_up[0].w);
+                ld.row_slice(ld.need(p + "ffn_up.weight"), c.n_embd, c.n_ff, s.ff0, s.c.n_ff, tag, L.gate_up[1].w);
+            }
+            L.gate_up[1].out_offset = s.c.n_ff;
+            ld.col_slice(ld.need(p + "ffn_down.weight"), c.n_ff, c.n_embd, s.ff0, s.c.n_ff, tag, L.ffn_down);
+        }
+    }
+}
 
 // The load's log of the kernel plan: one line per weight-matrix kind and
 // launch, and the attention's.
+// Every layer of every rank.
+std::vector<Layer> all_layers(const Model& m) {
+    std::vector<Layer> out = m.layers;
+    for (const Shard& s : m.shards) out.insert(out.end(), s.layers.begin(), s.layers.end());
+    return out;
+}
+
+// (rank 0's shapes when sharded: the ranks differ by at most a block of FFN rows)
 std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& dev) {
     ehcuda::PlanScope scope(m.plan);
-    const Config& c = m.cfg;
+    const Config& c = m.shards.empty() ? m.cfg : m.shards[0].c;
     const ehcuda::KernelPlan& p = m.plan;
     std::vector<ehcuda::MatrixKind> mats;
-    for (const Layer& L : m.layers) {
+    for (const Layer& L : m.shards.empty() ? m.layers : m.shards[0].layers) {
         mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
         // (as the batched step's decode: the fused attention leaves chunks)
         const bool chunks = ehcuda::attention_head_dim_fast(c.head_dim) && ehcuda::gemv_takes_chunks(L.attn_out.type);
@@ -158,6 +343,15 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
                             : "rope_store_kv + attention_generic (head dim not tiled), ") +
             hd + (c.window ? ", window " + std::to_string(c.window) : ""),
         "attention prefill: attention_prefill (" + hd + ")"};
+    if (m.tp > 1) {
+        std::string t = "tensor parallel: " + std::to_string(m.tp) + " ranks on GPU " + std::to_string(m.device) +
+                        " (shard mode), one all-reduce after attn_output and one after ffn_down; per rank:";
+        for (const Shard& s : m.shards)
+            t += " [query heads " + std::to_string(s.head0) + "+" + std::to_string(s.c.n_head) + ", KV heads " +
+                 std::to_string(s.kv0) + "+" + std::to_string(s.c.n_kv) + ", FFN rows " + std::to_string(s.ff0) + "+" +
+                 std::to_string(s.c.n_ff) + "]";
+        attn.push_back(t);
+    }
     return ehcuda::plan_log(p, dev, mats, attn);
 }
 
@@ -169,6 +363,15 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->cfg = read_config(view);
     m->device = params.device;
     m->path = params.path ? params.path : "(model)";
+    const std::vector<int> devices = ehcuda::load_devices(params, kMaxDevices);
+    m->tp = int(devices.size());
+    for (int d : devices)
+        if (d != devices[0])
+            throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism over distinct GPUs (devices " +
+                                                 ehcuda::device_list(devices) +
+                                                 ") is not built yet; the shard mode (one GPU named once per rank, "
+                                                 "e.g. --gpus 0,0) is");
+    m->device = devices[0];
     const Config& c = m->cfg;
     const ehcuda::Options opts(params.options_json);
     opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels"});
@@ -206,8 +409,9 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         m->output = m->tok_embd;  // tied LM head (filled in after layout)
     const bool tied = !view.find_tensor("output.weight");
 
-    m->layers.resize(size_t(c.n_layer));
-    for (int i = 0; i < c.n_layer; ++i) {
+    if (m->tp > 1) load_shards(ld, *m);
+    else m->layers.resize(size_t(c.n_layer));
+    for (int i = 0; i < c.n_layer && m->tp == 1; ++i) {
         Layer& L = m->layers[size_t(i)];
         std::string p = "blk." + std::to_string(i) + ".";
         ld.vector(p + "attn_norm.weight", c.n_embd, &L.attn_norm);
@@ -268,7 +472,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     // The matrices multi-token GEMMs read (the embedding lookup keeps the
     // stored table): FP16 copies when the policy says so.
     std::vector<ehcuda::WeightRef> mats{m->output};
-    for (const Layer& L : m->layers) {
+    for (const Layer& L : all_layers(*m)) {
         for (int k = 0; k < L.n_qkv; ++k) mats.push_back(L.qkv[k].w);
         mats.push_back(L.attn_out);
         for (int k = 0; k < L.n_gate_up; ++k) mats.push_back(L.gate_up[k].w);

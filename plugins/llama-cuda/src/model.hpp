@@ -16,6 +16,9 @@
 
 namespace llama_cuda {
 
+// The most ranks one load may have (eh_plugin_info.max_devices).
+inline constexpr int kMaxDevices = 8;
+
 struct Layer {
     const float* attn_norm = nullptr;
     ehcuda::MatSeg qkv[3];  // fused attn_qkv (1) or attn_q, attn_k, attn_v (3)
@@ -29,9 +32,26 @@ struct Layer {
     ehcuda::WeightRef ffn_down;
 };
 
+// One rank of a tensor-parallel load (the scheme: cuda-common README,
+// "Tensor parallelism"): its query and KV heads, its FFN rows, and its
+// layers' matrices, which are that rank's slices alone (norm weights are
+// shared: the same on every rank).
+struct Shard {
+    Config c;       // n_head, n_kv and n_ff are this rank's; the rest the model's
+    int head0 = 0;  // its first query head
+    int kv0 = 0;    // its first KV head
+    int ff0 = 0;    // its first FFN row
+    std::vector<Layer> layers;
+};
+
 struct Model {
     Config cfg;
     int device = 0;
+    // Tensor parallelism (eh_load_params.devices): the rank count, and the
+    // shards when it is above 1 (`layers` is then empty). Only the shard
+    // mode runs so far: every rank on `device`.
+    int tp = 1;
+    std::vector<Shard> shards;
     std::string path;
     std::string device_name;
     int compute_capability = 0;

@@ -18,7 +18,8 @@ struct Engine {
 
     static const eh_plugin_info& info() {
         static const eh_plugin_info i = {sizeof(eh_plugin_info), "llama-cuda", "0.1.0", "llama-cuda",
-                                         kFormats, kArchs, kQuants, EH_DEVICE_CUDA, 80};
+                                         kFormats, kArchs, kQuants, EH_DEVICE_CUDA, 80,
+                                         llama_cuda::kMaxDevices, 0};
         return i;
     }
     static std::unique_ptr<Model> load(const eh_load_params& p) { return llama_cuda::load_model(p); }
@@ -26,7 +27,7 @@ struct Engine {
         ehp::copy_fixed(out.architecture, m.cfg.arch);
         out.context_length = uint32_t(m.cfg.n_ctx_train);
         out.vocab_size = uint32_t(m.cfg.n_vocab);
-        out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * 2;  // K and V, FP16
+        out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * 2;  // K and V, FP16 (all ranks)
     }
 };
 

@@ -23,6 +23,7 @@
 //   EHCUDA_EXPORT_PLUGIN(Engine)
 #pragma once
 
+#include <ehcuda/device_set.hpp>
 #include <cuda_runtime_api.h>
 
 #include <memory>
@@ -131,6 +132,7 @@ struct PluginGlue {
             // (a host before 1.6 passes the 72 bytes that end before n_devices)
             if (params->struct_size < offsetof(eh_load_params, n_devices))
                 throw ehp::Error(EH_INVALID_ARGUMENT, "eh_load_params too small");
+            load_devices(*params, Engine::info().max_devices);  // (1.6) a set past max_devices is refused here
             *out = reinterpret_cast<eh_model*>(new ModelBox{Engine::load(*params), nullptr});
         });
     }

@@ -1,0 +1,298 @@
+// llama-cuda's tensor parallelism in the one-GPU shard mode (ABI 1.6: the
+// load names one GPU once per rank): attention and the KV cache split by KV
+// head, the FFN by rows then columns, one all-reduce after attn_output and
+// one after ffn_down. The sharded model must compute what the whole one
+// does: teacher-forced top-1 agreement >= 99 % and |delta logprob| <= 0.02
+// at every position of prefill chunks (short and >= 64 tokens), batched
+// decodes and single-token decodes, and the same greedy tokens. Also the
+// all-reduce kernel against a host sum, and every refusal by name.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <ehcuda/allreduce.hpp>
+
+#include "gpu_util.hpp"
+#include "plugin_handle.hpp"
+#include "step_seq.hpp"
+#include "tiny_model.hpp"
+
+namespace {
+
+using namespace ehtest;
+
+// A model loaded over `devices` (empty: the plain one-device load) with
+// kv_init done; status / error of the call that failed.
+struct Loaded {
+    Loaded(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options = nullptr) {
+        const eh_plugin_api* api = llama_cuda_api();
+        eh_load_params lp{};
+        lp.struct_size = sizeof lp;
+        lp.path = "tiny-tp";
+        lp.view = tm.view();
+        lp.options_json = options;
+        lp.device = devices.empty() ? 0 : devices[0];
+        lp.n_devices = uint32_t(devices.size());
+        lp.devices = devices.empty() ? nullptr : devices.data();
+        status = api->model_load(&lp, &model);
+        if (status != EH_OK) {
+            error = api->plugin_last_error();
+            return;
+        }
+        KvShape k;
+        k.max_seqs = k.max_step_entries = 4;
+        k.max_seq_tokens = 256;
+        k.max_step_tokens = 512;
+        k.budget_bytes = 0;
+        sm = std::make_unique<StepModel>(api, model, k);
+        status = sm->status;
+        error = sm->failure;
+    }
+    ~Loaded() {
+        sm.reset();
+        if (model) llama_cuda_api()->model_release(model);
+    }
+    eh_model* model = nullptr;
+    eh_status status = EH_OK;
+    std::string error;
+    std::unique_ptr<StepModel> sm;
+};
+
+std::vector<int32_t> tokens_of(size_t n, uint32_t salt, int vocab) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 37 + salt * 101 + 7) % size_t(vocab));
+    return t;
+}
+
+// Teacher-forced logits at every position a step asks for, in a fixed
+// schedule: three prompts (70 tokens: a tensor-core chunk; 20; 5) in one
+// step, 16 decode steps of all three (a multi-token step), then 12 of the
+// first alone (single-token decode: the fused attention and the FFN pair
+// kernel).
+std::vector<std::vector<float>> teacher_forced(const TinyModel& tm, const std::vector<int32_t>& devices,
+                                               const char* options = nullptr) {
+    Loaded m(tm, devices, options);
+    EXPECT_EQ(m.status, EH_OK) << m.error;
+    std::vector<std::vector<float>> out;
+    if (m.status != EH_OK) return out;
+    const int V = tm.spec().n_vocab;
+    const std::vector<size_t> prompt = {70, 20, 5};
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<eh_seq*> s;
+    for (size_t i = 0; i < 3; ++i) {
+        toks.push_back(tokens_of(prompt[i] + 40, uint32_t(i + 1), V));
+        s.push_back(m.sm->create());
+    }
+    std::vector<size_t> fed(3, 0);
+    auto step = [&](const std::vector<size_t>& who, bool prefill) {
+        std::vector<eh_step_entry> es;
+        for (size_t i : who) {
+            const size_t k = prefill ? prompt[i] : 1;
+            es.push_back(step_entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
+            fed[i] += k;
+        }
+        ASSERT_EQ(m.sm->api->step(m.model, es.data(), uint32_t(es.size())), EH_OK) << m.sm->error();
+        for (size_t i : who) out.push_back(m.sm->logits(s[i]));
+    };
+    step({0, 1, 2}, true);
+    for (int d = 0; d < 16; ++d) step({0, 1, 2}, false);
+    for (int d = 0; d < 12; ++d) step({0}, false);
+    return out;
+}
+
+std::vector<double> log_softmax(const std::vector<float>& l) {
+    const double mx = *std::max_element(l.begin(), l.end());
+    double z = 0;
+    for (float x : l) z += std::exp(double(x) - mx);
+    std::vector<double> o(l.size());
+    for (size_t i = 0; i < l.size(); ++i) o[i] = double(l[i]) - mx - std::log(z);
+    return o;
+}
+
+struct TpCase {
+    std::string name;
+    TinySpec spec;
+    int tp;
+    const char* options = nullptr;
+};
+
+TinySpec spec_of(const std::string& arch, uint32_t wtype, int n_embd, int n_head, int n_kv, int n_ff) {
+    TinySpec s;
+    s.arch = arch;
+    s.wtype = wtype;
+    s.n_embd = n_embd;
+    s.n_head = n_head;
+    s.n_kv = n_kv;
+    s.n_ff = n_ff;
+    if (arch == "phi3") s.window = 48;
+    return s;
+}
+
+class TensorParallel : public ::testing::TestWithParam<TpCase> {};
+
+#define REQUIRE_LLAMA_CUDA()                                                 \
+    REQUIRE_GPU();                                                           \
+    ASSERT_NE(llama_cuda_api(), nullptr) << "llama-cuda plugin not loadable"
+
+// The sharded model's logits against the whole model's at every position.
+TEST_P(TensorParallel, TeacherForcedLogitsAgreeWithOneRank) {
+    REQUIRE_LLAMA_CUDA();
+    const TpCase& tc = GetParam();
+    TinyModel tm(tc.spec);
+    const auto one = teacher_forced(tm, {}, tc.options);
+    const auto many = teacher_forced(tm, std::vector<int32_t>(size_t(tc.tp), 0), tc.options);
+    ASSERT_EQ(one.size(), many.size());
+    ASSERT_FALSE(one.empty());
+    size_t agree = 0;
+    double worst = 0;
+    for (size_t p = 0; p < one.size(); ++p) {
+        ASSERT_EQ(one[p].size(), many[p].size());
+        const size_t a = size_t(std::max_element(one[p].begin(), one[p].end()) - one[p].begin());
+        const size_t b = size_t(std::max_element(many[p].begin(), many[p].end()) - many[p].begin());
+        if (a == b) ++agree;
+        const double d = std::fabs(log_softmax(one[p])[a] - log_softmax(many[p])[a]);
+        worst = std::max(worst, d);
+        EXPECT_LE(d, 0.02) << "position " << p << ": |delta logprob| of the one-rank top token " << a;
+    }
+    const double rate = double(agree) / double(one.size());
+    std::printf("[tp] %s tp=%d: %zu positions, top-1 agreement %.2f %%, max |delta logprob| %.3g\n", tc.name.c_str(),
+                tc.tp, one.size(), 100.0 * rate, worst);
+    EXPECT_GE(rate, 0.99) << agree << " of " << one.size() << " positions agree on the top token";
+}
+
+// Greedy continuations of three prompts decoded together: the same tokens.
+TEST_P(TensorParallel, GreedyTokensAreTheSameAsOneRank) {
+    REQUIRE_LLAMA_CUDA();
+    const TpCase& tc = GetParam();
+    TinyModel tm(tc.spec);
+    auto run = [&](const std::vector<int32_t>& devices) {
+        Loaded m(tm, devices, tc.options);
+        EXPECT_EQ(m.status, EH_OK) << m.error;
+        std::vector<std::vector<int32_t>> out(3);
+        if (m.status != EH_OK) return out;
+        std::vector<std::vector<int32_t>> prompts;
+        std::vector<eh_seq*> s;
+        std::vector<eh_step_entry> es;
+        for (int i = 0; i < 3; ++i) {
+            prompts.push_back(tokens_of(size_t(9 + 13 * i), uint32_t(7 + i), tc.spec.n_vocab));
+            s.push_back(m.sm->create());
+        }
+        for (int i = 0; i < 3; ++i)
+            es.push_back(step_entry(s[size_t(i)], prompts[size_t(i)].data(), uint32_t(prompts[size_t(i)].size()),
+                                    EH_STEP_SAMPLE));
+        std::vector<int32_t> next(3);
+        for (int g = 0; g < 20; ++g) {
+            EXPECT_EQ(m.sm->api->step(m.model, es.data(), 3), EH_OK) << m.sm->error();
+            for (size_t j = 0; j < 3; ++j) {
+                out[j].push_back(es[j].token);
+                next[j] = es[j].token;
+                es[j] = step_entry(s[j], &next[j], 1, EH_STEP_SAMPLE);
+            }
+        }
+        return out;
+    };
+    const auto one = run({});
+    const auto many = run(std::vector<int32_t>(size_t(tc.tp), 0));
+    for (size_t j = 0; j < 3; ++j) EXPECT_EQ(one[j], many[j]) << "sequence " << j;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Shards, TensorParallel,
+    ::testing::Values(
+        // F16 weights, 4 KV heads: two and four ranks (one KV head each)
+        TpCase{"llama_f16", spec_of("llama", EH_TYPE_F16, 512, 8, 4, 512), 2},
+        TpCase{"llama_f16", spec_of("llama", EH_TYPE_F16, 512, 8, 4, 512), 4},
+        // head dim 32: the generic attention kernels
+        TpCase{"llama_f32_hd32", spec_of("llama", EH_TYPE_F32, 256, 8, 4, 512), 2},
+        // Q4_K: attn_output and ffn_down cut on whole 256-element blocks
+        TpCase{"llama_q4k", spec_of("llama", EH_TYPE_Q4_K, 512, 8, 4, 1024), 2},
+        // the same without the FP16 mirror (multi-token steps on slabs)
+        TpCase{"llama_q4k_slabs", spec_of("llama", EH_TYPE_Q4_K, 512, 8, 4, 1024), 2, R"({"fp16_weights":"off"})"},
+        // qwen2: Q, K, V biases sliced with their rows
+        TpCase{"qwen2_q8_0", spec_of("qwen2", EH_TYPE_Q8_0, 512, 8, 2, 512), 2},
+        // phi3: fused qkv and gate|up tensors, a sliding window; Q4_0
+        TpCase{"phi3_q4_0", spec_of("phi3", EH_TYPE_Q4_0, 512, 8, 4, 512), 4},
+        // an FFN of 3 x 32 rows: the ranks get 64 and 32
+        TpCase{"llama_uneven_ffn", spec_of("llama", EH_TYPE_F16, 256, 4, 2, 96), 2}),
+    [](const auto& info) { return info.param.name + "_tp" + std::to_string(info.param.tp); });
+
+// What cannot be sharded is refused at load, by name; nothing is left.
+TEST(TensorParallelLoad, RefusalsNameWhy) {
+    REQUIRE_LLAMA_CUDA();
+    auto refusal = [](const TinySpec& s, const std::vector<int32_t>& d, eh_status want) {
+        TinyModel tm(s);
+        Loaded m(tm, d);
+        EXPECT_EQ(m.status, want) << m.error;
+        EXPECT_EQ(m.model, nullptr);
+        return m.error;
+    };
+    const TinySpec f16 = spec_of("llama", EH_TYPE_F16, 256, 8, 2, 512);
+    EXPECT_NE(refusal(f16, {0, 0, 0, 0}, EH_UNSUPPORTED).find("2 KV heads do not split over 4 ranks"), std::string::npos);
+    EXPECT_NE(refusal(f16, {0, 1}, EH_UNSUPPORTED).find("distinct GPUs (devices 0,1) is not built yet"), std::string::npos);
+    EXPECT_NE(refusal(f16, std::vector<int32_t>(9, 0), EH_INVALID_ARGUMENT).find("at most 8 devices"), std::string::npos);
+    EXPECT_NE(refusal(f16, {1, 0}, EH_INVALID_ARGUMENT).find("devices[0] (1) is not eh_load_params.device (0)"),
+              std::string::npos);
+    // Q4_K attn_output of 256 columns: two ranks would cut a 256-block in half
+    EXPECT_NE(refusal(spec_of("llama", EH_TYPE_Q4_K, 256, 8, 4, 512), {0, 0}, EH_UNSUPPORTED)
+                  .find("attn_output.weight' (Q4_K) cannot be cut at columns 0..128"),
+              std::string::npos);
+}
+
+// The all-reduce kernel: the rank-order sum, bit for bit as the host adds
+// it, into every output, added to it or not; float4 and scalar paths (a
+// length not a multiple of 4, a misaligned pointer).
+TEST(AllReduce, OneShotSumsInRankOrderIntoEveryOutput) {
+    REQUIRE_GPU();
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> u(-3.0f, 3.0f);
+    for (int nranks : {1, 2, 3, 8})
+        for (size_t n : {size_t(1), size_t(4093), size_t(65536)})
+            for (int misalign : {0, 1})
+                for (bool acc : {false, true}) {
+                    SCOPED_TRACE(std::to_string(nranks) + " ranks, n " + std::to_string(n) + ", misalign " +
+                                 std::to_string(misalign) + ", accumulate " + std::to_string(acc));
+                    std::vector<std::vector<float>> in(size_t(nranks), std::vector<float>(n + 1));
+                    std::vector<float> base(n + 1);
+                    for (auto& v : in)
+                        for (float& x : v) x = u(rng);
+                    for (float& x : base) x = u(rng);
+                    std::vector<ehcuda::DeviceBuffer> din, dout;
+                    ehcuda::AllReduceArgs a;
+                    for (int r = 0; r < nranks; ++r) {
+                        din.push_back(to_device(in[size_t(r)]));
+                        a.in[r] = din.back().as<float>() + misalign;
+                    }
+                    for (int o = 0; o < 2; ++o) {
+                        dout.push_back(to_device(base));
+                        a.out[o] = dout.back().as<float>();
+                    }
+                    a.nranks = nranks;
+                    a.nout = 2;
+                    a.n = n;
+                    a.accumulate = acc;
+                    ehcuda::allreduce_oneshot(a, nullptr);
+                    for (int o = 0; o < 2; ++o) {
+                        const auto got = to_host<float>(dout[size_t(o)], n);
+                        size_t bad = 0;
+                        for (size_t i = 0; i < n; ++i) {
+                            float s = in[0][i + size_t(misalign)];
+                            for (int r = 1; r < nranks; ++r) s += in[size_t(r)][i + size_t(misalign)];
+                            const float want = acc ? base[i] + s : s;
+                            if (got[i] != want) ++bad;
+                        }
+                        EXPECT_EQ(bad, 0u) << "output " << o;
+                    }
+                }
+    ehcuda::AllReduceArgs bad;
+    bad.nranks = 9;
+    bad.nout = 1;
+    EXPECT_THROW(ehcuda::allreduce_oneshot(bad, nullptr), ehp::Error);
+}
+
+}  // namespace
