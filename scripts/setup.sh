@@ -13,6 +13,7 @@ packages=(
   chromium chromium-driver
   python3-yaml  # tests/deploy: the Kubernetes manifests are parsed and checked
   xz-utils  # tests/constrain: llama.cpp's grammars are unpacked from the peer's src.tar.xz
+  libpng-dev libjpeg62-turbo-dev  # host/image: images in requests are PNG (libpng) or JPEG (libjpeg-turbo)
 )
 
 missing=()
