@@ -11,6 +11,7 @@
 // (tests/constrain/validate_samples.py).
 //   eh-schema-coverage /tmp/schemas            (each subfolder a source)
 //   eh-schema-coverage --list /tmp/schemas     (also one line per schema)
+//   eh-schema-coverage --list --raw /tmp/schemas  (… with the whole refusal message)
 //   eh-schema-coverage --samples 20 /tmp/samples.jsonl /tmp/schemas
 #include <algorithm>
 #include <chrono>
@@ -88,6 +89,7 @@ struct Result {
     std::string file;
     bool accepted = false;
     std::string reason;
+    std::string message;  // the refusal as the client would read it (--list --raw)
     double ms = 0;
     size_t bytes = 0;
 };
@@ -95,12 +97,13 @@ struct Result {
 }  // namespace
 
 int main(int argc, char** argv) {
-    bool list = false;
+    bool list = false, raw = false;
     int samples = 0;
     std::ofstream sample_out;
     std::vector<fs::path> roots;
     for (int i = 1; i < argc; ++i) {
         if (std::strcmp(argv[i], "--list") == 0) list = true;
+        else if (std::strcmp(argv[i], "--raw") == 0) raw = true;
         else if (std::strcmp(argv[i], "--samples") == 0 && i + 2 < argc) {
             samples = std::atoi(argv[++i]);
             sample_out.open(argv[++i]);
@@ -109,7 +112,7 @@ int main(int argc, char** argv) {
     std::mt19937 rng(51);
     size_t walks = 0, ended = 0;
     if (roots.empty()) {
-        std::fprintf(stderr, "usage: eh-schema-coverage [--list] DIR...  (each DIR's subfolders are sources)\n");
+        std::fprintf(stderr, "usage: eh-schema-coverage [--list [--raw]] [--samples N FILE] DIR...  (each DIR's subfolders are sources)\n");
         return 2;
     }
     const auto vocab = byte_vocab();
@@ -137,8 +140,10 @@ int main(int argc, char** argv) {
                 r.accepted = true;
             } catch (const eh::constrain::GrammarError& e) {
                 r.reason = reason_of(e.keyword(), e.what());
+                r.message = e.what();
             } catch (const std::exception& e) {
                 r.reason = reason_of("", e.what());
+                r.message = e.what();
             }
             r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
             for (int k = 0; automaton && k < samples; ++k) {
@@ -187,6 +192,7 @@ int main(int argc, char** argv) {
     if (list)
         for (const auto& [source, results] : by_source)
             for (const auto& r : results)
-                std::printf("%s\t%s\t%.2f\t%s\n", r.accepted ? "ok" : "REFUSED", r.file.c_str(), r.ms, r.reason.c_str());
+                std::printf("%s\t%s\t%.2f\t%s\n", r.accepted ? "ok" : "REFUSED", r.file.c_str(), r.ms,
+                            (raw ? r.message : r.reason).c_str());
     return 0;
 }
