@@ -56,7 +56,7 @@ TEST(SchemaKeywords, AnnotationsAndUnknownKeywordsAreIgnored) {
 
 TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"({"type":"number","multipleOf":0.5})"), "multipleOf");
-    EXPECT_EQ(refused_keyword(R"({"not":{"type":"string","minLength":2}})"), "not");
+    EXPECT_EQ(refused_keyword(R"({"not":{"pattern":"^a"}})"), "not");
     // A type-only `not` is enforced.
     auto nt = json_schema_grammar(R"({"not":{"type":["null","object"]}})");
     EXPECT_TRUE(matches(nt, "[1]"));
@@ -84,6 +84,49 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     // Where they constrain nothing they are accepted.
     EXPECT_TRUE(matches(json_schema_grammar(R"({"if":{"type":"string"},"patternProperties":{},"uniqueItems":false})"), "[1]"));
     EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"array","uniqueItems":true,"maxItems":1})"), "[7]"));
+}
+
+// `not` of the forms real schemas use, negated keyword by keyword (a
+// keyword without a negation narrows: its failing values are not written).
+TEST(SchemaKeywords, NotIsNegatedKeywordByKeyword) {
+    // not required: each listed property absent (AsyncAPI, Nx).
+    auto nr = json_schema_grammar(R"({"type":"object","properties":{"a":{"type":"integer"},"b":{"type":"integer"}},
+        "not":{"required":["a","b"]}})");
+    EXPECT_TRUE(matches(nr, R"({"a":1})"));
+    EXPECT_TRUE(matches(nr, R"({"b":2})"));
+    EXPECT_TRUE(matches(nr, "{}"));
+    EXPECT_FALSE(matches(nr, R"({"a":1,"b":2})"));
+    stops_at(nr, R"({"a":1,"b":2})", 6);
+    // not anyOf of requireds: none of them present.
+    auto na = json_schema_grammar(R"({"type":"object","properties":{"a":{},"b":{},"c":{}},
+        "not":{"anyOf":[{"required":["a"]},{"required":["b"]}]}})");
+    EXPECT_TRUE(matches(na, R"({"c":1})"));
+    stops_at(na, R"({"a":1})", 2);
+    stops_at(na, R"({"b":1})", 2);
+    // not of a property's value (AsyncAPI's non-bearer HTTP scheme).
+    auto nv = json_schema_grammar(R"({"type":"object","properties":{"scheme":{"type":"string"}},"required":["scheme"],
+        "not":{"type":"object","properties":{"scheme":{"enum":["bearer"]}}}})");
+    EXPECT_TRUE(matches(nv, R"({"scheme":"basicauth"})"));
+    EXPECT_FALSE(matches(nv, R"({"scheme":"bearer"})"));
+    // not of bounds: the other side.
+    auto nb = json_schema_grammar(R"({"type":"string","not":{"minLength":3}})");
+    EXPECT_TRUE(matches(nb, R"("ab")"));
+    stops_at(nb, R"("abc")", 3);
+    auto nn = json_schema_grammar(R"({"type":"integer","not":{"minimum":10}})");
+    EXPECT_TRUE(matches(nn, "9"));
+    EXPECT_FALSE(matches(nn, "10"));
+    // not not: the schema itself; not of annotations only: nothing.
+    auto nnot = json_schema_grammar(R"({"not":{"not":{"type":"boolean"}}})");
+    EXPECT_TRUE(matches(nnot, "true"));
+    stops_at(nnot, "1", 0);
+    EXPECT_EQ(refused_keyword(R"({"not":{"x-unknown":[{"type":"string"}]}})"), "not");
+    auto left_out = json_schema_grammar(R"({"type":"object","properties":{"a":{"not":{"x-unknown":1}},"b":{}}})");
+    stops_at(left_out, R"({"a":1})", 2);
+    // A $ref's target is negated.
+    auto nref = json_schema_grammar(R"({"$defs":{"r":{"required":["k"]}},"type":"object","properties":{"k":{},"j":{}},
+        "not":{"$ref":"#/$defs/r"}})");
+    EXPECT_TRUE(matches(nref, R"({"j":1})"));
+    stops_at(nref, R"({"k":1})", 2);
 }
 
 TEST(SchemaKeywords, RefWithSiblingsIsMerged) {

@@ -381,6 +381,18 @@ public:
         check_refused(s, path);
         if (auto n = s.find("not"); n != s.end() && trivial(*n) == 1)  // {"not": {}}: "may not appear"
             throw EmptySchema("not", fmt::format("the schema at {} is 'not' of a schema that matches everything", at(path)));
+        if (auto n = s.find("not"); n != s.end() && !not_types(*n) && trivial(*n) < 0 && !not_values(*n)) {
+            // s without `not`, and a schema of values that fail it.
+            auto neg = negate(*n, path, 0);
+            if (!neg)
+                throw GrammarError("not", fmt::format("the JSON-schema keyword 'not' at {} is not supported", at(path)));
+            if (neg->is_boolean() && !neg->get<bool>())
+                throw EmptySchema("not", fmt::format("the schema at {} is 'not' of a schema that matches everything", at(path)));
+            Json copy = s;
+            copy.erase("not");
+            store_.push_back(Json{{"allOf", Json::array({std::move(copy), std::move(*neg)})}});
+            return merged(store_.back(), path);
+        }
         if (auto n = s.find("not"); n != s.end() && not_values(*n)) {
             Json copy = s;
             copy.erase("not");
@@ -405,6 +417,8 @@ public:
             store_.push_back(std::move(copy));
             return value(store_.back(), path, depth);
         }
+        if (auto r = s.find("$ref"); r != s.end() && r->is_string() && only_redundant_type(s, *r, path))
+            return ref(*r, path);
         const bool any_of = s.contains("anyOf"), one_of = s.contains("oneOf");
         if (s.contains("allOf") || (any_of && one_of) || (s.contains("$ref") && constrains_beside(s, "$ref")) ||
             conditional(s))
@@ -478,7 +492,7 @@ private:
     // Refuses what kRefused lists, where it constrains.
     static void check_refused(const Json& s, const std::string& path) {
         for (const auto& [k, v] : s.items()) {
-            if (k == "not" && (not_types(v) || trivial(v) >= 0 || not_values(v))) continue;  // types_of, value()
+            if (k == "not") continue;  // value(): the forms it enforces (negate()), else refused there
             if (kRefused.count(k)) {
                 if ((v.is_object() || v.is_array()) && v.empty() && k != "not") continue;
                 throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
@@ -600,7 +614,7 @@ private:
                 throw GrammarError("not", fmt::format("'not' of 'integer' beside 'number' at {} is not supported", at(path)));
             kept.push_back(t);
         }
-        if (kept.empty()) throw GrammarError("not", fmt::format("'not' at {} excludes every type the schema allows", at(path)));
+        if (kept.empty()) throw EmptySchema("not", fmt::format("'not' at {} excludes every type the schema allows", at(path)));
         return kept;
     }
 
@@ -631,6 +645,112 @@ private:
         if (any(kStringWords)) types.push_back("string");
         if (any(kNumberWords)) types.push_back("number");
         return types;
+    }
+
+    // A schema whose values all fail `x`: its negation, or less (narrowed).
+    // x is the conjunction of its keywords, so not-x is the union of each
+    // keyword's negation: those written here are `type`, `required`,
+    // `properties` (that property present, failing its schema), `enum`/
+    // `const` of strings and null, the length/count/number bounds, `anyOf`
+    // (every branch negated), `allOf` and a one-branch `oneOf` (a union),
+    // `not` (its schema), `$ref` (its target's). A keyword with no negation
+    // here is left out of the union: those values are not written
+    // (narrowed). nullopt when no keyword could be negated.
+    std::optional<Json> negate(const Json& x, const std::string& path, uint32_t depth) const {
+        if (depth > 8) return std::nullopt;
+        if (x.is_boolean()) return Json(!x.get<bool>());
+        if (!x.is_object()) return std::nullopt;
+        if (trivial(x) == 1) return Json(false);
+        Json alts = Json::array();
+        const bool draft4_bounds = (x.contains("exclusiveMinimum") && x["exclusiveMinimum"].is_boolean()) ||
+                                   (x.contains("exclusiveMaximum") && x["exclusiveMaximum"].is_boolean());
+        auto of_type = [](const char* type, Json rest) {
+            rest["type"] = type;
+            return rest;
+        };
+        for (const auto& [k, v] : x.items()) {
+            if (k == "type") {
+                if (not_types(Json{{"type", v}})) alts.push_back(Json{{"not", {{"type", v}}}});
+            } else if (k == "required" && v.is_array()) {
+                for (const auto& r : v)
+                    if (r.is_string()) alts.push_back(of_type("object", {{"properties", {{r.get<std::string>(), false}}}}));
+            } else if (k == "properties" && v.is_object()) {
+                for (const auto& [name, sub] : v.items())
+                    if (auto n = negate(sub, path, depth + 1))
+                        alts.push_back(of_type("object", {{"required", Json::array({name})}, {"properties", {{name, *n}}}}));
+            } else if ((k == "enum" && v.is_array() && !v.empty()) || k == "const") {
+                Json one = Json{{k, v}};
+                if (not_values(one)) alts.push_back(Json{{"not", one}});
+            } else if (k == "not") {
+                alts.push_back(v);
+            } else if ((k == "minLength" || k == "minItems" || k == "minProperties") && v.is_number_unsigned() &&
+                       v.get<uint64_t>() > 0) {
+                const char* type = k == "minLength" ? "string" : k == "minItems" ? "array" : "object";
+                const std::string max = k == "minLength" ? "maxLength" : k == "minItems" ? "maxItems" : "maxProperties";
+                alts.push_back(of_type(type, {{max, v.get<uint64_t>() - 1}}));
+            } else if ((k == "maxLength" || k == "maxItems" || k == "maxProperties") && v.is_number_unsigned()) {
+                const char* type = k == "maxLength" ? "string" : k == "maxItems" ? "array" : "object";
+                const std::string min = k == "maxLength" ? "minLength" : k == "maxItems" ? "minItems" : "minProperties";
+                alts.push_back(of_type(type, {{min, v.get<uint64_t>() + 1}}));
+            } else if ((k == "minimum" || k == "maximum" || k == "exclusiveMinimum" || k == "exclusiveMaximum") &&
+                       v.is_number() && !draft4_bounds) {
+                const char* other = k == "minimum" ? "exclusiveMaximum" : k == "maximum" ? "exclusiveMinimum"
+                                    : k == "exclusiveMinimum" ? "maximum" : "minimum";
+                alts.push_back(of_type("number", {{other, v}}));
+            } else if (k == "anyOf" && v.is_array() && !v.empty()) {
+                Json all = Json::array();
+                for (const auto& sub : v) {
+                    auto n = negate(sub, path, depth + 1);
+                    if (!n) {
+                        all = Json();
+                        break;
+                    }
+                    all.push_back(*n);
+                }
+                if (!all.is_null()) alts.push_back(Json{{"allOf", all}});
+            } else if ((k == "allOf" && v.is_array()) || (k == "oneOf" && v.is_array() && v.size() == 1)) {
+                for (const auto& sub : v)
+                    if (auto n = negate(sub, path, depth + 1)) alts.push_back(*n);
+            } else if (k == "$ref" && v.is_string()) {
+                const Json* target = nullptr;
+                try {
+                    target = resolve(v.get<std::string>(), path);
+                } catch (const GrammarError&) {
+                    return std::nullopt;
+                }
+                if (auto n = negate(*target, path, depth + 1)) alts.push_back(*n);
+            }
+        }
+        if (alts.empty()) {
+            // Only annotations and unknown keywords: x matches everything.
+            for (const auto& [k, v] : x.items())
+                if (kHandled.count(k) || kRefused.count(k) || k == "if" || k == "then" || k == "else") return std::nullopt;
+            return Json(false);
+        }
+        return alts.size() == 1 ? alts[0] : Json{{"anyOf", alts}};
+    }
+
+    // {"$ref": r, "type": t} where r's target already compiles to types
+    // within t (a plain schema, no combinator): the merge would change
+    // nothing, and merging copies the target (a large one under each of
+    // many properties).
+    bool only_redundant_type(const Json& s, const Json& r, const std::string& path) const {
+        if (!s.contains("type")) return false;
+        for (const auto& [k, v] : s.items())
+            if (k != "$ref" && k != "type" && kHandled.count(k)) return false;
+        const Json* t = resolve(r.get<std::string>(), path);
+        if (!t->is_object()) return false;
+        for (const char* k : {"$ref", "allOf", "anyOf", "oneOf", "not", "enum", "const", "if", "dependentSchemas",
+                              "dependencies", "$dynamicRef", "$recursiveRef"})
+            if (t->contains(k)) return false;
+        const auto want = types_allowed(s, path);
+        const auto have = types_allowed(*t, path);
+        if (have.empty()) return false;
+        for (const auto& x : have)
+            if (std::find(want.begin(), want.end(), x) == want.end() &&
+                !(x == "integer" && std::find(want.begin(), want.end(), "number") != want.end()))
+                return false;
+        return true;
     }
 
     static bool has_type(const Json& v, const std::vector<std::string>& types) {
@@ -814,7 +934,13 @@ private:
     std::string merged(const Json& s, const std::string& path) {
         // Large texts are keyed by hash and length, so the keys of many
         // nested merged schemas do not hold the document many times over.
-        std::string key = s.dump();
+        // Annotations beside the parts do not make a different schema
+        // (`{"$ref": "#", "description": …}` under each of many properties
+        // is one target, not one per property).
+        Json keyed = s;
+        for (auto it = keyed.begin(); it != keyed.end();)
+            it = kAnnotations.count(it.key()) ? keyed.erase(it) : std::next(it);
+        std::string key = keyed.dump();
         key = key.size() <= 4096 ? "&" + key : fmt::format("&#{:x}:{}", std::hash<std::string>{}(key), key.size());
         if (auto it = refs_.find(key); it != refs_.end()) return use_target(it->second, path);
         Json flat = flatten(s, path, 0);
@@ -977,6 +1103,7 @@ private:
         }
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
         check_refused(s, path);
+        disjoint_types(s, path);
         charge(s);
         Json out = Json::object();
         for (const auto& [k, v] : s.items())
@@ -1020,6 +1147,49 @@ private:
                 merge(out, flatten((*a)[i], path + "/allOf/" + std::to_string(i), depth + 1), path);
         }
         return out;
+    }
+
+    // The `type`s of `s`, of its $ref's target and of its allOf parts (and
+    // theirs), one level each, with nothing in common: the merge matches
+    // nothing, found before copying the parts (a large $ref target merged
+    // with `{"type": "string"}` under each of many properties).
+    void disjoint_types(const Json& s, const std::string& path) const {
+        std::optional<std::set<std::string>> common;
+        auto meet = [&](const Json& part) {
+            if (!part.is_object()) return;
+            auto t = part.find("type");
+            if (t == part.end()) return;
+            std::set<std::string> these;
+            if (t->is_string()) these.insert(t->get<std::string>());
+            else if (t->is_array())
+                for (const auto& x : *t)
+                    if (x.is_string()) these.insert(x.get<std::string>());
+            if (these.empty()) return;
+            if (these.count("number")) these.insert("integer");
+            if (!common) {
+                common = these;
+                return;
+            }
+            std::set<std::string> both;
+            for (const auto& x : *common)
+                if (these.count(x)) both.insert(x);
+            common = both;
+        };
+        auto with_target = [&](const Json& part) {
+            meet(part);
+            if (!part.is_object()) return;
+            if (auto r = part.find("$ref"); r != part.end() && r->is_string()) {
+                try {
+                    meet(*resolve(r->get<std::string>(), path));
+                } catch (const GrammarError&) {
+                    // the merge itself names the reference
+                }
+            }
+        };
+        with_target(s);
+        if (auto a = s.find("allOf"); a != s.end() && a->is_array())
+            for (const auto& part : *a) with_target(part);
+        if (common && common->empty()) nothing("type", path, "no type is allowed by every part");
     }
 
     [[noreturn]] static void nothing(const std::string& key, const std::string& path, const std::string& why) {
@@ -1104,6 +1274,32 @@ private:
         return Json{{"properties", {{name, {{"enum", others}}}}}, {"required", Json::array({name})}};
     }
 
+    // {"allOf": [x, y]} with nested plain allOfs spread out and repeated
+    // parts dropped, so merging recursive schemas reaches a schema it met
+    // before (the same merged target) instead of a longer text each level.
+    static Json all_of(const Json& x, const Json& y) {
+        Json parts = Json::array();
+        auto add_one = [&](const Json& p) {
+            if (trivial(p) == 1) return;
+            Json q = p;
+            if (q.is_object())  // annotations do not make a different part
+                for (auto it = q.begin(); it != q.end();)
+                    it = kAnnotations.count(it.key()) ? q.erase(it) : std::next(it);
+            if (std::find(parts.begin(), parts.end(), q) == parts.end()) parts.push_back(std::move(q));
+        };
+        auto add = [&](const Json& v) {
+            if (v.is_object() && v.size() == 1 && v.contains("allOf") && v["allOf"].is_array() && !v["allOf"].empty()) {
+                for (const auto& p : v["allOf"]) add_one(p);
+            } else {
+                add_one(v);
+            }
+        };
+        add(x);
+        add(y);
+        if (parts.empty()) return Json::object();
+        return parts.size() == 1 ? parts[0] : Json{{"allOf", parts}};
+    }
+
     // a := the schema both a and b (flattened) allow, as far as that is one
     // schema; refused by name where it is not.
     void merge(Json& a, const Json& b, const std::string& path) {
@@ -1133,7 +1329,7 @@ private:
                                                           std::find(r->begin(), r->end(), Json(k)) != r->end())
                         nothing("additionalProperties", path, "a required property '" + k.substr(0, 100) + "' is not allowed");
                 } else {
-                    kept[k] = Json{{"allOf", Json::array({v, *ap})}};
+                    kept[k] = all_of(v, *ap);
                 }
             }
             tp = std::move(kept);
@@ -1181,7 +1377,7 @@ private:
                 va = both.size() == 1 ? both[0] : both;
             } else if (k == "properties" && va.is_object() && vb.is_object()) {
                 for (const auto& [pk, pv] : vb.items()) {
-                    if (auto p = va.find(pk); p != va.end()) *p = Json{{"allOf", Json::array({*p, pv})}};
+                    if (auto p = va.find(pk); p != va.end()) *p = all_of(*p, pv);
                     else va[pk] = pv;
                 }
             } else if (k == "required" && va.is_array() && vb.is_array()) {
@@ -1189,7 +1385,7 @@ private:
                     if (std::find(va.begin(), va.end(), x) == va.end()) va.push_back(x);
             } else if ((k == "items" || k == "additionalProperties" || k == "additionalItems") && !va.is_array() &&
                        !vb.is_array()) {
-                va = Json{{"allOf", Json::array({va, vb})}};
+                va = all_of(va, vb);
             } else if ((k == "minLength" || k == "minItems" || k == "minProperties" || k == "minimum" ||
                         k == "exclusiveMinimum") && va.is_number() && vb.is_number()) {
                 if (vb.get<double>() > va.get<double>()) va = vb;
@@ -1214,11 +1410,17 @@ private:
                                                             "(the limit)", at(path), kMaxMergedAlternatives));
                 Json prod = Json::array();
                 for (const auto& x : va)
-                    for (const auto& y : vb) prod.push_back(Json{{"allOf", Json::array({x, y})}});
+                    for (const auto& y : vb) {
+                        Json xy = all_of(x, y);
+                        if (std::find(prod.begin(), prod.end(), xy) == prod.end()) prod.push_back(std::move(xy));
+                    }
                 va = prod;
             } else if (kHandled.count(k)) {
-                throw GrammarError("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} has two "
-                                                        "different '{}' that cannot be merged", at(path), k));
+                // Not written, as if it matched nothing: an optional
+                // property or an anyOf alternative that is such a merge is
+                // left out (narrowed); elsewhere this is the 400.
+                throw EmptySchema("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} has two "
+                                                       "different '{}' that cannot be merged", at(path), k));
             }
         }
     }
