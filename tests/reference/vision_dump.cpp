@@ -1,0 +1,139 @@
+// eh_vision_dump: what a plugin's image encoder and step give for one image,
+// for tests/reference/vision_conformance.py (against transformers).
+//
+//   eh_vision_dump PLUGIN.so MODEL MMPROJ PIXELS TOKENS FIRST OUT
+//
+// MODEL and MMPROJ are GGUF files (eh::model::ModelFile); PIXELS a file of
+// 3 x H x W little-endian float32, already normalised (H, W the encoder's
+// size); TOKENS a comma-separated id list whose positions FIRST ..
+// FIRST + n_tokens - 1 are the image's (their ids are the image token's).
+// OUT gets little-endian: u32 n_tokens, u32 n_embd, the encoder's rows
+// (n_tokens x n_embd float32), u32 vocab, the logits after the last token
+// (one step over all tokens, the image's span BIDIRECTIONAL as the encoder
+// asks), then the same logits with the image's rows replaced by zeros (a
+// control: they must differ).
+// Exit status: 0 written; 1 any failure (the message on stderr).
+#include <dlfcn.h>
+
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <engine_host/plugin_abi.h>
+
+#include <eh/model/model_file.hpp>
+
+namespace {
+
+const eh_plugin_api& open_plugin(const char* path) {
+    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
+    if (!lib) throw std::runtime_error(std::string("dlopen: ") + dlerror());
+    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(lib, EH_PLUGIN_ENTRY_SYMBOL));
+    if (!entry) throw std::runtime_error("no " EH_PLUGIN_ENTRY_SYMBOL " in " + std::string(path));
+    const eh_plugin_api* api = entry(EH_ABI_MAJOR, EH_ABI_MINOR);
+    if (!api) throw std::runtime_error("the plugin returned no table");
+    if (api->abi_minor < 6 || !api->image_encoder_load || !api->image_encode || !api->seq_embd_spans)
+        throw std::runtime_error("the plugin takes no images (ABI 1.6 image_encoder_load)");
+    return *api;
+}
+
+std::vector<int32_t> parse_tokens(const std::string& s) {
+    std::vector<int32_t> out;
+    size_t i = 0;
+    while (i < s.size()) {
+        size_t j = s.find(',', i);
+        if (j == std::string::npos) j = s.size();
+        out.push_back(static_cast<int32_t>(std::stol(s.substr(i, j - i))));
+        i = j + 1;
+    }
+    return out;
+}
+
+void check(const eh_plugin_api& api, eh_model* m, eh_status st, const char* what) {
+    if (st != EH_OK) throw std::runtime_error(std::string(what) + ": " + api.model_last_error(m));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    if (argc != 8) {
+        std::fprintf(stderr, "usage: eh_vision_dump PLUGIN.so MODEL MMPROJ PIXELS TOKENS FIRST OUT\n");
+        return 1;
+    }
+    try {
+        const eh_plugin_api& api = open_plugin(argv[1]);
+        auto file = eh::model::ModelFile::open(argv[2]);
+        auto mm = eh::model::ModelFile::open(argv[3]);
+        eh_load_params lp{};
+        lp.struct_size = sizeof(lp);
+        lp.path = argv[2];
+        lp.view = &file->view();
+        eh_model* m = nullptr;
+        if (api.model_load(&lp, &m) != EH_OK) throw std::runtime_error(std::string("load: ") + api.plugin_last_error());
+        eh_image_encoder_info info{};
+        info.struct_size = sizeof(info);
+        check(api, m, api.image_encoder_load(m, &mm->view(), &info), "image_encoder_load");
+
+        std::ifstream pf(argv[4], std::ios::binary);
+        std::vector<float> px(3ull * info.image_width * info.image_height);
+        if (!pf.read(reinterpret_cast<char*>(px.data()), std::streamsize(px.size() * sizeof(float))))
+            throw std::runtime_error("PIXELS holds fewer than 3 x " + std::to_string(info.image_height) + " x " +
+                                     std::to_string(info.image_width) + " floats");
+        std::vector<float> rows(size_t(info.n_tokens) * info.n_embd);
+        check(api, m, api.image_encode(m, px.data(), rows.data()), "image_encode");
+
+        const std::vector<int32_t> tokens = parse_tokens(argv[5]);
+        const uint32_t first = uint32_t(std::stoul(argv[6]));
+        if (first + info.n_tokens > tokens.size()) throw std::runtime_error("the image's span runs past TOKENS");
+        eh_kv_params kp{};
+        kp.struct_size = sizeof(kp);
+        kp.max_seqs = 2;
+        kp.max_step_tokens = uint32_t(tokens.size());
+        kp.max_step_entries = 1;
+        kp.max_seq_tokens = uint32_t(tokens.size()) + 1;
+        kp.budget_bytes = 256ull << 20;
+        eh_kv_info ki{};
+        ki.struct_size = sizeof(ki);
+        check(api, m, api.kv_init(m, &kp, &ki), "kv_init");
+        auto logits_with = [&](const float* image_rows) {
+            eh_seq* s = nullptr;
+            check(api, m, api.seq_create(m, &s), "seq_create");
+            const eh_embd_span span{first, info.n_tokens, info.span_flags, 0, image_rows};
+            check(api, m, api.seq_embd_spans(s, &span, 1), "seq_embd_spans");
+            eh_step_entry e{};
+            e.struct_size = sizeof(e);
+            e.flags = EH_STEP_LOGITS;
+            e.seq = s;
+            e.tokens = tokens.data();
+            e.n_tokens = uint32_t(tokens.size());
+            check(api, m, api.step(m, &e, 1), "step");
+            const float* l = nullptr;
+            uint32_t n = 0;
+            check(api, m, api.seq_logits(s, &l, &n), "seq_logits");
+            std::vector<float> out(l, l + n);
+            api.seq_release(s);
+            return out;
+        };
+        const std::vector<float> with = logits_with(rows.data());
+        const std::vector<float> zeros(rows.size(), 0.0f);
+        const std::vector<float> without = logits_with(zeros.data());
+        api.model_release(m);
+
+        std::ofstream out(argv[7], std::ios::binary);
+        auto u32 = [&](uint32_t v) { out.write(reinterpret_cast<const char*>(&v), 4); };
+        auto floats = [&](const std::vector<float>& v) {
+            out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
+        };
+        u32(info.n_tokens), u32(info.n_embd), floats(rows);
+        u32(uint32_t(with.size())), floats(with), floats(without);
+        if (!out) throw std::runtime_error(std::string("cannot write ") + argv[7]);
+        return 0;
+    } catch (const std::exception& e) {
+        std::fprintf(stderr, "%s\n", e.what());
+        return 1;
+    }
+}
