@@ -25,6 +25,51 @@ namespace eh::cli {
 using service::log_event;
 namespace lvl = spdlog::level;
 
+namespace {
+
+// --draft-model: loaded by the served model's plugin, in this process, with
+// a vocabulary that is the served model's token for token (where both
+// files list their tokens; the service compares the sizes in any case).
+std::shared_ptr<service::EngineSource> load_draft_model(const std::string& path, const PluginRecord& plugin,
+                                                       const model::ModelFile& served, EngineLoadOptions elo) {
+    auto fail = [&](Code code, const std::string& why) {
+        return Error(code, fmt::format("--draft-model {}: {}", path, why));
+    };
+    std::shared_ptr<model::ModelFile> file;
+    try {
+        file = model::ModelFile::open(path);
+    } catch (const Error& e) {
+        throw fail(e.code(), e.what());
+    }
+    const auto want = served.get_string_array("tokenizer.ggml.tokens");
+    const auto have = file->get_string_array("tokenizer.ggml.tokens");
+    if (!want.empty() && !have.empty()) {
+        if (want.size() != have.size())
+            throw fail(Code::ModelLoadFailed, fmt::format("its vocabulary has {} tokens and the served model's {}; a "
+                                                          "draft model must share the served model's vocabulary",
+                                                          have.size(), want.size()));
+        for (size_t i = 0; i < want.size(); ++i)
+            if (std::string_view(want[i].data, want[i].size) != std::string_view(have[i].data, have[i].size))
+                throw fail(Code::ModelLoadFailed,
+                           fmt::format("its token {} differs from the served model's; a draft model must share the "
+                                       "served model's vocabulary",
+                                       i));
+    }
+    elo.progress = nullptr;
+    log_event(lvl::info, "draft_model_load_start",
+              {{"path", path}, {"plugin", plugin.caps.name}, {"architecture", std::string(file->architecture())}});
+    std::shared_ptr<EngineModel> model;
+    try {
+        model = EngineModel::load(plugin.api, path, &file->view(), file, elo);
+    } catch (const Error& e) {
+        throw fail(e.code(), e.what());
+    }
+    log_event(lvl::info, "draft_model_load_complete", {{"vram_bytes", model->info().device_bytes_used}});
+    return service::local_engine(std::move(model));
+}
+
+}  // namespace
+
 void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelStartContext& ctx, RunningModel& out) {
     loader::LoaderOptions lo;
     lo.device = s.gpu;
@@ -141,6 +186,9 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
         if (s.kv_events_block_tokens) sopt.kv_events_block_tokens = *s.kv_events_block_tokens;
         sopt.kv_events_hash_seed = s.kv_events_hash_seed;
     }
+    sopt.spec = s.spec;
+    if (s.spec.source == service::SpecSource::DraftModel)
+        sopt.draft = load_draft_model(s.draft_model_path, plugin, *file, elo);
     out.svc = std::make_shared<service::Service>(out.engine, codec, sopt, ctx.metrics);
 
     http::NodeInfo& ni = out.info;
@@ -185,7 +233,8 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
                                                   ? "text" : service::pooling_mode_name(sopt.pooling.mode)},
                                    {"max_running", svc.max_running()}, {"kv_blocks", kl.total_blocks},
                                    {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc.kv_cache_bytes()},
-                                   {"kv_cache_type", service::kv_cache_type_name(kl.kv_type)}});
+                                   {"kv_cache_type", service::kv_cache_type_name(kl.kv_type)},
+                                   {"speculation", svc.speculation()}});
     if (ctx.server) ctx.server->attach(out.svc, out.info);
     if (!s.engine_process) last_words("serving");
 }

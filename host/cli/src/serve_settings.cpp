@@ -14,6 +14,7 @@
 
 #include "eh/loader/plugin_search.hpp"
 #include "kv_cache_option.hpp"
+#include "spec_option.hpp"
 #include "model_ref.hpp"
 #include "serve_access.hpp"
 #include "serve_model.hpp"
@@ -263,6 +264,7 @@ void add_serve_options(po::options_description& desc) {
         ("kv-events-block-tokens", po::value<uint32_t>(), "tokens per announced block (1-65536; default the engine's KV block, 16 for the bundled plugins); a router's block size must match")
         ("kv-events-hash-seed", po::value<std::string>()->default_value(""), "seed of the block hash chain (llm-d's hashSeed, vLLM's PYTHONHASHSEED)")
         ("shutdown-grace-ms", po::value<uint32_t>()->default_value(4500), "time running jobs get to finish on shutdown; streams then get 500 ms to send their last event");
+    add_spec_options(desc);
 }
 
 bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::string& err) {
@@ -363,8 +365,22 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         return false;
     }
     if (!read_kv_events(vm, s, err)) return false;
+    try {
+        s.spec = read_spec_options(vm, s.draft_model_path);
+    } catch (const Error& e) {
+        err = e.what();
+        return false;
+    }
 
     s.engine_process = vm.count("engine-process") > 0;
+    if (s.spec.source == service::SpecSource::DraftModel && s.engine_process) {
+        err = "--draft-model cannot go with --engine-process: the draft model runs in this process, beside the scheduler";
+        return false;
+    }
+    if (s.spec.source == service::SpecSource::DraftModel && !s.models.empty()) {
+        err = "--draft-model drafts for the one model; it cannot go with --model NAME=PATH, several --model or --models-dir";
+        return false;
+    }
     s.threads = vm["threads"].as<uint32_t>();
     s.ctx_size = vm["ctx-size"].as<uint32_t>();
     s.kv_cache_mb = vm["kv-cache-size-mb"].as<uint64_t>();

@@ -15,6 +15,7 @@
 #include "eh/http/server.hpp"
 #include "options.hpp"
 #include "serve_pooling.hpp"
+#include "eh/service/speculation.hpp"
 
 namespace eh::cli {
 
@@ -66,6 +67,8 @@ struct ServeSettings {
     float gpu_memory_fraction = 0;
     size_t queue_size = 256;
     bool prefix_cache = true, prefix_cache_shared = false, chained_steps = true;
+    service::SpecOptions spec;     // --spec-ngram / --draft-model and their settings (spec_option.hpp)
+    std::string draft_model_path;  // --draft-model (one model, in this process)
     PoolingFlag pooling = PoolingFlag::Auto;  // --embedding, --rerank
     std::chrono::seconds inference_timeout{300};
     std::chrono::milliseconds shutdown_grace{4500};

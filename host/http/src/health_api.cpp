@@ -100,6 +100,19 @@ void Server::Impl::install_health() {
             const uint32_t kv_type = svc->kv_limits().kv_type;
             j["kv_cache_type"] = kv_type == service::kKvTypeUnknown ? nlohmann::json(nullptr)
                                                                     : nlohmann::json(service::kv_cache_type_name(kv_type));
+            // Speculative decoding: its source as it runs; when asked for and
+            // off, why; its settings.
+            const service::SpecOptions& so = svc->options().spec;
+            nlohmann::json spec = {{"source", svc->speculation()}};
+            if (so.source != service::SpecSource::Off) {
+                spec["requested"] = service::spec_source_name(so.source);
+                spec["draft_max"] = so.draft_max;
+                spec["max_batch"] = so.max_batch;
+                if (so.source == service::SpecSource::Ngram) spec["ngram"] = {so.ngram_min, so.ngram_max};
+                if (!so.draft_name.empty()) spec["draft_model"] = so.draft_name;
+                if (!svc->speculation_off_reason().empty()) spec["reason"] = svc->speculation_off_reason();
+            }
+            j["speculation"] = spec;
             const service::ChatTemplateState t = svc->codec().chat_template_state();
             j["chat_template"] = {{"status", service::chat_template_kind_name(t.kind)}};
             if (!t.source.empty()) j["chat_template"]["source"] = t.source;
