@@ -11,7 +11,10 @@
 # whatever length the answers have, and last `engine-host bench` (prefill
 # 512, decode 128, one sequence through the batched step) after the server
 # stops: the plugin's batch-1 decode rate beside the server's one-client TPOT.
-#   OUT=... [LOADGEN=.../loadgen.py] [ROUNDS=3] scripts/device-structured.sh BUILD_DIR [LEVELS]
+# SCHEMA_FILE names another schema than the 3-property one (e.g.
+# host/constrain/bench/schemas/order.json: $refs, oneOf, patterns, formats,
+# bounds), sent the same way with strict false.
+#   OUT=... [LOADGEN=.../loadgen.py] [ROUNDS=3] [SCHEMA_FILE=...] scripts/device-structured.sh BUILD_DIR [LEVELS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
@@ -26,6 +29,10 @@ f=/tmp/eh-models/qwen.gguf
 pid=$!
 for _ in $(seq 1 240); do curl -sf localhost:18700/health > /dev/null && break; kill -0 $pid 2>/dev/null || { echo "the server exited:"; tail -5 "$out/serve.log"; exit 1; }; sleep 0.5; done
 schema='{"response_format":{"type":"json_schema","json_schema":{"name":"person","strict":true,"schema":{"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"},"tags":{"type":"array","items":{"type":"string"}}},"required":["name","age","tags"],"additionalProperties":false}}}}'
+if [ -n "${SCHEMA_FILE:-}" ]; then
+  schema=$(python3 -c 'import json,sys; print(json.dumps({"response_format": {"type": "json_schema", "json_schema":
+    {"name": "s", "strict": False, "schema": json.load(open(sys.argv[1]))}}}, separators=(",", ":")))' "$SCHEMA_FILE") || exit 1
+fi
 metrics() {  # steps, step seconds, constraint seconds, generated tokens
   curl -s localhost:18700/metrics | awk '/^eh_engine_steps_total /{a=$2} /^eh_engine_step_seconds_total /{b=$2}
     /^eh_constraint_seconds_total /{c=$2} /^eh_generated_tokens_total /{d=$2} END{print a, b, c, d}'
