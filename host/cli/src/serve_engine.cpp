@@ -17,6 +17,7 @@
 #include "load_progress.hpp"
 #include "plugin_report.hpp"
 #include "serve_codec.hpp"
+#include "serve_lora.hpp"
 #include "serve_model.hpp"
 #include "serve_pooling.hpp"
 
@@ -132,7 +133,7 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
         out.engine = service::start_engine_process(std::move(epo));
     } else {
         out.model = EngineModel::load(plugin.api, m.path, &file->view(), file, elo);
-        out.engine = service::local_engine(out.model);
+        out.engine = service::local_engine(out.model, load_lora_adapters(out.model, *file, s.loras));
     }
     const service::EngineFacts facts = out.engine->facts();
     while (next_mark <= 100) {  // a plugin that reports no progress still logs every mark
@@ -180,6 +181,7 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     sopt.shutdown_grace = s.shutdown_grace;
     sopt.limits = ctx.limits;
     sopt.model_name = m.name;
+    for (const LoraFlag& f : s.loras) sopt.adapters.push_back(f.name);
     if (ctx.kv_events) {
         ctx.kv_events->set_medium(plugin.caps.device_kind == std::string("cpu") ? "CPU" : "GPU");
         sopt.kv_events = ctx.kv_events;

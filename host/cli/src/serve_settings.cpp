@@ -265,6 +265,7 @@ void add_serve_options(po::options_description& desc) {
         ("kv-events-hash-seed", po::value<std::string>()->default_value(""), "seed of the block hash chain (llm-d's hashSeed, vLLM's PYTHONHASHSEED)")
         ("shutdown-grace-ms", po::value<uint32_t>()->default_value(4500), "time running jobs get to finish on shutdown; streams then get 500 ms to send their last event");
     add_spec_options(desc);
+    add_lora_options(desc);
 }
 
 bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::string& err) {
@@ -379,6 +380,15 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
     }
     if (s.spec.source == service::SpecSource::DraftModel && !s.models.empty()) {
         err = "--draft-model drafts for the one model; it cannot go with --model NAME=PATH, several --model or --models-dir";
+        return false;
+    }
+    if (!read_lora_flags(vm, s.loras, err)) return false;
+    if (!s.loras.empty() && s.engine_process) {
+        err = "--lora cannot go with --engine-process: adapters are loaded into the plugin in this process";
+        return false;
+    }
+    if (!s.loras.empty() && !s.models.empty()) {
+        err = "--lora adapts the one model; it cannot go with --model NAME=PATH, several --model or --models-dir";
         return false;
     }
     s.threads = vm["threads"].as<uint32_t>();

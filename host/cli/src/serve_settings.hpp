@@ -14,6 +14,7 @@
 #include "device_choice.hpp"
 #include "eh/http/server.hpp"
 #include "options.hpp"
+#include "serve_lora.hpp"
 #include "serve_pooling.hpp"
 #include "eh/service/speculation.hpp"
 
@@ -70,6 +71,7 @@ struct ServeSettings {
     service::SpecOptions spec;     // --spec-ngram / --draft-model and their settings (spec_option.hpp)
     std::string draft_model_path;  // --draft-model (one model, in this process)
     PoolingFlag pooling = PoolingFlag::Auto;  // --embedding, --rerank
+    std::vector<LoraFlag> loras;              // --lora, --lora-scale (one model, in this process)
     std::chrono::seconds inference_timeout{300};
     std::chrono::milliseconds shutdown_grace{4500};
     uint32_t residency_check_sec = 30;

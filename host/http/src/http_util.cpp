@@ -1,10 +1,13 @@
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <random>
 
 #include "auth.hpp"
+#include "eh/service/lora.hpp"
 #include "eh/service/request.hpp"
 #include "eh/service/service.hpp"
+#include "eh/service/utf8.hpp"
 #include "impl.hpp"
 
 namespace eh::http {
@@ -119,6 +122,11 @@ void send_exception(httplib::Response& res, const std::exception& e, const std::
                    {{"retry_after_ms", qf->retry_after_ms()}, {"retriable", true}});
         return;
     }
+    if (auto* an = dynamic_cast<const service::AdapterNotFound*>(&e)) {
+        send_error(res, 404, "ADAPTER_NOT_FOUND", an->what(), correlation,
+                   {{"adapter", service::sanitize_utf8(an->adapter().substr(0, 200))}});
+        return;
+    }
     if (auto* ml = dynamic_cast<const ModelStillLoading*>(&e)) {
         res.set_header("Retry-After", "5");
         send_error(res, 503, "MODEL_LOADING", ml->what(), correlation, {{"model", ml->model_name}});
@@ -158,6 +166,23 @@ std::shared_ptr<service::Service> require_ready(Server::Impl& s, httplib::Respon
         send_exception(res, e, correlation);
         return nullptr;
     }
+}
+
+void split_model_adapter(Server::Impl& s, std::string& model, std::string& adapter) {
+    const size_t colon = model.rfind(':');
+    if (colon == std::string::npos || s.get_pool()) return;
+    const auto svc = s.get_service();
+    if (!svc || svc->options().adapters.empty()) return;
+    const NodeInfo ni = s.get_info();
+    const std::string base = model.substr(0, colon), name = model.substr(colon + 1);
+    if (base != ni.model && std::find(ni.model_aliases.begin(), ni.model_aliases.end(), base) == ni.model_aliases.end())
+        return;
+    if (!adapter.empty() && adapter != name)
+        throw service::RequestError("lora", fmt::format("'lora' names the adapter '{}' but 'model' names '{}'",
+                                                        service::sanitize_utf8(adapter.substr(0, 64)),
+                                                        service::sanitize_utf8(name.substr(0, 64))));
+    model = base;
+    adapter = name;
 }
 
 std::shared_ptr<service::Service> service_for(Server::Impl& s, const std::string& model) {

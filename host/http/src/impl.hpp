@@ -161,6 +161,12 @@ bool accepting(Server::Impl& s, httplib::Response& res, const std::string& corre
 // first. Throws Error(NOT_FOUND) for a name not served, ModelStillLoading
 // (503 MODEL_LOADING) past the pool's load wait.
 std::shared_ptr<service::Service> service_for(Server::Impl& s, const std::string& model);
+// A `model` of "<model>:<adapter>" (LoRA, --lora) on a one-model server with
+// adapters, where <model> is a name the model answers to: `model` becomes
+// <model> and `adapter` <adapter> (the service checks that it is served:
+// 404 ADAPTER_NOT_FOUND). RequestError when `adapter` (the `lora` field)
+// already names another. Anything else is left as it is.
+void split_model_adapter(Server::Impl& s, std::string& model, std::string& adapter);
 std::string dump(const nlohmann::json& j);
 
 // ---- template_cancel.cpp -------------------------------------------------------

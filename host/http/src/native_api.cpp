@@ -215,6 +215,8 @@ void Server::Impl::install_native() {
         std::string model = get_info().model;
         try {
             service::GenerationRequest r = parse_execute_request(req.body, options.limits);
+            std::string named = native_model(req.body);
+            split_model_adapter(*this, named, r.adapter);
             svc = native_service(*this, req.body);
             if (const auto pool = get_pool()) model = pool->find(native_model(req.body))->name;
             r.correlation_id = cid;

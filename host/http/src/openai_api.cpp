@@ -104,6 +104,12 @@ void Server::Impl::install_openai() {
             for (const auto& alias : ni.model_aliases)
                 data.push_back({{"id", alias}, {"object", "model"}, {"created", started_unix}, {"owned_by", "engine-host"},
                                 {"context_length", ni.context_length}, {"root", ni.model}});
+            // LoRA adapters (--lora), as the `model` that picks each.
+            if (const auto svc = get_service())
+                for (const auto& name : svc->options().adapters)
+                    data.push_back({{"id", ni.model + ":" + name}, {"object", "model"}, {"created", started_unix},
+                                    {"owned_by", "engine-host"}, {"context_length", ni.context_length},
+                                    {"root", ni.model}, {"parent", ni.model}, {"lora", name}});
         }
         send_json(res, 200, {{"object", "list"}, {"data", data}});
     });
@@ -121,7 +127,9 @@ void Server::Impl::install_openai() {
         OpenAIRequest r;
         try {
             r = parse_openai_request(req.body, chat, options.limits);
-            svc = service_for(*this, r.model);
+            std::string base = r.model;
+            split_model_adapter(*this, base, r.gen.adapter);
+            svc = service_for(*this, base);
             if (chat) render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             r.gen.cache_scope = cache_scope_of(*this, req);

@@ -15,7 +15,7 @@ service::GenerationRequest parse_execute_request(std::string_view body, const Re
     object obj = parse_object(parser, storage, body, limits);
     reject_unknown(obj, {"job_id", "prompt", "max_tokens", "temperature", "top_p", "top_k", "min_p",
                          "repetition_penalty", "presence_penalty", "frequency_penalty", "logit_bias", "stop", "seed",
-                         "logprobs", "add_special", "model", "n_ctx", "ignore_eos", "grammar", "json_schema",
+                         "logprobs", "add_special", "model", "lora", "n_ctx", "ignore_eos", "grammar", "json_schema",
                          "output_mode"});
     service::GenerationRequest r;
     auto id = get_string(obj, "job_id");
@@ -25,6 +25,10 @@ service::GenerationRequest parse_execute_request(std::string_view body, const Re
         throw RequestError("job_id", fmt::format("'job_id' is {} bytes; the limit is {}", id->size(), limits.max_job_id_bytes));
     if (id->find('\0') != std::string::npos) throw RequestError("job_id", "'job_id' contains a NUL character");
     r.job_id = *id;
+    if (auto a = get_string(obj, "lora")) {  // a --lora adapter's name; the service checks it
+        if (a->empty() || a->size() > 256) throw RequestError("lora", "'lora' must name an adapter (1-64 bytes)");
+        r.adapter = std::move(*a);
+    }
     auto prompt = get_string(obj, "prompt");
     if (!prompt) throw RequestError("prompt", "'prompt' is required");
     service::check_prompt(*prompt, "prompt", limits);

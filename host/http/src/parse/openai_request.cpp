@@ -140,6 +140,10 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
     r.gen.origin = chat ? "chat" : "completions";
     r.gen.job_id = generated_id(chat ? "chatcmpl" : "cmpl");
     if (auto m = get_string(obj, "model")) r.model = *m;
+    if (auto a = get_string(obj, "lora")) {  // a --lora adapter's name; the service checks it
+        if (a->empty() || a->size() > 256) throw RequestError("lora", "'lora' must name an adapter (1-64 bytes)");
+        r.gen.adapter = std::move(*a);
+    }
     if (chat) {
         r.messages = parse_messages(obj, limits);
         r.gen.add_special = false;  // the template (or render_chat) writes BOS when the model wants one
