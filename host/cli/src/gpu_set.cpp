@@ -1,0 +1,97 @@
+// --tensor-parallel and --gpus (gpu_set.hpp).
+#include "gpu_set.hpp"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <charconv>
+#include <map>
+
+#include "eh/error.hpp"
+
+namespace eh::cli {
+namespace {
+
+std::string gib(uint64_t b) { return fmt::format("{:.1f} GiB", double(b) / double(1ull << 30)); }
+
+}  // namespace
+
+bool parse_gpu_list(std::string_view text, std::vector<int>& out, std::string& err) {
+    out.clear();
+    const std::string shown(text.substr(0, 64));
+    if (text.empty()) {
+        err = "--gpus is empty: name GPU ordinals, e.g. --gpus 0,1";
+        return false;
+    }
+    size_t at = 0;
+    for (;;) {
+        const size_t comma = text.find(',', at);
+        const std::string_view item = text.substr(at, comma == std::string_view::npos ? std::string_view::npos : comma - at);
+        int v = -1;
+        const auto [end, ec] = std::from_chars(item.data(), item.data() + item.size(), v);
+        if (item.empty() || ec != std::errc() || end != item.data() + item.size() || v < 0 || v > kMaxGpuOrdinal) {
+            err = fmt::format("--gpus '{}': '{}' is not a GPU ordinal (0-{}); name them comma separated, e.g. 0,1",
+                              shown, std::string(item.substr(0, 16)), kMaxGpuOrdinal);
+            return false;
+        }
+        out.push_back(v);
+        if (out.size() > kMaxTensorParallel) {
+            err = fmt::format("--gpus '{}' names more than {} GPUs", shown, kMaxTensorParallel);
+            return false;
+        }
+        if (comma == std::string_view::npos) break;
+        at = comma + 1;
+    }
+    return true;
+}
+
+std::vector<GpuFacts> probe_gpus(const eh_plugin_api& api, std::string* stop_reason) {
+    std::vector<GpuFacts> gpus;
+    for (int d = 0; d <= kMaxGpuOrdinal; ++d) {
+        eh_probe_result pr{};
+        pr.struct_size = sizeof pr;
+        if (api.probe(d, &pr) != EH_OK || !pr.supported) {
+            pr.reason[sizeof pr.reason - 1] = '\0';
+            if (stop_reason) *stop_reason = pr.reason;
+            break;
+        }
+        pr.device_name[sizeof pr.device_name - 1] = '\0';
+        gpus.push_back({d, pr.device_name, pr.total_memory_bytes, pr.free_memory_bytes});
+    }
+    return gpus;
+}
+
+std::vector<int> pick_gpus(const std::vector<GpuFacts>& gpus, uint32_t n) {
+    if (gpus.size() < n)
+        throw Error(Code::InsufficientVram,
+                    fmt::format("--tensor-parallel {} needs {} GPUs; the plugin's probe sees {}", n, n, gpus.size()));
+    std::vector<GpuFacts> by_free = gpus;
+    std::stable_sort(by_free.begin(), by_free.end(),
+                     [](const GpuFacts& a, const GpuFacts& b) { return a.free_bytes > b.free_bytes; });
+    std::vector<int> out;
+    for (uint32_t i = 0; i < n; ++i) out.push_back(by_free[i].ordinal);
+    std::sort(out.begin(), out.end());
+    return out;
+}
+
+std::string fit_shortfall(const FitNeed& need, const std::vector<int>& devices, const std::vector<GpuFacts>& gpus) {
+    if (devices.empty()) return "";
+    const uint64_t ranks = devices.size();
+    const uint64_t share = (need.weight_bytes + need.kv_bytes + ranks - 1) / ranks;
+    std::map<int, uint64_t> count;
+    for (int d : devices) ++count[d];
+    for (const auto& [d, k] : count) {
+        const auto g = std::find_if(gpus.begin(), gpus.end(), [d = d](const GpuFacts& x) { return x.ordinal == d; });
+        if (g == gpus.end() || g->free_bytes == 0) continue;
+        if (share * k <= g->free_bytes) continue;
+        return fmt::format("the model needs {} of weights + {} of KV cache ({}), {} a rank over {} rank{}; GPU {}{} "
+                           "has {} free for {} rank{}: {} short. Spread it over more GPUs (--tensor-parallel, --gpus), "
+                           "or take a smaller quantization or context",
+                           gib(need.weight_bytes), gib(need.kv_bytes), need.kv_what, gib(share), ranks,
+                           ranks == 1 ? "" : "s", d, g->name.empty() ? "" : " (" + g->name + ")", gib(g->free_bytes), k,
+                           k == 1 ? "" : "s", gib(share * k - g->free_bytes));
+    }
+    return "";
+}
+
+}  // namespace eh::cli

@@ -1,0 +1,93 @@
+// --tensor-parallel / --gpus (host/cli/src/gpu_set.hpp): the list parser's
+// accepted and refused forms, the choice of GPUs by free memory, and the fit
+// check's verdict and message.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "eh/error.hpp"
+#include "gpu_set.hpp"
+
+namespace {
+
+using namespace eh::cli;
+
+std::vector<int> parsed(const std::string& s) {
+    std::vector<int> out;
+    std::string err;
+    EXPECT_TRUE(parse_gpu_list(s, out, err)) << s << ": " << err;
+    EXPECT_TRUE(err.empty());
+    return out;
+}
+
+std::string refused(const std::string& s) {
+    std::vector<int> out;
+    std::string err;
+    EXPECT_FALSE(parse_gpu_list(s, out, err)) << s;
+    return err;
+}
+
+TEST(GpuList, OrdinalsInRankOrderRepeatsAllowed) {
+    EXPECT_EQ(parsed("0"), std::vector<int>({0}));
+    EXPECT_EQ(parsed("3,1"), std::vector<int>({3, 1}));
+    EXPECT_EQ(parsed("0,0,0,0"), std::vector<int>({0, 0, 0, 0}));  // the shard mode
+    EXPECT_EQ(parsed("63"), std::vector<int>({63}));
+    EXPECT_EQ(parsed("0,1,2,3,4,5,6,7").size(), 8u);
+}
+
+TEST(GpuList, EveryBadFormIsRefusedNamingIt) {
+    EXPECT_NE(refused("").find("--gpus is empty"), std::string::npos);
+    EXPECT_NE(refused("0,,1").find("'' is not a GPU ordinal (0-63)"), std::string::npos);
+    EXPECT_NE(refused("0,1,").find("'' is not a GPU ordinal"), std::string::npos);
+    EXPECT_NE(refused("a").find("'a' is not a GPU ordinal"), std::string::npos);
+    EXPECT_NE(refused("-1").find("'-1' is not a GPU ordinal"), std::string::npos);
+    EXPECT_NE(refused("64").find("'64' is not a GPU ordinal"), std::string::npos);
+    EXPECT_NE(refused(" 1").find("' 1' is not a GPU ordinal"), std::string::npos);
+    EXPECT_NE(refused("1x").find("'1x' is not a GPU ordinal"), std::string::npos);
+    EXPECT_NE(refused("99999999999999999999").find("is not a GPU ordinal"), std::string::npos);
+    EXPECT_NE(refused("0,1,2,3,4,5,6,7,0").find("names more than 8 GPUs"), std::string::npos);
+}
+
+std::vector<GpuFacts> gpus(const std::vector<uint64_t>& free_gib) {
+    std::vector<GpuFacts> g;
+    for (size_t i = 0; i < free_gib.size(); ++i)
+        g.push_back({int(i), "GPU-" + std::to_string(i), 141ull << 30, free_gib[i] << 30});
+    return g;
+}
+
+TEST(PickGpus, MostFreeMemoryFirstTiesToTheLowerOrdinalInOrdinalOrder) {
+    EXPECT_EQ(pick_gpus(gpus({10, 70, 40, 70}), 2), std::vector<int>({1, 3}));
+    EXPECT_EQ(pick_gpus(gpus({10, 70, 40, 70}), 3), std::vector<int>({1, 2, 3}));
+    EXPECT_EQ(pick_gpus(gpus({5, 5, 5}), 2), std::vector<int>({0, 1}));
+    EXPECT_EQ(pick_gpus(gpus({5}), 1), std::vector<int>({0}));
+    try {
+        pick_gpus(gpus({5, 5}), 4);
+        FAIL() << "4 of 2 GPUs picked";
+    } catch (const eh::Error& e) {
+        EXPECT_EQ(e.code(), eh::Code::InsufficientVram);
+        EXPECT_STREQ(e.what(), "--tensor-parallel 4 needs 4 GPUs; the plugin's probe sees 2");
+    }
+}
+
+TEST(FitCheck, SplitsEvenlyAndNamesTheShortGpu) {
+    FitNeed need;
+    need.weight_bytes = 40ull << 30;
+    need.kv_bytes = 1ull << 30;
+    need.kv_what = "one sequence of 8192 tokens";
+    EXPECT_EQ(fit_shortfall(need, {0, 1}, gpus({30, 30})), "");
+    EXPECT_EQ(fit_shortfall(need, {0}, gpus({41})), "");
+    const std::string one = fit_shortfall(need, {0}, gpus({30}));
+    EXPECT_EQ(one, "the model needs 40.0 GiB of weights + 1.0 GiB of KV cache (one sequence of 8192 tokens), 41.0 GiB a "
+                   "rank over 1 rank; GPU 0 (GPU-0) has 30.0 GiB free for 1 rank: 11.0 GiB short. Spread it over more "
+                   "GPUs (--tensor-parallel, --gpus), or take a smaller quantization or context");
+    EXPECT_NE(fit_shortfall(need, {0, 1}, gpus({30, 12})).find("GPU 1 (GPU-1) has 12.0 GiB free for 1 rank: 8.5 GiB short"),
+              std::string::npos);
+    // the shard mode: one GPU holds every rank's share
+    EXPECT_NE(fit_shortfall(need, {0, 0}, gpus({30})).find("GPU 0 (GPU-0) has 30.0 GiB free for 2 ranks: 11.0 GiB short"),
+              std::string::npos);
+    // a probe that states no free memory is not judged
+    EXPECT_EQ(fit_shortfall(need, {0}, gpus({0})), "");
+}
+
+}  // namespace
