@@ -70,8 +70,6 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     EXPECT_EQ(refused_keyword(R"({"type":"array","items":{"type":"object"},"uniqueItems":true,"minItems":2})"), "uniqueItems");
     EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"integer"},"minContains":2})"), "minContains");
     EXPECT_EQ(refused_keyword(R"({"dependencies":{"a":3}})"), "dependencies");
-    EXPECT_EQ(refused_keyword(R"({"type":"object","patternProperties":{"^x":{"type":"string"},"^y":{}}})"),
-              "patternProperties");
     EXPECT_EQ(refused_keyword(R"({"type":"string","pattern":"(a)\\1"})"), "pattern");
     EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"a(?=b)c"})js"), "pattern");
     EXPECT_EQ(refused_keyword(R"js({"type":"string","pattern":"^((?!ab).)*$"})js"), "pattern");
@@ -667,6 +665,22 @@ TEST(SchemaKeywords, PatternProperties) {
     EXPECT_TRUE(matches(map, "{}"));
     stops_at(map, R"({"aB":true})", 3);
     stops_at(map, R"({"a":1})", 5);
+    // Patterns of different schemas that cannot match one key (they start
+    // apart, as OpenAPI's "^/" and "^x-"): each key's value from its own.
+    auto apart = json_schema_grammar(R"({"type":"object","patternProperties":{"^/":{"type":"object"},"^x-":{}},
+        "additionalProperties":false})");
+    EXPECT_TRUE(matches(apart, R"({"/a":{},"x-b":[1]})"));
+    stops_at(apart, R"({"/a":1})", 6);
+    stops_at(apart, R"({"y":1})", 2);
+    // Patterns that may match one key: its value must match both schemas.
+    auto both = json_schema_grammar(R"({"type":"object","patternProperties":{"a":{"type":"integer"},"b":{"minimum":5}}})");
+    EXPECT_TRUE(matches(both, R"({"ab":7,"a":9})"));
+    stops_at(both, R"({"ab":3})", 7);  // 3 may still become 30
+    stops_at(both, R"({"b":2.5})", 6);  // "a" (a search) may match any key: integers only (narrowed)
+    // No pattern's (merged) schema matches anything: only {}.
+    auto none = json_schema_grammar(R"({"type":"object","patternProperties":{"a":{"type":"integer"},"b":{"type":"string"}}})");
+    EXPECT_TRUE(matches(none, "{}"));
+    stops_at(none, R"({"a":1})", 1);
 }
 
 // Random patterns of the supported subset against std::regex (ECMAScript,

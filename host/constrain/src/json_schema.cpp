@@ -33,6 +33,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <bitset>
 #include <cctype>
 #include <climits>
 #include <cmath>
@@ -347,6 +348,21 @@ bool byte_match(const std::shared_ptr<const Grammar>& g, std::string_view text) 
     }();
     Matcher m(std::make_shared<Automaton>(g, vocab));
     return m.accept_bytes(text) && m.accepting();
+}
+
+// The bytes a match of `g` may start with (256: it may be empty).
+std::bitset<257> first_bytes(const std::shared_ptr<const Grammar>& g) {
+    static const auto vocab = [] {
+        std::vector<std::string> bytes;
+        for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
+        bytes.emplace_back();  // end of generation
+        return std::make_shared<const TokenVocab>(std::move(bytes), std::vector<int32_t>{256});
+    }();
+    Matcher m(std::make_shared<Automaton>(g, vocab));
+    const auto mask = m.mask();
+    std::bitset<257> out;
+    for (int b = 0; b <= 256; ++b) out[size_t(b)] = ((*mask)[size_t(b) / 32] >> (b % 32)) & 1u;
+    return out;
 }
 
 class SchemaCompiler {
@@ -2001,21 +2017,46 @@ private:
             // A map: any keys, every value matching the schema.
             std::string v = extra ? value(*extra, path + "/additionalProperties", depth + 1) : "j-value";
             std::string key = key_schema.empty() ? "j-string" : key_schema;
+            std::string member;
             if (pp) {
                 // Keys only from the patterns: others (additionalProperties)
-                // are not written (narrowing).
-                const Json& first = pp->begin().value();
-                for (const auto& [pattern, sub] : pp->items())
-                    if (sub != first)
-                        throw GrammarError("patternProperties",
-                                           fmt::format("'patternProperties' at {} with patterns of different schemas and no "
-                                                       "'properties' is not supported", at(path)));
-                v = value(first, path + "/patternProperties", depth + 1);
-                key.clear();
-                for (const auto& k : key_exprs) key += (key.empty() ? "" : " | ") + k;
-                key = rule(key);
+                // are not written (narrowing). A key written from pattern i
+                // may match pattern j too, and must then match j's schema:
+                // its value is written from i's schema merged with every
+                // other one whose pattern can start with a byte i's can
+                // (patterns that start apart, `^/` and `^x-`, never match
+                // one key; others are merged: narrowed).
+                std::vector<std::pair<std::string, const Json*>> pats;
+                for (const auto& [pattern, sub] : pp->items()) pats.emplace_back(pattern, &sub);
+                std::vector<std::bitset<257>> starts;
+                for (size_t i = 0; i < pats.size(); ++i) {
+                    const auto g = gbnf_grammar(json_base_rules() + "root ::= " +
+                                                *regex_grammar(pats[i].first, "j-char", 0, kRegexUnbounded) + "\n");
+                    starts.push_back(first_bytes(g));
+                }
+                std::string alts;
+                std::optional<EmptySchema> last_empty;
+                for (size_t i = 0; i < pats.size(); ++i) {
+                    Json merged_value = *pats[i].second;
+                    for (size_t j = 0; j < pats.size(); ++j)
+                        if (j != i && *pats[j].second != *pats[i].second && (starts[i] & starts[j]).any())
+                            merged_value = all_of(merged_value, *pats[j].second);
+                    store_.push_back(std::move(merged_value));
+                    try {
+                        const std::string vi = value(store_.back(), path + "/patternProperties", depth + 1);
+                        alts += fmt::format(R"({}( {} j-ws ":" j-ws {} j-ws ))", alts.empty() ? "" : " | ", key_exprs[i], vi);
+                    } catch (const EmptySchema& e) {
+                        last_empty = e;  // keys of this pattern are not written
+                    }
+                }
+                if (alts.empty()) {
+                    if (min_p) throw *last_empty;
+                    return rule(R"("{" j-ws "}")");
+                }
+                member = rule(alts);
+            } else {
+                member = fmt::format(R"({} j-ws ":" j-ws {} j-ws)", key, v);
             }
-            const std::string member = fmt::format(R"({} j-ws ":" j-ws {} j-ws)", key, v);
             if (max_p == 0) return rule(R"("{" j-ws "}")");
             const std::string more = counted(fmt::format(R"(( "," j-ws {} ))", member), min_p ? min_p - 1 : 0,
                                              max_p == kRegexUnbounded ? max_p : max_p - 1, "maxProperties", path);
