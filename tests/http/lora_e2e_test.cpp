@@ -132,4 +132,22 @@ TEST(LoraEndToEnd, AnAdapterThatDoesNotFitStopsTheStartByName) {
     EngineHost bad({"--log-format", "text", "--lora", "x y=/nonexistent"}, {}, false, EH_PLUGIN_DIR);
     EXPECT_EQ(bad.wait_exit(), 2);
     EXPECT_NE(bad.log().find("an adapter name is 1-64 letters"), std::string::npos) << bad.log();
+
+    // A plugin without ABI 1.6's adapter calls (the test engine) is refused by name.
+    TempFile ok = forged_adapter(4);
+    EngineHost plain({"--log-format", "text", "--lora", "ok=" + ok.path}, {}, false);
+    EXPECT_NE(plain.wait_exit(), 0);
+    EXPECT_NE(plain.log().find("does not serve LoRA adapters"), std::string::npos) << plain.log();
+
+    // What --lora cannot go with, as usage errors.
+    for (std::vector<std::string> extra : {std::vector<std::string>{"--engine-process"},
+                                           std::vector<std::string>{"--kv-events-endpoint", "tcp://127.0.0.1:1"},
+                                           std::vector<std::string>{"--lora-scale", "ok=1e9"},
+                                           std::vector<std::string>{"--lora-scale", "nope=1"}}) {
+        std::vector<std::string> args = {"--log-format", "text", "--lora", "ok=" + ok.path};
+        args.insert(args.end(), extra.begin(), extra.end());
+        EngineHost h2(args, {}, false, EH_PLUGIN_DIR);
+        EXPECT_EQ(h2.wait_exit(), 2) << extra[0] << "\n" << h2.log();
+        EXPECT_NE(h2.log().find("--lora"), std::string::npos) << h2.log();
+    }
 }

@@ -387,6 +387,10 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         err = "--lora cannot go with --engine-process: adapters are loaded into the plugin in this process";
         return false;
     }
+    if (!s.loras.empty() && s.kv_events_endpoint) {
+        err = "--lora cannot go with --kv-events-endpoint: the published block hashes do not carry the adapter";
+        return false;
+    }
     if (!s.loras.empty() && !s.models.empty()) {
         err = "--lora adapts the one model; it cannot go with --model NAME=PATH, several --model or --models-dir";
         return false;
