@@ -722,6 +722,82 @@ void hidden_state(Context& c) {
         fail("seq_hidden after a step that did not ask EH_STEP_HIDDEN did not return INVALID_ARGUMENT");
 }
 
+// ABI 1.6: a step entry [t, d1..dk] with EH_STEP_VERIFY keeps t and the
+// drafts greedy would have picked, says how many, and samples the next
+// token; the rejected drafts leave no trace (the sequence continues as plain
+// greedy decoding, and holds only its own blocks); its rules are enforced. A
+// plugin that grants no draft tokens refuses the flag as unknown.
+void speculative_verify(Context& c) {
+    if (c.d.api().abi_minor < 6) throw Skipped{"the plugin predates ABI 1.6"};
+    const uint32_t k_max = c.d.granted().max_draft_tokens;
+    const auto p = c.prompt(8, 31);
+    if (k_max == 0) {
+        eh_seq* s = c.d.create();
+        c.d.set_sampling(s, ehp::greedy_sampling());
+        std::vector<eh_step_entry> es{entry(s, p.data(), 3, EH_STEP_SAMPLE | EH_STEP_VERIFY)};
+        const eh_status st = c.d.step(es);
+        if (st != EH_INVALID_ARGUMENT)
+            fail(fmt::format("kv_init granted no draft tokens, yet a step asking EH_STEP_VERIFY returned {}, not "
+                             "INVALID_ARGUMENT (an unknown flag)",
+                             eh_status_name(st)));
+        if (c.d.length(s) != 0) fail("a step refused for EH_STEP_VERIFY changed the sequence");
+        return;
+    }
+    const uint32_t k = std::min(k_max, 4u), n = 3 * (k + 1);
+    c.needs(8 + n + k + 1, 8, 2);
+    const auto truth = c.d.generate(c.d.create(), p, n, ehp::greedy_sampling());
+    eh_seq* s = c.d.create();
+    const uint32_t free0 = c.d.kv_info().free_blocks;
+    c.d.set_sampling(s, ehp::greedy_sampling());
+    std::vector<eh_step_entry> es{entry(s, p.data(), 8, EH_STEP_SAMPLE)};
+    std::vector<int32_t> got{c.d.step_ok(es, "prefill")[0]};
+    auto verify = [&](std::vector<int32_t> t, uint32_t want_accepted, const char* what) {
+        const uint32_t len = c.d.length(s);
+        es = {entry(s, t.data(), uint32_t(t.size()), EH_STEP_SAMPLE | EH_STEP_VERIFY)};
+        const int32_t tok = c.d.step_ok(es, what)[0];
+        if (es[0].n_accepted != want_accepted)
+            fail(fmt::format("{}: {} drafts accepted, not {}", what, es[0].n_accepted, want_accepted));
+        if (c.d.length(s) != len + 1 + want_accepted)
+            fail(fmt::format("{}: the sequence grew by {}, not {} (the rejected drafts must leave it)", what,
+                             c.d.length(s) - len, 1 + want_accepted));
+        got.insert(got.end(), t.begin() + 1, t.begin() + 1 + want_accepted);
+        got.push_back(tok);
+    };
+    // Every draft right: all k accepted, and the token after them.
+    std::vector<int32_t> t{got.back()};
+    t.insert(t.end(), truth.begin() + 1, truth.begin() + 1 + k);
+    verify(t, k, "a verify of right drafts");
+    // The second draft wrong: the first stays, the right token replaces it.
+    t.assign(1, got.back());
+    for (uint32_t j = 0; j < k; ++j) t.push_back(truth[got.size() + j]);
+    if (k >= 2) t[2] = (t[2] + 1) % int32_t(c.d.vocab());
+    verify(t, k >= 2 ? 1 : k, "a verify whose second draft is wrong");
+    while (got.size() < truth.size()) {  // plain decoding from there
+        es = {entry(s, &got.back(), 1, EH_STEP_SAMPLE)};
+        got.push_back(c.d.step_ok(es, "decode after verifies")[0]);
+    }
+    got.resize(truth.size());
+    expect_same(truth, got, "greedy through verify steps against plain greedy decoding");
+    const uint32_t held = free0 - c.d.kv_info().free_blocks, bt = c.d.granted().block_tokens;
+    if (held != blocks_for(c.d.length(s), bt))
+        fail(fmt::format("after verify steps the sequence of {} tokens holds {} blocks, not {}", c.d.length(s), held,
+                         blocks_for(c.d.length(s), bt)));
+    // The rules: each refused with EH_INVALID_ARGUMENT, nothing changed.
+    const uint32_t len = c.d.length(s);
+    std::vector<int32_t> many(k_max + 2, p[0]), two{p[0], p[1]}, one{p[0]};
+    auto refused = [&](const std::vector<int32_t>& toks, uint32_t flags, const std::string& what) {
+        es = {entry(s, toks.data(), uint32_t(toks.size()), flags)};
+        const eh_status st = c.d.step(es);
+        if (st != EH_INVALID_ARGUMENT)
+            fail(fmt::format("a verify step with {} returned {}, not INVALID_ARGUMENT", what, eh_status_name(st)));
+        if (c.d.length(s) != len) fail(fmt::format("a verify step refused for {} changed the sequence", what));
+    };
+    refused(one, EH_STEP_SAMPLE | EH_STEP_VERIFY, "no draft token");
+    refused(many, EH_STEP_SAMPLE | EH_STEP_VERIFY, fmt::format("{} drafts (max_draft_tokens is {})", k_max + 1, k_max));
+    refused(two, EH_STEP_VERIFY, "no EH_STEP_SAMPLE");
+    refused(two, EH_STEP_SAMPLE | EH_STEP_LOGITS | EH_STEP_VERIFY, "EH_STEP_LOGITS");
+}
+
 void reference_agreement(Context& c) {
     if (!c.options.reference) throw Skipped{"no --reference plugin given"};
     c.needs(12 + 2 * c.n, 12);
@@ -795,6 +871,9 @@ const Check kChecks[] = {
     {"hidden_state", "the final hidden state (EH_STEP_HIDDEN, 1.5) is the same alone and in a mixed, chunked "
                      "batch, and the next step drops it; without seq_hidden the flag is refused",
      hidden_state},
+    {"speculative_verify", "a verify entry (EH_STEP_VERIFY, 1.6) keeps the drafts greedy would pick and no "
+                           "other, and its rules hold; without max_draft_tokens the flag is refused",
+     speculative_verify},
     {"reference_agreement", "greedy tokens agree with the reference plugin, teacher-forced (needs --reference)",
      reference_agreement},
 };

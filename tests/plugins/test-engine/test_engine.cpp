@@ -35,6 +35,10 @@
 //   EH_TEST_ENGINE_BIASED_LOGITS  seq_logits gives the logits after the
 //                             step's logit biases, not the raw ones
 //   EH_TEST_ENGINE_PROGRESS_BACK  load progress goes back once
+//   EH_TEST_ENGINE_VERIFY_KEEPS_REJECTED  a verify entry (EH_STEP_VERIFY)
+//                             leaves its rejected drafts in the sequence
+//   EH_TEST_ENGINE_NO_VERIFY  (step-only) kv_init grants no draft tokens: a
+//                             1.6 plugin that does not verify
 //
 // Built several times with FIXTURE_MODE set to make the broken plugins the
 // loader must reject; FIXTURE_MODE 0 is the well-behaved engine (session
@@ -376,6 +380,10 @@ void session_release(eh_session* s) { delete S(s); }
 // share their prefix as the ABI says (a shared, partly filled last block is
 // copied by the first step that appends to it).
 constexpr uint32_t kBlockTokens = 16;
+// Drafts one EH_STEP_VERIFY entry may carry (ABI 1.6): a verify keeps each
+// draft that is the engine's own pick there, as greedy verification does.
+constexpr uint32_t kMaxDraft = 8;
+uint32_t max_draft() { return std::getenv("EH_TEST_ENGINE_NO_VERIFY") ? 0 : kMaxDraft; }
 
 struct Kv {
     uint32_t max_seqs = 0, max_step_tokens = 0, max_step_entries = 0, max_seq_tokens = 0;
@@ -451,6 +459,7 @@ eh_status kv_get_info(const eh_model* model, eh_kv_info* out) {
         i.max_step_entries = kv->max_step_entries;
         i.max_seq_tokens = kv->max_seq_tokens;
         i.kv_type = EH_TYPE_F16;
+        i.max_draft_tokens = max_draft();
     });
     if (std::getenv("EH_TEST_ENGINE_KV_INFO_1_3") && out->struct_size > offsetof(eh_kv_info, kv_type))
         out->struct_size = offsetof(eh_kv_info, kv_type);  // what a 1.3 plugin writes
@@ -614,7 +623,12 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
             if ((e.tokens[t] < 0 || uint32_t(e.tokens[t]) >= m->vocab) && !std::getenv("EH_TEST_ENGINE_LAX_TOKENS"))
                 return invalid(i, "token id " + std::to_string(e.tokens[t]) + " out of range");
         Seq* q = Q(e.seq);
-        if (e.flags & ~uint32_t(EH_STEP_SAMPLE | EH_STEP_LOGITS)) return invalid(i, "flags this engine does not offer");
+        if (e.flags & ~uint32_t(EH_STEP_SAMPLE | EH_STEP_LOGITS | (max_draft() ? EH_STEP_VERIFY : 0u)))
+            return invalid(i, "flags this engine does not offer");
+        if ((e.flags & EH_STEP_VERIFY) &&
+            (!(e.flags & EH_STEP_SAMPLE) || (e.flags & EH_STEP_LOGITS) || e.n_tokens < 2 || e.n_tokens - 1 > max_draft()))
+            return invalid(i, "EH_STEP_VERIFY needs EH_STEP_SAMPLE, no EH_STEP_LOGITS and 1 to " +
+                                  std::to_string(max_draft()) + " drafts");
         for (uint32_t b = 0; b < e.n_bias; ++b)
             if (!e.bias_tokens || !e.bias_values || e.bias_tokens[b] < 0 || uint32_t(e.bias_tokens[b]) >= m->vocab ||
                 !std::isfinite(e.bias_values[b]))
@@ -646,6 +660,26 @@ eh_status step(eh_model* model, eh_step_entry* entries, uint32_t n) {
             q.blocks.back() = kv->take();
         }
         const bool decode = q.sampled_last && e.n_tokens == 1;
+        if (e.flags & EH_STEP_VERIFY) {
+            // Each position as a decode step would pick it: a draft equal to
+            // that pick stays, the first other one ends the entry.
+            q.s.tokens.push_back(e.tokens[0]);
+            e.n_accepted = 0;
+            for (;;) {
+                ++q.s.steps;
+                if (m->crash_after >= 0 && q.s.steps > m->crash_after) std::raise(SIGSEGV);
+                int32_t raw = -1;
+                e.token = obey(e, q.s, n, &raw);
+                if (e.n_accepted + 1 >= e.n_tokens || e.tokens[e.n_accepted + 1] != e.token) break;
+                q.s.tokens.push_back(e.tokens[++e.n_accepted]);
+            }
+            if (std::getenv("EH_TEST_ENGINE_VERIFY_KEEPS_REJECTED"))
+                q.s.tokens.insert(q.s.tokens.end(), e.tokens + 1 + e.n_accepted, e.tokens + e.n_tokens);
+            while (q.blocks.size() < blocks_for(q.s.tokens.size())) q.blocks.push_back(kv->take());
+            q.s.have_logits = false;
+            q.sampled_last = true;
+            continue;
+        }
         q.s.tokens.insert(q.s.tokens.end(), e.tokens, e.tokens + e.n_tokens);
         while (q.blocks.size() < blocks_for(q.s.tokens.size())) q.blocks.push_back(kv->take());
         q.s.have_logits = false;
