@@ -16,6 +16,13 @@ writes every schema file in them, deduplicated by content, to OUT/<source>/:
                 oneOf/anyOf/allOf/patternProperties/if (each file lands in
                 exactly one folder)
 
+A schema whose `$ref`s name other files of its package (by relative path or
+by their `$id`) is bundled first, as a client sending it would: each such
+file is embedded under `$defs` (`definitions` before 2019-09) with an `$id`
+that is the URI the reference resolves to, so the references resolve inside
+the one document. References to files the package does not hold (the
+JSON-schema meta-schemas, other sites) are left as they are.
+
 A file is a schema when its top level is an object whose `$schema` names a
 JSON-schema dialect, or its name holds "schema" and it has schema keywords
 (or it is under a folder listed in EXTRA_DIRS). Files over 3 MB are skipped.
@@ -31,6 +38,7 @@ import subprocess
 import sys
 import tarfile
 import tempfile
+import urllib.parse
 
 # (package@version, source folder); versions pinned so a rerun collects the same files.
 PACKAGES = [
@@ -88,7 +96,7 @@ def is_schema(name, doc, extra_dir):
     if not isinstance(doc, dict):
         return False
     dialect = doc.get("$schema")
-    if isinstance(dialect, str) and "json-schema" in dialect:
+    if isinstance(dialect, str) and "json-schema" in dialect and not dialect.endswith(".json"):
         return True
     base = name.rsplit("/", 1)[-1].lower()
     in_extra = extra_dir is not None and name.startswith(extra_dir)
@@ -120,6 +128,79 @@ def is_hard(doc):
     return subschemas >= 100 and (refs >= 5 or combinators >= 3)
 
 
+def base_of(doc, uri):
+    """The document's base URI: its $id (or draft 4's id) against uri."""
+    own = doc.get("$id", doc.get("id")) if isinstance(doc, dict) else None
+    return urllib.parse.urljoin(uri, own) if isinstance(own, str) and not own.startswith("#") else uri
+
+
+def external_refs(node, base, file_uri, out):
+    """(URI the $ref means, URI of the file it names by path) for each $ref
+    in node that leaves its document."""
+    if isinstance(node, dict):
+        own = node.get("$id", node.get("id"))
+        if isinstance(own, str) and not own.startswith("#"):
+            base = urllib.parse.urljoin(base, own)
+        ref = node.get("$ref")
+        if isinstance(ref, str) and not ref.startswith("#"):
+            out.add((urllib.parse.urldefrag(urllib.parse.urljoin(base, ref))[0],
+                     urllib.parse.urldefrag(urllib.parse.urljoin(file_uri, ref))[0]))
+        for k, v in node.items():
+            if k not in ("enum", "const", "examples", "default"):
+                external_refs(v, base, file_uri, out)
+    elif isinstance(node, list):
+        for v in node:
+            external_refs(v, base, file_uri, out)
+
+
+def bundle(doc, uri, index):
+    """doc with the package files its $refs name embedded (see the docstring).
+    index maps a file's URI and its $id to (document, file URI)."""
+    dialect = str(doc.get("$schema", ""))
+    old = "draft-0" in dialect or not dialect
+    key = "definitions" if old else "$defs"
+    id_key = "id" if "draft-04" in dialect or "draft-03" in dialect else "$id"
+    root_base = base_of(doc, uri)
+    embedded, todo, seen = [], [(doc, root_base, uri)], {urllib.parse.urldefrag(root_base)[0]}
+    while todo:
+        node, base, file_uri = todo.pop()
+        refs = set()
+        external_refs(node, base, file_uri, refs)
+        for meant, by_path in sorted(refs):
+            if meant in seen:
+                continue
+            found = index.get(meant) or index.get(by_path)
+            if not found:
+                continue
+            seen.add(meant)
+            sub = json.loads(json.dumps(found[0]))
+            if isinstance(sub, dict):
+                sub.pop("$schema", None)
+                sub.pop("id" if id_key == "$id" else "$id", None)
+                sub[id_key] = meant
+            embedded.append(sub)
+            todo.append((sub, meant, found[1]))
+    if not embedded:
+        return doc
+    out = {k: v for k, v in doc.items() if k not in ("$schema", key)}
+    defs = dict(doc[key]) if isinstance(doc.get(key), dict) else {}
+    for i, sub in enumerate(embedded):
+        defs[f"bundled-{i}"] = sub
+    if root_base == uri:
+        # No $id of its own: give it the file's URI, the base its relative
+        # references were resolved against (beside a $ref, in drafts 4-7,
+        # an $id would be ignored: the schema moves into an allOf).
+        wrapper = {"$schema": doc["$schema"]} if "$schema" in doc else {}
+        wrapper[id_key] = uri
+        wrapper[key] = defs
+        wrapper["allOf"] = [out]
+        return wrapper
+    if "$schema" in doc:
+        out = {"$schema": doc["$schema"], **out}
+    out[key] = defs
+    return out
+
+
 def main():
     if len(sys.argv) != 2:
         sys.exit("usage: collect_schemas.py OUT_DIR")
@@ -133,24 +214,33 @@ def main():
                                  capture_output=True, text=True).stdout.strip().splitlines()[-1]
             prefix = name.lstrip("@").replace("/", "-")
             with tarfile.open(os.path.join(tmp, tgz)) as tf:
+                docs = {}  # every JSON file of the package, for bundling
                 for m in sorted(tf.getmembers(), key=lambda m: m.name):
                     if not m.isfile() or not m.name.endswith(".json") or m.size > 3_000_000:
                         continue
-                    if m.name.startswith(SKIP_DIRS):
-                        continue
-                    data = tf.extractfile(m).read()
                     try:
-                        doc = json.loads(data)
+                        docs[m.name] = json.loads(tf.extractfile(m).read())
                     except ValueError:
                         continue
-                    if not is_schema(m.name, doc, EXTRA_DIRS.get(name)):
+                index = {}
+                for path, doc in docs.items():
+                    uri = "file:///" + path
+                    index[uri] = (doc, uri)
+                    if isinstance(doc, dict):
+                        index.setdefault(urllib.parse.urldefrag(base_of(doc, uri))[0], (doc, uri))
+                for path, doc in docs.items():
+                    if path.startswith(SKIP_DIRS):
                         continue
+                    if not is_schema(path, doc, EXTRA_DIRS.get(name)):
+                        continue
+                    doc = bundle(doc, "file:///" + path, index)
+                    data = json.dumps(doc, indent=1, ensure_ascii=False).encode()
                     digest = hashlib.sha256(data).hexdigest()
                     if digest in seen:
                         continue
                     seen.add(digest)
                     folder = "hard_ultra" if is_hard(doc) else source
-                    rel = m.name.removeprefix("package/").replace("/", "__")
+                    rel = path.removeprefix("package/").replace("/", "__")
                     os.makedirs(os.path.join(out, folder), exist_ok=True)
                     with open(os.path.join(out, folder, f"{prefix}__{rel}"), "wb") as f:
                         f.write(data)

@@ -120,6 +120,11 @@ TEST(SchemaKeywords, NotIsNegatedKeywordByKeyword) {
     EXPECT_EQ(refused_keyword(R"({"not":{"x-unknown":[{"type":"string"}]}})"), "not");
     auto left_out = json_schema_grammar(R"({"type":"object","properties":{"a":{"not":{"x-unknown":1}},"b":{}}})");
     stops_at(left_out, R"({"a":1})", 2);
+    // A `not` inside unique items' schema (it once crashed the finite-set check).
+    auto nu = json_schema_grammar(R"({"type":"array","uniqueItems":true,"items":{"enum":["xx","yy"],"not":{"const":"y"}}})");
+    EXPECT_TRUE(matches(nu, R"(["xx","yy"])"));
+    EXPECT_FALSE(matches(nu, R"(["xx","xx"])"));
+    EXPECT_NO_THROW(json_schema_grammar(R"({"type":"array","uniqueItems":true,"items":{"type":"object","not":{"required":["x"]}}})"));
     // A $ref's target is negated.
     auto nref = json_schema_grammar(R"({"$defs":{"r":{"required":["k"]}},"type":"object","properties":{"k":{},"j":{}},
         "not":{"$ref":"#/$defs/r"}})");

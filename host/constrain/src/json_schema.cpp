@@ -622,6 +622,7 @@ private:
         auto n = s.find("not");
         if (n == s.end() || trivial(*n) == 0) return types;
         const auto ex = not_types(*n);
+        if (!ex) return types;  // another `not`: value() negates it where this schema is compiled
         if (types.empty()) types = {"null", "boolean", "object", "array", "number", "string"};
         std::vector<std::string> kept;
         for (const auto& t : types) {
