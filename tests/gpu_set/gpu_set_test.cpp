@@ -91,3 +91,39 @@ TEST(FitCheck, SplitsEvenlyAndNamesTheShortGpu) {
 }
 
 }  // namespace
+
+namespace {
+
+struct Flags {
+    bool ok;
+    uint32_t tp = 0;
+    std::vector<int> gpus;
+    std::string err;
+};
+
+Flags flags(uint32_t tp, bool tp_given, const char* gpus, bool gpu_device_named = false) {
+    Flags f{};
+    const std::string g = gpus ? gpus : "";
+    f.ok = eh::cli::check_gpu_flags(tp, tp_given, gpus ? &g : nullptr, gpu_device_named, f.tp, f.gpus, f.err);
+    return f;
+}
+
+TEST(GpuFlags, RanksFromEitherFlagAndEveryConflictNamed) {
+    EXPECT_TRUE(flags(1, false, nullptr).ok);
+    Flags f = flags(2, true, nullptr);
+    EXPECT_TRUE(f.ok);
+    EXPECT_EQ(f.tp, 2u);
+    EXPECT_TRUE(f.gpus.empty());
+    f = flags(1, false, "0,2,3");  // --gpus alone gives the count
+    EXPECT_TRUE(f.ok);
+    EXPECT_EQ(f.tp, 3u);
+    EXPECT_EQ(f.gpus, std::vector<int>({0, 2, 3}));
+    EXPECT_TRUE(flags(2, true, "0,0").ok);
+    EXPECT_EQ(flags(0, true, nullptr).err, "--tensor-parallel must be between 1 and 8");
+    EXPECT_EQ(flags(9, true, nullptr).err, "--tensor-parallel must be between 1 and 8");
+    EXPECT_EQ(flags(2, true, "0,1,2").err, "--tensor-parallel 2 but --gpus names 3 GPUs: one rank per GPU named");
+    EXPECT_EQ(flags(1, false, "1", true).err, "--gpus and --gpu-device both name GPUs: use one (--gpus 2 is GPU 2 alone)");
+    EXPECT_NE(flags(1, false, "x").err.find("'x' is not a GPU ordinal"), std::string::npos);
+}
+
+}  // namespace

@@ -12,7 +12,11 @@
 namespace eh::cli {
 namespace {
 
-std::string gib(uint64_t b) { return fmt::format("{:.1f} GiB", double(b) / double(1ull << 30)); }
+// GiB, or MiB below one GiB
+std::string gib(uint64_t b) {
+    if (b < (1ull << 30)) return fmt::format("{:.1f} MiB", double(b) / double(1ull << 20));
+    return fmt::format("{:.1f} GiB", double(b) / double(1ull << 30));
+}
 
 }  // namespace
 
@@ -92,6 +96,33 @@ std::string fit_shortfall(const FitNeed& need, const std::vector<int>& devices, 
                            k == 1 ? "" : "s", gib(share * k - g->free_bytes));
     }
     return "";
+}
+
+}  // namespace eh::cli
+
+namespace eh::cli {
+
+bool check_gpu_flags(uint32_t tp, bool tp_given, const std::string* gpus_text, bool gpu_device_named,
+                     uint32_t& tp_out, std::vector<int>& gpus_out, std::string& err) {
+    gpus_out.clear();
+    if (tp < 1 || tp > kMaxTensorParallel) {
+        err = fmt::format("--tensor-parallel must be between 1 and {}", kMaxTensorParallel);
+        return false;
+    }
+    tp_out = tp;
+    if (!gpus_text) return true;
+    if (gpu_device_named) {
+        err = "--gpus and --gpu-device both name GPUs: use one (--gpus 2 is GPU 2 alone)";
+        return false;
+    }
+    if (!parse_gpu_list(*gpus_text, gpus_out, err)) return false;
+    if (tp_given && tp != gpus_out.size()) {
+        err = fmt::format("--tensor-parallel {} but --gpus names {} GPU{}: one rank per GPU named", tp, gpus_out.size(),
+                          gpus_out.size() == 1 ? "" : "s");
+        return false;
+    }
+    tp_out = uint32_t(gpus_out.size());
+    return true;
 }
 
 }  // namespace eh::cli

@@ -69,3 +69,14 @@ struct FitNeed {
 std::string fit_shortfall(const FitNeed& need, const std::vector<int>& devices, const std::vector<GpuFacts>& gpus);
 
 }  // namespace eh::cli
+
+namespace eh::cli {
+
+// The flags as given: --tensor-parallel (tp_given: on the command line),
+// --gpus (empty when absent), --gpu-device named. Fills the ranks and the
+// GPUs named; false with `err` for 0 or more than 8 ranks, --gpus beside
+// --gpu-device, or a rank count that is not the count of --gpus.
+bool check_gpu_flags(uint32_t tp, bool tp_given, const std::string* gpus_text, bool gpu_device_named,
+                     uint32_t& tp_out, std::vector<int>& gpus_out, std::string& err);
+
+}  // namespace eh::cli

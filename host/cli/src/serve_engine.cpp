@@ -19,6 +19,7 @@
 #include "serve_codec.hpp"
 #include "serve_lora.hpp"
 #include "serve_model.hpp"
+#include "serve_placement.hpp"
 #include "serve_pooling.hpp"
 
 namespace eh::cli {
@@ -73,14 +74,26 @@ std::shared_ptr<service::EngineSource> load_draft_model(const std::string& path,
 
 void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelStartContext& ctx, RunningModel& out) {
     loader::LoaderOptions lo;
-    lo.device = s.gpu;
+    lo.device = s.gpus.empty() ? s.gpu : s.gpus[0];
     lo.open_in_process = !s.engine_process;
     Registry reg = loader::discover_plugins(s.plugin_dirs, lo);
     for (const auto* r : reg.rejected())
         log_event(lvl::warn, "plugin_rejected", {{"plugin", r->caps.name}, {"library", r->library_path}, {"reasons", r->reasons}});
 
     std::shared_ptr<model::ModelFile> file = model::ModelFile::open(m.path);
-    const PluginRecord& plugin = choose_plugin(reg, model_requirements(*file), s.policy, s.named_gpu);
+    const PluginRecord& plugin = choose_plugin(reg, model_requirements(*file), s.policy,
+                                               s.gpus.empty() ? s.named_gpu : std::optional<int>(s.gpus[0]));
+    // The GPUs of the load (one per rank), checked before anything loads.
+    PlacementAsk ask;
+    ask.tensor_parallel = s.tensor_parallel;
+    ask.gpus = s.gpus;
+    ask.gpu_device = s.gpu;
+    ask.ctx_size = s.ctx_size;
+    ask.kv_cache_mb = s.kv_cache_mb;
+    ask.kv_type = s.kv_type;
+    const Placement placement = place_model(plugin, *file, ask);
+    if (placement.devices.size() > 1)
+        log_event(lvl::info, "tensor_parallel", {{"ranks", placement.devices.size()}, {"devices", placement.json}});
     // Engine plugins run in this process: if one dies on a fatal signal,
     // the log's last line says which, how and when (last_words.hpp).
     auto last_words = [name = std::string(plugin.caps.name), version = std::string(plugin.caps.version)](const char* phase) {
@@ -103,7 +116,8 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     int next_mark = 0;
     std::string last_stage;  // each distinct stage once (the CUDA plugins' kernel plan lines among them)
     EngineLoadOptions elo;
-    elo.device = s.gpu;
+    elo.device = placement.devices.empty() ? s.gpu : placement.devices[0];
+    if (placement.devices.size() > 1) elo.devices.assign(placement.devices.begin(), placement.devices.end());
     elo.n_threads = s.threads;
     elo.options_json = s.engine_options;
     elo.progress = [&](float f, const char* stage) {
@@ -212,6 +226,10 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     ni.plugin_version = plugin.caps.version;
     ni.engine = plugin.caps.engine;
     ni.device_name = mi.device_name;
+    ni.devices = placement.json;
+    // The ready callback's and /health's figure: the weights and the KV pool
+    // the service allocated at start (the load's figure is the weights alone).
+    ni.vram_bytes_used = out.svc->device_bytes_used();
     ni.device_kind = plugin.caps.device_kind;
     ni.compute_capability = mi.compute_capability;
     ni.cuda_runtime_version = mi.runtime_version;
@@ -236,7 +254,8 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
                                    {"max_running", svc.max_running()}, {"kv_blocks", kl.total_blocks},
                                    {"kv_block_tokens", kl.block_tokens}, {"kv_cache_bytes", svc.kv_cache_bytes()},
                                    {"kv_cache_type", service::kv_cache_type_name(kl.kv_type)},
-                                   {"speculation", svc.speculation()}});
+                                   {"speculation", svc.speculation()}, {"devices", ni.devices},
+                                   {"vram_bytes", ni.vram_bytes_used}});
     if (ctx.server) ctx.server->attach(out.svc, out.info);
     if (!s.engine_process) last_words("serving");
 }

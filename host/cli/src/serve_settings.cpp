@@ -13,6 +13,7 @@
 #include <regex>
 
 #include "eh/loader/plugin_search.hpp"
+#include "gpu_set.hpp"
 #include "kv_cache_option.hpp"
 #include "spec_option.hpp"
 #include "model_ref.hpp"
@@ -223,6 +224,8 @@ void add_serve_options(po::options_description& desc) {
         ("host", po::value<std::string>()->default_value("127.0.0.1"), "address to bind")
         ("worker-id", po::value<std::string>(), "UUID of this worker (generated when absent)")
         ("gpu-device", po::value<int>()->default_value(0), kGpuHelp)
+        ("tensor-parallel", po::value<uint32_t>()->default_value(1), kTensorParallelHelp)
+        ("gpus", po::value<std::string>(), kGpusHelp)
         ("device", po::value<std::string>()->default_value("auto"), kDeviceHelp)
         ("max-tokens-out", po::value<uint32_t>()->default_value(0), "most tokens one request may generate (0 = as many as the context leaves)")
         ("inference-timeout-sec", po::value<uint32_t>()->default_value(300), "per-request time limit")
@@ -332,6 +335,13 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         err = "--gpu-device must be 0 or more";
         return false;
     }
+    {
+        const std::string gpus_text = vm.count("gpus") ? vm["gpus"].as<std::string>() : std::string();
+        if (!check_gpu_flags(vm["tensor-parallel"].as<uint32_t>(), !vm["tensor-parallel"].defaulted(),
+                             vm.count("gpus") ? &gpus_text : nullptr, s.named_gpu.has_value(), s.tensor_parallel, s.gpus,
+                             err))
+            return false;
+    }
     if (!parse_device_policy(vm["device"].as<std::string>(), s.policy)) {
         err = "--device must be auto, gpu, cpu or any";
         return false;
@@ -374,6 +384,10 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
     }
 
     s.engine_process = vm.count("engine-process") > 0;
+    if (s.engine_process && (s.tensor_parallel > 1 || !s.gpus.empty())) {
+        err = "--tensor-parallel and --gpus cannot go with --engine-process yet: the engine worker loads on one GPU";
+        return false;
+    }
     if (s.spec.source == service::SpecSource::DraftModel && s.engine_process) {
         err = "--draft-model cannot go with --engine-process: the draft model runs in this process, beside the scheduler";
         return false;

@@ -42,6 +42,10 @@ struct ServeSettings {
     int port = 8080;
     int gpu = 0;
     std::optional<int> named_gpu;  // --gpu-device given on the command line
+    // --tensor-parallel / --gpus (gpu_set.hpp): the ranks, and the GPUs
+    // named in rank order (empty: chosen by free memory at start)
+    uint32_t tensor_parallel = 1;
+    std::vector<int> gpus;
     DevicePolicy policy{};
     std::vector<std::string> plugin_dirs;
     bool engine_process = false;

@@ -49,6 +49,25 @@ std::string pool_metrics(const ModelPool& pool) {
     return out;
 }
 
+// One line a rank: the GPU it runs on and its name.
+std::string device_metrics(const nlohmann::json& devices) {
+    if (!devices.is_array() || devices.empty()) return "";
+    std::string out = "# HELP eh_model_device_info the devices the model runs on, one per rank (several with tensor "
+                      "parallelism)\n# TYPE eh_model_device_info gauge\n";
+    for (const auto& d : devices) {
+        const std::string gpu = d.contains("gpu") ? std::to_string(d["gpu"].get<int>()) : "cpu";
+        std::string escaped;
+        for (char c : d.contains("name") ? d["name"].get<std::string>() : std::string()) {
+            if (c == '\\' || c == '"') escaped += '\\';
+            if (c == '\n') { escaped += "\\n"; continue; }
+            escaped += c;
+        }
+        out += fmt::format("eh_model_device_info{{rank=\"{}\",gpu=\"{}\",name=\"{}\"}} 1\n", d["rank"].get<size_t>(),
+                           gpu, escaped);
+    }
+    return out;
+}
+
 }  // namespace
 
 void Server::Impl::install_health() {
@@ -80,6 +99,7 @@ void Server::Impl::install_health() {
             {"sm", ni.compute_capability},
             {"cuda_runtime_version", cuda_version_string(ni.cuda_runtime_version)},
             {"device", ni.device_name},
+            {"devices", ni.devices},
             {"worker_id", service::log_settings().worker_id},
         };
         if (st == State::Loading) j["load_progress"] = load_progress.load();
@@ -213,6 +233,7 @@ void Server::Impl::install_health() {
             svc->fill_gauges(g);
         }
         std::string text = metrics->render(g);
+        text += device_metrics(ni.devices);
         if (const auto pool = get_pool()) text += pool_metrics(*pool);
         res.set_content(text, "text/plain; version=0.0.4; charset=utf-8");
     });

@@ -25,6 +25,12 @@
 //   EH_TEST_ENGINE_KV_ANY_TYPE  kv_init takes any kv_type and still keeps
 //                             F16 (a plugin breaking the rule that it must
 //                             refuse a type it cannot store)
+//   EH_TEST_ENGINE_GPUS       (fake-gpu) the GPUs its probe sees, as their
+//                             free memory in MiB, e.g. "10,70,40" (unset:
+//                             GPU 0 alone, no memory stated); fake-gpu
+//                             spans up to 8 devices (ABI 1.6 max_devices)
+//                             and names a load's device set in its model
+//                             info's device_name
 //   EH_TEST_ENGINE_BATCH_DEPENDENT  (step-only) a pick that depends on the
 //                             step's entry count: batch invariance broken
 //   Plugins breaking an ABI rule, for eh-plugin-check (step-only):
@@ -105,6 +111,7 @@ struct Model {
     int hang_after = -1;   // EH_TEST_ENGINE_HANG_AFTER: that decode step never returns
     std::vector<int32_t> script;  // EH_TEST_ENGINE_SCRIPT
     std::shared_ptr<Kv> kv;       // set by kv_init
+    std::string devices;          // (1.6) the load's device set, "0,2"; "" for one device
 };
 
 struct Session {
@@ -143,11 +150,10 @@ const eh_plugin_info* info() {
 #endif
                                      "1.0.0", "test", kFormats, kArchs, kQuants,
 #if FIXTURE_MODE == MODE_FAKE_GPU
-                                     EH_DEVICE_CUDA,
+                                     EH_DEVICE_CUDA, 0, 8, 0};
 #else
-                                     EH_DEVICE_CPU,
+                                     EH_DEVICE_CPU, 0, 0, 0};
 #endif
-                                     0};
     return &i;
 }
 
@@ -187,6 +193,23 @@ eh_status probe([[maybe_unused]] int32_t device, eh_probe_result* out) {
     if (std::getenv("EH_TEST_ENGINE_NO_GPU")) {
         out->supported = 0;
         ehp::copy_fixed(out->reason, "fixture: no usable CUDA device (no driver)");
+    } else if (const char* g = std::getenv("EH_TEST_ENGINE_GPUS")) {
+        std::vector<uint64_t> free_mib;
+        for (const char* q = g; *q;) {
+            char* end = nullptr;
+            free_mib.push_back(std::strtoull(q, &end, 10));
+            if (end == q) break;
+            q = *end == ',' ? end + 1 : end;
+        }
+        if (device < 0 || size_t(device) >= free_mib.size()) {
+            out->supported = 0;
+            ehp::copy_fixed(out->reason, "fixture: CUDA device " + std::to_string(device) + " does not exist (" +
+                                             std::to_string(free_mib.size()) + " present)");
+        } else {
+            ehp::copy_fixed(out->device_name, "test GPU " + std::to_string(device));
+            out->total_memory_bytes = uint64_t(141) << 30;
+            out->free_memory_bytes = free_mib[size_t(device)] << 20;
+        }
     } else if (device != 0) {
         out->supported = 0;
         ehp::copy_fixed(out->reason, "fixture: CUDA device " + std::to_string(device) + " does not exist (1 present)");
@@ -240,6 +263,12 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
                 p = *end == ',' ? end + 1 : end;
             }
         if (m->vocab == 0) throw ehp::Error(EH_MODEL_LOAD_FAILED, "vocabulary is empty");
+        if (p->struct_size >= offsetof(eh_load_params, devices) + sizeof(p->devices) && p->n_devices > 0) {
+            if (p->n_devices > info()->max_devices)
+                throw ehp::Error(EH_INVALID_ARGUMENT, "fixture: more devices than max_devices");
+            for (uint32_t i = 0; i < p->n_devices; ++i)
+                m->devices += (i ? "," : "") + std::to_string(p->devices[i]);
+        }
         if (const char* d = std::getenv("EH_TEST_ENGINE_LOAD_DELAY_MS"))
             std::this_thread::sleep_for(std::chrono::milliseconds(std::atoi(d)));
         for (int i = 0; i <= 4 && p->progress; ++i) {
@@ -263,7 +292,7 @@ eh_status model_get_info(const eh_model* model, eh_model_info* out) {
     out->vocab_size = m->vocab;
     out->device_bytes_used = 0;
     out->host_bytes_used = 1024;
-    ehp::copy_fixed(out->device_name, "test device");
+    ehp::copy_fixed(out->device_name, m->devices.empty() ? std::string("test device") : "test devices " + m->devices);
     return EH_OK;
 }
 

@@ -79,6 +79,11 @@ struct NodeInfo {
     std::string plugin_version;
     std::string engine;
     std::string device_name;
+    // Every device the model runs on, one per rank (several with tensor
+    // parallelism): [{rank, gpu, name, total_bytes, free_bytes_at_start}],
+    // or [{rank, device: "cpu"}]; /health's "devices", /metrics'
+    // eh_model_device_info.
+    nlohmann::json devices = nlohmann::json::array();
     std::string device_kind;         // the plugin's: "cpu" weights are never "resident" in /health
     int compute_capability = 0;
     int cuda_runtime_version = 0;
