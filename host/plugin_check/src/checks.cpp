@@ -366,7 +366,7 @@ void kv_full_changes_nothing(Context& c) {
     const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes, c.options.kv_type);
     std::unique_ptr<Driver> loaded;
     try {
-        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model, kp);
+        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model, kp, c.options.engine_options);
     } catch (const Failure& f) {
         const std::string why = f.what();
         if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
@@ -592,6 +592,7 @@ void load_progress_cancel(Context& c) {
     lp.struct_size = sizeof(lp);
     lp.path = c.options.model->path().c_str();
     lp.view = &c.options.model->view();
+    if (!c.options.engine_options.empty()) lp.options_json = c.options.engine_options.c_str();
     std::vector<float> seen;
     lp.progress = [](void* user, float fraction, const char*) { static_cast<std::vector<float>*>(user)->push_back(fraction); };
     lp.progress_user = &seen;
@@ -642,7 +643,7 @@ void kv_cache_type(Context& c) {
     // A second load asking an id no one has defined.
     constexpr uint32_t kUndefined = 77;
     try {
-        Driver other(c.options.plugin, c.options.model, kv_params(2, 0, kUndefined));
+        Driver other(c.options.plugin, c.options.model, kv_params(2, 0, kUndefined), c.options.engine_options);
     } catch (const Failure& f) {
         const std::string why = f.what();
         if (why.rfind("model_load failed", 0) == 0)
@@ -897,7 +898,8 @@ std::vector<CheckResult> run_checks(const CheckOptions& options) {
             throw Error(Code::InvalidRequest, fmt::format("no check is named '{}'", name));
     std::unique_ptr<Driver> d;
     try {
-        d = std::make_unique<Driver>(options.plugin, options.model, kv_params(kMaxSeqs, 0, options.kv_type));
+        d = std::make_unique<Driver>(options.plugin, options.model, kv_params(kMaxSeqs, 0, options.kv_type),
+                                     options.engine_options);
     } catch (const Failure& f) {
         throw Error(Code::ModelLoadFailed, f.what());
     }

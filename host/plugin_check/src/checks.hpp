@@ -25,6 +25,9 @@ struct CheckOptions {
     // default), so every check runs over that KV cache type; the
     // reference keeps its default.
     uint32_t kv_type = 0;
+    // The plugin-specific load options (eh_load_params.options_json) of every
+    // load of the plugin under test; the reference loads with none.
+    std::string engine_options;
 };
 
 struct CheckResult {

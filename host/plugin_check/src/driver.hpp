@@ -32,7 +32,9 @@ class Driver {
 public:
     // Loads the model and calls kv_init with `kv`; throws Failure naming the
     // call that failed.
-    Driver(std::shared_ptr<const eh_plugin_api> api, std::shared_ptr<model::ModelFile> file, const eh_kv_params& kv);
+    // options_json: the load's plugin-specific options (eh_load_params), "" for none.
+    Driver(std::shared_ptr<const eh_plugin_api> api, std::shared_ptr<model::ModelFile> file, const eh_kv_params& kv,
+           const std::string& options_json = {});
     ~Driver();
     Driver(const Driver&) = delete;
     Driver& operator=(const Driver&) = delete;

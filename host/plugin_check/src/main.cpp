@@ -20,7 +20,7 @@ using namespace eh;
 namespace {
 
 constexpr const char* kUsage =
-    "Usage: eh-plugin-check PLUGIN --model FILE [--reference PLUGIN] [--kv-type f16|q8_0|fp8] [--only NAME]... [--json]\n"
+    "Usage: eh-plugin-check PLUGIN --model FILE [--reference PLUGIN] [--kv-type f16|q8_0|fp8] [--engine-options JSON] [--only NAME]... [--json]\n"
     "PLUGIN: the plugin's library (libeh-NAME.so) or its manifest (NAME.manifest.json).";
 
 // The plugin directory of a library or manifest path, and which record there is it.
@@ -55,6 +55,9 @@ int main(int argc, char** argv) {
         "reference", po::value<std::string>(), "a second plugin (e.g. cpu-reference) whose greedy tokens to agree with")(
         "only", po::value<std::vector<std::string>>(), "run only this check (repeatable)")(
         "tokens,n", po::value<uint32_t>()->default_value(8), "tokens each generation samples (2..64)")(
+        "engine-options", po::value<std::string>()->default_value(""),
+        "a JSON object for every load of the plugin under test (eh_load_params.options_json), as serve's "
+        "--engine-options; the reference loads with none")(
         "kv-type", po::value<std::string>(),
         "run every check over this KV cache type (ABI 1.4 kv_type): f16, q8_0 or fp8; default: the plugin's own")(
         "list", "list the checks and exit")("json", "print the results as JSON");
@@ -122,6 +125,7 @@ int main(int argc, char** argv) {
         o.model = model::ModelFile::open(vm["model"].as<std::string>());
         o.n_tokens = n_tokens;
         o.kv_type = kv_type;
+        o.engine_options = vm["engine-options"].as<std::string>();
         if (vm.count("only")) o.only = vm["only"].as<std::vector<std::string>>();
         const auto results = plugin_check::run_checks(o);
         int failed = 0, skipped = 0;

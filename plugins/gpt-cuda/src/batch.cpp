@@ -51,6 +51,17 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            device, graph-safe). Past that, when not captured, the cuBLAS
 //            grouped-by-expert form (moe_prefill), which synchronises the
 //            host once a layer.
+//   batch_invariant (load option): the experts of every step, one token
+//            too, take the grouped kernels, never moe_prefill, so a token's
+//            routing and expert sums are the same bits whatever else its step
+//            holds. The one-token kernel's integer sums differ from the
+//            tensor-core form's FP16 ones, and a top-k routing amplifies that
+//            difference: without it a Qwen3-MoE sequence decoded among three
+//            others parts from its solo tokens (eh-plugin-check
+//            batch_invariance). Cost, H200, forged files, bench tg128: one
+//            sequence 461 -> 331 tok/s (Qwen3-30B-A3B), 562 -> 341 (gpt-oss-20b);
+//            batched steps unchanged. The dense matmuls still switch from the
+//            GEMV to cuBLAS at 9 rows, as llama-cuda's do.
 constexpr int kGemvPerTokenMax = 8;
 // Tokens per MoE call: bounds the grouped path's buffers whatever the
 // step's token budget.
@@ -275,7 +286,7 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
     float* h = h_.as<float>();
     // One token: the pre-norms fold into the GEMVs' input staging (and the
     // expert kernel's), as in a session's decode step.
-    const bool one = T == 1 &&
+    const bool one = T == 1 && !m_.batch_invariant &&
                      ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
     normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
     const float* q_norm = c.qk_norm ? L.q_norm : nullptr;
@@ -308,7 +319,7 @@ void Batch::moe(int li, int T) {
     const int k = c.n_expert_used;
     float* h = h_.as<float>();
     const float* xn = xn_.as<float>();
-    if (T == 1 && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k)) {
+    if (T == 1 && !m_.batch_invariant && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k)) {
         // the pre-norm inside the kernels (the caller skipped it), and the
         // routing where moe_fused_route says (else the caller routed)
         ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
@@ -321,7 +332,7 @@ void Batch::moe(int li, int T) {
         ehcuda::moe_decode(md, s);
         return;
     }
-    const bool grouped_ok = T >= 2 && grouped_.get() && ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, k);
+    const bool grouped_ok = (T >= 2 || m_.batch_invariant) && grouped_.get() && ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, k);
     if (grouped_ok && T <= moe_grouped_max_) {
         grouped(li, 0, T);
         return;
@@ -334,7 +345,7 @@ void Batch::moe(int li, int T) {
         const int32_t* ids = ids_.as<int32_t>() + size_t(t0) * k;
         const float* w = wts_.as<float>() + size_t(t0) * k;
         float* hc = h + size_t(t0) * c.n_embd;
-        if (ehcuda::moe_prefill(moe_ws_.get(), x, c.n_embd, n, k, c.n_expert, ids, w, L.gate_exps, L.up_exps,
+        if (!(m_.batch_invariant && grouped_ok) && ehcuda::moe_prefill(moe_ws_.get(), x, c.n_embd, n, k, c.n_expert, ids, w, L.gate_exps, L.up_exps,
                                 L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
             continue;
         if (grouped_ok) {

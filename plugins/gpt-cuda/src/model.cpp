@@ -274,7 +274,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->path = params.path && *params.path ? params.path : "(model)";
     Config& c = m->cfg;
     const ehcuda::Options opts(params.options_json);
-    opts.check_known({"upload_chunk_bytes", "fp16_weights", "kernels"});
+    opts.check_known({"upload_chunk_bytes", "fp16_weights", "kernels", "batch_invariant"});
     const size_t chunk = ehcuda::upload_chunk_option(opts);
     const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
 
@@ -294,6 +294,16 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     // shares the plugin and the choice.
     const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
     m->plan = ehcuda::load_plan(dev, true, opts);
+    m->batch_invariant = opts.boolean("batch_invariant", false);
+    if (m->batch_invariant) {
+        // The 64-token MXFP4 gate|up pass splits K two ways, the others four:
+        // one split for every pass keeps a row's sums whatever its expert's
+        // share of the step.
+        m->plan.moe_long_pass_tokens = 65536;
+        if (m->plan.batch_moe_grouped_max >= 0 && m->plan.batch_moe_grouped_max < 2)
+            throw ehp::Error(EH_INVALID_ARGUMENT,
+                             "batch_invariant needs the grouped expert kernels: kernels.batch_moe_grouped_max must be -1 or >= 2");
+    }
     progress(0.0f, "validating");
 
     Loader ld(*m, view);

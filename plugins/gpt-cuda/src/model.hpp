@@ -79,6 +79,10 @@ struct Model {
     // Every tuning choice of the kernels (kernel_plan.hpp), chosen at load;
     // plugin_glue.hpp installs it around each call that runs kernels.
     ehcuda::KernelPlan plan;
+    // The load option batch_invariant: the experts of every row take the
+    // grouped kernels, one token too, so a token's routing and expert sums
+    // do not depend on how many rows its step holds (see batch.cpp).
+    bool batch_invariant = false;
 };
 
 // Whether a one-token expert block routes inside its gate|up kernel
