@@ -48,7 +48,9 @@ std::string probe_reason(const eh_plugin_api& api, int d) {
 Placement place_model(const PluginRecord& plugin, const model::ModelFile& file, const PlacementAsk& ask) {
     Placement p;
     const std::string& name = plugin.caps.name;
-    const uint32_t most = plugin_max_devices(*plugin.api);
+    // (--engine-process: the plugin is not open in this process, so nothing
+    // is probed here; the settings keep that mode to one rank)
+    const uint32_t most = plugin.api ? plugin_max_devices(*plugin.api) : 1;
     if (ask.tensor_parallel > most)
         throw Error(Code::InvalidRequest,
                     fmt::format("plugin {} serves {}; --tensor-parallel {} needs a plugin that spans {} devices", name,
@@ -56,6 +58,11 @@ Placement place_model(const PluginRecord& plugin, const model::ModelFile& file, 
                                 ask.tensor_parallel, ask.tensor_parallel));
     if (plugin.caps.device_kind == "cpu") {
         p.json = nlohmann::json::array({{{"rank", 0}, {"device", "cpu"}}});
+        return p;
+    }
+    if (!plugin.api) {
+        p.devices = {ask.gpu_device};
+        p.json = nlohmann::json::array({{{"rank", 0}, {"gpu", ask.gpu_device}}});
         return p;
     }
     p.gpus = probe_gpus(*plugin.api);
