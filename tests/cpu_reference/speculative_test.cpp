@@ -129,6 +129,16 @@ TEST(Speculative, ItsRulesAreEnforced) {
     refused({1, 2}, EH_STEP_VERIFY, "not sampled");
     refused({1, 2}, EH_STEP_SAMPLE | EH_STEP_LOGITS | EH_STEP_VERIFY, "with logits");
     refused(std::vector<int32_t>(m.kv.max_draft_tokens + 2, 1), EH_STEP_SAMPLE | EH_STEP_VERIFY, "too many drafts");
+    // Together a step's verify entries carry at most max_step_entries drafts.
+    eh_seq* s2 = m.create();
+    e = entry(s2, p.data(), 4, EH_STEP_SAMPLE);
+    ASSERT_EQ(plugin().step(m.model, &e, 1), EH_OK);
+    const uint32_t half = m.kv.max_step_entries / 2 + 1;
+    const std::vector<int32_t> many(half + 1, 1);
+    eh_step_entry both[2] = {verify_entry(s, many), verify_entry(s2, many)};
+    EXPECT_EQ(plugin().step(m.model, both, 2), EH_INVALID_ARGUMENT) << "drafts over max_step_entries";
+    EXPECT_NE(m.error().find("more than max_step_entries"), std::string::npos) << m.error();
+    EXPECT_EQ(plugin().seq_length(s), len);
     std::vector<int32_t> t{1, 2};
     eh_step_entry v = verify_entry(s, t);
     EXPECT_EQ(plugin().step_begin(m.model, &v, 1), EH_INVALID_ARGUMENT) << "step_begin";

@@ -564,8 +564,10 @@ void Scheduler::speculate(const std::vector<Active*>& decoding) {
         stats_.spec_off_steps.fetch_add(1);
         return;
     }
-    // The step's budget, shared: every decoding request has its token.
-    const uint32_t share = uint32_t((limits_.max_step_tokens - decoding.size()) / decoding.size());
+    // The step's budget, shared: every decoding request has its token, and
+    // the drafts together stay within max_step_entries (ABI 1.6).
+    const uint32_t share = uint32_t(std::min((limits_.max_step_tokens - decoding.size()) / decoding.size(),
+                                             limits_.max_step_entries / decoding.size()));
     std::vector<Speculator::Ask> asks;
     for (Active* a : decoding) {
         // A grammar's mask and logprobs' logits are per position; neither rides a verify.

@@ -525,7 +525,12 @@ typedef struct eh_kv_info {
  * drafts leave no trace in it (their blocks are freed). This is rejection
  * sampling with a deterministic proposal: every token's distribution is
  * the one plain steps would sample it from, and greedy output is the same
- * token for token. KV_FULL is judged on all k + 1 tokens.                */
+ * token for token. Equivalently, a plugin may draw x_j from p_j at every
+ * position and accept while x_j == d_j, the first other x_j being `token`
+ * (a plugin whose draws are keyed by position then emits exactly what
+ * plain steps would). KV_FULL is judged on all k + 1 tokens. The verify
+ * entries of one step carry at most max_step_entries drafts together (a
+ * step samples at most twice max_step_entries positions).               */
 #define EH_STEP_VERIFY 16u
 
 /* One sequence's part of a step. Entries are an array whose stride is

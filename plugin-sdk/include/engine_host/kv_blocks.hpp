@@ -271,6 +271,7 @@ StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_in
         throw Error(EH_INVALID_ARGUMENT, "step: eh_step_entry.struct_size " + std::to_string(t.stride) +
                                              " is smaller than ABI 1.2's " + std::to_string(sizeof(eh_step_entry)));
     std::unordered_set<const eh_seq*> seen;
+    uint64_t drafts = 0;  // (1.6) over the step's verify entries
     for (uint32_t i = 0; i < n_entries; ++i) {
         const eh_step_entry& e = step_entry(entries, t.stride, i);
         if (e.struct_size != t.stride) throw Error(EH_INVALID_ARGUMENT, name(i) + "struct_size differs from entry 0's");
@@ -289,6 +290,7 @@ StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_in
                                                      std::to_string(e.n_tokens ? e.n_tokens - 1 : 0) +
                                                      " draft tokens; 1 to max_draft_tokens " +
                                                      std::to_string(granted.max_draft_tokens) + " may be verified");
+            drafts += e.n_tokens - 1;
         }
         if (chained) {
             if (e.n_tokens != 1)
@@ -334,6 +336,10 @@ StepTotals check_step(eh_step_entry* entries, uint32_t n_entries, const eh_kv_in
         t.tokens += e.n_tokens;
         t.blocks += seq->blocks_needed(e.n_tokens);
     }
+    if (drafts > granted.max_step_entries)
+        throw Error(EH_INVALID_ARGUMENT, "step: its verify entries carry " + std::to_string(drafts) +
+                                             " draft tokens, more than max_step_entries " +
+                                             std::to_string(granted.max_step_entries));
     if (t.tokens > granted.max_step_tokens)
         throw Error(EH_INVALID_ARGUMENT, "step: " + std::to_string(t.tokens) + " tokens exceed max_step_tokens " +
                                              std::to_string(granted.max_step_tokens));

@@ -77,7 +77,8 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
     const uint64_t block_bytes =
         2ull * uint64_t(shape.n_layer) * kPagedBlockTokens * uint64_t(shape.kv_dim) * sizeof(__half);
     limits_ = ehp::grant_kv(params, kPagedBlockTokens, block_bytes, UINT64_MAX, shape.seq_cap);
-    const size_t R = limits_.max_step_entries, V = size_t(shape.n_vocab);
+    limits_.max_draft_tokens = std::min(kMaxDraftTokens, limits_.max_step_tokens - 1);
+    const size_t R = rows_cap(), V = size_t(shape.n_vocab);
     logits_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
     for (DeviceBuffer& o : out_dev_) o = DeviceBuffer(R * sizeof(int32_t), shape.ledger);
     fwork_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
@@ -128,6 +129,7 @@ void BatchBase::init_pool() {
         budget = uint64_t(double(device_memory_info(shape_.device).free_bytes) * frac);
     }
     limits_ = ehp::grant_kv(params_, kPagedBlockTokens, limits_.block_bytes, budget, shape_.seq_cap);
+    limits_.max_draft_tokens = std::min(kMaxDraftTokens, limits_.max_step_tokens - 1);
     // One block more than granted: the scratch block padding rows write to.
     scratch_block_ = limits_.total_blocks;
     const size_t layer_bytes =
@@ -170,7 +172,7 @@ void BatchBase::run_forward(const StepView& v, int bucket) {
 }
 
 void BatchBase::warm_up() {
-    const StagingLayout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), 0, 0);
+    const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), 0, 0);
     ensure_staging(L.end);
     // Rows of nothing: token 0 at position 0 of the scratch block.
     const int n = int(std::min<uint32_t>(limits_.max_step_tokens, kWarmPrefillTokens));
@@ -280,7 +282,7 @@ void BatchBase::read_picked(Flight& f) {
     if (f.picked_read) return;
     EHC_CHECK(cudaEventSynchronize(staged_[f.slot]));
     size_t rows = 0;
-    for (int r : f.row) rows += r >= 0;
+    for (int n : f.nrows) rows += size_t(n);
     const auto* p = reinterpret_cast<const int32_t*>(slot_host(f.slot) + f.out);
     f.picked.assign(p, p + rows);
     f.picked_read = true;
@@ -306,11 +308,22 @@ void BatchBase::forget(const CudaSeq* seq) {
 
 void BatchBase::step(eh_step_entry* entries, uint32_t n_entries) {
     expect_idle("step");
-    begin(entries, n_entries);
+    in_step_ = true;
+    try {
+        begin(entries, n_entries);
+    } catch (...) {
+        in_step_ = false;
+        throw;
+    }
+    in_step_ = false;
     std::vector<int32_t> picked(n_entries, -1);
     end(picked.data(), n_entries);
     const uint32_t stride = entries[0].struct_size;
-    for (uint32_t i = 0; i < n_entries; ++i) ehp::step_entry(entries, stride, i).token = picked[i];
+    for (uint32_t i = 0; i < n_entries; ++i) {
+        eh_step_entry& e = ehp::step_entry(entries, stride, i);
+        e.token = picked[i];
+        if (e.flags & EH_STEP_VERIFY) e.n_accepted = accepted_[i];
+    }
 }
 
 // A step's entries as begin() reads them: entry i, its sequence, and its
@@ -363,54 +376,59 @@ SamplingRows sampling_rows(const StepEntries& E, size_t words) {
     for (uint32_t i = 0; i < E.n; ++i) {
         const eh_step_entry& e = E.at(i);
         if (!(e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS))) continue;
-        SamplingRows::Row rb{i, {}};
-        if (e.flags & EH_STEP_SAMPLE) {
-            const CudaSeq& q = E.seq(i);
-            rb.e.bias_begin = int32_t(S.etok.size());
-            for (uint32_t b = 0; b < e.n_bias; ++b) {
-                S.etok.push_back(e.bias_tokens[b]);
-                S.eval.push_back(e.bias_values[b]);
-            }
-            rb.e.bias_end = int32_t(S.etok.size());
-            if (e.allowed) {
-                rb.e.mask_word = int32_t(S.mask_rows.size() * words);
-                S.mask_rows.push_back(i);
-            }
-            const bool rep = q.params.repetition_penalty != 1.0f;
-            const bool pf = q.presence != 0.0f || q.frequency != 0.0f;
-            if (rep || pf) {
-                hist = q.blocks.tokens();
-                hist.insert(hist.end(), E.tokens(i), E.tokens(i) + e.n_tokens);
-            }
-            rb.e.rep_begin = rb.e.rep_end = int32_t(S.etok.size());
-            if (rep) {
-                const size_t n = hist.size();
-                const size_t start = q.params.repetition_window < 0 ? 0 : n - std::min<size_t>(n, size_t(q.params.repetition_window));
-                counts.clear();
-                for (size_t j = start; j < n; ++j)
-                    if (counts.emplace(hist[j], 1).second) {
-                        S.etok.push_back(hist[j]);
-                        S.eval.push_back(0.0f);
-                    }
-                rb.e.rep_end = int32_t(S.etok.size());
-                rb.e.repetition_penalty = q.params.repetition_penalty;
-            }
-            rb.e.pf_begin = rb.e.pf_end = int32_t(S.etok.size());
-            const uint32_t gen_start = q.blocks.gen_start == ehp::SeqBlocks::kNoOutput ? uint32_t(hist.size())
-                                                                                       : q.blocks.gen_start;
-            if (pf && gen_start < hist.size()) {
-                counts.clear();
-                for (size_t j = gen_start; j < hist.size(); ++j) ++counts[hist[j]];
-                for (auto [tok, c] : counts) {
-                    S.etok.push_back(tok);
-                    S.eval.push_back(float(c));
+        // A verify entry samples after each of its tokens, over the history
+        // up to that token; any other entry after its last.
+        const uint32_t first_row = (e.flags & EH_STEP_VERIFY) ? 1 : e.n_tokens;
+        for (uint32_t upto = first_row; upto <= e.n_tokens; ++upto) {
+            SamplingRows::Row rb{i, {}};
+            if (e.flags & EH_STEP_SAMPLE) {
+                const CudaSeq& q = E.seq(i);
+                rb.e.bias_begin = int32_t(S.etok.size());
+                for (uint32_t b = 0; b < e.n_bias; ++b) {
+                    S.etok.push_back(e.bias_tokens[b]);
+                    S.eval.push_back(e.bias_values[b]);
                 }
-                rb.e.pf_end = int32_t(S.etok.size());
-                rb.e.presence = q.presence;
-                rb.e.frequency = q.frequency;
+                rb.e.bias_end = int32_t(S.etok.size());
+                if (e.allowed) {
+                    rb.e.mask_word = int32_t(S.mask_rows.size() * words);
+                    S.mask_rows.push_back(i);
+                }
+                const bool rep = q.params.repetition_penalty != 1.0f;
+                const bool pf = q.presence != 0.0f || q.frequency != 0.0f;
+                if (rep || pf) {
+                    hist = q.blocks.tokens();
+                    hist.insert(hist.end(), E.tokens(i), E.tokens(i) + upto);
+                }
+                rb.e.rep_begin = rb.e.rep_end = int32_t(S.etok.size());
+                if (rep) {
+                    const size_t n = hist.size();
+                    const size_t start = q.params.repetition_window < 0 ? 0 : n - std::min<size_t>(n, size_t(q.params.repetition_window));
+                    counts.clear();
+                    for (size_t j = start; j < n; ++j)
+                        if (counts.emplace(hist[j], 1).second) {
+                            S.etok.push_back(hist[j]);
+                            S.eval.push_back(0.0f);
+                        }
+                    rb.e.rep_end = int32_t(S.etok.size());
+                    rb.e.repetition_penalty = q.params.repetition_penalty;
+                }
+                rb.e.pf_begin = rb.e.pf_end = int32_t(S.etok.size());
+                const uint32_t gen_start = q.blocks.gen_start == ehp::SeqBlocks::kNoOutput ? uint32_t(hist.size())
+                                                                                           : q.blocks.gen_start;
+                if (pf && gen_start < hist.size()) {
+                    counts.clear();
+                    for (size_t j = gen_start; j < hist.size(); ++j) ++counts[hist[j]];
+                    for (auto [tok, c] : counts) {
+                        S.etok.push_back(tok);
+                        S.eval.push_back(float(c));
+                    }
+                    rb.e.pf_end = int32_t(S.etok.size());
+                    rb.e.presence = q.presence;
+                    rb.e.frequency = q.frequency;
+                }
             }
+            S.rows.push_back(rb);
         }
-        S.rows.push_back(rb);
     }
     return S;
 }
@@ -425,7 +443,11 @@ ehp::StepTotals BatchBase::check_entries(eh_step_entry* entries, uint32_t n_entr
             return owns(seq) ? &seq->blocks : nullptr;
         },
         [](eh_seq* s) { return static_cast<CudaSeq*>(s)->sampling_set; },
-        [&](eh_seq* s) { return prev && static_cast<CudaSeq*>(s)->sampled_in == prev->id; });
+        [&](eh_seq* s) { return prev && static_cast<CudaSeq*>(s)->sampled_in == prev->id; }, EH_STEP_VERIFY);
+    for (uint32_t i = 0; i < n_entries && !in_step_; ++i)
+        if (ehp::step_entry(entries, totals.stride, i).flags & EH_STEP_VERIFY)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
+                                                      ": EH_STEP_VERIFY is for step() only, not step_begin");
     if (prev)
         for (uint32_t i = 0; i < n_entries; ++i)
             if (ehp::step_entry(entries, totals.stride, i).flags & EH_STEP_LOGITS)
@@ -470,6 +492,8 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
     f.out = L.out;
     f.seqs.resize(E.n);
     f.row.assign(E.n, -1);
+    f.nrows.assign(E.n, 0);
+    f.verify.resize(E.n);
     f.flags.resize(E.n);
     size_t t = 0, tb = 0, r = 0;
     int nchain = 0;
@@ -498,13 +522,19 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
         f.flags[i] = e.flags;
         if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) {
             f.row[i] = int(r);
-            out_idx[r] = int32_t(t - 1);
-            SamplerParams sp = q.sampling_set ? q.params : SamplerParams{};
-            sp.repetition_penalty = 1.0f;  // adjust_logits applies it
-            params[r] = sp;
-            counters[r] = q.blocks.length() + e.n_tokens;
-            edits[r] = S.rows[r].e;
-            ++r;
+            // A verify entry's rows: one after each of its tokens.
+            const uint32_t first = (e.flags & EH_STEP_VERIFY) ? 1 : e.n_tokens;
+            if (e.flags & EH_STEP_VERIFY) f.verify[i].assign(toks, toks + e.n_tokens);
+            for (uint32_t upto = first; upto <= e.n_tokens; ++upto) {
+                out_idx[r] = int32_t(t - e.n_tokens + upto - 1);
+                SamplerParams sp = q.sampling_set ? q.params : SamplerParams{};
+                sp.repetition_penalty = 1.0f;  // adjust_logits applies it
+                params[r] = sp;
+                counters[r] = len + upto;  // the position of the token drawn
+                edits[r] = S.rows[r].e;
+                ++r;
+                ++f.nrows[i];
+            }
         }
     }
     // Padding rows: token 0 at position 0 of a one-block table holding the
@@ -596,9 +626,13 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     // A decode-only step (one sampled token per entry) of few tokens runs
     // its bucket's graph, padded to the bucket's size.
     sh.bucket = bucket_index(int(sh.T));
-    sh.graphed = sh.T == sh.R && sh.T <= size_t(kGraphMaxTokens) && !graph_failed_[sh.bucket];
+    // (Not a step that verifies: the decode graphs' fused attention stores
+    // and reads K/V in one launch, one token per sequence.)
+    bool verifies = false;
+    for (uint32_t i = 0; i < n_entries; ++i) verifies = verifies || (E.at(i).flags & EH_STEP_VERIFY);
+    sh.graphed = sh.T == sh.R && !verifies && sh.T <= size_t(kGraphMaxTokens) && !graph_failed_[sh.bucket];
     sh.padded = sh.graphed ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries) : sh.T;
-    const StagingLayout L(limits_.max_step_tokens, limits_.max_step_entries, table_capacity(), S.etok.size(),
+    const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), S.etok.size(),
                           S.mask_rows.size() * sh.words);
     ensure_staging(L.end);  // may wait for the steps in flight (then prev's ids are read)
     if (prev && prev->picked_read)
@@ -613,7 +647,13 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     for (uint32_t i = 0; i < n_entries; ++i) {
         const eh_step_entry& e = E.at(i);
         CudaSeq& q = E.seq(i);
-        q.blocks.commit(E.tokens(i), e.n_tokens);
+        // A verify entry's drafts are the sequence's own output as much as its first token.
+        const uint32_t first = (e.flags & EH_STEP_VERIFY) ? 1 : e.n_tokens;
+        q.blocks.commit(E.tokens(i), first);
+        if (first < e.n_tokens) {
+            q.blocks.mark_sampled();
+            q.blocks.commit(E.tokens(i) + first, e.n_tokens - first);
+        }
         q.has_logits = false;
         if (e.flags & EH_STEP_SAMPLE) {
             q.blocks.mark_sampled();
@@ -633,10 +673,21 @@ void BatchBase::end(int32_t* out_tokens, uint32_t n_entries) {
     if (!out_tokens) throw ehp::Error(EH_INVALID_ARGUMENT, "step_end: out_tokens is NULL");
     read_picked(f);
     const size_t V = size_t(shape_.n_vocab);
+    accepted_.assign(n_entries, 0);
     for (uint32_t i = 0; i < n_entries; ++i) {
         const int r = f.row[i];
         out_tokens[i] = (f.flags[i] & EH_STEP_SAMPLE) && r >= 0 ? f.picked[size_t(r)] : -1;
         CudaSeq* q = f.seqs[i];
+        if (!f.verify[i].empty() && r >= 0) {
+            // Drafts stay while each is what its position drew; the first
+            // other draw is the token, and the rest leave the sequence.
+            const std::vector<int32_t>& t = f.verify[i];
+            uint32_t m = 0;
+            while (m + 1 < t.size() && f.picked[size_t(r) + m] == t[m + 1]) ++m;
+            out_tokens[i] = f.picked[size_t(r) + m];
+            accepted_[i] = m;
+            if (q) q->blocks.truncate(q->blocks.length() - uint32_t(t.size() - 1 - m));
+        }
         if (q && (f.flags[i] & EH_STEP_LOGITS) && r >= 0) {
             q->logits.assign(host_logits_ + size_t(r) * V, host_logits_ + size_t(r + 1) * V);
             q->has_logits = true;

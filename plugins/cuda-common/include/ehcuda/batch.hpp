@@ -13,6 +13,13 @@
 // buffer: the stream orders a step's uploads after the step before it), and
 // a chained entry's token is copied on the device from the sampled ids of
 // the step before it.
+// ABI 1.6's verification (EH_STEP_VERIFY, step() only): every position of
+// the entry is a sampling row of its own (its history up to there, its draw
+// keyed by its position), and a draft stays while it is what its row drew;
+// the first other draw is the entry's token, and the sequence is cut back
+// behind the accepted drafts. Draws keyed by position make that exactly the
+// tokens plain steps would give. Rows: up to twice max_step_entries (the
+// drafts of a step are at most max_step_entries).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -114,6 +121,8 @@ public:
     void set_sampling(CudaSeq& seq, const eh_sampling_params& p);
     // Throws ehp::Error; on INVALID_ARGUMENT and KV_FULL nothing has changed.
     void step(eh_step_entry* entries, uint32_t n_entries);
+    // Draft tokens one verify entry may carry.
+    static constexpr uint32_t kMaxDraftTokens = 16;
     // ABI 1.3's step_begin / step_end (plugin_abi.h has the rules). Throw
     // ehp::Error as step() does.
     void begin(eh_step_entry* entries, uint32_t n_entries);
@@ -177,7 +186,9 @@ private:
         int slot = 0;                    // pinned staging slot (and its event)
         size_t out = 0;                  // offset of the sampled ids in the slot
         std::vector<CudaSeq*> seqs;      // per entry; NULL once released
-        std::vector<int> row;            // per entry: its sampling row, or -1
+        std::vector<int> row;            // per entry: its (first) sampling row, or -1
+        std::vector<int> nrows;          // per entry: its sampling rows (a verify entry: one per token)
+        std::vector<std::vector<int32_t>> verify;  // per entry: a verify entry's tokens, else empty
         std::vector<uint32_t> flags;     // per entry
         // Chained entries: the sequence position holding a placeholder until
         // step `from`'s row `from_row` is read.
@@ -196,6 +207,8 @@ private:
     // begin()'s steps, in order. Every check before anything changes
     // (check_step's, and no EH_STEP_LOGITS behind a step in flight).
     ehp::StepTotals check_entries(eh_step_entry* entries, uint32_t n_entries, const Flight* prev) const;
+    // The rows the step buffers hold: twice max_step_entries (verify rows).
+    size_t rows_cap() const { return 2 * size_t(limits_.max_step_entries); }
     // The chained entries' rows in prev, and their tokens where the host
     // needs them now (penalties) or prev was read already.
     void resolve_chained(StepEntries& E, Flight* prev);
@@ -229,6 +242,8 @@ private:
     cudaEvent_t staged_[2] = {};     // a slot's step has finished
     size_t staging_bytes_ = 0;
     std::vector<Flight> flight_;     // oldest first, at most two
+    bool in_step_ = false;           // begin() called by step(): verify entries allowed
+    std::vector<uint32_t> accepted_; // end()'s drafts accepted per entry (verify entries)
     uint64_t next_step_ = 0;
     float* host_logits_ = nullptr;  // pinned, max_step_entries rows
     uint32_t scratch_block_ = 0;    // the pool's extra block, outside the BlockPool
