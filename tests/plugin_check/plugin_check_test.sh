@@ -73,6 +73,11 @@ out=$("$check_bin" "$cpuref" --model "$model" --reference "$plugins/good/libeh-t
 out=$("$check_bin" "$step_only" --model "$model" --only no_such_check 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"no check is named 'no_such_check'"* ]]; check unknown-check $? "exit $rc: $out"
 
+# --engine-options reach the plugin's load (the test engine refuses one that asks it to)
+out=$("$check_bin" "$step_only" --model "$model" --engine-options '{"refuse_load":true}' 2>&1); rc=$?
+[[ $rc -eq 3 && "$out" == *"model_load failed"*"fixture: the load options ask for a refusal"* ]]
+check engine-options-reach-the-load $? "exit $rc: $out"
+
 out=$("$check_bin" "$step_only" 2>&1); rc=$?
 [[ $rc -eq 2 && "$out" == *"--model are required"* ]]; check no-model $? "exit $rc: $out"
 

@@ -59,6 +59,7 @@
 #include <cstddef>
 #include <csignal>
 #include <cstdlib>
+#include <cstring>
 #include <memory>
 #include <random>
 #include <string>
@@ -263,6 +264,9 @@ eh_status model_load(const eh_load_params* p, eh_model** out) {
                 p = *end == ',' ? end + 1 : end;
             }
         if (m->vocab == 0) throw ehp::Error(EH_MODEL_LOAD_FAILED, "vocabulary is empty");
+        // a load option the tests send to see the load options arrive
+        if (p->options_json && std::strstr(p->options_json, "\"refuse_load\""))
+            throw ehp::Error(EH_INVALID_ARGUMENT, "fixture: the load options ask for a refusal");
         if (p->struct_size >= offsetof(eh_load_params, devices) + sizeof(p->devices) && p->n_devices > 0) {
             if (p->n_devices > info()->max_devices)
                 throw ehp::Error(EH_INVALID_ARGUMENT, "fixture: more devices than max_devices");
