@@ -95,11 +95,21 @@ TEST(LoraEndToEnd, ARequestPicksItsAdapterByModelOrLoraAndCachesStayApart) {
     EXPECT_GT(cached(base2), 0);
     EXPECT_EQ(text(base2), text(base1));
 
-    // Chat and /execute choose it the same way.
+    // Chat, Anthropic's Messages, the Responses API and /execute choose it the same way.
     auto chat = h.post("/v1/chat/completions",
                        json{{"model", "stories260K:tales"}, {"messages", {{{"role", "user"}, {"content", "Hi"}}}},
                             {"max_tokens", 4}, {"temperature", 0}}.dump());
     EXPECT_EQ(chat.status, 200) << chat.body;
+    auto msg = h.post("/v1/messages", json{{"model", "stories260K:tales"}, {"max_tokens", 4},
+                                           {"messages", {{{"role", "user"}, {"content", "Hi"}}}}}.dump());
+    EXPECT_EQ(msg.status, 200) << msg.body;
+    msg = h.post("/v1/messages", json{{"model", "stories260K:nope"}, {"max_tokens", 4},
+                                      {"messages", {{{"role", "user"}, {"content", "Hi"}}}}}.dump());
+    EXPECT_EQ(msg.status, 404) << msg.body;
+    auto resp = h.post("/v1/responses", json{{"model", "stories260K:nope"}, {"input", "Hi"}, {"max_output_tokens", 4}}.dump());
+    EXPECT_EQ(resp.status, 404) << resp.body;
+    resp = h.post("/v1/responses", json{{"model", "stories260K:tales"}, {"input", "Hi"}, {"max_output_tokens", 4}}.dump());
+    EXPECT_EQ(resp.status, 200) << resp.body;
     auto ex = h.post("/execute", json{{"job_id", "x1"}, {"prompt", "Once"}, {"lora", "nope"}, {"max_tokens", 2}}.dump());
     EXPECT_EQ(ex.status, 404) << ex.body;
 

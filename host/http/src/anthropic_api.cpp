@@ -67,7 +67,9 @@ void Server::Impl::install_anthropic() {
         }
         try {
             auto r = parse_anthropic_request(req.body, options.limits, count_only);
-            svc = service_for(*this, r.model);
+            std::string base = r.model;
+            split_model_adapter(*this, base, r.gen.adapter);
+            svc = service_for(*this, base);
             render_chat_cancellable(*this, *svc, r);
             r.gen.correlation_id = cid;
             return r;

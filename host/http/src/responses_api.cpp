@@ -100,7 +100,9 @@ void install_responses(Server::Impl& s) {
         const std::string scope = cache_scope_of(s, req);
         try {
             r = parse_responses_request(req.body, s.options.limits);
-            svc = service_for(s, r.model);
+            std::string base = r.model;
+            split_model_adapter(s, base, r.gen.adapter);
+            svc = service_for(s, base);
             if (!r.previous_response_id.empty()) {
                 auto prev = store->get(r.previous_response_id, scope);
                 if (!prev)
