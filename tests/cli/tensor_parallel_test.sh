@@ -89,4 +89,16 @@ refuses gpus-count-disagrees 2 '--tensor-parallel 3 but --gpus names 2 GPUs' -- 
 refuses gpus-and-gpu-device 2 '--gpus and --gpu-device both name GPUs' -- "$eh" --model "$model" "${gpu[@]}" --gpus 1 --gpu-device 1
 refuses tp-engine-process 2 'cannot go with --engine-process yet' -- "$eh" --model "$model" "${gpu[@]}" --tensor-parallel 2 --engine-process
 
+# bench: the same flags; the device set reaches the load, and a plugin of
+# one device fails its run naming why.
+out=$(timeout 60 "$eh" bench -m "$model" "${gpu[@]}" --gpus 0,0 -p 8 -n 4 -r 1 --json 2>&1)
+jq -e '.gpus == [0,0] and .results[0].ok and .results[0].device_name == "test devices 0,0"' <<<"$out" >/dev/null
+check bench-shard-mode $? "$out"
+out=$(timeout 60 "$eh" bench -m "$model" --plugins "$plugins/good" --tensor-parallel 2 -p 8 -n 4 -r 1 --json 2>&1)
+jq -e '.gpus == [0,1] and (.results[0].error | contains("plugin test-engine serves one device only; 2 were asked for"))' <<<"$out" >/dev/null
+check bench-one-device-plugin-fails-its-run $? "$out"
+out=$(timeout 20 "$eh" bench -m "$model" "${gpu[@]}" --gpus 0 --gpu 1 2>&1); rc=$?
+[[ $rc -eq 2 && $out == *"--gpus and --gpu both name GPUs"* ]]
+check bench-gpus-and-gpu $? "exit $rc: $out"
+
 finish

@@ -16,6 +16,7 @@
 #include "cli.hpp"
 #include "eh/tools/bench.hpp"
 #include "eh/loader/plugin_search.hpp"
+#include "gpu_set.hpp"
 #include "kv_cache_option.hpp"
 #include "model_ref.hpp"
 #include "options.hpp"
@@ -41,6 +42,10 @@ int cmd_bench(const std::vector<std::string>& args) {
         ("n,n", po::value<uint32_t>()->default_value(128), "generated tokens (decode)")
         ("r,r", po::value<uint32_t>()->default_value(5), "repetitions (after one warm-up)")
         ("gpu", po::value<int>()->default_value(0), "GPU ordinal")
+        ("tensor-parallel", po::value<uint32_t>()->default_value(1),
+         "ranks the model is split over (1-8), on GPUs 0..N-1 unless --gpus names them; a plugin that serves one "
+         "device fails its run naming why")
+        ("gpus", po::value<std::string>(), "the ranks' GPUs, rank order, e.g. 0,1 (a GPU twice: the one-GPU shard mode)")
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU plugins (0 = plugin default)")
         ("path", po::value<std::string>()->default_value("step"),
          "step: the batched step the server serves (prefill in --batch-tokens chunks, decode steps chained where the "
@@ -76,6 +81,21 @@ int cmd_bench(const std::vector<std::string>& args) {
     o.n_gen = vm["n"].as<uint32_t>();
     o.reps = vm["r"].as<uint32_t>();
     o.device = vm["gpu"].as<int>();
+    {
+        uint32_t tp = 1;
+        std::vector<int> gpus;
+        std::string err;
+        const std::string gpus_text = vm.count("gpus") ? vm["gpus"].as<std::string>() : std::string();
+        if (!check_gpu_flags(vm["tensor-parallel"].as<uint32_t>(), !vm["tensor-parallel"].defaulted(),
+                             vm.count("gpus") ? &gpus_text : nullptr, false, tp, gpus, err) ||
+            (vm.count("gpus") && !vm["gpu"].defaulted() && !(err = "--gpus and --gpu both name GPUs: use one").empty())) {
+            print_error(err);
+            return kUsage;
+        }
+        if (gpus.empty() && tp > 1)
+            for (uint32_t i = 0; i < tp; ++i) gpus.push_back(int(i));
+        o.devices.assign(gpus.begin(), gpus.end());
+    }
     o.threads = vm["threads"].as<uint32_t>();
     o.path = tools::parse_bench_path(vm["path"].as<std::string>());  // bad values: usage errors, as below
     o.batch = vm["batch"].as<uint32_t>();  // ranges are checked by run_bench (INVALID_REQUEST: exit 2)

@@ -287,7 +287,8 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
     if (rec.probe) run.device_name = rec.probe->device_name;
     try {
         EngineLoadOptions lo;
-        lo.device = o.device;
+        lo.device = o.devices.empty() ? o.device : o.devices[0];
+        if (o.devices.size() > 1) lo.devices = o.devices;
         lo.n_threads = o.threads;
         lo.cancel = o.stop;
         std::string last_stage;  // -v: each distinct load stage once (the CUDA plugins' kernel plan lines among them)
@@ -417,7 +418,7 @@ BenchReport run_bench(const BenchOptions& o) {
     run_opts.n_gen = rep.n_gen;
 
     loader::LoaderOptions lo;
-    lo.device = o.device;
+    lo.device = o.devices.empty() ? o.device : o.devices[0];
     const std::vector<std::string> dirs = o.plugin_dirs.empty() ? std::vector<std::string>{o.plugins_dir} : o.plugin_dirs;
     Registry reg = loader::discover_plugins(dirs, lo);
     const ModelRequirements need = desc.requirements();
@@ -501,6 +502,7 @@ nlohmann::json to_json(const BenchReport& r) {
         {"model_bytes", r.model_bytes}, {"n_vocab", r.n_vocab},
         {"path", path_name(r.options.path)}, {"batch", r.options.batch}, {"batch_tokens", r.options.batch_tokens},
         {"n_prompt", r.n_prompt}, {"n_gen", r.n_gen}, {"reps", r.options.reps},
+        {"gpus", r.options.devices.empty() ? nlohmann::json::array({r.options.device}) : nlohmann::json(r.options.devices)},
         {"n_prompt_requested", r.options.n_prompt}, {"n_gen_requested", r.options.n_gen},
         {"context_length", r.context_length},
         {"capped", r.n_prompt != r.options.n_prompt || r.n_gen != r.options.n_gen},

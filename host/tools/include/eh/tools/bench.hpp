@@ -47,6 +47,10 @@ struct BenchOptions {
     uint32_t n_gen = 128;
     uint32_t reps = 5;
     int32_t device = 0;
+    // (ABI 1.6) the GPUs of a tensor-parallel load, rank order (a GPU twice:
+    // the shard mode); empty: `device` alone. A plugin that spans fewer
+    // devices fails its run, naming why.
+    std::vector<int32_t> devices;
     uint32_t threads = 0;        // CPU plugins; 0 = plugin default
     BenchPath path = BenchPath::Step;
     uint32_t batch = 1;          // sequences prefilled and decoded together (step path; 1-4096)
