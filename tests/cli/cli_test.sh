@@ -72,5 +72,7 @@ greedy_step=$("$eh" chat -m "$model" --plugins "$plugins/step-only" -p "Once upo
 [[ -n "$greedy_good" && "$greedy_step" == "$greedy_good" ]]
 check step-only-chat-same-ids $? "session engine: $greedy_good / step-only: $greedy_step"
 expect step-only-bench 0 '\| fixture-step-only +\| step +\|' -- "$eh" bench --plugins "$plugins/step-only" --model "$model" -p 64 -n 8 -r 1
+# --engine-options reach the load (the test engine refuses one that asks it to)
+expect bench-engine-options 1 'fixture: the load options ask for a refusal' -- "$eh" bench --plugins "$plugins/step-only" --model "$model" -p 64 -n 8 -r 1 --engine-options '{"refuse_load":true}'
 expect step-only-bench-session 1 'has no session calls \(ABI 1.4, step only\)' -- "$eh" bench --plugins "$plugins/step-only" --model "$model" -p 64 -n 8 -r 1 --path session
 finish

@@ -62,6 +62,8 @@ int cmd_bench(const std::vector<std::string>& args) {
          "step path's KV-cache pool (default: the plugin's share of device memory); it must hold --batch sequences "
          "of p+n+1 tokens")
         ("kv-cache-type", po::value<std::string>(), kKvCacheTypeHelp)
+        ("engine-options", po::value<std::string>()->default_value(""),
+         "JSON object handed to the plugin's model load, as serve's --engine-options (each plugin's README lists its keys)")
         ("json", "print one JSON object instead of a table")
         ("verbose,v", "progress lines on stderr");
     po::variables_map vm;
@@ -102,6 +104,7 @@ int cmd_bench(const std::vector<std::string>& args) {
     o.batch_tokens = vm["batch-tokens"].as<uint32_t>();
     o.kv_budget_bytes = vm["kv-cache-size-mb"].as<uint64_t>() * 1024 * 1024;
     o.kv_type = kv_cache_type_arg(vm);
+    o.engine_options = vm["engine-options"].as<std::string>();
     o.chained_steps = vm.count("no-chained-steps") == 0;
     if (vm.count("verbose")) o.log = [](const std::string& s) { std::fprintf(stderr, "bench: %s\n", s.c_str()); };
     struct sigaction sa {};

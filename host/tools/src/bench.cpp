@@ -290,6 +290,7 @@ BenchRun bench_one(const PluginRecord& rec, const std::shared_ptr<model::ModelFi
         lo.device = o.devices.empty() ? o.device : o.devices[0];
         if (o.devices.size() > 1) lo.devices = o.devices;
         lo.n_threads = o.threads;
+        lo.options_json = o.engine_options;
         lo.cancel = o.stop;
         std::string last_stage;  // -v: each distinct load stage once (the CUDA plugins' kernel plan lines among them)
         if (o.log)

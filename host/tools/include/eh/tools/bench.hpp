@@ -57,6 +57,7 @@ struct BenchOptions {
     uint32_t batch_tokens = 2048;  // tokens a step may hold, as serve's --batch-tokens (16-65536)
     uint64_t kv_budget_bytes = 0;  // step path's KV pool; 0 = the plugin's default share of memory
     uint32_t kv_type = 0;          // step path's KV element type (ABI 1.4 kv_type); 0 = the plugin's default
+    std::string engine_options;    // the load's plugin-specific JSON (eh_load_params.options_json), as serve's
     // Step path: begin each decode step before the previous one is read where
     // the plugin can (serve's default); false reads every step first, as
     // serve --no-chained-steps.
