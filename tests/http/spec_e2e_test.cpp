@@ -86,6 +86,33 @@ TEST(SpeculativeEndToEnd, Stories260KGreedyTextIsTheSameWithAndWithout) { same_t
 
 TEST(SpeculativeEndToEnd, TinyTalesGreedyTextIsTheSameWithAndWithout) { same_text_with_speculation(tinytales()); }
 
+// The engine process carries the drafts (wire version 4): prompt lookup
+// runs there too, and the text is the one without.
+TEST(SpeculativeEndToEnd, TheEngineProcessVerifiesToo) {
+    EngineHost plain({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(plain.port(), 0) << plain.log();
+    EngineHost child({"--log-format", "text", "--engine-process", "--spec-ngram"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(child.port(), 0) << child.log();
+    const json h = json::parse(child.get("/health").body);
+    EXPECT_EQ(h["speculation"]["source"], "ngram") << h.dump();
+    EXPECT_FALSE(h["engine"]["process"].is_null());
+    for (const auto& p : kPrompts) EXPECT_EQ(complete(child, p), complete(plain, p)) << p;
+    EXPECT_GT(metric(child, "eh_spec_decode_num_accepted_tokens_total"), 0);
+}
+
+// A plugin that does not verify (the test engine's session build): served
+// as without, and /health says why.
+TEST(SpeculativeEndToEnd, APluginThatDoesNotVerifyServesWithoutIt) {
+    EngineHost h({"--log-format", "text", "--spec-ngram"});
+    ASSERT_GT(h.port(), 0) << h.log();
+    const json s = json::parse(h.get("/health").body)["speculation"];
+    EXPECT_EQ(s["source"], "off") << s.dump();
+    EXPECT_EQ(s["requested"], "ngram");
+    EXPECT_NE(s["reason"].get<std::string>().find("does not verify"), std::string::npos) << s.dump();
+    EXPECT_GT(complete(h, "Once upon a time").size(), 0u);
+    EXPECT_NE(h.log().find("speculation_off"), std::string::npos);
+}
+
 TEST(SpeculativeEndToEnd, ADraftModelOfAnotherVocabularyIsRefusedByName) {
     EngineHost h({"--log-format", "text", "--draft-model", tinytales()}, {}, false, EH_PLUGIN_DIR);
     EXPECT_NE(h.wait_exit(), 0);

@@ -38,6 +38,7 @@ std::vector<uint8_t> a_step() {
     items[1].logits = true;
     items[1].allowed = &mask;
     items[1].bias = &bias;
+    items[1].verify = true;
     return body(encode_step(items));
 }
 
@@ -46,6 +47,7 @@ Reply a_step_reply() {
     r.type = Msg::Step;
     r.free_blocks = 17;
     r.tokens = {-1, 42};
+    r.accepted = {0, 3};
     r.logits = {{}, {0.5f, -1.0f, 3.0f}};
     return r;
 }
@@ -80,6 +82,8 @@ TEST(EngineWire, AStepRequestRoundTrips) {
     EXPECT_TRUE(q.entries[0].bias.empty());
     EXPECT_TRUE(q.entries[1].sample);
     EXPECT_TRUE(q.entries[1].logits);
+    EXPECT_FALSE(q.entries[0].verify);
+    EXPECT_TRUE(q.entries[1].verify);
     ASSERT_TRUE(q.entries[1].allowed);
     EXPECT_EQ(*q.entries[1].allowed, (std::vector<uint32_t>{0xffffffffu, 0x1u}));
     ASSERT_EQ(q.entries[1].bias.size(), 2u);
@@ -139,6 +143,7 @@ TEST(EngineWire, RepliesRoundTrip) {
     EXPECT_EQ(r.type, Msg::Step);
     EXPECT_EQ(r.free_blocks, 17u);
     EXPECT_EQ(r.tokens, (std::vector<int32_t>{-1, 42}));
+    EXPECT_EQ(r.accepted, (std::vector<uint32_t>{0, 3}));
     EXPECT_TRUE(r.logits[0].empty());
     EXPECT_EQ(r.logits[1], (std::vector<float>{0.5f, -1.0f, 3.0f}));
 
@@ -166,6 +171,7 @@ TEST(EngineWire, RepliesRoundTrip) {
     k.limits.total_blocks = 999;
     k.limits.block_bytes = 1 << 20;
     k.limits.batched = true;
+    k.limits.max_draft_tokens = 16;
     k.has_logits = true;
     k.device_bytes = 5;
     r = decode_reply(body(encode_reply(k)));
@@ -173,6 +179,7 @@ TEST(EngineWire, RepliesRoundTrip) {
     EXPECT_EQ(r.limits.total_blocks, 999u);
     EXPECT_EQ(r.limits.block_bytes, 1u << 20);
     EXPECT_TRUE(r.limits.batched);
+    EXPECT_EQ(r.limits.max_draft_tokens, 16u);
     EXPECT_FALSE(r.limits.can_fork);
     EXPECT_TRUE(r.has_logits);
 }
@@ -219,7 +226,7 @@ TEST(EngineWire, CountsThatLieAreRefusedBeforeAnyAllocation) {
     r.tokens = {1};
     r.logits = {{1.0f}};
     std::vector<uint8_t> b = body(encode_reply(r));
-    const size_t count_at = 1 + 1 + 4 + 4 + 4;  // type, kv_full, free, n, token
+    const size_t count_at = 1 + 1 + 4 + 4 + 4 + 4;  // type, kv_full, free, n, token, accepted
     put_at<uint32_t>(b, count_at, kMaxVocab + 1);
     EXPECT_THROW(decode_reply(b), ProtocolError);
     put_at<uint32_t>(b, count_at, 1000u);
@@ -240,7 +247,7 @@ TEST(EngineWire, UnknownTypesFlagsCodesAndVersionsAreRefused) {
     EXPECT_THROW(decode_reply(std::vector<uint8_t>{}), ProtocolError);
 
     std::vector<uint8_t> m = a_step();
-    m[1 + 4 + 8] = 9;  // the first entry's flags
+    m[1 + 4 + 8] = 16;  // the first entry's flags
     EXPECT_THROW(decode_request(m), ProtocolError);
 
     Reply s = a_step_reply();

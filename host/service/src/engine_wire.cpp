@@ -175,6 +175,7 @@ void limits_fields(IO& io, L& l) {
     io.field(l.total_blocks);
     io.field(l.block_bytes);
     io.field(l.kv_type);
+    io.field(l.max_draft_tokens);
     io.field(l.can_fork);
     io.field(l.batched);
 }
@@ -246,13 +247,16 @@ void reply_fields(IO& io, R& q) {
         io.field(q.kv_full);
         io.field(q.free_blocks);
         uint32_t n = uint32_t(q.tokens.size());
-        io.count(n, kMaxEntries, 8, "step results");
+        io.count(n, kMaxEntries, 12, "step results");
         if constexpr (IO::reading) {
             q.tokens.resize(n);
+            q.accepted.resize(n);
             q.logits.resize(n);
         }
         for (uint32_t i = 0; i < n; ++i) {
             io.field(q.tokens[i]);
+            if constexpr (IO::reading) io.field(q.accepted[i]);
+            else io.field(i < q.accepted.size() ? q.accepted[i] : 0u);
             if constexpr (IO::reading) io.array(q.logits[i], kMaxVocab, "logits");
             else io.array(i < q.logits.size() ? std::span<const float>(q.logits[i]) : std::span<const float>());
         }
@@ -304,7 +308,7 @@ std::vector<uint8_t> encode_step(std::span<const StepItem> items) {
     w.field(uint32_t(items.size()));
     for (const StepItem& it : items) {
         w.field(it.seq);
-        w.field(uint8_t((it.sample ? 1 : 0) | (it.logits ? 2 : 0) | (it.allowed ? 4 : 0)));
+        w.field(uint8_t((it.sample ? 1 : 0) | (it.logits ? 2 : 0) | (it.allowed ? 4 : 0) | (it.verify ? 8 : 0)));
         w.array(it.tokens);
         if (it.allowed) w.array(std::span<const uint32_t>(*it.allowed));
         const uint32_t nb = it.bias ? uint32_t(it.bias->size()) : 0;
@@ -335,9 +339,10 @@ Request decode_request(std::span<const uint8_t> body) {
         r.field(e.seq);
         uint8_t flags;
         r.field(flags);
-        if (flags > 7) throw ProtocolError(fmt::format("step entry flags {:#x}", flags));
+        if (flags > 15) throw ProtocolError(fmt::format("step entry flags {:#x}", flags));
         e.sample = flags & 1;
         e.logits = flags & 2;
+        e.verify = flags & 8;
         r.array(e.tokens, kMaxFrame / 4, "tokens");
         if (e.tokens.empty()) throw ProtocolError("a step entry with no tokens");
         if (flags & 4) r.array(e.allowed.emplace(), kMaxVocab / 32, "mask words");

@@ -28,7 +28,7 @@
 
 namespace eh::service::wire {
 
-inline constexpr uint16_t kVersion = 3;  // 3: the KV cache type in KvInit and the limits
+inline constexpr uint16_t kVersion = 4;  // 3: the KV cache type in KvInit and the limits; 4: draft verification
 inline constexpr uint32_t kMagic = 0x50454845;            // "EHEP"
 inline constexpr uint32_t kMaxFrame = 256u << 20;          // bytes of one body
 inline constexpr uint32_t kMaxString = 64u << 10;          // bytes of one string
@@ -62,6 +62,7 @@ public:
 struct StepEntry {
     SeqId seq = 0;
     bool sample = false, logits = false;
+    bool verify = false;        // tokens are [t, drafts...] (ABI 1.6 EH_STEP_VERIFY)
     std::vector<int32_t> tokens;
     std::optional<std::vector<uint32_t>> allowed;
     std::vector<std::pair<int32_t, float>> bias;
@@ -93,6 +94,7 @@ struct Reply {
     uint64_t device_bytes = 0;      // KvInit: held after the KV cache
     bool kv_full = false;           // Step
     std::vector<int32_t> tokens;    // Step, one per entry
+    std::vector<uint32_t> accepted; // Step, one per entry: a verify entry's drafts accepted, else 0
     std::vector<std::vector<float>> logits;  // Step, one per entry (empty unless asked)
     bool resident = true;           // Residency (why in message)
 };

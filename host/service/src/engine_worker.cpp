@@ -51,15 +51,18 @@ wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model, 
             items[i].tokens = e.tokens;
             items[i].sample = e.sample;
             items[i].logits = e.logits;
+            items[i].verify = e.verify;
             items[i].allowed = e.allowed ? &*e.allowed : nullptr;
             items[i].bias = e.bias.empty() ? nullptr : &e.bias;
         }
         r.kv_full = !engine->step(items);
         if (!r.kv_full) {
             r.tokens.resize(items.size());
+            r.accepted.resize(items.size());
             r.logits.resize(items.size());
             for (size_t i = 0; i < items.size(); ++i) {
                 r.tokens[i] = items[i].token;
+                r.accepted[i] = items[i].n_accepted;
                 if (!items[i].logits) continue;
                 const std::span<const float> l = engine->logits(items[i].seq);
                 r.logits[i].assign(l.begin(), l.end());

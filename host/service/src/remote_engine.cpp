@@ -456,6 +456,11 @@ public:
             if (it.sample && (t < 0 || uint32_t(t) >= vocab_))
                 link_->broken(fmt::format("sampled token {} outside the vocabulary of {}", t, vocab_));
             it.token = it.sample ? t : -1;
+            if (it.verify) {
+                if (r.accepted[i] >= it.tokens.size())
+                    link_->broken(fmt::format("{} of {} drafts accepted", r.accepted[i], it.tokens.size() - 1));
+                it.n_accepted = r.accepted[i];
+            }
             if (!it.logits) continue;
             if (!r.logits[i].empty() && r.logits[i].size() != vocab_)
                 link_->broken(fmt::format("{} logits for a vocabulary of {}", r.logits[i].size(), vocab_));

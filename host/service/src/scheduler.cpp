@@ -98,9 +98,7 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
     stats_.kv_total_blocks = limits_.total_blocks;
     if (options_.spec.source != SpecSource::Off) {
         if (!limits_.max_draft_tokens) {
-            spec_off_reason_ = engine_->process_id() != 0
-                                   ? "the engine process does not carry draft tokens (serve without --engine-process)"
-                                   : "the plugin does not verify draft tokens (ABI 1.6 EH_STEP_VERIFY)";
+            spec_off_reason_ = "the plugin does not verify draft tokens (ABI 1.6 EH_STEP_VERIFY)";
             log_event(spdlog::level::warn, "speculation_off",
                       {{"source", spec_source_name(options_.spec.source)}, {"reason", spec_off_reason_}});
         } else {
