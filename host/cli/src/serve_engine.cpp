@@ -134,6 +134,7 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     };
     elo.cancel = ctx.cancel;
     auto t0 = std::chrono::steady_clock::now();
+    std::shared_ptr<const service::ImageEncoder> images;  // --mmproj
     if (s.engine_process) {
         service::EngineProcessOptions epo;
         epo.argv = {"/proc/self/exe", "engine-worker", "--manifest", plugin.manifest_path, "--model", m.path,
@@ -148,6 +149,12 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     } else {
         out.model = EngineModel::load(plugin.api, m.path, &file->view(), file, elo);
         out.engine = service::local_engine(out.model, load_lora_adapters(out.model, *file, s.loras));
+        if (!s.mmproj.empty()) {  // before the Service's kv_init
+            images = service::ImageEncoder::load(out.model, s.mmproj, std::string(file->architecture()));
+            const auto& ii = images->info();
+            log_event(lvl::info, "image_encoder", {{"path", s.mmproj}, {"image_width", ii.image_width},
+                                                   {"image_height", ii.image_height}, {"tokens_per_image", ii.n_tokens}});
+        }
     }
     const service::EngineFacts facts = out.engine->facts();
     while (next_mark <= 100) {  // a plugin that reports no progress still logs every mark
@@ -195,6 +202,7 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     sopt.shutdown_grace = s.shutdown_grace;
     sopt.limits = ctx.limits;
     sopt.model_name = m.name;
+    sopt.images = images;
     for (const LoraFlag& f : s.loras) sopt.adapters.push_back(f.name);
     if (ctx.kv_events) {
         ctx.kv_events->set_medium(plugin.caps.device_kind == std::string("cpu") ? "CPU" : "GPU");

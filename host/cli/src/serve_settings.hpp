@@ -76,6 +76,7 @@ struct ServeSettings {
     std::string draft_model_path;  // --draft-model (one model, in this process)
     PoolingFlag pooling = PoolingFlag::Auto;  // --embedding, --rerank
     std::vector<LoraFlag> loras;              // --lora, --lora-scale (one model, in this process)
+    std::string mmproj;                       // --mmproj: the model's image encoder (one model, in this process)
     std::chrono::seconds inference_timeout{300};
     std::chrono::milliseconds shutdown_grace{4500};
     uint32_t residency_check_sec = 30;

@@ -34,6 +34,22 @@ JobEvent error_event(Code code, std::string message, bool retriable) {
     return ev;
 }
 
+// The tokens the prefix cache keys a job on: its own, except that an
+// image's positions carry ids made from the image's digest and the position
+// (negative, so never a vocabulary id): a cached prefix is reused through an
+// image only by a prompt holding the same image there.
+std::vector<int32_t> cache_key(const Job& job, std::span<const int32_t> tokens) {
+    std::vector<int32_t> k(tokens.begin(), tokens.end());
+    for (const auto& im : job.images)
+        for (uint32_t j = 0; j < im->count && size_t(im->first) + j < k.size(); ++j) {
+            uint64_t h = 1469598103934665603ull;  // FNV-1a over the digest, then the position
+            for (char c : im->digest) h = (h ^ uint8_t(c)) * 1099511628211ull;
+            for (int b = 0; b < 4; ++b) h = (h ^ ((j >> (8 * b)) & 0xff)) * 1099511628211ull;
+            k[im->first + j] = int32_t(uint32_t(h ^ (h >> 32)) | 0x80000000u);
+        }
+    return k;
+}
+
 bool retriable_code(Code c) {
     return c == Code::QueueFull || c == Code::ShuttingDown || c == Code::VramOom || c == Code::InferenceTimeout ||
            c == Code::EngineCrashed;
@@ -407,7 +423,13 @@ bool Scheduler::try_admit(Active& a) {
     if (!match && cache_) {
         stats_.prefix_lookups.fetch_add(1);
         stats_.prefix_query_tokens.fetch_add(a.tokens.size());
-        match = cache_->lookup(cache_scope(*a.job), a.job->adapter, a.tokens, uint32_t(a.tokens.size() - 1));
+        const std::vector<int32_t> key = a.job->images.empty() ? std::vector<int32_t>() : cache_key(*a.job, a.tokens);
+        match = cache_->lookup(cache_scope(*a.job), a.job->adapter, key.empty() ? std::span<const int32_t>(a.tokens) : key,
+                               uint32_t(a.tokens.size() - 1));
+        // Never into the middle of an image: its tokens go into one step.
+        for (const auto& im : a.job->images)
+            if (match && match->n > im->first && match->n < im->first + im->count) match->n = im->first;
+        if (match && match->n == 0) match.reset();
     }
     const uint32_t reuse = match ? match->n : 0;
     // Blocks for what is left to compute and one for a copied partial
@@ -496,6 +518,7 @@ Scheduler::Step Scheduler::build_step() {
     Step st;
     std::vector<std::pair<Active*, Error>> broken;   // their mask could not be computed
     uint32_t budget = limits_.max_step_tokens;
+    uint32_t used = 0;  // tokens in the step so far
     auto add = [&](Active& a, uint32_t k) {
         StepItem it;
         it.seq = a.seq;
@@ -510,6 +533,24 @@ Scheduler::Step Scheduler::build_step() {
             // Its last prompt token's hidden state is its whole output.
             it.hidden = it.sample;
             it.sample = false;
+        }
+        // The images this chunk holds (build_step keeps each whole), as rows.
+        for (const auto& im : a.job->images) {
+            const uint32_t s = a.in_seq, b = std::max(im->first, s), e = std::min(im->first + im->count, s + k);
+            if (it.verify || b >= e) continue;
+            if (im->rows.empty()) {
+                try {
+                    if (!options_.images) throw Error(Code::Internal, "a job has an image but the server no encoder");
+                    im->rows = options_.images->encode(im->pixels);
+                } catch (const Error& err) {
+                    broken.emplace_back(&a, err);
+                    return;
+                }
+                std::vector<float>().swap(im->pixels);
+            }
+            const uint32_t n_embd = options_.images->info().n_embd;
+            it.spans.push_back({b - s, e - b, options_.images->info().span_flags, 0,
+                                im->rows.data() + size_t(b - im->first) * n_embd});
         }
         it.logits = it.sample && a.job->request.top_logprobs >= 0;
         if (it.sample && !a.job->request.sampling.logit_bias.empty()) it.bias = &a.job->request.sampling.logit_bias;
@@ -527,7 +568,8 @@ Scheduler::Step Scheduler::build_step() {
         }
         st.items.push_back(it);
         st.owners.push_back(&a);
-        budget -= k;
+        budget -= std::min(budget, k);
+        used += k;
     };
     // Decoding requests first, so prefill never delays a token in flight.
     std::vector<Active*> decoding;
@@ -546,7 +588,17 @@ Scheduler::Step Scheduler::build_step() {
         if (std::find(st.owners.begin(), st.owners.end(), a.get()) != st.owners.end()) continue;
         const uint32_t left = uint32_t(a->tokens.size() - a->in_seq);
         if (left == 0) continue;
-        add(*a, std::min(left, budget));
+        uint32_t k = std::min(left, budget);
+        // An image's tokens attend to each other: the chunk stops before an
+        // image it cannot hold whole, or takes the whole image past the
+        // chunk budget when the step has room for it.
+        for (const auto& im : a->job->images) {
+            const uint32_t s = a->in_seq, f = im->first, e = im->first + im->count;
+            if (s + k <= f || s >= e || s + k >= e) continue;
+            k = f > s ? f - s : (e - s <= limits_.max_step_tokens - used ? e - s : 0);
+        }
+        if (k == 0) continue;
+        add(*a, k);
     }
     for (auto& [ptr, err] : broken)
         for (auto& a : running_)
@@ -891,7 +943,7 @@ void Scheduler::complete(ActivePtr a) {
     const SeqId seq = std::exchange(a->seq, 0);
     if (cache_)
         cache_->insert(cache_scope(*a->job), a->job->adapter, seq,
-                       std::vector<int32_t>(a->tokens.begin(), a->tokens.begin() + a->in_seq));
+                       cache_key(*a->job, std::span<const int32_t>(a->tokens).first(a->in_seq)));
     else engine_->release(seq);
     if (!a->answered) answer(*a);
 }

@@ -1,6 +1,7 @@
 // The two plugin-backed SeqEngines: BatchedEngine over ABI 1.2's kv_init /
 // seq_* / step, and SessionEngine over a 1.0/1.1 plugin's one session.
 #include "eh/service/seq_engine.hpp"
+#include "eh/service/image_encoder.hpp"
 
 #include "eh/service/engine_source.hpp"
 #include "eh/service/kv_cache_type.hpp"
@@ -195,6 +196,13 @@ private:
             e.bias_tokens = ids.empty() ? nullptr : ids.data();
             e.bias_values = vals.empty() ? nullptr : vals.data();
             e.token = -1;
+            // An image's rows, for this step only (the plugin drops them after it).
+            if (!it.spans.empty()) {
+                if (!plugin_takes_images(api_))
+                    throw Error(Code::Internal, "the engine plugin takes no image rows (ABI 1.6 seq_embd_spans)");
+                check(guarded([&] { return api_.seq_embd_spans(e.seq, it.spans.data(), uint32_t(it.spans.size())); }),
+                      "seq_embd_spans");
+            }
         }
     }
 

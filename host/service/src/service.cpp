@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <random>
 
+#include "eh/service/image_prompt.hpp"
 #include "eh/service/kv_cache_type.hpp"
 #include "eh/service/lora.hpp"
 #include "eh/service/utf8.hpp"
@@ -85,6 +86,7 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.plugin = facts.plugin_name;
     so.plugin_version = facts.plugin_version;
     so.spec = options_.spec;
+    so.images = options_.images;
     if (so.spec.source == SpecSource::DraftModel) {
         if (!options_.draft) throw Error(Code::Internal, "speculative decoding from a draft model without one");
         const EngineFacts df = options_.draft->facts();
@@ -249,7 +251,10 @@ std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
                                                 "larger --ctx-size)",
                                                 *req.n_ctx, n_ctx_));
     }
-    job->prompt_tokens = codec_->encode(req.prompt, req.add_special, req.parse_special, req.literal);
+    if (req.images.empty())
+        job->prompt_tokens = codec_->encode(req.prompt, req.add_special, req.parse_special, req.literal);
+    else
+        place_images(req, options_.images.get(), *codec_, scheduler_->limits().max_step_tokens, *job);
     job->n_ctx = n_ctx_;
     const uint32_t ctx = n_ctx_;
     const size_t np = job->prompt_tokens.size();

@@ -64,7 +64,8 @@ ChatToolCall tool_use(const object& b, const std::string& at) {
 // One message's content: a string, or blocks — text, and tool_use
 // (assistant) or tool_result (user). A user message's tool results become
 // `tool` messages and its text a user message, in the order given.
-void read_content(const object& mo, size_t i, const std::string& role, std::vector<ChatMessage>& out) {
+void read_content(const object& mo, size_t i, const std::string& role, std::vector<ChatMessage>& out,
+                  const RequestLimits& limits, RequestImages& images) {
     const std::string where = fmt::format("messages[{}].content", i);
     auto c = field(mo, "content");
     if (!c) throw RequestError("messages", fmt::format("'{}' is required", where));
@@ -82,6 +83,24 @@ void read_content(const object& mo, size_t i, const std::string& role, std::vect
         if (type == "text") {
             if (text == SIZE_MAX) text = out.size(), out.push_back(text_message(role, ""));
             out[text].content += text_block(b, "messages", at);
+        } else if (type == "image" && role == "user") {
+            // {"type":"image","source":{"type":"base64","media_type":"image/png","data":"..."}}
+            if (text == SIZE_MAX) text = out.size(), out.push_back(text_message(role, ""));
+            auto src = field(b, "source");
+            if (!src || src->type() != element_type::OBJECT)
+                throw RequestError("messages", fmt::format("'{}.source' is required (an object)", at));
+            object s = src->get_object().value_unsafe();
+            const std::string kind = want_string(s, "type", "messages", at + ".source", true);
+            if (kind == "url")
+                throw RequestError("messages", fmt::format("'{}.source': remote image URLs are not fetched (the server "
+                                                           "never downloads): send the image as base64",
+                                                           at));
+            if (kind != "base64")
+                throw RequestError("messages", fmt::format("'{}.source.type' \"{}\" is not supported (base64)", at,
+                                                           kind.substr(0, 32)));
+            const std::string media = want_string(s, "media_type", "messages", at + ".source", true);
+            const std::string data = want_string(s, "data", "messages", at + ".source", true);
+            add_image(out[text], images, limits, "messages", at, "data:" + media + ";base64," + data);
         } else if (type == "tool_use" && role == "assistant") {
             if (text == SIZE_MAX) text = out.size(), out.push_back(text_message(role, ""));
             if (out[text].tool_calls.size() >= kMaxToolCallsPerMessage)
@@ -112,8 +131,11 @@ void read_content(const object& mo, size_t i, const std::string& role, std::vect
     if (k == 0) out.push_back(text_message(role, ""));
 }
 
-std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& limits) {
-    auto out = read_messages(obj, limits, {"user", "assistant"}, "(the system prompt goes in 'system')", read_content);
+std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& limits, RequestImages& images) {
+    auto out = read_messages(obj, limits, {"user", "assistant"}, "(the system prompt goes in 'system')",
+                             [&](const object& mo, size_t i, const std::string& role, std::vector<ChatMessage>& o) {
+                                 read_content(mo, i, role, o, limits, images);
+                             });
     // Anthropic continues a final assistant message in place; a chat
     // template can only start a new turn after it, which would answer a
     // different question. Refused rather than answered wrongly.
@@ -146,7 +168,7 @@ AnthropicRequest parse_anthropic_request(std::string_view body, const RequestLim
         service::check_prompt(system, "system", limits, true);
         if (!system.empty()) r.messages.push_back(text_message("system", std::move(system)));
     }
-    for (auto& m : parse_messages(obj, limits)) r.messages.push_back(std::move(m));
+    for (auto& m : parse_messages(obj, limits, r.gen.images)) r.messages.push_back(std::move(m));
     r.tools = parse_anthropic_tools(obj);
     std::optional<int64_t> budget;  // extended thinking's budget_tokens, when enabled
     if (auto t = field(obj, "thinking")) {

@@ -57,6 +57,52 @@ std::string text_block(const object& block, std::string_view field, const std::s
     return *text;
 }
 
+void add_image(ChatMessage& m, RequestImages& images, const RequestLimits& limits, std::string_view field,
+               const std::string& where, std::string_view url) {
+    if (images.size() >= limits.images.max_images)
+        throw RequestError(std::string(field), fmt::format("'{}': a request may hold at most {} images", where,
+                                                           limits.images.max_images));
+    try {
+        const std::string bytes = image::data_url_bytes(url, limits.images);
+        images.push_back(std::make_shared<const image::Rgb8>(image::decode(bytes, limits.images)));
+    } catch (const image::ImageError& e) {
+        throw RequestError(std::string(field), fmt::format("'{}': {}", where, e.what()));
+    }
+    m.image_at.push_back(m.content.size());
+}
+
+void user_content(const element& c, std::string_view field, const std::string& where, const RequestLimits& limits,
+                  ChatMessage& m, RequestImages& images) {
+    if (c.type() != element_type::ARRAY) {
+        m.content = text_content(c, field, where);
+        return;
+    }
+    size_t k = 0;
+    simdjson::dom::array arr = c.get_array().value_unsafe();
+    for (element block : arr) {
+        const std::string at = fmt::format("{}[{}]", where, k++);
+        if (block.type() != element_type::OBJECT)
+            throw RequestError(std::string(field), fmt::format("'{}' must be an object", at));
+        object b = block.get_object().value_unsafe();
+        auto type = get_string(b, "type");
+        if (!type) throw RequestError(std::string(field), fmt::format("'{}.type' is required", at));
+        if (*type == "text") {
+            m.content += text_block(b, field, at);
+        } else if (*type == "image_url") {
+            auto u = json::field(b, "image_url");
+            std::optional<std::string> url;
+            if (u && u->type() == element_type::STRING) url = std::string(u->get_string().value_unsafe());
+            else if (u && u->type() == element_type::OBJECT) url = get_string(u->get_object().value_unsafe(), "url");
+            if (!url)
+                throw RequestError(std::string(field), fmt::format("'{}.image_url.url' is required (a data URL)", at));
+            add_image(m, images, limits, field, at, *url);
+        } else {
+            throw RequestError(std::string(field), fmt::format("'{}.type' \"{}\" is not supported (text and image_url "
+                                                               "parts)", at, type->substr(0, 32)));
+        }
+    }
+}
+
 std::string text_content(const element& c, std::string_view field, const std::string& where) {
     if (c.type() == element_type::STRING) return std::string(c.get_string().value_unsafe());
     if (c.type() != element_type::ARRAY)

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <initializer_list>
 #include <string>
 #include <string_view>
@@ -30,6 +31,22 @@ std::vector<ChatMessage> read_messages(const object& body, const RequestLimits& 
 // {"type":"text","text":...} blocks joined in order. `where` names it in
 // errors ("messages[2].content", "system"); `field` is the error's field.
 std::string text_content(const element& c, std::string_view field, const std::string& where);
+
+// The images a request's messages carry, decoded, in order.
+using RequestImages = std::vector<std::shared_ptr<const image::Rgb8>>;
+
+// Decodes one image (a data URL, or with `media_type` raw base64 data) and
+// places it at the end of m's content so far (m.image_at). RequestError
+// naming `field` and `where` for anything image::data_url_bytes or
+// image::decode refuse, or past limits.images.max_images.
+void add_image(ChatMessage& m, RequestImages& images, const RequestLimits& limits, std::string_view field,
+               const std::string& where, std::string_view url);
+
+// A user message's content on OpenAI's chat route: a string, or an array of
+// {"type":"text"} and {"type":"image_url","image_url":{"url":...}} parts
+// (`image_url` may also be the URL itself).
+void user_content(const element& c, std::string_view field, const std::string& where, const RequestLimits& limits,
+                  ChatMessage& m, RequestImages& images);
 
 // One {"type":"text","text":...} block's text (its type already read).
 std::string text_block(const object& block, std::string_view field, const std::string& where);

@@ -21,13 +21,16 @@ std::string generated_id(const char* prefix) {
     return fmt::format("{}-{:016x}", prefix, rng());
 }
 
-std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& limits) {
+std::vector<ChatMessage> parse_messages(const object& obj, const RequestLimits& limits, RequestImages& images) {
     return read_messages(obj, limits, {"system", "developer", "user", "assistant", "tool"}, "",
-                         [](const object& mo, size_t i, const std::string& role, std::vector<ChatMessage>& out) {
+                         [&](const object& mo, size_t i, const std::string& role, std::vector<ChatMessage>& out) {
                              ChatMessage cm;
                              cm.role = role;
-                             if (auto c = field(mo, "content"))
-                                 cm.content = text_content(*c, "messages", fmt::format("messages[{}].content", i));
+                             const std::string where = fmt::format("messages[{}].content", i);
+                             if (auto c = field(mo, "content")) {
+                                 if (role == "user") user_content(*c, "messages", where, limits, cm, images);
+                                 else cm.content = text_content(*c, "messages", where);
+                             }
                              parse_message_tool_fields(mo, i, cm);
                              out.push_back(std::move(cm));
                          });
@@ -145,7 +148,7 @@ OpenAIRequest parse_openai_request(std::string_view body, bool chat, const Reque
         r.gen.adapter = std::move(*a);
     }
     if (chat) {
-        r.messages = parse_messages(obj, limits);
+        r.messages = parse_messages(obj, limits, r.gen.images);
         r.gen.add_special = false;  // the template (or render_chat) writes BOS when the model wants one
         r.gen.parse_special = true;
     } else {

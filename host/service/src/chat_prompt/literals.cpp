@@ -46,7 +46,19 @@ std::vector<ChatMessage> ChatLiterals::mark(const std::vector<ChatMessage>& mess
     std::vector<ChatMessage> out = messages;
     // Every text of a message a template may write (tool-call fields too).
     for (auto& m : out) {
-        m.content = mark(m.content);
+        if (!m.image_at.empty()) {
+            std::string c;
+            size_t at = 0;
+            for (size_t pos : m.image_at) {
+                pos = std::clamp(pos, at, m.content.size());
+                c += mark(std::string_view(m.content).substr(at, pos - at));
+                c += kImageMarker;
+                at = pos;
+            }
+            m.content = c + mark(std::string_view(m.content).substr(at));
+        } else {
+            m.content = mark(m.content);
+        }
         m.reasoning = mark(m.reasoning);
         m.tool_call_id = mark(m.tool_call_id);
         m.name = mark(m.name);

@@ -53,12 +53,16 @@ public:
     std::unique_ptr<EngineSession> create_session(uint32_t n_ctx, std::function<bool()> cancel = {});
 
     const eh_plugin_api& api() const { return *api_; }
+    // Keeps `p` alive until after model_release (a second view the plugin
+    // may point into: an image encoder's file, ABI 1.6).
+    void keep_alive(std::shared_ptr<const void> p) { keep_.push_back(std::move(p)); }
     eh_model* raw() const { return model_; }
 
 private:
     EngineModel() = default;
     std::shared_ptr<const eh_plugin_api> api_;
     std::shared_ptr<const void> view_owner_;
+    std::vector<std::shared_ptr<const void>> keep_;  // released after the model (the destructor's body)
     eh_model* model_ = nullptr;
     friend class EngineSession;
 };

@@ -76,6 +76,12 @@ private:
     std::array<std::vector<size_t>, 256> by_first_;  // indexes into texts_, by first byte
 };
 
+// Where a message's image sits in a rendered chat: U+E000, 'i', U+E001.
+// ChatLiterals::mark writes it at each of a message's image_at offsets;
+// a message's own U+E000 is marked (a literal span), so only one whose
+// U+E000 lies outside the prompt's literal spans is an image.
+inline constexpr std::string_view kImageMarker = "\xEE\x80\x80i\xEE\x80\x81";
+
 // The template's evaluation: the messages as JSON (template_messages_json)
 // in, the rendered text out.
 using ApplyTemplate = std::function<std::string(const std::string& messages_json)>;

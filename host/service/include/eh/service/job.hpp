@@ -86,6 +86,17 @@ public:
     // The scheduler forks that job's sequence once its prompt is in, so the
     // prompt's KV is computed once.
     std::shared_ptr<Job> fork_of;
+    // Its images (ABI 1.6): prompt positions first .. first + count - 1 hold
+    // the image's tokens, whose embeddings the encoder's rows replace. The
+    // scheduler encodes `pixels` into `rows` when the image's span first
+    // goes into a step; `digest` keys the image in the prefix cache.
+    struct Image {
+        std::string digest;
+        std::vector<float> pixels;
+        std::vector<float> rows;
+        uint32_t first = 0, count = 0;
+    };
+    std::vector<std::shared_ptr<Image>> images;
     // The compiled output constraint (request.constraint), shared by every
     // job with the same one; each running job walks it with its own Matcher.
     std::shared_ptr<constrain::Automaton> constraint;

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "eh/error.hpp"
+#include "eh/image/image.hpp"
 #include "eh/service/text_codec.hpp"
 #include "eh/service/tool_request.hpp"
 
@@ -49,6 +50,7 @@ struct RequestLimits {
     size_t max_job_id_bytes = 256;
     size_t max_messages = 256;
     size_t max_logit_bias = 1024;      // entries in one request's logit_bias
+    image::Limits images;              // images in chat messages: bytes, pixels, how many
 };
 
 struct Sampling {
@@ -117,6 +119,10 @@ struct GenerationRequest {
     // The LoRA adapter (a --lora NAME) it runs with; "" = the base model.
     // Set by the HTTP layer from `lora` or a `model` of "<model>:<adapter>".
     std::string adapter;
+    // Images of a chat, in the order their markers (kImageMarker, outside
+    // `literal`) appear in `prompt`; decoded by the HTTP layer. A server
+    // without an image encoder (--mmproj) refuses a request that has any.
+    std::vector<std::shared_ptr<const image::Rgb8>> images;
 };
 
 // What a chat request (OpenAI's or Anthropic's) has once parsed: the

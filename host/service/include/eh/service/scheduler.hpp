@@ -49,6 +49,7 @@
 #include <vector>
 
 #include "eh/service/generation.hpp"
+#include "eh/service/image_encoder.hpp"
 #include "eh/service/job.hpp"
 #include "eh/service/kv_events.hpp"
 #include "eh/service/metrics.hpp"
@@ -82,6 +83,8 @@ struct SchedulerOptions {
     std::string kv_events_hash_seed;
     // Speculative decoding (source Off: none).
     SpecOptions spec;
+    // Images in: the encoder that turns a job's images into rows.
+    std::shared_ptr<const ImageEncoder> images;
 };
 
 enum class EngineState : int {

@@ -55,6 +55,9 @@ struct StepItem {
     bool verify = false;
     uint32_t n_accepted = 0;        // out
     int32_t token = -1;             // out
+    // Rows in place of some of `tokens`' embeddings (an image's; ABI 1.6
+    // seq_embd_spans), pointing into the job's rows.
+    std::vector<eh_embd_span> spans;
 };
 
 class SeqEngine {

@@ -11,6 +11,7 @@
 #include "eh/loader/engine.hpp"
 #include "eh/service/constraint_cache.hpp"
 #include "eh/service/engine_source.hpp"
+#include "eh/service/image_encoder.hpp"
 #include "eh/service/job.hpp"
 #include "eh/service/metrics.hpp"
 #include "eh/service/pooling.hpp"
@@ -52,6 +53,8 @@ struct ServiceOptions {
     // cache is sized here like the served model's.
     SpecOptions spec;
     std::shared_ptr<EngineSource> draft;
+    // Images in (--mmproj): the model's loaded image encoder, or none.
+    std::shared_ptr<const ImageEncoder> images;
 };
 
 

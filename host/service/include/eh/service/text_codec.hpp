@@ -29,6 +29,10 @@ struct ChatMessage {
     std::vector<ChatToolCall> tool_calls;  // assistant only
     std::string tool_call_id;            // tool: the call this answers
     std::string name;                    // tool/user: the optional `name`
+    // Where the request's images sit in `content` (byte offsets, ascending;
+    // images are numbered over all messages in order): each becomes
+    // kImageMarker when the chat is rendered.
+    std::vector<size_t> image_at;
 };
 
 // What a chat template gets besides the messages.

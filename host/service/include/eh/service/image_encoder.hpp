@@ -1,0 +1,55 @@
+// Images in (ABI 1.6): a plugin's image encoder, loaded from llama.cpp's
+// multimodal projector GGUF ("mmproj") beside the model, and how the
+// model's prompts hold an image. The service expands each image of a chat
+// into the model's image tokens (ImagePrompt), the scheduler encodes it
+// into rows and hands them to the step (seq_embd_spans) in place of those
+// tokens' embeddings.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <engine_host/plugin_abi.h>
+
+#include "eh/loader/engine.hpp"
+
+namespace eh::service {
+
+// How an image sits in the model's prompt: `before`, `token` n_tokens
+// times, `after` (control-token text, tokenized with parse_special).
+struct ImagePrompt {
+    std::string before, token, after;
+};
+
+// The prompt form for a text model's architecture; Error(ModelLoadFailed) for
+// one whose image prompt is not known here.
+ImagePrompt image_prompt_for(const std::string& architecture);
+
+class ImageEncoder {
+public:
+    // Opens `mmproj_path` and has the model's plugin load it (before
+    // kv_init). Error(NoPlugin) naming the plugin when it takes no
+    // image (no ABI 1.6 image calls), the plugin's own error otherwise. The
+    // file stays mapped as long as the model lives.
+    static std::shared_ptr<ImageEncoder> load(std::shared_ptr<EngineModel> model, const std::string& mmproj_path,
+                                              const std::string& architecture);
+
+    const eh_image_encoder_info& info() const { return info_; }
+    const ImagePrompt& prompt() const { return prompt_; }
+    const std::string& path() const { return path_; }
+    // One image's rows (info().n_tokens x n_embd) from its normalised
+    // planes (3 x image_height x image_width). Throws eh::Error.
+    std::vector<float> encode(const std::vector<float>& pixels) const;
+
+private:
+    std::shared_ptr<EngineModel> model_;
+    eh_image_encoder_info info_{};
+    ImagePrompt prompt_;
+    std::string path_;
+};
+
+// Whether a plugin's table has the 1.6 image calls.
+bool plugin_takes_images(const eh_plugin_api& api);
+
+}  // namespace eh::service

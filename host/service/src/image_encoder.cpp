@@ -1,0 +1,63 @@
+#include "eh/service/image_encoder.hpp"
+
+#include <fmt/format.h>
+
+#include "eh/error.hpp"
+#include "eh/loader/plugin_loader.hpp"
+#include "eh/model/model_file.hpp"
+
+namespace eh::service {
+
+ImagePrompt image_prompt_for(const std::string& architecture) {
+    // Gemma 3's processor puts "\n\n<start_of_image>", 256 image soft
+    // tokens and "<end_of_image>\n\n" where its template wrote
+    // <start_of_image>.
+    if (architecture == "gemma3") return {"\n\n<start_of_image>", "<image_soft_token>", "<end_of_image>\n\n"};
+    throw Error(Code::ModelLoadFailed, fmt::format("--mmproj: images are taken for gemma3 models only; this model's "
+                                               "architecture is '{}'",
+                                               architecture));
+}
+
+bool plugin_takes_images(const eh_plugin_api& api) {
+    return loader::api_has_step(api) && api.abi_minor >= 6 && api.struct_size >= loader::api_table_size(6) &&
+           api.image_encoder_load && api.image_encode && api.seq_embd_spans;
+}
+
+std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> model, const std::string& mmproj_path,
+                                                 const std::string& architecture) {
+    const eh_plugin_api& api = model->api();
+    const char* name = api.info && api.info() && api.info()->name ? api.info()->name : "?";
+    if (!plugin_takes_images(api))
+        throw Error(Code::NoPlugin, fmt::format("--mmproj: the engine plugin '{}' takes no images (it has no ABI 1.6 "
+                                                   "image_encoder_load); serve images with the cpu-reference plugin",
+                                                   name));
+    auto enc = std::shared_ptr<ImageEncoder>(new ImageEncoder());
+    enc->prompt_ = image_prompt_for(architecture);
+    std::shared_ptr<model::ModelFile> file = model::ModelFile::open(mmproj_path);
+    enc->info_.struct_size = sizeof(enc->info_);
+    const eh_status st = api.image_encoder_load(model->raw(), &file->view(), &enc->info_);
+    if (st != EH_OK)
+        throw Error(Code::ModelLoadFailed,
+                    fmt::format("--mmproj {}: {}", mmproj_path, api.model_last_error(model->raw())));
+    const auto& i = enc->info_;
+    if (!i.image_width || !i.image_height || !i.n_tokens || !i.n_embd || i.image_width > 8192 || i.image_height > 8192)
+        throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin reported an encoder of {}x{} pixels, {} "
+                                                       "tokens of {} floats",
+                                                       mmproj_path, i.image_width, i.image_height, i.n_tokens, i.n_embd));
+    model->keep_alive(std::move(file));  // the plugin may point into it until model_release
+    enc->model_ = std::move(model);
+    enc->path_ = mmproj_path;
+    return enc;
+}
+
+std::vector<float> ImageEncoder::encode(const std::vector<float>& pixels) const {
+    if (pixels.size() != 3ull * info_.image_width * info_.image_height)
+        throw Error(Code::Internal, "image_encode: the pixels are not the encoder's size");
+    std::vector<float> rows(size_t(info_.n_tokens) * info_.n_embd);
+    const eh_plugin_api& api = model_->api();
+    if (api.image_encode(model_->raw(), pixels.data(), rows.data()) != EH_OK)
+        throw Error(Code::Internal, fmt::format("image_encode: {}", api.model_last_error(model_->raw())));
+    return rows;
+}
+
+}  // namespace eh::service
