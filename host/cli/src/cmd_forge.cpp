@@ -22,6 +22,7 @@ int cmd_forge(const std::vector<std::string>& args) {
         ("vocab", po::value<std::string>()->default_value(""),
          "vocab GGUF or tokenizer.json (default: the profile's real vocab under the testdata dir; 'none' = synthetic)")
         ("threads", po::value<unsigned>()->default_value(0), "worker threads (0 = all cores)")
+        ("mmproj-out", po::value<std::string>()->default_value(""), "a vision profile's projector GGUF (--mmproj for serve)")
         ("list", "list the profiles and exit")
         ("quiet,q", "no progress lines");
     po::variables_map vm;
@@ -45,6 +46,7 @@ int cmd_forge(const std::vector<std::string>& args) {
     o.seed = vm["seed"].as<uint64_t>();
     o.vocab = vm["vocab"].as<std::string>();
     o.threads = vm["threads"].as<unsigned>();
+    o.mmproj_out = vm["mmproj-out"].as<std::string>();
     if (!vm.count("quiet")) o.log = [](const std::string& s) { std::fprintf(stderr, "forge: %s\n", s.c_str()); };
     auto r = tools::forge(o);
     std::string census;

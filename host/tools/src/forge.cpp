@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
 #include <filesystem>
 
 #include <fmt/format.h>
@@ -88,6 +89,24 @@ ForgeResult forge(const ForgeOptions& o) {
         log(fmt::format("vocabulary: {}", vocab_path));
         vocab = load_vocab(vocab_path, p.n_vocab, p.vocab.pre, p.vocab.extra);
     }
+    if (p.vision != !o.mmproj_out.empty())
+        throw Error(Code::InvalidRequest, p.vision ? fmt::format("forge: profile '{}' has a vision tower: give --mmproj-out FILE", p.name)
+                                                   : fmt::format("forge: profile '{}' has no vision tower (--mmproj-out)", p.name));
+    for (auto& [key, value] : vocab.kv) {  // the profile's control tokens over [PAD] entries
+        if (p.control_tokens.empty()) break;
+        if (key == "tokenizer.ggml.tokens") {
+            std::vector<std::string> t = value.strings();
+            for (const auto& [id, text] : p.control_tokens)
+                if (id < t.size()) t[id] = text;
+            value = GgufValue::string_array(std::move(t));
+        } else if (key == "tokenizer.ggml.token_type" && value.elem_type() == EH_VALUE_I32) {
+            std::vector<int32_t> t(value.count());
+            std::memcpy(t.data(), value.bytes().data(), t.size() * sizeof(int32_t));
+            for (const auto& [id, text] : p.control_tokens)
+                if (id < t.size()) t[id] = 3;  // control
+            value = GgufValue::array(std::span<const int32_t>(t));
+        }
+    }
     const std::vector<TensorSpec> tensors = p.tensors(vocab.n_tokens);
 
     model::GgufWriter w;
@@ -108,6 +127,7 @@ ForgeResult forge(const ForgeOptions& o) {
     }
 
     w.write(o.out);
+    if (p.vision) write_gemma3_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
 
     ForgeResult r;
     r.n_tensors = tensors.size();

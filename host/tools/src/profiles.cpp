@@ -485,6 +485,16 @@ const Entry kProfiles[] = {
     {"tiny-qwen3-q4_k_m", [](std::string n) { return qwen3(std::move(n), true); }},
     {"tiny-qwen3-moe-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), true); }},
     {"tiny-gemma-3-q4_k_m", [](std::string n) { return gemma3(std::move(n), "tiny"); }},
+    {"tiny-gemma-3-vision-q4_k_m", [](std::string n) {
+         // The tiny Gemma 3 with Gemma's image control tokens (at Gemma's ids,
+         // the soft token at the last id: Gemma's own, 262144, is past this
+         // vocabulary) and a toy vision tower (forge_mmproj.cpp).
+         Profile p = gemma3(std::move(n), "tiny");
+         p.description = "Gemma 3 layout at toy size with a toy vision tower (--mmproj-out)";
+         p.vision = true;
+         p.control_tokens = {{255999, "<start_of_image>"}, {256000, "<end_of_image>"}, {262143, "<image_soft_token>"}};
+         return p;
+     }},
     {"tiny-gpt2-f16", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_F16); }},
     {"tiny-gpt2-q8_0", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_Q8_0); }},
 };

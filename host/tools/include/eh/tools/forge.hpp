@@ -18,8 +18,13 @@ struct ForgeOptions {
     uint64_t seed = 0;
     std::string vocab;         // "" = the profile's default from the testdata dir; "none" = synthetic
     unsigned threads = 0;      // 0 = all cores
+    std::string mmproj_out;    // a vision profile's projector GGUF (required for one, refused otherwise)
     std::function<void(const std::string&)> log;  // progress lines; may be empty
 };
+
+// A toy Gemma 3 mmproj for a text model of width `text_embd`
+// (forge_mmproj.cpp). Throws eh::Error when it cannot write.
+void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed);
 
 struct ForgeResult {
     uint64_t n_tensors = 0;

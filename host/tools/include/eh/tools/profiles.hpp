@@ -60,6 +60,11 @@ struct Profile {
         bool qk_norm = false;    // qwen3: attn_q_norm / attn_k_norm per layer
     } shape;
     std::vector<float> rope_freqs;  // Llama 3.x: rope_freqs.weight (n_rot/2 divisors), else empty
+    // Control tokens written over [PAD] entries of the vocabulary (id, text):
+    // a vision profile's image tokens.
+    std::vector<std::pair<uint64_t, std::string>> control_tokens;
+    // A Gemma 3 vision tower is forged beside the model (forge's --mmproj-out).
+    bool vision = false;
 };
 
 // Every profile name, real ones first.
