@@ -1,0 +1,172 @@
+// Images in through the whole product: engine-host forges the tiny Gemma 3
+// vision profile (model + --mmproj-out) and serves it on the CPU reference
+// with --mmproj; chat requests carry PNG data URLs (OpenAI image_url parts,
+// Anthropic image blocks). An image changes the next-token log-probabilities
+// and another image changes them again; the same image gives the same bits
+// and reuses the cached prefix through it, another image does not; every
+// refusal (remote URL, bad data, too many images, an image outside a user
+// message, a server without --mmproj) is a 400 that says why.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+#include <openssl/evp.h>
+#include <png.h>
+
+#include <cstring>
+#include <filesystem>
+#include <random>
+
+#include "engine_host_process.hpp"
+
+using nlohmann::json;
+using namespace eh::test;
+namespace fs = std::filesystem;
+
+namespace {
+
+struct Forged {
+    std::string dir, model, mmproj;
+    Forged() {
+        std::random_device rd;
+        dir = (fs::temp_directory_path() / ("eh-vision-" + std::to_string(rd()))).string();
+        fs::create_directories(dir);
+        model = dir + "/tiny-gemma3-vision.gguf";
+        mmproj = dir + "/mmproj.gguf";
+        const std::string cmd = std::string(EH_ENGINE_HOST) + " forge --like tiny-gemma-3-vision-q4_k_m --out " + model +
+                                " --mmproj-out " + mmproj + " --threads 2 > " + dir + "/forge.log 2>&1";
+        if (std::system(cmd.c_str()) != 0) model.clear();
+    }
+    ~Forged() {
+        std::error_code ec;
+        fs::remove_all(dir, ec);
+    }
+};
+
+Forged& forged() {
+    static Forged f;
+    return f;
+}
+
+EngineHost& server() {
+    static EngineHost h({"--log-format", "text", "--mmproj", forged().mmproj, "--max-body-bytes", "4000000", "--ctx-size",
+                         "1024", "--kv-cache-size-mb", "64"},
+                        {}, true,
+                        EH_PLUGIN_DIR, forged().model);
+    return h;
+}
+
+std::string png_data_url(uint32_t w, uint32_t h, uint32_t seed) {
+    std::vector<uint8_t> px(size_t(w) * h * 3);
+    std::mt19937 rng(seed);
+    for (auto& v : px) v = uint8_t(rng());
+    png_image im;
+    std::memset(&im, 0, sizeof(im));
+    im.version = PNG_IMAGE_VERSION;
+    im.width = w;
+    im.height = h;
+    im.format = PNG_FORMAT_RGB;
+    png_alloc_size_t size = 0;
+    png_image_write_to_memory(&im, nullptr, &size, 0, px.data(), 0, nullptr);
+    std::string bytes(size, '\0');
+    png_image_write_to_memory(&im, bytes.data(), &size, 0, px.data(), 0, nullptr);
+    bytes.resize(size);
+    std::string b64(4 * ((bytes.size() + 2) / 3) + 1, '\0');
+    b64.resize(size_t(EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
+                                      reinterpret_cast<const unsigned char*>(bytes.data()), int(bytes.size()))));
+    return "data:image/png;base64," + b64;
+}
+
+const char* kSystem =
+    "You describe pictures for people who cannot see them. Say what is in the picture, the colours, the shapes and "
+    "where things are, in plain short sentences, and nothing else.";
+
+json chat_with(const std::vector<std::string>& urls, const std::string& text = "What is in this picture?") {
+    json content = json::array();
+    for (const auto& u : urls) content.push_back({{"type", "image_url"}, {"image_url", {{"url", u}}}});
+    content.push_back({{"type", "text"}, {"text", text}});
+    return {{"messages", json::array({{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", content}}})},
+            {"max_tokens", 2}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 5}};
+}
+
+json post_ok(const json& body) {
+    auto r = server().post("/v1/chat/completions", body.dump());
+    EXPECT_EQ(r.status, 200) << r.body.substr(0, 2000);
+    return json::parse(r.body);
+}
+
+std::string refusal(EngineHost& h, const json& body, const std::string& path = "/v1/chat/completions") {
+    auto r = h.post(path, body.dump());
+    EXPECT_EQ(r.status, 400) << r.body.substr(0, 500);
+    return r.body;
+}
+
+std::vector<double> first_logprobs(const json& j) {
+    std::vector<double> out;
+    for (const auto& t : j["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) out.push_back(t["logprob"]);
+    return out;
+}
+
+}  // namespace
+
+TEST(VisionEndToEnd, AnImageChangesTheLogitsAndTheSameImageTheSameBits) {
+    ASSERT_FALSE(forged().model.empty()) << "forge failed";
+    ASSERT_GT(server().port(), 0) << server().log();
+    const std::string a = png_data_url(80, 60, 1), b = png_data_url(80, 60, 2);
+    const json text_only = post_ok({{"messages", json::array({{{"role", "user"}, {"content", "What is in this picture?"}}})},
+                                    {"max_tokens", 2}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 5}});
+    const json ja = post_ok(chat_with({a}));
+    const json jb = post_ok(chat_with({b}));
+    const json ja2 = post_ok(chat_with({a}));
+    // 16 image tokens (the toy tower's) and the marks around them.
+    EXPECT_GE(int(ja["usage"]["prompt_tokens"]) - int(post_ok(chat_with({}))["usage"]["prompt_tokens"]), 16);
+    EXPECT_NE(first_logprobs(ja), first_logprobs(jb));
+    EXPECT_NE(first_logprobs(ja), first_logprobs(text_only));
+    EXPECT_EQ(first_logprobs(ja), first_logprobs(ja2));
+    // The same image again reuses the prefix through it; another image
+    // stops the reuse at its first token.
+    const int cached_same = ja2["usage"]["prompt_tokens_details"]["cached_tokens"];
+    const json jb2 = post_ok(chat_with({b}, "Describe it."));
+    const json ja3 = post_ok(chat_with({a}, "Describe it."));
+    const int cached_other = ja3["usage"]["prompt_tokens_details"]["cached_tokens"];
+    EXPECT_GT(cached_same, int(ja2["usage"]["prompt_tokens"]) - 16) << ja2.dump();
+    EXPECT_LT(cached_other, int(ja3["usage"]["prompt_tokens"]) - 16) << ja3.dump();
+    EXPECT_GT(cached_same, cached_other);
+    // Two images in one message.
+    const json two = post_ok(chat_with({a, b}));
+    EXPECT_GE(int(two["usage"]["prompt_tokens"]) - int(ja["usage"]["prompt_tokens"]), 16);
+}
+
+TEST(VisionEndToEnd, AnthropicImageBlocks) {
+    ASSERT_GT(server().port(), 0) << server().log();
+    const std::string a = png_data_url(40, 40, 3);
+    const std::string data = a.substr(a.find(',') + 1);
+    json body = {{"model", "m"}, {"max_tokens", 2}, {"temperature", 0},
+                 {"messages", json::array({{{"role", "user"},
+                                            {"content", json::array({{{"type", "image"},
+                                                                      {"source", {{"type", "base64"}, {"media_type", "image/png"}, {"data", data}}}},
+                                                                     {{"type", "text"}, {"text", "What is this?"}}})}}})}};
+    auto r = server().post("/v1/messages", body.dump());
+    EXPECT_EQ(r.status, 200) << r.body.substr(0, 1000);
+    body["messages"][0]["content"][0]["source"] = {{"type", "url"}, {"url", "https://example.com/x.png"}};
+    EXPECT_NE(refusal(server(), body, "/v1/messages").find("never downloads"), std::string::npos);
+}
+
+TEST(VisionEndToEnd, RefusalsSayWhy) {
+    ASSERT_GT(server().port(), 0) << server().log();
+    EXPECT_NE(refusal(server(), chat_with({"https://example.com/cat.png"})).find("never downloads"), std::string::npos);
+    EXPECT_NE(refusal(server(), chat_with({"data:image/png;base64,AAAA"})).find("neither PNG nor JPEG"), std::string::npos);
+    EXPECT_NE(refusal(server(), chat_with({"data:image/png;base64,A*AA"})).find("base64 is invalid"), std::string::npos);
+    const std::string a = png_data_url(8, 8, 4);
+    EXPECT_NE(refusal(server(), chat_with(std::vector<std::string>(9, a))).find("at most 8 images"), std::string::npos);
+    json sys = chat_with({a});
+    sys["messages"][0]["content"] = json::array({{{"type", "image_url"}, {"image_url", {{"url", a}}}}});
+    EXPECT_NE(refusal(server(), sys).find("not supported here (text only)"), std::string::npos);
+}
+
+TEST(VisionEndToEnd, AServerWithoutMmprojRefusesImages) {
+    ASSERT_FALSE(forged().model.empty());
+    EngineHost plain({"--log-format", "text", "--ctx-size", "1024", "--kv-cache-size-mb", "64"}, {}, true, EH_PLUGIN_DIR,
+                     forged().model);
+    ASSERT_GT(plain.port(), 0) << plain.log();
+    EXPECT_NE(refusal(plain, chat_with({png_data_url(8, 8, 5)})).find("--mmproj"), std::string::npos);
+}
