@@ -18,8 +18,8 @@ struct ForgeOptions {
     uint64_t seed = 0;
     std::string vocab;         // "" = the profile's default from the testdata dir; "none" = synthetic
     unsigned threads = 0;      // 0 = all cores
-    std::string mmproj_out;    // a vision profile's projector GGUF (required for one, refused otherwise)
     std::function<void(const std::string&)> log;  // progress lines; may be empty
+    std::string mmproj_out;    // a vision profile's projector GGUF (required for one, refused otherwise)
 };
 
 // A toy Gemma 3 mmproj for a text model of width `text_embd`
