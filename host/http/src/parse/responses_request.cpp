@@ -39,8 +39,8 @@ std::string message_text(const element& c, const std::string& where) {
         if (type == "input_text" || type == "output_text") out += want_string(p, "text", "input", at, true);
         else if (type == "refusal") out += want_string(p, "refusal", "input", at, true);
         else if (type == "input_image" || type == "input_file" || type == "input_audio")
-            bad("input", fmt::format("'{}.type' \"{}\" is not supported (text only: no model served here reads "
-                                     "images, files or audio)", at, type));
+            bad("input", fmt::format("'{}.type' \"{}\" is not supported on /v1/responses (text only; images go in "
+                                     "/v1/chat/completions or /v1/messages on a server started with --mmproj)", at, type));
         else
             bad("input", fmt::format("'{}.type' \"{}\" is not supported (input_text, output_text and refusal parts "
                                      "only)", at, clip(type)));
