@@ -5,12 +5,14 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstring>
 #include <deque>
 #include <functional>
 
 #include "driver.hpp"
 #include "eh/error.hpp"
 #include "eh/loader/plugin_loader.hpp"
+#include "eh/model/gguf_writer.hpp"
 
 namespace eh::plugin_check {
 namespace {
@@ -723,6 +725,136 @@ void hidden_state(Context& c) {
         fail("seq_hidden after a step that did not ask EH_STEP_HIDDEN did not return INVALID_ARGUMENT");
 }
 
+// ABI 1.6 LoRA adapters, forged for the model (llama.cpp's GGUF LoRA format,
+// rank 4 on every layer's attention q/v and feed-forward down weights):
+// an adapter whose lora_b is zero gives the base model's tokens; an
+// adapter's sequence gives the same tokens alone and in one step beside the
+// base model's and another adapter's; a fork keeps its source's adapter; a
+// sequence holding tokens refuses another adapter. A plugin without the
+// adapter calls is skipped.
+struct ForgedAdapter {
+    std::unique_ptr<model::ModelFile> file;
+    eh_adapter* raw = nullptr;
+};
+
+std::vector<uint8_t> forge_adapter(const eh_model_view& base, uint32_t seed, bool zero_b) {
+    static const char* const kTargets[] = {"attn_q.weight", "attn_v.weight", "ffn_down.weight"};
+    model::GgufWriter w;
+    w.set("general.architecture", model::GgufValue::string(std::string(base.architecture.data, base.architecture.size)));
+    w.set("general.type", model::GgufValue::string("adapter"));
+    w.set("adapter.type", model::GgufValue::string("lora"));
+    w.set("adapter.lora.alpha", model::GgufValue::f32(8.0f));
+    auto data = std::make_shared<std::deque<std::vector<float>>>();
+    uint64_t x = 0x9E3779B97F4A7C15ull * (seed + 1);
+    auto next = [&x] {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        return float(int64_t(x >> 40) - (1 << 23)) / float(1 << 23);  // [-1, 1)
+    };
+    const uint64_t r = 4;
+    for (uint64_t i = 0; i < base.n_tensors; ++i) {
+        const eh_tensor& t = base.tensors[i];
+        const std::string name(t.name.data, t.name.size);
+        if (t.n_dims != 2 || name.rfind("blk.", 0) != 0) continue;
+        bool target = false;
+        for (const char* suffix : kTargets)
+            target = target || (name.size() > std::strlen(suffix) && name.compare(name.size() - std::strlen(suffix), std::string::npos, suffix) == 0);
+        if (!target) continue;
+        const uint64_t n_in = t.dims[0], n_out = t.dims[1];
+        auto& a = data->emplace_back(r * n_in);
+        for (float& v : a) v = next() / std::sqrt(float(n_in));
+        auto& b = data->emplace_back(n_out * r);
+        for (float& v : b) v = zero_b ? 0.0f : 0.5f * next();
+        w.add_tensor(name + ".lora_a", EH_TYPE_F32, {n_in, r}, a.data());
+        w.add_tensor(name + ".lora_b", EH_TYPE_F32, {r, n_out}, b.data());
+    }
+    return w.to_bytes();  // reads `data` before it goes
+}
+
+void lora_adapters(Context& c) {
+    const eh_plugin_api& api = c.d.api();
+    if (!loader::api_has_adapters(api)) throw Skipped{"the plugin has no adapter calls (ABI 1.6 adapter_load)"};
+    c.needs(12 + c.n, 12 * 3, 3);
+    ForgedAdapter ads[3];
+    struct Release {
+        Driver& d;
+        ForgedAdapter* ads;
+        ~Release() {
+            d.release_all();  // the sequences that use them go first
+            for (int i = 0; i < 3; ++i)
+                if (ads[i].raw) d.api().adapter_release(ads[i].raw);
+        }
+    } release{c.d, ads};
+    for (int i = 0; i < 3; ++i) {
+        const auto bytes = forge_adapter(c.options.model->view(), uint32_t(i), i == 0);
+        ads[i].file = model::ModelFile::open_gguf_buffer(bytes.data(), bytes.size(), "forged-adapter.gguf");
+        eh_adapter_params p{};
+        p.struct_size = sizeof(p);
+        p.view = &ads[i].file->view();
+        p.scale = 1.0f;
+        p.alpha = 8.0f;
+        const eh_status st = api.adapter_load(c.d.model(), &p, &ads[i].raw);
+        if (st == EH_UNSUPPORTED) throw Skipped{"the plugin does not adapt this model's weights: " + c.d.error()};
+        if (st != EH_OK || !ads[i].raw)
+            fail(fmt::format("adapter_load of a forged adapter returned {}: {}", eh_status_name(st), c.d.error()));
+    }
+    auto with = [&](eh_adapter* a) {
+        eh_seq* s = c.d.create();
+        const eh_status st = api.seq_set_adapter(s, a);
+        if (st != EH_OK) fail(fmt::format("seq_set_adapter on an empty sequence returned {}: {}", eh_status_name(st), c.d.error()));
+        return s;
+    };
+    const auto p = c.prompt(12, 41), q = c.prompt(9, 43);
+    auto gen = [&](eh_adapter* a, const std::vector<int32_t>& prompt) {
+        eh_seq* s = a ? with(a) : c.d.create();
+        auto out = c.d.generate(s, prompt, c.n, ehp::greedy_sampling());
+        c.d.release(s);
+        return out;
+    };
+    const auto base = gen(nullptr, p);
+    expect_same(base, gen(ads[0].raw, p), "an adapter whose lora_b is zero against the base model");
+    const auto alone = gen(ads[1].raw, p);
+    const auto other = gen(ads[2].raw, q);
+    std::vector<eh_seq*> three{with(ads[1].raw), c.d.create(), with(ads[2].raw)};
+    const auto together = c.d.generate_together(three, {p, p, q}, c.n, ehp::greedy_sampling());
+    for (eh_seq* s : three) c.d.release(s);
+    expect_same(alone, together[0], "an adapter's sequence beside the base model's and another adapter's");
+    expect_same(base, together[1], "the base model's sequence beside two adapters' sequences");
+    expect_same(other, together[2], "the other adapter's sequence in the same steps");
+    // And it does adapt: with the same prompt, some logit moves.
+    if (api.seq_logits) {
+        auto logits = [&](eh_adapter* a) {
+            eh_seq* s = a ? with(a) : c.d.create();
+            c.d.set_sampling(s, ehp::greedy_sampling());
+            std::vector<eh_step_entry> e1{entry(s, p.data(), 12, EH_STEP_SAMPLE | EH_STEP_LOGITS)};
+            c.d.step_ok(e1, "a prompt asking its logits");
+            const float* l = nullptr;
+            uint32_t n = 0;
+            if (api.seq_logits(s, &l, &n) != EH_OK || !l) fail("seq_logits after a step asking EH_STEP_LOGITS failed: " + c.d.error());
+            std::vector<float> v(l, l + n);
+            c.d.release(s);
+            return v;
+        };
+        const auto lb = logits(nullptr), la = logits(ads[1].raw);
+        float moved = 0;
+        for (size_t i = 0; i < lb.size() && i < la.size(); ++i) moved = std::max(moved, std::abs(la[i] - lb[i]));
+        if (moved < 1e-4f) fail("a forged rank-4 adapter on every layer changed no logit by 1e-4: it was not applied");
+    }
+    // A fork continues with its source's adapter.
+    eh_seq* src = with(ads[1].raw);
+    std::vector<eh_step_entry> es{entry(src, p.data(), 12, 0)};
+    c.d.step_ok(es, "an adapter's prefill");
+    if (api.seq_set_adapter(src, ads[2].raw) != EH_INVALID_ARGUMENT)
+        fail("seq_set_adapter gave a sequence holding tokens another adapter (want EH_INVALID_ARGUMENT)");
+    if (api.seq_set_adapter(src, nullptr) != EH_INVALID_ARGUMENT)
+        fail("seq_set_adapter took the adapter off a sequence holding tokens (want EH_INVALID_ARGUMENT)");
+    eh_seq* f = c.d.fork(src, 11);
+    c.d.set_sampling(f, ehp::greedy_sampling());
+    const int32_t last = p[11];
+    es = {entry(f, &last, 1, EH_STEP_SAMPLE)};
+    if (c.d.step_ok(es, "the fork's step")[0] != alone[0])
+        fail("a fork of an adapter's sequence did not continue with its source's adapter");
+}
+
 // ABI 1.6: a step entry [t, d1..dk] with EH_STEP_VERIFY keeps t and the
 // drafts greedy would have picked, says how many, and samples the next
 // token; the rejected drafts leave no trace (the sequence continues as plain
@@ -875,6 +1007,10 @@ const Check kChecks[] = {
     {"speculative_verify", "a verify entry (EH_STEP_VERIFY, 1.6) keeps the drafts greedy would pick and no "
                            "other, and its rules hold; without max_draft_tokens the flag is refused",
      speculative_verify},
+    {"lora_adapters", "a LoRA adapter (1.6) with lora_b zero changes nothing; adapters' and the base model's "
+                      "sequences give the same tokens alone and in one step; a fork keeps its adapter; a "
+                      "sequence holding tokens keeps its own (skipped without the adapter calls)",
+     lora_adapters},
     {"reference_agreement", "greedy tokens agree with the reference plugin, teacher-forced (needs --reference)",
      reference_agreement},
 };
