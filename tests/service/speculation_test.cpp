@@ -33,6 +33,52 @@ TEST(DraftLength, GrowsAfterFullAcceptanceAndFallsToWhatWasAccepted) {
     EXPECT_EQ(adapt_draft_length(6, 0, 8), 1u);   // never below one
 }
 
+TEST(DraftPause, ARequestWhoseDraftsKeepFailingPausesLongerEachTime) {
+    SpecState st;
+    // One failure from a perfect record: its acceptance is still 75 %.
+    adapt_pause(st, 4, 0);
+    EXPECT_EQ(st.pause, 0u);
+    adapt_pause(st, 4, 0);
+    adapt_pause(st, 4, 0);
+    adapt_pause(st, 4, 0);  // 1.0 * 0.75^4 = 0.32
+    EXPECT_EQ(st.pause, 0u);
+    adapt_pause(st, 4, 0);  // 0.24: below 30 %
+    EXPECT_EQ(st.pause, 2u);
+    adapt_pause(st, 2, 0);
+    EXPECT_EQ(st.pause, 4u);
+    for (int i = 0; i < 10; ++i) adapt_pause(st, 1, 0);
+    EXPECT_EQ(st.pause, kSpecMaxPause);
+    // An accepted draft ends the backoff; the next failure starts it again small.
+    adapt_pause(st, 4, 1);
+    EXPECT_EQ(st.backoff, 0u);
+    adapt_pause(st, 4, 0);
+    EXPECT_EQ(st.pause, 2u);
+    // A verify of no drafts changes nothing.
+    const double rate = st.rate;
+    adapt_pause(st, 0, 0);
+    EXPECT_EQ(st.rate, rate);
+}
+
+// A paused request drafts nothing for that many steps, then drafts again.
+TEST(DraftPause, APausedRequestSkipsItsDrafts) {
+    SpecOptions o;
+    o.source = SpecSource::Ngram;
+    o.draft_max = 4;
+    Speculator sp(o, 8);
+    const std::vector<int32_t> t = {1, 2, 3, 1, 2, 3, 1, 2};
+    SpecState st;
+    st.pause = 2;
+    Speculator::Ask a{&st, t, 8};
+    sp.draft(std::span<Speculator::Ask>(&a, 1));
+    EXPECT_EQ(st.step.size(), 1u);
+    a.cap = 8;
+    sp.draft(std::span<Speculator::Ask>(&a, 1));
+    EXPECT_EQ(st.step.size(), 1u);
+    a.cap = 8;
+    sp.draft(std::span<Speculator::Ask>(&a, 1));
+    EXPECT_EQ(st.step, (std::vector<int32_t>{2, 3, 1, 2}));  // the last token, then what followed 3 1 2 before
+}
+
 TEST(SpecOptionsCheck, EveryLimitIsRefusedByName) {
     auto msg = [](SpecOptions o) {
         try {

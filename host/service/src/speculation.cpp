@@ -48,6 +48,18 @@ uint32_t adapt_draft_length(uint32_t proposed, uint32_t accepted, uint32_t k_max
     return std::clamp(next, 1u, std::max(1u, k_max));
 }
 
+void adapt_pause(SpecState& st, uint32_t proposed, uint32_t accepted) {
+    if (!proposed) return;
+    st.rate = 0.75 * st.rate + 0.25 * double(accepted) / double(proposed);
+    if (accepted > 0) {
+        st.backoff = 0;
+        return;
+    }
+    if (st.rate >= kSpecPauseBelow) return;
+    st.backoff = std::min(kSpecMaxPause, st.backoff ? 2 * st.backoff : 2u);
+    st.pause = st.backoff;
+}
+
 Speculator::Speculator(SpecOptions o, uint32_t engine_max_draft)
     : o_(std::move(o)), k_max_(std::min(o_.draft_max, engine_max_draft)) {}
 
@@ -58,6 +70,10 @@ void Speculator::draft(std::span<Ask> asks) {
         a.st->step.assign(1, a.tokens.back());
         if (!a.st->k) a.st->k = k_max_;
         a.cap = std::min({a.cap, a.st->k, k_max_});
+        if (a.st->pause) {  // its drafts kept failing: not this step
+            --a.st->pause;
+            a.cap = 0;
+        }
     }
     if (o_.source == SpecSource::Ngram) {
         for (Ask& a : asks) {
@@ -144,6 +160,7 @@ void Speculator::draft_model(std::span<Ask> asks) {
 void Speculator::verified(SpecState& st, uint32_t accepted) {
     const uint32_t proposed = uint32_t(st.step.size() - 1);
     if (proposed) st.k = adapt_draft_length(proposed, accepted, k_max_);
+    adapt_pause(st, proposed, accepted);
 }
 
 void Speculator::forget(SpecState& st) { drop(st); }

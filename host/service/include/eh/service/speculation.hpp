@@ -9,6 +9,11 @@
 //   - the length: each request's own, adapted to its acceptance (one more
 //     after a step that accepted every draft, the accepted count plus one
 //     after one that did not), within [1, draft_max];
+//   - pauses: a request whose drafts keep failing (none accepted, and its
+//     running acceptance below kSpecPauseBelow) stops drafting for 2 steps,
+//     then 4, 8, .. kSpecMaxPause while it keeps failing; an accepted draft
+//     ends that. A verify step costs more than a plain one (more tokens, and
+//     no decode graph on the CUDA plugins), so drafts that never land cost;
 //   - when: only while at most max_batch requests decode. A verify entry of
 //     k drafts costs the step k + 1 tokens; with many sequences a step is
 //     no longer bound by reading the weights once, and extra tokens cost
@@ -56,13 +61,23 @@ std::vector<int32_t> ngram_draft(std::span<const int32_t> tokens, uint32_t n_min
 // accepted `accepted`.
 uint32_t adapt_draft_length(uint32_t proposed, uint32_t accepted, uint32_t k_max);
 
+inline constexpr double kSpecPauseBelow = 0.3;   // running acceptance that pauses a failing request
+inline constexpr uint32_t kSpecMaxPause = 64;    // steps, the longest pause
+
 // One request's speculation state (lives in the scheduler's Active).
 struct SpecState {
     uint32_t k = 0;                    // its draft length (0: not yet drafted, start at draft_max)
+    double rate = 1.0;                 // running acceptance: newest verify weighs 1/4
+    uint32_t backoff = 0;              // the last pause's length (0: none)
+    uint32_t pause = 0;                // steps left without drafts
     SeqId draft_seq = 0;               // DraftModel: its sequence, 0 none
     std::vector<int32_t> draft_tokens; // what draft_seq holds
     std::vector<int32_t> step;         // [t, d1..dk] of the step being built
 };
+
+// After a verify of `proposed` drafts that accepted `accepted`: the running
+// acceptance, and the pause that follows a failing request's (the rule above).
+void adapt_pause(SpecState& st, uint32_t proposed, uint32_t accepted);
 
 class Speculator {
 public:
