@@ -80,6 +80,29 @@ def parts(model):
     return vt, proj
 
 
+def legacy_vision_names(hf):
+    """transformers 5 saves the SigLIP tower as vision_tower.embeddings.* (no
+    vision_model level; some versions under model.*); the peer's converter maps
+    only the older vision_tower.vision_model.* and multi_modal_projector.*
+    names. Same tensors, renamed in place."""
+    from safetensors.torch import load_file, save_file
+    for name in os.listdir(hf):
+        if not name.endswith(".safetensors"):
+            continue
+        path = os.path.join(hf, name)
+        tensors, renamed = load_file(path), {}
+        for k, v in tensors.items():
+            n = k
+            for prefix in ("model.vision_tower.", "model.multi_modal_projector."):
+                if n.startswith(prefix):
+                    n = n[len("model."):]
+            if n.startswith("vision_tower.") and not n.startswith("vision_tower.vision_model."):
+                n = "vision_tower.vision_model." + n[len("vision_tower."):]
+            renamed[n] = v
+        if list(renamed) != list(tensors):
+            save_file(renamed, path, metadata={"format": "pt"})
+
+
 def log_softmax(x):
     x = x.astype(np.float64)
     m = x.max()
@@ -101,6 +124,7 @@ def main():
     model.save_pretrained(hf, safe_serialization=True)
     for f in os.listdir(args.tokenizer):
         shutil.copy(os.path.join(args.tokenizer, f), hf)
+    legacy_vision_names(hf)
     with open(os.path.join(hf, "preprocessor_config.json"), "w") as f:
         json.dump({"image_processor_type": "Gemma3ImageProcessor", "image_mean": [0.5, 0.5, 0.5],
                    "image_std": [0.5, 0.5, 0.5], "image_seq_length": N_IMG, "size": {"height": 64, "width": 64}}, f)
