@@ -30,14 +30,15 @@ using namespace ehtest;
 // A model loaded over `devices` (empty: the plain one-device load) with
 // kv_init done; status / error of the call that failed.
 struct Loaded {
-    Loaded(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options = nullptr) {
+    // device: eh_load_params.device; -1: devices[0] (or 0), as the host sets it
+    Loaded(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options = nullptr, int device = -1) {
         const eh_plugin_api* api = llama_cuda_api();
         eh_load_params lp{};
         lp.struct_size = sizeof lp;
         lp.path = "tiny-tp";
         lp.view = tm.view();
         lp.options_json = options;
-        lp.device = devices.empty() ? 0 : devices[0];
+        lp.device = device >= 0 ? device : devices.empty() ? 0 : devices[0];
         lp.n_devices = uint32_t(devices.size());
         lp.devices = devices.empty() ? nullptr : devices.data();
         status = api->model_load(&lp, &model);
@@ -225,9 +226,9 @@ INSTANTIATE_TEST_SUITE_P(
 // What cannot be sharded is refused at load, by name; nothing is left.
 TEST(TensorParallelLoad, RefusalsNameWhy) {
     REQUIRE_LLAMA_CUDA();
-    auto refusal = [](const TinySpec& s, const std::vector<int32_t>& d, eh_status want) {
+    auto refusal = [](const TinySpec& s, const std::vector<int32_t>& d, eh_status want, int device = -1) {
         TinyModel tm(s);
-        Loaded m(tm, d);
+        Loaded m(tm, d, nullptr, device);
         EXPECT_EQ(m.status, want) << m.error;
         EXPECT_EQ(m.model, nullptr);
         return m.error;
@@ -236,7 +237,7 @@ TEST(TensorParallelLoad, RefusalsNameWhy) {
     EXPECT_NE(refusal(f16, {0, 0, 0, 0}, EH_UNSUPPORTED).find("2 KV heads do not split over 4 ranks"), std::string::npos);
     EXPECT_NE(refusal(f16, {0, 1}, EH_UNSUPPORTED).find("distinct GPUs (devices 0,1) is not built yet"), std::string::npos);
     EXPECT_NE(refusal(f16, std::vector<int32_t>(9, 0), EH_INVALID_ARGUMENT).find("at most 8 devices"), std::string::npos);
-    EXPECT_NE(refusal(f16, {1, 0}, EH_INVALID_ARGUMENT).find("devices[0] (1) is not eh_load_params.device (0)"),
+    EXPECT_NE(refusal(f16, {1, 0}, EH_INVALID_ARGUMENT, 0).find("devices[0] (1) is not eh_load_params.device (0)"),
               std::string::npos);
     // Q4_K attn_output of 256 columns: two ranks would cut a 256-block in half
     EXPECT_NE(refusal(spec_of("llama", EH_TYPE_Q4_K, 256, 8, 4, 512), {0, 0}, EH_UNSUPPORTED)

@@ -2,6 +2,7 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
 #include <deque>
 #include <map>
@@ -194,16 +195,18 @@ private:
     std::deque<std::vector<uint8_t>> copies_;  // column slices, until the upload is done
 };
 
-// The FFN rows of each of n ranks: as even as whole blocks of ffn_down's
-// type allow (its columns are cut where gate and up rows are), in units of
-// 32 where the width allows, so every rank keeps the chunked kernels.
-std::vector<int> ffn_split(int n_ff, uint32_t down_type, int n) {
+// The FFN rows of each of n ranks: as even as whole blocks of every
+// layer's ffn_down type allow (its columns are cut where gate and up rows
+// are; a Q4_K_M file mixes types by layer), in units of 32 where the width
+// allows, so every rank keeps the chunked kernels.
+std::vector<int> ffn_split(int n_ff, const std::vector<uint32_t>& down_types, int n) {
     int unit = 1;
-    for (int u : {1, 32, 256})
-        if (ehcuda::row_bytes(down_type, u)) {
-            unit = u;
-            break;
-        }
+    for (uint32_t t : down_types)
+        for (int u : {1, 32, 256})
+            if (ehcuda::row_bytes(t, u)) {
+                unit = std::max(unit, u);
+                break;
+            }
     if (unit < 32 && n_ff % 32 == 0) unit = 32;
     const int units = n_ff / unit;
     if (units < n)
@@ -231,7 +234,9 @@ void load_shards(Loader& ld, Model& m) {
         throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: " + std::to_string(c.n_kv) + " KV heads do not split over " +
                                              std::to_string(n) + " ranks (each rank takes whole KV heads)");
     const int group = c.n_head / c.n_kv;
-    const std::vector<int> ff = ffn_split(c.n_ff, ld.need("blk.0.ffn_down.weight").type, n);
+    std::vector<uint32_t> down_types;
+    for (int i = 0; i < c.n_layer; ++i) down_types.push_back(ld.need("blk." + std::to_string(i) + ".ffn_down.weight").type);
+    const std::vector<int> ff = ffn_split(c.n_ff, down_types, n);
     m.shards.resize(size_t(n));
     for (int r = 0, ff0 = 0; r < n; ++r) {
         Shard& s = m.shards[size_t(r)];
