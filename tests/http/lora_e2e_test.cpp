@@ -123,6 +123,31 @@ TEST(LoraEndToEnd, ARequestPicksItsAdapterByModelOrLoraAndCachesStayApart) {
     EXPECT_EQ(e["error"]["param"], "lora") << e.dump();
 }
 
+// --engine-process: the engine process loads the adapters beside its model
+// (their flags travel on its command line) and sets them over the wire; the
+// texts are the in-process server's.
+TEST(LoraEndToEnd, TheEngineProcessServesTheSameAdapters) {
+    TempFile a = forged_adapter(1);
+    std::vector<std::string> args = {"--log-format", "text", "--lora", "tales=" + a.path, "--lora-scale", "tales=0.75"};
+    std::string in_process[2];
+    {
+        EngineHost h(args, {}, true, EH_PLUGIN_DIR);
+        ASSERT_GT(h.port(), 0) << h.log();
+        in_process[0] = text(completion(h, {{"lora", "tales"}}));
+        in_process[1] = text(completion(h));
+    }
+    args.push_back("--engine-process");
+    EngineHost h(args, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    EXPECT_EQ(text(completion(h, {{"model", "stories260K:tales"}})), in_process[0]);
+    EXPECT_EQ(text(completion(h)), in_process[1]);
+    EXPECT_NE(in_process[0], in_process[1]);
+    const json again = completion(h, {{"lora", "tales"}});
+    EXPECT_GT(cached(again), 0);  // its own prefix, from the engine process's cache
+    EXPECT_EQ(text(again), in_process[0]);
+    EXPECT_EQ(completion(h, {{"lora", "nope"}}, 404)["error"]["code"], "ADAPTER_NOT_FOUND");
+}
+
 TEST(LoraEndToEnd, WithoutAdaptersALoraFieldIsNotFound) {
     EngineHost h({"--log-format", "text"}, {}, true, EH_PLUGIN_DIR);
     ASSERT_GT(h.port(), 0) << h.log();
@@ -150,8 +175,7 @@ TEST(LoraEndToEnd, AnAdapterThatDoesNotFitStopsTheStartByName) {
     EXPECT_NE(plain.log().find("does not serve LoRA adapters"), std::string::npos) << plain.log();
 
     // What --lora cannot go with, as usage errors.
-    for (std::vector<std::string> extra : {std::vector<std::string>{"--engine-process"},
-                                           std::vector<std::string>{"--kv-events-endpoint", "tcp://127.0.0.1:1"},
+    for (std::vector<std::string> extra : {std::vector<std::string>{"--kv-events-endpoint", "tcp://127.0.0.1:1"},
                                            std::vector<std::string>{"--lora-scale", "ok=1e9"},
                                            std::vector<std::string>{"--lora-scale", "nope=1"}}) {
         std::vector<std::string> args = {"--log-format", "text", "--lora", "ok=" + ok.path};

@@ -15,6 +15,7 @@
 #include "eh/service/event_log.hpp"
 #include "eh/service/remote_engine.hpp"
 #include "options.hpp"
+#include "serve_lora.hpp"
 
 namespace eh::cli {
 
@@ -33,6 +34,7 @@ int cmd_engine_worker(const std::vector<std::string>& args) {
         ("log-content", "log prompts and generated text")
         ("worker-id", po::value<std::string>()->default_value(""), "the serving worker's id")
         ("parent-pid", po::value<int64_t>()->required(), "serve's process id");
+    add_lora_options(desc);
     po::variables_map vm;
     int code = kOk;
     if (!parse_options(args, desc, "Usage: engine-host engine-worker (started by serve --engine-process)", vm, code))
@@ -55,6 +57,7 @@ int cmd_engine_worker(const std::vector<std::string>& args) {
     service::init_event_log(ls);
 
     std::shared_ptr<EngineModel> model;
+    std::vector<std::shared_ptr<service::EngineAdapter>> adapters;  // released before the model
     try {
         // serve pre-flighted the plugin in a forked child already; this
         // process is the isolation now.
@@ -74,6 +77,10 @@ int cmd_engine_worker(const std::vector<std::string>& args) {
         elo.progress = [](float f, const char* stage) { service::send_load_progress(fd, f, stage ? stage : ""); };
         elo.cancel = [parent] { return int64_t(getppid()) != parent; };
         model = EngineModel::load(plugin.api, path, &file->view(), file, elo);
+        std::vector<LoraFlag> loras;
+        std::string lora_err;
+        if (!read_lora_flags(vm, loras, lora_err)) throw Error(Code::ModelLoadFailed, lora_err);
+        adapters = load_lora_adapters(model, *file, loras);
         service::send_ready(fd, service::local_engine(model)->facts());
     } catch (const Error& e) {
         service::send_load_failed(fd, e);
@@ -82,7 +89,7 @@ int cmd_engine_worker(const std::vector<std::string>& args) {
         service::send_load_failed(fd, Error(Code::Internal, e.what()));
         return kFailure;
     }
-    return service::serve_engine_requests(fd, std::move(model), parent);
+    return service::serve_engine_requests(fd, std::move(model), parent, std::move(adapters));
 }
 
 }  // namespace eh::cli

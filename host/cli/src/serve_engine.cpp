@@ -143,6 +143,9 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
                     "--log-format", s.log_format, "--log-level", s.log_level_name,
                     "--worker-id", s.worker_id};
         if (s.log_content) epo.argv.push_back("--log-content");
+        for (const LoraFlag& f : s.loras)  // the engine process loads the adapters beside its model
+            epo.argv.insert(epo.argv.end(), {"--lora", f.name + "=" + f.path, "--lora-scale",
+                                             f.name + "=" + fmt::format("{}", f.scale)});
         epo.progress = [&](float f, const std::string& stage) { elo.progress(f, stage.c_str()); };
         epo.cancel = elo.cancel;
         out.engine = service::start_engine_process(std::move(epo));

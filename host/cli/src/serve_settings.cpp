@@ -398,10 +398,6 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         return false;
     }
     if (!read_lora_flags(vm, s.loras, err)) return false;
-    if (!s.loras.empty() && s.engine_process) {
-        err = "--lora cannot go with --engine-process: adapters are loaded into the plugin in this process";
-        return false;
-    }
     if (!s.loras.empty() && s.kv_events_endpoint) {
         err = "--lora cannot go with --kv-events-endpoint: the published block hashes do not carry the adapter";
         return false;

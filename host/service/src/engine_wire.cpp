@@ -190,6 +190,7 @@ void request_fields(IO& io, Q& q) {
     case Msg::Ping: break;
     case Msg::Fork:
     case Msg::Truncate:
+    case Msg::SetAdapter:
         io.field(q.seq);
         io.field(q.n);
         break;
@@ -242,7 +243,8 @@ void reply_fields(IO& io, R& q) {
         break;
     case Msg::Truncate:
     case Msg::Release:
-    case Msg::SetSampling: io.field(q.free_blocks); break;
+    case Msg::SetSampling:
+    case Msg::SetAdapter: io.field(q.free_blocks); break;
     case Msg::Step: {
         io.field(q.kv_full);
         io.field(q.free_blocks);

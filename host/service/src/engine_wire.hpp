@@ -28,7 +28,7 @@
 
 namespace eh::service::wire {
 
-inline constexpr uint16_t kVersion = 4;  // 3: the KV cache type in KvInit and the limits; 4: draft verification
+inline constexpr uint16_t kVersion = 5;  // 3: the KV cache type in KvInit and the limits; 4: draft verification; 5: SetAdapter
 inline constexpr uint32_t kMagic = 0x50454845;            // "EHEP"
 inline constexpr uint32_t kMaxFrame = 256u << 20;          // bytes of one body
 inline constexpr uint32_t kMaxString = 64u << 10;          // bytes of one string
@@ -46,6 +46,7 @@ enum class Msg : uint8_t {
     Step = 7,
     Residency = 8,
     Ping = 9,           // no fields; answered by the engine process itself, never the plugin
+    SetAdapter = 10,    // seq, n = the LoRA adapter (1-based; 0 none), as SeqEngine::set_adapter
     // child -> parent
     Progress = 64,
     Ready = 65,
@@ -70,8 +71,8 @@ struct StepEntry {
 
 struct Request {
     Msg type = Msg::Create;
-    SeqId seq = 0;              // Fork (source), Truncate, Release, SetSampling
-    uint32_t n = 0;             // Fork, Truncate: tokens kept
+    SeqId seq = 0;              // Fork (source), Truncate, Release, SetSampling, SetAdapter
+    uint32_t n = 0;             // Fork, Truncate: tokens kept; SetAdapter: the adapter
     KvBudget budget;            // KvInit
     eh_sampling_params sampling{};
     std::vector<StepEntry> entries;  // Step

@@ -13,7 +13,8 @@ namespace {
 
 void send(int fd, const wire::Reply& r) { wire::write_frame(fd, wire::encode_reply(r)); }
 
-wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model, std::unique_ptr<SeqEngine>& engine) {
+wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model,
+                   const std::vector<std::shared_ptr<EngineAdapter>>& adapters, std::unique_ptr<SeqEngine>& engine) {
     wire::Reply r;
     r.type = q.type;
     if (q.type == wire::Msg::Ping) return r;  // this process is not stuck: no plugin call
@@ -23,7 +24,7 @@ wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model, 
     }
     if (q.type == wire::Msg::KvInit) {
         if (engine) throw Error(Code::Internal, "the KV cache is already made");
-        engine = make_seq_engine(model, q.budget);
+        engine = make_seq_engine(model, q.budget, adapters);
         r.limits = engine->limits();
         r.has_logits = engine->has_logits();
         r.device_bytes = model->info().device_bytes_used;
@@ -37,6 +38,7 @@ wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model, 
     case wire::Msg::Truncate: engine->truncate(q.seq, q.n); break;
     case wire::Msg::Release: engine->release(q.seq); break;
     case wire::Msg::SetSampling: engine->set_sampling(q.seq, q.sampling); break;
+    case wire::Msg::SetAdapter: engine->set_adapter(q.seq, q.n); break;
     case wire::Msg::Step: {
         // The plugin reads a mask of the whole vocabulary: a shorter one
         // would be read past its end.
@@ -101,7 +103,8 @@ void send_load_failed(int fd, const Error& e) {
     send(fd, r);
 }
 
-int serve_engine_requests(int fd, std::shared_ptr<EngineModel> model, int64_t parent_pid) {
+int serve_engine_requests(int fd, std::shared_ptr<EngineModel> model, int64_t parent_pid,
+                          std::vector<std::shared_ptr<EngineAdapter>> adapters) {
     std::unique_ptr<SeqEngine> engine;
     std::vector<uint8_t> body;
     const auto parent_alive = [parent_pid] { return int64_t(getppid()) == parent_pid; };
@@ -111,7 +114,7 @@ int serve_engine_requests(int fd, std::shared_ptr<EngineModel> model, int64_t pa
             if (wire::read_frame(fd, body, parent_alive) != wire::Io::Ok) return 0;  // the parent closed or died
             wire::Request q = wire::decode_request(body);
             try {
-                r = answer(q, model, engine);
+                r = answer(q, model, adapters, engine);
             } catch (const Error& e) {
                 r = {};
                 r.type = wire::Msg::Error;

@@ -440,6 +440,9 @@ public:
             // A dead engine holds nothing; the next step reports it.
         }
     }
+    void set_adapter(SeqId seq, uint32_t adapter) override {
+        free_ = call(wire::encode_request(wire::Msg::SetAdapter, seq, adapter), wire::Msg::SetAdapter).free_blocks;
+    }
     void set_sampling(SeqId seq, const eh_sampling_params& p) override {
         free_ = call(wire::encode_set_sampling(seq, p), wire::Msg::SetSampling).free_blocks;
     }

@@ -44,7 +44,10 @@ std::shared_ptr<EngineSource> start_engine_process(EngineProcessOptions options)
 
 // The engine-worker side: answers the parent's requests on `fd` until the
 // parent closes it (or dies: `parent_pid` is polled). Returns the exit code.
-int serve_engine_requests(int fd, std::shared_ptr<EngineModel> model, int64_t parent_pid);
+// `adapters`: the LoRA adapters loaded into `model` (serve --lora), which
+// SetAdapter picks from.
+int serve_engine_requests(int fd, std::shared_ptr<EngineModel> model, int64_t parent_pid,
+                          std::vector<std::shared_ptr<EngineAdapter>> adapters = {});
 // The engine-worker's messages before serve_engine_requests: load progress,
 // then its facts (Ready) or why the load failed.
 void send_load_progress(int fd, float fraction, const std::string& stage);
