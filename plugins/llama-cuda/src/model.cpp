@@ -95,6 +95,15 @@ public:
         set(out, t.type, rows, n, nb, off);
     }
 
+    // One vector of n floats for several slots (a norm weight every rank
+    // reads): every slot gets the device address once the arena exists.
+    void shared_vector(const std::string& name, int64_t n, const std::vector<const float**>& slots) {
+        std::vector<float> v;
+        read_floats(name, n, v, true);
+        const size_t off = plan.host_floats(std::move(v), name, nullptr);
+        for (const float** s : slots) plan.fix(reinterpret_cast<const void**>(s), off);
+    }
+
     // Elements off .. off + n - 1 of a vector of total floats (a bias's
     // share); *out null when it is absent and not required.
     void vector_slice(const std::string& name, int64_t total, int64_t off, int64_t n, const float** out, bool required) {
@@ -252,12 +261,20 @@ void load_shards(Loader& ld, Model& m) {
     }
     for (int i = 0; i < c.n_layer; ++i) {
         const std::string p = "blk." + std::to_string(i) + ".";
-        const float *attn_norm, *ffn_norm, *q_norm = nullptr, *k_norm = nullptr;
-        ld.vector(p + "attn_norm.weight", c.n_embd, &attn_norm);
-        ld.vector(p + "ffn_norm.weight", c.n_embd, &ffn_norm);
+        // (the slots are patched when the arena exists: every rank's own)
+        std::vector<const float**> attn_norm, ffn_norm, q_norm, k_norm;
+        for (Shard& s : m.shards) {
+            Layer& L = s.layers[size_t(i)];
+            attn_norm.push_back(&L.attn_norm);
+            ffn_norm.push_back(&L.ffn_norm);
+            q_norm.push_back(&L.q_norm);
+            k_norm.push_back(&L.k_norm);
+        }
+        ld.shared_vector(p + "attn_norm.weight", c.n_embd, attn_norm);
+        ld.shared_vector(p + "ffn_norm.weight", c.n_embd, ffn_norm);
         if (c.qk_norm) {
-            ld.vector(p + "attn_q_norm.weight", c.head_dim, &q_norm);
-            ld.vector(p + "attn_k_norm.weight", c.head_dim, &k_norm);
+            ld.shared_vector(p + "attn_q_norm.weight", c.head_dim, q_norm);
+            ld.shared_vector(p + "attn_k_norm.weight", c.head_dim, k_norm);
         }
         const bool fused_qkv = ld.find(p + "attn_qkv.weight") != nullptr;
         const bool fused_ff = ld.find(p + "ffn_gate.weight") == nullptr;  // phi3: gate | up in ffn_up
@@ -265,10 +282,6 @@ void load_shards(Loader& ld, Model& m) {
             const Shard& s = m.shards[size_t(r)];
             Layer& L = m.shards[size_t(r)].layers[size_t(i)];
             const std::string tag = "[rank " + std::to_string(r) + "]";
-            L.attn_norm = attn_norm;
-            L.ffn_norm = ffn_norm;
-            L.q_norm = q_norm;
-            L.k_norm = k_norm;
             // Q, K, V: this rank's heads, at [q | k | v] of its own width.
             const int64_t q0 = int64_t(s.head0) * c.head_dim, k0 = int64_t(s.kv0) * c.head_dim;
             const int64_t first[3] = {q0, c.q_dim() + k0, c.q_dim() + c.kv_dim() + k0};
