@@ -48,7 +48,9 @@ static_assert(offsetof(eh_plugin_api, seq_hidden) == 248);       // 1.5
 static_assert(offsetof(eh_plugin_api, adapter_load) == 256);     // 1.6
 static_assert(offsetof(eh_plugin_api, adapter_release) == 264);
 static_assert(offsetof(eh_plugin_api, seq_set_adapter) == 272);
-static_assert(sizeof(eh_plugin_api) == 280);
+static_assert(offsetof(eh_plugin_api, image_encoder_load) == 280);  // 1.6, images in
+static_assert(offsetof(eh_plugin_api, seq_embd_spans) == 296);
+static_assert(sizeof(eh_plugin_api) == 304);
 static_assert(offsetof(eh_adapter_params, view) == 8);
 static_assert(offsetof(eh_adapter_params, scale) == 16);
 static_assert(offsetof(eh_adapter_params, alpha) == 20);
