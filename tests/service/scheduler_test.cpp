@@ -1137,8 +1137,8 @@ struct SpecHarness {
     std::shared_ptr<FakeEngine> draft;
     std::unique_ptr<Scheduler> sched;
     SpecHarness(SpecSource source, uint32_t draft_max, uint32_t max_batch, size_t perturb_every = 0,
-                uint32_t verify_max = 8, int32_t eog = -1, uint32_t blocks = 256) {
-        auto e = std::make_unique<FakeEngine>(4, blocks, 16, 256);
+                uint32_t verify_max = 8, int32_t eog = -1, uint32_t blocks = 256, uint32_t step_tokens = 256) {
+        auto e = std::make_unique<FakeEngine>(4, blocks, 16, step_tokens);
         e->verifies_up_to(verify_max);
         engine = e.get();
         SchedulerOptions o;
@@ -1284,4 +1284,29 @@ TEST(SchedulerSpec, APoolFullOfDraftsRetriesWithoutThem) {
         EXPECT_EQ(r.text, expected("ten token" + std::to_string(i), 10));
     }
     EXPECT_GT(h.engine->kv_full.load(), 0u);
+}
+
+// Drafts never take a prompt's whole step: a request decoding with long,
+// always accepted drafts leaves a prompt behind it room for its chunks, so
+// that prompt is prefilled while the first request still decodes.
+TEST(SchedulerSpec, DraftsLeaveRoomForAPromptsChunks) {
+    SpecHarness h(SpecSource::DraftModel, 16, 8, 0, 16, -1, 256, 16);
+    h.engine->step_delay = std::chrono::milliseconds(5);
+    auto a = make_job("a", "Adecoding", 120);
+    h.sched->enqueue(a);
+    const std::string pb = "B" + std::string(59, 'p');
+    for (int i = 0; i < 400 && h.sched->stats().spec_drafts.load() == 0; ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    auto b = make_job("b", pb, 5);
+    h.sched->enqueue(b);
+    EXPECT_EQ(drain(*a).text, expected("Adecoding", 120));
+    EXPECT_EQ(drain(*b).text, expected(pb, 5));
+    size_t first_b = SIZE_MAX, last_a = 0;
+    const auto runs = h.engine->runs();
+    for (size_t i = 0; i < runs.size(); ++i)
+        for (const auto& piece : runs[i]) {
+            if (piece.first == 'B' && first_b == SIZE_MAX) first_b = i;
+            if (piece.first == 'A') last_a = i;
+        }
+    EXPECT_LT(first_b, last_a) << "the prompt waited for the drafting request to finish";
 }

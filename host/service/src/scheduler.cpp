@@ -614,10 +614,13 @@ void Scheduler::speculate(const std::vector<Active*>& decoding) {
         stats_.spec_off_steps.fetch_add(1);
         return;
     }
-    // The step's budget, shared: every decoding request has its token, and
-    // the drafts together stay within max_step_entries (ABI 1.6).
-    const uint32_t share = uint32_t(std::min((limits_.max_step_tokens - decoding.size()) / decoding.size(),
-                                             limits_.max_step_entries / decoding.size()));
+    // The step's budget, shared: every decoding request has its token, a
+    // prompt being prefilled keeps room for its chunk (at most half of what
+    // is left), and the drafts together stay within max_step_entries (ABI 1.6).
+    const size_t n = decoding.size();
+    const bool prefilling = running_.size() > n;
+    const size_t reserve = prefilling ? std::min<size_t>(options_.prefill_chunk_tokens, (limits_.max_step_tokens - n) / 2) : 0;
+    const uint32_t share = uint32_t(std::min((limits_.max_step_tokens - n - reserve) / n, limits_.max_step_entries / n));
     std::vector<Speculator::Ask> asks;
     for (Active* a : decoding) {
         // A grammar's mask and logprobs' logits are per position; neither rides a verify.
