@@ -23,6 +23,10 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     const std::string_view body(reinterpret_cast<const char*>(data + 1), size - 1);
     eh::service::RequestLimits limits;
     limits.max_prompt_chars = 4096;  // keeps each input cheap; the rules are the same
+    // Images are decoded (host/image) under small limits, so no input costs much.
+    limits.images.max_bytes = 1 << 16;
+    limits.images.max_side = 256;
+    limits.images.max_pixels = 1 << 14;
     eh::http::AnthropicRequest r;
     try {
         r = eh::http::parse_anthropic_request(body, limits, (data[0] & 1) != 0);
