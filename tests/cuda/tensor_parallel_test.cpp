@@ -290,6 +290,35 @@ TEST(AllReduce, OneShotSumsInRankOrderIntoEveryOutput) {
                         EXPECT_EQ(bad, 0u) << "output " << o;
                     }
                 }
+    // What one call costs on this GPU (a decode step's residual of one token,
+    // n_embd 4096 and 8192; and 64 tokens' of 4096), printed for the notes.
+    for (int nranks : {2, 4})
+        for (size_t n : {size_t(4096), size_t(8192), size_t(64 * 4096)}) {
+            std::vector<ehcuda::DeviceBuffer> bufs;
+            ehcuda::AllReduceArgs a;
+            for (int r = 0; r <= nranks; ++r) bufs.emplace_back(n * 4);
+            for (int r = 0; r < nranks; ++r) a.in[r] = bufs[size_t(r)].as<float>();
+            a.out[0] = bufs[size_t(nranks)].as<float>();
+            a.nranks = nranks;
+            a.nout = 1;
+            a.n = n;
+            a.accumulate = true;
+            cudaEvent_t e0, e1;
+            GPU_OK(cudaEventCreate(&e0));
+            GPU_OK(cudaEventCreate(&e1));
+            for (int i = 0; i < 20; ++i) ehcuda::allreduce_oneshot(a, nullptr);
+            GPU_OK(cudaEventRecord(e0, nullptr));
+            constexpr int kCalls = 200;
+            for (int i = 0; i < kCalls; ++i) ehcuda::allreduce_oneshot(a, nullptr);
+            GPU_OK(cudaEventRecord(e1, nullptr));
+            GPU_OK(cudaEventSynchronize(e1));
+            float ms = 0;
+            GPU_OK(cudaEventElapsedTime(&ms, e0, e1));
+            std::printf("[tp] all-reduce one-shot, one GPU: %d ranks x %zu floats: %.2f us a call (back to back)\n", nranks,
+                        n, 1000.0 * ms / kCalls);
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+        }
     ehcuda::AllReduceArgs bad;
     bad.nranks = 9;
     bad.nout = 1;
