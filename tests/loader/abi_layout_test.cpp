@@ -102,6 +102,11 @@ static_assert(offsetof(eh_kv_info, kv_type) == 40);  // 1.4; a 1.2 struct is 40 
 static_assert(sizeof(eh_kv_info) == 48);
 static_assert(offsetof(eh_kv_info, max_draft_tokens) == 44);  // 1.6, in the 1.4 struct's padding
 static_assert(sizeof(eh_step_entry) == 64);
+static_assert(offsetof(eh_embd_span, rows) == 16);  // 1.6, images in
+static_assert(sizeof(eh_embd_span) == 24);
+static_assert(offsetof(eh_image_encoder_info, span_flags) == 20);
+static_assert(offsetof(eh_image_encoder_info, mean) == 24);
+static_assert(sizeof(eh_image_encoder_info) == 48);
 static_assert(offsetof(eh_step_entry, seq) == 8);
 static_assert(offsetof(eh_step_entry, tokens) == 16);
 static_assert(offsetof(eh_step_entry, n_tokens) == 24);
