@@ -170,3 +170,12 @@ TEST(VisionEndToEnd, AServerWithoutMmprojRefusesImages) {
     ASSERT_GT(plain.port(), 0) << plain.log();
     EXPECT_NE(refusal(plain, chat_with({png_data_url(8, 8, 5)})).find("--mmproj"), std::string::npos);
 }
+
+TEST(VisionEndToEnd, APluginWithoutImageCallsStopsTheStartByName) {
+    ASSERT_FALSE(forged().model.empty());
+    // The deterministic test engine has no ABI 1.6 image calls (as llama-cuda and gpt-cuda today).
+    EngineHost h({"--log-format", "text", "--mmproj", forged().mmproj}, {}, false);
+    EXPECT_NE(h.wait_exit(30000), 0) << h.log();
+    EXPECT_NE(h.log().find("takes no images"), std::string::npos) << h.log();
+    EXPECT_NE(h.log().find("--mmproj"), std::string::npos) << h.log();
+}
