@@ -9,6 +9,7 @@
 #include <fstream>
 #include <random>
 #include <regex>
+#include <set>
 #include <sstream>
 
 #include "constrain_test_util.hpp"
@@ -82,6 +83,56 @@ TEST(SchemaKeywords, ConstrainingKeywordsNotEnforcedAreRefusedByName) {
     // Where they constrain nothing they are accepted.
     EXPECT_TRUE(matches(json_schema_grammar(R"({"if":{"type":"string"},"patternProperties":{},"uniqueItems":false})"), "[1]"));
     EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"array","uniqueItems":true,"maxItems":1})"), "[7]"));
+}
+
+// unevaluatedProperties/unevaluatedItems where the schema's text says what
+// is evaluated: the properties/items of the merged $ref/allOf parts, per
+// anyOf/oneOf alternative.
+TEST(SchemaKeywords, UnevaluatedWhereItsSetIsInTheText) {
+    // Beside $ref/allOf: the parts' properties are evaluated, others refused.
+    auto p = json_schema_grammar(R"({"$defs":{"base":{"type":"object","properties":{"id":{"type":"integer"}}}},
+        "allOf":[{"$ref":"#/$defs/base"}],"properties":{"name":{"type":"string"}},"unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(p, R"({"name":"x","id":1})"));  // properties in the merged schema's order
+    EXPECT_TRUE(matches(p, R"({"name":"x"})"));
+    stops_at(p, R"({"other":1})", 2);
+    // A schema: what no part evaluates must match it.
+    auto ps = json_schema_grammar(R"({"type":"object","unevaluatedProperties":{"type":"integer"}})");
+    EXPECT_TRUE(matches(ps, R"({"z":3})"));
+    stops_at(ps, R"({"z":"s"})", 5);
+    // An additionalProperties in a part evaluates everything.
+    auto ap = json_schema_grammar(R"({"allOf":[{"type":"object","additionalProperties":{"type":"integer"}}],
+        "unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(ap, R"({"q":1})"));
+    // Per anyOf alternative: the alternative's own properties.
+    auto alt = json_schema_grammar(R"({"type":"object","properties":{"kind":{"type":"string"}},
+        "anyOf":[{"properties":{"a":{"type":"integer"}},"required":["a"]},{"properties":{"b":{"type":"boolean"}},"required":["b"]}],
+        "unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(alt, R"({"kind":"k","a":1})"));
+    EXPECT_TRUE(matches(alt, R"({"b":true})"));
+    stops_at(alt, R"({"a":1,"c":2})", 6);
+    // A part's own unevaluatedProperties sees only that part's properties.
+    auto nested = json_schema_grammar(R"({"allOf":[{"type":"object","properties":{"a":{}},"unevaluatedProperties":false}],
+        "properties":{"b":{}},"unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(nested, R"({"a":1})"));
+    stops_at(nested, R"({"b":1})", 2);
+    // true and {} constrain nothing.
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"object","unevaluatedProperties":true})"), R"({"x":1})"));
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"string","unevaluatedProperties":false})"), R"("s")"));
+    // Items: the tuple is evaluated, what follows must match.
+    auto it = json_schema_grammar(R"({"type":"array","allOf":[{"prefixItems":[{"type":"string"}]}],"unevaluatedItems":false})");
+    EXPECT_TRUE(matches(it, R"(["a"])"));
+    stops_at(it, R"(["a",1])", 4);
+    auto its = json_schema_grammar(R"({"type":"array","unevaluatedItems":{"type":"integer"}})");
+    EXPECT_TRUE(matches(its, "[1,2]"));
+    stops_at(its, R"([1,"x"])", 3);
+    EXPECT_TRUE(matches(json_schema_grammar(R"({"type":"array","items":{"type":"string"},"unevaluatedItems":false})"),
+                        R"(["a","b"])"));
+    // Where the evaluated set depends on what an `if` or `contains` matched: refused.
+    EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"string"},"unevaluatedItems":false})"),
+              "unevaluatedItems");
+    EXPECT_EQ(refused_keyword(R"({"type":"object","dependentSchemas":{"a":{"properties":{"b":{}}}},
+        "unevaluatedProperties":false})"), "unevaluatedProperties");
+    EXPECT_EQ(refused_keyword(R"({"type":"object","unevaluatedProperties":3})"), "unevaluatedProperties");
 }
 
 // `not` of the forms real schemas use, negated keyword by keyword (a
@@ -862,10 +913,13 @@ TEST(SchemaKeywords, LargeSchemaCompileTime) {
     EXPECT_TRUE(prefix_ok(g, R"({"p0":"2024-01-01T00:00:00Z","p1":"a@b.c","p2":"abc","p3":-7)"));
 }
 
-// The fuzzer's schema seeds (the parser paths this slice added) compile.
+// The fuzzer's schema seeds (the parser paths this slice added) compile,
+// all but the hostile ones, which are refused by a GrammarError (schema12:
+// `not` of a recursive allOf, which no finite grammar writes).
 TEST(SchemaKeywords, FuzzSeedSchemasCompile) {
     const auto dir = std::filesystem::path(__FILE__).parent_path() / "fuzz_constrain_seeds";
     if (!std::filesystem::exists(dir)) GTEST_SKIP() << dir;
+    const std::set<std::string> refused = {"schema12"};
     int n = 0;
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
         if (e.path().filename().string().rfind("schema", 0) != 0) continue;
@@ -873,7 +927,10 @@ TEST(SchemaKeywords, FuzzSeedSchemasCompile) {
         std::stringstream text;
         text << in.rdbuf();
         // The first byte picks the fuzzer's mode (odd: a schema); the schema follows.
-        EXPECT_NO_THROW(json_schema_grammar(text.str().substr(1))) << e.path();
+        if (refused.count(e.path().filename().string()))
+            EXPECT_THROW(json_schema_grammar(text.str().substr(1)), GrammarError) << e.path();
+        else
+            EXPECT_NO_THROW(json_schema_grammar(text.str().substr(1))) << e.path();
         ++n;
     }
     EXPECT_GE(n, 7);

@@ -394,6 +394,7 @@ public:
             throw EmptySchema("false", fmt::format("the schema 'false' at {} matches nothing", at(path)));
         }
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
+        if (unevaluated_words(s)) return merged(s, path);  // flatten() rewrites them (unevaluated())
         check_refused(s, path);
         if (auto n = s.find("not"); n != s.end() && trivial(*n) == 1)  // {"not": {}}: "may not appear"
             throw EmptySchema("not", fmt::format("the schema at {} is 'not' of a schema that matches everything", at(path)));
@@ -511,6 +512,7 @@ private:
             if (k == "not") continue;  // value(): the forms it enforces (negate()), else refused there
             if (kRefused.count(k)) {
                 if ((v.is_object() || v.is_array()) && v.empty() && k != "not") continue;
+                if ((k == "unevaluatedProperties" || k == "unevaluatedItems") && trivial(v) == 1) continue;
                 throw GrammarError(k, fmt::format("the JSON-schema keyword '{}' at {} is not supported", k, at(path)));
             }
         }
@@ -1119,6 +1121,7 @@ private:
             throw EmptySchema("allOf", fmt::format("the schema 'false' in 'allOf' at {} matches nothing", at(path)));
         }
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
+        if (unevaluated_words(s)) return unevaluated(s, path, depth);
         check_refused(s, path);
         disjoint_types(s, path);
         charge(s);
@@ -1164,6 +1167,96 @@ private:
                 merge(out, flatten((*a)[i], path + "/allOf/" + std::to_string(i), depth + 1), path);
         }
         return out;
+    }
+
+    // Whether `s` has an unevaluatedProperties/unevaluatedItems that
+    // constrains (true and {} do not).
+    static bool unevaluated_words(const Json& s) {
+        for (const char* k : {"unevaluatedProperties", "unevaluatedItems"})
+            if (auto u = s.find(k); u != s.end() && trivial(*u) != 1) return true;
+        return false;
+    }
+
+    // unevaluatedProperties / unevaluatedItems, where what is evaluated is
+    // known from the schema's text: `s` without them is flattened (its
+    // $ref/allOf parts merged, oneOf as anyOf) and its anyOf alternatives
+    // are spread out, each merged with the rest into one flat schema. In a
+    // flat schema the properties its parts evaluate are its `properties`
+    // and `patternProperties` (all of them where it has an
+    // additionalProperties), so unevaluatedProperties is its
+    // additionalProperties; the items are its tuple (all of them where a
+    // schema follows the tuple), so unevaluatedItems is what follows it.
+    // A part with an unevaluated* of its own is rewritten first, within its
+    // own parts only, as the specification scopes it; afterwards it has
+    // evaluated everything. Narrowed: a value two alternatives both match
+    // gets the properties/items of one only. Refused: beside if/then/else
+    // or dependentSchemas (what a failed `if` evaluated does not count),
+    // unevaluatedItems beside contains (which items match it varies).
+    Json unevaluated(const Json& s, const std::string& path, uint32_t depth) {
+        Json rest = s;
+        Json up = Json(true), ui = Json(true);
+        if (auto u = rest.find("unevaluatedProperties"); u != rest.end()) up = *u, rest.erase(u);
+        if (auto u = rest.find("unevaluatedItems"); u != rest.end()) ui = *u, rest.erase(u);
+        const char* key = trivial(up) != 1 ? "unevaluatedProperties" : "unevaluatedItems";
+        for (const Json* u : {&up, &ui})
+            if (!u->is_boolean() && !u->is_object())
+                throw GrammarError(key, fmt::format("'{}' at {} must be a schema", key, at(path)));
+        Json flat = flatten(rest, path, depth + 1);
+        std::vector<Json> alts;
+        spread(std::move(flat), alts, key, path, depth);
+        Json out = Json::array();
+        for (auto& f : alts) {
+            if (f.contains(kConditionals))
+                throw GrammarError(key, fmt::format("'{}' at {} beside 'if'/'then'/'else' or 'dependentSchemas' is not "
+                                                    "supported", key, at(path)));
+            if (trivial(up) != 1 && !f.contains("additionalProperties")) f["additionalProperties"] = up;
+            if (trivial(ui) != 1) {
+                if (f.contains("contains"))
+                    throw GrammarError(key, fmt::format("'unevaluatedItems' beside 'contains' at {} is not supported", at(path)));
+                auto items = f.find("items");
+                if (f.contains("prefixItems")) {
+                    if (items == f.end()) f["items"] = ui;
+                } else if (items != f.end() && items->is_array()) {
+                    if (!f.contains("additionalItems")) f["additionalItems"] = ui;
+                } else if (items == f.end()) {
+                    f["items"] = ui;
+                }
+            }
+            out.push_back(std::move(f));
+        }
+        if (out.size() == 1) return std::move(out[0]);
+        return Json{{"anyOf", std::move(out)}};
+    }
+
+    // The flat schemas `flat`'s anyOf alternatives make, each merged with the
+    // rest of `flat` (alternatives no value matches left out), at most
+    // kMaxMergedAlternatives in all.
+    void spread(Json flat, std::vector<Json>& out, const char* key, const std::string& path, uint32_t depth) {
+        auto a = flat.find("anyOf");
+        if (a == flat.end()) {
+            out.push_back(std::move(flat));
+            return;
+        }
+        if (!a->is_array() || a->empty())
+            throw GrammarError("anyOf", fmt::format("'anyOf' at {} must be a non-empty array", at(path)));
+        const Json alts = *a;
+        flat.erase(a);
+        std::optional<EmptySchema> last_empty;
+        const size_t before = out.size();
+        for (size_t i = 0; i < alts.size(); ++i) {
+            Json f;
+            try {
+                f = flatten(Json{{"allOf", Json::array({flat, alts[i]})}}, path + "/anyOf/" + std::to_string(i), depth + 1);
+            } catch (const EmptySchema& e) {
+                last_empty = e;
+                continue;
+            }
+            spread(std::move(f), out, key, path, depth + 1);
+            if (out.size() > kMaxMergedAlternatives)
+                throw GrammarError(key, fmt::format("'{}' at {} beside 'anyOf'/'oneOf' makes more than {} alternatives "
+                                                    "(the limit)", key, at(path), kMaxMergedAlternatives));
+        }
+        if (out.size() == before && last_empty) throw *last_empty;
     }
 
     // The `type`s of `s`, of its $ref's target and of its allOf parts (and
@@ -1422,8 +1515,10 @@ private:
             } else if (k == kConditionals && va.is_array() && vb.is_array()) {
                 for (const auto& x : vb) va.push_back(x);
             } else if (k == "anyOf" && va.is_array() && vb.is_array()) {
+                // Where the merge is optional (a property not required, an
+                // anyOf alternative), it is left out (narrowed), as below.
                 if (va.size() * vb.size() > kMaxMergedAlternatives)
-                    throw GrammarError("anyOf", fmt::format("merging 'anyOf'/'oneOf' at {} makes more than {} alternatives "
+                    throw EmptySchema("anyOf", fmt::format("merging 'anyOf'/'oneOf' at {} makes more than {} alternatives "
                                                             "(the limit)", at(path), kMaxMergedAlternatives));
                 Json prod = Json::array();
                 for (const auto& x : va)
@@ -1899,10 +1994,10 @@ private:
                 if (!props.contains(name)) {
                     // A required name without a schema: any value, or what
                     // additionalProperties says.
-                    if (closed)
-                        throw GrammarError("required", fmt::format("'required' at {} names '{}', which "
-                                                                   "'additionalProperties': false forbids",
-                                                                   at(path), name.substr(0, 100)));
+                    if (closed)  // no object matches: an anyOf alternative that is this is left out
+                        throw EmptySchema("required", fmt::format("'required' at {} names '{}', which "
+                                                                  "'additionalProperties': false forbids",
+                                                                  at(path), name.substr(0, 100)));
                     props[name] = extra ? *extra : Json(true);
                 }
                 required.insert(name);
