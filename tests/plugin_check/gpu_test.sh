@@ -13,6 +13,14 @@ out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories2
 echo "$out"
 [[ $rc -eq 0 ]]; check llama-cuda-stories $? "exit $rc"
 
+# Tensor parallelism in the one-GPU shard mode (ABI 1.6 device set 0,0): every
+# check, and greedy agreement with the CPU reference, on llama-cuda split
+# over two ranks (stories260K: 4 KV heads, a 172-wide F32 FFN cut 86 / 86).
+out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories260K.gguf" --gpus 0,0 \
+      --reference "$dir/libeh-cpu-reference.so" 2>&1); rc=$?
+echo "$out"
+[[ $rc -eq 0 ]]; check llama-cuda-stories-shard-mode $? "exit $rc"
+
 # The CUDA plugins keep F16 KV blocks only: a quantized cache is refused by name
 out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories260K.gguf" --kv-type q8_0 2>&1); rc=$?
 [[ $rc -eq 3 && $out == *"KV cache type Q8_0 is not supported: not implemented on CUDA yet"* ]]
@@ -42,6 +50,16 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m gpt-cuda:tiny-qwen3-moe-q4_k_m gpt-
   fi
   echo "$out"
   [[ $rc -eq 0 ]]; check "$plugin-$profile" $? "exit $rc"
+  if [[ $plugin == llama-cuda ]]; then
+    out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --gpus 0,0 2>&1); rc=$?
+    echo "$out"
+    [[ $rc -eq 0 ]]; check "$plugin-$profile-shard-mode" $? "exit $rc"
+  else
+    # gpt-cuda serves one device: a device set is refused by name before its load
+    out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --gpus 0,0 2>&1); rc=$?
+    [[ $rc -eq 3 && $out == *"plugin gpt-cuda serves one device only; 2 were asked for"* ]]
+    check "$plugin-$profile-one-device" $? "exit $rc: $out"
+  fi
   if [[ $plugin == gpt-cuda ]]; then
     out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --kv-type fp8 2>&1); rc=$?
     [[ $rc -eq 3 && $out == *"KV cache type FP8_E4M3 is not supported: not implemented on CUDA yet"* ]]

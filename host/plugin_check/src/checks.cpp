@@ -368,7 +368,8 @@ void kv_full_changes_nothing(Context& c) {
     const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes, c.options.kv_type);
     std::unique_ptr<Driver> loaded;
     try {
-        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model, kp, c.options.engine_options);
+        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model, kp, c.options.engine_options,
+                                          c.options.devices);
     } catch (const Failure& f) {
         const std::string why = f.what();
         if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
@@ -595,6 +596,11 @@ void load_progress_cancel(Context& c) {
     lp.path = c.options.model->path().c_str();
     lp.view = &c.options.model->view();
     if (!c.options.engine_options.empty()) lp.options_json = c.options.engine_options.c_str();
+    if (c.options.devices.size() > 1) {
+        lp.device = c.options.devices[0];
+        lp.n_devices = uint32_t(c.options.devices.size());
+        lp.devices = c.options.devices.data();
+    }
     std::vector<float> seen;
     lp.progress = [](void* user, float fraction, const char*) { static_cast<std::vector<float>*>(user)->push_back(fraction); };
     lp.progress_user = &seen;
@@ -645,7 +651,8 @@ void kv_cache_type(Context& c) {
     // A second load asking an id no one has defined.
     constexpr uint32_t kUndefined = 77;
     try {
-        Driver other(c.options.plugin, c.options.model, kv_params(2, 0, kUndefined), c.options.engine_options);
+        Driver other(c.options.plugin, c.options.model, kv_params(2, 0, kUndefined), c.options.engine_options,
+                     c.options.devices);
     } catch (const Failure& f) {
         const std::string why = f.what();
         if (why.rfind("model_load failed", 0) == 0)
@@ -1035,7 +1042,7 @@ std::vector<CheckResult> run_checks(const CheckOptions& options) {
     std::unique_ptr<Driver> d;
     try {
         d = std::make_unique<Driver>(options.plugin, options.model, kv_params(kMaxSeqs, 0, options.kv_type),
-                                     options.engine_options);
+                                     options.engine_options, options.devices);
     } catch (const Failure& f) {
         throw Error(Code::ModelLoadFailed, f.what());
     }

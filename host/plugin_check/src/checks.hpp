@@ -28,6 +28,10 @@ struct CheckOptions {
     // The plugin-specific load options (eh_load_params.options_json) of every
     // load of the plugin under test; the reference loads with none.
     std::string engine_options;
+    // (ABI 1.6) the device set of every load of the plugin under test, rank
+    // order (a GPU twice: the shard mode); empty: GPU 0 alone. The
+    // reference loads on one device.
+    std::vector<int32_t> devices;
 };
 
 struct CheckResult {

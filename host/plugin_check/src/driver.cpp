@@ -23,12 +23,14 @@ eh_step_entry entry(eh_seq* seq, const int32_t* tokens, uint32_t n, uint32_t fla
 }
 
 Driver::Driver(std::shared_ptr<const eh_plugin_api> api, std::shared_ptr<model::ModelFile> file,
-               const eh_kv_params& kv, const std::string& options_json)
+               const eh_kv_params& kv, const std::string& options_json, const std::vector<int32_t>& devices)
     : api_(std::move(api)) {
     if (!loader::api_has_step(*api_)) fail("the plugin has no batched step (ABI 1.2's kv_init .. step)");
     try {
         EngineLoadOptions lo;
         lo.options_json = options_json;
+        if (!devices.empty()) lo.device = devices[0];
+        if (devices.size() > 1) lo.devices = devices;
         model_ = EngineModel::load(api_, file->path(), &file->view(), file, lo);
     } catch (const std::exception& e) {
         fail(fmt::format("model_load failed: {}", e.what()));

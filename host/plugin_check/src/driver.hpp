@@ -33,8 +33,9 @@ public:
     // Loads the model and calls kv_init with `kv`; throws Failure naming the
     // call that failed.
     // options_json: the load's plugin-specific options (eh_load_params), "" for none.
+    // devices: the load's device set (ABI 1.6), empty for device 0 alone.
     Driver(std::shared_ptr<const eh_plugin_api> api, std::shared_ptr<model::ModelFile> file, const eh_kv_params& kv,
-           const std::string& options_json = {});
+           const std::string& options_json = {}, const std::vector<int32_t>& devices = {});
     ~Driver();
     Driver(const Driver&) = delete;
     Driver& operator=(const Driver&) = delete;

@@ -12,6 +12,7 @@
 #include "checks.hpp"
 #include "eh/error.hpp"
 #include "eh/loader/plugin_loader.hpp"
+#include "gpu_set.hpp"
 
 namespace po = boost::program_options;
 namespace fs = std::filesystem;
@@ -58,6 +59,9 @@ int main(int argc, char** argv) {
         "engine-options", po::value<std::string>()->default_value(""),
         "a JSON object for every load of the plugin under test (eh_load_params.options_json), as serve's "
         "--engine-options; the reference loads with none")(
+        "gpus", po::value<std::string>(),
+        "load the plugin under test over these GPUs (ABI 1.6 device set, rank order), e.g. 0,1; a GPU twice is "
+        "the one-GPU shard mode (0,0); the reference loads on one")(
         "kv-type", po::value<std::string>(),
         "run every check over this KV cache type (ABI 1.4 kv_type): f16, q8_0 or fp8; default: the plugin's own")(
         "list", "list the checks and exit")("json", "print the results as JSON");
@@ -97,6 +101,14 @@ int main(int argc, char** argv) {
         std::cerr << "error: --tokens must be between 2 and 64\n";
         return 2;
     }
+    std::vector<int> gpus;
+    if (vm.count("gpus")) {
+        std::string err;
+        if (!eh::cli::parse_gpu_list(vm["gpus"].as<std::string>(), gpus, err)) {
+            std::cerr << "error: " << err << "\n";
+            return 2;
+        }
+    }
     uint32_t kv_type = 0;
     if (vm.count("kv-type")) {
         const std::string& t = vm["kv-type"].as<std::string>();
@@ -126,6 +138,7 @@ int main(int argc, char** argv) {
         o.n_tokens = n_tokens;
         o.kv_type = kv_type;
         o.engine_options = vm["engine-options"].as<std::string>();
+        o.devices.assign(gpus.begin(), gpus.end());
         if (vm.count("only")) o.only = vm["only"].as<std::vector<std::string>>();
         const auto results = plugin_check::run_checks(o);
         int failed = 0, skipped = 0;
