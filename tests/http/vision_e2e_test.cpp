@@ -179,3 +179,23 @@ TEST(VisionEndToEnd, APluginWithoutImageCallsStopsTheStartByName) {
     EXPECT_NE(h.log().find("takes no images"), std::string::npos) << h.log();
     EXPECT_NE(h.log().find("--mmproj"), std::string::npos) << h.log();
 }
+
+TEST(VisionEndToEnd, AnImageIsNeverSplitAcrossSteps) {
+    // Steps of 32 tokens: the prompt's second chunk would end inside the
+    // image (its 16 tokens start past position 32); the scheduler stops the
+    // chunk before the image and puts the image whole in the next step, so
+    // the result is the one a single step gives. Split, its first tokens
+    // would not see its last ones (they attend both ways) and the
+    // log-probabilities would differ.
+    ASSERT_GT(server().port(), 0) << server().log();
+    EngineHost small({"--log-format", "text", "--mmproj", forged().mmproj, "--max-body-bytes", "4000000", "--ctx-size",
+                      "1024", "--kv-cache-size-mb", "64", "--batch-tokens", "32", "--no-prefix-cache"},
+                     {}, true, EH_PLUGIN_DIR, forged().model);
+    ASSERT_GT(small.port(), 0) << small.log();
+    const json body = chat_with({png_data_url(50, 70, 9)});
+    auto r = small.post("/v1/chat/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body.substr(0, 500);
+    const json chunked = json::parse(r.body);
+    ASSERT_GT(int(chunked["usage"]["prompt_tokens"]), 64);
+    EXPECT_EQ(first_logprobs(chunked), first_logprobs(post_ok(body)));
+}
