@@ -31,6 +31,7 @@ std::vector<uint8_t> encode(const Request& q) {
             items[i].tokens = e.tokens;
             items[i].sample = e.sample;
             items[i].logits = e.logits;
+            items[i].verify = e.verify;
             items[i].allowed = e.allowed ? &*e.allowed : nullptr;
             items[i].bias = &e.bias;
         }
