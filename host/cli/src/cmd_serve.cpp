@@ -40,7 +40,10 @@ void start_event_log(const ServeSettings& s, const po::variables_map& vm) {
     service::LogSettings ls;
     ls.worker_id = s.worker_id;
     ls.model = s.model.name;
-    ls.gpu = std::to_string(s.gpu);
+    // (--gpus: every rank's, "1,2"; GPUs chosen by free memory are named in
+    // the tensor_parallel and ready lines)
+    ls.gpu = std::to_string(s.gpus.empty() ? s.gpu : s.gpus[0]);
+    for (size_t i = 1; i < s.gpus.size(); ++i) ls.gpu += "," + std::to_string(s.gpus[i]);
     ls.json = s.log_format == "json";
     ls.log_content = s.log_content;
     ls.level = s.log_level;
