@@ -199,3 +199,26 @@ TEST(VisionEndToEnd, AnImageIsNeverSplitAcrossSteps) {
     ASSERT_GT(int(chunked["usage"]["prompt_tokens"]), 64);
     EXPECT_EQ(first_logprobs(chunked), first_logprobs(post_ok(body)));
 }
+
+TEST(VisionEndToEnd, EveryChoiceOfNSeesTheImage) {
+    // One request at a time: the 2nd and 3rd choices start after the 1st has
+    // finished, from the prefix cache or from scratch, and must still have
+    // the image.
+    ASSERT_GT(server().port(), 0) << server().log();
+    EngineHost serial({"--log-format", "text", "--mmproj", forged().mmproj, "--max-body-bytes", "4000000", "--ctx-size",
+                       "1024", "--kv-cache-size-mb", "64", "--parallel", "1"},
+                      {}, true, EH_PLUGIN_DIR, forged().model);
+    ASSERT_GT(serial.port(), 0) << serial.log();
+    json body = chat_with({png_data_url(30, 30, 11)}, "Name one colour.");
+    const json one = post_ok(body);
+    body["n"] = 3;
+    auto r = serial.post("/v1/chat/completions", body.dump());
+    ASSERT_EQ(r.status, 200) << r.body.substr(0, 500);
+    const json three = json::parse(r.body);
+    ASSERT_EQ(three["choices"].size(), 3u);
+    for (const auto& c : three["choices"]) {
+        json single = three;
+        single["choices"] = json::array({c});
+        EXPECT_EQ(first_logprobs(single), first_logprobs(one));
+    }
+}

@@ -158,6 +158,7 @@ std::vector<std::shared_ptr<Job>> Service::submit_n(GenerationRequest req, uint3
         auto j = std::make_shared<Job>();  // the same prompt, limits and request
         j->request = jobs[0]->request;
         j->prompt_tokens = jobs[0]->prompt_tokens;
+        j->images = jobs[0]->images;  // shared: an image is encoded once for all the choices
         j->max_tokens = jobs[0]->max_tokens;
         j->n_ctx = jobs[0]->n_ctx;
         j->submitted_at = jobs[0]->submitted_at;
