@@ -76,6 +76,13 @@ TEST(LoraEndToEnd, ARequestPicksItsAdapterByModelOrLoraAndCachesStayApart) {
             EXPECT_EQ(m["parent"], "stories260K");
         }
 
+    // The model-server protocol's adapter gauge: both adapters loaded, none waited for.
+    const std::string metrics = h.get("/metrics").body;
+    EXPECT_NE(metrics.find("vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"tales,other\","
+                           "waiting_lora_adapters=\"\"}"),
+              std::string::npos)
+        << metrics;
+
     // The base model first (nothing cached), then the adapter on the same
     // prompt: it must not reuse the base model's cached prefix.
     const json base1 = completion(h, {{"model", "stories260K"}});
@@ -155,6 +162,7 @@ TEST(LoraEndToEnd, WithoutAdaptersALoraFieldIsNotFound) {
     EXPECT_EQ(e["error"]["code"], "ADAPTER_NOT_FOUND") << e.dump();
     // A `model` with a colon is a model name as before (any name is accepted here).
     completion(h, {{"model", "stories260K:tales"}}, 200);
+    EXPECT_EQ(h.get("/metrics").body.find("vllm:lora_requests_info"), std::string::npos);  // no LoRA, no gauge
 }
 
 TEST(LoraEndToEnd, AnAdapterThatDoesNotFitStopsTheStartByName) {

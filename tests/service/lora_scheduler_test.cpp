@@ -8,6 +8,7 @@
 
 #include <map>
 #include <mutex>
+#include <thread>
 
 #include "eh/service/scheduler.hpp"
 
@@ -66,6 +67,7 @@ public:
         ++set_adapter_calls;
     }
     bool step(std::span<StepItem> items) override {
+        if (step_delay.count()) std::this_thread::sleep_for(step_delay);
         std::lock_guard lock(mu_);
         for (auto& it : items) {
             Seq& s = seqs_.at(it.seq);
@@ -78,6 +80,7 @@ public:
     bool has_logits() const override { return false; }
 
     int forks = 0, set_adapter_calls = 0;
+    std::chrono::milliseconds step_delay{0};
 
 private:
     struct Seq {
@@ -89,6 +92,17 @@ private:
     std::map<SeqId, Seq> seqs_;
     SeqId next_ = 0;
 };
+
+std::shared_ptr<Job> job(const std::string& id, const std::string& prompt, uint32_t adapter) {
+    auto j = std::make_shared<Job>();
+    j->request.job_id = id;
+    j->request.prompt = prompt;
+    j->prompt_tokens.assign(prompt.begin(), prompt.end());
+    j->max_tokens = 6;
+    j->seed = 1;
+    j->adapter = adapter;
+    return j;
+}
 
 std::string run(Scheduler& s, const std::string& id, const std::string& prompt, uint32_t adapter,
                 uint32_t* cached = nullptr) {
@@ -152,4 +166,29 @@ TEST(Scheduler, CachedPrefixesAreReusedOnlyByTheirOwnAdapter) {
     EXPECT_EQ(run(s, "e", shared + " five", 0, &cached), expected(shared + " five", 0));
     EXPECT_GE(cached, 64u);
     EXPECT_EQ(s.stats().prefix_hits.load(), 2u);
+}
+
+// The adapters waiting requests ask for (vllm:lora_requests_info's
+// waiting_lora_adapters): with one request running at a time, the second's
+// adapter shows while it waits, and nothing once it has run.
+TEST(Scheduler, WaitingAdaptersAreCounted) {
+    auto e = std::make_unique<AdapterEngine>();
+    e->step_delay = std::chrono::milliseconds(20);
+    SchedulerOptions o;
+    o.max_running = 1;
+    o.prefix_cache = false;
+    Scheduler s(std::move(e), std::make_shared<ByteCodec>(256, -1), std::make_shared<Metrics>(), o);
+    auto a = job("a", "first prompt", 3), b = job("b", "second prompt", 5);
+    s.enqueue(a);
+    s.enqueue(b);
+    bool seen = false;
+    for (int i = 0; i < 200 && !seen; ++i) {
+        seen = s.stats().waiting_adapters.load() == (uint64_t(1) << 4);
+        std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    }
+    EXPECT_TRUE(seen) << "adapter 5 of the waiting request never showed";
+    for (auto& j : {a, b})
+        while (!j->terminated()) j->pop(std::chrono::milliseconds(10));
+    for (int i = 0; i < 100 && s.stats().waiting_adapters.load(); ++i) std::this_thread::sleep_for(std::chrono::milliseconds(10));
+    EXPECT_EQ(s.stats().waiting_adapters.load(), 0u);
 }

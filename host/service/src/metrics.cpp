@@ -2,6 +2,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
+
 namespace eh::service {
 namespace {
 
@@ -87,6 +89,23 @@ void render_vllm(std::string& out, const Gauges& g) {
     head(out, "vllm:gpu_cache_usage_perc", "gauge",
          "GPU KV-cache usage. 1 means 100 percent usage. DEPRECATED: Use vllm:kv_cache_usage_perc instead.");
     out += fmt::format("vllm:gpu_cache_usage_perc{} {}\n", labels, num(g.kv_running_usage));
+    // LoRA: the model-server protocol's adapter gauge, whose value is when
+    // it was last updated; running_lora_adapters names the adapters loaded
+    // and ready to serve (here every --lora adapter is), max_lora how many
+    // may be.
+    if (!g.lora_loaded.empty()) {
+        auto list = [](const std::vector<std::string>& v) {
+            std::string o;
+            for (const auto& n : v) o += (o.empty() ? "" : ",") + n;
+            return o;
+        };
+        head(out, "vllm:lora_requests_info", "gauge", "Running stats on lora requests.");
+        out += fmt::format("vllm:lora_requests_info{{max_lora=\"{}\",running_lora_adapters=\"{}\","
+                           "waiting_lora_adapters=\"{}\"}} {}\n",
+                           g.lora_loaded.size(), label_value(list(g.lora_loaded)), label_value(list(g.lora_waiting)),
+                           num(double(std::chrono::duration_cast<std::chrono::milliseconds>(
+                                          std::chrono::system_clock::now().time_since_epoch()).count()) / 1000.0));
+    }
     // An info gauge (always 1): the facts are its labels.
     head(out, "vllm:cache_config_info", "gauge", "Information of the LLMEngine CacheConfig");
     out += fmt::format("vllm:cache_config_info{{block_size=\"{}\",num_gpu_blocks=\"{}\",enable_prefix_caching=\"{}\","

@@ -160,6 +160,10 @@ void Scheduler::publish() {
     stats_.prefix_entries = cache_ ? uint32_t(cache_->size()) : 0;
     std::lock_guard lock(mu_);
     stats_.waiting = uint32_t(waiting_.size());
+    uint64_t adapters = 0;
+    for (const auto& w : waiting_)
+        if (w && w->job->adapter && w->job->adapter <= 64) adapters |= uint64_t(1) << (w->job->adapter - 1);
+    stats_.waiting_adapters = adapters;
 }
 
 uint32_t Scheduler::running_blocks() const {

@@ -137,6 +137,10 @@ void Service::fill_gauges(Gauges& g) const {
     g.engine_chained_steps = double(s.chained_steps.load());
     g.constraint_seconds = double(s.constraint_ns.load()) * 1e-9;
     g.spec_on = std::string(scheduler_->speculation()) != "off";
+    g.lora_loaded = options_.adapters;
+    const uint64_t waiting_adapters = s.waiting_adapters.load();
+    for (size_t i = 0; i < options_.adapters.size() && i < 64; ++i)
+        if (waiting_adapters >> i & 1) g.lora_waiting.push_back(options_.adapters[i]);
     g.spec_drafts = double(s.spec_drafts.load());
     g.spec_draft_tokens = double(s.spec_draft_tokens.load());
     g.spec_accepted_tokens = double(s.spec_accepted_tokens.load());

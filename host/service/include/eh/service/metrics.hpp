@@ -54,6 +54,9 @@ struct Gauges {
     double vram_bytes = 0;
     double uptime_seconds = 0;
     double context_length = 0;
+    // LoRA adapters (--lora), for vllm:lora_requests_info: every one loaded
+    // (all are resident, ready to serve), and those waiting requests ask.
+    std::vector<std::string> lora_loaded, lora_waiting;
     bool ready = false;
 };
 

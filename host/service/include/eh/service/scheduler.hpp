@@ -115,6 +115,9 @@ struct SchedulerStats {
     // time spent drafting (a draft model's steps).
     std::atomic<uint64_t> spec_drafts{0}, spec_draft_tokens{0}, spec_accepted_tokens{0}, spec_off_steps{0};
     std::atomic<uint64_t> spec_draft_ns{0};
+    // LoRA adapters (1-based id i is bit i - 1; kMaxAdapters is 64) of the
+    // waiting requests, as of the last loop.
+    std::atomic<uint64_t> waiting_adapters{0};
 };
 
 // The queue is full: 503 with Retry-After.
