@@ -130,8 +130,30 @@ TEST(SchemaKeywords, UnevaluatedWhereItsSetIsInTheText) {
     // Where the evaluated set depends on what an `if` or `contains` matched: refused.
     EXPECT_EQ(refused_keyword(R"({"type":"array","contains":{"type":"string"},"unevaluatedItems":false})"),
               "unevaluatedItems");
-    EXPECT_EQ(refused_keyword(R"({"type":"object","dependentSchemas":{"a":{"properties":{"b":{}}}},
-        "unevaluatedProperties":false})"), "unevaluatedProperties");
+    // What only a conditional's branch evaluates is not written (narrowed).
+    auto dep = json_schema_grammar(R"({"type":"object","properties":{"a":{"type":"integer"}},
+        "dependentSchemas":{"a":{"properties":{"b":{"type":"integer"}}}},"unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(dep, R"({"a":1})"));
+    stops_at(dep, R"({"a":1,"b":2})", 6);
+    auto cond = json_schema_grammar(R"({"type":"object","properties":{"k":{"enum":["x","y"]}},"required":["k"],
+        "if":{"properties":{"k":{"const":"x"}}},"then":{"properties":{"v":{"type":"integer"}},"required":["v"]},
+        "unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(cond, R"({"k":"y"})"));
+    stops_at(cond, R"({"k":"x"})", 6);
+    // A conditional that evaluates nothing leaves the set as it is (OpenAPI 3.1's license).
+    auto lic = json_schema_grammar(R"({"type":"object","properties":{"name":{"type":"string"},"identifier":{"type":"string"},
+        "url":{"type":"string"}},"required":["name"],"dependentSchemas":{"identifier":{"not":{"required":["url"]}}},
+        "unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(lic, R"({"name":"MIT","identifier":"MIT"})"));
+    EXPECT_TRUE(matches(lic, R"({"name":"MIT","url":"u"})"));
+    stops_at(lic, R"({"name":"MIT","x":1})", 15);
+    // One whose schemas evaluate only properties the schema has anyway (OpenAPI 3.1's parameter).
+    auto par = json_schema_grammar(R"({"type":"object","properties":{"in":{"enum":["query","path"]},"style":{"type":"string"}},
+        "if":{"properties":{"in":{"const":"path"}}},"then":{"properties":{"style":{"const":"simple"}}},
+        "unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(par, R"({"in":"path","style":"simple"})"));
+    EXPECT_TRUE(matches(par, R"({"in":"query","style":"form"})"));
+    stops_at(par, R"({"in":"path","style":"form"})", 22);
     EXPECT_EQ(refused_keyword(R"({"type":"object","unevaluatedProperties":3})"), "unevaluatedProperties");
 }
 

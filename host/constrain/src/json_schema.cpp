@@ -1189,9 +1189,11 @@ private:
     // A part with an unevaluated* of its own is rewritten first, within its
     // own parts only, as the specification scopes it; afterwards it has
     // evaluated everything. Narrowed: a value two alternatives both match
-    // gets the properties/items of one only. Refused: beside if/then/else
-    // or dependentSchemas (what a failed `if` evaluated does not count),
-    // unevaluatedItems beside contains (which items match it varies).
+    // gets the properties/items of one only; if/then/else and
+    // dependentSchemas are merged in after (merged()), so what only their
+    // branches evaluate is not written (their own properties meet this
+    // additionalProperties). Refused: unevaluatedItems beside contains
+    // (which items match it varies).
     Json unevaluated(const Json& s, const std::string& path, uint32_t depth) {
         Json rest = s;
         Json up = Json(true), ui = Json(true);
@@ -1206,9 +1208,6 @@ private:
         spread(std::move(flat), alts, key, path, depth);
         Json out = Json::array();
         for (auto& f : alts) {
-            if (f.contains(kConditionals))
-                throw GrammarError(key, fmt::format("'{}' at {} beside 'if'/'then'/'else' or 'dependentSchemas' is not "
-                                                    "supported", key, at(path)));
             if (trivial(up) != 1 && !f.contains("additionalProperties")) f["additionalProperties"] = up;
             if (trivial(ui) != 1) {
                 if (f.contains("contains"))
