@@ -76,6 +76,7 @@ TEST(LoraEndToEnd, ARequestPicksItsAdapterByModelOrLoraAndCachesStayApart) {
             EXPECT_EQ(m["parent"], "stories260K");
         }
 
+    EXPECT_EQ(json::parse(h.get("/health").body)["lora_adapters"], json::array({"tales", "other"}));
     // The model-server protocol's adapter gauge: both adapters loaded, none waited for.
     const std::string metrics = h.get("/metrics").body;
     EXPECT_NE(metrics.find("vllm:lora_requests_info{max_lora=\"2\",running_lora_adapters=\"tales,other\","

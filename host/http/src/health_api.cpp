@@ -133,6 +133,7 @@ void Server::Impl::install_health() {
                 if (!svc->speculation_off_reason().empty()) spec["reason"] = svc->speculation_off_reason();
             }
             j["speculation"] = spec;
+            j["lora_adapters"] = svc->options().adapters;  // --lora, in the order given
             const service::ChatTemplateState t = svc->codec().chat_template_state();
             j["chat_template"] = {{"status", service::chat_template_kind_name(t.kind)}};
             if (!t.source.empty()) j["chat_template"]["source"] = t.source;
