@@ -35,9 +35,18 @@ std::vector<int32_t> prompt(uint32_t n, uint32_t vocab) {
     return p;
 }
 
+// Greedy, with whatever penalties a test sets (they read each position's history).
+eh_sampling_params g_params = greedy_params();
+
+eh_seq* sequence(BatchedModel& m) {
+    eh_seq* s = m.create(false);
+    EXPECT_EQ(plugin().seq_set_sampling(s, &g_params), EH_OK) << m.error();
+    return s;
+}
+
 // n tokens after `p`, one plain step each.
 std::vector<int32_t> plain(BatchedModel& m, const std::vector<int32_t>& p, uint32_t n) {
-    eh_seq* s = m.create();
+    eh_seq* s = sequence(m);
     eh_step_entry e = entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE);
     EXPECT_EQ(plugin().step(m.model, &e, 1), EH_OK) << m.error();
     std::vector<int32_t> out{e.token};
@@ -55,7 +64,7 @@ std::vector<int32_t> plain(BatchedModel& m, const std::vector<int32_t>& p, uint3
 // step's accepted count and the sequence's length as it goes.
 std::vector<int32_t> speculated(BatchedModel& m, const std::vector<int32_t>& p, const std::vector<int32_t>& truth,
                                 uint32_t k, uint32_t wrong, uint32_t vocab) {
-    eh_seq* s = m.create();
+    eh_seq* s = sequence(m);
     eh_step_entry e = entry(s, p.data(), uint32_t(p.size()), EH_STEP_SAMPLE);
     EXPECT_EQ(plugin().step(m.model, &e, 1), EH_OK) << m.error();
     std::vector<int32_t> out{e.token};
@@ -101,6 +110,35 @@ TEST(Speculative, GreedyIsPlainDecodingWhateverTheDrafts) {
     sp.n_ff = 128;
     auto view = make_tiny(sp);
     greedy_matches(view->view(), sp.n_vocab);
+}
+
+// Penalties read each position's own history: the repetition penalty over
+// the tokens up to that draft, presence and frequency over the output up to
+// it (a verify that read the whole entry's history would differ here).
+TEST(Speculative, GreedyWithPenaltiesIsPlainDecodingToo) {
+    TinySpec sp;
+    sp.n_embd = 128;
+    sp.n_ff = 128;
+    auto view = make_tiny(sp);
+    g_params.repetition_penalty = 1.8f;
+    g_params.repetition_window = 6;
+    g_params.presence_penalty = 0.7f;
+    g_params.frequency_penalty = 0.4f;
+    {
+        BatchedModel m(view->view());
+        const std::vector<int32_t> p = prompt(6, sp.n_vocab);
+        const std::vector<int32_t> truth = plain(m, p, 40);
+        g_params = greedy_params();
+        EXPECT_NE(plain(m, p, 40), truth) << "the penalties change nothing here: the test would prove nothing";
+        g_params.repetition_penalty = 1.8f;
+        g_params.repetition_window = 6;
+        g_params.presence_penalty = 0.7f;
+        g_params.frequency_penalty = 0.4f;
+        for (uint32_t k : {2u, 4u})
+            for (uint32_t wrong : {0u, 3u})
+                EXPECT_EQ(speculated(m, p, truth, k, wrong, sp.n_vocab), truth) << "k " << k << ", every " << wrong << "th wrong";
+    }
+    g_params = greedy_params();
 }
 
 TEST(Stories260KSpeculative, GreedyIsPlainDecodingWhateverTheDrafts) {
