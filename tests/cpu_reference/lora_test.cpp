@@ -224,3 +224,37 @@ TEST(Stories260K, LoraAdaptersThatDoNotFitAreRefusedByName) {
 }
 
 }  // namespace
+
+namespace {
+
+// A llama served from a Hugging Face directory keeps q/k rows in HF order,
+// while a GGUF adapter's lora_b follows GGUF's RoPE permutation: adapting
+// attn_q / attn_k there is refused by name; other weights adapt as on the
+// GGUF of the same model.
+TEST(LoraHfDirectory, LlamaQkRefusedOthersMatchTheGguf) {
+    const std::string dir = std::string(CPUREF_REFERENCE_DIR) + "/llama";
+    auto hf = eh::model::ModelFile::open(dir + "/hf");
+    auto gguf = eh::model::ModelFile::open(dir + "/model.gguf");
+    BatchedModel mh(&hf->view()), mg(&gguf->view());
+
+    const auto qk = lora_forge::forge(*gguf, {{"blk.0.attn_q.weight", 4}}, 8.0f, 1);
+    LoadedAdapter refused;
+    EXPECT_EQ(load_adapter(mh, qk.gguf(), 1.0f, qk.alpha, refused), EH_UNSUPPORTED);
+    EXPECT_NE(mh.error().find("'blk.0.attn_q.weight' of a llama served from a Hugging Face directory"),
+              std::string::npos)
+        << mh.error();
+
+    const auto ad = lora_forge::forge(*gguf, {{"blk.0.attn_v.weight", 4}, {"blk.1.ffn_down.weight", 4},
+                                              {"blk.1.attn_output.weight", 2}, {"output.weight", 4}},
+                                      8.0f, 2);
+    LoadedAdapter lh, lg;
+    ASSERT_EQ(load_adapter(mh, ad.gguf(), 1.0f, ad.alpha, lh), EH_OK) << mh.error();
+    ASSERT_EQ(load_adapter(mg, ad.gguf(), 1.0f, ad.alpha, lg), EH_OK) << mg.error();
+    const std::vector<int32_t> p = {1, 17, 93, 4, 250, 31, 31, 7};
+    const auto from_hf = run(mh, lh.adapter, p, 3), from_gguf = run(mg, lg.adapter, p, 3);
+    const auto base = run(mg, nullptr, p, 0);
+    for (size_t i = 0; i < from_gguf.size(); ++i) EXPECT_LT(max_diff(from_hf[i], from_gguf[i]), 1e-4f) << i;
+    EXPECT_GT(max_diff(from_gguf[0], base[0]), 1e-3f);
+}
+
+}  // namespace

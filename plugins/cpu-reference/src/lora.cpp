@@ -57,6 +57,15 @@ Adapter::Adapter(const Model& model, const eh_adapter_params& params) : model_(m
             throw Error(EH_UNSUPPORTED, "LoRA adapter: cpu-reference does not adapt '" + p.base +
                                             "' (it adapts the attention, feed-forward and output weights of a "
                                             "dense GGUF model)");
+        // llama.cpp's converter stores a llama's q/k rows (and so lora_b's)
+        // permuted for its rotation; a Hugging Face directory keeps them in
+        // HF order, which this engine rotates as they are.
+        const Config& c = model.config();
+        if (c.from_safetensors && c.arch == Arch::Llama &&
+            (p.base.find("attn_q.weight") != std::string::npos || p.base.find("attn_k.weight") != std::string::npos))
+            throw Error(EH_UNSUPPORTED, "LoRA adapter: '" + p.base + "' of a llama served from a Hugging Face "
+                                        "directory: the adapter's rows follow the GGUF layout (permuted for RoPE); "
+                                        "serve the model's GGUF");
         LoraPair lp;
         lp.a = bind(*p.a);
         lp.b = bind(*p.b);
