@@ -1310,3 +1310,17 @@ TEST(SchedulerSpec, DraftsLeaveRoomForAPromptsChunks) {
         }
     EXPECT_LT(first_b, last_a) << "the prompt waited for the drafting request to finish";
 }
+
+// A request whose drafts keep failing pauses drafting, and its paused steps
+// chain (ABI 1.3 halves) as without speculation; the output is unchanged.
+TEST(SchedulerSpec, PausedDraftingLetsStepsChain) {
+    SpecHarness h(SpecSource::Ngram, 4, 8);
+    h.engine->halves = true;
+    const std::string p = "abcdabcdabcdabcdabcd";
+    auto j = make_job("c", p, 300);
+    h.sched->enqueue(j);
+    EXPECT_EQ(drain(*j).text, expected(p, 300));
+    EXPECT_GT(h.sched->stats().spec_drafts.load(), 0u);
+    EXPECT_GT(h.sched->stats().chained_steps.load(), 100u) << "paused steps did not chain";
+    EXPECT_EQ(h.engine->calls_in_flight.load(), 0u);
+}

@@ -656,8 +656,11 @@ bool Scheduler::drop_drafts(Step& st) {
 
 bool Scheduler::may_chain_after(const Step& st) {
     if (!options_.chained_steps || !engine_->can_chain() || st.owners.size() != running_.size()) return false;
-    // Speculation needs each step's tokens before the next step's drafts.
-    if (spec_ && spec_->on_for(st.items.size())) return false;
+    // Speculation needs each step's tokens before the next step's drafts,
+    // unless every request's drafting is paused (its drafts kept failing).
+    if (spec_ && spec_->on_for(st.items.size()))
+        for (const Active* a : st.owners)
+            if (!a->spec.pause) return false;
     {
         // A request that could be admitted now goes first.
         std::lock_guard lock(mu_);
@@ -732,6 +735,7 @@ void Scheduler::run_chain(Step& st) {
             if (may_chain_after(st)) {
                 next.emplace();
                 for (Active* a : st.owners) {
+                    if (a->spec.pause) --a->spec.pause;  // a chained step counts against its pause
                     StepItem it;
                     it.seq = a->seq;
                     it.chained = true;
