@@ -33,8 +33,9 @@
 // verifies: while at most --spec-max-batch requests decode, each decoding
 // request's item carries its drafts ([t, d1..dk], verified in the step);
 // the accepted drafts and the token after them are its output, in order.
-// Steps are not chained while it runs (the next drafts need this step's
-// tokens). A step that finds the pool full is first retried without drafts.
+// Steps are not chained while it drafts (the next drafts need this step's
+// tokens), but are while every decoding request's drafting is paused. A
+// step that finds the pool full is first retried without drafts.
 #pragma once
 
 #include <atomic>
