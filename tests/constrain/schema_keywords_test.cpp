@@ -157,6 +157,33 @@ TEST(SchemaKeywords, UnevaluatedWhereItsSetIsInTheText) {
     EXPECT_EQ(refused_keyword(R"({"type":"object","unevaluatedProperties":3})"), "unevaluatedProperties");
 }
 
+// $dynamicRef / $recursiveRef where the schema they name does not depend on
+// the path: the document root declares the anchor (it is the outermost
+// resource of every dynamic scope), or one resource only does.
+TEST(SchemaKeywords, DynamicAndRecursiveRefsWithAStaticTarget) {
+    // The root extends a tree and declares the anchor: the tree's children are the root's kind.
+    auto strict = json_schema_grammar(R"({"$schema":"https://json-schema.org/draft/2020-12/schema",
+        "$id":"https://example.com/strict","$dynamicAnchor":"node","$ref":"tree","required":["data"],
+        "$defs":{"tree":{"$id":"https://example.com/tree","$dynamicAnchor":"node","type":"object",
+          "properties":{"data":{},"children":{"type":"array","items":{"$dynamicRef":"#node"}}}}}})");
+    EXPECT_TRUE(matches(strict, R"({"data":1,"children":[{"data":2}]})"));
+    stops_at(strict, R"({"data":1,"children":[{}]})", 23);
+    // One resource declares it: a plain $ref.
+    auto one = json_schema_grammar(R"({"$defs":{"n":{"$dynamicAnchor":"n","type":"array","items":{"$dynamicRef":"#n"},
+        "maxItems":2}},"$ref":"#/$defs/n"})");
+    EXPECT_TRUE(matches(one, "[[],[[]]]"));
+    stops_at(one, "[1]", 1);
+    // Two resources declare it and the root does not: which one depends on the path.
+    EXPECT_EQ(refused_keyword(R"({"$defs":{"a":{"$id":"https://example.com/a","$dynamicAnchor":"x","items":{"$dynamicRef":"#x"}},
+        "b":{"$id":"https://example.com/b","$dynamicAnchor":"x","type":"string"}},
+        "anyOf":[{"$ref":"https://example.com/a"},{"$ref":"https://example.com/b"}]})"), "$dynamicRef");
+    // 2019-09's $recursiveRef "#" with the root's $recursiveAnchor.
+    auto rec = json_schema_grammar(R"({"$schema":"https://json-schema.org/draft/2019-09/schema","$recursiveAnchor":true,
+        "type":"object","properties":{"kids":{"type":"array","items":{"$recursiveRef":"#"}}},"additionalProperties":false})");
+    EXPECT_TRUE(matches(rec, R"({"kids":[{"kids":[]}]})"));
+    stops_at(rec, R"({"kids":[1])", 9);
+}
+
 // `not` of the forms real schemas use, negated keyword by keyword (a
 // keyword without a negation narrows: its failing values are not written).
 TEST(SchemaKeywords, NotIsNegatedKeywordByKeyword) {

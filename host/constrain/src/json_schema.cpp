@@ -289,6 +289,9 @@ std::string uri_resolve(const std::string& base_in, const std::string& ref) {
 struct Resources {
     std::map<std::string, const Json*> docs;     // base URI (no fragment) -> resource root
     std::map<std::string, const Json*> anchors;  // "base#name" -> schema
+    std::string root_base;                       // the document root's resource
+    std::map<std::string, std::set<std::string>> dynamic;  // $dynamicAnchor name -> the resources declaring it
+    std::set<std::string> recursive;                       // resources whose root has "$recursiveAnchor": true
 };
 
 // Keywords whose value is a schema, an array of schemas, or an object of
@@ -306,6 +309,7 @@ void index_schema(Json& node, const std::string& base_in, bool old_draft, bool r
                   uint32_t depth) {
     if (!node.is_object() || depth > 4 * kMaxGrammarNesting) return;
     std::string base = base_in;
+    bool resource_root = depth == 0;
     auto id = node.find(old_draft ? "id" : "$id");
     if (id != node.end() && id->is_string() && !(ref_only && node.contains("$ref"))) {
         const std::string abs = uri_resolve(base, id->get<std::string>());
@@ -318,13 +322,20 @@ void index_schema(Json& node, const std::string& base_in, bool old_draft, bool r
         if (id->get<std::string>().rfind('#', 0) != 0) {
             base = abs.substr(0, hash);
             res.docs.emplace(base, &node);
+            resource_root = true;
         }
         if (hash != std::string::npos && hash + 1 < abs.size()) res.anchors.emplace(abs, &node);
     }
+    const std::string doc = base.substr(0, base.find('#'));
+    if (depth == 0) res.root_base = doc;
+    if (auto ra = node.find("$recursiveAnchor"); resource_root && ra != node.end() && *ra == true) res.recursive.insert(doc);
     for (const char* a : {"$anchor", "$dynamicAnchor"})
-        if (auto an = node.find(a); an != node.end() && an->is_string())
-            res.anchors.emplace(base.substr(0, base.find('#')) + "#" + an->get<std::string>(), &node);
-    if (auto r = node.find("$ref"); r != node.end() && r->is_string()) *r = uri_resolve(base, r->get<std::string>());
+        if (auto an = node.find(a); an != node.end() && an->is_string()) {
+            res.anchors.emplace(doc + "#" + an->get<std::string>(), &node);
+            if (a[1] == 'd') res.dynamic[an->get<std::string>()].insert(doc);
+        }
+    for (const char* a : {"$ref", "$dynamicRef", "$recursiveRef"})
+        if (auto r = node.find(a); r != node.end() && r->is_string()) *r = uri_resolve(base, r->get<std::string>());
     for (auto& [k, v] : node.items()) {
         if (kSchemaValued.count(k)) index_schema(v, base, old_draft, ref_only, draft_known, res, depth + 1);
         if (kSchemaArrays.count(k) && v.is_array())
@@ -332,6 +343,75 @@ void index_schema(Json& node, const std::string& base_in, bool old_draft, bool r
         if (kSchemaMaps.count(k) && v.is_object())
             for (auto& [name, x] : v.items()) index_schema(x, base, old_draft, ref_only, draft_known, res, depth + 1);
     }
+}
+
+// The schema a $dynamicRef (2020-12) or $recursiveRef (2019-09) names
+// where that does not depend on the path that reached it; nullopt where it
+// does. Each first resolves as a $ref; only where that target is a
+// "bookend" (it declares the same $dynamicAnchor, or "$recursiveAnchor":
+// true) does the outermost resource of the dynamic scope that declares one
+// win. Evaluation starts at the document root, the outermost resource of
+// every scope: if it declares the anchor, it wins; if no other resource
+// declares it, the first target is the only one there is.
+std::optional<std::string> static_dynamic_target(const std::string& key, const std::string& abs, const Resources& res) {
+    const size_t hash = abs.find('#');
+    const std::string doc = abs.substr(0, hash), frag = hash == std::string::npos ? "" : abs.substr(hash + 1);
+    if (key == "$recursiveRef") {
+        if (!frag.empty()) return std::nullopt;  // only "#" has a meaning
+        auto d = res.docs.find(doc);
+        const bool bookend = d != res.docs.end() && d->second->is_object() && d->second->value("$recursiveAnchor", Json()) == true;
+        if (!bookend) return doc + "#";
+        if (res.recursive.count(res.root_base)) return res.root_base + "#";
+        if (res.recursive.size() == 1) return doc + "#";
+        return std::nullopt;
+    }
+    if (frag.empty() || frag[0] == '/') return abs;  // a pointer: a plain $ref
+    auto a = res.anchors.find(abs);
+    if (a == res.anchors.end() || a->second->value("$dynamicAnchor", Json()) != frag) return abs;
+    auto r = res.anchors.find(res.root_base + "#" + frag);
+    if (r != res.anchors.end() && r->second->value("$dynamicAnchor", Json()) == frag) return res.root_base + "#" + frag;
+    auto d = res.dynamic.find(frag);
+    if (d != res.dynamic.end() && d->second.size() == 1) return abs;
+    return std::nullopt;
+}
+
+// Each $dynamicRef/$recursiveRef whose target is static becomes a $ref
+// (beside a $ref of its own: an allOf part); the others stay, refused by
+// name where they constrain. Found first, then changed deepest first: a
+// change moves the members of that object only (ordered_json keeps them
+// in a vector), never an object found before it. Returns how many changed
+// (the index then is stale).
+struct DynamicRef {
+    Json* node;
+    const char* key;
+    std::string target;
+};
+void find_dynamic_refs(Json& node, const Resources& res, uint32_t depth, std::vector<DynamicRef>& out) {
+    if (!node.is_object() || depth > 4 * kMaxGrammarNesting) return;
+    for (const char* key : {"$dynamicRef", "$recursiveRef"})
+        if (auto r = node.find(key); r != node.end() && r->is_string())
+            if (auto target = static_dynamic_target(key, r->get<std::string>(), res)) out.push_back({&node, key, *target});
+    for (auto& [k, v] : node.items()) {
+        if (kSchemaValued.count(k)) find_dynamic_refs(v, res, depth + 1, out);
+        if (kSchemaArrays.count(k) && v.is_array())
+            for (auto& x : v) find_dynamic_refs(x, res, depth + 1, out);
+        if (kSchemaMaps.count(k) && v.is_object())
+            for (auto& [name, x] : v.items()) find_dynamic_refs(x, res, depth + 1, out);
+    }
+}
+size_t static_dynamic_refs(Json& root, const Resources& res) {
+    std::vector<DynamicRef> found;
+    find_dynamic_refs(root, res, 0, found);
+    size_t changed = 0;
+    for (auto it = found.rbegin(); it != found.rend(); ++it) {
+        Json& node = *it->node;
+        if (node.contains("allOf") && !node["allOf"].is_array()) continue;  // malformed: refused where compiled
+        node.erase(it->key);
+        if (!node.contains("$ref")) node["$ref"] = it->target;
+        else node["allOf"].push_back(Json{{"$ref", it->target}});  // null becomes an array
+        ++changed;
+    }
+    return changed;
 }
 
 // enum/const values checked against their sibling keywords by a grammar
@@ -2379,6 +2459,11 @@ std::string schema_rules(std::string_view schema_json, const std::string& prefix
     bool ref_only = old_draft;
     for (const char* d : {"draft-06", "draft-07"}) ref_only = ref_only || schema_uri.find(d) != std::string::npos;
     index_schema(root, "", old_draft, ref_only, schema_uri.find("json-schema.org") != std::string::npos, res, 0);
+    if (!ref_only && static_dynamic_refs(root, res) > 0) {  // index again: the changes moved nodes
+        res = Resources{};
+        res.docs.emplace("", &root);
+        index_schema(root, "", old_draft, ref_only, true, res, 0);
+    }
     const std::string expr = SchemaCompiler(root, res, prefix, out).compile();
     if (out.size() > kMaxGrammarTextBytes)
         throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kMaxGrammarTextBytes));
