@@ -260,6 +260,7 @@ std::shared_ptr<Job> Service::prepare(GenerationRequest req) {
         job->prompt_tokens = codec_->encode(req.prompt, req.add_special, req.parse_special, req.literal);
     else
         place_images(req, options_.images.get(), *codec_, scheduler_->limits().max_step_tokens, *job);
+    req.images.clear();  // the job holds what the encoder takes; the decoded images go now
     job->n_ctx = n_ctx_;
     const uint32_t ctx = n_ctx_;
     const size_t np = job->prompt_tokens.size();
