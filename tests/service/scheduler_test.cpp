@@ -1137,7 +1137,8 @@ struct SpecHarness {
     std::shared_ptr<FakeEngine> draft;
     std::unique_ptr<Scheduler> sched;
     SpecHarness(SpecSource source, uint32_t draft_max, uint32_t max_batch, size_t perturb_every = 0,
-                uint32_t verify_max = 8, int32_t eog = -1, uint32_t blocks = 256, uint32_t step_tokens = 256) {
+                uint32_t verify_max = 8, int32_t eog = -1, uint32_t blocks = 256, uint32_t step_tokens = 256,
+                uint32_t draft_blocks = 1024) {
         auto e = std::make_unique<FakeEngine>(4, blocks, 16, step_tokens);
         e->verifies_up_to(verify_max);
         engine = e.get();
@@ -1146,7 +1147,7 @@ struct SpecHarness {
         o.spec.draft_max = draft_max;
         o.spec.max_batch = max_batch;
         if (source == SpecSource::DraftModel) {
-            draft = std::make_shared<FakeEngine>(4, 1024, 32, 256);
+            draft = std::make_shared<FakeEngine>(4, draft_blocks, 32, 256);
             draft->perturb_every = perturb_every;
             o.spec.draft = draft;
         }
@@ -1323,4 +1324,17 @@ TEST(SchedulerSpec, PausedDraftingLetsStepsChain) {
     EXPECT_GT(h.sched->stats().spec_drafts.load(), 0u);
     EXPECT_GT(h.sched->stats().chained_steps.load(), 100u) << "paused steps did not chain";
     EXPECT_EQ(h.engine->calls_in_flight.load(), 0u);
+}
+
+// A draft model whose cache fills drafts nothing for a while (no error, no
+// retry every step), and the output is unchanged.
+TEST(SchedulerSpec, AFullDraftCachePausesDrafting) {
+    SpecHarness h(SpecSource::DraftModel, 4, 8, 0, 8, -1, 256, 256, 6);  // 6 blocks of 4: 24 tokens
+    auto j = make_job("f", "twelve chars", 60);
+    h.sched->enqueue(j);
+    Outcome r = drain(*j);
+    ASSERT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
+    EXPECT_EQ(r.text, expected("twelve chars", 60));
+    EXPECT_GT(h.sched->stats().spec_drafts.load(), 0u) << "it drafted while the cache held it";
+    EXPECT_LE(h.draft->kv_full.load(), 2u) << "the draft model was asked again every step";
 }

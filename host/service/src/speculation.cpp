@@ -148,11 +148,14 @@ void Speculator::draft_model(std::span<Ask> asks) {
             std::erase_if(runs, [](const Run& r) { return r.feed.empty(); });
         }
     } catch (const std::exception& ex) {
-        // No drafts this step; the sequences are rebuilt from nothing.
-        log_event(spdlog::level::warn, "draft_model_failed", {{"message", ex.what()}});
+        // No drafts this step, and none for these requests for a while (a
+        // full draft cache would fail again at once); their sequences are
+        // rebuilt from nothing after.
+        log_event(spdlog::level::warn, "draft_model_failed", {{"message", ex.what()}, {"paused_steps", kSpecMaxPause}});
         for (Ask& a : asks) {
             drop(*a.st);
             a.st->step.resize(1);
+            a.st->pause = kSpecMaxPause;
         }
     }
 }
