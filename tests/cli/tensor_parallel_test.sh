@@ -66,6 +66,17 @@ serving shard-mode -- "$eh" --model "$model" "${gpu[@]}" --gpus 0,0 --tensor-par
 [[ $(curl -s "http://127.0.0.1:$port/health" | jq -c '[.device, [.devices[].gpu]]') == '["test devices 0,0",[0,0]]' ]]
 check shard-mode-one-gpu-twice $? "$(curl -s "http://127.0.0.1:$port/health")"
 stop
+# A GPU the probe refuses (busy) is skipped, not the end of the GPUs: the
+# ones after it are chosen, or named, by their own ordinal.
+export EH_TEST_ENGINE_GPUS=busy,70000,40000
+serving skip-busy -- "$eh" --model "$model" "${gpu[@]}" --gpu-device 1 --tensor-parallel 2
+[[ $(curl -s "http://127.0.0.1:$port/health" | jq -r .device) == "test devices 1,2" ]]
+check tp-skips-a-busy-gpu $? "$(curl -s "http://127.0.0.1:$port/health")"
+stop
+refuses gpus-names-a-busy-gpu 3 '--gpus names GPU 0, which plugin fixture-fake-gpu cannot use: fixture: GPU 0 is busy' \
+  -- "$eh" --model "$model" "${gpu[@]}" --gpus 2,0
+export EH_TEST_ENGINE_GPUS=10000,70000,40000
+
 # One rank: the plain load (no device set), /health still lists its GPU.
 serving one-rank -- "$eh" --model "$model" "${gpu[@]}"
 [[ $(curl -s "http://127.0.0.1:$port/health" | jq -c '[.device, [.devices[].gpu]]') == '["test device",[0]]' ]]
@@ -75,13 +86,15 @@ stop
 # Refusals, each before the load.
 refuses cpu-plugin-one-device 2 'plugin test-engine serves one device only; --tensor-parallel 2 needs a plugin that spans 2 devices' \
   -- "$eh" --model "$model" --plugins "$plugins/good" --tensor-parallel 2
-refuses too-few-gpus 5 "--tensor-parallel 4 needs 4 GPUs; the plugin's probe sees 3" '[INSUFFICIENT_VRAM]' \
+refuses too-few-gpus 5 "--tensor-parallel 4 needs 4 GPUs; the plugin can use 3" '[INSUFFICIENT_VRAM]' \
   -- "$eh" --model "$model" "${gpu[@]}" --tensor-parallel 4
 refuses gpus-names-a-missing-gpu 3 '--gpus names GPU 5, which plugin fixture-fake-gpu cannot use: fixture: CUDA device 5 does not exist (3 present)' \
   -- "$eh" --model "$model" "${gpu[@]}" --gpus 0,5
-EH_TEST_ENGINE_GPUS=1,1 refuses fit-shortfall-named 5 'the model needs 12.2 MiB of weights + 3.4 MiB of KV cache (one sequence of 512 tokens), 7.8 MiB a rank over 2 ranks; GPU 0 (test GPU 0) has 1.0 MiB free for 1 rank: 6.8 MiB short' \
+# each rank holds its share of the layers' matrices and the KV cache, and
+# the embeddings, LM head and norms whole
+EH_TEST_ENGINE_GPUS=1,1 refuses fit-shortfall-named 5 'the model needs 11.4 MiB of weights split over the ranks + 0.8 MiB on every rank (embeddings, LM head, norms) + 3.4 MiB of KV cache (one sequence of 512 tokens), 8.2 MiB a rank over 2 ranks; GPU 0 (test GPU 0) has 1.0 MiB free for 1 rank: 7.2 MiB short' \
   -- "$eh" --model "$model" "${gpu[@]}" --tensor-parallel 2
-EH_TEST_ENGINE_GPUS=1,1 refuses fit-shortfall-kv-cache-size 5 '+ 64.0 MiB of KV cache (--kv-cache-size-mb 64)' \
+EH_TEST_ENGINE_GPUS=1,1 refuses fit-shortfall-kv-cache-size 5 '+ 64.0 MiB of KV cache (--kv-cache-size-mb 64), 38.5 MiB a rank' \
   -- "$eh" --model "$model" "${gpu[@]}" --tensor-parallel 2 --kv-cache-size-mb 64
 refuses tp-out-of-range 2 '--tensor-parallel must be between 1 and 8' -- "$eh" --model "$model" "${gpu[@]}" --tensor-parallel 9
 refuses gpus-bad-list 2 "--gpus '0,,1': '' is not a GPU ordinal (0-63)" -- "$eh" --model "$model" "${gpu[@]}" --gpus 0,,1

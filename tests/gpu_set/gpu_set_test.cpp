@@ -52,7 +52,7 @@ TEST(GpuList, EveryBadFormIsRefusedNamingIt) {
 std::vector<GpuFacts> gpus(const std::vector<uint64_t>& free_gib) {
     std::vector<GpuFacts> g;
     for (size_t i = 0; i < free_gib.size(); ++i)
-        g.push_back({int(i), "GPU-" + std::to_string(i), 141ull << 30, free_gib[i] << 30});
+        g.push_back({int(i), true, "", "GPU-" + std::to_string(i), 141ull << 30, free_gib[i] << 30});
     return g;
 }
 
@@ -66,28 +66,43 @@ TEST(PickGpus, MostFreeMemoryFirstTiesToTheLowerOrdinalInOrdinalOrder) {
         FAIL() << "4 of 2 GPUs picked";
     } catch (const eh::Error& e) {
         EXPECT_EQ(e.code(), eh::Code::InsufficientVram);
-        EXPECT_STREQ(e.what(), "--tensor-parallel 4 needs 4 GPUs; the plugin's probe sees 2");
+        EXPECT_STREQ(e.what(), "--tensor-parallel 4 needs 4 GPUs; the plugin can use 2");
     }
 }
 
-TEST(FitCheck, SplitsEvenlyAndNamesTheShortGpu) {
+// A GPU the probe refuses (busy, full) is skipped, and the GPUs after it
+// are still chosen by their own ordinal.
+TEST(PickGpus, UnusableGpusAreSkippedNotTheEnd) {
+    std::vector<GpuFacts> g = gpus({80, 10, 70, 60});
+    g[0].usable = false;
+    g[0].reason = "busy";
+    EXPECT_EQ(pick_gpus(g, 2), std::vector<int>({2, 3}));
+    EXPECT_EQ(find_gpu(g, 3)->free_bytes, 60ull << 30);
+    EXPECT_EQ(find_gpu(g, 9), nullptr);
+    EXPECT_THROW(pick_gpus(g, 4), eh::Error);
+}
+
+TEST(FitCheck, EachRankHoldsTheReplicatedWeightsAndItsShareNamingTheShortGpu) {
     FitNeed need;
-    need.weight_bytes = 40ull << 30;
+    need.sharded_bytes = 38ull << 30;
+    need.replicated_bytes = 2ull << 30;
     need.kv_bytes = 1ull << 30;
-    need.kv_what = "one sequence of 8192 tokens";
-    EXPECT_EQ(fit_shortfall(need, {0, 1}, gpus({30, 30})), "");
-    EXPECT_EQ(fit_shortfall(need, {0}, gpus({41})), "");
-    const std::string one = fit_shortfall(need, {0}, gpus({30}));
-    EXPECT_EQ(one, "the model needs 40.0 GiB of weights + 1.0 GiB of KV cache (one sequence of 8192 tokens), 41.0 GiB a "
-                   "rank over 1 rank; GPU 0 (GPU-0) has 30.0 GiB free for 1 rank: 11.0 GiB short. Spread it over more "
-                   "GPUs (--tensor-parallel, --gpus), or take a smaller quantization or context");
-    EXPECT_NE(fit_shortfall(need, {0, 1}, gpus({30, 12})).find("GPU 1 (GPU-1) has 12.0 GiB free for 1 rank: 8.5 GiB short"),
+    need.kv_what = "one sequence of 4096 tokens";
+    EXPECT_EQ(rank_share(need, 1), 41ull << 30);
+    EXPECT_EQ(rank_share(need, 2), (2ull << 30) + (19ull << 30) + (1ull << 29));
+    EXPECT_EQ(fit_shortfall(need, {0, 1}, gpus({22, 22})), "");
+    // 21.5 GiB a rank: the replicated 2 GiB is not divided
+    const std::string two = fit_shortfall(need, {0, 1}, gpus({30, 21}));
+    EXPECT_EQ(two, "the model needs 38.0 GiB of weights split over the ranks + 2.0 GiB on every rank (embeddings, LM "
+                   "head, norms) + 1.0 GiB of KV cache (one sequence of 4096 tokens), 21.5 GiB a rank over 2 ranks; GPU "
+                   "1 (GPU-1) has 21.0 GiB free for 1 rank: 512.0 MiB short. Spread it over more GPUs (--tensor-parallel, "
+                   "--gpus), or take a smaller quantization or context");
+    // the shard mode: one GPU holds every rank's share, the replicated part twice
+    EXPECT_NE(fit_shortfall(need, {0, 0}, gpus({42})).find("GPU 0 (GPU-0) has 42.0 GiB free for 2 ranks: 1.0 GiB short"),
               std::string::npos);
-    // the shard mode: one GPU holds every rank's share
-    EXPECT_NE(fit_shortfall(need, {0, 0}, gpus({30})).find("GPU 0 (GPU-0) has 30.0 GiB free for 2 ranks: 11.0 GiB short"),
-              std::string::npos);
+    EXPECT_EQ(fit_shortfall(need, {0, 0}, gpus({43})), "");
     // a probe that states no free memory is not judged
-    EXPECT_EQ(fit_shortfall(need, {0}, gpus({0})), "");
+    EXPECT_EQ(fit_shortfall(need, {0, 1}, gpus({0, 0})), "");
 }
 
 }  // namespace

@@ -49,51 +49,77 @@ bool parse_gpu_list(std::string_view text, std::vector<int>& out, std::string& e
     return true;
 }
 
-std::vector<GpuFacts> probe_gpus(const eh_plugin_api& api, std::string* stop_reason) {
+std::vector<GpuFacts> probe_gpus(const eh_plugin_api& api, const std::vector<int>& ordinals) {
     std::vector<GpuFacts> gpus;
-    for (int d = 0; d <= kMaxGpuOrdinal; ++d) {
+    for (int d : ordinals) {
         eh_probe_result pr{};
         pr.struct_size = sizeof pr;
-        if (api.probe(d, &pr) != EH_OK || !pr.supported) {
-            pr.reason[sizeof pr.reason - 1] = '\0';
-            if (stop_reason) *stop_reason = pr.reason;
-            break;
-        }
+        GpuFacts g;
+        g.ordinal = d;
+        const eh_status st = api.probe(d, &pr);
+        pr.reason[sizeof pr.reason - 1] = '\0';
         pr.device_name[sizeof pr.device_name - 1] = '\0';
-        gpus.push_back({d, pr.device_name, pr.total_memory_bytes, pr.free_memory_bytes});
+        g.usable = st == EH_OK && pr.supported;
+        g.reason = st != EH_OK ? std::string("probe failed with ") + eh_status_name(st)
+                               : pr.reason[0] ? pr.reason : g.usable ? "" : "its probe refuses it";
+        if (g.usable) {
+            g.name = pr.device_name;
+            g.total_bytes = pr.total_memory_bytes;
+            g.free_bytes = pr.free_memory_bytes;
+        }
+        gpus.push_back(std::move(g));
     }
     return gpus;
 }
 
+std::vector<int> all_ordinals() {
+    std::vector<int> d;
+    for (int i = 0; i <= kMaxGpuOrdinal; ++i) d.push_back(i);
+    return d;
+}
+
+const GpuFacts* find_gpu(const std::vector<GpuFacts>& gpus, int ordinal) {
+    for (const GpuFacts& g : gpus)
+        if (g.ordinal == ordinal) return &g;
+    return nullptr;
+}
+
 std::vector<int> pick_gpus(const std::vector<GpuFacts>& gpus, uint32_t n) {
-    if (gpus.size() < n)
+    std::vector<GpuFacts> usable;
+    for (const GpuFacts& g : gpus)
+        if (g.usable) usable.push_back(g);
+    if (usable.size() < n)
         throw Error(Code::InsufficientVram,
-                    fmt::format("--tensor-parallel {} needs {} GPUs; the plugin's probe sees {}", n, n, gpus.size()));
-    std::vector<GpuFacts> by_free = gpus;
-    std::stable_sort(by_free.begin(), by_free.end(),
+                    fmt::format("--tensor-parallel {} needs {} GPUs; the plugin can use {}", n, n, usable.size()));
+    std::stable_sort(usable.begin(), usable.end(),
                      [](const GpuFacts& a, const GpuFacts& b) { return a.free_bytes > b.free_bytes; });
     std::vector<int> out;
-    for (uint32_t i = 0; i < n; ++i) out.push_back(by_free[i].ordinal);
+    for (uint32_t i = 0; i < n; ++i) out.push_back(usable[i].ordinal);
     std::sort(out.begin(), out.end());
     return out;
+}
+
+uint64_t rank_share(const FitNeed& need, uint64_t ranks) {
+    return need.replicated_bytes + (need.sharded_bytes + ranks - 1) / ranks + (need.kv_bytes + ranks - 1) / ranks;
 }
 
 std::string fit_shortfall(const FitNeed& need, const std::vector<int>& devices, const std::vector<GpuFacts>& gpus) {
     if (devices.empty()) return "";
     const uint64_t ranks = devices.size();
-    const uint64_t share = (need.weight_bytes + need.kv_bytes + ranks - 1) / ranks;
+    const uint64_t share = rank_share(need, ranks);
     std::map<int, uint64_t> count;
     for (int d : devices) ++count[d];
     for (const auto& [d, k] : count) {
-        const auto g = std::find_if(gpus.begin(), gpus.end(), [d = d](const GpuFacts& x) { return x.ordinal == d; });
-        if (g == gpus.end() || g->free_bytes == 0) continue;
+        const GpuFacts* g = find_gpu(gpus, d);
+        if (!g || g->free_bytes == 0) continue;
         if (share * k <= g->free_bytes) continue;
-        return fmt::format("the model needs {} of weights + {} of KV cache ({}), {} a rank over {} rank{}; GPU {}{} "
-                           "has {} free for {} rank{}: {} short. Spread it over more GPUs (--tensor-parallel, --gpus), "
-                           "or take a smaller quantization or context",
-                           gib(need.weight_bytes), gib(need.kv_bytes), need.kv_what, gib(share), ranks,
-                           ranks == 1 ? "" : "s", d, g->name.empty() ? "" : " (" + g->name + ")", gib(g->free_bytes), k,
-                           k == 1 ? "" : "s", gib(share * k - g->free_bytes));
+        return fmt::format("the model needs {} of weights split over the ranks + {} on every rank (embeddings, LM head, "
+                           "norms) + {} of KV cache ({}), {} a rank over {} rank{}; GPU {}{} has {} free for {} rank{}: {} "
+                           "short. Spread it over more GPUs (--tensor-parallel, --gpus), or take a smaller quantization or "
+                           "context",
+                           gib(need.sharded_bytes), gib(need.replicated_bytes), gib(need.kv_bytes), need.kv_what,
+                           gib(share), ranks, ranks == 1 ? "" : "s", d, g->name.empty() ? "" : " (" + g->name + ")",
+                           gib(g->free_bytes), k, k == 1 ? "" : "s", gib(share * k - g->free_bytes));
     }
     return "";
 }

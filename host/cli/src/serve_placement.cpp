@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <string_view>
 
 #include "eh/error.hpp"
 #include "eh/loader/engine.hpp"
@@ -34,16 +35,17 @@ void kv_need(const model::ModelFile& file, const PlacementAsk& ask, FitNeed& nee
     need.kv_what = fmt::format("one sequence of {} tokens", tokens);
 }
 
-std::string probe_reason(const eh_plugin_api& api, int d) {
-    eh_probe_result pr{};
-    pr.struct_size = sizeof pr;
-    const eh_status st = api.probe(d, &pr);
-    pr.reason[sizeof pr.reason - 1] = '\0';
-    if (st != EH_OK) return std::string("probe failed with ") + eh_status_name(st);
-    return pr.reason[0] ? pr.reason : "its probe refuses it";
-}
-
 }  // namespace
+
+static nlohmann::json gpu_json(size_t rank, int d, const GpuFacts* g) {
+    nlohmann::json j = {{"rank", rank}, {"gpu", d}};
+    if (g && g->usable) {
+        j["name"] = g->name;
+        j["total_bytes"] = g->total_bytes;
+        j["free_bytes_at_start"] = g->free_bytes;
+    }
+    return j;
+}
 
 Placement place_model(const PluginRecord& plugin, const model::ModelFile& file, const PlacementAsk& ask) {
     Placement p;
@@ -60,38 +62,48 @@ Placement place_model(const PluginRecord& plugin, const model::ModelFile& file, 
         p.json = nlohmann::json::array({{{"rank", 0}, {"device", "cpu"}}});
         return p;
     }
-    if (!plugin.api) {
+    if (!plugin.api || (ask.tensor_parallel == 1 && ask.gpus.empty())) {
+        // One rank on --gpu-device: what discovery's probe saw (no other GPU
+        // is touched); the plugin checks its own memory.
         p.devices = {ask.gpu_device};
-        p.json = nlohmann::json::array({{{"rank", 0}, {"gpu", ask.gpu_device}}});
+        GpuFacts g;
+        if (plugin.probe && plugin.probe->supported) {
+            g.usable = true;
+            g.name = plugin.probe->device_name;
+            g.total_bytes = plugin.probe->total_memory_bytes;
+            g.free_bytes = plugin.probe->free_memory_bytes;
+        }
+        p.json = nlohmann::json::array({gpu_json(0, ask.gpu_device, plugin.probe ? &g : nullptr)});
         return p;
     }
-    p.gpus = probe_gpus(*plugin.api);
     if (!ask.gpus.empty()) {
-        for (int d : ask.gpus)
-            if (d >= int(p.gpus.size()))
-                throw Error(Code::NoPlugin, fmt::format("--gpus names GPU {}, which plugin {} cannot use: {}", d, name,
-                                                        probe_reason(*plugin.api, d)));
+        std::vector<int> named = ask.gpus;
+        std::sort(named.begin(), named.end());
+        named.erase(std::unique(named.begin(), named.end()), named.end());
+        p.gpus = probe_gpus(*plugin.api, named);
+        for (const GpuFacts& g : p.gpus)
+            if (!g.usable)
+                throw Error(Code::NoPlugin,
+                            fmt::format("--gpus names GPU {}, which plugin {} cannot use: {}", g.ordinal, name, g.reason));
         p.devices = ask.gpus;
-    } else if (ask.tensor_parallel > 1) {
-        p.devices = pick_gpus(p.gpus, ask.tensor_parallel);
     } else {
-        p.devices = {ask.gpu_device};
+        p.gpus = probe_gpus(*plugin.api, all_ordinals());
+        p.devices = pick_gpus(p.gpus, ask.tensor_parallel);
     }
-    FitNeed need;
-    for (const eh_tensor& t : file.tensors()) need.weight_bytes += t.nbytes;
-    kv_need(file, ask, need);
-    if (std::string why = fit_shortfall(need, p.devices, p.gpus); !why.empty()) throw Error(Code::InsufficientVram, why);
-    p.json = nlohmann::json::array();
-    for (size_t r = 0; r < p.devices.size(); ++r) {
-        const int d = p.devices[r];
-        nlohmann::json j = {{"rank", r}, {"gpu", d}};
-        if (d < int(p.gpus.size())) {
-            j["name"] = p.gpus[size_t(d)].name;
-            j["total_bytes"] = p.gpus[size_t(d)].total_bytes;
-            j["free_bytes_at_start"] = p.gpus[size_t(d)].free_bytes;
+    if (p.devices.size() > 1) {
+        FitNeed need;
+        for (const eh_tensor& t : file.tensors()) {
+            // llama-cuda's split: the layers' matrices are cut, the rest is
+            // on every rank whole
+            const bool layer_matrix = t.n_dims >= 2 && std::string_view(t.name.data, t.name.size).starts_with("blk.");
+            (layer_matrix ? need.sharded_bytes : need.replicated_bytes) += t.nbytes;
         }
-        p.json.push_back(j);
+        kv_need(file, ask, need);
+        if (std::string why = fit_shortfall(need, p.devices, p.gpus); !why.empty())
+            throw Error(Code::InsufficientVram, why);
     }
+    p.json = nlohmann::json::array();
+    for (size_t r = 0; r < p.devices.size(); ++r) p.json.push_back(gpu_json(r, p.devices[r], find_gpu(p.gpus, p.devices[r])));
     return p;
 }
 

@@ -26,7 +26,8 @@
 //                             F16 (a plugin breaking the rule that it must
 //                             refuse a type it cannot store)
 //   EH_TEST_ENGINE_GPUS       (fake-gpu) the GPUs its probe sees, as their
-//                             free memory in MiB, e.g. "10,70,40" (unset:
+//                             free memory in MiB, e.g. "10,70,40", or
+//                             "busy" for one its probe refuses (unset:
 //                             GPU 0 alone, no memory stated); fake-gpu
 //                             spans up to 8 devices (ABI 1.6 max_devices)
 //                             and names a load's device set in its model
@@ -198,14 +199,22 @@ eh_status probe([[maybe_unused]] int32_t device, eh_probe_result* out) {
         std::vector<uint64_t> free_mib;
         for (const char* q = g; *q;) {
             char* end = nullptr;
-            free_mib.push_back(std::strtoull(q, &end, 10));
-            if (end == q) break;
+            if (std::strncmp(q, "busy", 4) == 0) {  // a GPU the probe refuses
+                free_mib.push_back(UINT64_MAX);
+                end = const_cast<char*>(q) + 4;
+            } else {
+                free_mib.push_back(std::strtoull(q, &end, 10));
+                if (end == q) break;
+            }
             q = *end == ',' ? end + 1 : end;
         }
         if (device < 0 || size_t(device) >= free_mib.size()) {
             out->supported = 0;
             ehp::copy_fixed(out->reason, "fixture: CUDA device " + std::to_string(device) + " does not exist (" +
                                              std::to_string(free_mib.size()) + " present)");
+        } else if (free_mib[size_t(device)] == UINT64_MAX) {
+            out->supported = 0;
+            ehp::copy_fixed(out->reason, "fixture: GPU " + std::to_string(device) + " is busy");
         } else {
             ehp::copy_fixed(out->device_name, "test GPU " + std::to_string(device));
             out->total_memory_bytes = uint64_t(141) << 30;
