@@ -192,6 +192,15 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
             if (aset != 0 && set == 0)
                 problems.push_back("function table entries adapter_load, adapter_release and seq_set_adapter (1.6) "
                                    "need the batched (1.2) entries");
+            // So do the image calls.
+            const size_t iset = (api->image_encoder_load != nullptr) + (api->image_encode != nullptr) +
+                                (api->seq_embd_spans != nullptr);
+            if (iset != 0 && iset != 3)
+                problems.push_back("function table entries image_encoder_load, image_encode and seq_embd_spans (1.6) "
+                                   "come as a group: set all three or none");
+            if (iset != 0 && set == 0)
+                problems.push_back("function table entries image_encoder_load, image_encode and seq_embd_spans (1.6) "
+                                   "need the batched (1.2) entries");
         }
         if (step_only && set == 0)
             problems.push_back("function table has neither the session entries nor the batched (1.2) entries: "
