@@ -222,3 +222,17 @@ TEST(VisionEndToEnd, EveryChoiceOfNSeesTheImage) {
         EXPECT_EQ(first_logprobs(single), first_logprobs(one));
     }
 }
+
+TEST(VisionEndToEnd, AnthropicCountTokensCountsTheImage) {
+    ASSERT_GT(server().port(), 0) << server().log();
+    const std::string a = png_data_url(40, 40, 12);
+    json body = {{"model", "m"},
+                 {"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "Hi"}}})}}})}};
+    auto plain = server().post("/v1/messages/count_tokens", body.dump());
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    body["messages"][0]["content"].push_back(
+        {{"type", "image"}, {"source", {{"type", "base64"}, {"media_type", "image/png"}, {"data", a.substr(a.find(',') + 1)}}}});
+    auto with = server().post("/v1/messages/count_tokens", body.dump());
+    ASSERT_EQ(with.status, 200) << with.body;
+    EXPECT_GE(int(json::parse(with.body)["input_tokens"]) - int(json::parse(plain.body)["input_tokens"]), 16);
+}

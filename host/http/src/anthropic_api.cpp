@@ -86,8 +86,12 @@ void Server::Impl::install_anthropic() {
         std::shared_ptr<service::Service> svc;
         auto r = prepare(req, res, cid, true, svc);
         if (!r) return;
-        auto tokens = svc->codec().encode(r->gen.prompt, r->gen.add_special, r->gen.parse_special, r->gen.literal);
-        send_json(res, 200, {{"input_tokens", tokens.size()}});
+        try {
+            send_json(res, 200, {{"input_tokens", svc->prompt_tokens(r->gen).size()}});  // images counted as served
+        } catch (const std::exception& e) {
+            send_exception(res, e, cid);
+            to_anthropic(res);
+        }
     });
 
     http.Post("/v1/messages", [this, prepare](const httplib::Request& req, httplib::Response& res) {

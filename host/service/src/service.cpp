@@ -148,6 +148,13 @@ void Service::fill_gauges(Gauges& g) const {
     g.spec_draft_seconds = double(s.spec_draft_ns.load()) * 1e-9;
 }
 
+std::vector<int32_t> Service::prompt_tokens(const GenerationRequest& req) const {
+    if (req.images.empty()) return codec_->encode(req.prompt, req.add_special, req.parse_special, req.literal);
+    Job job;
+    place_images(req, options_.images.get(), *codec_, scheduler_->limits().max_step_tokens, job);
+    return std::move(job.prompt_tokens);
+}
+
 std::shared_ptr<Job> Service::submit(GenerationRequest req) {
     auto job = prepare(std::move(req));
     scheduler_->enqueue(job);

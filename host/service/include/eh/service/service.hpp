@@ -122,6 +122,9 @@ public:
     // The scheduler's gauges and counters for /metrics.
     void fill_gauges(Gauges& g) const;
     const TextCodec& codec() const { return *codec_; }
+    // The prompt's tokens as a job would hold them (its images expanded into
+    // the model's image tokens); RequestError as submit() would throw.
+    std::vector<int32_t> prompt_tokens(const GenerationRequest& req) const;
     const ServiceOptions& options() const { return options_; }
     const std::shared_ptr<EngineSource>& engine() const { return engine_; }
     // Ready, or restarting / failed after its process died (remote_engine.hpp).
