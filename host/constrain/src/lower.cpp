@@ -21,6 +21,44 @@ struct Item {
 };
 using Seq = std::vector<Item>;
 
+// The least fixpoint "a rule is marked when one of its alternatives has
+// only marked rule references, and (terminals_block) no byte set": rules
+// that can match nothing (terminals block) or can end (they do not), from
+// the marks given. A worklist over the references, linear in the grammar's
+// size (a sweep over all rules until nothing changes takes one pass per
+// link of the longest chain, quadratic on large schema grammars).
+void least_fixpoint(const std::vector<std::vector<Seq>>& rules, bool terminals_block, std::vector<char>& mark) {
+    const size_t n = rules.size();
+    std::vector<uint32_t> waiting;                          // per alternative: unmarked references left
+    std::vector<uint32_t> owner;                            // per alternative: its rule
+    std::vector<std::vector<uint32_t>> users(n);            // per rule: the alternatives naming it, once per naming
+    std::vector<uint32_t> todo;
+    for (size_t r = 0; r < n; ++r) {
+        if (mark[r]) todo.push_back(uint32_t(r));
+        for (const auto& alt : rules[r]) {
+            bool blocked = false;
+            uint32_t refs = 0;
+            for (const auto& it : alt) {
+                if (!it.ref) blocked = blocked || terminals_block;
+                else ++refs;
+            }
+            if (blocked) continue;
+            const uint32_t a = uint32_t(waiting.size());
+            waiting.push_back(refs);
+            owner.push_back(uint32_t(r));
+            for (const auto& it : alt)
+                if (it.ref) users[it.arg].push_back(a);
+            if (refs == 0 && !mark[r]) mark[r] = 1, todo.push_back(uint32_t(r));
+        }
+    }
+    while (!todo.empty()) {
+        const uint32_t q = todo.back();
+        todo.pop_back();
+        for (uint32_t a : users[q])
+            if (--waiting[a] == 0 && !mark[owner[a]]) mark[owner[a]] = 1, todo.push_back(owner[a]);
+    }
+}
+
 class Lowering {
 public:
     Lowering(const std::vector<RuleDef>& defs) : defs_(defs) {
@@ -393,23 +431,7 @@ private:
     }
 
     // Which rules can match nothing, by fixpoint (repeats by their stand-ins).
-    void find_nullable() {
-        for (bool changed = true; changed;) {
-            changed = false;
-            for (size_t r = 0; r < rules_.size(); ++r) {
-                if (nullable_[r]) continue;
-                for (const auto& alt : rules_[r]) {
-                    bool e = true;
-                    for (const auto& it : alt) e = e && it.ref && nullable_[it.arg];
-                    if (e) {
-                        nullable_[r] = 1;
-                        changed = true;
-                        break;
-                    }
-                }
-            }
-        }
-    }
+    void find_nullable() { least_fixpoint(rules_, true, nullable_); }
 
     void check(uint32_t root) {
         const size_t n = rules_.size();
@@ -426,20 +448,8 @@ private:
         }
         // Productive (can end) and nullable (can match nothing), by fixpoint.
         std::vector<char> prod(n, 0), nullable(n, 0);
-        for (bool changed = true; changed;) {
-            changed = false;
-            for (size_t r = 0; r < n; ++r) {
-                for (const auto& alt : rules_[r]) {
-                    bool p = true, e = true;
-                    for (const auto& it : alt) {
-                        if (it.ref) p = p && prod[it.arg], e = e && nullable[it.arg];
-                        else e = false;
-                    }
-                    if (p && !prod[r]) prod[r] = 1, changed = true;
-                    if (e && !nullable[r]) nullable[r] = 1, changed = true;
-                }
-            }
-        }
+        least_fixpoint(rules_, false, prod);
+        least_fixpoint(rules_, true, nullable);
         for (size_t r = 0; r < n; ++r)
             if (reach[r] && !prod[r])
                 throw GrammarError("grammar", fmt::format("grammar: rule '{}' can never end (every alternative "
