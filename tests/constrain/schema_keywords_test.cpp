@@ -919,10 +919,24 @@ TEST(SchemaKeywords, RealWorldShapesCompile) {
 TEST(SchemaKeywords, HostileSchemasHitLimits) {
     // Nested counts are chains of rules that share their links: fine.
     EXPECT_TRUE(prefix_ok(json_schema_grammar(R"({"pattern":"^((a{1000}){1000}){1000}$"})"), "\"aaaa"));
-    // Many distinct long counts: past the rule limit, a clear error.
+    // Many distinct long counts: past a schema grammar's rule limit (160,000;
+    // a grammar a request sends has 20,000), a clear error naming it.
     std::string many = R"({"pattern":"^)";
-    for (int i = 0; i < 25; ++i) many += "a{1000}b";
-    EXPECT_EQ(refused_keyword(many + R"($"})"), "grammar");
+    for (int i = 0; i < 165; ++i) many += "a{1000}b";
+    try {
+        json_schema_grammar(many + R"($"})");
+        ADD_FAILURE() << "accepted";
+    } catch (const GrammarError& e) {
+        EXPECT_EQ(e.keyword(), "grammar");
+        EXPECT_NE(std::string(e.what()).find("160000 rules"), std::string::npos) << e.what();
+    }
+    // Between the two limits: a schema compiles, the same rules as grammar text do not.
+    std::string some = "^";
+    for (int i = 0; i < 25; ++i) some += "a{1000}b";
+    const auto g = json_schema_grammar(R"({"pattern":")" + some + R"($"})");
+    EXPECT_GT(g->alts.size(), 20000u);
+    EXPECT_TRUE(prefix_ok(g, "\"aaa"));
+    EXPECT_THROW(regex_output_grammar(some), GrammarError);  // guided_regex: the grammar-text limits
     std::string diamond = R"({"$defs":{"d0":{"type":"object"})";
     for (int i = 1; i <= 40; ++i)
         diamond += ",\"d" + std::to_string(i) + R"(":{"allOf":[{"$ref":"#/$defs/d)" + std::to_string(i - 1) +

@@ -295,9 +295,9 @@ private:
 
 }  // namespace
 
-std::vector<RuleDef> parse_gbnf(std::string_view text) {
-    if (text.size() > kMaxGrammarTextBytes)
-        throw GrammarError("grammar", fmt::format("the grammar is {} bytes; the limit is {}", text.size(), kMaxGrammarTextBytes));
+std::vector<RuleDef> parse_gbnf(std::string_view text, const GrammarLimits& limits) {
+    if (text.size() > limits.text_bytes)
+        throw GrammarError("grammar", fmt::format("the grammar is {} bytes; the limit is {}", text.size(), limits.text_bytes));
     return Parser(text).run();
 }
 

@@ -454,8 +454,8 @@ public:
     std::string compile_node(const Json& node, const std::string& path) {
         std::string expr = value(node, path, 0);
         write_target_rules();
-        if (out_.size() > kMaxGrammarTextBytes)
-            throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kMaxGrammarTextBytes));
+        if (out_.size() > kSchemaGrammarLimits.text_bytes)
+            throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kSchemaGrammarLimits.text_bytes));
         return expr;
     }
 
@@ -1154,7 +1154,7 @@ private:
                                                        "of itself",
                                                        targets_[t].name.substr(0, 200), at(targets_[t].used_at)));
             out_ += targets_[t].all + " ::= " + alts + "\n";
-            if (out_.size() > kMaxGrammarTextBytes) return;  // the caller's size check says so
+            if (out_.size() > kSchemaGrammarLimits.text_bytes) return;  // the caller's size check says so
         }
     }
 
@@ -2465,8 +2465,8 @@ std::string schema_rules(std::string_view schema_json, const std::string& prefix
         index_schema(root, "", old_draft, ref_only, true, res, 0);
     }
     const std::string expr = SchemaCompiler(root, res, prefix, out).compile();
-    if (out.size() > kMaxGrammarTextBytes)
-        throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kMaxGrammarTextBytes));
+    if (out.size() > kSchemaGrammarLimits.text_bytes)
+        throw GrammarError("", fmt::format("the schema compiles to a grammar of more than {} bytes", kSchemaGrammarLimits.text_bytes));
     return expr;
 }
 
@@ -2478,7 +2478,7 @@ std::shared_ptr<const Grammar> json_schema_grammar(std::string_view schema_json)
     std::string rules = detail::json_base_rules();
     const std::string expr = detail::schema_rules(schema_json, "x-", rules);
     rules += "root ::= j-ws " + expr + "\n";
-    return gbnf_grammar(rules);
+    return detail::lower(detail::parse_gbnf(rules, detail::kSchemaGrammarLimits), "root", detail::kSchemaGrammarLimits);
 }
 
 std::shared_ptr<const Grammar> json_object_grammar() {
@@ -2504,7 +2504,7 @@ std::shared_ptr<const Grammar> tagged_json_grammar(const std::vector<TaggedJson>
     std::string body = fmt::format("t-part ( {} t-part ){{{},{}}}", detail::literal(separator), lo, max_count - 1);
     if (min_count == 0) body = "( " + body + " )?";
     rules += "root ::= " + body + "\n";
-    return gbnf_grammar(rules);
+    return detail::lower(detail::parse_gbnf(rules, detail::kSchemaGrammarLimits), "root", detail::kSchemaGrammarLimits);
 }
 
 }  // namespace eh::constrain

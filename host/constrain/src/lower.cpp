@@ -61,7 +61,7 @@ void least_fixpoint(const std::vector<std::vector<Seq>>& rules, bool terminals_b
 
 class Lowering {
 public:
-    Lowering(const std::vector<RuleDef>& defs) : defs_(defs) {
+    Lowering(const std::vector<RuleDef>& defs, const GrammarLimits& limits) : defs_(defs), limits_(limits) {
         for (const auto& d : defs) {
             if (index_.count(d.name))
                 throw GrammarError("grammar", fmt::format("grammar: rule '{}' is defined twice (line {})", d.name, d.line));
@@ -86,9 +86,9 @@ public:
 
 private:
     uint32_t new_rule(std::string name) {
-        if (rules_.size() >= kMaxGrammarRules)
+        if (rules_.size() >= limits_.rules)
             throw GrammarError("grammar", fmt::format("the grammar needs more than {} rules (the limit; a counted "
-                                                      "repeat {{m,n}} takes n-m+2 of them)", kMaxGrammarRules));
+                                                      "repeat {{m,n}} takes n-m+2 of them)", limits_.rules));
         rules_.emplace_back();
         names_.push_back(std::move(name));
         nullable_.push_back(0);
@@ -102,8 +102,8 @@ private:
     }
     void count(size_t n) {
         elements_ += n;
-        if (elements_ > kMaxGrammarElements)
-            throw GrammarError("grammar", fmt::format("the grammar has more than {} items", kMaxGrammarElements));
+        if (elements_ > limits_.elements)
+            throw GrammarError("grammar", fmt::format("the grammar has more than {} items", limits_.elements));
     }
 
     uint32_t set_index(const Grammar::ByteSet& s) {
@@ -540,6 +540,7 @@ private:
     }
 
     const std::vector<RuleDef>& defs_;
+    const GrammarLimits limits_;
     std::unordered_map<std::string, uint32_t> index_;
     std::vector<std::vector<Seq>> rules_;
     std::map<std::string, Item> class_rules_;  // a class's ranges -> what stands for it
@@ -558,8 +559,8 @@ private:
 
 }  // namespace
 
-std::shared_ptr<const Grammar> lower(const std::vector<RuleDef>& rules, std::string_view root) {
-    return Lowering(rules).run(root);
+std::shared_ptr<const Grammar> lower(const std::vector<RuleDef>& rules, std::string_view root, const GrammarLimits& limits) {
+    return Lowering(rules, limits).run(root);
 }
 
 }  // namespace eh::constrain::detail
