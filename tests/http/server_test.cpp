@@ -549,6 +549,44 @@ TEST(Server, CallbackIsPostedOnceListeningAndAFailedOneExitsNonZero) {
     EXPECT_EQ(fail.wait_exit(), 1);
 }
 
+// The callback's vram_bytes is the service's figure, the weights and the KV
+// pool kv_init allocated (issue 53: it used to be the load's, weights alone),
+// the same as /health's vram_bytes_used.
+TEST(Server, CallbackVramCountsTheKvPool) {
+    int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
+    socklen_t len = sizeof a;
+    getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+    ::listen(lfd, 4);
+    const int port = ntohs(a.sin_port);
+    std::string received;
+    std::thread rx([&] {
+        int c = ::accept(lfd, nullptr, nullptr);
+        std::string buf;
+        char tmp[4096];
+        while (buf.find("}") == std::string::npos) {
+            ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
+            if (n <= 0) break;
+            buf.append(tmp, size_t(n));
+        }
+        received = buf;
+        send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+        ::close(c);
+    });
+    EngineHost h({"--callback-url", "http://127.0.0.1:" + std::to_string(port) + "/workers"},
+                 {{"EH_TEST_ENGINE_DEVICE_BYTES", "1000000"}}, true, std::string(EH_TEST_PLUGIN_DIR) + "/step-only");
+    rx.join();
+    ::close(lfd);
+    const json body = json::parse(received.substr(received.find("\r\n\r\n") + 4));
+    const json health = json::parse(h.get("/health").body);
+    EXPECT_EQ(health["vram_bytes_model"], 1000000);
+    EXPECT_GT(body["vram_bytes"].get<uint64_t>(), 1000000u) << received;
+    EXPECT_EQ(body["vram_bytes"], health["vram_bytes_used"]) << received;
+}
+
 TEST(Server, LogContentAndTextFormatAreOptIn) {
     EngineHost h({"--log-content"});
     h.post("/execute", R"({"job_id":"lc","prompt":"secret words","max_tokens":2})");

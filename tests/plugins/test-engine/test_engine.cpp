@@ -25,6 +25,8 @@
 //   EH_TEST_ENGINE_KV_ANY_TYPE  kv_init takes any kv_type and still keeps
 //                             F16 (a plugin breaking the rule that it must
 //                             refuse a type it cannot store)
+//   EH_TEST_ENGINE_DEVICE_BYTES  model_get_info's device_bytes_used: this
+//                             many, plus 4 KiB a KV block once kv_init ran
 //   EH_TEST_ENGINE_GPUS       (fake-gpu) the GPUs its probe sees, as their
 //                             free memory in MiB, e.g. "10,70,40", or
 //                             "busy" for one its probe refuses (unset:
@@ -114,6 +116,7 @@ struct Model {
     std::vector<int32_t> script;  // EH_TEST_ENGINE_SCRIPT
     std::shared_ptr<Kv> kv;       // set by kv_init
     std::string devices;          // (1.6) the load's device set, "0,2"; "" for one device
+    uint64_t kv_bytes = 0;        // 4 KiB a KV block, once kv_init ran (EH_TEST_ENGINE_DEVICE_BYTES)
 };
 
 struct Session {
@@ -304,6 +307,8 @@ eh_status model_get_info(const eh_model* model, eh_model_info* out) {
     out->context_length = m->ctx;
     out->vocab_size = m->vocab;
     out->device_bytes_used = 0;
+    if (const char* b = std::getenv("EH_TEST_ENGINE_DEVICE_BYTES"))  // + 4 KiB a KV block once kv_init ran
+        out->device_bytes_used = std::strtoull(b, nullptr, 10) + m->kv_bytes;
     out->host_bytes_used = 1024;
     ehp::copy_fixed(out->device_name, m->devices.empty() ? std::string("test device") : "test devices " + m->devices);
     return EH_OK;
@@ -479,6 +484,7 @@ eh_status kv_init(eh_model* model, const eh_kv_params* p, eh_kv_info* out) {
         if (p->budget_bytes) blocks = std::min<uint64_t>(blocks, p->budget_bytes / block_bytes);
         if (blocks == 0) throw ehp::Error(EH_INSUFFICIENT_VRAM, "kv_init: the budget holds no block");
         kv->refs.assign(size_t(std::min<uint64_t>(blocks, 1u << 20)), 0);
+        m->kv_bytes = uint64_t(kv->refs.size()) * 4096;
         m->kv = std::move(kv);
         return kv_get_info(model, out);
     });
