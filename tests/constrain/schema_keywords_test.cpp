@@ -140,6 +140,13 @@ TEST(SchemaKeywords, UnevaluatedWhereItsSetIsInTheText) {
         "unevaluatedProperties":false})");
     EXPECT_TRUE(matches(cond, R"({"k":"y"})"));
     stops_at(cond, R"({"k":"x"})", 6);
+    // Conditionals beside anyOf alternatives hold in each (Arazzo's step).
+    auto step = json_schema_grammar(R"({"type":"object","properties":{"op":{"type":"string"},"wf":{"type":"string"},
+        "ps":{"type":"array"}},"oneOf":[{"required":["op"]},{"required":["wf"]}],
+        "allOf":[{"if":{"required":["op"]},"then":{"properties":{"ps":{"items":{"type":"object"}}}}}],
+        "unevaluatedProperties":false})");
+    EXPECT_TRUE(matches(step, R"({"op":"a","ps":[{}]})"));
+    stops_at(step, R"({"op":"a","ps":["x"]})", 16);
     // A conditional that evaluates nothing leaves the set as it is (OpenAPI 3.1's license).
     auto lic = json_schema_grammar(R"({"type":"object","properties":{"name":{"type":"string"},"identifier":{"type":"string"},
         "url":{"type":"string"}},"required":["name"],"dependentSchemas":{"identifier":{"not":{"required":["url"]}}},

@@ -1066,6 +1066,32 @@ private:
         return targets_[t].all;
     }
 
+    // A $ref to a JSON-Schema meta-schema the document does not hold (draft
+    // 4/6/7, 2019-09, 2020-12 and their vocabularies: "this value is a
+    // schema"): a small schema whose every value is a valid schema in each
+    // draft, an object of `type`, `title` and `description` (narrowed: the
+    // meta-schema allows any schema); its `title`/`description` properties:
+    // a string. Other pointers into it: nullptr (refused as unresolved).
+    static const Json* meta_schema(const std::string& doc, const std::string& frag) {
+        static const Json kSchema = Json::parse(R"({"type":"object","properties":{
+            "type":{"enum":["string","number","integer","boolean","object","array","null"]},
+            "title":{"type":"string"},"description":{"type":"string"}},"additionalProperties":false})");
+        static const Json kString = Json{{"type", "string"}};
+        std::string d = doc;
+        if (d.rfind("https://", 0) == 0) d.erase(4, 1);
+        bool meta = false;
+        for (const char* m : {"http://json-schema.org/draft-04/schema", "http://json-schema.org/draft-06/schema",
+                              "http://json-schema.org/draft-07/schema", "http://json-schema.org/draft/2019-09/schema",
+                              "http://json-schema.org/draft/2020-12/schema"})
+            meta = meta || d == m;
+        for (const char* m : {"http://json-schema.org/draft/2019-09/meta/", "http://json-schema.org/draft/2020-12/meta/"})
+            meta = meta || (d.rfind(m, 0) == 0 && d.size() > std::string_view(m).size());
+        if (!meta) return nullptr;
+        if (frag.empty()) return &kSchema;
+        if (frag == "/properties/title" || frag == "/properties/description") return &kString;
+        return nullptr;
+    }
+
     // The schema a $ref names: "#", or a JSON pointer into the root
     // ("#/$defs/a", "#/properties/x/items", ...).
     const Json* resolve(const std::string& target, const std::string& path) const {
@@ -1073,6 +1099,8 @@ private:
         const std::string doc = target.substr(0, hash), frag = hash == std::string::npos ? "" : target.substr(hash + 1);
         const Json* node = nullptr;
         if (auto d = res_.docs.find(doc); d != res_.docs.end()) node = d->second;
+        if (!node)
+            if (const Json* m = meta_schema(doc, frag)) return m;
         if (node && !frag.empty() && frag[0] != '/') {
             auto a = res_.anchors.find(doc + "#" + percent_unescape(frag));
             node = a == res_.anchors.end() ? nullptr : a->second;
@@ -1300,6 +1328,14 @@ private:
                 } else if (items == f.end()) {
                     f["items"] = ui;
                 }
+            }
+            // Its conditionals now, after the additionalProperties: only
+            // merged() applies them, and only at the top, which an anyOf of
+            // these is not.
+            if (auto c = f.find(kConditionals); c != f.end()) {
+                const Json conds = *c;
+                f.erase(c);
+                for (const auto& cond : conds) apply_conditional(f, cond, path);
             }
             out.push_back(std::move(f));
         }
