@@ -191,6 +191,21 @@ TEST(SchemaKeywords, DynamicAndRecursiveRefsWithAStaticTarget) {
     stops_at(rec, R"({"kids":[1])", 9);
 }
 
+// A $ref to a JSON-Schema meta-schema ("this value is a schema"), which
+// the document does not hold: a small schema every draft accepts.
+TEST(SchemaKeywords, MetaSchemaRefsAreASmallSchema) {
+    auto g = json_schema_grammar(R"({"type":"object","properties":{
+        "s":{"$ref":"http://json-schema.org/draft-07/schema#"},
+        "t":{"$ref":"https://json-schema.org/draft/2020-12/meta/core"},
+        "title":{"$ref":"http://json-schema.org/draft-04/schema#/properties/title"}}})");
+    EXPECT_TRUE(matches(g, R"({"s":{"type":"string","description":"d"},"t":{},"title":"x"})"));
+    stops_at(g, R"({"s":{"minLength":1}})", 7);
+    stops_at(g, R"({"s":{"type":"strin"}})", 19);
+    stops_at(g, R"({"title":3})", 9);
+    EXPECT_EQ(refused_keyword(R"({"$ref":"http://json-schema.org/draft-07/schema#/definitions/nonNegativeInteger"})"), "$ref");
+    EXPECT_EQ(refused_keyword(R"({"$ref":"http://json-schema.org/draft-08/schema#"})"), "$ref");
+}
+
 // `not` of the forms real schemas use, negated keyword by keyword (a
 // keyword without a negation narrows: its failing values are not written).
 TEST(SchemaKeywords, NotIsNegatedKeywordByKeyword) {
