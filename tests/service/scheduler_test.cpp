@@ -183,11 +183,23 @@ public:
             if (it.sample && !s.sampler) throw Error(Code::Internal, "sampling without a sampler");
         }
         if (total > l_.max_step_tokens) throw Error(Code::Internal, "step over the token budget");
+        size_t deciders = 0;  // decode and verify items of a step that verifies
+        bool verifies_now = false;
+        for (auto& it : items) {
+            verifies_now = verifies_now || it.verify;
+            deciders += it.sample && (it.verify || it.tokens.size() == 1);
+        }
+        if (verifies_now) {
+            max_deciders_verifying = std::max(max_deciders_verifying.load(), deciders);
+            if (last_full_) ++verify_after_full;
+        }
         if (need > uint32_t(std::count(refs_.begin(), refs_.end(), 0))) {
+            last_full_ = verifies_now;  // the scheduler must retry this step without its drafts
             ++kv_full;
             if (on_kv_full) on_kv_full();
             return false;
         }
+        last_full_ = false;
         max_entries = std::max<size_t>(max_entries, items.size());
         ++steps;
         std::vector<Piece>& run = runs_.emplace_back();
@@ -259,6 +271,10 @@ public:
     std::atomic<size_t> max_entries{0}, steps{0}, kv_full{0}, forks{0}, computed_tokens{0}, masked{0};
     std::atomic<size_t> restarts{0}, unknown_releases{0}, truncates{0}, chained{0}, calls_in_flight{0}, verifies{0};
     size_t perturb_every = 0;  // a sample at a length divisible by it is the next letter instead
+    // Verify steps: the most decoding (or verifying) items one held, and
+    // how many came right after a verify step that found the pool full.
+    std::atomic<size_t> max_deciders_verifying{0}, verify_after_full{0};
+    bool last_full_ = false;
     void verifies_up_to(uint32_t n) { l_.max_draft_tokens = n; }  // before the scheduler reads the limits
     bool halves = false;
     std::chrono::milliseconds end_delay{0};
@@ -1138,7 +1154,7 @@ struct SpecHarness {
     std::unique_ptr<Scheduler> sched;
     SpecHarness(SpecSource source, uint32_t draft_max, uint32_t max_batch, size_t perturb_every = 0,
                 uint32_t verify_max = 8, int32_t eog = -1, uint32_t blocks = 256, uint32_t step_tokens = 256,
-                uint32_t draft_blocks = 1024) {
+                uint32_t draft_blocks = 1024, uint32_t draft_step_tokens = 256) {
         auto e = std::make_unique<FakeEngine>(4, blocks, 16, step_tokens);
         e->verifies_up_to(verify_max);
         engine = e.get();
@@ -1147,7 +1163,7 @@ struct SpecHarness {
         o.spec.draft_max = draft_max;
         o.spec.max_batch = max_batch;
         if (source == SpecSource::DraftModel) {
-            draft = std::make_shared<FakeEngine>(4, draft_blocks, 32, 256);
+            draft = std::make_shared<FakeEngine>(4, draft_blocks, 32, draft_step_tokens);
             draft->perturb_every = perturb_every;
             o.spec.draft = draft;
         }
@@ -1213,6 +1229,8 @@ TEST(SchedulerSpec, AnEndInsideTheAcceptedDraftsCutsTheRestOff) {
     ASSERT_EQ(ra.end.kind, JobEvent::Kind::End) << ra.end.message;
     EXPECT_EQ(ra.text, full.substr(0, full.find(eog)));
     EXPECT_GT(h.engine->truncates.load(), 0u) << "no accepted draft was cut back";
+    // Only drafts the request took count as accepted, not those after its end.
+    EXPECT_LE(h.sched->stats().spec_accepted_tokens.load(), ra.end.tokens_out);
     // The cached sequence holds the prompt and the output before the end.
     const std::vector<size_t> lengths = h.engine->live_lengths();
     ASSERT_EQ(lengths.size(), 1u);
@@ -1257,6 +1275,7 @@ TEST(SchedulerSpec, ALargeBatchTurnsItOff) {
     h.sched->enqueue_all(jobs);
     for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*jobs[size_t(i)]).text, expected("batch " + std::to_string(i), 20));
     EXPECT_GT(h.sched->stats().spec_off_steps.load(), 0u);
+    EXPECT_LE(h.engine->max_deciders_verifying.load(), 1u) << "a step verified while more than --spec-max-batch decoded";
 }
 
 // An engine that does not verify: speculation is off, said why, and serving is unchanged.
@@ -1285,6 +1304,7 @@ TEST(SchedulerSpec, APoolFullOfDraftsRetriesWithoutThem) {
         EXPECT_EQ(r.text, expected("ten token" + std::to_string(i), 10));
     }
     EXPECT_GT(h.engine->kv_full.load(), 0u);
+    EXPECT_EQ(h.engine->verify_after_full.load(), 0u) << "a step that found the pool full was retried with its drafts";
 }
 
 // Drafts never take a prompt's whole step: a request decoding with long,
@@ -1337,4 +1357,33 @@ TEST(SchedulerSpec, AFullDraftCachePausesDrafting) {
     EXPECT_EQ(r.text, expected("twelve chars", 60));
     EXPECT_GT(h.sched->stats().spec_drafts.load(), 0u) << "it drafted while the cache held it";
     EXPECT_LE(h.draft->kv_full.load(), 2u) << "the draft model was asked again every step";
+}
+
+// A draft model that keeps failing turns speculation off after three
+// failures in a row, and /health's reason says so; the output is unchanged.
+TEST(SchedulerSpec, ADraftModelThatKeepsFailingTurnsItOff) {
+    SpecHarness h(SpecSource::DraftModel, 4, 8, 0, 8, -1, 256, 256, 0);  // a draft cache of no blocks
+    EXPECT_STREQ(h.sched->speculation(), "draft_model");
+    auto j = make_job("x", "always failing", 300);
+    h.sched->enqueue(j);
+    EXPECT_EQ(drain(*j).text, expected("always failing", 300));
+    EXPECT_STREQ(h.sched->speculation(), "off");
+    EXPECT_NE(h.sched->speculation_off_reason().find("the draft model failed 3 times in a row"), std::string::npos)
+        << h.sched->speculation_off_reason();
+    EXPECT_EQ(h.draft->kv_full.load(), 3u);
+}
+
+// A long prompt reaches the draft model a bounded chunk a step (drafting
+// waits until it is caught up), not in one go inside the served model's step.
+TEST(SchedulerSpec, TheDraftModelCatchesUpInBoundedChunks) {
+    SpecHarness h(SpecSource::DraftModel, 4, 8, 0, 8, -1, 512, 256, 1024, 2048);
+    const std::string p(700, 'q');
+    auto j = make_job("long", p, 20);
+    h.sched->enqueue(j);
+    EXPECT_EQ(drain(*j).text, expected(p, 20));
+    size_t largest = 0;
+    for (const auto& run : h.draft->runs())
+        for (const auto& piece : run) largest = std::max(largest, piece.n);
+    EXPECT_LE(largest, size_t(kSpecCatchUpTokens)) << "a draft step fed the whole prompt";
+    EXPECT_GT(h.sched->stats().spec_accepted_tokens.load(), 0u);
 }

@@ -58,6 +58,9 @@ std::shared_ptr<service::EngineSource> load_draft_model(const std::string& path,
                                        i));
     }
     elo.progress = nullptr;
+    // On the first rank's device alone: a draft model is small, and is not
+    // split over a tensor-parallel set of devices.
+    elo.devices.clear();
     log_event(lvl::info, "draft_model_load_start",
               {{"path", path}, {"plugin", plugin.caps.name}, {"architecture", std::string(file->architecture())}});
     std::shared_ptr<EngineModel> model;

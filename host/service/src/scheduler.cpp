@@ -523,12 +523,16 @@ Scheduler::Step Scheduler::build_step() {
     std::vector<std::pair<Active*, Error>> broken;   // their mask could not be computed
     uint32_t budget = limits_.max_step_tokens;
     uint32_t used = 0;  // tokens in the step so far
+    // Drafts are this step's only: speculate() fills them for the decoding
+    // requests below, and nothing else may carry an older step's.
+    for (auto& a : running_) a->spec.step.clear();
     auto add = [&](Active& a, uint32_t k) {
         StepItem it;
         it.seq = a.seq;
         it.tokens = std::span<const int32_t>(a.tokens).subspan(a.in_seq, k);
         it.sample = a.in_seq + k == a.tokens.size();
-        if (k == 1 && a.spec.step.size() > 1) {  // its next token and the drafts after it
+        if (k == 1 && it.sample && a.spec.step.size() > 1 && a.spec.step[0] == it.tokens[0]) {
+            // its next token and the drafts after it
             it.tokens = a.spec.step;
             it.verify = true;
             k = uint32_t(a.spec.step.size());
@@ -657,10 +661,12 @@ bool Scheduler::drop_drafts(Step& st) {
 bool Scheduler::may_chain_after(const Step& st) {
     if (!options_.chained_steps || !engine_->can_chain() || st.owners.size() != running_.size()) return false;
     // Speculation needs each step's tokens before the next step's drafts,
-    // unless every request's drafting is paused (its drafts kept failing).
-    if (spec_ && spec_->on_for(st.items.size()))
+    // while the next step would draft: its decoders (every item samples, see
+    // below) are few enough and one of them may draft (not paused, no
+    // grammar, no logprobs).
+    if (spec_ && !spec_->off() && spec_->on_for(st.items.size()))
         for (const Active* a : st.owners)
-            if (!a->spec.pause) return false;
+            if (!a->spec.pause && !a->matcher && a->job->request.top_logprobs < 0 && !a->job->pooled) return false;
     {
         // A request that could be admitted now goes first.
         std::lock_guard lock(mu_);
@@ -854,10 +860,11 @@ void Scheduler::accept_verified(Active& a, const StepItem& it) {
     const uint32_t m = it.n_accepted;
     stats_.spec_drafts.fetch_add(1);
     stats_.spec_draft_tokens.fetch_add(it.tokens.size() - 1);
-    stats_.spec_accepted_tokens.fetch_add(m);
     spec_->verified(a.spec, m);
     a.in_seq += 1;  // t; the engine kept d1..dm after it
     for (uint32_t j = 1; j <= m; ++j) {
+        // Counted as the request takes them: drafts after its end are not output.
+        stats_.spec_accepted_tokens.fetch_add(1);
         if (a.gen->accept(it.tokens[j], {})) {
             // It ended at an accepted draft (a stop, max_tokens): the
             // drafts after that one leave its sequence.
@@ -894,6 +901,7 @@ void Scheduler::handle_kv_full() {
     ActivePtr a = std::move(*newest);
     std::erase(running_, nullptr);
     hold_admission_ = true;
+    a->spec.step.clear();
     engine_->release(a->seq);
     a->seq = 0;
     a->in_seq = 0;

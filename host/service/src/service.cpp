@@ -87,7 +87,9 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.plugin_version = facts.plugin_version;
     so.spec = options_.spec;
     so.images = options_.images;
-    if (so.spec.source == SpecSource::DraftModel) {
+    // (A target that does not verify serves without speculation: the
+    // scheduler says why, and no draft cache is allocated for nothing.)
+    if (so.spec.source == SpecSource::DraftModel && granted.max_draft_tokens) {
         if (!options_.draft) throw Error(Code::Internal, "speculative decoding from a draft model without one");
         const EngineFacts df = options_.draft->facts();
         if (df.info.vocab_size != mi.vocab_size)
@@ -95,8 +97,13 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
                         fmt::format("--draft-model: its vocabulary has {} tokens and the served model's {}; a draft "
                                     "model must share the served model's vocabulary",
                                     df.info.vocab_size, mi.vocab_size));
+        // The draft's cache holds the tokens the served model's holds, at the
+        // draft's own cost a token (the target's budget where it states none).
         KvBudget db = kb;
-        db.kv_type = 0;  // the draft's cache is small: the plugin's default
+        db.kv_type = 0;
+        db.max_seq_tokens = n_ctx_;
+        if (df.info.kv_bytes_per_token)
+            db.budget_bytes = uint64_t(granted.total_blocks) * granted.block_tokens * df.info.kv_bytes_per_token;
         so.spec.draft = options_.draft->make_engine(db);
         device_bytes_ += options_.draft->facts().info.device_bytes_used;
     }

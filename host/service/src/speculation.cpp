@@ -66,6 +66,10 @@ Speculator::Speculator(SpecOptions o, uint32_t engine_max_draft)
 Speculator::~Speculator() = default;
 
 void Speculator::draft(std::span<Ask> asks) {
+    if (off()) {
+        for (Ask& a : asks) a.st->step.assign(1, a.tokens.back());
+        return;
+    }
     for (Ask& a : asks) {
         a.st->step.assign(1, a.tokens.back());
         if (!a.st->k) a.st->k = k_max_;
@@ -95,8 +99,10 @@ void Speculator::draft_model(std::span<Ask> asks) {
     struct Run {
         Ask* ask;
         std::vector<int32_t> feed;
+        bool drafts = true;  // false: only catching up this step
     };
     std::vector<Run> runs;
+    size_t catch_up = kSpecCatchUpTokens;
     try {
         for (Ask& a : asks) {
             SpecState& st = *a.st;
@@ -117,7 +123,17 @@ void Speculator::draft_model(std::span<Ask> asks) {
                 e.truncate(st.draft_seq, uint32_t(keep));
                 st.draft_tokens.resize(keep);
             }
-            runs.push_back({&a, std::vector<int32_t>(a.tokens.begin() + ptrdiff_t(keep), a.tokens.end())});
+            Run r{&a, std::vector<int32_t>(a.tokens.begin() + ptrdiff_t(keep), a.tokens.end())};
+            if (r.feed.size() > 1) {  // behind by more than the next token: a bounded catch-up
+                const size_t n = std::min(r.feed.size(), catch_up);
+                catch_up -= n;
+                if (n < r.feed.size()) {
+                    r.feed.resize(n);
+                    r.drafts = false;
+                }
+                if (r.feed.empty()) continue;
+            }
+            runs.push_back(std::move(r));
         }
         for (uint32_t round = 0; !runs.empty(); ++round) {
             std::vector<StepItem> items;
@@ -129,12 +145,13 @@ void Speculator::draft_model(std::span<Ask> asks) {
                 it.seq = r.ask->st->draft_seq;
                 const uint32_t n = std::min<uint32_t>(uint32_t(r.feed.size()), budget);
                 it.tokens = std::span<const int32_t>(r.feed).first(n);
-                it.sample = n == r.feed.size();
+                it.sample = r.drafts && n == r.feed.size();
                 budget -= n;
                 items.push_back(it);
                 owners.push_back(&r);
             }
             if (!e.step(items)) throw Error(Code::VramOom, "the draft model's KV cache is full");
+            failures_ = 0;  // it ran: the failures in a row end
             for (size_t i = 0; i < items.size(); ++i) {
                 Run& r = *owners[i];
                 SpecState& st = *r.ask->st;
@@ -156,6 +173,11 @@ void Speculator::draft_model(std::span<Ask> asks) {
             drop(*a.st);
             a.st->step.resize(1);
             a.st->pause = kSpecMaxPause;
+        }
+        if (++failures_ >= kSpecDraftFailures) {
+            off_reason_ = fmt::format("the draft model failed {} times in a row (last: {})", failures_, ex.what());
+            off_.store(true, std::memory_order_release);
+            log_event(spdlog::level::warn, "speculation_off", {{"reason", off_reason_}});
         }
     }
 }

@@ -78,6 +78,7 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
         2ull * uint64_t(shape.n_layer) * kPagedBlockTokens * uint64_t(shape.kv_dim) * sizeof(__half);
     limits_ = ehp::grant_kv(params, kPagedBlockTokens, block_bytes, UINT64_MAX, shape.seq_cap);
     limits_.max_draft_tokens = std::min(kMaxDraftTokens, limits_.max_step_tokens - 1);
+    rows_ = limits_.max_step_entries;
     const size_t R = rows_cap(), V = size_t(shape.n_vocab);
     logits_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
     for (DeviceBuffer& o : out_dev_) o = DeviceBuffer(R * sizeof(int32_t), shape.ledger);
@@ -276,6 +277,23 @@ void BatchBase::ensure_staging(size_t bytes) {
     staging_dev_ = DeviceBuffer(n, shape_.ledger);
     for (char*& h : staging_host_) EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h), n));
     staging_bytes_ = n;
+}
+
+void BatchBase::ensure_rows(size_t n) {
+    if (n <= rows_) return;
+    // Only a verify step needs more rows than entries, and it is step()'s alone.
+    if (!flight_.empty()) throw ehp::Error(EH_INTERNAL, "step: sampling rows grown while a step is in flight");
+    const size_t R = std::min(2 * size_t(limits_.max_step_entries), std::max(n, rows_ + 64)), V = size_t(shape_.n_vocab);
+    EHC_CHECK(cudaStreamSynchronize(stream_.get()));
+    for (CapturedGraph& g : graphs_) g.reset();  // they read the old buffers and layout
+    logits_ = DeviceBuffer(R * V * sizeof(float), shape_.ledger);
+    for (DeviceBuffer& o : out_dev_) o = DeviceBuffer(R * sizeof(int32_t), shape_.ledger);
+    fwork_ = DeviceBuffer(R * V * sizeof(float), shape_.ledger);
+    iwork_ = DeviceBuffer(R * V * sizeof(int32_t), shape_.ledger);
+    if (host_logits_) cudaFreeHost(host_logits_);
+    host_logits_ = nullptr;
+    EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), R * V * sizeof(float)));
+    rows_ = R;
 }
 
 void BatchBase::read_picked(Flight& f) {
@@ -632,6 +650,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     for (uint32_t i = 0; i < n_entries; ++i) verifies = verifies || (E.at(i).flags & EH_STEP_VERIFY);
     sh.graphed = sh.T == sh.R && !verifies && sh.T <= size_t(kGraphMaxTokens) && !graph_failed_[sh.bucket];
     sh.padded = sh.graphed ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries) : sh.T;
+    ensure_rows(sh.R);
     const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), S.etok.size(),
                           S.mask_rows.size() * sh.words);
     ensure_staging(L.end);  // may wait for the steps in flight (then prev's ids are read)

@@ -18,8 +18,10 @@
 // keyed by its position), and a draft stays while it is what its row drew;
 // the first other draw is the entry's token, and the sequence is cut back
 // behind the accepted drafts. Draws keyed by position make that exactly the
-// tokens plain steps would give. Rows: up to twice max_step_entries (the
-// drafts of a step are at most max_step_entries).
+// tokens plain steps would give. The step buffers hold max_step_entries
+// rows until a verify step needs more (ensure_rows: at most twice that, the
+// drafts of a step being at most max_step_entries), so a server that never
+// speculates never pays for them.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -207,8 +209,14 @@ private:
     // begin()'s steps, in order. Every check before anything changes
     // (check_step's, and no EH_STEP_LOGITS behind a step in flight).
     ehp::StepTotals check_entries(eh_step_entry* entries, uint32_t n_entries, const Flight* prev) const;
-    // The rows the step buffers hold: twice max_step_entries (verify rows).
-    size_t rows_cap() const { return 2 * size_t(limits_.max_step_entries); }
+    // The sampling rows the step buffers hold (logits_, fwork_, iwork_,
+    // out_dev_, host_logits_): max_step_entries, more once a verify step
+    // needed them.
+    size_t rows_cap() const { return rows_; }
+    // Grows them to hold n rows (at least 64 more, at most twice
+    // max_step_entries), only while no step is in flight; the graphs are
+    // captured again, as the staging layout moves.
+    void ensure_rows(size_t n);
     // The chained entries' rows in prev, and their tokens where the host
     // needs them now (penalties) or prev was read already.
     void resolve_chained(StepEntries& E, Flight* prev);
@@ -245,7 +253,8 @@ private:
     bool in_step_ = false;           // begin() called by step(): verify entries allowed
     std::vector<uint32_t> accepted_; // end()'s drafts accepted per entry (verify entries)
     uint64_t next_step_ = 0;
-    float* host_logits_ = nullptr;  // pinned, max_step_entries rows
+    float* host_logits_ = nullptr;  // pinned, rows_cap() rows
+    size_t rows_ = 0;                // rows_cap()
     uint32_t scratch_block_ = 0;    // the pool's extra block, outside the BlockPool
     // Decode-only steps: graph per size bucket (1, 2, 4, .. 64 tokens).
     static constexpr int kBuckets = 7;

@@ -162,8 +162,10 @@ public:
     uint32_t max_running() const { return max_running_; }
     // Speculative decoding as it runs: its source ("off", "ngram",
     // "draft_model") and, when off although asked for, why.
-    const char* speculation() const { return spec_ ? spec_source_name(spec_->source()) : "off"; }
-    const std::string& speculation_off_reason() const { return spec_off_reason_; }
+    const char* speculation() const { return spec_ && !spec_->off() ? spec_source_name(spec_->source()) : "off"; }
+    const std::string& speculation_off_reason() const {
+        return spec_ && spec_->off() ? spec_->off_reason() : spec_off_reason_;
+    }
 
 private:
     struct Active {

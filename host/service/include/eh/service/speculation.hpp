@@ -14,7 +14,13 @@
 //     then 4, 8, .. kSpecMaxPause while it keeps failing; an accepted draft
 //     ends that. A verify step costs more than a plain one (more tokens, and
 //     no decode graph on the CUDA plugins), so drafts that never land cost;
-//   - when: only while at most max_batch requests decode. A verify entry of
+//   - when: only while at most max_batch requests decode;
+//   - catching up: a step feeds the draft model at most kSpecCatchUpTokens
+//     of the requests' tokens it lacks (a new prompt); a request still
+//     behind drafts nothing that step;
+//   - failing: a draft model that fails (its cache full, a plugin error)
+//     pauses those requests' drafting; kSpecDraftFailures failures in a row
+//     turn speculation off, with the reason in /health. A verify entry of
 //     k drafts costs the step k + 1 tokens; with many sequences a step is
 //     no longer bound by reading the weights once, and extra tokens cost
 //     time that fewer accepted tokens do not repay (docs/http-api.md).
@@ -22,6 +28,7 @@
 // each is cut back to what it shares with its request and caught up.
 #pragma once
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <span>
@@ -63,6 +70,8 @@ uint32_t adapt_draft_length(uint32_t proposed, uint32_t accepted, uint32_t k_max
 
 inline constexpr double kSpecPauseBelow = 0.3;   // running acceptance that pauses a failing request
 inline constexpr uint32_t kSpecMaxPause = 64;    // steps, the longest pause
+inline constexpr uint32_t kSpecDraftFailures = 3; // draft model failures in a row that turn speculation off
+inline constexpr uint32_t kSpecCatchUpTokens = 256;  // tokens a step feeds the draft model to catch requests up
 
 // One request's speculation state (lives in the scheduler's Active).
 struct SpecState {
@@ -86,6 +95,10 @@ public:
     ~Speculator();
 
     SpecSource source() const { return o_.source; }
+    // Turned off while serving (the draft model failed kSpecDraftFailures
+    // times in a row), and why; read from any thread.
+    bool off() const { return off_.load(std::memory_order_acquire); }
+    const std::string& off_reason() const { return off_reason_; }
     const SpecOptions& options() const { return o_; }
     // Whether a step with this many decoding requests speculates.
     bool on_for(size_t decoding) const { return decoding <= o_.max_batch; }
@@ -110,6 +123,9 @@ private:
 
     SpecOptions o_;
     uint32_t k_max_;
+    uint32_t failures_ = 0;            // the draft model's, in a row
+    std::string off_reason_;           // written once, before off_
+    std::atomic<bool> off_{false};
 };
 
 }  // namespace eh::service
