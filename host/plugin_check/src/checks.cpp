@@ -936,6 +936,20 @@ void speculative_verify(Context& c) {
     refused(many, EH_STEP_SAMPLE | EH_STEP_VERIFY, fmt::format("{} drafts (max_draft_tokens is {})", k_max + 1, k_max));
     refused(two, EH_STEP_VERIFY, "no EH_STEP_SAMPLE");
     refused(two, EH_STEP_SAMPLE | EH_STEP_LOGITS | EH_STEP_VERIFY, "EH_STEP_LOGITS");
+    refused(two, EH_STEP_SAMPLE | EH_STEP_HIDDEN | EH_STEP_VERIFY, "EH_STEP_HIDDEN");
+    refused(two, EH_STEP_SAMPLE | EH_STEP_CHAINED | EH_STEP_VERIFY, "EH_STEP_CHAINED");
+    if (loader::api_has_step_halves(c.d.api())) {  // step() only
+        es = {entry(s, two.data(), 2, EH_STEP_SAMPLE | EH_STEP_VERIFY)};
+        const eh_status st = c.d.api().step_begin(c.d.model(), es.data(), 1);
+        if (st == EH_OK) {
+            int32_t out = -1;
+            c.d.api().step_end(c.d.model(), &out, 1);
+            fail("step_begin took an EH_STEP_VERIFY entry (verification is for step() alone)");
+        }
+        if (st != EH_INVALID_ARGUMENT)
+            fail(fmt::format("step_begin with an EH_STEP_VERIFY entry returned {}, not INVALID_ARGUMENT", eh_status_name(st)));
+        if (c.d.length(s) != len) fail("a step_begin refused for EH_STEP_VERIFY changed the sequence");
+    }
 }
 
 void reference_agreement(Context& c) {
