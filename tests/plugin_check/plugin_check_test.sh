@@ -10,17 +10,17 @@ check_bin=$1 cpuref=$2 plugins=$3 model=$4
 step_only=$plugins/step-only/libeh-fixture-step-only.so
 
 out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"23 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
+[[ $rc -eq 0 && "$out" == *"24 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
 
 # every check over a quantized KV cache, greedy agreement with the F32-cache reference included
 for t in q8_0 fp8; do
   out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" --kv-type $t 2>&1); rc=$?
-  [[ $rc -eq 0 && "$out" == *"23 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes-$t $? "exit $rc: $out"
+  [[ $rc -eq 0 && "$out" == *"24 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes-$t $? "exit $rc: $out"
 done
 
 out=$("$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"19 passed, 0 failed, 4 skipped"* && "$out" == *"SKIP  step_halves"* &&
-   "$out" == *"SKIP  lora_adapters"*"no adapter calls"* ]]
+[[ $rc -eq 0 && "$out" == *"19 passed, 0 failed, 5 skipped"* && "$out" == *"SKIP  step_halves"* &&
+   "$out" == *"SKIP  lora_adapters"*"no adapter calls"* && "$out" == *"SKIP  embd_spans"*"no image calls"* ]]
 check step-only-passes $? "exit $rc: $out"
 
 # KV cache types: a type the plugin refuses stops the run (exit 3, named); one
@@ -49,7 +49,7 @@ out=$(EH_TEST_ENGINE_BATCH_DEPENDENT=1 "$check_bin" "$step_only" --model "$model
 expect_fail() {  # KNOB CHECK DETAIL
   local out rc
   out=$(env "EH_TEST_ENGINE_$1=1" "$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
-  [[ $rc -eq 1 && "$out" == *"FAIL  $2"*"$3"* && "$out" == *"18 passed, 1 failed, 4 skipped"* ]]
+  [[ $rc -eq 1 && "$out" == *"FAIL  $2"*"$3"* && "$out" == *"18 passed, 1 failed, 5 skipped"* ]]
   check "$2-found" $? "exit $rc: $out"
 }
 expect_fail LAX_TOKENS invalid_steps "a token id equal to the vocabulary size returned OK, not INVALID_ARGUMENT"

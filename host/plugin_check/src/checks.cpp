@@ -670,6 +670,63 @@ void kv_cache_type(Context& c) {
 // ABI 1.5: the final hidden state of an entry's last position, alone and
 // beside another sequence's prefill in chunked steps, must agree; a step
 // that does not ask drops it; a plugin without seq_hidden refuses the flag.
+// (1.6) Rows in place of token embeddings for a span of a step's tokens.
+// Random rows: what they compute is the model's business; that they are
+// used, used once, and checked is the ABI's.
+void embd_spans(Context& c) {
+    const eh_plugin_api& api = c.d.api();
+    const bool has = api.abi_minor >= 6 && api.struct_size >= loader::api_table_size(6) && api.image_encoder_load &&
+                     api.image_encode && api.seq_embd_spans;
+    if (!has) throw Skipped{"the plugin has no image calls (ABI 1.6 image_encoder_load, image_encode, seq_embd_spans)"};
+    if (!api.seq_logits) throw Skipped{"the plugin offers no seq_logits"};
+    c.needs(8, 8, 1);
+    const std::string arch(c.options.model->architecture());
+    const std::optional<uint64_t> width = c.options.model->get_uint(arch + ".embedding_length");
+    if (!width || *width == 0 || *width > (1u << 16)) throw Skipped{"the model file names no embedding_length"};
+    const size_t E = *width;
+    std::vector<float> rows(4 * E);
+    uint64_t x = 0x2545F4914F6CDD1Dull;
+    for (float& r : rows) {
+        x = x * 6364136223846793005ull + 1442695040888963407ull;
+        r = float(int64_t(x >> 40) - (1 << 23)) / float(1 << 23);
+    }
+    const auto p = c.prompt(8, 41);
+    auto run = [&](const std::vector<eh_embd_span>& spans, const char* what) {
+        eh_seq* s = c.d.create();
+        if (api.seq_embd_spans(s, spans.data(), uint32_t(spans.size())) != EH_OK)
+            fail(fmt::format("seq_embd_spans ({}) failed: {}", what, c.d.error()));
+        std::vector<eh_step_entry> es{entry(s, p.data(), 8, EH_STEP_LOGITS)};
+        c.d.step_ok(es, what);
+        const float* l = nullptr;
+        uint32_t n = 0;
+        if (api.seq_logits(s, &l, &n) != EH_OK || !l) fail(fmt::format("seq_logits after {} failed: {}", what, c.d.error()));
+        std::vector<float> out(l, l + n);
+        c.d.release(s);
+        return out;
+    };
+    const std::vector<float> plain = run({}, "a prompt without spans");
+    const std::vector<float> with = run({{2, 4, 0, 0, rows.data()}}, "a prompt with 4 rows for tokens 2..5");
+    if (with == plain) fail("rows given for tokens 2..5 left the logits as the tokens' own embeddings gave them");
+    if (run({{2, 4, 0, 0, rows.data()}}, "the same rows again") != with)
+        fail("the same rows for the same tokens gave other logits");
+    (void)run({{2, 4, EH_SPAN_BIDIRECTIONAL, 0, rows.data()}}, "a bidirectional span");
+    // A span past the entry: refused, nothing changed, and dropped.
+    eh_seq* s = c.d.create();
+    const eh_embd_span bad{6, 4, 0, 0, rows.data()};
+    if (api.seq_embd_spans(s, &bad, 1) != EH_OK) fail("seq_embd_spans failed: " + c.d.error());
+    std::vector<eh_step_entry> es{entry(s, p.data(), 8, EH_STEP_LOGITS)};
+    const eh_status st = c.d.step(es);
+    if (st != EH_INVALID_ARGUMENT)
+        fail(fmt::format("a span ending past its entry's 8 tokens gave {}, not INVALID_ARGUMENT", eh_status_name(st)));
+    if (c.d.length(s) != 0) fail("a step refused for its span changed the sequence");
+    es = {entry(s, p.data(), 8, EH_STEP_LOGITS)};
+    c.d.step_ok(es, "the step after a refused one");
+    const float* l = nullptr;
+    uint32_t n = 0;
+    if (api.seq_logits(s, &l, &n) != EH_OK || !l) fail("seq_logits failed: " + c.d.error());
+    if (std::vector<float>(l, l + n) != plain) fail("a refused step's spans were used by the next step (they must be dropped)");
+}
+
 void hidden_state(Context& c) {
     c.needs(12, 12, 2);
     const auto p = c.prompt(12, 23), q = c.prompt(12, 29);
@@ -1032,6 +1089,10 @@ const Check kChecks[] = {
                       "sequences give the same tokens alone and in one step; a fork keeps its adapter; a "
                       "sequence holding tokens keeps its own (skipped without the adapter calls)",
      lora_adapters},
+    {"embd_spans", "rows given for a span of a step's tokens (seq_embd_spans, 1.6) change its logits the same "
+                   "way every time, a span past its entry is refused with nothing changed, and spans last one "
+                   "step (skipped without the image calls)",
+     embd_spans},
     {"reference_agreement", "greedy tokens agree with the reference plugin, teacher-forced (needs --reference)",
      reference_agreement},
 };
