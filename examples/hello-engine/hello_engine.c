@@ -44,7 +44,8 @@ static const char* const formats[] = {"gguf", NULL};
 static const char* const archs[] = {"hello", "llama", NULL};
 static const char* const quants[] = {"F32", NULL};
 static const eh_plugin_info info_v = {sizeof(eh_plugin_info), "hello-engine", "0.1.0", "hello",
-                                      formats, archs, quants, EH_DEVICE_CPU, 0};
+                                      formats, archs, quants, EH_DEVICE_CPU, 0,
+                                      1 /* max_devices: one (1.6) */, 0};
 /* Per thread, as the ABI requires of last-error storage. */
 static _Thread_local char plugin_error[128];
 
@@ -358,6 +359,8 @@ static const eh_plugin_api api = {
     seq_release, step,
     NULL, NULL, /* step_begin, step_end: optional (1.3), not offered */
     NULL,       /* seq_hidden: optional (1.5), not offered */
+    NULL, NULL, NULL, /* adapter_load, adapter_release, seq_set_adapter: optional (1.6), not offered */
+    NULL, NULL, NULL, /* image_encoder_load, image_encode, seq_embd_spans: optional (1.6), not offered */
 };
 
 EH_PLUGIN_EXPORT const eh_plugin_api* eh_plugin_entry(uint16_t host_major, uint16_t host_minor) {
