@@ -315,13 +315,13 @@ TEST(ToolConstraint, ForcedCallsBecomeAConstraint) {
     EXPECT_EQ(two.gen.prompt, "P<|channel|>commentary to=functions.");
     ASSERT_TRUE(two.gen.constraint.grammar);
     // A parameters schema with a keyword the grammar cannot enforce names it.
-    auto bad = offering({{"f", R"({"type":"object","properties":{"z":{"type":"object","unevaluatedProperties":false}}})"}});
+    auto bad = offering({{"f", R"({"type":"object","properties":{"z":{"type":"array","contains":{},"minContains":2}}})"}});
     try {
         constrain_tool_call(bad, ToolFormat::Hermes, ByteCodec());
         FAIL();
     } catch (const RequestError& e) {
         EXPECT_EQ(e.field(), "tools");
-        EXPECT_NE(std::string(e.what()).find("unevaluatedProperties"), std::string::npos) << e.what();
+        EXPECT_NE(std::string(e.what()).find("minContains"), std::string::npos) << e.what();
     }
 }
 
