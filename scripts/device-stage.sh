@@ -66,6 +66,9 @@ find "$stage$build/bin" "$stage$build/lib" -type f -exec strip --strip-debug {} 
   strip --strip-debug "$lib"
   sed -i "s/$old/$(sha256sum "$lib" | cut -d' ' -f1)/" "$m"
 done
+# The Python the GPU tests were configured with (device-unpack.sh links it
+# to the GPU machine's python3 where that path is missing).
+sed -n 's/^_\{0,1\}Python3_EXECUTABLE:[A-Z]*=//p' "$build/CMakeCache.txt" | head -1 > "$stage$build/PYTHON3"
 # The commit the build was made from (device-bench.sh reports it).
 echo "$(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . 2>/dev/null || echo '+changes')" > "$stage$build/COMMIT"
 copy "$testdata"
