@@ -263,7 +263,7 @@ TEST(StructuredOutput, RefusalsNameTheKeywordOrField) {
     };
     // Keywords the grammar cannot enforce, and enforced ones with a malformed value.
     const std::vector<std::pair<std::string, json>> refused = {
-        {"unevaluatedProperties", {{"type", "object"}, {"unevaluatedProperties", false}}},
+        {"unevaluatedItems", {{"type", "array"}, {"contains", {{"type", "integer"}}}, {"unevaluatedItems", false}}},
         {"not", {{"type", "string"}, {"not", {{"pattern", "^a"}}}}},  // no negation of a pattern
         {"uniqueItems", {{"type", "array"}, {"items", {{"type", "object"}}}, {"uniqueItems", true}, {"minItems", 2}}},
         {"maxContains", {{"type", "array"}, {"contains", {{"type", "integer"}}}, {"maxContains", 2}}},
