@@ -24,8 +24,9 @@ the one document. References to files the package does not hold (the
 JSON-schema meta-schemas, other sites) are left as they are.
 
 A file is a schema when its top level is an object whose `$schema` names a
-JSON-schema dialect, or its name holds "schema" and it has schema keywords
-(or it is under a folder listed in EXTRA_DIRS). Files over 3 MB are skipped.
+JSON-schema dialect, or its name holds "schema" (or it is under a folder
+listed in EXTRA_DIRS) and it has schema keywords; either way its `type`, if
+any, is a JSON-schema type name. Files over 3 MB are skipped.
 
   python3 scripts/collect_schemas.py /tmp/schemas
   build/bin/eh-schema-coverage /tmp/schemas
@@ -92,8 +93,16 @@ SKIP_DIRS = ("package/definitions/",)
 SCHEMA_KEYS = ("properties", "definitions", "$defs", "type", "oneOf", "anyOf", "allOf", "$ref")
 
 
+TYPE_NAMES = {"string", "number", "integer", "boolean", "object", "array", "null", "any"}
+
+
 def is_schema(name, doc, extra_dir):
     if not isinstance(doc, dict):
+        return False
+    # An example document beside a schema (jsonresume's sample.job.json names
+    # a dialect in $schema, but its "type" is "Full-time"): data, not a schema.
+    t = doc.get("type")
+    if t is not None and not all(isinstance(x, str) and x in TYPE_NAMES for x in (t if isinstance(t, list) else [t])):
         return False
     dialect = doc.get("$schema")
     if isinstance(dialect, str) and "json-schema" in dialect and not dialect.endswith(".json"):
