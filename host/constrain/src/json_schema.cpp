@@ -166,8 +166,8 @@ constexpr size_t kMaxMergedAlternatives = 64;
 
 // Different $ref targets in one schema: each may add a rule holding every
 // target it reaches (kMaxSchemaRefs^2 names at worst, and the grammar text
-// limit stops that long before).
-constexpr size_t kMaxSchemaRefs = 1000;
+// limit stops that long before). Biome's configuration schema has 2,768.
+constexpr size_t kMaxSchemaRefs = 5000;
 
 // Nesting depth of JSON text, without building it (a deep document would
 // recurse in the JSON library).
