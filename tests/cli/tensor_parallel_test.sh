@@ -40,16 +40,23 @@ serving() {
   port=$(grep -o '"uri":"http://127.0.0.1:[0-9]*"' "$log" | head -1 | grep -o '[0-9]*"$' | tr -d '"')
 }
 stop() { kill -TERM $pid 2>/dev/null; wait $pid; }
+# pyq EXPR: EXPR over the JSON on stdin as `j` (python3, which the build
+# already needs; no jq), printed as compact JSON, a string as is.
+pyq() {
+  python3 -c 'import json,sys
+v = eval(sys.argv[1], {"j": json.load(sys.stdin)})
+print(v if isinstance(v, str) else json.dumps(v, separators=(",", ":")))' "$1"
+}
 
 # Two ranks, no --gpus: GPUs 1 and 2 have the most free memory.
 export EH_TEST_ENGINE_GPUS=10000,70000,40000
 serving tp2-most-free -- "$eh" --model "$model" "${gpu[@]}" --tensor-parallel 2
 health=$(curl -s "http://127.0.0.1:$port/health")
-[[ $(jq -c '[.devices[] | [.rank, .gpu, .name]]' <<<"$health") == '[[0,1,"test GPU 1"],[1,2,"test GPU 2"]]' ]]
+[[ $(pyq '[[d["rank"], d["gpu"], d["name"]] for d in j["devices"]]' <<<"$health") == '[[0,1,"test GPU 1"],[1,2,"test GPU 2"]]' ]]
 check tp2-health-lists-every-rank $? "$health"
-[[ $(jq -r .device <<<"$health") == "test devices 1,2" ]]
+[[ $(pyq 'j["device"]' <<<"$health") == "test devices 1,2" ]]
 check tp2-plugin-got-the-device-set $? "$health"
-grep '"event":"ready"' "$log" | jq -e '[.devices[].gpu] == [1,2] and (.vram_bytes | type) == "number"' >/dev/null
+[[ $(grep '"event":"ready"' "$log" | pyq '[d["gpu"] for d in j["devices"]] == [1, 2] and isinstance(j["vram_bytes"], int)') == true ]]
 check tp2-ready-line-lists-every-rank $? "$(grep '"event":"ready"' "$log")"
 metrics=$(curl -s "http://127.0.0.1:$port/metrics")
 grep -qx 'eh_model_device_info{rank="0",gpu="1",name="test GPU 1"} 1' <<<"$metrics" &&
@@ -59,18 +66,18 @@ stop
 
 # --gpus names them, rank order kept; a GPU twice is the shard mode.
 serving gpus-order -- "$eh" --model "$model" "${gpu[@]}" --gpus 2,0
-[[ $(curl -s "http://127.0.0.1:$port/health" | jq -r .device) == "test devices 2,0" ]]
+[[ $(curl -s "http://127.0.0.1:$port/health" | pyq 'j["device"]') == "test devices 2,0" ]]
 check gpus-rank-order $? "$(curl -s "http://127.0.0.1:$port/health")"
 stop
 serving shard-mode -- "$eh" --model "$model" "${gpu[@]}" --gpus 0,0 --tensor-parallel 2
-[[ $(curl -s "http://127.0.0.1:$port/health" | jq -c '[.device, [.devices[].gpu]]') == '["test devices 0,0",[0,0]]' ]]
+[[ $(curl -s "http://127.0.0.1:$port/health" | pyq '[j["device"], [d["gpu"] for d in j["devices"]]]') == '["test devices 0,0",[0,0]]' ]]
 check shard-mode-one-gpu-twice $? "$(curl -s "http://127.0.0.1:$port/health")"
 stop
 # A GPU the probe refuses (busy) is skipped, not the end of the GPUs: the
 # ones after it are chosen, or named, by their own ordinal.
 export EH_TEST_ENGINE_GPUS=busy,70000,40000
 serving skip-busy -- "$eh" --model "$model" "${gpu[@]}" --gpu-device 1 --tensor-parallel 2
-[[ $(curl -s "http://127.0.0.1:$port/health" | jq -r .device) == "test devices 1,2" ]]
+[[ $(curl -s "http://127.0.0.1:$port/health" | pyq 'j["device"]') == "test devices 1,2" ]]
 check tp-skips-a-busy-gpu $? "$(curl -s "http://127.0.0.1:$port/health")"
 stop
 refuses gpus-names-a-busy-gpu 3 '--gpus names GPU 0, which plugin fixture-fake-gpu cannot use: fixture: GPU 0 is busy' \
@@ -79,7 +86,7 @@ export EH_TEST_ENGINE_GPUS=10000,70000,40000
 
 # One rank: the plain load (no device set), /health still lists its GPU.
 serving one-rank -- "$eh" --model "$model" "${gpu[@]}"
-[[ $(curl -s "http://127.0.0.1:$port/health" | jq -c '[.device, [.devices[].gpu]]') == '["test device",[0]]' ]]
+[[ $(curl -s "http://127.0.0.1:$port/health" | pyq '[j["device"], [d["gpu"] for d in j["devices"]]]') == '["test device",[0]]' ]]
 check one-rank-plain-load $? "$(curl -s "http://127.0.0.1:$port/health")"
 stop
 
@@ -105,10 +112,10 @@ refuses tp-engine-process 2 'cannot go with --engine-process yet' -- "$eh" --mod
 # bench: the same flags; the device set reaches the load, and a plugin of
 # one device fails its run naming why.
 out=$(timeout 60 "$eh" bench -m "$model" "${gpu[@]}" --gpus 0,0 -p 8 -n 4 -r 1 --json 2>&1)
-jq -e '.gpus == [0,0] and .results[0].ok and .results[0].device_name == "test devices 0,0"' <<<"$out" >/dev/null
+[[ $(pyq 'j["gpus"] == [0, 0] and j["results"][0]["ok"] and j["results"][0]["device_name"] == "test devices 0,0"' <<<"$out") == true ]]
 check bench-shard-mode $? "$out"
 out=$(timeout 60 "$eh" bench -m "$model" --plugins "$plugins/good" --tensor-parallel 2 -p 8 -n 4 -r 1 --json 2>&1)
-jq -e '.gpus == [0,1] and (.results[0].error | contains("plugin test-engine serves one device only; 2 were asked for"))' <<<"$out" >/dev/null
+[[ $(pyq 'j["gpus"] == [0, 1] and "plugin test-engine serves one device only; 2 were asked for" in j["results"][0]["error"]' <<<"$out") == true ]]
 check bench-one-device-plugin-fails-its-run $? "$out"
 out=$(timeout 20 "$eh" bench -m "$model" "${gpu[@]}" --gpus 0 --gpu 1 2>&1); rc=$?
 [[ $rc -eq 2 && $out == *"--gpus and --gpu both name GPUs"* ]]
