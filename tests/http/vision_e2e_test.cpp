@@ -236,3 +236,20 @@ TEST(VisionEndToEnd, AnthropicCountTokensCountsTheImage) {
     ASSERT_EQ(with.status, 200) << with.body;
     EXPECT_GE(int(json::parse(with.body)["input_tokens"]) - int(json::parse(plain.body)["input_tokens"]), 16);
 }
+
+TEST(VisionEndToEnd, AModelThatCannotHoldImagesStopsTheStart) {
+    ASSERT_FALSE(forged().model.empty());
+    // A llama model: no image prompt form.
+    EngineHost llama({"--log-format", "text", "--mmproj", forged().mmproj}, {}, false, EH_PLUGIN_DIR);
+    EXPECT_NE(llama.wait_exit(30000), 0) << llama.log();
+    EXPECT_NE(llama.log().find("images are taken for gemma3 models only"), std::string::npos) << llama.log();
+    // A Gemma 3 whose vocabulary has no image tokens (the plain tiny profile).
+    const std::string plain = forged().dir + "/tiny-gemma3.gguf";
+    const std::string cmd = std::string(EH_ENGINE_HOST) + " forge --like tiny-gemma-3-q4_k_m --out " + plain +
+                            " --threads 2 > " + forged().dir + "/forge-plain.log 2>&1";
+    ASSERT_EQ(std::system(cmd.c_str()), 0);
+    EngineHost g({"--log-format", "text", "--mmproj", forged().mmproj, "--ctx-size", "1024", "--kv-cache-size-mb", "64"},
+                 {}, false, EH_PLUGIN_DIR, plain);
+    EXPECT_NE(g.wait_exit(60000), 0) << g.log();
+    EXPECT_NE(g.log().find("has no '<image_soft_token>' control token"), std::string::npos) << g.log();
+}

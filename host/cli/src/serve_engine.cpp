@@ -179,6 +179,10 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
                {"load_ms", std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count()}});
 
     auto codec = make_codec(*file, s.chat_template);
+    if (images && codec->encode(images->prompt().token, false, true, {}).size() != 1)
+        throw Error(Code::ModelLoadFailed, fmt::format("--mmproj: the model's vocabulary has no '{}' control token, "
+                                                      "with which its prompts hold an image",
+                                                      images->prompt().token));
     const service::ChatTemplateState chat_state = codec->chat_template_state();
     if (chat_state.kind == service::ChatTemplateState::Kind::Rejected)
         // Serve still starts (completions and /execute need no template);
