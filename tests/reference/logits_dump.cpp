@@ -13,7 +13,6 @@
 // once (the batched prefill path).
 // Exit status: 0 written; 2 the plugin refused the model (its message on
 // stderr, first line "refused: ..."); 1 any other failure.
-#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
@@ -26,34 +25,11 @@
 
 #include <eh/model/model_file.hpp>
 
+#include "dump_tool.hpp"
+
 namespace {
 
-struct Refused : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
-
-const eh_plugin_api& open_plugin(const char* path) {
-    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw std::runtime_error(std::string("dlopen: ") + dlerror());
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(lib, EH_PLUGIN_ENTRY_SYMBOL));
-    if (!entry) throw std::runtime_error("no " EH_PLUGIN_ENTRY_SYMBOL " in " + std::string(path));
-    const eh_plugin_api* api = entry(EH_ABI_MAJOR, EH_ABI_MINOR);
-    if (!api) throw std::runtime_error("the plugin returned no table");
-    return *api;
-}
-
-std::vector<int32_t> parse_tokens(const std::string& s) {
-    std::vector<int32_t> out;
-    size_t i = 0;
-    while (i < s.size()) {
-        size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        out.push_back(static_cast<int32_t>(std::stol(s.substr(i, j - i))));
-        i = j + 1;
-    }
-    if (out.size() < 2) throw std::runtime_error("TOKENS needs at least 2 ids");
-    return out;
-}
+using dump_tool::Refused;
 
 class Run {
 public:
@@ -105,9 +81,9 @@ int main(int argc, char** argv) {
         return 1;
     }
     try {
-        const eh_plugin_api& api = open_plugin(argv[1]);
+        const eh_plugin_api& api = dump_tool::open_plugin(argv[1]);
         auto file = eh::model::ModelFile::open(argv[2]);
-        const std::vector<int32_t> tokens = parse_tokens(argv[3]);
+        const std::vector<int32_t> tokens = dump_tool::parse_tokens(argv[3], 2);
         const uint32_t n = static_cast<uint32_t>(tokens.size());
         Run run(api, &file->view());
         std::vector<float> logits;

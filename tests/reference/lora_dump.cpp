@@ -13,7 +13,6 @@
 // logits after tokens[0..i]), then rows x vocab without it.
 // Exit status: 0 written; 2 the plugin refused the model or the adapter (its
 // message on stderr, first line "refused: ..."); 1 any other failure.
-#include <dlfcn.h>
 
 #include <cstdio>
 #include <memory>
@@ -26,35 +25,17 @@
 
 #include <eh/model/model_file.hpp>
 
+#include "dump_tool.hpp"
+
 namespace {
 
-struct Refused : std::runtime_error {
-    using std::runtime_error::runtime_error;
-};
+using dump_tool::Refused;
 
 const eh_plugin_api& open_plugin(const char* path) {
-    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw std::runtime_error(std::string("dlopen: ") + dlerror());
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(lib, EH_PLUGIN_ENTRY_SYMBOL));
-    if (!entry) throw std::runtime_error("no " EH_PLUGIN_ENTRY_SYMBOL " in " + std::string(path));
-    const eh_plugin_api* api = entry(EH_ABI_MAJOR, EH_ABI_MINOR);
-    if (!api) throw std::runtime_error("the plugin returned no table");
-    if (api->abi_minor < 6 || !api->adapter_load || !api->seq_set_adapter || !api->step)
+    const eh_plugin_api& api = dump_tool::open_plugin(path);
+    if (api.abi_minor < 6 || !api.adapter_load || !api.seq_set_adapter || !api.step)
         throw Refused("the plugin has no ABI 1.6 adapter calls");
-    return *api;
-}
-
-std::vector<int32_t> parse_tokens(const std::string& s) {
-    std::vector<int32_t> out;
-    size_t i = 0;
-    while (i < s.size()) {
-        size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        out.push_back(static_cast<int32_t>(std::stol(s.substr(i, j - i))));
-        i = j + 1;
-    }
-    if (out.empty()) throw std::runtime_error("TOKENS needs at least 1 id");
-    return out;
+    return api;
 }
 
 }  // namespace
@@ -74,7 +55,7 @@ int main(int argc, char** argv) {
         auto file = eh::model::ModelFile::open(argv[2]);
         auto afile = eh::model::ModelFile::open(argv[3]);
         const float scale = std::stof(argv[4]);
-        const std::vector<int32_t> tokens = parse_tokens(argv[5]);
+        const std::vector<int32_t> tokens = dump_tool::parse_tokens(argv[5], 1);
         const uint32_t n = static_cast<uint32_t>(tokens.size());
         auto fail = [&](const char* what) { return std::runtime_error(std::string(what) + ": " + api->model_last_error(model)); };
 

@@ -13,7 +13,6 @@
 // asks), then the same logits with the image's rows replaced by zeros (a
 // control: they must differ).
 // Exit status: 0 written; 1 any failure (the message on stderr).
-#include <dlfcn.h>
 
 #include <cstdio>
 #include <cstring>
@@ -27,30 +26,15 @@
 
 #include <eh/model/model_file.hpp>
 
+#include "dump_tool.hpp"
+
 namespace {
 
 const eh_plugin_api& open_plugin(const char* path) {
-    void* lib = dlopen(path, RTLD_NOW | RTLD_LOCAL);
-    if (!lib) throw std::runtime_error(std::string("dlopen: ") + dlerror());
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(lib, EH_PLUGIN_ENTRY_SYMBOL));
-    if (!entry) throw std::runtime_error("no " EH_PLUGIN_ENTRY_SYMBOL " in " + std::string(path));
-    const eh_plugin_api* api = entry(EH_ABI_MAJOR, EH_ABI_MINOR);
-    if (!api) throw std::runtime_error("the plugin returned no table");
-    if (api->abi_minor < 6 || !api->image_encoder_load || !api->image_encode || !api->seq_embd_spans)
+    const eh_plugin_api& api = dump_tool::open_plugin(path);
+    if (api.abi_minor < 6 || !api.image_encoder_load || !api.image_encode || !api.seq_embd_spans)
         throw std::runtime_error("the plugin takes no images (ABI 1.6 image_encoder_load)");
-    return *api;
-}
-
-std::vector<int32_t> parse_tokens(const std::string& s) {
-    std::vector<int32_t> out;
-    size_t i = 0;
-    while (i < s.size()) {
-        size_t j = s.find(',', i);
-        if (j == std::string::npos) j = s.size();
-        out.push_back(static_cast<int32_t>(std::stol(s.substr(i, j - i))));
-        i = j + 1;
-    }
-    return out;
+    return api;
 }
 
 void check(const eh_plugin_api& api, eh_model* m, eh_status st, const char* what) {
@@ -86,7 +70,7 @@ int main(int argc, char** argv) {
         std::vector<float> rows(size_t(info.n_tokens) * info.n_embd);
         check(api, m, api.image_encode(m, px.data(), rows.data()), "image_encode");
 
-        const std::vector<int32_t> tokens = parse_tokens(argv[5]);
+        const std::vector<int32_t> tokens = dump_tool::parse_tokens(argv[5], 0);
         const uint32_t first = uint32_t(std::stoul(argv[6]));
         if (first + info.n_tokens > tokens.size()) throw std::runtime_error("the image's span runs past TOKENS");
         eh_kv_params kp{};
