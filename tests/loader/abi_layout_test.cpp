@@ -50,7 +50,10 @@ static_assert(offsetof(eh_plugin_api, adapter_release) == 264);
 static_assert(offsetof(eh_plugin_api, seq_set_adapter) == 272);
 static_assert(offsetof(eh_plugin_api, image_encoder_load) == 280);  // 1.6, images in
 static_assert(offsetof(eh_plugin_api, seq_embd_spans) == 296);
-static_assert(sizeof(eh_plugin_api) == 304);
+static_assert(offsetof(eh_plugin_api, seq_park) == 304);         // 1.7, the host-memory tier
+static_assert(offsetof(eh_plugin_api, seq_unpark) == 312);
+static_assert(offsetof(eh_plugin_api, parked_release) == 320);
+static_assert(sizeof(eh_plugin_api) == 328);
 static_assert(offsetof(eh_adapter_params, view) == 8);
 static_assert(offsetof(eh_adapter_params, scale) == 16);
 static_assert(offsetof(eh_adapter_params, alpha) == 20);
@@ -167,7 +170,7 @@ TEST(AbiLayout, HiddenStatesOnlyFromA15Table) {
 TEST(AbiLayout, AdaptersOnlyFromA16TableWithAllThree) {
     using eh::loader::api_has_adapters;
     using eh::loader::api_table_size;
-    static_assert(api_table_size(6) == sizeof(eh_plugin_api));
+    static_assert(api_table_size(6) == offsetof(eh_plugin_api, seq_park));
     eh_plugin_api api{};
     api.abi_major = 1;
     api.abi_minor = 6;
@@ -188,6 +191,34 @@ TEST(AbiLayout, AdaptersOnlyFromA16TableWithAllThree) {
     api.seq_set_adapter = [](eh_seq*, eh_adapter*) { return EH_OK; };
     api.step = nullptr;
     EXPECT_FALSE(api_has_adapters(api));
+}
+
+// 1.7's park calls are read only from a table that is 1.7's size, says
+// 1.7, has all three and the batched step: a 1.6 table ends before them.
+TEST(AbiLayout, ParkOnlyFromA17TableWithAllThree) {
+    using eh::loader::api_has_park;
+    using eh::loader::api_table_size;
+    static_assert(api_table_size(7) == sizeof(eh_plugin_api));
+    eh_plugin_api api{};
+    api.abi_major = 1;
+    api.abi_minor = 7;
+    api.struct_size = sizeof(eh_plugin_api);
+    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
+    api.seq_park = [](eh_seq*, uint32_t, uint64_t, eh_parked**, uint64_t*) { return EH_OK; };
+    api.seq_unpark = [](eh_model*, const eh_parked*, const int32_t*, uint32_t, eh_seq**) { return EH_OK; };
+    api.parked_release = [](eh_parked*) {};
+    EXPECT_TRUE(api_has_park(api));
+    api.abi_minor = 6;
+    EXPECT_FALSE(api_has_park(api));
+    api.abi_minor = 7;
+    api.struct_size = uint32_t(api_table_size(6));
+    EXPECT_FALSE(api_has_park(api));
+    api.struct_size = sizeof(eh_plugin_api);
+    api.parked_release = nullptr;
+    EXPECT_FALSE(api_has_park(api));
+    api.parked_release = [](eh_parked*) {};
+    api.step = nullptr;
+    EXPECT_FALSE(api_has_park(api));
 }
 
 // 1.6's eh_plugin_info.max_devices is read only from a 1.6 table whose info

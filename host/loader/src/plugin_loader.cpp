@@ -202,6 +202,17 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
                 problems.push_back("function table entries image_encoder_load, image_encode and seq_embd_spans (1.6) "
                                    "need the batched (1.2) entries");
         }
+        if (api->abi_minor >= 7) {
+            // The park calls too (the host-memory tier).
+            const size_t pset = (api->seq_park != nullptr) + (api->seq_unpark != nullptr) +
+                                (api->parked_release != nullptr);
+            if (pset != 0 && pset != 3)
+                problems.push_back("function table entries seq_park, seq_unpark and parked_release (1.7) "
+                                   "come as a group: set all three or none");
+            if (pset != 0 && set == 0)
+                problems.push_back("function table entries seq_park, seq_unpark and parked_release (1.7) "
+                                   "need the batched (1.2) entries");
+        }
         if (step_only && set == 0)
             problems.push_back("function table has neither the session entries nor the batched (1.2) entries: "
                                "a plugin needs one of them to run a model");

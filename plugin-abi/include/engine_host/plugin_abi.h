@@ -1,5 +1,5 @@
 /*
- * engine-host plugin ABI, version 1.6.
+ * engine-host plugin ABI, version 1.7.
  *
  * This header is the whole contract between the engine-host process and an
  * engine plugin. It is plain C11 (usable from C++17 and later) and depends on
@@ -85,7 +85,7 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 6
+#define EH_ABI_MINOR 7
 /* History (members are only ever appended):
  *   1.0  first version
  *   1.1  eh_model_info.kv_bytes_per_token
@@ -109,7 +109,10 @@ extern "C" {
  *        adapter_load, adapter_release, seq_set_adapter (optional);
  *        a load spans a set of devices (eh_load_params.n_devices /
  *        devices: tensor parallelism, or several shards on one GPU) and a
- *        plugin says how many it can use (eh_plugin_info.max_devices)   */
+ *        plugin says how many it can use (eh_plugin_info.max_devices)
+ *   1.7  a host-memory tier for cached prefixes: a sequence's KV parked in
+ *        host memory and brought back by copy (eh_parked, eh_plugin_api
+ *        seq_park, seq_unpark, parked_release; optional)                 */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -331,6 +334,7 @@ typedef struct eh_model eh_model;     /* opaque, plugin-owned */
 typedef struct eh_session eh_session; /* opaque, plugin-owned */
 typedef struct eh_seq eh_seq;         /* opaque, plugin-owned (1.2) */
 typedef struct eh_adapter eh_adapter; /* opaque, plugin-owned (1.6) */
+typedef struct eh_parked eh_parked;   /* opaque, plugin-owned (1.7) */
 
 /* Progress: fraction in [0,1], monotonically non-decreasing, 1.0 exactly once
  * at the end of a successful load. `stage` is a short plugin-owned label. */
@@ -828,6 +832,41 @@ typedef struct eh_plugin_api {
     eh_status (*image_encoder_load)(eh_model* model, const eh_model_view* encoder, eh_image_encoder_info* out);
     eh_status (*image_encode)(eh_model* model, const float* pixels, float* out_rows);
     eh_status (*seq_embd_spans)(eh_seq* seq, const eh_embd_span* spans, uint32_t n_spans);
+
+    /* since 1.7 -- OPTIONAL as a group of three, and only beside the 1.2
+     * group: a host-memory tier for the KV of cached prefixes. The plugin
+     * owns the host memory (a GPU plugin allocates it pinned, so the copies
+     * run at bus speed); the host decides what to park and keeps the total
+     * under its budget. Called from the thread that makes the batched
+     * calls, never while a step is in flight (EH_BUSY); messages of failed
+     * calls are read with model_last_error.
+     *
+     * seq_park: copies the KV of the first n_tokens (1..seq_length) of
+     * `seq`, with their token ids and adapter, into a new eh_parked in host
+     * memory; `seq` is unchanged and may be released at once. *out_bytes
+     * gets the host bytes the parked copy holds (or would hold).
+     * EH_NO_CAPACITY when that is more than max_bytes, or when the host
+     * memory cannot be allocated: nothing was made, *out_parked is NULL.
+     *
+     * seq_unpark: a new sequence of `model` holding the parked tokens,
+     * their KV copied back into fresh blocks (blocks for n_tokens), with
+     * the parked adapter, no sampler and no logits -- as seq_fork of the
+     * parked sequence would have made it, so every later step gives the
+     * same results bit for bit. `tokens` (n_tokens of them) are what the
+     * host expects the parked copy to hold: EH_INVALID_ARGUMENT, changing
+     * nothing, when the count or any token differs (the message names the
+     * first position) or the parked copy is another model's. EH_KV_FULL
+     * when the free blocks do not suffice and EH_NO_CAPACITY when max_seqs
+     * are alive: nothing changes. The parked copy is unchanged and may be
+     * unparked again.
+     *
+     * parked_release: frees it. The host releases every parked copy before
+     * the model and before any adapter it holds.                         */
+    eh_status (*seq_park)(eh_seq* seq, uint32_t n_tokens, uint64_t max_bytes, eh_parked** out_parked,
+                          uint64_t* out_bytes);
+    eh_status (*seq_unpark)(eh_model* model, const eh_parked* parked, const int32_t* tokens, uint32_t n_tokens,
+                            eh_seq** out_seq);
+    void (*parked_release)(eh_parked* parked);
 } eh_plugin_api;
 
 /* The entry point. Returns the plugin's static function table, or NULL if the

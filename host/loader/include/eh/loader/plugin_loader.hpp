@@ -46,9 +46,10 @@ struct LoaderOptions {
 // Bytes of the function table a plugin built for ABI 1.`minor` has: the
 // members that minor defines (1.0 and 1.1 end before 1.2's kv_init, 1.2
 // before 1.3's step_begin, 1.3 and 1.4 before 1.5's seq_hidden, 1.5
-// before 1.6's adapter_load).
+// before 1.6's adapter_load, 1.6 before 1.7's seq_park).
 constexpr size_t api_table_size(uint16_t minor) {
-    return minor >= 6   ? sizeof(eh_plugin_api)
+    return minor >= 7   ? sizeof(eh_plugin_api)
+           : minor == 6 ? offsetof(eh_plugin_api, seq_park)
            : minor == 5 ? offsetof(eh_plugin_api, adapter_load)
            : minor >= 3 ? offsetof(eh_plugin_api, seq_hidden)
            : minor == 2 ? offsetof(eh_plugin_api, step_begin)
@@ -81,6 +82,14 @@ inline bool api_has_hidden(const eh_plugin_api& api) {
 inline bool api_has_adapters(const eh_plugin_api& api) {
     return api_has_step(api) && api.abi_minor >= 6 && api.struct_size >= api_table_size(6) &&
            api.adapter_load != nullptr && api.adapter_release != nullptr && api.seq_set_adapter != nullptr;
+}
+
+// True when it parks sequences in host memory (ABI 1.7's seq_park,
+// seq_unpark and parked_release, beside the batched step): the host-memory
+// prefix tier (--kv-host-bytes) needs it.
+inline bool api_has_park(const eh_plugin_api& api) {
+    return api_has_step(api) && api.abi_minor >= 7 && api.struct_size >= api_table_size(7) && api.seq_park != nullptr &&
+           api.seq_unpark != nullptr && api.parked_release != nullptr;
 }
 
 // Every plugin under `dir` (not recursive), accepted or rejected.
