@@ -1,7 +1,10 @@
 // llama-cuda against Hugging Face transformers: the logits recorded by
 // tests/reference/make_reference.py for every llama-family architecture
 // (llama, qwen2, phi3, and llama3 = Llama 3.x rope_freqs, mistral = own
-// head_dim, qwen3 = QK-norm), from the GGUF file and from the HF directory
+// head_dim, qwen3 = QK-norm, gemma3 = window 4 of 12 tokens on alternate
+// layers with their own RoPE base, linear x8 on the others, pre/post norms
+// stored as w in the HF directory and 1 + w in the GGUF, GeLU-tanh MLP,
+// scaled embedding, soft-cap 5), from the GGUF file and from the HF directory
 // (the host's safetensors view). Teacher-forced: the first token through
 // prefill, the rest through the decode graph. Each position: max |cuda - HF|
 // <= 2e-2 x max |HF| (FP16 KV cache, reordered sums) and the same top-1
@@ -79,6 +82,6 @@ TEST_P(LlamaCudaVsTransformers, GgufAndHfDirectory) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transformers, LlamaCudaVsTransformers,
-                         ::testing::Values("llama", "qwen2", "phi3", "llama3", "mistral", "qwen3"));
+                         ::testing::Values("llama", "qwen2", "phi3", "llama3", "mistral", "qwen3", "gemma3"));
 
 }  // namespace

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # eh-plugin-check against the CUDA plugins on the GPU machine: llama-cuda on
 # the trained stories260K with the CPU reference as its reference, and both
-# CUDA plugins on forged toy-size files of their architectures (gpt-cuda's
-# Qwen3-MoE file with and without its batch_invariant load option).
+# CUDA plugins on forged toy-size files of their architectures (llama-cuda's
+# Llama 3.1 and Gemma 3, gpt-cuda's Qwen3-MoE with and without its
+# batch_invariant load option, and gpt-oss).
 # Usage: gpu_test.sh EH_PLUGIN_CHECK ENGINE_HOST PLUGIN_DIR TESTDATA_DIR
 source "$(dirname "$0")/../cli/testlib.sh"
 check_bin=$1 eh=$2 dir=$3 testdata=$4
@@ -26,7 +27,8 @@ out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories2
 [[ $rc -eq 3 && $out == *"KV cache type Q8_0 is not supported: not implemented on CUDA yet"* ]]
 check llama-cuda-refuses-q8_0-kv $? "exit $rc: $out"
 
-for spec in llama-cuda:tiny-llama-3.1-q4_k_m gpt-cuda:tiny-qwen3-moe-q4_k_m gpt-cuda:tiny-gpt-oss-mxfp4; do
+for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-cuda:tiny-qwen3-moe-q4_k_m \
+            gpt-cuda:tiny-gpt-oss-mxfp4; do
   plugin=${spec%%:*} profile=${spec#*:}
   if ! "$eh" forge --like "$profile" --out "$scratch/$profile.gguf" >"$scratch/forge.log" 2>&1; then
     check "forge-$profile" 1 "$(cat "$scratch/forge.log")"
@@ -50,7 +52,13 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m gpt-cuda:tiny-qwen3-moe-q4_k_m gpt-
   fi
   echo "$out"
   [[ $rc -eq 0 ]]; check "$plugin-$profile" $? "exit $rc"
-  if [[ $plugin == llama-cuda ]]; then
+  if [[ $profile == tiny-gemma-3-q4_k_m ]]; then
+    # Gemma 3's norms after attention and the MLP need each row-parallel
+    # matmul's whole sum: the shard mode refuses it by name
+    out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --gpus 0,0 2>&1); rc=$?
+    [[ $rc -eq 3 && $out == *"llama-cuda: tensor parallelism is not built for gemma3"* ]]
+    check "$plugin-$profile-shard-mode-refused" $? "exit $rc: $out"
+  elif [[ $plugin == llama-cuda ]]; then
     # The tiny Llama-3.1's attn_output is Q4_K 256 columns wide: two ranks
     # would cut its 256-element blocks in half, so the load is refused by name
     # (H200, 12:37 UTC: it was)

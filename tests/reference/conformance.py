@@ -105,9 +105,8 @@ def families():
 
 # (family, plugin or "HF dir") pairs refused by design: llama-cuda has no MoE
 # (gpt-cuda serves qwen3moe and none of the dense families), and no plugin
-# reads an HF Qwen3-MoE directory; no CUDA plugin serves gemma3 yet.
-# Recorded, not failures.
-EXPECTED_REFUSALS = {("qwen3moe", "llama-cuda"), ("qwen3moe", "HF dir"), ("gemma3", "llama-cuda")} | {
+# reads an HF Qwen3-MoE directory. Recorded, not failures.
+EXPECTED_REFUSALS = {("qwen3moe", "llama-cuda"), ("qwen3moe", "HF dir")} | {
     (f, "gpt-cuda") for f in ("qwen3", "llama3", "mistral", "llama", "qwen2", "gemma3")}
 
 

@@ -109,6 +109,7 @@ TEST(Census, Gemma3_Q4_K_M) {
     EXPECT_EQ(of("gemma-3-12b-it-q4_k_m"), (Census{{"F32", 289}, {"Q4_K", 288}, {"Q6_K", 49}}));
     EXPECT_EQ(of("gemma-3-27b-it-q4_k_m"), (Census{{"F32", 373}, {"Q4_K", 374}, {"Q6_K", 61}}));
     EXPECT_EQ(of("tiny-gemma-3-q4_k_m"), (Census{{"F32", 37}, {"Q4_K", 38}, {"Q6_K", 5}}));
+    EXPECT_EQ(of("tiny-gemma-3-hd256-q4_k_m"), (Census{{"F32", 37}, {"Q4_K", 38}, {"Q6_K", 5}}));
 }
 
 // The 1B's hidden size (1152) is not a multiple of 256: the matrices that

@@ -403,7 +403,7 @@ Profile gemma3(std::string name, const char* size) {
     Profile p;
     p.name = std::move(name);
     p.arch = "gemma3";
-    p.tiny = std::string_view(size) == "tiny";
+    p.tiny = std::string_view(size).substr(0, 4) == "tiny";
     p.target = {Recipe::Q4_K_M, EH_TYPE_Q4_K};
     p.n_vocab = 262144;
     auto& s = p.shape;
@@ -414,6 +414,12 @@ Profile gemma3(std::string name, const char* size) {
         s = Shape{.n_layer = 6, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
                   .n_ctx = 32768, .tied = true, .qk_norm = true};
         window = 16;
+    } else if (z == "tiny-hd256") {
+        // Gemma's head size of 256 (the 1B to 12B), which takes other
+        // attention kernels than 64 does, at toy size.
+        s = Shape{.n_layer = 6, .n_embd = 512, .n_ff = 1024, .n_head = 2, .n_head_kv = 1, .head_dim = 256,
+                  .n_ctx = 32768, .tied = true, .qk_norm = true};
+        window = 32;
     } else if (z == "1b") {
         s = Shape{.n_layer = 26, .n_embd = 1152, .n_ff = 6912, .n_head = 4, .n_head_kv = 1, .head_dim = 256,
                   .n_ctx = 32768, .tied = true, .qk_norm = true};
@@ -430,11 +436,12 @@ Profile gemma3(std::string name, const char* size) {
                   .n_ctx = 131072, .tied = true, .qk_norm = true};
     }
     const bool tiny = p.tiny;
-    p.description = tiny ? "Gemma 3 layout at toy size (Q4_K_M recipe, sliding pattern, padded SPM vocab)"
+    p.description = tiny ? fmt::format("Gemma 3 layout at toy size{} (Q4_K_M recipe, sliding pattern, padded SPM vocab)",
+                                       z == "tiny-hd256" ? ", head size 256" : "")
                          : fmt::format("Gemma-3-{}-it Q4_K_M", size == std::string_view("1b") ? "1B"
                                                                  : size == std::string_view("4b") ? "4B"
                                                                  : size == std::string_view("12b") ? "12B" : "27B");
-    general(p, tiny ? "Tiny Gemma 3" : "Gemma 3", tiny ? "80M" : size);
+    general(p, tiny ? "Tiny Gemma 3" : "Gemma 3", z == "tiny" ? "80M" : tiny ? "150M" : size);
     const std::string a = "gemma3.";
     p.metadata.push_back(u32(a + "context_length", s.n_ctx));
     p.metadata.push_back(u32(a + "embedding_length", s.n_embd));
@@ -485,6 +492,7 @@ const Entry kProfiles[] = {
     {"tiny-qwen3-q4_k_m", [](std::string n) { return qwen3(std::move(n), true); }},
     {"tiny-qwen3-moe-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), true); }},
     {"tiny-gemma-3-q4_k_m", [](std::string n) { return gemma3(std::move(n), "tiny"); }},
+    {"tiny-gemma-3-hd256-q4_k_m", [](std::string n) { return gemma3(std::move(n), "tiny-hd256"); }},
     {"tiny-gemma-3-vision-q4_k_m", [](std::string n) {
          // The tiny Gemma 3 with Gemma's image control tokens (at Gemma's ids,
          // the soft token at the last id: Gemma's own, 262144, is past this

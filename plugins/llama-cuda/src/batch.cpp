@@ -7,6 +7,7 @@
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
+#include <ehcuda/gemma_ops.hpp>
 #include <ehcuda/kernels.hpp>
 
 namespace llama_cuda {
@@ -94,17 +95,17 @@ void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool
     da.head_dim = c_.head_dim;
     da.n_rot = c_.n_rot;
     da.neox = c_.neox;
-    da.freq_base = c_.freq_base;
-    da.freq_factors = m_.rope_freqs;
+    da.freq_base = c_.layer_freq_base(layer);
+    da.freq_factors = layer_rope_freqs(m_, layer);
     da.k_cache = k_pool(pool_layer(r, layer));
     da.v_cache = v_pool(pool_layer(r, layer));
-    da.window = c_.window;
-    if (c_.qk_norm) {  // (Qwen3: normalised inside the attention, no head_rmsnorm launch)
+    da.window = c_.layer_window(layer);
+    if (c_.qk_norm) {  // (Qwen3, Gemma 3: normalised inside the attention, no head_rmsnorm launch)
         da.q_norm = (*r.layers)[size_t(layer)].q_norm;
         da.k_norm = (*r.layers)[size_t(layer)].k_norm;
         da.norm_eps = c_.eps;
     }
-    da.scale = 1.0f / std::sqrt(float(c_.head_dim));
+    da.scale = c_.scale();
     da.out = r.attn.as<float>();
     da.nsplit = decode_splits(rc.n_head, v.ntok);
     da.scratch = r.attn_scratch.as<float>();
@@ -124,10 +125,11 @@ void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool
 void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     const Config& c = *rk.c;
     const int pl = pool_layer(rk, layer);
-    const float scale = 1.0f / std::sqrt(float(c.head_dim));
+    const float scale = c.scale();
+    const int window = c.layer_window(layer);
     float* qkv = rk.qkv.as<float>();
     float* attn = rk.attn.as<float>();
-    ehcuda::RopeArgs r = rope_args(m_, qkv, v.ntok);
+    ehcuda::RopeArgs r = rope_args(m_, qkv, v.ntok, layer);
     r.ld = c.qkv_dim();
     r.n_head = c.n_head;
     r.n_kv = c.n_kv;
@@ -153,7 +155,7 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
         at.d_pos = v.d_pos + first;
         at.d_table = v.d_table + first;
         at.tables = v.d_tables;
-        at.window = c.window;
+        at.window = window;
         at.scale = scale;
         at.out = attn + size_t(first) * c.q_dim();
         at.ldo = c.q_dim();
@@ -173,7 +175,7 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
         at.head_dim = c.head_dim;
         at.d_pos0 = v.d_pos + sp.first;
         at.ntok = sp.n;
-        at.window = c.window;
+        at.window = window;
         at.scale = scale;
         at.out = attn + size_t(sp.first) * c.q_dim();
         at.ldo = c.q_dim();
@@ -259,13 +261,18 @@ void Batch::forward(const ehcuda::StepView& v) {
         ehcuda::allreduce_oneshot(a, s);
     };
     ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
+    if (c.embd_scale != 1.0f) ehcuda::scale_floats(h, size_t(T) * c.n_embd, c.embd_scale, s);
+    // Gemma 3 (tp 1 only): attn_output and ffn_down write xn (free once the
+    // QKV and gate|up matmuls have read it), whose norm is then added to h.
+    float* post = c.gemma ? xn : nullptr;
     for (int li = 0; li < c.n_layer; ++li) {
         for (Rank& r : ranks_) {
             const Config& rc = *r.c;
             const Layer& L = (*r.layers)[size_t(li)];
             float* qkv = r.qkv.as<float>();
             float* attn = r.attn.as<float>();
-            float* y = target(r);
+            float* y = post ? post : target(r);
+            const bool acc_out = acc && !post;
             normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, rc.qkv_dim(), T);
 
             ehcuda::MatSeg out{L.attn_out};
@@ -277,15 +284,16 @@ void Batch::forward(const ehcuda::StepView& v) {
                 decode_attention(v, r, li, chunks);
                 if (chunks)
                     matmul(&out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y, c.n_embd,
-                           acc, 1);
+                           acc_out, 1);
                 else
-                    matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc, T);
+                    matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             } else {
                 if (c.qk_norm)
                     ehcuda::head_rmsnorm(qkv, rc.qkv_dim(), rc.n_head, rc.n_kv, rc.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
                 prefill_attention(v, r, li);
-                matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc, T);
+                matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             }
+            if (post) ehcuda::rmsnorm_add(h, post, L.post_attn_norm, c.n_embd, T, c.eps, s);
         }
         all_reduce();
 
@@ -298,7 +306,13 @@ void Batch::forward(const ehcuda::StepView& v) {
             // down projection's input quantized (as a session's decode step).
             ehcuda::MatSeg gate, up, down{L.ffn_down};
             gate_up_halves(L, rc.n_ff, gate, up);
-            if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
+            if (post) {
+                // Gemma 3: GeLU(tanh)-gated, normalised before the residual add.
+                normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
+                ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, s);
+                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::Plain, post, c.n_embd, false, T);
+                ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
+            } else if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
                 ehcuda::GateUpArgs gu;
                 gu.gate = gate;
                 gu.up = up;
@@ -323,6 +337,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     ehcuda::gather_rows(h, c.n_embd, v.d_out_idx, v.nout, c.n_embd, last, s);
     ehcuda::MatSeg head{m_.output};
     normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
+    if (c.logit_softcap > 0.0f) ehcuda::softcap_floats(v.logits, size_t(v.nout) * c.n_vocab, c.logit_softcap, s);
 }
 
 }  // namespace llama_cuda

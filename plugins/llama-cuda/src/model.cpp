@@ -3,10 +3,12 @@
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
+#include <cstdio>
 #include <cstring>
 #include <deque>
 #include <map>
 
+#include <engine_host/model_source.hpp>
 #include <engine_host/rope_scaling.hpp>
 #include <ehcuda/allreduce.hpp>
 #include <ehcuda/check.hpp>
@@ -166,6 +168,17 @@ public:
         }
         plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
     }
+
+    // An RMSNorm weight, plus norm_shift: Gemma multiplies by (1 + w);
+    // llama.cpp's converter stores w + 1, an HF checkpoint w (shift 1).
+    void norm(const std::string& name, int64_t n, const float** out) {
+        std::vector<float> v;
+        read_floats(name, n, v, true);
+        for (float& x : v) x += norm_shift;
+        plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+    }
+
+    float norm_shift = 0.0f;
 
     bool read_floats(const std::string& name, int64_t n, std::vector<float>& v, bool required) {
         const eh_tensor* t = find(name);
@@ -327,6 +340,19 @@ std::vector<Layer> all_layers(const Model& m) {
     return out;
 }
 
+// Gemma 3's layer kinds for the load's log, "" for other models.
+std::string gemma_layers(const Config& c) {
+    if (!c.gemma) return "";
+    int local = 0;
+    for (bool b : c.sliding) local += b;
+    char buf[256];
+    std::snprintf(buf, sizeof buf, " on %d sliding layers (RoPE base %g) of %d; global layers RoPE base %g%s, scale %g",
+                  local, double(c.local_freq_base), c.n_layer, double(c.freq_base),
+                  c.rope_linear != 1.0f ? (" / linear " + std::to_string(c.rope_linear)).c_str() : "",
+                  double(c.scale()));
+    return buf;
+}
+
 // (rank 0's shapes when sharded: the ranks differ by at most a block of FFN rows)
 std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& dev) {
     ehcuda::PlanScope scope(m.plan);
@@ -342,7 +368,8 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
         mats.push_back({"attn_output", ehcuda::gemv_shape(&out, 1), chunks, ""});
         ehcuda::MatSeg gate, up;
         gate_up_halves(L, c.n_ff, gate, up);
-        const bool pair = ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
+        // (gemma3's GeLU-gated MLP: gate|up, the activation, then down)
+        const bool pair = !c.gemma && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
         mats.push_back({"ffn_gate_up", ehcuda::gemv_shape(L.gate_up, L.n_gate_up), false,
                         pair ? ehcuda::gate_up_swiglu_describe(gate.w, up.w) : ""});
         ehcuda::MatSeg down;
@@ -359,7 +386,7 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
             std::string(ehcuda::attention_head_dim_fast(c.head_dim)
                             ? "rope_attn_decode_kernel (RoPE, KV store, split-K attention and merge in one launch), "
                             : "rope_store_kv + attention_generic (head dim not tiled), ") +
-            hd + (c.window ? ", window " + std::to_string(c.window) : ""),
+            hd + (c.window ? ", window " + std::to_string(c.window) : "") + gemma_layers(c),
         "attention prefill: attention_prefill (" + hd + ")"};
     if (m.tp > 1) {
         std::string t = "tensor parallel: " + std::to_string(m.tp) + " ranks on GPU " + std::to_string(m.device) +
@@ -391,6 +418,10 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
                                                  "e.g. --gpus 0,0) is");
     m->device = devices[0];
     const Config& c = m->cfg;
+    // (the post-norms need each row-parallel matmul's whole sum before the
+    // residual add, which the shard mode's fused all-reduce does not give)
+    if (c.gemma && m->tp > 1)
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism is not built for gemma3");
     const ehcuda::Options opts(params.options_json);
     opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels"});
     const size_t upload_chunk_bytes = ehcuda::upload_chunk_option(opts);
@@ -413,13 +444,17 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     progress(0.0f, "validating");
 
     Loader ld(*m, view);
+    if (c.gemma && ehp::from_safetensors(view)) ld.norm_shift = 1.0f;
     const eh_tensor* emb = view.find_tensor("token_embd.weight");
     if (!emb) fail("missing tensor 'token_embd.weight'");
     if (emb->n_dims < 2 || emb->dims[1] == 0 || emb->dims[1] > (1u << 24)) fail("token_embd.weight: bad vocabulary dimension");
     m->cfg.n_vocab = int(emb->dims[1]);
     ld.matrix(*emb, c.n_embd, c.n_vocab, m->tok_embd);
-    ld.vector("output_norm.weight", c.n_embd, &m->output_norm);
-    if (std::vector<float> f = ehp::rope_freqs(view, uint32_t(c.n_rot), c.freq_base); !f.empty())
+    ld.norm("output_norm.weight", c.n_embd, &m->output_norm);
+    if (c.gemma && c.rope_linear != 1.0f)
+        ld.plan.host_floats(std::vector<float>(size_t(c.n_rot / 2), c.rope_linear), "rope linear scaling",
+                            reinterpret_cast<const void**>(&m->rope_freqs));
+    else if (std::vector<float> f = ehp::rope_freqs(view, uint32_t(c.n_rot), c.freq_base); !f.empty())
         ld.plan.host_floats(std::move(f), "rope_freqs.weight", reinterpret_cast<const void**>(&m->rope_freqs));
     if (const eh_tensor* out = view.find_tensor("output.weight"))
         ld.matrix(*out, c.n_embd, c.n_vocab, m->output);
@@ -432,7 +467,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     for (int i = 0; i < c.n_layer && m->tp == 1; ++i) {
         Layer& L = m->layers[size_t(i)];
         std::string p = "blk." + std::to_string(i) + ".";
-        ld.vector(p + "attn_norm.weight", c.n_embd, &L.attn_norm);
+        ld.norm(p + "attn_norm.weight", c.n_embd, &L.attn_norm);
         if (ld.find(p + "attn_qkv.weight")) {
             L.n_qkv = 1;
             ld.matrix(p + "attn_qkv.weight", c.n_embd, c.qkv_dim(), L.qkv[0].w);
@@ -449,11 +484,15 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
             }
         }
         if (c.qk_norm) {
-            ld.vector(p + "attn_q_norm.weight", c.head_dim, &L.q_norm);
-            ld.vector(p + "attn_k_norm.weight", c.head_dim, &L.k_norm);
+            ld.norm(p + "attn_q_norm.weight", c.head_dim, &L.q_norm);
+            ld.norm(p + "attn_k_norm.weight", c.head_dim, &L.k_norm);
         }
         ld.matrix(p + "attn_output.weight", c.q_dim(), c.n_embd, L.attn_out);
-        ld.vector(p + "ffn_norm.weight", c.n_embd, &L.ffn_norm);
+        ld.norm(p + "ffn_norm.weight", c.n_embd, &L.ffn_norm);
+        if (c.gemma) {
+            ld.norm(p + "post_attention_norm.weight", c.n_embd, &L.post_attn_norm);
+            ld.norm(p + "post_ffw_norm.weight", c.n_embd, &L.post_ffn_norm);
+        }
         if (ld.find(p + "ffn_gate.weight")) {
             L.n_gate_up = 2;
             ld.matrix(p + "ffn_gate.weight", c.n_embd, c.n_ff, L.gate_up[0].w);

@@ -23,13 +23,17 @@ struct Layer {
     const float* attn_norm = nullptr;
     ehcuda::MatSeg qkv[3];  // fused attn_qkv (1) or attn_q, attn_k, attn_v (3)
     int n_qkv = 0;
-    const float* q_norm = nullptr;  // qwen3: head_dim weights of the per-head RMSNorm
+    const float* q_norm = nullptr;  // qwen3, gemma3: head_dim weights of the per-head RMSNorm
     const float* k_norm = nullptr;
     ehcuda::WeightRef attn_out;
     const float* ffn_norm = nullptr;
     ehcuda::MatSeg gate_up[2];  // ffn_gate + ffn_up, or fused ffn_up (gate|up)
     int n_gate_up = 0;
     ehcuda::WeightRef ffn_down;
+    // gemma3: the norms of the attention's and the MLP's output, before
+    // each is added to the residual.
+    const float* post_attn_norm = nullptr;
+    const float* post_ffn_norm = nullptr;
 };
 
 // One rank of a tensor-parallel load (the scheme: cuda-common README,
@@ -63,7 +67,9 @@ struct Model {
     ehcuda::WeightRef tok_embd;
     const float* output_norm = nullptr;
     ehcuda::WeightRef output;  // LM head (the embedding table when tied)
-    const float* rope_freqs = nullptr;  // Llama 3.x: n_rot/2 per-pair RoPE divisors, else null
+    // n_rot/2 per-pair RoPE divisors, else null: Llama 3.x's, or Gemma 3's
+    // linear scaling (every pair by the factor; global layers only).
+    const float* rope_freqs = nullptr;
     std::vector<Layer> layers;
     std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
     // FP16 copies of the matrices for multi-token GEMMs (prefill, batched
@@ -94,9 +100,14 @@ inline void gate_up_halves(const Layer& L, int n_ff, ehcuda::MatSeg& gate, ehcud
     if (gate.bias) up.bias = gate.bias + n_ff;
 }
 
+// The RoPE divisors of a layer: none on Gemma 3's sliding layers.
+inline const float* layer_rope_freqs(const Model& m, int layer) {
+    return m.cfg.layer_local(layer) ? nullptr : m.rope_freqs;
+}
+
 // RoPE of ntok rows of qkv (the fused [q | k | v] buffer) with this
-// model's rotation; the caller names the cache and the positions.
-inline ehcuda::RopeArgs rope_args(const Model& m, float* qkv, int ntok) {
+// model's rotation at `layer`; the caller names the cache and the positions.
+inline ehcuda::RopeArgs rope_args(const Model& m, float* qkv, int ntok, int layer) {
     const Config& c = m.cfg;
     ehcuda::RopeArgs r;
     r.qkv = qkv;
@@ -106,8 +117,8 @@ inline ehcuda::RopeArgs rope_args(const Model& m, float* qkv, int ntok) {
     r.head_dim = c.head_dim;
     r.n_rot = c.n_rot;
     r.neox = c.neox;
-    r.freq_base = c.freq_base;
-    r.freq_factors = m.rope_freqs;
+    r.freq_base = c.layer_freq_base(layer);
+    r.freq_factors = layer_rope_freqs(m, layer);
     r.ntok = ntok;
     return r;
 }

@@ -1,0 +1,347 @@
+// Gemma 3 on llama-cuda's batched step against the CPU reference plugin
+// (checked against transformers) and against itself: every position's
+// logits, teacher-forced, for sequences longer than the sliding window,
+// alone and mixed with other sequences' prefill chunks and decodes. The
+// forged files' windows (16, 32) are far shorter than the 100-token
+// prompts, so a window that is not applied, or applied off by one, on any
+// attention path shows: the tensor-core prefill (chunks of 64 tokens and
+// more, head dim 64), the paged CUDA-core one (short chunks, and every
+// chunk at head dim 256, which the 1B to 12B use), and the fused decode.
+// Sliding and global layers take different RoPE bases (and the global
+// ones linear scaling x8), so a swapped base shows too. Gemma's own kernels
+// (gemma_ops.hpp) are checked alone against a host computation.
+//
+// KV precision: the batched pool is FP16, the CPU reference's cache FP32;
+// the tolerances allow for that, and the printed lines say how far the
+// logits and the top-1 token moved.
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <cuda_runtime_api.h>
+
+#include <eh/model/model_file.hpp>
+#include <eh/tools/forge.hpp>
+#include <ehcuda/device_memory.hpp>
+#include <ehcuda/gemma_ops.hpp>
+
+#include "step_seq.hpp"
+
+namespace {
+
+const eh_plugin_api* open_plugin(const char* env, const char* path) {
+    const char* p = std::getenv(env) ? std::getenv(env) : path;
+    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return nullptr;
+    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
+    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
+}
+const eh_plugin_api* gpu_api() {
+    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
+    return api;
+}
+const eh_plugin_api* cpu_api() {
+    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
+    return api;
+}
+bool gpu_usable() {
+    const eh_plugin_api* api = gpu_api();
+    if (!api) return false;
+    eh_probe_result r{};
+    r.struct_size = sizeof r;
+    return api->probe(0, &r) == EH_OK && r.supported;
+}
+
+#define REQUIRE_BATCHED()                                                 \
+    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
+    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
+    ASSERT_NE(gpu_api(), nullptr) << "llama-cuda plugin not loadable"
+
+// A forged profile (synthetic vocabulary), made once per process.
+const eh_model_view* view_of(const std::string& profile) {
+    namespace fs = std::filesystem;
+    static std::map<std::string, std::unique_ptr<eh::model::ModelFile>> files;
+    auto& f = files[profile];
+    if (!f) {
+        static const fs::path dir = fs::temp_directory_path() / ("gemma_cuda_test_" + std::to_string(::getpid()));
+        fs::create_directories(dir);
+        eh::tools::ForgeOptions o;
+        o.profile = profile;
+        o.out = (dir / (profile + ".gguf")).string();
+        o.seed = 7;
+        o.vocab = "none";
+        eh::tools::forge(o);
+        f = eh::model::ModelFile::open(o.out);
+    }
+    return &f->view();
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+    double mx = 1e-6, e = 0;
+    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
+        mx = std::max(mx, double(std::fabs(b[i])));
+        e = std::max(e, double(std::fabs(a[i] - b[i])));
+    }
+    return a.size() == b.size() ? e / mx : 1e9;
+}
+size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref, double tol) {
+    double mx = 1e-6;
+    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
+    return ref[argmax(ref)] - ref[argmax(got)] <= tol * mx;
+}
+
+std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + salt * 104729 + 11) % vocab);
+    return t;
+}
+
+uint32_t vocab_of(const std::string& profile) {
+    ehtest::StepSeq cpu(cpu_api(), view_of(profile), ehtest::one_seq(8));
+    eh_model_info info{};
+    info.struct_size = sizeof info;
+    EXPECT_EQ(cpu.api->model_get_info(cpu.model, &info), EH_OK);
+    return info.vocab_size;
+}
+
+// The CPU reference's logits after each token (one token a step).
+std::vector<std::vector<float>> reference_logits(const std::string& profile, const std::vector<int32_t>& toks) {
+    ehtest::StepSeq cpu(cpu_api(), view_of(profile), ehtest::one_seq(uint32_t(toks.size())));
+    EXPECT_TRUE(cpu.ok()) << cpu.failure;
+    std::vector<std::vector<float>> out;
+    for (int32_t t : toks) {
+        EXPECT_EQ(cpu.decode(t), EH_OK) << cpu.error();
+        out.push_back(cpu.logits());
+    }
+    return out;
+}
+
+// llama-cuda with kv_init done: 8 sequences of up to 256 tokens.
+struct Batched : ehtest::StepModel {
+    explicit Batched(const std::string& profile) : StepModel(gpu_api(), view_of(profile), shape(), nullptr, profile.c_str()) {
+        EXPECT_TRUE(ok()) << failure;
+    }
+    static ehtest::KvShape shape() {
+        ehtest::KvShape k;
+        k.max_seqs = k.max_step_entries = 8;
+        k.max_seq_tokens = 256;
+        k.budget_bytes = 64ull << 20;
+        return k;
+    }
+};
+
+using SeqLogits = std::vector<std::vector<std::vector<float>>>;
+
+// Feeds the sequences teacher-forced: the first `prompt` tokens of each in
+// chunks of `chunk` (0: whole), then one token a step, every sequence that
+// still has tokens in every step (prefill chunks share steps with the
+// others' decodes). `only` (>= 0) feeds that sequence alone. Every entry
+// asks for logits.
+SeqLogits feed(Batched& b, const std::vector<std::vector<int32_t>>& toks, size_t prompt, uint32_t chunk, int only = -1) {
+    SeqLogits out(toks.size());
+    std::vector<eh_seq*> s(toks.size(), nullptr);
+    std::vector<size_t> fed(toks.size(), 0);
+    for (size_t i = 0; i < toks.size(); ++i) {
+        out[i].resize(toks[i].size());
+        if (only < 0 || size_t(only) == i) s[i] = b.create();
+        else fed[i] = toks[i].size();
+    }
+    for (int guard = 0; guard < 10000; ++guard) {
+        std::vector<eh_step_entry> es;
+        std::vector<size_t> who;
+        for (size_t i = 0; i < toks.size(); ++i) {
+            if (fed[i] == toks[i].size()) continue;
+            const size_t p = std::min(prompt, toks[i].size());
+            size_t k = 1;
+            if (fed[i] < p) k = chunk ? std::min<size_t>(chunk, p - fed[i]) : p - fed[i];
+            es.push_back(ehtest::step_entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
+            who.push_back(i);
+            fed[i] += k;
+        }
+        if (es.empty()) break;
+        EXPECT_EQ(b.api->step(b.model, es.data(), uint32_t(es.size())), EH_OK) << b.error();
+        for (size_t j = 0; j < es.size(); ++j) out[who[j]][fed[who[j]] - 1] = b.logits(s[who[j]]);
+    }
+    return out;
+}
+
+struct Case {
+    std::string profile;
+    int window;  // the profile's, for the count of positions past it
+};
+
+class GemmaBatchedStep : public ::testing::TestWithParam<Case> {};
+
+// Each sequence alone (its 100-token prompt in one step), then all four
+// together in mixes of prefill chunks (1, 7, 16 or 64 tokens: chunk
+// boundaries on both sides of the window's, the 64s on the tensor cores
+// at head dim 64) and decodes: every position against the CPU reference,
+// and against the sequence's own logits alone.
+TEST_P(GemmaBatchedStep, TeacherForcedLogitsMatchTheReferenceAloneAndInEveryMix) {
+    REQUIRE_BATCHED();
+    const Case& c = GetParam();
+    const uint32_t vocab = vocab_of(c.profile);
+    const std::vector<size_t> lens = {150, 40, 5, 136};
+    constexpr size_t kPrompt = 100;
+    ASSERT_LT(size_t(c.window), kPrompt);
+    std::vector<std::vector<int32_t>> toks;
+    std::vector<std::vector<std::vector<float>>> ref;
+    for (size_t i = 0; i < lens.size(); ++i) {
+        toks.push_back(tokens_of(lens[i], uint32_t(i), vocab));
+        ref.push_back(reference_logits(c.profile, toks.back()));
+    }
+    SeqLogits alone(toks.size());
+    {
+        Batched b(c.profile);
+        ASSERT_TRUE(b.model);
+        for (size_t i = 0; i < toks.size(); ++i) alone[i] = feed(b, toks, kPrompt, 0, int(i))[i];
+    }
+    constexpr double kTol = 1e-2;  // of the largest |logit| (an FP16 KV pool against FP32)
+    std::vector<double> errs;
+    size_t n_ref = 0, ref_ok = 0, ref_top1 = 0, n_alone = 0, alone_ok = 0, alone_top1 = 0, past = 0, past_ok = 0;
+    auto check_ref = [&](const SeqLogits& got) {
+        for (size_t i = 0; i < toks.size(); ++i)
+            for (size_t p = 0; p < toks[i].size(); ++p) {
+                if (got[i][p].empty()) continue;
+                const double e = rel_err(got[i][p], ref[i][p]);
+                errs.push_back(e);
+                ++n_ref;
+                ref_ok += e < kTol;
+                ref_top1 += top1_ok(got[i][p], ref[i][p], kTol);
+                if (p >= size_t(2 * c.window)) {
+                    ++past;
+                    past_ok += e < kTol;
+                }
+            }
+    };
+    check_ref(alone);
+    for (uint32_t chunk : {1u, 7u, 16u, 64u}) {
+        SCOPED_TRACE("chunk " + std::to_string(chunk));
+        Batched b(c.profile);
+        ASSERT_TRUE(b.model);
+        const SeqLogits mixed = feed(b, toks, kPrompt, chunk);
+        check_ref(mixed);
+        for (size_t i = 0; i < toks.size(); ++i)
+            for (size_t p = 0; p < toks[i].size(); ++p) {
+                if (mixed[i][p].empty() || alone[i][p].empty()) continue;
+                ++n_alone;
+                alone_ok += rel_err(mixed[i][p], alone[i][p]) < kTol;
+                alone_top1 += argmax(mixed[i][p]) == argmax(alone[i][p]);
+            }
+    }
+    ASSERT_FALSE(errs.empty());
+    std::sort(errs.begin(), errs.end());
+    std::printf("[gemma-batch] %s: vs cpu-reference %zu positions, within %.0e: %zu, top-1 ok: %zu, median %.3g, "
+                "max %.3g; positions >= 2 x window: %zu of %zu within; mixed vs alone: %zu positions, within: %zu, "
+                "same top-1: %zu\n",
+                c.profile.c_str(), n_ref, kTol, ref_ok, ref_top1, errs[errs.size() / 2], errs.back(), past_ok, past,
+                n_alone, alone_ok, alone_top1);
+    EXPECT_GT(n_ref, 300u);
+    EXPECT_GT(past, 200u);
+    EXPECT_LT(errs[errs.size() / 2], 3e-3) << "median error";
+    EXPECT_GE(double(ref_ok), 0.97 * double(n_ref));
+    EXPECT_GE(double(ref_top1), 0.97 * double(n_ref));
+    EXPECT_GE(double(past_ok), 0.95 * double(past));
+    EXPECT_GE(double(alone_ok), 0.99 * double(n_alone));
+    EXPECT_GE(double(alone_top1), 0.99 * double(n_alone));
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, GemmaBatchedStep,
+                         ::testing::Values(Case{"tiny-gemma-3-q4_k_m", 16}, Case{"tiny-gemma-3-hd256-q4_k_m", 32}),
+                         [](const auto& info) {
+                             std::string s = info.param.profile;
+                             for (auto& ch : s)
+                                 if (ch == '-' || ch == '.') ch = '_';
+                             return s;
+                         });
+
+// The whole 100-token prompt in one step, then a decode: the same logits
+// as the CPU reference's at both (the single-sequence path a chat takes).
+TEST(GemmaStep, OnePromptStepThenDecodesMatchTheReference) {
+    REQUIRE_BATCHED();
+    const std::string profile = "tiny-gemma-3-q4_k_m";
+    const auto toks = tokens_of(120, 9, vocab_of(profile));
+    const auto ref = reference_logits(profile, toks);
+    ehtest::StepSeq gpu(gpu_api(), view_of(profile), ehtest::one_seq(256));
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    ASSERT_EQ(gpu.prefill(toks.data(), 100), EH_OK) << gpu.error();
+    EXPECT_LT(rel_err(gpu.logits(), ref[99]), 1e-2);
+    for (size_t p = 100; p < toks.size(); ++p) {
+        ASSERT_EQ(gpu.decode(toks[p]), EH_OK) << gpu.error();
+        EXPECT_LT(rel_err(gpu.logits(), ref[p]), 1e-2) << "position " << p;
+    }
+}
+
+// Gemma's kernels alone, against the host.
+TEST(GemmaOps, KernelsMatchTheHost) {
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) GTEST_SKIP() << "no CUDA device";
+    std::mt19937 rng{5};
+    std::normal_distribution<float> nd(0.0f, 2.0f);
+    const int n = 300, ntok = 3, n_ff = 200;
+    auto up = [](const std::vector<float>& v) {
+        ehcuda::DeviceBuffer b(v.size() * 4);
+        cudaMemcpy(b.get(), v.data(), v.size() * 4, cudaMemcpyHostToDevice);
+        return b;
+    };
+    auto down = [](const ehcuda::DeviceBuffer& b, size_t count) {
+        std::vector<float> v(count);
+        EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        cudaMemcpy(v.data(), b.get(), count * 4, cudaMemcpyDeviceToHost);
+        return v;
+    };
+    std::vector<float> h(static_cast<size_t>(n * ntok)), d(h.size()), w(static_cast<size_t>(n)),
+        gu(static_cast<size_t>(2 * n_ff * ntok));
+    for (auto* v : {&h, &d, &w, &gu})
+        for (float& x : *v) x = nd(rng);
+    {  // rmsnorm_add: h += d / rms(d) * w
+        auto dh = up(h), dd = up(d), dw = up(w);
+        ehcuda::rmsnorm_add(dh.as<float>(), dd.as<float>(), dw.as<float>(), n, ntok, 1e-6f, nullptr);
+        const auto got = down(dh, h.size());
+        for (int t = 0; t < ntok; ++t) {
+            double ss = 0;
+            for (int i = 0; i < n; ++i) ss += double(d[size_t(t * n + i)]) * d[size_t(t * n + i)];
+            const double s = 1.0 / std::sqrt(ss / n + 1e-6);
+            for (int i = 0; i < n; ++i) {
+                const size_t k = size_t(t * n + i);
+                EXPECT_NEAR(got[k], h[k] + d[k] * s * w[size_t(i)], 1e-4) << t << "," << i;
+            }
+        }
+    }
+    {  // geglu_tanh: gate half = gelu_tanh(gate) * up
+        auto dg = up(gu);
+        ehcuda::geglu_tanh(dg.as<float>(), 2 * n_ff, n_ff, ntok, nullptr);
+        const auto got = down(dg, gu.size());
+        for (int t = 0; t < ntok; ++t)
+            for (int k = 0; k < 2 * n_ff; ++k) {
+                const size_t i = size_t(t * 2 * n_ff + k);
+                double want = gu[i];  // the up half is left as it was
+                if (k < n_ff) {
+                    const double g = gu[i], u = gu[i + size_t(n_ff)];
+                    want = 0.5 * g * (1.0 + std::tanh(0.7978845608028654 * (g + 0.044715 * g * g * g))) * u;
+                }
+                EXPECT_NEAR(got[i], want, 1e-4 * (1.0 + std::fabs(want))) << t << "," << k;
+            }
+    }
+    {  // scale_floats and softcap_floats
+        auto dh = up(h);
+        ehcuda::scale_floats(dh.as<float>(), h.size(), 16.0f, nullptr);
+        ehcuda::softcap_floats(dh.as<float>(), h.size(), 30.0f, nullptr);
+        const auto got = down(dh, h.size());
+        for (size_t i = 0; i < h.size(); ++i) EXPECT_NEAR(got[i], 30.0 * std::tanh(16.0 * h[i] / 30.0), 1e-4) << i;
+    }
+}
+
+}  // namespace
