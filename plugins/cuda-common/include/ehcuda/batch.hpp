@@ -106,6 +106,7 @@ struct StepEntries;
 struct SamplingRows;
 struct StepShape;
 struct StagingLayout;
+class ParkedKv;  // kv_park.hpp
 
 class BatchBase {
 public:
@@ -131,6 +132,12 @@ public:
     void end(int32_t* out_tokens, uint32_t n_entries);
     // Throws BUSY (ABI 1.4) naming `call` while a step is in flight.
     void expect_idle(const char* call) const;
+    // ABI 1.7's host-memory tier (kv_park.cpp): the first n_tokens of seq
+    // copied into pinned host memory (NO_CAPACITY past max_bytes, which
+    // *out_bytes is compared with), and back into a new sequence (the
+    // checks of ehp::check_unpark, then NO_CAPACITY as create()).
+    std::unique_ptr<ParkedKv> park(const CudaSeq& seq, uint32_t n_tokens, uint64_t max_bytes, uint64_t* out_bytes);
+    std::unique_ptr<CudaSeq> unpark(const ParkedKv* parked, const int32_t* tokens, uint32_t n_tokens);
 
 protected:
     // One forward pass over v.ntok tokens: K/V of token t into row
@@ -171,9 +178,21 @@ private:
     int fork_side(int n);
     void join_side(int nside);
     void copy_block(uint32_t from, uint32_t to, uint32_t n_pos);
+    // park()'s and unpark()'s copy of seq's first n_tokens rows, waited for.
+    void park_copy(const CudaSeq& seq, uint32_t n_tokens, __half* mapped, bool to_host);
     // forward(v), through bucket's graph when bucket >= 0 (run eagerly on
     // its first use, captured on its second).
     void run_forward(const StepView& v, int bucket);
+    // A plain decode step (bucket's padded rows all sampled, no edits, masks
+    // or kept logits) whole: the chained tokens' copy, forward(), sampling
+    // and the ids' copy into the slot's staging, replayed as one graph per
+    // slot and bucket, so the device goes from step to step with no gap for
+    // the host's separate launches. Captured on first use; false (nothing
+    // enqueued) where the capture failed, and that bucket keeps the parts.
+    bool run_whole(const StepView& v, const StagingLayout& L, int slot, int bucket);
+    // What that graph holds.
+    void whole_body(const StepView& v, const StagingLayout& L, int slot);
+    void reset_graphs() noexcept;
     void warm_up();
     // Grows the pinned staging and its device twin to at least `bytes`
     // (dropping the graphs, which read the old one).
@@ -261,6 +280,10 @@ private:
     CapturedGraph graphs_[kBuckets];
     bool graph_warm_[kBuckets] = {};
     bool graph_failed_[kBuckets] = {};
+    // Plain decode steps whole (run_whole): per staging slot, whose ids they
+    // write, and bucket.
+    CapturedGraph whole_[2][kBuckets];
+    bool whole_failed_[kBuckets] = {};
 };
 
 }  // namespace ehcuda

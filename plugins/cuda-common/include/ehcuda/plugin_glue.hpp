@@ -35,6 +35,7 @@
 #include "batch.hpp"
 #include "device_memory.hpp"
 #include "kernels.hpp"
+#include "kv_park.hpp"
 
 namespace ehcuda {
 
@@ -267,6 +268,27 @@ struct PluginGlue {
         } catch (...) {
         }
     }
+    // ABI 1.7: the host-memory tier (kv_park.hpp).
+    static eh_status seq_park(eh_seq* s, uint32_t n_tokens, uint64_t max_bytes, eh_parked** out, uint64_t* out_bytes) {
+        if (out) *out = nullptr;
+        if (out_bytes) *out_bytes = 0;
+        if (!s) return EH_INVALID_ARGUMENT;
+        return on_model(s->owner, "seq_park", [&](ModelBox& box) {
+            ehp::check_park(box.batch->owns(Q(s)) ? &Q(s)->blocks : nullptr, n_tokens, out, out_bytes);
+            *out = box.batch->park(*Q(s), n_tokens, max_bytes, out_bytes).release();
+        });
+    }
+    static eh_status seq_unpark(eh_model* m, const eh_parked* p, const int32_t* tokens, uint32_t n_tokens,
+                                eh_seq** out) {
+        if (out) *out = nullptr;
+        return on_model(m, "seq_unpark", [&](ModelBox& box) {
+            if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_unpark: out_seq is NULL");
+            auto s = box.batch->unpark(static_cast<const ParkedKv*>(p), tokens, n_tokens);
+            s->owner = m;
+            *out = s.release();
+        });
+    }
+    static void parked_release(eh_parked* p) { delete static_cast<ParkedKv*>(p); }
     static eh_status step(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
         return on_model(m, "step", [&](ModelBox& box) { box.batch->step(entries, n_entries); });
     }
@@ -305,6 +327,9 @@ struct PluginGlue {
             t.step = step;
             t.step_begin = step_begin;
             t.step_end = step_end;
+            t.seq_park = seq_park;
+            t.seq_unpark = seq_unpark;
+            t.parked_release = parked_release;
             return t;
         }();
         return &table;
