@@ -172,6 +172,43 @@ void BatchBase::run_forward(const StepView& v, int bucket) {
     }
 }
 
+void BatchBase::whole_body(const StepView& v, const StagingLayout& L, int slot) {
+    cudaStream_t s = stream_.get();
+    char* d = staging_dev_.as<char>();
+    const size_t V = size_t(shape_.n_vocab);
+    // Every row's chain pair: (-1, -1) where its token came from the host.
+    copy_tokens(out_dev_[1 - slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), v.ntok,
+                reinterpret_cast<int32_t*>(d + L.tokens), s);
+    forward(v);
+    int32_t* d_out = out_dev_[slot].as<int32_t>();
+    sample_rows(v.logits, int(V), v.nout, int(V), reinterpret_cast<const SamplerParams*>(d + L.params),
+                reinterpret_cast<unsigned long long*>(d + L.counters), {fwork_.as<float>(), iwork_.as<int32_t>()},
+                d_out, s, reinterpret_cast<const RowEdits*>(d + L.edits), nullptr);
+    EHC_CHECK(cudaMemcpyAsync(slot_host(slot) + L.out, d_out, size_t(v.nout) * 4, cudaMemcpyDeviceToHost, s));
+}
+
+bool BatchBase::run_whole(const StepView& v, const StagingLayout& L, int slot, int bucket) {
+    CapturedGraph& g = whole_[slot][bucket];
+    if (!g.ready() && !whole_failed_[bucket]) {
+        try {
+            g.capture(stream_.get(), [&] { whole_body(v, L, slot); });
+        } catch (const ehp::Error& e) {
+            whole_failed_[bucket] = true;
+            std::fprintf(stderr, "[ehcuda] batched step: whole-step graph capture for %d tokens failed (%s); "
+                         "running its parts\n", v.ntok, e.what());
+        }
+    }
+    if (!g.ready()) return false;
+    g.launch(stream_.get());
+    return true;
+}
+
+void BatchBase::reset_graphs() noexcept {
+    for (CapturedGraph& g : graphs_) g.reset();
+    for (auto& slot : whole_)
+        for (CapturedGraph& g : slot) g.reset();
+}
+
 void BatchBase::warm_up() {
     const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), 0, 0);
     ensure_staging(L.end);
@@ -184,6 +221,14 @@ void BatchBase::warm_up() {
         reinterpret_cast<int32_t*>(h + L.rows)[t] = int32_t(uint64_t(scratch_block_) * kPagedBlockTokens);
         reinterpret_cast<int32_t*>(h + L.table)[t] = 0;
         if (t < int(limits_.max_step_entries)) reinterpret_cast<int32_t*>(h + L.out_idx)[t] = t;
+    }
+    // Greedy rows without edits and no chained tokens, for the whole-step graphs.
+    for (size_t r = 0; r < rows_cap(); ++r) {
+        reinterpret_cast<SamplerParams*>(h + L.params)[r] = SamplerParams{};
+        reinterpret_cast<unsigned long long*>(h + L.counters)[r] = 0;
+        reinterpret_cast<RowEdits*>(h + L.edits)[r] = RowEdits{};
+        reinterpret_cast<int32_t*>(h + L.chain)[2 * r] = -1;
+        reinterpret_cast<int32_t*>(h + L.chain)[2 * r + 1] = -1;
     }
     reinterpret_cast<int32_t*>(h + L.tables)[0] = int32_t(scratch_block_);
     char* d = staging_dev_.as<char>();
@@ -203,6 +248,9 @@ void BatchBase::warm_up() {
         v.ntok = v.nout = size;
         run_forward(v, b);
         run_forward(v, b);
+        // Both slots' whole-step graphs, each run once (their sampler and
+        // copies start here, not at the first request).
+        for (int slot = 0; slot < 2; ++slot) run_whole(v, L, slot, b);
         if (size == int(limits_.max_step_entries)) break;
     }
     // A prompt-sized pass: cuBLAS and the GEMM kernels start before the
@@ -273,7 +321,7 @@ void BatchBase::ensure_staging(size_t bytes) {
         h = nullptr;
     }
     staging_bytes_ = 0;
-    for (CapturedGraph& g : graphs_) g.reset();  // they read the old buffer
+    reset_graphs();  // they read the old buffer
     staging_dev_ = DeviceBuffer(n, shape_.ledger);
     for (char*& h : staging_host_) EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h), n));
     staging_bytes_ = n;
@@ -285,7 +333,7 @@ void BatchBase::ensure_rows(size_t n) {
     if (!flight_.empty()) throw ehp::Error(EH_INTERNAL, "step: sampling rows grown while a step is in flight");
     const size_t R = std::min(2 * size_t(limits_.max_step_entries), std::max(n, rows_ + 64)), V = size_t(shape_.n_vocab);
     EHC_CHECK(cudaStreamSynchronize(stream_.get()));
-    for (CapturedGraph& g : graphs_) g.reset();  // they read the old buffers and layout
+    reset_graphs();  // they read the old buffers and layout
     logits_ = DeviceBuffer(R * V * sizeof(float), shape_.ledger);
     for (DeviceBuffer& o : out_dev_) o = DeviceBuffer(R * sizeof(int32_t), shape_.ledger);
     fwork_ = DeviceBuffer(R * V * sizeof(float), shape_.ledger);
@@ -565,6 +613,16 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
         out_idx[t] = int32_t(t);
     }
     if (sh.padded > sh.T) tables[tb++] = int32_t(scratch_block_);
+    // A graphed step samples every padded row (greedy, no edits) and copies
+    // a token for every chain pair that is not (-1, -1).
+    if (sh.graphed) {
+        for (size_t p = r; p < sh.padded; ++p) {
+            params[p] = SamplerParams{};
+            counters[p] = 0;
+            edits[p] = RowEdits{};
+        }
+        for (size_t p = size_t(nchain); p < sh.padded; ++p) chain[2 * p] = chain[2 * p + 1] = -1;
+    }
     if (!S.etok.empty()) {
         std::memcpy(h + L.etok, S.etok.data(), S.etok.size() * 4);
         std::memcpy(h + L.eval, S.eval.data(), S.eval.size() * 4);
@@ -586,9 +644,6 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     // and chained tokens come from its sampled ids (its slot's out buffer).
     EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + sh.n_tables * 4, cudaMemcpyHostToDevice, s));
     if (L.out > L.etok) EHC_CHECK(cudaMemcpyAsync(d + L.etok, h + L.etok, L.out - L.etok, cudaMemcpyHostToDevice, s));
-    if (sh.n_chain)
-        copy_tokens(out_dev_[prev->slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), sh.n_chain,
-                    reinterpret_cast<int32_t*>(d + L.tokens), s);
 
     StepView v;
     v.ntok = int(sh.padded);
@@ -603,6 +658,17 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     v.nout = sh.graphed ? int(sh.padded) : int(R);
     v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
     v.logits = logits_.as<float>();
+    bool keeps_logits = false;
+    for (const SamplingRows::Row& row : S.rows) keeps_logits = keeps_logits || (E.at(row.entry).flags & EH_STEP_LOGITS);
+    // (graph_warm_: the forward pass ran eagerly once, its lazy set-up done)
+    const bool plain = sh.graphed && graph_warm_[sh.bucket] && S.etok.empty() && S.mask_rows.empty() && !keeps_logits;
+    if (plain && run_whole(v, L, sh.slot, sh.bucket)) {
+        EHC_CHECK(cudaEventRecord(staged_[sh.slot], s));
+        return;
+    }
+    if (sh.n_chain)
+        copy_tokens(out_dev_[prev->slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), sh.n_chain,
+                    reinterpret_cast<int32_t*>(d + L.tokens), s);
     run_forward(v, sh.graphed ? sh.bucket : -1);
 
     int32_t* d_out = out_dev_[sh.slot].as<int32_t>();

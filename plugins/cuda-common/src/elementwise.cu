@@ -200,7 +200,7 @@ void gather_rows(const float* src, int ld, const int32_t* d_idx, int n, int cols
 __global__ void copy_tokens_kernel(const int32_t* src, const int32_t* pairs, int n, int32_t* dst) {
     pdl_entry();
     const int i = int(blockIdx.x * blockDim.x + threadIdx.x);
-    if (i < n) dst[pairs[2 * i]] = src[pairs[2 * i + 1]];
+    if (i < n && pairs[2 * i] >= 0) dst[pairs[2 * i]] = src[pairs[2 * i + 1]];
 }
 
 void copy_tokens(const int32_t* src, const int32_t* d_pairs, int n, int32_t* dst, cudaStream_t stream) {

@@ -195,7 +195,8 @@ void rope_store_kv(const RopeArgs& a, cudaStream_t stream);
 // dst[i] = src[d_idx[i]] (rows of `cols` floats; src stride ld, dst dense).
 void gather_rows(const float* src, int ld, const int32_t* d_idx, int n, int cols, float* dst, cudaStream_t stream);
 // dst[d_pairs[2i]] = src[d_pairs[2i + 1]] for i < n: a chained step's tokens
-// taken from the sampled ids of the step before it, on the device.
+// taken from the sampled ids of the step before it, on the device. A pair
+// whose first index is negative copies nothing (a graph's fixed row count).
 void copy_tokens(const int32_t* src, const int32_t* d_pairs, int n, int32_t* dst, cudaStream_t stream);
 
 // Qwen3's QK-norm, in place: each of the n_head Q heads and n_kv K heads of
