@@ -42,9 +42,11 @@
 #include <cstdint>
 #include <map>
 #include <optional>
+#include <unordered_map>
 #include <utility>
 #include <vector>
 #include <nlohmann/json.hpp>
+#include <simdjson.h>
 #include <set>
 
 #include "eh/constrain/automaton.hpp"
@@ -286,6 +288,73 @@ std::string uri_resolve(const std::string& base_in, const std::string& ref) {
     return scheme + authority + remove_dots(path);
 }
 
+// simdjson's tree as an ordered nlohmann value. A key met twice in one
+// object keeps its first place and takes the last value, as nlohmann's own
+// parser does.
+Json from_simdjson(simdjson::dom::element e) {
+    switch (e.type()) {
+    case simdjson::dom::element_type::OBJECT: {
+        const simdjson::dom::object obj = e.get_object().value_unsafe();
+        Json out = Json::object();
+        auto& members = out.get_ref<Json::object_t&>();
+        members.reserve(obj.size());  // (no reallocation: `seen` views the keys in place)
+        std::unordered_map<std::string_view, size_t> seen;  // (large objects only)
+        for (auto [k, v] : obj) {
+            std::optional<size_t> at;
+            if (members.size() < 16) {
+                for (size_t i = 0; i < members.size() && !at; ++i)
+                    if ((members.begin() + i)->first == k) at = i;
+            } else {
+                if (seen.empty())
+                    for (size_t i = 0; i < members.size(); ++i) seen.emplace((members.begin() + i)->first, i);
+                if (auto it = seen.find(k); it != seen.end()) at = it->second;
+            }
+            if (at) {
+                (members.begin() + *at)->second = from_simdjson(v);
+                continue;
+            }
+            members.emplace_back(std::string(k), from_simdjson(v));
+            if (!seen.empty()) seen.emplace(members.back().first, members.size() - 1);
+        }
+        return out;
+    }
+    case simdjson::dom::element_type::ARRAY: {
+        const simdjson::dom::array arr = e.get_array().value_unsafe();
+        Json out = Json::array();
+        auto& items = out.get_ref<Json::array_t&>();
+        items.reserve(arr.size());
+        for (auto v : arr) items.push_back(from_simdjson(v));
+        return out;
+    }
+    case simdjson::dom::element_type::STRING: return Json(std::string(e.get_string().value_unsafe()));
+    case simdjson::dom::element_type::INT64: {  // (nlohmann reads a non-negative integer as unsigned)
+        const int64_t v = e.get_int64().value_unsafe();
+        return v >= 0 ? Json(uint64_t(v)) : Json(v);
+    }
+    case simdjson::dom::element_type::UINT64: return Json(e.get_uint64().value_unsafe());
+    case simdjson::dom::element_type::DOUBLE: return Json(e.get_double().value_unsafe());
+    case simdjson::dom::element_type::BOOL: return Json(e.get_bool().value_unsafe());
+    case simdjson::dom::element_type::NULL_VALUE: return Json(nullptr);
+    }
+    return Json(nullptr);
+}
+
+// The schema text as JSON. simdjson first (nlohmann's parser looks up every
+// key of an ordered object linearly: quadratic in an object's size, most of
+// the parse on $defs of thousands); what it
+// cannot read (a number past 64-bit, invalid JSON) goes to nlohmann, which
+// reads such numbers as doubles and names the error.
+Json parse_schema(std::string_view text) {
+    simdjson::dom::parser parser;
+    simdjson::dom::element doc;
+    if (parser.parse(text.data(), text.size()).get(doc) == simdjson::SUCCESS) return from_simdjson(doc);
+    try {
+        return Json::parse(text);
+    } catch (const std::exception& e) {
+        throw GrammarError("", std::string("the schema is not valid JSON: ") + e.what());
+    }
+}
+
 struct Resources {
     std::map<std::string, const Json*> docs;     // base URI (no fragment) -> resource root
     std::map<std::string, const Json*> anchors;  // "base#name" -> schema
@@ -418,27 +487,26 @@ size_t static_dynamic_refs(Json& root, const Resources& res) {
 // of their own, which may hold such checks again: at most this deep.
 constexpr uint32_t kMaxEnumChecks = 4;
 
-// Does `g` match exactly `text`? (A matcher over single-byte tokens.)
-bool byte_match(const std::shared_ptr<const Grammar>& g, std::string_view text) {
+// Grammars the compiler checks values with run over single-byte tokens.
+const std::shared_ptr<const TokenVocab>& byte_vocab() {
     static const auto vocab = [] {
         std::vector<std::string> bytes;
         for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
         bytes.emplace_back();  // end of generation
         return std::make_shared<const TokenVocab>(std::move(bytes), std::vector<int32_t>{256});
     }();
-    Matcher m(std::make_shared<Automaton>(g, vocab));
+    return vocab;
+}
+
+// Does `a` match exactly `text`?
+bool byte_match(const std::shared_ptr<Automaton>& a, std::string_view text) {
+    Matcher m(a);
     return m.accept_bytes(text) && m.accepting();
 }
 
-// The bytes a match of `g` may start with (256: it may be empty).
-std::bitset<257> first_bytes(const std::shared_ptr<const Grammar>& g) {
-    static const auto vocab = [] {
-        std::vector<std::string> bytes;
-        for (int b = 0; b < 256; ++b) bytes.emplace_back(1, char(b));
-        bytes.emplace_back();  // end of generation
-        return std::make_shared<const TokenVocab>(std::move(bytes), std::vector<int32_t>{256});
-    }();
-    Matcher m(std::make_shared<Automaton>(g, vocab));
+// The bytes a match of `a` may start with (256: it may be empty).
+std::bitset<257> first_bytes(const std::shared_ptr<Automaton>& a) {
+    Matcher m(a);
     const auto mask = m.mask();
     std::bitset<257> out;
     for (int b = 0; b <= 256; ++b) out[size_t(b)] = ((*mask)[size_t(b) / 32] >> (b % 32)) & 1u;
@@ -901,7 +969,7 @@ private:
                              : v.is_null() ? "null" : v.is_array() ? "array" : "object");
             if (!kinds.empty()) others["type"] = Json(std::vector<std::string>(kinds.begin(), kinds.end()));
         }
-        std::shared_ptr<const Grammar> check;
+        std::shared_ptr<Automaton> check;
         if (constrains_beside(others, "type")) {
             if (enum_depth_ >= kMaxEnumChecks)
                 throw GrammarError(s.contains("enum") ? "enum" : "const",
@@ -912,7 +980,7 @@ private:
             sub.enum_depth_ = enum_depth_ + 1;
             const std::string expr = sub.compile_node(others, path);
             rules += "root ::= " + expr + "\n";
-            check = gbnf_grammar(rules);
+            check = std::make_shared<Automaton>(gbnf_grammar(rules), byte_vocab());
         }
         std::vector<Json> kept;
         for (const auto& v : values)
@@ -987,6 +1055,15 @@ private:
                 out_ += state(i, c) + " ::= " + body + "\n";
             }
         return state(0, 0);
+    }
+
+    // A JSON-grammar expression (a patternProperties pattern's keys) as an
+    // automaton to check names with; the same pattern on many objects is
+    // compiled once.
+    const std::shared_ptr<Automaton>& check_automaton(const std::string& expr) {
+        auto& a = checks_[expr];
+        if (!a) a = std::make_shared<Automaton>(gbnf_grammar(json_base_rules() + "root ::= " + expr + "\n"), byte_vocab());
+        return a;
     }
 
     std::string fresh() { return fmt::format("{}s{}", prefix_, counter_++); }
@@ -1110,7 +1187,14 @@ private:
                 const size_t slash = std::min(frag.find('/', pos), frag.size());
                 const std::string part = pointer_unescape(percent_unescape(std::string_view(frag).substr(pos, slash - pos)));
                 pos = slash + 1;
-                if (node->is_object()) {
+                if (node->is_object() && node->size() > 16) {
+                    // (an ordered object's find is a linear scan: $defs of thousands)
+                    auto& index = members_[node];
+                    if (index.empty())
+                        for (const auto& [k, v] : node->items()) index.emplace(k, &v);
+                    auto it = index.find(part);
+                    node = it == index.end() ? nullptr : it->second;
+                } else if (node->is_object()) {
                     auto it = node->find(part);
                     node = it == node->end() ? nullptr : &*it;
                 } else if (node->is_array() && !part.empty() && part.size() < 10 &&
@@ -1708,19 +1792,20 @@ private:
             return pattern_rules_[key] = rule("\"\\\"\" " + *e + " \"\\\"\"");
         }
         if (auto f = s.find("format"); f != s.end() && f->is_string()) {
-            const std::string fp = format_pattern(f->get<std::string>());
-            // A format whose lengths the length bounds cut is left to them:
-            // format is an annotation (2019-09 on); the bounds are enforced.
-            if (!fp.empty())
-                if (auto e = regex_grammar(fp, "j-char", lo, hi)) {
-                    const std::string key = f->get<std::string>();
-                    if (lo == 0 && hi == kRegexUnbounded) {
-                        auto& r = format_rules_[key];
-                        if (r.empty()) r = rule("\"\\\"\" " + *e + " \"\\\"\"");
-                        return r;
-                    }
-                    return rule("\"\\\"\" " + *e + " \"\\\"\"");
-                }
+            // The same format and bounds met again is the same rule ("" when
+            // the format is not enforced there).
+            const std::string key = fmt::format("{}\n{}\n{}", lo, hi, f->get<std::string>());
+            auto it = format_rules_.find(key);
+            if (it == format_rules_.end()) {
+                std::string r;
+                const std::string fp = format_pattern(f->get<std::string>());
+                // A format whose lengths the length bounds cut is left to them:
+                // format is an annotation (2019-09 on); the bounds are enforced.
+                if (!fp.empty())
+                    if (auto e = regex_grammar(fp, "j-char", lo, hi)) r = rule("\"\\\"\" " + *e + " \"\\\"\"");
+                it = format_rules_.emplace(key, std::move(r)).first;
+            }
+            if (!it->second.empty()) return it->second;
         }
         if (lo == 0 && hi == kRegexUnbounded) return "j-string";
         auto& r = length_rules_[{lo, hi}];
@@ -2037,6 +2122,19 @@ private:
                 throw GrammarError("multipleOf", fmt::format("'multipleOf' beside bounds at {} is not supported", at(path)));
             return multiples(modulus);
         }
+        // The same bounds met again (`minimum: 0` on many properties) are
+        // the same rule: the digit automata are most of a large schema's
+        // grammar otherwise.
+        const std::string key = fmt::format("{}|{}|{}{}|{}{}", integer, frac, lo ? fmt::format("{}", *lo) : "-", lo_ex,
+                                            hi ? fmt::format("{}", *hi) : "-", hi_ex);
+        if (auto it = number_rules_.find(key); it != number_rules_.end()) return it->second;
+        std::string expr = bounded(lo, lo_ex, hi, hi_ex, integer, frac, path);
+        number_rules_.emplace(key, expr);
+        return expr;
+    }
+
+    std::string bounded(std::optional<double> lo, bool lo_ex, std::optional<double> hi, bool hi_ex, bool integer,
+                        uint32_t frac, const std::string& path) {
         if (!lo && !hi) {
             if (integer) return "j-integer";
             if (frac == 16) return "j-number";
@@ -2139,7 +2237,7 @@ private:
             if (!props.empty()) {
                 size_t i = 0;
                 for (const auto& [pattern, sub] : pp->items()) {
-                    const auto g = gbnf_grammar(json_base_rules() + "root ::= " + key_exprs[i++] + "\n");
+                    const auto& g = check_automaton(key_exprs[i++]);
                     for (auto& [name, v] : props.items())
                         if (byte_match(g, Json(name).dump())) v = Json{{"allOf", Json::array({v, sub})}};
                 }
@@ -2193,7 +2291,7 @@ private:
                 if (enum_depth_ >= kMaxEnumChecks)
                     throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} nests too deep", at(path)));
                 rules += "root ::= " + sub.compile_node(*pn, path + "/propertyNames") + "\n";
-                const auto g = gbnf_grammar(rules);
+                const auto g = std::make_shared<Automaton>(gbnf_grammar(rules), byte_vocab());
                 Json kept = Json::object();
                 for (const auto& [name, v] : props.items()) {
                     if (byte_match(g, Json(name).dump())) kept[name] = v;
@@ -2241,9 +2339,7 @@ private:
                 for (const auto& [pattern, sub] : pp->items()) pats.emplace_back(pattern, &sub);
                 std::vector<std::bitset<257>> starts;
                 for (size_t i = 0; i < pats.size(); ++i) {
-                    const auto g = gbnf_grammar(json_base_rules() + "root ::= " +
-                                                *regex_grammar(pats[i].first, "j-char", 0, kRegexUnbounded) + "\n");
-                    starts.push_back(first_bytes(g));
+                    starts.push_back(first_bytes(check_automaton(*regex_grammar(pats[i].first, "j-char", 0, kRegexUnbounded))));
                 }
                 std::string alts;
                 std::optional<EmptySchema> last_empty;
@@ -2433,11 +2529,15 @@ private:
     std::string& out_;
     size_t counter_ = 0;
     uint32_t ref_depth_ = 0;
-    std::map<std::string, size_t> refs_;  // target (or "&" + a merged schema's text) -> index in targets_
+    std::unordered_map<std::string, size_t> refs_;  // target (or "&" + a merged schema's text) -> index in targets_
     std::deque<Json> store_;               // merged schemas (stable addresses)
     size_t merge_nodes_ = 0;
     std::map<std::string, std::string> format_rules_, block_rules_, pattern_rules_;
     std::map<uint64_t, std::string> multiple_rules_;
+    std::map<std::string, std::string> number_rules_;  // number(): bounds -> expression
+    std::map<std::string, std::shared_ptr<Automaton>> checks_;  // check_automaton()
+    // resolve(): the members of large objects a pointer passes through, by name.
+    mutable std::unordered_map<const Json*, std::unordered_map<std::string, const Json*>> members_;
     std::map<std::pair<uint64_t, uint64_t>, std::string> length_rules_;
     std::vector<Target> targets_;
     // The target whose own alternatives are being compiled, while no text
@@ -2481,12 +2581,7 @@ std::string schema_rules(std::string_view schema_json, const std::string& prefix
     if (schema_json.empty()) return "j-value";
     if (json_depth(schema_json) > 4 * kMaxGrammarNesting)
         throw GrammarError("", fmt::format("the schema nests deeper than {} levels", kMaxGrammarNesting));
-    Json root;
-    try {
-        root = Json::parse(schema_json);
-    } catch (const std::exception& e) {
-        throw GrammarError("", std::string("the schema is not valid JSON: ") + e.what());
-    }
+    Json root = parse_schema(schema_json);
     Resources res;
     std::string schema_uri;
     if (auto sc = root.find("$schema"); root.is_object() && sc != root.end() && sc->is_string()) schema_uri = sc->get<std::string>();

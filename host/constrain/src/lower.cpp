@@ -6,7 +6,9 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 #include <map>
+#include <tuple>
 #include <unordered_map>
 
 #include "gbnf_ast.hpp"
@@ -29,10 +31,23 @@ using Seq = std::vector<Item>;
 // link of the longest chain, quadratic on large schema grammars).
 void least_fixpoint(const std::vector<std::vector<Seq>>& rules, bool terminals_block, std::vector<char>& mark) {
     const size_t n = rules.size();
-    std::vector<uint32_t> waiting;                          // per alternative: unmarked references left
-    std::vector<uint32_t> owner;                            // per alternative: its rule
-    std::vector<std::vector<uint32_t>> users(n);            // per rule: the alternatives naming it, once per naming
+    std::vector<uint32_t> waiting;  // per alternative: unmarked references left
+    std::vector<uint32_t> owner;    // per alternative: its rule
+    // Per rule, the alternatives naming it (once per naming), in one array:
+    // users of rule q are user[first[q] .. first[q + 1]).
+    std::vector<uint32_t> first(n + 1, 0), user;
     std::vector<uint32_t> todo;
+    for (size_t r = 0; r < n; ++r)
+        for (const auto& alt : rules[r]) {
+            bool blocked = false;
+            for (const auto& it : alt) blocked = blocked || (!it.ref && terminals_block);
+            if (blocked) continue;
+            for (const auto& it : alt)
+                if (it.ref) ++first[it.arg + 1];
+        }
+    for (size_t q = 0; q < n; ++q) first[q + 1] += first[q];
+    user.resize(first[n]);
+    std::vector<uint32_t> fill(first.begin(), first.end() - 1);
     for (size_t r = 0; r < n; ++r) {
         if (mark[r]) todo.push_back(uint32_t(r));
         for (const auto& alt : rules[r]) {
@@ -47,15 +62,17 @@ void least_fixpoint(const std::vector<std::vector<Seq>>& rules, bool terminals_b
             waiting.push_back(refs);
             owner.push_back(uint32_t(r));
             for (const auto& it : alt)
-                if (it.ref) users[it.arg].push_back(a);
+                if (it.ref) user[fill[it.arg]++] = a;
             if (refs == 0 && !mark[r]) mark[r] = 1, todo.push_back(uint32_t(r));
         }
     }
     while (!todo.empty()) {
         const uint32_t q = todo.back();
         todo.pop_back();
-        for (uint32_t a : users[q])
+        for (uint32_t k = first[q]; k < first[q + 1]; ++k) {
+            const uint32_t a = user[k];
             if (--waiting[a] == 0 && !mark[owner[a]]) mark[owner[a]] = 1, todo.push_back(owner[a]);
+        }
     }
 }
 
@@ -96,7 +113,7 @@ private:
         return uint32_t(rules_.size() - 1);
     }
     uint32_t helper_rule(std::vector<Seq> alts) {
-        const uint32_t r = new_rule(fmt::format("({})", rules_.size()));
+        const uint32_t r = new_rule({});  // (unnamed: display() calls it a group or repeat)
         rules_[r] = std::move(alts);
         return r;
     }
@@ -110,6 +127,11 @@ private:
         auto [it, fresh] = set_ids_.emplace(s, uint32_t(sets_.size()));
         if (fresh) sets_.push_back(s);
         return it->second;
+    }
+    // The set of one byte (most of a schema grammar's literals), cached.
+    uint32_t byte_set(uint8_t c) {
+        if (byte_sets_[c] == UINT32_MAX) byte_sets_[c] = set_index(range_set(c, c));
+        return byte_sets_[c];
     }
     static Grammar::ByteSet range_set(uint8_t lo, uint8_t hi) {
         Grammar::ByteSet s{};
@@ -212,7 +234,7 @@ private:
             return;
         case Node::Type::Literal:
             count(n.text.size());
-            for (unsigned char c : n.text) seq.push_back({false, set_index(range_set(c, c))});
+            for (unsigned char c : n.text) seq.push_back({false, byte_set(c)});
             return;
         case Node::Type::Ref: {
             auto it = index_.find(n.text);
@@ -304,6 +326,16 @@ private:
     // matcher can merge stacks that differ only in their count. x must not
     // match the empty string where a chain is built (repeat_seq).
     Seq counted(Item x, uint32_t min, uint32_t max, bool chains = true) {
+        // The same repeat met again (a bounded number's `[0-9]{0,k}` in each
+        // property that has those bounds) shares its rules: they depend on
+        // nothing else, and a schema grammar holds thousands of them.
+        const auto key = std::make_tuple(x.ref, x.arg, min, max, chains);
+        if (auto it = counted_of_.find(key); it != counted_of_.end()) return it->second;
+        Seq seq = counted_rules(x, min, max, chains);
+        counted_of_.emplace(key, seq);
+        return seq;
+    }
+    Seq counted_rules(Item x, uint32_t min, uint32_t max, bool chains) {
         constexpr uint32_t kInline = 4;
         Seq rest;
         if (max == kUnbounded) {
@@ -547,12 +579,19 @@ private:
     std::vector<std::string> names_;
     std::vector<Grammar::ByteSet> sets_;
     std::map<Grammar::ByteSet, uint32_t> set_ids_;
+    std::array<uint32_t, 256> byte_sets_ = filled_byte_sets();
+    static std::array<uint32_t, 256> filled_byte_sets() {
+        std::array<uint32_t, 256> a;
+        a.fill(UINT32_MAX);
+        return a;
+    }
     size_t elements_ = 0;
     std::vector<char> nullable_;                     // per rule (find_nullable, then as made)
     std::vector<Grammar::Counted> counted_;          // per rule: its place in a repeat's chain
     std::vector<Repeat> repeats_;                    // in creation order (inner before outer)
     std::unordered_map<uint32_t, size_t> repeat_of_; // repeat rule -> repeats_ index
     std::unordered_map<uint32_t, NonEmpty> nonempty_of_;
+    std::map<std::tuple<bool, uint32_t, uint32_t, uint32_t, bool>, Seq> counted_of_;
     uint32_t chains_ = 0;
     std::vector<char> exact_chain_;  // per chain (1-based id - 1)
 };

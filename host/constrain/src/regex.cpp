@@ -329,20 +329,33 @@ private:
         if (a.k != RNode::K::Seq || a.kids.empty() || a.kids[0].k != RNode::K::NotLook) return a;
         // Several in a row ("^(?!aws:)(?!memorydb:)..."): each must fail.
         Ranges first;
-        bool empty_end = false;
+        bool empty_end = false, looks_past = false;
         while (!a.kids.empty() && a.kids[0].k == RNode::K::NotLook) {
             const RNode p = std::move(a.kids[0].kids[0]);
             a.kids.erase(a.kids.begin());
             if (nullable(p, false)) fail("has a negative lookahead that matches the empty string (not supported)");
             first_chars(p, first);
             empty_end = empty_end || nullable(p, true);
+            // "(?!.*--)": what it tests may start anywhere later.
+            looks_past = looks_past || starts_skippable(p);
         }
         first = normalize(first);
         RNode out{RNode::K::Alt, {}, {}, 0, 0};
         if (auto r = restrict_first(a, first)) out.kids.push_back(std::move(*r));
         if (nullable(a, true) && !empty_end) out.kids.push_back(RNode{});
+        // Narrowing by the first character leaves nothing: a lookahead that
+        // tests further on ("(?!.*-$)") cannot be written that way.
+        if (out.kids.empty() && looks_past)
+            fail("has a negative lookahead that tests past the first character ('(?!.*...)'): only lookaheads the "
+                 "first character decides are supported");
         if (out.kids.empty()) fail("matches nothing after its negative lookahead");
         return out;
+    }
+    // Does n start with an item that may match nothing (".*x")?
+    static bool starts_skippable(const RNode& n) {
+        if (n.k == RNode::K::Alt) return std::any_of(n.kids.begin(), n.kids.end(), starts_skippable);
+        if (n.k == RNode::K::Seq) return !n.kids.empty() && (nullable(n.kids[0], false) || starts_skippable(n.kids[0]));
+        return false;
     }
     // Can n match the empty string: mid-text ($ cannot) or at the end ($ can).
     static bool nullable(const RNode& n, bool at_end) {
