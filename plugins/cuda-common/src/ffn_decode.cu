@@ -1,11 +1,21 @@
-// gate_up_swiglu (kernels.hpp): a dense FFN's gate and up for one token as
-// gate_up_pair_kernel with a single "expert".
+// gate_up_swiglu (kernels.hpp) and gate_up_geglu (gemma_ops.hpp): a dense
+// FFN's gate and up for one token as gate_up_pair_kernel with a single
+// "expert", combined by SwiGLU or by Gemma's GeLU(tanh) gate.
 #include "ehcuda/check.hpp"
+#include "ehcuda/gemma_ops.hpp"
 #include "ehcuda/kernels.hpp"
 #include "gate_up_pair.cuh"
 
 namespace ehcuda {
 namespace {
+
+// gelu_tanh(gate) * up, as gemma_ops.cu's geglu_tanh (and cpu-reference).
+struct GeGluTanh {
+    __device__ float operator()(float g, float u) const {
+        const float c = 0.7978845608028654f;  // sqrt(2/pi)
+        return 0.5f * g * (1.0f + tanhf(c * (g + 0.044715f * g * g * g))) * u;
+    }
+};
 
 moe_detail::DevMat dense_mat(const MatSeg& s) {
     moe_detail::DevMat m{};
@@ -49,8 +59,10 @@ int pair_rows_per_warp(const KernelPlan& kp, const WeightRef& gate, bool bulk) {
     return bulk && !detail::pair_rw2_shares_sm(gate.type, bits, true) ? 4 : 2;
 }
 
-// gate_up_swiglu's launch (the caller checked the arguments), or with
-// `warps_per_sm` set the warps per multiprocessor it would run at.
+// gate_up_swiglu's (or, with Act GeGluTanh, gate_up_geglu's) launch (the
+// caller checked the arguments), or with `warps_per_sm` set the warps per
+// multiprocessor it would run at.
+template <class Act = detail::SwiGlu>
 void run_pair(const GateUpArgs& a, cudaStream_t stream, int* warps_per_sm) {
     detail::DevArgs xa = detail::single_token_input(a.x, a.cols, a.norm_w, a.norm_eps);
     const KernelPlan& kp = plan();
@@ -61,7 +73,7 @@ void run_pair(const GateUpArgs& a, cudaStream_t stream, int* warps_per_sm) {
     const int bits = kp.gemv_input == GemvInput::Int16 ? 16 : 32;
     const int rows_per_warp = pair_rows_per_warp(kp, a.gate.w, bulk);
     auto go = [&]<int Bits>() {
-        auto act = detail::SwiGlu{};
+        auto act = Act{};
         if (rows_per_warp == 4)
             detail::launch_gate_up_pair<Bits, 4>(a.gate.w.type, xa, nullptr, g, u, act, out, 1, bulk, stream, {},
                                                  warps_per_sm);
@@ -74,14 +86,27 @@ void run_pair(const GateUpArgs& a, cudaStream_t stream, int* warps_per_sm) {
 
 }  // namespace
 
-void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
+namespace {
+
+void check_pair_args(const GateUpArgs& a) {
     if (!pair_supported(a.gate.w, a.up.w) || a.cols != a.gate.w.cols)
         throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: shapes, types or input form not supported (check gate_up_swiglu_supported)");
     if (!a.x || reinterpret_cast<uintptr_t>(a.x) % 16 || (a.norm_w && reinterpret_cast<uintptr_t>(a.norm_w) % 16))
         throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: input and norm weight must be 16-byte aligned");
     if (!a.out || reinterpret_cast<uintptr_t>(a.out) % 16 || a.out_bytes < gemv_chunk_bytes(a.gate.w.rows))
         throw ehp::Error(EH_INTERNAL, "gate_up_swiglu: output missing, unaligned or smaller than gemv_chunk_bytes(rows)");
+}
+
+}  // namespace
+
+void gate_up_swiglu(const GateUpArgs& a, cudaStream_t stream) {
+    check_pair_args(a);
     run_pair(a, stream, nullptr);
+}
+
+void gate_up_geglu(const GateUpArgs& a, cudaStream_t stream) {
+    check_pair_args(a);
+    run_pair<GeGluTanh>(a, stream, nullptr);
 }
 
 int gate_up_swiglu_warps_per_sm(const WeightRef& gate, const WeightRef& up) {

@@ -301,18 +301,15 @@ void Batch::forward(const ehcuda::StepView& v) {
             const Config& rc = *r.c;
             const Layer& L = (*r.layers)[size_t(li)];
             float* ff = r.ff.as<float>();
-            float* y = target(r);
-            // One token: gate, up and the SwiGLU in one kernel that leaves the
-            // down projection's input quantized (as a session's decode step).
+            // Gemma 3 (post set): its sum goes through the post-norm first.
+            float* y = post ? post : target(r);
+            const bool acc_down = acc && !post;
+            // One token: gate, up and the activation (SwiGLU, Gemma's
+            // GeLU(tanh) gate) in one kernel that leaves the down
+            // projection's input quantized (as a session's decode step).
             ehcuda::MatSeg gate, up, down{L.ffn_down};
             gate_up_halves(L, rc.n_ff, gate, up);
-            if (post) {
-                // Gemma 3: GeLU(tanh)-gated, normalised before the residual add.
-                normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
-                ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, s);
-                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::Plain, post, c.n_embd, false, T);
-                ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
-            } else if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
+            if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
                 ehcuda::GateUpArgs gu;
                 gu.gate = gate;
                 gu.up = up;
@@ -322,12 +319,18 @@ void Batch::forward(const ehcuda::StepView& v) {
                 gu.norm_eps = c.eps;
                 gu.out = ff;
                 gu.out_bytes = r.ff.size();
-                ehcuda::gate_up_swiglu(gu, s);
-                matmul(&down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc, 1);
+                if (c.gemma) ehcuda::gate_up_geglu(gu, s);
+                else ehcuda::gate_up_swiglu(gu, s);
+                matmul(&down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc_down, 1);
+            } else if (c.gemma) {
+                normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
+                ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, s);
+                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::Plain, y, c.n_embd, acc_down, T);
             } else {
                 normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
-                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::SwiGLU, y, c.n_embd, acc, T);
+                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::SwiGLU, y, c.n_embd, acc_down, T);
             }
+            if (post) ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
         }
         all_reduce();
     }

@@ -368,10 +368,11 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
         mats.push_back({"attn_output", ehcuda::gemv_shape(&out, 1), chunks, ""});
         ehcuda::MatSeg gate, up;
         gate_up_halves(L, c.n_ff, gate, up);
-        // (gemma3's GeLU-gated MLP: gate|up, the activation, then down)
-        const bool pair = !c.gemma && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
-        mats.push_back({"ffn_gate_up", ehcuda::gemv_shape(L.gate_up, L.n_gate_up), false,
-                        pair ? ehcuda::gate_up_swiglu_describe(gate.w, up.w) : ""});
+        const bool pair = ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
+        std::string pair_kernel = pair ? ehcuda::gate_up_swiglu_describe(gate.w, up.w) : "";
+        if (const size_t at = pair_kernel.find("with SwiGLU"); c.gemma && at != std::string::npos)
+            pair_kernel.replace(at, 11, "with GeLU(tanh) gate");  // the same kernel, Gemma's activation
+        mats.push_back({"ffn_gate_up", ehcuda::gemv_shape(L.gate_up, L.n_gate_up), false, pair_kernel});
         ehcuda::MatSeg down;
         down.w = L.ffn_down;
         mats.push_back({"ffn_down", ehcuda::gemv_shape(&down, 1), pair, ""});
