@@ -42,6 +42,16 @@ void KvPool::copy(uint32_t from, uint32_t to, uint32_t n_pos) {
     }
 }
 
+void KvPool::read_rows(uint32_t layer, bool v, uint64_t row, uint32_t n, uint8_t* out) const {
+    const std::vector<uint8_t>& plane = v ? v_[layer] : k_[layer];
+    std::memcpy(out, &plane[row * row_bytes_], n * row_bytes_);
+}
+
+void KvPool::write_rows(uint32_t layer, bool v, uint64_t row, uint32_t n, const uint8_t* in) {
+    std::vector<uint8_t>& plane = v ? v_[layer] : k_[layer];
+    std::memcpy(&plane[row * row_bytes_], in, n * row_bytes_);
+}
+
 void KvPool::store(std::vector<uint8_t>& plane, uint64_t row, const float* x) {
     ehp::quant::quantize_row(type_, x, &plane[row * row_bytes_], kv_dim_);
 }

@@ -31,6 +31,7 @@ public:
     ehp::BlockPool& blocks() { return blocks_; }
     const ehp::BlockPool& blocks() const { return blocks_; }
     size_t kv_dim() const { return kv_dim_; }
+    uint32_t n_layer() const { return n_layer_; }
     uint32_t type() const { return type_; }
     // Bytes of one block, K and V of every layer.
     uint64_t block_bytes() const { return 2ull * n_layer_ * blocks_.block_tokens() * row_bytes_; }
@@ -44,6 +45,13 @@ public:
     void store_v(uint32_t layer, uint64_t row, const float* x) { store(v_[layer], row, x); }
     void load_k(uint32_t layer, uint64_t row, float* out) const { load(k_[layer], row, out); }
     void load_v(uint32_t layer, uint64_t row, float* out) const { load(v_[layer], row, out); }
+    // Bytes of one stored row (kv_dim values as type()).
+    uint64_t stored_row_bytes() const { return row_bytes_; }
+    // The stored bytes of n consecutive pool rows from `row` of layer
+    // `layer`'s K (v = false) or V plane, copied out or in as they are (the
+    // host-memory tier, ABI 1.7: bit for bit, whatever the type).
+    void read_rows(uint32_t layer, bool v, uint64_t row, uint32_t n, uint8_t* out) const;
+    void write_rows(uint32_t layer, bool v, uint64_t row, uint32_t n, const uint8_t* in);
     // The stored floats themselves; only for an F32 pool.
     const float* k_f32(uint32_t layer, uint64_t row) const { return f32(k_[layer], row); }
     const float* v_f32(uint32_t layer, uint64_t row) const { return f32(v_[layer], row); }

@@ -15,6 +15,7 @@
 #include "batch.hpp"
 #include "lora.hpp"
 #include "model.hpp"
+#include "park.hpp"
 #include "sequence.hpp"
 #include "session.hpp"
 #include "vision.hpp"
@@ -395,6 +396,32 @@ eh_status seq_embd_spans(eh_seq* s, const eh_embd_span* spans, uint32_t n_spans)
     });
 }
 
+// ---- 1.7: the host-memory tier (park.hpp).
+
+eh_status seq_park(eh_seq* s, uint32_t n_tokens, uint64_t max_bytes, eh_parked** out, uint64_t* out_bytes) {
+    if (out) *out = nullptr;
+    if (out_bytes) *out_bytes = 0;
+    if (!s) return EH_INVALID_ARGUMENT;
+    return on_model(s->owner, "seq_park", [&] {
+        s->owner->batch->expect_idle("seq_park");
+        ehp::check_park(s->owner->batch->owns(seq_of(s)) ? &seq_of(s)->blocks : nullptr, n_tokens, out, out_bytes);
+        *out = cpuref::park(s->owner, *seq_of(s), n_tokens, max_bytes, out_bytes).release();
+    });
+}
+
+eh_status seq_unpark(eh_model* m, const eh_parked* p, const int32_t* tokens, uint32_t n_tokens, eh_seq** out) {
+    if (out) *out = nullptr;
+    return on_model(m, "seq_unpark", [&] {
+        if (!out) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_unpark: out_seq is NULL");
+        m->batch->expect_idle("seq_unpark");
+        auto s = cpuref::unpark(*m->batch, m, static_cast<const cpuref::Parked*>(p), tokens, n_tokens);
+        s->owner = m;
+        *out = s.release();
+    });
+}
+
+void parked_release(eh_parked* p) { delete static_cast<cpuref::Parked*>(p); }
+
 const eh_plugin_api kApi = {
     sizeof(eh_plugin_api), EH_ABI_MAJOR, EH_ABI_MINOR,
     info, plugin_last_error, probe,
@@ -406,6 +433,7 @@ const eh_plugin_api kApi = {
     seq_hidden,
     adapter_load, adapter_release, seq_set_adapter,
     image_encoder_load, image_encode, seq_embd_spans,
+    seq_park, seq_unpark, parked_release,
 };
 
 }  // namespace
