@@ -43,6 +43,7 @@
 #include <map>
 #include <optional>
 #include <unordered_map>
+#include <unordered_set>
 #include <utility>
 #include <vector>
 #include <nlohmann/json.hpp>
@@ -61,9 +62,12 @@ namespace {
 
 using Json = nlohmann::ordered_json;
 
+// Keyword sets, looked up for every key of every schema: hashed.
+using WordSet = std::unordered_set<std::string_view>;
+
 // Keywords that say nothing about the instance (listed so a merge can drop
 // them; any key not in kHandled or kRefused is ignored the same way).
-const std::set<std::string, std::less<>> kAnnotations = {
+const WordSet kAnnotations = {
     "description", "title", "$schema", "$id", "id", "$anchor", "$dynamicAnchor", "$comment", "examples", "default",
     "deprecated", "readOnly", "writeOnly", "contentMediaType", "contentEncoding", "contentSchema", "$vocabulary"};
 // A schema no value matches (a merge with nothing in common, an enum with
@@ -78,7 +82,7 @@ public:
 // whole schema is merged (merged() applies them); no schema keyword.
 const char* const kConditionals = "$eh-conditionals";
 // Keywords the grammar enforces.
-const std::set<std::string, std::less<>> kHandled = {
+const WordSet kHandled = {
     "type", "properties", "required", "additionalProperties", "enum", "const", "anyOf", "oneOf", "allOf", "items",
     "prefixItems", "additionalItems", "minItems", "maxItems", "uniqueItems", "$ref", "minLength", "maxLength",
     "pattern", "format", "minimum", "maximum", "exclusiveMinimum", "exclusiveMaximum", "minProperties",
@@ -87,7 +91,7 @@ const std::set<std::string, std::less<>> kHandled = {
 // Keywords that constrain the instance and are not enforced: refused by
 // name wherever they would constrain (an empty object or array of them
 // constrains nothing and is ignored).
-const std::set<std::string, std::less<>> kRefused = {
+const WordSet kRefused = {
     "not", "minContains", "maxContains", "unevaluatedProperties", "unevaluatedItems", "$dynamicRef",
     "$recursiveRef"};
 // Keywords that make a schema's type object, array, string or number when
@@ -365,11 +369,11 @@ struct Resources {
 
 // Keywords whose value is a schema, an array of schemas, or an object of
 // schemas: the positions where $id, $anchor and $ref mean something.
-const std::set<std::string, std::less<>> kSchemaValued = {
+const WordSet kSchemaValued = {
     "items", "additionalItems", "additionalProperties", "not", "if", "then", "else", "contains", "propertyNames",
     "unevaluatedItems", "unevaluatedProperties", "contentSchema"};
-const std::set<std::string, std::less<>> kSchemaArrays = {"items", "prefixItems", "allOf", "anyOf", "oneOf"};
-const std::set<std::string, std::less<>> kSchemaMaps = {"properties", "patternProperties", "$defs", "definitions",
+const WordSet kSchemaArrays = {"items", "prefixItems", "allOf", "anyOf", "oneOf"};
+const WordSet kSchemaMaps = {"properties", "patternProperties", "$defs", "definitions",
                                                         "dependentSchemas", "dependencies"};
 
 // old_draft: draft 3/4 (`id`); ref_only: drafts 3-7, where $ref's
@@ -2183,11 +2187,53 @@ private:
         return rule(out);
     }
 
+    // An object's listed properties in order, pointing at the schema's own
+    // values (no copy of the subschemas at every level) or at ones this
+    // compile made (a required name without a schema, a patternProperties
+    // merge). A name erased and set again moves to the end, as in a JSON
+    // object.
+    class Props {
+    public:
+        void point(const std::string& k, const Json* v) {
+            auto it = index_.find(k);
+            if (it != index_.end() && items_[it->second].second) {
+                items_[it->second].second = v;
+                return;
+            }
+            index_[k] = items_.size();
+            items_.emplace_back(k, v);
+        }
+        void set(const std::string& k, Json v) {
+            own_.push_back(std::move(v));
+            point(k, &own_.back());
+        }
+        void erase(const std::string& k) {
+            if (auto it = index_.find(k); it != index_.end()) items_[it->second].second = nullptr;
+        }
+        const Json* get(const std::string& k) const {
+            auto it = index_.find(k);
+            return it == index_.end() ? nullptr : items_[it->second].second;
+        }
+        bool contains(const std::string& k) const { return get(k) != nullptr; }
+        bool empty() const { return names().empty(); }
+        std::vector<std::string> names() const {
+            std::vector<std::string> out;
+            for (const auto& [k, v] : items_)
+                if (v) out.push_back(k);
+            return out;
+        }
+
+    private:
+        std::vector<std::pair<std::string, const Json*>> items_;  // (nullptr: erased)
+        std::unordered_map<std::string, size_t> index_;
+        std::deque<Json> own_;
+    };
+
     std::string object(const Json& s, const std::string& path, uint32_t depth) {
-        Json props = Json::object();
+        Props props;
         if (auto p = s.find("properties"); p != s.end()) {
             if (!p->is_object()) throw GrammarError("properties", fmt::format("'properties' at {} must be an object", at(path)));
-            props = *p;
+            for (const auto& [k, v] : p->items()) props.point(k, &v);
         }
         const Json* extra = nullptr;
         bool closed = false;
@@ -2211,7 +2257,7 @@ private:
                         throw EmptySchema("required", fmt::format("'required' at {} names '{}', which "
                                                                   "'additionalProperties': false forbids",
                                                                   at(path), name.substr(0, 100)));
-                    props[name] = extra ? *extra : Json(true);
+                    props.set(name, extra ? *extra : Json(true));
                 }
                 required.insert(name);
             }
@@ -2238,8 +2284,8 @@ private:
                 size_t i = 0;
                 for (const auto& [pattern, sub] : pp->items()) {
                     const auto& g = check_automaton(key_exprs[i++]);
-                    for (auto& [name, v] : props.items())
-                        if (byte_match(g, Json(name).dump())) v = Json{{"allOf", Json::array({v, sub})}};
+                    for (const auto& name : props.names())
+                        if (byte_match(g, Json(name).dump())) props.set(name, Json{{"allOf", Json::array({*props.get(name), sub})}});
                 }
             }
         }
@@ -2272,7 +2318,7 @@ private:
                                 changed = true;
                                 break;
                             }
-                            props[dep] = extra ? *extra : Json(true);
+                            props.set(dep, extra ? *extra : Json(true));
                         }
                         changed |= required.insert(dep).second;
                     }
@@ -2292,14 +2338,13 @@ private:
                     throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} nests too deep", at(path)));
                 rules += "root ::= " + sub.compile_node(*pn, path + "/propertyNames") + "\n";
                 const auto g = std::make_shared<Automaton>(gbnf_grammar(rules), byte_vocab());
-                Json kept = Json::object();
-                for (const auto& [name, v] : props.items()) {
-                    if (byte_match(g, Json(name).dump())) kept[name] = v;
-                    else if (required.count(name))
+                for (const auto& name : props.names()) {
+                    if (byte_match(g, Json(name).dump())) continue;
+                    props.erase(name);
+                    if (required.count(name))
                         throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses the required name "
                                                                         "'{}'", at(path), name.substr(0, 100)));
                 }
-                props = std::move(kept);
                 if (props.empty()) {  // no listed name is allowed: only {} is written
                     if (count_keyword(s, "minProperties", 0, path))
                         throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses every listed "
@@ -2375,7 +2420,8 @@ private:
         // additionalProperties allows (narrowing; docs/http-api.md).
         std::vector<std::string> kv;
         std::vector<bool> req;
-        for (const auto& [k, v] : props.items()) {
+        for (const auto& k : props.names()) {
+            const Json& v = *props.get(k);
             std::string sub;
             try {
                 sub = value(v, path + "/properties/" + k, depth + 1);
@@ -2390,16 +2436,19 @@ private:
         const std::string base = fresh();
         if (min_p <= required.size() && max_p >= n) {
             // first(i): the members from property i on, none written yet;
-            // rest(i): the same after at least one (each starts with a comma).
+            // rest(i): the same after at least one (each starts with a comma);
+            // member(i): property i and rest(i + 1) (written once for both).
             auto first = [&](size_t i) { return fmt::format("{}-f{}", base, i); };
             auto rest = [&](size_t i) { return fmt::format("{}-r{}", base, i); };
+            auto member = [&](size_t i) { return fmt::format("{}-m{}", base, i); };
             for (size_t i = 0; i <= n; ++i) {
                 if (i == n) {
                     out_ += first(i) + " ::= \n" + rest(i) + " ::= \n";
                     continue;
                 }
-                out_ += first(i) + " ::= " + kv[i] + " j-ws " + rest(i + 1) + (req[i] ? "" : " | " + first(i + 1)) + "\n";
-                out_ += rest(i) + R"( ::= "," j-ws )" + kv[i] + " j-ws " + rest(i + 1) + (req[i] ? "" : " | " + rest(i + 1)) + "\n";
+                out_ += member(i) + " ::= " + kv[i] + " j-ws " + rest(i + 1) + "\n";
+                out_ += first(i) + " ::= " + member(i) + (req[i] ? "" : " | " + first(i + 1)) + "\n";
+                out_ += rest(i) + R"( ::= "," j-ws )" + member(i) + (req[i] ? "" : " | " + rest(i + 1)) + "\n";
             }
             out_ += base + R"( ::= "{" j-ws )" + first(0) + " \"}\"\n";
             return base;
