@@ -104,7 +104,7 @@ TEST_P(TinyProfile, LoadsAndRunsOnCpuReference) {
 INSTANTIATE_TEST_SUITE_P(AllTiny, TinyProfile,
                          ::testing::Values("tiny-qwen2.5-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-gpt-oss-mxfp4",
                                            "tiny-llama-3.1-q4_k_m", "tiny-qwen3-q4_k_m", "tiny-qwen3-moe-q4_k_m",
-                                           "tiny-gemma-3-q4_k_m", "tiny-gpt2-f16",
+                                           "tiny-gemma-3-q4_k_m", "tiny-gemma-3-hd256-q4_k_m", "tiny-gpt2-f16",
                                            "tiny-gpt2-q8_0"),
                          [](const auto& info) {
                              std::string n = info.param;
