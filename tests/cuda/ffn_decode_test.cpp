@@ -1,10 +1,12 @@
 // gate_up_swiglu + a chunk-input down projection (the decode FFN) against
 // the two-matmul path it replaces (bitwise: same dot products, summation
-// order and rounding) and against host math; plus its refusals.
+// order and rounding) and against host math; plus its refusals. The same
+// for gate_up_geglu, Gemma 3's activation.
 #include <cmath>
 #include <random>
 
 #include <engine_host/plugin_abi.hpp>
+#include <ehcuda/gemma_ops.hpp>
 #include <ehcuda/kernels.hpp>
 
 #include "gpu_util.hpp"
@@ -102,7 +104,40 @@ struct Ffn {
         return to_host<float>(dh, size_t(rows));
     }
 
-    std::vector<float> paired(const FfnCase& c) {
+    // Gemma's path without the pair kernel: gate|up GEMV, geglu_tanh, then
+    // the down GEMV on the plain activations.
+    std::vector<float> geglu_two_matmuls(const FfnCase& c) {
+        reset_h();
+        ehcuda::DeviceBuffer ff(size_t(2) * n_ff * 4);
+        ehcuda::MatmulArgs g;
+        g.seg[0] = half(c, 0);
+        g.seg[1] = half(c, 1);
+        g.nseg = 2;
+        g.cols = cols;
+        g.x = dx.as<float>();
+        g.ldx = cols;
+        if (c.norm) {
+            g.xmode = ehcuda::XMode::RmsNorm;
+            g.norm_w = dnorm.as<float>();
+            g.norm_eps = 1e-5f;
+        }
+        g.y = ff.as<float>();
+        g.ldy = 2 * n_ff;
+        ehcuda::matmul(g, nullptr);
+        ehcuda::geglu_tanh(ff.as<float>(), 2 * n_ff, n_ff, 1, nullptr);
+        ehcuda::MatmulArgs d;
+        d.seg[0].w = down_ref(c);
+        d.cols = n_ff;
+        d.x = ff.as<float>();
+        d.ldx = 2 * n_ff;
+        d.y = dh.as<float>();
+        d.ldy = rows;
+        d.accumulate = true;
+        ehcuda::matmul(d, nullptr);
+        return to_host<float>(dh, size_t(rows));
+    }
+
+    std::vector<float> paired(const FfnCase& c, bool geglu = false) {
         reset_h();
         ehcuda::DeviceBuffer act(ehcuda::gemv_chunk_bytes(n_ff));
         ehcuda::GateUpArgs gu;
@@ -114,7 +149,8 @@ struct Ffn {
         gu.norm_eps = 1e-5f;
         gu.out = act.get();
         gu.out_bytes = act.size();
-        ehcuda::gate_up_swiglu(gu, nullptr);
+        if (geglu) ehcuda::gate_up_geglu(gu, nullptr);
+        else ehcuda::gate_up_swiglu(gu, nullptr);
         ehcuda::MatmulArgs d;
         d.seg[0].w = down_ref(c);
         d.cols = n_ff;
@@ -128,8 +164,9 @@ struct Ffn {
         return to_host<float>(dh, size_t(rows));
     }
 
-    // h0 + down . swiglu(gate . xn, up . xn) in double.
-    std::vector<double> host(const FfnCase& c) const {
+    // h0 + down . swiglu(gate . xn, up . xn) (or Gemma's gelu_tanh(gate) *
+    // up) in double.
+    std::vector<double> host(const FfnCase& c, bool geglu = false) const {
         std::vector<double> xn(static_cast<size_t>(cols));
         double ss = 0;
         for (float v : x) ss += double(v) * v;
@@ -144,7 +181,8 @@ struct Ffn {
             for (int k = 0; k < cols; ++k) gv += double(row[size_t(k)]) * xn[size_t(k)];
             dequant_row(c.type, up.data() + rs * size_t(r), cols, row.data());
             for (int k = 0; k < cols; ++k) uv += double(row[size_t(k)]) * xn[size_t(k)];
-            act[size_t(r)] = gv / (1.0 + std::exp(-gv)) * uv;
+            act[size_t(r)] = geglu ? 0.5 * gv * (1.0 + std::tanh(0.7978845608028654 * (gv + 0.044715 * gv * gv * gv))) * uv
+                                   : gv / (1.0 + std::exp(-gv)) * uv;
         }
         std::vector<double> h(static_cast<size_t>(rows));
         const size_t ds = row_size(c.down_type, n_ff);
@@ -201,6 +239,38 @@ INSTANTIATE_TEST_SUITE_P(Types, FfnDecodeTest, ::testing::ValuesIn(ffn_cases()),
     return ehp::type_name(c.type) + "_" + ehp::type_name(c.down_type) +
            (c.in == ehcuda::GemvInput::Int16 ? "_int16" : "_int16x2") + (c.norm ? "_norm" : "") + (c.bias ? "_bias" : "");
 });
+
+// gate_up_geglu (Gemma 3's decode FFN: the pair kernel with the GeLU(tanh)
+// gate) against gate|up GEMV + geglu_tanh + a plain down GEMV, and against
+// host math, on the types of Gemma's Q4_K_M files (the 1B's Q5_0 / Q8_0)
+// and both input forms.
+TEST(FfnDecode, GegluPairMatchesTwoKernelPathAndHostMath) {
+    REQUIRE_GPU();
+    const FfnCase cases[] = {{EH_TYPE_Q4_K, EH_TYPE_Q6_K, ehcuda::GemvInput::Int16, true, false},
+                             {EH_TYPE_Q4_K, EH_TYPE_Q4_K, ehcuda::GemvInput::Int16x2, true, false},
+                             {EH_TYPE_Q5_0, EH_TYPE_Q8_0, ehcuda::GemvInput::Int16, true, false},
+                             {EH_TYPE_Q6_K, EH_TYPE_Q6_K, ehcuda::GemvInput::Int16, false, true}};
+    for (const FfnCase& c : cases) {
+        SCOPED_TRACE(ehp::type_name(c.type) + " / " + ehp::type_name(c.down_type));
+        InputGuard guard(c.in);
+        Ffn f(c, 512, 768, 96, c.type * 5 + c.down_type);
+        const std::vector<float> two = f.geglu_two_matmuls(c);
+        const std::vector<float> got = f.paired(c, true);
+        GPU_OK(cudaGetLastError());
+        const std::vector<double> want = f.host(c, true), swiglu = f.host(c, false);
+        double scale = 0, worst = 0, worst_two = 0, apart = 0;
+        for (int r = 0; r < f.rows; ++r) {
+            const size_t i = size_t(r);
+            scale = std::max(scale, std::fabs(want[i] - f.h0[i]));
+            worst = std::max(worst, std::fabs(got[i] - want[i]));
+            worst_two = std::max(worst_two, double(std::fabs(got[i] - two[i])));
+            apart = std::max(apart, std::fabs(want[i] - swiglu[i]));
+        }
+        EXPECT_GT(apart, 0.1 * scale) << "the two activations must differ for this test to mean anything";
+        EXPECT_LT(worst_two, 1e-4 * scale + 1e-6);
+        EXPECT_LT(worst, 1e-3 * scale + 1e-5) << "largest FFN output " << scale;
+    }
+}
 
 // The bulk form of gate_up_swiglu (rows through the copy engine in slices
 // of 32 chunks, two per warp in flight; 16-warp blocks for the int16 types
