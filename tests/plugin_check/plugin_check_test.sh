@@ -10,16 +10,16 @@ check_bin=$1 cpuref=$2 plugins=$3 model=$4
 step_only=$plugins/step-only/libeh-fixture-step-only.so
 
 out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"24 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
+[[ $rc -eq 0 && "$out" == *"25 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes $? "exit $rc: $out"
 
 # every check over a quantized KV cache, greedy agreement with the F32-cache reference included
 for t in q8_0 fp8; do
   out=$("$check_bin" "$cpuref" --model "$model" --reference "$cpuref" --kv-type $t 2>&1); rc=$?
-  [[ $rc -eq 0 && "$out" == *"24 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes-$t $? "exit $rc: $out"
+  [[ $rc -eq 0 && "$out" == *"25 passed, 0 failed, 0 skipped"* ]]; check cpu-reference-passes-$t $? "exit $rc: $out"
 done
 
 out=$("$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
-[[ $rc -eq 0 && "$out" == *"19 passed, 0 failed, 5 skipped"* && "$out" == *"SKIP  step_halves"* &&
+[[ $rc -eq 0 && "$out" == *"20 passed, 0 failed, 5 skipped"* && "$out" == *"SKIP  step_halves"* &&
    "$out" == *"SKIP  lora_adapters"*"no adapter calls"* && "$out" == *"SKIP  embd_spans"*"no image calls"* ]]
 check step-only-passes $? "exit $rc: $out"
 
@@ -49,7 +49,7 @@ out=$(EH_TEST_ENGINE_BATCH_DEPENDENT=1 "$check_bin" "$step_only" --model "$model
 expect_fail() {  # KNOB CHECK DETAIL
   local out rc
   out=$(env "EH_TEST_ENGINE_$1=1" "$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
-  [[ $rc -eq 1 && "$out" == *"FAIL  $2"*"$3"* && "$out" == *"18 passed, 1 failed, 5 skipped"* ]]
+  [[ $rc -eq 1 && "$out" == *"FAIL  $2"*"$3"* && "$out" == *"19 passed, 1 failed, 5 skipped"* ]]
   check "$2-found" $? "exit $rc: $out"
 }
 expect_fail LAX_TOKENS invalid_steps "a token id equal to the vocabulary size returned OK, not INVALID_ARGUMENT"
@@ -58,6 +58,8 @@ expect_fail NO_COPY fork_shares_prefix "a fork of 13 tokens grown to 28 took 1 f
 expect_fail BIASED_LOGITS logit_bias "not the raw logits"
 expect_fail PROGRESS_BACK load_progress_cancel "progress went back from 0.5 to 0.25"
 expect_fail VERIFY_KEEPS_REJECTED speculative_verify "the sequence grew by 5, not 2 (the rejected drafts must leave it)"
+# a restored sequence that continues differently from the one parked (ABI 1.7)
+expect_fail PARK_DRIFT park_restore "logit "
 # a 1.6 plugin that grants no draft tokens must refuse EH_STEP_VERIFY as an unknown flag
 out=$(EH_TEST_ENGINE_NO_VERIFY=1 "$check_bin" "$step_only" --model "$model" --only speculative_verify 2>&1); rc=$?
 [[ $rc -eq 0 && "$out" == *"PASS  speculative_verify"* ]]; check no-verify-refuses-the-flag $? "exit $rc: $out"

@@ -1009,6 +1009,166 @@ void speculative_verify(Context& c) {
     }
 }
 
+// (1.7) The host-memory tier: a sequence parked, released and restored
+// continues exactly as its never-parked fork does, its logits bit for bit.
+class ParkedCopy {
+public:
+    ParkedCopy(const eh_plugin_api& api) : api_(api) {}
+    ~ParkedCopy() {
+        if (p_) api_.parked_release(p_);
+    }
+    ParkedCopy(const ParkedCopy&) = delete;
+    ParkedCopy& operator=(const ParkedCopy&) = delete;
+    eh_parked** out() { return &p_; }
+    eh_parked* get() const { return p_; }
+
+private:
+    const eh_plugin_api& api_;
+    eh_parked* p_ = nullptr;
+};
+
+void park_restore(Context& c) {
+    const eh_plugin_api& api = c.d.api();
+    if (!loader::api_has_park(api)) throw Skipped{"the plugin has no park calls (ABI 1.7 seq_park)"};
+    const uint32_t bt = c.d.granted().block_tokens;
+    const uint32_t at = bt > 13 ? 13 : bt + bt / 2 + (bt == 1);  // inside a block, as fork_shares_prefix
+    c.needs(at + 8 + c.n, at + 8, 3);
+    const auto p = c.prompt(at + 8, 21);
+    const bool with_logits = api.seq_logits != nullptr;
+    // The continuation of `s` (holding p's first `at` tokens): the raw
+    // logits of its first sampled position and its greedy tokens.
+    auto go_on = [&](eh_seq* s, std::vector<float>* logits) {
+        c.d.set_sampling(s, ehp::greedy_sampling());
+        std::vector<eh_step_entry> es{
+            entry(s, p.data() + at, 8, EH_STEP_SAMPLE | (with_logits ? uint32_t(EH_STEP_LOGITS) : 0u))};
+        std::vector<int32_t> got{c.d.step_ok(es, "the continuation's prefill")[0]};
+        if (with_logits) {
+            const float* l = nullptr;
+            uint32_t nv = 0;
+            if (api.seq_logits(s, &l, &nv) != EH_OK) fail("seq_logits failed: " + c.d.error());
+            logits->assign(l, l + nv);
+        }
+        while (got.size() < c.n) {
+            const int32_t t = got.back();
+            es = {entry(s, &t, 1, EH_STEP_SAMPLE)};
+            got.push_back(c.d.step_ok(es, "the continuation's decode")[0]);
+        }
+        return got;
+    };
+    eh_seq* src = c.d.create();
+    std::vector<eh_step_entry> es{entry(src, p.data(), at, 0)};
+    c.d.step_ok(es, "the source's prefill");
+    // Refused: nothing made.
+    auto refused_park = [&](uint32_t n, uint64_t max_bytes, eh_status want, const std::string& what) {
+        ParkedCopy x(api);
+        uint64_t bytes = 0;
+        const eh_status st = api.seq_park(src, n, max_bytes, x.out(), &bytes);
+        if (st != want) fail(fmt::format("seq_park of {} returned {}, not {}", what, eh_status_name(st), eh_status_name(want)));
+        if (x.get()) fail(fmt::format("seq_park of {} was refused and still made a parked copy", what));
+        return bytes;
+    };
+    refused_park(0, UINT64_MAX, EH_INVALID_ARGUMENT, "0 tokens");
+    refused_park(at + 1, UINT64_MAX, EH_INVALID_ARGUMENT, "more tokens than the sequence holds");
+    const uint64_t need = refused_park(at, 0, EH_NO_CAPACITY, "a copy larger than max_bytes 0");
+    if (need == 0) fail("seq_park refused for max_bytes 0 did not say how many bytes it needs");
+    ParkedCopy parked(api);
+    uint64_t bytes = 0;
+    if (api.seq_park(src, at, UINT64_MAX, parked.out(), &bytes) != EH_OK || !parked.get())
+        fail("seq_park failed: " + c.d.error());
+    if (bytes != need) fail(fmt::format("seq_park holds {} bytes but asked for {} when refused", bytes, need));
+    if (c.d.length(src) != at) fail("seq_park changed its sequence's length");
+    // The truth: a fork of the source, never parked.
+    std::vector<float> want_logits, got_logits;
+    const auto want = go_on(c.d.fork(src, at), &want_logits);
+    c.d.release_all();  // the parked copy stands alone
+    const uint32_t free_before = c.d.kv_info().free_blocks;
+    // A restore of other tokens, or of another count, is refused: nothing changes.
+    auto refused_unpark = [&](std::vector<int32_t> toks, const std::string& what) {
+        eh_seq* r = nullptr;
+        const eh_status st = c.d.try_unpark(parked.get(), toks, &r);
+        const std::string message = c.d.error();
+        if (st != EH_INVALID_ARGUMENT)
+            fail(fmt::format("seq_unpark with {} returned {}, not INVALID_ARGUMENT", what, eh_status_name(st)));
+        if (r) fail(fmt::format("seq_unpark with {} was refused and still made a sequence", what));
+        if (message.empty()) fail(fmt::format("seq_unpark with {} was refused without a message", what));
+        if (c.d.kv_info().free_blocks != free_before)
+            fail(fmt::format("seq_unpark refused for {} changed the free block count", what));
+    };
+    std::vector<int32_t> mine(p.begin(), p.begin() + at), other = mine;
+    other[at / 2] = (other[at / 2] + 1) % int32_t(c.d.vocab());
+    refused_unpark(other, fmt::format("token {} changed", at / 2));
+    refused_unpark(std::vector<int32_t>(mine.begin(), mine.end() - 1), "one token fewer");
+    for (int round = 0; round < 2; ++round) {  // and the copy is unchanged by a restore
+        eh_seq* r = nullptr;
+        if (c.d.try_unpark(parked.get(), mine, &r) != EH_OK || !r) fail("seq_unpark failed: " + c.d.error());
+        if (c.d.length(r) != at) fail(fmt::format("a restored sequence of {} tokens has length {}", at, c.d.length(r)));
+        const uint32_t took = free_before - c.d.kv_info().free_blocks;
+        if (took != blocks_for(at, bt))
+            fail(fmt::format("seq_unpark of {} tokens took {} free blocks, not {}", at, took, blocks_for(at, bt)));
+        const auto got = go_on(r, &got_logits);
+        if (with_logits) {
+            if (got_logits.size() != want_logits.size()) fail("the restored sequence's logits have another length");
+            for (size_t i = 0; i < want_logits.size(); ++i)
+                if (std::memcmp(&got_logits[i], &want_logits[i], sizeof(float)) != 0)
+                    fail(fmt::format("restore {}: logit {} is {} after the restore, {} without the park (bit for bit "
+                                     "expected)",
+                                     round + 1, i, got_logits[i], want_logits[i]));
+        }
+        expect_same(want, got, fmt::format("restore {} continued against the never-parked fork", round + 1));
+        c.d.release(r);
+    }
+    // Not enough free blocks: KV_FULL, nothing changes. On a second load of
+    // the model with room for twice the copy's blocks (the first holds more
+    // blocks than its sequences can fill), another sequence holds all but
+    // fewer than the copy needs; this load's copy is refused by the first.
+    const uint32_t needed = blocks_for(at, bt);
+    std::unique_ptr<Driver> loaded;
+    try {
+        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model,
+                                          kv_params(2, 2ull * needed * c.d.granted().block_bytes, c.options.kv_type),
+                                          c.options.engine_options, c.options.devices);
+    } catch (const Failure& f) {
+        const std::string why = f.what();
+        if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
+            why.find("memory") != std::string::npos)
+            throw Skipped{"the rest passed; a second copy of the model does not fit beside the first: " + why};
+        throw;
+    }
+    Driver& small = *loaded;
+    if (small.granted().max_seq_tokens < at || small.granted().max_step_tokens < at)
+        throw Skipped{"the rest passed; the second load granted sequences shorter than the copy"};
+    eh_seq* s2 = small.create();
+    es = {entry(s2, p.data(), at, 0)};
+    small.step_ok(es, "the second load's prefill");
+    ParkedCopy parked2(api);
+    if (api.seq_park(s2, at, UINT64_MAX, parked2.out(), &bytes) != EH_OK || !parked2.get())
+        fail("seq_park on the second load failed: " + small.error());
+    small.release(s2);
+    eh_seq* r = nullptr;
+    if (c.d.try_unpark(parked2.get(), mine, &r) != EH_INVALID_ARGUMENT || r)
+        fail("seq_unpark took another model's parked copy (INVALID_ARGUMENT expected)");
+    eh_seq* hog = small.create();
+    const auto filler = c.prompt(small.granted().max_seq_tokens, 22);
+    while (small.kv_info().free_blocks >= needed) {
+        const uint32_t room = std::min({(small.kv_info().free_blocks - needed + 1) * bt,
+                                        small.granted().max_seq_tokens - small.length(hog),
+                                        small.granted().max_step_tokens});
+        if (room == 0) throw Skipped{"the rest passed; the second load's blocks outlast one sequence"};
+        es = {entry(hog, filler.data(), room, 0)};
+        small.step_ok(es, "a sequence taking the free blocks");
+    }
+    const uint32_t free_full = small.kv_info().free_blocks;
+    const eh_status st = small.try_unpark(parked2.get(), mine, &r);
+    if (st != EH_KV_FULL)
+        fail(fmt::format("seq_unpark with {} free blocks for a copy of {} returned {}, not KV_FULL", free_full, needed,
+                         eh_status_name(st)));
+    if (r) fail("seq_unpark refused with KV_FULL still made a sequence");
+    if (small.kv_info().free_blocks != free_full) fail("seq_unpark refused with KV_FULL changed the free block count");
+    small.release(hog);
+    if (small.try_unpark(parked2.get(), mine, &r) != EH_OK) fail("seq_unpark once blocks were free failed: " + small.error());
+    small.release_all();
+}
+
 void reference_agreement(Context& c) {
     if (!c.options.reference) throw Skipped{"no --reference plugin given"};
     c.needs(12 + 2 * c.n, 12);
@@ -1093,6 +1253,10 @@ const Check kChecks[] = {
                    "way every time, a span past its entry is refused with nothing changed, and spans last one "
                    "step (skipped without the image calls)",
      embd_spans},
+    {"park_restore", "a sequence parked in host memory (seq_park, 1.7), released and restored continues as "
+                     "its never-parked fork, logits bit for bit; a restore of other tokens or past the free blocks "
+                     "is refused and changes nothing",
+     park_restore},
     {"reference_agreement", "greedy tokens agree with the reference plugin, teacher-forced (needs --reference)",
      reference_agreement},
 };

@@ -84,6 +84,13 @@ eh_seq* Driver::fork(eh_seq* src, uint32_t n_tokens) {
     return s;
 }
 
+eh_status Driver::try_unpark(const eh_parked* parked, std::span<const int32_t> tokens, eh_seq** out) {
+    *out = nullptr;
+    const eh_status st = api_->seq_unpark(model(), parked, tokens.data(), uint32_t(tokens.size()), out);
+    if (st == EH_OK && *out) live_.insert(*out);
+    return st;
+}
+
 void Driver::release(eh_seq* seq) {
     if (live_.erase(seq)) api_->seq_release(seq);
 }

@@ -50,6 +50,8 @@ public:
     eh_seq* create();                   // Failure unless EH_OK
     eh_status try_create(eh_seq** out); // the plugin's status; *out tracked when OK
     eh_seq* fork(eh_seq* src, uint32_t n_tokens);
+    // (1.7) seq_unpark's status; *out tracked when OK, like try_create's.
+    eh_status try_unpark(const eh_parked* parked, std::span<const int32_t> tokens, eh_seq** out);
     void release(eh_seq* seq);
     void release_all();
     void set_sampling(eh_seq* seq, const eh_sampling_params& p);

@@ -46,6 +46,8 @@
 //   EH_TEST_ENGINE_PROGRESS_BACK  load progress goes back once
 //   EH_TEST_ENGINE_VERIFY_KEEPS_REJECTED  a verify entry (EH_STEP_VERIFY)
 //                             leaves its rejected drafts in the sequence
+//   EH_TEST_ENGINE_PARK_DRIFT  (step-only) a sequence seq_unpark restores picks
+//                             differently from the one parked (1.7)
 //   EH_TEST_ENGINE_NO_VERIFY  (step-only) kv_init grants no draft tokens: a
 //                             1.6 plugin that does not verify
 //
@@ -133,6 +135,7 @@ struct Session {
     bool have_logits = false;
     int32_t next_token = 0;
     size_t script_pos = 0;  // output tokens since the last prefill's sample
+    uint32_t drift = 0;     // added to every pick (EH_TEST_ENGINE_PARK_DRIFT after seq_unpark)
 };
 
 const char* const kFormats[] = {"gguf", "safetensors", nullptr};
@@ -240,7 +243,7 @@ int32_t pick(Session& s, int32_t prev) {
         if (m.eos >= 0) return m.eos;
     }
     if (m.eos_after >= 0 && s.steps >= m.eos_after && m.eos >= 0) return m.eos;
-    uint64_t base = (uint64_t(prev) * 31u + s.tokens.size() * 7u + 3u);
+    uint64_t base = (uint64_t(prev) * 31u + s.tokens.size() * 7u + 3u + s.drift);
     if (s.sp.temperature > 0) base += s.rng() % 1000u;
     int32_t t = int32_t(base % m.vocab);
     if (t == m.eos) t = (t + 1) % int32_t(m.vocab);
@@ -605,6 +608,56 @@ void seq_release(eh_seq* seq) {
     delete q;
 }
 
+// ABI 1.7's host tier: a parked copy is the sequence's tokens (its "KV"),
+// 64 bytes a token as kv_init counts them. EH_TEST_ENGINE_PARK_DRIFT makes a
+// restored sequence pick differently from the one parked (a copy that lost
+// something): eh-plugin-check's park_restore must fail it.
+struct Parked {
+    Model* model;
+    std::vector<int32_t> tokens;
+};
+
+eh_status seq_park(eh_seq* seq, uint32_t n, uint64_t max_bytes, eh_parked** out, uint64_t* bytes) {
+    Seq* q = Q(seq);
+    Model* m = q->s.model;
+    *out = nullptr;
+    *bytes = uint64_t(n) * 64;
+    if (n == 0 || n > q->s.tokens.size()) {
+        m->last_error = "seq_park: n_tokens " + std::to_string(n) + " is outside 1.." + std::to_string(q->s.tokens.size());
+        return EH_INVALID_ARGUMENT;
+    }
+    if (*bytes > max_bytes) {
+        m->last_error = "seq_park: " + std::to_string(*bytes) + " bytes, more than max_bytes";
+        return EH_NO_CAPACITY;
+    }
+    auto* p = new Parked{m, std::vector<int32_t>(q->s.tokens.begin(), q->s.tokens.begin() + n)};
+    *out = reinterpret_cast<eh_parked*>(p);
+    return EH_OK;
+}
+
+eh_status seq_unpark(eh_model* model, const eh_parked* parked, const int32_t* tokens, uint32_t n, eh_seq** out) {
+    Model* m = M(model);
+    const auto* p = reinterpret_cast<const Parked*>(parked);
+    *out = nullptr;
+    if (!p || p->model != m || n != p->tokens.size() || !std::equal(p->tokens.begin(), p->tokens.end(), tokens)) {
+        m->last_error = "seq_unpark: the tokens are not the parked copy's";
+        return EH_INVALID_ARGUMENT;
+    }
+    Kv& kv = *find_kv(m);
+    if (blocks_for(n) > kv.free_blocks()) {
+        m->last_error = "seq_unpark: not enough free KV blocks";
+        return EH_KV_FULL;
+    }
+    Seq* q = nullptr;
+    if (eh_status st = new_seq(m, out, &q); st != EH_OK) return st;
+    q->s.tokens = p->tokens;
+    for (uint32_t b = 0; b < blocks_for(n); ++b) q->blocks.push_back(kv.take());
+    if (std::getenv("EH_TEST_ENGINE_PARK_DRIFT")) q->s.drift = 1;
+    return EH_OK;
+}
+
+void parked_release(eh_parked* p) { delete reinterpret_cast<Parked*>(p); }
+
 // New blocks the entry needs: past the ones it holds, plus a copy of a
 // shared, partly filled last block it appends into.
 uint32_t blocks_needed(const Kv& kv, const Seq& q, uint32_t n_tokens) {
@@ -794,6 +847,10 @@ const eh_plugin_api kApi = {
 #if FIXTURE_MODE == MODE_STEP_ONLY
     kv_init, kv_get_info, seq_create, seq_fork, seq_truncate, seq_set_sampling, seq_length, seq_logits,
     seq_release, step, nullptr, nullptr,
+    nullptr,                    // seq_hidden (1.5)
+    nullptr, nullptr, nullptr,  // the adapter calls (1.6)
+    nullptr, nullptr, nullptr,  // the image calls (1.6)
+    seq_park, seq_unpark, parked_release,  // the host tier (1.7)
 #endif
 #if FIXTURE_MODE == MODE_PARTIAL_BATCH
     partial_kv_init,
