@@ -235,6 +235,23 @@ TEST(SchemaKeywords, NotIsNegatedKeywordByKeyword) {
     auto nn = json_schema_grammar(R"({"type":"integer","not":{"minimum":10}})");
     EXPECT_TRUE(matches(nn, "9"));
     EXPECT_FALSE(matches(nn, "10"));
+    // not of listed numbers: the intervals between them (winget's non-zero
+    // success codes), and every other type where the schema has none.
+    auto nz = json_schema_grammar(R"({"type":"integer","not":{"enum":[0]}})");
+    EXPECT_TRUE(matches(nz, "5"));
+    EXPECT_TRUE(matches(nz, "-3"));
+    EXPECT_FALSE(matches(nz, "0"));
+    auto nd = json_schema_grammar(R"({"type":"number","not":{"const":1.5}})");
+    EXPECT_TRUE(matches(nd, "1.4"));
+    EXPECT_TRUE(matches(nd, "2"));
+    EXPECT_FALSE(matches(nd, "1.5"));
+    EXPECT_FALSE(matches(nd, "1.50"));
+    auto nt = json_schema_grammar(R"({"not":{"enum":[2,1]}})");
+    EXPECT_TRUE(matches(nt, R"("x")"));
+    EXPECT_TRUE(matches(nt, "3"));
+    EXPECT_TRUE(matches(nt, "1.5"));
+    EXPECT_FALSE(matches(nt, "1"));
+    EXPECT_FALSE(matches(nt, "2"));
     // not not: the schema itself; not of annotations only: nothing.
     auto nnot = json_schema_grammar(R"({"not":{"not":{"type":"boolean"}}})");
     EXPECT_TRUE(matches(nnot, "true"));

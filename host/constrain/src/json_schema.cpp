@@ -761,6 +761,20 @@ private:
         return true;
     }
 
+    // An enum/const list of numbers only (at most 16, so the intervals
+    // between them stay within the anyOf limit), sorted, duplicates removed.
+    static std::optional<std::vector<double>> listed_numbers(const Json& values) {
+        if (!values.is_array() || values.empty() || values.size() > 16) return std::nullopt;
+        std::vector<double> xs;
+        for (const auto& v : values) {
+            if (!v.is_number()) return std::nullopt;
+            xs.push_back(v.get<double>());
+        }
+        std::sort(xs.begin(), xs.end());
+        xs.erase(std::unique(xs.begin(), xs.end()), xs.end());
+        return xs;
+    }
+
     // 1: the schema matches every value (true, {}, annotations only); 0: it
     // matches none (false); -1: neither.
     static int trivial(const Json& n) {
@@ -822,7 +836,7 @@ private:
     // x is the conjunction of its keywords, so not-x is the union of each
     // keyword's negation: those written here are `type`, `required`,
     // `properties` (that property present, failing its schema), `enum`/
-    // `const` of strings and null, the length/count/number bounds, `anyOf`
+    // `const` of strings and null or of numbers, the length/count/number bounds, `anyOf`
     // (every branch negated), `allOf` and a one-branch `oneOf` (a union),
     // `not` (its schema), `$ref` (its target's). A keyword with no negation
     // here is left out of the union: those values are not written
@@ -851,7 +865,17 @@ private:
                         alts.push_back(of_type("object", {{"required", Json::array({name})}, {"properties", {{name, *n}}}}));
             } else if ((k == "enum" && v.is_array() && !v.empty()) || k == "const") {
                 Json one = Json{{k, v}};
-                if (not_values(one)) alts.push_back(Json{{"not", one}});
+                if (not_values(one)) {
+                    alts.push_back(Json{{"not", one}});
+                } else if (auto xs = listed_numbers(k == "const" ? Json::array({v}) : v)) {
+                    // Numbers: every other type, and the open intervals
+                    // between the listed values (exact).
+                    alts.push_back(Json{{"type", {"string", "boolean", "null", "object", "array"}}});
+                    alts.push_back(of_type("number", {{"exclusiveMaximum", xs->front()}}));
+                    for (size_t i = 0; i + 1 < xs->size(); ++i)
+                        alts.push_back(of_type("number", {{"exclusiveMinimum", (*xs)[i]}, {"exclusiveMaximum", (*xs)[i + 1]}}));
+                    alts.push_back(of_type("number", {{"exclusiveMinimum", xs->back()}}));
+                }
             } else if (k == "not") {
                 alts.push_back(v);
             } else if ((k == "minLength" || k == "minItems" || k == "minProperties") && v.is_number_unsigned() &&
