@@ -222,3 +222,92 @@ TEST(CpuReferenceEndToEnd, NChoicesShareThePromptAndStreamInterleaved) {
     auto over = h.post("/v1/completions", json{{"prompt", "x"}, {"n", 17}}.dump());
     EXPECT_EQ(over.status, 400) << over.body;
 }
+
+// The prefix cache's host tier (--kv-host-bytes): a chat's earlier turns,
+// evicted from a small KV pool by two other long prompts, are parked in host
+// memory and copied back for the next turn, whose text is the one a server
+// that recomputes them gives (the restored KV is the parked one, bit for
+// bit); /metrics and /health count it.
+namespace {
+
+std::string story(const std::string& who, int sentences) {
+    std::string s;
+    for (int i = 0; i < sentences; ++i)
+        s += who + " went to the park and saw a big red ball. " + who + " was happy and played all day. ";
+    return s;
+}
+
+double metric(const std::string& m, const std::string& name) {
+    auto p = m.find("\n" + name + " ");
+    return p == std::string::npos ? -1.0 : std::stod(m.substr(p + name.size() + 2));
+}
+
+// The turns: a first prompt (164 tokens: 11 blocks of 16 with its output),
+// two other prompts of ~470 tokens (30 blocks each) that push it out of a
+// 51-block pool (the second needs the first's blocks and the first other's),
+// then the first prompt's next turn. The last turn's text.
+std::string chat_after_eviction(EngineHost& h) {
+    const std::string first = story("Lily", 6);
+    Streamed a = stream(h, "turn1", first, 8);
+    EXPECT_EQ(a.errors, 0);
+    EXPECT_EQ(stream(h, "other1", story("Tom", 16), 8).errors, 0);
+    EXPECT_EQ(stream(h, "other2", story("Sue", 16), 8).errors, 0);
+    Streamed b = stream(h, "turn2", first + a.text + " Then Lily", 16);
+    EXPECT_EQ(b.errors, 0);
+    return b.text;
+}
+
+}  // namespace
+
+TEST(CpuReferenceEndToEnd, AnEvictedChatPrefixIsParkedInHostMemoryAndRestoredByCopy) {
+    EngineHost off({"--log-format", "text", "--kv-cache-size-mb", "1"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(off.port(), 0) << off.log();
+    const std::string recomputed = chat_after_eviction(off);
+    const std::string m0 = off.get("/metrics").body;
+    EXPECT_EQ(metric(m0, "eh_kv_host_tier_parks_total"), 0.0) << m0;
+    EXPECT_EQ(metric(m0, "eh_kv_host_tier_budget_bytes"), 0.0) << m0;
+    EXPECT_EQ(metric(m0, "eh_prefix_cache_hit_tokens_total"), 0.0) << m0;  // evicted: the last turn was computed
+
+    EngineHost h({"--log-format", "text", "--kv-cache-size-mb", "1", "--kv-host-bytes", "8000000"}, {}, true,
+                 EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    EXPECT_EQ(chat_after_eviction(h), recomputed);
+    const std::string m = h.get("/metrics").body;
+    EXPECT_GE(metric(m, "eh_kv_host_tier_parks_total"), 1.0) << m;
+    EXPECT_EQ(metric(m, "eh_kv_host_tier_restores_total"), 1.0) << m;
+    EXPECT_GT(metric(m, "eh_kv_host_tier_restore_bytes_total"), 0.0) << m;
+    EXPECT_GT(metric(m, "eh_kv_host_tier_park_bytes_total"), 0.0) << m;
+    EXPECT_EQ(metric(m, "eh_kv_host_tier_budget_bytes"), 8000000.0) << m;
+    EXPECT_LE(metric(m, "eh_kv_host_tier_used_bytes"), 8000000.0) << m;
+    // The restored turns were reused, not computed: the hit covers them.
+    EXPECT_GE(metric(m, "eh_prefix_cache_hit_tokens_total"), 100.0) << m;
+    json health = json::parse(h.get("/health").body);
+    EXPECT_EQ(health["kv_host_tier"]["requested_bytes"], 8000000) << health.dump();
+    EXPECT_EQ(health["kv_host_tier"]["budget_bytes"], 8000000) << health.dump();
+    EXPECT_EQ(health["kv_host_tier"]["restores"], 1) << health.dump();
+    EXPECT_FALSE(health["kv_host_tier"].contains("reason")) << health.dump();
+}
+
+// A budget too small for any entry parks nothing: the chat is recomputed,
+// the same text.
+TEST(CpuReferenceEndToEnd, AHostTierTooSmallForAPrefixParksNothing) {
+    EngineHost h({"--log-format", "text", "--kv-cache-size-mb", "1", "--kv-host-bytes", "1000"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    chat_after_eviction(h);
+    const std::string m = h.get("/metrics").body;
+    EXPECT_EQ(metric(m, "eh_kv_host_tier_parks_total"), 0.0) << m;
+    EXPECT_EQ(metric(m, "eh_kv_host_tier_restores_total"), 0.0) << m;
+    EXPECT_EQ(metric(m, "eh_prefix_cache_hit_tokens_total"), 0.0) << m;
+}
+
+// An engine that cannot park (here one in its own process, which has no
+// 1.7 wire calls) keeps the tier off and says why.
+TEST(CpuReferenceEndToEnd, TheHostTierIsOffWithAnEngineThatCannotParkAndSaysWhy) {
+    EngineHost h({"--log-format", "text", "--engine-process", "--kv-host-bytes", "1000000"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    json health = json::parse(h.get("/health").body);
+    EXPECT_EQ(health["kv_host_tier"]["requested_bytes"], 1000000) << health.dump();
+    EXPECT_EQ(health["kv_host_tier"]["budget_bytes"], 0) << health.dump();
+    EXPECT_NE(health["kv_host_tier"].value("reason", "").find("does not park"), std::string::npos) << health.dump();
+    EXPECT_NE(h.log().find("host_tier_off"), std::string::npos) << h.log();
+}

@@ -207,6 +207,7 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
     sopt.kv_memory_fraction = s.gpu_memory_fraction;
     sopt.prefix_cache = s.prefix_cache;
     sopt.prefix_cache_shared = s.prefix_cache_shared;
+    sopt.kv_host_bytes = s.kv_host_bytes;
     sopt.chained_steps = s.chained_steps;
     sopt.inference_timeout = s.inference_timeout;
     sopt.shutdown_grace = s.shutdown_grace;

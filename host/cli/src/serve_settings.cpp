@@ -23,6 +23,9 @@
 namespace eh::cli {
 namespace {
 
+// --kv-host-bytes' ceiling: far above a host's memory, far below overflow.
+constexpr uint64_t kMaxKvHostBytes = uint64_t(1) << 40;
+
 std::string new_uuid() {
     std::mt19937_64 rng{std::random_device{}()};
     uint64_t a = rng(), b = rng();
@@ -232,6 +235,9 @@ void add_serve_options(po::options_description& desc) {
         ("ctx-size", po::value<uint32_t>()->default_value(0), "context length (prompt + output); default: the model's")
         ("kv-cache-size-mb", po::value<uint64_t>()->default_value(0), "KV-cache pool shared by all sequences (default: --gpu-memory-fraction); without --ctx-size the context is capped to what it holds")
         ("kv-cache-type", po::value<std::string>(), kKvCacheTypeHelp)
+        ("kv-host-bytes", po::value<uint64_t>()->default_value(0),
+         "host memory (bytes, at most 1 TiB) the prefix cache parks evicted prefixes in, to copy them back instead "
+         "of recomputing them (0 = off; needs a plugin with ABI 1.7 seq_park)")
         ("gpu-memory-fraction", po::value<float>()->default_value(0), "KV-cache pool as a fraction (0-1] of the device memory free after the weights (0 = plugin default)")
         ("parallel", po::value<uint32_t>()->default_value(64), "requests decoding at once in the batch (1-4096)")
         ("batch-tokens", po::value<uint32_t>()->default_value(2048), "tokens per forward step: decodes plus prefill chunks (16-65536)")
@@ -420,6 +426,15 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
     s.threads = vm["threads"].as<uint32_t>();
     s.ctx_size = vm["ctx-size"].as<uint32_t>();
     s.kv_cache_mb = vm["kv-cache-size-mb"].as<uint64_t>();
+    s.kv_host_bytes = vm["kv-host-bytes"].as<uint64_t>();
+    if (s.kv_host_bytes > kMaxKvHostBytes) {
+        err = fmt::format("--kv-host-bytes {} is more than the most, {} (1 TiB)", s.kv_host_bytes, kMaxKvHostBytes);
+        return false;
+    }
+    if (s.kv_host_bytes && vm.count("no-prefix-cache")) {
+        err = "--kv-host-bytes parks the prefix cache's entries: it cannot go with --no-prefix-cache";
+        return false;
+    }
     try {
         s.kv_type = kv_cache_type_arg(vm);
     } catch (const Error& e) {

@@ -68,6 +68,7 @@ struct ServeSettings {
     uint32_t prefill_chunk_tokens = 512;
     uint32_t ctx_size = 0;
     uint64_t kv_cache_mb = 0;
+    uint64_t kv_host_bytes = 0;  // --kv-host-bytes: the prefix cache's host tier; 0: off
     uint32_t kv_type = 0;  // --kv-cache-type (ABI 1.4 kv_type); 0: the plugin's default
     float gpu_memory_fraction = 0;
     size_t queue_size = 256;

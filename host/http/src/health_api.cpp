@@ -133,6 +133,16 @@ void Server::Impl::install_health() {
                 if (!svc->speculation_off_reason().empty()) spec["reason"] = svc->speculation_off_reason();
             }
             j["speculation"] = spec;
+            // The prefix cache's host tier: asked (--kv-host-bytes), on, its use.
+            const service::HostTierStats& ht = svc->stats().host_tier;
+            nlohmann::json host_tier = {{"requested_bytes", svc->options().kv_host_bytes},
+                                        {"budget_bytes", ht.budget_bytes.load()},
+                                        {"used_bytes", ht.used_bytes.load()},
+                                        {"entries", ht.entries.load()},
+                                        {"parks", ht.parks.load()},
+                                        {"restores", ht.restores.load()}};
+            if (!svc->host_tier_off_reason().empty()) host_tier["reason"] = svc->host_tier_off_reason();
+            j["kv_host_tier"] = host_tier;
             j["lora_adapters"] = svc->options().adapters;  // --lora, in the order given
             const service::ChatTemplateState t = svc->codec().chat_template_state();
             j["chat_template"] = {{"status", service::chat_template_kind_name(t.kind)}};

@@ -210,6 +210,19 @@ std::string Metrics::render(const Gauges& g) const {
             num(g.prefix_query_tokens));
     counter(out, "eh_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.",
             num(g.prefix_hit_tokens));
+    gauge(out, "eh_kv_host_tier_budget_bytes", "Host memory the prefix cache may park evicted prefixes in (--kv-host-bytes; 0: off).",
+          num(g.host_tier_budget));
+    gauge(out, "eh_kv_host_tier_used_bytes", "Host memory parked prefixes hold.", num(g.host_tier_used));
+    gauge(out, "eh_kv_host_tier_entries", "Prefixes parked in host memory.", num(g.host_tier_entries));
+    counter(out, "eh_kv_host_tier_parks_total", "Evicted prefixes parked in host memory instead of dropped.",
+            num(g.host_tier_parks));
+    counter(out, "eh_kv_host_tier_park_bytes_total", "Bytes copied into host memory by parks.", num(g.host_tier_park_bytes));
+    counter(out, "eh_kv_host_tier_restores_total", "Parked prefixes copied back into KV blocks for a request.",
+            num(g.host_tier_restores));
+    counter(out, "eh_kv_host_tier_restore_bytes_total", "Bytes copied back from host memory by restores.",
+            num(g.host_tier_restore_bytes));
+    counter(out, "eh_kv_host_tier_dropped_total", "Parked prefixes dropped (least recently used, for room; or contained in a newer one).",
+            num(g.host_tier_dropped));
     counter(out, "eh_preemptions_total", "Requests preempted (KV blocks freed, recomputed later).", num(g.preemptions));
     counter(out, "eh_engine_restarts_total", "Times the engine process was started again after it crashed or hung.",
             num(g.engine_restarts));

@@ -110,7 +110,17 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
                                                                 options_.kv_events_block_tokens ? options_.kv_events_block_tokens
                                                                                                 : limits_.block_tokens,
                                                                 options_.kv_events_hash_seed)
-                               : nullptr);
+                               : nullptr,
+            options_.kv_host_bytes, &stats_.host_tier);
+    if (options_.kv_host_bytes && !(cache_ && engine_->can_park())) {
+        host_tier_off_reason_ = !cache_ ? "the prefix cache is off"
+                                        : "the engine does not park sequences in host memory (a plugin without ABI "
+                                          "1.7 seq_park, or --engine-process)";
+        log_event(spdlog::level::warn, "host_tier_off",
+                  {{"kv_host_bytes", options_.kv_host_bytes}, {"reason", host_tier_off_reason_}});
+    } else if (options_.kv_host_bytes) {
+        log_event(spdlog::level::info, "host_tier", {{"kv_host_bytes", options_.kv_host_bytes}});
+    }
     stats_.kv_total_blocks = limits_.total_blocks;
     if (options_.spec.source != SpecSource::Off) {
         if (!limits_.max_draft_tokens) {
@@ -429,7 +439,7 @@ bool Scheduler::try_admit(Active& a) {
         stats_.prefix_query_tokens.fetch_add(a.tokens.size());
         const std::vector<int32_t> key = a.job->images.empty() ? std::vector<int32_t>() : cache_key(*a.job, a.tokens);
         match = cache_->lookup(cache_scope(*a.job), a.job->adapter, key.empty() ? std::span<const int32_t>(a.tokens) : key,
-                               uint32_t(a.tokens.size() - 1));
+                               uint32_t(a.tokens.size() - 1), owed_blocks());
         // Never into the middle of an image: its tokens go into one step.
         for (const auto& im : a.job->images)
             if (match && match->n > im->first && match->n < im->first + im->count) match->n = im->first;

@@ -69,7 +69,40 @@ public:
     }
 
     ~BatchedEngine() override {
+        for (auto& [id, p] : parked_) api_.parked_release(p);
         for (auto& [id, s] : seqs_) api_.seq_release(s);
+    }
+
+    // ABI 1.7: the prefix cache's host tier.
+    bool can_park() const override { return park_; }
+    Parked park(SeqId seq, uint32_t n, uint64_t max_bytes) override {
+        eh_parked* p = nullptr;
+        uint64_t bytes = 0;
+        const eh_status st = guarded([&] { return api_.seq_park(get(seq), n, max_bytes, &p, &bytes); });
+        if (st == EH_NO_CAPACITY) return {0, bytes};
+        check(st, "seq_park");
+        if (!p) throw Error(Code::Internal, "seq_park: the plugin returned OK but no parked copy");
+        parked_[++next_parked_] = p;
+        return {next_parked_, bytes};
+    }
+    SeqId unpark(uint64_t parked, std::span<const int32_t> tokens) override {
+        auto it = parked_.find(parked);
+        if (it == parked_.end()) throw Error(Code::Internal, fmt::format("unknown parked copy {}", parked));
+        eh_seq* s = nullptr;
+        const eh_status st = guarded(
+            [&] { return api_.seq_unpark(model_->raw(), it->second, tokens.data(), uint32_t(tokens.size()), &s); });
+        if (st == EH_KV_FULL) return 0;
+        check(st, "seq_unpark");
+        return adopt(s);
+    }
+    void drop_parked(uint64_t parked) override {
+        auto it = parked_.find(parked);
+        if (it == parked_.end()) return;
+        try {
+            api_.parked_release(it->second);
+        } catch (...) {
+        }
+        parked_.erase(it);
     }
 
     const SeqLimits& limits() const override { return limits_; }
@@ -264,6 +297,9 @@ private:
     uint32_t free_ = 0;
     std::unordered_map<SeqId, eh_seq*> seqs_;
     SeqId next_ = 0;
+    std::unordered_map<uint64_t, eh_parked*> parked_;  // (1.7) released before the sequences
+    uint64_t next_parked_ = 0;
+    const bool park_ = loader::api_has_park(api_);
     std::vector<eh_step_entry> entries_;
     std::vector<std::pair<std::vector<int32_t>, std::vector<float>>> biases_;
     std::vector<int32_t> picked_;

@@ -75,6 +75,7 @@ Service::Service(std::shared_ptr<EngineSource> source, std::shared_ptr<const Tex
     so.queue_capacity = options_.queue_capacity;
     so.prefix_cache = options_.prefix_cache;
     so.prefix_cache_shared = options_.prefix_cache_shared;
+    so.kv_host_bytes = options_.kv_host_bytes;
     so.chained_steps = options_.chained_steps;
     so.prefill_chunk_tokens = options_.prefill_chunk_tokens;
     so.inference_timeout = options_.inference_timeout;
@@ -137,6 +138,14 @@ void Service::fill_gauges(Gauges& g) const {
     g.prefix_hits = double(s.prefix_hits.load());
     g.prefix_query_tokens = double(s.prefix_query_tokens.load());
     g.prefix_hit_tokens = double(s.prefix_hit_tokens.load());
+    g.host_tier_budget = double(s.host_tier.budget_bytes.load());
+    g.host_tier_used = double(s.host_tier.used_bytes.load());
+    g.host_tier_entries = double(s.host_tier.entries.load());
+    g.host_tier_parks = double(s.host_tier.parks.load());
+    g.host_tier_park_bytes = double(s.host_tier.park_bytes.load());
+    g.host_tier_restores = double(s.host_tier.restores.load());
+    g.host_tier_restore_bytes = double(s.host_tier.restore_bytes.load());
+    g.host_tier_dropped = double(s.host_tier.dropped.load());
     g.preemptions = double(s.preemptions.load());
     g.engine_restarts = double(s.engine_restarts.load());
     g.engine_steps = double(s.engine_steps.load());

@@ -43,6 +43,12 @@ struct Gauges {
     double prefix_cache_entries = 0;
     // counters kept by the scheduler
     double prefix_lookups = 0, prefix_hits = 0, prefix_query_tokens = 0, prefix_hit_tokens = 0;
+    // The prefix cache's host tier (--kv-host-bytes): its budget (0: off),
+    // use and entries; entries parked and restored, their bytes; parked
+    // entries dropped (for room, or made redundant by a longer one).
+    double host_tier_budget = 0, host_tier_used = 0, host_tier_entries = 0;
+    double host_tier_parks = 0, host_tier_park_bytes = 0, host_tier_restores = 0, host_tier_restore_bytes = 0;
+    double host_tier_dropped = 0;
     double preemptions = 0;
     double engine_restarts = 0;        // engine processes started again after a crash (--engine-process)
     double engine_steps = 0, engine_step_seconds = 0, constraint_seconds = 0, engine_chained_steps = 0;

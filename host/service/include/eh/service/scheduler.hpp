@@ -86,6 +86,9 @@ struct SchedulerOptions {
     SpecOptions spec;
     // Images in: the encoder that turns a job's images into rows.
     std::shared_ptr<const ImageEncoder> images;
+    // The prefix cache's host tier (--kv-host-bytes; 0: off): bytes of host
+    // memory evicted prefixes may be parked in (prefix_cache.hpp).
+    uint64_t kv_host_bytes = 0;
 };
 
 enum class EngineState : int {
@@ -119,6 +122,8 @@ struct SchedulerStats {
     // LoRA adapters (1-based id i is bit i - 1; kMaxAdapters is 64) of the
     // waiting requests, as of the last loop.
     std::atomic<uint64_t> waiting_adapters{0};
+    // The prefix cache's host tier (budget 0: off).
+    HostTierStats host_tier;
 };
 
 // The queue is full: 503 with Retry-After.
@@ -162,6 +167,8 @@ public:
     uint32_t max_running() const { return max_running_; }
     // Speculative decoding as it runs: its source ("off", "ngram",
     // "draft_model") and, when off although asked for, why.
+    // Why --kv-host-bytes was given and the host tier is off ("": it is on, or was not asked).
+    const std::string& host_tier_off_reason() const { return host_tier_off_reason_; }
     const char* speculation() const { return spec_ && !spec_->off() ? spec_source_name(spec_->source()) : "off"; }
     const std::string& speculation_off_reason() const {
         return spec_ && spec_->off() ? spec_->off_reason() : spec_off_reason_;
@@ -269,6 +276,7 @@ private:
     std::unique_ptr<PrefixCache> cache_;
     std::unique_ptr<Speculator> spec_;
     std::string spec_off_reason_;
+    std::string host_tier_off_reason_;
     SchedulerStats stats_;
 
     // The scheduler thread's own.

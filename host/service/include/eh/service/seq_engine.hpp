@@ -133,6 +133,29 @@ public:
     // so the restart need not wait for the next request. In-process engines
     // never end that way.
     virtual void check_alive() {}
+
+    // The host-memory tier of the prefix cache (ABI 1.7 seq_park /
+    // seq_unpark), only where can_park().
+    virtual bool can_park() const { return false; }
+    struct Parked {
+        uint64_t id = 0;     // 0: not parked
+        uint64_t bytes = 0;  // host memory it holds (or would hold)
+    };
+    // Copies the KV of seq's first n_tokens into host memory; the sequence
+    // is unchanged. id 0 when that would take more than max_bytes (bytes
+    // says how many) or the host memory cannot be had. Other failures throw.
+    virtual Parked park(SeqId seq, uint32_t n_tokens, uint64_t max_bytes) {
+        (void)seq, (void)n_tokens, (void)max_bytes;
+        throw Error(Code::Internal, "this engine has no host-memory tier");
+    }
+    // A new sequence holding the parked copy's tokens, which must be
+    // `tokens` (the engine refuses others); 0 when the free KV blocks do not
+    // suffice (nothing changed). The parked copy stays until dropped.
+    virtual SeqId unpark(uint64_t parked, std::span<const int32_t> tokens) {
+        (void)parked, (void)tokens;
+        throw Error(Code::Internal, "this engine has no host-memory tier");
+    }
+    virtual void drop_parked(uint64_t parked) { (void)parked; }  // never throws
 };
 
 struct KvBudget {

@@ -32,6 +32,7 @@ struct ServiceOptions {
     uint32_t kv_type = 0;               // KvBudget::kv_type: 0 the plugin's default, else an eh_tensor_type
     bool prefix_cache = true;
     bool prefix_cache_shared = false;  // SchedulerOptions::prefix_cache_shared
+    uint64_t kv_host_bytes = 0;         // SchedulerOptions::kv_host_bytes (--kv-host-bytes)
     bool chained_steps = true;          // step N+1 begun before N is read, where the engine can
     std::chrono::milliseconds inference_timeout{300000};
     std::chrono::milliseconds shutdown_grace{5000};
@@ -119,6 +120,7 @@ public:
     // when off although asked for, why.
     const char* speculation() const { return scheduler_->speculation(); }
     const std::string& speculation_off_reason() const { return scheduler_->speculation_off_reason(); }
+    const std::string& host_tier_off_reason() const { return scheduler_->host_tier_off_reason(); }
     // The scheduler's gauges and counters for /metrics.
     void fill_gauges(Gauges& g) const;
     const TextCodec& codec() const { return *codec_; }
