@@ -4,22 +4,6 @@
 source "$(dirname "$0")/testlib.sh"
 eh=$1 plugins=$2 testdata=$3
 
-# expect NAME EXIT_CODE PATTERN -- command...
-expect() {
-  local name=$1 want=$2 pattern=$3
-  shift 4
-  local out rc
-  out=$("$@" 2>&1)
-  rc=$?
-  if [[ $rc -ne $want ]] || ! grep -qE -- "$pattern" <<<"$out"; then
-    echo "FAIL $name: exit $rc (want $want), pattern '$pattern' in:"
-    sed 's/^/    /' <<<"$out" | head -20
-    fails=$((fails + 1))
-  else
-    passes=$((passes + 1))
-  fi
-}
-
 expect help 0 'engine-host plugins \[--plugins DIR\]' -- "$eh" --help
 expect version 0 '^engine-host [0-9]+\.[0-9]+\.[0-9]+ \(plugin ABI 1\.[0-9]+\)' -- "$eh" --version
 expect unknown-command 2 "unknown command 'frobnicate'" -- "$eh" frobnicate

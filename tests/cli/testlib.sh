@@ -9,6 +9,23 @@ check() {  # NAME CONDITION-RESULT DETAIL
   if [[ $2 -eq 0 ]]; then passes=$((passes + 1)); else echo "FAIL $1: $3"; fails=$((fails + 1)); fi
 }
 
+# expect NAME EXIT_CODE PATTERN -- command...: the command exits EXIT_CODE
+# and its output (stdout and stderr) has a line matching PATTERN (grep -E).
+expect() {
+  local name=$1 want=$2 pattern=$3
+  shift 4
+  local out rc
+  out=$("$@" 2>&1)
+  rc=$?
+  if [[ $rc -ne $want ]] || ! grep -qE -- "$pattern" <<<"$out"; then
+    echo "FAIL $name: exit $rc (want $want), pattern '$pattern' in:"
+    sed 's/^/    /' <<<"$out" | head -20
+    fails=$((fails + 1))
+  else
+    passes=$((passes + 1))
+  fi
+}
+
 finish() {  # the last command of a test script: its exit status
   echo "$passes passed, $fails failed"
   [[ $fails -eq 0 ]]

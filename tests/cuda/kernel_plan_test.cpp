@@ -6,6 +6,7 @@
 
 #include <engine_host/plugin_abi.hpp>
 #include <ehcuda/kernel_plan.hpp>
+#include <ehcuda/kernel_route.hpp>
 #include <ehcuda/options.hpp>
 
 namespace {
@@ -119,6 +120,12 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.attn_early, 2);
     EXPECT_EQ(p.sink_min_chunk, 128);
     EXPECT_EQ(p.prefill_min_tokens, 16);
+    // The batched steps' thresholds (batch.cpp's constants before they
+    // moved into the plan).
+    EXPECT_EQ(p.batch_gemv_per_token, 8);
+    EXPECT_EQ(p.batch_gemv_per_token_mirrored, 2);
+    EXPECT_EQ(p.batch_moe_grouped_max, 512);
+    EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);
     EXPECT_TRUE(p.attn_pipe && p.moe_fused_route && p.gemv_mixed);
 }
 
@@ -136,7 +143,7 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_EQ(p.prefill_min_tokens, 0);
     EXPECT_FALSE(p.moe_router_kernel);
     EXPECT_EQ(p.batch_moe_grouped_max, 64);
-    EXPECT_EQ(p.batch_gemv_per_token, -1);  // the plugin's own
+    EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value
     // Absent keys keep the chosen values.
     EXPECT_TRUE(p.pdl);
     EXPECT_EQ(p.attn_keys, 8);
@@ -149,8 +156,10 @@ TEST(KernelPlan, BadOptionsNameTheKey) {
     };
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"pair_slots": 5}})"); }),
               "options.kernels: \"pair_slots\" must be an integer in [0, 4]");
-    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"batch_gemv_per_token": -2}})"); }),
-              "options.kernels: \"batch_gemv_per_token\" must be an integer in [-1, 65536]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"batch_gemv_per_token": -1}})"); }),
+              "options.kernels: \"batch_gemv_per_token\" must be an integer in [1, 65536]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"batch_gemv_per_token_mirrored": 0}})"); }),
+              "options.kernels: \"batch_gemv_per_token_mirrored\" must be an integer in [1, 65536]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_warps": 6}})"); }),
               "options.kernels: \"bulk_warps\" must be 0, 4, 8 or 16");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_keys": 16}})"); }),
@@ -212,6 +221,15 @@ ehcuda::GemvShape one(uint32_t type, int rows, int cols) {
     g.cols = cols;
     g.row_bytes[0] = bytes_per_row(type, cols);
     return g;
+}
+
+// The route of a single-token matmul of `g`, as the load's log prints it.
+std::string describe1(const KernelPlan& p, const ehcuda::DeviceTraits& dev, const ehcuda::GemvShape& g,
+                      bool chunk_input = false) {
+    ehcuda::MatmulShape m;
+    m.g = g;
+    m.chunk_input = chunk_input;
+    return ehcuda::describe_route(p, m, ehcuda::route_matmul(p, dev, m));
 }
 
 // The register GEMV's choices from the matrix shape.
@@ -278,27 +296,27 @@ TEST(KernelPlan, BulkLaunchFromShape) {
 
 TEST(KernelPlan, BulkTakesOnlyIntegerInputsOnSm90) {
     const KernelPlan p = ehcuda::choose_plan(h100(), false);
-    EXPECT_TRUE(ehcuda::bulk_takes(p, h100(), one(EH_TYPE_Q4_K, 896, 896)));
-    EXPECT_FALSE(ehcuda::bulk_takes(p, a100(), one(EH_TYPE_Q4_K, 896, 896)));
-    EXPECT_FALSE(ehcuda::bulk_takes(p, h100(), one(EH_TYPE_F16, 896, 896)));
-    EXPECT_FALSE(ehcuda::bulk_takes(p, h100(), one(EH_TYPE_MXFP4, 896, 896)));
+    EXPECT_FALSE(ehcuda::can_implement_bulk(p, h100(), one(EH_TYPE_Q4_K, 896, 896)));
+    EXPECT_TRUE(ehcuda::can_implement_bulk(p, a100(), one(EH_TYPE_Q4_K, 896, 896)));
+    EXPECT_TRUE(ehcuda::can_implement_bulk(p, h100(), one(EH_TYPE_F16, 896, 896)));
+    EXPECT_TRUE(ehcuda::can_implement_bulk(p, h100(), one(EH_TYPE_MXFP4, 896, 896)));
     KernelPlan f = p;
     f.gemv_input = GemvInput::Int8;
-    EXPECT_FALSE(ehcuda::bulk_takes(f, h100(), one(EH_TYPE_Q4_K, 896, 896)));
+    EXPECT_TRUE(ehcuda::can_implement_bulk(f, h100(), one(EH_TYPE_Q4_K, 896, 896)));
     f.gemv_input = GemvInput::Int16x2;
-    EXPECT_TRUE(ehcuda::bulk_takes(f, h100(), one(EH_TYPE_Q4_K, 896, 896)));
+    EXPECT_FALSE(ehcuda::can_implement_bulk(f, h100(), one(EH_TYPE_Q4_K, 896, 896)));
 }
 
 // The load's log lines name the kernel and its parameters.
 TEST(KernelPlan, LogLines) {
     const KernelPlan p = ehcuda::choose_plan(h100(), false);
-    EXPECT_EQ(ehcuda::describe_gemv(p, h100(), one(EH_TYPE_Q4_K, 896, 4864)),
+    EXPECT_EQ(describe1(p, h100(), one(EH_TYPE_Q4_K, 896, 4864)),
               "Q4_K 896x4864: gemv_bulk_kernel: 1 rows/tile, 4 warps/block, 224 blocks, int16 input");
     // Before sm_90 the register kernel, with its split-K.
-    EXPECT_EQ(ehcuda::describe_gemv(ehcuda::choose_plan(a100(), false), a100(), one(EH_TYPE_Q4_K, 896, 4864)),
+    EXPECT_EQ(describe1(ehcuda::choose_plan(a100(), false), a100(), one(EH_TYPE_Q4_K, 896, 4864)),
               "Q4_K 896x4864: gemv_kernel: 1 rows/warp, split-K over 4 warps, int16 input");
     // Float weights take the float input whatever the plan says.
-    EXPECT_EQ(ehcuda::describe_gemv(p, h100(), one(EH_TYPE_F16, 2304, 768)),
+    EXPECT_EQ(describe1(p, h100(), one(EH_TYPE_F16, 2304, 768)),
               "F16 2304x768: gemv_kernel: 1 rows/warp, float input");
     // Q, K, V of Q5_0 and Q8_0 (Qwen2.5's Q4_K_M): one mixed launch.
     ehcuda::GemvShape qkv = one(EH_TYPE_Q5_0, 896, 896);
@@ -306,14 +324,14 @@ TEST(KernelPlan, LogLines) {
     qkv.type[1] = qkv.type[2] = EH_TYPE_Q8_0;
     qkv.rows[1] = qkv.rows[2] = 128;
     qkv.row_bytes[1] = qkv.row_bytes[2] = bytes_per_row(EH_TYPE_Q8_0, 896);
-    const std::string l = ehcuda::describe_gemv(p, h100(), qkv);
+    const std::string l = describe1(p, h100(), qkv);
     EXPECT_TRUE(has(l, "Q5_0 896x896 + Q8_0 128x896 + Q8_0 128x896: gemv_bulk_kernel (mixed types)")) << l;
     // Mixed launches off: one launch per segment, each described.
     KernelPlan m = p;
     m.gemv_mixed = false;
-    const std::string s = ehcuda::describe_gemv(m, h100(), qkv);
+    const std::string s = describe1(m, h100(), qkv);
     EXPECT_TRUE(has(s, "one launch per segment: Q5_0 896x896: gemv_bulk_kernel")) << s;
-    EXPECT_TRUE(has(ehcuda::describe_gemv(p, h100(), one(EH_TYPE_Q4_K, 896, 4864), true), "input chunks from the producer"));
+    EXPECT_TRUE(has(describe1(p, h100(), one(EH_TYPE_Q4_K, 896, 4864), true), "input chunks from the producer"));
     const std::string d = ehcuda::describe_plan(p, {9, 0, 132});
     EXPECT_TRUE(has(d, "sm_90, 132 SMs; GEMV input int16, bulk copy GEMV, PDL")) << d;
     EXPECT_TRUE(has(d, "decode attention 8 keys/warp round, splits of >= 64 keys (sinks: 128)")) << d;

@@ -1,7 +1,8 @@
 // `engine-host inspect`: what a model file is, which plugin would serve it
 // (by serve's rule, --device), and whether serve would refuse it. Reads only
 // headers and the tokenizer (the file is mapped, never loaded into a
-// plugin) unless --load asks for the plugin's own checks.
+// plugin) unless --load asks for the plugin's own checks; --kernels adds the
+// CUDA kernel routes of its matrices (inspect_kernels.hpp).
 #include <nlohmann/json.hpp>
 
 #include <iostream>
@@ -16,6 +17,7 @@
 #include "eh/model/descriptor.hpp"
 #include "eh/model/inspect.hpp"
 #include "eh/model/model_file.hpp"
+#include "inspect_kernels.hpp"
 #include "model_ref.hpp"
 #include "options.hpp"
 #include "plugin_report.hpp"
@@ -61,11 +63,19 @@ int cmd_inspect(const std::vector<std::string>& args) {
         ("chat-template-file", po::value<std::string>(), "the Jinja chat template serve would be given (--chat-template-file): "
                                                           "checked as serve checks it, and the verdict is on it instead of the model's")
         ("tensors", "list every tensor")
+        ("kernels", "also the CUDA kernels (and their parameters) each weight matrix runs in a batched step, from the "
+                    "kernel plan llama-cuda would choose; no GPU needed (llama-cuda's architectures)")
+        ("batch", po::value<std::string>()->default_value("1"), "with --kernels: the steps' token counts, e.g. 1,8,64 "
+                                                                 "(1 .. 65536 each, at most 16)")
+        ("kernel-device", po::value<std::string>(), "with --kernels: the device the plan is for, sm_XY:SMS (compute "
+                                                    "capability X.Y, SMS multiprocessors); default sm_90:132, an H100 / H200")
+        ("fp16-mirrors", "with --kernels: as when the model keeps FP16 weight mirrors (steps take cuBLAS sooner)")
         ("json", "print JSON instead of text");
     po::variables_map vm;
     int code = kOk;
     const char* usage =
         "Usage: engine-host inspect --model REF [--plugins DIR] [--load] [--chat-template-file FILE] [--json] [--tensors]\n"
+        "       [--kernels [--batch 1,8,64] [--kernel-device sm_90:132] [--fp16-mirrors]]\n"
         "Exit code: what serve would exit with for this file as far as checked: 0 it serves, 2 the --chat-template-file\n"
         "is unusable, 3 no plugin (with --plugins or --load), 4 the file or its tokenizer is unusable (or, with --load,\n"
         "the plugin's load refuses it), 5 (--load) it does not fit in device memory.";
@@ -77,6 +87,23 @@ int cmd_inspect(const std::vector<std::string>& args) {
         return kUsage;
     }
     const bool load = vm.count("load") > 0;
+    KernelsRequest kernels;
+    if (vm.count("kernels")) {
+        const auto batches = parse_batches(vm["batch"].as<std::string>());
+        if (!batches) {
+            print_error("--batch must be 1 to 16 token counts of 1 .. 65536, comma-separated (e.g. 1,8,64)");
+            return kUsage;
+        }
+        kernels.batches = *batches;
+        if (vm.count("kernel-device") && !parse_kernel_device(vm["kernel-device"].as<std::string>(), kernels)) {
+            print_error("--kernel-device must be sm_XY:SMS (e.g. sm_90:132, sm_80:108)");
+            return kUsage;
+        }
+        kernels.mirrored = vm.count("fp16-mirrors") > 0;
+    } else if (!vm["batch"].defaulted() || vm.count("kernel-device") || vm.count("fp16-mirrors")) {
+        print_error("--batch, --kernel-device and --fp16-mirrors go with --kernels");
+        return kUsage;
+    }
     // serve reads --chat-template-file before it resolves the model and exits
     // 2 when it cannot use it
     std::optional<Refusal> refusal;
@@ -104,6 +131,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     model::InspectOptions opt;
     opt.list_tensors = vm.count("tensors") > 0;
     const std::optional<Error> tokenizer_error = append_tokenizer_section(*file, opt.extra_sections, template_file);
+    if (vm.count("kernels")) opt.extra_sections.push_back(kernels_section(file->view(), kernels));
 
     // In serve's order: the plugin choice, the plugin's load, the tokenizer.
     std::string checked = vm.count("chat-template-file") ? "--chat-template-file, file, tokenizer" : "file, tokenizer";

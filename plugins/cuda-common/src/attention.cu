@@ -146,7 +146,6 @@ __global__ void __launch_bounds__(kQPerBlock * 32) attn_prefill_kernel(AttnArgs 
 }  // namespace
 
 bool attention_head_dim_supported(int hd) { return hd >= 1 && hd <= kAttentionMaxHeadDim; }
-bool attention_head_dim_fast(int hd) { return hd == 64 || hd == 96 || hd == 128 || hd == 256; }
 
 bool attention_prefill_takes(const AttnArgs& a) {
     if (!a.k_cache32 && !a.sinks) return true;

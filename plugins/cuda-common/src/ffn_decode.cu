@@ -27,20 +27,32 @@ moe_detail::DevMat dense_mat(const MatSeg& s) {
     return m;
 }
 
-// Gate and up as gate_up_pair_kernel takes them.
+GemvShape shape_of(const WeightRef& a, const WeightRef* b = nullptr) {
+    GemvShape g;
+    g.nseg = b ? 2 : 1;
+    g.type[0] = a.type;
+    g.rows[0] = a.rows;
+    g.row_bytes[0] = a.row_bytes;
+    if (b) {
+        g.type[1] = b->type;
+        g.rows[1] = b->rows;
+        g.row_bytes[1] = b->row_bytes;
+    }
+    g.cols = a.cols;
+    return g;
+}
+
+// Gate and up as gate_up_pair_kernel takes them (kernel_route.cpp,
+// can_implement_pair), uploaded.
 bool pair_supported(const WeightRef& gate, const WeightRef& up) {
-    const GemvInput in = gemv_input();
-    return (in == GemvInput::Int16 || in == GemvInput::Int16x2) && gate.type == up.type && detail::int_type(gate.type) &&
-           gate.type != EH_TYPE_MXFP4 && gate.rows == up.rows && gate.cols == up.cols && gate.rows > 0 &&
-           gate.rows % 32 == 0 && gate.cols > 0 && gate.cols % 32 == 0 && gate.data && up.data &&
-           gate.row_bytes != 0 && gate.row_bytes == row_bytes(gate.type, gate.cols) && up.row_bytes == gate.row_bytes;
+    return gate.data && up.data && gate.cols == up.cols && !can_implement_pair(plan(), shape_of(gate, &up));
 }
 
 }  // namespace
 
 bool gate_up_swiglu_supported(const WeightRef& gate, const WeightRef& up, const WeightRef& down) {
-    return pair_supported(gate, up) && detail::int_type(down.type) && down.type != EH_TYPE_MXFP4 && down.cols == gate.rows &&
-           down.row_bytes != 0 && down.row_bytes == row_bytes(down.type, down.cols);
+    const GemvShape d = shape_of(down);
+    return gate.data && up.data && gate.cols == up.cols && !can_implement_pair(plan(), shape_of(gate, &up), &d);
 }
 
 namespace {

@@ -150,6 +150,7 @@ void gemm(const MatmulArgs& a, cudaStream_t stream) {
                 gemm_kernel<T, 32><<<dim3((d.total_rows + 31) / 32, mt), 128, 0, stream>>>(d);
         });
         EHC_LAUNCHED("gemm_kernel");
+        detail::note_launch("gemm_kernel", dim3((d.total_rows + (wide ? 63 : 31)) / (wide ? 64 : 32), mt), dim3(128), 0);
     };
     bool fuse = true;
     for (int s = 0; s < all.nseg; ++s) fuse &= all.seg[s].type == all.seg[0].type && all.seg[s].rows % 64 == 0;

@@ -6,20 +6,20 @@
 // input is staged once per block: int16 codes + scale per chunk for
 // quantized weights (integer dot products), FP32 otherwise.
 //
-// The path of a call: matmul() picks GEMV, GEMM or the generic kernel by
-// token count and shape; gemv() sends segments of one type to
-// gemv_same_type (token groups of 8, 4, 2, 1, one launch_gemv<T, NT> each)
-// and single-token segments of different integer-path types to
-// launch_gemv_mixed. Both first offer a single token to the bulk-copy
-// kernel (gemv_bulk.cu: bulk_takes, then plan_bulk sizes it); what it does
-// not take runs gemv_kernel with plan_register's rows per warp and split-K.
-// The choosers are host code in kernel_plan.cpp, reading the installed
-// KernelPlan, so the load's log names the same kernels.
+// The path of a call is its route (kernel_route.hpp, route_matmul: host
+// code reading the installed KernelPlan, so the load's log and `inspect
+// --kernels` name the same kernels): the generic kernel, the GEMM, or GEMV
+// launches, each the bulk-copy kernel (gemv_bulk.cu), gemv_kernel over
+// segments of one type in token groups of 8, 4, 2, 1 (launch_gemv<T, NT>)
+// or over single-token segments of different types (launch_gemv_mixed).
+// The launchers here only turn a route's launches into template arguments
+// and grids.
 #include <algorithm>
 #include <cstdlib>
 #include <string>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/kernel_route.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/prefill_workspace.hpp"
 #include "ehcuda/quant_dp4a.cuh"
@@ -249,16 +249,17 @@ __global__ void __launch_bounds__(kWarps * 32, NT == 1 ? 6 : 4) gemv_kernel(DevA
     }
 }
 
+// One register-kernel launch of the route: its rows per warp, split-K and
+// input form.
 template <int T, int NT>
-void launch_gemv(const DevArgs& d, cudaStream_t stream) {
-    if (NT == 1 && detail::gemv_bulk(d, stream)) return;
-    // Rows per warp and split-K (kernel_plan.cpp, plan_register).
-    const RegisterLaunch rl = plan_register(plan(), NT, detail::shape_of(d));
-    const int R = rl.rows_per_warp;
+void launch_gemv(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
+    const int R = k.reg.rows_per_warp;
     const int groups = (d.total_rows + R - 1) / R;
-    const bool split = rl.split_k;
+    const bool split = k.reg.split_k;
     const int per_block = split ? 1 : kWarps;
-    const GemvInput in = NT == 1 && has_int_input_path<T>() ? gemv_input() : GemvInput::Float;
+    const GemvInput in = k.input;
+    if (in != GemvInput::Float && !(NT == 1 && has_int_input_path<T>()))
+        throw ehp::Error(EH_INTERNAL, "gemv: integer input for a launch without an integer dot product");
     const bool chunks = d.xmode == int(XMode::Chunks);
     if (chunks && in == GemvInput::Float)
         throw ehp::Error(EH_UNSUPPORTED, "matmul: chunk input needs a weight type with an integer dot product");
@@ -302,16 +303,15 @@ void launch_gemv(const DevArgs& d, cudaStream_t stream) {
 
 // Single token, segments of different integer-path types: one launch (see
 // kMixedTypes), one row per warp.
-void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
+void launch_gemv_mixed(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     const bool chunks = d.xmode == int(XMode::Chunks);
-    if (detail::gemv_bulk(d, stream)) return;
     const int nblk = (d.total_rows + kWarps - 1) / kWarps;
     auto go = [&](auto kernel, size_t smem) {
         if (chunks) smem = 0;
         allow_dynamic_smem(kernel, smem);
         launch("gemv_kernel", kernel, dim3(nblk), kWarps * 32, smem, stream, d);
     };
-    switch (gemv_input()) {
+    switch (k.input) {
     case GemvInput::Int8: go(gemv_kernel<kMixedTypes, 1, 1, 1, 8>, staged_int_bytes<8>(d.cols)); break;
     case GemvInput::Int16: go(gemv_kernel<kMixedTypes, 1, 1, 1, 16>, staged_int_bytes<16>(d.cols)); break;
     case GemvInput::Int16x2: go(gemv_kernel<kMixedTypes, 1, 1, 1, 32>, staged_int_bytes<32>(d.cols)); break;
@@ -320,26 +320,64 @@ void launch_gemv_mixed(const DevArgs& d, cudaStream_t stream) {
     EHC_LAUNCHED("gemv_kernel");
 }
 
-// One launch per group of segments sharing a type.
-void gemv_same_type(const DevArgs& d, cudaStream_t stream) {
-    detail::host_dispatch(d.seg[0].type, [&]<int T>() {
-        // Token groups of 8, 4, 2, 1 (each group reads the weights once).
-        for (int t0 = 0; t0 < d.ntok;) {
-            const int left = d.ntok - t0;
-            const int nt = left >= 8 ? 8 : left >= 4 ? 4 : left >= 2 ? 2 : 1;
-            DevArgs g = d;
+// The route's launches: each over its segments, `reps` times over
+// successive token groups.
+void launch_route(const DevArgs& d, const MatmulRoute& r, cudaStream_t stream) {
+    for (const KernelLaunch& k : r) {
+        DevArgs sub = d;
+        if (k.seg0 != 0 || k.nseg != d.nseg) {
+            sub.nseg = k.nseg;
+            sub.total_rows = 0;
+            for (int s = 0; s < k.nseg; ++s) {
+                sub.seg[s] = d.seg[k.seg0 + s];
+                sub.total_rows += sub.seg[s].rows;
+            }
+        }
+        for (int i = 0; i < k.reps; ++i) {
+            const int t0 = k.tok0 + i * k.ntok;
+            DevArgs g = sub;
             g.x = d.x + size_t(t0) * d.ldx;
             g.y = d.y + size_t(t0) * d.ldy;
-            g.ntok = nt;
-            switch (nt) {
-            case 8: launch_gemv<T, 8>(g, stream); break;
-            case 4: launch_gemv<T, 4>(g, stream); break;
-            case 2: launch_gemv<T, 2>(g, stream); break;
-            default: launch_gemv<T, 1>(g, stream); break;
+            g.ntok = k.ntok;
+            switch (k.kernel) {
+            case RouteKernel::GemvBulk:
+            case RouteKernel::GemvBulkRing: detail::gemv_bulk(g, k, stream); break;
+            case RouteKernel::GemvMixed: launch_gemv_mixed(g, k, stream); break;
+            case RouteKernel::Gemv:
+                detail::host_dispatch(g.seg[0].type, [&]<int T>() {
+                    switch (k.ntok) {
+                    case 8: launch_gemv<T, 8>(g, k, stream); break;
+                    case 4: launch_gemv<T, 4>(g, k, stream); break;
+                    case 2: launch_gemv<T, 2>(g, k, stream); break;
+                    case 1: launch_gemv<T, 1>(g, k, stream); break;
+                    default: throw ehp::Error(EH_INTERNAL, "gemv: a token group of " + std::to_string(k.ntok));
+                    }
+                });
+                break;
+            default: throw ehp::Error(EH_INTERNAL, std::string("gemv: a route to ") + route_kernel_name(k.kernel));
             }
-            t0 += nt;
         }
-    });
+    }
+}
+
+DeviceTraits device_traits() { return DeviceTraits{detail::cc_major(), 0, detail::sm_count()}; }
+
+// The route's view of a call.
+MatmulShape matmul_shape(const MatmulArgs& a) {
+    if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
+    MatmulShape m;
+    m.g = gemv_shape(a.seg, a.nseg);
+    m.g.cols = a.cols;
+    m.ntok = a.ntok;
+    m.chunk_input = a.xmode == XMode::Chunks;
+    m.rms_norm = a.xmode == XMode::RmsNorm;
+    m.aligned = !matmul_needs_generic(a);
+    m.prefill_min_tokens = a.prefill ? a.prefill->min_tokens() : 0;
+    return m;
+}
+
+void note_route(const MatmulShape& m, const MatmulRoute& r) {
+    if (LaunchRecorder* rec = detail::launch_recorder()) rec->route(m, r);
 }
 
 }  // namespace
@@ -356,62 +394,31 @@ size_t gemv_chunk_bytes(int n) {
     }
 }
 
-bool gemv_takes_chunks(uint32_t type) {
-    return gemv_input() != GemvInput::Float && matmul_type_supported(type) && int_input_type(type);
-}
-
-bool matmul_type_supported(uint32_t type) {
-    switch (type) {
-    case EH_TYPE_F32: case EH_TYPE_F16: case EH_TYPE_BF16: case EH_TYPE_Q4_0: case EH_TYPE_Q4_1:
-    case EH_TYPE_Q5_0: case EH_TYPE_Q5_1: case EH_TYPE_Q8_0: case EH_TYPE_Q4_K: case EH_TYPE_Q5_K:
-    case EH_TYPE_Q6_K: case EH_TYPE_Q2_K: case EH_TYPE_Q3_K: case EH_TYPE_IQ4_NL: case EH_TYPE_IQ4_XS:
-        return true;
-    default:
-        return false;
-    }
-}
-
-size_t row_bytes(uint32_t type, int64_t cols) {
-    eh_type_traits t = eh_tensor_type_traits(type);
-    if (!matmul_type_supported(type) || cols <= 0 || t.block_elems == 0 || cols % t.block_elems)
-        return 0;
-    return size_t(cols / t.block_elems) * t.block_bytes;
-}
+bool gemv_takes_chunks(uint32_t type) { return takes_chunks(plan(), type); }
 
 void gemv(const MatmulArgs& a, cudaStream_t stream) {
-    DevArgs d = detail::to_dev(a);
-    bool same = true;
-    for (int s = 1; s < d.nseg; ++s) same &= d.seg[s].type == d.seg[0].type;
-    if (same) {
-        gemv_same_type(d, stream);
-        return;
-    }
-    bool mixed = d.ntok == 1 && gemv_input() != GemvInput::Float && plan().gemv_mixed;
-    for (int s = 0; s < d.nseg; ++s) mixed &= mixed_launch_type(uint32_t(d.seg[s].type));
-    if (mixed) {
-        launch_gemv_mixed(d, stream);
-        return;
-    }
-    for (int s = 0; s < d.nseg; ++s) {
-        DevArgs one = d;
-        one.nseg = 1;
-        one.seg[0] = d.seg[s];
-        one.total_rows = d.seg[s].rows;
-        gemv_same_type(one, stream);
-    }
+    const DevArgs d = detail::to_dev(a);
+    const MatmulShape m = matmul_shape(a);
+    const MatmulRoute r = route_gemv(plan(), device_traits(), m);
+    note_route(m, r);
+    launch_route(d, r, stream);
 }
 
-// Up to 8 tokens the weight-streaming GEMV, unless the prefill workspace
-// takes that many (a batched step whose model keeps FP16 weight mirrors
-// lowers its threshold to 3): then, as for more tokens, gemm() (cuBLAS
-// through the workspace, else the WMMA kernel).
+// What route_matmul says: the weight-streaming GEMV for up to 8 tokens
+// unless the prefill workspace takes that many (a batched step lowers its
+// threshold to the plan's batch_gemv_per_token + 1), the GEMM (cuBLAS
+// through the workspace, else the tensor-core kernel) for more, the generic
+// kernel for inputs not in the fast kernels' form.
 void matmul(const MatmulArgs& a, cudaStream_t stream) {
-    if (a.xmode == XMode::Chunks) return gemv(a, stream);  // to_dev checks the single-token shape
-    if (matmul_needs_generic(a)) return matmul_generic(a, stream);
-    if (a.ntok <= 8 && !(a.prefill && a.prefill->enabled_for(a.ntok)))
-        gemv(a, stream);
-    else
-        gemm(a, stream);
+    const MatmulShape m = matmul_shape(a);
+    const MatmulRoute r = route_matmul(plan(), device_traits(), m);
+    note_route(m, r);
+    switch (r.launch[0].kernel) {
+    case RouteKernel::Generic: return matmul_generic(a, stream);
+    case RouteKernel::Cublas:
+    case RouteKernel::Wmma: return gemm(a, stream);
+    default: return launch_route(detail::to_dev(a), r, stream);
+    }
 }
 
 }  // namespace ehcuda

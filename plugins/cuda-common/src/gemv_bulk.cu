@@ -14,6 +14,7 @@
 
 #include "bulk_copy.cuh"
 #include "ehcuda/check.hpp"
+#include "ehcuda/kernel_route.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/quant_dp4a.cuh"
 #include "gate_up_pair.cuh"
@@ -228,16 +229,14 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
 
 }  // namespace
 
-bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
-    if (d.ntok != 1) return false;
-    const GemvShape g = shape_of(d);
-    const KernelPlan& kp = plan();
-    if (!bulk_takes(kp, DeviceTraits{cc_major(), 0, sm_count()}, g)) return false;
-    // Tile rows, warps per block, one-shot or resident grid (kernel_plan.cpp).
-    const BulkLaunch p = plan_bulk(kp, sm_count(), g);
-    if (p.warps == 0) return false;
+void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
+    // Tile rows, warps per block, one-shot or resident grid: the route's
+    // (kernel_route.cpp, plan_bulk).
+    const BulkLaunch& p = k.bulk;
+    if (d.ntok != 1 || p.warps == 0 || (k.input != GemvInput::Int16 && k.input != GemvInput::Int16x2))
+        throw ehp::Error(EH_INTERNAL, "gemv_bulk: a launch the bulk kernels do not take");
     const int R = p.tr <= 1 ? 1 : p.tr <= 2 ? 2 : p.tr <= 4 ? 4 : 8;
-    const int bits = kp.gemv_input == GemvInput::Int16 ? 16 : 32;
+    const int bits = k.input == GemvInput::Int16 ? 16 : 32;
     BulkArgs b{};
     b.d = d;
     b.rows_per_tile = p.tr;
@@ -265,7 +264,7 @@ bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
         }
     };
     auto by_rows = [&]<int T>() {
-        if constexpr (T == EH_TYPE_MXFP4) throw ehp::Error(EH_INTERNAL, "gemv_bulk: MXFP4");  // refused above
+        if constexpr (T == EH_TYPE_MXFP4) throw ehp::Error(EH_INTERNAL, "gemv_bulk: MXFP4");  // can_implement_bulk refuses it
         else if (R == 1) by_bits.template operator()<T, 1>();
         else if (R == 2) by_bits.template operator()<T, 2>();
         else if (R == 4) by_bits.template operator()<T, 4>();
@@ -274,7 +273,6 @@ bool gemv_bulk(const DevArgs& d, cudaStream_t stream) {
     if (p.same) int_type_dispatch(uint32_t(d.seg[0].type), by_rows);
     else by_rows.template operator()<kMixed>();
     EHC_LAUNCHED("gemv_bulk_kernel");
-    return true;
 }
 
 }  // namespace ehcuda::detail

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "matmul_common.cuh"
 
 namespace ehcuda {
@@ -163,6 +164,7 @@ void launch_one(const MatmulArgs& a, cudaStream_t stream) {
         gemv_generic_kernel<T><<<grid, kWarps * 32, 0, stream>>>(d);
     });
     EHC_LAUNCHED("gemv_generic_kernel");
+    detail::note_launch("gemv_generic_kernel", grid, dim3(kWarps * 32), 0);
 }
 
 }  // namespace

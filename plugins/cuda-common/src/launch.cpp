@@ -25,7 +25,15 @@ int cc_major() {
     return n;
 }
 
+namespace {
+LaunchRecorder* g_recorder = nullptr;
+}  // namespace
+
+LaunchRecorder* launch_recorder() { return g_recorder; }
+
 }  // namespace detail
+
+void set_launch_recorder(LaunchRecorder* r) { detail::g_recorder = r; }
 
 bool pdl_enabled() { return plan().pdl && detail::cc_major() >= 9; }
 

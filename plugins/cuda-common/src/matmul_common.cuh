@@ -5,6 +5,7 @@
 
 #include <engine_host/plugin_abi.hpp>
 
+#include "ehcuda/kernel_route.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/quant.cuh"
 
@@ -84,12 +85,9 @@ inline GemvShape shape_of(const DevArgs& d) {
     return g;
 }
 
-// Single-token GEMV through the bulk copy engine (gemv_bulk.cu): launches
-// and returns true when it takes these arguments (integer int16 / int16x2
-// input, integer-path types but MXFP4, sm_90+, rows that fit its shared
-// memory, not switched off in the plan: bulk_takes and plan_bulk,
-// kernel_plan.hpp); false and nothing launched otherwise.
-bool gemv_bulk(const DevArgs& d, cudaStream_t stream);
+// Single-token GEMV through the bulk copy engine (gemv_bulk.cu): the
+// route's launch `k` (kernel_route.hpp: can_implement_bulk, plan_bulk).
+void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream);
 
 // Host-side type dispatch: f.template operator()<T>().
 template <class F>

@@ -17,6 +17,7 @@
 #include <engine_host/plugin_abi.hpp>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
 #include "ehcuda/moe.hpp"
 #include "ehcuda/mxfp4.cuh"
 #include "ehcuda/weight_mirror.hpp"
@@ -162,6 +163,7 @@ bool gemm_cublas(const MatmulArgs& a, cudaStream_t stream) {
             return false;
 
     ws->note_use();
+    detail::note_launch("cublas", dim3(0), dim3(0), 0);  // (its kernels are cuBLAS's and the slab's)
     const int K = a.cols, N = a.ntok;
     __half* x16 = ws->act();
     const size_t nx = size_t(N) * (K / 8);

@@ -8,6 +8,7 @@
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/gpt_ops.hpp>
+#include <ehcuda/kernel_route.hpp>
 #include <ehcuda/moe.hpp>
 
 namespace gpt_cuda {
@@ -40,11 +41,12 @@ ehcuda::BatchShape shape_of(Model& m) {
 // How a step's matmuls run, by its token count n (H200, forged gpt-oss-20b,
 // 64 decode steps of n sequences; tests/gpt_cuda/bench_test.cpp
 // GptOss20bBatchedStep, tokens/s at n = 16 / 32 / 64):
-//   dense:   n = 2..8 one single-token GEMV per token (llama-cuda's
-//            measurement; here n = 2 / 4 / 8 gave 271 / 296 / 549 tokens/s
-//            against 211 / 235 / 375 with the multi-token GEMV), cuBLAS on
-//            slab-dequantized weights from 9 on (per-token GEMVs to 64:
-//            923 / 962 / 973 against 1,094 / 1,288 / 1,409).
+//   dense:   ehcuda::route_step_matmul (the plan's batch_gemv_per_token, 8):
+//            n = 2..8 one single-token GEMV per token (here n = 2 / 4 / 8
+//            gave 271 / 296 / 549 tokens/s against 211 / 235 / 375 with the
+//            multi-token GEMV), cuBLAS on slab-dequantized weights from 9 on
+//            (per-token GEMVs to 64: 923 / 962 / 973 against 1,094 / 1,288 /
+//            1,409). FP16 mirrors do not lower it here.
 //   experts: one token: the one-token expert kernel (integer dot products,
 //            routing inside). 2 .. moe_grouped_max tokens (model.hpp): the
 //            grouped kernels (moe_grouped: pairs grouped by expert on the
@@ -62,7 +64,6 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            sequence 461 -> 331 tok/s (Qwen3-30B-A3B), 562 -> 341 (gpt-oss-20b);
 //            batched steps unchanged. The dense matmuls still switch from the
 //            GEMV to cuBLAS at 9 rows, as llama-cuda's do.
-constexpr int kGemvPerTokenMax = 8;
 // Tokens per MoE call: bounds the grouped path's buffers whatever the
 // step's token budget.
 constexpr int kMoeChunk = 512;
@@ -73,7 +74,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     : BatchBase(shape_of(model), params),
       m_(model),
       c_(model.cfg),
-      gemv_per_token_max_(model.plan.batch_gemv_per_token >= 0 ? model.plan.batch_gemv_per_token : kGemvPerTokenMax),
+      gemv_per_token_max_(ehcuda::step_per_token_max(model.plan, false)),
       moe_grouped_max_(moe_grouped_max(model)) {
     ehcuda::MemoryLedger* L = ledger();
     const size_t T = size_t(max_step_tokens());

@@ -53,8 +53,9 @@ private:
 
     Model& m_;
     const Config& c_;
-    // The largest token counts that run one single-token kernel per token
-    // (the plan's batch_gemv_per_token / batch_moe_per_token override them).
+    // The most tokens whose dense matmuls run one single-token call per
+    // token (ehcuda::route_step_matmul: the plan's batch_gemv_per_token),
+    // and the most whose experts run grouped (batch_moe_grouped_max).
     int gemv_per_token_max_;
     int moe_grouped_max_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_, grouped_;

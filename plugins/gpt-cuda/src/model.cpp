@@ -300,9 +300,9 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         // one split for every pass keeps a row's sums whatever its expert's
         // share of the step.
         m->plan.moe_long_pass_tokens = 65536;
-        if (m->plan.batch_moe_grouped_max >= 0 && m->plan.batch_moe_grouped_max < 2)
+        if (m->plan.batch_moe_grouped_max < 2)
             throw ehp::Error(EH_INVALID_ARGUMENT,
-                             "batch_invariant needs the grouped expert kernels: kernels.batch_moe_grouped_max must be -1 or >= 2");
+                             "batch_invariant needs the grouped expert kernels: kernels.batch_moe_grouped_max must be >= 2");
     }
     progress(0.0f, "validating");
 

@@ -110,12 +110,9 @@ inline bool router_decode(const Model& m, const Layer& L) {
 // each expert's weights read in their stored type once per 8 or 32 of its
 // tokens, graph-safe); past it, when not captured, the cuBLAS
 // grouped-by-expert form (moe_prefill), which converts each routed expert's
-// weights to FP16 per pass and synchronises the host once a layer. The
-// plan's batch_moe_grouped_max overrides it.
-inline constexpr int kMoeGroupedMax = 512;
-inline int moe_grouped_max(const Model& m) {
-    return m.plan.batch_moe_grouped_max >= 0 ? m.plan.batch_moe_grouped_max : kMoeGroupedMax;
-}
+// weights to FP16 per pass and synchronises the host once a layer: the
+// plan's batch_moe_grouped_max (512).
+inline int moe_grouped_max(const Model& m) { return m.plan.batch_moe_grouped_max; }
 // Every expert type keeps the grouped kernels up to that many: the
 // Qwen3-30B-A3B steps (Q4_K / Q6_K experts) ran slower when they left them
 // (GptOss20bBatchedStep, 64 decodes + four 32-token prompts: 109.5 ms

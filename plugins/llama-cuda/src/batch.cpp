@@ -27,8 +27,8 @@ ehcuda::BatchShape shape_of(Model& m) {
     return sh;
 }
 
-// How a step's matmuls run, by its token count n and the threshold
-// Model::batch_gemm_min_tokens (G):
+// How a step's matmuls run, by its token count n and the threshold G, the
+// plan's batch_gemv_per_token(_mirrored) + 1 (ehcuda::route_step_matmul):
 //   n = 1      single-token GEMV, RMSNorm folded into its input staging
 //   1 < n < G  one single-token GEMV per token, the tokens overlapping on
 //              side streams (BatchBase::per_token): the multi-token GEMV
@@ -77,7 +77,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     }
     // cuBLAS from G tokens on (above); the in-kernel WMMA GEMM ran a 64-token
     // decode step 4.5x slower than cuBLAS on slabs.
-    workspace()->set_min_tokens(m_.batch_gemm_min_tokens);
+    workspace()->set_min_tokens(ehcuda::step_per_token_max(m_.plan, m_.mirrored) + 1);
     workspace()->set_mirror(&m_.mirror);
     init_pool();
 }

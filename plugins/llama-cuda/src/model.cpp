@@ -13,6 +13,7 @@
 #include <ehcuda/allreduce.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/device_set.hpp>
+#include <ehcuda/model_matrices.hpp>
 #include <ehcuda/options.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
@@ -23,12 +24,6 @@ namespace {
 // Headroom checked on top of the weights at load: the batched step's
 // activations and a KV pool of a modest context.
 constexpr size_t kLoadHeadroom = size_t(64) << 20;
-
-// With FP16 mirrors, batched steps of this many tokens or more take cuBLAS
-// (H200, forged Q4_K_M, ms per decode step of n sequences, cuBLAS / one GEMV
-// per token: Qwen2.5-0.5B 1.48 / 1.25 at n = 2, 1.48 / 1.70 at 3, 1.49 /
-// 2.75 at 8; Phi-3-mini 3.60 / 3.50 at 2, 3.63 / 5.52 at 3, 3.89 / 9.57 at 8).
-constexpr int kMirroredBatchGemmMinTokens = 3;
 
 [[noreturn]] void fail(const std::string& msg) { throw ehp::Error(EH_MODEL_LOAD_FAILED, msg); }
 
@@ -354,32 +349,30 @@ std::string gemma_layers(const Config& c) {
 }
 
 // (rank 0's shapes when sharded: the ranks differ by at most a block of FFN rows)
-std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& dev) {
+std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, const ehcuda::DeviceTraits& dev) {
     ehcuda::PlanScope scope(m.plan);
     const Config& c = m.shards.empty() ? m.cfg : m.shards[0].c;
-    const ehcuda::KernelPlan& p = m.plan;
-    std::vector<ehcuda::MatrixKind> mats;
-    for (const Layer& L : m.shards.empty() ? m.layers : m.shards[0].layers) {
-        mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
-        // (as the batched step's decode: the fused attention leaves chunks)
-        const bool chunks = ehcuda::attention_head_dim_fast(c.head_dim) && ehcuda::gemv_takes_chunks(L.attn_out.type);
-        ehcuda::MatSeg out;
-        out.w = L.attn_out;
-        mats.push_back({"attn_output", ehcuda::gemv_shape(&out, 1), chunks, ""});
+    const std::vector<Layer>& layers = m.shards.empty() ? m.layers : m.shards[0].layers;
+    ehcuda::DenseMatrixOptions o;
+    o.head_dim = c.head_dim;
+    if (!m.shards.empty()) {
+        o.q_rows = c.q_dim();
+        o.kv_rows = c.kv_dim();
+        o.ff_rows = c.n_ff;
+    }
+    // (the FFN pair's parameters depend on the device: its own line)
+    o.ffn_pair = [&](int i, const ehcuda::GemvShape&, const ehcuda::GemvShape&) {
+        const Layer& L = layers[size_t(i)];
         ehcuda::MatSeg gate, up;
         gate_up_halves(L, c.n_ff, gate, up);
-        const bool pair = ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down);
-        std::string pair_kernel = pair ? ehcuda::gate_up_swiglu_describe(gate.w, up.w) : "";
+        std::string pair_kernel = ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)
+                                      ? ehcuda::gate_up_swiglu_describe(gate.w, up.w)
+                                      : std::string();
         if (const size_t at = pair_kernel.find("with SwiGLU"); c.gemma && at != std::string::npos)
             pair_kernel.replace(at, 11, "with GeLU(tanh) gate");  // the same kernel, Gemma's activation
-        mats.push_back({"ffn_gate_up", ehcuda::gemv_shape(L.gate_up, L.n_gate_up), false, pair_kernel});
-        ehcuda::MatSeg down;
-        down.w = L.ffn_down;
-        mats.push_back({"ffn_down", ehcuda::gemv_shape(&down, 1), pair, ""});
-    }
-    ehcuda::MatSeg head;
-    head.w = m.output;
-    mats.push_back({"output", ehcuda::gemv_shape(&head, 1), false, ""});
+        return pair_kernel;
+    };
+    const std::vector<ehcuda::MatrixKind> mats = ehcuda::dense_matrices(view, m.plan, o);
     const std::string hd = "head dim " + std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) + " query / " +
                            std::to_string(c.n_kv) + " KV heads";
     std::vector<std::string> attn = {
@@ -398,7 +391,7 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
                  std::to_string(s.c.n_ff) + "]";
         attn.push_back(t);
     }
-    return ehcuda::plan_log(p, dev, mats, attn);
+    return ehcuda::plan_log(m.plan, dev, mats, attn);
 }
 
 }  // namespace
@@ -427,7 +420,6 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels"});
     const size_t upload_chunk_bytes = ehcuda::upload_chunk_option(opts);
     const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
-    const int gemm_min_tokens = int(opts.integer("batch_gemm_min_tokens", kMirroredBatchGemmMinTokens, 2, 65536));
 
     auto progress = [&](float f, const char* stage) {
         if (params.progress) params.progress(params.progress_user, f, stage);
@@ -442,6 +434,14 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     EHC_CHECK(cudaRuntimeGetVersion(&m->runtime_version));
     const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
     m->plan = ehcuda::load_plan(dev, false, opts);
+    // With FP16 mirrors, batched steps of this many tokens or more take
+    // cuBLAS (H200, forged Q4_K_M, ms per decode step of n sequences, cuBLAS
+    // / one GEMV per token: Qwen2.5-0.5B 1.48 / 1.25 at n = 2, 1.48 / 1.70 at
+    // 3, 1.49 / 2.75 at 8; Phi-3-mini 3.60 / 3.50 at 2, 3.63 / 5.52 at 3,
+    // 3.89 / 9.57 at 8): the plan's batch_gemv_per_token_mirrored + 1, which
+    // this older option sets too.
+    m->plan.batch_gemv_per_token_mirrored =
+        int(opts.integer("batch_gemm_min_tokens", m->plan.batch_gemv_per_token_mirrored + 1, 2, 65536)) - 1;
     progress(0.0f, "validating");
 
     Loader ld(*m, view);
@@ -537,8 +537,8 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         mats.push_back(L.ffn_down);
     }
     const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
-    if (md.on) m->batch_gemm_min_tokens = gemm_min_tokens;
-    for (const std::string& line : plan_lines(*m, dev)) progress(0.99f, line.c_str());
+    m->mirrored = md.on;
+    for (const std::string& line : plan_lines(*m, view, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;
 }

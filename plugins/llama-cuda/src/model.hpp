@@ -79,10 +79,10 @@ struct Model {
     // Every tuning choice of the kernels (kernel_plan.hpp), chosen at load;
     // plugin_glue.hpp installs it around each call that runs kernels.
     ehcuda::KernelPlan plan;
-    // Batched steps of at least this many tokens run their matmuls as one
-    // cuBLAS GEMM (fewer: one GEMV per token, overlapped). 9 without the
-    // mirror; with it, options_json "batch_gemm_min_tokens" (default below).
-    int batch_gemm_min_tokens = 9;
+    // Whether it keeps FP16 mirrors: batched steps then take cuBLAS from
+    // the plan's batch_gemv_per_token_mirrored + 1 tokens (3), not
+    // batch_gemv_per_token + 1 (9) (ehcuda::route_step_matmul).
+    bool mirrored = false;
 };
 
 // A layer's gate and up as two matrices (phi3 stores them as one: gate's

@@ -114,11 +114,23 @@ struct KernelPlan {
     // clients through the server: 4,027 - 4,076 tok/s against 4,012 - 4,035;
     // pp512 the same)
     bool moe_deep_pipeline = true;
-    // gpt-cuda batched steps: the most tokens that run one single-token
-    // GEMV per token, and the most whose experts run grouped; -1: the
-    // plugin's own (batch.cpp)
-    int batch_gemv_per_token = -1;
-    int batch_moe_grouped_max = -1;
+    // ---- batched steps (kernel_route.hpp, route_step_matmul)
+    // Steps of 2 .. this many tokens run their dense matmuls as one
+    // single-token GEMV per token on side streams; more, one cuBLAS GEMM per
+    // matrix (the prefill workspace's threshold is this + 1). The multi-token
+    // GEMV kernels took 2.7 / 4.2 / 7.3 ms a step (Qwen2.5-0.5B, 2 / 4 / 8
+    // tokens) and 14 / 24 / 45 ms (Phi-3) against 1.9 / 2.8 / 4.8 and 4.4 /
+    // 6.9 / 12.2 per token (H200, forged Q4_K_M files); cuBLAS on
+    // slab-dequantized weights wins from 9 (gpt-oss-20b, 64 sequences: 1,409
+    // against 973 tokens/s).
+    int batch_gemv_per_token = 8;
+    // The same for a model that keeps FP16 weight mirrors (llama-cuda's
+    // fp16_weights): cuBLAS reads them as they are, from 3 tokens.
+    int batch_gemv_per_token_mirrored = 2;
+    // gpt-cuda: the most tokens a step's experts run through the grouped
+    // kernels (moe_grouped); past it the cuBLAS grouped form (moe_prefill)
+    // when not captured; below 2 never grouped.
+    int batch_moe_grouped_max = 512;
     // ---- launches
     bool pdl = true;          // programmatic dependent launch (only where the device has it)
     // ---- prefill through cuBLAS (prefill_workspace.cpp)
@@ -188,9 +200,8 @@ struct BulkLaunch {
 constexpr size_t kBulkMaxSmem = 200 * 1024;  // dynamic shared bytes the bulk kernels may take
 constexpr size_t kSmemPerSm = 228 * 1024;    // sm_90; each block also holds 1 KB of the system's
 constexpr int kBulkMaxWarps = 16;
-// Whether the bulk kernels take this shape at all (input form, device,
-// types); plan_bulk then sizes the launch.
-bool bulk_takes(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g);
+// The bulk launch of this shape (kernel_route.hpp's can_implement_bulk says
+// whether the bulk kernels take it at all).
 BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g);
 
 // The register GEMV's launch (gemv.cu): rows per warp and split-K.
@@ -200,10 +211,6 @@ struct RegisterLaunch {
 };
 RegisterLaunch plan_register(const KernelPlan& p, int ntok, const GemvShape& g);
 
-// One line naming the kernel a single-token matmul of this shape runs and
-// its parameters, e.g. "gemv_bulk_kernel Q4_K 4864x896: 2 rows/tile, 8
-// warps/block, 152 blocks, int16 input".
-std::string describe_gemv(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, bool chunk_input = false);
 // The plan's model-wide line: input form, PDL, FFN pair and the decode
 // attention's parameters.
 std::string describe_plan(const KernelPlan& p, const DeviceTraits& dev);
@@ -215,10 +222,10 @@ struct MatrixKind {
     std::string kind;
     GemvShape shape;
     bool chunk_input = false;  // its decode input comes as chunks from the kernel before
-    std::string kernel;        // non-empty: this, instead of describe_gemv
+    std::string kernel;        // non-empty: this serves it at one token, instead of its matmul route
 };
 // The load's plan log: describe_plan's line, `extra` (the attention kinds),
-// then one line per kind and distinct launch, in first-seen order, with the
+// then one line per kind and distinct single-token route (route_lines), in first-seen order, with the
 // number of matrices it covers ("ffn_down x24: Q4_K 896x4864: ...").
 std::vector<std::string> plan_log(const KernelPlan& p, const DeviceTraits& dev, const std::vector<MatrixKind>& mats,
                                   const std::vector<std::string>& extra);

@@ -12,16 +12,11 @@
 #include <string>
 
 #include "kernel_plan.hpp"
+#include "kernel_route.hpp"  // matmul_type_supported, row_bytes, attention_head_dim_fast
 
 namespace ehcuda {
 
 class PrefillWorkspace;  // prefill_workspace.hpp
-
-// Types the matmul kernels decode in-kernel.
-bool matmul_type_supported(uint32_t type);
-// Bytes of one row of `cols` elements; 0 if cols is not a whole number of
-// blocks (or the type is unsupported).
-size_t row_bytes(uint32_t type, int64_t cols);
 
 // A weight matrix as stored: `rows` output features, each a row of `cols`
 // input elements in `type` (ggml dims = {cols, rows}).
@@ -236,8 +231,8 @@ struct AttnArgs {
 constexpr int kAttentionMaxHeadDim = 256;
 // 1 .. kAttentionMaxHeadDim.
 bool attention_head_dim_supported(int head_dim);
-// The dims the tiled prefill / split-K decode kernels take.
-bool attention_head_dim_fast(int head_dim);
+// The dims the tiled prefill / split-K decode kernels take:
+// attention_head_dim_fast (kernel_route.hpp).
 // The generic kernels (any supported head dim); attention_prefill/decode
 // dispatch to them for dims that are not fast. Decode needs no scratch.
 void attention_generic(const AttnArgs& a, cudaStream_t stream);

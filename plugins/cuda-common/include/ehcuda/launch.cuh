@@ -42,6 +42,7 @@
 #include <utility>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/launch_record.hpp"
 
 namespace ehcuda {
 
@@ -66,6 +67,10 @@ namespace detail {
 // queried once.
 int sm_count();
 int cc_major();
+// For launches not made through launch() (<<<>>>, cuBLAS).
+inline void note_launch(const char* kernel, dim3 grid, dim3 block, size_t smem) {
+    if (LaunchRecorder* r = launch_recorder()) r->launch(kernel, grid.x * grid.y * grid.z, block.x * block.y * block.z, smem);
+}
 }  // namespace detail
 
 // Lets `kernel` take `smem` bytes of dynamic shared memory. Past 48 KB of
@@ -92,6 +97,7 @@ void launch(const char* name, void (*kernel)(KArgs...), dim3 grid, dim3 block, s
     cfg.attrs = attr;
     cfg.numAttrs = pdl_enabled() ? 1 : 0;
     check(cudaLaunchKernelEx(&cfg, kernel, std::forward<Args>(args)...), name, __FILE__, __LINE__);
+    detail::note_launch(name, grid, block, smem);
 }
 
 }  // namespace ehcuda

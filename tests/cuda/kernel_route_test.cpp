@@ -1,0 +1,279 @@
+// The kernel route table (kernel_route.hpp), host code, no GPU: the routes of
+// real models' matrices are those the separate choosers gave before the
+// table (kernel_route_expected.inc, written down from them), a step's
+// thresholds come from the plan, and each kernel's refusal says why.
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include <engine_host/plugin_abi.hpp>
+#include <ehcuda/kernel_route.hpp>
+
+namespace {
+
+using ehcuda::DeviceTraits;
+using ehcuda::GemvInput;
+using ehcuda::GemvShape;
+using ehcuda::KernelPlan;
+using ehcuda::MatmulShape;
+using ehcuda::RouteKernel;
+
+#include "kernel_route_expected.inc"
+#include "kernel_route_shapes.inc"
+
+const DeviceTraits kH200{9, 0, 132};
+const DeviceTraits kA100{8, 0, 108};
+
+const RealShape& real(const std::string& model, const std::string& kind) {
+    for (const RealShape& r : kRealShapes)
+        if (model == r.model && kind == r.kind) return r;
+    throw std::runtime_error("no shape " + model + " " + kind);
+}
+
+struct Variant {
+    KernelPlan plan;
+    DeviceTraits dev;
+};
+
+Variant variant(const std::string& name) {
+    if (name == "h200") return {ehcuda::choose_plan(kH200, false), kH200};
+    if (name == "h200x2") return {ehcuda::choose_plan(kH200, true), kH200};
+    if (name == "a100") return {ehcuda::choose_plan(kA100, false), kA100};
+    KernelPlan p = ehcuda::choose_plan(kH200, false);
+    if (name == "float") p.gemv_input = GemvInput::Float;
+    else if (name == "nomix") p.gemv_mixed = p.gemv_bulk = false;
+    else throw std::runtime_error("no variant " + name);
+    return {p, kH200};
+}
+
+MatmulShape mm(const GemvShape& g, int ntok, int prefill_min_tokens = 0) {
+    MatmulShape m;
+    m.g = g;
+    m.ntok = ntok;
+    m.prefill_min_tokens = prefill_min_tokens;
+    return m;
+}
+
+// One token, every real shape under every plan variant: the route's text is
+// what describe_gemv said (so the same kernels with the same parameters),
+// with or without a prefill workspace attached.
+TEST(KernelRoute, RealShapesRouteAsTheChoosersDid) {
+    int checked = 0;
+    for (const ExpectedOne& e : kExpectedOne) {
+        const Variant v = variant(e.variant);
+        const GemvShape g = shape_of(real(e.model, e.kind));
+        for (int ws : {0, 9, 3}) {
+            const MatmulShape m = mm(g, 1, ws);
+            EXPECT_EQ(ehcuda::describe_route(v.plan, m, ehcuda::route_matmul(v.plan, v.dev, m)), e.route)
+                << e.variant << " " << e.model << " " << e.kind << " workspace " << ws;
+        }
+        ++checked;
+    }
+    EXPECT_EQ(checked, 160);
+}
+
+// Token groups of 2, 4 and 8 take plan_register's rows per warp and split-K
+// as before: one launch for one-type shapes.
+TEST(KernelRoute, TokenGroupsKeepTheRegisterChoices) {
+    int checked = 0;
+    for (const ExpectedRegister& e : kExpectedRegister) {
+        const Variant v = variant(e.variant);
+        const RealShape& r = real(e.model, e.kind);
+        bool same = true;
+        for (int s = 1; s < r.nseg; ++s) same &= r.type[s] == r.type[0];
+        if (!same) continue;  // one launch per segment, each its own shape
+        const ehcuda::MatmulRoute route = ehcuda::route_matmul(v.plan, v.dev, mm(shape_of(r), e.ntok));
+        ASSERT_EQ(route.n, 1) << e.model << " " << e.kind;
+        const ehcuda::KernelLaunch& k = route.launch[0];
+        EXPECT_EQ(k.kernel, RouteKernel::Gemv);
+        EXPECT_EQ(k.ntok, e.ntok);
+        EXPECT_EQ(k.input, GemvInput::Float);  // several tokens: the float input
+        EXPECT_EQ(k.reg.rows_per_warp, e.rows_per_warp) << e.variant << " " << e.model << " " << e.kind << " " << e.ntok;
+        EXPECT_EQ(k.reg.split_k, e.split_k) << e.variant << " " << e.model << " " << e.kind << " " << e.ntok;
+        ++checked;
+    }
+    EXPECT_GT(checked, 100);
+}
+
+TEST(KernelRoute, TokenCountsSplitIntoGroupsOfEightFourTwoOne) {
+    const Variant v = variant("h200");
+    const GemvShape g = shape_of(real("Phi-3-mini", "attn_output"));
+    const ehcuda::MatmulRoute r7 = ehcuda::route_matmul(v.plan, v.dev, mm(g, 7));
+    ASSERT_EQ(r7.n, 3);
+    EXPECT_EQ(r7.launch[0].ntok, 4);
+    EXPECT_EQ(r7.launch[1].ntok, 2);
+    EXPECT_EQ(r7.launch[1].tok0, 4);
+    // The last token alone: the bulk kernel, as a single-token call would.
+    EXPECT_EQ(r7.launch[2].kernel, RouteKernel::GemvBulk);
+    EXPECT_EQ(r7.launch[2].tok0, 6);
+    // 8 tokens: one launch; 20 through gemv() directly: 2 x 8, then 4.
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, mm(g, 8)).n, 1);
+    const ehcuda::MatmulRoute r20 = ehcuda::route_gemv(v.plan, v.dev, mm(g, 20));
+    ASSERT_EQ(r20.n, 2);
+    EXPECT_EQ(r20.launch[0].reps, 2);
+    EXPECT_EQ(r20.launch[1].tok0, 16);
+    EXPECT_EQ(r20.launch[1].ntok, 4);
+    // Mixed types over several tokens: per segment, each in token groups.
+    const GemvShape qkv = shape_of(real("Llama-3.1-8B", "attn_qkv"));
+    const ehcuda::MatmulRoute rq = ehcuda::route_matmul(v.plan, v.dev, mm(qkv, 3));
+    ASSERT_EQ(rq.n, 6);
+    EXPECT_EQ(rq.launch[4].seg0, 2);
+    const std::string d = ehcuda::describe_route(v.plan, mm(qkv, 3), rq);
+    EXPECT_NE(d.find("one launch per segment: Q4_K 4096x4096: 2 tokens: gemv_kernel"), std::string::npos) << d;
+}
+
+// Past 8 tokens, or from the workspace's threshold, the GEMM: cuBLAS when
+// a workspace takes them, else the tensor-core kernel.
+TEST(KernelRoute, ManyTokensTakeTheGemm) {
+    const Variant v = variant("h200");
+    const GemvShape g = shape_of(real("Qwen2.5-0.5B", "ffn_gate_up"));
+    auto kernel = [&](int ntok, int ws) { return ehcuda::route_matmul(v.plan, v.dev, mm(g, ntok, ws)).launch[0].kernel; };
+    EXPECT_EQ(kernel(9, 0), RouteKernel::Wmma);
+    EXPECT_EQ(kernel(9, 16), RouteKernel::Wmma);
+    EXPECT_EQ(kernel(8, 16), RouteKernel::Gemv);
+    EXPECT_EQ(kernel(16, 16), RouteKernel::Cublas);
+    EXPECT_EQ(kernel(3, 3), RouteKernel::Cublas);
+    EXPECT_EQ(kernel(2, 3), RouteKernel::Gemv);
+    // One token never: the workspace's threshold is at least 2.
+    EXPECT_EQ(kernel(1, 1), RouteKernel::GemvBulk);
+    // Inputs not in the fast form, or a fused norm over several tokens: the generic kernel.
+    MatmulShape m = mm(g, 4);
+    m.aligned = false;
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].kernel, RouteKernel::Generic);
+    m = mm(g, 2);
+    m.rms_norm = true;
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].kernel, RouteKernel::Generic);
+    // Generic over mixed types: one launch per segment.
+    m = mm(shape_of(real("Llama-3.1-8B", "attn_qkv")), 1);
+    m.aligned = false;
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, m).n, 3);
+}
+
+// A batched step: one token alone, 2 .. batch_gemv_per_token tokens one call
+// each, more one GEMM; a model with FP16 mirrors from 3 tokens.
+TEST(KernelRoute, StepThresholdsComeFromThePlan) {
+    KernelPlan p = ehcuda::choose_plan(kH200, false);
+    const GemvShape g = shape_of(real("Llama-3.1-8B", "ffn_down"));
+    auto step = [&](int n, bool mirrored) { return ehcuda::route_step_matmul(p, kH200, g, n, mirrored); };
+    EXPECT_FALSE(step(1, false).per_token);
+    EXPECT_EQ(step(1, false).route.launch[0].kernel, RouteKernel::GemvBulk);
+    EXPECT_TRUE(step(8, false).per_token);
+    EXPECT_EQ(step(8, false).route.launch[0].ntok, 1);
+    EXPECT_FALSE(step(9, false).per_token);
+    EXPECT_EQ(step(9, false).route.launch[0].kernel, RouteKernel::Cublas);
+    EXPECT_EQ(step(64, false).route.launch[0].kernel, RouteKernel::Cublas);
+    EXPECT_TRUE(step(2, true).per_token);
+    EXPECT_EQ(step(3, true).route.launch[0].kernel, RouteKernel::Cublas);
+    p.batch_gemv_per_token = 16;
+    EXPECT_TRUE(step(9, false).per_token);
+    EXPECT_EQ(ehcuda::step_per_token_max(p, true), 2);
+}
+
+// Each kernel's refusal names its reason.
+TEST(KernelRoute, RefusalsSayWhy) {
+    const KernelPlan p = ehcuda::choose_plan(kH200, false);
+    const GemvShape q4 = shape_of(real("Phi-3-mini", "attn_output"));
+    EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, q4));
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kA100, q4).why, "needs sm_90 (the bulk copy engine)");
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, q4, 2).why, "more than one token");
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("gpt-oss-20b", "experts_mxfp4"))).why,
+                 "MXFP4 weights");
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("GPT-2", "ffn_up_f16"))).why,
+                 "a weight type without an integer dot product");
+    KernelPlan f = p;
+    f.gemv_input = GemvInput::Int8;
+    EXPECT_STREQ(ehcuda::can_implement_bulk(f, kH200, q4).why, "input not int16 / int16x2");
+    f = p;
+    f.gemv_bulk = false;
+    EXPECT_STREQ(ehcuda::can_implement_bulk(f, kH200, q4).why, "off in the plan (gemv_bulk)");
+    GemvShape wide = q4;
+    wide.rows[0] = 64;
+    wide.cols = 256 * 1024;
+    wide.row_bytes[0] = ehcuda::row_bytes(EH_TYPE_Q4_K, wide.cols);
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, wide).why,
+                 "the staged input and a tile per warp exceed its shared memory");
+
+    const GemvShape low = shape_of(real("Qwen2.5-0.5B", "qkv_mixed_lowbit"));
+    EXPECT_FALSE(ehcuda::can_implement_mixed(p, shape_of(real("Llama-3.1-8B", "attn_qkv")), 1));
+    EXPECT_STREQ(ehcuda::can_implement_mixed(p, low, 1).why,
+                 "a type outside the mixed launch (MXFP4, Q2_K, Q3_K, IQ4_NL, IQ4_XS, float)");
+    EXPECT_STREQ(ehcuda::can_implement_mixed(p, low, 2).why, "more than one token");
+
+    // The FFN pair: Phi-3's gate|up and down.
+    const GemvShape gu = shape_of(real("Phi-3-mini", "ffn_gate_up"));
+    const GemvShape down = shape_of(real("Phi-3-mini", "ffn_down"));
+    EXPECT_FALSE(ehcuda::can_implement_pair(p, gu, &down));
+    EXPECT_STREQ(ehcuda::can_implement_pair(variant("float").plan, gu, &down).why, "input not int16 / int16x2");
+    EXPECT_STREQ(ehcuda::can_implement_pair(p, shape_of(real("Qwen2.5-0.5B", "ffn_gate_up")), &down).why,
+                 "down does not read gate|up's rows");
+    GemvShape mixed = gu;
+    mixed.type[1] = EH_TYPE_Q6_K;
+    EXPECT_STREQ(ehcuda::can_implement_pair(p, mixed).why, "gate and up of different types");
+
+    MatmulShape m = mm(q4, 9);
+    EXPECT_STREQ(ehcuda::can_implement_gemv(m).why, "more tokens than the GEMV's groups take");
+    EXPECT_STREQ(ehcuda::can_implement_cublas(m).why, "no prefill workspace, or it is off");
+    m = mm(q4, 4, 3);
+    EXPECT_STREQ(ehcuda::can_implement_gemv(m).why, "the prefill workspace takes this many tokens");
+    EXPECT_FALSE(ehcuda::can_implement_cublas(m));
+    m = mm(q4, 2, 3);
+    EXPECT_STREQ(ehcuda::can_implement_cublas(m).why, "fewer tokens than the workspace's threshold");
+    EXPECT_FALSE(ehcuda::can_implement_gemv(m));
+}
+
+// The launch geometry the GPU launchers must use (route_launch_test.cpp
+// checks them on the device): blocks, threads and shared bytes.
+TEST(KernelRoute, LaunchGeometry) {
+    const KernelPlan p = ehcuda::choose_plan(kA100, false);
+    // Qwen2.5-0.5B's ffn_down before sm_90: split K, one row group a block,
+    // int16 chunks of 80 bytes staged.
+    const GemvShape down = shape_of(real("Qwen2.5-0.5B", "ffn_down"));
+    ehcuda::KernelLaunch k = ehcuda::route_matmul(p, kA100, mm(down, 1)).launch[0];
+    EXPECT_EQ(k.blocks, 896);
+    EXPECT_EQ(k.threads, 128);
+    EXPECT_EQ(k.smem, size_t(4864 / 32 * 80));
+    // Float weights, one token: float chunks padded to 36 floats.
+    k = ehcuda::route_matmul(p, kA100, mm(shape_of(real("GPT-2", "ffn_up_f16")), 1)).launch[0];
+    EXPECT_EQ(k.smem, size_t(768 / 32 * 36 * 4));
+    EXPECT_EQ(k.blocks, 3072 / 4);
+    // Several tokens read the input in place.
+    EXPECT_EQ(ehcuda::route_matmul(p, kA100, mm(down, 4)).launch[0].smem, 0u);
+    // Chunk input: nothing staged.
+    MatmulShape c = mm(down, 1);
+    c.chunk_input = true;
+    EXPECT_EQ(ehcuda::route_matmul(p, kA100, c).launch[0].smem, 0u);
+    // The bulk kernel's block is its warps.
+    const KernelPlan h = ehcuda::choose_plan(kH200, false);
+    k = ehcuda::route_matmul(h, kH200, mm(down, 1)).launch[0];
+    EXPECT_EQ(k.kernel, RouteKernel::GemvBulk);
+    EXPECT_EQ(k.threads, 4 * 32);
+    EXPECT_EQ(k.blocks, 224);
+    EXPECT_EQ(k.smem, k.bulk.smem);
+}
+
+// Routes for a step of N tokens, one line per matrix kind (inspect --kernels).
+TEST(KernelRoute, StepLinesPerKind) {
+    const KernelPlan p = ehcuda::choose_plan(kH200, false);
+    std::vector<ehcuda::MatrixKind> mats;
+    for (int layer = 0; layer < 2; ++layer) {
+        mats.push_back({"attn_output", shape_of(real("Phi-3-mini", "attn_output")), true, ""});
+        mats.push_back({"ffn_gate_up", shape_of(real("Phi-3-mini", "ffn_gate_up")), false, "gate_up_pair_kernel"});
+    }
+    const auto one = ehcuda::route_lines(p, kH200, mats, 1, false);
+    ASSERT_EQ(one.size(), 2u);
+    EXPECT_EQ(one[0],
+              "attn_output x2: Q4_K 3072x3072: gemv_bulk_kernel: 1 rows/tile, 8 warps/block, 384 blocks, int16 input, "
+              "input chunks from the producer");
+    EXPECT_EQ(one[1], "ffn_gate_up x2: Q4_K 8192x3072 + Q4_K 8192x3072: gate_up_pair_kernel");
+    const auto eight = ehcuda::route_lines(p, kH200, mats, 8, false);
+    EXPECT_EQ(eight[0],
+              "attn_output x2: 8 single-token calls (side streams), each Q4_K 3072x3072: gemv_bulk_kernel: 1 rows/tile, "
+              "8 warps/block, 384 blocks, int16 input");
+    const auto many = ehcuda::route_lines(p, kH200, mats, 64, false);
+    EXPECT_EQ(many[1],
+              "ffn_gate_up x2: Q4_K 8192x3072 + Q4_K 8192x3072: cuBLAS GEMM on FP16 weights (the model's mirror, else "
+              "dequantized slabs), 64 tokens");
+}
+
+}  // namespace
