@@ -37,6 +37,11 @@ expect moe 0 "routes +not listed for architecture 'qwen3moe'" -- "$eh" inspect -
 # The plan's override applies, as in the plugin; a bad one is refused by name.
 expect plan-env 0 'plan +kernel plan: sm_90, 132 SMs; GEMV input float, register GEMV' -- env EHCUDA_PLAN='{"gemv_input": "float", "gemv_bulk": false}' "$eh" inspect --model "$phi" --kernels
 expect plan-env-bad 2 'EHCUDA_PLAN: "pair_slots" must be an integer in \[0, 4\]' -- env EHCUDA_PLAN='{"pair_slots": 9}' "$eh" inspect --model "$phi" --kernels
+# stories260K (head dim 8, a 172-wide FFN): ffn_down's columns are not whole
+# 32-element chunks, the generic kernel's.
+expect stories 0 'ffn_down x5: F32 64x172: gemv_generic_kernel' -- "$eh" inspect --model "$EH_TESTDATA_DIR/models/stories260K.gguf" --kernels
+# A file without the tensors: named, exit 4.
+expect missing-tensor 4 "error: --kernels: missing tensor 'blk.0.attn_q.weight' \[MODEL_LOAD_FAILED\]" -- "$eh" inspect --model "$EH_TESTDATA_DIR/vocab/ggml-vocab-llama-spm.gguf" --kernels
 # Bad arguments.
 expect batch-bad 2 '--batch must be 1 to 16 token counts' -- "$eh" inspect --model "$phi" --kernels --batch 0
 expect batch-junk 2 '--batch must be 1 to 16 token counts' -- "$eh" inspect --model "$phi" --kernels --batch 1,x
