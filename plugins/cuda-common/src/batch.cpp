@@ -150,23 +150,25 @@ size_t BatchBase::table_capacity() const {
 
 void BatchBase::run_forward(const StepView& v, int bucket) {
     cudaStream_t s = stream_.get();
+    const int kind = kind_of(v);
     if (bucket < 0) {
         forward(v);
-    } else if (!graph_warm_[bucket]) {
+    } else if (!graph_warm_[kind][bucket]) {
         forward(v);  // first use: lazy allocations (cuBLAS) happen outside a capture
-        graph_warm_[bucket] = true;
+        graph_warm_[kind][bucket] = true;
     } else {
-        if (!graphs_[bucket].ready()) {
+        CapturedGraph& g = graphs_[kind][bucket];
+        if (!g.ready()) {
             try {
-                graphs_[bucket].capture(s, [&] { forward(v); });
+                g.capture(s, [&] { forward(v); });
             } catch (const ehp::Error& e) {
-                graph_failed_[bucket] = true;  // this bucket runs eagerly from now on
+                graph_failed_[kind][bucket] = true;  // this bucket runs eagerly from now on
                 std::fprintf(stderr, "[ehcuda] batched step: graph capture for %d tokens failed (%s); running eagerly\n",
                              v.ntok, e.what());
             }
         }
-        if (graphs_[bucket].ready())
-            graphs_[bucket].launch(s);
+        if (g.ready())
+            g.launch(s);
         else
             forward(v);
     }
@@ -188,12 +190,13 @@ void BatchBase::whole_body(const StepView& v, const StagingLayout& L, int slot) 
 }
 
 bool BatchBase::run_whole(const StepView& v, const StagingLayout& L, int slot, int bucket) {
-    CapturedGraph& g = whole_[slot][bucket];
-    if (!g.ready() && !whole_failed_[bucket]) {
+    const int kind = kind_of(v);
+    CapturedGraph& g = whole_[kind][slot][bucket];
+    if (!g.ready() && !whole_failed_[kind][bucket]) {
         try {
             g.capture(stream_.get(), [&] { whole_body(v, L, slot); });
         } catch (const ehp::Error& e) {
-            whole_failed_[bucket] = true;
+            whole_failed_[kind][bucket] = true;
             std::fprintf(stderr, "[ehcuda] batched step: whole-step graph capture for %d tokens failed (%s); "
                          "running its parts\n", v.ntok, e.what());
         }
@@ -204,9 +207,11 @@ bool BatchBase::run_whole(const StepView& v, const StagingLayout& L, int slot, i
 }
 
 void BatchBase::reset_graphs() noexcept {
-    for (CapturedGraph& g : graphs_) g.reset();
-    for (auto& slot : whole_)
-        for (CapturedGraph& g : slot) g.reset();
+    for (auto& kind : graphs_)
+        for (CapturedGraph& g : kind) g.reset();
+    for (auto& kind : whole_)
+        for (auto& slot : kind)
+            for (CapturedGraph& g : slot) g.reset();
 }
 
 void BatchBase::warm_up() {
@@ -661,7 +666,7 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     bool keeps_logits = false;
     for (const SamplingRows::Row& row : S.rows) keeps_logits = keeps_logits || (E.at(row.entry).flags & EH_STEP_LOGITS);
     // (graph_warm_: the forward pass ran eagerly once, its lazy set-up done)
-    const bool plain = sh.graphed && graph_warm_[sh.bucket] && S.etok.empty() && S.mask_rows.empty() && !keeps_logits;
+    const bool plain = sh.graphed && graph_warm_[kind_of(v)][sh.bucket] && S.etok.empty() && S.mask_rows.empty() && !keeps_logits;
     if (plain && run_whole(v, L, sh.slot, sh.bucket)) {
         EHC_CHECK(cudaEventRecord(staged_[sh.slot], s));
         return;
@@ -707,16 +712,17 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     const SamplingRows S = sampling_rows(E, sh.words);
     sh.T = totals.tokens;
     sh.R = S.rows.size();
-    // A decode-only step (one sampled token per entry) of few tokens runs
-    // its bucket's graph, padded to the bucket's size.
+    // A step of few tokens that samples every one runs its kind's graph for
+    // its bucket, padded to the bucket's size: a decode-only step (one token
+    // per entry) or a verify step's drafts (every position a row).
     sh.bucket = bucket_index(int(sh.T));
-    // (Not a step that verifies: the decode graphs' fused attention stores
-    // and reads K/V in one launch, one token per sequence.)
-    bool verifies = false;
-    for (uint32_t i = 0; i < n_entries; ++i) verifies = verifies || (E.at(i).flags & EH_STEP_VERIFY);
-    sh.graphed = sh.T == sh.R && !verifies && sh.T <= size_t(kGraphMaxTokens) && !graph_failed_[sh.bucket];
-    sh.padded = sh.graphed ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries) : sh.T;
+    const int kind = sh.T == n_entries ? 0 : 1;
+    const size_t bucket_rows = kind == 0 ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries)
+                                         : size_t(1) << sh.bucket;
     ensure_rows(sh.R);
+    sh.graphed = sh.T == sh.R && sh.T <= size_t(kGraphMaxTokens) && bucket_rows <= limits_.max_step_tokens &&
+                 bucket_rows <= rows_cap() && !graph_failed_[kind][sh.bucket];
+    sh.padded = sh.graphed ? bucket_rows : sh.T;
     const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), S.etok.size(),
                           S.mask_rows.size() * sh.words);
     ensure_staging(L.end);  // may wait for the steps in flight (then prev's ids are read)

@@ -275,15 +275,20 @@ private:
     float* host_logits_ = nullptr;  // pinned, rows_cap() rows
     size_t rows_ = 0;                // rows_cap()
     uint32_t scratch_block_ = 0;    // the pool's extra block, outside the BlockPool
-    // Decode-only steps: graph per size bucket (1, 2, 4, .. 64 tokens).
+    // Graphs per kind and size bucket (1, 2, 4, .. 64 tokens). Kinds:
+    // decode-only steps (one token per entry, the fused decode attention)
+    // and steps that sample every position of multi-token entries (verify
+    // steps' drafts, the paged attention), whose forward() differs.
     static constexpr int kBuckets = 7;
-    CapturedGraph graphs_[kBuckets];
-    bool graph_warm_[kBuckets] = {};
-    bool graph_failed_[kBuckets] = {};
-    // Plain decode steps whole (run_whole): per staging slot, whose ids they
-    // write, and bucket.
-    CapturedGraph whole_[2][kBuckets];
-    bool whole_failed_[kBuckets] = {};
+    static constexpr int kKinds = 2;
+    static int kind_of(const StepView& v) { return v.decode ? 0 : 1; }
+    CapturedGraph graphs_[kKinds][kBuckets];
+    bool graph_warm_[kKinds][kBuckets] = {};
+    bool graph_failed_[kKinds][kBuckets] = {};
+    // Plain steps whole (run_whole): per kind, staging slot (whose ids they
+    // write) and bucket.
+    CapturedGraph whole_[kKinds][2][kBuckets];
+    bool whole_failed_[kKinds][kBuckets] = {};
 };
 
 }  // namespace ehcuda
