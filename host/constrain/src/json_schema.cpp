@@ -61,6 +61,9 @@ namespace eh::constrain::detail {
 namespace {
 
 using Json = nlohmann::ordered_json;
+// Keyword lookups take string_views: an ordered object's find compares each
+// key, and a view compares lengths first where a C string is measured anew.
+using namespace std::string_view_literals;
 
 // Keyword sets, looked up for every key of every schema: hashed.
 using WordSet = std::unordered_set<std::string_view>;
@@ -384,11 +387,11 @@ void index_schema(Json& node, const std::string& base_in, bool old_draft, bool r
     std::string base = base_in;
     bool resource_root = depth == 0;
     auto id = node.find(old_draft ? "id" : "$id");
-    if (id != node.end() && id->is_string() && !(ref_only && node.contains("$ref"))) {
+    if (id != node.end() && id->is_string() && !(ref_only && node.contains("$ref"sv))) {
         const std::string abs = uri_resolve(base, id->get<std::string>());
         // Without $schema naming the draft, a $ref beside an $id that moves
         // the base means one schema in drafts 6-7 and another in 2019-09 on.
-        if (!draft_known && node.contains("$ref") && abs.substr(0, abs.find('#')) != base.substr(0, base.find('#')))
+        if (!draft_known && node.contains("$ref"sv) && abs.substr(0, abs.find('#')) != base.substr(0, base.find('#')))
             throw GrammarError("$ref", "'$ref' beside an '$id' that changes the base URI: its target depends on the draft; "
                                        "name the draft in '$schema'");
         const size_t hash = abs.find('#');
@@ -401,7 +404,7 @@ void index_schema(Json& node, const std::string& base_in, bool old_draft, bool r
     }
     const std::string doc = base.substr(0, base.find('#'));
     if (depth == 0) res.root_base = doc;
-    if (auto ra = node.find("$recursiveAnchor"); resource_root && ra != node.end() && *ra == true) res.recursive.insert(doc);
+    if (auto ra = node.find("$recursiveAnchor"sv); resource_root && ra != node.end() && *ra == true) res.recursive.insert(doc);
     for (const char* a : {"$anchor", "$dynamicAnchor"})
         if (auto an = node.find(a); an != node.end() && an->is_string()) {
             res.anchors.emplace(doc + "#" + an->get<std::string>(), &node);
@@ -478,9 +481,9 @@ size_t static_dynamic_refs(Json& root, const Resources& res) {
     size_t changed = 0;
     for (auto it = found.rbegin(); it != found.rend(); ++it) {
         Json& node = *it->node;
-        if (node.contains("allOf") && !node["allOf"].is_array()) continue;  // malformed: refused where compiled
+        if (node.contains("allOf"sv) && !node["allOf"].is_array()) continue;  // malformed: refused where compiled
         node.erase(it->key);
-        if (!node.contains("$ref")) node["$ref"] = it->target;
+        if (!node.contains("$ref"sv)) node["$ref"] = it->target;
         else node["allOf"].push_back(Json{{"$ref", it->target}});  // null becomes an array
         ++changed;
     }
@@ -548,9 +551,9 @@ public:
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
         if (unevaluated_words(s)) return merged(s, path);  // flatten() rewrites them (unevaluated())
         check_refused(s, path);
-        if (auto n = s.find("not"); n != s.end() && trivial(*n) == 1)  // {"not": {}}: "may not appear"
+        if (auto n = s.find("not"sv); n != s.end() && trivial(*n) == 1)  // {"not": {}}: "may not appear"
             throw EmptySchema("not", fmt::format("the schema at {} is 'not' of a schema that matches everything", at(path)));
-        if (auto n = s.find("not"); n != s.end() && !not_types(*n) && trivial(*n) < 0 && !not_values(*n)) {
+        if (auto n = s.find("not"sv); n != s.end() && !not_types(*n) && trivial(*n) < 0 && !not_values(*n)) {
             // s without `not`, and a schema of values that fail it.
             auto neg = negate(*n, path, 0);
             if (!neg)
@@ -562,7 +565,7 @@ public:
             store_.push_back(Json{{"allOf", Json::array({std::move(copy), std::move(*neg)})}});
             return merged(store_.back(), path);
         }
-        if (auto n = s.find("not"); n != s.end() && not_values(*n)) {
+        if (auto n = s.find("not"sv); n != s.end() && not_values(*n)) {
             Json copy = s;
             copy.erase("not");
             const Json& values = n->contains("enum") ? (*n)["enum"] : Json::array({(*n)["const"]});
@@ -578,7 +581,7 @@ public:
                 longest = std::max<uint64_t>(longest, std::count_if(t.begin(), t.end(), [](char c) { return (uint8_t(c) & 0xC0) != 0x80; }));
             }
             if (strings) {
-                auto m = copy.find("minLength");
+                auto m = copy.find("minLength"sv);
                 const uint64_t had = m != copy.end() && m->is_number_unsigned() ? m->get<uint64_t>() : 0;
                 copy["minLength"] = std::max(had, longest + 1);
             }
@@ -586,13 +589,13 @@ public:
             store_.push_back(std::move(copy));
             return value(store_.back(), path, depth);
         }
-        if (auto r = s.find("$ref"); r != s.end() && r->is_string() && only_redundant_type(s, *r, path))
+        if (auto r = s.find("$ref"sv); r != s.end() && r->is_string() && only_redundant_type(s, *r, path))
             return ref(*r, path);
-        const bool any_of = s.contains("anyOf"), one_of = s.contains("oneOf");
-        if (s.contains("allOf") || (any_of && one_of) || (s.contains("$ref") && constrains_beside(s, "$ref")) ||
+        const bool any_of = s.contains("anyOf"sv), one_of = s.contains("oneOf"sv);
+        if (s.contains("allOf"sv) || (any_of && one_of) || (s.contains("$ref"sv) && constrains_beside(s, "$ref")) ||
             conditional(s))
             return merged(s, path);
-        if (auto r = s.find("$ref"); r != s.end()) return ref(*r, path);
+        if (auto r = s.find("$ref"sv); r != s.end()) return ref(*r, path);
         if (any_of || one_of) {
             // oneOf is compiled as anyOf: where its branches overlap, a value
             // matching two of them is not excluded (docs/http-api.md).
@@ -635,7 +638,7 @@ public:
             return alts.empty() ? "" : rule(alts);
         }
         std::vector<std::string> types = types_of(s, path);
-        if (s.contains("enum") || s.contains("const")) return enumerated(s, types, path);
+        if (s.contains("enum"sv) || s.contains("const"sv)) return enumerated(s, types, path);
         if (types.empty()) return "j-value";
         const bool has_number = std::count(types.begin(), types.end(), "number") != 0;
         std::string alts;
@@ -670,21 +673,29 @@ private:
         }
         // A malformed value of an enforced keyword is a 400 even where the
         // keyword would not apply (a string-only keyword on a number ...).
+        // (one lookup per key: this runs on every schema of a document)
+        static const std::unordered_map<std::string_view, char> kValueKind = {
+            {"format", 's'}, {"pattern", 's'}, {"properties", 'o'}, {"patternProperties", 'o'}, {"$defs", 'o'},
+            {"definitions", 'o'}, {"dependentRequired", 'o'}, {"required", 'a'}, {"enum", 'a'}, {"prefixItems", 'a'},
+            {"minimum", 'n'}, {"maximum", 'n'}, {"multipleOf", 'n'}, {"exclusiveMinimum", 'x'}, {"exclusiveMaximum", 'x'},
+            {"minLength", 'u'}, {"maxLength", 'u'}, {"minItems", 'u'}, {"maxItems", 'u'}, {"minProperties", 'u'},
+            {"maxProperties", 'u'}};
         for (const auto& [k, v] : s.items()) {
+            const auto kind = kValueKind.find(k);
+            if (kind == kValueKind.end()) continue;
             const char* want = nullptr;
-            if ((k == "format" || k == "pattern") && !v.is_string()) want = "a string";
-            else if ((k == "properties" || k == "patternProperties" || k == "$defs" || k == "definitions" ||
-                      k == "dependentRequired") && !v.is_object())
-                want = "an object";
-            else if ((k == "required" || k == "enum" || k == "prefixItems") && !v.is_array()) want = "an array";
-            else if ((k == "minimum" || k == "maximum" || k == "multipleOf") && !v.is_number()) want = "a number";
-            else if ((k == "exclusiveMinimum" || k == "exclusiveMaximum") && !v.is_number() && !v.is_boolean())
-                want = "a number (or, in draft 4, a boolean)";
-            else if ((k == "minLength" || k == "maxLength" || k == "minItems" || k == "maxItems" || k == "minProperties" ||
-                      k == "maxProperties") &&
-                     !(v.is_number_unsigned() || (v.is_number_float() && v.get<double>() >= 0 &&
-                                                  std::floor(v.get<double>()) == v.get<double>())))
-                want = "a non-negative integer";
+            switch (kind->second) {
+            case 's': want = v.is_string() ? nullptr : "a string"; break;
+            case 'o': want = v.is_object() ? nullptr : "an object"; break;
+            case 'a': want = v.is_array() ? nullptr : "an array"; break;
+            case 'n': want = v.is_number() ? nullptr : "a number"; break;
+            case 'x': want = v.is_number() || v.is_boolean() ? nullptr : "a number (or, in draft 4, a boolean)"; break;
+            default:
+                want = v.is_number_unsigned() ||
+                               (v.is_number_float() && v.get<double>() >= 0 && std::floor(v.get<double>()) == v.get<double>())
+                           ? nullptr
+                           : "a non-negative integer";
+            }
             if (want) throw GrammarError(k, fmt::format("'{}' at {} must be {}", k, at(path), want));
         }
         for (const char* key : {"dependentSchemas", "dependencies"})
@@ -702,7 +713,7 @@ private:
 
     // if/then/else constrain only with a then or an else.
     static bool conditional(const Json& s) {
-        if (s.contains("if") && (s.contains("then") || s.contains("else"))) return true;
+        if (s.contains("if"sv) && (s.contains("then"sv) || s.contains("else"sv))) return true;
         return !dependent_schemas(s).empty();
     }
 
@@ -728,7 +739,7 @@ private:
     // `type`, the keywords that apply to one type pick it (kObjectWords ...).
     // The types a `not` excludes, when it holds only `type` (and annotations).
     static std::optional<std::set<std::string>> not_types(const Json& n) {
-        if (!n.is_object() || !n.contains("type")) return std::nullopt;
+        if (!n.is_object() || !n.contains("type"sv)) return std::nullopt;
         for (const auto& [k, v] : n.items())
             if (k != "type" && (kHandled.count(k) || kRefused.count(k) || k == "if")) return std::nullopt;
         std::set<std::string> out;
@@ -787,7 +798,7 @@ private:
 
     static std::vector<std::string> types_of(const Json& s, const std::string& path) {
         std::vector<std::string> types = types_allowed(s, path);
-        auto n = s.find("not");
+        auto n = s.find("not"sv);
         if (n == s.end() || trivial(*n) == 0) return types;
         const auto ex = not_types(*n);
         if (!ex) return types;  // another `not`: value() negates it where this schema is compiled
@@ -805,7 +816,7 @@ private:
 
     static std::vector<std::string> types_allowed(const Json& s, const std::string& path) {
         std::vector<std::string> types;
-        if (auto t = s.find("type"); t != s.end()) {
+        if (auto t = s.find("type"sv); t != s.end()) {
             if (t->is_string()) types.push_back(t->get<std::string>());
             else if (t->is_array() && !t->empty())
                 for (const auto& x : *t) {
@@ -847,8 +858,8 @@ private:
         if (!x.is_object()) return std::nullopt;
         if (trivial(x) == 1) return Json(false);
         Json alts = Json::array();
-        const bool draft4_bounds = (x.contains("exclusiveMinimum") && x["exclusiveMinimum"].is_boolean()) ||
-                                   (x.contains("exclusiveMaximum") && x["exclusiveMaximum"].is_boolean());
+        const bool draft4_bounds = (x.contains("exclusiveMinimum"sv) && x["exclusiveMinimum"].is_boolean()) ||
+                                   (x.contains("exclusiveMaximum"sv) && x["exclusiveMaximum"].is_boolean());
         auto of_type = [](const char* type, Json rest) {
             rest["type"] = type;
             return rest;
@@ -930,7 +941,7 @@ private:
     // nothing, and merging copies the target (a large one under each of
     // many properties).
     bool only_redundant_type(const Json& s, const Json& r, const std::string& path) const {
-        if (!s.contains("type")) return false;
+        if (!s.contains("type"sv)) return false;
         for (const auto& [k, v] : s.items())
             if (k != "$ref" && k != "type" && kHandled.count(k)) return false;
         const Json* t = resolve(r.get<std::string>(), path);
@@ -974,13 +985,13 @@ private:
     // The enum/const values the schema allows (different values only).
     std::vector<Json> enum_values(const Json& s, const std::vector<std::string>& types, const std::string& path) {
         std::vector<Json> values;
-        if (auto e = s.find("enum"); e != s.end()) {
+        if (auto e = s.find("enum"sv); e != s.end()) {
             if (!e->is_array() || e->empty())
                 throw GrammarError("enum", fmt::format("'enum' at {} must be a non-empty array", at(path)));
             values.assign(e->begin(), e->end());
         }
-        if (auto c = s.find("const"); c != s.end()) {
-            if (s.contains("enum") && std::find(values.begin(), values.end(), *c) == values.end()) values.clear();
+        if (auto c = s.find("const"sv); c != s.end()) {
+            if (s.contains("enum"sv) && std::find(values.begin(), values.end(), *c) == values.end()) values.clear();
             else values.assign(1, *c);
         }
         // Other enforced keywords beside them: the values are checked by
@@ -988,7 +999,7 @@ private:
         Json others = s;
         others.erase("enum");
         others.erase("const");
-        if (!others.contains("type")) {
+        if (!others.contains("type"sv)) {
             // Each keyword applies to its own type only: without a `type`,
             // the values' own types (not the types keywords imply) are checked.
             std::set<std::string> kinds;
@@ -1000,7 +1011,7 @@ private:
         std::shared_ptr<Automaton> check;
         if (constrains_beside(others, "type")) {
             if (enum_depth_ >= kMaxEnumChecks)
-                throw GrammarError(s.contains("enum") ? "enum" : "const",
+                throw GrammarError(s.contains("enum"sv) ? "enum" : "const",
                                    fmt::format("'enum'/'const' beside other keywords at {} nest more than {} deep", at(path),
                                                kMaxEnumChecks));
             std::string rules = json_base_rules();
@@ -1016,8 +1027,8 @@ private:
                 std::find(kept.begin(), kept.end(), v) == kept.end())
                 kept.push_back(v);
         if (kept.empty())
-            throw EmptySchema(s.contains("enum") ? "enum" : "const",
-                               fmt::format("'{}' at {} allows no value of the schema's type", s.contains("enum") ? "enum" : "const",
+            throw EmptySchema(s.contains("enum"sv) ? "enum" : "const",
+                               fmt::format("'{}' at {} allows no value of the schema's type", s.contains("enum"sv) ? "enum" : "const",
                                            at(path)));
         return kept;
     }
@@ -1027,12 +1038,12 @@ private:
     // (narrowing: other orders are not written), each at most once, lo..hi
     // of them; nullopt when the items are not such a set.
     std::optional<std::string> unique_array(const Json& s, uint64_t lo, uint64_t hi, const std::string& path) {
-        auto it = s.find("items");
-        if (it == s.end() || it->is_array() || s.contains("prefixItems") || s.contains("contains")) return std::nullopt;
+        auto it = s.find("items"sv);
+        if (it == s.end() || it->is_array() || s.contains("prefixItems"sv) || s.contains("contains"sv)) return std::nullopt;
         const Json items = flatten(*it, path + "/items", 0);
         std::vector<Json> values;
         const std::vector<std::string> types = types_of(items, path + "/items");
-        if (items.contains("enum") || items.contains("const")) {
+        if (items.contains("enum"sv) || items.contains("const"sv)) {
             values = enum_values(items, types, path + "/items");
         } else if (!types.empty() && !constrains_beside(items, "type")) {
             for (const auto& t : types) {
@@ -1352,7 +1363,7 @@ private:
                 out[k] = v;
         if (conditional(s)) {  // applied to the whole merged schema (merged())
             Json conds = Json::array();
-            if (s.contains("if") && (s.contains("then") || s.contains("else"))) {
+            if (s.contains("if"sv) && (s.contains("then"sv) || s.contains("else"sv))) {
                 Json cond = Json::object();
                 for (const char* k : {"if", "then", "else"})
                     if (auto v = s.find(k); v != s.end()) cond[k] = *v;
@@ -1361,7 +1372,7 @@ private:
             for (const auto& [name, sub] : dependent_schemas(s))
                 conds.push_back(Json{{"if", {{"required", Json::array({name})}}}, {"then", *sub}});
             out.erase("dependentSchemas");
-            if (auto d = out.find("dependencies"); d != out.end() && d->is_object()) {
+            if (auto d = out.find("dependencies"sv); d != out.end() && d->is_object()) {
                 Json lists = Json::object();
                 for (const auto& [k, v] : d->items())
                     if (v.is_array()) lists[k] = v;
@@ -1371,16 +1382,16 @@ private:
             out[kConditionals] = conds;
         }
         normalize_bounds(out);
-        if (auto o = out.find("oneOf"); o != out.end()) {  // oneOf as anyOf (see value())
+        if (auto o = out.find("oneOf"sv); o != out.end()) {  // oneOf as anyOf (see value())
             Json alts = *o;
             out.erase("oneOf");
             merge(out, Json{{"anyOf", alts}}, path);
         }
-        if (auto r = s.find("$ref"); r != s.end()) {
+        if (auto r = s.find("$ref"sv); r != s.end()) {
             if (!r->is_string()) throw GrammarError("$ref", fmt::format("'$ref' at {} must be a string", at(path)));
             merge(out, flatten(*resolve(r->get<std::string>(), path), r->get<std::string>(), depth + 1), path);
         }
-        if (auto a = s.find("allOf"); a != s.end()) {
+        if (auto a = s.find("allOf"sv); a != s.end()) {
             if (!a->is_array() || a->empty())
                 throw GrammarError("allOf", fmt::format("'allOf' at {} must be a non-empty array", at(path)));
             for (size_t i = 0; i < a->size(); ++i)
@@ -1417,8 +1428,8 @@ private:
     Json unevaluated(const Json& s, const std::string& path, uint32_t depth) {
         Json rest = s;
         Json up = Json(true), ui = Json(true);
-        if (auto u = rest.find("unevaluatedProperties"); u != rest.end()) up = *u, rest.erase(u);
-        if (auto u = rest.find("unevaluatedItems"); u != rest.end()) ui = *u, rest.erase(u);
+        if (auto u = rest.find("unevaluatedProperties"sv); u != rest.end()) up = *u, rest.erase(u);
+        if (auto u = rest.find("unevaluatedItems"sv); u != rest.end()) ui = *u, rest.erase(u);
         const char* key = trivial(up) != 1 ? "unevaluatedProperties" : "unevaluatedItems";
         for (const Json* u : {&up, &ui})
             if (!u->is_boolean() && !u->is_object())
@@ -1428,15 +1439,15 @@ private:
         spread(std::move(flat), alts, key, path, depth);
         Json out = Json::array();
         for (auto& f : alts) {
-            if (trivial(up) != 1 && !f.contains("additionalProperties")) f["additionalProperties"] = up;
+            if (trivial(up) != 1 && !f.contains("additionalProperties"sv)) f["additionalProperties"] = up;
             if (trivial(ui) != 1) {
-                if (f.contains("contains"))
+                if (f.contains("contains"sv))
                     throw GrammarError(key, fmt::format("'unevaluatedItems' beside 'contains' at {} is not supported", at(path)));
-                auto items = f.find("items");
-                if (f.contains("prefixItems")) {
+                auto items = f.find("items"sv);
+                if (f.contains("prefixItems"sv)) {
                     if (items == f.end()) f["items"] = ui;
                 } else if (items != f.end() && items->is_array()) {
-                    if (!f.contains("additionalItems")) f["additionalItems"] = ui;
+                    if (!f.contains("additionalItems"sv)) f["additionalItems"] = ui;
                 } else if (items == f.end()) {
                     f["items"] = ui;
                 }
@@ -1459,7 +1470,7 @@ private:
     // rest of `flat` (alternatives no value matches left out), at most
     // kMaxMergedAlternatives in all.
     void spread(Json flat, std::vector<Json>& out, const char* key, const std::string& path, uint32_t depth) {
-        auto a = flat.find("anyOf");
+        auto a = flat.find("anyOf"sv);
         if (a == flat.end()) {
             out.push_back(std::move(flat));
             return;
@@ -1494,7 +1505,7 @@ private:
         std::optional<std::set<std::string>> common;
         auto meet = [&](const Json& part) {
             if (!part.is_object()) return;
-            auto t = part.find("type");
+            auto t = part.find("type"sv);
             if (t == part.end()) return;
             std::set<std::string> these;
             if (t->is_string()) these.insert(t->get<std::string>());
@@ -1515,7 +1526,7 @@ private:
         auto with_target = [&](const Json& part) {
             meet(part);
             if (!part.is_object()) return;
-            if (auto r = part.find("$ref"); r != part.end() && r->is_string()) {
+            if (auto r = part.find("$ref"sv); r != part.end() && r->is_string()) {
                 try {
                     meet(*resolve(r->get<std::string>(), path));
                 } catch (const GrammarError&) {
@@ -1524,7 +1535,7 @@ private:
             }
         };
         with_target(s);
-        if (auto a = s.find("allOf"); a != s.end() && a->is_array())
+        if (auto a = s.find("allOf"sv); a != s.end() && a->is_array())
             for (const auto& part : *a) with_target(part);
         if (common && common->empty()) nothing("type", path, "no type is allowed by every part");
     }
@@ -1561,7 +1572,7 @@ private:
     std::optional<Json> negated(const Json& test, const Json& s, const std::string& path) {
         if (!test.is_object()) return std::nullopt;
         // {"required": [a, b]}: a or b is absent (it may not appear).
-        if (auto r = test.find("required"); r != test.end() && r->is_array() && !r->empty() && !test.contains("properties")) {
+        if (auto r = test.find("required"sv); r != test.end() && r->is_array() && !r->empty() && !test.contains("properties"sv)) {
             bool only = true;
             for (const auto& [k, v] : test.items())
                 if (k != "required" && !kAnnotations.count(k) && !(k == "type" && v == "object")) only = false;
@@ -1581,7 +1592,7 @@ private:
                 tested = &v.begin().value();
                 continue;
             }
-            if (k == "required" && v.is_array() && v.size() == 1 && test.contains("properties") &&
+            if (k == "required" && v.is_array() && v.size() == 1 && test.contains("properties"sv) &&
                 test["properties"].is_object() && test["properties"].contains(v[0].is_string() ? v[0].get<std::string>() : ""))
                 continue;  // required p beside properties p: not-if also holds when p is absent (not written)
             return std::nullopt;
@@ -1591,7 +1602,7 @@ private:
         if (auto e = tested->find("enum"); e != tested->end() && e->is_array()) tested_values = *e;
         else if (auto c = tested->find("const"); c != tested->end()) tested_values = Json::array({*c});
         else return std::nullopt;
-        auto props = s.find("properties");
+        auto props = s.find("properties"sv);
         if (props == s.end() || !props->is_object() || !props->contains(name)) return std::nullopt;
         Json domain;
         try {
@@ -1600,8 +1611,8 @@ private:
             return std::nullopt;  // the property's own schema is refused where it is compiled
         }
         Json values;
-        if (auto e = domain.find("enum"); e != domain.end() && e->is_array()) values = *e;
-        else if (auto c = domain.find("const"); c != domain.end()) values = Json::array({*c});
+        if (auto e = domain.find("enum"sv); e != domain.end() && e->is_array()) values = *e;
+        else if (auto c = domain.find("const"sv); c != domain.end()) values = Json::array({*c});
         else if (domain.value("type", Json()) == "boolean") values = Json::array({true, false});
         else return std::nullopt;
         Json others = Json::array();
@@ -1625,7 +1636,7 @@ private:
             if (std::find(parts.begin(), parts.end(), q) == parts.end()) parts.push_back(std::move(q));
         };
         auto add = [&](const Json& v) {
-            if (v.is_object() && v.size() == 1 && v.contains("allOf") && v["allOf"].is_array() && !v["allOf"].empty()) {
+            if (v.is_object() && v.size() == 1 && v.contains("allOf"sv) && v["allOf"].is_array() && !v["allOf"].empty()) {
                 for (const auto& p : v["allOf"]) add_one(p);
             } else {
                 add_one(v);
@@ -1644,17 +1655,17 @@ private:
         // additionalProperties (absent: any): checked against the other
         // side's properties before they are united.
         auto extra = [](const Json& x) -> const Json* {
-            auto ap = x.find("additionalProperties");
+            auto ap = x.find("additionalProperties"sv);
             return ap == x.end() ? nullptr : &*ap;
         };
         auto props = [](const Json& x) -> const Json* {
-            auto p = x.find("properties");
+            auto p = x.find("properties"sv);
             return p == x.end() || !p->is_object() ? nullptr : &*p;
         };
         auto restrict = [&](Json& target, const Json& other_side) {
             // target's properties not named by other_side get other_side's additionalProperties.
             const Json* ap = extra(other_side);
-            if (!ap || (ap->is_boolean() && ap->get<bool>()) || !target.contains("properties")) return;
+            if (!ap || (ap->is_boolean() && ap->get<bool>()) || !target.contains("properties"sv)) return;
             const Json* named = props(other_side);
             Json& tp = target["properties"];
             if (!tp.is_object()) return;
@@ -1662,7 +1673,7 @@ private:
             for (auto& [k, v] : tp.items()) {
                 if (named && named->contains(k)) kept[k] = v;
                 else if (ap->is_boolean()) {  // false: this property may not appear
-                    if (auto r = target.find("required"); r != target.end() && r->is_array() &&
+                    if (auto r = target.find("required"sv); r != target.end() && r->is_array() &&
                                                           std::find(r->begin(), r->end(), Json(k)) != r->end())
                         nothing("additionalProperties", path, "a required property '" + k.substr(0, 100) + "' is not allowed");
                 } else {
@@ -1674,11 +1685,11 @@ private:
         // A tuple (prefixItems, or an array `items`) says which schema
         // `items`/`additionalItems` apply after, in its own schema only.
         auto tuple = [](const Json& x) {
-            auto it = x.find("items");
-            return x.contains("prefixItems") || (it != x.end() && it->is_array());
+            auto it = x.find("items"sv);
+            return x.contains("prefixItems"sv) || (it != x.end() && it->is_array());
         };
         auto items_words = [](const Json& x) {
-            return x.contains("items") || x.contains("prefixItems") || x.contains("additionalItems");
+            return x.contains("items"sv) || x.contains("prefixItems"sv) || x.contains("additionalItems"sv);
         };
         if ((tuple(a) && items_words(b)) || (tuple(b) && items_words(a)))
             throw GrammarError("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} merges tuple "
@@ -1805,7 +1816,7 @@ private:
         const uint64_t lo = count_keyword(s, "minLength", 0, path);
         const uint64_t hi = count_keyword(s, "maxLength", kRegexUnbounded, path);
         if (hi < lo) throw GrammarError("maxLength", fmt::format("'maxLength' at {} is below 'minLength'", at(path)));
-        if (auto p = s.find("pattern"); p != s.end()) {
+        if (auto p = s.find("pattern"sv); p != s.end()) {
             if (!p->is_string()) throw GrammarError("pattern", fmt::format("'pattern' at {} must be a string", at(path)));
             // The same pattern and bounds met again (a definition's pattern
             // in many properties) is the same rule.
@@ -1813,13 +1824,13 @@ private:
             if (auto it = pattern_rules_.find(key); it != pattern_rules_.end()) return it->second;
             auto e = regex_grammar(p->get<std::string>(), "j-char", lo, hi);
             if (!e)
-                throw GrammarError(s.contains("maxLength") ? "maxLength" : "minLength",
+                throw GrammarError(s.contains("maxLength"sv) ? "maxLength" : "minLength",
                                    fmt::format("'{}' beside 'pattern' at {} cannot be met by narrowing this pattern "
                                                "(its repeats cannot be cut or raised to fit the length)",
-                                               s.contains("maxLength") ? "maxLength" : "minLength", at(path)));
+                                               s.contains("maxLength"sv) ? "maxLength" : "minLength", at(path)));
             return pattern_rules_[key] = rule("\"\\\"\" " + *e + " \"\\\"\"");
         }
-        if (auto f = s.find("format"); f != s.end() && f->is_string()) {
+        if (auto f = s.find("format"sv); f != s.end() && f->is_string()) {
             // The same format and bounds met again is the same rule ("" when
             // the format is not enforced there).
             const std::string key = fmt::format("{}\n{}\n{}", lo, hi, f->get<std::string>());
@@ -2126,7 +2137,7 @@ private:
         // m <= kMaxMultipleOf, no bounds beside it). Others: a 400.
         uint32_t frac = 16;
         uint64_t modulus = 0;
-        if (auto mo = s.find("multipleOf"); mo != s.end()) {
+        if (auto mo = s.find("multipleOf"sv); mo != s.end()) {
             if (!mo->is_number() || mo->get<double>() <= 0)
                 throw GrammarError("multipleOf", fmt::format("'multipleOf' at {} must be a positive number", at(path)));
             const double x = mo->get<double>();
@@ -2239,7 +2250,9 @@ private:
             return it == index_.end() ? nullptr : items_[it->second].second;
         }
         bool contains(const std::string& k) const { return get(k) != nullptr; }
-        bool empty() const { return names().empty(); }
+        bool empty() const {
+            return std::none_of(items_.begin(), items_.end(), [](const auto& kv) { return kv.second != nullptr; });
+        }
         std::vector<std::string> names() const {
             std::vector<std::string> out;
             for (const auto& [k, v] : items_)
@@ -2255,13 +2268,13 @@ private:
 
     std::string object(const Json& s, const std::string& path, uint32_t depth) {
         Props props;
-        if (auto p = s.find("properties"); p != s.end()) {
+        if (auto p = s.find("properties"sv); p != s.end()) {
             if (!p->is_object()) throw GrammarError("properties", fmt::format("'properties' at {} must be an object", at(path)));
             for (const auto& [k, v] : p->items()) props.point(k, &v);
         }
         const Json* extra = nullptr;
         bool closed = false;
-        if (auto a = s.find("additionalProperties"); a != s.end()) {
+        if (auto a = s.find("additionalProperties"sv); a != s.end()) {
             if (!a->is_boolean() && !a->is_object())
                 throw GrammarError("additionalProperties",
                                    fmt::format("'additionalProperties' at {} must be a boolean or a schema", at(path)));
@@ -2269,7 +2282,7 @@ private:
             else extra = &*a;
         }
         std::set<std::string> required;
-        if (auto r = s.find("required"); r != s.end()) {
+        if (auto r = s.find("required"sv); r != s.end()) {
             if (!r->is_array()) throw GrammarError("required", fmt::format("'required' at {} must be an array", at(path)));
             for (const auto& x : *r) {
                 if (!x.is_string()) throw GrammarError("required", fmt::format("'required' at {} must hold strings", at(path)));
@@ -2294,7 +2307,7 @@ private:
         // is a 400).
         const Json* pp = nullptr;
         std::vector<std::string> key_exprs;
-        if (auto p = s.find("patternProperties"); p != s.end()) {
+        if (auto p = s.find("patternProperties"sv); p != s.end()) {
             if (!p->is_object())
                 throw GrammarError("patternProperties", fmt::format("'patternProperties' at {} must be an object", at(path)));
             if (!p->empty()) pp = &*p;
@@ -2352,7 +2365,7 @@ private:
         // propertyNames: listed names it refuses are left out (a required
         // one is a 400); a map's keys are written from it.
         std::string key_schema;
-        if (auto pn = s.find("propertyNames"); pn != s.end() && !(pn->is_boolean() && pn->get<bool>()) &&
+        if (auto pn = s.find("propertyNames"sv); pn != s.end() && !(pn->is_boolean() && pn->get<bool>()) &&
                                                !(pn->is_object() && pn->empty())) {
             if (!props.empty()) {
                 std::string rules = json_base_rules();
@@ -2506,10 +2519,10 @@ private:
         std::string rest = "j-value";
         const Json* tuple_json = nullptr;
         const char* rest_key = "items";
-        if (auto p = s.find("prefixItems"); p != s.end()) {
+        if (auto p = s.find("prefixItems"sv); p != s.end()) {
             if (!p->is_array()) throw GrammarError("prefixItems", fmt::format("'prefixItems' at {} must be an array", at(path)));
             tuple_json = &*p;
-        } else if (auto it = s.find("items"); it != s.end() && it->is_array()) {
+        } else if (auto it = s.find("items"sv); it != s.end() && it->is_array()) {
             tuple_json = &*it;
             rest_key = "additionalItems";
         }
@@ -2526,7 +2539,7 @@ private:
         if (lo > kMaxRepeat) throw GrammarError("minItems", fmt::format("'minItems' at {} is above the limit of {}", at(path), kMaxRepeat));
         if (hi < lo) throw GrammarError("maxItems", fmt::format("'maxItems' at {} is below 'minItems'", at(path)));
         if (hi != kRegexUnbounded && hi > kMaxRepeat) hi = kMaxRepeat;  // narrowed: at most 1,000 items written
-        if (auto u = s.find("uniqueItems"); u != s.end() && u->is_boolean() && u->get<bool>() && hi > 1) {
+        if (auto u = s.find("uniqueItems"sv); u != s.end() && u->is_boolean() && u->get<bool>() && hi > 1) {
             if (auto e = unique_array(s, lo, hi, path)) return *e;
             // Items from an infinite set: distinct items cannot be told apart
             // in a grammar, but an array of at most one item is always
@@ -2538,7 +2551,7 @@ private:
                                                               at(path)));
             hi = 1;
         }
-        if (auto c = s.find("contains"); c != s.end()) {
+        if (auto c = s.find("contains"sv); c != s.end()) {
             // contains: the FIRST item matches it (and `items`), so at least
             // one does (narrowing: a match elsewhere is not written).
             if (hi == 0 || tuple_json || rest.empty())
@@ -2546,7 +2559,7 @@ private:
                                                            "is not supported", at(path)));
             Json both = Json::object();
             both["allOf"] = Json::array({*c});
-            if (auto it = s.find("items"); it != s.end()) both["allOf"].push_back(*it);
+            if (auto it = s.find("items"sv); it != s.end()) both["allOf"].push_back(*it);
             store_.push_back(std::move(both));
             const std::string first = value(store_.back(), path + "/contains", depth + 1);
             const std::string more = fmt::format(R"(( "," j-ws {} j-ws ))", rest);
@@ -2657,12 +2670,12 @@ std::string schema_rules(std::string_view schema_json, const std::string& prefix
     Json root = parse_schema(schema_json);
     Resources res;
     std::string schema_uri;
-    if (auto sc = root.find("$schema"); root.is_object() && sc != root.end() && sc->is_string()) schema_uri = sc->get<std::string>();
-    const bool old_draft = schema_uri.find("draft-04") != std::string::npos || schema_uri.find("draft-03") != std::string::npos;
+    if (auto sc = root.find("$schema"sv); root.is_object() && sc != root.end() && sc->is_string()) schema_uri = sc->get<std::string>();
+    const bool old_draft = schema_uri.find("draft-04"sv) != std::string::npos || schema_uri.find("draft-03"sv) != std::string::npos;
     res.docs.emplace("", &root);
     bool ref_only = old_draft;
     for (const char* d : {"draft-06", "draft-07"}) ref_only = ref_only || schema_uri.find(d) != std::string::npos;
-    index_schema(root, "", old_draft, ref_only, schema_uri.find("json-schema.org") != std::string::npos, res, 0);
+    index_schema(root, "", old_draft, ref_only, schema_uri.find("json-schema.org"sv) != std::string::npos, res, 0);
     if (!ref_only && static_dynamic_refs(root, res) > 0) {  // index again: the changes moved nodes
         res = Resources{};
         res.docs.emplace("", &root);
