@@ -179,7 +179,7 @@ private:
     void join_side(int nside);
     void copy_block(uint32_t from, uint32_t to, uint32_t n_pos);
     // park()'s and unpark()'s copy of seq's first n_tokens rows, waited for.
-    void park_copy(const CudaSeq& seq, uint32_t n_tokens, __half* mapped, bool to_host);
+    void park_copy(const CudaSeq& seq, uint32_t n_tokens, const ParkedKv& parked, bool to_host);
     // forward(v), through bucket's graph when bucket >= 0 (run eagerly on
     // its first use, captured on its second).
     void run_forward(const StepView& v, int bucket);
