@@ -14,14 +14,16 @@
 #
 #   scripts/device-host-tier.sh BUILD_DIR [PROFILE] [KV_MB] [REPS]
 # (after device-unpack.sh; MODELS_DIR, default /dev/shm/eh; OUT for the logs;
-# TURN_WORDS 360 a turn, OTHER_WORDS 2300 an evicting prompt, CTX 6144; MODEL:
-# a model file instead of forging PROFILE, PLUGINS another plugin folder)
-# KV_MB: Qwen2.5-0.5B (24 KiB a token) 160 holds ~6,800 tokens; Qwen3-8B
-# (144 KiB a token) 960 holds ~6,800.
+# CTX 6144; MODEL: a model file instead of forging PROFILE, PLUGINS another
+# plugin folder.) KV_MB "auto" (the default) sizes the pool to POOL_TOKENS
+# (6800) from /health's kv_bytes_per_token of a first start. The chat's turns
+# and the evicting prompts are sized in tokens (TURN_TOKENS 380, OTHER_TOKENS
+# 2500) from the server's /tokenize of the words used; TURN_WORDS /
+# OTHER_WORDS set them in words instead.
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 profile=${2:-qwen2.5-0.5b-instruct-q4_k_m}
-kv_mb=${3:-160}
+kv_mb=${3:-auto}
 reps=${4:-3}
 eh="$build/bin/engine-host"
 models=${MODELS_DIR:-/dev/shm/eh}
@@ -30,7 +32,7 @@ mkdir -p "$models" "$out"
 model=${MODEL:-$models/$profile.gguf}
 [ -s "$model" ] || "$eh" forge --like "$profile" --out "$model" | tail -1
 plugins=${PLUGINS:-$build/plugins}
-export TURN_WORDS=${TURN_WORDS:-360} OTHER_WORDS=${OTHER_WORDS:-2300}
+export TURN_WORDS=${TURN_WORDS:-0} OTHER_WORDS=${OTHER_WORDS:-0} TURN_TOKENS=${TURN_TOKENS:-380} OTHER_TOKENS=${OTHER_TOKENS:-2500}
 
 serve() {  # PORT HOST_BYTES LOG
   "$eh" serve --plugins "$plugins" --model "$model" --port "$1" --ctx-size "${CTX:-6144}" \
@@ -71,6 +73,13 @@ def metrics():
     return out
 def text(salt, n):
     return " ".join(WORDS[(salt * 7 + i) % len(WORDS)] for i in range(n))
+def tokens_of(t):
+    req = urllib.request.Request(base + "/tokenize", json.dumps({"text": t}).encode(), {"Content-Type": "application/json"})
+    return len(json.load(urllib.request.urlopen(req))["tokens"])
+per_word = tokens_of(text(3, 400)) / 400
+turn_words = turn_words or max(1, int(int(os.environ["TURN_TOKENS"]) / per_word))
+other_words = other_words or max(1, int(int(os.environ["OTHER_TOKENS"]) / per_word))
+print(f"[host-tier] {mode}: {per_word:.2f} tokens a word; turns of {turn_words} words, evicting prompts of {other_words}")
 def chat(salt, evict):
     msgs = [{"role": "system", "content": f"Session {salt}. You are a careful assistant."}]
     for turn in range(1, 10):
@@ -104,6 +113,16 @@ EOF
 }
 
 curl_health() { curl -sf "http://127.0.0.1:$1/health" | python3 -c 'import json,sys; h=json.load(sys.stdin); s=h["scheduler"]; print("[host-tier] device:", h["device"], "| plugin:", h["plugin"]["name"], "| KV pool:", s["kv_blocks_total"], "blocks of", s["kv_block_tokens"], "| kv_host_tier:", json.dumps(h.get("kv_host_tier")))'; }
+
+if [ "$kv_mb" = auto ]; then  # one start to read the model's KV bytes a token
+  kv_mb=2048
+  pid=$(serve 18730 0 "$out/serve-probe.log")
+  if wait_healthy 18730; then
+    kv_mb=$(curl -sf http://127.0.0.1:18730/health | python3 -c "import json,sys,os; b=json.load(sys.stdin)['kv_bytes_per_token']; print(-(-b * int(os.environ.get('POOL_TOKENS', 6800)) // (1 << 20)))")
+  fi
+  kill $pid; wait $pid 2>/dev/null
+  echo "[host-tier] KV pool: $kv_mb MiB"
+fi
 
 for mode in tier notier; do
   port=$([ $mode = tier ] && echo 18731 || echo 18732)
