@@ -1152,10 +1152,14 @@ private:
         // Annotations beside the parts do not make a different schema
         // (`{"$ref": "#", "description": …}` under each of many properties
         // is one target, not one per property).
-        Json keyed = s;
-        for (auto it = keyed.begin(); it != keyed.end();)
-            it = kAnnotations.count(it.key()) ? keyed.erase(it) : std::next(it);
-        std::string key = keyed.dump();
+        // (the text of s without them, as dump() writes an object: no copy of s)
+        std::string key = "{";
+        for (const auto& [k, v] : s.items()) {
+            if (kAnnotations.count(k)) continue;
+            if (key.size() > 1) key += ',';
+            key += Json(k).dump() + ':' + v.dump();
+        }
+        key += '}';
         key = key.size() <= 4096 ? "&" + key : fmt::format("&#{:x}:{}", std::hash<std::string>{}(key), key.size());
         if (auto it = refs_.find(key); it != refs_.end()) return use_target(it->second, path);
         Json flat = flatten(s, path, 0);
