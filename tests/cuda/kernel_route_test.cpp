@@ -150,6 +150,28 @@ TEST(KernelRoute, ManyTokensTakeTheGemm) {
     EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, m).n, 3);
 }
 
+// A 512-token prefill step of Qwen2.5-0.5B as llama-cuda runs it with its
+// FP16 mirror (the workspace from 3 tokens) and without (from 9): one call
+// of all 512 tokens through cuBLAS for every matrix, the tied Q8_0 head too,
+// as matmul() did at 90f80df (ntok > 8, the workspace enabled: gemm(), whose
+// cuBLAS path takes it); no workspace: the tensor-core GEMM.
+TEST(KernelRoute, PrefillStepTakesCublas) {
+    const KernelPlan p = ehcuda::choose_plan(kH200, false);
+    for (const RealShape& r : kRealShapes) {
+        if (std::string(r.model) != "Qwen2.5-0.5B") continue;
+        const GemvShape g = shape_of(r);
+        for (bool mirrored : {true, false}) {
+            const ehcuda::StepRoute s = ehcuda::route_step_matmul(p, kH200, g, 512, mirrored);
+            EXPECT_FALSE(s.per_token) << r.kind;
+            ASSERT_EQ(s.route.n, 1) << r.kind;
+            EXPECT_EQ(s.route.launch[0].kernel, RouteKernel::Cublas) << r.kind << (mirrored ? " mirrored" : "");
+            EXPECT_EQ(s.route.launch[0].ntok, 512);
+            EXPECT_EQ(s.route.launch[0].nseg, g.nseg);
+        }
+        EXPECT_EQ(ehcuda::route_matmul(p, kH200, mm(g, 512)).launch[0].kernel, RouteKernel::Wmma) << r.kind;
+    }
+}
+
 // A batched step: one token alone, 2 .. batch_gemv_per_token tokens one call
 // each, more one GEMM; a model with FP16 mirrors from 3 tokens.
 TEST(KernelRoute, StepThresholdsComeFromThePlan) {
