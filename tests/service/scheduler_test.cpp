@@ -248,6 +248,41 @@ public:
         if (step_delay.count()) std::this_thread::sleep_for(step_delay);
         return true;
     }
+    // ABI 1.7's host tier when `parks`: a parked copy is its tokens (100
+    // host bytes each); restoring takes fresh blocks for them.
+    bool can_park() const override { return parks; }
+    Parked park(SeqId seq, uint32_t n, uint64_t max_bytes) override {
+        std::lock_guard lock(mu_);
+        if (!flight_.empty()) ++calls_in_flight;
+        const Seq& s = seqs_.at(seq);
+        if (n > s.tokens.size()) throw Error(Code::Internal, "fake engine: park past the end");
+        if (uint64_t(n) * 100 > max_bytes) return {0, uint64_t(n) * 100};
+        parked_[++next_parked_].assign(s.tokens.begin(), s.tokens.begin() + n);
+        ++parks_made;
+        return {next_parked_, uint64_t(n) * 100};
+    }
+    SeqId unpark(uint64_t id, std::span<const int32_t> tokens) override {
+        std::lock_guard lock(mu_);
+        if (!flight_.empty()) ++calls_in_flight;
+        const std::vector<int32_t>& p = parked_.at(id);
+        if (!std::equal(p.begin(), p.end(), tokens.begin(), tokens.end()))
+            throw Error(Code::Internal, "fake engine: unpark of other tokens");
+        if (blocks_for(p.size()) > size_t(std::count(refs_.begin(), refs_.end(), 0))) return 0;
+        if (seqs_.size() >= l_.max_seqs) throw Error(Code::Internal, "too many sequences");
+        Seq s;
+        s.tokens = p;
+        while (s.blocks.size() < blocks_for(s.tokens.size())) s.blocks.push_back(take());
+        seqs_[++next_] = std::move(s);
+        ++unparks;
+        return next_;
+    }
+    void drop_parked(uint64_t id) override {
+        std::lock_guard lock(mu_);
+        parked_.erase(id);
+    }
+    bool parks = false;
+    std::atomic<size_t> parks_made{0}, unparks{0};
+
     std::span<const float> logits(SeqId) override { return {}; }
     bool has_logits() const override { return false; }
     std::span<const float> hidden(SeqId id) override {
@@ -321,6 +356,8 @@ private:
     std::vector<uint32_t> refs_;
     std::map<SeqId, Seq> seqs_;
     SeqId next_ = 0;
+    std::map<uint64_t, std::vector<int32_t>> parked_;
+    uint64_t next_parked_ = 0;
 };
 
 struct Outcome {
@@ -372,9 +409,10 @@ struct Harness {
     FakeEngine* engine;
     std::unique_ptr<Scheduler> sched;
     Harness(uint32_t block_tokens, uint32_t blocks, uint32_t max_seqs, uint32_t step_tokens, SchedulerOptions o = {},
-            int32_t eog = -1, bool halves = false) {
+            int32_t eog = -1, bool halves = false, bool parks = false) {
         auto e = std::make_unique<FakeEngine>(block_tokens, blocks, max_seqs, step_tokens);
         e->halves = halves;
+        e->parks = parks;
         engine = e.get();
         sched = std::make_unique<Scheduler>(std::move(e), std::make_shared<ByteCodec>(256, eog), std::make_shared<Metrics>(), o);
     }
@@ -740,6 +778,43 @@ TEST(Scheduler, APromptSharingACachedPrefixReusesItAndGivesTheSameOutput) {
     EXPECT_GE(h.engine->forks.load(), 1u);
     // Only the new tokens (and the decodes) were computed.
     EXPECT_LE(h.engine->computed_tokens.load() - before, turn2.size() - 48 + 10);
+}
+
+// The host tier (--kv-host-bytes): a chat's first turn, evicted from a
+// 24-block pool by two other prompts, is parked and copied back for the next
+// turn, which computes only its new tokens and says the same; without the
+// tier the next turn computes everything again.
+TEST(Scheduler, AnEvictedPrefixParkedInHostMemoryIsRestoredForTheNextTurn) {
+    for (const bool tier : {true, false}) {
+        SchedulerOptions o;
+        o.kv_host_bytes = tier ? 1 << 20 : 0;
+        Harness h(16, 24, 16, 256, o, -1, false, /*parks*/ true);
+        const std::string first(100, 'f');  // 7 blocks with its output
+        auto j1 = make_job("t1", first, 10);
+        h.sched->enqueue(j1);
+        Outcome r1 = drain(*j1);
+        for (const char c : {'o', 'p'}) {  // 10 blocks each: the second evicts the first turn
+            auto j = make_job(std::string(1, c), std::string(150, c), 10);
+            h.sched->enqueue(j);
+            EXPECT_EQ(drain(*j).text, expected(std::string(150, c), 10));
+        }
+        EXPECT_EQ(h.engine->parks_made.load() > 0, tier);
+        const std::string turn2 = first + r1.text + " and then?";
+        const size_t before = h.engine->computed_tokens.load();
+        auto j2 = make_job("t2", turn2, 10);
+        h.sched->enqueue(j2);
+        EXPECT_EQ(drain(*j2).text, expected(turn2, 10)) << "tier " << tier;
+        const size_t computed = h.engine->computed_tokens.load() - before;
+        if (tier) {
+            EXPECT_EQ(h.engine->unparks.load(), 1u);
+            EXPECT_EQ(h.sched->stats().host_tier.restores.load(), 1u);
+            EXPECT_GE(h.sched->stats().host_tier.parks.load(), 1u);
+            EXPECT_LE(computed, turn2.size() - 100 + 10);  // only the new tokens (and the decodes)
+        } else {
+            EXPECT_EQ(h.engine->unparks.load(), 0u);
+            EXPECT_GE(computed, turn2.size());
+        }
+    }
 }
 
 TEST(Scheduler, PrefixCacheOffComputesEverything) {
