@@ -300,14 +300,30 @@ TEST(CpuReferenceEndToEnd, AHostTierTooSmallForAPrefixParksNothing) {
     EXPECT_EQ(metric(m, "eh_prefix_cache_hit_tokens_total"), 0.0) << m;
 }
 
-// An engine that cannot park (here one in its own process, which has no
-// 1.7 wire calls) keeps the tier off and says why.
-TEST(CpuReferenceEndToEnd, TheHostTierIsOffWithAnEngineThatCannotParkAndSaysWhy) {
-    EngineHost h({"--log-format", "text", "--engine-process", "--kv-host-bytes", "1000000"}, {}, true, EH_PLUGIN_DIR);
+// Through an engine process the parked copies live in the child (protocol
+// 6's Park, Unpark, DropParked): the same restore, the same text.
+TEST(CpuReferenceEndToEnd, TheHostTierWorksThroughAnEngineProcess) {
+    EngineHost off({"--log-format", "text", "--kv-cache-size-mb", "1"}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(off.port(), 0) << off.log();
+    const std::string recomputed = chat_after_eviction(off);
+    EngineHost h({"--log-format", "text", "--engine-process", "--kv-cache-size-mb", "1", "--kv-host-bytes", "8000000"},
+                 {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    EXPECT_EQ(chat_after_eviction(h), recomputed);
+    const std::string m = h.get("/metrics").body;
+    EXPECT_GE(metric(m, "eh_kv_host_tier_parks_total"), 1.0) << m;
+    EXPECT_EQ(metric(m, "eh_kv_host_tier_restores_total"), 1.0) << m;
+}
+
+// An engine without prefix reuse (the test engine's session calls: one
+// sequence, no fork) keeps the tier off and says why.
+TEST(CpuReferenceEndToEnd, TheHostTierIsOffWithoutAPrefixCacheAndSaysWhy) {
+    EngineHost h({"--log-format", "text", "--kv-host-bytes", "1000000"}, {}, true,
+                 std::string(EH_TEST_PLUGIN_DIR) + "/good");
     ASSERT_GT(h.port(), 0) << h.log();
     json health = json::parse(h.get("/health").body);
     EXPECT_EQ(health["kv_host_tier"]["requested_bytes"], 1000000) << health.dump();
     EXPECT_EQ(health["kv_host_tier"]["budget_bytes"], 0) << health.dump();
-    EXPECT_NE(health["kv_host_tier"].value("reason", "").find("does not park"), std::string::npos) << health.dump();
+    EXPECT_EQ(health["kv_host_tier"].value("reason", ""), "the prefix cache is off") << health.dump();
     EXPECT_NE(h.log().find("host_tier_off"), std::string::npos) << h.log();
 }

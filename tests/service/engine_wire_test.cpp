@@ -182,12 +182,51 @@ TEST(EngineWire, RepliesRoundTrip) {
     EXPECT_EQ(r.limits.max_draft_tokens, 16u);
     EXPECT_FALSE(r.limits.can_fork);
     EXPECT_TRUE(r.has_logits);
+    EXPECT_FALSE(r.can_park);
+    k.can_park = true;
+    EXPECT_TRUE(decode_reply(body(encode_reply(k))).can_park);
+}
+
+// The host tier's three calls and their replies (protocol 6).
+TEST(EngineWire, TheHostTierRoundTrips) {
+    Request q = decode_request(body(encode_park(5, 4000, 1ull << 40)));
+    EXPECT_EQ(q.type, Msg::Park);
+    EXPECT_EQ(q.seq, 5u);
+    EXPECT_EQ(q.n, 4000u);
+    EXPECT_EQ(q.max_bytes, 1ull << 40);
+    const std::vector<int32_t> tokens = {7, 8, 9, 151935};
+    q = decode_request(body(encode_unpark(0x1234567890ull, tokens)));
+    EXPECT_EQ(q.type, Msg::Unpark);
+    EXPECT_EQ(q.parked, 0x1234567890ull);
+    EXPECT_EQ(q.tokens, tokens);
+    q = decode_request(body(encode_drop_parked(77)));
+    EXPECT_EQ(q.type, Msg::DropParked);
+    EXPECT_EQ(q.parked, 77u);
+
+    Reply p;
+    p.type = Msg::Park;
+    p.parked = 3;
+    p.parked_bytes = 49152000;
+    p.free_blocks = 11;
+    Reply r = decode_reply(body(encode_reply(p)));
+    EXPECT_EQ(r.parked, 3u);
+    EXPECT_EQ(r.parked_bytes, 49152000u);
+    EXPECT_EQ(r.free_blocks, 11u);
+    p.type = Msg::Unpark;
+    p.seq = 12;
+    r = decode_reply(body(encode_reply(p)));
+    EXPECT_EQ(r.seq, 12u);
+    EXPECT_EQ(r.free_blocks, 11u);
+    p.type = Msg::DropParked;
+    EXPECT_EQ(decode_reply(body(encode_reply(p))).free_blocks, 11u);
 }
 
 // Every proper prefix of every message is refused, as is one more byte.
 TEST(EngineWire, TruncatedAndOverlongMessagesAreRefused) {
+    const std::vector<int32_t> some = {1, 2, 3};
     std::vector<std::vector<uint8_t>> requests = {a_step(), body(encode_kv_init({})), body(encode_request(Msg::Fork, 1, 2)),
-                                                  body(encode_set_sampling(1, {}))};
+                                                  body(encode_set_sampling(1, {})), body(encode_park(1, 2, 3)),
+                                                  body(encode_unpark(4, some)), body(encode_drop_parked(5))};
     for (const auto& m : requests) {
         for (size_t n = 0; n < m.size(); ++n)
             EXPECT_THROW(decode_request(std::span<const uint8_t>(m.data(), n)), ProtocolError) << n << " of " << m.size();

@@ -37,6 +37,9 @@ std::vector<uint8_t> encode(const Request& q) {
         }
         return encode_step(items);
     }
+    case Msg::Park: return encode_park(q.seq, q.n, q.max_bytes);
+    case Msg::Unpark: return encode_unpark(q.parked, q.tokens);
+    case Msg::DropParked: return encode_drop_parked(q.parked);
     default: return encode_request(q.type, q.seq, q.n);
     }
 }

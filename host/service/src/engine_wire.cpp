@@ -195,6 +195,17 @@ void request_fields(IO& io, Q& q) {
         io.field(q.n);
         break;
     case Msg::Release: io.field(q.seq); break;
+    case Msg::Park:
+        io.field(q.seq);
+        io.field(q.n);
+        io.field(q.max_bytes);
+        break;
+    case Msg::Unpark:
+        io.field(q.parked);
+        if constexpr (IO::reading) io.array(q.tokens, kMaxFrame / 4, "tokens");
+        else io.array(std::span<const int32_t>(q.tokens));
+        break;
+    case Msg::DropParked: io.field(q.parked); break;
     case Msg::SetSampling:
         io.field(q.seq);
         sampling_fields(io, q.sampling);
@@ -231,6 +242,7 @@ void reply_fields(IO& io, R& q) {
     case Msg::KvInit:
         limits_fields(io, q.limits);
         io.field(q.has_logits);
+        io.field(q.can_park);
         io.field(q.device_bytes);
         io.field(q.free_blocks);
         if (q.limits.max_step_entries > kMaxEntries)
@@ -238,9 +250,16 @@ void reply_fields(IO& io, R& q) {
         break;
     case Msg::Create:
     case Msg::Fork:
+    case Msg::Unpark:
         io.field(q.seq);
         io.field(q.free_blocks);
         break;
+    case Msg::Park:
+        io.field(q.parked);
+        io.field(q.parked_bytes);
+        io.field(q.free_blocks);
+        break;
+    case Msg::DropParked:
     case Msg::Truncate:
     case Msg::Release:
     case Msg::SetSampling:
@@ -288,6 +307,36 @@ std::vector<uint8_t> encode_request(Msg type, SeqId seq, uint32_t n) {
     q.seq = seq;
     q.n = n;
     Writer w(type);
+    request_fields(w, std::as_const(q));
+    return std::move(w).frame();
+}
+
+std::vector<uint8_t> encode_park(SeqId seq, uint32_t n, uint64_t max_bytes) {
+    Request q;
+    q.type = Msg::Park;
+    q.seq = seq;
+    q.n = n;
+    q.max_bytes = max_bytes;
+    Writer w(q.type);
+    request_fields(w, std::as_const(q));
+    return std::move(w).frame();
+}
+
+std::vector<uint8_t> encode_unpark(uint64_t parked, std::span<const int32_t> tokens) {
+    Request q;
+    q.type = Msg::Unpark;
+    q.parked = parked;
+    q.tokens.assign(tokens.begin(), tokens.end());
+    Writer w(q.type);
+    request_fields(w, std::as_const(q));
+    return std::move(w).frame();
+}
+
+std::vector<uint8_t> encode_drop_parked(uint64_t parked) {
+    Request q;
+    q.type = Msg::DropParked;
+    q.parked = parked;
+    Writer w(q.type);
     request_fields(w, std::as_const(q));
     return std::move(w).frame();
 }

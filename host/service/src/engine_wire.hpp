@@ -28,7 +28,7 @@
 
 namespace eh::service::wire {
 
-inline constexpr uint16_t kVersion = 5;  // 3: the KV cache type in KvInit and the limits; 4: draft verification; 5: SetAdapter
+inline constexpr uint16_t kVersion = 6;  // 3: the KV cache type in KvInit and the limits; 4: draft verification; 5: SetAdapter; 6: the host tier
 inline constexpr uint32_t kMagic = 0x50454845;            // "EHEP"
 inline constexpr uint32_t kMaxFrame = 256u << 20;          // bytes of one body
 inline constexpr uint32_t kMaxString = 64u << 10;          // bytes of one string
@@ -47,6 +47,10 @@ enum class Msg : uint8_t {
     Residency = 8,
     Ping = 9,           // no fields; answered by the engine process itself, never the plugin
     SetAdapter = 10,    // seq, n = the LoRA adapter (1-based; 0 none), as SeqEngine::set_adapter
+    // The prefix cache's host tier (SeqEngine::park / unpark / drop_parked)
+    Park = 11,          // seq, n, max_bytes
+    Unpark = 12,        // parked, tokens; the reply's seq is 0 when the KV blocks do not suffice
+    DropParked = 13,    // parked
     // child -> parent
     Progress = 64,
     Ready = 65,
@@ -72,7 +76,10 @@ struct StepEntry {
 struct Request {
     Msg type = Msg::Create;
     SeqId seq = 0;              // Fork (source), Truncate, Release, SetSampling, SetAdapter
-    uint32_t n = 0;             // Fork, Truncate: tokens kept; SetAdapter: the adapter
+    uint32_t n = 0;             // Fork, Truncate: tokens kept; SetAdapter: the adapter; Park: tokens parked
+    uint64_t max_bytes = 0;     // Park
+    uint64_t parked = 0;        // Unpark, DropParked
+    std::vector<int32_t> tokens;  // Unpark
     KvBudget budget;            // KvInit
     eh_sampling_params sampling{};
     std::vector<StepEntry> entries;  // Step
@@ -89,7 +96,10 @@ struct Reply {
     EngineFacts facts;
     // every reply to a request but Residency
     uint32_t free_blocks = 0;
-    SeqId seq = 0;                  // Create, Fork
+    SeqId seq = 0;                  // Create, Fork, Unpark (0: the KV blocks do not suffice)
+    bool can_park = false;          // KvInit: the engine has the host tier's calls
+    uint64_t parked = 0;            // Park (0: not parked)
+    uint64_t parked_bytes = 0;      // Park: the bytes it holds (or would)
     SeqLimits limits;               // KvInit
     bool has_logits = false;        // KvInit
     uint64_t device_bytes = 0;      // KvInit: held after the KV cache
@@ -105,6 +115,9 @@ std::vector<uint8_t> encode_request(Msg type, SeqId seq = 0, uint32_t n = 0);
 std::vector<uint8_t> encode_kv_init(const KvBudget& b);
 std::vector<uint8_t> encode_set_sampling(SeqId seq, const eh_sampling_params& p);
 std::vector<uint8_t> encode_step(std::span<const StepItem> items);
+std::vector<uint8_t> encode_park(SeqId seq, uint32_t n, uint64_t max_bytes);
+std::vector<uint8_t> encode_unpark(uint64_t parked, std::span<const int32_t> tokens);
+std::vector<uint8_t> encode_drop_parked(uint64_t parked);
 std::vector<uint8_t> encode_reply(const Reply& r);
 
 // Decoders take a body (no length prefix) and throw ProtocolError.

@@ -27,6 +27,7 @@ wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model,
         engine = make_seq_engine(model, q.budget, adapters);
         r.limits = engine->limits();
         r.has_logits = engine->has_logits();
+        r.can_park = engine->can_park();
         r.device_bytes = model->info().device_bytes_used;
         r.free_blocks = engine->free_blocks();
         return r;
@@ -39,6 +40,14 @@ wire::Reply answer(wire::Request& q, const std::shared_ptr<EngineModel>& model,
     case wire::Msg::Release: engine->release(q.seq); break;
     case wire::Msg::SetSampling: engine->set_sampling(q.seq, q.sampling); break;
     case wire::Msg::SetAdapter: engine->set_adapter(q.seq, q.n); break;
+    case wire::Msg::Park: {
+        const SeqEngine::Parked p = engine->park(q.seq, q.n, q.max_bytes);
+        r.parked = p.id;
+        r.parked_bytes = p.bytes;
+        break;
+    }
+    case wire::Msg::Unpark: r.seq = engine->unpark(q.parked, q.tokens); break;
+    case wire::Msg::DropParked: engine->drop_parked(q.parked); break;
     case wire::Msg::Step: {
         // The plugin reads a mask of the whole vocabulary: a shorter one
         // would be read past its end.

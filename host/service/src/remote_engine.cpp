@@ -443,6 +443,26 @@ public:
     void set_adapter(SeqId seq, uint32_t adapter) override {
         free_ = call(wire::encode_request(wire::Msg::SetAdapter, seq, adapter), wire::Msg::SetAdapter).free_blocks;
     }
+    // The host tier: the parked copies live in the engine process (and die
+    // with it: the scheduler forgets the prefix cache after a crash).
+    bool can_park() const override { return can_park_; }
+    Parked park(SeqId seq, uint32_t n, uint64_t max_bytes) override {
+        const wire::Reply r = call(wire::encode_park(seq, n, max_bytes), wire::Msg::Park);
+        free_ = r.free_blocks;
+        return {r.parked, r.parked_bytes};
+    }
+    SeqId unpark(uint64_t parked, std::span<const int32_t> tokens) override {
+        const wire::Reply r = call(wire::encode_unpark(parked, tokens), wire::Msg::Unpark);
+        free_ = r.free_blocks;
+        return r.seq;
+    }
+    void drop_parked(uint64_t parked) override {
+        try {
+            free_ = call(wire::encode_drop_parked(parked), wire::Msg::DropParked).free_blocks;
+        } catch (const Error&) {
+            // A dead engine holds nothing.
+        }
+    }
     void set_sampling(SeqId seq, const eh_sampling_params& p) override {
         free_ = call(wire::encode_set_sampling(seq, p), wire::Msg::SetSampling).free_blocks;
     }
@@ -519,6 +539,7 @@ private:
             throw Error(Code::Internal, "the engine process granted a zero KV-cache limit");
         limits_ = l;
         has_logits_ = r.has_logits;
+        can_park_ = r.can_park;
         free_ = r.free_blocks;
         link_->set_device_bytes(r.device_bytes);
         vocab_ = link_->facts().info.vocab_size;
@@ -530,6 +551,7 @@ private:
     uint32_t free_ = 0;
     uint32_t vocab_ = 0;
     bool has_logits_ = false;
+    bool can_park_ = false;
     std::unordered_map<SeqId, std::vector<float>> logits_;
     std::function<bool()> overdue_;
 };

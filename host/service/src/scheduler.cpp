@@ -115,7 +115,7 @@ Scheduler::Scheduler(std::unique_ptr<SeqEngine> engine, std::shared_ptr<const Te
     if (options_.kv_host_bytes && !(cache_ && engine_->can_park())) {
         host_tier_off_reason_ = !cache_ ? "the prefix cache is off"
                                         : "the engine does not park sequences in host memory (a plugin without ABI "
-                                          "1.7 seq_park, or --engine-process)";
+                                          "1.7 seq_park)";
         log_event(spdlog::level::warn, "host_tier_off",
                   {{"kv_host_bytes", options_.kv_host_bytes}, {"reason", host_tier_off_reason_}});
     } else if (options_.kv_host_bytes) {
