@@ -117,6 +117,7 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.pair_slots, 2);
     EXPECT_EQ(p.attn_keys, 8);
     EXPECT_EQ(p.attn_min_chunk, 64);
+    EXPECT_EQ(p.attn_group_min_keys, 2048);
     EXPECT_EQ(p.attn_early, 2);
     EXPECT_EQ(p.sink_min_chunk, 128);
     EXPECT_EQ(p.prefill_min_tokens, 16);
@@ -166,8 +167,10 @@ TEST(KernelPlan, BadOptionsNameTheKey) {
               "options.kernels: \"attn_keys\" must be an integer in [4, 8]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_pipe": "no"}})"); }),
               "options.kernels: \"attn_pipe\" must be true or false");
+    EXPECT_TRUE(has(invalid([&] { apply(R"({"kernels": {"attn_group_min_keys": -2}})"); }),
+                    "options.kernels: \"attn_group_min_keys\" must be an integer in [-1, "));
     // The session path's keys went with it: unknown now, named as such.
-    for (const char* gone : {"attn_splits", "attn_chunks", "attn_group_min_keys", "kv_f16", "pipeline", "profile_decode"})
+    for (const char* gone : {"attn_splits", "attn_chunks", "kv_f16", "pipeline", "profile_decode"})
         EXPECT_TRUE(has(invalid([&] { apply((std::string(R"({"kernels": {")") + gone + R"(": 1}})").c_str()); }),
                         std::string("options.kernels: unknown key \"") + gone + "\""))
             << gone;

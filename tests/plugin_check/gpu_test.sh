@@ -81,4 +81,13 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-
     check gpt-cuda-refuses-fp8-kv $? "exit $rc: $out"
   fi
 done
+
+# Deep decode steps (kernels.attn_group_min_keys, 2048 by default): at 1 every
+# decode step of the grouped-query tiny Llama 3.1 takes RoPE + store and the
+# query-group attention instead of the fused kernel; every check, and greedy
+# agreement with the CPU reference, must hold as they do with the fused one.
+out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$scratch/tiny-llama-3.1-q4_k_m.gguf" \
+      --reference "$dir/libeh-cpu-reference.so" --engine-options '{"kernels":{"attn_group_min_keys":1}}' 2>&1); rc=$?
+echo "$out"
+[[ $rc -eq 0 && $out == *"PASS  reference_agreement"* ]]; check llama-cuda-tiny-llama-group-decode $? "exit $rc"
 finish

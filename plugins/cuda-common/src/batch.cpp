@@ -436,6 +436,7 @@ struct StepShape {
     int slot = 0;          // the staging slot it fills
     size_t n_tables = 0;   // block ids staged
     int n_chain = 0;       // chained tokens the device copies
+    bool deep = false;     // BatchBase::deep_step
 };
 
 namespace {
@@ -653,6 +654,7 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     StepView v;
     v.ntok = int(sh.padded);
     v.decode = sh.T == E.n;
+    v.deep = v.decode && sh.deep;
     v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
     v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
     v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
@@ -696,6 +698,14 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     EHC_CHECK(cudaEventRecord(staged_[sh.slot], s));
 }
 
+bool BatchBase::deep_step(const StepEntries& E) const {
+    const int min_keys = group_min_keys();
+    if (min_keys < 0) return false;
+    for (uint32_t i = 0; i < E.n; ++i)
+        if (uint64_t(E.seq(i).blocks.length()) + E.at(i).n_tokens >= uint64_t(min_keys)) return true;
+    return false;
+}
+
 void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     EHC_CHECK(cudaSetDevice(shape_.device));
     if (flight_.size() >= 2)
@@ -716,7 +726,8 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     // its bucket, padded to the bucket's size: a decode-only step (one token
     // per entry) or a verify step's drafts (every position a row).
     sh.bucket = bucket_index(int(sh.T));
-    const int kind = sh.T == n_entries ? 0 : 1;
+    sh.deep = sh.T == n_entries && deep_step(E);
+    const int kind = sh.T == n_entries ? (sh.deep ? 2 : 0) : 1;
     const size_t bucket_rows = kind == 0 ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries)
                                          : size_t(1) << sh.bucket;
     ensure_rows(sh.R);

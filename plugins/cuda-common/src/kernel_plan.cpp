@@ -91,6 +91,7 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(attn_min_chunk, 1, kBig),
         EHCUDA_INT_KEY(attn_early, 0, 2),
         EHCUDA_BOOL_KEY(attn_pipe),
+        EHCUDA_INT_KEY(attn_group_min_keys, -1, kBig),
         EHCUDA_INT_KEY(sink_min_chunk, 1, kBig),
         EHCUDA_BOOL_KEY(moe_fused_route),
         EHCUDA_BOOL_KEY(moe_router_kernel),

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include <ehcuda/allreduce.hpp>
+#include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
@@ -52,6 +53,20 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     xn_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
     last_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
     fused_attn_ = ehcuda::attention_head_dim_fast(c_.head_dim);
+    {
+        const Config& rc = m_.tp == 1 ? m_.cfg : m_.shards[0].c;
+        ehcuda::PagedAttnArgs probe;
+        probe.q = probe.out = reinterpret_cast<float*>(16);
+        probe.k_pool = probe.v_pool = reinterpret_cast<__half*>(16);
+        probe.d_pos = probe.d_table = probe.tables = reinterpret_cast<const int32_t*>(16);
+        probe.n_head = rc.n_head;
+        probe.n_kv = rc.n_kv;
+        probe.head_dim = rc.head_dim;
+        probe.ldq = rc.qkv_dim();
+        probe.ldo = rc.q_dim();
+        probe.ntok = 1;
+        group_attn_ = fused_attn_ && ehcuda::attention_decode_group_takes(probe);
+    }
     ranks_.resize(size_t(m_.tp));
     for (int i = 0; i < m_.tp; ++i) {
         Rank& r = ranks_[size_t(i)];
@@ -159,6 +174,15 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
         at.scale = scale;
         at.out = attn + size_t(first) * c.q_dim();
         at.ldo = c.q_dim();
+        if (v.deep && ehcuda::attention_decode_group_takes(at)) {
+            // A deep decode step: each row's query group in one block on the
+            // tensor cores, split over the keys as the scratch allows.
+            const size_t per_split = size_t(n) * c.n_head * (c.head_dim + 2);
+            const int cap = int(std::min<size_t>(rk.attn_scratch.size() / 4 / per_split, ehcuda::kAttentionGroupMaxSplits));
+            const int nsplit = cap >= 2 ? ehcuda::attention_decode_group_splits(cap, c.n_kv, n) : 1;
+            ehcuda::attention_decode_group(at, rk.attn_scratch.as<float>(), nsplit, stream());
+            return;
+        }
         ehcuda::attention_paged(at, stream());
     };
     // A long chunk of one sequence on the tensor cores, its keys read
@@ -276,7 +300,8 @@ void Batch::forward(const ehcuda::StepView& v) {
             normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, rc.qkv_dim(), T);
 
             ehcuda::MatSeg out{L.attn_out};
-            if (v.decode && fused_attn_ && ehcuda::attention_decode_fused_takes(T, rc.n_head, rc.n_kv, rc.head_dim)) {
+            if (v.decode && !v.deep && fused_attn_ &&
+                ehcuda::attention_decode_fused_takes(T, rc.n_head, rc.n_kv, rc.head_dim)) {
                 // One token: the attention leaves its output quantized for the
                 // output projection, which then stages nothing (as a session's
                 // decode step).

@@ -34,6 +34,9 @@ private:
     };
 
     void forward(const ehcuda::StepView& v) override;
+    // Grouped-query models: from the plan's attn_group_min_keys on, decode
+    // steps take the query-group attention (prefill_attention).
+    int group_min_keys() const override { return group_attn_ ? m_.plan.attn_group_min_keys : -1; }
     // A decode-only step's attention: RoPE, the K/V store and split-K
     // attention in one launch per layer (rope_attention_decode, paged).
     void decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool chunks);
@@ -48,6 +51,7 @@ private:
     std::vector<Rank> ranks_;
     ehcuda::DeviceBuffer h_, xn_, last_;
     bool fused_attn_ = false;
+    bool group_attn_ = false;  // attention_decode_group takes the model's heads
 };
 
 }  // namespace llama_cuda

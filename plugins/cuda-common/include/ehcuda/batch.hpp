@@ -76,6 +76,9 @@ struct StepSpan {
 struct StepView {
     int ntok = 0;
     bool decode = false;  // every token is the only one of its sequence in this step
+    // A decode step whose longest row attends at least group_min_keys()
+    // keys (its own graphs: the derived class's attention differs).
+    bool deep = false;
     const int32_t* d_tokens = nullptr;
     const int32_t* d_pos = nullptr;    // each token's position in its sequence
     const int32_t* d_rows = nullptr;   // the pool row its K/V go to
@@ -144,6 +147,9 @@ protected:
     // v.d_rows[t] of every layer's pool, attention over the sequence's
     // earlier rows, logits of the v.nout chosen tokens into v.logits.
     virtual void forward(const StepView& v) = 0;
+    // Decode steps whose longest row attends at least this many keys are
+    // StepView::deep; -1: none.
+    virtual int group_min_keys() const { return -1; }
     // After the derived class allocated its step buffers: sizes the pool
     // from the budget (or the free memory), allocates it, and warms up
     // (every decode bucket's graph captured, cuBLAS started), so the first
@@ -174,6 +180,8 @@ protected:
     }
 
 private:
+    // Whether a decode step of these entries is StepView::deep.
+    bool deep_step(const StepEntries& E) const;
     // per_token's fork (returns the side streams used) and join.
     int fork_side(int n);
     void join_side(int nside);
@@ -278,10 +286,11 @@ private:
     // Graphs per kind and size bucket (1, 2, 4, .. 64 tokens). Kinds:
     // decode-only steps (one token per entry, the fused decode attention)
     // and steps that sample every position of multi-token entries (verify
-    // steps' drafts, the paged attention), whose forward() differs.
+    // steps' drafts, the paged attention), and deep decode steps, whose
+    // forward() differs.
     static constexpr int kBuckets = 7;
-    static constexpr int kKinds = 2;
-    static int kind_of(const StepView& v) { return v.decode ? 0 : 1; }
+    static constexpr int kKinds = 3;
+    static int kind_of(const StepView& v) { return v.decode ? (v.deep ? 2 : 0) : 1; }
     CapturedGraph graphs_[kKinds][kBuckets];
     bool graph_warm_[kKinds][kBuckets] = {};
     bool graph_failed_[kKinds][kBuckets] = {};

@@ -89,6 +89,13 @@ struct KernelPlan {
     int attn_min_chunk = 64;   // the fewest keys a split of the fused decode kernel takes
     int attn_early = 2;        // cache reads before the PDL wait: 0 none, 1 first key group, 2 also an L2 request
     bool attn_pipe = true;     // a warp's next key group loaded before the current one is scored
+    // Decode steps of grouped-query models whose longest row attends at
+    // least this many keys: RoPE + K/V store, then attention_decode_group
+    // (each key read once per KV head, not once per query head), instead
+    // of the fused kernel; -1 never. (H200, Qwen2.5-0.5B tg128 at 16,384
+    // keys: 765 tok/s fused, the session path of before with this split
+    // 1,227.)
+    int attn_group_min_keys = 2048;
     int sink_min_chunk = 128;  // the fewest keys a split of the sink attention takes
     // ---- MoE (gpt-oss)
     bool moe_fused_route = true;  // decode: routing inside the gate|up kernel
