@@ -1,7 +1,8 @@
 // Every matmul launch matches its route (kernel_route.hpp): the real models'
 // matrices of kernel_route_shapes.inc, as a batched step of 1, 8 and 64
 // tokens runs them (route_step_matmul: one call per token or one call of
-// all), under the plan chosen for this GPU and its variants. A recorder
+// all), under the plan chosen for this GPU and four variants (exact routing,
+// float input, bulk off, mixed off). A recorder
 // (launch_record.hpp) sees each call's route and the launches it made; each
 // launch must be the route's kernel with its grid, block and shared bytes,
 // in order, and nothing else may launch.
@@ -149,9 +150,14 @@ TEST(RouteLaunch, EveryLaunchMatchesItsRoute) {
     variants.push_back(variants[0]);
     variants.back().name = "float input";
     variants.back().plan.gemv_input = ehcuda::GemvInput::Float;
+    // (bulk off: the mixed-type register launch, which the bulk kernel takes
+    // over on sm_90 otherwise; mixed off: one launch per segment)
     variants.push_back(variants[0]);
-    variants.back().name = "bulk and mixed off";
-    variants.back().plan.gemv_bulk = variants.back().plan.gemv_mixed = false;
+    variants.back().name = "bulk off";
+    variants.back().plan.gemv_bulk = false;
+    variants.push_back(variants[0]);
+    variants.back().name = "mixed off";
+    variants.back().plan.gemv_mixed = false;
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     int max_cols = 0;
@@ -222,7 +228,8 @@ TEST(RouteLaunch, EveryLaunchMatchesItsRoute) {
     // The table reached every kernel but the generic one.
     for (RouteKernel k : {RouteKernel::GemvBulk, RouteKernel::GemvBulkRing, RouteKernel::Gemv, RouteKernel::GemvMixed,
                           RouteKernel::Cublas})
-        EXPECT_GT(kinds[int(k)], 0) << ehcuda::route_kernel_name(k) << (dev.cc_major < 9 ? " (needs sm_90)" : "");
+        EXPECT_GT(kinds[int(k)], 0) << "RouteKernel " << int(k) << ", " << ehcuda::route_kernel_name(k)
+                                    << (dev.cc_major < 9 ? " (needs sm_90)" : "");
     EXPECT_GT(calls, 500);
 }
 
