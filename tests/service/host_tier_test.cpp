@@ -219,6 +219,28 @@ TEST(HostTier, ARestoreNeverTakesBlocksThatAreNotThere) {
     EXPECT_EQ(st.restores.load(), 1u);
 }
 
+// A restore that evicted device entries for room and still found too few
+// blocks falls back to what is left on the device (here nothing: the one
+// device entry, a shorter match, was evicted; a's parked copy holds it, so
+// nothing more was parked).
+TEST(HostTier, ARestoreThatFailsAfterEvictingFallsBackToWhatIsLeft) {
+    ParkingEngine e(20);
+    PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20);
+    const auto a = tokens(1000, 40);  // 10 blocks
+    cache.insert("", 0, e.hold(a), a);
+    cache.evict_one();
+    const std::vector<int32_t> a8(a.begin(), a.begin() + 8);  // 2 blocks, on the device
+    cache.insert("", 0, e.hold(a8), a8);
+    const SeqId running = e.hold(tokens(0, 60));  // 15 blocks: 3 free, 5 with a8's
+    EXPECT_FALSE(cache.lookup("", 0, plus(a, {1}), 41).has_value());
+    EXPECT_EQ(e.unparks, 0);
+    EXPECT_EQ(cache.size(), 0u);
+    EXPECT_EQ(cache.host_size(), 1u);
+    EXPECT_EQ(e.parks, 1);
+    EXPECT_EQ(e.free_blocks(), 5u);
+    e.release(running);
+}
+
 TEST(HostTier, DeviceEntriesMakeRoomForARestoreAndAreParkedInTurn) {
     ParkingEngine e(20);
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20);

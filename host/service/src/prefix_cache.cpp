@@ -35,14 +35,19 @@ std::optional<PrefixCache::Match> PrefixCache::lookup(const std::string& scope, 
                                                       uint32_t reserve_blocks) {
     auto best = entries_.end();
     size_t best_n = 0;
-    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
-        if (it->scope != scope || it->adapter != adapter) continue;
-        const size_t n = std::min<size_t>(common_prefix(it->tokens, tokens), limit);
-        if (n > best_n) {
-            best_n = n;
-            best = it;
+    const auto find_best = [&] {
+        best = entries_.end();
+        best_n = 0;
+        for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+            if (it->scope != scope || it->adapter != adapter) continue;
+            const size_t n = std::min<size_t>(common_prefix(it->tokens, tokens), limit);
+            if (n > best_n) {
+                best_n = n;
+                best = it;
+            }
         }
-    }
+    };
+    find_best();
     // A parked entry is worth its copy when it gives at least a block more.
     auto host = parked_.end();
     size_t host_n = best_n + min_match_ - 1;
@@ -54,15 +59,15 @@ std::optional<PrefixCache::Match> PrefixCache::lookup(const std::string& scope, 
             host = it;
         }
     }
-    if (host != parked_.end() && host_n >= min_match_ && restore(host, reserve_blocks)) {
-        best = entries_.begin();
-        best_n = host_n;
-    } else if (best != entries_.end() && best_n >= min_match_) {
-        entries_.splice(entries_.begin(), entries_, best);
-    } else {
-        return std::nullopt;
+    if (host != parked_.end() && host_n >= min_match_) {
+        if (restore(host, reserve_blocks)) return Match{entries_.front().seq, uint32_t(host_n)};
+        find_best();  // a failed restore may have evicted device entries for room
     }
-    return Match{entries_.front().seq, uint32_t(best_n)};
+    if (best != entries_.end() && best_n >= min_match_) {
+        entries_.splice(entries_.begin(), entries_, best);
+        return Match{entries_.front().seq, uint32_t(best_n)};
+    }
+    return std::nullopt;
 }
 
 bool PrefixCache::restore(std::list<ParkedEntry>::iterator it, uint32_t reserve_blocks) {
