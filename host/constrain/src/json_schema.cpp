@@ -1105,7 +1105,7 @@ private:
         return a;
     }
 
-    std::string fresh() { return fmt::format("{}s{}", prefix_, counter_++); }
+    std::string fresh() { return prefix_ + "s" + std::to_string(counter_++); }
     // A new rule holding `body`; returns its name.
     std::string rule(const std::string& body) {
         std::string name = fresh();
@@ -2479,19 +2479,42 @@ private:
             // first(i): the members from property i on, none written yet;
             // rest(i): the same after at least one (each starts with a comma);
             // member(i): property i and rest(i + 1) (written once for both).
-            auto first = [&](size_t i) { return fmt::format("{}-f{}", base, i); };
-            auto rest = [&](size_t i) { return fmt::format("{}-r{}", base, i); };
-            auto member = [&](size_t i) { return fmt::format("{}-m{}", base, i); };
+            // (appended in place: a large schema writes tens of thousands)
+            auto name = [&](const char* kind, size_t i) {
+                out_ += base;
+                out_ += kind;
+                out_ += std::to_string(i);
+            };
+            // "<kind>i ::= <head> -mi", and "| <kind>(i + 1)" when property i is optional
+            auto link = [&](const char* kind, size_t i, std::string_view head) {
+                name(kind, i);
+                out_ += " ::= ";
+                out_ += head;
+                name("-m", i);
+                if (!req[i]) {
+                    out_ += " | ";
+                    name(kind, i + 1);
+                }
+                out_ += '\n';
+            };
             for (size_t i = 0; i <= n; ++i) {
                 if (i == n) {
-                    out_ += first(i) + " ::= \n" + rest(i) + " ::= \n";
+                    name("-f", i);
+                    out_ += " ::= \n";
+                    name("-r", i);
+                    out_ += " ::= \n";
                     continue;
                 }
-                out_ += member(i) + " ::= " + kv[i] + " j-ws " + rest(i + 1) + "\n";
-                out_ += first(i) + " ::= " + member(i) + (req[i] ? "" : " | " + first(i + 1)) + "\n";
-                out_ += rest(i) + R"( ::= "," j-ws )" + member(i) + (req[i] ? "" : " | " + rest(i + 1)) + "\n";
+                name("-m", i);
+                out_ += " ::= ";
+                out_ += kv[i];
+                out_ += " j-ws ";
+                name("-r", i + 1);
+                out_ += '\n';
+                link("-f", i, "");
+                link("-r", i, R"("," j-ws )");
             }
-            out_ += base + R"( ::= "{" j-ws )" + first(0) + " \"}\"\n";
+            out_ += base + R"( ::= "{" j-ws )" + base + "-f0 \"}\"\n";
             return base;
         }
         // min/maxProperties that the property list does not decide: the
