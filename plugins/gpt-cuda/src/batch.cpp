@@ -381,9 +381,13 @@ void Batch::forward(const ehcuda::StepView& v) {
         else moe_layer(li, v);
     }
     if (v.nout == 0) return;
-    // LM head on the tokens that need logits only.
-    float* last = last_.as<float>();
-    ehcuda::gather_rows(h, c.n_embd, v.d_out_idx, v.nout, c.n_embd, last, s);
+    // LM head on the tokens that need logits only (every token's, in order,
+    // when each has a row: decode and verify steps read h itself).
+    const float* last = h;
+    if (v.nout != v.ntok) {
+        ehcuda::gather_rows(h, c.n_embd, v.d_out_idx, v.nout, c.n_embd, last_.as<float>(), s);
+        last = last_.as<float>();
+    }
     ehcuda::MatSeg head;
     head.w = m_.output;
     float* xn = xn_.as<float>();

@@ -360,9 +360,13 @@ void Batch::forward(const ehcuda::StepView& v) {
         all_reduce();
     }
     if (v.nout == 0) return;
-    // LM head on the tokens that need logits only.
-    float* last = last_.as<float>();
-    ehcuda::gather_rows(h, c.n_embd, v.d_out_idx, v.nout, c.n_embd, last, s);
+    // LM head on the tokens that need logits only (every token's, in order,
+    // when each has a row: decode and verify steps read h itself).
+    const float* last = h;
+    if (v.nout != v.ntok) {
+        ehcuda::gather_rows(h, c.n_embd, v.d_out_idx, v.nout, c.n_embd, last_.as<float>(), s);
+        last = last_.as<float>();
+    }
     ehcuda::MatSeg head{m_.output};
     normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
     if (c.logit_softcap > 0.0f) ehcuda::softcap_floats(v.logits, size_t(v.nout) * c.n_vocab, c.logit_softcap, s);
