@@ -4,13 +4,18 @@
 #   1. correctness: eh_cuda_gemma_tests (llama-cuda's batched step against
 #      the CPU reference on forged tiny Gemma 3 files whose windows are
 #      shorter than the prompts), and eh-plugin-check on the tiny profile;
-#   2. speed (BENCH=1, needs llama.cpp unpacked in /tmp/lc): forged Gemma 3
+#   2. where a decode step's time goes (PROFILE=1): ncu's time of each kernel
+#      over about two decode steps of `engine-host bench` on the first of
+#      PROFILES (after the prompt and the first decode steps), summed per
+#      kernel by ncu-summary.py;
+#   3. speed (BENCH=1, needs llama.cpp unpacked in /tmp/lc): forged Gemma 3
 #      Q4_K_M files through `engine-host bench` (the batched step) beside
 #      llama-bench pp512 / tg128, by device-bench-paths.sh.
 #
 #   scripts/device-gemma.sh BUILD_DIR
-# Environment: BENCH=1 runs part 2, TESTS=0 skips part 1; PROFILES (default
-# gemma-3-12b-it-q4_k_m) for part 2; OUT (default /tmp/gemma-out).
+# Environment: TESTS=0 skips part 1, PROFILE=1 runs part 2, BENCH=1 part 3;
+# PROFILES (default gemma-3-12b-it-q4_k_m) for parts 2 and 3; MODELS_DIR
+# (default /dev/shm/eh, as device-bench-paths.sh); OUT (default /tmp/gemma-out).
 set -uo pipefail
 cd "$(dirname "$0")/.."
 build=$(cd "${1:-build}" && pwd)
@@ -33,9 +38,25 @@ if [ "${TESTS:-1}" = 1 ]; then
   [ $rc = 0 ] || status=1
 fi
 
+profiles=${PROFILES:-gemma-3-12b-it-q4_k_m}
+models=${MODELS_DIR:-/dev/shm/eh}
+if [ "${PROFILE:-0}" = 1 ]; then
+  p=${profiles%% *}
+  model="$models/$p.gguf"
+  mkdir -p "$models"
+  [ -s "$model" ] || "$build/bin/engine-host" forge --like "$p" --out "$model" > "$out/$p.forge.log" 2>&1 || { echo "$p: forge failed"; status=1; }
+  # One decode step of a Gemma 3 is about 7 kernels a layer; 5,000 launches
+  # in, the 8-token prompt and the warm-up are behind.
+  echo "== $p: kernels of about two decode steps (ncu, us)"
+  timeout 300 "${NCU:-/usr/local/cuda/bin/ncu}" --launch-skip 5000 --launch-count 700 --cache-control none \
+    --clock-control none --metrics gpu__time_duration.sum --csv --print-units base \
+    "$build/bin/engine-host" bench --plugins "$build/plugins" --plugin llama-cuda --model "$model" -p 8 -n 64 -r 1 \
+    2>/dev/null | python3 scripts/ncu-summary.py || status=1
+fi
+
 if [ "${BENCH:-0}" = 1 ]; then
   entries=""
-  for p in ${PROFILES:-gemma-3-12b-it-q4_k_m}; do entries="$entries $p:llama-cuda"; done
-  OUT="$out/bench" bash scripts/device-bench-paths.sh "$build" "$entries" || status=1
+  for p in $profiles; do entries="$entries $p:llama-cuda"; done
+  MODELS_DIR=$models OUT="$out/bench" bash scripts/device-bench-paths.sh "$build" "$entries" || status=1
 fi
 exit $status
