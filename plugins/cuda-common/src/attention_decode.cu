@@ -83,25 +83,25 @@ __device__ __forceinline__ size_t key_row(const int32_t* table, int key) {
 // detail::prefetch_kv_rows through a block table: asks L2 for the K and V
 // rows of keys k0 .. k1 (inclusive), one prefetch per 64 bytes.
 __device__ __forceinline__ void prefetch_paged_rows(const __half* kc, const __half* vc, int kv_ld, int hd,
-                                                    const int32_t* table, int k0, int k1) {
+                                                    const int32_t* table, int kbase, int k0, int k1) {
     const int pieces = (hd * int(sizeof(__half)) + 63) / 64;
     const int n = 2 * (k1 - k0 + 1) * pieces;
     for (int i = threadIdx.x; i < n; i += blockDim.x) {
         const int j = i >> 1, key = k0 + j / pieces, piece = j % pieces;
-        const __half* row = ((i & 1) ? vc : kc) + key_row<true>(table, key) * kv_ld;
+        const __half* row = ((i & 1) ? vc : kc) + key_row<true>(table, key - kbase) * kv_ld;
         prefetch_l2(reinterpret_cast<const char*>(row) + 64 * piece);
     }
 }
 
 template <int DPL, int G, bool Paged>
 __device__ __forceinline__ void load_key_group(const __half* kc, const __half* vc, const __half* spare, int kv_ld,
-                                               const int32_t* table, int kb, int ke, int qpos, int lane,
+                                               const int32_t* table, int kbase, int kb, int ke, int qpos, int lane,
                                                __half (&kh)[G][DPL], __half (&vh)[G][DPL]) {
 #pragma unroll
     for (int j = 0; j < G; ++j) {
         const int key = min(kb + j, ke - 1);
         const bool fresh = key == qpos;
-        const size_t kr_at = key_row<Paged>(table, key) * kv_ld;
+        const size_t kr_at = key_row<Paged>(table, key - kbase) * kv_ld;
         const __half* kr = fresh ? spare : kc + kr_at;
         const __half* vr = fresh ? spare : vc + kr_at;
 #pragma unroll
@@ -195,11 +195,27 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     // The qkv row (only read in this launch) holds at least n_kv * HD halves.
     const __half* spare = reinterpret_cast<const __half*>(qkv) + kvh * HD;
 
+    // Paged: the split's block ids into shared memory first, so that a key's
+    // row is a shared read, not a dependent global load, inside the key
+    // loop (key_row then takes keys relative to the first block's).
+    constexpr int kShBlocks = 64;
+    __shared__ int32_t s_blk[kShBlocks];
+    int kbase = 0;
+    if constexpr (Paged) {
+        const int b0 = ks / kPagedBlockTokens, nb = (ke - 1) / kPagedBlockTokens - b0 + 1;
+        if (nb <= kShBlocks) {
+            for (int i = threadIdx.x; i < nb; i += blockDim.x) s_blk[i] = table[b0 + i];
+            __syncthreads();
+            table = s_blk;
+            kbase = b0 * kPagedBlockTokens;
+        }
+    }
+
     // The first key group's loads go out before RoPE, which then hides part
     // of their latency.
     __half kh[G][DPL], vh[G][DPL];
     int kb = ks + warp * G;
-    if (kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kb, ke, qpos, lane, kh, vh);
+    if (kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kbase, kb, ke, qpos, lane, kh, vh);
     // The thread's first rotary angle needs only the position.
     const int half_rot = a.n_rot / 2;
     float sn0 = 0.0f, cs0 = 1.0f;
@@ -209,7 +225,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
         // slots are overwritten before use.)
         if (early >= 2 && ks + kDecodeWarps * G < ke) {
             if constexpr (Paged)
-                prefetch_paged_rows(kc, vc, kv_ld, HD, table, ks + kDecodeWarps * G, min(ke, qpos) - 1);
+                prefetch_paged_rows(kc, vc, kv_ld, HD, table, kbase, ks + kDecodeWarps * G, min(ke, qpos) - 1);
             else
                 detail::prefetch_kv_rows(kc, vc, kv_ld, 0, HD, ks + kDecodeWarps * G, min(ke, qpos) - 1);
         }
@@ -295,12 +311,12 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
                 vf[j][i] = __half2float(vh[j][i]);
             }
         const int kn = kb + kDecodeWarps * G;
-        if (Pipe && kn < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kn, ke, qpos, lane, kh, vh);
+        if (Pipe && kn < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kbase, kn, ke, qpos, lane, kh, vh);
         float s[G];
         detail::score_keys<G, DPL>(q, kf, s);
         detail::softmax_fold<G, DPL>(s, vf, ke - kb, m, l, acc);
         kb = kn;
-        if (!Pipe && kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kb, ke, qpos, lane, kh, vh);
+        if (!Pipe && kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kbase, kb, ke, qpos, lane, kh, vh);
     }
 
     // The block's warps, combined in warp order.
