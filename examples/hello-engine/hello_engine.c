@@ -362,6 +362,7 @@ static const eh_plugin_api api = {
     NULL, NULL, NULL, /* adapter_load, adapter_release, seq_set_adapter: optional (1.6), not offered */
     NULL, NULL, NULL, /* image_encoder_load, image_encode, seq_embd_spans: optional (1.6), not offered */
     NULL, NULL, NULL, /* seq_park, seq_unpark, parked_release: optional (1.7), not offered */
+    NULL,             /* image_encode_sized: optional (1.8), not offered */
 };
 
 EH_PLUGIN_EXPORT const eh_plugin_api* eh_plugin_entry(uint16_t host_major, uint16_t host_minor) {

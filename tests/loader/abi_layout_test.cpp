@@ -53,7 +53,8 @@ static_assert(offsetof(eh_plugin_api, seq_embd_spans) == 296);
 static_assert(offsetof(eh_plugin_api, seq_park) == 304);         // 1.7, the host-memory tier
 static_assert(offsetof(eh_plugin_api, seq_unpark) == 312);
 static_assert(offsetof(eh_plugin_api, parked_release) == 320);
-static_assert(sizeof(eh_plugin_api) == 328);
+static_assert(offsetof(eh_plugin_api, image_encode_sized) == 328);  // 1.8, images of any size
+static_assert(sizeof(eh_plugin_api) == 336);
 static_assert(offsetof(eh_adapter_params, view) == 8);
 static_assert(offsetof(eh_adapter_params, scale) == 16);
 static_assert(offsetof(eh_adapter_params, alpha) == 20);
@@ -109,7 +110,9 @@ static_assert(offsetof(eh_embd_span, rows) == 16);  // 1.6, images in
 static_assert(sizeof(eh_embd_span) == 24);
 static_assert(offsetof(eh_image_encoder_info, span_flags) == 20);
 static_assert(offsetof(eh_image_encoder_info, mean) == 24);
-static_assert(sizeof(eh_image_encoder_info) == 48);
+static_assert(offsetof(eh_image_encoder_info, tile) == 48);  // 1.8, appended
+static_assert(sizeof(eh_image_encoder_info) == 64);
+static_assert(offsetof(eh_embd_span, grid_width) == 12);  // 1.8, was reserved
 static_assert(offsetof(eh_step_entry, seq) == 8);
 static_assert(offsetof(eh_step_entry, tokens) == 16);
 static_assert(offsetof(eh_step_entry, n_tokens) == 24);
@@ -198,7 +201,7 @@ TEST(AbiLayout, AdaptersOnlyFromA16TableWithAllThree) {
 TEST(AbiLayout, ParkOnlyFromA17TableWithAllThree) {
     using eh::loader::api_has_park;
     using eh::loader::api_table_size;
-    static_assert(api_table_size(7) == sizeof(eh_plugin_api));
+    static_assert(api_table_size(7) == offsetof(eh_plugin_api, image_encode_sized));
     eh_plugin_api api{};
     api.abi_major = 1;
     api.abi_minor = 7;
@@ -245,4 +248,33 @@ TEST(AbiLayout, MaxDevicesOnlyFromA16InfoLongEnough) {
     g_info.struct_size = sizeof(eh_plugin_info);
     api.abi_minor = 5;
     EXPECT_EQ(eh::plugin_max_devices(api), 1u);
+}
+
+// 1.8's sized image call is read only from a table that is 1.8's size, says
+// 1.8 and has the 1.6 image group: a 1.7 table ends before it.
+TEST(AbiLayout, SizedImagesOnlyFromA18TableWithTheImageGroup) {
+    using eh::loader::api_has_sized_images;
+    using eh::loader::api_table_size;
+    static_assert(api_table_size(8) == sizeof(eh_plugin_api));
+    eh_plugin_api api{};
+    api.abi_major = 1;
+    api.abi_minor = 8;
+    api.struct_size = sizeof(eh_plugin_api);
+    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
+    api.image_encoder_load = [](eh_model*, const eh_model_view*, eh_image_encoder_info*) { return EH_OK; };
+    api.image_encode = [](eh_model*, const float*, float*) { return EH_OK; };
+    api.seq_embd_spans = [](eh_seq*, const eh_embd_span*, uint32_t) { return EH_OK; };
+    api.image_encode_sized = [](eh_model*, const float*, uint32_t, uint32_t, float*) { return EH_OK; };
+    EXPECT_TRUE(api_has_sized_images(api));
+    api.abi_minor = 7;
+    EXPECT_FALSE(api_has_sized_images(api));
+    api.abi_minor = 8;
+    api.struct_size = uint32_t(api_table_size(7));
+    EXPECT_FALSE(api_has_sized_images(api));
+    api.struct_size = sizeof(eh_plugin_api);
+    api.seq_embd_spans = nullptr;
+    EXPECT_FALSE(api_has_sized_images(api));
+    api.seq_embd_spans = [](eh_seq*, const eh_embd_span*, uint32_t) { return EH_OK; };
+    api.image_encode_sized = nullptr;
+    EXPECT_FALSE(api_has_sized_images(api));
 }

@@ -85,7 +85,7 @@ extern "C" {
 #endif
 
 #define EH_ABI_MAJOR 1
-#define EH_ABI_MINOR 7
+#define EH_ABI_MINOR 8
 /* History (members are only ever appended):
  *   1.0  first version
  *   1.1  eh_model_info.kv_bytes_per_token
@@ -112,7 +112,13 @@ extern "C" {
  *        plugin says how many it can use (eh_plugin_info.max_devices)
  *   1.7  a host-memory tier for cached prefixes: a sequence's KV parked in
  *        host memory and brought back by copy (eh_parked, eh_plugin_api
- *        seq_park, seq_unpark, parked_release; optional)                 */
+ *        seq_park, seq_unpark, parked_release; optional)
+ *   1.8  images of any size and positions on a grid (Qwen2.5-VL): an
+ *        encoder that takes each image at its own size (eh_image_encoder_
+ *        info.tile, min_tokens, max_tokens; eh_plugin_api
+ *        image_encode_sized) and an image's span laid out as rows and
+ *        columns (EH_SPAN_GRID, eh_embd_span.grid_width, which was
+ *        reserved)                                                        */
 
 /* The one symbol a plugin exports. Its type is eh_plugin_entry_fn. */
 #define EH_PLUGIN_ENTRY_SYMBOL "eh_plugin_entry"
@@ -604,11 +610,33 @@ typedef struct eh_image_encoder_info {
                                       image's span (Gemma 3: BIDIRECTIONAL)   */
     float mean[3];                 /* per channel (R, G, B): the encoder's    */
     float std[3];                  /*   input is (value / 255 - mean) / std   */
+    /* since 1.8: read only from a plugin whose table says abi_minor >= 8
+     * (the host zeroes the struct first, so an older plugin leaves 0). */
+    uint32_t tile;                 /* 0: every image is image_width x
+                                      image_height and becomes n_tokens rows
+                                      (image_encode). Else the encoder takes
+                                      an image of any width and height that
+                                      are multiples of tile (image_encode_
+                                      sized): each tile x tile square becomes
+                                      one row, rows of tiles top to bottom,
+                                      left to right in a row. image_width x
+                                      image_height is then only a nominal
+                                      size, n_tokens the rows of it.          */
+    uint32_t min_tokens;           /* with tile: the host resizes an image to */
+    uint32_t max_tokens;           /*   min_tokens..max_tokens tiles          */
+    uint32_t reserved;             /* 0                                       */
 } eh_image_encoder_info;
 
 /* The span's positions attend to each other both ways (each also sees
  * every earlier position, causally, as usual): Gemma 3's image tokens.     */
 #define EH_SPAN_BIDIRECTIONAL 1u
+/* (1.8) The span is an image laid out on a grid: count / grid_width rows of
+ * grid_width positions, row-major. A model whose positions have several
+ * axes (Qwen2.5-VL's M-RoPE: time, row, column) gives each of the span's
+ * positions its row and column from the span's first position, and the
+ * positions after the span continue one past the largest; a model of one
+ * position axis ignores the flag. count must be a multiple of grid_width. */
+#define EH_SPAN_GRID 2u
 
 /* Rows for positions of a step entry, in place of its tokens' embeddings.
  * The entry still carries token ids there (the model's image token, say):
@@ -619,7 +647,9 @@ typedef struct eh_embd_span {
     uint32_t count;                /* >= 1; first + count <= the entry's
                                       n_tokens                                */
     uint32_t flags;                /* EH_SPAN_*                               */
-    uint32_t reserved;             /* 0                                       */
+    uint32_t grid_width;           /* (1.8; reserved before, 0) with
+                                      EH_SPAN_GRID the image's width in
+                                      positions, else 0                       */
     const float* rows;             /* count * n_embd floats, host-owned       */
 } eh_embd_span;
 
@@ -867,6 +897,17 @@ typedef struct eh_plugin_api {
     eh_status (*seq_unpark)(eh_model* model, const eh_parked* parked, const int32_t* tokens, uint32_t n_tokens,
                             eh_seq** out_seq);
     void (*parked_release)(eh_parked* parked);
+
+    /* since 1.8 -- OPTIONAL, only beside the 1.6 image group, and required
+     * when image_encoder_load reports a nonzero tile: one image of
+     * width x height pixels (multiples of the tile; three planes R, G, B,
+     * normalised as image_encode's) into (width / tile) * (height / tile)
+     * rows of n_embd floats, row-major over the tiles. Both buffers are the
+     * caller's. EH_INVALID_ARGUMENT for a size that is not a multiple of
+     * the tile or outside min_tokens..max_tokens tiles, or when no encoder
+     * (or a fixed-size one) was loaded. Same threading as image_encode. */
+    eh_status (*image_encode_sized)(eh_model* model, const float* pixels, uint32_t width, uint32_t height,
+                                    float* out_rows);
 } eh_plugin_api;
 
 /* The entry point. Returns the plugin's static function table, or NULL if the

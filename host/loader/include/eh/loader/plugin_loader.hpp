@@ -48,7 +48,8 @@ struct LoaderOptions {
 // before 1.3's step_begin, 1.3 and 1.4 before 1.5's seq_hidden, 1.5
 // before 1.6's adapter_load, 1.6 before 1.7's seq_park).
 constexpr size_t api_table_size(uint16_t minor) {
-    return minor >= 7   ? sizeof(eh_plugin_api)
+    return minor >= 8   ? sizeof(eh_plugin_api)
+           : minor == 7 ? offsetof(eh_plugin_api, image_encode_sized)
            : minor == 6 ? offsetof(eh_plugin_api, seq_park)
            : minor == 5 ? offsetof(eh_plugin_api, adapter_load)
            : minor >= 3 ? offsetof(eh_plugin_api, seq_hidden)
@@ -90,6 +91,14 @@ inline bool api_has_adapters(const eh_plugin_api& api) {
 inline bool api_has_park(const eh_plugin_api& api) {
     return api_has_step(api) && api.abi_minor >= 7 && api.struct_size >= api_table_size(7) && api.seq_park != nullptr &&
            api.seq_unpark != nullptr && api.parked_release != nullptr;
+}
+
+// True when it takes images at their own size (ABI 1.8's image_encode_sized,
+// beside the 1.6 image group): what an encoder with a tile (Qwen2.5-VL) needs.
+inline bool api_has_sized_images(const eh_plugin_api& api) {
+    return api_has_step(api) && api.abi_minor >= 8 && api.struct_size >= api_table_size(8) &&
+           api.image_encoder_load != nullptr && api.image_encode != nullptr && api.seq_embd_spans != nullptr &&
+           api.image_encode_sized != nullptr;
 }
 
 // Every plugin under `dir` (not recursive), accepted or rejected.
