@@ -15,14 +15,19 @@
 //   eh-schema-coverage --samples 20 /tmp/samples.jsonl /tmp/schemas
 //   eh-schema-coverage --repeat 7 /tmp/schemas  (compile times: the fastest of
 //                                                7, less disturbed by other load)
+//   eh-schema-coverage --help                  (exit 0; bad arguments or a DIR
+//                                               that is not a folder: exit 2)
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <map>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -96,6 +101,32 @@ struct Result {
     size_t bytes = 0;
 };
 
+constexpr const char* kUsage =
+    "usage: eh-schema-coverage [--list [--raw]] [--samples N FILE] [--repeat N] DIR...\n"
+    "Compiles every *.json schema under each DIR as response_format does and prints, per source\n"
+    "(a DIR's subfolder), how many are accepted, the refusals by reason and the slowest compiles.\n"
+    "  --list          also one line per schema: ok/REFUSED, path, ms, reason\n"
+    "  --raw           with --list: the whole refusal message\n"
+    "  --samples N FILE  walk each accepted schema's matcher to N random complete values, written\n"
+    "                  to FILE as JSON lines {\"schema\", \"instance\"} (tests/constrain/validate_samples.py)\n"
+    "  --repeat N      compile each accepted schema N times; report the fastest (1 to 1000)\n"
+    "  -h, --help      this text\n"
+    "Exit status: 0 done, 2 bad arguments or a DIR that is not a readable folder.\n";
+
+int usage_error(const std::string& what) {
+    std::fprintf(stderr, "eh-schema-coverage: %s\n%s", what.c_str(), kUsage);
+    return 2;
+}
+
+// A whole decimal number in [lo, hi], or nullopt.
+std::optional<int> count_arg(const char* text, int lo, int hi) {
+    char* end = nullptr;
+    errno = 0;
+    const long v = std::strtol(text, &end, 10);
+    if (errno || end == text || *end || v < lo || v > hi) return std::nullopt;
+    return int(v);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -104,27 +135,48 @@ int main(int argc, char** argv) {
     std::ofstream sample_out;
     std::vector<fs::path> roots;
     for (int i = 1; i < argc; ++i) {
-        if (std::strcmp(argv[i], "--list") == 0) list = true;
-        else if (std::strcmp(argv[i], "--raw") == 0) raw = true;
-        else if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) repeat = std::max(1, std::atoi(argv[++i]));
-        else if (std::strcmp(argv[i], "--samples") == 0 && i + 2 < argc) {
-            samples = std::atoi(argv[++i]);
-            sample_out.open(argv[++i]);
-        } else roots.emplace_back(argv[i]);
+        const std::string a = argv[i];
+        if (a == "-h" || a == "--help") {
+            std::fputs(kUsage, stdout);
+            return 0;
+        } else if (a == "--list") {
+            list = true;
+        } else if (a == "--raw") {
+            raw = true;
+        } else if (a == "--repeat") {
+            const auto n = i + 1 < argc ? count_arg(argv[++i], 1, 1000) : std::nullopt;
+            if (!n) return usage_error("--repeat takes a count from 1 to 1000");
+            repeat = *n;
+        } else if (a == "--samples") {
+            const auto n = i + 2 < argc ? count_arg(argv[i + 1], 1, 100000) : std::nullopt;
+            if (!n) return usage_error("--samples takes a count from 1 to 100000 and a file");
+            samples = *n;
+            sample_out.open(argv[i + 2]);
+            if (!sample_out) return usage_error(std::string("cannot write '") + argv[i + 2] + "'");
+            i += 2;
+        } else if (a.size() > 1 && a[0] == '-') {
+            return usage_error("unknown option '" + a + "'");
+        } else {
+            std::error_code ec;
+            if (!fs::is_directory(a, ec)) return usage_error("'" + a + "' is not a folder");
+            roots.emplace_back(a);
+        }
     }
+    if (roots.empty()) return usage_error("no DIR given");
     std::mt19937 rng(51);
     size_t walks = 0, ended = 0;
-    if (roots.empty()) {
-        std::fprintf(stderr, "usage: eh-schema-coverage [--list [--raw]] [--samples N FILE] [--repeat N] DIR...  (each DIR's "
-                             "subfolders are sources)\n");
-        return 2;
-    }
     const auto vocab = byte_vocab();
     std::map<std::string, std::vector<Result>> by_source;
     for (const auto& root : roots) {
         std::vector<fs::path> files;
-        for (const auto& e : fs::recursive_directory_iterator(root))
-            if (e.is_regular_file() && e.path().extension() == ".json") files.push_back(e.path());
+        std::error_code ec;
+        for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+            if (std::error_code ignored; it->is_regular_file(ignored) && it->path().extension() == ".json")
+                files.push_back(it->path());  // (a dangling link is no schema)
+        if (ec) {
+            std::fprintf(stderr, "eh-schema-coverage: cannot read '%s': %s\n", root.c_str(), ec.message().c_str());
+            return 2;
+        }
         std::sort(files.begin(), files.end());
         for (const auto& f : files) {
             std::ifstream in(f, std::ios::binary);
