@@ -773,6 +773,37 @@ TEST(SchemaKeywords, IfThenElse) {
     EXPECT_FALSE(prefix_ok(never, R"js({"a")js"));
 }
 
+TEST(SchemaKeywords, IfNotAndNotOfBooleans) {
+    // size-limit's section (SchemaStore): `if: {"not": x}` is not-x, and its
+    // else side is x itself (exact); `enum: [false]` on a boolean is
+    // negated as `true`.
+    auto g = json_schema_grammar(R"js({"type":"object","properties":{"webpack":{"type":"boolean"}},
+      "allOf":[{"if":{"not":{"properties":{"webpack":{"enum":[false],"type":"boolean"}}}},
+                "then":{"properties":{"config":{"type":"string"}}},
+                "else":{"properties":{"config":false}}}]})js");
+    EXPECT_TRUE(matches(g, R"js({"webpack":true,"config":"w.js"})js"));
+    EXPECT_TRUE(matches(g, R"js({"webpack":false})js"));
+    EXPECT_TRUE(matches(g, R"js({})js"));
+    EXPECT_FALSE(prefix_ok(g, R"js({"webpack":false,"config")js"));
+    EXPECT_FALSE(prefix_ok(g, R"js({"config")js"));  // no webpack: x holds, so else
+    // Booleans and null in a `not` enum: the other values, every other type.
+    auto nb = json_schema_grammar(R"js({"not":{"enum":[false,null]}})js");
+    EXPECT_TRUE(matches(nb, "true"));
+    EXPECT_TRUE(matches(nb, R"js("s")js"));
+    EXPECT_TRUE(matches(nb, "[1]"));
+    stops_at(nb, "false", 0);
+    stops_at(nb, "null", 0);
+    auto both = json_schema_grammar(R"js({"type":["boolean","integer"],"not":{"enum":[true,false,3]}})js");
+    EXPECT_TRUE(matches(both, "4"));
+    stops_at(both, "true", 0);
+    EXPECT_FALSE(matches(both, "3"));
+    // A test whose negation is not written keeps the else side alone (narrowed).
+    auto open = json_schema_grammar(R"js({"type":"object","properties":{"n":{"type":"string"}},
+      "if":{"not":{"properties":{"n":{"pattern":"^a"}}}},"then":{"required":["q"]},"else":{"required":["n"]}})js");
+    EXPECT_TRUE(matches(open, R"js({"n":"ab"})js"));
+    EXPECT_FALSE(matches(open, R"js({})js"));
+}
+
 TEST(SchemaKeywords, TuplesAndPropertyCounts) {
     auto t = json_schema_grammar(R"({"prefixItems":[{"type":"integer"},{"type":"string"}],"items":false})");
     EXPECT_TRUE(matches(t, "[]"));

@@ -886,6 +886,8 @@ private:
                     for (size_t i = 0; i + 1 < xs->size(); ++i)
                         alts.push_back(of_type("number", {{"exclusiveMinimum", (*xs)[i]}, {"exclusiveMaximum", (*xs)[i + 1]}}));
                     alts.push_back(of_type("number", {{"exclusiveMinimum", xs->back()}}));
+                } else if (auto others = other_scalars(k == "const" ? Json::array({v}) : v)) {
+                    for (auto& o : *others) alts.push_back(std::move(o));
                 }
             } else if (k == "not") {
                 alts.push_back(v);
@@ -934,6 +936,43 @@ private:
             return Json(false);
         }
         return alts.size() == 1 ? alts[0] : Json{{"anyOf", alts}};
+    }
+
+    // The values outside a list that mixes scalars (booleans, null,
+    // strings, numbers; SchemaStore's `enum: [false]`): the types with no
+    // listed value, the booleans not listed, strings as not_values() writes
+    // them, the intervals between listed numbers (at most 16). Objects and
+    // arrays in the list leave their type out (narrowed). nullopt when the
+    // list holds nothing negated here.
+    static std::optional<std::vector<Json>> other_scalars(const Json& values) {
+        if (!values.is_array() || values.empty()) return std::nullopt;
+        Json strings = Json::array(), numbers = Json::array();
+        std::set<bool> booleans;
+        bool null = false;
+        std::set<std::string> listed;
+        for (const auto& v : values) {
+            if (v.is_boolean()) booleans.insert(v.get<bool>()), listed.insert("boolean");
+            else if (v.is_null()) null = true, listed.insert("null");
+            else if (v.is_string()) strings.push_back(v), listed.insert("string");
+            else if (v.is_number()) numbers.push_back(v), listed.insert("number");
+            else listed.insert(v.is_object() ? "object" : "array");
+        }
+        if (booleans.empty() && !null) return std::nullopt;  // the other forms above
+        std::vector<Json> out;
+        Json free = Json::array();
+        for (const char* t : {"null", "boolean", "string", "number", "object", "array"})
+            if (!listed.count(t)) free.push_back(t);
+        if (!free.empty()) out.push_back(Json{{"type", free}});
+        if (booleans.size() == 1) out.push_back(Json{{"const", !*booleans.begin()}});
+        if (!strings.empty()) out.push_back(Json{{"type", "string"}, {"not", {{"enum", strings}}}});
+        if (auto xs = numbers.empty() ? std::nullopt : listed_numbers(numbers)) {
+            out.push_back(Json{{"type", "number"}, {"exclusiveMaximum", xs->front()}});
+            for (size_t i = 0; i + 1 < xs->size(); ++i)
+                out.push_back(Json{{"type", "number"}, {"exclusiveMinimum", (*xs)[i]}, {"exclusiveMaximum", (*xs)[i + 1]}});
+            out.push_back(Json{{"type", "number"}, {"exclusiveMinimum", xs->back()}});
+        }
+        if (out.empty()) return std::nullopt;
+        return out;
     }
 
     // {"$ref": r, "type": t} where r's target already compiles to types
@@ -1561,7 +1600,11 @@ private:
         const Json& test = cond["if"];
         auto both = [](const Json& x, const Json* y) { return y ? Json{{"allOf", Json::array({x, *y})}} : x; };
         auto branch = [&](const char* k) { return cond.contains(k) ? &cond[k] : nullptr; };
-        if (!(test.is_boolean() && !test.get<bool>())) alts.push_back(both(test, branch("then")));
+        // `if: {"not": x}` whose x has no negation written here: only the
+        // else side (x) is written (narrowed), rather than a refusal.
+        const Json* inner = negation_of(test);
+        const bool unwritable = inner && !negate(*inner, path, 0);
+        if (!(test.is_boolean() && !test.get<bool>()) && !unwritable) alts.push_back(both(test, branch("then")));
         if (test.is_boolean()) {
             if (!test.get<bool>()) alts.push_back(branch("else") ? *branch("else") : Json(true));
         } else if (auto n = negated(test, s, path); n && !n->is_null()) {
@@ -1570,11 +1613,24 @@ private:
         merge(s, Json{{"anyOf", alts}}, path);
     }
 
+    // x where `test` is {"not": x} (beside annotations only), else null.
+    static const Json* negation_of(const Json& test) {
+        if (!test.is_object()) return nullptr;
+        const Json* x = nullptr;
+        for (const auto& [k, v] : test.items()) {
+            if (k == "not") x = &v;
+            else if (!kAnnotations.count(k)) return nullptr;
+        }
+        return x;
+    }
+
     // A schema whose values make `test` fail, within what `s` allows:
     // nullopt where that is not a finite set of values of one property,
     // null where it is empty.
     std::optional<Json> negated(const Json& test, const Json& s, const std::string& path) {
         if (!test.is_object()) return std::nullopt;
+        // {"not": x}: x itself (exact); x = false: nothing fails the test.
+        if (const Json* x = negation_of(test)) return trivial(*x) == 0 ? Json() : *x;
         // {"required": [a, b]}: a or b is absent (it may not appear).
         if (auto r = test.find("required"sv); r != test.end() && r->is_array() && !r->empty() && !test.contains("properties"sv)) {
             bool only = true;
