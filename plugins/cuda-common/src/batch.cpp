@@ -27,7 +27,7 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 // Everything but the biases and masks lies before the end of the step's
 // block ids, so a plain step uploads its inputs in one copy.
 struct StagingLayout {
-    size_t tokens, pos, rows, table, out_idx, chain, params, counters, edits, tables, etok, eval, masks, out, end;
+    size_t tokens, pos, rows, table, out_idx, hid_idx, chain, params, counters, edits, tables, etok, eval, masks, out, end;
     StagingLayout(size_t Tcap, size_t Rcap, size_t Bcap, size_t NE, size_t NM) {
         size_t at = 0;
         auto take = [&](size_t bytes) {
@@ -40,6 +40,7 @@ struct StagingLayout {
         rows = take(Tcap * 4);
         table = take(Tcap * 4);
         out_idx = take(Rcap * 4);
+        hid_idx = take(Rcap * 4);  // EH_STEP_HIDDEN entries: at most max_step_entries <= Rcap
         chain = take(Rcap * 8);  // (token index, row of the step before) per chained entry
         params = take(Rcap * sizeof(SamplerParams));
         counters = take(Rcap * sizeof(unsigned long long));
@@ -85,6 +86,11 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
     fwork_ = DeviceBuffer(R * V * sizeof(float), shape.ledger);
     iwork_ = DeviceBuffer(R * V * sizeof(int32_t), shape.ledger);
     EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_logits_), R * V * sizeof(float)));
+    if (shape.hidden_dim > 0) {
+        const size_t bytes = size_t(limits_.max_step_entries) * size_t(shape.hidden_dim) * sizeof(float);
+        hidden_dev_ = DeviceBuffer(bytes, shape.ledger);
+        EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&host_hidden_), bytes));
+    }
     EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     for (cudaEvent_t& e : join_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     for (cudaEvent_t& e : staged_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
@@ -106,6 +112,7 @@ BatchBase::~BatchBase() {
     for (char* h : staging_host_)
         if (h) cudaFreeHost(h);
     if (host_logits_) cudaFreeHost(host_logits_);
+    if (host_hidden_) cudaFreeHost(host_hidden_);
 }
 
 int BatchBase::fork_side(int n) {
@@ -174,19 +181,27 @@ void BatchBase::run_forward(const StepView& v, int bucket) {
     }
 }
 
-void BatchBase::whole_body(const StepView& v, const StagingLayout& L, int slot) {
+void BatchBase::chain_in(const StagingLayout& L, int slot, int n) {
+    char* d = staging_dev_.as<char>();
+    copy_tokens(out_dev_[1 - slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), n,
+                reinterpret_cast<int32_t*>(d + L.tokens), stream_.get());
+}
+
+void BatchBase::sample_tail(const StagingLayout& L, int slot, const float* logits, int rows, const uint32_t* masks) {
     cudaStream_t s = stream_.get();
     char* d = staging_dev_.as<char>();
-    const size_t V = size_t(shape_.n_vocab);
-    // Every row's chain pair: (-1, -1) where its token came from the host.
-    copy_tokens(out_dev_[1 - slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), v.ntok,
-                reinterpret_cast<int32_t*>(d + L.tokens), s);
-    forward(v);
+    const int V = shape_.n_vocab;
     int32_t* d_out = out_dev_[slot].as<int32_t>();
-    sample_rows(v.logits, int(V), v.nout, int(V), reinterpret_cast<const SamplerParams*>(d + L.params),
+    sample_rows(logits, V, rows, V, reinterpret_cast<const SamplerParams*>(d + L.params),
                 reinterpret_cast<unsigned long long*>(d + L.counters), {fwork_.as<float>(), iwork_.as<int32_t>()},
-                d_out, s, reinterpret_cast<const RowEdits*>(d + L.edits), nullptr);
-    EHC_CHECK(cudaMemcpyAsync(slot_host(slot) + L.out, d_out, size_t(v.nout) * 4, cudaMemcpyDeviceToHost, s));
+                d_out, s, reinterpret_cast<const RowEdits*>(d + L.edits), masks);
+    EHC_CHECK(cudaMemcpyAsync(slot_host(slot) + L.out, d_out, size_t(rows) * 4, cudaMemcpyDeviceToHost, s));
+}
+
+void BatchBase::whole_body(const StepView& v, const StagingLayout& L, int slot) {
+    chain_in(L, slot, v.ntok);  // every row's chain pair: (-1, -1) where its token came from the host
+    forward(v);
+    sample_tail(L, slot, v.logits, v.nout, nullptr);
 }
 
 bool BatchBase::run_whole(const StepView& v, const StagingLayout& L, int slot, int bucket) {
@@ -436,6 +451,7 @@ struct StepShape {
     int slot = 0;          // the staging slot it fills
     size_t n_tables = 0;   // block ids staged
     int n_chain = 0;       // chained tokens the device copies
+    int n_hid = 0;         // EH_STEP_HIDDEN entries (hidden rows)
     bool deep = false;     // BatchBase::deep_step
 };
 
@@ -515,16 +531,20 @@ ehp::StepTotals BatchBase::check_entries(eh_step_entry* entries, uint32_t n_entr
             return owns(seq) ? &seq->blocks : nullptr;
         },
         [](eh_seq* s) { return static_cast<CudaSeq*>(s)->sampling_set; },
-        [&](eh_seq* s) { return prev && static_cast<CudaSeq*>(s)->sampled_in == prev->id; }, EH_STEP_VERIFY);
+        [&](eh_seq* s) { return prev && static_cast<CudaSeq*>(s)->sampled_in == prev->id; },
+        EH_STEP_VERIFY | (shape_.hidden_dim > 0 ? EH_STEP_HIDDEN : 0u));
     for (uint32_t i = 0; i < n_entries && !in_step_; ++i)
         if (ehp::step_entry(entries, totals.stride, i).flags & EH_STEP_VERIFY)
             throw ehp::Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
                                                       ": EH_STEP_VERIFY is for step() only, not step_begin");
     if (prev)
-        for (uint32_t i = 0; i < n_entries; ++i)
-            if (ehp::step_entry(entries, totals.stride, i).flags & EH_STEP_LOGITS)
-                throw ehp::Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) +
-                                                          ": EH_STEP_LOGITS on a step begun while another is in flight");
+        for (uint32_t i = 0; i < n_entries; ++i) {
+            const uint32_t flags = ehp::step_entry(entries, totals.stride, i).flags;
+            if (flags & (EH_STEP_LOGITS | EH_STEP_HIDDEN))
+                throw ehp::Error(EH_INVALID_ARGUMENT, "step entry " + std::to_string(i) + ": " +
+                                                          ((flags & EH_STEP_LOGITS) ? "EH_STEP_LOGITS" : "EH_STEP_HIDDEN") +
+                                                          " on a step begun while another is in flight");
+        }
     return totals;
 }
 
@@ -553,6 +573,7 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
     auto* prow = reinterpret_cast<int32_t*>(h + L.rows);
     auto* table = reinterpret_cast<int32_t*>(h + L.table);
     auto* out_idx = reinterpret_cast<int32_t*>(h + L.out_idx);
+    auto* hid_idx = reinterpret_cast<int32_t*>(h + L.hid_idx);
     auto* chain = reinterpret_cast<int32_t*>(h + L.chain);
     auto* tables = reinterpret_cast<int32_t*>(h + L.tables);
     auto* params = reinterpret_cast<SamplerParams*>(h + L.params);
@@ -565,10 +586,11 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
     f.seqs.resize(E.n);
     f.row.assign(E.n, -1);
     f.nrows.assign(E.n, 0);
+    f.hid.assign(E.n, -1);
     f.verify.resize(E.n);
     f.flags.resize(E.n);
     size_t t = 0, tb = 0, r = 0;
-    int nchain = 0;
+    int nchain = 0, nhid = 0;
     spans_.clear();
     for (uint32_t i = 0; i < E.n; ++i) {
         const eh_step_entry& e = E.at(i);
@@ -592,6 +614,10 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
         for (uint32_t blk : bl.blocks()) tables[tb++] = int32_t(blk);
         f.seqs[i] = &q;
         f.flags[i] = e.flags;
+        if (e.flags & EH_STEP_HIDDEN) {
+            hid_idx[nhid] = int32_t(t - 1);
+            f.hid[i] = nhid++;
+        }
         if (e.flags & (EH_STEP_SAMPLE | EH_STEP_LOGITS)) {
             f.row[i] = int(r);
             // A verify entry's rows: one after each of its tokens.
@@ -637,11 +663,11 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
         std::memcpy(h + L.masks + m * sh.words * 4, E.at(S.mask_rows[m]).allowed, sh.words * 4);
     sh.n_tables = tb;
     sh.n_chain = nchain;
+    if (nhid != sh.n_hid) throw ehp::Error(EH_INTERNAL, "step: hidden rows staged differ from those counted");
     return f;
 }
 
-void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh,
-                       const Flight* prev) {
+void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh) {
     cudaStream_t s = stream_.get();
     const size_t V = size_t(shape_.n_vocab), R = sh.R;
     char* h = slot_host(sh.slot);
@@ -665,6 +691,9 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     v.nout = sh.graphed ? int(sh.padded) : int(R);
     v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
     v.logits = logits_.as<float>();
+    v.nhid = sh.n_hid;
+    v.d_hid_idx = reinterpret_cast<const int32_t*>(d + L.hid_idx);
+    v.hidden = sh.n_hid ? hidden_dev_.as<float>() : nullptr;
     bool keeps_logits = false;
     for (const SamplingRows::Row& row : S.rows) keeps_logits = keeps_logits || (E.at(row.entry).flags & EH_STEP_LOGITS);
     // (graph_warm_: the forward pass ran eagerly once, its lazy set-up done)
@@ -673,12 +702,12 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
         EHC_CHECK(cudaEventRecord(staged_[sh.slot], s));
         return;
     }
-    if (sh.n_chain)
-        copy_tokens(out_dev_[prev->slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), sh.n_chain,
-                    reinterpret_cast<int32_t*>(d + L.tokens), s);
+    if (sh.n_chain) chain_in(L, sh.slot, sh.n_chain);  // prev's slot is the other one
     run_forward(v, sh.graphed ? sh.bucket : -1);
+    if (sh.n_hid)
+        EHC_CHECK(cudaMemcpyAsync(host_hidden_, v.hidden, size_t(sh.n_hid) * size_t(shape_.hidden_dim) * sizeof(float),
+                                  cudaMemcpyDeviceToHost, s));
 
-    int32_t* d_out = out_dev_[sh.slot].as<int32_t>();
     if (R) {
         for (size_t k = 0; k < R; ++k)
             if (E.at(S.rows[k].entry).flags & EH_STEP_LOGITS)
@@ -689,11 +718,8 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
         if (!S.etok.empty())
             adjust_logits(v.logits, int(V), int(R), int(V), reinterpret_cast<const RowEdits*>(d + L.edits),
                           reinterpret_cast<const int32_t*>(d + L.etok), reinterpret_cast<const float*>(d + L.eval), s);
-        sample_rows(v.logits, int(V), int(R), int(V), reinterpret_cast<const SamplerParams*>(d + L.params),
-                    reinterpret_cast<unsigned long long*>(d + L.counters), {fwork_.as<float>(), iwork_.as<int32_t>()},
-                    d_out, s, reinterpret_cast<const RowEdits*>(d + L.edits),
+        sample_tail(L, sh.slot, v.logits, int(R),
                     S.mask_rows.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + L.masks));
-        EHC_CHECK(cudaMemcpyAsync(h + L.out, d_out, R * 4, cudaMemcpyDeviceToHost, s));
     }
     EHC_CHECK(cudaEventRecord(staged_[sh.slot], s));
 }
@@ -722,6 +748,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     const SamplingRows S = sampling_rows(E, sh.words);
     sh.T = totals.tokens;
     sh.R = S.rows.size();
+    for (uint32_t i = 0; i < n_entries; ++i) sh.n_hid += (E.at(i).flags & EH_STEP_HIDDEN) ? 1 : 0;
     // A step of few tokens that samples every one runs its kind's graph for
     // its bucket, padded to the bucket's size: a decode-only step (one token
     // per entry) or a verify step's drafts (every position a row).
@@ -732,7 +759,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
                                          : size_t(1) << sh.bucket;
     ensure_rows(sh.R);
     sh.graphed = sh.T == sh.R && sh.T <= size_t(kGraphMaxTokens) && bucket_rows <= limits_.max_step_tokens &&
-                 bucket_rows <= rows_cap() && !graph_failed_[kind][sh.bucket];
+                 bucket_rows <= rows_cap() && !graph_failed_[kind][sh.bucket] && sh.n_hid == 0;
     sh.padded = sh.graphed ? bucket_rows : sh.T;
     const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), S.etok.size(),
                           S.mask_rows.size() * sh.words);
@@ -742,7 +769,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
             if (E.chained(i) && E.known[i] < 0) E.known[i] = prev->picked[size_t(E.chain_row[i])];
     sh.slot = prev ? 1 - prev->slot : 0;
     Flight f = stage(E, S, L, sh, prev);
-    launch(E, S, L, sh, prev);
+    launch(E, S, L, sh);
 
     // The sequences hold the step's tokens from now on (a chained token as a
     // placeholder until the step before is read).
@@ -757,6 +784,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
             q.blocks.commit(E.tokens(i) + first, e.n_tokens - first);
         }
         q.has_logits = false;
+        q.has_hidden = false;
         if (e.flags & EH_STEP_SAMPLE) {
             q.blocks.mark_sampled();
             q.sampled_in = f.id;
@@ -793,6 +821,11 @@ void BatchBase::end(int32_t* out_tokens, uint32_t n_entries) {
         if (q && (f.flags[i] & EH_STEP_LOGITS) && r >= 0) {
             q->logits.assign(host_logits_ + size_t(r) * V, host_logits_ + size_t(r + 1) * V);
             q->has_logits = true;
+        }
+        if (q && f.hid[i] >= 0) {
+            const size_t E = size_t(shape_.hidden_dim);
+            q->hidden.assign(host_hidden_ + size_t(f.hid[i]) * E, host_hidden_ + size_t(f.hid[i] + 1) * E);
+            q->has_hidden = true;
         }
     }
     // The step behind it took some of these tokens on the device: the

@@ -25,6 +25,7 @@ ehcuda::BatchShape shape_of(Model& m) {
     sh.n_layer = c.n_layer * m.tp;
     sh.kv_dim = c.kv_dim() / m.tp;
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.n_ff});
+    sh.hidden_dim = c.n_embd;
     return sh;
 }
 
@@ -358,6 +359,12 @@ void Batch::forward(const ehcuda::StepView& v) {
             if (post) ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
         }
         all_reduce();
+    }
+    // The hidden rows asked for (EH_STEP_HIDDEN): the LM head's input, after
+    // the output norm.
+    if (v.nhid > 0) {
+        ehcuda::gather_rows(h, c.n_embd, v.d_hid_idx, v.nhid, c.n_embd, last_.as<float>(), s);
+        ehcuda::rmsnorm(last_.as<float>(), c.n_embd, m_.output_norm, v.hidden, c.n_embd, c.n_embd, v.nhid, c.eps, s);
     }
     if (v.nout == 0) return;
     // LM head on the tokens that need logits only (every token's, in order,

@@ -6,6 +6,8 @@
 // runs its ranks' slices one after another and sums each row-parallel
 // matmul's partials into the residual with one all-reduce (allreduce.hpp);
 // rank r of layer l keeps its KV heads in the pool's layer l * tp + r.
+// It keeps final hidden states (EH_STEP_HIDDEN: embeddings, rerank), the
+// rows the LM head would read, after the output norm.
 #pragma once
 
 #include <ehcuda/batch.hpp>
@@ -21,6 +23,7 @@ class Batch : public ehcuda::BatchBase {
 public:
     // Throws VRAM_OOM / INSUFFICIENT_VRAM (nothing left allocated).
     Batch(Model& model, const eh_kv_params& params);
+    static constexpr bool kHidden = true;  // forward() fills StepView::hidden
 
 private:
     // One rank's heads, FFN rows and activations (the whole model at tp 1).

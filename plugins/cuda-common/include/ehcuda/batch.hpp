@@ -22,6 +22,12 @@
 // rows until a verify step needs more (ensure_rows: at most twice that, the
 // drafts of a step being at most max_step_entries), so a server that never
 // speculates never pays for them.
+// ABI 1.5's final hidden state (EH_STEP_HIDDEN), for an engine whose
+// forward() fills StepView::hidden (BatchShape::hidden_dim set, and its
+// Batch's kHidden true, which exports seq_hidden): an entry that asks gets a
+// hidden row, its last token's state after the output norm, copied to the
+// host behind the step's sampled ids (end() waits for nothing more). Such a
+// step runs eagerly, never a graph, and may not be begun behind another.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -62,6 +68,8 @@ public:
     float presence = 0.0f, frequency = 0.0f;
     std::vector<float> logits;     // raw logits kept by the last step that asked
     bool has_logits = false;
+    std::vector<float> hidden;     // final hidden state kept by the last step that asked
+    bool has_hidden = false;
     uint64_t sampled_in = 0;       // id of the last step begun that samples for it
 };
 
@@ -92,6 +100,12 @@ struct StepView {
     int nout = 0;
     const int32_t* d_out_idx = nullptr;
     float* logits = nullptr;
+    // forward() leaves the final hidden state (after the output norm) of
+    // token d_hid_idx[j] in hidden + j * BatchShape::hidden_dim, for j < nhid
+    // (0 unless the engine keeps hidden states).
+    int nhid = 0;
+    const int32_t* d_hid_idx = nullptr;
+    float* hidden = nullptr;
 };
 
 struct BatchShape {
@@ -102,6 +116,7 @@ struct BatchShape {
     int kv_dim = 0;                  // n_kv * head_dim
     uint32_t seq_cap = UINT32_MAX;   // longest sequence the model allows
     int max_cols = 0;                // widest matmul input (the prefill workspace)
+    int hidden_dim = 0;              // n_embd where forward() fills StepView::hidden, else 0
 };
 
 // begin()'s working state (batch.cpp).
@@ -113,6 +128,9 @@ class ParkedKv;  // kv_park.hpp
 
 class BatchBase {
 public:
+    // Whether the engine's forward() fills StepView::hidden (PluginGlue
+    // exports seq_hidden then); a derived Batch that does says so again.
+    static constexpr bool kHidden = false;
     BatchBase(const BatchShape& shape, const eh_kv_params& params);
     virtual ~BatchBase();
     BatchBase(const BatchBase&) = delete;
@@ -200,6 +218,13 @@ private:
     bool run_whole(const StepView& v, const StagingLayout& L, int slot, int bucket);
     // What that graph holds.
     void whole_body(const StepView& v, const StagingLayout& L, int slot);
+    // The two ends of a step's device work around its forward pass, shared
+    // by launch() and whole_body(): the first n chain pairs' tokens copied
+    // from the sampled ids of the step in the other slot, and then `rows`
+    // rows of `logits` sampled (`masks`: the allowed-token words, or NULL)
+    // with their ids copied into slot's staging for the host.
+    void chain_in(const StagingLayout& L, int slot, int n);
+    void sample_tail(const StagingLayout& L, int slot, const float* logits, int rows, const uint32_t* masks);
     void reset_graphs() noexcept;
     void warm_up();
     // Grows the pinned staging and its device twin to at least `bytes`
@@ -217,6 +242,7 @@ private:
         std::vector<CudaSeq*> seqs;      // per entry; NULL once released
         std::vector<int> row;            // per entry: its (first) sampling row, or -1
         std::vector<int> nrows;          // per entry: its sampling rows (a verify entry: one per token)
+        std::vector<int> hid;            // per entry: its hidden row (EH_STEP_HIDDEN), or -1
         std::vector<std::vector<int32_t>> verify;  // per entry: a verify entry's tokens, else empty
         std::vector<uint32_t> flags;     // per entry
         // Chained entries: the sequence position holding a placeholder until
@@ -253,8 +279,7 @@ private:
                  const Flight* prev);
     // Uploads the slot, runs the forward pass (the bucket's graph when
     // graphed), then the logits copies, edits and sampling of its rows.
-    void launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh,
-                const Flight* prev);
+    void launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh);
     char* slot_host(int slot) const { return staging_host_[slot]; }
 
     BatchShape shape_;
@@ -281,6 +306,11 @@ private:
     std::vector<uint32_t> accepted_; // end()'s drafts accepted per entry (verify entries)
     uint64_t next_step_ = 0;
     float* host_logits_ = nullptr;  // pinned, rows_cap() rows
+    // EH_STEP_HIDDEN's rows (max_step_entries x hidden_dim): forward()
+    // writes them, and they come to the pinned twin behind the step. One
+    // pair is enough: such a step is never begun behind another.
+    DeviceBuffer hidden_dev_;
+    float* host_hidden_ = nullptr;
     size_t rows_ = 0;                // rows_cap()
     uint32_t scratch_block_ = 0;    // the pool's extra block, outside the BlockPool
     // Graphs per kind and size bucket (1, 2, 4, .. 64 tokens). Kinds:

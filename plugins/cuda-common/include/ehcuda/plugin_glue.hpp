@@ -13,7 +13,8 @@
 //       using Model = my::Model;       // has device, weight_ptrs, ledger, quant_kind,
 //                                      // device_name, compute_capability, runtime_version,
 //                                      // plan (its KernelPlan, chosen at load)
-//       using Batch = my::Batch;       // Batch(Model&, const eh_kv_params&), a BatchBase
+//       using Batch = my::Batch;       // Batch(Model&, const eh_kv_params&), a BatchBase;
+//                                      // its kHidden true exports seq_hidden (ABI 1.5)
 //       static const eh_plugin_info& info();
 //       static std::unique_ptr<Model> load(const eh_load_params&);
 //       // architecture, context_length, vocab_size, kv_bytes_per_token
@@ -236,6 +237,7 @@ struct PluginGlue {
                                                           " exceeds the length " + std::to_string(Q(s)->blocks.length()));
             Q(s)->blocks.truncate(n_tokens);
             Q(s)->has_logits = false;
+            Q(s)->has_hidden = false;
         });
     }
     static eh_status seq_set_sampling(eh_seq* s, const eh_sampling_params* p) {
@@ -258,6 +260,20 @@ struct PluginGlue {
                 throw ehp::Error(EH_INVALID_ARGUMENT, "seq_logits: the last step did not ask for logits (EH_STEP_LOGITS)");
             *out_logits = Q(s)->logits.data();
             *out_n_vocab = uint32_t(Q(s)->logits.size());
+        });
+    }
+    // ABI 1.5, exported only where Batch::kHidden (the others refuse
+    // EH_STEP_HIDDEN as an unknown flag).
+    static eh_status seq_hidden(eh_seq* s, const float** out_hidden, uint32_t* out_n_embd) {
+        if (!s) return EH_INVALID_ARGUMENT;
+        return on_model(s->owner, "seq_hidden", [&](ModelBox& box) {
+            box.batch->expect_idle("seq_hidden");
+            if (!out_hidden || !out_n_embd) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_hidden: NULL argument");
+            if (!Q(s)->has_hidden)
+                throw ehp::Error(EH_INVALID_ARGUMENT,
+                                 "seq_hidden: the last step did not ask for the hidden state (EH_STEP_HIDDEN)");
+            *out_hidden = Q(s)->hidden.data();
+            *out_n_embd = uint32_t(Q(s)->hidden.size());
         });
     }
     static void seq_release(eh_seq* s) {
@@ -330,6 +346,7 @@ struct PluginGlue {
             t.seq_park = seq_park;
             t.seq_unpark = seq_unpark;
             t.parked_release = parked_release;
+            if constexpr (Batch::kHidden) t.seq_hidden = seq_hidden;
             return t;
         }();
         return &table;
