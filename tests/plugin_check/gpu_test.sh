@@ -4,7 +4,9 @@
 # CUDA plugins on forged toy-size files of their architectures (llama-cuda's
 # Llama 3.1 and Gemma 3, gpt-cuda's Qwen3-MoE with and without its
 # batch_invariant load option, and gpt-oss); on each, ABI 1.7's park_restore
-# must pass (a restored sequence's logits bit for bit), not be skipped.
+# must pass (a restored sequence's logits bit for bit), not be skipped, and
+# ABI 1.5's hidden_state too (llama-cuda keeps hidden states, gpt-cuda
+# refuses the flag).
 # Usage: gpu_test.sh EH_PLUGIN_CHECK ENGINE_HOST PLUGIN_DIR TESTDATA_DIR
 source "$(dirname "$0")/../cli/testlib.sh"
 check_bin=$1 eh=$2 dir=$3 testdata=$4
@@ -16,6 +18,9 @@ echo "$out"
 [[ $rc -eq 0 ]]; check llama-cuda-stories $? "exit $rc"
 # ABI 1.7's host tier: a parked and restored sequence continues bit for bit
 [[ $out == *"PASS  park_restore"* ]]; check llama-cuda-stories-park-restore $? "$out"
+# ABI 1.5's final hidden state (embeddings, rerank): the same alone and in a
+# mixed, chunked batch
+[[ $out == *"PASS  hidden_state"* ]]; check llama-cuda-stories-hidden-state $? "$out"
 
 # Tensor parallelism in the one-GPU shard mode (ABI 1.6 device set 0,0): every
 # check, and greedy agreement with the CPU reference, on llama-cuda split
@@ -56,6 +61,8 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-
   echo "$out"
   [[ $rc -eq 0 ]]; check "$plugin-$profile" $? "exit $rc"
   [[ $out == *"PASS  park_restore"* ]]; check "$plugin-$profile-park-restore" $? "$out"
+  # llama-cuda keeps hidden states; gpt-cuda refuses EH_STEP_HIDDEN as an unknown flag
+  [[ $out == *"PASS  hidden_state"* ]]; check "$plugin-$profile-hidden-state" $? "$out"
   if [[ $profile == tiny-gemma-3-q4_k_m ]]; then
     # Gemma 3's norms after attention and the MLP need each row-parallel
     # matmul's whole sum: the shard mode refuses it by name
