@@ -25,6 +25,14 @@ public:
     void u32(const std::string& key, uint64_t v) { add(key, EH_VALUE_U32).v.u64 = v; }
     void f32(const std::string& key, double v) { add(key, EH_VALUE_F32).v.f64 = v; }
     void str(const std::string& key, const std::string& v) { add(key, EH_VALUE_STRING).v.str = s(v); }
+    void i32s(const std::string& key, const std::vector<int32_t>& v) {
+        std::vector<uint8_t>& b = blobs_.emplace_back(v.size() * sizeof(int32_t));
+        std::memcpy(b.data(), v.data(), b.size());
+        eh_value& x = add(key, EH_VALUE_ARRAY);
+        x.elem_type = EH_VALUE_I32;
+        x.count = v.size();
+        x.v.array = b.data();
+    }
 
     // Stores `values` as `type` (quantized when it is a block type).
     void tensor(const std::string& name, uint32_t type, std::vector<uint64_t> dims, const std::vector<float>& values) {
@@ -110,6 +118,7 @@ struct TinySpec {
     // blocks + scales, requires expert_type MXFP4).
     enum class Layout { Gguf, GgufFused, Hf, HfMxfp4 } layout = Layout::Gguf;
     uint64_t seed = 1;
+    std::vector<int32_t> mrope_sections;  // qwen2vl: {arch}.rope.dimension_sections
 };
 
 inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
@@ -149,6 +158,7 @@ inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
         v->u32(a + ".feed_forward_length", F);
     }
     if (sp.window) v->u32(a + ".attention.sliding_window", sp.window);
+    if (!sp.mrope_sections.empty()) v->i32s(a + ".rope.dimension_sections", sp.mrope_sections);
 
     std::mt19937_64 rng(sp.seed);
     auto rand_vec = [&](size_t n, float scale, float offset) {
@@ -217,7 +227,7 @@ inline std::unique_ptr<OwnedView> make_tiny(const TinySpec& sp) {
                 vec(b + "attn_q_norm.weight", hd, 0.1f, 1.0f);
                 vec(b + "attn_k_norm.weight", hd, 0.1f, 1.0f);
             }
-            if (a == "qwen2" || oss) {
+            if (a == "qwen2" || a == "qwen2vl" || oss) {
                 // biases are permuted like their rows would be; qwen2/gpt-oss use neox, no permutation
                 vec(b + "attn_q.bias", Q, 0.1f, 0.0f);
                 vec(b + "attn_k.bias", KV, 0.1f, 0.0f);

@@ -37,7 +37,7 @@ std::string upper(std::string_view s) {
 }  // namespace
 
 const std::vector<std::string>& known_architectures() {
-    static const std::vector<std::string> k = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", "gemma3"};
+    static const std::vector<std::string> k = {"llama", "qwen2", "qwen2vl", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", "gemma3"};
     return k;
 }
 

@@ -38,6 +38,10 @@ void check_spans(const eh_step_entry& e, uint32_t i, const std::vector<eh_embd_s
                                                  std::to_string(s.first) + ", count " + std::to_string(s.count) +
                                                  ") is empty, has no rows, overlaps the one before or ends past the " +
                                                  std::to_string(e.n_tokens) + " tokens");
+        if ((s.flags & EH_SPAN_GRID) && (s.grid_width == 0 || s.count % s.grid_width != 0))
+            throw Error(EH_INVALID_ARGUMENT, at + "embedding span " + std::to_string(j) + " is a grid of width " +
+                                                 std::to_string(s.grid_width) + " that does not divide its " +
+                                                 std::to_string(s.count) + " positions");
         next = uint64_t(s.first) + s.count;
     }
 }

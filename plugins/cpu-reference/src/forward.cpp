@@ -22,6 +22,7 @@ struct Row {
     Sequence* seq;
     uint32_t pos;
     uint32_t last;  // the last position it attends to: pos, or the end of its bidirectional span
+    ehp::mrope::Position mpos;  // its rotation's position on M-RoPE models (time, row, column)
 };
 
 // The index within slice s of the last token that token i attends to.
@@ -38,7 +39,8 @@ public:
     Pass(const Model& model, std::span<const Slice> slices) : m_(model), c_(model.config()), slices_(slices) {
         for (const Slice& s : slices)
             for (uint32_t i = 0; i < s.n; ++i)
-                rows_.push_back({s.seq, s.seq->length() + i, s.seq->length() + attends_to(s, i)});
+                rows_.push_back({s.seq, s.seq->length() + i, s.seq->length() + attends_to(s, i), {}});
+        if (c_.mrope.active()) place_mrope();
         for (const Row& r : rows_) {
             adapters_.push_back(r.seq->adapter);
             any_adapter_ = any_adapter_ || r.seq->adapter;
@@ -48,6 +50,22 @@ public:
     void run(eh_cancel_fn cancel, void* cancel_user);
 
 private:
+    // Each row's M-RoPE position, and each sequence's next_pos for its new tokens.
+    void place_mrope() {
+        size_t t = 0;
+        for (const Slice& s : slices_) {
+            const uint32_t L = s.seq->length();
+            const int32_t next = s.seq->next_position();
+            std::vector<ehp::mrope::Position> pos(s.n);
+            std::vector<int32_t>& after = s.seq->next_pos;
+            for (size_t k = after.size(); k < L; ++k) after.push_back(int32_t(k) + 1);  // text before it knew
+            after.resize(size_t(L) + s.n);
+            ehp::mrope::place(next, s.n, s.spans, s.n_spans, pos.data(), &after[L]);
+            for (uint32_t i = 0; i < s.n; ++i) rows_[t + i].mpos = pos[i];
+            t += s.n;
+        }
+    }
+
     void attention(const Layer& L, uint32_t layer, float* q, const float* k, const float* v, float* out);
     void feed_forward(const Layer& L, const float* in, float* out);
     void moe(const Layer& L, const float* in, float* out);
@@ -199,7 +217,8 @@ void Pass::attention(const Layer& L, uint32_t layer, float* q, const float* k, c
     if (rope.style != RopeStyle::None) {
         std::vector<float> cs(rope.n_rot / 2), sn(rope.n_rot / 2);
         for (size_t r = 0; r < T; ++r) {
-            rope_cos_sin(rope, rows_[r].pos, cs.data(), sn.data());
+            if (c_.mrope.active()) mrope_cos_sin(rope, c_.mrope, rows_[r].mpos, cs.data(), sn.data());
+            else rope_cos_sin(rope, rows_[r].pos, cs.data(), sn.data());
             for (uint32_t hh = 0; hh < c_.n_head; ++hh) rope_apply(rope, cs.data(), sn.data(), q + r * q_dim + hh * hd);
             for (uint32_t hh = 0; hh < c_.n_head_kv; ++hh) rope_apply(rope, cs.data(), sn.data(), &kr[r * kv_dim + hh * hd]);
         }

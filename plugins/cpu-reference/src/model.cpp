@@ -242,6 +242,7 @@ Config read_config(const ehp::ModelView& v) {
     c.arch_name = std::string(v.architecture());
     if (c.arch_name == "llama") c.arch = Arch::Llama;
     else if (c.arch_name == "qwen2") c.arch = Arch::Qwen2;
+    else if (c.arch_name == "qwen2vl") c.arch = Arch::Qwen2;  // Qwen2-VL / Qwen2.5-VL: qwen2's tensors, M-RoPE
     else if (c.arch_name == "qwen3") c.arch = Arch::Qwen3;
     else if (c.arch_name == "qwen3moe") c.arch = Arch::Qwen3Moe;
     else if (c.arch_name == "phi3") c.arch = Arch::Phi3;
@@ -249,7 +250,7 @@ Config read_config(const ehp::ModelView& v) {
     else if (c.arch_name == "gpt-oss") c.arch = Arch::GptOss;
     else if (c.arch_name == "gemma3") c.arch = Arch::Gemma3;
     else throw Error(EH_UNSUPPORTED, "architecture '" + c.arch_name + "' is not supported by cpu-reference "
-                                     "(llama, qwen2, qwen3, qwen3moe, phi3, gpt2, gpt-oss, gemma3)");
+                                     "(llama, qwen2, qwen2vl, qwen3, qwen3moe, phi3, gpt2, gpt-oss, gemma3)");
 
     auto key = [&](const char* s) { return v.arch_key(s); };
     auto req = [&](const char* s) { return to_u32(v.require_uint(key(s)), key(s)); };
@@ -365,6 +366,7 @@ Config read_config(const ehp::ModelView& v) {
         }
     }
 
+    if (r.style == RopeStyle::Neox) c.mrope = ehp::mrope::read_sections(v, r.n_rot);
     c.sliding_window = opt("attention.sliding_window", 0);
     c.swa_alternating = c.arch == Arch::GptOss;
     if (c.arch == Arch::Gemma3) {

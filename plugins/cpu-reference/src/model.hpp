@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <engine_host/mrope.hpp>
 #include <engine_host/plugin_abi.h>
 
 #include "ops.hpp"
@@ -49,6 +50,9 @@ struct Config {
     float attn_scale = 0.0f;
     float logit_softcap = 0.0f;
     RopeConfig rope_swa;
+    // qwen2vl: the rotation's frequencies split among time, row and column
+    // (M-RoPE); inactive for every other architecture.
+    ehp::mrope::Sections mrope;
 };
 
 struct Layer {

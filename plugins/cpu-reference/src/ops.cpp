@@ -104,6 +104,16 @@ void rope_cos_sin(const RopeTables& t, int64_t pos, float* cos_out, float* sin_o
     }
 }
 
+void mrope_cos_sin(const RopeTables& t, const ehp::mrope::Sections& sections, const ehp::mrope::Position& pos,
+                   float* cos_out, float* sin_out) {
+    const uint32_t half = t.n_rot / 2;
+    for (uint32_t i = 0; i < half; ++i) {
+        const float angle = static_cast<float>(pos[sections.component(i)]) * t.inv_freq[i];
+        cos_out[i] = std::cos(angle) * t.attn_factor;
+        sin_out[i] = std::sin(angle) * t.attn_factor;
+    }
+}
+
 void rope_apply(const RopeTables& t, const float* c, const float* s, float* head) {
     const uint32_t half = t.n_rot / 2;
     if (t.style == RopeStyle::Normal) {

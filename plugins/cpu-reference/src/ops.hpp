@@ -7,6 +7,8 @@
 #include <utility>
 #include <vector>
 
+#include <engine_host/mrope.hpp>
+
 namespace cpuref {
 
 // out = x / sqrt(mean(x^2) + eps) * w
@@ -59,6 +61,9 @@ RopeTables make_rope_tables(const RopeConfig& cfg);
 
 // cos/sin for one position: n_rot/2 each.
 void rope_cos_sin(const RopeTables& t, int64_t pos, float* cos_out, float* sin_out);
+// M-RoPE: frequency i turns by the component of `pos` its section names.
+void mrope_cos_sin(const RopeTables& t, const ehp::mrope::Sections& sections, const ehp::mrope::Position& pos,
+                   float* cos_out, float* sin_out);
 
 // Rotates the first n_rot values of one head vector in place.
 void rope_apply(const RopeTables& t, const float* cos_v, const float* sin_v, float* head);

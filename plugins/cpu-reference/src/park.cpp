@@ -35,6 +35,7 @@ std::unique_ptr<Parked> park(eh_model* model, const Sequence& seq, uint32_t n_to
     p->owner = model;
     p->meta = ehp::park_meta(model, seq.blocks, n_tokens);
     p->adapter = seq.adapter;
+    p->next_pos.assign(seq.next_pos.begin(), seq.next_pos.begin() + std::min<size_t>(n_tokens, seq.next_pos.size()));
     try {
         p->rows.resize(bytes);
     } catch (const std::bad_alloc&) {
@@ -53,6 +54,7 @@ std::unique_ptr<Sequence> unpark(Batch& batch, eh_model* model, const Parked* pa
         ehp::check_unpark(parked ? &parked->meta : nullptr, model, tokens, n_tokens, s->pool().blocks());
         ehp::adopt_parked(s->blocks, parked->meta);
         s->adapter = parked->adapter;
+        s->next_pos = parked->next_pos;
         KvPool& pool = s->pool();
         each_run(pool, s->blocks, n_tokens, [&](uint32_t l, bool v, uint64_t row, uint32_t count, uint64_t at) {
             pool.write_rows(l, v, row, count, parked->rows.data() + at);

@@ -26,6 +26,7 @@ class Parked : public eh_parked {
 public:
     ehp::ParkedMeta meta;
     const Adapter* adapter = nullptr;  // as seq_fork would give it
+    std::vector<int32_t> next_pos;     // M-RoPE text positions, as seq_fork would give them
     std::vector<uint8_t> rows;
 };
 

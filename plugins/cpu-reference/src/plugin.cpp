@@ -38,7 +38,7 @@ namespace {
 // Must equal the lists given to engine_host_add_plugin() in CMakeLists.txt;
 // the manifest test compares them.
 const char* const kFormats[] = {"gguf", "safetensors", nullptr};
-const char* const kArchitectures[] = {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", "gemma3", nullptr};
+const char* const kArchitectures[] = {"llama", "qwen2", "qwen2vl", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", "gemma3", nullptr};
 const char* const kQuantKinds[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q2_K", "Q3_K",
                                    "Q4_K", "Q5_K", "Q6_K", "IQ4_NL", "IQ4_XS", "MXFP4", nullptr};
 

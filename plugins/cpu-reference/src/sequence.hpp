@@ -2,6 +2,7 @@
 // over the model's pool), its sampler and the logits a step kept for it.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <vector>
@@ -34,7 +35,14 @@ public:
         auto s = std::make_unique<Sequence>(pool_);
         s->blocks.share_prefix(blocks, n);
         s->adapter = adapter;
+        s->next_pos.assign(next_pos.begin(), next_pos.begin() + std::min<size_t>(n, next_pos.size()));
         return s;
+    }
+    // The text position its next token takes: its length, unless an image
+    // laid out on a grid (M-RoPE) moved it (next_pos).
+    int32_t next_position() const {
+        const uint32_t n = length();
+        return n == 0 ? 0 : next_pos.size() >= n ? next_pos[n - 1] : int32_t(n);
     }
     void truncate(uint32_t n) {
         blocks.truncate(n);
@@ -63,6 +71,9 @@ public:
     // Rows for its next step's tokens (ABI 1.6 seq_embd_spans): the
     // host's, valid until that step returns, which drops them.
     std::vector<eh_embd_span> spans;
+    // M-RoPE models only: per position, the text position that follows it
+    // (ehp::mrope::place's `after`); entries past length() are stale.
+    std::vector<int32_t> next_pos;
     // The LoRA adapter its steps compute with (ABI 1.6); NULL: none.
     const Adapter* adapter = nullptr;
 };
