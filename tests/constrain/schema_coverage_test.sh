@@ -30,4 +30,29 @@ expect samples 0 'random walks: 4, ended with a complete value: [1-4]$' -- "$cov
 n=$(grep -c '"instance":"{' "$scratch/s.jsonl")
 check samples-file $(( n >= 1 && n <= 4 ? 0 : 1 )) "$n sample lines in $scratch/s.jsonl"
 
+# Walked values validate with the jsonschema package (python3-jsonschema;
+# these checks are skipped, and say so, where python3 lacks it): warp-themes'
+# oneOf of two objects whose members are all optional never gives `{}`,
+# which matches both branches.
+if ! python3 -c 'import jsonschema' 2>/dev/null; then
+  echo "SKIP walk/overlap/invalid: python3 has no jsonschema module"
+  finish
+  exit
+fi
+mkdir -p "$scratch/walk/w"
+cat >"$scratch/walk/w/gradient.json" <<'JSON'
+{"type":"object","oneOf":[
+  {"properties":{"left":{"enum":["#000000"]},"right":{"enum":["#ffffff"]}},"additionalProperties":false},
+  {"properties":{"top":{"enum":["#000000"]},"bottom":{"enum":["#ffffff"]}},"additionalProperties":false}]}
+JSON
+expect walk 0 'random walks: 300, ended with a complete value: 300$' -- "$cov" --samples 300 "$scratch/walk.jsonl" "$scratch/walk"
+expect walk-valid 0 '^300 valid, 0 invalid, 0 valid but for matching two oneOf branches' -- python3 "$(dirname "$0")/validate_samples.py" "$scratch/walk.jsonl"
+# The validator counts an overlap of oneOf branches apart (not enforced) and
+# fails on any other invalid value.
+echo '{"oneOf":[{"type":"integer"},{"minimum":0}]}' >"$scratch/overlap.json"
+printf '{"schema":"%s","instance":"5"}\n' "$scratch/overlap.json" >"$scratch/overlap.jsonl"
+expect overlap 0 '^0 valid, 0 invalid, 1 valid but for matching two oneOf branches' -- python3 "$(dirname "$0")/validate_samples.py" "$scratch/overlap.jsonl"
+printf '{"schema":"%s","instance":"-1.5"}\n' "$scratch/overlap.json" >>"$scratch/overlap.jsonl"
+expect invalid 1 '^INVALID .*overlap.json' -- python3 "$(dirname "$0")/validate_samples.py" "$scratch/overlap.jsonl"
+
 finish

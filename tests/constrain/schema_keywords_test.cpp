@@ -343,6 +343,30 @@ TEST(SchemaKeywords, OneOfIsAnyOfAndKeywordsBesideApplyToEachAlternative) {
     stops_at(beside, R"({"x":1})", 2);
 }
 
+TEST(SchemaKeywords, OneOfOfOptionalMemberObjectsLeavesOutTheSharedEmptyObject) {
+    // warp-themes (SchemaStore): two closed objects whose members are all
+    // optional; `{}` matches both, so it is no valid oneOf value.
+    auto g = json_schema_grammar(R"js({"type":"object","oneOf":[
+        {"properties":{"left":{"type":"string"},"right":{"type":"string"}},"additionalProperties":false},
+        {"properties":{"top":{"type":"string"},"bottom":{"type":"string"}},"additionalProperties":false}]})js");
+    EXPECT_TRUE(matches(g, R"js({"left":"a"})js"));
+    EXPECT_TRUE(matches(g, R"js({"top":"a","bottom":"b"})js"));
+    stops_at(g, "{}", 1);
+    // The same through a merge ($ref with siblings), and a map branch.
+    auto merged = json_schema_grammar(R"js({"$defs":{"o":{"type":"object"}},"$ref":"#/$defs/o","oneOf":[
+        {"properties":{"a":{"type":"integer"}}},{"additionalProperties":{"type":"string"}}]})js");
+    EXPECT_TRUE(matches(merged, R"js({"a":1})js"));
+    EXPECT_TRUE(matches(merged, R"js({"b":"x"})js"));
+    stops_at(merged, "{}", 1);
+    // One such branch: `{}` is valid through it alone and stays.
+    auto one = json_schema_grammar(R"js({"oneOf":[{"type":"object","properties":{"a":{}}},
+        {"type":"object","required":["b"]}]})js");
+    EXPECT_TRUE(matches(one, "{}"));
+    // anyOf allows values of both branches: `{}` stays.
+    EXPECT_TRUE(matches(json_schema_grammar(R"js({"anyOf":[{"type":"object","properties":{"a":{}}},
+        {"type":"object","properties":{"b":{}}}]})js"), "{}"));
+}
+
 TEST(SchemaKeywords, StringLengthsCountCodePoints) {
     auto g = json_schema_grammar(R"({"type":"string","minLength":2,"maxLength":3})");
     EXPECT_TRUE(matches(g, "\"\xC3\xA9\xC3\xA9\""));       // two code points, four bytes

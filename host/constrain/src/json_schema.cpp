@@ -600,7 +600,12 @@ public:
             // oneOf is compiled as anyOf: where its branches overlap, a value
             // matching two of them is not excluded (docs/http-api.md).
             const char* key = any_of ? "anyOf" : "oneOf";
-            const Json& a = s[key];
+            const Json* branches = &s[key];
+            if (auto w = one_of && !any_of ? without_shared_empty(*branches) : std::nullopt) {
+                store_.push_back(std::move(*w));
+                branches = &store_.back();
+            }
+            const Json& a = *branches;
             if (!a.is_array() || a.empty())
                 throw GrammarError(key, fmt::format("'{}' at {} must be a non-empty array", key, at(path)));
             // Keywords beside it apply to every alternative: each becomes
@@ -936,6 +941,56 @@ private:
             return Json(false);
         }
         return alts.size() == 1 ? alts[0] : Json{{"anyOf", alts}};
+    }
+
+    // oneOf branches where two or more are optional_members_only(): `{}`
+    // matches each of those, so it is no valid oneOf value, and they get
+    // "minProperties": 1 (the only exclusivity enforced; docs/http-api.md).
+    // nullopt where nothing changes.
+    static std::optional<Json> without_shared_empty(const Json& branches) {
+        if (!branches.is_array()) return std::nullopt;
+        size_t n = 0;
+        for (const auto& b : branches) n += optional_members_only(b);
+        if (n < 2) return std::nullopt;
+        Json out = branches;
+        for (auto& b : out)
+            if (optional_members_only(b)) b["minProperties"] = uint64_t(1);
+        return out;
+    }
+
+    // A plain object schema that surely matches `{}` and writes the same
+    // objects but `{}` with "minProperties": 1: no $ref, combinator or
+    // condition; no member required; at most 40 listed properties (the
+    // counted form's limit, object()), none `false`, or a map; keywords of
+    // other types (they constrain no object) and unknown ones beside.
+    static bool optional_members_only(const Json& b) {
+        if (!b.is_object()) return false;
+        bool listed = false, closed = false;
+        for (const auto& [k, v] : b.items()) {
+            if (kAnnotations.count(k)) continue;
+            if (k == "type") {
+                if (v != "object" && !(v.is_array() && std::find(v.begin(), v.end(), Json("object")) != v.end()))
+                    return false;
+            } else if (k == "properties") {
+                if (!v.is_object() || v.size() > 40) return false;
+                for (const auto& [name, p] : v.items())
+                    if (trivial(p) == 0) return false;
+                listed = !v.empty();
+            } else if (k == "additionalProperties") {
+                closed = trivial(v) == 0;
+            } else if (k == "required") {
+                if (!v.is_array() || !v.empty()) return false;
+            } else if (k == "minProperties") {
+                if (!v.is_number() || v.get<double>() != 0) return false;
+            } else if (k == "maxProperties") {
+                if (!v.is_number() || v.get<double>() < 1) return false;
+            } else if (kArrayWords.count(k) || kStringWords.count(k) || kNumberWords.count(k)) {
+                continue;
+            } else if (kHandled.count(k) || kRefused.count(k) || k == "if" || k == "then" || k == "else") {
+                return false;
+            }
+        }
+        return listed || !closed;
     }
 
     // The values outside a list that mixes scalars (booleans, null,
@@ -1426,7 +1481,7 @@ private:
         }
         normalize_bounds(out);
         if (auto o = out.find("oneOf"sv); o != out.end()) {  // oneOf as anyOf (see value())
-            Json alts = *o;
+            Json alts = without_shared_empty(*o).value_or(*o);
             out.erase("oneOf");
             merge(out, Json{{"anyOf", alts}}, path);
         }
