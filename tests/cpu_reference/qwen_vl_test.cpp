@@ -1,5 +1,5 @@
-// Qwen2.5-VL's decoder (GGUF architecture qwen2vl) through the cpu-reference
-// plugin: M-RoPE against a second, independent pass written here in double
+// Qwen2.5-VL through the cpu-reference plugin. The decoder (GGUF
+// architecture qwen2vl): M-RoPE against a second, independent pass written here in double
 // precision from the transformers definition (Qwen2_5_VLModel.get_rope_index
 // for the positions: text advances time, row and column together, an
 // image's token at row r, column c of its grid sits at (p, p + r, p + c),
@@ -7,7 +7,12 @@
 // rotary_pos_emb for the rotation: frequency i turns by the component its
 // mrope_section names, rotate-half pairing). Wrong variants (sections in
 // another order, positions of one axis, text after an image continuing at
-// its index) must be far from the plugin.
+// its index) must be far from the plugin. The vision tower (mmproj
+// clip.projector_type qwen2.5vl_merger): against a double-precision pass that
+// follows transformers' Qwen2_5_VisionTransformerPretrainedModel step by step
+// (the processor's patch order, rot_pos_emb, get_window_index with its
+// padding, attention within cu_seqlens segments, the merger, the reverse
+// window index), and six wrong variants.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -296,6 +301,345 @@ TEST(QwenVlDecoder, SectionsThatDoNotCoverTheRotationAreRefused) {
     EXPECT_NE(std::string(plugin().plugin_last_error()).find("missing metadata 'qwen2vl.rope.dimension_sections'"),
               std::string::npos)
         << plugin().plugin_last_error();
+}
+
+
+// ---- the vision tower
+
+// A toy Qwen2.5-VL tower: patches of 2 pixels (tiles of 4), windows of 8
+// pixels (2 x 2 merged squares), three blocks of which the second attends
+// over the whole image (n_wa_pattern 2), width 16 in 2 heads.
+struct Tower {
+    uint32_t patch = 2, W = 16, heads = 2, F = 24, blocks = 3, wa = 2, window_px = 8, T = kEmbd;
+    double eps = 1e-6;
+    struct Block {
+        std::vector<float> ln1, ln2, q, qb, k, kb, v, vb, o, ob, gate, gateb, up, upb, down, downb;
+    };
+    std::vector<float> pw0, pw1, post, mm0, mm0b, mm2, mm2b;
+    std::vector<Block> b;
+    explicit Tower(uint64_t seed = 5) {
+        std::mt19937_64 rng(seed);
+        auto rnd = [&](size_t n, float s, float off = 0.0f) {
+            std::uniform_real_distribution<float> d(-s, s);
+            std::vector<float> x(n);
+            for (auto& e : x) e = off + d(rng);
+            return x;
+        };
+        const size_t P = 3 * patch * patch;
+        pw0 = rnd(W * P, 1.0f / std::sqrt(float(P)));
+        pw1 = rnd(W * P, 1.0f / std::sqrt(float(P)));
+        const float s = 1.5f / std::sqrt(float(W));
+        for (uint32_t i = 0; i < blocks; ++i) {
+            Block k;
+            k.ln1 = rnd(W, 0.3f, 1.0f), k.ln2 = rnd(W, 0.3f, 1.0f);
+            k.q = rnd(W * W, s), k.k = rnd(W * W, s), k.v = rnd(W * W, s), k.o = rnd(W * W, s);
+            k.qb = rnd(W, 0.3f), k.kb = rnd(W, 0.3f), k.vb = rnd(W, 0.3f), k.ob = rnd(W, 0.3f);
+            k.gate = rnd(size_t(F) * W, s), k.gateb = rnd(F, 0.3f), k.up = rnd(size_t(F) * W, s), k.upb = rnd(F, 0.3f);
+            k.down = rnd(size_t(W) * F, 1.0f / std::sqrt(float(F))), k.downb = rnd(W, 0.3f);
+            b.push_back(std::move(k));
+        }
+        post = rnd(W, 0.3f, 1.0f);
+        mm0 = rnd(16 * W * W, 1.0f / std::sqrt(float(4 * W))), mm0b = rnd(4 * W, 0.3f);
+        mm2 = rnd(size_t(4) * W * T, 1.0f / std::sqrt(float(4 * W))), mm2b = rnd(T, 0.3f);
+    }
+    // The mmproj view, as llama.cpp's converter writes it.
+    std::unique_ptr<OwnedView> view(const std::string& projector = "qwen2.5vl_merger") const {
+        auto v = std::make_unique<OwnedView>("clip");
+        v->str("general.architecture", "clip");
+        v->str("clip.projector_type", projector);
+        v->u32("clip.has_vision_encoder", 1);
+        v->u32("clip.vision.image_size", 32);
+        v->u32("clip.vision.patch_size", patch);
+        v->u32("clip.vision.embedding_length", W);
+        v->u32("clip.vision.feed_forward_length", F);
+        v->u32("clip.vision.block_count", blocks);
+        v->u32("clip.vision.attention.head_count", heads);
+        v->u32("clip.vision.projection_dim", T);
+        v->u32("clip.vision.n_wa_pattern", wa);
+        v->u32("clip.vision.window_size", window_px);
+        v->f32("clip.vision.attention.layer_norm_epsilon", eps);
+        v->f32s("clip.vision.image_mean", {0.48145466f, 0.4578275f, 0.40821073f});
+        v->f32s("clip.vision.image_std", {0.26862954f, 0.26130258f, 0.27577711f});
+        const uint64_t w = W, f = F, p = patch;
+        auto t = [&](const std::string& n, std::vector<uint64_t> dims, const std::vector<float>& x) {
+            v->tensor(n, EH_TYPE_F32, std::move(dims), x);
+        };
+        t("v.patch_embd.weight", {p, p, 3, w}, pw0);
+        t("v.patch_embd.weight.1", {p, p, 3, w}, pw1);
+        for (uint32_t i = 0; i < blocks; ++i) {
+            const Block& k = b[i];
+            const std::string s = "v.blk." + std::to_string(i) + ".";
+            t(s + "ln1.weight", {w}, k.ln1), t(s + "ln2.weight", {w}, k.ln2);
+            t(s + "attn_q.weight", {w, w}, k.q), t(s + "attn_q.bias", {w}, k.qb);
+            t(s + "attn_k.weight", {w, w}, k.k), t(s + "attn_k.bias", {w}, k.kb);
+            t(s + "attn_v.weight", {w, w}, k.v), t(s + "attn_v.bias", {w}, k.vb);
+            t(s + "attn_out.weight", {w, w}, k.o), t(s + "attn_out.bias", {w}, k.ob);
+            t(s + "ffn_gate.weight", {w, f}, k.gate), t(s + "ffn_gate.bias", {f}, k.gateb);
+            t(s + "ffn_up.weight", {w, f}, k.up), t(s + "ffn_up.bias", {f}, k.upb);
+            t(s + "ffn_down.weight", {f, w}, k.down), t(s + "ffn_down.bias", {w}, k.downb);
+        }
+        t("v.post_ln.weight", {w}, post);
+        t("mm.0.weight", {4 * w, 4 * w}, mm0), t("mm.0.bias", {4 * w}, mm0b);
+        t("mm.2.weight", {4 * w, uint64_t(T)}, mm2), t("mm.2.bias", {uint64_t(T)}, mm2b);
+        return v;
+    }
+};
+
+struct TowerWrong {
+    bool no_windows = false;        // every layer attends over the whole image
+    bool all_windows = false;       // no full-attention layer
+    bool rope_column_first = false; // the first quarter of frequencies by the column
+    bool first_frame_only = false;  // the still image's second frame forgotten
+    bool raster_patches = false;    // patches row by row, not in merge squares
+    bool no_merger_norm = false;    // the merger's RMSNorm (ln_q) skipped
+};
+
+// transformers' Qwen2_5_VisionTransformerPretrainedModel.forward for one
+// still image of h x w pixels (three planes, normalised), double precision:
+// (h / 4) * (w / 4) rows of T.
+std::vector<double> tower_reference(const Tower& m, const std::vector<float>& px, size_t hgt, size_t wid,
+                                    TowerWrong wr = {}) {
+    using V = std::vector<double>;
+    const size_t p = m.patch, gh = hgt / p, gw = wid / p, N = gh * gw, W = m.W, hd = W / m.heads, P = 3 * p * p;
+    // The processor: patches flattened as (grid_h / 2, grid_w / 2, 2, 2), features (C, T, p, p).
+    std::vector<size_t> prow(N), pcol(N);
+    {
+        size_t n = 0;
+        if (wr.raster_patches) {
+            for (size_t r = 0; r < gh; ++r)
+                for (size_t c = 0; c < gw; ++c) prow[n] = r, pcol[n++] = c;
+        } else {
+            for (size_t uy = 0; uy < gh / 2; ++uy)
+                for (size_t ux = 0; ux < gw / 2; ++ux)
+                    for (size_t dy = 0; dy < 2; ++dy)
+                        for (size_t dx = 0; dx < 2; ++dx) prow[n] = 2 * uy + dy, pcol[n++] = 2 * ux + dx;
+        }
+    }
+    auto lin = [](const std::vector<float>& Wt, const std::vector<float>* b, const V& x, size_t rows) {
+        V y(rows);
+        for (size_t r = 0; r < rows; ++r) {
+            double s = b ? (*b)[r] : 0.0;
+            for (size_t c = 0; c < x.size(); ++c) s += double(Wt[r * x.size() + c]) * x[c];
+            y[r] = s;
+        }
+        return y;
+    };
+    auto rms = [&](const V& x, const std::vector<float>& g) {
+        double ss = 0;
+        for (double e : x) ss += e * e;
+        const double inv = 1.0 / std::sqrt(ss / double(x.size()) + m.eps);
+        V y(x.size());
+        for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
+        return y;
+    };
+    std::vector<V> x(N);
+    for (size_t n = 0; n < N; ++n) {
+        V in(P);
+        for (size_t c = 0; c < 3; ++c)
+            for (size_t ky = 0; ky < p; ++ky)
+                for (size_t kx = 0; kx < p; ++kx)
+                    in[(c * p + ky) * p + kx] = px[(c * hgt + prow[n] * p + ky) * wid + pcol[n] * p + kx];
+        // Conv3d over the two frames (the same picture): kernel 0 on frame 0 plus kernel 1 on frame 1.
+        x[n] = lin(m.pw0, nullptr, in, W);
+        if (!wr.first_frame_only) {
+            const V second = lin(m.pw1, nullptr, in, W);
+            for (size_t e = 0; e < W; ++e) x[n][e] += second[e];
+        }
+    }
+    // rot_pos_emb: VisionRotaryEmbedding(hd / 2), (row, column) per patch.
+    const size_t quarter = hd / 4;
+    std::vector<V> angle(N, V(hd / 2));
+    for (size_t n = 0; n < N; ++n)
+        for (size_t i = 0; i < quarter; ++i) {
+            const double inv = 1.0 / std::pow(10000.0, double(2 * i) / double(hd / 2));
+            const double a = double(wr.rope_column_first ? pcol[n] : prow[n]), b = double(wr.rope_column_first ? prow[n] : pcol[n]);
+            angle[n][i] = a * inv;
+            angle[n][quarter + i] = b * inv;
+        }
+    // get_window_index: the merged grid padded to whole windows, windows row
+    // by row, each its units row by row; -100 padding dropped.
+    const size_t win = m.window_px / 2 / p, lh = gh / 2, lw = gw / 2;
+    const size_t nwh = (lh + win - 1) / win + (lh % win == 0 ? 1 : 0), nww = (lw + win - 1) / win + (lw % win == 0 ? 1 : 0);
+    std::vector<size_t> window_index, cu = {0};
+    for (size_t a = 0; a < nwh; ++a)
+        for (size_t c = 0; c < nww; ++c) {
+            size_t count = 0;
+            for (size_t i = 0; i < win; ++i)
+                for (size_t j = 0; j < win; ++j) {
+                    const size_t r = a * win + i, col = c * win + j;
+                    if (r < lh && col < lw) window_index.push_back(r * lw + col), ++count;
+                }
+            cu.push_back(cu.back() + count * 4);
+        }
+    // Reorder patches (in fours) and their angles by the window index.
+    std::vector<V> xs, angs;
+    for (size_t u : window_index)
+        for (size_t k = 0; k < 4; ++k) xs.push_back(x[u * 4 + k]), angs.push_back(angle[u * 4 + k]);
+    x.swap(xs);
+    auto rope = [&](V& v, const V& ang) {
+        for (size_t hh = 0; hh < m.heads; ++hh)
+            for (size_t i = 0; i < hd / 2; ++i) {
+                const double a = v[hh * hd + i], b = v[hh * hd + i + hd / 2];
+                v[hh * hd + i] = a * std::cos(ang[i]) - b * std::sin(ang[i]);
+                v[hh * hd + i + hd / 2] = b * std::cos(ang[i]) + a * std::sin(ang[i]);
+            }
+    };
+    for (size_t il = 0; il < m.blocks; ++il) {
+        const Tower::Block& k = m.b[il];
+        const bool full = wr.no_windows || (!wr.all_windows && (il + 1) % m.wa == 0);
+        const std::vector<size_t> seg = full ? std::vector<size_t>{0, N} : cu;
+        std::vector<V> q(N), kk(N), v(N);
+        for (size_t n = 0; n < N; ++n) {
+            const V h = rms(x[n], k.ln1);
+            q[n] = lin(k.q, &k.qb, h, W), kk[n] = lin(k.k, &k.kb, h, W), v[n] = lin(k.v, &k.vb, h, W);
+            rope(q[n], angs[n]), rope(kk[n], angs[n]);
+        }
+        for (size_t sgi = 0; sgi + 1 < seg.size(); ++sgi)
+            for (size_t n = seg[sgi]; n < seg[sgi + 1]; ++n) {
+                V att(W, 0.0);
+                for (size_t hh = 0; hh < m.heads; ++hh) {
+                    V sc(seg[sgi + 1] - seg[sgi]);
+                    double mx = -1e300, sum = 0;
+                    for (size_t j = seg[sgi]; j < seg[sgi + 1]; ++j) {
+                        double d = 0;
+                        for (size_t i = 0; i < hd; ++i) d += q[n][hh * hd + i] * kk[j][hh * hd + i];
+                        mx = std::max(mx, sc[j - seg[sgi]] = d / std::sqrt(double(hd)));
+                    }
+                    for (double& e : sc) sum += (e = std::exp(e - mx));
+                    for (size_t j = seg[sgi]; j < seg[sgi + 1]; ++j)
+                        for (size_t i = 0; i < hd; ++i) att[hh * hd + i] += sc[j - seg[sgi]] / sum * v[j][hh * hd + i];
+                }
+                const V o = lin(k.o, &k.ob, att, W);
+                for (size_t e = 0; e < W; ++e) x[n][e] += o[e];
+            }
+        for (size_t n = 0; n < N; ++n) {
+            const V h = rms(x[n], k.ln2);
+            V g = lin(k.gate, &k.gateb, h, m.F);
+            const V u = lin(k.up, &k.upb, h, m.F);
+            for (size_t f = 0; f < m.F; ++f) g[f] = g[f] / (1.0 + std::exp(-g[f])) * u[f];
+            const V d = lin(k.down, &k.downb, g, W);
+            for (size_t e = 0; e < W; ++e) x[n][e] += d[e];
+        }
+    }
+    // The merger over the window order, then argsort(window_index) undoes it.
+    const size_t M = N / 4;
+    std::vector<V> merged(M);
+    for (size_t u = 0; u < M; ++u) {
+        V cat;
+        for (size_t k = 0; k < 4; ++k) {
+            const V r = wr.no_merger_norm ? x[u * 4 + k] : rms(x[u * 4 + k], m.post);
+            cat.insert(cat.end(), r.begin(), r.end());
+        }
+        V mid = lin(m.mm0, &m.mm0b, cat, 4 * W);
+        for (double& a : mid) a = 0.5 * a * (1.0 + std::erf(a / std::sqrt(2.0)));
+        merged[window_index[u]] = lin(m.mm2, &m.mm2b, mid, m.T);
+    }
+    std::vector<double> out;
+    for (const V& r : merged) out.insert(out.end(), r.begin(), r.end());
+    return out;
+}
+
+std::vector<float> random_image(size_t h, size_t w, uint64_t seed) {
+    std::mt19937_64 rng(seed);
+    std::uniform_real_distribution<float> d(-1.5f, 1.5f);
+    std::vector<float> px(3 * h * w);
+    for (auto& e : px) e = d(rng);
+    return px;
+}
+
+struct TowerFixture {
+    std::unique_ptr<OwnedView> text = make_tiny(spec());
+    Tower tower;
+    std::unique_ptr<OwnedView> mm = tower.view();
+    BatchedModel bm{text->view()};
+    eh_image_encoder_info info{};
+    TowerFixture() {
+        info.struct_size = sizeof(info);
+        if (plugin().image_encoder_load(bm.model, mm->view(), &info) != EH_OK)
+            throw std::runtime_error("image_encoder_load: " + bm.error());
+    }
+    std::vector<float> encode(const std::vector<float>& px, uint32_t h, uint32_t w) {
+        std::vector<float> rows(size_t(h / 4) * (w / 4) * info.n_embd);
+        EXPECT_EQ(plugin().image_encode_sized(bm.model, px.data(), w, h, rows.data()), EH_OK) << bm.error();
+        return rows;
+    }
+};
+
+TEST(QwenVlTower, InfoSaysTileLimitsAndGrid) {
+    TowerFixture f;
+    EXPECT_EQ(f.info.tile, 4u);
+    EXPECT_EQ(f.info.min_tokens, 4u);
+    EXPECT_EQ(f.info.max_tokens, 1024u);
+    EXPECT_EQ(f.info.span_flags, uint32_t(EH_SPAN_GRID));
+    EXPECT_EQ(f.info.n_embd, kEmbd);
+    EXPECT_EQ(f.info.image_width, 32u);
+    EXPECT_EQ(f.info.n_tokens, 64u);
+    EXPECT_FLOAT_EQ(f.info.mean[0], 0.48145466f);
+    EXPECT_FLOAT_EQ(f.info.std[2], 0.27577711f);
+}
+
+TEST(QwenVlTower, MatchesTransformersDefinition) {
+    TowerFixture f;
+    // 12 x 20 pixels: a 6 x 10 patch grid, 3 x 5 merged squares, windows of
+    // 2 x 2 squares cut short at the bottom and right edges.
+    const uint32_t h = 12, w = 20;
+    const auto px = random_image(h, w, 21);
+    const auto got = f.encode(px, h, w);
+    const auto want = tower_reference(f.tower, px, h, w);
+    ASSERT_EQ(got.size(), want.size());
+    EXPECT_LT(max_diff(got, want), 2e-4);
+    const TowerWrong wrongs[] = {{.no_windows = true},        {.all_windows = true},   {.rope_column_first = true},
+                                 {.first_frame_only = true}, {.raster_patches = true}, {.no_merger_norm = true}};
+    for (size_t i = 0; i < std::size(wrongs); ++i)
+        EXPECT_GT(max_diff(got, tower_reference(f.tower, px, h, w, wrongs[i])), 1e-3) << "wrong variant " << i;
+    // A square image whose windows divide it: transformers pads a whole extra
+    // (empty) window row and column; the rows are the same.
+    const auto sq = random_image(16, 16, 22);
+    EXPECT_LT(max_diff(f.encode(sq, 16, 16), tower_reference(f.tower, sq, 16, 16)), 2e-4);
+}
+
+TEST(QwenVlTower, RefusesSizesAndTypesByName) {
+    TowerFixture f;
+    std::vector<float> px(3 * 64 * 64), rows(1024 * kEmbd);
+    EXPECT_EQ(plugin().image_encode_sized(f.bm.model, px.data(), 18, 12, rows.data()), EH_INVALID_ARGUMENT);
+    EXPECT_NE(f.bm.error().find("multiple of 4"), std::string::npos) << f.bm.error();
+    EXPECT_EQ(plugin().image_encode_sized(f.bm.model, px.data(), 4, 8, rows.data()), EH_INVALID_ARGUMENT);  // 2 tiles
+    // The fixed-size call is refused: the encoder needs the size.
+    EXPECT_EQ(plugin().image_encode(f.bm.model, px.data(), rows.data()), EH_INVALID_ARGUMENT);
+    EXPECT_NE(f.bm.error().find("image_encode_sized"), std::string::npos) << f.bm.error();
+    // A file missing the second frame, or for another width.
+    auto text = make_tiny(spec());
+    BatchedModel bm{text->view()};
+    eh_image_encoder_info info{};
+    info.struct_size = sizeof(info);
+    auto mm = f.tower.view();
+    mm->remove("v.patch_embd.weight.1");
+    EXPECT_EQ(plugin().image_encoder_load(bm.model, mm->view(), &info), EH_MODEL_LOAD_FAILED);
+    EXPECT_NE(bm.error().find("v.patch_embd.weight.1"), std::string::npos) << bm.error();
+    Tower other;
+    other.T = 32;
+    other.mm2 = std::vector<float>(size_t(4) * other.W * 32, 0.01f), other.mm2b = std::vector<float>(32, 0.0f);
+    EXPECT_EQ(plugin().image_encoder_load(bm.model, other.view()->view(), &info), EH_MODEL_LOAD_FAILED);
+    EXPECT_NE(bm.error().find("projection_dim"), std::string::npos) << bm.error();
+}
+
+// The tower's rows on their grid in the decoder: the image changes the
+// logits, and a grid span gives what the decoder's own reference gives
+// for those rows.
+TEST(QwenVlTower, RowsOnTheirGridInTheDecoder) {
+    TowerFixture f;
+    const uint32_t h = 12, w = 20;
+    Image img{3, h / 4, w / 4, f.encode(random_image(h, w, 23), h, w)};
+    const auto toks = prompt_with_image(img, 4);
+    eh_seq* s = f.bm.create();
+    const eh_embd_span sp{img.first, img.gh * img.gw, f.info.span_flags, img.gw, img.rows.data()};
+    ASSERT_EQ(plugin().seq_embd_spans(s, &sp, 1), EH_OK);
+    eh_step_entry e = entry(s, toks.data(), uint32_t(toks.size()));
+    ASSERT_EQ(plugin().step(f.bm.model, &e, 1), EH_OK) << f.bm.error();
+    EXPECT_LT(max_diff(f.bm.logits(s), reference(*f.text, toks, &img)), 2e-4);
+    Image other = img;
+    other.rows = f.encode(random_image(h, w, 24), h, w);
+    EXPECT_GT(max_diff(f.bm.logits(s), reference(*f.text, toks, &other)), 1e-3);
 }
 
 }  // namespace

@@ -25,6 +25,14 @@ public:
     void u32(const std::string& key, uint64_t v) { add(key, EH_VALUE_U32).v.u64 = v; }
     void f32(const std::string& key, double v) { add(key, EH_VALUE_F32).v.f64 = v; }
     void str(const std::string& key, const std::string& v) { add(key, EH_VALUE_STRING).v.str = s(v); }
+    void f32s(const std::string& key, const std::vector<float>& v) {
+        std::vector<uint8_t>& b = blobs_.emplace_back(v.size() * sizeof(float));
+        std::memcpy(b.data(), v.data(), b.size());
+        eh_value& x = add(key, EH_VALUE_ARRAY);
+        x.elem_type = EH_VALUE_F32;
+        x.count = v.size();
+        x.v.array = b.data();
+    }
     void i32s(const std::string& key, const std::vector<int32_t>& v) {
         std::vector<uint8_t>& b = blobs_.emplace_back(v.size() * sizeof(int32_t));
         std::memcpy(b.data(), v.data(), b.size());

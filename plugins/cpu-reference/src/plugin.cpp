@@ -24,7 +24,7 @@
 struct eh_model {
     std::unique_ptr<cpuref::Model> model;
     std::unique_ptr<cpuref::Batch> batch;  // from kv_init on
-    std::unique_ptr<cpuref::VisionEncoder> vision;  // from image_encoder_load on
+    std::unique_ptr<cpuref::ImageEncoder> vision;  // from image_encoder_load on
 };
 struct eh_session {
     std::unique_ptr<cpuref::Session> session;
@@ -372,7 +372,7 @@ eh_status image_encoder_load(eh_model* m, const eh_model_view* view, eh_image_en
         if (!view || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encoder_load: NULL argument");
         if (m->vision) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encoder_load: an encoder is already loaded");
         if (m->batch) m->batch->expect_idle("image_encoder_load");
-        m->vision = std::make_unique<cpuref::VisionEncoder>(view, m->model->config().n_embd, m->model->pool());
+        m->vision = cpuref::load_image_encoder(view, m->model->config().n_embd, m->model->pool());
         ehp::fill_versioned(out, [&](eh_image_encoder_info& i) { i = m->vision->info(); });
     });
 }
@@ -383,7 +383,24 @@ eh_status image_encode(eh_model* m, const float* pixels, float* out_rows) {
         if (!pixels || !out_rows) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode: NULL argument");
         if (!m->vision) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode: no encoder loaded (image_encoder_load)");
         if (m->batch) m->batch->expect_idle("image_encode");
-        m->vision->encode(pixels, out_rows);
+        const eh_image_encoder_info& i = m->vision->info();
+        if (i.tile)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode: this encoder takes each image at its own size "
+                                                  "(image_encode_sized, ABI 1.8)");
+        m->vision->encode(pixels, i.image_width, i.image_height, out_rows);
+    });
+}
+
+eh_status image_encode_sized(eh_model* m, const float* pixels, uint32_t width, uint32_t height, float* out_rows) {
+    if (!m) return EH_INVALID_ARGUMENT;
+    return ehp::guard(model_error_slot(m), [&] {
+        if (!pixels || !out_rows) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode_sized: NULL argument");
+        if (!m->vision)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode_sized: no encoder loaded (image_encoder_load)");
+        if (!m->vision->info().tile)
+            throw ehp::Error(EH_INVALID_ARGUMENT, "image_encode_sized: this encoder takes one size (image_encode)");
+        if (m->batch) m->batch->expect_idle("image_encode_sized");
+        m->vision->encode(pixels, width, height, out_rows);
     });
 }
 
@@ -434,6 +451,7 @@ const eh_plugin_api kApi = {
     adapter_load, adapter_release, seq_set_adapter,
     image_encoder_load, image_encode, seq_embd_spans,
     seq_park, seq_unpark, parked_release,
+    image_encode_sized,
 };
 
 }  // namespace

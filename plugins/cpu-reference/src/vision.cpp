@@ -7,101 +7,18 @@
 #include <engine_host/plugin_abi.hpp>
 #include <engine_host/quant_blocks.hpp>
 
+#include "mmproj.hpp"
 #include "ops.hpp"
 #include "thread_pool.hpp"
+#include "vision_qwen.hpp"
 
 namespace cpuref {
-namespace {
 
 using ehp::Error;
-
-std::string vblk(uint32_t i, const char* what) { return "v.blk." + std::to_string(i) + "." + what; }
-
-uint64_t elements(const eh_tensor& t) {
-    uint64_t n = 1;
-    for (uint32_t d = 0; d < t.n_dims && d < EH_MAX_DIMS; ++d)
-        if (__builtin_mul_overflow(n, t.dims[d], &n)) return UINT64_MAX;
-    return n;
-}
-
-// All n values of a tensor as floats, any shape with n elements.
-std::vector<float> floats(const ehp::ModelView& v, const std::string& name, uint64_t n) {
-    const eh_tensor& t = v.require_tensor(name);
-    if (elements(t) != n)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' has " + std::to_string(elements(t)) +
-                                              " elements, expected " + std::to_string(n));
-    const uint64_t bytes = ehp::quant::row_bytes(t.type, n);
-    if (bytes == 0 || t.nbytes < bytes || !t.data)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' of type " + ehp::type_name(t.type) +
-                                              " is too short or not a whole number of blocks");
-    std::vector<float> out(n);
-    if (!ehp::quant::dequantize_row(t.type, t.data, out.data(), n))
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "': type " + ehp::type_name(t.type) +
-                                              " cannot be read");
-    return out;
-}
-
-// A weight matrix of dims {cols, rows} read in place from the mapping.
-Matrix mapped(const ehp::ModelView& v, const std::string& name, uint64_t cols, uint64_t rows) {
-    const eh_tensor& t = v.require_tensor(name);
-    if (t.n_dims < 2 || t.dims[0] != cols || t.dims[1] != rows || elements(t) != cols * rows)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' must have dims {" + std::to_string(cols) + ", " +
-                                              std::to_string(rows) + "}");
-    Matrix m;
-    m.name = name;
-    m.type = t.type;
-    m.cols = cols;
-    m.rows = rows;
-    m.phys_rows = rows;
-    m.row_bytes = ehp::quant::row_bytes(t.type, cols);
-    if (m.row_bytes == 0 || t.nbytes < m.row_bytes * rows || !t.data)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' of type " + ehp::type_name(t.type) +
-                                              " is too short or not a whole number of blocks");
-    m.data = static_cast<const uint8_t*>(t.data);
-    return m;
-}
-
-// A matrix over floats this encoder owns, rows of `cols`.
-Matrix owned(const std::string& name, const std::vector<float>& v, uint64_t cols, uint64_t rows) {
-    Matrix m;
-    m.name = name;
-    m.type = EH_TYPE_F32;
-    m.cols = cols;
-    m.rows = rows;
-    m.phys_rows = rows;
-    m.row_bytes = cols * sizeof(float);
-    m.data = reinterpret_cast<const uint8_t*>(v.data());
-    return m;
-}
-
-uint32_t key_u32(const ehp::ModelView& v, const char* key) {
-    const uint64_t x = v.require_uint(key);
-    if (x == 0 || x > (1u << 20))
-        throw Error(EH_MODEL_LOAD_FAILED, std::string("mmproj metadata '") + key + "' is " + std::to_string(x) +
-                                              ", outside 1.." + std::to_string(1u << 20));
-    return uint32_t(x);
-}
-
-void three_floats(const ehp::ModelView& v, const char* key, float (&out)[3]) {
-    const eh_value* x = v.find(key);
-    if (!x) throw Error(EH_MODEL_LOAD_FAILED, std::string("missing mmproj metadata '") + key + "'");
-    if (x->type != EH_VALUE_ARRAY || x->count != 3 || (x->elem_type != EH_VALUE_F32 && x->elem_type != EH_VALUE_F64))
-        throw Error(EH_MODEL_LOAD_FAILED, std::string("mmproj metadata '") + key + "' must be an array of 3 floats");
-    for (int c = 0; c < 3; ++c)
-        out[c] = x->elem_type == EH_VALUE_F32 ? static_cast<const float*>(x->v.array)[c]
-                                               : float(static_cast<const double*>(x->v.array)[c]);
-}
-
-}  // namespace
+using namespace mmproj;
 
 VisionEncoder::VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, ThreadPool& pool) : pool_(pool) {
     const ehp::ModelView v(view);
-    std::string proj;
-    if (auto p = v.get_string("clip.projector_type")) proj = std::string(*p);
-    else if (auto q = v.get_string("clip.vision.projector_type")) proj = std::string(*q);
-    else throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file has no 'clip.projector_type': not a multimodal projector");
-    if (proj != "gemma3")
-        throw Error(EH_UNSUPPORTED, "mmproj projector type '" + proj + "' is not supported by cpu-reference (gemma3 is)");
     if (auto h = v.get_uint("clip.has_vision_encoder"); h && *h == 0)
         throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file says it has no vision encoder (clip.has_vision_encoder)");
 
@@ -178,7 +95,11 @@ VisionEncoder::VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, Th
     three_floats(v, "clip.vision.image_std", info_.std);
 }
 
-void VisionEncoder::encode(const float* pixels, float* out) const {
+void VisionEncoder::encode(const float* pixels, uint32_t width, uint32_t height, float* out) const {
+    if (width != size_ || height != size_)
+        throw Error(EH_INVALID_ARGUMENT, "image_encode: this encoder takes " + std::to_string(size_) + "x" +
+                                             std::to_string(size_) + " pixels, not " + std::to_string(width) + "x" +
+                                             std::to_string(height));
     const size_t W = width_, F = ff_, N = size_t(grid_) * grid_, p = patch_, P = 3 * p * p;
     const size_t hd = W / n_head_;
     // Patches as rows of (channel, row, column), the conv's weight order.
@@ -237,6 +158,18 @@ void VisionEncoder::encode(const float* pixels, float* out) const {
             rms_norm(o, soft_norm_.data(), eps_, W, &normed[(oy * n + ox) * W]);
         }
     matmul(pool_, proj_m_, 0, info_.n_embd, normed.data(), M, W, out, info_.n_embd);
+}
+
+}  // namespace cpuref
+
+namespace cpuref {
+
+std::unique_ptr<ImageEncoder> load_image_encoder(const eh_model_view* view, uint32_t text_n_embd, ThreadPool& pool) {
+    const std::string proj = projector_type(ehp::ModelView(view));
+    if (proj == "gemma3") return std::make_unique<VisionEncoder>(view, text_n_embd, pool);
+    if (proj == "qwen2.5vl_merger") return std::make_unique<QwenVlEncoder>(view, text_n_embd, pool);
+    throw Error(EH_UNSUPPORTED, "mmproj projector type '" + proj +
+                                    "' is not supported by cpu-reference (gemma3 and qwen2.5vl_merger are)");
 }
 
 }  // namespace cpuref

@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include <engine_host/plugin_abi.h>
@@ -18,17 +19,32 @@ namespace cpuref {
 
 class ThreadPool;
 
-class VisionEncoder {
+// What the plugin's image calls drive: an encoder loaded from an mmproj view.
+class ImageEncoder {
 public:
-    // Reads and checks the view (which must outlive the encoder); throws
-    // ehp::Error naming the key or tensor. `text_n_embd`: the text model's
-    // width, which the projection must produce.
-    VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, ThreadPool& pool);
-
+    virtual ~ImageEncoder() = default;
     const eh_image_encoder_info& info() const { return info_; }
-    // pixels: 3 planes of size x size floats, normalised; out: n_tokens rows
-    // of text_n_embd floats.
-    void encode(const float* pixels, float* out) const;
+    // pixels: 3 planes of height x width floats, normalised (the info's
+    // fixed size, or with a tile any multiple of it); out: one row of
+    // text_n_embd floats per token. Throws ehp::Error(EH_INVALID_ARGUMENT)
+    // for a size it does not take.
+    virtual void encode(const float* pixels, uint32_t width, uint32_t height, float* out) const = 0;
+
+protected:
+    eh_image_encoder_info info_{};
+};
+
+// The encoder clip.projector_type names (gemma3, qwen2.5vl_merger); throws
+// ehp::Error(EH_UNSUPPORTED) for another type, EH_MODEL_LOAD_FAILED naming
+// the key or tensor for a file that does not fit. `text_n_embd`: the text
+// model's width, which the projection must produce. The view must outlive
+// the encoder.
+std::unique_ptr<ImageEncoder> load_image_encoder(const eh_model_view* view, uint32_t text_n_embd, ThreadPool& pool);
+
+class VisionEncoder : public ImageEncoder {
+public:
+    VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, ThreadPool& pool);
+    void encode(const float* pixels, uint32_t width, uint32_t height, float* out) const override;
 
 private:
     struct Block {
@@ -37,7 +53,6 @@ private:
         std::vector<float> q_b, k_b, v_b, o_b, up_b, down_b;
     };
     ThreadPool& pool_;
-    eh_image_encoder_info info_{};
     uint32_t size_ = 0, patch_ = 0, grid_ = 0, merge_ = 0;
     uint32_t width_ = 0, ff_ = 0, n_head_ = 0;
     float eps_ = 1e-6f;
