@@ -39,7 +39,7 @@ class Server:
         self.log_path = os.path.join(workdir, name + ".log")
         self.logf = open(self.log_path, "w")
         args = [eh, "--plugins", plugins, "--model", model, "--port", "0", "--log-format", "json",
-                "--ctx-size", "1024"] + list(extra)
+                "--ctx-size", "1024", "--kv-cache-size-mb", "256"] + list(extra)
         self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
         self.base = None
 
