@@ -1,16 +1,18 @@
 // eh_vision_dump: what a plugin's image encoder and step give for one image,
 // for tests/reference/vision_conformance.py (against transformers).
 //
-//   eh_vision_dump PLUGIN.so MODEL MMPROJ PIXELS TOKENS FIRST OUT
+//   eh_vision_dump PLUGIN.so MODEL MMPROJ PIXELS TOKENS FIRST OUT [WIDTH HEIGHT]
 //
 // MODEL and MMPROJ are GGUF files (eh::model::ModelFile); PIXELS a file of
 // 3 x H x W little-endian float32, already normalised (H, W the encoder's
-// size); TOKENS a comma-separated id list whose positions FIRST ..
+// size, or WIDTH x HEIGHT for an encoder that takes each image at its own
+// size: ABI 1.8's tile, image_encode_sized, Qwen2.5-VL); TOKENS a
+// comma-separated id list whose positions FIRST ..
 // FIRST + n_tokens - 1 are the image's (their ids are the image token's).
 // OUT gets little-endian: u32 n_tokens, u32 n_embd, the encoder's rows
 // (n_tokens x n_embd float32), u32 vocab, the logits after the last token
-// (one step over all tokens, the image's span BIDIRECTIONAL as the encoder
-// asks), then the same logits with the image's rows replaced by zeros (a
+// (one step over all tokens, the image's span flagged as the encoder asks:
+// BIDIRECTIONAL for Gemma 3, GRID of WIDTH / tile columns for Qwen2.5-VL), then the same logits with the image's rows replaced by zeros (a
 // control: they must differ).
 // Exit status: 0 written; 1 any failure (the message on stderr).
 
@@ -44,8 +46,8 @@ void check(const eh_plugin_api& api, eh_model* m, eh_status st, const char* what
 }  // namespace
 
 int main(int argc, char** argv) {
-    if (argc != 8) {
-        std::fprintf(stderr, "usage: eh_vision_dump PLUGIN.so MODEL MMPROJ PIXELS TOKENS FIRST OUT\n");
+    if (argc != 8 && argc != 10) {
+        std::fprintf(stderr, "usage: eh_vision_dump PLUGIN.so MODEL MMPROJ PIXELS TOKENS FIRST OUT [WIDTH HEIGHT]\n");
         return 1;
     }
     try {
@@ -62,17 +64,30 @@ int main(int argc, char** argv) {
         info.struct_size = sizeof(info);
         check(api, m, api.image_encoder_load(m, &mm->view(), &info), "image_encoder_load");
 
+        uint32_t width = info.image_width, height = info.image_height, n_img = info.n_tokens, grid = 0;
+        if (info.tile) {
+            if (argc != 10 || api.abi_minor < 8 || !api.image_encode_sized)
+                throw std::runtime_error("the encoder takes each image at its own size: give WIDTH HEIGHT (ABI 1.8)");
+            width = uint32_t(std::stoul(argv[8]));
+            height = uint32_t(std::stoul(argv[9]));
+            if (width % info.tile || height % info.tile) throw std::runtime_error("WIDTH and HEIGHT must be multiples of the tile");
+            n_img = (width / info.tile) * (height / info.tile);
+            if (info.span_flags & EH_SPAN_GRID) grid = width / info.tile;
+        }
         std::ifstream pf(argv[4], std::ios::binary);
-        std::vector<float> px(3ull * info.image_width * info.image_height);
+        std::vector<float> px(3ull * width * height);
         if (!pf.read(reinterpret_cast<char*>(px.data()), std::streamsize(px.size() * sizeof(float))))
-            throw std::runtime_error("PIXELS holds fewer than 3 x " + std::to_string(info.image_height) + " x " +
-                                     std::to_string(info.image_width) + " floats");
-        std::vector<float> rows(size_t(info.n_tokens) * info.n_embd);
-        check(api, m, api.image_encode(m, px.data(), rows.data()), "image_encode");
+            throw std::runtime_error("PIXELS holds fewer than 3 x " + std::to_string(height) + " x " +
+                                     std::to_string(width) + " floats");
+        std::vector<float> rows(size_t(n_img) * info.n_embd);
+        if (info.tile)
+            check(api, m, api.image_encode_sized(m, px.data(), width, height, rows.data()), "image_encode_sized");
+        else
+            check(api, m, api.image_encode(m, px.data(), rows.data()), "image_encode");
 
         const std::vector<int32_t> tokens = dump_tool::parse_tokens(argv[5], 0);
         const uint32_t first = uint32_t(std::stoul(argv[6]));
-        if (first + info.n_tokens > tokens.size()) throw std::runtime_error("the image's span runs past TOKENS");
+        if (first + n_img > tokens.size()) throw std::runtime_error("the image's span runs past TOKENS");
         eh_kv_params kp{};
         kp.struct_size = sizeof(kp);
         kp.max_seqs = 2;
@@ -86,7 +101,7 @@ int main(int argc, char** argv) {
         auto logits_with = [&](const float* image_rows) {
             eh_seq* s = nullptr;
             check(api, m, api.seq_create(m, &s), "seq_create");
-            const eh_embd_span span{first, info.n_tokens, info.span_flags, 0, image_rows};
+            const eh_embd_span span{first, n_img, info.span_flags, grid, image_rows};
             check(api, m, api.seq_embd_spans(s, &span, 1), "seq_embd_spans");
             eh_step_entry e{};
             e.struct_size = sizeof(e);
@@ -112,7 +127,7 @@ int main(int argc, char** argv) {
         auto floats = [&](const std::vector<float>& v) {
             out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
         };
-        u32(info.n_tokens), u32(info.n_embd), floats(rows);
+        u32(n_img), u32(info.n_embd), floats(rows);
         u32(uint32_t(with.size())), floats(with), floats(without);
         if (!out) throw std::runtime_error(std::string("cannot write ") + argv[7]);
         return 0;
