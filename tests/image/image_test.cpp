@@ -179,6 +179,44 @@ TEST(ImageResize, PilBilinearAndNormalisation) {
     EXPECT_NEAR(upv[2], 150.0f, 1e-3);
 }
 
+TEST(ImageResize, PilBicubic) {
+    // Upscaling 2 -> 4 with PIL's BICUBIC (a = -0.5, support 2): output 0
+    // (centre 0.25) weighs the two pixels 0.8671875 and -0.0703125 before
+    // normalising, so 200 * -0.0882 clips to 0; output 1 (centre 0.75) takes
+    // 200 * 0.2265625 / 1.09375 = 41.4; the others mirror them.
+    Rgb8 row{2, 1, {0, 0, 0, 200, 200, 200}};
+    const float zero[3] = {0, 0, 0}, one[3] = {1.0f / 255, 1.0f / 255, 1.0f / 255};
+    auto up = encoder_input(row, 4, 1, zero, one, Filter::Bicubic);
+    EXPECT_NEAR(up[0], 0.0f, 1e-3);
+    EXPECT_NEAR(up[1], 41.0f, 1e-3);
+    EXPECT_NEAR(up[2], 159.0f, 1e-3);
+    EXPECT_NEAR(up[3], 218.0f, 1e-3);
+    // Bilinear gives other values for the same resize (0, 50, 150, 200).
+    EXPECT_NEAR(encoder_input(row, 4, 1, zero, one)[1], 50.0f, 1e-3);
+}
+
+// transformers' Qwen2-VL smart_resize, with Qwen2.5-VL's tile of 28 and the
+// CPU reference's 4..1024 tiles (values from its Python definition).
+TEST(ImageTiles, SmartResize) {
+    auto fit = [](uint32_t w, uint32_t h) { return fit_to_tiles(w, h, 28, 4, 1024); };
+    auto eq = [](TileSize s, uint32_t w, uint32_t h) { return s.width == w && s.height == h; };
+    EXPECT_TRUE(eq(fit(100, 60), 112, 56));
+    EXPECT_TRUE(eq(fit(98, 42), 112, 56));    // 3.5 and 1.5 tiles: halves to even, as Python's round
+    EXPECT_TRUE(eq(fit(70, 70), 56, 56));     // 2.5 -> 2
+    EXPECT_TRUE(eq(fit(4000, 3000), 1008, 756));  // too many tiles: both sides shrink, rounded down
+    EXPECT_TRUE(eq(fit(1920, 1080), 1176, 672));
+    EXPECT_TRUE(eq(fit(20, 20), 56, 56));     // too few: both grow, rounded up
+    EXPECT_TRUE(eq(fit(2000, 10), 812, 28));  // 200:1 is taken
+    EXPECT_TRUE(eq(fit(1600, 8), 812, 28));
+    try {
+        fit(2010, 10);
+        FAIL() << "201:1 taken";
+    } catch (const ImageError& e) {
+        EXPECT_NE(std::string(e.what()).find("more than 200 times"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(fit(0, 10), ImageError);
+}
+
 TEST(ImageDigest, ChangesWithAnyPixelOrTheSize) {
     Rgb8 a{2, 1, {1, 2, 3, 4, 5, 6}};
     Rgb8 b = a;

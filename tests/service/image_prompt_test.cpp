@@ -39,6 +39,12 @@ TEST(ImageEncoder, PromptFormsByArchitecture) {
     EXPECT_EQ(g.before, "\n\n<start_of_image>");
     EXPECT_EQ(g.token, "<image_soft_token>");
     EXPECT_EQ(g.after, "<end_of_image>\n\n");
+    const ImagePrompt q = image_prompt_for("qwen2vl");  // Qwen2-VL / Qwen2.5-VL
+    EXPECT_EQ(q.before, "<|vision_start|>");
+    EXPECT_EQ(q.token, "<|image_pad|>");
+    EXPECT_EQ(q.after, "<|vision_end|>");
+    EXPECT_EQ(q.filter, eh::image::Filter::Bicubic);
+    EXPECT_EQ(g.filter, eh::image::Filter::Bilinear);
     try {
         image_prompt_for("llama");
         FAIL() << "llama has no image prompt";

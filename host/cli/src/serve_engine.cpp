@@ -158,8 +158,12 @@ void start_model(const ServeSettings& s, const ServedModelSpec& m, const ModelSt
         if (!s.mmproj.empty()) {  // before the Service's kv_init
             images = service::ImageEncoder::load(out.model, s.mmproj, std::string(file->architecture()));
             const auto& ii = images->info();
-            log_event(lvl::info, "image_encoder", {{"path", s.mmproj}, {"image_width", ii.image_width},
-                                                   {"image_height", ii.image_height}, {"tokens_per_image", ii.n_tokens}});
+            if (images->sized())  // each image at its own size, one token per tile
+                log_event(lvl::info, "image_encoder", {{"path", s.mmproj}, {"tile_pixels", ii.tile},
+                                                       {"min_tokens", ii.min_tokens}, {"max_tokens", ii.max_tokens}});
+            else
+                log_event(lvl::info, "image_encoder", {{"path", s.mmproj}, {"image_width", ii.image_width},
+                                                       {"image_height", ii.image_height}, {"tokens_per_image", ii.n_tokens}});
         }
     }
     const service::EngineFacts facts = out.engine->facts();

@@ -1,5 +1,6 @@
 #include <algorithm>
 #include <cmath>
+#include <string>
 
 #include "eh/image/image.hpp"
 
@@ -7,8 +8,8 @@ namespace eh::image {
 namespace {
 
 // PIL's fixed-point resampling (ImagingResample): each output pixel is a
-// normalised triangle-filter average over the input pixels within
-// support * max(scale, 1) of its centre, with integer coefficients of 22
+// normalised filter-weighted average (triangle, or cubic) over the input
+// pixels within support * max(scale, 1) of its centre, with integer coefficients of 22
 // fraction bits, rounded and clipped to 8 bits after the pass.
 constexpr int kBits = 22;
 
@@ -18,8 +19,19 @@ struct Taps {
     int kmax = 0;
 };
 
-Taps taps(int in, int out) {
-    const double scale = double(in) / double(out), fs = std::max(scale, 1.0), support = 1.0 * fs;
+double triangle(double x) { return x < 1.0 ? 1.0 - x : 0.0; }
+
+// PIL's bicubic_filter (a = -0.5), of |x|.
+double cubic(double x) {
+    constexpr double a = -0.5;
+    if (x < 1.0) return ((a + 2.0) * x - (a + 3.0)) * x * x + 1.0;
+    if (x < 2.0) return (((x - 5.0) * x + 8.0) * x - 4.0) * a;
+    return 0.0;
+}
+
+Taps taps(int in, int out, Filter filter) {
+    const double base = filter == Filter::Bicubic ? 2.0 : 1.0;
+    const double scale = double(in) / double(out), fs = std::max(scale, 1.0), support = base * fs;
     Taps t;
     t.kmax = int(std::ceil(support)) * 2 + 1;
     t.first.resize(size_t(out));
@@ -34,7 +46,7 @@ Taps taps(int in, int out) {
         double sum = 0;
         for (int x = 0; x < n; ++x) {
             const double d = std::abs((x + lo - centre + 0.5) / fs);
-            sum += (w[size_t(x)] = d < 1.0 ? 1.0 - d : 0.0);
+            sum += (w[size_t(x)] = filter == Filter::Bicubic ? cubic(d) : triangle(d));
         }
         for (int x = 0; x < n; ++x) {
             const double v = sum != 0.0 ? w[size_t(x)] / sum : 0.0;
@@ -49,9 +61,9 @@ Taps taps(int in, int out) {
 uint8_t clip8(int64_t v) { return uint8_t(std::clamp<int64_t>(v >> kBits, 0, 255)); }
 
 // One pass along x (horizontal) or y over an RGB image.
-Rgb8 pass(const Rgb8& src, uint32_t out_n, bool horizontal) {
+Rgb8 pass(const Rgb8& src, uint32_t out_n, bool horizontal, Filter filter) {
     const int in = int(horizontal ? src.width : src.height);
-    const Taps t = taps(in, int(out_n));
+    const Taps t = taps(in, int(out_n), filter);
     Rgb8 dst;
     dst.width = horizontal ? out_n : src.width;
     dst.height = horizontal ? src.height : out_n;
@@ -75,16 +87,16 @@ Rgb8 pass(const Rgb8& src, uint32_t out_n, bool horizontal) {
 }  // namespace
 
 std::vector<float> encoder_input(const Rgb8& img, uint32_t width, uint32_t height, const float mean[3],
-                                 const float std[3]) {
+                                 const float std[3], Filter filter) {
     Rgb8 tmp;
     const Rgb8* cur = &img;
     if (cur->width != width) {
-        tmp = pass(*cur, width, true);
+        tmp = pass(*cur, width, true, filter);
         cur = &tmp;
     }
     Rgb8 tmp2;
     if (cur->height != height) {
-        tmp2 = pass(*cur, height, false);
+        tmp2 = pass(*cur, height, false, filter);
         cur = &tmp2;
     }
     const size_t n = size_t(width) * height;
@@ -92,6 +104,31 @@ std::vector<float> encoder_input(const Rgb8& img, uint32_t width, uint32_t heigh
     for (size_t i = 0; i < n; ++i)
         for (size_t c = 0; c < 3; ++c) out[c * n + i] = (float(cur->rgb[i * 3 + c]) / 255.0f - mean[c]) / std[c];
     return out;
+}
+
+TileSize fit_to_tiles(uint32_t width, uint32_t height, uint32_t tile, uint32_t min_tokens, uint32_t max_tokens) {
+    if (width == 0 || height == 0 || tile == 0) throw ImageError("an image of no pixels");
+    const double w = width, h = height, f = tile;
+    if (std::max(w, h) / std::min(w, h) > kMaxAspect)
+        throw ImageError("image of " + std::to_string(width) + "x" + std::to_string(height) +
+                         " pixels: its long side is more than " + std::to_string(kMaxAspect) + " times its short side");
+    const double min_px = double(min_tokens) * f * f, max_px = double(max_tokens) * f * f;
+    double hb = std::nearbyint(h / f) * f, wb = std::nearbyint(w / f) * f;  // halves to even, as Python's round
+    if (hb * wb > max_px) {
+        const double beta = std::sqrt(h * w / max_px);
+        hb = std::max(f, std::floor(h / beta / f) * f);
+        wb = std::max(f, std::floor(w / beta / f) * f);
+    } else if (hb * wb < min_px) {
+        const double beta = std::sqrt(min_px / (h * w));
+        hb = std::ceil(h * beta / f) * f;
+        wb = std::ceil(w * beta / f) * f;
+    }
+    const double tokens = (hb / f) * (wb / f);
+    if (tokens > max_tokens || tokens < min_tokens)
+        throw ImageError("image of " + std::to_string(width) + "x" + std::to_string(height) + " pixels: it fits no size of " +
+                         std::to_string(min_tokens) + ".." + std::to_string(max_tokens) + " tiles of " +
+                         std::to_string(tile) + " pixels");
+    return {uint32_t(wb), uint32_t(hb)};
 }
 
 }  // namespace eh::image

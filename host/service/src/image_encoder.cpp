@@ -13,8 +13,14 @@ ImagePrompt image_prompt_for(const std::string& architecture) {
     // tokens and "<end_of_image>\n\n" where its template wrote
     // <start_of_image>.
     if (architecture == "gemma3") return {"\n\n<start_of_image>", "<image_soft_token>", "<end_of_image>\n\n"};
-    throw Error(Code::ModelLoadFailed, fmt::format("--mmproj: images are taken for gemma3 models only; this model's "
-                                               "architecture is '{}'",
+    // Qwen2-VL / Qwen2.5-VL: the chat template writes
+    // <|vision_start|><|image_pad|><|vision_end|> for an image, and the
+    // processor repeats <|image_pad|> once per merged 28 x 28 tile; it
+    // resizes with PIL's BICUBIC.
+    if (architecture == "qwen2vl")
+        return {"<|vision_start|>", "<|image_pad|>", "<|vision_end|>", image::Filter::Bicubic};
+    throw Error(Code::ModelLoadFailed, fmt::format("--mmproj: images are taken for gemma3 and qwen2vl models only; this "
+                                               "model's architecture is '{}'",
                                                architecture));
 }
 
@@ -39,7 +45,16 @@ std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> mo
     if (st != EH_OK)
         throw Error(Code::ModelLoadFailed,
                     fmt::format("--mmproj {}: {}", mmproj_path, api.model_last_error(model->raw())));
-    const auto& i = enc->info_;
+    auto& i = enc->info_;
+    if (api.abi_minor < 8) i.tile = i.min_tokens = i.max_tokens = 0;  // not written by a 1.7 plugin
+    if (i.tile && !loader::api_has_sized_images(api))
+        throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin's encoder takes each image at its own "
+                                                       "size but it has no image_encode_sized (ABI 1.8)",
+                                                       mmproj_path));
+    if (i.tile && (i.tile > 1024 || i.min_tokens == 0 || i.max_tokens < i.min_tokens || i.max_tokens > (1u << 20)))
+        throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin reported tiles of {} pixels, {}..{} per "
+                                                       "image",
+                                                       mmproj_path, i.tile, i.min_tokens, i.max_tokens));
     if (!i.image_width || !i.image_height || !i.n_tokens || !i.n_embd || i.image_width > 8192 || i.image_height > 8192)
         throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin reported an encoder of {}x{} pixels, {} "
                                                        "tokens of {} floats",
@@ -50,12 +65,23 @@ std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> mo
     return enc;
 }
 
-std::vector<float> ImageEncoder::encode(const std::vector<float>& pixels) const {
-    if (pixels.size() != 3ull * info_.image_width * info_.image_height)
+image::TileSize ImageEncoder::size_for(uint32_t width, uint32_t height) const {
+    if (!sized()) return {info_.image_width, info_.image_height};
+    return image::fit_to_tiles(width, height, info_.tile, info_.min_tokens, info_.max_tokens);
+}
+
+uint32_t ImageEncoder::tokens_for(const image::TileSize& s) const {
+    return sized() ? (s.width / info_.tile) * (s.height / info_.tile) : info_.n_tokens;
+}
+
+std::vector<float> ImageEncoder::encode(const std::vector<float>& pixels, uint32_t width, uint32_t height) const {
+    if (pixels.size() != 3ull * width * height || (!sized() && (width != info_.image_width || height != info_.image_height)))
         throw Error(Code::Internal, "image_encode: the pixels are not the encoder's size");
-    std::vector<float> rows(size_t(info_.n_tokens) * info_.n_embd);
+    std::vector<float> rows(size_t(tokens_for({width, height})) * info_.n_embd);
     const eh_plugin_api& api = model_->api();
-    if (api.image_encode(model_->raw(), pixels.data(), rows.data()) != EH_OK)
+    const eh_status st = sized() ? api.image_encode_sized(model_->raw(), pixels.data(), width, height, rows.data())
+                                 : api.image_encode(model_->raw(), pixels.data(), rows.data());
+    if (st != EH_OK)
         throw Error(Code::Internal, fmt::format("image_encode: {}", api.model_last_error(model_->raw())));
     return rows;
 }

@@ -559,7 +559,7 @@ Scheduler::Step Scheduler::build_step() {
             if (im->rows.empty()) {
                 try {
                     if (!options_.images) throw Error(Code::Internal, "a job has an image but the server no encoder");
-                    im->rows = options_.images->encode(im->pixels);
+                    im->rows = options_.images->encode(im->pixels, im->width, im->height);
                 } catch (const Error& err) {
                     broken.emplace_back(&a, err);
                     return;
@@ -567,7 +567,10 @@ Scheduler::Step Scheduler::build_step() {
                 std::vector<float>().swap(im->pixels);
             }
             const uint32_t n_embd = options_.images->info().n_embd;
-            it.spans.push_back({b - s, e - b, options_.images->info().span_flags, 0,
+            // A grid span is the whole image (build_step keeps images whole).
+            const bool grid = im->grid_width && b == im->first && e == im->first + im->count;
+            const uint32_t flags = options_.images->info().span_flags & (grid ? ~0u : ~uint32_t(EH_SPAN_GRID));
+            it.spans.push_back({b - s, e - b, flags, grid ? im->grid_width : 0,
                                 im->rows.data() + size_t(b - im->first) * n_embd});
         }
         it.logits = it.sample && a.job->request.top_logprobs >= 0;

@@ -1,7 +1,10 @@
-// A Gemma 3 multimodal projector ("mmproj") at toy size, in the layout
-// llama.cpp's convert_hf_to_gguf.py --mmproj writes (clip.* keys, v.* and
-// mm.* tensors, the soft-embedding norm stored as 1 + w): 64x64 pixels in
-// 8x8 patches, two SigLIP layers of width 64, pooled 2x2 into 16 tokens.
+// Multimodal projectors ("mmproj") at toy size, in the layout llama.cpp's
+// convert_hf_to_gguf.py --mmproj writes (clip.* keys, v.* and mm.* tensors).
+// Gemma 3: the soft-embedding norm stored as 1 + w; 64x64 pixels in 8x8
+// patches, two SigLIP layers of width 64, pooled 2x2 into 16 tokens.
+// Qwen2.5-VL: Qwen's own 14-pixel patches and 28-pixel tiles (any image
+// size, as the real tower), the two temporal kernels, two blocks of width 32
+// (the second attends over the whole image), the 2x2 merger.
 // Seeded weights of the forge's scale, so an image moves the logits.
 #include <cmath>
 #include <random>
@@ -75,6 +78,68 @@ void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t s
     add("v.post_ln.bias", {W}, 0.02f, 0.0f);
     add("mm.soft_emb_norm.weight", {W}, 0.02f, 1.0f);  // 1 + w, as the converter stores it
     add("mm.input_projection.weight", {text_embd, W}, s, 0.0f);
+    w.write(path);
+}
+
+void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
+    using model::GgufValue;
+    constexpr uint32_t kPatch = 14, kWidth = 32, kFf = 64, kLayers = 2, kHeads = 2;
+    const uint64_t W = kWidth, F = kFf, W4 = 4 * W;
+    model::GgufWriter w;
+    w.set("general.architecture", GgufValue::string("clip"));
+    w.set("general.type", GgufValue::string("mmproj"));
+    w.set("general.name", GgufValue::string("Tiny Qwen2.5-VL vision (forged)"));
+    w.set("general.file_type", GgufValue::u32(0));
+    w.set("clip.projector_type", GgufValue::string("qwen2.5vl_merger"));
+    w.set("clip.has_vision_encoder", GgufValue::boolean(true));
+    w.set("clip.use_silu", GgufValue::boolean(true));
+    w.set("clip.vision.projection_dim", GgufValue::u32(text_embd));
+    w.set("clip.vision.image_size", GgufValue::u32(560));  // the converter's default; a nominal size
+    w.set("clip.vision.patch_size", GgufValue::u32(kPatch));
+    w.set("clip.vision.embedding_length", GgufValue::u32(kWidth));
+    w.set("clip.vision.feed_forward_length", GgufValue::u32(kFf));
+    w.set("clip.vision.block_count", GgufValue::u32(kLayers));
+    w.set("clip.vision.attention.head_count", GgufValue::u32(kHeads));
+    w.set("clip.vision.attention.layer_norm_epsilon", GgufValue::f32(1e-6f));
+    w.set("clip.vision.n_wa_pattern", GgufValue::u32(2));
+    const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f}, sd[3] = {0.26862954f, 0.26130258f, 0.27577711f};
+    w.set("clip.vision.image_mean", GgufValue::array(std::span<const float>(mean, 3)));
+    w.set("clip.vision.image_std", GgufValue::array(std::span<const float>(sd, 3)));
+
+    std::mt19937_64 rng(seed ^ 0x7177656e766cull);
+    std::vector<std::vector<float>> store;  // the writer copies nothing: keep every tensor until write()
+    store.reserve(64);
+    auto add = [&](const std::string& name, std::vector<uint64_t> dims, float scale, float offset) {
+        uint64_t n = 1;
+        for (uint64_t d : dims) n *= d;
+        std::normal_distribution<float> d(0.0f, 1.0f);
+        auto& v = store.emplace_back(n);
+        for (float& x : v) x = offset + scale * d(rng);
+        w.add_tensor(name, EH_TYPE_F32, std::move(dims), v.data());
+    };
+    const float s = 1.0f / std::sqrt(float(W)), sp = 1.0f / std::sqrt(2.0f * 3.0f * kPatch * kPatch);
+    add("v.patch_embd.weight", {kPatch, kPatch, 3, W}, sp, 0.0f);
+    add("v.patch_embd.weight.1", {kPatch, kPatch, 3, W}, sp, 0.0f);
+    for (uint32_t i = 0; i < kLayers; ++i) {
+        const std::string b = fmt::format("v.blk.{}.", i);
+        add(b + "ln1.weight", {W}, 0.02f, 1.0f);
+        add(b + "ln2.weight", {W}, 0.02f, 1.0f);
+        for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
+            add(b + n + ".weight", {W, W}, s, 0.0f);
+            add(b + n + ".bias", {W}, 0.02f, 0.0f);
+        }
+        for (const char* n : {"ffn_gate", "ffn_up"}) {
+            add(b + n + ".weight", {W, F}, s, 0.0f);
+            add(b + n + ".bias", {F}, 0.02f, 0.0f);
+        }
+        add(b + "ffn_down.weight", {F, W}, 1.0f / std::sqrt(float(F)), 0.0f);
+        add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
+    }
+    add("v.post_ln.weight", {W}, 0.02f, 1.0f);
+    add("mm.0.weight", {W4, W4}, 1.0f / std::sqrt(float(W4)), 0.0f);
+    add("mm.0.bias", {W4}, 0.02f, 0.0f);
+    add("mm.2.weight", {W4, text_embd}, 1.0f / std::sqrt(float(W4)), 0.0f);
+    add("mm.2.bias", {text_embd}, 0.02f, 0.0f);
     w.write(path);
 }
 

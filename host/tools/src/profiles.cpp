@@ -1,5 +1,7 @@
 #include "eh/tools/profiles.hpp"
 
+#include <span>
+
 #include <fmt/format.h>
 
 #include <engine_host/rope_scaling.hpp>
@@ -501,6 +503,25 @@ const Entry kProfiles[] = {
          p.description = "Gemma 3 layout at toy size with a toy vision tower (--mmproj-out)";
          p.vision = true;
          p.control_tokens = {{255999, "<start_of_image>"}, {256000, "<end_of_image>"}, {262143, "<image_soft_token>"}};
+         return p;
+     }},
+    {"tiny-qwen2.5-vl-q4_k_m", [](std::string n) {
+         // The tiny Qwen2.5 as Qwen2.5-VL's text model (architecture qwen2vl:
+         // M-RoPE sections 2, 3, 3 of its 8 rotary frequencies, as 16, 24, 24
+         // of 64) and a toy vision tower (forge_mmproj.cpp). The Qwen2.5
+         // vocabulary already holds <|vision_start|>, <|image_pad|>, <|vision_end|>.
+         Profile p = qwen2(std::move(n), true);
+         p.arch = "qwen2vl";
+         for (auto& [k, v] : p.metadata) {
+             if (k.rfind("qwen2.", 0) == 0) k = "qwen2vl." + k.substr(6);
+             if (k == "general.architecture") v = str(k, "qwen2vl").second;
+             if (k == "general.name") v = str(k, "Tiny Qwen2.5-VL").second;
+         }
+         const int32_t sections[4] = {2, 3, 3, 0};
+         p.metadata.emplace_back("qwen2vl.rope.dimension_sections",
+                                 GgufValue::array(std::span<const int32_t>(sections, 4)));
+         p.description = "Qwen2.5-VL layout at toy size with a toy vision tower (--mmproj-out)";
+         p.vision = true;
          return p;
      }},
     {"tiny-gpt2-f16", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_F16); }},

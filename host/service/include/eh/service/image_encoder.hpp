@@ -12,14 +12,17 @@
 
 #include <engine_host/plugin_abi.h>
 
+#include "eh/image/image.hpp"
 #include "eh/loader/engine.hpp"
 
 namespace eh::service {
 
-// How an image sits in the model's prompt: `before`, `token` n_tokens
-// times, `after` (control-token text, tokenized with parse_special).
+// How an image sits in the model's prompt: `before`, `token` once per row
+// the encoder gives it, `after` (control-token text, tokenized with
+// parse_special); and the resampling filter its processor resizes with.
 struct ImagePrompt {
     std::string before, token, after;
+    image::Filter filter = image::Filter::Bilinear;
 };
 
 // The prompt form for a text model's architecture; Error(ModelLoadFailed) for
@@ -38,9 +41,17 @@ public:
     const eh_image_encoder_info& info() const { return info_; }
     const ImagePrompt& prompt() const { return prompt_; }
     const std::string& path() const { return path_; }
-    // One image's rows (info().n_tokens x n_embd) from its normalised
-    // planes (3 x image_height x image_width). Throws eh::Error.
-    std::vector<float> encode(const std::vector<float>& pixels) const;
+    // Whether each image is read at its own size (ABI 1.8: info().tile != 0,
+    // Qwen2.5-VL), and that size for an image of width x height pixels
+    // (image::fit_to_tiles; ImageError past its limits); else every image
+    // is image_width x image_height.
+    bool sized() const { return info_.tile != 0; }
+    image::TileSize size_for(uint32_t width, uint32_t height) const;
+    // The rows an image of that size becomes.
+    uint32_t tokens_for(const image::TileSize& s) const;
+    // One image's rows (tokens_for x n_embd) from its normalised planes
+    // (3 x height x width, the size size_for gave). Throws eh::Error.
+    std::vector<float> encode(const std::vector<float>& pixels, uint32_t width, uint32_t height) const;
 
 private:
     std::shared_ptr<EngineModel> model_;

@@ -92,9 +92,11 @@ public:
     // goes into a step; `digest` keys the image in the prefix cache.
     struct Image {
         std::string digest;
-        std::vector<float> pixels;
+        std::vector<float> pixels;     // 3 planes of height x width
         std::vector<float> rows;
         uint32_t first = 0, count = 0;
+        uint32_t width = 0, height = 0;
+        uint32_t grid_width = 0;       // its tokens per row, for an EH_SPAN_GRID span (ABI 1.8); else 0
     };
     std::vector<std::shared_ptr<Image>> images;
     // The compiled output constraint (request.constraint), shared by every
