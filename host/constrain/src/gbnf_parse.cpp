@@ -6,6 +6,8 @@
 // the next line starts with `|`.
 #include <fmt/format.h>
 
+#include <algorithm>
+
 #include "gbnf_ast.hpp"
 #include "utf8_ranges.hpp"
 
@@ -18,6 +20,7 @@ public:
 
     std::vector<RuleDef> run() {
         std::vector<RuleDef> rules;
+        rules.reserve(size_t(std::count(s_.begin(), s_.end(), '\n')) + 1);  // about a rule a line
         skip(true);
         while (!eof()) {
             RuleDef r;
@@ -25,7 +28,7 @@ public:
             r.name = name();
             if (r.name.empty()) fail("expected a rule name");
             skip(false);
-            if (s_.substr(pos_, 3) != "::=") fail(fmt::format("expected '::=' after the rule name '{}'", r.name));
+            if (!at_define()) fail(fmt::format("expected '::=' after the rule name '{}'", r.name));
             pos_ += 3;
             body_on_next_line();
             r.body = alternatives(0);
@@ -46,6 +49,8 @@ private:
         return u >= 0x20 && u < 0x7F ? std::string(1, c) : fmt::format("\\x{:02X}", u);
     }
     bool eof() const { return pos_ >= s_.size(); }
+    // At "::=" (checked after every rule name: a first-byte test, not a compare).
+    bool at_define() const { return pos_ + 3 <= s_.size() && s_[pos_] == ':' && s_[pos_ + 1] == ':' && s_[pos_ + 2] == '='; }
     char peek() const { return s_[pos_]; }
     void newline() {
         ++line_;
@@ -76,7 +81,7 @@ private:
         const size_t save = pos_, save_line = line_, save_start = line_start_;
         skip(true);
         const size_t body = pos_, body_line = line_, body_start = line_start_;
-        const bool next_rule = !name().empty() && (skip(false), s_.substr(pos_, 3) == "::=");
+        const bool next_rule = !name().empty() && (skip(false), at_define());
         if (next_rule) pos_ = save, line_ = save_line, line_start_ = save_start;
         else pos_ = body, line_ = body_line, line_start_ = body_start;
     }
@@ -113,21 +118,30 @@ private:
     }
 
     Node sequence(uint32_t depth) {
-        Node seq;
-        seq.type = Node::Type::Seq;
+        // The items gather in this depth's scratch vector, then move to the
+        // node in one allocation of their number (a schema grammar has a
+        // sequence or more per line of its 1 MB of text).
+        if (scratch_.size() <= depth) scratch_.resize(depth + 1);
+        const size_t from = scratch_[depth].size();  // (empty unless a caller at this depth is still filling it)
         for (;;) {
             skip(depth > 0);
             if (eof()) break;
             const char c = peek();
             if (c == '|' || c == ')' || c == '\n' || c == '\r') break;
             Node item = primary(depth);
-            item = postfix(std::move(item));
-            seq.kids.push_back(std::move(item));
+            postfix(item);
+            scratch_[depth].push_back(std::move(item));
         }
+        auto& items = scratch_[depth];
+        Node seq;
+        seq.type = Node::Type::Seq;
+        seq.kids.reserve(items.size() - from);
+        for (size_t i = from; i < items.size(); ++i) seq.kids.push_back(std::move(items[i]));
+        items.resize(from);
         return seq;
     }
 
-    Node postfix(Node item) {
+    void postfix(Node& item) {
         while (!eof()) {
             const char c = peek();
             uint32_t lo = 0, hi = 0;
@@ -143,7 +157,6 @@ private:
             rep.kids.push_back(std::move(item));
             item = std::move(rep);
         }
-        return item;
     }
 
     uint32_t number() {
@@ -207,7 +220,7 @@ private:
             n.type = Node::Type::Ref;
             n.text = name();
             skip(false);
-            if (s_.substr(pos_, 3) == "::=")
+            if (at_define())
                 fail(fmt::format("'{}' ::= starts a new rule on the same line as another; put it on its own line", n.text));
             return n;
         }
@@ -287,6 +300,7 @@ private:
         return n;
     }
 
+    std::vector<std::vector<Node>> scratch_;  // per nesting depth (sequence())
     std::string_view s_;
     size_t pos_ = 0;
     size_t line_ = 1;

@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cassert>
 #include <map>
 #include <tuple>
 #include <unordered_map>
@@ -76,20 +77,75 @@ void least_fixpoint(const std::vector<std::vector<Seq>>& rules, bool terminals_b
     }
 }
 
+// Rule name -> index, open addressing over views of the definitions'
+// names: a schema grammar looks up some 100,000 references among 25,000
+// rules, where a node-based map's pointer chasing shows in compile time.
+class NameIndex {
+public:
+    void reserve(size_t n) {
+        size_t cap = 16;
+        while (cap < 2 * n) cap <<= 1;
+        slots_.assign(cap, {});
+    }
+    // Adds name -> value; false if the name is already there.
+    bool add(std::string_view name, uint32_t value) {
+        if (2 * (count_ + 1) > slots_.size()) grow();
+        Slot& s = slots_[place(name)];
+        if (s.used) return false;
+        s = {name, value, true};
+        ++count_;
+        return true;
+    }
+    const uint32_t* find(std::string_view name) const {
+        if (slots_.empty()) return nullptr;
+        const Slot& s = slots_[place(name)];
+        return s.used ? &s.value : nullptr;
+    }
+
+private:
+    struct Slot {
+        std::string_view name;
+        uint32_t value = 0;
+        bool used = false;
+    };
+    // The name's slot, or the free one where it would go (never full: at
+    // most half the slots are used).
+    size_t place(std::string_view name) const {
+        const size_t mask = slots_.size() - 1;
+        for (size_t i = std::hash<std::string_view>{}(name) & mask;; i = (i + 1) & mask)
+            if (!slots_[i].used || slots_[i].name == name) return i;
+    }
+    void grow() {
+        std::vector<Slot> old = std::move(slots_);
+        reserve(std::max<size_t>(old.size(), 8));
+        count_ = 0;
+        for (const Slot& s : old)
+            if (s.used) add(s.name, s.value);
+    }
+    std::vector<Slot> slots_;
+    size_t count_ = 0;
+};
+
 class Lowering {
 public:
     Lowering(const std::vector<RuleDef>& defs, const GrammarLimits& limits) : defs_(defs), limits_(limits) {
+        index_.reserve(defs.size());
+        rules_.reserve(defs.size() * 2);
+        names_.reserve(defs.size() * 2);
+        nullable_.reserve(defs.size() * 2);
+        counted_.reserve(defs.size() * 2);
         for (const auto& d : defs) {
-            if (index_.count(d.name))
+            if (!index_.add(d.name, uint32_t(rules_.size())))
                 throw GrammarError("grammar", fmt::format("grammar: rule '{}' is defined twice (line {})", d.name, d.line));
-            index_[d.name] = new_rule(d.name);
+            new_rule(d.name);
         }
     }
 
     std::shared_ptr<const Grammar> run(std::string_view root) {
-        auto it = index_.find(std::string(root));
-        if (it == index_.end()) throw GrammarError("grammar", fmt::format("grammar: there is no rule named '{}'", root));
-        for (const auto& d : defs_) rules_[index_[d.name]] = alternatives_of(d.body);
+        const uint32_t* root_rule = index_.find(root);
+        if (!root_rule) throw GrammarError("grammar", fmt::format("grammar: there is no rule named '{}'", root));
+        // (rule i is defs_[i]: the constructor numbered them in order)
+        for (size_t i = 0; i < defs_.size(); ++i) rules_[i] = alternatives_of(defs_[i].body);
         // Repeats last: how one is lowered depends on whether its body can
         // match nothing, which needs every rule.
         find_nullable();
@@ -97,8 +153,8 @@ public:
             Seq seq = repeat_seq(repeats_[i]);  // (may add rules)
             rules_[repeats_[i].rule] = {std::move(seq)};
         }
-        check(it->second);
-        return flatten(it->second);
+        check(*root_rule);
+        return flatten(*root_rule);
     }
 
 private:
@@ -237,10 +293,10 @@ private:
             for (unsigned char c : n.text) seq.push_back({false, byte_set(c)});
             return;
         case Node::Type::Ref: {
-            auto it = index_.find(n.text);
-            if (it == index_.end()) throw GrammarError("grammar", fmt::format("grammar: rule '{}' is used but not defined", n.text));
+            const uint32_t* rule = index_.find(n.text);
+            if (!rule) throw GrammarError("grammar", fmt::format("grammar: rule '{}' is used but not defined", n.text));
             count(1);
-            seq.push_back({true, it->second});
+            seq.push_back({true, *rule});
             return;
         }
         case Node::Type::Class: {
@@ -478,10 +534,19 @@ private:
                 for (const auto& it : alt)
                     if (it.ref && !reach[it.arg]) reach[it.arg] = 1, todo.push_back(it.arg);
         }
-        // Productive (can end) and nullable (can match nothing), by fixpoint.
-        std::vector<char> prod(n, 0), nullable(n, 0);
+        // Productive (can end), by fixpoint. Nullable (can match nothing):
+        // nullable_, the fixpoint find_nullable() took over the stand-ins,
+        // which are nullable exactly when their repeats are, kept for every
+        // rule made since (each is made knowing whether it is); a debug
+        // build takes the fixpoint again and compares.
+        std::vector<char> prod(n, 0);
         least_fixpoint(rules_, false, prod);
-        least_fixpoint(rules_, true, nullable);
+        const std::vector<char>& nullable = nullable_;
+#ifndef NDEBUG
+        std::vector<char> again(n, 0);
+        least_fixpoint(rules_, true, again);
+        for (size_t r = 0; r < n; ++r) assert(bool(again[r]) == bool(nullable[r]));
+#endif
         for (size_t r = 0; r < n; ++r)
             if (reach[r] && !prod[r])
                 throw GrammarError("grammar", fmt::format("grammar: rule '{}' can never end (every alternative "
@@ -573,7 +638,7 @@ private:
 
     const std::vector<RuleDef>& defs_;
     const GrammarLimits limits_;
-    std::unordered_map<std::string, uint32_t> index_;
+    NameIndex index_;  // (views of defs_' names)
     std::vector<std::vector<Seq>> rules_;
     std::map<std::string, Item> class_rules_;  // a class's ranges -> what stands for it
     std::vector<std::string> names_;
