@@ -242,7 +242,7 @@ TEST(VisionEndToEnd, AModelThatCannotHoldImagesStopsTheStart) {
     // A llama model: no image prompt form.
     EngineHost llama({"--log-format", "text", "--mmproj", forged().mmproj}, {}, false, EH_PLUGIN_DIR);
     EXPECT_NE(llama.wait_exit(30000), 0) << llama.log();
-    EXPECT_NE(llama.log().find("images are taken for gemma3 models only"), std::string::npos) << llama.log();
+    EXPECT_NE(llama.log().find("images are taken for gemma3 and qwen2vl models only"), std::string::npos) << llama.log();
     // A Gemma 3 whose vocabulary has no image tokens (the plain tiny profile).
     const std::string plain = forged().dir + "/tiny-gemma3.gguf";
     const std::string cmd = std::string(EH_ENGINE_HOST) + " forge --like tiny-gemma-3-q4_k_m --out " + plain +

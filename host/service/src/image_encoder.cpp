@@ -55,6 +55,17 @@ std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> mo
         throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin reported tiles of {} pixels, {}..{} per "
                                                        "image",
                                                        mmproj_path, i.tile, i.min_tokens, i.max_tokens));
+    // Each text model reads the images of its own tower: Qwen2.5-VL's at their
+    // own size on a grid, Gemma 3's at one size.
+    if (architecture == "qwen2vl" && !(i.tile && (i.span_flags & EH_SPAN_GRID)))
+        throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: a qwen2vl model needs a Qwen2-VL / Qwen2.5-VL "
+                                                       "projector (images at their own size, on a grid); this one "
+                                                       "takes {}x{} pixels",
+                                                       mmproj_path, i.image_width, i.image_height));
+    if (architecture != "qwen2vl" && i.tile)
+        throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: a Qwen2-VL / Qwen2.5-VL projector (tiles of {} "
+                                                       "pixels) cannot serve a {} model",
+                                                       mmproj_path, i.tile, architecture));
     if (!i.image_width || !i.image_height || !i.n_tokens || !i.n_embd || i.image_width > 8192 || i.image_height > 8192)
         throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin reported an encoder of {}x{} pixels, {} "
                                                        "tokens of {} floats",
