@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <array>
 
 #include "gbnf_ast.hpp"
 #include "utf8_ranges.hpp"
@@ -86,11 +87,17 @@ private:
         else pos_ = body, line_ = body_line, line_start_ = body_start;
     }
     static bool name_char(char c) {
-        return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-';
+        static constexpr auto kTable = [] {
+            std::array<bool, 256> t{};
+            for (int b = 0; b < 256; ++b)
+                t[size_t(b)] = (b >= 'a' && b <= 'z') || (b >= 'A' && b <= 'Z') || (b >= '0' && b <= '9') || b == '_' || b == '-';
+            return t;
+        }();
+        return kTable[uint8_t(c)];
     }
     std::string name() {
-        const size_t start = pos_;
-        while (!eof() && name_char(peek())) ++pos_;
+        const size_t start = pos_, end = s_.size();
+        while (pos_ < end && name_char(s_[pos_])) ++pos_;
         if (pos_ - start > 128) fail("a rule name is longer than 128 characters");
         return std::string(s_.substr(start, pos_ - start));
     }

@@ -198,17 +198,29 @@ private:
     std::vector<Seq> alternatives_of(const Node& n) {
         std::vector<Seq> out;
         if (n.type == Node::Type::Alt) {
+            out.reserve(n.kids.size());
             for (const auto& k : n.kids) {
-                out.emplace_back();
+                out.emplace_back().reserve(items_of(k));
                 append(k, out.back());
             }
         } else if (n.type == Node::Type::Class) {
             out = class_alternatives(n);
         } else {
-            out.emplace_back();
+            out.emplace_back().reserve(items_of(n));
             append(n, out.back());
         }
         return out;
+    }
+
+    // How many items append() makes of `n` at most where it adds no rule
+    // of its own (a literal's bytes, the rest one each): the sequence's
+    // size, reserved once instead of grown byte by byte.
+    static size_t items_of(const Node& n) {
+        if (n.type == Node::Type::Literal) return n.text.size();
+        if (n.type != Node::Type::Seq) return 1;
+        size_t k = 0;
+        for (const auto& kid : n.kids) k += kid.type == Node::Type::Literal ? kid.text.size() : 1;
+        return k;
     }
 
     // The class as alternatives: one single-byte set for its ASCII part, one
