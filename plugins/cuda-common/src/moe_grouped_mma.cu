@@ -12,11 +12,13 @@
 // for those 256 columns into shared memory with cp.async, three to six
 // stages deep, so the next segments stream in while one is multiplied (the
 // rows come from memory in 16-byte runs, and enough of them are in flight
-// to keep HBM busy). MXFP4: per block of 32 values a warp turns its rows'
-// codes into two m16n8k16 A fragments of FP4 values (Fmt<T>::block), loads
-// each tile's input fragments with one ldmatrix (shared by gate and up),
-// and two mma.sync per tile give the 16 rows x 8 tokens partial sums that
-// the block's scales fold into the FP32 accumulators. K-quants: a warp
+// to keep HBM busy). MXFP4: per block of 32 values a lane turns one code
+// word of each of its two rows into FP16 values by bit operations alone
+// (Fmt<T>::block; no table: a table in shared memory cost a bank-conflicted
+// load per code byte, the kernel's bottleneck), loads each tile's input
+// fragments with two 8-byte loads (shared by gate and up), and two
+// mma.sync per tile give the 16 rows x 8 tokens partial sums that the
+// block's scales fold into the FP32 accumulators. K-quants: a warp
 // takes two blocks that share code bytes, builds their fragments of both
 // matrices as FP16 values over a row factor (Fmt<T>::codes), then loads
 // each tile's inputs once for both (quad_unit). Each weight byte is read
@@ -64,14 +66,6 @@ __device__ __forceinline__ uint32_t half2_bits(float lo, float hi) {
     return *reinterpret_cast<uint32_t*>(&h);
 }
 
-// FP4 (E2M1) code -> value.
-__device__ __forceinline__ float fp4_value(int n) {
-    const int m = n & 7;
-    // exponent 0: subnormal, m / 2; else 2^(e - 1) * (1 + mantissa / 2)
-    const float v = m < 2 ? 0.5f * float(m) : float(1 << ((m >> 1) - 1)) * (m & 1 ? 1.5f : 1.0f);
-    return (n & 8) ? -v : v;
-}
-
 __device__ __forceinline__ uint32_t ld_u16(const uint8_t* p) { return *reinterpret_cast<const uint16_t*>(p); }
 // The FP16 value at a 2-byte aligned address (a super-block's d or dmin).
 __device__ __forceinline__ float f16_u16(const uint8_t* p) { return __half2float(__ushort_as_half(uint16_t(ld_u16(p)))); }
@@ -111,15 +105,30 @@ struct Rows {
 // 32 values a warp takes at once; first(u): the first block of the
 // segment's unit u; x_lane: the lane's first half in a tile; tile(xl, i, b,
 // u, f): tile u's fragments for block b of the unit from block i).
-// XTiles: the mma's own k order, each tile's two k16 steps by one ldmatrix
-// (+8 halves a row: its eight row addresses fall in distinct banks).
-struct XTiles {
-    static constexpr int kXLd = kSegVals + 8;
+// XPairs (MXFP4): a code word of the device layout holds values 4w..4w+3
+// (nibbles 0..3) and 16+4w..16+4w+3 (nibbles 4..7), and the bit operations
+// of Fmt<MXFP4>::block turn nibbles j and j + 4 into one FP16 pair, so the
+// A fragments take k in an order of their own: in k step s, lane t's k =
+// 2t, 2t+1 are values 4t+2s and 16+4t+2s, and k = 2t+8, 2t+9 are 4t+2s+1
+// and 16+4t+2s+1. The inputs follow that order: the lane loads values
+// 4t..4t+3 and 16+4t..16+4t+3 of its token (two 8-byte loads, as XQuads)
+// and pairs them with byte permutes (+16 halves a row: a half-warp's
+// eight-byte loads from 4 tokens cover the 32 banks once).
+struct XPairs {
+    static constexpr int kXLd = kSegVals + 16;
     static constexpr int kUnit = 1;
     __device__ __forceinline__ static int first(int unit) { return unit; }
-    __device__ __forceinline__ static int x_lane(int lane) { return (lane & 7) * kXLd + 8 * (lane >> 3); }
+    __device__ __forceinline__ static int x_lane(int lane) { return (lane >> 2) * kXLd + 4 * (lane & 3); }
+    // tile u's fragments for block i: f[0], f[1] k step 0; f[2], f[3] step 1
     __device__ __forceinline__ static void tile(uint32_t xl, int i, int, int u, uint32_t (&f)[4]) {
-        detail::ldsm_x4(f, xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half)));
+        const uint32_t a = xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half));
+        uint32_t p0, p1, q0, q1;
+        lds64(a, p0, p1);                         // values 4t .. 4t+3
+        lds64(a + 16 * sizeof(__half), q0, q1);  // values 16+4t .. 16+4t+3
+        f[0] = __byte_perm(p0, q0, 0x5410);
+        f[1] = __byte_perm(p0, q0, 0x7632);
+        f[2] = __byte_perm(p1, q1, 0x5410);
+        f[3] = __byte_perm(p1, q1, 0x7632);
     }
     template <int NT>
     __device__ __forceinline__ static void load_x(uint32_t xl, int i, uint32_t (&bx)[1][NT][4]) {
@@ -146,7 +155,7 @@ struct XQuads {
 };
 
 // Where a format takes tile u's input fragments for block b of its unit:
-// loaded before the unit (XTiles' block(), the gate|up pair sharing them),
+// loaded before the unit (XPairs' block(), the gate|up pair sharing them),
 // or by tile() as each tile comes (quad_unit(), which has both
 // matrices' fragments built first).
 template <int U, int NT>
@@ -198,8 +207,8 @@ __device__ __forceinline__ void scaled_tiles(const uint32_t (&a0)[4], const uint
 //   lead(row, S): where in those bytes segment S of the row begins;
 //   stage(dst, row, S, nb, c0, step): cp.async of segment S of the row (nb
 //     blocks of 32 values), 16-byte runs c0, c0 + step, ...;
-//   an input layout (XTiles or XQuads above);
-//   XTiles formats: block(...): acc[u] += the values of block i of rows
+//   an input layout (XPairs or XQuads above);
+//   XPairs formats: block(...): acc[u] += the values of block i of rows
 //     r.w0 (lane row g) and r.w1 (g + 8) . tile u, for every tile u < tiles;
 //   XQuads formats: codes(...): the A fragments of the unit's two blocks
 //     (quad_unit below multiplies them).
@@ -210,11 +219,9 @@ struct Fmt;
 
 // MXFP4: a group is a 16-byte exponent header and 256 code bytes,
 // contiguous in the device layout (16-byte aligned); a segment is half a
-// group's codes with the header. Codes become FP16 through a 256-entry
-// table (code byte -> two FP16 values, exact); the block scale is a power
-// of two.
+// group's codes with the header. The block scale is a power of two.
 template <>
-struct Fmt<EH_TYPE_MXFP4> : XTiles {
+struct Fmt<EH_TYPE_MXFP4> : XPairs {
     static constexpr int kRowBytes = 16 + kSegBlocks * 16;
     __device__ __forceinline__ static int lead(const uint8_t*, int) { return 0; }
     __device__ __forceinline__ static void stage(uint8_t* dst, const uint8_t* row, int S, int nb, int c0, int step) {
@@ -225,25 +232,29 @@ struct Fmt<EH_TYPE_MXFP4> : XTiles {
             detail::cp_async16(dst + c * 16, row + from, 16);
         }
     }
-    // In the device layout code word w holds values 4w..4w+3 (nibbles 0..3)
-    // and 16+4w..16+4w+3 (nibbles 4..7), so lane (g, t) needs bytes t & 1
-    // (step 0) and 2 + (t & 1) (step 1) of words t / 2 (k = 2t, 2t+1) and
-    // t / 2 + 2 (k = 2t+8, 2t+9).
+    // Nibbles j and j + 4 of code word q (bits 4j.. and 16+4j..) as an FP16
+    // pair of 2^-14 times their E2M1 values, exactly: the nibble's sign to
+    // bit 15, its two exponent bits and one mantissa bit to bits 11..9 (an
+    // FP16 exponent field of 0..3: e > 0 is 2^(e-15) (1 + m/2), e = 0 the
+    // subnormal m 2^-15, 2^-14 times E2M1's 2^(e-1) (1 + m/2) and m/2).
+    template <int J>
+    __device__ __forceinline__ static uint32_t fp4_pair(uint32_t q) {
+        const uint32_t sign = J <= 3 ? (q << (12 - 4 * J)) : 0u;
+        const uint32_t bits = J <= 2 ? (q << (9 - 4 * J)) : (q >> 3);
+        return (sign & 0x80008000u) | (bits & 0x0E000E00u);
+    }
+    // Lane (g, t) takes code word t of the block of rows g and g + 8 (XPairs
+    // says which k each value stands for); the scales carry the 2^14.
     template <int NT, class X>
-    __device__ __forceinline__ static void block(const uint32_t* lut, const Rows& r, int S, int i, int lane, const X& x,
-                                                 int tiles, float (&acc)[NT][4]) {
-        const uint8_t *w0 = r.w0, *w1 = r.w1;
+    __device__ __forceinline__ static void block(const Rows& r, int S, int i, int lane, const X& x, int tiles,
+                                                 float (&acc)[NT][4]) {
         const int t = lane & 3;
-        const uint32_t* c0 = reinterpret_cast<const uint32_t*>(w0 + 16 + 16 * i);
-        const uint32_t* c1 = reinterpret_cast<const uint32_t*>(w1 + 16 + 16 * i);
-        const uint32_t w00 = c0[t >> 1], w02 = c0[(t >> 1) + 2], w10 = c1[t >> 1], w12 = c1[(t >> 1) + 2];
-        const int s0 = 8 * (t & 1), s1 = s0 + 16;
-        const uint32_t a0[4] = {lut[(w00 >> s0) & 255u], lut[(w10 >> s0) & 255u], lut[(w02 >> s0) & 255u],
-                                lut[(w12 >> s0) & 255u]};
-        const uint32_t a1[4] = {lut[(w00 >> s1) & 255u], lut[(w10 >> s1) & 255u], lut[(w02 >> s1) & 255u],
-                                lut[(w12 >> s1) & 255u]};
+        const uint32_t q0 = reinterpret_cast<const uint32_t*>(r.w0 + 16 + 16 * i)[t];
+        const uint32_t q1 = reinterpret_cast<const uint32_t*>(r.w1 + 16 + 16 * i)[t];
+        const uint32_t a0[4] = {fp4_pair<0>(q0), fp4_pair<0>(q1), fp4_pair<1>(q0), fp4_pair<1>(q1)};
+        const uint32_t a1[4] = {fp4_pair<2>(q0), fp4_pair<2>(q1), fp4_pair<3>(q0), fp4_pair<3>(q1)};
         const int e0 = (S & 1) * kSegBlocks;
-        const float sc0 = e8m0_value(w0[e0 + i]), sc1 = e8m0_value(w1[e0 + i]);
+        const float sc0 = 16384.0f * e8m0_value(r.w0[e0 + i]), sc1 = 16384.0f * e8m0_value(r.w1[e0 + i]);
         scaled_tiles<NT>(a0, a1, x, tiles, sc0, sc1, acc);
     }
 };
@@ -448,8 +459,8 @@ template <uint32_t T, bool Pair, int NT>
 constexpr size_t stage_bytes() {
     return size_t(Pair ? 2 : 1) * kRows * Fmt<T>::kRowBytes + size_t(kTok) * NT * Fmt<T>::kXLd * sizeof(__half);
 }
-// Dynamic shared memory one block may take (sm_90: 227 KB, less the table).
-constexpr size_t kSmemPerBlock = 227 * 1024 - 256 * sizeof(uint32_t);
+// Dynamic shared memory one block may take (sm_90: 227 KB, less room for the static).
+constexpr size_t kSmemPerBlock = 227 * 1024 - 1024;
 // Stages in flight. NT 1, and the down products at NT 4, run two blocks per
 // multiprocessor (4 and 3 stages, fewer where two blocks would not fit:
 // Q6_K's wider rows); gate|up at NT 4 and 8 needs more than half the
@@ -541,12 +552,9 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     constexpr int kStages = stages<T, Pair, NT, Deep>();
     constexpr size_t kStage = stage_bytes<T, Pair, NT>();
     constexpr int kPass = kTok * NT;  // tokens per pass
-    __shared__ uint32_t lut[T == EH_TYPE_MXFP4 ? 256 : 1];
     __shared__ int sel[2];
     extern __shared__ int4 smem_raw[];
     uint8_t* smem = reinterpret_cast<uint8_t*>(smem_raw);
-    if constexpr (T == EH_TYPE_MXFP4)
-        for (int i = threadIdx.x; i < 256; i += blockDim.x) lut[i] = half2_bits(fp4_value(i & 15), fp4_value(i >> 4));
     pdl_entry();
     const int K = a.cols, nkb = K / 32, nseg = (nkb + kSegBlocks - 1) / kSegBlocks;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
@@ -631,8 +639,8 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
                     uint32_t bx[1][NT][4];
                     W::template load_x<NT>(xl, i, bx);
                     const XLoaded<1, NT> x{bx};
-                    W::template block<NT>(lut, ra, S, i, lane, x, tiles, acc_a);
-                    if constexpr (Pair) W::template block<NT>(lut, rb, S, i, lane, x, tiles, acc_b);
+                    W::template block<NT>(ra, S, i, lane, x, tiles, acc_a);
+                    if constexpr (Pair) W::template block<NT>(rb, S, i, lane, x, tiles, acc_b);
                 } else {
                     // both matrices' fragments first, then each tile's inputs
                     // once for them
@@ -645,15 +653,17 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     detail::cp_async_wait<0>();  // (only empty groups remain)
     __syncthreads();              // every warp's reads of the stages are done
     constexpr int kRed = 4 * kMats;  // floats a lane and tile: gate 4 | up 4
-    float* red = reinterpret_cast<float*>(smem);  // [kw][rw][lane][tile][kRed]
+    // [kw][rw][tile][kRed][lane]: lane fastest, so a warp's stores and loads
+    // of one value fall in 32 distinct banks
+    float* red = reinterpret_cast<float*>(smem);
     if (has_rows) {
-        float* mine = red + ((size_t(kw) * kRowWarps + rw) * 32 + lane) * kRed * NT;
+        float* mine = red + (size_t(kw) * kRowWarps + rw) * kRed * NT * 32 + lane;
 #pragma unroll
         for (int u = 0; u < NT; ++u)
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                mine[kRed * u + q] = acc_a[u][q];
-                if constexpr (Pair) mine[kRed * u + 4 + q] = acc_b[u][q];
+                mine[(kRed * u + q) * 32] = acc_a[u][q];
+                if constexpr (Pair) mine[(kRed * u + 4 + q) * 32] = acc_b[u][q];
             }
     }
     __syncthreads();
@@ -663,13 +673,13 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
 #pragma unroll
         for (int q = 0; q < 4; ++q) acc_a[u][q] = acc_b[u][q] = 0.0f;
     for (int k = 0; k < kKSplit; ++k) {
-        const float* part = red + ((size_t(k) * kRowWarps + rw) * 32 + lane) * kRed * NT;
+        const float* part = red + (size_t(k) * kRowWarps + rw) * kRed * NT * 32 + lane;
 #pragma unroll
         for (int u = 0; u < NT; ++u)
 #pragma unroll
             for (int q = 0; q < 4; ++q) {
-                acc_a[u][q] += part[kRed * u + q];
-                if constexpr (Pair) acc_b[u][q] += part[kRed * u + 4 + q];
+                acc_a[u][q] += part[(kRed * u + q) * 32];
+                if constexpr (Pair) acc_b[u][q] += part[(kRed * u + 4 + q) * 32];
             }
     }
 #pragma unroll

@@ -106,10 +106,12 @@ struct KernelPlan {
     // 8; its 8 warps take one expert each)
     int moe_down_rows = 8;
     // grouped tensor-core experts (moe_grouped_mma.cu): passes of 32 tokens
-    // instead of 8 when the experts average more than this many tokens (H200,
-    // forged gpt-oss-20b, 64 sequences' decode step: 4 -> 11.1 ms, 16 -> 14.5;
-    // 32 sequences: 4 -> 8.9, 2 -> 9.7; 8 sequences: 4 -> 8.5, 0 -> 10.4)
-    int moe_wide_pass_tokens = 4;
+    // instead of 8 when the experts average more than this many tokens. A
+    // pass of 8 runs two blocks a multiprocessor (registers), one of 32 one:
+    // where the experts hold a few tokens each (a decode step's routing
+    // spread over them), the 8-token passes keep more warps in flight
+    // (docs/benchmarks.md, MoE under load)
+    int moe_wide_pass_tokens = 16;
     // ... and, MXFP4 experts, gate|up passes of 64 tokens (8-warp blocks)
     // past this many (a 512-token prefill pass of gpt-oss-20b averages 64:
     // pp512 on an H200 11,490 -> 12,425; 0, i.e. also in decode steps, took
