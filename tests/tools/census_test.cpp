@@ -65,6 +65,7 @@ TEST(Census, Gpt2) {
 
 TEST(Census, TinyProfilesExerciseTheSameRules) {
     EXPECT_EQ(of("tiny-qwen2.5-q4_k_m"), (Census{{"F32", 21}, {"Q5_0", 22}, {"Q8_0", 3}, {"Q4_K", 2}, {"Q6_K", 2}}));
+    EXPECT_EQ(of("tiny-qwen2.5-vl-q4_k_m"), of("tiny-qwen2.5-q4_k_m"));  // the same tensors under qwen2vl
     EXPECT_EQ(of("tiny-phi-3-q4_k_m"), (Census{{"F32", 9}, {"Q4_K", 11}, {"Q5_K", 4}, {"Q6_K", 3}}));
     EXPECT_EQ(of("tiny-gpt-oss-mxfp4"), (Census{{"F32", 25}, {"Q8_0", 10}, {"MXFP4", 6}}));
     EXPECT_EQ(of("tiny-llama-3.1-q4_k_m"), (Census{{"F32", 6}, {"Q4_K", 13}, {"Q6_K", 3}}));

@@ -112,6 +112,40 @@ INSTANTIATE_TEST_SUITE_P(AllTiny, TinyProfile,
                              return n;
                          });
 
+// The tiny Qwen2.5-VL: the tiny Qwen2.5's tensors under qwen2vl with its
+// M-RoPE sections, and a toy qwen2.5vl_merger tower in the converter's layout
+// (both temporal kernels, the merger's mm.0 / mm.2 to the model's width).
+TEST(Forge, QwenVlProfileWritesItsSectionsAndTower) {
+    TempDir d;
+    ForgeOptions o;
+    o.profile = "tiny-qwen2.5-vl-q4_k_m";
+    o.out = d.file("qvl.gguf");
+    o.threads = 2;
+    EXPECT_THROW(forge(o), eh::Error);  // a vision profile needs --mmproj-out
+    o.mmproj_out = d.file("qvl-mmproj.gguf");
+    forge(o);
+    auto mf = eh::model::ModelFile::open(o.out);
+    EXPECT_EQ(mf->architecture(), "qwen2vl");
+    EXPECT_EQ(mf->get_uint("qwen2vl.embedding_length"), 64u);
+    EXPECT_FALSE(mf->has("qwen2.embedding_length"));
+    const eh_value* sec = mf->find("qwen2vl.rope.dimension_sections");
+    ASSERT_TRUE(sec && sec->type == EH_VALUE_ARRAY && sec->elem_type == EH_VALUE_I32 && sec->count == 4);
+    const auto* v = static_cast<const int32_t*>(sec->v.array);
+    EXPECT_EQ(std::vector<int32_t>(v, v + 4), (std::vector<int32_t>{2, 3, 3, 0}));
+    auto mm = eh::model::ModelFile::open(o.mmproj_out);
+    EXPECT_EQ(mm->architecture(), "clip");
+    EXPECT_EQ(mm->get_string("clip.projector_type"), "qwen2.5vl_merger");
+    EXPECT_EQ(mm->get_uint("clip.vision.patch_size"), 14u);
+    EXPECT_EQ(mm->get_uint("clip.vision.projection_dim"), 64u);
+    bool frame1 = false, mm2 = false;
+    for (const auto& t : mm->tensors()) {
+        frame1 = frame1 || eh::model::to_sv(t.name) == "v.patch_embd.weight.1";
+        if (eh::model::to_sv(t.name) == "mm.2.weight") mm2 = t.dims[0] == 128 && t.dims[1] == 64;
+    }
+    EXPECT_TRUE(frame1);
+    EXPECT_TRUE(mm2);
+}
+
 TEST(Forge, SameSeedSameBytesOtherSeedOtherWeights) {
     TempDir d;
     const auto a = slurp(forge_tiny(d, "tiny-gpt2-q8_0", 1));
