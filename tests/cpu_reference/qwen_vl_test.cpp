@@ -269,6 +269,31 @@ TEST(QwenVlDecoder, PositionsSurviveLaterStepsForksAndTruncation) {
     plugin().seq_release(fork);
 }
 
+// A parked copy (ABI 1.7) keeps the positions too: restored, it continues
+// with the text positions after the image, not at its length.
+TEST(QwenVlDecoder, ParkedCopyKeepsThePositions) {
+    Fixture f;
+    const Image img{2, 3, 4, random_rows(12, 13)};
+    const auto all = prompt_with_image(img, 4);
+    const uint32_t split = img.first + 12 + 1;
+    eh_seq* s = f.bm.create();
+    const eh_embd_span sp{img.first, 12, EH_SPAN_GRID, img.gw, img.rows.data()};
+    ASSERT_EQ(plugin().seq_embd_spans(s, &sp, 1), EH_OK);
+    eh_step_entry e = entry(s, all.data(), split, EH_STEP_LOGITS);
+    ASSERT_EQ(plugin().step(f.bm.model, &e, 1), EH_OK) << f.bm.error();
+    eh_parked* parked = nullptr;
+    uint64_t bytes = 0;
+    ASSERT_EQ(plugin().seq_park(s, split, 1ull << 30, &parked, &bytes), EH_OK) << f.bm.error();
+    f.bm.release(s);
+    eh_seq* back = nullptr;
+    ASSERT_EQ(plugin().seq_unpark(f.bm.model, parked, all.data(), split, &back), EH_OK) << f.bm.error();
+    eh_step_entry d = entry(back, &all[split], uint32_t(all.size() - split), EH_STEP_LOGITS);
+    ASSERT_EQ(plugin().step(f.bm.model, &d, 1), EH_OK) << f.bm.error();
+    EXPECT_LT(max_diff(f.bm.logits(back), reference(*f.view, all, &img)), 2e-4);
+    plugin().seq_release(back);
+    plugin().parked_release(parked);
+}
+
 TEST(QwenVlDecoder, GridThatDoesNotDivideItsSpanIsRefused) {
     Fixture f;
     const auto rows = random_rows(6, 3);
