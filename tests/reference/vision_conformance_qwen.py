@@ -118,8 +118,12 @@ def image_features(model, pv, thw):
     core = getattr(model, "model", model)
     fn = getattr(core, "get_image_features", None) or getattr(model, "get_image_features")
     out = fn(pixel_values=pv, image_grid_thw=thw)
+    # A tuple of per-image tensors (transformers 4.5x), or an output object
+    # whose pooler_output holds them (later versions).
     if hasattr(out, "pooler_output") and out.pooler_output is not None:
         out = out.pooler_output
+    elif hasattr(out, "last_hidden_state"):
+        out = out.last_hidden_state
     if isinstance(out, (list, tuple)):
         out = torch.cat(list(out), dim=0)
     return out.reshape(-1, out.shape[-1])
