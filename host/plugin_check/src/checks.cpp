@@ -710,6 +710,19 @@ void embd_spans(Context& c) {
     if (run({{2, 4, 0, 0, rows.data()}}, "the same rows again") != with)
         fail("the same rows for the same tokens gave other logits");
     (void)run({{2, 4, EH_SPAN_BIDIRECTIONAL, 0, rows.data()}}, "a bidirectional span");
+    if (api.abi_minor >= 8) {
+        // 1.8: a grid of 2 x 2 is taken; a width that does not divide the span is refused, changing nothing.
+        (void)run({{2, 4, EH_SPAN_GRID, 2, rows.data()}}, "a grid span of 2 x 2");
+        eh_seq* g = c.d.create();
+        const eh_embd_span uneven{2, 4, EH_SPAN_GRID, 3, rows.data()};
+        if (api.seq_embd_spans(g, &uneven, 1) != EH_OK) fail("seq_embd_spans failed: " + c.d.error());
+        std::vector<eh_step_entry> ge{entry(g, p.data(), 8, EH_STEP_LOGITS)};
+        const eh_status gst = c.d.step(ge);
+        if (gst != EH_INVALID_ARGUMENT)
+            fail(fmt::format("a grid span of width 3 over 4 positions gave {}, not INVALID_ARGUMENT", eh_status_name(gst)));
+        if (c.d.length(g) != 0) fail("a step refused for its grid span changed the sequence");
+        c.d.release(g);
+    }
     // A span past the entry: refused, nothing changed, and dropped.
     eh_seq* s = c.d.create();
     const eh_embd_span bad{6, 4, 0, 0, rows.data()};
