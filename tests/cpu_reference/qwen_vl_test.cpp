@@ -368,7 +368,7 @@ struct Tower {
         mm2 = rnd(size_t(4) * W * T, 1.0f / std::sqrt(float(4 * W))), mm2b = rnd(T, 0.3f);
     }
     // The mmproj view, as llama.cpp's converter writes it.
-    std::unique_ptr<OwnedView> view(const std::string& projector = "qwen2.5vl_merger") const {
+    std::unique_ptr<OwnedView> view(const std::string& projector = "qwen2.5vl_merger", uint32_t block_key = 0) const {
         auto v = std::make_unique<OwnedView>("clip");
         v->str("general.architecture", "clip");
         v->str("clip.projector_type", projector);
@@ -377,7 +377,7 @@ struct Tower {
         v->u32("clip.vision.patch_size", patch);
         v->u32("clip.vision.embedding_length", W);
         v->u32("clip.vision.feed_forward_length", F);
-        v->u32("clip.vision.block_count", blocks);
+        v->u32("clip.vision.block_count", block_key ? block_key : blocks);
         v->u32("clip.vision.attention.head_count", heads);
         v->u32("clip.vision.projection_dim", T);
         v->u32("clip.vision.n_wa_pattern", wa);
@@ -641,6 +641,10 @@ TEST(QwenVlTower, RefusesSizesAndTypesByName) {
     mm->remove("v.patch_embd.weight.1");
     EXPECT_EQ(plugin().image_encoder_load(bm.model, mm->view(), &info), EH_MODEL_LOAD_FAILED);
     EXPECT_NE(bm.error().find("v.patch_embd.weight.1"), std::string::npos) << bm.error();
+    // A block count no tower has: refused before anything is sized by it.
+    EXPECT_EQ(plugin().image_encoder_load(bm.model, f.tower.view("qwen2.5vl_merger", 1u << 20)->view(), &info),
+              EH_MODEL_LOAD_FAILED);
+    EXPECT_NE(bm.error().find("block_count 1048576 is more than 1024"), std::string::npos) << bm.error();
     Tower other;
     other.T = 32;
     other.mm2 = std::vector<float>(size_t(4) * other.W * 32, 0.01f), other.mm2b = std::vector<float>(32, 0.0f);

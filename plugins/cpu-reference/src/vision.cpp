@@ -28,6 +28,8 @@ VisionEncoder::VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, Th
     ff_ = key_u32(v, "clip.vision.feed_forward_length");
     n_head_ = key_u32(v, "clip.vision.attention.head_count");
     const uint32_t n_block = key_u32(v, "clip.vision.block_count");
+    if (n_block > 1024)  // SigLIP has 27; every block's tensors must be there anyway
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj block_count " + std::to_string(n_block) + " is more than 1024");
     eps_ = float(v.get_float("clip.vision.attention.layer_norm_epsilon").value_or(1e-6));
     // Gemma 3 pools by 4 unless the file says otherwise (llama.cpp's rule:
     // the key is written only for test models that differ).

@@ -23,6 +23,8 @@ QwenVlEncoder::QwenVlEncoder(const eh_model_view* view, uint32_t text_n_embd, Th
     ff_ = key_u32(v, "clip.vision.feed_forward_length");
     n_head_ = key_u32(v, "clip.vision.attention.head_count");
     const uint32_t n_block = key_u32(v, "clip.vision.block_count");
+    if (n_block > 1024)  // Qwen2.5-VL has 32; every block's tensors must be there anyway
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj block_count " + std::to_string(n_block) + " is more than 1024");
     eps_ = float(v.get_float("clip.vision.attention.layer_norm_epsilon").value_or(1e-6));
     if (v.find("clip.vision.spatial_merge_size")) merge_ = key_u32(v, "clip.vision.spatial_merge_size");
     if (merge_ != 2)
