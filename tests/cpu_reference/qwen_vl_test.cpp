@@ -294,6 +294,25 @@ TEST(QwenVlDecoder, ParkedCopyKeepsThePositions) {
     plugin().parked_release(parked);
 }
 
+// A Hugging Face directory's mrope_section (the host passes it as
+// hf.rope_parameters.mrope_section, integers as I64) is read as the GGUF key.
+TEST(QwenVlDecoder, HfSectionsAreTheGgufKeys) {
+    Fixture f;
+    TinySpec sp = spec();
+    sp.mrope_sections = {};
+    auto hf = make_tiny(sp);  // the same seed: the same weights
+    hf->i64s("hf.rope_parameters.mrope_section", {2, 3, 3});
+    BatchedModel bm{hf->view()};
+    const Image img{4, 3, 5, random_rows(15, 7)};
+    const auto toks = prompt_with_image(img, 6);
+    eh_seq* s = bm.create();
+    const eh_embd_span span{img.first, 15, EH_SPAN_GRID, img.gw, img.rows.data()};
+    ASSERT_EQ(plugin().seq_embd_spans(s, &span, 1), EH_OK);
+    eh_step_entry e = entry(s, toks.data(), uint32_t(toks.size()));
+    ASSERT_EQ(plugin().step(bm.model, &e, 1), EH_OK) << bm.error();
+    EXPECT_TRUE(same_bits(bm.logits(s), f.run(toks, &img)));
+}
+
 TEST(QwenVlDecoder, GridThatDoesNotDivideItsSpanIsRefused) {
     Fixture f;
     const auto rows = random_rows(6, 3);

@@ -33,6 +33,14 @@ public:
         x.count = v.size();
         x.v.array = b.data();
     }
+    void i64s(const std::string& key, const std::vector<int64_t>& v) {
+        std::vector<uint8_t>& b = blobs_.emplace_back(v.size() * sizeof(int64_t));
+        std::memcpy(b.data(), v.data(), b.size());
+        eh_value& x = add(key, EH_VALUE_ARRAY);
+        x.elem_type = EH_VALUE_I64;
+        x.count = v.size();
+        x.v.array = b.data();
+    }
     void i32s(const std::string& key, const std::vector<int32_t>& v) {
         std::vector<uint8_t>& b = blobs_.emplace_back(v.size() * sizeof(int32_t));
         std::memcpy(b.data(), v.data(), b.size());

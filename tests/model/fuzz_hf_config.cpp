@@ -23,7 +23,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
         if (e.code() != eh::Code::ModelLoadFailed) std::abort();
     }
     const std::string_view name(reinterpret_cast<const char*>(data), size);
-    for (const char* arch : {"llama", "qwen2", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", "gemma3"}) {
+    for (const char* arch : {"llama", "qwen2", "qwen2vl", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", "gemma3"}) {
         const std::string g = eh::model::detail::hf_tensor_name(arch, name);
         if (g.empty() || (g.compare(0, 3, "hf.") == 0 && std::string_view(g).substr(3) != name)) std::abort();
     }

@@ -8,6 +8,7 @@
 #include <sstream>
 
 #include <engine_host/model_source.hpp>
+#include <engine_host/mrope.hpp>
 #include <engine_host/plugin_abi.hpp>
 #include <engine_host/tensor_types.h>
 #include <simdjson.h>
@@ -544,6 +545,54 @@ TEST(HfNames, Gemma3) {
               "hf.model.vision_tower.vision_model.post_layernorm.weight");
     // llama's post_attention_layernorm is still its ffn_norm
     EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.4.post_attention_layernorm.weight"), "blk.4.ffn_norm.weight");
+}
+
+// Qwen2.5-VL's decoder (qwen2vl): model.layers.* (transformers 4) or
+// model.language_model.layers.* (5); its vision tower keeps hf.* names.
+TEST(HfNames, QwenVl) {
+    using eh::model::hf_tensor_name_to_gguf;
+    for (const char* t : {"qwen2_5_vl", "qwen2_vl", "qwen2_5_vl_text"}) EXPECT_EQ(eh::model::hf_model_type_to_arch(t), "qwen2vl");
+    const std::string q = "qwen2vl";
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.3.self_attn.q_proj.bias"), "blk.3.attn_q.bias");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.language_model.layers.3.self_attn.q_proj.bias"), "blk.3.attn_q.bias");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.language_model.embed_tokens.weight"), "token_embd.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "lm_head.weight"), "output.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.visual.blocks.0.attn.qkv.weight"), "hf.model.visual.blocks.0.attn.qkv.weight");
+    EXPECT_EQ(hf_tensor_name_to_gguf(q, "visual.merger.ln_q.weight"), "hf.visual.merger.ln_q.weight");
+}
+
+// Qwen2.5-VL's config, flat (transformers 4: rope_scaling type mrope) and with
+// its decoder in text_config (5: rope_parameters): qwen2vl's keys, no rope
+// scaling, the sections passed on for the plugins.
+TEST(HfDirectory, QwenVlConfigs) {
+    const char* flat = R"({"model_type": "qwen2_5_vl", "hidden_size": 2048, "intermediate_size": 11008,
+        "num_hidden_layers": 36, "num_attention_heads": 16, "num_key_value_heads": 2, "rms_norm_eps": 1e-6,
+        "rope_theta": 1000000.0, "sliding_window": 32768, "use_sliding_window": false, "vocab_size": 151936,
+        "max_position_embeddings": 128000, "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+        "vision_config": {"depth": 32, "hidden_size": 1280, "fullatt_block_indexes": [7, 15, 23, 31]}})";
+    const char* nested = R"({"model_type": "qwen2_5_vl", "eos_token_id": 151645, "text_config": {
+        "model_type": "qwen2_5_vl_text", "hidden_size": 2048, "intermediate_size": 11008, "num_hidden_layers": 36,
+        "num_attention_heads": 16, "num_key_value_heads": 2, "rms_norm_eps": 1e-6, "vocab_size": 151936,
+        "max_position_embeddings": 128000, "use_sliding_window": false, "sliding_window": 32768,
+        "rope_parameters": {"rope_type": "default", "rope_theta": 1000000.0, "mrope_section": [16, 24, 24]}},
+        "vision_config": {"depth": 32}})";
+    for (const char* cfg : {flat, nested}) {
+        TempDir d("qwen2vl");
+        write_text(d.path / "config.json", cfg);
+        write_text(d.path / "tokenizer.json", "{}");
+        write_st(d.path / "model.safetensors", {{"model.norm.weight", "BF16", {2048}}});
+        auto f = ModelFile::open(d.path.string());
+        ehp::ModelView v(&f->view());
+        EXPECT_EQ(v.architecture(), "qwen2vl");
+        EXPECT_EQ(v.get_uint("qwen2vl.embedding_length"), 2048u);
+        EXPECT_EQ(v.get_uint("qwen2vl.attention.head_count_kv"), 2u);
+        EXPECT_EQ(v.get_uint("qwen2vl.rope.dimension_count"), 128u);
+        EXPECT_FLOAT_EQ(static_cast<float>(*v.get_float("qwen2vl.rope.freq_base")), 1e6f);
+        EXPECT_FALSE(v.find("qwen2vl.rope.scaling.type")) << "mrope is no scaling";
+        EXPECT_FALSE(v.find("qwen2vl.attention.sliding_window"));
+        const ehp::mrope::Sections s = ehp::mrope::read_sections(v, 128);
+        EXPECT_EQ(s.n, (std::array<uint32_t, 3>{16, 24, 24}));
+    }
 }
 
 // Gemma 3 4B's text_config gives five keys; the rest are Gemma3TextConfig's

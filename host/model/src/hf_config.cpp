@@ -243,7 +243,9 @@ void translate_rope_object(Config& c, const std::string& obj_key, std::optional<
     std::string_view type;
     if (auto t = c.get(rs, "rope_type"); t && t->get(type) == simdjson::SUCCESS) done.insert("rope_type");
     else if (auto t2 = c.get(rs, "type"); t2 && t2->get(type) == simdjson::SUCCESS) done.insert("type");
-    if (!type.empty() && type != "default") c.m_.set_string(key_prefix + "type", type);
+    // Qwen2-VL's "mrope" is plain RoPE over three position axes: its
+    // mrope_section stays hf.*.mrope_section for the plugins (ehp::mrope).
+    if (!type.empty() && type != "default" && type != "mrope") c.m_.set_string(key_prefix + "type", type);
     if (auto theta = c.float_of(c.get(rs, "rope_theta"), "rope_theta")) {
         c.m_.set_f32(c.arch_ + ".rope.freq_base", static_cast<float>(*theta));
         done.insert("rope_theta");
@@ -327,6 +329,11 @@ std::string hf_architecture(std::string_view model_type) {
     if (model_type == "mistral") return "llama";
     if (model_type == "qwen3_moe") return "qwen3moe";
     if (model_type == "gemma3_text") return "gemma3";
+    // Qwen2-VL / Qwen2.5-VL (and their text configs): llama.cpp's converter
+    // writes both decoders as qwen2vl.
+    if (model_type == "qwen2_5_vl" || model_type == "qwen2_vl" || model_type == "qwen2_5_vl_text" ||
+        model_type == "qwen2_vl_text")
+        return "qwen2vl";
     return std::string(model_type);  // llama, qwen2, qwen3, phi3, gpt2 keep their names
 }
 
@@ -341,11 +348,13 @@ std::string translate_hf_config(ModelData& m, std::string_view text, const std::
     std::string_view model_type;
     if (obj["model_type"].get(model_type)) config_fail(label, "has no string 'model_type'");
     std::string arch = hf_architecture(model_type);
-    // Gemma3ForConditionalGeneration: the decoder's settings are its
-    // text_config; the token ids stay at the top.
+    // Gemma3ForConditionalGeneration, and Qwen2(.5)-VL as transformers 5
+    // writes it: the decoder's settings are its text_config; the token ids
+    // stay at the top. (transformers 4 wrote Qwen2.5-VL's flat.)
     const simdjson::dom::object outer = obj;
     simdjson::dom::object text_config;
-    const bool nested = model_type == "gemma3" && obj["text_config"].get(text_config) == simdjson::SUCCESS;
+    const bool nested = (model_type == "gemma3" || arch == "qwen2vl") &&
+                        obj["text_config"].get(text_config) == simdjson::SUCCESS;
     if (nested) obj = text_config;
 
     m.set_string("general.architecture", arch);
@@ -389,7 +398,7 @@ std::string translate_hf_config(ModelData& m, std::string_view text, const std::
         }
         // Qwen2 configs carry a sliding_window that is off unless use_sliding_window says so.
         bool swa = true;
-        if (arch == "qwen2" || arch == "qwen3" || arch == "qwen3moe") {
+        if (arch == "qwen2" || arch == "qwen2vl" || arch == "qwen3" || arch == "qwen3moe") {
             bool on = false;
             auto e = c.get("use_sliding_window");
             swa = e && e->get(on) == simdjson::SUCCESS && on;

@@ -136,7 +136,8 @@ std::string hf_tensor_name(std::string_view arch, std::string_view hf_name) {
     // Gemma3ForConditionalGeneration keeps its decoder under
     // language_model.model. (transformers 4) or model.language_model.
     // (later); its vision tower's tensors keep their hf.* names.
-    if (arch == "gemma3" && (consume_prefix(s, "language_model.") || consume_prefix(s, "model.language_model."))) {
+    if ((arch == "gemma3" || arch == "qwen2vl") &&
+        (consume_prefix(s, "language_model.") || consume_prefix(s, "model.language_model."))) {
         if (s == "lm_head.weight") return "output.weight";
         consume_prefix(s, "model.");
     } else {

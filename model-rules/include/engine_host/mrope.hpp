@@ -1,6 +1,8 @@
 // Multimodal RoPE (M-RoPE) of Qwen2-VL and Qwen2.5-VL (GGUF architecture
-// `qwen2vl`, as llama.cpp's converter writes both), read the same way by
-// every plugin that serves it.
+// `qwen2vl`, as llama.cpp's converter writes both; a Hugging Face directory's
+// `mrope_section`, which the host passes as hf.rope_parameters.mrope_section
+// or hf.rope_scaling.mrope_section), read the same way by every plugin that
+// serves it.
 //
 // - A position has three components: time, row, column. The rotation's
 //   n_rot / 2 frequencies are split into sections (`{arch}.rope.
@@ -40,9 +42,12 @@ struct Sections {
 // malformed, or does not cover the n_rot / 2 frequencies.
 inline Sections read_sections(const ModelView& v, uint32_t n_rot) {
     if (v.architecture() != "qwen2vl") return {};
-    const std::string key = v.arch_key("rope.dimension_sections");
+    std::string key = v.arch_key("rope.dimension_sections");
     const eh_value* x = v.find(key);
-    if (!x) throw Error(EH_MODEL_LOAD_FAILED, "missing metadata '" + key + "' (M-RoPE sections)");
+    for (const char* hf : {"hf.rope_parameters.mrope_section", "hf.rope_scaling.mrope_section"})
+        if (!x && (x = v.find(hf))) key = hf;
+    if (!x) throw Error(EH_MODEL_LOAD_FAILED, "missing metadata '" + v.arch_key("rope.dimension_sections") +
+                                                  "' (M-RoPE sections)");
     if (x->type != EH_VALUE_ARRAY || x->count < 3 || x->count > 4)
         throw Error(EH_MODEL_LOAD_FAILED, "'" + key + "' must be an array of 3 or 4 integers");
     std::array<int64_t, 4> s{};
