@@ -150,6 +150,23 @@ TEST(QwenVlEndToEnd, AnImageIsNeverSplitAcrossSteps) {
     EXPECT_EQ(first_logprobs(chunked), first_logprobs(post_ok(server(), body)));
 }
 
+TEST(QwenVlEndToEnd, AnthropicBlocksAndCountTokensFollowTheSize) {
+    ASSERT_GT(server().port(), 0) << server().log();
+    const std::string a = png_data_url(100, 60, 1);
+    json body = {{"model", "m"}, {"max_tokens", 2},
+                 {"messages", json::array({{{"role", "user"}, {"content", json::array({{{"type", "text"}, {"text", "Hi"}}})}}})}};
+    auto plain = server().post("/v1/messages/count_tokens", body.dump());
+    ASSERT_EQ(plain.status, 200) << plain.body;
+    body["messages"][0]["content"].push_back(
+        {{"type", "image"}, {"source", {{"type", "base64"}, {"media_type", "image/png"}, {"data", a.substr(a.find(',') + 1)}}}});
+    auto with = server().post("/v1/messages/count_tokens", body.dump());
+    ASSERT_EQ(with.status, 200) << with.body;
+    // 4 x 2 tiles and the two marks.
+    EXPECT_EQ(int(json::parse(with.body)["input_tokens"]) - int(json::parse(plain.body)["input_tokens"]), 10);
+    auto r = server().post("/v1/messages", body.dump());
+    EXPECT_EQ(r.status, 200) << r.body.substr(0, 500);
+}
+
 TEST(QwenVlEndToEnd, RefusalsSayWhy) {
     ASSERT_GT(server().port(), 0) << server().log();
     auto r = server().post("/v1/chat/completions", chat_with({png_data_url(402, 2, 6)}).dump());
