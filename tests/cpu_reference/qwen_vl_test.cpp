@@ -660,6 +660,12 @@ TEST(QwenVlTower, RefusesSizesAndTypesByName) {
     mm->remove("v.patch_embd.weight.1");
     EXPECT_EQ(plugin().image_encoder_load(bm.model, mm->view(), &info), EH_MODEL_LOAD_FAILED);
     EXPECT_NE(bm.error().find("v.patch_embd.weight.1"), std::string::npos) << bm.error();
+    // A host before 1.8 (a 48-byte info) cannot take an encoder with a tile.
+    eh_image_encoder_info old{};
+    old.struct_size = 48;
+    EXPECT_EQ(plugin().image_encoder_load(bm.model, f.tower.view()->view(), &old), EH_UNSUPPORTED);
+    EXPECT_NE(bm.error().find("ABI 1.8"), std::string::npos) << bm.error();
+    EXPECT_EQ(old.tile, 0u);
     // A block count no tower has: refused before anything is sized by it.
     EXPECT_EQ(plugin().image_encoder_load(bm.model, f.tower.view("qwen2.5vl_merger", 1u << 20)->view(), &info),
               EH_MODEL_LOAD_FAILED);

@@ -2,6 +2,7 @@
 // thin wrappers that turn every exception into a status (ehp::guard).
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string_view>
@@ -372,7 +373,12 @@ eh_status image_encoder_load(eh_model* m, const eh_model_view* view, eh_image_en
         if (!view || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encoder_load: NULL argument");
         if (m->vision) throw ehp::Error(EH_INVALID_ARGUMENT, "image_encoder_load: an encoder is already loaded");
         if (m->batch) m->batch->expect_idle("image_encoder_load");
-        m->vision = cpuref::load_image_encoder(view, m->model->config().n_embd, m->model->pool());
+        auto enc = cpuref::load_image_encoder(view, m->model->config().n_embd, m->model->pool());
+        // A host before 1.8 cannot see the tile, and would send images of one size.
+        if (enc->info().tile && out->struct_size < offsetof(eh_image_encoder_info, reserved))
+            throw ehp::Error(EH_UNSUPPORTED, "image_encoder_load: this encoder reads each image at its own size, "
+                                             "which needs a host of ABI 1.8 (eh_image_encoder_info.tile)");
+        m->vision = std::move(enc);
         ehp::fill_versioned(out, [&](eh_image_encoder_info& i) { i = m->vision->info(); });
     });
 }
