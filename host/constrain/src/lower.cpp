@@ -564,38 +564,41 @@ private:
                 throw GrammarError("grammar", fmt::format("grammar: rule '{}' can never end (every alternative "
                                                           "recurses or matches no character)", display(uint32_t(r))));
         // Left recursion: a rule reachable from itself through first items.
+        // Each rule's "first" edges (the references it may start with) in
+        // one array, first_of[r] .. first_of[r + 1]: no allocation per rule.
+        std::vector<uint32_t> first_of(n + 1, 0), firsts;
+        for (size_t r = 0; r < n; ++r) {
+            first_of[r] = uint32_t(firsts.size());
+            for (const auto& alt : rules_[r])
+                for (const auto& it : alt) {
+                    if (!it.ref) break;
+                    firsts.push_back(it.arg);
+                    if (!nullable[it.arg]) break;
+                }
+        }
+        first_of[n] = uint32_t(firsts.size());
+        // Iterative DFS over them, each rule's edges taken last to first;
+        // a frame is the rule and how many of its edges are left.
         std::vector<uint8_t> color(n, 0);
+        std::vector<std::pair<uint32_t, uint32_t>> st;
         for (size_t start = 0; start < n; ++start) {
             if (!reach[start] || color[start]) continue;
-            // Iterative DFS over "first" edges.
-            auto firsts = [&](uint32_t r) {
-                std::vector<uint32_t> f;
-                for (const auto& alt : rules_[r])
-                    for (const auto& it : alt) {
-                        if (!it.ref) break;
-                        f.push_back(it.arg);
-                        if (!nullable[it.arg]) break;
-                    }
-                return f;
-            };
-            std::vector<std::pair<uint32_t, std::vector<uint32_t>>> st;
-            st.emplace_back(uint32_t(start), firsts(uint32_t(start)));
+            st.emplace_back(uint32_t(start), first_of[start + 1] - first_of[start]);
             color[start] = 1;
             while (!st.empty()) {
-                auto& [r, f] = st.back();
-                if (f.empty()) {
+                auto& [r, left] = st.back();
+                if (left == 0) {
                     color[r] = 2;
                     st.pop_back();
                     continue;
                 }
-                const uint32_t nxt = f.back();
-                f.pop_back();
+                const uint32_t nxt = firsts[first_of[r] + --left];
                 if (color[nxt] == 1)
                     throw GrammarError("grammar", fmt::format("grammar: rule '{}' is left-recursive (it can reach "
                                                               "itself before matching a character)", display(nxt)));
                 if (color[nxt] == 0) {
                     color[nxt] = 1;
-                    st.emplace_back(nxt, firsts(nxt));
+                    st.emplace_back(nxt, first_of[nxt + 1] - first_of[nxt]);
                 }
             }
         }
