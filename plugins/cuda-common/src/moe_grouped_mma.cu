@@ -243,6 +243,12 @@ struct Fmt<EH_TYPE_MXFP4> : XPairs {
         const uint32_t bits = J <= 2 ? (q << (9 - 4 * J)) : (q >> 3);
         return (sign & 0x80008000u) | (bits & 0x0E000E00u);
     }
+    // 2^14 times the scale 2^(e-127) of exponent byte e: the float of
+    // exponent field e + 14, normal for every e up to 240 (above, +inf, as
+    // 2^14 e8m0_value(e) gives; e = 255 is NaN in the format)
+    __device__ __forceinline__ static float scale_2p14(uint32_t e) {
+        return e + 14u < 255u ? __uint_as_float((e + 14u) << 23) : __uint_as_float(0x7F800000u);
+    }
     // Lane (g, t) takes code word t of the block of rows g and g + 8 (XPairs
     // says which k each value stands for); the scales carry the 2^14.
     template <int NT, class X>
@@ -254,7 +260,7 @@ struct Fmt<EH_TYPE_MXFP4> : XPairs {
         const uint32_t a0[4] = {fp4_pair<0>(q0), fp4_pair<0>(q1), fp4_pair<1>(q0), fp4_pair<1>(q1)};
         const uint32_t a1[4] = {fp4_pair<2>(q0), fp4_pair<2>(q1), fp4_pair<3>(q0), fp4_pair<3>(q1)};
         const int e0 = (S & 1) * kSegBlocks;
-        const float sc0 = 16384.0f * e8m0_value(r.w0[e0 + i]), sc1 = 16384.0f * e8m0_value(r.w1[e0 + i]);
+        const float sc0 = scale_2p14(r.w0[e0 + i]), sc1 = scale_2p14(r.w1[e0 + i]);
         scaled_tiles<NT>(a0, a1, x, tiles, sc0, sc1, acc);
     }
 };
