@@ -33,8 +33,16 @@ Checked:
   <= LOGPROB_TOL (issue 49's target, 0.05)
 
 and, as controls, that the plugin's logits with the image's rows zeroed are
-far from transformers', and what transformers gives with the image's
-positions laid out on one axis (reported: how much M-RoPE matters here).
+far from transformers', that transformers' logits with the image's positions
+on one axis are far from its own with the grid (else it did not apply M-RoPE:
+transformers 5 lays an image on its grid only when given the processor's
+mm_token_type_ids, which this script passes), and the plugin's one-axis logits
+(the image's span without EH_SPAN_GRID) against transformers' one-axis ones.
+
+First run (H200 machine, CPU torch, transformers 5.17.0, 2026-12-02, before
+mm_token_type_ids was passed): rows 1.1e-6 from transformers', but
+transformers had ignored the grid (its logits equal its one-axis ones), so
+the plugin's grid positions were 0.87 from it; not re-run since.
 Results in OUT/vision_conformance_qwen.json; exit 1 on a failure.
 """
 import argparse
@@ -176,7 +184,14 @@ def main():
     with torch.no_grad():
         feats = image_features(model, pv, thw_t).numpy()
         ids = torch.tensor([tokens])
-        hf_logits = model(input_ids=ids, pixel_values=pv, image_grid_thw=thw_t, use_cache=False).logits[0, -1].numpy()
+        # Later transformers lay the image's tokens on their grid (M-RoPE)
+        # only when given the processor's mm_token_type_ids (1 = image);
+        # without it they fall back to one-axis positions, silently.
+        args = dict(input_ids=ids, pixel_values=pv, image_grid_thw=thw_t, use_cache=False)
+        try:
+            hf_logits = model(**args, mm_token_type_ids=(ids == IMAGE).to(torch.int32)).logits[0, -1].numpy()
+        except TypeError:  # a version without it finds the image by its tokens
+            hf_logits = model(**args).logits[0, -1].numpy()
         # The same embeddings at one-axis positions: what M-RoPE changes.
         core = getattr(model, "model", model)
         embeds = model.get_input_embeddings()(ids)
@@ -201,6 +216,7 @@ def main():
         (vocab,) = struct.unpack("<I", f.read(4))
         got = np.frombuffer(f.read(4 * vocab), dtype=np.float32)
         zeroed = np.frombuffer(f.read(4 * vocab), dtype=np.float32)
+        plugin_one_axis = np.frombuffer(f.read(4 * vocab), dtype=np.float32)
 
     res = {"rows_shape": [int(n_tok), int(n_embd)], "hf_rows_shape": list(feats.shape)}
     if rows.shape != feats.shape:
@@ -215,6 +231,9 @@ def main():
     res["control_zeroed_rows_vs_hf"] = float(np.abs(lz - lh).max())
     if one_axis is not None:
         res["hf_mrope_vs_one_axis"] = float(np.abs(lh - log_softmax(one_axis)).max())
+        if plugin_one_axis.size == vocab:  # both with the image at one-axis positions
+            res["plugin_one_axis_vs_hf_one_axis"] = float(np.abs(log_softmax(plugin_one_axis) -
+                                                              log_softmax(one_axis)).max())
     res["top1_agree"] = bool(int(got.argmax()) == int(hf_logits.argmax()))
     res["versions"] = mr.versions()
     failures = []
@@ -224,6 +243,11 @@ def main():
         failures.append(f"logprobs: {res['logprob_vs_hf']:.3g} > {LOGPROB_TOL}")
     if res["control_zeroed_rows_vs_hf"] <= LOGPROB_TOL:
         failures.append("control: zeroed image rows give transformers' logprobs (the image is not used)")
+    if res.get("hf_mrope_vs_one_axis", 1.0) <= LOGPROB_TOL:
+        failures.append("transformers gave the same logprobs with the image at one-axis positions: it did not lay "
+                        "the image on its grid, so M-RoPE was not compared")
+    if res.get("plugin_one_axis_vs_hf_one_axis", 0.0) > LOGPROB_TOL:
+        failures.append(f"one-axis logprobs: {res['plugin_one_axis_vs_hf_one_axis']:.3g} > {LOGPROB_TOL}")
     res["failures"] = failures
     with open(os.path.join(args.out, "vision_conformance_qwen.json"), "w") as f:
         json.dump(res, f, indent=1)

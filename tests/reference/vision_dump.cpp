@@ -12,8 +12,10 @@
 // OUT gets little-endian: u32 n_tokens, u32 n_embd, the encoder's rows
 // (n_tokens x n_embd float32), u32 vocab, the logits after the last token
 // (one step over all tokens, the image's span flagged as the encoder asks:
-// BIDIRECTIONAL for Gemma 3, GRID of WIDTH / tile columns for Qwen2.5-VL), then the same logits with the image's rows replaced by zeros (a
-// control: they must differ).
+// BIDIRECTIONAL for Gemma 3, GRID of WIDTH / tile columns for Qwen2.5-VL),
+// then the same logits with the image's rows replaced by zeros (a control:
+// they must differ), and for a grid span the logits with the image at
+// one-axis positions (no EH_SPAN_GRID; none for other spans).
 // Exit status: 0 written; 1 any failure (the message on stderr).
 
 #include <cstdio>
@@ -98,10 +100,10 @@ int main(int argc, char** argv) {
         eh_kv_info ki{};
         ki.struct_size = sizeof(ki);
         check(api, m, api.kv_init(m, &kp, &ki), "kv_init");
-        auto logits_with = [&](const float* image_rows) {
+        auto logits_with = [&](const float* image_rows, uint32_t flags, uint32_t grid_width) {
             eh_seq* s = nullptr;
             check(api, m, api.seq_create(m, &s), "seq_create");
-            const eh_embd_span span{first, n_img, info.span_flags, grid, image_rows};
+            const eh_embd_span span{first, n_img, flags, grid_width, image_rows};
             check(api, m, api.seq_embd_spans(s, &span, 1), "seq_embd_spans");
             eh_step_entry e{};
             e.struct_size = sizeof(e);
@@ -117,9 +119,11 @@ int main(int argc, char** argv) {
             api.seq_release(s);
             return out;
         };
-        const std::vector<float> with = logits_with(rows.data());
+        const std::vector<float> with = logits_with(rows.data(), info.span_flags, grid);
         const std::vector<float> zeros(rows.size(), 0.0f);
-        const std::vector<float> without = logits_with(zeros.data());
+        const std::vector<float> without = logits_with(zeros.data(), info.span_flags, grid);
+        const std::vector<float> one_axis =
+            grid ? logits_with(rows.data(), info.span_flags & ~uint32_t(EH_SPAN_GRID), 0) : std::vector<float>();
         api.model_release(m);
 
         std::ofstream out(argv[7], std::ios::binary);
@@ -128,7 +132,7 @@ int main(int argc, char** argv) {
             out.write(reinterpret_cast<const char*>(v.data()), std::streamsize(v.size() * sizeof(float)));
         };
         u32(n_img), u32(info.n_embd), floats(rows);
-        u32(uint32_t(with.size())), floats(with), floats(without);
+        u32(uint32_t(with.size())), floats(with), floats(without), floats(one_axis);
         if (!out) throw std::runtime_error(std::string("cannot write ") + argv[7]);
         return 0;
     } catch (const std::exception& e) {
