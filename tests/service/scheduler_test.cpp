@@ -1193,6 +1193,52 @@ TEST(Scheduler, JobIdsAreEachSubmittersOwn) {
 // Prefix reuse is per cache scope (per API key): a request never reuses,
 // and so never learns of, another scope's cached prompt; with
 // prefix_cache_shared (single tenant) every request may.
+// Requests arriving together behind one system prompt: the first computes
+// it, the others wait for it to be in and fork it (the cache holds only
+// ended requests, so it could not share it), in their own scope only; the
+// answers are what each alone would say.
+TEST(Scheduler, RequestsArrivingTogetherShareARunningOnesPrompt) {
+    for (const bool same_scope : {true, false}) {
+        Harness h(16, 256, 16, 64);
+        const std::string system(96, 's');
+        std::vector<std::shared_ptr<Job>> jobs;
+        std::vector<std::string> prompts;
+        for (int i = 0; i < 4; ++i) {
+            prompts.push_back(system + " question " + std::to_string(i));
+            jobs.push_back(make_job("c" + std::to_string(i), prompts.back(), 6));
+            if (!same_scope) jobs.back()->request.cache_scope = "tenant " + std::to_string(i);
+        }
+        h.sched->enqueue_all(jobs);
+        for (size_t i = 0; i < jobs.size(); ++i) EXPECT_EQ(drain(*jobs[i]).text, expected(prompts[i], 6)) << i;
+        size_t prompt_total = 0;
+        for (const auto& p : prompts) prompt_total += p.size();
+        if (same_scope) {
+            EXPECT_EQ(h.sched->stats().prefix_hits.load(), 3u);
+            EXPECT_GE(h.sched->stats().prefix_hit_tokens.load(), 3u * 96u);
+            EXPECT_EQ(h.engine->forks.load(), 3u);
+            // the system prompt once, each request's own tail and its decodes
+            EXPECT_LE(h.engine->computed_tokens.load(), prompt_total - 3 * 96 + 4 * 6);
+        } else {
+            EXPECT_EQ(h.sched->stats().prefix_hits.load(), 0u) << "a running request was shared across scopes";
+            EXPECT_EQ(h.engine->forks.load(), 0u);
+        }
+    }
+}
+
+// The request it waits for is cancelled before its prompt is in: the
+// waiting one is admitted anyway and computes everything itself.
+TEST(Scheduler, ARequestWaitingOnACancelledOnesPromptStillRuns) {
+    Harness h(16, 256, 16, 16);
+    h.engine->step_delay = std::chrono::milliseconds(2);
+    const std::string system(160, 's');
+    auto first = make_job("w0", system + " one", 6);
+    auto second = make_job("w1", system + " two", 6);
+    h.sched->enqueue_all({first, second});
+    h.sched->cancel("w0", CancelReason::Client);
+    drain(*first);
+    EXPECT_EQ(drain(*second).text, expected(system + " two", 6));
+}
+
 TEST(Scheduler, PrefixReuseStaysWithinItsCacheScope) {
     for (bool shared : {false, true}) {
         SchedulerOptions o;
@@ -1346,9 +1392,10 @@ TEST(SchedulerSpec, ALargeBatchTurnsItOff) {
     SpecHarness h(SpecSource::DraftModel, 4, 1);
     h.engine->step_delay = std::chrono::milliseconds(1);
     std::vector<std::shared_ptr<Job>> jobs;
-    for (int i = 0; i < 4; ++i) jobs.push_back(make_job("b" + std::to_string(i), "batch " + std::to_string(i), 20));
+    // (prompts that differ from their first token: none waits to fork another's)
+    for (int i = 0; i < 4; ++i) jobs.push_back(make_job("b" + std::to_string(i), std::to_string(i) + " batch", 20));
     h.sched->enqueue_all(jobs);
-    for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*jobs[size_t(i)]).text, expected("batch " + std::to_string(i), 20));
+    for (int i = 0; i < 4; ++i) EXPECT_EQ(drain(*jobs[size_t(i)]).text, expected(std::to_string(i) + " batch", 20));
     EXPECT_GT(h.sched->stats().spec_off_steps.load(), 0u);
     EXPECT_LE(h.engine->max_deciders_verifying.load(), 1u) << "a step verified while more than --spec-max-batch decoded";
 }
@@ -1371,12 +1418,13 @@ TEST(SchedulerSpec, APoolFullOfDraftsRetriesWithoutThem) {
     // 4-token blocks: each request ends at 20 tokens (5 blocks); 12 blocks hold two of them.
     SpecHarness h(SpecSource::DraftModel, 8, 8, 0, 8, -1, 12);
     std::vector<std::shared_ptr<Job>> jobs;
-    for (int i = 0; i < 3; ++i) jobs.push_back(make_job("k" + std::to_string(i), "ten token" + std::to_string(i), 10));
+    // (prompts that differ from their first token: none forks another's)
+    for (int i = 0; i < 3; ++i) jobs.push_back(make_job("k" + std::to_string(i), std::to_string(i) + "ten token", 10));
     h.sched->enqueue_all(jobs);
     for (int i = 0; i < 3; ++i) {
         Outcome r = drain(*jobs[size_t(i)]);
         ASSERT_EQ(r.end.kind, JobEvent::Kind::End) << r.end.message;
-        EXPECT_EQ(r.text, expected("ten token" + std::to_string(i), 10));
+        EXPECT_EQ(r.text, expected(std::to_string(i) + "ten token", 10));
     }
     EXPECT_GT(h.engine->kv_full.load(), 0u);
     EXPECT_EQ(h.engine->verify_after_full.load(), 0u) << "a step that found the pool full was retried with its drafts";

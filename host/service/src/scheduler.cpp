@@ -434,6 +434,31 @@ bool Scheduler::try_admit(Active& a) {
                 match = PrefixCache::Match{r->seq, n};
             }
     }
+    // Requests that arrive together behind one system prompt: the cache
+    // holds only ended requests, so each would compute the prompt again. A
+    // running request (same scope, same adapter, no images) whose tokens
+    // share a block or more with this one's is forked instead, once those
+    // tokens are in its sequence; until then this request waits at the head
+    // of the queue (a step or two of the other's prefill), as an n > 1
+    // sibling does. The longest share wins; the cache below may still give
+    // more.
+    std::optional<PrefixCache::Match> running_match;
+    if (cache_ && !match && a.job->images.empty()) {
+        const size_t limit = a.tokens.size() - 1;
+        const Active* best = nullptr;
+        uint32_t best_n = 0;
+        for (const auto& r : running_) {
+            if (!r || !r->seq || !r->job->images.empty() || r->job->adapter != a.job->adapter ||
+                cache_scope(*r->job) != cache_scope(*a.job))
+                continue;
+            const auto end = a.tokens.begin() + ptrdiff_t(std::min(limit, r->tokens.size()));
+            const uint32_t n = uint32_t(std::mismatch(a.tokens.begin(), end, r->tokens.begin()).first - a.tokens.begin());
+            if (n >= B && n > best_n) best = r.get(), best_n = n;
+        }
+        // (its last sampled token may not be in yet: this request computes that one)
+        if (best && best->in_seq + 1 < best_n) return false;
+        if (best) running_match = PrefixCache::Match{best->seq, std::min(best_n, best->in_seq)};
+    }
     if (!match && cache_) {
         stats_.prefix_lookups.fetch_add(1);
         stats_.prefix_query_tokens.fetch_add(a.tokens.size());
@@ -444,6 +469,7 @@ bool Scheduler::try_admit(Active& a) {
         for (const auto& im : a.job->images)
             if (match && match->n > im->first && match->n < im->first + im->count) match->n = im->first;
         if (match && match->n == 0) match.reset();
+        if (running_match && running_match->n > 0 && (!match || running_match->n > match->n)) match = running_match;
     }
     const uint32_t reuse = match ? match->n : 0;
     // Blocks for what is left to compute and one for a copied partial
