@@ -18,129 +18,131 @@
 #include "eh/tools/forge.hpp"
 
 namespace eh::tools {
+namespace {
+
+// What every toy tower shares: the clip.* keys of its shape, and seeded
+// normal F32 tensors that outlive the writer's copy-free add_tensor until
+// write().
+class ToyTower {
+public:
+    struct Shape {
+        const char* name;       // general.name
+        const char* projector;  // clip.projector_type
+        uint32_t text_embd, image_size, patch, width, ff, blocks, heads;
+        const float* mean;      // 3 each
+        const float* std;
+    };
+    ToyTower(const Shape& s, uint64_t seed) : rng_(seed) {
+        using model::GgufValue;
+        w_.set("general.architecture", GgufValue::string("clip"));
+        w_.set("general.type", GgufValue::string("mmproj"));
+        w_.set("general.name", GgufValue::string(s.name));
+        w_.set("general.file_type", GgufValue::u32(0));
+        w_.set("clip.projector_type", GgufValue::string(s.projector));
+        w_.set("clip.has_vision_encoder", GgufValue::boolean(true));
+        w_.set("clip.vision.projection_dim", GgufValue::u32(s.text_embd));
+        w_.set("clip.vision.image_size", GgufValue::u32(s.image_size));
+        w_.set("clip.vision.patch_size", GgufValue::u32(s.patch));
+        w_.set("clip.vision.embedding_length", GgufValue::u32(s.width));
+        w_.set("clip.vision.feed_forward_length", GgufValue::u32(s.ff));
+        w_.set("clip.vision.block_count", GgufValue::u32(s.blocks));
+        w_.set("clip.vision.attention.head_count", GgufValue::u32(s.heads));
+        w_.set("clip.vision.attention.layer_norm_epsilon", GgufValue::f32(1e-6f));
+        w_.set("clip.vision.image_mean", GgufValue::array(std::span<const float>(s.mean, 3)));
+        w_.set("clip.vision.image_std", GgufValue::array(std::span<const float>(s.std, 3)));
+        store_.reserve(64);
+    }
+    model::GgufWriter& writer() { return w_; }
+    // offset + scale * N(0, 1) in every element.
+    void add(const std::string& name, std::vector<uint64_t> dims, float scale, float offset) {
+        uint64_t n = 1;
+        for (uint64_t d : dims) n *= d;
+        std::normal_distribution<float> d(0.0f, 1.0f);
+        auto& v = store_.emplace_back(n);
+        for (float& x : v) x = offset + scale * d(rng_);
+        w_.add_tensor(name, EH_TYPE_F32, std::move(dims), v.data());
+    }
+    void write(const std::string& path) { w_.write(path); }
+
+private:
+    model::GgufWriter w_;
+    std::mt19937_64 rng_;
+    std::vector<std::vector<float>> store_;
+};
+
+}  // namespace
 
 void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
     using model::GgufValue;
     constexpr uint32_t kImage = 64, kPatch = 8, kWidth = 64, kFf = 128, kLayers = 2, kHeads = 4, kMerge = 2;
     const uint64_t grid = kImage / kPatch, N = grid * grid, W = kWidth;
-    model::GgufWriter w;
-    w.set("general.architecture", GgufValue::string("clip"));
-    w.set("general.type", GgufValue::string("mmproj"));
-    w.set("general.name", GgufValue::string("Tiny Gemma 3 vision (forged)"));
-    w.set("general.file_type", GgufValue::u32(0));
-    w.set("clip.projector_type", GgufValue::string("gemma3"));
-    w.set("clip.has_vision_encoder", GgufValue::boolean(true));
-    w.set("clip.use_gelu", GgufValue::boolean(true));
-    w.set("clip.vision.projection_dim", GgufValue::u32(text_embd));
-    w.set("clip.vision.image_size", GgufValue::u32(kImage));
-    w.set("clip.vision.patch_size", GgufValue::u32(kPatch));
-    w.set("clip.vision.embedding_length", GgufValue::u32(kWidth));
-    w.set("clip.vision.feed_forward_length", GgufValue::u32(kFf));
-    w.set("clip.vision.block_count", GgufValue::u32(kLayers));
-    w.set("clip.vision.attention.head_count", GgufValue::u32(kHeads));
-    w.set("clip.vision.attention.layer_norm_epsilon", GgufValue::f32(1e-6f));
-    w.set("clip.vision.projector.scale_factor", GgufValue::u32(kMerge));
     const float half[3] = {0.5f, 0.5f, 0.5f};
-    w.set("clip.vision.image_mean", GgufValue::array(std::span<const float>(half, 3)));
-    w.set("clip.vision.image_std", GgufValue::array(std::span<const float>(half, 3)));
-
-    std::mt19937_64 rng(seed ^ 0x6d6d70726f6aull);
-    std::vector<std::vector<float>> store;  // the writer copies nothing: keep every tensor until write()
-    auto add = [&](const std::string& name, std::vector<uint64_t> dims, float scale, float offset) {
-        uint64_t n = 1;
-        for (uint64_t d : dims) n *= d;
-        std::normal_distribution<float> d(0.0f, 1.0f);
-        auto& v = store.emplace_back(n);
-        for (float& x : v) x = offset + scale * d(rng);
-        w.add_tensor(name, EH_TYPE_F32, std::move(dims), v.data());
-    };
-    store.reserve(64);
+    ToyTower t({"Tiny Gemma 3 vision (forged)", "gemma3", text_embd, kImage, kPatch, kWidth, kFf, kLayers, kHeads, half,
+                half},
+               seed ^ 0x6d6d70726f6aull);
+    t.writer().set("clip.use_gelu", GgufValue::boolean(true));
+    t.writer().set("clip.vision.projector.scale_factor", GgufValue::u32(kMerge));
     const float s = 1.0f / std::sqrt(float(W));
-    add("v.patch_embd.weight", {kPatch, kPatch, 3, W}, 1.0f / std::sqrt(3.0f * kPatch * kPatch), 0.0f);
-    add("v.patch_embd.bias", {W}, 0.02f, 0.0f);
-    add("v.position_embd.weight", {W, N}, 0.5f, 0.0f);
+    t.add("v.patch_embd.weight", {kPatch, kPatch, 3, W}, 1.0f / std::sqrt(3.0f * kPatch * kPatch), 0.0f);
+    t.add("v.patch_embd.bias", {W}, 0.02f, 0.0f);
+    t.add("v.position_embd.weight", {W, N}, 0.5f, 0.0f);
     for (uint32_t i = 0; i < kLayers; ++i) {
         const std::string b = fmt::format("v.blk.{}.", i);
         for (const char* n : {"ln1", "ln2"}) {
-            add(b + n + ".weight", {W}, 0.02f, 1.0f);
-            add(b + n + ".bias", {W}, 0.02f, 0.0f);
+            t.add(b + n + ".weight", {W}, 0.02f, 1.0f);
+            t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
         }
         for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
-            add(b + n + ".weight", {W, W}, s, 0.0f);
-            add(b + n + ".bias", {W}, 0.02f, 0.0f);
+            t.add(b + n + ".weight", {W, W}, s, 0.0f);
+            t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
         }
-        add(b + "ffn_up.weight", {W, kFf}, s, 0.0f);
-        add(b + "ffn_up.bias", {kFf}, 0.02f, 0.0f);
-        add(b + "ffn_down.weight", {kFf, W}, 1.0f / std::sqrt(float(kFf)), 0.0f);
-        add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
+        t.add(b + "ffn_up.weight", {W, kFf}, s, 0.0f);
+        t.add(b + "ffn_up.bias", {kFf}, 0.02f, 0.0f);
+        t.add(b + "ffn_down.weight", {kFf, W}, 1.0f / std::sqrt(float(kFf)), 0.0f);
+        t.add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
     }
-    add("v.post_ln.weight", {W}, 0.02f, 1.0f);
-    add("v.post_ln.bias", {W}, 0.02f, 0.0f);
-    add("mm.soft_emb_norm.weight", {W}, 0.02f, 1.0f);  // 1 + w, as the converter stores it
-    add("mm.input_projection.weight", {text_embd, W}, s, 0.0f);
-    w.write(path);
+    t.add("v.post_ln.weight", {W}, 0.02f, 1.0f);
+    t.add("v.post_ln.bias", {W}, 0.02f, 0.0f);
+    t.add("mm.soft_emb_norm.weight", {W}, 0.02f, 1.0f);  // 1 + w, as the converter stores it
+    t.add("mm.input_projection.weight", {text_embd, W}, s, 0.0f);
+    t.write(path);
 }
 
 void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
     using model::GgufValue;
     constexpr uint32_t kPatch = 14, kWidth = 32, kFf = 64, kLayers = 2, kHeads = 2;
     const uint64_t W = kWidth, F = kFf, W4 = 4 * W;
-    model::GgufWriter w;
-    w.set("general.architecture", GgufValue::string("clip"));
-    w.set("general.type", GgufValue::string("mmproj"));
-    w.set("general.name", GgufValue::string("Tiny Qwen2.5-VL vision (forged)"));
-    w.set("general.file_type", GgufValue::u32(0));
-    w.set("clip.projector_type", GgufValue::string("qwen2.5vl_merger"));
-    w.set("clip.has_vision_encoder", GgufValue::boolean(true));
-    w.set("clip.use_silu", GgufValue::boolean(true));
-    w.set("clip.vision.projection_dim", GgufValue::u32(text_embd));
-    w.set("clip.vision.image_size", GgufValue::u32(560));  // the converter's default; a nominal size
-    w.set("clip.vision.patch_size", GgufValue::u32(kPatch));
-    w.set("clip.vision.embedding_length", GgufValue::u32(kWidth));
-    w.set("clip.vision.feed_forward_length", GgufValue::u32(kFf));
-    w.set("clip.vision.block_count", GgufValue::u32(kLayers));
-    w.set("clip.vision.attention.head_count", GgufValue::u32(kHeads));
-    w.set("clip.vision.attention.layer_norm_epsilon", GgufValue::f32(1e-6f));
-    w.set("clip.vision.n_wa_pattern", GgufValue::u32(2));
     const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f}, sd[3] = {0.26862954f, 0.26130258f, 0.27577711f};
-    w.set("clip.vision.image_mean", GgufValue::array(std::span<const float>(mean, 3)));
-    w.set("clip.vision.image_std", GgufValue::array(std::span<const float>(sd, 3)));
-
-    std::mt19937_64 rng(seed ^ 0x7177656e766cull);
-    std::vector<std::vector<float>> store;  // the writer copies nothing: keep every tensor until write()
-    store.reserve(64);
-    auto add = [&](const std::string& name, std::vector<uint64_t> dims, float scale, float offset) {
-        uint64_t n = 1;
-        for (uint64_t d : dims) n *= d;
-        std::normal_distribution<float> d(0.0f, 1.0f);
-        auto& v = store.emplace_back(n);
-        for (float& x : v) x = offset + scale * d(rng);
-        w.add_tensor(name, EH_TYPE_F32, std::move(dims), v.data());
-    };
+    // image_size: the converter's default, a nominal size (images are read at their own)
+    ToyTower t({"Tiny Qwen2.5-VL vision (forged)", "qwen2.5vl_merger", text_embd, 560, kPatch, kWidth, kFf, kLayers,
+                kHeads, mean, sd},
+               seed ^ 0x7177656e766cull);
+    t.writer().set("clip.use_silu", GgufValue::boolean(true));
+    t.writer().set("clip.vision.n_wa_pattern", GgufValue::u32(2));
     const float s = 1.0f / std::sqrt(float(W)), sp = 1.0f / std::sqrt(2.0f * 3.0f * kPatch * kPatch);
-    add("v.patch_embd.weight", {kPatch, kPatch, 3, W}, sp, 0.0f);
-    add("v.patch_embd.weight.1", {kPatch, kPatch, 3, W}, sp, 0.0f);
+    t.add("v.patch_embd.weight", {kPatch, kPatch, 3, W}, sp, 0.0f);
+    t.add("v.patch_embd.weight.1", {kPatch, kPatch, 3, W}, sp, 0.0f);
     for (uint32_t i = 0; i < kLayers; ++i) {
         const std::string b = fmt::format("v.blk.{}.", i);
-        add(b + "ln1.weight", {W}, 0.02f, 1.0f);
-        add(b + "ln2.weight", {W}, 0.02f, 1.0f);
+        t.add(b + "ln1.weight", {W}, 0.02f, 1.0f);
+        t.add(b + "ln2.weight", {W}, 0.02f, 1.0f);
         for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
-            add(b + n + ".weight", {W, W}, s, 0.0f);
-            add(b + n + ".bias", {W}, 0.02f, 0.0f);
+            t.add(b + n + ".weight", {W, W}, s, 0.0f);
+            t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
         }
         for (const char* n : {"ffn_gate", "ffn_up"}) {
-            add(b + n + ".weight", {W, F}, s, 0.0f);
-            add(b + n + ".bias", {F}, 0.02f, 0.0f);
+            t.add(b + n + ".weight", {W, F}, s, 0.0f);
+            t.add(b + n + ".bias", {F}, 0.02f, 0.0f);
         }
-        add(b + "ffn_down.weight", {F, W}, 1.0f / std::sqrt(float(F)), 0.0f);
-        add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
+        t.add(b + "ffn_down.weight", {F, W}, 1.0f / std::sqrt(float(F)), 0.0f);
+        t.add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
     }
-    add("v.post_ln.weight", {W}, 0.02f, 1.0f);
-    add("mm.0.weight", {W4, W4}, 1.0f / std::sqrt(float(W4)), 0.0f);
-    add("mm.0.bias", {W4}, 0.02f, 0.0f);
-    add("mm.2.weight", {W4, text_embd}, 1.0f / std::sqrt(float(W4)), 0.0f);
-    add("mm.2.bias", {text_embd}, 0.02f, 0.0f);
-    w.write(path);
+    t.add("v.post_ln.weight", {W}, 0.02f, 1.0f);
+    t.add("mm.0.weight", {W4, W4}, 1.0f / std::sqrt(float(W4)), 0.0f);
+    t.add("mm.0.bias", {W4}, 0.02f, 0.0f);
+    t.add("mm.2.weight", {W4, text_embd}, 1.0f / std::sqrt(float(W4)), 0.0f);
+    t.add("mm.2.bias", {text_embd}, 0.02f, 0.0f);
+    t.write(path);
 }
 
 }  // namespace eh::tools
