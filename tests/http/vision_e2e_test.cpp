@@ -9,41 +9,18 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
-#include <openssl/evp.h>
-#include <png.h>
-
-#include <cstring>
-#include <filesystem>
-#include <random>
 
 #include "engine_host_process.hpp"
+#include "vision_test_util.hpp"
 
 using nlohmann::json;
 using namespace eh::test;
-namespace fs = std::filesystem;
+using namespace eh::test::vision;
 
 namespace {
 
-struct Forged {
-    std::string dir, model, mmproj;
-    Forged() {
-        std::random_device rd;
-        dir = (fs::temp_directory_path() / ("eh-vision-" + std::to_string(rd()))).string();
-        fs::create_directories(dir);
-        model = dir + "/tiny-gemma3-vision.gguf";
-        mmproj = dir + "/mmproj.gguf";
-        const std::string cmd = std::string(EH_ENGINE_HOST) + " forge --like tiny-gemma-3-vision-q4_k_m --out " + model +
-                                " --mmproj-out " + mmproj + " --threads 2 > " + dir + "/forge.log 2>&1";
-        if (std::system(cmd.c_str()) != 0) model.clear();
-    }
-    ~Forged() {
-        std::error_code ec;
-        fs::remove_all(dir, ec);
-    }
-};
-
 Forged& forged() {
-    static Forged f;
+    static Forged f("tiny-gemma-3-vision-q4_k_m", "tiny-gemma3-vision");
     return f;
 }
 
@@ -53,27 +30,6 @@ EngineHost& server() {
                         {}, true,
                         EH_PLUGIN_DIR, forged().model);
     return h;
-}
-
-std::string png_data_url(uint32_t w, uint32_t h, uint32_t seed) {
-    std::vector<uint8_t> px(size_t(w) * h * 3);
-    std::mt19937 rng(seed);
-    for (auto& v : px) v = uint8_t(rng());
-    png_image im;
-    std::memset(&im, 0, sizeof(im));
-    im.version = PNG_IMAGE_VERSION;
-    im.width = w;
-    im.height = h;
-    im.format = PNG_FORMAT_RGB;
-    png_alloc_size_t size = 0;
-    png_image_write_to_memory(&im, nullptr, &size, 0, px.data(), 0, nullptr);
-    std::string bytes(size, '\0');
-    png_image_write_to_memory(&im, bytes.data(), &size, 0, px.data(), 0, nullptr);
-    bytes.resize(size);
-    std::string b64(4 * ((bytes.size() + 2) / 3) + 1, '\0');
-    b64.resize(size_t(EVP_EncodeBlock(reinterpret_cast<unsigned char*>(b64.data()),
-                                      reinterpret_cast<const unsigned char*>(bytes.data()), int(bytes.size()))));
-    return "data:image/png;base64," + b64;
 }
 
 const char* kSystem =
@@ -100,11 +56,6 @@ std::string refusal(EngineHost& h, const json& body, const std::string& path = "
     return r.body;
 }
 
-std::vector<double> first_logprobs(const json& j) {
-    std::vector<double> out;
-    for (const auto& t : j["choices"][0]["logprobs"]["content"][0]["top_logprobs"]) out.push_back(t["logprob"]);
-    return out;
-}
 
 }  // namespace
 
