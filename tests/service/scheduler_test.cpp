@@ -1239,6 +1239,21 @@ TEST(Scheduler, ARequestWaitingOnACancelledOnesPromptStillRuns) {
     EXPECT_EQ(drain(*second).text, expected(system + " two", 6));
 }
 
+// A shared prompt longer than 8 steps' tokens (kMaxPrefixWaitSteps): the
+// request behind it does not hold the queue for all of it; it takes what is
+// in when it is admitted (here nothing: both arrive together) and computes
+// the rest.
+TEST(Scheduler, AWaitForARunningPromptIsBoundedInSteps) {
+    Harness h(16, 256, 16, 16);
+    const std::string system(200, 's');
+    auto first = make_job("l0", system + " one", 4);
+    auto second = make_job("l1", system + " two", 4);
+    h.sched->enqueue_all({first, second});
+    EXPECT_EQ(drain(*first).text, expected(system + " one", 4));
+    EXPECT_EQ(drain(*second).text, expected(system + " two", 4));
+    EXPECT_LT(h.sched->stats().prefix_hit_tokens.load(), 200u) << "it waited for the whole 200-token prompt";
+}
+
 TEST(Scheduler, PrefixReuseStaysWithinItsCacheScope) {
     for (bool shared : {false, true}) {
         SchedulerOptions o;

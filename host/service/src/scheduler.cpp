@@ -421,6 +421,10 @@ uint32_t Scheduler::owed_blocks() const {
     return owed;
 }
 
+// A request sharing a running request's prompt waits for it to be computed
+// only while at most this many full steps of it are left.
+constexpr uint32_t kMaxPrefixWaitSteps = 8;
+
 bool Scheduler::try_admit(Active& a) {
     const uint32_t B = limits_.block_tokens;
     std::optional<PrefixCache::Match> match;
@@ -439,8 +443,8 @@ bool Scheduler::try_admit(Active& a) {
     // running request (same scope, same adapter, no images) whose tokens
     // share a block or more with this one's is forked instead, once those
     // tokens are in its sequence; until then this request waits at the head
-    // of the queue (a step or two of the other's prefill), as an n > 1
-    // sibling does. The longest share wins; the cache below may still give
+    // of the queue (a few steps of the other's prefill), as an n > 1 sibling
+    // does. The longest share wins; the cache below may still give
     // more.
     std::optional<PrefixCache::Match> running_match;
     if (cache_ && !match && a.job->images.empty()) {
@@ -455,9 +459,15 @@ bool Scheduler::try_admit(Active& a) {
             const uint32_t n = uint32_t(std::mismatch(a.tokens.begin(), end, r->tokens.begin()).first - a.tokens.begin());
             if (n >= B && n > best_n) best = r.get(), best_n = n;
         }
-        // (its last sampled token may not be in yet: this request computes that one)
-        if (best && best->in_seq + 1 < best_n) return false;
-        if (best) running_match = PrefixCache::Match{best->seq, std::min(best_n, best->in_seq)};
+        // (its last sampled token may not be in yet: this request computes
+        // that one). The wait is bounded: past kMaxPrefixWaitSteps steps'
+        // tokens still to compute, it takes what is in now (a block or more)
+        // and computes the rest itself rather than hold the queue behind it.
+        if (best && best->in_seq + 1 < best_n &&
+            best_n - best->in_seq <= uint64_t(kMaxPrefixWaitSteps) * limits_.max_step_tokens)
+            return false;
+        if (best && std::min(best_n, best->in_seq) >= B)
+            running_match = PrefixCache::Match{best->seq, std::min(best_n, best->in_seq)};
     }
     if (!match && cache_) {
         stats_.prefix_lookups.fetch_add(1);
