@@ -2,6 +2,8 @@
 
 #include <engine_host/quant_blocks.hpp>
 
+#include "thread_pool.hpp"
+
 namespace cpuref::mmproj {
 
 using ehp::Error;
@@ -88,6 +90,20 @@ std::string projector_type(const ehp::ModelView& v) {
     if (auto p = v.get_string("clip.projector_type")) return std::string(*p);
     if (auto q = v.get_string("clip.vision.projector_type")) return std::string(*q);
     throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file has no 'clip.projector_type': not a multimodal projector");
+}
+
+Linear linear(const ehp::ModelView& v, uint32_t block, const std::string& what, uint64_t cols, uint64_t rows) {
+    return {mapped(v, vblk(block, (what + ".weight").c_str()), cols, rows),
+            floats(v, vblk(block, (what + ".bias").c_str()), rows)};
+}
+
+void apply(ThreadPool& pool, const Linear& l, const float* x, size_t n, float* y) {
+    matmul(pool, l.w, 0, l.w.rows, x, n, l.w.cols, y, l.w.rows, l.b.data());
+}
+
+Attention attention(const ehp::ModelView& v, uint32_t block, uint64_t width) {
+    return {linear(v, block, "attn_q", width, width), linear(v, block, "attn_k", width, width),
+            linear(v, block, "attn_v", width, width), linear(v, block, "attn_out", width, width)};
 }
 
 }  // namespace cpuref::mmproj

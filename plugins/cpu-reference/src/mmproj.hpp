@@ -11,6 +11,10 @@
 
 #include "weights.hpp"
 
+namespace cpuref {
+class ThreadPool;
+}
+
 namespace cpuref::mmproj {
 
 // "v.blk.N.what"
@@ -27,5 +31,21 @@ uint32_t key_u32(const ehp::ModelView& v, const char* key);
 void three_floats(const ehp::ModelView& v, const char* key, float (&out)[3]);
 // clip.projector_type (or the older clip.vision.projector_type).
 std::string projector_type(const ehp::ModelView& v);
+
+// A block's linear map with its bias: v.blk.N.<what>.weight of dims
+// {cols, rows} (read in place) and .bias of rows floats.
+struct Linear {
+    Matrix w;
+    std::vector<float> b;
+};
+Linear linear(const ehp::ModelView& v, uint32_t block, const std::string& what, uint64_t cols, uint64_t rows);
+// y = W x + b for n rows of x (w.cols floats each) into n rows of y (w.rows each).
+void apply(ThreadPool& pool, const Linear& l, const float* x, size_t n, float* y);
+
+// A block's attention maps, attn_q, attn_k, attn_v and attn_out, each width x width.
+struct Attention {
+    Linear q, k, v, o;
+};
+Attention attention(const ehp::ModelView& v, uint32_t block, uint64_t width);
 
 }  // namespace cpuref::mmproj

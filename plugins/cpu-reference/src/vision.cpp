@@ -60,18 +60,9 @@ VisionEncoder::VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, Th
         b.ln1_b = floats(v, vblk(i, "ln1.bias"), W);
         b.ln2_w = floats(v, vblk(i, "ln2.weight"), W);
         b.ln2_b = floats(v, vblk(i, "ln2.bias"), W);
-        b.q = mapped(v, vblk(i, "attn_q.weight"), W, W);
-        b.k = mapped(v, vblk(i, "attn_k.weight"), W, W);
-        b.v = mapped(v, vblk(i, "attn_v.weight"), W, W);
-        b.o = mapped(v, vblk(i, "attn_out.weight"), W, W);
-        b.up = mapped(v, vblk(i, "ffn_up.weight"), W, ff_);
-        b.down = mapped(v, vblk(i, "ffn_down.weight"), ff_, W);
-        b.q_b = floats(v, vblk(i, "attn_q.bias"), W);
-        b.k_b = floats(v, vblk(i, "attn_k.bias"), W);
-        b.v_b = floats(v, vblk(i, "attn_v.bias"), W);
-        b.o_b = floats(v, vblk(i, "attn_out.bias"), W);
-        b.up_b = floats(v, vblk(i, "ffn_up.bias"), ff_);
-        b.down_b = floats(v, vblk(i, "ffn_down.bias"), W);
+        b.attn = attention(v, i, W);
+        b.up = linear(v, i, "ffn_up", W, ff_);
+        b.down = linear(v, i, "ffn_down", ff_, W);
     }
     post_w_ = floats(v, "v.post_ln.weight", W);
     post_b_ = floats(v, "v.post_ln.bias", W);
@@ -121,9 +112,9 @@ void VisionEncoder::encode(const float* pixels, uint32_t width, uint32_t height,
     const float scale = 1.0f / std::sqrt(float(hd));
     for (const Block& b : blocks_) {
         for (size_t t = 0; t < N; ++t) layer_norm(&x[t * W], b.ln1_w.data(), b.ln1_b.data(), eps_, W, &h[t * W]);
-        matmul(pool_, b.q, 0, W, h.data(), N, W, q.data(), W, b.q_b.data());
-        matmul(pool_, b.k, 0, W, h.data(), N, W, k.data(), W, b.k_b.data());
-        matmul(pool_, b.v, 0, W, h.data(), N, W, v.data(), W, b.v_b.data());
+        apply(pool_, b.attn.q, h.data(), N, q.data());
+        apply(pool_, b.attn.k, h.data(), N, k.data());
+        apply(pool_, b.attn.v, h.data(), N, v.data());
         // Every patch sees every patch.
         pool_.parallel_for(N * n_head_, 1, [&](size_t lo, size_t hi) {
             std::vector<float> scores(N);
@@ -133,12 +124,12 @@ void VisionEncoder::encode(const float* pixels, uint32_t width, uint32_t height,
                            scores.data(), &att[t * W + hh * hd]);
             }
         });
-        matmul(pool_, b.o, 0, W, att.data(), N, W, h.data(), W, b.o_b.data());
+        apply(pool_, b.attn.o, att.data(), N, h.data());
         for (size_t i = 0; i < N * W; ++i) x[i] += h[i];
         for (size_t t = 0; t < N; ++t) layer_norm(&x[t * W], b.ln2_w.data(), b.ln2_b.data(), eps_, W, &h[t * W]);
-        matmul(pool_, b.up, 0, F, h.data(), N, W, u.data(), F, b.up_b.data());
+        apply(pool_, b.up, h.data(), N, u.data());
         for (float& a : u) a = gelu_tanh(a);
-        matmul(pool_, b.down, 0, W, u.data(), N, F, h.data(), W, b.down_b.data());
+        apply(pool_, b.down, u.data(), N, h.data());
         for (size_t i = 0; i < N * W; ++i) x[i] += h[i];
     }
     for (size_t t = 0; t < N; ++t) layer_norm(&x[t * W], post_w_.data(), post_b_.data(), eps_, W, &h[t * W]);

@@ -13,6 +13,7 @@
 
 #include <engine_host/plugin_abi.h>
 
+#include "mmproj.hpp"
 #include "weights.hpp"
 
 namespace cpuref {
@@ -49,8 +50,8 @@ public:
 private:
     struct Block {
         std::vector<float> ln1_w, ln1_b, ln2_w, ln2_b;
-        Matrix q, k, v, o, up, down;
-        std::vector<float> q_b, k_b, v_b, o_b, up_b, down_b;
+        mmproj::Attention attn;
+        mmproj::Linear up, down;
     };
     ThreadPool& pool_;
     uint32_t size_ = 0, patch_ = 0, grid_ = 0, merge_ = 0;

@@ -57,20 +57,10 @@ QwenVlEncoder::QwenVlEncoder(const eh_model_view* view, uint32_t text_n_embd, Th
         Block& b = blocks_[i];
         b.ln1 = floats(v, vblk(i, "ln1.weight"), W);
         b.ln2 = floats(v, vblk(i, "ln2.weight"), W);
-        b.q = mapped(v, vblk(i, "attn_q.weight"), W, W);
-        b.k = mapped(v, vblk(i, "attn_k.weight"), W, W);
-        b.v = mapped(v, vblk(i, "attn_v.weight"), W, W);
-        b.o = mapped(v, vblk(i, "attn_out.weight"), W, W);
-        b.gate = mapped(v, vblk(i, "ffn_gate.weight"), W, F);
-        b.up = mapped(v, vblk(i, "ffn_up.weight"), W, F);
-        b.down = mapped(v, vblk(i, "ffn_down.weight"), F, W);
-        b.q_b = floats(v, vblk(i, "attn_q.bias"), W);
-        b.k_b = floats(v, vblk(i, "attn_k.bias"), W);
-        b.v_b = floats(v, vblk(i, "attn_v.bias"), W);
-        b.o_b = floats(v, vblk(i, "attn_out.bias"), W);
-        b.gate_b = floats(v, vblk(i, "ffn_gate.bias"), F);
-        b.up_b = floats(v, vblk(i, "ffn_up.bias"), F);
-        b.down_b = floats(v, vblk(i, "ffn_down.bias"), W);
+        b.attn = attention(v, i, W);
+        b.gate = linear(v, i, "ffn_gate", W, F);
+        b.up = linear(v, i, "ffn_up", W, F);
+        b.down = linear(v, i, "ffn_down", F, W);
     }
     post_ln_ = floats(v, "v.post_ln.weight", W);
     mm0_ = mapped(v, "mm.0.weight", W4, W4);
@@ -168,9 +158,9 @@ void QwenVlEncoder::encode(const float* pixels, uint32_t width, uint32_t height,
         const Block& b = blocks_[il];
         const bool full = wa_pattern_ == 0 || (il + 1) % wa_pattern_ == 0;
         for (size_t t = 0; t < N; ++t) rms_norm(&x[t * W], b.ln1.data(), eps_, W, &h[t * W]);
-        matmul(pool_, b.q, 0, W, h.data(), N, W, q.data(), W, b.q_b.data());
-        matmul(pool_, b.k, 0, W, h.data(), N, W, k.data(), W, b.k_b.data());
-        matmul(pool_, b.v, 0, W, h.data(), N, W, v.data(), W, b.v_b.data());
+        apply(pool_, b.attn.q, h.data(), N, q.data());
+        apply(pool_, b.attn.k, h.data(), N, k.data());
+        apply(pool_, b.attn.v, h.data(), N, v.data());
         rotate(q.data());
         rotate(k.data());
         pool_.parallel_for(N * n_head_, 1, [&](size_t lo, size_t hi) {
@@ -187,13 +177,13 @@ void QwenVlEncoder::encode(const float* pixels, uint32_t width, uint32_t height,
                             &att[t * W + hh * hd]);
             }
         });
-        matmul(pool_, b.o, 0, W, att.data(), N, W, h.data(), W, b.o_b.data());
+        apply(pool_, b.attn.o, att.data(), N, h.data());
         for (size_t i = 0; i < N * W; ++i) x[i] += h[i];
         for (size_t t = 0; t < N; ++t) rms_norm(&x[t * W], b.ln2.data(), eps_, W, &h[t * W]);
-        matmul(pool_, b.gate, 0, F, h.data(), N, W, g.data(), F, b.gate_b.data());
-        matmul(pool_, b.up, 0, F, h.data(), N, W, u.data(), F, b.up_b.data());
+        apply(pool_, b.gate, h.data(), N, g.data());
+        apply(pool_, b.up, h.data(), N, u.data());
         for (size_t i = 0; i < N * F; ++i) g[i] = silu(g[i]) * u[i];
-        matmul(pool_, b.down, 0, W, g.data(), N, F, h.data(), W, b.down_b.data());
+        apply(pool_, b.down, g.data(), N, h.data());
         for (size_t i = 0; i < N * W; ++i) x[i] += h[i];
     }
     // The merger: each patch normed, a square's four read as one row of 4W.

@@ -33,8 +33,8 @@ public:
 private:
     struct Block {
         std::vector<float> ln1, ln2;
-        Matrix q, k, v, o, gate, up, down;
-        std::vector<float> q_b, k_b, v_b, o_b, gate_b, up_b, down_b;
+        mmproj::Attention attn;
+        mmproj::Linear gate, up, down;  // SwiGLU
     };
     ThreadPool& pool_;
     uint32_t patch_ = 0, merge_ = 2, window_ = 0;  // window_: patches per window side
