@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "batched_model.hpp"
+#include "double_reference.hpp"
 #include "plugin_handle.hpp"
 #include "synthetic_model.hpp"
 
@@ -96,23 +97,8 @@ std::vector<double> reference(OwnedView& v, const std::vector<int32_t>& tokens, 
     std::vector<std::vector<float>> keep;
     auto W = [&](const std::string& n) -> const std::vector<float>& { return weights(v, n, keep); };
     const size_t n = tokens.size(), E = kEmbd, Q = kHead * kHd, KV = kHeadKv * kHd;
-    auto rms = [&](const V& x, const std::vector<float>& g) {
-        double ss = 0;
-        for (double e : x) ss += e * e;
-        const double inv = 1.0 / std::sqrt(ss / double(x.size()) + 1e-5);
-        V y(x.size());
-        for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
-        return y;
-    };
-    auto lin = [](const std::vector<float>& m, const std::vector<float>* b, const V& x, size_t rows) {
-        V y(rows);
-        for (size_t r = 0; r < rows; ++r) {
-            double s = b ? (*b)[r] : 0.0;
-            for (size_t c = 0; c < x.size(); ++c) s += double(m[r * x.size() + c]) * x[c];
-            y[r] = s;
-        }
-        return y;
-    };
+    auto rms = [](const V& x, const std::vector<float>& g) { return dref::rms_norm(x, g, 1e-5); };
+    const auto& lin = dref::linear;
     const auto pos = positions(n, img, w);
     // Section of frequency j: time, row, column (or time, column, row).
     auto component = [&](size_t j) -> size_t {
@@ -148,19 +134,8 @@ std::vector<double> reference(OwnedView& v, const std::vector<int32_t>& tokens, 
         const std::vector<float>& wo = W(b + "attn_output.weight");
         for (size_t i = 0; i < n; ++i) {
             V att(Q, 0.0);
-            for (size_t hh = 0; hh < kHead; ++hh) {
-                const size_t g = hh / (kHead / kHeadKv);
-                V s(i + 1);
-                double mx = -1e300, sum = 0;
-                for (size_t j = 0; j <= i; ++j) {
-                    double d = 0;
-                    for (size_t t = 0; t < kHd; ++t) d += q[i][hh * kHd + t] * k[j][g * kHd + t];
-                    mx = std::max(mx, s[j] = d / std::sqrt(double(kHd)));
-                }
-                for (double& e : s) sum += (e = std::exp(e - mx));
-                for (size_t j = 0; j <= i; ++j)
-                    for (size_t t = 0; t < kHd; ++t) att[hh * kHd + t] += s[j] / sum * vv[j][g * kHd + t];
-            }
+            for (size_t hh = 0; hh < kHead; ++hh)
+                dref::attend(q[i], hh * kHd, k, vv, hh / (kHead / kHeadKv) * kHd, 0, i + 1, kHd, att, hh * kHd);
             const V o = lin(wo, nullptr, att, E);
             for (size_t e = 0; e < E; ++e) x[i][e] += o[e];
         }
@@ -459,23 +434,8 @@ std::vector<double> tower_reference(const Tower& m, const std::vector<float>& px
                         for (size_t dx = 0; dx < 2; ++dx) prow[n] = 2 * uy + dy, pcol[n++] = 2 * ux + dx;
         }
     }
-    auto lin = [](const std::vector<float>& Wt, const std::vector<float>* b, const V& x, size_t rows) {
-        V y(rows);
-        for (size_t r = 0; r < rows; ++r) {
-            double s = b ? (*b)[r] : 0.0;
-            for (size_t c = 0; c < x.size(); ++c) s += double(Wt[r * x.size() + c]) * x[c];
-            y[r] = s;
-        }
-        return y;
-    };
-    auto rms = [&](const V& x, const std::vector<float>& g) {
-        double ss = 0;
-        for (double e : x) ss += e * e;
-        const double inv = 1.0 / std::sqrt(ss / double(x.size()) + m.eps);
-        V y(x.size());
-        for (size_t i = 0; i < x.size(); ++i) y[i] = x[i] * inv * g[i];
-        return y;
-    };
+    const auto& lin = dref::linear;
+    auto rms = [&](const V& x, const std::vector<float>& g) { return dref::rms_norm(x, g, m.eps); };
     std::vector<V> x(N);
     for (size_t n = 0; n < N; ++n) {
         V in(P);
@@ -541,18 +501,8 @@ std::vector<double> tower_reference(const Tower& m, const std::vector<float>& px
         for (size_t sgi = 0; sgi + 1 < seg.size(); ++sgi)
             for (size_t n = seg[sgi]; n < seg[sgi + 1]; ++n) {
                 V att(W, 0.0);
-                for (size_t hh = 0; hh < m.heads; ++hh) {
-                    V sc(seg[sgi + 1] - seg[sgi]);
-                    double mx = -1e300, sum = 0;
-                    for (size_t j = seg[sgi]; j < seg[sgi + 1]; ++j) {
-                        double d = 0;
-                        for (size_t i = 0; i < hd; ++i) d += q[n][hh * hd + i] * kk[j][hh * hd + i];
-                        mx = std::max(mx, sc[j - seg[sgi]] = d / std::sqrt(double(hd)));
-                    }
-                    for (double& e : sc) sum += (e = std::exp(e - mx));
-                    for (size_t j = seg[sgi]; j < seg[sgi + 1]; ++j)
-                        for (size_t i = 0; i < hd; ++i) att[hh * hd + i] += sc[j - seg[sgi]] / sum * v[j][hh * hd + i];
-                }
+                for (size_t hh = 0; hh < m.heads; ++hh)
+                    dref::attend(q[n], hh * hd, kk, v, hh * hd, seg[sgi], seg[sgi + 1], hd, att, hh * hd);
                 const V o = lin(k.o, &k.ob, att, W);
                 for (size_t e = 0; e < W; ++e) x[n][e] += o[e];
             }

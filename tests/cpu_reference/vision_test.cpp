@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "batched_model.hpp"
+#include "double_reference.hpp"
 #include "plugin_handle.hpp"
 #include "synthetic_model.hpp"
 
@@ -179,13 +180,7 @@ std::vector<double> reference(const Vit& m, const std::vector<float>& px, Wrong 
         return y;
     };
     auto lin = [](const std::vector<float>& Wt, const std::vector<float>& b, const V& x, size_t rows) {
-        V y(rows);
-        for (size_t r = 0; r < rows; ++r) {
-            double s = b[r];
-            for (size_t c = 0; c < x.size(); ++c) s += double(Wt[r * x.size() + c]) * x[c];
-            y[r] = s;
-        }
-        return y;
+        return dref::linear(Wt, &b, x, rows);
     };
     std::vector<V> x(N);
     for (size_t py = 0; py < G; ++py)
@@ -208,19 +203,8 @@ std::vector<double> reference(const Vit& m, const std::vector<float>& px, Wrong 
         }
         for (size_t n = 0; n < N; ++n) {
             V att(W, 0.0);
-            for (size_t hh = 0; hh < m.heads; ++hh) {
-                const size_t last = w.causal ? n : N - 1;
-                V s(last + 1);
-                double mx = -1e300, sum = 0;
-                for (size_t j = 0; j <= last; ++j) {
-                    double d = 0;
-                    for (size_t i = 0; i < hd; ++i) d += q[n][hh * hd + i] * kk[j][hh * hd + i];
-                    mx = std::max(mx, s[j] = d / std::sqrt(double(hd)));
-                }
-                for (double& e : s) sum += (e = std::exp(e - mx));
-                for (size_t j = 0; j <= last; ++j)
-                    for (size_t i = 0; i < hd; ++i) att[hh * hd + i] += s[j] / sum * v[j][hh * hd + i];
-            }
+            for (size_t hh = 0; hh < m.heads; ++hh)
+                dref::attend(q[n], hh * hd, kk, v, hh * hd, 0, w.causal ? n + 1 : N, hd, att, hh * hd);
             const V o = lin(k.o, k.ob, att, W);
             for (size_t e = 0; e < W; ++e) x[n][e] += o[e];
         }
