@@ -21,9 +21,9 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-import urllib.error
-import urllib.request
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from serve_gpu_test import Server  # noqa: E402  (the bring-up test's server handle)
 
 failures = []
 
@@ -34,63 +34,27 @@ def check(name, ok, detail=""):
         failures.append(name)
 
 
-class Server:
-    def __init__(self, eh, plugins, model, workdir, name, extra):
-        self.log_path = os.path.join(workdir, name + ".log")
-        self.logf = open(self.log_path, "w")
-        args = [eh, "--plugins", plugins, "--model", model, "--port", "0", "--log-format", "json",
-                "--ctx-size", "1024", "--kv-cache-size-mb", "256"] + list(extra)
-        self.proc = subprocess.Popen(args, stdout=self.logf, stderr=subprocess.STDOUT)
-        self.base = None
+def serve(eh, plugins, model, workdir, name, extra, wait=True):
+    """engine-host on `model` with a 1,024-token context and a 256 MiB KV pool
+    (a tiny model needs no more), through the bring-up test's server handle;
+    `wait`: until /health says it is loaded."""
+    s = Server(eh, plugins, model, 1024, workdir, ["--kv-cache-size-mb", "256"] + list(extra), log_name=name + ".log",
+               wait_listening=wait)
+    if wait:
+        s.wait_ready()
+    return s
 
-    def log(self):
-        with open(self.log_path) as f:
-            return f.read()
 
-    def start(self):
-        port = None
-        for _ in range(1200):
-            for line in self.log().splitlines():
-                try:
-                    ev = json.loads(line)
-                except ValueError:
-                    continue
-                if ev.get("event") == "listening":
-                    port = ev["port"]
-            if port:
-                break
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited {self.proc.returncode}:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-        if not port:
-            raise RuntimeError("the server did not start listening:\n" + self.log()[-3000:])
-        self.base = f"http://127.0.0.1:{port}"
-        for _ in range(1200):
-            try:
-                with urllib.request.urlopen(self.base + "/health/ready", timeout=10) as r:
-                    if json.load(r).get("status") == "ready":
-                        return self
-            except (urllib.error.URLError, ValueError):
-                pass
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"the server exited {self.proc.returncode}:\n{self.log()[-3000:]}")
-            time.sleep(0.1)
-        raise RuntimeError("the server did not become ready:\n" + self.log()[-3000:])
+def post(s, path, body):
+    st, answer = s.json("POST", path, body)
+    if st != 200:
+        raise RuntimeError(f"{path} answered {st}: {json.dumps(answer)[:500]}")
+    return answer
 
-    def post(self, path, body):
-        req = urllib.request.Request(self.base + path, json.dumps(body).encode(), {"Content-Type": "application/json"})
-        with urllib.request.urlopen(req, timeout=600) as r:
-            return json.load(r)
 
-    def stop(self):
-        if self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.logf.close()
+def log_of(s):
+    with open(s.log_path, encoding="utf-8", errors="replace") as f:
+        return f.read()
 
 
 def cosine(a, b):
@@ -119,19 +83,20 @@ def main():
     # Embeddings: llama-cuda beside the CPU reference.
     vectors = {}
     for name, extra in (("llama-cuda", ["--device", "gpu"]), ("cpu-reference", ["--device", "cpu"])):
-        s = Server(eh, plugins, model, work, "embed-" + name, ["--embedding"] + extra)
+        s = None
         try:
-            s.start()
-            body = s.post("/v1/embeddings", {"input": inputs, "encoding_format": "float"})
+            s = serve(eh, plugins, model, work, "embed-" + name, ["--embedding"] + extra)
+            body = post(s, "/v1/embeddings", {"input": inputs, "encoding_format": "float"})
             vectors[name] = [d["embedding"] for d in body["data"]]
             check(f"{name}: one vector per input", len(vectors[name]) == len(inputs), json.dumps(body)[:300])
             if name == "llama-cuda":
-                log = s.log()
+                log = log_of(s)
                 check("llama-cuda serves embeddings", '"plugin":"llama-cuda"' in log.replace(" ", ""), log[-2000:])
-        except Exception as e:  # noqa: BLE001 - every failure is reported, then the next check runs
+        except (Exception, SystemExit) as e:  # noqa: BLE001 - every failure is reported, then the next check runs
             check(f"{name}: embeddings served", False, str(e))
         finally:
-            s.stop()
+            if s:
+                s.stop()
     if len(vectors) == 2:
         worst = min(cosine(a, b) for a, b in zip(vectors["llama-cuda"], vectors["cpu-reference"]))
         print(f"[embeddings-gpu] {len(inputs)} inputs: worst cosine llama-cuda vs cpu-reference {worst:.7f}")
@@ -145,16 +110,17 @@ def main():
     docs = [texts[1], texts[3], "bananas are yellow", texts[5], "north along the stone road"]
     scores = {}
     for name, extra in (("llama-cuda", ["--device", "gpu"]), ("cpu-reference", ["--device", "cpu"])):
-        s = Server(eh, plugins, model, work, "rerank-" + name, ["--rerank"] + extra)
+        s = None
         try:
-            s.start()
-            body = s.post("/v1/rerank", {"query": query, "documents": docs})
+            s = serve(eh, plugins, model, work, "rerank-" + name, ["--rerank"] + extra)
+            body = post(s, "/v1/rerank", {"query": query, "documents": docs})
             scores[name] = {r["index"]: r["relevance_score"] for r in body["results"]}
             check(f"{name}: a score per document", len(scores[name]) == len(docs), json.dumps(body)[:300])
-        except Exception as e:  # noqa: BLE001
+        except (Exception, SystemExit) as e:  # noqa: BLE001
             check(f"{name}: rerank served", False, str(e))
         finally:
-            s.stop()
+            if s:
+                s.stop()
     if len(scores) == 2:
         worst = max(abs(scores["llama-cuda"][i] - scores["cpu-reference"][i]) for i in range(len(docs)))
         print(f"[embeddings-gpu] rerank {len(docs)} documents: worst |score difference| {worst:.2e}")
@@ -162,12 +128,12 @@ def main():
 
     # gpt-cuda keeps no hidden states: refused at start, by name.
     moe = forge(eh, "tiny-qwen3-moe-q4_k_m", work)
-    s = Server(eh, plugins, moe, work, "gpt-cuda-refused", ["--embedding", "--device", "gpu"])
+    s = serve(eh, plugins, moe, work, "gpt-cuda-refused", ["--embedding", "--device", "gpu"], wait=False)
     try:
         rc = s.proc.wait(600)
     except subprocess.TimeoutExpired:
         rc = None
-    log = s.log()
+    log = log_of(s)
     s.stop()
     want = "plugin gpt-cuda cannot serve embeddings (--embedding): it hands out no final hidden states (ABI 1.5 seq_hidden)"
     check("gpt-cuda refused with --embedding", rc == 4 and want in log, f"exit {rc}: {log[-2000:]}")
