@@ -78,29 +78,23 @@ if [ "${BENCH:-0}" = 1 ]; then
       { echo "$1: the measurement failed"; return 1; }
     echo "$1: $(cat "$out/$1.json")"
   }
-  port=18431
+  measure_server() {  # NAME PORT HEALTH_PATH PATTERN PID: wait until it is ready, measure it, stop it
+    if wait_ready "http://127.0.0.1:$2$3" "$4" "$5"; then
+      measure "$1" "http://127.0.0.1:$2" || status=1
+    else
+      echo "$1 did not become ready"; tail -5 "$out/$1.log"; status=1
+    fi
+    stop "$5"
+  }
   # shellcheck disable=SC2086
-  "$eh" serve --plugins "$build/plugins" --model "$model" --device gpu --embedding --port $port --ctx-size 1024 \
+  "$eh" serve --plugins "$build/plugins" --model "$model" --device gpu --embedding --port 18431 --ctx-size 1024 \
     ${EH_ARGS:---batch-tokens 8192} --log-format text > "$out/engine-host.log" 2>&1 &
-  pid=$!
-  if wait_ready "http://127.0.0.1:$port/health/ready" '"ready"' $pid; then
-    measure engine-host "http://127.0.0.1:$port" || status=1
-  else
-    echo "engine-host did not become ready"; tail -5 "$out/engine-host.log"; status=1
-  fi
-  stop $pid
+  measure_server engine-host 18431 /health/ready '"ready"' $!
   if [ -x /tmp/lc/llama-server ]; then
-    port=18432
     # shellcheck disable=SC2086
     LD_LIBRARY_PATH=/tmp/lc /tmp/lc/llama-server -m "$model" -ngl 99 -fa on --embeddings --pooling last \
-      ${LC_ARGS:--np 64 -c 65536 -b 8192 -ub 8192} --port $port > "$out/llama-server.log" 2>&1 &
-    pid=$!
-    if wait_ready "http://127.0.0.1:$port/health" '"ok"' $pid; then
-      measure llama-server "http://127.0.0.1:$port" || status=1
-    else
-      echo "llama-server did not become ready"; tail -5 "$out/llama-server.log"; status=1
-    fi
-    stop $pid
+      ${LC_ARGS:--np 64 -c 65536 -b 8192 -ub 8192} --port 18432 > "$out/llama-server.log" 2>&1 &
+    measure_server llama-server 18432 /health '"ok"' $!
     python3 - "$out/engine-host.json" "$out/llama-server.json" <<'EOF'
 import json, sys
 try:
