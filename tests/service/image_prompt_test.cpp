@@ -7,6 +7,7 @@
 
 #include "eh/loader/plugin_loader.hpp"
 #include "eh/service/chat_prompt.hpp"
+#include "eh/service/image_encoder.hpp"
 #include "eh/service/image_prompt.hpp"
 
 using namespace eh::service;
@@ -85,4 +86,40 @@ TEST(ImagePrompt, AMessagesOwnMarkerTextIsNoImage) {
         outside += in_literal ? 0 : 1;
     }
     EXPECT_EQ(outside, 1u) << "the real image's marker only";
+}
+
+// What a plugin's image_encoder_load reports is checked before any request
+// relies on it: a grid without a tile (the host divides an image's width by
+// it) is refused, and a 1.7 plugin's stray bits in members it could not mean
+// are dropped, not read.
+TEST(ImageEncoder, ReportedInfoIsCheckedAndOlderPluginsFieldsCleared) {
+    eh_image_encoder_info fixed{};
+    fixed.image_width = fixed.image_height = 896;
+    fixed.n_tokens = 256;
+    fixed.n_embd = 64;
+    fixed.span_flags = EH_SPAN_BIDIRECTIONAL;
+    auto i = fixed;
+    EXPECT_NO_THROW(check_encoder_info(i, 8, true, "gemma3", "p.gguf"));
+    i = fixed;
+    i.span_flags |= EH_SPAN_GRID;  // a grid, no tile
+    try {
+        check_encoder_info(i, 8, true, "gemma3", "p.gguf");
+        FAIL() << "a grid without a tile was accepted";
+    } catch (const eh::Error& e) {
+        EXPECT_EQ(e.code(), eh::Code::ModelLoadFailed);
+        EXPECT_NE(std::string(e.what()).find("EH_SPAN_GRID"), std::string::npos) << e.what();
+    }
+    i = fixed;
+    i.span_flags |= EH_SPAN_GRID;
+    i.tile = 28;  // a 1.7 plugin cannot have meant either
+    EXPECT_NO_THROW(check_encoder_info(i, 7, false, "gemma3", "p.gguf"));
+    EXPECT_EQ(i.span_flags, EH_SPAN_BIDIRECTIONAL);
+    EXPECT_EQ(i.tile, 0u);
+    i = fixed;
+    i.tile = 28;
+    i.min_tokens = 4;
+    i.max_tokens = 1024;
+    i.span_flags = EH_SPAN_GRID;
+    EXPECT_NO_THROW(check_encoder_info(i, 8, true, "qwen2vl", "p.gguf"));
+    EXPECT_THROW(check_encoder_info(i, 8, false, "qwen2vl", "p.gguf"), eh::Error);  // no image_encode_sized
 }

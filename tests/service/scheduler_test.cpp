@@ -1190,9 +1190,6 @@ TEST(Scheduler, JobIdsAreEachSubmittersOwn) {
     EXPECT_EQ(h.sched->cancel("same", CancelReason::Client, &owner_b), "finished");
 }
 
-// Prefix reuse is per cache scope (per API key): a request never reuses,
-// and so never learns of, another scope's cached prompt; with
-// prefix_cache_shared (single tenant) every request may.
 // Requests arriving together behind one system prompt: the first computes
 // it, the others wait for it to be in and fork it (the cache holds only
 // ended requests, so it could not share it), in their own scope only; the
@@ -1226,14 +1223,19 @@ TEST(Scheduler, RequestsArrivingTogetherShareARunningOnesPrompt) {
 }
 
 // The request it waits for is cancelled before its prompt is in: the
-// waiting one is admitted anyway and computes everything itself.
+// waiting one (held back while the other's 160-token prompt goes in 32
+// tokens a step) is admitted anyway and computes everything itself.
 TEST(Scheduler, ARequestWaitingOnACancelledOnesPromptStillRuns) {
-    Harness h(16, 256, 16, 16);
-    h.engine->step_delay = std::chrono::milliseconds(2);
+    Harness h(16, 256, 16, 32);
+    h.engine->step_delay = std::chrono::milliseconds(5);
     const std::string system(160, 's');
     auto first = make_job("w0", system + " one", 6);
     auto second = make_job("w1", system + " two", 6);
-    h.sched->enqueue_all({first, second});
+    h.sched->enqueue(first);
+    for (int i = 0; i < 400 && h.sched->stats().running.load() == 0; ++i) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    h.sched->enqueue(second);
+    std::this_thread::sleep_for(std::chrono::milliseconds(15));
+    EXPECT_EQ(h.sched->stats().waiting.load(), 1u) << "the second request did not wait for the first one's prompt";
     h.sched->cancel("w0", CancelReason::Client);
     drain(*first);
     EXPECT_EQ(drain(*second).text, expected(system + " two", 6));
@@ -1254,6 +1256,9 @@ TEST(Scheduler, AWaitForARunningPromptIsBoundedInSteps) {
     EXPECT_LT(h.sched->stats().prefix_hit_tokens.load(), 200u) << "it waited for the whole 200-token prompt";
 }
 
+// Prefix reuse is per cache scope (per API key): a request never reuses,
+// and so never learns of, another scope's cached prompt; with
+// prefix_cache_shared (single tenant) every request may.
 TEST(Scheduler, PrefixReuseStaysWithinItsCacheScope) {
     for (bool shared : {false, true}) {
         SchedulerOptions o;

@@ -21,7 +21,9 @@ public:
 
     std::vector<RuleDef> run() {
         std::vector<RuleDef> rules;
-        rules.reserve(size_t(std::count(s_.begin(), s_.end(), '\n')) + 1);  // about a rule a line
+        // about a rule a line, capped: a text of blank lines reserves no more
+        // than a real grammar's rules, the vector grows past it as needed
+        rules.reserve(std::min<size_t>(size_t(std::count(s_.begin(), s_.end(), '\n')) + 1, 4096));
         skip(true);
         while (!eof()) {
             RuleDef r;

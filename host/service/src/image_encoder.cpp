@@ -29,27 +29,19 @@ bool plugin_takes_images(const eh_plugin_api& api) {
            api.image_encoder_load && api.image_encode && api.seq_embd_spans;
 }
 
-std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> model, const std::string& mmproj_path,
-                                                 const std::string& architecture) {
-    const eh_plugin_api& api = model->api();
-    const char* name = api.info && api.info() && api.info()->name ? api.info()->name : "?";
-    if (!plugin_takes_images(api))
-        throw Error(Code::NoPlugin, fmt::format("--mmproj: the engine plugin '{}' takes no images (it has no ABI 1.6 "
-                                                   "image_encoder_load); serve images with the cpu-reference plugin",
-                                                   name));
-    auto enc = std::shared_ptr<ImageEncoder>(new ImageEncoder());
-    enc->prompt_ = image_prompt_for(architecture);
-    std::shared_ptr<model::ModelFile> file = model::ModelFile::open(mmproj_path);
-    enc->info_.struct_size = sizeof(enc->info_);
-    const eh_status st = api.image_encoder_load(model->raw(), &file->view(), &enc->info_);
-    if (st != EH_OK)
-        throw Error(Code::ModelLoadFailed,
-                    fmt::format("--mmproj {}: {}", mmproj_path, api.model_last_error(model->raw())));
-    auto& i = enc->info_;
-    if (api.abi_minor < 8) i.tile = i.min_tokens = i.max_tokens = 0;  // not written by a 1.7 plugin
-    if (i.tile && !loader::api_has_sized_images(api))
+void check_encoder_info(eh_image_encoder_info& i, uint32_t abi_minor, bool has_sized_call, const std::string& architecture,
+                        const std::string& mmproj_path) {
+    if (abi_minor < 8) {  // not written by a 1.7 plugin; span flags it could not mean
+        i.tile = i.min_tokens = i.max_tokens = 0;
+        i.span_flags &= EH_SPAN_BIDIRECTIONAL;
+    }
+    if (i.tile && !has_sized_call)
         throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin's encoder takes each image at its own "
                                                        "size but it has no image_encode_sized (ABI 1.8)",
+                                                       mmproj_path));
+    if ((i.span_flags & EH_SPAN_GRID) && !i.tile)
+        throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin puts images on a grid (EH_SPAN_GRID) "
+                                                       "but reports no tile size",
                                                        mmproj_path));
     if (i.tile && (i.tile > 1024 || i.min_tokens == 0 || i.max_tokens < i.min_tokens || i.max_tokens > (1u << 20)))
         throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin reported tiles of {} pixels, {}..{} per "
@@ -70,6 +62,25 @@ std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> mo
         throw Error(Code::ModelLoadFailed, fmt::format("--mmproj {}: the plugin reported an encoder of {}x{} pixels, {} "
                                                        "tokens of {} floats",
                                                        mmproj_path, i.image_width, i.image_height, i.n_tokens, i.n_embd));
+}
+
+std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> model, const std::string& mmproj_path,
+                                                 const std::string& architecture) {
+    const eh_plugin_api& api = model->api();
+    const char* name = api.info && api.info() && api.info()->name ? api.info()->name : "?";
+    if (!plugin_takes_images(api))
+        throw Error(Code::NoPlugin, fmt::format("--mmproj: the engine plugin '{}' takes no images (it has no ABI 1.6 "
+                                                   "image_encoder_load); serve images with the cpu-reference plugin",
+                                                   name));
+    auto enc = std::shared_ptr<ImageEncoder>(new ImageEncoder());
+    enc->prompt_ = image_prompt_for(architecture);
+    std::shared_ptr<model::ModelFile> file = model::ModelFile::open(mmproj_path);
+    enc->info_.struct_size = sizeof(enc->info_);
+    const eh_status st = api.image_encoder_load(model->raw(), &file->view(), &enc->info_);
+    if (st != EH_OK)
+        throw Error(Code::ModelLoadFailed,
+                    fmt::format("--mmproj {}: {}", mmproj_path, api.model_last_error(model->raw())));
+    check_encoder_info(enc->info_, api.abi_minor, loader::api_has_sized_images(api), architecture, mmproj_path);
     model->keep_alive(std::move(file));  // the plugin may point into it until model_release
     enc->model_ = std::move(model);
     enc->path_ = mmproj_path;

@@ -31,7 +31,7 @@ struct TensorTypeStat {
 struct ModelDescriptor {
     std::string format;          // "gguf" / "safetensors"
     std::string architecture;    // "llama", "qwen2", "qwen2vl", "qwen3", "qwen3moe", "phi3", "gpt2", "gpt-oss", "gemma3", or whatever the file says
-    bool known_architecture = false;  // one of the seven above
+    bool known_architecture = false;  // one of the nine above
     std::string name;            // general.name, if any
 
     uint32_t context_length = 0;

@@ -29,6 +29,15 @@ struct ImagePrompt {
 // one whose image prompt is not known here.
 ImagePrompt image_prompt_for(const std::string& architecture);
 
+// The checks ImageEncoder::load makes of what a plugin's image_encoder_load
+// reported (`i` as the plugin filled it; members a plugin of `abi_minor`
+// could not write are cleared first): Error(ModelLoadFailed) naming
+// `mmproj_path` for sizes out of range, a grid (EH_SPAN_GRID) without a
+// tile, tiles without image_encode_sized, or a projector of another kind
+// than `architecture` reads.
+void check_encoder_info(eh_image_encoder_info& i, uint32_t abi_minor, bool has_sized_call,
+                        const std::string& architecture, const std::string& mmproj_path);
+
 class ImageEncoder {
 public:
     // Opens `mmproj_path` and has the model's plugin load it (before
