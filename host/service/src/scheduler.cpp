@@ -466,8 +466,8 @@ bool Scheduler::try_admit(Active& a) {
         if (best && best->in_seq + 1 < best_n &&
             best_n - best->in_seq <= uint64_t(kMaxPrefixWaitSteps) * limits_.max_step_tokens)
             return false;
-        if (best && std::min(best_n, best->in_seq) >= B)
-            running_match = PrefixCache::Match{best->seq, std::min(best_n, best->in_seq)};
+        const uint32_t ready = best ? std::min(best_n, best->in_seq) : 0;
+        if (ready >= B) running_match = PrefixCache::Match{best->seq, ready};
     }
     if (!match && cache_) {
         stats_.prefix_lookups.fetch_add(1);
@@ -479,7 +479,7 @@ bool Scheduler::try_admit(Active& a) {
         for (const auto& im : a.job->images)
             if (match && match->n > im->first && match->n < im->first + im->count) match->n = im->first;
         if (match && match->n == 0) match.reset();
-        if (running_match && running_match->n > 0 && (!match || running_match->n > match->n)) match = running_match;
+        if (running_match && (!match || running_match->n > match->n)) match = running_match;
     }
     const uint32_t reuse = match ? match->n : 0;
     // Blocks for what is left to compute and one for a copied partial
