@@ -30,10 +30,11 @@ out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories2
 echo "$out"
 [[ $rc -eq 0 ]]; check llama-cuda-stories-shard-mode $? "exit $rc"
 
-# The CUDA plugins keep F16 KV blocks only: a quantized cache is refused by name
+# llama-cuda's quantized pool reads a head as 32-value blocks: stories260K's
+# head dim 8 is refused by name
 out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories260K.gguf" --kv-type q8_0 2>&1); rc=$?
-[[ $rc -eq 3 && $out == *"KV cache type Q8_0 is not supported: not implemented on CUDA yet"* ]]
-check llama-cuda-refuses-q8_0-kv $? "exit $rc: $out"
+[[ $rc -eq 3 && $out == *"KV cache type Q8_0 is not supported: head dim 8 is not a multiple of 32"* ]]
+check llama-cuda-refuses-q8_0-kv-head-dim-8 $? "exit $rc: $out"
 
 for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-cuda:tiny-qwen3-moe-q4_k_m \
             gpt-cuda:tiny-gpt-oss-mxfp4; do
@@ -84,8 +85,17 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-
   fi
   if [[ $plugin == gpt-cuda ]]; then
     out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --kv-type fp8 2>&1); rc=$?
-    [[ $rc -eq 3 && $out == *"KV cache type FP8_E4M3 is not supported: not implemented on CUDA yet"* ]]
+    [[ $rc -eq 3 && $out == *"KV cache type FP8_E4M3 is not supported: this plugin's KV cache is F16 only"* ]]
     check gpt-cuda-refuses-fp8-kv $? "exit $rc: $out"
+  else
+    # llama-cuda's quantized pools (issue 50): every check, the type granted
+    # and a parked quantized prefix restored bit for bit
+    for kv in q8_0 fp8; do
+      out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --kv-type $kv 2>&1); rc=$?
+      echo "$out"
+      [[ $rc -eq 0 && $out == *"PASS  kv_cache_type"* && $out == *"PASS  park_restore"* ]]
+      check "$plugin-$profile-kv-$kv" $? "exit $rc"
+    done
   fi
 done
 

@@ -27,11 +27,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 #include "ehcuda/attention_decode_group.hpp"
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "flash_tile.cuh"
+#include "kv_quant.cuh"
 
 namespace ehcuda {
 namespace {
@@ -285,11 +287,11 @@ __global__ void __launch_bounds__(kMergeThreads) flash_decode_merge_kernel(Group
 }
 
 template <int HD, class C, bool Paged>
-void launch_group(const GroupArgs& f, int n_kv, int rows, const C* kc, const C* vc, cudaStream_t stream) {
+void launch_group_rows(const GroupArgs& f, int n_kv, int rows, const KvRows<C>& kr, const KvRows<C>& vr,
+                       cudaStream_t stream) {
     using T = Tile<HD, C>;
     auto kernel = flash_decode_group_kernel<HD, C, Paged>;
     allow_dynamic_smem(kernel, T::kSmem);
-    const KvRows<C> kr{kc, n_kv * HD, HD, nullptr}, vr{vc, n_kv * HD, HD, nullptr};
     launch("flash_decode_group_kernel", kernel, dim3(unsigned(n_kv), unsigned(f.nsplit), unsigned(rows)), kWarps * 32,
            T::kSmem, stream, f, kr, vr);
     EHC_LAUNCHED("flash_decode_group_kernel");
@@ -298,6 +300,23 @@ void launch_group(const GroupArgs& f, int n_kv, int rows, const C* kc, const C* 
                kMergeThreads, 0, stream, f);
         EHC_LAUNCHED("flash_decode_merge_kernel");
     }
+}
+
+template <int HD, class C, bool Paged>
+void launch_group(const GroupArgs& f, int n_kv, int rows, const C* kc, const C* vc, cudaStream_t stream) {
+    const KvRows<C> kr{kc, n_kv * HD, HD, nullptr}, vr{vc, n_kv * HD, HD, nullptr};
+    launch_group_rows<HD, C, Paged>(f, n_kv, rows, kr, vr, stream);
+}
+
+// A quantized paged pool (PagedAttnArgs::kv_type), dequantized as staged.
+template <int HD>
+void launch_group_quant(const GroupArgs& f, const PagedAttnArgs& a, cudaStream_t stream) {
+    detail::by_kv_quant(a.kv_type, [&]<class C>() {
+        const auto* kc = reinterpret_cast<const uint8_t*>(a.k_pool);
+        const auto* vc = reinterpret_cast<const uint8_t*>(a.v_pool);
+        const KvRows<C> kr{{kc, a.n_kv * HD, HD, nullptr}}, vr{{vc, a.n_kv * HD, HD, nullptr}};
+        launch_group_rows<HD, C, true>(f, a.n_kv, a.ntok, kr, vr, stream);
+    });
 }
 
 template <class F>
@@ -379,7 +398,13 @@ void attention_decode_group(const PagedAttnArgs& a, float* scratch, int nsplit, 
     f.tables = a.tables;
     f.out = a.out;
     f.ldo = a.ldo;
-    by_head_dim(a.head_dim, [&]<int HD>() { launch_group<HD, __half, true>(f, a.n_kv, a.ntok, a.k_pool, a.v_pool, stream); });
+    const bool quant = kv_type_quantized(a.kv_type);
+    if (a.kv_type && a.kv_type != EH_TYPE_F16 && !quant)
+        throw ehp::Error(EH_INTERNAL, "attention_decode_group: KV type " + std::to_string(a.kv_type) + " unsupported");
+    by_head_dim(a.head_dim, [&]<int HD>() {
+        if (quant) launch_group_quant<HD>(f, a, stream);
+        else launch_group<HD, __half, true>(f, a.n_kv, a.ntok, a.k_pool, a.v_pool, stream);
+    });
 }
 
 }  // namespace ehcuda

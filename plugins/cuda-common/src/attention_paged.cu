@@ -14,6 +14,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
+#include "kv_quant.cuh"
 
 namespace ehcuda {
 namespace {
@@ -61,9 +62,36 @@ __device__ __forceinline__ float key_dot(const __half* k, const float* qs, int h
     return dot;
 }
 
+// key_dot over a quantized row (hd % 32 == 0): the codes as 16-byte
+// pieces, all issued before the first is used, as key_dot's; each value
+// scale * code, exactly the float the CPU reference dequantizes.
+template <int DPL, class C>
+__device__ __forceinline__ float key_dot_quant(const uint8_t* k, const __half* sc, const float* qs, int hd) {
+    constexpr int kPieces = DPL * 2;  // 16 codes each
+    uint4 piece[kPieces];
+    float d[DPL];
+#pragma unroll
+    for (int c = 0; c < kPieces; ++c)
+        if (c < hd / 16) piece[c] = reinterpret_cast<const uint4*>(k)[c];
+#pragma unroll
+    for (int b = 0; b < DPL; ++b)
+        if (b < hd / 32) d[b] = __half2float(sc[b]);
+    float dot = 0.0f;
+#pragma unroll
+    for (int c = 0; c < kPieces; ++c) {
+        if (c >= hd / 16) break;
+        const uint8_t* code = reinterpret_cast<const uint8_t*>(&piece[c]);
+#pragma unroll
+        for (int j = 0; j < 16; ++j) dot = fmaf(qs[16 * c + j], detail::kv_code(C{}, code[j]) * d[c / 2], dot);
+    }
+    return dot;
+}
+
 // DPL: output dims per lane, ceil(head_dim / 32).
-template <int DPL, int kWarps>
+// C: the pool's element, __half or a quantized tag (kv_quant.cuh).
+template <int DPL, int kWarps, class C>
 __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a) {
+    constexpr bool kQuant = detail::kQuantKv<C>;
     __shared__ float qs[kAttentionMaxHeadDim];
     __shared__ float part_m[kWarps], part_l[kWarps];
     __shared__ float part_acc[kWarps][DPL * 32];
@@ -78,6 +106,9 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
     const size_t kv_ld = size_t(a.n_kv) * hd;
     const __half* kbase = a.k_pool + size_t(kvh) * hd;
     const __half* vbase = a.v_pool + size_t(kvh) * hd;
+    // (quantized: rows of the pool's bytes, the head's codes and scales)
+    const detail::KvQuantRows<C> kq{reinterpret_cast<const uint8_t*>(a.k_pool), a.n_kv * hd, hd, nullptr};
+    const detail::KvQuantRows<C> vq{reinterpret_cast<const uint8_t*>(a.v_pool), a.n_kv * hd, hd, nullptr};
 
     const float* q = a.q + size_t(t) * a.ldq + size_t(head) * hd;
     for (int d = threadIdx.x; d < hd; d += blockDim.x) qs[d] = q[d] * a.scale;
@@ -93,7 +124,8 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
         size_t row = 0;
         if (valid) {
             row = pool_row(table, key);
-            s = key_dot<DPL>(kbase + row * kv_ld, qs, hd);
+            if constexpr (kQuant) s = key_dot_quant<DPL, C>(kq.codes(row, kvh), kq.scales(row, kvh), qs, hd);
+            else s = key_dot<DPL>(kbase + row * kv_ld, qs, hd);
         }
         // Lane 0's key (kb) is always valid, so mt is finite.
         const float mt = detail::warp_max(s);
@@ -108,11 +140,21 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
         for (int j = 0; j < nkeys; ++j) {
             const float pj = __shfl_sync(0xffffffffu, p, j);
             const unsigned long long rj = __shfl_sync(0xffffffffu, (unsigned long long)row, j);
-            const __half* vr = vbase + size_t(rj) * kv_ld;
+            if constexpr (kQuant) {
+                const uint8_t* vc = vq.codes(rj, kvh);
+                const __half* vs = vq.scales(rj, kvh);
 #pragma unroll
-            for (int i = 0; i < DPL; ++i) {
-                const int d = lane + 32 * i;
-                if (d < hd) acc[i] = fmaf(pj, __half2float(vr[d]), acc[i]);
+                for (int i = 0; i < DPL; ++i) {
+                    const int d = lane + 32 * i;
+                    if (d < hd) acc[i] = fmaf(pj, detail::kv_code(C{}, vc[d]) * __half2float(vs[i]), acc[i]);
+                }
+            } else {
+                const __half* vr = vbase + size_t(rj) * kv_ld;
+#pragma unroll
+                for (int i = 0; i < DPL; ++i) {
+                    const int d = lane + 32 * i;
+                    if (d < hd) acc[i] = fmaf(pj, __half2float(vr[d]), acc[i]);
+                }
             }
         }
         m = mnew;
@@ -151,13 +193,20 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
     }
 }
 
-template <int DPL>
-void launch_paged(const PagedAttnArgs& a, cudaStream_t stream) {
+template <int DPL, class C>
+void launch_paged_as(const PagedAttnArgs& a, cudaStream_t stream) {
     const dim3 grid(unsigned(a.ntok), unsigned(a.n_head));
     if (a.ntok * a.n_head < 2 * detail::sm_count())
-        launch("attn_paged_kernel", attn_paged_kernel<DPL, kWarpsWide>, grid, kWarpsWide * 32, 0, stream, a);
+        launch("attn_paged_kernel", attn_paged_kernel<DPL, kWarpsWide, C>, grid, kWarpsWide * 32, 0, stream, a);
     else
-        launch("attn_paged_kernel", attn_paged_kernel<DPL, 4>, grid, 4 * 32, 0, stream, a);
+        launch("attn_paged_kernel", attn_paged_kernel<DPL, 4, C>, grid, 4 * 32, 0, stream, a);
+}
+
+template <int DPL>
+void launch_paged(const PagedAttnArgs& a, cudaStream_t stream) {
+    if (a.kv_type == EH_TYPE_Q8_0) launch_paged_as<DPL, detail::KvQ8>(a, stream);
+    else if (a.kv_type == EH_TYPE_FP8_E4M3) launch_paged_as<DPL, detail::KvF8>(a, stream);
+    else launch_paged_as<DPL, __half>(a, stream);
 }
 
 }  // namespace
@@ -167,6 +216,9 @@ void attention_paged(const PagedAttnArgs& a, cudaStream_t stream) {
         throw ehp::Error(EH_UNSUPPORTED, "paged attention: head_dim " + std::to_string(a.head_dim) + " unsupported");
     if (a.n_kv <= 0 || a.n_head <= 0 || a.n_head % a.n_kv)
         throw ehp::Error(EH_INTERNAL, "paged attention: n_head must be a multiple of n_kv");
+    if (a.kv_type && a.kv_type != EH_TYPE_F16 && !(kv_type_quantized(a.kv_type) && a.head_dim % kKvQuantBlock == 0))
+        throw ehp::Error(EH_UNSUPPORTED, "paged attention: KV type " + std::to_string(a.kv_type) +
+                                             " unsupported (F16, or Q8_0 / FP8_E4M3 with head dims that are multiples of 32)");
     if (a.ntok <= 0) return;
     if (a.n_head > 65535) throw ehp::Error(EH_UNSUPPORTED, "paged attention: more than 65535 heads");
     switch ((a.head_dim + 31) / 32) {

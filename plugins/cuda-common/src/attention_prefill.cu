@@ -29,6 +29,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <string>
 #include <type_traits>
 
 #include "ehcuda/attention_paged.hpp"
@@ -37,6 +38,7 @@
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
 #include "flash_tile.cuh"
+#include "kv_quant.cuh"
 
 namespace ehcuda {
 namespace {
@@ -271,7 +273,8 @@ __global__ void __launch_bounds__(128) flash_merge_kernel(FlashArgs f) {
 }
 
 template <int HD, class C>
-void launch_flash(const AttnArgs& a, AttnSplitScratch split, const C* kc, const C* vc, cudaStream_t stream) {
+void launch_flash_rows(const AttnArgs& a, AttnSplitScratch split, const KvRows<C>& kr, const KvRows<C>& vr,
+                       cudaStream_t stream) {
     using T = Tile<HD, C>;
     allow_dynamic_smem(flash_prefill_kernel<HD, C>, T::kSmem);
     FlashArgs f;
@@ -289,7 +292,6 @@ void launch_flash(const AttnArgs& a, AttnSplitScratch split, const C* kc, const 
     f.scratch = split.data;
     const int qtiles = (a.ntok + kQTile - 1) / kQTile;
     f.nsplit = attention_prefill_splits(a.ntok, a.n_head, split.data ? split.floats : 0, HD);
-    const KvRows<C> kr{kc, a.n_kv * HD, HD, a.kv_table}, vr{vc, a.n_kv * HD, HD, a.kv_table};
     launch("flash_prefill_kernel", flash_prefill_kernel<HD, C>, dim3(qtiles, a.n_head, f.nsplit), kWarps * 32, T::kSmem,
            stream, f, kr, vr);
     EHC_LAUNCHED("flash_prefill_kernel");
@@ -297,6 +299,23 @@ void launch_flash(const AttnArgs& a, AttnSplitScratch split, const C* kc, const 
         launch("flash_merge_kernel", flash_merge_kernel<HD>, dim3((a.ntok + 3) / 4, a.n_head), 128, 0, stream, f);
         EHC_LAUNCHED("flash_merge_kernel");
     }
+}
+
+template <int HD, class C>
+void launch_flash(const AttnArgs& a, AttnSplitScratch split, const C* kc, const C* vc, cudaStream_t stream) {
+    const KvRows<C> kr{kc, a.n_kv * HD, HD, a.kv_table}, vr{vc, a.n_kv * HD, HD, a.kv_table};
+    launch_flash_rows<HD, C>(a, split, kr, vr, stream);
+}
+
+// A quantized paged pool (AttnArgs::kv_type), dequantized as staged.
+template <int HD>
+void launch_flash_quant(const AttnArgs& a, AttnSplitScratch split, cudaStream_t stream) {
+    detail::by_kv_quant(a.kv_type, [&]<class C>() {
+        const auto* kc = reinterpret_cast<const uint8_t*>(a.k_cache);
+        const auto* vc = reinterpret_cast<const uint8_t*>(a.v_cache);
+        const KvRows<C> kr{{kc, a.n_kv * HD, HD, a.kv_table}}, vr{{vc, a.n_kv * HD, HD, a.kv_table}};
+        launch_flash_rows<HD, C>(a, split, kr, vr, stream);
+    });
 }
 
 template <class F>
@@ -339,9 +358,15 @@ void attention_prefill(const AttnArgs& a, AttnSplitScratch split, cudaStream_t s
     if (a.n_kv <= 0 || a.n_head % a.n_kv) throw ehp::Error(EH_INTERNAL, "attention: n_head must be a multiple of n_kv");
     if (!attention_prefill_takes(a))
         throw ehp::Error(EH_INTERNAL, "attention_prefill: an FP32 cache or sinks need head dim 64, 96 or 128 (check attention_prefill_takes)");
+    const bool quant = kv_type_quantized(a.kv_type);
+    if (a.kv_type && a.kv_type != EH_TYPE_F16 && !quant)
+        throw ehp::Error(EH_INTERNAL, "attention_prefill: KV type " + std::to_string(a.kv_type) + " unsupported");
+    if (quant && (!a.kv_table || a.k_cache32 || !attention_prefill_mma_takes(a.head_dim)))
+        throw ehp::Error(EH_INTERNAL, "attention_prefill: a quantized pool needs a paged table and head dim 64, 96 or 128");
     if (a.ntok <= 0) return;
     const bool mma = by_mma_head_dim(a.head_dim, [&]<int HD>() {
-        if (a.k_cache32) launch_flash<HD, float>(a, split, a.k_cache32, a.v_cache32, stream);
+        if (quant) launch_flash_quant<HD>(a, split, stream);
+        else if (a.k_cache32) launch_flash<HD, float>(a, split, a.k_cache32, a.v_cache32, stream);
         else launch_flash<HD, __half>(a, split, a.k_cache, a.v_cache, stream);
     });
     if (!mma && a.kv_table) throw ehp::Error(EH_INTERNAL, "attention_prefill: a paged cache needs head dim 64, 96 or 128");

@@ -9,6 +9,7 @@
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/kernels.hpp>
+#include <ehcuda/kv_quant.hpp>
 
 namespace ehcuda {
 namespace {
@@ -27,7 +28,7 @@ size_t align16(size_t n) { return (n + 15) / 16 * 16; }
 // Everything but the biases and masks lies before the end of the step's
 // block ids, so a plain step uploads its inputs in one copy.
 struct StagingLayout {
-    size_t tokens, pos, rows, table, out_idx, hid_idx, chain, params, counters, edits, tables, etok, eval, masks, out, end;
+    size_t tokens, pos, rows, table, lora, out_idx, hid_idx, chain, params, counters, edits, tables, etok, eval, masks, out, end;
     StagingLayout(size_t Tcap, size_t Rcap, size_t Bcap, size_t NE, size_t NM) {
         size_t at = 0;
         auto take = [&](size_t bytes) {
@@ -39,6 +40,7 @@ struct StagingLayout {
         pos = take(Tcap * 4);
         rows = take(Tcap * 4);
         table = take(Tcap * 4);
+        lora = take(Tcap * 4);  // each token's LoRA adapter slot, -1: none
         out_idx = take(Rcap * 4);
         hid_idx = take(Rcap * 4);  // EH_STEP_HIDDEN entries: at most max_step_entries <= Rcap
         chain = take(Rcap * 8);  // (token index, row of the step before) per chained entry
@@ -74,9 +76,14 @@ int bucket_index(int ntok) {
 
 BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shape_(shape), params_(params) {
     EHC_CHECK(cudaSetDevice(shape.device));
+    // The pool's element type (accept_kv_type passed it) and row size.
+    if (const uint32_t asked = ehp::asked_kv_type(params)) kv_type_ = asked;
+    row_bytes_ = kv_row_bytes(kv_type_, shape.kv_dim);
+    if (!row_bytes_)
+        ehp::refuse_kv_type(kv_type_, "a K/V row of " + std::to_string(shape.kv_dim) +
+                                          " values is not a whole number of 32-value blocks");
     // The limits as granted, but for the block count init_pool() decides.
-    const uint64_t block_bytes =
-        2ull * uint64_t(shape.n_layer) * kPagedBlockTokens * uint64_t(shape.kv_dim) * sizeof(__half);
+    const uint64_t block_bytes = 2ull * uint64_t(shape.n_layer) * kPagedBlockTokens * uint64_t(row_bytes_);
     limits_ = ehp::grant_kv(params, kPagedBlockTokens, block_bytes, UINT64_MAX, shape.seq_cap);
     limits_.max_draft_tokens = std::min(kMaxDraftTokens, limits_.max_step_tokens - 1);
     rows_ = limits_.max_step_entries;
@@ -140,8 +147,7 @@ void BatchBase::init_pool() {
     limits_.max_draft_tokens = std::min(kMaxDraftTokens, limits_.max_step_tokens - 1);
     // One block more than granted: the scratch block padding rows write to.
     scratch_block_ = limits_.total_blocks;
-    const size_t layer_bytes =
-        size_t(limits_.total_blocks + 1) * kPagedBlockTokens * size_t(shape_.kv_dim) * sizeof(__half);
+    const size_t layer_bytes = size_t(limits_.total_blocks + 1) * kPagedBlockTokens * row_bytes_;
     for (int l = 0; l < shape_.n_layer; ++l) {
         k_.emplace_back(layer_bytes, shape_.ledger);
         v_.emplace_back(layer_bytes, shape_.ledger);
@@ -285,12 +291,12 @@ void BatchBase::warm_up() {
 eh_kv_info BatchBase::info() const {
     eh_kv_info i = limits_;
     i.free_blocks = pool_ ? pool_->free_blocks() : 0;
-    i.kv_type = EH_TYPE_F16;  // the pools are __half; kv_init refuses any other type
+    i.kv_type = kv_type_;
     return i;
 }
 
 void BatchBase::copy_block(uint32_t from, uint32_t to, uint32_t n_pos) {
-    const size_t row = size_t(shape_.kv_dim) * sizeof(__half);
+    const size_t row = row_bytes_;
     const size_t src = size_t(from) * kPagedBlockTokens * row, dst = size_t(to) * kPagedBlockTokens * row;
     for (int l = 0; l < shape_.n_layer; ++l) {
         EHC_CHECK(cudaMemcpyAsync(static_cast<char*>(k_[size_t(l)].get()) + dst,
@@ -318,6 +324,7 @@ std::unique_ptr<CudaSeq> BatchBase::fork(const CudaSeq& src, uint32_t n_tokens) 
                                                   std::to_string(src.blocks.length()));
     auto s = create();
     s->blocks.share_prefix(src.blocks, n_tokens);
+    s->adapter = src.adapter;
     return s;
 }
 
@@ -453,6 +460,7 @@ struct StepShape {
     int n_chain = 0;       // chained tokens the device copies
     int n_hid = 0;         // EH_STEP_HIDDEN entries (hidden rows)
     bool deep = false;     // BatchBase::deep_step
+    bool lora = false;     // some entry's sequence has a LoRA adapter
 };
 
 namespace {
@@ -572,6 +580,7 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
     auto* pos = reinterpret_cast<int32_t*>(h + L.pos);
     auto* prow = reinterpret_cast<int32_t*>(h + L.rows);
     auto* table = reinterpret_cast<int32_t*>(h + L.table);
+    auto* lora = reinterpret_cast<int32_t*>(h + L.lora);
     auto* out_idx = reinterpret_cast<int32_t*>(h + L.out_idx);
     auto* hid_idx = reinterpret_cast<int32_t*>(h + L.hid_idx);
     auto* chain = reinterpret_cast<int32_t*>(h + L.chain);
@@ -604,6 +613,7 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
             pos[t] = int32_t(len + k);
             prow[t] = int32_t(bl.row(len + k));
             table[t] = int32_t(tb);
+            lora[t] = q.adapter;
         }
         if (E.chained(i) && E.known[i] < 0) {
             chain[2 * nchain] = int32_t(t - 1);
@@ -642,6 +652,7 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
         pos[t] = 0;
         prow[t] = int32_t(uint64_t(scratch_block_) * kPagedBlockTokens);
         table[t] = int32_t(tb);
+        lora[t] = -1;
         out_idx[t] = int32_t(t);
     }
     if (sh.padded > sh.T) tables[tb++] = int32_t(scratch_block_);
@@ -681,6 +692,8 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     v.ntok = int(sh.padded);
     v.decode = sh.T == E.n;
     v.deep = v.decode && sh.deep;
+    v.lora = sh.lora;
+    v.d_lora = reinterpret_cast<const int32_t*>(d + L.lora);
     v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
     v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
     v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
@@ -754,12 +767,13 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     // per entry) or a verify step's drafts (every position a row).
     sh.bucket = bucket_index(int(sh.T));
     sh.deep = sh.T == n_entries && deep_step(E);
+    for (uint32_t i = 0; i < n_entries; ++i) sh.lora = sh.lora || E.seq(i).adapter >= 0;
     const int kind = sh.T == n_entries ? (sh.deep ? 2 : 0) : 1;
     const size_t bucket_rows = kind == 0 ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries)
                                          : size_t(1) << sh.bucket;
     ensure_rows(sh.R);
     sh.graphed = sh.T == sh.R && sh.T <= size_t(kGraphMaxTokens) && bucket_rows <= limits_.max_step_tokens &&
-                 bucket_rows <= rows_cap() && !graph_failed_[kind][sh.bucket] && sh.n_hid == 0;
+                 bucket_rows <= rows_cap() && !graph_failed_[kind + (sh.lora ? 3 : 0)][sh.bucket] && sh.n_hid == 0;
     sh.padded = sh.graphed ? bucket_rows : sh.T;
     const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), S.etok.size(),
                           S.mask_rows.size() * sh.words);

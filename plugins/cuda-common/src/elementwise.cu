@@ -246,6 +246,7 @@ void copy_tokens(const int32_t* src, const int32_t* d_pairs, int n, int32_t* dst
 }
 
 void rope_store_kv(const RopeArgs& a, cudaStream_t stream) {
+    if (a.kv_type && a.kv_type != EH_TYPE_F16) return rope_store_kv_quant(a, stream);
     if (a.ntok <= 0) return;
     if (!a.d_pos != !a.d_rows) throw ehp::Error(EH_INTERNAL, "rope: d_pos and d_rows come together");
     if (a.n_rot <= 0 || a.n_rot > a.head_dim || a.n_rot % 2)

@@ -14,6 +14,7 @@
 #include <type_traits>
 
 #include "ehcuda/attention_paged.hpp"
+#include "kv_quant.cuh"
 #include "mma.cuh"
 
 namespace ehcuda::detail {
@@ -37,6 +38,12 @@ struct KvRows {
     }
 };
 
+// A quantized pool (C a kv_quant.cuh tag): its rows' codes and scales.
+template <>
+struct KvRows<KvQ8> : KvQuantRows<KvQ8> {};
+template <>
+struct KvRows<KvF8> : KvQuantRows<KvF8> {};
+
 __device__ __forceinline__ uint32_t pack_half2(float a, float b) {
     __half2 h = __floats2half2_rn(a, b);
     return *reinterpret_cast<uint32_t*>(&h);
@@ -50,7 +57,8 @@ __device__ __forceinline__ void split_half2(float a, float b, uint32_t& hi, uint
 }
 
 // A staged tile of kKeyTile keys: K and V (FP16 cache, kStages deep for
-// cp.async) or K hi, K lo, V hi, V lo (FP32 cache, one stage).
+// cp.async; a quantized pool's the same, dequantized to FP16 as staged) or
+// K hi, K lo, V hi, V lo (FP32 cache, one stage).
 template <int HD, class C>
 struct Tile {
     static constexpr bool kSplit = std::is_same_v<C, float>;
@@ -74,7 +82,19 @@ __device__ __forceinline__ void stage_tile(__half* dst, const KvRows<C>& kr, con
         const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
         const int pos = kb + r;
         const bool in = pos < ke;
-        if constexpr (!T::kSplit) {
+        if constexpr (kQuantKv<C>) {
+            // Eight codes and their block's scale per piece, stored as FP16
+            // (synchronously: the commit and wait that follow find nothing).
+            uint4 kh = {}, vh = {};
+            if (in) {
+                const size_t row = kr.row_of(pos);
+                const int b = col / kKvQuantBlock;
+                kh = kv_dequant8<C>(*reinterpret_cast<const uint2*>(kr.codes(row, kvh) + col), kr.scales(row, kvh)[b]);
+                vh = kv_dequant8<C>(*reinterpret_cast<const uint2*>(vr.codes(row, kvh) + col), vr.scales(row, kvh)[b]);
+            }
+            *reinterpret_cast<uint4*>(dst + r * T::kLd + col) = kh;
+            *reinterpret_cast<uint4*>(dst + T::kMat + r * T::kLd + col) = vh;
+        } else if constexpr (!T::kSplit) {
             const int p = in ? pos : kb;  // a readable row; 0 bytes are read from it
             cp_async16(dst + r * T::kLd + col, kr.row(p, kvh) + col, in ? 16 : 0);
             cp_async16(dst + T::kMat + r * T::kLd + col, vr.row(p, kvh) + col, in ? 16 : 0);

@@ -101,7 +101,7 @@ void BatchBase::park_copy(const CudaSeq& seq, uint32_t n_tokens, const ParkedKv&
     auto* d_ptrs = d_table.as<void*>();
     kv_park_copy(reinterpret_cast<__half* const*>(d_ptrs), n_planes,
                  reinterpret_cast<const int32_t*>(d_table.as<char>() + n_ptrs * sizeof(void*)), int(n_tokens),
-                 int(kPagedBlockTokens), shape_.kv_dim, reinterpret_cast<char* const*>(d_ptrs + n_planes),
+                 int(kPagedBlockTokens), int(row_bytes_ / sizeof(__half)), reinterpret_cast<char* const*>(d_ptrs + n_planes),
                  int(parked.tokens_per_chunk), to_host, stream());
     EHC_CHECK(cudaStreamSynchronize(stream()));
 }
@@ -109,12 +109,13 @@ void BatchBase::park_copy(const CudaSeq& seq, uint32_t n_tokens, const ParkedKv&
 std::unique_ptr<ParkedKv> BatchBase::park(const CudaSeq& seq, uint32_t n_tokens, uint64_t max_bytes,
                                           uint64_t* out_bytes) {
     expect_idle("seq_park");
-    const uint64_t token_bytes = 2ull * uint64_t(shape_.n_layer) * uint64_t(shape_.kv_dim) * sizeof(__half);
+    const uint64_t token_bytes = 2ull * uint64_t(shape_.n_layer) * uint64_t(row_bytes_);
     *out_bytes = uint64_t(n_tokens) * token_bytes;
     ehp::check_park_bytes(*out_bytes, max_bytes);
     auto p = std::make_unique<ParkedKv>(n_tokens, token_bytes);
     p->owner = this;
     p->meta = ehp::park_meta(this, seq.blocks, n_tokens);
+    p->adapter = seq.adapter;
     park_copy(seq, n_tokens, *p, true);
     return p;
 }
@@ -124,6 +125,7 @@ std::unique_ptr<CudaSeq> BatchBase::unpark(const ParkedKv* p, const int32_t* tok
     ehp::check_unpark(p ? &p->meta : nullptr, this, tokens, n_tokens, *pool_);
     std::unique_ptr<CudaSeq> s = create();  // NO_CAPACITY before any block is taken
     ehp::adopt_parked(s->blocks, p->meta);
+    s->adapter = p->adapter;
     try {
         park_copy(*s, n_tokens, *p, false);
     } catch (...) {

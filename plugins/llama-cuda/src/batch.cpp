@@ -10,6 +10,7 @@
 #include <ehcuda/check.hpp>
 #include <ehcuda/gemma_ops.hpp>
 #include <ehcuda/kernels.hpp>
+#include <ehcuda/kv_quant.hpp>
 
 namespace llama_cuda {
 namespace {
@@ -32,6 +33,9 @@ ehcuda::BatchShape shape_of(Model& m) {
 // How a step's matmuls run, by its token count n and the threshold G, the
 // plan's batch_gemv_per_token(_mirrored) + 1 (ehcuda::route_step_matmul):
 //   n = 1      single-token GEMV, RMSNorm folded into its input staging
+//   1 < n <= 8 the bulk GEMV's token groups where they take the matrix (the
+//              plan's bulk_max_tokens; each weight read once for the group,
+//              each token's sums a single-token launch's), else as below
 //   1 < n < G  one single-token GEMV per token, the tokens overlapping on
 //              side streams (BatchBase::per_token): the multi-token GEMV
 //              kernels took 2.7 / 4.2 / 7.3 ms (Qwen, n = 2 / 4 / 8) and 14 /
@@ -98,6 +102,16 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     init_pool();
 }
 
+void Batch::accept_kv_type(const Model& m, uint32_t type) {
+    if (!ehcuda::kv_type_quantized(type))
+        ehp::refuse_kv_type(type, "llama-cuda stores F16 (its default), Q8_0 or FP8_E4M3");
+    const int hd = m.cfg.head_dim;
+    if (hd % ehcuda::kKvQuantBlock != 0 || hd > ehcuda::kAttentionMaxHeadDim)
+        ehp::refuse_kv_type(type, "head dim " + std::to_string(hd) +
+                                      " is not a multiple of 32 up to 256 (the attention kernels read a quantized "
+                                      "head as 32-value blocks)");
+}
+
 int Batch::decode_splits(int n_head, int rows) const {
     return ehcuda::attention_decode_row_splits(max_seq_tokens(), n_head, rows);
 }
@@ -153,6 +167,7 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     r.v_cache = v_pool(pl);
     r.d_pos = v.d_pos;
     r.d_rows = v.d_rows;
+    r.kv_type = kv_type();
     ehcuda::rope_store_kv(r, stream());
 
     // Tokens first .. first + n - 1 (decode tokens, short chunks) on the
@@ -164,6 +179,7 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
         at.ldq = c.qkv_dim();
         at.k_pool = k_pool(pl);
         at.v_pool = v_pool(pl);
+        at.kv_type = kv_type();
         at.n_head = c.n_head;
         at.n_kv = c.n_kv;
         at.head_dim = c.head_dim;
@@ -195,6 +211,7 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
         at.k_cache = k_pool(pl);
         at.v_cache = v_pool(pl);
         at.kv_table = v.d_tables + sp.table;
+        at.kv_type = kv_type();
         at.n_head = c.n_head;
         at.n_kv = c.n_kv;
         at.head_dim = c.head_dim;
@@ -226,6 +243,14 @@ void Batch::forward(const ehcuda::StepView& v) {
     float* h = h_.as<float>();
     float* xn = xn_.as<float>();
     ehcuda::PrefillWorkspace* pw = workspace();
+    // A step with LoRA adapters (v.lora) keeps every adapted matmul's input
+    // in memory (no norm or activation folded into a kernel) and adds its
+    // rows' updates to each output (lora.hpp); any other step launches
+    // nothing more.
+    const bool lora = v.lora;
+    auto adapt = [&](int site, const float* x, int ldx, float* y, int ldy, int n, const int32_t* row_token = nullptr) {
+        if (lora) lora_.apply(m_, site, v.d_lora, row_token, n, x, ldx, y, ldy, max_step_tokens(), ledger(), s);
+    };
 
     // y (+)= segs . x over the step's n tokens: the weight-streaming GEMV for
     // a few tokens, the tensor-core GEMM (or cuBLAS past the workspace's
@@ -246,7 +271,7 @@ void Batch::forward(const ehcuda::StepView& v) {
         m.accumulate = accumulate;
         m.ntok = n;
         m.prefill = pw;
-        if (n > 1 && n < pw->min_tokens()) {
+        if (n > 1 && n < pw->min_tokens() && !ehcuda::matmul_groups_tokens(m)) {
             per_token(n, [&](int t, cudaStream_t st) {
                 ehcuda::MatmulArgs one = m;
                 one.ntok = 1;
@@ -262,7 +287,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     // for one token, a separate kernel otherwise.
     auto normed_matmul = [&](const ehcuda::MatSeg* segs, int nseg, const float* hin, const float* norm_w, float* y,
                              int ldy, int n) {
-        if (n == 1) {
+        if (n == 1 && !lora) {
             matmul(segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
             return;
         }
@@ -299,14 +324,17 @@ void Batch::forward(const ehcuda::StepView& v) {
             float* y = post ? post : target(r);
             const bool acc_out = acc && !post;
             normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, rc.qkv_dim(), T);
+            for (int k : {kLoraQ, kLoraK, kLoraV}) adapt(lora_site(li, k), xn, c.n_embd, qkv, rc.qkv_dim(), T);
 
             ehcuda::MatSeg out{L.attn_out};
-            if (v.decode && !v.deep && fused_attn_ &&
+            // (the fused kernel stores and reads an F16 pool only: a quantized
+            // one's decode rows take the RoPE store and the paged attention)
+            if (v.decode && !v.deep && fused_attn_ && kv_type() == EH_TYPE_F16 &&
                 ehcuda::attention_decode_fused_takes(T, rc.n_head, rc.n_kv, rc.head_dim)) {
                 // One token: the attention leaves its output quantized for the
                 // output projection, which then stages nothing (as a session's
                 // decode step).
-                const bool chunks = T == 1 && r.attn_chunks.size() && ehcuda::gemv_takes_chunks(L.attn_out.type);
+                const bool chunks = !lora && T == 1 && r.attn_chunks.size() && ehcuda::gemv_takes_chunks(L.attn_out.type);
                 decode_attention(v, r, li, chunks);
                 if (chunks)
                     matmul(&out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y, c.n_embd,
@@ -319,6 +347,7 @@ void Batch::forward(const ehcuda::StepView& v) {
                 prefill_attention(v, r, li);
                 matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             }
+            adapt(lora_site(li, kLoraOut), attn, rc.q_dim(), y, c.n_embd, T);
             if (post) ehcuda::rmsnorm_add(h, post, L.post_attn_norm, c.n_embd, T, c.eps, s);
         }
         all_reduce();
@@ -335,7 +364,7 @@ void Batch::forward(const ehcuda::StepView& v) {
             // projection's input quantized (as a session's decode step).
             ehcuda::MatSeg gate, up, down{L.ffn_down};
             gate_up_halves(L, rc.n_ff, gate, up);
-            if (T == 1 && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
+            if (T == 1 && !lora && ehcuda::gate_up_swiglu_supported(gate.w, up.w, L.ffn_down)) {
                 ehcuda::GateUpArgs gu;
                 gu.gate = gate;
                 gu.up = up;
@@ -348,13 +377,16 @@ void Batch::forward(const ehcuda::StepView& v) {
                 if (c.gemma) ehcuda::gate_up_geglu(gu, s);
                 else ehcuda::gate_up_swiglu(gu, s);
                 matmul(&down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc_down, 1);
-            } else if (c.gemma) {
-                normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
-                ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, s);
-                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::Plain, y, c.n_embd, acc_down, T);
             } else {
                 normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
-                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, ehcuda::XMode::SwiGLU, y, c.n_embd, acc_down, T);
+                for (int k : {kLoraGate, kLoraUp}) adapt(lora_site(li, k), xn, c.n_embd, ff, 2 * rc.n_ff, T);
+                // The activation in place where it is not folded into the
+                // down projection's input (Gemma's, or an adapter reads it).
+                if (c.gemma) ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, s);
+                else if (lora) ehcuda::swiglu_inplace(ff, 2 * rc.n_ff, rc.n_ff, T, s);
+                const ehcuda::XMode mode = c.gemma || lora ? ehcuda::XMode::Plain : ehcuda::XMode::SwiGLU;
+                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, mode, y, c.n_embd, acc_down, T);
+                adapt(lora_site(li, kLoraDown), ff, 2 * rc.n_ff, y, c.n_embd, T);
             }
             if (post) ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
         }
@@ -376,6 +408,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     }
     ehcuda::MatSeg head{m_.output};
     normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
+    adapt(lora_head_site(c), xn, c.n_embd, v.logits, c.n_vocab, v.nout, v.nout != v.ntok ? v.d_out_idx : nullptr);
     if (c.logit_softcap > 0.0f) ehcuda::softcap_floats(v.logits, size_t(v.nout) * c.n_vocab, c.logit_softcap, s);
 }
 

@@ -15,6 +15,7 @@
 
 #include <vector>
 
+#include "lora.hpp"
 #include "model.hpp"
 
 namespace llama_cuda {
@@ -24,6 +25,9 @@ public:
     // Throws VRAM_OOM / INSUFFICIENT_VRAM (nothing left allocated).
     Batch(Model& model, const eh_kv_params& params);
     static constexpr bool kHidden = true;  // forward() fills StepView::hidden
+    // kv_init's Q8_0 / FP8_E4M3: head dims that are multiples of 32 (what
+    // the paged, query-group and tensor-core prefill kernels read).
+    static void accept_kv_type(const Model& m, uint32_t type);
 
 private:
     // One rank's heads, FFN rows and activations (the whole model at tp 1).
@@ -55,6 +59,7 @@ private:
     ehcuda::DeviceBuffer h_, xn_, last_;
     bool fused_attn_ = false;
     bool group_attn_ = false;  // attention_decode_group takes the model's heads
+    LoraStep lora_;            // steps with LoRA adapters (lora.hpp)
 };
 
 }  // namespace llama_cuda

@@ -10,6 +10,7 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/kernels.hpp>
+#include <ehcuda/lora.hpp>
 #include <ehcuda/weight_mirror.hpp>
 
 #include "config.hpp"
@@ -83,6 +84,10 @@ struct Model {
     // the plan's batch_gemv_per_token_mirrored + 1 tokens (3), not
     // batch_gemv_per_token + 1 (9) (ehcuda::route_step_matmul).
     bool mirrored = false;
+    // The load's view (host-owned, valid until model_release): adapter_load
+    // checks adapters against it. And the loaded adapters' table (lora.hpp).
+    const eh_model_view* view = nullptr;
+    ehcuda::LoraSet lora;
 };
 
 // A layer's gate and up as two matrices (phi3 stores them as one: gate's

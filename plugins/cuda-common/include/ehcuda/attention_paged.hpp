@@ -24,6 +24,10 @@ struct PagedAttnArgs {
     const __half* v_pool = nullptr;
     int n_head = 0, n_kv = 0, head_dim = 0;
     int ntok = 0;
+    // The pools' element type: 0 or EH_TYPE_F16 (halves), or EH_TYPE_Q8_0 /
+    // EH_TYPE_FP8_E4M3, whose rows are bytes laid out as kv_quant.hpp says
+    // (k_pool / v_pool then point at those bytes; head dims multiples of 32).
+    uint32_t kv_type = 0;
     // Row t is at position d_pos[t] of the sequence whose block ids start at
     // tables + d_table[t]; it attends that sequence's keys 0 .. d_pos[t]
     // (already stored), the last `window` of them when window > 0.

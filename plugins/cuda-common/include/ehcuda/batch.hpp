@@ -71,6 +71,7 @@ public:
     std::vector<float> hidden;     // final hidden state kept by the last step that asked
     bool has_hidden = false;
     uint64_t sampled_in = 0;       // id of the last step begun that samples for it
+    int32_t adapter = -1;          // the engine's LoRA slot (seq_set_adapter; forks keep it), -1: none
 };
 
 // Where one entry's tokens are in a step: tokens first .. first + n - 1,
@@ -87,6 +88,10 @@ struct StepView {
     // A decode step whose longest row attends at least group_min_keys()
     // keys (its own graphs: the derived class's attention differs).
     bool deep = false;
+    // Some token's sequence has a LoRA adapter (graphs of its own kinds):
+    // d_lora holds each token's adapter slot, -1 for none and padding.
+    bool lora = false;
+    const int32_t* d_lora = nullptr;
     const int32_t* d_tokens = nullptr;
     const int32_t* d_pos = nullptr;    // each token's position in its sequence
     const int32_t* d_rows = nullptr;   // the pool row its K/V go to
@@ -133,6 +138,13 @@ public:
     static constexpr bool kHidden = false;
     BatchBase(const BatchShape& shape, const eh_kv_params& params);
     virtual ~BatchBase();
+    // kv_init's check of a kv_type other than F16, before the Batch is
+    // built: throws ehp::refuse_kv_type's error naming why. An engine whose
+    // kernels read a quantized pool says so with its own accept_kv_type.
+    template <class Model>
+    static void accept_kv_type(const Model&, uint32_t type) {
+        ehp::refuse_kv_type(type, "this plugin's KV cache is F16 only");
+    }
     BatchBase(const BatchBase&) = delete;
     BatchBase& operator=(const BatchBase&) = delete;
 
@@ -181,6 +193,10 @@ protected:
     PrefillWorkspace* workspace() const { return workspace_.get(); }
     __half* k_pool(int layer) const { return k_[size_t(layer)].as<__half>(); }
     __half* v_pool(int layer) const { return v_[size_t(layer)].as<__half>(); }
+    // The pools' element type: kv_init's kv_type, F16 when it named none.
+    // A Q8_0 / FP8_E4M3 pool's rows are bytes (ehcuda/kv_quant.hpp), which
+    // k_pool / v_pool then point at.
+    uint32_t kv_type() const { return kv_type_; }
     MemoryLedger* ledger() const { return shape_.ledger; }
     // fn(t, stream) for t < n: on the step's stream when n == 1, else spread
     // over side streams forked from the step's stream and joined back, so
@@ -284,6 +300,8 @@ private:
 
     BatchShape shape_;
     eh_kv_params params_;
+    uint32_t kv_type_ = EH_TYPE_F16;
+    size_t row_bytes_ = 0;  // one pool row (kv_quant.hpp)
     eh_kv_info limits_{};  // as granted, total_blocks from init_pool on
     std::unique_ptr<ehp::BlockPool> pool_;
     std::vector<DeviceBuffer> k_, v_;
@@ -317,10 +335,10 @@ private:
     // decode-only steps (one token per entry, the fused decode attention)
     // and steps that sample every position of multi-token entries (verify
     // steps' drafts, the paged attention), and deep decode steps, whose
-    // forward() differs.
+    // forward() differs; each again for steps with LoRA adapters.
     static constexpr int kBuckets = 7;
-    static constexpr int kKinds = 3;
-    static int kind_of(const StepView& v) { return v.decode ? (v.deep ? 2 : 0) : 1; }
+    static constexpr int kKinds = 6;
+    static int kind_of(const StepView& v) { return (v.decode ? (v.deep ? 2 : 0) : 1) + (v.lora ? 3 : 0); }
     CapturedGraph graphs_[kKinds][kBuckets];
     bool graph_warm_[kKinds][kBuckets] = {};
     bool graph_failed_[kKinds][kBuckets] = {};

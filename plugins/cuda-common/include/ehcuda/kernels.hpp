@@ -184,8 +184,14 @@ struct RopeArgs {
     // paged pool's row; instead of the position).
     const int32_t* d_pos = nullptr;
     const int32_t* d_rows = nullptr;
+    // The cache's element type as PagedAttnArgs::kv_type: a Q8_0 / FP8_E4M3
+    // pool gets its rows quantized (kv_quant_store.cu; K rotated in shared
+    // memory, Q in place as ever; head dims multiples of 32).
+    uint32_t kv_type = 0;
 };
 void rope_store_kv(const RopeArgs& a, cudaStream_t stream);
+// rope_store_kv's quantized form (it dispatches there by kv_type).
+void rope_store_kv_quant(const RopeArgs& a, cudaStream_t stream);
 
 // dst[i] = src[d_idx[i]] (rows of `cols` floats; src stride ld, dst dense).
 void gather_rows(const float* src, int ld, const int32_t* d_idx, int n, int cols, float* dst, cudaStream_t stream);
@@ -227,6 +233,9 @@ struct AttnArgs {
     // chunk; key p's row is kv_table[p / kPagedBlockTokens] *
     // kPagedBlockTokens + p % kPagedBlockTokens (attention_paged.hpp).
     const int32_t* kv_table = nullptr;
+    // With kv_table: the pools' element type as PagedAttnArgs::kv_type
+    // (k_cache / v_cache then point at a quantized pool's bytes).
+    uint32_t kv_type = 0;
 };
 constexpr int kAttentionMaxHeadDim = 256;
 // 1 .. kAttentionMaxHeadDim.

@@ -41,6 +41,7 @@ public:
     ehp::ParkedMeta meta;
     uint64_t bytes = 0;              // the positions' bytes (what the host budgets)
     uint32_t tokens_per_chunk = 0;
+    int32_t adapter = -1;            // the parked sequence's LoRA slot (CudaSeq::adapter)
     std::vector<char*> chunks;       // as the device sees them (mapped)
 
 private:
@@ -50,7 +51,8 @@ private:
 // The arena's chunk size: 4 MiB, or one position's bytes when larger.
 uint64_t park_chunk_bytes(uint64_t token_bytes);
 
-// Copies n_tokens positions of n_planes rows of kv_dim halves between the
+// Copies n_tokens positions of n_planes rows of kv_dim halves (a quantized
+// pool's row bytes / 2, kv_quant.hpp) between the
 // pool and the chunks (to_host: pool -> chunks; else chunks -> pool).
 // d_planes holds n_planes plane base pointers, d_blocks the sequence's
 // block ids (position p is row p % block_tokens of block

@@ -20,6 +20,9 @@
 //       // architecture, context_length, vocab_size, kv_bytes_per_token
 //       // (the rest is common)
 //       static void fill_info(const Model&, eh_model_info&);
+//       // optional (ABI 1.6 LoRA adapters, lora.hpp): the three adapter
+//       // calls are exported only where the engine has it
+//       static std::unique_ptr<LoraAdapter> adapter_load(Model&, const eh_adapter_params&);
 //   };
 //   EHCUDA_EXPORT_PLUGIN(Engine)
 #pragma once
@@ -37,6 +40,7 @@
 #include "device_memory.hpp"
 #include "kernels.hpp"
 #include "kv_park.hpp"
+#include "lora.hpp"
 
 namespace ehcuda {
 
@@ -193,10 +197,10 @@ struct PluginGlue {
             // an older host's struct is shorter: never read past it
             const eh_kv_params kp = ehp::read_kv_params(p);
             if (box.batch) throw ehp::Error(EH_INVALID_ARGUMENT, "kv_init: already called for this model");
-            // The paged attention kernels read FP16 pools only.
+            // F16 by default; the engine's Batch says which other types its
+            // attention kernels read (Q8_0 / FP8_E4M3 on llama-cuda).
             const uint32_t kv_type = ehp::asked_kv_type(kp);
-            if (kv_type != 0 && kv_type != EH_TYPE_F16)
-                ehp::refuse_kv_type(kv_type, "not implemented on CUDA yet (this plugin's KV cache is F16)");
+            if (kv_type != 0 && kv_type != EH_TYPE_F16) Batch::accept_kv_type(*box.m, kv_type);
             box.batch = std::make_unique<Batch>(*box.m, kp);
             ehp::fill_versioned(out, [&](eh_kv_info& i) { i = box.batch->info(); });
         });
@@ -305,6 +309,42 @@ struct PluginGlue {
         });
     }
     static void parked_release(eh_parked* p) { delete static_cast<ParkedKv*>(p); }
+    // ABI 1.6: LoRA adapters (lora.hpp), where the engine loads them.
+    static constexpr bool kAdapters = requires(Model& m, const eh_adapter_params& p) { Engine::adapter_load(m, p); };
+    static eh_status adapter_load(eh_model* m, const eh_adapter_params* p, eh_adapter** out) {
+        if (out) *out = nullptr;
+        if (!m) return EH_INVALID_ARGUMENT;
+        return ehp::guard(model_error(), [&] {
+            if (!p || !out) throw ehp::Error(EH_INVALID_ARGUMENT, "adapter_load: NULL argument");
+            if (p->struct_size < sizeof(eh_adapter_params))
+                throw ehp::Error(EH_INVALID_ARGUMENT, "adapter_load: eh_adapter_params.struct_size too small");
+            ModelBox& box = *M(m);
+            if (box.batch) box.batch->expect_idle("adapter_load");
+            cudaSetDevice(box.m->device);
+            PlanScope plan(box.m->plan);
+            if constexpr (kAdapters) {
+                std::unique_ptr<LoraAdapter> a = Engine::adapter_load(*box.m, *p);
+                a->owner = m;
+                *out = a.release();
+            }
+        });
+    }
+    static void adapter_release(eh_adapter* a) { delete static_cast<LoraAdapter*>(a); }
+    static eh_status seq_set_adapter(eh_seq* s, eh_adapter* a) {
+        if (!s) return EH_INVALID_ARGUMENT;
+        return on_model(s->owner, "seq_set_adapter", [&](ModelBox& box) {
+            box.batch->expect_idle("seq_set_adapter");
+            if (a && a->owner != s->owner)
+                throw ehp::Error(EH_INVALID_ARGUMENT, "seq_set_adapter: the adapter belongs to another model");
+            const int32_t slot = a ? static_cast<LoraAdapter*>(a)->slot() : -1;
+            if (Q(s)->adapter != slot && Q(s)->blocks.length() != 0)
+                throw ehp::Error(EH_INVALID_ARGUMENT, "seq_set_adapter: the sequence holds " +
+                                                          std::to_string(Q(s)->blocks.length()) +
+                                                          " tokens computed with another adapter; only an empty "
+                                                          "sequence changes adapter");
+            Q(s)->adapter = slot;
+        });
+    }
     static eh_status step(eh_model* m, eh_step_entry* entries, uint32_t n_entries) {
         return on_model(m, "step", [&](ModelBox& box) { box.batch->step(entries, n_entries); });
     }
@@ -347,6 +387,11 @@ struct PluginGlue {
             t.seq_unpark = seq_unpark;
             t.parked_release = parked_release;
             if constexpr (Batch::kHidden) t.seq_hidden = seq_hidden;
+            if constexpr (kAdapters) {
+                t.adapter_load = adapter_load;
+                t.adapter_release = adapter_release;
+                t.seq_set_adapter = seq_set_adapter;
+            }
             return t;
         }();
         return &table;

@@ -1,0 +1,119 @@
+// LoRA adapters (ABI 1.6) for the CUDA engines: every loaded adapter's
+// low-rank pairs in device memory, found through one device table that a
+// forward pass reads per token, and the update a batched step adds after
+// each adapted matmul, y += s * B (A x), for the rows whose sequence has an
+// adapter with a pair for that matrix.
+//
+// The table has a slot per loaded adapter (kLoraMaxAdapters) and, in each,
+// a descriptor per adaptable matrix (a "site": the engine numbers them). A
+// step stages each token's slot (-1: none) with its other inputs, so a
+// captured CUDA graph stays valid whichever adapters its rows use, and
+// adapters loaded or released after the capture are seen at replay: the
+// kernels read the table, never a pointer baked in at capture time.
+//
+// Arithmetic per row (the same whichever rows share the step, so a
+// sequence's result does not depend on its neighbours): u = A x in FP32
+// over FP16 weights, then y += s * (B u), FP32 accumulation.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+#include <cstdint>
+#include <vector>
+
+#include <engine_host/plugin_abi.h>
+
+#include <ehcuda/device_memory.hpp>
+
+// The ABI's opaque adapter handle (plugin_abi.h, 1.6).
+struct eh_adapter {
+    const void* owner = nullptr;  // the eh_model it was loaded for
+};
+
+namespace ehcuda {
+
+// Adapters one model holds at once (adapter_load answers NO_CAPACITY past it).
+inline constexpr int kLoraMaxAdapters = 64;
+// Largest rank a pair may have (ehp::kMaxLoraRank, the format reader's).
+inline constexpr int kLoraMaxRank = 1024;
+
+// One pair of one adapter, as the kernels read it: A row-major {rank, n_in},
+// B transposed, row-major {rank, n_out} (so a thread per output reads it
+// coalesced). rank 0: this adapter leaves the site alone.
+struct LoraDesc {
+    const __half* a = nullptr;
+    const __half* bt = nullptr;
+    int rank = 0;
+    float scale = 0.0f;
+};
+
+// The device table of one model: kLoraMaxAdapters slots of n_sites
+// descriptors each, allocated on first use and never moved after.
+class LoraSet {
+public:
+    // Allocates the table (zeroed) the first time; later calls check the
+    // site count is the same.
+    void init(int n_sites, MemoryLedger* ledger);
+    int n_sites() const { return n_sites_; }
+    const LoraDesc* table() const { return table_.as<const LoraDesc>(); }
+    // A free slot; throws ehp::Error(NO_CAPACITY) when every one is taken.
+    int claim();
+    // Writes a slot's n_sites descriptors (synchronously), or zeroes them
+    // and frees the slot.
+    void write(int slot, const std::vector<LoraDesc>& sites);
+    void release(int slot) noexcept;
+
+private:
+    int n_sites_ = 0;
+    DeviceBuffer table_;
+    std::vector<bool> used_;
+};
+
+// One loaded adapter: its slot in the set and the device memory holding its
+// pairs. Released (slot zeroed, memory freed) on destruction; the host
+// releases it only after every sequence that used it.
+class LoraAdapter : public eh_adapter {
+public:
+    LoraAdapter(LoraSet& set, int device) : set_(set), device_(device), slot_(set.claim()) {}
+    ~LoraAdapter();
+    LoraAdapter(const LoraAdapter&) = delete;
+    LoraAdapter& operator=(const LoraAdapter&) = delete;
+    int slot() const { return slot_; }
+    int device() const { return device_; }
+    DeviceBuffer data;  // every pair's A and B^T, FP16
+
+private:
+    LoraSet& set_;
+    int device_ = 0;
+    int slot_ = -1;
+};
+
+// One site's update over a step's rows.
+struct LoraApplyArgs {
+    const LoraDesc* table = nullptr;  // LoraSet::table()
+    int n_sites = 0;
+    int site = 0;
+    const int32_t* token_slot = nullptr;  // per step token: its adapter slot, -1 none
+    const int32_t* row_token = nullptr;   // row r's token index; NULL: row r is token r
+    int nrows = 0;
+    const float* x = nullptr;  // nrows rows of n_in, ldx apart
+    int ldx = 0, n_in = 0;
+    float* y = nullptr;        // nrows rows of n_out (added to), ldy apart
+    int ldy = 0, n_out = 0;
+    float* u = nullptr;        // scratch: nrows * kLoraMaxRank floats
+};
+// Two launches (u = A x; y += s B u) whatever the rows' adapters; rows
+// without one cost an early exit.
+void lora_apply(const LoraApplyArgs& a, cudaStream_t stream);
+
+// x[t, j] = silu(x[t, j]) * x[t, n_ff + j] in place, for the rows of a
+// step whose down projection's input must exist (its adapter reads it).
+void swiglu_inplace(float* x, int ld, int n_ff, int ntok, cudaStream_t stream);
+
+// Host side of adapter_load: a tensor of an adapter view (F32, F16, BF16 or
+// Q8_0, rows of `cols` values) as FP32 rows. Throws ehp::Error
+// (MODEL_LOAD_FAILED) when it holds fewer bytes than its shape needs.
+std::vector<float> lora_tensor_rows(const eh_tensor& t);
+
+}  // namespace ehcuda

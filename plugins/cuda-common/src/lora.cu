@@ -1,0 +1,99 @@
+// The LoRA update's kernels (lora.hpp): a shrink (u = A x, a warp per rank
+// row) and an expand (y += s * B u, a thread per output), one row of the
+// step per block row, each row reading its own adapter's descriptor.
+#include "ehcuda/check.hpp"
+#include "ehcuda/launch.cuh"
+#include "ehcuda/lora.hpp"
+
+namespace ehcuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+// Blocks per row of the shrink: rank rows are spread over
+// kShrinkBlocks * kWarps warps (a rank-16 pair keeps 16 busy per row).
+constexpr int kShrinkBlocks = 4;
+
+// The row's descriptor, or NULL when its token has no adapter or the
+// adapter has no pair at this site.
+__device__ __forceinline__ const LoraDesc* row_desc(const LoraApplyArgs& a, int r) {
+    const int tok = a.row_token ? a.row_token[r] : r;
+    const int slot = a.token_slot[tok];
+    if (slot < 0) return nullptr;
+    const LoraDesc* d = a.table + size_t(slot) * a.n_sites + a.site;
+    return d->rank > 0 ? d : nullptr;
+}
+
+__global__ void lora_shrink_kernel(LoraApplyArgs a) {
+    pdl_entry();  // (every block, before any early exit: the next kernel's start depends on it)
+    pdl_release();
+    const int r = blockIdx.x;
+    const LoraDesc* d = row_desc(a, r);
+    if (!d) return;
+    const int lane = threadIdx.x & 31;
+    const float* x = a.x + size_t(r) * a.ldx;
+    const int rank = d->rank;
+    for (int k = blockIdx.y * kWarps + threadIdx.x / 32; k < rank; k += kShrinkBlocks * kWarps) {
+        const __half* row = d->a + size_t(k) * a.n_in;
+        float acc = 0.0f;
+        if ((a.n_in & 1) == 0) {
+            const __half2* row2 = reinterpret_cast<const __half2*>(row);
+            for (int i = lane; i < a.n_in / 2; i += 32) {
+                const float2 w = __half22float2(row2[i]);
+                acc = fmaf(w.x, x[2 * i], acc);
+                acc = fmaf(w.y, x[2 * i + 1], acc);
+            }
+        } else {
+            for (int i = lane; i < a.n_in; i += 32) acc = fmaf(__half2float(row[i]), x[i], acc);
+        }
+        for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
+        if (lane == 0) a.u[size_t(r) * kLoraMaxRank + k] = acc;
+    }
+}
+
+__global__ void lora_expand_kernel(LoraApplyArgs a) {
+    pdl_entry();
+    pdl_release();
+    __shared__ float u[kLoraMaxRank];
+    const int r = blockIdx.x;
+    const LoraDesc* d = row_desc(a, r);
+    if (!d) return;  // (uniform over the block)
+    const int rank = d->rank;
+    for (int k = threadIdx.x; k < rank; k += blockDim.x) u[k] = a.u[size_t(r) * kLoraMaxRank + k];
+    __syncthreads();
+    const int j = blockIdx.y * blockDim.x + threadIdx.x;
+    if (j >= a.n_out) return;
+    float acc = 0.0f;
+    for (int k = 0; k < rank; ++k) acc = fmaf(__half2float(d->bt[size_t(k) * a.n_out + j]), u[k], acc);
+    a.y[size_t(r) * a.ldy + j] += d->scale * acc;
+}
+
+__global__ void swiglu_kernel(float* x, int ld, int n_ff) {
+    pdl_entry();
+    pdl_release();
+    float* row = x + size_t(blockIdx.y) * ld;
+    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n_ff; k += gridDim.x * blockDim.x) {
+        const float g = row[k];
+        row[k] = g / (1.0f + __expf(-g)) * row[k + n_ff];  // (the SwiGLU input staging's silu)
+    }
+}
+
+}  // namespace
+
+void lora_apply(const LoraApplyArgs& a, cudaStream_t stream) {
+    if (a.nrows <= 0 || a.n_in <= 0 || a.n_out <= 0) return;
+    launch("lora_shrink_kernel", lora_shrink_kernel, dim3(a.nrows, kShrinkBlocks), kThreads, 0, stream, a);
+    EHC_LAUNCHED("lora_shrink_kernel");
+    launch("lora_expand_kernel", lora_expand_kernel, dim3(a.nrows, (a.n_out + kThreads - 1) / kThreads), kThreads, 0,
+           stream, a);
+    EHC_LAUNCHED("lora_expand_kernel");
+}
+
+void swiglu_inplace(float* x, int ld, int n_ff, int ntok, cudaStream_t stream) {
+    if (ntok <= 0 || n_ff <= 0) return;
+    const int bx = (n_ff + kThreads - 1) / kThreads;
+    launch("swiglu_kernel", swiglu_kernel, dim3(bx < 64 ? bx : 64, ntok), kThreads, 0, stream, x, ld, n_ff);
+    EHC_LAUNCHED("swiglu_kernel");
+}
+
+}  // namespace ehcuda
