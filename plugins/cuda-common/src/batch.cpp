@@ -772,7 +772,7 @@ void BatchBase::begin(eh_step_entry* entries, uint32_t n_entries) {
     const size_t bucket_rows = kind == 0 ? std::min<size_t>(size_t(1) << sh.bucket, limits_.max_step_entries)
                                          : size_t(1) << sh.bucket;
     ensure_rows(sh.R);
-    sh.graphed = sh.T == sh.R && sh.T <= size_t(kGraphMaxTokens) && bucket_rows <= limits_.max_step_tokens &&
+    sh.graphed = !step_eager() && sh.T == sh.R && sh.T <= size_t(kGraphMaxTokens) && bucket_rows <= limits_.max_step_tokens &&
                  bucket_rows <= rows_cap() && !graph_failed_[kind + (sh.lora ? 3 : 0)][sh.bucket] && sh.n_hid == 0;
     sh.padded = sh.graphed ? bucket_rows : sh.T;
     const StagingLayout L(limits_.max_step_tokens, rows_cap(), table_capacity(), S.etok.size(),

@@ -227,6 +227,12 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     int run = 0;  // tokens run .. are not attended yet
     for (int i = 0; i < v.nspans; ++i) {
         const ehcuda::StepSpan& sp = v.spans[i];
+        if (images_.bidirectional(i)) {  // an image's tokens see each other (images.hpp)
+            paged(run, sp.first - run);
+            span_attention(v, rk, layer, sp);
+            run = sp.first + sp.n;
+            continue;
+        }
         if (!mma || sp.n < kTensorCoreChunk) continue;
         paged(run, sp.first - run);
         chunk(sp);
@@ -312,6 +318,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     };
     ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
     if (c.embd_scale != 1.0f) ehcuda::scale_floats(h, size_t(T) * c.n_embd, c.embd_scale, s);
+    images_.apply(v, h, c.n_embd, s);  // image rows over their tokens, as given (unscaled)
     // Gemma 3 (tp 1 only): attn_output and ffn_down write xn (free once the
     // QKV and gate|up matmuls have read it), whose norm is then added to h.
     float* post = c.gemma ? xn : nullptr;

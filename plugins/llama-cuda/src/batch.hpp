@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "lora.hpp"
+#include "images.hpp"
 #include "model.hpp"
 
 namespace llama_cuda {
@@ -25,6 +26,13 @@ public:
     // Throws VRAM_OOM / INSUFFICIENT_VRAM (nothing left allocated).
     Batch(Model& model, const eh_kv_params& params);
     static constexpr bool kHidden = true;  // forward() fills StepView::hidden
+    // ABI 1.6's images (batch_images.cpp, images.hpp): the step calls take
+    // each entry's rows (set_spans, from seq_embd_spans) for that step, and
+    // a released sequence's pending rows go with it.
+    void step(eh_step_entry* entries, uint32_t n_entries);
+    void begin(eh_step_entry* entries, uint32_t n_entries);
+    void forget(const ehcuda::CudaSeq* seq);
+    void set_spans(const ehcuda::CudaSeq* seq, const eh_embd_span* spans, uint32_t n);
     // kv_init's Q8_0 / FP8_E4M3: head dims that are multiples of 32 (what
     // the paged, query-group and tensor-core prefill kernels read).
     static void accept_kv_type(const Model& m, uint32_t type);
@@ -49,6 +57,10 @@ private:
     void decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool chunks);
     // Otherwise: RoPE + store for every token, then the paged attention.
     void prefill_attention(const ehcuda::StepView& v, Rank& r, int layer);
+    // An entry that carries a bidirectional image span, whole
+    // (ehcuda::attention_span).
+    void span_attention(const ehcuda::StepView& v, Rank& r, int layer, const ehcuda::StepSpan& sp);
+    bool step_eager() const override { return images_.any(); }
     int decode_splits(int n_head, int rows) const;
     // The pool layer of rank r's heads of `layer`.
     int pool_layer(const Rank& r, int layer) const { return layer * m_.tp + r.index; }
@@ -59,6 +71,7 @@ private:
     ehcuda::DeviceBuffer h_, xn_, last_;
     bool fused_attn_ = false;
     bool group_attn_ = false;  // attention_decode_group takes the model's heads
+    ImageSteps images_;        // the step's image rows (images.hpp)
     LoraStep lora_;            // steps with LoRA adapters (lora.hpp)
 };
 

@@ -11,6 +11,7 @@
 #include <ehcuda/graph.hpp>
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/lora.hpp>
+#include <ehcuda/vision_gemma3.hpp>
 #include <ehcuda/weight_mirror.hpp>
 
 #include "config.hpp"
@@ -84,6 +85,9 @@ struct Model {
     // the plan's batch_gemv_per_token_mirrored + 1 tokens (3), not
     // batch_gemv_per_token + 1 (9) (ehcuda::route_step_matmul).
     bool mirrored = false;
+    // ABI 1.6: Gemma 3's image encoder once image_encoder_load ran (its
+    // device memory on `ledger`, declared before it).
+    std::unique_ptr<ehcuda::Gemma3Vision> vision;
     // The load's view (host-owned, valid until model_release): adapter_load
     // checks adapters against it. And the loaded adapters' table (lora.hpp).
     const eh_model_view* view = nullptr;

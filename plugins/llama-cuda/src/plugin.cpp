@@ -3,6 +3,7 @@
 #include <ehcuda/plugin_glue.hpp>
 
 #include "batch.hpp"
+#include "image_calls.hpp"
 #include "lora.hpp"
 #include "model.hpp"
 
@@ -41,4 +42,9 @@ struct Engine {
 
 }  // namespace
 
-EHCUDA_EXPORT_PLUGIN(Engine)
+// The shared glue's table with the image calls (image_calls.hpp).
+extern "C" EH_PLUGIN_EXPORT const eh_plugin_api* eh_plugin_entry(uint16_t host_major, uint16_t) {
+    using Glue = ehcuda::PluginGlue<Engine>;
+    static const eh_plugin_api table = llama_cuda::ImageCalls<Glue>::table(*Glue::api());
+    return host_major == EH_ABI_MAJOR ? &table : nullptr;
+}

@@ -180,6 +180,10 @@ protected:
     // Decode steps whose longest row attends at least this many keys are
     // StepView::deep; -1: none.
     virtual int group_min_keys() const { return -1; }
+    // Whether the step being begun must run eagerly, never through a
+    // captured graph: a derived engine that feeds its forward pass what a
+    // graph would not replay (ABI 1.6's image rows) says so.
+    virtual bool step_eager() const { return false; }
     // After the derived class allocated its step buffers: sizes the pool
     // from the budget (or the free memory), allocates it, and warms up
     // (every decode bucket's graph captured, cuBLAS started), so the first

@@ -1,0 +1,387 @@
+#include "ehcuda/vision_gemma3.hpp"
+
+#include <cublas_v2.h>
+#include <cuda_fp16.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <engine_host/plugin_abi.hpp>
+#include <engine_host/quant_blocks.hpp>
+
+#include "ehcuda/check.hpp"
+#include "vision_ops.hpp"
+
+namespace ehcuda {
+namespace {
+
+using ehp::Error;
+
+void check_cublas(cublasStatus_t st, const char* what) {
+    if (st == CUBLAS_STATUS_SUCCESS) return;
+    throw Error(st == CUBLAS_STATUS_ALLOC_FAILED ? EH_VRAM_OOM : EH_CUDA_ERROR,
+                std::string("image encoder: ") + what + " failed: " + cublasGetStatusName(st));
+}
+
+uint64_t elements(const eh_tensor& t) {
+    uint64_t n = 1;
+    for (uint32_t d = 0; d < t.n_dims && d < EH_MAX_DIMS; ++d)
+        if (__builtin_mul_overflow(n, t.dims[d], &n)) return UINT64_MAX;
+    return n;
+}
+
+std::string vblk(uint32_t i, const char* what) { return "v.blk." + std::to_string(i) + "." + what; }
+
+// A key in 1..2^20 (cpu-reference's mmproj::key_u32).
+uint32_t key_u32(const ehp::ModelView& v, const char* key) {
+    const uint64_t x = v.require_uint(key);
+    if (x == 0 || x > (1u << 20))
+        throw Error(EH_MODEL_LOAD_FAILED, std::string("mmproj metadata '") + key + "' is " + std::to_string(x) +
+                                              ", outside 1.." + std::to_string(1u << 20));
+    return uint32_t(x);
+}
+
+void three_floats(const ehp::ModelView& v, const char* key, float (&out)[3]) {
+    const eh_value* x = v.find(key);
+    if (!x) throw Error(EH_MODEL_LOAD_FAILED, std::string("missing mmproj metadata '") + key + "'");
+    if (x->type != EH_VALUE_ARRAY || x->count != 3 || (x->elem_type != EH_VALUE_F32 && x->elem_type != EH_VALUE_F64))
+        throw Error(EH_MODEL_LOAD_FAILED, std::string("mmproj metadata '") + key + "' must be an array of 3 floats");
+    for (int c = 0; c < 3; ++c)
+        out[c] = x->elem_type == EH_VALUE_F32 ? static_cast<const float*>(x->v.array)[c]
+                                               : float(static_cast<const double*>(x->v.array)[c]);
+}
+
+std::string projector_type(const ehp::ModelView& v) {
+    if (auto p = v.get_string("clip.projector_type")) return std::string(*p);
+    if (auto q = v.get_string("clip.vision.projector_type")) return std::string(*q);
+    throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file has no 'clip.projector_type': not a multimodal projector");
+}
+
+// A tensor of n elements (any shape), checked for its bytes.
+const eh_tensor& sized(const ehp::ModelView& v, const std::string& name, uint64_t n) {
+    const eh_tensor& t = v.require_tensor(name);
+    if (elements(t) != n)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' has " + std::to_string(elements(t)) +
+                                              " elements, expected " + std::to_string(n));
+    const uint64_t bytes = ehp::quant::row_bytes(t.type, n);
+    if (bytes == 0 || t.nbytes < bytes || !t.data)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' of type " + ehp::type_name(t.type) +
+                                              " is too short or not a whole number of blocks");
+    return t;
+}
+
+std::vector<float> host_floats(const eh_tensor& t, const std::string& name, uint64_t n) {
+    std::vector<float> out(n);
+    if (!ehp::quant::dequantize_row(t.type, t.data, out.data(), n))
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "': type " + ehp::type_name(t.type) +
+                                              " cannot be read");
+    return out;
+}
+
+std::vector<float> host_floats(const ehp::ModelView& v, const std::string& name, uint64_t n) {
+    return host_floats(sized(v, name, n), name, n);
+}
+
+// A matrix tensor of dims {cols, rows} (cpu-reference's mmproj::mapped).
+const eh_tensor& matrix(const ehp::ModelView& v, const std::string& name, uint64_t cols, uint64_t rows) {
+    const eh_tensor& t = v.require_tensor(name);
+    if (t.n_dims < 2 || t.dims[0] != cols || t.dims[1] != rows || elements(t) != cols * rows)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' must have dims {" + std::to_string(cols) + ", " +
+                                              std::to_string(rows) + "}");
+    return sized(v, name, cols * rows);
+}
+
+template <class T>
+DeviceBuffer upload(const T* data, size_t n, MemoryLedger* ledger) {
+    DeviceBuffer b(n * sizeof(T), ledger);
+    EHC_CHECK(cudaMemcpy(b.get(), data, n * sizeof(T), cudaMemcpyHostToDevice));
+    return b;
+}
+
+}  // namespace
+
+struct Gemma3Vision::Impl {
+    // Row-major [rows][cols]: F16 when every source tensor was F16, else F32.
+    struct Mat {
+        DeviceBuffer buf;
+        bool half = false;
+        int rows = 0, cols = 0;
+    };
+    struct Block {
+        DeviceBuffer ln1_w, ln1_b, ln2_w, ln2_b;
+        Mat qkv, o, up, down;  // qkv: attn_q, attn_k, attn_v stacked (3 * width rows)
+        DeviceBuffer qkv_b, o_b, up_b, down_b;
+    };
+    MemoryLedger* ledger = nullptr;
+    eh_image_encoder_info info{};
+    uint32_t size = 0, patch = 0, grid = 0, merge = 0, width = 0, ff = 0, n_head = 0, text = 0;
+    float eps = 1e-6f;
+    Mat patch_w;  // [width][3 * patch * patch]
+    DeviceBuffer patch_b, pos;
+    std::vector<Block> blocks;
+    DeviceBuffer post_w, post_b, soft;
+    Mat proj;  // [width][text]: GGUF dims {text, width}, read as is (y = x . proj)
+    // Scratch.
+    int heads_per_group = 1;
+    bool half_attn = false;
+    DeviceBuffer pixels, patches, x, h, qkv, att, tmp, u, scores, pooled, rows, xh, qkvh, ph;
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+
+    ~Impl() {
+        if (blas) cublasDestroy(blas);
+        if (stream) cudaStreamDestroy(stream);
+    }
+
+    Mat upload_mat(const std::vector<const eh_tensor*>& parts, const std::vector<std::string>& names, int rows_each,
+                   int cols) {
+        Mat m;
+        m.rows = rows_each * int(parts.size());
+        m.cols = cols;
+        m.half = std::all_of(parts.begin(), parts.end(), [](const eh_tensor* t) { return t->type == EH_TYPE_F16; });
+        const size_t n = size_t(rows_each) * cols;
+        if (m.half) {
+            std::vector<uint16_t> all(n * parts.size());
+            for (size_t i = 0; i < parts.size(); ++i) std::memcpy(&all[i * n], parts[i]->data, n * 2);
+            m.buf = upload(all.data(), all.size(), ledger);
+        } else {
+            std::vector<float> all;
+            all.reserve(n * parts.size());
+            for (size_t i = 0; i < parts.size(); ++i) {
+                const std::vector<float> f = host_floats(*parts[i], names[i], n);
+                all.insert(all.end(), f.begin(), f.end());
+            }
+            m.buf = upload(all.data(), all.size(), ledger);
+        }
+        return m;
+    }
+    DeviceBuffer floats(const ehp::ModelView& v, const std::string& name, uint64_t n) {
+        const std::vector<float> f = host_floats(v, name, n);
+        return upload(f.data(), f.size(), ledger);
+    }
+
+    // y[n][w.rows] = x[n][w.cols] . w^T (x F32; rounded to F16 first for an F16 matrix).
+    void linear(const Mat& w, const float* x, int n, float* y) {
+        const float one = 1.0f, zero = 0.0f;
+        const void* in = x;
+        if (w.half) {
+            vision::to_half(x, size_t(n) * w.cols, xh.as<__half>(), stream);
+            in = xh.get();
+        }
+        const cudaDataType t = w.half ? CUDA_R_16F : CUDA_R_32F;
+        check_cublas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &one, w.buf.get(), t, w.cols, in, t,
+                                  w.cols, &zero, y, CUDA_R_32F, w.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                     "cublasGemmEx");
+    }
+
+    // att[N][width] from qkv[N][3 * width] (biases added): softmax(q k^T *
+    // scale) v per head, heads_per_group heads' scores at a time.
+    void attention() {
+        const int N = int(grid * grid), W = int(width), hd = int(width / n_head);
+        const float scale = 1.0f / std::sqrt(float(hd)), one = 1.0f, zero = 0.0f;
+        const void* base = qkv.get();
+        cudaDataType t = CUDA_R_32F;
+        size_t esz = 4;
+        if (half_attn) {
+            vision::to_half(qkv.as<float>(), size_t(N) * 3 * W, qkvh.as<__half>(), stream);
+            base = qkvh.get();
+            t = CUDA_R_16F;
+            esz = 2;
+        }
+        const char* q = static_cast<const char*>(base);
+        const long long nn = (long long)N * N;
+        for (int h0 = 0; h0 < int(n_head); h0 += heads_per_group) {
+            const int hg = std::min(heads_per_group, int(n_head) - h0);
+            const char* qh = q + size_t(h0) * hd * esz;
+            const char* kh = q + (size_t(W) + size_t(h0) * hd) * esz;
+            const char* vh = q + (size_t(2) * W + size_t(h0) * hd) * esz;
+            // scores (col-major keys x queries, i.e. row-major [query][key])
+            check_cublas(cublasGemmStridedBatchedEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, hd, &scale, kh, t, 3 * W, hd, qh,
+                                                    t, 3 * W, hd, &zero, scores.get(), CUDA_R_32F, N, nn, hg,
+                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                         "cublasGemmStridedBatchedEx (scores)");
+            const void* p = scores.get();
+            if (half_attn) {
+                vision::softmax_rows(scores.as<float>(), hg * N, N, nullptr, ph.as<__half>(), stream);
+                p = ph.get();
+            } else {
+                vision::softmax_rows(scores.as<float>(), hg * N, N, scores.as<float>(), nullptr, stream);
+            }
+            check_cublas(cublasGemmStridedBatchedEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, N, N, &one, vh, t, 3 * W, hd, p, t,
+                                                    N, nn, &zero, att.as<float>() + size_t(h0) * hd, CUDA_R_32F, W, hd,
+                                                    hg, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                         "cublasGemmStridedBatchedEx (values)");
+        }
+    }
+};
+
+Gemma3Vision::Gemma3Vision(const eh_model_view* view, uint32_t text_n_embd, MemoryLedger* ledger)
+    : impl_(std::make_unique<Impl>()) {
+    Impl& I = *impl_;
+    I.ledger = ledger;
+    I.text = text_n_embd;
+    const ehp::ModelView v(view);
+    const std::string proj = projector_type(v);
+    if (proj != "gemma3")
+        throw Error(EH_UNSUPPORTED, "mmproj projector type '" + proj + "' is not supported on CUDA (gemma3 is)");
+    if (auto h = v.get_uint("clip.has_vision_encoder"); h && *h == 0)
+        throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file says it has no vision encoder (clip.has_vision_encoder)");
+    I.size = key_u32(v, "clip.vision.image_size");
+    I.patch = key_u32(v, "clip.vision.patch_size");
+    I.width = key_u32(v, "clip.vision.embedding_length");
+    I.ff = key_u32(v, "clip.vision.feed_forward_length");
+    I.n_head = key_u32(v, "clip.vision.attention.head_count");
+    const uint32_t n_block = key_u32(v, "clip.vision.block_count");
+    if (n_block > 1024)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj block_count " + std::to_string(n_block) + " is more than 1024");
+    I.eps = float(v.get_float("clip.vision.attention.layer_norm_epsilon").value_or(1e-6));
+    I.merge = 4;  // Gemma 3's pooling unless the file says otherwise (llama.cpp's rule)
+    if (v.find("clip.vision.projector.scale_factor")) I.merge = key_u32(v, "clip.vision.projector.scale_factor");
+    if (I.size % I.patch != 0)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj image_size " + std::to_string(I.size) + " is not a multiple of patch_size " +
+                                              std::to_string(I.patch));
+    I.grid = I.size / I.patch;
+    if (I.grid % I.merge != 0)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj patch grid " + std::to_string(I.grid) + " is not a multiple of the pooling " +
+                                              std::to_string(I.merge));
+    if (I.width % I.n_head != 0)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj embedding_length " + std::to_string(I.width) +
+                                              " is not a multiple of head_count " + std::to_string(I.n_head));
+    if (auto pd = v.get_uint("clip.vision.projection_dim"); pd && *pd != text_n_embd)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj projection_dim " + std::to_string(*pd) + " is not the model's width " +
+                                              std::to_string(text_n_embd) + ": the projector belongs to another model");
+    // One image's patches must fit the cuBLAS calls' int sizes: grid^2 rows
+    // of scores of grid^2 floats per head.
+    if (uint64_t(I.grid) * I.grid > 32768)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj patch grid " + std::to_string(I.grid) + "x" + std::to_string(I.grid) +
+                                              " is more than 32768 patches");
+
+    const uint64_t W = I.width, F = I.ff, P = 3ull * I.patch * I.patch, N = uint64_t(I.grid) * I.grid;
+    I.patch_w = I.upload_mat({&sized(v, "v.patch_embd.weight", W * P)}, {"v.patch_embd.weight"}, int(W), int(P));
+    if (v.find_tensor("v.patch_embd.bias")) I.patch_b = I.floats(v, "v.patch_embd.bias", W);
+    else {
+        const std::vector<float> zero(W, 0.0f);
+        I.patch_b = upload(zero.data(), zero.size(), ledger);
+    }
+    I.pos = I.floats(v, "v.position_embd.weight", N * W);
+    I.blocks.resize(n_block);
+    bool all_half = true;
+    for (uint32_t i = 0; i < n_block; ++i) {
+        Impl::Block& b = I.blocks[i];
+        b.ln1_w = I.floats(v, vblk(i, "ln1.weight"), W);
+        b.ln1_b = I.floats(v, vblk(i, "ln1.bias"), W);
+        b.ln2_w = I.floats(v, vblk(i, "ln2.weight"), W);
+        b.ln2_b = I.floats(v, vblk(i, "ln2.bias"), W);
+        const std::string q = vblk(i, "attn_q.weight"), k = vblk(i, "attn_k.weight"), vv = vblk(i, "attn_v.weight");
+        b.qkv = I.upload_mat({&matrix(v, q, W, W), &matrix(v, k, W, W), &matrix(v, vv, W, W)}, {q, k, vv}, int(W), int(W));
+        all_half = all_half && b.qkv.half;
+        std::vector<float> qkv_b = host_floats(v, vblk(i, "attn_q.bias"), W);
+        for (const char* n : {"attn_k.bias", "attn_v.bias"}) {
+            const std::vector<float> x = host_floats(v, vblk(i, n), W);
+            qkv_b.insert(qkv_b.end(), x.begin(), x.end());
+        }
+        b.qkv_b = upload(qkv_b.data(), qkv_b.size(), ledger);
+        const std::string o = vblk(i, "attn_out.weight"), up = vblk(i, "ffn_up.weight"), down = vblk(i, "ffn_down.weight");
+        b.o = I.upload_mat({&matrix(v, o, W, W)}, {o}, int(W), int(W));
+        b.o_b = I.floats(v, vblk(i, "attn_out.bias"), W);
+        b.up = I.upload_mat({&matrix(v, up, W, F)}, {up}, int(F), int(W));
+        b.up_b = I.floats(v, vblk(i, "ffn_up.bias"), F);
+        b.down = I.upload_mat({&matrix(v, down, F, W)}, {down}, int(W), int(F));
+        b.down_b = I.floats(v, vblk(i, "ffn_down.bias"), W);
+    }
+    I.half_attn = n_block > 0 && all_half;
+    I.post_w = I.floats(v, "v.post_ln.weight", W);
+    I.post_b = I.floats(v, "v.post_ln.bias", W);
+    I.soft = I.floats(v, "mm.soft_emb_norm.weight", W);
+    const eh_tensor& pt = v.require_tensor("mm.input_projection.weight");
+    if (pt.n_dims < 2 || pt.dims[0] != text_n_embd || pt.dims[1] != W)
+        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor 'mm.input_projection.weight' must have dims {" +
+                                              std::to_string(text_n_embd) + ", " + std::to_string(W) +
+                                              "} (the model's width, the encoder's)");
+    I.proj = I.upload_mat({&sized(v, "mm.input_projection.weight", uint64_t(text_n_embd) * W)},
+                          {"mm.input_projection.weight"}, int(W), int(text_n_embd));
+
+    I.info.struct_size = sizeof(I.info);
+    I.info.image_width = I.info.image_height = I.size;
+    const uint32_t g = I.grid / I.merge;
+    I.info.n_tokens = g * g;
+    I.info.n_embd = text_n_embd;
+    I.info.span_flags = EH_SPAN_BIDIRECTIONAL;  // Gemma 3 attends among an image's tokens both ways
+    three_floats(v, "clip.vision.image_mean", I.info.mean);
+    three_floats(v, "clip.vision.image_std", I.info.std);
+
+    // Scratch for one image.
+    const size_t head_scores = size_t(N) * N * 4;
+    I.heads_per_group = int(std::clamp<size_t>(kVisionScoreBytes / head_scores, 1, I.n_head));
+    const size_t M = size_t(g) * g;
+    I.pixels = DeviceBuffer(3 * size_t(I.size) * I.size * 4, ledger);
+    I.patches = DeviceBuffer(N * P * 4, ledger);
+    I.x = DeviceBuffer(N * W * 4, ledger);
+    I.h = DeviceBuffer(N * W * 4, ledger);
+    I.qkv = DeviceBuffer(N * 3 * W * 4, ledger);
+    I.att = DeviceBuffer(N * W * 4, ledger);
+    I.tmp = DeviceBuffer(N * W * 4, ledger);
+    I.u = DeviceBuffer(N * F * 4, ledger);
+    I.scores = DeviceBuffer(size_t(I.heads_per_group) * head_scores, ledger);
+    I.pooled = DeviceBuffer(M * W * 4, ledger);
+    I.rows = DeviceBuffer(M * text_n_embd * 4, ledger);
+    I.xh = DeviceBuffer(N * std::max({P, W, F}) * 2, ledger);  // a GEMM's F16 input (an F16 matrix)
+    if (I.half_attn) {
+        I.qkvh = DeviceBuffer(N * 3 * W * 2, ledger);
+        I.ph = DeviceBuffer(size_t(I.heads_per_group) * N * N * 2, ledger);
+    }
+    EHC_CHECK(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking));
+    check_cublas(cublasCreate(&I.blas), "cublasCreate");
+    check_cublas(cublasSetStream(I.blas, I.stream), "cublasSetStream");
+}
+
+Gemma3Vision::~Gemma3Vision() = default;
+
+const eh_image_encoder_info& Gemma3Vision::info() const { return impl_->info; }
+
+void Gemma3Vision::encode(const float* pixels, float* out) {
+    Impl& I = *impl_;
+    cudaStream_t s = I.stream;
+    const int N = int(I.grid * I.grid), W = int(I.width), F = int(I.ff), T = int(I.text);
+    const int g = int(I.grid / I.merge), M = g * g;
+    const size_t npix = 3 * size_t(I.size) * I.size;
+    EHC_CHECK(cudaMemcpyAsync(I.pixels.get(), pixels, npix * 4, cudaMemcpyHostToDevice, s));
+    vision::im2col(I.pixels.as<float>(), int(I.size), int(I.patch), I.patches.as<float>(), s);
+    I.linear(I.patch_w, I.patches.as<float>(), N, I.tmp.as<float>());
+    vision::add_bias_pos(I.tmp.as<float>(), I.patch_b.as<float>(), I.pos.as<float>(), N, W, I.x.as<float>(), s);
+    float* x = I.x.as<float>();
+    float* h = I.h.as<float>();
+    for (const Impl::Block& b : I.blocks) {
+        vision::layer_norm(x, b.ln1_w.as<float>(), b.ln1_b.as<float>(), I.eps, N, W, h, s);
+        I.linear(b.qkv, h, N, I.qkv.as<float>());
+        vision::add_bias(I.qkv.as<float>(), b.qkv_b.as<float>(), N, 3 * W, s);
+        I.attention();
+        I.linear(b.o, I.att.as<float>(), N, I.tmp.as<float>());
+        vision::add_residual(x, I.tmp.as<float>(), b.o_b.as<float>(), N, W, s);
+        vision::layer_norm(x, b.ln2_w.as<float>(), b.ln2_b.as<float>(), I.eps, N, W, h, s);
+        I.linear(b.up, h, N, I.u.as<float>());
+        vision::bias_gelu(I.u.as<float>(), b.up_b.as<float>(), N, F, s);
+        I.linear(b.down, I.u.as<float>(), N, I.tmp.as<float>());
+        vision::add_residual(x, I.tmp.as<float>(), b.down_b.as<float>(), N, W, s);
+    }
+    vision::layer_norm(x, I.post_w.as<float>(), I.post_b.as<float>(), I.eps, N, W, h, s);
+    vision::pool_rms(h, int(I.grid), int(I.merge), W, I.soft.as<float>(), I.eps, I.pooled.as<float>(), s);
+    // rows[M][T] = pooled[M][W] . proj[W][T]
+    const float one = 1.0f, zero = 0.0f;
+    const void* in = I.pooled.get();
+    if (I.proj.half) {
+        vision::to_half(I.pooled.as<float>(), size_t(M) * W, I.xh.as<__half>(), s);
+        in = I.xh.get();
+    }
+    const cudaDataType t = I.proj.half ? CUDA_R_16F : CUDA_R_32F;
+    check_cublas(cublasGemmEx(I.blas, CUBLAS_OP_N, CUBLAS_OP_N, T, M, W, &one, I.proj.buf.get(), t, T, in, t, W, &zero,
+                              I.rows.get(), CUDA_R_32F, T, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                 "cublasGemmEx (projection)");
+    EHC_CHECK(cudaMemcpyAsync(out, I.rows.get(), size_t(M) * T * 4, cudaMemcpyDeviceToHost, s));
+    EHC_CHECK(cudaStreamSynchronize(s));
+}
+
+}  // namespace ehcuda

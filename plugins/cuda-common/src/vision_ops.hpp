@@ -1,0 +1,33 @@
+// The image encoder's elementwise and row kernels (vision_ops.cu), for
+// vision_gemma3.cpp. Rows are dense: row t of a [rows][n] buffer at t * n.
+#pragma once
+
+#include <cuda_fp16.h>
+#include <cuda_runtime_api.h>
+
+namespace ehcuda::vision {
+
+// Patch rows of (channel, row, column) from three size x size planes:
+// out[(py * grid + px)][(c * patch + ky) * patch + kx].
+void im2col(const float* pixels, int size, int patch, float* out, cudaStream_t s);
+// x[t][e] = y[t][e] + bias[e] + pos[t][e].
+void add_bias_pos(const float* y, const float* bias, const float* pos, int rows, int n, float* x, cudaStream_t s);
+// y[t][e] += bias[e].
+void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t s);
+// x[t][e] += y[t][e] + bias[e].
+void add_residual(float* x, const float* y, const float* bias, int rows, int n, cudaStream_t s);
+// u[t][e] = gelu_tanh(u[t][e] + bias[e]).
+void bias_gelu(float* u, const float* bias, int rows, int n, cudaStream_t s);
+// out = LayerNorm(x) * w + b per row (biased variance, eps inside the root).
+void layer_norm(const float* x, const float* w, const float* b, float eps, int rows, int n, float* out, cudaStream_t s);
+// n floats to halves.
+void to_half(const float* x, size_t n, __half* out, cudaStream_t s);
+// Each of `rows` rows of n scores to its softmax, into outf (may be s
+// itself) or, when outf is null, outh.
+void softmax_rows(const float* scores, int rows, int n, float* outf, __half* outh, cudaStream_t s);
+// The grid x grid rows of x (width n) averaged over merge x merge squares
+// into (grid / merge)^2 rows, row-major, each then RMS-normalised and
+// multiplied by w: out[(oy * g + ox)][e].
+void pool_rms(const float* x, int grid, int merge, int n, const float* w, float eps, float* out, cudaStream_t s);
+
+}  // namespace ehcuda::vision

@@ -1,0 +1,66 @@
+// llama_cuda::Batch's image half (images.hpp): the step calls take each
+// entry's spans first and drop them after, and a chunk that carries a
+// bidirectional span attends through ehcuda::attention_span.
+#include <ehcuda/attention_span.hpp>
+
+#include "batch.hpp"
+
+namespace llama_cuda {
+
+namespace {
+
+// Drops the step's spans when the step call leaves, however it leaves.
+struct ClearAfter {
+    ImageSteps& images;
+    ~ClearAfter() { images.clear(); }
+};
+
+}  // namespace
+
+void Batch::step(eh_step_entry* entries, uint32_t n_entries) {
+    expect_idle("step");
+    ClearAfter after{images_};
+    images_.take(entries, n_entries, ledger(), max_step_tokens());
+    BatchBase::step(entries, n_entries);
+}
+
+void Batch::begin(eh_step_entry* entries, uint32_t n_entries) {
+    ClearAfter after{images_};
+    images_.take(entries, n_entries, ledger(), max_step_tokens());
+    BatchBase::begin(entries, n_entries);
+}
+
+void Batch::forget(const ehcuda::CudaSeq* seq) {
+    images_.forget(seq);
+    BatchBase::forget(seq);
+}
+
+void Batch::set_spans(const ehcuda::CudaSeq* seq, const eh_embd_span* spans, uint32_t n) {
+    if (!owns(seq)) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_embd_spans: the sequence is not this model's");
+    images_.set(seq, spans, n);
+}
+
+void Batch::span_attention(const ehcuda::StepView& v, Rank& rk, int layer, const ehcuda::StepSpan& sp) {
+    const Config& c = *rk.c;
+    const int pl = pool_layer(rk, layer);
+    ehcuda::SpanAttnArgs at;
+    at.q = rk.qkv.as<float>() + size_t(sp.first) * c.qkv_dim();
+    at.ldq = c.qkv_dim();
+    at.k_pool = k_pool(pl);
+    at.v_pool = v_pool(pl);
+    at.n_head = c.n_head;
+    at.n_kv = c.n_kv;
+    at.head_dim = c.head_dim;
+    at.ntok = sp.n;
+    at.d_pos = v.d_pos + sp.first;
+    at.d_table = v.d_table + sp.first;
+    at.tables = v.d_tables;
+    at.d_reach = images_.d_reach() + sp.first;
+    at.window = c.layer_window(layer);
+    at.scale = c.scale();
+    at.out = rk.attn.as<float>() + size_t(sp.first) * c.q_dim();
+    at.ldo = c.q_dim();
+    ehcuda::attention_span(at, stream());
+}
+
+}  // namespace llama_cuda
