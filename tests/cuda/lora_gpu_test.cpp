@@ -1,0 +1,398 @@
+// llama-cuda's LoRA adapters (ABI 1.6) against the CPU reference's on forged
+// tiny files (llama 3.1: separate q/k/v; phi3: fused qkv and gate|up; qwen3,
+// gemma3) with forged adapters on every kind of matrix (lora_forge.hpp, the
+// CPU reference's tests' forger): teacher-forced logits within 1e-2 of the
+// largest |logit| and the reference's top-1 kept, where the adapter moves
+// them far more than that; sequences of different adapters (and none) in the
+// same steps, prefill and graphed decode, get what each gets alone, also with
+// an adapter loaded after the graphs were captured; a fork keeps its
+// source's adapter; release while unused; seq_set_adapter's rules; and the
+// refusals (an adapter of another model's shape, a tensor-parallel load).
+#include <dlfcn.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <eh/model/model_file.hpp>
+#include <eh/tools/forge.hpp>
+
+#include "lora_forge.hpp"
+#include "step_seq.hpp"
+
+namespace {
+
+const eh_plugin_api* open_plugin(const char* env, const char* path) {
+    const char* p = std::getenv(env) ? std::getenv(env) : path;
+    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
+    if (!h) return nullptr;
+    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
+    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
+}
+const eh_plugin_api* gpu_api() {
+    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
+    return api;
+}
+const eh_plugin_api* cpu_api() {
+    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
+    return api;
+}
+bool gpu_usable() {
+    const eh_plugin_api* api = gpu_api();
+    if (!api) return false;
+    eh_probe_result r{};
+    r.struct_size = sizeof r;
+    return api->probe(0, &r) == EH_OK && r.supported;
+}
+
+#define REQUIRE_BOTH()                                                    \
+    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
+    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
+    ASSERT_NE(gpu_api(), nullptr) << "llama-cuda plugin not loadable";     \
+    ASSERT_NE(gpu_api()->adapter_load, nullptr) << "llama-cuda exports no adapter_load"
+
+// A forged profile (synthetic vocabulary), made once per process.
+const eh::model::ModelFile& file_of(const std::string& profile) {
+    namespace fs = std::filesystem;
+    static std::map<std::string, std::unique_ptr<eh::model::ModelFile>> files;
+    auto& f = files[profile];
+    if (!f) {
+        static const fs::path dir = fs::temp_directory_path() / ("lora_cuda_test_" + std::to_string(::getpid()));
+        fs::create_directories(dir);
+        eh::tools::ForgeOptions o;
+        o.profile = profile;
+        o.out = (dir / (profile + ".gguf")).string();
+        o.seed = 13;
+        o.vocab = "none";
+        eh::tools::forge(o);
+        f = eh::model::ModelFile::open(o.out);
+    }
+    return *f;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+    return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+// Pairs on every adaptable matrix of the file, ranks and stored types varied
+// (Q8_0 needs rows of whole 32-blocks: rank 32 there).
+lora_forge::Adapter forge_adapter(const std::string& profile, uint32_t seed) {
+    static const char* const kKinds[] = {".attn_q.weight",   ".attn_k.weight", ".attn_v.weight",
+                                         ".attn_qkv.weight", ".attn_output.weight", ".ffn_gate.weight",
+                                         ".ffn_up.weight",   ".ffn_down.weight"};
+    const eh::model::ModelFile& f = file_of(profile);
+    const eh_model_view& v = f.view();
+    std::vector<lora_forge::Target> targets;
+    const uint32_t types[] = {EH_TYPE_F32, EH_TYPE_F16, EH_TYPE_BF16, EH_TYPE_Q8_0};
+    uint32_t k = seed;
+    for (uint64_t i = 0; i < v.n_tensors; ++i) {
+        const std::string name(v.tensors[i].name.data, v.tensors[i].name.size);
+        bool take = name == "output.weight";
+        for (const char* kind : kKinds) take = take || (name.rfind("blk.", 0) == 0 && ends_with(name, kind));
+        if (!take || v.tensors[i].n_dims != 2) continue;
+        const uint32_t type = types[k++ % 4];
+        targets.push_back({name, type == EH_TYPE_Q8_0 ? 32u : 4u + 4u * (k % 3), type});
+    }
+    return lora_forge::forge(f, targets, 8.0f, seed, 0.12f);
+}
+
+// An adapter loaded into one model, released with it (before the model).
+struct Loaded {
+    const eh_plugin_api* api = nullptr;
+    std::unique_ptr<eh::model::ModelFile> file;
+    eh_adapter* adapter = nullptr;
+    eh_status status = EH_OK;
+    Loaded(const eh_plugin_api* a, eh_model* model, const std::vector<uint8_t>& gguf, float scale = 1.0f) : api(a) {
+        file = eh::model::ModelFile::open_gguf_buffer(gguf.data(), gguf.size(), "forged-adapter.gguf");
+        eh_adapter_params p{};
+        p.struct_size = sizeof p;
+        p.view = &file->view();
+        p.scale = scale;
+        p.alpha = 8.0f;
+        status = api->adapter_load(model, &p, &adapter);
+    }
+    void release() {
+        if (adapter) api->adapter_release(adapter);
+        adapter = nullptr;
+    }
+    ~Loaded() { release(); }
+};
+
+ehtest::KvShape shape() {
+    ehtest::KvShape k;
+    k.max_seqs = k.max_step_entries = 8;
+    k.max_seq_tokens = 96;
+    k.max_step_tokens = 512;
+    k.budget_bytes = 64ull << 20;
+    return k;
+}
+
+uint32_t vocab_of(const ehtest::StepModel& m) {
+    eh_model_info info{};
+    info.struct_size = sizeof info;
+    EXPECT_EQ(m.api->model_get_info(m.model, &info), EH_OK);
+    return info.vocab_size;
+}
+
+std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
+    std::vector<int32_t> t(n);
+    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + salt * 104729 + 11) % vocab);
+    return t;
+}
+
+constexpr uint32_t kPrompt = 32, kDecode = 16;
+using Logits = std::vector<std::vector<float>>;  // per position: after the prompt, then after each decoded token
+
+// Several sequences fed the same steps: one entry each, the prompts in one
+// step, then one teacher-forced token per step; every step's logits.
+std::vector<Logits> feed(ehtest::StepModel& m, const std::vector<eh_adapter*>& adapters,
+                         const std::vector<std::vector<int32_t>>& toks) {
+    std::vector<eh_seq*> seqs;
+    for (eh_adapter* a : adapters) {
+        eh_seq* s = m.create();
+        EXPECT_EQ(m.api->seq_set_adapter(s, a), EH_OK) << m.error();
+        seqs.push_back(s);
+    }
+    std::vector<Logits> out(seqs.size());
+    for (uint32_t step = 0; step <= kDecode; ++step) {
+        std::vector<eh_step_entry> es;
+        for (size_t i = 0; i < seqs.size(); ++i) {
+            const int32_t* t = step == 0 ? toks[i].data() : &toks[i][kPrompt + step - 1];
+            es.push_back(ehtest::step_entry(seqs[i], t, step == 0 ? kPrompt : 1));
+        }
+        EXPECT_EQ(m.api->step(m.model, es.data(), uint32_t(es.size())), EH_OK) << m.error();
+        for (size_t i = 0; i < seqs.size(); ++i) out[i].push_back(m.logits(seqs[i]));
+    }
+    for (eh_seq* s : seqs) m.release(s);
+    return out;
+}
+
+double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
+    double mx = 1e-6, e = 0;
+    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
+        mx = std::max(mx, double(std::fabs(b[i])));
+        e = std::max(e, double(std::fabs(a[i] - b[i])));
+    }
+    return a.size() == b.size() ? e / mx : 1e9;
+}
+size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
+// The reference's top-1 is (within tol of) the top of `got` too.
+bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref, double tol) {
+    double mx = 1e-6;
+    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
+    return ref[argmax(ref)] - ref[argmax(got)] <= tol * mx;
+}
+// |log p(ref's top-1)| difference between the two.
+double logprob_delta(const std::vector<float>& got, const std::vector<float>& ref) {
+    auto lp = [](const std::vector<float>& v, size_t i) {
+        const float mx = *std::max_element(v.begin(), v.end());
+        double z = 0;
+        for (float x : v) z += std::exp(double(x - mx));
+        return double(v[i] - mx) - std::log(z);
+    };
+    const size_t t = argmax(ref);
+    return std::fabs(lp(got, t) - lp(ref, t));
+}
+
+constexpr double kTol = 1e-2;     // of the largest |logit|: FP16 pairs and KV against FP32
+constexpr double kMoved = 5e-2;   // the adapter's effect the comparisons must resolve
+
+class LoraGpu : public ::testing::TestWithParam<std::string> {};
+
+// Teacher-forced against the CPU reference with the same adapter, and the
+// adapter matters (so a plugin that ignored it would fail).
+TEST_P(LoraGpu, MatchesCpuReference) {
+    REQUIRE_BOTH();
+    const std::string profile = GetParam();
+    const auto ad = forge_adapter(profile, 3).gguf();
+    ehtest::StepModel cpu(cpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(cpu.ok()) << cpu.failure;
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    Loaded ca(cpu_api(), cpu.model, ad), ga(gpu_api(), gpu.model, ad);
+    ASSERT_EQ(ca.status, EH_OK) << cpu.error();
+    ASSERT_EQ(ga.status, EH_OK) << gpu.error();
+    const std::vector<std::vector<int32_t>> toks{tokens_of(kPrompt + kDecode, 1, vocab_of(gpu))};
+    const Logits ref = feed(cpu, {ca.adapter}, toks)[0];
+    const Logits got = feed(gpu, {ga.adapter}, toks)[0];
+    const Logits base = feed(gpu, {nullptr}, toks)[0];
+    ASSERT_EQ(ref.size(), got.size());
+    double worst = 0, worst_lp = 0, moved = 0;
+    size_t top1 = 0;
+    for (size_t p = 0; p < ref.size(); ++p) {
+        worst = std::max(worst, rel_err(got[p], ref[p]));
+        worst_lp = std::max(worst_lp, logprob_delta(got[p], ref[p]));
+        top1 += top1_ok(got[p], ref[p], kTol);
+        moved = std::max(moved, rel_err(base[p], ref[p]));
+    }
+    std::printf("[lora-gpu] %s: %zu positions, max error %.3g of max |logit|, max |delta logprob| %.3g, top-1 ok %zu, "
+                "adapter moved logits by %.3g\n",
+                profile.c_str(), ref.size(), worst, worst_lp, top1, moved);
+    EXPECT_LT(worst, kTol);
+    EXPECT_LT(worst_lp, 0.05);
+    EXPECT_EQ(top1, ref.size());
+    EXPECT_GT(moved, kMoved) << "the forged adapter barely changes the logits: the comparison proves nothing";
+}
+
+// Sequences of two adapters and none in the same steps (the prompts in one
+// step, then graphed decode steps) get what each gets alone; then an adapter
+// loaded after those graphs were captured, in the same bucket.
+TEST_P(LoraGpu, MixedAdaptersInOneStepEqualEachAlone) {
+    REQUIRE_BOTH();
+    const std::string profile = GetParam();
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    Loaded a1(gpu_api(), gpu.model, forge_adapter(profile, 5).gguf());
+    Loaded a2(gpu_api(), gpu.model, forge_adapter(profile, 6).gguf());
+    ASSERT_EQ(a1.status, EH_OK) << gpu.error();
+    ASSERT_EQ(a2.status, EH_OK) << gpu.error();
+    const uint32_t vocab = vocab_of(gpu);
+    std::vector<std::vector<int32_t>> toks;
+    for (uint32_t i = 0; i < 4; ++i) toks.push_back(tokens_of(kPrompt + kDecode, 10 + i, vocab));
+    auto check = [&](const std::vector<eh_adapter*>& ads, const char* what) {
+        SCOPED_TRACE(what);
+        const std::vector<Logits> together = feed(gpu, ads, toks);
+        for (size_t i = 0; i < ads.size(); ++i) {
+            const Logits alone = feed(gpu, {ads[i]}, {toks[i]})[0];
+            double worst = 0;
+            size_t same = 0;
+            for (size_t p = 0; p < alone.size(); ++p) {
+                worst = std::max(worst, rel_err(together[i][p], alone[p]));
+                same += argmax(together[i][p]) == argmax(alone[p]);
+            }
+            std::printf("[lora-gpu] %s %s: sequence %zu (%s): max error %.3g, same top-1 %zu of %zu\n", profile.c_str(),
+                        what, i, ads[i] ? "adapter" : "no adapter", worst, same, alone.size());
+            EXPECT_LT(worst, kTol) << "sequence " << i;
+            EXPECT_EQ(same, alone.size()) << "sequence " << i;
+        }
+    };
+    check({a1.adapter, nullptr, a2.adapter, a1.adapter}, "two adapters and none");
+    Loaded a3(gpu_api(), gpu.model, forge_adapter(profile, 7).gguf());
+    ASSERT_EQ(a3.status, EH_OK) << gpu.error();
+    check({a3.adapter, a1.adapter, nullptr, a2.adapter}, "an adapter loaded after the graphs");
+    // And a sequence without an adapter is the model's own: the same beside
+    // adapters as in a model that never loaded one.
+    ehtest::StepModel plain(gpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(plain.ok()) << plain.failure;
+    const Logits never = feed(plain, {nullptr}, {toks[2]})[0];
+    const Logits beside = feed(gpu, {a1.adapter, a2.adapter, nullptr}, {toks[0], toks[1], toks[2]})[2];
+    for (size_t p = 0; p < never.size(); ++p) EXPECT_LT(rel_err(beside[p], never[p]), kTol) << "position " << p;
+}
+
+// A fork continues with its source's adapter.
+TEST_P(LoraGpu, ForkKeepsTheAdapter) {
+    REQUIRE_BOTH();
+    const std::string profile = GetParam();
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    Loaded a(gpu_api(), gpu.model, forge_adapter(profile, 9).gguf());
+    ASSERT_EQ(a.status, EH_OK) << gpu.error();
+    const auto toks = tokens_of(kPrompt, 4, vocab_of(gpu));
+    eh_seq* src = gpu.create();
+    ASSERT_EQ(gpu.api->seq_set_adapter(src, a.adapter), EH_OK) << gpu.error();
+    eh_step_entry e = ehtest::step_entry(src, toks.data(), kPrompt);
+    ASSERT_EQ(gpu.api->step(gpu.model, &e, 1), EH_OK) << gpu.error();
+    const std::vector<float> want = gpu.logits(src);
+    eh_seq* f = gpu.fork(src, kPrompt - 1);
+    e = ehtest::step_entry(f, &toks[kPrompt - 1], 1);
+    ASSERT_EQ(gpu.api->step(gpu.model, &e, 1), EH_OK) << gpu.error();
+    EXPECT_LT(rel_err(gpu.logits(f), want), kTol);
+    // (the same last token without the adapter is far from it)
+    const Logits base = feed(gpu, {nullptr}, {tokens_of(kPrompt + kDecode, 4, vocab_of(gpu))})[0];
+    EXPECT_GT(rel_err(base[0], want), kMoved);
+    gpu.release(f);  // (before the adapter)
+    gpu.release(src);
+}
+
+// seq_set_adapter's rules, release while unused, a freed slot reused.
+TEST_P(LoraGpu, RulesAndRelease) {
+    REQUIRE_BOTH();
+    const std::string profile = GetParam();
+    ehtest::StepModel cpu(cpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(cpu.ok()) << cpu.failure;
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    Loaded a(gpu_api(), gpu.model, forge_adapter(profile, 11).gguf());
+    Loaded b(gpu_api(), gpu.model, forge_adapter(profile, 12).gguf());
+    ASSERT_EQ(a.status, EH_OK) << gpu.error();
+    ASSERT_EQ(b.status, EH_OK) << gpu.error();
+    const auto toks = tokens_of(kPrompt + kDecode, 6, vocab_of(gpu));
+    eh_seq* s = gpu.create();
+    EXPECT_EQ(gpu.api->seq_set_adapter(s, a.adapter), EH_OK) << gpu.error();
+    EXPECT_EQ(gpu.api->seq_set_adapter(s, b.adapter), EH_OK) << "an empty sequence changes adapter";
+    eh_step_entry e = ehtest::step_entry(s, toks.data(), 4);
+    ASSERT_EQ(gpu.api->step(gpu.model, &e, 1), EH_OK) << gpu.error();
+    EXPECT_EQ(gpu.api->seq_set_adapter(s, a.adapter), EH_INVALID_ARGUMENT);
+    EXPECT_EQ(gpu.api->seq_set_adapter(s, nullptr), EH_INVALID_ARGUMENT);
+    EXPECT_EQ(gpu.api->seq_set_adapter(s, b.adapter), EH_OK) << "the adapter it already has";
+    gpu.release(s);
+    // Another model's adapter.
+    ehtest::StepModel other(gpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(other.ok()) << other.failure;
+    eh_seq* o = other.create();
+    EXPECT_EQ(other.api->seq_set_adapter(o, a.adapter), EH_INVALID_ARGUMENT);
+    // Released unused, and its slot taken by a new adapter, which computes
+    // as the reference does with that adapter.
+    a.release();
+    b.release();
+    const auto ad = forge_adapter(profile, 13).gguf();
+    Loaded c(gpu_api(), gpu.model, ad), cc(cpu_api(), cpu.model, ad);
+    ASSERT_EQ(c.status, EH_OK) << gpu.error();
+    ASSERT_EQ(cc.status, EH_OK) << cpu.error();
+    const Logits got = feed(gpu, {c.adapter}, {toks})[0];
+    const Logits ref = feed(cpu, {cc.adapter}, {toks})[0];
+    for (size_t p = 0; p < ref.size(); ++p) EXPECT_LT(rel_err(got[p], ref[p]), kTol) << "position " << p;
+}
+
+INSTANTIATE_TEST_SUITE_P(Profiles, LoraGpu,
+                         ::testing::Values("tiny-llama-3.1-q4_k_m", "tiny-phi-3-q4_k_m", "tiny-qwen3-q4_k_m",
+                                           "tiny-gemma-3-q4_k_m"),
+                         [](const ::testing::TestParamInfo<std::string>& i) {
+                             std::string n = i.param;
+                             for (char& ch : n)
+                                 if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                             return n;
+                         });
+
+// Refusals: a pair whose shape is not the model's, and any adapter on a
+// tensor-parallel load (two shards on this GPU).
+TEST(LoraGpuRefusals, ShapesAndTensorParallel) {
+    REQUIRE_BOTH();
+    const std::string profile = "tiny-llama-3.1-q4_k_m";
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    auto ad = forge_adapter(profile, 21);
+    ad.pairs[0].n_out += 1;  // lora_b one row too many
+    ad.pairs[0].b.resize(ad.pairs[0].n_out * ad.pairs[0].rank);
+    ad.pairs[0].b_bytes = lora_forge::encode(ad.pairs[0].type, ad.pairs[0].b, ad.pairs[0].rank);
+    Loaded bad(gpu_api(), gpu.model, ad.gguf());
+    EXPECT_EQ(bad.status, EH_MODEL_LOAD_FAILED);
+    EXPECT_NE(gpu.error().find(ad.pairs[0].name), std::string::npos) << gpu.error();
+    EXPECT_EQ(bad.adapter, nullptr);
+
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = "tp";
+    lp.view = &file_of(profile).view();
+    const int32_t devices[2] = {0, 0};
+    lp.n_devices = 2;
+    lp.devices = devices;
+    eh_model* tp = nullptr;
+    if (gpu_api()->model_load(&lp, &tp) != EH_OK) GTEST_SKIP() << "no two-shard load: " << gpu_api()->plugin_last_error();
+    Loaded on_tp(gpu_api(), tp, forge_adapter(profile, 22).gguf());
+    EXPECT_EQ(on_tp.status, EH_UNSUPPORTED);
+    EXPECT_NE(std::string(gpu_api()->model_last_error(tp)).find("tensor-parallel"), std::string::npos);
+    on_tp.release();
+    gpu_api()->model_release(tp);
+}
+
+}  // namespace
