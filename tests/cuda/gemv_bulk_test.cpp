@@ -232,5 +232,112 @@ TEST(GemvBulk, SegmentsBitwiseEqual) {
     }
 }
 
+// The bulk kernels' token groups (2 .. 8 tokens, each weight read once for
+// the group) against the same tokens run one at a time through the
+// single-token bulk kernel: bitwise the same, for every integer-path type,
+// both input forms, plain and SwiGLU inputs with their row strides, bias and
+// accumulation, one-shot blocks and the resident grid, groups of every
+// width, a matrix too wide for one group of 8 (split into narrower groups),
+// and mixed-type segments in one launch.
+TEST(GemvBulk, TokenGroupsBitwiseEqualToOneTokenAtATime) {
+    REQUIRE_GPU();
+    BulkGuard bg(true);
+    const int groups_was = ehcuda::plan().bulk_max_tokens;
+    set_bulk_max_tokens(ehcuda::kBulkMaxTokens);
+    const Shape shapes[] = {{37, 96}, {4100, 640}, {896, 4864}, {512, 14336}};
+    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1,
+                              EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K, EH_TYPE_Q6_K,
+                              EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS};
+    int checked = 0;
+    for (const Shape& sh : shapes)
+        for (uint32_t type : types) {
+            const size_t rb = ehcuda::row_bytes(type, sh.cols);
+            if (rb == 0) continue;
+            std::mt19937 rng(type * 13 + uint32_t(sh.cols));
+            auto w = exact_device(random_rows(type, sh.rows, sh.cols, rng));
+            std::normal_distribution<float> nd;
+            const int kTok = ehcuda::kBulkMaxTokens;
+            std::vector<float> x(size_t(kTok) * 2 * sh.cols), bias(size_t(sh.rows)), y0(size_t(kTok) * sh.rows);
+            for (auto& v : x) v = 2 * nd(rng);
+            for (auto& v : bias) v = nd(rng);
+            for (auto& v : y0) v = nd(rng);
+            auto dx = to_device(x), db = to_device(bias);
+            for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2})
+                for (int mode = 0; mode < 2; ++mode)
+                    for (int n : {2, 3, 5, 8}) {
+                        InputGuard ig(in);
+                        ehcuda::MatmulArgs a;
+                        a.seg[0].w = {w.get(), type, sh.rows, sh.cols, rb};
+                        a.seg[0].bias = mode == 0 ? db.as<float>() : nullptr;
+                        a.cols = sh.cols;
+                        a.x = dx.as<float>();
+                        a.ldx = mode == 1 ? 2 * sh.cols : sh.cols + 32;  // strides past the row
+                        a.xmode = mode == 1 ? ehcuda::XMode::SwiGLU : ehcuda::XMode::Plain;
+                        a.ldy = sh.rows;
+                        a.accumulate = mode == 1;
+                        a.ntok = n;
+                        ASSERT_TRUE(ehcuda::matmul_groups_tokens(a)) << ehp::type_name(type) << " " << sh.cols;
+                        for (int ring = 0; ring <= 1; ++ring) {
+                            const auto got = run(a, true, y0, nullptr, ring);
+                            GPU_OK(cudaGetLastError());
+                            for (int t = 0; t < n; ++t) {
+                                ehcuda::MatmulArgs one = a;
+                                one.ntok = 1;
+                                one.x = a.x + size_t(t) * a.ldx;
+                                const std::vector<float> y0t(y0.begin() + size_t(t) * sh.rows,
+                                                             y0.begin() + size_t(t + 1) * sh.rows);
+                                const auto ref = run(one, true, y0t, nullptr, ring);
+                                for (int r = 0; r < sh.rows; ++r)
+                                    ASSERT_EQ(ref[size_t(r)], got[size_t(t) * sh.rows + size_t(r)])
+                                        << ehp::type_name(type) << " " << sh.rows << "x" << sh.cols << " input "
+                                        << int(in) << " mode " << mode << " tokens " << n << " ring " << ring
+                                        << " token " << t << " row " << r;
+                            }
+                            ++checked;
+                        }
+                    }
+        }
+    // Mixed Q5_0 / Q8_0 segments (Qwen2.5's QKV), 4 tokens in one launch.
+    {
+        const int cols = 896;
+        const uint32_t seg_types[3] = {EH_TYPE_Q5_0, EH_TYPE_Q5_0, EH_TYPE_Q8_0};
+        const int rows[3] = {901, 131, 131};
+        std::mt19937 rng(9);
+        std::vector<ehcuda::DeviceBuffer> bufs;
+        ehcuda::MatmulArgs a;
+        int off = 0;
+        for (int s = 0; s < 3; ++s) {
+            bufs.push_back(to_device(random_rows(seg_types[s], rows[s], cols, rng)));
+            a.seg[s].w = {bufs.back().get(), seg_types[s], rows[s], cols, row_size(seg_types[s], cols)};
+            a.seg[s].out_offset = off;
+            off += rows[s] + 1;
+        }
+        a.nseg = 3;
+        std::vector<float> x(size_t(4) * cols), y0(size_t(4) * off);
+        std::normal_distribution<float> nd;
+        for (auto& v : x) v = 4 * nd(rng);
+        for (auto& v : y0) v = nd(rng);
+        auto dx = to_device(x);
+        a.cols = cols;
+        a.x = dx.as<float>();
+        a.ldx = cols;
+        a.ldy = off;
+        a.ntok = 4;
+        ASSERT_TRUE(ehcuda::matmul_groups_tokens(a));
+        const auto got = run(a, true, y0);
+        for (int t = 0; t < 4; ++t) {
+            ehcuda::MatmulArgs one = a;
+            one.ntok = 1;
+            one.x = a.x + size_t(t) * cols;
+            const auto ref = run(one, true, std::vector<float>(y0.begin() + size_t(t) * off, y0.begin() + size_t(t + 1) * off));
+            for (int r = 0; r < off; ++r)
+                ASSERT_EQ(ref[size_t(r)], got[size_t(t) * off + size_t(r)]) << "mixed token " << t << " row " << r;
+        }
+        ++checked;
+    }
+    set_bulk_max_tokens(groups_was);
+    EXPECT_GT(checked, 300);
+}
+
 }  // namespace
 }  // namespace ehtest

@@ -43,6 +43,7 @@ Variant variant(const std::string& name) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
     if (name == "float") p.gemv_input = GemvInput::Float;
     else if (name == "nomix") p.gemv_mixed = p.gemv_bulk = false;
+    else if (name == "nogroups") p.bulk_max_tokens = 1;
     else throw std::runtime_error("no variant " + name);
     return {p, kH200};
 }
@@ -73,12 +74,14 @@ TEST(KernelRoute, RealShapesRouteAsTheChoosersDid) {
     EXPECT_EQ(checked, 160);
 }
 
-// Token groups of 2, 4 and 8 take plan_register's rows per warp and split-K
-// as before: one launch for one-type shapes.
+// With the bulk kernels' token groups off (bulk_max_tokens 1), token
+// groups of 2, 4 and 8 take plan_register's rows per warp and split-K as
+// before: one launch for one-type shapes.
 TEST(KernelRoute, TokenGroupsKeepTheRegisterChoices) {
     int checked = 0;
     for (const ExpectedRegister& e : kExpectedRegister) {
-        const Variant v = variant(e.variant);
+        Variant v = variant(e.variant);
+        v.plan.bulk_max_tokens = 1;
         const RealShape& r = real(e.model, e.kind);
         bool same = true;
         for (int s = 1; s < r.nseg; ++s) same &= r.type[s] == r.type[0];
@@ -97,7 +100,7 @@ TEST(KernelRoute, TokenGroupsKeepTheRegisterChoices) {
 }
 
 TEST(KernelRoute, TokenCountsSplitIntoGroupsOfEightFourTwoOne) {
-    const Variant v = variant("h200");
+    const Variant v = variant("nogroups");
     const GemvShape g = shape_of(real("Phi-3-mini", "attn_output"));
     const ehcuda::MatmulRoute r7 = ehcuda::route_matmul(v.plan, v.dev, mm(g, 7));
     ASSERT_EQ(r7.n, 3);
@@ -126,7 +129,7 @@ TEST(KernelRoute, TokenCountsSplitIntoGroupsOfEightFourTwoOne) {
 // Past 8 tokens, or from the workspace's threshold, the GEMM: cuBLAS when
 // a workspace takes them, else the tensor-core kernel.
 TEST(KernelRoute, ManyTokensTakeTheGemm) {
-    const Variant v = variant("h200");
+    const Variant v = variant("nogroups");
     const GemvShape g = shape_of(real("Qwen2.5-0.5B", "ffn_gate_up"));
     auto kernel = [&](int ntok, int ws) { return ehcuda::route_matmul(v.plan, v.dev, mm(g, ntok, ws)).launch[0].kernel; };
     EXPECT_EQ(kernel(9, 0), RouteKernel::Wmma);
@@ -180,11 +183,18 @@ TEST(KernelRoute, StepThresholdsComeFromThePlan) {
     auto step = [&](int n, bool mirrored) { return ehcuda::route_step_matmul(p, kH200, g, n, mirrored); };
     EXPECT_FALSE(step(1, false).per_token);
     EXPECT_EQ(step(1, false).route.launch[0].kernel, RouteKernel::GemvBulk);
-    EXPECT_TRUE(step(8, false).per_token);
-    EXPECT_EQ(step(8, false).route.launch[0].ntok, 1);
+    // 2 .. 8 tokens: the bulk kernels' token groups, one call.
+    EXPECT_FALSE(step(8, false).per_token);
+    EXPECT_EQ(step(8, false).route.launch[0].ntok + step(8, false).route.launch[0].tok0, 4);
+    EXPECT_EQ(step(3, true).route.launch[0].kernel, RouteKernel::GemvBulk);
+    EXPECT_EQ(step(3, true).route.launch[0].ntok, 3);
     EXPECT_FALSE(step(9, false).per_token);
     EXPECT_EQ(step(9, false).route.launch[0].kernel, RouteKernel::Cublas);
     EXPECT_EQ(step(64, false).route.launch[0].kernel, RouteKernel::Cublas);
+    // Token groups off: one call per token, cuBLAS from 3 with mirrors.
+    p.bulk_max_tokens = 1;
+    EXPECT_TRUE(step(8, false).per_token);
+    EXPECT_EQ(step(8, false).route.launch[0].ntok, 1);
     EXPECT_TRUE(step(2, true).per_token);
     EXPECT_EQ(step(3, true).route.launch[0].kernel, RouteKernel::Cublas);
     p.batch_gemv_per_token = 16;
@@ -198,7 +208,22 @@ TEST(KernelRoute, RefusalsSayWhy) {
     const GemvShape q4 = shape_of(real("Phi-3-mini", "attn_output"));
     EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, q4));
     EXPECT_STREQ(ehcuda::can_implement_bulk(p, kA100, q4).why, "needs sm_90 (the bulk copy engine)");
-    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, q4, 2).why, "more than one token");
+    EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, q4, 8));
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, q4, 9).why, "more tokens than its token groups take");
+    KernelPlan g4 = p;
+    g4.bulk_max_tokens = 4;
+    EXPECT_STREQ(ehcuda::can_implement_bulk(g4, kH200, q4, 5).why,
+                 "token groups of this many off in the plan (bulk_max_tokens)");
+    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kH200, mm(q4, 1)).why, "one token");
+    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(g4, kH200, mm(q4, 5)).why,
+                 "more tokens than the plan's token groups (bulk_max_tokens)");
+    MatmulShape rn = mm(q4, 2);
+    rn.rms_norm = true;
+    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kH200, rn).why,
+                 "a producer's chunks or a fused RMSNorm (one token only)");
+    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kH200, mm(shape_of(real("Qwen2.5-0.5B", "qkv_mixed_lowbit")), 2)).why,
+                 "segments of different types outside the mixed launch");
+    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kA100, mm(q4, 2)).why, "needs sm_90 (the bulk copy engine)");
     EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("gpt-oss-20b", "experts_mxfp4"))).why,
                  "MXFP4 weights");
     EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("GPT-2", "ffn_up_f16"))).why,
@@ -274,6 +299,46 @@ TEST(KernelRoute, LaunchGeometry) {
     EXPECT_EQ(k.smem, k.bulk.smem);
 }
 
+// 2 .. 8 tokens on sm_90: the bulk kernels' token groups, before the GEMM
+// and before a step's one call per token: the widest group whose staged
+// inputs fit shared memory, repeated, the rest after it.
+TEST(KernelRoute, BulkTokenGroups) {
+    const Variant v = variant("h200");
+    auto route = [&](const char* model, const char* kind, int ntok, int ws = 0) {
+        return ehcuda::route_matmul(v.plan, v.dev, mm(shape_of(real(model, kind)), ntok, ws));
+    };
+    // Qwen2.5-0.5B's gate|up, 5 tokens, even with a workspace from 3: one launch.
+    ehcuda::MatmulRoute r = route("Qwen2.5-0.5B", "ffn_gate_up", 5, 3);
+    ASSERT_EQ(r.n, 1);
+    EXPECT_TRUE(r.launch[0].kernel == RouteKernel::GemvBulk || r.launch[0].kernel == RouteKernel::GemvBulkRing);
+    EXPECT_EQ(r.launch[0].ntok, 5);
+    EXPECT_EQ(r.launch[0].bulk.ntok, 5);
+    EXPECT_EQ(r.launch[0].bulk.x_bytes, 5 * r.launch[0].bulk.x_stride);
+    EXPECT_LE(r.launch[0].bulk.tr, ehcuda::kBulkGroupMaxRows);
+    EXPECT_LE(r.launch[0].smem, ehcuda::kBulkMaxSmem);
+    // Mixed Q4_K / Q6_K QKV: one launch of all three segments.
+    r = route("Llama-3.1-8B", "attn_qkv", 4);
+    ASSERT_EQ(r.n, 1);
+    EXPECT_EQ(r.launch[0].nseg, 3);
+    EXPECT_FALSE(r.launch[0].bulk.same);
+    // Llama-3.1-8B's ffn_down (14336 inputs: 35 KB staged a token): 8 tokens
+    // do not fit one group; repeated narrower groups cover all 8 in order.
+    r = route("Llama-3.1-8B", "ffn_down", 8);
+    ASSERT_GE(r.n, 1);
+    int covered = 0;
+    for (const ehcuda::KernelLaunch& k : r) {
+        EXPECT_EQ(k.tok0, covered);
+        EXPECT_LT(k.ntok, 8);
+        EXPECT_LE(k.smem, ehcuda::kBulkMaxSmem);
+        covered += k.ntok * k.reps;
+    }
+    EXPECT_EQ(covered, 8);
+    // 9 tokens: past the groups, the GEMM.
+    EXPECT_EQ(route("Qwen2.5-0.5B", "ffn_gate_up", 9, 3).launch[0].kernel, RouteKernel::Cublas);
+    // Float weights: no integer dot product, the register kernel.
+    EXPECT_EQ(route("GPT-2", "ffn_up_f16", 4).launch[0].kernel, RouteKernel::Gemv);
+}
+
 // Routes for a step of N tokens, one line per matrix kind (inspect --kernels).
 TEST(KernelRoute, StepLinesPerKind) {
     const KernelPlan p = ehcuda::choose_plan(kH200, false);
@@ -290,6 +355,11 @@ TEST(KernelRoute, StepLinesPerKind) {
     EXPECT_EQ(one[1], "ffn_gate_up x2: Q4_K 8192x3072 + Q4_K 8192x3072: gate_up_pair_kernel");
     const auto eight = ehcuda::route_lines(p, kH200, mats, 8, false);
     EXPECT_EQ(eight[0],
+              "attn_output x2: Q4_K 3072x3072: 8 tokens: gemv_bulk_kernel: 1 rows/tile, 8 warps/block, 384 blocks, "
+              "int16 input");
+    KernelPlan off = p;
+    off.bulk_max_tokens = 1;
+    EXPECT_EQ(ehcuda::route_lines(off, kH200, mats, 8, false)[0],
               "attn_output x2: 8 single-token calls (side streams), each Q4_K 3072x3072: gemv_bulk_kernel: 1 rows/tile, "
               "8 warps/block, 384 blocks, int16 input");
     const auto many = ehcuda::route_lines(p, kH200, mats, 64, false);

@@ -404,6 +404,11 @@ void gemv(const MatmulArgs& a, cudaStream_t stream) {
     launch_route(d, r, stream);
 }
 
+bool matmul_groups_tokens(const MatmulArgs& a) {
+    if (a.nseg < 1 || a.nseg > 3 || matmul_needs_generic(a)) return false;
+    return !can_implement_bulk_groups(plan(), device_traits(), matmul_shape(a));
+}
+
 // What route_matmul says: the weight-streaming GEMV for up to 8 tokens
 // unless the prefill workspace takes that many (a batched step lowers its
 // threshold to the plan's batch_gemv_per_token + 1), the GEMM (cuBLAS

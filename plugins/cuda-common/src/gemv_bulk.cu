@@ -10,6 +10,13 @@
 // bits of the RMSNorm fold's 1/rms, whose partial sums follow the block size).
 // Matrices of several waves take a resident grid instead
 // (gemv_bulk_ring_kernel), whose warps stream tile after tile.
+//
+// Token groups (NT > 1): a launch of 2 .. kBulkMaxTokens tokens stages
+// every token's input once per block and dots each tile with all of them,
+// so the weights are read once for the group; each token's staging, chunk
+// order and reduction are the single-token launch's, so its outputs are
+// bitwise those of running the tokens one at a time (the batched step's
+// decode rows equal a lone decode's, and a verify step's its decodes').
 #include <algorithm>
 
 #include "bulk_copy.cuh"
@@ -34,6 +41,7 @@ struct BulkArgs {
     int tiles;          // tiles of all segments together, one per warp
     int tile_stride;    // shared bytes per tile buffer, a multiple of 16
     int x_bytes;        // shared bytes of the staged input, a multiple of 16
+    int x_stride;       // token groups: shared bytes of one token's staged input
 };
 
 // Copies a producer's integer chunks (global, L2-resident) to shared memory:
@@ -130,6 +138,78 @@ __device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, co
     }
 }
 
+// tile_dot_typed for a token group: the tile's rows dotted with each of the
+// a.ntok (<= NT) staged inputs (token t at xs + t * x_stride), each token's
+// sums in tile_dot_typed's order; lane t * R + r (mod 32) stores row r of
+// token t.
+template <int T, int R, int XB, int NT>
+__device__ __forceinline__ void tile_dot_tokens_typed(const DevArgs& a, const TileRef& tf, const uint8_t* w,
+                                                      const uint8_t* xs, int x_stride, int lane) {
+    const DevSeg& g = *tf.g;
+    const int nch = a.cols / 32, nr = tf.nr, nt = a.ntok;
+    float acc[NT][R];
+#pragma unroll
+    for (int t = 0; t < NT; ++t)
+#pragma unroll
+        for (int r = 0; r < R; ++r) acc[t][r] = 0.0f;
+    for (int c = lane; c < nch; c += 32) {
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= nt) break;
+            XChunk<XB> x;
+            load_staged_int<XB>(xs + size_t(t) * x_stride, c, x);
+#pragma unroll
+            for (int r = 0; r < R; ++r) {
+                if (r >= nr) continue;
+                acc[t][r] += dot_chunk_int<T, true>(w + size_t(r) * g.row_bytes, c, x);
+            }
+        }
+    }
+#pragma unroll
+    for (int t = 0; t < NT; ++t) {
+        if (t >= nt) break;
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+#pragma unroll
+            for (int o = 16; o > 0; o >>= 1) acc[t][r] += __shfl_xor_sync(0xffffffffu, acc[t][r], o);
+            if (r < nr && lane == ((t * R + r) & 31)) store_out(a, g, t, tf.lr0 + r, __fmul_rn(acc[t][r], 1.0f));
+        }
+    }
+}
+
+// tile_dot's dispatch for a token group.
+template <int T, int R, int XB, int NT>
+__device__ __forceinline__ void tile_dot_tokens(const DevArgs& a, const TileRef& tf, const uint8_t* w,
+                                                const uint8_t* xs, int x_stride, int lane) {
+    if constexpr (T != kMixed) {
+        tile_dot_tokens_typed<T, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+    } else {
+        switch (tf.g->type) {
+        case EH_TYPE_Q4_0: return tile_dot_tokens_typed<EH_TYPE_Q4_0, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        case EH_TYPE_Q4_1: return tile_dot_tokens_typed<EH_TYPE_Q4_1, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        case EH_TYPE_Q5_0: return tile_dot_tokens_typed<EH_TYPE_Q5_0, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        case EH_TYPE_Q5_1: return tile_dot_tokens_typed<EH_TYPE_Q5_1, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        case EH_TYPE_Q8_0: return tile_dot_tokens_typed<EH_TYPE_Q8_0, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        case EH_TYPE_Q4_K: return tile_dot_tokens_typed<EH_TYPE_Q4_K, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        case EH_TYPE_Q5_K: return tile_dot_tokens_typed<EH_TYPE_Q5_K, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        case EH_TYPE_Q6_K: return tile_dot_tokens_typed<EH_TYPE_Q6_K, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        default: return;  // the host launches only these
+        }
+    }
+}
+
+// The block's staging and a tile's dot products, for one token (NT 1: the
+// input staged, or a producer's chunks copied; returns the RMSNorm fold's
+// factor) or a token group (plain or SwiGLU inputs, no fold).
+template <int XB, int NT>
+__device__ __forceinline__ float stage_block(const BulkArgs& b, int4* smem);
+template <int T, int R, int XB, int NT>
+__device__ __forceinline__ void dot_tile(const BulkArgs& b, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
+                                         float xscale, int lane) {
+    if constexpr (NT == 1) tile_dot<T, R, XB>(b.d, tf, w, xs, xscale, lane);
+    else tile_dot_tokens<T, R, XB, NT>(b.d, tf, w, xs, b.x_stride, lane);
+}
+
 // Stages the block's input (or copies a producer's chunks); returns the
 // factor tile_dot applies (1 / rms for the RMSNorm fold, else 1).
 template <int XB>
@@ -137,6 +217,16 @@ __device__ __forceinline__ float stage_input(const DevArgs& a, int4* smem) {
     if (a.xmode != int(XMode::Chunks)) return stage_x_int<XB>(a, reinterpret_cast<uint8_t*>(smem));
     copy_chunks(reinterpret_cast<const int4*>(a.x), smem, int(size_t(a.cols / 32) * kIntStride<XB> / 16));
     return 1.0f;
+}
+
+template <int XB, int NT>
+__device__ __forceinline__ float stage_block(const BulkArgs& b, int4* smem) {
+    if constexpr (NT == 1) {
+        return stage_input<XB>(b.d, smem);
+    } else {
+        stage_x_int_tokens<XB>(b.d, reinterpret_cast<uint8_t*>(smem), b.d.ntok, b.x_stride);
+        return 1.0f;
+    }
 }
 
 // Issues tile tf's copy into `dst` (16-byte aligned), completing on `bar`;
@@ -154,7 +244,7 @@ __device__ __forceinline__ int tile_lead(const TileRef& tf) {
 // before pdl_entry(), then the block stages the input once for all its
 // warps (up to 8 by default: the staging is a per-block cost) while the
 // tiles are in flight.
-template <int T, int R, int XB>
+template <int T, int R, int XB, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
     const DevArgs& a = b.d;
@@ -172,11 +262,11 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     }
     pdl_entry();
     pdl_release();
-    const float xscale = stage_input<XB>(a, smem_raw);
+    const float xscale = stage_block<XB, NT>(b, smem_raw);
     if (!active) return;
     mbar_wait(&bars[warp], 0);
     __syncwarp();
-    tile_dot<T, R, XB>(a, tf, tile + tile_lead(tf), xs, xscale, lane);
+    dot_tile<T, R, XB, NT>(b, tf, tile + tile_lead(tf), xs, xscale, lane);
 }
 
 // For matrices of several waves of gemv_bulk_kernel's blocks: a grid that
@@ -190,7 +280,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
 // leave the memory idle; here a warp's copies are issued one tile apart.
 // (As the only form, for every matrix, this was slower in models: one-wave
 // matrices need every tile in flight at once. Phi-3 decode 486 -> 446.)
-template <int T, int R, int XB>
+template <int T, int R, int XB, int NT>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs b) {
     static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
     const DevArgs& a = b.d;
@@ -210,7 +300,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
     }
     pdl_entry();
     pdl_release();
-    const float xscale = stage_input<XB>(a, smem_raw);
+    const float xscale = stage_block<XB, NT>(b, smem_raw);
     int i = 0;
     for (int t = t0; t < b.tiles; t += nw, ++i) {
         const int k = i & 1;
@@ -218,7 +308,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
         const TileRef tf = tile_ref(a, b.rows_per_tile, t);
         mbar_wait(&bars[warp][k], uint32_t(i >> 1) & 1u);
         __syncwarp();
-        tile_dot<T, R, XB>(a, tf, tile + tile_lead(tf), xs, xscale, lane);
+        dot_tile<T, R, XB, NT>(b, tf, tile + tile_lead(tf), xs, xscale, lane);
         if (t + 2 * nw < b.tiles) {
             fence_async_shared();  // this warp's reads of the buffer before the refill
             __syncwarp();
@@ -233,7 +323,10 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     // Tile rows, warps per block, one-shot or resident grid: the route's
     // (kernel_route.cpp, plan_bulk).
     const BulkLaunch& p = k.bulk;
-    if (d.ntok != 1 || p.warps == 0 || (k.input != GemvInput::Int16 && k.input != GemvInput::Int16x2))
+    const bool group = d.ntok > 1;
+    if (d.ntok < 1 || d.ntok > kBulkMaxTokens || d.ntok != p.ntok || p.warps == 0 ||
+        (group && (d.xmode != int(XMode::Plain) && d.xmode != int(XMode::SwiGLU))) ||
+        (k.input != GemvInput::Int16 && k.input != GemvInput::Int16x2))
         throw ehp::Error(EH_INTERNAL, "gemv_bulk: a launch the bulk kernels do not take");
     const int R = p.tr <= 1 ? 1 : p.tr <= 2 ? 2 : p.tr <= 4 ? 4 : 8;
     const int bits = k.input == GemvInput::Int16 ? 16 : 32;
@@ -243,6 +336,7 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     b.tiles = p.tiles;
     b.tile_stride = p.tile_stride;
     b.x_bytes = p.x_bytes;
+    b.x_stride = p.x_stride;
     auto go = [&](auto kernel) {
         allow_dynamic_smem(kernel, p.smem);
         int blocks = p.blocks;
@@ -254,14 +348,23 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
         launch(p.ring ? "gemv_bulk_ring_kernel" : "gemv_bulk_kernel", kernel, dim3(unsigned(blocks)), p.warps * 32,
                p.smem, stream, b);
     };
-    auto by_bits = [&]<int T, int R_>() {
-        if (p.ring) {
-            if (bits == 16) go(gemv_bulk_ring_kernel<T, R_, 16>);
-            else go(gemv_bulk_ring_kernel<T, R_, 32>);
+    auto by_group = [&]<int T, int R_, int XB>() {
+        if (group) {
+            if constexpr (R_ <= kBulkGroupMaxRows) {
+                if (p.ring) go(gemv_bulk_ring_kernel<T, R_, XB, kBulkMaxTokens>);
+                else go(gemv_bulk_kernel<T, R_, XB, kBulkMaxTokens>);
+            } else {
+                throw ehp::Error(EH_INTERNAL, "gemv_bulk: a token group's tile of more than kBulkGroupMaxRows rows");
+            }
+        } else if (p.ring) {
+            go(gemv_bulk_ring_kernel<T, R_, XB, 1>);
         } else {
-            if (bits == 16) go(gemv_bulk_kernel<T, R_, 16>);
-            else go(gemv_bulk_kernel<T, R_, 32>);
+            go(gemv_bulk_kernel<T, R_, XB, 1>);
         }
+    };
+    auto by_bits = [&]<int T, int R_>() {
+        if (bits == 16) by_group.template operator()<T, R_, 16>();
+        else by_group.template operator()<T, R_, 32>();
     };
     auto by_rows = [&]<int T>() {
         if constexpr (T == EH_TYPE_MXFP4) throw ehp::Error(EH_INTERNAL, "gemv_bulk: MXFP4");  // can_implement_bulk refuses it

@@ -117,6 +117,56 @@ __device__ __forceinline__ void stage_x(const DevArgs& a, float* xs) {
 // Packs two int16 codes into one word (low element in the low half).
 __device__ __forceinline__ int pack16(int lo, int hi) { return (lo & 0xFFFF) | (hi << 16); }
 
+// Quantizes the four input values v of float4 index i (elements 4i..4i+3)
+// into the integer chunk layout at `smem` (one token's staged input). Every
+// 8 consecutive threads own one chunk and all 32 lanes must call it (the
+// amax and code sums are shuffled); `ok` false: a lane past the row, which
+// takes part in the shuffles with v zero and stores nothing.
+template <int Bits>
+__device__ __forceinline__ void quantize_quad(float4 v, bool ok, int i, uint8_t* smem) {
+    constexpr float kMax = Bits == 8 ? 127.0f : 32767.0f;
+    float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
+#pragma unroll
+    for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+    const float id = amax > 0.0f ? kMax / amax : 0.0f;
+    const float s0 = v.x * id, s1 = v.y * id, s2 = v.z * id, s3 = v.w * id;
+    const int q0 = __float2int_rn(s0), q1 = __float2int_rn(s1);
+    const int q2 = __float2int_rn(s2), q3 = __float2int_rn(s3);
+    // Code sums of each half chunk: 4 threads per 16 elements.
+    int sum = q0 + q1 + q2 + q3;
+    sum += __shfl_xor_sync(0xffffffffu, sum, 1);
+    sum += __shfl_xor_sync(0xffffffffu, sum, 2);
+    int r0 = 0, r1 = 0, r2 = 0, r3 = 0, rsum = 0;
+    if constexpr (Bits == 32) {
+        r0 = residue_code(s0, q0);
+        r1 = residue_code(s1, q1);
+        r2 = residue_code(s2, q2);
+        r3 = residue_code(s3, q3);
+        rsum = r0 + r1 + r2 + r3;
+        rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
+        rsum += __shfl_xor_sync(0xffffffffu, rsum, 2);
+    }
+    if (!ok) return;
+    const int e = 4 * i;
+    uint8_t* chunk = smem + size_t(e >> 5) * kIntStride<Bits>;
+    if constexpr (Bits == 8) {
+        *reinterpret_cast<char4*>(chunk + (e & 31)) = make_char4(char(q0), char(q1), char(q2), char(q3));
+    } else {
+        *reinterpret_cast<int2*>(chunk + 2 * (e & 31)) = make_int2(pack16(q0, q1), pack16(q2, q3));
+        if constexpr (Bits == 32)
+            *reinterpret_cast<char4*>(chunk + 64 + (e & 31)) = make_char4(char(r0), char(r1), char(r2), char(r3));
+    }
+    int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
+    if ((i & 7) == 0) {
+        hdr[0] = __float_as_int(amax / kMax);
+        hdr[1] = sum;
+        if constexpr (Bits == 32) reinterpret_cast<int16_t*>(hdr + 3)[0] = int16_t(rsum);
+    } else if ((i & 7) == 4) {
+        hdr[2] = sum;
+        if constexpr (Bits == 32) reinterpret_cast<int16_t*>(hdr + 3)[1] = int16_t(rsum);
+    }
+}
+
 // Integer staging. Every 8 consecutive threads own one chunk (4 elements
 // each). Returns the factor the consumer applies to each dot product: 1,
 // or 1 / rms(x) for the RMSNorm fold. Codes and chunk scales are those of
@@ -125,7 +175,6 @@ __device__ __forceinline__ int pack16(int lo, int hi) { return (lo & 0xFFFF) | (
 // squares (one pass over x, one barrier).
 template <int Bits>
 __device__ __forceinline__ float stage_x_int(const DevArgs& a, uint8_t* smem) {
-    constexpr float kMax = Bits == 8 ? 127.0f : 32767.0f;
     const int n4 = a.cols / 4;
     const float4* x4 = reinterpret_cast<const float4*>(a.x);
     const bool norm = a.xmode == int(XMode::RmsNorm);
@@ -170,53 +219,54 @@ __device__ __forceinline__ float stage_x_int(const DevArgs& a, uint8_t* smem) {
                     v.w *= w.w;
                 }
             }
-            float amax = fmaxf(fmaxf(fabsf(v.x), fabsf(v.y)), fmaxf(fabsf(v.z), fabsf(v.w)));
-#pragma unroll
-            for (int o = 1; o < 8; o <<= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-            const float id = amax > 0.0f ? kMax / amax : 0.0f;
-            const float s0 = v.x * id, s1 = v.y * id, s2 = v.z * id, s3 = v.w * id;
-            const int q0 = __float2int_rn(s0), q1 = __float2int_rn(s1);
-            const int q2 = __float2int_rn(s2), q3 = __float2int_rn(s3);
-            // Code sums of each half chunk: 4 threads per 16 elements.
-            int sum = q0 + q1 + q2 + q3;
-            sum += __shfl_xor_sync(0xffffffffu, sum, 1);
-            sum += __shfl_xor_sync(0xffffffffu, sum, 2);
-            int r0 = 0, r1 = 0, r2 = 0, r3 = 0, rsum = 0;
-            if constexpr (Bits == 32) {
-                r0 = residue_code(s0, q0);
-                r1 = residue_code(s1, q1);
-                r2 = residue_code(s2, q2);
-                r3 = residue_code(s3, q3);
-                rsum = r0 + r1 + r2 + r3;
-                rsum += __shfl_xor_sync(0xffffffffu, rsum, 1);
-                rsum += __shfl_xor_sync(0xffffffffu, rsum, 2);
-            }
-            if (ok) {
-                const int e = 4 * i;
-                uint8_t* chunk = smem + size_t(e >> 5) * kIntStride<Bits>;
-                if constexpr (Bits == 8) {
-                    *reinterpret_cast<char4*>(chunk + (e & 31)) = make_char4(char(q0), char(q1), char(q2), char(q3));
-                } else {
-                    *reinterpret_cast<int2*>(chunk + 2 * (e & 31)) = make_int2(pack16(q0, q1), pack16(q2, q3));
-                    if constexpr (Bits == 32)
-                        *reinterpret_cast<char4*>(chunk + 64 + (e & 31)) = make_char4(char(r0), char(r1), char(r2), char(r3));
-                }
-                int* hdr = reinterpret_cast<int*>(chunk + kCodeBytes<Bits>);
-                if ((i & 7) == 0) {
-                    hdr[0] = __float_as_int(amax / kMax);
-                    hdr[1] = sum;
-                    if constexpr (Bits == 32) reinterpret_cast<int16_t*>(hdr + 3)[0] = int16_t(rsum);
-                } else if ((i & 7) == 4) {
-                    hdr[2] = sum;
-                    if constexpr (Bits == 32) reinterpret_cast<int16_t*>(hdr + 3)[1] = int16_t(rsum);
-                }
-            }
+            quantize_quad<Bits>(v, ok, i, smem);
         }
     }
     // (norm is the same for the whole block; either branch has its barrier)
     if (norm) return block_inv_rms(ss, a);
     __syncthreads();
     return 1.0f;
+}
+
+// The inputs of `ntok` tokens (rows a.x + t * a.ldx, XMode Plain or SwiGLU:
+// no fold that needs a per-token reduction), each staged as stage_x_int
+// stages one token, token t at smem + t * stride: the same codes, so a
+// token's dot products are bitwise those of a single-token launch. The
+// tokens' float4 indices form one range over the block (a token's n4 is a
+// multiple of 8, so a chunk's 8 threads never straddle two tokens).
+template <int Bits>
+__device__ __forceinline__ void stage_x_int_tokens(const DevArgs& a, uint8_t* smem, int ntok, int stride) {
+    const int n4 = a.cols / 4, total = ntok * n4;
+    const bool swiglu = a.xmode == int(XMode::SwiGLU);
+    constexpr int kBatch = 4;
+    for (int base = 0; base < total; base += kBatch * blockDim.x) {
+        float4 vb[kBatch], ub[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int f = base + k * blockDim.x + threadIdx.x;
+            const int t = f / n4, i = f - t * n4;
+            const float4* x4 = reinterpret_cast<const float4*>(a.x + size_t(t) * a.ldx);
+            vb[k] = f < total ? x4[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            if (swiglu) ub[k] = f < total ? x4[n4 + i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int f = base + k * blockDim.x + threadIdx.x;
+            if (base + k * blockDim.x >= total) break;  // uniform across the block
+            const bool ok = f < total;
+            const int t = f / n4, i = f - t * n4;
+            float4 v = vb[k];
+            if (ok && swiglu) {
+                const float4 u = ub[k];
+                v.x = silu(v.x) * u.x;
+                v.y = silu(v.y) * u.y;
+                v.z = silu(v.z) * u.z;
+                v.w = silu(v.w) * u.w;
+            }
+            quantize_quad<Bits>(v, ok, i, smem + size_t(ok ? t : 0) * stride);
+        }
+    }
+    __syncthreads();
 }
 
 // The low bytes of v on lanes 4k..4k+3 as one word, on lane 4k (other

@@ -67,6 +67,7 @@ const std::vector<Key>& keys() {
             }},
         EHCUDA_BOOL_KEY(bulk_fit2),
         EHCUDA_INT_KEY(bulk_ring_waves, 0, kBig),
+        EHCUDA_INT_KEY(bulk_max_tokens, 1, kBulkMaxTokens),
         EHCUDA_INT_KEY(gemv_r4_rows, 1, kBig),
         EHCUDA_INT_KEY(gemv_r2_rows, 1, kBig),
         EHCUDA_INT_KEY(split_groups, 0, kBig),

@@ -60,7 +60,7 @@ void plan_ring(BulkLaunch& b) {
 
 }  // namespace
 
-BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g) {
+BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g, int ntok) {
     BulkLaunch b;
     size_t max_rb = 0;
     int total_rows = 0;
@@ -75,11 +75,14 @@ BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g) {
     const int want = std::max(1, (total_rows + 32 * nsm - 1) / (32 * nsm));
     const int cap = int(std::max<size_t>(1, (size_t(p.bulk_tile_kb) << 10) / max_rb));
     b.tr = std::min({want, cap, 8});
+    if (ntok > 1) b.tr = std::min(b.tr, kBulkGroupMaxRows);
     for (int s = 0; s < g.nseg; ++s) b.tiles += (g.rows[s] + b.tr - 1) / b.tr;
     b.tile_stride = int((size_t(b.tr) * max_rb + 15 + 15) / 16 * 16);
     const size_t xb = size_t(g.cols / 32) * int_chunk_bytes(p.gemv_input == GemvInput::Int16 ? GemvInput::Int16
                                                                                             : GemvInput::Int16x2);
-    b.x_bytes = int((xb + 15) / 16 * 16);
+    b.ntok = std::max(1, ntok);
+    b.x_stride = int((xb + 15) / 16 * 16);
+    b.x_bytes = b.ntok * b.x_stride;
     // Warps per block: as many as keep every multiprocessor busy (4..16),
     // within the shared memory a block may have. By default 16 for matrices
     // of 4 or more waves of such blocks (their per-block input staging
@@ -167,15 +170,30 @@ bool attention_head_dim_fast(int hd) { return hd == 64 || hd == 96 || hd == 128 
 // ---- applicability
 
 Refusal can_implement_bulk(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, int ntok) {
-    if (ntok != 1) return {"more than one token"};
+    if (ntok < 1 || ntok > kBulkMaxTokens) return {"more tokens than its token groups take"};
     if (!p.gemv_bulk) return {"off in the plan (gemv_bulk)"};
+    if (ntok > p.bulk_max_tokens) return {"token groups of this many off in the plan (bulk_max_tokens)"};
     if (p.gemv_input != GemvInput::Int16 && p.gemv_input != GemvInput::Int16x2) return {"input not int16 / int16x2"};
     if (dev.cc_major < 9) return {"needs sm_90 (the bulk copy engine)"};
     for (int s = 0; s < g.nseg; ++s) {
         if (g.type[s] == EH_TYPE_MXFP4) return {"MXFP4 weights"};
         if (!int_input_type(g.type[s])) return {"a weight type without an integer dot product"};
     }
-    if (plan_bulk(p, dev.sm_count, g).warps == 0) return {"the staged input and a tile per warp exceed its shared memory"};
+    if (plan_bulk(p, dev.sm_count, g, ntok).warps == 0)
+        return {"the staged input and a tile per warp exceed its shared memory"};
+    return {};
+}
+
+Refusal can_implement_bulk_groups(const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m) {
+    if (m.ntok < 2) return {"one token"};
+    if (m.ntok > std::min(kBulkMaxTokens, p.bulk_max_tokens)) return {"more tokens than the plan's token groups (bulk_max_tokens)"};
+    if (m.chunk_input || m.rms_norm) return {"a producer's chunks or a fused RMSNorm (one token only)"};
+    if (!m.aligned || m.g.cols <= 0 || m.g.cols % 32) return {"input not in the fast kernels' float4 form"};
+    for (int s = 1; s < m.g.nseg; ++s)
+        if (m.g.type[s] != m.g.type[0] && !(mixed_launch_type(m.g.type[0]) && mixed_launch_type(m.g.type[s])))
+            return {"segments of different types outside the mixed launch"};
+    // groups of two at least (a wider group that does not fit is split)
+    if (const Refusal r = can_implement_bulk(p, dev, m.g, 2)) return r;
     return {};
 }
 
@@ -276,6 +294,38 @@ bool add_bulk(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, cons
     return true;
 }
 
+// The tokens of m through the bulk kernels' token groups (when
+// can_implement_bulk_groups takes them): the widest group that fits their
+// shared memory, repeated, then the rest (a last single token as a
+// single-token launch).
+bool add_bulk_groups(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m) {
+    if (can_implement_bulk_groups(p, dev, m)) return false;
+    const GemvShape& g = m.g;
+    int nt = std::min({m.ntok, p.bulk_max_tokens, kBulkMaxTokens});
+    while (nt > 2 && can_implement_bulk(p, dev, g, nt)) --nt;
+    for (int t0 = 0; t0 < m.ntok;) {
+        const int left = m.ntok - t0;
+        if (left == 1) {
+            add_bulk(r, p, dev, g, 0, t0);
+            break;
+        }
+        KernelLaunch k;
+        k.ntok = std::min(nt, left);
+        k.reps = left / k.ntok;
+        k.bulk = plan_bulk(p, dev.sm_count, g, k.ntok);
+        k.kernel = k.bulk.ring ? RouteKernel::GemvBulkRing : RouteKernel::GemvBulk;
+        k.nseg = g.nseg;
+        k.tok0 = t0;
+        k.input = p.gemv_input;
+        k.blocks = k.bulk.blocks;
+        k.threads = k.bulk.warps * 32;
+        k.smem = k.bulk.smem;
+        r.launch[size_t(r.n++)] = k;
+        t0 += k.ntok * k.reps;
+    }
+    return true;
+}
+
 // Segments of one type: token groups of 8, 4, 2, 1 (gemv_same_type), a
 // single token offered to the bulk kernels first.
 void add_same_type(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, int seg0,
@@ -313,6 +363,7 @@ void add_same_type(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev,
 
 MatmulRoute route_gemv(const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m) {
     MatmulRoute r;
+    if (add_bulk_groups(r, p, dev, m)) return r;
     const GemvShape& g = m.g;
     bool same = true;
     for (int s = 1; s < g.nseg; ++s) same &= g.type[s] == g.type[0];
@@ -352,7 +403,7 @@ MatmulRoute route_matmul(const KernelPlan& p, const DeviceTraits& dev, const Mat
         }
         return r;
     }
-    if (!can_implement_gemv(m)) return route_gemv(p, dev, m);
+    if (!can_implement_gemv(m) || !can_implement_bulk_groups(p, dev, m)) return route_gemv(p, dev, m);
     KernelLaunch k;
     k.kernel = can_implement_cublas(m) ? RouteKernel::Wmma : RouteKernel::Cublas;
     k.nseg = m.g.nseg;
@@ -448,7 +499,7 @@ StepRoute route_step_matmul(const KernelPlan& p, const DeviceTraits& dev, const 
     m.ntok = ntok;
     m.chunk_input = chunk_input && ntok == 1;
     m.prefill_min_tokens = per_token + 1;
-    if (ntok > 1 && ntok <= per_token) {
+    if (ntok > 1 && ntok <= per_token && can_implement_bulk_groups(p, dev, m)) {
         s.per_token = true;
         m.ntok = 1;
     }

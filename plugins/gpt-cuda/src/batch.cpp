@@ -41,10 +41,12 @@ ehcuda::BatchShape shape_of(Model& m) {
 // How a step's matmuls run, by its token count n (H200, forged gpt-oss-20b,
 // 64 decode steps of n sequences; tests/gpt_cuda/bench_test.cpp
 // GptOss20bBatchedStep, tokens/s at n = 16 / 32 / 64):
-//   dense:   ehcuda::route_step_matmul (the plan's batch_gemv_per_token, 8):
-//            n = 2..8 one single-token GEMV per token (here n = 2 / 4 / 8
+//   dense:   ehcuda::route_step_matmul (the plan's bulk_max_tokens and
+//            batch_gemv_per_token, 8): n = 2..8 the bulk GEMV's token
+//            groups (each weight read once for the group) where they take
+//            the matrix, else one single-token GEMV per token (n = 2 / 4 / 8
 //            gave 271 / 296 / 549 tokens/s against 211 / 235 / 375 with the
-//            multi-token GEMV), cuBLAS on slab-dequantized weights from 9 on
+//            register kernel's token groups), cuBLAS on slab-dequantized weights from 9 on
 //            (per-token GEMVs to 64: 923 / 962 / 973 against 1,094 / 1,288 /
 //            1,409). FP16 mirrors do not lower it here.
 //   experts: one token: the one-token expert kernel (integer dot products,
@@ -138,7 +140,7 @@ void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* 
     m.accumulate = accumulate;
     m.ntok = n;
     m.prefill = workspace();
-    if (n > 1 && n <= gemv_per_token_max_) {
+    if (n > 1 && n <= gemv_per_token_max_ && !ehcuda::matmul_groups_tokens(m)) {
         per_token(n, [&](int t, cudaStream_t st) {
             ehcuda::MatmulArgs one = m;
             one.ntok = 1;

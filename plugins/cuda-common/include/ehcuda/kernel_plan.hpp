@@ -61,6 +61,11 @@ struct KernelPlan {
     int bulk_warps = 0;        // warps per block, 4 / 8 / 16; 0: by the matrix (see plan_bulk)
     bool bulk_fit2 = true;     // 8 warps where a 16-warp block would sit alone on its SM
     int bulk_ring_waves = 3;   // matrices of this many waves take the resident-grid form; 0: never
+    // Matmuls of 2 .. this many tokens (at most kBulkMaxTokens) run through
+    // the bulk kernels' token groups, each weight read once for the group,
+    // instead of one single-token GEMV per token or cuBLAS on FP16 weights;
+    // 1: never (the batched step's choice of batch_gemv_per_token below).
+    int bulk_max_tokens = 8;
     int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
     // 2 rows per warp from this many (4096, not 2048: with the entry
     // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
@@ -209,12 +214,16 @@ struct BulkLaunch {
 constexpr size_t kBulkMaxSmem = 200 * 1024;  // dynamic shared bytes the bulk kernels may take
 constexpr size_t kSmemPerSm = 228 * 1024;    // sm_90; each block also holds 1 KB of the system's
 constexpr int kBulkMaxWarps = 16;
+    int ntok = 1;      // tokens per launch: 1, or a token group of 2 .. kBulkMaxTokens
+    int x_stride = 0;  // a token group's shared bytes per token's staged input (x_bytes = ntok * x_stride)
 // The bulk launch of this shape (kernel_route.hpp's can_implement_bulk says
 // whether the bulk kernels take it at all).
-BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g);
+BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g, int ntok = 1);
 
 // The register GEMV's launch (gemv.cu): rows per warp and split-K.
 struct RegisterLaunch {
+constexpr int kBulkMaxTokens = 8;     // the bulk kernels' largest token group
+constexpr int kBulkGroupMaxRows = 4;  // a token group's rows per tile, at most (its registers: rows x tokens sums)
     int rows_per_warp = 1;
     bool split_k = false;
 };

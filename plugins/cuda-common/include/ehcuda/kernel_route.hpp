@@ -93,10 +93,17 @@ bool takes_chunks(const KernelPlan& p, uint32_t type);
 bool attention_head_dim_fast(int head_dim);
 
 // ---- applicability, one predicate per kernel
-// The bulk kernels: one token, int16 / int16x2 input, sm_90, integer-path
-// types but MXFP4, not off in the plan, and a tile plan that fits shared
-// memory (plan_bulk).
+// The bulk kernels: one token or a token group of at most the plan's
+// bulk_max_tokens (kBulkMaxTokens), int16 / int16x2 input, sm_90,
+// integer-path types but MXFP4, not off in the plan, and a tile plan that
+// fits shared memory (plan_bulk; the group's inputs are staged together).
 Refusal can_implement_bulk(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, int ntok = 1);
+// A matmul of 2 .. bulk_max_tokens tokens as the bulk kernels' token groups
+// (each weight read once per group, each token's sums those of a
+// single-token launch): plain or SwiGLU inputs in the fast form, one type
+// or types of the mixed launch, and groups of two at least fit. Taken
+// before the GEMM, and before a batched step's one call per token.
+Refusal can_implement_bulk_groups(const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m);
 // One launch over segments of different types: one token, an integer
 // input, the plan's gemv_mixed, every type a mixed_launch_type.
 Refusal can_implement_mixed(const KernelPlan& p, const GemvShape& g, int ntok);

@@ -85,6 +85,10 @@ struct MatmulArgs {
 // same but for the last bits of the RMSNorm fold's 1/rms factor), else the
 // register streaming kernel.
 void matmul(const MatmulArgs& a, cudaStream_t stream);
+// Whether matmul() runs a's several tokens together as the bulk kernels'
+// token groups (kernel_route.hpp, can_implement_bulk_groups): a batched
+// step then makes one call, not one per token.
+bool matmul_groups_tokens(const MatmulArgs& a);
 // The single-token shape of a matmul over these segments (the plan's
 // choosers and the load's log take it).
 inline GemvShape gemv_shape(const MatSeg* segs, int nseg) {
