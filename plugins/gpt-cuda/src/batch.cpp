@@ -9,6 +9,8 @@
 #include <ehcuda/check.hpp>
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/kernel_route.hpp>
+#include <ehcuda/kv_quant.hpp>
+#include <ehcuda/kv_quant_store.hpp>
 #include <ehcuda/moe.hpp>
 
 namespace gpt_cuda {
@@ -124,6 +126,16 @@ Batch::Batch(Model& model, const eh_kv_params& params)
 
 Batch::~Batch() { cudaStreamSynchronize(stream()); }
 
+void Batch::accept_kv_type(const Model& m, uint32_t type) {
+    if (!ehcuda::kv_type_quantized(type))
+        ehp::refuse_kv_type(type, "gpt-cuda stores F16 (its default), Q8_0 or FP8_E4M3");
+    const int hd = m.cfg.head_dim;
+    if (hd % ehcuda::kKvQuantBlock != 0 || hd > ehcuda::kAttentionMaxHeadDim)
+        ehp::refuse_kv_type(type, "head dim " + std::to_string(hd) +
+                                      " is not a multiple of 32 up to 256 (the attention kernels read a quantized "
+                                      "head as 32-value blocks)");
+}
+
 void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
                    float* y, int ldy, bool accumulate, int n, const float* norm_w) {
     ehcuda::MatmulArgs m;
@@ -173,7 +185,9 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     cudaStream_t s = stream();
     const Config& c = c_;
     float* qkv = qkv_.as<float>();
-    if (v.decode && n_rot > 0 && attn_scratch_.size() &&
+    // (the fused kernel stores and reads an F16 pool only: a quantized one's
+    // decode rows take the RoPE store and the paged attention)
+    if (v.decode && n_rot > 0 && attn_scratch_.size() && kv_type() == EH_TYPE_F16 &&
         ehcuda::attention_decode_fused_takes(v.ntok, c.n_head, c.n_kv, c.head_dim)) {
         // Decode rows: RoPE, the K/V store, split-K attention (with the
         // sinks, gpt-oss) in one launch (the session's decode attention, paged).
@@ -227,13 +241,15 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     r.v_cache = v_pool(li);
     r.d_pos = v.d_pos;
     r.d_rows = v.d_rows;
-    ehcuda::rope_table_store_kv(r, s);
+    if (kv_type() != EH_TYPE_F16) ehcuda::rope_table_store_kv_quant(r, kv_type(), s);
+    else ehcuda::rope_table_store_kv(r, s);
 
     ehcuda::PagedAttnArgs at;
     at.q = qkv;
     at.ldq = c.qkv_dim();
     at.k_pool = k_pool(li);
     at.v_pool = v_pool(li);
+    at.kv_type = kv_type();
     at.n_head = c.n_head;
     at.n_kv = c.n_kv;
     at.head_dim = c.head_dim;
