@@ -1,5 +1,5 @@
-// llama-cuda's quantized KV cache (kv_init's kv_type Q8_0 / FP8_E4M3, issue
-// 50) on forged tiny files: against the CPU reference with the same cache
+// The CUDA plugins' quantized KV cache (kv_init's kv_type Q8_0 / FP8_E4M3,
+// issue 50) on forged tiny files: against the CPU reference with the same cache
 // type and against its own F16 cache, in one scenario that runs every
 // attention path of the batched step on a quantized pool:
 //   - sequence A's prompt in chunks of 100 tokens (the tensor-core prefill,
@@ -9,7 +9,8 @@
 //   - A and B decoding alone (decode-only steps: the paged attention where
 //     F16 takes the fused kernel, graphs captured and replayed),
 //   - past attn_group_min_keys keys (256 here by load option) the deep
-//     decode steps (the query-group tensor-core kernel).
+//     decode steps (the query-group tensor-core kernel); gpt-cuda takes
+//     that kernel for every step whose heads it fits, with its sinks.
 // Teacher-forced: every step's tokens are fixed, A's logits kept after each
 // step. Also: the pool holds about twice the F16 pool's tokens in the same
 // bytes, a parked quantized prefix comes back bit for bit, and the types the
@@ -44,16 +45,24 @@ const eh_plugin_api* open_plugin(const char* env, const char* path) {
     auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
     return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
 }
-const eh_plugin_api* gpu_api() {
+const eh_plugin_api* llama_api() {
     static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
     return api;
+}
+const eh_plugin_api* gpt_api() {
+#ifdef EH_GPT_CUDA_PLUGIN
+    static const eh_plugin_api* api = open_plugin("EH_GPT_CUDA_PLUGIN", EH_GPT_CUDA_PLUGIN);
+    return api;
+#else
+    return nullptr;
+#endif
 }
 const eh_plugin_api* cpu_api() {
     static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
     return api;
 }
 bool gpu_usable() {
-    const eh_plugin_api* api = gpu_api();
+    const eh_plugin_api* api = llama_api();
     if (!api) return false;
     eh_probe_result r{};
     r.struct_size = sizeof r;
@@ -63,7 +72,7 @@ bool gpu_usable() {
 #define REQUIRE_BOTH()                                                    \
     if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
     ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
-    ASSERT_NE(gpu_api(), nullptr) << "llama-cuda plugin not loadable"
+    ASSERT_NE(llama_api(), nullptr) << "llama-cuda plugin not loadable"
 
 // A forged profile (synthetic vocabulary), made once per process.
 const eh_model_view* view_of(const std::string& profile) {
@@ -114,7 +123,7 @@ std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
 // The scenario of the file comment on `api` with `kv_type`: A's logits after
 // each of its kDecodes teacher-forced decode steps (empty on a failure).
 std::vector<std::vector<float>> run_scenario(const eh_plugin_api* api, const std::string& profile, uint32_t kv_type) {
-    ehtest::StepModel m(api, view_of(profile), shape(kv_type), api == gpu_api() ? kOptions : nullptr, profile.c_str());
+    ehtest::StepModel m(api, view_of(profile), shape(kv_type), api == llama_api() ? kOptions : nullptr, profile.c_str());
     EXPECT_TRUE(m.ok()) << m.failure;
     if (!m.ok()) return {};
     EXPECT_EQ(m.kv.kv_type, kv_type) << "kv_init granted another type";
@@ -184,8 +193,14 @@ Agreement compare(const std::vector<std::vector<float>>& got, const std::vector<
 struct Case {
     std::string profile;
     uint32_t kv_type;
+    bool gpt = false;  // gpt-cuda, else llama-cuda
 };
 class KvQuant : public ::testing::TestWithParam<Case> {};
+
+// The case's CUDA plugin (skips the test where it is not built).
+#define CASE_API(c, api)                                                  \
+    const eh_plugin_api* api = (c).gpt ? gpt_api() : llama_api();         \
+    if (!api) GTEST_SKIP() << "gpt-cuda was not built beside this test"
 
 // CUDA against the CPU reference, both with the case's cache type: as close
 // as the two agree at F16 (the bound is the F16 test's too).
@@ -196,13 +211,14 @@ constexpr double kVsF16 = 0.05;
 TEST_P(KvQuant, AgreesWithTheCpuReferenceOfTheSameType) {
     REQUIRE_BOTH();
     const Case& c = GetParam();
-    const auto gpu = run_scenario(gpu_api(), c.profile, c.kv_type);
-    const auto cpu = run_scenario(cpu_api(), c.profile, c.kv_type);
-    ASSERT_EQ(gpu.size(), kDecodes);
-    ASSERT_EQ(cpu.size(), kDecodes);
-    const Agreement a = compare(gpu, cpu, kVsReference);
-    std::printf("[kv-quant-gpu] %s %s vs cpu-reference: max |dlogprob| %.4f, top-1 mismatches %d / %u\n",
-                c.profile.c_str(), ehp::kv_type_name(c.kv_type).c_str(), a.max_dlogprob, a.top1_mismatch, kDecodes);
+    CASE_API(c, gpu);
+    const auto got = run_scenario(gpu, c.profile, c.kv_type);
+    const auto ref = run_scenario(cpu_api(), c.profile, c.kv_type);
+    ASSERT_EQ(got.size(), kDecodes);
+    ASSERT_EQ(ref.size(), kDecodes);
+    const Agreement a = compare(got, ref, kVsReference);
+    std::printf("[kv-quant-gpu] %s %s %s vs cpu-reference: max |dlogprob| %.4f, top-1 mismatches %d / %u\n",
+                c.gpt ? "gpt-cuda" : "llama-cuda", c.profile.c_str(), ehp::kv_type_name(c.kv_type).c_str(), a.max_dlogprob, a.top1_mismatch, kDecodes);
     EXPECT_LE(a.max_dlogprob, kVsReference);
     EXPECT_EQ(a.top1_mismatch, 0);
 }
@@ -210,9 +226,10 @@ TEST_P(KvQuant, AgreesWithTheCpuReferenceOfTheSameType) {
 TEST_P(KvQuant, StaysCloseToTheF16Cache) {
     REQUIRE_BOTH();
     const Case& c = GetParam();
+    CASE_API(c, gpu);
     if (c.kv_type == EH_TYPE_F16) GTEST_SKIP() << "F16 is the baseline";
-    const auto q = run_scenario(gpu_api(), c.profile, c.kv_type);
-    const auto f = run_scenario(gpu_api(), c.profile, EH_TYPE_F16);
+    const auto q = run_scenario(gpu, c.profile, c.kv_type);
+    const auto f = run_scenario(gpu, c.profile, EH_TYPE_F16);
     ASSERT_EQ(q.size(), kDecodes);
     ASSERT_EQ(f.size(), kDecodes);
     const Agreement a = compare(q, f, kVsF16);
@@ -228,10 +245,11 @@ TEST_P(KvQuant, StaysCloseToTheF16Cache) {
 TEST_P(KvQuant, PoolHoldsAboutTwiceTheF16Tokens) {
     REQUIRE_BOTH();
     const Case& c = GetParam();
+    CASE_API(c, gpu);
     if (c.kv_type == EH_TYPE_F16) GTEST_SKIP() << "F16 is the baseline";
     constexpr uint64_t kBudget = 8ull << 20;
-    ehtest::StepModel f(gpu_api(), view_of(c.profile), shape(EH_TYPE_F16, kBudget), nullptr, c.profile.c_str());
-    ehtest::StepModel q(gpu_api(), view_of(c.profile), shape(c.kv_type, kBudget), nullptr, c.profile.c_str());
+    ehtest::StepModel f(gpu, view_of(c.profile), shape(EH_TYPE_F16, kBudget), nullptr, c.profile.c_str());
+    ehtest::StepModel q(gpu, view_of(c.profile), shape(c.kv_type, kBudget), nullptr, c.profile.c_str());
     ASSERT_TRUE(f.ok()) << f.failure;
     ASSERT_TRUE(q.ok()) << q.failure;
     EXPECT_EQ(q.kv.kv_type, c.kv_type);
@@ -251,7 +269,8 @@ TEST_P(KvQuant, PoolHoldsAboutTwiceTheF16Tokens) {
 TEST_P(KvQuant, ParkingRoundTripsAQuantizedPrefix) {
     REQUIRE_BOTH();
     const Case& c = GetParam();
-    ehtest::StepModel m(gpu_api(), view_of(c.profile), shape(c.kv_type), nullptr, c.profile.c_str());
+    CASE_API(c, gpu);
+    ehtest::StepModel m(gpu, view_of(c.profile), shape(c.kv_type), nullptr, c.profile.c_str());
     ASSERT_TRUE(m.ok()) << m.failure;
     const std::vector<int32_t> p = tokens_of(150, 5, vocab_of(m.api, m.model));
     eh_seq* s = m.create();
@@ -275,9 +294,13 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{"tiny-llama-3.1-q4_k_m", EH_TYPE_F16}, Case{"tiny-llama-3.1-q4_k_m", EH_TYPE_Q8_0},
                       Case{"tiny-llama-3.1-q4_k_m", EH_TYPE_FP8_E4M3}, Case{"tiny-qwen3-q4_k_m", EH_TYPE_Q8_0},
                       Case{"tiny-qwen3-q4_k_m", EH_TYPE_FP8_E4M3}, Case{"tiny-gemma-3-q4_k_m", EH_TYPE_Q8_0},
-                      Case{"tiny-gemma-3-hd256-q4_k_m", EH_TYPE_FP8_E4M3}),
+                      Case{"tiny-gemma-3-hd256-q4_k_m", EH_TYPE_FP8_E4M3},
+                      Case{"tiny-gpt-oss-mxfp4", EH_TYPE_F16, true}, Case{"tiny-gpt-oss-mxfp4", EH_TYPE_Q8_0, true},
+                      Case{"tiny-gpt-oss-mxfp4", EH_TYPE_FP8_E4M3, true},
+                      Case{"tiny-qwen3-moe-q4_k_m", EH_TYPE_Q8_0, true}),
     [](const auto& i) {
-        std::string n = i.param.profile + "_" + ehp::kv_type_name(i.param.kv_type);
+        std::string n = std::string(i.param.gpt ? "gpt_cuda_" : "llama_cuda_") + i.param.profile + "_" +
+                        ehp::kv_type_name(i.param.kv_type);
         for (char& ch : n)
             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
         return n;
@@ -286,7 +309,7 @@ INSTANTIATE_TEST_SUITE_P(
 // Types the pool does not store are refused at kv_init, by name.
 TEST(KvQuantRefusal, OtherTypesAreRefusedAtKvInit) {
     REQUIRE_BOTH();
-    ehtest::StepModel m(gpu_api(), view_of("tiny-llama-3.1-q4_k_m"), shape(EH_TYPE_Q4_0));
+    ehtest::StepModel m(llama_api(), view_of("tiny-llama-3.1-q4_k_m"), shape(EH_TYPE_Q4_0));
     EXPECT_EQ(m.status, EH_UNSUPPORTED);
     EXPECT_NE(m.failure.find("KV cache type Q4_0 is not supported"), std::string::npos) << m.failure;
     EXPECT_NE(m.failure.find("Q8_0 or FP8_E4M3"), std::string::npos) << m.failure;
