@@ -6,7 +6,8 @@
 # batch_invariant load option, and gpt-oss); on each, ABI 1.7's park_restore
 # must pass (a restored sequence's logits bit for bit), not be skipped, and
 # ABI 1.5's hidden_state too (llama-cuda keeps hidden states, gpt-cuda
-# refuses the flag).
+# refuses the flag); on the forged files both again with Q8_0 and FP8_E4M3
+# KV pools (--kv-type).
 # Usage: gpu_test.sh EH_PLUGIN_CHECK ENGINE_HOST PLUGIN_DIR TESTDATA_DIR
 source "$(dirname "$0")/../cli/testlib.sh"
 check_bin=$1 eh=$2 dir=$3 testdata=$4
@@ -43,6 +44,7 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-
     check "forge-$profile" 1 "$(cat "$scratch/forge.log")"
     continue
   fi
+  only=()
   if [[ $profile == tiny-qwen3-moe-q4_k_m ]]; then
     # gpt-cuda promises batch invariance with its batch_invariant option
     # only (plugins/cuda-common/README.md, Determinism): every check with it,
@@ -51,7 +53,6 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-
           --engine-options '{"batch_invariant":true}' 2>&1); rc=$?
     echo "$out"
     [[ $rc -eq 0 ]]; check "$plugin-$profile-batch-invariant" $? "exit $rc"
-    only=()
     for name in $("$check_bin" --list | awk '{print $1}'); do
       [[ $name == batch_invariance ]] || only+=(--only "$name")
     done
@@ -83,20 +84,14 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-
     [[ $rc -eq 3 && $out == *"plugin gpt-cuda serves one device only; 2 were asked for"* ]]
     check "$plugin-$profile-one-device" $? "exit $rc: $out"
   fi
-  if [[ $plugin == gpt-cuda ]]; then
-    out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --kv-type fp8 2>&1); rc=$?
-    [[ $rc -eq 3 && $out == *"KV cache type FP8_E4M3 is not supported: this plugin's KV cache is F16 only"* ]]
-    check gpt-cuda-refuses-fp8-kv $? "exit $rc: $out"
-  else
-    # llama-cuda's quantized pools (issue 50): every check, the type granted
-    # and a parked quantized prefix restored bit for bit
-    for kv in q8_0 fp8; do
-      out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --kv-type $kv 2>&1); rc=$?
-      echo "$out"
-      [[ $rc -eq 0 && $out == *"PASS  kv_cache_type"* && $out == *"PASS  park_restore"* ]]
-      check "$plugin-$profile-kv-$kv" $? "exit $rc"
-    done
-  fi
+  # The quantized pools (issue 50): every check (the same ones as above),
+  # the type granted and a parked quantized prefix restored bit for bit
+  for kv in q8_0 fp8; do
+    out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" --kv-type $kv "${only[@]}" 2>&1); rc=$?
+    echo "$out"
+    [[ $rc -eq 0 && $out == *"PASS  kv_cache_type"* && $out == *"PASS  park_restore"* ]]
+    check "$plugin-$profile-kv-$kv" $? "exit $rc"
+  done
 done
 
 # Deep decode steps (kernels.attn_group_min_keys, 2048 by default): at 1 every
