@@ -146,6 +146,30 @@ TEST(Forge, QwenVlProfileWritesItsSectionsAndTower) {
     EXPECT_TRUE(mm2);
 }
 
+// The real-size Gemma 3 vision profiles (4B, 12B): the text model of that
+// size with Gemma's image control tokens, and a vision tower that --mmproj-out
+// must name (write_gemma3_siglip_mmproj, checked on the GPU machine by
+// scripts/device-vision.sh, where llama.cpp loads the same file).
+TEST(Forge, RealGemma3VisionProfilesNeedTheirTower) {
+    for (const char* name : {"gemma-3-4b-it-vision-q4_k_m", "gemma-3-12b-it-vision-q4_k_m"}) {
+        const Profile p = find_profile(name);
+        EXPECT_TRUE(p.vision) << name;
+        EXPECT_FALSE(p.tiny) << name;
+        EXPECT_EQ(p.arch, "gemma3");
+        EXPECT_EQ(p.shape.n_embd, std::string(name).find("-4b-") != std::string::npos ? 2560u : 3840u);
+        bool soft = false;
+        for (const auto& [id, text] : p.control_tokens) soft = soft || text == "<image_soft_token>";
+        EXPECT_TRUE(soft) << name;
+        TempDir d;
+        ForgeOptions o;
+        o.profile = name;
+        o.out = d.file("m.gguf");
+        o.vocab = "none";
+        EXPECT_THROW(forge(o), eh::Error) << "a vision profile needs --mmproj-out";
+    }
+    EXPECT_FALSE(find_profile("gemma-3-4b-it-q4_k_m").vision);
+}
+
 TEST(Forge, SameSeedSameBytesOtherSeedOtherWeights) {
     TempDir d;
     const auto a = slurp(forge_tiny(d, "tiny-gpt2-q8_0", 1));

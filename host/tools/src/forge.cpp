@@ -128,7 +128,8 @@ ForgeResult forge(const ForgeOptions& o) {
 
     w.write(o.out);
     if (p.vision && p.arch == "qwen2vl") write_qwen25vl_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
-    else if (p.vision) write_gemma3_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
+    else if (p.vision && p.tiny) write_gemma3_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
+    else if (p.vision) write_gemma3_siglip_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
 
     ForgeResult r;
     r.n_tensors = tensors.size();

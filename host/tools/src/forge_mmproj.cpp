@@ -5,14 +5,21 @@
 // Qwen2.5-VL: Qwen's own 14-pixel patches and 28-pixel tiles (any image
 // size, as the real tower), the two temporal kernels, two blocks of width 32
 // (the second attends over the whole image), the 2x2 merger.
+// Gemma 3 at real size (4B, 12B, 27B share it): SigLIP-So400m at 896
+// pixels, patches of 14, 27 layers of width 1152, pooled 4x4 into 256
+// tokens, its matrices F16 as llama.cpp's converter writes mmproj-model-f16,
+// for measuring an encoder, not for its numbers.
 // Seeded weights of the forge's scale, so an image moves the logits.
 #include <cmath>
+#include <deque>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
 #include <fmt/format.h>
+
+#include <engine_host/quant_blocks.hpp>
 
 #include "eh/model/gguf_writer.hpp"
 #include "eh/tools/forge.hpp"
@@ -62,12 +69,22 @@ public:
         for (float& x : v) x = offset + scale * d(rng_);
         w_.add_tensor(name, EH_TYPE_F32, std::move(dims), v.data());
     }
+    // The same, stored F16.
+    void add_half(const std::string& name, std::vector<uint64_t> dims, float scale, float offset) {
+        uint64_t n = 1;
+        for (uint64_t d : dims) n *= d;
+        std::normal_distribution<float> d(0.0f, 1.0f);
+        auto& v = half_.emplace_back(n);
+        for (uint16_t& x : v) x = ehp::quant::fp32_to_fp16(offset + scale * d(rng_));
+        w_.add_tensor(name, EH_TYPE_F16, std::move(dims), v.data());
+    }
     void write(const std::string& path) { w_.write(path); }
 
 private:
     model::GgufWriter w_;
     std::mt19937_64 rng_;
     std::vector<std::vector<float>> store_;
+    std::deque<std::vector<uint16_t>> half_;  // (a deque: the writer keeps pointers into each)
 };
 
 }  // namespace
@@ -105,6 +122,42 @@ void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t s
     t.add("v.post_ln.bias", {W}, 0.02f, 0.0f);
     t.add("mm.soft_emb_norm.weight", {W}, 0.02f, 1.0f);  // 1 + w, as the converter stores it
     t.add("mm.input_projection.weight", {text_embd, W}, s, 0.0f);
+    t.write(path);
+}
+
+void write_gemma3_siglip_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
+    using model::GgufValue;
+    constexpr uint32_t kImage = 896, kPatch = 14, kWidth = 1152, kFf = 4304, kLayers = 27, kHeads = 16;
+    const uint64_t grid = kImage / kPatch, N = grid * grid, W = kWidth;
+    const float half[3] = {0.5f, 0.5f, 0.5f};
+    ToyTower t({"Gemma 3 vision, SigLIP-So400m shape (forged)", "gemma3", text_embd, kImage, kPatch, kWidth, kFf, kLayers,
+                kHeads, half, half},
+               seed ^ 0x6d6d70726f6aull);
+    t.writer().set("clip.use_gelu", GgufValue::boolean(true));
+    // (no scale_factor key: Gemma 3's pooling of 4, as the converter writes it)
+    const float s = 1.0f / std::sqrt(float(W));
+    t.add_half("v.patch_embd.weight", {kPatch, kPatch, 3, W}, 1.0f / std::sqrt(3.0f * kPatch * kPatch), 0.0f);
+    t.add("v.patch_embd.bias", {W}, 0.02f, 0.0f);
+    t.add_half("v.position_embd.weight", {W, N}, 0.5f, 0.0f);
+    for (uint32_t i = 0; i < kLayers; ++i) {
+        const std::string b = fmt::format("v.blk.{}.", i);
+        for (const char* n : {"ln1", "ln2"}) {
+            t.add(b + n + ".weight", {W}, 0.02f, 1.0f);
+            t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
+        }
+        for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
+            t.add_half(b + n + ".weight", {W, W}, s, 0.0f);
+            t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
+        }
+        t.add_half(b + "ffn_up.weight", {W, kFf}, s, 0.0f);
+        t.add(b + "ffn_up.bias", {kFf}, 0.02f, 0.0f);
+        t.add_half(b + "ffn_down.weight", {kFf, W}, 1.0f / std::sqrt(float(kFf)), 0.0f);
+        t.add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
+    }
+    t.add("v.post_ln.weight", {W}, 0.02f, 1.0f);
+    t.add("v.post_ln.bias", {W}, 0.02f, 0.0f);
+    t.add("mm.soft_emb_norm.weight", {W}, 0.02f, 1.0f);
+    t.add_half("mm.input_projection.weight", {text_embd, W}, s, 0.0f);
     t.write(path);
 }
 

@@ -467,6 +467,18 @@ Profile gemma3(std::string name, const char* size) {
     return p;
 }
 
+// A Gemma 3 with Gemma's image control tokens (at Gemma's ids, the soft
+// token at the last id: Gemma's own, 262144, is past this vocabulary) and a
+// vision tower (forge_mmproj.cpp): the toy one for a tiny model, else
+// SigLIP-So400m's shape at 896 pixels.
+Profile gemma3_vision(Profile p) {
+    p.description = p.tiny ? "Gemma 3 layout at toy size with a toy vision tower (--mmproj-out)"
+                           : p.description + " with its vision tower's shape (--mmproj-out)";
+    p.vision = true;
+    p.control_tokens = {{255999, "<start_of_image>"}, {256000, "<end_of_image>"}, {262143, "<image_soft_token>"}};
+    return p;
+}
+
 // Every profile by name, real sizes first: forge's --like, `forge --list`
 // and the error for an unknown name all read this one table.
 struct Entry {
@@ -495,16 +507,9 @@ const Entry kProfiles[] = {
     {"tiny-qwen3-moe-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), true); }},
     {"tiny-gemma-3-q4_k_m", [](std::string n) { return gemma3(std::move(n), "tiny"); }},
     {"tiny-gemma-3-hd256-q4_k_m", [](std::string n) { return gemma3(std::move(n), "tiny-hd256"); }},
-    {"tiny-gemma-3-vision-q4_k_m", [](std::string n) {
-         // The tiny Gemma 3 with Gemma's image control tokens (at Gemma's ids,
-         // the soft token at the last id: Gemma's own, 262144, is past this
-         // vocabulary) and a toy vision tower (forge_mmproj.cpp).
-         Profile p = gemma3(std::move(n), "tiny");
-         p.description = "Gemma 3 layout at toy size with a toy vision tower (--mmproj-out)";
-         p.vision = true;
-         p.control_tokens = {{255999, "<start_of_image>"}, {256000, "<end_of_image>"}, {262143, "<image_soft_token>"}};
-         return p;
-     }},
+    {"tiny-gemma-3-vision-q4_k_m", [](std::string n) { return gemma3_vision(gemma3(std::move(n), "tiny")); }},
+    {"gemma-3-4b-it-vision-q4_k_m", [](std::string n) { return gemma3_vision(gemma3(std::move(n), "4b")); }},
+    {"gemma-3-12b-it-vision-q4_k_m", [](std::string n) { return gemma3_vision(gemma3(std::move(n), "12b")); }},
     {"tiny-qwen2.5-vl-q4_k_m", [](std::string n) {
          // The tiny Qwen2.5 as Qwen2.5-VL's text model (architecture qwen2vl:
          // M-RoPE sections 2, 3, 3 of its 8 rotary frequencies, as 16, 24, 24

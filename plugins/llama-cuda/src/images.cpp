@@ -72,6 +72,12 @@ void ImageSteps::take(eh_step_entry* entries, uint32_t n, ehcuda::MemoryLedger* 
     if (!d_reach_.get()) d_reach_ = ehcuda::DeviceBuffer(size_t(max_tokens) * sizeof(int32_t), ledger);
 }
 
+int ImageSteps::first_bidirectional() const {
+    for (size_t i = 0; i < bidir_.size(); ++i)
+        if (bidir_[i]) return int(i);
+    return -1;
+}
+
 void ImageSteps::clear() {
     step_.clear();
     bidir_.clear();

@@ -47,6 +47,8 @@ public:
     void apply(const ehcuda::StepView& v, float* h, int n_embd, cudaStream_t s);
     // Whether entry i carries a bidirectional span, and each token's reach.
     bool bidirectional(int entry) const { return size_t(entry) < bidir_.size() && bidir_[size_t(entry)]; }
+    // The first entry that carries a bidirectional span, or -1.
+    int first_bidirectional() const;
     const int32_t* d_reach() const { return d_reach_.as<int32_t>(); }
 
 private:

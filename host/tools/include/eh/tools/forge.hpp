@@ -25,6 +25,9 @@ struct ForgeOptions {
 // A toy Gemma 3 mmproj for a text model of width `text_embd`
 // (forge_mmproj.cpp). Throws eh::Error when it cannot write.
 void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed);
+// Gemma 3's mmproj at real size (SigLIP-So400m at 896 pixels, F16
+// matrices) for a text model of width `text_embd`, likewise.
+void write_gemma3_siglip_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed);
 // A toy Qwen2.5-VL mmproj (clip.projector_type qwen2.5vl_merger) likewise.
 void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed);
 
