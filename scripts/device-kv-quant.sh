@@ -3,7 +3,7 @@
 #  1. Its GPU tests: eh_cuda_kv_quant_tests (CUDA vs the CPU reference with
 #     the same cache type, vs F16, pool size, parking, refusals).
 #  2. Decode speed: `engine-host bench` tg128 after a P-token prompt
-#     (default 512, and LONG_P, default 8192) with --kv-cache-type f16, q8_0
+#     (default 512, and LONG_P, default 4096) with --kv-cache-type f16, q8_0
 #     and fp8 on a forged PROFILE (Llama-3.1-8B Q4_K_M by default); decode
 #     tok/s of each and its ratio to f16.
 #  3. Long contexts under a fixed KV budget: `engine-host serve` with
@@ -16,11 +16,11 @@
 #   scripts/device-kv-quant.sh BUILD_DIR [PROFILE] [KV_MB]
 # (MODELS_DIR, default /dev/shm/eh; OUT for the logs, default /tmp/kv-quant;
 # SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LOAD=1 leave a part out; TYPES, default
-# "f16 q8_0 fp8"; PROMPT_WORDS 2000:4000; LEVELS 64; ANSWER_TOKENS 128; CTX 8192.)
+# "f16 q8_0 fp8"; PROMPT_WORDS 1500:3000; LEVELS 64; ANSWER_TOKENS 128; CTX 8192.)
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 profile=${2:-llama-3.1-8b-instruct-q4_k_m}
-kv_mb=${3:-4096}
+kv_mb=${3:-2048}
 eh="$build/bin/engine-host"
 models=${MODELS_DIR:-/dev/shm/eh}
 out=${OUT:-/tmp/kv-quant}
@@ -38,7 +38,7 @@ model="$models/$profile.gguf"
 [ -s "$model" ] || "$eh" forge --like "$profile" --out "$model" -q | tail -1
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  for p in 512 "${LONG_P:-8192}"; do
+  for p in 512 "${LONG_P:-4096}"; do
     for kv in $types; do
       timeout 300 "$eh" bench --plugins "$build/plugins" --plugin llama-cuda --model "$model" -p "$p" -n 128 -r 3 \
         --kv-cache-type "$kv" --json > "$out/bench-$p-$kv.json" 2> "$out/bench-$p-$kv.err" ||
@@ -74,7 +74,7 @@ for kv in $types; do
   done
   curl -s "http://127.0.0.1:$port/health" > "$out/health-$kv.json"
   timeout 420 "$eh" loadgen --url "http://127.0.0.1:$port" --workload chat --levels "${LEVELS:-64}" --requests-per-client 1 \
-    --prompt-words "${PROMPT_WORDS:-2000:4000}" --preamble-words 0 --shared-prefix 0 --answer-tokens "${ANSWER_TOKENS:-128}:${ANSWER_TOKENS:-128}" --json \
+    --prompt-words "${PROMPT_WORDS:-1500:3000}" --preamble-words 0 --shared-prefix 0 --answer-tokens "${ANSWER_TOKENS:-128}:${ANSWER_TOKENS:-128}" --json \
     > "$out/load-$kv.json" 2> "$out/load-$kv.err"
   echo "loadgen $kv rc=$?"
   curl -s "http://127.0.0.1:$port/health" > "$out/health-$kv-after.json"
