@@ -1,11 +1,17 @@
-// llama-cuda's tensor parallelism in the one-GPU shard mode (ABI 1.6: the
-// load names one GPU once per rank): attention and the KV cache split by KV
-// head, the FFN by rows then columns, one all-reduce after attn_output and
-// one after ffn_down. The sharded model must compute what the whole one
-// does: teacher-forced top-1 agreement >= 99 % and |delta logprob| <= 0.02
-// at every position of prefill chunks (short and >= 64 tokens), batched
-// decodes and single-token decodes, and the same greedy tokens. Also the
-// all-reduce kernel against a host sum, and every refusal by name.
+// llama-cuda's tensor parallelism (ABI 1.6: the load names a GPU per rank):
+// attention and the KV cache split by KV head, the FFN by rows then
+// columns, one all-reduce after attn_output and one after ffn_down. In the
+// shard mode (one GPU named once per rank: the ranks one after another on
+// the step's stream), in the streams mode on one GPU (the load option
+// "tensor_parallel": "streams": each rank on its own stream with its own
+// residual, events around every all-reduce, the code path of distinct
+// GPUs) and, where the machine has them, across distinct GPUs. The sharded
+// model must compute what the whole one does: teacher-forced top-1
+// agreement >= 99 % and |delta logprob| <= 0.02 at every position of
+// prefill chunks (short and >= 64 tokens), batched decodes and single-token
+// decodes (CUDA graphs on), and the same greedy tokens. Also the all-reduce
+// kernel against a host sum, the rank group's all-reduce (eager and
+// captured in a graph) and its cost per call, and every refusal by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -17,6 +23,8 @@
 #include <vector>
 
 #include <ehcuda/allreduce.hpp>
+#include <ehcuda/graph.hpp>
+#include <ehcuda/tp_group.hpp>
 
 #include "gpu_util.hpp"
 #include "plugin_handle.hpp"
@@ -34,6 +42,10 @@ struct Loaded {
     Loaded(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options = nullptr, int device = -1) {
         const eh_plugin_api* api = llama_cuda_api();
         eh_load_params lp{};
+        lp.progress = [](void* u, float, const char* stage) {
+            if (stage) static_cast<Loaded*>(u)->stages.emplace_back(stage);
+        };
+        lp.progress_user = this;
         lp.struct_size = sizeof lp;
         lp.path = "tiny-tp";
         lp.view = tm.view();
@@ -62,6 +74,7 @@ struct Loaded {
     eh_model* model = nullptr;
     eh_status status = EH_OK;
     std::string error;
+    std::vector<std::string> stages;  // the load's progress stages (its log lines)
     std::unique_ptr<StepModel> sm;
 };
 
@@ -116,6 +129,8 @@ std::vector<double> log_softmax(const std::vector<float>& l) {
     return o;
 }
 
+constexpr const char* kStreams = R"({"tensor_parallel":"streams"})";
+
 struct TpCase {
     std::string name;
     TinySpec spec;
@@ -137,17 +152,11 @@ TinySpec spec_of(const std::string& arch, uint32_t wtype, int n_embd, int n_head
 
 class TensorParallel : public ::testing::TestWithParam<TpCase> {};
 
-#define REQUIRE_LLAMA_CUDA()                                                 \
-    REQUIRE_GPU();                                                           \
-    ASSERT_NE(llama_cuda_api(), nullptr) << "llama-cuda plugin not loadable"
-
-// The sharded model's logits against the whole model's at every position.
-TEST_P(TensorParallel, TeacherForcedLogitsAgreeWithOneRank) {
-    REQUIRE_LLAMA_CUDA();
-    const TpCase& tc = GetParam();
-    TinyModel tm(tc.spec);
-    const auto one = teacher_forced(tm, {}, tc.options);
-    const auto many = teacher_forced(tm, std::vector<int32_t>(size_t(tc.tp), 0), tc.options);
+// The model over `devices` against the whole one at every position.
+void expect_agreement(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options,
+                      const std::string& name) {
+    const auto one = teacher_forced(tm, {}, options);
+    const auto many = teacher_forced(tm, devices, options);
     ASSERT_EQ(one.size(), many.size());
     ASSERT_FALSE(one.empty());
     size_t agree = 0;
@@ -162,9 +171,23 @@ TEST_P(TensorParallel, TeacherForcedLogitsAgreeWithOneRank) {
         EXPECT_LE(d, 0.02) << "position " << p << ": |delta logprob| of the one-rank top token " << a;
     }
     const double rate = double(agree) / double(one.size());
-    std::printf("[tp] %s tp=%d: %zu positions, top-1 agreement %.2f %%, max |delta logprob| %.3g\n", tc.name.c_str(),
-                tc.tp, one.size(), 100.0 * rate, worst);
+    std::string set;
+    for (int32_t d : devices) set += (set.empty() ? "" : ",") + std::to_string(d);
+    std::printf("[tp] %s devices %s %s: %zu positions, top-1 agreement %.2f %%, max |delta logprob| %.3g\n",
+                name.c_str(), set.c_str(), options ? options : "", one.size(), 100.0 * rate, worst);
     EXPECT_GE(rate, 0.99) << agree << " of " << one.size() << " positions agree on the top token";
+}
+
+#define REQUIRE_LLAMA_CUDA()                                                 \
+    REQUIRE_GPU();                                                           \
+    ASSERT_NE(llama_cuda_api(), nullptr) << "llama-cuda plugin not loadable"
+
+// The sharded model's logits against the whole model's at every position.
+TEST_P(TensorParallel, TeacherForcedLogitsAgreeWithOneRank) {
+    REQUIRE_LLAMA_CUDA();
+    const TpCase& tc = GetParam();
+    TinyModel tm(tc.spec);
+    expect_agreement(tm, std::vector<int32_t>(size_t(tc.tp), 0), tc.options, tc.name);
 }
 
 // Greedy continuations of three prompts decoded together: the same tokens.
@@ -220,7 +243,18 @@ INSTANTIATE_TEST_SUITE_P(
         // phi3: fused qkv and gate|up tensors, a sliding window; Q4_0
         TpCase{"phi3_q4_0", spec_of("phi3", EH_TYPE_Q4_0, 512, 8, 4, 512), 4},
         // an FFN of 3 x 32 rows: the ranks get 64 and 32
-        TpCase{"llama_uneven_ffn", spec_of("llama", EH_TYPE_F16, 256, 4, 2, 96), 2}),
+        TpCase{"llama_uneven_ffn", spec_of("llama", EH_TYPE_F16, 256, 4, 2, 96), 2},
+        // The streams mode on one GPU: every rank on its own stream, its own
+        // residual, the event barriers around each all-reduce (the path of
+        // distinct GPUs), CUDA graphs over all the streams
+        TpCase{"streams_llama_f16", spec_of("llama", EH_TYPE_F16, 512, 8, 4, 512), 2, kStreams},
+        TpCase{"streams_llama_f16", spec_of("llama", EH_TYPE_F16, 512, 8, 4, 512), 4, kStreams},
+        TpCase{"streams_llama_q4k", spec_of("llama", EH_TYPE_Q4_K, 512, 8, 4, 1024), 2, kStreams},
+        TpCase{"streams_llama_q4k_slabs", spec_of("llama", EH_TYPE_Q4_K, 512, 8, 4, 1024), 2,
+               R"({"fp16_weights":"off","tensor_parallel":"streams"})"},
+        TpCase{"streams_qwen2_q8_0", spec_of("qwen2", EH_TYPE_Q8_0, 512, 8, 2, 512), 2, kStreams},
+        TpCase{"streams_phi3_q4_0", spec_of("phi3", EH_TYPE_Q4_0, 512, 8, 4, 512), 4, kStreams},
+        TpCase{"streams_llama_f32_hd32", spec_of("llama", EH_TYPE_F32, 256, 8, 4, 512), 2, kStreams}),
     [](const auto& info) { return info.param.name + "_tp" + std::to_string(info.param.tp); });
 
 // What cannot be sharded is refused at load, by name; nothing is left.
@@ -235,7 +269,23 @@ TEST(TensorParallelLoad, RefusalsNameWhy) {
     };
     const TinySpec f16 = spec_of("llama", EH_TYPE_F16, 256, 8, 2, 512);
     EXPECT_NE(refusal(f16, {0, 0, 0, 0}, EH_UNSUPPORTED).find("2 KV heads do not split over 4 ranks"), std::string::npos);
-    EXPECT_NE(refusal(f16, {0, 1}, EH_UNSUPPORTED).find("distinct GPUs (devices 0,1) is not built yet"), std::string::npos);
+    int count = 0;
+    ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+    // a GPU the machine does not have; "serial" across distinct GPUs; a mode
+    // that does not exist
+    EXPECT_NE(refusal(f16, {0, count}, EH_INVALID_ARGUMENT).find("names GPU " + std::to_string(count) + "; " +
+                                                                  std::to_string(count) + " present"),
+              std::string::npos);
+    {
+        TinyModel tm(f16);
+        Loaded m(tm, {0, count}, R"({"tensor_parallel":"serial"})");
+        EXPECT_EQ(m.status, EH_INVALID_ARGUMENT);
+        EXPECT_NE(m.error.find("\"tensor_parallel\": \"serial\" runs every rank on one GPU"), std::string::npos)
+            << m.error;
+        Loaded bad(tm, {0, 0}, R"({"tensor_parallel":"rings"})");
+        EXPECT_EQ(bad.status, EH_INVALID_ARGUMENT);
+        EXPECT_NE(bad.error.find("tensor_parallel"), std::string::npos) << bad.error;
+    }
     EXPECT_NE(refusal(f16, std::vector<int32_t>(9, 0), EH_INVALID_ARGUMENT).find("at most 8 devices"), std::string::npos);
     EXPECT_NE(refusal(f16, {1, 0}, EH_INVALID_ARGUMENT, 0).find("devices[0] (1) is not eh_load_params.device (0)"),
               std::string::npos);
@@ -323,6 +373,188 @@ TEST(AllReduce, OneShotSumsInRankOrderIntoEveryOutput) {
     bad.nranks = 9;
     bad.nout = 1;
     EXPECT_THROW(ehcuda::allreduce_oneshot(bad, nullptr), ehp::Error);
+}
+
+// The load's log says how the ranks run: one after another (the shard
+// mode, the default on one GPU) or each on its own stream, and each rank's GPU.
+TEST(TensorParallelLoad, LogSaysHowTheRanksRun) {
+    REQUIRE_LLAMA_CUDA();
+    TinyModel tm(spec_of("llama", EH_TYPE_F16, 512, 8, 4, 512));
+    auto line = [](const Loaded& m) {
+        for (const std::string& s : m.stages)
+            if (s.find("tensor parallel: ") != std::string::npos) return s;
+        return std::string();
+    };
+    Loaded serial(tm, {0, 0});
+    ASSERT_EQ(serial.status, EH_OK) << serial.error;
+    EXPECT_NE(line(serial).find("2 ranks, one after another on the step's stream (shard mode)"), std::string::npos)
+        << line(serial);
+    Loaded streams(tm, {0, 0}, kStreams);
+    ASSERT_EQ(streams.status, EH_OK) << streams.error;
+    EXPECT_NE(line(streams).find("2 ranks, each on its own stream"), std::string::npos) << line(streams);
+    EXPECT_NE(line(streams).find("[GPU 0, query heads 4+4, KV heads 2+2"), std::string::npos) << line(streams);
+}
+
+// Distinct GPUs, where the machine has them: 2 and 4 ranks.
+TEST(TensorParallelGpus, DistinctGpusAgreeWithOneRank) {
+    REQUIRE_LLAMA_CUDA();
+    int count = 0;
+    ASSERT_EQ(cudaGetDeviceCount(&count), cudaSuccess);
+    if (count < 2) GTEST_SKIP() << "one GPU: the streams mode on it stands in (TensorParallel.*streams*)";
+    TinyModel q4k(spec_of("llama", EH_TYPE_Q4_K, 512, 8, 4, 1024));
+    expect_agreement(q4k, {0, 1}, nullptr, "gpus_llama_q4k");
+    TinyModel phi(spec_of("phi3", EH_TYPE_Q4_0, 512, 8, 4, 512));
+    if (count >= 4) expect_agreement(phi, {0, 1, 2, 3}, nullptr, "gpus_phi3_q4_0");
+    // every message through NCCL where it loads (0: NCCL from 0 floats on)
+    expect_agreement(q4k, {0, 1}, R"({"kernels":{"allreduce_nccl_min_floats":0}})", "gpus_llama_q4k_nccl");
+}
+
+// The device sets the rank group's tests run on: two ranks on GPU 0 (the
+// streams mode), then 0,1 and 0,1,2,3 where the machine has them.
+std::vector<std::vector<int>> group_sets() {
+    int count = 0;
+    if (cudaGetDeviceCount(&count) != cudaSuccess) count = 0;
+    std::vector<std::vector<int>> sets = {{0, 0}};
+    if (count >= 2) sets.push_back({0, 1});
+    if (count >= 4) sets.push_back({0, 1, 2, 3});
+    return sets;
+}
+
+// The rank group's all-reduce: every rank's output gets the sum of every
+// rank's partial, bit for bit the rank-order host sum (one-shot) or within
+// float rounding (NCCL's own order), over several all-reduces in a row
+// (the alternating partial buffers), run eagerly and as one captured graph.
+TEST(TpGroup, AllReduceAddsEveryPartialIntoEveryRank) {
+    REQUIRE_GPU();
+    constexpr size_t n = 8192 * 3 + 5;
+    constexpr int kRounds = 5;
+    for (const std::vector<int>& devs : group_sets())
+        for (bool nccl : {false, true})
+            for (bool graphed : {false, true}) {
+                const int N = int(devs.size());
+                ehcuda::TpGroup g(devs, devs[0], n, nccl, nullptr);
+                if (nccl && !g.nccl()) {
+                    std::printf("[tp] devices %d..: no NCCL (%s)\n", devs.back(), g.nccl_why().c_str());
+                    continue;
+                }
+                SCOPED_TRACE(std::to_string(N) + " ranks on " + std::to_string(devs.back() + 1) + " GPUs, nccl " +
+                             std::to_string(nccl) + ", graphed " + std::to_string(graphed));
+                std::mt19937 rng(11);
+                std::uniform_real_distribution<float> u(-2.0f, 2.0f);
+                // round k's partial of rank r
+                std::vector<std::vector<std::vector<float>>> part(kRounds, std::vector<std::vector<float>>(size_t(N)));
+                std::vector<std::vector<ehcuda::DeviceBuffer>> dpart(kRounds);
+                std::vector<float> base(n);
+                for (float& x : base) x = u(rng);
+                std::vector<ehcuda::DeviceBuffer> out;
+                float* outs[ehcuda::kMaxRanks] = {};
+                for (int r = 0; r < N; ++r) {
+                    GPU_OK(cudaSetDevice(devs[size_t(r)]));
+                    out.push_back(to_device(base));
+                    outs[r] = out.back().as<float>();
+                    for (int k = 0; k < kRounds; ++k) {
+                        part[size_t(k)][size_t(r)].resize(n);
+                        for (float& x : part[size_t(k)][size_t(r)]) x = u(rng);
+                        dpart[size_t(k)].push_back(to_device(part[size_t(k)][size_t(r)]));
+                    }
+                }
+                GPU_OK(cudaSetDevice(devs[0]));
+                ehcuda::Stream main;
+                const size_t nccl_min = nccl ? 0 : SIZE_MAX;
+                auto body = [&] {
+                    g.fork(main.get());
+                    for (int k = 0; k < kRounds; ++k) {
+                        for (int r = 0; r < N; ++r) {
+                            g.use(r);
+                            ASSERT_EQ(cudaMemcpyAsync(g.partial(r), dpart[size_t(k)][size_t(r)].get(), n * 4,
+                                                      cudaMemcpyDefault, g.stream(r)),
+                                      cudaSuccess);
+                        }
+                        g.all_reduce_add(outs, n, nccl_min);
+                    }
+                    g.join(main.get());
+                };
+                ehcuda::CapturedGraph graph;
+                if (graphed) {
+                    graph.capture(main.get(), body);
+                    graph.launch(main.get());
+                } else {
+                    body();
+                }
+                GPU_OK(cudaStreamSynchronize(main.get()));
+                for (int r = 0; r < N; ++r) {
+                    GPU_OK(cudaSetDevice(devs[size_t(r)]));
+                    const auto got = to_host<float>(out[size_t(r)], n);
+                    size_t bad = 0;
+                    double worst = 0;
+                    for (size_t i = 0; i < n; ++i) {
+                        float want = base[i];
+                        for (int k = 0; k < kRounds; ++k) {
+                            float sum = part[size_t(k)][0][i];
+                            for (int q = 1; q < N; ++q) sum += part[size_t(k)][size_t(q)][i];
+                            want += sum;
+                        }
+                        const double d = std::fabs(double(got[i]) - double(want));
+                        worst = std::max(worst, d);
+                        if (nccl ? d > 1e-4 : got[i] != want) ++bad;
+                    }
+                    EXPECT_EQ(bad, 0u) << "rank " << r << ": worst difference " << worst;
+                }
+                GPU_OK(cudaSetDevice(devs[0]));
+            }
+    EXPECT_THROW(ehcuda::TpGroup(std::vector<int>(9, 0), 0, 16, false, nullptr), ehp::Error);
+}
+
+// What one all-reduce costs per call (the residual of a decode step: n_embd
+// 8192 x 1 .. 64 tokens), one-shot and NCCL, back to back on the ranks'
+// streams with their event barriers; printed for the notes. Two ranks on
+// one GPU measure the barrier and launch cost (their reads stay local).
+TEST(TpGroup, AllReduceMicrosecondsPerCall) {
+    REQUIRE_GPU();
+    constexpr size_t kHidden = 8192;
+    for (const std::vector<int>& devs : group_sets())
+        for (bool nccl : {false, true}) {
+            ehcuda::TpGroup g(devs, devs[0], kHidden * 64, nccl, nullptr);
+            std::string set;
+            for (int d : devs) set += (set.empty() ? "" : ",") + std::to_string(d);
+            if (nccl && !g.nccl()) {
+                std::printf("[tp] all-reduce NCCL, devices %s: not run (%s)\n", set.c_str(), g.nccl_why().c_str());
+                continue;
+            }
+            std::vector<ehcuda::DeviceBuffer> out;
+            float* outs[ehcuda::kMaxRanks] = {};
+            for (int r = 0; r < g.size(); ++r) {
+                g.use(r);
+                out.emplace_back(kHidden * 64 * 4);
+                GPU_OK(cudaMemset(out.back().get(), 0, kHidden * 64 * 4));
+                outs[r] = out.back().as<float>();
+            }
+            GPU_OK(cudaSetDevice(devs[0]));
+            ehcuda::Stream main;
+            cudaEvent_t e0, e1;
+            GPU_OK(cudaEventCreate(&e0));
+            GPU_OK(cudaEventCreate(&e1));
+            for (int tokens : {1, 2, 4, 8, 16, 32, 64}) {
+                const size_t n = kHidden * size_t(tokens);
+                const size_t nccl_min = nccl ? 0 : SIZE_MAX;
+                g.fork(main.get());
+                for (int i = 0; i < 20; ++i) g.all_reduce_add(outs, n, nccl_min);
+                g.join(main.get());
+                GPU_OK(cudaEventRecord(e0, main.get()));
+                g.fork(main.get());
+                constexpr int kCalls = 200;
+                for (int i = 0; i < kCalls; ++i) g.all_reduce_add(outs, n, nccl_min);
+                g.join(main.get());
+                GPU_OK(cudaEventRecord(e1, main.get()));
+                GPU_OK(cudaEventSynchronize(e1));
+                float ms = 0;
+                GPU_OK(cudaEventElapsedTime(&ms, e0, e1));
+                std::printf("[tp] all-reduce %s, devices %s: %d tokens x %zu floats: %.2f us a call\n",
+                            nccl ? "NCCL" : "one-shot", set.c_str(), tokens, kHidden, 1000.0 * ms / kCalls);
+            }
+            cudaEventDestroy(e0);
+            cudaEventDestroy(e1);
+        }
 }
 
 }  // namespace

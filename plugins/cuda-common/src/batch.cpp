@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <unordered_map>
 
 #include <ehcuda/attention_paged.hpp>
@@ -139,9 +140,19 @@ void BatchBase::join_side(int nside) {
 void BatchBase::init_pool() {
     EHC_CHECK(cudaSetDevice(shape_.device));
     uint64_t budget = params_.budget_bytes;
+    auto layer_device = [&](int l) {
+        return shape_.layer_devices.empty() ? shape_.device : shape_.layer_devices[size_t(l)];
+    };
     if (!budget) {
+        // Each GPU holding pool layers gives the fraction of its free memory
+        // to its share of a block; the pool is what the fullest one allows.
         const float frac = params_.memory_fraction > 0.0f ? params_.memory_fraction : kDefaultMemoryFraction;
-        budget = uint64_t(double(device_memory_info(shape_.device).free_bytes) * frac);
+        std::map<int, int> layers_on;
+        for (int l = 0; l < shape_.n_layer; ++l) ++layers_on[layer_device(l)];
+        budget = UINT64_MAX;
+        for (const auto& [dev, n] : layers_on)
+            budget = std::min(budget, uint64_t(double(device_memory_info(dev).free_bytes) * frac *
+                                               double(shape_.n_layer) / double(n)));
     }
     limits_ = ehp::grant_kv(params_, kPagedBlockTokens, limits_.block_bytes, budget, shape_.seq_cap);
     limits_.max_draft_tokens = std::min(kMaxDraftTokens, limits_.max_step_tokens - 1);
@@ -149,9 +160,11 @@ void BatchBase::init_pool() {
     scratch_block_ = limits_.total_blocks;
     const size_t layer_bytes = size_t(limits_.total_blocks + 1) * kPagedBlockTokens * row_bytes_;
     for (int l = 0; l < shape_.n_layer; ++l) {
+        EHC_CHECK(cudaSetDevice(layer_device(l)));
         k_.emplace_back(layer_bytes, shape_.ledger);
         v_.emplace_back(layer_bytes, shape_.ledger);
     }
+    EHC_CHECK(cudaSetDevice(shape_.device));
     pool_ = std::make_unique<ehp::BlockPool>(kPagedBlockTokens, limits_.total_blocks);
     warm_up();
 }

@@ -27,6 +27,9 @@ ehcuda::BatchShape shape_of(Model& m) {
     sh.kv_dim = c.kv_dim() / m.tp;
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.n_ff});
     sh.hidden_dim = c.n_embd;
+    // (pool layer l * tp + r is rank r's: on its GPU)
+    if (m.tp > 1)
+        for (int l = 0; l < sh.n_layer; ++l) sh.layer_devices.push_back(m.shards[size_t(l % m.tp)].device);
     return sh;
 }
 
@@ -72,6 +75,20 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         probe.ntok = 1;
         group_attn_ = fused_attn_ && ehcuda::attention_decode_group_takes(probe);
     }
+    // The LM head's lane (and every rank's at tp 1): the step's stream,
+    // workspace and rows.
+    head_.device = m_.device;
+    head_.stream = stream();
+    head_.c = &m_.cfg;
+    head_.h = h_.as<float>();
+    head_.xn = xn_.as<float>();
+    head_.pw = workspace();
+    if (m_.rank_streams) {
+        std::vector<int> devices;
+        for (const Shard& sh : m_.shards) devices.push_back(sh.device);
+        group_ = std::make_unique<ehcuda::TpGroup>(devices, m_.device, T * c_.n_embd, true, L);
+    }
+    const int step_gemm_min = ehcuda::step_per_token_max(m_.plan, m_.mirrored) + 1;
     ranks_.resize(size_t(m_.tp));
     for (int i = 0; i < m_.tp; ++i) {
         Rank& r = ranks_[size_t(i)];
@@ -79,10 +96,31 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         r.c = m_.tp == 1 ? &m_.cfg : &m_.shards[size_t(i)].c;
         r.layers = m_.tp == 1 ? &m_.layers : &m_.shards[size_t(i)].layers;
         const Config& rc = *r.c;
+        r.device = m_.tp == 1 ? m_.device : m_.shards[size_t(i)].device;
+        r.stream = group_ ? group_->stream(i) : stream();
+        EHC_CHECK(cudaSetDevice(r.device));
+        r.h = h_.as<float>();
+        r.xn = xn_.as<float>();
+        if (group_ && i > 0) {  // (rank 0 keeps the step's rows: the LM head reads them after the join)
+            r.own_h = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+            r.own_xn = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+            r.h = r.own_h.as<float>();
+            r.xn = r.own_xn.as<float>();
+        }
+        r.pw = workspace();
+        if (m_.tp > 1) {  // its shard's FP16 mirror, its stream, its GPU
+            ehcuda::PrefillShape ps;
+            ps.max_tokens = max_step_tokens();
+            ps.max_cols = std::max({c_.n_embd, rc.q_dim(), rc.n_ff});
+            r.own_pw = std::make_unique<ehcuda::PrefillWorkspace>(ps, r.stream, L);
+            r.own_pw->set_min_tokens(step_gemm_min);
+            r.own_pw->set_mirror(&m_.shards[size_t(i)].mirror);
+            r.pw = r.own_pw.get();
+        }
         r.qkv = ehcuda::DeviceBuffer(T * rc.qkv_dim() * 4, L);
         r.attn = ehcuda::DeviceBuffer(T * rc.q_dim() * 4, L);
         r.ff = ehcuda::DeviceBuffer(T * 2 * size_t(rc.n_ff) * 4, L);
-        if (m_.tp > 1) r.part = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+        if (m_.tp > 1 && !group_) r.part = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
         // Decode-only steps: the fused paged attention, with split scratch for
         // the widest such step and (one row) its output quantized for attn_out.
         if (fused_attn_) {
@@ -95,9 +133,10 @@ Batch::Batch(Model& model, const eh_kv_params& params)
             if (const size_t n = ehcuda::gemv_chunk_bytes(rc.q_dim())) r.attn_chunks = ehcuda::DeviceBuffer(n, L);
         }
     }
+    EHC_CHECK(cudaSetDevice(m_.device));
     // cuBLAS from G tokens on (above); the in-kernel WMMA GEMM ran a 64-token
     // decode step 4.5x slower than cuBLAS on slabs.
-    workspace()->set_min_tokens(ehcuda::step_per_token_max(m_.plan, m_.mirrored) + 1);
+    workspace()->set_min_tokens(step_gemm_min);
     workspace()->set_mirror(&m_.mirror);
     init_pool();
 }
@@ -110,6 +149,15 @@ void Batch::accept_kv_type(const Model& m, uint32_t type) {
         ehp::refuse_kv_type(type, "head dim " + std::to_string(hd) +
                                       " is not a multiple of 32 up to 256 (the attention kernels read a quantized "
                                       "head as 32-value blocks)");
+}
+
+Batch::~Batch() {
+    for (Rank& r : ranks_) {
+        cudaSetDevice(r.device);
+        if (r.stream) cudaStreamSynchronize(r.stream);
+        r.own_pw.reset();
+    }
+    cudaSetDevice(m_.device);
 }
 
 int Batch::decode_splits(int n_head, int rows) const {
@@ -126,7 +174,7 @@ void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool
     da.n_rot = c_.n_rot;
     da.neox = c_.neox;
     da.freq_base = c_.layer_freq_base(layer);
-    da.freq_factors = layer_rope_freqs(m_, layer);
+    da.freq_factors = layer_rope_freqs(m_, layer, m_.tp > 1 ? r.index : -1);
     da.k_cache = k_pool(pool_layer(r, layer));
     da.v_cache = v_pool(pool_layer(r, layer));
     da.window = c_.layer_window(layer);
@@ -149,7 +197,7 @@ void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool
     da.d_rows = v.d_rows;
     da.d_table = v.d_table;
     da.tables = v.d_tables;
-    ehcuda::rope_attention_decode(da, stream());
+    ehcuda::rope_attention_decode(da, r.stream);
 }
 
 void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
@@ -159,7 +207,9 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     const int window = c.layer_window(layer);
     float* qkv = rk.qkv.as<float>();
     float* attn = rk.attn.as<float>();
+    cudaStream_t s = rk.stream;
     ehcuda::RopeArgs r = rope_args(m_, qkv, v.ntok, layer);
+    r.freq_factors = layer_rope_freqs(m_, layer, m_.tp > 1 ? rk.index : -1);
     r.ld = c.qkv_dim();
     r.n_head = c.n_head;
     r.n_kv = c.n_kv;
@@ -168,7 +218,7 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     r.d_pos = v.d_pos;
     r.d_rows = v.d_rows;
     r.kv_type = kv_type();
-    ehcuda::rope_store_kv(r, stream());
+    ehcuda::rope_store_kv(r, s);
 
     // Tokens first .. first + n - 1 (decode tokens, short chunks) on the
     // CUDA cores, each through its own sequence's table.
@@ -197,10 +247,10 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
             const size_t per_split = size_t(n) * c.n_head * (c.head_dim + 2);
             const int cap = int(std::min<size_t>(rk.attn_scratch.size() / 4 / per_split, ehcuda::kAttentionGroupMaxSplits));
             const int nsplit = cap >= 2 ? ehcuda::attention_decode_group_splits(cap, c.n_kv, n) : 1;
-            ehcuda::attention_decode_group(at, rk.attn_scratch.as<float>(), nsplit, stream());
+            ehcuda::attention_decode_group(at, rk.attn_scratch.as<float>(), nsplit, s);
             return;
         }
-        ehcuda::attention_paged(at, stream());
+        ehcuda::attention_paged(at, s);
     };
     // A long chunk of one sequence on the tensor cores, its keys read
     // through its block table.
@@ -221,7 +271,7 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
         at.scale = scale;
         at.out = attn + size_t(sp.first) * c.q_dim();
         at.ldo = c.q_dim();
-        ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*workspace()), stream());
+        ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*rk.pw), s);
     };
     const bool mma = ehcuda::attention_prefill_mma_takes(c.head_dim);
     int run = 0;  // tokens run .. are not attended yet
@@ -247,22 +297,21 @@ void Batch::forward(const ehcuda::StepView& v) {
     const int T = v.ntok;
     const int tp = m_.tp;
     float* h = h_.as<float>();
-    float* xn = xn_.as<float>();
-    ehcuda::PrefillWorkspace* pw = workspace();
-    // A step with LoRA adapters (v.lora) keeps every adapted matmul's input
-    // in memory (no norm or activation folded into a kernel) and adds its
-    // rows' updates to each output (lora.hpp); any other step launches
-    // nothing more.
+    // A step with LoRA adapters (v.lora; tp 1 only) keeps every adapted
+    // matmul's input in memory (no norm or activation folded into a kernel)
+    // and adds its rows' updates to each output (lora.hpp); any other step
+    // launches nothing more.
     const bool lora = v.lora;
     auto adapt = [&](int site, const float* x, int ldx, float* y, int ldy, int n, const int32_t* row_token = nullptr) {
         if (lora) lora_.apply(m_, site, v.d_lora, row_token, n, x, ldx, y, ldy, max_step_tokens(), ledger(), s);
     };
 
-    // y (+)= segs . x over the step's n tokens: the weight-streaming GEMV for
-    // a few tokens, the tensor-core GEMM (or cuBLAS past the workspace's
+    // y (+)= segs . x over the step's n tokens, on rank r's stream (r: a
+    // rank or the LM head's lane): the weight-streaming GEMV for a few
+    // tokens, the tensor-core GEMM (or cuBLAS past the workspace's
     // threshold) for more: each weight is read once per step either way.
-    auto matmul = [&](const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
-                      float* y, int ldy, bool accumulate, int n, const float* norm_w = nullptr) {
+    auto matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx,
+                      ehcuda::XMode mode, float* y, int ldy, bool accumulate, int n, const float* norm_w = nullptr) {
         ehcuda::MatmulArgs m;
         m.norm_w = norm_w;
         m.norm_eps = c.eps;
@@ -276,62 +325,91 @@ void Batch::forward(const ehcuda::StepView& v) {
         m.ldy = ldy;
         m.accumulate = accumulate;
         m.ntok = n;
-        m.prefill = pw;
-        if (n > 1 && n < pw->min_tokens() && !ehcuda::matmul_groups_tokens(m)) {
-            per_token(n, [&](int t, cudaStream_t st) {
+        m.prefill = r.pw;
+        if (n > 1 && n < r.pw->min_tokens() && !ehcuda::matmul_groups_tokens(m)) {
+            auto one_token = [&](int t, cudaStream_t st) {
                 ehcuda::MatmulArgs one = m;
                 one.ntok = 1;
                 one.x = x + size_t(t) * ldx;
                 one.y = y + size_t(t) * ldy;
                 ehcuda::matmul(one, st);
-            });
+            };
+            // (a rank on its own stream runs its tokens one after another:
+            // the side streams fork from the step's stream)
+            if (r.stream == s) per_token(n, one_token);
+            else
+                for (int t = 0; t < n; ++t) one_token(t, r.stream);
         } else {
-            ehcuda::matmul(m, s);
+            ehcuda::matmul(m, r.stream);
         }
     };
-    // y = segs . RMSNorm(h) * norm_w: folded into the GEMV's input staging
-    // for one token, a separate kernel otherwise.
-    auto normed_matmul = [&](const ehcuda::MatSeg* segs, int nseg, const float* hin, const float* norm_w, float* y,
-                             int ldy, int n) {
+    // y = segs . RMSNorm(hin) * norm_w: folded into the GEMV's input staging
+    // for one token, a separate kernel (into r.xn) otherwise.
+    auto normed_matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, const float* hin, const float* norm_w,
+                             float* y, int ldy, int n) {
         if (n == 1 && !lora) {
-            matmul(segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
+            matmul(r, segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
             return;
         }
-        ehcuda::rmsnorm(hin, c.n_embd, norm_w, xn, c.n_embd, c.n_embd, n, c.eps, s);
-        matmul(segs, nseg, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, y, ldy, false, n);
+        ehcuda::rmsnorm(hin, c.n_embd, norm_w, r.xn, c.n_embd, c.n_embd, n, c.eps, r.stream);
+        matmul(r, segs, nseg, c.n_embd, r.xn, c.n_embd, ehcuda::XMode::Plain, y, ldy, false, n);
     };
     // A row-parallel matmul (attn_output, ffn_down) adds into h at tp 1;
     // with ranks each writes its partial, and one all-reduce adds their
-    // sum into h, in rank order.
+    // sum into the residual, in rank order: the shard mode's one kernel
+    // into h, or the group's into every rank's own rows.
     const bool acc = tp == 1;
-    auto target = [&](Rank& r) { return tp == 1 ? h : r.part.as<float>(); };
+    auto target = [&](Rank& r) {
+        return tp == 1 ? r.h : group_ ? group_->partial(r.index) : r.part.as<float>();
+    };
     auto all_reduce = [&] {
         if (tp == 1) return;
+        const size_t n = size_t(T) * c.n_embd;
+        if (group_) {
+            float* out[ehcuda::kMaxRanks] = {};
+            for (int i = 0; i < tp; ++i) out[i] = ranks_[size_t(i)].h;
+            group_->all_reduce_add(out, n, size_t(m_.plan.allreduce_nccl_min_floats));
+            return;
+        }
         ehcuda::AllReduceArgs a;
         for (int i = 0; i < tp; ++i) a.in[i] = ranks_[size_t(i)].part.as<float>();
         a.nranks = tp;
         a.out[0] = h;
         a.nout = 1;
-        a.n = size_t(T) * c.n_embd;
+        a.n = n;
         a.accumulate = true;
         ehcuda::allreduce_oneshot(a, s);
     };
+    // Rank r's GPU current for its launches (its own stream's GPU).
+    auto use = [&](const Rank& r) {
+        if (group_) group_->use(r.index);
+    };
     ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
     if (c.embd_scale != 1.0f) ehcuda::scale_floats(h, size_t(T) * c.n_embd, c.embd_scale, s);
-    images_.apply(v, h, c.n_embd, s);  // image rows over their tokens, as given (unscaled)
+    // Ranks on their own streams start from the embedded rows: rank 0 in
+    // place, the others with a copy of their own (over NVLink across GPUs).
+    if (group_) {
+        group_->fork(s);
+        for (Rank& r : ranks_)
+            if (r.h != h) {
+                use(r);
+                EHC_CHECK(cudaMemcpyAsync(r.h, h, size_t(T) * c.n_embd * 4, cudaMemcpyDefault, r.stream));
+            }
+    }
     // Gemma 3 (tp 1 only): attn_output and ffn_down write xn (free once the
     // QKV and gate|up matmuls have read it), whose norm is then added to h.
-    float* post = c.gemma ? xn : nullptr;
+    float* post = c.gemma ? ranks_[0].xn : nullptr;
     for (int li = 0; li < c.n_layer; ++li) {
         for (Rank& r : ranks_) {
+            use(r);
             const Config& rc = *r.c;
             const Layer& L = (*r.layers)[size_t(li)];
             float* qkv = r.qkv.as<float>();
             float* attn = r.attn.as<float>();
             float* y = post ? post : target(r);
             const bool acc_out = acc && !post;
-            normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv, rc.qkv_dim(), T);
-            for (int k : {kLoraQ, kLoraK, kLoraV}) adapt(lora_site(li, k), xn, c.n_embd, qkv, rc.qkv_dim(), T);
+            normed_matmul(r, L.qkv, L.n_qkv, r.h, L.attn_norm, qkv, rc.qkv_dim(), T);
+            for (int k : {kLoraQ, kLoraK, kLoraV}) adapt(lora_site(li, k), r.xn, c.n_embd, qkv, rc.qkv_dim(), T);
 
             ehcuda::MatSeg out{L.attn_out};
             // (the fused kernel stores and reads an F16 pool only: a quantized
@@ -344,15 +422,16 @@ void Batch::forward(const ehcuda::StepView& v) {
                 const bool chunks = !lora && T == 1 && r.attn_chunks.size() && ehcuda::gemv_takes_chunks(L.attn_out.type);
                 decode_attention(v, r, li, chunks);
                 if (chunks)
-                    matmul(&out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y, c.n_embd,
-                           acc_out, 1);
+                    matmul(r, &out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y,
+                           c.n_embd, acc_out, 1);
                 else
-                    matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
+                    matmul(r, &out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             } else {
                 if (c.qk_norm)
-                    ehcuda::head_rmsnorm(qkv, rc.qkv_dim(), rc.n_head, rc.n_kv, rc.head_dim, L.q_norm, L.k_norm, T, c.eps, s);
+                    ehcuda::head_rmsnorm(qkv, rc.qkv_dim(), rc.n_head, rc.n_kv, rc.head_dim, L.q_norm, L.k_norm, T, c.eps,
+                                         r.stream);
                 prefill_attention(v, r, li);
-                matmul(&out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
+                matmul(r, &out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             }
             adapt(lora_site(li, kLoraOut), attn, rc.q_dim(), y, c.n_embd, T);
             if (post) ehcuda::rmsnorm_add(h, post, L.post_attn_norm, c.n_embd, T, c.eps, s);
@@ -360,6 +439,7 @@ void Batch::forward(const ehcuda::StepView& v) {
         all_reduce();
 
         for (Rank& r : ranks_) {
+            use(r);
             const Config& rc = *r.c;
             const Layer& L = (*r.layers)[size_t(li)];
             float* ff = r.ff.as<float>();
@@ -376,29 +456,32 @@ void Batch::forward(const ehcuda::StepView& v) {
                 gu.gate = gate;
                 gu.up = up;
                 gu.cols = c.n_embd;
-                gu.x = h;
+                gu.x = r.h;
                 gu.norm_w = L.ffn_norm;
                 gu.norm_eps = c.eps;
                 gu.out = ff;
                 gu.out_bytes = r.ff.size();
-                if (c.gemma) ehcuda::gate_up_geglu(gu, s);
-                else ehcuda::gate_up_swiglu(gu, s);
-                matmul(&down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc_down, 1);
+                if (c.gemma) ehcuda::gate_up_geglu(gu, r.stream);
+                else ehcuda::gate_up_swiglu(gu, r.stream);
+                matmul(r, &down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc_down, 1);
             } else {
-                normed_matmul(L.gate_up, L.n_gate_up, h, L.ffn_norm, ff, 2 * rc.n_ff, T);
-                for (int k : {kLoraGate, kLoraUp}) adapt(lora_site(li, k), xn, c.n_embd, ff, 2 * rc.n_ff, T);
+                normed_matmul(r, L.gate_up, L.n_gate_up, r.h, L.ffn_norm, ff, 2 * rc.n_ff, T);
+                for (int k : {kLoraGate, kLoraUp}) adapt(lora_site(li, k), r.xn, c.n_embd, ff, 2 * rc.n_ff, T);
                 // The activation in place where it is not folded into the
                 // down projection's input (Gemma's, or an adapter reads it).
-                if (c.gemma) ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, s);
-                else if (lora) ehcuda::swiglu_inplace(ff, 2 * rc.n_ff, rc.n_ff, T, s);
+                if (c.gemma) ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, r.stream);
+                else if (lora) ehcuda::swiglu_inplace(ff, 2 * rc.n_ff, rc.n_ff, T, r.stream);
                 const ehcuda::XMode mode = c.gemma || lora ? ehcuda::XMode::Plain : ehcuda::XMode::SwiGLU;
-                matmul(&down, 1, rc.n_ff, ff, 2 * rc.n_ff, mode, y, c.n_embd, acc_down, T);
+                matmul(r, &down, 1, rc.n_ff, ff, 2 * rc.n_ff, mode, y, c.n_embd, acc_down, T);
                 adapt(lora_site(li, kLoraDown), ff, 2 * rc.n_ff, y, c.n_embd, T);
             }
             if (post) ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
         }
         all_reduce();
     }
+    // Rank 0's rows (h) hold the whole residual; the LM head and the
+    // sampler run on the step's stream, on rank 0's GPU.
+    if (group_) group_->join(s);
     // The hidden rows asked for (EH_STEP_HIDDEN): the LM head's input, after
     // the output norm.
     if (v.nhid > 0) {
@@ -414,8 +497,9 @@ void Batch::forward(const ehcuda::StepView& v) {
         last = last_.as<float>();
     }
     ehcuda::MatSeg head{m_.output};
-    normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
-    adapt(lora_head_site(c), xn, c.n_embd, v.logits, c.n_vocab, v.nout, v.nout != v.ntok ? v.d_out_idx : nullptr);
+    normed_matmul(head_, &head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
+    adapt(lora_head_site(c), xn_.as<float>(), c.n_embd, v.logits, c.n_vocab, v.nout,
+          v.nout != v.ntok ? v.d_out_idx : nullptr);
     if (c.logit_softcap > 0.0f) ehcuda::softcap_floats(v.logits, size_t(v.nout) * c.n_vocab, c.logit_softcap, s);
 }
 

@@ -3,16 +3,22 @@
 // forward pass over a step's tokens from many sequences at once (the matmul
 // policy by token count is in batch.cpp); attention reads each token's own
 // sequence through the block tables. A tensor-parallel model (Model::tp > 1)
-// runs its ranks' slices one after another and sums each row-parallel
-// matmul's partials into the residual with one all-reduce (allreduce.hpp);
-// rank r of layer l keeps its KV heads in the pool's layer l * tp + r.
+// runs its ranks' slices one after another on the step's stream (the shard
+// mode) and sums each row-parallel matmul's partials into the residual with
+// one all-reduce (allreduce.hpp), or (Model::rank_streams) each rank on its
+// own stream and GPU with its own residual, the sums through an
+// ehcuda::TpGroup (tp_group.hpp); rank r of layer l keeps its KV heads in
+// the pool's layer l * tp + r, on its GPU.
 // It keeps final hidden states (EH_STEP_HIDDEN: embeddings, rerank), the
 // rows the LM head would read, after the output norm.
 #pragma once
 
 #include <ehcuda/batch.hpp>
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/prefill_workspace.hpp>
+#include <ehcuda/tp_group.hpp>
 
+#include <memory>
 #include <vector>
 
 #include "lora.hpp"
@@ -25,6 +31,8 @@ class Batch : public ehcuda::BatchBase {
 public:
     // Throws VRAM_OOM / INSUFFICIENT_VRAM (nothing left allocated).
     Batch(Model& model, const eh_kv_params& params);
+    // Each rank's cuBLAS handle and buffers released on its GPU.
+    ~Batch() override;
     static constexpr bool kHidden = true;  // forward() fills StepView::hidden
     // ABI 1.6's images (batch_images.cpp, images.hpp): the step calls take
     // each entry's rows (set_spans, from seq_embd_spans) for that step, and
@@ -38,13 +46,21 @@ public:
     static void accept_kv_type(const Model& m, uint32_t type);
 
 private:
-    // One rank's heads, FFN rows and activations (the whole model at tp 1).
+    // One rank's heads, FFN rows and activations (the whole model at tp 1),
+    // where its work goes (stream, GPU, cuBLAS workspace) and its residual.
     struct Rank {
         int index = 0;
+        int device = 0;
+        cudaStream_t stream = nullptr;  // the step's stream, or its own (rank_streams)
         const Config* c = nullptr;
         const std::vector<Layer>* layers = nullptr;
+        float* h = nullptr;   // its residual rows: the step's h_, or its own copy (rank_streams, rank > 0)
+        float* xn = nullptr;  // its normed rows
+        ehcuda::DeviceBuffer own_h, own_xn;
+        ehcuda::PrefillWorkspace* pw = nullptr;  // the step's, or its own (tp > 1: its shard's mirror)
+        std::unique_ptr<ehcuda::PrefillWorkspace> own_pw;
         ehcuda::DeviceBuffer qkv, attn, ff;
-        ehcuda::DeviceBuffer part;  // tp > 1: its share of attn_output / ffn_down, before the all-reduce
+        ehcuda::DeviceBuffer part;  // shard mode: its share of attn_output / ffn_down, before the all-reduce
         ehcuda::DeviceBuffer attn_scratch, attn_counters, attn_chunks;
     };
 
@@ -67,7 +83,10 @@ private:
 
     Model& m_;
     const Config& c_;
+    // (before ranks_: their workspaces go first, while the streams exist)
+    std::unique_ptr<ehcuda::TpGroup> group_;  // rank_streams
     std::vector<Rank> ranks_;
+    Rank head_;  // the LM head's lane: the step's stream and workspace, h_
     ehcuda::DeviceBuffer h_, xn_, last_;
     bool fused_attn_ = false;
     bool group_attn_ = false;  // attention_decode_group takes the model's heads

@@ -15,6 +15,7 @@
 #include <ehcuda/device_set.hpp>
 #include <ehcuda/model_matrices.hpp>
 #include <ehcuda/options.hpp>
+#include <ehcuda/tp_group.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
 
@@ -54,6 +55,12 @@ class Loader {
 public:
     Loader(Model& m, const ehp::ModelView& view) : plan(m.arena), view_(view) {}
 
+    // Sharded: one plan per rank, over its shard's arena (the shards stay
+    // where they are from here on).
+    void plan_ranks(Model& m) {
+        for (Shard& s : m.shards) ranks.push_back(std::make_unique<ehcuda::WeightPlan>(s.arena));
+    }
+
     const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
     const eh_tensor& need(const std::string& name) const {
         const eh_tensor* t = find(name);
@@ -67,8 +74,8 @@ public:
                    ehcuda::WeightRef& out) {
         const size_t rb = check(t, cols, rows);
         const std::string name = std::string(ehp::to_sv(t.name)) + tag;
-        const size_t off = plan.add(static_cast<const uint8_t*>(t.data) + size_t(r0) * rb, size_t(n) * rb,
-                                    size_t(n) * rb, name, t.type);
+        const size_t off = at->add(static_cast<const uint8_t*>(t.data) + size_t(r0) * rb, size_t(n) * rb,
+                                   size_t(n) * rb, name, t.type);
         set(out, t.type, n, cols, rb, off);
     }
 
@@ -88,17 +95,8 @@ public:
         std::vector<uint8_t>& buf = copies_.emplace_back(nb * size_t(rows));
         for (int64_t r = 0; r < rows; ++r)
             std::memcpy(buf.data() + size_t(r) * nb, static_cast<const uint8_t*>(t.data) + size_t(r) * rb + skip, nb);
-        const size_t off = plan.add(buf.data(), buf.size(), buf.size(), name, t.type);
+        const size_t off = at->add(buf.data(), buf.size(), buf.size(), name, t.type);
         set(out, t.type, rows, n, nb, off);
-    }
-
-    // One vector of n floats for several slots (a norm weight every rank
-    // reads): every slot gets the device address once the arena exists.
-    void shared_vector(const std::string& name, int64_t n, const std::vector<const float**>& slots) {
-        std::vector<float> v;
-        read_floats(name, n, v, true);
-        const size_t off = plan.host_floats(std::move(v), name, nullptr);
-        for (const float** s : slots) plan.fix(reinterpret_cast<const void**>(s), off);
     }
 
     // Elements off .. off + n - 1 of a vector of total floats (a bias's
@@ -109,8 +107,8 @@ public:
             *out = nullptr;
             return;
         }
-        plan.host_floats(std::vector<float>(v.begin() + off, v.begin() + off + n), name + "[slice]",
-                         reinterpret_cast<const void**>(out));
+        at->host_floats(std::vector<float>(v.begin() + off, v.begin() + off + n), name + "[slice]",
+                        reinterpret_cast<const void**>(out));
     }
 
     // A matrix of `rows` x `cols` (ggml dims {cols, rows}).
@@ -122,7 +120,7 @@ public:
 
     size_t matrix(const eh_tensor& t, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
         const size_t rb = check(t, cols, rows);
-        const size_t off = plan.add(t.data, t.nbytes, t.nbytes, std::string(ehp::to_sv(t.name)), t.type);
+        const size_t off = at->add(t.data, t.nbytes, t.nbytes, std::string(ehp::to_sv(t.name)), t.type);
         set(out, t.type, rows, cols, rb, off);
         return off;
     }
@@ -151,7 +149,7 @@ public:
         out.rows = int(rows);
         out.cols = int(cols);
         out.row_bytes = rb;
-        plan.fix(&out.data, off);
+        at->fix(&out.data, off);
     }
 
     // A 1-D vector of n floats (norm weights, biases), converted to F32.
@@ -161,7 +159,7 @@ public:
             *out = nullptr;
             return;
         }
-        plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+        at->host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
     }
 
     // An RMSNorm weight, plus norm_shift: Gemma multiplies by (1 + w);
@@ -170,7 +168,7 @@ public:
         std::vector<float> v;
         read_floats(name, n, v, true);
         for (float& x : v) x += norm_shift;
-        plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+        at->host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
     }
 
     float norm_shift = 0.0f;
@@ -205,7 +203,9 @@ public:
         return true;
     }
 
-    ehcuda::WeightPlan plan;
+    ehcuda::WeightPlan plan;  // the model's whole arena (embeddings, output; every layer at tp 1)
+    std::vector<std::unique_ptr<ehcuda::WeightPlan>> ranks;  // each shard's
+    ehcuda::WeightPlan* at = &plan;  // where the next tensor goes
 
 private:
     const ehp::ModelView& view_;
@@ -242,9 +242,10 @@ std::vector<int> ffn_split(int n_ff, const std::vector<uint32_t>& down_types, in
 
 // Every rank's slices of every layer (model.hpp's Shard): Q, K, V rows of
 // its heads (and their biases), attn_output's columns of its heads, gate
-// and up rows of its FFN share, ffn_down's columns of the same. Norm
-// weights are loaded once and shared.
-void load_shards(Loader& ld, Model& m) {
+// and up rows of its FFN share, ffn_down's columns of the same, each in
+// its own arena; norm weights and the RoPE divisors (`rope`, may be empty)
+// copied into each.
+void load_shards(Loader& ld, Model& m, const std::vector<float>& rope, const std::vector<int>& devices) {
     const Config& c = m.cfg;
     const int n = m.tp;
     if (c.n_kv % n)
@@ -257,6 +258,7 @@ void load_shards(Loader& ld, Model& m) {
     m.shards.resize(size_t(n));
     for (int r = 0, ff0 = 0; r < n; ++r) {
         Shard& s = m.shards[size_t(r)];
+        s.device = devices[size_t(r)];
         s.c = c;
         s.c.n_kv = c.n_kv / n;
         s.c.n_head = s.c.n_kv * group;
@@ -267,29 +269,26 @@ void load_shards(Loader& ld, Model& m) {
         ff0 += s.c.n_ff;
         s.layers.resize(size_t(c.n_layer));
     }
+    ld.plan_ranks(m);
+    if (!rope.empty())
+        for (int r = 0; r < n; ++r)
+            ld.ranks[size_t(r)]->host_floats(rope, "rope_freqs[rank " + std::to_string(r) + "]",
+                                             reinterpret_cast<const void**>(&m.shards[size_t(r)].rope_freqs));
     for (int i = 0; i < c.n_layer; ++i) {
         const std::string p = "blk." + std::to_string(i) + ".";
-        // (the slots are patched when the arena exists: every rank's own)
-        std::vector<const float**> attn_norm, ffn_norm, q_norm, k_norm;
-        for (Shard& s : m.shards) {
-            Layer& L = s.layers[size_t(i)];
-            attn_norm.push_back(&L.attn_norm);
-            ffn_norm.push_back(&L.ffn_norm);
-            q_norm.push_back(&L.q_norm);
-            k_norm.push_back(&L.k_norm);
-        }
-        ld.shared_vector(p + "attn_norm.weight", c.n_embd, attn_norm);
-        ld.shared_vector(p + "ffn_norm.weight", c.n_embd, ffn_norm);
-        if (c.qk_norm) {
-            ld.shared_vector(p + "attn_q_norm.weight", c.head_dim, q_norm);
-            ld.shared_vector(p + "attn_k_norm.weight", c.head_dim, k_norm);
-        }
         const bool fused_qkv = ld.find(p + "attn_qkv.weight") != nullptr;
         const bool fused_ff = ld.find(p + "ffn_gate.weight") == nullptr;  // phi3: gate | up in ffn_up
         for (int r = 0; r < n; ++r) {
             const Shard& s = m.shards[size_t(r)];
             Layer& L = m.shards[size_t(r)].layers[size_t(i)];
             const std::string tag = "[rank " + std::to_string(r) + "]";
+            ld.at = ld.ranks[size_t(r)].get();
+            ld.vector(p + "attn_norm.weight", c.n_embd, &L.attn_norm);
+            ld.vector(p + "ffn_norm.weight", c.n_embd, &L.ffn_norm);
+            if (c.qk_norm) {
+                ld.vector(p + "attn_q_norm.weight", c.head_dim, &L.q_norm);
+                ld.vector(p + "attn_k_norm.weight", c.head_dim, &L.k_norm);
+            }
             // Q, K, V: this rank's heads, at [q | k | v] of its own width.
             const int64_t q0 = int64_t(s.head0) * c.head_dim, k0 = int64_t(s.kv0) * c.head_dim;
             const int64_t first[3] = {q0, c.q_dim() + k0, c.q_dim() + c.kv_dim() + k0};
@@ -324,17 +323,11 @@ void load_shards(Loader& ld, Model& m) {
             ld.col_slice(ld.need(p + "ffn_down.weight"), c.n_ff, c.n_embd, s.ff0, s.c.n_ff, tag, L.ffn_down);
         }
     }
+    ld.at = &ld.plan;
 }
 
 // The load's log of the kernel plan: one line per weight-matrix kind and
 // launch, and the attention's.
-// Every layer of every rank.
-std::vector<Layer> all_layers(const Model& m) {
-    std::vector<Layer> out = m.layers;
-    for (const Shard& s : m.shards) out.insert(out.end(), s.layers.begin(), s.layers.end());
-    return out;
-}
-
 // Gemma 3's layer kinds for the load's log, "" for other models.
 std::string gemma_layers(const Config& c) {
     if (!c.gemma) return "";
@@ -383,15 +376,29 @@ std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, 
             hd + (c.window ? ", window " + std::to_string(c.window) : "") + gemma_layers(c),
         "attention prefill: attention_prefill (" + hd + ")"};
     if (m.tp > 1) {
-        std::string t = "tensor parallel: " + std::to_string(m.tp) + " ranks on GPU " + std::to_string(m.device) +
-                        " (shard mode), one all-reduce after attn_output and one after ffn_down; per rank:";
+        std::string t = "tensor parallel: " + std::to_string(m.tp) + " ranks, " +
+                        (m.rank_streams ? "each on its own stream" : "one after another on the step's stream (shard mode)") +
+                        ", one all-reduce after attn_output and one after ffn_down; per rank:";
         for (const Shard& s : m.shards)
-            t += " [query heads " + std::to_string(s.head0) + "+" + std::to_string(s.c.n_head) + ", KV heads " +
+            t += " [GPU " + std::to_string(s.device) + ", query heads " + std::to_string(s.head0) + "+" + std::to_string(s.c.n_head) + ", KV heads " +
                  std::to_string(s.kv0) + "+" + std::to_string(s.c.n_kv) + ", FFN rows " + std::to_string(s.ff0) + "+" +
                  std::to_string(s.c.n_ff) + "]";
         attn.push_back(t);
     }
     return ehcuda::plan_log(m.plan, dev, mats, attn);
+}
+
+// The load option "tensor_parallel": "serial" (the shard mode: the ranks
+// one after another on the step's stream; one GPU only) or "streams"
+// (each rank on its own stream; distinct GPUs always run so). Without it:
+// "streams" when the set names distinct GPUs, else "serial".
+bool tp_streams_option(const ehcuda::Options& opts, const std::vector<int>& devices) {
+    const bool distinct = std::any_of(devices.begin(), devices.end(), [&](int d) { return d != devices[0]; });
+    const bool streams = opts.choice("tensor_parallel", distinct ? 1 : 0, {"serial", "streams"}) == 1;
+    if (distinct && !streams)
+        throw ehp::Error(EH_INVALID_ARGUMENT, "options: \"tensor_parallel\": \"serial\" runs every rank on one GPU; "
+                                              "the device set names " + ehcuda::device_list(devices));
+    return streams && devices.size() > 1;
 }
 
 }  // namespace
@@ -404,12 +411,6 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->path = params.path ? params.path : "(model)";
     const std::vector<int> devices = ehcuda::load_devices(params, kMaxDevices);
     m->tp = int(devices.size());
-    for (int d : devices)
-        if (d != devices[0])
-            throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism over distinct GPUs (devices " +
-                                                 ehcuda::device_list(devices) +
-                                                 ") is not built yet; the shard mode (one GPU named once per rank, "
-                                                 "e.g. --gpus 0,0) is");
     m->device = devices[0];
     const Config& c = m->cfg;
     // (the post-norms need each row-parallel matmul's whole sum before the
@@ -417,7 +418,9 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     if (c.gemma && m->tp > 1)
         throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism is not built for gemma3");
     const ehcuda::Options opts(params.options_json);
-    opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels"});
+    opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels", "tensor_parallel"});
+    m->rank_streams = tp_streams_option(opts, devices);
+    if (m->rank_streams) ehcuda::enable_peer_access(devices);
     const size_t upload_chunk_bytes = ehcuda::upload_chunk_option(opts);
     const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
 
@@ -452,18 +455,19 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->cfg.n_vocab = int(emb->dims[1]);
     ld.matrix(*emb, c.n_embd, c.n_vocab, m->tok_embd);
     ld.norm("output_norm.weight", c.n_embd, &m->output_norm);
-    if (c.gemma && c.rope_linear != 1.0f)
-        ld.plan.host_floats(std::vector<float>(size_t(c.n_rot / 2), c.rope_linear), "rope linear scaling",
+    const std::vector<float> rope = c.gemma && c.rope_linear != 1.0f
+                                        ? std::vector<float>(size_t(c.n_rot / 2), c.rope_linear)
+                                        : ehp::rope_freqs(view, uint32_t(c.n_rot), c.freq_base);
+    if (!rope.empty())
+        ld.plan.host_floats(rope, c.gemma && c.rope_linear != 1.0f ? "rope linear scaling" : "rope_freqs.weight",
                             reinterpret_cast<const void**>(&m->rope_freqs));
-    else if (std::vector<float> f = ehp::rope_freqs(view, uint32_t(c.n_rot), c.freq_base); !f.empty())
-        ld.plan.host_floats(std::move(f), "rope_freqs.weight", reinterpret_cast<const void**>(&m->rope_freqs));
     if (const eh_tensor* out = view.find_tensor("output.weight"))
         ld.matrix(*out, c.n_embd, c.n_vocab, m->output);
     else
         m->output = m->tok_embd;  // tied LM head (filled in after layout)
     const bool tied = !view.find_tensor("output.weight");
 
-    if (m->tp > 1) load_shards(ld, *m);
+    if (m->tp > 1) load_shards(ld, *m, rope, devices);
     else m->layers.resize(size_t(c.n_layer));
     for (int i = 0; i < c.n_layer && m->tp == 1; ++i) {
         Layer& L = m->layers[size_t(i)];
@@ -506,38 +510,78 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         }
         ld.matrix(p + "ffn_down.weight", c.n_ff, c.n_embd, L.ffn_down);
     }
-    m->quant_kind = ld.plan.dominant_type();
+    m->quant_kind = (m->tp > 1 ? *ld.ranks[0] : ld.plan).dominant_type();
 
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
-    ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
+    // Each GPU's arenas: the model's on `device`, each shard's on its own
+    // (ranks sharing a GPU add up there).
+    {
+        std::map<int, size_t> need{{m->device, m->arena.planned_bytes() + kLoadHeadroom}};
+        for (const Shard& s : m->shards) need[s.device] += s.arena.planned_bytes() + kLoadHeadroom;
+        for (const auto& [dev, bytes] : need) ehcuda::require_free_memory(dev, bytes, m->path);
+    }
     progress(0.02f, "allocating");
     m->arena.allocate(&m->ledger);
     ld.plan.finish_layout(m->weight_ptrs);
+    for (size_t r = 0; r < m->shards.size(); ++r) {
+        EHC_CHECK(cudaSetDevice(m->shards[r].device));
+        m->shards[r].arena.allocate(&m->ledger);
+        ld.ranks[r]->finish_layout(m->weight_ptrs);
+    }
+    EHC_CHECK(cudaSetDevice(m->device));
     if (tied) m->output = m->tok_embd;
 
+    // Every arena's upload on a stream of its GPU, the progress shared by bytes.
+    std::vector<std::pair<int, std::vector<ehcuda::UploadItem>>> uploads{{m->device, ld.plan.upload_items()}};
+    for (size_t r = 0; r < m->shards.size(); ++r) uploads.emplace_back(m->shards[r].device, ld.ranks[r]->upload_items());
+    size_t total = 0, done = 0;
+    for (const auto& u : uploads)
+        for (const ehcuda::UploadItem& it : u.second) total += it.bytes;
+    for (const auto& [dev, items] : uploads) {
+        size_t bytes = 0;
+        for (const ehcuda::UploadItem& it : items) bytes += it.bytes;
+        EHC_CHECK(cudaSetDevice(dev));
+        ehcuda::Stream up_stream;
+        ehcuda::UploadOptions up;
+        up.chunk_bytes = upload_chunk_bytes;
+        up.progress_lo = 0.02f + 0.97f * float(double(done) / double(std::max<size_t>(total, 1)));
+        up.progress_hi = 0.02f + 0.97f * float(double(done + bytes) / double(std::max<size_t>(total, 1)));
+        up.progress = [&](float f) { progress(f, "uploading weights"); };
+        up.cancelled = cancelled;
+        ehcuda::upload_weights(items, up, up_stream.get());
+        done += bytes;
+    }
+    EHC_CHECK(cudaSetDevice(m->device));
     ehcuda::Stream stream;
-    ehcuda::UploadOptions up;
-    up.chunk_bytes = upload_chunk_bytes;
-    up.progress_lo = 0.02f;
-    up.progress_hi = 0.99f;
-    up.progress = [&](float f) { progress(f, "uploading weights"); };
-    up.cancelled = cancelled;
-    ehcuda::upload_weights(ld.plan.upload_items(), up, stream.get());
 
     std::string why = ehcuda::check_kernel_image();
     if (!why.empty()) throw ehp::Error(EH_UNSUPPORTED, why);
 
     // The matrices multi-token GEMMs read (the embedding lookup keeps the
     // stored table): FP16 copies when the policy says so.
+    // (a shard's on its GPU, where its matmuls run)
+    auto layer_mats = [](const std::vector<Layer>& layers, std::vector<ehcuda::WeightRef>& mats) {
+        for (const Layer& L : layers) {
+            for (int k = 0; k < L.n_qkv; ++k) mats.push_back(L.qkv[k].w);
+            mats.push_back(L.attn_out);
+            for (int k = 0; k < L.n_gate_up; ++k) mats.push_back(L.gate_up[k].w);
+            mats.push_back(L.ffn_down);
+        }
+    };
     std::vector<ehcuda::WeightRef> mats{m->output};
-    for (const Layer& L : all_layers(*m)) {
-        for (int k = 0; k < L.n_qkv; ++k) mats.push_back(L.qkv[k].w);
-        mats.push_back(L.attn_out);
-        for (int k = 0; k < L.n_gate_up; ++k) mats.push_back(L.gate_up[k].w);
-        mats.push_back(L.ffn_down);
-    }
-    const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
+    layer_mats(m->layers, mats);
+    ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
     m->mirrored = md.on;
+    for (Shard& s : m->shards) {
+        EHC_CHECK(cudaSetDevice(s.device));
+        ehcuda::Stream rank_stream;
+        std::vector<ehcuda::WeightRef> rank_mats;
+        layer_mats(s.layers, rank_mats);
+        const ehcuda::MirrorDecision rd = ehcuda::build_mirror(s.mirror, rank_mats, mirror_policy, rank_stream.get(), &m->ledger);
+        m->mirrored = m->mirrored && rd.on;
+        md.why += "; GPU " + std::to_string(s.device) + " rank: " + rd.why;
+    }
+    EHC_CHECK(cudaSetDevice(m->device));
     for (const std::string& line : plan_lines(*m, view, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;

@@ -40,24 +40,32 @@ struct Layer {
 
 // One rank of a tensor-parallel load (the scheme: cuda-common README,
 // "Tensor parallelism"): its query and KV heads, its FFN rows, and its
-// layers' matrices, which are that rank's slices alone (norm weights are
-// shared: the same on every rank).
+// layers' matrices, which are that rank's slices alone, in an arena of its
+// own on its GPU with its own copy of the norm weights and RoPE divisors.
 struct Shard {
     Config c;       // n_head, n_kv and n_ff are this rank's; the rest the model's
+    int device = 0; // its GPU
     int head0 = 0;  // its first query head
     int kv0 = 0;    // its first KV head
     int ff0 = 0;    // its first FFN row
     std::vector<Layer> layers;
+    ehcuda::DeviceArena arena;
+    ehcuda::WeightMirror mirror;      // FP16 copies of its matrices (when the model keeps them)
+    const float* rope_freqs = nullptr;  // Model::rope_freqs' copy on its GPU
 };
 
 struct Model {
     Config cfg;
     int device = 0;
     // Tensor parallelism (eh_load_params.devices): the rank count, and the
-    // shards when it is above 1 (`layers` is then empty). Only the shard
-    // mode runs so far: every rank on `device`.
+    // shards when it is above 1 (`layers` is then empty; the embeddings,
+    // output norm and LM head stay on `device`, rank 0's GPU). Ranks run
+    // one after another on the step's stream (the shard mode: one GPU
+    // named once per rank), or each on its own stream and GPU
+    // (rank_streams: distinct GPUs, or the load option "tensor_parallel":
+    // "streams" on one GPU, the same code path).
     int tp = 1;
-    std::vector<Shard> shards;
+    bool rank_streams = false;
     std::string path;
     std::string device_name;
     int compute_capability = 0;
@@ -65,6 +73,7 @@ struct Model {
     std::string quant_kind;
 
     ehcuda::MemoryLedger ledger;  // every device byte of the model and its KV pool
+    std::vector<Shard> shards;    // (after the ledger: their arenas count on it)
     ehcuda::DeviceArena arena;    // weights
     ehcuda::WeightRef tok_embd;
     const float* output_norm = nullptr;
@@ -109,9 +118,11 @@ inline void gate_up_halves(const Layer& L, int n_ff, ehcuda::MatSeg& gate, ehcud
     if (gate.bias) up.bias = gate.bias + n_ff;
 }
 
-// The RoPE divisors of a layer: none on Gemma 3's sliding layers.
-inline const float* layer_rope_freqs(const Model& m, int layer) {
-    return m.cfg.layer_local(layer) ? nullptr : m.rope_freqs;
+// The RoPE divisors of a layer: none on Gemma 3's sliding layers (rank
+// r's copy on its GPU when sharded, r >= 0).
+inline const float* layer_rope_freqs(const Model& m, int layer, int rank = -1) {
+    if (m.cfg.layer_local(layer)) return nullptr;
+    return rank >= 0 && !m.shards.empty() ? m.shards[size_t(rank)].rope_freqs : m.rope_freqs;
 }
 
 // RoPE of ntok rows of qkv (the fused [q | k | v] buffer) with this

@@ -122,6 +122,10 @@ struct BatchShape {
     uint32_t seq_cap = UINT32_MAX;   // longest sequence the model allows
     int max_cols = 0;                // widest matmul input (the prefill workspace)
     int hidden_dim = 0;              // n_embd where forward() fills StepView::hidden, else 0
+    // The GPU of each pool layer (tensor parallelism over GPUs: a rank's
+    // layers on its own); empty: every layer on `device`. The pool's size
+    // from free memory is what the fullest of them allows.
+    std::vector<int> layer_devices;
 };
 
 // begin()'s working state (batch.cpp).

@@ -145,6 +145,12 @@ struct KernelPlan {
     // kernels (moe_grouped); past it the cuBLAS grouped form (moe_prefill)
     // when not captured; below 2 never grouped.
     int batch_moe_grouped_max = 512;
+    // ---- tensor parallelism over GPUs (llama-cuda's ranks on their own
+    // streams): an all-reduce of at least this many floats (a prefill
+    // step's residual) takes NCCL where it is loaded, smaller ones (decode:
+    // n_embd x 1 .. 64 tokens) the one-shot peer kernel (allreduce.hpp),
+    // which is one launch and no ring; 0: NCCL for every size.
+    int allreduce_nccl_min_floats = 1 << 20;
     // ---- launches
     bool pdl = true;          // programmatic dependent launch (only where the device has it)
     // ---- prefill through cuBLAS (prefill_workspace.cpp)
