@@ -134,6 +134,29 @@ TEST(LoraEndToEnd, ARequestPicksItsAdapterByModelOrLoraAndCachesStayApart) {
 // --engine-process: the engine process loads the adapters beside its model
 // (their flags travel on its command line) and sets them over the wire; the
 // texts are the in-process server's.
+// `loadgen --model A,B,C`: client c sends the (c mod 3)-th name, so the
+// third client's requests (an adapter the server lacks) fail alone (exit 1,
+// as for any failed request); a list with an empty name is a usage error.
+TEST(LoraEndToEnd, LoadgenSpreadsItsClientsOverTheModelList) {
+    TempFile a = forged_adapter(4);
+    EngineHost h({"--log-format", "text", "--lora", "tales=" + a.path}, {}, true, EH_PLUGIN_DIR);
+    ASSERT_GT(h.port(), 0) << h.log();
+    const std::string cli = std::string(EH_ENGINE_HOST) + " loadgen --url http://127.0.0.1:" + std::to_string(h.port());
+    const auto [status, out] =
+        run_command(cli + " --model stories260K,stories260K:tales,stories260K:nope --levels 3 -n 3 --json 2>&1");
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << out;  // (some requests failed)
+    const json j = json::parse(out);
+    ASSERT_EQ(j["levels"].size(), 1u) << out;
+    EXPECT_EQ(j["levels"][0]["requests"], 6) << out;
+    EXPECT_EQ(j["levels"][0]["failed"], 2) << out;
+    EXPECT_EQ(j["levels"][0]["completion_tokens"], 12) << out;
+    EXPECT_NE(j["levels"][0]["first_error"].get<std::string>().find("nope"), std::string::npos) << out;
+    for (const char* bad : {" --model a,,b", " --model a,", " --model ,a"}) {
+        const auto [st, o] = run_command(cli + bad + " 2>&1");
+        EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 2) << bad << ": " << o;
+    }
+}
+
 TEST(LoraEndToEnd, TheEngineProcessServesTheSameAdapters) {
     TempFile a = forged_adapter(1);
     std::vector<std::string> args = {"--log-format", "text", "--lora", "tales=" + a.path, "--lora-scale", "tales=0.75"};

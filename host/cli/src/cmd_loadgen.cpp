@@ -41,7 +41,9 @@ int cmd_loadgen(const std::vector<std::string>& args) {
         ("levels", po::value<std::string>()->default_value("1,4,16,64"), "concurrent clients per level, comma-separated (1-1024 each)")
         ("max-tokens,n", po::value<uint32_t>()->default_value(128), "output tokens per request (1-65536)")
         ("requests-per-client", po::value<uint32_t>()->default_value(2), "requests each client sends per level (1-1000)")
-        ("model", po::value<std::string>()->default_value(""), "the request's model field")
+        ("model", po::value<std::string>()->default_value(""),
+         "the request's model field; a comma-separated list: client c sends the (c mod n)-th (e.g. LoRA adapters: "
+         "base,base:a,base:b)")
         ("honor-eos", "let requests end at an end-of-generation token (default: ignore_eos, so each generates -n tokens)")
         ("stream", "stream the answers and also report time to first token and time per output token (TTFT, TPOT)")
         ("extra", po::value<std::string>()->default_value("{}"), "a JSON object merged into every request body, e.g. '{\"response_format\":{\"type\":\"json_object\"}}' (the tool's own fields win)")
@@ -96,6 +98,10 @@ int cmd_loadgen(const std::vector<std::string>& args) {
         return kUsage;
     }
     o.model = vm["model"].as<std::string>();
+    if (!o.model.empty() && (o.model.front() == ',' || o.model.back() == ',' || o.model.find(",,") != std::string::npos)) {
+        print_error("--model: an empty name in the list '" + o.model + "'");
+        return kUsage;
+    }
     o.ignore_eos = vm.count("honor-eos") == 0;
     o.timeout_s = vm["timeout-sec"].as<uint32_t>();
     o.stream = vm.count("stream") != 0;

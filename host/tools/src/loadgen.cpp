@@ -141,6 +141,14 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
         if (!r) throw Error(Code::NotFound, "cannot reach " + o.url + "/health: " + httplib::to_string(r.error()));
     }
     const bool stream = o.stream || o.chat;
+    std::vector<std::string> models;  // client c sends models[c % n]
+    for (size_t at = 0; !o.model.empty();) {
+        const size_t comma = o.model.find(',', at);
+        models.push_back(o.model.substr(at, comma == std::string::npos ? std::string::npos : comma - at));
+        if (models.back().empty()) throw Error(Code::InvalidRequest, "loadgen: an empty name in the model list '" + o.model + "'");
+        if (comma == std::string::npos) break;
+        at = comma + 1;
+    }
     const std::string preamble = o.chat ? chat_preamble(o.workload) : std::string();
     std::vector<LevelResult> out;
     for (size_t level_index = 0; level_index < o.levels.size(); ++level_index) {
@@ -173,7 +181,7 @@ std::vector<LevelResult> run_load(const LoadOptions& o) {
                     }
                     body["temperature"] = 0;
                     body["ignore_eos"] = o.ignore_eos;
-                    if (!o.model.empty()) body["model"] = o.model;
+                    if (!models.empty()) body["model"] = models[c % models.size()];
                     const std::string path = t.path_prefix + "/v1/completions";
                     const Outcome r = stream ? streamed_request(cli, path, body) : plain_request(cli, path, body);
                     std::lock_guard lock(mu);

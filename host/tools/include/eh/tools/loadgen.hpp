@@ -29,7 +29,9 @@ struct LoadOptions {
     std::vector<uint32_t> levels = {1, 4, 16, 64};
     uint32_t max_tokens = 128;
     uint32_t requests_per_client = 2;
-    std::string model;                           // "model" field; empty: the server's
+    // "model" field; empty: the server's. Comma-separated names: client c
+    // sends the (c mod n)-th (many adapters of one server, e.g. base:NAME).
+    std::string model;
     bool ignore_eos = true;                      // every request generates max_tokens (vLLM/llama-server extension)
     bool stream = false;                         // stream the answers; measure TTFT and TPOT
     nlohmann::json extra = nlohmann::json::object();  // merged into every request body (e.g. response_format)
