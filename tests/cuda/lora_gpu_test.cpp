@@ -267,9 +267,9 @@ TEST_P(LoraGpu, MixedAdaptersInOneStepEqualEachAlone) {
             size_t same = 0;
             for (size_t p = 0; p < alone.size(); ++p) {
                 worst = std::max(worst, rel_err(together[i][p], alone[p]));
-                same += argmax(together[i][p]) == argmax(alone[p]);
+                same += top1_ok(together[i][p], alone[p], kTol);
             }
-            std::printf("[lora-gpu] %s %s: sequence %zu (%s): max error %.3g, same top-1 %zu of %zu\n", profile.c_str(),
+            std::printf("[lora-gpu] %s %s: sequence %zu (%s): max error %.3g, top-1 kept %zu of %zu\n", profile.c_str(),
                         what, i, ads[i] ? "adapter" : "no adapter", worst, same, alone.size());
             EXPECT_LT(worst, kTol) << "sequence " << i;
             EXPECT_EQ(same, alone.size()) << "sequence " << i;
