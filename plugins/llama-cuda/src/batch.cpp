@@ -149,6 +149,9 @@ void Batch::accept_kv_type(const Model& m, uint32_t type) {
         ehp::refuse_kv_type(type, "head dim " + std::to_string(hd) +
                                       " is not a multiple of 32 up to 256 (the attention kernels read a quantized "
                                       "head as 32-value blocks)");
+    // An image's span attention (batch_images.cpp) reads F16 pools.
+    if (m.vision)
+        ehp::refuse_kv_type(type, "llama-cuda takes images (an encoder is loaded: --mmproj) with the F16 KV cache only");
 }
 
 Batch::~Batch() {
