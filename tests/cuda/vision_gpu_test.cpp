@@ -19,7 +19,8 @@
 //   - a 1-token span on a decode step whose graph was captured before is
 //     not replayed without its row;
 //   - bad spans are refused naming the entry and dropped; another projector
-//     type is refused by name.
+//     type is refused by name, and so is a quantized KV cache with an image's
+//     bidirectional span (at the step) or with an encoder loaded (kv_init).
 // VisionGpuBench times the encoder and an image's prefill on a real-shape
 // file (scripts/device-vision.sh); skipped unless asked.
 #include <dlfcn.h>
@@ -419,6 +420,50 @@ TEST(VisionGpu, BadCallsAreRefusedByNameAndChangeNothing) {
     eh_step_entry c = ehtest::step_entry(clean, toks.data(), 6);
     ASSERT_EQ(gpu.api->step(gpu.model, &c, 1), EH_OK) << gpu.error();
     EXPECT_LT(rel_err(after, gpu.logits(clean)), 1e-6);
+    // A quantized KV cache: an image's bidirectional span is refused by
+    // name at the step (attention_span reads F16 pools), and a model with an
+    // encoder loaded refuses the type at kv_init.
+    {
+        ehtest::KvShape k = Loaded::shape(2);
+        k.kv_type = EH_TYPE_Q8_0;
+        ehtest::StepModel q8(gpu_api(), &forged().model->view(), k);
+        ASSERT_TRUE(q8.ok()) << q8.failure;
+        eh_seq* s8 = q8.create();
+        const eh_embd_span sp8{1, 4, EH_SPAN_BIDIRECTIONAL, 0, rows.data()};
+        ASSERT_EQ(q8.api->seq_embd_spans(s8, &sp8, 1), EH_OK) << q8.error();
+        eh_step_entry e8 = ehtest::step_entry(s8, toks.data(), 6);
+        EXPECT_EQ(q8.api->step(q8.model, &e8, 1), EH_UNSUPPORTED);
+        EXPECT_NE(q8.error().find("needs the F16 KV cache"), std::string::npos) << q8.error();
+        EXPECT_EQ(q8.api->seq_length(s8), 0u);
+        // Causal rows (no bidirectional span) go through the usual attention.
+        const eh_embd_span causal8{1, 4, 0, 0, rows.data()};
+        ASSERT_EQ(q8.api->seq_embd_spans(s8, &causal8, 1), EH_OK) << q8.error();
+        EXPECT_EQ(q8.api->step(q8.model, &e8, 1), EH_OK) << q8.error();
+
+        eh_load_params lp{};
+        lp.struct_size = sizeof lp;
+        lp.path = "vision";
+        lp.view = &forged().model->view();
+        eh_model* m = nullptr;
+        ASSERT_EQ(gpu_api()->model_load(&lp, &m), EH_OK) << gpu_api()->plugin_last_error();
+        eh_image_encoder_info info{};
+        info.struct_size = sizeof info;
+        ASSERT_EQ(gpu_api()->image_encoder_load(m, &forged().mmproj->view(), &info), EH_OK) << gpu_api()->model_last_error(m);
+        eh_kv_params p{};
+        p.struct_size = sizeof p;
+        p.max_seqs = 1;
+        p.max_step_tokens = 64;
+        p.max_step_entries = 1;
+        p.max_seq_tokens = 64;
+        p.budget_bytes = 16ull << 20;
+        p.kv_type = EH_TYPE_Q8_0;
+        eh_kv_info ki{};
+        ki.struct_size = sizeof ki;
+        EXPECT_EQ(gpu_api()->kv_init(m, &p, &ki), EH_UNSUPPORTED);
+        EXPECT_NE(std::string(gpu_api()->model_last_error(m)).find("images"), std::string::npos)
+            << gpu_api()->model_last_error(m);
+        gpu_api()->model_release(m);
+    }
     // Overlapping spans are refused; n 0 clears.
     eh_seq* t = gpu.create();
     const eh_embd_span two[2] = {{0, 2, 0, 0, rows.data()}, {1, 2, 0, 0, rows.data()}};
