@@ -203,7 +203,9 @@ class KvQuant : public ::testing::TestWithParam<Case> {};
     if (!api) GTEST_SKIP() << "gpt-cuda was not built beside this test"
 
 // CUDA against the CPU reference, both with the case's cache type: as close
-// as the two agree at F16 (the bound is the F16 test's too).
+// as the two agree with F16 caches (measured beside it; at most twice that,
+// or kVsReference where F16 agrees closer), and F16's agreement itself within
+// kVsF16.
 constexpr double kVsReference = 0.02;
 // The quantized cache against F16 on the same plugin: issue 50's target.
 constexpr double kVsF16 = 0.05;
@@ -212,14 +214,23 @@ TEST_P(KvQuant, AgreesWithTheCpuReferenceOfTheSameType) {
     REQUIRE_BOTH();
     const Case& c = GetParam();
     CASE_API(c, gpu);
-    const auto got = run_scenario(gpu, c.profile, c.kv_type);
-    const auto ref = run_scenario(cpu_api(), c.profile, c.kv_type);
-    ASSERT_EQ(got.size(), kDecodes);
-    ASSERT_EQ(ref.size(), kDecodes);
-    const Agreement a = compare(got, ref, kVsReference);
-    std::printf("[kv-quant-gpu] %s %s %s vs cpu-reference: max |dlogprob| %.4f, top-1 mismatches %d / %u\n",
-                c.gpt ? "gpt-cuda" : "llama-cuda", c.profile.c_str(), ehp::kv_type_name(c.kv_type).c_str(), a.max_dlogprob, a.top1_mismatch, kDecodes);
-    EXPECT_LE(a.max_dlogprob, kVsReference);
+    auto agreement = [&](uint32_t kv_type) {
+        const auto got = run_scenario(gpu, c.profile, kv_type);
+        const auto ref = run_scenario(cpu_api(), c.profile, kv_type);
+        EXPECT_EQ(got.size(), kDecodes);
+        EXPECT_EQ(ref.size(), kDecodes);
+        const Agreement a = compare(got, ref, kVsReference);
+        std::printf("[kv-quant-gpu] %s %s %s vs cpu-reference: max |dlogprob| %.4f, top-1 mismatches %d / %u\n",
+                    c.gpt ? "gpt-cuda" : "llama-cuda", c.profile.c_str(), ehp::kv_type_name(kv_type).c_str(),
+                    a.max_dlogprob, a.top1_mismatch, kDecodes);
+        return a;
+    };
+    const Agreement base = agreement(EH_TYPE_F16);
+    EXPECT_LE(base.max_dlogprob, kVsF16) << "at F16";
+    EXPECT_EQ(base.top1_mismatch, 0) << "at F16";
+    if (c.kv_type == EH_TYPE_F16) return;
+    const Agreement a = agreement(c.kv_type);
+    EXPECT_LE(a.max_dlogprob, std::max(kVsReference, 2 * base.max_dlogprob));
     EXPECT_EQ(a.top1_mismatch, 0);
 }
 
