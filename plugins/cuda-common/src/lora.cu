@@ -1,6 +1,8 @@
 // The LoRA update's kernels (lora.hpp): a shrink (u = A x, a warp per rank
 // row) and an expand (y += s * B u, a thread per output), one row of the
-// step per block row, each row reading its own adapter's descriptor.
+// step per block row, each row reading its own adapter's descriptors. Up to
+// kLoraMaxParts sites that read the same input (q, k, v; gate, up) go in one
+// launch pair.
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/lora.hpp"
@@ -10,17 +12,19 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
-// Blocks per row of the shrink: rank rows are spread over
+// Blocks per row and part of the shrink: rank rows are spread over
 // kShrinkBlocks * kWarps warps (a rank-16 pair keeps 16 busy per row).
 constexpr int kShrinkBlocks = 4;
 
-// The row's descriptor, or NULL when its token has no adapter or the
-// adapter has no pair at this site.
-__device__ __forceinline__ const LoraDesc* row_desc(const LoraApplyArgs& a, int r) {
-    const int tok = a.row_token ? a.row_token[r] : r;
-    const int slot = a.token_slot[tok];
-    if (slot < 0) return nullptr;
-    const LoraDesc* d = a.table + size_t(slot) * a.n_sites + a.site;
+// The row's token's adapter slot, or -1.
+__device__ __forceinline__ int row_slot(const LoraApplyArgs& a, int r) {
+    return a.token_slot[a.row_token ? a.row_token[r] : r];
+}
+
+// Part p's descriptor for this slot, or NULL when the adapter has no pair
+// at that site.
+__device__ __forceinline__ const LoraDesc* part_desc(const LoraApplyArgs& a, int slot, int p) {
+    const LoraDesc* d = a.table + size_t(slot) * a.n_sites + a.part[p].site;
     return d->rank > 0 ? d : nullptr;
 }
 
@@ -28,12 +32,16 @@ __global__ void lora_shrink_kernel(LoraApplyArgs a) {
     pdl_entry();  // (every block, before any early exit: the next kernel's start depends on it)
     pdl_release();
     const int r = blockIdx.x;
-    const LoraDesc* d = row_desc(a, r);
+    const int p = blockIdx.y / kShrinkBlocks, sub = blockIdx.y % kShrinkBlocks;
+    const int slot = row_slot(a, r);
+    if (slot < 0) return;
+    const LoraDesc* d = part_desc(a, slot, p);
     if (!d) return;
     const int lane = threadIdx.x & 31;
     const float* x = a.x + size_t(r) * a.ldx;
+    float* u = a.u + (size_t(p) * a.u_rows + r) * kLoraMaxRank;
     const int rank = d->rank;
-    for (int k = blockIdx.y * kWarps + threadIdx.x / 32; k < rank; k += kShrinkBlocks * kWarps) {
+    for (int k = sub * kWarps + threadIdx.x / 32; k < rank; k += kShrinkBlocks * kWarps) {
         const __half* row = d->a + size_t(k) * a.n_in;
         float acc = 0.0f;
         if ((a.n_in & 1) == 0) {
@@ -47,25 +55,39 @@ __global__ void lora_shrink_kernel(LoraApplyArgs a) {
             for (int i = lane; i < a.n_in; i += 32) acc = fmaf(__half2float(row[i]), x[i], acc);
         }
         for (int o = 16; o > 0; o >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, o);
-        if (lane == 0) a.u[size_t(r) * kLoraMaxRank + k] = acc;
+        if (lane == 0) u[k] = acc;
     }
 }
 
+// Outputs of all parts side by side: thread j of the row is part p's
+// output j - start(p).
 __global__ void lora_expand_kernel(LoraApplyArgs a) {
     pdl_entry();
     pdl_release();
-    __shared__ float u[kLoraMaxRank];
+    __shared__ float u[kLoraMaxParts][kLoraMaxRank];
     const int r = blockIdx.x;
-    const LoraDesc* d = row_desc(a, r);
-    if (!d) return;  // (uniform over the block)
-    const int rank = d->rank;
-    for (int k = threadIdx.x; k < rank; k += blockDim.x) u[k] = a.u[size_t(r) * kLoraMaxRank + k];
+    const int slot = row_slot(a, r);
+    if (slot < 0) return;  // (uniform over the block, as below)
+    const LoraDesc* d[kLoraMaxParts] = {};
+    bool any = false;
+    for (int p = 0; p < a.nparts; ++p) {
+        d[p] = part_desc(a, slot, p);
+        any = any || d[p];
+    }
+    if (!any) return;
+    for (int p = 0; p < a.nparts; ++p)
+        if (d[p])
+            for (int k = threadIdx.x; k < d[p]->rank; k += blockDim.x)
+                u[p][k] = a.u[(size_t(p) * a.u_rows + r) * kLoraMaxRank + k];
     __syncthreads();
-    const int j = blockIdx.y * blockDim.x + threadIdx.x;
-    if (j >= a.n_out) return;
+    int j = blockIdx.y * blockDim.x + threadIdx.x, p = 0;
+    while (p < a.nparts && j >= a.part[p].n_out) j -= a.part[p++].n_out;
+    if (p >= a.nparts || !d[p]) return;
+    const LoraDesc& dp = *d[p];
+    const int n_out = a.part[p].n_out;
     float acc = 0.0f;
-    for (int k = 0; k < rank; ++k) acc = fmaf(__half2float(d->bt[size_t(k) * a.n_out + j]), u[k], acc);
-    a.y[size_t(r) * a.ldy + j] += d->scale * acc;
+    for (int k = 0; k < dp.rank; ++k) acc = fmaf(__half2float(dp.bt[size_t(k) * n_out + j]), u[p][k], acc);
+    a.y[size_t(r) * a.ldy + a.part[p].col0 + j] += dp.scale * acc;
 }
 
 __global__ void swiglu_kernel(float* x, int ld, int n_ff) {
@@ -81,10 +103,14 @@ __global__ void swiglu_kernel(float* x, int ld, int n_ff) {
 }  // namespace
 
 void lora_apply(const LoraApplyArgs& a, cudaStream_t stream) {
-    if (a.nrows <= 0 || a.n_in <= 0 || a.n_out <= 0) return;
-    launch("lora_shrink_kernel", lora_shrink_kernel, dim3(a.nrows, kShrinkBlocks), kThreads, 0, stream, a);
+    if (a.nrows <= 0 || a.n_in <= 0 || a.nparts <= 0 || a.nparts > kLoraMaxParts) return;
+    if (a.nrows > a.u_rows) throw ehp::Error(EH_INTERNAL, "lora_apply: more rows than the scratch holds");
+    int n_out = 0;
+    for (int p = 0; p < a.nparts; ++p) n_out += a.part[p].n_out;
+    if (n_out <= 0) return;
+    launch("lora_shrink_kernel", lora_shrink_kernel, dim3(a.nrows, kShrinkBlocks * a.nparts), kThreads, 0, stream, a);
     EHC_LAUNCHED("lora_shrink_kernel");
-    launch("lora_expand_kernel", lora_expand_kernel, dim3(a.nrows, (a.n_out + kThreads - 1) / kThreads), kThreads, 0,
+    launch("lora_expand_kernel", lora_expand_kernel, dim3(a.nrows, (n_out + kThreads - 1) / kThreads), kThreads, 0,
            stream, a);
     EHC_LAUNCHED("lora_expand_kernel");
 }

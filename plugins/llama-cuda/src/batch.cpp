@@ -305,8 +305,9 @@ void Batch::forward(const ehcuda::StepView& v) {
     // and adds its rows' updates to each output (lora.hpp); any other step
     // launches nothing more.
     const bool lora = v.lora;
-    auto adapt = [&](int site, const float* x, int ldx, float* y, int ldy, int n, const int32_t* row_token = nullptr) {
-        if (lora) lora_.apply(m_, site, v.d_lora, row_token, n, x, ldx, y, ldy, max_step_tokens(), ledger(), s);
+    auto adapt = [&](std::initializer_list<int> sites, const float* x, int ldx, float* y, int ldy, int n,
+                     const int32_t* row_token = nullptr) {
+        if (lora) lora_.apply(m_, sites, v.d_lora, row_token, n, x, ldx, y, ldy, ledger(), s);
     };
 
     // y (+)= segs . x over the step's n tokens, on rank r's stream (r: a
@@ -412,7 +413,8 @@ void Batch::forward(const ehcuda::StepView& v) {
             float* y = post ? post : target(r);
             const bool acc_out = acc && !post;
             normed_matmul(r, L.qkv, L.n_qkv, r.h, L.attn_norm, qkv, rc.qkv_dim(), T);
-            for (int k : {kLoraQ, kLoraK, kLoraV}) adapt(lora_site(li, k), r.xn, c.n_embd, qkv, rc.qkv_dim(), T);
+            adapt({lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, r.xn, c.n_embd, qkv,
+                  rc.qkv_dim(), T);
 
             ehcuda::MatSeg out{L.attn_out};
             // (the fused kernel stores and reads an F16 pool only: a quantized
@@ -436,7 +438,7 @@ void Batch::forward(const ehcuda::StepView& v) {
                 prefill_attention(v, r, li);
                 matmul(r, &out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             }
-            adapt(lora_site(li, kLoraOut), attn, rc.q_dim(), y, c.n_embd, T);
+            adapt({lora_site(li, kLoraOut)}, attn, rc.q_dim(), y, c.n_embd, T);
             if (post) ehcuda::rmsnorm_add(h, post, L.post_attn_norm, c.n_embd, T, c.eps, s);
         }
         all_reduce();
@@ -469,14 +471,14 @@ void Batch::forward(const ehcuda::StepView& v) {
                 matmul(r, &down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc_down, 1);
             } else {
                 normed_matmul(r, L.gate_up, L.n_gate_up, r.h, L.ffn_norm, ff, 2 * rc.n_ff, T);
-                for (int k : {kLoraGate, kLoraUp}) adapt(lora_site(li, k), r.xn, c.n_embd, ff, 2 * rc.n_ff, T);
+                adapt({lora_site(li, kLoraGate), lora_site(li, kLoraUp)}, r.xn, c.n_embd, ff, 2 * rc.n_ff, T);
                 // The activation in place where it is not folded into the
                 // down projection's input (Gemma's, or an adapter reads it).
                 if (c.gemma) ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, r.stream);
                 else if (lora) ehcuda::swiglu_inplace(ff, 2 * rc.n_ff, rc.n_ff, T, r.stream);
                 const ehcuda::XMode mode = c.gemma || lora ? ehcuda::XMode::Plain : ehcuda::XMode::SwiGLU;
                 matmul(r, &down, 1, rc.n_ff, ff, 2 * rc.n_ff, mode, y, c.n_embd, acc_down, T);
-                adapt(lora_site(li, kLoraDown), ff, 2 * rc.n_ff, y, c.n_embd, T);
+                adapt({lora_site(li, kLoraDown)}, ff, 2 * rc.n_ff, y, c.n_embd, T);
             }
             if (post) ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
         }
@@ -501,7 +503,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     }
     ehcuda::MatSeg head{m_.output};
     normed_matmul(head_, &head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
-    adapt(lora_head_site(c), xn_.as<float>(), c.n_embd, v.logits, c.n_vocab, v.nout,
+    adapt({lora_head_site(c)}, xn_.as<float>(), c.n_embd, v.logits, c.n_vocab, v.nout,
           v.nout != v.ntok ? v.d_out_idx : nullptr);
     if (c.logit_softcap > 0.0f) ehcuda::softcap_floats(v.logits, size_t(v.nout) * c.n_vocab, c.logit_softcap, s);
 }

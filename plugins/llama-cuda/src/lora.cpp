@@ -1,5 +1,6 @@
 #include "lora.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
@@ -153,28 +154,35 @@ std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_par
     return out;
 }
 
-void LoraStep::apply(const Model& m, int site, const int32_t* token_slot, const int32_t* row_token, int nrows,
-                     const float* x, int ldx, float* y, int ldy, int max_tokens, ehcuda::MemoryLedger* ledger,
-                     cudaStream_t s) {
-    const SiteShape sh = shape_of_site(m, site);
-    if (sh.n_out == 0 || nrows <= 0 || m.lora.n_sites() == 0) return;
-    const size_t need = size_t(max_tokens) * ehcuda::kLoraMaxRank * sizeof(float);
-    if (u_.size() < need) u_ = ehcuda::DeviceBuffer(need, ledger);
+void LoraStep::apply(const Model& m, std::initializer_list<int> sites, const int32_t* token_slot,
+                     const int32_t* row_token, int nrows, const float* x, int ldx, float* y, int ldy,
+                     ehcuda::MemoryLedger* ledger, cudaStream_t s) {
+    if (nrows <= 0 || m.lora.n_sites() == 0) return;
     ehcuda::LoraApplyArgs a;
+    for (int site : sites) {
+        const SiteShape sh = shape_of_site(m, site);
+        if (sh.n_out == 0) continue;  // (fused q/k/v, fused gate|up)
+        if (a.nparts == ehcuda::kLoraMaxParts) throw Error(EH_INTERNAL, "LoRA step: too many sites in one launch");
+        a.part[a.nparts++] = ehcuda::LoraPart{site, sh.col0, sh.n_out};
+        a.n_in = sh.n_in;
+    }
+    if (a.nparts == 0) return;
+    const size_t need = size_t(ehcuda::kLoraMaxParts) * kRows * ehcuda::kLoraMaxRank * sizeof(float);
+    if (u_.size() < need) u_ = ehcuda::DeviceBuffer(need, ledger);
     a.table = m.lora.table();
     a.n_sites = m.lora.n_sites();
-    a.site = site;
-    a.token_slot = token_slot;
-    a.row_token = row_token;
-    a.nrows = nrows;
-    a.x = x;
     a.ldx = ldx;
-    a.n_in = sh.n_in;
-    a.y = y + sh.col0;
     a.ldy = ldy;
-    a.n_out = sh.n_out;
     a.u = u_.as<float>();
-    ehcuda::lora_apply(a, s);
+    a.u_rows = kRows;
+    for (int r0 = 0; r0 < nrows; r0 += kRows) {
+        a.nrows = std::min(kRows, nrows - r0);
+        a.token_slot = row_token ? token_slot : token_slot + r0;
+        a.row_token = row_token ? row_token + r0 : nullptr;
+        a.x = x + size_t(r0) * ldx;
+        a.y = y + size_t(r0) * ldy;
+        ehcuda::lora_apply(a, s);
+    }
 }
 
 }  // namespace llama_cuda

@@ -4,6 +4,7 @@
 // tensor parallelism (adapter_load refuses it by name).
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 
 #include <ehcuda/device_memory.hpp>
@@ -28,15 +29,17 @@ inline int lora_sites(const Config& c) { return lora_head_site(c) + 1; }
 // pairs' B rows put back in that order). Throws ehp::Error.
 std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_params& p);
 
-// A step's updates: every site of the model (the table says which rows'
-// adapters have a pair there), into the matmul outputs.
+// A step's updates: the sites given (those of one matmul input: q, k, v;
+// gate, up; or one), whichever the model has, into the matmul's output
+// rows; the table says which rows' adapters have a pair there.
 class LoraStep {
 public:
-    // The scratch for u (max_tokens rows of kLoraMaxRank), allocated at the
-    // first step with an adapter (eagerly run: never inside a capture).
-    void apply(const Model& m, int site, const int32_t* token_slot, const int32_t* row_token, int nrows,
-               const float* x, int ldx, float* y, int ldy, int max_tokens, ehcuda::MemoryLedger* ledger,
-               cudaStream_t s);
+    // Rows go in launches of at most kRows; the scratch for them (u) is
+    // allocated at the first step with an adapter, which runs eagerly
+    // (never inside a graph capture), and never moves after.
+    static constexpr int kRows = 1024;
+    void apply(const Model& m, std::initializer_list<int> sites, const int32_t* token_slot, const int32_t* row_token,
+               int nrows, const float* x, int ldx, float* y, int ldy, ehcuda::MemoryLedger* ledger, cudaStream_t s);
 
 private:
     ehcuda::DeviceBuffer u_;

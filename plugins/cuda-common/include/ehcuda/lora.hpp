@@ -89,19 +89,30 @@ private:
     int slot_ = -1;
 };
 
-// One site's update over a step's rows.
+// Sites one launch pair may take: those reading the same input (q, k, v).
+inline constexpr int kLoraMaxParts = 3;
+struct LoraPart {
+    int site = 0;
+    int col0 = 0;   // its outputs' first column in y's rows
+    int n_out = 0;
+};
+
+// The updates of up to kLoraMaxParts sites that read the same input, over
+// a step's rows.
 struct LoraApplyArgs {
     const LoraDesc* table = nullptr;  // LoraSet::table()
     int n_sites = 0;
-    int site = 0;
+    LoraPart part[kLoraMaxParts];
+    int nparts = 0;
     const int32_t* token_slot = nullptr;  // per step token: its adapter slot, -1 none
     const int32_t* row_token = nullptr;   // row r's token index; NULL: row r is token r
     int nrows = 0;
     const float* x = nullptr;  // nrows rows of n_in, ldx apart
     int ldx = 0, n_in = 0;
-    float* y = nullptr;        // nrows rows of n_out (added to), ldy apart
-    int ldy = 0, n_out = 0;
-    float* u = nullptr;        // scratch: nrows * kLoraMaxRank floats
+    float* y = nullptr;        // nrows rows (added to), ldy apart
+    int ldy = 0;
+    float* u = nullptr;        // scratch: kLoraMaxParts * u_rows rows of kLoraMaxRank floats
+    int u_rows = 0;            // (at least nrows)
 };
 // Two launches (u = A x; y += s B u) whatever the rows' adapters; rows
 // without one cost an early exit.
