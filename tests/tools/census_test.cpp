@@ -40,6 +40,13 @@ TEST(Census, Llama31_8B_Q4_K_M) {
     EXPECT_EQ(of("llama-3.1-8b-instruct-q4_k_m"), (Census{{"F32", 66}, {"Q4_K", 193}, {"Q6_K", 33}}));
 }
 
+// The same rules over 80 layers: 40 + 40 + 1 Q6_K, F32 the 161 norms and
+// rope_freqs. (llama.cpp also lifts a 70B's other 40 attn_v to Q5_K; the
+// recipe keeps them Q4_K, ~40 MB less.)
+TEST(Census, Llama33_70B_Q4_K_M) {
+    EXPECT_EQ(of("llama-3.3-70b-instruct-q4_k_m"), (Census{{"F32", 162}, {"Q4_K", 481}, {"Q6_K", 81}}));
+}
+
 // 36 layers: 18 + 18 + 1 Q6_K; F32 are 4 norms per layer (attn, ffn, q, k) + output_norm.
 TEST(Census, Qwen3_8B_Q4_K_M) {
     EXPECT_EQ(of("qwen3-8b-q4_k_m"), (Census{{"F32", 145}, {"Q4_K", 217}, {"Q6_K", 37}}));

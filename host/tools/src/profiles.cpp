@@ -211,7 +211,10 @@ void llama_family_keys(Profile& p, float freq_base, float eps) {
 // the rope_freqs tensor (factor 8, low 1, high 4, original context 8192).
 // Its tokenizer (tiktoken-style BPE, pre "llama-bpe", 128256 ids) is not in
 // the shared test data: the GPT-2 vocabulary padded to 128256 stands in.
-Profile llama3(std::string name, bool tiny) {
+// big: Llama-3.3-70B-Instruct's shape (80 layers, hidden 8192, FFN 28672,
+// 64 query / 8 KV heads), the same rope and vocabulary: the size tensor
+// parallelism over GPUs is for.
+Profile llama3(std::string name, bool tiny, bool big = false) {
     Profile p;
     p.name = std::move(name);
     p.arch = "llama";
@@ -221,10 +224,15 @@ Profile llama3(std::string name, bool tiny) {
     auto& s = p.shape;
     if (tiny) s = Shape{.n_layer = 2, .n_embd = 256, .n_ff = 512, .n_head = 4, .n_head_kv = 2, .head_dim = 64,
                         .n_ctx = 131072};
+    else if (big) s = Shape{.n_layer = 80, .n_embd = 8192, .n_ff = 28672, .n_head = 64, .n_head_kv = 8,
+                            .head_dim = 128, .n_ctx = 131072};
     else s = Shape{.n_layer = 32, .n_embd = 4096, .n_ff = 14336, .n_head = 32, .n_head_kv = 8, .head_dim = 128,
                    .n_ctx = 131072};
-    p.description = tiny ? "Llama 3.1 layout at toy size (Q4_K_M recipe, rope_freqs)" : "Llama-3.1-8B-Instruct Q4_K_M";
-    general(p, tiny ? "Tiny Llama 3.1" : "Meta Llama 3.1 8B Instruct", tiny ? "70M" : "8B");
+    p.description = tiny  ? "Llama 3.1 layout at toy size (Q4_K_M recipe, rope_freqs)"
+                    : big ? "Llama-3.3-70B-Instruct Q4_K_M"
+                          : "Llama-3.1-8B-Instruct Q4_K_M";
+    general(p, tiny ? "Tiny Llama 3.1" : big ? "Llama 3.3 70B Instruct" : "Meta Llama 3.1 8B Instruct",
+            tiny ? "70M" : big ? "70B" : "8B");
     llama_family_keys(p, 500000.0f, 1e-5f);
     ehp::Llama3Rope r;  // Llama 3.1's published parameters
     r.factor = 8.0;
@@ -491,6 +499,7 @@ const Entry kProfiles[] = {
     {"gpt-oss-20b-mxfp4", [](std::string n) { return gpt_oss(std::move(n), false); }},
     {"gpt-oss-120b-mxfp4", [](std::string n) { return gpt_oss(std::move(n), false, true); }},
     {"llama-3.1-8b-instruct-q4_k_m", [](std::string n) { return llama3(std::move(n), false); }},
+    {"llama-3.3-70b-instruct-q4_k_m", [](std::string n) { return llama3(std::move(n), false, true); }},
     {"qwen3-8b-q4_k_m", [](std::string n) { return qwen3(std::move(n), false); }},
     {"qwen3-30b-a3b-q4_k_m", [](std::string n) { return qwen3moe(std::move(n), false); }},
     {"gemma-3-1b-it-q4_k_m", [](std::string n) { return gemma3(std::move(n), "1b"); }},
