@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include <engine_host/mmproj.hpp>
 #include <engine_host/plugin_abi.hpp>
 
 #include "weights.hpp"
@@ -17,20 +18,18 @@ class ThreadPool;
 
 namespace cpuref::mmproj {
 
-// "v.blk.N.what"
-std::string vblk(uint32_t i, const char* what);
-// All n values of a tensor as floats, any shape with n elements.
-std::vector<float> floats(const ehp::ModelView& v, const std::string& name, uint64_t n);
+// The SDK's readers (engine_host/mmproj.hpp): vblk ("v.blk.N.what"), floats
+// (all n values of a tensor of any shape), key_u32 (a key in 1..2^20),
+// three_floats (image_mean, image_std), projector_type.
+using ehp::mmproj::floats;
+using ehp::mmproj::key_u32;
+using ehp::mmproj::projector_type;
+using ehp::mmproj::three_floats;
+using ehp::mmproj::vblk;
 // A weight matrix of dims {cols, rows} read in place from the mapping.
 Matrix mapped(const ehp::ModelView& v, const std::string& name, uint64_t cols, uint64_t rows);
 // A matrix over floats the encoder owns (which must outlive it), rows of `cols`.
 Matrix owned(const std::string& name, const std::vector<float>& v, uint64_t cols, uint64_t rows);
-// A key in 1..2^20.
-uint32_t key_u32(const ehp::ModelView& v, const char* key);
-// A key of 3 floats (image_mean, image_std).
-void three_floats(const ehp::ModelView& v, const char* key, float (&out)[3]);
-// clip.projector_type (or the older clip.vision.projector_type).
-std::string projector_type(const ehp::ModelView& v);
 
 // A block's linear map with its bias: v.blk.N.<what>.weight of dims
 // {cols, rows} (read in place) and .bias of rows floats.

@@ -19,35 +19,16 @@ using namespace mmproj;
 
 VisionEncoder::VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, ThreadPool& pool) : pool_(pool) {
     const ehp::ModelView v(view);
-    if (auto h = v.get_uint("clip.has_vision_encoder"); h && *h == 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file says it has no vision encoder (clip.has_vision_encoder)");
-
-    size_ = key_u32(v, "clip.vision.image_size");
-    patch_ = key_u32(v, "clip.vision.patch_size");
-    width_ = key_u32(v, "clip.vision.embedding_length");
-    ff_ = key_u32(v, "clip.vision.feed_forward_length");
-    n_head_ = key_u32(v, "clip.vision.attention.head_count");
-    const uint32_t n_block = key_u32(v, "clip.vision.block_count");
-    if (n_block > 1024)  // SigLIP has 27; every block's tensors must be there anyway
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj block_count " + std::to_string(n_block) + " is more than 1024");
-    eps_ = float(v.get_float("clip.vision.attention.layer_norm_epsilon").value_or(1e-6));
-    // Gemma 3 pools by 4 unless the file says otherwise (llama.cpp's rule:
-    // the key is written only for test models that differ).
-    merge_ = 4;
-    if (v.find("clip.vision.projector.scale_factor")) merge_ = key_u32(v, "clip.vision.projector.scale_factor");
-    if (size_ % patch_ != 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj image_size " + std::to_string(size_) + " is not a multiple of patch_size " +
-                                              std::to_string(patch_));
-    grid_ = size_ / patch_;
-    if (grid_ % merge_ != 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj patch grid " + std::to_string(grid_) + " is not a multiple of the pooling " +
-                                              std::to_string(merge_));
-    if (width_ % n_head_ != 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj embedding_length " + std::to_string(width_) +
-                                              " is not a multiple of head_count " + std::to_string(n_head_));
-    if (auto pd = v.get_uint("clip.vision.projection_dim"); pd && *pd != text_n_embd)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj projection_dim " + std::to_string(*pd) + " is not the model's width " +
-                                              std::to_string(text_n_embd) + ": the projector belongs to another model");
+    const ehp::mmproj::Gemma3Shape sh = ehp::mmproj::gemma3_shape(v, text_n_embd);
+    size_ = sh.size;
+    patch_ = sh.patch;
+    grid_ = sh.grid;
+    merge_ = sh.merge;
+    width_ = sh.width;
+    ff_ = sh.ff;
+    n_head_ = sh.n_head;
+    eps_ = sh.eps;
+    const uint32_t n_block = sh.n_block;
 
     const uint64_t W = width_, P = 3ull * patch_ * patch_, N = uint64_t(grid_) * grid_;
     patch_w_ = floats(v, "v.patch_embd.weight", W * P);
@@ -67,25 +48,14 @@ VisionEncoder::VisionEncoder(const eh_model_view* view, uint32_t text_n_embd, Th
     post_w_ = floats(v, "v.post_ln.weight", W);
     post_b_ = floats(v, "v.post_ln.bias", W);
     soft_norm_ = floats(v, "mm.soft_emb_norm.weight", W);
-    // HF's mm_input_projection_weight is [width, text]: GGUF dims {text, width}.
-    const eh_tensor& pt = v.require_tensor("mm.input_projection.weight");
-    if (pt.n_dims < 2 || pt.dims[0] != text_n_embd || pt.dims[1] != W)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor 'mm.input_projection.weight' must have dims {" +
-                                              std::to_string(text_n_embd) + ", " + std::to_string(W) +
-                                              "} (the model's width, the encoder's)");
-    const std::vector<float> p = floats(v, "mm.input_projection.weight", uint64_t(text_n_embd) * W);
+    const std::string pn = "mm.input_projection.weight";
+    const std::vector<float> p = floats(ehp::mmproj::gemma3_projection(v, text_n_embd, W), pn, uint64_t(text_n_embd) * W);
     proj_.resize(p.size());
     for (uint64_t w = 0; w < W; ++w)
         for (uint64_t t = 0; t < text_n_embd; ++t) proj_[t * W + w] = p[w * text_n_embd + t];
     proj_m_ = owned("mm.input_projection.weight", proj_, W, text_n_embd);
 
-    info_.struct_size = sizeof(info_);
-    info_.image_width = info_.image_height = size_;
-    info_.n_tokens = (grid_ / merge_) * (grid_ / merge_);
-    info_.n_embd = text_n_embd;
-    info_.span_flags = EH_SPAN_BIDIRECTIONAL;  // Gemma 3 attends among an image's tokens both ways
-    three_floats(v, "clip.vision.image_mean", info_.mean);
-    three_floats(v, "clip.vision.image_std", info_.std);
+    info_ = sh.info;
 }
 
 void VisionEncoder::encode(const float* pixels, uint32_t width, uint32_t height, float* out) const {

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <engine_host/mmproj.hpp>
 #include <engine_host/plugin_abi.hpp>
-#include <engine_host/quant_blocks.hpp>
 
 #include "ehcuda/check.hpp"
 #include "vision_ops.hpp"
@@ -19,79 +19,12 @@ namespace ehcuda {
 namespace {
 
 using ehp::Error;
+using namespace ehp::mmproj;
 
 void check_cublas(cublasStatus_t st, const char* what) {
     if (st == CUBLAS_STATUS_SUCCESS) return;
     throw Error(st == CUBLAS_STATUS_ALLOC_FAILED ? EH_VRAM_OOM : EH_CUDA_ERROR,
                 std::string("image encoder: ") + what + " failed: " + cublasGetStatusName(st));
-}
-
-uint64_t elements(const eh_tensor& t) {
-    uint64_t n = 1;
-    for (uint32_t d = 0; d < t.n_dims && d < EH_MAX_DIMS; ++d)
-        if (__builtin_mul_overflow(n, t.dims[d], &n)) return UINT64_MAX;
-    return n;
-}
-
-std::string vblk(uint32_t i, const char* what) { return "v.blk." + std::to_string(i) + "." + what; }
-
-// A key in 1..2^20 (cpu-reference's mmproj::key_u32).
-uint32_t key_u32(const ehp::ModelView& v, const char* key) {
-    const uint64_t x = v.require_uint(key);
-    if (x == 0 || x > (1u << 20))
-        throw Error(EH_MODEL_LOAD_FAILED, std::string("mmproj metadata '") + key + "' is " + std::to_string(x) +
-                                              ", outside 1.." + std::to_string(1u << 20));
-    return uint32_t(x);
-}
-
-void three_floats(const ehp::ModelView& v, const char* key, float (&out)[3]) {
-    const eh_value* x = v.find(key);
-    if (!x) throw Error(EH_MODEL_LOAD_FAILED, std::string("missing mmproj metadata '") + key + "'");
-    if (x->type != EH_VALUE_ARRAY || x->count != 3 || (x->elem_type != EH_VALUE_F32 && x->elem_type != EH_VALUE_F64))
-        throw Error(EH_MODEL_LOAD_FAILED, std::string("mmproj metadata '") + key + "' must be an array of 3 floats");
-    for (int c = 0; c < 3; ++c)
-        out[c] = x->elem_type == EH_VALUE_F32 ? static_cast<const float*>(x->v.array)[c]
-                                               : float(static_cast<const double*>(x->v.array)[c]);
-}
-
-std::string projector_type(const ehp::ModelView& v) {
-    if (auto p = v.get_string("clip.projector_type")) return std::string(*p);
-    if (auto q = v.get_string("clip.vision.projector_type")) return std::string(*q);
-    throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file has no 'clip.projector_type': not a multimodal projector");
-}
-
-// A tensor of n elements (any shape), checked for its bytes.
-const eh_tensor& sized(const ehp::ModelView& v, const std::string& name, uint64_t n) {
-    const eh_tensor& t = v.require_tensor(name);
-    if (elements(t) != n)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' has " + std::to_string(elements(t)) +
-                                              " elements, expected " + std::to_string(n));
-    const uint64_t bytes = ehp::quant::row_bytes(t.type, n);
-    if (bytes == 0 || t.nbytes < bytes || !t.data)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' of type " + ehp::type_name(t.type) +
-                                              " is too short or not a whole number of blocks");
-    return t;
-}
-
-std::vector<float> host_floats(const eh_tensor& t, const std::string& name, uint64_t n) {
-    std::vector<float> out(n);
-    if (!ehp::quant::dequantize_row(t.type, t.data, out.data(), n))
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "': type " + ehp::type_name(t.type) +
-                                              " cannot be read");
-    return out;
-}
-
-std::vector<float> host_floats(const ehp::ModelView& v, const std::string& name, uint64_t n) {
-    return host_floats(sized(v, name, n), name, n);
-}
-
-// A matrix tensor of dims {cols, rows} (cpu-reference's mmproj::mapped).
-const eh_tensor& matrix(const ehp::ModelView& v, const std::string& name, uint64_t cols, uint64_t rows) {
-    const eh_tensor& t = v.require_tensor(name);
-    if (t.n_dims < 2 || t.dims[0] != cols || t.dims[1] != rows || elements(t) != cols * rows)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor '" + name + "' must have dims {" + std::to_string(cols) + ", " +
-                                              std::to_string(rows) + "}");
-    return sized(v, name, cols * rows);
 }
 
 template <class T>
@@ -151,15 +84,15 @@ struct Gemma3Vision::Impl {
             std::vector<float> all;
             all.reserve(n * parts.size());
             for (size_t i = 0; i < parts.size(); ++i) {
-                const std::vector<float> f = host_floats(*parts[i], names[i], n);
+                const std::vector<float> f = ehp::mmproj::floats(*parts[i], names[i], n);
                 all.insert(all.end(), f.begin(), f.end());
             }
             m.buf = upload(all.data(), all.size(), ledger);
         }
         return m;
     }
-    DeviceBuffer floats(const ehp::ModelView& v, const std::string& name, uint64_t n) {
-        const std::vector<float> f = host_floats(v, name, n);
+    DeviceBuffer device_floats(const ehp::ModelView& v, const std::string& name, uint64_t n) {
+        const std::vector<float> f = ehp::mmproj::floats(v, name, n);
         return upload(f.data(), f.size(), ledger);
     }
 
@@ -227,32 +160,17 @@ Gemma3Vision::Gemma3Vision(const eh_model_view* view, uint32_t text_n_embd, Memo
     const std::string proj = projector_type(v);
     if (proj != "gemma3")
         throw Error(EH_UNSUPPORTED, "mmproj projector type '" + proj + "' is not supported on CUDA (gemma3 is)");
-    if (auto h = v.get_uint("clip.has_vision_encoder"); h && *h == 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file says it has no vision encoder (clip.has_vision_encoder)");
-    I.size = key_u32(v, "clip.vision.image_size");
-    I.patch = key_u32(v, "clip.vision.patch_size");
-    I.width = key_u32(v, "clip.vision.embedding_length");
-    I.ff = key_u32(v, "clip.vision.feed_forward_length");
-    I.n_head = key_u32(v, "clip.vision.attention.head_count");
-    const uint32_t n_block = key_u32(v, "clip.vision.block_count");
-    if (n_block > 1024)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj block_count " + std::to_string(n_block) + " is more than 1024");
-    I.eps = float(v.get_float("clip.vision.attention.layer_norm_epsilon").value_or(1e-6));
-    I.merge = 4;  // Gemma 3's pooling unless the file says otherwise (llama.cpp's rule)
-    if (v.find("clip.vision.projector.scale_factor")) I.merge = key_u32(v, "clip.vision.projector.scale_factor");
-    if (I.size % I.patch != 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj image_size " + std::to_string(I.size) + " is not a multiple of patch_size " +
-                                              std::to_string(I.patch));
-    I.grid = I.size / I.patch;
-    if (I.grid % I.merge != 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj patch grid " + std::to_string(I.grid) + " is not a multiple of the pooling " +
-                                              std::to_string(I.merge));
-    if (I.width % I.n_head != 0)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj embedding_length " + std::to_string(I.width) +
-                                              " is not a multiple of head_count " + std::to_string(I.n_head));
-    if (auto pd = v.get_uint("clip.vision.projection_dim"); pd && *pd != text_n_embd)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj projection_dim " + std::to_string(*pd) + " is not the model's width " +
-                                              std::to_string(text_n_embd) + ": the projector belongs to another model");
+    const Gemma3Shape sh = gemma3_shape(v, text_n_embd);
+    I.size = sh.size;
+    I.patch = sh.patch;
+    I.grid = sh.grid;
+    I.merge = sh.merge;
+    I.width = sh.width;
+    I.ff = sh.ff;
+    I.n_head = sh.n_head;
+    I.eps = sh.eps;
+    I.info = sh.info;
+    const uint32_t n_block = sh.n_block;
     // One image's patches must fit the cuBLAS calls' int sizes: grid^2 rows
     // of scores of grid^2 floats per head.
     if (uint64_t(I.grid) * I.grid > 32768)
@@ -261,58 +179,45 @@ Gemma3Vision::Gemma3Vision(const eh_model_view* view, uint32_t text_n_embd, Memo
 
     const uint64_t W = I.width, F = I.ff, P = 3ull * I.patch * I.patch, N = uint64_t(I.grid) * I.grid;
     I.patch_w = I.upload_mat({&sized(v, "v.patch_embd.weight", W * P)}, {"v.patch_embd.weight"}, int(W), int(P));
-    if (v.find_tensor("v.patch_embd.bias")) I.patch_b = I.floats(v, "v.patch_embd.bias", W);
+    if (v.find_tensor("v.patch_embd.bias")) I.patch_b = I.device_floats(v, "v.patch_embd.bias", W);
     else {
         const std::vector<float> zero(W, 0.0f);
         I.patch_b = upload(zero.data(), zero.size(), ledger);
     }
-    I.pos = I.floats(v, "v.position_embd.weight", N * W);
+    I.pos = I.device_floats(v, "v.position_embd.weight", N * W);
     I.blocks.resize(n_block);
     bool all_half = true;
     for (uint32_t i = 0; i < n_block; ++i) {
         Impl::Block& b = I.blocks[i];
-        b.ln1_w = I.floats(v, vblk(i, "ln1.weight"), W);
-        b.ln1_b = I.floats(v, vblk(i, "ln1.bias"), W);
-        b.ln2_w = I.floats(v, vblk(i, "ln2.weight"), W);
-        b.ln2_b = I.floats(v, vblk(i, "ln2.bias"), W);
+        b.ln1_w = I.device_floats(v, vblk(i, "ln1.weight"), W);
+        b.ln1_b = I.device_floats(v, vblk(i, "ln1.bias"), W);
+        b.ln2_w = I.device_floats(v, vblk(i, "ln2.weight"), W);
+        b.ln2_b = I.device_floats(v, vblk(i, "ln2.bias"), W);
         const std::string q = vblk(i, "attn_q.weight"), k = vblk(i, "attn_k.weight"), vv = vblk(i, "attn_v.weight");
         b.qkv = I.upload_mat({&matrix(v, q, W, W), &matrix(v, k, W, W), &matrix(v, vv, W, W)}, {q, k, vv}, int(W), int(W));
         all_half = all_half && b.qkv.half;
-        std::vector<float> qkv_b = host_floats(v, vblk(i, "attn_q.bias"), W);
+        std::vector<float> qkv_b = floats(v, vblk(i, "attn_q.bias"), W);
         for (const char* n : {"attn_k.bias", "attn_v.bias"}) {
-            const std::vector<float> x = host_floats(v, vblk(i, n), W);
+            const std::vector<float> x = floats(v, vblk(i, n), W);
             qkv_b.insert(qkv_b.end(), x.begin(), x.end());
         }
         b.qkv_b = upload(qkv_b.data(), qkv_b.size(), ledger);
         const std::string o = vblk(i, "attn_out.weight"), up = vblk(i, "ffn_up.weight"), down = vblk(i, "ffn_down.weight");
         b.o = I.upload_mat({&matrix(v, o, W, W)}, {o}, int(W), int(W));
-        b.o_b = I.floats(v, vblk(i, "attn_out.bias"), W);
+        b.o_b = I.device_floats(v, vblk(i, "attn_out.bias"), W);
         b.up = I.upload_mat({&matrix(v, up, W, F)}, {up}, int(F), int(W));
-        b.up_b = I.floats(v, vblk(i, "ffn_up.bias"), F);
+        b.up_b = I.device_floats(v, vblk(i, "ffn_up.bias"), F);
         b.down = I.upload_mat({&matrix(v, down, F, W)}, {down}, int(W), int(F));
-        b.down_b = I.floats(v, vblk(i, "ffn_down.bias"), W);
+        b.down_b = I.device_floats(v, vblk(i, "ffn_down.bias"), W);
     }
     I.half_attn = n_block > 0 && all_half;
-    I.post_w = I.floats(v, "v.post_ln.weight", W);
-    I.post_b = I.floats(v, "v.post_ln.bias", W);
-    I.soft = I.floats(v, "mm.soft_emb_norm.weight", W);
-    const eh_tensor& pt = v.require_tensor("mm.input_projection.weight");
-    if (pt.n_dims < 2 || pt.dims[0] != text_n_embd || pt.dims[1] != W)
-        throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor 'mm.input_projection.weight' must have dims {" +
-                                              std::to_string(text_n_embd) + ", " + std::to_string(W) +
-                                              "} (the model's width, the encoder's)");
-    I.proj = I.upload_mat({&sized(v, "mm.input_projection.weight", uint64_t(text_n_embd) * W)},
-                          {"mm.input_projection.weight"}, int(W), int(text_n_embd));
+    I.post_w = I.device_floats(v, "v.post_ln.weight", W);
+    I.post_b = I.device_floats(v, "v.post_ln.bias", W);
+    I.soft = I.device_floats(v, "mm.soft_emb_norm.weight", W);
+    I.proj = I.upload_mat({&gemma3_projection(v, text_n_embd, W)}, {"mm.input_projection.weight"}, int(W),
+                          int(text_n_embd));
 
-    I.info.struct_size = sizeof(I.info);
-    I.info.image_width = I.info.image_height = I.size;
     const uint32_t g = I.grid / I.merge;
-    I.info.n_tokens = g * g;
-    I.info.n_embd = text_n_embd;
-    I.info.span_flags = EH_SPAN_BIDIRECTIONAL;  // Gemma 3 attends among an image's tokens both ways
-    three_floats(v, "clip.vision.image_mean", I.info.mean);
-    three_floats(v, "clip.vision.image_std", I.info.std);
-
     // Scratch for one image.
     const size_t head_scores = size_t(N) * N * 4;
     I.heads_per_group = int(std::clamp<size_t>(kVisionScoreBytes / head_scores, 1, I.n_head));
