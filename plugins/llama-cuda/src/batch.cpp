@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 
 #include <ehcuda/allreduce.hpp>
 #include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
+#include <ehcuda/device_set.hpp>
 #include <ehcuda/gemma_ops.hpp>
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/kv_quant.hpp>
@@ -87,6 +89,13 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         std::vector<int> devices;
         for (const Shard& sh : m_.shards) devices.push_back(sh.device);
         group_ = std::make_unique<ehcuda::TpGroup>(devices, m_.device, T * c_.n_embd, true, L);
+        // (the KV pool's step: which all-reduce a step's size takes is a
+        // matter of this machine's NCCL, so it is said here)
+        std::fprintf(stderr, "[llama-cuda] tensor parallel: %d ranks on their own streams, GPUs %s; all-reduce one-shot "
+                     "(peer reads)%s%s\n", m_.tp, ehcuda::device_list(devices).c_str(),
+                     group_->nccl() ? (", NCCL from " + std::to_string(m_.plan.allreduce_nccl_min_floats) + " floats (").c_str()
+                                    : " for every size (",
+                     (group_->nccl_why() + ")").c_str());
     }
     const int step_gemm_min = ehcuda::step_per_token_max(m_.plan, m_.mirrored) + 1;
     ranks_.resize(size_t(m_.tp));
