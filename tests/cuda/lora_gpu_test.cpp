@@ -6,8 +6,10 @@
 // them far more than that; sequences of different adapters (and none) in the
 // same steps, prefill and graphed decode, get what each gets alone, also with
 // an adapter loaded after the graphs were captured; a fork keeps its
-// source's adapter; release while unused; seq_set_adapter's rules; and the
-// refusals (an adapter of another model's shape, a tensor-parallel load).
+// source's adapter; release while unused; seq_set_adapter's rules; a llama
+// from an HF checkpoint (q/k rows in HF order) with the same adapter as its
+// GGUF; and the refusals (an adapter of another model's shape, a
+// tensor-parallel load).
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,6 +19,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <map>
 #include <memory>
@@ -362,6 +365,63 @@ INSTANTIATE_TEST_SUITE_P(Profiles, LoraGpu,
                                  if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
                              return n;
                          });
+
+// A llama presented as the host's safetensors view of an HF checkpoint: the
+// same weights with attn_q / attn_k rows in HF order (rotated NEOX there).
+// The adapter file's q/k lora_b rows follow the GGUF order, which llama-cuda
+// puts back: with the same adapter, the two views give the same logits.
+struct HfOrderView {
+    eh_model_view view{};
+    std::vector<eh_tensor> tensors;
+    std::vector<std::vector<uint8_t>> rows;
+    explicit HfOrderView(const eh_model_view& gguf) {
+        view = gguf;
+        view.format = EH_FORMAT_SAFETENSORS;
+        tensors.assign(gguf.tensors, gguf.tensors + gguf.n_tensors);
+        const ehp::ModelView mv(&gguf);
+        const uint64_t n_head = mv.get_uint("llama.attention.head_count").value_or(0);
+        const uint64_t n_kv = mv.get_uint("llama.attention.head_count_kv").value_or(n_head);
+        for (eh_tensor& t : tensors) {
+            const std::string name(t.name.data, t.name.size);
+            const bool q = ends_with(name, ".attn_q.weight"), k = ends_with(name, ".attn_k.weight");
+            if (!q && !k) continue;
+            const uint64_t n_rows = t.dims[1], row = t.nbytes / n_rows, hd = n_rows / (q ? n_head : n_kv);
+            const auto* src = static_cast<const uint8_t*>(t.data);
+            std::vector<uint8_t>& out = rows.emplace_back(t.nbytes);
+            for (uint64_t o = 0; o < n_rows; ++o) {  // HF row h*hd + j*hd/2 + i is GGUF row h*hd + 2i + j
+                const uint64_t h = o / hd, w = o % hd, j = w / (hd / 2), i = w % (hd / 2);
+                std::memcpy(&out[o * row], src + (h * hd + 2 * i + j) * row, row);
+            }
+            t.data = out.data();
+        }
+        view.tensors = tensors.data();
+    }
+};
+
+TEST(LoraGpuHfOrder, SafetensorsViewOfALlamaMatchesItsGguf) {
+    REQUIRE_BOTH();
+    const std::string profile = "tiny-llama-3.1-q4_k_m";
+    const eh_model_view& gguf = file_of(profile).view();
+    HfOrderView hf(gguf);
+    const auto ad = forge_adapter(profile, 31).gguf();
+    ehtest::StepModel a(gpu_api(), &gguf, shape()), b(gpu_api(), &hf.view, shape());
+    ASSERT_TRUE(a.ok()) << a.failure;
+    ASSERT_TRUE(b.ok()) << b.failure;
+    Loaded la(gpu_api(), a.model, ad), lb(gpu_api(), b.model, ad);
+    ASSERT_EQ(la.status, EH_OK) << a.error();
+    ASSERT_EQ(lb.status, EH_OK) << b.error();
+    const std::vector<std::vector<int32_t>> toks{tokens_of(kPrompt + kDecode, 8, vocab_of(a))};
+    const Logits ga = feed(a, {la.adapter}, toks)[0], gb = feed(b, {lb.adapter}, toks)[0];
+    const Logits base = feed(b, {nullptr}, toks)[0];
+    double worst = 0, moved = 0;
+    for (size_t p = 0; p < ga.size(); ++p) {
+        worst = std::max(worst, rel_err(gb[p], ga[p]));
+        moved = std::max(moved, rel_err(base[p], ga[p]));
+    }
+    std::printf("[lora-gpu] HF-order view vs GGUF, same adapter: max error %.3g (adapter moves %.3g)\n", worst, moved);
+    EXPECT_LT(worst, kTol);
+    EXPECT_GT(moved, kMoved);
+}
 
 // Refusals: a pair whose shape is not the model's, and any adapter on a
 // tensor-parallel load (two shards on this GPU).
