@@ -89,8 +89,8 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         std::vector<int> devices;
         for (const Shard& sh : m_.shards) devices.push_back(sh.device);
         group_ = std::make_unique<ehcuda::TpGroup>(devices, m_.device, T * c_.n_embd, true, L);
-        // (the KV pool's step: which all-reduce a step's size takes is a
-        // matter of this machine's NCCL, so it is said here)
+        // (which all-reduce a size takes depends on this machine's NCCL:
+        // said once, here)
         std::fprintf(stderr, "[llama-cuda] tensor parallel: %d ranks on their own streams, GPUs %s; all-reduce one-shot "
                      "(peer reads)%s%s\n", m_.tp, ehcuda::device_list(devices).c_str(),
                      group_->nccl() ? (", NCCL from " + std::to_string(m_.plan.allreduce_nccl_min_floats) + " floats (").c_str()
