@@ -6,7 +6,9 @@
 //     FP32 and differ only in summation order (the printed figure is the
 //     measured one); the same file with its matrices stored F16 (the real
 //     mmproj files' type) within 1e-2: the GPU then rounds each GEMM's
-//     input to F16 too, as llama.cpp does, the CPU reference does not;
+//     input to F16 too, as llama.cpp does, the CPU reference does not (the
+//     attention then runs the flash kernel: the toy's 16-dim heads and
+//     SigLIP's 72-dim ones on a one-block tower);
 //   - the step's rows and bidirectional span: an image-conditioned
 //     teacher-forced run (the image inside a 100-token prompt, then one
 //     token a step) with the same rows on both plugins: top-1 and
@@ -281,6 +283,32 @@ TEST(VisionGpu, F16TowerRowsMatchTheCpuReference) {
     }
     std::printf("[vision-gpu] F16 tower: max |gpu - cpu| / max |cpu| = %.3g\n", worst);
     EXPECT_LT(worst, 1e-2);
+}
+
+// SigLIP's own head size (1152 / 16 = 72 dims, the flash kernel's padded
+// tile of 80) on one F16 block over a 16 x 16 patch grid, against the CPU
+// reference: the same 1e-2 as the toy F16 tower.
+TEST(VisionGpu, SiglipHeadsF16TowerMatchesTheCpuReference) {
+    REQUIRE_BOTH();
+    const std::string path = (std::filesystem::temp_directory_path() /
+                              ("vision_gpu_siglip_" + std::to_string(::getpid()) + ".gguf")).string();
+    eh::tools::write_gemma3_tower(path, uint32_t(forged().text_width()), 9,
+                                  {"SigLIP heads, one block (test)", 224, 14, 1152, 256, 1, 16, 4, true});
+    auto file = eh::model::ModelFile::open(path);
+    Loaded gpu(gpu_api(), &file->view());
+    Loaded cpu(cpu_api(), &file->view());
+    ASSERT_EQ(gpu.enc_status, EH_OK) << gpu.error();
+    ASSERT_EQ(cpu.enc_status, EH_OK) << cpu.error();
+    ASSERT_EQ(gpu.info.n_tokens, 16u);
+    double worst = 0;
+    for (uint32_t seed : {6u, 7u}) {
+        const std::vector<float> px = pixels(cpu.info, seed);
+        worst = std::max(worst, rel_err(gpu.encode(px), cpu.encode(px)));
+    }
+    std::printf("[vision-gpu] F16 tower of SigLIP's heads (72 dims, 256 patches): max |gpu - cpu| / max |cpu| = %.3g\n",
+                worst);
+    EXPECT_LT(worst, 1e-2);
+    std::filesystem::remove(path);
 }
 
 TEST(VisionGpu, ImageConditionedLogitsMatchTheCpuReference) {

@@ -89,76 +89,53 @@ private:
 
 }  // namespace
 
-void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
+void write_gemma3_tower(const std::string& path, uint32_t text_embd, uint64_t seed, const Gemma3Tower& g) {
     using model::GgufValue;
-    constexpr uint32_t kImage = 64, kPatch = 8, kWidth = 64, kFf = 128, kLayers = 2, kHeads = 4, kMerge = 2;
-    const uint64_t grid = kImage / kPatch, N = grid * grid, W = kWidth;
+    const uint64_t grid = g.image / g.patch, N = grid * grid, W = g.width, F = g.ff, p = g.patch;
     const float half[3] = {0.5f, 0.5f, 0.5f};
-    ToyTower t({"Tiny Gemma 3 vision (forged)", "gemma3", text_embd, kImage, kPatch, kWidth, kFf, kLayers, kHeads, half,
-                half},
+    ToyTower t({g.name, "gemma3", text_embd, g.image, g.patch, g.width, g.ff, g.layers, g.heads, half, half},
                seed ^ 0x6d6d70726f6aull);
     t.writer().set("clip.use_gelu", GgufValue::boolean(true));
-    t.writer().set("clip.vision.projector.scale_factor", GgufValue::u32(kMerge));
+    // (no key: Gemma 3's pooling of 4, as the converter writes it)
+    if (g.merge) t.writer().set("clip.vision.projector.scale_factor", GgufValue::u32(g.merge));
+    // A matrix F16 when the tower's are, else F32; vectors F32 always.
+    auto mat = [&](const std::string& name, std::vector<uint64_t> dims, float scale) {
+        if (g.f16) t.add_half(name, std::move(dims), scale, 0.0f);
+        else t.add(name, std::move(dims), scale, 0.0f);
+    };
     const float s = 1.0f / std::sqrt(float(W));
-    t.add("v.patch_embd.weight", {kPatch, kPatch, 3, W}, 1.0f / std::sqrt(3.0f * kPatch * kPatch), 0.0f);
+    mat("v.patch_embd.weight", {p, p, 3, W}, 1.0f / std::sqrt(3.0f * float(p * p)));
     t.add("v.patch_embd.bias", {W}, 0.02f, 0.0f);
-    t.add("v.position_embd.weight", {W, N}, 0.5f, 0.0f);
-    for (uint32_t i = 0; i < kLayers; ++i) {
+    mat("v.position_embd.weight", {W, N}, 0.5f);
+    for (uint32_t i = 0; i < g.layers; ++i) {
         const std::string b = fmt::format("v.blk.{}.", i);
         for (const char* n : {"ln1", "ln2"}) {
             t.add(b + n + ".weight", {W}, 0.02f, 1.0f);
             t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
         }
         for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
-            t.add(b + n + ".weight", {W, W}, s, 0.0f);
+            mat(b + n + ".weight", {W, W}, s);
             t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
         }
-        t.add(b + "ffn_up.weight", {W, kFf}, s, 0.0f);
-        t.add(b + "ffn_up.bias", {kFf}, 0.02f, 0.0f);
-        t.add(b + "ffn_down.weight", {kFf, W}, 1.0f / std::sqrt(float(kFf)), 0.0f);
+        mat(b + "ffn_up.weight", {W, F}, s);
+        t.add(b + "ffn_up.bias", {F}, 0.02f, 0.0f);
+        mat(b + "ffn_down.weight", {F, W}, 1.0f / std::sqrt(float(F)));
         t.add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
     }
     t.add("v.post_ln.weight", {W}, 0.02f, 1.0f);
     t.add("v.post_ln.bias", {W}, 0.02f, 0.0f);
     t.add("mm.soft_emb_norm.weight", {W}, 0.02f, 1.0f);  // 1 + w, as the converter stores it
-    t.add("mm.input_projection.weight", {text_embd, W}, s, 0.0f);
+    mat("mm.input_projection.weight", {text_embd, W}, s);
     t.write(path);
 }
 
+void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
+    write_gemma3_tower(path, text_embd, seed, {"Tiny Gemma 3 vision (forged)", 64, 8, 64, 128, 2, 4, 2, false});
+}
+
 void write_gemma3_siglip_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
-    using model::GgufValue;
-    constexpr uint32_t kImage = 896, kPatch = 14, kWidth = 1152, kFf = 4304, kLayers = 27, kHeads = 16;
-    const uint64_t grid = kImage / kPatch, N = grid * grid, W = kWidth;
-    const float half[3] = {0.5f, 0.5f, 0.5f};
-    ToyTower t({"Gemma 3 vision, SigLIP-So400m shape (forged)", "gemma3", text_embd, kImage, kPatch, kWidth, kFf, kLayers,
-                kHeads, half, half},
-               seed ^ 0x6d6d70726f6aull);
-    t.writer().set("clip.use_gelu", GgufValue::boolean(true));
-    // (no scale_factor key: Gemma 3's pooling of 4, as the converter writes it)
-    const float s = 1.0f / std::sqrt(float(W));
-    t.add_half("v.patch_embd.weight", {kPatch, kPatch, 3, W}, 1.0f / std::sqrt(3.0f * kPatch * kPatch), 0.0f);
-    t.add("v.patch_embd.bias", {W}, 0.02f, 0.0f);
-    t.add_half("v.position_embd.weight", {W, N}, 0.5f, 0.0f);
-    for (uint32_t i = 0; i < kLayers; ++i) {
-        const std::string b = fmt::format("v.blk.{}.", i);
-        for (const char* n : {"ln1", "ln2"}) {
-            t.add(b + n + ".weight", {W}, 0.02f, 1.0f);
-            t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
-        }
-        for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
-            t.add_half(b + n + ".weight", {W, W}, s, 0.0f);
-            t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
-        }
-        t.add_half(b + "ffn_up.weight", {W, kFf}, s, 0.0f);
-        t.add(b + "ffn_up.bias", {kFf}, 0.02f, 0.0f);
-        t.add_half(b + "ffn_down.weight", {kFf, W}, 1.0f / std::sqrt(float(kFf)), 0.0f);
-        t.add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
-    }
-    t.add("v.post_ln.weight", {W}, 0.02f, 1.0f);
-    t.add("v.post_ln.bias", {W}, 0.02f, 0.0f);
-    t.add("mm.soft_emb_norm.weight", {W}, 0.02f, 1.0f);
-    t.add_half("mm.input_projection.weight", {text_embd, W}, s, 0.0f);
-    t.write(path);
+    write_gemma3_tower(path, text_embd, seed,
+                       {"Gemma 3 vision, SigLIP-So400m shape (forged)", 896, 14, 1152, 4304, 27, 16, 0, true});
 }
 
 void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {

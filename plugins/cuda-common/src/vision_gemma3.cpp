@@ -60,6 +60,7 @@ struct Gemma3Vision::Impl {
     // Scratch.
     int heads_per_group = 1;
     bool half_attn = false;
+    bool flash = false;  // half_attn on the flash kernel (vision::flash_takes), else the GEMMs
     DeviceBuffer pixels, patches, x, h, qkv, att, tmp, u, scores, pooled, rows, xh, qkvh, ph;
     cudaStream_t stream = nullptr;
     cublasHandle_t blas = nullptr;
@@ -123,6 +124,10 @@ struct Gemma3Vision::Impl {
             base = qkvh.get();
             t = CUDA_R_16F;
             esz = 2;
+        }
+        if (flash) {  // one pass, no scores in memory (vision_attention.cu)
+            vision::flash_attention(qkvh.as<__half>(), N, W, int(n_head), scale, att.as<float>(), stream);
+            return;
         }
         const char* q = static_cast<const char*>(base);
         const long long nn = (long long)N * N;
@@ -211,6 +216,7 @@ Gemma3Vision::Gemma3Vision(const eh_model_view* view, uint32_t text_n_embd, Memo
         b.down_b = I.device_floats(v, vblk(i, "ffn_down.bias"), W);
     }
     I.half_attn = n_block > 0 && all_half;
+    I.flash = I.half_attn && vision::flash_takes(int(W), int(I.n_head));
     I.post_w = I.device_floats(v, "v.post_ln.weight", W);
     I.post_b = I.device_floats(v, "v.post_ln.bias", W);
     I.soft = I.device_floats(v, "mm.soft_emb_norm.weight", W);
@@ -230,13 +236,13 @@ Gemma3Vision::Gemma3Vision(const eh_model_view* view, uint32_t text_n_embd, Memo
     I.att = DeviceBuffer(N * W * 4, ledger);
     I.tmp = DeviceBuffer(N * W * 4, ledger);
     I.u = DeviceBuffer(N * F * 4, ledger);
-    I.scores = DeviceBuffer(size_t(I.heads_per_group) * head_scores, ledger);
+    if (!I.flash) I.scores = DeviceBuffer(size_t(I.heads_per_group) * head_scores, ledger);
     I.pooled = DeviceBuffer(M * W * 4, ledger);
     I.rows = DeviceBuffer(M * text_n_embd * 4, ledger);
     I.xh = DeviceBuffer(N * std::max({P, W, F}) * 2, ledger);  // a GEMM's F16 input (an F16 matrix)
     if (I.half_attn) {
         I.qkvh = DeviceBuffer(N * 3 * W * 2, ledger);
-        I.ph = DeviceBuffer(size_t(I.heads_per_group) * N * N * 2, ledger);
+        if (!I.flash) I.ph = DeviceBuffer(size_t(I.heads_per_group) * N * N * 2, ledger);
     }
     EHC_CHECK(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking));
     check_cublas(cublasCreate(&I.blas), "cublasCreate");

@@ -30,4 +30,11 @@ void softmax_rows(const float* scores, int rows, int n, float* outf, __half* out
 // multiplied by w: out[(oy * g + ox)][e].
 void pool_rms(const float* x, int grid, int merge, int n, const float* w, float eps, float* out, cudaStream_t s);
 
+// (vision_attention.cu) Whether flash_attention takes a tower of this
+// width and head count: a head of at most 80 dims, a multiple of 8.
+bool flash_takes(int width, int n_head);
+// out[t][h * hd + d] = softmax(q_h k_h^T * scale) v_h over all n patches,
+// from qkv rows of [q | k | v] (3 * width halves each).
+void flash_attention(const __half* qkv, int n, int width, int n_head, float scale, float* out, cudaStream_t s);
+
 }  // namespace ehcuda::vision

@@ -8,8 +8,11 @@
 // what cpu-reference's vision.cpp computes, step for step. GEMMs on cuBLAS
 // with FP32 accumulation; a matrix stored F16 is read as F16 (its inputs
 // rounded to F16 for the GEMM, as llama.cpp does), F32 as F32, any other
-// type dequantized to F32 at load. The attention's GEMMs take F16 inputs
-// when the block's Q/K/V weights are F16, F32 otherwise.
+// type dequantized to F32 at load. The attention over every patch: with
+// F16 Q/K/V weights (heads of at most 80 dims, SigLIP's 72) one flash pass
+// on the tensor cores (F16 inputs, FP32 softmax and accumulation);
+// otherwise cuBLAS GEMMs of the scores, a softmax kernel and GEMMs of the
+// values.
 #pragma once
 
 #include <cstdint>
@@ -21,9 +24,9 @@
 
 namespace ehcuda {
 
-// The attention scores of this many bytes at most are held at once: heads
-// are taken in groups that fit (one at a time past it), so a 4096-patch
-// image (Gemma 3's 896 pixels) holds 4 of its 16 heads' scores.
+// The GEMM path's attention scores of this many bytes at most are held at
+// once: heads are taken in groups that fit (one at a time past it), so a
+// 4096-patch image (Gemma 3's 896 pixels) holds 4 of its 16 heads' scores.
 constexpr size_t kVisionScoreBytes = size_t(256) << 20;
 
 class Gemma3Vision {

@@ -28,6 +28,15 @@ void write_gemma3_mmproj(const std::string& path, uint32_t text_embd, uint64_t s
 // Gemma 3's mmproj at real size (SigLIP-So400m at 896 pixels, F16
 // matrices) for a text model of width `text_embd`, likewise.
 void write_gemma3_siglip_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed);
+// A Gemma 3 mmproj of any tower shape (the two above are two of them):
+// image pixels a side, patch, width, MLP width, layers, heads, pooling
+// (0: no scale_factor key, Gemma 3's 4), matrices F16 or F32.
+struct Gemma3Tower {
+    const char* name;
+    uint32_t image, patch, width, ff, layers, heads, merge;
+    bool f16;
+};
+void write_gemma3_tower(const std::string& path, uint32_t text_embd, uint64_t seed, const Gemma3Tower& tower);
 // A toy Qwen2.5-VL mmproj (clip.projector_type qwen2.5vl_merger) likewise.
 void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed);
 
