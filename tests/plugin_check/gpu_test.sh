@@ -30,6 +30,12 @@ out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories2
       --reference "$dir/libeh-cpu-reference.so" 2>&1); rc=$?
 echo "$out"
 [[ $rc -eq 0 ]]; check llama-cuda-stories-shard-mode $? "exit $rc"
+# The same with each rank on its own stream ("tensor_parallel": "streams":
+# the distinct-GPU code path, both ranks on GPU 0)
+out=$("$check_bin" "$dir/libeh-llama-cuda.so" --model "$testdata/models/stories260K.gguf" --gpus 0,0 \
+      --engine-options '{"tensor_parallel":"streams"}' --reference "$dir/libeh-cpu-reference.so" 2>&1); rc=$?
+echo "$out"
+[[ $rc -eq 0 ]]; check llama-cuda-stories-rank-streams $? "exit $rc"
 
 # llama-cuda's quantized pool reads a head as 32-value blocks: stories260K's
 # head dim 8 is refused by name
