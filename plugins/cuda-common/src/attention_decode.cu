@@ -18,9 +18,16 @@
 // rows (DecodeAttnArgs::paged): one grid slice per row, keys through the
 // row's block table into the paged pool. With QK-norm weights it also
 // normalises Q and the new K (Qwen3) instead of a head_rmsnorm launch.
+// A quantized pool (DecodeAttnArgs::kv_type Q8_0 / FP8_E4M3, paged rows
+// only): the new K and V are quantized in shared memory as
+// rope_store_kv_quant does (kv_quant.cuh) and stored as codes and scales,
+// and every key, the new one too, is attended as scale * code, as the pool
+// holds it.
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <string>
+#include <type_traits>
 
 #include "attention_decode.cuh"
 #include "attention_dispatch.cuh"
@@ -32,6 +39,7 @@
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
 #include "kv_prefetch.cuh"
+#include "kv_quant.cuh"
 #include "online_softmax.cuh"
 #include "rope.cuh"
 
@@ -112,6 +120,40 @@ __device__ __forceinline__ void load_key_group(const __half* kc, const __half* v
     }
 }
 
+// load_key_group over a quantized pool (rows of rs bytes): each key's codes
+// (lane l: dims l + 32 i) and the scale of each of the lane's 32-value
+// blocks, as stored; `soff` is the bytes from a head's codes to its first
+// scale. Fresh and masked slots read `spare` as load_key_group's do.
+template <int DPL, int G, bool Paged>
+__device__ __forceinline__ void load_key_group_quant(const uint8_t* kc, const uint8_t* vc, const uint8_t* spare,
+                                                     size_t rs, int soff, const int32_t* table, int kbase, int kb,
+                                                     int ke, int qpos, int lane, uint8_t (&kq)[G][DPL],
+                                                     uint8_t (&vq)[G][DPL], __half (&ks)[G][DPL],
+                                                     __half (&vs)[G][DPL]) {
+#pragma unroll
+    for (int j = 0; j < G; ++j) {
+        const int key = min(kb + j, ke - 1);
+        const bool fresh = key == qpos;
+        const size_t at = key_row<Paged>(table, key - kbase) * rs;
+        const uint8_t* kr = fresh ? spare : kc + at;
+        const uint8_t* vr = fresh ? spare : vc + at;
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) {
+            kq[j][i] = kr[lane + 32 * i];
+            vq[j][i] = vr[lane + 32 * i];
+            ks[j][i] = reinterpret_cast<const __half*>(kr + soff)[i];
+            vs[j][i] = reinterpret_cast<const __half*>(vr + soff)[i];
+        }
+    }
+}
+
+// The eh_tensor_type of a cache element tag (F16 for __half).
+template <class C>
+constexpr uint32_t kv_tag_type() {
+    if constexpr (detail::kQuantKv<C>) return C::kType;
+    else return EH_TYPE_F16;
+}
+
 // The rotary angle of pair i at position pos: the model's frequencies, or
 // (inv_freq set) its table scaled by attn_factor, as rope_table_store_kv
 // (gpt_ops.cu) computes it, so both leave the same bits in the cache.
@@ -155,7 +197,8 @@ __device__ __forceinline__ void emit_out(const DecodeAttnArgs& a, int xb, float*
 // Paged (DecodeAttnArgs::paged): grid slice blockIdx.z is row z of the
 // batched step, with its own position, store row and block table; its
 // counters and scratch follow the single row's layout, row after row.
-template <int DPL, int G, bool Pipe, bool Paged>
+// C: the pool's element, __half or (Paged only) a quantized tag.
+template <int DPL, int G, bool Pipe, bool Paged, class C>
 __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(DecodeAttnArgs a, int min_chunk, int xb,
                                                                              int early) {
     if (!early) {
@@ -163,8 +206,15 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
         pdl_release();
     }
     constexpr int HD = DPL * 32;
+    constexpr bool kQuant = detail::kQuantKv<C>;
+    static_assert(!kQuant || Paged, "a quantized pool is a batched step's");
+    // A cached element as loaded: a half, or a quantized pool's code.
+    using E = std::conditional_t<kQuant, uint8_t, __half>;
+    constexpr int kQ = kQuant ? 1 : 0;  // sizes the quantized-only arrays
     __shared__ float sq[HD];                        // rotated q (unscaled)
-    __shared__ __align__(16) __half snk[HD], snv[HD];  // the new token's K (rotated) and V, as cached
+    __shared__ __align__(16) E snk[HD], snv[HD];  // the new token's K (rotated) and V, as cached
+    __shared__ __half snks[kQuant ? HD / 32 : 1], snvs[kQuant ? HD / 32 : 1];  // (quantized) their scales
+    __shared__ float skf[kQuant ? HD : 1];  // (quantized) the new K rotated, before quantizing
     __shared__ float sm_m[kDecodeWarps], sm_l[kDecodeWarps];
     __shared__ float sm_acc[kDecodeWarps][HD];
     __shared__ bool s_last;
@@ -194,6 +244,13 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     const __half* vc = a.v_cache + kvh * HD;
     // The qkv row (only read in this launch) holds at least n_kv * HD halves.
     const __half* spare = reinterpret_cast<const __half*>(qkv) + kvh * HD;
+    // (quantized) the pool's bytes: a head's codes, the bytes from them to
+    // its scales, the row size; `spare` as bytes (the qkv row holds far more)
+    const uint8_t* kcq = reinterpret_cast<const uint8_t*>(a.k_cache) + kvh * HD;
+    const uint8_t* vcq = reinterpret_cast<const uint8_t*>(a.v_cache) + kvh * HD;
+    const int soff = kv_ld - kvh * HD + kvh * HD / 16;
+    const size_t rs = kv_row_bytes(kv_tag_type<C>(), kv_ld);
+    const uint8_t* spareq = reinterpret_cast<const uint8_t*>(qkv) + kvh * HD;
 
     // Paged: the split's block ids into shared memory first, so that a key's
     // row is a shared read, not a dependent global load, inside the key
@@ -213,9 +270,17 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
 
     // The first key group's loads go out before RoPE, which then hides part
     // of their latency.
-    __half kh[G][DPL], vh[G][DPL];
+    E kh[G][DPL], vh[G][DPL];
+    __half khs[kQ * G + 1 - kQ][kQ * DPL + 1 - kQ], vhs[kQ * G + 1 - kQ][kQ * DPL + 1 - kQ];  // (quantized) scales
+    auto load = [&](int k0) {
+        if constexpr (kQuant)
+            load_key_group_quant<DPL, G, Paged>(kcq, vcq, spareq, rs, soff, table, kbase, k0, ke, qpos, lane, kh, vh, khs,
+                                                vhs);
+        else
+            load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kbase, k0, ke, qpos, lane, kh, vh);
+    };
     int kb = ks + warp * G;
-    if (kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kbase, kb, ke, qpos, lane, kh, vh);
+    if (kb < ke) load(kb);
     // The thread's first rotary angle needs only the position.
     const int half_rot = a.n_rot / 2;
     float sn0 = 0.0f, cs0 = 1.0f;
@@ -223,7 +288,7 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     if (early) {
         // (`spare` may be read while the QKV projection writes it: those
         // slots are overwritten before use.)
-        if (early >= 2 && ks + kDecodeWarps * G < ke) {
+        if (!kQuant && early >= 2 && ks + kDecodeWarps * G < ke) {
             if constexpr (Paged)
                 prefetch_paged_rows(kc, vc, kv_ld, HD, table, kbase, ks + kDecodeWarps * G, min(ke, qpos) - 1);
             else
@@ -257,20 +322,55 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
         sq[i1] = y1;
         if (has_new) {
             detail::rope_rotate(kv(i0), kv(i1), sn, cs, &y0, &y1);
-            snk[i0] = __float2half_rn(y0);
-            snk[i1] = __float2half_rn(y1);
+            if constexpr (kQuant) {
+                skf[i0] = y0;
+                skf[i1] = y1;
+            } else {
+                snk[i0] = __float2half_rn(y0);
+                snk[i1] = __float2half_rn(y1);
+            }
         }
     }
     for (int d = a.n_rot + threadIdx.x; d < HD; d += blockDim.x) {
         sq[d] = qv(d);
-        if (has_new) snk[d] = __float2half_rn(kv(d));
+        if (has_new) {
+            if constexpr (kQuant) skf[d] = kv(d);
+            else snk[d] = __float2half_rn(kv(d));
+        }
     }
-    if (has_new)
-        for (int d = threadIdx.x; d < HD; d += blockDim.x) snv[d] = __float2half_rn(vrow[d]);
+    if constexpr (!kQuant) {
+        if (has_new)
+            for (int d = threadIdx.x; d < HD; d += blockDim.x) snv[d] = __float2half_rn(vrow[d]);
+    }
     __syncthreads();
+    if constexpr (kQuant) {
+        // The new K and V quantized, a warp per 32-value block.
+        if (has_new) {
+            for (int b = warp; b < 2 * (HD / 32); b += kDecodeWarps) {
+                const bool v = b >= HD / 32;
+                const int e = 32 * (v ? b - HD / 32 : b);
+                detail::kv_quantize_warp<C>(v ? vrow[e + lane] : skf[e + lane], (v ? snv : snk) + e,
+                                            (v ? snvs : snks) + e / 32, lane);
+            }
+            __syncthreads();
+        }
+    }
     // One block per KV head stores the new K and V; nothing in this launch
     // reads them back from the cache.
-    if (has_new && head % group == 0) {
+    if constexpr (kQuant) {
+        if (has_new && head % group == 0) {
+            uint8_t* kd = reinterpret_cast<uint8_t*>(a.k_cache) + size_t(a.d_rows[row]) * rs;
+            uint8_t* vd = reinterpret_cast<uint8_t*>(a.v_cache) + size_t(a.d_rows[row]) * rs;
+            for (int d = threadIdx.x; d < HD; d += blockDim.x) {
+                kd[kvh * HD + d] = snk[d];
+                vd[kvh * HD + d] = snv[d];
+            }
+            for (int b = threadIdx.x; b < HD / 32; b += blockDim.x) {
+                reinterpret_cast<__half*>(kd + kv_ld)[kvh * (HD / 32) + b] = snks[b];
+                reinterpret_cast<__half*>(vd + kv_ld)[kvh * (HD / 32) + b] = snvs[b];
+            }
+        }
+    } else if (has_new && head % group == 0) {
         const size_t at = size_t(Paged ? a.d_rows[row] : qpos) * kv_ld + kvh * HD;
         __half* kd = a.k_cache + at;
         __half* vd = a.v_cache + at;
@@ -299,6 +399,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
                     for (int i = 0; i < DPL; ++i) {
                         kh[j][i] = snk[lane + 32 * i];
                         vh[j][i] = snv[lane + 32 * i];
+                        if constexpr (kQuant) {
+                            khs[j][i] = snks[i];
+                            vhs[j][i] = snvs[i];
+                        }
                     }
                 }
         }
@@ -307,16 +411,21 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
         for (int j = 0; j < G; ++j)
 #pragma unroll
             for (int i = 0; i < DPL; ++i) {
-                kf[j][i] = __half2float(kh[j][i]);
-                vf[j][i] = __half2float(vh[j][i]);
+                if constexpr (kQuant) {
+                    kf[j][i] = detail::kv_code(C{}, kh[j][i]) * __half2float(khs[j][i]);
+                    vf[j][i] = detail::kv_code(C{}, vh[j][i]) * __half2float(vhs[j][i]);
+                } else {
+                    kf[j][i] = __half2float(kh[j][i]);
+                    vf[j][i] = __half2float(vh[j][i]);
+                }
             }
         const int kn = kb + kDecodeWarps * G;
-        if (Pipe && kn < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kbase, kn, ke, qpos, lane, kh, vh);
+        if (Pipe && kn < ke) load(kn);
         float s[G];
         detail::score_keys<G, DPL>(q, kf, s);
         detail::softmax_fold<G, DPL>(s, vf, ke - kb, m, l, acc);
         kb = kn;
-        if (!Pipe && kb < ke) load_key_group<DPL, G, Paged>(kc, vc, spare, kv_ld, table, kbase, kb, ke, qpos, lane, kh, vh);
+        if (!Pipe && kb < ke) load(kb);
     }
 
     // The block's warps, combined in warp order.
@@ -519,6 +628,10 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     } else if (a.nrows != 1) {
         throw ehp::Error(EH_INTERNAL, "rope_attention_decode: several rows need the paged form");
     }
+    const bool quant = kv_type_quantized(a.kv_type);
+    if (a.kv_type && a.kv_type != EH_TYPE_F16 && (!quant || !a.paged || !attention_head_dim_fast(a.head_dim)))
+        throw ehp::Error(EH_INTERNAL, "rope_attention_decode: KV type " + std::to_string(a.kv_type) +
+                                          " needs Q8_0 / FP8_E4M3, paged rows and head dim 64/96/128/256");
     int xb = 0;
     if (a.out_chunks) {
         xb = detail::gemv_chunk_bits();
@@ -550,12 +663,16 @@ void rope_attention_decode(const DecodeAttnArgs& a, cudaStream_t stream) {
     const dim3 grid(a.n_head, nsplit, a.nrows);
     by_dpl(a.head_dim, [&]<int DPL>() {
         by_keys<DPL>(kp.attn_keys, [&]<int G>() {
-            auto go = [&]<bool Pipe, bool Paged>() {
-                launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G, Pipe, Paged>, grid,
+            auto go = [&]<bool Pipe, bool Paged, class C = __half>() {
+                launch("rope_attn_decode_kernel", rope_attn_decode_kernel<DPL, G, Pipe, Paged, C>, grid,
                        kDecodeWarps * 32, 0, stream, a, std::max(1, kp.attn_min_chunk), xb, detail::attention_early());
             };
             const bool pipe = kp.attn_pipe;
-            if (a.paged)
+            if (quant)
+                detail::by_kv_quant(a.kv_type, [&]<class C>() {
+                    pipe ? go.template operator()<true, true, C>() : go.template operator()<false, true, C>();
+                });
+            else if (a.paged)
                 pipe ? go.template operator()<true, true>() : go.template operator()<false, true>();
             else
                 pipe ? go.template operator()<true, false>() : go.template operator()<false, false>();

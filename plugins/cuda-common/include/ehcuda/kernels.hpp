@@ -322,6 +322,10 @@ struct DecodeAttnArgs {
     const float* q_norm = nullptr;
     const float* k_norm = nullptr;
     float norm_eps = 0.0f;
+    // Paged rows only: the pool's element type as PagedAttnArgs::kv_type
+    // (k_cache / v_cache then point at a quantized pool's bytes; the new K
+    // and V are quantized as rope_store_kv_quant does).
+    uint32_t kv_type = 0;
 };
 size_t attention_decode_counters(int n_head, int nrows = 1);
 // Splits for a paged launch of nrows rows whose sequences hold at most
