@@ -619,7 +619,7 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
         CudaSeq& q = E.seq(i);
         const ehp::SeqBlocks& bl = q.blocks;
         const uint32_t len = bl.length();
-        spans_.push_back({int(t), int(e.n_tokens), int(tb)});
+        spans_.push_back({int(t), int(e.n_tokens), int(tb), q.adapter});
         const int32_t* toks = E.tokens(i);
         for (uint32_t k = 0; k < e.n_tokens; ++k, ++t) {
             tokens[t] = toks[k] >= 0 ? toks[k] : 0;

@@ -3,6 +3,10 @@
 // step per block row, each row reading its own adapter's descriptors. Up to
 // kLoraMaxParts sites that read the same input (q, k, v; gate, up) go in one
 // launch pair.
+#include <cublas_v2.h>
+
+#include <string>
+
 #include "ehcuda/check.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/lora.hpp"
@@ -100,7 +104,49 @@ __global__ void swiglu_kernel(float* x, int ld, int n_ff) {
     }
 }
 
+__global__ void to_half_kernel(const float* x, int ldx, int cols, __half* out) {
+    pdl_entry();
+    pdl_release();
+    const float* row = x + size_t(blockIdx.y) * ldx;
+    __half* o = out + size_t(blockIdx.y) * cols;
+    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < cols; k += gridDim.x * blockDim.x) o[k] = __float2half(row[k]);
+}
+
+void check_blas(cublasStatus_t st, const char* what) {
+    if (st != CUBLAS_STATUS_SUCCESS)
+        throw ehp::Error(EH_CUDA_ERROR, std::string("LoRA ") + what + " failed: " + cublasGetStatusName(st));
+}
+
 }  // namespace
+
+void lora_apply_gemm(const LoraGemmArgs& a, cudaStream_t stream) {
+    if (a.rows <= 0 || a.n_in <= 0) return;
+    bool any = false;
+    for (int p = 0; p < a.nparts; ++p) any = any || a.desc[p].rank > 0;
+    if (!any) return;
+    const int bx = (a.n_in + kThreads - 1) / kThreads;
+    launch("lora_to_half_kernel", to_half_kernel, dim3(bx < 64 ? bx : 64, a.rows), kThreads, 0, stream, a.x, a.ldx, a.n_in,
+           a.xh);
+    EHC_LAUNCHED("lora_to_half_kernel");
+    cublasHandle_t h = a.blas;
+    check_blas(cublasSetStream(h, stream), "cublasSetStream");
+    for (int p = 0; p < a.nparts; ++p) {
+        const LoraDesc& d = a.desc[p];
+        if (d.rank <= 0) continue;
+        // u (rows x rank, row-major) = x A^T: column-major u^T = A . x^T.
+        const float one = 1.0f, zero = 0.0f;
+        check_blas(cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, d.rank, a.rows, a.n_in, &one, d.a, CUDA_R_16F, a.n_in, a.xh,
+                                CUDA_R_16F, a.n_in, &zero, a.uh, CUDA_R_16F, d.rank, CUBLAS_COMPUTE_32F,
+                                CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (A x)");
+        // y (rows x n_out, row-major, ldy) += s u B^T: column-major y^T += s Bt^T... = B^T(col) . u^T.
+        const float s = d.scale;
+        check_blas(cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, a.part[p].n_out, a.rows, d.rank, &s, d.bt, CUDA_R_16F,
+                                a.part[p].n_out, a.uh, CUDA_R_16F, d.rank, &one, a.y + a.part[p].col0, CUDA_R_32F, a.ldy,
+                                CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                   "cublasGemmEx (B u)");
+    }
+}
 
 void lora_apply(const LoraApplyArgs& a, cudaStream_t stream) {
     if (a.nrows <= 0 || a.n_in <= 0 || a.nparts <= 0 || a.nparts > kLoraMaxParts) return;

@@ -2,6 +2,7 @@
 // table's slots and the conversion of an adapter file's tensors.
 #include "ehcuda/lora.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include <engine_host/plugin_abi.hpp>
@@ -21,6 +22,7 @@ void LoraSet::init(int n_sites, MemoryLedger* ledger) {
     EHC_CHECK(cudaMemset(t.get(), 0, bytes));
     table_ = std::move(t);
     n_sites_ = n_sites;
+    host_.assign(size_t(kLoraMaxAdapters) * size_t(n_sites), LoraDesc{});
     used_.assign(kLoraMaxAdapters, false);
 }
 
@@ -38,12 +40,14 @@ void LoraSet::write(int slot, const std::vector<LoraDesc>& sites) {
     if (int(sites.size()) != n_sites_) throw ehp::Error(EH_INTERNAL, "LoRA table: a slot of the wrong size");
     EHC_CHECK(cudaMemcpy(table_.as<LoraDesc>() + size_t(slot) * n_sites_, sites.data(), sites.size() * sizeof(LoraDesc),
                          cudaMemcpyHostToDevice));
+    std::copy(sites.begin(), sites.end(), host_.begin() + std::ptrdiff_t(size_t(slot) * size_t(n_sites_)));
 }
 
 void LoraSet::release(int slot) noexcept {
     if (slot < 0 || slot >= kLoraMaxAdapters || !table_) return;
     // (synchronous: no step still in flight reads the slot afterwards)
     cudaMemset(table_.as<LoraDesc>() + size_t(slot) * n_sites_, 0, size_t(n_sites_) * sizeof(LoraDesc));
+    std::fill_n(host_.begin() + std::ptrdiff_t(size_t(slot) * size_t(n_sites_)), n_sites_, LoraDesc{});
     used_[size_t(slot)] = false;
 }
 

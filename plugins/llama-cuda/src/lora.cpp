@@ -156,7 +156,8 @@ std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_par
 
 void LoraStep::apply(const Model& m, std::initializer_list<int> sites, const int32_t* token_slot,
                      const int32_t* row_token, int nrows, const float* x, int ldx, float* y, int ldy,
-                     ehcuda::MemoryLedger* ledger, cudaStream_t s) {
+                     ehcuda::MemoryLedger* ledger, cudaStream_t s, const ehcuda::StepSpan* spans, int nspans,
+                     ehcuda::PrefillWorkspace* pw) {
     if (nrows <= 0 || m.lora.n_sites() == 0) return;
     ehcuda::LoraApplyArgs a;
     for (int site : sites) {
@@ -175,14 +176,46 @@ void LoraStep::apply(const Model& m, std::initializer_list<int> sites, const int
     a.ldy = ldy;
     a.u = u_.as<float>();
     a.u_rows = kRows;
-    for (int r0 = 0; r0 < nrows; r0 += kRows) {
-        a.nrows = std::min(kRows, nrows - r0);
-        a.token_slot = row_token ? token_slot : token_slot + r0;
-        a.row_token = row_token ? row_token + r0 : nullptr;
-        a.x = x + size_t(r0) * ldx;
-        a.y = y + size_t(r0) * ldy;
-        ehcuda::lora_apply(a, s);
+    // Rows first .. end - 1 through the per-row kernels.
+    auto rows = [&](int first, int end) {
+        for (int r0 = first; r0 < end; r0 += kRows) {
+            a.nrows = std::min(kRows, end - r0);
+            a.token_slot = row_token ? token_slot : token_slot + r0;
+            a.row_token = row_token ? row_token + r0 : nullptr;
+            a.x = x + size_t(r0) * ldx;
+            a.y = y + size_t(r0) * ldy;
+            ehcuda::lora_apply(a, s);
+        }
+    };
+    // A long entry of one adapter through cuBLAS (its rows are tokens:
+    // only where row r is token r), the rest between them per row.
+    int done = 0;
+    for (int i = 0; !row_token && pw && i < nspans; ++i) {
+        const ehcuda::StepSpan& sp = spans[i];
+        if (sp.adapter < 0 || sp.n < kGemmMinRows || sp.first < done || sp.first + sp.n > nrows) continue;
+        rows(done, sp.first);
+        ehcuda::LoraGemmArgs g;
+        g.blas = pw->cublas();
+        for (int p = 0; p < a.nparts; ++p) {
+            g.desc[p] = m.lora.host(sp.adapter, a.part[p].site);
+            g.part[p] = a.part[p];
+        }
+        g.nparts = a.nparts;
+        g.ldx = ldx;
+        g.n_in = a.n_in;
+        g.ldy = ldy;
+        g.xh = pw->act();
+        g.uh = reinterpret_cast<__half*>(u_.get());
+        const int step = int(std::min<size_t>(kRows, pw->act_halves() / size_t(a.n_in)));
+        for (int r0 = sp.first; r0 < sp.first + sp.n; r0 += step) {
+            g.rows = std::min(step, sp.first + sp.n - r0);
+            g.x = x + size_t(r0) * ldx;
+            g.y = y + size_t(r0) * ldy;
+            ehcuda::lora_apply_gemm(g, s);
+        }
+        done = sp.first + sp.n;
     }
+    rows(done, nrows);
 }
 
 }  // namespace llama_cuda

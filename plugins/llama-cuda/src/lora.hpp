@@ -7,6 +7,7 @@
 #include <initializer_list>
 #include <memory>
 
+#include <ehcuda/batch.hpp>
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/lora.hpp>
 
@@ -38,8 +39,13 @@ public:
     // allocated at the first step with an adapter, which runs eagerly
     // (never inside a graph capture), and never moves after.
     static constexpr int kRows = 1024;
+    // Entries of at least this many tokens with an adapter (prefill chunks)
+    // take cuBLAS (ehcuda::lora_apply_gemm), with `pw`'s handle and its FP16
+    // activation buffer as scratch; the other rows the per-row kernels.
+    static constexpr int kGemmMinRows = 32;
     void apply(const Model& m, std::initializer_list<int> sites, const int32_t* token_slot, const int32_t* row_token,
-               int nrows, const float* x, int ldx, float* y, int ldy, ehcuda::MemoryLedger* ledger, cudaStream_t s);
+               int nrows, const float* x, int ldx, float* y, int ldy, ehcuda::MemoryLedger* ledger, cudaStream_t s,
+               const ehcuda::StepSpan* spans = nullptr, int nspans = 0, ehcuda::PrefillWorkspace* pw = nullptr);
 
 private:
     ehcuda::DeviceBuffer u_;

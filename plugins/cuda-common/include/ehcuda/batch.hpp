@@ -75,9 +75,10 @@ public:
 };
 
 // Where one entry's tokens are in a step: tokens first .. first + n - 1,
-// their sequence's block ids at d_tables + table.
+// their sequence's block ids at d_tables + table, its LoRA adapter.
 struct StepSpan {
     int first = 0, n = 0, table = 0;
+    int adapter = -1;  // its sequence's LoRA slot (CudaSeq::adapter)
 };
 
 // What forward() gets: the step's tokens laid out entry after entry, in

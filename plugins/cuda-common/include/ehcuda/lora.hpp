@@ -27,6 +27,8 @@
 #include <ehcuda/device_memory.hpp>
 
 // The ABI's opaque adapter handle (plugin_abi.h, 1.6).
+struct cublasContext;  // cublasHandle_t is cublasContext*
+
 struct eh_adapter {
     const void* owner = nullptr;  // the eh_model it was loaded for
 };
@@ -57,6 +59,8 @@ public:
     void init(int n_sites, MemoryLedger* ledger);
     int n_sites() const { return n_sites_; }
     const LoraDesc* table() const { return table_.as<const LoraDesc>(); }
+    // The host's copy of a descriptor (for launch choices and cuBLAS).
+    const LoraDesc& host(int slot, int site) const { return host_[size_t(slot) * size_t(n_sites_) + size_t(site)]; }
     // A free slot; throws ehp::Error(NO_CAPACITY) when every one is taken.
     int claim();
     // Writes a slot's n_sites descriptors (synchronously), or zeroes them
@@ -67,6 +71,7 @@ public:
 private:
     int n_sites_ = 0;
     DeviceBuffer table_;
+    std::vector<LoraDesc> host_;
     std::vector<bool> used_;
 };
 
@@ -117,6 +122,26 @@ struct LoraApplyArgs {
 // Two launches (u = A x; y += s B u) whatever the rows' adapters; rows
 // without one cost an early exit.
 void lora_apply(const LoraApplyArgs& a, cudaStream_t stream);
+
+// The same update for `rows` rows that all have the adapter of the host
+// descriptors `desc` (a long prefill span): x in FP16 into xh (rows x n_in),
+// then per part with a pair u = x A^T (FP16, uh: rows x rank) and
+// y += s * u B^T, two cuBLAS GEMMs (FP32 accumulation) instead of a walk
+// over the pairs per row.
+struct LoraGemmArgs {
+    cublasContext* blas = nullptr;
+    LoraDesc desc[kLoraMaxParts];  // rank 0: no pair at that part's site
+    LoraPart part[kLoraMaxParts];
+    int nparts = 0;
+    int rows = 0;
+    const float* x = nullptr;
+    int ldx = 0, n_in = 0;
+    float* y = nullptr;
+    int ldy = 0;
+    __half* xh = nullptr;  // rows * n_in
+    __half* uh = nullptr;  // rows * kLoraMaxRank
+};
+void lora_apply_gemm(const LoraGemmArgs& a, cudaStream_t stream);
 
 // x[t, j] = silu(x[t, j]) * x[t, n_ff + j] in place, for the rows of a
 // step whose down projection's input must exist (its adapter reads it).
