@@ -185,9 +185,7 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     cudaStream_t s = stream();
     const Config& c = c_;
     float* qkv = qkv_.as<float>();
-    // (the fused kernel stores and reads an F16 pool only: a quantized one's
-    // decode rows take the RoPE store and the paged attention)
-    if (v.decode && n_rot > 0 && attn_scratch_.size() && kv_type() == EH_TYPE_F16 &&
+    if (v.decode && n_rot > 0 && attn_scratch_.size() &&
         ehcuda::attention_decode_fused_takes(v.ntok, c.n_head, c.n_kv, c.head_dim)) {
         // Decode rows: RoPE, the K/V store, split-K attention (with the
         // sinks, gpt-oss) in one launch (the session's decode attention, paged).
@@ -206,6 +204,7 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
         da.norm_eps = c.eps;
         da.k_cache = k_pool(li);
         da.v_cache = v_pool(li);
+        da.kv_type = kv_type();
         da.window = window;
         da.scale = 1.0f / std::sqrt(float(c.head_dim));
         da.out = attn_.as<float>();

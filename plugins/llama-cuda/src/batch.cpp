@@ -189,6 +189,7 @@ void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool
     da.freq_factors = layer_rope_freqs(m_, layer, m_.tp > 1 ? r.index : -1);
     da.k_cache = k_pool(pool_layer(r, layer));
     da.v_cache = v_pool(pool_layer(r, layer));
+    da.kv_type = kv_type();
     da.window = c_.layer_window(layer);
     if (c_.qk_norm) {  // (Qwen3, Gemma 3: normalised inside the attention, no head_rmsnorm launch)
         da.q_norm = (*r.layers)[size_t(layer)].q_norm;
@@ -427,9 +428,7 @@ void Batch::forward(const ehcuda::StepView& v) {
                   rc.qkv_dim(), T);
 
             ehcuda::MatSeg out{L.attn_out};
-            // (the fused kernel stores and reads an F16 pool only: a quantized
-            // one's decode rows take the RoPE store and the paged attention)
-            if (v.decode && !v.deep && fused_attn_ && kv_type() == EH_TYPE_F16 &&
+            if (v.decode && !v.deep && fused_attn_ &&
                 ehcuda::attention_decode_fused_takes(T, rc.n_head, rc.n_kv, rc.head_dim)) {
                 // One token: the attention leaves its output quantized for the
                 // output projection, which then stages nothing (as a session's
