@@ -6,8 +6,8 @@
 //     kTensorCoreChunk and up),
 //   - A's decode rows beside B's 24-token prompt chunks (the paged
 //     attention, mixed steps),
-//   - A and B decoding alone (decode-only steps: the paged attention where
-//     F16 takes the fused kernel, graphs captured and replayed),
+//   - A and B decoding alone (decode-only steps: the fused decode kernel,
+//     which quantizes the new K and V itself; graphs captured and replayed),
 //   - past attn_group_min_keys keys (256 here by load option) the deep
 //     decode steps (the query-group tensor-core kernel); gpt-cuda takes
 //     that kernel for every step whose heads it fits, with its sinks.
