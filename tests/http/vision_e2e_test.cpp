@@ -124,7 +124,7 @@ TEST(VisionEndToEnd, AServerWithoutMmprojRefusesImages) {
 
 TEST(VisionEndToEnd, APluginWithoutImageCallsStopsTheStartByName) {
     ASSERT_FALSE(forged().model.empty());
-    // The deterministic test engine has no ABI 1.6 image calls (as llama-cuda and gpt-cuda today).
+    // The deterministic test engine has no ABI 1.6 image calls (as gpt-cuda).
     EngineHost h({"--log-format", "text", "--mmproj", forged().mmproj}, {}, false);
     EXPECT_NE(h.wait_exit(30000), 0) << h.log();
     EXPECT_NE(h.log().find("takes no images"), std::string::npos) << h.log();

@@ -70,7 +70,7 @@ std::shared_ptr<ImageEncoder> ImageEncoder::load(std::shared_ptr<EngineModel> mo
     const char* name = api.info && api.info() && api.info()->name ? api.info()->name : "?";
     if (!plugin_takes_images(api))
         throw Error(Code::NoPlugin, fmt::format("--mmproj: the engine plugin '{}' takes no images (it has no ABI 1.6 "
-                                                   "image_encoder_load); serve images with the cpu-reference plugin",
+                                                   "image_encoder_load); serve images with the cpu-reference or llama-cuda plugin",
                                                    name));
     auto enc = std::shared_ptr<ImageEncoder>(new ImageEncoder());
     enc->prompt_ = image_prompt_for(architecture);
