@@ -318,7 +318,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     auto adapt = [&](std::initializer_list<int> sites, const float* x, int ldx, float* y, int ldy, int n,
                      const int32_t* row_token = nullptr) {
         if (lora)
-            lora_.apply(m_, sites, v.d_lora, row_token, n, x, ldx, y, ldy, ledger(), s, v.spans, v.nspans, workspace());
+            lora_.apply(m_.lora, sites, v.d_lora, row_token, n, x, ldx, y, ldy, ledger(), s, v.spans, v.nspans, workspace());
     };
 
     // y (+)= segs . x over the step's n tokens, on rank r's stream (r: a

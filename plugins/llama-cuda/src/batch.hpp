@@ -91,7 +91,7 @@ private:
     bool fused_attn_ = false;
     bool group_attn_ = false;  // attention_decode_group takes the model's heads
     ImageSteps images_;        // the step's image rows (images.hpp)
-    LoraStep lora_;            // steps with LoRA adapters (lora.hpp)
+    ehcuda::LoraStep lora_;    // steps with LoRA adapters (lora.hpp)
 };
 
 }  // namespace llama_cuda

@@ -20,15 +20,22 @@
 #include <cuda_runtime_api.h>
 
 #include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <string>
 #include <vector>
 
+#include <engine_host/lora_adapter.hpp>
 #include <engine_host/plugin_abi.h>
 
+#include <ehcuda/batch.hpp>
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/prefill_workspace.hpp>
 
-// The ABI's opaque adapter handle (plugin_abi.h, 1.6).
 struct cublasContext;  // cublasHandle_t is cublasContext*
 
+// The ABI's opaque adapter handle (plugin_abi.h, 1.6).
 struct eh_adapter {
     const void* owner = nullptr;  // the eh_model it was loaded for
 };
@@ -50,14 +57,22 @@ struct LoraDesc {
     float scale = 0.0f;
 };
 
-// The device table of one model: kLoraMaxAdapters slots of n_sites
-// descriptors each, allocated on first use and never moved after.
+// Where a site's update lands: its input width, and the output columns
+// [col0, col0 + n_out) of its matmul's output rows. n_out 0: the model has
+// no such matrix (a fused one stands in for it).
+struct LoraSite {
+    int n_in = 0, n_out = 0, col0 = 0;
+};
+
+// The device table of one model: kLoraMaxAdapters slots of a descriptor
+// per site each, allocated on first use and never moved after.
 class LoraSet {
 public:
     // Allocates the table (zeroed) the first time; later calls check the
-    // site count is the same.
-    void init(int n_sites, MemoryLedger* ledger);
+    // sites are the same.
+    void init(const std::vector<LoraSite>& sites, MemoryLedger* ledger);
     int n_sites() const { return n_sites_; }
+    const LoraSite& site(int i) const { return sites_[size_t(i)]; }
     const LoraDesc* table() const { return table_.as<const LoraDesc>(); }
     // The host's copy of a descriptor (for launch choices and cuBLAS).
     const LoraDesc& host(int slot, int site) const { return host_[size_t(slot) * size_t(n_sites_) + size_t(site)]; }
@@ -70,6 +85,7 @@ public:
 
 private:
     int n_sites_ = 0;
+    std::vector<LoraSite> sites_;
     DeviceBuffer table_;
     std::vector<LoraDesc> host_;
     std::vector<bool> used_;
@@ -146,6 +162,48 @@ void lora_apply_gemm(const LoraGemmArgs& a, cudaStream_t stream);
 // x[t, j] = silu(x[t, j]) * x[t, n_ff + j] in place, for the rows of a
 // step whose down projection's input must exist (its adapter reads it).
 void swiglu_inplace(float* x, int ld, int n_ff, int ntok, cudaStream_t stream);
+
+// adapter_load's part every engine shares. lora_check_params: the call's
+// numbers (scale, alpha; INVALID_ARGUMENT). lora_upload: each pair of `info`
+// bound to the engine's site for its base weight (site_of; -1: the engine
+// does not adapt it, UNSUPPORTED naming it and `adapts`), its shape checked
+// against the site's (MODEL_LOAD_FAILED), uploaded as FP16 (A as stored, B
+// transposed; where hf_rows says, B's rows put back from the GGUF
+// converter's RoPE order into HF's, head_dim rows a head) into a new slot.
+void lora_check_params(const eh_adapter_params& p);
+struct LoraBindOptions {
+    std::function<int(const std::string& base)> site_of;
+    std::function<bool(const std::string& base)> hf_rows;  // may be empty
+    int head_dim = 0;
+    std::string engine;  // for messages
+    std::string adapts;  // what it adapts, for the UNSUPPORTED message
+};
+std::unique_ptr<LoraAdapter> lora_upload(LoraSet& set, int device, MemoryLedger* ledger,
+                                         const ehp::LoraAdapterInfo& info, const eh_adapter_params& p,
+                                         const LoraBindOptions& o);
+
+// A step's updates after one matmul: `sites` (those reading the same input,
+// at most kLoraMaxParts; sites without a matrix skipped) into its output
+// rows y, for rows 0 .. nrows - 1 whose adapter has a pair there.
+class LoraStep {
+public:
+    // Rows go in launches of at most kRows; the scratch for them (u) is
+    // allocated at the first step with an adapter, which runs eagerly
+    // (never inside a graph capture), and never moves after.
+    static constexpr int kRows = 1024;
+    // Entries of at least this many tokens with an adapter (prefill chunks)
+    // take cuBLAS (lora_apply_gemm), with pw's handle and its FP16
+    // activation buffer as scratch; the other rows the per-row kernels.
+    static constexpr int kGemmMinRows = 32;
+    // row_token: row r's token (the LM head's rows), or NULL: row r is
+    // token r (then `spans` may send entries to cuBLAS).
+    void apply(const LoraSet& set, std::initializer_list<int> sites, const int32_t* token_slot,
+               const int32_t* row_token, int nrows, const float* x, int ldx, float* y, int ldy, MemoryLedger* ledger,
+               cudaStream_t s, const StepSpan* spans = nullptr, int nspans = 0, PrefillWorkspace* pw = nullptr);
+
+private:
+    DeviceBuffer u_;
+};
 
 // Host side of adapter_load: a tensor of an adapter view (F32, F16, BF16 or
 // Q8_0, rows of `cols` values) as FP32 rows. Throws ehp::Error
