@@ -63,6 +63,21 @@ TEST(HubChoice, MissingAndAmbiguousListTheChoices) {
     EXPECT_NE(e.find("has no GGUF file"), std::string::npos) << e;
 }
 
+TEST(HubChoice, TheVisionProjectorBesideTheModel) {
+    EXPECT_EQ(choose_mmproj(kRepo, "model-Q4_K_M.gguf"), "mmproj-model-f16.gguf");
+    // Only the model's folder: a split set's shards live in big/, which has none.
+    EXPECT_EQ(choose_mmproj(kRepo, "big/model-F16-00001-of-00002.gguf"), std::nullopt);
+    EXPECT_EQ(choose_mmproj({"m-Q4_K_M.gguf", "README.md"}, "m-Q4_K_M.gguf"), std::nullopt);
+    // F16 (the converter's default), then BF16, F32, Q8_0, else the first by name; any case.
+    const std::vector<std::string> many = {"m-Q4_K_M.gguf", "MMPROJ-F32.gguf", "mmproj-BF16.gguf", "mmproj-x-f16.gguf",
+                                           "vision/mmproj-F16.gguf"};
+    EXPECT_EQ(choose_mmproj(many, "m-Q4_K_M.gguf"), "mmproj-x-f16.gguf");
+    EXPECT_EQ(choose_mmproj({"m.gguf", "MMPROJ-F32.gguf", "mmproj-BF16.gguf"}, "m.gguf"), "mmproj-BF16.gguf");
+    EXPECT_EQ(choose_mmproj({"m.gguf", "mmproj-Q4_0.gguf", "mmproj-b.gguf"}, "m.gguf"), "mmproj-Q4_0.gguf");
+    EXPECT_EQ(choose_mmproj({"d/m.gguf", "d/mmproj-F16.gguf", "mmproj-F16.gguf"}, "d/m.gguf"), "d/mmproj-F16.gguf");
+    EXPECT_EQ(choose_mmproj({"d/m.gguf", "d/mmproj.txt", "d/e/mmproj-F16.gguf"}, "d/m.gguf"), std::nullopt);
+}
+
 TEST(HubChoice, SplitNames) {
     auto s = parse_split("d/m-00002-of-00005.gguf");
     ASSERT_TRUE(s);

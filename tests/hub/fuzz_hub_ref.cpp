@@ -1,5 +1,5 @@
 // libFuzzer target: model references, hub URLs and Location headers, the
-// Content-Range, Link and ETag headers, split names and the GGUF choice. Every input must either parse or throw
+// Content-Range, Link and ETag headers, split names and the GGUF (and mmproj) choice. Every input must either parse or throw
 // eh::Error; nothing may crash, hang or read out of bounds.
 //   build-fuzz/tests/hub/fuzz_hub_ref -max_total_time=600
 #include <cstddef>
@@ -47,8 +47,15 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     }
     std::string quant = lines.front();
     try {
-        eh::hub::choose_gguf(lines, quant.size() <= eh::hub::kMaxQuantBytes ? quant : "", "o/r");
+        const std::string model = eh::hub::choose_gguf(lines, quant.size() <= eh::hub::kMaxQuantBytes ? quant : "", "o/r");
+        // The projector beside it is one of the listed files, in its folder.
+        if (auto m = eh::hub::choose_mmproj(lines, model)) {
+            bool listed = false;
+            for (const auto& l : lines) listed = listed || l == *m;
+            if (!listed) __builtin_trap();
+        }
     } catch (const eh::Error&) {
     }
+    eh::hub::choose_mmproj(lines, quant);
     return 0;
 }

@@ -50,6 +50,12 @@ protected:
         r.files["big/m-F16-00003-of-00003.gguf"] = {blob_of(7000, 6), true};
         r.files["small.gguf"] = {"GGUF tiny, not an LFS file", false};
         hub.add("org/repo", r);
+        FakeRepo vision;  // a Gemma 3 upload: the model and its projectors
+        vision.commit = kCommit;
+        vision.files["g-Q4_K_M.gguf"] = {blob_of(4000, 7), true};
+        vision.files["mmproj-g-f16.gguf"] = {blob_of(3000, 8), true};
+        vision.files["mmproj-g-f32.gguf"] = {blob_of(5000, 9), true};
+        hub.add("org/vision", vision);
         FakeRepo moved;
         moved.renamed_to = "org/repo";
         hub.add("old/name", moved);
@@ -95,6 +101,31 @@ TEST_F(HubPull, ByQuantIntoTheHubCacheLayout) {
     EXPECT_FALSE(fs::exists(repo_dir() / "blobs" / (sha + ".incomplete")));
     EXPECT_EQ(hub.tree_gets.load(), 1);
     EXPECT_EQ(hub.cdn_gets.load(), 1);
+}
+
+// A repository reference fetches the vision projector beside the model (the
+// F16 one of two), online and then from the cache offline; a repository
+// without one, or a reference to one file, fetches no projector.
+TEST_F(HubPull, TheVisionProjectorComesBesideTheModel) {
+    PullResult r = pull_text("org/vision:Q4_K_M");
+    const fs::path snap = cache / "models--org--vision" / "snapshots" / kCommit;
+    EXPECT_EQ(r.path, snap / "g-Q4_K_M.gguf");
+    EXPECT_EQ(r.mmproj, snap / "mmproj-g-f16.gguf");
+    EXPECT_EQ(read(r.mmproj), blob_of(3000, 8));
+    EXPECT_EQ(r.files, (std::vector<std::string>{"g-Q4_K_M.gguf", "mmproj-g-f16.gguf"}));
+    EXPECT_FALSE(fs::exists(snap / "mmproj-g-f32.gguf"));
+    EXPECT_EQ(hub.cdn_gets.load(), 2);
+    bool said = false;
+    for (const auto& l : logs) said = said || l.find("vision projector (serve --mmproj ") != std::string::npos;
+    EXPECT_TRUE(said);
+    opt.settings.offline = true;
+    PullResult again = pull_text("org/vision:Q4_K_M");
+    EXPECT_TRUE(again.offline);
+    EXPECT_EQ(again.mmproj, r.mmproj);
+    EXPECT_EQ(hub.cdn_gets.load(), 2);
+    opt.settings.offline = false;
+    EXPECT_TRUE(pull_text("hf://org/vision/g-Q4_K_M.gguf").mmproj.empty());
+    EXPECT_TRUE(pull_text("org/repo:Q4_K_M").mmproj.empty());
 }
 
 TEST_F(HubPull, CachedFilesAreNotFetchedAgain) {

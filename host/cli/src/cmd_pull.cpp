@@ -16,7 +16,7 @@ int cmd_pull(const std::vector<std::string>& args) {
         ("help,h", "show this help")
         ("ref", po::value<std::string>()->required(), "hf://ORG/REPO[@REV]/FILE or ORG/REPO[@REV][:QUANT]")
         ("offline", "use the hub cache only (also HF_HUB_OFFLINE=1): say where the model is, or fail")
-        ("json", "print {path, repo, commit, files, offline} instead of the path");
+        ("json", "print {path, mmproj, repo, commit, files, offline} instead of the path");
     po::positional_options_description pos;
     pos.add("ref", 1);
     po::variables_map vm;
@@ -34,6 +34,7 @@ int cmd_pull(const std::vector<std::string>& args) {
     if (vm.count("json")) {
         nlohmann::json j = {{"path", r.path.string()}, {"repo", r.repo_id}, {"commit", r.commit},
                             {"files", r.files}, {"offline", r.offline}};
+        j["mmproj"] = r.mmproj.empty() ? nlohmann::json() : nlohmann::json(r.mmproj.string());
         std::cout << j.dump(2) << "\n";
     } else {
         std::cout << r.path.string() << "\n";

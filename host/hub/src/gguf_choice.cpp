@@ -74,6 +74,25 @@ std::string quant_label(std::string_view file) {
     return cut == std::string::npos ? st : st.substr(cut + 1);
 }
 
+std::optional<std::string> choose_mmproj(const std::vector<std::string>& files, const std::string& model) {
+    const size_t slash = model.rfind('/');
+    const std::string dir = slash == std::string::npos ? std::string() : model.substr(0, slash + 1);
+    std::vector<std::string> found;
+    for (const auto& f : files) {
+        if (!ends_with_ci(f, ".gguf") || f.size() <= dir.size() || f.compare(0, dir.size(), dir) != 0) continue;
+        const std::string_view name = std::string_view(f).substr(dir.size());
+        if (name.find('/') != std::string_view::npos || upper(name).rfind("MMPROJ", 0) != 0) continue;
+        found.push_back(f);
+    }
+    if (found.empty()) return std::nullopt;
+    std::sort(found.begin(), found.end());
+    // The converter's default type first (--mmproj writes F16 unless told).
+    for (const char* want : {"F16", "BF16", "F32", "Q8_0"})
+        for (const auto& f : found)
+            if (upper(quant_label(f)) == want) return f;
+    return found.front();
+}
+
 std::string choose_gguf(const std::vector<std::string>& files, const std::string& quant, const std::string& repo_shown) {
     // Candidates: GGUF files and split sets (by their first shard).
     std::vector<std::string> ggufs;

@@ -23,10 +23,20 @@ HttpClient client(const PullOptions& o) {
 }
 
 // The files of the reference: which file(s) of `listing` (a function, as
-// listing is a network call for a hub and a directory walk for the cache).
-std::vector<std::string> files_of(const ModelRef& ref, const std::function<std::vector<std::string>()>& listing) {
+// listing is a network call for a hub and a directory walk for the cache),
+// and for a repository reference the vision projector beside the model
+// (last; *mmproj set). The listing is asked for once.
+std::vector<std::string> files_of(const ModelRef& ref, const std::function<std::vector<std::string>()>& listing,
+                                  bool* mmproj) {
+    *mmproj = false;
     if (ref.kind == ModelRef::Kind::HubFile) return shard_set(ref.file);
-    return shard_set(choose_gguf(listing(), ref.quant, ref.repo_id()));
+    const std::vector<std::string> all = listing();
+    std::vector<std::string> files = shard_set(choose_gguf(all, ref.quant, ref.repo_id()));
+    if (auto m = choose_mmproj(all, files.front())) {
+        files.push_back(*m);
+        *mmproj = true;
+    }
+    return files;
 }
 
 PullResult from_cache(const ModelRef& ref, const PullOptions& o, const std::string& why) {
@@ -40,7 +50,8 @@ PullResult from_cache(const ModelRef& ref, const PullOptions& o, const std::stri
     r.repo_id = ref.repo_id();
     r.commit = *commit;
     r.offline = true;
-    r.files = files_of(ref, [&] { return cache.snapshot_files(*commit); });
+    bool mmproj = false;
+    r.files = files_of(ref, [&] { return cache.snapshot_files(*commit); }, &mmproj);
     for (const auto& f : r.files) {
         std::error_code ec;
         if (!std::filesystem::exists(cache.snapshot(*commit, f), ec))
@@ -48,6 +59,7 @@ PullResult from_cache(const ModelRef& ref, const PullOptions& o, const std::stri
                                                     cache.dir().string(), why));
     }
     r.path = cache.snapshot(*commit, r.files.front());
+    if (mmproj) r.mmproj = cache.snapshot(*commit, r.files.back());
     return r;
 }
 
@@ -103,7 +115,8 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
     PullResult r;
     r.repo_id = ref.repo_id();
     try {
-        r.files = files_of(ref, [&] { return list_repo_files(o, ref.repo_id(), ref.revision); });
+        bool mmproj = false;
+        r.files = files_of(ref, [&] { return list_repo_files(o, ref.repo_id(), ref.revision); }, &mmproj);
         // The first HEAD pins the commit; the other shards are asked for at it.
         FileMeta first = fetch_meta(http, o.settings.endpoint, ref.repo_id(), ref.revision, r.files.front());
         r.commit = first.commit;
@@ -119,6 +132,10 @@ PullResult pull(const ModelRef& ref, const PullOptions& o) {
             fs::path at = download_file(http, cache, resolve_url(o.settings.endpoint, ref.repo_id(), r.commit, f), m,
                                         f, progress);
             if (i == 0) r.path = at;
+            if (mmproj && i + 1 == r.files.size()) {
+                r.mmproj = at;
+                if (o.log) o.log(fmt::format("{}: the model's vision projector (serve --mmproj {})", f, at.string()));
+            }
         }
         return r;
     } catch (const NetworkError& e) {

@@ -30,4 +30,10 @@ std::string quant_label(std::string_view file);
 // never chosen. Throws NotFound / InvalidRequest with the choices listed.
 std::string choose_gguf(const std::vector<std::string>& files, const std::string& quant, const std::string& repo_shown);
 
+// The vision projector beside `model` (a repository path, as choose_gguf
+// gives it): an mmproj*.gguf (case-insensitive) in the model's folder; of
+// several, the F16 one (the converter's default), then BF16, F32, Q8_0 by
+// their quant label, else the first by name. None when the folder has none.
+std::optional<std::string> choose_mmproj(const std::vector<std::string>& files, const std::string& model);
+
 }  // namespace eh::hub

@@ -25,9 +25,13 @@ struct PullOptions {
 
 struct PullResult {
     std::filesystem::path path;       // the model file (a split set's first shard)
+    // The vision projector beside it (choose_mmproj), fetched with it for a
+    // repository reference (ORG/REPO[:QUANT]) whose listing has one; empty
+    // otherwise (a hf://.../FILE reference names its one file).
+    std::filesystem::path mmproj;
     std::string repo_id;
     std::string commit;
-    std::vector<std::string> files;   // every file fetched or found, repository paths
+    std::vector<std::string> files;   // every file fetched or found, repository paths (the projector last)
     bool offline = false;             // served from the cache without asking the hub
 };
 
