@@ -355,8 +355,8 @@ TEST(KernelRoute, StepLinesPerKind) {
     EXPECT_EQ(one[1], "ffn_gate_up x2: Q4_K 8192x3072 + Q4_K 8192x3072: gate_up_pair_kernel");
     const auto eight = ehcuda::route_lines(p, kH200, mats, 8, false);
     EXPECT_EQ(eight[0],
-              "attn_output x2: Q4_K 3072x3072: 8 tokens: gemv_bulk_kernel: 1 rows/tile, 8 warps/block, 384 blocks, "
-              "int16 input");
+              "attn_output x2: Q4_K 3072x3072: 8 tokens: gemv_bulk_ring_kernel: 2 rows/tile, 8 warps/block, 192 blocks "
+              "at most (resident), int16 input, inputs quantized once");
     KernelPlan off = p;
     off.bulk_max_tokens = 1;
     EXPECT_EQ(ehcuda::route_lines(off, kH200, mats, 8, false)[0],

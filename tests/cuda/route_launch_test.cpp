@@ -71,6 +71,11 @@ void expect_launches(const Call& call, const std::string& what) {
         }
         const int n = k.kernel == RouteKernel::Generic ? 1 : k.reps;
         for (int r = 0; r < n; ++r, ++i) {
+            if (k.bulk.prequant) {  // a token group's inputs quantized once, before each group
+                ASSERT_LT(i, got.size()) << what << ": the group's quantize_tokens_kernel missing";
+                EXPECT_EQ(got[i].kernel, "quantize_tokens_kernel") << what << ": launch " << i;
+                ++i;
+            }
             ASSERT_LT(i, got.size()) << what << ": launch " << i << " (" << name << ") missing";
             const Launch& l = got[i];
             EXPECT_EQ(l.kernel, name) << what << ": launch " << i;

@@ -73,6 +73,7 @@ DevArgs to_dev(const MatmulArgs& a) {
     d.ntok = a.ntok;
     const KernelPlan& p = plan();
     d.prefetch = (p.entry_prefetch ? 2 : 0) | (p.early_regs ? 4 : 0);
+    d.xq = a.prefill ? reinterpret_cast<uint8_t*>(a.prefill->act()) : nullptr;
     return d;
 }
 
@@ -373,6 +374,7 @@ MatmulShape matmul_shape(const MatmulArgs& a) {
     m.rms_norm = a.xmode == XMode::RmsNorm;
     m.aligned = !matmul_needs_generic(a);
     m.prefill_min_tokens = a.prefill ? a.prefill->min_tokens() : 0;
+    m.token_scratch = a.prefill ? a.prefill->act_halves() * sizeof(__half) : 0;
     return m;
 }
 

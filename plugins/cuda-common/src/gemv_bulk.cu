@@ -12,11 +12,10 @@
 // (gemv_bulk_ring_kernel), whose warps stream tile after tile.
 //
 // Token groups (NT > 1): a launch of 2 .. kBulkMaxTokens tokens stages
-// every token's input once per block and dots each tile with all of them,
-// so the weights are read once for the group; each token's staging, chunk
-// order and reduction are the single-token launch's, so its outputs are
-// bitwise those of running the tokens one at a time (the batched step's
-// decode rows equal a lone decode's, and a verify step's its decodes').
+// every token's input once per block (or copies it, quantized once by
+// quantize_tokens_kernel) and dots each tile with all of them, so the
+// weights are read once for the group; each token's codes are the
+// single-token launch's, its sums taken in another (fixed) order.
 #include <algorithm>
 
 #include "bulk_copy.cuh"
@@ -42,6 +41,7 @@ struct BulkArgs {
     int tile_stride;    // shared bytes per tile buffer, a multiple of 16
     int x_bytes;        // shared bytes of the staged input, a multiple of 16
     int x_stride;       // token groups: shared bytes of one token's staged input
+    const uint8_t* xq;  // token groups: the inputs quantized once (token t at xq + t * x_stride), or null
 };
 
 // Copies a producer's integer chunks (global, L2-resident) to shared memory:
@@ -138,42 +138,47 @@ __device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, co
     }
 }
 
-// tile_dot_typed for a token group: the tile's rows dotted with each of the
-// a.ntok (<= NT) staged inputs (token t at xs + t * x_stride), each token's
-// sums in tile_dot_typed's order; lane t * R + r (mod 32) stores row r of
-// token t.
+// tile_dot_typed for a token group of a.ntok (<= NT) tokens: lane l takes
+// token l % NT and the chunks c = l / NT, l / NT + 32 / NT, ... of every
+// row of the tile, its token's staged chunk (at xs + t * x_stride) loaded
+// once for all the rows; the 32 / NT lanes of a token then add their sums
+// (xor shuffles) and the first stores them. The staged inputs are read once
+// per chunk and tile, not once per row: read once per row, they cost more
+// shared-memory bandwidth than the weights cost memory bandwidth.
+// (Another order than the single-token kernel's: a token's outputs are
+// deterministic, not bitwise those of a one-token launch.)
 template <int T, int R, int XB, int NT>
 __device__ __forceinline__ void tile_dot_tokens_typed(const DevArgs& a, const TileRef& tf, const uint8_t* w,
                                                       const uint8_t* xs, int x_stride, int lane) {
+    constexpr int kSlots = 32 / NT;
     const DevSeg& g = *tf.g;
-    const int nch = a.cols / 32, nr = tf.nr, nt = a.ntok;
-    float acc[NT][R];
+    const int nch = a.cols / 32, nr = tf.nr;
+    const int t = lane % NT;
+    const bool on = t < a.ntok;
+    float acc[R];
 #pragma unroll
-    for (int t = 0; t < NT; ++t)
-#pragma unroll
-        for (int r = 0; r < R; ++r) acc[t][r] = 0.0f;
-    for (int c = lane; c < nch; c += 32) {
-#pragma unroll
-        for (int t = 0; t < NT; ++t) {
-            if (t >= nt) break;
+    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
+    if (on) {
+        const uint8_t* xt = xs + size_t(t) * x_stride;
+        for (int c = lane / NT; c < nch; c += kSlots) {
             XChunk<XB> x;
-            load_staged_int<XB>(xs + size_t(t) * x_stride, c, x);
+            load_staged_int<XB>(xt, c, x);
 #pragma unroll
             for (int r = 0; r < R; ++r) {
                 if (r >= nr) continue;
-                acc[t][r] += dot_chunk_int<T, true>(w + size_t(r) * g.row_bytes, c, x);
+                acc[r] += dot_chunk_int<T, true>(w + size_t(r) * g.row_bytes, c, x);
             }
         }
     }
 #pragma unroll
-    for (int t = 0; t < NT; ++t) {
-        if (t >= nt) break;
+    for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int r = 0; r < R; ++r) {
+        for (int o = NT; o < 32; o <<= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+    if (!on || lane >= NT) return;
 #pragma unroll
-            for (int o = 16; o > 0; o >>= 1) acc[t][r] += __shfl_xor_sync(0xffffffffu, acc[t][r], o);
-            if (r < nr && lane == ((t * R + r) & 31)) store_out(a, g, t, tf.lr0 + r, __fmul_rn(acc[t][r], 1.0f));
-        }
+    for (int r = 0; r < R; ++r) {
+        if (r >= nr) break;
+        store_out(a, g, t, tf.lr0 + r, acc[r]);
     }
 }
 
@@ -224,7 +229,8 @@ __device__ __forceinline__ float stage_block(const BulkArgs& b, int4* smem) {
     if constexpr (NT == 1) {
         return stage_input<XB>(b.d, smem);
     } else {
-        stage_x_int_tokens<XB>(b.d, reinterpret_cast<uint8_t*>(smem), b.d.ntok, b.x_stride);
+        if (b.xq) copy_chunks(reinterpret_cast<const int4*>(b.xq), smem, b.d.ntok * b.x_stride / 16);
+        else stage_x_int_tokens<XB>(b.d, reinterpret_cast<uint8_t*>(smem), b.d.ntok, b.x_stride);
         return 1.0f;
     }
 }
@@ -317,6 +323,24 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
     }
 }
 
+// A token group's inputs quantized once, for every block of the group's
+// launch to copy (BulkLaunch::prequant): one warp per token and 32-element
+// chunk, rounded as stage_x_int rounds (store_chunk_warp), so the codes are
+// those each block would have staged. Token t's chunks at out + t * stride.
+template <int Bits>
+__global__ void __launch_bounds__(256) quantize_tokens_kernel(DevArgs a, uint8_t* out, int stride) {
+    pdl_entry();
+    pdl_release();
+    const int nch = a.cols / 32;
+    const int w = int(blockIdx.x) * 8 + int(threadIdx.x >> 5);
+    if (w >= a.ntok * nch) return;
+    const int t = w / nch, c = w - t * nch, lane = threadIdx.x & 31;
+    const float* x = a.x + size_t(t) * a.ldx + 32 * c + lane;
+    float v = *x;
+    if (a.xmode == int(XMode::SwiGLU)) v = silu(v) * x[a.cols];
+    store_chunk_warp<Bits>(v, out + size_t(t) * stride + size_t(c) * kIntStride<Bits>);
+}
+
 }  // namespace
 
 void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
@@ -337,6 +361,14 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     b.tile_stride = p.tile_stride;
     b.x_bytes = p.x_bytes;
     b.x_stride = p.x_stride;
+    if (group && p.prequant) {
+        if (!d.xq) throw ehp::Error(EH_INTERNAL, "gemv_bulk: a token group quantized once needs the call's scratch");
+        const int warps = d.ntok * (d.cols / 32);
+        const unsigned blocks = unsigned((warps + 7) / 8);
+        if (bits == 16) launch("quantize_tokens_kernel", quantize_tokens_kernel<16>, dim3(blocks), 256, 0, stream, d, d.xq, p.x_stride);
+        else launch("quantize_tokens_kernel", quantize_tokens_kernel<32>, dim3(blocks), 256, 0, stream, d, d.xq, p.x_stride);
+        b.xq = d.xq;
+    }
     auto go = [&](auto kernel) {
         allow_dynamic_smem(kernel, p.smem);
         int blocks = p.blocks;

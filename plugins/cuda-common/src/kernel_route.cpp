@@ -75,7 +75,9 @@ BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g, int ntok)
     const int want = std::max(1, (total_rows + 32 * nsm - 1) / (32 * nsm));
     const int cap = int(std::max<size_t>(1, (size_t(p.bulk_tile_kb) << 10) / max_rb));
     b.tr = std::min({want, cap, 8});
-    if (ntok > 1) b.tr = std::min(b.tr, kBulkGroupMaxRows);
+    // A token group's tile costs its warp several times a single token's
+    // work: tiles for ~8 warps on every multiprocessor.
+    if (ntok > 1) b.tr = std::min({std::max(1, total_rows / (8 * nsm)), cap, kBulkGroupMaxRows});
     for (int s = 0; s < g.nseg; ++s) b.tiles += (g.rows[s] + b.tr - 1) / b.tr;
     b.tile_stride = int((size_t(b.tr) * max_rb + 15 + 15) / 16 * 16);
     const size_t xb = size_t(g.cols / 32) * int_chunk_bytes(p.gemv_input == GemvInput::Int16 ? GemvInput::Int16
@@ -111,7 +113,17 @@ BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g, int ntok)
     }
     b.blocks = (b.tiles + b.warps - 1) / b.warps;
     const int waves = (b.blocks + blocks_per_sm(b.smem) * nsm - 1) / (blocks_per_sm(b.smem) * nsm);
-    if (p.bulk_ring_waves > 0 && waves >= p.bulk_ring_waves) plan_ring(b);
+    // A token group stages every token's input once per block: its
+    // resident grid stages it once per block that stays, not once per tile
+    // group, whatever the waves.
+    if (p.bulk_ring_waves > 0 && (waves >= p.bulk_ring_waves || b.ntok > 1)) plan_ring(b);
+    // (a group's resident grid: narrower blocks rather than multiprocessors
+    // left without one)
+    while (b.ring && b.ntok > 1 && b.warps > 4 && (b.tiles + b.warps - 1) / b.warps < nsm) {
+        b.warps -= 4;
+        b.smem = size_t(b.x_bytes) + size_t(b.warps) * 2 * b.tile_stride;
+        b.blocks = (b.tiles + b.warps - 1) / b.warps;
+    }
     return b;
 }
 
@@ -313,6 +325,7 @@ bool add_bulk_groups(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& de
         k.ntok = std::min(nt, left);
         k.reps = left / k.ntok;
         k.bulk = plan_bulk(p, dev.sm_count, g, k.ntok);
+        k.bulk.prequant = m.token_scratch >= size_t(k.ntok) * size_t(k.bulk.x_stride);
         k.kernel = k.bulk.ring ? RouteKernel::GemvBulkRing : RouteKernel::GemvBulk;
         k.nseg = g.nseg;
         k.tok0 = t0;
@@ -432,7 +445,8 @@ std::string launch_text(const KernelLaunch& k, const GemvShape& g) {
     case RouteKernel::GemvBulkRing:
         return std::string(route_kernel_name(k.kernel)) + (same ? "" : " (mixed types)") + ": " +
                std::to_string(k.bulk.tr) + " rows/tile, " + std::to_string(k.bulk.warps) + " warps/block, " +
-               std::to_string(k.bulk.blocks) + (k.bulk.ring ? " blocks at most (resident)" : " blocks") + in;
+               std::to_string(k.bulk.blocks) + (k.bulk.ring ? " blocks at most (resident)" : " blocks") + in +
+               (k.bulk.prequant ? ", inputs quantized once" : "");
     case RouteKernel::GemvMixed: return "gemv_kernel (mixed types): 1 row/warp" + in;
     case RouteKernel::Gemv:
         return "gemv_kernel: " + std::to_string(k.reg.rows_per_warp) + " rows/warp" +
@@ -499,6 +513,9 @@ StepRoute route_step_matmul(const KernelPlan& p, const DeviceTraits& dev, const 
     m.ntok = ntok;
     m.chunk_input = chunk_input && ntok == 1;
     m.prefill_min_tokens = per_token + 1;
+    // (a batched step attaches its workspace, whose activation buffer of
+    // at least 16 tokens' FP16 rows holds a group's quantized inputs)
+    m.token_scratch = size_t(16) * size_t(g.cols) * 2;
     if (ntok > 1 && ntok <= per_token && can_implement_bulk_groups(p, dev, m)) {
         s.per_token = true;
         m.ntok = 1;

@@ -37,6 +37,7 @@ struct DevArgs {
     int ntok;
     int prefetch;  // bit 1: first chunks to L2 at entry (KernelPlan::entry_prefetch);
                    // bit 2: float weights' first chunk into registers at entry (early_regs, gemv_kernel)
+    uint8_t* xq;   // a token group's scratch for its inputs quantized once (BulkLaunch::prequant), or null
 };
 
 // Output element (token t, segment row lr) of a matmul: the row's dot

@@ -214,22 +214,26 @@ struct GemvShape {
 // block, shared bytes; warps == 0: it does not take this matrix.
 struct BulkLaunch {
     int tr = 0, tiles = 0, warps = 0, x_bytes = 0, tile_stride = 0, blocks = 0;
+    int ntok = 1;      // tokens per launch: 1, or a token group of 2 .. kBulkMaxTokens
+    int x_stride = 0;  // a token group's shared bytes per token's staged input (x_bytes = ntok * x_stride)
+    // A token group's inputs quantized once into the call's scratch by
+    // quantize_tokens_kernel (launched before each group), which its blocks
+    // copy instead of each quantizing the float rows.
+    bool prequant = false;
     size_t smem = 0;
     bool same = true, ring = false;
 };
 constexpr size_t kBulkMaxSmem = 200 * 1024;  // dynamic shared bytes the bulk kernels may take
 constexpr size_t kSmemPerSm = 228 * 1024;    // sm_90; each block also holds 1 KB of the system's
 constexpr int kBulkMaxWarps = 16;
-    int ntok = 1;      // tokens per launch: 1, or a token group of 2 .. kBulkMaxTokens
-    int x_stride = 0;  // a token group's shared bytes per token's staged input (x_bytes = ntok * x_stride)
+constexpr int kBulkMaxTokens = 8;     // the bulk kernels' largest token group
+constexpr int kBulkGroupMaxRows = 8;  // a token group's rows per tile, at most
 // The bulk launch of this shape (kernel_route.hpp's can_implement_bulk says
 // whether the bulk kernels take it at all).
 BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g, int ntok = 1);
 
 // The register GEMV's launch (gemv.cu): rows per warp and split-K.
 struct RegisterLaunch {
-constexpr int kBulkMaxTokens = 8;     // the bulk kernels' largest token group
-constexpr int kBulkGroupMaxRows = 4;  // a token group's rows per tile, at most (its registers: rows x tokens sums)
     int rows_per_warp = 1;
     bool split_k = false;
 };

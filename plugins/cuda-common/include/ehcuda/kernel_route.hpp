@@ -42,6 +42,10 @@ struct MatmulShape {
     bool rms_norm = false;       // XMode::RmsNorm: the norm folded into the input staging (one token)
     bool aligned = true;         // x and ldx in the fast kernels' float4 form (else the generic kernel)
     int prefill_min_tokens = 0;  // the attached prefill workspace's threshold; 0: none attached or off
+    // Bytes of device scratch the call has for a token group's inputs
+    // quantized once (the attached workspace's activation buffer); 0: none,
+    // each block of a group quantizes the float inputs itself.
+    size_t token_scratch = 0;
 };
 
 enum class RouteKernel : uint8_t {
