@@ -1,4 +1,5 @@
 #include "batch.hpp"
+#include "lora.hpp"
 
 #include <algorithm>
 #include <cmath>
@@ -211,7 +212,7 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
         da.nsplit = decode_splits(v.ntok);
         da.scratch = attn_scratch_.as<float>();
         da.counters = attn_counters_.as<uint32_t>();
-        const bool chunks = v.ntok == 1 && attn_chunks_.size() && ehcuda::gemv_takes_chunks(attn_out.w.type);
+        const bool chunks = v.ntok == 1 && !v.lora && attn_chunks_.size() && ehcuda::gemv_takes_chunks(attn_out.w.type);
         if (chunks) da.out_chunks = attn_chunks_.get();
         da.paged = true;
         da.nrows = v.ntok;
@@ -287,13 +288,18 @@ void Batch::gpt2_layer(int li, const ehcuda::StepView& v) {
 
     ehcuda::layernorm(h, c.n_embd, L.attn_norm, L.attn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
     matmul(L.qkv, L.n_qkv, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, qkv_.as<float>(), c.qkv_dim(), false, T);
+    adapt(v, {lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, xn, c.n_embd, qkv_.as<float>(),
+          c.qkv_dim(), T);
     attend(li, v, 0, 0, nullptr, L.attn_out);  // (no rotation: stores K and V)
     matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
+    adapt(v, {lora_site(li, kLoraOut)}, attn_.as<float>(), c.q_dim(), h, c.n_embd, T);
 
     ehcuda::layernorm(h, c.n_embd, L.ffn_norm, L.ffn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
     matmul(&L.ffn_up, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, ff, c.n_ff, false, T);
+    adapt(v, {lora_site(li, kLoraUp)}, xn, c.n_embd, ff, c.n_ff, T);
     ehcuda::gelu_tanh_inplace(ff, c.n_ff, c.n_ff, T, s);
     matmul(&L.ffn_down, 1, c.n_ff, ff, c.n_ff, ehcuda::XMode::Plain, h, c.n_embd, true, T);
+    adapt(v, {lora_site(li, kLoraDown)}, ff, c.n_ff, h, c.n_embd, T);
 }
 
 void Batch::moe_layer(int li, const ehcuda::StepView& v) {
@@ -306,13 +312,16 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
     // expert kernel's), as in a session's decode step.
     const bool one = T == 1 && !m_.batch_invariant &&
                      ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
-    normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1);
+    normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1 && !v.lora);
+    adapt(v, {lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, xn_.as<float>(), c.n_embd,
+          qkv_.as<float>(), c.qkv_dim(), T);
     const float* q_norm = c.qk_norm ? L.q_norm : nullptr;
     const float* k_norm = c.qk_norm ? L.k_norm : nullptr;
     if (attend(li, v, c.n_rot, L.window, L.sinks, L.attn_out, q_norm, k_norm))
         matmul(&L.attn_out, 1, c.q_dim(), attn_chunks_.as<float>(), c.q_dim(), ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
     else
         matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
+    adapt(v, {lora_site(li, kLoraOut)}, attn_.as<float>(), c.q_dim(), h, c.n_embd, T);
 
     // (one token: the expert kernel reads h, and routes for itself where
     // moe_fused_route says; the router's own kernel where router_decode
@@ -412,8 +421,16 @@ void Batch::forward(const ehcuda::StepView& v) {
         ehcuda::layernorm(last, c.n_embd, m_.output_norm, m_.output_norm_b, xn, c.n_embd, c.n_embd, v.nout, c.eps, s);
         matmul(&head, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, v.logits, c.n_vocab, false, v.nout);
     } else {
-        normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout, v.nout == 1);
+        normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout, v.nout == 1 && !v.lora);
     }
+    adapt(v, {lora_head_site(c)}, xn, c.n_embd, v.logits, c.n_vocab, v.nout, v.nout != v.ntok ? v.d_out_idx : nullptr);
+}
+
+void Batch::adapt(const ehcuda::StepView& v, std::initializer_list<int> sites, const float* x, int ldx, float* y,
+                  int ldy, int n, const int32_t* row_token) {
+    if (v.lora)
+        lora_.apply(m_.lora, sites, v.d_lora, row_token, n, x, ldx, y, ldy, ledger(), stream(), v.spans, v.nspans,
+                    workspace());
 }
 
 }  // namespace gpt_cuda

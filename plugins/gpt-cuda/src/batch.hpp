@@ -62,6 +62,12 @@ private:
     int gemv_per_token_max_;
     int moe_grouped_max_;
     ehcuda::DeviceBuffer h_, xn_, qkv_, attn_, ff_, last_, router_, ids_, wts_, grouped_;
+    // Steps with LoRA adapters (lora.hpp): every adapted matmul's input in
+    // memory (no folded norm, no quantized attention output) and its rows'
+    // updates after it; adapt() launches nothing in a step without.
+    ehcuda::LoraStep lora_;
+    void adapt(const ehcuda::StepView& v, std::initializer_list<int> sites, const float* x, int ldx, float* y, int ldy,
+               int n, const int32_t* row_token = nullptr);
     // gpt-oss decode rows: the paged fused decode attention's split scratch,
     // counters and (one row) quantized output.
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_, attn_chunks_;

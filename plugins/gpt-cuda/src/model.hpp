@@ -10,6 +10,7 @@
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/weight_mirror.hpp>
 #include <ehcuda/moe.hpp>
+#include <ehcuda/lora.hpp>
 
 #include "config.hpp"
 
@@ -83,6 +84,10 @@ struct Model {
     // grouped kernels, one token too, so a token's routing and expert sums
     // do not depend on how many rows its step holds (see batch.cpp).
     bool batch_invariant = false;
+    // The load's view (host-owned, valid until model_release): adapter_load
+    // checks adapters against it. And the loaded adapters' table (lora.hpp).
+    const eh_model_view* view = nullptr;
+    ehcuda::LoraSet lora;
 };
 
 // Whether a one-token expert block routes inside its gate|up kernel

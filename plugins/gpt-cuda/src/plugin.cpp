@@ -3,6 +3,7 @@
 #include <ehcuda/plugin_glue.hpp>
 
 #include "batch.hpp"
+#include "lora.hpp"
 #include "model.hpp"
 
 namespace {
@@ -22,7 +23,14 @@ struct Engine {
                                          1 /* max_devices: one GPU; tensor parallelism is llama-cuda's so far */, 0};
         return i;
     }
-    static std::unique_ptr<Model> load(const eh_load_params& p) { return gpt_cuda::load_model(p); }
+    static std::unique_ptr<Model> load(const eh_load_params& p) {
+        auto m = gpt_cuda::load_model(p);
+        m->view = p.view;
+        return m;
+    }
+    static std::unique_ptr<ehcuda::LoraAdapter> adapter_load(Model& m, const eh_adapter_params& p) {
+        return gpt_cuda::load_adapter(m, p);
+    }
     static void fill_info(const Model& m, eh_model_info& out) {
         ehp::copy_fixed(out.architecture, m.cfg.arch_name);
         out.context_length = uint32_t(m.cfg.n_ctx_train);
