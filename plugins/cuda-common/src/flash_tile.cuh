@@ -78,50 +78,71 @@ __device__ __forceinline__ void stage_tile(__half* dst, const KvRows<C>& kr, con
                                            int ke) {
     using T = Tile<HD, C>;
     constexpr int kChunks = kKeyTile * HD / 8;  // 8-element pieces per matrix
-    for (int c = threadIdx.x; c < kChunks; c += kThreads) {
-        const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
-        const int pos = kb + r;
-        const bool in = pos < ke;
-        if constexpr (kQuantKv<C>) {
-            // Eight codes and their block's scale per piece, stored as FP16
-            // (synchronously: the commit and wait that follow find nothing).
-            uint4 kh = {}, vh = {};
-            if (in) {
-                const size_t row = kr.row_of(pos);
+    if constexpr (kQuantKv<C>) {
+        // Eight codes and their block's scale per piece, every piece of the
+        // thread loaded before the first is converted (one memory wait, not
+        // one per piece), then stored as FP16 (synchronously: the commit and
+        // wait that follow find nothing).
+        constexpr int kPer = (kChunks + kThreads - 1) / kThreads;
+        uint2 kc[kPer], vc[kPer];
+        __half ks[kPer], vs[kPer];
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const int c = threadIdx.x + u * kThreads;
+            const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+            kc[u] = vc[u] = make_uint2(0, 0);
+            ks[u] = vs[u] = __float2half(0.0f);
+            if (c < kChunks && kb + r < ke) {
+                const size_t row = kr.row_of(kb + r);
                 const int b = col / kKvQuantBlock;
-                kh = kv_dequant8<C>(*reinterpret_cast<const uint2*>(kr.codes(row, kvh) + col), kr.scales(row, kvh)[b]);
-                vh = kv_dequant8<C>(*reinterpret_cast<const uint2*>(vr.codes(row, kvh) + col), vr.scales(row, kvh)[b]);
+                kc[u] = *reinterpret_cast<const uint2*>(kr.codes(row, kvh) + col);
+                vc[u] = *reinterpret_cast<const uint2*>(vr.codes(row, kvh) + col);
+                ks[u] = kr.scales(row, kvh)[b];
+                vs[u] = vr.scales(row, kvh)[b];
             }
-            *reinterpret_cast<uint4*>(dst + r * T::kLd + col) = kh;
-            *reinterpret_cast<uint4*>(dst + T::kMat + r * T::kLd + col) = vh;
-        } else if constexpr (!T::kSplit) {
-            const int p = in ? pos : kb;  // a readable row; 0 bytes are read from it
-            cp_async16(dst + r * T::kLd + col, kr.row(p, kvh) + col, in ? 16 : 0);
-            cp_async16(dst + T::kMat + r * T::kLd + col, vr.row(p, kvh) + col, in ? 16 : 0);
-        } else {
-            float4 k0 = {}, k1 = {}, v0 = {}, v1 = {};
-            if (in) {
-                const float4* kp = reinterpret_cast<const float4*>(kr.row(pos, kvh) + col);
-                const float4* vp = reinterpret_cast<const float4*>(vr.row(pos, kvh) + col);
-                k0 = kp[0];
-                k1 = kp[1];
-                v0 = vp[0];
-                v1 = vp[1];
+        }
+#pragma unroll
+        for (int u = 0; u < kPer; ++u) {
+            const int c = threadIdx.x + u * kThreads;
+            if (c >= kChunks) break;
+            const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+            *reinterpret_cast<uint4*>(dst + r * T::kLd + col) = kv_dequant8<C>(kc[u], ks[u]);
+            *reinterpret_cast<uint4*>(dst + T::kMat + r * T::kLd + col) = kv_dequant8<C>(vc[u], vs[u]);
+        }
+    } else {
+        for (int c = threadIdx.x; c < kChunks; c += kThreads) {
+            const int r = c / (HD / 8), col = (c % (HD / 8)) * 8;
+            const int pos = kb + r;
+            const bool in = pos < ke;
+            if constexpr (!T::kSplit) {
+                const int p = in ? pos : kb;  // a readable row; 0 bytes are read from it
+                cp_async16(dst + r * T::kLd + col, kr.row(p, kvh) + col, in ? 16 : 0);
+                cp_async16(dst + T::kMat + r * T::kLd + col, vr.row(p, kvh) + col, in ? 16 : 0);
+            } else {
+                float4 k0 = {}, k1 = {}, v0 = {}, v1 = {};
+                if (in) {
+                    const float4* kp = reinterpret_cast<const float4*>(kr.row(pos, kvh) + col);
+                    const float4* vp = reinterpret_cast<const float4*>(vr.row(pos, kvh) + col);
+                    k0 = kp[0];
+                    k1 = kp[1];
+                    v0 = vp[0];
+                    v1 = vp[1];
+                }
+                uint4 kh, kl, vh, vl;
+                split_half2(k0.x, k0.y, kh.x, kl.x);
+                split_half2(k0.z, k0.w, kh.y, kl.y);
+                split_half2(k1.x, k1.y, kh.z, kl.z);
+                split_half2(k1.z, k1.w, kh.w, kl.w);
+                split_half2(v0.x, v0.y, vh.x, vl.x);
+                split_half2(v0.z, v0.w, vh.y, vl.y);
+                split_half2(v1.x, v1.y, vh.z, vl.z);
+                split_half2(v1.z, v1.w, vh.w, vl.w);
+                const int o = r * T::kLd + col;
+                *reinterpret_cast<uint4*>(dst + o) = kh;
+                *reinterpret_cast<uint4*>(dst + T::kMat + o) = kl;
+                *reinterpret_cast<uint4*>(dst + 2 * T::kMat + o) = vh;
+                *reinterpret_cast<uint4*>(dst + 3 * T::kMat + o) = vl;
             }
-            uint4 kh, kl, vh, vl;
-            split_half2(k0.x, k0.y, kh.x, kl.x);
-            split_half2(k0.z, k0.w, kh.y, kl.y);
-            split_half2(k1.x, k1.y, kh.z, kl.z);
-            split_half2(k1.z, k1.w, kh.w, kl.w);
-            split_half2(v0.x, v0.y, vh.x, vl.x);
-            split_half2(v0.z, v0.w, vh.y, vl.y);
-            split_half2(v1.x, v1.y, vh.z, vl.z);
-            split_half2(v1.z, v1.w, vh.w, vl.w);
-            const int o = r * T::kLd + col;
-            *reinterpret_cast<uint4*>(dst + o) = kh;
-            *reinterpret_cast<uint4*>(dst + T::kMat + o) = kl;
-            *reinterpret_cast<uint4*>(dst + 2 * T::kMat + o) = vh;
-            *reinterpret_cast<uint4*>(dst + 3 * T::kMat + o) = vl;
         }
     }
 }
