@@ -15,7 +15,8 @@
 #
 #   scripts/device-kv-quant.sh BUILD_DIR [PROFILE] [KV_MB]
 # (MODELS_DIR, default /dev/shm/eh; OUT for the logs, default /tmp/kv-quant;
-# SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LOAD=1 leave a part out; TYPES, default
+# SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LOAD=1 leave a part out; GPT_OSS=1 adds
+# gpt-cuda's tg128 per type on a forged gpt-oss-20b; TYPES, default
 # "f16 q8_0 fp8"; PROMPT_WORDS 1500:3000; LEVELS 64; ANSWER_TOKENS 128; CTX 8192.)
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
@@ -59,6 +60,24 @@ for kv, (tg, pp, blocks, granted) in rates.items():
     rel = f" ({tg / base:.3f}x f16)" if base else ""
     print(f"bench p{p} tg128 {kv} (granted {granted}): decode {tg:.1f} tok/s{rel}, prefill {pp:.0f} tok/s, {blocks} blocks")
 EOF
+  done
+fi
+
+# gpt-cuda (GPT_OSS=1): tg128 after 512 prompt tokens per type on a forged
+# gpt-oss-20b.
+if [ "${GPT_OSS:-0}" = 1 ]; then
+  gm="$models/gpt-oss-20b-mxfp4.gguf"
+  [ -s "$gm" ] || "$eh" forge --like gpt-oss-20b-mxfp4 --out "$gm" -q | tail -1
+  for kv in $types; do
+    timeout 300 "$eh" bench --plugins "$build/plugins" --plugin gpt-cuda --model "$gm" -p 512 -n 128 -r 3 \
+      --kv-cache-type "$kv" --json > "$out/bench-gpt-$kv.json" 2> "$out/bench-gpt-$kv.err" ||
+      { echo "bench gpt-oss $kv failed:"; tail -5 "$out/bench-gpt-$kv.err"; }
+    python3 - "$out/bench-gpt-$kv.json" "$kv" <<'EOF2' || true
+import json, sys
+r = json.load(open(sys.argv[1]))["results"][0]
+print(f"bench gpt-oss-20b p512 tg128 {sys.argv[2]} (granted {r.get('kv_cache_type')}): decode "
+      f"{r['decode_tokens_per_s']:.1f} tok/s, prefill {r['prefill_tokens_per_s']:.0f} tok/s")
+EOF2
   done
 fi
 
