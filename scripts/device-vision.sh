@@ -2,8 +2,8 @@
 # Images on llama-cuda, on the GPU machine (issue 49), in one call after
 # device-unpack.sh:
 #   1. correctness (TESTS=1, the default): eh_cuda_vision_tests (Gemma 3's
-#      tower on the GPU and the step's image rows against the CPU reference)
-#      and e2e.vision_gpu (the tiny vision profile served by llama-cuda and by
+#      tower on the GPU and the step's image rows against the CPU reference),
+#      eh-plugin-check's embd_spans on the tiny vision model, and e2e.vision_gpu (the tiny vision profile served by llama-cuda and by
 #      cpu-reference over HTTP, image chats compared);
 #   2. speed (BENCH=1, needs llama.cpp unpacked in /tmp/lc, README of
 #      ../shared/peers): the forged PROFILE (default
@@ -34,6 +34,17 @@ if [ "${TESTS:-1}" = 1 ]; then
   "$build/bin/eh_cuda_vision_tests" 2>&1 | tee "$out/vision_tests.log" |
     grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|\[vision-gpu\]|Failure|Expected|Which is|error' | head -60
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
+  # eh-plugin-check's embd_spans (rows used, used once, checked; a grid span
+  # taken, an uneven one refused) on the tiny vision model.
+  tiny="$out/tiny-gemma-3-vision.gguf"
+  "$build/bin/engine-host" forge --like tiny-gemma-3-vision-q4_k_m --out "$tiny" --mmproj-out "$out/tiny-mmproj.gguf" \
+    > "$out/forge_tiny.log" 2>&1 || { echo "tiny forge failed"; tail -3 "$out/forge_tiny.log"; status=1; }
+  "$build/bin/eh-plugin-check" "$build/plugins/libeh-llama-cuda.so" --model "$tiny" --only embd_spans \
+    > "$out/plugin_check.log" 2>&1
+  rc=$?
+  tail -5 "$out/plugin_check.log"
+  echo "eh-plugin-check embd_spans llama-cuda: exit $rc"
+  [ $rc = 0 ] || status=1
   python3 tests/e2e/vision_gpu_test.py "$build/bin/engine-host" "$build/plugins" > "$out/vision_e2e.log" 2>&1
   rc=$?
   grep -E '^(PASS|FAIL)|\[vision-gpu-e2e\]' "$out/vision_e2e.log" | head -40
