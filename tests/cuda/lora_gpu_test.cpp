@@ -221,6 +221,18 @@ double logprob_delta(const std::vector<float>& got, const std::vector<float>& re
     return std::fabs(lp(got, t) - lp(ref, t));
 }
 
+// Mixture-of-experts files (gpt-cuda): a token whose router scores nearly
+// tie may take another expert on the GPU than on the CPU, so against the
+// reference most positions, not all, must agree (as gpt_batch_step_test's
+// 97 %); between the plugin's own steps the load's batch_invariant option
+// keeps each token's routing whatever its step holds.
+bool moe_file(const std::string& profile) {
+    return profile.find("moe") != std::string::npos || profile.find("gpt-oss") != std::string::npos;
+}
+const char* options_for(const std::string& profile) {
+    return moe_file(profile) ? R"({"batch_invariant": true})" : nullptr;
+}
+
 constexpr double kTol = 1e-2;     // of the largest |logit|: FP16 pairs and KV against FP32
 constexpr double kMoved = 5e-2;   // the adapter's effect the comparisons must resolve
 
@@ -242,7 +254,7 @@ TEST_P(LoraGpu, MatchesCpuReference) {
     const auto ad = forge_adapter(profile, 3).gguf();
     ehtest::StepModel cpu(cpu_api(), &file_of(profile).view(), shape());
     ASSERT_TRUE(cpu.ok()) << cpu.failure;
-    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape(), options_for(profile));
     ASSERT_TRUE(gpu.ok()) << gpu.failure;
     Loaded ca(cpu_api(), cpu.model, ad), ga(gpu_api(), gpu.model, ad);
     ASSERT_EQ(ca.status, EH_OK) << cpu.error();
@@ -257,19 +269,26 @@ TEST_P(LoraGpu, MatchesCpuReference) {
         const Logits base = feed(gpu, {nullptr}, toks, prompt)[0];
         ASSERT_EQ(ref.size(), got.size());
         double worst = 0, worst_lp = 0, moved = 0;
-        size_t top1 = 0;
+        size_t top1 = 0, within = 0;
         for (size_t p = 0; p < ref.size(); ++p) {
-            worst = std::max(worst, rel_err(got[p], ref[p]));
-            worst_lp = std::max(worst_lp, logprob_delta(got[p], ref[p]));
+            const double e = rel_err(got[p], ref[p]), lp = logprob_delta(got[p], ref[p]);
+            worst = std::max(worst, e);
+            worst_lp = std::max(worst_lp, lp);
+            within += e < kTol && lp < 0.05;
             top1 += top1_ok(got[p], ref[p], kTol);
             moved = std::max(moved, rel_err(base[p], ref[p]));
         }
         std::printf("[lora-gpu] %s, prompt %u: %zu positions, max error %.3g of max |logit|, max |delta logprob| %.3g, "
-                    "top-1 ok %zu, adapter moved logits by %.3g\n",
-                    profile.c_str(), prompt, ref.size(), worst, worst_lp, top1, moved);
-        EXPECT_LT(worst, kTol);
-        EXPECT_LT(worst_lp, 0.05);
-        EXPECT_EQ(top1, ref.size());
+                    "within both %zu, top-1 ok %zu, adapter moved logits by %.3g\n",
+                    profile.c_str(), prompt, ref.size(), worst, worst_lp, within, top1, moved);
+        if (moe_file(profile)) {
+            EXPECT_GE(double(within), 0.97 * double(ref.size()));
+            EXPECT_GE(double(top1), 0.97 * double(ref.size()));
+        } else {
+            EXPECT_LT(worst, kTol);
+            EXPECT_LT(worst_lp, 0.05);
+            EXPECT_EQ(top1, ref.size());
+        }
         EXPECT_GT(moved, kMoved) << "the forged adapter barely changes the logits: the comparison proves nothing";
     }
 }
@@ -280,7 +299,7 @@ TEST_P(LoraGpu, MatchesCpuReference) {
 TEST_P(LoraGpu, MixedAdaptersInOneStepEqualEachAlone) {
     REQUIRE_BOTH();
     const std::string profile = GetParam().profile;
-    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape(), options_for(profile));
     ASSERT_TRUE(gpu.ok()) << gpu.failure;
     Loaded a1(gpu_api(), gpu.model, forge_adapter(profile, 5).gguf());
     Loaded a2(gpu_api(), gpu.model, forge_adapter(profile, 6).gguf());
@@ -312,7 +331,7 @@ TEST_P(LoraGpu, MixedAdaptersInOneStepEqualEachAlone) {
     check({a3.adapter, a1.adapter, nullptr, a2.adapter}, "an adapter loaded after the graphs");
     // And a sequence without an adapter is the model's own: the same beside
     // adapters as in a model that never loaded one.
-    ehtest::StepModel plain(gpu_api(), &file_of(profile).view(), shape());
+    ehtest::StepModel plain(gpu_api(), &file_of(profile).view(), shape(), options_for(profile));
     ASSERT_TRUE(plain.ok()) << plain.failure;
     const Logits never = feed(plain, {nullptr}, {toks[2]})[0];
     const Logits beside = feed(gpu, {a1.adapter, a2.adapter, nullptr}, {toks[0], toks[1], toks[2]})[2];
@@ -323,7 +342,7 @@ TEST_P(LoraGpu, MixedAdaptersInOneStepEqualEachAlone) {
 TEST_P(LoraGpu, ForkKeepsTheAdapter) {
     REQUIRE_BOTH();
     const std::string profile = GetParam().profile;
-    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape(), options_for(profile));
     ASSERT_TRUE(gpu.ok()) << gpu.failure;
     Loaded a(gpu_api(), gpu.model, forge_adapter(profile, 9).gguf());
     ASSERT_EQ(a.status, EH_OK) << gpu.error();
@@ -350,7 +369,7 @@ TEST_P(LoraGpu, RulesAndRelease) {
     const std::string profile = GetParam().profile;
     ehtest::StepModel cpu(cpu_api(), &file_of(profile).view(), shape());
     ASSERT_TRUE(cpu.ok()) << cpu.failure;
-    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape(), options_for(profile));
     ASSERT_TRUE(gpu.ok()) << gpu.failure;
     Loaded a(gpu_api(), gpu.model, forge_adapter(profile, 11).gguf());
     Loaded b(gpu_api(), gpu.model, forge_adapter(profile, 12).gguf());
@@ -367,7 +386,7 @@ TEST_P(LoraGpu, RulesAndRelease) {
     EXPECT_EQ(gpu.api->seq_set_adapter(s, b.adapter), EH_OK) << "the adapter it already has";
     gpu.release(s);
     // Another model's adapter.
-    ehtest::StepModel other(gpu_api(), &file_of(profile).view(), shape());
+    ehtest::StepModel other(gpu_api(), &file_of(profile).view(), shape(), options_for(profile));
     ASSERT_TRUE(other.ok()) << other.failure;
     eh_seq* o = other.create();
     EXPECT_EQ(other.api->seq_set_adapter(o, a.adapter), EH_INVALID_ARGUMENT);
@@ -381,7 +400,9 @@ TEST_P(LoraGpu, RulesAndRelease) {
     ASSERT_EQ(cc.status, EH_OK) << cpu.error();
     const Logits got = feed(gpu, {c.adapter}, {toks})[0];
     const Logits ref = feed(cpu, {cc.adapter}, {toks})[0];
-    for (size_t p = 0; p < ref.size(); ++p) EXPECT_LT(rel_err(got[p], ref[p]), kTol) << "position " << p;
+    size_t within = 0;
+    for (size_t p = 0; p < ref.size(); ++p) within += rel_err(got[p], ref[p]) < kTol;
+    EXPECT_GE(double(within), (moe_file(profile) ? 0.97 : 1.0) * double(ref.size()));
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, LoraGpu,
@@ -461,7 +482,7 @@ TEST(LoraGpuHfOrder, SafetensorsViewOfALlamaMatchesItsGguf) {
 TEST(LoraGpuRefusals, ShapesAndTensorParallel) {
     REQUIRE_BOTH();
     const std::string profile = "tiny-llama-3.1-q4_k_m";
-    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape());
+    ehtest::StepModel gpu(gpu_api(), &file_of(profile).view(), shape(), options_for(profile));
     ASSERT_TRUE(gpu.ok()) << gpu.failure;
     auto ad = forge_adapter(profile, 21);
     ad.pairs[0].n_out += 1;  // lora_b one row too many
