@@ -24,7 +24,7 @@ std::shared_ptr<EngineAdapter> EngineAdapter::load(std::shared_ptr<EngineModel> 
         const eh_plugin_info* pi = api.info();
         throw Error(Code::ModelLoadFailed,
                     fmt::format("LoRA adapter '{}': the plugin {} does not serve LoRA adapters (ABI 1.6 adapter_load); "
-                                "the cpu-reference and llama-cuda plugins do",
+                                "the cpu-reference, llama-cuda and gpt-cuda plugins do",
                                 name, pi && pi->name ? pi->name : "?"));
     }
     eh_adapter_params p{};
