@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# On the GPU machine: LoRA adapters on llama-cuda (issue 50).
-#  1. The GPU tests (eh_cuda_lora_tests: against the CPU reference, mixed
-#     adapters in one step, forks, rules) and eh-plugin-check's LoRA check.
+# On the GPU machine: LoRA adapters on the CUDA plugins (issue 50).
+#  1. The GPU tests (eh_cuda_lora_tests: llama-cuda and gpt-cuda against the
+#     CPU reference, mixed adapters in one step, forks, rules) and
+#     eh-plugin-check's LoRA check on both plugins.
 #  2. Logits against transformers (+ peft when installed; the JSON says which
 #     reference ran) with a random rank-8 adapter on the tiny seeded llama
 #     (tests/reference/lora_reference.py), served from its GGUF and from its
@@ -36,11 +37,15 @@ if [[ $parts == *,1,* ]]; then
 if "$build/bin/eh_cuda_lora_tests" > "$out/lora_tests.log" 2>&1; then echo "PASS eh_cuda_lora_tests"
 else echo "FAIL eh_cuda_lora_tests"; fails=$((fails + 1)); fi
 grep -E "^\[lora-gpu\]|Failure|FAILED|PASSED" "$out/lora_tests.log" | head -60
-tiny="$models/tiny-llama-3.1-q4_k_m.gguf"
-[ -s "$tiny" ] || "$eh" forge --like tiny-llama-3.1-q4_k_m --out "$tiny" -q > /dev/null 2>&1
-if "$build/bin/eh-plugin-check" "$EH_LLAMA_CUDA_PLUGIN" --model "$tiny" --only lora_adapters > "$out/plugin_check.log" 2>&1
-then echo "PASS eh-plugin-check lora_adapters: $(grep -i lora "$out/plugin_check.log" | head -1)"
-else echo "FAIL eh-plugin-check lora_adapters"; tail -5 "$out/plugin_check.log"; fails=$((fails + 1)); fi
+for pair in llama-cuda:tiny-llama-3.1-q4_k_m gpt-cuda:tiny-gpt2-f16 gpt-cuda:tiny-gpt-oss-mxfp4; do
+  plugin=${pair%%:*} prof=${pair#*:}
+  tiny="$models/$prof.gguf"
+  [ -s "$tiny" ] || "$eh" forge --like "$prof" --out "$tiny" -q > /dev/null 2>&1
+  log="$out/plugin_check.$prof.log"
+  if "$build/bin/eh-plugin-check" "$build/plugins/libeh-$plugin.so" --model "$tiny" --only lora_adapters > "$log" 2>&1
+  then echo "PASS eh-plugin-check lora_adapters ($plugin, $prof): $(grep -i lora "$log" | head -1)"
+  else echo "FAIL eh-plugin-check lora_adapters ($plugin, $prof)"; tail -5 "$log"; fails=$((fails + 1)); fi
+done
 
 fi
 
