@@ -44,6 +44,8 @@ void LoraStep::apply(const LoraSet& set, std::initializer_list<int> sites, const
     for (int i = 0; !row_token && pw && i < nspans; ++i) {
         const StepSpan& sp = spans[i];
         if (sp.adapter < 0 || sp.n < kGemmMinRows || sp.first < done || sp.first + sp.n > nrows) continue;
+        const int step = int(std::min<size_t>(kRows, pw->act_halves() / size_t(a.n_in)));
+        if (step < 1) continue;  // (no room for a row of this input: the per-row kernels take it)
         rows(done, sp.first);
         LoraGemmArgs g;
         g.blas = pw->cublas();
@@ -57,7 +59,6 @@ void LoraStep::apply(const LoraSet& set, std::initializer_list<int> sites, const
         g.ldy = ldy;
         g.xh = pw->act();
         g.uh = reinterpret_cast<__half*>(u_.get());
-        const int step = int(std::min<size_t>(kRows, pw->act_halves() / size_t(a.n_in)));
         for (int r0 = sp.first; r0 < sp.first + sp.n; r0 += step) {
             g.rows = std::min(step, sp.first + sp.n - r0);
             g.x = x + size_t(r0) * ldx;
