@@ -131,7 +131,7 @@ serve() {  # NAME [flags...]: a server on $port, waits until healthy
 stop() { kill -TERM $pid 2>/dev/null; wait $pid 2>/dev/null; }
 load() {  # NAME MODEL-LIST
   "$eh" loadgen --url "http://127.0.0.1:$port" --levels 64 -n 128 --requests-per-client 2 --model "$2" --json \
-    > "$out/$1.json" 2>&1
+    > "$out/$1.json" 2> "$out/$1.err"
 }
 id=$(basename "$base" .gguf)
 # (PLAIN=1: also the base model on a server without --lora, one more 8B load)
