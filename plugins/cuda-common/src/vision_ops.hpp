@@ -34,7 +34,11 @@ void pool_rms(const float* x, int grid, int merge, int n, const float* w, float 
 // width and head count: a head of at most 80 dims, a multiple of 8.
 bool flash_takes(int width, int n_head);
 // out[t][h * hd + d] = softmax(q_h k_h^T * scale) v_h over all n patches,
-// from qkv rows of [q | k | v] (3 * width halves each).
-void flash_attention(const __half* qkv, int n, int width, int n_head, float scale, float* out, cudaStream_t s);
+// from qkv rows of [q | k | v] (3 * width halves each). Mma: mma.sync with
+// the scores and output in registers; Wmma: nvcuda::wmma through shared
+// memory (simpler, slower).
+enum class FlashKernel { Mma, Wmma };
+void flash_attention(const __half* qkv, int n, int width, int n_head, float scale, float* out, cudaStream_t s,
+                     FlashKernel kernel = FlashKernel::Mma);
 
 }  // namespace ehcuda::vision
