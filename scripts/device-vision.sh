@@ -32,7 +32,7 @@ echo "commit: $(cat "$build/COMMIT" 2>/dev/null || echo unknown)"
 
 if [ "${TESTS:-1}" = 1 ]; then
   "$build/bin/eh_cuda_vision_tests" 2>&1 | tee "$out/vision_tests.log" |
-    grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|\[vision-gpu\]|Failure|Expected|Which is|error' | head -60
+    grep -E '^\[ *(OK|FAILED|PASSED|SKIPPED) *\]|\[vision-(gpu|flash)\]|Failure|Expected|Which is|error' | head -60
   [ "${PIPESTATUS[0]}" = 0 ] || status=1
   # eh-plugin-check's embd_spans (rows used, used once, checked; a grid span
   # taken, an uneven one refused) on the tiny vision model.
