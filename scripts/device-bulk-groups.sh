@@ -3,8 +3,8 @@
 # reads each weight once for the group) against what batched steps of that
 # size ran before them (one single-token GEMV per token on side streams, or
 # cuBLAS on FP16 mirrors from 3 tokens): the plan key bulk_max_tokens 8
-# (default) against 1, alternating in one call so the machine is the same.
-#   1. GemvBulk.* (token groups bitwise equal to one token at a time);
+# against 1 (the default), alternating in one call so the machine is the same.
+#   1. GemvBulk.* (token groups against one token at a time);
 #   2. bench decode at --batch 1, 2, 4, 8 for each forged profile, both sides,
 #      AB_ROUNDS rounds (default 2).
 #
@@ -44,7 +44,7 @@ for prof in $profiles; do
   [ -f "$model" ] || "$eh" forge --like "$prof" --out "$model" -q || { echo "forge $prof failed"; fails=$((fails + 1)); continue; }
   for b in ${BATCHES:-1 2 4 8}; do
     for ((r = 1; r <= ${AB_ROUNDS:-2}; ++r)); do
-      on=$(bench "$model" "$b" '{}')
+      on=$(bench "$model" "$b" '{"kernels":{"bulk_max_tokens":8}}')
       off=$(bench "$model" "$b" '{"kernels":{"bulk_max_tokens":1}}')
       echo "$prof batch $b round $r: decode tok/s  token groups $on   one GEMV a token / cuBLAS $off"
     done

@@ -44,6 +44,7 @@ Variant variant(const std::string& name) {
     if (name == "float") p.gemv_input = GemvInput::Float;
     else if (name == "nomix") p.gemv_mixed = p.gemv_bulk = false;
     else if (name == "nogroups") p.bulk_max_tokens = 1;
+    else if (name == "groups") p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     else throw std::runtime_error("no variant " + name);
     return {p, kH200};
 }
@@ -179,6 +180,8 @@ TEST(KernelRoute, PrefillStepTakesCublas) {
 // each, more one GEMM; a model with FP16 mirrors from 3 tokens.
 TEST(KernelRoute, StepThresholdsComeFromThePlan) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
+    EXPECT_EQ(p.bulk_max_tokens, 1);  // token groups off by default
+    p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     const GemvShape g = shape_of(real("Llama-3.1-8B", "ffn_down"));
     auto step = [&](int n, bool mirrored) { return ehcuda::route_step_matmul(p, kH200, g, n, mirrored); };
     EXPECT_FALSE(step(1, false).per_token);
@@ -204,7 +207,10 @@ TEST(KernelRoute, StepThresholdsComeFromThePlan) {
 
 // Each kernel's refusal names its reason.
 TEST(KernelRoute, RefusalsSayWhy) {
-    const KernelPlan p = ehcuda::choose_plan(kH200, false);
+    KernelPlan p = ehcuda::choose_plan(kH200, false);
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 2).why,
+                 "token groups of this many off in the plan (bulk_max_tokens)");
+    p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     const GemvShape q4 = shape_of(real("Phi-3-mini", "attn_output"));
     EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, q4));
     EXPECT_STREQ(ehcuda::can_implement_bulk(p, kA100, q4).why, "needs sm_90 (the bulk copy engine)");
@@ -303,7 +309,7 @@ TEST(KernelRoute, LaunchGeometry) {
 // and before a step's one call per token: the widest group whose staged
 // inputs fit shared memory, repeated, the rest after it.
 TEST(KernelRoute, BulkTokenGroups) {
-    const Variant v = variant("h200");
+    const Variant v = variant("groups");
     auto route = [&](const char* model, const char* kind, int ntok, int ws = 0) {
         return ehcuda::route_matmul(v.plan, v.dev, mm(shape_of(real(model, kind)), ntok, ws));
     };
@@ -341,7 +347,8 @@ TEST(KernelRoute, BulkTokenGroups) {
 
 // Routes for a step of N tokens, one line per matrix kind (inspect --kernels).
 TEST(KernelRoute, StepLinesPerKind) {
-    const KernelPlan p = ehcuda::choose_plan(kH200, false);
+    KernelPlan p = ehcuda::choose_plan(kH200, false);
+    p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     std::vector<ehcuda::MatrixKind> mats;
     for (int layer = 0; layer < 2; ++layer) {
         mats.push_back({"attn_output", shape_of(real("Phi-3-mini", "attn_output")), true, ""});

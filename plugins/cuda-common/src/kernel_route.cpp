@@ -84,6 +84,11 @@ BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g, int ntok)
                                                                                             : GemvInput::Int16x2);
     b.ntok = std::max(1, ntok);
     b.x_stride = int((xb + 15) / 16 * 16);
+    // A token group's lanes 0..7 read the same chunk of tokens 0..7 at
+    // once: an odd number of 16-byte units between tokens puts the eight
+    // 16-byte reads on distinct banks (an even stride, e.g. 4096 inputs'
+    // 10,240 bytes, put all eight on the same ones).
+    if (ntok > 1 && (b.x_stride / 16) % 2 == 0) b.x_stride += 16;
     b.x_bytes = b.ntok * b.x_stride;
     // Warps per block: as many as keep every multiprocessor busy (4..16),
     // within the shared memory a block may have. By default 16 for matrices
