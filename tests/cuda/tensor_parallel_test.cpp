@@ -507,8 +507,10 @@ TEST(TpGroup, AllReduceAddsEveryPartialIntoEveryRank) {
 
 // What one all-reduce costs per call (the residual of a decode step: n_embd
 // 8192 x 1 .. 64 tokens), one-shot and NCCL, back to back on the ranks'
-// streams with their event barriers; printed for the notes. Two ranks on
-// one GPU measure the barrier and launch cost (their reads stay local).
+// streams with their event barriers: issued eagerly (a prefill step's
+// case) and replayed from one captured graph of 50 calls (a decode step's:
+// its graph holds the barriers as edges); printed for the notes. Two ranks
+// on one GPU measure the barrier and launch cost (their reads stay local).
 TEST(TpGroup, AllReduceMicrosecondsPerCall) {
     REQUIRE_GPU();
     constexpr size_t kHidden = 8192;
@@ -549,8 +551,24 @@ TEST(TpGroup, AllReduceMicrosecondsPerCall) {
                 GPU_OK(cudaEventSynchronize(e1));
                 float ms = 0;
                 GPU_OK(cudaEventElapsedTime(&ms, e0, e1));
-                std::printf("[tp] all-reduce %s, devices %s: %d tokens x %zu floats: %.2f us a call\n",
-                            nccl ? "NCCL" : "one-shot", set.c_str(), tokens, kHidden, 1000.0 * ms / kCalls);
+                const double eager_us = 1000.0 * ms / kCalls;
+                constexpr int kInGraph = 50, kReplays = 20;
+                ehcuda::CapturedGraph graph;
+                graph.capture(main.get(), [&] {
+                    g.fork(main.get());
+                    for (int i = 0; i < kInGraph; ++i) g.all_reduce_add(outs, n, nccl_min);
+                    g.join(main.get());
+                });
+                graph.launch(main.get());
+                GPU_OK(cudaEventRecord(e0, main.get()));
+                for (int i = 0; i < kReplays; ++i) graph.launch(main.get());
+                GPU_OK(cudaEventRecord(e1, main.get()));
+                GPU_OK(cudaEventSynchronize(e1));
+                GPU_OK(cudaEventElapsedTime(&ms, e0, e1));
+                std::printf("[tp] all-reduce %s, devices %s: %d tokens x %zu floats: %.2f us a call eager, %.2f in a "
+                            "graph\n",
+                            nccl ? "NCCL" : "one-shot", set.c_str(), tokens, kHidden, eager_us,
+                            1000.0 * ms / (kInGraph * kReplays));
             }
             cudaEventDestroy(e0);
             cudaEventDestroy(e1);
