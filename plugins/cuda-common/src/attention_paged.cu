@@ -62,28 +62,35 @@ __device__ __forceinline__ float key_dot(const __half* k, const float* qs, int h
     return dot;
 }
 
-// key_dot over a quantized row (hd % 32 == 0): the codes as 16-byte
-// pieces, all issued before the first is used, as key_dot's; each value
-// scale * code, exactly the float the CPU reference dequantizes.
+// key_dot over a quantized row: head element e (row element e0 + e) is
+// scale sc[(e0 + e) / 32] times its code, exactly the float the CPU
+// reference dequantizes. With hd % 16 == 0 the codes come as 16-byte
+// pieces (each inside one 32-value block), all issued before the first is
+// used, as key_dot's; else one by one (head dims such as 8).
 template <int DPL, class C>
-__device__ __forceinline__ float key_dot_quant(const uint8_t* k, const __half* sc, const float* qs, int hd) {
-    constexpr int kPieces = DPL * 2;  // 16 codes each
-    uint4 piece[kPieces];
-    float d[DPL];
-#pragma unroll
-    for (int c = 0; c < kPieces; ++c)
-        if (c < hd / 16) piece[c] = reinterpret_cast<const uint4*>(k)[c];
-#pragma unroll
-    for (int b = 0; b < DPL; ++b)
-        if (b < hd / 32) d[b] = __half2float(sc[b]);
+__device__ __forceinline__ float key_dot_quant(const uint8_t* k, const __half* sc, int e0, const float* qs, int hd) {
     float dot = 0.0f;
+    if (hd % 16 == 0) {
+        constexpr int kPieces = DPL * 2;  // 16 codes each
+        uint4 piece[kPieces];
+        float d[kPieces];
 #pragma unroll
-    for (int c = 0; c < kPieces; ++c) {
-        if (c >= hd / 16) break;
-        const uint8_t* code = reinterpret_cast<const uint8_t*>(&piece[c]);
+        for (int c = 0; c < kPieces; ++c)
+            if (c < hd / 16) {
+                piece[c] = reinterpret_cast<const uint4*>(k)[c];
+                d[c] = __half2float(sc[(e0 + 16 * c) / kKvQuantBlock]);
+            }
 #pragma unroll
-        for (int j = 0; j < 16; ++j) dot = fmaf(qs[16 * c + j], detail::kv_code(C{}, code[j]) * d[c / 2], dot);
+        for (int c = 0; c < kPieces; ++c) {
+            if (c >= hd / 16) break;
+            const uint8_t* code = reinterpret_cast<const uint8_t*>(&piece[c]);
+#pragma unroll
+            for (int j = 0; j < 16; ++j) dot = fmaf(qs[16 * c + j], detail::kv_code(C{}, code[j]) * d[c], dot);
+        }
+        return dot;
     }
+    for (int e = 0; e < hd; ++e)
+        dot = fmaf(qs[e], detail::kv_code(C{}, k[e]) * __half2float(sc[(e0 + e) / kKvQuantBlock]), dot);
     return dot;
 }
 
@@ -124,7 +131,7 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
         size_t row = 0;
         if (valid) {
             row = pool_row(table, key);
-            if constexpr (kQuant) s = key_dot_quant<DPL, C>(kq.codes(row, kvh), kq.scales(row, kvh), qs, hd);
+            if constexpr (kQuant) s = key_dot_quant<DPL, C>(kq.codes(row, kvh), kq.row_scales(row), kvh * hd, qs, hd);
             else s = key_dot<DPL>(kbase + row * kv_ld, qs, hd);
         }
         // Lane 0's key (kb) is always valid, so mt is finite.
@@ -142,11 +149,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
             const unsigned long long rj = __shfl_sync(0xffffffffu, (unsigned long long)row, j);
             if constexpr (kQuant) {
                 const uint8_t* vc = vq.codes(rj, kvh);
-                const __half* vs = vq.scales(rj, kvh);
+                const __half* vs = vq.row_scales(rj);
 #pragma unroll
                 for (int i = 0; i < DPL; ++i) {
                     const int d = lane + 32 * i;
-                    if (d < hd) acc[i] = fmaf(pj, detail::kv_code(C{}, vc[d]) * __half2float(vs[i]), acc[i]);
+                    if (d < hd)
+                        acc[i] = fmaf(pj, detail::kv_code(C{}, vc[d]) * __half2float(vs[(kvh * hd + d) / kKvQuantBlock]),
+                                      acc[i]);
                 }
             } else {
                 const __half* vr = vbase + size_t(rj) * kv_ld;
@@ -216,9 +225,10 @@ void attention_paged(const PagedAttnArgs& a, cudaStream_t stream) {
         throw ehp::Error(EH_UNSUPPORTED, "paged attention: head_dim " + std::to_string(a.head_dim) + " unsupported");
     if (a.n_kv <= 0 || a.n_head <= 0 || a.n_head % a.n_kv)
         throw ehp::Error(EH_INTERNAL, "paged attention: n_head must be a multiple of n_kv");
-    if (a.kv_type && a.kv_type != EH_TYPE_F16 && !(kv_type_quantized(a.kv_type) && a.head_dim % kKvQuantBlock == 0))
+    if (a.kv_type && a.kv_type != EH_TYPE_F16 &&
+        !(kv_type_quantized(a.kv_type) && a.n_kv * a.head_dim % kKvQuantBlock == 0))
         throw ehp::Error(EH_UNSUPPORTED, "paged attention: KV type " + std::to_string(a.kv_type) +
-                                             " unsupported (F16, or Q8_0 / FP8_E4M3 with head dims that are multiples of 32)");
+                                             " unsupported (F16, or Q8_0 / FP8_E4M3 with K/V rows of whole 32-value blocks)");
     if (a.ntok <= 0) return;
     if (a.n_head > 65535) throw ehp::Error(EH_UNSUPPORTED, "paged attention: more than 65535 heads");
     switch ((a.head_dim + 31) / 32) {

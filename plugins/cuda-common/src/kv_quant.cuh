@@ -61,8 +61,12 @@ struct KvQuantRows {
     __device__ __forceinline__ const uint8_t* row_at(size_t r) const {
         return base + r * kv_row_bytes(C::kType, kv_dim);
     }
-    // Head kvh's hd codes, and its hd / 32 scales.
+    // Head kvh's hd codes, and (hd a multiple of 32) its hd / 32 scales.
     __device__ __forceinline__ const uint8_t* codes(size_t r, int kvh) const { return row_at(r) + size_t(kvh) * hd; }
+    // The row's kv_dim / 32 scales: row element e's is [e / 32].
+    __device__ __forceinline__ const __half* row_scales(size_t r) const {
+        return reinterpret_cast<const __half*>(row_at(r) + kv_scale_offset(kv_dim));
+    }
     __device__ __forceinline__ const __half* scales(size_t r, int kvh) const {
         return reinterpret_cast<const __half*>(row_at(r) + kv_scale_offset(kv_dim)) + kvh * (hd / kKvQuantBlock);
     }

@@ -37,59 +37,75 @@ __device__ __forceinline__ void rotate_pair(const RopeTableArgs& a, int pos, int
     *y1 = x1;
 }
 
-template <class C, class A>
+// Blocks y < n_head rotate query head y in place. The rest store K and V:
+// one KV head each (kRow false: head dims that are whole 32-value blocks),
+// or every KV head of the token in one block (kRow: a head dim such as 16
+// or 48, whose blocks span heads, as the CPU reference's row blocks do).
+template <class C, class A, bool kRow>
 __global__ void rope_store_kv_quant_kernel(A a) {
     pdl_entry();
-    extern __shared__ float sk[];  // the head's rotated K
+    extern __shared__ float sk[];  // the rotated K of the block's heads
     const int t = blockIdx.x, head = blockIdx.y;
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
     const int pos = a.d_pos ? a.d_pos[t] : *a.d_pos0 + t;
     const int hd = a.head_dim, half_rot = a.n_rot / 2;
     const int nq = a.n_head * hd, kv_dim = a.n_kv * hd;
     float* row = a.qkv + size_t(t) * a.ld;
-    const bool is_q = head < a.n_head;
-    const int kvh = head - a.n_head;
-    float* x = is_q ? row + head * hd : row + nq + kvh * hd;
-    for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
-        float y0, y1;
-        const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
-        rotate_pair(a, pos, i, x[i0], x[i1], &y0, &y1);
-        if (is_q) {
+    if (head < a.n_head) {
+        float* x = row + head * hd;
+        for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
+            float y0, y1;
+            const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
+            rotate_pair(a, pos, i, x[i0], x[i1], &y0, &y1);
             x[i0] = y0;
             x[i1] = y1;
-        } else {
-            sk[i0] = y0;
-            sk[i1] = y1;
         }
+        return;
     }
-    if (is_q) return;
-    for (int d = a.n_rot + threadIdx.x; d < hd; d += blockDim.x) sk[d] = x[d];
+    const int h0 = kRow ? 0 : head - a.n_head, h1 = kRow ? a.n_kv : h0 + 1;
+    for (int h = h0; h < h1; ++h) {
+        const float* x = row + nq + h * hd;
+        float* k = sk + (h - h0) * hd;
+        for (int i = threadIdx.x; i < half_rot; i += blockDim.x) {
+            const int i0 = detail::rope_i0(i, half_rot, a.neox), i1 = detail::rope_i1(i, half_rot, a.neox);
+            rotate_pair(a, pos, i, x[i0], x[i1], &k[i0], &k[i1]);
+        }
+        for (int d = a.n_rot + threadIdx.x; d < hd; d += blockDim.x) k[d] = x[d];
+    }
     __syncthreads();
+    // Row elements e0 .. e0 + n - 1, whole 32-value blocks either way.
+    const int e0 = h0 * hd, n = (h1 - h0) * hd;
     const size_t cache_row = a.d_rows ? size_t(a.d_rows[t]) : size_t(pos);
     const size_t rb = kv_row_bytes(C::kType, kv_dim);
-    const float* v = row + nq + kv_dim + kvh * hd;
-    for (int b = warp; b < hd / kKvQuantBlock; b += blockDim.x / 32) {
-        const int e = b * kKvQuantBlock;
-        const int sc = kvh * (hd / kKvQuantBlock) + b;
-        uint8_t* kr = reinterpret_cast<uint8_t*>(a.k_cache) + cache_row * rb;
-        uint8_t* vr = reinterpret_cast<uint8_t*>(a.v_cache) + cache_row * rb;
-        detail::kv_quantize_warp<C>(sk[e + lane], kr + kvh * hd + e,
-                                    reinterpret_cast<__half*>(kr + kv_scale_offset(kv_dim)) + sc, lane);
-        detail::kv_quantize_warp<C>(v[e + lane], vr + kvh * hd + e,
-                                    reinterpret_cast<__half*>(vr + kv_scale_offset(kv_dim)) + sc, lane);
+    uint8_t* kr = reinterpret_cast<uint8_t*>(a.k_cache) + cache_row * rb;
+    uint8_t* vr = reinterpret_cast<uint8_t*>(a.v_cache) + cache_row * rb;
+    const float* v = row + nq + kv_dim;
+    for (int b = warp; b < n / kKvQuantBlock; b += blockDim.x / 32) {
+        const int e = e0 + b * kKvQuantBlock;
+        detail::kv_quantize_warp<C>(sk[e - e0 + lane], kr + e,
+                                    reinterpret_cast<__half*>(kr + kv_scale_offset(kv_dim)) + e / kKvQuantBlock, lane);
+        detail::kv_quantize_warp<C>(v[e + lane], vr + e,
+                                    reinterpret_cast<__half*>(vr + kv_scale_offset(kv_dim)) + e / kKvQuantBlock, lane);
     }
 }
 
 template <class A>
 void launch_store(const A& a, uint32_t kv_type, cudaStream_t stream) {
-    if (!kv_type_quantized(kv_type) || a.head_dim % kKvQuantBlock || a.head_dim > kAttentionMaxHeadDim)
-        throw ehp::Error(EH_INTERNAL, "rope_store_kv_quant: a Q8_0 or FP8_E4M3 pool and a head dim that is a multiple "
-                                      "of 32 up to " + std::to_string(kAttentionMaxHeadDim));
-    const dim3 grid(unsigned(a.ntok), unsigned(a.n_head + a.n_kv));
+    const int kv_dim = a.n_kv * a.head_dim;
+    if (!kv_type_quantized(kv_type) || kv_dim % kKvQuantBlock || a.head_dim > kAttentionMaxHeadDim)
+        throw ehp::Error(EH_INTERNAL, "rope_store_kv_quant: a Q8_0 or FP8_E4M3 pool, a K/V row of whole 32-value "
+                                      "blocks and a head dim up to " + std::to_string(kAttentionMaxHeadDim));
+    // A head dim of whole blocks: a block per KV head; else a block per
+    // token's KV heads together.
+    const bool by_head = a.head_dim % kKvQuantBlock == 0;
+    const dim3 grid(unsigned(a.ntok), unsigned(a.n_head + (by_head ? a.n_kv : 1)));
     const int threads = std::max(64, a.head_dim / 2 / 32 * 32);
-    const size_t smem = size_t(a.head_dim) * sizeof(float);
+    const size_t smem = size_t(by_head ? a.head_dim : kv_dim) * sizeof(float);
     detail::by_kv_quant(kv_type, [&]<class C>() {
-        launch("rope_store_kv_quant_kernel", rope_store_kv_quant_kernel<C, A>, grid, threads, smem, stream, a);
+        if (by_head)
+            launch("rope_store_kv_quant_kernel", rope_store_kv_quant_kernel<C, A, false>, grid, threads, smem, stream, a);
+        else
+            launch("rope_store_kv_quant_kernel", rope_store_kv_quant_kernel<C, A, true>, grid, threads, smem, stream, a);
     });
     EHC_LAUNCHED("rope_store_kv_quant_kernel");
 }

@@ -23,8 +23,9 @@ class Batch : public ehcuda::BatchBase {
 public:
     // Throws VRAM_OOM / INSUFFICIENT_VRAM (nothing left allocated).
     Batch(Model& model, const eh_kv_params& params);
-    // kv_init's Q8_0 / FP8_E4M3: head dims that are multiples of 32 (what
-    // the paged and query-group kernels read).
+    // kv_init's Q8_0 / FP8_E4M3: K/V rows of whole 32-value blocks (heads
+    // up to 256; a head dim that is not a multiple of 32 takes the paged
+    // kernel only, whose blocks may span heads).
     static void accept_kv_type(const Model& m, uint32_t type);
     ~Batch() override;
 

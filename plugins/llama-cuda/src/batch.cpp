@@ -153,11 +153,12 @@ Batch::Batch(Model& model, const eh_kv_params& params)
 void Batch::accept_kv_type(const Model& m, uint32_t type) {
     if (!ehcuda::kv_type_quantized(type))
         ehp::refuse_kv_type(type, "llama-cuda stores F16 (its default), Q8_0 or FP8_E4M3");
-    const int hd = m.cfg.head_dim;
-    if (hd % ehcuda::kKvQuantBlock != 0 || hd > ehcuda::kAttentionMaxHeadDim)
-        ehp::refuse_kv_type(type, "head dim " + std::to_string(hd) +
-                                      " is not a multiple of 32 up to 256 (the attention kernels read a quantized "
-                                      "head as 32-value blocks)");
+    // (a tensor-parallel rank's row, kv_dim / ranks, is BatchBase's check)
+    const int hd = m.cfg.head_dim, kv_dim = m.cfg.kv_dim();
+    if (kv_dim % ehcuda::kKvQuantBlock != 0 || hd > ehcuda::kAttentionMaxHeadDim)
+        ehp::refuse_kv_type(type, "a K/V row of " + std::to_string(kv_dim) + " values (" + std::to_string(m.cfg.n_kv) +
+                                      " heads of " + std::to_string(hd) +
+                                      ") is not a whole number of 32-value blocks, or its heads are over 256");
     // An image's span attention (batch_images.cpp) reads F16 pools.
     if (m.vision)
         ehp::refuse_kv_type(type, "llama-cuda takes images (an encoder is loaded: --mmproj) with the F16 KV cache only");

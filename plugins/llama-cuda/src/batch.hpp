@@ -41,8 +41,9 @@ public:
     void begin(eh_step_entry* entries, uint32_t n_entries);
     void forget(const ehcuda::CudaSeq* seq);
     void set_spans(const ehcuda::CudaSeq* seq, const eh_embd_span* spans, uint32_t n);
-    // kv_init's Q8_0 / FP8_E4M3: head dims that are multiples of 32 (what
-    // the paged, query-group and tensor-core prefill kernels read).
+    // kv_init's Q8_0 / FP8_E4M3: K/V rows of whole 32-value blocks (heads
+    // up to 256; a head dim that is not a multiple of 32 takes the paged
+    // kernel only, whose blocks may span heads).
     static void accept_kv_type(const Model& m, uint32_t type);
 
 private:
