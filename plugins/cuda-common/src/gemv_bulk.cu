@@ -383,8 +383,17 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     auto by_group = [&]<int T, int R_, int XB>() {
         if (group) {
             if constexpr (R_ <= kBulkGroupMaxRows) {
-                if (p.ring) go(gemv_bulk_ring_kernel<T, R_, XB, kBulkMaxTokens>);
-                else go(gemv_bulk_kernel<T, R_, XB, kBulkMaxTokens>);
+                // the lane layout of the group's size: NT token slots, the
+                // rest of the warp's lanes chunk slots (none left idle for
+                // 2 or 4 tokens)
+                auto by_nt = [&]<int NT>() {
+                    if (p.ring) go(gemv_bulk_ring_kernel<T, R_, XB, NT>);
+                    else go(gemv_bulk_kernel<T, R_, XB, NT>);
+                };
+                static_assert(kBulkMaxTokens == 8, "the token slots below");
+                if (d.ntok <= 2) by_nt.template operator()<2>();
+                else if (d.ntok <= 4) by_nt.template operator()<4>();
+                else by_nt.template operator()<8>();
             } else {
                 throw ehp::Error(EH_INTERNAL, "gemv_bulk: a token group's tile of more than kBulkGroupMaxRows rows");
             }
