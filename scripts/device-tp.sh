@@ -20,7 +20,8 @@
 # PROFILES (default: llama-3.1-8b-instruct-q4_k_m qwen2.5-0.5b-instruct-q4_k_m),
 # BENCH_ARGS (default -p 512 -n 128 -r 3), BIG (default
 # llama-3.3-70b-instruct-q4_k_m), LEVELS (default 1,64), LC (default /tmp/lc),
-# LOADGEN (default ../shared/peers/loadgen.py).
+# LOADGEN (default ../shared/peers/loadgen.py), SERVE (default 1; 0: part 1
+# benches only, no servers).
 set -uo pipefail
 BUILD=${1:-build}
 BIN="$BUILD/bin/engine-host"
@@ -35,6 +36,7 @@ LC=${LC:-/tmp/lc}
 LOADGEN=${LOADGEN:-$(cd "$(dirname "$0")/../../shared/peers" 2>/dev/null && pwd)/loadgen.py}
 # shellcheck disable=SC2089  # (a JSON word, split on spaces only)
 STREAMS='{"tensor_parallel":"streams"}'
+SERVE=${SERVE:-1}
 mkdir -p "$OUT" "$MODELS_DIR"
 [ -x "$BIN" ] || { echo "device-tp: $BIN not found" >&2; exit 2; }
 for c in "${EH_TESTDATA_DIR:-}" ../shared/testdata shared/testdata; do
@@ -114,6 +116,7 @@ for prof in $PROFILES; do
     bench_one "$model" "$prof" "$1" "$2" "$opts"
     shift 3
   done
+  [ "$SERVE" = 0 ] && continue
   serve "$prof.tp1" "$model" && { check "$prof.tp1"; stop; }
   # shellcheck disable=SC2086,SC2090
   set -- $SPLITS
