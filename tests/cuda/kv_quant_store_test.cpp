@@ -5,7 +5,8 @@
 // a rotary part of 2 dims only the 32-value blocks past the first are the
 // input's (bit for bit), and the first block's values are checked against
 // the rotation computed here. Both RoPE forms (the model's frequencies,
-// llama-cuda; a frequency table, gpt-cuda) and both types.
+// llama-cuda; a frequency table, gpt-cuda), both types, and a head dim of
+// 48, whose blocks span heads (one kernel block stores a token's KV heads).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -28,8 +29,7 @@ bool have_gpu() {
     return cudaGetDeviceCount(&n) == cudaSuccess && n > 0;
 }
 
-constexpr int kHead = 4, kKv = 2, kHd = 128, kTok = 3;
-constexpr int kQkv = (kHead + 2 * kKv) * kHd, kKvDim = kKv * kHd;
+constexpr int kHead = 4, kKv = 2, kTok = 3;
 
 template <class T>
 T* upload(const std::vector<T>& v) {
@@ -38,6 +38,12 @@ T* upload(const std::vector<T>& v) {
     EXPECT_EQ(cudaMemcpy(d, v.data(), v.size() * sizeof(T), cudaMemcpyHostToDevice), cudaSuccess);
     return d;
 }
+
+struct Shape {
+    int hd;
+    int qkv() const { return (kHead + 2 * kKv) * hd; }
+    int kv_dim() const { return kKv * hd; }
+};
 
 struct Stored {
     std::vector<float> qkv;               // the input rows
@@ -48,14 +54,15 @@ struct Stored {
 
 // Runs one store of kTok tokens (positions 5, 17, 300 into pool rows 7, 2,
 // 11) with `table` choosing the RoPE form.
-Stored run_store(uint32_t type, bool table) {
+Stored run_store(uint32_t type, bool table, Shape sh) {
+    const int kHd = sh.hd, kQkv = sh.qkv(), kKvDim = sh.kv_dim();
     Stored s;
     std::mt19937 rng(7);
     std::normal_distribution<float> dist(0.0f, 1.5f);
     s.qkv.resize(size_t(kTok) * kQkv);
     for (float& x : s.qkv) x = dist(rng);
     s.qkv[kHead * kHd + 40] = 0.0f;  // a block with a zero
-    for (int e = 0; e < 32; ++e) s.qkv[(kHead + kKv) * kHd + 64 + e] = 0.0f;  // an all-zero V block: scale 0
+    for (int e = 0; e < 32; ++e) s.qkv[(kHead + kKv) * kHd + 32 + e] = 0.0f;  // an all-zero V block: scale 0
     s.pos = {5, 17, 300};
     s.rows = {7, 2, 11};
     s.row_bytes = ehcuda::kv_row_bytes(type, kKvDim);
@@ -118,7 +125,8 @@ Stored run_store(uint32_t type, bool table) {
 
 // quantize_row's blocks of kv_dim values split into the pool's layout:
 // codes, then scales.
-void reference_row(uint32_t type, const float* x, std::vector<uint8_t>& codes, std::vector<uint8_t>& scales) {
+void reference_row(uint32_t type, const float* x, int kKvDim, std::vector<uint8_t>& codes,
+                   std::vector<uint8_t>& scales) {
     std::vector<uint8_t> blocks(ehp::quant::row_bytes(type, kKvDim));
     ASSERT_TRUE(ehp::quant::quantize_row(type, x, blocks.data(), kKvDim));
     codes.assign(kKvDim, 0);
@@ -129,7 +137,7 @@ void reference_row(uint32_t type, const float* x, std::vector<uint8_t>& codes, s
     }
 }
 
-float stored_value(uint32_t type, const uint8_t* row, int e) {
+float stored_value(uint32_t type, const uint8_t* row, int kKvDim, int e) {
     uint16_t d;
     std::memcpy(&d, row + kKvDim + 2 * (e / 32), 2);
     const float code = type == EH_TYPE_Q8_0 ? float(int8_t(row[e])) : ehp::quant::e4m3_to_fp32(row[e]);
@@ -139,13 +147,16 @@ float stored_value(uint32_t type, const uint8_t* row, int e) {
 struct StoreCase {
     uint32_t type;
     bool table;
+    int hd = 128;
 };
 class KvQuantStore : public ::testing::TestWithParam<StoreCase> {};
 
 TEST_P(KvQuantStore, BytesAreTheCpuQuantizers) {
     if (!have_gpu()) GTEST_SKIP() << "no CUDA device";
     const StoreCase c = GetParam();
-    const Stored s = run_store(c.type, c.table);
+    const Shape sh{c.hd};
+    const int kHd = sh.hd, kQkv = sh.qkv(), kKvDim = sh.kv_dim();
+    const Stored s = run_store(c.type, c.table, sh);
     ASSERT_EQ(s.row_bytes % 16, 0u);
     for (int t = 0; t < kTok; ++t) {
         const float* q = &s.qkv[size_t(t) * kQkv];
@@ -153,7 +164,7 @@ TEST_P(KvQuantStore, BytesAreTheCpuQuantizers) {
         const uint8_t* vrow = &s.v[size_t(s.rows[t]) * s.row_bytes];
         std::vector<uint8_t> codes, scales;
         // V: the input as it is
-        reference_row(c.type, q + (kHead + kKv) * kHd, codes, scales);
+        reference_row(c.type, q + (kHead + kKv) * kHd, kKvDim, codes, scales);
         EXPECT_EQ(0, std::memcmp(vrow, codes.data(), kKvDim)) << "V codes, token " << t;
         EXPECT_EQ(0, std::memcmp(vrow + kKvDim, scales.data(), scales.size())) << "V scales, token " << t;
         // K: each head's dims 0 and 1 rotated by pos radians (NEOX pairs i,
@@ -165,15 +176,18 @@ TEST_P(KvQuantStore, BytesAreTheCpuQuantizers) {
             k[h * kHd] = float(x0 * std::cos(a) - x1 * std::sin(a));
             k[h * kHd + 1] = float(x1 * std::cos(a) + x0 * std::sin(a));
         }
-        reference_row(c.type, k.data(), codes, scales);
+        reference_row(c.type, k.data(), kKvDim, codes, scales);
         for (int b = 0; b < kKvDim / 32; ++b) {
-            if (b % (kHd / 32) == 0) {
+            bool rotated = false;  // the block holds a head's dim 0 or 1
+            for (int h = 0; h < kKv; ++h) rotated = rotated || (h * kHd + 1 >= 32 * b && h * kHd < 32 * b + 32);
+            if (rotated) {
                 // the rotated block: its values as close as the format allows
                 for (int e = 32 * b; e < 32 * b + 32; ++e) {
                     float amax = 0.0f;
                     for (int j = 32 * b; j < 32 * b + 32; ++j) amax = std::max(amax, std::fabs(k[j]));
                     const float step = c.type == EH_TYPE_Q8_0 ? amax / 127.0f : std::max(std::fabs(k[e]) / 8.0f, amax / 448.0f / 64.0f);
-                    EXPECT_NEAR(stored_value(c.type, krow, e), k[e], step * 0.51f + 1e-6f) << "K " << e << ", token " << t;
+                    EXPECT_NEAR(stored_value(c.type, krow, kKvDim, e), k[e], step * 0.51f + 1e-6f)
+                        << "K " << e << ", token " << t;
                 }
                 continue;
             }
@@ -188,10 +202,11 @@ TEST_P(KvQuantStore, BytesAreTheCpuQuantizers) {
 
 INSTANTIATE_TEST_SUITE_P(Types, KvQuantStore,
                          ::testing::Values(StoreCase{EH_TYPE_Q8_0, false}, StoreCase{EH_TYPE_FP8_E4M3, false},
-                                           StoreCase{EH_TYPE_Q8_0, true}, StoreCase{EH_TYPE_FP8_E4M3, true}),
+                                           StoreCase{EH_TYPE_Q8_0, true}, StoreCase{EH_TYPE_FP8_E4M3, true},
+                                           StoreCase{EH_TYPE_Q8_0, false, 48}, StoreCase{EH_TYPE_FP8_E4M3, true, 48}),
                          [](const auto& i) {
                              return std::string(i.param.type == EH_TYPE_Q8_0 ? "Q8_0" : "FP8_E4M3") +
-                                    (i.param.table ? "_table" : "_freq");
+                                    (i.param.table ? "_table" : "_freq") + "_hd" + std::to_string(i.param.hd);
                          });
 
 }  // namespace
