@@ -402,6 +402,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     };
     ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
     if (c.embd_scale != 1.0f) ehcuda::scale_floats(h, size_t(T) * c.n_embd, c.embd_scale, s);
+    images_.apply(v, h, c.n_embd, s);  // image rows over their tokens, as given (unscaled)
     // Ranks on their own streams start from the embedded rows: rank 0 in
     // place, the others with a copy of their own (over NVLink across GPUs).
     if (group_) {
