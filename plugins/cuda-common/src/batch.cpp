@@ -693,6 +693,10 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
 
 void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh) {
     cudaStream_t s = stream_.get();
+    if (const uint64_t epoch = graph_epoch(); epoch != graph_epoch_) {
+        reset_graphs();
+        graph_epoch_ = epoch;
+    }
     const size_t V = size_t(shape_.n_vocab), R = sh.R;
     char* h = slot_host(sh.slot);
     char* d = staging_dev_.as<char>();

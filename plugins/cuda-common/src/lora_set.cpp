@@ -26,6 +26,7 @@ void LoraSet::init(const std::vector<LoraSite>& sites, MemoryLedger* ledger) {
     n_sites_ = n_sites;
     sites_ = sites;
     host_.assign(size_t(kLoraMaxAdapters) * size_t(n_sites), LoraDesc{});
+    users_.assign(size_t(n_sites), 0);
     used_.assign(kLoraMaxAdapters, false);
 }
 
@@ -44,12 +45,16 @@ void LoraSet::write(int slot, const std::vector<LoraDesc>& sites) {
     EHC_CHECK(cudaMemcpy(table_.as<LoraDesc>() + size_t(slot) * n_sites_, sites.data(), sites.size() * sizeof(LoraDesc),
                          cudaMemcpyHostToDevice));
     std::copy(sites.begin(), sites.end(), host_.begin() + std::ptrdiff_t(size_t(slot) * size_t(n_sites_)));
+    for (int i = 0; i < n_sites_; ++i)
+        if (sites[size_t(i)].rank > 0 && users_[size_t(i)]++ == 0) ++generation_;
 }
 
 void LoraSet::release(int slot) noexcept {
     if (slot < 0 || slot >= kLoraMaxAdapters || !table_) return;
     // (synchronous: no step still in flight reads the slot afterwards)
     cudaMemset(table_.as<LoraDesc>() + size_t(slot) * n_sites_, 0, size_t(n_sites_) * sizeof(LoraDesc));
+    for (int i = 0; i < n_sites_; ++i)
+        if (host(slot, i).rank > 0) --users_[size_t(i)];
     std::fill_n(host_.begin() + std::ptrdiff_t(size_t(slot) * size_t(n_sites_)), n_sites_, LoraDesc{});
     used_[size_t(slot)] = false;
 }

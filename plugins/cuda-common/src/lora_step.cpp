@@ -13,7 +13,7 @@ void LoraStep::apply(const LoraSet& set, std::initializer_list<int> sites, const
     LoraApplyArgs a;
     for (int site : sites) {
         const LoraSite& sh = set.site(site);
-        if (sh.n_out == 0) continue;  // (fused q/k/v, fused gate|up)
+        if (sh.n_out == 0 || !set.used(site)) continue;  // (fused q/k/v, fused gate|up; no adapter's pair)
         if (a.nparts == kLoraMaxParts) throw ehp::Error(EH_INTERNAL, "LoRA step: too many sites in one launch");
         a.part[a.nparts++] = LoraPart{site, sh.col0, sh.n_out};
         a.n_in = sh.n_in;

@@ -31,6 +31,8 @@ public:
 
 private:
     void forward(const ehcuda::StepView& v) override;
+    // Graphs hold LoRA launches only for sites some adapter had at capture.
+    uint64_t graph_epoch() const override { return m_.lora.generation(); }
     void gpt2_layer(int li, const ehcuda::StepView& v);
     void moe_layer(int li, const ehcuda::StepView& v);  // gpt-oss, qwen3moe
     // RoPE (none for gpt2) + K/V into the pool rows, then paged attention

@@ -69,6 +69,8 @@ private:
     // Grouped-query models: from the plan's attn_group_min_keys on, decode
     // steps take the query-group attention (prefill_attention).
     int group_min_keys() const override { return group_attn_ ? m_.plan.attn_group_min_keys : -1; }
+    // Graphs hold LoRA launches only for sites some adapter had at capture.
+    uint64_t graph_epoch() const override { return m_.lora.generation(); }
     // A decode-only step's attention: RoPE, the K/V store and split-K
     // attention in one launch per layer (rope_attention_decode, paged).
     void decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool chunks);

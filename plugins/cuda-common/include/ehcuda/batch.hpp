@@ -189,6 +189,12 @@ protected:
     // captured graph: a derived engine that feeds its forward pass what a
     // graph would not replay (ABI 1.6's image rows) says so.
     virtual bool step_eager() const { return false; }
+    // What the derived forward pass launches may change between steps
+    // (LoRA: a site gains its first adapter, LoraSet::generation): when
+    // this differs from the last step's, every captured graph is dropped
+    // before the step (captured again on use). Changes only while no step
+    // is in flight (the calls that change it are refused with BUSY then).
+    virtual uint64_t graph_epoch() const { return 0; }
     // After the derived class allocated its step buffers: sizes the pool
     // from the budget (or the free memory), allocates it, and warms up
     // (every decode bucket's graph captured, cuBLAS started), so the first
@@ -355,6 +361,7 @@ private:
     // write) and bucket.
     CapturedGraph whole_[kKinds][2][kBuckets];
     bool whole_failed_[kKinds][kBuckets] = {};
+    uint64_t graph_epoch_ = 0;  // graph_epoch() when the graphs were captured
 };
 
 }  // namespace ehcuda

@@ -76,6 +76,12 @@ public:
     const LoraDesc* table() const { return table_.as<const LoraDesc>(); }
     // The host's copy of a descriptor (for launch choices and cuBLAS).
     const LoraDesc& host(int slot, int site) const { return host_[size_t(slot) * size_t(n_sites_) + size_t(site)]; }
+    // Whether some loaded adapter has a pair at the site: a step launches
+    // nothing for the others. generation() grows whenever a site gains its
+    // first pair, so an engine drops graphs captured without its launches
+    // (BatchBase::graph_epoch).
+    bool used(int site) const { return users_[size_t(site)] > 0; }
+    uint64_t generation() const { return generation_; }
     // A free slot; throws ehp::Error(NO_CAPACITY) when every one is taken.
     int claim();
     // Writes a slot's n_sites descriptors (synchronously), or zeroes them
@@ -88,6 +94,8 @@ private:
     std::vector<LoraSite> sites_;
     DeviceBuffer table_;
     std::vector<LoraDesc> host_;
+    std::vector<int> users_;     // per site: loaded adapters with a pair there
+    uint64_t generation_ = 0;
     std::vector<bool> used_;
 };
 
