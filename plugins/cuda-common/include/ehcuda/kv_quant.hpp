@@ -3,9 +3,11 @@
 // [n_kv][head_dim] values of one layer's K or V):
 //   F16              kv_dim halves.
 //   Q8_0, FP8_E4M3   kv_dim one-byte codes, then kv_dim / 32 FP16 scales
-//                    (scale j covers codes 32 j .. 32 j + 31, so a head's
-//                    codes and scales are each contiguous), the row padded
-//                    to 16 bytes. A value is scale * code, the code an int8
+//                    (scale j covers codes 32 j .. 32 j + 31: a head's codes
+//                    are contiguous, and its scales where the head dim is a
+//                    multiple of 32; otherwise blocks span heads, as the
+//                    CPU reference's row blocks do), the row padded to 16
+//                    bytes. A value is scale * code, the code an int8
 //                    (Q8_0) or an OCP E4M3 (FP8_E4M3): the blocks of
 //                    quant_blocks.hpp (block_q8_0, block_fp8_e4m3), their
 //                    codes and scales stored apart so that the kernels read
