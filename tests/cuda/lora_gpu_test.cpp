@@ -515,8 +515,9 @@ TEST(LoraGpuHfOrder, SafetensorsViewOfALlamaMatchesItsGguf) {
     EXPECT_GT(moved, kMoved);
 }
 
-// Refusals: a pair whose shape is not the model's, and any adapter on a
-// tensor-parallel load (two shards on this GPU).
+// Refusals: a pair whose shape is not the model's, a pair for gpt-oss's
+// router on gpt-cuda, and any adapter on a tensor-parallel load (two shards
+// on this GPU).
 TEST(LoraGpuRefusals, ShapesAndTensorParallel) {
     REQUIRE_BOTH();
     const std::string profile = "tiny-llama-3.1-q4_k_m";
@@ -530,6 +531,17 @@ TEST(LoraGpuRefusals, ShapesAndTensorParallel) {
     EXPECT_EQ(bad.status, EH_MODEL_LOAD_FAILED);
     EXPECT_NE(gpu.error().find(ad.pairs[0].name), std::string::npos) << gpu.error();
     EXPECT_EQ(bad.adapter, nullptr);
+
+    // gpt-cuda adapts no router (a 2-D weight the file may pair): refused by name.
+    if (gpt_api() && gpt_api()->adapter_load) {
+        g_tested = gpt_api();
+        ehtest::StepModel moe(gpt_api(), &file_of("tiny-gpt-oss-mxfp4").view(), shape());
+        ASSERT_TRUE(moe.ok()) << moe.failure;
+        Loaded router(gpt_api(), moe.model, forge_adapter("tiny-gpt-oss-mxfp4", 23, {".ffn_gate_inp.weight"}).gguf());
+        EXPECT_EQ(router.status, EH_UNSUPPORTED);
+        EXPECT_NE(moe.error().find("ffn_gate_inp.weight"), std::string::npos) << moe.error();
+        g_tested = nullptr;
+    }
 
     eh_load_params lp{};
     lp.struct_size = sizeof lp;
