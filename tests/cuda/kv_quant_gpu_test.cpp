@@ -194,6 +194,10 @@ struct Case {
     std::string profile;
     uint32_t kv_type;
     bool gpt = false;  // gpt-cuda, else llama-cuda
+    // The pool's least gain over F16 in the same bytes: 1.75, the 16-byte
+    // padding of a row of 128 values (136 -> 144 bytes against 256); a row
+    // of 32 (the tiny gpt-oss) is 34 -> 48 bytes against 64.
+    double min_ratio = 1.75;
 };
 class KvQuant : public ::testing::TestWithParam<Case> {};
 
@@ -254,7 +258,7 @@ TEST_P(KvQuant, StaysCloseToTheF16Cache) {
 
 // The same bytes hold about twice the tokens: a row of 32-value blocks
 // costs 34 bytes (codes and an FP16 scale) per 64 of F16, plus its padding
-// to 16 bytes. The budget is 40 F16 blocks, well under what max_seqs full
+// to 16 bytes (Case::min_ratio). The budget is 40 F16 blocks, well under what max_seqs full
 // sequences would take (the pool never takes more).
 TEST_P(KvQuant, PoolHoldsAboutTwiceTheF16Tokens) {
     REQUIRE_BOTH();
@@ -278,7 +282,7 @@ TEST_P(KvQuant, PoolHoldsAboutTwiceTheF16Tokens) {
                 c.profile.c_str(), ehp::kv_type_name(c.kv_type).c_str(), q.kv.total_blocks,
                 (unsigned long long)q.kv.block_bytes, (unsigned long long)budget, f.kv.total_blocks,
                 (unsigned long long)f.kv.block_bytes, ratio);
-    EXPECT_GE(ratio, 1.75);
+    EXPECT_GE(ratio, c.min_ratio);
     EXPECT_LE(ratio, 2.0);
     EXPECT_LE(uint64_t(q.kv.total_blocks) * q.kv.block_bytes, budget);
     EXPECT_LE(q.kv.block_bytes * 16, f.kv.block_bytes * 9);  // 9/16: tiny rows padded to 16 bytes
@@ -317,8 +321,9 @@ INSTANTIATE_TEST_SUITE_P(
                       Case{"tiny-qwen3-q4_k_m", EH_TYPE_FP8_E4M3}, // (FP8 on the tiny Gemmas is 0.058 and 0.072 from F16 on the
                       // CPU reference itself, past kVsF16: the format's, not a kernel's)
                       Case{"tiny-gemma-3-q4_k_m", EH_TYPE_Q8_0}, Case{"tiny-gemma-3-hd256-q4_k_m", EH_TYPE_Q8_0},
-                      Case{"tiny-gpt-oss-mxfp4", EH_TYPE_F16, true}, Case{"tiny-gpt-oss-mxfp4", EH_TYPE_Q8_0, true},
-                      Case{"tiny-gpt-oss-mxfp4", EH_TYPE_FP8_E4M3, true},
+                      Case{"tiny-gpt-oss-mxfp4", EH_TYPE_F16, true},
+                      Case{"tiny-gpt-oss-mxfp4", EH_TYPE_Q8_0, true, 1.3},
+                      Case{"tiny-gpt-oss-mxfp4", EH_TYPE_FP8_E4M3, true, 1.3},
                       Case{"tiny-qwen3-moe-q4_k_m", EH_TYPE_Q8_0, true}),
     [](const auto& i) {
         std::string n = std::string(i.param.gpt ? "gpt_cuda_" : "llama_cuda_") + i.param.profile + "_" +
