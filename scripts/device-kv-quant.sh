@@ -3,7 +3,7 @@
 #  1. Its GPU tests: eh_cuda_kv_quant_tests (CUDA vs the CPU reference with
 #     the same cache type, vs F16, pool size, parking, refusals).
 #  2. Decode speed: `engine-host bench` tg128 after a P-token prompt
-#     (default 512, and LONG_P, default 4096) with --kv-cache-type f16, q8_0
+#     (BENCH_PROMPTS, default "512 4096") with --kv-cache-type f16, q8_0
 #     and fp8 on a forged PROFILE (Llama-3.1-8B Q4_K_M by default); decode
 #     tok/s of each and its ratio to f16.
 #  3. Long contexts under a fixed KV budget: `engine-host serve` with
@@ -17,7 +17,7 @@
 # (MODELS_DIR, default /dev/shm/eh; OUT for the logs, default /tmp/kv-quant;
 # SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LOAD=1 leave a part out; GPT_OSS=1 adds
 # gpt-cuda's tg128 per type on a forged gpt-oss-20b; TYPES, default
-# "f16 q8_0 fp8"; PROMPT_WORDS 1500:3000; LEVELS 64; ANSWER_TOKENS 128; CTX 8192.)
+# "f16 q8_0 fp8", LOAD_TYPES the load part's (default TYPES); PROMPT_WORDS 1500:3000; LEVELS 64; ANSWER_TOKENS 128; CTX 8192.)
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 profile=${2:-llama-3.1-8b-instruct-q4_k_m}
@@ -39,7 +39,7 @@ model="$models/$profile.gguf"
 [ -s "$model" ] || "$eh" forge --like "$profile" --out "$model" -q | tail -1
 
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  for p in 512 "${LONG_P:-4096}"; do
+  for p in ${BENCH_PROMPTS:-512 4096}; do
     for kv in $types; do
       timeout 300 "$eh" bench --plugins "$build/plugins" --plugin llama-cuda --model "$model" -p "$p" -n 128 -r 3 \
         --kv-cache-type "$kv" --json > "$out/bench-$p-$kv.json" 2> "$out/bench-$p-$kv.err" ||
@@ -83,7 +83,7 @@ fi
 
 [ "${SKIP_LOAD:-0}" = 1 ] && exit 0
 port=18760
-for kv in $types; do
+for kv in ${LOAD_TYPES:-$types}; do
   "$eh" serve --plugins "$build/plugins" --model "$model" --port $port --ctx-size "${CTX:-8192}" \
     --kv-cache-size-mb "$kv_mb" --kv-cache-type "$kv" --log-format text --log-level warn > "$out/serve-$kv.log" 2>&1 &
   pid=$!
