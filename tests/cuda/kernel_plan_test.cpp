@@ -127,6 +127,7 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.batch_gemv_per_token_mirrored, 2);
     EXPECT_EQ(p.batch_moe_grouped_max, 512);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 1 << 20);  // past 64 tokens of n_embd 8192 / 128 of 4096
+    EXPECT_FALSE(p.allreduce_signals);  // event barriers until measured across GPUs
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);
     EXPECT_TRUE(p.attn_pipe && p.moe_fused_route && p.gemv_mixed);
 }
@@ -135,7 +136,8 @@ TEST(KernelPlan, OptionsOverride) {
     KernelPlan p = ehcuda::choose_plan(h100(), false);
     const Options o(R"({"kernels": {"gemv_input": "float", "gemv_bulk": false, "attn_min_chunk": 12, "pair_rows": 4,
                                     "attn_pipe": false, "prefill_min_tokens": 0, "moe_router_kernel": false,
-                                    "batch_moe_grouped_max": 64, "allreduce_nccl_min_floats": 0}})");
+                                    "batch_moe_grouped_max": 64, "allreduce_nccl_min_floats": 0,
+                                    "allreduce_signals": true}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -146,6 +148,7 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_FALSE(p.moe_router_kernel);
     EXPECT_EQ(p.batch_moe_grouped_max, 64);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 0);
+    EXPECT_TRUE(p.allreduce_signals);
     EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value
     // Absent keys keep the chosen values.
     EXPECT_TRUE(p.pdl);

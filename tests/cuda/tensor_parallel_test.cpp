@@ -407,7 +407,15 @@ TEST(TensorParallelGpus, DistinctGpusAgreeWithOneRank) {
     if (count >= 4) expect_agreement(phi, {0, 1, 2, 3}, nullptr, "gpus_phi3_q4_0");
     // every message through NCCL where it loads (0: NCCL from 0 floats on)
     expect_agreement(q4k, {0, 1}, R"({"kernels":{"allreduce_nccl_min_floats":0}})", "gpus_llama_q4k_nccl");
+    // the one-shot all-reduce behind its in-kernel signal barrier
+    expect_agreement(q4k, {0, 1}, R"({"kernels":{"allreduce_signals":true}})", "gpus_llama_q4k_signals");
+    if (count >= 4)
+        expect_agreement(phi, {0, 1, 2, 3}, R"({"kernels":{"allreduce_signals":true}})", "gpus_phi3_q4_0_signals");
 }
+
+// The rank group's all-reduce paths.
+constexpr int kEvents = 0, kSignals = 1, kNccl = 2;
+const char* const kModeName[] = {"one-shot (event barrier)", "one-shot (signal barrier)", "NCCL"};
 
 // The device sets the rank group's tests run on: two ranks on GPU 0 (the
 // streams mode), then 0,1 and 0,1,2,3 where the machine has them.
@@ -421,24 +429,30 @@ std::vector<std::vector<int>> group_sets() {
 }
 
 // The rank group's all-reduce: every rank's output gets the sum of every
-// rank's partial, bit for bit the rank-order host sum (one-shot) or within
-// float rounding (NCCL's own order), over several all-reduces in a row
-// (the alternating partial buffers), run eagerly and as one captured graph.
+// rank's partial, bit for bit the rank-order host sum (one-shot, behind
+// events or its in-kernel signal barrier) or within float rounding (NCCL's
+// own order), over several all-reduces in a row (the alternating partial
+// buffers), run eagerly and as one captured graph. (Ranks sharing a GPU
+// take the signal barrier eagerly only, on two fresh streams: their kernels
+// must run at once, which a graph's branches on one GPU do not promise;
+// llama-cuda never gives it a shared GPU.)
 TEST(TpGroup, AllReduceAddsEveryPartialIntoEveryRank) {
     REQUIRE_GPU();
     constexpr size_t n = 8192 * 3 + 5;
     constexpr int kRounds = 5;
     for (const std::vector<int>& devs : group_sets())
-        for (bool nccl : {false, true})
+        for (int mode : {kEvents, kSignals, kNccl})
             for (bool graphed : {false, true}) {
+                const bool nccl = mode == kNccl;
                 const int N = int(devs.size());
                 ehcuda::TpGroup g(devs, devs[0], n, nccl, nullptr);
                 if (nccl && !g.nccl()) {
                     std::printf("[tp] devices %d..: no NCCL (%s)\n", devs.back(), g.nccl_why().c_str());
                     continue;
                 }
-                SCOPED_TRACE(std::to_string(N) + " ranks on " + std::to_string(devs.back() + 1) + " GPUs, nccl " +
-                             std::to_string(nccl) + ", graphed " + std::to_string(graphed));
+                if (mode == kSignals && graphed && !g.distinct_gpus()) continue;
+                SCOPED_TRACE(std::to_string(N) + " ranks on " + std::to_string(devs.back() + 1) + " GPUs, " +
+                             kModeName[mode] + ", graphed " + std::to_string(graphed));
                 std::mt19937 rng(11);
                 std::uniform_real_distribution<float> u(-2.0f, 2.0f);
                 // round k's partial of rank r
@@ -470,7 +484,7 @@ TEST(TpGroup, AllReduceAddsEveryPartialIntoEveryRank) {
                                                       cudaMemcpyDefault, g.stream(r)),
                                       cudaSuccess);
                         }
-                        g.all_reduce_add(outs, n, nccl_min);
+                        g.all_reduce_add(outs, n, nccl_min, mode == kSignals);
                     }
                     g.join(main.get());
                 };
@@ -515,7 +529,8 @@ TEST(TpGroup, AllReduceMicrosecondsPerCall) {
     REQUIRE_GPU();
     constexpr size_t kHidden = 8192;
     for (const std::vector<int>& devs : group_sets())
-        for (bool nccl : {false, true}) {
+        for (int mode : {kEvents, kSignals, kNccl}) {
+            const bool nccl = mode == kNccl, signals = mode == kSignals;
             ehcuda::TpGroup g(devs, devs[0], kHidden * 64, nccl, nullptr);
             std::string set;
             for (int d : devs) set += (set.empty() ? "" : ",") + std::to_string(d);
@@ -540,23 +555,28 @@ TEST(TpGroup, AllReduceMicrosecondsPerCall) {
                 const size_t n = kHidden * size_t(tokens);
                 const size_t nccl_min = nccl ? 0 : SIZE_MAX;
                 g.fork(main.get());
-                for (int i = 0; i < 20; ++i) g.all_reduce_add(outs, n, nccl_min);
+                for (int i = 0; i < 20; ++i) g.all_reduce_add(outs, n, nccl_min, signals);
                 g.join(main.get());
                 GPU_OK(cudaEventRecord(e0, main.get()));
                 g.fork(main.get());
                 constexpr int kCalls = 200;
-                for (int i = 0; i < kCalls; ++i) g.all_reduce_add(outs, n, nccl_min);
+                for (int i = 0; i < kCalls; ++i) g.all_reduce_add(outs, n, nccl_min, signals);
                 g.join(main.get());
                 GPU_OK(cudaEventRecord(e1, main.get()));
                 GPU_OK(cudaEventSynchronize(e1));
                 float ms = 0;
                 GPU_OK(cudaEventElapsedTime(&ms, e0, e1));
                 const double eager_us = 1000.0 * ms / kCalls;
+                if (signals && !g.distinct_gpus()) {  // (eagerly only on a shared GPU: see above)
+                    std::printf("[tp] all-reduce %s, devices %s: %d tokens x %zu floats: %.2f us a call eager\n",
+                                kModeName[mode], set.c_str(), tokens, kHidden, eager_us);
+                    continue;
+                }
                 constexpr int kInGraph = 50, kReplays = 20;
                 ehcuda::CapturedGraph graph;
                 graph.capture(main.get(), [&] {
                     g.fork(main.get());
-                    for (int i = 0; i < kInGraph; ++i) g.all_reduce_add(outs, n, nccl_min);
+                    for (int i = 0; i < kInGraph; ++i) g.all_reduce_add(outs, n, nccl_min, signals);
                     g.join(main.get());
                 });
                 graph.launch(main.get());
@@ -567,7 +587,7 @@ TEST(TpGroup, AllReduceMicrosecondsPerCall) {
                 GPU_OK(cudaEventElapsedTime(&ms, e0, e1));
                 std::printf("[tp] all-reduce %s, devices %s: %d tokens x %zu floats: %.2f us a call eager, %.2f in a "
                             "graph\n",
-                            nccl ? "NCCL" : "one-shot", set.c_str(), tokens, kHidden, eager_us,
+                            kModeName[mode], set.c_str(), tokens, kHidden, eager_us,
                             1000.0 * ms / (kInGraph * kReplays));
             }
             cudaEventDestroy(e0);

@@ -109,6 +109,7 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(batch_gemv_per_token_mirrored, 1, 65536),
         EHCUDA_INT_KEY(batch_moe_grouped_max, 0, 65536),
         EHCUDA_INT_KEY(allreduce_nccl_min_floats, 0, kBig),
+        EHCUDA_BOOL_KEY(allreduce_signals),
         EHCUDA_BOOL_KEY(pdl),
         EHCUDA_INT_KEY(prefill_min_tokens, 0, kBig),
         EHCUDA_INT_KEY(prefill_slab_mb, 0, 4096),

@@ -55,10 +55,13 @@ TpGroup::TpGroup(const std::vector<int>& devices, int main_device, size_t max_fl
             EHC_CHECK(cudaEventCreateWithFlags(&k.ready, cudaEventDisableTiming));
             EHC_CHECK(cudaEventCreateWithFlags(&k.done, cudaEventDisableTiming));
             for (DeviceBuffer& b : k.part) b = DeviceBuffer(max_floats * sizeof(float), ledger);
+            k.signal = DeviceBuffer(sizeof(AllReduceSignal), ledger);
+            EHC_CHECK(cudaMemset(k.signal.get(), 0, sizeof(AllReduceSignal)));
         }
         EHC_CHECK(cudaSetDevice(main_device));
         EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
         const bool distinct = std::set<int>(devices.begin(), devices.end()).size() == devices.size();
+        distinct_ = distinct;
         if (!use_nccl) {
             nccl_why_ = "NCCL not asked for";
         } else if (!distinct || devices.size() < 2) {
@@ -91,6 +94,7 @@ void TpGroup::release() noexcept {
         k.ready = k.done = nullptr;
         k.stream = nullptr;
         for (DeviceBuffer& b : k.part) b.reset();
+        k.signal.reset();
     }
     ranks_.clear();
     cudaSetDevice(main_device_);
@@ -120,7 +124,7 @@ const char* TpGroup::path_for(size_t n, size_t nccl_min_floats) const {
     return comms_ && n >= nccl_min_floats ? "NCCL" : "one-shot";
 }
 
-void TpGroup::all_reduce_add(float* const* out, size_t n, size_t nccl_min_floats) {
+void TpGroup::all_reduce_add(float* const* out, size_t n, size_t nccl_min_floats, bool signals) {
     if (n > max_floats_)
         throw ehp::Error(EH_INVALID_ARGUMENT, "tensor-parallel all-reduce of " + std::to_string(n) +
                                                   " floats; the buffers hold " + std::to_string(max_floats_));
@@ -142,6 +146,20 @@ void TpGroup::all_reduce_add(float* const* out, size_t n, size_t nccl_min_floats
             a.n = n;
             a.accumulate = true;
             allreduce_oneshot(a, stream(r));
+        }
+    } else if (signals) {
+        AllReduceSignal* sig[kMaxRanks] = {};
+        for (int r = 0; r < N; ++r) sig[r] = ranks_[size_t(r)].signal.as<AllReduceSignal>();
+        for (int r = 0; r < N; ++r) {
+            use(r);
+            AllReduceArgs a;
+            for (int s = 0; s < N; ++s) a.in[s] = partial(s);
+            a.nranks = N;
+            a.out[0] = out[r];
+            a.nout = 1;
+            a.n = n;
+            a.accumulate = true;
+            allreduce_oneshot_signal(a, r, sig, stream(r));
         }
     } else {
         // The barrier before: every partial is written before any rank reads.

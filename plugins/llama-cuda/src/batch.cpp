@@ -91,8 +91,11 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         group_ = std::make_unique<ehcuda::TpGroup>(devices, m_.device, T * c_.n_embd, true, L);
         // (which all-reduce a size takes depends on this machine's NCCL:
         // said once, here)
+        // (the signal barrier only where every rank has a GPU of its own)
+        signals_ = m_.plan.allreduce_signals && group_->distinct_gpus();
         std::fprintf(stderr, "[llama-cuda] tensor parallel: %d ranks on their own streams, GPUs %s; all-reduce one-shot "
-                     "(peer reads)%s%s\n", m_.tp, ehcuda::device_list(devices).c_str(),
+                     "(peer reads, %s barrier)%s%s\n", m_.tp, ehcuda::device_list(devices).c_str(),
+                     signals_ ? "in-kernel signal" : "event",
                      group_->nccl() ? (", NCCL from " + std::to_string(m_.plan.allreduce_nccl_min_floats) + " floats (").c_str()
                                     : " for every size (",
                      (group_->nccl_why() + ")").c_str());
@@ -384,7 +387,7 @@ void Batch::forward(const ehcuda::StepView& v) {
         if (group_) {
             float* out[ehcuda::kMaxRanks] = {};
             for (int i = 0; i < tp; ++i) out[i] = ranks_[size_t(i)].h;
-            group_->all_reduce_add(out, n, size_t(m_.plan.allreduce_nccl_min_floats));
+            group_->all_reduce_add(out, n, size_t(m_.plan.allreduce_nccl_min_floats), signals_);
             return;
         }
         ehcuda::AllReduceArgs a;

@@ -88,6 +88,7 @@ private:
     const Config& c_;
     // (before ranks_: their workspaces go first, while the streams exist)
     std::unique_ptr<ehcuda::TpGroup> group_;  // rank_streams
+    bool signals_ = false;                    // its one-shot all-reduce's barrier in the kernel (the plan's allreduce_signals)
     std::vector<Rank> ranks_;
     Rank head_;  // the LM head's lane: the step's stream and workspace, h_
     ehcuda::DeviceBuffer h_, xn_, last_;

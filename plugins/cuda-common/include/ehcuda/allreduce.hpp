@@ -30,4 +30,23 @@ struct AllReduceArgs {
 // mode; events across GPUs). INVALID_ARGUMENT for counts out of range.
 void allreduce_oneshot(const AllReduceArgs& a, cudaStream_t stream);
 
+// The same sum with the barrier inside the kernel instead of stream
+// events (the custom all-reduce of vLLM and TensorRT-LLM): every block of
+// rank `self`'s kernel raises its flag in each rank's signal area, then
+// waits until every rank's same block has raised it for this call, then
+// sums. Each rank launches it on its own stream, with nout 1; nothing
+// orders the ranks' streams but the flags, so the rank kernels must be able
+// to run at once (each GPU its own; ranks sharing a GPU: the grid is at
+// most kSignalBlocks blocks). The call count lives in the signal areas on
+// the device, so a captured graph replays it. The caller keeps the
+// partials double-buffered as for the event barrier (tp_group.hpp).
+inline constexpr int kSignalBlocks = 32;
+// One rank's signal area: zeroed once (cudaMemset), then only the kernel
+// writes it. flag[b][r]: rank r's block b reached call epoch[b].
+struct AllReduceSignal {
+    unsigned int flag[kSignalBlocks][kMaxRanks];
+    unsigned int epoch[kSignalBlocks];
+};
+void allreduce_oneshot_signal(const AllReduceArgs& a, int self, AllReduceSignal* const* signals, cudaStream_t stream);
+
 }  // namespace ehcuda

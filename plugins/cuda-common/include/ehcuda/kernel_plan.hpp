@@ -155,6 +155,13 @@ struct KernelPlan {
     // n_embd x 1 .. 64 tokens) the one-shot peer kernel (allreduce.hpp),
     // which is one launch and no ring; 0: NCCL for every size.
     int allreduce_nccl_min_floats = 1 << 20;
+    // The one-shot all-reduce's barrier across GPUs: flags raised and
+    // awaited inside the kernel (allreduce_oneshot_signal: no event edges
+    // between the ranks' streams) instead of stream events. Off until
+    // measured on a multi-GPU host; ranks sharing a GPU always take events
+    // (their kernels must run at once for the flags, which one GPU's queues
+    // do not promise).
+    bool allreduce_signals = false;
     // ---- launches
     bool pdl = true;          // programmatic dependent launch (only where the device has it)
     // ---- prefill through cuBLAS (prefill_workspace.cpp)

@@ -27,6 +27,10 @@
 //   - NCCL (larger messages, GPUs all distinct, libnccl.so.2 loaded): an
 //     in-place ncclAllReduce of every rank's partial in one group, then
 //     each rank adds the sum into its output.
+// With `signals` (the plan's allreduce_signals), the one-shot all-reduce
+// takes allreduce_oneshot_signal instead: the barrier is flags in each
+// rank's signal area, raised and awaited inside the kernel, and no event
+// orders the ranks' streams (the barrier after is likewise the next call's).
 // The same code runs where ranks share a GPU (the "streams" mode of a
 // one-GPU device set): separate streams and the same events; the one-shot
 // kernel's peer pointers are then plain ones.
@@ -72,6 +76,8 @@ public:
     // Makes rank r's GPU current (before its allocations and launches).
     void use(int r) const;
     bool nccl() const { return comms_ != nullptr; }
+    // Every rank on a GPU of its own (what NCCL and the signal barrier need).
+    bool distinct_gpus() const { return distinct_; }
     const std::string& nccl_why() const { return nccl_why_; }
 
     // Every rank's stream waits for the work enqueued on `main` so far; the
@@ -82,9 +88,10 @@ public:
     // Where rank r writes its partial for the next all_reduce_add().
     float* partial(int r) const { return ranks_[size_t(r)].part[flip_].as<float>(); }
     // out[r][i] += sum over ranks of partial(s)[i], i < n, on every rank's
-    // stream; NCCL from nccl_min_floats floats on (when loaded).
+    // stream; NCCL from nccl_min_floats floats on (when loaded), else the
+    // one-shot kernel behind the event barrier or (signals) its own.
     // INVALID_ARGUMENT past max_floats.
-    void all_reduce_add(float* const* out, size_t n, size_t nccl_min_floats);
+    void all_reduce_add(float* const* out, size_t n, size_t nccl_min_floats, bool signals = false);
     // Which path a message of n floats takes ("one-shot" / "NCCL").
     const char* path_for(size_t n, size_t nccl_min_floats) const;
 
@@ -95,6 +102,7 @@ private:
         cudaEvent_t ready = nullptr;  // its partial is written
         cudaEvent_t done = nullptr;   // its work of the step is enqueued up to here (join)
         DeviceBuffer part[2];
+        DeviceBuffer signal;  // its AllReduceSignal (allreduce.hpp), zeroed
     };
     void release() noexcept;
 
@@ -103,6 +111,7 @@ private:
     std::vector<Rank> ranks_;
     cudaEvent_t fork_ = nullptr;
     int flip_ = 0;
+    bool distinct_ = false;
     std::unique_ptr<nccl::Comms> comms_;
     std::string nccl_why_;
 };
