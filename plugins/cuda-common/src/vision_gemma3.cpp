@@ -99,12 +99,16 @@ struct Gemma3Vision::Impl {
 
     // y[n][w.rows] = x[n][w.cols] . w^T (x F32; rounded to F16 first for an F16 matrix).
     void linear(const Mat& w, const float* x, int n, float* y) {
-        const float one = 1.0f, zero = 0.0f;
-        const void* in = x;
         if (w.half) {
             vision::to_half(x, size_t(n) * w.cols, xh.as<__half>(), stream);
-            in = xh.get();
+            linear_in(w, xh.get(), n, y);
+        } else {
+            linear_in(w, x, n, y);
         }
+    }
+    // The same from an input already in the matrix's type.
+    void linear_in(const Mat& w, const void* in, int n, float* y) {
+        const float one = 1.0f, zero = 0.0f;
         const cudaDataType t = w.half ? CUDA_R_16F : CUDA_R_32F;
         check_cublas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &one, w.buf.get(), t, w.cols, in, t,
                                   w.cols, &zero, y, CUDA_R_32F, w.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
@@ -119,8 +123,7 @@ struct Gemma3Vision::Impl {
         const void* base = qkv.get();
         cudaDataType t = CUDA_R_32F;
         size_t esz = 4;
-        if (half_attn) {
-            vision::to_half(qkv.as<float>(), size_t(N) * 3 * W, qkvh.as<__half>(), stream);
+        if (half_attn) {  // (the biases' kernel left qkv as halves in qkvh)
             base = qkvh.get();
             t = CUDA_R_16F;
             esz = 2;
@@ -265,17 +268,20 @@ void Gemma3Vision::encode(const float* pixels, float* out) {
     vision::add_bias_pos(I.tmp.as<float>(), I.patch_b.as<float>(), I.pos.as<float>(), N, W, I.x.as<float>(), s);
     float* x = I.x.as<float>();
     float* h = I.h.as<float>();
+    // A GEMM's input goes to memory in its matrix's type: the kernel before
+    // it writes halves (xh) for an F16 matrix, floats otherwise.
+    __half* xh = I.xh.as<__half>();
     for (const Impl::Block& b : I.blocks) {
-        vision::layer_norm(x, b.ln1_w.as<float>(), b.ln1_b.as<float>(), I.eps, N, W, h, s);
-        I.linear(b.qkv, h, N, I.qkv.as<float>());
-        vision::add_bias(I.qkv.as<float>(), b.qkv_b.as<float>(), N, 3 * W, s);
+        vision::layer_norm(x, b.ln1_w.as<float>(), b.ln1_b.as<float>(), I.eps, N, W, h, s, b.qkv.half ? xh : nullptr);
+        I.linear_in(b.qkv, b.qkv.half ? static_cast<const void*>(xh) : h, N, I.qkv.as<float>());
+        vision::add_bias(I.qkv.as<float>(), b.qkv_b.as<float>(), N, 3 * W, s, I.half_attn ? I.qkvh.as<__half>() : nullptr);
         I.attention();
         I.linear(b.o, I.att.as<float>(), N, I.tmp.as<float>());
         vision::add_residual(x, I.tmp.as<float>(), b.o_b.as<float>(), N, W, s);
-        vision::layer_norm(x, b.ln2_w.as<float>(), b.ln2_b.as<float>(), I.eps, N, W, h, s);
-        I.linear(b.up, h, N, I.u.as<float>());
-        vision::bias_gelu(I.u.as<float>(), b.up_b.as<float>(), N, F, s);
-        I.linear(b.down, I.u.as<float>(), N, I.tmp.as<float>());
+        vision::layer_norm(x, b.ln2_w.as<float>(), b.ln2_b.as<float>(), I.eps, N, W, h, s, b.up.half ? xh : nullptr);
+        I.linear_in(b.up, b.up.half ? static_cast<const void*>(xh) : h, N, I.u.as<float>());
+        vision::bias_gelu(I.u.as<float>(), b.up_b.as<float>(), N, F, s, b.down.half ? xh : nullptr);
+        I.linear_in(b.down, b.down.half ? static_cast<const void*>(xh) : I.u.as<float>(), N, I.tmp.as<float>());
         vision::add_residual(x, I.tmp.as<float>(), b.down_b.as<float>(), N, W, s);
     }
     vision::layer_norm(x, I.post_w.as<float>(), I.post_b.as<float>(), I.eps, N, W, h, s);

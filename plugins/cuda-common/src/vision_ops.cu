@@ -51,10 +51,12 @@ __global__ void add_bias_pos_kernel(const float* y, const float* b, const float*
     x[i] = y[i] + b[i % n] + pos[i];
 }
 
-__global__ void add_bias_kernel(float* y, const float* b, int rows, int n) {
+__global__ void add_bias_kernel(float* y, const float* b, int rows, int n, __half* outh) {
     const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= size_t(rows) * n) return;
-    y[i] += b[i % n];
+    const float v = y[i] + b[i % n];
+    if (outh) outh[i] = __float2half_rn(v);
+    else y[i] = v;
 }
 
 __global__ void add_residual_kernel(float* x, const float* y, const float* b, int rows, int n) {
@@ -63,24 +65,32 @@ __global__ void add_residual_kernel(float* x, const float* y, const float* b, in
     x[i] += y[i] + b[i % n];
 }
 
-__global__ void bias_gelu_kernel(float* u, const float* b, int rows, int n) {
+__global__ void bias_gelu_kernel(float* u, const float* b, int rows, int n, __half* outh) {
     const size_t i = size_t(blockIdx.x) * blockDim.x + threadIdx.x;
     if (i >= size_t(rows) * n) return;
     const float x = u[i] + b[i % n];
     const float c = 0.7978845608028654f;  // sqrt(2/pi)
-    u[i] = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+    const float v = 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+    if (outh) outh[i] = __float2half_rn(v);
+    else u[i] = v;
 }
 
-__global__ void layer_norm_kernel(const float* x, const float* w, const float* b, float eps, int n, float* out) {
+__global__ void layer_norm_kernel(const float* x, const float* w, const float* b, float eps, int n, float* out,
+                                  __half* outh) {
     __shared__ float red[kThreads / 32];
     const float* r = x + size_t(blockIdx.x) * n;
-    float* o = out + size_t(blockIdx.x) * n;
     float s = 0.0f;
     for (int e = threadIdx.x; e < n; e += kThreads) s += r[e];
     const float mean = block_sum(s, red) / float(n);
     float v = 0.0f;
     for (int e = threadIdx.x; e < n; e += kThreads) v += (r[e] - mean) * (r[e] - mean);
     const float inv = rsqrtf(block_sum(v, red) / float(n) + eps);
+    if (outh) {
+        __half* o = outh + size_t(blockIdx.x) * n;
+        for (int e = threadIdx.x; e < n; e += kThreads) o[e] = __float2half_rn((r[e] - mean) * inv * w[e] + b[e]);
+        return;
+    }
+    float* o = out + size_t(blockIdx.x) * n;
     for (int e = threadIdx.x; e < n; e += kThreads) o[e] = (r[e] - mean) * inv * w[e] + b[e];
 }
 
@@ -138,20 +148,21 @@ void add_bias_pos(const float* y, const float* bias, const float* pos, int rows,
     add_bias_pos_kernel<<<blocks_for(size_t(rows) * n), kThreads, 0, s>>>(y, bias, pos, rows, n, x);
     EHC_LAUNCHED("vision_add_bias_pos");
 }
-void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t s) {
-    add_bias_kernel<<<blocks_for(size_t(rows) * n), kThreads, 0, s>>>(y, bias, rows, n);
+void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t s, __half* outh) {
+    add_bias_kernel<<<blocks_for(size_t(rows) * n), kThreads, 0, s>>>(y, bias, rows, n, outh);
     EHC_LAUNCHED("vision_add_bias");
 }
 void add_residual(float* x, const float* y, const float* bias, int rows, int n, cudaStream_t s) {
     add_residual_kernel<<<blocks_for(size_t(rows) * n), kThreads, 0, s>>>(x, y, bias, rows, n);
     EHC_LAUNCHED("vision_add_residual");
 }
-void bias_gelu(float* u, const float* bias, int rows, int n, cudaStream_t s) {
-    bias_gelu_kernel<<<blocks_for(size_t(rows) * n), kThreads, 0, s>>>(u, bias, rows, n);
+void bias_gelu(float* u, const float* bias, int rows, int n, cudaStream_t s, __half* outh) {
+    bias_gelu_kernel<<<blocks_for(size_t(rows) * n), kThreads, 0, s>>>(u, bias, rows, n, outh);
     EHC_LAUNCHED("vision_bias_gelu");
 }
-void layer_norm(const float* x, const float* w, const float* b, float eps, int rows, int n, float* out, cudaStream_t s) {
-    layer_norm_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, b, eps, n, out);
+void layer_norm(const float* x, const float* w, const float* b, float eps, int rows, int n, float* out, cudaStream_t s,
+                __half* outh) {
+    layer_norm_kernel<<<unsigned(rows), kThreads, 0, s>>>(x, w, b, eps, n, out, outh);
     EHC_LAUNCHED("vision_layer_norm");
 }
 void to_half(const float* x, size_t n, __half* out, cudaStream_t s) {

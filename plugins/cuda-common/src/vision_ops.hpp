@@ -12,14 +12,18 @@ namespace ehcuda::vision {
 void im2col(const float* pixels, int size, int patch, float* out, cudaStream_t s);
 // x[t][e] = y[t][e] + bias[e] + pos[t][e].
 void add_bias_pos(const float* y, const float* bias, const float* pos, int rows, int n, float* x, cudaStream_t s);
-// y[t][e] += bias[e].
-void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t s);
+// y[t][e] += bias[e]; with outh, written there as halves instead (y unchanged).
+void add_bias(float* y, const float* bias, int rows, int n, cudaStream_t s, __half* outh = nullptr);
 // x[t][e] += y[t][e] + bias[e].
 void add_residual(float* x, const float* y, const float* bias, int rows, int n, cudaStream_t s);
-// u[t][e] = gelu_tanh(u[t][e] + bias[e]).
-void bias_gelu(float* u, const float* bias, int rows, int n, cudaStream_t s);
+// u[t][e] = gelu_tanh(u[t][e] + bias[e]); with outh, written there as halves
+// instead (u unchanged).
+void bias_gelu(float* u, const float* bias, int rows, int n, cudaStream_t s, __half* outh = nullptr);
 // out = LayerNorm(x) * w + b per row (biased variance, eps inside the root).
-void layer_norm(const float* x, const float* w, const float* b, float eps, int rows, int n, float* out, cudaStream_t s);
+// With outh, written there as halves instead of to out (the next GEMM's
+// input when its matrix is F16).
+void layer_norm(const float* x, const float* w, const float* b, float eps, int rows, int n, float* out, cudaStream_t s,
+                __half* outh = nullptr);
 // n floats to halves.
 void to_half(const float* x, size_t n, __half* out, cudaStream_t s);
 // Each of `rows` rows of n scores to its softmax, into outf (may be s
