@@ -9,11 +9,16 @@
 // step stages each token's slot (-1: none) with its other inputs, so a
 // captured CUDA graph stays valid whichever adapters its rows use, and
 // adapters loaded or released after the capture are seen at replay: the
-// kernels read the table, never a pointer baked in at capture time.
+// kernels read the table, never a pointer baked in at capture time. A step
+// launches nothing for a site no loaded adapter has a pair at; when a site
+// gains its first one, the engine's graphs are captured again
+// (LoraSet::generation, BatchBase::graph_epoch).
 //
-// Arithmetic per row (the same whichever rows share the step, so a
-// sequence's result does not depend on its neighbours): u = A x in FP32
-// over FP16 weights, then y += s * (B u), FP32 accumulation.
+// Arithmetic: per row, u = A x in FP32 over FP16 weights, then y += s * B u
+// (FP32 accumulation); an entry of kGemmMinRows or more tokens with an
+// adapter (a prefill chunk) takes two cuBLAS GEMMs (FP16 inputs, FP32
+// accumulation) instead. Either way a row's result depends on its own entry
+// alone, never on the other rows of its step.
 #pragma once
 
 #include <cuda_fp16.h>
