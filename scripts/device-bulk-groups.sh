@@ -3,7 +3,7 @@
 # reads each weight once for the group) against what batched steps of that
 # size ran before them (one single-token GEMV per token on side streams, or
 # cuBLAS on FP16 mirrors from 3 tokens): the plan key bulk_max_tokens 8
-# against 1 (the default), alternating in one call so the machine is the same.
+# against 1 (no groups; the default is 2), alternating in one call so the machine is the same.
 #   1. GemvBulk.* (token groups against one token at a time);
 #   2. bench decode at --batch 1, 2, 4, 8 for each forged profile, both sides,
 #      AB_ROUNDS rounds (default 2).

@@ -180,7 +180,7 @@ TEST(KernelRoute, PrefillStepTakesCublas) {
 // each, more one GEMM; a model with FP16 mirrors from 3 tokens.
 TEST(KernelRoute, StepThresholdsComeFromThePlan) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
-    EXPECT_EQ(p.bulk_max_tokens, 1);  // token groups off by default
+    EXPECT_EQ(p.bulk_max_tokens, 2);  // token groups of two by default
     p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     const GemvShape g = shape_of(real("Llama-3.1-8B", "ffn_down"));
     auto step = [&](int n, bool mirrored) { return ehcuda::route_step_matmul(p, kH200, g, n, mirrored); };
@@ -208,7 +208,8 @@ TEST(KernelRoute, StepThresholdsComeFromThePlan) {
 // Each kernel's refusal names its reason.
 TEST(KernelRoute, RefusalsSayWhy) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
-    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 2).why,
+    EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 2));
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 3).why,
                  "token groups of this many off in the plan (bulk_max_tokens)");
     p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     const GemvShape q4 = shape_of(real("Phi-3-mini", "attn_output"));

@@ -65,11 +65,14 @@ struct KernelPlan {
     // the bulk kernels' token groups, each weight read once for the group,
     // instead of one single-token GEMV per token or cuBLAS on FP16 weights;
     // 1: never (the batched step's choice of batch_gemv_per_token below).
-    // Off by default: slower than what they replace so far (H200, forged
-    // Q4_K_M, bench decode tok/s at batch 2 / 4 / 8, groups against one GEMV
-    // a token or cuBLAS: Qwen2.5-0.5B 1,347 / 2,137 / 3,378 against 1,661 /
-    // 2,715 / 5,350; Llama-3.1-8B 177 / 207 / 243 against 308 / 703 / 1,310).
-    int bulk_max_tokens = 1;
+    // 2: groups of two only. Each lane of a group decodes its weights for
+    // its own token, so a group costs about its tokens' dot products, and
+    // past two tokens the weights read once no longer pay for that (H200,
+    // forged Q4_K_M, bench decode tok/s at batch 2 / 3 / 4 / 8, groups
+    // against one GEMV a token or cuBLAS on mirrors: Qwen2.5-0.5B 2,124 /
+    // 2,402 / 3,115 / 4,371 against 1,614 / 2,036 / 2,713 / 5,365;
+    // Llama-3.1-8B 421 / 428 / 424 / 477 against 310 / 532 / 697 / 1,320).
+    int bulk_max_tokens = 2;
     int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
     // 2 rows per warp from this many (4096, not 2048: with the entry
     // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
