@@ -20,6 +20,8 @@ expect phi-qkv 0 'batch 1 +attn_qkv x4: Q[0-9A-Z_]+ 768x256: gemv_bulk_kernel: 1
 expect phi-pair 0 'ffn_gate_up x4: Q4_K 512x256: gate_up_pair_kernel with SwiGLU' -- "$eh" inspect --model "$phi" --kernels
 # 8 tokens: one single-token call each; 64: cuBLAS; 3 with FP16 mirrors: cuBLAS.
 expect batch-8 0 'batch 8 +attn_qkv x1: 8 single-token calls \(side streams\), each Q4_K 512x256 \+ Q4_K 256x256 \+ Q4_K 256x256: gemv_bulk_kernel' -- "$eh" inspect --model "$qwen3" --kernels --batch 1,8,64
+# two tokens: the bulk kernels' token groups of two (the plan's bulk_max_tokens), one call
+expect batch-2 0 'batch 2 +attn_qkv x1: Q4_K 512x256 \+ Q4_K 256x256 \+ Q4_K 256x256: 2 tokens: gemv_bulk_ring_kernel: .*inputs quantized once' -- "$eh" inspect --model "$qwen3" --kernels --batch 2
 expect batch-64 0 'batch 64 +attn_qkv x1: .*cuBLAS GEMM on FP16 weights.*, 64 tokens' -- "$eh" inspect --model "$qwen3" --kernels --batch 1,8,64
 expect mirrored 0 'batch 3 +attn_qkv x1: .*cuBLAS GEMM' -- "$eh" inspect --model "$qwen3" --kernels --batch 3 --fp16-mirrors
 expect not-mirrored 0 'batch 3 +attn_qkv x1: 3 single-token calls' -- "$eh" inspect --model "$qwen3" --kernels --batch 3
