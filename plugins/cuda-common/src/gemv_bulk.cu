@@ -81,75 +81,20 @@ __device__ __forceinline__ TileRef tile_ref(const DevArgs& a, int tr, int t) {
 }
 
 // A warp's tile of nr rows, in shared memory at w (row r at w + r *
-// row_bytes), dotted with the staged input in gemv_kernel's order (lane =
-// chunk, same integer dot, same warp reduction); lane 0 stores the rows.
-template <int T, int R, int XB>
-__device__ __forceinline__ void tile_dot_typed(const DevArgs& a, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
-                                               float xscale, int lane) {
-    const DevSeg& g = *tf.g;
-    const int nch = a.cols / 32, nr = tf.nr;
-    float acc[R];
-#pragma unroll
-    for (int r = 0; r < R; ++r) acc[r] = 0.0f;
-    for (int c = lane; c < nch; c += 32) {
-        XChunk<XB> x;
-        load_staged_int<XB>(xs, c, x);
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-            if (r >= nr) continue;
-            acc[r] += dot_chunk_int<T, true>(w + size_t(r) * g.row_bytes, c, x);
-        }
-    }
-#pragma unroll
-    for (int r = 0; r < R; ++r)
-#pragma unroll
-        for (int o = 16; o > 0; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
-    if (lane != 0) return;
-#pragma unroll
-    for (int r = 0; r < R; ++r) {
-        if (r >= nr) break;
-        store_out(a, g, 0, tf.lr0 + r, __fmul_rn(acc[r], xscale));  // as gemv_kernel rounds
-    }
-}
-
-// tile_dot_typed for the launch's type, or in a mixed-type launch for the
-// tile's (a tile lies in one segment): one switch per tile, so each type's
-// chunk loop is the single-type kernel's. (A switch per chunk,
-// dot_chunk_int_any, ran Llama-3.1-8B's Q4_K + Q6_K QKV at 16.1 us a call
-// against 10.4 for its all-Q4_K layers, ncu on an H200; this form took its
-// decode 369.9 -> 378.2 tok/s and Qwen3-8B's 359.1 -> 370.1, same H200.)
-template <int T, int R, int XB>
-__device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
-                                         float xscale, int lane) {
-    if constexpr (T != kMixed) {
-        tile_dot_typed<T, R, XB>(a, tf, w, xs, xscale, lane);
-    } else {
-        switch (tf.g->type) {  // mixed_launch_type's types, as dot_chunk_int_any
-        case EH_TYPE_Q4_0: return tile_dot_typed<EH_TYPE_Q4_0, R, XB>(a, tf, w, xs, xscale, lane);
-        case EH_TYPE_Q4_1: return tile_dot_typed<EH_TYPE_Q4_1, R, XB>(a, tf, w, xs, xscale, lane);
-        case EH_TYPE_Q5_0: return tile_dot_typed<EH_TYPE_Q5_0, R, XB>(a, tf, w, xs, xscale, lane);
-        case EH_TYPE_Q5_1: return tile_dot_typed<EH_TYPE_Q5_1, R, XB>(a, tf, w, xs, xscale, lane);
-        case EH_TYPE_Q8_0: return tile_dot_typed<EH_TYPE_Q8_0, R, XB>(a, tf, w, xs, xscale, lane);
-        case EH_TYPE_Q4_K: return tile_dot_typed<EH_TYPE_Q4_K, R, XB>(a, tf, w, xs, xscale, lane);
-        case EH_TYPE_Q5_K: return tile_dot_typed<EH_TYPE_Q5_K, R, XB>(a, tf, w, xs, xscale, lane);
-        case EH_TYPE_Q6_K: return tile_dot_typed<EH_TYPE_Q6_K, R, XB>(a, tf, w, xs, xscale, lane);
-        default: return;  // the host launches only these
-        }
-    }
-}
-
-// tile_dot_typed for a token group of a.ntok (<= NT) tokens: lane l takes
-// token l % NT and the chunks c = l / NT, l / NT + 32 / NT, ... of every
-// row of the tile, its token's staged chunk (at xs + t * x_stride) loaded
-// once for all the rows; the 32 / NT lanes of a token then add their sums
-// (xor shuffles) and the first stores them. The staged inputs are read once
-// per chunk and tile, not once per row: read once per row, they cost more
-// shared-memory bandwidth than the weights cost memory bandwidth.
-// (Another order than the single-token kernel's: a token's outputs are
-// deterministic, not bitwise those of a one-token launch.)
+// row_bytes), dotted with the staged inputs of a.ntok (<= NT) tokens
+// (token t's at xs + t * x_stride). Lane l takes token l % NT and the chunks
+// c = l / NT, l / NT + 32 / NT, ... of every row, its token's chunk loaded
+// once for all the rows; the 32 / NT lanes of a token add their sums (xor
+// shuffles, widest first) and the first stores them. One token (NT 1) is
+// gemv_kernel's order exactly (lane = chunk, same integer dot, same warp
+// reduction; lane 0 stores). A token group's inputs are read once per
+// chunk and tile, not once per row: read once per row, they cost more
+// shared-memory bandwidth than the weights cost memory bandwidth. (Its
+// tokens' sums are in another order than one-token launches': equal within
+// float reassociation, deterministic.)
 template <int T, int R, int XB, int NT>
-__device__ __forceinline__ void tile_dot_tokens_typed(const DevArgs& a, const TileRef& tf, const uint8_t* w,
-                                                      const uint8_t* xs, int x_stride, int lane) {
+__device__ __forceinline__ void tile_dot_typed(const DevArgs& a, const TileRef& tf, const uint8_t* w,
+                                               const uint8_t* xs, int x_stride, float xscale, int lane) {
     constexpr int kSlots = 32 / NT;
     const DevSeg& g = *tf.g;
     const int nch = a.cols / 32, nr = tf.nr;
@@ -173,46 +118,39 @@ __device__ __forceinline__ void tile_dot_tokens_typed(const DevArgs& a, const Ti
 #pragma unroll
     for (int r = 0; r < R; ++r)
 #pragma unroll
-        for (int o = NT; o < 32; o <<= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
+        for (int o = 16; o >= NT; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     if (!on || lane >= NT) return;
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         if (r >= nr) break;
-        store_out(a, g, t, tf.lr0 + r, acc[r]);
+        store_out(a, g, t, tf.lr0 + r, __fmul_rn(acc[r], xscale));  // as gemv_kernel rounds
     }
 }
 
-// tile_dot's dispatch for a token group.
+// tile_dot_typed for the launch's type, or in a mixed-type launch for the
+// tile's (a tile lies in one segment): one switch per tile, so each type's
+// chunk loop is the single-type kernel's. (A switch per chunk,
+// dot_chunk_int_any, ran Llama-3.1-8B's Q4_K + Q6_K QKV at 16.1 us a call
+// against 10.4 for its all-Q4_K layers, ncu on an H200; this form took its
+// decode 369.9 -> 378.2 tok/s and Qwen3-8B's 359.1 -> 370.1, same H200.)
 template <int T, int R, int XB, int NT>
-__device__ __forceinline__ void tile_dot_tokens(const DevArgs& a, const TileRef& tf, const uint8_t* w,
-                                                const uint8_t* xs, int x_stride, int lane) {
+__device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
+                                         int x_stride, float xscale, int lane) {
     if constexpr (T != kMixed) {
-        tile_dot_tokens_typed<T, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        tile_dot_typed<T, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
     } else {
-        switch (tf.g->type) {
-        case EH_TYPE_Q4_0: return tile_dot_tokens_typed<EH_TYPE_Q4_0, R, XB, NT>(a, tf, w, xs, x_stride, lane);
-        case EH_TYPE_Q4_1: return tile_dot_tokens_typed<EH_TYPE_Q4_1, R, XB, NT>(a, tf, w, xs, x_stride, lane);
-        case EH_TYPE_Q5_0: return tile_dot_tokens_typed<EH_TYPE_Q5_0, R, XB, NT>(a, tf, w, xs, x_stride, lane);
-        case EH_TYPE_Q5_1: return tile_dot_tokens_typed<EH_TYPE_Q5_1, R, XB, NT>(a, tf, w, xs, x_stride, lane);
-        case EH_TYPE_Q8_0: return tile_dot_tokens_typed<EH_TYPE_Q8_0, R, XB, NT>(a, tf, w, xs, x_stride, lane);
-        case EH_TYPE_Q4_K: return tile_dot_tokens_typed<EH_TYPE_Q4_K, R, XB, NT>(a, tf, w, xs, x_stride, lane);
-        case EH_TYPE_Q5_K: return tile_dot_tokens_typed<EH_TYPE_Q5_K, R, XB, NT>(a, tf, w, xs, x_stride, lane);
-        case EH_TYPE_Q6_K: return tile_dot_tokens_typed<EH_TYPE_Q6_K, R, XB, NT>(a, tf, w, xs, x_stride, lane);
+        switch (tf.g->type) {  // mixed_launch_type's types, as dot_chunk_int_any
+        case EH_TYPE_Q4_0: return tile_dot_typed<EH_TYPE_Q4_0, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        case EH_TYPE_Q4_1: return tile_dot_typed<EH_TYPE_Q4_1, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        case EH_TYPE_Q5_0: return tile_dot_typed<EH_TYPE_Q5_0, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        case EH_TYPE_Q5_1: return tile_dot_typed<EH_TYPE_Q5_1, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        case EH_TYPE_Q8_0: return tile_dot_typed<EH_TYPE_Q8_0, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        case EH_TYPE_Q4_K: return tile_dot_typed<EH_TYPE_Q4_K, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        case EH_TYPE_Q5_K: return tile_dot_typed<EH_TYPE_Q5_K, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        case EH_TYPE_Q6_K: return tile_dot_typed<EH_TYPE_Q6_K, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
         default: return;  // the host launches only these
         }
     }
-}
-
-// The block's staging and a tile's dot products, for one token (NT 1: the
-// input staged, or a producer's chunks copied; returns the RMSNorm fold's
-// factor) or a token group (plain or SwiGLU inputs, no fold).
-template <int XB, int NT>
-__device__ __forceinline__ float stage_block(const BulkArgs& b, int4* smem);
-template <int T, int R, int XB, int NT>
-__device__ __forceinline__ void dot_tile(const BulkArgs& b, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
-                                         float xscale, int lane) {
-    if constexpr (NT == 1) tile_dot<T, R, XB>(b.d, tf, w, xs, xscale, lane);
-    else tile_dot_tokens<T, R, XB, NT>(b.d, tf, w, xs, b.x_stride, lane);
 }
 
 // Stages the block's input (or copies a producer's chunks); returns the
@@ -224,6 +162,10 @@ __device__ __forceinline__ float stage_input(const DevArgs& a, int4* smem) {
     return 1.0f;
 }
 
+// The block's staging: one token's (NT 1: the input staged or a producer's
+// chunks copied; returns the RMSNorm fold's factor), or a token group's
+// (plain or SwiGLU inputs, no fold: the chunks quantized once copied, else
+// each token staged).
 template <int XB, int NT>
 __device__ __forceinline__ float stage_block(const BulkArgs& b, int4* smem) {
     if constexpr (NT == 1) {
@@ -272,7 +214,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     if (!active) return;
     mbar_wait(&bars[warp], 0);
     __syncwarp();
-    dot_tile<T, R, XB, NT>(b, tf, tile + tile_lead(tf), xs, xscale, lane);
+    tile_dot<T, R, XB, NT>(a, tf, tile + tile_lead(tf), xs, b.x_stride, xscale, lane);
 }
 
 // For matrices of several waves of gemv_bulk_kernel's blocks: a grid that
@@ -314,7 +256,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
         const TileRef tf = tile_ref(a, b.rows_per_tile, t);
         mbar_wait(&bars[warp][k], uint32_t(i >> 1) & 1u);
         __syncwarp();
-        dot_tile<T, R, XB, NT>(b, tf, tile + tile_lead(tf), xs, xscale, lane);
+        tile_dot<T, R, XB, NT>(a, tf, tile + tile_lead(tf), xs, b.x_stride, xscale, lane);
         if (t + 2 * nw < b.tiles) {
             fence_async_shared();  // this warp's reads of the buffer before the refill
             __syncwarp();
