@@ -709,7 +709,24 @@ void embd_spans(Context& c) {
     if (with == plain) fail("rows given for tokens 2..5 left the logits as the tokens' own embeddings gave them");
     if (run({{2, 4, 0, 0, rows.data()}}, "the same rows again") != with)
         fail("the same rows for the same tokens gave other logits");
-    (void)run({{2, 4, EH_SPAN_BIDIRECTIONAL, 0, rows.data()}}, "a bidirectional span");
+    {
+        // A bidirectional span: taken, or refused by name where the plugin's
+        // attention cannot run one on this load (llama-cuda: a quantized KV
+        // cache, a tensor-parallel load), with nothing changed.
+        eh_seq* b = c.d.create();
+        const eh_embd_span bi{2, 4, EH_SPAN_BIDIRECTIONAL, 0, rows.data()};
+        if (api.seq_embd_spans(b, &bi, 1) != EH_OK) fail("seq_embd_spans failed: " + c.d.error());
+        std::vector<eh_step_entry> be{entry(b, p.data(), 8, EH_STEP_LOGITS)};
+        const eh_status bst = c.d.step(be);
+        if (bst == EH_UNSUPPORTED) {
+            if (c.d.error().find("bidirectional") == std::string::npos)
+                fail("a bidirectional span was refused without saying so: " + c.d.error());
+            if (c.d.length(b) != 0) fail("a step refused for its bidirectional span changed the sequence");
+        } else if (bst != EH_OK) {
+            fail(fmt::format("a bidirectional span gave {}: {}", eh_status_name(bst), c.d.error()));
+        }
+        c.d.release(b);
+    }
     if (api.abi_minor >= 8) {
         // 1.8: a grid of 2 x 2 is taken; a width that does not divide the span is refused, changing nothing.
         (void)run({{2, 4, EH_SPAN_GRID, 2, rows.data()}}, "a grid span of 2 x 2");
@@ -1263,7 +1280,8 @@ const Check kChecks[] = {
                       "sequence holding tokens keeps its own (skipped without the adapter calls)",
      lora_adapters},
     {"embd_spans", "rows given for a span of a step's tokens (seq_embd_spans, 1.6) change its logits the same "
-                   "way every time, a span past its entry is refused with nothing changed, and spans last one "
+                   "way every time, a span past its entry is refused with nothing changed, a bidirectional span "
+                   "is taken or refused by name (EH_UNSUPPORTED) with nothing changed, and spans last one "
                    "step (skipped without the image calls)",
      embd_spans},
     {"park_restore", "a sequence parked in host memory (seq_park, 1.7), released and restored continues as "

@@ -98,7 +98,8 @@ void write_gemma3_tower(const std::string& path, uint32_t text_embd, uint64_t se
     t.writer().set("clip.use_gelu", GgufValue::boolean(true));
     // (no key: Gemma 3's pooling of 4, as the converter writes it)
     if (g.merge) t.writer().set("clip.vision.projector.scale_factor", GgufValue::u32(g.merge));
-    // A matrix F16 when the tower's are, else F32; vectors F32 always.
+    // A matrix F16 when the tower's are, else F32; vectors (and the position
+    // embeddings) F32 always.
     auto mat = [&](const std::string& name, std::vector<uint64_t> dims, float scale) {
         if (g.f16) t.add_half(name, std::move(dims), scale, 0.0f);
         else t.add(name, std::move(dims), scale, 0.0f);
@@ -106,7 +107,9 @@ void write_gemma3_tower(const std::string& path, uint32_t text_embd, uint64_t se
     const float s = 1.0f / std::sqrt(float(W));
     mat("v.patch_embd.weight", {p, p, 3, W}, 1.0f / std::sqrt(3.0f * float(p * p)));
     t.add("v.patch_embd.bias", {W}, 0.02f, 0.0f);
-    mat("v.position_embd.weight", {W, N}, 0.5f);
+    // (F32 whatever the matrices are, as the converter writes V_ENC_EMBD_POS:
+    // llama.cpp adds it to F32 activations and takes no F16 there)
+    t.add("v.position_embd.weight", {W, N}, 0.5f, 0.0f);
     for (uint32_t i = 0; i < g.layers; ++i) {
         const std::string b = fmt::format("v.blk.{}.", i);
         for (const char* n : {"ln1", "ln2"}) {
