@@ -25,6 +25,7 @@ void LoraSet::init(const std::vector<LoraSite>& sites, MemoryLedger* ledger) {
     table_ = std::move(t);
     n_sites_ = n_sites;
     sites_ = sites;
+    for (const LoraSite& x : sites) max_n_in_ = std::max(max_n_in_, x.n_in);
     host_.assign(size_t(kLoraMaxAdapters) * size_t(n_sites), LoraDesc{});
     users_.assign(size_t(n_sites), 0);
     used_.assign(kLoraMaxAdapters, false);

@@ -1,6 +1,7 @@
 // A step's LoRA updates after one matmul (lora.hpp): long entries of one
 // adapter through cuBLAS, every other row through the per-row kernels.
 #include <algorithm>
+#include <cstdint>
 
 #include "ehcuda/lora.hpp"
 
@@ -19,7 +20,9 @@ void LoraStep::apply(const LoraSet& set, std::initializer_list<int> sites, const
         a.n_in = sh.n_in;
     }
     if (a.nparts == 0) return;
-    const size_t need = size_t(kLoraMaxParts) * kRows * kLoraMaxRank * sizeof(float);
+    // (sized for the model's widest input: the same at every step, so the
+    // buffer a graph captured stays)
+    const size_t need = size_t(kLoraMaxParts) * size_t(lora_slices(set.max_n_in())) * kRows * kLoraMaxRank * sizeof(float);
     if (u_.size() < need) u_ = DeviceBuffer(need, ledger);
     a.table = set.table();
     a.n_sites = set.n_sites();
@@ -27,6 +30,8 @@ void LoraStep::apply(const LoraSet& set, std::initializer_list<int> sites, const
     a.ldy = ldy;
     a.u = u_.as<float>();
     a.u_rows = kRows;
+    a.slices = lora_slices(a.n_in);
+    a.vec = a.n_in % 2 == 0 && ldx % 2 == 0 && reinterpret_cast<uintptr_t>(x) % 8 == 0;
     // Rows first .. end - 1 through the per-row kernels.
     auto rows = [&](int first, int end) {
         for (int r0 = first; r0 < end; r0 += kRows) {

@@ -77,6 +77,7 @@ public:
     // sites are the same.
     void init(const std::vector<LoraSite>& sites, MemoryLedger* ledger);
     int n_sites() const { return n_sites_; }
+    int max_n_in() const { return max_n_in_; }  // the widest site input
     const LoraSite& site(int i) const { return sites_[size_t(i)]; }
     const LoraDesc* table() const { return table_.as<const LoraDesc>(); }
     // The host's copy of a descriptor (for launch choices and cuBLAS).
@@ -96,6 +97,7 @@ public:
 
 private:
     int n_sites_ = 0;
+    int max_n_in_ = 0;
     std::vector<LoraSite> sites_;
     DeviceBuffer table_;
     std::vector<LoraDesc> host_;
@@ -125,6 +127,9 @@ private:
 
 // Sites one launch pair may take: those reading the same input (q, k, v).
 inline constexpr int kLoraMaxParts = 3;
+// The shrink's input slices: a block per kSliceCols columns of a row.
+inline constexpr int kSliceCols = 2048;
+inline int lora_slices(int n_in) { return (n_in + kSliceCols - 1) / kSliceCols; }
 struct LoraPart {
     int site = 0;
     int col0 = 0;   // its outputs' first column in y's rows
@@ -145,8 +150,12 @@ struct LoraApplyArgs {
     int ldx = 0, n_in = 0;
     float* y = nullptr;        // nrows rows (added to), ldy apart
     int ldy = 0;
-    float* u = nullptr;        // scratch: kLoraMaxParts * u_rows rows of kLoraMaxRank floats
+    bool vec = false;          // n_in and ldx even, x 8-byte aligned: column pairs
+    // Scratch: kLoraMaxParts * slices * u_rows rows of kLoraMaxRank floats
+    // (the shrink's partial sums per input slice).
+    float* u = nullptr;
     int u_rows = 0;            // (at least nrows)
+    int slices = 0;            // lora_slices(n_in)
 };
 // Two launches (u = A x; y += s B u) whatever the rows' adapters; rows
 // without one cost an early exit.
@@ -203,7 +212,7 @@ public:
     // Rows go in launches of at most kRows; the scratch for them (u) is
     // allocated at the first step with an adapter, which runs eagerly
     // (never inside a graph capture), and never moves after.
-    static constexpr int kRows = 1024;
+    static constexpr int kRows = 256;
     // Entries of at least this many tokens with an adapter (prefill chunks)
     // take cuBLAS (lora_apply_gemm), with pw's handle and its FP16
     // activation buffer as scratch; the other rows the per-row kernels.
