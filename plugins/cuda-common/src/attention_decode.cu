@@ -120,6 +120,36 @@ __device__ __forceinline__ void load_key_group(const __half* kc, const __half* v
     }
 }
 
+// A head's DPL scales from p (its first): one 4-, 8- or 16-byte load where
+// DPL is 2, 4 or 8 (the scales of a head of 64, 128, 256 start 4-, 8- and
+// 16-byte aligned in a row and in `spare`), else one load each.
+template <int DPL>
+__device__ __forceinline__ void load_head_scales(const uint8_t* p, __half (&s)[DPL]) {
+    if constexpr (DPL == 2 || DPL == 4 || DPL == 8) {
+        using W = std::conditional_t<DPL == 2, uint32_t, std::conditional_t<DPL == 4, uint2, uint4>>;
+        const W w = *reinterpret_cast<const W*>(p);
+        const unsigned short* h = reinterpret_cast<const unsigned short*>(&w);
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) s[i] = __ushort_as_half(h[i]);
+    } else {
+#pragma unroll
+        for (int i = 0; i < DPL; ++i) s[i] = reinterpret_cast<const __half*>(p)[i];
+    }
+}
+
+// prefetch_paged_rows for a quantized pool: each key's codes of the head
+// (hd bytes, in 64-byte pieces) and its scales (one more piece).
+__device__ __forceinline__ void prefetch_quant_rows(const uint8_t* kc, const uint8_t* vc, size_t rs, int soff, int hd,
+                                                    const int32_t* table, int kbase, int k0, int k1) {
+    const int pieces = (hd + 63) / 64 + 1;
+    const int n = 2 * (k1 - k0 + 1) * pieces;
+    for (int i = threadIdx.x; i < n; i += blockDim.x) {
+        const int j = i >> 1, key = k0 + j / pieces, piece = j % pieces;
+        const uint8_t* row = ((i & 1) ? vc : kc) + key_row<true>(table, key - kbase) * rs;
+        prefetch_l2(piece + 1 == pieces ? row + soff : row + 64 * piece);
+    }
+}
+
 // load_key_group over a quantized pool (rows of rs bytes): each key's codes
 // (lane l: dims l + 32 i) and the scale of each of the lane's 32-value
 // blocks, as stored; `soff` is the bytes from a head's codes to its first
@@ -141,9 +171,9 @@ __device__ __forceinline__ void load_key_group_quant(const uint8_t* kc, const ui
         for (int i = 0; i < DPL; ++i) {
             kq[j][i] = kr[lane + 32 * i];
             vq[j][i] = vr[lane + 32 * i];
-            ks[j][i] = reinterpret_cast<const __half*>(kr + soff)[i];
-            vs[j][i] = reinterpret_cast<const __half*>(vr + soff)[i];
         }
+        load_head_scales<DPL>(kr + soff, ks[j]);
+        load_head_scales<DPL>(vr + soff, vs[j]);
     }
 }
 
@@ -288,8 +318,10 @@ __global__ void __launch_bounds__(kDecodeWarps * 32) rope_attn_decode_kernel(Dec
     if (early) {
         // (`spare` may be read while the QKV projection writes it: those
         // slots are overwritten before use.)
-        if (!kQuant && early >= 2 && ks + kDecodeWarps * G < ke) {
-            if constexpr (Paged)
+        if (early >= 2 && ks + kDecodeWarps * G < ke) {
+            if constexpr (kQuant)
+                prefetch_quant_rows(kcq, vcq, rs, soff, HD, table, kbase, ks + kDecodeWarps * G, min(ke, qpos) - 1);
+            else if constexpr (Paged)
                 prefetch_paged_rows(kc, vc, kv_ld, HD, table, kbase, ks + kDecodeWarps * G, min(ke, qpos) - 1);
             else
                 detail::prefetch_kv_rows(kc, vc, kv_ld, 0, HD, ks + kDecodeWarps * G, min(ke, qpos) - 1);
