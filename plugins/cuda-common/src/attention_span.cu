@@ -64,12 +64,33 @@ __global__ void __launch_bounds__(kSpanWarps * 32) attn_span_kernel(SpanAttnArgs
         size_t row = 0;
         if (valid) {
             row = size_t(table[key / kPagedBlockTokens]) * kPagedBlockTokens + size_t(key % kPagedBlockTokens);
-            const __half2* k2 = reinterpret_cast<const __half2*>(kbase + row * kv_ld);
+            const __half* k = kbase + row * kv_ld;
             float dot = 0.0f;
-            for (int d = 0; d < hd / 2; ++d) {
-                const float2 kf = __half22float2(k2[d]);
-                dot = fmaf(qs[2 * d], kf.x, dot);
-                dot = fmaf(qs[2 * d + 1], kf.y, dot);
+            if (hd % 8 == 0) {
+                // 16-byte pieces of the key, all issued before the first is
+                // used: the lane waits for memory once per key, not per pair.
+                uint4 piece[DPL * 4];
+#pragma unroll
+                for (int c = 0; c < DPL * 4; ++c)
+                    if (c < hd / 8) piece[c] = reinterpret_cast<const uint4*>(k)[c];
+#pragma unroll
+                for (int c = 0; c < DPL * 4; ++c) {
+                    if (c >= hd / 8) break;
+                    const __half2* h2 = reinterpret_cast<const __half2*>(&piece[c]);
+#pragma unroll
+                    for (int j = 0; j < 4; ++j) {
+                        const float2 kf = __half22float2(h2[j]);
+                        dot = fmaf(qs[8 * c + 2 * j], kf.x, dot);
+                        dot = fmaf(qs[8 * c + 2 * j + 1], kf.y, dot);
+                    }
+                }
+            } else {
+                const __half2* k2 = reinterpret_cast<const __half2*>(k);
+                for (int d = 0; d < hd / 2; ++d) {
+                    const float2 kf = __half22float2(k2[d]);
+                    dot = fmaf(qs[2 * d], kf.x, dot);
+                    dot = fmaf(qs[2 * d + 1], kf.y, dot);
+                }
             }
             s = dot;
         }
