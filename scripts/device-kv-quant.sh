@@ -8,7 +8,7 @@
 #     tok/s of each and its ratio to f16.
 #  3. Long contexts under a fixed KV budget: `engine-host serve` with
 #     --kv-cache-size-mb KV_MB and each type, 64 chat clients of
-#     PROMPT_WORDS words (shared preamble off), 128 answer tokens each
+#     PROMPT_WORDS words (shared preamble off), ANSWER_TOKENS each (decode-heavy)
 #     (`engine-host loadgen --workload chat`): completion tokens/s per type,
 #     and /health's pool (blocks) and preemptions, f16 running out of blocks
 #     where the others do not.
@@ -17,7 +17,7 @@
 # (MODELS_DIR, default /dev/shm/eh; OUT for the logs, default /tmp/kv-quant;
 # SKIP_TESTS=1, SKIP_BENCH=1, SKIP_LOAD=1 leave a part out; GPT_OSS=1 adds
 # gpt-cuda's tg128 per type on a forged gpt-oss-20b; TYPES, default
-# "f16 q8_0 fp8", LOAD_TYPES the load part's (default TYPES); PROMPT_WORDS 1500:3000; LEVELS 64; ANSWER_TOKENS 128; CTX 8192.)
+# "f16 q8_0 fp8", LOAD_TYPES the load part's (default TYPES); PROMPT_WORDS 1500:2500; LEVELS 64; ANSWER_TOKENS 512; CTX 8192.)
 set -uo pipefail
 build=$(cd "${1:-build}" && pwd)
 profile=${2:-llama-3.1-8b-instruct-q4_k_m}
@@ -93,7 +93,7 @@ for kv in ${LOAD_TYPES:-$types}; do
   done
   curl -s "http://127.0.0.1:$port/health" > "$out/health-$kv.json"
   timeout 420 "$eh" loadgen --url "http://127.0.0.1:$port" --workload chat --levels "${LEVELS:-64}" --requests-per-client 1 \
-    --prompt-words "${PROMPT_WORDS:-1500:3000}" --preamble-words 0 --shared-prefix 0 --answer-tokens "${ANSWER_TOKENS:-128}:${ANSWER_TOKENS:-128}" --json \
+    --prompt-words "${PROMPT_WORDS:-1500:2500}" --preamble-words 0 --shared-prefix 0 --answer-tokens "${ANSWER_TOKENS:-512}:${ANSWER_TOKENS:-512}" --json \
     > "$out/load-$kv.json" 2> "$out/load-$kv.err"
   echo "loadgen $kv rc=$?"
   curl -s "http://127.0.0.1:$port/health" > "$out/health-$kv-after.json"
