@@ -294,15 +294,21 @@ int total_rows(const GemvShape& g) {
     return n;
 }
 
-// One token through the bulk kernels, when they take it.
-bool add_bulk(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, int seg0, int tok0) {
-    if (can_implement_bulk(p, dev, g)) return false;
+// One token, or `reps` token groups of `ntok` from tok0, through the bulk
+// kernels when they take them; a group's inputs quantized once when the
+// call's scratch holds them.
+bool add_bulk(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, int seg0, int tok0,
+              int ntok = 1, int reps = 1, size_t token_scratch = 0) {
+    if (can_implement_bulk(p, dev, g, ntok)) return false;
     KernelLaunch k;
-    k.bulk = plan_bulk(p, dev.sm_count, g);
+    k.bulk = plan_bulk(p, dev.sm_count, g, ntok);
+    k.bulk.prequant = ntok > 1 && token_scratch >= size_t(ntok) * size_t(k.bulk.x_stride);
     k.kernel = k.bulk.ring ? RouteKernel::GemvBulkRing : RouteKernel::GemvBulk;
     k.seg0 = seg0;
     k.nseg = g.nseg;
     k.tok0 = tok0;
+    k.ntok = ntok;
+    k.reps = reps;
     k.input = p.gemv_input;
     k.blocks = k.bulk.blocks;
     k.threads = k.bulk.warps * 32;
@@ -317,29 +323,12 @@ bool add_bulk(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, cons
 // single-token launch).
 bool add_bulk_groups(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m) {
     if (can_implement_bulk_groups(p, dev, m)) return false;
-    const GemvShape& g = m.g;
     int nt = std::min({m.ntok, p.bulk_max_tokens, kBulkMaxTokens});
-    while (nt > 2 && can_implement_bulk(p, dev, g, nt)) --nt;
+    while (nt > 2 && can_implement_bulk(p, dev, m.g, nt)) --nt;
     for (int t0 = 0; t0 < m.ntok;) {
-        const int left = m.ntok - t0;
-        if (left == 1) {
-            add_bulk(r, p, dev, g, 0, t0);
-            break;
-        }
-        KernelLaunch k;
-        k.ntok = std::min(nt, left);
-        k.reps = left / k.ntok;
-        k.bulk = plan_bulk(p, dev.sm_count, g, k.ntok);
-        k.bulk.prequant = m.token_scratch >= size_t(k.ntok) * size_t(k.bulk.x_stride);
-        k.kernel = k.bulk.ring ? RouteKernel::GemvBulkRing : RouteKernel::GemvBulk;
-        k.nseg = g.nseg;
-        k.tok0 = t0;
-        k.input = p.gemv_input;
-        k.blocks = k.bulk.blocks;
-        k.threads = k.bulk.warps * 32;
-        k.smem = k.bulk.smem;
-        r.launch[size_t(r.n++)] = k;
-        t0 += k.ntok * k.reps;
+        const int n = std::min(nt, m.ntok - t0), reps = (m.ntok - t0) / n;
+        add_bulk(r, p, dev, m.g, 0, t0, n, reps, m.token_scratch);
+        t0 += n * reps;
     }
     return true;
 }
