@@ -6,8 +6,10 @@
 // the tensor cores too), fused and separate
 // gate/up, routings that leave experts empty and one that sends every token
 // to the same expert (more tokens than one pass); the tensor-core form's
-// 8-token, wide (32 tokens; 48 for the K-quants) and 64-token passes on every case; bitwise reproducibility;
-// what moe_grouped_supported refuses.
+// 8-token, wide (32 tokens; 48 for the K-quants) and 64-token passes on every case; the tile
+// form (any type) on every case, and a token's tile-form result the same bits
+// whether its call holds all the case's tokens or only the first half;
+// bitwise reproducibility; what moe_grouped_supported refuses.
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -154,6 +156,11 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     a.h = dh.as<float>();
     a.ldh = E;
     a.integer_path = true;
+    // "default" below is the form below the tile threshold; the tiles are
+    // forced apart
+    ehcuda::KernelPlan no_tiles = ehcuda::plan();
+    no_tiles.moe_tile_pass_tokens = 65536;
+    const ehcuda::PlanScope default_scope(no_tiles);
     ehcuda::moe_grouped(a, nullptr);
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
     const auto got = host<float>(dh, size_t(T) * E);
@@ -179,7 +186,7 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
              {std::tuple{"8-token passes", 65536, 65536, true}, std::tuple{"wide passes", 0, 65536, true},
               std::tuple{"64-token passes", 0, 0, true}, std::tuple{"wide passes, 3 stages", 0, 65536, false},
               std::tuple{"64-token passes, 3 stages", 0, 0, false}}) {
-            ehcuda::KernelPlan p = ehcuda::plan();
+            ehcuda::KernelPlan p = no_tiles;
             p.moe_wide_pass_tokens = wide;
             p.moe_long_pass_tokens = long_;
             p.moe_deep_pipeline = deep;
@@ -192,6 +199,44 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
             passes.emplace_back(name, host<float>(dhp, got_def.size()));
         }
     }
+
+    // The tile form (every type), on all the tokens and on the first half alone.
+    std::vector<float> tiled, tiled_half;
+    {
+        ehcuda::KernelPlan p = no_tiles;
+        p.moe_tile_pass_tokens = 0;
+        const ehcuda::PlanScope scope(p);
+        auto dht = dev(h0);
+        ehcuda::MoeGroupedArgs at = ad;
+        at.h = dht.as<float>();
+        ehcuda::moe_grouped(at, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        tiled = host<float>(dht, got_def.size());
+        auto dhh = dev(h0);
+        at.h = dhh.as<float>();
+        at.ntok = std::max(1, T / 2);
+        ehcuda::moe_grouped(at, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        tiled_half = host<float>(dhh, size_t(at.ntok) * E);
+        EXPECT_EQ(std::memcmp(tiled.data(), tiled_half.data(), tiled_half.size() * 4), 0)
+            << "a token's tile-form result depends on the other tokens of its call";
+        auto dh2 = dev(h0);
+        at.ntok = T;
+        at.h = dh2.as<float>();
+        ehcuda::moe_grouped(at, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(std::memcmp(host<float>(dh2, tiled.size()).data(), tiled.data(), tiled.size() * 4), 0)
+            << "the tile form is not reproducible";
+        // one_form keeps a call to the default form whatever the plan says
+        auto dh1f = dev(h0);
+        at.h = dh1f.as<float>();
+        at.one_form = true;
+        ehcuda::moe_grouped(at, nullptr);
+        ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+        EXPECT_EQ(std::memcmp(host<float>(dh1f, got_def.size()).data(), got_def.data(), got_def.size() * 4), 0)
+            << "one_form took the tiles";
+    }
+    passes.emplace_back("tile form", tiled);
 
     // One token at a time through the single-token kernels.
     auto dh1 = dev(h0);

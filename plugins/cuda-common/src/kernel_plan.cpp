@@ -105,6 +105,7 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(moe_wide_pass_tokens, 0, 65536),
         EHCUDA_INT_KEY(moe_long_pass_tokens, 0, 65536),
         EHCUDA_BOOL_KEY(moe_deep_pipeline),
+        EHCUDA_INT_KEY(moe_tile_pass_tokens, 0, 65536),
         EHCUDA_INT_KEY(batch_gemv_per_token, 1, 65536),
         EHCUDA_INT_KEY(batch_gemv_per_token_mirrored, 1, 65536),
         EHCUDA_INT_KEY(batch_moe_grouped_max, 0, 65536),

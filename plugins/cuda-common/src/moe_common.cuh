@@ -1,7 +1,7 @@
 // Pieces shared by the MoE kernels: the per-pair kernels (moe.cu), the
-// single-token decode kernels (moe_decode.cu) and the grouped prefill path
-// (moe_prefill.cu), so all apply the same activation and read expert rows
-// the same way.
+// single-token decode kernels (moe_decode.cu), the grouped forms
+// (moe_grouped*.cu) and the cuBLAS prefill path (moe_prefill.cu), so all
+// apply the same activation and read expert rows the same way.
 #pragma once
 
 #include <cuda_fp16.h>
@@ -147,6 +147,28 @@ void mma_gate_up(const __half* x16, int pairs, const int32_t* offsets, int n_exp
                  uint32_t type, float alpha, float limit, __half* act16, cudaStream_t stream);
 void mma_down(const __half* act16, int pairs, const int32_t* offsets, int n_expert, const DevMat& d, uint32_t type,
               float* out, cudaStream_t stream);
+// The tile form (moe_grouped_tiles.cu): blocks of 128 weight rows by
+// kTilePairs pairs of one expert, the weights decoded into shared memory
+// once per block, any moe type (gate and up may differ). Same inputs and
+// outputs as mma_gate_up / mma_down. tile_units lists the blocks' (expert,
+// first pair) units from the offsets (at most tile_units_max(pairs,
+// n_expert) of them) into w, which both products then read.
+constexpr int kTilePairs = 128;
+struct TileUnit {
+    int expert, first;
+};
+struct TileWork {
+    TileUnit* units;  // [tile_units_max]
+    int* count;       // one int
+};
+int tile_units_max(int pairs, int n_expert);
+bool tile_experts(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int n_expert);
+void tile_units(const int32_t* offsets, int n_expert, const TileWork& w, cudaStream_t stream);
+void tile_gate_up(const __half* x16, int pairs, const int32_t* offsets, int n_expert, const TileWork& w,
+                  const DevMat& g, uint32_t type_g, const DevMat& u, uint32_t type_u, float alpha, float limit,
+                  __half* act16, cudaStream_t stream);
+void tile_down(const __half* act16, int pairs, const int32_t* offsets, int n_expert, const TileWork& w, const DevMat& d,
+               uint32_t type_d, float* out, cudaStream_t stream);
 // x16[i] = x[sorted[i] / k] as FP16 (cols a multiple of 8, ldx of 4).
 void gather_half_rows(const float* x, int ldx, int cols, int k, const int32_t* sorted, int P, __half* x16,
                       cudaStream_t stream);

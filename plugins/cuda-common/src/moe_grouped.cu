@@ -1,7 +1,11 @@
-// Grouped MoE for a batch of tokens (see moe_grouped in moe.hpp). MXFP4,
-// Q4_K and Q6_K experts take the tensor-core form (moe_grouped_mma.cu:
-// group, gather the inputs as FP16, gate|up, down, combine); the others
-// this integer form.
+// Grouped MoE for a batch of tokens (see moe_grouped in moe.hpp). Three
+// forms, all group, then gate|up, down, combine:
+//   - tiles (moe_grouped_tiles.cu), any type, when the experts average at
+//     least KernelPlan::moe_tile_pass_tokens tokens (prefill chunks, large
+//     batches), unless the call asks for one arithmetic at every size;
+//   - else MXFP4, Q4_K and Q6_K experts the tensor-core passes
+//     (moe_grouped_mma.cu); both gather the inputs as FP16;
+//   - else this file's integer form.
 // Per call, all on the stream, no host synchronisation (a captured step
 // graph takes it):
 //   1. x rows -> integer chunks (store_chunk_warp: the codes the single-token
@@ -24,6 +28,7 @@
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
+#include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/moe.hpp"
 #include "gate_up_pair.cuh"
@@ -184,21 +189,24 @@ size_t align256(size_t n) { return (n + 255) / 256 * 256; }
 
 // Scratch layout (each piece 256-byte aligned): offsets [n_expert + 1],
 // sorted [P], pos [P] (int32); then the integer form's x chunks [ntok][E/32],
-// act [P][F] (float), act chunks [P][F/32], d [P][E] (float), or the tensor-
-// core form's x16 [P][E], act16 [P][F] (FP16), d [P][E] (float, sorted).
+// act [P][F] (float), act chunks [P][F/32], d [P][E] (float), or the FP16
+// forms' x16 [P][E], act16 [P][F] (FP16), the tiles' units and their count,
+// d [P][E] (float, sorted).
 struct Layout {
-    size_t offsets, sorted, pos, xq, act, actq, x16, act16, d, total;
-    Layout(int ntok, int k, int n_expert, int E, int F, bool mma) {
+    size_t offsets, sorted, pos, xq, act, actq, x16, act16, units, unit_count, d, total;
+    Layout(int ntok, int k, int n_expert, int E, int F, bool fp16) {
         const size_t P = size_t(ntok) * size_t(k);
         size_t o = 0;
         auto take = [&](size_t n) { const size_t at = o; o += align256(n); return at; };
         offsets = take(size_t(n_expert + 1) * 4);
         sorted = take(P * 4);
         pos = take(P * 4);
-        xq = act = actq = x16 = act16 = 0;
-        if (mma) {
+        xq = act = actq = x16 = act16 = units = unit_count = 0;
+        if (fp16) {
             x16 = take(P * size_t(E) * 2);
             act16 = take(P * size_t(F) * 2);
+            units = take(size_t(moe_detail::tile_units_max(int(P), n_expert)) * sizeof(moe_detail::TileUnit));
+            unit_count = take(sizeof(int));
         } else {
             xq = take(size_t(ntok) * size_t(E / 32) * kChunkBytes);
             act = take(P * size_t(F) * 4);
@@ -241,22 +249,34 @@ void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
     const int E = g.cols, F = g.rows;
     if (d.cols != F || d.rows != E)
         throw ehp::Error(EH_INTERNAL, "moe grouped: down must map the gate's rows back to its columns");
-    const bool mma = !a.integer_path && moe_detail::mma_experts(a.gate, a.up, a.down);
-    const Layout lay(a.ntok, a.k, a.n_expert, E, F, mma);
+    const int P = a.ntok * a.k;
+    // ntok tokens routed k ways over n_expert experts average P / n_expert each
+    const bool tiles = !a.integer_path && !a.one_form && moe_detail::tile_experts(a.gate, a.up, a.down, a.n_expert) &&
+                       long(P) >= long(plan().moe_tile_pass_tokens) * a.n_expert;
+    const bool mma = !a.integer_path && !tiles && moe_detail::mma_experts(a.gate, a.up, a.down);
+    const Layout lay(a.ntok, a.k, a.n_expert, E, F, tiles || mma);
     if (a.scratch_bytes < lay.total) throw ehp::Error(EH_INTERNAL, "moe grouped: scratch too small");
     char* s = static_cast<char*>(a.scratch);
     int32_t* offsets = reinterpret_cast<int32_t*>(s + lay.offsets);
     int32_t* sorted = reinterpret_cast<int32_t*>(s + lay.sorted);
     int32_t* pos = reinterpret_cast<int32_t*>(s + lay.pos);
     float* dout = reinterpret_cast<float*>(s + lay.d);
-    const int P = a.ntok * a.k;
     moe_detail::group_pairs(a.ids, P, a.n_expert, offsets, sorted, pos, stream);
-    if (mma) {
+    if (tiles || mma) {
         __half* x16 = reinterpret_cast<__half*>(s + lay.x16);
         __half* act16 = reinterpret_cast<__half*>(s + lay.act16);
         moe_detail::gather_half_rows(a.x, a.ldx, E, a.k, sorted, P, x16, stream);
-        moe_detail::mma_gate_up(x16, P, offsets, a.n_expert, g, u, a.gate.type, a.alpha, a.limit, act16, stream);
-        moe_detail::mma_down(act16, P, offsets, a.n_expert, d, a.down.type, dout, stream);
+        if (tiles) {
+            const moe_detail::TileWork w{reinterpret_cast<moe_detail::TileUnit*>(s + lay.units),
+                                         reinterpret_cast<int*>(s + lay.unit_count)};
+            moe_detail::tile_units(offsets, a.n_expert, w, stream);
+            moe_detail::tile_gate_up(x16, P, offsets, a.n_expert, w, g, a.gate.type, u, a.up.type, a.alpha, a.limit,
+                                     act16, stream);
+            moe_detail::tile_down(act16, P, offsets, a.n_expert, w, d, a.down.type, dout, stream);
+        } else {
+            moe_detail::mma_gate_up(x16, P, offsets, a.n_expert, g, u, a.gate.type, a.alpha, a.limit, act16, stream);
+            moe_detail::mma_down(act16, P, offsets, a.n_expert, d, a.down.type, dout, stream);
+        }
         moe_detail::combine_sorted(dout, E, a.ntok, a.k, a.ids, a.weights, pos, a.down.bias, a.down.bias_stride, a.h,
                                    a.ldh, stream);
         return;

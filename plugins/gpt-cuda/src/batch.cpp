@@ -53,13 +53,16 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            (per-token GEMVs to 64: 923 / 962 / 973 against 1,094 / 1,288 /
 //            1,409). FP16 mirrors do not lower it here.
 //   experts: one token: the one-token expert kernel (integer dot products,
-//            routing inside). 2 .. moe_grouped_max tokens (model.hpp): the
-//            grouped kernels (moe_grouped: pairs grouped by expert on the
-//            device, graph-safe). Past that, when not captured, the cuBLAS
-//            grouped-by-expert form (moe_prefill), which synchronises the
-//            host once a layer.
+//            routing inside). Two or more: the grouped kernels (moe_grouped:
+//            pairs grouped by expert on the device, graph-safe, no host
+//            synchronisation) in calls of up to moe_grouped_max tokens
+//            (model.hpp); they pick the tile form for prefill-sized calls.
+//            Experts the grouped kernels do not take: the cuBLAS
+//            grouped-by-expert form (moe_prefill, which synchronises the host
+//            once a layer) when not captured, else the per-pair kernels.
 //   batch_invariant (load option): the experts of every step, one token
-//            too, take the grouped kernels, never moe_prefill, so a token's
+//            too, take the grouped kernels in one form whatever the step's
+//            size (one_form: never the tiles), so a token's
 //            routing and expert sums are the same bits whatever else its step
 //            holds. The one-token kernel's integer sums differ from the
 //            tensor-core form's FP16 ones, and a top-k routing amplifies that
@@ -69,8 +72,8 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            sequence 461 -> 331 tok/s (Qwen3-30B-A3B), 562 -> 341 (gpt-oss-20b);
 //            batched steps unchanged. The dense matmuls still switch from the
 //            GEMV to cuBLAS at 9 rows, as llama-cuda's do.
-// Tokens per MoE call: bounds the grouped path's buffers whatever the
-// step's token budget.
+// Tokens per call of the paths besides the grouped kernels (moe_prefill,
+// the per-pair kernels): bounds their buffers whatever the step's budget.
 constexpr int kMoeChunk = 512;
 
 }  // namespace
@@ -102,14 +105,20 @@ Batch::Batch(Model& model, const eh_kv_params& params)
                                                                                int(K), c_.n_expert, c_.n_embd, c_.n_ff_exp), L);
         ids_ = ehcuda::DeviceBuffer(T * K * 4, L);
         wts_ = ehcuda::DeviceBuffer(T * K * 4, L);
-        ehcuda::PrefillShape ps;
-        ps.max_tokens = int(chunk);
-        ps.max_cols = c_.n_embd;
-        ps.moe_experts = c_.n_expert;
-        ps.moe_k = c_.n_expert_used;
-        ps.moe_embd = c_.n_embd;
-        ps.moe_ff = c_.n_ff_exp;
-        moe_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream(), L);
+        // The cuBLAS form's workspace only where some layer's experts need it.
+        bool all_grouped = moe_grouped_max_ >= 2;
+        for (const Layer& ly : m_.layers)
+            all_grouped = all_grouped && ehcuda::moe_grouped_supported(ly.gate_exps, ly.up_exps, ly.down_exps, int(K));
+        if (!all_grouped) {
+            ehcuda::PrefillShape ps;
+            ps.max_tokens = int(chunk);
+            ps.max_cols = c_.n_embd;
+            ps.moe_experts = c_.n_expert;
+            ps.moe_k = c_.n_expert_used;
+            ps.moe_embd = c_.n_embd;
+            ps.moe_ff = c_.n_ff_exp;
+            moe_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream(), L);
+        }
     }
     if (c_.arch != Arch::Gpt2 && ehcuda::attention_head_dim_fast(c_.head_dim)) {
         size_t heads_x_splits = 0;
@@ -361,26 +370,21 @@ void Batch::moe(int li, int T) {
         return;
     }
     const bool grouped_ok = (T >= 2 || m_.batch_invariant) && grouped_.get() && ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, k);
-    if (grouped_ok && T <= moe_grouped_max_) {
-        grouped(li, 0, T);
+    if (grouped_ok) {
+        // Every token of the call routed to an expert is multiplied with
+        // that expert together, whichever sequence it belongs to.
+        for (int t0 = 0; t0 < T; t0 += moe_grouped_max_) grouped(li, t0, std::min(moe_grouped_max_, T - t0));
         return;
     }
-    // Every token of the chunk routed to an expert is multiplied with that
-    // expert together, whichever sequence it belongs to.
     for (int t0 = 0; t0 < T; t0 += kMoeChunk) {
         const int n = std::min(kMoeChunk, T - t0);
         const float* x = xn + size_t(t0) * c.n_embd;
         const int32_t* ids = ids_.as<int32_t>() + size_t(t0) * k;
         const float* w = wts_.as<float>() + size_t(t0) * k;
         float* hc = h + size_t(t0) * c.n_embd;
-        if (!(m_.batch_invariant && grouped_ok) && ehcuda::moe_prefill(moe_ws_.get(), x, c.n_embd, n, k, c.n_expert, ids, w, L.gate_exps, L.up_exps,
-                                L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
+        if (moe_ws_ && ehcuda::moe_prefill(moe_ws_.get(), x, c.n_embd, n, k, c.n_expert, ids, w, L.gate_exps, L.up_exps,
+                                           L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
             continue;
-        if (grouped_ok) {
-            // (a captured step past moe_grouped_max tokens)
-            for (int g0 = t0; g0 < t0 + n; g0 += moe_grouped_max_) grouped(li, g0, std::min(moe_grouped_max_, t0 + n - g0));
-            continue;
-        }
         ehcuda::moe_gate_up(x, c.n_embd, n, k, ids, L.gate_exps, L.up_exps, c.swiglu_alpha, c.swiglu_limit,
                             ff_.as<float>(), s);
         ehcuda::moe_down(ff_.as<float>(), n, k, ids, w, L.down_exps, hc, c.n_embd, s);
@@ -390,10 +394,11 @@ void Batch::moe(int li, int T) {
 void Batch::grouped(int li, int t0, int n) {
     const Config& c = c_;
     const int k = c.n_expert_used;
-    ehcuda::moe_grouped(moe_grouped_args(c, m_.layers[size_t(li)], xn_.as<float>() + size_t(t0) * c.n_embd, n,
-                                         ids_.as<int32_t>() + size_t(t0) * k, wts_.as<float>() + size_t(t0) * k,
-                                         h_.as<float>() + size_t(t0) * c.n_embd, grouped_.get(), grouped_.size()),
-                        stream());
+    ehcuda::MoeGroupedArgs a = moe_grouped_args(c, m_.layers[size_t(li)], xn_.as<float>() + size_t(t0) * c.n_embd, n,
+                                                 ids_.as<int32_t>() + size_t(t0) * k, wts_.as<float>() + size_t(t0) * k,
+                                                 h_.as<float>() + size_t(t0) * c.n_embd, grouped_.get(), grouped_.size());
+    a.one_form = m_.batch_invariant;
+    ehcuda::moe_grouped(a, stream());
 }
 
 void Batch::forward(const ehcuda::StepView& v) {

@@ -76,9 +76,9 @@ private:
     ehcuda::DeviceBuffer attn_scratch_, attn_counters_, attn_chunks_;
     ehcuda::DeviceBuffer router_counter_;  // moe_router_decode's
     int decode_splits(int rows) const;
-    // gpt-oss: the grouped-by-expert cuBLAS MoE's own workspace (the base's
-    // has no MoE buffers), sized for kMoeChunk tokens: a step's MoE runs in
-    // chunks of at most that many tokens.
+    // The grouped-by-expert cuBLAS MoE's own workspace (the base's has no
+    // MoE buffers), sized for kMoeChunk tokens; null where every layer's
+    // experts take the grouped kernels.
     std::unique_ptr<ehcuda::PrefillWorkspace> moe_ws_;
 };
 

@@ -135,6 +135,11 @@ struct KernelPlan {
     // clients through the server: 4,027 - 4,076 tok/s against 4,012 - 4,035;
     // pp512 the same)
     bool moe_deep_pipeline = true;
+    // grouped experts (moe_grouped): the tile form (moe_grouped_tiles.cu:
+    // 128 rows x 128 pairs a block, the weights decoded once per block) when
+    // the experts average at least this many tokens; below it the passes
+    // above (or the integer form). 0: always; 65536: never
+    int moe_tile_pass_tokens = 64;
     // ---- batched steps (kernel_route.hpp, route_step_matmul)
     // Steps of 2 .. this many tokens run their dense matmuls as one
     // single-token GEMV per token on side streams; more, one cuBLAS GEMM per
@@ -148,10 +153,11 @@ struct KernelPlan {
     // The same for a model that keeps FP16 weight mirrors (llama-cuda's
     // fp16_weights): cuBLAS reads them as they are, from 3 tokens.
     int batch_gemv_per_token_mirrored = 2;
-    // gpt-cuda: the most tokens a step's experts run through the grouped
-    // kernels (moe_grouped); past it the cuBLAS grouped form (moe_prefill)
-    // when not captured; below 2 never grouped.
-    int batch_moe_grouped_max = 512;
+    // gpt-cuda: the most tokens of a step whose experts run as one grouped
+    // call (moe_grouped; a longer step takes calls of this many); below 2
+    // never grouped (the cuBLAS grouped form, moe_prefill, when not
+    // captured). Bounds the grouped scratch: ~95 KB a token for gpt-oss-20b.
+    int batch_moe_grouped_max = 2048;
     // ---- tensor parallelism over GPUs (llama-cuda's ranks on their own
     // streams): an all-reduce of at least this many floats (a prefill
     // step's residual) takes NCCL where it is loaded, smaller ones (decode:

@@ -139,16 +139,19 @@ size_t moe_decode_scratch_bytes(int k, int n_ff);
 void moe_decode(const MoeDecodeArgs& a, cudaStream_t stream);
 
 // Several tokens' expert blocks at once (moe_gate_up then moe_down, the
-// same formulas), for batched decode steps: the (token, slot) pairs are
-// grouped by expert on the device and each expert's rows are read once per
-// 8 tokens routed to it (32 or 64 when experts average more), not once
-// per token. MXFP4, Q4_K and Q6_K experts (gate and up of one type,
-// 4-byte aligned data): on the tensor cores (FP16 inputs and activations
-// as moe_prefill, FP32 accumulation); the other types, or integer_path
-// set: integer dot products with int16x2
-// inputs as moe_decode (per token and row the same sums in the same order,
-// so the same bits). Both fixed-order (reproducible, whatever the batch's
-// other tokens). No host synchronisation: a captured graph takes it. x holds the
+// same formulas), for batched steps and prefill: the (token, slot) pairs
+// are grouped by expert on the device and each expert's rows are read once
+// per pass of the tokens routed to it, not once per token. Experts
+// averaging KernelPlan::moe_tile_pass_tokens or more take the tile form
+// (128 pairs a pass, any type; not with one_form); else MXFP4, Q4_K and
+// Q6_K experts (gate and up of one type, 4-byte aligned data) passes of 8
+// to 64 tokens; both on the tensor cores (FP16 inputs and activations,
+// FP32 accumulation). The other types, or integer_path set: integer dot
+// products with int16x2 inputs as moe_decode (per token and row the same
+// sums in the same order, so the same bits). Every form is fixed-order: a
+// token's result does not depend on the call's other tokens, as long as
+// the call takes the same form (one_form keeps it to one whatever the
+// call's size). No host synchronisation: a captured graph takes it. x holds the
 // tokens' normalised inputs [ntok][ldx]; ids and weights moe_route's [ntok][k]
 // (ids in [0, n_expert)); h [ntok][ldh] is accumulated into. The types and
 // shapes moe_decode takes, with down mapping back to gate's columns
@@ -169,6 +172,9 @@ struct MoeGroupedArgs {
     float* h = nullptr;
     int ldh = 0;
     bool integer_path = false;
+    // Never the tile form: a call of any size takes the same kernels (the
+    // tensor-core passes or the integer form), for batch-invariant answers.
+    bool one_form = false;
 };
 bool moe_grouped_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k);
 // Whether these experts take the tensor-core form (MXFP4, Q4_K, Q6_K), not the integer one.
