@@ -27,6 +27,16 @@
 // of gate and the same 16 of up per warp and applies the SwiGLU in
 // registers, writing FP16 activations in sorted pair order for the down
 // kernel, which writes FP32 [pair][row].
+//
+// The one-token form (moe_decode_mma, moe_invariant.hpp) is the 8-token
+// pass's kernel without the grouping: block (64 rows, slot) takes the
+// slot's expert (each gate|up block ranks the router's logits itself) and
+// a tile holding the one token, and the last down block of a row group to
+// finish adds the slots' outputs to h (combine_sorted's sum). A (row,
+// token) is summed exactly as in every 8- to 48-token pass (four-way K
+// split, same fragments, same order), so a token decoded alone gets the
+// bits it gets in a batched step. (The 64-token MXFP4 pass splits K two
+// ways: another order.)
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -34,6 +44,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
+#include "ehcuda/moe_invariant.hpp"
 #include "ehcuda/mxfp4.cuh"
 #include "ehcuda/quant.cuh"
 #include "mma.cuh"
@@ -541,6 +552,51 @@ __device__ __forceinline__ void find_pass(const int32_t* offsets, int n_expert, 
     __syncthreads();
 }
 
+// The one-token form's own arguments (moe_decode_mma): block (x, slot)
+// takes the slot's expert. gate|up: with logits, warp 0 ranks them
+// (route_warp, moe_route's bits) and block (0, 0) leaves the ids and
+// weights for the down kernel; without, ids holds them. down: the expert
+// from ids, and the last of a row group's k blocks to finish (counters,
+// zero before and left zero) adds the slots' outputs, bias included, to h
+// in rank order as combine_sorted does.
+struct OneToken {
+    const float* logits = nullptr;
+    int k = 0;
+    int32_t* ids = nullptr;
+    float* weights = nullptr;
+    float* h = nullptr;
+    int* counters = nullptr;
+    const float* bias = nullptr;
+    int bias_stride = 0;
+};
+
+// The one-token down kernel's end (OneToken): every thread of the block
+// calls it once its own stores are issued. The block's slot output is in
+// out32; the last of the k blocks of this row group adds all k slots' to h.
+__device__ __forceinline__ void one_combine(const OneToken& one, const float* out32, int ldo, int row0, int nrows,
+                                            int* sel) {
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        const bool last = atomicAdd(one.counters + blockIdx.x, 1) == one.k - 1;
+        if (last) one.counters[blockIdx.x] = 0;  // every block of the group has counted
+        sel[1] = last;
+    }
+    __syncthreads();
+    if (!sel[1]) return;
+    __threadfence();
+    for (int i = int(threadIdx.x); i < nrows; i += int(blockDim.x)) {
+        const int r = row0 + i;
+        float out = 0.0f;
+        for (int s = 0; s < one.k; ++s) {
+            const int e = one.ids[s];
+            const float b = one.bias ? one.bias[size_t(e) * one.bias_stride + r] : 0.0f;
+            out = fmaf(one.weights[s], __ldcg(out32 + size_t(s) * ldo + r) + b, out);
+        }
+        one.h[r] += out;
+    }
+}
+
 // Blocks per multiprocessor the registers must allow (see stages()).
 template <bool Pair, int NT>
 constexpr int min_blocks() { return NT == 1 || !Pair ? 2 : 1; }
@@ -548,10 +604,13 @@ constexpr int min_blocks() { return NT == 1 || !Pair ? 2 : 1; }
 // Pair: out16[i][r] = expert_swiglu(a_r . x_i + bias_a, b_r . x_i + bias_b);
 // otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
 // expert e's sorted pairs offsets[e] .. offsets[e+1); x16 [pairs][a.cols].
-template <uint32_t T, bool Pair, int NT, bool Deep>
+// One: the one-token form (OneToken above): i is the block's slot, x16 the
+// token's row (gate|up) or the slots' activations (down); the arithmetic
+// of a (row, token) is the grouped form's, line for line, so the bits are.
+template <uint32_t T, bool Pair, int NT, bool Deep, bool One = false>
 __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT>())
     mma_rows_kernel(const __half* x16, const int32_t* offsets, int n_expert, DevMat a, DevMat b, float alpha,
-                    float limit, __half* out16, float* out32, int ldo) {
+                    float limit, __half* out16, float* out32, int ldo, OneToken one) {
     using W = Fmt<T>;
     constexpr int kMats = Pair ? 2 : 1;
     constexpr int kKSplit = Geometry<NT>::kKSplit, kThreadsPerRow = Geometry<NT>::kThreadsPerRow;
@@ -578,11 +637,41 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     const int srow = row0 + min(sr, nrows - 1);
 
     // Block (x, y, z) takes pass y + z * gridDim.y of the call for its 64 rows.
-    find_pass(offsets, n_expert, kPass, int(blockIdx.y + blockIdx.z * gridDim.y), sel);
-    const int e = sel[0], j0 = sel[1];
-    if (e < 0) return;  // (the whole block) past the last pass
-    const int off = offsets[e];
-    const int n = min(kPass, offsets[e + 1] - off - j0);
+    // The block's expert e, its output rows off + j0 .. + n and its first
+    // input row xrow.
+    int e, j0, off, n, xrow;
+    if constexpr (One) {
+        const int slot = int(blockIdx.y);
+        if (Pair && one.logits) {
+            if (threadIdx.x < 32) {
+                int id;
+                float wt;
+                route_warp(one.logits, n_expert, one.k, lane, id, wt);
+                const int mine = __shfl_sync(0xffffffffu, id, slot);
+                if (lane == 0) sel[0] = mine;
+                if (blockIdx.x == 0 && slot == 0 && lane < one.k) {
+                    one.ids[lane] = id;
+                    one.weights[lane] = wt;
+                }
+            }
+            __syncthreads();
+            e = sel[0];
+        } else {
+            e = one.ids[slot];
+        }
+        j0 = 0;
+        off = slot;
+        n = 1;
+        xrow = Pair ? 0 : slot;
+    } else {
+        find_pass(offsets, n_expert, kPass, int(blockIdx.y + blockIdx.z * gridDim.y), sel);
+        e = sel[0];
+        j0 = sel[1];
+        if (e < 0) return;  // (the whole block) past the last pass
+        off = offsets[e];
+        n = min(kPass, offsets[e + 1] - off - j0);
+        xrow = off + j0;
+    }
 
     // Segment S into stage S % kStages (an empty commit past the last, so
     // every iteration waits on the same count): its rows' bytes, and the
@@ -602,7 +691,7 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
             for (int idx = threadIdx.x; idx < staged * kRuns; idx += blockDim.x) {
                 const int j = idx / kRuns, c = idx % kRuns;
                 if (c >= nb * 4) continue;
-                const __half* src = x16 + size_t(off + j0 + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
+                const __half* src = x16 + size_t(xrow + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
                 detail::cp_async16(xs + j * W::kXLd + c * 8, src, j < n ? 16 : 0);
             }
         }
@@ -673,7 +762,11 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
             }
     }
     __syncthreads();
-    if (kw != 0 || !has_rows) return;
+    constexpr bool kCombine = One && !Pair;  // (the one-token down kernel adds to h below)
+    if (kw != 0 || !has_rows) {
+        if constexpr (kCombine) return one_combine(one, out32, ldo, row0, nrows, sel);
+        return;
+    }
 #pragma unroll
     for (int u = 0; u < NT; ++u)
 #pragma unroll
@@ -702,6 +795,7 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
                 out32[i * ldo + r] = acc_a[u][q];
         }
     }
+    if constexpr (kCombine) one_combine(one, out32, ldo, row0, nrows, sel);
 }
 
 template <uint32_t T, bool Pair, int NT, bool Deep>
@@ -717,7 +811,8 @@ void launch_rows_nt(int pairs, const __half* x16, const int32_t* offsets, int n_
     const long ny = std::min(passes, 65535L), nz = (passes + ny - 1) / ny;  // (grid y holds 65535 at most)
     launch(Pair ? "moe mma gate_up" : "moe mma down", kernel,
            dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(ny), unsigned(nz)),
-           Geometry<NT>::kWarps * 32, smem, stream, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo);
+           Geometry<NT>::kWarps * 32, smem, stream, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo,
+           OneToken{});
     EHC_LAUNCHED("mma_rows_kernel");
 }
 
@@ -769,6 +864,25 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
     if (!known) throw ehp::Error(EH_INTERNAL, "moe mma: weight type without a tensor-core form");
 }
 
+// The one-token form (moe_decode_mma): block (64 rows, slot), the 8-token
+// pass's kernel with the slot's expert and no grouping.
+template <bool Pair>
+void launch_one(uint32_t type, const __half* x16, int n_expert, const DevMat& a, const DevMat& b, float alpha,
+                float limit, __half* out16, float* out32, int ldo, const OneToken& one, cudaStream_t stream) {
+    const bool known = mma_type_dispatch(type, [&]<uint32_t T>() {
+        const size_t smem = smem_bytes<T, Pair, 1, false>();
+        auto kernel = mma_rows_kernel<T, Pair, 1, false, true>;
+        allow_dynamic_smem(kernel, smem);
+        launch(Pair ? "moe mma one-token gate_up" : "moe mma one-token down", kernel,
+               dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(one.k), 1u), Geometry<1>::kWarps * 32, smem,
+               stream, x16, static_cast<const int32_t*>(nullptr), n_expert, a, b, alpha, limit, out16, out32, ldo, one);
+        EHC_LAUNCHED("mma_rows_kernel (one token)");
+    });
+    if (!known) throw ehp::Error(EH_INTERNAL, "moe mma: weight type without a tensor-core form");
+}
+
+size_t align256(size_t n) { return (n + 255) / 256 * 256; }
+
 // Whether a matrix of experts can take the tensor-core form: a type it
 // reads, whole segments of 256 values for the K-quants (32 for MXFP4,
 // whose partial last segment the kernel handles), aligned rows: Q4_K's on
@@ -804,6 +918,45 @@ void mma_down(const __half* act16, int pairs, const int32_t* offsets, int n_expe
 
 bool moe_grouped_on_tensor_cores(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down) {
     return moe_detail::mma_experts(gate, up, down);
+}
+
+bool moe_decode_mma_supported(const ExpertMat& gate, const ExpertMat& up, const ExpertMat& down, int k, int n_expert) {
+    return moe_grouped_supported(gate, up, down, k) && moe_detail::mma_experts(gate, up, down) && n_expert >= k &&
+           n_expert <= kMaxRouteExperts;
+}
+
+size_t moe_decode_mma_scratch_bytes(int k, int n_embd, int n_ff) {
+    if (k < 1 || n_embd < 1 || n_ff < 1) return 0;
+    return align256(size_t(k) * size_t(n_ff) * 2) + size_t(k) * size_t(n_embd) * 4;
+}
+
+int moe_decode_mma_counters(int n_embd) { return (n_embd + kRows - 1) / kRows; }
+
+void moe_decode_mma(const MoeDecodeMmaArgs& a, cudaStream_t stream) {
+    if (!moe_decode_mma_supported(a.gate, a.up, a.down, a.k, a.n_expert))
+        throw ehp::Error(EH_INTERNAL, "moe decode mma: experts not supported (check moe_decode_mma_supported)");
+    const DevMat g = moe_detail::to_dev(a.gate, "moe gate"), u = moe_detail::to_dev(a.up, "moe up"),
+                 d = moe_detail::to_dev(a.down, "moe down");
+    const int E = g.cols, F = g.rows;
+    if (!a.x16 || !a.ids || !a.weights || !a.h || !a.counters || !a.scratch ||
+        a.scratch_bytes < moe_decode_mma_scratch_bytes(a.k, E, F) || reinterpret_cast<uintptr_t>(a.x16) % 16 ||
+        reinterpret_cast<uintptr_t>(a.scratch) % 256)
+        throw ehp::Error(EH_INTERNAL, "moe decode mma: missing buffer, unaligned input or scratch too small");
+    __half* act16 = static_cast<__half*>(a.scratch);
+    float* dout = reinterpret_cast<float*>(static_cast<char*>(a.scratch) + align256(size_t(a.k) * size_t(F) * 2));
+    OneToken one;
+    one.logits = a.logits;
+    one.k = a.k;
+    one.ids = a.ids;
+    one.weights = a.weights;
+    launch_one<true>(a.gate.type, static_cast<const __half*>(a.x16), a.n_expert, g, u, a.alpha, a.limit, act16,
+                     nullptr, F, one, stream);
+    one.logits = nullptr;
+    one.h = a.h;
+    one.counters = a.counters;
+    one.bias = a.down.bias;
+    one.bias_stride = a.down.bias_stride;
+    launch_one<false>(a.down.type, act16, a.n_expert, d, d, 0.0f, 0.0f, nullptr, dout, E, one, stream);
 }
 
 }  // namespace ehcuda
