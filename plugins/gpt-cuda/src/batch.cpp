@@ -13,6 +13,7 @@
 #include <ehcuda/kv_quant.hpp>
 #include <ehcuda/kv_quant_store.hpp>
 #include <ehcuda/moe.hpp>
+#include <ehcuda/moe_invariant.hpp>
 
 namespace gpt_cuda {
 namespace {
@@ -60,18 +61,33 @@ ehcuda::BatchShape shape_of(Model& m) {
 //            Experts the grouped kernels do not take: the cuBLAS
 //            grouped-by-expert form (moe_prefill, which synchronises the host
 //            once a layer) when not captured, else the per-pair kernels.
-//   batch_invariant (load option): the experts of every step, one token
-//            too, take the grouped kernels in one form whatever the step's
-//            size (one_form: never the tiles), so a token's
-//            routing and expert sums are the same bits whatever else its step
-//            holds. The one-token kernel's integer sums differ from the
-//            tensor-core form's FP16 ones, and a top-k routing amplifies that
-//            difference: without it a Qwen3-MoE sequence decoded among three
-//            others parts from its solo tokens (eh-plugin-check
-//            batch_invariance). Cost, H200, forged files, bench tg128: one
-//            sequence 461 -> 331 tok/s (Qwen3-30B-A3B), 562 -> 341 (gpt-oss-20b);
-//            batched steps unchanged. The dense matmuls still switch from the
-//            GEMV to cuBLAS at 9 rows, as llama-cuda's do.
+//   batch_invariant (load option): a token's router logits, routing and
+//            expert sums are the same bits whatever else its step holds.
+//            The router and the pre-norm: moe_router_rows at every size (the
+//            one-token router's per-token arithmetic). The experts: one
+//            token, moe_decode_mma (the grouped tensor-core passes'
+//            arithmetic without the grouping) where the experts have that
+//            form, else the grouped kernels' integer form; more, the grouped
+//            kernels in one form (one_form: never the tiles; model.cpp turns
+//            off the 64-token MXFP4 pass, which splits K otherwise). The
+//            one-token integer kernel's sums differ from the tensor-core
+//            form's FP16 ones, and a top-k routing amplifies that
+//            difference: without this a Qwen3-MoE sequence decoded among
+//            three others parts from its solo tokens (eh-plugin-check
+//            batch_invariance). The dense matmuls still switch from the GEMV
+//            to cuBLAS at 9 rows, as llama-cuda's do, and the decode
+//            attention's split count follows the step's rows
+//            (cuda-common/README.md, Determinism).
+
+// Whether batch_invariant's router (moe_router_rows) takes this layer's:
+// an F32 router of n_expert x n_embd. (Others keep the GEMV or cuBLAS,
+// whose sums change with the step's size.)
+bool router_rows(const Model& m, const Layer& L) {
+    const ehcuda::WeightRef& w = L.router.w;
+    return w.rows == m.cfg.n_expert && w.cols == m.cfg.n_embd && w.row_bytes == size_t(w.cols) * 4 &&
+           ehcuda::moe_router_rows_supported(w.type, m.cfg.n_expert, m.cfg.n_embd);
+}
+
 // Tokens per call of the paths besides the grouped kernels (moe_prefill,
 // the per-pair kernels): bounds their buffers whatever the step's budget.
 constexpr int kMoeChunk = 512;
@@ -98,8 +114,9 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         ff_ = ehcuda::DeviceBuffer(
             std::max(chunk * K * c_.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)), L);
         router_ = ehcuda::DeviceBuffer(T * c_.n_expert * 4, L);
-        router_counter_ = ehcuda::DeviceBuffer(4, L);
-        EHC_CHECK(cudaMemset(router_counter_.get(), 0, 4));
+        // moe_router_decode's counter, then moe_decode_mma's
+        router_counter_ = ehcuda::DeviceBuffer(4 * size_t(1 + ehcuda::moe_decode_mma_counters(c_.n_embd)), L);
+        EHC_CHECK(cudaMemset(router_counter_.get(), 0, router_counter_.size()));
         if (moe_grouped_max_ >= 2)
             grouped_ = ehcuda::DeviceBuffer(ehcuda::moe_grouped_scratch_bytes(int(std::min<size_t>(T, size_t(moe_grouped_max_))),
                                                                                int(K), c_.n_expert, c_.n_embd, c_.n_ff_exp), L);
@@ -333,6 +350,10 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
         matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
     adapt(v, {lora_site(li, kLoraOut)}, attn_.as<float>(), c.q_dim(), h, c.n_embd, T);
 
+    if (m_.batch_invariant && router_rows(m_, L)) {
+        invariant_moe(li, T);
+        return;
+    }
     // (one token: the expert kernel reads h, and routes for itself where
     // moe_fused_route says; the router's own kernel where router_decode
     // says, routing too where the expert kernel does not)
@@ -346,6 +367,56 @@ void Batch::moe_layer(int li, const ehcuda::StepView& v) {
         if (!one || !moe_fused_route(m_))
             ehcuda::moe_route(router_.as<float>(), T, c.n_expert, c.n_expert_used, ids_.as<int32_t>(), wts_.as<float>(), s);
     }
+    moe(li, T);
+}
+
+// batch_invariant's expert block (see the top of the file): the router and
+// pre-norm through moe_router_rows for every T; one token's experts through
+// moe_decode_mma (its input, FP16, and its scratch in the grouped
+// kernels' scratch, unused by a one-token step), more tokens' grouped.
+void Batch::invariant_moe(int li, int T) {
+    cudaStream_t s = stream();
+    const Config& c = c_;
+    const Layer& L = m_.layers[size_t(li)];
+    const int k = c.n_expert_used;
+    const bool one = T == 1 && ehcuda::moe_decode_mma_supported(L.gate_exps, L.up_exps, L.down_exps, k, c.n_expert);
+    char* g = static_cast<char*>(grouped_.get());
+    const size_t x16_bytes = (size_t(c.n_embd) * 2 + 255) / 256 * 256;
+    ehcuda::MoeRouterRowsArgs ra;
+    ra.x = h_.as<float>();
+    ra.ldx = c.n_embd;
+    ra.ntok = T;
+    ra.norm_w = L.ffn_norm;
+    ra.norm_eps = c.eps;
+    ra.w = static_cast<const float*>(L.router.w.data);
+    ra.bias = L.router.bias;
+    ra.n_expert = c.n_expert;
+    ra.cols = c.n_embd;
+    ra.logits = router_.as<float>();
+    if (one) ra.xn16 = g;
+    else ra.xn = xn_.as<float>();
+    ehcuda::moe_router_rows(ra, s);
+    if (one) {
+        ehcuda::MoeDecodeMmaArgs md;
+        md.x16 = g;
+        md.k = k;
+        md.n_expert = c.n_expert;
+        md.logits = router_.as<float>();
+        md.ids = ids_.as<int32_t>();
+        md.weights = wts_.as<float>();
+        md.gate = L.gate_exps;
+        md.up = L.up_exps;
+        md.down = L.down_exps;
+        md.alpha = c.swiglu_alpha;
+        md.limit = c.swiglu_limit;
+        md.scratch = g + x16_bytes;
+        md.scratch_bytes = grouped_.size() - x16_bytes;
+        md.counters = router_counter_.as<int>() + 1;
+        md.h = h_.as<float>();
+        ehcuda::moe_decode_mma(md, s);
+        return;
+    }
+    ehcuda::moe_route(router_.as<float>(), T, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
     moe(li, T);
 }
 

@@ -46,6 +46,7 @@ private:
     // The experts of layer li over the step's T tokens (routing in ids_ /
     // wts_ already, or done by the one-token kernel when T == 1).
     void moe(int li, int T);
+    void invariant_moe(int li, int T);  // batch_invariant's (batch.cpp)
     // moe_grouped over tokens t0 .. t0 + n of the step (n <= moe_grouped_max_).
     void grouped(int li, int t0, int n);
     // y (+)= segs . x over n tokens (see batch.cpp for the kernel choice).
