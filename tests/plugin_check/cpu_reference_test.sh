@@ -2,7 +2,8 @@
 # The CPU reference's ABI contract is eh-plugin-check's: on the trained
 # stories260K (llama) and on forged toy files of four other architectures
 # it serves, every check passes by name (reference_agreement, with no
-# --reference, is skipped). Its own gtests keep what only it promises
+# --reference, is skipped; batch_compositions, which runs only when named,
+# in a run of its own). Its own gtests keep what only it promises
 # (bit-identical logits, the session path, its refusals); the loader holds
 # its self-description to its manifest on every load.
 # Usage: cpu_reference_test.sh EH_PLUGIN_CHECK ENGINE_HOST CPU_REFERENCE_SO MODEL
@@ -22,11 +23,14 @@ expect_all_pass() {  # LABEL MODEL
   [[ $out == *'"plugin": "cpu-reference"'* ]]; check "$1-accepted" $? "$out"
   while read -r name _; do
     n=$((n + 1))
+    [[ $name == batch_compositions ]] && continue  # (runs only when named: below)
     local want=pass
     [[ $name == reference_agreement ]] && want=skip
     [[ $(verdict "$out" "$name") == "$want" ]]; check "$1-$name" $? "want $want: $(grep -A3 "\"name\": \"$name\"" <<<"$out")"
   done < <("$check_bin" --list)
   [[ $n -ge 20 ]]; check "$1-listed" $? "eh-plugin-check --list named $n checks"
+  out=$("$check_bin" "$cpuref" --model "$2" --only batch_compositions --json 2>&1)
+  [[ $(verdict "$out" batch_compositions) == pass ]]; check "$1-batch_compositions" $? "$out"
 }
 
 expect_all_pass stories260K "$stories"

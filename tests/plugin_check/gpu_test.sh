@@ -38,7 +38,7 @@ echo "$out"
 [[ $rc -eq 0 ]]; check llama-cuda-stories-rank-streams $? "exit $rc"
 
 # The checks a quantized KV pool runs (one --only NAME pair a line), every
-# one but speculative_verify and chunked_prefill (embd_spans takes the
+# one but speculative_verify, chunked_prefill and batch_compositions (embd_spans takes the
 # by-name refusal of an image's bidirectional span with a quantized cache),
 # whose greedy tokens must match across step shapes: a multi-token step's
 # matmuls differ from a one-token step's in the last bits, which an F16
@@ -48,7 +48,7 @@ echo "$out"
 kv_checks() {
   local name
   for name in $("$check_bin" --list | awk '{print $1}'); do
-    case $name in speculative_verify|chunked_prefill) continue ;; esac
+    case $name in speculative_verify|chunked_prefill|batch_compositions) continue ;; esac
     [[ $1 == tiny-qwen3-moe-q4_k_m && $name == batch_invariance ]] && continue
     printf '%s\n%s\n' --only "$name"
   done
@@ -84,7 +84,7 @@ for spec in llama-cuda:tiny-llama-3.1-q4_k_m llama-cuda:tiny-gemma-3-q4_k_m gpt-
     echo "$out"
     [[ $rc -eq 0 ]]; check "$plugin-$profile-batch-invariant" $? "exit $rc"
     for name in $("$check_bin" --list | awk '{print $1}'); do
-      [[ $name == batch_invariance ]] || only+=(--only "$name")
+      [[ $name == batch_invariance || $name == batch_compositions ]] || only+=(--only "$name")
     done
     out=$("$check_bin" "$dir/libeh-$plugin.so" --model "$scratch/$profile.gguf" "${only[@]}" 2>&1); rc=$?
   else

@@ -43,6 +43,12 @@ out=$("$check_bin" "$step_only" --model "$model" --kv-type q4 2>&1); rc=$?
 
 out=$(EH_TEST_ENGINE_BATCH_DEPENDENT=1 "$check_bin" "$step_only" --model "$model" 2>&1); rc=$?
 [[ $rc -eq 1 && "$out" == *"FAIL  batch_invariance"*"token 0 differs"* ]]; check batch-dependence-found $? "exit $rc: $out"
+# batch_compositions runs only when named, and finds it too
+[[ $out != *"batch_compositions"* ]]; check compositions-asked-only $? "$out"
+out=$(EH_TEST_ENGINE_BATCH_DEPENDENT=1 "$check_bin" "$step_only" --model "$model" --only batch_compositions 2>&1); rc=$?
+[[ $rc -eq 1 && "$out" == *"FAIL  batch_compositions"*"differs"* ]]; check batch-compositions-found $? "exit $rc: $out"
+out=$("$check_bin" "$step_only" --model "$model" --only batch_compositions 2>&1); rc=$?
+[[ $rc -eq 0 && "$out" == *"PASS  batch_compositions"* ]]; check batch-compositions-pass $? "exit $rc: $out"
 
 # The same engine breaking one ABI rule at a time fails the check that
 # holds it, by name

@@ -209,6 +209,110 @@ void batch_invariance(Context& c) {
     expect_same(alone, together[0], "a sequence in a step of four against alone");
 }
 
+// One sequence of a composition (batch_compositions): its prompt, fed
+// `chunk` tokens a step (0: whole) from step `start` on, then greedy
+// decoding; released at step `stop` (0: kept to the end).
+struct Member {
+    std::vector<int32_t> prompt;
+    uint32_t start = 0, chunk = 0, stop = 0;
+};
+
+// Steps the members together, each step holding every member that has
+// started and not stopped, until member 0 has c.n tokens; its tokens.
+std::vector<int32_t> run_composition(Context& c, const std::vector<Member>& ms) {
+    struct State {
+        eh_seq* seq = nullptr;
+        size_t fed = 0;
+        std::vector<int32_t> out;
+        bool gone = false;
+    };
+    std::vector<State> st(ms.size());
+    for (State& s : st) {
+        s.seq = c.d.create();
+        c.d.set_sampling(s.seq, ehp::greedy_sampling());
+    }
+    std::vector<int32_t> last(ms.size());
+    for (uint32_t step = 0; st[0].out.size() < c.n; ++step) {
+        std::vector<eh_step_entry> es;
+        std::vector<size_t> who;
+        for (size_t i = 0; i < ms.size(); ++i) {
+            const Member& m = ms[i];
+            State& s = st[i];
+            if (s.gone || step < m.start) continue;
+            if (i > 0 && m.stop && step >= m.stop) {
+                c.d.release(s.seq);
+                s.gone = true;
+                continue;
+            }
+            if (s.fed < m.prompt.size()) {
+                const size_t k = std::min<size_t>(m.chunk ? m.chunk : m.prompt.size(), m.prompt.size() - s.fed);
+                const bool done = s.fed + k == m.prompt.size();
+                es.push_back(entry(s.seq, m.prompt.data() + s.fed, uint32_t(k), done ? EH_STEP_SAMPLE : 0));
+                s.fed += k;
+            } else {
+                last[i] = s.out.back();
+                es.push_back(entry(s.seq, &last[i], 1, EH_STEP_SAMPLE));
+            }
+            who.push_back(i);
+        }
+        const auto got = c.d.step_ok(es, "a composition's step");
+        for (size_t j = 0; j < es.size(); ++j)
+            if (es[j].flags & EH_STEP_SAMPLE) st[who[j]].out.push_back(got[j]);
+    }
+    for (State& s : st)
+        if (!s.gone) c.d.release(s.seq);
+    return st[0].out;
+}
+
+// A probe's greedy tokens alone against among others in many step makeups:
+// others starting with it, before it (its prompt beside their prompts and
+// decode rows), joining and leaving while it decodes (its steps grow and
+// shrink past 8 rows and past 9 tokens, where the dense matmuls change
+// kernels), and its own prompt in chunks beside others' decoding.
+void batch_compositions(Context& c) {
+    c.needs(9 + c.n + 64, 128, 8);
+    const auto p = c.prompt(9, 4);
+    eh_seq* solo = c.d.create();
+    const auto alone = c.d.generate(solo, p, c.n, ehp::greedy_sampling());
+    c.d.release(solo);
+    auto other = [&](uint32_t len, uint32_t salt, uint32_t start = 0, uint32_t chunk = 0, uint32_t stop = 0) {
+        return Member{c.prompt(len, 100 + salt), start, chunk, stop};
+    };
+    struct Case {
+        const char* what;
+        std::vector<Member> members;
+    };
+    std::vector<Case> cases;
+    cases.push_back({"beside one other, from the start", {{p}, other(5, 1)}});
+    {
+        Case k{"beside seven others of 3 to 17 prompt tokens, from the start", {{p}}};
+        for (uint32_t i = 0; i < 7; ++i) k.members.push_back(other(3 + 2 * i, 10 + i));
+        cases.push_back(k);
+    }
+    {
+        Case k{"joining seven others three steps into their 40-token prompts (chunks of 16)", {{p, 3}}};
+        for (uint32_t i = 0; i < 7; ++i) k.members.push_back(other(40, 20 + i, 0, 16));
+        cases.push_back(k);
+    }
+    {
+        Case k{"its prompt in chunks of 4 beside three others decoding", {{p, 2, 4}}};
+        for (uint32_t i = 0; i < 3; ++i) k.members.push_back(other(6 + i, 30 + i));
+        cases.push_back(k);
+    }
+    {
+        Case k{"beside five others that leave one by one", {{p}}};
+        for (uint32_t i = 0; i < 5; ++i) k.members.push_back(other(4 + i, 40 + i, 0, 0, 2 + 2 * i));
+        cases.push_back(k);
+    }
+    {
+        Case k{"while others join with 20-token prompts, one a step", {{p}}};
+        for (uint32_t i = 0; i < 7; ++i) k.members.push_back(other(20, 50 + i, 1 + i));
+        cases.push_back(k);
+    }
+    cases.push_back({"its prompt in the step of two 60-token prompts", {{p}, other(60, 60), other(60, 61)}});
+    for (const Case& k : cases) expect_same(alone, run_composition(c, k.members), std::string("a sequence ") + k.what);
+}
+
 void prefill_beside_decode(Context& c) {
     c.needs(std::max(10 + c.n, 4 * c.n), 10, 2);
     const auto p = c.prompt(10, 8);
@@ -1233,6 +1337,7 @@ struct Check {
     const char* name;
     const char* what;
     void (*run)(Context&);
+    bool asked_only = false;  // runs only when --only names it
 };
 
 // In the order they run; names are stable (scripts select them with --only).
@@ -1249,6 +1354,9 @@ const Check kChecks[] = {
     {"batch_invariance", "a sequence's tokens do not depend on the others in its steps", batch_invariance},
     {"prefill_beside_decode", "decoding beside another sequence's prefill chunks changes nothing",
      prefill_beside_decode},
+    {"batch_compositions", "a sequence's greedy tokens are its own alone in seven step makeups (others starting, "
+                           "joining, leaving, prompts in chunks beside it); runs only when --only names it",
+     batch_compositions, true},
     {"fork_shares_prefix", "seq_fork takes no free block and continues as the whole prompt would",
      fork_shares_prefix},
     {"truncate_regrow", "a truncated sequence stepped again continues as before", truncate_regrow},
@@ -1318,7 +1426,8 @@ std::vector<CheckResult> run_checks(const CheckOptions& options) {
     }
     std::vector<CheckResult> out;
     for (const Check& check : kChecks) {
-        if (!options.only.empty() && std::find(options.only.begin(), options.only.end(), check.name) == options.only.end())
+        if (options.only.empty() ? check.asked_only
+                                 : std::find(options.only.begin(), options.only.end(), check.name) == options.only.end())
             continue;
         CheckResult r{check.name, check.what, CheckResult::Status::Pass, {}};
         Context c{options, *d, std::max<uint32_t>(2, options.n_tokens)};
