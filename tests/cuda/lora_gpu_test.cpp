@@ -428,19 +428,41 @@ TEST_P(LoraGpu, RulesAndRelease) {
     ASSERT_TRUE(other.ok()) << other.failure;
     eh_seq* o = other.create();
     EXPECT_EQ(other.api->seq_set_adapter(o, a.adapter), EH_INVALID_ARGUMENT);
-    // Released unused, and its slot taken by a new adapter, which computes
-    // as the reference does with that adapter.
+    // Released unused, and its slot taken by a new adapter of fewer
+    // matrices (a pair the slot kept from the old adapter would show): it
+    // computes as the same adapter does on the model that never had
+    // another, at every position; on dense files as the reference does
+    // too. Not against the reference on MoE files: a router near-tie in
+    // the prompt flips on differences far below the tolerance, and every
+    // later position follows through the KV cache (Qwen3-MoE, these tokens
+    // with a full adapter: layer 0 ranks position 26's 2nd and 3rd experts
+    // 8e-5 apart, and the reference itself with the adapter's scale 1e-3
+    // lower keeps 3 of 17 positions within the tolerance).
     a.release();
     b.release();
-    const auto ad = forge_adapter(profile, 13).gguf();
-    Loaded c(gpu_api(), gpu.model, ad), cc(cpu_api(), cpu.model, ad);
+    const auto ad = forge_adapter(profile, 13, {".attn_q.weight", ".attn_qkv.weight", "output.weight"}).gguf();
+    Loaded c(gpu_api(), gpu.model, ad), fresh(gpu_api(), other.model, ad);
     ASSERT_EQ(c.status, EH_OK) << gpu.error();
-    ASSERT_EQ(cc.status, EH_OK) << cpu.error();
+    ASSERT_EQ(fresh.status, EH_OK) << other.error();
     const Logits got = feed(gpu, {c.adapter}, {toks})[0];
+    const Logits want = feed(other, {fresh.adapter}, {toks})[0];
+    const Logits base = feed(other, {nullptr}, {toks})[0];
+    double worst = 0, moved = 0;
+    for (size_t p = 0; p < want.size(); ++p) {
+        worst = std::max(worst, rel_err(got[p], want[p]));
+        moved = std::max(moved, rel_err(base[p], want[p]));
+    }
+    std::printf("[lora-gpu] %s: a freed slot's new adapter against it on a fresh model: max error %.3g (it moves %.3g)\n",
+                profile.c_str(), worst, moved);
+    EXPECT_LT(worst, kTol);
+    EXPECT_GT(moved, kMoved) << "the forged adapter barely changes the logits: the comparison proves nothing";
+    if (moe_file(profile)) return;
+    Loaded cc(cpu_api(), cpu.model, ad);
+    ASSERT_EQ(cc.status, EH_OK) << cpu.error();
     const Logits ref = feed(cpu, {cc.adapter}, {toks})[0];
     size_t within = 0;
     for (size_t p = 0; p < ref.size(); ++p) within += rel_err(got[p], ref[p]) < kTol;
-    EXPECT_GE(double(within), (moe_file(profile) ? 0.97 : 1.0) * double(ref.size()));
+    EXPECT_EQ(within, ref.size());
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, LoraGpu,
