@@ -90,13 +90,25 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 // Half offset of (row, 16-byte chunk) in a swizzled [128][64] tile.
 __device__ __forceinline__ int swz(int row, int chunk) { return row * kBK + ((chunk ^ (row & 7)) << 3); }
 
-// Chunk c (32 values) of a row of `type`, as floats: the stored type picks
-// the decoder at run time (uniform across a warp but where gate and up
-// differ), so one kernel serves every type.
-__device__ __forceinline__ void decode_chunk(uint32_t type, const uint8_t* row, int c, float (&v)[32]) {
+__device__ __forceinline__ uint4 pack8(const float* v) {
+    uint4 o;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    return o;
+}
+
+// f.template operator()<T>() for the stored type (every moe type): the
+// producers' loop is instantiated per type, so within it both chunks'
+// loads are straight-line code the compiler issues before either decode.
+template <class F>
+__device__ __forceinline__ void type_switch(uint32_t type, F&& f) {
     switch (type) {
 #define EHC_TILE_TYPE(T) \
-    case T: load_any_chunk<T>(row, c, v); return;
+    case T: f.template operator()<T>(); return;
         EHC_TILE_TYPE(EH_TYPE_MXFP4)
         EHC_TILE_TYPE(EH_TYPE_F32)
         EHC_TILE_TYPE(EH_TYPE_F16)
@@ -114,50 +126,25 @@ __device__ __forceinline__ void decode_chunk(uint32_t type, const uint8_t* row, 
         EHC_TILE_TYPE(EH_TYPE_IQ4_NL)
         EHC_TILE_TYPE(EH_TYPE_IQ4_XS)
 #undef EHC_TILE_TYPE
-        default:
-#pragma unroll
-            for (int i = 0; i < 32; ++i) v[i] = 0.0f;  // (tile_matrix refuses the others)
+        default: f.template operator()<0>();  // (tile_matrix refuses the others: zeros)
     }
 }
 
-__device__ __forceinline__ uint4 pack8(const float* v) {
-    uint4 o;
-    uint32_t* w = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-        w[i] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-    return o;
-}
-
-// What a producer thread fills in each stage: weight row j of the tile
-// (one per thread of its group) and 8 of the 1024 16-byte chunks of the
-// pair tile.
-template <bool Pair>
-__device__ void produce(int pt, int group, int e, int n0, int cnt, int off, int m_tile, const __half* x,
-                        const DevMat& a, uint32_t type_a, const DevMat& b, uint32_t type_b, __half* smem) {
-    const int K = a.cols, nch = K / 32, kt_count = (K + kBK - 1) / kBK;
-    // this thread's weight row
-    const uint8_t* row = nullptr;
-    uint32_t type = type_a;
-    if constexpr (Pair) {
-        const int q = pt >> 4, w = pt & 15, f = m_tile * (kBM / 2) + q * 8 + (w & 7);
-        if (f < a.rows) {
-            row = w < 8 ? row_ptr(a, e, f) : row_ptr(b, e, f);
-            type = w < 8 ? type_a : type_b;
-        }
-    } else {
-        const int r = m_tile * kBM + pt;
-        if (r < a.rows) row = row_ptr(a, e, r);
-    }
+// The producer loop of one group for a weight row of type T (row: the
+// row, or null past the matrix's rows; `safe` any readable row of the same
+// type, read instead so that the loads need no branch): for each of the
+// group's k-tiles, the 128 pair rows' inputs by cp.async (8 of the 1024
+// 16-byte chunks a thread; zeros past the expert's pairs and past K) and
+// this thread's weight row's two chunks, decoded, into the stage.
+template <int T>
+__device__ __forceinline__ void produce_loop(int pt, int group, int n0, int cnt, int off, int K, const __half* x,
+                                             const uint8_t* row, const uint8_t* safe, __half* smem) {
+    const int nch = K / 32, kt_count = (K + kBK - 1) / kBK;
     for (int kt = group; kt < kt_count; kt += kGroups) {
         const int s = kt % kStages;
         if (kt >= kStages) bar_sync(empty_barrier(s), kBarrierThreads);
         __half* As = smem + size_t(s) * 2 * kTileHalves;
         __half* Bs = As + kTileHalves;
-        // the pair inputs, columns kt * 64 .. + 64 (zeros past the expert's
-        // pairs and past K)
 #pragma unroll
         for (int i = 0; i < 8; ++i) {
             const int idx = pt + i * kGroupThreads, r = idx >> 3, ch = idx & 7;
@@ -167,24 +154,45 @@ __device__ void produce(int pt, int group, int e, int n0, int cnt, int off, int 
             detail::cp_async16(Bs + swz(r, ch), src, ok ? 16 : 0);
         }
         detail::cp_async_commit();
-        // the weight row's two chunks, decoded
+        float v[2][32];
+        bool ok[2];
 #pragma unroll
         for (int h = 0; h < 2; ++h) {
             const int c = kt * 2 + h;
-            float v[32];
-            if (row && c < nch) {
-                decode_chunk(type, row, c, v);
-            } else {
+            ok[h] = row && c < nch;
+            if constexpr (T != 0) load_any_chunk<T>(ok[h] ? row : safe, ok[h] ? c : 0, v[h]);
+        }
 #pragma unroll
-                for (int i = 0; i < 32; ++i) v[i] = 0.0f;
+        for (int h = 0; h < 2; ++h) {
+            if (T == 0 || !ok[h]) {
+#pragma unroll
+                for (int i = 0; i < 32; ++i) v[h][i] = 0.0f;
             }
 #pragma unroll
-            for (int q = 0; q < 4; ++q)
-                *reinterpret_cast<uint4*>(As + swz(pt, h * 4 + q)) = pack8(v + 8 * q);
+            for (int q = 0; q < 4; ++q) *reinterpret_cast<uint4*>(As + swz(pt, h * 4 + q)) = pack8(v[h] + 8 * q);
         }
         detail::cp_async_wait<0>();
         bar_arrive(full_barrier(s), kBarrierThreads);
     }
+}
+
+// A producer thread: weight row pt of the tile (gate|up: interleaved by
+// eights, see the top), its type's loop.
+template <bool Pair>
+__device__ void produce(int pt, int group, int e, int n0, int cnt, int off, int m_tile, const __half* x,
+                        const DevMat& a, uint32_t type_a, const DevMat& b, uint32_t type_b, __half* smem) {
+    const uint8_t* row = nullptr;
+    const uint8_t* safe = row_ptr(a, e, 0);
+    uint32_t type = type_a;
+    if constexpr (Pair) {
+        const int q = pt >> 4, w = pt & 15, f = m_tile * (kBM / 2) + q * 8 + (w & 7);
+        if (w >= 8) safe = row_ptr(b, e, 0), type = type_b;
+        if (f < a.rows) row = w < 8 ? row_ptr(a, e, f) : row_ptr(b, e, f);
+    } else {
+        const int r = m_tile * kBM + pt;
+        if (r < a.rows) row = row_ptr(a, e, r);
+    }
+    type_switch(type, [&]<int T>() { produce_loop<T>(pt, group, n0, cnt, off, a.cols, x, row, safe, smem); });
 }
 
 template <bool Pair>
