@@ -1,16 +1,17 @@
 #!/usr/bin/env bash
 # `engine-host inspect --kernels`: the CUDA kernel routes of a model's weight
 # matrices from the kernel plan, without a GPU, on forged files of real
-# layouts at toy size (Phi-3's fused QKV and gate|up, Qwen3's head dim 128).
+# layouts at toy size (Phi-3's fused QKV and gate|up, Qwen3's head dim 128;
+# gpt-cuda's gpt-oss, Qwen3-MoE and GPT-2).
 # Usage: inspect_kernels_test.sh ENGINE_HOST
 source "$(dirname "$0")/testlib.sh"
 eh=$1
 
-for p in tiny-phi-3-q4_k_m tiny-qwen3-q4_k_m tiny-qwen3-moe-q4_k_m tiny-gemma-3-q4_k_m; do
+for p in tiny-phi-3-q4_k_m tiny-qwen3-q4_k_m tiny-qwen3-moe-q4_k_m tiny-gemma-3-q4_k_m tiny-gpt-oss-mxfp4 tiny-gpt2-f16; do
   "$eh" forge --like "$p" --out "$scratch/$p.gguf" >"$scratch/forge.log" 2>&1 || { cat "$scratch/forge.log"; exit 1; }
 done
 phi=$scratch/tiny-phi-3-q4_k_m.gguf qwen3=$scratch/tiny-qwen3-q4_k_m.gguf moe=$scratch/tiny-qwen3-moe-q4_k_m.gguf
-gemma=$scratch/tiny-gemma-3-q4_k_m.gguf
+gemma=$scratch/tiny-gemma-3-q4_k_m.gguf oss=$scratch/tiny-gpt-oss-mxfp4.gguf gpt2=$scratch/tiny-gpt2-f16.gguf
 
 # The default device is named as such; one line per kind at one token.
 expect default-device 0 'device +sm_90, 132 multiprocessors \(the default' -- "$eh" inspect --model "$phi" --kernels
@@ -34,8 +35,26 @@ expect sm80-named 0 'device +sm_80, 108 multiprocessors \(--kernel-device\)' -- 
 expect json 0 '"steps": ?\[\{"routes": ?\[' -- "$eh" inspect --model "$qwen3" --kernels --batch 1,8 --json
 # Gemma 3: the same pair kernel with its GeLU(tanh) gate.
 expect gemma-pair 0 'ffn_gate_up x[0-9]+: .*: gate_up_pair_kernel with GeLU\(tanh\) gate' -- "$eh" inspect --model "$gemma" --kernels
-# A MoE model (gpt-cuda's): said, not guessed.
-expect moe 0 "routes +not listed for architecture 'qwen3moe'" -- "$eh" inspect --model "$moe" --kernels
+# gpt-cuda's models: its plan (int16x2 input for exact routing), the
+# router's own kernel and the one-token expert kernels at one token, the
+# grouped experts' forms by the step's average pairs an expert.
+expect oss-plan 0 'plan +kernel plan: sm_90, 132 SMs; GEMV input int16x2' -- "$eh" inspect --model "$oss" --kernels
+expect oss-router 0 'ffn_gate_inp \(router\) x2: F32 4x64: router_decode_kernel' -- "$eh" inspect --model "$oss" --kernels
+expect oss-decode 0 'ffn_gate_up_exps x2: MXFP4 64x64 \+ MXFP4 64x64 an expert, 4 experts, top-2: moe_decode: gate_up_pair_kernel.*routing fused into it' -- "$eh" inspect --model "$oss" --kernels
+# 64 x top-2 over 4 experts: 32 an expert, MXFP4 passes of 32 tokens; 2048: the tile form
+expect oss-64 0 'ffn_gate_up_exps x2: .*moe_grouped after route_kernel \(top-k\): 64 x top-2 = 128 pairs, 32 an expert if spread evenly.*tensor-core passes of 32 tokens' -- "$eh" inspect --model "$oss" --kernels --batch 64
+expect oss-tiles 0 'ffn_down_exps x2: MXFP4 64x64 an expert.*: tile form' -- "$eh" inspect --model "$oss" --kernels --batch 2048
+expect moe-down 0 'ffn_down_exps x1: Q6_K 256x256 an expert, 8 experts, top-2: moe_decode: down_decode_kernel' -- "$eh" inspect --model "$moe" --kernels
+expect moe-8 0 'ffn_gate_up_exps x2: Q4_K 256x256 \+ Q4_K 256x256 an expert, 8 experts, top-2: moe_grouped .*16 pairs, 2 an expert if spread evenly.*tensor-core passes of 8 tokens' -- "$eh" inspect --model "$moe" --kernels --batch 8
+# the mirrors do not move gpt-cuda's cuBLAS threshold
+expect moe-mirrors 0 'batch 3 +attn_qkv x1: 3 single-token calls' -- "$eh" inspect --model "$moe" --kernels --batch 3 --fp16-mirrors
+expect moe-json 0 '"steps": ?\[\{"routes": ?\[".*ffn_gate_up_exps' -- "$eh" inspect --model "$moe" --kernels --json
+# An architecture no CUDA plugin serves: said, not guessed.
+"$eh" forge --like tiny-qwen2.5-vl-q4_k_m --out "$scratch/vl.gguf" --mmproj-out "$scratch/vl-mmproj.gguf" >"$scratch/forge.log" 2>&1 || { cat "$scratch/forge.log"; exit 1; }
+expect not-listed 0 "routes +not listed for architecture 'qwen2vl': the matrix lists cover llama-cuda's architectures .* and gpt-cuda's \(gpt2, gpt-oss, qwen3moe\)" -- "$eh" inspect --model "$scratch/vl.gguf" --kernels
+# GPT-2: its fused attn_qkv one matrix, the MLP's up and down
+expect gpt2-qkv 0 'batch 1 +attn_qkv x2: F16 192x64: gemv_kernel' -- "$eh" inspect --model "$gpt2" --kernels
+expect gpt2-mlp 0 'ffn_up x2: 8 single-token calls \(side streams\), each F16 256x64: gemv_kernel' -- "$eh" inspect --model "$gpt2" --kernels --batch 8
 # The plan's override applies, as in the plugin; a bad one is refused by name.
 expect plan-env 0 'plan +kernel plan: sm_90, 132 SMs; GEMV input float, register GEMV' -- env EHCUDA_PLAN='{"gemv_input": "float", "gemv_bulk": false}' "$eh" inspect --model "$phi" --kernels
 expect plan-env-bad 2 'EHCUDA_PLAN: "pair_slots" must be an integer in \[0, 4\]' -- env EHCUDA_PLAN='{"pair_slots": 9}' "$eh" inspect --model "$phi" --kernels

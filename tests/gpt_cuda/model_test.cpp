@@ -15,8 +15,12 @@
 #include <memory>
 #include <random>
 
+#include <cuda_runtime_api.h>
+
 #include <eh/model/model_file.hpp>
 #include <eh/tools/forge.hpp>
+#include <ehcuda/model_matrices.hpp>
+#include <ehcuda/options.hpp>
 
 #include "compare.hpp"
 #include "plugins.hpp"
@@ -76,6 +80,40 @@ TEST_P(GptModels, LogitsMatchCpuReference) {
     EXPECT_LT(rel_err(again.prefill(toks), g), kTol);
     std::printf("%s: quant %s, max relative logit error vs cpu-reference %.3g over %zu positions, %.1f MiB on the GPU\n",
                 GetParam().c_str(), info.quant_kind, worst, toks.size() - 8, double(info.device_bytes_used) / (1 << 20));
+}
+
+// The load's log lists the routes of gpt_matrices' list, the one `engine-host
+// inspect --kernels` prints: with the plugin's own verdicts on its experts
+// (moe_decode_supported, ...), the same lines as inspect's from the types
+// and shapes.
+TEST_P(GptModels, LoadLogsTheRoutesInspectPrints) {
+    if (!plugin_gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
+    const std::string path = model_path(GetParam());
+    ASSERT_TRUE(fs::exists(path)) << path;
+    auto file = eh::model::ModelFile::open(path);
+    std::vector<std::string> stages;
+    eh_load_params lp{};
+    lp.struct_size = sizeof lp;
+    lp.path = "routes";
+    lp.view = &file->view();
+    lp.progress = [](void* u, float, const char* stage) {
+        static_cast<std::vector<std::string>*>(u)->push_back(stage ? stage : "");
+    };
+    lp.progress_user = &stages;
+    eh_model* m = nullptr;
+    ASSERT_EQ(gpu_api()->model_load(&lp, &m), EH_OK) << gpu_api()->plugin_last_error();
+    gpu_api()->model_release(m);
+    cudaDeviceProp prop{};
+    ASSERT_EQ(cudaGetDeviceProperties(&prop, 0), cudaSuccess);
+    const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
+    const ehcuda::KernelPlan p = ehcuda::load_plan(dev, true, ehcuda::Options(nullptr));
+    const ehp::ModelView view(&file->view());
+    const std::vector<std::string> lines = ehcuda::step_route_lines(p, dev, ehcuda::gpt_matrices(view, p, {}), 1, false);
+    ASSERT_GE(lines.size(), 5u);
+    for (const std::string& line : lines) EXPECT_EQ(std::count(stages.begin(), stages.end(), line), 1) << line;
+    for (const char* kind : {"attn_qkv x", "attn_output x", "output x"})
+        EXPECT_TRUE(std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(kind, 0) == 0; }))
+            << kind;
 }
 
 INSTANTIATE_TEST_SUITE_P(Tiny, GptModels,

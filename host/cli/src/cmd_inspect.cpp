@@ -64,7 +64,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
                                                           "checked as serve checks it, and the verdict is on it instead of the model's")
         ("tensors", "list every tensor")
         ("kernels", "also the CUDA kernels (and their parameters) each weight matrix runs in a batched step, from the "
-                    "kernel plan llama-cuda would choose; no GPU needed (llama-cuda's architectures)")
+                    "kernel plan llama-cuda or gpt-cuda would choose (a MoE layer's experts too); no GPU needed")
         ("batch", po::value<std::string>()->default_value("1"), "with --kernels: the steps' token counts, e.g. 1,8,64 "
                                                                  "(1 .. 65536 each, at most 16)")
         ("kernel-device", po::value<std::string>(), "with --kernels: the device the plan is for, sm_XY:SMS (compute "

@@ -14,10 +14,11 @@ namespace eh::cli {
 namespace {
 
 // The architectures whose matrix list ehcuda::dense_matrices knows
-// (llama-cuda's).
+// (llama-cuda's), and those of ehcuda::gpt_matrices (gpt-cuda's).
 bool dense_architecture(std::string_view a) {
     return a == "llama" || a == "qwen2" || a == "qwen3" || a == "phi3" || a == "gemma3";
 }
+bool gpt_architecture(std::string_view a) { return a == "gpt2" || a == "gpt-oss" || a == "qwen3moe"; }
 
 bool parse_int(std::string_view s, int lo, int hi, int& out) {
     int v = 0;
@@ -66,9 +67,11 @@ model::InspectSection kernels_section(const eh_model_view& raw, const KernelsReq
                                (r.device_given ? " (--kernel-device)" : " (the default: an H100 / H200; --kernel-device sm_XY:SMS for another)");
     nlohmann::json j = {{"device", device}, {"architecture", arch}};
     s.facts.push_back({"device", device});
-    if (!dense_architecture(arch)) {
+    const bool gpt = gpt_architecture(arch);
+    if (!dense_architecture(arch) && !gpt) {
         const std::string why = "not listed for architecture '" + arch +
-                                "': the matrix list covers llama-cuda's architectures (llama, qwen2, qwen3, phi3, gemma3)";
+                                "': the matrix lists cover llama-cuda's architectures (llama, qwen2, qwen3, phi3, "
+                                "gemma3) and gpt-cuda's (gpt2, gpt-oss, qwen3moe)";
         s.facts.push_back({"routes", why});
         j["routes"] = nullptr;
         j["why"] = why;
@@ -77,28 +80,43 @@ model::InspectSection kernels_section(const eh_model_view& raw, const KernelsReq
     }
     ehcuda::KernelPlan plan;
     std::vector<ehcuda::MatrixKind> mats;
+    std::vector<ehcuda::StepMatrix> gpt_mats;
     try {
-        // The plan llama-cuda chooses at load (EHCUDA_PLAN applies, as there).
-        plan = ehcuda::load_plan(dev, false, ehcuda::Options(nullptr));
-        const uint64_t n_head = view.require_uint(view.arch_key("attention.head_count"));
-        const uint64_t n_embd = view.require_uint(view.arch_key("embedding_length"));
-        ehcuda::DenseMatrixOptions o;
-        o.head_dim = int(view.get_uint(view.arch_key("attention.key_length")).value_or(n_head ? n_embd / n_head : 0));
-        mats = ehcuda::dense_matrices(view, plan, o);
+        // The plan the plugin chooses at load (EHCUDA_PLAN applies, as
+        // there): gpt-cuda's with exact routing (int16x2 input).
+        plan = ehcuda::load_plan(dev, gpt, ehcuda::Options(nullptr));
+        if (gpt) {
+            gpt_mats = ehcuda::gpt_matrices(view, plan, {});
+        } else {
+            const uint64_t n_head = view.require_uint(view.arch_key("attention.head_count"));
+            const uint64_t n_embd = view.require_uint(view.arch_key("embedding_length"));
+            ehcuda::DenseMatrixOptions o;
+            o.head_dim = int(view.get_uint(view.arch_key("attention.key_length")).value_or(n_head ? n_embd / n_head : 0));
+            mats = ehcuda::dense_matrices(view, plan, o);
+        }
     } catch (const ehp::Error& e) {
         throw Error(e.status() == EH_INVALID_ARGUMENT ? Code::InvalidRequest : Code::ModelLoadFailed,
                     std::string("--kernels: ") + e.what());
     }
     s.facts.push_back({"plan", ehcuda::describe_plan(plan, dev)});
-    s.facts.push_back({"mirrors", r.mirrored ? "FP16 weight mirrors kept (--fp16-mirrors): steps take cuBLAS from " +
-                                                   std::to_string(ehcuda::step_per_token_max(plan, true) + 1) + " tokens"
-                                             : "none assumed (--fp16-mirrors: as with them): steps take cuBLAS from " +
-                                                   std::to_string(ehcuda::step_per_token_max(plan, false) + 1) + " tokens"});
+    // (gpt-cuda's steps keep the threshold of a model without mirrors:
+    // its mirrors only change what cuBLAS reads)
+    const bool mirrored = r.mirrored && !gpt;
+    const std::string from = "steps take cuBLAS from " + std::to_string(ehcuda::step_per_token_max(plan, mirrored) + 1) +
+                             " tokens";
+    s.facts.push_back({"mirrors", gpt ? from + " whether or not gpt-cuda keeps FP16 weight mirrors (they change only "
+                                               "what cuBLAS reads)"
+                                  : r.mirrored ? "FP16 weight mirrors kept (--fp16-mirrors): " + from
+                                               : "none assumed (--fp16-mirrors: as with them): " + from});
+    if (gpt)
+        s.facts.push_back({"experts", "forms chosen by the average routed pairs an expert (step tokens x top-k / "
+                                      "experts); the load option batch_invariant (other forms) not assumed"});
     j["plan"] = ehcuda::describe_plan(plan, dev);
     j["mirrored"] = r.mirrored;
     nlohmann::json steps = nlohmann::json::array();
     for (int n : r.batches) {
-        const std::vector<std::string> lines = ehcuda::route_lines(plan, dev, mats, n, r.mirrored);
+        const std::vector<std::string> lines = gpt ? ehcuda::step_route_lines(plan, dev, gpt_mats, n, false)
+                                                   : ehcuda::route_lines(plan, dev, mats, n, r.mirrored);
         const std::string key = "batch " + std::to_string(n);
         for (size_t i = 0; i < lines.size(); ++i) s.facts.push_back({i ? "" : key, lines[i]});
         steps.push_back({{"tokens", n}, {"routes", lines}});

@@ -8,6 +8,7 @@
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/graph.hpp>
+#include <ehcuda/model_matrices.hpp>
 #include <ehcuda/options.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
@@ -207,51 +208,24 @@ void bind_moe_layer(Loader& ld, const Config& c, int i, Layer& L) {
 }
 
 // The load's log of the kernel plan: one line per weight-matrix kind and
-// launch, and the attention's.
-std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& dev) {
+// launch (the list `engine-host inspect --kernels` prints, with this
+// model's experts as the device's predicates take them), and the
+// attention's.
+std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, const ehcuda::DeviceTraits& dev) {
     ehcuda::PlanScope scope(m.plan);
     const Config& c = m.cfg;
     const ehcuda::KernelPlan& p = m.plan;
-    std::vector<ehcuda::MatrixKind> mats;
-    for (const Layer& L : m.layers) {
-        mats.push_back({"attn_qkv", ehcuda::gemv_shape(L.qkv, L.n_qkv), false, ""});
-        // (as the batched step's decode: the fused attention leaves chunks)
-        const bool chunks = c.moe() && ehcuda::attention_head_dim_fast(c.head_dim) &&
-                            ehcuda::gemv_takes_chunks(L.attn_out.w.type);
-        mats.push_back({"attn_output", ehcuda::gemv_shape(&L.attn_out, 1), chunks, ""});
-        if (c.arch == Arch::Gpt2) {
-            mats.push_back({"ffn_up", ehcuda::gemv_shape(&L.ffn_up, 1), false, ""});
-            mats.push_back({"ffn_down", ehcuda::gemv_shape(&L.ffn_down, 1), false, ""});
-        } else {
-            mats.push_back({"ffn_gate_inp (router)", ehcuda::gemv_shape(&L.router, 1), false,
-                            !router_decode(m, L)  ? ""
-                            : moe_fused_route(m) ? "router_decode_kernel (a block per expert row, pre-norm inside): logits"
-                                                 : "router_decode_kernel (a block per expert row, pre-norm inside): "
-                                                   "logits, top-k in its last block"});
-            ehcuda::GemvShape e;
-            e.type[0] = L.gate_exps.type;
-            e.rows[0] = c.n_ff_exp;
-            e.cols = c.n_embd;
-            const bool dec = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
-            mats.push_back({"ffn_gate_up_exps", e, false,
-                            dec ? std::string("moe_decode: gate_up_pair_kernel over the routed experts (register form, ") +
-                                      ehcuda::gemv_input_name(p.gemv_input) + " input)" +
-                                      (moe_fused_route(m)      ? ", routing fused into it"
-                                       : router_decode(m, L) ? ", routed first by router_decode_kernel (router GEMV + top-k)"
-                                                             : ", route_kernel first")
-                                : std::string("moe_gate_up (float kernels)")});
-            ehcuda::GemvShape d;
-            d.type[0] = L.down_exps.type;
-            d.rows[0] = c.n_embd;
-            d.cols = c.n_ff_exp;
-            mats.push_back({"ffn_down_exps", d, dec,
-                            dec ? "moe_decode: down_decode_kernel, input chunks from the gate|up kernel"
-                                : "moe_down (float kernels)"});
-        }
-    }
-    ehcuda::MatSeg head;
-    head.w = m.output;
-    mats.push_back({"output", ehcuda::gemv_shape(&head, 1), false, ""});
+    ehcuda::GptMatrixOptions o;
+    o.forms = [&](int i, const ehcuda::ExpertLayer&) {
+        const Layer& L = m.layers[size_t(i)];
+        ehcuda::ExpertForms f;
+        f.decode = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
+        f.grouped = ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
+        f.tensor_cores = ehcuda::moe_grouped_on_tensor_cores(L.gate_exps, L.up_exps, L.down_exps);
+        f.router_kernel = router_decode(m, L);
+        return f;
+    };
+    const std::vector<ehcuda::StepMatrix> mats = ehcuda::gpt_matrices(view, p, o);
     const std::string hd = "head dim " + std::to_string(c.head_dim) + ", " + std::to_string(c.n_head) + " query / " +
                            std::to_string(c.n_kv) + " KV heads";
     std::vector<std::string> attn = {
@@ -261,7 +235,10 @@ std::vector<std::string> plan_lines(const Model& m, const ehcuda::DeviceTraits& 
                         : c.arch == Arch::GptOss ? "rope_attn_decode_kernel, paged (RoPE table, KV store, split-K with sinks), "
                                                  : "rope_attn_decode_kernel, paged (QK-norm, RoPE table, KV store, split-K), ") +
             hd};
-    return ehcuda::plan_log(p, dev, mats, attn);
+    std::vector<std::string> lines{ehcuda::describe_plan(p, dev)};
+    lines.insert(lines.end(), attn.begin(), attn.end());
+    for (std::string& l : ehcuda::step_route_lines(p, dev, mats, 1, false)) lines.push_back(std::move(l));
+    return lines;
 }
 
 }  // namespace
@@ -361,7 +338,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
             if (g->w.data) mats.push_back(g->w);
     }
     const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
-    for (const std::string& line : plan_lines(*m, dev)) progress(0.99f, line.c_str());
+    for (const std::string& line : plan_lines(*m, view, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;
 }

@@ -10,6 +10,7 @@
 
 #include <engine_host/plugin_abi.hpp>
 
+#include "ehcuda/expert_route.hpp"
 #include "ehcuda/kernel_plan.hpp"
 
 namespace ehcuda {
@@ -31,5 +32,21 @@ struct DenseMatrixOptions {
 // ffn_down; then the output head (token_embd when tied). MODEL_LOAD_FAILED
 // naming a tensor that is missing or of the wrong rank.
 std::vector<MatrixKind> dense_matrices(const ehp::ModelView& view, const KernelPlan& p, const DenseMatrixOptions& o);
+
+struct GptMatrixOptions {
+    // A layer's expert forms as the device's predicates say them (gpt-cuda
+    // passes its loaded experts' verdicts). Null: expert_forms, from the
+    // types and shapes.
+    std::function<ExpertForms(int layer, const ExpertLayer& experts)> forms;
+};
+
+// A gpt-cuda model (gpt2, gpt-oss, qwen3moe): per layer attn_qkv (GPT-2's
+// fused attn_qkv as one matrix, else attn_q/k/v), attn_output (at one token
+// its input as chunks from the fused decode attention where the MoE layers'
+// head dim takes it); GPT-2's ffn_up and ffn_down; an MoE layer's router
+// (ffn_gate_inp) and experts (ffn_gate_up_exps: gate and up, stored fused or
+// not; ffn_down_exps); then the output head (token_embd when tied).
+// MODEL_LOAD_FAILED naming a tensor that is missing or of the wrong rank.
+std::vector<StepMatrix> gpt_matrices(const ehp::ModelView& view, const KernelPlan& p, const GptMatrixOptions& o);
 
 }  // namespace ehcuda
