@@ -127,6 +127,8 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.batch_gemv_per_token_mirrored, 2);
     EXPECT_EQ(p.batch_moe_grouped_max, 2048);  // a prefill step's experts in one grouped call
     EXPECT_EQ(p.moe_tile_pass_tokens, 64);
+    EXPECT_EQ(p.moe_decode_pass_tokens, 8);
+    EXPECT_FALSE(p.moe_mma_lean);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 1 << 20);  // past 64 tokens of n_embd 8192 / 128 of 4096
     EXPECT_FALSE(p.allreduce_signals);  // event barriers until measured across GPUs
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);
@@ -138,7 +140,8 @@ TEST(KernelPlan, OptionsOverride) {
     const Options o(R"({"kernels": {"gemv_input": "float", "gemv_bulk": false, "attn_min_chunk": 12, "pair_rows": 4,
                                     "attn_pipe": false, "prefill_min_tokens": 0, "moe_router_kernel": false,
                                     "batch_moe_grouped_max": 64, "allreduce_nccl_min_floats": 0,
-                                    "allreduce_signals": true, "moe_tile_pass_tokens": 0}})");
+                                    "allreduce_signals": true, "moe_tile_pass_tokens": 0,
+                                    "moe_decode_pass_tokens": 16, "moe_mma_lean": true}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -149,6 +152,8 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_FALSE(p.moe_router_kernel);
     EXPECT_EQ(p.batch_moe_grouped_max, 64);
     EXPECT_EQ(p.moe_tile_pass_tokens, 0);
+    EXPECT_EQ(p.moe_decode_pass_tokens, 16);
+    EXPECT_TRUE(p.moe_mma_lean);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 0);
     EXPECT_TRUE(p.allreduce_signals);
     EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value
@@ -168,6 +173,8 @@ TEST(KernelPlan, BadOptionsNameTheKey) {
               "options.kernels: \"batch_gemv_per_token\" must be an integer in [1, 65536]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"moe_tile_pass_tokens": 65537}})"); }),
               "options.kernels: \"moe_tile_pass_tokens\" must be an integer in [0, 65536]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"moe_decode_pass_tokens": 12}})"); }),
+              "options.kernels: \"moe_decode_pass_tokens\" must be 8 or 16");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"batch_gemv_per_token_mirrored": 0}})"); }),
               "options.kernels: \"batch_gemv_per_token_mirrored\" must be an integer in [1, 65536]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_warps": 6}})"); }),

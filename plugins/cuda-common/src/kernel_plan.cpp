@@ -106,6 +106,14 @@ const std::vector<Key>& keys() {
         EHCUDA_INT_KEY(moe_long_pass_tokens, 0, 65536),
         EHCUDA_BOOL_KEY(moe_deep_pipeline),
         EHCUDA_INT_KEY(moe_tile_pass_tokens, 0, 65536),
+        Key{"moe_decode_pass_tokens",
+            [](KernelPlan& p, const Options& o, std::string_view k) {
+                const int v = int(o.integer(k, p.moe_decode_pass_tokens, 8, 16));
+                if (v != 8 && v != 16)
+                    throw ehp::Error(EH_INVALID_ARGUMENT, o.where() + ": \"moe_decode_pass_tokens\" must be 8 or 16");
+                p.moe_decode_pass_tokens = v;
+            }},
+        EHCUDA_BOOL_KEY(moe_mma_lean),
         EHCUDA_INT_KEY(batch_gemv_per_token, 1, 65536),
         EHCUDA_INT_KEY(batch_gemv_per_token_mirrored, 1, 65536),
         EHCUDA_INT_KEY(batch_moe_grouped_max, 0, 65536),

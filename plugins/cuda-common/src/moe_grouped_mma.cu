@@ -37,6 +37,15 @@
 // split, same fragments, same order), so a token decoded alone gets the
 // bits it gets in a batched step. (The 64-token MXFP4 pass splits K two
 // ways: another order.)
+//
+// MXFP4's few-token passes (a 64-sequence gpt-oss decode step routes ~8
+// tokens to an expert) are bound by the instructions the multiprocessors
+// issue per weight byte rather than by HBM (~400 a warp and segment in the
+// 8-token gate|up pass: the code decode, 64-bit staging addresses, address
+// recomputation per unit). The lean kernel (KernelPlan::moe_mma_lean; Lean
+// below) gives the same bits with fewer, and passes of 16 tokens
+// (KernelPlan::moe_decode_pass_tokens) decode an expert of 9 to 16 tokens
+// once instead of twice.
 #include <cuda_fp16.h>
 
 #include <algorithm>
@@ -94,6 +103,11 @@ __device__ __forceinline__ uint32_t hsub2_bits(uint32_t a, uint32_t b) {
 __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
     const __half2 r = __hmul2(*reinterpret_cast<const __half2*>(&a), *reinterpret_cast<const __half2*>(&b));
     return *reinterpret_cast<const uint32_t*>(&r);
+}
+
+// cp_async16 to a shared-window address (the lean kernel's staging).
+__device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
 
 // Two 32-bit words from 8-byte aligned shared memory (a: shared window).
@@ -259,6 +273,39 @@ struct Fmt<EH_TYPE_MXFP4> : XPairs {
     // 2^14 e8m0_value(e) gives; e = 255 is NaN in the format)
     __device__ __forceinline__ static float scale_2p14(uint32_t e) {
         return e + 14u < 255u ? __uint_as_float((e + 14u) << 23) : __uint_as_float(0x7F800000u);
+    }
+    // fp4_pair<0..3>(q) in 10 operations instead of 15 (the lean kernel):
+    // pair J is word W rotated left by 12 - 4J and masked, where W holds
+    // nibble J's sign where q has it (bit 4J + 3) and its three other bits
+    // at 4J - 3 .. 4J - 1, i.e. q rotated right by 3: the even pairs' bits
+    // and the odd pairs' do not collide, so one W serves pairs 0 and 2 and
+    // another 1 and 3. (Equal to fp4_pair for every 32-bit q, checked
+    // exhaustively.)
+    __device__ __forceinline__ static void fp4_pairs(uint32_t q, uint32_t (&p)[4]) {
+        const uint32_t r = __funnelshift_r(q, q, 3);
+        const uint32_t we = (q & 0x08080808u) | (r & ~0x08080808u);
+        const uint32_t wo = (q & 0x80808080u) | (r & ~0x80808080u);
+        p[0] = __funnelshift_l(we, we, 12) & 0x8E008E00u;
+        p[1] = __funnelshift_l(wo, wo, 8) & 0x8E008E00u;
+        p[2] = __funnelshift_l(we, we, 4) & 0x8E008E00u;
+        p[3] = wo & 0x8E008E00u;
+    }
+    // scale_2p14 without the branch: +inf is exponent field 255
+    __device__ __forceinline__ static float scale_2p14_lean(uint32_t e) {
+        return __uint_as_float(min(e + 14u, 255u) << 23);
+    }
+    // The lean kernel's block (block's values): q points at code
+    // word t of the block in row g's staged segment, ex at row g's exponent
+    // byte of the block; row g + 8 lies 8 rows on.
+    template <int NT, class X>
+    __device__ __forceinline__ static void block_at(const uint8_t* q, const uint8_t* ex, const X& x, int tiles,
+                                                    float (&acc)[NT][4]) {
+        uint32_t p0[4], p1[4];
+        fp4_pairs(*reinterpret_cast<const uint32_t*>(q), p0);
+        fp4_pairs(*reinterpret_cast<const uint32_t*>(q + 8 * kRowBytes), p1);
+        const uint32_t a0[4] = {p0[0], p1[0], p0[1], p1[1]};
+        const uint32_t a1[4] = {p0[2], p1[2], p0[3], p1[3]};
+        scaled_tiles<NT>(a0, a1, x, tiles, scale_2p14_lean(ex[0]), scale_2p14_lean(ex[8 * kRowBytes]), acc);
     }
     // Lane (g, t) takes code word t of the block of rows g and g + 8 (XPairs
     // says which k each value stands for); the scales carry the 2^14.
@@ -478,25 +525,30 @@ constexpr size_t stage_bytes() {
 }
 // Dynamic shared memory one block may take (sm_90: 227 KB, less room for the static).
 constexpr size_t kSmemPerBlock = 227 * 1024 - 1024;
-// Stages in flight. NT 1, and the down products at NT 4, run two blocks per
-// multiprocessor (4 and 3 stages, fewer where two blocks would not fit:
+// Stages in flight. NT 1 and 2 (MXFP4's 16-token decode passes), and the
+// down products at NT 4, run two blocks per multiprocessor (4, 4 and 3
+// stages, fewer where two blocks would not fit:
 // Q6_K's wider rows); gate|up at NT 4 and 8 needs more than half the
 // registers, so one block runs per multiprocessor and Deep gives it the
 // stages that fit (MXFP4 6 and 4: more weight bytes in flight per
-// multiprocessor; KernelPlan::moe_deep_pipeline).
-template <uint32_t T, bool Pair, int NT, bool Deep>
+// multiprocessor; KernelPlan::moe_deep_pipeline). The lean kernel's two
+// blocks keep as many as they can both hold, up to 6 (8-token gate|up 5,
+// its down products 6: a few-token pass's block streams only ~12 segments,
+// and 3 of 9 KB in flight a down block left HBM idle).
+template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
 constexpr int stages() {
     if constexpr (Deep) return int(std::min<size_t>(6, kSmemPerBlock / stage_bytes<T, Pair, NT>()));
-    return int(std::min<size_t>(NT == 1 ? 4 : 3, kSmemPerBlock / 2 / stage_bytes<T, Pair, NT>()));
+    if constexpr (Lean) return int(std::min<size_t>(6, kSmemPerBlock / 2 / stage_bytes<T, Pair, NT>()));
+    return int(std::min<size_t>(NT <= 2 ? 4 : 3, kSmemPerBlock / 2 / stage_bytes<T, Pair, NT>()));
 }
-template <uint32_t T, bool Pair, int NT, bool Deep>
-constexpr size_t smem_bytes() { return stages<T, Pair, NT, Deep>() * stage_bytes<T, Pair, NT>(); }
+template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
+constexpr size_t smem_bytes() { return stages<T, Pair, NT, Deep, Lean>() * stage_bytes<T, Pair, NT>(); }
 // The end-of-pass reduction of the k-split partial sums reuses the stages.
-template <uint32_t T, bool Pair, int NT, bool Deep>
+template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
 constexpr bool fits() {
-    return stages<T, Pair, NT, Deep>() >= 2 && smem_bytes<T, Pair, NT, Deep>() <= kSmemPerBlock &&
+    return stages<T, Pair, NT, Deep, Lean>() >= 2 && smem_bytes<T, Pair, NT, Deep, Lean>() <= kSmemPerBlock &&
            size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 4 * (Pair ? 2 : 1) * NT * sizeof(float) <=
-               smem_bytes<T, Pair, NT, Deep>();
+               smem_bytes<T, Pair, NT, Deep, Lean>();
 }
 static_assert(fits<EH_TYPE_MXFP4, false, 1, false>() && fits<EH_TYPE_MXFP4, true, 1, false>() &&
               fits<EH_TYPE_MXFP4, false, 4, false>() && fits<EH_TYPE_MXFP4, true, 4, false>() &&
@@ -505,6 +557,16 @@ static_assert(fits<EH_TYPE_MXFP4, false, 1, false>() && fits<EH_TYPE_MXFP4, true
 static_assert(stages<EH_TYPE_MXFP4, true, 1, false>() == 4 && stages<EH_TYPE_MXFP4, true, 4, false>() == 3 &&
               stages<EH_TYPE_MXFP4, false, 4, false>() == 3 && stages<EH_TYPE_MXFP4, true, 4, true>() == 6 &&
               stages<EH_TYPE_MXFP4, true, 8, true>() == 4);
+static_assert(fits<EH_TYPE_MXFP4, true, 2, false>() && fits<EH_TYPE_MXFP4, false, 2, false>() &&
+              stages<EH_TYPE_MXFP4, true, 2, false>() == 4 && stages<EH_TYPE_MXFP4, false, 2, false>() == 4);
+static_assert(stages<EH_TYPE_MXFP4, true, 1, false, true>() == 5 &&
+              stages<EH_TYPE_MXFP4, false, 1, false, true>() == 6 &&
+              stages<EH_TYPE_MXFP4, true, 2, false, true>() == 4 &&
+              stages<EH_TYPE_MXFP4, false, 2, false, true>() == 6 &&
+              stages<EH_TYPE_MXFP4, false, 4, false, true>() == 4 && stages<EH_TYPE_MXFP4, true, 4, true, true>() == 6);
+static_assert(fits<EH_TYPE_MXFP4, true, 1, false, true>() && fits<EH_TYPE_MXFP4, false, 1, false, true>() &&
+              fits<EH_TYPE_MXFP4, true, 2, false, true>() && fits<EH_TYPE_MXFP4, false, 2, false, true>() &&
+              fits<EH_TYPE_MXFP4, false, 4, false, true>() && fits<EH_TYPE_MXFP4, true, 4, true, true>());
 static_assert(fits<EH_TYPE_Q4_K, true, 1, false>() && fits<EH_TYPE_Q4_K, true, 6, true>() &&
               fits<EH_TYPE_Q4_K, false, 1, false>() && fits<EH_TYPE_Q4_K, false, 6, false>() &&
               fits<EH_TYPE_Q6_K, true, 1, false>() && fits<EH_TYPE_Q6_K, true, 6, true>() &&
@@ -599,7 +661,7 @@ __device__ __forceinline__ void one_combine(const OneToken& one, const float* ou
 
 // Blocks per multiprocessor the registers must allow (see stages()).
 template <bool Pair, int NT>
-constexpr int min_blocks() { return NT == 1 || !Pair ? 2 : 1; }
+constexpr int min_blocks() { return NT <= 2 || !Pair ? 2 : 1; }
 
 // Pair: out16[i][r] = expert_swiglu(a_r . x_i + bias_a, b_r . x_i + bias_b);
 // otherwise out32[i][r] = a_r . x_i (the caller adds the bias). i runs over
@@ -607,14 +669,21 @@ constexpr int min_blocks() { return NT == 1 || !Pair ? 2 : 1; }
 // One: the one-token form (OneToken above): i is the block's slot, x16 the
 // token's row (gate|up) or the slots' activations (down); the arithmetic
 // of a (row, token) is the grouped form's, line for line, so the bits are.
-template <uint32_t T, bool Pair, int NT, bool Deep, bool One = false>
+// Lean (MXFP4, passes of up to 32 tokens; KernelPlan::moe_mma_lean): the
+// same values by fewer instructions, which bound the few-token passes
+// (about 400 issued a warp and segment of 8-token gate|up, ~1.6 TB/s): the
+// codes decoded by Fmt::fp4_pairs, each thread's staging addresses worked
+// out once a pass (its weight runs and input run advance by a fixed step a
+// segment), a segment's units unrolled.
+template <uint32_t T, bool Pair, int NT, bool Deep, bool One = false, bool Lean = false>
 __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT>())
     mma_rows_kernel(const __half* x16, const int32_t* offsets, int n_expert, DevMat a, DevMat b, float alpha,
                     float limit, __half* out16, float* out32, int ldo, OneToken one) {
+    static_assert(!Lean || (T == EH_TYPE_MXFP4 && NT <= 4), "the lean kernel reads MXFP4, up to 4 tiles a pass");
     using W = Fmt<T>;
     constexpr int kMats = Pair ? 2 : 1;
     constexpr int kKSplit = Geometry<NT>::kKSplit, kThreadsPerRow = Geometry<NT>::kThreadsPerRow;
-    constexpr int kStages = stages<T, Pair, NT, Deep>();
+    constexpr int kStages = stages<T, Pair, NT, Deep, Lean>();
     constexpr size_t kStage = stage_bytes<T, Pair, NT>();
     constexpr int kPass = kTok * NT;  // tokens per pass
     __shared__ int sel[2];
@@ -678,7 +747,71 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     // inputs of the pass's tiles for its columns (zeros past n tokens; the
     // rows of tiles past the last are neither staged nor read: a decode
     // step's experts average a few tokens, one tile of a pass of 4).
+    // Lean: this thread's weight runs c = sc, sc + kThreadsPerRow, ... of its
+    // row (run 0 the group's header at (S / 2) * kMxfp4GroupBytes, run c >= 1
+    // code block c - 1 of the segment, 16 * c further on, and half a group
+    // more for odd S) and its input runs: lane's 8 halves of the tokens
+    // j = warp, warp + kWarps, ... of the pass (Fmt<MXFP4>::stage and the
+    // loop below, one run a thread at a time).
+    constexpr int kWRuns = (kSegBlocks + 1 + kThreadsPerRow - 1) / kThreadsPerRow;
+    constexpr int kXRuns = (kPass * (kSegVals / 8) + Geometry<NT>::kWarps * 32 - 1) / (Geometry<NT>::kWarps * 32);
+    [[maybe_unused]] const uint8_t* lw_a = nullptr;
+    [[maybe_unused]] const uint8_t* lw_b = nullptr;
+    [[maybe_unused]] const __half* lx[kXRuns] = {};
+    [[maybe_unused]] int lx_bytes[kXRuns] = {};
+    [[maybe_unused]] uint32_t l_smem = 0;
+    // Lean: offsets in a stage of this lane's code word t of block kw in row
+    // r0 + g (gate's; up's kRows rows on), of that row's exponent byte of
+    // block kw in an even segment, and of its inputs of block kw in tile 0
+    // (XPairs::tile); each unit after is a fixed step on
+    [[maybe_unused]] const int l_q = (r0 + g) * W::kRowBytes + 16 + 16 * kw + 4 * t;
+    [[maybe_unused]] const int l_e = (r0 + g) * W::kRowBytes + kw;
+    [[maybe_unused]] const int l_x =
+        kMats * kRows * W::kRowBytes + (W::x_lane(lane) + kw * 32) * int(sizeof(__half));
+    if constexpr (Lean) {
+        lw_a = row_ptr(a, e, srow);
+        if constexpr (Pair) lw_b = row_ptr(b, e, srow);
+        const int staged = (n + kTok - 1) / kTok * kTok;
+#pragma unroll
+        for (int m = 0; m < kXRuns; ++m) {
+            const int j = warp + m * Geometry<NT>::kWarps;
+            lx[m] = x16 + size_t(xrow + min(j, n - 1)) * K + lane * 8;
+            lx_bytes[m] = j < n ? 16 : j < staged ? 0 : -1;  // -1: not staged
+        }
+        l_smem = uint32_t(__cvta_generic_to_shared(smem));
+    }
+    auto issue_lean = [&](int S) {
+        if (S < nseg) {
+            const uint32_t st = l_smem + uint32_t(S % kStages) * uint32_t(kStage);
+            const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
+            const size_t grp = size_t(S >> 1) * kMxfp4GroupBytes;
+            const int odd = (S & 1) * kSegBlocks * 16;
+            const uint32_t wd = st + uint32_t(sr * W::kRowBytes);
+#pragma unroll
+            for (int m = 0; m < kWRuns; ++m) {
+                const int c = sc + m * kThreadsPerRow;
+                if (c <= nb) {
+                    const size_t from = grp + size_t(16 * c + (c ? odd : 0));
+                    cp_async16_s(wd + uint32_t(16 * c), lw_a + from, 16);
+                    if constexpr (Pair)
+                        cp_async16_s(wd + uint32_t(kRows * W::kRowBytes + 16 * c), lw_b + from, 16);
+                }
+            }
+            const uint32_t xd = st + uint32_t(kMats * kRows * W::kRowBytes);
+            if (lane < nb * 4) {
+#pragma unroll
+                for (int m = 0; m < kXRuns; ++m) {
+                    const int j = warp + m * Geometry<NT>::kWarps;
+                    if (lx_bytes[m] >= 0)
+                        cp_async16_s(xd + uint32_t((j * W::kXLd + lane * 8) * sizeof(__half)),
+                                     lx[m] + size_t(S) * kSegVals, lx_bytes[m]);
+                }
+            }
+        }
+        detail::cp_async_commit();
+    };
     auto issue = [&](int S) {
+        if constexpr (Lean) return issue_lean(S);
         if (S < nseg) {
             uint8_t* st = smem + size_t(S % kStages) * kStage;
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
@@ -724,23 +857,55 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
             const uint32_t xl =
                 sw + uint32_t((size_t(kMats) * kRows * W::kRowBytes) + size_t(W::x_lane(lane)) * sizeof(__half));
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
-            for (int unit = kw; unit * W::kUnit < nb; unit += kKSplit) {
-                const int i = W::first(unit);  // the unit's first block
-                if constexpr (W::kUnit == 1) {
-                    // the tiles' x fragments, shared by gate and up; those past
-                    // the pass's tiles too (stale, unused): loaded under a
-                    // branch each, the 64-token gate|up kernel recomputed the
-                    // address for each and ran 13 % longer
-                    uint32_t bx[1][NT][4];
-                    W::template load_x<NT>(xl, i, bx);
-                    const XLoaded<1, NT> x{bx};
-                    W::template block<NT>(ra, S, i, lane, x, tiles, acc_a);
-                    if constexpr (Pair) W::template block<NT>(rb, S, i, lane, x, tiles, acc_b);
-                } else {
-                    // both matrices' fragments first, then each tile's inputs
-                    // once for them
-                    const Rows rs[2] = {ra, rb};
-                    quad_unit<W, NT, kMats>(rs, i, lane, XOnDemand<W>{xl, i}, tiles, acc);
+            if constexpr (Lean) {
+                // the segment's units kw, kw + kKSplit, ... in order, as below
+                const int so = (S % kStages) * int(kStage);
+                const uint8_t* q = smem + so + l_q;
+                const uint8_t* ex = smem + so + l_e + (S & 1) * kSegBlocks;
+                const uint32_t xs = l_smem + uint32_t(so + l_x);
+#pragma unroll
+                for (int uu = 0; uu < kSegBlocks / kKSplit; ++uu) {
+                    if (kw + uu * kKSplit < nb) {
+                        uint32_t bx[1][NT][4];
+#pragma unroll
+                        for (int u = 0; u < NT; ++u) {
+                            const uint32_t xa =
+                                xs + uint32_t((u * kTok * W::kXLd + uu * kKSplit * 32) * sizeof(__half));
+                            uint32_t p0, p1, q0, q1;
+                            lds64(xa, p0, p1);
+                            lds64(xa + 16 * sizeof(__half), q0, q1);
+                            bx[0][u][0] = __byte_perm(p0, q0, 0x5410);
+                            bx[0][u][1] = __byte_perm(p0, q0, 0x7632);
+                            bx[0][u][2] = __byte_perm(p1, q1, 0x5410);
+                            bx[0][u][3] = __byte_perm(p1, q1, 0x7632);
+                        }
+                        const XLoaded<1, NT> x{bx};
+                        const int uq = uu * kKSplit * 16, ue = uu * kKSplit;
+                        W::template block_at<NT>(q + uq, ex + ue, x, tiles, acc_a);
+                        if constexpr (Pair)
+                            W::template block_at<NT>(q + kRows * W::kRowBytes + uq, ex + kRows * W::kRowBytes + ue, x,
+                                                     tiles, acc_b);
+                    }
+                }
+            } else {
+                for (int unit = kw; unit * W::kUnit < nb; unit += kKSplit) {
+                    const int i = W::first(unit);  // the unit's first block
+                    if constexpr (W::kUnit == 1) {
+                        // the tiles' x fragments, shared by gate and up; those past
+                        // the pass's tiles too (stale, unused): loaded under a
+                        // branch each, the 64-token gate|up kernel recomputed the
+                        // address for each and ran 13 % longer
+                        uint32_t bx[1][NT][4];
+                        W::template load_x<NT>(xl, i, bx);
+                        const XLoaded<1, NT> x{bx};
+                        W::template block<NT>(ra, S, i, lane, x, tiles, acc_a);
+                        if constexpr (Pair) W::template block<NT>(rb, S, i, lane, x, tiles, acc_b);
+                    } else {
+                        // both matrices' fragments first, then each tile's inputs
+                        // once for them
+                        const Rows rs[2] = {ra, rb};
+                        quad_unit<W, NT, kMats>(rs, i, lane, XOnDemand<W>{xl, i}, tiles, acc);
+                    }
                 }
             }
         }
@@ -798,12 +963,12 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     if constexpr (kCombine) one_combine(one, out32, ldo, row0, nrows, sel);
 }
 
-template <uint32_t T, bool Pair, int NT, bool Deep>
+template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
 void launch_rows_nt(int pairs, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
                     const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo,
                     cudaStream_t stream) {
-    const size_t smem = smem_bytes<T, Pair, NT, Deep>();
-    auto kernel = mma_rows_kernel<T, Pair, NT, Deep>;
+    const size_t smem = smem_bytes<T, Pair, NT, Deep, Lean>();
+    auto kernel = mma_rows_kernel<T, Pair, NT, Deep, false, Lean>;
     allow_dynamic_smem(kernel, smem);
     // The most passes `pairs` pairs can make: each expert's last may be partial.
     constexpr int kPass = kTok * NT;
@@ -837,6 +1002,11 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
             // MXFP4 moe_deep_pipeline may say otherwise (the K-quants have no
             // shallow instance: one fewer each).
             constexpr bool kDeep = Pair && NT >= 4;
+            if constexpr (T == EH_TYPE_MXFP4 && NT <= 4) {
+                if (plan().moe_mma_lean && (!kDeep || plan().moe_deep_pipeline))
+                    return launch_rows_nt<T, Pair, NT, kDeep, true>(pairs, x16, offsets, n_expert, a, b, alpha, limit,
+                                                                    out16, out32, ldo, stream);
+            }
             if constexpr (kDeep && T == EH_TYPE_MXFP4) {
                 if (!plan().moe_deep_pipeline)
                     return launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16,
@@ -858,8 +1028,14 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
         }
         if (per_expert > plan().moe_wide_pass_tokens)
             go.template operator()<kWideTiles<T>>();
-        else
+        else if constexpr (T == EH_TYPE_MXFP4) {
+            if (plan().moe_decode_pass_tokens == 16)
+                go.template operator()<2>();
+            else
+                go.template operator()<1>();
+        } else {
             go.template operator()<1>();
+        }
     });
     if (!known) throw ehp::Error(EH_INTERNAL, "moe mma: weight type without a tensor-core form");
 }
@@ -870,8 +1046,14 @@ template <bool Pair>
 void launch_one(uint32_t type, const __half* x16, int n_expert, const DevMat& a, const DevMat& b, float alpha,
                 float limit, __half* out16, float* out32, int ldo, const OneToken& one, cudaStream_t stream) {
     const bool known = mma_type_dispatch(type, [&]<uint32_t T>() {
-        const size_t smem = smem_bytes<T, Pair, 1, false>();
+        size_t smem = smem_bytes<T, Pair, 1, false>();
         auto kernel = mma_rows_kernel<T, Pair, 1, false, true>;
+        if constexpr (T == EH_TYPE_MXFP4) {
+            if (plan().moe_mma_lean) {
+                kernel = mma_rows_kernel<T, Pair, 1, false, true, true>;
+                smem = smem_bytes<T, Pair, 1, false, true>();
+            }
+        }
         allow_dynamic_smem(kernel, smem);
         launch(Pair ? "moe mma one-token gate_up" : "moe mma one-token down", kernel,
                dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(one.k), 1u), Geometry<1>::kWarps * 32, smem,

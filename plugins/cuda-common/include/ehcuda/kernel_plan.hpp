@@ -140,6 +140,15 @@ struct KernelPlan {
     // the experts average at least this many tokens; below it the passes
     // above (or the integer form). 0: always; 65536: never
     int moe_tile_pass_tokens = 64;
+    // grouped tensor-core MXFP4 experts: tokens a pass takes where the
+    // experts average at most moe_wide_pass_tokens (8 or 16; 16 reads an
+    // expert of 9 to 16 tokens, common in a 64-sequence decode step, once
+    // instead of twice)
+    int moe_decode_pass_tokens = 8;
+    // ... and their passes through the lean kernel (the same bits: E2M1
+    // codes turned into FP16 pairs by rotations, staging addresses worked
+    // out once a pass)
+    bool moe_mma_lean = false;
     // ---- batched steps (kernel_route.hpp, route_step_matmul)
     // Steps of 2 .. this many tokens run their dense matmuls as one
     // single-token GEMV per token on side streams; more, one cuBLAS GEMM per
