@@ -391,4 +391,13 @@ TEST(KernelPlan, LoadPlanAppliesOptionsThenEnvironment) {
     EXPECT_EQ(ehcuda::load_plan(h100(), false, Options(nullptr)), ehcuda::choose_plan(h100(), false));
 }
 
+// A step's inputs go up on their own copy stream by default; the key puts
+// them back on the step's stream (the A/B of docs/benchmarks.md).
+TEST(KernelPlan, StepUploadAside) {
+    KernelPlan p = ehcuda::choose_plan(h100(), false);
+    EXPECT_TRUE(p.step_upload_aside);
+    ehcuda::apply_plan_options(p, Options(R"({"kernels": {"step_upload_aside": false}})").object("kernels"));
+    EXPECT_FALSE(p.step_upload_aside);
+}
+
 }  // namespace

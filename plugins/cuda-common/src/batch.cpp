@@ -102,6 +102,7 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
     EHC_CHECK(cudaEventCreateWithFlags(&fork_, cudaEventDisableTiming));
     for (cudaEvent_t& e : join_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     for (cudaEvent_t& e : staged_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
+    for (cudaEvent_t& e : uploaded_) EHC_CHECK(cudaEventCreateWithFlags(&e, cudaEventDisableTiming));
     flight_.reserve(2);
     PrefillShape ps;
     ps.max_tokens = int(limits_.max_step_tokens);
@@ -111,9 +112,12 @@ BatchBase::BatchBase(const BatchShape& shape, const eh_kv_params& params) : shap
 
 BatchBase::~BatchBase() {
     cudaStreamSynchronize(stream_.get());
+    cudaStreamSynchronize(upload_.get());
     for (cudaEvent_t e : join_)
         if (e) cudaEventDestroy(e);
     for (cudaEvent_t e : staged_)
+        if (e) cudaEventDestroy(e);
+    for (cudaEvent_t e : uploaded_)
         if (e) cudaEventDestroy(e);
     if (fork_) cudaEventDestroy(fork_);
     live_.clear();
@@ -174,7 +178,7 @@ size_t BatchBase::table_capacity() const {
     return size_t(limits_.max_step_entries) * per_seq + 1;
 }
 
-void BatchBase::run_forward(const StepView& v, int bucket) {
+void BatchBase::run_forward(const StepView& v, int slot, int bucket) {
     cudaStream_t s = stream_.get();
     const int kind = kind_of(v);
     if (bucket < 0) {
@@ -183,7 +187,7 @@ void BatchBase::run_forward(const StepView& v, int bucket) {
         forward(v);  // first use: lazy allocations (cuBLAS) happen outside a capture
         graph_warm_[kind][bucket] = true;
     } else {
-        CapturedGraph& g = graphs_[kind][bucket];
+        CapturedGraph& g = graphs_[kind][slot][bucket];
         if (!g.ready()) {
             try {
                 g.capture(s, [&] { forward(v); });
@@ -201,14 +205,14 @@ void BatchBase::run_forward(const StepView& v, int bucket) {
 }
 
 void BatchBase::chain_in(const StagingLayout& L, int slot, int n) {
-    char* d = staging_dev_.as<char>();
+    char* d = slot_dev(slot);
     copy_tokens(out_dev_[1 - slot].as<int32_t>(), reinterpret_cast<const int32_t*>(d + L.chain), n,
                 reinterpret_cast<int32_t*>(d + L.tokens), stream_.get());
 }
 
 void BatchBase::sample_tail(const StagingLayout& L, int slot, const float* logits, int rows, const uint32_t* masks) {
     cudaStream_t s = stream_.get();
-    char* d = staging_dev_.as<char>();
+    char* d = slot_dev(slot);
     const int V = shape_.n_vocab;
     int32_t* d_out = out_dev_[slot].as<int32_t>();
     sample_rows(logits, V, rows, V, reinterpret_cast<const SamplerParams*>(d + L.params),
@@ -240,9 +244,26 @@ bool BatchBase::run_whole(const StepView& v, const StagingLayout& L, int slot, i
     return true;
 }
 
+void BatchBase::upload(int slot, size_t from, size_t to) {
+    if (to <= from) return;
+    cudaStream_t s = stream_.get();
+    if (!shape_.upload_aside) {
+        EHC_CHECK(cudaMemcpyAsync(slot_dev(slot) + from, slot_host(slot) + from, to - from, cudaMemcpyHostToDevice, s));
+        return;
+    }
+    // The twin is free once the slot's last step has finished (an event
+    // never recorded counts as done); the step's stream waits for the copy.
+    cudaStream_t u = upload_.get();
+    EHC_CHECK(cudaStreamWaitEvent(u, staged_[slot], 0));
+    EHC_CHECK(cudaMemcpyAsync(slot_dev(slot) + from, slot_host(slot) + from, to - from, cudaMemcpyHostToDevice, u));
+    EHC_CHECK(cudaEventRecord(uploaded_[slot], u));
+    EHC_CHECK(cudaStreamWaitEvent(s, uploaded_[slot], 0));
+}
+
 void BatchBase::reset_graphs() noexcept {
     for (auto& kind : graphs_)
-        for (CapturedGraph& g : kind) g.reset();
+        for (auto& slot : kind)
+            for (CapturedGraph& g : slot) g.reset();
     for (auto& kind : whole_)
         for (auto& slot : kind)
             for (CapturedGraph& g : slot) g.reset();
@@ -270,30 +291,35 @@ void BatchBase::warm_up() {
         reinterpret_cast<int32_t*>(h + L.chain)[2 * r + 1] = -1;
     }
     reinterpret_cast<int32_t*>(h + L.tables)[0] = int32_t(scratch_block_);
-    char* d = staging_dev_.as<char>();
-    EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + 4, cudaMemcpyHostToDevice, stream_.get()));
-    StepView v;
-    v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
-    v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
-    v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
-    v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
-    v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
-    v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
-    v.logits = logits_.as<float>();
-    // Each decode bucket twice: its first run, then its capture.
-    v.decode = true;
+    // Both slots' device twins get these rows; each slot's graphs read its own.
+    StepView vs[2];
+    for (int slot = 0; slot < 2; ++slot) {
+        char* d = slot_dev(slot);
+        EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + 4, cudaMemcpyHostToDevice, stream_.get()));
+        StepView& v = vs[slot];
+        v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
+        v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
+        v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
+        v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
+        v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
+        v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
+        v.logits = logits_.as<float>();
+        v.decode = true;
+    }
+    // Each decode bucket: its first run, then each slot's capture.
     for (int b = 0; b < kBuckets; ++b) {
         const int size = std::min<int>(1 << b, int(limits_.max_step_entries));
-        v.ntok = v.nout = size;
-        run_forward(v, b);
-        run_forward(v, b);
+        for (StepView& v : vs) v.ntok = v.nout = size;
+        run_forward(vs[0], 0, b);
+        for (int slot = 0; slot < 2; ++slot) run_forward(vs[slot], slot, b);
         // Both slots' whole-step graphs, each run once (their sampler and
         // copies start here, not at the first request).
-        for (int slot = 0; slot < 2; ++slot) run_whole(v, L, slot, b);
+        for (int slot = 0; slot < 2; ++slot) run_whole(vs[slot], L, slot, b);
         if (size == int(limits_.max_step_entries)) break;
     }
     // A prompt-sized pass: cuBLAS and the GEMM kernels start before the
     // first request does.
+    StepView& v = vs[0];
     v.ntok = n;
     v.nout = 1;
     v.decode = n == 1;
@@ -362,7 +388,7 @@ void BatchBase::ensure_staging(size_t bytes) {
     }
     staging_bytes_ = 0;
     reset_graphs();  // they read the old buffer
-    staging_dev_ = DeviceBuffer(n, shape_.ledger);
+    for (DeviceBuffer& d : staging_dev_) d = DeviceBuffer(n, shape_.ledger);
     for (char*& h : staging_host_) EHC_CHECK(cudaMallocHost(reinterpret_cast<void**>(&h), n));
     staging_bytes_ = n;
 }
@@ -698,12 +724,12 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
         graph_epoch_ = epoch;
     }
     const size_t V = size_t(shape_.n_vocab), R = sh.R;
-    char* h = slot_host(sh.slot);
-    char* d = staging_dev_.as<char>();
-    // The step before may still run: these copies follow it on the stream,
-    // and chained tokens come from its sampled ids (its slot's out buffer).
-    EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + sh.n_tables * 4, cudaMemcpyHostToDevice, s));
-    if (L.out > L.etok) EHC_CHECK(cudaMemcpyAsync(d + L.etok, h + L.etok, L.out - L.etok, cudaMemcpyHostToDevice, s));
+    char* d = slot_dev(sh.slot);
+    // The step before may still run: the forward pass follows it on the
+    // stream, and chained tokens come from its sampled ids (its slot's out
+    // buffer).
+    upload(sh.slot, 0, L.tables + sh.n_tables * 4);
+    upload(sh.slot, L.etok, L.out);
 
     StepView v;
     v.ntok = int(sh.padded);
@@ -733,7 +759,7 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
         return;
     }
     if (sh.n_chain) chain_in(L, sh.slot, sh.n_chain);  // prev's slot is the other one
-    run_forward(v, sh.graphed ? sh.bucket : -1);
+    run_forward(v, sh.slot, sh.graphed ? sh.bucket : -1);
     if (sh.n_hid)
         EHC_CHECK(cudaMemcpyAsync(host_hidden_, v.hidden, size_t(sh.n_hid) * size_t(shape_.hidden_dim) * sizeof(float),
                                   cudaMemcpyDeviceToHost, s));

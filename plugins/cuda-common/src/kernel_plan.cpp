@@ -114,6 +114,7 @@ const std::vector<Key>& keys() {
                 p.moe_decode_pass_tokens = v;
             }},
         EHCUDA_BOOL_KEY(moe_mma_lean),
+        EHCUDA_BOOL_KEY(step_upload_aside),
         EHCUDA_INT_KEY(batch_gemv_per_token, 1, 65536),
         EHCUDA_INT_KEY(batch_gemv_per_token_mirrored, 1, 65536),
         EHCUDA_INT_KEY(batch_moe_grouped_max, 0, 65536),

@@ -40,6 +40,7 @@ ehcuda::BatchShape shape_of(Model& m) {
     // gpt2 has a table of learned positions: no room past its end
     if (c.arch == Arch::Gpt2) sh.seq_cap = uint32_t(c.n_ctx_train);
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.arch == Arch::Gpt2 ? c.n_ff : 0});
+    sh.upload_aside = m.plan.step_upload_aside;
     return sh;
 }
 

@@ -29,6 +29,7 @@ ehcuda::BatchShape shape_of(Model& m) {
     sh.kv_dim = c.kv_dim() / m.tp;
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.n_ff});
     sh.hidden_dim = c.n_embd;
+    sh.upload_aside = m.plan.step_upload_aside;
     // (pool layer l * tp + r is rank r's: on its GPU)
     if (m.tp > 1)
         for (int l = 0; l < sh.n_layer; ++l) sh.layer_devices.push_back(m.shards[size_t(l % m.tp)].device);

@@ -127,6 +127,12 @@ struct BatchShape {
     // layers on its own); empty: every layer on `device`. The pool's size
     // from free memory is what the fullest of them allows.
     std::vector<int> layer_devices;
+    // A step's inputs go up on a copy stream of their own, into the device
+    // twin of their staging slot, while the step before still computes
+    // (the step waits for them with an event); false: on the step's stream
+    // in front of it, as part of the step's time (plan key
+    // step_upload_aside).
+    bool upload_aside = true;
 };
 
 // begin()'s working state (batch.cpp).
@@ -239,7 +245,7 @@ private:
     void park_copy(const CudaSeq& seq, uint32_t n_tokens, const ParkedKv& parked, bool to_host);
     // forward(v), through bucket's graph when bucket >= 0 (run eagerly on
     // its first use, captured on its second).
-    void run_forward(const StepView& v, int bucket);
+    void run_forward(const StepView& v, int slot, int bucket);
     // A plain decode step (bucket's padded rows all sampled, no edits, masks
     // or kept logits) whole: the chained tokens' copy, forward(), sampling
     // and the ids' copy into the slot's staging, replayed as one graph per
@@ -256,6 +262,10 @@ private:
     // with their ids copied into slot's staging for the host.
     void chain_in(const StagingLayout& L, int slot, int n);
     void sample_tail(const StagingLayout& L, int slot, const float* logits, int rows, const uint32_t* masks);
+    // Copies bytes [from, to) of the slot's pinned staging to its device
+    // twin, ordered before the step's next work on the step's stream (see
+    // BatchShape::upload_aside).
+    void upload(int slot, size_t from, size_t to);
     void reset_graphs() noexcept;
     void warm_up();
     // Grows the pinned staging and its device twin to at least `bytes`
@@ -312,6 +322,7 @@ private:
     // graphed), then the logits copies, edits and sampling of its rows.
     void launch(const StepEntries& E, const SamplingRows& S, const StagingLayout& L, const StepShape& sh);
     char* slot_host(int slot) const { return staging_host_[slot]; }
+    char* slot_dev(int slot) const { return staging_dev_[slot].as<char>(); }
 
     BatchShape shape_;
     eh_kv_params params_;
@@ -329,10 +340,15 @@ private:
     cudaEvent_t fork_ = nullptr, join_[kSideStreams] = {};
     std::unique_ptr<PrefillWorkspace> workspace_;
     DeviceBuffer logits_, fwork_, iwork_;
-    DeviceBuffer staging_dev_;
+    // A step's inputs: pinned, one slot per step in flight, and each slot's
+    // device twin (the step in flight reads one while the next step's
+    // inputs go up to the other).
+    DeviceBuffer staging_dev_[2];
     DeviceBuffer out_dev_[2];        // a slot's sampled ids on the device
-    char* staging_host_[2] = {};     // pinned, one per step in flight
+    char* staging_host_[2] = {};
     cudaEvent_t staged_[2] = {};     // a slot's step has finished
+    Stream upload_;                  // upload_aside's copies
+    cudaEvent_t uploaded_[2] = {};   // a slot's inputs are on the device
     size_t staging_bytes_ = 0;
     std::vector<Flight> flight_;     // oldest first, at most two
     bool in_step_ = false;           // begin() called by step(): verify entries allowed
@@ -354,7 +370,8 @@ private:
     static constexpr int kBuckets = 7;
     static constexpr int kKinds = 6;
     static int kind_of(const StepView& v) { return (v.decode ? (v.deep ? 2 : 0) : 1) + (v.lora ? 3 : 0); }
-    CapturedGraph graphs_[kKinds][kBuckets];
+    // (per staging slot too: a graph reads its slot's device twin)
+    CapturedGraph graphs_[kKinds][2][kBuckets];
     bool graph_warm_[kKinds][kBuckets] = {};
     bool graph_failed_[kKinds][kBuckets] = {};
     // Plain steps whole (run_whole): per kind, staging slot (whose ids they

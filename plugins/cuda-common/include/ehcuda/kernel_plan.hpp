@@ -150,6 +150,9 @@ struct KernelPlan {
     // out once a pass)
     bool moe_mma_lean = false;
     // ---- batched steps (kernel_route.hpp, route_step_matmul)
+    // A step's inputs go up on a copy stream while the step before computes
+    // (BatchShape::upload_aside); false: on the step's stream, in its time.
+    bool step_upload_aside = true;
     // Steps of 2 .. this many tokens run their dense matmuls as one
     // single-token GEMV per token on side streams; more, one cuBLAS GEMM per
     // matrix (the prefill workspace's threshold is this + 1). The multi-token
