@@ -109,7 +109,7 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     const KernelPlan p;
     EXPECT_EQ(p.bulk_tile_kb, 8);
     EXPECT_EQ(p.bulk_warps, 0);
-    EXPECT_EQ(p.bulk_ring_waves, 3);
+    EXPECT_EQ(p.bulk_ring_waves, 2);
     EXPECT_EQ(p.gemv_r4_rows, 8192);
     EXPECT_EQ(p.gemv_r2_rows, 4096);
     EXPECT_EQ(p.split_groups, 1536);

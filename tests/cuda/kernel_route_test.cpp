@@ -36,11 +36,19 @@ struct Variant {
     DeviceTraits dev;
 };
 
+// The plans the expected routes were captured under: the chosen ones but
+// for bulk_ring_waves, then 3 (RingFromTwoWaves checks today's 2).
+KernelPlan captured_plan(const ehcuda::DeviceTraits& dev, bool moe) {
+    KernelPlan p = ehcuda::choose_plan(dev, moe);
+    p.bulk_ring_waves = 3;
+    return p;
+}
+
 Variant variant(const std::string& name) {
-    if (name == "h200") return {ehcuda::choose_plan(kH200, false), kH200};
-    if (name == "h200x2") return {ehcuda::choose_plan(kH200, true), kH200};
-    if (name == "a100") return {ehcuda::choose_plan(kA100, false), kA100};
-    KernelPlan p = ehcuda::choose_plan(kH200, false);
+    if (name == "h200") return {captured_plan(kH200, false), kH200};
+    if (name == "h200x2") return {captured_plan(kH200, true), kH200};
+    if (name == "a100") return {captured_plan(kA100, false), kA100};
+    KernelPlan p = captured_plan(kH200, false);
     if (name == "float") p.gemv_input = GemvInput::Float;
     else if (name == "nomix") p.gemv_mixed = p.gemv_bulk = false;
     else if (name == "nogroups") p.bulk_max_tokens = 1;
@@ -73,6 +81,22 @@ TEST(KernelRoute, RealShapesRouteAsTheChoosersDid) {
         ++checked;
     }
     EXPECT_EQ(checked, 160);
+}
+
+// The default plan puts two-wave matrices on the resident grid (the ring
+// form): Phi-3's gate|up and Qwen3-8B's ffn_down, which the captured plan
+// (three waves) ran as one block per tile.
+TEST(KernelRoute, RingFromTwoWaves) {
+    const KernelPlan p = ehcuda::choose_plan(kH200, false);
+    EXPECT_EQ(p.bulk_ring_waves, 2);
+    for (const auto& [model, kind] : {std::pair{"Phi-3-mini", "ffn_gate_up"}, std::pair{"Qwen3-8B", "ffn_down"}}) {
+        const ehcuda::MatmulRoute r = ehcuda::route_matmul(p, kH200, mm(shape_of(real(model, kind)), 1));
+        const std::string text = ehcuda::describe_route(p, mm(shape_of(real(model, kind)), 1), r);
+        EXPECT_NE(text.find("gemv_bulk_ring_kernel"), std::string::npos) << model << " " << kind << ": " << text;
+        const ehcuda::MatmulRoute old = ehcuda::route_matmul(variant("h200").plan, kH200, mm(shape_of(real(model, kind)), 1));
+        EXPECT_EQ(ehcuda::describe_route(variant("h200").plan, mm(shape_of(real(model, kind)), 1), old).find("ring"),
+                  std::string::npos) << model << " " << kind;
+    }
 }
 
 // With the bulk kernels' token groups off (bulk_max_tokens 1), token

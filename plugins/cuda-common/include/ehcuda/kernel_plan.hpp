@@ -60,7 +60,11 @@ struct KernelPlan {
     int bulk_tile_kb = 8;      // a warp's tile, at most
     int bulk_warps = 0;        // warps per block, 4 / 8 / 16; 0: by the matrix (see plan_bulk)
     bool bulk_fit2 = true;     // 8 warps where a 16-warp block would sit alone on its SM
-    int bulk_ring_waves = 3;   // matrices of this many waves take the resident-grid form; 0: never
+    // Matrices of this many waves (blocks over what the SMs hold at once)
+    // take the resident-grid form; 0: never. 2, not 3: Llama-3.1-8B's and
+    // Qwen3-8B's two-wave matrices decode faster resident, and no model
+    // measured slower (docs/benchmarks.md, batch 1).
+    int bulk_ring_waves = 2;
     // Matmuls of 2 .. this many tokens (at most kBulkMaxTokens) run through
     // the bulk kernels' token groups, each weight read once for the group,
     // instead of one single-token GEMV per token or cuBLAS on FP16 weights;
