@@ -72,7 +72,8 @@ TEST(KernelRoute, ExpertFormsOfRealExperts) {
 
 // The grouped form by a step's tokens: gpt-oss-20b's 32 experts, top-4,
 // average N * 4 / 32 pairs; tiles from 64 (N = 512); MXFP4 gate|up passes
-// of 64 tokens past 32 an expert, 32 past 16, else 8; down 32 past 16.
+// of 64 tokens past 32 an expert, 32 past 16, else moe_decode_pass_tokens
+// (16); down 32 past 16, else 16.
 TEST(KernelRoute, GptOss20bExpertPassesByStepTokens) {
     const KernelPlan p = gpt_plan();
     const ExpertLayer e = gpt_oss_20b();
@@ -83,7 +84,12 @@ TEST(KernelRoute, GptOss20bExpertPassesByStepTokens) {
     const auto pass = [&](int ntok, bool gate_up) {
         return ehcuda::tensor_core_pass_tokens(p, EH_TYPE_MXFP4, gate_up, ntok * e.k, e.n_expert);
     };
-    EXPECT_EQ(pass(64, true), 8);    // 8 an expert
+    EXPECT_EQ(pass(64, true), 16);   // 8 an expert
+    EXPECT_EQ(pass(64, false), 16);
+    KernelPlan eight = p;
+    eight.moe_decode_pass_tokens = 8;
+    EXPECT_EQ(ehcuda::tensor_core_pass_tokens(eight, EH_TYPE_MXFP4, true, 64 * e.k, e.n_expert), 8);
+    EXPECT_EQ(ehcuda::tensor_core_pass_tokens(p, EH_TYPE_Q4_K, true, 64 * e.k, e.n_expert), 8);  // (MXFP4's only)
     EXPECT_EQ(pass(136, true), 32);  // 17
     EXPECT_EQ(pass(136, false), 32);
     EXPECT_EQ(pass(264, true), 64);  // 33
@@ -102,7 +108,7 @@ TEST(KernelRoute, GptOss20bExpertPassesByStepTokens) {
               "warps sharing the slots), input chunks from the gate|up kernel");
     const std::string sixty_four = ehcuda::describe_expert_step(p, e, f, true, 64);
     EXPECT_TRUE(has(sixty_four, "moe_grouped after route_kernel (top-k): 64 x top-4 = 256 pairs, 8 an expert if spread "
-                                "evenly (the form follows that average): tensor-core passes of 8 tokens an expert"))
+                                "evenly (the form follows that average): tensor-core passes of 16 tokens an expert"))
         << sixty_four;
     EXPECT_TRUE(has(ehcuda::describe_expert_step(p, e, f, false, 512), "2048 pairs, 64 an expert if spread evenly "
                                                                        "(the form follows that average): tile form"));
@@ -110,7 +116,7 @@ TEST(KernelRoute, GptOss20bExpertPassesByStepTokens) {
     const std::string long_step = ehcuda::describe_expert_step(p, e, f, true, 4200);
     EXPECT_TRUE(has(long_step, "calls of 2048 tokens: 2048 x top-4 = 8192 pairs")) << long_step;
     EXPECT_TRUE(has(long_step, "the last call 104 x top-4 = 416 pairs, 13 an expert if spread evenly (the form follows "
-                               "that average): tensor-core passes of 8 tokens"))
+                               "that average): tensor-core passes of 16 tokens"))
         << long_step;
 }
 

@@ -127,8 +127,8 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.batch_gemv_per_token_mirrored, 2);
     EXPECT_EQ(p.batch_moe_grouped_max, 2048);  // a prefill step's experts in one grouped call
     EXPECT_EQ(p.moe_tile_pass_tokens, 64);
-    EXPECT_EQ(p.moe_decode_pass_tokens, 8);
-    EXPECT_FALSE(p.moe_mma_lean);
+    EXPECT_EQ(p.moe_decode_pass_tokens, 16);
+    EXPECT_TRUE(p.moe_mma_lean);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 1 << 20);  // past 64 tokens of n_embd 8192 / 128 of 4096
     EXPECT_FALSE(p.allreduce_signals);  // event barriers until measured across GPUs
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);

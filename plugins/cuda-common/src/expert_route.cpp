@@ -89,7 +89,7 @@ int tensor_core_pass_tokens(const KernelPlan& p, uint32_t type, bool gate_up, in
     const int per_expert = pairs / std::max(n_expert, 1);
     if (gate_up && type == EH_TYPE_MXFP4 && per_expert > p.moe_long_pass_tokens) return 64;
     if (per_expert > p.moe_wide_pass_tokens) return type == EH_TYPE_MXFP4 ? 32 : 48;
-    return 8;
+    return type == EH_TYPE_MXFP4 ? p.moe_decode_pass_tokens : 8;
 }
 
 std::string describe_expert_step(const KernelPlan& p, const ExpertLayer& e, const ExpertForms& f, bool gate_up,

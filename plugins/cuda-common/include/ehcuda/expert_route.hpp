@@ -41,8 +41,9 @@ ExpertForms expert_forms(const KernelPlan& p, const ExpertLayer& e);
 enum class GroupedForm : uint8_t { Tiles, TensorCores, Integer };
 GroupedForm grouped_form(const KernelPlan& p, const ExpertLayer& e, const ExpertForms& f, int ntok);
 // Tokens per pass of the tensor-core form (moe_grouped_mma.cu's launch_rows):
-// 8, or wider past moe_wide_pass_tokens an expert on average (32 for MXFP4,
-// 48 for the K-quants), 64 for MXFP4's gate|up past moe_long_pass_tokens.
+// 8 (MXFP4: moe_decode_pass_tokens), or wider past moe_wide_pass_tokens an
+// expert on average (32 for MXFP4, 48 for the K-quants), 64 for MXFP4's
+// gate|up past moe_long_pass_tokens.
 int tensor_core_pass_tokens(const KernelPlan& p, uint32_t type, bool gate_up, int pairs, int n_expert);
 
 // One line's text (after "kind xN: ") for the experts' gate|up or down in
