@@ -3,7 +3,7 @@
 // type and against its own F16 cache, in one scenario that runs every
 // attention path of the batched step on a quantized pool:
 //   - sequence A's prompt in chunks of 100 tokens (the tensor-core prefill,
-//     kTensorCoreChunk and up),
+//     ehcuda::kStepTensorCoreChunk and up),
 //   - A's decode rows beside B's 24-token prompt chunks (the paged
 //     attention, mixed steps),
 //   - A and B decoding alone (decode-only steps: the fused decode kernel,

@@ -1,6 +1,7 @@
 // Tensor-core and asynchronous-copy primitives shared by the kernels that
 // use mma.sync, ldmatrix and cp.async directly (prefill attention, the grouped MoE
-// experts).
+// experts), and the FP16 packing of the tensor cores' inputs (theirs and
+// cuBLAS's: prefill_gemm.cu, moe_prefill.cu).
 #pragma once
 
 #include <cuda_fp16.h>
@@ -35,6 +36,19 @@ __device__ __forceinline__ void ldsm_x4_trans(uint32_t (&r)[4], const __half* p)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(a));
+}
+
+// Eight floats rounded to FP16 (to nearest) at dst, 16-byte aligned, in one
+// 16-byte store.
+__device__ __forceinline__ void store_half8(__half* dst, const float* v) {
+    uint4 o;
+    uint32_t* w = reinterpret_cast<uint32_t*>(&o);
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
+        w[i] = *reinterpret_cast<const uint32_t*>(&h);
+    }
+    *reinterpret_cast<uint4*>(dst) = o;
 }
 
 // 16 bytes global -> shared, asynchronously; src_bytes 0 writes zeros.

@@ -46,11 +46,9 @@
 #include <algorithm>
 
 #include "ehcuda/check.hpp"
-#include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/mxfp4.cuh"
 #include "ehcuda/quant.cuh"
-#include "matmul_common.cuh"
 #include "mma.cuh"
 #include "moe_common.cuh"
 
@@ -89,17 +87,6 @@ __device__ __forceinline__ void bar_arrive(int id, int threads) {
 
 // Half offset of (row, 16-byte chunk) in a swizzled [128][64] tile.
 __device__ __forceinline__ int swz(int row, int chunk) { return row * kBK + ((chunk ^ (row & 7)) << 3); }
-
-__device__ __forceinline__ uint4 pack8(const float* v) {
-    uint4 o;
-    uint32_t* w = reinterpret_cast<uint32_t*>(&o);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-        const __half2 h = __floats2half2_rn(v[2 * i], v[2 * i + 1]);
-        w[i] = *reinterpret_cast<const uint32_t*>(&h);
-    }
-    return o;
-}
 
 // f.template operator()<T>() for the stored type (every moe type): the
 // producers' loop is instantiated per type, so within it both chunks'
@@ -169,7 +156,7 @@ __device__ __forceinline__ void produce_loop(int pt, int group, int n0, int cnt,
                 for (int i = 0; i < 32; ++i) v[h][i] = 0.0f;
             }
 #pragma unroll
-            for (int q = 0; q < 4; ++q) *reinterpret_cast<uint4*>(As + swz(pt, h * 4 + q)) = pack8(v[h] + 8 * q);
+            for (int q = 0; q < 4; ++q) detail::store_half8(As + swz(pt, h * 4 + q), v[h] + 8 * q);
         }
         detail::cp_async_wait<0>();
         bar_arrive(full_barrier(s), kBarrierThreads);

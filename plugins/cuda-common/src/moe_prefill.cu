@@ -20,6 +20,7 @@
 #include "ehcuda/check.hpp"
 #include "ehcuda/moe.hpp"
 #include "ehcuda/prefill_workspace.hpp"
+#include "mma.cuh"
 #include "moe_common.cuh"
 #include "prefill_gemm.hpp"
 
@@ -65,13 +66,6 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
     if (e == n_expert - 1 && tid == 0) offsets[n_expert] = base;
 }
 
-__device__ __forceinline__ void store_half8(__half* dst, const float* v) {
-    __align__(16) __half2 h[4];
-#pragma unroll
-    for (int j = 0; j < 4; ++j) h[j] = __floats2half2_rn(v[2 * j], v[2 * j + 1]);
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(h);
-}
-
 // x16[i] = x[sorted[i] / k] as FP16, eight elements per thread.
 __global__ void gather_kernel(const float* x, int ldx, int cols, int k, const int32_t* sorted, int P, __half* x16) {
     const int per_row = cols / 8;
@@ -83,7 +77,7 @@ __global__ void gather_kernel(const float* x, int ldx, int cols, int k, const in
     const float4* p = reinterpret_cast<const float4*>(x + size_t(t) * ldx + c);
     const float4 a = p[0], b = p[1];
     const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-    store_half8(x16 + i * cols + c, v);
+    detail::store_half8(x16 + i * cols + c, v);
 }
 
 // act[i][r] = expert_swiglu(gu[i][r] + bg[e][r], gu[i][ff + r] + bu[e][r]) for

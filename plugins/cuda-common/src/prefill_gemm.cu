@@ -22,17 +22,11 @@
 #include "ehcuda/mxfp4.cuh"
 #include "ehcuda/weight_mirror.hpp"
 #include "matmul_common.cuh"
+#include "mma.cuh"
 #include "prefill_gemm.hpp"
 
 namespace ehcuda::prefill {
 namespace {
-
-__device__ __forceinline__ void store_half8(__half* dst, const float* v) {
-    __align__(16) __half2 h[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) h[k] = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-    *reinterpret_cast<uint4*>(dst) = *reinterpret_cast<const uint4*>(h);
-}
 
 // One thread per 32-element chunk, consecutive threads taking consecutive
 // chunks (of a row, then of the next row: the output is the dense
@@ -99,7 +93,7 @@ __global__ void __launch_bounds__(256) convert_x_kernel(const float* x, int ldx,
 #pragma unroll
         for (int i = 0; i < 8; ++i) v[i] = silu(v[i]) * w[i];
     }
-    store_half8(out + t * cols + k, v);
+    detail::store_half8(out + t * cols + k, v);
 }
 
 // y[t][off + r] = (accumulate ? y : 0) + bias[r]: the bias goes in first and

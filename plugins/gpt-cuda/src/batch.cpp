@@ -5,9 +5,6 @@
 #include <cmath>
 #include <cstdlib>
 
-#include <ehcuda/attention_decode_group.hpp>
-#include <ehcuda/attention_paged.hpp>
-#include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/kernel_route.hpp>
@@ -15,6 +12,7 @@
 #include <ehcuda/kv_quant_store.hpp>
 #include <ehcuda/moe.hpp>
 #include <ehcuda/moe_invariant.hpp>
+#include <ehcuda/step_attention.hpp>
 
 namespace gpt_cuda {
 namespace {
@@ -90,10 +88,6 @@ bool router_rows(const Model& m, const Layer& L) {
            ehcuda::moe_router_rows_supported(w.type, m.cfg.n_expert, m.cfg.n_embd);
 }
 
-// Prefill chunks of at least this many tokens take the tensor-core flash
-// attention over the paged pool (one query tile or more), the rest of a
-// step the row kernels (as llama-cuda's batch.cpp).
-constexpr int kTensorCoreChunk = 64;
 // Tokens per call of the paths besides the grouped kernels (moe_prefill,
 // the per-pair kernels): bounds their buffers whatever the step's budget.
 constexpr int kMoeChunk = 512;
@@ -219,6 +213,7 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     cudaStream_t s = stream();
     const Config& c = c_;
     float* qkv = qkv_.as<float>();
+    const float scale = 1.0f / std::sqrt(float(c.head_dim));
     if (v.decode && n_rot > 0 && attn_scratch_.size() &&
         ehcuda::attention_decode_fused_takes(v.ntok, c.n_head, c.n_kv, c.head_dim)) {
         // Decode rows: RoPE, the K/V store, split-K attention (with the
@@ -240,7 +235,7 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
         da.v_cache = v_pool(li);
         da.kv_type = kv_type();
         da.window = window;
-        da.scale = 1.0f / std::sqrt(float(c.head_dim));
+        da.scale = scale;
         da.out = attn_.as<float>();
         da.nsplit = decode_splits(v.ntok);
         da.scratch = attn_scratch_.as<float>();
@@ -277,74 +272,26 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     if (kv_type() != EH_TYPE_F16) ehcuda::rope_table_store_kv_quant(r, kv_type(), s);
     else ehcuda::rope_table_store_kv(r, s);
 
-    // Tokens first .. first + n - 1 (decode rows, short chunks): each row's
-    // query group in one block on the tensor cores (a key read once per KV
-    // head), split over the keys only when the rows are too few to fill the
-    // GPU and the scratch holds them; else the paged CUDA-core kernel.
-    auto rows = [&](int first, int n) {
-        if (n <= 0) return;
-        ehcuda::PagedAttnArgs at;
-        at.q = qkv + size_t(first) * c.qkv_dim();
-        at.ldq = c.qkv_dim();
-        at.k_pool = k_pool(li);
-        at.v_pool = v_pool(li);
-        at.kv_type = kv_type();
-        at.n_head = c.n_head;
-        at.n_kv = c.n_kv;
-        at.head_dim = c.head_dim;
-        at.ntok = n;
-        at.d_pos = v.d_pos + first;
-        at.d_table = v.d_table + first;
-        at.tables = v.d_tables;
-        at.window = window;
-        at.sinks = sinks;
-        at.scale = 1.0f / std::sqrt(float(c.head_dim));
-        at.out = attn_.as<float>() + size_t(first) * c.q_dim();
-        at.ldo = c.q_dim();
-        if (ehcuda::attention_decode_group_takes(at)) {
-            const size_t per_split = size_t(n) * c.n_head * (c.head_dim + 2);
-            const int cap = int(std::min<size_t>(attn_scratch_.size() / 4 / per_split, 128));
-            const int nsplit = cap >= 2 ? ehcuda::attention_decode_group_splits(cap, c.n_kv, n) : 1;
-            ehcuda::attention_decode_group(at, attn_scratch_.as<float>(), nsplit, s);
-        } else {
-            ehcuda::attention_paged(at, s);
-        }
-    };
-    // A prefill chunk of one sequence (kTensorCoreChunk tokens or more): the
-    // tensor-core flash kernel, query tiles against the keys read through
-    // its block table (sinks and window as the rows' kernels).
-    auto chunk = [&](const ehcuda::StepSpan& sp) {
-        ehcuda::AttnArgs at;
-        at.q = qkv + size_t(sp.first) * c.qkv_dim();
-        at.ldq = c.qkv_dim();
-        at.k_cache = k_pool(li);
-        at.v_cache = v_pool(li);
-        at.kv_table = v.d_tables + sp.table;
-        at.kv_type = kv_type();
-        at.n_head = c.n_head;
-        at.n_kv = c.n_kv;
-        at.head_dim = c.head_dim;
-        at.d_pos0 = v.d_pos + sp.first;
-        at.ntok = sp.n;
-        at.window = window;
-        at.sinks = sinks;
-        at.scale = 1.0f / std::sqrt(float(c.head_dim));
-        at.out = attn_.as<float>() + size_t(sp.first) * c.q_dim();
-        at.ldo = c.q_dim();
-        if (!ehcuda::attention_prefill_takes(at)) return false;
-        ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*workspace()), s);
-        return true;
-    };
-    const bool mma = ehcuda::attention_prefill_mma_takes(c.head_dim) && workspace();
-    int run = 0;  // tokens run .. are not attended yet
-    for (int i = 0; mma && i < v.nspans; ++i) {
-        const ehcuda::StepSpan& sp = v.spans[i];
-        if (sp.n < kTensorCoreChunk || sp.first < run) continue;
-        rows(run, sp.first - run);
-        if (!chunk(sp)) rows(sp.first, sp.n);
-        run = sp.first + sp.n;
-    }
-    rows(run, v.ntok - run);
+    // (every step's rows take the query-group kernel where it takes the
+    // heads, a key read once per KV head; with the sinks and window)
+    ehcuda::StepAttnArgs at;
+    at.q = qkv;
+    at.ldq = c.qkv_dim();
+    at.out = attn_.as<float>();
+    at.ldo = c.q_dim();
+    at.k_pool = k_pool(li);
+    at.v_pool = v_pool(li);
+    at.kv_type = kv_type();
+    at.n_head = c.n_head;
+    at.n_kv = c.n_kv;
+    at.head_dim = c.head_dim;
+    at.window = window;
+    at.sinks = sinks;
+    at.scale = scale;
+    at.group_scratch = attn_scratch_.as<float>();
+    at.group_scratch_floats = attn_scratch_.size() / 4;
+    at.pw = workspace();
+    ehcuda::step_attention(at, v, s);
     return false;
 }
 

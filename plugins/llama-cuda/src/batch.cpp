@@ -7,12 +7,12 @@
 #include <ehcuda/allreduce.hpp>
 #include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_paged.hpp>
-#include <ehcuda/attention_prefill.hpp>
 #include <ehcuda/check.hpp>
 #include <ehcuda/device_set.hpp>
 #include <ehcuda/gemma_ops.hpp>
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/kv_quant.hpp>
+#include <ehcuda/step_attention.hpp>
 
 namespace llama_cuda {
 namespace {
@@ -50,9 +50,6 @@ ehcuda::BatchShape shape_of(Model& m) {
 //   n >= G     one cuBLAS GEMM per matrix: on the model's FP16 mirror when it
 //              keeps one (G = 3 by default then; model.cpp has the sweep),
 //              else on slab-dequantized weights (G = 9)
-// Prefill chunks of at least this many tokens take the tensor-core
-// attention (one query tile), the rest of a step the paged CUDA-core one.
-constexpr int kTensorCoreChunk = 64;
 
 }  // namespace
 
@@ -221,10 +218,7 @@ void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool
 void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     const Config& c = *rk.c;
     const int pl = pool_layer(rk, layer);
-    const float scale = c.scale();
-    const int window = c.layer_window(layer);
     float* qkv = rk.qkv.as<float>();
-    float* attn = rk.attn.as<float>();
     cudaStream_t s = rk.stream;
     ehcuda::RopeArgs r = rope_args(m_, qkv, v.ntok, layer);
     r.freq_factors = layer_rope_freqs(m_, layer, m_.tp > 1 ? rk.index : -1);
@@ -238,75 +232,28 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     r.kv_type = kv_type();
     ehcuda::rope_store_kv(r, s);
 
-    // Tokens first .. first + n - 1 (decode tokens, short chunks) on the
-    // CUDA cores, each through its own sequence's table.
-    auto paged = [&](int first, int n) {
-        if (n <= 0) return;
-        ehcuda::PagedAttnArgs at;
-        at.q = qkv + size_t(first) * c.qkv_dim();
-        at.ldq = c.qkv_dim();
-        at.k_pool = k_pool(pl);
-        at.v_pool = v_pool(pl);
-        at.kv_type = kv_type();
-        at.n_head = c.n_head;
-        at.n_kv = c.n_kv;
-        at.head_dim = c.head_dim;
-        at.ntok = n;
-        at.d_pos = v.d_pos + first;
-        at.d_table = v.d_table + first;
-        at.tables = v.d_tables;
-        at.window = window;
-        at.scale = scale;
-        at.out = attn + size_t(first) * c.q_dim();
-        at.ldo = c.q_dim();
-        if (v.deep && ehcuda::attention_decode_group_takes(at)) {
-            // A deep decode step: each row's query group in one block on the
-            // tensor cores, split over the keys as the scratch allows.
-            const size_t per_split = size_t(n) * c.n_head * (c.head_dim + 2);
-            const int cap = int(std::min<size_t>(rk.attn_scratch.size() / 4 / per_split, ehcuda::kAttentionGroupMaxSplits));
-            const int nsplit = cap >= 2 ? ehcuda::attention_decode_group_splits(cap, c.n_kv, n) : 1;
-            ehcuda::attention_decode_group(at, rk.attn_scratch.as<float>(), nsplit, s);
-            return;
-        }
-        ehcuda::attention_paged(at, s);
-    };
-    // A long chunk of one sequence on the tensor cores, its keys read
-    // through its block table.
-    auto chunk = [&](const ehcuda::StepSpan& sp) {
-        ehcuda::AttnArgs at;
-        at.q = qkv + size_t(sp.first) * c.qkv_dim();
-        at.ldq = c.qkv_dim();
-        at.k_cache = k_pool(pl);
-        at.v_cache = v_pool(pl);
-        at.kv_table = v.d_tables + sp.table;
-        at.kv_type = kv_type();
-        at.n_head = c.n_head;
-        at.n_kv = c.n_kv;
-        at.head_dim = c.head_dim;
-        at.d_pos0 = v.d_pos + sp.first;
-        at.ntok = sp.n;
-        at.window = window;
-        at.scale = scale;
-        at.out = attn + size_t(sp.first) * c.q_dim();
-        at.ldo = c.q_dim();
-        ehcuda::attention_prefill(at, ehcuda::attention_split_scratch(*rk.pw), s);
-    };
-    const bool mma = ehcuda::attention_prefill_mma_takes(c.head_dim);
-    int run = 0;  // tokens run .. are not attended yet
-    for (int i = 0; i < v.nspans; ++i) {
-        const ehcuda::StepSpan& sp = v.spans[i];
-        if (images_.bidirectional(i)) {  // an image's tokens see each other (images.hpp)
-            paged(run, sp.first - run);
-            span_attention(v, rk, layer, sp);
-            run = sp.first + sp.n;
-            continue;
-        }
-        if (!mma || sp.n < kTensorCoreChunk) continue;
-        paged(run, sp.first - run);
-        chunk(sp);
-        run = sp.first + sp.n;
-    }
-    paged(run, v.ntok - run);
+    ehcuda::StepAttnArgs at;
+    at.q = qkv;
+    at.ldq = c.qkv_dim();
+    at.out = rk.attn.as<float>();
+    at.ldo = c.q_dim();
+    at.k_pool = k_pool(pl);
+    at.v_pool = v_pool(pl);
+    at.kv_type = kv_type();
+    at.n_head = c.n_head;
+    at.n_kv = c.n_kv;
+    at.head_dim = c.head_dim;
+    at.window = c.layer_window(layer);
+    at.scale = c.scale();
+    // (a deep decode step's rows: each row's query group on the tensor cores)
+    at.group = v.deep;
+    at.group_scratch = rk.attn_scratch.as<float>();
+    at.group_scratch_floats = rk.attn_scratch.size() / 4;
+    at.pw = rk.pw;
+    // an image's tokens see each other (images.hpp)
+    at.bidirectional = [this](int i) { return images_.bidirectional(i); };
+    at.d_reach = images_.d_reach();
+    ehcuda::step_attention(at, v, s);
 }
 
 void Batch::forward(const ehcuda::StepView& v) {

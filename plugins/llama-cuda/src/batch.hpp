@@ -74,11 +74,10 @@ private:
     // A decode-only step's attention: RoPE, the K/V store and split-K
     // attention in one launch per layer (rope_attention_decode, paged).
     void decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool chunks);
-    // Otherwise: RoPE + store for every token, then the paged attention.
+    // Otherwise: RoPE + store for every token, then each entry's span by
+    // kind (ehcuda::step_attention: image spans bidirectional, long chunks
+    // on the tensor cores, the other rows paged).
     void prefill_attention(const ehcuda::StepView& v, Rank& r, int layer);
-    // An entry that carries a bidirectional image span, whole
-    // (ehcuda::attention_span).
-    void span_attention(const ehcuda::StepView& v, Rank& r, int layer, const ehcuda::StepSpan& sp);
     bool step_eager() const override { return images_.any(); }
     int decode_splits(int n_head, int rows) const;
     // The pool layer of rank r's heads of `layer`.

@@ -1,9 +1,8 @@
 // llama_cuda::Batch's image half (images.hpp): the step calls take each
 // entry's spans first and drop them after, and a chunk that carries a
-// bidirectional span attends through ehcuda::attention_span.
+// bidirectional span attends through ehcuda::attention_span
+// (step_attention.hpp, from prefill_attention).
 #include <string>
-
-#include <ehcuda/attention_span.hpp>
 
 #include "batch.hpp"
 
@@ -57,29 +56,6 @@ void Batch::forget(const ehcuda::CudaSeq* seq) {
 void Batch::set_spans(const ehcuda::CudaSeq* seq, const eh_embd_span* spans, uint32_t n) {
     if (!owns(seq)) throw ehp::Error(EH_INVALID_ARGUMENT, "seq_embd_spans: the sequence is not this model's");
     images_.set(seq, spans, n);
-}
-
-void Batch::span_attention(const ehcuda::StepView& v, Rank& rk, int layer, const ehcuda::StepSpan& sp) {
-    const Config& c = *rk.c;
-    const int pl = pool_layer(rk, layer);
-    ehcuda::SpanAttnArgs at;
-    at.q = rk.qkv.as<float>() + size_t(sp.first) * c.qkv_dim();
-    at.ldq = c.qkv_dim();
-    at.k_pool = k_pool(pl);
-    at.v_pool = v_pool(pl);
-    at.n_head = c.n_head;
-    at.n_kv = c.n_kv;
-    at.head_dim = c.head_dim;
-    at.ntok = sp.n;
-    at.d_pos = v.d_pos + sp.first;
-    at.d_table = v.d_table + sp.first;
-    at.tables = v.d_tables;
-    at.d_reach = images_.d_reach() + sp.first;
-    at.window = c.layer_window(layer);
-    at.scale = c.scale();
-    at.out = rk.attn.as<float>() + size_t(sp.first) * c.q_dim();
-    at.ldo = c.q_dim();
-    ehcuda::attention_span(at, stream());
 }
 
 }  // namespace llama_cuda
