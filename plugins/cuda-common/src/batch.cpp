@@ -244,6 +244,18 @@ bool BatchBase::run_whole(const StepView& v, const StagingLayout& L, int slot, i
     return true;
 }
 
+void BatchBase::staged_inputs(StepView& v, const StagingLayout& L, int slot) const {
+    const char* d = slot_dev(slot);
+    v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
+    v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
+    v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
+    v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
+    v.d_lora = reinterpret_cast<const int32_t*>(d + L.lora);
+    v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
+    v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
+    v.logits = logits_.as<float>();
+}
+
 void BatchBase::upload(int slot, size_t from, size_t to) {
     if (to <= from) return;
     cudaStream_t s = stream_.get();
@@ -297,13 +309,7 @@ void BatchBase::warm_up() {
         char* d = slot_dev(slot);
         EHC_CHECK(cudaMemcpyAsync(d, h, L.tables + 4, cudaMemcpyHostToDevice, stream_.get()));
         StepView& v = vs[slot];
-        v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
-        v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
-        v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
-        v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
-        v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
-        v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
-        v.logits = logits_.as<float>();
+        staged_inputs(v, L, slot);
         v.decode = true;
     }
     // Each decode bucket: its first run, then each slot's capture.
@@ -736,17 +742,10 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     v.decode = sh.T == E.n;
     v.deep = v.decode && sh.deep;
     v.lora = sh.lora;
-    v.d_lora = reinterpret_cast<const int32_t*>(d + L.lora);
-    v.d_tokens = reinterpret_cast<const int32_t*>(d + L.tokens);
-    v.d_pos = reinterpret_cast<const int32_t*>(d + L.pos);
-    v.d_rows = reinterpret_cast<const int32_t*>(d + L.rows);
-    v.d_table = reinterpret_cast<const int32_t*>(d + L.table);
-    v.d_tables = reinterpret_cast<const int32_t*>(d + L.tables);
+    staged_inputs(v, L, sh.slot);
     v.spans = spans_.data();
     v.nspans = int(spans_.size());
     v.nout = sh.graphed ? int(sh.padded) : int(R);
-    v.d_out_idx = reinterpret_cast<const int32_t*>(d + L.out_idx);
-    v.logits = logits_.as<float>();
     v.nhid = sh.n_hid;
     v.d_hid_idx = reinterpret_cast<const int32_t*>(d + L.hid_idx);
     v.hidden = sh.n_hid ? hidden_dev_.as<float>() : nullptr;

@@ -139,28 +139,15 @@ std::string describe_expert_step(const KernelPlan& p, const ExpertLayer& e, cons
 
 std::vector<std::string> step_route_lines(const KernelPlan& p, const DeviceTraits& dev,
                                           const std::vector<StepMatrix>& mats, int ntok, bool mirrored) {
-    // Lines "kind xN: what", one per kind and distinct `what`, first-seen
-    // order (route_lines' form).
-    std::vector<std::pair<std::string, int>> seen;
+    std::vector<std::pair<std::string, std::string>> items;
     for (const StepMatrix& m : mats) {
-        std::string what;
-        if (m.experts.k > 0) {
-            what = describe_expert_step(p, m.experts, m.forms, m.gate_up, ntok);
-        } else {
-            // route_lines' text for this one matrix, less its "kind x1: "
-            what = route_lines(p, dev, {m.mat}, ntok, mirrored).at(0).substr(m.mat.kind.size() + 5);
-        }
-        const std::string key = m.mat.kind + "\n" + what;
-        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& s) { return s.first == key; });
-        if (it == seen.end()) seen.emplace_back(key, 1);
-        else ++it->second;
+        if (m.experts.k > 0)
+            items.emplace_back(m.mat.kind, describe_expert_step(p, m.experts, m.forms, m.gate_up, ntok));
+        else  // route_lines' text for this one matrix, less its "kind x1: "
+            items.emplace_back(m.mat.kind,
+                               route_lines(p, dev, {m.mat}, ntok, mirrored).at(0).substr(m.mat.kind.size() + 5));
     }
-    std::vector<std::string> lines;
-    for (const auto& [key, n] : seen) {
-        const size_t nl = key.find('\n');
-        lines.push_back(key.substr(0, nl) + " x" + std::to_string(n) + ": " + key.substr(nl + 1));
-    }
-    return lines;
+    return count_kinds(items);
 }
 
 }  // namespace ehcuda

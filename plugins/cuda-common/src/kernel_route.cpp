@@ -520,23 +520,6 @@ StepRoute route_step_matmul(const KernelPlan& p, const DeviceTraits& dev, const 
 
 namespace {
 
-// Lines "kind xN: what", one per kind and distinct `what`, first-seen order.
-std::vector<std::string> count_kinds(const std::vector<std::pair<std::string, std::string>>& items) {
-    std::vector<std::pair<std::string, int>> seen;
-    for (const auto& [kind, what] : items) {
-        const std::string key = kind + "\n" + what;
-        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == key; });
-        if (it == seen.end()) seen.emplace_back(key, 1);
-        else ++it->second;
-    }
-    std::vector<std::string> lines;
-    for (const auto& [key, n] : seen) {
-        const size_t nl = key.find('\n');
-        lines.push_back(key.substr(0, nl) + " x" + std::to_string(n) + ": " + key.substr(nl + 1));
-    }
-    return lines;
-}
-
 }  // namespace
 
 std::vector<std::string> route_lines(const KernelPlan& p, const DeviceTraits& dev, const std::vector<MatrixKind>& mats,
@@ -564,6 +547,22 @@ std::vector<std::string> plan_log(const KernelPlan& p, const DeviceTraits& dev, 
     std::vector<std::string> lines{describe_plan(p, dev)};
     lines.insert(lines.end(), extra.begin(), extra.end());
     for (std::string& l : route_lines(p, dev, mats, 1, false)) lines.push_back(std::move(l));
+    return lines;
+}
+
+std::vector<std::string> count_kinds(const std::vector<std::pair<std::string, std::string>>& items) {
+    std::vector<std::pair<std::string, int>> seen;
+    for (const auto& [kind, what] : items) {
+        const std::string key = kind + "\n" + what;
+        auto it = std::find_if(seen.begin(), seen.end(), [&](const auto& e) { return e.first == key; });
+        if (it == seen.end()) seen.emplace_back(key, 1);
+        else ++it->second;
+    }
+    std::vector<std::string> lines;
+    for (const auto& [key, n] : seen) {
+        const size_t nl = key.find('\n');
+        lines.push_back(key.substr(0, nl) + " x" + std::to_string(n) + ": " + key.substr(nl + 1));
+    }
     return lines;
 }
 

@@ -266,6 +266,9 @@ private:
     // twin, ordered before the step's next work on the step's stream (see
     // BatchShape::upload_aside).
     void upload(int slot, size_t from, size_t to);
+    // The forward pass's inputs in the slot's device twin (StepView's d_*
+    // pointers) and the logits rows.
+    void staged_inputs(StepView& v, const StagingLayout& L, int slot) const;
     void reset_graphs() noexcept;
     void warm_up();
     // Grows the pinned staging and its device twin to at least `bytes`

@@ -155,4 +155,9 @@ StepRoute route_step_matmul(const KernelPlan& p, const DeviceTraits& dev, const 
 std::vector<std::string> route_lines(const KernelPlan& p, const DeviceTraits& dev, const std::vector<MatrixKind>& mats,
                                      int ntok, bool mirrored);
 
+// Lines "kind xN: what" from (kind, what) items: one per kind and distinct
+// `what`, counted, in first-seen order (route_lines' form; expert_route.hpp's
+// step_route_lines uses it too).
+std::vector<std::string> count_kinds(const std::vector<std::pair<std::string, std::string>>& items);
+
 }  // namespace ehcuda
