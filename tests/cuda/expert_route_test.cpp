@@ -120,6 +120,57 @@ TEST(KernelRoute, GptOss20bExpertPassesByStepTokens) {
         << long_step;
 }
 
+// The tensor-core passes' widths by experts' average tokens, which
+// moe_grouped_mma.cu's launch_rows takes from tensor_core_pass_tokens:
+// the table, and that every width it can give, over the plan keys' range,
+// is one of the widths launch_rows has kernels for (tensor_core_pass_kernel;
+// any other it refuses at the launch).
+TEST(KernelRoute, TensorCorePassTokensHaveKernels) {
+    const KernelPlan p = gpt_plan();
+    const auto pass = [](const KernelPlan& q, uint32_t type, bool gate_up, int per_expert) {
+        return ehcuda::tensor_core_pass_tokens(q, type, gate_up, per_expert * 32 + 31, 32);
+    };
+    for (const int per : {0, 1, 8, 16}) {
+        EXPECT_EQ(pass(p, EH_TYPE_MXFP4, true, per), 16) << per;
+        EXPECT_EQ(pass(p, EH_TYPE_MXFP4, false, per), 16) << per;
+        EXPECT_EQ(pass(p, EH_TYPE_Q4_K, true, per), 8) << per;
+        EXPECT_EQ(pass(p, EH_TYPE_Q6_K, false, per), 8) << per;
+    }
+    for (const int per : {17, 32}) {
+        EXPECT_EQ(pass(p, EH_TYPE_MXFP4, true, per), 32) << per;
+        EXPECT_EQ(pass(p, EH_TYPE_MXFP4, false, per), 32) << per;
+    }
+    for (const int per : {33, 64, 5000}) {
+        EXPECT_EQ(pass(p, EH_TYPE_MXFP4, true, per), 64) << per;
+        EXPECT_EQ(pass(p, EH_TYPE_MXFP4, false, per), 32) << per;
+    }
+    for (const int per : {17, 33, 5000}) {
+        EXPECT_EQ(pass(p, EH_TYPE_Q4_K, true, per), 48) << per;
+        EXPECT_EQ(pass(p, EH_TYPE_Q6_K, false, per), 48) << per;
+    }
+    EXPECT_FALSE(ehcuda::tensor_core_pass_kernel(EH_TYPE_MXFP4, false, 64));
+    EXPECT_FALSE(ehcuda::tensor_core_pass_kernel(EH_TYPE_Q4_K, true, 16));
+    EXPECT_FALSE(ehcuda::tensor_core_pass_kernel(EH_TYPE_Q4_K, true, 64));
+    EXPECT_FALSE(ehcuda::tensor_core_pass_kernel(EH_TYPE_Q5_K, true, 8));
+    for (const int wide : {0, 1, 16, 65536})
+        for (const int long_ : {0, 16, 32, 65536})
+            for (const int decode : {8, 16}) {
+                KernelPlan q = p;
+                q.moe_wide_pass_tokens = wide;
+                q.moe_long_pass_tokens = long_;
+                q.moe_decode_pass_tokens = decode;
+                for (const uint32_t type : {EH_TYPE_MXFP4, EH_TYPE_Q4_K, EH_TYPE_Q6_K})
+                    for (const bool gate_up : {true, false})
+                        for (const int n_expert : {1, 32, 128})
+                            for (int pairs = 0; pairs <= 100 * n_expert; pairs += 1 + n_expert / 4) {
+                                const int t = ehcuda::tensor_core_pass_tokens(q, type, gate_up, pairs, n_expert);
+                                ASSERT_TRUE(ehcuda::tensor_core_pass_kernel(type, gate_up, t))
+                                    << ehp::type_name(type) << (gate_up ? " gate|up" : " down") << ", " << pairs
+                                    << " pairs over " << n_expert << ": " << t << " tokens a pass";
+                            }
+            }
+}
+
 // Qwen3-30B-A3B: 128 experts, top-8, Q4_K gate|up and Q6_K down (passes
 // of 48 past 16 an expert), down_decode_kernel's 8 warps at one token.
 TEST(KernelRoute, Qwen3MoeExpertPassesByStepTokens) {

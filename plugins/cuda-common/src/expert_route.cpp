@@ -1,8 +1,9 @@
-// What runs a step's routed experts (expert_route.hpp), restated from the
-// kernels' own choices: moe_decode.cu (one token), moe_grouped.cu (the
-// grouped forms and which one a call takes), moe_grouped_mma.cu's
-// launch_rows (tokens per tensor-core pass), gpt-cuda's batch.cpp (when
-// each is used).
+// What runs a step's routed experts (expert_route.hpp). The grouped
+// forms' thresholds (tile_form_by_average, tensor_core_pass_tokens) are
+// the kernels' own: moe_grouped.cu and moe_grouped_mma.cu's launch_rows
+// call them. The rest is restated from the kernels' choices: moe_decode.cu
+// (one token), the forms' predicates, gpt-cuda's batch.cpp (when each is
+// used).
 #include "ehcuda/expert_route.hpp"
 
 #include <algorithm>
@@ -77,14 +78,22 @@ ExpertForms expert_forms(const KernelPlan& p, const ExpertLayer& e) {
     return f;
 }
 
+bool tile_form_by_average(const KernelPlan& p, long pairs, int n_expert) {
+    return pairs >= long(p.moe_tile_pass_tokens) * n_expert;
+}
+
 GroupedForm grouped_form(const KernelPlan& p, const ExpertLayer& e, const ExpertForms& f, int ntok) {
-    const long pairs = long(ntok) * e.k;
     // (tile_experts: at most 1024 experts, types the MoE kernels decode,
     // which the grouped form's already are)
-    if (e.n_expert <= kMaxRouteExperts && pairs >= long(p.moe_tile_pass_tokens) * e.n_expert) return GroupedForm::Tiles;
+    if (e.n_expert <= kMaxRouteExperts && tile_form_by_average(p, long(ntok) * e.k, e.n_expert))
+        return GroupedForm::Tiles;
     return f.tensor_cores ? GroupedForm::TensorCores : GroupedForm::Integer;
 }
 
+// ntok tokens routed k ways over n_expert experts average pairs / n_expert
+// = ntok * k / n_expert each. (MXFP4's down products keep 32-token passes
+// past moe_long_pass_tokens: two 16-warp blocks of those fit a
+// multiprocessor where one 8-warp block of the 64-token pass does.)
 int tensor_core_pass_tokens(const KernelPlan& p, uint32_t type, bool gate_up, int pairs, int n_expert) {
     const int per_expert = pairs / std::max(n_expert, 1);
     if (gate_up && type == EH_TYPE_MXFP4 && per_expert > p.moe_long_pass_tokens) return 64;

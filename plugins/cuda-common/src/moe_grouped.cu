@@ -28,6 +28,7 @@
 
 #include "block_reduce.cuh"
 #include "ehcuda/check.hpp"
+#include "ehcuda/expert_route.hpp"
 #include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/moe.hpp"
@@ -252,7 +253,7 @@ void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
     const int P = a.ntok * a.k;
     // ntok tokens routed k ways over n_expert experts average P / n_expert each
     const bool tiles = !a.integer_path && !a.one_form && moe_detail::tile_experts(a.gate, a.up, a.down, a.n_expert) &&
-                       long(P) >= long(plan().moe_tile_pass_tokens) * a.n_expert;
+                       tile_form_by_average(plan(), P, a.n_expert);
     const bool mma = !a.integer_path && !tiles && moe_detail::mma_experts(a.gate, a.up, a.down);
     const Layout lay(a.ntok, a.k, a.n_expert, E, F, tiles || mma);
     if (a.scratch_bytes < lay.total) throw ehp::Error(EH_INTERNAL, "moe grouped: scratch too small");

@@ -49,8 +49,10 @@
 #include <cuda_fp16.h>
 
 #include <algorithm>
+#include <string>
 
 #include "ehcuda/check.hpp"
+#include "ehcuda/expert_route.hpp"
 #include "ehcuda/kernel_plan.hpp"
 #include "ehcuda/launch.cuh"
 #include "ehcuda/moe_invariant.hpp"
@@ -996,48 +998,44 @@ template <bool Pair>
 void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* offsets, int n_expert,
                  const DevMat& a, const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo,
                  cudaStream_t stream) {
+    // Tokens a pass: expert_route's tensor_core_pass_tokens, the one rule
+    // (the load's log and inspect --kernels print it); the kernels below are
+    // those of tensor_core_pass_kernel's widths, no other.
+    const int tokens = tensor_core_pass_tokens(plan(), type, Pair, pairs, n_expert);
+    bool ran = false;
     const bool known = mma_type_dispatch(type, [&]<uint32_t T>() {
         auto go = [&]<int NT>() {
-            // gate|up at NT 4 and 8 keeps the stages that fit (Deep); for
-            // MXFP4 moe_deep_pipeline may say otherwise (the K-quants have no
-            // shallow instance: one fewer each).
-            constexpr bool kDeep = Pair && NT >= 4;
-            if constexpr (T == EH_TYPE_MXFP4 && NT <= 4) {
-                if (plan().moe_mma_lean && (!kDeep || plan().moe_deep_pipeline))
-                    return launch_rows_nt<T, Pair, NT, kDeep, true>(pairs, x16, offsets, n_expert, a, b, alpha, limit,
-                                                                    out16, out32, ldo, stream);
+            if constexpr (tensor_core_pass_kernel(T, Pair, kTok * NT)) {
+                if (tokens != kTok * NT) return;
+                ran = true;
+                // gate|up at NT 4 and 8 keeps the stages that fit (Deep); for
+                // MXFP4 moe_deep_pipeline may say otherwise (the K-quants have no
+                // shallow instance: one fewer each).
+                constexpr bool kDeep = Pair && NT >= 4;
+                if constexpr (T == EH_TYPE_MXFP4 && NT <= 4) {
+                    if (plan().moe_mma_lean && (!kDeep || plan().moe_deep_pipeline))
+                        return launch_rows_nt<T, Pair, NT, kDeep, true>(pairs, x16, offsets, n_expert, a, b, alpha,
+                                                                        limit, out16, out32, ldo, stream);
+                }
+                if constexpr (kDeep && T == EH_TYPE_MXFP4) {
+                    if (!plan().moe_deep_pipeline)
+                        return launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit,
+                                                                  out16, out32, ldo, stream);
+                }
+                launch_rows_nt<T, Pair, NT, kDeep>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16, out32,
+                                                   ldo, stream);
             }
-            if constexpr (kDeep && T == EH_TYPE_MXFP4) {
-                if (!plan().moe_deep_pipeline)
-                    return launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16,
-                                                              out32, ldo, stream);
-            }
-            launch_rows_nt<T, Pair, NT, kDeep>(pairs, x16, offsets, n_expert, a, b, alpha, limit, out16, out32, ldo,
-                                               stream);
         };
-        // Tokens per expert above which a pass takes kWideTiles tiles
-        // (KernelPlan::moe_wide_pass_tokens) or, MXFP4's gate|up, 8
-        // (moe_long_pass_tokens): ntok tokens routed k ways over n_expert
-        // experts average pairs / n_expert = ntok * k / n_expert each.
-        // (MXFP4's down products keep 32-token passes: two 16-warp blocks of
-        // those fit a multiprocessor where one 8-warp block of the 64-token
-        // pass does.)
-        const int per_expert = pairs / n_expert;
-        if constexpr (Pair && T == EH_TYPE_MXFP4) {
-            if (per_expert > plan().moe_long_pass_tokens) return go.template operator()<8>();
-        }
-        if (per_expert > plan().moe_wide_pass_tokens)
-            go.template operator()<kWideTiles<T>>();
-        else if constexpr (T == EH_TYPE_MXFP4) {
-            if (plan().moe_decode_pass_tokens == 16)
-                go.template operator()<2>();
-            else
-                go.template operator()<1>();
-        } else {
-            go.template operator()<1>();
-        }
+        go.template operator()<1>();
+        go.template operator()<2>();
+        go.template operator()<4>();
+        go.template operator()<6>();
+        go.template operator()<8>();
     });
     if (!known) throw ehp::Error(EH_INTERNAL, "moe mma: weight type without a tensor-core form");
+    if (!ran)
+        throw ehp::Error(EH_INTERNAL, "moe mma: no pass kernel of " + std::to_string(tokens) +
+                                          " tokens for this type (tensor_core_pass_kernel)");
 }
 
 // The one-token form (moe_decode_mma): block (64 rows, slot), the 8-token

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <engine_host/plugin_abi.h>
+
 #include "ehcuda/kernel_plan.hpp"
 
 namespace ehcuda {
@@ -40,11 +42,23 @@ ExpertForms expert_forms(const KernelPlan& p, const ExpertLayer& e);
 // the integer form.
 enum class GroupedForm : uint8_t { Tiles, TensorCores, Integer };
 GroupedForm grouped_form(const KernelPlan& p, const ExpertLayer& e, const ExpertForms& f, int ntok);
-// Tokens per pass of the tensor-core form (moe_grouped_mma.cu's launch_rows):
-// 8 (MXFP4: moe_decode_pass_tokens), or wider past moe_wide_pass_tokens an
-// expert on average (32 for MXFP4, 48 for the K-quants), 64 for MXFP4's
-// gate|up past moe_long_pass_tokens.
+// Whether `pairs` (token, expert) pairs over n_expert experts average
+// enough an expert for the tile form: moe_grouped.cu decides by it (for
+// experts the tiles take), grouped_form above too.
+bool tile_form_by_average(const KernelPlan& p, long pairs, int n_expert);
+// Tokens per pass of the tensor-core form; moe_grouped_mma.cu's launch_rows
+// runs the passes this says: 8 (MXFP4: moe_decode_pass_tokens), or wider
+// past moe_wide_pass_tokens an expert on average (32 for MXFP4, 48 for the
+// K-quants), 64 for MXFP4's gate|up past moe_long_pass_tokens.
 int tensor_core_pass_tokens(const KernelPlan& p, uint32_t type, bool gate_up, int pairs, int n_expert);
+// The pass widths launch_rows has kernels for (it instantiates exactly
+// these and refuses any other): every value tensor_core_pass_tokens gives
+// must be one (expert_route_test checks it over the plan's range).
+constexpr bool tensor_core_pass_kernel(uint32_t type, bool gate_up, int tokens) {
+    if (type == EH_TYPE_MXFP4) return tokens == 8 || tokens == 16 || tokens == 32 || (gate_up && tokens == 64);
+    if (type == EH_TYPE_Q4_K || type == EH_TYPE_Q6_K) return tokens == 8 || tokens == 48;
+    return false;
+}
 
 // One line's text (after "kind xN: ") for the experts' gate|up or down in
 // a step of `ntok` tokens: the shape, then what runs it.
