@@ -128,7 +128,6 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_EQ(p.batch_moe_grouped_max, 2048);  // a prefill step's experts in one grouped call
     EXPECT_EQ(p.moe_tile_pass_tokens, 64);
     EXPECT_EQ(p.moe_decode_pass_tokens, 16);
-    EXPECT_TRUE(p.moe_mma_lean);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 1 << 20);  // past 64 tokens of n_embd 8192 / 128 of 4096
     EXPECT_FALSE(p.allreduce_signals);  // event barriers until measured across GPUs
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);
@@ -141,7 +140,7 @@ TEST(KernelPlan, OptionsOverride) {
                                     "attn_pipe": false, "prefill_min_tokens": 0, "moe_router_kernel": false,
                                     "batch_moe_grouped_max": 64, "allreduce_nccl_min_floats": 0,
                                     "allreduce_signals": true, "moe_tile_pass_tokens": 0,
-                                    "moe_decode_pass_tokens": 16, "moe_mma_lean": true}})");
+                                    "moe_decode_pass_tokens": 16}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -153,7 +152,6 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_EQ(p.batch_moe_grouped_max, 64);
     EXPECT_EQ(p.moe_tile_pass_tokens, 0);
     EXPECT_EQ(p.moe_decode_pass_tokens, 16);
-    EXPECT_TRUE(p.moe_mma_lean);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 0);
     EXPECT_TRUE(p.allreduce_signals);
     EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value
@@ -185,8 +183,9 @@ TEST(KernelPlan, BadOptionsNameTheKey) {
               "options.kernels: \"attn_pipe\" must be true or false");
     EXPECT_TRUE(has(invalid([&] { apply(R"({"kernels": {"attn_group_min_keys": -2}})"); }),
                     "options.kernels: \"attn_group_min_keys\" must be an integer in [-1, "));
-    // The session path's keys went with it: unknown now, named as such.
-    for (const char* gone : {"attn_splits", "attn_chunks", "kv_f16", "pipeline", "profile_decode"})
+    // The session path's keys went with it, and moe_mma_lean with the
+    // MXFP4 passes' other kernel: unknown now, named as such.
+    for (const char* gone : {"attn_splits", "attn_chunks", "kv_f16", "pipeline", "profile_decode", "moe_mma_lean"})
         EXPECT_TRUE(has(invalid([&] { apply((std::string(R"({"kernels": {")") + gone + R"(": 1}})").c_str()); }),
                         std::string("options.kernels: unknown key \"") + gone + "\""))
             << gone;

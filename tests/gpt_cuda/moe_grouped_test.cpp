@@ -7,8 +7,8 @@
 // gate/up, routings that leave experts empty and one that sends every token
 // to the same expert (more tokens than one pass); the tensor-core form's
 // 8-token, wide (32 tokens; 48 for the K-quants) and 64-token passes on every case
-// (MXFP4's 16-token passes and lean kernel the same bits as the 8-token and
-// wide passes); the tile form (any type) on every case, and a token's tile-form result the same bits
+// (MXFP4's 16-token passes the same bits as the 8-token ones, and a
+// pipeline depth the same bits as another); the tile form (any type) on every case, and a token's tile-form result the same bits
 // whether its call holds all the case's tokens or only the first half;
 // bitwise reproducibility; what moe_grouped_supported refuses.
 #include <cuda_runtime_api.h>
@@ -180,28 +180,22 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
         << "the K-quants with a tensor-core form";
     // The tensor-core form with each pass length (8 tokens; wide: 32, or 48
     // for the K-quants; and, for MXFP4's gate|up, 64) and pipeline depth,
-    // forced through the plan whatever the case's own.
-    // MXFP4 also 16-token passes and the lean kernel (KernelPlan::
-    // moe_decode_pass_tokens, moe_mma_lean), each the same bits as the
-    // 8-token passes (and the lean wide passes as the wide ones): the same
-    // sums of a (row, token) in the same order.
+    // forced through the plan whatever the case's own; MXFP4 also 16-token
+    // passes (KernelPlan::moe_decode_pass_tokens), the same bits as the
+    // 8-token passes: the same sums of a (row, token) in the same order. The
+    // pipeline's depth (moe_deep_pipeline) changes no sum either.
     std::vector<std::pair<std::string, std::vector<float>>> passes;
     if (fp16_inputs) {
-        for (const auto& [name, wide, long_, deep, pass_tokens, lean] :
-             {std::tuple{"8-token passes", 65536, 65536, true, 8, false},
-              std::tuple{"wide passes", 0, 65536, true, 8, false}, std::tuple{"64-token passes", 0, 0, true, 8, false},
-              std::tuple{"wide passes, 3 stages", 0, 65536, false, 8, false},
-              std::tuple{"64-token passes, 3 stages", 0, 0, false, 8, false},
-              std::tuple{"8-token passes, lean", 65536, 65536, true, 8, true},
-              std::tuple{"16-token passes", 65536, 65536, true, 16, false},
-              std::tuple{"16-token passes, lean", 65536, 65536, true, 16, true},
-              std::tuple{"wide passes, lean", 0, 65536, true, 8, true}}) {
+        for (const auto& [name, wide, long_, deep, pass_tokens] :
+             {std::tuple{"8-token passes", 65536, 65536, true, 8}, std::tuple{"wide passes", 0, 65536, true, 8},
+              std::tuple{"64-token passes", 0, 0, true, 8}, std::tuple{"wide passes, 3 stages", 0, 65536, false, 8},
+              std::tuple{"64-token passes, 3 stages", 0, 0, false, 8},
+              std::tuple{"16-token passes", 65536, 65536, true, 16}}) {
             ehcuda::KernelPlan p = no_tiles;
             p.moe_wide_pass_tokens = wide;
             p.moe_long_pass_tokens = long_;
             p.moe_deep_pipeline = deep;
             p.moe_decode_pass_tokens = pass_tokens;
-            p.moe_mma_lean = lean;
             ehcuda::PlanScope scope(p);
             auto dhp = dev(h0);
             ehcuda::MoeGroupedArgs ap = ad;
@@ -219,10 +213,9 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
             ASSERT_TRUE(pa && pb);
             EXPECT_EQ(std::memcmp(pa->data(), pb->data(), pa->size() * 4), 0) << b << ": other bits than " << a;
         };
-        same("8-token passes", "8-token passes, lean");
         same("8-token passes", "16-token passes");
-        same("8-token passes", "16-token passes, lean");
-        same("wide passes", "wide passes, lean");
+        same("wide passes", "wide passes, 3 stages");
+        same("64-token passes", "64-token passes, 3 stages");
     }
 
     // The tile form (every type), on all the tokens and on the first half alone.

@@ -3,10 +3,10 @@
 // call of one token and in calls of 3 to 2048 (every launch shape the call
 // size picks), and as moe_router_decode's; one token's experts through
 // moe_decode_mma are the same bits as that token's in moe_grouped's
-// tensor-core passes (8-token and wide passes, one_form; MXFP4's 16-token
-// passes and the lean kernel too) over a call of many tokens, the routing
-// inside it moe_route's, against a double host reference too; its counters
-// are left zero and a second run (through the lean kernel) repeats it.
+// tensor-core passes (8-token, 16-token and wide passes, one_form) over a
+// call of many tokens, the routing inside it moe_route's, against a double
+// host reference too; its counters are left zero and a second run repeats
+// it.
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
@@ -237,13 +237,12 @@ TEST_P(MoeDecodeMmaTest, SameBitsAsTheGroupedPasses) {
     a.ldh = E;
     a.one_form = true;
     std::vector<std::pair<std::string, std::vector<float>>> grouped;
-    for (const auto& [name, wide, pass_tokens, lean] :
-         {std::tuple{"8-token passes", 65536, 8, false}, std::tuple{"wide passes", 0, 8, false},
-          std::tuple{"16-token passes, lean", 65536, 16, true}, std::tuple{"wide passes, lean", 0, 8, true}}) {
+    for (const auto& [name, wide, pass_tokens] :
+         {std::tuple{"8-token passes", 65536, 8}, std::tuple{"wide passes", 0, 8},
+          std::tuple{"16-token passes", 65536, 16}}) {
         ehcuda::KernelPlan p = ehcuda::plan();
         p.moe_wide_pass_tokens = wide;
         p.moe_decode_pass_tokens = pass_tokens;
-        p.moe_mma_lean = lean;
         p.moe_long_pass_tokens = 65536;  // (gpt-cuda's batch_invariant load sets it: model.cpp)
         const ehcuda::PlanScope scope(p);
         auto dh = dev(h0);
@@ -256,8 +255,7 @@ TEST_P(MoeDecodeMmaTest, SameBitsAsTheGroupedPasses) {
     const auto all_wts = host<float>(wts, size_t(T) * k);
 
     // Each token alone: its own router call, then moe_decode_mma routing
-    // inside. Twice, for reproducibility and the counters' reset, the second
-    // time through the lean kernel (KernelPlan::moe_mma_lean: the same bits).
+    // inside. Twice, for reproducibility and the counters' reset.
     const int nc = ehcuda::moe_decode_mma_counters(E);
     ehcuda::DeviceBuffer counters(size_t(nc) * 4), one_scratch(ehcuda::moe_decode_mma_scratch_bytes(k, E, F));
     ASSERT_EQ(cudaMemset(counters.get(), 0, counters.size()), cudaSuccess);
@@ -265,9 +263,6 @@ TEST_P(MoeDecodeMmaTest, SameBitsAsTheGroupedPasses) {
     std::vector<int32_t> alone_ids(size_t(T) * k);
     std::vector<float> alone_wts(size_t(T) * k);
     for (int rep = 0; rep < 2; ++rep) {
-        ehcuda::KernelPlan lean_plan = ehcuda::plan();
-        lean_plan.moe_mma_lean = rep == 1;
-        const ehcuda::PlanScope lean_scope(lean_plan);
         auto dh = dev(h0);
         ehcuda::DeviceBuffer lg1(size_t(X) * 4), x161(size_t(E) * 2), id1(size_t(T) * k * 4), w1(size_t(T) * k * 4);
         for (int t = 0; t < T; ++t) {
@@ -303,7 +298,7 @@ TEST_P(MoeDecodeMmaTest, SameBitsAsTheGroupedPasses) {
             alone_ids = host<int32_t>(id1, size_t(T) * k);
             alone_wts = host<float>(w1, size_t(T) * k);
         } else {
-            EXPECT_EQ(count_differing(alone, got.data(), got.size()), 0u) << "moe_decode_mma is not reproducible (the lean kernel the second time)";
+            EXPECT_EQ(count_differing(alone, got.data(), got.size()), 0u) << "moe_decode_mma is not reproducible";
         }
         const auto left = host<int32_t>(counters, size_t(nc));
         EXPECT_EQ(std::count(left.begin(), left.end(), 0), nc) << "the counters are not left zero";

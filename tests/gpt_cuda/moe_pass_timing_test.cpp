@@ -2,9 +2,12 @@
 // experts of 2880 x 2880, gate and up fused, top-4) in the calls of a
 // decode step of 64 and 256 sequences, through each variant of the passes
 // the plan selects (8- or 16-token passes where the experts average a few
-// tokens, the lean kernel or not): every variant gives the default's bits
-// (the arithmetic of a (row, token) is the same), and the log line per
-// variant gives the call's time, so one run on a GPU compares them.
+// tokens): every variant gives the default's bits (the arithmetic of a
+// (row, token) is the same), and the log line per variant gives the call's
+// time, so one run on a GPU compares them. Then a 384-token call (48 an
+// expert: a prefill chunk below the tile form) in 64-token gate|up passes
+// and in 32-token ones, timed only (the 64-token pass splits K two ways:
+// other sums).
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
@@ -52,9 +55,28 @@ void route(std::mt19937& rng, int ntok, bool skewed, std::vector<int32_t>& ids, 
 
 struct Variant {
     const char* name;
-    int pass_tokens;
-    bool lean;
+    int pass_tokens;  // KernelPlan::moe_decode_pass_tokens
+    int long_tokens;  // KernelPlan::moe_long_pass_tokens
+    bool same_bits;   // as the first variant's
 };
+
+// The mean time of one call, after a few to warm up.
+double call_us(const ehcuda::MoeGroupedArgs& a) {
+    constexpr int kWarm = 3, kReps = 20;
+    for (int i = 0; i < kWarm; ++i) ehcuda::moe_grouped(a, nullptr);
+    cudaEvent_t e0, e1;
+    cudaEventCreate(&e0);
+    cudaEventCreate(&e1);
+    cudaEventRecord(e0, nullptr);
+    for (int i = 0; i < kReps; ++i) ehcuda::moe_grouped(a, nullptr);
+    cudaEventRecord(e1, nullptr);
+    EXPECT_EQ(cudaEventSynchronize(e1), cudaSuccess);
+    float ms = 0;
+    cudaEventElapsedTime(&ms, e0, e1);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 1000.0 * ms / kReps;
+}
 
 TEST(MoePassTiming, GptOss20bDecodeStepVariantsSameBits) {
     REQUIRE_GPU();
@@ -90,12 +112,13 @@ TEST(MoePassTiming, GptOss20bDecodeStepVariantsSameBits) {
     ASSERT_TRUE(ehcuda::moe_grouped_on_tensor_cores(g, u, d));
     const double expert_mb = double(g.expert_stride + d.expert_stride) / 1e6;
 
-    const Variant variants[] = {{"8-token passes", 8, false},
-                                {"8-token passes, lean", 8, true},
-                                {"16-token passes", 16, false},
-                                {"16-token passes, lean", 16, true}};
-    for (const int T : {64, 256}) {
+    const std::vector<Variant> decode = {{"8-token passes", 8, 32, true}, {"16-token passes", 16, 32, true}};
+    const std::vector<Variant> prefill = {{"64-token gate|up passes", 16, 32, true},
+                                          {"32-token gate|up passes", 16, 65536, false}};
+    for (const int T : {64, 256, 384}) {
+        const std::vector<Variant>& variants = T == 384 ? prefill : decode;
         for (const bool skewed : {false, true}) {
+            if (T == 384 && skewed) continue;
             std::vector<int32_t> ids;
             std::vector<float> wts;
             route(rng, T, skewed, ids, wts);
@@ -136,28 +159,16 @@ TEST(MoePassTiming, GptOss20bDecodeStepVariantsSameBits) {
                 ehcuda::KernelPlan p = ehcuda::plan();
                 p.moe_tile_pass_tokens = 65536;  // the passes, whatever the step size
                 p.moe_decode_pass_tokens = v.pass_tokens;
-                p.moe_mma_lean = v.lean;
+                p.moe_long_pass_tokens = v.long_tokens;
                 const ehcuda::PlanScope scope(p);
                 cudaMemcpy(dh.get(), h0.data(), h0.size() * 4, cudaMemcpyHostToDevice);
                 ehcuda::moe_grouped(a, nullptr);
                 const auto got = host<float>(dh, h0.size());
                 if (want.empty()) want = got;
-                EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
-                    << v.name << ": other bits than " << variants[0].name << " (" << T << " tokens)";
-                constexpr int kWarm = 3, kReps = 20;
-                for (int i = 0; i < kWarm; ++i) ehcuda::moe_grouped(a, nullptr);
-                cudaEvent_t e0, e1;
-                cudaEventCreate(&e0);
-                cudaEventCreate(&e1);
-                cudaEventRecord(e0, nullptr);
-                for (int i = 0; i < kReps; ++i) ehcuda::moe_grouped(a, nullptr);
-                cudaEventRecord(e1, nullptr);
-                ASSERT_EQ(cudaEventSynchronize(e1), cudaSuccess);
-                float ms = 0;
-                cudaEventElapsedTime(&ms, e0, e1);
-                cudaEventDestroy(e0);
-                cudaEventDestroy(e1);
-                const double us = 1000.0 * ms / kReps;
+                if (v.same_bits)
+                    EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
+                        << v.name << ": other bits than " << variants[0].name << " (" << T << " tokens)";
+                const double us = call_us(a);
                 std::printf("[moe-pass-timing] %d tokens, %s: %-22s %8.1f us a call, %6.2f TB/s of the used experts' "
                             "bytes\n",
                             T, skewed ? "skewed " : "uniform", v.name, us, used * expert_mb / us);

@@ -113,7 +113,6 @@ const std::vector<Key>& keys() {
                     throw ehp::Error(EH_INVALID_ARGUMENT, o.where() + ": \"moe_decode_pass_tokens\" must be 8 or 16");
                 p.moe_decode_pass_tokens = v;
             }},
-        EHCUDA_BOOL_KEY(moe_mma_lean),
         EHCUDA_BOOL_KEY(step_upload_aside),
         EHCUDA_INT_KEY(batch_gemv_per_token, 1, 65536),
         EHCUDA_INT_KEY(batch_gemv_per_token_mirrored, 1, 65536),

@@ -6,15 +6,15 @@
 // split over 4 warps (2 for the 64-token pass; see Geometry), a GEMM of
 // those rows by the tiles of 8 of the tokens routed to e that one pass
 // takes. The K dimension is walked a segment of 256 values at a time: the
-// block copies that segment of each of its rows (Fmt<T>::stage: for MXFP4
-// half a group's code bytes with the group's 16-byte exponent header; for
-// a K-quant its super-block, scales included) and the pass's FP16 inputs
+// block copies that segment of each of its rows (for MXFP4 half a group's
+// code bytes with the group's 16-byte exponent header; for a K-quant its
+// super-block, scales included: Fmt<T>::stage) and the pass's FP16 inputs
 // for those 256 columns into shared memory with cp.async, three to six
 // stages deep, so the next segments stream in while one is multiplied (the
 // rows come from memory in 16-byte runs, and enough of them are in flight
 // to keep HBM busy). MXFP4: per block of 32 values a lane turns one code
 // word of each of its two rows into FP16 values by bit operations alone
-// (Fmt<T>::block; no table: a table in shared memory cost a bank-conflicted
+// (Fmt<T>::fp4_pairs; no table: a table in shared memory cost a bank-conflicted
 // load per code byte, the kernel's bottleneck), loads each tile's input
 // fragments with two 8-byte loads (shared by gate and up), and two
 // mma.sync per tile give the 16 rows x 8 tokens partial sums that the
@@ -40,10 +40,9 @@
 //
 // MXFP4's few-token passes (a 64-sequence gpt-oss decode step routes ~8
 // tokens to an expert) are bound by the instructions the multiprocessors
-// issue per weight byte rather than by HBM (~400 a warp and segment in the
-// 8-token gate|up pass: the code decode, 64-bit staging addresses, address
-// recomputation per unit). The lean kernel (KernelPlan::moe_mma_lean; Lean
-// below) gives the same bits with fewer, and passes of 16 tokens
+// issue per weight byte rather than by HBM (the code decode, staging
+// addresses, address arithmetic per unit), so its path keeps them few
+// (mma_rows_kernel's kMx), and passes of 16 tokens
 // (KernelPlan::moe_decode_pass_tokens) decode an expert of 9 to 16 tokens
 // once instead of twice.
 #include <cuda_fp16.h>
@@ -107,7 +106,7 @@ __device__ __forceinline__ uint32_t hmul2_bits(uint32_t a, uint32_t b) {
     return *reinterpret_cast<const uint32_t*>(&r);
 }
 
-// cp_async16 to a shared-window address (the lean kernel's staging).
+// cp_async16 to a shared-window address (MXFP4's staging).
 __device__ __forceinline__ void cp_async16_s(uint32_t dst, const void* src, int src_bytes) {
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes));
 }
@@ -128,27 +127,26 @@ struct Rows {
 };
 
 // How a format's A fragments pair with the inputs, and so how the inputs
-// are staged and loaded (kXLd: halves per staged token row; kUnit: blocks of
-// 32 values a warp takes at once; first(u): the first block of the
-// segment's unit u; x_lane: the lane's first half in a tile; tile(xl, i, b,
-// u, f): tile u's fragments for block b of the unit from block i).
+// are staged and loaded (kXLd: halves per staged token row; x_lane: the
+// lane's first half in a tile; XQuads also kUnit: blocks of 32 values a
+// warp takes at once; first(u): the first block of the segment's unit u;
+// tile(xl, i, b, u, f): tile u's fragments for block b of the unit from
+// block i).
 // XPairs (MXFP4): a code word of the device layout holds values 4w..4w+3
 // (nibbles 0..3) and 16+4w..16+4w+3 (nibbles 4..7), and the bit operations
-// of Fmt<MXFP4>::block turn nibbles j and j + 4 into one FP16 pair, so the
-// A fragments take k in an order of their own: in k step s, lane t's k =
-// 2t, 2t+1 are values 4t+2s and 16+4t+2s, and k = 2t+8, 2t+9 are 4t+2s+1
-// and 16+4t+2s+1. The inputs follow that order: the lane loads values
-// 4t..4t+3 and 16+4t..16+4t+3 of its token (two 8-byte loads, as XQuads)
-// and pairs them with byte permutes (+16 halves a row: a half-warp's
-// eight-byte loads from 4 tokens cover the 32 banks once).
+// of Fmt<MXFP4>::fp4_pairs turn nibbles j and j + 4 into one FP16 pair, so
+// the A fragments take k in an order of their own: in k step s, lane t's
+// k = 2t, 2t+1 are values 4t+2s and 16+4t+2s, and k = 2t+8, 2t+9 are
+// 4t+2s+1 and 16+4t+2s+1. The inputs follow that order: the lane loads
+// values 4t..4t+3 and 16+4t..16+4t+3 of its token (two 8-byte loads, as
+// XQuads) and pairs them with byte permutes (+16 halves a row: a
+// half-warp's eight-byte loads from 4 tokens cover the 32 banks once).
 struct XPairs {
     static constexpr int kXLd = kSegVals + 16;
-    static constexpr int kUnit = 1;
-    __device__ __forceinline__ static int first(int unit) { return unit; }
     __device__ __forceinline__ static int x_lane(int lane) { return (lane >> 2) * kXLd + 4 * (lane & 3); }
-    // tile u's fragments for block i: f[0], f[1] k step 0; f[2], f[3] step 1
-    __device__ __forceinline__ static void tile(uint32_t xl, int i, int, int u, uint32_t (&f)[4]) {
-        const uint32_t a = xl + uint32_t(u * kTok * kXLd + i * 32) * uint32_t(sizeof(__half));
+    // a tile's fragments for a block whose lane inputs are at a (shared
+    // window): f[0], f[1] k step 0; f[2], f[3] step 1
+    __device__ __forceinline__ static void tile(uint32_t a, uint32_t (&f)[4]) {
         uint32_t p0, p1, q0, q1;
         lds64(a, p0, p1);                         // values 4t .. 4t+3
         lds64(a + 16 * sizeof(__half), q0, q1);  // values 16+4t .. 16+4t+3
@@ -156,11 +154,6 @@ struct XPairs {
         f[1] = __byte_perm(p0, q0, 0x7632);
         f[2] = __byte_perm(p1, q1, 0x5410);
         f[3] = __byte_perm(p1, q1, 0x7632);
-    }
-    template <int NT>
-    __device__ __forceinline__ static void load_x(uint32_t xl, int i, uint32_t (&bx)[1][NT][4]) {
-#pragma unroll
-        for (int u = 0; u < NT; ++u) tile(xl, i, 0, u, bx[0][u]);
     }
 };
 // XQuads<Step>: lane (g, t) holds values 4t..4t+3 and 16+4t..16+4t+3 of
@@ -182,7 +175,7 @@ struct XQuads {
 };
 
 // Where a format takes tile u's input fragments for block b of its unit:
-// loaded before the unit (XPairs' block(), the gate|up pair sharing them),
+// loaded before the unit (MXFP4's block(), the gate|up pair sharing them),
 // or by tile() as each tile comes (quad_unit(), which has both
 // matrices' fragments built first).
 template <int U, int NT>
@@ -231,14 +224,15 @@ __device__ __forceinline__ void scaled_tiles(const uint32_t (&a0)[4], const uint
 
 // The weight formats the kernel reads. Each gives
 //   kRowBytes: shared-memory bytes one row's segment takes in a stage;
-//   lead(row, S): where in those bytes segment S of the row begins;
-//   stage(dst, row, S, nb, c0, step): cp.async of segment S of the row (nb
-//     blocks of 32 values), 16-byte runs c0, c0 + step, ...;
 //   an input layout (XPairs or XQuads above);
-//   XPairs formats: block(...): acc[u] += the values of block i of rows
-//     r.w0 (lane row g) and r.w1 (g + 8) . tile u, for every tile u < tiles;
-//   XQuads formats: codes(...): the A fragments of the unit's two blocks
-//     (quad_unit below multiplies them).
+//   MXFP4 (XPairs): block(...): acc[u] += the values of one block of rows g
+//     and g + 8 . tile u, for every tile u < tiles (the kernel stages its
+//     segments itself);
+//   the K-quants (XQuads): lead(row, S): where in those bytes segment S of
+//     the row begins; stage(dst, row, S, nb, c0, step): cp.async of segment
+//     S of the row (nb blocks of 32 values), 16-byte runs c0, c0 + step,
+//     ...; codes(...): the A fragments of the unit's two blocks (quad_unit
+//     below multiplies them).
 // In a fragment, lane (g, t) holds columns 2t, 2t+1 and 2t+8, 2t+9 of rows
 // g and g + 8 (a[0] row g, a[1] row g + 8, a[2] and a[3] the same at +8).
 template <uint32_t T>
@@ -250,39 +244,17 @@ struct Fmt;
 template <>
 struct Fmt<EH_TYPE_MXFP4> : XPairs {
     static constexpr int kRowBytes = 16 + kSegBlocks * 16;
-    __device__ __forceinline__ static int lead(const uint8_t*, int) { return 0; }
-    __device__ __forceinline__ static void stage(uint8_t* dst, const uint8_t* row, int S, int nb, int c0, int step) {
-        const size_t grp = size_t(S / 2) * kMxfp4GroupBytes, codes = grp + 16 + size_t(S & 1) * kSegBlocks * 16;
-        for (int c = c0; c <= nb; c += step) {
-            // run 0: the header; run c >= 1: code block c - 1
-            const size_t from = c == 0 ? grp : codes + size_t(c - 1) * 16;
-            detail::cp_async16(dst + c * 16, row + from, 16);
-        }
-    }
-    // Nibbles j and j + 4 of code word q (bits 4j.. and 16+4j..) as an FP16
-    // pair of 2^-14 times their E2M1 values, exactly: the nibble's sign to
-    // bit 15, its two exponent bits and one mantissa bit to bits 11..9 (an
-    // FP16 exponent field of 0..3: e > 0 is 2^(e-15) (1 + m/2), e = 0 the
-    // subnormal m 2^-15, 2^-14 times E2M1's 2^(e-1) (1 + m/2) and m/2).
-    template <int J>
-    __device__ __forceinline__ static uint32_t fp4_pair(uint32_t q) {
-        const uint32_t sign = J <= 3 ? (q << (12 - 4 * J)) : 0u;
-        const uint32_t bits = J <= 2 ? (q << (9 - 4 * J)) : (q >> 3);
-        return (sign & 0x80008000u) | (bits & 0x0E000E00u);
-    }
-    // 2^14 times the scale 2^(e-127) of exponent byte e: the float of
-    // exponent field e + 14, normal for every e up to 240 (above, +inf, as
-    // 2^14 e8m0_value(e) gives; e = 255 is NaN in the format)
-    __device__ __forceinline__ static float scale_2p14(uint32_t e) {
-        return e + 14u < 255u ? __uint_as_float((e + 14u) << 23) : __uint_as_float(0x7F800000u);
-    }
-    // fp4_pair<0..3>(q) in 10 operations instead of 15 (the lean kernel):
-    // pair J is word W rotated left by 12 - 4J and masked, where W holds
-    // nibble J's sign where q has it (bit 4J + 3) and its three other bits
-    // at 4J - 3 .. 4J - 1, i.e. q rotated right by 3: the even pairs' bits
-    // and the odd pairs' do not collide, so one W serves pairs 0 and 2 and
-    // another 1 and 3. (Equal to fp4_pair for every 32-bit q, checked
-    // exhaustively.)
+    // Nibbles j and j + 4 of code word q (bits 4j.. and 16+4j..), j = 0..3,
+    // as FP16 pairs p[j] of 2^-14 times their E2M1 values, exactly: the
+    // nibble's sign to bit 15, its two exponent bits and one mantissa bit to
+    // bits 11..9 (an FP16 exponent field of 0..3: e > 0 is 2^(e-15) (1 +
+    // m/2), e = 0 the subnormal m 2^-15, 2^-14 times E2M1's 2^(e-1) (1 +
+    // m/2) and m/2). In 10 operations: pair j is word W rotated left by
+    // 12 - 4j and masked, where W holds nibble j's sign where q has it (bit
+    // 4j + 3) and its three other bits at 4j - 3 .. 4j - 1, i.e. q rotated
+    // right by 3: the even pairs' bits and the odd pairs' do not collide, so
+    // one W serves pairs 0 and 2 and another 1 and 3. (Checked exhaustively,
+    // every 32-bit q, against the nibble-by-nibble shifts and masks.)
     __device__ __forceinline__ static void fp4_pairs(uint32_t q, uint32_t (&p)[4]) {
         const uint32_t r = __funnelshift_r(q, q, 3);
         const uint32_t we = (q & 0x08080808u) | (r & ~0x08080808u);
@@ -292,36 +264,24 @@ struct Fmt<EH_TYPE_MXFP4> : XPairs {
         p[2] = __funnelshift_l(we, we, 4) & 0x8E008E00u;
         p[3] = wo & 0x8E008E00u;
     }
-    // scale_2p14 without the branch: +inf is exponent field 255
-    __device__ __forceinline__ static float scale_2p14_lean(uint32_t e) {
-        return __uint_as_float(min(e + 14u, 255u) << 23);
-    }
-    // The lean kernel's block (block's values): q points at code
-    // word t of the block in row g's staged segment, ex at row g's exponent
-    // byte of the block; row g + 8 lies 8 rows on.
+    // 2^14 times the scale 2^(e-127) of exponent byte e: the float of
+    // exponent field e + 14, normal for every e up to 240; above, +inf
+    // (exponent field 255), as 2^14 e8m0_value(e) gives (e = 255 is NaN in
+    // the format)
+    __device__ __forceinline__ static float scale_2p14(uint32_t e) { return __uint_as_float(min(e + 14u, 255u) << 23); }
+    // One block's values: q points at code word t of the block in row g's
+    // staged segment, ex at row g's exponent byte of the block; row g + 8
+    // lies 8 rows on. Lane (g, t) takes code word t of rows g and g + 8
+    // (XPairs says which k each value stands for); the scales carry the 2^14.
     template <int NT, class X>
-    __device__ __forceinline__ static void block_at(const uint8_t* q, const uint8_t* ex, const X& x, int tiles,
-                                                    float (&acc)[NT][4]) {
+    __device__ __forceinline__ static void block(const uint8_t* q, const uint8_t* ex, const X& x, int tiles,
+                                                 float (&acc)[NT][4]) {
         uint32_t p0[4], p1[4];
         fp4_pairs(*reinterpret_cast<const uint32_t*>(q), p0);
         fp4_pairs(*reinterpret_cast<const uint32_t*>(q + 8 * kRowBytes), p1);
         const uint32_t a0[4] = {p0[0], p1[0], p0[1], p1[1]};
         const uint32_t a1[4] = {p0[2], p1[2], p0[3], p1[3]};
-        scaled_tiles<NT>(a0, a1, x, tiles, scale_2p14_lean(ex[0]), scale_2p14_lean(ex[8 * kRowBytes]), acc);
-    }
-    // Lane (g, t) takes code word t of the block of rows g and g + 8 (XPairs
-    // says which k each value stands for); the scales carry the 2^14.
-    template <int NT, class X>
-    __device__ __forceinline__ static void block(const Rows& r, int S, int i, int lane, const X& x, int tiles,
-                                                 float (&acc)[NT][4]) {
-        const int t = lane & 3;
-        const uint32_t q0 = reinterpret_cast<const uint32_t*>(r.w0 + 16 + 16 * i)[t];
-        const uint32_t q1 = reinterpret_cast<const uint32_t*>(r.w1 + 16 + 16 * i)[t];
-        const uint32_t a0[4] = {fp4_pair<0>(q0), fp4_pair<0>(q1), fp4_pair<1>(q0), fp4_pair<1>(q1)};
-        const uint32_t a1[4] = {fp4_pair<2>(q0), fp4_pair<2>(q1), fp4_pair<3>(q0), fp4_pair<3>(q1)};
-        const int e0 = (S & 1) * kSegBlocks;
-        const float sc0 = scale_2p14(r.w0[e0 + i]), sc1 = scale_2p14(r.w1[e0 + i]);
-        scaled_tiles<NT>(a0, a1, x, tiles, sc0, sc1, acc);
+        scaled_tiles<NT>(a0, a1, x, tiles, scale_2p14(ex[0]), scale_2p14(ex[8 * kRowBytes]), acc);
     }
 };
 
@@ -527,48 +487,41 @@ constexpr size_t stage_bytes() {
 }
 // Dynamic shared memory one block may take (sm_90: 227 KB, less room for the static).
 constexpr size_t kSmemPerBlock = 227 * 1024 - 1024;
-// Stages in flight. NT 1 and 2 (MXFP4's 16-token decode passes), and the
-// down products at NT 4, run two blocks per multiprocessor (4, 4 and 3
-// stages, fewer where two blocks would not fit:
-// Q6_K's wider rows); gate|up at NT 4 and 8 needs more than half the
-// registers, so one block runs per multiprocessor and Deep gives it the
-// stages that fit (MXFP4 6 and 4: more weight bytes in flight per
-// multiprocessor; KernelPlan::moe_deep_pipeline). The lean kernel's two
-// blocks keep as many as they can both hold, up to 6 (8-token gate|up 5,
-// its down products 6: a few-token pass's block streams only ~12 segments,
-// and 3 of 9 KB in flight a down block left HBM idle).
-template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
+// Stages in flight. NT 1 and 2 and the down products run two blocks per
+// multiprocessor (min_blocks), each keeping as many stages as both can
+// hold: MXFP4 up to 6 (8-token gate|up 5, 16-token 4, down 6, down at NT 4
+// 4: a few-token pass's block streams only ~12 segments, and 3 of 9 KB in
+// flight a down block left HBM idle); the K-quants 4 at NT 1 and 3 at NT 6
+// (fewer where two blocks would not fit: Q6_K's wider rows). gate|up at NT
+// 4 and up needs more than half the registers, so one block runs per
+// multiprocessor and Deep gives it the stages that fit (MXFP4 6 and 4: more
+// weight bytes in flight per multiprocessor; KernelPlan::
+// moe_deep_pipeline).
+template <uint32_t T, bool Pair, int NT, bool Deep>
 constexpr int stages() {
     if constexpr (Deep) return int(std::min<size_t>(6, kSmemPerBlock / stage_bytes<T, Pair, NT>()));
-    if constexpr (Lean) return int(std::min<size_t>(6, kSmemPerBlock / 2 / stage_bytes<T, Pair, NT>()));
+    if constexpr (T == EH_TYPE_MXFP4) return int(std::min<size_t>(6, kSmemPerBlock / 2 / stage_bytes<T, Pair, NT>()));
     return int(std::min<size_t>(NT <= 2 ? 4 : 3, kSmemPerBlock / 2 / stage_bytes<T, Pair, NT>()));
 }
-template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
-constexpr size_t smem_bytes() { return stages<T, Pair, NT, Deep, Lean>() * stage_bytes<T, Pair, NT>(); }
+template <uint32_t T, bool Pair, int NT, bool Deep>
+constexpr size_t smem_bytes() { return stages<T, Pair, NT, Deep>() * stage_bytes<T, Pair, NT>(); }
 // The end-of-pass reduction of the k-split partial sums reuses the stages.
-template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
+template <uint32_t T, bool Pair, int NT, bool Deep>
 constexpr bool fits() {
-    return stages<T, Pair, NT, Deep, Lean>() >= 2 && smem_bytes<T, Pair, NT, Deep, Lean>() <= kSmemPerBlock &&
+    return stages<T, Pair, NT, Deep>() >= 2 && smem_bytes<T, Pair, NT, Deep>() <= kSmemPerBlock &&
            size_t(Geometry<NT>::kKSplit) * kRowWarps * 32 * 4 * (Pair ? 2 : 1) * NT * sizeof(float) <=
-               smem_bytes<T, Pair, NT, Deep, Lean>();
+               smem_bytes<T, Pair, NT, Deep>();
 }
 static_assert(fits<EH_TYPE_MXFP4, false, 1, false>() && fits<EH_TYPE_MXFP4, true, 1, false>() &&
+              fits<EH_TYPE_MXFP4, false, 2, false>() && fits<EH_TYPE_MXFP4, true, 2, false>() &&
               fits<EH_TYPE_MXFP4, false, 4, false>() && fits<EH_TYPE_MXFP4, true, 4, false>() &&
-              fits<EH_TYPE_MXFP4, true, 8, false>() && fits<EH_TYPE_MXFP4, true, 8, true>() &&
-              fits<EH_TYPE_MXFP4, true, 4, true>());
-static_assert(stages<EH_TYPE_MXFP4, true, 1, false>() == 4 && stages<EH_TYPE_MXFP4, true, 4, false>() == 3 &&
-              stages<EH_TYPE_MXFP4, false, 4, false>() == 3 && stages<EH_TYPE_MXFP4, true, 4, true>() == 6 &&
-              stages<EH_TYPE_MXFP4, true, 8, true>() == 4);
-static_assert(fits<EH_TYPE_MXFP4, true, 2, false>() && fits<EH_TYPE_MXFP4, false, 2, false>() &&
-              stages<EH_TYPE_MXFP4, true, 2, false>() == 4 && stages<EH_TYPE_MXFP4, false, 2, false>() == 4);
-static_assert(stages<EH_TYPE_MXFP4, true, 1, false, true>() == 5 &&
-              stages<EH_TYPE_MXFP4, false, 1, false, true>() == 6 &&
-              stages<EH_TYPE_MXFP4, true, 2, false, true>() == 4 &&
-              stages<EH_TYPE_MXFP4, false, 2, false, true>() == 6 &&
-              stages<EH_TYPE_MXFP4, false, 4, false, true>() == 4 && stages<EH_TYPE_MXFP4, true, 4, true, true>() == 6);
-static_assert(fits<EH_TYPE_MXFP4, true, 1, false, true>() && fits<EH_TYPE_MXFP4, false, 1, false, true>() &&
-              fits<EH_TYPE_MXFP4, true, 2, false, true>() && fits<EH_TYPE_MXFP4, false, 2, false, true>() &&
-              fits<EH_TYPE_MXFP4, false, 4, false, true>() && fits<EH_TYPE_MXFP4, true, 4, true, true>());
+              fits<EH_TYPE_MXFP4, true, 4, true>() && fits<EH_TYPE_MXFP4, true, 8, false>() &&
+              fits<EH_TYPE_MXFP4, true, 8, true>());
+static_assert(stages<EH_TYPE_MXFP4, true, 1, false>() == 5 && stages<EH_TYPE_MXFP4, false, 1, false>() == 6 &&
+              stages<EH_TYPE_MXFP4, true, 2, false>() == 4 && stages<EH_TYPE_MXFP4, false, 2, false>() == 6 &&
+              stages<EH_TYPE_MXFP4, false, 4, false>() == 4 && stages<EH_TYPE_MXFP4, true, 4, true>() == 6 &&
+              stages<EH_TYPE_MXFP4, true, 4, false>() == 3 && stages<EH_TYPE_MXFP4, true, 8, true>() == 4 &&
+              stages<EH_TYPE_MXFP4, true, 8, false>() == 2);
 static_assert(fits<EH_TYPE_Q4_K, true, 1, false>() && fits<EH_TYPE_Q4_K, true, 6, true>() &&
               fits<EH_TYPE_Q4_K, false, 1, false>() && fits<EH_TYPE_Q4_K, false, 6, false>() &&
               fits<EH_TYPE_Q6_K, true, 1, false>() && fits<EH_TYPE_Q6_K, true, 6, true>() &&
@@ -671,21 +624,20 @@ constexpr int min_blocks() { return NT <= 2 || !Pair ? 2 : 1; }
 // One: the one-token form (OneToken above): i is the block's slot, x16 the
 // token's row (gate|up) or the slots' activations (down); the arithmetic
 // of a (row, token) is the grouped form's, line for line, so the bits are.
-// Lean (MXFP4, passes of up to 32 tokens; KernelPlan::moe_mma_lean): the
-// same values by fewer instructions, which bound the few-token passes
-// (about 400 issued a warp and segment of 8-token gate|up, ~1.6 TB/s): the
-// codes decoded by Fmt::fp4_pairs, each thread's staging addresses worked
-// out once a pass (its weight runs and input run advance by a fixed step a
-// segment), a segment's units unrolled.
-template <uint32_t T, bool Pair, int NT, bool Deep, bool One = false, bool Lean = false>
+// MXFP4 (kMx): the instructions issued per weight byte bound its few-token
+// passes, so they are kept few: the codes decoded by Fmt::fp4_pairs, each
+// thread's staging addresses worked out once a pass (its weight runs and
+// input runs advance by a fixed step a segment), a segment's units
+// unrolled.
+template <uint32_t T, bool Pair, int NT, bool Deep, bool One = false>
 __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT>())
     mma_rows_kernel(const __half* x16, const int32_t* offsets, int n_expert, DevMat a, DevMat b, float alpha,
                     float limit, __half* out16, float* out32, int ldo, OneToken one) {
-    static_assert(!Lean || (T == EH_TYPE_MXFP4 && NT <= 4), "the lean kernel reads MXFP4, up to 4 tiles a pass");
     using W = Fmt<T>;
+    constexpr bool kMx = T == EH_TYPE_MXFP4;
     constexpr int kMats = Pair ? 2 : 1;
     constexpr int kKSplit = Geometry<NT>::kKSplit, kThreadsPerRow = Geometry<NT>::kThreadsPerRow;
-    constexpr int kStages = stages<T, Pair, NT, Deep, Lean>();
+    constexpr int kStages = stages<T, Pair, NT, Deep>();
     constexpr size_t kStage = stage_bytes<T, Pair, NT>();
     constexpr int kPass = kTok * NT;  // tokens per pass
     __shared__ int sel[2];
@@ -749,12 +701,13 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     // inputs of the pass's tiles for its columns (zeros past n tokens; the
     // rows of tiles past the last are neither staged nor read: a decode
     // step's experts average a few tokens, one tile of a pass of 4).
-    // Lean: this thread's weight runs c = sc, sc + kThreadsPerRow, ... of its
-    // row (run 0 the group's header at (S / 2) * kMxfp4GroupBytes, run c >= 1
-    // code block c - 1 of the segment, 16 * c further on, and half a group
-    // more for odd S) and its input runs: lane's 8 halves of the tokens
-    // j = warp, warp + kWarps, ... of the pass (Fmt<MXFP4>::stage and the
-    // loop below, one run a thread at a time).
+    // MXFP4: a segment is half a group's codes with the group's 16-byte
+    // exponent header (the device layout holds them contiguous, 16-byte
+    // aligned); this thread's weight runs are c = sc, sc + kThreadsPerRow,
+    // ... of its row (run 0 the group's header at (S / 2) *
+    // kMxfp4GroupBytes, run c >= 1 code block c - 1 of the segment, 16 * c
+    // further on, and half a group more for odd S) and its input runs the
+    // lane's 8 halves of the tokens j = warp, warp + kWarps, ... of the pass.
     constexpr int kWRuns = (kSegBlocks + 1 + kThreadsPerRow - 1) / kThreadsPerRow;
     constexpr int kXRuns = (kPass * (kSegVals / 8) + Geometry<NT>::kWarps * 32 - 1) / (Geometry<NT>::kWarps * 32);
     [[maybe_unused]] const uint8_t* lw_a = nullptr;
@@ -762,7 +715,7 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     [[maybe_unused]] const __half* lx[kXRuns] = {};
     [[maybe_unused]] int lx_bytes[kXRuns] = {};
     [[maybe_unused]] uint32_t l_smem = 0;
-    // Lean: offsets in a stage of this lane's code word t of block kw in row
+    // MXFP4: offsets in a stage of this lane's code word t of block kw in row
     // r0 + g (gate's; up's kRows rows on), of that row's exponent byte of
     // block kw in an even segment, and of its inputs of block kw in tile 0
     // (XPairs::tile); each unit after is a fixed step on
@@ -770,7 +723,7 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     [[maybe_unused]] const int l_e = (r0 + g) * W::kRowBytes + kw;
     [[maybe_unused]] const int l_x =
         kMats * kRows * W::kRowBytes + (W::x_lane(lane) + kw * 32) * int(sizeof(__half));
-    if constexpr (Lean) {
+    if constexpr (kMx) {
         lw_a = row_ptr(a, e, srow);
         if constexpr (Pair) lw_b = row_ptr(b, e, srow);
         const int staged = (n + kTok - 1) / kTok * kTok;
@@ -782,7 +735,7 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
         }
         l_smem = uint32_t(__cvta_generic_to_shared(smem));
     }
-    auto issue_lean = [&](int S) {
+    auto issue_mx = [&](int S) {
         if (S < nseg) {
             const uint32_t st = l_smem + uint32_t(S % kStages) * uint32_t(kStage);
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
@@ -813,24 +766,27 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
         detail::cp_async_commit();
     };
     auto issue = [&](int S) {
-        if constexpr (Lean) return issue_lean(S);
-        if (S < nseg) {
-            uint8_t* st = smem + size_t(S % kStages) * kStage;
-            const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
-            W::stage(st + size_t(sr) * W::kRowBytes, row_ptr(a, e, srow), S, nb, sc, kThreadsPerRow);
-            if constexpr (Pair)
-                W::stage(st + size_t(kRows + sr) * W::kRowBytes, row_ptr(b, e, srow), S, nb, sc, kThreadsPerRow);
-            __half* xs = reinterpret_cast<__half*>(st + size_t(kMats) * kRows * W::kRowBytes);
-            constexpr int kRuns = kSegVals / 8;  // 16-byte runs of 8 halves per token
-            const int staged = (n + kTok - 1) / kTok * kTok;  // the rows of the pass's tiles
-            for (int idx = threadIdx.x; idx < staged * kRuns; idx += blockDim.x) {
-                const int j = idx / kRuns, c = idx % kRuns;
-                if (c >= nb * 4) continue;
-                const __half* src = x16 + size_t(xrow + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
-                detail::cp_async16(xs + j * W::kXLd + c * 8, src, j < n ? 16 : 0);
+        if constexpr (kMx) {
+            issue_mx(S);
+        } else {
+            if (S < nseg) {
+                uint8_t* st = smem + size_t(S % kStages) * kStage;
+                const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
+                W::stage(st + size_t(sr) * W::kRowBytes, row_ptr(a, e, srow), S, nb, sc, kThreadsPerRow);
+                if constexpr (Pair)
+                    W::stage(st + size_t(kRows + sr) * W::kRowBytes, row_ptr(b, e, srow), S, nb, sc, kThreadsPerRow);
+                __half* xs = reinterpret_cast<__half*>(st + size_t(kMats) * kRows * W::kRowBytes);
+                constexpr int kRuns = kSegVals / 8;  // 16-byte runs of 8 halves per token
+                const int staged = (n + kTok - 1) / kTok * kTok;  // the rows of the pass's tiles
+                for (int idx = threadIdx.x; idx < staged * kRuns; idx += blockDim.x) {
+                    const int j = idx / kRuns, c = idx % kRuns;
+                    if (c >= nb * 4) continue;
+                    const __half* src = x16 + size_t(xrow + min(j, n - 1)) * K + size_t(S) * kSegVals + c * 8;
+                    detail::cp_async16(xs + j * W::kXLd + c * 8, src, j < n ? 16 : 0);
+                }
             }
+            detail::cp_async_commit();
         }
-        detail::cp_async_commit();
     };
 
     const int tiles = (n + kTok - 1) / kTok;
@@ -843,24 +799,9 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
         __syncthreads();  // segment S is visible; segment S - 1's stage is free
         issue(S + kStages - 1);
         if (has_rows) {
-            const uint8_t* st = smem + size_t(S % kStages) * kStage;
-            // this lane's row of an ldmatrix of the warp's 16 rows (Rows)
-            const size_t lrow = size_t(r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * W::kRowBytes + 16 * (lane >> 4);
-            const uint32_t sw = uint32_t(__cvta_generic_to_shared(st));
-            const Rows ra{st + size_t(r0 + g) * W::kRowBytes + W::lead(row_ptr(a, e, fr0), S),
-                          st + size_t(r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(a, e, fr1), S),
-                          sw + uint32_t(lrow)};
-            Rows rb{};
-            if constexpr (Pair)
-                rb = Rows{st + size_t(kRows + r0 + g) * W::kRowBytes + W::lead(row_ptr(b, e, fr0), S),
-                          st + size_t(kRows + r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(b, e, fr1), S),
-                          sw + uint32_t(size_t(kRows) * W::kRowBytes + lrow)};
-            // the lane's input address in the first tile (shared window)
-            const uint32_t xl =
-                sw + uint32_t((size_t(kMats) * kRows * W::kRowBytes) + size_t(W::x_lane(lane)) * sizeof(__half));
             const int nb = min(kSegBlocks, nkb - S * kSegBlocks);
-            if constexpr (Lean) {
-                // the segment's units kw, kw + kKSplit, ... in order, as below
+            if constexpr (kMx) {
+                // the segment's units kw, kw + kKSplit, ... in order
                 const int so = (S % kStages) * int(kStage);
                 const uint8_t* q = smem + so + l_q;
                 const uint8_t* ex = smem + so + l_e + (S & 1) * kSegBlocks;
@@ -868,46 +809,43 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
 #pragma unroll
                 for (int uu = 0; uu < kSegBlocks / kKSplit; ++uu) {
                     if (kw + uu * kKSplit < nb) {
+                        // the tiles' x fragments, shared by gate and up
                         uint32_t bx[1][NT][4];
 #pragma unroll
-                        for (int u = 0; u < NT; ++u) {
-                            const uint32_t xa =
-                                xs + uint32_t((u * kTok * W::kXLd + uu * kKSplit * 32) * sizeof(__half));
-                            uint32_t p0, p1, q0, q1;
-                            lds64(xa, p0, p1);
-                            lds64(xa + 16 * sizeof(__half), q0, q1);
-                            bx[0][u][0] = __byte_perm(p0, q0, 0x5410);
-                            bx[0][u][1] = __byte_perm(p0, q0, 0x7632);
-                            bx[0][u][2] = __byte_perm(p1, q1, 0x5410);
-                            bx[0][u][3] = __byte_perm(p1, q1, 0x7632);
-                        }
+                        for (int u = 0; u < NT; ++u)
+                            W::tile(xs + uint32_t((u * kTok * W::kXLd + uu * kKSplit * 32) * sizeof(__half)),
+                                    bx[0][u]);
                         const XLoaded<1, NT> x{bx};
                         const int uq = uu * kKSplit * 16, ue = uu * kKSplit;
-                        W::template block_at<NT>(q + uq, ex + ue, x, tiles, acc_a);
+                        W::template block<NT>(q + uq, ex + ue, x, tiles, acc_a);
                         if constexpr (Pair)
-                            W::template block_at<NT>(q + kRows * W::kRowBytes + uq, ex + kRows * W::kRowBytes + ue, x,
-                                                     tiles, acc_b);
+                            W::template block<NT>(q + kRows * W::kRowBytes + uq, ex + kRows * W::kRowBytes + ue, x,
+                                                  tiles, acc_b);
                     }
                 }
             } else {
+                const uint8_t* st = smem + size_t(S % kStages) * kStage;
+                // this lane's row of an ldmatrix of the warp's 16 rows (Rows)
+                const size_t lrow =
+                    size_t(r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * W::kRowBytes + 16 * (lane >> 4);
+                const uint32_t sw = uint32_t(__cvta_generic_to_shared(st));
+                const Rows ra{st + size_t(r0 + g) * W::kRowBytes + W::lead(row_ptr(a, e, fr0), S),
+                              st + size_t(r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(a, e, fr1), S),
+                              sw + uint32_t(lrow)};
+                Rows rb{};
+                if constexpr (Pair)
+                    rb = Rows{st + size_t(kRows + r0 + g) * W::kRowBytes + W::lead(row_ptr(b, e, fr0), S),
+                              st + size_t(kRows + r0 + g + 8) * W::kRowBytes + W::lead(row_ptr(b, e, fr1), S),
+                              sw + uint32_t(size_t(kRows) * W::kRowBytes + lrow)};
+                // the lane's input address in the first tile (shared window)
+                const uint32_t xl =
+                    sw + uint32_t((size_t(kMats) * kRows * W::kRowBytes) + size_t(W::x_lane(lane)) * sizeof(__half));
                 for (int unit = kw; unit * W::kUnit < nb; unit += kKSplit) {
                     const int i = W::first(unit);  // the unit's first block
-                    if constexpr (W::kUnit == 1) {
-                        // the tiles' x fragments, shared by gate and up; those past
-                        // the pass's tiles too (stale, unused): loaded under a
-                        // branch each, the 64-token gate|up kernel recomputed the
-                        // address for each and ran 13 % longer
-                        uint32_t bx[1][NT][4];
-                        W::template load_x<NT>(xl, i, bx);
-                        const XLoaded<1, NT> x{bx};
-                        W::template block<NT>(ra, S, i, lane, x, tiles, acc_a);
-                        if constexpr (Pair) W::template block<NT>(rb, S, i, lane, x, tiles, acc_b);
-                    } else {
-                        // both matrices' fragments first, then each tile's inputs
-                        // once for them
-                        const Rows rs[2] = {ra, rb};
-                        quad_unit<W, NT, kMats>(rs, i, lane, XOnDemand<W>{xl, i}, tiles, acc);
-                    }
+                    // both matrices' fragments first, then each tile's inputs
+                    // once for them
+                    const Rows rs[2] = {ra, rb};
+                    quad_unit<W, NT, kMats>(rs, i, lane, XOnDemand<W>{xl, i}, tiles, acc);
                 }
             }
         }
@@ -965,12 +903,12 @@ __global__ void __launch_bounds__(Geometry<NT>::kWarps * 32, min_blocks<Pair, NT
     if constexpr (kCombine) one_combine(one, out32, ldo, row0, nrows, sel);
 }
 
-template <uint32_t T, bool Pair, int NT, bool Deep, bool Lean = false>
+template <uint32_t T, bool Pair, int NT, bool Deep>
 void launch_rows_nt(int pairs, const __half* x16, const int32_t* offsets, int n_expert, const DevMat& a,
                     const DevMat& b, float alpha, float limit, __half* out16, float* out32, int ldo,
                     cudaStream_t stream) {
-    const size_t smem = smem_bytes<T, Pair, NT, Deep, Lean>();
-    auto kernel = mma_rows_kernel<T, Pair, NT, Deep, false, Lean>;
+    const size_t smem = smem_bytes<T, Pair, NT, Deep>();
+    auto kernel = mma_rows_kernel<T, Pair, NT, Deep, false>;
     allow_dynamic_smem(kernel, smem);
     // The most passes `pairs` pairs can make: each expert's last may be partial.
     constexpr int kPass = kTok * NT;
@@ -1012,11 +950,6 @@ void launch_rows(uint32_t type, int pairs, const __half* x16, const int32_t* off
                 // MXFP4 moe_deep_pipeline may say otherwise (the K-quants have no
                 // shallow instance: one fewer each).
                 constexpr bool kDeep = Pair && NT >= 4;
-                if constexpr (T == EH_TYPE_MXFP4 && NT <= 4) {
-                    if (plan().moe_mma_lean && (!kDeep || plan().moe_deep_pipeline))
-                        return launch_rows_nt<T, Pair, NT, kDeep, true>(pairs, x16, offsets, n_expert, a, b, alpha,
-                                                                        limit, out16, out32, ldo, stream);
-                }
                 if constexpr (kDeep && T == EH_TYPE_MXFP4) {
                     if (!plan().moe_deep_pipeline)
                         return launch_rows_nt<T, Pair, NT, false>(pairs, x16, offsets, n_expert, a, b, alpha, limit,
@@ -1044,14 +977,8 @@ template <bool Pair>
 void launch_one(uint32_t type, const __half* x16, int n_expert, const DevMat& a, const DevMat& b, float alpha,
                 float limit, __half* out16, float* out32, int ldo, const OneToken& one, cudaStream_t stream) {
     const bool known = mma_type_dispatch(type, [&]<uint32_t T>() {
-        size_t smem = smem_bytes<T, Pair, 1, false>();
+        const size_t smem = smem_bytes<T, Pair, 1, false>();
         auto kernel = mma_rows_kernel<T, Pair, 1, false, true>;
-        if constexpr (T == EH_TYPE_MXFP4) {
-            if (plan().moe_mma_lean) {
-                kernel = mma_rows_kernel<T, Pair, 1, false, true, true>;
-                smem = smem_bytes<T, Pair, 1, false, true>();
-            }
-        }
         allow_dynamic_smem(kernel, smem);
         launch(Pair ? "moe mma one-token gate_up" : "moe mma one-token down", kernel,
                dim3(unsigned((a.rows + kRows - 1) / kRows), unsigned(one.k), 1u), Geometry<1>::kWarps * 32, smem,

@@ -149,14 +149,6 @@ struct KernelPlan {
     // expert of 9 to 16 tokens, common in a 64-sequence decode step, once
     // instead of twice: 45 passes of 8 or 33 of 16 in such a step)
     int moe_decode_pass_tokens = 16;
-    // ... and their passes (up to 32 tokens, and the one-token form)
-    // through the lean kernel: the same bits by fewer instructions (E2M1
-    // codes turned into FP16 pairs by rotations, staging addresses worked
-    // out once a pass, deeper pipelines). H200, a 64-token gpt-oss-20b call
-    // (moe_pass_timing_test): 402.5 us with passes of 8, 364.0 of 16, 371.8
-    // lean of 8, 313.7 lean of 16; bench --batch 64 decode 5,242 / 5,863 /
-    // 5,585 / 6,526 tok/s; --batch 256 (32-token passes) 12,032 -> 13,104 lean
-    bool moe_mma_lean = true;
     // ---- batched steps (kernel_route.hpp, route_step_matmul)
     // A step's inputs go up on a copy stream while the step before computes
     // (BatchShape::upload_aside); false: on the step's stream, in its time.
