@@ -1,17 +1,21 @@
 // Helpers shared by the gpt-cuda kernel tests: GPU presence, host <-> device
 // copies of vectors, weight rows as the loader leaves them on the device
-// (MXFP4 rewritten into the device layout), Gaussian test data.
+// (MXFP4 rewritten into the device layout), Gaussian test data, the MoE
+// kernels' expert matrices and call arguments.
 #pragma once
 
 #include <cuda_runtime_api.h>
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <random>
+#include <utility>
 #include <vector>
 
 #include <engine_host/plugin_abi.h>
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/device_memory.hpp>
+#include <ehcuda/moe.hpp>
 #include <ehcuda/mxfp4_layout.hpp>
 
 namespace gpttest {
@@ -91,6 +95,77 @@ inline std::vector<float> dequant_rows(uint32_t type, const std::vector<uint8_t>
     const size_t rb = ehp::quant::row_bytes(type, cols);
     for (size_t r = 0; r < rows; ++r) ehp::quant::dequantize_row(type, data.data() + r * rb, &w[r * cols], cols);
     return w;
+}
+
+// A matrix of experts as moe.hpp reads it: `rows` x `cols` of `type` an
+// expert, from row `row0` of each expert's `expert_rows` rows at `data`
+// (gate and up fused: 2 x rows an expert, up from row0 = rows), with bias
+// [expert][bias_stride] (or none).
+inline ehcuda::ExpertMat expert_mat(uint32_t type, int rows, int cols, const void* data, int expert_rows,
+                                    const float* bias = nullptr, int bias_stride = 0, int row0 = 0) {
+    ehcuda::ExpertMat m;
+    m.data = data;
+    m.type = type;
+    m.rows = rows;
+    m.cols = cols;
+    m.row_bytes = ehcuda::moe_row_bytes(type, cols);
+    m.expert_stride = m.row_bytes * size_t(expert_rows);
+    m.row0 = row0;
+    m.bias = bias;
+    m.bias_stride = bias_stride;
+    return m;
+}
+
+// Fused gate|up rows of `type` as a file stores them, [X][2F][E] (each
+// expert's F gate rows, then its F up rows), as two device tensors [X][F][E]
+// (gate, up): how a loader leaves experts whose gate and up come apart.
+inline std::pair<ehcuda::DeviceBuffer, ehcuda::DeviceBuffer> split_gate_up(uint32_t type,
+                                                                             const std::vector<uint8_t>& gu, int X,
+                                                                             int F, int E) {
+    const size_t frb = ehp::quant::row_bytes(type, size_t(E)), half = size_t(F) * frb;
+    std::vector<uint8_t> gs(size_t(X) * half), us(size_t(X) * half);
+    for (size_t e = 0; e < size_t(X); ++e) {
+        std::memcpy(&gs[e * half], &gu[2 * e * half], half);
+        std::memcpy(&us[e * half], &gu[(2 * e + 1) * half], half);
+    }
+    return {dev_rows(type, gs, size_t(X) * F, E), dev_rows(type, us, size_t(X) * F, E)};
+}
+
+// What every MoE call of these tests passes alike (MoeDecodeArgs,
+// MoeGroupedArgs): the tokens' k experts and weights in rank order, the
+// matrices, gpt-oss's clamped SwiGLU (alpha 1.702, limit 7), the scratch,
+// the input rows and the rows accumulated into.
+template <class Args>
+void set_moe_call(Args& a, const float* x, int k, const int32_t* ids, const float* weights, const ehcuda::ExpertMat& g,
+                  const ehcuda::ExpertMat& u, const ehcuda::ExpertMat& d, const ehcuda::DeviceBuffer& scratch,
+                  float* h) {
+    a.x = x;
+    a.k = k;
+    a.ids = ids;
+    a.weights = weights;
+    a.gate = g;
+    a.up = u;
+    a.down = d;
+    a.alpha = 1.702f;
+    a.limit = 7.0f;
+    a.scratch = scratch.get();
+    a.scratch_bytes = scratch.size();
+    a.h = h;
+}
+
+// A grouped call of ntok tokens over n_expert experts (x and h rows packed:
+// leading dimensions gate.cols and down.rows).
+inline ehcuda::MoeGroupedArgs grouped_args(const float* x, int ntok, int k, int n_expert, const int32_t* ids,
+                                           const float* weights, const ehcuda::ExpertMat& g,
+                                           const ehcuda::ExpertMat& u, const ehcuda::ExpertMat& d,
+                                           const ehcuda::DeviceBuffer& scratch, float* h) {
+    ehcuda::MoeGroupedArgs a;
+    set_moe_call(a, x, k, ids, weights, g, u, d, scratch, h);
+    a.ldx = g.cols;
+    a.ntok = ntok;
+    a.n_expert = n_expert;
+    a.ldh = d.rows;
+    return a;
 }
 
 }  // namespace gpttest

@@ -97,67 +97,23 @@ TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
     auto dgu = dev_rows(C.gu_type, gu, size_t(X) * 2 * F, E), ddn = dev_rows(C.down_type, dn, size_t(X) * E, F);
     auto dgub = dev(gub), ddnb = dev(dnb), dh = dev(h0), dnw = dev(normw);
     auto dids = dev(ids), dwts = dev(wts);
-    const size_t rb = ehcuda::moe_row_bytes(C.gu_type, E);
-    ehcuda::ExpertMat g;
-    g.type = C.gu_type;
-    g.rows = F;
-    g.cols = E;
-    g.row_bytes = rb;
-    ehcuda::ExpertMat u = g;
-    ehcuda::DeviceBuffer gsplit, usplit;
-    if (C.fused) {
-        g.data = dgu.get();
-        g.expert_stride = rb * 2 * F;
-        g.bias = dgub.as<float>();
-        g.bias_stride = 2 * F;
-        u = g;
-        u.row0 = F;
-        u.bias = dgub.as<float>() + F;
-    } else {
-        // the same values as two tensors [X][F][E] (file rows of frb bytes)
-        const size_t frb = ehp::quant::row_bytes(C.gu_type, size_t(E));
-        std::vector<uint8_t> gs(size_t(X) * F * frb), us(size_t(X) * F * frb);
-        for (int e = 0; e < X; ++e) {
-            std::memcpy(&gs[size_t(e) * F * frb], &gu[size_t(e) * 2 * F * frb], size_t(F) * frb);
-            std::memcpy(&us[size_t(e) * F * frb], &gu[(size_t(e) * 2 * F + F) * frb], size_t(F) * frb);
-        }
-        gsplit = dev_rows(C.gu_type, gs, size_t(X) * F, E);
-        usplit = dev_rows(C.gu_type, us, size_t(X) * F, E);
-        g.data = gsplit.get();
-        g.expert_stride = rb * F;
-        g.bias = dgub.as<float>();
-        g.bias_stride = 2 * F;
-        u = g;
-        u.data = usplit.get();
-        u.bias = dgub.as<float>() + F;
-    }
-    ehcuda::ExpertMat d;
-    d.data = ddn.get();
-    d.type = C.down_type;
-    d.rows = E;
-    d.cols = F;
-    d.row_bytes = ehcuda::moe_row_bytes(C.down_type, F);
-    d.expert_stride = d.row_bytes * E;
-    d.bias = ddnb.as<float>();
-    d.bias_stride = E;
+    // fused: each expert's gate rows then its up rows; else the same values
+    // as two tensors [X][F][E]
+    std::pair<ehcuda::DeviceBuffer, ehcuda::DeviceBuffer> split;
+    if (!C.fused) split = split_gate_up(C.gu_type, gu, X, F, E);
+    const int expert_rows = C.fused ? 2 * F : F;
+    const auto g = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.first.get(), expert_rows,
+                              dgub.as<float>(), 2 * F);
+    const auto u = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.second.get(), expert_rows,
+                              dgub.as<float>() + F, 2 * F, C.fused ? F : 0);
+    const auto d = expert_mat(C.down_type, E, F, ddn.get(), E, ddnb.as<float>(), E);
     ASSERT_TRUE(ehcuda::moe_decode_supported(g, u, d, k));
 
     ehcuda::DeviceBuffer scratch(ehcuda::moe_decode_scratch_bytes(k, F));
     ehcuda::MoeDecodeArgs a;
-    a.x = dh.as<float>();
+    set_moe_call(a, dh.as<float>(), k, dids.as<int32_t>(), dwts.as<float>(), g, u, d, scratch, dh.as<float>());
     a.norm_w = C.norm ? dnw.as<float>() : nullptr;
     a.norm_eps = eps;
-    a.k = k;
-    a.ids = dids.as<int32_t>();
-    a.weights = dwts.as<float>();
-    a.gate = g;
-    a.up = u;
-    a.down = d;
-    a.alpha = 1.702f;
-    a.limit = 7.0f;
-    a.scratch = scratch.get();
-    a.scratch_bytes = scratch.size();
-    a.h = dh.as<float>();
     ehcuda::moe_decode(a, nullptr);
     const auto got = host<float>(dh, size_t(E));
 

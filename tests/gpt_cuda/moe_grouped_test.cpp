@@ -96,66 +96,23 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
 
     auto dgu = dev_rows(C.gu_type, gu, size_t(X) * 2 * F, E), ddn = dev_rows(C.down_type, dn, size_t(X) * E, F);
     auto dgub = dev(gub), ddnb = dev(dnb), dx = dev(x), dids = dev(ids), dwts = dev(wts);
-    const size_t rb = ehcuda::moe_row_bytes(C.gu_type, E);
-    ehcuda::ExpertMat g;
-    g.type = C.gu_type;
-    g.rows = F;
-    g.cols = E;
-    g.row_bytes = rb;
-    g.bias = dgub.as<float>();
-    g.bias_stride = 2 * F;
-    ehcuda::ExpertMat u = g;
-    u.bias = dgub.as<float>() + F;
-    ehcuda::DeviceBuffer gsplit, usplit;
-    if (C.fused) {
-        g.data = u.data = dgu.get();
-        g.expert_stride = u.expert_stride = rb * 2 * F;
-        u.row0 = F;
-    } else {
-        const size_t frb = ehp::quant::row_bytes(C.gu_type, size_t(E));
-        std::vector<uint8_t> gs(size_t(X) * F * frb), us(size_t(X) * F * frb);
-        for (int e = 0; e < X; ++e) {
-            std::memcpy(&gs[size_t(e) * F * frb], &gu[size_t(e) * 2 * F * frb], size_t(F) * frb);
-            std::memcpy(&us[size_t(e) * F * frb], &gu[(size_t(e) * 2 * F + F) * frb], size_t(F) * frb);
-        }
-        gsplit = dev_rows(C.gu_type, gs, size_t(X) * F, E);
-        usplit = dev_rows(C.gu_type, us, size_t(X) * F, E);
-        g.data = gsplit.get();
-        u.data = usplit.get();
-        g.expert_stride = u.expert_stride = rb * F;
-    }
-    ehcuda::ExpertMat d;
-    d.data = ddn.get();
-    d.type = C.down_type;
-    d.rows = E;
-    d.cols = F;
-    d.row_bytes = ehcuda::moe_row_bytes(C.down_type, F);
-    d.expert_stride = d.row_bytes * E;
-    d.bias = ddnb.as<float>();
-    d.bias_stride = E;
+    // fused: each expert's gate rows then its up rows; else two tensors
+    std::pair<ehcuda::DeviceBuffer, ehcuda::DeviceBuffer> split;
+    if (!C.fused) split = split_gate_up(C.gu_type, gu, X, F, E);
+    const int expert_rows = C.fused ? 2 * F : F;
+    const auto g = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.first.get(), expert_rows,
+                              dgub.as<float>(), 2 * F);
+    const auto u = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.second.get(), expert_rows,
+                              dgub.as<float>() + F, 2 * F, C.fused ? F : 0);
+    const auto d = expert_mat(C.down_type, E, F, ddn.get(), E, ddnb.as<float>(), E);
     ASSERT_TRUE(ehcuda::moe_grouped_supported(g, u, d, k));
 
     const size_t scratch_bytes = ehcuda::moe_grouped_scratch_bytes(T, k, X, E, F);
     ASSERT_GT(scratch_bytes, 0u);
     ehcuda::DeviceBuffer scratch(scratch_bytes);
     auto dh = dev(h0);
-    ehcuda::MoeGroupedArgs a;
-    a.x = dx.as<float>();
-    a.ldx = E;
-    a.ntok = T;
-    a.k = k;
-    a.n_expert = X;
-    a.ids = dids.as<int32_t>();
-    a.weights = dwts.as<float>();
-    a.gate = g;
-    a.up = u;
-    a.down = d;
-    a.alpha = 1.702f;
-    a.limit = 7.0f;
-    a.scratch = scratch.get();
-    a.scratch_bytes = scratch.size();
-    a.h = dh.as<float>();
-    a.ldh = E;
+    ehcuda::MoeGroupedArgs a =
+        grouped_args(dx.as<float>(), T, k, X, dids.as<int32_t>(), dwts.as<float>(), g, u, d, scratch, dh.as<float>());
     a.integer_path = true;
     // "default" below is the form below the tile threshold; the tiles are
     // forced apart
@@ -261,18 +218,8 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     ehcuda::DeviceBuffer one(ehcuda::moe_decode_scratch_bytes(k, F));
     for (int t = 0; t < T; ++t) {
         ehcuda::MoeDecodeArgs m;
-        m.x = dx.as<float>() + size_t(t) * E;
-        m.k = k;
-        m.ids = dids.as<int32_t>() + size_t(t) * k;
-        m.weights = dwts.as<float>() + size_t(t) * k;
-        m.gate = g;
-        m.up = u;
-        m.down = d;
-        m.alpha = 1.702f;
-        m.limit = 7.0f;
-        m.scratch = one.get();
-        m.scratch_bytes = one.size();
-        m.h = dh1.as<float>() + size_t(t) * E;
+        set_moe_call(m, dx.as<float>() + size_t(t) * E, k, dids.as<int32_t>() + size_t(t) * k,
+                     dwts.as<float>() + size_t(t) * k, g, u, d, one, dh1.as<float>() + size_t(t) * E);
         ehcuda::moe_decode(m, nullptr);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -174,30 +174,11 @@ TEST_P(MoeDecodeMmaTest, SameBitsAsTheGroupedPasses) {
                router = randn(rng, size_t(X) * E, 0.1f), h0 = randn(rng, size_t(T) * E);
     auto dgu = dev_rows(C.gu_type, gu, size_t(X) * 2 * F, E), ddn = dev_rows(C.down_type, dn, size_t(X) * E, F);
     auto dgub = dev(gub), ddnb = dev(dnb), dres = dev(resid), dnorm = dev(norm), drouter = dev(router);
-    const size_t rb = ehcuda::moe_row_bytes(C.gu_type, E);
-    ehcuda::ExpertMat g;
-    g.type = C.gu_type;
-    g.rows = F;
-    g.cols = E;
-    g.row_bytes = rb;
-    g.bias = dgub.as<float>();
-    g.bias_stride = 2 * F;
-    g.data = dgu.get();
-    ehcuda::ExpertMat u = g;
-    u.bias = dgub.as<float>() + F;
     // fused: gate rows then up rows of each expert; else up is the same rows
-    // read as a second matrix at F (the case's shapes allow either)
-    g.expert_stride = u.expert_stride = rb * 2 * F;
-    u.row0 = C.fused ? F : 0;
-    ehcuda::ExpertMat d;
-    d.data = ddn.get();
-    d.type = C.down_type;
-    d.rows = E;
-    d.cols = F;
-    d.row_bytes = ehcuda::moe_row_bytes(C.down_type, F);
-    d.expert_stride = d.row_bytes * E;
-    d.bias = ddnb.as<float>();
-    d.bias_stride = E;
+    // as gate, read as a second matrix (the case's shapes allow either)
+    const auto g = expert_mat(C.gu_type, F, E, dgu.get(), 2 * F, dgub.as<float>(), 2 * F);
+    const auto u = expert_mat(C.gu_type, F, E, dgu.get(), 2 * F, dgub.as<float>() + F, 2 * F, C.fused ? F : 0);
+    const auto d = expert_mat(C.down_type, E, F, ddn.get(), E, ddnb.as<float>(), E);
     ASSERT_TRUE(ehcuda::moe_decode_mma_supported(g, u, d, k, X));
     ASSERT_TRUE(ehcuda::moe_grouped_on_tensor_cores(g, u, d));
 
@@ -219,22 +200,8 @@ TEST_P(MoeDecodeMmaTest, SameBitsAsTheGroupedPasses) {
     ehcuda::DeviceBuffer ids(size_t(T) * k * 4), wts(size_t(T) * k * 4);
     ehcuda::moe_route(lg.as<float>(), T, X, k, ids.as<int32_t>(), wts.as<float>(), nullptr);
     ehcuda::DeviceBuffer scratch(ehcuda::moe_grouped_scratch_bytes(T, k, X, E, F));
-    ehcuda::MoeGroupedArgs a;
-    a.x = xn.as<float>();
-    a.ldx = E;
-    a.ntok = T;
-    a.k = k;
-    a.n_expert = X;
-    a.ids = ids.as<int32_t>();
-    a.weights = wts.as<float>();
-    a.gate = g;
-    a.up = u;
-    a.down = d;
-    a.alpha = 1.702f;
-    a.limit = 7.0f;
-    a.scratch = scratch.get();
-    a.scratch_bytes = scratch.size();
-    a.ldh = E;
+    ehcuda::MoeGroupedArgs a =
+        grouped_args(xn.as<float>(), T, k, X, ids.as<int32_t>(), wts.as<float>(), g, u, d, scratch, nullptr);
     a.one_form = true;
     std::vector<std::pair<std::string, std::vector<float>>> grouped;
     for (const auto& [name, wide, pass_tokens] :

@@ -88,27 +88,9 @@ TEST(MoePassTiming, GptOss20bDecodeStepVariantsSameBits) {
     const auto gub = randn(rng, size_t(kX) * 2 * kF, 0.1f), dnb = randn(rng, size_t(kX) * kE, 0.1f);
     auto dgub = dev(gub), ddnb = dev(dnb);
 
-    ehcuda::ExpertMat g;
-    g.type = EH_TYPE_MXFP4;
-    g.rows = kF;
-    g.cols = kE;
-    g.row_bytes = ehcuda::moe_row_bytes(EH_TYPE_MXFP4, kE);
-    g.expert_stride = g.row_bytes * 2 * kF;
-    g.data = dgu.get();
-    g.bias = dgub.as<float>();
-    g.bias_stride = 2 * kF;
-    ehcuda::ExpertMat u = g;
-    u.row0 = kF;
-    u.bias = dgub.as<float>() + kF;
-    ehcuda::ExpertMat d;
-    d.data = ddn.get();
-    d.type = EH_TYPE_MXFP4;
-    d.rows = kE;
-    d.cols = kF;
-    d.row_bytes = ehcuda::moe_row_bytes(EH_TYPE_MXFP4, kF);
-    d.expert_stride = d.row_bytes * kE;
-    d.bias = ddnb.as<float>();
-    d.bias_stride = kE;
+    const auto g = expert_mat(EH_TYPE_MXFP4, kF, kE, dgu.get(), 2 * kF, dgub.as<float>(), 2 * kF);
+    const auto u = expert_mat(EH_TYPE_MXFP4, kF, kE, dgu.get(), 2 * kF, dgub.as<float>() + kF, 2 * kF, kF);
+    const auto d = expert_mat(EH_TYPE_MXFP4, kE, kF, ddn.get(), kE, ddnb.as<float>(), kE);
     ASSERT_TRUE(ehcuda::moe_grouped_on_tensor_cores(g, u, d));
     const double expert_mb = double(g.expert_stride + d.expert_stride) / 1e6;
 
@@ -134,23 +116,8 @@ TEST(MoePassTiming, GptOss20bDecodeStepVariantsSameBits) {
             const auto x = randn(rng, size_t(T) * kE), h0 = randn(rng, size_t(T) * kE);
             auto dx = dev(x), dids = dev(ids), dwts = dev(wts), dh = dev(h0);
             ehcuda::DeviceBuffer scratch(ehcuda::moe_grouped_scratch_bytes(T, kK, kX, kE, kF));
-            ehcuda::MoeGroupedArgs a;
-            a.x = dx.as<float>();
-            a.ldx = kE;
-            a.ntok = T;
-            a.k = kK;
-            a.n_expert = kX;
-            a.ids = dids.as<int32_t>();
-            a.weights = dwts.as<float>();
-            a.gate = g;
-            a.up = u;
-            a.down = d;
-            a.alpha = 1.702f;
-            a.limit = 7.0f;
-            a.scratch = scratch.get();
-            a.scratch_bytes = scratch.size();
-            a.h = dh.as<float>();
-            a.ldh = kE;
+            const ehcuda::MoeGroupedArgs a = grouped_args(dx.as<float>(), T, kK, kX, dids.as<int32_t>(),
+                                                          dwts.as<float>(), g, u, d, scratch, dh.as<float>());
             std::printf("[moe-pass-timing] %d tokens, %s routing: %d experts used, at most %d tokens, %d passes of 8, "
                         "%d of 16\n",
                         T, skewed ? "skewed" : "uniform", used, most, passes8, passes16);
@@ -165,9 +132,10 @@ TEST(MoePassTiming, GptOss20bDecodeStepVariantsSameBits) {
                 ehcuda::moe_grouped(a, nullptr);
                 const auto got = host<float>(dh, h0.size());
                 if (want.empty()) want = got;
-                if (v.same_bits)
+                if (v.same_bits) {
                     EXPECT_EQ(std::memcmp(got.data(), want.data(), want.size() * 4), 0)
                         << v.name << ": other bits than " << variants[0].name << " (" << T << " tokens)";
+                }
                 const double us = call_us(a);
                 std::printf("[moe-pass-timing] %d tokens, %s: %-22s %8.1f us a call, %6.2f TB/s of the used experts' "
                             "bytes\n",
