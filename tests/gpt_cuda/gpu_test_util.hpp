@@ -131,15 +131,34 @@ inline std::pair<ehcuda::DeviceBuffer, ehcuda::DeviceBuffer> split_gate_up(uint3
     return {dev_rows(type, gs, size_t(X) * F, E), dev_rows(type, us, size_t(X) * F, E)};
 }
 
+// Gate and up of X experts whose fused gate|up rows `gu` (as a file stores
+// them, [X][2F][E]) are on the device at `fused_dev`: with `fused` those
+// rows (each expert's F gate rows, then its F up rows), else two tensors
+// [X][F][E] of the same values (split_gate_up, held here); bias [X][2F],
+// gate's then up's.
+struct GateUp {
+    std::pair<ehcuda::DeviceBuffer, ehcuda::DeviceBuffer> split;
+    ehcuda::ExpertMat gate, up;
+};
+inline GateUp gate_up_mats(uint32_t type, const std::vector<uint8_t>& gu, const ehcuda::DeviceBuffer& fused_dev,
+                           bool fused, int X, int F, int E, const float* bias) {
+    GateUp m;
+    if (!fused) m.split = split_gate_up(type, gu, X, F, E);
+    const int expert_rows = fused ? 2 * F : F;
+    m.gate = expert_mat(type, F, E, fused ? fused_dev.get() : m.split.first.get(), expert_rows, bias, 2 * F);
+    m.up = expert_mat(type, F, E, fused ? fused_dev.get() : m.split.second.get(), expert_rows, bias + F, 2 * F,
+                      fused ? F : 0);
+    return m;
+}
+
 // What every MoE call of these tests passes alike (MoeDecodeArgs,
-// MoeGroupedArgs): the tokens' k experts and weights in rank order, the
-// matrices, gpt-oss's clamped SwiGLU (alpha 1.702, limit 7), the scratch,
-// the input rows and the rows accumulated into.
-template <class Args>
-void set_moe_call(Args& a, const float* x, int k, const int32_t* ids, const float* weights, const ehcuda::ExpertMat& g,
-                  const ehcuda::ExpertMat& u, const ehcuda::ExpertMat& d, const ehcuda::DeviceBuffer& scratch,
-                  float* h) {
-    a.x = x;
+// MoeGroupedArgs, MoeDecodeMmaArgs): the tokens' k experts and weights in
+// rank order, the matrices, gpt-oss's clamped SwiGLU (alpha 1.702, limit
+// 7), the scratch, the rows accumulated into. (The input is each call's
+// own: x, or x16.)
+template <class Args, class Ids, class Weights>
+void set_moe_call(Args& a, int k, Ids* ids, Weights* weights, const ehcuda::ExpertMat& g, const ehcuda::ExpertMat& u,
+                  const ehcuda::ExpertMat& d, const ehcuda::DeviceBuffer& scratch, float* h) {
     a.k = k;
     a.ids = ids;
     a.weights = weights;
@@ -160,7 +179,8 @@ inline ehcuda::MoeGroupedArgs grouped_args(const float* x, int ntok, int k, int 
                                            const ehcuda::ExpertMat& u, const ehcuda::ExpertMat& d,
                                            const ehcuda::DeviceBuffer& scratch, float* h) {
     ehcuda::MoeGroupedArgs a;
-    set_moe_call(a, x, k, ids, weights, g, u, d, scratch, h);
+    set_moe_call(a, k, ids, weights, g, u, d, scratch, h);
+    a.x = x;
     a.ldx = g.cols;
     a.ntok = ntok;
     a.n_expert = n_expert;

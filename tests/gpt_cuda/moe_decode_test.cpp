@@ -97,21 +97,15 @@ TEST_P(MoeDecodeTest, MatchesHostReferenceAndFloatKernels) {
     auto dgu = dev_rows(C.gu_type, gu, size_t(X) * 2 * F, E), ddn = dev_rows(C.down_type, dn, size_t(X) * E, F);
     auto dgub = dev(gub), ddnb = dev(dnb), dh = dev(h0), dnw = dev(normw);
     auto dids = dev(ids), dwts = dev(wts);
-    // fused: each expert's gate rows then its up rows; else the same values
-    // as two tensors [X][F][E]
-    std::pair<ehcuda::DeviceBuffer, ehcuda::DeviceBuffer> split;
-    if (!C.fused) split = split_gate_up(C.gu_type, gu, X, F, E);
-    const int expert_rows = C.fused ? 2 * F : F;
-    const auto g = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.first.get(), expert_rows,
-                              dgub.as<float>(), 2 * F);
-    const auto u = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.second.get(), expert_rows,
-                              dgub.as<float>() + F, 2 * F, C.fused ? F : 0);
+    const GateUp gate_up = gate_up_mats(C.gu_type, gu, dgu, C.fused, X, F, E, dgub.as<float>());
+    const ehcuda::ExpertMat &g = gate_up.gate, &u = gate_up.up;
     const auto d = expert_mat(C.down_type, E, F, ddn.get(), E, ddnb.as<float>(), E);
     ASSERT_TRUE(ehcuda::moe_decode_supported(g, u, d, k));
 
     ehcuda::DeviceBuffer scratch(ehcuda::moe_decode_scratch_bytes(k, F));
     ehcuda::MoeDecodeArgs a;
-    set_moe_call(a, dh.as<float>(), k, dids.as<int32_t>(), dwts.as<float>(), g, u, d, scratch, dh.as<float>());
+    set_moe_call(a, k, dids.as<int32_t>(), dwts.as<float>(), g, u, d, scratch, dh.as<float>());
+    a.x = dh.as<float>();
     a.norm_w = C.norm ? dnw.as<float>() : nullptr;
     a.norm_eps = eps;
     ehcuda::moe_decode(a, nullptr);

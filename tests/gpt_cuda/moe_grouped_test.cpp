@@ -96,14 +96,8 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
 
     auto dgu = dev_rows(C.gu_type, gu, size_t(X) * 2 * F, E), ddn = dev_rows(C.down_type, dn, size_t(X) * E, F);
     auto dgub = dev(gub), ddnb = dev(dnb), dx = dev(x), dids = dev(ids), dwts = dev(wts);
-    // fused: each expert's gate rows then its up rows; else two tensors
-    std::pair<ehcuda::DeviceBuffer, ehcuda::DeviceBuffer> split;
-    if (!C.fused) split = split_gate_up(C.gu_type, gu, X, F, E);
-    const int expert_rows = C.fused ? 2 * F : F;
-    const auto g = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.first.get(), expert_rows,
-                              dgub.as<float>(), 2 * F);
-    const auto u = expert_mat(C.gu_type, F, E, C.fused ? dgu.get() : split.second.get(), expert_rows,
-                              dgub.as<float>() + F, 2 * F, C.fused ? F : 0);
+    const GateUp gate_up = gate_up_mats(C.gu_type, gu, dgu, C.fused, X, F, E, dgub.as<float>());
+    const ehcuda::ExpertMat &g = gate_up.gate, &u = gate_up.up;
     const auto d = expert_mat(C.down_type, E, F, ddn.get(), E, ddnb.as<float>(), E);
     ASSERT_TRUE(ehcuda::moe_grouped_supported(g, u, d, k));
 
@@ -218,8 +212,9 @@ TEST_P(MoeGroupedTest, MatchesSingleTokenKernelsAndHostReference) {
     ehcuda::DeviceBuffer one(ehcuda::moe_decode_scratch_bytes(k, F));
     for (int t = 0; t < T; ++t) {
         ehcuda::MoeDecodeArgs m;
-        set_moe_call(m, dx.as<float>() + size_t(t) * E, k, dids.as<int32_t>() + size_t(t) * k,
-                     dwts.as<float>() + size_t(t) * k, g, u, d, one, dh1.as<float>() + size_t(t) * E);
+        set_moe_call(m, k, dids.as<int32_t>() + size_t(t) * k, dwts.as<float>() + size_t(t) * k, g, u, d, one,
+                     dh1.as<float>() + size_t(t) * E);
+        m.x = dx.as<float>() + size_t(t) * E;
         ehcuda::moe_decode(m, nullptr);
     }
     ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);

@@ -241,21 +241,12 @@ TEST_P(MoeDecodeMmaTest, SameBitsAsTheGroupedPasses) {
             r1.xn16 = x161.get();
             ehcuda::moe_router_rows(r1, nullptr);
             ehcuda::MoeDecodeMmaArgs m;
+            set_moe_call(m, k, id1.as<int32_t>() + size_t(t) * k, w1.as<float>() + size_t(t) * k, g, u, d,
+                         one_scratch, dh.as<float>() + size_t(t) * E);
             m.x16 = x161.get();
-            m.k = k;
             m.n_expert = X;
             m.logits = lg1.as<float>();
-            m.ids = id1.as<int32_t>() + size_t(t) * k;
-            m.weights = w1.as<float>() + size_t(t) * k;
-            m.gate = g;
-            m.up = u;
-            m.down = d;
-            m.alpha = 1.702f;
-            m.limit = 7.0f;
-            m.scratch = one_scratch.get();
-            m.scratch_bytes = one_scratch.size();
             m.counters = counters.as<int>();
-            m.h = dh.as<float>() + size_t(t) * E;
             ehcuda::moe_decode_mma(m, nullptr);
         }
         ASSERT_EQ(cudaDeviceSynchronize(), cudaSuccess);
