@@ -70,6 +70,9 @@ struct BatchCase {
 
 class BatchedStep : public ::testing::TestWithParam<BatchCase> {};
 
+constexpr const char* kGroupsOnce =
+    R"({"kernels":{"bulk_max_tokens":8,"bulk_group_once":true,"bulk_group_norm":true,"bulk_group_stage_cols":512}})";
+
 // Sequences of `lens` tokens, fed teacher-forced: the first `prompt` of
 // each in chunks of `chunk` tokens (0 = whole) beside the others' steps,
 // then single tokens (decode steps); every position that asks for logits
@@ -187,8 +190,18 @@ INSTANTIATE_TEST_SUITE_P(Archs, BatchedStep,
                          ::testing::Values(BatchCase{"llama", EH_TYPE_F32}, BatchCase{"qwen2", EH_TYPE_Q8_0},
                                            BatchCase{"phi3", EH_TYPE_Q4_K},
                                            BatchCase{"qwen2", EH_TYPE_Q8_0, R"({"fp16_weights":"off"})"},
-                                           BatchCase{"phi3", EH_TYPE_Q4_K, R"({"fp16_weights":"off"})"}),
-                         [](const auto& info) { return info.param.arch + (info.param.options ? "_slabs" : ""); });
+                                           BatchCase{"phi3", EH_TYPE_Q4_K, R"({"fp16_weights":"off"})"},
+                                           // token groups of up to 8 tokens (past the mirror's
+                                           // cuBLAS threshold: the groups come first), each weight
+                                           // chunk decoded once, the RMSNorm in the groups' inputs;
+                                           // inputs of 256 columns staged in each block, the down
+                                           // projection's 512 quantized once
+                                           BatchCase{"qwen2", EH_TYPE_Q8_0, kGroupsOnce},
+                                           BatchCase{"phi3", EH_TYPE_Q4_K, kGroupsOnce}),
+                         [](const auto& info) {
+                             const std::string o = info.param.options ? info.param.options : "";
+                             return info.param.arch + (o.empty() ? "" : o.find("bulk_group_once") != std::string::npos ? "_groups" : "_slabs");
+                         });
 
 // The FP16 mirror is a load decision the model's memory shows: "on" holds
 // two bytes per weight of every matrix more than "off"; a bad value of the

@@ -242,7 +242,10 @@ TEST(GemvBulk, SegmentsBitwiseEqual) {
 // integer-path type, both input forms, plain and SwiGLU inputs with their
 // row strides, bias and accumulation, groups of every width, a matrix too
 // wide for one group of 8 (split into narrower groups), and mixed-type
-// segments in one launch.
+// segments in one launch. Each case also with each weight chunk decoded
+// once for the group (bulk_group_once: lanes take chunks, not tokens; tiles
+// of at most 4 rows): the same agreement, and bitwise the same over its
+// three forms.
 TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
     REQUIRE_GPU();
     BulkGuard bg(true);
@@ -300,12 +303,15 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
                         }
                         // 0 / 1: one-shot blocks / the resident grid, each block
                         // quantizing the float rows; 2: the inputs quantized once
-                        // into the workspace's scratch (as a batched step runs them)
+                        // into the workspace's scratch (as a batched step runs
+                        // them); 3 .. 5: the same, each weight chunk decoded once
                         std::vector<float> first;
-                        for (int form = 0; form <= 2; ++form) {
+                        for (int form = 0; form <= 5; ++form) {
                             ehcuda::MatmulArgs g = a;
-                            if (form == 2) g.prefill = &ws;
-                            const auto got = run(g, true, y0, nullptr, form == 1 ? 1 : 0);
+                            if (form % 3 == 2) g.prefill = &ws;
+                            set_bulk_group_once(form >= 3);
+                            const auto got = run(g, true, y0, nullptr, form % 3 == 1 ? 1 : 0);
+                            set_bulk_group_once(false);
                             GPU_OK(cudaGetLastError());
                             // float reassociation of a row's chunk sums: within a
                             // small part of the outputs' typical size
@@ -314,7 +320,7 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
                             for (size_t i = 0; i < size_t(n) * sh.rows; ++i)
                                 ASSERT_NEAR(ref[i], got[i], 1e-4 * (std::fabs(ref[i]) + typical))
                                     << what << " form " << form << " token " << i / sh.rows << " row " << i % sh.rows;
-                            if (form == 0) first = got;
+                            if (form % 3 == 0) first = got;
                             else
                                 for (size_t i = 0; i < size_t(n) * sh.rows; ++i)
                                     ASSERT_EQ(first[i], got[i]) << what << " form " << form << " element " << i;
@@ -322,8 +328,10 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
                         }
                     }
         }
-    // Mixed Q5_0 / Q8_0 segments (Qwen2.5's QKV), 4 tokens in one launch.
-    {
+    // Mixed Q5_0 / Q8_0 segments (Qwen2.5's QKV), 4 tokens in one launch,
+    // the weights decoded per token and once.
+    for (bool once : {false, true}) {
+        set_bulk_group_once(once);
         const int cols = 896;
         const uint32_t seg_types[3] = {EH_TYPE_Q5_0, EH_TYPE_Q5_0, EH_TYPE_Q8_0};
         const int rows[3] = {901, 131, 131};
@@ -350,6 +358,7 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
         a.ntok = 4;
         ASSERT_TRUE(ehcuda::matmul_groups_tokens(a));
         const auto got = run(a, true, y0);
+        set_bulk_group_once(false);
         for (int t = 0; t < 4; ++t) {
             ehcuda::MatmulArgs one = a;
             one.ntok = 1;
@@ -357,12 +366,102 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
             const auto ref = run(one, true, std::vector<float>(y0.begin() + size_t(t) * off, y0.begin() + size_t(t + 1) * off));
             for (int r = 0; r < off; ++r)
                 ASSERT_NEAR(ref[size_t(r)], got[size_t(t) * off + size_t(r)], 1e-4 * (1 + std::fabs(ref[size_t(r)])))
-                    << "mixed token " << t << " row " << r;
+                    << "mixed token " << t << " row " << r << " once " << once;
         }
         ++checked;
     }
     set_bulk_max_tokens(groups_was);
-    EXPECT_GT(checked, 450);
+    EXPECT_GT(checked, 900);
+}
+
+// Token groups with an RMSNorm (bulk_group_norm: the norm taken where the
+// inputs are quantized, once into the workspace's scratch or by each
+// block, each token's 1 / rms applied to its sums) against each token
+// alone through the single-token fold: the same codes, the sums of squares
+// in another fixed order (equal within float rounding); the same bits from
+// one-shot blocks and the resident grid; with the weights decoded per token
+// and once; and the norm really applied (rows of very different scales).
+TEST(GemvBulk, TokenGroupsTakeTheRmsNorm) {
+    REQUIRE_GPU();
+    BulkGuard bg(true);
+    const int groups_was = ehcuda::plan().bulk_max_tokens;
+    set_bulk_max_tokens(ehcuda::kBulkMaxTokens);
+    set_bulk_group_norm(true);
+    ehcuda::PrefillShape ps;
+    ps.max_tokens = 16;
+    ps.max_cols = 4096;
+    ehcuda::PrefillWorkspace ws(ps, nullptr, nullptr);
+    ws.set_min_tokens(0);
+    const Shape shapes[] = {{896, 896}, {1000, 4096}};
+    const uint32_t types[] = {EH_TYPE_Q5_0, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q6_K, EH_TYPE_Q2_K, EH_TYPE_IQ4_XS};
+    int checked = 0;
+    for (const Shape& sh : shapes)
+        for (uint32_t type : types) {
+            const size_t rb = ehcuda::row_bytes(type, sh.cols);
+            if (rb == 0) continue;
+            std::mt19937 rng(type * 7 + uint32_t(sh.cols));
+            auto w = exact_device(random_rows(type, sh.rows, sh.cols, rng));
+            std::normal_distribution<float> nd;
+            const int kTok = ehcuda::kBulkMaxTokens;
+            std::vector<float> x(size_t(kTok) * sh.cols), nw(size_t(sh.cols)), y0(size_t(kTok) * sh.rows);
+            for (int t = 0; t < kTok; ++t)
+                for (int i = 0; i < sh.cols; ++i) x[size_t(t) * sh.cols + i] = float(1 << (2 * t)) * nd(rng);
+            for (auto& v : nw) v = 1.0f + 0.5f * nd(rng);
+            auto dx = to_device(x), dn = to_device(nw);
+            for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2})
+                for (int n : {2, 5, 8}) {
+                    InputGuard ig(in);
+                    ehcuda::MatmulArgs a;
+                    a.seg[0].w = {w.get(), type, sh.rows, sh.cols, rb};
+                    a.cols = sh.cols;
+                    a.x = dx.as<float>();
+                    a.ldx = sh.cols;
+                    a.xmode = ehcuda::XMode::RmsNorm;
+                    a.norm_w = dn.as<float>();
+                    a.norm_eps = 1e-6f;
+                    a.ldy = sh.rows;
+                    a.ntok = n;
+                    const std::string what = ehp::type_name(type) + " " + std::to_string(sh.rows) + "x" +
+                                             std::to_string(sh.cols) + " input " + std::to_string(int(in)) +
+                                             " tokens " + std::to_string(n);
+                    ASSERT_TRUE(ehcuda::matmul_groups_tokens(a)) << what;
+                    std::vector<float> ref;
+                    for (int t = 0; t < n; ++t) {
+                        ehcuda::MatmulArgs one = a;
+                        one.ntok = 1;
+                        one.prefill = nullptr;
+                        one.x = a.x + size_t(t) * a.ldx;
+                        const auto r1 = run(one, true, std::vector<float>(size_t(sh.rows), 0.0f));
+                        ref.insert(ref.end(), r1.begin(), r1.end());
+                    }
+                    // the tokens' outputs are of one size whatever their inputs' scale
+                    double s0 = 0, sl = 0;
+                    for (int r = 0; r < sh.rows; ++r) {
+                        s0 += std::fabs(ref[size_t(r)]);
+                        sl += std::fabs(ref[size_t(n - 1) * sh.rows + r]);
+                    }
+                    ASSERT_LT(std::fabs(sl / s0 - 1.0), 0.5) << what;
+                    for (int form = 0; form < 4; ++form) {
+                        const bool once = form & 1, scratch = form & 2;
+                        ehcuda::MatmulArgs g = a;
+                        g.prefill = scratch ? &ws : nullptr;
+                        set_bulk_group_once(once);
+                        const auto got = run(g, true, y0);
+                        const auto again = run(g, true, y0, nullptr, 1);  // the resident grid
+                        set_bulk_group_once(false);
+                        GPU_OK(cudaGetLastError());
+                        for (size_t i = 0; i < size_t(n) * sh.rows; ++i) {
+                            ASSERT_NEAR(ref[i], got[i], 1e-4 * (std::fabs(ref[i]) + s0 / sh.rows))
+                                << what << " form " << form << " token " << i / sh.rows << " row " << i % sh.rows;
+                            ASSERT_EQ(got[i], again[i]) << what << " form " << form << " element " << i;
+                        }
+                        ++checked;
+                    }
+                }
+        }
+    set_bulk_group_norm(false);
+    set_bulk_max_tokens(groups_was);
+    EXPECT_GE(checked, 120);
 }
 
 }  // namespace

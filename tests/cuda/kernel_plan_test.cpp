@@ -132,6 +132,10 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_FALSE(p.allreduce_signals);  // event barriers until measured across GPUs
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);
     EXPECT_TRUE(p.attn_pipe && p.moe_fused_route && p.gemv_mixed);
+    // token groups' decoded-once dot and RMSNorm: off until measured
+    EXPECT_FALSE(p.bulk_group_once);
+    EXPECT_FALSE(p.bulk_group_norm);
+    EXPECT_EQ(p.bulk_group_stage_cols, 0);
 }
 
 TEST(KernelPlan, OptionsOverride) {
@@ -140,7 +144,8 @@ TEST(KernelPlan, OptionsOverride) {
                                     "attn_pipe": false, "prefill_min_tokens": 0, "moe_router_kernel": false,
                                     "batch_moe_grouped_max": 64, "allreduce_nccl_min_floats": 0,
                                     "allreduce_signals": true, "moe_tile_pass_tokens": 0,
-                                    "moe_decode_pass_tokens": 16}})");
+                                    "moe_decode_pass_tokens": 16, "bulk_group_once": true,
+                                    "bulk_group_norm": true, "bulk_group_stage_cols": 1024}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -152,6 +157,9 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_EQ(p.batch_moe_grouped_max, 64);
     EXPECT_EQ(p.moe_tile_pass_tokens, 0);
     EXPECT_EQ(p.moe_decode_pass_tokens, 16);
+    EXPECT_TRUE(p.bulk_group_once);
+    EXPECT_TRUE(p.bulk_group_norm);
+    EXPECT_EQ(p.bulk_group_stage_cols, 1024);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 0);
     EXPECT_TRUE(p.allreduce_signals);
     EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value

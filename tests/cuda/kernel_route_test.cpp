@@ -250,8 +250,13 @@ TEST(KernelRoute, RefusalsSayWhy) {
                  "more tokens than the plan's token groups (bulk_max_tokens)");
     MatmulShape rn = mm(q4, 2);
     rn.rms_norm = true;
-    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kH200, rn).why,
-                 "a producer's chunks or a fused RMSNorm (one token only)");
+    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kH200, rn).why, "a fused RMSNorm (bulk_group_norm off)");
+    MatmulShape ci = mm(q4, 2);
+    ci.chunk_input = true;
+    EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kH200, ci).why, "a producer's chunks (one token only)");
+    KernelPlan gn = p;
+    gn.bulk_group_norm = true;
+    EXPECT_FALSE(ehcuda::can_implement_bulk_groups(gn, kH200, rn));
     EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kH200, mm(shape_of(real("Qwen2.5-0.5B", "qkv_mixed_lowbit")), 2)).why,
                  "segments of different types outside the mixed launch");
     EXPECT_STREQ(ehcuda::can_implement_bulk_groups(p, kA100, mm(q4, 2)).why, "needs sm_90 (the bulk copy engine)");
@@ -368,6 +373,79 @@ TEST(KernelRoute, BulkTokenGroups) {
     EXPECT_EQ(route("Qwen2.5-0.5B", "ffn_gate_up", 9, 3).launch[0].kernel, RouteKernel::Cublas);
     // Float weights: no integer dot product, the register kernel.
     EXPECT_EQ(route("GPT-2", "ffn_up_f16", 4).launch[0].kernel, RouteKernel::Gemv);
+}
+
+// bulk_group_once: token groups' tiles of at most kBulkOnceMaxRows rows
+// (a lane keeps each row's decoded chunk and every row x token sum), the
+// launch marked so (the kernels pick the lane = chunk form by it) and the
+// route's text says it; one token and the plan's default keep the tiles
+// as they were.
+TEST(KernelRoute, GroupsDecodedOnce) {
+    Variant v = variant("groups");
+    const GemvShape head = shape_of(real("Qwen2.5-0.5B", "output"));
+    ehcuda::KernelLaunch k = ehcuda::route_matmul(v.plan, v.dev, mm(head, 5)).launch[0];
+    EXPECT_FALSE(k.bulk.once);
+    EXPECT_EQ(k.bulk.tr, 8);
+    const std::string before = ehcuda::describe_route(v.plan, mm(head, 5), ehcuda::route_matmul(v.plan, v.dev, mm(head, 5)));
+    EXPECT_EQ(before.find("weights decoded once"), std::string::npos) << before;
+    v.plan.bulk_group_once = true;
+    const ehcuda::MatmulRoute r = ehcuda::route_matmul(v.plan, v.dev, mm(head, 5));
+    ASSERT_EQ(r.n, 1);
+    EXPECT_TRUE(r.launch[0].bulk.once);
+    EXPECT_EQ(r.launch[0].bulk.tr, ehcuda::kBulkOnceMaxRows);
+    EXPECT_EQ(r.launch[0].bulk.tiles, (151936 + 3) / 4);
+    const std::string after = ehcuda::describe_route(v.plan, mm(head, 5), r);
+    EXPECT_NE(after.find("5 tokens: gemv_bulk_ring_kernel: 4 rows/tile"), std::string::npos) << after;
+    EXPECT_NE(after.find(", weights decoded once"), std::string::npos) << after;
+    // one token: the single-token tile, not marked
+    k = ehcuda::route_matmul(v.plan, v.dev, mm(head, 1)).launch[0];
+    EXPECT_FALSE(k.bulk.once);
+    EXPECT_EQ(k.bulk.tr, 8);
+    // every real shape's groups keep to the bound
+    for (const RealShape& rs : kRealShapes)
+        for (int n : {2, 5, 8})
+            for (const ehcuda::KernelLaunch& l : ehcuda::route_matmul(v.plan, v.dev, mm(shape_of(rs), n)))
+                if (l.ntok > 1 && (l.kernel == RouteKernel::GemvBulk || l.kernel == RouteKernel::GemvBulkRing)) {
+                    EXPECT_TRUE(l.bulk.once) << rs.model << " " << rs.kind;
+                    EXPECT_LE(l.bulk.tr, ehcuda::kBulkOnceMaxRows) << rs.model << " " << rs.kind;
+                }
+}
+
+// bulk_group_norm: a fused RMSNorm of 2 .. 8 tokens runs as token groups
+// (with the key off, the generic kernel as before: the batched step then
+// normalises first), their inputs quantized once where the call's scratch
+// holds the tokens' chunks and 1 / rms, else staged in each block.
+// bulk_group_stage_cols: groups of fewer inputs stage them in each block.
+TEST(KernelRoute, GroupsTakeTheNormAndStageSmallInputs) {
+    Variant v = variant("groups");
+    MatmulShape m = mm(shape_of(real("Llama-3.1-8B", "attn_qkv")), 5);
+    m.rms_norm = true;
+    m.token_scratch = size_t(16) * size_t(m.g.cols) * 2;  // a batched step's
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].kernel, RouteKernel::Generic);
+    v.plan.bulk_group_norm = true;
+    ehcuda::MatmulRoute r = ehcuda::route_matmul(v.plan, v.dev, m);
+    ASSERT_EQ(r.n, 1);
+    EXPECT_EQ(r.launch[0].ntok, 5);
+    EXPECT_TRUE(r.launch[0].bulk.prequant);
+    EXPECT_TRUE(r.launch[0].kernel == RouteKernel::GemvBulk || r.launch[0].kernel == RouteKernel::GemvBulkRing);
+    // a group of 8 whose scratch holds 8 tokens' chunks but not their 1 / rms
+    m.ntok = 8;
+    m.token_scratch = ehcuda::bulk_group_scratch(r.launch[0].bulk, 8, false);
+    r = ehcuda::route_matmul(v.plan, v.dev, m);
+    EXPECT_EQ(r.launch[0].ntok, 8);
+    EXPECT_FALSE(r.launch[0].bulk.prequant);
+    m.token_scratch = ehcuda::bulk_group_scratch(r.launch[0].bulk, 8, true);
+    EXPECT_TRUE(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].bulk.prequant);
+    // the inputs of 4096 columns staged in each block from 4097
+    v.plan.bulk_group_stage_cols = 4097;
+    EXPECT_FALSE(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].bulk.prequant);
+    v.plan.bulk_group_stage_cols = 4096;
+    EXPECT_TRUE(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].bulk.prequant);
+    // one token keeps the single-token fold
+    m.ntok = 1;
+    r = ehcuda::route_matmul(v.plan, v.dev, m);
+    EXPECT_FALSE(r.launch[0].bulk.prequant);
+    EXPECT_EQ(r.launch[0].ntok, 1);
 }
 
 // Routes for a step of N tokens, one line per matrix kind (inspect --kernels).

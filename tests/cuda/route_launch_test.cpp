@@ -1,8 +1,9 @@
 // Every matmul launch matches its route (kernel_route.hpp): the real models'
 // matrices of kernel_route_shapes.inc, as a batched step of 1, 8 and 64
 // tokens runs them (route_step_matmul: one call per token or one call of
-// all), under the plan chosen for this GPU and four variants (exact routing,
-// float input, bulk off, mixed off). A recorder
+// all), under the plan chosen for this GPU and five variants (exact routing,
+// float input, bulk off, mixed off, token groups decoded once with the
+// RMSNorm). A recorder
 // (launch_record.hpp) sees each call's route and the launches it made; each
 // launch must be the route's kernel with its grid, block and shared bytes,
 // in order, and nothing else may launch.
@@ -163,6 +164,14 @@ TEST(RouteLaunch, EveryLaunchMatchesItsRoute) {
     variants.push_back(variants[0]);
     variants.back().name = "mixed off";
     variants.back().plan.gemv_mixed = false;
+    // token groups of up to 8, each weight chunk decoded once, RMSNorm
+    // groups, inputs under 2048 columns staged in each block
+    variants.push_back(variants[0]);
+    variants.back().name = "groups once norm";
+    variants.back().plan.bulk_max_tokens = ehcuda::kBulkMaxTokens;
+    variants.back().plan.bulk_group_once = true;
+    variants.back().plan.bulk_group_norm = true;
+    variants.back().plan.bulk_group_stage_cols = 2048;
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     int max_cols = 0;
@@ -202,8 +211,9 @@ TEST(RouteLaunch, EveryLaunchMatchesItsRoute) {
                         for (int s = 0; s < g.nseg; ++s) all &= ehcuda::gemv_takes_chunks(g.type[s]);
                         if (all) ehcuda::matmul(c, stream);
                     }
-                    if (n == 1) {
-                        ehcuda::MatmulArgs f = o.args(g, 1);
+                    if (n == 1 || (n <= 8 && v.plan.bulk_group_norm)) {
+                        ehcuda::MatmulArgs f = o.args(g, n);
+                        if (n > 1) f.prefill = &ws;
                         f.xmode = ehcuda::XMode::RmsNorm;
                         f.norm_w = o.norm.as<float>();
                         f.norm_eps = 1e-6f;

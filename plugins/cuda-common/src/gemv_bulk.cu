@@ -15,7 +15,12 @@
 // every token's input once per block (or copies it, quantized once by
 // quantize_tokens_kernel) and dots each tile with all of them, so the
 // weights are read once for the group; each token's codes are the
-// single-token launch's, its sums taken in another (fixed) order.
+// single-token launch's, its sums taken in another (fixed) order. Under
+// bulk_group_once (BulkLaunch::once) a group's lanes take chunks as one
+// token's do and each decodes its weight chunk once for all the tokens
+// (gemv_group_dot.cuh). A group's RMSNorm (bulk_group_norm) is taken where
+// its inputs are quantized once: codes of x * norm_w as the one-token fold
+// stages them, each token's 1 / rms applied to its sums.
 #include <algorithm>
 
 #include "bulk_copy.cuh"
@@ -24,6 +29,7 @@
 #include "ehcuda/launch.cuh"
 #include "ehcuda/quant_dp4a.cuh"
 #include "gate_up_pair.cuh"
+#include "gemv_group_dot.cuh"
 #include "gemv_stage.cuh"
 #include "matmul_common.cuh"
 
@@ -42,6 +48,7 @@ struct BulkArgs {
     int x_bytes;        // shared bytes of the staged input, a multiple of 16
     int x_stride;       // token groups: shared bytes of one token's staged input
     const uint8_t* xq;  // token groups: the inputs quantized once (token t at xq + t * x_stride), or null
+    const float* tscale;  // token groups with an RMSNorm: token t's 1 / rms (after the tokens' chunks in xq), or null
 };
 
 // Copies a producer's integer chunks (global, L2-resident) to shared memory:
@@ -94,7 +101,8 @@ __device__ __forceinline__ TileRef tile_ref(const DevArgs& a, int tr, int t) {
 // float reassociation, deterministic.)
 template <int T, int R, int XB, int NT>
 __device__ __forceinline__ void tile_dot_typed(const DevArgs& a, const TileRef& tf, const uint8_t* w,
-                                               const uint8_t* xs, int x_stride, float xscale, int lane) {
+                                               const uint8_t* xs, int x_stride, float xscale, const float* tscale,
+                                               int lane) {
     constexpr int kSlots = 32 / NT;
     const DevSeg& g = *tf.g;
     const int nch = a.cols / 32, nr = tf.nr;
@@ -120,11 +128,53 @@ __device__ __forceinline__ void tile_dot_typed(const DevArgs& a, const TileRef& 
 #pragma unroll
         for (int o = 16; o >= NT; o >>= 1) acc[r] += __shfl_xor_sync(0xffffffffu, acc[r], o);
     if (!on || lane >= NT) return;
+    if (NT > 1 && tscale) xscale = tscale[t];
 #pragma unroll
     for (int r = 0; r < R; ++r) {
         if (r >= nr) break;
         store_out(a, g, t, tf.lr0 + r, __fmul_rn(acc[r], xscale));  // as gemv_kernel rounds
     }
+}
+
+// A token group's tile as tile_dot_typed's, lanes taking chunks as one
+// token's do (lane l: chunks l, l + 32, ...): each lane decodes its chunk
+// of the tile's rows once (decode_wchunk) and dots it with every token's
+// staged chunk, so a group costs one decode and a token's integer dots per
+// weight chunk instead of a decode per token. The R x NT sums (r * NT + t)
+// are added over the warp by transpose_sum; each is stored by the first
+// lane that holds it.
+template <int T, int R, int XB, int NT>
+__device__ __forceinline__ void tile_dot_once(const DevArgs& a, const TileRef& tf, const uint8_t* w,
+                                              const uint8_t* xs, int x_stride, const float* tscale, int lane) {
+    constexpr int V = R * NT;
+    static_assert(V <= 32, "rows x tokens of a tile: at most a warp's lanes");
+    const DevSeg& g = *tf.g;
+    const int nch = a.cols / 32, nr = tf.nr, ntok = a.ntok;
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+    for (int c = lane; c < nch; c += 32) {
+        WChunk<T> wc[R];
+#pragma unroll
+        for (int r = 0; r < R; ++r)
+            if (r < nr) decode_wchunk<T>(w + size_t(r) * g.row_bytes, c, wc[r]);
+#pragma unroll
+        for (int t = 0; t < NT; ++t) {
+            if (t >= ntok) break;  // uniform across the warp
+            XChunk<XB> x;
+            load_staged_int<XB>(xs + size_t(t) * x_stride, c, x);
+#pragma unroll
+            for (int r = 0; r < R; ++r)
+                if (r < nr) acc[r * NT + t] += wchunk_dot<T>(wc[r], x);
+        }
+    }
+    int held = 0;
+    transpose_sum<V>(acc, lane, held);
+    if (lane % (32 / V) != 0) return;
+    const int r = held / NT, t = held % NT;
+    if (r >= nr || t >= ntok) return;
+    const float xscale = tscale ? tscale[t] : 1.0f;
+    store_out(a, g, t, tf.lr0 + r, __fmul_rn(acc[0], xscale));
 }
 
 // tile_dot_typed for the launch's type, or in a mixed-type launch for the
@@ -133,23 +183,41 @@ __device__ __forceinline__ void tile_dot_typed(const DevArgs& a, const TileRef& 
 // dot_chunk_int_any, ran Llama-3.1-8B's Q4_K + Q6_K QKV at 16.1 us a call
 // against 10.4 for its all-Q4_K layers, ncu on an H200; this form took its
 // decode 369.9 -> 378.2 tok/s and Qwen3-8B's 359.1 -> 370.1, same H200.)
+// A mixed launch's decoded-once tile, one function per type: inlined, the
+// eight types' bodies in one tile loop took the resident kernel to 64
+// registers and kilobytes of spills (ptxas, sm_90).
 template <int T, int R, int XB, int NT>
+__device__ __noinline__ void tile_dot_once_call(const DevArgs& a, const TileRef& tf, const uint8_t* w,
+                                                const uint8_t* xs, int x_stride, const float* tscale, int lane) {
+    tile_dot_once<T, R, XB, NT>(a, tf, w, xs, x_stride, tscale, lane);
+}
+template <int T, int R, int XB, int NT, bool Once, bool Mixed = false>
+__device__ __forceinline__ void tile_dot_one(const DevArgs& a, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
+                                             int x_stride, float xscale, const float* tscale, int lane) {
+    if constexpr (Once && Mixed) tile_dot_once_call<T, R, XB, NT>(a, tf, w, xs, x_stride, tscale, lane);
+    else if constexpr (Once) tile_dot_once<T, R, XB, NT>(a, tf, w, xs, x_stride, tscale, lane);
+    else tile_dot_typed<T, R, XB, NT>(a, tf, w, xs, x_stride, xscale, tscale, lane);
+}
+template <int T, int R, int XB, int NT, bool Once>
 __device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, const uint8_t* w, const uint8_t* xs,
-                                         int x_stride, float xscale, int lane) {
+                                         int x_stride, float xscale, const float* tscale, int lane) {
     if constexpr (T != kMixed) {
-        tile_dot_typed<T, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        tile_dot_one<T, R, XB, NT, Once>(a, tf, w, xs, x_stride, xscale, tscale, lane);
     } else {
+#define EHCUDA_TILE_TYPE(TY) \
+    case TY: return tile_dot_one<TY, R, XB, NT, Once, true>(a, tf, w, xs, x_stride, xscale, tscale, lane);
         switch (tf.g->type) {  // mixed_launch_type's types, as dot_chunk_int_any
-        case EH_TYPE_Q4_0: return tile_dot_typed<EH_TYPE_Q4_0, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
-        case EH_TYPE_Q4_1: return tile_dot_typed<EH_TYPE_Q4_1, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
-        case EH_TYPE_Q5_0: return tile_dot_typed<EH_TYPE_Q5_0, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
-        case EH_TYPE_Q5_1: return tile_dot_typed<EH_TYPE_Q5_1, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
-        case EH_TYPE_Q8_0: return tile_dot_typed<EH_TYPE_Q8_0, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
-        case EH_TYPE_Q4_K: return tile_dot_typed<EH_TYPE_Q4_K, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
-        case EH_TYPE_Q5_K: return tile_dot_typed<EH_TYPE_Q5_K, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
-        case EH_TYPE_Q6_K: return tile_dot_typed<EH_TYPE_Q6_K, R, XB, NT>(a, tf, w, xs, x_stride, xscale, lane);
+        EHCUDA_TILE_TYPE(EH_TYPE_Q4_0)
+        EHCUDA_TILE_TYPE(EH_TYPE_Q4_1)
+        EHCUDA_TILE_TYPE(EH_TYPE_Q5_0)
+        EHCUDA_TILE_TYPE(EH_TYPE_Q5_1)
+        EHCUDA_TILE_TYPE(EH_TYPE_Q8_0)
+        EHCUDA_TILE_TYPE(EH_TYPE_Q4_K)
+        EHCUDA_TILE_TYPE(EH_TYPE_Q5_K)
+        EHCUDA_TILE_TYPE(EH_TYPE_Q6_K)
         default: return;  // the host launches only these
         }
+#undef EHCUDA_TILE_TYPE
     }
 }
 
@@ -162,17 +230,88 @@ __device__ __forceinline__ float stage_input(const DevArgs& a, int4* smem) {
     return 1.0f;
 }
 
+// stage_x_int_tokens with an RMSNorm: each token's codes those of x *
+// norm_w (as stage_x_int stages the one-token fold) and its 1 / rms at
+// tsc[t] (shared). A thread's sums of squares are kept per token (its
+// float4 indices may span two tokens), added over the warp, then over the
+// warps in order: a fixed tree.
+template <int Bits>
+__device__ __forceinline__ void stage_tokens_norm(const DevArgs& a, uint8_t* smem, int stride, float* tsc) {
+    constexpr int kT = kBulkMaxTokens;
+    __shared__ float red[kMaxWarps][kT];
+    const int ntok = a.ntok, n4 = a.cols / 4, total = ntok * n4;
+    float ss[kT];
+#pragma unroll
+    for (int u = 0; u < kT; ++u) ss[u] = 0.0f;
+    constexpr int kBatch = 4;
+    for (int base = 0; base < total; base += kBatch * blockDim.x) {
+        float4 vb[kBatch], wb[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int f = base + k * blockDim.x + threadIdx.x;
+            const int t = f / n4, i = f - t * n4;
+            vb[k] = f < total ? reinterpret_cast<const float4*>(a.x + size_t(t) * a.ldx)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+            wb[k] = f < total ? reinterpret_cast<const float4*>(a.norm_w)[i] : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int f = base + k * blockDim.x + threadIdx.x;
+            if (base + k * blockDim.x >= total) break;  // uniform across the block
+            const bool ok = f < total;
+            const int t = ok ? f / n4 : 0, i = f - t * n4;
+            float4 v = vb[k];
+            const float4 w = wb[k];
+            float q = 0.0f;
+            q = fmaf(v.x, v.x, q);
+            q = fmaf(v.y, v.y, q);
+            q = fmaf(v.z, v.z, q);
+            q = fmaf(v.w, v.w, q);
+#pragma unroll
+            for (int u = 0; u < kT; ++u)
+                if (u == t) ss[u] += q;
+            v.x *= w.x;
+            v.y *= w.y;
+            v.z *= w.z;
+            v.w *= w.w;
+            quantize_quad<Bits>(v, ok, i, smem + size_t(t) * stride);
+        }
+    }
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+#pragma unroll
+    for (int u = 0; u < kT; ++u) {
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1) ss[u] += __shfl_xor_sync(0xffffffffu, ss[u], o);
+        if (lane == 0) red[warp][u] = ss[u];
+    }
+    __syncthreads();
+    if (int(threadIdx.x) < ntok) {
+        float tot = 0.0f;
+        for (int w = 0; w < int(blockDim.x >> 5); ++w) tot += red[w][threadIdx.x];
+        tsc[threadIdx.x] = rsqrtf(tot / float(a.cols) + a.norm_eps);
+    }
+    __syncthreads();
+}
+
 // The block's staging: one token's (NT 1: the input staged or a producer's
 // chunks copied; returns the RMSNorm fold's factor), or a token group's
-// (plain or SwiGLU inputs, no fold: the chunks quantized once copied, else
-// each token staged).
+// (the chunks quantized once copied, else each token staged; with an
+// RMSNorm, `tscale` set to the tokens' 1 / rms, in the scratch after their
+// chunks or in tsc).
 template <int XB, int NT>
-__device__ __forceinline__ float stage_block(const BulkArgs& b, int4* smem) {
+__device__ __forceinline__ float stage_block(const BulkArgs& b, int4* smem, const float*& tscale, float* tsc) {
+    tscale = nullptr;
     if constexpr (NT == 1) {
         return stage_input<XB>(b.d, smem);
     } else {
-        if (b.xq) copy_chunks(reinterpret_cast<const int4*>(b.xq), smem, b.d.ntok * b.x_stride / 16);
-        else stage_x_int_tokens<XB>(b.d, reinterpret_cast<uint8_t*>(smem), b.d.ntok, b.x_stride);
+        if (b.xq) {
+            copy_chunks(reinterpret_cast<const int4*>(b.xq), smem, b.d.ntok * b.x_stride / 16);
+            tscale = b.tscale;
+        } else if (b.d.xmode == int(XMode::RmsNorm)) {
+            stage_tokens_norm<XB>(b.d, reinterpret_cast<uint8_t*>(smem), b.x_stride, tsc);
+            tscale = tsc;
+        } else {
+            stage_x_int_tokens<XB>(b.d, reinterpret_cast<uint8_t*>(smem), b.d.ntok, b.x_stride);
+        }
         return 1.0f;
     }
 }
@@ -192,7 +331,7 @@ __device__ __forceinline__ int tile_lead(const TileRef& tf) {
 // before pdl_entry(), then the block stages the input once for all its
 // warps (up to 8 by default: the staging is a per-block cost) while the
 // tiles are in flight.
-template <int T, int R, int XB, int NT>
+template <int T, int R, int XB, int NT, bool Once>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
     const DevArgs& a = b.d;
@@ -210,11 +349,13 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
     }
     pdl_entry();
     pdl_release();
-    const float xscale = stage_block<XB, NT>(b, smem_raw);
+    __shared__ float tsc[kBulkMaxTokens];
+    const float* tscale;
+    const float xscale = stage_block<XB, NT>(b, smem_raw, tscale, tsc);
     if (!active) return;
     mbar_wait(&bars[warp], 0);
     __syncwarp();
-    tile_dot<T, R, XB, NT>(a, tf, tile + tile_lead(tf), xs, b.x_stride, xscale, lane);
+    tile_dot<T, R, XB, NT, Once>(a, tf, tile + tile_lead(tf), xs, b.x_stride, xscale, tscale, lane);
 }
 
 // For matrices of several waves of gemv_bulk_kernel's blocks: a grid that
@@ -228,7 +369,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_kernel(BulkArgs b) {
 // leave the memory idle; here a warp's copies are issued one tile apart.
 // (As the only form, for every matrix, this was slower in models: one-wave
 // matrices need every tile in flight at once. Phi-3 decode 486 -> 446.)
-template <int T, int R, int XB, int NT>
+template <int T, int R, int XB, int NT, bool Once>
 __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs b) {
     static_assert(XB != 0, "the bulk GEMV takes integer inputs only");
     const DevArgs& a = b.d;
@@ -248,7 +389,9 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
     }
     pdl_entry();
     pdl_release();
-    const float xscale = stage_block<XB, NT>(b, smem_raw);
+    __shared__ float tsc[kBulkMaxTokens];
+    const float* tscale;
+    const float xscale = stage_block<XB, NT>(b, smem_raw, tscale, tsc);
     int i = 0;
     for (int t = t0; t < b.tiles; t += nw, ++i) {
         const int k = i & 1;
@@ -256,7 +399,7 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
         const TileRef tf = tile_ref(a, b.rows_per_tile, t);
         mbar_wait(&bars[warp][k], uint32_t(i >> 1) & 1u);
         __syncwarp();
-        tile_dot<T, R, XB, NT>(a, tf, tile + tile_lead(tf), xs, b.x_stride, xscale, lane);
+        tile_dot<T, R, XB, NT, Once>(a, tf, tile + tile_lead(tf), xs, b.x_stride, xscale, tscale, lane);
         if (t + 2 * nw < b.tiles) {
             fence_async_shared();  // this warp's reads of the buffer before the refill
             __syncwarp();
@@ -283,6 +426,49 @@ __global__ void __launch_bounds__(256) quantize_tokens_kernel(DevArgs a, uint8_t
     store_chunk_warp<Bits>(v, out + size_t(t) * stride + size_t(c) * kIntStride<Bits>);
 }
 
+// quantize_tokens_kernel for a group with an RMSNorm: one block a token
+// (kNormWarps warps), the codes those of x * norm_w (as stage_x_int stages
+// the one-token fold), and the token's 1 / rms, from its sum of squares
+// added lane by lane then warp by warp in a fixed order, at scale[t]. All
+// of a lane's loads are issued before the first chunk's shuffles.
+constexpr int kNormWarps = 32;
+template <int Bits>
+__global__ void __launch_bounds__(kNormWarps * 32) quantize_tokens_norm_kernel(DevArgs a, uint8_t* out, int stride,
+                                                                              float* scale) {
+    pdl_entry();
+    pdl_release();
+    __shared__ float red[kNormWarps];
+    const int nch = a.cols / 32, t = int(blockIdx.x), lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const float* x = a.x + size_t(t) * a.ldx;
+    constexpr int kBatch = 4;
+    float ss = 0.0f;
+    for (int base = warp; base < nch; base += kBatch * kNormWarps) {
+        float v[kBatch], wv[kBatch];
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int c = base + k * kNormWarps;
+            v[k] = c < nch ? x[32 * c + lane] : 0.0f;
+            wv[k] = c < nch ? a.norm_w[32 * c + lane] : 0.0f;
+        }
+#pragma unroll
+        for (int k = 0; k < kBatch; ++k) {
+            const int c = base + k * kNormWarps;
+            if (c >= nch) break;  // uniform across the warp
+            ss = fmaf(v[k], v[k], ss);
+            store_chunk_warp<Bits>(v[k] * wv[k], out + size_t(t) * stride + size_t(c) * kIntStride<Bits>);
+        }
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+    if (lane == 0) red[warp] = ss;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        float tot = 0.0f;
+        for (int w = 0; w < kNormWarps; ++w) tot += red[w];
+        scale[t] = rsqrtf(tot / float(a.cols) + a.norm_eps);
+    }
+}
+
 }  // namespace
 
 void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
@@ -290,8 +476,10 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     // (kernel_route.cpp, plan_bulk).
     const BulkLaunch& p = k.bulk;
     const bool group = d.ntok > 1;
+    const bool norm = group && d.xmode == int(XMode::RmsNorm);
     if (d.ntok < 1 || d.ntok > kBulkMaxTokens || d.ntok != p.ntok || p.warps == 0 ||
-        (group && (d.xmode != int(XMode::Plain) && d.xmode != int(XMode::SwiGLU))) ||
+        (group && !norm && d.xmode != int(XMode::Plain) && d.xmode != int(XMode::SwiGLU)) ||
+        (p.once && (!group || p.tr > kBulkOnceMaxRows || k.input != GemvInput::Int16)) ||
         (k.input != GemvInput::Int16 && k.input != GemvInput::Int16x2))
         throw ehp::Error(EH_INTERNAL, "gemv_bulk: a launch the bulk kernels do not take");
     const int R = p.tr <= 1 ? 1 : p.tr <= 2 ? 2 : p.tr <= 4 ? 4 : 8;
@@ -305,10 +493,19 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     b.x_stride = p.x_stride;
     if (group && p.prequant) {
         if (!d.xq) throw ehp::Error(EH_INTERNAL, "gemv_bulk: a token group quantized once needs the call's scratch");
-        const int warps = d.ntok * (d.cols / 32);
-        const unsigned blocks = unsigned((warps + 7) / 8);
-        if (bits == 16) launch("quantize_tokens_kernel", quantize_tokens_kernel<16>, dim3(blocks), 256, 0, stream, d, d.xq, p.x_stride);
-        else launch("quantize_tokens_kernel", quantize_tokens_kernel<32>, dim3(blocks), 256, 0, stream, d, d.xq, p.x_stride);
+        if (norm) {
+            // (the tokens' 1 / rms after their chunks: bulk_group_scratch)
+            float* scale = reinterpret_cast<float*>(d.xq + size_t(d.ntok) * p.x_stride);
+            const unsigned blocks = unsigned(d.ntok), threads = unsigned(kNormWarps * 32);
+            if (bits == 16) launch("quantize_tokens_kernel", quantize_tokens_norm_kernel<16>, dim3(blocks), threads, 0, stream, d, d.xq, p.x_stride, scale);
+            else launch("quantize_tokens_kernel", quantize_tokens_norm_kernel<32>, dim3(blocks), threads, 0, stream, d, d.xq, p.x_stride, scale);
+            b.tscale = scale;
+        } else {
+            const int warps = d.ntok * (d.cols / 32);
+            const unsigned blocks = unsigned((warps + 7) / 8);
+            if (bits == 16) launch("quantize_tokens_kernel", quantize_tokens_kernel<16>, dim3(blocks), 256, 0, stream, d, d.xq, p.x_stride);
+            else launch("quantize_tokens_kernel", quantize_tokens_kernel<32>, dim3(blocks), 256, 0, stream, d, d.xq, p.x_stride);
+        }
         b.xq = d.xq;
     }
     auto go = [&](auto kernel) {
@@ -329,8 +526,16 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
                 // rest of the warp's lanes chunk slots (none left idle for
                 // 2 or 4 tokens)
                 auto by_nt = [&]<int NT>() {
-                    if (p.ring) go(gemv_bulk_ring_kernel<T, R_, XB, NT>);
-                    else go(gemv_bulk_kernel<T, R_, XB, NT>);
+                    if (p.once) {
+                        if constexpr (R_ <= kBulkOnceMaxRows && XB == 16) {
+                            if (p.ring) go(gemv_bulk_ring_kernel<T, R_, XB, NT, true>);
+                            else go(gemv_bulk_kernel<T, R_, XB, NT, true>);
+                        }
+                    } else if (p.ring) {
+                        go(gemv_bulk_ring_kernel<T, R_, XB, NT, false>);
+                    } else {
+                        go(gemv_bulk_kernel<T, R_, XB, NT, false>);
+                    }
                 };
                 static_assert(kBulkMaxTokens == 8, "the token slots below");
                 if (d.ntok <= 2) by_nt.template operator()<2>();
@@ -340,9 +545,9 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
                 throw ehp::Error(EH_INTERNAL, "gemv_bulk: a token group's tile of more than kBulkGroupMaxRows rows");
             }
         } else if (p.ring) {
-            go(gemv_bulk_ring_kernel<T, R_, XB, 1>);
+            go(gemv_bulk_ring_kernel<T, R_, XB, 1, false>);
         } else {
-            go(gemv_bulk_kernel<T, R_, XB, 1>);
+            go(gemv_bulk_kernel<T, R_, XB, 1, false>);
         }
     };
     auto by_bits = [&]<int T, int R_>() {

@@ -78,6 +78,11 @@ BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g, int ntok)
     // A token group's tile costs its warp several times a single token's
     // work: tiles for ~8 warps on every multiprocessor.
     if (ntok > 1) b.tr = std::min({std::max(1, total_rows / (8 * nsm)), cap, kBulkGroupMaxRows});
+    // (each weight chunk decoded once: a lane holds the decoded chunks of
+    // its tile's rows and rows x tokens sums, so at most 4 rows; int16
+    // inputs, llama-cuda's: the kernels are not instantiated for int16x2)
+    b.once = ntok > 1 && p.bulk_group_once && p.gemv_input == GemvInput::Int16;
+    if (b.once) b.tr = std::min(b.tr, kBulkOnceMaxRows);
     for (int s = 0; s < g.nseg; ++s) b.tiles += (g.rows[s] + b.tr - 1) / b.tr;
     b.tile_stride = int((size_t(b.tr) * max_rb + 15 + 15) / 16 * 16);
     const size_t xb = size_t(g.cols / 32) * int_chunk_bytes(p.gemv_input == GemvInput::Int16 ? GemvInput::Int16
@@ -204,7 +209,8 @@ Refusal can_implement_bulk(const KernelPlan& p, const DeviceTraits& dev, const G
 Refusal can_implement_bulk_groups(const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m) {
     if (m.ntok < 2) return {"one token"};
     if (m.ntok > std::min(kBulkMaxTokens, p.bulk_max_tokens)) return {"more tokens than the plan's token groups (bulk_max_tokens)"};
-    if (m.chunk_input || m.rms_norm) return {"a producer's chunks or a fused RMSNorm (one token only)"};
+    if (m.chunk_input) return {"a producer's chunks (one token only)"};
+    if (m.rms_norm && !p.bulk_group_norm) return {"a fused RMSNorm (bulk_group_norm off)"};
     if (!m.aligned || m.g.cols <= 0 || m.g.cols % 32) return {"input not in the fast kernels' float4 form"};
     for (int s = 1; s < m.g.nseg; ++s)
         if (m.g.type[s] != m.g.type[0] && !(mixed_launch_type(m.g.type[0]) && mixed_launch_type(m.g.type[s])))
@@ -212,6 +218,10 @@ Refusal can_implement_bulk_groups(const KernelPlan& p, const DeviceTraits& dev, 
     // groups of two at least (a wider group that does not fit is split)
     if (const Refusal r = can_implement_bulk(p, dev, m.g, 2)) return r;
     return {};
+}
+
+size_t bulk_group_scratch(const BulkLaunch& b, int ntok, bool norm) {
+    return size_t(ntok) * size_t(b.x_stride) + (norm ? size_t(kBulkMaxTokens) * sizeof(float) : 0);
 }
 
 Refusal can_implement_mixed(const KernelPlan& p, const GemvShape& g, int ntok) {
@@ -298,11 +308,13 @@ int total_rows(const GemvShape& g) {
 // kernels when they take them; a group's inputs quantized once when the
 // call's scratch holds them.
 bool add_bulk(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, int seg0, int tok0,
-              int ntok = 1, int reps = 1, size_t token_scratch = 0) {
+              int ntok = 1, int reps = 1, size_t token_scratch = 0, bool norm = false) {
     if (can_implement_bulk(p, dev, g, ntok)) return false;
     KernelLaunch k;
     k.bulk = plan_bulk(p, dev.sm_count, g, ntok);
-    k.bulk.prequant = ntok > 1 && token_scratch >= size_t(ntok) * size_t(k.bulk.x_stride);
+    // (small matrices: each block stages the group's inputs, cheaper than a
+    // launch; so also without the scratch)
+    k.bulk.prequant = ntok > 1 && g.cols >= p.bulk_group_stage_cols && token_scratch >= bulk_group_scratch(k.bulk, ntok, norm);
     k.kernel = k.bulk.ring ? RouteKernel::GemvBulkRing : RouteKernel::GemvBulk;
     k.seg0 = seg0;
     k.nseg = g.nseg;
@@ -327,7 +339,7 @@ bool add_bulk_groups(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& de
     while (nt > 2 && can_implement_bulk(p, dev, m.g, nt)) --nt;
     for (int t0 = 0; t0 < m.ntok;) {
         const int n = std::min(nt, m.ntok - t0), reps = (m.ntok - t0) / n;
-        add_bulk(r, p, dev, m.g, 0, t0, n, reps, m.token_scratch);
+        add_bulk(r, p, dev, m.g, 0, t0, n, reps, m.token_scratch, m.rms_norm);
         t0 += n * reps;
     }
     return true;
@@ -396,7 +408,8 @@ MatmulRoute route_gemv(const KernelPlan& p, const DeviceTraits& dev, const Matmu
 MatmulRoute route_matmul(const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m) {
     if (m.chunk_input) return route_gemv(p, dev, m);
     MatmulRoute r;
-    if (!m.aligned || m.g.cols <= 0 || m.g.cols % 32 || (m.rms_norm && m.ntok != 1)) {
+    if (!m.aligned || m.g.cols <= 0 || m.g.cols % 32 ||
+        (m.rms_norm && m.ntok != 1 && can_implement_bulk_groups(p, dev, m))) {
         // gemv_generic.cu: one launch for segments of one type, else one each
         bool same = true;
         for (int s = 1; s < m.g.nseg; ++s) same &= m.g.type[s] == m.g.type[0];
@@ -440,7 +453,7 @@ std::string launch_text(const KernelLaunch& k, const GemvShape& g) {
         return std::string(route_kernel_name(k.kernel)) + (same ? "" : " (mixed types)") + ": " +
                std::to_string(k.bulk.tr) + " rows/tile, " + std::to_string(k.bulk.warps) + " warps/block, " +
                std::to_string(k.bulk.blocks) + (k.bulk.ring ? " blocks at most (resident)" : " blocks") + in +
-               (k.bulk.prequant ? ", inputs quantized once" : "");
+               (k.bulk.prequant ? ", inputs quantized once" : "") + (k.bulk.once ? ", weights decoded once" : "");
     case RouteKernel::GemvMixed: return "gemv_kernel (mixed types): 1 row/warp" + in;
     case RouteKernel::Gemv:
         return "gemv_kernel: " + std::to_string(k.reg.rows_per_warp) + " rows/warp" +

@@ -277,8 +277,8 @@ void Batch::forward(const ehcuda::StepView& v) {
     // rank or the LM head's lane): the weight-streaming GEMV for a few
     // tokens, the tensor-core GEMM (or cuBLAS past the workspace's
     // threshold) for more: each weight is read once per step either way.
-    auto matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx,
-                      ehcuda::XMode mode, float* y, int ldy, bool accumulate, int n, const float* norm_w = nullptr) {
+    auto matmul_args = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx,
+                           ehcuda::XMode mode, float* y, int ldy, bool accumulate, int n, const float* norm_w) {
         ehcuda::MatmulArgs m;
         m.norm_w = norm_w;
         m.norm_eps = c.eps;
@@ -293,6 +293,11 @@ void Batch::forward(const ehcuda::StepView& v) {
         m.accumulate = accumulate;
         m.ntok = n;
         m.prefill = r.pw;
+        return m;
+    };
+    auto matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx,
+                      ehcuda::XMode mode, float* y, int ldy, bool accumulate, int n, const float* norm_w = nullptr) {
+        const ehcuda::MatmulArgs m = matmul_args(r, segs, nseg, cols, x, ldx, mode, y, ldy, accumulate, n, norm_w);
         if (n > 1 && n < r.pw->min_tokens() && !ehcuda::matmul_groups_tokens(m)) {
             auto one_token = [&](int t, cudaStream_t st) {
                 ehcuda::MatmulArgs one = m;
@@ -311,11 +316,15 @@ void Batch::forward(const ehcuda::StepView& v) {
         }
     };
     // y = segs . RMSNorm(hin) * norm_w: folded into the GEMV's input staging
-    // for one token, a separate kernel (into r.xn) otherwise.
+    // for one token, into a token group's quantization where the groups
+    // take it (KernelPlan::bulk_group_norm), a separate kernel (into r.xn)
+    // otherwise.
     auto normed_matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, const float* hin, const float* norm_w,
                              float* y, int ldy, int n) {
-        if (n == 1 && !lora) {
-            matmul(r, segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
+        const auto fold = ehcuda::XMode::RmsNorm;
+        if (!lora && (n == 1 || ehcuda::matmul_groups_tokens(matmul_args(r, segs, nseg, c.n_embd, hin, c.n_embd, fold,
+                                                                         y, ldy, false, n, norm_w)))) {
+            matmul(r, segs, nseg, c.n_embd, hin, c.n_embd, fold, y, ldy, false, n, norm_w);
             return;
         }
         ehcuda::rmsnorm(hin, c.n_embd, norm_w, r.xn, c.n_embd, c.n_embd, n, c.eps, r.stream);

@@ -77,6 +77,25 @@ struct KernelPlan {
     // 2,402 / 3,115 / 4,371 against 1,614 / 2,036 / 2,713 / 5,365;
     // Llama-3.1-8B 421 / 428 / 424 / 477 against 310 / 532 / 697 / 1,320).
     int bulk_max_tokens = 2;
+    // Token groups dotted lane = chunk (the single-token order): each lane
+    // decodes each weight chunk of its tile once, to byte codes and the
+    // chunk's scales, and dots it with every token's staged chunk, instead
+    // of one lane per token decoding it again for each (tiles of at most 4
+    // rows: the decoded rows and rows x tokens sums stay in registers).
+    // int16 inputs only (int16x2 groups keep the per-token form). Not
+    // measured on a GPU yet: off.
+    bool bulk_group_once = false;
+    // Token groups take an RMSNorm in their inputs' quantization (the
+    // batched step's QKV, gate|up and LM head: no separate rmsnorm kernel),
+    // each token's 1 / rms applied to its sums as the one-token fold does.
+    // Not measured on a GPU yet: off.
+    bool bulk_group_norm = false;
+    // Token groups of fewer inputs than this stage them in each block (and
+    // take an RMSNorm there) instead of after a quantize_tokens launch: for
+    // small matrices the launch costs more than every block's staging.
+    // 0: a launch whenever the call has the scratch. Not measured on a GPU
+    // yet: 0.
+    int bulk_group_stage_cols = 0;
     int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
     // 2 rows per warp from this many (4096, not 2048: with the entry
     // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
@@ -252,6 +271,9 @@ struct BulkLaunch {
     // quantize_tokens_kernel (launched before each group), which its blocks
     // copy instead of each quantizing the float rows.
     bool prequant = false;
+    // A token group dotted lane = chunk, each weight chunk decoded once
+    // (KernelPlan::bulk_group_once).
+    bool once = false;
     size_t smem = 0;
     bool same = true, ring = false;
 };
@@ -260,6 +282,7 @@ constexpr size_t kSmemPerSm = 228 * 1024;    // sm_90; each block also holds 1 K
 constexpr int kBulkMaxWarps = 16;
 constexpr int kBulkMaxTokens = 8;     // the bulk kernels' largest token group
 constexpr int kBulkGroupMaxRows = 8;  // a token group's rows per tile, at most
+constexpr int kBulkOnceMaxRows = 4;   // ... when each weight chunk is decoded once (bulk_group_once)
 // The bulk launch of this shape (kernel_route.hpp's can_implement_bulk says
 // whether the bulk kernels take it at all).
 BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g, int ntok = 1);

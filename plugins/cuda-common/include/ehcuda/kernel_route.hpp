@@ -104,10 +104,16 @@ bool attention_head_dim_fast(int head_dim);
 Refusal can_implement_bulk(const KernelPlan& p, const DeviceTraits& dev, const GemvShape& g, int ntok = 1);
 // A matmul of 2 .. bulk_max_tokens tokens as the bulk kernels' token groups
 // (each weight read once per group, each token's sums those of a
-// single-token launch): plain or SwiGLU inputs in the fast form, one type
+// single-token launch): plain or SwiGLU inputs in the fast form (or an
+// RMSNorm under bulk_group_norm), one type
 // or types of the mixed launch, and groups of two at least fit. Taken
 // before the GEMM, and before a batched step's one call per token.
 Refusal can_implement_bulk_groups(const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m);
+// The call's scratch a token group of `ntok` under launch b needs for its
+// inputs quantized once (BulkLaunch::prequant): the tokens' chunks, then,
+// with an RMSNorm (bulk_group_norm), each token's 1 / rms. Without it (or
+// under bulk_group_stage_cols) each block stages the inputs itself.
+size_t bulk_group_scratch(const BulkLaunch& b, int ntok, bool norm);
 // One launch over segments of different types: one token, an integer
 // input, the plan's gemv_mixed, every type a mixed_launch_type.
 Refusal can_implement_mixed(const KernelPlan& p, const GemvShape& g, int ntok);
