@@ -12,6 +12,8 @@
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/kv_quant.hpp>
 
+#include "staging_layout.hpp"
+
 namespace ehcuda {
 namespace {
 
@@ -19,43 +21,7 @@ namespace {
 // the step buffers when the host names neither a budget nor a fraction.
 constexpr float kDefaultMemoryFraction = 0.9f;
 
-size_t align16(size_t n) { return (n + 15) / 16 * 16; }
-
 }  // namespace
-
-// Where each piece of a step's inputs sits in the staging buffers. What the
-// forward pass reads (tokens .. tables) sits at offsets fixed by the
-// capacities, so a captured graph finds it at the same addresses every step.
-// Everything but the biases and masks lies before the end of the step's
-// block ids, so a plain step uploads its inputs in one copy.
-struct StagingLayout {
-    size_t tokens, pos, rows, table, lora, out_idx, hid_idx, chain, params, counters, edits, tables, etok, eval, masks, out, end;
-    StagingLayout(size_t Tcap, size_t Rcap, size_t Bcap, size_t NE, size_t NM) {
-        size_t at = 0;
-        auto take = [&](size_t bytes) {
-            const size_t o = at;
-            at += align16(bytes);
-            return o;
-        };
-        tokens = take(Tcap * 4);
-        pos = take(Tcap * 4);
-        rows = take(Tcap * 4);
-        table = take(Tcap * 4);
-        lora = take(Tcap * 4);  // each token's LoRA adapter slot, -1: none
-        out_idx = take(Rcap * 4);
-        hid_idx = take(Rcap * 4);  // EH_STEP_HIDDEN entries: at most max_step_entries <= Rcap
-        chain = take(Rcap * 8);  // (token index, row of the step before) per chained entry
-        params = take(Rcap * sizeof(SamplerParams));
-        counters = take(Rcap * sizeof(unsigned long long));
-        edits = take(Rcap * sizeof(RowEdits));
-        tables = take(Bcap * 4);
-        etok = take(NE * 4);
-        eval = take(NE * 4);
-        masks = take(NM * 4);
-        out = take(Rcap * 4);  // host only: the sampled ids, copied back from the device
-        end = at;
-    }
-};
 
 namespace {
 
@@ -711,12 +677,13 @@ BatchBase::Flight BatchBase::stage(const StepEntries& E, const SamplingRows& S, 
         }
         for (size_t p = size_t(nchain); p < sh.padded; ++p) chain[2 * p] = chain[2 * p + 1] = -1;
     }
+    const StagingLayout::Biases b = L.biases_after(tb);
     if (!S.etok.empty()) {
-        std::memcpy(h + L.etok, S.etok.data(), S.etok.size() * 4);
-        std::memcpy(h + L.eval, S.eval.data(), S.eval.size() * 4);
+        std::memcpy(h + b.etok, S.etok.data(), S.etok.size() * 4);
+        std::memcpy(h + b.eval, S.eval.data(), S.eval.size() * 4);
     }
     for (size_t m = 0; m < S.mask_rows.size(); ++m)
-        std::memcpy(h + L.masks + m * sh.words * 4, E.at(S.mask_rows[m]).allowed, sh.words * 4);
+        std::memcpy(h + b.masks + m * sh.words * 4, E.at(S.mask_rows[m]).allowed, sh.words * 4);
     sh.n_tables = tb;
     sh.n_chain = nchain;
     if (nhid != sh.n_hid) throw ehp::Error(EH_INTERNAL, "step: hidden rows staged differ from those counted");
@@ -733,9 +700,9 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
     char* d = slot_dev(sh.slot);
     // The step before may still run: the forward pass follows it on the
     // stream, and chained tokens come from its sampled ids (its slot's out
-    // buffer).
-    upload(sh.slot, 0, L.tables + sh.n_tables * 4);
-    upload(sh.slot, L.etok, L.out);
+    // buffer). One copy: the biases and masks follow the block ids.
+    const StagingLayout::Biases b = L.biases_after(sh.n_tables);
+    upload(sh.slot, 0, b.end);
 
     StepView v;
     v.ntok = int(sh.padded);
@@ -772,9 +739,9 @@ void BatchBase::launch(const StepEntries& E, const SamplingRows& S, const Stagin
         // masked step launches nothing here).
         if (!S.etok.empty())
             adjust_logits(v.logits, int(V), int(R), int(V), reinterpret_cast<const RowEdits*>(d + L.edits),
-                          reinterpret_cast<const int32_t*>(d + L.etok), reinterpret_cast<const float*>(d + L.eval), s);
+                          reinterpret_cast<const int32_t*>(d + b.etok), reinterpret_cast<const float*>(d + b.eval), s);
         sample_tail(L, sh.slot, v.logits, int(R),
-                    S.mask_rows.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + L.masks));
+                    S.mask_rows.empty() ? nullptr : reinterpret_cast<const uint32_t*>(d + b.masks));
     }
     EHC_CHECK(cudaEventRecord(staged_[sh.slot], s));
 }
