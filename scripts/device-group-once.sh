@@ -1,15 +1,17 @@
 #!/usr/bin/env bash
 # On the GPU machine: multi-token steps through the bulk GEMV's token groups
 # with each weight chunk decoded once for the group (plan key
-# bulk_group_once), the RMSNorm taken in the groups' inputs (bulk_group_norm)
-# and small inputs staged in each block instead of a quantize launch
-# (bulk_group_stage_cols), against the defaults and against plain token
-# groups of up to 8, in one call so the machine is the same.
+# bulk_group_once), the RMSNorm taken in the groups' inputs (bulk_group_norm),
+# small inputs staged in each block instead of a quantize launch
+# (bulk_group_stage_cols) and rows too long for whole-row tiles in slices of
+# K (bulk_group_kslice), against the defaults and against plain token groups
+# of up to 8, in one call so the machine is the same.
 #   1. the GPU tests of the token groups (GemvBulk.*, RouteLaunch*, the
 #      batched step's token-group cases against the CPU forward pass);
 #   2. bench decode tok/s at --batch 1 (defaults only: no group runs) and
 #      each of BATCHES (default "2 4 8") under each of PLANS (default
-#      "defaults groups8 once once+norm+stage").
+#      "defaults groups8 once+norm+stage all"; also: once; all: long rows in
+#      slices of K, bulk_group_kslice).
 #
 #   scripts/device-group-once.sh BUILD_DIR MODEL.gguf...
 # ARGS (default "-p 128 -n 128 -r 3"); TESTS=0 skips part 1.
@@ -43,13 +45,14 @@ declare -A plans=(
   [groups8]='{"kernels":{"bulk_max_tokens":8}}'
   [once]='{"kernels":{"bulk_max_tokens":8,"bulk_group_once":true}}'
   [once+norm+stage]='{"kernels":{"bulk_max_tokens":8,"bulk_group_once":true,"bulk_group_norm":true,"bulk_group_stage_cols":1024}}'
+  [all]='{"kernels":{"bulk_max_tokens":8,"bulk_group_once":true,"bulk_group_norm":true,"bulk_group_stage_cols":1024,"bulk_group_kslice":true}}'
 )
 for model in "$@"; do
   name=$(basename "$model" .gguf)
   echo "$name batch 1: decode tok/s defaults $(bench "$model" 1 '{}')"
   for b in ${BATCHES:-2 4 8}; do
     line="$name batch $b: decode tok/s"
-    for p in ${PLANS:-defaults groups8 once once+norm+stage}; do line+="  $p $(bench "$model" "$b" "${plans[$p]}")"; done
+    for p in ${PLANS:-defaults groups8 once+norm+stage all}; do line+="  $p $(bench "$model" "$b" "${plans[$p]}")"; done
     echo "$line"
   done
 done

@@ -304,14 +304,34 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
                         // 0 / 1: one-shot blocks / the resident grid, each block
                         // quantizing the float rows; 2: the inputs quantized once
                         // into the workspace's scratch (as a batched step runs
-                        // them); 3 .. 5: the same, each weight chunk decoded once
+                        // them); 3 .. 5: the same, each weight chunk decoded once;
+                        // 6: 5 with rows too long for two in a tile in slices of
+                        // K (bulk_group_kslice: the 14336-input shape), its
+                        // second run the same bits
                         std::vector<float> first;
-                        for (int form = 0; form <= 5; ++form) {
+                        for (int form = 0; form <= 7; ++form) {
                             ehcuda::MatmulArgs g = a;
-                            if (form % 3 == 2) g.prefill = &ws;
+                            if (form % 3 == 2 || form >= 6) g.prefill = &ws;
                             set_bulk_group_once(form >= 3);
-                            const auto got = run(g, true, y0, nullptr, form % 3 == 1 ? 1 : 0);
+                            set_bulk_group_kslice(form >= 6);
+                            if (form == 6 && sh.cols == 14336 && in == ehcuda::GemvInput::Int16) {
+                                ehcuda::MatmulShape m;
+                                m.g.type[0] = type;
+                                m.g.rows[0] = sh.rows;
+                                m.g.row_bytes[0] = rb;
+                                m.g.cols = sh.cols;
+                                m.ntok = n;
+                                m.token_scratch = ws.act_halves() * 2;
+                                m.aligned = true;
+                                int sms = 0;
+                                GPU_OK(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0));
+                                const auto r = ehcuda::route_matmul(ehcuda::plan(), ehcuda::DeviceTraits{9, 0, sms}, m);
+                                ASSERT_EQ(r.n, 1) << what;
+                                ASSERT_GT(r.launch[0].bulk.kslice, 0) << what << ": not sliced";
+                            }
+                            const auto got = run(g, true, y0, nullptr, form % 3 == 1 && form < 6 ? 1 : 0);
                             set_bulk_group_once(false);
+                            set_bulk_group_kslice(false);
                             GPU_OK(cudaGetLastError());
                             // float reassociation of a row's chunk sums: within a
                             // small part of the outputs' typical size
@@ -320,7 +340,7 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
                             for (size_t i = 0; i < size_t(n) * sh.rows; ++i)
                                 ASSERT_NEAR(ref[i], got[i], 1e-4 * (std::fabs(ref[i]) + typical))
                                     << what << " form " << form << " token " << i / sh.rows << " row " << i % sh.rows;
-                            if (form % 3 == 0) first = got;
+                            if (form % 3 == 0) first = got;  // (6: its own first)
                             else
                                 for (size_t i = 0; i < size_t(n) * sh.rows; ++i)
                                     ASSERT_EQ(first[i], got[i]) << what << " form " << form << " element " << i;
@@ -371,7 +391,7 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
         ++checked;
     }
     set_bulk_max_tokens(groups_was);
-    EXPECT_GT(checked, 900);
+    EXPECT_GT(checked, 1200);
 }
 
 // Token groups with an RMSNorm (bulk_group_norm: the norm taken where the

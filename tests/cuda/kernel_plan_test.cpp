@@ -136,6 +136,7 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_FALSE(p.bulk_group_once);
     EXPECT_FALSE(p.bulk_group_norm);
     EXPECT_EQ(p.bulk_group_stage_cols, 0);
+    EXPECT_FALSE(p.bulk_group_kslice);
 }
 
 TEST(KernelPlan, OptionsOverride) {
@@ -145,7 +146,8 @@ TEST(KernelPlan, OptionsOverride) {
                                     "batch_moe_grouped_max": 64, "allreduce_nccl_min_floats": 0,
                                     "allreduce_signals": true, "moe_tile_pass_tokens": 0,
                                     "moe_decode_pass_tokens": 16, "bulk_group_once": true,
-                                    "bulk_group_norm": true, "bulk_group_stage_cols": 1024}})");
+                                    "bulk_group_norm": true, "bulk_group_stage_cols": 1024,
+                                    "bulk_group_kslice": true}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -160,6 +162,7 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_TRUE(p.bulk_group_once);
     EXPECT_TRUE(p.bulk_group_norm);
     EXPECT_EQ(p.bulk_group_stage_cols, 1024);
+    EXPECT_TRUE(p.bulk_group_kslice);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 0);
     EXPECT_TRUE(p.allreduce_signals);
     EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value

@@ -448,6 +448,58 @@ TEST(KernelRoute, GroupsTakeTheNormAndStageSmallInputs) {
     EXPECT_EQ(r.launch[0].ntok, 1);
 }
 
+// bulk_group_kslice: a group over rows too long for two in a tile (Llama's
+// ffn_down, 14336 inputs) is one launch of all its tokens, blocks of 8
+// warps x 4 rows walking K in slices, instead of narrower groups of one
+// row a tile (8 tokens: two groups of 4); only with the inputs quantized
+// once, only for such rows, and with the weights decoded once.
+TEST(KernelRoute, GroupsSliceLongRows) {
+    Variant v = variant("groups");
+    v.plan.bulk_group_once = true;
+    MatmulShape m = mm(shape_of(real("Llama-3.1-8B", "ffn_down")), 8);
+    m.token_scratch = size_t(16) * size_t(m.g.cols) * 2;  // a batched step's
+    ehcuda::MatmulRoute r = ehcuda::route_matmul(v.plan, v.dev, m);
+    EXPECT_LT(r.launch[0].ntok, 8);  // narrower groups, as before
+    EXPECT_EQ(r.launch[0].bulk.kslice, 0);
+    v.plan.bulk_group_kslice = true;
+    r = ehcuda::route_matmul(v.plan, v.dev, m);
+    ASSERT_EQ(r.n, 1);
+    const ehcuda::KernelLaunch& k = r.launch[0];
+    EXPECT_EQ(k.kernel, RouteKernel::GemvBulk);
+    EXPECT_EQ(k.ntok, 8);
+    EXPECT_EQ(k.bulk.kslice, 64);  // 2048 inputs a slice
+    EXPECT_EQ(k.bulk.tr, 4);
+    EXPECT_EQ(k.threads, 8 * 32);
+    EXPECT_EQ(k.blocks, 4096 / 32);
+    EXPECT_TRUE(k.bulk.prequant && k.bulk.once);
+    EXPECT_EQ(k.bulk.tile_stride, 8 * 210);  // a Q6_K row's 2048 inputs
+    EXPECT_EQ(k.smem, size_t(2 * 8 * 64 * 80 + 8 * 2 * 4 * 8 * 210));
+    EXPECT_LE(k.smem, ehcuda::kBulkMaxSmem);
+    const std::string text = ehcuda::describe_route(v.plan, m, r);
+    EXPECT_NE(text.find("8 tokens: gemv_bulk_kernel: 4 rows/tile, 8 warps/block, 128 blocks"), std::string::npos) << text;
+    EXPECT_NE(text.find(", K in slices of 2048"), std::string::npos) << text;
+    // 5 tokens: one launch too
+    m.ntok = 5;
+    r = ehcuda::route_matmul(v.plan, v.dev, m);
+    ASSERT_EQ(r.n, 1);
+    EXPECT_EQ(r.launch[0].ntok, 5);
+    EXPECT_EQ(r.launch[0].bulk.x_bytes, 5 * 64 * 80);
+    // without the scratch (or staged in each block): the whole-row groups
+    m.token_scratch = 0;
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].bulk.kslice, 0);
+    m.token_scratch = size_t(16) * size_t(m.g.cols) * 2;
+    v.plan.bulk_group_stage_cols = 16384;
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, m).launch[0].bulk.kslice, 0);
+    v.plan.bulk_group_stage_cols = 0;
+    // rows of 4096 inputs (two fit a tile): not sliced
+    MatmulShape qkv = mm(shape_of(real("Llama-3.1-8B", "attn_output")), 8);
+    qkv.token_scratch = m.token_scratch;
+    EXPECT_EQ(ehcuda::route_matmul(v.plan, v.dev, qkv).launch[0].bulk.kslice, 0);
+    // without bulk_group_once: not sliced
+    v.plan.bulk_group_once = false;
+    EXPECT_EQ(ehcuda::plan_bulk_slices(v.plan, 132, m.g, 8).warps, 0);
+}
+
 // Routes for a step of N tokens, one line per matrix kind (inspect --kernels).
 TEST(KernelRoute, StepLinesPerKind) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);

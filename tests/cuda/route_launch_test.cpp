@@ -165,13 +165,15 @@ TEST(RouteLaunch, EveryLaunchMatchesItsRoute) {
     variants.back().name = "mixed off";
     variants.back().plan.gemv_mixed = false;
     // token groups of up to 8, each weight chunk decoded once, RMSNorm
-    // groups, inputs under 2048 columns staged in each block
+    // groups, inputs under 2048 columns staged in each block, long rows in
+    // slices of K
     variants.push_back(variants[0]);
     variants.back().name = "groups once norm";
     variants.back().plan.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     variants.back().plan.bulk_group_once = true;
     variants.back().plan.bulk_group_norm = true;
     variants.back().plan.bulk_group_stage_cols = 2048;
+    variants.back().plan.bulk_group_kslice = true;  // (Llama-3.1-8B's ffn_down)
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     int max_cols = 0;

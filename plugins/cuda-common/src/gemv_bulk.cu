@@ -49,6 +49,7 @@ struct BulkArgs {
     int x_stride;       // token groups: shared bytes of one token's staged input
     const uint8_t* xq;  // token groups: the inputs quantized once (token t at xq + t * x_stride), or null
     const float* tscale;  // token groups with an RMSNorm: token t's 1 / rms (after the tokens' chunks in xq), or null
+    int kslice;           // a sliced group's chunks of K a step (gemv_bulk_slice_kernel), else 0
 };
 
 // Copies a producer's integer chunks (global, L2-resident) to shared memory:
@@ -408,6 +409,103 @@ __global__ void __launch_bounds__(kMaxWarps * 32) gemv_bulk_ring_kernel(BulkArgs
     }
 }
 
+// A token group over rows too long for whole-row tiles (BulkLaunch::kslice,
+// plan_bulk_slices): a block's kBulkSliceWarps warps take kBulkOnceMaxRows
+// rows each and walk K in slices of S chunks together, each slice's inputs
+// (the tokens' chunks quantized once, b.xq) copied once for the block and
+// each warp's rows' slices by its lane 0, two slices in flight. A lane
+// takes chunks c, c + 32 of each slice, so the same chunks in the same
+// order as tile_dot_once's lane over whole rows; the sums are added over
+// the warp and stored once, after the last slice.
+template <int T, int NT>
+__global__ void __launch_bounds__(kBulkSliceWarps * 32) gemv_bulk_slice_kernel(BulkArgs b) {
+    constexpr int R = kBulkOnceMaxRows, W = kBulkSliceWarps, V = R * NT;
+    constexpr int kXc = kIntStride<16>;
+    const DevArgs& a = b.d;
+    const DevSeg& g = a.seg[0];
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int S = b.kslice, parts = a.cols / 32 / S, ntok = a.ntok;
+    const int sb = b.tile_stride;  // one row's slice, a multiple of 16 bytes
+    __shared__ uint64_t xbar[2], wbar[W][2];
+    extern __shared__ int4 smem_raw[];
+    uint8_t* xbuf = reinterpret_cast<uint8_t*>(smem_raw);
+    uint8_t* wbuf = xbuf + 2 * size_t(b.x_bytes) + size_t(warp) * 2 * R * sb;
+    const int row0 = (int(blockIdx.x) * W + warp) * R;
+    const int nr = max(0, min(R, g.rows - row0));
+    auto issue_w = [&](int part, int k) {  // lane 0 of a warp with rows
+        mbar_expect(&wbar[warp][k], uint32_t(nr * sb));
+        for (int r = 0; r < nr; ++r)
+            bulk_copy(wbuf + size_t(k) * R * sb + size_t(r) * sb,
+                      g.w + size_t(row0 + r) * g.row_bytes + size_t(part) * sb, uint32_t(sb), &wbar[warp][k]);
+    };
+    auto issue_x = [&](int part, int k) {  // thread 0
+        const int cb = S * kXc;
+        mbar_expect(&xbar[k], uint32_t(ntok * cb));
+        for (int t = 0; t < ntok; ++t)
+            bulk_copy(xbuf + size_t(k) * b.x_bytes + size_t(t) * cb, b.xq + size_t(t) * b.x_stride + size_t(part) * cb,
+                      uint32_t(cb), &xbar[k]);
+    };
+    if (threadIdx.x == 0) {
+        mbar_init(&xbar[0]);
+        mbar_init(&xbar[1]);
+    }
+    if (lane == 0) {
+        mbar_init(&wbar[warp][0]);
+        mbar_init(&wbar[warp][1]);
+    }
+    __syncthreads();
+    // the weights before the wait for the kernel before (they are never
+    // written), the inputs (its output) after it
+    if (lane == 0 && nr > 0)
+        for (int k = 0; k < 2 && k < parts; ++k) issue_w(k, k);
+    pdl_entry();
+    pdl_release();
+    if (threadIdx.x == 0)
+        for (int k = 0; k < 2 && k < parts; ++k) issue_x(k, k);
+    float acc[V];
+#pragma unroll
+    for (int i = 0; i < V; ++i) acc[i] = 0.0f;
+    for (int part = 0; part < parts; ++part) {
+        const int k = part & 1;
+        const uint32_t parity = uint32_t(part >> 1) & 1u;
+        mbar_wait(&xbar[k], parity);
+        if (nr > 0) {
+            mbar_wait(&wbar[warp][k], parity);
+            __syncwarp();
+            const uint8_t* w = wbuf + size_t(k) * R * sb;
+            const uint8_t* xs = xbuf + size_t(k) * b.x_bytes;
+            for (int c = lane; c < S; c += 32) {
+                WChunk<T> wc[R];
+#pragma unroll
+                for (int r = 0; r < R; ++r)
+                    if (r < nr) decode_wchunk<T>(w + size_t(r) * sb, c, wc[r]);
+#pragma unroll
+                for (int t = 0; t < NT; ++t) {
+                    if (t >= ntok) break;  // uniform across the block
+                    XChunk<16> x;
+                    load_staged_int<16>(xs + size_t(t) * S * kXc, c, x);
+#pragma unroll
+                    for (int r = 0; r < R; ++r)
+                        if (r < nr) acc[r * NT + t] += wchunk_dot<T>(wc[r], x);
+                }
+            }
+        }
+        if (part + 2 < parts) {  // (uniform) every warp done with buffer k: refill it
+            fence_async_shared();
+            __syncthreads();
+            if (threadIdx.x == 0) issue_x(part + 2, k);
+            if (lane == 0 && nr > 0) issue_w(part + 2, k);
+        }
+    }
+    if (nr == 0) return;
+    int held = 0;
+    transpose_sum<V>(acc, lane, held);
+    if (lane % (32 / V) != 0) return;
+    const int r = held / NT, t = held % NT;
+    if (r >= nr || t >= ntok) return;
+    store_out(a, g, t, row0 + r, __fmul_rn(acc[0], b.tscale ? b.tscale[t] : 1.0f));
+}
+
 // A token group's inputs quantized once, for every block of the group's
 // launch to copy (BulkLaunch::prequant): one warp per token and 32-element
 // chunk, rounded as stage_x_int rounds (store_chunk_warp), so the codes are
@@ -482,6 +580,9 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
         (p.once && (!group || p.tr > kBulkOnceMaxRows || k.input != GemvInput::Int16)) ||
         (k.input != GemvInput::Int16 && k.input != GemvInput::Int16x2))
         throw ehp::Error(EH_INTERNAL, "gemv_bulk: a launch the bulk kernels do not take");
+    if (p.kslice && (!group || !p.once || !p.prequant || d.nseg != 1 || k.input != GemvInput::Int16 ||
+                     p.tile_stride % 16 || d.seg[0].row_bytes % 16 || reinterpret_cast<uintptr_t>(d.seg[0].w) % 16))
+        throw ehp::Error(EH_INTERNAL, "gemv_bulk: a sliced token group needs one 16-byte aligned segment and its inputs quantized once");
     const int R = p.tr <= 1 ? 1 : p.tr <= 2 ? 2 : p.tr <= 4 ? 4 : 8;
     const int bits = k.input == GemvInput::Int16 ? 16 : 32;
     BulkArgs b{};
@@ -491,6 +592,7 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     b.tile_stride = p.tile_stride;
     b.x_bytes = p.x_bytes;
     b.x_stride = p.x_stride;
+    b.kslice = p.kslice;
     if (group && p.prequant) {
         if (!d.xq) throw ehp::Error(EH_INTERNAL, "gemv_bulk: a token group quantized once needs the call's scratch");
         if (norm) {
@@ -519,6 +621,23 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
         launch(p.ring ? "gemv_bulk_ring_kernel" : "gemv_bulk_kernel", kernel, dim3(unsigned(blocks)), p.warps * 32,
                p.smem, stream, b);
     };
+    if (p.kslice) {  // (after the quantize launch above)
+        int_type_dispatch(uint32_t(d.seg[0].type), [&]<int T>() {
+            if constexpr (T == EH_TYPE_MXFP4) {
+                throw ehp::Error(EH_INTERNAL, "gemv_bulk: MXFP4");  // plan_bulk_slices refuses it
+            } else {
+                auto one = [&](auto kernel) {
+                    allow_dynamic_smem(kernel, p.smem);
+                    launch("gemv_bulk_kernel", kernel, dim3(unsigned(p.blocks)), p.warps * 32, p.smem, stream, b);
+                };
+                if (d.ntok <= 2) one(gemv_bulk_slice_kernel<T, 2>);
+                else if (d.ntok <= 4) one(gemv_bulk_slice_kernel<T, 4>);
+                else one(gemv_bulk_slice_kernel<T, 8>);
+            }
+        });
+        EHC_LAUNCHED("gemv_bulk_kernel");
+        return;
+    }
     auto by_group = [&]<int T, int R_, int XB>() {
         if (group) {
             if constexpr (R_ <= kBulkGroupMaxRows) {

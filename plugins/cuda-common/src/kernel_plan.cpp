@@ -71,6 +71,7 @@ const std::vector<Key>& keys() {
         EHCUDA_BOOL_KEY(bulk_group_once),
         EHCUDA_BOOL_KEY(bulk_group_norm),
         EHCUDA_INT_KEY(bulk_group_stage_cols, 0, kBig),
+        EHCUDA_BOOL_KEY(bulk_group_kslice),
         EHCUDA_INT_KEY(gemv_r4_rows, 1, kBig),
         EHCUDA_INT_KEY(gemv_r2_rows, 1, kBig),
         EHCUDA_INT_KEY(split_groups, 0, kBig),

@@ -137,6 +137,43 @@ BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g, int ntok)
     return b;
 }
 
+BulkLaunch plan_bulk_slices(const KernelPlan& p, int nsm, const GemvShape& g, int ntok) {
+    BulkLaunch b;
+    if (ntok < 2 || ntok > kBulkMaxTokens || !p.bulk_group_kslice || !p.bulk_group_once ||
+        p.gemv_input != GemvInput::Int16 || g.nseg != 1 || !int_input_type(g.type[0]) || g.type[0] == EH_TYPE_MXFP4 ||
+        g.cols <= 0 || g.cols % 256 || g.row_bytes[0] == 0 || g.row_bytes[0] % 16 || nsm <= 0)
+        return b;
+    // only rows of which a tile holds fewer than two: there a whole-row
+    // group tiles one row per warp and stages every token's whole input
+    if ((size_t(p.bulk_tile_kb) << 10) / g.row_bytes[0] >= 2) return b;
+    const int nch = g.cols / 32;
+    const size_t xc = int_chunk_bytes(GemvInput::Int16);
+    const BulkLaunch whole = plan_bulk(p, nsm, g, ntok);  // (its x_stride: the scratch's layout)
+    // the widest slice (whole K-quant super-blocks, 16-byte rows) whose two
+    // input and weight buffers fit
+    for (int sl = 64; sl >= 8; sl /= 2) {
+        if (nch % sl) continue;
+        const size_t sb = row_bytes(g.type[0], int64_t(sl) * 32);
+        if (sb == 0 || sb % 16) continue;
+        const size_t xbytes = size_t(ntok) * sl * xc;
+        const size_t smem = 2 * xbytes + size_t(kBulkSliceWarps) * 2 * kBulkOnceMaxRows * sb;
+        if (smem > kBulkMaxSmem) continue;
+        b.kslice = sl;
+        b.once = true;
+        b.ntok = ntok;
+        b.tr = kBulkOnceMaxRows;
+        b.tiles = (g.rows[0] + b.tr - 1) / b.tr;
+        b.warps = kBulkSliceWarps;
+        b.blocks = (b.tiles + b.warps - 1) / b.warps;
+        b.tile_stride = int(sb);
+        b.x_bytes = int(xbytes);
+        b.x_stride = whole.x_stride;
+        b.smem = smem;
+        return b;
+    }
+    return b;
+}
+
 RegisterLaunch plan_register(const KernelPlan& p, int ntok, const GemvShape& g) {
     RegisterLaunch r;
     int total_rows = 0;
@@ -335,6 +372,23 @@ bool add_bulk(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, cons
 // single-token launch).
 bool add_bulk_groups(MatmulRoute& r, const KernelPlan& p, const DeviceTraits& dev, const MatmulShape& m) {
     if (can_implement_bulk_groups(p, dev, m)) return false;
+    // rows too long for whole-row tiles: one sliced launch of all the
+    // tokens where the call's scratch holds their inputs quantized once
+    if (const BulkLaunch s = plan_bulk_slices(p, dev.sm_count, m.g, m.ntok);
+        s.warps && m.g.cols >= p.bulk_group_stage_cols && m.token_scratch >= bulk_group_scratch(s, m.ntok, m.rms_norm)) {
+        KernelLaunch k;
+        k.bulk = s;
+        k.bulk.prequant = true;
+        k.kernel = RouteKernel::GemvBulk;
+        k.nseg = 1;
+        k.ntok = m.ntok;
+        k.input = p.gemv_input;
+        k.blocks = s.blocks;
+        k.threads = s.warps * 32;
+        k.smem = s.smem;
+        r.launch[size_t(r.n++)] = k;
+        return true;
+    }
     int nt = std::min({m.ntok, p.bulk_max_tokens, kBulkMaxTokens});
     while (nt > 2 && can_implement_bulk(p, dev, m.g, nt)) --nt;
     for (int t0 = 0; t0 < m.ntok;) {
@@ -453,7 +507,8 @@ std::string launch_text(const KernelLaunch& k, const GemvShape& g) {
         return std::string(route_kernel_name(k.kernel)) + (same ? "" : " (mixed types)") + ": " +
                std::to_string(k.bulk.tr) + " rows/tile, " + std::to_string(k.bulk.warps) + " warps/block, " +
                std::to_string(k.bulk.blocks) + (k.bulk.ring ? " blocks at most (resident)" : " blocks") + in +
-               (k.bulk.prequant ? ", inputs quantized once" : "") + (k.bulk.once ? ", weights decoded once" : "");
+               (k.bulk.prequant ? ", inputs quantized once" : "") + (k.bulk.once ? ", weights decoded once" : "") +
+               (k.bulk.kslice ? ", K in slices of " + std::to_string(k.bulk.kslice * 32) : "");
     case RouteKernel::GemvMixed: return "gemv_kernel (mixed types): 1 row/warp" + in;
     case RouteKernel::Gemv:
         return "gemv_kernel: " + std::to_string(k.reg.rows_per_warp) + " rows/warp" +

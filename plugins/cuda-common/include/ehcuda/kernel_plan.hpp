@@ -96,6 +96,13 @@ struct KernelPlan {
     // 0: a launch whenever the call has the scratch. Not measured on a GPU
     // yet: 0.
     int bulk_group_stage_cols = 0;
+    // Token groups (decoded once) over rows too long for two in a tile
+    // (ffn_down of 14336 inputs): one launch for all the group's tokens,
+    // each block 32 rows in slices of K, the slice's inputs shared by its
+    // warps (plan_bulk_slices), instead of narrower groups each reading the
+    // weights and one row per tile. Needs the inputs quantized once. Not
+    // measured on a GPU yet: off.
+    bool bulk_group_kslice = false;
     int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
     // 2 rows per warp from this many (4096, not 2048: with the entry
     // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
@@ -274,6 +281,8 @@ struct BulkLaunch {
     // A token group dotted lane = chunk, each weight chunk decoded once
     // (KernelPlan::bulk_group_once).
     bool once = false;
+    // Chunks of K a block takes at a time (plan_bulk_slices); 0: whole rows.
+    int kslice = 0;
     size_t smem = 0;
     bool same = true, ring = false;
 };
@@ -286,6 +295,13 @@ constexpr int kBulkOnceMaxRows = 4;   // ... when each weight chunk is decoded o
 // The bulk launch of this shape (kernel_route.hpp's can_implement_bulk says
 // whether the bulk kernels take it at all).
 BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g, int ntok = 1);
+// A token group's sliced launch (bulk_group_kslice): blocks of
+// kBulkSliceWarps warps x kBulkOnceMaxRows rows, K in slices of `kslice`
+// chunks, double-buffered; warps == 0 where it does not apply (one segment
+// of rows too long for two in a tile, whole 16-byte slices, int16 input,
+// decoded once).
+constexpr int kBulkSliceWarps = 8;
+BulkLaunch plan_bulk_slices(const KernelPlan& p, int sm_count, const GemvShape& g, int ntok);
 
 // The register GEMV's launch (gemv.cu): rows per warp and split-K.
 struct RegisterLaunch {

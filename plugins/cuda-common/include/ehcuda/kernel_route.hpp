@@ -39,7 +39,7 @@ struct MatmulShape {
     GemvShape g;
     int ntok = 1;
     bool chunk_input = false;    // XMode::Chunks: a producer's integer chunks (one token)
-    bool rms_norm = false;       // XMode::RmsNorm: the norm folded into the input staging (one token)
+    bool rms_norm = false;       // XMode::RmsNorm: the norm folded into the input staging (one token; groups: bulk_group_norm)
     bool aligned = true;         // x and ldx in the fast kernels' float4 form (else the generic kernel)
     int prefill_min_tokens = 0;  // the attached prefill workspace's threshold; 0: none attached or off
     // Bytes of device scratch the call has for a token group's inputs
