@@ -249,8 +249,9 @@ TEST(GemvBulk, SegmentsBitwiseEqual) {
 TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
     REQUIRE_GPU();
     BulkGuard bg(true);
-    const int groups_was = ehcuda::plan().bulk_max_tokens;
+    const ehcuda::KernelPlan plan_was = test_plan();
     set_bulk_max_tokens(ehcuda::kBulkMaxTokens);
+    set_bulk_group_stage_cols(0);  // (form 2: every shape's inputs quantized once)
     const Shape shapes[] = {{37, 96}, {4100, 640}, {896, 4864}, {512, 14336}};
     ehcuda::PrefillShape ps;
     ps.max_tokens = 16;
@@ -330,8 +331,6 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
                                 ASSERT_GT(r.launch[0].bulk.kslice, 0) << what << ": not sliced";
                             }
                             const auto got = run(g, true, y0, nullptr, form % 3 == 1 && form < 6 ? 1 : 0);
-                            set_bulk_group_once(false);
-                            set_bulk_group_kslice(false);
                             GPU_OK(cudaGetLastError());
                             // float reassociation of a row's chunk sums: within a
                             // small part of the outputs' typical size
@@ -378,7 +377,6 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
         a.ntok = 4;
         ASSERT_TRUE(ehcuda::matmul_groups_tokens(a));
         const auto got = run(a, true, y0);
-        set_bulk_group_once(false);
         for (int t = 0; t < 4; ++t) {
             ehcuda::MatmulArgs one = a;
             one.ntok = 1;
@@ -390,7 +388,7 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
         }
         ++checked;
     }
-    set_bulk_max_tokens(groups_was);
+    test_plan() = plan_was;
     EXPECT_GT(checked, 1200);
 }
 
@@ -404,9 +402,11 @@ TEST(GemvBulk, TokenGroupsAgreeWithOneTokenAtATime) {
 TEST(GemvBulk, TokenGroupsTakeTheRmsNorm) {
     REQUIRE_GPU();
     BulkGuard bg(true);
-    const int groups_was = ehcuda::plan().bulk_max_tokens;
+    const ehcuda::KernelPlan plan_was = test_plan();
     set_bulk_max_tokens(ehcuda::kBulkMaxTokens);
     set_bulk_group_norm(true);
+    set_bulk_group_stage_cols(0);
+    set_bulk_group_kslice(false);
     ehcuda::PrefillShape ps;
     ps.max_tokens = 16;
     ps.max_cols = 4096;
@@ -468,7 +468,6 @@ TEST(GemvBulk, TokenGroupsTakeTheRmsNorm) {
                         set_bulk_group_once(once);
                         const auto got = run(g, true, y0);
                         const auto again = run(g, true, y0, nullptr, 1);  // the resident grid
-                        set_bulk_group_once(false);
                         GPU_OK(cudaGetLastError());
                         for (size_t i = 0; i < size_t(n) * sh.rows; ++i) {
                             ASSERT_NEAR(ref[i], got[i], 1e-4 * (std::fabs(ref[i]) + s0 / sh.rows))
@@ -479,8 +478,7 @@ TEST(GemvBulk, TokenGroupsTakeTheRmsNorm) {
                     }
                 }
         }
-    set_bulk_group_norm(false);
-    set_bulk_max_tokens(groups_was);
+    test_plan() = plan_was;
     EXPECT_GE(checked, 120);
 }
 

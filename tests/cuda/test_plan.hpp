@@ -23,6 +23,7 @@ inline void set_bulk_max_tokens(int n) { test_plan().bulk_max_tokens = n; }
 inline void set_bulk_group_once(bool on) { test_plan().bulk_group_once = on; }
 inline void set_bulk_group_norm(bool on) { test_plan().bulk_group_norm = on; }
 inline void set_bulk_group_kslice(bool on) { test_plan().bulk_group_kslice = on; }
+inline void set_bulk_group_stage_cols(int cols) { test_plan().bulk_group_stage_cols = cols; }
 inline void set_gemv_early_regs(bool on) { test_plan().early_regs = on; }
 inline void set_attention_early(int mode) { test_plan().attn_early = mode < 0 ? 0 : mode > 2 ? 2 : mode; }
 inline void set_attention_pipe(bool on) { test_plan().attn_pipe = on; }

@@ -175,7 +175,8 @@ bool matmul_needs_generic(const MatmulArgs& a) {
     // only whole 32-element chunks of each weight row.
     if (a.cols <= 0 || a.cols % 32) return true;
     if (a.ldx % 4 || reinterpret_cast<uintptr_t>(a.x) % 16) return true;
-    if (a.xmode == XMode::RmsNorm && a.ntok != 1) return true;  // fused norm: single-token GEMV only
+    // (a fused RMSNorm of several tokens: the route's choice, route_matmul,
+    // token groups under bulk_group_norm, else this kernel)
     return false;
 }
 
