@@ -132,11 +132,16 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_FALSE(p.allreduce_signals);  // event barriers until measured across GPUs
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);
     EXPECT_TRUE(p.attn_pipe && p.moe_fused_route && p.gemv_mixed);
-    // token groups' decoded-once dot and RMSNorm: off until measured
-    EXPECT_FALSE(p.bulk_group_once);
+    // token groups of up to 4, decoded once, small inputs staged in each
+    // block, long rows in slices (measured together); the RMSNorm in the
+    // groups off until measured; int16x2 plans keep groups of two
+    EXPECT_EQ(p.bulk_max_tokens, 4);
+    EXPECT_TRUE(p.bulk_group_once);
     EXPECT_FALSE(p.bulk_group_norm);
-    EXPECT_EQ(p.bulk_group_stage_cols, 0);
-    EXPECT_FALSE(p.bulk_group_kslice);
+    EXPECT_EQ(p.bulk_group_stage_cols, 1024);
+    EXPECT_TRUE(p.bulk_group_kslice);
+    EXPECT_EQ(ehcuda::choose_plan(h100(), true).bulk_max_tokens, 2);
+    EXPECT_EQ(ehcuda::choose_plan(h100(), false).bulk_max_tokens, 4);
 }
 
 TEST(KernelPlan, OptionsOverride) {
@@ -146,8 +151,8 @@ TEST(KernelPlan, OptionsOverride) {
                                     "batch_moe_grouped_max": 64, "allreduce_nccl_min_floats": 0,
                                     "allreduce_signals": true, "moe_tile_pass_tokens": 0,
                                     "moe_decode_pass_tokens": 16, "bulk_group_once": true,
-                                    "bulk_group_norm": true, "bulk_group_stage_cols": 1024,
-                                    "bulk_group_kslice": true}})");
+                                    "bulk_group_norm": true, "bulk_group_stage_cols": 512,
+                                    "bulk_group_kslice": false}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -161,8 +166,8 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_EQ(p.moe_decode_pass_tokens, 16);
     EXPECT_TRUE(p.bulk_group_once);
     EXPECT_TRUE(p.bulk_group_norm);
-    EXPECT_EQ(p.bulk_group_stage_cols, 1024);
-    EXPECT_TRUE(p.bulk_group_kslice);
+    EXPECT_EQ(p.bulk_group_stage_cols, 512);
+    EXPECT_FALSE(p.bulk_group_kslice);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 0);
     EXPECT_TRUE(p.allreduce_signals);
     EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value

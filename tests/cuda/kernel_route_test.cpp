@@ -204,15 +204,22 @@ TEST(KernelRoute, PrefillStepTakesCublas) {
 // each, more one GEMM; a model with FP16 mirrors from 3 tokens.
 TEST(KernelRoute, StepThresholdsComeFromThePlan) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
-    EXPECT_EQ(p.bulk_max_tokens, 2);  // token groups of two by default
-    p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
+    EXPECT_EQ(p.bulk_max_tokens, 4);  // token groups of up to four by default
     const GemvShape g = shape_of(real("Llama-3.1-8B", "ffn_down"));
     auto step = [&](int n, bool mirrored) { return ehcuda::route_step_matmul(p, kH200, g, n, mirrored); };
+    EXPECT_EQ(step(4, true).route.launch[0].ntok, 4);
+    EXPECT_EQ(step(5, true).route.launch[0].kernel, RouteKernel::Cublas);
+    EXPECT_TRUE(step(5, false).per_token);
+    p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     EXPECT_FALSE(step(1, false).per_token);
     EXPECT_EQ(step(1, false).route.launch[0].kernel, RouteKernel::GemvBulk);
-    // 2 .. 8 tokens: the bulk kernels' token groups, one call.
+    // 2 .. 8 tokens: the bulk kernels' token groups, one call (the down's
+    // long rows: one sliced launch of all 8; whole rows: groups of 4).
     EXPECT_FALSE(step(8, false).per_token);
+    EXPECT_EQ(step(8, false).route.launch[0].ntok, 8);
+    p.bulk_group_kslice = false;
     EXPECT_EQ(step(8, false).route.launch[0].ntok + step(8, false).route.launch[0].tok0, 4);
+    p.bulk_group_kslice = true;
     EXPECT_EQ(step(3, true).route.launch[0].kernel, RouteKernel::GemvBulk);
     EXPECT_EQ(step(3, true).route.launch[0].ntok, 3);
     EXPECT_FALSE(step(9, false).per_token);
@@ -232,8 +239,8 @@ TEST(KernelRoute, StepThresholdsComeFromThePlan) {
 // Each kernel's refusal names its reason.
 TEST(KernelRoute, RefusalsSayWhy) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
-    EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 2));
-    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 3).why,
+    EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 4));
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 5).why,
                  "token groups of this many off in the plan (bulk_max_tokens)");
     p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     const GemvShape q4 = shape_of(real("Phi-3-mini", "attn_output"));
@@ -382,6 +389,7 @@ TEST(KernelRoute, BulkTokenGroups) {
 // as they were.
 TEST(KernelRoute, GroupsDecodedOnce) {
     Variant v = variant("groups");
+    v.plan.bulk_group_once = false;
     const GemvShape head = shape_of(real("Qwen2.5-0.5B", "output"));
     ehcuda::KernelLaunch k = ehcuda::route_matmul(v.plan, v.dev, mm(head, 5)).launch[0];
     EXPECT_FALSE(k.bulk.once);
@@ -456,6 +464,7 @@ TEST(KernelRoute, GroupsTakeTheNormAndStageSmallInputs) {
 TEST(KernelRoute, GroupsSliceLongRows) {
     Variant v = variant("groups");
     v.plan.bulk_group_once = true;
+    v.plan.bulk_group_kslice = false;
     MatmulShape m = mm(shape_of(real("Llama-3.1-8B", "ffn_down")), 8);
     m.token_scratch = size_t(16) * size_t(m.g.cols) * 2;  // a batched step's
     ehcuda::MatmulRoute r = ehcuda::route_matmul(v.plan, v.dev, m);
@@ -518,7 +527,7 @@ TEST(KernelRoute, StepLinesPerKind) {
     const auto eight = ehcuda::route_lines(p, kH200, mats, 8, false);
     EXPECT_EQ(eight[0],
               "attn_output x2: Q4_K 3072x3072: 8 tokens: gemv_bulk_ring_kernel: 2 rows/tile, 8 warps/block, 192 blocks "
-              "at most (resident), int16 input, inputs quantized once");
+              "at most (resident), int16 input, inputs quantized once, weights decoded once");
     KernelPlan off = p;
     off.bulk_max_tokens = 1;
     EXPECT_EQ(ehcuda::route_lines(off, kH200, mats, 8, false)[0],

@@ -27,6 +27,9 @@ KernelPlan choose_plan(const DeviceTraits& dev, bool exact_routing) {
     // path's speed (the FP32 path read Q8_0 attention weights at ~860 GB/s
     // on an H100).
     if (exact_routing) p.gemv_input = GemvInput::Int16x2;
+    // (int16x2 groups decode the weights per token: groups of two, as
+    // measured before the decoded-once form; bulk_max_tokens)
+    if (exact_routing) p.bulk_max_tokens = 2;
     // Programmatic dependent launch and the bulk copy engine are sm_90's.
     p.pdl = dev.cc_major >= 9;
     p.gemv_bulk = dev.cc_major >= 9;

@@ -69,40 +69,46 @@ struct KernelPlan {
     // the bulk kernels' token groups, each weight read once for the group,
     // instead of one single-token GEMV per token or cuBLAS on FP16 weights;
     // 1: never (the batched step's choice of batch_gemv_per_token below).
-    // 2: groups of two only. Each lane of a group decodes its weights for
-    // its own token, so a group costs about its tokens' dot products, and
-    // past two tokens the weights read once no longer pay for that (H200,
-    // forged Q4_K_M, bench decode tok/s at batch 2 / 3 / 4 / 8, groups
-    // against one GEMV a token or cuBLAS on mirrors: Qwen2.5-0.5B 2,124 /
-    // 2,402 / 3,115 / 4,371 against 1,614 / 2,036 / 2,713 / 5,365;
-    // Llama-3.1-8B 421 / 428 / 424 / 477 against 310 / 532 / 697 / 1,320).
-    int bulk_max_tokens = 2;
+    // 4: with the group keys below, groups of 2 .. 4 beat what ran before
+    // and cuBLAS on FP16 mirrors still wins at 8 (H200, forged Q4_K_M, bench
+    // decode tok/s -p 128 -r 2, c00d6c2 + ac8d253, the groups with
+    // bulk_group_once, bulk_group_stage_cols 1024 and bulk_group_kslice:
+    // Qwen2.5-0.5B batch 2 / 4 / 8: 2,224 / 3,564 / 4,684 against 2,097 /
+    // 2,771 / 5,446 with groups of two and cuBLAS on mirrors from 3;
+    // Llama-3.1-8B batch 2 / 8: 490 / 890 against 394 / 1,333; batch 1:
+    // 1,655 and 430). Llama's batch 4 was not run: from its 2 and 8 a tie
+    // with cuBLAS. int16x2 plans keep 2 (choose_plan): their groups decode
+    // the weights per token.
+    int bulk_max_tokens = 4;
     // Token groups dotted lane = chunk (the single-token order): each lane
     // decodes each weight chunk of its tile once, to byte codes and the
     // chunk's scales, and dots it with every token's staged chunk, instead
     // of one lane per token decoding it again for each (tiles of at most 4
     // rows: the decoded rows and rows x tokens sums stay in registers).
-    // int16 inputs only (int16x2 groups keep the per-token form). Not
-    // measured on a GPU yet: off.
-    bool bulk_group_once = false;
+    // int16 inputs only (int16x2 groups keep the per-token form). Measured
+    // only with the two keys below on (bulk_max_tokens' numbers).
+    bool bulk_group_once = true;
     // Token groups take an RMSNorm in their inputs' quantization (the
     // batched step's QKV, gate|up and LM head: no separate rmsnorm kernel),
     // each token's 1 / rms applied to its sums as the one-token fold does.
-    // Not measured on a GPU yet: off.
+    // Off: not measured (its first GPU run had it inert: the route sent
+    // multi-token norms to the generic kernel, since fixed).
     bool bulk_group_norm = false;
     // Token groups of fewer inputs than this stage them in each block (and
     // take an RMSNorm there) instead of after a quantize_tokens launch: for
     // small matrices the launch costs more than every block's staging.
-    // 0: a launch whenever the call has the scratch. Not measured on a GPU
-    // yet: 0.
-    int bulk_group_stage_cols = 0;
+    // 0: a launch whenever the call has the scratch. 1024 (Qwen2.5-0.5B's
+    // 896 staged, 4864 and Llama's 4096 launched) measured only together
+    // with bulk_group_once (bulk_max_tokens' numbers).
+    int bulk_group_stage_cols = 1024;
     // Token groups (decoded once) over rows too long for two in a tile
     // (ffn_down of 14336 inputs): one launch for all the group's tokens,
     // each block 32 rows in slices of K, the slice's inputs shared by its
     // warps (plan_bulk_slices), instead of narrower groups each reading the
-    // weights and one row per tile. Needs the inputs quantized once. Not
-    // measured on a GPU yet: off.
-    bool bulk_group_kslice = false;
+    // weights and one row per tile. Needs the inputs quantized once.
+    // Measured only together with bulk_group_once (Llama-3.1-8B's numbers at
+    // bulk_max_tokens).
+    bool bulk_group_kslice = true;
     int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
     // 2 rows per warp from this many (4096, not 2048: with the entry
     // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
