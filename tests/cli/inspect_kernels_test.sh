@@ -19,15 +19,15 @@ expect plan-line 0 'plan +kernel plan: sm_90, 132 SMs; GEMV input int16, bulk co
 # Phi-3's fused QKV is one matrix of 3 x 256 rows; its gate|up the FFN pair.
 expect phi-qkv 0 'batch 1 +attn_qkv x4: Q[0-9A-Z_]+ 768x256: gemv_bulk_kernel: 1 rows/tile, 4 warps/block, 192 blocks, int16 input' -- "$eh" inspect --model "$phi" --kernels
 expect phi-pair 0 'ffn_gate_up x4: Q4_K 512x256: gate_up_pair_kernel with SwiGLU' -- "$eh" inspect --model "$phi" --kernels
-# 8 tokens: one single-token call each; 64: cuBLAS; 5 with FP16 mirrors: cuBLAS.
+# 8 tokens: one single-token call each; 64: cuBLAS; 4 with FP16 mirrors: cuBLAS.
 expect batch-8 0 'batch 8 +attn_qkv x1: 8 single-token calls \(side streams\), each Q4_K 512x256 \+ Q4_K 256x256 \+ Q4_K 256x256: gemv_bulk_kernel' -- "$eh" inspect --model "$qwen3" --kernels --batch 1,8,64
-# 2 .. 4 tokens: the bulk kernels' token groups (the plan's bulk_max_tokens), one
+# 2 .. 3 tokens: the bulk kernels' token groups (the plan's bulk_max_tokens), one
 # call, each weight chunk decoded once; inputs of 256 columns staged in each block
 expect batch-2 0 'batch 2 +attn_qkv x1: Q4_K 512x256 \+ Q4_K 256x256 \+ Q4_K 256x256: 2 tokens: gemv_bulk_ring_kernel: [^;]*int16 input, weights decoded once$' -- "$eh" inspect --model "$qwen3" --kernels --batch 2
-expect batch-4 0 'batch 4 +attn_qkv x1: Q4_K 512x256 \+ Q4_K 256x256 \+ Q4_K 256x256: 4 tokens: gemv_bulk' -- "$eh" inspect --model "$qwen3" --kernels --batch 4 --fp16-mirrors
+expect batch-3 0 'batch 3 +attn_qkv x1: Q4_K 512x256 \+ Q4_K 256x256 \+ Q4_K 256x256: 3 tokens: gemv_bulk' -- "$eh" inspect --model "$qwen3" --kernels --batch 3 --fp16-mirrors
 expect batch-64 0 'batch 64 +attn_qkv x1: .*cuBLAS GEMM on FP16 weights.*, 64 tokens' -- "$eh" inspect --model "$qwen3" --kernels --batch 1,8,64
-expect mirrored 0 'batch 5 +attn_qkv x1: .*cuBLAS GEMM' -- "$eh" inspect --model "$qwen3" --kernels --batch 5 --fp16-mirrors
-expect not-mirrored 0 'batch 5 +attn_qkv x1: 5 single-token calls' -- "$eh" inspect --model "$qwen3" --kernels --batch 5
+expect mirrored 0 'batch 4 +attn_qkv x1: .*cuBLAS GEMM' -- "$eh" inspect --model "$qwen3" --kernels --batch 4 --fp16-mirrors
+expect not-mirrored 0 'batch 4 +attn_qkv x1: 4 single-token calls' -- "$eh" inspect --model "$qwen3" --kernels --batch 4
 # Qwen3's head dim 128: the fused attention leaves attn_output's input as chunks.
 expect chunks 0 'attn_output x2: Q4_K 256x512: gemv_bulk_kernel: .*input chunks from the producer' -- "$eh" inspect --model "$qwen3" --kernels
 # Before sm_90: the register kernel.

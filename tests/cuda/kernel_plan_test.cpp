@@ -132,16 +132,16 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_FALSE(p.allreduce_signals);  // event barriers until measured across GPUs
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).batch_gemv_per_token, 8);
     EXPECT_TRUE(p.attn_pipe && p.moe_fused_route && p.gemv_mixed);
-    // token groups of up to 4, decoded once, small inputs staged in each
+    // token groups of up to 3, decoded once, small inputs staged in each
     // block, long rows in slices (measured together); the RMSNorm in the
     // groups off until measured; int16x2 plans keep groups of two
-    EXPECT_EQ(p.bulk_max_tokens, 4);
+    EXPECT_EQ(p.bulk_max_tokens, 3);
     EXPECT_TRUE(p.bulk_group_once);
     EXPECT_FALSE(p.bulk_group_norm);
     EXPECT_EQ(p.bulk_group_stage_cols, 1024);
     EXPECT_TRUE(p.bulk_group_kslice);
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).bulk_max_tokens, 2);
-    EXPECT_EQ(ehcuda::choose_plan(h100(), false).bulk_max_tokens, 4);
+    EXPECT_EQ(ehcuda::choose_plan(h100(), false).bulk_max_tokens, 3);
 }
 
 TEST(KernelPlan, OptionsOverride) {

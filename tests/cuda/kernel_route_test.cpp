@@ -204,12 +204,12 @@ TEST(KernelRoute, PrefillStepTakesCublas) {
 // each, more one GEMM; a model with FP16 mirrors from 3 tokens.
 TEST(KernelRoute, StepThresholdsComeFromThePlan) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
-    EXPECT_EQ(p.bulk_max_tokens, 4);  // token groups of up to four by default
+    EXPECT_EQ(p.bulk_max_tokens, 3);  // token groups of up to three by default
     const GemvShape g = shape_of(real("Llama-3.1-8B", "ffn_down"));
     auto step = [&](int n, bool mirrored) { return ehcuda::route_step_matmul(p, kH200, g, n, mirrored); };
-    EXPECT_EQ(step(4, true).route.launch[0].ntok, 4);
-    EXPECT_EQ(step(5, true).route.launch[0].kernel, RouteKernel::Cublas);
-    EXPECT_TRUE(step(5, false).per_token);
+    EXPECT_EQ(step(3, true).route.launch[0].ntok, 3);
+    EXPECT_EQ(step(4, true).route.launch[0].kernel, RouteKernel::Cublas);
+    EXPECT_TRUE(step(4, false).per_token);
     p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     EXPECT_FALSE(step(1, false).per_token);
     EXPECT_EQ(step(1, false).route.launch[0].kernel, RouteKernel::GemvBulk);
@@ -239,8 +239,8 @@ TEST(KernelRoute, StepThresholdsComeFromThePlan) {
 // Each kernel's refusal names its reason.
 TEST(KernelRoute, RefusalsSayWhy) {
     KernelPlan p = ehcuda::choose_plan(kH200, false);
-    EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 4));
-    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 5).why,
+    EXPECT_FALSE(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 3));
+    EXPECT_STREQ(ehcuda::can_implement_bulk(p, kH200, shape_of(real("Phi-3-mini", "attn_output")), 4).why,
                  "token groups of this many off in the plan (bulk_max_tokens)");
     p.bulk_max_tokens = ehcuda::kBulkMaxTokens;
     const GemvShape q4 = shape_of(real("Phi-3-mini", "attn_output"));

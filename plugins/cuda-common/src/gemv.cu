@@ -33,8 +33,11 @@ DevArgs to_dev(const MatmulArgs& a) {
     if (a.nseg < 1 || a.nseg > 3) throw ehp::Error(EH_INTERNAL, "matmul: nseg out of range");
     if (a.cols <= 0 || a.cols % 32) throw ehp::Error(EH_INTERNAL, "matmul: cols must be a positive multiple of 32");
     if (a.ntok < 1) throw ehp::Error(EH_INTERNAL, "matmul: ntok < 1");
-    if (a.xmode == XMode::RmsNorm && (a.ntok != 1 || !a.norm_w))
-        throw ehp::Error(EH_INTERNAL, "matmul: fused RMSNorm needs one token and a norm weight");
+    // (several tokens with a fused RMSNorm reach these kernels only as token
+    // groups under bulk_group_norm: route_matmul sends the rest to the
+    // generic kernel)
+    if (a.xmode == XMode::RmsNorm && (a.ntok > kBulkMaxTokens || !a.norm_w))
+        throw ehp::Error(EH_INTERNAL, "matmul: fused RMSNorm needs at most a token group and a norm weight");
     if (a.xmode == XMode::Chunks && (a.ntok != 1 || gemv_input() == GemvInput::Float ||
                                      reinterpret_cast<uintptr_t>(a.x) % 16))
         throw ehp::Error(EH_INTERNAL, "matmul: chunk input needs one token, an integer GemvInput and a 16-byte aligned x");

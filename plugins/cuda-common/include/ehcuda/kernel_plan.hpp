@@ -69,17 +69,16 @@ struct KernelPlan {
     // the bulk kernels' token groups, each weight read once for the group,
     // instead of one single-token GEMV per token or cuBLAS on FP16 weights;
     // 1: never (the batched step's choice of batch_gemv_per_token below).
-    // 4: with the group keys below, groups of 2 .. 4 beat what ran before
-    // and cuBLAS on FP16 mirrors still wins at 8 (H200, forged Q4_K_M, bench
-    // decode tok/s -p 128 -r 2, c00d6c2 + ac8d253, the groups with
-    // bulk_group_once, bulk_group_stage_cols 1024 and bulk_group_kslice:
-    // Qwen2.5-0.5B batch 2 / 4 / 8: 2,224 / 3,564 / 4,684 against 2,097 /
-    // 2,771 / 5,446 with groups of two and cuBLAS on mirrors from 3;
-    // Llama-3.1-8B batch 2 / 8: 490 / 890 against 394 / 1,333; batch 1:
-    // 1,655 and 430). Llama's batch 4 was not run: from its 2 and 8 a tie
-    // with cuBLAS. int16x2 plans keep 2 (choose_plan): their groups decode
-    // the weights per token.
-    int bulk_max_tokens = 4;
+    // 3: with the group keys below, groups win up to 3 tokens on both models
+    // measured and cuBLAS on FP16 mirrors wins at 4 on the weight-bound one
+    // (H200, forged Q4_K_M, bench decode tok/s -p 128, the groups with
+    // bulk_group_once, bulk_group_stage_cols 1024 and bulk_group_kslice
+    // against groups of two and cuBLAS on mirrors from 3: Qwen2.5-0.5B
+    // batch 2 / 4 / 8: 2,224 / 3,564 / 4,684 against 2,097 / 2,771 / 5,446;
+    // Llama-3.1-8B batch 2 / 3 / 4 / 8: 490 / 594 / 661 / 890 against
+    // 394 / 537 / 710 / 1,333). int16x2 plans keep 2 (choose_plan): their
+    // groups decode the weights per token.
+    int bulk_max_tokens = 3;
     // Token groups dotted lane = chunk (the single-token order): each lane
     // decodes each weight chunk of its tile once, to byte codes and the
     // chunk's scales, and dots it with every token's staged chunk, instead
