@@ -306,17 +306,22 @@ TEST(GemmaOps, KernelsMatchTheHost) {
         gu(static_cast<size_t>(2 * n_ff * ntok));
     for (auto* v : {&h, &d, &w, &gu})
         for (float& x : *v) x = nd(rng);
-    {  // rmsnorm_add: h += d / rms(d) * w
-        auto dh = up(h), dd = up(d), dw = up(w);
-        ehcuda::rmsnorm_add(dh.as<float>(), dd.as<float>(), dw.as<float>(), n, ntok, 1e-6f, nullptr);
-        const auto got = down(dh, h.size());
+    // rmsnorm_add: h += d / rms(d) * w, for rows of float4s (a quad a
+    // thread; two, past 4,096 features: Gemma 3 27B's 5,376) and of others
+    for (const int nf : {n, 301, 5376}) {
+        std::vector<float> hf(static_cast<size_t>(nf * ntok)), df(hf.size()), wf(static_cast<size_t>(nf));
+        for (auto* v : {&hf, &df, &wf})
+            for (float& x : *v) x = nd(rng);
+        auto dh = up(hf), dd = up(df), dw = up(wf);
+        ehcuda::rmsnorm_add(dh.as<float>(), dd.as<float>(), dw.as<float>(), nf, ntok, 1e-6f, nullptr);
+        const auto got = down(dh, hf.size());
         for (int t = 0; t < ntok; ++t) {
             double ss = 0;
-            for (int i = 0; i < n; ++i) ss += double(d[size_t(t * n + i)]) * d[size_t(t * n + i)];
-            const double s = 1.0 / std::sqrt(ss / n + 1e-6);
-            for (int i = 0; i < n; ++i) {
-                const size_t k = size_t(t * n + i);
-                EXPECT_NEAR(got[k], h[k] + d[k] * s * w[size_t(i)], 1e-4) << t << "," << i;
+            for (int i = 0; i < nf; ++i) ss += double(df[size_t(t * nf + i)]) * df[size_t(t * nf + i)];
+            const double sc = 1.0 / std::sqrt(ss / nf + 1e-6);
+            for (int i = 0; i < nf; ++i) {
+                const size_t k = size_t(t * nf + i);
+                ASSERT_NEAR(got[k], hf[k] + df[k] * sc * wf[size_t(i)], 1e-4) << nf << ": " << t << "," << i;
             }
         }
     }

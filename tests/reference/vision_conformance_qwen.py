@@ -187,11 +187,11 @@ def main():
         # Later transformers lay the image's tokens on their grid (M-RoPE)
         # only when given the processor's mm_token_type_ids (1 = image);
         # without it they fall back to one-axis positions, silently.
-        args = dict(input_ids=ids, pixel_values=pv, image_grid_thw=thw_t, use_cache=False)
+        inputs = dict(input_ids=ids, pixel_values=pv, image_grid_thw=thw_t, use_cache=False)
         try:
-            hf_logits = model(**args, mm_token_type_ids=(ids == IMAGE).to(torch.int32)).logits[0, -1].numpy()
+            hf_logits = model(**inputs, mm_token_type_ids=(ids == IMAGE).to(torch.int32)).logits[0, -1].numpy()
         except TypeError:  # a version without it finds the image by its tokens
-            hf_logits = model(**args).logits[0, -1].numpy()
+            hf_logits = model(**inputs).logits[0, -1].numpy()
         # The same embeddings at one-axis positions: what M-RoPE changes.
         core = getattr(model, "model", model)
         embeds = model.get_input_embeddings()(ids)

@@ -321,11 +321,15 @@ void Batch::forward(const ehcuda::StepView& v) {
     // otherwise.
     auto normed_matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, const float* hin, const float* norm_w,
                              float* y, int ldy, int n) {
-        const auto fold = ehcuda::XMode::RmsNorm;
-        if (!lora && (n == 1 || ehcuda::matmul_groups_tokens(matmul_args(r, segs, nseg, c.n_embd, hin, c.n_embd, fold,
-                                                                         y, ldy, false, n, norm_w)))) {
-            matmul(r, segs, nseg, c.n_embd, hin, c.n_embd, fold, y, ldy, false, n, norm_w);
-            return;
+        if (!lora) {
+            const ehcuda::MatmulArgs m =
+                matmul_args(r, segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, n, norm_w);
+            // (one launch either way: matmul's per-token split is for
+            // inputs the groups refuse, so this asks them once)
+            if (n == 1 || ehcuda::matmul_groups_tokens(m)) {
+                ehcuda::matmul(m, r.stream);
+                return;
+            }
         }
         ehcuda::rmsnorm(hin, c.n_embd, norm_w, r.xn, c.n_embd, c.n_embd, n, c.eps, r.stream);
         matmul(r, segs, nseg, c.n_embd, r.xn, c.n_embd, ehcuda::XMode::Plain, y, ldy, false, n);
