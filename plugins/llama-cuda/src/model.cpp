@@ -15,6 +15,7 @@
 #include <ehcuda/device_set.hpp>
 #include <ehcuda/model_matrices.hpp>
 #include <ehcuda/options.hpp>
+#include <ehcuda/prefill_slab.hpp>
 #include <ehcuda/tp_group.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/weight_plan.hpp>
@@ -582,6 +583,23 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         md.why += "; GPU " + std::to_string(s.device) + " rank: " + rd.why;
     }
     EHC_CHECK(cudaSetDevice(m->device));
+    // Without mirrors, multi-token matmuls dequantize into a slab: one that
+    // holds a layer's largest call whole (prefill_slab.hpp), unless the
+    // plan's keys say otherwise.
+    if (!m->mirrored && m->plan.prefill_dense_slab_mb == 0 && m->plan.prefill_slab_mb == 0) {
+        std::vector<size_t> calls;
+        for (const Layer& L : m->shards.empty() ? m->layers : m->shards[0].layers) {
+            size_t qkv = 0, gate_up = 0;
+            for (int k = 0; k < L.n_qkv; ++k) qkv += ehcuda::WeightMirror::bytes_for(L.qkv[k].w);
+            for (int k = 0; k < L.n_gate_up; ++k) gate_up += ehcuda::WeightMirror::bytes_for(L.gate_up[k].w);
+            calls.insert(calls.end(), {qkv, ehcuda::WeightMirror::bytes_for(L.attn_out), gate_up,
+                                       ehcuda::WeightMirror::bytes_for(L.ffn_down)});
+        }
+        if (const int mb = ehcuda::whole_gemm_slab_mb(calls)) {
+            m->plan.prefill_dense_slab_mb = m->plan.prefill_slab_mb = mb;
+            md.why += "; prefill slabs of " + std::to_string(mb) + " MiB (a layer's largest matmul whole)";
+        }
+    }
     for (const std::string& line : plan_lines(*m, view, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;
