@@ -41,7 +41,7 @@ TEST(LlamaCudaProbe, InfoMatchesManifestLists) {
     EXPECT_EQ(info->min_compute_capability, 80u);
     std::vector<std::string> archs;
     for (const char* const* a = info->architectures; *a; ++a) archs.push_back(*a);
-    EXPECT_EQ(archs, (std::vector<std::string>{"llama", "qwen2", "qwen3", "phi3", "gemma3"}));
+    EXPECT_EQ(archs, (std::vector<std::string>{"llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2vl"}));
     // The quant kinds the plugin reports are the manifest's (the host's
     // registry decides from the manifest, `engine-host plugins` prints it),
     // and name the types of llama.cpp's low-bit uploads.

@@ -16,7 +16,7 @@ namespace {
 // The architectures whose matrix list ehcuda::dense_matrices knows
 // (llama-cuda's), and those of ehcuda::gpt_matrices (gpt-cuda's).
 bool dense_architecture(std::string_view a) {
-    return a == "llama" || a == "qwen2" || a == "qwen3" || a == "phi3" || a == "gemma3";
+    return a == "llama" || a == "qwen2" || a == "qwen3" || a == "phi3" || a == "gemma3" || a == "qwen2vl";
 }
 bool gpt_architecture(std::string_view a) { return a == "gpt2" || a == "gpt-oss" || a == "qwen3moe"; }
 
@@ -71,7 +71,7 @@ model::InspectSection kernels_section(const eh_model_view& raw, const KernelsReq
     if (!dense_architecture(arch) && !gpt) {
         const std::string why = "not listed for architecture '" + arch +
                                 "': the matrix lists cover llama-cuda's architectures (llama, qwen2, qwen3, phi3, "
-                                "gemma3) and gpt-cuda's (gpt2, gpt-oss, qwen3moe)";
+                                "gemma3, qwen2vl) and gpt-cuda's (gpt2, gpt-oss, qwen3moe)";
         s.facts.push_back({"routes", why});
         j["routes"] = nullptr;
         j["why"] = why;

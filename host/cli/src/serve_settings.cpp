@@ -254,7 +254,7 @@ void add_serve_options(po::options_description& desc) {
         ("rerank", "serve /v1/rerank (a yes/no reranker such as Qwen3-Reranker) instead of text; default when the model's GGUF pooling type is rank")
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)")
         ("engine-process", "run the engine plugin in a child process: a crash or hang there ends only the requests it was running, and the engine is restarted (docs/robustness.md)")
-        ("mmproj", po::value<std::string>(), "the model's multimodal projector GGUF (llama.cpp's convert_hf_to_gguf.py --mmproj): chat requests may then hold images (gemma3 and qwen2vl, with the cpu-reference plugin; docs/http-api.md)")
+        ("mmproj", po::value<std::string>(), "the model's multimodal projector GGUF (llama.cpp's convert_hf_to_gguf.py --mmproj): chat requests may then hold images (gemma3 and qwen2vl, with the llama-cuda or cpu-reference plugin; docs/http-api.md)")
         ("engine-options", po::value<std::string>()->default_value(""), "JSON object handed to the engine plugin's model load, e.g. '{\"fp16_weights\":\"off\"}' (each plugin's README lists its keys)")
         ("callback-url", po::value<std::string>(), "POST {worker_id, model_ref, vram_bytes, uri} here once serving")
         ("cors", "allow cross-origin requests from localhost origins (browser tooling)")

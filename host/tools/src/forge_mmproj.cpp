@@ -8,7 +8,8 @@
 // Gemma 3 at real size (4B, 12B, 27B share it): SigLIP-So400m at 896
 // pixels, patches of 14, 27 layers of width 1152, pooled 4x4 into 256
 // tokens, its matrices F16 as llama.cpp's converter writes mmproj-model-f16,
-// for measuring an encoder, not for its numbers.
+// for measuring an encoder, not for its numbers; Qwen2.5-VL 7B's tower
+// likewise (width 1280, 32 blocks, full attention every 8th, F16).
 // Seeded weights of the forge's scale, so an image moves the logits.
 #include <cmath>
 #include <deque>
@@ -141,41 +142,48 @@ void write_gemma3_siglip_mmproj(const std::string& path, uint32_t text_embd, uin
                        {"Gemma 3 vision, SigLIP-So400m shape (forged)", 896, 14, 1152, 4304, 27, 16, 0, true});
 }
 
-void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
+void write_qwen25vl_tower(const std::string& path, uint32_t text_embd, uint64_t seed, const QwenVlTower& q) {
     using model::GgufValue;
-    constexpr uint32_t kPatch = 14, kWidth = 32, kFf = 64, kLayers = 2, kHeads = 2;
-    const uint64_t W = kWidth, F = kFf, W4 = 4 * W;
+    const uint64_t W = q.width, F = q.ff, W4 = 4 * W, p = q.patch;
     const float mean[3] = {0.48145466f, 0.4578275f, 0.40821073f}, sd[3] = {0.26862954f, 0.26130258f, 0.27577711f};
     // image_size: the converter's default, a nominal size (images are read at their own)
-    ToyTower t({"Tiny Qwen2.5-VL vision (forged)", "qwen2.5vl_merger", text_embd, 560, kPatch, kWidth, kFf, kLayers,
-                kHeads, mean, sd},
+    ToyTower t({q.name, "qwen2.5vl_merger", text_embd, 560, q.patch, q.width, q.ff, q.layers, q.heads, mean, sd},
                seed ^ 0x7177656e766cull);
     t.writer().set("clip.use_silu", GgufValue::boolean(true));
-    t.writer().set("clip.vision.n_wa_pattern", GgufValue::u32(2));
-    const float s = 1.0f / std::sqrt(float(W)), sp = 1.0f / std::sqrt(2.0f * 3.0f * kPatch * kPatch);
-    t.add("v.patch_embd.weight", {kPatch, kPatch, 3, W}, sp, 0.0f);
-    t.add("v.patch_embd.weight.1", {kPatch, kPatch, 3, W}, sp, 0.0f);
-    for (uint32_t i = 0; i < kLayers; ++i) {
+    t.writer().set("clip.vision.n_wa_pattern", GgufValue::u32(q.wa_pattern));
+    // A matrix F16 when the tower's are, else F32; vectors F32 always.
+    auto mat = [&](const std::string& name, std::vector<uint64_t> dims, float scale) {
+        if (q.f16) t.add_half(name, std::move(dims), scale, 0.0f);
+        else t.add(name, std::move(dims), scale, 0.0f);
+    };
+    const float s = 1.0f / std::sqrt(float(W)), sp = 1.0f / std::sqrt(2.0f * 3.0f * float(p * p));
+    mat("v.patch_embd.weight", {p, p, 3, W}, sp);
+    mat("v.patch_embd.weight.1", {p, p, 3, W}, sp);
+    for (uint32_t i = 0; i < q.layers; ++i) {
         const std::string b = fmt::format("v.blk.{}.", i);
         t.add(b + "ln1.weight", {W}, 0.02f, 1.0f);
         t.add(b + "ln2.weight", {W}, 0.02f, 1.0f);
         for (const char* n : {"attn_q", "attn_k", "attn_v", "attn_out"}) {
-            t.add(b + n + ".weight", {W, W}, s, 0.0f);
+            mat(b + n + ".weight", {W, W}, s);
             t.add(b + n + ".bias", {W}, 0.02f, 0.0f);
         }
         for (const char* n : {"ffn_gate", "ffn_up"}) {
-            t.add(b + n + ".weight", {W, F}, s, 0.0f);
+            mat(b + n + ".weight", {W, F}, s);
             t.add(b + n + ".bias", {F}, 0.02f, 0.0f);
         }
-        t.add(b + "ffn_down.weight", {F, W}, 1.0f / std::sqrt(float(F)), 0.0f);
+        mat(b + "ffn_down.weight", {F, W}, 1.0f / std::sqrt(float(F)));
         t.add(b + "ffn_down.bias", {W}, 0.02f, 0.0f);
     }
     t.add("v.post_ln.weight", {W}, 0.02f, 1.0f);
-    t.add("mm.0.weight", {W4, W4}, 1.0f / std::sqrt(float(W4)), 0.0f);
+    mat("mm.0.weight", {W4, W4}, 1.0f / std::sqrt(float(W4)));
     t.add("mm.0.bias", {W4}, 0.02f, 0.0f);
-    t.add("mm.2.weight", {W4, text_embd}, 1.0f / std::sqrt(float(W4)), 0.0f);
+    mat("mm.2.weight", {W4, text_embd}, 1.0f / std::sqrt(float(W4)));
     t.add("mm.2.bias", {text_embd}, 0.02f, 0.0f);
     t.write(path);
+}
+
+void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed) {
+    write_qwen25vl_tower(path, text_embd, seed, {"Tiny Qwen2.5-VL vision (forged)", 14, 32, 64, 2, 2, 2, false});
 }
 
 }  // namespace eh::tools

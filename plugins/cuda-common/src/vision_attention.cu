@@ -181,9 +181,11 @@ __device__ void load_tile_async(const __half* src, size_t ld, int hd, int row0, 
     }
 }
 
+// seg (may be null): block row blockIdx.z attends within rows seg[z] ..
+// seg[z + 1] - 1 only (its queries and keys), n then unused.
 template <int HDP>
 __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(const __half* qkv, int n, int W, int hd, float scale,
-                                                                    float* out) {
+                                                                    float* out, const int32_t* seg) {
     constexpr int LDS = HDP + 8;  // padded rows: ldmatrix's eight row reads land in different banks
     constexpr int KS = HDP / 16;  // k-steps of S = Q K^T
     constexpr int NT = HDP / 8;   // n-tiles of O
@@ -194,6 +196,13 @@ __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(const __half*
     const int head = blockIdx.y;
     const int q0 = blockIdx.x * (kMmaWarps * 16) + warp * 16;
     const size_t ld = 3 * size_t(W);
+    if (seg) {  // (the whole block leaves together: its first query is past the segment)
+        const int first = seg[blockIdx.z];
+        n = seg[blockIdx.z + 1] - first;
+        if (int(blockIdx.x) * (kMmaWarps * 16) >= n) return;
+        qkv += size_t(first) * ld;
+        out += size_t(first) * W;
+    }
     const __half* qb = qkv + size_t(head) * hd;
     const __half* kb = qb + W;
     const __half* vb = qb + 2 * size_t(W);
@@ -334,14 +343,16 @@ __global__ void __launch_bounds__(kMmaWarps * 32) flash_mma_kernel(const __half*
     }
 }
 
+// (seg: n_seg segments of at most n rows each)
 template <int HDP>
-void launch_flash_mma(const __half* qkv, int n, int width, int n_head, float scale, float* out, cudaStream_t s) {
+void launch_flash_mma(const __half* qkv, int n, int width, int n_head, float scale, float* out, cudaStream_t s,
+                      const int32_t* seg = nullptr, int n_seg = 1) {
     // K and V, two stages each: 45 KB at HDP 80, under the 48 KB a launch
     // takes without opting in.
     constexpr size_t smem = size_t(4) * kMmaKeys * (HDP + 8) * sizeof(__half);
     static_assert(smem <= 48 * 1024);
-    const dim3 grid(unsigned((n + kMmaWarps * 16 - 1) / (kMmaWarps * 16)), unsigned(n_head));
-    flash_mma_kernel<HDP><<<grid, kMmaWarps * 32, smem, s>>>(qkv, n, width, width / n_head, scale, out);
+    const dim3 grid(unsigned((n + kMmaWarps * 16 - 1) / (kMmaWarps * 16)), unsigned(n_head), unsigned(n_seg));
+    flash_mma_kernel<HDP><<<grid, kMmaWarps * 32, smem, s>>>(qkv, n, width, width / n_head, scale, out, seg);
 }
 
 template <int HDP>
@@ -380,6 +391,19 @@ void flash_attention(const __half* qkv, int n, int width, int n_head, float scal
     default: launch_flash<80>(qkv, n, width, n_head, scale, out, s); break;
     }
     EHC_LAUNCHED("vision_flash");
+}
+
+void flash_attention_segments(const __half* qkv, const int32_t* d_seg, int n_seg, int max_rows, int width, int n_head,
+                              float scale, float* out, cudaStream_t s) {
+    if (n_seg <= 0 || max_rows <= 0) return;
+    switch ((width / n_head + 15) / 16) {
+    case 1: launch_flash_mma<16>(qkv, max_rows, width, n_head, scale, out, s, d_seg, n_seg); break;
+    case 2: launch_flash_mma<32>(qkv, max_rows, width, n_head, scale, out, s, d_seg, n_seg); break;
+    case 3: launch_flash_mma<48>(qkv, max_rows, width, n_head, scale, out, s, d_seg, n_seg); break;
+    case 4: launch_flash_mma<64>(qkv, max_rows, width, n_head, scale, out, s, d_seg, n_seg); break;
+    default: launch_flash_mma<80>(qkv, max_rows, width, n_head, scale, out, s, d_seg, n_seg); break;
+    }
+    EHC_LAUNCHED("vision_flash_mma_segments");
 }
 
 }  // namespace ehcuda::vision

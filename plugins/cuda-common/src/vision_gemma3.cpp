@@ -167,7 +167,7 @@ Gemma3Vision::Gemma3Vision(const eh_model_view* view, uint32_t text_n_embd, Memo
     const ehp::ModelView v(view);
     const std::string proj = projector_type(v);
     if (proj != "gemma3")
-        throw Error(EH_UNSUPPORTED, "mmproj projector type '" + proj + "' is not supported on CUDA (gemma3 is)");
+        throw Error(EH_UNSUPPORTED, "mmproj projector type '" + proj + "' is not supported on CUDA (gemma3, qwen2.5vl_merger are)");
     const Gemma3Shape sh = gemma3_shape(v, text_n_embd);
     I.size = sh.size;
     I.patch = sh.patch;

@@ -1,6 +1,9 @@
 // The image encoder's elementwise and row kernels (vision_ops.cu), for
-// vision_gemma3.cpp. Rows are dense: row t of a [rows][n] buffer at t * n.
+// vision_gemma3.cpp and vision_qwen.cpp. Rows are dense: row t of a
+// [rows][n] buffer at t * n.
 #pragma once
+
+#include <cstdint>
 
 #include <cuda_fp16.h>
 #include <cuda_runtime_api.h>
@@ -44,5 +47,11 @@ bool flash_takes(int width, int n_head);
 enum class FlashKernel { Mma, Wmma };
 void flash_attention(const __half* qkv, int n, int width, int n_head, float scale, float* out, cudaStream_t s,
                      FlashKernel kernel = FlashKernel::Mma);
+// The same (mma.sync) within each of n_seg segments of rows: segment j is
+// rows d_seg[j] .. d_seg[j + 1] - 1 (device, n_seg + 1 ascending ints), its
+// patches attending to each other only (Qwen2.5-VL's window attention);
+// max_rows bounds every segment's rows.
+void flash_attention_segments(const __half* qkv, const int32_t* d_seg, int n_seg, int max_rows, int width, int n_head,
+                              float scale, float* out, cudaStream_t s);
 
 }  // namespace ehcuda::vision

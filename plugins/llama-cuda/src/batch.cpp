@@ -148,6 +148,10 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     // decode step 4.5x slower than cuBLAS on slabs.
     workspace()->set_min_tokens(step_gemm_min);
     workspace()->set_mirror(&m_.mirror);
+    if (c_.mrope.active()) {
+        d_shifts_ = ehcuda::DeviceBuffer(T * sizeof(MropePositions::Shift), L);
+        EHC_CHECK(cudaMemset(d_shifts_.get(), 0, d_shifts_.size()));
+    }
     init_pool();
 }
 
@@ -392,6 +396,7 @@ void Batch::forward(const ehcuda::StepView& v) {
             normed_matmul(r, L.qkv, L.n_qkv, r.h, L.attn_norm, qkv, rc.qkv_dim(), T);
             adapt({lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, r.xn, c.n_embd, qkv,
                   rc.qkv_dim(), T);
+            shift_mrope(v, r);  // qwen2vl only
 
             ehcuda::MatSeg out{L.attn_out};
             if (v.decode && !v.deep && fused_attn_ &&

@@ -24,6 +24,7 @@
 #include "lora.hpp"
 #include "images.hpp"
 #include "model.hpp"
+#include "mrope_positions.hpp"
 
 namespace llama_cuda {
 
@@ -41,6 +42,12 @@ public:
     void begin(eh_step_entry* entries, uint32_t n_entries);
     void forget(const ehcuda::CudaSeq* seq);
     void set_spans(const ehcuda::CudaSeq* seq, const eh_embd_span* spans, uint32_t n);
+    // BatchBase's, plus the M-RoPE positions a qwen2vl sequence keeps
+    // (batch_mrope.cpp, mrope_positions.hpp).
+    std::unique_ptr<ehcuda::CudaSeq> fork(const ehcuda::CudaSeq& src, uint32_t n_tokens);
+    std::unique_ptr<ehcuda::ParkedKv> park(const ehcuda::CudaSeq& seq, uint32_t n_tokens, uint64_t max_bytes,
+                                           uint64_t* out_bytes);
+    std::unique_ptr<ehcuda::CudaSeq> unpark(const ehcuda::ParkedKv* parked, const int32_t* tokens, uint32_t n_tokens);
     // kv_init's Q8_0 / FP8_E4M3: K/V rows of whole 32-value blocks (heads
     // up to 256; a head dim that is not a multiple of 32 takes the paged
     // kernel only, whose blocks may span heads).
@@ -79,6 +86,13 @@ private:
     // on the tensor cores, the other rows paged).
     void prefill_attention(const ehcuda::StepView& v, Rank& r, int layer);
     bool step_eager() const override { return images_.any(); }
+    // qwen2vl: each token's M-RoPE shift for the step being begun, on the
+    // device before the step's work (batch_mrope.cpp); and in forward(),
+    // rank r's Q and K turned by it (every step of such a model, so a
+    // captured graph holds the launch and replays it with the shifts of
+    // the step it runs: 0 turns nothing).
+    void place_mrope(eh_step_entry* entries, uint32_t n_entries);
+    void shift_mrope(const ehcuda::StepView& v, Rank& r);
     int decode_splits(int n_head, int rows) const;
     // The pool layer of rank r's heads of `layer`.
     int pool_layer(const Rank& r, int layer) const { return layer * m_.tp + r.index; }
@@ -94,6 +108,10 @@ private:
     bool fused_attn_ = false;
     bool group_attn_ = false;  // attention_decode_group takes the model's heads
     ImageSteps images_;        // the step's image rows (images.hpp)
+    MropePositions mrope_;     // qwen2vl's positions per sequence
+    std::vector<MropePositions::Shift> shifts_;  // the step's, per token (host)
+    ehcuda::DeviceBuffer d_shifts_;              // max_step_tokens of them (qwen2vl only)
+    size_t shift_rows_ = 0;                      // leading device rows that may be nonzero
     ehcuda::LoraStep lora_;    // steps with LoRA adapters (lora.hpp)
 };
 

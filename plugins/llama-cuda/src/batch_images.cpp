@@ -39,18 +39,21 @@ void Batch::step(eh_step_entry* entries, uint32_t n_entries) {
     expect_idle("step");
     ClearAfter after{images_};
     take_images(images_, entries, n_entries, ledger(), max_step_tokens(), kv_type(), m_.tp);
+    place_mrope(entries, n_entries);
     BatchBase::step(entries, n_entries);
 }
 
 void Batch::begin(eh_step_entry* entries, uint32_t n_entries) {
     ClearAfter after{images_};
     take_images(images_, entries, n_entries, ledger(), max_step_tokens(), kv_type(), m_.tp);
+    place_mrope(entries, n_entries);
     BatchBase::begin(entries, n_entries);
 }
 
 void Batch::forget(const ehcuda::CudaSeq* seq) {
     images_.forget(seq);
     BatchBase::forget(seq);
+    mrope_.forget(seq);
 }
 
 void Batch::set_spans(const ehcuda::CudaSeq* seq, const eh_embd_span* spans, uint32_t n) {

@@ -22,9 +22,10 @@ int to_int(uint64_t v, const std::string& key) {
 Config read_config(const ehp::ModelView& view) {
     Config c;
     c.arch = std::string(view.architecture());
-    if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma3")
+    if (c.arch != "llama" && c.arch != "qwen2" && c.arch != "qwen3" && c.arch != "phi3" && c.arch != "gemma3" &&
+        c.arch != "qwen2vl")
         throw ehp::Error(EH_UNSUPPORTED, "llama-cuda does not serve architecture '" + c.arch +
-                                             "' (llama, qwen2, qwen3, phi3, gemma3)");
+                                             "' (llama, qwen2, qwen3, phi3, gemma3, qwen2vl)");
     c.gemma = c.arch == "gemma3";
     if (c.gemma)
         if (const std::string why = ehp::gemma3::unsupported(view); !why.empty())
@@ -100,6 +101,12 @@ Config read_config(const ehp::ModelView& view) {
                                              std::to_string(ehcuda::kAttentionMaxHeadDim) + ")");
     if (c.n_rot > c.head_dim || c.n_rot % 2) bad("rope.dimension_count " + std::to_string(c.n_rot) + " invalid");
     if (!(c.eps > 0.0f) || !(c.freq_base > 0.0f)) bad("rms epsilon and rope.freq_base must be positive");
+    // (the rotation's NEOX pairing is what M-RoPE's sections split; its
+    // image positions are shifted onto the plain rotation, which takes no
+    // per-pair divisors then: batch_mrope.cpp)
+    c.mrope = ehp::mrope::read_sections(view, uint32_t(c.n_rot));
+    if (c.mrope.active() && (scaling != "none" || view.find_tensor("rope_freqs.weight")))
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: qwen2vl with rope scaling or rope_freqs is not supported");
     return c;
 }
 

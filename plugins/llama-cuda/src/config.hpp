@@ -4,12 +4,13 @@
 #include <string>
 #include <vector>
 
+#include <engine_host/mrope.hpp>
 #include <engine_host/plugin_abi.hpp>
 
 namespace llama_cuda {
 
 struct Config {
-    std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma3"
+    std::string arch;  // "llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2vl"
     int n_embd = 0;
     int n_layer = 0;
     int n_head = 0;
@@ -24,6 +25,9 @@ struct Config {
     bool neox = false;  // qwen2, qwen3, phi3: rotate halves; llama: adjacent pairs
     bool qk_norm = false;  // qwen3, gemma3: per-head RMSNorm of Q and K before RoPE
     int window = 0;     // sliding window (0 = full attention): every layer's, or the sliding layers' below
+    // qwen2vl (Qwen2.5-VL's decoder: qwen2's tensors): the M-RoPE sections
+    // (engine_host/mrope.hpp); inactive for every other architecture.
+    ehp::mrope::Sections mrope;
 
     // Gemma 3 (engine_host/gemma3.hpp has the rules every plugin shares):
     // norms after attention and after the MLP (added to the residual once

@@ -4,9 +4,9 @@
 // step's token embeddings (after Gemma's embedding scale: rows are used as
 // given); and for a span flagged EH_SPAN_BIDIRECTIONAL (Gemma 3's images)
 // how far past its own position each token sees, which routes its entry's
-// attention to ehcuda::attention_span. EH_SPAN_GRID is a layout for models
-// of several position axes (Qwen2.5-VL's M-RoPE); the models llama-cuda
-// runs have one, so the flag changes nothing here, as the ABI says.
+// attention to ehcuda::attention_span. EH_SPAN_GRID lays a span out on its
+// grid for M-RoPE (qwen2vl: mrope_positions.hpp places it from spans());
+// on a model of one position axis the flag changes nothing, as the ABI says.
 #pragma once
 
 #include <cstdint>
@@ -50,6 +50,11 @@ public:
     // The first entry that carries a bidirectional span, or -1.
     int first_bidirectional() const;
     const int32_t* d_reach() const { return d_reach_.as<int32_t>(); }
+    // Entry i's spans for the step taken (empty: none).
+    const std::vector<eh_embd_span>& spans(uint32_t entry) const {
+        static const std::vector<eh_embd_span> none;
+        return entry < step_.size() ? step_[entry] : none;
+    }
 
 private:
     std::unordered_map<const ehcuda::CudaSeq*, std::vector<eh_embd_span>> pending_;

@@ -418,6 +418,9 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     // residual add, which the shard mode's fused all-reduce does not give)
     if (c.gemma && m->tp > 1)
         throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism is not built for gemma3");
+    // (M-RoPE's shift of each rank's heads is not built)
+    if (c.mrope.active() && m->tp > 1)
+        throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism is not built for qwen2vl");
     const ehcuda::Options opts(params.options_json);
     opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels", "tensor_parallel"});
     m->rank_streams = tp_streams_option(opts, devices);

@@ -12,6 +12,7 @@
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/lora.hpp>
 #include <ehcuda/vision_gemma3.hpp>
+#include <ehcuda/vision_qwen.hpp>
 #include <ehcuda/weight_mirror.hpp>
 
 #include "config.hpp"
@@ -97,6 +98,8 @@ struct Model {
     // ABI 1.6: Gemma 3's image encoder once image_encoder_load ran (its
     // device memory on `ledger`, declared before it).
     std::unique_ptr<ehcuda::Gemma3Vision> vision;
+    // ABI 1.8: Qwen2.5-VL's (qwen2vl models only), likewise.
+    std::unique_ptr<ehcuda::QwenVlVision> qwen_vision;
     // The load's view (host-owned, valid until model_release): adapter_load
     // checks adapters against it. And the loaded adapters' table (lora.hpp).
     const eh_model_view* view = nullptr;

@@ -10,7 +10,7 @@
 namespace {
 
 const char* const kFormats[] = {"gguf", "safetensors", nullptr};
-const char* const kArchs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3", nullptr};
+const char* const kArchs[] = {"llama", "qwen2", "qwen3", "phi3", "gemma3", "qwen2vl", nullptr};
 const char* const kQuants[] = {"F32", "F16", "BF16", "Q4_0", "Q4_1", "Q5_0", "Q5_1", "Q8_0", "Q4_K", "Q5_K", "Q6_K",
                                "Q2_K", "Q3_K", "IQ4_NL", "IQ4_XS", nullptr};
 

@@ -39,6 +39,16 @@ struct Gemma3Tower {
 void write_gemma3_tower(const std::string& path, uint32_t text_embd, uint64_t seed, const Gemma3Tower& tower);
 // A toy Qwen2.5-VL mmproj (clip.projector_type qwen2.5vl_merger) likewise.
 void write_qwen25vl_mmproj(const std::string& path, uint32_t text_embd, uint64_t seed);
+// A Qwen2.5-VL mmproj of any tower shape (the toy is one of them): patch,
+// width, MLP width, blocks, heads, the full-attention period
+// (clip.vision.n_wa_pattern), matrices F16 or F32. Qwen2.5-VL 7B's: 14,
+// 1280, 3420, 32, 16, 8, F16.
+struct QwenVlTower {
+    const char* name;
+    uint32_t patch, width, ff, layers, heads, wa_pattern;
+    bool f16;
+};
+void write_qwen25vl_tower(const std::string& path, uint32_t text_embd, uint64_t seed, const QwenVlTower& tower);
 
 struct ForgeResult {
     uint64_t n_tensors = 0;
