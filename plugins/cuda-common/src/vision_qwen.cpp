@@ -157,7 +157,8 @@ struct QwenVlVision::Impl {
         const size_t esz = half_attn ? 2 : 4;
         const char* q = static_cast<const char*>(base);
         const long long nn = (long long)N * N;
-        const int per = int(std::clamp<size_t>(kScoreBytes / (size_t(N) * N * 4), 1, n_head));
+        // (heads whose scores the buffer holds: sized at load for the largest image)
+        const int per = int(std::clamp<size_t>(scores.size() / (size_t(N) * N * 4), 1, n_head));
         for (int h0 = 0; h0 < int(n_head); h0 += per) {
             const int hg = std::min(per, int(n_head) - h0);
             const char* qh = q + size_t(h0) * hd * esz;
