@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """Images through engine-host on llama-cuda (issue 49), against the same
-server on the CPU reference (the numeric oracle), on the forged tiny Gemma 3
-vision profile (model + --mmproj-out):
+server on the CPU reference (the numeric oracle), on a forged tiny vision
+profile (model + --mmproj-out): Gemma 3's (tiny-gemma-3-vision-q4_k_m, the
+default) or Qwen2.5-VL's (tiny-qwen2.5-vl-q4_k_m: its images read at their
+own size in tiles, on their M-RoPE grid):
 
   - llama-cuda starts with --mmproj (it has the ABI 1.6 image calls) and the
     log names it as the plugin;
@@ -15,7 +17,7 @@ vision profile (model + --mmproj-out):
     again within 0.01 (the second request reuses the cached prefix through the
     image and runs only the rest, through other kernels).
 
-Usage: vision_gpu_test.py ENGINE_HOST PLUGIN_DIR
+Usage: vision_gpu_test.py ENGINE_HOST PLUGIN_DIR [PROFILE]
 """
 import os
 import random
@@ -68,9 +70,10 @@ def tokens(answer):
 
 def main():
     eh, plugins = sys.argv[1], sys.argv[2]
+    profile = sys.argv[3] if len(sys.argv) > 3 else "tiny-gemma-3-vision-q4_k_m"
     work = tempfile.mkdtemp(prefix="eh-vision-gpu-")
     model, mmproj = os.path.join(work, "model.gguf"), os.path.join(work, "mmproj.gguf")
-    subprocess.run([eh, "forge", "--like", "tiny-gemma-3-vision-q4_k_m", "--out", model, "--mmproj-out", mmproj,
+    subprocess.run([eh, "forge", "--like", profile, "--out", model, "--mmproj-out", mmproj,
                     "--seed", "3", "-q"], check=True)
     a, b = png_data_url(80, 60, 1), png_data_url(80, 60, 2)
     requests = {"a": chat([a]), "b": chat([b]), "a again": chat([a]), "a and b": chat([a, b], "Compare them.")}
