@@ -14,6 +14,7 @@
 
 #include "ehcuda/check.hpp"
 #include "vision_ops.hpp"
+#include "vision_qwen_layout.hpp"
 #include "vision_qwen_ops.hpp"
 
 namespace ehcuda {
@@ -322,33 +323,15 @@ void QwenVlVision::encode(const float* pixels, uint32_t width, uint32_t height, 
     cudaStream_t s = I.stream;
     const int p = int(I.patch), W = int(I.width), F = int(I.ff), T = int(I.text), W4 = 4 * W;
     const int gh = int(height) / p, gw = int(width) / p, N = gh * gw, M = N / 4;
-    const int uh = gh / 2, uw = gw / 2, wu = int(I.window / I.merge);  // merged units, a window's side in units
+    const int wu = int(I.window / I.merge);  // a window's side in merged squares
     const int hd = W / int(I.n_head), half = hd / 2, quarter = hd / 4;
-    // Window order: windows of wu x wu squares row by row from the top-left
-    // corner (cut by the edges), squares row by row inside each, a square's
-    // four patches row-major; h_unit[j] the tile square j of that order is.
-    I.h_rc.resize(size_t(N) * 2);
-    I.h_win.resize(size_t(N));
-    I.h_unit.clear();
-    I.h_seg.assign(1, 0);
-    int max_win = 0, n_win = 0;
-    for (int wy = 0; wy < uh; wy += wu)
-        for (int wx = 0; wx < uw; wx += wu) {
-            for (int uy = wy; uy < std::min(wy + wu, uh); ++uy)
-                for (int ux = wx; ux < std::min(wx + wu, uw); ++ux) {
-                    const size_t j0 = I.h_unit.size() * 4;
-                    for (int in = 0; in < 4; ++in) {
-                        I.h_rc[2 * (j0 + in)] = 2 * uy + in / 2;
-                        I.h_rc[2 * (j0 + in) + 1] = 2 * ux + in % 2;
-                        I.h_win[j0 + in] = n_win;
-                    }
-                    I.h_unit.push_back(uy * uw + ux);
-                }
-            const int rows = int(I.h_unit.size()) * 4 - I.h_seg.back();
-            max_win = std::max(max_win, rows);
-            I.h_seg.push_back(int(I.h_unit.size()) * 4);
-            ++n_win;
-        }
+    // Window order (vision_qwen_layout.hpp): each window a run of rows.
+    vision::qwen::WindowLayout lay = vision::qwen::window_layout(gh, gw, wu);
+    I.h_rc.swap(lay.rc);
+    I.h_win.swap(lay.win);
+    I.h_seg.swap(lay.seg);
+    I.h_unit.swap(lay.unit);
+    const int max_win = lay.max_rows, n_win = int(I.h_seg.size()) - 1;
     // The 2-D RoPE's angles per patch, in double as cpu-reference takes them.
     I.h_cs.resize(size_t(N) * half);
     I.h_sn.resize(size_t(N) * half);
