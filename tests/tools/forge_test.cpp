@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <fstream>
 #include <iterator>
 
@@ -144,6 +145,46 @@ TEST(Forge, QwenVlProfileWritesItsSectionsAndTower) {
     }
     EXPECT_TRUE(frame1);
     EXPECT_TRUE(mm2);
+}
+
+// Qwen2.5-VL 7B: the text model of that size under qwen2vl with the 7B's
+// sections (16, 24, 24 of 64), a vision profile; and a tower of any shape
+// (write_qwen25vl_tower) has that shape's keys and F16 matrices when asked,
+// a few blocks of the 7B's width standing in for its 32.
+TEST(Forge, QwenVl7bProfileAndTowerShapes) {
+    const Profile p = find_profile("qwen2.5-vl-7b-instruct-q4_k_m");
+    EXPECT_TRUE(p.vision);
+    EXPECT_FALSE(p.tiny);
+    EXPECT_EQ(p.arch, "qwen2vl");
+    EXPECT_EQ(p.shape.n_embd, 3584u);
+    EXPECT_EQ(p.shape.n_layer, 28u);
+    EXPECT_EQ(p.shape.head_dim, 128u);
+    bool sections = false;
+    for (const auto& [k, v] : p.metadata)
+        if (k == "qwen2vl.rope.dimension_sections" && v.count() == 4 && v.bytes().size() == 16) {
+            int32_t x[4];
+            std::memcpy(x, v.bytes().data(), 16);
+            sections = x[0] == 16 && x[1] == 24 && x[2] == 24 && x[3] == 0;
+        }
+    EXPECT_TRUE(sections);
+    TempDir d;
+    const std::string path = d.file("tower.gguf");
+    eh::tools::write_qwen25vl_tower(path, 3584, 1, {"test", 14, 1280, 3420, 2, 16, 8, true});
+    auto mm = eh::model::ModelFile::open(path);
+    EXPECT_EQ(mm->get_string("clip.projector_type"), "qwen2.5vl_merger");
+    EXPECT_EQ(mm->get_uint("clip.vision.embedding_length"), 1280u);
+    EXPECT_EQ(mm->get_uint("clip.vision.feed_forward_length"), 3420u);
+    EXPECT_EQ(mm->get_uint("clip.vision.attention.head_count"), 16u);
+    EXPECT_EQ(mm->get_uint("clip.vision.n_wa_pattern"), 8u);
+    EXPECT_EQ(mm->get_uint("clip.vision.projection_dim"), 3584u);
+    size_t half = 0, blocks = 0;
+    for (const auto& t : mm->tensors()) {
+        const std::string_view n = eh::model::to_sv(t.name);
+        if (n.size() > 2 && t.n_dims >= 2) half += t.type == EH_TYPE_F16;
+        if (n == "v.blk.1.ffn_down.weight") blocks = t.dims[0] == 3420 && t.dims[1] == 1280;
+    }
+    EXPECT_EQ(half, 2u + 2u * 7u + 2u);  // patch kernels, 7 matrices a block, mm.0 and mm.2
+    EXPECT_EQ(blocks, 1u);
 }
 
 // The real-size Gemma 3 vision profiles (4B, 12B): the text model of that

@@ -127,7 +127,10 @@ ForgeResult forge(const ForgeOptions& o) {
     }
 
     w.write(o.out);
-    if (p.vision && p.arch == "qwen2vl") write_qwen25vl_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
+    if (p.vision && p.arch == "qwen2vl" && p.tiny) write_qwen25vl_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
+    else if (p.vision && p.arch == "qwen2vl")  // Qwen2.5-VL 7B's tower (F16, as the converter's mmproj-model-f16)
+        write_qwen25vl_tower(o.mmproj_out, p.shape.n_embd, o.seed,
+                             {"Qwen2.5-VL 7B vision (forged)", 14, 1280, 3420, 32, 16, 8, true});
     else if (p.vision && p.tiny) write_gemma3_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
     else if (p.vision) write_gemma3_siglip_mmproj(o.mmproj_out, p.shape.n_embd, o.seed);
 

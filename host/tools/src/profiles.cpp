@@ -1,5 +1,6 @@
 #include "eh/tools/profiles.hpp"
 
+#include <array>
 #include <span>
 
 #include <fmt/format.h>
@@ -156,8 +157,11 @@ void general(Profile& p, std::string_view name, std::string_view size_label) {
     p.metadata.push_back(str("general.size_label", size_label));
 }
 
-Profile qwen2(std::string name, bool tiny) {
+// size: "tiny", "0.5b", or "vl-7b" (Qwen2.5-VL-7B's text model, before
+// qwen2vl() makes it one).
+Profile qwen2(std::string name, std::string_view size) {
     Profile p;
+    const bool tiny = size == "tiny";
     p.name = std::move(name);
     p.arch = "qwen2";
     p.tiny = tiny;
@@ -166,11 +170,17 @@ Profile qwen2(std::string name, bool tiny) {
     auto& s = p.shape;
     if (tiny) s = Shape{.n_layer = 4, .n_embd = 64, .n_ff = 256, .n_head = 4, .n_head_kv = 2, .head_dim = 16,
                         .n_ctx = 32768, .tied = true, .qkv_bias = true};
-    else s = Shape{.n_layer = 24, .n_embd = 896, .n_ff = 4864, .n_head = 14, .n_head_kv = 2, .head_dim = 64,
+    else if (size == "vl-7b") {
+        s = Shape{.n_layer = 28, .n_embd = 3584, .n_ff = 18944, .n_head = 28, .n_head_kv = 4, .head_dim = 128,
+                  .n_ctx = 128000, .tied = false, .qkv_bias = true};
+        p.n_vocab = 152064;
+    } else s = Shape{.n_layer = 24, .n_embd = 896, .n_ff = 4864, .n_head = 14, .n_head_kv = 2, .head_dim = 64,
                    .n_ctx = 32768, .tied = true, .qkv_bias = true};
     p.description = tiny ? "Qwen2.5 layout at toy size (Q4_K_M recipe, real vocab)"
-                         : "Qwen2.5-0.5B-Instruct Q4_K_M";
-    general(p, tiny ? "Tiny Qwen2.5" : "Qwen2.5 0.5B Instruct", tiny ? "8M" : "630M");
+                    : size == "vl-7b" ? "Qwen2.5-VL-7B-Instruct Q4_K_M"
+                                      : "Qwen2.5-0.5B-Instruct Q4_K_M";
+    general(p, tiny ? "Tiny Qwen2.5" : size == "vl-7b" ? "Qwen2.5 VL 7B Instruct" : "Qwen2.5 0.5B Instruct",
+            tiny ? "8M" : size == "vl-7b" ? "8.3B" : "630M");
     const std::string a = "qwen2.";
     p.metadata.push_back(u32(a + "block_count", s.n_layer));
     p.metadata.push_back(u32(a + "context_length", s.n_ctx));
@@ -479,6 +489,23 @@ Profile gemma3(std::string name, const char* size) {
 // token at the last id: Gemma's own, 262144, is past this vocabulary) and a
 // vision tower (forge_mmproj.cpp): the toy one for a tiny model, else
 // SigLIP-So400m's shape at 896 pixels.
+// A Qwen2.5 profile as Qwen2.5-VL's text model: architecture qwen2vl, the
+// M-RoPE sections, a vision tower beside it. The Qwen2.5 vocabulary already
+// holds <|vision_start|>, <|image_pad|>, <|vision_end|>.
+Profile qwen2vl(Profile p, const char* display, std::array<int32_t, 4> sections, const char* description) {
+    p.arch = "qwen2vl";
+    for (auto& [k, v] : p.metadata) {
+        if (k.rfind("qwen2.", 0) == 0) k = "qwen2vl." + k.substr(6);
+        if (k == "general.architecture") v = str(k, "qwen2vl").second;
+        if (k == "general.name") v = str(k, display).second;
+    }
+    p.metadata.emplace_back("qwen2vl.rope.dimension_sections",
+                            GgufValue::array(std::span<const int32_t>(sections.data(), 4)));
+    p.description = description;
+    p.vision = true;
+    return p;
+}
+
 Profile gemma3_vision(Profile p) {
     p.description = p.tiny ? "Gemma 3 layout at toy size with a toy vision tower (--mmproj-out)"
                            : p.description + " with its vision tower's shape (--mmproj-out)";
@@ -494,7 +521,7 @@ struct Entry {
     Profile (*make)(std::string name);
 };
 const Entry kProfiles[] = {
-    {"qwen2.5-0.5b-instruct-q4_k_m", [](std::string n) { return qwen2(std::move(n), false); }},
+    {"qwen2.5-0.5b-instruct-q4_k_m", [](std::string n) { return qwen2(std::move(n), "0.5b"); }},
     {"phi-3-mini-4k-instruct-q4_k_m", [](std::string n) { return phi3(std::move(n), false); }},
     {"gpt-oss-20b-mxfp4", [](std::string n) { return gpt_oss(std::move(n), false); }},
     {"gpt-oss-120b-mxfp4", [](std::string n) { return gpt_oss(std::move(n), false, true); }},
@@ -508,7 +535,7 @@ const Entry kProfiles[] = {
     {"gemma-3-27b-it-q4_k_m", [](std::string n) { return gemma3(std::move(n), "27b"); }},
     {"gpt2-124m-f16", [](std::string n) { return gpt2(std::move(n), false, EH_TYPE_F16); }},
     {"gpt2-124m-q8_0", [](std::string n) { return gpt2(std::move(n), false, EH_TYPE_Q8_0); }},
-    {"tiny-qwen2.5-q4_k_m", [](std::string n) { return qwen2(std::move(n), true); }},
+    {"tiny-qwen2.5-q4_k_m", [](std::string n) { return qwen2(std::move(n), "tiny"); }},
     {"tiny-phi-3-q4_k_m", [](std::string n) { return phi3(std::move(n), true); }},
     {"tiny-gpt-oss-mxfp4", [](std::string n) { return gpt_oss(std::move(n), true); }},
     {"tiny-llama-3.1-q4_k_m", [](std::string n) { return llama3(std::move(n), true); }},
@@ -520,23 +547,15 @@ const Entry kProfiles[] = {
     {"gemma-3-4b-it-vision-q4_k_m", [](std::string n) { return gemma3_vision(gemma3(std::move(n), "4b")); }},
     {"gemma-3-12b-it-vision-q4_k_m", [](std::string n) { return gemma3_vision(gemma3(std::move(n), "12b")); }},
     {"tiny-qwen2.5-vl-q4_k_m", [](std::string n) {
-         // The tiny Qwen2.5 as Qwen2.5-VL's text model (architecture qwen2vl:
          // M-RoPE sections 2, 3, 3 of its 8 rotary frequencies, as 16, 24, 24
-         // of 64) and a toy vision tower (forge_mmproj.cpp). The Qwen2.5
-         // vocabulary already holds <|vision_start|>, <|image_pad|>, <|vision_end|>.
-         Profile p = qwen2(std::move(n), true);
-         p.arch = "qwen2vl";
-         for (auto& [k, v] : p.metadata) {
-             if (k.rfind("qwen2.", 0) == 0) k = "qwen2vl." + k.substr(6);
-             if (k == "general.architecture") v = str(k, "qwen2vl").second;
-             if (k == "general.name") v = str(k, "Tiny Qwen2.5-VL").second;
-         }
-         const int32_t sections[4] = {2, 3, 3, 0};
-         p.metadata.emplace_back("qwen2vl.rope.dimension_sections",
-                                 GgufValue::array(std::span<const int32_t>(sections, 4)));
-         p.description = "Qwen2.5-VL layout at toy size with a toy vision tower (--mmproj-out)";
-         p.vision = true;
-         return p;
+         // of 64, and a toy vision tower (forge_mmproj.cpp).
+         return qwen2vl(qwen2(std::move(n), "tiny"), "Tiny Qwen2.5-VL", {2, 3, 3, 0},
+                        "Qwen2.5-VL layout at toy size with a toy vision tower (--mmproj-out)");
+     }},
+    {"qwen2.5-vl-7b-instruct-q4_k_m", [](std::string n) {
+         // The 7B's tower shape beside it (write_qwen25vl_tower: F16, 1.3 GB).
+         return qwen2vl(qwen2(std::move(n), "vl-7b"), "Qwen2.5 VL 7B Instruct", {16, 24, 24, 0},
+                        "Qwen2.5-VL-7B-Instruct Q4_K_M with its vision tower's shape (--mmproj-out)");
      }},
     {"tiny-gpt2-f16", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_F16); }},
     {"tiny-gpt2-q8_0", [](std::string n) { return gpt2(std::move(n), true, EH_TYPE_Q8_0); }},
