@@ -449,29 +449,61 @@ TEST(QwenVlGpu, TowerRowsMatchTheCpuReference) {
 // windows cut by the edges, four full blocks), then the encode time of an
 // 896 x 896 image (1,024 tiles, 4,096 patches), wall clock per
 // image_encode_sized call (the pixels' upload and the copy back included),
-// the median of 5 after one warm-up. Skipped unless EH_QWEN_VL_BENCH is set
-// (forging the 1.3 GB file and the CPU reference's pass take a while).
+// the median of 5 after one warm-up. With EH_QWEN_VL_BENCH_MODEL and
+// EH_QWEN_VL_BENCH_MMPROJ (e.g. the forged qwen2.5-vl-7b-instruct-q4_k_m
+// and its --mmproj-out, the files llama.cpp reads too): those instead, on
+// llama-cuda only, and also a prompt of 1,024 image positions on their grid
+// and 64 text tokens prefilled, against the same prompt as text. Skipped
+// unless EH_QWEN_VL_BENCH is set (the forge and the CPU reference's pass
+// take a while). A measurement, printed; the rows' check is asserted.
 TEST(QwenVlGpuBench, SevenBTowerRowsAndEncodeTime) {
     if (!std::getenv("EH_QWEN_VL_BENCH")) GTEST_SKIP() << "set EH_QWEN_VL_BENCH=1 to run";
     REQUIRE_BOTH();
-    const uint32_t text = [] {
-        Loaded cpu(cpu_api(), &forged().mmproj->view());
-        return cpu.info.n_embd;
-    }();
-    const std::string path = (std::filesystem::temp_directory_path() /
-                              ("qwen_vl_7b_tower_" + std::to_string(::getpid()) + ".gguf")).string();
-    const auto t0 = std::chrono::steady_clock::now();
-    eh::tools::write_qwen25vl_tower(path, text, 3, {"Qwen2.5-VL 7B tower shape (forged)", 14, 1280, 3420, 32, 16, 8, true});
-    auto file = eh::model::ModelFile::open(path);
-    std::printf("[qwen-vl-bench] forged the 7B-shaped tower in %.1f s\n",
-                std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
-    Loaded gpu(gpu_api(), &file->view());
-    ASSERT_EQ(gpu.enc_status, EH_OK) << gpu.error();
-    {
+    const char* given_model = std::getenv("EH_QWEN_VL_BENCH_MODEL");
+    const char* given_mmproj = std::getenv("EH_QWEN_VL_BENCH_MMPROJ");
+    const bool given = given_model && given_mmproj;
+    std::unique_ptr<eh::model::ModelFile> model_file, file;
+    std::string path;
+    if (given) {
+        model_file = eh::model::ModelFile::open(given_model);
+        file = eh::model::ModelFile::open(given_mmproj);
+    } else {
+        const uint32_t text = [] {
+            Loaded cpu(cpu_api(), &forged().mmproj->view());
+            return cpu.info.n_embd;
+        }();
+        path = (std::filesystem::temp_directory_path() /
+                ("qwen_vl_7b_tower_" + std::to_string(::getpid()) + ".gguf")).string();
+        const auto t0 = std::chrono::steady_clock::now();
+        eh::tools::write_qwen25vl_tower(path, text, 3,
+                                        {"Qwen2.5-VL 7B tower shape (forged)", 14, 1280, 3420, 32, 16, 8, true});
+        file = eh::model::ModelFile::open(path);
+        std::printf("[qwen-vl-bench] forged the 7B-shaped tower in %.1f s\n",
+                    std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+    }
+    // (the given model with a KV pool for the prompt below)
+    ehtest::KvShape k = Loaded::shape(2);
+    if (given) {
+        k.max_seq_tokens = k.max_step_tokens = 2048;
+        k.budget_bytes = 2ull << 30;
+    }
+    struct Gpu : ehtest::StepModel {
+        eh_image_encoder_info info{};
+        eh_status enc = EH_OK;
+        Gpu(const eh_model_view* m, const eh_model_view* mm, const ehtest::KvShape& k) : StepModel(gpu_api(), m, k) {
+            info.struct_size = sizeof info;
+            if (ok()) enc = api->image_encoder_load(model, mm, &info);
+        }
+    } gpu(given ? &model_file->view() : &forged().model->view(), &file->view(), k);
+    ASSERT_TRUE(gpu.ok()) << gpu.failure;
+    ASSERT_EQ(gpu.enc, EH_OK) << gpu.error();
+    if (!given) {
         Loaded cpu(cpu_api(), &file->view());
         ASSERT_EQ(cpu.enc_status, EH_OK) << cpu.error();
         const std::vector<float> px = pixels(196, 140, 5);
-        const double e = rel_err(gpu.encode(px, 196, 140), cpu.encode(px, 196, 140));
+        std::vector<float> g(35 * size_t(gpu.info.n_embd));
+        ASSERT_EQ(gpu.api->image_encode_sized(gpu.model, px.data(), 196, 140, g.data()), EH_OK) << gpu.error();
+        const double e = rel_err(g, cpu.encode(px, 196, 140));
         std::printf("[qwen-vl-bench] 7B-shaped F16 tower, 196x140 px (35 tiles): max |gpu - cpu| / max |cpu| = %.3g\n", e);
         EXPECT_LT(e, 1e-2);
     }
@@ -489,7 +521,35 @@ TEST(QwenVlGpuBench, SevenBTowerRowsAndEncodeTime) {
                 "(median of 5; min %.2f, max %.2f)\n",
                 ms[2], ms[0], ms[4]);
     for (float v : rows) ASSERT_TRUE(std::isfinite(v));
-    std::filesystem::remove(path);
+    if (given) {
+        const uint32_t n = 1024 + 64;
+        std::vector<int32_t> toks(n);
+        for (uint32_t i = 0; i < n; ++i) toks[i] = int32_t(1000 + i);
+        auto prefill = [&](bool image) {
+            eh_seq* s = gpu.create();
+            if (image) {
+                const eh_embd_span sp{32, 1024, EH_SPAN_GRID, 32, rows.data()};
+                EXPECT_EQ(gpu.api->seq_embd_spans(s, &sp, 1), EH_OK) << gpu.error();
+            }
+            eh_step_entry e = ehtest::step_entry(s, toks.data(), n);
+            const auto a = std::chrono::steady_clock::now();
+            EXPECT_EQ(gpu.api->step(gpu.model, &e, 1), EH_OK) << gpu.error();
+            const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
+            gpu.release(s);
+            return t;
+        };
+        std::vector<double> with, without;
+        for (int i = 0; i < 6; ++i) {
+            with.push_back(prefill(true));
+            without.push_back(prefill(false));
+        }
+        std::sort(with.begin() + 1, with.end());
+        std::sort(without.begin() + 1, without.end());
+        std::printf("[qwen-vl-bench] a %u-token prompt holding the 1,024-tile image on its grid: %.2f ms; as text "
+                    "%.2f ms (medians of 5 after a warm-up)\n",
+                    n, with[3], without[3]);
+    }
+    if (!path.empty()) std::filesystem::remove(path);
 }
 
 }  // namespace
