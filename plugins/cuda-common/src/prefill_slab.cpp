@@ -3,10 +3,6 @@
 #include <algorithm>
 
 namespace ehcuda {
-namespace {
-// PrefillShape::dense_slab_bytes' default (prefill_workspace.hpp).
-constexpr size_t kDefaultDenseSlabBytes = size_t(12) << 20;
-}  // namespace
 
 int whole_gemm_slab_mb(const std::vector<size_t>& call_bytes) {
     const size_t largest = call_bytes.empty() ? 0 : *std::max_element(call_bytes.begin(), call_bytes.end());

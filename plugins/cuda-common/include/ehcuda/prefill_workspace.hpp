@@ -19,6 +19,7 @@
 #include <cstdint>
 
 #include "ehcuda/device_memory.hpp"
+#include "ehcuda/prefill_slab.hpp"
 
 struct cublasContext;  // cublasHandle_t is cublasContext*
 
@@ -32,13 +33,13 @@ struct PrefillShape {
     // Slab for MoE experts (whole gate|up of a gpt-oss expert, 33 MB FP16,
     // in one piece: one GEMM per expert instead of three).
     size_t slab_bytes = size_t(32) << 20;
-    // Rows per slab for dense matmuls: a 12 MiB slab stays in L2 between its
-    // dequantization and the GEMM that reads it (H100, Phi-3-mini pp512:
-    // 18,976 tok/s at 12 MiB vs 10,746 at 32 MiB; gpt-oss experts were
-    // slower at 12 MiB, 4,824 vs 6,657, hence two sizes). Models without
-    // experts allocate only this much. KernelPlan::prefill_slab_mb and
-    // prefill_dense_slab_mb override them (measurements).
-    size_t dense_slab_bytes = size_t(12) << 20;
+    // Rows per slab for dense matmuls (prefill_slab.hpp says why 12 MiB;
+    // gpt-oss experts were slower at 12 MiB, 4,824 vs 6,657 tok/s, hence two
+    // sizes). Models without experts allocate only this much.
+    // KernelPlan::prefill_slab_mb and prefill_dense_slab_mb override them:
+    // llama-cuda sets them at load for models without mirrors
+    // (whole_gemm_slab_mb).
+    size_t dense_slab_bytes = kDefaultDenseSlabBytes;
     // MoE prefill (all 0 when the model has no experts).
     int moe_experts = 0;  // expert_count
     int moe_k = 0;        // experts per token
