@@ -39,10 +39,11 @@ transformers 5 lays an image on its grid only when given the processor's
 mm_token_type_ids, which this script passes), and the plugin's one-axis logits
 (the image's span without EH_SPAN_GRID) against transformers' one-axis ones.
 
-First run (H200 machine, CPU torch, transformers 5.17.0, 2026-12-02, before
-mm_token_type_ids was passed): rows 1.1e-6 from transformers', but
-transformers had ignored the grid (its logits equal its one-axis ones), so
-the plugin's grid positions were 0.87 from it; not re-run since.
+Last run (cpu-reference; H200 machine, CPU torch 2.11, transformers 5.17.0,
+2026-12-03): rows 1.12e-6 from transformers' (least cosine 0.99999988),
+log-probabilities 3.7e-6 apart, top-1 the same; the zeroed-rows control
+4.06 off, transformers' one-axis logits 0.868 from its grid ones, the
+plugin's one-axis ones 3.8e-6 from transformers' one-axis ones.
 Results in OUT/vision_conformance_qwen.json; exit 1 on a failure.
 """
 import argparse
