@@ -296,7 +296,9 @@ TEST(Bench, DISABLED_GemvBandwidth) {
                             {EH_TYPE_Q2_K, 16384, 8192}, {EH_TYPE_Q3_K, 16384, 8192}, {EH_TYPE_IQ4_NL, 16384, 8192},
                             {EH_TYPE_IQ4_XS, 16384, 8192}, {EH_TYPE_Q2_K, 14336, 4096}, {EH_TYPE_Q3_K, 14336, 4096},
                             {EH_TYPE_IQ4_NL, 14336, 4096}, {EH_TYPE_IQ4_XS, 14336, 4096}, {EH_TYPE_Q3_K, 4096, 14336},
-                            {EH_TYPE_IQ4_XS, 4096, 14336}};
+                            {EH_TYPE_IQ4_XS, 4096, 14336},
+                            // Gemma 3 12B's ffn_down (rows too long for two in a tile)
+                            {EH_TYPE_Q6_K, 3840, 15360}, {EH_TYPE_Q4_K, 3840, 15360}};
     // EH_BENCH_GEMV_TYPES=Q2_K,Q3_K,...: only those types' shapes.
     const char* only = std::getenv("EH_BENCH_GEMV_TYPES");
     for (const Shape& sh : shapes) {
@@ -321,6 +323,7 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             const char* name;
             ehcuda::GemvInput in;
             bool bulk;  // the bulk-copy kernel or the register one
+            int slices = 0, slots = 2;  // the plan's bulk_slices and bulk_slice_slots
         };
         const Variant variants[] = {
             {"float-x", ehcuda::GemvInput::Float, false},
@@ -329,12 +332,17 @@ TEST(Bench, DISABLED_GemvBandwidth) {
             {"int8-x", ehcuda::GemvInput::Int8, false},
             {"int16x2-x register", ehcuda::GemvInput::Int16x2, false},
             {"int16x2-x bulk", ehcuda::GemvInput::Int16x2, true},
+            {"int16-x slice ring", ehcuda::GemvInput::Int16, true, 2, 2},
+            {"int16-x slice ring 4 slots", ehcuda::GemvInput::Int16, true, 2, 4},
         };
         const bool bulk_was = ehtest::gemv_bulk_on();
+        const ehcuda::KernelPlan plan_was = ehtest::test_plan();
         for (const Variant& v : variants) {
             if (v.in != ehcuda::GemvInput::Float && type == EH_TYPE_F16) continue;
             ehtest::set_gemv_input(v.in);
             ehtest::set_gemv_bulk(v.bulk);
+            ehtest::test_plan().bulk_slices = v.slices;
+            ehtest::test_plan().bulk_slice_slots = v.slots;
             ehcuda::gemv(m, nullptr);
             cudaEventRecord(e0);
             for (int i = 0; i < 20; ++i) ehcuda::gemv(m, nullptr);
@@ -346,6 +354,7 @@ TEST(Bench, DISABLED_GemvBandwidth) {
                         ehp::type_name(type).c_str(), rows, cols, w.size() / 1e6, v.name, ms / 20 * 1e3, bw,
                         100 * bw / copy_bw);
         }
+        ehtest::test_plan() = plan_was;
         ehtest::set_gemv_input(was);
         ehtest::set_gemv_bulk(bulk_was);
         if (rows != 16384 || cols != 8192) continue;

@@ -1,5 +1,6 @@
 // The bulk-copy GEMV (weights copied to shared memory per warp tile) against
-// the register-streaming GEMV it replaces for single-token integer inputs:
+// the register-streaming GEMV it replaces for single-token integer inputs
+// (and its one-token slice ring, bulk_slices, against both):
 // bitwise the same outputs for every integer-path type, input form and
 // staging mode (the RMSNorm fold to the last bits of its 1/rms factor), with tiles that end mid-tensor, at a tensor end that is not
 // 16-byte aligned (weights allocated to the byte, so an over-read shows
@@ -62,22 +63,61 @@ struct Shape {
     int rows, cols;
 };
 
+// The one-token slice ring's plan keys for a run (bulk_slices 0: off).
+struct Slices {
+    int slices = 0, slots = 2, rows = 0, warps = 0;
+};
+// The slice ring forms the tests compare: by the matrix, then two rows a
+// warp with every slot and narrower blocks, then one row with three slots
+// and 4-warp blocks (every warp count, row count and slot count taken).
+const Slices kSliceForms[] = {{2, 2, 0, 0}, {2, 4, 2, 8}, {2, 3, 1, 4}};
+
 // One single-token GEMV, bulk or not; returns y. The register kernel's
 // aligned word loads may read up to 3 bytes past a tensor's end (the
 // plugins' weight arenas leave room): it gets `padded` weights, the bulk
 // kernel the exact ones.
 std::vector<float> run(const ehcuda::MatmulArgs& a, bool bulk, const std::vector<float>& y0,
-                       const void* padded = nullptr, int ring_waves = 0) {
+                       const void* padded = nullptr, int ring_waves = 0, Slices sl = {}) {
     BulkGuard g(bulk);
-    const int ring_was = ehtest::gemv_bulk_ring();
+    const ehcuda::KernelPlan was = test_plan();
     ehtest::set_gemv_bulk_ring(ring_waves);
+    test_plan().bulk_slices = sl.slices;
+    test_plan().bulk_slice_slots = sl.slots;
+    test_plan().bulk_slice_rows = sl.rows;
+    test_plan().bulk_slice_warps = sl.warps;
     auto dy = to_device(y0);
     ehcuda::MatmulArgs m = a;
     if (!bulk && padded) m.seg[0].w.data = padded;
     m.y = dy.as<float>();
     ehcuda::matmul(m, nullptr);
-    ehtest::set_gemv_bulk_ring(ring_was);
+    test_plan() = was;
     return to_host<float>(dy, y0.size());
+}
+
+// The first launch of a's route under the installed plan with the slice
+// ring's keys `sl` (so a test knows it ran the form it names).
+ehcuda::BulkLaunch routed_bulk(const ehcuda::MatmulArgs& a, Slices sl) {
+    const ehcuda::KernelPlan was = test_plan();
+    test_plan().bulk_slices = sl.slices;
+    test_plan().bulk_slice_slots = sl.slots;
+    test_plan().bulk_slice_rows = sl.rows;
+    test_plan().bulk_slice_warps = sl.warps;
+    ehcuda::MatmulShape m;
+    m.g.nseg = a.nseg;
+    for (int s = 0; s < a.nseg; ++s) {
+        m.g.type[s] = a.seg[s].w.type;
+        m.g.rows[s] = a.seg[s].w.rows;
+        m.g.row_bytes[s] = a.seg[s].w.row_bytes;
+    }
+    m.g.cols = a.cols;
+    m.chunk_input = a.xmode == ehcuda::XMode::Chunks;
+    m.rms_norm = a.xmode == ehcuda::XMode::RmsNorm;
+    int sms = 0, major = 0;
+    cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0);
+    cudaDeviceGetAttribute(&major, cudaDevAttrComputeCapabilityMajor, 0);
+    const ehcuda::BulkLaunch b = ehcuda::route_matmul(ehcuda::plan(), ehcuda::DeviceTraits{major, 0, sms}, m).launch[0].bulk;
+    test_plan() = was;
+    return b;
 }
 
 TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
@@ -127,9 +167,14 @@ TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
                     a.accumulate = mode >= 2;
                     const auto ref = run(a, false, y0, w_padded.get());
                     // one-shot blocks, then the resident grid for every matrix
-                    // (each warp several tiles through two buffers)
-                    for (int ring = 0; ring <= 1; ++ring) {
-                        const auto got = run(a, true, y0, nullptr, ring);
+                    // (each warp several tiles through two buffers), then the
+                    // slice ring's forms (bulk_slices 2: every matrix)
+                    for (int ring = 0; ring <= 4; ++ring) {
+                        const Slices sl = ring >= 2 ? kSliceForms[ring - 2] : Slices{};
+                        if (ring >= 2) {
+                            ASSERT_GT(routed_bulk(a, sl).slots, 0) << "form " << ring << ": no slice ring";
+                        }
+                        const auto got = run(a, true, y0, nullptr, ring == 1 ? 1 : 0, sl);
                         GPU_OK(cudaGetLastError());
                         for (int r = 0; r < sh.rows; ++r) {
                             const float e = ref[size_t(r)], v = got[size_t(r)];
@@ -148,7 +193,67 @@ TEST(GemvBulk, BitwiseEqualToRegisterStreaming) {
                 }
             }
         }
-    EXPECT_GT(checked, 200);
+    EXPECT_GT(checked, 500);
+}
+
+// The slice ring on rows a tile holds fewer than two of (Gemma 3 12B's
+// ffn_down: 15,360 inputs, 15 slices a row; bulk_slices 1 takes the Q6_K
+// ones, 2 the other types), against
+// the one-shot kernel (the register kernel splits K for so few rows):
+// bitwise, for a producer's chunks and staged inputs (the RMSNorm fold to
+// the last bits of its 1 / rms), with slots refilled many times, a ragged
+// last row group and the tensor's unaligned end.
+TEST(GemvBulk, SliceRingTakesLongRowsBitwise) {
+    REQUIRE_GPU();
+    const int rows = 601, cols = 15360;
+    const uint32_t types[] = {EH_TYPE_Q4_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
+                              EH_TYPE_Q6_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_XS};
+    int checked = 0;
+    for (uint32_t type : types) {
+        const size_t rb = ehcuda::row_bytes(type, cols);
+        std::mt19937 rng(type * 11 + 3);
+        auto w = exact_device(random_rows(type, rows, cols, rng));
+        std::normal_distribution<float> nd;
+        std::vector<float> x(static_cast<size_t>(cols)), nw(static_cast<size_t>(cols)), y0(static_cast<size_t>(rows));
+        for (auto& v : x) v = 2 * nd(rng);
+        for (auto& v : nw) v = 1 + 0.3f * nd(rng);
+        for (auto& v : y0) v = nd(rng);
+        auto dx = to_device(x), dn = to_device(nw);
+        for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
+            InputGuard ig(in);
+            auto dc = to_device(host_chunks(cols, in == ehcuda::GemvInput::Int16 ? 16 : 32, rng));
+            for (int mode : {0, 1, 3}) {
+                ehcuda::MatmulArgs a;
+                a.seg[0].w = {w.get(), type, rows, cols, rb};
+                a.cols = cols;
+                a.x = mode == 3 ? static_cast<const float*>(dc.get()) : dx.as<float>();
+                a.ldx = cols;
+                a.xmode = mode == 0 ? ehcuda::XMode::Plain : mode == 1 ? ehcuda::XMode::RmsNorm : ehcuda::XMode::Chunks;
+                a.norm_w = dn.as<float>();
+                a.norm_eps = 1e-5f;
+                a.ldy = rows;
+                a.accumulate = mode == 3;
+                const auto ref = run(a, true, y0);
+                const int on = type == EH_TYPE_Q6_K ? 1 : 2;
+                if (on == 2) ASSERT_EQ(routed_bulk(a, Slices{1, 2, 0, 0}).slots, 0) << ehp::type_name(type);
+                for (const Slices sl : {Slices{on, 2, 0, 0}, Slices{on, 4, 2, 16}}) {
+                    const std::string what = ehp::type_name(type) + " mode " + std::to_string(mode) + " input " +
+                                             std::to_string(int(in)) + " slots " + std::to_string(sl.slots);
+                    ASSERT_GT(routed_bulk(a, sl).slots, 0) << what << ": no slice ring";
+                    ASSERT_EQ(routed_bulk(a, Slices{}).slots, 0) << what;
+                    const auto got = run(a, true, y0, nullptr, 0, sl);
+                    GPU_OK(cudaGetLastError());
+                    for (int r = 0; r < rows; ++r) {
+                        const float e = ref[size_t(r)], v = got[size_t(r)];
+                        if (mode == 1) ASSERT_NEAR(e, v, 1e-5 * (1 + std::fabs(e))) << what << " row " << r;
+                        else ASSERT_EQ(e, v) << what << " row " << r;
+                    }
+                    ++checked;
+                }
+            }
+        }
+    }
+    EXPECT_EQ(checked, 8 * 2 * 3 * 2);
 }
 
 // A launch whose dynamic shared memory (49,136 bytes on a 132-SM device:
@@ -223,8 +328,13 @@ TEST(GemvBulk, SegmentsBitwiseEqual) {
         for (auto in : {ehcuda::GemvInput::Int16, ehcuda::GemvInput::Int16x2}) {
             InputGuard ig(in);
             const auto ref = run(a, false, y0);
-            for (int ring = 0; ring <= 1; ++ring) {
-                const auto got = run(a, true, y0, nullptr, ring);
+            // one-shot, resident grid, the slice ring's forms
+            for (int ring = 0; ring <= 4; ++ring) {
+                const Slices sl = ring >= 2 ? kSliceForms[ring - 2] : Slices{};
+                if (ring >= 2) {
+                    ASSERT_GT(routed_bulk(a, sl).slots, 0) << "mixed " << mixed << " form " << ring;
+                }
+                const auto got = run(a, true, y0, nullptr, ring == 1 ? 1 : 0, sl);
                 GPU_OK(cudaGetLastError());
                 for (int r = 0; r < off; ++r)
                     ASSERT_EQ(ref[size_t(r)], got[size_t(r)]) << "mixed " << mixed << " ring " << ring << " row " << r;

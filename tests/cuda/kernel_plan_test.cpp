@@ -140,6 +140,15 @@ TEST(KernelPlan, DefaultsAreTheMeasuredOnes) {
     EXPECT_FALSE(p.bulk_group_norm);
     EXPECT_EQ(p.bulk_group_stage_cols, 1024);
     EXPECT_TRUE(p.bulk_group_kslice);
+    // the one-token slice ring for long Q6_K rows: choose_plan turns it on
+    // on sm_90 (it needs the bulk copy engine), off before
+    EXPECT_EQ(p.bulk_slices, 0);
+    EXPECT_EQ(ehcuda::choose_plan(h100(), false).bulk_slices, 1);
+    EXPECT_EQ(ehcuda::choose_plan(h100(), true).bulk_slices, 1);
+    EXPECT_EQ(ehcuda::choose_plan(a100(), false).bulk_slices, 0);
+    EXPECT_EQ(p.bulk_slice_slots, 2);
+    EXPECT_EQ(p.bulk_slice_rows, 0);
+    EXPECT_EQ(p.bulk_slice_warps, 0);
     EXPECT_EQ(ehcuda::choose_plan(h100(), true).bulk_max_tokens, 2);
     EXPECT_EQ(ehcuda::choose_plan(h100(), false).bulk_max_tokens, 3);
 }
@@ -152,7 +161,8 @@ TEST(KernelPlan, OptionsOverride) {
                                     "allreduce_signals": true, "moe_tile_pass_tokens": 0,
                                     "moe_decode_pass_tokens": 16, "bulk_group_once": true,
                                     "bulk_group_norm": true, "bulk_group_stage_cols": 512,
-                                    "bulk_group_kslice": false}})");
+                                    "bulk_group_kslice": false, "bulk_slices": 1, "bulk_slice_slots": 4,
+                                    "bulk_slice_rows": 2, "bulk_slice_warps": 8}})");
     ehcuda::apply_plan_options(p, o.object("kernels"));
     EXPECT_EQ(p.gemv_input, GemvInput::Float);
     EXPECT_FALSE(p.gemv_bulk);
@@ -168,6 +178,10 @@ TEST(KernelPlan, OptionsOverride) {
     EXPECT_TRUE(p.bulk_group_norm);
     EXPECT_EQ(p.bulk_group_stage_cols, 512);
     EXPECT_FALSE(p.bulk_group_kslice);
+    EXPECT_EQ(p.bulk_slices, 1);
+    EXPECT_EQ(p.bulk_slice_slots, 4);
+    EXPECT_EQ(p.bulk_slice_rows, 2);
+    EXPECT_EQ(p.bulk_slice_warps, 8);
     EXPECT_EQ(p.allreduce_nccl_min_floats, 0);
     EXPECT_TRUE(p.allreduce_signals);
     EXPECT_EQ(p.batch_gemv_per_token, 8);  // the chosen value
@@ -193,6 +207,14 @@ TEST(KernelPlan, BadOptionsNameTheKey) {
               "options.kernels: \"batch_gemv_per_token_mirrored\" must be an integer in [1, 65536]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_warps": 6}})"); }),
               "options.kernels: \"bulk_warps\" must be 0, 4, 8 or 16");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_slices": 3}})"); }),
+              "options.kernels: \"bulk_slices\" must be an integer in [0, 2]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_slice_slots": 1}})"); }),
+              "options.kernels: \"bulk_slice_slots\" must be an integer in [2, 4]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_slice_rows": 3}})"); }),
+              "options.kernels: \"bulk_slice_rows\" must be an integer in [0, 2]");
+    EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"bulk_slice_warps": 12}})"); }),
+              "options.kernels: \"bulk_slice_warps\" must be 0, 4, 8 or 16");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_keys": 16}})"); }),
               "options.kernels: \"attn_keys\" must be an integer in [4, 8]");
     EXPECT_EQ(invalid([&] { apply(R"({"kernels": {"attn_pipe": "no"}})"); }),
@@ -320,8 +342,13 @@ TEST(KernelPlan, BulkLaunchFromShape) {
     b = ehcuda::plan_bulk(p, 132, one(EH_TYPE_Q6_K, 128256, 4096));
     EXPECT_TRUE(b.ring);
     EXPECT_EQ(b.warps, 12);
-    b = ehcuda::plan_bulk(p, 132, one(EH_TYPE_Q6_K, 4096, 14336));
+    // (bulk_slices 1, sm_90's default, takes it as the slice ring instead)
+    EXPECT_GT(ehcuda::plan_bulk(p, 132, one(EH_TYPE_Q6_K, 4096, 14336)).slots, 0);
+    KernelPlan one_shot = p;
+    one_shot.bulk_slices = 0;
+    b = ehcuda::plan_bulk(one_shot, 132, one(EH_TYPE_Q6_K, 4096, 14336));
     EXPECT_FALSE(b.ring);
+    EXPECT_EQ(b.slots, 0);
     EXPECT_EQ(b.warps, 8);
     EXPECT_EQ(b.blocks, 512);
     // Too wide an input for the shared memory: not taken.

@@ -37,10 +37,12 @@ struct Variant {
 };
 
 // The plans the expected routes were captured under: the chosen ones but
-// for bulk_ring_waves, then 3 (RingFromTwoWaves checks today's 2).
+// for bulk_ring_waves, then 3 (RingFromTwoWaves checks today's 2), and
+// bulk_slices, then 0.
 KernelPlan captured_plan(const ehcuda::DeviceTraits& dev, bool moe) {
     KernelPlan p = ehcuda::choose_plan(dev, moe);
     p.bulk_ring_waves = 3;
+    p.bulk_slices = 0;  // (captured before the slice ring; SliceRingOnlyWhenOn checks it)
     return p;
 }
 
@@ -87,8 +89,9 @@ TEST(KernelRoute, RealShapesRouteAsTheChoosersDid) {
 // form): Phi-3's gate|up and Qwen3-8B's ffn_down, which the captured plan
 // (three waves) ran as one block per tile.
 TEST(KernelRoute, RingFromTwoWaves) {
-    const KernelPlan p = ehcuda::choose_plan(kH200, false);
+    KernelPlan p = ehcuda::choose_plan(kH200, false);
     EXPECT_EQ(p.bulk_ring_waves, 2);
+    p.bulk_slices = 0;  // (the slice ring, sm_90's default, takes Qwen3-8B's ffn_down before the ring)
     for (const auto& [model, kind] : {std::pair{"Phi-3-mini", "ffn_gate_up"}, std::pair{"Qwen3-8B", "ffn_down"}}) {
         const ehcuda::MatmulRoute r = ehcuda::route_matmul(p, kH200, mm(shape_of(real(model, kind)), 1));
         const std::string text = ehcuda::describe_route(p, mm(shape_of(real(model, kind)), 1), r);
@@ -507,6 +510,147 @@ TEST(KernelRoute, GroupsSliceLongRows) {
     // without bulk_group_once: not sliced
     v.plan.bulk_group_once = false;
     EXPECT_EQ(ehcuda::plan_bulk_slices(v.plan, 132, m.g, 8).warps, 0);
+}
+
+GemvShape one_segment(uint32_t type, int rows, int cols) {
+    GemvShape g;
+    g.type[0] = type;
+    g.rows[0] = rows;
+    g.row_bytes[0] = ehcuda::row_bytes(type, cols);
+    g.cols = cols;
+    return g;
+}
+
+// bulk_slices: the one-token slice ring only when on in the plan; under 1
+// (sm_90's default) only for a Q6_K matrix of 12288+ inputs a row whose rows
+// one wave of one-row warps holds (Gemma 3 12B's and Llama-3.1-8B's
+// ffn_down, not Gemma 3 27B's 5376 rows nor Phi-3's 8192 inputs nor Q4_K),
+// under 2 for every one-token bulk matmul, mixed-type QKV too; never for
+// token groups, before sm_90 or where its predicate refuses, each refusal
+// naming why.
+TEST(KernelRoute, SliceRingOnlyWhenOn) {
+    KernelPlan p = ehcuda::choose_plan(kH200, false);
+    EXPECT_EQ(p.bulk_slices, 1);
+    EXPECT_EQ(ehcuda::choose_plan(kA100, false).bulk_slices, 0);
+    p.bulk_slices = 0;
+    const GemvShape down = one_segment(EH_TYPE_Q6_K, 3840, 15360);  // Gemma 3 12B's ffn_down
+    MatmulShape m = mm(down, 1);
+    m.chunk_input = true;  // (its input: the FFN pair's chunks)
+    auto first = [&](const KernelPlan& q, const MatmulShape& s) { return ehcuda::route_matmul(q, kH200, s).launch[0]; };
+    EXPECT_EQ(first(p, m).bulk.slots, 0);  // off: the one-shot kernel, one row a tile
+    EXPECT_EQ(first(p, m).bulk.tr, 1);
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, down).why, "off in the plan (bulk_slices)");
+    p.bulk_slices = 1;
+    EXPECT_FALSE(ehcuda::can_implement_slice_ring(p, down));
+    ehcuda::KernelLaunch k = first(p, m);
+    EXPECT_EQ(k.kernel, RouteKernel::GemvBulk);
+    EXPECT_EQ(k.bulk.slots, 2);
+    EXPECT_EQ(k.bulk.tr, 1);
+    EXPECT_EQ(k.bulk.tiles, 3840);
+    EXPECT_EQ(k.bulk.tile_stride, 4 * 210 + 8 + 16);  // a slice of 1024 inputs, to 16 bytes, and its lead
+    EXPECT_EQ(k.bulk.x_bytes, 480 * 80);
+    EXPECT_EQ(k.bulk.warps, 16);  // two blocks a multiprocessor: 240 blocks, one wave
+    EXPECT_EQ(k.blocks, 240);
+    EXPECT_EQ(k.threads, 16 * 32);
+    EXPECT_EQ(k.smem, size_t(480 * 80 + 16 * 2 * 864));
+    EXPECT_EQ(ehcuda::describe_route(p, m, ehcuda::route_matmul(p, kH200, m)),
+              "Q6_K 3840x15360: gemv_bulk_kernel (slice ring): 1 rows/warp, 16 warps/block, 240 blocks, int16 input, "
+              "K in slices of 1024, 2 in flight a warp, input chunks from the producer");
+    // the plan's slots, rows and warps
+    p.bulk_slice_slots = 4;
+    p.bulk_slice_rows = 2;
+    p.bulk_slice_warps = 8;
+    k = first(p, m);
+    EXPECT_EQ(k.bulk.slots, 4);
+    EXPECT_EQ(k.bulk.tr, 2);
+    EXPECT_EQ(k.bulk.tiles, 1920);
+    EXPECT_EQ(k.bulk.warps, 8);
+    EXPECT_EQ(k.blocks, 240);
+    EXPECT_EQ(k.smem, size_t(480 * 80 + 8 * 4 * 2 * 864));
+    p.bulk_slice_slots = 2;
+    p.bulk_slice_rows = 0;
+    p.bulk_slice_warps = 0;
+    // Llama-3.1-8B's ffn_down (the resident ring refused it: 4 warps a
+    // multiprocessor) takes it too; its attn_output (three rows a tile)
+    // keeps the one-shot kernel under 1, takes the ring under 2
+    EXPECT_GT(first(p, mm(shape_of(real("Llama-3.1-8B", "ffn_down")), 1)).bulk.slots, 0);
+    const GemvShape out = shape_of(real("Llama-3.1-8B", "attn_output"));
+    EXPECT_EQ(first(p, mm(out, 1)).bulk.slots, 0);
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, out).why,
+                 "not one Q6_K matrix of 12288+ inputs a row (bulk_slices 1)");
+    // under 1: not Q4_K rows that long, not Phi-3's 8192-input Q6_K rows,
+    // not Gemma 3 27B's 5376 rows (more than one wave of one-row warps on
+    // 132 multiprocessors) unless the plan names the rows a warp
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, one_segment(EH_TYPE_Q4_K, 3840, 15360)).why,
+                 "not one Q6_K matrix of 12288+ inputs a row (bulk_slices 1)");
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, one_segment(EH_TYPE_Q6_K, 3072, 8192)).why,
+                 "not one Q6_K matrix of 12288+ inputs a row (bulk_slices 1)");
+    const GemvShape down27 = one_segment(EH_TYPE_Q6_K, 5376, 21504);
+    EXPECT_FALSE(ehcuda::can_implement_slice_ring(p, down27));
+    EXPECT_EQ(ehcuda::plan_bulk_slice_ring(p, 132, down27).warps, 0);
+    EXPECT_EQ(first(p, mm(down27, 1)).bulk.slots, 0);
+    EXPECT_GT(ehcuda::plan_bulk_slice_ring(p, 168, down27).warps, 0);  // one wave of 168 multiprocessors
+    p.bulk_slice_rows = 2;
+    EXPECT_EQ(ehcuda::plan_bulk_slice_ring(p, 132, down27).tr, 2);
+    p.bulk_slice_rows = 0;
+    // a tile that holds two rows (bulk_tile_kb 32) refuses them too
+    KernelPlan big_tiles = p;
+    big_tiles.bulk_tile_kb = 32;
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(big_tiles, down).why,
+                 "rows a tile holds two of (bulk_slices 1: long rows only)");
+    p.bulk_slices = 2;
+    k = first(p, mm(out, 1));
+    EXPECT_EQ(k.bulk.slots, 2);
+    EXPECT_EQ(k.bulk.warps, 16);
+    EXPECT_EQ(k.blocks, 256);
+    // Q4_K / Q4_K / Q6_K QKV in one launch: two rows a warp (6144 rows), the
+    // widest slice's buffers, 8-warp blocks (24 warps on the busiest
+    // multiprocessor against 32 at 16)
+    const GemvShape qkv = shape_of(real("Llama-3.1-8B", "attn_qkv"));
+    const ehcuda::MatmulRoute rq = ehcuda::route_matmul(p, kH200, mm(qkv, 1));
+    ASSERT_EQ(rq.n, 1);
+    EXPECT_FALSE(rq.launch[0].bulk.same);
+    EXPECT_EQ(rq.launch[0].bulk.slots, 2);
+    EXPECT_EQ(rq.launch[0].bulk.tr, 2);
+    EXPECT_EQ(rq.launch[0].bulk.tiles, 3072);
+    EXPECT_EQ(rq.launch[0].bulk.tile_stride, 864);
+    EXPECT_EQ(rq.launch[0].bulk.warps, 8);
+    EXPECT_NE(ehcuda::describe_route(p, mm(qkv, 1), rq).find("gemv_bulk_kernel (slice ring) (mixed types): 2 rows/warp"),
+              std::string::npos);
+    // a row of fewer slices than slots: as many slots as slices
+    EXPECT_EQ(ehcuda::plan_bulk_slice_ring(p, 132, one_segment(EH_TYPE_Q8_0, 37, 96)).slots, 1);
+    // an input too wide for shared memory: not taken, nor by plan_bulk
+    const GemvShape wide = one_segment(EH_TYPE_Q8_0, 64, 196608);
+    EXPECT_EQ(ehcuda::plan_bulk_slice_ring(p, 132, wide).warps, 0);
+    EXPECT_EQ(ehcuda::plan_bulk(p, 132, wide).slots, 0);
+    // token groups, sm_80, and what the predicate refuses
+    EXPECT_EQ(first(p, mm(out, 2)).bulk.slots, 0);
+    EXPECT_EQ(ehcuda::route_matmul(p, kA100, mm(out, 1)).launch[0].kernel, RouteKernel::Gemv);
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, out, 2).why, "more than one token");
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, one_segment(EH_TYPE_MXFP4, 64, 4096)).why, "MXFP4 weights");
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, one_segment(EH_TYPE_F16, 64, 4096)).why,
+                 "a weight type without an integer dot product");
+    GemvShape low = qkv;
+    low.type[2] = EH_TYPE_Q2_K;
+    low.row_bytes[2] = ehcuda::row_bytes(EH_TYPE_Q2_K, low.cols);
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, low).why, "segments of different types outside the mixed launch");
+    GemvShape torn = out;
+    torn.row_bytes[0] += 2;
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(p, torn).why, "rows not whole blocks");
+    KernelPlan fl = p;
+    fl.gemv_input = GemvInput::Float;
+    EXPECT_STREQ(ehcuda::can_implement_slice_ring(fl, out).why, "input not int16 / int16x2");
+    KernelPlan x2 = ehcuda::choose_plan(kH200, true);  // int16x2 input takes it
+    x2.bulk_slices = 2;
+    EXPECT_EQ(first(x2, mm(out, 1)).bulk.slots, 2);
+    EXPECT_EQ(first(x2, mm(out, 1)).bulk.x_bytes, 128 * 112);
+    // every integer-path type but MXFP4, one at a time
+    for (uint32_t t : {EH_TYPE_Q4_0, EH_TYPE_Q4_1, EH_TYPE_Q5_0, EH_TYPE_Q5_1, EH_TYPE_Q8_0, EH_TYPE_Q4_K, EH_TYPE_Q5_K,
+                       EH_TYPE_Q6_K, EH_TYPE_Q2_K, EH_TYPE_Q3_K, EH_TYPE_IQ4_NL, EH_TYPE_IQ4_XS}) {
+        const ehcuda::BulkLaunch b = ehcuda::plan_bulk_slice_ring(p, 132, one_segment(t, 1000, 4096));
+        EXPECT_EQ(b.slots, 2) << ehp::type_name(t);
+        EXPECT_EQ(size_t(b.tile_stride), (ehcuda::row_bytes(t, 1024) + 15) / 16 * 16 + 16) << ehp::type_name(t);
+    }
 }
 
 // Routes for a step of N tokens, one line per matrix kind (inspect --kernels).

@@ -174,6 +174,10 @@ TEST(RouteLaunch, EveryLaunchMatchesItsRoute) {
     variants.back().plan.bulk_group_norm = true;
     variants.back().plan.bulk_group_stage_cols = 2048;
     variants.back().plan.bulk_group_kslice = true;  // (Llama-3.1-8B's ffn_down)
+    // every one-token bulk matmul as the slice ring (bulk_slices 2)
+    variants.push_back(variants[0]);
+    variants.back().name = "slice ring";
+    variants.back().plan.bulk_slices = 2;
     cudaStream_t stream = nullptr;
     ASSERT_EQ(cudaStreamCreate(&stream), cudaSuccess);
     int max_cols = 0;

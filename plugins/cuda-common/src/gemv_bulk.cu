@@ -9,7 +9,8 @@
 // result is bitwise that of gemv_kernel without split-K (but for the last
 // bits of the RMSNorm fold's 1/rms, whose partial sums follow the block size).
 // Matrices of several waves take a resident grid instead
-// (gemv_bulk_ring_kernel), whose warps stream tile after tile.
+// (gemv_bulk_ring_kernel), whose warps stream tile after tile; under the
+// plan's bulk_slices, a ring of K slices per warp (gemv_slice_ring.cu).
 //
 // Token groups (NT > 1): a launch of 2 .. kBulkMaxTokens tokens stages
 // every token's input once per block (or copies it, quantized once by
@@ -29,6 +30,7 @@
 #include "ehcuda/launch.cuh"
 #include "ehcuda/quant_dp4a.cuh"
 #include "gate_up_pair.cuh"
+#include "gemv_bulk_block.cuh"
 #include "gemv_group_dot.cuh"
 #include "gemv_stage.cuh"
 #include "matmul_common.cuh"
@@ -51,42 +53,6 @@ struct BulkArgs {
     const float* tscale;  // token groups with an RMSNorm: token t's 1 / rms (after the tokens' chunks in xq), or null
     int kslice;           // a sliced group's chunks of K a step (gemv_bulk_slice_kernel), else 0
 };
-
-// Copies a producer's integer chunks (global, L2-resident) to shared memory:
-// a few 16-byte loads per thread, all issued before any store.
-__device__ __forceinline__ void copy_chunks(const int4* src, int4* dst, int n16) {
-    constexpr int kBatch = 8;
-    for (int base = 0; base < n16; base += kBatch * int(blockDim.x)) {
-        int4 v[kBatch];
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-            const int i = base + k * int(blockDim.x) + int(threadIdx.x);
-            if (i < n16) v[k] = src[i];
-        }
-#pragma unroll
-        for (int k = 0; k < kBatch; ++k) {
-            const int i = base + k * int(blockDim.x) + int(threadIdx.x);
-            if (i < n16) dst[i] = v[k];
-        }
-    }
-    __syncthreads();
-}
-
-// Tile `t` of the launch: its segment, first row and row count.
-struct TileRef {
-    const DevSeg* g;
-    int lr0, nr;
-};
-__device__ __forceinline__ TileRef tile_ref(const DevArgs& a, int tr, int t) {
-    int s = 0;
-    for (; s + 1 < a.nseg; ++s) {
-        const int n = (a.seg[s].rows + tr - 1) / tr;
-        if (t < n) break;
-        t -= n;
-    }
-    const DevSeg& g = a.seg[s];
-    return TileRef{&g, t * tr, min(tr, g.rows - t * tr)};
-}
 
 // A warp's tile of nr rows, in shared memory at w (row r at w + r *
 // row_bytes), dotted with the staged inputs of a.ntok (<= NT) tokens
@@ -220,15 +186,6 @@ __device__ __forceinline__ void tile_dot(const DevArgs& a, const TileRef& tf, co
         }
 #undef EHCUDA_TILE_TYPE
     }
-}
-
-// Stages the block's input (or copies a producer's chunks); returns the
-// factor tile_dot applies (1 / rms for the RMSNorm fold, else 1).
-template <int XB>
-__device__ __forceinline__ float stage_input(const DevArgs& a, int4* smem) {
-    if (a.xmode != int(XMode::Chunks)) return stage_x_int<XB>(a, reinterpret_cast<uint8_t*>(smem));
-    copy_chunks(reinterpret_cast<const int4*>(a.x), smem, int(size_t(a.cols / 32) * kIntStride<XB> / 16));
-    return 1.0f;
 }
 
 // stage_x_int_tokens with an RMSNorm: each token's codes those of x *
@@ -573,6 +530,7 @@ void gemv_bulk(const DevArgs& d, const KernelLaunch& k, cudaStream_t stream) {
     // Tile rows, warps per block, one-shot or resident grid: the route's
     // (kernel_route.cpp, plan_bulk).
     const BulkLaunch& p = k.bulk;
+    if (p.slots) return gemv_slice_ring(d, k, stream);  // (plan_bulk under bulk_slices)
     const bool group = d.ntok > 1;
     const bool norm = group && d.xmode == int(XMode::RmsNorm);
     if (d.ntok < 1 || d.ntok > kBulkMaxTokens || d.ntok != p.ntok || p.warps == 0 ||

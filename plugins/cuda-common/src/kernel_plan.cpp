@@ -33,6 +33,7 @@ KernelPlan choose_plan(const DeviceTraits& dev, bool exact_routing) {
     // Programmatic dependent launch and the bulk copy engine are sm_90's.
     p.pdl = dev.cc_major >= 9;
     p.gemv_bulk = dev.cc_major >= 9;
+    p.bulk_slices = dev.cc_major >= 9 ? 1 : 0;
     return p;
 }
 
@@ -75,6 +76,16 @@ const std::vector<Key>& keys() {
         EHCUDA_BOOL_KEY(bulk_group_norm),
         EHCUDA_INT_KEY(bulk_group_stage_cols, 0, kBig),
         EHCUDA_BOOL_KEY(bulk_group_kslice),
+        EHCUDA_INT_KEY(bulk_slices, 0, 2),
+        EHCUDA_INT_KEY(bulk_slice_slots, 2, kBulkSliceMaxSlots),
+        EHCUDA_INT_KEY(bulk_slice_rows, 0, 2),
+        Key{"bulk_slice_warps",
+            [](KernelPlan& p, const Options& o, std::string_view k) {
+                const int v = int(o.integer(k, p.bulk_slice_warps, 0, kBulkMaxWarps));
+                if (v != 0 && v != 4 && v != 8 && v != 16)
+                    throw ehp::Error(EH_INVALID_ARGUMENT, o.where() + ": \"bulk_slice_warps\" must be 0, 4, 8 or 16");
+                p.bulk_slice_warps = v;
+            }},
         EHCUDA_INT_KEY(gemv_r4_rows, 1, kBig),
         EHCUDA_INT_KEY(gemv_r2_rows, 1, kBig),
         EHCUDA_INT_KEY(split_groups, 0, kBig),

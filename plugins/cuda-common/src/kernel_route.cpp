@@ -58,9 +58,17 @@ void plan_ring(BulkLaunch& b) {
     b.blocks = (b.tiles + best_w - 1) / best_w;
 }
 
+// bulk_slices 1 takes Q6_K rows of at least this many inputs: on one H200
+// (Bench.DISABLED_GemvBandwidth) Q6_K 3840 x 15360 ran in 26.6 us against
+// the one-shot kernel's 44.6, Q4_K at that shape 18.7 against 17.8, and Q6_K
+// 3072 x 8192 (Phi-3's ffn_down) 17.0 against 11.4.
+constexpr int kSliceRingMinCols = 12288;
+
 }  // namespace
 
 BulkLaunch plan_bulk(const KernelPlan& p, int nsm, const GemvShape& g, int ntok) {
+    if (ntok <= 1 && p.bulk_slices)
+        if (const BulkLaunch s = plan_bulk_slice_ring(p, nsm, g); s.warps) return s;
     BulkLaunch b;
     size_t max_rb = 0;
     int total_rows = 0;
@@ -174,6 +182,56 @@ BulkLaunch plan_bulk_slices(const KernelPlan& p, int nsm, const GemvShape& g, in
     return b;
 }
 
+BulkLaunch plan_bulk_slice_ring(const KernelPlan& p, int nsm, const GemvShape& g) {
+    BulkLaunch b;
+    if (nsm <= 0 || can_implement_slice_ring(p, g, 1)) return b;
+    int total = 0;
+    size_t sb = 0;  // a slice of the widest row: 1024 inputs, whole blocks of every type taken
+    for (int s = 0; s < g.nseg; ++s) {
+        total += g.rows[s];
+        sb = std::max(sb, row_bytes(g.type[s], 1024));
+        b.same &= g.type[s] == g.type[0];
+    }
+    if (total <= 0 || sb == 0) return b;
+    // Under bulk_slices 1, only rows one wave of one-row warps holds (32 a
+    // multiprocessor): Gemma 3 27B's ffn_down (5376 rows) at two rows a warp
+    // or in two waves decoded slower than the one-shot kernel.
+    if (p.bulk_slices == 1 && !p.bulk_slice_rows && total > 32 * nsm) return b;
+    const int nch = g.cols / 32, nsl = (nch + 31) / 32;
+    b.ntok = 1;
+    b.slots = std::min(std::clamp(p.bulk_slice_slots, 1, kBulkSliceMaxSlots), nsl);
+    // (a slice lands at its source's offset modulo 16: up to 15 bytes more)
+    b.tile_stride = int((sb + 15) / 16 * 16 + 16);
+    b.x_stride = b.x_bytes = int((size_t(nch) * int_chunk_bytes(p.gemv_input) + 15) / 16 * 16);
+    // Rows per warp: 2 where one row a warp needs more warps than the
+    // multiprocessors hold at once (32 each: the kernel's 64 registers a
+    // thread), so each slice's input chunk serves two rows.
+    b.tr = p.bulk_slice_rows == 1 || p.bulk_slice_rows == 2 ? p.bulk_slice_rows : total > 32 * nsm ? 2 : 1;
+    for (int s = 0; s < g.nseg; ++s) b.tiles += (g.rows[s] + b.tr - 1) / b.tr;
+    // Warps per block: the fewest waves, then the fewest warps on the
+    // busiest multiprocessor, then the wider block (fewer input stagings).
+    // (Gemma 3 12B's ffn_down, 3840 x 15360 Q6_K, on 132 SMs: 16 warps,
+    // 240 blocks, two a multiprocessor: one wave.)
+    int best_waves = 0, best_load = 0;
+    for (int w : {16, 8, 4}) {
+        if (p.bulk_slice_warps && w != p.bulk_slice_warps) continue;
+        const size_t smem = size_t(b.x_bytes) + size_t(w) * size_t(b.slots) * size_t(b.tr) * size_t(b.tile_stride);
+        if (smem > kBulkMaxSmem) continue;
+        const int blocks = (b.tiles + w - 1) / w;
+        const int per_sm = std::min(blocks_per_sm(smem), 32 / w);
+        const int waves = (blocks + per_sm * nsm - 1) / (per_sm * nsm);
+        const int load = (blocks + nsm - 1) / nsm * w;
+        if (b.warps && (waves > best_waves || (waves == best_waves && load >= best_load))) continue;
+        b.warps = w;
+        b.blocks = blocks;
+        b.smem = smem;
+        best_waves = waves;
+        best_load = load;
+    }
+    if (b.warps == 0) return BulkLaunch{};
+    return b;
+}
+
 RegisterLaunch plan_register(const KernelPlan& p, int ntok, const GemvShape& g) {
     RegisterLaunch r;
     int total_rows = 0;
@@ -259,6 +317,30 @@ Refusal can_implement_bulk_groups(const KernelPlan& p, const DeviceTraits& dev, 
 
 size_t bulk_group_scratch(const BulkLaunch& b, int ntok, bool norm) {
     return size_t(ntok) * size_t(b.x_stride) + (norm ? size_t(kBulkMaxTokens) * sizeof(float) : 0);
+}
+
+Refusal can_implement_slice_ring(const KernelPlan& p, const GemvShape& g, int ntok) {
+    if (!p.bulk_slices) return {"off in the plan (bulk_slices)"};
+    if (ntok != 1) return {"more than one token"};
+    if (p.gemv_input != GemvInput::Int16 && p.gemv_input != GemvInput::Int16x2) return {"input not int16 / int16x2"};
+    if (g.nseg < 1 || g.nseg > 3) return {"not 1 to 3 segments"};
+    if (g.cols <= 0 || g.cols % 32) return {"columns not whole 32-element chunks"};
+    size_t max_rb = 0;
+    bool same = true;
+    for (int s = 0; s < g.nseg; ++s) {
+        if (g.type[s] == EH_TYPE_MXFP4) return {"MXFP4 weights"};
+        if (!int_input_type(g.type[s])) return {"a weight type without an integer dot product"};
+        if (g.row_bytes[s] == 0 || g.row_bytes[s] != row_bytes(g.type[s], g.cols)) return {"rows not whole blocks"};
+        max_rb = std::max(max_rb, g.row_bytes[s]);
+        same &= g.type[s] == g.type[0];
+    }
+    for (int s = 0; s < g.nseg && !same; ++s)
+        if (!mixed_launch_type(g.type[s])) return {"segments of different types outside the mixed launch"};
+    if (p.bulk_slices == 1 && (g.nseg != 1 || g.type[0] != EH_TYPE_Q6_K || g.cols < kSliceRingMinCols))
+        return {"not one Q6_K matrix of 12288+ inputs a row (bulk_slices 1)"};
+    if (p.bulk_slices == 1 && (size_t(p.bulk_tile_kb) << 10) / max_rb >= 2)
+        return {"rows a tile holds two of (bulk_slices 1: long rows only)"};
+    return {};
 }
 
 Refusal can_implement_mixed(const KernelPlan& p, const GemvShape& g, int ntok) {
@@ -504,6 +586,11 @@ std::string launch_text(const KernelLaunch& k, const GemvShape& g) {
     switch (k.kernel) {
     case RouteKernel::GemvBulk:
     case RouteKernel::GemvBulkRing:
+        if (k.bulk.slots)
+            return std::string(route_kernel_name(k.kernel)) + " (slice ring)" + (same ? "" : " (mixed types)") + ": " +
+                   std::to_string(k.bulk.tr) + " rows/warp, " + std::to_string(k.bulk.warps) + " warps/block, " +
+                   std::to_string(k.bulk.blocks) + " blocks" + in + ", K in slices of 1024, " +
+                   std::to_string(k.bulk.slots) + " in flight a warp";
         return std::string(route_kernel_name(k.kernel)) + (same ? "" : " (mixed types)") + ": " +
                std::to_string(k.bulk.tr) + " rows/tile, " + std::to_string(k.bulk.warps) + " warps/block, " +
                std::to_string(k.bulk.blocks) + (k.bulk.ring ? " blocks at most (resident)" : " blocks") + in +

@@ -108,6 +108,21 @@ struct KernelPlan {
     // Measured only together with bulk_group_once (Llama-3.1-8B's numbers at
     // bulk_max_tokens).
     bool bulk_group_kslice = true;
+    // One-token bulk GEMVs as a ring of K slices per warp
+    // (gemv_slice_ring.cu, plan_bulk_slice_ring): each warp keeps its 1 or
+    // 2 rows for the whole kernel and streams them in slices of 1024
+    // inputs, bulk_slice_slots slices in flight, dotting each as it lands
+    // (the FFN pair kernel's bulk form), instead of one copy of a whole
+    // tile dotted after it lands. 0: never; 1: a Q6_K matrix of 12288+
+    // inputs a row whose rows one wave of one-row warps holds (ffn_down of
+    // Gemma 3 12B, Llama-3.1-8B: rows too long for two in a tile take the
+    // one-shot kernel's one-row tiles, copy then dot); 2: every one-token
+    // matmul the bulk kernels take (slower on short rows and many rows).
+    // choose_plan sets 1 on sm_90 (the bulk copy engine's).
+    int bulk_slices = 0;
+    int bulk_slice_slots = 2;  // slices in flight per warp, 2 .. kBulkSliceMaxSlots
+    int bulk_slice_rows = 0;   // rows per warp, 1 or 2; 0: by the matrix (plan_bulk_slice_ring)
+    int bulk_slice_warps = 0;  // warps per block, 4 / 8 / 16; 0: by the matrix
     int gemv_r4_rows = 8192;   // register kernel: 4 rows per warp from this many rows
     // 2 rows per warp from this many (4096, not 2048: with the entry
     // prefetch and chunk inputs, one row per warp for Phi-3's 3072-row
@@ -288,6 +303,11 @@ struct BulkLaunch {
     bool once = false;
     // Chunks of K a block takes at a time (plan_bulk_slices); 0: whole rows.
     int kslice = 0;
+    // One token as a ring of K slices per warp (plan_bulk_slice_ring): the
+    // slices in flight per warp; 0: not this form. Then tr is a warp's rows,
+    // tiles the warps with rows and tile_stride the shared bytes of one
+    // row's slice buffer.
+    int slots = 0;
     size_t smem = 0;
     bool same = true, ring = false;
 };
@@ -307,6 +327,12 @@ BulkLaunch plan_bulk(const KernelPlan& p, int sm_count, const GemvShape& g, int 
 // decoded once).
 constexpr int kBulkSliceWarps = 8;
 BulkLaunch plan_bulk_slices(const KernelPlan& p, int sm_count, const GemvShape& g, int ntok);
+// One token's slice ring (bulk_slices): rows per warp, warps per block,
+// slots; warps == 0 where the plan or the shape refuses it
+// (kernel_route.hpp's can_implement_slice_ring says why) or its shared
+// memory does not fit. plan_bulk takes it for one token where it applies.
+constexpr int kBulkSliceMaxSlots = 4;
+BulkLaunch plan_bulk_slice_ring(const KernelPlan& p, int sm_count, const GemvShape& g);
 
 // The register GEMV's launch (gemv.cu): rows per warp and split-K.
 struct RegisterLaunch {

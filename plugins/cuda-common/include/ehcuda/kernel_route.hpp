@@ -114,6 +114,15 @@ Refusal can_implement_bulk_groups(const KernelPlan& p, const DeviceTraits& dev, 
 // with an RMSNorm (bulk_group_norm), each token's 1 / rms. Without it (or
 // under bulk_group_stage_cols) each block stages the inputs itself.
 size_t bulk_group_scratch(const BulkLaunch& b, int ntok, bool norm);
+// The one-token slice ring (gemv_slice_ring.cu, bulk_slices): on in the
+// plan, one token, int16 / int16x2 input, whole 32-element chunks, rows of
+// whole blocks of integer-path types but MXFP4 (segments of different
+// types: mixed_launch_type's), and under bulk_slices 1 one Q6_K matrix of
+// 12288+ inputs a row that a tile (bulk_tile_kb) holds fewer than two rows
+// of (the only shapes it was measured faster on; plan_bulk_slice_ring also
+// keeps it to one wave of one-row warps). The bulk kernels' own conditions
+// (can_implement_bulk: sm_90, gemv_bulk) come first.
+Refusal can_implement_slice_ring(const KernelPlan& p, const GemvShape& g, int ntok = 1);
 // One launch over segments of different types: one token, an integer
 // input, the plan's gemv_mixed, every type a mixed_launch_type.
 Refusal can_implement_mixed(const KernelPlan& p, const GemvShape& g, int ntok);
