@@ -9,7 +9,10 @@
 //     CPU reference's rows): the logits after it and the greedy tokens
 //     decoded after it, through the decode graphs (their shift launch reads
 //     the step's shifts); the same run with the span on one axis (no GRID)
-//     is far off (control);
+//     moves the logits by well more than the agreement (control: the toy's
+//     M-RoPE is a small effect, 1.0e-3 in the top token's log-probability
+//     and 2.7e-3 of the largest logit between cpu-reference's two runs,
+//     against the GPU's 7.9e-5 and 3.9e-4 agreement on the H200);
 //   - forks inside and after the image, truncations into and before it
 //     (then the image fed again), a parked and unparked copy, and a step
 //     that mixes an image chunk with another sequence's decode after its
@@ -300,10 +303,13 @@ TEST(QwenVlGpu, AnImageOnItsGridMatchesTheCpuReference) {
                 ref.sampled.size(), ties);
     EXPECT_EQ(same + ties, ref.sampled.size());
     EXPECT_GE(same, ref.sampled.size() - 2);
-    // Control: the image's positions on one axis (no grid) is far off.
+    // Control: the image's positions on one axis (no grid) moves the logits
+    // by more than the agreement.
     const Agreement flat = agree(run(gpu, toks, rows.data(), 0).logits, ref.logits);
-    std::printf("[qwen-vl-gpu] control, the image on one axis: max rel %.3g\n", flat.max_rel);
-    EXPECT_GT(flat.max_rel, 10 * a.max_rel);
+    std::printf("[qwen-vl-gpu] control, the image on one axis: max rel %.3g, max |dlogprob| %.3g\n", flat.max_rel,
+                flat.max_dlp);
+    EXPECT_GT(flat.max_dlp, 8 * a.max_dlp);
+    EXPECT_GT(flat.max_rel, 4 * a.max_rel);
 }
 
 // The same calls on both plugins after the image's prompt: forks, cuts,
