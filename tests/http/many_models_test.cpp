@@ -142,11 +142,13 @@ TEST(ManyModels, UnknownModelIsNotFoundOnEveryApi) {
 // --models-memory-mb for `bytes`: a model is estimated at its file's size
 // before its first load, and holds 1024 bytes once loaded (the test engine).
 std::string budget_mb(uint64_t bytes) { return std::to_string(double(bytes) / (1024.0 * 1024.0)); }
-const uint64_t kFileBytes = std::filesystem::file_size(kModel);
+// (read when a test runs: ctest lists the tests by running the binary at
+// build time, where a clone without the shared test data has no file)
+uint64_t file_bytes() { return std::filesystem::file_size(kModel); }
 
 TEST(ManyModels, LeastRecentlyUsedIsUnloadedPastTheMemoryBudget) {
     // Room for one loaded model beside a new one, not two.
-    auto h = pool_host({"a", "b", "c"}, {"--models-memory-mb", budget_mb(kFileBytes + 1024 + 512)});
+    auto h = pool_host({"a", "b", "c"}, {"--models-memory-mb", budget_mb(file_bytes() + 1024 + 512)});
     ASSERT_EQ(h.post("/v1/completions", completion("a").dump()).status, 200);
     ASSERT_EQ(h.post("/v1/completions", completion("b").dump()).status, 200);
     ASSERT_EQ(h.post("/v1/completions", completion("a").dump()).status, 200);  // a is now the most recent
