@@ -33,6 +33,7 @@
 
 #include "compare.hpp"  // tests/gpt_cuda: logit comparisons, the test models
 #include "plugins.hpp"  // tests/gpt_cuda: the two plugins, a one-sequence Engine
+#include "step_feed.hpp"
 
 using namespace gpttest;
 
@@ -93,41 +94,9 @@ struct Batched : ehtest::StepModel {
 
 using ehtest::step_entry;
 
-// Logits of sequence i at position p: [i][p], empty where none was asked.
-using SeqLogits = std::vector<std::vector<std::vector<float>>>;
-
-// Feeds the sequences teacher-forced into one Batched: the first `prompt`
-// tokens of each in chunks of `chunk` (0: whole), then one token a step,
-// every sequence that still has tokens in every step (so prefill chunks
-// share steps with the others' decodes). `only` (>= 0) feeds that sequence
-// alone. Every entry asks for logits.
-SeqLogits feed(Batched& b, const std::vector<std::vector<int32_t>>& toks, size_t prompt, uint32_t chunk, int only = -1) {
-    SeqLogits out(toks.size());
-    std::vector<eh_seq*> s(toks.size(), nullptr);
-    std::vector<size_t> fed(toks.size(), 0);
-    for (size_t i = 0; i < toks.size(); ++i) {
-        out[i].resize(toks[i].size());
-        if (only < 0 || size_t(only) == i) s[i] = b.create();
-        else fed[i] = toks[i].size();
-    }
-    for (int guard = 0; guard < 10000; ++guard) {
-        std::vector<eh_step_entry> es;
-        std::vector<size_t> who;
-        for (size_t i = 0; i < toks.size(); ++i) {
-            if (fed[i] == toks[i].size()) continue;
-            const size_t p = std::min(prompt, toks[i].size());
-            size_t k = 1;
-            if (fed[i] < p) k = chunk ? std::min<size_t>(chunk, p - fed[i]) : p - fed[i];
-            es.push_back(step_entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
-            who.push_back(i);
-            fed[i] += k;
-        }
-        if (es.empty()) break;
-        EXPECT_EQ(b.api->step(b.model, es.data(), uint32_t(es.size())), EH_OK) << b.error();
-        for (size_t j = 0; j < es.size(); ++j) out[who[j]][fed[who[j]] - 1] = b.logits(s[who[j]]);
-    }
-    return out;
-}
+// Sequences fed teacher-forced, alone or in mixed steps (step_feed.hpp).
+using ehtest::feed;
+using ehtest::SeqLogits;
 
 struct Case {
     std::string model;
