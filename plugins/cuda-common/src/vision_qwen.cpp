@@ -1,11 +1,11 @@
 #include "ehcuda/vision_qwen.hpp"
 
-#include <cublas_v2.h>
 #include <cuda_fp16.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,38 +16,19 @@
 #include "vision_ops.hpp"
 #include "vision_qwen_layout.hpp"
 #include "vision_qwen_ops.hpp"
+#include "vision_tower.hpp"
 
 namespace ehcuda {
-namespace {
 
 using ehp::Error;
 using namespace ehp::mmproj;
-
-// The GEMM path's attention scores of this many bytes at most at once.
-constexpr size_t kScoreBytes = size_t(256) << 20;
-
-void check_cublas(cublasStatus_t st, const char* what) {
-    if (st == CUBLAS_STATUS_SUCCESS) return;
-    throw Error(st == CUBLAS_STATUS_ALLOC_FAILED ? EH_VRAM_OOM : EH_CUDA_ERROR,
-                std::string("image encoder: ") + what + " failed: " + cublasGetStatusName(st));
-}
-
-template <class T>
-DeviceBuffer upload(const T* data, size_t n, MemoryLedger* ledger) {
-    DeviceBuffer b(n * sizeof(T), ledger);
-    EHC_CHECK(cudaMemcpy(b.get(), data, n * sizeof(T), cudaMemcpyHostToDevice));
-    return b;
-}
-
-}  // namespace
+using vision::device_floats;
+using vision::input_of;
+using vision::Mat;
+using vision::upload;
+using vision::upload_mat;
 
 struct QwenVlVision::Impl {
-    // Row-major [rows][cols]: F16 when every source tensor was F16, else F32.
-    struct Mat {
-        DeviceBuffer buf;
-        bool half = false;
-        int rows = 0, cols = 0;
-    };
     struct Block {
         DeviceBuffer ln1, ln2;
         Mat qkv, o, gate_up, down;  // qkv: attn_q, attn_k, attn_v stacked; gate_up: ffn_gate, ffn_up
@@ -68,40 +49,15 @@ struct QwenVlVision::Impl {
     DeviceBuffer rc, win, seg, cs, sn;
     std::vector<int32_t> h_rc, h_win, h_seg, h_unit;
     std::vector<float> h_cs, h_sn, h_rows;
-    cudaStream_t stream = nullptr;
-    cublasHandle_t blas = nullptr;
     cudaEvent_t t0 = nullptr, t1 = nullptr;
     float ms = 0.0f;
+    std::optional<vision::Gemms> gemms;  // last: created once the weights are up, gone before the buffers
 
     ~Impl() {
-        if (blas) cublasDestroy(blas);
         if (t0) cudaEventDestroy(t0);
         if (t1) cudaEventDestroy(t1);
-        if (stream) cudaStreamDestroy(stream);
     }
 
-    Mat upload_mat(const std::vector<const eh_tensor*>& parts, const std::vector<std::string>& names, int rows_each,
-                   int cols) {
-        Mat m;
-        m.rows = rows_each * int(parts.size());
-        m.cols = cols;
-        m.half = std::all_of(parts.begin(), parts.end(), [](const eh_tensor* t) { return t->type == EH_TYPE_F16; });
-        const size_t n = size_t(rows_each) * cols;
-        if (m.half) {
-            std::vector<uint16_t> all(n * parts.size());
-            for (size_t i = 0; i < parts.size(); ++i) std::memcpy(&all[i * n], parts[i]->data, n * 2);
-            m.buf = upload(all.data(), all.size(), ledger);
-        } else {
-            std::vector<float> all;
-            all.reserve(n * parts.size());
-            for (size_t i = 0; i < parts.size(); ++i) {
-                const std::vector<float> f = floats(*parts[i], names[i], n);
-                all.insert(all.end(), f.begin(), f.end());
-            }
-            m.buf = upload(all.data(), all.size(), ledger);
-        }
-        return m;
-    }
     // A linear layer of a block: weight {cols, rows} (and the names for the
     // stacked ones), its biases concatenated.
     Mat block_mat(const ehp::ModelView& v, uint32_t i, std::initializer_list<const char*> whats, uint64_t cols,
@@ -116,72 +72,30 @@ struct QwenVlVision::Impl {
             b.insert(b.end(), bi.begin(), bi.end());
         }
         bias = upload(b.data(), b.size(), ledger);
-        return upload_mat(parts, names, int(rows), int(cols));
-    }
-    DeviceBuffer device_floats(const ehp::ModelView& v, const std::string& name, uint64_t n) {
-        const std::vector<float> f = floats(v, name, n);
-        return upload(f.data(), f.size(), ledger);
-    }
-
-    // y[n][w.rows] = x[n][w.cols] . w^T from an input in the matrix's type.
-    void linear_in(const Mat& w, const void* in, int n, float* y) {
-        const float one = 1.0f, zero = 0.0f;
-        const cudaDataType t = w.half ? CUDA_R_16F : CUDA_R_32F;
-        check_cublas(cublasGemmEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, w.rows, n, w.cols, &one, w.buf.get(), t, w.cols, in, t,
-                                  w.cols, &zero, y, CUDA_R_32F, w.rows, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                     "cublasGemmEx");
-    }
-    // The same from F32 rows (rounded to F16 first for an F16 matrix).
-    void linear(const Mat& w, const float* x, int n, float* y) {
-        if (w.half) {
-            vision::to_half(x, size_t(n) * w.cols, xh.as<__half>(), stream);
-            linear_in(w, xh.get(), n, y);
-        } else {
-            linear_in(w, x, n, y);
-        }
+        return upload_mat(parts, names, int(rows), int(cols), ledger);
     }
 
     // att[N][width] from the rotated qkv rows: each head within its
     // window's rows (`full`: over every patch).
     void attention(int N, bool full, int n_win, int max_win) {
         const int W = int(width), hd = int(width / n_head);
-        const float scale = 1.0f / std::sqrt(float(hd)), one = 1.0f, zero = 0.0f;
+        const float scale = 1.0f / std::sqrt(float(hd));
+        cudaStream_t s = gemms->stream();
         if (flash) {
-            if (full) vision::flash_attention(qkvh.as<__half>(), N, W, int(n_head), scale, att.as<float>(), stream);
+            if (full) vision::flash_attention(qkvh.as<__half>(), N, W, int(n_head), scale, att.as<float>(), s);
             else
                 vision::flash_attention_segments(qkvh.as<__half>(), seg.as<int32_t>(), n_win, max_win, W, int(n_head),
-                                                 scale, att.as<float>(), stream);
+                                                 scale, att.as<float>(), s);
             return;
         }
-        const void* base = half_attn ? qkvh.get() : qkv.get();
-        const cudaDataType t = half_attn ? CUDA_R_16F : CUDA_R_32F;
-        const size_t esz = half_attn ? 2 : 4;
-        const char* q = static_cast<const char*>(base);
-        const long long nn = (long long)N * N;
         // (heads whose scores the buffer holds: sized at load for the largest image)
         const int per = int(std::clamp<size_t>(scores.size() / (size_t(N) * N * 4), 1, n_head));
-        for (int h0 = 0; h0 < int(n_head); h0 += per) {
-            const int hg = std::min(per, int(n_head) - h0);
-            const char* qh = q + size_t(h0) * hd * esz;
-            const char* kh = q + (size_t(W) + size_t(h0) * hd) * esz;
-            const char* vh = q + (size_t(2) * W + size_t(h0) * hd) * esz;
-            check_cublas(cublasGemmStridedBatchedEx(blas, CUBLAS_OP_T, CUBLAS_OP_N, N, N, hd, &scale, kh, t, 3 * W, hd, qh,
-                                                    t, 3 * W, hd, &zero, scores.get(), CUDA_R_32F, N, nn, hg,
-                                                    CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                         "cublasGemmStridedBatchedEx (scores)");
-            const int32_t* w = full ? nullptr : win.as<int32_t>();
-            const void* p = scores.get();
-            if (half_attn) {
-                vision::qwen::window_softmax(scores.as<float>(), hg, N, w, nullptr, ph.as<__half>(), stream);
-                p = ph.get();
-            } else {
-                vision::qwen::window_softmax(scores.as<float>(), hg, N, w, scores.as<float>(), nullptr, stream);
-            }
-            check_cublas(cublasGemmStridedBatchedEx(blas, CUBLAS_OP_N, CUBLAS_OP_N, hd, N, N, &one, vh, t, 3 * W, hd, p, t,
-                                                    N, nn, &zero, att.as<float>() + size_t(h0) * hd, CUDA_R_32F, W, hd,
-                                                    hg, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                         "cublasGemmStridedBatchedEx (values)");
-        }
+        const vision::GemmAttention a{half_attn ? qkvh.get() : qkv.get(), half_attn, N, W, int(n_head), per, scale,
+                                      scores.as<float>(), ph.as<__half>(), att.as<float>()};
+        const int32_t* w = full ? nullptr : win.as<int32_t>();
+        gemms->attention(a, [&](int hg, float* outf, __half* outh) {
+            vision::qwen::window_softmax(scores.as<float>(), hg, N, w, outf, outh, s);
+        });
     }
 };
 
@@ -191,9 +105,7 @@ QwenVlVision::QwenVlVision(const eh_model_view* view, uint32_t text_n_embd, Memo
     I.ledger = ledger;
     I.text = text_n_embd;
     const ehp::ModelView v(view);
-    const std::string proj = projector_type(v);
-    if (proj != "qwen2.5vl_merger")
-        throw Error(EH_UNSUPPORTED, "mmproj projector type '" + proj + "' is not Qwen2.5-VL's (qwen2.5vl_merger)");
+    vision::require_projector(v, "qwen2.5vl_merger", "is not Qwen2.5-VL's (qwen2.5vl_merger)");
     // The keys as cpu-reference's QwenVlEncoder reads and checks them.
     if (auto h = v.get_uint("clip.has_vision_encoder"); h && *h == 0)
         throw Error(EH_MODEL_LOAD_FAILED, "the mmproj file says it has no vision encoder (clip.has_vision_encoder)");
@@ -237,8 +149,8 @@ QwenVlVision::QwenVlVision(const eh_model_view* view, uint32_t text_n_embd, Memo
     bool all_half = true;
     for (uint32_t i = 0; i < n_block; ++i) {
         Impl::Block& b = I.blocks[i];
-        b.ln1 = I.device_floats(v, vblk(i, "ln1.weight"), W);
-        b.ln2 = I.device_floats(v, vblk(i, "ln2.weight"), W);
+        b.ln1 = device_floats(v, vblk(i, "ln1.weight"), W, ledger);
+        b.ln2 = device_floats(v, vblk(i, "ln2.weight"), W, ledger);
         b.qkv = I.block_mat(v, i, {"attn_q", "attn_k", "attn_v"}, W, W, b.qkv_b);
         all_half = all_half && b.qkv.half;
         b.o = I.block_mat(v, i, {"attn_out"}, W, W, b.o_b);
@@ -247,15 +159,16 @@ QwenVlVision::QwenVlVision(const eh_model_view* view, uint32_t text_n_embd, Memo
     }
     I.half_attn = n_block > 0 && all_half;
     I.flash = I.half_attn && vision::flash_takes(int(W), int(I.n_head));
-    I.post_ln = I.device_floats(v, "v.post_ln.weight", W);
-    I.mm0 = I.upload_mat({&matrix(v, "mm.0.weight", W4, W4)}, {"mm.0.weight"}, int(W4), int(W4));
-    I.mm0_b = I.device_floats(v, "mm.0.bias", W4);
+    I.post_ln = device_floats(v, "v.post_ln.weight", W, ledger);
+    I.mm0 = upload_mat({&matrix(v, "mm.0.weight", W4, W4)}, {"mm.0.weight"}, int(W4), int(W4), ledger);
+    I.mm0_b = device_floats(v, "mm.0.bias", W4, ledger);
     const eh_tensor& t2 = v.require_tensor("mm.2.weight");
     if (t2.n_dims < 2 || t2.dims[0] != W4 || t2.dims[1] != text_n_embd)
         throw Error(EH_MODEL_LOAD_FAILED, "mmproj tensor 'mm.2.weight' must have dims {" + std::to_string(W4) + ", " +
                                               std::to_string(text_n_embd) + "} (4 x the encoder's width, the model's)");
-    I.mm2 = I.upload_mat({&matrix(v, "mm.2.weight", W4, text_n_embd)}, {"mm.2.weight"}, int(text_n_embd), int(W4));
-    I.mm2_b = I.device_floats(v, "mm.2.bias", text_n_embd);
+    I.mm2 =
+        upload_mat({&matrix(v, "mm.2.weight", W4, text_n_embd)}, {"mm.2.weight"}, int(text_n_embd), int(W4), ledger);
+    I.mm2_b = device_floats(v, "mm.2.bias", text_n_embd, ledger);
 
     eh_image_encoder_info& info = I.info;
     info.struct_size = sizeof info;
@@ -288,7 +201,7 @@ QwenVlVision::QwenVlVision(const eh_model_view* view, uint32_t text_n_embd, Memo
     I.xh = DeviceBuffer(N * std::max(W, F) * 2, ledger);
     if (I.half_attn) I.qkvh = DeviceBuffer(N * 3 * W * 2, ledger);
     if (!I.flash) {
-        const size_t per = std::clamp<size_t>(kScoreBytes / (N * N * 4), 1, I.n_head);
+        const size_t per = std::clamp<size_t>(vision::kScoreBytes / (N * N * 4), 1, I.n_head);
         I.scores = DeviceBuffer(per * N * N * 4, ledger);
         if (I.half_attn) I.ph = DeviceBuffer(per * N * N * 2, ledger);
     }
@@ -297,11 +210,9 @@ QwenVlVision::QwenVlVision(const eh_model_view* view, uint32_t text_n_embd, Memo
     I.seg = DeviceBuffer((M + 1) * 4, ledger);
     I.cs = DeviceBuffer(N * half * 4, ledger);
     I.sn = DeviceBuffer(N * half * 4, ledger);
-    EHC_CHECK(cudaStreamCreateWithFlags(&I.stream, cudaStreamNonBlocking));
+    I.gemms.emplace();
     EHC_CHECK(cudaEventCreate(&I.t0));
     EHC_CHECK(cudaEventCreate(&I.t1));
-    check_cublas(cublasCreate(&I.blas), "cublasCreate");
-    check_cublas(cublasSetStream(I.blas, I.stream), "cublasSetStream");
 }
 
 QwenVlVision::~QwenVlVision() = default;
@@ -320,7 +231,8 @@ void QwenVlVision::encode(const float* pixels, uint32_t width, uint32_t height, 
                                              " is not a multiple of " + std::to_string(tile) + " pixels of " +
                                              std::to_string(I.info.min_tokens) + ".." +
                                              std::to_string(I.info.max_tokens) + " tiles");
-    cudaStream_t s = I.stream;
+    const vision::Gemms& gm = *I.gemms;
+    cudaStream_t s = gm.stream();
     const int p = int(I.patch), W = int(I.width), F = int(I.ff), T = int(I.text), W4 = 4 * W;
     const int gh = int(height) / p, gw = int(width) / p, N = gh * gw, M = N / 4;
     const int wu = int(I.window / I.merge);  // a window's side in merged squares
@@ -352,37 +264,34 @@ void QwenVlVision::encode(const float* pixels, uint32_t width, uint32_t height, 
 
     vision::qwen::gather_patches(I.pixels.as<float>(), int(width), int(height), p, I.rc.as<int32_t>(), N,
                                  I.patches.as<float>(), s);
-    I.linear_in(I.patch_w, I.patches.get(), N, I.x.as<float>());
+    gm.linear_in(I.patch_w, I.patches.get(), N, I.x.as<float>());
     float* x = I.x.as<float>();
     float* h = I.h.as<float>();
     __half* xh = I.xh.as<__half>();
-    // A GEMM's input goes to memory in its matrix's type: the kernel before
-    // it writes halves (xh) for an F16 matrix, floats otherwise.
-    auto in_of = [&](const Impl::Mat& m, const float* f) { return m.half ? static_cast<const void*>(xh) : f; };
     for (size_t il = 0; il < I.blocks.size(); ++il) {
         const Impl::Block& b = I.blocks[il];
         const bool full = I.wa_pattern == 0 || (il + 1) % I.wa_pattern == 0;
         vision::qwen::rms_rows(x, b.ln1.as<float>(), I.eps, N, W, h, b.qkv.half ? xh : nullptr, s);
-        I.linear_in(b.qkv, in_of(b.qkv, h), N, I.qkv.as<float>());
+        gm.linear_in(b.qkv, input_of(b.qkv, xh, h), N, I.qkv.as<float>());
         vision::add_bias(I.qkv.as<float>(), b.qkv_b.as<float>(), N, 3 * W, s);
         vision::qwen::rope2d(I.qkv.as<float>(), N, W, int(I.n_head), I.cs.as<float>(), I.sn.as<float>(),
                              I.half_attn ? I.qkvh.as<__half>() : nullptr, s);
         I.attention(N, full, n_win, max_win);
-        I.linear(b.o, I.att.as<float>(), N, I.tmp.as<float>());
+        gm.linear(b.o, I.att.as<float>(), N, I.tmp.as<float>(), xh);
         vision::add_residual(x, I.tmp.as<float>(), b.o_b.as<float>(), N, W, s);
         vision::qwen::rms_rows(x, b.ln2.as<float>(), I.eps, N, W, h, b.gate_up.half ? xh : nullptr, s);
-        I.linear_in(b.gate_up, in_of(b.gate_up, h), N, I.u.as<float>());
+        gm.linear_in(b.gate_up, input_of(b.gate_up, xh, h), N, I.u.as<float>());
         vision::qwen::swiglu_bias(I.u.as<float>(), b.gate_up_b.as<float>(), N, F, I.g.as<float>(),
                                   b.down.half ? xh : nullptr, s);
-        I.linear_in(b.down, in_of(b.down, I.g.as<float>()), N, I.tmp.as<float>());
+        gm.linear_in(b.down, input_of(b.down, xh, I.g.as<float>()), N, I.tmp.as<float>());
         vision::add_residual(x, I.tmp.as<float>(), b.down_b.as<float>(), N, W, s);
     }
     // The merger: each patch normed, a square's four consecutive rows read
     // as one row of 4 x width.
     vision::qwen::rms_rows(x, I.post_ln.as<float>(), I.eps, N, W, h, I.mm0.half ? xh : nullptr, s);
-    I.linear_in(I.mm0, in_of(I.mm0, h), M, I.mid.as<float>());
+    gm.linear_in(I.mm0, input_of(I.mm0, xh, h), M, I.mid.as<float>());
     vision::qwen::bias_gelu_erf(I.mid.as<float>(), I.mm0_b.as<float>(), M, W4, I.mm2.half ? xh : nullptr, s);
-    I.linear_in(I.mm2, in_of(I.mm2, I.mid.as<float>()), M, I.rows.as<float>());
+    gm.linear_in(I.mm2, input_of(I.mm2, xh, I.mid.as<float>()), M, I.rows.as<float>());
     vision::add_bias(I.rows.as<float>(), I.mm2_b.as<float>(), M, T, s);
     I.h_rows.resize(size_t(M) * T);
     EHC_CHECK(cudaMemcpyAsync(I.h_rows.data(), I.rows.get(), I.h_rows.size() * 4, cudaMemcpyDeviceToHost, s));

@@ -24,11 +24,6 @@
 
 namespace ehcuda {
 
-// The GEMM path's attention scores of this many bytes at most are held at
-// once: heads are taken in groups that fit (one at a time past it), so a
-// 4096-patch image (Gemma 3's 896 pixels) holds 4 of its 16 heads' scores.
-constexpr size_t kVisionScoreBytes = size_t(256) << 20;
-
 class Gemma3Vision {
 public:
     // Reads and uploads everything (device memory counted in `ledger`, on
