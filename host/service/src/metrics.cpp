@@ -25,10 +25,6 @@ template <class V>
 void counter(std::string& out, std::string_view name, std::string_view help, const V& value) {
     single(out, name, "counter", help, value);
 }
-template <class V>
-void gauge(std::string& out, std::string_view name, std::string_view help, const V& value) {
-    single(out, name, "gauge", help, value);
-}
 
 }  // namespace
 
@@ -121,6 +117,100 @@ void render_vllm(std::string& out, const Gauges& g) {
     out += fmt::format("vllm:spec_decode_num_accepted_tokens_total{} {}\n", labels, num(g.spec_accepted_tokens));
 }
 
+// One unlabelled series of the Gauges: a field, or what `compute` makes of them.
+struct Series {
+    const char* type;  // "gauge" or "counter"
+    const char* name;
+    const char* help;
+    double Gauges::*field = nullptr;
+    double (*compute)(const Gauges&) = nullptr;
+};
+
+double acceptance_rate(const Gauges& g) {
+    return g.spec_draft_tokens > 0 ? g.spec_accepted_tokens / g.spec_draft_tokens : 0.0;
+}
+double tokens_per_verify(const Gauges& g) {
+    return g.spec_drafts > 0 ? 1.0 + g.spec_accepted_tokens / g.spec_drafts : 0.0;
+}
+double ready(const Gauges& g) { return g.ready ? 1.0 : 0.0; }
+
+void series(std::string& out, const Series& s, const Gauges& g) {
+    single(out, s.name, s.type, s.help, num(s.field ? g.*s.field : s.compute(g)));
+}
+
+// The scheduler's and the engine's series, in the order /metrics writes them.
+const Series kSchedulerSeries[] = {
+    {"gauge", "eh_queue_depth", "Jobs waiting to run.", &Gauges::queue_depth},
+    {"gauge", "eh_active_jobs", "Jobs running now.", &Gauges::active_jobs},
+    // The Gateway API inference extension's model-server protocol:
+    // TotalQueuedRequests, TotalRunningRequests, KVCacheUtilization.
+    {"gauge", "eh_num_requests_waiting", "Requests waiting to start.", &Gauges::queue_depth},
+    {"gauge", "eh_num_requests_running", "Requests in the running batch.", &Gauges::active_jobs},
+    {"gauge", "eh_kv_cache_usage_perc",
+     "Fraction (0-1) of KV-cache blocks held, cached prefixes included.", &Gauges::kv_cache_usage},
+    {"gauge", "eh_kv_cache_blocks", "Total KV-cache blocks.", &Gauges::kv_blocks_total},
+    {"gauge", "eh_prefix_cache_entries", "Finished sequences kept for prefix reuse.", &Gauges::prefix_cache_entries},
+    {"counter", "eh_prefix_cache_lookups_total",
+     "Prefix-cache lookups (one per admitted request).", &Gauges::prefix_lookups},
+    {"counter", "eh_prefix_cache_hits_total", "Lookups that reused a cached prefix.", &Gauges::prefix_hits},
+    {"counter", "eh_prefix_cache_query_tokens_total",
+     "Prompt tokens looked up in the prefix cache.", &Gauges::prefix_query_tokens},
+    {"counter", "eh_prefix_cache_hit_tokens_total",
+     "Prompt tokens reused from the prefix cache.", &Gauges::prefix_hit_tokens},
+    {"gauge", "eh_kv_host_tier_budget_bytes",
+     "Host memory the prefix cache may park evicted prefixes in (--kv-host-bytes; 0: off).",
+     &Gauges::host_tier_budget},
+    {"gauge", "eh_kv_host_tier_used_bytes", "Host memory parked prefixes hold.", &Gauges::host_tier_used},
+    {"gauge", "eh_kv_host_tier_entries", "Prefixes parked in host memory.", &Gauges::host_tier_entries},
+    {"counter", "eh_kv_host_tier_parks_total",
+     "Evicted prefixes parked in host memory instead of dropped.", &Gauges::host_tier_parks},
+    {"counter", "eh_kv_host_tier_park_bytes_total",
+     "Bytes copied into host memory by parks.", &Gauges::host_tier_park_bytes},
+    {"counter", "eh_kv_host_tier_restores_total",
+     "Parked prefixes copied back into KV blocks for a request.", &Gauges::host_tier_restores},
+    {"counter", "eh_kv_host_tier_restore_bytes_total",
+     "Bytes copied back from host memory by restores.", &Gauges::host_tier_restore_bytes},
+    {"counter", "eh_kv_host_tier_dropped_total",
+     "Parked prefixes dropped (least recently used, for room; or contained in a newer one).",
+     &Gauges::host_tier_dropped},
+    {"counter", "eh_preemptions_total",
+     "Requests preempted (KV blocks freed, recomputed later).", &Gauges::preemptions},
+    {"counter", "eh_engine_restarts_total",
+     "Times the engine process was started again after it crashed or hung.", &Gauges::engine_restarts},
+    {"counter", "eh_engine_steps_total", "Batched steps run by the engine.", &Gauges::engine_steps},
+    {"counter", "eh_engine_step_seconds_total",
+     "Time the scheduler waited in the engine's step calls (device work not overlapped with host work).",
+     &Gauges::engine_step_seconds},
+    {"counter", "eh_engine_chained_steps_total",
+     "Steps begun before the step ahead of them was read (the engine took each token on the device).",
+     &Gauges::engine_chained_steps},
+    {"counter", "eh_spec_decode_num_drafts_total",
+     "Step items that verified draft tokens (speculative decoding).", &Gauges::spec_drafts},
+    {"counter", "eh_spec_decode_num_draft_tokens_total",
+     "Draft tokens those items carried.", &Gauges::spec_draft_tokens},
+    {"counter", "eh_spec_decode_num_accepted_tokens_total",
+     "Draft tokens the engine accepted.", &Gauges::spec_accepted_tokens},
+    {"gauge", "eh_spec_decode_acceptance_rate",
+     "Accepted draft tokens over draft tokens since the start (0 before any).", nullptr, acceptance_rate},
+    {"gauge", "eh_spec_decode_tokens_per_step",
+     "Tokens a verify item gave its request on average since the start: 1 + accepted / drafts (0 before any).",
+     nullptr, tokens_per_verify},
+    {"counter", "eh_spec_decode_skipped_steps_total",
+     "Steps run without drafts because more requests decoded than --spec-max-batch.", &Gauges::spec_off_steps},
+    {"counter", "eh_spec_decode_draft_seconds_total",
+     "Host time spent drafting (a draft model's steps).", &Gauges::spec_draft_seconds},
+    {"counter", "eh_constraint_seconds_total",
+     "Host time computing token masks and updating matchers for structured output.", &Gauges::constraint_seconds},
+};
+
+// The process's, after vLLM's names.
+const Series kProcessSeries[] = {
+    {"gauge", "eh_vram_bytes", "Device memory held by the model.", &Gauges::vram_bytes},
+    {"gauge", "eh_context_length", "Tokens per sequence (prompt + output).", &Gauges::context_length},
+    {"gauge", "eh_ready", "1 when the model is loaded and serving.", nullptr, ready},
+    {"gauge", "eh_uptime_seconds", "Seconds since the process started.", &Gauges::uptime_seconds},
+};
+
 }  // namespace
 
 Metrics::Metrics()
@@ -193,68 +283,9 @@ std::string Metrics::render(const Gauges& g) const {
     histogram(out, "eh_request_latency_seconds", "Time from submission to the end of a completed request.", e2e_);
     histogram(out, "eh_inference_duration_seconds",
               "Time from admission into the batch to the end of a completed request.", inference_);
-    gauge(out, "eh_queue_depth", "Jobs waiting to run.", num(g.queue_depth));
-    gauge(out, "eh_active_jobs", "Jobs running now.", num(g.active_jobs));
-    // The Gateway API inference extension's model-server protocol:
-    // TotalQueuedRequests, TotalRunningRequests, KVCacheUtilization.
-    gauge(out, "eh_num_requests_waiting", "Requests waiting to start.", num(g.queue_depth));
-    gauge(out, "eh_num_requests_running", "Requests in the running batch.", num(g.active_jobs));
-    gauge(out, "eh_kv_cache_usage_perc", "Fraction (0-1) of KV-cache blocks held, cached prefixes included.",
-          num(g.kv_cache_usage));
-    gauge(out, "eh_kv_cache_blocks", "Total KV-cache blocks.", num(g.kv_blocks_total));
-    gauge(out, "eh_prefix_cache_entries", "Finished sequences kept for prefix reuse.", num(g.prefix_cache_entries));
-    counter(out, "eh_prefix_cache_lookups_total", "Prefix-cache lookups (one per admitted request).",
-            num(g.prefix_lookups));
-    counter(out, "eh_prefix_cache_hits_total", "Lookups that reused a cached prefix.", num(g.prefix_hits));
-    counter(out, "eh_prefix_cache_query_tokens_total", "Prompt tokens looked up in the prefix cache.",
-            num(g.prefix_query_tokens));
-    counter(out, "eh_prefix_cache_hit_tokens_total", "Prompt tokens reused from the prefix cache.",
-            num(g.prefix_hit_tokens));
-    gauge(out, "eh_kv_host_tier_budget_bytes", "Host memory the prefix cache may park evicted prefixes in (--kv-host-bytes; 0: off).",
-          num(g.host_tier_budget));
-    gauge(out, "eh_kv_host_tier_used_bytes", "Host memory parked prefixes hold.", num(g.host_tier_used));
-    gauge(out, "eh_kv_host_tier_entries", "Prefixes parked in host memory.", num(g.host_tier_entries));
-    counter(out, "eh_kv_host_tier_parks_total", "Evicted prefixes parked in host memory instead of dropped.",
-            num(g.host_tier_parks));
-    counter(out, "eh_kv_host_tier_park_bytes_total", "Bytes copied into host memory by parks.", num(g.host_tier_park_bytes));
-    counter(out, "eh_kv_host_tier_restores_total", "Parked prefixes copied back into KV blocks for a request.",
-            num(g.host_tier_restores));
-    counter(out, "eh_kv_host_tier_restore_bytes_total", "Bytes copied back from host memory by restores.",
-            num(g.host_tier_restore_bytes));
-    counter(out, "eh_kv_host_tier_dropped_total", "Parked prefixes dropped (least recently used, for room; or contained in a newer one).",
-            num(g.host_tier_dropped));
-    counter(out, "eh_preemptions_total", "Requests preempted (KV blocks freed, recomputed later).", num(g.preemptions));
-    counter(out, "eh_engine_restarts_total", "Times the engine process was started again after it crashed or hung.",
-            num(g.engine_restarts));
-    counter(out, "eh_engine_steps_total", "Batched steps run by the engine.", num(g.engine_steps));
-    counter(out, "eh_engine_step_seconds_total",
-            "Time the scheduler waited in the engine's step calls (device work not overlapped with host work).",
-            num(g.engine_step_seconds));
-    counter(out, "eh_engine_chained_steps_total",
-            "Steps begun before the step ahead of them was read (the engine took each token on the device).",
-            num(g.engine_chained_steps));
-    counter(out, "eh_spec_decode_num_drafts_total", "Step items that verified draft tokens (speculative decoding).",
-            num(g.spec_drafts));
-    counter(out, "eh_spec_decode_num_draft_tokens_total", "Draft tokens those items carried.", num(g.spec_draft_tokens));
-    counter(out, "eh_spec_decode_num_accepted_tokens_total", "Draft tokens the engine accepted.",
-            num(g.spec_accepted_tokens));
-    gauge(out, "eh_spec_decode_acceptance_rate",
-          "Accepted draft tokens over draft tokens since the start (0 before any).",
-          num(g.spec_draft_tokens > 0 ? g.spec_accepted_tokens / g.spec_draft_tokens : 0.0));
-    gauge(out, "eh_spec_decode_tokens_per_step",
-          "Tokens a verify item gave its request on average since the start: 1 + accepted / drafts (0 before any).",
-          num(g.spec_drafts > 0 ? 1.0 + g.spec_accepted_tokens / g.spec_drafts : 0.0));
-    counter(out, "eh_spec_decode_skipped_steps_total",
-            "Steps run without drafts because more requests decoded than --spec-max-batch.", num(g.spec_off_steps));
-    counter(out, "eh_spec_decode_draft_seconds_total", "Host time spent drafting (a draft model's steps).",
-            num(g.spec_draft_seconds));
-    counter(out, "eh_constraint_seconds_total",
-            "Host time computing token masks and updating matchers for structured output.", num(g.constraint_seconds));
+    for (const Series& s : kSchedulerSeries) series(out, s, g);
     if (!g.model_name.empty()) render_vllm(out, g);  // once the model is loaded
-    gauge(out, "eh_vram_bytes", "Device memory held by the model.", num(g.vram_bytes));
-    gauge(out, "eh_context_length", "Tokens per sequence (prompt + output).", num(g.context_length));
-    gauge(out, "eh_ready", "1 when the model is loaded and serving.", g.ready ? 1 : 0);
-    gauge(out, "eh_uptime_seconds", "Seconds since the process started.", num(g.uptime_seconds));
+    for (const Series& s : kProcessSeries) series(out, s, g);
     return out;
 }
 
