@@ -14,7 +14,6 @@
 // KV precision: the batched pool is FP16, the CPU reference's cache FP32;
 // the tolerances allow for that, and the printed lines say how far the
 // logits and the top-1 token moved.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -36,85 +35,33 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/gemma_ops.hpp>
 
+#include "forged_profile.hpp"
+#include "logit_compare.hpp"
+#include "plugin_pair.hpp"
+#include "pool_shape.hpp"
 #include "step_feed.hpp"
 #include "step_seq.hpp"
 
 namespace {
 
-const eh_plugin_api* open_plugin(const char* env, const char* path) {
-    const char* p = std::getenv(env) ? std::getenv(env) : path;
-    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return nullptr;
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
-    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
-}
-const eh_plugin_api* gpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
-    return api;
-}
-const eh_plugin_api* cpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
-    return api;
-}
-bool gpu_usable() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
+const eh_plugin_api* gpu_api() { return ehtest::llama_cuda_api(); }
+const eh_plugin_api* cpu_api() { return ehtest::cpu_reference_api(); }
 
-#define REQUIRE_BATCHED()                                                 \
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
-    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
-    ASSERT_NE(gpu_api(), nullptr) << "llama-cuda plugin not loadable"
+#define REQUIRE_BATCHED() REQUIRE_PLUGIN_PAIR(gpu_api(), "llama-cuda plugin not loadable")
 
 // A forged profile (synthetic vocabulary), made once per process.
 const eh_model_view* view_of(const std::string& profile) {
-    namespace fs = std::filesystem;
-    static std::map<std::string, std::unique_ptr<eh::model::ModelFile>> files;
-    auto& f = files[profile];
-    if (!f) {
-        static const fs::path dir = fs::temp_directory_path() / ("gemma_cuda_test_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        eh::tools::ForgeOptions o;
-        o.profile = profile;
-        o.out = (dir / (profile + ".gguf")).string();
-        o.seed = 7;
-        o.vocab = "none";
-        eh::tools::forge(o);
-        f = eh::model::ModelFile::open(o.out);
-    }
-    return &f->view();
+    return &ehtest::forged_file("gemma_cuda_test", profile, 7).view();
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return a.size() == b.size() ? e / mx : 1e9;
-}
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref, double tol) {
-    double mx = 1e-6;
-    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
-    return ref[argmax(ref)] - ref[argmax(got)] <= tol * mx;
-}
-
-std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
-    std::vector<int32_t> t(n);
-    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + salt * 104729 + 11) % vocab);
-    return t;
-}
+using ehtest::argmax;
+using ehtest::rel_err;
+using ehtest::tokens_of;
+using ehtest::top1_ok;
 
 uint32_t vocab_of(const std::string& profile) {
     ehtest::StepSeq cpu(cpu_api(), view_of(profile), ehtest::one_seq(8));
-    eh_model_info info{};
-    info.struct_size = sizeof info;
-    EXPECT_EQ(cpu.api->model_get_info(cpu.model, &info), EH_OK);
-    return info.vocab_size;
+    return ehtest::vocab_size(cpu);
 }
 
 // The CPU reference's logits after each token (one token a step).
@@ -134,13 +81,7 @@ struct Batched : ehtest::StepModel {
     explicit Batched(const std::string& profile) : StepModel(gpu_api(), view_of(profile), shape(), nullptr, profile.c_str()) {
         EXPECT_TRUE(ok()) << failure;
     }
-    static ehtest::KvShape shape() {
-        ehtest::KvShape k;
-        k.max_seqs = k.max_step_entries = 8;
-        k.max_seq_tokens = 256;
-        k.budget_bytes = 64ull << 20;
-        return k;
-    }
+    static ehtest::KvShape shape() { return ehtest::pool_shape(8, 256); }
 };
 
 // Sequences fed teacher-forced, alone or in mixed steps (step_feed.hpp).

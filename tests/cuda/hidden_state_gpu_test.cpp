@@ -7,7 +7,6 @@
 // captured graph), between decode steps that replay the forward pass's
 // captured graph: every step's logits against the reference. A step that does not ask drops the state, and a step
 // begun behind another may not ask.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -25,71 +24,31 @@
 #include <eh/model/model_file.hpp>
 #include <eh/tools/forge.hpp>
 
+#include "forged_profile.hpp"
+#include "plugin_pair.hpp"
+#include "pool_shape.hpp"
 #include "step_seq.hpp"
 
 namespace {
 
-const eh_plugin_api* open_plugin(const char* env, const char* path) {
-    const char* p = std::getenv(env) ? std::getenv(env) : path;
-    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return nullptr;
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
-    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
-}
-const eh_plugin_api* gpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
-    return api;
-}
-const eh_plugin_api* cpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
-    return api;
-}
-bool gpu_usable() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
+const eh_plugin_api* gpu_api() { return ehtest::llama_cuda_api(); }
+const eh_plugin_api* cpu_api() { return ehtest::cpu_reference_api(); }
 
-#define REQUIRE_BOTH()                                                    \
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
-    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
-    ASSERT_NE(gpu_api(), nullptr) << "llama-cuda plugin not loadable";     \
+#define REQUIRE_BOTH()                                                \
+    REQUIRE_PLUGIN_PAIR(gpu_api(), "llama-cuda plugin not loadable"); \
     ASSERT_NE(gpu_api()->seq_hidden, nullptr) << "llama-cuda exports no seq_hidden"
 
 // A forged profile (synthetic vocabulary), made once per process.
 const eh_model_view* view_of(const std::string& profile) {
-    namespace fs = std::filesystem;
-    static std::map<std::string, std::unique_ptr<eh::model::ModelFile>> files;
-    auto& f = files[profile];
-    if (!f) {
-        static const fs::path dir = fs::temp_directory_path() / ("hidden_cuda_test_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        eh::tools::ForgeOptions o;
-        o.profile = profile;
-        o.out = (dir / (profile + ".gguf")).string();
-        o.seed = 11;
-        o.vocab = "none";
-        eh::tools::forge(o);
-        f = eh::model::ModelFile::open(o.out);
-    }
-    return &f->view();
+    return &ehtest::forged_file("hidden_cuda_test", profile, 11).view();
 }
 
 uint32_t vocab_of(const eh_plugin_api* api, const std::string& profile) {
     ehtest::StepModel m(api, view_of(profile), ehtest::one_seq(8));
-    eh_model_info info{};
-    info.struct_size = sizeof info;
-    EXPECT_EQ(m.api->model_get_info(m.model, &info), EH_OK);
-    return info.vocab_size;
+    return ehtest::vocab_size(m);
 }
 
-std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
-    std::vector<int32_t> t(n);
-    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + salt * 104729 + 11) % vocab);
-    return t;
-}
+using ehtest::tokens_of;
 
 // seq_hidden's values, or empty (with a failure) when it has none.
 std::vector<float> hidden_of(const ehtest::StepModel& m, eh_seq* s) {
@@ -115,14 +74,7 @@ double norm(const std::vector<float>& a) {
     return std::sqrt(n);
 }
 
-ehtest::KvShape shape() {
-    ehtest::KvShape k;
-    k.max_seqs = k.max_step_entries = 8;
-    k.max_seq_tokens = 256;
-    k.max_step_tokens = 1024;
-    k.budget_bytes = 64ull << 20;
-    return k;
-}
+ehtest::KvShape shape() { return ehtest::pool_shape(8, 256, 1024); }
 
 // The CPU reference's hidden state after `prompt` (one step, nothing sampled).
 std::vector<float> reference_hidden(const std::string& profile, const std::vector<int32_t>& prompt) {

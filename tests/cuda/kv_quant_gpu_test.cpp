@@ -15,7 +15,6 @@
 // step. Also: the pool holds about twice the F16 pool's tokens in the same
 // bytes, a parked quantized prefix comes back bit for bit, and the types the
 // plugin does not store are refused by name.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -34,63 +33,29 @@
 #include <eh/tools/forge.hpp>
 #include <engine_host/kv_blocks.hpp>
 
+#include "forged_profile.hpp"
+#include "plugin_pair.hpp"
+#include "pool_shape.hpp"
 #include "step_seq.hpp"
 
 namespace {
 
-const eh_plugin_api* open_plugin(const char* env, const char* path) {
-    const char* p = std::getenv(env) ? std::getenv(env) : path;
-    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return nullptr;
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
-    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
-}
-const eh_plugin_api* llama_api() {
-    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
-    return api;
-}
+const eh_plugin_api* llama_api() { return ehtest::llama_cuda_api(); }
 const eh_plugin_api* gpt_api() {
 #ifdef EH_GPT_CUDA_PLUGIN
-    static const eh_plugin_api* api = open_plugin("EH_GPT_CUDA_PLUGIN", EH_GPT_CUDA_PLUGIN);
-    return api;
+    return ehtest::gpt_cuda_api();
 #else
     return nullptr;
 #endif
 }
-const eh_plugin_api* cpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
-    return api;
-}
-bool gpu_usable() {
-    const eh_plugin_api* api = llama_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
 
-#define REQUIRE_BOTH()                                                    \
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
-    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
-    ASSERT_NE(llama_api(), nullptr) << "llama-cuda plugin not loadable"
+const eh_plugin_api* cpu_api() { return ehtest::cpu_reference_api(); }
+
+#define REQUIRE_BOTH() REQUIRE_PLUGIN_PAIR(llama_api(), "llama-cuda plugin not loadable")
 
 // A forged profile (synthetic vocabulary), made once per process.
 const eh_model_view* view_of(const std::string& profile) {
-    namespace fs = std::filesystem;
-    static std::map<std::string, std::unique_ptr<eh::model::ModelFile>> files;
-    auto& f = files[profile];
-    if (!f) {
-        static const fs::path dir = fs::temp_directory_path() / ("kv_quant_test_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        eh::tools::ForgeOptions o;
-        o.profile = profile;
-        o.out = (dir / (profile + ".gguf")).string();
-        o.seed = 23;
-        o.vocab = "none";
-        eh::tools::forge(o);
-        f = eh::model::ModelFile::open(o.out);
-    }
-    return &f->view();
+    return &ehtest::forged_file("kv_quant_test", profile, 23).view();
 }
 
 // Deep decode steps (the query-group kernel) from 256 keys on.
@@ -98,27 +63,11 @@ constexpr const char* kOptions = R"({"kernels": {"attn_group_min_keys": 256}})";
 constexpr uint32_t kPromptA = 200, kPromptB = 120, kChunkA = 100, kChunkB = 24, kDecodes = 80;
 
 ehtest::KvShape shape(uint32_t kv_type, uint64_t budget = 64ull << 20) {
-    ehtest::KvShape k;
-    k.max_seqs = k.max_step_entries = 4;
-    k.max_seq_tokens = 512;
-    k.max_step_tokens = 256;
-    k.budget_bytes = budget;
-    k.kv_type = kv_type;
-    return k;
+    return ehtest::pool_shape(4, 512, 256, budget, kv_type);
 }
 
-uint32_t vocab_of(const eh_plugin_api* api, const eh_model* m) {
-    eh_model_info info{};
-    info.struct_size = sizeof info;
-    EXPECT_EQ(api->model_get_info(m, &info), EH_OK);
-    return info.vocab_size;
-}
-
-std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
-    std::vector<int32_t> t(n);
-    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + salt * 104729 + 11) % vocab);
-    return t;
-}
+using ehtest::tokens_of;
+uint32_t vocab_of(const eh_plugin_api* api, const eh_model* m) { return ehtest::vocab_size(api, m); }
 
 // The scenario of the file comment on `api` with `kv_type`: A's logits after
 // each of its kDecodes teacher-forced decode steps (empty on a failure).

@@ -11,7 +11,6 @@
 // from an HF checkpoint (q/k rows in HF order) with the same adapter as its
 // GGUF; and the refusals (an adapter of another model's shape, a
 // tensor-parallel load).
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -30,69 +29,34 @@
 #include <eh/model/model_file.hpp>
 #include <eh/tools/forge.hpp>
 
-#include "lora_forge.hpp"
-#include "step_seq.hpp"
-
 #ifndef EH_GPT_CUDA_PLUGIN
 #define EH_GPT_CUDA_PLUGIN ""  // (not built: its cases fail to load it)
 #endif
 
+#include "forged_profile.hpp"
+#include "logit_compare.hpp"
+#include "lora_forge.hpp"
+#include "plugin_pair.hpp"
+#include "pool_shape.hpp"
+#include "step_seq.hpp"
+
 namespace {
 
-const eh_plugin_api* open_plugin(const char* env, const char* path) {
-    const char* p = std::getenv(env) ? std::getenv(env) : path;
-    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return nullptr;
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
-    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
-}
-const eh_plugin_api* llama_api() {
-    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
-    return api;
-}
-const eh_plugin_api* gpt_api() {
-    static const eh_plugin_api* api = open_plugin("EH_GPT_CUDA_PLUGIN", EH_GPT_CUDA_PLUGIN);
-    return api;
-}
+const eh_plugin_api* llama_api() { return ehtest::llama_cuda_api(); }
+const eh_plugin_api* gpt_api() { return ehtest::gpt_cuda_api(); }
 // The CUDA plugin under test: the parameterized tests' (LoraGpu::SetUp),
 // else llama-cuda.
 const eh_plugin_api* g_tested = nullptr;
 const eh_plugin_api* gpu_api() { return g_tested ? g_tested : llama_api(); }
-const eh_plugin_api* cpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
-    return api;
-}
-bool gpu_usable() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
+const eh_plugin_api* cpu_api() { return ehtest::cpu_reference_api(); }
 
-#define REQUIRE_BOTH()                                                    \
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
-    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
-    ASSERT_NE(gpu_api(), nullptr) << "the CUDA plugin is not loadable";    \
+#define REQUIRE_BOTH()                                                 \
+    REQUIRE_PLUGIN_PAIR(gpu_api(), "the CUDA plugin is not loadable"); \
     ASSERT_NE(gpu_api()->adapter_load, nullptr) << "the CUDA plugin exports no adapter_load"
 
 // A forged profile (synthetic vocabulary), made once per process.
 const eh::model::ModelFile& file_of(const std::string& profile) {
-    namespace fs = std::filesystem;
-    static std::map<std::string, std::unique_ptr<eh::model::ModelFile>> files;
-    auto& f = files[profile];
-    if (!f) {
-        static const fs::path dir = fs::temp_directory_path() / ("lora_cuda_test_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        eh::tools::ForgeOptions o;
-        o.profile = profile;
-        o.out = (dir / (profile + ".gguf")).string();
-        o.seed = 13;
-        o.vocab = "none";
-        eh::tools::forge(o);
-        f = eh::model::ModelFile::open(o.out);
-    }
-    return *f;
+    return ehtest::forged_file("lora_cuda_test", profile, 13);
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
@@ -145,27 +109,10 @@ struct Loaded {
     ~Loaded() { release(); }
 };
 
-ehtest::KvShape shape() {
-    ehtest::KvShape k;
-    k.max_seqs = k.max_step_entries = 8;
-    k.max_seq_tokens = 96;
-    k.max_step_tokens = 512;
-    k.budget_bytes = 64ull << 20;
-    return k;
-}
+ehtest::KvShape shape() { return ehtest::pool_shape(8, 96, 512); }
 
-uint32_t vocab_of(const ehtest::StepModel& m) {
-    eh_model_info info{};
-    info.struct_size = sizeof info;
-    EXPECT_EQ(m.api->model_get_info(m.model, &info), EH_OK);
-    return info.vocab_size;
-}
-
-std::vector<int32_t> tokens_of(size_t n, uint32_t salt, uint32_t vocab) {
-    std::vector<int32_t> t(n);
-    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 7919 + salt * 104729 + 11) % vocab);
-    return t;
-}
+uint32_t vocab_of(const ehtest::StepModel& m) { return ehtest::vocab_size(m); }
+using ehtest::tokens_of;
 
 constexpr uint32_t kPrompt = 32, kDecode = 16;
 using Logits = std::vector<std::vector<float>>;  // per position: after the prompt, then after each decoded token
@@ -196,21 +143,9 @@ std::vector<Logits> feed(ehtest::StepModel& m, const std::vector<eh_adapter*>& a
     return out;
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return a.size() == b.size() ? e / mx : 1e9;
-}
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-// The reference's top-1 is (within tol of) the top of `got` too.
-bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref, double tol) {
-    double mx = 1e-6;
-    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
-    return ref[argmax(ref)] - ref[argmax(got)] <= tol * mx;
-}
+using ehtest::argmax;
+using ehtest::rel_err;
+using ehtest::top1_ok;
 // |log p(ref's top-1)| difference between the two.
 double logprob_delta(const std::vector<float>& got, const std::vector<float>& ref) {
     auto lp = [](const std::vector<float>& v, size_t i) {

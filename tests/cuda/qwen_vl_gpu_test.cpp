@@ -22,7 +22,6 @@
 //     full-attention blocks), F32 and with every matrix F16;
 //   - QwenVlGpuBench (EH_QWEN_VL_BENCH=1): the same at the 7B's tower shape,
 //     and its encode time for a 1,024-tile image.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -42,98 +41,34 @@
 #include <eh/model/model_file.hpp>
 #include <eh/tools/forge.hpp>
 
+#include "forged_profile.hpp"
+#include "image_model.hpp"
+#include "logit_compare.hpp"
+#include "plugin_pair.hpp"
 #include "step_seq.hpp"
 
 namespace {
 
-const eh_plugin_api* open_plugin(const char* env, const char* path) {
-    const char* p = std::getenv(env) ? std::getenv(env) : path;
-    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return nullptr;
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
-    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
-}
-const eh_plugin_api* gpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
-    return api;
-}
-const eh_plugin_api* cpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
-    return api;
-}
-bool gpu_usable() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
+const eh_plugin_api* gpu_api() { return ehtest::llama_cuda_api(); }
+const eh_plugin_api* cpu_api() { return ehtest::cpu_reference_api(); }
 
-#define REQUIRE_BOTH()                                                    \
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
-    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
-    ASSERT_NE(gpu_api(), nullptr) << "llama-cuda plugin not loadable"
+#define REQUIRE_BOTH() REQUIRE_PLUGIN_PAIR(gpu_api(), "llama-cuda plugin not loadable")
 
 // The tiny Qwen2.5-VL profile and its mmproj, forged once per process.
-struct Forged {
-    std::unique_ptr<eh::model::ModelFile> model, mmproj;
-    Forged() {
-        namespace fs = std::filesystem;
-        const fs::path dir = fs::temp_directory_path() / ("qwen_vl_gpu_test_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        eh::tools::ForgeOptions o;
-        o.profile = "tiny-qwen2.5-vl-q4_k_m";
-        o.out = (dir / "model.gguf").string();
-        o.mmproj_out = (dir / "mmproj.gguf").string();
-        o.seed = 7;
-        o.vocab = "none";
-        eh::tools::forge(o);
-        model = eh::model::ModelFile::open(o.out);
-        mmproj = eh::model::ModelFile::open(o.mmproj_out);
-    }
+struct Forged : ehtest::ForgedWithProjector {
+    Forged() : ForgedWithProjector("qwen_vl_gpu_test", "tiny-qwen2.5-vl-q4_k_m", 7) {}
 };
 Forged& forged() {
     static Forged f;
     return f;
 }
 
-// The mmproj view with every matrix (2-D tensor and up) stored F16.
-struct HalfView {
-    std::vector<eh_tensor> tensors;
-    std::vector<std::vector<uint8_t>> data;
-    eh_model_view view{};
-    explicit HalfView(const eh_model_view& src) : tensors(src.tensors, src.tensors + src.n_tensors), view(src) {
-        for (eh_tensor& t : tensors) {
-            if (t.n_dims < 2 || t.type != EH_TYPE_F32) continue;
-            uint64_t n = 1;
-            for (uint32_t d = 0; d < t.n_dims; ++d) n *= t.dims[d];
-            std::vector<uint8_t>& b = data.emplace_back(ehp::quant::row_bytes(EH_TYPE_F16, n));
-            ehp::quant::quantize_row(EH_TYPE_F16, static_cast<const float*>(t.data), b.data(), n);
-            t.type = EH_TYPE_F16;
-            t.data = b.data();
-            t.nbytes = b.size();
-        }
-        view.tensors = tensors.data();
-    }
-};
+using ehtest::HalfView;
 
 // The model through `api`, its encoder loaded from `mmproj` when given.
-struct Loaded : ehtest::StepModel {
-    eh_image_encoder_info info{};
-    eh_status enc_status = EH_OK;
+struct Loaded : ehtest::EncoderModel {
     explicit Loaded(const eh_plugin_api* a, const eh_model_view* mmproj = nullptr, uint32_t seqs = 4)
-        : StepModel(a, &forged().model->view(), shape(seqs)) {
-        EXPECT_TRUE(ok()) << failure;
-        info.struct_size = sizeof info;
-        if (ok() && mmproj) enc_status = api->image_encoder_load(model, mmproj, &info);
-    }
-    static ehtest::KvShape shape(uint32_t seqs) {
-        ehtest::KvShape k;
-        k.max_seqs = k.max_step_entries = seqs;
-        k.max_seq_tokens = 256;
-        k.budget_bytes = 64ull << 20;
-        return k;
-    }
+        : EncoderModel(a, &forged().model->view(), mmproj, seqs) {}
     std::vector<float> encode(const std::vector<float>& px, uint32_t w, uint32_t h) {
         std::vector<float> rows(size_t(w / info.tile) * (h / info.tile) * info.n_embd);
         EXPECT_NE(api->image_encode_sized, nullptr);
@@ -155,57 +90,19 @@ struct Loaded : ehtest::StepModel {
     }
 };
 
-std::vector<float> pixels(uint32_t w, uint32_t h, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    std::vector<float> px(3 * size_t(w) * h);
-    for (float& x : px) x = d(rng);
-    return px;
-}
+using ehtest::pixels;
 
+// An empty row is a failure too (1e9).
 double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return a.size() == b.size() && !a.empty() ? e / mx : 1e9;
+    return a.empty() ? 1e9 : ehtest::rel_err(a, b);
 }
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-double logprob(const std::vector<float>& v, size_t k) {
-    const double m = v[argmax(v)];
-    double s = 0;
-    for (float x : v) s += std::exp(double(x) - m);
-    return double(v[k]) - m - std::log(s);
-}
+using ehtest::argmax;
 // The GPU's pick is the reference's best or within 1e-2 of the largest
 // |logit| of it (a near tie may go either way under FP16 keys and values).
-bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref) {
-    double mx = 1e-6;
-    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
-    return ref[argmax(ref)] - ref[argmax(got)] <= 1e-2 * mx;
-}
-struct Agreement {
-    size_t n = 0, top1 = 0;
-    double max_rel = 0, max_dlp = 0;
-};
-Agreement agree(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
-    Agreement a;
-    for (size_t p = 0; p < ref.size() && p < got.size(); ++p) {
-        ++a.n;
-        const size_t k = argmax(ref[p]);
-        a.top1 += top1_ok(got[p], ref[p]);
-        a.max_rel = std::max(a.max_rel, rel_err(got[p], ref[p]));
-        a.max_dlp = std::max(a.max_dlp, std::fabs(logprob(got[p], k) - logprob(ref[p], k)));
-    }
-    return a;
-}
-uint32_t vocab_of(Loaded& l) {
-    eh_model_info info{};
-    info.struct_size = sizeof info;
-    EXPECT_EQ(l.api->model_get_info(l.model, &info), EH_OK);
-    return info.vocab_size;
-}
+bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref) { return ehtest::top1_ok(got, ref, 1e-2); }
+using ehtest::agree;
+using ehtest::Agreement;
+uint32_t vocab_of(Loaded& l) { return ehtest::vocab_size(l); }
 
 // The image: 4 x 3 tiles (112 x 84 pixels), 12 positions on its grid.
 constexpr uint32_t kImgW = 112, kImgH = 84, kGridW = 4, kImgTokens = 12;
@@ -529,31 +426,10 @@ TEST(QwenVlGpuBench, SevenBTowerRowsAndEncodeTime) {
     for (float v : rows) ASSERT_TRUE(std::isfinite(v));
     if (given) {
         const uint32_t n = 1024 + 64;
-        std::vector<int32_t> toks(n);
-        for (uint32_t i = 0; i < n; ++i) toks[i] = int32_t(1000 + i);
-        auto prefill = [&](bool image) {
-            eh_seq* s = gpu.create();
-            if (image) {
-                const eh_embd_span sp{32, 1024, EH_SPAN_GRID, 32, rows.data()};
-                EXPECT_EQ(gpu.api->seq_embd_spans(s, &sp, 1), EH_OK) << gpu.error();
-            }
-            eh_step_entry e = ehtest::step_entry(s, toks.data(), n);
-            const auto a = std::chrono::steady_clock::now();
-            EXPECT_EQ(gpu.api->step(gpu.model, &e, 1), EH_OK) << gpu.error();
-            const double t = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count();
-            gpu.release(s);
-            return t;
-        };
-        std::vector<double> with, without;
-        for (int i = 0; i < 6; ++i) {
-            with.push_back(prefill(true));
-            without.push_back(prefill(false));
-        }
-        std::sort(with.begin() + 1, with.end());
-        std::sort(without.begin() + 1, without.end());
+        const auto [with, without] = ehtest::image_prompt_ms(gpu, n, eh_embd_span{32, 1024, EH_SPAN_GRID, 32, rows.data()});
         std::printf("[qwen-vl-bench] a %u-token prompt holding the 1,024-tile image on its grid: %.2f ms; as text "
                     "%.2f ms (medians of 5 after a warm-up)\n",
-                    n, with[3], without[3]);
+                    n, with, without);
     }
     if (!path.empty()) std::filesystem::remove(path);
 }

@@ -25,7 +25,6 @@
 //     bidirectional span (at the step) or with an encoder loaded (kv_init).
 // VisionGpuBench times the encoder and an image's prefill on a real-shape
 // file (scripts/device-vision.sh); skipped unless asked.
-#include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -48,56 +47,26 @@
 #include <eh/tools/forge.hpp>
 #include <ehcuda/device_memory.hpp>
 
+#include "forged_profile.hpp"
+#include "image_model.hpp"
+#include "logit_compare.hpp"
+#include "plugin_pair.hpp"
 #include "step_seq.hpp"
 #include "vision_ops.hpp"  // cuda-common's (src/): the flash kernels, called directly
 
 namespace {
 
-const eh_plugin_api* open_plugin(const char* env, const char* path) {
-    const char* p = std::getenv(env) ? std::getenv(env) : path;
-    void* h = dlopen(p, RTLD_NOW | RTLD_LOCAL);
-    if (!h) return nullptr;
-    auto entry = reinterpret_cast<eh_plugin_entry_fn>(dlsym(h, EH_PLUGIN_ENTRY_SYMBOL));
-    return entry ? entry(EH_ABI_MAJOR, EH_ABI_MINOR) : nullptr;
-}
-const eh_plugin_api* gpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_LLAMA_CUDA_PLUGIN", EH_LLAMA_CUDA_PLUGIN);
-    return api;
-}
-const eh_plugin_api* cpu_api() {
-    static const eh_plugin_api* api = open_plugin("EH_CPU_REFERENCE_PLUGIN", EH_CPU_REFERENCE_PLUGIN);
-    return api;
-}
-bool gpu_usable() {
-    const eh_plugin_api* api = gpu_api();
-    if (!api) return false;
-    eh_probe_result r{};
-    r.struct_size = sizeof r;
-    return api->probe(0, &r) == EH_OK && r.supported;
-}
+const eh_plugin_api* gpu_api() { return ehtest::llama_cuda_api(); }
+const eh_plugin_api* cpu_api() { return ehtest::cpu_reference_api(); }
 
-#define REQUIRE_BOTH()                                                    \
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";            \
-    ASSERT_NE(cpu_api(), nullptr) << "cpu-reference plugin not loadable"; \
-    ASSERT_NE(gpu_api(), nullptr) << "llama-cuda plugin not loadable";    \
+#define REQUIRE_BOTH()                                                   \
+    REQUIRE_PLUGIN_PAIR(gpu_api(), "llama-cuda plugin not loadable");    \
     ASSERT_NE(gpu_api()->image_encoder_load, nullptr) << "llama-cuda takes no images"
 
 // The tiny Gemma 3 vision profile and its mmproj, forged once per process.
-struct Forged {
-    std::unique_ptr<eh::model::ModelFile> model, mmproj, qwen;
-    Forged() {
-        namespace fs = std::filesystem;
-        const fs::path dir = fs::temp_directory_path() / ("vision_gpu_test_" + std::to_string(::getpid()));
-        fs::create_directories(dir);
-        eh::tools::ForgeOptions o;
-        o.profile = "tiny-gemma-3-vision-q4_k_m";
-        o.out = (dir / "model.gguf").string();
-        o.mmproj_out = (dir / "mmproj.gguf").string();
-        o.seed = 5;
-        o.vocab = "none";
-        eh::tools::forge(o);
-        model = eh::model::ModelFile::open(o.out);
-        mmproj = eh::model::ModelFile::open(o.mmproj_out);
+struct Forged : ehtest::ForgedWithProjector {
+    std::unique_ptr<eh::model::ModelFile> qwen;
+    Forged() : ForgedWithProjector("vision_gpu_test", "tiny-gemma-3-vision-q4_k_m", 5) {
         const std::string q = (dir / "qwen-mmproj.gguf").string();
         eh::tools::write_qwen25vl_mmproj(q, uint32_t(text_width()), 5);
         qwen = eh::model::ModelFile::open(q);
@@ -115,44 +84,12 @@ Forged& forged() {
     return f;
 }
 
-// The mmproj view with every matrix (2-D tensor) stored F16: what the real
-// mmproj files hold.
-struct HalfView {
-    std::vector<eh_tensor> tensors;
-    std::vector<std::vector<uint8_t>> data;
-    eh_model_view view{};
-    explicit HalfView(const eh_model_view& src) : tensors(src.tensors, src.tensors + src.n_tensors), view(src) {
-        for (eh_tensor& t : tensors) {
-            if (t.n_dims < 2 || t.type != EH_TYPE_F32) continue;
-            uint64_t n = 1;
-            for (uint32_t d = 0; d < t.n_dims; ++d) n *= t.dims[d];
-            std::vector<uint8_t>& b = data.emplace_back(ehp::quant::row_bytes(EH_TYPE_F16, n));
-            ehp::quant::quantize_row(EH_TYPE_F16, static_cast<const float*>(t.data), b.data(), n);
-            t.type = EH_TYPE_F16;
-            t.data = b.data();
-            t.nbytes = b.size();
-        }
-        view.tensors = tensors.data();
-    }
-};
+using ehtest::HalfView;
 
 // A model through `api` with its encoder loaded from `mmproj`.
-struct Loaded : ehtest::StepModel {
-    eh_image_encoder_info info{};
-    eh_status enc_status = EH_OK;
+struct Loaded : ehtest::EncoderModel {
     Loaded(const eh_plugin_api* a, const eh_model_view* mmproj, uint32_t seqs = 4)
-        : StepModel(a, &forged().model->view(), shape(seqs)) {
-        EXPECT_TRUE(ok()) << failure;
-        info.struct_size = sizeof info;
-        if (ok()) enc_status = api->image_encoder_load(model, mmproj, &info);
-    }
-    static ehtest::KvShape shape(uint32_t seqs) {
-        ehtest::KvShape k;
-        k.max_seqs = k.max_step_entries = seqs;
-        k.max_seq_tokens = 256;
-        k.budget_bytes = 64ull << 20;
-        return k;
-    }
+        : EncoderModel(a, &forged().model->view(), mmproj, seqs) {}
     std::vector<float> encode(const std::vector<float>& px) {
         std::vector<float> rows(size_t(info.n_tokens) * info.n_embd);
         EXPECT_EQ(api->image_encode(model, px.data(), rows.data()), EH_OK) << error();
@@ -161,29 +98,11 @@ struct Loaded : ehtest::StepModel {
 };
 
 std::vector<float> pixels(const eh_image_encoder_info& i, uint32_t seed) {
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<float> d(-1.0f, 1.0f);
-    std::vector<float> px(3 * size_t(i.image_width) * i.image_height);
-    for (float& x : px) x = d(rng);
-    return px;
+    return ehtest::pixels(i.image_width, i.image_height, seed);
 }
 
-double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return a.size() == b.size() ? e / mx : 1e9;
-}
-size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-// log-softmax of v at k
-double logprob(const std::vector<float>& v, size_t k) {
-    const double m = v[argmax(v)];
-    double s = 0;
-    for (float x : v) s += std::exp(double(x) - m);
-    return double(v[k]) - m - std::log(s);
-}
+using ehtest::argmax;
+using ehtest::rel_err;
 
 constexpr int32_t kImageToken = 7;  // any id: the rows replace its embedding
 constexpr uint32_t kImageAt = 20;   // the image's first position in the prompt
@@ -196,12 +115,7 @@ std::vector<int32_t> prompt_tokens(uint32_t n_image, uint32_t vocab) {
     return t;
 }
 
-uint32_t vocab_of(Loaded& l) {
-    eh_model_info info{};
-    info.struct_size = sizeof info;
-    EXPECT_EQ(l.api->model_get_info(l.model, &info), EH_OK);
-    return info.vocab_size;
-}
+uint32_t vocab_of(Loaded& l) { return ehtest::vocab_size(l); }
 
 // Teacher-forced: the prompt in one step with the image's span (flags;
 // rows NULL: no span), then one token a step; the logits after each fed
@@ -225,30 +139,10 @@ std::vector<std::vector<float>> run(Loaded& l, const std::vector<int32_t>& toks,
     return out;
 }
 
-// Top-1 as gemma_step_test counts it: the token the GPU picks is the
-// reference's best or within 1e-2 of the largest |logit| of it (a near tie
-// may go either way under FP16 keys and values).
-bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref) {
-    double mx = 1e-6;
-    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
-    return ref[argmax(ref)] - ref[argmax(got)] <= 1e-2 * mx;
-}
-
-struct Agreement {
-    size_t n = 0, top1 = 0;
-    double max_rel = 0, max_dlp = 0;
-};
-Agreement agree(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
-    Agreement a;
-    for (size_t p = 0; p < ref.size() && p < got.size(); ++p) {
-        ++a.n;
-        const size_t k = argmax(ref[p]);
-        a.top1 += top1_ok(got[p], ref[p]);
-        a.max_rel = std::max(a.max_rel, rel_err(got[p], ref[p]));
-        a.max_dlp = std::max(a.max_dlp, std::fabs(logprob(got[p], k) - logprob(ref[p], k)));
-    }
-    return a;
-}
+// Top-1 as gemma_step_test counts it (within 1e-2 of the largest |logit|),
+// the worst rel_err and |delta logprob| of the reference's top token.
+using ehtest::agree;
+using ehtest::Agreement;
 
 TEST(VisionGpu, TowerRowsMatchTheCpuReference) {
     REQUIRE_BOTH();
@@ -307,7 +201,7 @@ TEST(VisionGpu, F16TowerRowsMatchTheCpuReference) {
 // of any tile. Then each kernel's time at 896 px (4,096 patches, 16 heads
 // of 72), printed.
 TEST(VisionFlash, BothKernelsMatchADoublePrecisionPass) {
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
+    if (!ehtest::gpu_usable(gpu_api())) GTEST_SKIP() << "no usable CUDA device";
     struct Shape {
         int n, width, heads;
     };
@@ -609,7 +503,7 @@ TEST(VisionGpuBench, EncodeAndImagePrefillTimes) {
     const char* mp = std::getenv("EH_VISION_BENCH_MODEL");
     const char* pp = std::getenv("EH_VISION_BENCH_MMPROJ");
     if (!mp || !pp) GTEST_SKIP() << "set EH_VISION_BENCH_MODEL and EH_VISION_BENCH_MMPROJ";
-    if (!gpu_usable()) GTEST_SKIP() << "no usable CUDA device";
+    if (!ehtest::gpu_usable(gpu_api())) GTEST_SKIP() << "no usable CUDA device";
     auto file = eh::model::ModelFile::open(mp);
     auto mm = eh::model::ModelFile::open(pp);
     const eh_plugin_api* api = gpu_api();
@@ -647,31 +541,11 @@ TEST(VisionGpuBench, EncodeAndImagePrefillTimes) {
         ehtest::StepModel sm(api, model, k);
         ASSERT_TRUE(sm.ok()) << sm.failure;
         const uint32_t n = info.n_tokens + 64;
-        std::vector<int32_t> toks(n);
-        for (uint32_t i = 0; i < n; ++i) toks[i] = int32_t(1000 + i);
-        auto prefill = [&](bool image) {
-            eh_seq* s = sm.create();
-            if (image) {
-                const eh_embd_span sp{32, info.n_tokens, EH_SPAN_BIDIRECTIONAL, 0, rows.data()};
-                EXPECT_EQ(api->seq_embd_spans(s, &sp, 1), EH_OK) << sm.error();
-            }
-            eh_step_entry e = ehtest::step_entry(s, toks.data(), n);
-            const auto a = clock::now();
-            EXPECT_EQ(api->step(model, &e, 1), EH_OK) << sm.error();
-            const double t = ms(a, clock::now());
-            sm.release(s);
-            return t;
-        };
-        std::vector<double> with, without;
-        for (int i = 0; i < 6; ++i) {
-            with.push_back(prefill(true));
-            without.push_back(prefill(false));
-        }
-        std::sort(with.begin() + 1, with.end());
-        std::sort(without.begin() + 1, without.end());
+        const auto [with, without] =
+            ehtest::image_prompt_ms(sm, n, eh_embd_span{32, info.n_tokens, EH_SPAN_BIDIRECTIONAL, 0, rows.data()});
         std::printf("[vision-bench] a %u-token prompt holding the image: %.2f ms with its rows and bidirectional span, "
                     "%.2f ms as text (medians of 5 after a warm-up)\n",
-                    n, with[3], without[3]);
+                    n, with, without);
     }
     api->model_release(model);
 }
