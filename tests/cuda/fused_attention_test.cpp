@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <numeric>
 #include <cstring>
 #include <random>
 #include <string>
@@ -80,31 +79,107 @@ std::vector<float> host_decode(const std::vector<float>& q, const std::vector<__
     return out;
 }
 
+// A launch's head shape (RopeArgs, RopeTableArgs, AttnArgs, PagedAttnArgs, DecodeAttnArgs).
+template <class Args>
+void set_heads(Args& a, int n_head, int n_kv, int head_dim) {
+    a.n_head = n_head;
+    a.n_kv = n_kv;
+    a.head_dim = head_dim;
+}
+// A paged launch's positions and block tables (device).
+template <class Args>
+void set_tables(Args& a, const ehcuda::DeviceBuffer& dpos, const ehcuda::DeviceBuffer& dtab,
+                const ehcuda::DeviceBuffer& dtables) {
+    a.d_pos = dpos.as<int32_t>();
+    a.d_table = dtab.as<int32_t>();
+    a.tables = dtables.as<int32_t>();
+}
+
+// The fused launch's arguments for case c over these buffers: qkv rows,
+// K and V caches, output, split scratch and counters (the positions, and
+// the paged form's rows, are the caller's).
+ehcuda::DecodeAttnArgs decode_args(const FusedCase& c, int nsplit, const ehcuda::DeviceBuffer& qkv,
+                                   const ehcuda::DeviceBuffer& kc, const ehcuda::DeviceBuffer& vc,
+                                   const ehcuda::DeviceBuffer& out, const ehcuda::DeviceBuffer& scratch,
+                                   const ehcuda::DeviceBuffer& counters) {
+    ehcuda::DecodeAttnArgs a;
+    a.qkv = qkv.as<float>();
+    set_heads(a, c.H, c.KV, c.hd);
+    a.n_rot = c.n_rot;
+    a.neox = c.neox;
+    a.freq_base = 10000.0f;
+    a.k_cache = kc.as<__half>();
+    a.v_cache = vc.as<__half>();
+    a.window = c.window;
+    a.scale = 1 / std::sqrt(float(c.hd));
+    a.out = out.as<float>();
+    a.nsplit = nsplit;
+    a.scratch = scratch.as<float>();
+    a.counters = counters.as<uint32_t>();
+    return a;
+}
+
 // Device state of one decode step: the token's qkv row, both caches
 // (capacity cap positions), the output, split scratch and counters.
 struct Step {
     ehcuda::DeviceBuffer qkv, kc, vc, pos, out, scratch, counters;
     ehcuda::DecodeAttnArgs args(const FusedCase& c, int nsplit) const {
-        ehcuda::DecodeAttnArgs a;
-        a.qkv = qkv.as<float>();
-        a.n_head = c.H;
-        a.n_kv = c.KV;
-        a.head_dim = c.hd;
-        a.n_rot = c.n_rot;
-        a.neox = c.neox;
-        a.freq_base = 10000.0f;
+        ehcuda::DecodeAttnArgs a = decode_args(c, nsplit, qkv, kc, vc, out, scratch, counters);
         a.d_pos0 = pos.as<int32_t>();
-        a.k_cache = kc.as<__half>();
-        a.v_cache = vc.as<__half>();
-        a.window = c.window;
-        a.scale = 1 / std::sqrt(float(c.hd));
-        a.out = out.as<float>();
-        a.nsplit = nsplit;
-        a.scratch = scratch.as<float>();
-        a.counters = counters.as<uint32_t>();
         return a;
     }
 };
+
+// K and V caches of `size` halves holding kSentinel, the first `filled`
+// random (K and V drawn in turn).
+void sentinel_caches(std::vector<__half>& kc, std::vector<__half>& vc, size_t size, size_t filled, std::mt19937& rng,
+                     std::normal_distribution<float>& nd) {
+    kc.assign(size, __float2half(kSentinel));
+    vc.assign(size, __float2half(kSentinel));
+    for (size_t i = 0; i < filled; ++i) {
+        kc[i] = __float2half(nd(rng));
+        vc[i] = __float2half(nd(rng));
+    }
+}
+
+// Rows of these lengths on a paged pool (blocks of kPagedBlockTokens): each
+// row's block table, taken from `ids` in order, and its new key's position
+// (len - 1) and pool row.
+struct PagedRows {
+    static constexpr int B = ehcuda::kPagedBlockTokens;
+    std::vector<int32_t> pos, store, table_at, tables;
+    PagedRows(const std::vector<int>& lens, const std::vector<int32_t>& ids)
+        : pos(lens.size()), store(lens.size()), table_at(lens.size()) {
+        for (size_t r = 0; r < lens.size(); ++r) {
+            table_at[r] = int32_t(tables.size());
+            for (int b = 0; b < (lens[r] + B - 1) / B; ++b) tables.push_back(ids[tables.size()]);
+            pos[r] = lens[r] - 1;
+            store[r] = int32_t(pool_row(r, pos[r]));
+        }
+    }
+    size_t pool_row(size_t r, int key) const { return size_t(tables[size_t(table_at[r] + key / B)]) * B + key % B; }
+    // Every row's blocks, shuffled over a pool of `spare` more.
+    static std::vector<int32_t> shuffled_blocks(const std::vector<int>& lens, int spare, std::mt19937& rng) {
+        int nblk = 0;
+        for (int len : lens) nblk += (len + B - 1) / B;
+        std::vector<int32_t> ids(size_t(nblk + spare));
+        for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
+        std::shuffle(ids.begin(), ids.end(), rng);
+        return ids;
+    }
+};
+
+// The paged form's rows in `a`: R rows of qkv (ld apart) and output (n_out
+// apart), their positions, pool rows and block tables (device).
+void set_paged(ehcuda::DecodeAttnArgs& a, int R, int ld, int n_out, const ehcuda::DeviceBuffer& dpos,
+               const ehcuda::DeviceBuffer& dstore, const ehcuda::DeviceBuffer& dtab, const ehcuda::DeviceBuffer& dtables) {
+    a.paged = true;
+    a.nrows = R;
+    a.ldqkv = ld;
+    a.ldo = n_out;
+    a.d_rows = dstore.as<int32_t>();
+    set_tables(a, dpos, dtab, dtables);
+}
 
 Step make_step(const FusedCase& c, int nsplit, const std::vector<float>& qkv, const std::vector<__half>& kc,
                const std::vector<__half>& vc, int pos) {
@@ -119,14 +194,19 @@ Step make_step(const FusedCase& c, int nsplit, const std::vector<float>& qkv, co
     return s;
 }
 
+// A step for the argument checks: zeros, 16 cache positions, the new key at 9.
+Step zero_step(const FusedCase& c, int nsplit) {
+    std::vector<float> qkv(static_cast<size_t>((c.H + 2 * c.KV) * c.hd));
+    std::vector<__half> kc(static_cast<size_t>(16) * c.KV * c.hd);
+    return make_step(c, nsplit, qkv, kc, kc, 9);
+}
+
 // The path rope_attention_decode replaces, on the same buffers.
 void run_unfused(const FusedCase& c, int nsplit, const Step& s) {
     ehcuda::RopeArgs r;
     r.qkv = s.qkv.as<float>();
     r.ld = (c.H + 2 * c.KV) * c.hd;
-    r.n_head = c.H;
-    r.n_kv = c.KV;
-    r.head_dim = c.hd;
+    set_heads(r, c.H, c.KV, c.hd);
     r.n_rot = c.n_rot;
     r.neox = c.neox;
     r.freq_base = 10000.0f;
@@ -139,9 +219,7 @@ void run_unfused(const FusedCase& c, int nsplit, const Step& s) {
     a.ldq = r.ld;
     a.k_cache = s.kc.as<__half>();
     a.v_cache = s.vc.as<__half>();
-    a.n_head = c.H;
-    a.n_kv = c.KV;
-    a.head_dim = c.hd;
+    set_heads(a, c.H, c.KV, c.hd);
     a.d_pos0 = s.pos.as<int32_t>();
     a.window = c.window;
     a.scale = 1 / std::sqrt(float(c.hd));
@@ -204,11 +282,8 @@ TEST_P(FusedDecodeTest, MatchesUnfusedAndHost) {
     std::normal_distribution<float> nd(0.0f, 1.0f);
     std::vector<float> qkv(static_cast<size_t>(ld));
     for (auto& v : qkv) v = nd(rng);
-    std::vector<__half> kc(static_cast<size_t>(cap) * row, __float2half(kSentinel)), vc(kc.size(), __float2half(kSentinel));
-    for (size_t i = 0; i < static_cast<size_t>(pos) * row; ++i) {
-        kc[i] = __float2half(nd(rng));
-        vc[i] = __float2half(nd(rng));
-    }
+    std::vector<__half> kc, vc;
+    sentinel_caches(kc, vc, static_cast<size_t>(cap) * row, static_cast<size_t>(pos) * row, rng, nd);
 
     // Host: rotated q; the cache with the new token's rotated K and its V.
     std::vector<float> q(qkv.begin(), qkv.begin() + c.H * c.hd);
@@ -317,11 +392,8 @@ TEST(FusedDecode, GraphReplayOverConsecutivePositions) {
     const size_t row = static_cast<size_t>(c.KV) * c.hd;
     std::mt19937 rng(5);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    std::vector<__half> kc(static_cast<size_t>(cap) * row, __float2half(kSentinel)), vc(kc.size(), __float2half(kSentinel));
-    for (size_t i = 0; i < static_cast<size_t>(pos0) * row; ++i) {
-        kc[i] = __float2half(nd(rng));
-        vc[i] = __float2half(nd(rng));
-    }
+    std::vector<__half> kc, vc;
+    sentinel_caches(kc, vc, static_cast<size_t>(cap) * row, static_cast<size_t>(pos0) * row, rng, nd);
     std::vector<float> qkv(static_cast<size_t>(ld));
     Step f = make_step(c, nsplit, qkv, kc, vc, pos0);
     Step u = make_step(c, nsplit, qkv, kc, vc, pos0);
@@ -384,11 +456,8 @@ TEST(FusedDecode, EarlyAndPipelinedKeyLoadsGiveTheSameBits) {
         const size_t row = static_cast<size_t>(c.KV) * c.hd;
         std::mt19937 rng(static_cast<uint32_t>(c.hd + c.H));
         std::normal_distribution<float> nd(0.0f, 1.0f);
-        std::vector<__half> kc(static_cast<size_t>(cap) * row, __float2half(kSentinel)), vc(kc.size(), __float2half(kSentinel));
-        for (size_t i = 0; i < static_cast<size_t>(pos) * row; ++i) {
-            kc[i] = __float2half(nd(rng));
-            vc[i] = __float2half(nd(rng));
-        }
+        std::vector<__half> kc, vc;
+        sentinel_caches(kc, vc, static_cast<size_t>(cap) * row, static_cast<size_t>(pos) * row, rng, nd);
         std::vector<float> x(static_cast<size_t>(n_in));
         for (auto& v : x) v = nd(rng);
         const ehcuda::DeviceBuffer dw = to_device(random_rows(EH_TYPE_Q8_0, ld, n_in, rng, 0.2f)), dx = to_device(x);
@@ -451,67 +520,36 @@ TEST(FusedDecode, PagedRowsMatchOneRowOnAContiguousCache) {
         std::mt19937 rng(uint32_t(c.hd * 7 + c.H));
         std::normal_distribution<float> nd(0.0f, 1.0f);
         // Block ids: every row's blocks, shuffled over a pool with spares.
-        int nblk = 0;
-        for (int len : lens) nblk += (len + B - 1) / B;
-        std::vector<int32_t> ids(size_t(nblk + 5));
-        for (size_t i = 0; i < ids.size(); ++i) ids[i] = int32_t(i);
-        std::shuffle(ids.begin(), ids.end(), rng);
+        const std::vector<int32_t> ids = PagedRows::shuffled_blocks(lens, 5, rng);
+        const PagedRows paged(lens, ids);
+        const std::vector<int32_t>&pos = paged.pos, &store = paged.store;
         std::vector<__half> kpool(ids.size() * B * row, __float2half(kSentinel)), vpool(kpool.size(), __float2half(kSentinel));
         std::vector<float> qkv(size_t(R) * ld);
         const size_t nr = lens.size();
-        std::vector<int32_t> pos(nr), store(nr), table_at(nr), tables;
         std::vector<std::vector<__half>> kc(nr), vc(nr);
         for (int r = 0; r < R; ++r) {
             const int len = lens[size_t(r)], p = len - 1;
             for (int i = 0; i < ld; ++i) qkv[size_t(r) * ld + i] = nd(rng);
             kc[size_t(r)].assign(size_t(len + 3) * row, __float2half(kSentinel));
             vc[size_t(r)] = kc[size_t(r)];
-            table_at[size_t(r)] = int32_t(tables.size());
-            for (int b = 0; b < (len + B - 1) / B; ++b) tables.push_back(ids[tables.size()]);
-            auto pool_row = [&](int key) {
-                return size_t(tables[size_t(table_at[size_t(r)] + key / B)]) * B + key % B;
-            };
             for (int key = 0; key < p; ++key)
                 for (size_t e = 0; e < row; ++e) {
                     const __half k = __float2half(nd(rng)), v = __float2half(nd(rng));
-                    kc[size_t(r)][size_t(key) * row + e] = kpool[pool_row(key) * row + e] = k;
-                    vc[size_t(r)][size_t(key) * row + e] = vpool[pool_row(key) * row + e] = v;
+                    const size_t at = paged.pool_row(size_t(r), key) * row + e;
+                    kc[size_t(r)][size_t(key) * row + e] = kpool[at] = k;
+                    vc[size_t(r)][size_t(key) * row + e] = vpool[at] = v;
                 }
-            pos[size_t(r)] = p;
-            store[size_t(r)] = int32_t(pool_row(p));
         }
         for (int nsplit : {1, 4, 11}) {
             SCOPED_TRACE("nsplit " + std::to_string(nsplit));
             const ehcuda::DeviceBuffer dq = to_device(qkv), dk = to_device(kpool), dv = to_device(vpool),
-                                       dpos = to_device(pos), dstore = to_device(store), dtab = to_device(table_at),
-                                       dtables = to_device(tables);
+                                       dpos = to_device(pos), dstore = to_device(store), dtab = to_device(paged.table_at),
+                                       dtables = to_device(paged.tables);
             ehcuda::DeviceBuffer out = to_device(std::vector<float>(size_t(R) * n_out, -7.0f));
             ehcuda::DeviceBuffer scratch(ehcuda::attention_decode_scratch_floats(R * c.H, c.hd, nsplit) * 4);
             ehcuda::DeviceBuffer counters = to_device(std::vector<uint32_t>(ehcuda::attention_decode_counters(c.H, R), 0u));
-            ehcuda::DecodeAttnArgs a;
-            a.qkv = dq.as<float>();
-            a.n_head = c.H;
-            a.n_kv = c.KV;
-            a.head_dim = c.hd;
-            a.n_rot = c.n_rot;
-            a.neox = c.neox;
-            a.freq_base = 10000.0f;
-            a.k_cache = dk.as<__half>();
-            a.v_cache = dv.as<__half>();
-            a.window = c.window;
-            a.scale = 1 / std::sqrt(float(c.hd));
-            a.out = out.as<float>();
-            a.nsplit = nsplit;
-            a.scratch = scratch.as<float>();
-            a.counters = counters.as<uint32_t>();
-            a.paged = true;
-            a.nrows = R;
-            a.ldqkv = ld;
-            a.ldo = n_out;
-            a.d_pos = dpos.as<int32_t>();
-            a.d_rows = dstore.as<int32_t>();
-            a.d_table = dtab.as<int32_t>();
-            a.tables = dtables.as<int32_t>();
+            ehcuda::DecodeAttnArgs a = decode_args(c, nsplit, dq, dk, dv, out, scratch, counters);
+            set_paged(a, R, ld, n_out, dpos, dstore, dtab, dtables);
             ASSERT_NO_THROW(ehcuda::rope_attention_decode(a, nullptr));
             GPU_OK(cudaDeviceSynchronize());
             const auto pout = to_host<float>(out, size_t(R) * n_out);
@@ -557,26 +595,17 @@ TEST(FusedDecode, PagedTableRopeAndSinksMatchTheTwoKernelPath) {
     const size_t row = size_t(KV) * hd, nr = lens.size();
     std::mt19937 rng(11);
     std::normal_distribution<float> nd(0.0f, 1.0f);
-    int nblk = 0;
-    for (int len : lens) nblk += (len + B - 1) / B;
-    std::vector<int32_t> ids(size_t(nblk + 2));
-    std::iota(ids.begin(), ids.end(), 0);
-    std::shuffle(ids.begin(), ids.end(), rng);
+    const std::vector<int32_t> ids = PagedRows::shuffled_blocks(lens, 2, rng);
     std::vector<__half> pool(ids.size() * B * row);
     for (auto& x : pool) x = __float2half(nd(rng));
     std::vector<float> qkv(nr * ld), inv_freq(size_t(hd / 2)), sinks(static_cast<size_t>(H));
     for (auto& x : qkv) x = nd(rng);
     for (int i = 0; i < hd / 2; ++i) inv_freq[size_t(i)] = float(std::pow(150000.0, -2.0 * i / hd)) * (i % 3 ? 1.0f : 0.25f);
     for (auto& x : sinks) x = nd(rng) + 1.0f;
-    std::vector<int32_t> pos(nr), store(nr), table_at(nr), tables;
-    for (size_t r = 0; r < nr; ++r) {
-        table_at[r] = int32_t(tables.size());
-        for (int b = 0; b < (lens[r] + B - 1) / B; ++b) tables.push_back(ids[tables.size()]);
-        pos[r] = lens[r] - 1;
-        store[r] = tables[size_t(table_at[r] + pos[r] / B)] * B + pos[r] % B;
-    }
-    const ehcuda::DeviceBuffer dpos = to_device(pos), dstore = to_device(store), dtab = to_device(table_at),
-                               dtables = to_device(tables), dfreq = to_device(inv_freq), dsinks = to_device(sinks);
+    const PagedRows paged(lens, ids);
+    const ehcuda::DeviceBuffer dpos = to_device(paged.pos), dstore = to_device(paged.store),
+                               dtab = to_device(paged.table_at), dtables = to_device(paged.tables),
+                               dfreq = to_device(inv_freq), dsinks = to_device(sinks);
     auto run = [&](bool fused, std::vector<float>& out, std::vector<__half>& k, std::vector<__half>& v) {
         ehcuda::DeviceBuffer dq = to_device(qkv), dk = to_device(pool), dv = to_device(pool);
         ehcuda::DeviceBuffer dout = to_device(std::vector<float>(nr * n_out, -7.0f));
@@ -584,40 +613,19 @@ TEST(FusedDecode, PagedTableRopeAndSinksMatchTheTwoKernelPath) {
         ehcuda::DeviceBuffer scratch(ehcuda::attention_decode_scratch_floats(R * H, hd, nsplit) * 4);
         ehcuda::DeviceBuffer counters = to_device(std::vector<uint32_t>(ehcuda::attention_decode_counters(H, R), 0u));
         if (fused) {
-            ehcuda::DecodeAttnArgs a;
-            a.qkv = dq.as<float>();
-            a.n_head = H;
-            a.n_kv = KV;
-            a.head_dim = hd;
-            a.n_rot = hd;
-            a.neox = true;
+            // (freq_base stays the default: the table replaces it)
+            ehcuda::DecodeAttnArgs a = decode_args(FusedCase{hd, H, KV, 0, window, true, hd}, nsplit, dq, dk, dv, dout,
+                                                   scratch, counters);
             a.inv_freq = dfreq.as<float>();
             a.attn_factor = 1.3f;
             a.sinks = dsinks.as<float>();
-            a.k_cache = dk.as<__half>();
-            a.v_cache = dv.as<__half>();
-            a.window = window;
-            a.scale = 1 / std::sqrt(float(hd));
-            a.out = dout.as<float>();
-            a.nsplit = nsplit;
-            a.scratch = scratch.as<float>();
-            a.counters = counters.as<uint32_t>();
-            a.paged = true;
-            a.nrows = R;
-            a.ldqkv = ld;
-            a.ldo = n_out;
-            a.d_pos = dpos.as<int32_t>();
-            a.d_rows = dstore.as<int32_t>();
-            a.d_table = dtab.as<int32_t>();
-            a.tables = dtables.as<int32_t>();
+            set_paged(a, R, ld, n_out, dpos, dstore, dtab, dtables);
             ASSERT_NO_THROW(ehcuda::rope_attention_decode(a, nullptr));
         } else {
             ehcuda::RopeTableArgs r;
             r.qkv = dq.as<float>();
             r.ld = ld;
-            r.n_head = H;
-            r.n_kv = KV;
-            r.head_dim = hd;
+            set_heads(r, H, KV, hd);
             r.n_rot = hd;
             r.neox = true;
             r.inv_freq = dfreq.as<float>();
@@ -633,13 +641,9 @@ TEST(FusedDecode, PagedTableRopeAndSinksMatchTheTwoKernelPath) {
             at.ldq = ld;
             at.k_pool = dk.as<__half>();
             at.v_pool = dv.as<__half>();
-            at.n_head = H;
-            at.n_kv = KV;
-            at.head_dim = hd;
+            set_heads(at, H, KV, hd);
             at.ntok = R;
-            at.d_pos = dpos.as<int32_t>();
-            at.d_table = dtab.as<int32_t>();
-            at.tables = dtables.as<int32_t>();
+            set_tables(at, dpos, dtab, dtables);
             at.window = window;
             at.scale = 1 / std::sqrt(float(hd));
             at.sinks = dsinks.as<float>();
@@ -665,9 +669,7 @@ TEST(FusedDecode, PagedTableRopeAndSinksMatchTheTwoKernelPath) {
 TEST(FusedDecode, PagedRejectsBadArguments) {
     REQUIRE_GPU();
     const FusedCase c{64, 4, 2, 10, 0, false, 64};
-    std::vector<float> qkv(static_cast<size_t>((c.H + 2 * c.KV) * c.hd));
-    std::vector<__half> kc(static_cast<size_t>(16) * c.KV * c.hd);
-    Step s = make_step(c, 4, qkv, kc, kc, 9);
+    Step s = zero_step(c, 4);
     auto a = s.args(c, 4);
     a.nrows = 2;  // several rows without the paged form
     EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
@@ -686,9 +688,7 @@ TEST(FusedDecode, RowSplitsShrinkAsRowsFillTheGpu) {
 TEST(FusedDecode, RejectsBadArguments) {
     REQUIRE_GPU();
     const FusedCase c{64, 4, 2, 10, 0, false, 64};
-    std::vector<float> qkv(static_cast<size_t>((c.H + 2 * c.KV) * c.hd));
-    std::vector<__half> kc(static_cast<size_t>(16) * c.KV * c.hd);
-    Step s = make_step(c, 4, qkv, kc, kc, 9);
+    Step s = zero_step(c, 4);
     auto a = s.args(c, 4);
     a.n_rot = 63;
     EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
@@ -710,9 +710,7 @@ TEST(FusedDecode, RejectsBadArguments) {
         EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
     }
     const FusedCase odd{32, 4, 2, 10, 0, false, 32};
-    std::vector<float> qkv32(static_cast<size_t>((odd.H + 2 * odd.KV) * odd.hd));
-    std::vector<__half> kc32(static_cast<size_t>(16) * odd.KV * odd.hd);
-    Step s32 = make_step(odd, 4, qkv32, kc32, kc32, 9);
+    Step s32 = zero_step(odd, 4);
     a = s32.args(odd, 4);
     a.out_chunks = chunks.get();
     EXPECT_THROW(ehcuda::rope_attention_decode(a, nullptr), ehp::Error);
