@@ -278,7 +278,31 @@ void add_serve_options(po::options_description& desc) {
     add_lora_options(desc);
 }
 
-bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::string& err) {
+namespace {
+
+// `--flag`'s value into `out` when it lies in [lo, hi]; else the usage error.
+template <class T>
+bool read_between(const po::variables_map& vm, const char* flag, T lo, T hi, T& out, std::string& err) {
+    out = vm[flag].as<T>();
+    if (out >= lo && out <= hi) return true;
+    err = fmt::format("--{} must be between {} and {}", flag, lo, hi);
+    return false;
+}
+
+// Runs `read`; an Error it throws becomes the usage error.
+template <class F>
+bool without_error(std::string& err, F&& read) {
+    try {
+        read();
+        return true;
+    } catch (const Error& e) {
+        err = e.what();
+        return false;
+    }
+}
+
+// --log-format, --log-level, --log-content, --worker-id.
+bool read_logging(const po::variables_map& vm, ServeSettings& s, std::string& err) {
     s.log_format = vm["log-format"].as<std::string>();
     if (s.log_format != "json" && s.log_format != "text") {
         err = "--log-format must be json or text";
@@ -297,22 +321,16 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         err = "--worker-id must be a UUID (e.g. 123e4567-e89b-12d3-a456-426614174000)";
         return false;
     }
+    return true;
+}
+
+// How much the service runs at once, what the engine is told, and the port.
+bool read_engine_limits(const po::variables_map& vm, ServeSettings& s, std::string& err) {
     s.max_tokens_out = vm["max-tokens-out"].as<uint32_t>();
-    s.parallel = vm["parallel"].as<uint32_t>();
-    if (s.parallel < 1 || s.parallel > 4096) {
-        err = "--parallel must be between 1 and 4096";
+    if (!read_between<uint32_t>(vm, "parallel", 1, 4096, s.parallel, err) ||
+        !read_between<uint32_t>(vm, "batch-tokens", 16, 65536, s.batch_tokens, err) ||
+        !read_between<uint32_t>(vm, "prefill-chunk-tokens", 16, 65536, s.prefill_chunk_tokens, err))
         return false;
-    }
-    s.batch_tokens = vm["batch-tokens"].as<uint32_t>();
-    if (s.batch_tokens < 16 || s.batch_tokens > 65536) {
-        err = "--batch-tokens must be between 16 and 65536";
-        return false;
-    }
-    s.prefill_chunk_tokens = vm["prefill-chunk-tokens"].as<uint32_t>();
-    if (s.prefill_chunk_tokens < 16 || s.prefill_chunk_tokens > 65536) {
-        err = "--prefill-chunk-tokens must be between 16 and 65536";
-        return false;
-    }
     s.engine_options = vm["engine-options"].as<std::string>();
     if (!s.engine_options.empty()) {
         const nlohmann::json j = nlohmann::json::parse(s.engine_options, nullptr, false);
@@ -331,37 +349,37 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         return false;
     }
     s.inference_timeout = std::chrono::seconds(vm["inference-timeout-sec"].as<uint32_t>());
-    s.port = vm["port"].as<int>();
-    if (s.port < 0 || s.port > 65535) {
-        err = "--port must be between 0 and 65535";
-        return false;
-    }
+    return read_between(vm, "port", 0, 65535, s.port, err);
+}
+
+// --gpu-device, --gpus, --tensor-parallel, --device.
+bool read_devices(const po::variables_map& vm, ServeSettings& s, std::string& err) {
     s.gpu = vm["gpu-device"].as<int>();
     s.named_gpu = vm["gpu-device"].defaulted() ? std::nullopt : std::optional<int>(s.gpu);
     if (s.gpu < 0) {
         err = "--gpu-device must be 0 or more";
         return false;
     }
-    {
-        const std::string gpus_text = vm.count("gpus") ? vm["gpus"].as<std::string>() : std::string();
-        if (!check_gpu_flags(vm["tensor-parallel"].as<uint32_t>(), !vm["tensor-parallel"].defaulted(),
-                             vm.count("gpus") ? &gpus_text : nullptr, s.named_gpu.has_value(), s.tensor_parallel, s.gpus,
-                             err))
-            return false;
-    }
+    const std::string gpus_text = vm.count("gpus") ? vm["gpus"].as<std::string>() : std::string();
+    if (!check_gpu_flags(vm["tensor-parallel"].as<uint32_t>(), !vm["tensor-parallel"].defaulted(),
+                         vm.count("gpus") ? &gpus_text : nullptr, s.named_gpu.has_value(), s.tensor_parallel, s.gpus,
+                         err))
+        return false;
     if (!parse_device_policy(vm["device"].as<std::string>(), s.policy)) {
         err = "--device must be auto, gpu, cpu or any";
         return false;
     }
+    return true;
+}
+
+// --chat-template-file, then the model or models served (--model,
+// --models-dir) and the plugin directories.
+bool read_models(const po::variables_map& vm, ServeSettings& s, std::string& err) {
     // Read and compiled before anything starts: a bad file is a usage error.
     if (vm.count("chat-template-file")) {
         s.chat_template_path = vm["chat-template-file"].as<std::string>();
-        try {
-            s.chat_template = chat_template_from_file(s.chat_template_path);
-        } catch (const Error& e) {
-            err = e.what();
+        if (!without_error(err, [&] { s.chat_template = chat_template_from_file(s.chat_template_path); }))
             return false;
-        }
     }
     if (!vm.count("model") && !vm.count("models-dir")) {
         err = "the option '--model' is required but missing (try --help)";
@@ -370,26 +388,21 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
     const std::vector<std::string> refs =
         vm.count("model") ? vm["model"].as<std::vector<std::string>>() : std::vector<std::string>{};
     s.plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
-    if (refs.size() == 1 && !vm.count("models-dir") && !named_ref(refs[0])) {
-        s.model.ref = refs[0];
-        s.model.path = resolve_model_ref(s.model.ref, vm.count("offline") > 0);
-        if (!read_model_names(vm, s.model, err)) return false;
-        for (const char* flag : {"models-memory-mb", "idle-unload-seconds", "model-load-wait-sec"})
-            if (!vm[flag].defaulted()) {
-                err = std::string("--") + flag + " is for many models (several --model, --model NAME=PATH or --models-dir)";
-                return false;
-            }
-    } else if (!read_many_models(vm, refs, s, err)) {
-        return false;
-    }
-    if (!read_kv_events(vm, s, err)) return false;
-    try {
-        s.spec = read_spec_options(vm, s.draft_model_path);
-    } catch (const Error& e) {
-        err = e.what();
-        return false;
-    }
+    if (refs.size() != 1 || vm.count("models-dir") || named_ref(refs[0])) return read_many_models(vm, refs, s, err);
+    s.model.ref = refs[0];
+    s.model.path = resolve_model_ref(s.model.ref, vm.count("offline") > 0);
+    if (!read_model_names(vm, s.model, err)) return false;
+    for (const char* flag : {"models-memory-mb", "idle-unload-seconds", "model-load-wait-sec"})
+        if (!vm[flag].defaulted()) {
+            err = std::string("--") + flag + " is for many models (several --model, --model NAME=PATH or --models-dir)";
+            return false;
+        }
+    return true;
+}
 
+// What goes with the one model in this process only: --engine-process
+// against tensor parallelism, --draft-model, --lora and --mmproj.
+bool read_one_model_extras(const po::variables_map& vm, ServeSettings& s, std::string& err) {
     s.engine_process = vm.count("engine-process") > 0;
     if (s.engine_process && (s.tensor_parallel > 1 || !s.gpus.empty())) {
         err = "--tensor-parallel and --gpus cannot go with --engine-process yet: the engine worker loads on one GPU";
@@ -412,17 +425,22 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         err = "--lora adapts the one model; it cannot go with --model NAME=PATH, several --model or --models-dir";
         return false;
     }
-    if (vm.count("mmproj")) {
-        s.mmproj = vm["mmproj"].as<std::string>();
-        if (s.engine_process) {
-            err = "--mmproj cannot go with --engine-process: the image encoder is loaded into the plugin in this process";
-            return false;
-        }
-        if (!s.models.empty()) {
-            err = "--mmproj belongs to the one model; it cannot go with --model NAME=PATH, several --model or --models-dir";
-            return false;
-        }
+    if (!vm.count("mmproj")) return true;
+    s.mmproj = vm["mmproj"].as<std::string>();
+    if (s.engine_process) {
+        err = "--mmproj cannot go with --engine-process: the image encoder is loaded into the plugin in this process";
+        return false;
     }
+    if (!s.models.empty()) {
+        err = "--mmproj belongs to the one model; it cannot go with --model NAME=PATH, several --model or --models-dir";
+        return false;
+    }
+    return true;
+}
+
+// Threads, context, the KV cache (size, host tier, type), the queue, the
+// prefix cache, chained steps.
+bool read_kv_and_queue(const po::variables_map& vm, ServeSettings& s, std::string& err) {
     s.threads = vm["threads"].as<uint32_t>();
     s.ctx_size = vm["ctx-size"].as<uint32_t>();
     s.kv_cache_mb = vm["kv-cache-size-mb"].as<uint64_t>();
@@ -435,16 +453,22 @@ bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::str
         err = "--kv-host-bytes parks the prefix cache's entries: it cannot go with --no-prefix-cache";
         return false;
     }
-    try {
-        s.kv_type = kv_cache_type_arg(vm);
-    } catch (const Error& e) {
-        err = e.what();
-        return false;
-    }
+    if (!without_error(err, [&] { s.kv_type = kv_cache_type_arg(vm); })) return false;
     s.queue_size = vm["queue-size"].as<size_t>();
     s.prefix_cache = vm.count("no-prefix-cache") == 0;
     s.prefix_cache_shared = vm.count("prefix-cache-shared") != 0;
     s.chained_steps = vm.count("no-chained-steps") == 0;
+    return true;
+}
+
+}  // namespace
+
+bool read_serve_settings(const po::variables_map& vm, ServeSettings& s, std::string& err) {
+    if (!read_logging(vm, s, err) || !read_engine_limits(vm, s, err) || !read_devices(vm, s, err) ||
+        !read_models(vm, s, err) || !read_kv_events(vm, s, err) ||
+        !without_error(err, [&] { s.spec = read_spec_options(vm, s.draft_model_path); }) ||
+        !read_one_model_extras(vm, s, err) || !read_kv_and_queue(vm, s, err))
+        return false;
     if (vm.count("embedding") && vm.count("rerank")) {
         err = "--embedding and --rerank are two modes: pass one";
         return false;
