@@ -54,10 +54,8 @@ const eh_model_view* view_of(const std::string& profile) {
     return &ehtest::forged_file("gemma_cuda_test", profile, 7).view();
 }
 
-using ehtest::argmax;
 using ehtest::rel_err;
 using ehtest::tokens_of;
-using ehtest::top1_ok;
 
 uint32_t vocab_of(const std::string& profile) {
     ehtest::StepSeq cpu(cpu_api(), view_of(profile), ehtest::one_seq(8));
@@ -120,53 +118,23 @@ TEST_P(GemmaBatchedStep, TeacherForcedLogitsMatchTheReferenceAloneAndInEveryMix)
         for (size_t i = 0; i < toks.size(); ++i) alone[i] = feed(b, toks, kPrompt, 0, int(i))[i];
     }
     constexpr double kTol = 1e-2;  // of the largest |logit| (an FP16 KV pool against FP32)
-    std::vector<double> errs;
-    size_t n_ref = 0, ref_ok = 0, ref_top1 = 0, n_alone = 0, alone_ok = 0, alone_top1 = 0, past = 0, past_ok = 0;
-    auto check_ref = [&](const SeqLogits& got) {
-        for (size_t i = 0; i < toks.size(); ++i)
-            for (size_t p = 0; p < toks[i].size(); ++p) {
-                if (got[i][p].empty()) continue;
-                const double e = rel_err(got[i][p], ref[i][p]);
-                errs.push_back(e);
-                ++n_ref;
-                ref_ok += e < kTol;
-                ref_top1 += top1_ok(got[i][p], ref[i][p], kTol);
-                if (p >= size_t(2 * c.window)) {
-                    ++past;
-                    past_ok += e < kTol;
-                }
-            }
-    };
-    check_ref(alone);
+    ehtest::MixTally t;
+    t.tol = kTol;
+    t.past_from = size_t(2 * c.window);
+    t.against_reference(alone, ref);
     for (uint32_t chunk : {1u, 7u, 16u, 64u}) {
         SCOPED_TRACE("chunk " + std::to_string(chunk));
         Batched b(c.profile);
         ASSERT_TRUE(b.model);
         const SeqLogits mixed = feed(b, toks, kPrompt, chunk);
-        check_ref(mixed);
-        for (size_t i = 0; i < toks.size(); ++i)
-            for (size_t p = 0; p < toks[i].size(); ++p) {
-                if (mixed[i][p].empty() || alone[i][p].empty()) continue;
-                ++n_alone;
-                alone_ok += rel_err(mixed[i][p], alone[i][p]) < kTol;
-                alone_top1 += argmax(mixed[i][p]) == argmax(alone[i][p]);
-            }
+        t.against_reference(mixed, ref);
+        t.against_alone(mixed, alone);
     }
-    ASSERT_FALSE(errs.empty());
-    std::sort(errs.begin(), errs.end());
-    std::printf("[gemma-batch] %s: vs cpu-reference %zu positions, within %.0e: %zu, top-1 ok: %zu, median %.3g, "
-                "max %.3g; positions >= 2 x window: %zu of %zu within; mixed vs alone: %zu positions, within: %zu, "
-                "same top-1: %zu\n",
-                c.profile.c_str(), n_ref, kTol, ref_ok, ref_top1, errs[errs.size() / 2], errs.back(), past_ok, past,
-                n_alone, alone_ok, alone_top1);
-    EXPECT_GT(n_ref, 300u);
-    EXPECT_GT(past, 200u);
-    EXPECT_LT(errs[errs.size() / 2], 3e-3) << "median error";
-    EXPECT_GE(double(ref_ok), 0.97 * double(n_ref));
-    EXPECT_GE(double(ref_top1), 0.97 * double(n_ref));
-    EXPECT_GE(double(past_ok), 0.95 * double(past));
-    EXPECT_GE(double(alone_ok), 0.99 * double(n_alone));
-    EXPECT_GE(double(alone_top1), 0.99 * double(n_alone));
+    ASSERT_FALSE(t.errs.empty());
+    t.report("gemma-batch", c.profile, "2 x window");
+    EXPECT_GT(t.n_ref, 300u);
+    EXPECT_GT(t.past, 200u);
+    t.expect_agreement();
 }
 
 INSTANTIATE_TEST_SUITE_P(Profiles, GemmaBatchedStep,

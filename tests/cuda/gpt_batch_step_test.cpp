@@ -127,52 +127,21 @@ TEST_P(GptBatchedStep, TeacherForcedLogitsMatchTheReferenceAloneAndInEveryMix) {
         for (size_t i = 0; i < toks.size(); ++i) alone[i] = feed(b, toks, c.prompt, 0, int(i))[i];
     }
     constexpr double kTol = 1e-2;  // of the largest |logit| (an FP16 KV pool against FP32)
-    std::vector<double> errs;
-    size_t n_ref = 0, ref_ok = 0, ref_top1 = 0, n_alone = 0, alone_ok = 0, alone_top1 = 0, past_window = 0,
-           past_window_ok = 0;
-    auto check_ref = [&](const SeqLogits& got) {
-        for (size_t i = 0; i < toks.size(); ++i)
-            for (size_t p = 0; p < toks[i].size(); ++p) {
-                if (got[i][p].empty()) continue;
-                const double e = rel_err(got[i][p], ref[i][p]);
-                errs.push_back(e);
-                ++n_ref;
-                ref_ok += e < kTol;
-                ref_top1 += top1_ok(got[i][p], ref[i][p], kTol);
-                if (p >= 128) {
-                    ++past_window;
-                    past_window_ok += e < kTol;
-                }
-            }
-    };
-    check_ref(alone);
+    ehtest::MixTally t;  // (step_feed.hpp)
+    t.tol = kTol;
+    t.past_from = 128;
+    t.against_reference(alone, ref);
     for (uint32_t chunk : {0u, 1u, 7u, 16u}) {
         SCOPED_TRACE("chunk " + std::to_string(chunk));
         Batched b(c.model);
         ASSERT_TRUE(b.model);
         const SeqLogits mixed = feed(b, toks, c.prompt, chunk);
-        check_ref(mixed);
-        for (size_t i = 0; i < toks.size(); ++i)
-            for (size_t p = 0; p < toks[i].size(); ++p) {
-                if (mixed[i][p].empty() || alone[i][p].empty()) continue;
-                ++n_alone;
-                alone_ok += rel_err(mixed[i][p], alone[i][p]) < kTol;
-                alone_top1 += argmax(mixed[i][p]) == argmax(alone[i][p]);
-            }
+        t.against_reference(mixed, ref);
+        t.against_alone(mixed, alone);
     }
-    std::sort(errs.begin(), errs.end());
-    std::printf("[gpt-batch] %s: vs cpu-reference %zu positions, within %.0e: %zu, top-1 ok: %zu, median %.3g, "
-                "max %.3g; positions >= 128: %zu of %zu within; mixed vs alone: %zu positions, within: %zu, "
-                "same top-1: %zu\n",
-                c.model.c_str(), n_ref, kTol, ref_ok, ref_top1, errs[errs.size() / 2], errs.back(), past_window_ok,
-                past_window, n_alone, alone_ok, alone_top1);
-    EXPECT_GT(n_ref, 100u);
-    EXPECT_LT(errs[errs.size() / 2], 3e-3) << "median error";
-    EXPECT_GE(double(ref_ok), 0.97 * double(n_ref));
-    EXPECT_GE(double(ref_top1), 0.97 * double(n_ref));
-    EXPECT_GE(double(past_window_ok), 0.95 * double(past_window));
-    EXPECT_GE(double(alone_ok), 0.99 * double(n_alone));
-    EXPECT_GE(double(alone_top1), 0.99 * double(n_alone));
+    t.report("gpt-batch", c.model, "128");
+    EXPECT_GT(t.n_ref, 100u);
+    t.expect_agreement();
 }
 
 INSTANTIATE_TEST_SUITE_P(
