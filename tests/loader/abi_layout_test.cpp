@@ -141,87 +141,88 @@ TEST(AbiLayout, StatusNamesAreStable) {
     EXPECT_STREQ(eh_status_name(static_cast<eh_status>(42)), "UNKNOWN_STATUS");
 }
 
+namespace {
+
+using eh::loader::api_table_size;
+using Change = void (*)(eh_plugin_api&);
+
+// A group of calls that ABI minor `minor` added is read only from a table
+// that says `minor`, is that minor's size and has every call `fill` sets
+// (the batched step among them): true for such a table; false for one that
+// says the minor before, for one of the minor before's size, and after each
+// of `drops`.
+void expect_group_gate(bool (*has)(const eh_plugin_api&), uint16_t minor, Change fill,
+                       std::initializer_list<Change> drops) {
+    auto full = [&] {
+        eh_plugin_api api{};
+        api.abi_major = 1;
+        api.abi_minor = minor;
+        api.struct_size = sizeof(eh_plugin_api);
+        fill(api);
+        return api;
+    };
+    EXPECT_TRUE(has(full()));
+    eh_plugin_api older = full();
+    older.abi_minor = uint16_t(minor - 1);
+    EXPECT_FALSE(has(older));
+    eh_plugin_api shorter = full();
+    shorter.struct_size = uint32_t(api_table_size(uint16_t(minor - 1)));
+    EXPECT_FALSE(has(shorter));
+    for (Change drop : drops) {
+        eh_plugin_api api = full();
+        drop(api);
+        EXPECT_FALSE(has(api));
+    }
+}
+
+void set_step(eh_plugin_api& api) { api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; }; }
+void no_step(eh_plugin_api& api) { api.step = nullptr; }
+
+}  // namespace
+
 // 1.5's seq_hidden is read only from a table that is 1.5's size and says
-// 1.5: a 1.4 table ends before it, whatever lies past its end.
+// 1.5 (a 1.4 table ends before it, whatever lies past its end), beside the
+// batched step.
 TEST(AbiLayout, HiddenStatesOnlyFromA15Table) {
-    using eh::loader::api_has_hidden;
-    using eh::loader::api_table_size;
     static_assert(api_table_size(4) == offsetof(eh_plugin_api, seq_hidden));
     static_assert(api_table_size(5) == offsetof(eh_plugin_api, adapter_load));
-    eh_plugin_api api{};
-    api.abi_major = 1;
-    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
-    api.seq_hidden = [](eh_seq*, const float**, uint32_t*) { return EH_OK; };
-    api.abi_minor = 5;
-    api.struct_size = sizeof(eh_plugin_api);
-    EXPECT_TRUE(api_has_hidden(api));
-    api.abi_minor = 4;
-    EXPECT_FALSE(api_has_hidden(api));
-    api.abi_minor = 5;
-    api.struct_size = uint32_t(api_table_size(4));
-    EXPECT_FALSE(api_has_hidden(api));
-    api.struct_size = sizeof(eh_plugin_api);
-    api.seq_hidden = nullptr;
-    EXPECT_FALSE(api_has_hidden(api));
-    api.seq_hidden = [](eh_seq*, const float**, uint32_t*) { return EH_OK; };
-    api.step = nullptr;  // only beside the batched step
-    EXPECT_FALSE(api_has_hidden(api));
+    expect_group_gate(
+        eh::loader::api_has_hidden, 5,
+        [](eh_plugin_api& api) {
+            set_step(api);
+            api.seq_hidden = [](eh_seq*, const float**, uint32_t*) { return EH_OK; };
+        },
+        {[](eh_plugin_api& api) { api.seq_hidden = nullptr; }, no_step});
 }
 
 // 1.6's adapter calls are read only from a table that is 1.6's size, says
 // 1.6, has all three and the batched step: a 1.5 table ends before them.
 TEST(AbiLayout, AdaptersOnlyFromA16TableWithAllThree) {
-    using eh::loader::api_has_adapters;
-    using eh::loader::api_table_size;
     static_assert(api_table_size(6) == offsetof(eh_plugin_api, seq_park));
-    eh_plugin_api api{};
-    api.abi_major = 1;
-    api.abi_minor = 6;
-    api.struct_size = sizeof(eh_plugin_api);
-    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
-    api.adapter_load = [](eh_model*, const eh_adapter_params*, eh_adapter**) { return EH_OK; };
-    api.adapter_release = [](eh_adapter*) {};
-    api.seq_set_adapter = [](eh_seq*, eh_adapter*) { return EH_OK; };
-    EXPECT_TRUE(api_has_adapters(api));
-    api.abi_minor = 5;
-    EXPECT_FALSE(api_has_adapters(api));
-    api.abi_minor = 6;
-    api.struct_size = uint32_t(api_table_size(5));
-    EXPECT_FALSE(api_has_adapters(api));
-    api.struct_size = sizeof(eh_plugin_api);
-    api.seq_set_adapter = nullptr;
-    EXPECT_FALSE(api_has_adapters(api));
-    api.seq_set_adapter = [](eh_seq*, eh_adapter*) { return EH_OK; };
-    api.step = nullptr;
-    EXPECT_FALSE(api_has_adapters(api));
+    expect_group_gate(
+        eh::loader::api_has_adapters, 6,
+        [](eh_plugin_api& api) {
+            set_step(api);
+            api.adapter_load = [](eh_model*, const eh_adapter_params*, eh_adapter**) { return EH_OK; };
+            api.adapter_release = [](eh_adapter*) {};
+            api.seq_set_adapter = [](eh_seq*, eh_adapter*) { return EH_OK; };
+        },
+        {[](eh_plugin_api& api) { api.seq_set_adapter = nullptr; }, no_step});
 }
 
 // 1.7's park calls are read only from a table that is 1.7's size, says
 // 1.7, has all three and the batched step: a 1.6 table ends before them.
 TEST(AbiLayout, ParkOnlyFromA17TableWithAllThree) {
-    using eh::loader::api_has_park;
-    using eh::loader::api_table_size;
     static_assert(api_table_size(7) == offsetof(eh_plugin_api, image_encode_sized));
-    eh_plugin_api api{};
-    api.abi_major = 1;
-    api.abi_minor = 7;
-    api.struct_size = sizeof(eh_plugin_api);
-    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
-    api.seq_park = [](eh_seq*, uint32_t, uint64_t, eh_parked**, uint64_t*) { return EH_OK; };
-    api.seq_unpark = [](eh_model*, const eh_parked*, const int32_t*, uint32_t, eh_seq**) { return EH_OK; };
-    api.parked_release = [](eh_parked*) {};
-    EXPECT_TRUE(api_has_park(api));
-    api.abi_minor = 6;
-    EXPECT_FALSE(api_has_park(api));
-    api.abi_minor = 7;
-    api.struct_size = uint32_t(api_table_size(6));
-    EXPECT_FALSE(api_has_park(api));
-    api.struct_size = sizeof(eh_plugin_api);
-    api.parked_release = nullptr;
-    EXPECT_FALSE(api_has_park(api));
-    api.parked_release = [](eh_parked*) {};
-    api.step = nullptr;
-    EXPECT_FALSE(api_has_park(api));
+    expect_group_gate(
+        eh::loader::api_has_park, 7,
+        [](eh_plugin_api& api) {
+            set_step(api);
+            api.seq_park = [](eh_seq*, uint32_t, uint64_t, eh_parked**, uint64_t*) { return EH_OK; };
+            api.seq_unpark = [](eh_model*, const eh_parked*, const int32_t*, uint32_t, eh_seq**) { return EH_OK; };
+            api.parked_release = [](eh_parked*) {};
+        },
+        {[](eh_plugin_api& api) { api.parked_release = nullptr; }, no_step});
 }
 
 // 1.6's eh_plugin_info.max_devices is read only from a 1.6 table whose info
@@ -253,28 +254,16 @@ TEST(AbiLayout, MaxDevicesOnlyFromA16InfoLongEnough) {
 // 1.8's sized image call is read only from a table that is 1.8's size, says
 // 1.8 and has the 1.6 image group: a 1.7 table ends before it.
 TEST(AbiLayout, SizedImagesOnlyFromA18TableWithTheImageGroup) {
-    using eh::loader::api_has_sized_images;
-    using eh::loader::api_table_size;
     static_assert(api_table_size(8) == sizeof(eh_plugin_api));
-    eh_plugin_api api{};
-    api.abi_major = 1;
-    api.abi_minor = 8;
-    api.struct_size = sizeof(eh_plugin_api);
-    api.step = [](eh_model*, eh_step_entry*, uint32_t) { return EH_OK; };
-    api.image_encoder_load = [](eh_model*, const eh_model_view*, eh_image_encoder_info*) { return EH_OK; };
-    api.image_encode = [](eh_model*, const float*, float*) { return EH_OK; };
-    api.seq_embd_spans = [](eh_seq*, const eh_embd_span*, uint32_t) { return EH_OK; };
-    api.image_encode_sized = [](eh_model*, const float*, uint32_t, uint32_t, float*) { return EH_OK; };
-    EXPECT_TRUE(api_has_sized_images(api));
-    api.abi_minor = 7;
-    EXPECT_FALSE(api_has_sized_images(api));
-    api.abi_minor = 8;
-    api.struct_size = uint32_t(api_table_size(7));
-    EXPECT_FALSE(api_has_sized_images(api));
-    api.struct_size = sizeof(eh_plugin_api);
-    api.seq_embd_spans = nullptr;
-    EXPECT_FALSE(api_has_sized_images(api));
-    api.seq_embd_spans = [](eh_seq*, const eh_embd_span*, uint32_t) { return EH_OK; };
-    api.image_encode_sized = nullptr;
-    EXPECT_FALSE(api_has_sized_images(api));
+    expect_group_gate(
+        eh::loader::api_has_sized_images, 8,
+        [](eh_plugin_api& api) {
+            set_step(api);
+            api.image_encoder_load = [](eh_model*, const eh_model_view*, eh_image_encoder_info*) { return EH_OK; };
+            api.image_encode = [](eh_model*, const float*, float*) { return EH_OK; };
+            api.seq_embd_spans = [](eh_seq*, const eh_embd_span*, uint32_t) { return EH_OK; };
+            api.image_encode_sized = [](eh_model*, const float*, uint32_t, uint32_t, float*) { return EH_OK; };
+        },
+        {[](eh_plugin_api& api) { api.seq_embd_spans = nullptr; },
+         [](eh_plugin_api& api) { api.image_encode_sized = nullptr; }});
 }
