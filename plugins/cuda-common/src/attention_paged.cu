@@ -9,12 +9,12 @@
 #include <cmath>
 #include <string>
 
-#include "block_reduce.cuh"
 #include "ehcuda/attention_paged.hpp"
 #include "ehcuda/check.hpp"
 #include "ehcuda/kernels.hpp"
 #include "ehcuda/launch.cuh"
 #include "kv_quant.cuh"
+#include "paged_tiles.cuh"
 
 namespace ehcuda {
 namespace {
@@ -22,45 +22,6 @@ namespace {
 // Warps per (row, head) block: 4, or 16 when the step has too few rows to
 // fill the GPU otherwise (a decode step of one sequence has n_head blocks).
 constexpr int kWarpsWide = 16;
-
-__device__ __forceinline__ size_t pool_row(const int32_t* table, int pos) {
-    return size_t(table[pos / kPagedBlockTokens]) * kPagedBlockTokens + size_t(pos % kPagedBlockTokens);
-}
-
-// q . k over hd dims (hd <= 32 * DPL). A lane scores a whole key: with
-// hd % 8 == 0 (every real model) its row is fetched as 16-byte pieces all
-// issued before the first is used, so the lane waits for memory once per
-// key rather than once per element.
-template <int DPL>
-__device__ __forceinline__ float key_dot(const __half* k, const float* qs, int hd) {
-    float dot = 0.0f;
-    if (hd % 8 == 0) {
-        constexpr int kPieces = DPL * 4;  // 8 halves each
-        uint4 piece[kPieces];
-#pragma unroll
-        for (int c = 0; c < kPieces; ++c)
-            if (c < hd / 8) piece[c] = reinterpret_cast<const uint4*>(k)[c];
-#pragma unroll
-        for (int c = 0; c < kPieces; ++c) {
-            if (c >= hd / 8) break;
-            const __half2* h2 = reinterpret_cast<const __half2*>(&piece[c]);
-#pragma unroll
-            for (int j = 0; j < 4; ++j) {
-                const float2 kf = __half22float2(h2[j]);
-                dot = fmaf(qs[8 * c + 2 * j], kf.x, dot);
-                dot = fmaf(qs[8 * c + 2 * j + 1], kf.y, dot);
-            }
-        }
-        return dot;
-    }
-    const __half2* k2 = reinterpret_cast<const __half2*>(k);
-    for (int d = 0; d < hd / 2; ++d) {
-        const float2 kf = __half22float2(k2[d]);
-        dot = fmaf(qs[2 * d], kf.x, dot);
-        dot = fmaf(qs[2 * d + 1], kf.y, dot);
-    }
-    return dot;
-}
 
 // key_dot over a quantized row: head element e (row element e0 + e) is
 // scale sc[(e0 + e) / 32] times its code, exactly the float the CPU
@@ -130,18 +91,13 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
         float s = -INFINITY;
         size_t row = 0;
         if (valid) {
-            row = pool_row(table, key);
+            row = detail::pool_row(table, key);
             if constexpr (kQuant) s = key_dot_quant<DPL, C>(kq.codes(row, kvh), kq.row_scales(row), kvh * hd, qs, hd);
-            else s = key_dot<DPL>(kbase + row * kv_ld, qs, hd);
+            else s = detail::key_dot<DPL>(kbase + row * kv_ld, qs, hd);
         }
-        // Lane 0's key (kb) is always valid, so mt is finite.
-        const float mt = detail::warp_max(s);
-        const float mnew = fmaxf(m, mt);
-        const float alpha = m == -INFINITY ? 0.0f : expf(m - mnew);
-        const float p = valid ? expf(s - mnew) : 0.0f;
-        l = l * alpha + detail::warp_sum(p);
-#pragma unroll
-        for (int i = 0; i < DPL; ++i) acc[i] *= alpha;
+        // Lane 0's key (kb) is always valid.
+        float mnew;
+        const float p = detail::fold_tile<DPL>(s, valid, m, mnew, l, acc);
         const int nkeys = min(32, qpos - kb + 1);
 #pragma unroll 8
         for (int j = 0; j < nkeys; ++j) {
@@ -158,48 +114,17 @@ __global__ void __launch_bounds__(kWarps * 32) attn_paged_kernel(PagedAttnArgs a
                                       acc[i]);
                 }
             } else {
-                const __half* vr = vbase + size_t(rj) * kv_ld;
-#pragma unroll
-                for (int i = 0; i < DPL; ++i) {
-                    const int d = lane + 32 * i;
-                    if (d < hd) acc[i] = fmaf(pj, __half2float(vr[d]), acc[i]);
-                }
+                detail::add_value_row<DPL>(acc, pj, vbase + size_t(rj) * kv_ld, hd, lane);
             }
         }
         m = mnew;
     }
-    if (lane == 0) {
-        part_m[warp] = m;
-        part_l[warp] = l;
-    }
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) part_acc[warp][lane + 32 * i] = acc[i];
-    __syncthreads();
+    detail::stash_warp<kWarps, DPL>(m, l, acc, part_m, part_l, part_acc, warp, lane);
     if (warp != 0) return;
     // The sink (when given) takes part in the maximum and the denominator
     // only: the warps' partials are merged in warp order, then the sink.
-    const float sink = a.sinks ? a.sinks[head] : -INFINITY;
-    float M = sink;
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, part_m[w]);
-    float L = 0.0f, f[kWarps];
-#pragma unroll
-    for (int w = 0; w < kWarps; ++w) {
-        f[w] = part_m[w] == -INFINITY ? 0.0f : expf(part_m[w] - M);
-        L += part_l[w] * f[w];
-    }
-    if (a.sinks) L += expf(sink - M);
-    const float inv = L > 0.0f ? 1.0f / L : 0.0f;
-    float* o = a.out + size_t(t) * a.ldo + size_t(head) * hd;
-#pragma unroll
-    for (int i = 0; i < DPL; ++i) {
-        const int d = lane + 32 * i;
-        if (d >= hd) continue;
-        float v = 0.0f;
-#pragma unroll
-        for (int w = 0; w < kWarps; ++w) v = fmaf(part_acc[w][d], f[w], v);
-        o[d] = v * inv;
-    }
+    detail::merge_warps<kWarps, DPL>(part_m, part_l, part_acc, a.sinks ? a.sinks[head] : -INFINITY, a.sinks != nullptr,
+                                     a.out + size_t(t) * a.ldo + size_t(head) * hd, hd, lane);
 }
 
 template <int DPL, class C>
@@ -231,16 +156,7 @@ void attention_paged(const PagedAttnArgs& a, cudaStream_t stream) {
                                              " unsupported (F16, or Q8_0 / FP8_E4M3 with K/V rows of whole 32-value blocks)");
     if (a.ntok <= 0) return;
     if (a.n_head > 65535) throw ehp::Error(EH_UNSUPPORTED, "paged attention: more than 65535 heads");
-    switch ((a.head_dim + 31) / 32) {
-    case 1: launch_paged<1>(a, stream); break;
-    case 2: launch_paged<2>(a, stream); break;
-    case 3: launch_paged<3>(a, stream); break;
-    case 4: launch_paged<4>(a, stream); break;
-    case 5: launch_paged<5>(a, stream); break;
-    case 6: launch_paged<6>(a, stream); break;
-    case 7: launch_paged<7>(a, stream); break;
-    default: launch_paged<8>(a, stream); break;
-    }
+    detail::with_dims_per_lane(a.head_dim, [&]<int DPL>() { launch_paged<DPL>(a, stream); });
     EHC_LAUNCHED("attn_paged_kernel");
 }
 
