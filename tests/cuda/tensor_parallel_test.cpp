@@ -30,6 +30,7 @@
 #include "plugin_handle.hpp"
 #include "step_seq.hpp"
 #include "tiny_model.hpp"
+#include "tp_agreement.hpp"
 
 namespace {
 
@@ -78,55 +79,13 @@ struct Loaded {
     std::unique_ptr<StepModel> sm;
 };
 
-std::vector<int32_t> tokens_of(size_t n, uint32_t salt, int vocab) {
-    std::vector<int32_t> t(n);
-    for (size_t i = 0; i < n; ++i) t[i] = int32_t((i * 37 + salt * 101 + 7) % size_t(vocab));
-    return t;
-}
-
-// Teacher-forced logits at every position a step asks for, in a fixed
-// schedule: three prompts (70 tokens: a tensor-core chunk; 20; 5) in one
-// step, 16 decode steps of all three (a multi-token step), then 12 of the
-// first alone (single-token decode: the fused attention and the FFN pair
-// kernel).
+// Teacher-forced logits at every position of tp_agreement.hpp's schedule.
 std::vector<std::vector<float>> teacher_forced(const TinyModel& tm, const std::vector<int32_t>& devices,
                                                const char* options = nullptr) {
     Loaded m(tm, devices, options);
     EXPECT_EQ(m.status, EH_OK) << m.error;
-    std::vector<std::vector<float>> out;
-    if (m.status != EH_OK) return out;
-    const int V = tm.spec().n_vocab;
-    const std::vector<size_t> prompt = {70, 20, 5};
-    std::vector<std::vector<int32_t>> toks;
-    std::vector<eh_seq*> s;
-    for (size_t i = 0; i < 3; ++i) {
-        toks.push_back(tokens_of(prompt[i] + 40, uint32_t(i + 1), V));
-        s.push_back(m.sm->create());
-    }
-    std::vector<size_t> fed(3, 0);
-    auto step = [&](const std::vector<size_t>& who, bool prefill) {
-        std::vector<eh_step_entry> es;
-        for (size_t i : who) {
-            const size_t k = prefill ? prompt[i] : 1;
-            es.push_back(step_entry(s[i], toks[i].data() + fed[i], uint32_t(k)));
-            fed[i] += k;
-        }
-        ASSERT_EQ(m.sm->api->step(m.model, es.data(), uint32_t(es.size())), EH_OK) << m.sm->error();
-        for (size_t i : who) out.push_back(m.sm->logits(s[i]));
-    };
-    step({0, 1, 2}, true);
-    for (int d = 0; d < 16; ++d) step({0, 1, 2}, false);
-    for (int d = 0; d < 12; ++d) step({0}, false);
-    return out;
-}
-
-std::vector<double> log_softmax(const std::vector<float>& l) {
-    const double mx = *std::max_element(l.begin(), l.end());
-    double z = 0;
-    for (float x : l) z += std::exp(double(x) - mx);
-    std::vector<double> o(l.size());
-    for (size_t i = 0; i < l.size(); ++i) o[i] = double(l[i]) - mx - std::log(z);
-    return o;
+    if (m.status != EH_OK) return {};
+    return tp_teacher_forced(*m.sm, tm.spec().n_vocab);
 }
 
 constexpr const char* kStreams = R"({"tensor_parallel":"streams"})";
@@ -155,27 +114,11 @@ class TensorParallel : public ::testing::TestWithParam<TpCase> {};
 // The model over `devices` against the whole one at every position.
 void expect_agreement(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options,
                       const std::string& name) {
-    const auto one = teacher_forced(tm, {}, options);
-    const auto many = teacher_forced(tm, devices, options);
-    ASSERT_EQ(one.size(), many.size());
-    ASSERT_FALSE(one.empty());
-    size_t agree = 0;
-    double worst = 0;
-    for (size_t p = 0; p < one.size(); ++p) {
-        ASSERT_EQ(one[p].size(), many[p].size());
-        const size_t a = size_t(std::max_element(one[p].begin(), one[p].end()) - one[p].begin());
-        const size_t b = size_t(std::max_element(many[p].begin(), many[p].end()) - many[p].begin());
-        if (a == b) ++agree;
-        const double d = std::fabs(log_softmax(one[p])[a] - log_softmax(many[p])[a]);
-        worst = std::max(worst, d);
-        EXPECT_LE(d, 0.02) << "position " << p << ": |delta logprob| of the one-rank top token " << a;
-    }
-    const double rate = double(agree) / double(one.size());
     std::string set;
     for (int32_t d : devices) set += (set.empty() ? "" : ",") + std::to_string(d);
-    std::printf("[tp] %s devices %s %s: %zu positions, top-1 agreement %.2f %%, max |delta logprob| %.3g\n",
-                name.c_str(), set.c_str(), options ? options : "", one.size(), 100.0 * rate, worst);
-    EXPECT_GE(rate, 0.99) << agree << " of " << one.size() << " positions agree on the top token";
+    const auto one = teacher_forced(tm, {}, options);
+    const auto many = teacher_forced(tm, devices, options);
+    expect_tp_agreement(one, many, name + " devices " + set + " " + (options ? options : ""));
 }
 
 #define REQUIRE_LLAMA_CUDA()                                                 \
@@ -204,7 +147,7 @@ TEST_P(TensorParallel, GreedyTokensAreTheSameAsOneRank) {
         std::vector<eh_seq*> s;
         std::vector<eh_step_entry> es;
         for (int i = 0; i < 3; ++i) {
-            prompts.push_back(tokens_of(size_t(9 + 13 * i), uint32_t(7 + i), tc.spec.n_vocab));
+            prompts.push_back(tp_tokens(size_t(9 + 13 * i), uint32_t(7 + i), tc.spec.n_vocab));
             s.push_back(m.sm->create());
         }
         for (int i = 0; i < 3; ++i)

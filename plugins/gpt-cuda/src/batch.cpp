@@ -3,14 +3,17 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include <ehcuda/check.hpp>
+#include <ehcuda/device_set.hpp>
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/kernel_route.hpp>
 #include <ehcuda/kv_quant.hpp>
 #include <ehcuda/kv_quant_store.hpp>
 #include <ehcuda/moe.hpp>
+#include <ehcuda/moe_expert_range.hpp>
 #include <ehcuda/moe_invariant.hpp>
 #include <ehcuda/step_attention.hpp>
 
@@ -33,8 +36,12 @@ ehcuda::BatchShape shape_of(Model& m) {
     sh.device = m.device;
     sh.ledger = &m.ledger;
     sh.n_vocab = c.n_vocab;
-    sh.n_layer = c.n_layer;
-    sh.kv_dim = c.kv_dim();
+    // (tensor parallel: a pool layer per rank and layer, each of the rank's
+    // KV heads, on its GPU; the block tables are shared)
+    sh.n_layer = c.n_layer * m.tp;
+    sh.kv_dim = c.kv_dim() / m.tp;
+    if (m.tp > 1)
+        for (int l = 0; l < sh.n_layer; ++l) sh.layer_devices.push_back(m.shards[size_t(l % m.tp)].device);
     // gpt2 has a table of learned positions: no room past its end
     if (c.arch == Arch::Gpt2) sh.seq_cap = uint32_t(c.n_ctx_train);
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.arch == Arch::Gpt2 ? c.n_ff : 0});
@@ -104,54 +111,115 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     const size_t T = size_t(max_step_tokens());
     h_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
     xn_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-    qkv_ = ehcuda::DeviceBuffer(T * c_.qkv_dim() * 4, L);
-    attn_ = ehcuda::DeviceBuffer(T * c_.q_dim() * 4, L);
     last_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-    if (c_.arch == Arch::Gpt2) {
-        ff_ = ehcuda::DeviceBuffer(T * c_.n_ff * 4, L);
-    } else {
-        const size_t K = size_t(c_.n_expert_used), chunk = std::min<size_t>(T, kMoeChunk);
-        ff_ = ehcuda::DeviceBuffer(
-            std::max(chunk * K * c_.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)), L);
-        router_ = ehcuda::DeviceBuffer(T * c_.n_expert * 4, L);
-        // moe_router_decode's counter, then moe_decode_mma's
-        router_counter_ = ehcuda::DeviceBuffer(4 * size_t(1 + ehcuda::moe_decode_mma_counters(c_.n_embd)), L);
-        EHC_CHECK(cudaMemset(router_counter_.get(), 0, router_counter_.size()));
-        if (moe_grouped_max_ >= 2)
-            grouped_ = ehcuda::DeviceBuffer(ehcuda::moe_grouped_scratch_bytes(int(std::min<size_t>(T, size_t(moe_grouped_max_))),
-                                                                               int(K), c_.n_expert, c_.n_embd, c_.n_ff_exp), L);
-        ids_ = ehcuda::DeviceBuffer(T * K * 4, L);
-        wts_ = ehcuda::DeviceBuffer(T * K * 4, L);
-        // The cuBLAS form's workspace only where some layer's experts need it.
-        bool all_grouped = moe_grouped_max_ >= 2;
-        for (const Layer& ly : m_.layers)
-            all_grouped = all_grouped && ehcuda::moe_grouped_supported(ly.gate_exps, ly.up_exps, ly.down_exps, int(K));
-        if (!all_grouped) {
+    // The LM head's lane (and every rank's at tp 1): the step's stream,
+    // workspace and rows.
+    head_.device = m_.device;
+    head_.stream = stream();
+    head_.c = &m_.cfg;
+    head_.h = h_.as<float>();
+    head_.xn = xn_.as<float>();
+    head_.pw = workspace();
+    if (m_.rank_streams) {
+        std::vector<int> devices;
+        for (const Shard& sh : m_.shards) devices.push_back(sh.device);
+        group_ = ehcuda::make_rank_group("gpt-cuda", devices, m_.device, T * c_.n_embd, m_.plan.allreduce_signals,
+                                         m_.plan.allreduce_nccl_min_floats, L, &signals_);
+    }
+    ranks_.resize(size_t(m_.tp));
+    for (int i = 0; i < m_.tp; ++i) {
+        Rank& r = ranks_[size_t(i)];
+        const Shard* sh = m_.tp == 1 ? nullptr : &m_.shards[size_t(i)];
+        r.index = i;
+        r.c = sh ? &sh->c : &m_.cfg;
+        r.layers = sh ? &sh->layers : &m_.layers;
+        r.inv_freq = sh ? sh->inv_freq : m_.inv_freq;
+        r.expert0 = sh ? sh->expert0 : 0;
+        r.n_local = sh ? sh->n_local : c_.n_expert;
+        const Config& rc = *r.c;
+        r.device = sh ? sh->device : m_.device;
+        r.stream = group_ ? group_->stream(i) : stream();
+        EHC_CHECK(cudaSetDevice(r.device));
+        r.h = h_.as<float>();
+        r.xn = xn_.as<float>();
+        if (group_ && i > 0) {  // (rank 0 keeps the step's rows: the LM head reads them after the join)
+            r.own_h = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+            r.own_xn = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+            r.h = r.own_h.as<float>();
+            r.xn = r.own_xn.as<float>();
+        }
+        r.pw = workspace();
+        if (sh) {  // its shard's FP16 mirror, its stream, its GPU
             ehcuda::PrefillShape ps;
-            ps.max_tokens = int(chunk);
-            ps.max_cols = c_.n_embd;
-            ps.moe_experts = c_.n_expert;
-            ps.moe_k = c_.n_expert_used;
-            ps.moe_embd = c_.n_embd;
-            ps.moe_ff = c_.n_ff_exp;
-            moe_ws_ = std::make_unique<ehcuda::PrefillWorkspace>(ps, stream(), L);
+            ps.max_tokens = max_step_tokens();
+            ps.max_cols = std::max(c_.n_embd, rc.q_dim());
+            r.own_pw = std::make_unique<ehcuda::PrefillWorkspace>(ps, r.stream, L);
+            r.own_pw->set_min_tokens(gemv_per_token_max_ + 1);
+            r.own_pw->set_mirror(&sh->mirror);
+            r.pw = r.own_pw.get();
+            if (!group_) r.part = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
+        }
+        r.qkv = ehcuda::DeviceBuffer(T * rc.qkv_dim() * 4, L);
+        r.attn = ehcuda::DeviceBuffer(T * rc.q_dim() * 4, L);
+        if (c_.arch == Arch::Gpt2) {
+            r.ff = ehcuda::DeviceBuffer(T * c_.n_ff * 4, L);
+        } else {
+            const size_t K = size_t(c_.n_expert_used), chunk = std::min<size_t>(T, kMoeChunk);
+            r.ff = ehcuda::DeviceBuffer(
+                std::max(chunk * K * c_.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)), L);
+            r.router = ehcuda::DeviceBuffer(T * c_.n_expert * 4, L);
+            // moe_router_decode's counter, then moe_decode_mma's
+            r.router_counter = ehcuda::DeviceBuffer(4 * size_t(1 + ehcuda::moe_decode_mma_counters(c_.n_embd)), L);
+            EHC_CHECK(cudaMemset(r.router_counter.get(), 0, r.router_counter.size()));
+            if (moe_grouped_max_ >= 2)
+                r.grouped = ehcuda::DeviceBuffer(
+                    ehcuda::moe_grouped_scratch_bytes(int(std::min<size_t>(T, size_t(moe_grouped_max_))), int(K), c_.n_expert,
+                                                      c_.n_embd, c_.n_ff_exp),
+                    L);
+            r.ids = ehcuda::DeviceBuffer(T * K * 4, L);
+            r.wts = ehcuda::DeviceBuffer(T * K * 4, L);
+            // The cuBLAS form's workspace only where some layer's experts need it.
+            bool all_grouped = moe_grouped_max_ >= 2;
+            for (const Layer& ly : *r.layers)
+                all_grouped = all_grouped && ehcuda::moe_grouped_supported(ly.gate_exps, ly.up_exps, ly.down_exps, int(K));
+            if (!all_grouped) {
+                ehcuda::PrefillShape ps;
+                ps.max_tokens = int(chunk);
+                ps.max_cols = c_.n_embd;
+                ps.moe_experts = c_.n_expert;
+                ps.moe_k = c_.n_expert_used;
+                ps.moe_embd = c_.n_embd;
+                ps.moe_ff = c_.n_ff_exp;
+                r.moe_ws = std::make_unique<ehcuda::PrefillWorkspace>(ps, r.stream, L);
+            }
+        }
+        if (c_.arch != Arch::Gpt2 && ehcuda::attention_head_dim_fast(c_.head_dim)) {
+            size_t heads_x_splits = 0;
+            for (int n = 1; n <= max_step_entries(); ++n)
+                heads_x_splits = std::max(heads_x_splits, size_t(n) * rc.n_head * decode_splits(rc.n_head, n));
+            r.attn_scratch = ehcuda::DeviceBuffer(heads_x_splits * (rc.head_dim + 2) * 4, L);
+            r.attn_counters = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(rc.n_head, max_step_entries()) * 4, L);
+            EHC_CHECK(cudaMemset(r.attn_counters.get(), 0, r.attn_counters.size()));
+            if (const size_t n = ehcuda::gemv_chunk_bytes(rc.q_dim())) r.attn_chunks = ehcuda::DeviceBuffer(n, L);
         }
     }
-    if (c_.arch != Arch::Gpt2 && ehcuda::attention_head_dim_fast(c_.head_dim)) {
-        size_t heads_x_splits = 0;
-        for (int r = 1; r <= max_step_entries(); ++r)
-            heads_x_splits = std::max(heads_x_splits, size_t(r) * c_.n_head * decode_splits(r));
-        attn_scratch_ = ehcuda::DeviceBuffer(heads_x_splits * (c_.head_dim + 2) * 4, L);
-        attn_counters_ = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(c_.n_head, max_step_entries()) * 4, L);
-        EHC_CHECK(cudaMemset(attn_counters_.get(), 0, attn_counters_.size()));
-        if (const size_t n = ehcuda::gemv_chunk_bytes(c_.q_dim())) attn_chunks_ = ehcuda::DeviceBuffer(n, L);
-    }
+    rows_.bind(group_.get(), ranks_);
+    EHC_CHECK(cudaSetDevice(m_.device));
     workspace()->set_min_tokens(gemv_per_token_max_ + 1);
     workspace()->set_mirror(&m_.mirror);
     init_pool();
 }
 
-Batch::~Batch() { cudaStreamSynchronize(stream()); }
+Batch::~Batch() {
+    for (Rank& r : ranks_) {
+        cudaSetDevice(r.device);
+        if (r.stream) cudaStreamSynchronize(r.stream);
+        r.own_pw.reset();
+        r.moe_ws.reset();
+    }
+    cudaSetDevice(m_.device);
+    cudaStreamSynchronize(stream());
+}
 
 void Batch::accept_kv_type(const Model& m, uint32_t type) {
     if (!ehcuda::kv_type_quantized(type))
@@ -164,7 +232,7 @@ void Batch::accept_kv_type(const Model& m, uint32_t type) {
                                       ") is not a whole number of 32-value blocks, or its heads are over 256");
 }
 
-void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
+void Batch::matmul(Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
                    float* y, int ldy, bool accumulate, int n, const float* norm_w) {
     ehcuda::MatmulArgs m;
     m.norm_w = norm_w;
@@ -179,42 +247,48 @@ void Batch::matmul(const ehcuda::MatSeg* segs, int nseg, int cols, const float* 
     m.ldy = ldy;
     m.accumulate = accumulate;
     m.ntok = n;
-    m.prefill = workspace();
+    m.prefill = r.pw;
     if (n > 1 && n <= gemv_per_token_max_ && !ehcuda::matmul_groups_tokens(m)) {
-        per_token(n, [&](int t, cudaStream_t st) {
+        auto one_token = [&](int t, cudaStream_t st) {
             ehcuda::MatmulArgs one = m;
             one.ntok = 1;
             one.x = x + size_t(t) * ldx;
             one.y = y + size_t(t) * ldy;
             ehcuda::matmul(one, st);
-        });
+        };
+        // (a rank on its own stream runs its tokens one after another: the
+        // side streams fork from the step's stream)
+        if (r.stream == stream()) per_token(n, one_token);
+        else
+            for (int t = 0; t < n; ++t) one_token(t, r.stream);
     } else {
-        ehcuda::matmul(m, stream());
+        ehcuda::matmul(m, r.stream);
     }
 }
 
-void Batch::normed_matmul(const ehcuda::MatSeg* segs, int nseg, const float* x, const float* norm_w, float* y,
+void Batch::normed_matmul(Rank& r, const ehcuda::MatSeg* segs, int nseg, const float* x, const float* norm_w, float* y,
                           int ldy, int n, bool fold) {
     const int E = c_.n_embd;
     if (fold) {
-        matmul(segs, nseg, E, x, E, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
+        matmul(r, segs, nseg, E, x, E, ehcuda::XMode::RmsNorm, y, ldy, false, 1, norm_w);
         return;
     }
-    ehcuda::rmsnorm(x, E, norm_w, xn_.as<float>(), E, E, n, c_.eps, stream());
-    matmul(segs, nseg, E, xn_.as<float>(), E, ehcuda::XMode::Plain, y, ldy, false, n);
+    ehcuda::rmsnorm(x, E, norm_w, r.xn, E, E, n, c_.eps, r.stream);
+    matmul(r, segs, nseg, E, r.xn, E, ehcuda::XMode::Plain, y, ldy, false, n);
 }
 
-int Batch::decode_splits(int rows) const {
-    return ehcuda::attention_decode_row_splits(max_seq_tokens(), c_.n_head, rows);
+int Batch::decode_splits(int n_head, int rows) const {
+    return ehcuda::attention_decode_row_splits(max_seq_tokens(), n_head, rows);
 }
 
-bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks,
+bool Batch::attend(Rank& rk, int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks,
                    const ehcuda::MatSeg& attn_out, const float* q_norm, const float* k_norm) {
-    cudaStream_t s = stream();
-    const Config& c = c_;
-    float* qkv = qkv_.as<float>();
+    cudaStream_t s = rk.stream;
+    const Config& c = *rk.c;
+    const int pl = pool_layer(rk, li);
+    float* qkv = rk.qkv.as<float>();
     const float scale = 1.0f / std::sqrt(float(c.head_dim));
-    if (v.decode && n_rot > 0 && attn_scratch_.size() &&
+    if (v.decode && n_rot > 0 && rk.attn_scratch.size() &&
         ehcuda::attention_decode_fused_takes(v.ntok, c.n_head, c.n_kv, c.head_dim)) {
         // Decode rows: RoPE, the K/V store, split-K attention (with the
         // sinks, gpt-oss) in one launch (the session's decode attention, paged).
@@ -225,23 +299,23 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
         da.head_dim = c.head_dim;
         da.n_rot = n_rot;
         da.neox = true;
-        da.inv_freq = m_.inv_freq;
+        da.inv_freq = rk.inv_freq;
         da.attn_factor = c.attn_factor;
         da.sinks = sinks;
         da.q_norm = q_norm;
         da.k_norm = k_norm;
         da.norm_eps = c.eps;
-        da.k_cache = k_pool(li);
-        da.v_cache = v_pool(li);
+        da.k_cache = k_pool(pl);
+        da.v_cache = v_pool(pl);
         da.kv_type = kv_type();
         da.window = window;
         da.scale = scale;
-        da.out = attn_.as<float>();
-        da.nsplit = decode_splits(v.ntok);
-        da.scratch = attn_scratch_.as<float>();
-        da.counters = attn_counters_.as<uint32_t>();
-        const bool chunks = v.ntok == 1 && !v.lora && attn_chunks_.size() && ehcuda::gemv_takes_chunks(attn_out.w.type);
-        if (chunks) da.out_chunks = attn_chunks_.get();
+        da.out = rk.attn.as<float>();
+        da.nsplit = decode_splits(c.n_head, v.ntok);
+        da.scratch = rk.attn_scratch.as<float>();
+        da.counters = rk.attn_counters.as<uint32_t>();
+        const bool chunks = v.ntok == 1 && !v.lora && rk.attn_chunks.size() && ehcuda::gemv_takes_chunks(attn_out.w.type);
+        if (chunks) da.out_chunks = rk.attn_chunks.get();
         da.paged = true;
         da.nrows = v.ntok;
         da.ldqkv = c.qkv_dim();
@@ -262,11 +336,11 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     r.head_dim = c.head_dim;
     r.n_rot = n_rot;
     r.neox = true;
-    r.inv_freq = m_.inv_freq;
+    r.inv_freq = rk.inv_freq;
     r.attn_factor = c.attn_factor;
     r.ntok = v.ntok;
-    r.k_cache = k_pool(li);
-    r.v_cache = v_pool(li);
+    r.k_cache = k_pool(pl);
+    r.v_cache = v_pool(pl);
     r.d_pos = v.d_pos;
     r.d_rows = v.d_rows;
     if (kv_type() != EH_TYPE_F16) ehcuda::rope_table_store_kv_quant(r, kv_type(), s);
@@ -277,10 +351,10 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     ehcuda::StepAttnArgs at;
     at.q = qkv;
     at.ldq = c.qkv_dim();
-    at.out = attn_.as<float>();
+    at.out = rk.attn.as<float>();
     at.ldo = c.q_dim();
-    at.k_pool = k_pool(li);
-    at.v_pool = v_pool(li);
+    at.k_pool = k_pool(pl);
+    at.v_pool = v_pool(pl);
     at.kv_type = kv_type();
     at.n_head = c.n_head;
     at.n_kv = c.n_kv;
@@ -288,93 +362,109 @@ bool Batch::attend(int li, const ehcuda::StepView& v, int n_rot, int window, con
     at.window = window;
     at.sinks = sinks;
     at.scale = scale;
-    at.group_scratch = attn_scratch_.as<float>();
-    at.group_scratch_floats = attn_scratch_.size() / 4;
-    at.pw = workspace();
+    at.group_scratch = rk.attn_scratch.as<float>();
+    at.group_scratch_floats = rk.attn_scratch.size() / 4;
+    at.pw = rk.pw;
     ehcuda::step_attention(at, v, s);
     return false;
 }
 
 void Batch::gpt2_layer(int li, const ehcuda::StepView& v) {
-    cudaStream_t s = stream();
+    Rank& r = ranks_[0];
+    cudaStream_t s = r.stream;
     const Config& c = c_;
     const Layer& L = m_.layers[size_t(li)];
     const int T = v.ntok;
-    float* h = h_.as<float>();
-    float* xn = xn_.as<float>();
-    float* ff = ff_.as<float>();
+    float* h = r.h;
+    float* xn = r.xn;
+    float* ff = r.ff.as<float>();
+    float* qkv = r.qkv.as<float>();
+    float* attn = r.attn.as<float>();
 
     ehcuda::layernorm(h, c.n_embd, L.attn_norm, L.attn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
-    matmul(L.qkv, L.n_qkv, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, qkv_.as<float>(), c.qkv_dim(), false, T);
-    adapt(v, {lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, xn, c.n_embd, qkv_.as<float>(),
-          c.qkv_dim(), T);
-    attend(li, v, 0, 0, nullptr, L.attn_out);  // (no rotation: stores K and V)
-    matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
-    adapt(v, {lora_site(li, kLoraOut)}, attn_.as<float>(), c.q_dim(), h, c.n_embd, T);
+    matmul(r, L.qkv, L.n_qkv, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, qkv, c.qkv_dim(), false, T);
+    adapt(v, {lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, xn, c.n_embd, qkv, c.qkv_dim(), T);
+    attend(r, li, v, 0, 0, nullptr, L.attn_out);  // (no rotation: stores K and V)
+    matmul(r, &L.attn_out, 1, c.q_dim(), attn, c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
+    adapt(v, {lora_site(li, kLoraOut)}, attn, c.q_dim(), h, c.n_embd, T);
 
     ehcuda::layernorm(h, c.n_embd, L.ffn_norm, L.ffn_norm_b, xn, c.n_embd, c.n_embd, T, c.eps, s);
-    matmul(&L.ffn_up, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, ff, c.n_ff, false, T);
+    matmul(r, &L.ffn_up, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, ff, c.n_ff, false, T);
     adapt(v, {lora_site(li, kLoraUp)}, xn, c.n_embd, ff, c.n_ff, T);
     ehcuda::gelu_tanh_inplace(ff, c.n_ff, c.n_ff, T, s);
-    matmul(&L.ffn_down, 1, c.n_ff, ff, c.n_ff, ehcuda::XMode::Plain, h, c.n_embd, true, T);
+    matmul(r, &L.ffn_down, 1, c.n_ff, ff, c.n_ff, ehcuda::XMode::Plain, h, c.n_embd, true, T);
     adapt(v, {lora_site(li, kLoraDown)}, ff, c.n_ff, h, c.n_embd, T);
 }
 
-void Batch::moe_layer(int li, const ehcuda::StepView& v) {
-    cudaStream_t s = stream();
+void Batch::attention_block(Rank& r, int li, const ehcuda::StepView& v, float* y, bool acc) {
     const Config& c = c_;
-    const Layer& L = m_.layers[size_t(li)];
+    const Config& rc = *r.c;
+    const Layer& L = (*r.layers)[size_t(li)];
     const int T = v.ntok;
-    float* h = h_.as<float>();
-    // One token: the pre-norms fold into the GEMVs' input staging (and the
-    // expert kernel's), as in a session's decode step.
-    const bool one = T == 1 && !m_.batch_invariant &&
-                     ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
-    normed_matmul(L.qkv, L.n_qkv, h, L.attn_norm, qkv_.as<float>(), c.qkv_dim(), T, T == 1 && !v.lora);
-    adapt(v, {lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, xn_.as<float>(), c.n_embd,
-          qkv_.as<float>(), c.qkv_dim(), T);
+    float* qkv = r.qkv.as<float>();
+    // One token: the pre-norm folds into the GEMV's input staging, as in a
+    // session's decode step.
+    normed_matmul(r, L.qkv, L.n_qkv, r.h, L.attn_norm, qkv, rc.qkv_dim(), T, T == 1 && !v.lora);
+    adapt(v, {lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, r.xn, c.n_embd, qkv, rc.qkv_dim(), T);
     const float* q_norm = c.qk_norm ? L.q_norm : nullptr;
     const float* k_norm = c.qk_norm ? L.k_norm : nullptr;
-    if (attend(li, v, c.n_rot, L.window, L.sinks, L.attn_out, q_norm, k_norm))
-        matmul(&L.attn_out, 1, c.q_dim(), attn_chunks_.as<float>(), c.q_dim(), ehcuda::XMode::Chunks, h, c.n_embd, true, 1);
+    if (attend(r, li, v, c.n_rot, L.window, L.sinks, L.attn_out, q_norm, k_norm))
+        matmul(r, &L.attn_out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y, c.n_embd,
+               acc, 1);
     else
-        matmul(&L.attn_out, 1, c.q_dim(), attn_.as<float>(), c.q_dim(), ehcuda::XMode::Plain, h, c.n_embd, true, T);
-    adapt(v, {lora_site(li, kLoraOut)}, attn_.as<float>(), c.q_dim(), h, c.n_embd, T);
-
-    if (m_.batch_invariant && router_rows(m_, L)) {
-        invariant_moe(li, T);
-        return;
-    }
-    // (one token: the expert kernel reads h, and routes for itself where
-    // moe_fused_route says; the router's own kernel where router_decode
-    // says, routing too where the expert kernel does not)
-    if (one && router_decode(m_, L)) {
-        ehcuda::moe_router_decode(router_decode_args(c, L, h, router_.as<float>(),
-                                                     moe_fused_route(m_) ? nullptr : ids_.as<int32_t>(), wts_.as<float>(),
-                                                     router_counter_.as<int>()),
-                                  s);
-    } else {
-        normed_matmul(&L.router, 1, h, L.ffn_norm, router_.as<float>(), c.n_expert, T, one);
-        if (!one || !moe_fused_route(m_))
-            ehcuda::moe_route(router_.as<float>(), T, c.n_expert, c.n_expert_used, ids_.as<int32_t>(), wts_.as<float>(), s);
-    }
-    moe(li, T);
+        matmul(r, &L.attn_out, 1, rc.q_dim(), r.attn.as<float>(), rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc, T);
+    adapt(v, {lora_site(li, kLoraOut)}, r.attn.as<float>(), rc.q_dim(), y, c.n_embd, T);
 }
 
-// batch_invariant's expert block (see the top of the file): the router and
-// pre-norm through moe_router_rows for every T; one token's experts through
-// moe_decode_mma (its input, FP16, and its scratch in the grouped
-// kernels' scratch, unused by a one-token step), more tokens' grouped.
-void Batch::invariant_moe(int li, int T) {
-    cudaStream_t s = stream();
+void Batch::expert_block(Rank& r, int li, const ehcuda::StepView& v, float* y) {
+    cudaStream_t s = r.stream;
     const Config& c = c_;
-    const Layer& L = m_.layers[size_t(li)];
+    const Layer& L = (*r.layers)[size_t(li)];
+    const int T = v.ntok;
+    const bool sharded = m_.tp > 1;
+    // (a rank's partial starts from zero: the expert kernels add into it)
+    if (sharded) EHC_CHECK(cudaMemsetAsync(y, 0, size_t(T) * c.n_embd * 4, s));
+    // One token: the pre-norm folds into the expert kernel's input staging
+    // (and the router's), as in a session's decode step.
+    const bool one = T == 1 && !m_.batch_invariant &&
+                     ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
+    if (m_.batch_invariant && router_rows(m_, L)) {
+        invariant_moe(r, li, T);
+        return;
+    }
+    int32_t* ids = r.ids.as<int32_t>();
+    float* wts = r.wts.as<float>();
+    // (one token: the expert kernel reads h, and routes for itself where
+    // fused_route() says; the router's own kernel where router_decode
+    // says, routing too where the expert kernel does not)
+    if (one && router_decode(m_, L)) {
+        ehcuda::moe_router_decode(
+            router_decode_args(c, L, r.h, r.router.as<float>(), fused_route() ? nullptr : ids, wts, r.router_counter.as<int>()),
+            s);
+    } else {
+        normed_matmul(r, &L.router, 1, r.h, L.ffn_norm, r.router.as<float>(), c.n_expert, T, one);
+        if (!one || !fused_route()) ehcuda::moe_route(r.router.as<float>(), T, c.n_expert, c.n_expert_used, ids, wts, s);
+    }
+    // A rank keeps the pairs routed to its experts (as local indices).
+    if (sharded) ehcuda::moe_keep_expert_range(ids, wts, T, c.n_expert_used, r.expert0, r.n_local, s);
+    moe(r, li, T, y);
+}
+
+// batch_invariant's expert block (see the top of the file; tp 1): the
+// router and pre-norm through moe_router_rows for every T; one token's
+// experts through moe_decode_mma (its input, FP16, and its scratch in the
+// grouped kernels' scratch, unused by a one-token step), more tokens'
+// grouped.
+void Batch::invariant_moe(Rank& r, int li, int T) {
+    cudaStream_t s = r.stream;
+    const Config& c = c_;
+    const Layer& L = (*r.layers)[size_t(li)];
     const int k = c.n_expert_used;
     const bool one = T == 1 && ehcuda::moe_decode_mma_supported(L.gate_exps, L.up_exps, L.down_exps, k, c.n_expert);
-    char* g = static_cast<char*>(grouped_.get());
+    char* g = static_cast<char*>(r.grouped.get());
     const size_t x16_bytes = (size_t(c.n_embd) * 2 + 255) / 256 * 256;
     ehcuda::MoeRouterRowsArgs ra;
-    ra.x = h_.as<float>();
+    ra.x = r.h;
     ra.ldx = c.n_embd;
     ra.ntok = T;
     ra.norm_w = L.ffn_norm;
@@ -383,84 +473,86 @@ void Batch::invariant_moe(int li, int T) {
     ra.bias = L.router.bias;
     ra.n_expert = c.n_expert;
     ra.cols = c.n_embd;
-    ra.logits = router_.as<float>();
+    ra.logits = r.router.as<float>();
     if (one) ra.xn16 = g;
-    else ra.xn = xn_.as<float>();
+    else ra.xn = r.xn;
     ehcuda::moe_router_rows(ra, s);
     if (one) {
         ehcuda::MoeDecodeMmaArgs md;
         md.x16 = g;
         md.k = k;
         md.n_expert = c.n_expert;
-        md.logits = router_.as<float>();
-        md.ids = ids_.as<int32_t>();
-        md.weights = wts_.as<float>();
+        md.logits = r.router.as<float>();
+        md.ids = r.ids.as<int32_t>();
+        md.weights = r.wts.as<float>();
         md.gate = L.gate_exps;
         md.up = L.up_exps;
         md.down = L.down_exps;
         md.alpha = c.swiglu_alpha;
         md.limit = c.swiglu_limit;
         md.scratch = g + x16_bytes;
-        md.scratch_bytes = grouped_.size() - x16_bytes;
-        md.counters = router_counter_.as<int>() + 1;
-        md.h = h_.as<float>();
+        md.scratch_bytes = r.grouped.size() - x16_bytes;
+        md.counters = r.router_counter.as<int>() + 1;
+        md.h = r.h;
         ehcuda::moe_decode_mma(md, s);
         return;
     }
-    ehcuda::moe_route(router_.as<float>(), T, c.n_expert, k, ids_.as<int32_t>(), wts_.as<float>(), s);
-    moe(li, T);
+    ehcuda::moe_route(r.router.as<float>(), T, c.n_expert, k, r.ids.as<int32_t>(), r.wts.as<float>(), s);
+    moe(r, li, T, r.h);
 }
 
-void Batch::moe(int li, int T) {
-    cudaStream_t s = stream();
+void Batch::moe(Rank& r, int li, int T, float* y) {
+    cudaStream_t s = r.stream;
     const Config& c = c_;
-    const Layer& L = m_.layers[size_t(li)];
+    const Layer& L = (*r.layers)[size_t(li)];
     const int k = c.n_expert_used;
-    float* h = h_.as<float>();
-    const float* xn = xn_.as<float>();
+    const float* xn = r.xn;
     if (T == 1 && !m_.batch_invariant && ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, k)) {
         // the pre-norm inside the kernels (the caller skipped it), and the
-        // routing where moe_fused_route says (else the caller routed)
-        ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, h, router_.as<float>(), ids_.as<int32_t>(), wts_.as<float>(),
-                                                   ff_.get(), ff_.size());
-        if (!moe_fused_route(m_)) {
+        // routing where fused_route() says (else the caller routed)
+        ehcuda::MoeDecodeArgs md = moe_decode_args(c, L, r.h, r.router.as<float>(), r.ids.as<int32_t>(), r.wts.as<float>(),
+                                                   r.ff.get(), r.ff.size());
+        if (!fused_route()) {
             md.logits = nullptr;
-            md.ids = ids_.as<int32_t>();
-            md.weights = wts_.as<float>();
+            md.ids = r.ids.as<int32_t>();
+            md.weights = r.wts.as<float>();
         }
+        md.h = y;
         ehcuda::moe_decode(md, s);
         return;
     }
-    const bool grouped_ok = (T >= 2 || m_.batch_invariant) && grouped_.get() && ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, k);
+    const bool grouped_ok = (T >= 2 || m_.batch_invariant) && r.grouped.get() &&
+                            ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, k);
     if (grouped_ok) {
         // Every token of the call routed to an expert is multiplied with
         // that expert together, whichever sequence it belongs to.
-        for (int t0 = 0; t0 < T; t0 += moe_grouped_max_) grouped(li, t0, std::min(moe_grouped_max_, T - t0));
+        for (int t0 = 0; t0 < T; t0 += moe_grouped_max_) grouped(r, li, t0, std::min(moe_grouped_max_, T - t0), y);
         return;
     }
     for (int t0 = 0; t0 < T; t0 += kMoeChunk) {
         const int n = std::min(kMoeChunk, T - t0);
         const float* x = xn + size_t(t0) * c.n_embd;
-        const int32_t* ids = ids_.as<int32_t>() + size_t(t0) * k;
-        const float* w = wts_.as<float>() + size_t(t0) * k;
-        float* hc = h + size_t(t0) * c.n_embd;
-        if (moe_ws_ && ehcuda::moe_prefill(moe_ws_.get(), x, c.n_embd, n, k, c.n_expert, ids, w, L.gate_exps, L.up_exps,
-                                           L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
+        const int32_t* ids = r.ids.as<int32_t>() + size_t(t0) * k;
+        const float* w = r.wts.as<float>() + size_t(t0) * k;
+        float* hc = y + size_t(t0) * c.n_embd;
+        if (r.moe_ws && ehcuda::moe_prefill(r.moe_ws.get(), x, c.n_embd, n, k, r.n_local, ids, w, L.gate_exps, L.up_exps,
+                                            L.down_exps, c.swiglu_alpha, c.swiglu_limit, hc, c.n_embd, s))
             continue;
         ehcuda::moe_gate_up(x, c.n_embd, n, k, ids, L.gate_exps, L.up_exps, c.swiglu_alpha, c.swiglu_limit,
-                            ff_.as<float>(), s);
-        ehcuda::moe_down(ff_.as<float>(), n, k, ids, w, L.down_exps, hc, c.n_embd, s);
+                            r.ff.as<float>(), s);
+        ehcuda::moe_down(r.ff.as<float>(), n, k, ids, w, L.down_exps, hc, c.n_embd, s);
     }
 }
 
-void Batch::grouped(int li, int t0, int n) {
+void Batch::grouped(Rank& r, int li, int t0, int n, float* y) {
     const Config& c = c_;
     const int k = c.n_expert_used;
-    ehcuda::MoeGroupedArgs a = moe_grouped_args(c, m_.layers[size_t(li)], xn_.as<float>() + size_t(t0) * c.n_embd, n,
-                                                 ids_.as<int32_t>() + size_t(t0) * k, wts_.as<float>() + size_t(t0) * k,
-                                                 h_.as<float>() + size_t(t0) * c.n_embd, grouped_.get(), grouped_.size());
+    ehcuda::MoeGroupedArgs a = moe_grouped_args(c, (*r.layers)[size_t(li)], r.xn + size_t(t0) * c.n_embd, n,
+                                                 r.ids.as<int32_t>() + size_t(t0) * k, r.wts.as<float>() + size_t(t0) * k,
+                                                 y + size_t(t0) * c.n_embd, r.grouped.get(), r.grouped.size());
+    a.n_expert = r.n_local;  // (a rank's ids are its local experts')
     a.one_form = m_.batch_invariant;
-    ehcuda::moe_grouped(a, stream());
+    ehcuda::moe_grouped(a, r.stream);
 }
 
 void Batch::forward(const ehcuda::StepView& v) {
@@ -468,12 +560,39 @@ void Batch::forward(const ehcuda::StepView& v) {
     const Config& c = c_;
     const int T = v.ntok;
     float* h = h_.as<float>();
+    // A row-parallel piece (attn_output, the experts) adds into h at tp 1;
+    // with ranks each writes its share, and one all-reduce adds their sum
+    // into the residual (tp_step.hpp).
+    const size_t rows = size_t(T) * c.n_embd;
+    auto all_reduce = [&] { rows_.all_reduce(s, rows, size_t(m_.plan.allreduce_nccl_min_floats), signals_); };
+    // Rank r's GPU current for its launches (its own stream's GPU).
+    auto use = [&](const Rank& r) {
+        if (group_) group_->use(r.index);
+    };
     ehcuda::embed_rows(m_.tok_embd, v.d_tokens, T, h, s);
     if (c.arch == Arch::Gpt2) ehcuda::add_position_rows_at(m_.pos_embd, v.d_pos, T, h, s);
+    // Ranks on their own streams start from the embedded rows: rank 0 in
+    // place, the others with a copy of their own.
+    rows_.fork(s, rows);
     for (int li = 0; li < c.n_layer; ++li) {
-        if (c.arch == Arch::Gpt2) gpt2_layer(li, v);
-        else moe_layer(li, v);
+        if (c.arch == Arch::Gpt2) {
+            gpt2_layer(li, v);
+            continue;
+        }
+        for (Rank& r : ranks_) {
+            use(r);
+            attention_block(r, li, v, rows_.target(r.index), m_.tp == 1);
+        }
+        all_reduce();
+        for (Rank& r : ranks_) {
+            use(r);
+            expert_block(r, li, v, rows_.target(r.index));
+        }
+        all_reduce();
     }
+    // Rank 0's rows (h) hold the whole residual; the LM head and the
+    // sampler run on the step's stream, on rank 0's GPU.
+    if (group_) group_->join(s);
     if (v.nout == 0) return;
     // LM head on the tokens that need logits only (every token's, in order,
     // when each has a row: decode and verify steps read h itself).
@@ -487,9 +606,9 @@ void Batch::forward(const ehcuda::StepView& v) {
     float* xn = xn_.as<float>();
     if (c.arch == Arch::Gpt2) {
         ehcuda::layernorm(last, c.n_embd, m_.output_norm, m_.output_norm_b, xn, c.n_embd, c.n_embd, v.nout, c.eps, s);
-        matmul(&head, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, v.logits, c.n_vocab, false, v.nout);
+        matmul(head_, &head, 1, c.n_embd, xn, c.n_embd, ehcuda::XMode::Plain, v.logits, c.n_vocab, false, v.nout);
     } else {
-        normed_matmul(&head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout, v.nout == 1 && !v.lora);
+        normed_matmul(head_, &head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout, v.nout == 1 && !v.lora);
     }
     adapt(v, {lora_head_site(c)}, xn, c.n_embd, v.logits, c.n_vocab, v.nout, v.nout != v.ntok ? v.d_out_idx : nullptr);
 }

@@ -58,6 +58,11 @@ int site_of(const Model& m, const std::string& name) {
 
 std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_params& p) {
     ehcuda::lora_check_params(p);
+    // (a sharded model's matrices are its ranks' slices, which the
+    // adapter's updates are not cut for)
+    if (m.tp > 1)
+        throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: LoRA adapters are not built for tensor parallelism (the model is on " +
+                                             std::to_string(m.tp) + " ranks); load the model on one device");
     if (!m.view) throw ehp::Error(EH_INTERNAL, "adapter_load: the model keeps no view");
     const ehp::LoraAdapterInfo info = ehp::read_lora_adapter(*p.view, *m.view);
     m.lora.init(sites_of(m), &m.ledger);

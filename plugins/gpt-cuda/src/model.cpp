@@ -2,15 +2,21 @@
 
 #include <cuda_runtime_api.h>
 
+#include <algorithm>
 #include <cstring>
+#include <deque>
 #include <map>
 
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/check.hpp>
+#include <ehcuda/device_set.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/model_matrices.hpp>
 #include <ehcuda/options.hpp>
+#include <ehcuda/tp_group.hpp>
+#include <ehcuda/tp_split.hpp>
 #include <ehcuda/upload.hpp>
+#include <ehcuda/upload_devices.hpp>
 #include <ehcuda/weight_plan.hpp>
 
 namespace gpt_cuda {
@@ -34,16 +40,46 @@ std::string dims_str(const eh_tensor& t) {
 }
 
 // Plans the arena and the upload list while checking each tensor's type,
-// shape and byte size, so nothing is ever read past the mapping.
+// shape and byte size, so nothing is ever read past the mapping. Sharded
+// (tensor parallelism), each rank's pieces go to a plan over its shard's
+// arena (`at`), their names tagged with the rank.
 class Loader {
 public:
     Loader(Model& m, const ehp::ModelView& view) : plan(m.arena), view_(view) {}
 
+    // One plan per rank, over its shard's arena (the shards stay where they
+    // are from here on).
+    void plan_ranks(Model& m) {
+        for (Shard& s : m.shards) ranks.push_back(std::make_unique<ehcuda::WeightPlan>(s.arena));
+    }
+    // Where the next tensors go: rank r's plan, or (r < 0) the model's.
+    void use_rank(int r) {
+        at = r < 0 ? &plan : ranks[size_t(r)].get();
+        tag = r < 0 ? std::string() : "[rank " + std::to_string(r) + "]";
+    }
+
     const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
     bool has(const std::string& name) const { return find(name) != nullptr; }
 
-    // dims {cols, rows, n_expert}; returns the arena offset.
-    size_t tensor(const eh_tensor& t, uint64_t cols, uint64_t rows, uint64_t n_expert, bool moe_types, size_t* row_bytes) {
+    // dims {cols, rows, n_expert}; returns the arena offset. Only the
+    // flattened rows row0 .. row0 + nrows - 1 of its rows * n_expert are
+    // planned (nrows 0: all of them): a rank's Q/K/V rows, or its experts.
+    size_t tensor(const eh_tensor& t, uint64_t cols, uint64_t rows, uint64_t n_expert, bool moe_types, size_t* row_bytes,
+                  uint64_t row0 = 0, uint64_t nrows = 0) {
+        const size_t file_rb = tensor_check(t, cols, rows, n_expert, moe_types, row_bytes);
+        const std::string name(ehp::to_sv(t.name));
+        if (nrows == 0) nrows = rows * n_expert;
+        const void* src = static_cast<const uint8_t*>(t.data) + row0 * file_rb;
+        const size_t bytes = file_rb * nrows;
+        return t.type == EH_TYPE_MXFP4 ? at->add_mxfp4(src, int64_t(nrows), int64_t(cols), 0, name + tag)
+                                       : at->add(src, bytes, bytes + kTailPad, name + tag, t.type);
+    }
+
+    // The tensor has dims {cols, rows, n_expert}, a type gpt-cuda runs
+    // there and all its bytes; returns its file row bytes, *row_bytes the
+    // device's.
+    size_t tensor_check(const eh_tensor& t, uint64_t cols, uint64_t rows, uint64_t n_expert, bool moe_types,
+                        size_t* row_bytes) {
         const std::string name(ehp::to_sv(t.name));
         const uint64_t want[EH_MAX_DIMS] = {cols, rows, n_expert, 1};
         bool ok = t.n_dims >= 1 && t.n_dims <= EH_MAX_DIMS;
@@ -66,10 +102,8 @@ public:
         const size_t need = file_rb * rows * n_expert;
         if (!t.data || t.nbytes < need)
             fail("tensor '" + name + "' has " + std::to_string(t.nbytes) + " bytes, its shape needs " + std::to_string(need));
-        const size_t off = mxfp4 ? plan.add_mxfp4(t.data, int64_t(rows * n_expert), int64_t(cols), 0, name)
-                                 : plan.add(t.data, need, need + kTailPad, name, t.type);
         *row_bytes = rb;
-        return off;
+        return file_rb;
     }
 
     void matrix(const std::string& name, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
@@ -82,25 +116,64 @@ public:
         out.type = t.type;
         out.rows = int(rows);
         out.cols = int(cols);
-        plan.fix(&out.data, off);
+        at->fix(&out.data, off);
     }
 
-    void experts(const std::string& name, int64_t cols, int64_t rows_stored, int64_t n_expert, int rows, int row0,
-                 ehcuda::ExpertMat& out) {
+    // Rows r0 .. r0 + n - 1 of a rows x cols matrix (a rank's heads) as a
+    // matrix of its own; all of them: matrix().
+    void row_slice(const std::string& name, int64_t cols, int64_t rows, int64_t r0, int64_t n, ehcuda::WeightRef& out) {
+        if (r0 == 0 && n == rows) return matrix(name, cols, rows, out);
         const eh_tensor* t = find(name);
         if (!t) fail("missing tensor '" + name + "'");
-        const size_t off = tensor(*t, uint64_t(cols), uint64_t(rows_stored), uint64_t(n_expert), true, &out.row_bytes);
+        const size_t off = tensor(*t, uint64_t(cols), uint64_t(rows), 1, false, &out.row_bytes, uint64_t(r0), uint64_t(n));
+        out.type = t->type;
+        out.rows = int(n);
+        out.cols = int(cols);
+        at->fix(&out.data, off);
+    }
+
+    // Columns c0 .. c0 + n - 1 of every row (a row-parallel rank's share:
+    // ehcuda::column_slice's host copy, whole blocks of the type only); all
+    // of them: matrix().
+    void col_slice(const std::string& name, int64_t cols, int64_t rows, int64_t c0, int64_t n, ehcuda::WeightRef& out) {
+        if (c0 == 0 && n == cols) return matrix(name, cols, rows, out);
+        const eh_tensor* t = find(name);
+        if (!t) fail("missing tensor '" + name + "'");
+        size_t rb = 0;
+        tensor_check(*t, uint64_t(cols), uint64_t(rows), 1, false, &rb);
+        std::vector<uint8_t>& buf = copies_.emplace_back();
+        out.row_bytes = ehcuda::column_slice(*t, rows, rb, c0, n, buf);
+        const size_t off = at->add(buf.data(), buf.size(), buf.size() + kTailPad, name + tag, t->type);
+        out.type = t->type;
+        out.rows = int(rows);
+        out.cols = int(n);
+        at->fix(&out.data, off);
+    }
+
+    // Experts e0 .. e0 + ne - 1 (a rank's; ne 0: all of them).
+    void experts(const std::string& name, int64_t cols, int64_t rows_stored, int64_t n_expert, int rows, int row0,
+                 ehcuda::ExpertMat& out, int64_t e0 = 0, int64_t ne = 0) {
+        const eh_tensor* t = find(name);
+        if (!t) fail("missing tensor '" + name + "'");
+        const size_t off = tensor(*t, uint64_t(cols), uint64_t(rows_stored), uint64_t(n_expert), true, &out.row_bytes,
+                                  uint64_t(e0 * rows_stored), uint64_t(ne * rows_stored));
         out.type = t->type;
         out.rows = rows;
         out.cols = int(cols);
         out.row0 = row0;
         out.expert_stride = out.row_bytes * size_t(rows_stored);
-        plan.fix(&out.data, off);
+        at->fix(&out.data, off);
     }
 
     // n floats (any shape with n elements), converted to F32 on the host.
     // Returns the arena offset, or SIZE_MAX when absent and not required.
     size_t vector(const std::string& name, uint64_t n, const float** out, bool required = true) {
+        return vector_slice(name, n, 0, n, out, required);
+    }
+    // Elements off .. off + len - 1 of a vector of n (a rank's share of a
+    // bias, its heads' sinks).
+    size_t vector_slice(const std::string& name, uint64_t n, uint64_t off, uint64_t len, const float** out,
+                        bool required = true) {
         *out = nullptr;
         const eh_tensor* t = find(name);
         if (!t) {
@@ -116,13 +189,18 @@ public:
         if (bytes == 0 || !t->data || t->nbytes < bytes) fail("tensor '" + name + "' is too short for " + std::to_string(n) + " values");
         std::vector<float> v(n);
         ehp::quant::dequantize_row(t->type, t->data, v.data(), n);
-        return plan.host_floats(std::move(v), name, reinterpret_cast<const void**>(out));
+        if (len != n) v = std::vector<float>(v.begin() + ptrdiff_t(off), v.begin() + ptrdiff_t(off + len));
+        return at->host_floats(std::move(v), len != n ? name + tag : name, reinterpret_cast<const void**>(out));
     }
 
-    ehcuda::WeightPlan plan;
+    ehcuda::WeightPlan plan;  // the model's whole arena (embeddings, output; every layer at tp 1)
+    std::vector<std::unique_ptr<ehcuda::WeightPlan>> ranks;  // each shard's
+    ehcuda::WeightPlan* at = &plan;  // where the next tensor goes
+    std::string tag;                 // appended to the names of its pieces
 
 private:
     const ehp::ModelView& view_;
+    std::deque<std::vector<uint8_t>> copies_;  // column slices, until the upload is done
 };
 
 const void** slot(const float** p) { return reinterpret_cast<const void**>(p); }
@@ -156,28 +234,48 @@ void bind_gpt2_layer(Loader& ld, const Config& c, int i, Layer& L) {
     ld.vector(blk(i, "ffn_down.bias"), uint64_t(E), &L.ffn_down.bias, false);
 }
 
+// What a rank holds of every MoE layer: query heads [head0, head0 +
+// n_head), their KV heads [kv0, kv0 + n_kv), experts [expert0, expert0 +
+// n_expert); `first` whether attn_output's bias is its to add. The whole
+// model at tp 1.
+struct Part {
+    int head0 = 0, n_head = 0, kv0 = 0, n_kv = 0, expert0 = 0, n_expert = 0;
+    bool first = true;
+};
+Part whole(const Config& c) { return Part{0, c.n_head, 0, c.n_kv, 0, c.n_expert, true}; }
+
 // gpt-oss and qwen3moe: the tensors the other lacks are optional (biases,
 // sinks; the per-head norms are required when the config asks for them).
-void bind_moe_layer(Loader& ld, const Config& c, int i, Layer& L) {
-    const int E = c.n_embd, F = c.n_ff_exp, X = c.n_expert;
+// Sharded, a rank's rows of Q/K/V (and their biases) and its heads'
+// columns of attn_output and sinks, its experts whole (and their biases);
+// norms and the router whole on every rank.
+void bind_moe_layer(Loader& ld, const Config& c, const Part& pt, int i, Layer& L) {
+    const int E = c.n_embd, F = c.n_ff_exp, X = c.n_expert, D = c.head_dim;
+    const int e0 = pt.expert0, ne = pt.n_expert;
     ld.vector(blk(i, "attn_norm.weight"), E, &L.attn_norm);
     L.n_qkv = 3;
     const char* names[3] = {"attn_q", "attn_k", "attn_v"};
-    const int rows[3] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
-    const int offs[3] = {0, c.q_dim(), c.q_dim() + c.kv_dim()};
+    const int full[3] = {c.q_dim(), c.kv_dim(), c.kv_dim()};
+    const int first[3] = {pt.head0 * D, pt.kv0 * D, pt.kv0 * D};
+    const int rows[3] = {pt.n_head * D, pt.n_kv * D, pt.n_kv * D};
+    const int offs[3] = {0, rows[0], rows[0] + rows[1]};
     for (int k = 0; k < 3; ++k) {
-        ld.matrix(blk(i, std::string(names[k]) + ".weight"), E, rows[k], L.qkv[k].w);
-        ld.vector(blk(i, std::string(names[k]) + ".bias"), uint64_t(rows[k]), &L.qkv[k].bias, false);
+        ld.row_slice(blk(i, std::string(names[k]) + ".weight"), E, full[k], first[k], rows[k], L.qkv[k].w);
+        ld.vector_slice(blk(i, std::string(names[k]) + ".bias"), uint64_t(full[k]), uint64_t(first[k]), uint64_t(rows[k]),
+                        &L.qkv[k].bias, false);
         L.qkv[k].out_offset = offs[k];
     }
     if (c.qk_norm) {
         ld.vector(blk(i, "attn_q_norm.weight"), uint64_t(c.head_dim), &L.q_norm);
         ld.vector(blk(i, "attn_k_norm.weight"), uint64_t(c.head_dim), &L.k_norm);
     }
-    ld.matrix(blk(i, "attn_output.weight"), c.q_dim(), E, L.attn_out.w);
-    ld.vector(blk(i, "attn_output.bias"), uint64_t(E), &L.attn_out.bias, false);
-    if (ld.has(blk(i, "attn_sinks.weight"))) ld.vector(blk(i, "attn_sinks.weight"), uint64_t(c.n_head), &L.sinks);
-    else if (ld.has(blk(i, "attn_sinks"))) ld.vector(blk(i, "attn_sinks"), uint64_t(c.n_head), &L.sinks);
+    ld.col_slice(blk(i, "attn_output.weight"), c.q_dim(), E, first[0], rows[0], L.attn_out.w);
+    if (pt.first) ld.vector(blk(i, "attn_output.bias"), uint64_t(E), &L.attn_out.bias, false);
+    for (const char* sinks : {"attn_sinks.weight", "attn_sinks"})
+        if (ld.has(blk(i, sinks))) {
+            ld.vector_slice(blk(i, sinks), uint64_t(c.n_head), uint64_t(pt.head0), uint64_t(pt.n_head), &L.sinks);
+            break;
+        }
     const std::string norm = ld.has(blk(i, "ffn_norm.weight")) ? "ffn_norm.weight" : "post_attention_norm.weight";
     ld.vector(blk(i, norm), E, &L.ffn_norm);
 
@@ -185,24 +283,29 @@ void bind_moe_layer(Loader& ld, const Config& c, int i, Layer& L) {
     ld.vector(blk(i, "ffn_gate_inp.bias"), uint64_t(X), &L.router.bias, false);
     if (ld.has(blk(i, "ffn_gate_up_exps.weight"))) {
         // each expert's gate rows, then its up rows
-        ld.experts(blk(i, "ffn_gate_up_exps.weight"), E, 2 * int64_t(F), X, F, 0, L.gate_exps);
+        ld.experts(blk(i, "ffn_gate_up_exps.weight"), E, 2 * int64_t(F), X, F, 0, L.gate_exps, e0, ne);
         L.up_exps = L.gate_exps;
         L.up_exps.row0 = F;
-        const size_t boff = ld.vector(blk(i, "ffn_gate_up_exps.bias"), uint64_t(2) * F * X, &L.gate_exps.bias, false);
+        const size_t boff = ld.vector_slice(blk(i, "ffn_gate_up_exps.bias"), uint64_t(2) * F * X, uint64_t(2) * F * e0,
+                                            uint64_t(2) * F * ne, &L.gate_exps.bias, false);
         if (boff != SIZE_MAX) {
-            ld.plan.fix(slot(&L.up_exps.bias), boff + size_t(F) * 4);
+            ld.at->fix(slot(&L.up_exps.bias), boff + size_t(F) * 4);
             L.gate_exps.bias_stride = L.up_exps.bias_stride = 2 * F;
         }
     } else {
-        ld.experts(blk(i, "ffn_gate_exps.weight"), E, F, X, F, 0, L.gate_exps);
-        ld.experts(blk(i, "ffn_up_exps.weight"), E, F, X, F, 0, L.up_exps);
-        if (ld.vector(blk(i, "ffn_gate_exps.bias"), uint64_t(F) * X, &L.gate_exps.bias, false) != SIZE_MAX)
+        ld.experts(blk(i, "ffn_gate_exps.weight"), E, F, X, F, 0, L.gate_exps, e0, ne);
+        ld.experts(blk(i, "ffn_up_exps.weight"), E, F, X, F, 0, L.up_exps, e0, ne);
+        if (ld.vector_slice(blk(i, "ffn_gate_exps.bias"), uint64_t(F) * X, uint64_t(F) * e0, uint64_t(F) * ne,
+                            &L.gate_exps.bias, false) != SIZE_MAX)
             L.gate_exps.bias_stride = F;
-        if (ld.vector(blk(i, "ffn_up_exps.bias"), uint64_t(F) * X, &L.up_exps.bias, false) != SIZE_MAX)
+        if (ld.vector_slice(blk(i, "ffn_up_exps.bias"), uint64_t(F) * X, uint64_t(F) * e0, uint64_t(F) * ne,
+                            &L.up_exps.bias, false) != SIZE_MAX)
             L.up_exps.bias_stride = F;
     }
-    ld.experts(blk(i, "ffn_down_exps.weight"), F, E, X, E, 0, L.down_exps);
-    if (ld.vector(blk(i, "ffn_down_exps.bias"), uint64_t(E) * X, &L.down_exps.bias, false) != SIZE_MAX)
+    ld.experts(blk(i, "ffn_down_exps.weight"), F, E, X, E, 0, L.down_exps, e0, ne);
+    // (each expert's down bias with it: added once, by the rank holding it)
+    if (ld.vector_slice(blk(i, "ffn_down_exps.bias"), uint64_t(E) * X, uint64_t(E) * e0, uint64_t(E) * ne,
+                        &L.down_exps.bias, false) != SIZE_MAX)
         L.down_exps.bias_stride = E;
     L.window = c.layer_window(i);
 }
@@ -216,8 +319,10 @@ std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, 
     const Config& c = m.cfg;
     const ehcuda::KernelPlan& p = m.plan;
     ehcuda::GptMatrixOptions o;
+    // (rank 0's experts when sharded: every rank's are of the same types and shapes)
+    const std::vector<Layer>& layers = m.shards.empty() ? m.layers : m.shards[0].layers;
     o.forms = [&](int i, const ehcuda::ExpertLayer&) {
-        const Layer& L = m.layers[size_t(i)];
+        const Layer& L = layers[size_t(i)];
         ehcuda::ExpertForms f;
         f.decode = ehcuda::moe_decode_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
         f.grouped = ehcuda::moe_grouped_supported(L.gate_exps, L.up_exps, L.down_exps, c.n_expert_used);
@@ -235,10 +340,53 @@ std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, 
                         : c.arch == Arch::GptOss ? "rope_attn_decode_kernel, paged (RoPE table, KV store, split-K with sinks), "
                                                  : "rope_attn_decode_kernel, paged (QK-norm, RoPE table, KV store, split-K), ") +
             hd};
+    if (m.tp > 1) {
+        std::string t = "tensor parallel: " + std::to_string(m.tp) + " ranks, " +
+                        (m.rank_streams ? "each on its own stream" : "one after another on the step's stream (shard mode)") +
+                        ", attention by KV head, experts whole per rank (expert parallelism; every rank routes alike), "
+                        "one all-reduce after attn_output and one after the experts; per rank:";
+        for (const Shard& s : m.shards)
+            t += " [GPU " + std::to_string(s.device) + ", query heads " + std::to_string(s.head0) + "+" +
+                 std::to_string(s.c.n_head) + ", KV heads " + std::to_string(s.kv0) + "+" + std::to_string(s.c.n_kv) +
+                 ", experts " + std::to_string(s.expert0) + "+" + std::to_string(s.n_local) + "]";
+        attn.push_back(t);
+    }
     std::vector<std::string> lines{ehcuda::describe_plan(p, dev)};
     lines.insert(lines.end(), attn.begin(), attn.end());
     for (std::string& l : ehcuda::step_route_lines(p, dev, mats, 1, false)) lines.push_back(std::move(l));
     return lines;
+}
+
+// Every rank's pieces of every layer (model.hpp's Shard, bind_moe_layer's
+// Part), each in its own arena, with its copy of the RoPE table.
+void load_shards(Loader& ld, Model& m, const std::vector<int>& devices) {
+    const Config& c = m.cfg;
+    const int n = m.tp;
+    const int kv = ehcuda::kv_heads_per_rank(c.n_kv, n);
+    const int group = c.n_head / c.n_kv;
+    m.shards.resize(size_t(n));
+    for (int r = 0; r < n; ++r) {
+        Shard& s = m.shards[size_t(r)];
+        const ehcuda::ExpertRange er = ehcuda::expert_range(c.n_expert, n, r);
+        s.device = devices[size_t(r)];
+        s.c = c;
+        s.c.n_kv = kv;
+        s.c.n_head = kv * group;
+        s.kv0 = r * kv;
+        s.head0 = s.kv0 * group;
+        s.expert0 = er.first;
+        s.n_local = er.count;
+        s.layers.resize(size_t(c.n_layer));
+    }
+    ld.plan_ranks(m);
+    for (int r = 0; r < n; ++r) {
+        Shard& s = m.shards[size_t(r)];
+        ld.use_rank(r);
+        if (c.n_rot > 0) ld.at->host_floats(c.inv_freq, "rope inverse frequencies" + ld.tag, slot(&s.inv_freq));
+        const Part pt{s.head0, s.c.n_head, s.kv0, s.c.n_kv, s.expert0, s.n_local, r == 0};
+        for (int i = 0; i < c.n_layer; ++i) bind_moe_layer(ld, c, pt, i, s.layers[size_t(i)]);
+    }
+    ld.use_rank(-1);
 }
 
 }  // namespace
@@ -247,11 +395,17 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     ehp::ModelView view(params.view);
     auto m = std::make_unique<Model>();
     m->cfg = read_config(view);
-    m->device = params.device;
     m->path = params.path && *params.path ? params.path : "(model)";
+    const std::vector<int> devices = ehcuda::load_devices(params, kMaxDevices);
+    m->tp = int(devices.size());
+    m->device = devices[0];
     Config& c = m->cfg;
+    if (c.arch == Arch::Gpt2 && m->tp > 1)
+        throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: tensor parallelism is not built for gpt2 (gpt-oss and qwen3moe only)");
     const ehcuda::Options opts(params.options_json);
-    opts.check_known({"upload_chunk_bytes", "fp16_weights", "kernels", "batch_invariant"});
+    opts.check_known({"upload_chunk_bytes", "fp16_weights", "kernels", "batch_invariant", "tensor_parallel"});
+    m->rank_streams = ehcuda::tp_streams_option(opts, devices);
+    if (m->rank_streams) ehcuda::enable_peer_access(devices);
     const size_t chunk = ehcuda::upload_chunk_option(opts);
     const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
 
@@ -272,6 +426,11 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
     m->plan = ehcuda::load_plan(dev, true, opts);
     m->batch_invariant = opts.boolean("batch_invariant", false);
+    // (its one-token form routes inside moe_decode_mma, which has no
+    // expert-range filter, and its sums would change with the rank count)
+    if (m->batch_invariant && m->tp > 1)
+        throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: batch_invariant is not built for tensor parallelism; load the model "
+                                         "on one device");
     if (m->batch_invariant) {
         // The 64-token MXFP4 gate|up pass splits K two ways, the others four:
         // one split for every pass keeps a row's sums whatever its expert's
@@ -302,42 +461,79 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     const bool tied = !view.find_tensor("output.weight");
     if (!tied) ld.matrix("output.weight", c.n_embd, c.n_vocab, m->output);
 
-    m->layers.resize(size_t(c.n_layer));
-    for (int i = 0; i < c.n_layer; ++i) {
-        if (c.arch == Arch::Gpt2) bind_gpt2_layer(ld, c, i, m->layers[size_t(i)]);
-        else bind_moe_layer(ld, c, i, m->layers[size_t(i)]);
+    if (m->tp > 1) {
+        load_shards(ld, *m, devices);
+    } else {
+        m->layers.resize(size_t(c.n_layer));
+        for (int i = 0; i < c.n_layer; ++i) {
+            if (c.arch == Arch::Gpt2) bind_gpt2_layer(ld, c, i, m->layers[size_t(i)]);
+            else bind_moe_layer(ld, c, whole(c), i, m->layers[size_t(i)]);
+        }
     }
-    m->quant_kind = ld.plan.dominant_type();
+    m->quant_kind = (m->tp > 1 ? *ld.ranks[0] : ld.plan).dominant_type();
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
-    ehcuda::require_free_memory(m->device, m->arena.planned_bytes() + kLoadHeadroom, m->path);
+    // Each GPU's arenas: the model's on `device`, each shard's on its own
+    // (ranks sharing a GPU add up there).
+    {
+        std::map<int, size_t> need{{m->device, m->arena.planned_bytes() + kLoadHeadroom}};
+        for (const Shard& s : m->shards) need[s.device] += s.arena.planned_bytes() + kLoadHeadroom;
+        for (const auto& [d, bytes] : need) ehcuda::require_free_memory(d, bytes, m->path);
+    }
     progress(0.02f, "allocating");
     m->arena.allocate(&m->ledger);
     ld.plan.finish_layout(m->weight_ptrs);
+    for (size_t r = 0; r < m->shards.size(); ++r) {
+        EHC_CHECK(cudaSetDevice(m->shards[r].device));
+        m->shards[r].arena.allocate(&m->ledger);
+        ld.ranks[r]->finish_layout(m->weight_ptrs);
+    }
+    EHC_CHECK(cudaSetDevice(m->device));
     if (tied) m->output = m->tok_embd;
-    for (auto& L : m->layers)
-        if (L.up_exps.row0 != 0) L.up_exps.data = L.gate_exps.data;  // fused gate|up: same tensor
+    auto fuse_gate_up = [](std::vector<Layer>& layers) {
+        for (auto& L : layers)
+            if (L.up_exps.row0 != 0) L.up_exps.data = L.gate_exps.data;  // fused gate|up: same tensor
+    };
+    fuse_gate_up(m->layers);
+    for (Shard& s : m->shards) fuse_gate_up(s.layers);
 
-    ehcuda::Stream stream;
+    // Every arena's upload on a stream of its GPU, the progress shared by bytes.
+    ehcuda::DeviceUploads uploads{{m->device, ld.plan.upload_items()}};
+    for (size_t r = 0; r < m->shards.size(); ++r) uploads.emplace_back(m->shards[r].device, ld.ranks[r]->upload_items());
     ehcuda::UploadOptions up;
     up.chunk_bytes = chunk;
     up.progress_lo = 0.02f;
     up.progress_hi = 0.99f;
     up.progress = [&](float f) { progress(f, "uploading weights"); };
     up.cancelled = cancelled;
-    ehcuda::upload_weights(ld.plan.upload_items(), up, stream.get());
+    ehcuda::upload_on_devices(uploads, up);
+    EHC_CHECK(cudaSetDevice(m->device));
+    ehcuda::Stream stream;
 
     std::string why = ehcuda::check_kernel_image();
     if (!why.empty()) throw ehp::Error(EH_UNSUPPORTED, why);
 
     // The dense matrices multi-token GEMMs read: FP16 copies when the policy
     // says so (weight_mirror.hpp).
+    // (a shard's on its GPU, where its matmuls run)
+    auto layer_mats = [](const std::vector<Layer>& layers, std::vector<ehcuda::WeightRef>& mats) {
+        for (const Layer& L : layers) {
+            for (int k = 0; k < L.n_qkv; ++k) mats.push_back(L.qkv[k].w);
+            for (const ehcuda::MatSeg* g : {&L.attn_out, &L.ffn_up, &L.ffn_down, &L.router})
+                if (g->w.data) mats.push_back(g->w);
+        }
+    };
     std::vector<ehcuda::WeightRef> mats{m->output};
-    for (const Layer& L : m->layers) {
-        for (int k = 0; k < L.n_qkv; ++k) mats.push_back(L.qkv[k].w);
-        for (const ehcuda::MatSeg* g : {&L.attn_out, &L.ffn_up, &L.ffn_down, &L.router})
-            if (g->w.data) mats.push_back(g->w);
+    layer_mats(m->layers, mats);
+    ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
+    for (Shard& s : m->shards) {
+        EHC_CHECK(cudaSetDevice(s.device));
+        ehcuda::Stream rank_stream;
+        std::vector<ehcuda::WeightRef> rank_mats;
+        layer_mats(s.layers, rank_mats);
+        const ehcuda::MirrorDecision rd = ehcuda::build_mirror(s.mirror, rank_mats, mirror_policy, rank_stream.get(), &m->ledger);
+        md.why += "; GPU " + std::to_string(s.device) + " rank: " + rd.why;
     }
-    const ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
+    EHC_CHECK(cudaSetDevice(m->device));
     for (const std::string& line : plan_lines(*m, view, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;

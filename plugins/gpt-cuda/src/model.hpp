@@ -16,6 +16,9 @@
 
 namespace gpt_cuda {
 
+// The most ranks one load may have (eh_plugin_info.max_devices).
+inline constexpr int kMaxDevices = 8;
+
 struct Layer {
     const float* attn_norm = nullptr;
     const float* attn_norm_b = nullptr;  // gpt2
@@ -56,9 +59,38 @@ ehcuda::MoeRouterArgs router_decode_args(const Config& c, const Layer& L, const 
 ehcuda::MoeGroupedArgs moe_grouped_args(const Config& c, const Layer& L, const float* xn, int ntok, const int32_t* ids,
                                         const float* wts, float* h, void* scratch, size_t scratch_bytes);
 
+// One rank of a tensor-parallel load (gpt-oss, qwen3moe; the scheme:
+// cuda-common README, "Tensor parallelism"): its query and KV heads (their
+// Q/K/V rows, attn_output's columns, their sinks) and its whole experts
+// (expert parallelism: [expert0, expert0 + n_local) of every layer, with
+// their biases), in an arena of its own on its GPU with its own copy of
+// the norms, the router (every rank routes alike) and the RoPE table.
+// attn_output's bias is rank 0's alone (added once by the all-reduce).
+struct Shard {
+    Config c;         // n_head and n_kv are this rank's; the rest (n_expert too) the model's
+    int device = 0;   // its GPU
+    int head0 = 0;    // its first query head
+    int kv0 = 0;      // its first KV head
+    int expert0 = 0;  // its first expert
+    int n_local = 0;  // its experts
+    std::vector<Layer> layers;
+    ehcuda::DeviceArena arena;
+    ehcuda::WeightMirror mirror;       // FP16 copies of its dense matrices (when the model keeps them)
+    const float* inv_freq = nullptr;   // Model::inv_freq's copy on its GPU
+};
+
 struct Model {
     Config cfg;
     int device = 0;
+    // Tensor parallelism (eh_load_params.devices): the rank count, and the
+    // shards when it is above 1 (`layers` is then empty; the embeddings,
+    // output norm and LM head stay on `device`, rank 0's GPU). Ranks run
+    // one after another on the step's stream (the shard mode: one GPU
+    // named once per rank), or each on its own stream and GPU
+    // (rank_streams: distinct GPUs, or the load option "tensor_parallel":
+    // "streams" on one GPU), as llama-cuda's do.
+    int tp = 1;
+    bool rank_streams = false;
     std::string path;
     std::string device_name;
     int compute_capability = 0;
@@ -66,6 +98,7 @@ struct Model {
     std::string quant_kind;
 
     ehcuda::MemoryLedger ledger;  // every device byte of the model and its KV pool
+    std::vector<Shard> shards;    // (after the ledger: their arenas count on it)
     ehcuda::DeviceArena arena;    // weights
     ehcuda::WeightRef tok_embd, pos_embd;
     const float* output_norm = nullptr;

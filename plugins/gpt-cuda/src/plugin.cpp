@@ -20,7 +20,7 @@ struct Engine {
     static const eh_plugin_info& info() {
         static const eh_plugin_info i = {sizeof(eh_plugin_info), "gpt-cuda", "0.1.0", "gpt-cuda",
                                          kFormats, kArchs, kQuants, EH_DEVICE_CUDA, 80,
-                                         1 /* max_devices: one GPU; tensor parallelism is llama-cuda's so far */, 0};
+                                         gpt_cuda::kMaxDevices, 0};
         return i;
     }
     static std::unique_ptr<Model> load(const eh_load_params& p) {
@@ -35,7 +35,7 @@ struct Engine {
         ehp::copy_fixed(out.architecture, m.cfg.arch_name);
         out.context_length = uint32_t(m.cfg.n_ctx_train);
         out.vocab_size = uint32_t(m.cfg.n_vocab);
-        // K and V in the batched step's FP16 pool
+        // K and V in the batched step's FP16 pool (all ranks)
         out.kv_bytes_per_token = 2ull * m.cfg.n_layer * m.cfg.kv_dim() * 2;
     }
 };

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 
-#include <ehcuda/allreduce.hpp>
 #include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_paged.hpp>
 #include <ehcuda/check.hpp>
@@ -86,17 +85,8 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     if (m_.rank_streams) {
         std::vector<int> devices;
         for (const Shard& sh : m_.shards) devices.push_back(sh.device);
-        group_ = std::make_unique<ehcuda::TpGroup>(devices, m_.device, T * c_.n_embd, true, L);
-        // (which all-reduce a size takes depends on this machine's NCCL:
-        // said once, here)
-        // (the signal barrier only where every rank has a GPU of its own)
-        signals_ = m_.plan.allreduce_signals && group_->distinct_gpus();
-        std::fprintf(stderr, "[llama-cuda] tensor parallel: %d ranks on their own streams, GPUs %s; all-reduce one-shot "
-                     "(peer reads, %s barrier)%s%s\n", m_.tp, ehcuda::device_list(devices).c_str(),
-                     signals_ ? "in-kernel signal" : "event",
-                     group_->nccl() ? (", NCCL from " + std::to_string(m_.plan.allreduce_nccl_min_floats) + " floats (").c_str()
-                                    : " for every size (",
-                     (group_->nccl_why() + ")").c_str());
+        group_ = ehcuda::make_rank_group("llama-cuda", devices, m_.device, T * c_.n_embd, m_.plan.allreduce_signals,
+                                         m_.plan.allreduce_nccl_min_floats, L, &signals_);
     }
     const int step_gemm_min = ehcuda::step_per_token_max(m_.plan, m_.mirrored) + 1;
     ranks_.resize(size_t(m_.tp));
@@ -143,6 +133,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
             if (const size_t n = ehcuda::gemv_chunk_bytes(rc.q_dim())) r.attn_chunks = ehcuda::DeviceBuffer(n, L);
         }
     }
+    rows_.bind(group_.get(), ranks_);
     EHC_CHECK(cudaSetDevice(m_.device));
     // cuBLAS from G tokens on (above); the in-kernel WMMA GEMM ran a 64-token
     // decode step 4.5x slower than cuBLAS on slabs.
@@ -339,30 +330,12 @@ void Batch::forward(const ehcuda::StepView& v) {
         matmul(r, segs, nseg, c.n_embd, r.xn, c.n_embd, ehcuda::XMode::Plain, y, ldy, false, n);
     };
     // A row-parallel matmul (attn_output, ffn_down) adds into h at tp 1;
-    // with ranks each writes its partial, and one all-reduce adds their
-    // sum into the residual, in rank order: the shard mode's one kernel
-    // into h, or the group's into every rank's own rows.
+    // with ranks each writes its share, and one all-reduce adds their sum
+    // into the residual (tp_step.hpp).
     const bool acc = tp == 1;
-    auto target = [&](Rank& r) {
-        return tp == 1 ? r.h : group_ ? group_->partial(r.index) : r.part.as<float>();
-    };
+    auto target = [&](Rank& r) { return rows_.target(r.index); };
     auto all_reduce = [&] {
-        if (tp == 1) return;
-        const size_t n = size_t(T) * c.n_embd;
-        if (group_) {
-            float* out[ehcuda::kMaxRanks] = {};
-            for (int i = 0; i < tp; ++i) out[i] = ranks_[size_t(i)].h;
-            group_->all_reduce_add(out, n, size_t(m_.plan.allreduce_nccl_min_floats), signals_);
-            return;
-        }
-        ehcuda::AllReduceArgs a;
-        for (int i = 0; i < tp; ++i) a.in[i] = ranks_[size_t(i)].part.as<float>();
-        a.nranks = tp;
-        a.out[0] = h;
-        a.nout = 1;
-        a.n = n;
-        a.accumulate = true;
-        ehcuda::allreduce_oneshot(a, s);
+        rows_.all_reduce(s, size_t(T) * c.n_embd, size_t(m_.plan.allreduce_nccl_min_floats), signals_);
     };
     // Rank r's GPU current for its launches (its own stream's GPU).
     auto use = [&](const Rank& r) {
@@ -372,15 +345,8 @@ void Batch::forward(const ehcuda::StepView& v) {
     if (c.embd_scale != 1.0f) ehcuda::scale_floats(h, size_t(T) * c.n_embd, c.embd_scale, s);
     images_.apply(v, h, c.n_embd, s);  // image rows over their tokens, as given (unscaled)
     // Ranks on their own streams start from the embedded rows: rank 0 in
-    // place, the others with a copy of their own (over NVLink across GPUs).
-    if (group_) {
-        group_->fork(s);
-        for (Rank& r : ranks_)
-            if (r.h != h) {
-                use(r);
-                EHC_CHECK(cudaMemcpyAsync(r.h, h, size_t(T) * c.n_embd * 4, cudaMemcpyDefault, r.stream));
-            }
-    }
+    // place, the others with a copy of their own.
+    rows_.fork(s, size_t(T) * c.n_embd);
     // Gemma 3 (tp 1 only): attn_output and ffn_down write xn (free once the
     // QKV and gate|up matmuls have read it), whose norm is then added to h.
     float* post = c.gemma ? ranks_[0].xn : nullptr;

@@ -17,6 +17,7 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/prefill_workspace.hpp>
 #include <ehcuda/tp_group.hpp>
+#include <ehcuda/tp_step.hpp>
 
 #include <memory>
 #include <vector>
@@ -104,6 +105,7 @@ private:
     bool signals_ = false;                    // its one-shot all-reduce's barrier in the kernel (the plan's allreduce_signals)
     std::vector<Rank> ranks_;
     Rank head_;  // the LM head's lane: the step's stream and workspace, h_
+    ehcuda::TpRows rows_;  // the ranks' residual rows and shares (tp_step.hpp)
     ehcuda::DeviceBuffer h_, xn_, last_;
     bool fused_attn_ = false;
     bool group_attn_ = false;  // attention_decode_group takes the model's heads

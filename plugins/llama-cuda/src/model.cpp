@@ -17,7 +17,9 @@
 #include <ehcuda/options.hpp>
 #include <ehcuda/prefill_slab.hpp>
 #include <ehcuda/tp_group.hpp>
+#include <ehcuda/tp_split.hpp>
 #include <ehcuda/upload.hpp>
+#include <ehcuda/upload_devices.hpp>
 #include <ehcuda/weight_plan.hpp>
 
 namespace llama_cuda {
@@ -81,21 +83,13 @@ public:
     }
 
     // Columns c0 .. c0 + n - 1 of every row (a row-parallel rank's share):
-    // copied row by row on the host, so each slice must start and end on
-    // whole blocks of the type (UNSUPPORTED naming the tensor otherwise).
+    // ehcuda::column_slice's host copy (whole blocks of the type only).
     void col_slice(const eh_tensor& t, int64_t cols, int64_t rows, int64_t c0, int64_t n, const std::string& tag,
                    ehcuda::WeightRef& out) {
         const size_t rb = check(t, cols, rows);
         const std::string name = std::string(ehp::to_sv(t.name)) + tag;
-        const size_t skip = c0 ? ehcuda::row_bytes(t.type, c0) : 0, nb = ehcuda::row_bytes(t.type, n);
-        if ((c0 && !skip) || !nb)
-            throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: tensor '" + std::string(ehp::to_sv(t.name)) +
-                                                 "' (" + ehp::type_name(t.type) + ") cannot be cut at columns " +
-                                                 std::to_string(c0) + ".." + std::to_string(c0 + n) +
-                                                 ": not whole blocks of its type");
-        std::vector<uint8_t>& buf = copies_.emplace_back(nb * size_t(rows));
-        for (int64_t r = 0; r < rows; ++r)
-            std::memcpy(buf.data() + size_t(r) * nb, static_cast<const uint8_t*>(t.data) + size_t(r) * rb + skip, nb);
+        std::vector<uint8_t>& buf = copies_.emplace_back();
+        const size_t nb = ehcuda::column_slice(t, rows, rb, c0, n, buf);
         const size_t off = at->add(buf.data(), buf.size(), buf.size(), name, t.type);
         set(out, t.type, rows, n, nb, off);
     }
@@ -249,9 +243,7 @@ std::vector<int> ffn_split(int n_ff, const std::vector<uint32_t>& down_types, in
 void load_shards(Loader& ld, Model& m, const std::vector<float>& rope, const std::vector<int>& devices) {
     const Config& c = m.cfg;
     const int n = m.tp;
-    if (c.n_kv % n)
-        throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: " + std::to_string(c.n_kv) + " KV heads do not split over " +
-                                             std::to_string(n) + " ranks (each rank takes whole KV heads)");
+    const int kv_per_rank = ehcuda::kv_heads_per_rank(c.n_kv, n);
     const int group = c.n_head / c.n_kv;
     std::vector<uint32_t> down_types;
     for (int i = 0; i < c.n_layer; ++i) down_types.push_back(ld.need("blk." + std::to_string(i) + ".ffn_down.weight").type);
@@ -261,7 +253,7 @@ void load_shards(Loader& ld, Model& m, const std::vector<float>& rope, const std
         Shard& s = m.shards[size_t(r)];
         s.device = devices[size_t(r)];
         s.c = c;
-        s.c.n_kv = c.n_kv / n;
+        s.c.n_kv = kv_per_rank;
         s.c.n_head = s.c.n_kv * group;
         s.kv0 = r * s.c.n_kv;
         s.head0 = s.kv0 * group;
@@ -389,19 +381,6 @@ std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, 
     return ehcuda::plan_log(m.plan, dev, mats, attn);
 }
 
-// The load option "tensor_parallel": "serial" (the shard mode: the ranks
-// one after another on the step's stream; one GPU only) or "streams"
-// (each rank on its own stream; distinct GPUs always run so). Without it:
-// "streams" when the set names distinct GPUs, else "serial".
-bool tp_streams_option(const ehcuda::Options& opts, const std::vector<int>& devices) {
-    const bool distinct = std::any_of(devices.begin(), devices.end(), [&](int d) { return d != devices[0]; });
-    const bool streams = opts.choice("tensor_parallel", distinct ? 1 : 0, {"serial", "streams"}) == 1;
-    if (distinct && !streams)
-        throw ehp::Error(EH_INVALID_ARGUMENT, "options: \"tensor_parallel\": \"serial\" runs every rank on one GPU; "
-                                              "the device set names " + ehcuda::device_list(devices));
-    return streams && devices.size() > 1;
-}
-
 }  // namespace
 
 std::unique_ptr<Model> load_model(const eh_load_params& params) {
@@ -423,7 +402,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism is not built for qwen2vl");
     const ehcuda::Options opts(params.options_json);
     opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels", "tensor_parallel"});
-    m->rank_streams = tp_streams_option(opts, devices);
+    m->rank_streams = ehcuda::tp_streams_option(opts, devices);
     if (m->rank_streams) ehcuda::enable_peer_access(devices);
     const size_t upload_chunk_bytes = ehcuda::upload_chunk_option(opts);
     const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
@@ -536,25 +515,15 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     if (tied) m->output = m->tok_embd;
 
     // Every arena's upload on a stream of its GPU, the progress shared by bytes.
-    std::vector<std::pair<int, std::vector<ehcuda::UploadItem>>> uploads{{m->device, ld.plan.upload_items()}};
+    ehcuda::DeviceUploads uploads{{m->device, ld.plan.upload_items()}};
     for (size_t r = 0; r < m->shards.size(); ++r) uploads.emplace_back(m->shards[r].device, ld.ranks[r]->upload_items());
-    size_t total = 0, done = 0;
-    for (const auto& u : uploads)
-        for (const ehcuda::UploadItem& it : u.second) total += it.bytes;
-    for (const auto& [dev, items] : uploads) {
-        size_t bytes = 0;
-        for (const ehcuda::UploadItem& it : items) bytes += it.bytes;
-        EHC_CHECK(cudaSetDevice(dev));
-        ehcuda::Stream up_stream;
-        ehcuda::UploadOptions up;
-        up.chunk_bytes = upload_chunk_bytes;
-        up.progress_lo = 0.02f + 0.97f * float(double(done) / double(std::max<size_t>(total, 1)));
-        up.progress_hi = 0.02f + 0.97f * float(double(done + bytes) / double(std::max<size_t>(total, 1)));
-        up.progress = [&](float f) { progress(f, "uploading weights"); };
-        up.cancelled = cancelled;
-        ehcuda::upload_weights(items, up, up_stream.get());
-        done += bytes;
-    }
+    ehcuda::UploadOptions up;
+    up.chunk_bytes = upload_chunk_bytes;
+    up.progress_lo = 0.02f;
+    up.progress_hi = 0.99f;
+    up.progress = [&](float f) { progress(f, "uploading weights"); };
+    up.cancelled = cancelled;
+    ehcuda::upload_on_devices(uploads, up);
     EHC_CHECK(cudaSetDevice(m->device));
     ehcuda::Stream stream;
 
