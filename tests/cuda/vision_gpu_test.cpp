@@ -109,8 +109,7 @@ constexpr uint32_t kImageAt = 20;   // the image's first position in the prompt
 constexpr size_t kPrompt = 100, kTotal = 130;
 
 std::vector<int32_t> prompt_tokens(uint32_t n_image, uint32_t vocab) {
-    std::vector<int32_t> t(kTotal);
-    for (size_t i = 0; i < kTotal; ++i) t[i] = int32_t((i * 7919 + 104729 + 11) % vocab);
+    std::vector<int32_t> t = ehtest::tokens_of(kTotal, 1, vocab);
     for (uint32_t k = 0; k < n_image; ++k) t[kImageAt + k] = kImageToken;
     return t;
 }
