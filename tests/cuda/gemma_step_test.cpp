@@ -15,23 +15,16 @@
 // the tolerances allow for that, and the printed lines say how far the
 // logits and the top-1 token moved.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <map>
-#include <memory>
 #include <random>
 #include <string>
 #include <vector>
 
 #include <cuda_runtime_api.h>
 
-#include <eh/model/model_file.hpp>
-#include <eh/tools/forge.hpp>
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/gemma_ops.hpp>
 

@@ -8,21 +8,14 @@
 // captured graph: every step's logits against the reference. A step that does not ask drops the state, and a step
 // begun behind another may not ask.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include <eh/model/model_file.hpp>
-#include <eh/tools/forge.hpp>
 
 #include "forged_profile.hpp"
 #include "plugin_pair.hpp"

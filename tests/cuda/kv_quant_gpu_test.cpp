@@ -16,21 +16,14 @@
 // bytes, a parked quantized prefix comes back bit for bit, and the types the
 // plugin does not store are refused by name.
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
-#include <filesystem>
-#include <map>
-#include <memory>
 #include <string>
 #include <vector>
 
-#include <eh/model/model_file.hpp>
-#include <eh/tools/forge.hpp>
 #include <engine_host/kv_blocks.hpp>
 
 #include "forged_profile.hpp"

@@ -12,22 +12,17 @@
 // GGUF; and the refusals (an adapter of another model's shape, a
 // tensor-parallel load).
 #include <gtest/gtest.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
-#include <filesystem>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include <eh/model/model_file.hpp>
-#include <eh/tools/forge.hpp>
 
 #ifndef EH_GPT_CUDA_PLUGIN
 #define EH_GPT_CUDA_PLUGIN ""  // (not built: its cases fail to load it)
