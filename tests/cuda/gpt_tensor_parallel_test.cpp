@@ -1,6 +1,7 @@
 // gpt-cuda's tensor parallelism (ABI 1.6: the load names a GPU per rank) on
 // the forged tiny gpt-oss (MXFP4 experts, sinks, sliding window) and tiny
-// Qwen3-MoE (Q4_K experts of width 256, QK-norm): attention split by KV
+// Qwen3-MoE (Q4_K experts of width 256, QK-norm), and the
+// transformers-checked tiny gpt-oss and Qwen3-MoE: attention split by KV
 // head, the experts whole per rank (expert parallelism: every rank routes
 // alike and keeps its own experts' pairs), one all-reduce after
 // attn_output and one after the experts. In the shard mode (one GPU named
@@ -136,6 +137,10 @@ TEST_P(GptTensorParallel, TeacherForcedLogitsAgreeWithOneRank) {
 INSTANTIATE_TEST_SUITE_P(
     Shards, GptTensorParallel,
     ::testing::Values(TpCase{"gpt_oss", "tiny-gpt-oss-mxfp4", 2}, TpCase{"qwen3moe", "tiny-qwen3-moe-q4_k_m", 2},
+                      // the transformers-checked files: gpt-oss's window of 4 on even
+                      // layers (shorter than every sequence); Qwen3-MoE's F32 experts
+                      // (the per-pair and cuBLAS expert forms) and head dim 32
+                      TpCase{"ref_gpt_oss", "gpt-oss", 2}, TpCase{"ref_qwen3moe", "qwen3moe", 2},
                       TpCase{"streams_gpt_oss", "tiny-gpt-oss-mxfp4", 2, kStreams},
                       TpCase{"streams_qwen3moe", "tiny-qwen3-moe-q4_k_m", 2, kStreams}),
     [](const auto& info) { return info.param.label + "_tp" + std::to_string(info.param.tp); });
