@@ -13,7 +13,9 @@
 
 #include <engine_host/plugin_abi.h>
 
+#ifdef EH_LLAMA_CUDA_PLUGIN
 #include "plugin_handle.hpp"  // llama_cuda_api()
+#endif
 
 namespace ehtest {
 
