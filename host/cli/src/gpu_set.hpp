@@ -27,7 +27,7 @@ inline constexpr int kMaxGpuOrdinal = 63;
 
 inline constexpr const char* kTensorParallelHelp =
     "ranks (GPUs) the model is split over by tensor parallelism, 1-8 (default 1, or the count of --gpus); more "
-    "than 1 needs a plugin that spans several devices (llama-cuda does; one that serves one device only is "
+    "than 1 needs a plugin that spans several devices (llama-cuda and gpt-cuda do; one that serves one device only is "
     "refused by name)";
 inline constexpr const char* kGpusHelp =
     "the GPUs the model spans, by ordinal, rank order: e.g. 0,1 (default: the --tensor-parallel GPUs with the most "
