@@ -382,6 +382,26 @@ struct Candidate {
 
 using CandidateQueue = std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>>;
 
+// Links the symbols into a list in their order; returns how many.
+int32_t link(std::vector<Symbol>& sym) {
+    const int32_t n = static_cast<int32_t>(sym.size());
+    for (int32_t k = 0; k < n; ++k) {
+        sym[k].prev = k - 1;
+        sym[k].next = k + 1 < n ? k + 1 : -1;
+    }
+    return n;
+}
+
+// sym[left] takes in the symbol after it, which leaves the list (dead: id -2).
+void absorb_next(std::vector<Symbol>& sym, int32_t left) {
+    Symbol& l = sym[left];
+    Symbol& r = sym[l.next];
+    l.end = r.end;
+    l.next = r.next;
+    if (r.next >= 0) sym[r.next].prev = left;
+    r.id = -2;
+}
+
 }  // namespace
 
 void Core::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
@@ -413,11 +433,7 @@ void Core::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
             i += len;
         }
     }
-    const int32_t n = static_cast<int32_t>(sym.size());
-    for (int32_t k = 0; k < n; ++k) {
-        sym[k].prev = k - 1;
-        sym[k].next = k + 1 < n ? k + 1 : -1;
-    }
+    const int32_t n = link(sym);
 
     CandidateQueue queue;
     auto consider = [&](int32_t left) {
@@ -437,10 +453,7 @@ void Core::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
         Symbol& r = sym[l.next];
         if (r.id != c.right_id) continue;
         l.id = find_merge(c.left_id, c.right_id)->result;
-        l.end = r.end;
-        l.next = r.next;
-        if (r.next >= 0) sym[r.next].prev = c.left;
-        r.id = -2;  // dead
+        absorb_next(sym, c.left);
         consider(l.prev);
         consider(c.left);
     }
@@ -461,11 +474,7 @@ void Core::spm_word(std::string_view word, std::vector<int32_t>& out) const {
         sym.push_back({0, 0, 0, uint32_t(i), uint32_t(i + len)});
         i += len;
     }
-    const int32_t n = static_cast<int32_t>(sym.size());
-    for (int32_t k = 0; k < n; ++k) {
-        sym[k].prev = k - 1;
-        sym[k].next = k + 1 < n ? k + 1 : -1;
-    }
+    const int32_t n = link(sym);
 
     // Highest score first; equal scores merge the leftmost pair first.
     CandidateQueue queue;
@@ -488,10 +497,7 @@ void Core::spm_word(std::string_view word, std::vector<int32_t>& out) const {
         if (l.id < 0 || l.next < 0 || l.end - l.begin != c.left_len) continue;  // stale
         Symbol& r = sym[l.next];
         if (r.end - r.begin != c.right_len) continue;
-        l.end = r.end;
-        l.next = r.next;
-        if (r.next >= 0) sym[r.next].prev = c.left;
-        r.id = -2;
+        absorb_next(sym, c.left);
         consider(l.prev);
         consider(c.left);
     }

@@ -22,17 +22,9 @@ constexpr std::string_view kStart = "<|start|>", kChannel = "<|channel|>", kMess
 // A header longer than this is not one.
 constexpr size_t kMaxHeader = 1024;
 
-class HarmonyParser : public ChatOutputParser {
+class HarmonyParser : public SteppedParser {
 public:
     explicit HarmonyParser(const ChatParseOptions& o) : opt_(o) {}
-
-    ChatPieces feed(std::string_view text) override {
-        pending_.append(text);
-        ChatPieces out;
-        while (step(out)) {
-        }
-        return out;
-    }
 
     ChatPieces finish() override {
         ChatPieces out;
@@ -51,8 +43,7 @@ private:
     enum class State { Header, Body, Between };
     enum class Target { Reasoning, Content, Call, Drop };
 
-    // One transition; false when more text is needed.
-    bool step(ChatPieces& out) {
+    bool step(ChatPieces& out) override {
         switch (state_) {
         case State::Between: {
             // Whitespace between messages is dropped; anything but
@@ -147,7 +138,6 @@ private:
     }
 
     ChatParseOptions opt_;
-    std::string pending_;
     State state_ = State::Header;
     Target target_ = Target::Content;
     size_t call_index_ = 0;

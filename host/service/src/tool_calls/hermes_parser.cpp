@@ -77,17 +77,9 @@ Head read_head(std::string_view whole) {
     return h;
 }
 
-class HermesParser : public ChatOutputParser {
+class HermesParser : public SteppedParser {
 public:
     explicit HermesParser(const ChatParseOptions& o) : opt_(o) {}
-
-    ChatPieces feed(std::string_view text) override {
-        pending_.append(text);
-        ChatPieces out;
-        while (step(out)) {
-        }
-        return out;
-    }
 
     ChatPieces finish() override {
         ChatPieces out;
@@ -121,8 +113,7 @@ private:
         Whole,  // a block read whole at its </tool_call>
     };
 
-    // One transition; false when more text is needed.
-    bool step(ChatPieces& out) {
+    bool step(ChatPieces& out) override {
         switch (state_) {
         case State::Text: {
             const size_t open = pending_.find(kOpen);
@@ -285,7 +276,6 @@ private:
     }
 
     ChatParseOptions opt_;
-    std::string pending_;
     State state_ = State::Text;
     bool started_after_call_ = false;
     std::string ws_before_;  // whitespace between the text and an open block

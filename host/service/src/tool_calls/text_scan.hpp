@@ -3,6 +3,7 @@
 
 #include <cstddef>
 #include <initializer_list>
+#include <string>
 #include <string_view>
 
 #include "eh/service/chat_output.hpp"
@@ -54,5 +55,23 @@ inline std::string_view trim(std::string_view s) {
     while (!s.empty() && is_space(s.back())) s.remove_suffix(1);
     return s;
 }
+
+// A parser that works through the text it holds back one transition at a
+// time: feed() appends the text and steps until a step needs more.
+class SteppedParser : public ChatOutputParser {
+public:
+    ChatPieces feed(std::string_view text) final {
+        pending_.append(text);
+        ChatPieces out;
+        while (step(out)) {
+        }
+        return out;
+    }
+
+protected:
+    // One transition over pending_; false when more text is needed.
+    virtual bool step(ChatPieces& out) = 0;
+    std::string pending_;
+};
 
 }  // namespace eh::service::tool_calls
