@@ -11,24 +11,15 @@
 
 #include <eh/tools/forge.hpp>
 
+#include "../cuda/logit_compare.hpp"
+
 namespace gpttest {
 
-// max |a - b| over max |b| (b the reference); 1e9 when the sizes differ.
-inline double rel_err(const std::vector<float>& a, const std::vector<float>& b) {
-    double mx = 1e-6, e = 0;
-    for (size_t i = 0; i < b.size() && i < a.size(); ++i) {
-        mx = std::max(mx, double(std::fabs(b[i])));
-        e = std::max(e, double(std::fabs(a[i] - b[i])));
-    }
-    return a.size() == b.size() ? e / mx : 1e9;
-}
-inline size_t argmax(const std::vector<float>& v) { return size_t(std::max_element(v.begin(), v.end()) - v.begin()); }
-// got's top token is ref's, or ties with it within tol of ref's largest |logit|.
-inline bool top1_ok(const std::vector<float>& got, const std::vector<float>& ref, double tol) {
-    double mx = 1e-6;
-    for (float v : ref) mx = std::max(mx, double(std::fabs(v)));
-    return ref[argmax(ref)] - ref[argmax(got)] <= tol * mx;
-}
+// rel_err (max |a - b| over max |b|, 1e9 when the sizes differ), argmax,
+// top1_ok: the llama-cuda tests' (tests/cuda/logit_compare.hpp).
+using ehtest::argmax;
+using ehtest::rel_err;
+using ehtest::top1_ok;
 
 // Forged tiny models ("tiny-..." profiles), made once per process in a temp dir.
 inline std::string forged(const std::string& profile) {
