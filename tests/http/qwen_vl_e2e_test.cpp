@@ -25,25 +25,15 @@ Forged& forged() {
 }
 
 EngineHost& server() {
-    static EngineHost h({"--log-format", "text", "--mmproj", forged().mmproj, "--max-body-bytes", "4000000", "--ctx-size",
-                         "2048", "--kv-cache-size-mb", "64"},
-                        {}, true, EH_PLUGIN_DIR, forged().model);
+    static EngineHost h(serve_flags(forged(), "2048"), {}, true, EH_PLUGIN_DIR, forged().model);
     return h;
 }
 
 json chat_with(const std::vector<std::string>& urls, const std::string& text = "What is in this picture?") {
-    json content = json::array();
-    for (const auto& u : urls) content.push_back({{"type", "image_url"}, {"image_url", {{"url", u}}}});
-    content.push_back({{"type", "text"}, {"text", text}});
-    return {{"messages", json::array({{{"role", "user"}, {"content", content}}})},
-            {"max_tokens", 2}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 5}};
+    return chat_request(urls, text);
 }
 
-json post_ok(EngineHost& h, const json& body) {
-    auto r = h.post("/v1/chat/completions", body.dump());
-    EXPECT_EQ(r.status, 200) << r.body.substr(0, 2000);
-    return json::parse(r.body);
-}
+json post_ok(EngineHost& h, const json& body) { return post_chat_ok(h, body); }
 
 
 int prompt_tokens(const json& j) { return j["usage"]["prompt_tokens"]; }

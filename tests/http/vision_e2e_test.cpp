@@ -25,10 +25,7 @@ Forged& forged() {
 }
 
 EngineHost& server() {
-    static EngineHost h({"--log-format", "text", "--mmproj", forged().mmproj, "--max-body-bytes", "4000000", "--ctx-size",
-                         "1024", "--kv-cache-size-mb", "64"},
-                        {}, true,
-                        EH_PLUGIN_DIR, forged().model);
+    static EngineHost h(serve_flags(forged(), "1024"), {}, true, EH_PLUGIN_DIR, forged().model);
     return h;
 }
 
@@ -37,18 +34,10 @@ const char* kSystem =
     "where things are, in plain short sentences, and nothing else.";
 
 json chat_with(const std::vector<std::string>& urls, const std::string& text = "What is in this picture?") {
-    json content = json::array();
-    for (const auto& u : urls) content.push_back({{"type", "image_url"}, {"image_url", {{"url", u}}}});
-    content.push_back({{"type", "text"}, {"text", text}});
-    return {{"messages", json::array({{{"role", "system"}, {"content", kSystem}}, {{"role", "user"}, {"content", content}}})},
-            {"max_tokens", 2}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 5}};
+    return chat_request(urls, text, kSystem);
 }
 
-json post_ok(const json& body) {
-    auto r = server().post("/v1/chat/completions", body.dump());
-    EXPECT_EQ(r.status, 200) << r.body.substr(0, 2000);
-    return json::parse(r.body);
-}
+json post_ok(const json& body) { return post_chat_ok(server(), body); }
 
 std::string refusal(EngineHost& h, const json& body, const std::string& path = "/v1/chat/completions") {
     auto r = h.post(path, body.dump());

@@ -1,9 +1,10 @@
 // What the image end-to-end tests share: a vision profile forged by
-// engine-host itself (model + --mmproj-out) into a temporary directory, PNG
-// data URLs of seeded noise, and the first token's top log-probabilities of a
-// chat answer.
+// engine-host itself (model + --mmproj-out) into a temporary directory, the
+// flags that serve it, PNG data URLs of seeded noise, chat requests that carry
+// them, and the first token's top log-probabilities of a chat answer.
 #pragma once
 
+#include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 #include <png.h>
@@ -15,6 +16,8 @@
 #include <random>
 #include <string>
 #include <vector>
+
+#include "engine_host_process.hpp"
 
 namespace eh::test::vision {
 
@@ -39,6 +42,33 @@ struct Forged {
     Forged(const Forged&) = delete;
     Forged& operator=(const Forged&) = delete;
 };
+
+// serve's flags for a forged profile with its projector.
+inline std::vector<std::string> serve_flags(const Forged& f, const std::string& ctx_size) {
+    return {"--log-format", "text", "--mmproj", f.mmproj, "--max-body-bytes", "4000000",
+            "--ctx-size", ctx_size, "--kv-cache-size-mb", "64"};
+}
+
+// A chat request: `urls` as image_url parts before `text` in the user
+// message (after a system message when `system` is given), greedy, two
+// tokens, the top five log-probabilities.
+inline nlohmann::json chat_request(const std::vector<std::string>& urls, const std::string& text,
+                                   const std::string& system = "") {
+    nlohmann::json content = nlohmann::json::array();
+    for (const auto& u : urls) content.push_back({{"type", "image_url"}, {"image_url", {{"url", u}}}});
+    content.push_back({{"type", "text"}, {"text", text}});
+    nlohmann::json messages = nlohmann::json::array();
+    if (!system.empty()) messages.push_back({{"role", "system"}, {"content", system}});
+    messages.push_back({{"role", "user"}, {"content", content}});
+    return {{"messages", messages}, {"max_tokens", 2}, {"temperature", 0}, {"logprobs", true}, {"top_logprobs", 5}};
+}
+
+// POST /v1/chat/completions, expected to answer 200; its body.
+inline nlohmann::json post_chat_ok(EngineHost& h, const nlohmann::json& body) {
+    auto r = h.post("/v1/chat/completions", body.dump());
+    EXPECT_EQ(r.status, 200) << r.body.substr(0, 2000);
+    return nlohmann::json::parse(r.body);
+}
 
 // A w x h PNG of seeded random pixels as a data: URL.
 inline std::string png_data_url(uint32_t w, uint32_t h, uint32_t seed) {
