@@ -29,6 +29,51 @@ std::string text_of(const std::vector<SseEvent>& evs) {
     return s;
 }
 
+// A one-shot receiver of the ready callback on a free loopback port: it
+// reads one request (up to the end of its JSON body), answers 200 and
+// closes; wait() returns what it read. port is 0 when it could not listen.
+struct CallbackReceiver {
+    int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
+    int port = 0;
+    std::string received;
+    std::thread rx;
+
+    CallbackReceiver() {
+        sockaddr_in a{};
+        a.sin_family = AF_INET;
+        a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+        if (::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) return;
+        socklen_t len = sizeof a;
+        getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
+        ::listen(lfd, 4);
+        port = ntohs(a.sin_port);
+        rx = std::thread([this] {
+            int c = ::accept(lfd, nullptr, nullptr);
+            std::string buf;
+            char tmp[4096];
+            while (buf.find("}") == std::string::npos) {
+                ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
+                if (n <= 0) break;
+                buf.append(tmp, size_t(n));
+            }
+            received = buf;
+            send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
+            ::close(c);
+        });
+    }
+    std::string wait() {
+        if (rx.joinable()) rx.join();
+        return received;
+    }
+    ~CallbackReceiver() {
+        if (rx.joinable()) {  // (a test that stopped early: unblock accept)
+            ::shutdown(lfd, SHUT_RDWR);
+            rx.join();
+        }
+        ::close(lfd);
+    }
+};
+
 // One server for the tests that do not need special flags.
 EngineHost& shared_host() {
     static EngineHost host({"--queue-size", "2"}, {{"EH_TEST_ENGINE_DELAY_MS", "2"}});
@@ -511,34 +556,11 @@ TEST(Server, PrefillChunkTokensIsReportedAndRangeChecked) {
 }
 
 TEST(Server, CallbackIsPostedOnceListeningAndAFailedOneExitsNonZero) {
-    // A one-shot receiver on a free port.
-    int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::listen(lfd, 4);
-    int port = ntohs(a.sin_port);
-    std::string received;
-    std::thread rx([&] {
-        int c = ::accept(lfd, nullptr, nullptr);
-        std::string buf;
-        char tmp[4096];
-        while (buf.find("}") == std::string::npos) {
-            ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
-            if (n <= 0) break;
-            buf.append(tmp, size_t(n));
-        }
-        received = buf;
-        send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        ::close(c);
-    });
+    CallbackReceiver rx;
+    ASSERT_GT(rx.port, 0);
     const std::string wid = "123e4567-e89b-42d3-a456-426614174000";
-    EngineHost h({"--callback-url", "http://127.0.0.1:" + std::to_string(port) + "/workers", "--worker-id", wid});
-    rx.join();
-    ::close(lfd);
+    EngineHost h({"--callback-url", "http://127.0.0.1:" + std::to_string(rx.port) + "/workers", "--worker-id", wid});
+    const std::string received = rx.wait();
     json body = json::parse(received.substr(received.find("\r\n\r\n") + 4));
     EXPECT_EQ(body["worker_id"], wid);
     EXPECT_EQ(body["uri"], "http://127.0.0.1:" + std::to_string(h.port()));
@@ -553,33 +575,11 @@ TEST(Server, CallbackIsPostedOnceListeningAndAFailedOneExitsNonZero) {
 // pool kv_init allocated (issue 53: it used to be the load's, weights alone),
 // the same as /health's vram_bytes_used.
 TEST(Server, CallbackVramCountsTheKvPool) {
-    int lfd = ::socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    ASSERT_EQ(::bind(lfd, reinterpret_cast<sockaddr*>(&a), sizeof a), 0);
-    socklen_t len = sizeof a;
-    getsockname(lfd, reinterpret_cast<sockaddr*>(&a), &len);
-    ::listen(lfd, 4);
-    const int port = ntohs(a.sin_port);
-    std::string received;
-    std::thread rx([&] {
-        int c = ::accept(lfd, nullptr, nullptr);
-        std::string buf;
-        char tmp[4096];
-        while (buf.find("}") == std::string::npos) {
-            ssize_t n = ::recv(c, tmp, sizeof tmp, 0);
-            if (n <= 0) break;
-            buf.append(tmp, size_t(n));
-        }
-        received = buf;
-        send_all(c, "HTTP/1.1 200 OK\r\nContent-Length: 0\r\nConnection: close\r\n\r\n");
-        ::close(c);
-    });
-    EngineHost h({"--callback-url", "http://127.0.0.1:" + std::to_string(port) + "/workers"},
+    CallbackReceiver rx;
+    ASSERT_GT(rx.port, 0);
+    EngineHost h({"--callback-url", "http://127.0.0.1:" + std::to_string(rx.port) + "/workers"},
                  {{"EH_TEST_ENGINE_DEVICE_BYTES", "1000000"}}, true, std::string(EH_TEST_PLUGIN_DIR) + "/step-only");
-    rx.join();
-    ::close(lfd);
+    const std::string received = rx.wait();
     const json body = json::parse(received.substr(received.find("\r\n\r\n") + 4));
     const json health = json::parse(h.get("/health").body);
     EXPECT_EQ(health["vram_bytes_model"], 1000000);
