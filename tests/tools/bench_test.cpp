@@ -10,13 +10,24 @@
 using namespace eh::tools;
 using eh::tools::test::TempDir;
 
-TEST(Bench, JsonSchemaOnCpuReference) {
-    TempDir d;
-    ForgeOptions f{"tiny-gpt2-q8_0", d.file("m.gguf"), 1, "", 2, {}};
+namespace {
+
+// Options that bench the tiny GPT-2 profile, forged into d (seed 1), with
+// the built plugins.
+BenchOptions on_tiny_gpt2(const TempDir& d) {
+    ForgeOptions f{"tiny-gpt2-q8_0", d.file("m.gguf"), 1, "", 2, {}, ""};
     forge(f);
     BenchOptions o;
     o.plugins_dir = EH_PLUGIN_DIR;
     o.model = f.out;
+    return o;
+}
+
+}  // namespace
+
+TEST(Bench, JsonSchemaOnCpuReference) {
+    TempDir d;
+    BenchOptions o = on_tiny_gpt2(d);
     o.n_prompt = 16;
     o.n_gen = 4;
     o.reps = 2;
@@ -57,11 +68,7 @@ TEST(Bench, JsonSchemaOnCpuReference) {
 
 TEST(Bench, NoPluginIsAnErrorNamingTheModel) {
     TempDir d;
-    ForgeOptions f{"tiny-gpt2-q8_0", d.file("m.gguf"), 1, "", 2, {}};
-    forge(f);
-    BenchOptions o;
-    o.plugins_dir = EH_PLUGIN_DIR;
-    o.model = f.out;
+    BenchOptions o = on_tiny_gpt2(d);
     o.plugin = "no-such-plugin";
     try {
         run_bench(o);
@@ -76,13 +83,10 @@ TEST(Bench, NoPluginIsAnErrorNamingTheModel) {
 // never a report: at once (the plugin's load polls it too), or a few steps in.
 TEST(Bench, StopEndsTheRunWithCancelled) {
     TempDir d;
-    ForgeOptions f{"tiny-gpt2-q8_0", d.file("m.gguf"), 1, "", 2, {}};
-    forge(f);
+    const BenchOptions forged = on_tiny_gpt2(d);
     for (int after : {0, 3, 40}) {
-        BenchOptions o;
-        o.plugins_dir = EH_PLUGIN_DIR;
+        BenchOptions o = forged;
         o.plugin = "cpu-reference";
-        o.model = f.out;
         o.n_prompt = 16;
         o.n_gen = 8;
         o.reps = 1000;  // far more than `after` polls
@@ -130,11 +134,7 @@ TEST(Bench, FitContext) {
 // and the run succeeds.
 TEST(Bench, DefaultsAreCappedToSmallContext) {
     TempDir d;
-    ForgeOptions f{"tiny-gpt2-q8_0", d.file("m.gguf"), 1, "", 2, {}};
-    forge(f);
-    BenchOptions o;
-    o.plugins_dir = EH_PLUGIN_DIR;
-    o.model = f.out;
+    BenchOptions o = on_tiny_gpt2(d);
     o.plugin = "cpu-reference";
     o.reps = 1;
     o.threads = 2;
