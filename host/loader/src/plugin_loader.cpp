@@ -84,147 +84,147 @@ struct Opened {
     std::optional<eh_probe_result> probe;
 };
 
-// Steps shared by the pre-flight child and the real load. `stage` is told
-// what is about to happen, so a crash can be attributed.
-Opened open_and_check(const std::string& lib_path, const Manifest& m, const LoaderOptions& opt,
-                      std::vector<std::string>& problems,
-                      const std::function<void(const char*)>& stage) {
-    Opened out;
+// dlopen and the entry call; the plugin's table, or null with the problem.
+const eh_plugin_api* open_library(const std::string& lib_path, Opened& out, std::vector<std::string>& problems,
+                                  const std::function<void(const char*)>& stage) {
     stage("dlopen");
     try {
         out.library = std::make_shared<boost::dll::shared_library>(
             lib_path, boost::dll::load_mode::rtld_now | boost::dll::load_mode::rtld_local);
     } catch (const std::exception& e) {
         problems.push_back(std::string("cannot load library: ") + e.what());
-        return out;
+        return nullptr;
     }
     if (!out.library->has(EH_PLUGIN_ENTRY_SYMBOL)) {
         problems.push_back(std::string("library does not export the entry symbol ") + EH_PLUGIN_ENTRY_SYMBOL);
-        return out;
+        return nullptr;
     }
     auto entry = out.library->get<std::remove_pointer_t<eh_plugin_entry_fn>>(EH_PLUGIN_ENTRY_SYMBOL);
 
     stage("entry");
     const eh_plugin_api* api = nullptr;
     if (!guarded(EH_PLUGIN_ENTRY_SYMBOL, problems, [&] { api = entry(EH_ABI_MAJOR, EH_ABI_MINOR); }))
-        return out;
-    if (!api) {
+        return nullptr;
+    if (!api)
         problems.push_back(std::string(EH_PLUGIN_ENTRY_SYMBOL) + " returned NULL (plugin offers no table for host ABI " +
                            std::to_string(EH_ABI_MAJOR) + "." + std::to_string(EH_ABI_MINOR) + ")");
-        return out;
-    }
+    return api;
+}
 
+// The table's ABI version against the host's and the manifest's, and its
+// size against its version's; false when the table cannot be read further.
+bool check_version(const eh_plugin_api& api, const Manifest& m, const LoaderOptions& opt,
+                   std::vector<std::string>& problems) {
     std::string host_v = std::to_string(EH_ABI_MAJOR) + "." + std::to_string(opt.required_abi_minor);
-    std::string plug_v = std::to_string(api->abi_major) + "." + std::to_string(api->abi_minor);
-    if (api->abi_major != EH_ABI_MAJOR) {
+    std::string plug_v = std::to_string(api.abi_major) + "." + std::to_string(api.abi_minor);
+    if (api.abi_major != EH_ABI_MAJOR) {
         problems.push_back("ABI major mismatch: plugin speaks " + plug_v + ", host needs " + host_v);
-        return out;
+        return false;
     }
-    if (api->abi_minor < opt.required_abi_minor) {
+    if (api.abi_minor < opt.required_abi_minor) {
         problems.push_back("ABI too old: plugin speaks " + plug_v + ", host needs at least " + host_v);
-        return out;
+        return false;
     }
     // A table is as large as the minor version it was built for defines:
     // older plugins end before the members later minors appended.
-    const size_t needed = api_table_size(api->abi_minor);
-    if (api->struct_size < needed) {
-        problems.push_back("function table too small: plugin says " + std::to_string(api->struct_size) +
+    const size_t needed = api_table_size(api.abi_minor);
+    if (api.struct_size < needed) {
+        problems.push_back("function table too small: plugin says " + std::to_string(api.struct_size) +
                            " bytes, ABI " + plug_v + " needs " + std::to_string(needed));
-        return out;
+        return false;
     }
-    if (api->abi_major != m.abi_major || api->abi_minor != m.abi_minor)
+    if (api.abi_major != m.abi_major || api.abi_minor != m.abi_minor)
         problems.push_back("ABI version disagrees: manifest says " + std::to_string(m.abi_major) + "." +
                            std::to_string(m.abi_minor) + ", plugin table says " + plug_v);
+    return true;
+}
+
+// The entries every plugin sets, and the session calls (session_logits is
+// optional): required up to 1.3; from 1.4 a plugin with the batched group
+// may leave all of them NULL. Returns whether it did (step only).
+bool check_required_entries(const eh_plugin_api& api, std::vector<std::string>& problems) {
     const char* required[] = {"info", "plugin_last_error", "probe", "model_load", "model_get_info",
                               "model_check_residency", "model_last_error", "model_release"};
-    const void* fns[] = {(void*)api->info, (void*)api->plugin_last_error, (void*)api->probe,
-                         (void*)api->model_load, (void*)api->model_get_info,
-                         (void*)api->model_check_residency, (void*)api->model_last_error,
-                         (void*)api->model_release};
+    const void* fns[] = {(void*)api.info, (void*)api.plugin_last_error, (void*)api.probe,
+                         (void*)api.model_load, (void*)api.model_get_info,
+                         (void*)api.model_check_residency, (void*)api.model_last_error,
+                         (void*)api.model_release};
     for (size_t i = 0; i < std::size(fns); ++i)
         if (!fns[i]) problems.push_back(std::string("function table entry ") + required[i] + " is NULL");
-    // The session calls (session_logits is optional): required up to 1.3;
-    // from 1.4 a plugin with the batched group may leave all of them NULL.
     const char* session[] = {"session_create", "session_set_sampling", "session_prefill", "session_sample",
                              "session_decode", "session_reset", "session_n_past", "session_last_error",
                              "session_release"};
-    const void* sfns[] = {(void*)api->session_create, (void*)api->session_set_sampling,
-                          (void*)api->session_prefill, (void*)api->session_sample, (void*)api->session_decode,
-                          (void*)api->session_reset, (void*)api->session_n_past,
-                          (void*)api->session_last_error, (void*)api->session_release};
+    const void* sfns[] = {(void*)api.session_create, (void*)api.session_set_sampling,
+                          (void*)api.session_prefill, (void*)api.session_sample, (void*)api.session_decode,
+                          (void*)api.session_reset, (void*)api.session_n_past,
+                          (void*)api.session_last_error, (void*)api.session_release};
     size_t sessions_set = 0;
     for (const void* f : sfns) sessions_set += f != nullptr;
-    const bool step_only = api->abi_minor >= 4 && sessions_set == 0 && api->session_logits == nullptr;
+    const bool step_only = api.abi_minor >= 4 && sessions_set == 0 && api.session_logits == nullptr;
     if (!step_only)
         for (size_t i = 0; i < std::size(sfns); ++i)
             if (!sfns[i])
                 problems.push_back(std::string("function table entry ") + session[i] + " is NULL" +
-                                   (api->abi_minor >= 4 && sessions_set > 0
+                                   (api.abi_minor >= 4 && sessions_set > 0
                                         ? " while other session entries are set: set all or none (1.4)"
                                         : ""));
-    if (api->abi_minor >= 2) {
-        // The batched members come as a group (seq_logits stays optional).
-        const char* batched[] = {"kv_init", "kv_get_info", "seq_create", "seq_fork", "seq_truncate",
-                                 "seq_set_sampling", "seq_length", "seq_release", "step"};
-        const void* bfns[] = {(void*)api->kv_init, (void*)api->kv_get_info, (void*)api->seq_create,
-                              (void*)api->seq_fork, (void*)api->seq_truncate, (void*)api->seq_set_sampling,
-                              (void*)api->seq_length, (void*)api->seq_release, (void*)api->step};
-        size_t set = 0;
-        for (const void* f : bfns) set += f != nullptr;
-        if (set != 0 && set != std::size(bfns))
-            for (size_t i = 0; i < std::size(bfns); ++i)
-                if (!bfns[i])
-                    problems.push_back(std::string("function table entry ") + batched[i] +
-                                       " is NULL while other batched (1.2) entries are set: set all or none");
-        if (api->abi_minor >= 3 && (api->step_begin != nullptr) != (api->step_end != nullptr))
-            problems.push_back("function table entries step_begin and step_end (1.3) come as a pair: set both or neither");
-        if (api->abi_minor >= 3 && api->step_begin && set == 0)
-            problems.push_back("function table entries step_begin and step_end (1.3) need the batched (1.2) entries");
-        if (api->abi_minor >= 5 && api->seq_hidden && set == 0)
-            problems.push_back("function table entry seq_hidden (1.5) needs the batched (1.2) entries");
-        if (api->abi_minor >= 6) {
-            // The adapter calls come as a group of three, beside the batched ones.
-            const size_t aset = (api->adapter_load != nullptr) + (api->adapter_release != nullptr) +
-                                (api->seq_set_adapter != nullptr);
-            if (aset != 0 && aset != 3)
-                problems.push_back("function table entries adapter_load, adapter_release and seq_set_adapter (1.6) "
-                                   "come as a group: set all three or none");
-            if (aset != 0 && set == 0)
-                problems.push_back("function table entries adapter_load, adapter_release and seq_set_adapter (1.6) "
-                                   "need the batched (1.2) entries");
-            // So do the image calls.
-            const size_t iset = (api->image_encoder_load != nullptr) + (api->image_encode != nullptr) +
-                                (api->seq_embd_spans != nullptr);
-            if (iset != 0 && iset != 3)
-                problems.push_back("function table entries image_encoder_load, image_encode and seq_embd_spans (1.6) "
-                                   "come as a group: set all three or none");
-            if (iset != 0 && set == 0)
-                problems.push_back("function table entries image_encoder_load, image_encode and seq_embd_spans (1.6) "
-                                   "need the batched (1.2) entries");
-        }
-        if (api->abi_minor >= 7) {
-            // The park calls too (the host-memory tier).
-            const size_t pset = (api->seq_park != nullptr) + (api->seq_unpark != nullptr) +
-                                (api->parked_release != nullptr);
-            if (pset != 0 && pset != 3)
-                problems.push_back("function table entries seq_park, seq_unpark and parked_release (1.7) "
-                                   "come as a group: set all three or none");
-            if (pset != 0 && set == 0)
-                problems.push_back("function table entries seq_park, seq_unpark and parked_release (1.7) "
-                                   "need the batched (1.2) entries");
-        }
-        if (step_only && set == 0)
-            problems.push_back("function table has neither the session entries nor the batched (1.2) entries: "
-                               "a plugin needs one of them to run a model");
-    }
-    if (!problems.empty()) return out;
+    return step_only;
+}
 
-    stage("info");
+// A group of three calls a later minor added beside the batched ones (`n_set`
+// of them set): all three or none, and only with the batched entries.
+void check_group_of_three(size_t n_set, const char* names, const char* version, size_t batched_set,
+                          std::vector<std::string>& problems) {
+    const std::string group = std::string("function table entries ") + names + " (" + version + ") ";
+    if (n_set != 0 && n_set != 3) problems.push_back(group + "come as a group: set all three or none");
+    if (n_set != 0 && batched_set == 0) problems.push_back(group + "need the batched (1.2) entries");
+}
+
+// From 1.2: the batched entries and the groups that need them.
+void check_batched_entries(const eh_plugin_api& api, bool step_only, std::vector<std::string>& problems) {
+    if (api.abi_minor < 2) return;
+    // The batched members come as a group (seq_logits stays optional).
+    const char* batched[] = {"kv_init", "kv_get_info", "seq_create", "seq_fork", "seq_truncate",
+                             "seq_set_sampling", "seq_length", "seq_release", "step"};
+    const void* bfns[] = {(void*)api.kv_init, (void*)api.kv_get_info, (void*)api.seq_create,
+                          (void*)api.seq_fork, (void*)api.seq_truncate, (void*)api.seq_set_sampling,
+                          (void*)api.seq_length, (void*)api.seq_release, (void*)api.step};
+    size_t set = 0;
+    for (const void* f : bfns) set += f != nullptr;
+    if (set != 0 && set != std::size(bfns))
+        for (size_t i = 0; i < std::size(bfns); ++i)
+            if (!bfns[i])
+                problems.push_back(std::string("function table entry ") + batched[i] +
+                                   " is NULL while other batched (1.2) entries are set: set all or none");
+    if (api.abi_minor >= 3 && (api.step_begin != nullptr) != (api.step_end != nullptr))
+        problems.push_back("function table entries step_begin and step_end (1.3) come as a pair: set both or neither");
+    if (api.abi_minor >= 3 && api.step_begin && set == 0)
+        problems.push_back("function table entries step_begin and step_end (1.3) need the batched (1.2) entries");
+    if (api.abi_minor >= 5 && api.seq_hidden && set == 0)
+        problems.push_back("function table entry seq_hidden (1.5) needs the batched (1.2) entries");
+    if (api.abi_minor >= 6) {
+        check_group_of_three((api.adapter_load != nullptr) + (api.adapter_release != nullptr) +
+                                 (api.seq_set_adapter != nullptr),
+                             "adapter_load, adapter_release and seq_set_adapter", "1.6", set, problems);
+        check_group_of_three((api.image_encoder_load != nullptr) + (api.image_encode != nullptr) +
+                                 (api.seq_embd_spans != nullptr),
+                             "image_encoder_load, image_encode and seq_embd_spans", "1.6", set, problems);
+    }
+    if (api.abi_minor >= 7)  // the host-memory tier
+        check_group_of_three((api.seq_park != nullptr) + (api.seq_unpark != nullptr) + (api.parked_release != nullptr),
+                             "seq_park, seq_unpark and parked_release", "1.7", set, problems);
+    if (step_only && set == 0)
+        problems.push_back("function table has neither the session entries nor the batched (1.2) entries: "
+                           "a plugin needs one of them to run a model");
+}
+
+// info() against the manifest; false when it cannot be called.
+bool check_info(const eh_plugin_api& api, const Manifest& m, std::vector<std::string>& problems) {
     const eh_plugin_info* info = nullptr;
-    if (!guarded("info()", problems, [&] { info = api->info(); })) return out;
+    if (!guarded("info()", problems, [&] { info = api.info(); })) return false;
     if (!info) {
         problems.push_back("info() returned NULL");
-        return out;
+        return false;
     }
     compare_str("name", m.caps.name, info->name, problems);
     compare_str("version", m.caps.version, info->version, problems);
@@ -240,25 +240,48 @@ Opened open_and_check(const std::string& lib_path, const Manifest& m, const Load
         problems.push_back("min_compute_capability disagrees: manifest says " +
                            std::to_string(m.caps.min_compute_capability) + ", plugin says " +
                            std::to_string(info->min_compute_capability));
+    return true;
+}
 
-    stage("probe");
+// probe() on the device; its result into out.probe; false when it cannot
+// be called.
+bool probe_device(const eh_plugin_api& api, const LoaderOptions& opt, Opened& out,
+                  std::vector<std::string>& problems) {
     eh_probe_result pr{};
     pr.struct_size = sizeof(pr);
     eh_status st = EH_INTERNAL;
-    if (!guarded("probe()", problems, [&] { st = api->probe(opt.device, &pr); })) return out;
+    if (!guarded("probe()", problems, [&] { st = api.probe(opt.device, &pr); })) return false;
     pr.reason[sizeof(pr.reason) - 1] = '\0';
     pr.device_name[sizeof(pr.device_name) - 1] = '\0';
     out.probe = pr;
     if (st != EH_OK) {
         std::string msg;
         guarded("plugin_last_error()", problems, [&] {
-            const char* e = api->plugin_last_error();
+            const char* e = api.plugin_last_error();
             msg = e ? e : "";
         });
         problems.push_back(std::string("probe failed with ") + eh_status_name(st) + (msg.empty() ? "" : ": " + msg));
     } else if (!pr.supported) {
         problems.push_back(std::string("probe: cannot run here: ") + (pr.reason[0] ? pr.reason : "(no reason given)"));
     }
+    return true;
+}
+
+// Steps shared by the pre-flight child and the real load. `stage` is told
+// what is about to happen, so a crash can be attributed.
+Opened open_and_check(const std::string& lib_path, const Manifest& m, const LoaderOptions& opt,
+                      std::vector<std::string>& problems,
+                      const std::function<void(const char*)>& stage) {
+    Opened out;
+    const eh_plugin_api* api = open_library(lib_path, out, problems, stage);
+    if (!api || !check_version(*api, m, opt, problems)) return out;
+    const bool step_only = check_required_entries(*api, problems);
+    check_batched_entries(*api, step_only, problems);
+    if (!problems.empty()) return out;
+    stage("info");
+    if (!check_info(*api, m, problems)) return out;
+    stage("probe");
+    if (!probe_device(*api, opt, out, problems)) return out;
     out.api = api;
     return out;
 }
