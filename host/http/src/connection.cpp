@@ -303,6 +303,140 @@ void linger_close(Transport& t) {
     }
 }
 
+// The refusals of one connection: the error response, its access-log line
+// (the method and path of the request being read, the time since its head
+// arrived), the metrics callback, then a lingering close.
+struct Refusals {
+    Transport& t;
+    const std::function<void(int)>& on_refused;
+    std::string method = "-", path = "-";
+    Clock::time_point head_done = Clock::now();
+
+    // Before a request's head is read: no method or path yet.
+    void next_request() {
+        method.assign(1, '-');
+        path.assign(1, '-');
+    }
+
+    void operator()(int status, const std::string& code, const std::string& message, const nlohmann::json& details,
+                    bool retry_after = false) {
+        if (on_refused) on_refused(status);
+        access::Entry e;
+        e.method = method;
+        e.path = path;
+        e.status = status;
+        e.correlation_id = new_correlation_id();
+        const std::string response = error_response(status, code, message, details, retry_after, e.correlation_id);
+        const bool sent = send_all(t, response, std::chrono::milliseconds(1000));
+        e.bytes = sent ? response.size() : 0;
+        e.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - head_done).count();
+        access::write(e);
+        if (!sent) return;
+        // Not when over the connection cap: a flood must not keep threads.
+        if (!retry_after) linger_close(t);
+    }
+
+    // A framing error (head, chunks, content coding): its status and
+    // message; one over the body limit names the limit.
+    void framing(const FramingError& err, size_t max_body_bytes) {
+        nlohmann::json details = nlohmann::json::object();
+        if (err.status == 413) details["limit_bytes"] = max_body_bytes;
+        (*this)(err.status, "INVALID_REQUEST", err.message, details);
+    }
+};
+
+// Reads and parses the next request's head (up to `until`) from buf and the
+// transport, and takes it out of buf; false when the connection is done
+// (refused, closed, aborted).
+bool read_head(Transport& t, std::string& buf, Clock::time_point until, std::chrono::milliseconds header_timeout,
+               const FramingLimits& fl, const std::atomic<bool>& aborted, Refusals& refuse, RequestHead& head) {
+    refuse.head_done = Clock::now();
+    size_t head_end;
+    while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
+        if (buf.size() > fl.max_head_bytes) {
+            refuse(431, "INVALID_REQUEST",
+                   "the request head is larger than the limit of " + std::to_string(fl.max_head_bytes) + " bytes",
+                   {{"limit_bytes", fl.max_head_bytes}});
+            return false;
+        }
+        Read r = read_more(t, buf, until, aborted);
+        if (r == Read::TimedOut)
+            refuse(408, "INVALID_REQUEST",
+                   "the request head did not arrive within " + std::to_string(header_timeout.count()) + " ms",
+                   {{"timeout_ms", header_timeout.count()}});
+        if (r != Read::Ok) return false;
+    }
+    refuse.head_done = Clock::now();
+    FramingError err;
+    const bool parsed = parse_head(std::string_view(buf).substr(0, head_end), fl, head, err);
+    if (!head.method.empty()) refuse.method = head.method.substr(0, 16);
+    if (!head.target.empty()) refuse.path = access::log_path(head.target);
+    if (!parsed) {
+        refuse.framing(err, fl.max_body_bytes);
+        return false;
+    }
+    buf.erase(0, head_end + 4);
+    return true;
+}
+
+// Every POST body here is JSON. A type a web page may send cross-site
+// without a CORS preflight is refused before the body is read
+// (request_guard.hpp); a form type from curl -d (no Origin) is read as
+// JSON: httplib is not shown it, since it would parse the body as a form
+// under its own 8 KiB limit. False when refused.
+bool admit_content_type(RequestHead& head, Refusals& refuse) {
+    if (head.method != "POST") return true;
+    const std::string type = head.header("content-type");
+    if (cross_site_form_post(type, !head.header("origin").empty())) {
+        refuse(415, "INVALID_REQUEST", "this route takes a JSON body: send Content-Type: application/json", {});
+        return false;
+    }
+    if (form_content_type(type)) head.drop_header("content-type");
+    return true;
+}
+
+// The body, within the body timeout, de-chunked and inflated under the
+// limit, taken out of buf; false when the connection is done.
+bool read_body(Transport& t, std::string& buf, const RequestHead& head, const ConnectionLimits& limits,
+               const std::atomic<bool>& aborted, Refusals& refuse, std::string& body) {
+    const FramingLimits& fl = limits.framing;
+    const auto body_until = Clock::now() + limits.body_timeout;
+    auto read = [&] {
+        Read r = read_more(t, buf, body_until, aborted);
+        if (r == Read::TimedOut)
+            refuse(408, "INVALID_REQUEST",
+                   "the request body did not arrive within " + std::to_string(limits.body_timeout.count()) + " ms",
+                   {{"timeout_ms", limits.body_timeout.count()}});
+        return r == Read::Ok;
+    };
+    FramingError err;
+    std::string raw;
+    if (head.chunked) {
+        ChunkedDecoder dec(fl);
+        for (;;) {
+            size_t used = 0;
+            auto st = dec.feed(buf, used, raw, err);
+            buf.erase(0, used);
+            if (st == ChunkedDecoder::Status::Done) break;
+            if (st == ChunkedDecoder::Status::Failed) {
+                refuse.framing(err, fl.max_body_bytes);
+                return false;
+            }
+            if (!read()) return false;
+        }
+    } else {
+        while (buf.size() < head.content_length)
+            if (!read()) return false;
+        raw = buf.substr(0, size_t(head.content_length));
+        buf.erase(0, size_t(head.content_length));
+    }
+    if (!inflate_body(raw, head.coding, fl.max_body_bytes, body, err)) {
+        refuse.framing(err, fl.max_body_bytes);
+        return false;
+    }
+    return true;
+}
+
 }  // namespace
 
 GatedServer::GatedServer() {
@@ -465,26 +599,7 @@ bool GatedServer::process_and_close_socket(socket_t sock) {
 
 void GatedServer::serve(Transport& t, size_t open, size_t from_client, Clock::time_point accepted) {
     const int fd = t.fd();
-    // Method and path of the request being read, for the access log of a refusal.
-    std::string method = "-", path = "-";
-    Clock::time_point head_done = Clock::now();
-    auto refuse = [&](int status, const std::string& code, const std::string& message, const nlohmann::json& details,
-                      bool retry_after = false) {
-        if (on_refused) on_refused(status);
-        access::Entry e;
-        e.method = method;
-        e.path = path;
-        e.status = status;
-        e.correlation_id = new_correlation_id();
-        const std::string response = error_response(status, code, message, details, retry_after, e.correlation_id);
-        const bool sent = send_all(t, response, std::chrono::milliseconds(1000));
-        e.bytes = sent ? response.size() : 0;
-        e.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - head_done).count();
-        access::write(e);
-        if (!sent) return;
-        // Not when over the connection cap: a flood must not keep threads.
-        if (!retry_after) linger_close(t);
-    };
+    Refusals refuse{t, on_refused};
     auto busy = [&] {
         refuse(503, "QUEUE_FULL",
                "too many open connections (limit " + std::to_string(limits.max_connections) + "); retry shortly",
@@ -503,10 +618,9 @@ void GatedServer::serve(Transport& t, size_t open, size_t from_client, Clock::ti
     // In the reserve: one quick probe request, nothing else.
     const bool probe_only = open > limits.max_connections;
     const auto header_timeout = probe_only ? limits.probe_header_timeout : limits.header_timeout;
-    const FramingLimits& fl = limits.framing;
     std::string buf;  // read, not yet consumed (a pipelined request may already be here)
     for (size_t served = 0; served < limits.max_requests_per_connection; ++served) {
-        method = path = "-";
+        refuse.next_request();
         // Wait for the next request. A fresh connection always gets its
         // first request served, even while draining (/health answers
         // "shutting_down"); a kept-alive one closes instead.
@@ -520,101 +634,18 @@ void GatedServer::serve(Transport& t, size_t open, size_t from_client, Clock::ti
         if (buf.empty() &&
             read_more(t, buf, served == 0 ? first_until : Clock::now() + limits.idle_timeout, aborted_) != Read::Ok)
             return;
-
-        // The head, within the header timeout.
         const auto head_until = served == 0 ? first_until : Clock::now() + header_timeout;
-        head_done = Clock::now();
-        size_t head_end;
-        while ((head_end = buf.find("\r\n\r\n")) == std::string::npos) {
-            if (buf.size() > fl.max_head_bytes) {
-                refuse(431, "INVALID_REQUEST",
-                       "the request head is larger than the limit of " + std::to_string(fl.max_head_bytes) + " bytes",
-                       {{"limit_bytes", fl.max_head_bytes}});
-                return;
-            }
-            Read r = read_more(t, buf, head_until, aborted_);
-            if (r == Read::TimedOut)
-                refuse(408, "INVALID_REQUEST",
-                       "the request head did not arrive within " + std::to_string(header_timeout.count()) + " ms",
-                       {{"timeout_ms", header_timeout.count()}});
-            if (r != Read::Ok) return;
-        }
-        head_done = Clock::now();
         RequestHead head;
-        FramingError err;
-        const bool parsed = parse_head(std::string_view(buf).substr(0, head_end), fl, head, err);
-        if (!head.method.empty()) method = head.method.substr(0, 16);
-        if (!head.target.empty()) path = access::log_path(head.target);
-        if (!parsed) {
-            nlohmann::json details = nlohmann::json::object();
-            if (err.status == 413) details["limit_bytes"] = fl.max_body_bytes;
-            refuse(err.status, "INVALID_REQUEST", err.message, details);
-            return;
-        }
-        buf.erase(0, head_end + 4);
+        if (!read_head(t, buf, head_until, header_timeout, limits.framing, aborted_, refuse, head)) return;
         if (probe_only) {
             const std::string probe_path = head.target.substr(0, head.target.find('?'));
             if (head.method != "GET" || (probe_path != "/health" && probe_path != "/metrics")) return busy();
             head.wants_close = true;
         }
-        // Every POST body here is JSON. A type a web page may send
-        // cross-site without a CORS preflight is refused before the body is
-        // read (request_guard.hpp); a form type from curl -d (no Origin) is
-        // read as JSON: httplib is not shown it, since it would parse the
-        // body as a form under its own 8 KiB limit.
-        if (head.method == "POST") {
-            const std::string type = head.header("content-type");
-            if (cross_site_form_post(type, !head.header("origin").empty())) {
-                refuse(415, "INVALID_REQUEST", "this route takes a JSON body: send Content-Type: application/json", {});
-                return;
-            }
-            if (form_content_type(type))
-                head.drop_header("content-type");
-        }
+        if (!admit_content_type(head, refuse)) return;
         if (head.expect_continue && !send_all(t, "HTTP/1.1 100 Continue\r\n\r\n", limits.write_timeout)) return;
-
-        // The body, within the body timeout, de-chunked under the limit.
-        const auto body_until = Clock::now() + limits.body_timeout;
-        auto body_timed_out = [&] {
-            refuse(408, "INVALID_REQUEST",
-                   "the request body did not arrive within " + std::to_string(limits.body_timeout.count()) + " ms",
-                   {{"timeout_ms", limits.body_timeout.count()}});
-        };
-        std::string raw;
-        if (head.chunked) {
-            ChunkedDecoder dec(fl);
-            for (;;) {
-                size_t used = 0;
-                auto st = dec.feed(buf, used, raw, err);
-                buf.erase(0, used);
-                if (st == ChunkedDecoder::Status::Done) break;
-                if (st == ChunkedDecoder::Status::Failed) {
-                    nlohmann::json details = nlohmann::json::object();
-                    if (err.status == 413) details["limit_bytes"] = fl.max_body_bytes;
-                    refuse(err.status, "INVALID_REQUEST", err.message, details);
-                    return;
-                }
-                Read r = read_more(t, buf, body_until, aborted_);
-                if (r == Read::TimedOut) body_timed_out();
-                if (r != Read::Ok) return;
-            }
-        } else {
-            while (buf.size() < head.content_length) {
-                Read r = read_more(t, buf, body_until, aborted_);
-                if (r == Read::TimedOut) body_timed_out();
-                if (r != Read::Ok) return;
-            }
-            raw = buf.substr(0, size_t(head.content_length));
-            buf.erase(0, size_t(head.content_length));
-        }
         std::string body;
-        if (!inflate_body(raw, head.coding, fl.max_body_bytes, body, err)) {
-            nlohmann::json details = nlohmann::json::object();
-            if (err.status == 413) details["limit_bytes"] = fl.max_body_bytes;
-            refuse(err.status, "INVALID_REQUEST", err.message, details);
-            return;
-        }
-        raw.clear();
+        if (!read_body(t, buf, head, limits, aborted_, refuse, body)) return;
 
         const bool close = head.wants_close || draining_.load() || served + 1 == limits.max_requests_per_connection;
         CanonicalStream strm(t, canonical_request(head, body), limits.write_timeout);
@@ -623,15 +654,15 @@ void GatedServer::serve(Transport& t, size_t open, size_t from_client, Clock::ti
         bool ok;
         {
             access::Scope scope;
-            scope.entry.method = method;
-            scope.entry.path = path;
+            scope.entry.method = refuse.method;
+            scope.entry.path = refuse.path;
             std::optional<crash_notice::Watch> watch;
             if (!t.tls()) watch.emplace(fd, head.target.rfind("/v1/", 0) == 0);
             t_client_fd = fd;
             ok = process_request(strm, close, closed, nullptr);
             t_client_fd = -1;
             scope.entry.bytes = strm.bytes_written();
-            scope.entry.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - head_done).count();
+            scope.entry.total_ms = std::chrono::duration<double, std::milli>(Clock::now() - refuse.head_done).count();
             scope.finish_queue_time();
             access::write(scope.entry);
         }
