@@ -425,68 +425,135 @@ uint32_t Scheduler::owed_blocks() const {
 // only while at most this many full steps of it are left.
 constexpr uint32_t kMaxPrefixWaitSteps = 8;
 
-bool Scheduler::try_admit(Active& a) {
+namespace {
+
+eh_sampling_params sampling_params(const Job& job, uint32_t repetition_window) {
+    const Sampling& sampling = job.request.sampling;
+    eh_sampling_params sp{};
+    sp.struct_size = sizeof(sp);
+    sp.temperature = float(sampling.temperature);
+    sp.top_k = sampling.top_k;
+    sp.top_p = float(sampling.top_p);
+    sp.min_p = float(sampling.min_p);
+    sp.repetition_penalty = float(sampling.repetition_penalty);
+    sp.repetition_window = repetition_window;
+    sp.presence_penalty = float(sampling.presence_penalty);
+    sp.frequency_penalty = float(sampling.frequency_penalty);
+    sp.seed = job.seed;
+    return sp;
+}
+
+}  // namespace
+
+// Requests that arrive together behind one system prompt: the cache holds
+// only ended requests, so each would compute the prompt again. A running
+// request whose tokens share a block or more with this one's is forked
+// instead, once those tokens are in its sequence; until then this request
+// waits at the head of the queue (a few steps of the other's prefill), as
+// an n > 1 sibling does. The longest share wins.
+std::optional<PrefixCache::Match> Scheduler::running_prefix(const Active& a, bool& wait) const {
     const uint32_t B = limits_.block_tokens;
-    std::optional<PrefixCache::Match> match;
+    const size_t limit = a.tokens.size() - 1;
+    const Active* best = nullptr;
+    uint32_t best_n = 0;
+    for (const auto& r : running_) {
+        if (!r || !r->seq || !r->job->images.empty() || r->job->adapter != a.job->adapter ||
+            cache_scope(*r->job) != cache_scope(*a.job))
+            continue;
+        const auto end = a.tokens.begin() + ptrdiff_t(std::min(limit, r->tokens.size()));
+        const uint32_t n = uint32_t(std::mismatch(a.tokens.begin(), end, r->tokens.begin()).first - a.tokens.begin());
+        if (n >= B && n > best_n) best = r.get(), best_n = n;
+    }
+    // (its last sampled token may not be in yet: this request computes
+    // that one). The wait is bounded: past kMaxPrefixWaitSteps steps'
+    // tokens still to compute, it takes what is in now (a block or more)
+    // and computes the rest itself rather than hold the queue behind it.
+    if (best && best->in_seq + 1 < best_n &&
+        best_n - best->in_seq <= uint64_t(kMaxPrefixWaitSteps) * limits_.max_step_tokens) {
+        wait = true;
+        return std::nullopt;
+    }
+    const uint32_t ready = best ? std::min(best_n, best->in_seq) : 0;
+    if (ready >= B) return PrefixCache::Match{best->seq, ready};
+    return std::nullopt;
+}
+
+std::optional<PrefixCache::Match> Scheduler::admission_match(const Active& a, bool& wait) {
+    wait = false;
     if (a.job->fork_of && limits_.can_fork && a.tokens.size() == a.job->prompt_tokens.size()) {
         // A sibling of an n > 1 request: share the first one's prompt once it
         // is in; wait while it is being computed.
         const uint32_t n = uint32_t(a.tokens.size() - 1);
+        std::optional<PrefixCache::Match> sibling;
         for (const auto& r : running_)
             if (r && r->job == a.job->fork_of) {
-                if (r->in_seq < n) return false;
-                match = PrefixCache::Match{r->seq, n};
+                if (r->in_seq < n) {
+                    wait = true;
+                    return std::nullopt;
+                }
+                sibling = PrefixCache::Match{r->seq, n};
             }
+        if (sibling) return sibling;
     }
-    // Requests that arrive together behind one system prompt: the cache
-    // holds only ended requests, so each would compute the prompt again. A
-    // running request (same scope, same adapter, no images) whose tokens
-    // share a block or more with this one's is forked instead, once those
-    // tokens are in its sequence; until then this request waits at the head
-    // of the queue (a few steps of the other's prefill), as an n > 1 sibling
-    // does. The longest share wins; the cache below may still give
-    // more.
+    if (!cache_) return std::nullopt;
     std::optional<PrefixCache::Match> running_match;
-    if (cache_ && !match && a.job->images.empty()) {
-        const size_t limit = a.tokens.size() - 1;
-        const Active* best = nullptr;
-        uint32_t best_n = 0;
-        for (const auto& r : running_) {
-            if (!r || !r->seq || !r->job->images.empty() || r->job->adapter != a.job->adapter ||
-                cache_scope(*r->job) != cache_scope(*a.job))
-                continue;
-            const auto end = a.tokens.begin() + ptrdiff_t(std::min(limit, r->tokens.size()));
-            const uint32_t n = uint32_t(std::mismatch(a.tokens.begin(), end, r->tokens.begin()).first - a.tokens.begin());
-            if (n >= B && n > best_n) best = r.get(), best_n = n;
-        }
-        // (its last sampled token may not be in yet: this request computes
-        // that one). The wait is bounded: past kMaxPrefixWaitSteps steps'
-        // tokens still to compute, it takes what is in now (a block or more)
-        // and computes the rest itself rather than hold the queue behind it.
-        if (best && best->in_seq + 1 < best_n &&
-            best_n - best->in_seq <= uint64_t(kMaxPrefixWaitSteps) * limits_.max_step_tokens)
-            return false;
-        const uint32_t ready = best ? std::min(best_n, best->in_seq) : 0;
-        if (ready >= B) running_match = PrefixCache::Match{best->seq, ready};
+    if (a.job->images.empty()) {
+        running_match = running_prefix(a, wait);
+        if (wait) return std::nullopt;
     }
-    if (!match && cache_) {
-        stats_.prefix_lookups.fetch_add(1);
-        stats_.prefix_query_tokens.fetch_add(a.tokens.size());
-        const std::vector<int32_t> key = a.job->images.empty() ? std::vector<int32_t>() : cache_key(*a.job, a.tokens);
-        match = cache_->lookup(cache_scope(*a.job), a.job->adapter, key.empty() ? std::span<const int32_t>(a.tokens) : key,
-                               uint32_t(a.tokens.size() - 1), owed_blocks());
-        // Never into the middle of an image: its tokens go into one step.
-        for (const auto& im : a.job->images)
-            if (match && match->n > im->first && match->n < im->first + im->count) match->n = im->first;
-        if (match && match->n == 0) match.reset();
-        if (running_match && (!match || running_match->n > match->n)) match = running_match;
-    }
+    stats_.prefix_lookups.fetch_add(1);
+    stats_.prefix_query_tokens.fetch_add(a.tokens.size());
+    const std::vector<int32_t> key = a.job->images.empty() ? std::vector<int32_t>() : cache_key(*a.job, a.tokens);
+    auto match = cache_->lookup(cache_scope(*a.job), a.job->adapter,
+                                key.empty() ? std::span<const int32_t>(a.tokens) : key, uint32_t(a.tokens.size() - 1),
+                                owed_blocks());
+    // Never into the middle of an image: its tokens go into one step.
+    for (const auto& im : a.job->images)
+        if (match && match->n > im->first && match->n < im->first + im->count) match->n = im->first;
+    if (match && match->n == 0) match.reset();
+    if (running_match && (!match || running_match->n > match->n)) match = running_match;
+    return match;
+}
+
+void Scheduler::first_admission(Active& a, uint32_t reuse) {
+    const GenerationRequest& req = a.job->request;
+    a.admitted = Clock::now();
+    a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
+    if (a.job->constraint) a.matcher = std::make_unique<constrain::Matcher>(a.job->constraint);
+    metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
+    a.job->queue_us.store(std::chrono::duration_cast<std::chrono::microseconds>(a.admitted - a.job->submitted_at).count());
+    JobEvent started;
+    started.kind = JobEvent::Kind::Started;
+    started.started_at = now_rfc3339();
+    started.seed = a.job->seed;
+    started.prompt_tokens = uint32_t(a.job->prompt_tokens.size());
+    started.cached_tokens = reuse;
+    a.job->push(started);
+    metrics_->prompt_tokens(a.job->prompt_tokens.size());
+    nlohmann::json fields = {{"job_id", req.job_id}, {"correlation_id", req.correlation_id},
+                             {"prompt_tokens", a.job->prompt_tokens.size()}, {"max_tokens", a.job->max_tokens},
+                             {"seed", a.job->seed}, {"endpoint", req.origin}, {"cached_tokens", reuse},
+                             {"plugin", options_.plugin}, {"plugin_version", options_.plugin_version},
+                             {"sampling", {{"temperature", req.sampling.temperature}, {"top_p", req.sampling.top_p},
+                                           {"top_k", req.sampling.top_k}, {"min_p", req.sampling.min_p},
+                                           {"repetition_penalty", req.sampling.repetition_penalty},
+                                           {"presence_penalty", req.sampling.presence_penalty},
+                                           {"frequency_penalty", req.sampling.frequency_penalty}}}};
+    if (!req.output_mode.empty()) fields["output_mode"] = req.output_mode;
+    if (log_settings().log_content) fields["prompt"] = sanitize_utf8(req.prompt);
+    log_event(a.job->pooled ? spdlog::level::debug : spdlog::level::info, "execute_start", fields);
+}
+
+bool Scheduler::try_admit(Active& a) {
+    bool wait = false;
+    const std::optional<PrefixCache::Match> match = admission_match(a, wait);
+    if (wait) return false;
     const uint32_t reuse = match ? match->n : 0;
     // Blocks for what is left to compute and one for a copied partial
     // block, on top of what the running requests are owed: blocks are taken
     // only when a step runs, so free_blocks() alone would promise the same
     // blocks to every request admitted before the next step.
-    const uint32_t need = blocks_for(a.tokens.size() - reuse, B) + 1 + owed_blocks();
+    const uint32_t need = blocks_for(a.tokens.size() - reuse, limits_.block_tokens) + 1 + owed_blocks();
     // (Sequences never run out: max_running plus the cache's entries fit
     // the engine's max_seqs by construction.)
     const size_t keep = match ? 1 : 0;
@@ -509,23 +576,12 @@ bool Scheduler::try_admit(Active& a) {
         stats_.prefix_hits.fetch_add(1);
         stats_.prefix_hit_tokens.fetch_add(match->n);
     }
-    const GenerationRequest& req = a.job->request;
-    eh_sampling_params sp{};
-    sp.struct_size = sizeof(sp);
-    sp.temperature = float(req.sampling.temperature);
-    sp.top_k = req.sampling.top_k;
-    sp.top_p = float(req.sampling.top_p);
-    sp.min_p = float(req.sampling.min_p);
-    sp.repetition_penalty = float(req.sampling.repetition_penalty);
-    sp.repetition_window = options_.repetition_window;
-    sp.presence_penalty = float(req.sampling.presence_penalty);
-    sp.frequency_penalty = float(req.sampling.frequency_penalty);
-    sp.seed = a.job->seed;
     try {
         // A fork (a cached prefix, an n > 1 sibling) has its source's
         // adapter, which is this job's: the cache is keyed by it.
         if (a.job->adapter && !match) engine_->set_adapter(a.seq, a.job->adapter);
-        if (!a.job->pooled) engine_->set_sampling(a.seq, sp);  // a pooled job samples nothing
+        if (!a.job->pooled)  // a pooled job samples nothing
+            engine_->set_sampling(a.seq, sampling_params(*a.job, options_.repetition_window));
     } catch (...) {
         engine_->release(a.seq);
         a.seq = 0;
@@ -534,33 +590,7 @@ bool Scheduler::try_admit(Active& a) {
     // Arrival order, kept through preemption: a request preempted and
     // admitted again is still older than everything admitted after it.
     if (!a.order) a.order = ++next_order_;
-    if (!a.gen) {  // first admission (a preempted job keeps its output state)
-        a.admitted = Clock::now();
-        a.gen = std::make_unique<Generation>(*a.job, *codec_, *metrics_);
-        if (a.job->constraint) a.matcher = std::make_unique<constrain::Matcher>(a.job->constraint);
-        metrics_->queue_time(std::chrono::duration<double>(a.admitted - a.job->submitted_at).count());
-        a.job->queue_us.store(std::chrono::duration_cast<std::chrono::microseconds>(a.admitted - a.job->submitted_at).count());
-        JobEvent started;
-        started.kind = JobEvent::Kind::Started;
-        started.started_at = now_rfc3339();
-        started.seed = a.job->seed;
-        started.prompt_tokens = uint32_t(a.job->prompt_tokens.size());
-        started.cached_tokens = reuse;
-        a.job->push(started);
-        metrics_->prompt_tokens(a.job->prompt_tokens.size());
-        nlohmann::json fields = {{"job_id", req.job_id}, {"correlation_id", req.correlation_id},
-                                 {"prompt_tokens", a.job->prompt_tokens.size()}, {"max_tokens", a.job->max_tokens},
-                                 {"seed", a.job->seed}, {"endpoint", req.origin}, {"cached_tokens", reuse},
-                                 {"plugin", options_.plugin}, {"plugin_version", options_.plugin_version},
-                                 {"sampling", {{"temperature", req.sampling.temperature}, {"top_p", req.sampling.top_p},
-                                               {"top_k", req.sampling.top_k}, {"min_p", req.sampling.min_p},
-                                               {"repetition_penalty", req.sampling.repetition_penalty},
-                                               {"presence_penalty", req.sampling.presence_penalty},
-                                               {"frequency_penalty", req.sampling.frequency_penalty}}}};
-        if (!req.output_mode.empty()) fields["output_mode"] = req.output_mode;
-        if (log_settings().log_content) fields["prompt"] = sanitize_utf8(req.prompt);
-        log_event(a.job->pooled ? spdlog::level::debug : spdlog::level::info, "execute_start", fields);
-    }
+    if (!a.gen) first_admission(a, reuse);
     return true;
 }
 

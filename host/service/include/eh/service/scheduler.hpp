@@ -44,6 +44,7 @@
 #include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <thread>
 #include <unordered_map>
@@ -207,6 +208,17 @@ private:
     void reap();
     void admit();
     bool try_admit(Active& a);
+    // try_admit's steps. The prefix `a` forks from: an n > 1 sibling's
+    // prompt, a running request's shared prefix or the prefix cache's
+    // entry, the longest; nothing, with `wait` set, while a running request
+    // is still computing it.
+    std::optional<PrefixCache::Match> admission_match(const Active& a, bool& wait);
+    // A running request (same scope and adapter, no images) whose tokens
+    // share a block or more with a's, as far as they are in its sequence.
+    std::optional<PrefixCache::Match> running_prefix(const Active& a, bool& wait) const;
+    // A's first admission (a preempted job keeps its output state): its
+    // timing, its Started event and its execute_start log line.
+    void first_admission(Active& a, uint32_t reuse);
     // One step's items and the request of each.
     struct Step {
         std::vector<StepItem> items;
