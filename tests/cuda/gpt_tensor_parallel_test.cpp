@@ -45,51 +45,10 @@ const eh_model_view* view_of(const std::string& name) {
     return &f->view();
 }
 
-// A model loaded over `devices` (empty: the plain one-device load) with
-// kv_init done; status / error of the call that failed.
-struct Loaded {
-    Loaded(const std::string& name, const std::vector<int32_t>& devices, const char* options = nullptr) {
-        const eh_plugin_api* api = gpu_api();
-        eh_load_params lp{};
-        lp.progress = [](void* u, float, const char* stage) {
-            if (stage) static_cast<Loaded*>(u)->stages.emplace_back(stage);
-        };
-        lp.progress_user = this;
-        lp.struct_size = sizeof lp;
-        lp.path = name.c_str();
-        lp.view = view_of(name);
-        lp.options_json = options;
-        lp.device = devices.empty() ? 0 : devices[0];
-        lp.n_devices = uint32_t(devices.size());
-        lp.devices = devices.empty() ? nullptr : devices.data();
-        status = api->model_load(&lp, &model);
-        if (status != EH_OK) {
-            error = api->plugin_last_error();
-            return;
-        }
-        eh_model_info info{};
-        info.struct_size = sizeof info;
-        EXPECT_EQ(api->model_get_info(model, &info), EH_OK);
-        vocab = int(info.vocab_size);
-        ehtest::KvShape k;
-        k.max_seqs = k.max_step_entries = 4;
-        k.max_seq_tokens = 256;
-        k.max_step_tokens = 512;
-        k.budget_bytes = 0;
-        sm = std::make_unique<ehtest::StepModel>(api, model, k);
-        status = sm->status;
-        error = sm->failure;
-    }
-    ~Loaded() {
-        sm.reset();
-        if (model) gpu_api()->model_release(model);
-    }
-    eh_model* model = nullptr;
-    eh_status status = EH_OK;
-    std::string error;
-    int vocab = 0;
-    std::vector<std::string> stages;  // the load's progress stages (its log lines)
-    std::unique_ptr<ehtest::StepModel> sm;
+// tp_agreement.hpp's load of one of gpttest's model files.
+struct Loaded : ehtest::TpLoaded {
+    Loaded(const std::string& name, const std::vector<int32_t>& devices, const char* options = nullptr)
+        : TpLoaded(gpu_api(), name.c_str(), view_of(name), devices, options) {}
 };
 
 // Teacher-forced logits at every position of tp_agreement.hpp's schedule

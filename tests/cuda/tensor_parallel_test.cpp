@@ -36,47 +36,11 @@ namespace {
 
 using namespace ehtest;
 
-// A model loaded over `devices` (empty: the plain one-device load) with
-// kv_init done; status / error of the call that failed.
-struct Loaded {
+// tp_agreement.hpp's load of a forged tiny model.
+struct Loaded : TpLoaded {
     // device: eh_load_params.device; -1: devices[0] (or 0), as the host sets it
-    Loaded(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options = nullptr, int device = -1) {
-        const eh_plugin_api* api = llama_cuda_api();
-        eh_load_params lp{};
-        lp.progress = [](void* u, float, const char* stage) {
-            if (stage) static_cast<Loaded*>(u)->stages.emplace_back(stage);
-        };
-        lp.progress_user = this;
-        lp.struct_size = sizeof lp;
-        lp.path = "tiny-tp";
-        lp.view = tm.view();
-        lp.options_json = options;
-        lp.device = device >= 0 ? device : devices.empty() ? 0 : devices[0];
-        lp.n_devices = uint32_t(devices.size());
-        lp.devices = devices.empty() ? nullptr : devices.data();
-        status = api->model_load(&lp, &model);
-        if (status != EH_OK) {
-            error = api->plugin_last_error();
-            return;
-        }
-        KvShape k;
-        k.max_seqs = k.max_step_entries = 4;
-        k.max_seq_tokens = 256;
-        k.max_step_tokens = 512;
-        k.budget_bytes = 0;
-        sm = std::make_unique<StepModel>(api, model, k);
-        status = sm->status;
-        error = sm->failure;
-    }
-    ~Loaded() {
-        sm.reset();
-        if (model) llama_cuda_api()->model_release(model);
-    }
-    eh_model* model = nullptr;
-    eh_status status = EH_OK;
-    std::string error;
-    std::vector<std::string> stages;  // the load's progress stages (its log lines)
-    std::unique_ptr<StepModel> sm;
+    Loaded(const TinyModel& tm, const std::vector<int32_t>& devices, const char* options = nullptr, int device = -1)
+        : TpLoaded(llama_cuda_api(), "tiny-tp", tm.view(), devices, options, device) {}
 };
 
 // Teacher-forced logits at every position of tp_agreement.hpp's schedule.

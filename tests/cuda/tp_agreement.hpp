@@ -1,7 +1,8 @@
-// The tensor-parallel tests' check (tensor_parallel_test.cpp: llama-cuda,
-// gpt_tensor_parallel_test.cpp: gpt-cuda): teacher-forced logits at every
-// position a fixed schedule asks for, and the sharded model's against the
-// whole one's (top-1 agreement >= 99 %, |delta logprob| <= 0.02).
+// The tensor-parallel tests' load and check (tensor_parallel_test.cpp:
+// llama-cuda, gpt_tensor_parallel_test.cpp: gpt-cuda): a model loaded over
+// a list of ranks, teacher-forced logits at every position a fixed
+// schedule asks for, and the sharded model's against the whole one's
+// (top-1 agreement >= 99 %, |delta logprob| <= 0.02).
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,12 +10,67 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "step_seq.hpp"
 
 namespace ehtest {
+
+// A model loaded through `api` over `devices` (empty: the plain one-device
+// load) with kv_init done (room for tp_teacher_forced's schedule); status /
+// error of the call that failed.
+struct TpLoaded {
+    // device: eh_load_params.device; -1: devices[0] (or 0), as the host sets it
+    TpLoaded(const eh_plugin_api* a, const char* path, const eh_model_view* view, const std::vector<int32_t>& devices,
+             const char* options = nullptr, int device = -1)
+        : api(a) {
+        eh_load_params lp{};
+        lp.progress = [](void* u, float, const char* stage) {
+            if (stage) static_cast<TpLoaded*>(u)->stages.emplace_back(stage);
+        };
+        lp.progress_user = this;
+        lp.struct_size = sizeof lp;
+        lp.path = path;
+        lp.view = view;
+        lp.options_json = options;
+        lp.device = device >= 0 ? device : devices.empty() ? 0 : devices[0];
+        lp.n_devices = uint32_t(devices.size());
+        lp.devices = devices.empty() ? nullptr : devices.data();
+        status = api->model_load(&lp, &model);
+        if (status != EH_OK) {
+            error = api->plugin_last_error();
+            return;
+        }
+        eh_model_info info{};
+        info.struct_size = sizeof info;
+        EXPECT_EQ(api->model_get_info(model, &info), EH_OK);
+        vocab = int(info.vocab_size);
+        KvShape k;
+        k.max_seqs = k.max_step_entries = 4;
+        k.max_seq_tokens = 256;
+        k.max_step_tokens = 512;
+        k.budget_bytes = 0;
+        sm = std::make_unique<StepModel>(api, model, k);
+        status = sm->status;
+        error = sm->failure;
+    }
+    ~TpLoaded() {
+        sm.reset();
+        if (model) api->model_release(model);
+    }
+    TpLoaded(const TpLoaded&) = delete;
+    TpLoaded& operator=(const TpLoaded&) = delete;
+
+    const eh_plugin_api* api;
+    eh_model* model = nullptr;
+    eh_status status = EH_OK;
+    std::string error;
+    int vocab = 0;                    // the model's vocab_size
+    std::vector<std::string> stages;  // the load's progress stages (its log lines)
+    std::unique_ptr<StepModel> sm;
+};
 
 inline std::vector<int32_t> tp_tokens(size_t n, uint32_t salt, int vocab) {
     std::vector<int32_t> t(n);
