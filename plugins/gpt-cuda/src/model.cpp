@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <deque>
-#include <map>
 
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/check.hpp>
@@ -13,6 +11,7 @@
 #include <ehcuda/graph.hpp>
 #include <ehcuda/model_matrices.hpp>
 #include <ehcuda/options.hpp>
+#include <ehcuda/shard_load.hpp>
 #include <ehcuda/tp_group.hpp>
 #include <ehcuda/tp_split.hpp>
 #include <ehcuda/upload.hpp>
@@ -43,22 +42,16 @@ std::string dims_str(const eh_tensor& t) {
 // shape and byte size, so nothing is ever read past the mapping. Sharded
 // (tensor parallelism), each rank's pieces go to a plan over its shard's
 // arena (`at`), their names tagged with the rank.
-class Loader {
+class Loader : public ehcuda::ShardedLoader {
 public:
-    Loader(Model& m, const ehp::ModelView& view) : plan(m.arena), view_(view) {}
+    Loader(Model& m, const ehp::ModelView& view) : ShardedLoader(m.arena, view) {}
 
-    // One plan per rank, over its shard's arena (the shards stay where they
-    // are from here on).
-    void plan_ranks(Model& m) {
-        for (Shard& s : m.shards) ranks.push_back(std::make_unique<ehcuda::WeightPlan>(s.arena));
-    }
     // Where the next tensors go: rank r's plan, or (r < 0) the model's.
     void use_rank(int r) {
         at = r < 0 ? &plan : ranks[size_t(r)].get();
         tag = r < 0 ? std::string() : "[rank " + std::to_string(r) + "]";
     }
 
-    const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
     bool has(const std::string& name) const { return find(name) != nullptr; }
 
     // dims {cols, rows, n_expert}; returns the arena offset. Only the
@@ -107,26 +100,22 @@ public:
     }
 
     void matrix(const std::string& name, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
-        const eh_tensor* t = find(name);
-        if (!t) fail("missing tensor '" + name + "'");
-        matrix(*t, cols, rows, out);
+        matrix(need(name), cols, rows, out);
     }
     void matrix(const eh_tensor& t, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
-        const size_t off = tensor(t, uint64_t(cols), uint64_t(rows), 1, false, &out.row_bytes);
-        out.type = t.type;
-        out.rows = int(rows);
-        out.cols = int(cols);
-        at->fix(&out.data, off);
+        rows_of(t, cols, rows, 0, rows, out);
     }
 
     // Rows r0 .. r0 + n - 1 of a rows x cols matrix (a rank's heads) as a
     // matrix of its own; all of them: matrix().
     void row_slice(const std::string& name, int64_t cols, int64_t rows, int64_t r0, int64_t n, ehcuda::WeightRef& out) {
         if (r0 == 0 && n == rows) return matrix(name, cols, rows, out);
-        const eh_tensor* t = find(name);
-        if (!t) fail("missing tensor '" + name + "'");
-        const size_t off = tensor(*t, uint64_t(cols), uint64_t(rows), 1, false, &out.row_bytes, uint64_t(r0), uint64_t(n));
-        out.type = t->type;
+        rows_of(need(name), cols, rows, r0, n, out);
+    }
+    // (both: rows r0 .. r0 + n - 1 of t)
+    void rows_of(const eh_tensor& t, int64_t cols, int64_t rows, int64_t r0, int64_t n, ehcuda::WeightRef& out) {
+        const size_t off = tensor(t, uint64_t(cols), uint64_t(rows), 1, false, &out.row_bytes, uint64_t(r0), uint64_t(n));
+        out.type = t.type;
         out.rows = int(n);
         out.cols = int(cols);
         at->fix(&out.data, off);
@@ -137,14 +126,13 @@ public:
     // of them: matrix().
     void col_slice(const std::string& name, int64_t cols, int64_t rows, int64_t c0, int64_t n, ehcuda::WeightRef& out) {
         if (c0 == 0 && n == cols) return matrix(name, cols, rows, out);
-        const eh_tensor* t = find(name);
-        if (!t) fail("missing tensor '" + name + "'");
+        const eh_tensor& t = need(name);
         size_t rb = 0;
-        tensor_check(*t, uint64_t(cols), uint64_t(rows), 1, false, &rb);
-        std::vector<uint8_t>& buf = copies_.emplace_back();
-        out.row_bytes = ehcuda::column_slice(*t, rows, rb, c0, n, buf);
-        const size_t off = at->add(buf.data(), buf.size(), buf.size() + kTailPad, name + tag, t->type);
-        out.type = t->type;
+        tensor_check(t, uint64_t(cols), uint64_t(rows), 1, false, &rb);
+        std::vector<uint8_t>& buf = copy_buffer();
+        out.row_bytes = ehcuda::column_slice(t, rows, rb, c0, n, buf);
+        const size_t off = at->add(buf.data(), buf.size(), buf.size() + kTailPad, name + tag, t.type);
+        out.type = t.type;
         out.rows = int(rows);
         out.cols = int(n);
         at->fix(&out.data, off);
@@ -153,11 +141,10 @@ public:
     // Experts e0 .. e0 + ne - 1 (a rank's; ne 0: all of them).
     void experts(const std::string& name, int64_t cols, int64_t rows_stored, int64_t n_expert, int rows, int row0,
                  ehcuda::ExpertMat& out, int64_t e0 = 0, int64_t ne = 0) {
-        const eh_tensor* t = find(name);
-        if (!t) fail("missing tensor '" + name + "'");
-        const size_t off = tensor(*t, uint64_t(cols), uint64_t(rows_stored), uint64_t(n_expert), true, &out.row_bytes,
+        const eh_tensor& t = need(name);
+        const size_t off = tensor(t, uint64_t(cols), uint64_t(rows_stored), uint64_t(n_expert), true, &out.row_bytes,
                                   uint64_t(e0 * rows_stored), uint64_t(ne * rows_stored));
-        out.type = t->type;
+        out.type = t.type;
         out.rows = rows;
         out.cols = int(cols);
         out.row0 = row0;
@@ -193,14 +180,7 @@ public:
         return at->host_floats(std::move(v), len != n ? name + tag : name, reinterpret_cast<const void**>(out));
     }
 
-    ehcuda::WeightPlan plan;  // the model's whole arena (embeddings, output; every layer at tp 1)
-    std::vector<std::unique_ptr<ehcuda::WeightPlan>> ranks;  // each shard's
-    ehcuda::WeightPlan* at = &plan;  // where the next tensor goes
-    std::string tag;                 // appended to the names of its pieces
-
-private:
-    const ehp::ModelView& view_;
-    std::deque<std::vector<uint8_t>> copies_;  // column slices, until the upload is done
+    std::string tag;  // appended to the names of its pieces (rank r's)
 };
 
 const void** slot(const float** p) { return reinterpret_cast<const void**>(p); }
@@ -340,17 +320,14 @@ std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, 
                         : c.arch == Arch::GptOss ? "rope_attn_decode_kernel, paged (RoPE table, KV store, split-K with sinks), "
                                                  : "rope_attn_decode_kernel, paged (QK-norm, RoPE table, KV store, split-K), ") +
             hd};
-    if (m.tp > 1) {
-        std::string t = "tensor parallel: " + std::to_string(m.tp) + " ranks, " +
-                        (m.rank_streams ? "each on its own stream" : "one after another on the step's stream (shard mode)") +
-                        ", attention by KV head, experts whole per rank (expert parallelism; every rank routes alike), "
-                        "one all-reduce after attn_output and one after the experts; per rank:";
-        for (const Shard& s : m.shards)
-            t += " [GPU " + std::to_string(s.device) + ", query heads " + std::to_string(s.head0) + "+" +
-                 std::to_string(s.c.n_head) + ", KV heads " + std::to_string(s.kv0) + "+" + std::to_string(s.c.n_kv) +
-                 ", experts " + std::to_string(s.expert0) + "+" + std::to_string(s.n_local) + "]";
-        attn.push_back(t);
-    }
+    if (m.tp > 1)
+        attn.push_back(ehcuda::tp_plan_line(
+            m.tp, m.rank_streams,
+            ", attention by KV head, experts whole per rank (expert parallelism; every rank routes alike), "
+            "one all-reduce after attn_output and one after the experts; per rank:",
+            m.shards, [](const Shard& s) {
+                return ", experts " + std::to_string(s.expert0) + "+" + std::to_string(s.n_local);
+            }));
     std::vector<std::string> lines{ehcuda::describe_plan(p, dev)};
     lines.insert(lines.end(), attn.begin(), attn.end());
     for (std::string& l : ehcuda::step_route_lines(p, dev, mats, 1, false)) lines.push_back(std::move(l));
@@ -363,22 +340,15 @@ void load_shards(Loader& ld, Model& m, const std::vector<int>& devices) {
     const Config& c = m.cfg;
     const int n = m.tp;
     const int kv = ehcuda::kv_heads_per_rank(c.n_kv, n);
-    const int group = c.n_head / c.n_kv;
     m.shards.resize(size_t(n));
     for (int r = 0; r < n; ++r) {
         Shard& s = m.shards[size_t(r)];
         const ehcuda::ExpertRange er = ehcuda::expert_range(c.n_expert, n, r);
-        s.device = devices[size_t(r)];
-        s.c = c;
-        s.c.n_kv = kv;
-        s.c.n_head = kv * group;
-        s.kv0 = r * kv;
-        s.head0 = s.kv0 * group;
+        ehcuda::place_shard_heads(s, c, r, kv, devices[size_t(r)]);
         s.expert0 = er.first;
         s.n_local = er.count;
-        s.layers.resize(size_t(c.n_layer));
     }
-    ld.plan_ranks(m);
+    ld.plan_ranks(m.shards);
     for (int r = 0; r < n; ++r) {
         Shard& s = m.shards[size_t(r)];
         ld.use_rank(r);
@@ -414,16 +384,10 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     };
     auto cancelled = [&]() { return params.cancel && params.cancel(params.cancel_user) != 0; };
 
-    EHC_CHECK(cudaSetDevice(m->device));
-    cudaDeviceProp prop{};
-    EHC_CHECK(cudaGetDeviceProperties(&prop, m->device));
-    m->device_name = prop.name;
-    m->compute_capability = prop.major * 10 + prop.minor;
-    EHC_CHECK(cudaRuntimeGetVersion(&m->runtime_version));
+    const ehcuda::DeviceTraits dev = ehcuda::describe_device(*m);
     // gpt-oss's top-4 routing must not flip on the GEMV input's int16
     // rounding: the plan takes int16x2 (choose_plan's exact_routing). GPT-2
     // shares the plugin and the choice.
-    const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
     m->plan = ehcuda::load_plan(dev, true, opts);
     m->batch_invariant = opts.boolean("batch_invariant", false);
     // (its one-token form routes inside moe_decode_mma, which has no
@@ -472,22 +436,9 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     }
     m->quant_kind = (m->tp > 1 ? *ld.ranks[0] : ld.plan).dominant_type();
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
-    // Each GPU's arenas: the model's on `device`, each shard's on its own
-    // (ranks sharing a GPU add up there).
-    {
-        std::map<int, size_t> need{{m->device, m->arena.planned_bytes() + kLoadHeadroom}};
-        for (const Shard& s : m->shards) need[s.device] += s.arena.planned_bytes() + kLoadHeadroom;
-        for (const auto& [d, bytes] : need) ehcuda::require_free_memory(d, bytes, m->path);
-    }
+    ehcuda::require_arena_memory(*m, kLoadHeadroom);
     progress(0.02f, "allocating");
-    m->arena.allocate(&m->ledger);
-    ld.plan.finish_layout(m->weight_ptrs);
-    for (size_t r = 0; r < m->shards.size(); ++r) {
-        EHC_CHECK(cudaSetDevice(m->shards[r].device));
-        m->shards[r].arena.allocate(&m->ledger);
-        ld.ranks[r]->finish_layout(m->weight_ptrs);
-    }
-    EHC_CHECK(cudaSetDevice(m->device));
+    ehcuda::allocate_arenas(*m, ld.plan, ld.ranks);
     if (tied) m->output = m->tok_embd;
     auto fuse_gate_up = [](std::vector<Layer>& layers) {
         for (auto& L : layers)
@@ -496,17 +447,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     fuse_gate_up(m->layers);
     for (Shard& s : m->shards) fuse_gate_up(s.layers);
 
-    // Every arena's upload on a stream of its GPU, the progress shared by bytes.
-    ehcuda::DeviceUploads uploads{{m->device, ld.plan.upload_items()}};
-    for (size_t r = 0; r < m->shards.size(); ++r) uploads.emplace_back(m->shards[r].device, ld.ranks[r]->upload_items());
-    ehcuda::UploadOptions up;
-    up.chunk_bytes = chunk;
-    up.progress_lo = 0.02f;
-    up.progress_hi = 0.99f;
-    up.progress = [&](float f) { progress(f, "uploading weights"); };
-    up.cancelled = cancelled;
-    ehcuda::upload_on_devices(uploads, up);
-    EHC_CHECK(cudaSetDevice(m->device));
+    ehcuda::upload_arenas(*m, ld.plan, ld.ranks, chunk, progress, cancelled);
     ehcuda::Stream stream;
 
     std::string why = ehcuda::check_kernel_image();
@@ -524,16 +465,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     };
     std::vector<ehcuda::WeightRef> mats{m->output};
     layer_mats(m->layers, mats);
-    ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
-    for (Shard& s : m->shards) {
-        EHC_CHECK(cudaSetDevice(s.device));
-        ehcuda::Stream rank_stream;
-        std::vector<ehcuda::WeightRef> rank_mats;
-        layer_mats(s.layers, rank_mats);
-        const ehcuda::MirrorDecision rd = ehcuda::build_mirror(s.mirror, rank_mats, mirror_policy, rank_stream.get(), &m->ledger);
-        md.why += "; GPU " + std::to_string(s.device) + " rank: " + rd.why;
-    }
-    EHC_CHECK(cudaSetDevice(m->device));
+    const ehcuda::MirrorDecision md = ehcuda::build_mirrors(*m, mats, layer_mats, mirror_policy, stream.get());
     for (const std::string& line : plan_lines(*m, view, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;

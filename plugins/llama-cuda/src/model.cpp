@@ -5,8 +5,6 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
-#include <deque>
-#include <map>
 
 #include <engine_host/model_source.hpp>
 #include <engine_host/rope_scaling.hpp>
@@ -16,6 +14,7 @@
 #include <ehcuda/model_matrices.hpp>
 #include <ehcuda/options.hpp>
 #include <ehcuda/prefill_slab.hpp>
+#include <ehcuda/shard_load.hpp>
 #include <ehcuda/tp_group.hpp>
 #include <ehcuda/tp_split.hpp>
 #include <ehcuda/upload.hpp>
@@ -54,22 +53,9 @@ float half_to_float(uint16_t h) {
 }
 
 // Plans the arena and the upload list while checking each tensor.
-class Loader {
+class Loader : public ehcuda::ShardedLoader {
 public:
-    Loader(Model& m, const ehp::ModelView& view) : plan(m.arena), view_(view) {}
-
-    // Sharded: one plan per rank, over its shard's arena (the shards stay
-    // where they are from here on).
-    void plan_ranks(Model& m) {
-        for (Shard& s : m.shards) ranks.push_back(std::make_unique<ehcuda::WeightPlan>(s.arena));
-    }
-
-    const eh_tensor* find(const std::string& name) const { return view_.find_tensor(name); }
-    const eh_tensor& need(const std::string& name) const {
-        const eh_tensor* t = find(name);
-        if (!t) fail("missing tensor '" + name + "'");
-        return *t;
-    }
+    Loader(Model& m, const ehp::ModelView& view) : ShardedLoader(m.arena, view) {}
 
     // Rows r0 .. r0 + n - 1 of a rows x cols matrix (a column-parallel
     // rank's share), as a matrix of its own.
@@ -88,7 +74,7 @@ public:
                    ehcuda::WeightRef& out) {
         const size_t rb = check(t, cols, rows);
         const std::string name = std::string(ehp::to_sv(t.name)) + tag;
-        std::vector<uint8_t>& buf = copies_.emplace_back();
+        std::vector<uint8_t>& buf = copy_buffer();
         const size_t nb = ehcuda::column_slice(t, rows, rb, c0, n, buf);
         const size_t off = at->add(buf.data(), buf.size(), buf.size(), name, t.type);
         set(out, t.type, rows, n, nb, off);
@@ -108,9 +94,7 @@ public:
 
     // A matrix of `rows` x `cols` (ggml dims {cols, rows}).
     size_t matrix(const std::string& name, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
-        const eh_tensor* t = find(name);
-        if (!t) fail("missing tensor '" + name + "'");
-        return matrix(*t, cols, rows, out);
+        return matrix(need(name), cols, rows, out);
     }
 
     size_t matrix(const eh_tensor& t, int64_t cols, int64_t rows, ehcuda::WeightRef& out) {
@@ -197,14 +181,6 @@ public:
         }
         return true;
     }
-
-    ehcuda::WeightPlan plan;  // the model's whole arena (embeddings, output; every layer at tp 1)
-    std::vector<std::unique_ptr<ehcuda::WeightPlan>> ranks;  // each shard's
-    ehcuda::WeightPlan* at = &plan;  // where the next tensor goes
-
-private:
-    const ehp::ModelView& view_;
-    std::deque<std::vector<uint8_t>> copies_;  // column slices, until the upload is done
 };
 
 // The FFN rows of each of n ranks: as even as whole blocks of every
@@ -244,25 +220,18 @@ void load_shards(Loader& ld, Model& m, const std::vector<float>& rope, const std
     const Config& c = m.cfg;
     const int n = m.tp;
     const int kv_per_rank = ehcuda::kv_heads_per_rank(c.n_kv, n);
-    const int group = c.n_head / c.n_kv;
     std::vector<uint32_t> down_types;
     for (int i = 0; i < c.n_layer; ++i) down_types.push_back(ld.need("blk." + std::to_string(i) + ".ffn_down.weight").type);
     const std::vector<int> ff = ffn_split(c.n_ff, down_types, n);
     m.shards.resize(size_t(n));
     for (int r = 0, ff0 = 0; r < n; ++r) {
         Shard& s = m.shards[size_t(r)];
-        s.device = devices[size_t(r)];
-        s.c = c;
-        s.c.n_kv = kv_per_rank;
-        s.c.n_head = s.c.n_kv * group;
-        s.kv0 = r * s.c.n_kv;
-        s.head0 = s.kv0 * group;
+        ehcuda::place_shard_heads(s, c, r, kv_per_rank, devices[size_t(r)]);
         s.c.n_ff = ff[size_t(r)];
         s.ff0 = ff0;
         ff0 += s.c.n_ff;
-        s.layers.resize(size_t(c.n_layer));
     }
-    ld.plan_ranks(m);
+    ld.plan_ranks(m.shards);
     if (!rope.empty())
         for (int r = 0; r < n; ++r)
             ld.ranks[size_t(r)]->host_floats(rope, "rope_freqs[rank " + std::to_string(r) + "]",
@@ -368,16 +337,13 @@ std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, 
                             : "rope_store_kv + attention_generic (head dim not tiled), ") +
             hd + (c.window ? ", window " + std::to_string(c.window) : "") + gemma_layers(c),
         "attention prefill: attention_prefill (" + hd + ")"};
-    if (m.tp > 1) {
-        std::string t = "tensor parallel: " + std::to_string(m.tp) + " ranks, " +
-                        (m.rank_streams ? "each on its own stream" : "one after another on the step's stream (shard mode)") +
-                        ", one all-reduce after attn_output and one after ffn_down; per rank:";
-        for (const Shard& s : m.shards)
-            t += " [GPU " + std::to_string(s.device) + ", query heads " + std::to_string(s.head0) + "+" + std::to_string(s.c.n_head) + ", KV heads " +
-                 std::to_string(s.kv0) + "+" + std::to_string(s.c.n_kv) + ", FFN rows " + std::to_string(s.ff0) + "+" +
-                 std::to_string(s.c.n_ff) + "]";
-        attn.push_back(t);
-    }
+    if (m.tp > 1)
+        attn.push_back(ehcuda::tp_plan_line(m.tp, m.rank_streams,
+                                            ", one all-reduce after attn_output and one after ffn_down; per rank:",
+                                            m.shards, [](const Shard& s) {
+                                                return ", FFN rows " + std::to_string(s.ff0) + "+" +
+                                                       std::to_string(s.c.n_ff);
+                                            }));
     return ehcuda::plan_log(m.plan, dev, mats, attn);
 }
 
@@ -412,13 +378,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     };
     auto cancelled = [&]() { return params.cancel && params.cancel(params.cancel_user) != 0; };
 
-    EHC_CHECK(cudaSetDevice(m->device));
-    cudaDeviceProp prop{};
-    EHC_CHECK(cudaGetDeviceProperties(&prop, m->device));
-    m->device_name = prop.name;
-    m->compute_capability = prop.major * 10 + prop.minor;
-    EHC_CHECK(cudaRuntimeGetVersion(&m->runtime_version));
-    const ehcuda::DeviceTraits dev{prop.major, prop.minor, prop.multiProcessorCount};
+    const ehcuda::DeviceTraits dev = ehcuda::describe_device(*m);
     m->plan = ehcuda::load_plan(dev, false, opts);
     // With FP16 mirrors, batched steps of this many tokens or more take
     // cuBLAS (H200, forged Q4_K_M, ms per decode step of n sequences, cuBLAS
@@ -496,35 +456,12 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     m->quant_kind = (m->tp > 1 ? *ld.ranks[0] : ld.plan).dominant_type();
 
     if (cancelled()) throw ehp::Error(EH_CANCELLED, "model load cancelled");
-    // Each GPU's arenas: the model's on `device`, each shard's on its own
-    // (ranks sharing a GPU add up there).
-    {
-        std::map<int, size_t> need{{m->device, m->arena.planned_bytes() + kLoadHeadroom}};
-        for (const Shard& s : m->shards) need[s.device] += s.arena.planned_bytes() + kLoadHeadroom;
-        for (const auto& [dev, bytes] : need) ehcuda::require_free_memory(dev, bytes, m->path);
-    }
+    ehcuda::require_arena_memory(*m, kLoadHeadroom);
     progress(0.02f, "allocating");
-    m->arena.allocate(&m->ledger);
-    ld.plan.finish_layout(m->weight_ptrs);
-    for (size_t r = 0; r < m->shards.size(); ++r) {
-        EHC_CHECK(cudaSetDevice(m->shards[r].device));
-        m->shards[r].arena.allocate(&m->ledger);
-        ld.ranks[r]->finish_layout(m->weight_ptrs);
-    }
-    EHC_CHECK(cudaSetDevice(m->device));
+    ehcuda::allocate_arenas(*m, ld.plan, ld.ranks);
     if (tied) m->output = m->tok_embd;
 
-    // Every arena's upload on a stream of its GPU, the progress shared by bytes.
-    ehcuda::DeviceUploads uploads{{m->device, ld.plan.upload_items()}};
-    for (size_t r = 0; r < m->shards.size(); ++r) uploads.emplace_back(m->shards[r].device, ld.ranks[r]->upload_items());
-    ehcuda::UploadOptions up;
-    up.chunk_bytes = upload_chunk_bytes;
-    up.progress_lo = 0.02f;
-    up.progress_hi = 0.99f;
-    up.progress = [&](float f) { progress(f, "uploading weights"); };
-    up.cancelled = cancelled;
-    ehcuda::upload_on_devices(uploads, up);
-    EHC_CHECK(cudaSetDevice(m->device));
+    ehcuda::upload_arenas(*m, ld.plan, ld.ranks, upload_chunk_bytes, progress, cancelled);
     ehcuda::Stream stream;
 
     std::string why = ehcuda::check_kernel_image();
@@ -543,18 +480,8 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     };
     std::vector<ehcuda::WeightRef> mats{m->output};
     layer_mats(m->layers, mats);
-    ehcuda::MirrorDecision md = ehcuda::build_mirror(m->mirror, mats, mirror_policy, stream.get(), &m->ledger);
-    m->mirrored = md.on;
-    for (Shard& s : m->shards) {
-        EHC_CHECK(cudaSetDevice(s.device));
-        ehcuda::Stream rank_stream;
-        std::vector<ehcuda::WeightRef> rank_mats;
-        layer_mats(s.layers, rank_mats);
-        const ehcuda::MirrorDecision rd = ehcuda::build_mirror(s.mirror, rank_mats, mirror_policy, rank_stream.get(), &m->ledger);
-        m->mirrored = m->mirrored && rd.on;
-        md.why += "; GPU " + std::to_string(s.device) + " rank: " + rd.why;
-    }
-    EHC_CHECK(cudaSetDevice(m->device));
+    ehcuda::MirrorDecision md =
+        ehcuda::build_mirrors(*m, mats, layer_mats, mirror_policy, stream.get(), &m->mirrored);
     // Without mirrors, multi-token matmuls dequantize into a slab: one that
     // holds a layer's largest call whole (prefill_slab.hpp), unless the
     // plan's keys say otherwise.
