@@ -113,10 +113,12 @@ std::vector<RepTimes> run_session(EngineModel& model, const BenchOptions& o, Ben
     return out;
 }
 
-// The batched step through the SeqEngine the server drives, steps formed as
-// the scheduler forms them (see bench.hpp for where they differ).
-std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchOptions& o, BenchRun& run,
-                                uint32_t n_vocab) {
+// The SeqEngine for --batch N sequences of p + n tokens; throws VRAM_OOM when
+// what the plugin grants cannot hold the whole run (a step that found the KV
+// cache full would end it halfway with no clear cause). Notes the grant in
+// `run`.
+std::unique_ptr<service::SeqEngine> step_engine(std::shared_ptr<EngineModel> model, const BenchOptions& o,
+                                                BenchRun& run) {
     const uint32_t N = o.batch, P = o.n_prompt, seq_tokens = o.n_prompt + o.n_gen + 1;
     service::KvBudget kb;
     kb.max_seqs = N;
@@ -126,8 +128,6 @@ std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchO
     kb.kv_type = o.kv_type;
     auto engine = service::make_seq_engine(std::move(model), kb);
     const service::SeqLimits& L = engine->limits();
-    // What the plugin granted must hold the whole run: a step that finds the
-    // KV cache full would otherwise end the run halfway with no clear cause.
     if (L.max_seqs < N || L.max_step_entries < N || L.max_step_tokens < N)
         throw Error(Code::VramOom, fmt::format("the plugin grants {} sequences, {} per step and {} tokens a step; "
                                                "--batch {} needs {} of each",
@@ -146,132 +146,171 @@ std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchO
     run.kv_blocks = L.total_blocks;
     run.chained = o.chained_steps && engine->can_chain();
     run.batch = N;
+    return engine;
+}
 
-    std::vector<std::vector<int32_t>> prompts;
-    for (uint32_t i = 0; i < N; ++i) prompts.push_back(bench_prompt(P, n_vocab, i));
-    const eh_sampling_params sp = greedy();
+// One repetition on the step path: its sequences (released when it ends,
+// also when it throws), prefill and decode steps formed as the scheduler
+// forms them, and their times.
+class StepRep {
+public:
+    StepRep(service::SeqEngine& engine, const BenchOptions& o, const std::vector<std::vector<int32_t>>& prompts)
+        : e_(engine), L_(engine.limits()), o_(o), prompts_(prompts), N_(uint32_t(prompts.size())), last_(N_, -1) {}
+    ~StepRep() {
+        for (service::SeqId id : seqs_) e_.release(id);
+    }
+    StepRep(const StepRep&) = delete;
+    StepRep& operator=(const StepRep&) = delete;
 
-    std::vector<RepTimes> out;
-    for (uint32_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
-        check_stop(o);
-        RepTimes t;
-        std::vector<service::SeqId> seqs;
-        // Released at the end of the repetition, also when it throws.
-        struct Release {
-            service::SeqEngine& e;
-            std::vector<service::SeqId>& ids;
-            ~Release() {
-                for (service::SeqId id : ids) e.release(id);
-            }
-        } release{*engine, seqs};
-        for (uint32_t i = 0; i < N; ++i) {
-            seqs.push_back(engine->create());
-            engine->set_sampling(seqs.back(), sp);
+    void create(const eh_sampling_params& sp) {
+        for (uint32_t i = 0; i < N_; ++i) {
+            seqs_.push_back(e_.create());
+            e_.set_sampling(seqs_.back(), sp);
         }
-        std::vector<uint32_t> done(N, 0);  // prompt tokens in each sequence
-        std::vector<int32_t> last(N, -1);  // each sequence's latest token, fed to the next step
-        std::vector<service::StepItem> items;
-        std::vector<uint32_t> owner;       // items[k] is sequence owner[k]
+    }
 
-        // Prefill: the scheduler's build_step with no decode yet, sequences
-        // in order, each the rest of its prompt or what the step has left.
+    // The scheduler's build_step with no decode yet: sequences in order,
+    // each the rest of its prompt or what the step has left.
+    void prefill() {
+        const uint32_t P = o_.n_prompt;
+        std::vector<uint32_t> done(N_, 0);  // prompt tokens in each sequence
+        std::vector<service::StepItem> items;
+        std::vector<uint32_t> owner;  // items[k] is sequence owner[k]
         const auto t_start = Clock::now();
         for (;;) {
-            check_stop(o);
+            check_stop(o_);
             items.clear();
             owner.clear();
-            uint32_t budget = L.max_step_tokens;
-            for (uint32_t i = 0; i < N && budget > 0 && items.size() < L.max_step_entries; ++i) {
+            uint32_t budget = L_.max_step_tokens;
+            for (uint32_t i = 0; i < N_ && budget > 0 && items.size() < L_.max_step_entries; ++i) {
                 const uint32_t k = std::min(P - done[i], budget);
                 if (k == 0) continue;
                 service::StepItem it;
-                it.seq = seqs[i];
-                it.tokens = std::span<const int32_t>(prompts[i]).subspan(done[i], k);
+                it.seq = seqs_[i];
+                it.tokens = std::span<const int32_t>(prompts_[i]).subspan(done[i], k);
                 it.sample = done[i] + k == P;
                 items.push_back(it);
                 owner.push_back(i);
                 budget -= k;
             }
             if (items.empty()) break;
-            if (!engine->step(items)) throw Error(Code::VramOom, "the KV cache filled up during prefill");
+            if (!e_.step(items)) throw Error(Code::VramOom, "the KV cache filled up during prefill");
             ++t.prefill_steps;
             const double now = ms_since(t_start);
             for (size_t k = 0; k < items.size(); ++k) {
                 const uint32_t i = owner[k];
                 done[i] += uint32_t(items[k].tokens.size());
                 if (!items[k].sample) continue;
-                last[i] = items[k].token;
+                last_[i] = items[k].token;
                 t.ttft_ms.push_back(now);
-                if (i == 0) t.tokens.push_back(last[i]);
+                if (i == 0) t.tokens.push_back(last_[i]);
             }
         }
         t.prefill_ms = ms_since(t_start);
+    }
 
-        // Decode: every sequence one token a step, in sequence order.
-        auto decode_items = [&](bool chained) {
-            std::vector<service::StepItem> v(N);
-            for (uint32_t i = 0; i < N; ++i) {
-                v[i].seq = seqs[i];
-                v[i].sample = true;
-                v[i].chained = chained;
-                if (!chained) v[i].tokens = std::span<const int32_t>(&last[i], 1);
-            }
-            return v;
-        };
-        t.itl_ms.reserve(o.n_gen);
+    // Every sequence one token a step, in sequence order; chained as the
+    // scheduler's run_chain.
+    void decode(bool chained) {
+        t.itl_ms.reserve(o_.n_gen);
         const auto t_dec = Clock::now();
-        auto t_prev = t_dec;
-        auto read = [&](const std::vector<service::StepItem>& v) {
-            const auto now = Clock::now();
-            t.itl_ms.push_back(std::chrono::duration<double, std::milli>(now - t_prev).count());
-            t_prev = now;
-            for (uint32_t i = 0; i < N; ++i) last[i] = v[i].token;
-            t.tokens.push_back(v[0].token);
-        };
-        if (run.chained) {
-            // As the scheduler's run_chain: step s+1 begins (taking the token
-            // step s samples, on the device) before step s is read, so the
-            // host's turn between tokens overlaps the device's work.
-            std::vector<service::StepItem> cur = decode_items(false), next;
-            size_t flying = 0;
-            try {
-                if (!engine->begin_step(cur)) throw Error(Code::VramOom, "the KV cache filled up during decode");
-                flying = 1;
-                for (uint32_t s = 1; s <= o.n_gen; ++s) {
-                    check_stop(o);
-                    if (s < o.n_gen) {
-                        next = decode_items(true);
-                        if (!engine->begin_step(next)) throw Error(Code::VramOom, "the KV cache filled up during decode");
-                        ++flying;
-                    }
-                    engine->end_step(cur);
-                    --flying;
-                    read(cur);
-                    cur = std::move(next);
-                }
-            } catch (...) {
-                // The sequences are released next, which the engine refuses
-                // while a step is in flight: end what is, whatever it says.
-                std::vector<service::StepItem> scratch(N);
-                for (; flying > 0; --flying) {
-                    try {
-                        engine->end_step(scratch);
-                    } catch (const std::exception&) {
-                    }
-                }
-                throw;
-            }
-        } else {
-            for (uint32_t s = 1; s <= o.n_gen; ++s) {
-                check_stop(o);
+        t_prev_ = t_dec;
+        if (chained) decode_chained();
+        else
+            for (uint32_t s = 1; s <= o_.n_gen; ++s) {
+                check_stop(o_);
                 std::vector<service::StepItem> v = decode_items(false);
-                if (!engine->step(v)) throw Error(Code::VramOom, "the KV cache filled up during decode");
+                if (!e_.step(v)) throw Error(Code::VramOom, "the KV cache filled up during decode");
                 read(v);
             }
-        }
         t.decode_ms = ms_since(t_dec);
-        log_rep(o, run, rep, t);
-        if (rep > 0) out.push_back(std::move(t));
+    }
+
+    RepTimes t;
+
+private:
+    std::vector<service::StepItem> decode_items(bool chained) const {
+        std::vector<service::StepItem> v(N_);
+        for (uint32_t i = 0; i < N_; ++i) {
+            v[i].seq = seqs_[i];
+            v[i].sample = true;
+            v[i].chained = chained;
+            if (!chained) v[i].tokens = std::span<const int32_t>(&last_[i], 1);
+        }
+        return v;
+    }
+
+    void read(const std::vector<service::StepItem>& v) {
+        const auto now = Clock::now();
+        t.itl_ms.push_back(std::chrono::duration<double, std::milli>(now - t_prev_).count());
+        t_prev_ = now;
+        for (uint32_t i = 0; i < N_; ++i) last_[i] = v[i].token;
+        t.tokens.push_back(v[0].token);
+    }
+
+    // Step s+1 begins (taking the token step s samples, on the device)
+    // before step s is read, so the host's turn between tokens overlaps the
+    // device's work.
+    void decode_chained() {
+        std::vector<service::StepItem> cur = decode_items(false), next;
+        size_t flying = 0;
+        try {
+            if (!e_.begin_step(cur)) throw Error(Code::VramOom, "the KV cache filled up during decode");
+            flying = 1;
+            for (uint32_t s = 1; s <= o_.n_gen; ++s) {
+                check_stop(o_);
+                if (s < o_.n_gen) {
+                    next = decode_items(true);
+                    if (!e_.begin_step(next)) throw Error(Code::VramOom, "the KV cache filled up during decode");
+                    ++flying;
+                }
+                e_.end_step(cur);
+                --flying;
+                read(cur);
+                cur = std::move(next);
+            }
+        } catch (...) {
+            // The sequences are released next, which the engine refuses
+            // while a step is in flight: end what is, whatever it says.
+            std::vector<service::StepItem> scratch(N_);
+            for (; flying > 0; --flying) {
+                try {
+                    e_.end_step(scratch);
+                } catch (const std::exception&) {
+                }
+            }
+            throw;
+        }
+    }
+
+    service::SeqEngine& e_;
+    const service::SeqLimits& L_;
+    const BenchOptions& o_;
+    const std::vector<std::vector<int32_t>>& prompts_;
+    const uint32_t N_;
+    std::vector<service::SeqId> seqs_;
+    std::vector<int32_t> last_;  // each sequence's latest token, fed to the next step
+    Clock::time_point t_prev_;
+};
+
+// The batched step through the SeqEngine the server drives, steps formed as
+// the scheduler forms them (see bench.hpp for where they differ).
+std::vector<RepTimes> run_steps(std::shared_ptr<EngineModel> model, const BenchOptions& o, BenchRun& run,
+                                uint32_t n_vocab) {
+    auto engine = step_engine(std::move(model), o, run);
+    std::vector<std::vector<int32_t>> prompts;
+    for (uint32_t i = 0; i < o.batch; ++i) prompts.push_back(bench_prompt(o.n_prompt, n_vocab, i));
+    const eh_sampling_params sp = greedy();
+
+    std::vector<RepTimes> out;
+    for (uint32_t rep = 0; rep <= o.reps; ++rep) {  // rep 0 is the warm-up
+        check_stop(o);
+        StepRep r(*engine, o, prompts);
+        r.create(sp);
+        r.prefill();
+        r.decode(run.chained);
+        log_rep(o, run, rep, r.t);
+        if (rep > 0) out.push_back(std::move(r.t));
     }
     return out;
 }
