@@ -32,20 +32,10 @@ namespace {
 
 ehcuda::BatchShape shape_of(Model& m) {
     const Config& c = m.cfg;
-    ehcuda::BatchShape sh;
-    sh.device = m.device;
-    sh.ledger = &m.ledger;
-    sh.n_vocab = c.n_vocab;
-    // (tensor parallel: a pool layer per rank and layer, each of the rank's
-    // KV heads, on its GPU; the block tables are shared)
-    sh.n_layer = c.n_layer * m.tp;
-    sh.kv_dim = c.kv_dim() / m.tp;
-    if (m.tp > 1)
-        for (int l = 0; l < sh.n_layer; ++l) sh.layer_devices.push_back(m.shards[size_t(l % m.tp)].device);
+    ehcuda::BatchShape sh = ehcuda::rank_pool_shape(m);
     // gpt2 has a table of learned positions: no room past its end
     if (c.arch == Arch::Gpt2) sh.seq_cap = uint32_t(c.n_ctx_train);
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.arch == Arch::Gpt2 ? c.n_ff : 0});
-    sh.upload_aside = m.plan.step_upload_aside;
     return sh;
 }
 
@@ -120,45 +110,24 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     head_.h = h_.as<float>();
     head_.xn = xn_.as<float>();
     head_.pw = workspace();
-    if (m_.rank_streams) {
-        std::vector<int> devices;
-        for (const Shard& sh : m_.shards) devices.push_back(sh.device);
-        group_ = ehcuda::make_rank_group("gpt-cuda", devices, m_.device, T * c_.n_embd, m_.plan.allreduce_signals,
-                                         m_.plan.allreduce_nccl_min_floats, L, &signals_);
-    }
+    if (m_.rank_streams)
+        group_ = ehcuda::make_rank_group("gpt-cuda", ehcuda::shard_devices(m_.shards), m_.device, T * c_.n_embd,
+                                         m_.plan.allreduce_signals, m_.plan.allreduce_nccl_min_floats, L, &signals_);
     ranks_.resize(size_t(m_.tp));
     for (int i = 0; i < m_.tp; ++i) {
         Rank& r = ranks_[size_t(i)];
         const Shard* sh = m_.tp == 1 ? nullptr : &m_.shards[size_t(i)];
-        r.index = i;
         r.c = sh ? &sh->c : &m_.cfg;
         r.layers = sh ? &sh->layers : &m_.layers;
         r.inv_freq = sh ? sh->inv_freq : m_.inv_freq;
         r.expert0 = sh ? sh->expert0 : 0;
         r.n_local = sh ? sh->n_local : c_.n_expert;
         const Config& rc = *r.c;
-        r.device = sh ? sh->device : m_.device;
-        r.stream = group_ ? group_->stream(i) : stream();
-        EHC_CHECK(cudaSetDevice(r.device));
-        r.h = h_.as<float>();
-        r.xn = xn_.as<float>();
-        if (group_ && i > 0) {  // (rank 0 keeps the step's rows: the LM head reads them after the join)
-            r.own_h = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-            r.own_xn = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-            r.h = r.own_h.as<float>();
-            r.xn = r.own_xn.as<float>();
-        }
-        r.pw = workspace();
-        if (sh) {  // its shard's FP16 mirror, its stream, its GPU
-            ehcuda::PrefillShape ps;
-            ps.max_tokens = max_step_tokens();
-            ps.max_cols = std::max(c_.n_embd, rc.q_dim());
-            r.own_pw = std::make_unique<ehcuda::PrefillWorkspace>(ps, r.stream, L);
-            r.own_pw->set_min_tokens(gemv_per_token_max_ + 1);
-            r.own_pw->set_mirror(&sh->mirror);
-            r.pw = r.own_pw.get();
-            if (!group_) r.part = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-        }
+        r.place(i, sh ? sh->device : m_.device, group_.get(), stream(), h_.as<float>(), xn_.as<float>(),
+                T * c_.n_embd * 4, workspace(), L);
+        if (sh)
+            r.own_shard(sh->mirror, max_step_tokens(), std::max(c_.n_embd, rc.q_dim()), gemv_per_token_max_ + 1, !group_,
+                        T * c_.n_embd * 4, L);
         r.qkv = ehcuda::DeviceBuffer(T * rc.qkv_dim() * 4, L);
         r.attn = ehcuda::DeviceBuffer(T * rc.q_dim() * 4, L);
         if (c_.arch == Arch::Gpt2) {
@@ -193,15 +162,8 @@ Batch::Batch(Model& model, const eh_kv_params& params)
                 r.moe_ws = std::make_unique<ehcuda::PrefillWorkspace>(ps, r.stream, L);
             }
         }
-        if (c_.arch != Arch::Gpt2 && ehcuda::attention_head_dim_fast(c_.head_dim)) {
-            size_t heads_x_splits = 0;
-            for (int n = 1; n <= max_step_entries(); ++n)
-                heads_x_splits = std::max(heads_x_splits, size_t(n) * rc.n_head * decode_splits(rc.n_head, n));
-            r.attn_scratch = ehcuda::DeviceBuffer(heads_x_splits * (rc.head_dim + 2) * 4, L);
-            r.attn_counters = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(rc.n_head, max_step_entries()) * 4, L);
-            EHC_CHECK(cudaMemset(r.attn_counters.get(), 0, r.attn_counters.size()));
-            if (const size_t n = ehcuda::gemv_chunk_bytes(rc.q_dim())) r.attn_chunks = ehcuda::DeviceBuffer(n, L);
-        }
+        if (c_.arch != Arch::Gpt2 && ehcuda::attention_head_dim_fast(c_.head_dim))
+            r.decode_scratch(max_step_entries(), max_seq_tokens(), L);
     }
     rows_.bind(group_.get(), ranks_);
     EHC_CHECK(cudaSetDevice(m_.device));
@@ -234,36 +196,8 @@ void Batch::accept_kv_type(const Model& m, uint32_t type) {
 
 void Batch::matmul(Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
                    float* y, int ldy, bool accumulate, int n, const float* norm_w) {
-    ehcuda::MatmulArgs m;
-    m.norm_w = norm_w;
-    m.norm_eps = c_.eps;
-    for (int k = 0; k < nseg; ++k) m.seg[k] = segs[k];
-    m.nseg = nseg;
-    m.cols = cols;
-    m.x = x;
-    m.ldx = ldx;
-    m.xmode = mode;
-    m.y = y;
-    m.ldy = ldy;
-    m.accumulate = accumulate;
-    m.ntok = n;
-    m.prefill = r.pw;
-    if (n > 1 && n <= gemv_per_token_max_ && !ehcuda::matmul_groups_tokens(m)) {
-        auto one_token = [&](int t, cudaStream_t st) {
-            ehcuda::MatmulArgs one = m;
-            one.ntok = 1;
-            one.x = x + size_t(t) * ldx;
-            one.y = y + size_t(t) * ldy;
-            ehcuda::matmul(one, st);
-        };
-        // (a rank on its own stream runs its tokens one after another: the
-        // side streams fork from the step's stream)
-        if (r.stream == stream()) per_token(n, one_token);
-        else
-            for (int t = 0; t < n; ++t) one_token(t, r.stream);
-    } else {
-        ehcuda::matmul(m, r.stream);
-    }
+    r.run_matmul(r.matmul_args(segs, nseg, cols, x, ldx, mode, y, ldy, accumulate, n, norm_w, c_.eps),
+                 gemv_per_token_max_, stream(), [this](int k, auto&& fn) { per_token(k, fn); });
 }
 
 void Batch::normed_matmul(Rank& r, const ehcuda::MatSeg* segs, int nseg, const float* x, const float* norm_w, float* y,

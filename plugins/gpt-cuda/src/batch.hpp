@@ -23,6 +23,7 @@
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/prefill_workspace.hpp>
 #include <ehcuda/tp_group.hpp>
+#include <ehcuda/tp_rank.hpp>
 #include <ehcuda/tp_step.hpp>
 
 #include <memory>
@@ -44,25 +45,12 @@ public:
 
 private:
     // One rank's heads, experts and activations (the whole model at tp 1),
-    // where its work goes (stream, GPU, workspaces) and its residual.
-    struct Rank {
-        int index = 0;
-        int device = 0;
-        cudaStream_t stream = nullptr;  // the step's stream, or its own (rank_streams)
-        const Config* c = nullptr;      // n_head and n_kv its own
-        const std::vector<Layer>* layers = nullptr;
+    // where its work goes (stream, GPU, workspaces) and its residual
+    // (tp_rank.hpp; part: its share of attn_output / the experts).
+    struct Rank : ehcuda::RankLane<Config, Layer> {
         const float* inv_freq = nullptr;
         int expert0 = 0, n_local = 0;  // its experts (all of them at tp 1)
-        float* h = nullptr;   // its residual rows: the step's h_, or its own copy (rank_streams, rank > 0)
-        float* xn = nullptr;  // its normed rows
-        ehcuda::DeviceBuffer own_h, own_xn;
-        ehcuda::PrefillWorkspace* pw = nullptr;  // the step's, or its own (tp > 1: its shard's mirror)
-        std::unique_ptr<ehcuda::PrefillWorkspace> own_pw;
-        ehcuda::DeviceBuffer qkv, attn, ff, router, ids, wts, grouped;
-        ehcuda::DeviceBuffer part;  // shard mode: its share of attn_output / the experts, before the all-reduce
-        // decode rows: the paged fused decode attention's split scratch,
-        // counters and (one row) quantized output
-        ehcuda::DeviceBuffer attn_scratch, attn_counters, attn_chunks;
+        ehcuda::DeviceBuffer router, ids, wts, grouped;
         ehcuda::DeviceBuffer router_counter;  // moe_router_decode's, then moe_decode_mma's
         // The grouped-by-expert cuBLAS MoE's own workspace (the base's has no
         // MoE buffers), sized for kMoeChunk tokens; null where every layer's

@@ -18,20 +18,9 @@ namespace {
 
 ehcuda::BatchShape shape_of(Model& m) {
     const Config& c = m.cfg;
-    ehcuda::BatchShape sh;
-    sh.device = m.device;
-    sh.ledger = &m.ledger;
-    sh.n_vocab = c.n_vocab;
-    // (tensor parallel: a pool layer per rank and layer, each of the rank's
-    // KV heads; the block tables are shared, as a real rank's would be)
-    sh.n_layer = c.n_layer * m.tp;
-    sh.kv_dim = c.kv_dim() / m.tp;
+    ehcuda::BatchShape sh = ehcuda::rank_pool_shape(m);
     sh.max_cols = std::max({c.n_embd, c.q_dim(), c.n_ff});
     sh.hidden_dim = c.n_embd;
-    sh.upload_aside = m.plan.step_upload_aside;
-    // (pool layer l * tp + r is rank r's: on its GPU)
-    if (m.tp > 1)
-        for (int l = 0; l < sh.n_layer; ++l) sh.layer_devices.push_back(m.shards[size_t(l % m.tp)].device);
     return sh;
 }
 
@@ -82,56 +71,28 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     head_.h = h_.as<float>();
     head_.xn = xn_.as<float>();
     head_.pw = workspace();
-    if (m_.rank_streams) {
-        std::vector<int> devices;
-        for (const Shard& sh : m_.shards) devices.push_back(sh.device);
-        group_ = ehcuda::make_rank_group("llama-cuda", devices, m_.device, T * c_.n_embd, m_.plan.allreduce_signals,
-                                         m_.plan.allreduce_nccl_min_floats, L, &signals_);
-    }
+    if (m_.rank_streams)
+        group_ = ehcuda::make_rank_group("llama-cuda", ehcuda::shard_devices(m_.shards), m_.device, T * c_.n_embd,
+                                         m_.plan.allreduce_signals, m_.plan.allreduce_nccl_min_floats, L, &signals_);
     const int step_gemm_min = ehcuda::step_per_token_max(m_.plan, m_.mirrored) + 1;
     ranks_.resize(size_t(m_.tp));
     for (int i = 0; i < m_.tp; ++i) {
         Rank& r = ranks_[size_t(i)];
-        r.index = i;
-        r.c = m_.tp == 1 ? &m_.cfg : &m_.shards[size_t(i)].c;
-        r.layers = m_.tp == 1 ? &m_.layers : &m_.shards[size_t(i)].layers;
+        const Shard* sh = m_.tp == 1 ? nullptr : &m_.shards[size_t(i)];
+        r.c = sh ? &sh->c : &m_.cfg;
+        r.layers = sh ? &sh->layers : &m_.layers;
         const Config& rc = *r.c;
-        r.device = m_.tp == 1 ? m_.device : m_.shards[size_t(i)].device;
-        r.stream = group_ ? group_->stream(i) : stream();
-        EHC_CHECK(cudaSetDevice(r.device));
-        r.h = h_.as<float>();
-        r.xn = xn_.as<float>();
-        if (group_ && i > 0) {  // (rank 0 keeps the step's rows: the LM head reads them after the join)
-            r.own_h = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-            r.own_xn = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
-            r.h = r.own_h.as<float>();
-            r.xn = r.own_xn.as<float>();
-        }
-        r.pw = workspace();
-        if (m_.tp > 1) {  // its shard's FP16 mirror, its stream, its GPU
-            ehcuda::PrefillShape ps;
-            ps.max_tokens = max_step_tokens();
-            ps.max_cols = std::max({c_.n_embd, rc.q_dim(), rc.n_ff});
-            r.own_pw = std::make_unique<ehcuda::PrefillWorkspace>(ps, r.stream, L);
-            r.own_pw->set_min_tokens(step_gemm_min);
-            r.own_pw->set_mirror(&m_.shards[size_t(i)].mirror);
-            r.pw = r.own_pw.get();
-        }
+        r.place(i, sh ? sh->device : m_.device, group_.get(), stream(), h_.as<float>(), xn_.as<float>(),
+                T * c_.n_embd * 4, workspace(), L);
+        if (sh)
+            r.own_shard(sh->mirror, max_step_tokens(), std::max({c_.n_embd, rc.q_dim(), rc.n_ff}), step_gemm_min, !group_,
+                        T * c_.n_embd * 4, L);
         r.qkv = ehcuda::DeviceBuffer(T * rc.qkv_dim() * 4, L);
         r.attn = ehcuda::DeviceBuffer(T * rc.q_dim() * 4, L);
         r.ff = ehcuda::DeviceBuffer(T * 2 * size_t(rc.n_ff) * 4, L);
-        if (m_.tp > 1 && !group_) r.part = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
         // Decode-only steps: the fused paged attention, with split scratch for
         // the widest such step and (one row) its output quantized for attn_out.
-        if (fused_attn_) {
-            size_t heads_x_splits = 0;
-            for (int n = 1; n <= max_step_entries(); ++n)
-                heads_x_splits = std::max(heads_x_splits, size_t(n) * rc.n_head * decode_splits(rc.n_head, n));
-            r.attn_scratch = ehcuda::DeviceBuffer(heads_x_splits * (rc.head_dim + 2) * 4, L);
-            r.attn_counters = ehcuda::DeviceBuffer(ehcuda::attention_decode_counters(rc.n_head, max_step_entries()) * 4, L);
-            EHC_CHECK(cudaMemset(r.attn_counters.get(), 0, r.attn_counters.size()));
-            if (const size_t n = ehcuda::gemv_chunk_bytes(rc.q_dim())) r.attn_chunks = ehcuda::DeviceBuffer(n, L);
-        }
+        if (fused_attn_) r.decode_scratch(max_step_entries(), max_seq_tokens(), L);
     }
     rows_.bind(group_.get(), ranks_);
     EHC_CHECK(cudaSetDevice(m_.device));
@@ -272,43 +233,11 @@ void Batch::forward(const ehcuda::StepView& v) {
     // rank or the LM head's lane): the weight-streaming GEMV for a few
     // tokens, the tensor-core GEMM (or cuBLAS past the workspace's
     // threshold) for more: each weight is read once per step either way.
-    auto matmul_args = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx,
-                           ehcuda::XMode mode, float* y, int ldy, bool accumulate, int n, const float* norm_w) {
-        ehcuda::MatmulArgs m;
-        m.norm_w = norm_w;
-        m.norm_eps = c.eps;
-        for (int k = 0; k < nseg; ++k) m.seg[k] = segs[k];
-        m.nseg = nseg;
-        m.cols = cols;
-        m.x = x;
-        m.ldx = ldx;
-        m.xmode = mode;
-        m.y = y;
-        m.ldy = ldy;
-        m.accumulate = accumulate;
-        m.ntok = n;
-        m.prefill = r.pw;
-        return m;
-    };
     auto matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx,
                       ehcuda::XMode mode, float* y, int ldy, bool accumulate, int n, const float* norm_w = nullptr) {
-        const ehcuda::MatmulArgs m = matmul_args(r, segs, nseg, cols, x, ldx, mode, y, ldy, accumulate, n, norm_w);
-        if (n > 1 && n < r.pw->min_tokens() && !ehcuda::matmul_groups_tokens(m)) {
-            auto one_token = [&](int t, cudaStream_t st) {
-                ehcuda::MatmulArgs one = m;
-                one.ntok = 1;
-                one.x = x + size_t(t) * ldx;
-                one.y = y + size_t(t) * ldy;
-                ehcuda::matmul(one, st);
-            };
-            // (a rank on its own stream runs its tokens one after another:
-            // the side streams fork from the step's stream)
-            if (r.stream == s) per_token(n, one_token);
-            else
-                for (int t = 0; t < n; ++t) one_token(t, r.stream);
-        } else {
-            ehcuda::matmul(m, r.stream);
-        }
+        // (below the workspace's cuBLAS threshold: a call per token)
+        r.run_matmul(r.matmul_args(segs, nseg, cols, x, ldx, mode, y, ldy, accumulate, n, norm_w, c.eps),
+                     r.pw->min_tokens() - 1, s, [this](int k, auto&& fn) { per_token(k, fn); });
     };
     // y = segs . RMSNorm(hin) * norm_w: folded into the GEMV's input staging
     // for one token, into a token group's quantization where the groups
@@ -318,7 +247,7 @@ void Batch::forward(const ehcuda::StepView& v) {
                              float* y, int ldy, int n) {
         if (!lora) {
             const ehcuda::MatmulArgs m =
-                matmul_args(r, segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, n, norm_w);
+                r.matmul_args(segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, n, norm_w, c.eps);
             // (one launch either way: matmul's per-token split is for
             // inputs the groups refuse, so this asks them once)
             if (n == 1 || ehcuda::matmul_groups_tokens(m)) {

@@ -17,6 +17,7 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/prefill_workspace.hpp>
 #include <ehcuda/tp_group.hpp>
+#include <ehcuda/tp_rank.hpp>
 #include <ehcuda/tp_step.hpp>
 
 #include <memory>
@@ -56,22 +57,9 @@ public:
 
 private:
     // One rank's heads, FFN rows and activations (the whole model at tp 1),
-    // where its work goes (stream, GPU, cuBLAS workspace) and its residual.
-    struct Rank {
-        int index = 0;
-        int device = 0;
-        cudaStream_t stream = nullptr;  // the step's stream, or its own (rank_streams)
-        const Config* c = nullptr;
-        const std::vector<Layer>* layers = nullptr;
-        float* h = nullptr;   // its residual rows: the step's h_, or its own copy (rank_streams, rank > 0)
-        float* xn = nullptr;  // its normed rows
-        ehcuda::DeviceBuffer own_h, own_xn;
-        ehcuda::PrefillWorkspace* pw = nullptr;  // the step's, or its own (tp > 1: its shard's mirror)
-        std::unique_ptr<ehcuda::PrefillWorkspace> own_pw;
-        ehcuda::DeviceBuffer qkv, attn, ff;
-        ehcuda::DeviceBuffer part;  // shard mode: its share of attn_output / ffn_down, before the all-reduce
-        ehcuda::DeviceBuffer attn_scratch, attn_counters, attn_chunks;
-    };
+    // where its work goes (stream, GPU, cuBLAS workspace) and its residual
+    // (tp_rank.hpp; part: its share of attn_output / ffn_down).
+    using Rank = ehcuda::RankLane<Config, Layer>;
 
     void forward(const ehcuda::StepView& v) override;
     // Grouped-query models: from the plan's attn_group_min_keys on, decode
