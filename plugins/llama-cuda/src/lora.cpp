@@ -1,56 +1,43 @@
 #include "lora.hpp"
 
-#include <cstdio>
 #include <string>
 #include <vector>
 
 #include <engine_host/lora_adapter.hpp>
 #include <engine_host/model_source.hpp>
+#include <ehcuda/lora_sites.hpp>
 #include <engine_host/plugin_abi.hpp>
 
 namespace llama_cuda {
 namespace {
 
+static_assert(kLoraQ == 0 && kLoraK == 1 && kLoraV == 2 && kLoraOut == 3, "lora_sites.hpp's attention kinds");
+
 ehcuda::LoraSite site_shape(const Model& m, int layer, int kind) {
     const Config& c = m.cfg;
     const Layer& L = m.layers[size_t(layer)];
-    auto seg = [](const ehcuda::MatSeg& s, int n_in) { return ehcuda::LoraSite{n_in, s.w.rows, s.out_offset}; };
     switch (kind) {
-    case kLoraQ: return seg(L.qkv[0], c.n_embd);
-    case kLoraK: return L.n_qkv == 3 ? seg(L.qkv[1], c.n_embd) : ehcuda::LoraSite{};
-    case kLoraV: return L.n_qkv == 3 ? seg(L.qkv[2], c.n_embd) : ehcuda::LoraSite{};
-    case kLoraOut: return {c.q_dim(), c.n_embd, 0};
     case kLoraGate: return {c.n_embd, L.n_gate_up == 2 ? c.n_ff : 2 * c.n_ff, 0};
     case kLoraUp: return L.n_gate_up == 2 ? ehcuda::LoraSite{c.n_embd, c.n_ff, c.n_ff} : ehcuda::LoraSite{};
     case kLoraDown: return {c.n_ff, c.n_embd, 0};
-    default: return {};
+    default: return ehcuda::lora_attention_site(L.qkv, L.n_qkv, kind, c.n_embd, c.q_dim());
     }
 }
 
 std::vector<ehcuda::LoraSite> sites_of(const Model& m) {
-    std::vector<ehcuda::LoraSite> s;
-    for (int l = 0; l < m.cfg.n_layer; ++l)
-        for (int k = 0; k < kLoraPerLayer; ++k) s.push_back(site_shape(m, l, k));
-    s.push_back({m.cfg.n_embd, m.cfg.n_vocab, 0});  // the LM head
-    return s;
+    return ehcuda::lora_sites(m.cfg.n_layer, kLoraPerLayer, m.cfg.n_embd, m.cfg.n_vocab,
+                              [&](int l, int k) { return site_shape(m, l, k); });
 }
 
 // The site a base weight's name binds to, or -1.
 int site_of(const Model& m, const std::string& name) {
     const Config& c = m.cfg;
     if (name == "output.weight") return lora_head_site(c);
-    int layer = -1, used = 0;
-    char kind[32] = {};
-    if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight%n", &layer, kind, &used) != 2 || used != int(name.size()) ||
-        layer < 0 || layer >= c.n_layer)
-        return -1;
+    int layer = -1;
+    std::string k;
+    if (!ehcuda::lora_layer_weight(name, c.n_layer, &layer, &k)) return -1;
     const Layer& L = m.layers[size_t(layer)];
-    const std::string k(kind);
-    if (k == "attn_qkv" && L.n_qkv == 1) return lora_site(layer, kLoraQ);
-    if (k == "attn_q" && L.n_qkv == 3) return lora_site(layer, kLoraQ);
-    if (k == "attn_k" && L.n_qkv == 3) return lora_site(layer, kLoraK);
-    if (k == "attn_v" && L.n_qkv == 3) return lora_site(layer, kLoraV);
-    if (k == "attn_output") return lora_site(layer, kLoraOut);
+    if (const int a = ehcuda::lora_attention_kind(k, L.n_qkv); a >= 0) return lora_site(layer, a);
     if (k == "ffn_gate" && L.n_gate_up == 2) return lora_site(layer, kLoraGate);
     if (k == "ffn_up") return lora_site(layer, L.n_gate_up == 2 ? kLoraUp : kLoraGate);
     if (k == "ffn_down") return lora_site(layer, kLoraDown);

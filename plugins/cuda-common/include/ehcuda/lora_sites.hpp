@@ -1,0 +1,68 @@
+// The LoRA sites (lora.hpp's LoraSet) every CUDA engine numbers alike: per
+// layer the attention's four first, in its matmuls' order (kind 0: Q, or
+// the fused attn_qkv; 1: K; 2: V; 3: attn_output; the engines' kLoraQ ..
+// kLoraOut), then the engine's own kinds; after every layer's, the LM
+// head's. Host code only (adapter_load).
+#pragma once
+
+#include <cstdio>
+#include <string>
+#include <vector>
+
+#include <ehcuda/kernels.hpp>
+#include <ehcuda/lora.hpp>
+
+namespace ehcuda {
+
+// Every site of a model: n_layer layers of per_layer kinds, shape(layer,
+// kind) each, then the LM head (n_embd -> n_vocab).
+template <class Shape>
+std::vector<LoraSite> lora_sites(int n_layer, int per_layer, int n_embd, int n_vocab, const Shape& shape) {
+    std::vector<LoraSite> s;
+    for (int l = 0; l < n_layer; ++l)
+        for (int k = 0; k < per_layer; ++k) s.push_back(shape(l, k));
+    s.push_back({n_embd, n_vocab, 0});  // the LM head
+    return s;
+}
+
+// The shape of attention site `kind` (0 .. 3) of a layer whose Q/K/V are
+// n_qkv segments of qkv (1: fused, K and V then no site of their own); an
+// empty site for any other kind.
+inline LoraSite lora_attention_site(const MatSeg* qkv, int n_qkv, int kind, int n_embd, int q_dim) {
+    auto seg = [&](const MatSeg& s) { return LoraSite{n_embd, s.w.rows, s.out_offset}; };
+    switch (kind) {
+    case 0: return seg(qkv[0]);
+    case 1: return n_qkv == 3 ? seg(qkv[1]) : LoraSite{};
+    case 2: return n_qkv == 3 ? seg(qkv[2]) : LoraSite{};
+    case 3: return {q_dim, n_embd, 0};
+    default: return {};
+    }
+}
+
+// A base weight named "blk.<layer>.<kind>.weight" of a layer below
+// n_layer: *layer and *kind ("attn_q", "ffn_up", ...); false for any
+// other name.
+inline bool lora_layer_weight(const std::string& name, int n_layer, int* layer, std::string* kind) {
+    int l = -1, used = 0;
+    char k[32] = {};
+    if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight%n", &l, k, &used) != 2 || used != int(name.size()) || l < 0 ||
+        l >= n_layer)
+        return false;
+    *layer = l;
+    *kind = k;
+    return true;
+}
+
+// The attention site kind (0 .. 3) a layer's weight kind binds to:
+// attn_qkv where the layer keeps Q/K/V fused (n_qkv 1), attn_q / attn_k /
+// attn_v where it keeps them apart (3), attn_output; else -1.
+inline int lora_attention_kind(const std::string& kind, int n_qkv) {
+    if (kind == "attn_qkv" && n_qkv == 1) return 0;
+    if (kind == "attn_q" && n_qkv == 3) return 0;
+    if (kind == "attn_k" && n_qkv == 3) return 1;
+    if (kind == "attn_v" && n_qkv == 3) return 2;
+    if (kind == "attn_output") return 3;
+    return -1;
+}
+
+}  // namespace ehcuda
