@@ -29,16 +29,11 @@ std::vector<ehcuda::LoraSite> sites_of(const Model& m) {
 }
 
 int site_of(const Model& m, const std::string& name) {
-    const Config& c = m.cfg;
-    if (name == "output.weight") return lora_head_site(c);
-    int layer = -1;
-    std::string k;
-    if (!ehcuda::lora_layer_weight(name, c.n_layer, &layer, &k)) return -1;
-    const Layer& L = m.layers[size_t(layer)];
-    if (const int a = ehcuda::lora_attention_kind(k, L.n_qkv); a >= 0) return lora_site(layer, a);
-    if (k == "ffn_up") return lora_site(layer, kLoraUp);
-    if (k == "ffn_down") return lora_site(layer, kLoraDown);
-    return -1;
+    return ehcuda::lora_site_of(
+        name, m.cfg.n_layer, kLoraPerLayer, [&](int l) { return m.layers[size_t(l)].n_qkv; },
+        [](int, const std::string& k) -> int {
+            return k == "ffn_up" ? int(kLoraUp) : k == "ffn_down" ? int(kLoraDown) : -1;
+        });
 }
 
 }  // namespace

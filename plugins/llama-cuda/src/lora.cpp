@@ -31,17 +31,15 @@ std::vector<ehcuda::LoraSite> sites_of(const Model& m) {
 
 // The site a base weight's name binds to, or -1.
 int site_of(const Model& m, const std::string& name) {
-    const Config& c = m.cfg;
-    if (name == "output.weight") return lora_head_site(c);
-    int layer = -1;
-    std::string k;
-    if (!ehcuda::lora_layer_weight(name, c.n_layer, &layer, &k)) return -1;
-    const Layer& L = m.layers[size_t(layer)];
-    if (const int a = ehcuda::lora_attention_kind(k, L.n_qkv); a >= 0) return lora_site(layer, a);
-    if (k == "ffn_gate" && L.n_gate_up == 2) return lora_site(layer, kLoraGate);
-    if (k == "ffn_up") return lora_site(layer, L.n_gate_up == 2 ? kLoraUp : kLoraGate);
-    if (k == "ffn_down") return lora_site(layer, kLoraDown);
-    return -1;
+    return ehcuda::lora_site_of(
+        name, m.cfg.n_layer, kLoraPerLayer, [&](int l) { return m.layers[size_t(l)].n_qkv; },
+        [&](int l, const std::string& k) -> int {
+            const bool apart = m.layers[size_t(l)].n_gate_up == 2;  // (else phi3's fused gate|up)
+            if (k == "ffn_gate" && apart) return kLoraGate;
+            if (k == "ffn_up") return apart ? kLoraUp : kLoraGate;
+            if (k == "ffn_down") return kLoraDown;
+            return -1;
+        });
 }
 
 bool ends_with(const std::string& s, const char* suffix) {

@@ -65,4 +65,19 @@ inline int lora_attention_kind(const std::string& kind, int n_qkv) {
     return -1;
 }
 
+// The site a base weight's name binds to (lora_sites' numbering, per_layer
+// kinds a layer), or -1: "output.weight" the LM head; a layer's attention
+// weights by lora_attention_kind (n_qkv(layer): its Q/K/V segments); its
+// others by own_kind(layer, kind) (the engine's kind number, or -1).
+template <class NQkv, class OwnKind>
+int lora_site_of(const std::string& name, int n_layer, int per_layer, const NQkv& n_qkv, const OwnKind& own_kind) {
+    if (name == "output.weight") return n_layer * per_layer;
+    int layer = -1;
+    std::string k;
+    if (!lora_layer_weight(name, n_layer, &layer, &k)) return -1;
+    int kind = lora_attention_kind(k, n_qkv(layer));
+    if (kind < 0) kind = own_kind(layer, k);
+    return kind < 0 ? -1 : layer * per_layer + kind;
+}
+
 }  // namespace ehcuda
