@@ -11,6 +11,7 @@
 #include <ehcuda/weight_mirror.hpp>
 #include <ehcuda/moe.hpp>
 #include <ehcuda/lora.hpp>
+#include <ehcuda/sharded_model.hpp>
 
 #include "config.hpp"
 
@@ -79,48 +80,21 @@ struct Shard {
     const float* inv_freq = nullptr;   // Model::inv_freq's copy on its GPU
 };
 
-struct Model {
+// (sharded_model.hpp: its GPU and ranks, device memory, kernel plan and
+// adapters; the mirror keeps the dense matrices only, the experts their
+// own path)
+struct Model : ehcuda::ShardedModel<Shard> {
     Config cfg;
-    int device = 0;
-    // Tensor parallelism (eh_load_params.devices): the rank count, and the
-    // shards when it is above 1 (`layers` is then empty; the embeddings,
-    // output norm and LM head stay on `device`, rank 0's GPU). Ranks run
-    // one after another on the step's stream (the shard mode: one GPU
-    // named once per rank), or each on its own stream and GPU
-    // (rank_streams: distinct GPUs, or the load option "tensor_parallel":
-    // "streams" on one GPU), as llama-cuda's do.
-    int tp = 1;
-    bool rank_streams = false;
-    std::string path;
-    std::string device_name;
-    int compute_capability = 0;
-    int runtime_version = 0;
-    std::string quant_kind;
-
-    ehcuda::MemoryLedger ledger;  // every device byte of the model and its KV pool
-    std::vector<Shard> shards;    // (after the ledger: their arenas count on it)
-    ehcuda::DeviceArena arena;    // weights
     ehcuda::WeightRef tok_embd, pos_embd;
     const float* output_norm = nullptr;
     const float* output_norm_b = nullptr;
     ehcuda::WeightRef output;  // LM head (the embedding table when tied)
     const float* inv_freq = nullptr;
     std::vector<Layer> layers;
-    std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
-    // FP16 copies of the dense matrices for multi-token GEMMs (the experts
-    // keep their own path), when the load's policy keeps them.
-    ehcuda::WeightMirror mirror;
-    // Every tuning choice of the kernels (kernel_plan.hpp), chosen at load;
-    // plugin_glue.hpp installs it around each call that runs kernels.
-    ehcuda::KernelPlan plan;
     // The load option batch_invariant: the experts of every row take the
     // grouped kernels, one token too, so a token's routing and expert sums
     // do not depend on how many rows its step holds (see batch.cpp).
     bool batch_invariant = false;
-    // The load's view (host-owned, valid until model_release): adapter_load
-    // checks adapters against it. And the loaded adapters' table (lora.hpp).
-    const eh_model_view* view = nullptr;
-    ehcuda::LoraSet lora;
 };
 
 // Whether a one-token expert block routes inside its gate|up kernel

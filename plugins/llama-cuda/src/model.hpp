@@ -11,6 +11,7 @@
 #include <ehcuda/graph.hpp>
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/lora.hpp>
+#include <ehcuda/sharded_model.hpp>
 #include <ehcuda/vision_gemma3.hpp>
 #include <ehcuda/vision_qwen.hpp>
 #include <ehcuda/weight_mirror.hpp>
@@ -55,27 +56,10 @@ struct Shard {
     const float* rope_freqs = nullptr;  // Model::rope_freqs' copy on its GPU
 };
 
-struct Model {
+// (sharded_model.hpp: its GPU and ranks, device memory, kernel plan and
+// adapters)
+struct Model : ehcuda::ShardedModel<Shard> {
     Config cfg;
-    int device = 0;
-    // Tensor parallelism (eh_load_params.devices): the rank count, and the
-    // shards when it is above 1 (`layers` is then empty; the embeddings,
-    // output norm and LM head stay on `device`, rank 0's GPU). Ranks run
-    // one after another on the step's stream (the shard mode: one GPU
-    // named once per rank), or each on its own stream and GPU
-    // (rank_streams: distinct GPUs, or the load option "tensor_parallel":
-    // "streams" on one GPU, the same code path).
-    int tp = 1;
-    bool rank_streams = false;
-    std::string path;
-    std::string device_name;
-    int compute_capability = 0;
-    int runtime_version = 0;
-    std::string quant_kind;
-
-    ehcuda::MemoryLedger ledger;  // every device byte of the model and its KV pool
-    std::vector<Shard> shards;    // (after the ledger: their arenas count on it)
-    ehcuda::DeviceArena arena;    // weights
     ehcuda::WeightRef tok_embd;
     const float* output_norm = nullptr;
     ehcuda::WeightRef output;  // LM head (the embedding table when tied)
@@ -83,14 +67,6 @@ struct Model {
     // linear scaling (every pair by the factor; global layers only).
     const float* rope_freqs = nullptr;
     std::vector<Layer> layers;
-    std::vector<std::pair<const void*, std::string>> weight_ptrs;  // residency check
-    // FP16 copies of the matrices for multi-token GEMMs (prefill, batched
-    // steps), when the load's policy keeps them (the load's last progress
-    // stage says why).
-    ehcuda::WeightMirror mirror;
-    // Every tuning choice of the kernels (kernel_plan.hpp), chosen at load;
-    // plugin_glue.hpp installs it around each call that runs kernels.
-    ehcuda::KernelPlan plan;
     // Whether it keeps FP16 mirrors: batched steps then take cuBLAS from
     // the plan's batch_gemv_per_token_mirrored + 1 tokens (3), not
     // batch_gemv_per_token + 1 (9) (ehcuda::route_step_matmul).
@@ -100,10 +76,6 @@ struct Model {
     std::unique_ptr<ehcuda::Gemma3Vision> vision;
     // ABI 1.8: Qwen2.5-VL's (qwen2vl models only), likewise.
     std::unique_ptr<ehcuda::QwenVlVision> qwen_vision;
-    // The load's view (host-owned, valid until model_release): adapter_load
-    // checks adapters against it. And the loaded adapters' table (lora.hpp).
-    const eh_model_view* view = nullptr;
-    ehcuda::LoraSet lora;
 };
 
 // A layer's gate and up as two matrices (phi3 stores them as one: gate's

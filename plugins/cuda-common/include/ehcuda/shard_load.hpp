@@ -5,10 +5,9 @@
 // upload, the FP16 mirrors, and the load log's line on how the ranks run.
 // Host code only.
 //
-// The templates take the engine's Model, which has: device, path, ledger,
-// arena, weight_ptrs, mirror, device_name, compute_capability,
-// runtime_version, and shards, each Shard with device, arena, mirror,
-// layers, head0, kv0 and its Config c (n_head, n_kv).
+// The templates take the engine's Model (a sharded_model.hpp
+// ShardedModel), each Shard with device, arena, mirror, layers, head0, kv0
+// and its Config c (n_head, n_kv).
 #pragma once
 
 #include <cuda_runtime_api.h>
