@@ -2381,22 +2381,45 @@ private:
         std::deque<Json> own_;
     };
 
-    std::string object(const Json& s, const std::string& path, uint32_t depth) {
+    // What object() reads from an object schema's keywords before it writes
+    // rules.
+    struct ObjectShape {
         Props props;
+        const Json* extra = nullptr;  // additionalProperties' schema
+        bool closed = false;          // additionalProperties: false
+        std::set<std::string> required;
+        const Json* pp = nullptr;            // patternProperties, when it lists any
+        std::vector<std::string> key_exprs;  // a key expression per pattern
+        std::string key_schema;              // a map's keys, from propertyNames
+    };
+
+    std::string object(const Json& s, const std::string& path, uint32_t depth) {
+        ObjectShape o;
+        object_properties(s, path, o);
+        object_patterns(s, path, o);
+        object_dependencies(s, path, o);
+        if (auto only_empty = object_property_names(s, path, depth, o)) return *only_empty;
+        const uint64_t min_p = count_keyword(s, "minProperties", 0, path);
+        const uint64_t max_p = count_keyword(s, "maxProperties", kRegexUnbounded, path);
+        if (max_p < min_p) throw GrammarError("maxProperties", fmt::format("'maxProperties' at {} is below 'minProperties'", at(path)));
+        if (o.props.empty()) return object_map(path, depth, o, min_p, max_p);
+        return object_members(path, depth, o, min_p, max_p);
+    }
+
+    // properties, additionalProperties and required.
+    void object_properties(const Json& s, const std::string& path, ObjectShape& o) {
+        Props& props = o.props;
         if (auto p = s.find("properties"sv); p != s.end()) {
             if (!p->is_object()) throw GrammarError("properties", fmt::format("'properties' at {} must be an object", at(path)));
             for (const auto& [k, v] : p->items()) props.point(k, &v);
         }
-        const Json* extra = nullptr;
-        bool closed = false;
         if (auto a = s.find("additionalProperties"sv); a != s.end()) {
             if (!a->is_boolean() && !a->is_object())
                 throw GrammarError("additionalProperties",
                                    fmt::format("'additionalProperties' at {} must be a boolean or a schema", at(path)));
-            if (a->is_boolean() && !a->get<bool>()) closed = true;
-            else extra = &*a;
+            if (a->is_boolean() && !a->get<bool>()) o.closed = true;
+            else o.extra = &*a;
         }
-        std::set<std::string> required;
         if (auto r = s.find("required"sv); r != s.end()) {
             if (!r->is_array()) throw GrammarError("required", fmt::format("'required' at {} must be an array", at(path)));
             for (const auto& x : *r) {
@@ -2405,237 +2428,269 @@ private:
                 if (!props.contains(name)) {
                     // A required name without a schema: any value, or what
                     // additionalProperties says.
-                    if (closed)  // no object matches: an anyOf alternative that is this is left out
+                    if (o.closed)  // no object matches: an anyOf alternative that is this is left out
                         throw EmptySchema("required", fmt::format("'required' at {} names '{}', which "
                                                                   "'additionalProperties': false forbids",
                                                                   at(path), name.substr(0, 100)));
-                    props.set(name, extra ? *extra : Json(true));
+                    props.set(name, o.extra ? *o.extra : Json(true));
                 }
-                required.insert(name);
+                o.required.insert(name);
             }
         }
-        // patternProperties: a listed property whose name a pattern matches
-        // must match that pattern's schema too; with no listed properties
-        // the keys are written from the pattern (one pattern, or patterns
-        // that share one schema: a key matching two patterns with different
-        // schemas would have to match both, which is not enforced, so that
-        // is a 400).
-        const Json* pp = nullptr;
-        std::vector<std::string> key_exprs;
+    }
+
+    // patternProperties: a listed property whose name a pattern matches
+    // must match that pattern's schema too; with no listed properties the
+    // keys are written from the pattern (one pattern, or patterns that share
+    // one schema: a key matching two patterns with different schemas would
+    // have to match both, which is not enforced, so that is a 400).
+    void object_patterns(const Json& s, const std::string& path, ObjectShape& o) {
         if (auto p = s.find("patternProperties"sv); p != s.end()) {
             if (!p->is_object())
                 throw GrammarError("patternProperties", fmt::format("'patternProperties' at {} must be an object", at(path)));
-            if (!p->empty()) pp = &*p;
+            if (!p->empty()) o.pp = &*p;
         }
-        if (pp) {
-            for (const auto& [pattern, sub] : pp->items()) {
-                const std::string e = *regex_grammar(pattern, "j-char", 0, kRegexUnbounded);
-                key_exprs.push_back("\"\\\"\" " + e + " \"\\\"\"");
-            }
-            if (!props.empty()) {
-                size_t i = 0;
-                for (const auto& [pattern, sub] : pp->items()) {
-                    const auto& g = check_automaton(key_exprs[i++]);
-                    for (const auto& name : props.names())
-                        if (byte_match(g, Json(name).dump())) props.set(name, Json{{"allOf", Json::array({*props.get(name), sub})}});
-                }
-            }
+        if (!o.pp) return;
+        for (const auto& [pattern, sub] : o.pp->items()) {
+            const std::string e = *regex_grammar(pattern, "j-char", 0, kRegexUnbounded);
+            o.key_exprs.push_back("\"\\\"\" " + e + " \"\\\"\"");
         }
-        // dependentRequired (and draft 4-7 `dependencies` with name lists):
-        // each listed property's dependencies are simply required
-        // (narrowing: they are written even where it is left out).
+        if (o.props.empty()) return;
+        size_t i = 0;
+        for (const auto& [pattern, sub] : o.pp->items()) {
+            const auto& g = check_automaton(o.key_exprs[i++]);
+            for (const auto& name : o.props.names())
+                if (byte_match(g, Json(name).dump()))
+                    o.props.set(name, Json{{"allOf", Json::array({*o.props.get(name), sub})}});
+        }
+    }
+
+    // dependentRequired (and draft 4-7 `dependencies` with name lists): each
+    // listed property's dependencies are simply required (narrowing: they
+    // are written even where it is left out).
+    void object_dependencies(const Json& s, const std::string& path, ObjectShape& o) {
+        Props& props = o.props;
+        std::set<std::string>& required = o.required;
         std::vector<std::pair<std::string, const Json*>> deps;
         for (const char* key : {"dependentRequired", "dependencies"})
             if (auto d = s.find(key); d != s.end() && d->is_object())
                 for (const auto& [name, list] : d->items())
                     if (list.is_array() && !list.empty()) deps.emplace_back(name, &list);
-        if (!deps.empty()) {
-            if (props.empty())
-                throw GrammarError("dependentRequired", fmt::format("'dependentRequired'/'dependencies' at {} without "
-                                                                    "'properties' is not supported", at(path)));
-            for (bool changed = true; changed;) {
-                changed = false;
-                for (const auto& [name, list] : deps) {
-                    if (!props.contains(name)) continue;
-                    for (const auto& x : *list) {
-                        if (!x.is_string()) throw GrammarError("dependentRequired", fmt::format("'dependentRequired' at {} must list names", at(path)));
-                        const std::string dep = x.get<std::string>();
-                        if (!props.contains(dep)) {
-                            if (closed) {
-                                props.erase(name);  // its dependency may not appear: neither may it
-                                if (required.count(name))
-                                    throw GrammarError("dependentRequired", fmt::format("'dependentRequired' at {} needs '{}', "
-                                                                                        "which 'additionalProperties': false "
-                                                                                        "forbids", at(path), dep.substr(0, 100)));
-                                changed = true;
-                                break;
-                            }
-                            props.set(dep, extra ? *extra : Json(true));
+        if (deps.empty()) return;
+        if (props.empty())
+            throw GrammarError("dependentRequired", fmt::format("'dependentRequired'/'dependencies' at {} without "
+                                                                "'properties' is not supported", at(path)));
+        for (bool changed = true; changed;) {
+            changed = false;
+            for (const auto& [name, list] : deps) {
+                if (!props.contains(name)) continue;
+                for (const auto& x : *list) {
+                    if (!x.is_string()) throw GrammarError("dependentRequired", fmt::format("'dependentRequired' at {} must list names", at(path)));
+                    const std::string dep = x.get<std::string>();
+                    if (!props.contains(dep)) {
+                        if (o.closed) {
+                            props.erase(name);  // its dependency may not appear: neither may it
+                            if (required.count(name))
+                                throw GrammarError("dependentRequired", fmt::format("'dependentRequired' at {} needs '{}', "
+                                                                                    "which 'additionalProperties': false "
+                                                                                    "forbids", at(path), dep.substr(0, 100)));
+                            changed = true;
+                            break;
                         }
-                        changed |= required.insert(dep).second;
+                        props.set(dep, o.extra ? *o.extra : Json(true));
                     }
+                    changed |= required.insert(dep).second;
                 }
             }
         }
-        // propertyNames: listed names it refuses are left out (a required
-        // one is a 400); a map's keys are written from it.
-        std::string key_schema;
-        if (auto pn = s.find("propertyNames"sv); pn != s.end() && !(pn->is_boolean() && pn->get<bool>()) &&
-                                               !(pn->is_object() && pn->empty())) {
-            if (!props.empty()) {
-                std::string rules = json_base_rules();
-                SchemaCompiler sub(root_, res_, prefix_ + "n" + std::to_string(counter_++) + "-", rules);
-                sub.enum_depth_ = enum_depth_ + 1;
-                if (enum_depth_ >= kMaxEnumChecks)
-                    throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} nests too deep", at(path)));
-                rules += "root ::= " + sub.compile_node(*pn, path + "/propertyNames") + "\n";
-                const auto g = std::make_shared<Automaton>(gbnf_grammar(rules), byte_vocab());
-                for (const auto& name : props.names()) {
-                    if (byte_match(g, Json(name).dump())) continue;
-                    props.erase(name);
-                    if (required.count(name))
-                        throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses the required name "
-                                                                        "'{}'", at(path), name.substr(0, 100)));
-                }
-                if (props.empty()) {  // no listed name is allowed: only {} is written
-                    if (count_keyword(s, "minProperties", 0, path))
-                        throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses every listed "
-                                                                        "property and 'minProperties' asks for some", at(path)));
-                    return rule(R"("{" j-ws "}")");
-                }
-            } else {
-                if (pp) throw GrammarError("propertyNames", fmt::format("'propertyNames' beside 'patternProperties' at {} "
-                                                                        "is not supported", at(path)));
-                store_.push_back(Json{{"allOf", Json::array({*pn, Json{{"type", "string"}}})}});
-                key_schema = value(store_.back(), path + "/propertyNames", depth + 1);
-            }
-        }
-        const uint64_t min_p = count_keyword(s, "minProperties", 0, path);
-        const uint64_t max_p = count_keyword(s, "maxProperties", kRegexUnbounded, path);
-        if (max_p < min_p) throw GrammarError("maxProperties", fmt::format("'maxProperties' at {} is below 'minProperties'", at(path)));
+    }
+
+    // propertyNames: listed names it refuses are left out (a required one
+    // is a 400); a map's keys are written from it (o.key_schema). Returns the
+    // rule for `{}` alone when it refuses every listed name.
+    std::optional<std::string> object_property_names(const Json& s, const std::string& path, uint32_t depth,
+                                                     ObjectShape& o) {
+        auto pn = s.find("propertyNames"sv);
+        if (pn == s.end() || (pn->is_boolean() && pn->get<bool>()) || (pn->is_object() && pn->empty()))
+            return std::nullopt;
+        Props& props = o.props;
         if (props.empty()) {
-            if (closed && !pp) {
-                if (min_p) throw GrammarError("minProperties", fmt::format("'minProperties' at {} asks for members that "
-                                                                           "'additionalProperties': false forbids", at(path)));
-                return rule(R"("{" j-ws "}")");
-            }
-            if (!extra && !pp && key_schema.empty() && !min_p && max_p == kRegexUnbounded) return "j-object";
-            // A map: any keys, every value matching the schema.
-            std::string v = extra ? value(*extra, path + "/additionalProperties", depth + 1) : "j-value";
-            std::string key = key_schema.empty() ? "j-string" : key_schema;
-            std::string member;
-            if (pp) {
-                // Keys only from the patterns: others (additionalProperties)
-                // are not written (narrowing). A key written from pattern i
-                // may match pattern j too, and must then match j's schema:
-                // its value is written from i's schema merged with every
-                // other one whose pattern can start with a byte i's can
-                // (patterns that start apart, `^/` and `^x-`, never match
-                // one key; others are merged: narrowed).
-                std::vector<std::pair<std::string, const Json*>> pats;
-                for (const auto& [pattern, sub] : pp->items()) pats.emplace_back(pattern, &sub);
-                std::vector<std::bitset<257>> starts;
-                for (size_t i = 0; i < pats.size(); ++i) {
-                    starts.push_back(first_bytes(check_automaton(*regex_grammar(pats[i].first, "j-char", 0, kRegexUnbounded))));
-                }
-                std::string alts;
-                std::optional<EmptySchema> last_empty;
-                for (size_t i = 0; i < pats.size(); ++i) {
-                    Json merged_value = *pats[i].second;
-                    for (size_t j = 0; j < pats.size(); ++j)
-                        if (j != i && *pats[j].second != *pats[i].second && (starts[i] & starts[j]).any())
-                            merged_value = all_of(merged_value, *pats[j].second);
-                    store_.push_back(std::move(merged_value));
-                    try {
-                        const std::string vi = value(store_.back(), path + "/patternProperties", depth + 1);
-                        alts += fmt::format(R"({}( {} j-ws ":" j-ws {} j-ws ))", alts.empty() ? "" : " | ", key_exprs[i], vi);
-                    } catch (const EmptySchema& e) {
-                        last_empty = e;  // keys of this pattern are not written
-                    }
-                }
-                if (alts.empty()) {
-                    if (min_p) throw *last_empty;
-                    return rule(R"("{" j-ws "}")");
-                }
-                member = rule(alts);
-            } else {
-                member = fmt::format(R"({} j-ws ":" j-ws {} j-ws)", key, v);
-            }
-            if (max_p == 0) return rule(R"("{" j-ws "}")");
-            const std::string more = counted(fmt::format(R"(( "," j-ws {} ))", member), min_p ? min_p - 1 : 0,
-                                             max_p == kRegexUnbounded ? max_p : max_p - 1, "maxProperties", path);
-            std::string members = member + " " + more;
-            if (!min_p) members = "( " + members + " )?";
-            return rule(fmt::format(R"("{{" j-ws {} "}}")", members));
+            if (o.pp) throw GrammarError("propertyNames", fmt::format("'propertyNames' beside 'patternProperties' at {} "
+                                                                      "is not supported", at(path)));
+            store_.push_back(Json{{"allOf", Json::array({*pn, Json{{"type", "string"}}})}});
+            o.key_schema = value(store_.back(), path + "/propertyNames", depth + 1);
+            return std::nullopt;
         }
-        // Properties beyond `properties` never appear here, whatever
-        // additionalProperties allows (narrowing; docs/http-api.md).
+        std::string rules = json_base_rules();
+        SchemaCompiler sub(root_, res_, prefix_ + "n" + std::to_string(counter_++) + "-", rules);
+        sub.enum_depth_ = enum_depth_ + 1;
+        if (enum_depth_ >= kMaxEnumChecks)
+            throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} nests too deep", at(path)));
+        rules += "root ::= " + sub.compile_node(*pn, path + "/propertyNames") + "\n";
+        const auto g = std::make_shared<Automaton>(gbnf_grammar(rules), byte_vocab());
+        for (const auto& name : props.names()) {
+            if (byte_match(g, Json(name).dump())) continue;
+            props.erase(name);
+            if (o.required.count(name))
+                throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses the required name "
+                                                                "'{}'", at(path), name.substr(0, 100)));
+        }
+        if (!props.empty()) return std::nullopt;
+        // No listed name is allowed: only {} is written.
+        if (count_keyword(s, "minProperties", 0, path))
+            throw GrammarError("propertyNames", fmt::format("'propertyNames' at {} refuses every listed "
+                                                            "property and 'minProperties' asks for some", at(path)));
+        return rule(R"("{" j-ws "}")");
+    }
+
+    // No listed properties: a map (any keys, or keys from the patterns or
+    // propertyNames; every value matching its schema), or `{}` alone.
+    std::string object_map(const std::string& path, uint32_t depth, const ObjectShape& o, uint64_t min_p,
+                           uint64_t max_p) {
+        const Json* extra = o.extra;
+        if (o.closed && !o.pp) {
+            if (min_p) throw GrammarError("minProperties", fmt::format("'minProperties' at {} asks for members that "
+                                                                       "'additionalProperties': false forbids", at(path)));
+            return rule(R"("{" j-ws "}")");
+        }
+        if (!extra && !o.pp && o.key_schema.empty() && !min_p && max_p == kRegexUnbounded) return "j-object";
+        // (The values' rules are written, and checked, even when the keys
+        // come from the patterns alone.)
+        const std::string v = extra ? value(*extra, path + "/additionalProperties", depth + 1) : "j-value";
+        std::string member;
+        if (o.pp) {
+            const auto m = pattern_member(path, depth, o, min_p);
+            if (!m) return rule(R"("{" j-ws "}")");
+            member = *m;
+        } else {
+            const std::string key = o.key_schema.empty() ? "j-string" : o.key_schema;
+            member = fmt::format(R"({} j-ws ":" j-ws {} j-ws)", key, v);
+        }
+        if (max_p == 0) return rule(R"("{" j-ws "}")");
+        const std::string more = counted(fmt::format(R"(( "," j-ws {} ))", member), min_p ? min_p - 1 : 0,
+                                         max_p == kRegexUnbounded ? max_p : max_p - 1, "maxProperties", path);
+        std::string members = member + " " + more;
+        if (!min_p) members = "( " + members + " )?";
+        return rule(fmt::format(R"("{{" j-ws {} "}}")", members));
+    }
+
+    // A map's member with keys only from the patterns: others
+    // (additionalProperties) are not written (narrowing). A key written from
+    // pattern i may match pattern j too, and must then match j's schema: its
+    // value is written from i's schema merged with every other one whose
+    // pattern can start with a byte i's can (patterns that start apart, `^/`
+    // and `^x-`, never match one key; others are merged: narrowed). Nothing
+    // when no pattern's values can be written.
+    std::optional<std::string> pattern_member(const std::string& path, uint32_t depth, const ObjectShape& o,
+                                              uint64_t min_p) {
+        std::vector<std::pair<std::string, const Json*>> pats;
+        for (const auto& [pattern, sub] : o.pp->items()) pats.emplace_back(pattern, &sub);
+        std::vector<std::bitset<257>> starts;
+        for (size_t i = 0; i < pats.size(); ++i) {
+            starts.push_back(first_bytes(check_automaton(*regex_grammar(pats[i].first, "j-char", 0, kRegexUnbounded))));
+        }
+        std::string alts;
+        std::optional<EmptySchema> last_empty;
+        for (size_t i = 0; i < pats.size(); ++i) {
+            Json merged_value = *pats[i].second;
+            for (size_t j = 0; j < pats.size(); ++j)
+                if (j != i && *pats[j].second != *pats[i].second && (starts[i] & starts[j]).any())
+                    merged_value = all_of(merged_value, *pats[j].second);
+            store_.push_back(std::move(merged_value));
+            try {
+                const std::string vi = value(store_.back(), path + "/patternProperties", depth + 1);
+                alts += fmt::format(R"({}( {} j-ws ":" j-ws {} j-ws ))", alts.empty() ? "" : " | ", o.key_exprs[i], vi);
+            } catch (const EmptySchema& e) {
+                last_empty = e;  // keys of this pattern are not written
+            }
+        }
+        if (alts.empty()) {
+            if (min_p) throw *last_empty;
+            return std::nullopt;
+        }
+        return rule(alts);
+    }
+
+    // Listed properties. Properties beyond `properties` never appear here,
+    // whatever additionalProperties allows (narrowing; docs/http-api.md).
+    std::string object_members(const std::string& path, uint32_t depth, const ObjectShape& o, uint64_t min_p,
+                               uint64_t max_p) {
         std::vector<std::string> kv;
         std::vector<bool> req;
-        for (const auto& k : props.names()) {
-            const Json& v = *props.get(k);
+        for (const auto& k : o.props.names()) {
+            const Json& v = *o.props.get(k);
             std::string sub;
             try {
                 sub = value(v, path + "/properties/" + k, depth + 1);
             } catch (const EmptySchema&) {
-                if (required.count(k)) throw;
+                if (o.required.count(k)) throw;
                 continue;  // an optional property no value matches is left out (it may not appear)
             }
             kv.push_back(literal(Json(k).dump()) + R"( j-ws ":" j-ws )" + sub);
-            req.push_back(required.count(k) != 0);
+            req.push_back(o.required.count(k) != 0);
         }
-        const size_t n = kv.size();
         const std::string base = fresh();
-        if (min_p <= required.size() && max_p >= n) {
-            // first(i): the members from property i on, none written yet;
-            // rest(i): the same after at least one (each starts with a comma);
-            // member(i): property i and rest(i + 1) (written once for both).
-            // (appended in place: a large schema writes tens of thousands)
-            auto name = [&](const char* kind, size_t i) {
-                out_ += base;
-                out_ += kind;
-                out_ += std::to_string(i);
-            };
-            // "<kind>i ::= <head> -mi", and "| <kind>(i + 1)" when property i is optional
-            auto link = [&](const char* kind, size_t i, std::string_view head) {
-                name(kind, i);
-                out_ += " ::= ";
-                out_ += head;
-                name("-m", i);
-                if (!req[i]) {
-                    out_ += " | ";
-                    name(kind, i + 1);
-                }
-                out_ += '\n';
-            };
-            for (size_t i = 0; i <= n; ++i) {
-                if (i == n) {
-                    name("-f", i);
-                    out_ += " ::= \n";
-                    name("-r", i);
-                    out_ += " ::= \n";
-                    continue;
-                }
-                name("-m", i);
-                out_ += " ::= ";
-                out_ += kv[i];
-                out_ += " j-ws ";
-                name("-r", i + 1);
-                out_ += '\n';
-                link("-f", i, "");
-                link("-r", i, R"("," j-ws )");
+        if (min_p <= o.required.size() && max_p >= kv.size()) return listed_members(base, kv, req);
+        return counted_members(path, base, kv, req, o.required.size(), min_p, max_p);
+    }
+
+    // Members in order, each required or optional, with no count to meet:
+    // first(i): the members from property i on, none written yet; rest(i):
+    // the same after at least one (each starts with a comma); member(i):
+    // property i and rest(i + 1) (written once for both). (Appended in
+    // place: a large schema writes tens of thousands.)
+    std::string listed_members(const std::string& base, const std::vector<std::string>& kv,
+                               const std::vector<bool>& req) {
+        const size_t n = kv.size();
+        auto name = [&](const char* kind, size_t i) {
+            out_ += base;
+            out_ += kind;
+            out_ += std::to_string(i);
+        };
+        // "<kind>i ::= <head> -mi", and "| <kind>(i + 1)" when property i is optional
+        auto link = [&](const char* kind, size_t i, std::string_view head) {
+            name(kind, i);
+            out_ += " ::= ";
+            out_ += head;
+            name("-m", i);
+            if (!req[i]) {
+                out_ += " | ";
+                name(kind, i + 1);
             }
-            out_ += base + R"( ::= "{" j-ws )" + base + "-f0 \"}\"\n";
-            return base;
+            out_ += '\n';
+        };
+        for (size_t i = 0; i <= n; ++i) {
+            if (i == n) {
+                name("-f", i);
+                out_ += " ::= \n";
+                name("-r", i);
+                out_ += " ::= \n";
+                continue;
+            }
+            name("-m", i);
+            out_ += " ::= ";
+            out_ += kv[i];
+            out_ += " j-ws ";
+            name("-r", i + 1);
+            out_ += '\n';
+            link("-f", i, "");
+            link("-r", i, R"("," j-ws )");
         }
-        // min/maxProperties that the property list does not decide: the
-        // rules also count the members written (c), and only states from
-        // which the counts can still be met are written.
+        out_ += base + R"( ::= "{" j-ws )" + base + "-f0 \"}\"\n";
+        return base;
+    }
+
+    // min/maxProperties that the property list does not decide: the rules
+    // also count the members written (c), and only states from which the
+    // counts can still be met are written.
+    std::string counted_members(const std::string& path, const std::string& base, const std::vector<std::string>& kv,
+                                const std::vector<bool>& req, size_t n_required, uint64_t min_p, uint64_t max_p) {
+        const size_t n = kv.size();
         constexpr size_t kMaxCountedProperties = 40;
         if (n > kMaxCountedProperties)
-            throw GrammarError(min_p > required.size() ? "minProperties" : "maxProperties",
+            throw GrammarError(min_p > n_required ? "minProperties" : "maxProperties",
                                fmt::format("'{}' at {} with more than {} properties is not supported",
-                                           min_p > required.size() ? "minProperties" : "maxProperties", at(path),
+                                           min_p > n_required ? "minProperties" : "maxProperties", at(path),
                                            kMaxCountedProperties));
         std::vector<size_t> req_from(n + 1, 0);
         for (size_t i = n; i-- > 0;) req_from[i] = req_from[i + 1] + (req[i] ? 1 : 0);
