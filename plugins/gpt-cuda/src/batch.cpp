@@ -10,6 +10,7 @@
 #include <ehcuda/device_set.hpp>
 #include <ehcuda/gpt_ops.hpp>
 #include <ehcuda/kernel_route.hpp>
+#include <ehcuda/kv_accept.hpp>
 #include <ehcuda/kv_quant.hpp>
 #include <ehcuda/kv_quant_store.hpp>
 #include <ehcuda/moe.hpp>
@@ -104,27 +105,19 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     last_ = ehcuda::DeviceBuffer(T * c_.n_embd * 4, L);
     // The LM head's lane (and every rank's at tp 1): the step's stream,
     // workspace and rows.
-    head_.device = m_.device;
-    head_.stream = stream();
-    head_.c = &m_.cfg;
-    head_.h = h_.as<float>();
-    head_.xn = xn_.as<float>();
-    head_.pw = workspace();
+    head_.step_lane(m_.device, stream(), &m_.cfg, h_.as<float>(), xn_.as<float>(), workspace());
     if (m_.rank_streams)
         group_ = ehcuda::make_rank_group("gpt-cuda", ehcuda::shard_devices(m_.shards), m_.device, T * c_.n_embd,
                                          m_.plan.allreduce_signals, m_.plan.allreduce_nccl_min_floats, L, &signals_);
     ranks_.resize(size_t(m_.tp));
     for (int i = 0; i < m_.tp; ++i) {
         Rank& r = ranks_[size_t(i)];
-        const Shard* sh = m_.tp == 1 ? nullptr : &m_.shards[size_t(i)];
-        r.c = sh ? &sh->c : &m_.cfg;
-        r.layers = sh ? &sh->layers : &m_.layers;
+        const Shard* sh = r.place(m_, i, group_.get(), stream(), h_.as<float>(), xn_.as<float>(), T * c_.n_embd * 4,
+                                  workspace(), L);
         r.inv_freq = sh ? sh->inv_freq : m_.inv_freq;
         r.expert0 = sh ? sh->expert0 : 0;
         r.n_local = sh ? sh->n_local : c_.n_expert;
         const Config& rc = *r.c;
-        r.place(i, sh ? sh->device : m_.device, group_.get(), stream(), h_.as<float>(), xn_.as<float>(),
-                T * c_.n_embd * 4, workspace(), L);
         if (sh)
             r.own_shard(sh->mirror, max_step_tokens(), std::max(c_.n_embd, rc.q_dim()), gemv_per_token_max_ + 1, !group_,
                         T * c_.n_embd * 4, L);
@@ -184,14 +177,7 @@ Batch::~Batch() {
 }
 
 void Batch::accept_kv_type(const Model& m, uint32_t type) {
-    if (!ehcuda::kv_type_quantized(type))
-        ehp::refuse_kv_type(type, "gpt-cuda stores F16 (its default), Q8_0 or FP8_E4M3");
-    // (a tensor-parallel rank's row, kv_dim / ranks, is BatchBase's check)
-    const int hd = m.cfg.head_dim, kv_dim = m.cfg.kv_dim();
-    if (kv_dim % ehcuda::kKvQuantBlock != 0 || hd > ehcuda::kAttentionMaxHeadDim)
-        ehp::refuse_kv_type(type, "a K/V row of " + std::to_string(kv_dim) + " values (" + std::to_string(m.cfg.n_kv) +
-                                      " heads of " + std::to_string(hd) +
-                                      ") is not a whole number of 32-value blocks, or its heads are over 256");
+    ehcuda::accept_quantized_kv("gpt-cuda", type, m.cfg.n_kv, m.cfg.head_dim);
 }
 
 void Batch::matmul(Rank& r, const ehcuda::MatSeg* segs, int nseg, int cols, const float* x, int ldx, ehcuda::XMode mode,
@@ -282,23 +268,10 @@ bool Batch::attend(Rank& rk, int li, const ehcuda::StepView& v, int n_rot, int w
 
     // (every step's rows take the query-group kernel where it takes the
     // heads, a key read once per KV head; with the sinks and window)
-    ehcuda::StepAttnArgs at;
-    at.q = qkv;
-    at.ldq = c.qkv_dim();
-    at.out = rk.attn.as<float>();
-    at.ldo = c.q_dim();
-    at.k_pool = k_pool(pl);
-    at.v_pool = v_pool(pl);
-    at.kv_type = kv_type();
-    at.n_head = c.n_head;
-    at.n_kv = c.n_kv;
-    at.head_dim = c.head_dim;
+    ehcuda::StepAttnArgs at = rk.step_attn_args(k_pool(pl), v_pool(pl), kv_type());
     at.window = window;
     at.sinks = sinks;
     at.scale = scale;
-    at.group_scratch = rk.attn_scratch.as<float>();
-    at.group_scratch_floats = rk.attn_scratch.size() / 4;
-    at.pw = rk.pw;
     ehcuda::step_attention(at, v, s);
     return false;
 }

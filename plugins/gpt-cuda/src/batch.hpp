@@ -37,9 +37,7 @@ class Batch : public ehcuda::BatchBase {
 public:
     // Throws VRAM_OOM / INSUFFICIENT_VRAM (nothing left allocated).
     Batch(Model& model, const eh_kv_params& params);
-    // kv_init's Q8_0 / FP8_E4M3: K/V rows of whole 32-value blocks (heads
-    // up to 256; a head dim that is not a multiple of 32 takes the paged
-    // kernel only, whose blocks may span heads).
+    // kv_init's Q8_0 / FP8_E4M3 where the heads take them (kv_accept.hpp).
     static void accept_kv_type(const Model& m, uint32_t type);
     ~Batch() override;
 

@@ -10,6 +10,7 @@
 #include <ehcuda/device_set.hpp>
 #include <ehcuda/gemma_ops.hpp>
 #include <ehcuda/kernels.hpp>
+#include <ehcuda/kv_accept.hpp>
 #include <ehcuda/kv_quant.hpp>
 #include <ehcuda/step_attention.hpp>
 
@@ -65,12 +66,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     }
     // The LM head's lane (and every rank's at tp 1): the step's stream,
     // workspace and rows.
-    head_.device = m_.device;
-    head_.stream = stream();
-    head_.c = &m_.cfg;
-    head_.h = h_.as<float>();
-    head_.xn = xn_.as<float>();
-    head_.pw = workspace();
+    head_.step_lane(m_.device, stream(), &m_.cfg, h_.as<float>(), xn_.as<float>(), workspace());
     if (m_.rank_streams)
         group_ = ehcuda::make_rank_group("llama-cuda", ehcuda::shard_devices(m_.shards), m_.device, T * c_.n_embd,
                                          m_.plan.allreduce_signals, m_.plan.allreduce_nccl_min_floats, L, &signals_);
@@ -78,12 +74,9 @@ Batch::Batch(Model& model, const eh_kv_params& params)
     ranks_.resize(size_t(m_.tp));
     for (int i = 0; i < m_.tp; ++i) {
         Rank& r = ranks_[size_t(i)];
-        const Shard* sh = m_.tp == 1 ? nullptr : &m_.shards[size_t(i)];
-        r.c = sh ? &sh->c : &m_.cfg;
-        r.layers = sh ? &sh->layers : &m_.layers;
+        const Shard* sh = r.place(m_, i, group_.get(), stream(), h_.as<float>(), xn_.as<float>(), T * c_.n_embd * 4,
+                                  workspace(), L);
         const Config& rc = *r.c;
-        r.place(i, sh ? sh->device : m_.device, group_.get(), stream(), h_.as<float>(), xn_.as<float>(),
-                T * c_.n_embd * 4, workspace(), L);
         if (sh)
             r.own_shard(sh->mirror, max_step_tokens(), std::max({c_.n_embd, rc.q_dim(), rc.n_ff}), step_gemm_min, !group_,
                         T * c_.n_embd * 4, L);
@@ -108,14 +101,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
 }
 
 void Batch::accept_kv_type(const Model& m, uint32_t type) {
-    if (!ehcuda::kv_type_quantized(type))
-        ehp::refuse_kv_type(type, "llama-cuda stores F16 (its default), Q8_0 or FP8_E4M3");
-    // (a tensor-parallel rank's row, kv_dim / ranks, is BatchBase's check)
-    const int hd = m.cfg.head_dim, kv_dim = m.cfg.kv_dim();
-    if (kv_dim % ehcuda::kKvQuantBlock != 0 || hd > ehcuda::kAttentionMaxHeadDim)
-        ehp::refuse_kv_type(type, "a K/V row of " + std::to_string(kv_dim) + " values (" + std::to_string(m.cfg.n_kv) +
-                                      " heads of " + std::to_string(hd) +
-                                      ") is not a whole number of 32-value blocks, or its heads are over 256");
+    ehcuda::accept_quantized_kv("llama-cuda", type, m.cfg.n_kv, m.cfg.head_dim);
     // An image's span attention (batch_images.cpp) reads F16 pools.
     if (m.vision)
         ehp::refuse_kv_type(type, "llama-cuda takes images (an encoder is loaded: --mmproj) with the F16 KV cache only");
@@ -188,24 +174,11 @@ void Batch::prefill_attention(const ehcuda::StepView& v, Rank& rk, int layer) {
     r.kv_type = kv_type();
     ehcuda::rope_store_kv(r, s);
 
-    ehcuda::StepAttnArgs at;
-    at.q = qkv;
-    at.ldq = c.qkv_dim();
-    at.out = rk.attn.as<float>();
-    at.ldo = c.q_dim();
-    at.k_pool = k_pool(pl);
-    at.v_pool = v_pool(pl);
-    at.kv_type = kv_type();
-    at.n_head = c.n_head;
-    at.n_kv = c.n_kv;
-    at.head_dim = c.head_dim;
+    ehcuda::StepAttnArgs at = rk.step_attn_args(k_pool(pl), v_pool(pl), kv_type());
     at.window = c.layer_window(layer);
     at.scale = c.scale();
     // (a deep decode step's rows: each row's query group on the tensor cores)
     at.group = v.deep;
-    at.group_scratch = rk.attn_scratch.as<float>();
-    at.group_scratch_floats = rk.attn_scratch.size() / 4;
-    at.pw = rk.pw;
     // an image's tokens see each other (images.hpp)
     at.bidirectional = [this](int i) { return images_.bidirectional(i); };
     at.d_reach = images_.d_reach();

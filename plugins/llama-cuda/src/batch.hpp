@@ -50,9 +50,8 @@ public:
     std::unique_ptr<ehcuda::ParkedKv> park(const ehcuda::CudaSeq& seq, uint32_t n_tokens, uint64_t max_bytes,
                                            uint64_t* out_bytes);
     std::unique_ptr<ehcuda::CudaSeq> unpark(const ehcuda::ParkedKv* parked, const int32_t* tokens, uint32_t n_tokens);
-    // kv_init's Q8_0 / FP8_E4M3: K/V rows of whole 32-value blocks (heads
-    // up to 256; a head dim that is not a multiple of 32 takes the paged
-    // kernel only, whose blocks may span heads).
+    // kv_init's Q8_0 / FP8_E4M3 where the heads take them (kv_accept.hpp),
+    // without an image encoder.
     static void accept_kv_type(const Model& m, uint32_t type);
 
 private:

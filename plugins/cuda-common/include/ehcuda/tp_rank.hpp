@@ -19,6 +19,7 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/prefill_workspace.hpp>
+#include <ehcuda/step_attention.hpp>
 #include <ehcuda/tp_group.hpp>
 #include <ehcuda/weight_mirror.hpp>
 
@@ -44,14 +45,32 @@ struct RankLane {
     // counters and (one row) quantized output
     DeviceBuffer attn_scratch, attn_counters, attn_chunks;
 
-    // Rank i on GPU dev (made current): the group's stream i (rank_streams)
-    // or the step's; the step's rows h / xn, or (a group's rank > 0; rank 0
-    // keeps the step's rows, which the LM head reads after the join) rows
-    // of its own of row_bytes each. Its workspace the step's, step_pw.
-    void place(int i, int dev, const TpGroup* group, cudaStream_t step, float* step_h, float* step_xn, size_t row_bytes,
-               PrefillWorkspace* step_pw, MemoryLedger* L) {
-        index = i;
+    // The LM head's lane (and every rank's at tp 1): the step's GPU,
+    // stream, rows and workspace, the model's config.
+    void step_lane(int dev, cudaStream_t step, const Config* cfg, float* step_h, float* step_xn,
+                   PrefillWorkspace* step_pw) {
         device = dev;
+        stream = step;
+        c = cfg;
+        h = step_h;
+        xn = step_xn;
+        pw = step_pw;
+    }
+
+    // Rank i of model m (its cfg, layers, device, tp, shards): shard i's
+    // config, layers and GPU (made current), or at tp 1 the model's; the
+    // group's stream i (rank_streams) or the step's; the step's rows h /
+    // xn, or (a group's rank > 0; rank 0 keeps the step's rows, which the
+    // LM head reads after the join) rows of its own of row_bytes each. Its
+    // workspace the step's, step_pw. Returns its shard (null at tp 1).
+    template <class Model>
+    auto place(const Model& m, int i, const TpGroup* group, cudaStream_t step, float* step_h, float* step_xn,
+               size_t row_bytes, PrefillWorkspace* step_pw, MemoryLedger* L) {
+        const auto* sh = m.tp == 1 ? nullptr : &m.shards[size_t(i)];
+        c = sh ? &sh->c : &m.cfg;
+        layers = sh ? &sh->layers : &m.layers;
+        index = i;
+        device = sh ? sh->device : m.device;
         stream = group ? group->stream(i) : step;
         EHC_CHECK(cudaSetDevice(device));
         h = step_h;
@@ -63,6 +82,7 @@ struct RankLane {
             xn = own_xn.as<float>();
         }
         pw = step_pw;
+        return sh;
     }
 
     // A shard's rank (tp > 1): a workspace of its own on its stream and GPU
@@ -95,6 +115,29 @@ struct RankLane {
         attn_counters = DeviceBuffer(attention_decode_counters(rc.n_head, max_entries) * 4, L);
         EHC_CHECK(cudaMemset(attn_counters.get(), 0, attn_counters.size()));
         if (const size_t n = gemv_chunk_bytes(rc.q_dim())) attn_chunks = DeviceBuffer(n, L);
+    }
+
+    // The step attention (step_attention.hpp) of the rank's heads, from its
+    // qkv rows into its attn rows, over the pools of its layer (k_pool,
+    // v_pool of kv_type), its decode scratch the query-group kernel's. The
+    // engine adds window, scale, sinks and the rest.
+    StepAttnArgs step_attn_args(const __half* k_pool, const __half* v_pool, uint32_t kv_type) const {
+        const Config& rc = *c;
+        StepAttnArgs at;
+        at.q = qkv.as<float>();
+        at.ldq = rc.qkv_dim();
+        at.out = attn.as<float>();
+        at.ldo = rc.q_dim();
+        at.k_pool = k_pool;
+        at.v_pool = v_pool;
+        at.kv_type = kv_type;
+        at.n_head = rc.n_head;
+        at.n_kv = rc.n_kv;
+        at.head_dim = rc.head_dim;
+        at.group_scratch = attn_scratch.as<float>();
+        at.group_scratch_floats = attn_scratch.size() / 4;
+        at.pw = pw;
+        return at;
     }
 
     // y (+)= segs . x over n tokens (x normed by norm_w inside with
