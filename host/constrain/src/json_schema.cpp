@@ -551,11 +551,31 @@ public:
         if (!s.is_object()) throw GrammarError("", fmt::format("the schema at {} must be an object or a boolean", at(path)));
         if (unevaluated_words(s)) return merged(s, path);  // flatten() rewrites them (unevaluated())
         check_refused(s, path);
-        if (auto n = s.find("not"sv); n != s.end() && trivial(*n) == 1)  // {"not": {}}: "may not appear"
+        if (auto n = s.find("not"sv); n != s.end())
+            if (auto e = value_beside_not(s, *n, path, depth)) return *e;
+        if (auto r = s.find("$ref"sv); r != s.end() && r->is_string() && only_redundant_type(s, *r, path))
+            return ref(*r, path);
+        const bool any_of = s.contains("anyOf"sv), one_of = s.contains("oneOf"sv);
+        if (s.contains("allOf"sv) || (any_of && one_of) || (s.contains("$ref"sv) && constrains_beside(s, "$ref")) ||
+            conditional(s))
+            return merged(s, path);
+        if (auto r = s.find("$ref"sv); r != s.end()) return ref(*r, path);
+        if (any_of || one_of) return alternatives(s, any_of ? "anyOf" : "oneOf", one_of && !any_of, path, depth);
+        return typed_value(s, path, depth);
+    }
+
+private:
+    // A schema with `not` (n): nothing matches `not` of a schema that
+    // matches everything (EmptySchema); else s without it and a schema of
+    // the values that fail n, or s with bounds that leave n's values out.
+    // Nothing where `not` is written some other way (with the types).
+    std::optional<std::string> value_beside_not(const Json& s, const Json& n, const std::string& path,
+                                                uint32_t depth) {
+        if (trivial(n) == 1)  // {"not": {}}: "may not appear"
             throw EmptySchema("not", fmt::format("the schema at {} is 'not' of a schema that matches everything", at(path)));
-        if (auto n = s.find("not"sv); n != s.end() && !not_types(*n) && trivial(*n) < 0 && !not_values(*n)) {
+        if (!not_types(n) && trivial(n) < 0 && !not_values(n)) {
             // s without `not`, and a schema of values that fail it.
-            auto neg = negate(*n, path, 0);
+            auto neg = negate(n, path, 0);
             if (!neg)
                 throw GrammarError("not", fmt::format("the JSON-schema keyword 'not' at {} is not supported", at(path)));
             if (neg->is_boolean() && !neg->get<bool>())
@@ -565,10 +585,10 @@ public:
             store_.push_back(Json{{"allOf", Json::array({std::move(copy), std::move(*neg)})}});
             return merged(store_.back(), path);
         }
-        if (auto n = s.find("not"sv); n != s.end() && not_values(*n)) {
+        if (not_values(n)) {
             Json copy = s;
             copy.erase("not");
-            const Json& values = n->contains("enum") ? (*n)["enum"] : Json::array({(*n)["const"]});
+            const Json& values = n.contains("enum") ? n["enum"] : Json::array({n["const"]});
             uint64_t longest = 0;
             bool strings = false, null = false;
             for (const auto& v : values) {
@@ -589,59 +609,59 @@ public:
             store_.push_back(std::move(copy));
             return value(store_.back(), path, depth);
         }
-        if (auto r = s.find("$ref"sv); r != s.end() && r->is_string() && only_redundant_type(s, *r, path))
-            return ref(*r, path);
-        const bool any_of = s.contains("anyOf"sv), one_of = s.contains("oneOf"sv);
-        if (s.contains("allOf"sv) || (any_of && one_of) || (s.contains("$ref"sv) && constrains_beside(s, "$ref")) ||
-            conditional(s))
-            return merged(s, path);
-        if (auto r = s.find("$ref"sv); r != s.end()) return ref(*r, path);
-        if (any_of || one_of) {
-            // oneOf is compiled as anyOf: where its branches overlap, a value
-            // matching two of them is not excluded (docs/http-api.md).
-            const char* key = any_of ? "anyOf" : "oneOf";
-            const Json* branches = &s[key];
-            if (auto w = one_of && !any_of ? without_shared_empty(*branches) : std::nullopt) {
-                store_.push_back(std::move(*w));
-                branches = &store_.back();
-            }
-            const Json& a = *branches;
-            if (!a.is_array() || a.empty())
-                throw GrammarError(key, fmt::format("'{}' at {} must be a non-empty array", key, at(path)));
-            // Keywords beside it apply to every alternative: each becomes
-            // {"allOf": [the keywords beside, the alternative]}.
-            Json beside = Json::object();
-            if (constrains_beside(s, key))
-                for (const auto& [k, v] : s.items())
-                    if (k != key && k != "$defs" && k != "definitions" && !kAnnotations.count(k)) beside[k] = v;
-            std::string alts;
-            size_t empty = 0;
-            std::optional<EmptySchema> last_empty;
-            const std::optional<size_t> folding = folding_;
-            for (size_t i = 0; i < a.size(); ++i) {
-                const std::string sub = path + "/" + key + "/" + std::to_string(i);
-                std::string alt;
-                // An alternative no value matches is left out (what its
-                // compilation wrote before it found that is complete and
-                // unused).
-                try {
-                    if (beside.empty()) {
-                        alt = value(a[i], sub, depth + 1);
-                    } else {
-                        store_.push_back(Json{{"allOf", Json::array({beside, a[i]})}});
-                        alt = value(store_.back(), sub, depth + 1);
-                    }
-                } catch (const EmptySchema& e) {
-                    folding_ = folding;
-                    ++empty;
-                    last_empty = e;
-                    continue;
-                }
-                if (!alt.empty()) alts += (alts.empty() ? "" : " | ") + alt;  // "": a $ref folded into the target
-            }
-            if (empty == a.size()) throw *last_empty;
-            return alts.empty() ? "" : rule(alts);
+        return std::nullopt;
+    }
+
+    // anyOf or oneOf (`key`; one_of_only: oneOf without anyOf).
+    std::string alternatives(const Json& s, const char* key, bool one_of_only, const std::string& path,
+                             uint32_t depth) {
+        // oneOf is compiled as anyOf: where its branches overlap, a value
+        // matching two of them is not excluded (docs/http-api.md).
+        const Json* branches = &s[key];
+        if (auto w = one_of_only ? without_shared_empty(*branches) : std::nullopt) {
+            store_.push_back(std::move(*w));
+            branches = &store_.back();
         }
+        const Json& a = *branches;
+        if (!a.is_array() || a.empty())
+            throw GrammarError(key, fmt::format("'{}' at {} must be a non-empty array", key, at(path)));
+        // Keywords beside it apply to every alternative: each becomes
+        // {"allOf": [the keywords beside, the alternative]}.
+        Json beside = Json::object();
+        if (constrains_beside(s, key))
+            for (const auto& [k, v] : s.items())
+                if (k != key && k != "$defs" && k != "definitions" && !kAnnotations.count(k)) beside[k] = v;
+        std::string alts;
+        size_t empty = 0;
+        std::optional<EmptySchema> last_empty;
+        const std::optional<size_t> folding = folding_;
+        for (size_t i = 0; i < a.size(); ++i) {
+            const std::string sub = path + "/" + key + "/" + std::to_string(i);
+            std::string alt;
+            // An alternative no value matches is left out (what its
+            // compilation wrote before it found that is complete and
+            // unused).
+            try {
+                if (beside.empty()) {
+                    alt = value(a[i], sub, depth + 1);
+                } else {
+                    store_.push_back(Json{{"allOf", Json::array({beside, a[i]})}});
+                    alt = value(store_.back(), sub, depth + 1);
+                }
+            } catch (const EmptySchema& e) {
+                folding_ = folding;
+                ++empty;
+                last_empty = e;
+                continue;
+            }
+            if (!alt.empty()) alts += (alts.empty() ? "" : " | ") + alt;  // "": a $ref folded into the target
+        }
+        if (empty == a.size()) throw *last_empty;
+        return alts.empty() ? "" : rule(alts);
+    }
+
+    // By the schema's types (or its enum/const).
+    std::string typed_value(const Json& s, const std::string& path, uint32_t depth) {
         std::vector<std::string> types = types_of(s, path);
         if (s.contains("enum"sv) || s.contains("const"sv)) return enumerated(s, types, path);
         if (types.empty()) return "j-value";
@@ -1763,40 +1783,35 @@ private:
         return parts.size() == 1 ? parts[0] : Json{{"allOf", parts}};
     }
 
+    // Properties one side allows beyond its `properties` must match its
+    // additionalProperties (absent: any): target's properties that
+    // other_side does not name get other_side's additionalProperties
+    // (checked before the sides' properties are united).
+    void restrict_properties(Json& target, const Json& other_side, const std::string& path) {
+        auto ap_it = other_side.find("additionalProperties"sv);
+        const Json* ap = ap_it == other_side.end() ? nullptr : &*ap_it;
+        if (!ap || (ap->is_boolean() && ap->get<bool>()) || !target.contains("properties"sv)) return;
+        auto named_it = other_side.find("properties"sv);
+        const Json* named = named_it == other_side.end() || !named_it->is_object() ? nullptr : &*named_it;
+        Json& tp = target["properties"];
+        if (!tp.is_object()) return;
+        Json kept = Json::object();
+        for (auto& [k, v] : tp.items()) {
+            if (named && named->contains(k)) kept[k] = v;
+            else if (ap->is_boolean()) {  // false: this property may not appear
+                if (auto r = target.find("required"sv); r != target.end() && r->is_array() &&
+                                                      std::find(r->begin(), r->end(), Json(k)) != r->end())
+                    nothing("additionalProperties", path, "a required property '" + k.substr(0, 100) + "' is not allowed");
+            } else {
+                kept[k] = all_of(v, *ap);
+            }
+        }
+        tp = std::move(kept);
+    }
+
     // a := the schema both a and b (flattened) allow, as far as that is one
     // schema; refused by name where it is not.
     void merge(Json& a, const Json& b, const std::string& path) {
-        // Properties one side allows beyond its `properties` must match its
-        // additionalProperties (absent: any): checked against the other
-        // side's properties before they are united.
-        auto extra = [](const Json& x) -> const Json* {
-            auto ap = x.find("additionalProperties"sv);
-            return ap == x.end() ? nullptr : &*ap;
-        };
-        auto props = [](const Json& x) -> const Json* {
-            auto p = x.find("properties"sv);
-            return p == x.end() || !p->is_object() ? nullptr : &*p;
-        };
-        auto restrict = [&](Json& target, const Json& other_side) {
-            // target's properties not named by other_side get other_side's additionalProperties.
-            const Json* ap = extra(other_side);
-            if (!ap || (ap->is_boolean() && ap->get<bool>()) || !target.contains("properties"sv)) return;
-            const Json* named = props(other_side);
-            Json& tp = target["properties"];
-            if (!tp.is_object()) return;
-            Json kept = Json::object();
-            for (auto& [k, v] : tp.items()) {
-                if (named && named->contains(k)) kept[k] = v;
-                else if (ap->is_boolean()) {  // false: this property may not appear
-                    if (auto r = target.find("required"sv); r != target.end() && r->is_array() &&
-                                                          std::find(r->begin(), r->end(), Json(k)) != r->end())
-                        nothing("additionalProperties", path, "a required property '" + k.substr(0, 100) + "' is not allowed");
-                } else {
-                    kept[k] = all_of(v, *ap);
-                }
-            }
-            tp = std::move(kept);
-        };
         // A tuple (prefixItems, or an array `items`) says which schema
         // `items`/`additionalItems` apply after, in its own schema only.
         auto tuple = [](const Json& x) {
@@ -1810,83 +1825,86 @@ private:
             throw GrammarError("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} merges tuple "
                                                     "items with other items, which is not supported", at(path)));
         Json bb = b;
-        restrict(a, bb);
-        restrict(bb, a);
+        restrict_properties(a, bb, path);
+        restrict_properties(bb, a, path);
         for (const auto& [k, vb] : bb.items()) {
             auto ia = a.find(k);
             if (ia == a.end()) {
                 a[k] = vb;
                 continue;
             }
-            Json& va = *ia;
-            if (va == vb) continue;
-            if (k == "type") {
-                auto list = [](const Json& t) {
-                    std::set<std::string> out;
-                    if (t.is_string()) out.insert(t.get<std::string>());
-                    else if (t.is_array())
-                        for (const auto& x : t)
-                            if (x.is_string()) out.insert(x.get<std::string>());
-                    return out;
-                };
-                const auto ta = list(va), tb = list(vb);
-                Json both = Json::array();
-                for (const auto& t : ta) {
-                    if (tb.count(t)) both.push_back(t);
-                    else if (t == "integer" && tb.count("number")) both.push_back(t);
-                    else if (t == "number" && tb.count("integer")) both.push_back("integer");
-                }
-                if (both.empty()) nothing(k, path, "no type is allowed by every part");
-                va = both.size() == 1 ? both[0] : both;
-            } else if (k == "properties" && va.is_object() && vb.is_object()) {
-                for (const auto& [pk, pv] : vb.items()) {
-                    if (auto p = va.find(pk); p != va.end()) *p = all_of(*p, pv);
-                    else va[pk] = pv;
-                }
-            } else if (k == "required" && va.is_array() && vb.is_array()) {
-                for (const auto& x : vb)
-                    if (std::find(va.begin(), va.end(), x) == va.end()) va.push_back(x);
-            } else if ((k == "items" || k == "additionalProperties" || k == "additionalItems") && !va.is_array() &&
-                       !vb.is_array()) {
-                va = all_of(va, vb);
-            } else if ((k == "minLength" || k == "minItems" || k == "minProperties" || k == "minimum" ||
-                        k == "exclusiveMinimum") && va.is_number() && vb.is_number()) {
-                if (vb.get<double>() > va.get<double>()) va = vb;
-            } else if ((k == "maxLength" || k == "maxItems" || k == "maxProperties" || k == "maximum" ||
-                        k == "exclusiveMaximum") && va.is_number() && vb.is_number()) {
-                if (vb.get<double>() < va.get<double>()) va = vb;
-            } else if (k == "enum" && va.is_array() && vb.is_array()) {
-                Json both = Json::array();
-                for (const auto& x : va)
-                    if (std::find(vb.begin(), vb.end(), x) != vb.end()) both.push_back(x);
-                if (both.empty()) nothing(k, path, "no value is in every 'enum'");
-                va = both;
-            } else if (k == "const") {
-                nothing(k, path, "two different constants");
-            } else if (k == "uniqueItems" && va.is_boolean() && vb.is_boolean()) {
-                va = va.get<bool>() || vb.get<bool>();
-            } else if (k == kConditionals && va.is_array() && vb.is_array()) {
-                for (const auto& x : vb) va.push_back(x);
-            } else if (k == "anyOf" && va.is_array() && vb.is_array()) {
-                // Where the merge is optional (a property not required, an
-                // anyOf alternative), it is left out (narrowed), as below.
-                if (va.size() * vb.size() > kMaxMergedAlternatives)
-                    throw EmptySchema("anyOf", fmt::format("merging 'anyOf'/'oneOf' at {} makes more than {} alternatives "
-                                                            "(the limit)", at(path), kMaxMergedAlternatives));
-                Json prod = Json::array();
-                for (const auto& x : va)
-                    for (const auto& y : vb) {
-                        Json xy = all_of(x, y);
-                        if (std::find(prod.begin(), prod.end(), xy) == prod.end()) prod.push_back(std::move(xy));
-                    }
-                va = prod;
-            } else if (kHandled.count(k)) {
-                // Not written, as if it matched nothing: an optional
-                // property or an anyOf alternative that is such a merge is
-                // left out (narrowed); elsewhere this is the 400.
-                throw EmptySchema("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} has two "
-                                                       "different '{}' that cannot be merged", at(path), k));
+            if (*ia != vb) merge_keyword(k, *ia, vb, path);
+        }
+    }
+
+    // va := what keyword k's two different values, va and vb, both allow.
+    void merge_keyword(const std::string& k, Json& va, const Json& vb, const std::string& path) {
+        if (k == "type") {
+            auto list = [](const Json& t) {
+                std::set<std::string> out;
+                if (t.is_string()) out.insert(t.get<std::string>());
+                else if (t.is_array())
+                    for (const auto& x : t)
+                        if (x.is_string()) out.insert(x.get<std::string>());
+                return out;
+            };
+            const auto ta = list(va), tb = list(vb);
+            Json both = Json::array();
+            for (const auto& t : ta) {
+                if (tb.count(t)) both.push_back(t);
+                else if (t == "integer" && tb.count("number")) both.push_back(t);
+                else if (t == "number" && tb.count("integer")) both.push_back("integer");
             }
+            if (both.empty()) nothing(k, path, "no type is allowed by every part");
+            va = both.size() == 1 ? both[0] : both;
+        } else if (k == "properties" && va.is_object() && vb.is_object()) {
+            for (const auto& [pk, pv] : vb.items()) {
+                if (auto p = va.find(pk); p != va.end()) *p = all_of(*p, pv);
+                else va[pk] = pv;
+            }
+        } else if (k == "required" && va.is_array() && vb.is_array()) {
+            for (const auto& x : vb)
+                if (std::find(va.begin(), va.end(), x) == va.end()) va.push_back(x);
+        } else if ((k == "items" || k == "additionalProperties" || k == "additionalItems") && !va.is_array() &&
+                   !vb.is_array()) {
+            va = all_of(va, vb);
+        } else if ((k == "minLength" || k == "minItems" || k == "minProperties" || k == "minimum" ||
+                    k == "exclusiveMinimum") && va.is_number() && vb.is_number()) {
+            if (vb.get<double>() > va.get<double>()) va = vb;
+        } else if ((k == "maxLength" || k == "maxItems" || k == "maxProperties" || k == "maximum" ||
+                    k == "exclusiveMaximum") && va.is_number() && vb.is_number()) {
+            if (vb.get<double>() < va.get<double>()) va = vb;
+        } else if (k == "enum" && va.is_array() && vb.is_array()) {
+            Json both = Json::array();
+            for (const auto& x : va)
+                if (std::find(vb.begin(), vb.end(), x) != vb.end()) both.push_back(x);
+            if (both.empty()) nothing(k, path, "no value is in every 'enum'");
+            va = both;
+        } else if (k == "const") {
+            nothing(k, path, "two different constants");
+        } else if (k == "uniqueItems" && va.is_boolean() && vb.is_boolean()) {
+            va = va.get<bool>() || vb.get<bool>();
+        } else if (k == kConditionals && va.is_array() && vb.is_array()) {
+            for (const auto& x : vb) va.push_back(x);
+        } else if (k == "anyOf" && va.is_array() && vb.is_array()) {
+            // Where the merge is optional (a property not required, an
+            // anyOf alternative), it is left out (narrowed), as below.
+            if (va.size() * vb.size() > kMaxMergedAlternatives)
+                throw EmptySchema("anyOf", fmt::format("merging 'anyOf'/'oneOf' at {} makes more than {} alternatives "
+                                                        "(the limit)", at(path), kMaxMergedAlternatives));
+            Json prod = Json::array();
+            for (const auto& x : va)
+                for (const auto& y : vb) {
+                    Json xy = all_of(x, y);
+                    if (std::find(prod.begin(), prod.end(), xy) == prod.end()) prod.push_back(std::move(xy));
+                }
+            va = prod;
+        } else if (kHandled.count(k)) {
+            // Not written, as if it matched nothing: an optional
+            // property or an anyOf alternative that is such a merge is
+            // left out (narrowed); elsewhere this is the 400.
+            throw EmptySchema("allOf", fmt::format("'allOf' (or '$ref' with sibling keywords) at {} has two "
+                                                   "different '{}' that cannot be merged", at(path), k));
         }
     }
 
