@@ -4,19 +4,10 @@
 #include <cmath>
 
 #include <engine_host/model_source.hpp>
+#include <ehcuda/arch_metadata.hpp>
 #include <ehcuda/moe.hpp>
 
 namespace gpt_cuda {
-namespace {
-
-int to_int(uint64_t v, const std::string& key) {
-    if (v == 0 || v > (1u << 30))
-        throw ehp::Error(EH_MODEL_LOAD_FAILED, "metadata '" + key + "' out of range: " + std::to_string(v));
-    return int(v);
-}
-
-}  // namespace
-
 std::vector<float> rope_inv_freq(const RopeParams& p, float* attn_factor) {
     const int half = p.n_rot / 2;
     const double dim = p.n_rot, base = p.freq_base;
@@ -67,11 +58,8 @@ Config read_config(const ehp::ModelView& view) {
         throw ehp::Error(EH_UNSUPPORTED, "qwen3moe from a Hugging Face directory is not supported by gpt-cuda (convert it "
                                          "to GGUF: engine-host convert --hf DIR --out FILE)");
     auto key = [&](const char* s) { return view.arch_key(s); };
-    auto req = [&](const char* s) { return to_int(view.require_uint(key(s)), key(s)); };
-    auto opt = [&](const char* s, int dflt) {
-        auto v = view.get_uint(key(s));
-        return v ? to_int(*v, key(s)) : dflt;
-    };
+    auto req = [&](const char* s) { return ehcuda::arch_int(view, s); };
+    auto opt = [&](const char* s, int dflt) { return ehcuda::arch_int_or(view, s, dflt); };
     auto num = [&](const char* s, double dflt) { return view.get_float(key(s)).value_or(dflt); };
     auto bad = [&](const std::string& why) { throw ehp::Error(EH_MODEL_LOAD_FAILED, c.arch_name + ": " + why); };
 

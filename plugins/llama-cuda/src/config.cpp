@@ -6,19 +6,10 @@
 #include <engine_host/gemma3.hpp>
 #include <engine_host/model_source.hpp>
 #include <engine_host/rope_scaling.hpp>
+#include <ehcuda/arch_metadata.hpp>
 #include <ehcuda/kernels.hpp>
 
 namespace llama_cuda {
-namespace {
-
-int to_int(uint64_t v, const std::string& key) {
-    if (v == 0 || v > (1u << 30))
-        throw ehp::Error(EH_MODEL_LOAD_FAILED, "metadata '" + key + "' out of range: " + std::to_string(v));
-    return int(v);
-}
-
-}  // namespace
-
 Config read_config(const ehp::ModelView& view) {
     Config c;
     c.arch = std::string(view.architecture());
@@ -31,15 +22,8 @@ Config read_config(const ehp::ModelView& view) {
         if (const std::string why = ehp::gemma3::unsupported(view); !why.empty())
             throw ehp::Error(EH_UNSUPPORTED, "gemma3: " + why + " by llama-cuda");
     c.qk_norm = c.arch == "qwen3" || c.gemma;
-    auto req = [&](const char* suffix) {
-        std::string key = view.arch_key(suffix);
-        return to_int(view.require_uint(key), key);
-    };
-    auto opt = [&](const char* suffix, int dflt) {
-        std::string key = view.arch_key(suffix);
-        auto v = view.get_uint(key);
-        return v ? to_int(*v, key) : dflt;
-    };
+    auto req = [&](const char* suffix) { return ehcuda::arch_int(view, suffix); };
+    auto opt = [&](const char* suffix, int dflt) { return ehcuda::arch_int_or(view, suffix, dflt); };
     c.n_embd = req("embedding_length");
     c.n_layer = req("block_count");
     c.n_head = req("attention.head_count");
