@@ -105,6 +105,89 @@ bool adds_space_prefix(const nlohmann::json& j) {
     return prefix;
 }
 
+// What a tokenizer.json lists: its tokens by id (added ones flagged special
+// or not), the BPE merges, the unknown token.
+struct JsonTokens {
+    std::unordered_map<int64_t, std::string> by_id;
+    std::unordered_map<int64_t, bool> added_special;
+    int64_t max_id = -1;
+    std::vector<std::string> merges;
+    std::string unk;
+};
+
+JsonTokens read_json_tokens(const nlohmann::json& j, const nlohmann::json& model, const std::string& path) {
+    JsonTokens t;
+    for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
+        if (!it.value().is_number_integer()) throw Error(Code::ModelLoadFailed, fmt::format("'{}': token '{}' has no integer id", path, it.key()));
+        const int64_t id = it.value().get<int64_t>();
+        if (id < 0 || id > (1 << 24)) throw Error(Code::ModelLoadFailed, fmt::format("'{}': token id {} out of range", path, id));
+        t.by_id[id] = it.key();
+        t.max_id = std::max(t.max_id, id);
+    }
+    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
+        for (const auto& a : j["added_tokens"]) {
+            const int64_t id = a.value("id", int64_t(-1));
+            if (id < 0 || id > (1 << 24)) continue;
+            t.by_id[id] = a.value("content", "");
+            t.added_special[id] = a.value("special", false);
+            t.max_id = std::max(t.max_id, id);
+        }
+    }
+    if (model.contains("merges") && model["merges"].is_array()) {
+        t.merges.reserve(model["merges"].size());
+        for (const auto& m : model["merges"]) {
+            if (m.is_string()) t.merges.push_back(m.get<std::string>());
+            else if (m.is_array() && m.size() == 2) t.merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
+        }
+    }
+    t.unk = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>() : "";
+    return t;
+}
+
+// SentencePiece merges the adjacent pair whose result scores highest;
+// scoring each token by minus the rank of the first BPE merge that makes it
+// gives the BPE merge order.
+std::vector<float> spm_scores(const std::vector<std::string>& merges, const std::vector<std::string>& tokens,
+                              const std::vector<int32_t>& types) {
+    std::unordered_map<std::string, float> rank;
+    for (size_t r = 0; r < merges.size(); ++r) {
+        const size_t sp = merges[r].find(' ', 1);
+        if (sp == std::string::npos) continue;
+        std::string joined = merges[r].substr(0, sp) + merges[r].substr(sp + 1);
+        rank.emplace(std::move(joined), -static_cast<float>(r));
+    }
+    std::vector<float> scores(tokens.size(), 0.0f);
+    for (size_t i = 0; i < tokens.size(); ++i) {
+        if (types[i] == kControl || types[i] == kUserDefined || types[i] == kUnknown || types[i] == kUnused) scores[i] = -1000.0f;
+        else if (auto it = rank.find(tokens[i]); it != rank.end()) scores[i] = it->second;
+    }
+    return scores;
+}
+
+// Special tokens and flags from tokenizer_config.json (config.json's ids,
+// passed as `extra`, win), and the chat template: chat_template.jinja beside
+// the file, else tokenizer_config.json's.
+void add_config_keys(Vocab& v, const fs::path& dir, const nlohmann::json& tcfg,
+                     const std::unordered_map<int64_t, std::string>& by_id) {
+    for (auto [key, gkey] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"},
+                             std::pair{"eos_token", "tokenizer.ggml.eos_token_id"},
+                             std::pair{"pad_token", "tokenizer.ggml.padding_token_id"}}) {
+        const std::string t = config_token(tcfg, key);
+        if (t.empty()) continue;
+        for (const auto& [id, text] : by_id)
+            if (text == t) { v.kv.emplace_back(gkey, GgufValue::u32(static_cast<uint32_t>(id))); break; }
+    }
+    for (auto [key, gkey] : {std::pair{"add_bos_token", "tokenizer.ggml.add_bos_token"},
+                             std::pair{"add_eos_token", "tokenizer.ggml.add_eos_token"}})
+        if (tcfg.is_object() && tcfg.contains(key) && tcfg[key].is_boolean())
+            v.kv.emplace_back(gkey, GgufValue::boolean(tcfg[key].get<bool>()));
+    std::string tmpl;
+    if (fs::exists(dir / "chat_template.jinja")) tmpl = read_text_file(dir / "chat_template.jinja");
+    else if (tcfg.is_object() && tcfg.contains("chat_template") && tcfg["chat_template"].is_string())
+        tmpl = tcfg["chat_template"].get<std::string>();
+    if (!tmpl.empty()) v.kv.emplace_back("tokenizer.chat_template", GgufValue::string(tmpl));
+}
+
 Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::string& pre) {
     nlohmann::json j;
     try {
@@ -118,54 +201,26 @@ Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::s
         throw Error(Code::ModelLoadFailed,
                     fmt::format("'{}': model.type must be BPE or WordLevel with a vocab object (found '{}')", path, kind));
     const bool spm = kind == "BPE" && is_spm_style(j);
+    JsonTokens jt = read_json_tokens(j, model, path);
 
-    std::unordered_map<int64_t, std::string> by_id;
-    std::unordered_map<int64_t, bool> added_special;
-    int64_t max_id = -1;
-    for (auto it = model["vocab"].begin(); it != model["vocab"].end(); ++it) {
-        if (!it.value().is_number_integer()) throw Error(Code::ModelLoadFailed, fmt::format("'{}': token '{}' has no integer id", path, it.key()));
-        const int64_t id = it.value().get<int64_t>();
-        if (id < 0 || id > (1 << 24)) throw Error(Code::ModelLoadFailed, fmt::format("'{}': token id {} out of range", path, id));
-        by_id[id] = it.key();
-        max_id = std::max(max_id, id);
-    }
-    if (j.contains("added_tokens") && j["added_tokens"].is_array()) {
-        for (const auto& t : j["added_tokens"]) {
-            const int64_t id = t.value("id", int64_t(-1));
-            if (id < 0 || id > (1 << 24)) continue;
-            by_id[id] = t.value("content", "");
-            added_special[id] = t.value("special", false);
-            max_id = std::max(max_id, id);
-        }
-    }
-    std::vector<std::string> merges;
-    if (model.contains("merges") && model["merges"].is_array()) {
-        merges.reserve(model["merges"].size());
-        for (const auto& m : model["merges"]) {
-            if (m.is_string()) merges.push_back(m.get<std::string>());
-            else if (m.is_array() && m.size() == 2) merges.push_back(m[0].get<std::string>() + " " + m[1].get<std::string>());
-        }
-    }
-    const std::string unk = model.contains("unk_token") && model["unk_token"].is_string() ? model["unk_token"].get<std::string>() : "";
-
-    const uint64_t n = std::max<uint64_t>(pad_to, static_cast<uint64_t>(max_id + 1));
+    const uint64_t n = std::max<uint64_t>(pad_to, static_cast<uint64_t>(jt.max_id + 1));
     std::vector<std::string> tokens(n);
     std::vector<int32_t> types(n);
     int64_t unk_id = -1;
     for (uint64_t i = 0; i < n; ++i) {
-        auto it = by_id.find(static_cast<int64_t>(i));
-        if (it == by_id.end()) {
+        auto it = jt.by_id.find(static_cast<int64_t>(i));
+        if (it == jt.by_id.end()) {
             tokens[i] = fmt::format("[PAD{}]", i);
             types[i] = kUnused;
             continue;
         }
         tokens[i] = it->second;
-        auto a = added_special.find(static_cast<int64_t>(i));
-        if (a != added_special.end()) types[i] = (a->second || looks_special(it->second)) ? kControl : kUserDefined;
-        else if (spm && it->second == unk) types[i] = kUnknown;
+        auto a = jt.added_special.find(static_cast<int64_t>(i));
+        if (a != jt.added_special.end()) types[i] = (a->second || looks_special(it->second)) ? kControl : kUserDefined;
+        else if (spm && it->second == jt.unk) types[i] = kUnknown;
         else if (spm && is_byte_token(it->second)) types[i] = kByte;
         else types[i] = kNormal;
-        if (!unk.empty() && it->second == unk) unk_id = static_cast<int64_t>(i);
+        if (!jt.unk.empty() && it->second == jt.unk) unk_id = static_cast<int64_t>(i);
     }
 
     Vocab v;
@@ -180,21 +235,7 @@ Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::s
         v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
         v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
     } else if (spm) {
-        // SentencePiece merges the adjacent pair whose result scores highest;
-        // scoring each token by minus the rank of the first BPE merge that
-        // makes it gives the BPE merge order.
-        std::unordered_map<std::string, float> rank;
-        for (size_t r = 0; r < merges.size(); ++r) {
-            const size_t sp = merges[r].find(' ', 1);
-            if (sp == std::string::npos) continue;
-            std::string joined = merges[r].substr(0, sp) + merges[r].substr(sp + 1);
-            rank.emplace(std::move(joined), -static_cast<float>(r));
-        }
-        std::vector<float> scores(n, 0.0f);
-        for (uint64_t i = 0; i < n; ++i) {
-            if (types[i] == kControl || types[i] == kUserDefined || types[i] == kUnknown || types[i] == kUnused) scores[i] = -1000.0f;
-            else if (auto it = rank.find(tokens[i]); it != rank.end()) scores[i] = it->second;
-        }
+        const std::vector<float> scores = spm_scores(jt.merges, tokens, types);
         v.kv.emplace_back("tokenizer.ggml.model", GgufValue::string("llama"));
         v.kv.emplace_back("tokenizer.ggml.pre", GgufValue::string("default"));
         v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
@@ -207,30 +248,9 @@ Vocab from_tokenizer_json(const std::string& path, uint64_t pad_to, const std::s
         v.kv.emplace_back("tokenizer.ggml.pre", GgufValue::string(pre.empty() ? "default" : pre));
         v.kv.emplace_back("tokenizer.ggml.tokens", GgufValue::string_array(std::move(tokens)));
         v.kv.emplace_back("tokenizer.ggml.token_type", GgufValue::array(std::span<const int32_t>(types)));
-        v.kv.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(merges)));
+        v.kv.emplace_back("tokenizer.ggml.merges", GgufValue::string_array(std::move(jt.merges)));
     }
-
-    // special tokens and flags from tokenizer_config.json (config.json's ids,
-    // passed as `extra`, win)
-    for (auto [key, gkey] : {std::pair{"bos_token", "tokenizer.ggml.bos_token_id"},
-                             std::pair{"eos_token", "tokenizer.ggml.eos_token_id"},
-                             std::pair{"pad_token", "tokenizer.ggml.padding_token_id"}}) {
-        const std::string t = config_token(tcfg, key);
-        if (t.empty()) continue;
-        for (const auto& [id, text] : by_id)
-            if (text == t) { v.kv.emplace_back(gkey, GgufValue::u32(static_cast<uint32_t>(id))); break; }
-    }
-    for (auto [key, gkey] : {std::pair{"add_bos_token", "tokenizer.ggml.add_bos_token"},
-                             std::pair{"add_eos_token", "tokenizer.ggml.add_eos_token"}})
-        if (tcfg.is_object() && tcfg.contains(key) && tcfg[key].is_boolean())
-            v.kv.emplace_back(gkey, GgufValue::boolean(tcfg[key].get<bool>()));
-
-    // chat template: chat_template.jinja beside the file, else tokenizer_config.json's
-    std::string tmpl;
-    if (fs::exists(dir / "chat_template.jinja")) tmpl = read_text_file(dir / "chat_template.jinja");
-    else if (tcfg.is_object() && tcfg.contains("chat_template") && tcfg["chat_template"].is_string())
-        tmpl = tcfg["chat_template"].get<std::string>();
-    if (!tmpl.empty()) v.kv.emplace_back("tokenizer.chat_template", GgufValue::string(tmpl));
+    add_config_keys(v, dir, tcfg, jt.by_id);
     return v;
 }
 
