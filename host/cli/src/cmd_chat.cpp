@@ -61,10 +61,7 @@ void write_out(const std::string& s) {
     std::fflush(stdout);
 }
 
-}  // namespace
-
-int cmd_chat(const std::vector<std::string>& args) {
-    po::options_description desc("Options");
+void add_chat_options(po::options_description& desc) {
     desc.add_options()
         ("help,h", "show this help")
         ("model,m", po::value<std::string>()->required(), kModelHelp)
@@ -83,11 +80,10 @@ int cmd_chat(const std::vector<std::string>& args) {
         ("gpu", po::value<int>()->default_value(0), kGpuHelp)
         ("device", po::value<std::string>()->default_value("auto"), kDeviceHelp)
         ("threads", po::value<uint32_t>()->default_value(0), "CPU threads for CPU engines (0 = plugin default)");
-    po::variables_map vm;
-    int code = kOk;
-    const char* usage = "Usage: engine-host chat --model REF [-p PROMPT] [-c CTX] [options]\n"
-                        "In the conversation: /reset forgets it, /exit leaves, Ctrl-C stops a reply.";
-    if (!parse_options(args, desc, usage, vm, code)) return code;
+}
+
+// The checked flags; false (the error printed) for a usage error.
+bool read_chat_settings(const po::variables_map& vm, ChatSettings& s) {
     const char* bad = vm["n-predict"].as<uint32_t>() < 1 || vm["n-predict"].as<uint32_t>() > 2048
                           ? "--n-predict must be between 1 and 2048"
                       : !(vm["temp"].as<double>() >= 0 && vm["temp"].as<double>() <= 2) ? "--temp must be between 0 and 2"
@@ -97,14 +93,12 @@ int cmd_chat(const std::vector<std::string>& args) {
                       : nullptr;
     if (bad) {
         print_error(bad);
-        return kUsage;
+        return false;
     }
-
-    ChatSettings s;
-    if (!chat_template_option(vm, s.chat_template)) return kUsage;
+    if (!chat_template_option(vm, s.chat_template)) return false;
     if (!parse_device_policy(vm["device"].as<std::string>(), s.device)) {
         print_error("--device must be auto, gpu, cpu or any");
-        return kUsage;
+        return false;
     }
     s.model_path = resolve_model_ref(vm["model"].as<std::string>(), vm.count("offline") > 0);
     s.plugin_dirs = loader::plugin_dirs(plugins_arg(vm));
@@ -118,74 +112,116 @@ int cmd_chat(const std::vector<std::string>& args) {
     s.top_p = vm["top-p"].as<double>();
     s.top_k = vm["top-k"].as<int32_t>();
     if (vm.count("seed")) s.seed = vm["seed"].as<uint64_t>();
+    return true;
+}
 
+// Ctrl-C stops a reply (on_sigint); the session loads with SIGINT blocked,
+// so the threads made while loading (the service worker, a plugin's pool)
+// inherit a mask without it and Ctrl-C always lands on this thread.
+std::unique_ptr<ChatSession> open_session(const ChatSettings& s) {
     struct sigaction sa {};
     sa.sa_handler = on_sigint;
     sigemptyset(&sa.sa_mask);
     sa.sa_flags = SA_RESTART;
     sigaction(SIGINT, &sa, nullptr);
-
-    // Threads made while loading (the service worker, a plugin's pool) inherit
-    // a mask without SIGINT, so Ctrl-C always lands on this thread.
     sigset_t intr;
     sigemptyset(&intr);
     sigaddset(&intr, SIGINT);
     pthread_sigmask(SIG_BLOCK, &intr, nullptr);
-    ChatSession chat(s);
-    pthread_sigmask(SIG_UNBLOCK, &intr, nullptr);
-    std::vector<service::ChatMessage> history;
-    if (vm.count("system")) history.push_back({"system", vm["system"].as<std::string>()});
-    const size_t base = history.size();
-    const std::string full_hint =
-        fmt::format("the conversation fills the context ({} tokens); start a new one with /reset", chat.context_tokens());
-    bool filled = false;  // the last reply ended at the end of the context
-    auto answer = [&](const std::string& prompt) {
-        history.push_back({"user", prompt});
+    struct Unblock {
+        sigset_t& set;
+        ~Unblock() { pthread_sigmask(SIG_UNBLOCK, &set, nullptr); }
+    } unblock{intr};
+    return std::make_unique<ChatSession>(s);
+}
+
+// The conversation: its messages (a system message first when given), each
+// reply streamed to stdout.
+class Conversation {
+public:
+    Conversation(ChatSession& chat, const po::variables_map& vm) : chat_(chat) {
+        if (vm.count("system")) history_.push_back({"system", vm["system"].as<std::string>()});
+        base_ = history_.size();
+    }
+
+    // One prompt's reply; `filled` when it ended at the end of the context.
+    void answer(const std::string& prompt) {
+        history_.push_back({"user", prompt});
         g_interrupted = false;
-        std::string reply = chat.reply(history, write_out, g_interrupted, &filled);
+        std::string reply = chat_.reply(history_, write_out, g_interrupted, &filled);
         if (g_interrupted.exchange(false)) write_out(" [stopped]");
         write_out("\n");
-        history.push_back({"assistant", reply});
-    };
+        history_.push_back({"assistant", reply});
+    }
 
+    // Lines from stdin until /exit or its end; /reset starts over.
+    void interactive() {
+        const std::string full_hint = fmt::format(
+            "the conversation fills the context ({} tokens); start a new one with /reset", chat_.context_tokens());
+        const bool tty = isatty(STDIN_FILENO) != 0;
+        if (tty)
+            std::fprintf(stderr, "%s\n/reset forgets the conversation, /exit leaves, Ctrl-C stops a reply.\n",
+                         chat_.describe().c_str());
+        std::string line;
+        while (true) {
+            if (tty) write_out("> ");
+            Read r = read_line(line);
+            if (r == Read::End) break;
+            if (r == Read::Interrupted) {
+                write_out("\n(Ctrl-C stops a reply; /exit or Ctrl-D leaves)\n");
+                continue;
+            }
+            if (!line.empty() && line.back() == '\r') line.pop_back();
+            if (line.empty()) continue;
+            if (line == "/exit" || line == "/quit") break;
+            if (line == "/reset") {
+                history_.resize(base_);
+                write_out("(conversation reset)\n");
+                continue;
+            }
+            try {
+                answer(line);
+                if (filled) write_out("(" + full_hint + ")\n");
+            } catch (const Error& e) {
+                history_.pop_back();  // the turn that failed is not part of the conversation
+                if (e.code() == Code::ContextFull)
+                    print_error(std::string(e.what()) + "; start a new one with /reset");
+                else
+                    print_error(std::string(e.what()) + " [" + code_name(e.code()) + "]" +
+                                (e.code() == Code::InvalidRequest ? " (/reset starts over)" : ""));
+            }
+        }
+    }
+
+    bool filled = false;  // the last reply ended at the end of the context
+
+private:
+    ChatSession& chat_;
+    std::vector<service::ChatMessage> history_;
+    size_t base_ = 0;
+};
+
+}  // namespace
+
+int cmd_chat(const std::vector<std::string>& args) {
+    po::options_description desc("Options");
+    add_chat_options(desc);
+    po::variables_map vm;
+    int code = kOk;
+    const char* usage = "Usage: engine-host chat --model REF [-p PROMPT] [-c CTX] [options]\n"
+                        "In the conversation: /reset forgets it, /exit leaves, Ctrl-C stops a reply.";
+    if (!parse_options(args, desc, usage, vm, code)) return code;
+    ChatSettings s;
+    if (!read_chat_settings(vm, s)) return kUsage;
+    const auto chat = open_session(s);
+    Conversation conversation(*chat, vm);
     if (vm.count("prompt")) {
-        answer(vm["prompt"].as<std::string>());
-        if (filled) std::fprintf(stderr, "(the reply ended at the end of the context, %u tokens)\n", chat.context_tokens());
+        conversation.answer(vm["prompt"].as<std::string>());
+        if (conversation.filled)
+            std::fprintf(stderr, "(the reply ended at the end of the context, %u tokens)\n", chat->context_tokens());
         return kOk;
     }
-    const bool tty = isatty(STDIN_FILENO) != 0;
-    if (tty)
-        std::fprintf(stderr, "%s\n/reset forgets the conversation, /exit leaves, Ctrl-C stops a reply.\n",
-                     chat.describe().c_str());
-    std::string line;
-    while (true) {
-        if (tty) write_out("> ");
-        Read r = read_line(line);
-        if (r == Read::End) break;
-        if (r == Read::Interrupted) {
-            write_out("\n(Ctrl-C stops a reply; /exit or Ctrl-D leaves)\n");
-            continue;
-        }
-        if (!line.empty() && line.back() == '\r') line.pop_back();
-        if (line.empty()) continue;
-        if (line == "/exit" || line == "/quit") break;
-        if (line == "/reset") {
-            history.resize(base);
-            write_out("(conversation reset)\n");
-            continue;
-        }
-        try {
-            answer(line);
-            if (filled) write_out("(" + full_hint + ")\n");
-        } catch (const Error& e) {
-            history.pop_back();  // the turn that failed is not part of the conversation
-            if (e.code() == Code::ContextFull)
-                print_error(std::string(e.what()) + "; start a new one with /reset");
-            else
-                print_error(std::string(e.what()) + " [" + code_name(e.code()) + "]" +
-                            (e.code() == Code::InvalidRequest ? " (/reset starts over)" : ""));
-        }
-    }
+    conversation.interactive();
     return kOk;
 }
 
