@@ -374,15 +374,10 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: tensor parallelism is not built for gpt2 (gpt-oss and qwen3moe only)");
     const ehcuda::Options opts(params.options_json);
     opts.check_known({"upload_chunk_bytes", "fp16_weights", "kernels", "batch_invariant", "tensor_parallel"});
-    m->rank_streams = ehcuda::tp_streams_option(opts, devices);
-    if (m->rank_streams) ehcuda::enable_peer_access(devices);
-    const size_t chunk = ehcuda::upload_chunk_option(opts);
-    const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
-
-    auto progress = [&](float f, const char* stage) {
-        if (params.progress) params.progress(params.progress_user, f, stage);
-    };
-    auto cancelled = [&]() { return params.cancel && params.cancel(params.cancel_user) != 0; };
+    const ehcuda::ShardLoadOptions lo = ehcuda::shard_load_options(opts, devices);
+    m->rank_streams = lo.rank_streams;
+    const auto progress = ehcuda::load_progress(params);
+    const auto cancelled = ehcuda::load_cancelled(params);
 
     const ehcuda::DeviceTraits dev = ehcuda::describe_device(*m);
     // gpt-oss's top-4 routing must not flip on the GEMV input's int16
@@ -447,7 +442,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     fuse_gate_up(m->layers);
     for (Shard& s : m->shards) fuse_gate_up(s.layers);
 
-    ehcuda::upload_arenas(*m, ld.plan, ld.ranks, chunk, progress, cancelled);
+    ehcuda::upload_arenas(*m, ld.plan, ld.ranks, lo.chunk_bytes, progress, cancelled);
     ehcuda::Stream stream;
 
     std::string why = ehcuda::check_kernel_image();
@@ -465,7 +460,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     };
     std::vector<ehcuda::WeightRef> mats{m->output};
     layer_mats(m->layers, mats);
-    const ehcuda::MirrorDecision md = ehcuda::build_mirrors(*m, mats, layer_mats, mirror_policy, stream.get());
+    const ehcuda::MirrorDecision md = ehcuda::build_mirrors(*m, mats, layer_mats, lo.mirror_policy, stream.get());
     for (const std::string& line : plan_lines(*m, view, dev)) progress(0.99f, line.c_str());
     progress(1.0f, ("ready; " + md.why).c_str());
     return m;

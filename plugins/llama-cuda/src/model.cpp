@@ -368,15 +368,10 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
         throw ehp::Error(EH_UNSUPPORTED, "llama-cuda: tensor parallelism is not built for qwen2vl");
     const ehcuda::Options opts(params.options_json);
     opts.check_known({"upload_chunk_bytes", "fp16_weights", "batch_gemm_min_tokens", "kernels", "tensor_parallel"});
-    m->rank_streams = ehcuda::tp_streams_option(opts, devices);
-    if (m->rank_streams) ehcuda::enable_peer_access(devices);
-    const size_t upload_chunk_bytes = ehcuda::upload_chunk_option(opts);
-    const ehcuda::MirrorPolicy mirror_policy = ehcuda::mirror_policy_option(opts);
-
-    auto progress = [&](float f, const char* stage) {
-        if (params.progress) params.progress(params.progress_user, f, stage);
-    };
-    auto cancelled = [&]() { return params.cancel && params.cancel(params.cancel_user) != 0; };
+    const ehcuda::ShardLoadOptions lo = ehcuda::shard_load_options(opts, devices);
+    m->rank_streams = lo.rank_streams;
+    const auto progress = ehcuda::load_progress(params);
+    const auto cancelled = ehcuda::load_cancelled(params);
 
     const ehcuda::DeviceTraits dev = ehcuda::describe_device(*m);
     m->plan = ehcuda::load_plan(dev, false, opts);
@@ -461,7 +456,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     ehcuda::allocate_arenas(*m, ld.plan, ld.ranks);
     if (tied) m->output = m->tok_embd;
 
-    ehcuda::upload_arenas(*m, ld.plan, ld.ranks, upload_chunk_bytes, progress, cancelled);
+    ehcuda::upload_arenas(*m, ld.plan, ld.ranks, lo.chunk_bytes, progress, cancelled);
     ehcuda::Stream stream;
 
     std::string why = ehcuda::check_kernel_image();
@@ -481,7 +476,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     std::vector<ehcuda::WeightRef> mats{m->output};
     layer_mats(m->layers, mats);
     ehcuda::MirrorDecision md =
-        ehcuda::build_mirrors(*m, mats, layer_mats, mirror_policy, stream.get(), &m->mirrored);
+        ehcuda::build_mirrors(*m, mats, layer_mats, lo.mirror_policy, stream.get(), &m->mirrored);
     // Without mirrors, multi-token matmuls dequantize into a slab: one that
     // holds a layer's largest call whole (prefill_slab.hpp), unless the
     // plan's keys say otherwise.

@@ -26,12 +26,44 @@
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/kernel_plan.hpp>
+#include <ehcuda/options.hpp>
+#include <ehcuda/tp_group.hpp>
+#include <ehcuda/tp_split.hpp>
 #include <ehcuda/upload.hpp>
 #include <ehcuda/upload_devices.hpp>
 #include <ehcuda/weight_mirror.hpp>
 #include <ehcuda/weight_plan.hpp>
 
 namespace ehcuda {
+
+// The load params' progress callback as progress(fraction, stage), and
+// its cancel poll as cancelled() (false without one).
+inline auto load_progress(const eh_load_params& p) {
+    return [&p](float f, const char* stage) {
+        if (p.progress) p.progress(p.progress_user, f, stage);
+    };
+}
+inline auto load_cancelled(const eh_load_params& p) {
+    return [&p]() { return p.cancel && p.cancel(p.cancel_user) != 0; };
+}
+
+// The load options every sharding engine reads alike: how the ranks run
+// (tp_split.hpp's "tensor_parallel"; peer access enabled between the
+// devices when each rank has its own stream), the upload's chunk bytes and
+// the FP16 mirrors' policy.
+struct ShardLoadOptions {
+    bool rank_streams = false;
+    size_t chunk_bytes = 0;
+    MirrorPolicy mirror_policy = MirrorPolicy::Auto;
+};
+inline ShardLoadOptions shard_load_options(const Options& opts, const std::vector<int>& devices) {
+    ShardLoadOptions o;
+    o.rank_streams = tp_streams_option(opts, devices);
+    if (o.rank_streams) enable_peer_access(devices);
+    o.chunk_bytes = upload_chunk_option(opts);
+    o.mirror_policy = mirror_policy_option(opts);
+    return o;
+}
 
 // The load's GPU (m.device) made current and described into the model
 // (name, compute capability, the CUDA runtime's version); its traits for
