@@ -197,10 +197,6 @@ void Batch::normed_matmul(Rank& r, const ehcuda::MatSeg* segs, int nseg, const f
     matmul(r, segs, nseg, E, r.xn, E, ehcuda::XMode::Plain, y, ldy, false, n);
 }
 
-int Batch::decode_splits(int n_head, int rows) const {
-    return ehcuda::attention_decode_row_splits(max_seq_tokens(), n_head, rows);
-}
-
 bool Batch::attend(Rank& rk, int li, const ehcuda::StepView& v, int n_rot, int window, const float* sinks,
                    const ehcuda::MatSeg& attn_out, const float* q_norm, const float* k_norm) {
     cudaStream_t s = rk.stream;
@@ -212,11 +208,8 @@ bool Batch::attend(Rank& rk, int li, const ehcuda::StepView& v, int n_rot, int w
         ehcuda::attention_decode_fused_takes(v.ntok, c.n_head, c.n_kv, c.head_dim)) {
         // Decode rows: RoPE, the K/V store, split-K attention (with the
         // sinks, gpt-oss) in one launch (the session's decode attention, paged).
-        ehcuda::DecodeAttnArgs da;
-        da.qkv = qkv;
-        da.n_head = c.n_head;
-        da.n_kv = c.n_kv;
-        da.head_dim = c.head_dim;
+        const bool chunks = v.ntok == 1 && !v.lora && rk.attn_chunks.size() && ehcuda::gemv_takes_chunks(attn_out.w.type);
+        ehcuda::DecodeAttnArgs da = rk.decode_attn_args(v, k_pool(pl), v_pool(pl), kv_type(), max_seq_tokens(), chunks);
         da.n_rot = n_rot;
         da.neox = true;
         da.inv_freq = rk.inv_freq;
@@ -225,25 +218,8 @@ bool Batch::attend(Rank& rk, int li, const ehcuda::StepView& v, int n_rot, int w
         da.q_norm = q_norm;
         da.k_norm = k_norm;
         da.norm_eps = c.eps;
-        da.k_cache = k_pool(pl);
-        da.v_cache = v_pool(pl);
-        da.kv_type = kv_type();
         da.window = window;
         da.scale = scale;
-        da.out = rk.attn.as<float>();
-        da.nsplit = decode_splits(c.n_head, v.ntok);
-        da.scratch = rk.attn_scratch.as<float>();
-        da.counters = rk.attn_counters.as<uint32_t>();
-        const bool chunks = v.ntok == 1 && !v.lora && rk.attn_chunks.size() && ehcuda::gemv_takes_chunks(attn_out.w.type);
-        if (chunks) da.out_chunks = rk.attn_chunks.get();
-        da.paged = true;
-        da.nrows = v.ntok;
-        da.ldqkv = c.qkv_dim();
-        da.ldo = c.q_dim();
-        da.d_pos = v.d_pos;
-        da.d_rows = v.d_rows;
-        da.d_table = v.d_table;
-        da.tables = v.d_tables;
         ehcuda::rope_attention_decode(da, s);
         return chunks;
     }

@@ -94,7 +94,6 @@ private:
                        int ldy, int n, bool fold);
     // The pool layer of rank r's heads of `layer`.
     int pool_layer(const Rank& r, int layer) const { return layer * m_.tp + r.index; }
-    int decode_splits(int n_head, int rows) const;
 
     Model& m_;
     const Config& c_;

@@ -116,24 +116,13 @@ Batch::~Batch() {
     cudaSetDevice(m_.device);
 }
 
-int Batch::decode_splits(int n_head, int rows) const {
-    return ehcuda::attention_decode_row_splits(max_seq_tokens(), n_head, rows);
-}
-
 void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool chunks) {
-    const Config& rc = *r.c;
-    ehcuda::DecodeAttnArgs da;
-    da.qkv = r.qkv.as<float>();
-    da.n_head = rc.n_head;
-    da.n_kv = rc.n_kv;
-    da.head_dim = c_.head_dim;
+    ehcuda::DecodeAttnArgs da =
+        r.decode_attn_args(v, k_pool(pool_layer(r, layer)), v_pool(pool_layer(r, layer)), kv_type(), max_seq_tokens(), chunks);
     da.n_rot = c_.n_rot;
     da.neox = c_.neox;
     da.freq_base = c_.layer_freq_base(layer);
     da.freq_factors = layer_rope_freqs(m_, layer, m_.tp > 1 ? r.index : -1);
-    da.k_cache = k_pool(pool_layer(r, layer));
-    da.v_cache = v_pool(pool_layer(r, layer));
-    da.kv_type = kv_type();
     da.window = c_.layer_window(layer);
     if (c_.qk_norm) {  // (Qwen3, Gemma 3: normalised inside the attention, no head_rmsnorm launch)
         da.q_norm = (*r.layers)[size_t(layer)].q_norm;
@@ -141,19 +130,6 @@ void Batch::decode_attention(const ehcuda::StepView& v, Rank& r, int layer, bool
         da.norm_eps = c_.eps;
     }
     da.scale = c_.scale();
-    da.out = r.attn.as<float>();
-    da.nsplit = decode_splits(rc.n_head, v.ntok);
-    da.scratch = r.attn_scratch.as<float>();
-    da.counters = r.attn_counters.as<uint32_t>();
-    if (chunks) da.out_chunks = r.attn_chunks.get();
-    da.paged = true;
-    da.nrows = v.ntok;
-    da.ldqkv = rc.qkv_dim();
-    da.ldo = rc.q_dim();
-    da.d_pos = v.d_pos;
-    da.d_rows = v.d_rows;
-    da.d_table = v.d_table;
-    da.tables = v.d_tables;
     ehcuda::rope_attention_decode(da, r.stream);
 }
 

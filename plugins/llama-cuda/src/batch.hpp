@@ -81,7 +81,6 @@ private:
     // the step it runs: 0 turns nothing).
     void place_mrope(eh_step_entry* entries, uint32_t n_entries);
     void shift_mrope(const ehcuda::StepView& v, Rank& r);
-    int decode_splits(int n_head, int rows) const;
     // The pool layer of rank r's heads of `layer`.
     int pool_layer(const Rank& r, int layer) const { return layer * m_.tp + r.index; }
 

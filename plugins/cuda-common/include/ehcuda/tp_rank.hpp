@@ -117,6 +117,39 @@ struct RankLane {
         if (const size_t n = gemv_chunk_bytes(rc.q_dim())) attn_chunks = DeviceBuffer(n, L);
     }
 
+    // The fused paged decode attention (rope_attention_decode) of a decode
+    // step's v.ntok rows of the rank's heads, from its qkv rows into its
+    // attn rows (and with `chunks`, one row, its attn_chunks), over the
+    // pools of its layer (k_pool, v_pool of kv_type), split as
+    // decode_scratch sized it for sequences of up to seq_cap tokens. The
+    // engine adds the rotation, window, scale, norms and sinks.
+    DecodeAttnArgs decode_attn_args(const StepView& v, __half* k_pool, __half* v_pool, uint32_t kv_type, uint32_t seq_cap,
+                                    bool chunks) const {
+        const Config& rc = *c;
+        DecodeAttnArgs da;
+        da.qkv = qkv.as<float>();
+        da.n_head = rc.n_head;
+        da.n_kv = rc.n_kv;
+        da.head_dim = rc.head_dim;
+        da.k_cache = k_pool;
+        da.v_cache = v_pool;
+        da.kv_type = kv_type;
+        da.out = attn.as<float>();
+        da.nsplit = attention_decode_row_splits(seq_cap, rc.n_head, v.ntok);
+        da.scratch = attn_scratch.as<float>();
+        da.counters = attn_counters.as<uint32_t>();
+        if (chunks) da.out_chunks = attn_chunks.get();
+        da.paged = true;
+        da.nrows = v.ntok;
+        da.ldqkv = rc.qkv_dim();
+        da.ldo = rc.q_dim();
+        da.d_pos = v.d_pos;
+        da.d_rows = v.d_rows;
+        da.d_table = v.d_table;
+        da.tables = v.d_tables;
+        return da;
+    }
+
     // The step attention (step_attention.hpp) of the rank's heads, from its
     // qkv rows into its attn rows, over the pools of its layer (k_pool,
     // v_pool of kv_type), its decode scratch the query-group kernel's. The
