@@ -47,10 +47,7 @@ model::InspectSection verdict_section(const std::optional<Refusal>& refusal, con
     return s;
 }
 
-}  // namespace
-
-int cmd_inspect(const std::vector<std::string>& args) {
-    po::options_description desc("Options");
+void add_inspect_options(po::options_description& desc) {
     desc.add_options()
         ("help,h", "show this help")
         ("model,m", po::value<std::string>()->required(), kModelHelp)
@@ -71,6 +68,70 @@ int cmd_inspect(const std::vector<std::string>& args) {
                                                     "capability X.Y, SMS multiprocessors); default sm_90:132, an H100 / H200")
         ("fp16-mirrors", "with --kernels: as when the model keeps FP16 weight mirrors (steps take cuBLAS sooner)")
         ("json", "print JSON instead of text");
+}
+
+// --kernels and what goes with it; false (the error printed) for a usage error.
+bool read_kernels_request(const po::variables_map& vm, KernelsRequest& kernels) {
+    if (!vm.count("kernels")) {
+        if (!vm["batch"].defaulted() || vm.count("kernel-device") || vm.count("fp16-mirrors")) {
+            print_error("--batch, --kernel-device and --fp16-mirrors go with --kernels");
+            return false;
+        }
+        return true;
+    }
+    const auto batches = parse_batches(vm["batch"].as<std::string>());
+    if (!batches) {
+        print_error("--batch must be 1 to 16 token counts of 1 .. 65536, comma-separated (e.g. 1,8,64)");
+        return false;
+    }
+    kernels.batches = *batches;
+    if (vm.count("kernel-device") && !parse_kernel_device(vm["kernel-device"].as<std::string>(), kernels)) {
+        print_error("--kernel-device must be sm_XY:SMS (e.g. sm_90:132, sm_80:108)");
+        return false;
+    }
+    kernels.mirrored = vm.count("fp16-mirrors") > 0;
+    return true;
+}
+
+// The "Plugin" section: which plugin serve would choose (with --load, its
+// load too, released at once); a refusal where none would, or the load fails.
+model::InspectSection plugin_section(const po::variables_map& vm, DevicePolicy policy, const model::ModelDescriptor& d,
+                                     const std::shared_ptr<model::ModelFile>& file, bool load, std::string& checked,
+                                     std::optional<Refusal>& refusal) {
+    checked += ", plugin choice";
+    loader::LoaderOptions lo;
+    lo.device = vm["gpu"].as<int>();
+    Registry reg = loader::discover_plugins(loader::plugin_dirs(plugins_arg(vm)), lo);
+    Resolution res = reg.resolve(d.requirements(), policy);
+    model::InspectSection s{"Plugin", {}, {}};
+    const std::string gpu_problem = vm["gpu"].defaulted() ? "" : named_gpu_problem(reg, vm["gpu"].as<int>(), policy);
+    if (!gpu_problem.empty() || !res.plugin) {
+        const std::string why = gpu_problem.empty() ? no_plugin_message(reg, d.requirements(), res) : gpu_problem;
+        s.facts = {{"serves it", "none"}, {"why", why}};
+        s.raw_json = nlohmann::json{{"plugin", nullptr}, {"why", why}}.dump();
+        refusal = Refusal{kNoPlugin, why + " [NO_PLUGIN]"};
+        return s;
+    }
+    s.facts = {{"serves it", res.plugin->caps.name + " " + res.plugin->caps.version}, {"why", res.explanation}};
+    s.raw_json = nlohmann::json{{"plugin", record_json(*res.plugin)}, {"why", res.explanation}}.dump();
+    if (load) {
+        checked += ", plugin load";
+        try {
+            EngineLoadOptions elo;
+            elo.device = vm["gpu"].as<int>();
+            EngineModel::load(res.plugin->api, file->path(), &file->view(), file, elo);  // released at once
+        } catch (const Error& e) {
+            refusal = refusal_of(e);
+        }
+    }
+    return s;
+}
+
+}  // namespace
+
+int cmd_inspect(const std::vector<std::string>& args) {
+    po::options_description desc("Options");
+    add_inspect_options(desc);
     po::variables_map vm;
     int code = kOk;
     const char* usage =
@@ -88,22 +149,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
     }
     const bool load = vm.count("load") > 0;
     KernelsRequest kernels;
-    if (vm.count("kernels")) {
-        const auto batches = parse_batches(vm["batch"].as<std::string>());
-        if (!batches) {
-            print_error("--batch must be 1 to 16 token counts of 1 .. 65536, comma-separated (e.g. 1,8,64)");
-            return kUsage;
-        }
-        kernels.batches = *batches;
-        if (vm.count("kernel-device") && !parse_kernel_device(vm["kernel-device"].as<std::string>(), kernels)) {
-            print_error("--kernel-device must be sm_XY:SMS (e.g. sm_90:132, sm_80:108)");
-            return kUsage;
-        }
-        kernels.mirrored = vm.count("fp16-mirrors") > 0;
-    } else if (!vm["batch"].defaulted() || vm.count("kernel-device") || vm.count("fp16-mirrors")) {
-        print_error("--batch, --kernel-device and --fp16-mirrors go with --kernels");
-        return kUsage;
-    }
+    if (!read_kernels_request(vm, kernels)) return kUsage;
     // serve reads --chat-template-file before it resolves the model and exits
     // 2 when it cannot use it
     std::optional<Refusal> refusal;
@@ -135,37 +181,8 @@ int cmd_inspect(const std::vector<std::string>& args) {
 
     // In serve's order: the plugin choice, the plugin's load, the tokenizer.
     std::string checked = vm.count("chat-template-file") ? "--chat-template-file, file, tokenizer" : "file, tokenizer";
-    if (!refusal && (vm.count("plugins") || load)) {
-        checked += ", plugin choice";
-        loader::LoaderOptions lo;
-        lo.device = vm["gpu"].as<int>();
-        Registry reg = loader::discover_plugins(loader::plugin_dirs(plugins_arg(vm)), lo);
-        Resolution res = reg.resolve(d.requirements(), policy);
-        model::InspectSection s{"Plugin", {}, {}};
-        const std::string gpu_problem =
-            vm["gpu"].defaulted() ? "" : named_gpu_problem(reg, vm["gpu"].as<int>(), policy);
-        if (!gpu_problem.empty() || !res.plugin) {
-            const std::string why = gpu_problem.empty() ? no_plugin_message(reg, d.requirements(), res) : gpu_problem;
-            s.facts = {{"serves it", "none"}, {"why", why}};
-            s.raw_json = nlohmann::json{{"plugin", nullptr}, {"why", why}}.dump();
-            refusal = Refusal{kNoPlugin, why + " [NO_PLUGIN]"};
-        } else {
-            s.facts = {{"serves it", res.plugin->caps.name + " " + res.plugin->caps.version},
-                       {"why", res.explanation}};
-            s.raw_json = nlohmann::json{{"plugin", record_json(*res.plugin)}, {"why", res.explanation}}.dump();
-            if (load) {
-                checked += ", plugin load";
-                try {
-                    EngineLoadOptions elo;
-                    elo.device = vm["gpu"].as<int>();
-                    EngineModel::load(res.plugin->api, file->path(), &file->view(), file, elo);  // released at once
-                } catch (const Error& e) {
-                    refusal = refusal_of(e);
-                }
-            }
-        }
-        opt.extra_sections.push_back(std::move(s));
-    }
+    if (!refusal && (vm.count("plugins") || load))
+        opt.extra_sections.push_back(plugin_section(vm, policy, d, file, load, checked, refusal));
     if (!refusal && tokenizer_error) refusal = refusal_of(*tokenizer_error);
     if (!load) checked += " (not the plugin's own checks of tensors and shapes: --load)";
     opt.extra_sections.push_back(verdict_section(refusal, checked));
