@@ -366,9 +366,7 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     auto m = std::make_unique<Model>();
     m->cfg = read_config(view);
     m->path = params.path && *params.path ? params.path : "(model)";
-    const std::vector<int> devices = ehcuda::load_devices(params, kMaxDevices);
-    m->tp = int(devices.size());
-    m->device = devices[0];
+    const std::vector<int> devices = ehcuda::take_devices(*m, params, kMaxDevices);
     Config& c = m->cfg;
     if (c.arch == Arch::Gpt2 && m->tp > 1)
         throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: tensor parallelism is not built for gpt2 (gpt-oss and qwen3moe only)");

@@ -353,11 +353,8 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     ehp::ModelView view(params.view);
     auto m = std::make_unique<Model>();
     m->cfg = read_config(view);
-    m->device = params.device;
     m->path = params.path ? params.path : "(model)";
-    const std::vector<int> devices = ehcuda::load_devices(params, kMaxDevices);
-    m->tp = int(devices.size());
-    m->device = devices[0];
+    const std::vector<int> devices = ehcuda::take_devices(*m, params, kMaxDevices);
     const Config& c = m->cfg;
     // (the post-norms need each row-parallel matmul's whole sum before the
     // residual add, which the shard mode's fused all-reduce does not give)

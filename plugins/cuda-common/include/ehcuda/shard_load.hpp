@@ -23,6 +23,7 @@
 #include <engine_host/plugin_abi.hpp>
 
 #include <ehcuda/check.hpp>
+#include <ehcuda/device_set.hpp>
 #include <ehcuda/device_memory.hpp>
 #include <ehcuda/graph.hpp>
 #include <ehcuda/kernel_plan.hpp>
@@ -35,6 +36,17 @@
 #include <ehcuda/weight_plan.hpp>
 
 namespace ehcuda {
+
+// The load's device set (device_set.hpp's load_devices, at most
+// max_devices): a rank per entry (m.tp), the first the model's GPU
+// (m.device).
+template <class Model>
+std::vector<int> take_devices(Model& m, const eh_load_params& params, uint32_t max_devices) {
+    std::vector<int> devices = load_devices(params, max_devices);
+    m.tp = int(devices.size());
+    m.device = devices[0];
+    return devices;
+}
 
 // The load params' progress callback as progress(fraction, stage), and
 // its cancel poll as cancelled() (false without one).
