@@ -1161,146 +1161,188 @@ private:
     eh_parked* p_ = nullptr;
 };
 
-void park_restore(Context& c) {
-    const eh_plugin_api& api = c.d.api();
-    if (!loader::api_has_park(api)) throw Skipped{"the plugin has no park calls (ABI 1.7 seq_park)"};
-    const uint32_t bt = c.d.granted().block_tokens;
-    const uint32_t at = bt > 13 ? 13 : bt + bt / 2 + (bt == 1);  // inside a block, as fork_shares_prefix
-    c.needs(at + 8 + c.n, at + 8, 3);
-    const auto p = c.prompt(at + 8, 21);
-    const bool with_logits = api.seq_logits != nullptr;
+// park_restore's case: a source sequence holding the first `at` tokens of
+// p (inside a block), and the steps that check its parked copies.
+class ParkCase {
+public:
+    explicit ParkCase(Context& c)
+        : c_(c), api_(c.d.api()), bt_(c.d.granted().block_tokens),
+          at_(bt_ > 13 ? 13 : bt_ + bt_ / 2 + (bt_ == 1)),  // inside a block, as fork_shares_prefix
+          with_logits_(api_.seq_logits != nullptr) {
+        c.needs(at_ + 8 + c.n, at_ + 8, 3);
+        p_ = c.prompt(at_ + 8, 21);
+        mine_.assign(p_.begin(), p_.begin() + at_);
+    }
+
     // The continuation of `s` (holding p's first `at` tokens): the raw
     // logits of its first sampled position and its greedy tokens.
-    auto go_on = [&](eh_seq* s, std::vector<float>* logits) {
-        c.d.set_sampling(s, ehp::greedy_sampling());
+    std::vector<int32_t> continuation(eh_seq* s, std::vector<float>* logits) {
+        c_.d.set_sampling(s, ehp::greedy_sampling());
         std::vector<eh_step_entry> es{
-            entry(s, p.data() + at, 8, EH_STEP_SAMPLE | (with_logits ? uint32_t(EH_STEP_LOGITS) : 0u))};
-        std::vector<int32_t> got{c.d.step_ok(es, "the continuation's prefill")[0]};
-        if (with_logits) {
+            entry(s, p_.data() + at_, 8, EH_STEP_SAMPLE | (with_logits_ ? uint32_t(EH_STEP_LOGITS) : 0u))};
+        std::vector<int32_t> got{c_.d.step_ok(es, "the continuation's prefill")[0]};
+        if (with_logits_) {
             const float* l = nullptr;
             uint32_t nv = 0;
-            if (api.seq_logits(s, &l, &nv) != EH_OK) fail("seq_logits failed: " + c.d.error());
+            if (api_.seq_logits(s, &l, &nv) != EH_OK) fail("seq_logits failed: " + c_.d.error());
             logits->assign(l, l + nv);
         }
-        while (got.size() < c.n) {
+        while (got.size() < c_.n) {
             const int32_t t = got.back();
             es = {entry(s, &t, 1, EH_STEP_SAMPLE)};
-            got.push_back(c.d.step_ok(es, "the continuation's decode")[0]);
+            got.push_back(c_.d.step_ok(es, "the continuation's decode")[0]);
         }
         return got;
-    };
-    eh_seq* src = c.d.create();
-    std::vector<eh_step_entry> es{entry(src, p.data(), at, 0)};
-    c.d.step_ok(es, "the source's prefill");
-    // Refused: nothing made.
-    auto refused_park = [&](uint32_t n, uint64_t max_bytes, eh_status want, const std::string& what) {
-        ParkedCopy x(api);
-        uint64_t bytes = 0;
-        const eh_status st = api.seq_park(src, n, max_bytes, x.out(), &bytes);
-        if (st != want) fail(fmt::format("seq_park of {} returned {}, not {}", what, eh_status_name(st), eh_status_name(want)));
-        if (x.get()) fail(fmt::format("seq_park of {} was refused and still made a parked copy", what));
-        return bytes;
-    };
-    refused_park(0, UINT64_MAX, EH_INVALID_ARGUMENT, "0 tokens");
-    refused_park(at + 1, UINT64_MAX, EH_INVALID_ARGUMENT, "more tokens than the sequence holds");
-    const uint64_t need = refused_park(at, 0, EH_NO_CAPACITY, "a copy larger than max_bytes 0");
-    if (need == 0) fail("seq_park refused for max_bytes 0 did not say how many bytes it needs");
-    ParkedCopy parked(api);
-    uint64_t bytes = 0;
-    if (api.seq_park(src, at, UINT64_MAX, parked.out(), &bytes) != EH_OK || !parked.get())
-        fail("seq_park failed: " + c.d.error());
-    if (bytes != need) fail(fmt::format("seq_park holds {} bytes but asked for {} when refused", bytes, need));
-    if (c.d.length(src) != at) fail("seq_park changed its sequence's length");
-    // The truth: a fork of the source, never parked.
-    std::vector<float> want_logits, got_logits;
-    const auto want = go_on(c.d.fork(src, at), &want_logits);
-    c.d.release_all();  // the parked copy stands alone
-    const uint32_t free_before = c.d.kv_info().free_blocks;
-    // A restore of other tokens, or of another count, is refused: nothing changes.
-    auto refused_unpark = [&](std::vector<int32_t> toks, const std::string& what) {
-        eh_seq* r = nullptr;
-        const eh_status st = c.d.try_unpark(parked.get(), toks, &r);
-        const std::string message = c.d.error();
-        if (st != EH_INVALID_ARGUMENT)
-            fail(fmt::format("seq_unpark with {} returned {}, not INVALID_ARGUMENT", what, eh_status_name(st)));
-        if (r) fail(fmt::format("seq_unpark with {} was refused and still made a sequence", what));
-        if (message.empty()) fail(fmt::format("seq_unpark with {} was refused without a message", what));
-        if (c.d.kv_info().free_blocks != free_before)
-            fail(fmt::format("seq_unpark refused for {} changed the free block count", what));
-    };
-    std::vector<int32_t> mine(p.begin(), p.begin() + at), other = mine;
-    other[at / 2] = (other[at / 2] + 1) % int32_t(c.d.vocab());
-    refused_unpark(other, fmt::format("token {} changed", at / 2));
-    refused_unpark(std::vector<int32_t>(mine.begin(), mine.end() - 1), "one token fewer");
-    for (int round = 0; round < 2; ++round) {  // and the copy is unchanged by a restore
-        eh_seq* r = nullptr;
-        if (c.d.try_unpark(parked.get(), mine, &r) != EH_OK || !r) fail("seq_unpark failed: " + c.d.error());
-        if (c.d.length(r) != at) fail(fmt::format("a restored sequence of {} tokens has length {}", at, c.d.length(r)));
-        const uint32_t took = free_before - c.d.kv_info().free_blocks;
-        if (took != blocks_for(at, bt))
-            fail(fmt::format("seq_unpark of {} tokens took {} free blocks, not {}", at, took, blocks_for(at, bt)));
-        const auto got = go_on(r, &got_logits);
-        if (with_logits) {
-            if (got_logits.size() != want_logits.size()) fail("the restored sequence's logits have another length");
-            for (size_t i = 0; i < want_logits.size(); ++i)
-                if (std::memcmp(&got_logits[i], &want_logits[i], sizeof(float)) != 0)
-                    fail(fmt::format("restore {}: logit {} is {} after the restore, {} without the park (bit for bit "
-                                     "expected)",
-                                     round + 1, i, got_logits[i], want_logits[i]));
-        }
-        expect_same(want, got, fmt::format("restore {} continued against the never-parked fork", round + 1));
-        c.d.release(r);
     }
+
+    // The source, parked: the refused parks first (nothing made), then the
+    // copy, which holds the bytes a refusal asked for.
+    void park_source(ParkedCopy& parked) {
+        src_ = c_.d.create();
+        std::vector<eh_step_entry> es{entry(src_, p_.data(), at_, 0)};
+        c_.d.step_ok(es, "the source's prefill");
+        refused_park(0, UINT64_MAX, EH_INVALID_ARGUMENT, "0 tokens");
+        refused_park(at_ + 1, UINT64_MAX, EH_INVALID_ARGUMENT, "more tokens than the sequence holds");
+        const uint64_t need = refused_park(at_, 0, EH_NO_CAPACITY, "a copy larger than max_bytes 0");
+        if (need == 0) fail("seq_park refused for max_bytes 0 did not say how many bytes it needs");
+        uint64_t bytes = 0;
+        if (api_.seq_park(src_, at_, UINT64_MAX, parked.out(), &bytes) != EH_OK || !parked.get())
+            fail("seq_park failed: " + c_.d.error());
+        if (bytes != need) fail(fmt::format("seq_park holds {} bytes but asked for {} when refused", bytes, need));
+        if (c_.d.length(src_) != at_) fail("seq_park changed its sequence's length");
+    }
+
+    // Restores of the copy, alone (everything else released): other tokens
+    // or another count refused with nothing changed; twice (the copy
+    // unchanged by a restore) the never-parked fork's continuation, logits
+    // bit for bit.
+    void restore(const ParkedCopy& parked) {
+        std::vector<float> want_logits, got_logits;
+        const auto want = continuation(c_.d.fork(src_, at_), &want_logits);
+        c_.d.release_all();  // the parked copy stands alone
+        const uint32_t free_before = c_.d.kv_info().free_blocks;
+        std::vector<int32_t> other = mine_;
+        other[at_ / 2] = (other[at_ / 2] + 1) % int32_t(c_.d.vocab());
+        refused_unpark(parked, other, fmt::format("token {} changed", at_ / 2), free_before);
+        refused_unpark(parked, std::vector<int32_t>(mine_.begin(), mine_.end() - 1), "one token fewer", free_before);
+        for (int round = 0; round < 2; ++round) {
+            eh_seq* r = nullptr;
+            if (c_.d.try_unpark(parked.get(), mine_, &r) != EH_OK || !r) fail("seq_unpark failed: " + c_.d.error());
+            if (c_.d.length(r) != at_)
+                fail(fmt::format("a restored sequence of {} tokens has length {}", at_, c_.d.length(r)));
+            const uint32_t took = free_before - c_.d.kv_info().free_blocks;
+            if (took != blocks_for(at_, bt_))
+                fail(fmt::format("seq_unpark of {} tokens took {} free blocks, not {}", at_, took, blocks_for(at_, bt_)));
+            const auto got = continuation(r, &got_logits);
+            if (with_logits_) {
+                if (got_logits.size() != want_logits.size()) fail("the restored sequence's logits have another length");
+                for (size_t i = 0; i < want_logits.size(); ++i)
+                    if (std::memcmp(&got_logits[i], &want_logits[i], sizeof(float)) != 0)
+                        fail(fmt::format("restore {}: logit {} is {} after the restore, {} without the park (bit for "
+                                         "bit expected)",
+                                         round + 1, i, got_logits[i], want_logits[i]));
+            }
+            expect_same(want, got, fmt::format("restore {} continued against the never-parked fork", round + 1));
+            c_.d.release(r);
+        }
+    }
+
     // Not enough free blocks: KV_FULL, nothing changes. On a second load of
     // the model with room for twice the copy's blocks (the first holds more
     // blocks than its sequences can fill), another sequence holds all but
     // fewer than the copy needs; this load's copy is refused by the first.
-    const uint32_t needed = blocks_for(at, bt);
-    std::unique_ptr<Driver> loaded;
-    try {
-        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model,
-                                          kv_params(2, 2ull * needed * c.d.granted().block_bytes, c.options.kv_type),
-                                          c.options.engine_options, c.options.devices);
-    } catch (const Failure& f) {
-        const std::string why = f.what();
-        if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
-            why.find("memory") != std::string::npos)
-            throw Skipped{"the rest passed; a second copy of the model does not fit beside the first: " + why};
-        throw;
+    void refuse_foreign_and_full() {
+        const uint32_t needed = blocks_for(at_, bt_);
+        std::unique_ptr<Driver> loaded;
+        try {
+            loaded = std::make_unique<Driver>(c_.options.plugin, c_.options.model,
+                                              kv_params(2, 2ull * needed * c_.d.granted().block_bytes, c_.options.kv_type),
+                                              c_.options.engine_options, c_.options.devices);
+        } catch (const Failure& f) {
+            const std::string why = f.what();
+            if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
+                why.find("memory") != std::string::npos)
+                throw Skipped{"the rest passed; a second copy of the model does not fit beside the first: " + why};
+            throw;
+        }
+        Driver& small = *loaded;
+        if (small.granted().max_seq_tokens < at_ || small.granted().max_step_tokens < at_)
+            throw Skipped{"the rest passed; the second load granted sequences shorter than the copy"};
+        eh_seq* s2 = small.create();
+        std::vector<eh_step_entry> es{entry(s2, p_.data(), at_, 0)};
+        small.step_ok(es, "the second load's prefill");
+        ParkedCopy parked2(api_);
+        uint64_t bytes = 0;
+        if (api_.seq_park(s2, at_, UINT64_MAX, parked2.out(), &bytes) != EH_OK || !parked2.get())
+            fail("seq_park on the second load failed: " + small.error());
+        small.release(s2);
+        eh_seq* r = nullptr;
+        if (c_.d.try_unpark(parked2.get(), mine_, &r) != EH_INVALID_ARGUMENT || r)
+            fail("seq_unpark took another model's parked copy (INVALID_ARGUMENT expected)");
+        eh_seq* hog = small.create();
+        const auto filler = c_.prompt(small.granted().max_seq_tokens, 22);
+        while (small.kv_info().free_blocks >= needed) {
+            const uint32_t room = std::min({(small.kv_info().free_blocks - needed + 1) * bt_,
+                                            small.granted().max_seq_tokens - small.length(hog),
+                                            small.granted().max_step_tokens});
+            if (room == 0) throw Skipped{"the rest passed; the second load's blocks outlast one sequence"};
+            es = {entry(hog, filler.data(), room, 0)};
+            small.step_ok(es, "a sequence taking the free blocks");
+        }
+        const uint32_t free_full = small.kv_info().free_blocks;
+        const eh_status st = small.try_unpark(parked2.get(), mine_, &r);
+        if (st != EH_KV_FULL)
+            fail(fmt::format("seq_unpark with {} free blocks for a copy of {} returned {}, not KV_FULL", free_full,
+                             needed, eh_status_name(st)));
+        if (r) fail("seq_unpark refused with KV_FULL still made a sequence");
+        if (small.kv_info().free_blocks != free_full) fail("seq_unpark refused with KV_FULL changed the free block count");
+        small.release(hog);
+        if (small.try_unpark(parked2.get(), mine_, &r) != EH_OK)
+            fail("seq_unpark once blocks were free failed: " + small.error());
+        small.release_all();
     }
-    Driver& small = *loaded;
-    if (small.granted().max_seq_tokens < at || small.granted().max_step_tokens < at)
-        throw Skipped{"the rest passed; the second load granted sequences shorter than the copy"};
-    eh_seq* s2 = small.create();
-    es = {entry(s2, p.data(), at, 0)};
-    small.step_ok(es, "the second load's prefill");
-    ParkedCopy parked2(api);
-    if (api.seq_park(s2, at, UINT64_MAX, parked2.out(), &bytes) != EH_OK || !parked2.get())
-        fail("seq_park on the second load failed: " + small.error());
-    small.release(s2);
-    eh_seq* r = nullptr;
-    if (c.d.try_unpark(parked2.get(), mine, &r) != EH_INVALID_ARGUMENT || r)
-        fail("seq_unpark took another model's parked copy (INVALID_ARGUMENT expected)");
-    eh_seq* hog = small.create();
-    const auto filler = c.prompt(small.granted().max_seq_tokens, 22);
-    while (small.kv_info().free_blocks >= needed) {
-        const uint32_t room = std::min({(small.kv_info().free_blocks - needed + 1) * bt,
-                                        small.granted().max_seq_tokens - small.length(hog),
-                                        small.granted().max_step_tokens});
-        if (room == 0) throw Skipped{"the rest passed; the second load's blocks outlast one sequence"};
-        es = {entry(hog, filler.data(), room, 0)};
-        small.step_ok(es, "a sequence taking the free blocks");
+
+private:
+    // A park that must be refused with `want`, making nothing; the bytes it
+    // said it needs.
+    uint64_t refused_park(uint32_t n, uint64_t max_bytes, eh_status want, const std::string& what) {
+        ParkedCopy x(api_);
+        uint64_t bytes = 0;
+        const eh_status st = api_.seq_park(src_, n, max_bytes, x.out(), &bytes);
+        if (st != want) fail(fmt::format("seq_park of {} returned {}, not {}", what, eh_status_name(st), eh_status_name(want)));
+        if (x.get()) fail(fmt::format("seq_park of {} was refused and still made a parked copy", what));
+        return bytes;
     }
-    const uint32_t free_full = small.kv_info().free_blocks;
-    const eh_status st = small.try_unpark(parked2.get(), mine, &r);
-    if (st != EH_KV_FULL)
-        fail(fmt::format("seq_unpark with {} free blocks for a copy of {} returned {}, not KV_FULL", free_full, needed,
-                         eh_status_name(st)));
-    if (r) fail("seq_unpark refused with KV_FULL still made a sequence");
-    if (small.kv_info().free_blocks != free_full) fail("seq_unpark refused with KV_FULL changed the free block count");
-    small.release(hog);
-    if (small.try_unpark(parked2.get(), mine, &r) != EH_OK) fail("seq_unpark once blocks were free failed: " + small.error());
-    small.release_all();
+
+    // A restore of other tokens, or of another count, is refused: nothing changes.
+    void refused_unpark(const ParkedCopy& parked, const std::vector<int32_t>& toks, const std::string& what,
+                        uint32_t free_before) {
+        eh_seq* r = nullptr;
+        const eh_status st = c_.d.try_unpark(parked.get(), toks, &r);
+        const std::string message = c_.d.error();
+        if (st != EH_INVALID_ARGUMENT)
+            fail(fmt::format("seq_unpark with {} returned {}, not INVALID_ARGUMENT", what, eh_status_name(st)));
+        if (r) fail(fmt::format("seq_unpark with {} was refused and still made a sequence", what));
+        if (message.empty()) fail(fmt::format("seq_unpark with {} was refused without a message", what));
+        if (c_.d.kv_info().free_blocks != free_before)
+            fail(fmt::format("seq_unpark refused for {} changed the free block count", what));
+    }
+
+    Context& c_;
+    const eh_plugin_api& api_;
+    const uint32_t bt_, at_;
+    const bool with_logits_;
+    std::vector<int32_t> p_, mine_;
+    eh_seq* src_ = nullptr;
+};
+
+void park_restore(Context& c) {
+    if (!loader::api_has_park(c.d.api())) throw Skipped{"the plugin has no park calls (ABI 1.7 seq_park)"};
+    ParkCase pc(c);
+    ParkedCopy parked(c.d.api());
+    pc.park_source(parked);
+    pc.restore(parked);
+    pc.refuse_foreign_and_full();
 }
 
 void reference_agreement(Context& c) {
