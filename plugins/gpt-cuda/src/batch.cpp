@@ -347,36 +347,20 @@ void Batch::invariant_moe(Rank& r, int li, int T) {
     char* g = static_cast<char*>(r.grouped.get());
     const size_t x16_bytes = (size_t(c.n_embd) * 2 + 255) / 256 * 256;
     ehcuda::MoeRouterRowsArgs ra;
-    ra.x = r.h;
+    set_router_args(ra, c, L, r.h, r.router.as<float>());
     ra.ldx = c.n_embd;
     ra.ntok = T;
-    ra.norm_w = L.ffn_norm;
-    ra.norm_eps = c.eps;
-    ra.w = static_cast<const float*>(L.router.w.data);
-    ra.bias = L.router.bias;
-    ra.n_expert = c.n_expert;
-    ra.cols = c.n_embd;
-    ra.logits = r.router.as<float>();
     if (one) ra.xn16 = g;
     else ra.xn = r.xn;
     ehcuda::moe_router_rows(ra, s);
     if (one) {
         ehcuda::MoeDecodeMmaArgs md;
+        set_expert_args(md, c, L, g + x16_bytes, r.grouped.size() - x16_bytes, r.h);
         md.x16 = g;
-        md.k = k;
-        md.n_expert = c.n_expert;
         md.logits = r.router.as<float>();
         md.ids = r.ids.as<int32_t>();
         md.weights = r.wts.as<float>();
-        md.gate = L.gate_exps;
-        md.up = L.up_exps;
-        md.down = L.down_exps;
-        md.alpha = c.swiglu_alpha;
-        md.limit = c.swiglu_limit;
-        md.scratch = g + x16_bytes;
-        md.scratch_bytes = r.grouped.size() - x16_bytes;
         md.counters = r.router_counter.as<int>() + 1;
-        md.h = r.h;
         ehcuda::moe_decode_mma(md, s);
         return;
     }

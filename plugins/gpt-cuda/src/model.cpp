@@ -467,37 +467,21 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
 ehcuda::MoeDecodeArgs moe_decode_args(const Config& c, const Layer& L, float* h, const float* logits, int32_t* route_ids,
                                       float* route_weights, void* scratch, size_t scratch_bytes) {
     ehcuda::MoeDecodeArgs md;
+    set_expert_args(md, c, L, scratch, scratch_bytes, h);
     md.x = h;
     md.norm_w = L.ffn_norm;
     md.norm_eps = c.eps;
-    md.k = c.n_expert_used;
     md.logits = logits;
-    md.n_expert = c.n_expert;
     md.route_ids = route_ids;
     md.route_weights = route_weights;
-    md.gate = L.gate_exps;
-    md.up = L.up_exps;
-    md.down = L.down_exps;
-    md.alpha = c.swiglu_alpha;
-    md.limit = c.swiglu_limit;
-    md.scratch = scratch;
-    md.scratch_bytes = scratch_bytes;
-    md.h = h;
     return md;
 }
 
 ehcuda::MoeRouterArgs router_decode_args(const Config& c, const Layer& L, const float* h, float* logits, int32_t* ids,
                                          float* weights, int* counter) {
     ehcuda::MoeRouterArgs ra;
-    ra.x = h;
-    ra.norm_w = L.ffn_norm;
-    ra.norm_eps = c.eps;
-    ra.w = static_cast<const float*>(L.router.w.data);
-    ra.bias = L.router.bias;
-    ra.n_expert = c.n_expert;
-    ra.cols = c.n_embd;
+    set_router_args(ra, c, L, h, logits);
     ra.k = c.n_expert_used;
-    ra.logits = logits;
     ra.ids = ids;
     ra.weights = weights;
     ra.counter = counter;
@@ -507,21 +491,12 @@ ehcuda::MoeRouterArgs router_decode_args(const Config& c, const Layer& L, const 
 ehcuda::MoeGroupedArgs moe_grouped_args(const Config& c, const Layer& L, const float* xn, int ntok, const int32_t* ids,
                                         const float* wts, float* h, void* scratch, size_t scratch_bytes) {
     ehcuda::MoeGroupedArgs g;
+    set_expert_args(g, c, L, scratch, scratch_bytes, h);
     g.x = xn;
     g.ldx = c.n_embd;
     g.ntok = ntok;
-    g.k = c.n_expert_used;
-    g.n_expert = c.n_expert;
     g.ids = ids;
     g.weights = wts;
-    g.gate = L.gate_exps;
-    g.up = L.up_exps;
-    g.down = L.down_exps;
-    g.alpha = c.swiglu_alpha;
-    g.limit = c.swiglu_limit;
-    g.scratch = scratch;
-    g.scratch_bytes = scratch_bytes;
-    g.h = h;
     g.ldh = c.n_embd;
     return g;
 }

@@ -39,6 +39,40 @@ struct Layer {
     int window = 0;
 };
 
+// What every expert kernel's arguments (moe_decode, moe_grouped,
+// moe_decode_mma) take alike from layer L: the top-k of n_expert, the
+// gate / up / down experts, the activation (gpt-oss's clamped SwiGLU, else
+// the plain one), the scratch, and the rows h the expert sums are added to.
+template <class Args>
+void set_expert_args(Args& a, const Config& c, const Layer& L, void* scratch, size_t scratch_bytes, float* h) {
+    a.k = c.n_expert_used;
+    a.n_expert = c.n_expert;
+    a.gate = L.gate_exps;
+    a.up = L.up_exps;
+    a.down = L.down_exps;
+    a.alpha = c.swiglu_alpha;
+    a.limit = c.swiglu_limit;
+    a.scratch = scratch;
+    a.scratch_bytes = scratch_bytes;
+    a.h = h;
+}
+
+// What both router kernels' arguments (moe_router_decode,
+// moe_router_rows) take alike from layer L: the residual rows x, their
+// pre-norm (ffn_norm), the F32 router of n_expert x n_embd with its bias,
+// and where the logits go.
+template <class Args>
+void set_router_args(Args& a, const Config& c, const Layer& L, const float* x, float* logits) {
+    a.x = x;
+    a.norm_w = L.ffn_norm;
+    a.norm_eps = c.eps;
+    a.w = static_cast<const float*>(L.router.w.data);
+    a.bias = L.router.bias;
+    a.n_expert = c.n_expert;
+    a.cols = c.n_embd;
+    a.logits = logits;
+}
+
 // An MoE layer's single-token expert block (moe_decode) for the token
 // whose residual stream is h: the pre-norm inside the kernels, the routing
 // of the router's `logits` too (ids and weights left in route_ids /
