@@ -467,20 +467,25 @@ void logit_bias(Context& c) {
                          low, bias_value, logits[low], raw[low]));
 }
 
-void kv_full_changes_nothing(Context& c) {
-    // A second load of the model with room for three blocks.
-    const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes, c.options.kv_type);
-    std::unique_ptr<Driver> loaded;
+// A second load of the model beside the first, with KV params kp; Skipped
+// (its reason after `passed`) when it does not fit.
+std::unique_ptr<Driver> second_load(const Context& c, const eh_kv_params& kp, const std::string& passed) {
     try {
-        loaded = std::make_unique<Driver>(c.options.plugin, c.options.model, kp, c.options.engine_options,
-                                          c.options.devices);
+        return std::make_unique<Driver>(c.options.plugin, c.options.model, kp, c.options.engine_options,
+                                        c.options.devices);
     } catch (const Failure& f) {
         const std::string why = f.what();
         if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
             why.find("memory") != std::string::npos)
-            throw Skipped{"a second copy of the model does not fit beside the first: " + why};
+            throw Skipped{passed + "a second copy of the model does not fit beside the first: " + why};
         throw;
     }
+}
+
+void kv_full_changes_nothing(Context& c) {
+    // A second load of the model with room for three blocks.
+    const eh_kv_params kp = kv_params(kMaxSeqs, 3 * c.d.granted().block_bytes, c.options.kv_type);
+    const std::unique_ptr<Driver> loaded = second_load(c, kp, "");
     Driver& small = *loaded;
     const eh_kv_info g = small.granted();
     if (uint64_t(g.total_blocks) * g.block_bytes > kp.budget_bytes)
@@ -1253,18 +1258,9 @@ public:
     // fewer than the copy needs; this load's copy is refused by the first.
     void refuse_foreign_and_full() {
         const uint32_t needed = blocks_for(at_, bt_);
-        std::unique_ptr<Driver> loaded;
-        try {
-            loaded = std::make_unique<Driver>(c_.options.plugin, c_.options.model,
-                                              kv_params(2, 2ull * needed * c_.d.granted().block_bytes, c_.options.kv_type),
-                                              c_.options.engine_options, c_.options.devices);
-        } catch (const Failure& f) {
-            const std::string why = f.what();
-            if (why.find("INSUFFICIENT_VRAM") != std::string::npos || why.find("VRAM_OOM") != std::string::npos ||
-                why.find("memory") != std::string::npos)
-                throw Skipped{"the rest passed; a second copy of the model does not fit beside the first: " + why};
-            throw;
-        }
+        const std::unique_ptr<Driver> loaded =
+            second_load(c_, kv_params(2, 2ull * needed * c_.d.granted().block_bytes, c_.options.kv_type),
+                        "the rest passed; ");
         Driver& small = *loaded;
         if (small.granted().max_seq_tokens < at_ || small.granted().max_step_tokens < at_)
             throw Skipped{"the rest passed; the second load granted sequences shorter than the copy"};
