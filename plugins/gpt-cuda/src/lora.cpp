@@ -12,29 +12,17 @@ namespace {
 
 static_assert(kLoraQ == 0 && kLoraK == 1 && kLoraV == 2 && kLoraOut == 3, "lora_sites.hpp's attention kinds");
 
-ehcuda::LoraSite site_shape(const Model& m, int layer, int kind) {
-    const Config& c = m.cfg;
-    const Layer& L = m.layers[size_t(layer)];
+// The sites besides the attention's (lora_sites.hpp): GPT-2's MLP (the
+// MoE models' experts are not adapted).
+ehcuda::LoraSite mlp_site(const Config& c, int kind) {
     const bool mlp = c.arch == Arch::Gpt2;
     switch (kind) {
     case kLoraUp: return mlp ? ehcuda::LoraSite{c.n_embd, c.n_ff, 0} : ehcuda::LoraSite{};
     case kLoraDown: return mlp ? ehcuda::LoraSite{c.n_ff, c.n_embd, 0} : ehcuda::LoraSite{};
-    default: return ehcuda::lora_attention_site(L.qkv, L.n_qkv, kind, c.n_embd, c.q_dim());
+    default: return {};
     }
 }
-
-std::vector<ehcuda::LoraSite> sites_of(const Model& m) {
-    return ehcuda::lora_sites(m.cfg.n_layer, kLoraPerLayer, m.cfg.n_embd, m.cfg.n_vocab,
-                              [&](int l, int k) { return site_shape(m, l, k); });
-}
-
-int site_of(const Model& m, const std::string& name) {
-    return ehcuda::lora_site_of(
-        name, m.cfg.n_layer, kLoraPerLayer, [&](int l) { return m.layers[size_t(l)].n_qkv; },
-        [](int, const std::string& k) -> int {
-            return k == "ffn_up" ? int(kLoraUp) : k == "ffn_down" ? int(kLoraDown) : -1;
-        });
-}
+int mlp_kind(int, const std::string& k) { return k == "ffn_up" ? int(kLoraUp) : k == "ffn_down" ? int(kLoraDown) : -1; }
 
 }  // namespace
 
@@ -47,9 +35,9 @@ std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_par
                                              std::to_string(m.tp) + " ranks); load the model on one device");
     if (!m.view) throw ehp::Error(EH_INTERNAL, "adapter_load: the model keeps no view");
     const ehp::LoraAdapterInfo info = ehp::read_lora_adapter(*p.view, *m.view);
-    m.lora.init(sites_of(m), &m.ledger);
+    m.lora.init(ehcuda::lora_sites(m, kLoraPerLayer, [&](int, int k) { return mlp_site(m.cfg, k); }), &m.ledger);
     ehcuda::LoraBindOptions o;
-    o.site_of = [&](const std::string& base) { return site_of(m, base); };
+    o.site_of = [&](const std::string& base) { return ehcuda::lora_site_of(m, base, kLoraPerLayer, mlp_kind); };
     o.head_dim = m.cfg.head_dim;
     o.engine = "gpt-cuda";
     o.adapts = "the attention weights, GPT-2's MLP and the output weights; not the routers or experts";

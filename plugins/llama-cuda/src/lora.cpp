@@ -13,33 +13,24 @@ namespace {
 
 static_assert(kLoraQ == 0 && kLoraK == 1 && kLoraV == 2 && kLoraOut == 3, "lora_sites.hpp's attention kinds");
 
-ehcuda::LoraSite site_shape(const Model& m, int layer, int kind) {
+// The sites besides the attention's (lora_sites.hpp): the FFN's gate, up
+// (phi3's fused gate|up: one site, kLoraGate) and down.
+ehcuda::LoraSite ffn_site(const Model& m, int layer, int kind) {
     const Config& c = m.cfg;
-    const Layer& L = m.layers[size_t(layer)];
+    const bool apart = m.layers[size_t(layer)].n_gate_up == 2;
     switch (kind) {
-    case kLoraGate: return {c.n_embd, L.n_gate_up == 2 ? c.n_ff : 2 * c.n_ff, 0};
-    case kLoraUp: return L.n_gate_up == 2 ? ehcuda::LoraSite{c.n_embd, c.n_ff, c.n_ff} : ehcuda::LoraSite{};
+    case kLoraGate: return {c.n_embd, apart ? c.n_ff : 2 * c.n_ff, 0};
+    case kLoraUp: return apart ? ehcuda::LoraSite{c.n_embd, c.n_ff, c.n_ff} : ehcuda::LoraSite{};
     case kLoraDown: return {c.n_ff, c.n_embd, 0};
-    default: return ehcuda::lora_attention_site(L.qkv, L.n_qkv, kind, c.n_embd, c.q_dim());
+    default: return {};
     }
 }
-
-std::vector<ehcuda::LoraSite> sites_of(const Model& m) {
-    return ehcuda::lora_sites(m.cfg.n_layer, kLoraPerLayer, m.cfg.n_embd, m.cfg.n_vocab,
-                              [&](int l, int k) { return site_shape(m, l, k); });
-}
-
-// The site a base weight's name binds to, or -1.
-int site_of(const Model& m, const std::string& name) {
-    return ehcuda::lora_site_of(
-        name, m.cfg.n_layer, kLoraPerLayer, [&](int l) { return m.layers[size_t(l)].n_qkv; },
-        [&](int l, const std::string& k) -> int {
-            const bool apart = m.layers[size_t(l)].n_gate_up == 2;  // (else phi3's fused gate|up)
-            if (k == "ffn_gate" && apart) return kLoraGate;
-            if (k == "ffn_up") return apart ? kLoraUp : kLoraGate;
-            if (k == "ffn_down") return kLoraDown;
-            return -1;
-        });
+int ffn_kind(const Model& m, int layer, const std::string& k) {
+    const bool apart = m.layers[size_t(layer)].n_gate_up == 2;
+    if (k == "ffn_gate" && apart) return kLoraGate;
+    if (k == "ffn_up") return apart ? kLoraUp : kLoraGate;
+    if (k == "ffn_down") return kLoraDown;
+    return -1;
 }
 
 bool ends_with(const std::string& s, const char* suffix) {
@@ -56,12 +47,15 @@ std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_par
                                              std::to_string(m.tp) + " ranks); load the model on one device");
     if (!m.view) throw ehp::Error(EH_INTERNAL, "adapter_load: the model keeps no view");
     const ehp::LoraAdapterInfo info = ehp::read_lora_adapter(*p.view, *m.view);
-    m.lora.init(sites_of(m), &m.ledger);
+    m.lora.init(ehcuda::lora_sites(m, kLoraPerLayer, [&](int l, int k) { return ffn_site(m, l, k); }), &m.ledger);
     // A llama from a Hugging Face directory keeps q/k rows in HF order; the
     // adapter file's lora_b rows are in the GGUF converter's.
     const bool hf = m.cfg.arch == "llama" && ehp::from_safetensors(ehp::ModelView(m.view));
     ehcuda::LoraBindOptions o;
-    o.site_of = [&](const std::string& base) { return site_of(m, base); };
+    o.site_of = [&](const std::string& base) {
+        return ehcuda::lora_site_of(m, base, kLoraPerLayer,
+                                    [&](int l, const std::string& k) { return ffn_kind(m, l, k); });
+    };
     if (hf)
         o.hf_rows = [](const std::string& base) {
             return ends_with(base, ".attn_q.weight") || ends_with(base, ".attn_k.weight");

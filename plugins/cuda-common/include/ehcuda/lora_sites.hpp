@@ -2,7 +2,8 @@
 // layer the attention's four first, in its matmuls' order (kind 0: Q, or
 // the fused attn_qkv; 1: K; 2: V; 3: attn_output; the engines' kLoraQ ..
 // kLoraOut), then the engine's own kinds; after every layer's, the LM
-// head's. Host code only (adapter_load).
+// head's. Host code only (adapter_load). The templates take the engine's
+// Model: cfg (n_layer, n_embd, n_vocab, q_dim()) and layers (qkv, n_qkv).
 #pragma once
 
 #include <cstdio>
@@ -13,17 +14,6 @@
 #include <ehcuda/lora.hpp>
 
 namespace ehcuda {
-
-// Every site of a model: n_layer layers of per_layer kinds, shape(layer,
-// kind) each, then the LM head (n_embd -> n_vocab).
-template <class Shape>
-std::vector<LoraSite> lora_sites(int n_layer, int per_layer, int n_embd, int n_vocab, const Shape& shape) {
-    std::vector<LoraSite> s;
-    for (int l = 0; l < n_layer; ++l)
-        for (int k = 0; k < per_layer; ++k) s.push_back(shape(l, k));
-    s.push_back({n_embd, n_vocab, 0});  // the LM head
-    return s;
-}
 
 // The shape of attention site `kind` (0 .. 3) of a layer whose Q/K/V are
 // n_qkv segments of qkv (1: fused, K and V then no site of their own); an
@@ -45,8 +35,8 @@ inline LoraSite lora_attention_site(const MatSeg* qkv, int n_qkv, int kind, int 
 inline bool lora_layer_weight(const std::string& name, int n_layer, int* layer, std::string* kind) {
     int l = -1, used = 0;
     char k[32] = {};
-    if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight%n", &l, k, &used) != 2 || used != int(name.size()) || l < 0 ||
-        l >= n_layer)
+    if (std::sscanf(name.c_str(), "blk.%d.%31[a-z_].weight%n", &l, k, &used) != 2 || used != int(name.size()) ||
+        l < 0 || l >= n_layer)
         return false;
     *layer = l;
     *kind = k;
@@ -65,17 +55,34 @@ inline int lora_attention_kind(const std::string& kind, int n_qkv) {
     return -1;
 }
 
-// The site a base weight's name binds to (lora_sites' numbering, per_layer
-// kinds a layer), or -1: "output.weight" the LM head; a layer's attention
-// weights by lora_attention_kind (n_qkv(layer): its Q/K/V segments); its
-// others by own_kind(layer, kind) (the engine's kind number, or -1).
-template <class NQkv, class OwnKind>
-int lora_site_of(const std::string& name, int n_layer, int per_layer, const NQkv& n_qkv, const OwnKind& own_kind) {
+// Every site of model m: per layer its per_layer kinds (the attention's
+// here, kinds from 4 own_shape(layer, kind)), then the LM head (n_embd ->
+// n_vocab).
+template <class Model, class OwnShape>
+std::vector<LoraSite> lora_sites(const Model& m, int per_layer, const OwnShape& own_shape) {
+    const auto& c = m.cfg;
+    std::vector<LoraSite> s;
+    for (int l = 0; l < c.n_layer; ++l) {
+        const auto& L = m.layers[size_t(l)];
+        for (int k = 0; k < per_layer; ++k)
+            s.push_back(k < 4 ? lora_attention_site(L.qkv, L.n_qkv, k, c.n_embd, c.q_dim()) : own_shape(l, k));
+    }
+    s.push_back({c.n_embd, c.n_vocab, 0});  // the LM head
+    return s;
+}
+
+// The site a base weight's name binds to (lora_sites' numbering), or -1:
+// "output.weight" the LM head; a layer's attention weights by
+// lora_attention_kind; its others by own_kind(layer, kind) (the engine's
+// kind number, or -1).
+template <class Model, class OwnKind>
+int lora_site_of(const Model& m, const std::string& name, int per_layer, const OwnKind& own_kind) {
+    const int n_layer = m.cfg.n_layer;
     if (name == "output.weight") return n_layer * per_layer;
     int layer = -1;
     std::string k;
     if (!lora_layer_weight(name, n_layer, &layer, &k)) return -1;
-    int kind = lora_attention_kind(k, n_qkv(layer));
+    int kind = lora_attention_kind(k, m.layers[size_t(layer)].n_qkv);
     if (kind < 0) kind = own_kind(layer, k);
     return kind < 0 ? -1 : layer * per_layer + kind;
 }

@@ -123,8 +123,8 @@ struct RankLane {
     // pools of its layer (k_pool, v_pool of kv_type), split as
     // decode_scratch sized it for sequences of up to seq_cap tokens. The
     // engine adds the rotation, window, scale, norms and sinks.
-    DecodeAttnArgs decode_attn_args(const StepView& v, __half* k_pool, __half* v_pool, uint32_t kv_type, uint32_t seq_cap,
-                                    bool chunks) const {
+    DecodeAttnArgs decode_attn_args(const StepView& v, __half* k_pool, __half* v_pool, uint32_t kv_type,
+                                    uint32_t seq_cap, bool chunks) const {
         const Config& rc = *c;
         DecodeAttnArgs da;
         da.qkv = qkv.as<float>();
