@@ -48,10 +48,7 @@ const PluginRecord& pick(const Registry& reg, const std::string& file) {
     throw Error(Code::PluginRejected, fmt::format("no plugin manifest beside '{}' names it", file));
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
-    po::options_description desc("Options");
+void add_options(po::options_description& desc) {
     desc.add_options()("help,h", "this text")("model,m", po::value<std::string>(), "a GGUF file the plugin serves")(
         "reference", po::value<std::string>(), "a second plugin (e.g. cpu-reference) whose greedy tokens to agree with")(
         "only", po::value<std::vector<std::string>>(), "run only this check (repeatable)")(
@@ -65,6 +62,89 @@ int main(int argc, char** argv) {
         "kv-type", po::value<std::string>(),
         "run every check over this KV cache type (ABI 1.4 kv_type): f16, q8_0 or fp8; default: the plugin's own")(
         "list", "list the checks and exit")("json", "print the results as JSON");
+}
+
+// --tokens, --gpus and --kv-type into `o`; false (the error printed) for a
+// usage error.
+bool read_numbers(const po::variables_map& vm, plugin_check::CheckOptions& o) {
+    o.n_tokens = vm["tokens"].as<uint32_t>();
+    if (o.n_tokens < 2 || o.n_tokens > 64) {
+        std::cerr << "error: --tokens must be between 2 and 64\n";
+        return false;
+    }
+    if (vm.count("gpus")) {
+        std::vector<int> gpus;
+        std::string err;
+        if (!eh::cli::parse_gpu_list(vm["gpus"].as<std::string>(), gpus, err)) {
+            std::cerr << "error: " << err << "\n";
+            return false;
+        }
+        o.devices.assign(gpus.begin(), gpus.end());
+    }
+    if (vm.count("kv-type")) {
+        const std::string& t = vm["kv-type"].as<std::string>();
+        o.kv_type = t == "f16" ? EH_TYPE_F16 : t == "q8_0" ? EH_TYPE_Q8_0 : t == "fp8" ? EH_TYPE_FP8_E4M3 : 0;
+        if (!o.kv_type) {
+            std::cerr << "error: --kv-type must be f16, q8_0 or fp8, not '" << t << "'\n";
+            return false;
+        }
+    }
+    return true;
+}
+
+// The checks' results, as text lines or one JSON document; the exit code.
+int report(const std::vector<plugin_check::CheckResult>& results, const PluginRecord& rec, bool json) {
+    int failed = 0, skipped = 0;
+    nlohmann::json j = nlohmann::json::array();
+    for (const auto& r : results) {
+        using S = plugin_check::CheckResult::Status;
+        const char* status = r.status == S::Pass ? "pass" : r.status == S::Fail ? "fail" : "skip";
+        failed += r.status == S::Fail;
+        skipped += r.status == S::Skip;
+        j.push_back({{"name", r.name}, {"status", status}, {"what", r.what}, {"detail", r.detail}});
+        if (!json)
+            std::cout << fmt::format("{:<5} {:<24} {}\n", r.status == S::Pass ? "PASS" : r.status == S::Fail ? "FAIL" : "SKIP",
+                                     r.name, r.detail.empty() ? r.what : r.detail);
+    }
+    if (json)
+        std::cout << nlohmann::json{{"plugin", rec.caps.name}, {"version", rec.caps.version},
+                                    {"abi", fmt::format("{}.{}", rec.api->abi_major, rec.api->abi_minor)},
+                                    {"checks", j}}
+                         .dump(2)
+                  << "\n";
+    else
+        std::cout << fmt::format("{}: {} passed, {} failed, {} skipped\n", rec.caps.name,
+                                 results.size() - failed - skipped, failed, skipped);
+    return failed ? 1 : 0;
+}
+
+// Finds the plugin (and the reference) and runs the checks.
+int run(const po::variables_map& vm, plugin_check::CheckOptions& o) {
+    auto [dir, file] = locate(vm["plugin"].as<std::string>());
+    std::vector<std::string> dirs{dir};
+    std::string ref_file;
+    if (vm.count("reference")) {
+        auto [rdir, rfile] = locate(vm["reference"].as<std::string>());
+        ref_file = rfile;
+        if (rdir != dir) dirs.push_back(rdir);
+    }
+    // One discovery for both (a CUDA plugin opened in this process would
+    // fail a later discovery's forked pre-flight).
+    const Registry reg = loader::discover_plugins(dirs);
+    const PluginRecord& rec = pick(reg, file);
+    o.plugin = rec.api;
+    if (!ref_file.empty()) o.reference = pick(reg, ref_file).api;
+    o.model = model::ModelFile::open(vm["model"].as<std::string>());
+    o.engine_options = vm["engine-options"].as<std::string>();
+    if (vm.count("only")) o.only = vm["only"].as<std::vector<std::string>>();
+    return report(plugin_check::run_checks(o), rec, vm.count("json") > 0);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    po::options_description desc("Options");
+    add_options(desc);
     po::options_description hidden;
     hidden.add_options()("plugin", po::value<std::string>());
     po::options_description all;
@@ -96,73 +176,10 @@ int main(int argc, char** argv) {
         std::cerr << "error: a plugin and --model are required\n" << kUsage << "\n";
         return 2;
     }
-    const uint32_t n_tokens = vm["tokens"].as<uint32_t>();
-    if (n_tokens < 2 || n_tokens > 64) {
-        std::cerr << "error: --tokens must be between 2 and 64\n";
-        return 2;
-    }
-    std::vector<int> gpus;
-    if (vm.count("gpus")) {
-        std::string err;
-        if (!eh::cli::parse_gpu_list(vm["gpus"].as<std::string>(), gpus, err)) {
-            std::cerr << "error: " << err << "\n";
-            return 2;
-        }
-    }
-    uint32_t kv_type = 0;
-    if (vm.count("kv-type")) {
-        const std::string& t = vm["kv-type"].as<std::string>();
-        kv_type = t == "f16" ? EH_TYPE_F16 : t == "q8_0" ? EH_TYPE_Q8_0 : t == "fp8" ? EH_TYPE_FP8_E4M3 : 0;
-        if (!kv_type) {
-            std::cerr << "error: --kv-type must be f16, q8_0 or fp8, not '" << t << "'\n";
-            return 2;
-        }
-    }
+    plugin_check::CheckOptions o;
+    if (!read_numbers(vm, o)) return 2;
     try {
-        auto [dir, file] = locate(vm["plugin"].as<std::string>());
-        std::vector<std::string> dirs{dir};
-        std::string ref_file;
-        if (vm.count("reference")) {
-            auto [rdir, rfile] = locate(vm["reference"].as<std::string>());
-            ref_file = rfile;
-            if (rdir != dir) dirs.push_back(rdir);
-        }
-        // One discovery for both (a CUDA plugin opened in this process would
-        // fail a later discovery's forked pre-flight).
-        const Registry reg = loader::discover_plugins(dirs);
-        plugin_check::CheckOptions o;
-        const PluginRecord& rec = pick(reg, file);
-        o.plugin = rec.api;
-        if (!ref_file.empty()) o.reference = pick(reg, ref_file).api;
-        o.model = model::ModelFile::open(vm["model"].as<std::string>());
-        o.n_tokens = n_tokens;
-        o.kv_type = kv_type;
-        o.engine_options = vm["engine-options"].as<std::string>();
-        o.devices.assign(gpus.begin(), gpus.end());
-        if (vm.count("only")) o.only = vm["only"].as<std::vector<std::string>>();
-        const auto results = plugin_check::run_checks(o);
-        int failed = 0, skipped = 0;
-        nlohmann::json j = nlohmann::json::array();
-        for (const auto& r : results) {
-            using S = plugin_check::CheckResult::Status;
-            const char* status = r.status == S::Pass ? "pass" : r.status == S::Fail ? "fail" : "skip";
-            failed += r.status == S::Fail;
-            skipped += r.status == S::Skip;
-            j.push_back({{"name", r.name}, {"status", status}, {"what", r.what}, {"detail", r.detail}});
-            if (!vm.count("json"))
-                std::cout << fmt::format("{:<5} {:<24} {}\n", r.status == S::Pass ? "PASS" : r.status == S::Fail ? "FAIL" : "SKIP",
-                                         r.name, r.detail.empty() ? r.what : r.detail);
-        }
-        if (vm.count("json"))
-            std::cout << nlohmann::json{{"plugin", rec.caps.name}, {"version", rec.caps.version},
-                                        {"abi", fmt::format("{}.{}", rec.api->abi_major, rec.api->abi_minor)},
-                                        {"checks", j}}
-                             .dump(2)
-                      << "\n";
-        else
-            std::cout << fmt::format("{}: {} passed, {} failed, {} skipped\n", rec.caps.name,
-                                     results.size() - failed - skipped, failed, skipped);
-        return failed ? 1 : 0;
+        return run(vm, o);
     } catch (const Error& e) {
         std::cerr << "error: " << e.what() << "\n";
         return e.code() == Code::InvalidRequest ? 2 : 3;
