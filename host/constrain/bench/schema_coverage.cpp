@@ -137,106 +137,100 @@ std::optional<int> count_arg(const char* text, int lo, int hi) {
     return int(v);
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+// The command line.
+struct Options {
     bool list = false, raw = false;
     int samples = 0, repeat = 1;
     std::ofstream sample_out;
     std::vector<fs::path> roots;
+};
+
+// Reads the command line into o; an exit code when it is done (help, or a
+// usage error), else nothing.
+std::optional<int> parse(int argc, char** argv, Options& o) {
     for (int i = 1; i < argc; ++i) {
         const std::string a = argv[i];
         if (a == "-h" || a == "--help") {
             std::fputs(kUsage, stdout);
             return 0;
         } else if (a == "--list") {
-            list = true;
+            o.list = true;
         } else if (a == "--raw") {
-            raw = true;
+            o.raw = true;
         } else if (a == "--repeat") {
             const auto n = i + 1 < argc ? count_arg(argv[++i], 1, 1000) : std::nullopt;
             if (!n) return usage_error("--repeat takes a count from 1 to 1000");
-            repeat = *n;
+            o.repeat = *n;
         } else if (a == "--samples") {
             const auto n = i + 2 < argc ? count_arg(argv[i + 1], 1, 100000) : std::nullopt;
             if (!n) return usage_error("--samples takes a count from 1 to 100000 and a file");
-            samples = *n;
-            sample_out.open(argv[i + 2]);
-            if (!sample_out) return usage_error(std::string("cannot write '") + argv[i + 2] + "'");
+            o.samples = *n;
+            o.sample_out.open(argv[i + 2]);
+            if (!o.sample_out) return usage_error(std::string("cannot write '") + argv[i + 2] + "'");
             i += 2;
         } else if (a.size() > 1 && a[0] == '-') {
             return usage_error("unknown option '" + a + "'");
         } else {
             std::error_code ec;
             if (!fs::is_directory(a, ec)) return usage_error("'" + a + "' is not a folder");
-            roots.emplace_back(a);
+            o.roots.emplace_back(a);
         }
     }
-    if (roots.empty()) return usage_error("no DIR given");
-    std::mt19937 rng(51);
-    size_t walks = 0, ended = 0;
-    const auto vocab = byte_vocab();
-    std::map<std::string, std::vector<Result>> by_source;
-    for (const auto& root : roots) {
-        std::vector<fs::path> files;
-        std::error_code ec;
-        for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
-            if (std::error_code ignored; it->is_regular_file(ignored) && it->path().extension() == ".json")
-                files.push_back(it->path());  // (a dangling link is no schema)
-        if (ec) {
-            std::fprintf(stderr, "eh-schema-coverage: cannot read '%s': %s\n", root.c_str(), ec.message().c_str());
-            return 2;
-        }
-        std::sort(files.begin(), files.end());
-        for (const auto& f : files) {
-            std::ifstream in(f, std::ios::binary);
-            std::stringstream ss;
-            ss << in.rdbuf();
-            const std::string text = ss.str();
-            const fs::path rel = fs::relative(f, root);
-            const std::string source = rel.has_parent_path() ? rel.begin()->string() : root.filename().string();
-            Result r;
-            r.file = rel.string();
-            r.bytes = text.size();
-            const auto t0 = Clock::now();
-            const double c0 = thread_cpu_ms();
-            std::shared_ptr<eh::constrain::Automaton> automaton;
-            try {
-                auto g = eh::constrain::json_schema_grammar(text);
-                automaton = std::make_shared<eh::constrain::Automaton>(std::move(g), vocab);
-                r.accepted = true;
-            } catch (const eh::constrain::GrammarError& e) {
-                r.reason = reason_of(e.keyword(), e.what());
-                r.message = e.what();
-            } catch (const std::exception& e) {
-                r.reason = reason_of("", e.what());
-                r.message = e.what();
-            }
-            r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
-            r.cpu_ms = thread_cpu_ms() - c0;
-            for (int k = 1; r.accepted && k < repeat; ++k) {
-                const auto t1 = Clock::now();
-                const double c1 = thread_cpu_ms();
-                // (measured before `again` is freed, as the first compile is)
-                const auto again = std::make_shared<eh::constrain::Automaton>(eh::constrain::json_schema_grammar(text), vocab);
-                r.cpu_ms = std::min(r.cpu_ms, thread_cpu_ms() - c1);
-                r.ms = std::min(r.ms, std::chrono::duration<double, std::milli>(Clock::now() - t1).count());
-            }
-            for (int k = 0; automaton && k < samples; ++k) {
-                ++walks;
-                std::string v;
-                try {
-                    v = random_value(automaton, rng, 3000);
-                } catch (const std::exception&) {
-                    continue;  // a matcher limit (docs/http-api.md); the value is not written
-                }
-                if (v.empty()) continue;
-                ++ended;
-                sample_out << nlohmann::json{{"schema", f.string()}, {"instance", v}}.dump() << "\n";
-            }
-            by_source[source].push_back(std::move(r));
-        }
+    if (o.roots.empty()) return usage_error("no DIR given");
+    return std::nullopt;
+}
+
+// One schema compiled as response_format does (the fastest of `repeat`
+// compiles); its automaton when accepted.
+Result compile(const std::string& text, int repeat, const std::shared_ptr<const eh::constrain::TokenVocab>& vocab,
+               std::shared_ptr<eh::constrain::Automaton>& automaton) {
+    Result r;
+    r.bytes = text.size();
+    const auto t0 = Clock::now();
+    const double c0 = thread_cpu_ms();
+    try {
+        auto g = eh::constrain::json_schema_grammar(text);
+        automaton = std::make_shared<eh::constrain::Automaton>(std::move(g), vocab);
+        r.accepted = true;
+    } catch (const eh::constrain::GrammarError& e) {
+        r.reason = reason_of(e.keyword(), e.what());
+        r.message = e.what();
+    } catch (const std::exception& e) {
+        r.reason = reason_of("", e.what());
+        r.message = e.what();
     }
+    r.ms = std::chrono::duration<double, std::milli>(Clock::now() - t0).count();
+    r.cpu_ms = thread_cpu_ms() - c0;
+    for (int k = 1; r.accepted && k < repeat; ++k) {
+        const auto t1 = Clock::now();
+        const double c1 = thread_cpu_ms();
+        // (measured before `again` is freed, as the first compile is)
+        const auto again = std::make_shared<eh::constrain::Automaton>(eh::constrain::json_schema_grammar(text), vocab);
+        r.cpu_ms = std::min(r.cpu_ms, thread_cpu_ms() - c1);
+        r.ms = std::min(r.ms, std::chrono::duration<double, std::milli>(Clock::now() - t1).count());
+    }
+    return r;
+}
+
+// Every *.json under root, sorted; false (said on stderr) when the folder
+// cannot be read.
+bool schema_files(const fs::path& root, std::vector<fs::path>& files) {
+    std::error_code ec;
+    for (fs::recursive_directory_iterator it(root, ec), end; !ec && it != end; it.increment(ec))
+        if (std::error_code ignored; it->is_regular_file(ignored) && it->path().extension() == ".json")
+            files.push_back(it->path());  // (a dangling link is no schema)
+    if (ec) {
+        std::fprintf(stderr, "eh-schema-coverage: cannot read '%s': %s\n", root.c_str(), ec.message().c_str());
+        return false;
+    }
+    std::sort(files.begin(), files.end());
+    return true;
+}
+
+// The tables: per source, the refusals by reason, the slowest compiles, the
+// random walks, and with --list every schema.
+void print_report(const std::map<std::string, std::vector<Result>>& by_source, const Options& o, size_t walks,
+                  size_t ended) {
     std::map<std::string, int> reasons;
     std::vector<const Result*> all;
     int total = 0, accepted = 0;
@@ -264,11 +258,50 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < std::min<size_t>(10, all.size()); ++i)
         std::printf("%8.2f  %8.2f  %8zu  %s  %s\n", all[i]->ms, all[i]->cpu_ms, all[i]->bytes,
                     all[i]->accepted ? "yes" : "no ", all[i]->file.c_str());
-    if (samples) std::printf("\nrandom walks: %zu, ended with a complete value: %zu\n", walks, ended);
-    if (list)
+    if (o.samples) std::printf("\nrandom walks: %zu, ended with a complete value: %zu\n", walks, ended);
+    if (o.list)
         for (const auto& [source, results] : by_source)
             for (const auto& r : results)
                 std::printf("%s\t%s\t%.2f\t%s\n", r.accepted ? "ok" : "REFUSED", r.file.c_str(), r.ms,
-                            (raw ? r.message : r.reason).c_str());
+                            (o.raw ? r.message : r.reason).c_str());
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+    Options o;
+    if (const auto done = parse(argc, argv, o)) return *done;
+    std::mt19937 rng(51);
+    size_t walks = 0, ended = 0;
+    const auto vocab = byte_vocab();
+    std::map<std::string, std::vector<Result>> by_source;
+    for (const auto& root : o.roots) {
+        std::vector<fs::path> files;
+        if (!schema_files(root, files)) return 2;
+        for (const auto& f : files) {
+            std::ifstream in(f, std::ios::binary);
+            std::stringstream ss;
+            ss << in.rdbuf();
+            const fs::path rel = fs::relative(f, root);
+            const std::string source = rel.has_parent_path() ? rel.begin()->string() : root.filename().string();
+            std::shared_ptr<eh::constrain::Automaton> automaton;
+            Result r = compile(ss.str(), o.repeat, vocab, automaton);
+            r.file = rel.string();
+            for (int k = 0; automaton && k < o.samples; ++k) {
+                ++walks;
+                std::string v;
+                try {
+                    v = random_value(automaton, rng, 3000);
+                } catch (const std::exception&) {
+                    continue;  // a matcher limit (docs/http-api.md); the value is not written
+                }
+                if (v.empty()) continue;
+                ++ended;
+                o.sample_out << nlohmann::json{{"schema", f.string()}, {"instance", v}}.dump() << "\n";
+            }
+            by_source[source].push_back(std::move(r));
+        }
+    }
+    print_report(by_source, o, walks, ended);
     return 0;
 }
