@@ -6,28 +6,19 @@
 namespace eh::constrain {
 namespace {
 
+using test::expect_language;
 using test::matches;
 using test::prefix_ok;
 
 TEST(Gbnf, LiteralsAlternativesAndGroups) {
     auto g = gbnf_grammar(R"(root ::= "a" ("b" | "cd") "e"  # comment
 )");
-    EXPECT_TRUE(matches(g, "abe"));
-    EXPECT_TRUE(matches(g, "acde"));
-    EXPECT_FALSE(matches(g, "ace"));
-    EXPECT_FALSE(matches(g, "ab"));
-    EXPECT_TRUE(prefix_ok(g, "ab"));
-    EXPECT_FALSE(prefix_ok(g, "ax"));
+    expect_language(g, {.match = {"abe", "acde"}, .no_match = {"ace", "ab"}, .prefix = {"ab"}, .no_prefix = {"ax"}});
 }
 
 TEST(Gbnf, RepeatsAndBounds) {
     auto g = gbnf_grammar("root ::= [0-9]{2,4} \"x\"* \"y\"+ \"z\"?\n");
-    EXPECT_TRUE(matches(g, "12y"));
-    EXPECT_TRUE(matches(g, "1234xxxyyz"));
-    EXPECT_FALSE(matches(g, "1y"));
-    EXPECT_FALSE(matches(g, "12345y"));
-    EXPECT_FALSE(matches(g, "12"));
-    EXPECT_FALSE(matches(g, "12yzz"));
+    expect_language(g, {.match = {"12y", "1234xxxyyz"}, .no_match = {"1y", "12345y", "12", "12yzz"}});
     auto exact = gbnf_grammar("root ::= \"ab\"{3}\n");
     EXPECT_TRUE(matches(exact, "ababab"));
     EXPECT_FALSE(matches(exact, "abab"));
@@ -38,23 +29,19 @@ TEST(Gbnf, RepeatsAndBounds) {
 
 TEST(Gbnf, ClassesAreCodePointsInUtf8) {
     auto g = gbnf_grammar("root ::= [^a\\n]\n");
-    EXPECT_TRUE(matches(g, "b"));
-    EXPECT_FALSE(matches(g, "a"));
-    EXPECT_FALSE(matches(g, "\n"));
-    EXPECT_TRUE(matches(g, "\xC3\xA9"));          // é
-    EXPECT_TRUE(matches(g, "\xE2\x82\xAC"));      // €
-    EXPECT_TRUE(matches(g, "\xF0\x9F\x98\x80"));  // an emoji
-    EXPECT_FALSE(matches(g, "\xC3"));             // a cut character is no match
-    EXPECT_FALSE(prefix_ok(g, "\xC0\x80"));       // overlong
-    EXPECT_FALSE(prefix_ok(g, "\xED\xA0\x80"));   // a surrogate
-    EXPECT_FALSE(prefix_ok(g, "\xFF"));
+    expect_language(g, {
+        .match = {"b", "\xC3\xA9", "\xE2\x82\xAC", "\xF0\x9F\x98\x80"},  // é; €; an emoji
+        .no_match = {"a", "\n", "\xC3"},  // "\xC3": a cut character is no match
+        .no_prefix = {"\xC0\x80", "\xED\xA0\x80", "\xFF"}  // overlong; a surrogate; not UTF-8
+    });
     auto range = gbnf_grammar("root ::= [α-ω]+\n");
     EXPECT_TRUE(matches(range, "αβω"));
     EXPECT_FALSE(prefix_ok(range, "a"));
     auto any = gbnf_grammar("root ::= .\n");
-    EXPECT_TRUE(matches(any, "\x7F"));
-    EXPECT_TRUE(matches(any, "\xF4\x8F\xBF\xBF"));  // U+10FFFF
-    EXPECT_FALSE(prefix_ok(any, "\xF4\x90"));        // above U+10FFFF
+    expect_language(any, {
+        .match = {"\x7F", "\xF4\x8F\xBF\xBF"},  // U+10FFFF
+        .no_prefix = {"\xF4\x90"}  // above U+10FFFF
+    });
 }
 
 TEST(Gbnf, EscapesInLiterals) {
@@ -69,21 +56,14 @@ root ::= item*
 item ::= "(" root ")"
        | "x"
 )g");
-    EXPECT_TRUE(matches(g, ""));
-    EXPECT_TRUE(matches(g, "(x(x))x"));
-    EXPECT_FALSE(matches(g, "(x"));
-    EXPECT_TRUE(prefix_ok(g, "((("));
-    EXPECT_FALSE(prefix_ok(g, ")"));
+    expect_language(g, {.match = {"", "(x(x))x"}, .no_match = {"(x"}, .prefix = {"((("}, .no_prefix = {")"}});
 }
 
 // As llama.cpp writes its grammars: the body on the line after `::=`, and
 // alternatives on the lines after a trailing `|`.
 TEST(Gbnf, BodyMayStartOnTheLineAfterTheRuleName) {
     auto g = gbnf_grammar("root ::=\n  \"a\" |\n  \"b\" (\n    \"c\"\n  )?\nother ::= \"z\"\n");
-    EXPECT_TRUE(matches(g, "a"));
-    EXPECT_TRUE(matches(g, "bc"));
-    EXPECT_TRUE(matches(g, "b"));
-    EXPECT_FALSE(matches(g, "z"));
+    expect_language(g, {.match = {"a", "bc", "b"}, .no_match = {"z"}});
     // ...unless the next line starts the next rule: then the body is empty.
     auto empty = gbnf_grammar("root ::= a \"x\"\na ::=\nb ::= \"y\"\n");
     EXPECT_TRUE(matches(empty, "x"));

@@ -13,6 +13,7 @@
 namespace eh::constrain {
 namespace {
 
+using test::expect_language;
 using test::matches;
 using test::prefix_ok;
 
@@ -70,21 +71,12 @@ void follow(const std::shared_ptr<Automaton>& a, std::string_view text) {
 
 TEST(Repeat, BodiesThatMatchNothingRepeatTheirNonEmptyForm) {
     auto g = gbnf_grammar("root ::= ( [a-z ] | ){5}\n");
-    EXPECT_TRUE(matches(g, ""));
-    EXPECT_TRUE(matches(g, "abcde"));
-    EXPECT_FALSE(prefix_ok(g, "abcdef"));
+    expect_language(g, {.match = {"", "abcde"}, .no_prefix = {"abcdef"}});
     g = gbnf_grammar("root ::= ( [a-z]? [0-9]? ){3} \"x\"\n");
-    EXPECT_TRUE(matches(g, "x"));
-    EXPECT_TRUE(matches(g, "1x"));
-    EXPECT_TRUE(matches(g, "a1b2c3x"));
-    EXPECT_TRUE(matches(g, "ab1x"));
-    EXPECT_FALSE(prefix_ok(g, "a1b2c3d"));
-    EXPECT_FALSE(prefix_ok(g, "abcd"));
+    expect_language(g, {.match = {"x", "1x", "a1b2c3x", "ab1x"}, .no_prefix = {"a1b2c3d", "abcd"}});
     // The minimum of a body that can match nothing is no minimum.
     g = gbnf_grammar("root ::= ( \"ab\" | ){3,4} \"!\"\n");
-    EXPECT_TRUE(matches(g, "!"));
-    EXPECT_TRUE(matches(g, "abababab!"));
-    EXPECT_FALSE(prefix_ok(g, "ababababab"));
+    expect_language(g, {.match = {"!", "abababab!"}, .no_prefix = {"ababababab"}});
     // Only the empty string: the repeat is nothing.
     EXPECT_TRUE(matches(gbnf_grammar("root ::= ( \"\" ){7} \"x\"\n"), "x"));
     // Unbounded: no longer left recursion once the body cannot be empty.
@@ -94,34 +86,24 @@ TEST(Repeat, BodiesThatMatchNothingRepeatTheirNonEmptyForm) {
     // Too many optional items to write out the non-empty form (2^7
     // alternatives): the body stays as it is, with the same language.
     g = gbnf_grammar("root ::= ( \"a\"? \"b\"? \"c\"? \"d\"? \"e\"? \"f\"? \"g\"? ){3} \"!\"\n");
-    EXPECT_TRUE(matches(g, "!"));
-    EXPECT_TRUE(matches(g, "abcdefg!"));
-    EXPECT_TRUE(matches(g, "gfe!"));
-    EXPECT_FALSE(prefix_ok(g, "gfed"));
+    expect_language(g, {.match = {"!", "abcdefg!", "gfe!"}, .no_prefix = {"gfed"}});
     // A rule that can match nothing, defined after its use.
     g = gbnf_grammar("root ::= w{2,3} \";\"\nw ::= \"a\"? \"b\"?\n");
-    EXPECT_TRUE(matches(g, ";"));
-    EXPECT_TRUE(matches(g, "abab;"));
-    EXPECT_TRUE(matches(g, "aaa;"));
-    EXPECT_FALSE(prefix_ok(g, "aaaa"));
-    EXPECT_TRUE(matches(g, "bbab;"));
+    expect_language(g, {.match = {";", "abab;", "aaa;", "bbab;"}, .no_prefix = {"aaaa"}});
 }
 
 TEST(Repeat, ExactAndRangeCountsAsChains) {
     auto g = gbnf_grammar("root ::= \"a\"{6,8} \"b\"\n");
-    EXPECT_FALSE(prefix_ok(g, "aaaaab"));
-    EXPECT_TRUE(matches(g, "aaaaaab"));
-    EXPECT_TRUE(matches(g, "aaaaaaaab"));
-    EXPECT_FALSE(prefix_ok(g, "aaaaaaaaa"));
+    expect_language(g, {.match = {"aaaaaab", "aaaaaaaab"}, .no_prefix = {"aaaaab", "aaaaaaaaa"}});
     g = gbnf_grammar("root ::= ( \"ab\" | \"c\" ){10}\n");
-    EXPECT_TRUE(matches(g, "ababababababababcc"));
-    EXPECT_FALSE(matches(g, "abababababababab"));
-    EXPECT_FALSE(prefix_ok(g, "cccccccccccc"));
+    expect_language(g, {
+        .match = {"ababababababababcc"},
+        .no_match = {"abababababababab"},
+        .no_prefix = {"cccccccccccc"}
+    });
     // Nested counts.
     g = gbnf_grammar("root ::= ( \"x\"{2,3} \",\" ){5}\n");
-    EXPECT_TRUE(matches(g, "xx,xxx,xx,xx,xxx,"));
-    EXPECT_FALSE(prefix_ok(g, "xxxx"));
-    EXPECT_FALSE(prefix_ok(g, "xx,xx,xx,xx,xx,x"));
+    expect_language(g, {.match = {"xx,xxx,xx,xx,xxx,"}, .no_prefix = {"xxxx", "xx,xx,xx,xx,xx,x"}});
 }
 
 // Random nestings of repeats, optional items, empty alternatives and
