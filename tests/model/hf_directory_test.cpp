@@ -25,6 +25,11 @@ using namespace eh::model::testing;
 
 namespace {
 
+// Each HF tensor name of `arch` (first) translates to its GGUF name (second).
+void expect_gguf_names(const std::string& arch, std::initializer_list<std::pair<const char*, const char*>> names) {
+    for (const auto& [hf, gguf] : names) EXPECT_EQ(eh::model::hf_tensor_name_to_gguf(arch, hf), gguf) << hf;
+}
+
 fs::path config_dir(const char* name) { return fs::path(EH_TESTDATA_DIR) / "configs" / name; }
 
 void expect_error(const fs::path& p, const std::string& needle) {
@@ -327,19 +332,23 @@ TEST(Safetensors, HostileLengthsAndTruncation) {
 
 TEST(HfNames, Translation) {
     using eh::model::hf_tensor_name_to_gguf;
-    EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.12.self_attn.o_proj.weight"), "blk.12.attn_output.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.1.mlp.gate_proj.weight"), "blk.1.ffn_gate.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf("llama", "model.layers.x.mlp.gate_proj.weight"), "hf.model.layers.x.mlp.gate_proj.weight");
+    expect_gguf_names("llama", {
+        {"model.layers.12.self_attn.o_proj.weight", "blk.12.attn_output.weight"},
+        {"model.layers.1.mlp.gate_proj.weight", "blk.1.ffn_gate.weight"},
+        {"model.layers.x.mlp.gate_proj.weight", "hf.model.layers.x.mlp.gate_proj.weight"}
+    });
     EXPECT_EQ(hf_tensor_name_to_gguf("qwen2", "lm_head.weight"), "output.weight");
     EXPECT_EQ(hf_tensor_name_to_gguf("qwen2", "model.layers.0.post_attention_layernorm.weight"), "blk.0.ffn_norm.weight");
     EXPECT_EQ(hf_tensor_name_to_gguf("gpt-oss", "model.layers.0.post_attention_layernorm.weight"),
               "blk.0.post_attention_norm.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "h.3.attn.c_attn.weight"), "blk.3.attn_qkv.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "transformer.h.3.mlp.c_proj.bias"), "blk.3.ffn_down.bias");
-    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "wte.weight"), "token_embd.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "transformer.wpe.weight"), "position_embd.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "ln_f.bias"), "output_norm.bias");
-    EXPECT_EQ(hf_tensor_name_to_gguf("gpt2", "h.0.attn.bias"), "hf.h.0.attn.bias");
+    expect_gguf_names("gpt2", {
+        {"h.3.attn.c_attn.weight", "blk.3.attn_qkv.weight"},
+        {"transformer.h.3.mlp.c_proj.bias", "blk.3.ffn_down.bias"},
+        {"wte.weight", "token_embd.weight"},
+        {"transformer.wpe.weight", "position_embd.weight"},
+        {"ln_f.bias", "output_norm.bias"},
+        {"h.0.attn.bias", "hf.h.0.attn.bias"}
+    });
     EXPECT_EQ(eh::model::hf_model_type_to_arch("gpt_oss"), "gpt-oss");
     EXPECT_EQ(eh::model::hf_model_type_to_arch("qwen2"), "qwen2");
     // as llama.cpp's converter names them
@@ -355,12 +364,14 @@ TEST(HfNames, Translation) {
 TEST(HfNames, Qwen3MoeExperts) {
     using eh::model::hf_tensor_name_to_gguf;
     const std::string q = "qwen3moe";
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.3.mlp.gate.weight"), "blk.3.ffn_gate_inp.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.3.mlp.experts.0.gate_proj.weight"), "blk.3.ffn_gate.0.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.47.mlp.experts.127.up_proj.weight"), "blk.47.ffn_up.127.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.0.mlp.experts.10.down_proj.weight"), "blk.0.ffn_down.10.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.mlp.experts.gate_up_proj"), "blk.1.ffn_gate_up_exps.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.mlp.experts.down_proj"), "blk.1.ffn_down_exps.weight");
+    expect_gguf_names(q, {
+        {"model.layers.3.mlp.gate.weight", "blk.3.ffn_gate_inp.weight"},
+        {"model.layers.3.mlp.experts.0.gate_proj.weight", "blk.3.ffn_gate.0.weight"},
+        {"model.layers.47.mlp.experts.127.up_proj.weight", "blk.47.ffn_up.127.weight"},
+        {"model.layers.0.mlp.experts.10.down_proj.weight", "blk.0.ffn_down.10.weight"},
+        {"model.layers.1.mlp.experts.gate_up_proj", "blk.1.ffn_gate_up_exps.weight"},
+        {"model.layers.1.mlp.experts.down_proj", "blk.1.ffn_down_exps.weight"}
+    });
     // the rest of the layer as qwen3
     EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.self_attn.q_norm.weight"), "blk.1.attn_q_norm.weight");
     EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.1.post_attention_layernorm.weight"), "blk.1.ffn_norm.weight");
@@ -534,10 +545,12 @@ TEST(HfNames, Gemma3) {
     EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.pre_feedforward_layernorm.weight"), "blk.4.ffn_norm.weight");
     EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.post_feedforward_layernorm.weight"),
               "blk.4.post_ffw_norm.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.layers.4.self_attn.q_norm.weight"), "blk.4.attn_q_norm.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(g, "language_model.model.layers.0.mlp.gate_proj.weight"), "blk.0.ffn_gate.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(g, "language_model.model.embed_tokens.weight"), "token_embd.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(g, "language_model.lm_head.weight"), "output.weight");
+    expect_gguf_names(g, {
+        {"model.layers.4.self_attn.q_norm.weight", "blk.4.attn_q_norm.weight"},
+        {"language_model.model.layers.0.mlp.gate_proj.weight", "blk.0.ffn_gate.weight"},
+        {"language_model.model.embed_tokens.weight", "token_embd.weight"},
+        {"language_model.lm_head.weight", "output.weight"}
+    });
     EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.language_model.layers.1.pre_feedforward_layernorm.weight"),
               "blk.1.ffn_norm.weight");
     EXPECT_EQ(hf_tensor_name_to_gguf(g, "model.language_model.norm.weight"), "output_norm.weight");
@@ -553,12 +566,14 @@ TEST(HfNames, QwenVl) {
     using eh::model::hf_tensor_name_to_gguf;
     for (const char* t : {"qwen2_5_vl", "qwen2_vl", "qwen2_5_vl_text"}) EXPECT_EQ(eh::model::hf_model_type_to_arch(t), "qwen2vl");
     const std::string q = "qwen2vl";
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.layers.3.self_attn.q_proj.bias"), "blk.3.attn_q.bias");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.language_model.layers.3.self_attn.q_proj.bias"), "blk.3.attn_q.bias");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.language_model.embed_tokens.weight"), "token_embd.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "lm_head.weight"), "output.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "model.visual.blocks.0.attn.qkv.weight"), "hf.model.visual.blocks.0.attn.qkv.weight");
-    EXPECT_EQ(hf_tensor_name_to_gguf(q, "visual.merger.ln_q.weight"), "hf.visual.merger.ln_q.weight");
+    expect_gguf_names(q, {
+        {"model.layers.3.self_attn.q_proj.bias", "blk.3.attn_q.bias"},
+        {"model.language_model.layers.3.self_attn.q_proj.bias", "blk.3.attn_q.bias"},
+        {"model.language_model.embed_tokens.weight", "token_embd.weight"},
+        {"lm_head.weight", "output.weight"},
+        {"model.visual.blocks.0.attn.qkv.weight", "hf.model.visual.blocks.0.attn.qkv.weight"},
+        {"visual.merger.ln_q.weight", "hf.visual.merger.ln_q.weight"}
+    });
 }
 
 // Qwen2.5-VL's config, flat (transformers 4: rope_scaling type mrope) and with
