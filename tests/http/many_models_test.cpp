@@ -41,6 +41,19 @@ json completion(const std::string& model, int max_tokens = 3, bool stream = fals
 }
 
 // The model's state in /health ("loaded", "loading", "unloaded").
+// Streams a 30-token completion from `model`: the chunks with text counted
+// in `tokens` (as they come), the finish reason kept.
+void stream_completion(EngineHost& h, const std::string& model, std::atomic<int>& tokens, std::string& finish) {
+    sse_stream(h.port(), "/v1/completions", completion(model, 30, true).dump(), [&](const SseEvent& e) {
+        if (e.data == "[DONE]") return false;
+        const json j = json::parse(e.data, nullptr, false);
+        if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) return true;
+        if (!j["choices"][0]["text"].get<std::string>().empty()) ++tokens;
+        if (j["choices"][0]["finish_reason"].is_string()) finish = j["choices"][0]["finish_reason"];
+        return true;
+    });
+}
+
 std::string state_of(EngineHost& h, const std::string& model) {
     const json j = json::parse(h.get("/health").body, nullptr, false);
     if (j.is_discarded() || !j.contains("models")) return "?";
@@ -173,14 +186,7 @@ TEST(ManyModels, ALoadWaitsUntilTheModelItDisplacesHasFinishedItsRequest) {
     std::atomic<bool> a_done{false};
     std::string finish;
     std::thread streamer([&] {
-        sse_stream(h.port(), "/v1/completions", completion("a", 30, true).dump(), [&](const SseEvent& e) {
-            if (e.data == "[DONE]") return false;
-            const json j = json::parse(e.data, nullptr, false);
-            if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) return true;
-            if (!j["choices"][0]["text"].get<std::string>().empty()) ++tokens;
-            if (j["choices"][0]["finish_reason"].is_string()) finish = j["choices"][0]["finish_reason"];
-            return true;
-        });
+        stream_completion(h, "a", tokens, finish);
         a_done = true;
     });
     const auto until = Clock::now() + std::chrono::seconds(10);
@@ -211,14 +217,7 @@ TEST(ManyModels, AnUnloadWaitsForTheModelsRunningRequest) {
     std::atomic<int> tokens{0};
     std::string finish;
     std::thread streamer([&] {
-        sse_stream(h.port(), "/v1/completions", completion("a", 30, true).dump(), [&](const SseEvent& e) {
-            if (e.data == "[DONE]") return false;
-            const json j = json::parse(e.data, nullptr, false);
-            if (j.is_discarded() || !j.contains("choices") || j["choices"].empty()) return true;
-            if (!j["choices"][0]["text"].get<std::string>().empty()) ++tokens;
-            if (j["choices"][0]["finish_reason"].is_string()) finish = j["choices"][0]["finish_reason"];
-            return true;
-        });
+        stream_completion(h, "a", tokens, finish);
     });
     const auto until = Clock::now() + std::chrono::seconds(10);
     while (tokens.load() < 2 && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(5));

@@ -106,13 +106,7 @@ std::shared_ptr<Job> job(const std::string& id, const std::string& prompt, uint3
 
 std::string run(Scheduler& s, const std::string& id, const std::string& prompt, uint32_t adapter,
                 uint32_t* cached = nullptr) {
-    auto j = std::make_shared<Job>();
-    j->request.job_id = id;
-    j->request.prompt = prompt;
-    j->prompt_tokens.assign(prompt.begin(), prompt.end());
-    j->max_tokens = 6;
-    j->seed = 1;
-    j->adapter = adapter;
+    auto j = job(id, prompt, adapter);
     s.enqueue(j);
     std::string text;
     for (int i = 0; i < 2000; ++i) {
