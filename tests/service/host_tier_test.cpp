@@ -103,6 +103,16 @@ std::vector<int32_t> plus(std::vector<int32_t> t, std::vector<int32_t> more) {
     return t;
 }
 
+// A 40-token prompt (10 blocks) cached under (scope, adapter), then
+// evicted: parked where the tier takes it. Its tokens.
+std::vector<int32_t> evicted_prompt(ParkingEngine& e, PrefixCache& cache, const std::string& scope = "",
+                                    uint32_t adapter = 0) {
+    const auto a = tokens(1000, 40);
+    cache.insert(scope, adapter, e.hold(a), a);
+    cache.evict_one();
+    return a;
+}
+
 }  // namespace
 
 TEST(HostTier, AnEvictedPrefixIsParkedAndComesBackByCopy) {
@@ -138,9 +148,7 @@ TEST(HostTier, AnEvictedPrefixIsParkedAndComesBackByCopy) {
 TEST(HostTier, WithoutTheTierAnEvictedPrefixIsGone) {
     ParkingEngine e(64);
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 0);
-    const auto a = tokens(1000, 40);
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     EXPECT_EQ(cache.host_size(), 0u);
     EXPECT_EQ(e.parks, 0);
     EXPECT_FALSE(cache.lookup("", 0, plus(a, {1, 2}), 41).has_value());
@@ -152,9 +160,7 @@ TEST(HostTier, AnEngineThatCannotParkKeepsTheTierOff) {
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20, &st);
     EXPECT_FALSE(cache.host_tier());
     EXPECT_EQ(st.budget_bytes.load(), 0u);
-    const auto a = tokens(1000, 40);
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     EXPECT_EQ(cache.host_size(), 0u);
     EXPECT_EQ(e.parks, 0);
 }
@@ -189,9 +195,7 @@ TEST(HostTier, AnEntryLargerThanTheWholeBudgetIsDropped) {
     ParkingEngine e(64);
     HostTierStats st;
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 10 * ParkingEngine::kTokenBytes, &st);
-    const auto a = tokens(1000, 40);
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     EXPECT_EQ(cache.host_size(), 0u);
     EXPECT_EQ(st.too_large.load(), 1u);
     EXPECT_EQ(e.free_blocks(), 64u);
@@ -201,9 +205,7 @@ TEST(HostTier, ARestoreNeverTakesBlocksThatAreNotThere) {
     ParkingEngine e(16);
     HostTierStats st;
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20, &st);
-    const auto a = tokens(1000, 40);  // 10 blocks
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     // A running request holds 10 of the 16 blocks: 6 free, the copy needs 10.
     const SeqId running = e.hold(tokens(0, 40));
     EXPECT_FALSE(cache.lookup("", 0, plus(a, {1}), 41).has_value());
@@ -226,9 +228,7 @@ TEST(HostTier, ARestoreNeverTakesBlocksThatAreNotThere) {
 TEST(HostTier, ARestoreThatFailsAfterEvictingFallsBackToWhatIsLeft) {
     ParkingEngine e(20);
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20);
-    const auto a = tokens(1000, 40);  // 10 blocks
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     const std::vector<int32_t> a8(a.begin(), a.begin() + 8);  // 2 blocks, on the device
     cache.insert("", 0, e.hold(a8), a8);
     const SeqId running = e.hold(tokens(0, 60));  // 15 blocks: 3 free, 5 with a8's
@@ -261,9 +261,7 @@ TEST(HostTier, ACopyTheEngineRefusesIsDroppedAndRecomputed) {
     ParkingEngine e(64);
     HostTierStats st;
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20, &st);
-    const auto a = tokens(1000, 40);
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     e.parked.begin()->second[3] = -7;  // the engine's copy no longer holds those tokens
     EXPECT_FALSE(cache.lookup("", 0, plus(a, {1}), 41).has_value());
     EXPECT_EQ(cache.host_size(), 0u);
@@ -274,9 +272,7 @@ TEST(HostTier, ACopyTheEngineRefusesIsDroppedAndRecomputed) {
 TEST(HostTier, ALongerDeviceMatchWinsAndAShorterOneLosesOnlyByABlock) {
     ParkingEngine e(128);
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20);
-    const auto a = tokens(1000, 40);
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     // On the device: the first 38 tokens of a. Parked: all 40 (2 more, less
     // than a block): the device entry is used, no copy.
     const std::vector<int32_t> a38(a.begin(), a.begin() + 38);
@@ -300,9 +296,7 @@ TEST(HostTier, ALongerDeviceMatchWinsAndAShorterOneLosesOnlyByABlock) {
 TEST(HostTier, ParkedEntriesStayInTheirScopeAndAdapter) {
     ParkingEngine e(64);
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20);
-    const auto a = tokens(1000, 40);
-    cache.insert("key-1", 2, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache, "key-1", 2);
     EXPECT_FALSE(cache.lookup("key-2", 2, plus(a, {1}), 41).has_value());
     EXPECT_FALSE(cache.lookup("key-1", 0, plus(a, {1}), 41).has_value());
     EXPECT_TRUE(cache.lookup("key-1", 2, plus(a, {1}), 41).has_value());
@@ -312,9 +306,7 @@ TEST(HostTier, ALongerEntryMakesTheParkedPrefixesItHoldsRedundant) {
     ParkingEngine e(64);
     HostTierStats st;
     PrefixCache cache(e, ParkingEngine::kBlock, 8, nullptr, 1 << 20, &st);
-    const auto a = tokens(1000, 40);
-    cache.insert("", 0, e.hold(a), a);
-    cache.evict_one();
+    const auto a = evicted_prompt(e, cache);
     const auto longer = plus(a, tokens(5, 8));
     cache.insert("", 0, e.hold(longer), longer);
     EXPECT_EQ(cache.host_size(), 0u);
