@@ -13,6 +13,7 @@
 #include <fstream>
 
 #include "engine_host_process.hpp"
+#include "streamed_job.hpp"
 
 using namespace eh::test;
 using nlohmann::json;
@@ -318,27 +319,6 @@ std::string exec_body(const std::string& id, int max_tokens) {
     return json{{"job_id", id}, {"prompt", "Once upon a time"}, {"max_tokens", max_tokens}}.dump();
 }
 
-// A streamed /execute in its own thread; `terminal` is its last event.
-struct RunningJob {
-    std::string terminal;
-    std::thread t;
-    RunningJob(int port, const std::string& id, std::map<std::string, std::string> headers) {
-        t = std::thread([this, port, id, headers] {
-            sse_stream(
-                port, "/execute", exec_body(id, 400),
-                [&](const SseEvent& e) {
-                    if (e.event == "error" || e.event == "end") terminal = e.event + " " + e.data;
-                    return true;
-                },
-                headers);
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // started
-    }
-    ~RunningJob() {
-        if (t.joinable()) t.join();
-    }
-};
-
 std::string cancel_status(const HttpResponse& r) {
     auto j = json::parse(r.body, nullptr, false);
     return j.is_object() ? j.value("status", "") : "";
@@ -351,7 +331,7 @@ std::string cancel_status(const HttpResponse& r) {
 TEST(Auth, TheOwnerIsTheParsedCredentialNotTheHeaderText) {
     EngineHost h({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
     ASSERT_GT(h.port(), 0) << h.log();
-    RunningJob job(h.port(), "owned", bearer("key-one"));
+    StreamedJob job(h.port(), "owned", bearer("key-one"));
     EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"owned"})", bearer("key-two"))), "unknown");
     EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"owned"})", {{"Authorization", "Basic key-one"}})), "unknown");
     auto r = h.post("/cancel", R"({"job_id":"owned"})", {{"Authorization", "bearer \t key-one"}});
@@ -377,7 +357,7 @@ TEST(Auth, TwoAuthorizationHeadersAreRefused) {
         EXPECT_EQ(e["error"]["message"], "the request has 2 Authorization headers; send one") << r.body;
     }
     // A cancel with two headers cancels nothing.
-    RunningJob job(h.port(), "once", bearer("key-two"));
+    StreamedJob job(h.port(), "once", bearer("key-two"));
     EXPECT_EQ(h.post("/cancel", R"({"job_id":"once"})", two).status, 400);
     EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"once"})", bearer("key-two"))), "cancelling");
 }

@@ -20,6 +20,7 @@
 #include "eh/model/model_file.hpp"
 #include "eh/tools/vocab.hpp"
 #include "engine_host_process.hpp"
+#include "streamed_job.hpp"
 #include "model_fixtures.hpp"
 
 using namespace eh::test;
@@ -72,28 +73,6 @@ std::string cancel_status(const HttpResponse& r) {
     return j.is_object() ? j.value("status", "") : "(" + r.body + ")";
 }
 
-// A long job on the test engine (20 ms a token), streamed on its own thread;
-// `terminal` gets its last event.
-struct LongJob {
-    std::string terminal;
-    std::thread t;
-    LongJob(int port, const std::string& id, std::map<std::string, std::string> headers = {}) {
-        t = std::thread([this, port, id, headers] {
-            sse_stream(
-                port, "/execute", exec_body(id, 400),
-                [&](const SseEvent& e) {
-                    if (e.event == "error" || e.event == "end") terminal = e.event + " " + e.data;
-                    return true;
-                },
-                headers);
-        });
-        std::this_thread::sleep_for(std::chrono::milliseconds(300));  // started
-    }
-    ~LongJob() {
-        if (t.joinable()) t.join();
-    }
-};
-
 // ---- shutdown ------------------------------------------------------------------
 
 // The worker contract gives a worker 5 s from SIGTERM to exit. By default a
@@ -132,7 +111,7 @@ TEST(WorkerContract, DefaultShutdownEndsARunningJobWithinFiveSeconds) {
 
 TEST(WorkerContract, OnlyTheSubmittingAddressMayCancel) {
     EngineHost h = host({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
-    LongJob job(h.port(), "mine");  // from 127.0.0.1
+    StreamedJob job(h.port(), "mine");  // from 127.0.0.1
     HttpResponse other = http_from("127.0.0.2", h.port(), "POST", "/cancel", R"({"job_id":"mine"})");
     EXPECT_EQ(other.status, 202) << other.body;
     EXPECT_EQ(cancel_status(other), "unknown");  // not told the job exists
@@ -146,7 +125,7 @@ TEST(WorkerContract, OnlyTheSubmittingAddressMayCancel) {
 
 TEST(WorkerContract, WithCredentialsOnlyTheSameCredentialsMayCancel) {
     EngineHost h = host({}, {{"EH_TEST_ENGINE_DELAY_MS", "20"}});
-    LongJob job(h.port(), "keyed", {{"Authorization", "Bearer key-one"}});
+    StreamedJob job(h.port(), "keyed", {{"Authorization", "Bearer key-one"}});
     // The same address with other credentials, or none, is another client.
     EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"keyed"})", {{"Authorization", "Bearer key-two"}})), "unknown");
     EXPECT_EQ(cancel_status(h.post("/cancel", R"({"job_id":"keyed"})")), "unknown");
