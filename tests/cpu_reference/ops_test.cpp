@@ -16,6 +16,19 @@ std::vector<float> ramp(size_t n, float a, float b) {
     return v;
 }
 
+// NeoX RoPE over 64 dimensions with YaRN scaling.
+RopeConfig yarn_neox64(float freq_base, float factor, uint32_t orig_ctx, bool truncate) {
+    RopeConfig cfg;
+    cfg.style = RopeStyle::Neox;
+    cfg.n_rot = 64;
+    cfg.freq_base = freq_base;
+    cfg.yarn = true;
+    cfg.yarn_factor = factor;
+    cfg.yarn_orig_ctx = orig_ctx;
+    cfg.yarn_truncate = truncate;
+    return cfg;
+}
+
 }  // namespace
 
 TEST(Rope, NormalRotatesAdjacentPairs) {
@@ -82,15 +95,7 @@ TEST(Rope, GgufPermutationMakesNormalEqualNeox) {
 }
 
 TEST(Rope, YarnBlendsInterpolationAndExtrapolation) {
-    RopeConfig cfg;
-    cfg.style = RopeStyle::Neox;
-    cfg.n_rot = 64;
-    cfg.freq_base = 150000.0f;
-    cfg.yarn = true;
-    cfg.yarn_factor = 32.0f;
-    cfg.yarn_orig_ctx = 4096;
-    cfg.yarn_truncate = false;
-    const RopeTables t = make_rope_tables(cfg);
+    const RopeTables t = make_rope_tables(yarn_neox64(150000.0f, 32.0f, 4096, false));
     // correction range from the YaRN definition: dim index whose wavelength
     // turns `r` times over the original context
     auto corr = [](double r) { return 64 * std::log(4096 / (r * 2 * M_PI)) / (2 * std::log(150000.0)); };
@@ -115,14 +120,7 @@ TEST(Rope, YarnBlendsInterpolationAndExtrapolation) {
 }
 
 TEST(Rope, YarnTruncateRoundsCorrectionRange) {
-    RopeConfig cfg;
-    cfg.style = RopeStyle::Neox;
-    cfg.n_rot = 64;
-    cfg.freq_base = 10000.0f;
-    cfg.yarn = true;
-    cfg.yarn_factor = 4.0f;
-    cfg.yarn_orig_ctx = 2048;
-    cfg.yarn_truncate = true;
+    RopeConfig cfg = yarn_neox64(10000.0f, 4.0f, 2048, true);
     const RopeTables a = make_rope_tables(cfg);
     cfg.yarn_truncate = false;
     const RopeTables b = make_rope_tables(cfg);
