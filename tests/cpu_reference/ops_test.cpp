@@ -18,15 +18,8 @@ std::vector<float> ramp(size_t n, float a, float b) {
 
 // NeoX RoPE over 64 dimensions with YaRN scaling.
 RopeConfig yarn_neox64(float freq_base, float factor, uint32_t orig_ctx, bool truncate) {
-    RopeConfig cfg;
-    cfg.style = RopeStyle::Neox;
-    cfg.n_rot = 64;
-    cfg.freq_base = freq_base;
-    cfg.yarn = true;
-    cfg.yarn_factor = factor;
-    cfg.yarn_orig_ctx = orig_ctx;
-    cfg.yarn_truncate = truncate;
-    return cfg;
+    return {.style = RopeStyle::Neox, .n_rot = 64, .freq_base = freq_base, .yarn = true, .yarn_factor = factor,
+            .yarn_orig_ctx = orig_ctx, .yarn_truncate = truncate, .freq_factors = {}};
 }
 
 }  // namespace
