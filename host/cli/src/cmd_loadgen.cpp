@@ -31,10 +31,7 @@ std::optional<std::pair<uint32_t, uint32_t>> parse_range(const std::string& s, u
     return std::make_pair(*lo, *hi);
 }
 
-}  // namespace
-
-int cmd_loadgen(const std::vector<std::string>& args) {
-    po::options_description desc("Options");
+void add_loadgen_options(po::options_description& desc) {
     desc.add_options()
         ("help,h", "show this help")
         ("url", po::value<std::string>()->default_value("http://127.0.0.1:8080"), "the server's base URL")
@@ -63,15 +60,10 @@ int cmd_loadgen(const std::vector<std::string>& args) {
          "prefix cache holds them)")
         ("timeout-sec", po::value<uint32_t>()->default_value(600), "per request")
         ("json", "print one JSON object instead of a table");
-    po::variables_map vm;
-    int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host loadgen [--url http://127.0.0.1:8080] [--levels 1,4,16,64] [-n 128] [--json]\n"
-                       "       engine-host loadgen --workload chat [--prompt-words 200:3000] [--preamble-words 1000] "
-                       "[--shared-prefix 0.5] [--answer-tokens 100:200] [--seed 1] [--levels 64] [--json]",
-                       vm, code))
-        return code;
-    tools::LoadOptions o;
-    o.url = vm["url"].as<std::string>();
+}
+
+// --levels into o.levels; false (the error printed) for a usage error.
+bool read_levels(const po::variables_map& vm, tools::LoadOptions& o) {
     o.levels.clear();
     std::stringstream ss(vm["levels"].as<std::string>());
     for (std::string part; std::getline(ss, part, ',');) {
@@ -83,24 +75,52 @@ int cmd_loadgen(const std::vector<std::string>& args) {
             v = uint32_t(x);
         } catch (const std::exception&) {
             print_error("--levels takes comma-separated client counts from 1 to 1024, got '" + part + "'");
-            return kUsage;
+            return false;
         }
         o.levels.push_back(v);
     }
     if (o.levels.empty()) {
         print_error("--levels is empty");
-        return kUsage;
+        return false;
     }
+    return true;
+}
+
+// --workload chat's flags into o.workload; false (the error printed) for a
+// usage error.
+bool read_chat_workload(const po::variables_map& vm, tools::LoadOptions& o) {
+    tools::ChatWorkload& w = o.workload;
+    const auto words = parse_range(vm["prompt-words"].as<std::string>(), tools::kChatMaxWords);
+    const auto answers = parse_range(vm["answer-tokens"].as<std::string>(), tools::kChatMaxAnswerTokens);
+    if (words) std::tie(w.prompt_words_min, w.prompt_words_max) = *words;
+    else w.prompt_words_min = 0;  // check() names the flag
+    if (answers) std::tie(w.answer_tokens_min, w.answer_tokens_max) = *answers;
+    else w.answer_tokens_min = 0;
+    w.preamble_words = vm["preamble-words"].as<uint32_t>();
+    w.shared_prefix = vm["shared-prefix"].as<double>();
+    w.seed = vm["seed"].as<uint64_t>();
+    if (const std::string why = tools::check(w); !why.empty()) {
+        print_error(why);
+        return false;
+    }
+    return true;
+}
+
+// Everything but the levels and the chat workload; false (the error
+// printed) for a usage error.
+bool read_load_options(const po::variables_map& vm, tools::LoadOptions& o) {
+    o.url = vm["url"].as<std::string>();
+    if (!read_levels(vm, o)) return false;
     o.max_tokens = vm["max-tokens"].as<uint32_t>();
     o.requests_per_client = vm["requests-per-client"].as<uint32_t>();
     if (o.max_tokens < 1 || o.max_tokens > 65536 || o.requests_per_client < 1 || o.requests_per_client > 1000) {
         print_error("--max-tokens must be 1-65536 and --requests-per-client 1-1000");
-        return kUsage;
+        return false;
     }
     o.model = vm["model"].as<std::string>();
     if (!o.model.empty() && (o.model.front() == ',' || o.model.back() == ',' || o.model.find(",,") != std::string::npos)) {
         print_error("--model: an empty name in the list '" + o.model + "'");
-        return kUsage;
+        return false;
     }
     o.ignore_eos = vm.count("honor-eos") == 0;
     o.timeout_s = vm["timeout-sec"].as<uint32_t>();
@@ -108,34 +128,19 @@ int cmd_loadgen(const std::vector<std::string>& args) {
     const std::string workload = vm["workload"].as<std::string>();
     if (workload != "fixed" && workload != "chat") {
         print_error("--workload must be fixed or chat, got '" + workload + "'");
-        return kUsage;
+        return false;
     }
     o.chat = workload == "chat";
     for (const char* flag : {"prompt-words", "preamble-words", "shared-prefix", "answer-tokens", "seed"})
         if (!o.chat && !vm[flag].defaulted()) {
             print_error(std::string("--") + flag + " applies to --workload chat");
-            return kUsage;
+            return false;
         }
     if (o.chat && !vm["max-tokens"].defaulted()) {
         print_error("--workload chat draws each request's max_tokens from --answer-tokens; -n does not apply");
-        return kUsage;
+        return false;
     }
-    if (o.chat) {
-        tools::ChatWorkload& w = o.workload;
-        const auto words = parse_range(vm["prompt-words"].as<std::string>(), tools::kChatMaxWords);
-        const auto answers = parse_range(vm["answer-tokens"].as<std::string>(), tools::kChatMaxAnswerTokens);
-        if (words) std::tie(w.prompt_words_min, w.prompt_words_max) = *words;
-        else w.prompt_words_min = 0;  // check() names the flag
-        if (answers) std::tie(w.answer_tokens_min, w.answer_tokens_max) = *answers;
-        else w.answer_tokens_min = 0;
-        w.preamble_words = vm["preamble-words"].as<uint32_t>();
-        w.shared_prefix = vm["shared-prefix"].as<double>();
-        w.seed = vm["seed"].as<uint64_t>();
-        if (const std::string why = tools::check(w); !why.empty()) {
-            print_error(why);
-            return kUsage;
-        }
-    }
+    if (o.chat && !read_chat_workload(vm, o)) return false;
     try {
         o.extra = nlohmann::json::parse(vm["extra"].as<std::string>());
     } catch (const std::exception&) {
@@ -143,8 +148,25 @@ int cmd_loadgen(const std::vector<std::string>& args) {
     }
     if (!o.extra.is_object()) {
         print_error("--extra takes a JSON object, got '" + vm["extra"].as<std::string>() + "'");
-        return kUsage;
+        return false;
     }
+    return true;
+}
+
+}  // namespace
+
+int cmd_loadgen(const std::vector<std::string>& args) {
+    po::options_description desc("Options");
+    add_loadgen_options(desc);
+    po::variables_map vm;
+    int code = kOk;
+    if (!parse_options(args, desc, "Usage: engine-host loadgen [--url http://127.0.0.1:8080] [--levels 1,4,16,64] [-n 128] [--json]\n"
+                       "       engine-host loadgen --workload chat [--prompt-words 200:3000] [--preamble-words 1000] "
+                       "[--shared-prefix 0.5] [--answer-tokens 100:200] [--seed 1] [--levels 64] [--json]",
+                       vm, code))
+        return code;
+    tools::LoadOptions o;
+    if (!read_load_options(vm, o)) return kUsage;
     if (!vm.count("json")) o.log = [](const std::string& s) { std::fprintf(stderr, "loadgen: %s\n", s.c_str()); };
     auto r = tools::run_load(o);
     if (vm.count("json")) std::cout << tools::to_json(r, o).dump(2) << "\n";
