@@ -204,13 +204,11 @@ private:
 }  // namespace
 
 int cmd_chat(const std::vector<std::string>& args) {
-    po::options_description desc("Options");
-    add_chat_options(desc);
     po::variables_map vm;
     int code = kOk;
     const char* usage = "Usage: engine-host chat --model REF [-p PROMPT] [-c CTX] [options]\n"
                         "In the conversation: /reset forgets it, /exit leaves, Ctrl-C stops a reply.";
-    if (!parse_options(args, desc, usage, vm, code)) return code;
+    if (!parse_options(args, add_chat_options, usage, vm, code)) return code;
     ChatSettings s;
     if (!read_chat_settings(vm, s)) return kUsage;
     const auto chat = open_session(s);

@@ -130,8 +130,6 @@ model::InspectSection plugin_section(const po::variables_map& vm, DevicePolicy p
 }  // namespace
 
 int cmd_inspect(const std::vector<std::string>& args) {
-    po::options_description desc("Options");
-    add_inspect_options(desc);
     po::variables_map vm;
     int code = kOk;
     const char* usage =
@@ -140,7 +138,7 @@ int cmd_inspect(const std::vector<std::string>& args) {
         "Exit code: what serve would exit with for this file as far as checked: 0 it serves, 2 the --chat-template-file\n"
         "is unusable, 3 no plugin (with --plugins or --load), 4 the file or its tokenizer is unusable (or, with --load,\n"
         "the plugin's load refuses it), 5 (--load) it does not fit in device memory.";
-    if (!parse_options(args, desc, usage, vm, code)) return code;
+    if (!parse_options(args, add_inspect_options, usage, vm, code)) return code;
 
     DevicePolicy policy;
     if (!parse_device_policy(vm["device"].as<std::string>(), policy)) {

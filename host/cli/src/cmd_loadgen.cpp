@@ -156,11 +156,9 @@ bool read_load_options(const po::variables_map& vm, tools::LoadOptions& o) {
 }  // namespace
 
 int cmd_loadgen(const std::vector<std::string>& args) {
-    po::options_description desc("Options");
-    add_loadgen_options(desc);
     po::variables_map vm;
     int code = kOk;
-    if (!parse_options(args, desc, "Usage: engine-host loadgen [--url http://127.0.0.1:8080] [--levels 1,4,16,64] [-n 128] [--json]\n"
+    if (!parse_options(args, add_loadgen_options, "Usage: engine-host loadgen [--url http://127.0.0.1:8080] [--levels 1,4,16,64] [-n 128] [--json]\n"
                        "       engine-host loadgen --workload chat [--prompt-words 200:3000] [--preamble-words 1000] "
                        "[--shared-prefix 0.5] [--answer-tokens 100:200] [--seed 1] [--levels 64] [--json]",
                        vm, code))

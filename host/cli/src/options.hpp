@@ -40,6 +40,14 @@ inline bool parse_options(const std::vector<std::string>& args, const po::option
     }
 }
 
+// The same for the options `add` declares.
+inline bool parse_options(const std::vector<std::string>& args, void (*add)(po::options_description&),
+                          const char* usage, po::variables_map& vm, int& exit_code) {
+    po::options_description desc("Options");
+    add(desc);
+    return parse_options(args, desc, usage, vm, exit_code);
+}
+
 // --plugins DIR, repeatable; none = the default search (plugin_search.hpp).
 inline std::vector<std::string> plugins_arg(const po::variables_map& vm) {
     return vm.count("plugins") ? vm["plugins"].as<std::vector<std::string>>() : std::vector<std::string>{};
