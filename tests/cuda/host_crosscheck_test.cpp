@@ -108,7 +108,9 @@ INSTANTIATE_TEST_SUITE_P(Archs, TinyVsCpuReference,
                                            Case{"llama", EH_TYPE_Q8_0, 4, 32}, Case{"phi3", EH_TYPE_Q4_0, 5, 0},
                                            // the forged low-bit models VsCpuReference runs on the GPU
                                            Case{"llama", EH_TYPE_Q2_K}, Case{"llama", EH_TYPE_Q3_K},
-                                           Case{"qwen2", EH_TYPE_IQ4_NL}, Case{"llama", EH_TYPE_IQ4_XS}),
+                                           Case{"qwen2", EH_TYPE_IQ4_NL}, Case{"llama", EH_TYPE_IQ4_XS},
+                                           // the per-head q/k RMSNorm (the tensor-parallel qwen3 case's oracle)
+                                           Case{"qwen3", EH_TYPE_Q4_K}, Case{"qwen3", EH_TYPE_F16}),
                          [](const auto& i) {
                              return i.param.arch + "_" + ehp::type_name(i.param.wtype) +
                                     (i.param.window ? "_swa" + std::to_string(i.param.window) : "") +

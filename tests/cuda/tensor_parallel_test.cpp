@@ -149,6 +149,8 @@ INSTANTIATE_TEST_SUITE_P(
         TpCase{"qwen2_q8_0", spec_of("qwen2", EH_TYPE_Q8_0, 512, 8, 2, 512), 2},
         // phi3: fused qkv and gate|up tensors, a sliding window; Q4_0
         TpCase{"phi3_q4_0", spec_of("phi3", EH_TYPE_Q4_0, 512, 8, 4, 512), 4},
+        // qwen3: the per-head q/k RMSNorm (one weight every head shares) on each rank's heads
+        TpCase{"qwen3_q4k", spec_of("qwen3", EH_TYPE_Q4_K, 512, 8, 4, 1024), 2},
         // an FFN of 3 x 32 rows: the ranks get 64 and 32
         TpCase{"llama_uneven_ffn", spec_of("llama", EH_TYPE_F16, 256, 4, 2, 96), 2},
         // The streams mode on one GPU: every rank on its own stream, its own

@@ -50,6 +50,10 @@ TinyModel::TinyModel(const TinySpec& spec) : s_(spec) {
                 add_tensor(p + "attn_k.bias", EH_TYPE_F32, s_.n_kv * hd, 1, rng, false, true);
                 add_tensor(p + "attn_v.bias", EH_TYPE_F32, s_.n_kv * hd, 1, rng, false, true);
             }
+            if (a == "qwen3") {  // one RMSNorm weight over a head's dims, shared by every head
+                add_tensor(p + "attn_q_norm.weight", EH_TYPE_F32, hd, 1, rng, true);
+                add_tensor(p + "attn_k_norm.weight", EH_TYPE_F32, hd, 1, rng, true);
+            }
         }
         w("attn_output.weight", s_.n_head * hd, s_.n_embd);
         add_tensor(p + "ffn_norm.weight", EH_TYPE_F32, s_.n_embd, 1, rng, true);
@@ -242,6 +246,11 @@ std::vector<std::vector<float>> TinyModel::reference_logits(const std::vector<in
                     const auto &bq = deq(p + "attn_q.bias"), &bk = deq(p + "attn_k.bias"), &bv = deq(p + "attn_v.bias");
                     for (int i = 0; i < H * hd; ++i) q[static_cast<size_t>(i)] += bq[static_cast<size_t>(i)];
                     for (int i = 0; i < KV * hd; ++i) { k[static_cast<size_t>(i)] += bk[static_cast<size_t>(i)]; v[static_cast<size_t>(i)] += bv[static_cast<size_t>(i)]; }
+                }
+                if (s_.arch == "qwen3") {  // each head of q and k normalised before RoPE
+                    const auto &nq = deq(p + "attn_q_norm.weight"), &nk = deq(p + "attn_k_norm.weight");
+                    for (int h = 0; h < H; ++h) rmsnorm(q.data() + h * hd, nq, hd, s_.eps, q.data() + h * hd);
+                    for (int h = 0; h < KV; ++h) rmsnorm(k.data() + h * hd, nk, hd, s_.eps, k.data() + h * hd);
                 }
             }
             for (int h = 0; h < H; ++h) rope(q.data() + h * hd, hd, n_rot, t, s_.freq_base, neox);

@@ -1,4 +1,4 @@
-// Synthetic llama/qwen2/phi3 models built in memory as an eh_model_view (the
+// Synthetic llama/qwen2/qwen3/phi3 models built in memory as an eh_model_view (the
 // same thing the host hands a plugin), plus a plain float CPU forward pass
 // over the dequantized weights to compare the GPU plugin against.
 #pragma once
@@ -15,7 +15,7 @@
 namespace ehtest {
 
 struct TinySpec {
-    std::string arch = "llama";  // llama | qwen2 | phi3
+    std::string arch = "llama";  // llama | qwen2 | qwen3 | phi3
     int n_embd = 256;
     int n_layer = 2;
     int n_head = 4;
