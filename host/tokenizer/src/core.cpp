@@ -382,6 +382,19 @@ struct Candidate {
 
 using CandidateQueue = std::priority_queue<Candidate, std::vector<Candidate>, std::greater<Candidate>>;
 
+// One symbol per character of `word`, its id what id_of says of the
+// character's bytes.
+template <class F>
+void char_symbols(std::string_view word, std::vector<Symbol>& sym, F id_of) {
+    size_t i = 0;
+    while (i < word.size()) {
+        size_t len;
+        unicode::decode_one(word, i, len);
+        sym.push_back({id_of(word.substr(i, len)), 0, 0, uint32_t(i), uint32_t(i + len)});
+        i += len;
+    }
+}
+
 // Links the symbols into a list in their order; returns how many.
 int32_t link(std::vector<Symbol>& sym) {
     const int32_t n = static_cast<int32_t>(sym.size());
@@ -391,6 +404,9 @@ int32_t link(std::vector<Symbol>& sym) {
     }
     return n;
 }
+
+// The symbol after sym[left] in the list; -1 at the end (and for left -1).
+int32_t next_of(const std::vector<Symbol>& sym, int32_t left) { return left < 0 ? -1 : sym[left].next; }
 
 // sym[left] takes in the symbol after it, which leaves the list (dead: id -2).
 void absorb_next(std::vector<Symbol>& sym, int32_t left) {
@@ -424,21 +440,16 @@ void Core::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
                 out.push_back(it->second);
                 return;
             }
-        size_t i = 0;
-        while (i < word.size()) {
-            size_t len;
-            unicode::decode_one(word, i, len);
-            auto it = index_.find(word.substr(i, len));
-            sym.push_back({it == index_.end() ? -1 : it->second, 0, 0, uint32_t(i), uint32_t(i + len)});
-            i += len;
-        }
+        char_symbols(word, sym, [&](std::string_view c) {
+            auto it = index_.find(c);
+            return it == index_.end() ? -1 : it->second;
+        });
     }
     const int32_t n = link(sym);
 
     CandidateQueue queue;
     auto consider = [&](int32_t left) {
-        if (left < 0) return;
-        const int32_t right = sym[left].next;
+        const int32_t right = next_of(sym, left);
         if (right < 0) return;
         if (const Merge* m = find_merge(sym[left].id, sym[right].id))
             queue.push({double(m->rank), left, sym[left].id, sym[right].id, 0, 0});
@@ -467,20 +478,13 @@ void Core::bpe_word(std::string_view word, std::vector<int32_t>& out) const {
 void Core::spm_word(std::string_view word, std::vector<int32_t>& out) const {
     std::vector<Symbol> sym;
     sym.reserve(word.size());
-    size_t i = 0;
-    while (i < word.size()) {
-        size_t len;
-        unicode::decode_one(word, i, len);
-        sym.push_back({0, 0, 0, uint32_t(i), uint32_t(i + len)});
-        i += len;
-    }
+    char_symbols(word, sym, [](std::string_view) { return 0; });
     const int32_t n = link(sym);
 
     // Highest score first; equal scores merge the leftmost pair first.
     CandidateQueue queue;
     auto consider = [&](int32_t left) {
-        if (left < 0) return;
-        const int32_t right = sym[left].next;
+        const int32_t right = next_of(sym, left);
         if (right < 0) return;
         const Symbol& l = sym[left];
         const Symbol& r = sym[right];
