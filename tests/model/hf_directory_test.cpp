@@ -30,6 +30,11 @@ void expect_gguf_names(const std::string& arch, std::initializer_list<std::pair<
     for (const auto& [hf, gguf] : names) EXPECT_EQ(eh::model::hf_tensor_name_to_gguf(arch, hf), gguf) << hf;
 }
 
+// Each key's unsigned value in f (require_uint).
+void expect_uints(const ModelFile& f, std::initializer_list<std::pair<const char*, uint64_t>> want) {
+    for (const auto& [key, value] : want) EXPECT_EQ(f.require_uint(key), value) << key;
+}
+
 fs::path config_dir(const char* name) { return fs::path(EH_TESTDATA_DIR) / "configs" / name; }
 
 void expect_error(const fs::path& p, const std::string& needle) {
@@ -73,14 +78,11 @@ TEST(HfDirectory, Qwen2) {
     EXPECT_EQ(f->view().format, uint32_t(EH_FORMAT_SAFETENSORS));
     EXPECT_EQ(f->architecture(), "qwen2");
     EXPECT_EQ(f->require_string("general.source_format"), "safetensors");
-    EXPECT_EQ(f->require_uint("qwen2.block_count"), 24u);
-    EXPECT_EQ(f->require_uint("qwen2.context_length"), 32768u);
-    EXPECT_EQ(f->require_uint("qwen2.embedding_length"), 896u);
-    EXPECT_EQ(f->require_uint("qwen2.feed_forward_length"), 4864u);
-    EXPECT_EQ(f->require_uint("qwen2.attention.head_count"), 14u);
-    EXPECT_EQ(f->require_uint("qwen2.attention.head_count_kv"), 2u);
-    EXPECT_EQ(f->require_uint("qwen2.rope.dimension_count"), 64u);
-    EXPECT_EQ(f->require_uint("qwen2.vocab_size"), 151936u);
+    expect_uints(*f, {
+        {"qwen2.block_count", 24}, {"qwen2.context_length", 32768}, {"qwen2.embedding_length", 896},
+        {"qwen2.feed_forward_length", 4864}, {"qwen2.attention.head_count", 14},
+        {"qwen2.attention.head_count_kv", 2}, {"qwen2.rope.dimension_count", 64}, {"qwen2.vocab_size", 151936}
+    });
     EXPECT_NEAR(f->require_float("qwen2.attention.layer_norm_rms_epsilon"), 1e-6, 1e-12);
     EXPECT_EQ(f->require_float("qwen2.rope.freq_base"), 1e6);
     EXPECT_EQ(f->find("qwen2.rope.freq_base")->type, uint32_t(EH_VALUE_F32));
@@ -130,10 +132,10 @@ TEST(HfDirectory, Phi3LongRope) {
     make_single(d, config_dir("phi-3-mini-128k-instruct") / "config.json", t);
     auto f = ModelFile::open(d.path.string());
     EXPECT_EQ(f->architecture(), "phi3");
-    EXPECT_EQ(f->require_uint("phi3.context_length"), 131072u);
-    EXPECT_EQ(f->require_uint("phi3.attention.head_count_kv"), 32u);
-    EXPECT_EQ(f->require_uint("phi3.rope.dimension_count"), 96u);
-    EXPECT_EQ(f->require_uint("phi3.attention.sliding_window"), 262144u);
+    expect_uints(*f, {
+        {"phi3.context_length", 131072}, {"phi3.attention.head_count_kv", 32}, {"phi3.rope.dimension_count", 96},
+        {"phi3.attention.sliding_window", 262144}
+    });
     EXPECT_EQ(f->require_string("phi3.rope.scaling.type"), "longrope");
     EXPECT_EQ(f->require_uint("phi3.rope.scaling.original_context_length"), 4096u);
     auto lf = f->get_array("hf.rope_scaling.long_factor");
@@ -186,17 +188,13 @@ TEST(HfDirectory, GptOssSharded) {
     EXPECT_EQ(f->weight_files().size(), 3u);
     for (const eh_tensor& t : f->tensors())
         EXPECT_NE(to_sv(t.name).substr(0, 3), "hf.") << "untranslated: " << to_sv(t.name);
-    EXPECT_EQ(f->require_uint("gpt-oss.block_count"), 24u);
-    EXPECT_EQ(f->require_uint("gpt-oss.embedding_length"), 2880u);
-    EXPECT_EQ(f->require_uint("gpt-oss.attention.head_count"), 64u);
-    EXPECT_EQ(f->require_uint("gpt-oss.attention.head_count_kv"), 8u);
-    EXPECT_EQ(f->require_uint("gpt-oss.attention.key_length"), 64u);
-    EXPECT_EQ(f->require_uint("gpt-oss.attention.value_length"), 64u);
-    EXPECT_EQ(f->require_uint("gpt-oss.expert_count"), 32u);
-    EXPECT_EQ(f->require_uint("gpt-oss.expert_used_count"), 4u);
-    EXPECT_EQ(f->require_uint("gpt-oss.expert_feed_forward_length"), 2880u);
-    EXPECT_EQ(f->require_uint("gpt-oss.attention.sliding_window"), 128u);
-    EXPECT_EQ(f->require_uint("gpt-oss.context_length"), 131072u);
+    expect_uints(*f, {
+        {"gpt-oss.block_count", 24}, {"gpt-oss.embedding_length", 2880}, {"gpt-oss.attention.head_count", 64},
+        {"gpt-oss.attention.head_count_kv", 8}, {"gpt-oss.attention.key_length", 64},
+        {"gpt-oss.attention.value_length", 64}, {"gpt-oss.expert_count", 32}, {"gpt-oss.expert_used_count", 4},
+        {"gpt-oss.expert_feed_forward_length", 2880}, {"gpt-oss.attention.sliding_window", 128},
+        {"gpt-oss.context_length", 131072}
+    });
     EXPECT_EQ(f->require_float("gpt-oss.rope.freq_base"), 150000.0);
     EXPECT_EQ(f->require_string("gpt-oss.rope.scaling.type"), "yarn");
     EXPECT_EQ(f->require_float("gpt-oss.rope.scaling.factor"), 32.0);
@@ -474,11 +472,10 @@ TEST(HfDirectory, Gpt2Config) {
     write_st(d.path / "model.safetensors", {{"wte.weight", "F32", {4, 2}}, {"h.0.ln_1.weight", "F32", {2}}});
     auto f = ModelFile::open(d.path.string());
     EXPECT_EQ(f->architecture(), "gpt2");
-    EXPECT_EQ(f->require_uint("gpt2.context_length"), 1024u);
-    EXPECT_EQ(f->require_uint("gpt2.embedding_length"), 768u);
-    EXPECT_EQ(f->require_uint("gpt2.feed_forward_length"), 3072u);
-    EXPECT_EQ(f->require_uint("gpt2.attention.head_count"), 12u);
-    EXPECT_EQ(f->require_uint("gpt2.block_count"), 12u);
+    expect_uints(*f, {
+        {"gpt2.context_length", 1024}, {"gpt2.embedding_length", 768}, {"gpt2.feed_forward_length", 3072},
+        {"gpt2.attention.head_count", 12}, {"gpt2.block_count", 12}
+    });
     EXPECT_NEAR(f->require_float("gpt2.attention.layer_norm_epsilon"), 1e-5, 1e-10);
     EXPECT_EQ(f->require_uint("gpt2.vocab_size"), 50257u);
     EXPECT_EQ(f->get_bool("hf.task_specific_params.text-generation.do_sample"), true);
