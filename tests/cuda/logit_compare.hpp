@@ -4,6 +4,8 @@
 // reference's top token.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
@@ -46,6 +48,11 @@ struct Agreement {
 inline Agreement agree(const std::vector<std::vector<float>>& got, const std::vector<std::vector<float>>& ref) {
     Agreement a;
     for (size_t p = 0; p < ref.size() && p < got.size(); ++p) {
+        if (got[p].empty() || got[p].size() != ref[p].size()) {
+            ADD_FAILURE() << "position " << p << ": " << got[p].size() << " logits against the reference's "
+                          << ref[p].size();
+            continue;
+        }
         ++a.n;
         const size_t k = argmax(ref[p]);
         a.top1 += top1_ok(got[p], ref[p], 1e-2);

@@ -514,6 +514,22 @@ TEST(LoraGpuRefusals, ShapesAndTensorParallel) {
     EXPECT_NE(std::string(gpu_api()->model_last_error(tp)).find("tensor-parallel"), std::string::npos);
     on_tp.release();
     gpu_api()->model_release(tp);
+
+    // gpt-cuda likewise, before it reads a layer (a sharded model keeps
+    // none of one rank's).
+    if (gpt_api() && gpt_api()->adapter_load) {
+        g_tested = gpt_api();
+        lp.view = &file_of("tiny-gpt-oss-mxfp4").view();
+        eh_model* gtp = nullptr;
+        ASSERT_EQ(gpt_api()->model_load(&lp, &gtp), EH_OK) << "gpt-cuda's two-rank load: " << gpt_api()->plugin_last_error();
+        Loaded gpt_on_tp(gpt_api(), gtp, forge_adapter("tiny-gpt-oss-mxfp4", 24).gguf());
+        EXPECT_EQ(gpt_on_tp.status, EH_UNSUPPORTED);
+        EXPECT_NE(std::string(gpt_api()->model_last_error(gtp)).find("tensor-parallel"), std::string::npos)
+            << gpt_api()->model_last_error(gtp);
+        gpt_on_tp.release();
+        gpt_api()->model_release(gtp);
+        g_tested = nullptr;
+    }
 }
 
 }  // namespace

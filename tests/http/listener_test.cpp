@@ -227,8 +227,8 @@ TEST(ClientCap, TheCapIsTheFlagsNumber) {
         if (i) std::this_thread::sleep_for(std::chrono::milliseconds(100));
         r = request_from("127.0.0.1", h.port(), "GET", "/health");
     }
-    // The server's log rides along: a failure here was seen once under CI's
-    // parallel load and not reproduced since.
+    // The server's log rides along, to tell a refusal that never came from
+    // connections that were never counted.
     EXPECT_EQ(r.status, 429) << r.body << "\n" << h.log();
     json e = json::parse(r.body, nullptr, false);
     ASSERT_TRUE(e.is_object()) << r.body;

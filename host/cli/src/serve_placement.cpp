@@ -93,8 +93,10 @@ Placement place_model(const PluginRecord& plugin, const model::ModelFile& file, 
     if (p.devices.size() > 1) {
         FitNeed need;
         for (const eh_tensor& t : file.tensors()) {
-            // llama-cuda's split: the layers' matrices are cut, the rest is
-            // on every rank whole
+            // the plugins' split, near enough for a fit check: the layers'
+            // matrices are cut (gpt-cuda's router and the one extra expert a
+            // rank may hold are small beside them), the rest is on every rank
+            // whole
             const bool layer_matrix = t.n_dims >= 2 && std::string_view(t.name.data, t.name.size).starts_with("blk.");
             (layer_matrix ? need.sharded_bytes : need.replicated_bytes) += t.nbytes;
         }

@@ -28,11 +28,7 @@ int mlp_kind(int, const std::string& k) { return k == "ffn_up" ? int(kLoraUp) : 
 
 std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_params& p) {
     ehcuda::lora_check_params(p);
-    // (a sharded model's matrices are its ranks' slices, which the
-    // adapter's updates are not cut for)
-    if (m.tp > 1)
-        throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: LoRA adapters are not built for tensor parallelism (the model is on " +
-                                             std::to_string(m.tp) + " ranks); load the model on one device");
+    ehcuda::lora_refuse_sharded("gpt-cuda", m.tp);
     if (!m.view) throw ehp::Error(EH_INTERNAL, "adapter_load: the model keeps no view");
     const ehp::LoraAdapterInfo info = ehp::read_lora_adapter(*p.view, *m.view);
     m.lora.init(ehcuda::lora_sites(m, kLoraPerLayer, [&](int, int k) { return mlp_site(m.cfg, k); }), &m.ledger);

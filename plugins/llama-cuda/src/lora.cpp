@@ -42,9 +42,7 @@ bool ends_with(const std::string& s, const char* suffix) {
 
 std::unique_ptr<ehcuda::LoraAdapter> load_adapter(Model& m, const eh_adapter_params& p) {
     ehcuda::lora_check_params(p);
-    if (m.tp > 1)
-        throw ehp::Error(EH_UNSUPPORTED, "LoRA adapter: llama-cuda does not apply adapters to a tensor-parallel load (" +
-                                             std::to_string(m.tp) + " ranks); load the model on one device");
+    ehcuda::lora_refuse_sharded("llama-cuda", m.tp);
     if (!m.view) throw ehp::Error(EH_INTERNAL, "adapter_load: the model keeps no view");
     const ehp::LoraAdapterInfo info = ehp::read_lora_adapter(*p.view, *m.view);
     m.lora.init(ehcuda::lora_sites(m, kLoraPerLayer, [&](int l, int k) { return ffn_site(m, l, k); }), &m.ledger);

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <engine_host/plugin_abi.hpp>
+
 #include <ehcuda/kernels.hpp>
 #include <ehcuda/lora.hpp>
 
@@ -53,6 +55,16 @@ inline int lora_attention_kind(const std::string& kind, int n_qkv) {
     if (kind == "attn_v" && n_qkv == 3) return 2;
     if (kind == "attn_output") return 3;
     return -1;
+}
+
+// adapter_load on a model of tp ranks: refused (a rank holds slices of the
+// matrices the adapter's updates are not cut for), in the same words for
+// every plugin. Checked before lora_sites, which reads the one-rank layers.
+inline void lora_refuse_sharded(const char* plugin, int tp) {
+    if (tp > 1)
+        throw ehp::Error(EH_UNSUPPORTED, std::string("LoRA adapter: ") + plugin +
+                                             " does not apply adapters to a tensor-parallel load (" +
+                                             std::to_string(tp) + " ranks); load the model on one device");
 }
 
 // Every site of model m: per layer its per_layer kinds (the attention's
