@@ -8,7 +8,8 @@
 #    while its tests are listed (a namespace-scope read) stops the build;
 #  - with `run CTEST_ARGS...`, ctest runs those tests there too (CI:
 #    `-LE "gpu|testdata"`, so a test that reads the data without the label
-#    fails).
+#    fails, and one that skips itself without it fails too:
+#    scripts/ctest-no-skips.sh).
 #   scripts/check-without-testdata.sh [BUILD_DIR [run CTEST_ARGS...]]
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -70,5 +71,5 @@ fi
   echo "check-without-testdata: $nprog test programs list their tests without $testdata"
   if (($# > 0)); then
     echo "check-without-testdata: ctest $* with $testdata hidden"
-    ctest --test-dir "$build" "$@"
+    scripts/ctest-no-skips.sh "$build" "$@"
   fi' check "$empty" "$testdata" "$build" "${#programs[@]}" "${programs[@]}" "${run[@]}"
