@@ -1,7 +1,8 @@
 // How a tensor-parallel load divides a model among its ranks (cuda-common
 // README, "Tensor parallelism"), for every CUDA plugin that shards: the
 // rank mode of the load option "tensor_parallel", the KV heads per rank,
-// each rank's whole experts (expert parallelism), and the host copy of a
+// each rank's whole experts (expert parallelism) or its rows of every
+// expert (tensor parallelism within experts), and the host copy of a
 // row-parallel matrix's columns. Host code only.
 #pragma once
 
@@ -58,21 +59,78 @@ inline ExpertRange expert_range(int n_expert, int ranks, int r) {
     return ExpertRange{r * base + std::min(r, extra), base + (r < extra ? 1 : 0)};
 }
 
+// Bytes of `cols` values of `type` as a file stores them (any block type,
+// MXFP4 too: a cut copies the file's rows); 0 when cols is not whole blocks.
+inline size_t block_row_bytes(uint32_t type, int64_t cols) {
+    const eh_type_traits tr = eh_tensor_type_traits(type);
+    if (cols <= 0 || tr.block_elems == 0 || tr.block_bytes == 0 || cols % tr.block_elems) return 0;
+    return size_t(cols / tr.block_elems) * tr.block_bytes;
+}
+
+// UNSUPPORTED: tensor t cannot be cut at columns c0 .. c0 + n (not whole
+// blocks of its type), naming the tensor, its type and the cut.
+[[noreturn]] inline void refuse_column_cut(const eh_tensor& t, int64_t c0, int64_t n) {
+    throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: tensor '" + std::string(ehp::to_sv(t.name)) + "' (" +
+                                         ehp::type_name(t.type) + ") cannot be cut at columns " + std::to_string(c0) +
+                                         ".." + std::to_string(c0 + n) + ": not whole blocks of its type");
+}
+
 // Columns c0 .. c0 + n - 1 of every row of a rows x cols matrix (a
 // row-parallel rank's share), copied row by row on the host into `out`
-// (row_bytes(type, n) per row, returned). Each slice must start and end
-// on whole blocks of the type (UNSUPPORTED naming the tensor otherwise).
-// The caller has checked the tensor's shape and bytes (row_bytes `rb`).
+// (block_row_bytes(type, n) per row, returned). Each slice must start and
+// end on whole blocks of the type (UNSUPPORTED naming the tensor
+// otherwise). The caller has checked the tensor's type, shape and bytes
+// (its file row bytes `rb`).
 inline size_t column_slice(const eh_tensor& t, int64_t rows, size_t rb, int64_t c0, int64_t n, std::vector<uint8_t>& out) {
-    const size_t skip = c0 ? row_bytes(t.type, c0) : 0, nb = row_bytes(t.type, n);
-    if ((c0 && !skip) || !nb)
-        throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism: tensor '" + std::string(ehp::to_sv(t.name)) + "' (" +
-                                             ehp::type_name(t.type) + ") cannot be cut at columns " + std::to_string(c0) +
-                                             ".." + std::to_string(c0 + n) + ": not whole blocks of its type");
+    const size_t skip = c0 ? block_row_bytes(t.type, c0) : 0, nb = block_row_bytes(t.type, n);
+    if ((c0 && !skip) || !nb) refuse_column_cut(t, c0, n);
     out.resize(nb * size_t(rows));
     for (int64_t r = 0; r < rows; ++r)
         std::memcpy(out.data() + size_t(r) * nb, static_cast<const uint8_t*>(t.data) + size_t(r) * rb + skip, nb);
     return nb;
+}
+
+// Tensor parallelism within experts (gpt-cuda's load option
+// "expert_split": "rows"): every rank holds every expert, rank r of
+// `ranks` rows [first, first + count) of each expert's intermediate width
+// n_ff (its gate and up rows) and the same columns of its down. Equal
+// shares, each on whole blocks of `down`'s type (the tensor whose columns
+// are cut): UNSUPPORTED otherwise, naming the tensor, its type and the cut
+// (Qwen3-MoE's width 768 in Q4_K over 2 ranks: 384 is not whole 256-value
+// blocks; gpt-oss's 2880 in MXFP4 over 2: 1440 is 45 blocks of 32).
+struct RowRange {
+    int64_t first = 0;
+    int64_t count = 0;
+};
+inline RowRange expert_row_range(const eh_tensor& down, int64_t n_ff, int ranks, int r) {
+    if (ranks < 1 || r < 0 || r >= ranks || n_ff % ranks)
+        throw ehp::Error(EH_UNSUPPORTED, "tensor parallelism within experts: the experts' width of " +
+                                             std::to_string(n_ff) + " rows does not split evenly over " +
+                                             std::to_string(ranks) + " ranks");
+    const RowRange own{r * (n_ff / ranks), n_ff / ranks};
+    if (!block_row_bytes(down.type, own.count)) refuse_column_cut(down, own.first, own.count);
+    return own;
+}
+
+// Tensor parallelism within experts, the host copy of a rank's rows: of
+// each of n_expert experts' rows_stored rows (row_bytes each, expert after
+// expert at src), rows [first, first + count) of every cut in order, expert
+// by expert, into `out` (a fused gate|up's cuts: the rank's gate rows, then
+// its up rows; a bias's cuts: its values, 4-byte rows). Returns the rows
+// each expert keeps (the cuts' counts added).
+inline int64_t expert_rows_copy(const void* src, size_t row_bytes, int64_t rows_stored, int64_t n_expert,
+                                const std::vector<RowRange>& cuts, std::vector<uint8_t>& out) {
+    int64_t per = 0;
+    for (const RowRange& c : cuts) per += c.count;
+    out.resize(row_bytes * size_t(per * n_expert));
+    uint8_t* dst = out.data();
+    for (int64_t e = 0; e < n_expert; ++e)
+        for (const RowRange& c : cuts) {
+            std::memcpy(dst, static_cast<const uint8_t*>(src) + size_t(e * rows_stored + c.first) * row_bytes,
+                        size_t(c.count) * row_bytes);
+            dst += size_t(c.count) * row_bytes;
+        }
+    return per;
 }
 
 }  // namespace ehcuda
