@@ -13,7 +13,11 @@
 // (the grouped expert kernels), batched decodes, and single-token decodes
 // (CUDA graphs; the one-token expert kernel behind the filter). Both files
 // have 2 KV heads, so 2 ranks is the most they split over; 4 is refused by
-// name, as is everything else gpt-cuda does not shard.
+// name, as is everything else gpt-cuda does not shard. The load option
+// "expert_split": "rows" (tensor parallelism within experts: every rank
+// every expert, its rows of their width; no routing filter) on both tiny
+// gpt-oss files in both modes, to the same bar; the tiny Qwen3-MoE's Q4_K
+// width of 256 does not cut over 2 ranks and is refused by name.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -63,6 +67,8 @@ std::vector<std::vector<float>> teacher_forced(const std::string& name, const st
 }
 
 constexpr const char* kStreams = R"({"tensor_parallel":"streams"})";
+constexpr const char* kRows = R"({"expert_split":"rows"})";
+constexpr const char* kRowsStreams = R"({"expert_split":"rows","tensor_parallel":"streams"})";
 
 struct TpCase {
     std::string label;
@@ -83,12 +89,14 @@ TEST_P(GptTensorParallel, TeacherForcedLogitsAgreeWithOneRank) {
     const auto one = teacher_forced(tc.model, {}, nullptr);
     std::vector<std::string> stages;
     const auto many = teacher_forced(tc.model, std::vector<int32_t>(size_t(tc.tp), 0), tc.options, &stages);
-    // the load says how it split the model
+    // the load says how it split the model (whole experts, or within them)
+    const bool rows = tc.options && std::string(tc.options).find(R"("expert_split":"rows")") != std::string::npos;
+    const std::string split = rows ? "expert rows 0+" : "experts 0+";
     const bool said = std::any_of(stages.begin(), stages.end(), [&](const std::string& l) {
         return l.find("tensor parallel: " + std::to_string(tc.tp) + " ranks") != std::string::npos &&
-               l.find("experts 0+") != std::string::npos;
+               l.find(split) != std::string::npos;
     });
-    EXPECT_TRUE(said) << "no \"tensor parallel: " << tc.tp << " ranks ... experts\" line in the load's log";
+    EXPECT_TRUE(said) << "no \"tensor parallel: " << tc.tp << " ranks ... " << split << "\" line in the load's log";
     ehtest::expect_tp_agreement(one, many, tc.model + " " + std::to_string(tc.tp) + " ranks " +
                                                (tc.options ? tc.options : "(shard mode)"));
 }
@@ -101,7 +109,13 @@ INSTANTIATE_TEST_SUITE_P(
                       // (the per-pair and cuBLAS expert forms) and head dim 32
                       TpCase{"ref_gpt_oss", "gpt-oss", 2}, TpCase{"ref_qwen3moe", "qwen3moe", 2},
                       TpCase{"streams_gpt_oss", "tiny-gpt-oss-mxfp4", 2, kStreams},
-                      TpCase{"streams_qwen3moe", "tiny-qwen3-moe-q4_k_m", 2, kStreams}),
+                      TpCase{"streams_qwen3moe", "tiny-qwen3-moe-q4_k_m", 2, kStreams},
+                      // within experts: MXFP4 widths of 64 cut 32 + 32 (gate and up
+                      // rows with their biases, down's columns, its bias on rank 0)
+                      TpCase{"rows_gpt_oss", "tiny-gpt-oss-mxfp4", 2, kRows},
+                      TpCase{"rows_ref_gpt_oss", "gpt-oss", 2, kRows},
+                      TpCase{"rows_streams_gpt_oss", "tiny-gpt-oss-mxfp4", 2, kRowsStreams},
+                      TpCase{"rows_streams_ref_gpt_oss", "gpt-oss", 2, kRowsStreams}),
     [](const auto& info) { return info.param.label + "_tp" + std::to_string(info.param.tp); });
 
 // The routing filter (moe_expert_range.hpp) against its host statement:
@@ -182,6 +196,23 @@ TEST(GptTensorParallelLoad, RefusalsNameWhy) {
     EXPECT_NE(refusal("tiny-gpt-oss-mxfp4", {0, 0}, R"({"tensor_parallel":"rings"})", EH_INVALID_ARGUMENT)
                   .find("tensor_parallel"),
               std::string::npos);
+    // within experts: the tiny Qwen3-MoE's width of 256 in 256-value blocks
+    // (Q4_K / Q6_K) has no cut at 128, named with the tensor and its type
+    const std::string cut = refusal("tiny-qwen3-moe-q4_k_m", {0, 0}, kRows, EH_UNSUPPORTED);
+    EXPECT_NE(cut.find("tensor 'blk.0.ffn_down_exps.weight' (Q"), std::string::npos) << cut;
+    EXPECT_NE(cut.find("cannot be cut at columns 0..128: not whole blocks of its type"), std::string::npos) << cut;
+    EXPECT_NE(refusal("tiny-gpt-oss-mxfp4", {0, 0}, R"({"expert_split":"heads"})", EH_INVALID_ARGUMENT)
+                  .find("expert_split"),
+              std::string::npos);
+}
+
+// One rank splits nothing: "expert_split": "rows" loads the whole model.
+TEST(GptTensorParallelLoad, ExpertSplitRowsOnOneRankIsTheWholeModel) {
+    REQUIRE_GPT_CUDA();
+    const auto plain = teacher_forced("tiny-gpt-oss-mxfp4", {}, nullptr);
+    const auto rows = teacher_forced("tiny-gpt-oss-mxfp4", {}, kRows);
+    ASSERT_EQ(plain.size(), rows.size());
+    for (size_t p = 0; p < plain.size(); ++p) EXPECT_EQ(plain[p], rows[p]) << "position " << p;
 }
 
 }  // namespace

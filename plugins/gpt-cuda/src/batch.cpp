@@ -126,9 +126,10 @@ Batch::Batch(Model& model, const eh_kv_params& params)
         if (c_.arch == Arch::Gpt2) {
             r.ff = ehcuda::DeviceBuffer(T * c_.n_ff * 4, L);
         } else {
+            // (the rank's expert width: the model's, or its share within experts)
             const size_t K = size_t(c_.n_expert_used), chunk = std::min<size_t>(T, kMoeChunk);
             r.ff = ehcuda::DeviceBuffer(
-                std::max(chunk * K * c_.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), c_.n_ff_exp)), L);
+                std::max(chunk * K * rc.n_ff_exp * 4, ehcuda::moe_decode_scratch_bytes(int(K), rc.n_ff_exp)), L);
             r.router = ehcuda::DeviceBuffer(T * c_.n_expert * 4, L);
             // moe_router_decode's counter, then moe_decode_mma's
             r.router_counter = ehcuda::DeviceBuffer(4 * size_t(1 + ehcuda::moe_decode_mma_counters(c_.n_embd)), L);
@@ -136,7 +137,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
             if (moe_grouped_max_ >= 2)
                 r.grouped = ehcuda::DeviceBuffer(
                     ehcuda::moe_grouped_scratch_bytes(int(std::min<size_t>(T, size_t(moe_grouped_max_))), int(K), c_.n_expert,
-                                                      c_.n_embd, c_.n_ff_exp),
+                                                      c_.n_embd, rc.n_ff_exp),
                     L);
             r.ids = ehcuda::DeviceBuffer(T * K * 4, L);
             r.wts = ehcuda::DeviceBuffer(T * K * 4, L);
@@ -151,7 +152,7 @@ Batch::Batch(Model& model, const eh_kv_params& params)
                 ps.moe_experts = c_.n_expert;
                 ps.moe_k = c_.n_expert_used;
                 ps.moe_embd = c_.n_embd;
-                ps.moe_ff = c_.n_ff_exp;
+                ps.moe_ff = rc.n_ff_exp;
                 r.moe_ws = std::make_unique<ehcuda::PrefillWorkspace>(ps, r.stream, L);
             }
         }
@@ -328,8 +329,9 @@ void Batch::expert_block(Rank& r, int li, const ehcuda::StepView& v, float* y) {
         normed_matmul(r, &L.router, 1, r.h, L.ffn_norm, r.router.as<float>(), c.n_expert, T, one);
         if (!one || !fused_route()) ehcuda::moe_route(r.router.as<float>(), T, c.n_expert, c.n_expert_used, ids, wts, s);
     }
-    // A rank keeps the pairs routed to its experts (as local indices).
-    if (sharded) ehcuda::moe_keep_expert_range(ids, wts, T, c.n_expert_used, r.expert0, r.n_local, s);
+    // A rank of whole experts keeps the pairs routed to them (as local
+    // indices); within experts every rank runs every pair on its rows.
+    if (sharded && !m_.expert_rows) ehcuda::moe_keep_expert_range(ids, wts, T, c.n_expert_used, r.expert0, r.n_local, s);
     moe(r, li, T, y);
 }
 

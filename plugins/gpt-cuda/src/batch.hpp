@@ -14,7 +14,9 @@
 // its KV heads in the pool's layer l * tp + r, on its GPU. Every rank
 // routes every token alike (the whole router), keeps the pairs routed to
 // its own experts (moe_expert_range.hpp) and runs the expert kernels on
-// those.
+// those; within experts (Model::expert_rows) it runs every pair on its rows
+// of every expert, the kernels seeing its width (the layers' ExpertMats and
+// its Config's n_ff_exp size its scratch).
 #pragma once
 
 #include <ehcuda/batch.hpp>
@@ -47,7 +49,7 @@ private:
     // (tp_rank.hpp; part: its share of attn_output / the experts).
     struct Rank : ehcuda::RankLane<Config, Layer> {
         const float* inv_freq = nullptr;
-        int expert0 = 0, n_local = 0;  // its experts (all of them at tp 1)
+        int expert0 = 0, n_local = 0;  // its experts (all of them at tp 1 and within experts)
         ehcuda::DeviceBuffer router, ids, wts, grouped;
         ehcuda::DeviceBuffer router_counter;  // moe_router_decode's, then moe_decode_mma's
         // The grouped-by-expert cuBLAS MoE's own workspace (the base's has no

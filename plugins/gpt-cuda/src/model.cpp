@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <utility>
+#include <vector>
 
 #include <engine_host/quant_blocks.hpp>
 #include <ehcuda/check.hpp>
@@ -62,10 +64,17 @@ public:
         const size_t file_rb = tensor_check(t, cols, rows, n_expert, moe_types, row_bytes);
         const std::string name(ehp::to_sv(t.name));
         if (nrows == 0) nrows = rows * n_expert;
-        const void* src = static_cast<const uint8_t*>(t.data) + row0 * file_rb;
+        return add_rows(t, static_cast<const uint8_t*>(t.data) + row0 * file_rb, nrows, cols, file_rb, name + tag);
+    }
+
+    // nrows file rows of t's type (file_rb bytes of `cols` values each) from
+    // src into the current plan: MXFP4 rewritten at upload into the device
+    // layout, any other type as it is. Returns the arena offset.
+    size_t add_rows(const eh_tensor& t, const void* src, uint64_t nrows, uint64_t cols, size_t file_rb,
+                    const std::string& name) {
         const size_t bytes = file_rb * nrows;
-        return t.type == EH_TYPE_MXFP4 ? at->add_mxfp4(src, int64_t(nrows), int64_t(cols), 0, name + tag)
-                                       : at->add(src, bytes, bytes + kTailPad, name + tag, t.type);
+        return t.type == EH_TYPE_MXFP4 ? at->add_mxfp4(src, int64_t(nrows), int64_t(cols), 0, name)
+                                       : at->add(src, bytes, bytes + kTailPad, name, t.type);
     }
 
     // The tensor has dims {cols, rows, n_expert}, a type gpt-cuda runs
@@ -152,6 +161,44 @@ public:
         at->fix(&out.data, off);
     }
 
+    // Tensor parallelism within experts: of each of the n_expert experts'
+    // rows_stored rows, rows [first, first + count) of every cut in order (a
+    // rank's gate rows, then its up rows of a fused gate|up), copied on the
+    // host expert by expert; out's rows are one cut's, from row0 0.
+    void expert_rows(const std::string& name, int64_t cols, int64_t rows_stored, int64_t n_expert,
+                     const std::vector<ehcuda::RowRange>& cuts, ehcuda::ExpertMat& out) {
+        const eh_tensor& t = need(name);
+        const size_t file_rb = tensor_check(t, uint64_t(cols), uint64_t(rows_stored), uint64_t(n_expert), true, &out.row_bytes);
+        std::vector<uint8_t>& buf = copy_buffer();
+        const int64_t per = ehcuda::expert_rows_copy(t.data, file_rb, rows_stored, n_expert, cuts, buf);
+        const size_t off = add_rows(t, buf.data(), uint64_t(per * n_expert), uint64_t(cols), file_rb, name + tag);
+        out.type = t.type;
+        out.rows = int(cuts[0].count);
+        out.cols = int(cols);
+        out.row0 = 0;
+        out.expert_stride = out.row_bytes * size_t(per);
+        at->fix(&out.data, off);
+    }
+    // Columns [c.first, c.first + c.count) of every row of every expert (a
+    // rank's share of down within experts: ehcuda::column_slice's host copy
+    // of the rows * n_expert rows, whole blocks of the type only).
+    void expert_cols(const std::string& name, int64_t cols, int64_t rows, int64_t n_expert, ehcuda::RowRange c,
+                     ehcuda::ExpertMat& out) {
+        const eh_tensor& t = need(name);
+        size_t rb = 0;
+        const size_t file_rb = tensor_check(t, uint64_t(cols), uint64_t(rows), uint64_t(n_expert), true, &rb);
+        std::vector<uint8_t>& buf = copy_buffer();
+        const size_t nb = ehcuda::column_slice(t, rows * n_expert, file_rb, c.first, c.count, buf);
+        const size_t off = add_rows(t, buf.data(), uint64_t(rows * n_expert), uint64_t(c.count), nb, name + tag);
+        out.type = t.type;
+        out.rows = int(rows);
+        out.cols = int(c.count);
+        out.row_bytes = ehcuda::moe_row_bytes(t.type, c.count);
+        out.row0 = 0;
+        out.expert_stride = out.row_bytes * size_t(rows);
+        at->fix(&out.data, off);
+    }
+
     // n floats (any shape with n elements), converted to F32 on the host.
     // Returns the arena offset, or SIZE_MAX when absent and not required.
     size_t vector(const std::string& name, uint64_t n, const float** out, bool required = true) {
@@ -162,10 +209,32 @@ public:
     size_t vector_slice(const std::string& name, uint64_t n, uint64_t off, uint64_t len, const float** out,
                         bool required = true) {
         *out = nullptr;
+        std::vector<float> v;
+        if (!read_floats(name, n, required, v)) return SIZE_MAX;
+        if (len != n) v = std::vector<float>(v.begin() + ptrdiff_t(off), v.begin() + ptrdiff_t(off + len));
+        return at->host_floats(std::move(v), len != n ? name + tag : name, reinterpret_cast<const void**>(out));
+    }
+    // Of a bias of n_expert * per values, each expert's elements of every cut
+    // in order (the biases of expert_rows' rows). Returns the arena offset,
+    // or SIZE_MAX when absent (not required).
+    size_t expert_bias_rows(const std::string& name, int64_t n_expert, int64_t per,
+                            const std::vector<ehcuda::RowRange>& cuts, const float** out) {
+        *out = nullptr;
+        std::vector<float> v;
+        if (!read_floats(name, uint64_t(n_expert * per), false, v)) return SIZE_MAX;
+        std::vector<uint8_t> bytes;
+        const int64_t kept = ehcuda::expert_rows_copy(v.data(), 4, per, n_expert, cuts, bytes);
+        std::vector<float> own(size_t(kept * n_expert));
+        std::memcpy(own.data(), bytes.data(), bytes.size());
+        return at->host_floats(std::move(own), name + tag, reinterpret_cast<const void**>(out));
+    }
+    // The n values of `name` as floats into v; false when it is absent and
+    // not required.
+    bool read_floats(const std::string& name, uint64_t n, bool required, std::vector<float>& v) {
         const eh_tensor* t = find(name);
         if (!t) {
             if (required) fail("missing tensor '" + name + "'");
-            return SIZE_MAX;
+            return false;
         }
         uint64_t count = 1;
         for (uint32_t d = 0; d < t->n_dims && d < EH_MAX_DIMS; ++d) count *= t->dims[d];
@@ -174,10 +243,9 @@ public:
             throw ehp::Error(EH_UNSUPPORTED, "tensor '" + name + "' has type " + ehp::type_name(t->type));
         const uint64_t bytes = ehp::quant::row_bytes(t->type, n);
         if (bytes == 0 || !t->data || t->nbytes < bytes) fail("tensor '" + name + "' is too short for " + std::to_string(n) + " values");
-        std::vector<float> v(n);
+        v.resize(n);
         ehp::quant::dequantize_row(t->type, t->data, v.data(), n);
-        if (len != n) v = std::vector<float>(v.begin() + ptrdiff_t(off), v.begin() + ptrdiff_t(off + len));
-        return at->host_floats(std::move(v), len != n ? name + tag : name, reinterpret_cast<const void**>(out));
+        return true;
     }
 
     std::string tag;  // appended to the names of its pieces (rank r's)
@@ -216,22 +284,88 @@ void bind_gpt2_layer(Loader& ld, const Config& c, int i, Layer& L) {
 
 // What a rank holds of every MoE layer: query heads [head0, head0 +
 // n_head), their KV heads [kv0, kv0 + n_kv), experts [expert0, expert0 +
-// n_expert); `first` whether attn_output's bias is its to add. The whole
-// model at tp 1.
+// n_expert), rows [ff0, ff0 + n_ff) of each one's width (all of them but
+// within experts); `first` whether attn_output's bias (and within experts
+// down's) is its to add. The whole model at tp 1.
 struct Part {
     int head0 = 0, n_head = 0, kv0 = 0, n_kv = 0, expert0 = 0, n_expert = 0;
     bool first = true;
+    int ff0 = 0, n_ff = 0;
 };
-Part whole(const Config& c) { return Part{0, c.n_head, 0, c.n_kv, 0, c.n_expert, true}; }
+Part whole(const Config& c) { return Part{0, c.n_head, 0, c.n_kv, 0, c.n_expert, true, 0, c.n_ff_exp}; }
+
+// Whole experts [expert0, expert0 + n_expert) with their biases (a down
+// bias added by the rank holding its expert).
+void bind_whole_experts(Loader& ld, const Config& c, const Part& pt, int i, Layer& L) {
+    const int E = c.n_embd, F = c.n_ff_exp, X = c.n_expert;
+    const int e0 = pt.expert0, ne = pt.n_expert;
+    if (ld.has(blk(i, "ffn_gate_up_exps.weight"))) {
+        // each expert's gate rows, then its up rows
+        ld.experts(blk(i, "ffn_gate_up_exps.weight"), E, 2 * int64_t(F), X, F, 0, L.gate_exps, e0, ne);
+        L.up_exps = L.gate_exps;
+        L.up_exps.row0 = F;
+        const size_t boff = ld.vector_slice(blk(i, "ffn_gate_up_exps.bias"), uint64_t(2) * F * X, uint64_t(2) * F * e0,
+                                            uint64_t(2) * F * ne, &L.gate_exps.bias, false);
+        if (boff != SIZE_MAX) {
+            ld.at->fix(slot(&L.up_exps.bias), boff + size_t(F) * 4);
+            L.gate_exps.bias_stride = L.up_exps.bias_stride = 2 * F;
+        }
+    } else {
+        ld.experts(blk(i, "ffn_gate_exps.weight"), E, F, X, F, 0, L.gate_exps, e0, ne);
+        ld.experts(blk(i, "ffn_up_exps.weight"), E, F, X, F, 0, L.up_exps, e0, ne);
+        if (ld.vector_slice(blk(i, "ffn_gate_exps.bias"), uint64_t(F) * X, uint64_t(F) * e0, uint64_t(F) * ne,
+                            &L.gate_exps.bias, false) != SIZE_MAX)
+            L.gate_exps.bias_stride = F;
+        if (ld.vector_slice(blk(i, "ffn_up_exps.bias"), uint64_t(F) * X, uint64_t(F) * e0, uint64_t(F) * ne,
+                            &L.up_exps.bias, false) != SIZE_MAX)
+            L.up_exps.bias_stride = F;
+    }
+    ld.experts(blk(i, "ffn_down_exps.weight"), F, E, X, E, 0, L.down_exps, e0, ne);
+    // (each expert's down bias with it: added once, by the rank holding it)
+    if (ld.vector_slice(blk(i, "ffn_down_exps.bias"), uint64_t(E) * X, uint64_t(E) * e0, uint64_t(E) * ne,
+                        &L.down_exps.bias, false) != SIZE_MAX)
+        L.down_exps.bias_stride = E;
+}
+
+// Tensor parallelism within experts: every expert, rows [ff0, ff0 + n_ff)
+// of its gate and up (of a fused gate|up both halves': per expert the
+// rank's gate rows, then its up rows, so the kernels see a fused pair of
+// width n_ff) with their biases, the same columns of its down; down's bias
+// on the first rank alone (the all-reduce adds it once). The activation
+// (gpt-oss's clamped SwiGLU too) is per intermediate row, so each rank's
+// rows compute what they do whole.
+void bind_expert_rows(Loader& ld, const Config& c, const Part& pt, int i, Layer& L) {
+    const int E = c.n_embd, F = c.n_ff_exp, X = c.n_expert;
+    const ehcuda::RowRange own{pt.ff0, pt.n_ff};
+    if (ld.has(blk(i, "ffn_gate_up_exps.weight"))) {
+        const std::vector<ehcuda::RowRange> cuts{own, {F + pt.ff0, pt.n_ff}};
+        ld.expert_rows(blk(i, "ffn_gate_up_exps.weight"), E, 2 * int64_t(F), X, cuts, L.gate_exps);
+        L.up_exps = L.gate_exps;
+        L.up_exps.row0 = pt.n_ff;
+        const size_t boff = ld.expert_bias_rows(blk(i, "ffn_gate_up_exps.bias"), X, 2 * int64_t(F), cuts, &L.gate_exps.bias);
+        if (boff != SIZE_MAX) {
+            ld.at->fix(slot(&L.up_exps.bias), boff + size_t(pt.n_ff) * 4);
+            L.gate_exps.bias_stride = L.up_exps.bias_stride = 2 * pt.n_ff;
+        }
+    } else {
+        for (const auto& [name, mat] : {std::pair{"ffn_gate_exps", &L.gate_exps}, std::pair{"ffn_up_exps", &L.up_exps}}) {
+            ld.expert_rows(blk(i, std::string(name) + ".weight"), E, F, X, {own}, *mat);
+            if (ld.expert_bias_rows(blk(i, std::string(name) + ".bias"), X, F, {own}, &mat->bias) != SIZE_MAX)
+                mat->bias_stride = pt.n_ff;
+        }
+    }
+    ld.expert_cols(blk(i, "ffn_down_exps.weight"), F, E, X, own, L.down_exps);
+    if (pt.first && ld.vector(blk(i, "ffn_down_exps.bias"), uint64_t(E) * X, &L.down_exps.bias, false) != SIZE_MAX)
+        L.down_exps.bias_stride = E;
+}
 
 // gpt-oss and qwen3moe: the tensors the other lacks are optional (biases,
 // sinks; the per-head norms are required when the config asks for them).
 // Sharded, a rank's rows of Q/K/V (and their biases) and its heads'
-// columns of attn_output and sinks, its experts whole (and their biases);
-// norms and the router whole on every rank.
+// columns of attn_output and sinks, its experts whole or its rows of every
+// expert (and their biases); norms and the router whole on every rank.
 void bind_moe_layer(Loader& ld, const Config& c, const Part& pt, int i, Layer& L) {
-    const int E = c.n_embd, F = c.n_ff_exp, X = c.n_expert, D = c.head_dim;
-    const int e0 = pt.expert0, ne = pt.n_expert;
+    const int E = c.n_embd, X = c.n_expert, D = c.head_dim;
     ld.vector(blk(i, "attn_norm.weight"), E, &L.attn_norm);
     L.n_qkv = 3;
     const char* names[3] = {"attn_q", "attn_k", "attn_v"};
@@ -261,32 +395,8 @@ void bind_moe_layer(Loader& ld, const Config& c, const Part& pt, int i, Layer& L
 
     ld.matrix(blk(i, "ffn_gate_inp.weight"), E, X, L.router.w);
     ld.vector(blk(i, "ffn_gate_inp.bias"), uint64_t(X), &L.router.bias, false);
-    if (ld.has(blk(i, "ffn_gate_up_exps.weight"))) {
-        // each expert's gate rows, then its up rows
-        ld.experts(blk(i, "ffn_gate_up_exps.weight"), E, 2 * int64_t(F), X, F, 0, L.gate_exps, e0, ne);
-        L.up_exps = L.gate_exps;
-        L.up_exps.row0 = F;
-        const size_t boff = ld.vector_slice(blk(i, "ffn_gate_up_exps.bias"), uint64_t(2) * F * X, uint64_t(2) * F * e0,
-                                            uint64_t(2) * F * ne, &L.gate_exps.bias, false);
-        if (boff != SIZE_MAX) {
-            ld.at->fix(slot(&L.up_exps.bias), boff + size_t(F) * 4);
-            L.gate_exps.bias_stride = L.up_exps.bias_stride = 2 * F;
-        }
-    } else {
-        ld.experts(blk(i, "ffn_gate_exps.weight"), E, F, X, F, 0, L.gate_exps, e0, ne);
-        ld.experts(blk(i, "ffn_up_exps.weight"), E, F, X, F, 0, L.up_exps, e0, ne);
-        if (ld.vector_slice(blk(i, "ffn_gate_exps.bias"), uint64_t(F) * X, uint64_t(F) * e0, uint64_t(F) * ne,
-                            &L.gate_exps.bias, false) != SIZE_MAX)
-            L.gate_exps.bias_stride = F;
-        if (ld.vector_slice(blk(i, "ffn_up_exps.bias"), uint64_t(F) * X, uint64_t(F) * e0, uint64_t(F) * ne,
-                            &L.up_exps.bias, false) != SIZE_MAX)
-            L.up_exps.bias_stride = F;
-    }
-    ld.experts(blk(i, "ffn_down_exps.weight"), F, E, X, E, 0, L.down_exps, e0, ne);
-    // (each expert's down bias with it: added once, by the rank holding it)
-    if (ld.vector_slice(blk(i, "ffn_down_exps.bias"), uint64_t(E) * X, uint64_t(E) * e0, uint64_t(E) * ne,
-                        &L.down_exps.bias, false) != SIZE_MAX)
-        L.down_exps.bias_stride = E;
+    if (pt.n_ff < c.n_ff_exp) bind_expert_rows(ld, c, pt, i, L);
+    else bind_whole_experts(ld, c, pt, i, L);
     L.window = c.layer_window(i);
 }
 
@@ -323,10 +433,14 @@ std::vector<std::string> plan_lines(const Model& m, const ehp::ModelView& view, 
     if (m.tp > 1)
         attn.push_back(ehcuda::tp_plan_line(
             m.tp, m.rank_streams,
-            ", attention by KV head, experts whole per rank (expert parallelism; every rank routes alike), "
-            "one all-reduce after attn_output and one after the experts; per rank:",
-            m.shards, [](const Shard& s) {
-                return ", experts " + std::to_string(s.expert0) + "+" + std::to_string(s.n_local);
+            m.expert_rows ? ", attention by KV head, every expert on every rank with its width split (tensor parallelism "
+                            "within experts: gate and up rows, down's columns; every rank routes alike, no filter), "
+                            "one all-reduce after attn_output and one after the experts; per rank:"
+                          : ", attention by KV head, experts whole per rank (expert parallelism; every rank routes "
+                            "alike), one all-reduce after attn_output and one after the experts; per rank:",
+            m.shards, [&](const Shard& s) {
+                return m.expert_rows ? ", expert rows " + std::to_string(s.ff0) + "+" + std::to_string(s.c.n_ff_exp)
+                                     : ", experts " + std::to_string(s.expert0) + "+" + std::to_string(s.n_local);
             }));
     std::vector<std::string> lines{ehcuda::describe_plan(p, dev)};
     lines.insert(lines.end(), attn.begin(), attn.end());
@@ -343,17 +457,27 @@ void load_shards(Loader& ld, Model& m, const std::vector<int>& devices) {
     m.shards.resize(size_t(n));
     for (int r = 0; r < n; ++r) {
         Shard& s = m.shards[size_t(r)];
-        const ehcuda::ExpertRange er = ehcuda::expert_range(c.n_expert, n, r);
         ehcuda::place_shard_heads(s, c, r, kv, devices[size_t(r)]);
-        s.expert0 = er.first;
-        s.n_local = er.count;
+        if (m.expert_rows) {
+            // every layer's down cut alike (checked on each: a Q4_K_M file mixes types by layer)
+            ehcuda::RowRange own;
+            for (int i = 0; i < c.n_layer; ++i)
+                own = ehcuda::expert_row_range(ld.need(blk(i, "ffn_down_exps.weight")), c.n_ff_exp, n, r);
+            s.n_local = c.n_expert;
+            s.ff0 = int(own.first);
+            s.c.n_ff_exp = int(own.count);
+        } else {
+            const ehcuda::ExpertRange er = ehcuda::expert_range(c.n_expert, n, r);
+            s.expert0 = er.first;
+            s.n_local = er.count;
+        }
     }
     ld.plan_ranks(m.shards);
     for (int r = 0; r < n; ++r) {
         Shard& s = m.shards[size_t(r)];
         ld.use_rank(r);
         if (c.n_rot > 0) ld.at->host_floats(c.inv_freq, "rope inverse frequencies" + ld.tag, slot(&s.inv_freq));
-        const Part pt{s.head0, s.c.n_head, s.kv0, s.c.n_kv, s.expert0, s.n_local, r == 0};
+        const Part pt{s.head0, s.c.n_head, s.kv0, s.c.n_kv, s.expert0, s.n_local, r == 0, s.ff0, s.c.n_ff_exp};
         for (int i = 0; i < c.n_layer; ++i) bind_moe_layer(ld, c, pt, i, s.layers[size_t(i)]);
     }
     ld.use_rank(-1);
@@ -371,7 +495,12 @@ std::unique_ptr<Model> load_model(const eh_load_params& params) {
     if (c.arch == Arch::Gpt2 && m->tp > 1)
         throw ehp::Error(EH_UNSUPPORTED, "gpt-cuda: tensor parallelism is not built for gpt2 (gpt-oss and qwen3moe only)");
     const ehcuda::Options opts(params.options_json);
-    opts.check_known({"upload_chunk_bytes", "fp16_weights", "kernels", "batch_invariant", "tensor_parallel"});
+    opts.check_known(
+        {"upload_chunk_bytes", "fp16_weights", "kernels", "batch_invariant", "tensor_parallel", "expert_split"});
+    // How a tensor-parallel load splits the experts: "experts" (whole experts
+    // per rank) or "rows" (every expert on every rank, its width split). One
+    // rank splits nothing either way.
+    m->expert_rows = opts.choice("expert_split", 0, {"experts", "rows"}) == 1 && m->tp > 1;
     const ehcuda::ShardLoadOptions lo = ehcuda::shard_load_options(opts, devices);
     m->rank_streams = lo.rank_streams;
     const auto progress = ehcuda::load_progress(params);

@@ -96,18 +96,24 @@ ehcuda::MoeGroupedArgs moe_grouped_args(const Config& c, const Layer& L, const f
 
 // One rank of a tensor-parallel load (gpt-oss, qwen3moe; the scheme:
 // cuda-common README, "Tensor parallelism"): its query and KV heads (their
-// Q/K/V rows, attn_output's columns, their sinks) and its whole experts
-// (expert parallelism: [expert0, expert0 + n_local) of every layer, with
-// their biases), in an arena of its own on its GPU with its own copy of
-// the norms, the router (every rank routes alike) and the RoPE table.
-// attn_output's bias is rank 0's alone (added once by the all-reduce).
+// Q/K/V rows, attn_output's columns, their sinks) and its experts: whole
+// ones by default (expert parallelism: [expert0, expert0 + n_local) of
+// every layer, with their biases), or with Model::expert_rows every expert
+// and its rows [ff0, ff0 + c.n_ff_exp) of each one's width (gate and up
+// rows, down's columns; tensor parallelism within experts), in an arena of
+// its own on its GPU with its own copy of the norms, the router (every
+// rank routes alike) and the RoPE table. attn_output's bias is rank 0's
+// alone (added once by the all-reduce), as is down's within experts.
 struct Shard {
-    Config c;         // n_head and n_kv are this rank's; the rest (n_expert too) the model's
+    // n_head and n_kv are this rank's, n_ff_exp too within experts; the
+    // rest (n_expert too) the model's
+    Config c;
     int device = 0;   // its GPU
     int head0 = 0;    // its first query head
     int kv0 = 0;      // its first KV head
     int expert0 = 0;  // its first expert
     int n_local = 0;  // its experts
+    int ff0 = 0;      // its first row of every expert's width (0 but within experts)
     std::vector<Layer> layers;
     ehcuda::DeviceArena arena;
     ehcuda::WeightMirror mirror;       // FP16 copies of its dense matrices (when the model keeps them)
@@ -129,6 +135,10 @@ struct Model : ehcuda::ShardedModel<Shard> {
     // grouped kernels, one token too, so a token's routing and expert sums
     // do not depend on how many rows its step holds (see batch.cpp).
     bool batch_invariant = false;
+    // The load option expert_split "rows" on a tensor-parallel load: the
+    // experts split within (every rank every expert, its rows of their
+    // width; no routing filter) instead of whole per rank.
+    bool expert_rows = false;
 };
 
 // Whether a one-token expert block routes inside its gate|up kernel
