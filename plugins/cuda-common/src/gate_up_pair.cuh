@@ -10,6 +10,7 @@
 #pragma once
 
 #include <algorithm>
+#include <type_traits>
 
 #include "block_reduce.cuh"
 #include "bulk_copy.cuh"
@@ -72,7 +73,9 @@ constexpr int pair_min_blocks() {
 
 // Grid (n_ff / 32, slots). Slot s uses expert ids[s] (ids NULL: expert 0;
 // route.logits set: the expert the block's own routing ranks s-th, see
-// FusedRoute) and writes chunk blockIdx.x of its row of chunks in `out`.
+// FusedRoute) and writes chunk blockIdx.x of its row of chunks in `out`;
+// with the experts' activation, a negative ids[s] leaves the slot's chunks
+// unwritten.
 template <int TG, int TU, int Bits, int RW, class Act, bool Bulk>
 __global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bulk>()) gate_up_pair_kernel(DevArgs xa, const int32_t* ids,
                                                                        FusedRoute route,
@@ -151,6 +154,12 @@ __global__ void __launch_bounds__(32 / RW * 32, pair_min_blocks<TG, Bits, RW, Bu
         __syncthreads();
         e = routed[slot];
     }
+    // The experts' form: a slot routed away from this rank (expert
+    // parallelism marks it -1, moe_expert_range.hpp) reads no rows and
+    // writes no chunk; the down kernel skips it too. (A dense FFN's
+    // instances have no such branch.)
+    if constexpr (std::is_same_v<Act, ExpertSwiGlu>)
+        if (e < 0) return;
     const uint8_t* gw = moe_detail::row_ptr(g, e, r0);
     const uint8_t* uw = moe_detail::row_ptr(u, e, r0);
     const float xscale = stage_x_int<Bits>(xa, xs);

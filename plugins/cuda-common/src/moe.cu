@@ -1,5 +1,7 @@
 // MoE routing and expert products (see moe.hpp). One warp per output row
-// of one (token, slot); lanes take 32-element chunks of the row in turn.
+// of one (token, slot); lanes take 32-element chunks of the row in turn. A
+// slot whose id is negative (expert parallelism's mark for another rank's
+// pair, moe_expert_range.hpp) is skipped by both products.
 #include <string>
 
 #include <engine_host/plugin_abi.hpp>
@@ -107,6 +109,7 @@ __global__ void __launch_bounds__(kWarps * 32) gate_up_kernel(const float* x, in
     const int nr = min(kRows, g.rows - r0);
     const int t = ts / k;
     const int e = ids[ts];
+    if (e < 0) return;  // (another rank's pair: its act row is never read)
     const float* xr = x + size_t(t) * ldx;
     float gs[kRows], us[kRows];
     rows_dot<TG, kRows>(g, e, r0, nr, xr, lane, gs);
@@ -140,6 +143,7 @@ __global__ void __launch_bounds__(kWarps * 32) down_kernel(const float* act, int
     for (int s = 0; s < k; ++s) {
         const int ts = t * k + s;
         const int e = ids[ts];
+        if (e < 0) continue;  // (another rank's pair: no term)
         const float w = wts[ts];
         float y[kRows];
         rows_dot<T, kRows>(d, e, r0, nr, act + size_t(ts) * d.cols, lane, y);

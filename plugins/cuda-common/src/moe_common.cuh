@@ -130,8 +130,11 @@ __device__ __forceinline__ float bias_of(const DevMat& m, int e, int r) {
 
 // The P (token, slot) pairs of `ids` grouped by expert, a stable counting
 // sort on the device (moe_prefill.cu): expert e's pairs, in pair order, are
-// sorted[offsets[e] .. offsets[e+1]), and pos[pair] is a pair's place. Ids
-// must lie in [0, n_expert) (moe_route's do); the others are left out.
+// sorted[offsets[e] .. offsets[e+1]), and pos[pair] is a pair's place. A
+// negative id (expert parallelism's mark for another rank's pair,
+// moe_expert_range.hpp) sorts before expert 0: those pairs fill
+// sorted[0 .. offsets[0]), in no expert's range. Ids past n_expert are left
+// out (offsets[n_expert] < P).
 void group_pairs(const int32_t* ids, int P, int n_expert, int32_t* offsets, int32_t* sorted, int32_t* pos,
                  cudaStream_t stream);
 // The tensor-core form of moe_grouped (moe_grouped_mma.cu): whether it
@@ -173,7 +176,8 @@ void tile_down(const __half* act16, int pairs, const int32_t* offsets, int n_exp
 void gather_half_rows(const float* x, int ldx, int cols, int k, const int32_t* sorted, int P, __half* x16,
                       cudaStream_t stream);
 // h[t][r] += sum over s in rank order of w[t*k+s] * (d[pos[t*k+s]][r] +
-// bias[e][r]), e = ids[t*k+s]: the experts' outputs d in sorted order.
+// bias[e][r]), e = ids[t*k+s]: the experts' outputs d in sorted order. Slots
+// of negative id add no term.
 void combine_sorted(const float* d, int embd, int ntok, int k, const int32_t* ids, const float* weights,
                     const int32_t* pos, const float* bias, int bias_stride, float* h, int ldh, cudaStream_t stream);
 

@@ -7,6 +7,9 @@
 //   down:    block (R output rows) of W warps, warp w takes slots w,
 //            w+W, ...; the slots' partial sums are combined in rank order
 //            in shared memory (no atomics: reproducible) and added to h.
+//            A slot whose id is negative (a pair expert parallelism routed
+//            to another rank, moe_expert_range.hpp) is skipped by both:
+//            no rows read, no term added.
 //            Eight or more slots (Qwen3-MoE): 8 warps, one slot each, and
 //            R = moe_down_rows (8: each lane's input chunk serves 8 rows);
 //            fewer (gpt-oss): 4 warps of 4 rows.
@@ -55,6 +58,7 @@ __global__ void __launch_bounds__(W * 32, down_min_blocks<W, R>()) down_decode_k
     const int nch = d.cols / 32;
     for (int s = warp; s < k; s += W) {
         const int e = ids[s];
+        if (e < 0) continue;  // (a pair routed away from this rank: no rows, no term)
         const uint8_t* xq = act_q + size_t(s) * nch * kChunkBytes;
         const uint8_t* w = row_ptr(d, e, r0);
         float acc[R] = {};
@@ -74,7 +78,8 @@ __global__ void __launch_bounds__(W * 32, down_min_blocks<W, R>()) down_decode_k
     __syncthreads();
     if (threadIdx.x < nr) {
         float sum = 0.0f;
-        for (int s = 0; s < k; ++s) sum = fmaf(wts[s], part[s][threadIdx.x], sum);
+        for (int s = 0; s < k; ++s)
+            if (ids[s] >= 0) sum = fmaf(wts[s], part[s][threadIdx.x], sum);
         h[r0 + threadIdx.x] += sum;
     }
 }

@@ -11,7 +11,9 @@
 //   1. x rows -> integer chunks (store_chunk_warp: the codes the single-token
 //      kernels stage for themselves);
 //   2. the (token, slot) pairs grouped by expert on the device (moe_prefill's
-//      counting sort: offsets[e] .. offsets[e+1) of `sorted`);
+//      counting sort: offsets[e] .. offsets[e+1) of `sorted`; a pair of
+//      negative id, another rank's under expert parallelism, is in no
+//      expert's range, so no pass computes it, and the combine skips it);
 //   3. gate|up: block (8 rows of gate and the same of up, expert e); each warp
 //      reads its rows chunk by chunk once per tile of kTile tokens routed to
 //      e and dots every chunk with all the tile's inputs, so a weight comes
@@ -171,14 +173,17 @@ __global__ void __launch_bounds__(kWarps * 32) grouped_rows_kernel(const uint8_t
 }
 
 // h[t][r] += sum over s in rank order of w[t*k+s] * d[t*k+s][r], the
-// single-token down kernel's sum.
-__global__ void combine_kernel(const float* d, int embd, int k, const float* wts, float* h, int ldh) {
+// single-token down kernel's sum; a slot whose id is negative (another
+// rank's pair, which no pass computed) adds no term.
+__global__ void combine_kernel(const float* d, int embd, int k, const int32_t* ids, const float* wts, float* h,
+                               int ldh) {
     pdl_entry();
     const int t = blockIdx.y;
     const int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= embd) return;
     float sum = 0.0f;
-    for (int s = 0; s < k; ++s) sum = fmaf(wts[t * k + s], d[size_t(t * k + s) * embd + r], sum);
+    for (int s = 0; s < k; ++s)
+        if (ids[t * k + s] >= 0) sum = fmaf(wts[t * k + s], d[size_t(t * k + s) * embd + r], sum);
     h[size_t(t) * ldh + r] += sum;
 }
 
@@ -305,7 +310,7 @@ void moe_grouped(const MoeGroupedArgs& a, cudaStream_t stream) {
     });
     EHC_LAUNCHED("grouped_rows_kernel (down)");
     launch("moe grouped combine", combine_kernel, dim3(blocks_for(size_t(E), 256), unsigned(a.ntok)), 256, 0, stream,
-           static_cast<const float*>(dout), E, a.k, a.weights, a.h, a.ldh);
+           static_cast<const float*>(dout), E, a.k, a.ids, a.weights, a.h, a.ldh);
     EHC_LAUNCHED("combine_kernel");
 }
 

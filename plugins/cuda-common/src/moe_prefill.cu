@@ -29,6 +29,11 @@ namespace {
 
 constexpr int kGroupThreads = 256;
 
+// Block e: expert e's pairs. A negative id (a pair expert parallelism
+// routed to another rank, moe_expert_range.hpp) sorts before expert 0:
+// offsets[0] is their count, block 0 places them at [0, offsets[0]) (only
+// when there are any), so every place below P names a pair, and no
+// expert's range holds them.
 __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids, int P, int n_expert,
                                                               int32_t* offsets, int32_t* sorted, int32_t* pos) {
     const int e = blockIdx.x;
@@ -41,29 +46,36 @@ __global__ void __launch_bounds__(kGroupThreads) group_kernel(const int32_t* ids
     for (int i = tid; i < P; i += kGroupThreads) less += ids[i] < e;
     atomicAdd(&s_less, less);  // integer: exact in any order
     __syncthreads();
-    int base = s_less;
-    if (tid == 0) offsets[e] = base;
-    for (int i0 = 0; i0 < P; i0 += kGroupThreads) {
-        const int i = i0 + tid;
-        const bool mine = i < P && ids[i] == e;
-        const unsigned m = __ballot_sync(0xffffffffu, mine);
-        if (lane == 0) s_warp[warp] = __popc(m);
-        __syncthreads();
-        int before = 0, total = 0;
+    // The pairs with is_mine(id), in pair order, from place `base` on;
+    // returns the place after the last.
+    auto place = [&](int base, auto is_mine) {
+        for (int i0 = 0; i0 < P; i0 += kGroupThreads) {
+            const int i = i0 + tid;
+            const bool mine = i < P && is_mine(ids[i]);
+            const unsigned m = __ballot_sync(0xffffffffu, mine);
+            if (lane == 0) s_warp[warp] = __popc(m);
+            __syncthreads();
+            int before = 0, total = 0;
 #pragma unroll
-        for (int w = 0; w < kGroupThreads / 32; ++w) {
-            before += w < warp ? s_warp[w] : 0;
-            total += s_warp[w];
+            for (int w = 0; w < kGroupThreads / 32; ++w) {
+                before += w < warp ? s_warp[w] : 0;
+                total += s_warp[w];
+            }
+            if (mine) {
+                const int p = base + before + __popc(m & ((1u << lane) - 1u));
+                sorted[p] = i;
+                pos[i] = p;
+            }
+            base += total;
+            __syncthreads();  // s_warp is rewritten next round
         }
-        if (mine) {
-            const int p = base + before + __popc(m & ((1u << lane) - 1u));
-            sorted[p] = i;
-            pos[i] = p;
-        }
-        base += total;
-        __syncthreads();  // s_warp is rewritten next round
-    }
-    if (e == n_expert - 1 && tid == 0) offsets[n_expert] = base;
+        return base;
+    };
+    const int first = s_less;
+    if (tid == 0) offsets[e] = first;
+    if (e == 0 && first > 0) place(0, [](int id) { return id < 0; });
+    const int end = place(first, [e](int id) { return id == e; });
+    if (e == n_expert - 1 && tid == 0) offsets[n_expert] = end;
 }
 
 // x16[i] = x[sorted[i] / k] as FP16, eight elements per thread.
@@ -90,6 +102,7 @@ __global__ void swiglu_kernel(const float* gu, int ff, int P, const int32_t* sor
     const size_t i = idx / ff;
     const int r = int(idx % ff);
     const int e = ids[sorted[i]];
+    if (e < 0) return;  // (a pair of another rank's, never read)
     float g = gu[i * 2 * ff + r], u = gu[i * 2 * ff + ff + r];
     if (bg) g += bg[size_t(e) * bg_stride + r];
     if (bu) u += bu[size_t(e) * bu_stride + r];
@@ -97,7 +110,8 @@ __global__ void swiglu_kernel(const float* gu, int ff, int P, const int32_t* sor
 }
 
 // h[t][r] += sum_s w[t*k+s] * (d[pos[t*k+s]][r] + bd[e][r]), s in rank order
-// (the same sum, in the same order, as moe_down).
+// (the same sum, in the same order, as moe_down), over the slots whose id is
+// not negative.
 __global__ void combine_kernel(const float* d, int embd, int k, const int32_t* ids, const float* wts,
                                const int32_t* pos, const float* bd, int bd_stride, float* h, int ldh) {
     const int t = blockIdx.y;
@@ -107,6 +121,7 @@ __global__ void combine_kernel(const float* d, int embd, int k, const int32_t* i
     for (int s = 0; s < k; ++s) {
         const int ts = t * k + s;
         const int e = ids[ts];
+        if (e < 0) continue;  // (a pair of another rank's: no term)
         const float b = bd ? bd[size_t(e) * bd_stride + r] : 0.0f;
         out = fmaf(wts[ts], d[size_t(pos[ts]) * embd + r] + b, out);
     }
@@ -194,7 +209,10 @@ bool moe_prefill(PrefillWorkspace* ws, const float* x, int ldx, int ntok, int k,
     EHC_CHECK(cudaMemcpyAsync(host_off, offsets, size_t(n_expert + 1) * sizeof(int32_t), cudaMemcpyDeviceToHost, stream));
     moe_detail::gather_half_rows(x, ldx, E, k, sorted, int(P), x16, stream);
     EHC_CHECK(cudaStreamSynchronize(stream));
-    if (host_off[0] != 0 || host_off[n_expert] != int32_t(P)) throw ehp::Error(EH_INTERNAL, "moe prefill: expert ids out of range");
+    // (host_off[0]: the pairs of negative id, skipped; an id past the experts
+    // is in no range)
+    if (host_off[0] < 0 || host_off[0] > int32_t(P) || host_off[n_expert] != int32_t(P))
+        throw ehp::Error(EH_INTERNAL, "moe prefill: expert ids out of range");
 
     // gate|up stored as one tensor (gate rows then up rows of each expert)
     // dequantize and multiply as one matrix of 2F rows.

@@ -330,7 +330,8 @@ void Batch::expert_block(Rank& r, int li, const ehcuda::StepView& v, float* y) {
         if (!one || !fused_route()) ehcuda::moe_route(r.router.as<float>(), T, c.n_expert, c.n_expert_used, ids, wts, s);
     }
     // A rank of whole experts keeps the pairs routed to them (as local
-    // indices); within experts every rank runs every pair on its rows.
+    // indices) and marks the others -1, which the expert kernels skip;
+    // within experts every rank runs every pair on its rows.
     if (sharded && !m_.expert_rows) ehcuda::moe_keep_expert_range(ids, wts, T, c.n_expert_used, r.expert0, r.n_local, s);
     moe(r, li, T, y);
 }
