@@ -1,15 +1,19 @@
 // The LoRA update's kernels (lora.hpp): a shrink (u = A x) and an expand
-// (y += s * B u, a thread per output), one row of the step per block row,
-// each row reading its own adapter's descriptors. Up to kLoraMaxParts sites
-// that read the same input (q, k, v; gate, up) go in one launch pair.
+// (y += s * B u, a thread per output column). A block takes one adapter's
+// rows of the step (LoraApplyArgs::slots: the adapters with a pair at its
+// sites; each block finds its adapter's rows among the step's): it reads
+// that adapter's A slice or B^T columns once for all of them, where a block
+// per row read them once per row (Llama-3.1-8B, 64 rows over 8 rank-16
+// adapters: the gate|up expand alone read 58 MB a layer). Up to
+// kLoraMaxParts sites that read the same input (q, k, v; gate, up) go in
+// one launch pair.
 //
-// The shrink splits the input into slices of kSliceCols (a block each: a
-// thread per column pair, kRankTile rank rows at a time, reduced over the
-// block), so a row's dot products run on many threads at once: a warp per
-// rank row walking the whole input kept too few loads in flight (Llama-3.1-8B,
-// 64 rows over 8 adapters: 0.51x the base model's decode throughput). Each
-// slice writes its partial sums; the expand adds them in slice order, so a
-// row's u does not depend on the other rows.
+// The shrink splits the input into slices (lora_slice_cols; a block each:
+// a thread per column pair, kRankTile rank rows and kShrinkRows rows at a
+// time, reduced over the block); each slice writes its partial sums, which
+// the expand adds in slice order. A row's sums run in the same order
+// whichever rows share its block, so its result depends on its own entry
+// alone.
 #include <cublas_v2.h>
 
 #include <string>
@@ -24,6 +28,8 @@ namespace {
 constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 constexpr int kRankTile = 16;
+constexpr int kShrinkRows = 4;   // rows a shrink thread accumulates at once
+constexpr int kExpandRows = 16;  // rows an expand thread accumulates at once
 
 // The row's token's adapter slot, or -1.
 __device__ __forceinline__ int row_slot(const LoraApplyArgs& a, int r) {
@@ -42,111 +48,180 @@ __device__ __forceinline__ float* partial(const LoraApplyArgs& a, int p, int sli
     return a.u + ((size_t(p) * a.slices + slice) * a.u_rows + r) * kLoraMaxRank;
 }
 
-// Block (row, part, slice).
+// The rows (ascending) whose adapter is `slot`, into rows[]; their count,
+// the same for every thread of the block. The first warp scans.
+__device__ int slot_rows(const LoraApplyArgs& a, int slot, int* rows) {
+    __shared__ int count;
+    if (threadIdx.x < 32) {
+        const unsigned lane = threadIdx.x;
+        int n = 0;
+        for (int r0 = 0; r0 < a.nrows; r0 += 32) {
+            const int r = r0 + int(lane);
+            const bool mine = r < a.nrows && row_slot(a, r) == slot;
+            const unsigned m = __ballot_sync(0xffffffffu, mine);
+            if (mine) rows[n + __popc(m & ((1u << lane) - 1u))] = r;
+            n += __popc(m);
+        }
+        if (lane == 0) count = n;
+    }
+    __syncthreads();
+    return count;
+}
+
+// Input column i of row r: x itself, or silu(gate) * up from the FFN's
+// gate|up halves (as the down projection's input staging computes it).
+__device__ __forceinline__ float x_at(const LoraApplyArgs& a, const float* row, int i) {
+    if (!a.swiglu) return row[i];
+    const float g = row[i];
+    return g / (1.0f + __expf(-g)) * row[i + a.n_in];
+}
+__device__ __forceinline__ float2 x_pair(const LoraApplyArgs& a, const float* row, int i) {
+    const float2 v = *reinterpret_cast<const float2*>(row + i);
+    if (!a.swiglu) return v;
+    const float2 u = *reinterpret_cast<const float2*>(row + i + a.n_in);
+    return make_float2(v.x / (1.0f + __expf(-v.x)) * u.x, v.y / (1.0f + __expf(-v.y)) * u.y);
+}
+
+// Block (adapter, part, slice): every row of that adapter, kShrinkRows at
+// a time, over the slice's columns.
 __global__ void lora_shrink_kernel(LoraApplyArgs a) {
     pdl_entry();  // (every block, before any early exit: the next kernel's start depends on it)
     pdl_release();
-    const int r = blockIdx.x, p = blockIdx.y, slice = blockIdx.z;
-    const int slot = row_slot(a, r);
-    if (slot < 0) return;
+    const int slot = a.slots[blockIdx.x], p = blockIdx.y, slice = blockIdx.z;
     const LoraDesc* d = part_desc(a, slot, p);
-    if (!d) return;
-    __shared__ float red[kWarps][kRankTile];
+    if (!d) return;  // (uniform over the block)
+    __shared__ int rows[LoraStep::kRows];
+    const int n = slot_rows(a, slot, rows);
+    __shared__ float red[kWarps][kShrinkRows][kRankTile];
     const int lane = threadIdx.x & 31, warp = threadIdx.x / 32;
-    const int i0 = slice * kSliceCols, i1 = min(a.n_in, i0 + kSliceCols);
-    const float* x = a.x + size_t(r) * a.ldx;
-    float* out = partial(a, p, slice, r);
+    const int i0 = slice * a.slice_cols, i1 = min(a.n_in, i0 + a.slice_cols);
     for (int k0 = 0; k0 < d->rank; k0 += kRankTile) {
         const int nk = min(kRankTile, d->rank - k0);
         const __half* w = d->a + size_t(k0) * a.n_in;
-        float acc[kRankTile];
+        for (int c0 = 0; c0 < n; c0 += kShrinkRows) {
+            const int nr = min(kShrinkRows, n - c0);
+            const float* x[kShrinkRows];
 #pragma unroll
-        for (int j = 0; j < kRankTile; ++j) acc[j] = 0.0f;
-        if (a.vec) {  // (n_in and ldx even: column pairs)
-            for (int i = i0 + 2 * int(threadIdx.x); i < i1; i += 2 * kThreads) {
-                const float2 xv = *reinterpret_cast<const float2*>(x + i);
+            for (int q = 0; q < kShrinkRows; ++q) x[q] = a.x + size_t(rows[c0 + min(q, nr - 1)]) * a.ldx;
+            float acc[kShrinkRows][kRankTile];
 #pragma unroll
-                for (int j = 0; j < kRankTile; ++j)
-                    if (j < nk) {
-                        const float2 wv = __half22float2(*reinterpret_cast<const __half2*>(w + size_t(j) * a.n_in + i));
-                        acc[j] = fmaf(wv.y, xv.y, fmaf(wv.x, xv.x, acc[j]));
+            for (int q = 0; q < kShrinkRows; ++q)
+#pragma unroll
+                for (int j = 0; j < kRankTile; ++j) acc[q][j] = 0.0f;
+            if (a.vec) {  // (n_in and ldx even: column pairs)
+                for (int i = i0 + 2 * int(threadIdx.x); i < i1; i += 2 * kThreads) {
+                    float2 wv[kRankTile];
+#pragma unroll
+                    for (int j = 0; j < kRankTile; ++j)
+                        wv[j] = j < nk ? __half22float2(*reinterpret_cast<const __half2*>(w + size_t(j) * a.n_in + i))
+                                       : make_float2(0.0f, 0.0f);
+#pragma unroll
+                    for (int q = 0; q < kShrinkRows; ++q) {
+                        if (q >= nr) break;
+                        const float2 xv = x_pair(a, x[q], i);
+#pragma unroll
+                        for (int j = 0; j < kRankTile; ++j) acc[q][j] = fmaf(wv[j].y, xv.y, fmaf(wv[j].x, xv.x, acc[q][j]));
                     }
-            }
-        } else {
-            for (int i = i0 + int(threadIdx.x); i < i1; i += kThreads) {
-                const float xv = x[i];
+                }
+            } else {
+                for (int i = i0 + int(threadIdx.x); i < i1; i += kThreads) {
+                    float wv[kRankTile];
 #pragma unroll
-                for (int j = 0; j < kRankTile; ++j)
-                    if (j < nk) acc[j] = fmaf(__half2float(w[size_t(j) * a.n_in + i]), xv, acc[j]);
-            }
-        }
+                    for (int j = 0; j < kRankTile; ++j) wv[j] = j < nk ? __half2float(w[size_t(j) * a.n_in + i]) : 0.0f;
 #pragma unroll
-        for (int j = 0; j < kRankTile; ++j) {
-            float v = acc[j];
-            for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-            if (lane == 0) red[warp][j] = v;
+                    for (int q = 0; q < kShrinkRows; ++q) {
+                        if (q >= nr) break;
+                        const float xv = x_at(a, x[q], i);
+#pragma unroll
+                        for (int j = 0; j < kRankTile; ++j) acc[q][j] = fmaf(wv[j], xv, acc[q][j]);
+                    }
+                }
+            }
+#pragma unroll
+            for (int q = 0; q < kShrinkRows; ++q)
+#pragma unroll
+                for (int j = 0; j < kRankTile; ++j) {
+                    float v = acc[q][j];
+                    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+                    if (lane == 0) red[warp][q][j] = v;
+                }
+            __syncthreads();
+            if (int(threadIdx.x) < kShrinkRows * kRankTile) {
+                const int q = threadIdx.x / kRankTile, j = threadIdx.x % kRankTile;
+                if (q < nr && j < nk) {
+                    float v = 0.0f;
+                    for (int wq = 0; wq < kWarps; ++wq) v += red[wq][q][j];
+                    partial(a, p, slice, rows[c0 + q])[k0 + j] = v;
+                }
+            }
+            __syncthreads();
         }
-        __syncthreads();
-        if (int(threadIdx.x) < nk) {
-            float v = 0.0f;
-            for (int q = 0; q < kWarps; ++q) v += red[q][threadIdx.x];
-            out[k0 + int(threadIdx.x)] = v;
-        }
-        __syncthreads();
     }
 }
 
-// Outputs of all parts side by side: thread j of the row is part p's
-// output j - start(p). u: the slices' partial sums added in slice order.
+// Block (adapter, column tile): outputs of all parts side by side, thread
+// j of the tile part p's output j - start(p), for every row of that adapter,
+// kExpandRows at a time; u: the slices' partial sums added in slice order.
 __global__ void lora_expand_kernel(LoraApplyArgs a) {
     pdl_entry();
     pdl_release();
-    __shared__ float u[kLoraMaxParts][kLoraMaxRank];
-    const int r = blockIdx.x;
-    const int slot = row_slot(a, r);
-    if (slot < 0) return;  // (uniform over the block, as below)
+    const int slot = a.slots[blockIdx.x];
     const LoraDesc* d[kLoraMaxParts] = {};
-    bool any = false;
+    int max_rank = 0;
     for (int p = 0; p < a.nparts; ++p) {
         d[p] = part_desc(a, slot, p);
-        any = any || d[p];
+        if (d[p]) max_rank = max(max_rank, d[p]->rank);
     }
-    if (!any) return;
-    for (int p = 0; p < a.nparts; ++p)
-        if (d[p])
-            for (int k = threadIdx.x; k < d[p]->rank; k += blockDim.x) {
-                float v = 0.0f;
-                for (int slice = 0; slice < a.slices; ++slice) v += partial(a, p, slice, r)[k];
-                u[p][k] = v;
-            }
-    __syncthreads();
+    if (max_rank == 0) return;  // (uniform over the block, as below)
+    __shared__ int rows[LoraStep::kRows];
+    const int n = slot_rows(a, slot, rows);
+    __shared__ float us[kLoraMaxParts][kExpandRows][kRankTile];
     int j = blockIdx.y * blockDim.x + threadIdx.x, p = 0;
     while (p < a.nparts && j >= a.part[p].n_out) j -= a.part[p++].n_out;
-    if (p >= a.nparts || !d[p]) return;
-    const LoraDesc& dp = *d[p];
-    const int n_out = a.part[p].n_out;
-    float acc = 0.0f;
-#pragma unroll 8
-    for (int k = 0; k < dp.rank; ++k) acc = fmaf(__half2float(dp.bt[size_t(k) * n_out + j]), u[p][k], acc);
-    a.y[size_t(r) * a.ldy + a.part[p].col0 + j] += dp.scale * acc;
-}
-
-__global__ void swiglu_kernel(float* x, int ld, int n_ff) {
-    pdl_entry();
-    pdl_release();
-    float* row = x + size_t(blockIdx.y) * ld;
-    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < n_ff; k += gridDim.x * blockDim.x) {
-        const float g = row[k];
-        row[k] = g / (1.0f + __expf(-g)) * row[k + n_ff];  // (the SwiGLU input staging's silu)
+    const LoraDesc* dp = p < a.nparts ? d[p] : nullptr;
+    const int n_out = dp ? a.part[p].n_out : 0;
+    for (int c0 = 0; c0 < n; c0 += kExpandRows) {
+        const int nr = min(kExpandRows, n - c0);
+        float acc[kExpandRows];
+#pragma unroll
+        for (int q = 0; q < kExpandRows; ++q) acc[q] = 0.0f;
+        for (int k0 = 0; k0 < max_rank; k0 += kRankTile) {
+            for (int e = threadIdx.x; e < a.nparts * kExpandRows * kRankTile; e += blockDim.x) {
+                const int pp = e / (kExpandRows * kRankTile), q = e / kRankTile % kExpandRows, k = e % kRankTile;
+                float v = 0.0f;
+                if (d[pp] && q < nr && k0 + k < d[pp]->rank)
+                    for (int slice = 0; slice < a.slices; ++slice) v += partial(a, pp, slice, rows[c0 + q])[k0 + k];
+                us[pp][q][k] = v;
+            }
+            __syncthreads();
+            if (dp) {
+                const int nk = min(kRankTile, dp->rank - k0);
+                for (int k = 0; k < nk; ++k) {
+                    const float b = __half2float(dp->bt[size_t(k0 + k) * n_out + j]);
+#pragma unroll
+                    for (int q = 0; q < kExpandRows; ++q) acc[q] = fmaf(b, us[p][q][k], acc[q]);
+                }
+            }
+            __syncthreads();
+        }
+        if (dp)
+#pragma unroll
+            for (int q = 0; q < kExpandRows; ++q)
+                if (q < nr) a.y[size_t(rows[c0 + q]) * a.ldy + a.part[p].col0 + j] += dp->scale * acc[q];
     }
 }
 
-__global__ void to_half_kernel(const float* x, int ldx, int cols, __half* out) {
+// x's rows in FP16 (swiglu: silu(gate) * up of gate|up rows, as x_at).
+__global__ void to_half_kernel(const float* x, int ldx, int cols, bool swiglu, __half* out) {
     pdl_entry();
     pdl_release();
     const float* row = x + size_t(blockIdx.y) * ldx;
     __half* o = out + size_t(blockIdx.y) * cols;
-    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < cols; k += gridDim.x * blockDim.x) o[k] = __float2half(row[k]);
+    for (int k = blockIdx.x * blockDim.x + threadIdx.x; k < cols; k += gridDim.x * blockDim.x) {
+        float v = row[k];
+        if (swiglu) v = v / (1.0f + __expf(-v)) * row[k + cols];
+        o[k] = __float2half(v);
+    }
 }
 
 void check_blas(cublasStatus_t st, const char* what) {
@@ -163,7 +238,7 @@ void lora_apply_gemm(const LoraGemmArgs& a, cudaStream_t stream) {
     if (!any) return;
     const int bx = (a.n_in + kThreads - 1) / kThreads;
     launch("lora_to_half_kernel", to_half_kernel, dim3(bx < 64 ? bx : 64, a.rows), kThreads, 0, stream, a.x, a.ldx, a.n_in,
-           a.xh);
+           a.swiglu, a.xh);
     EHC_LAUNCHED("lora_to_half_kernel");
     cublasHandle_t h = a.blas;
     check_blas(cublasSetStream(h, stream), "cublasSetStream");
@@ -185,25 +260,39 @@ void lora_apply_gemm(const LoraGemmArgs& a, cudaStream_t stream) {
     }
 }
 
-void lora_apply(const LoraApplyArgs& a, cudaStream_t stream) {
-    if (a.nrows <= 0 || a.n_in <= 0 || a.nparts <= 0 || a.nparts > kLoraMaxParts) return;
-    if (a.nrows > a.u_rows || a.slices != lora_slices(a.n_in))
-        throw ehp::Error(EH_INTERNAL, "lora_apply: more rows or slices than the scratch holds");
+namespace {
+
+// The launch's output columns (every part's), or 0 where it has nothing to
+// do; throws where the scratch does not hold its rows or slices.
+int lora_outputs(const LoraApplyArgs& a) {
+    if (a.nrows <= 0 || a.n_in <= 0 || a.nparts <= 0 || a.nparts > kLoraMaxParts || a.nslots <= 0) return 0;
+    if (a.nrows > a.u_rows || a.nrows > LoraStep::kRows || a.nparts * a.slices > a.u_slices || a.slice_cols % 2 ||
+        a.slices != (a.n_in + a.slice_cols - 1) / a.slice_cols || a.nslots > kLoraMaxAdapters)
+        throw ehp::Error(EH_INTERNAL, "lora_apply: more rows, slices or adapters than the scratch holds");
     int n_out = 0;
     for (int p = 0; p < a.nparts; ++p) n_out += a.part[p].n_out;
-    if (n_out <= 0) return;
-    launch("lora_shrink_kernel", lora_shrink_kernel, dim3(a.nrows, a.nparts, a.slices), kThreads, 0, stream, a);
+    return n_out;
+}
+
+}  // namespace
+
+void lora_shrink(const LoraApplyArgs& a, cudaStream_t stream) {
+    if (lora_outputs(a) <= 0) return;
+    launch("lora_shrink_kernel", lora_shrink_kernel, dim3(a.nslots, a.nparts, a.slices), kThreads, 0, stream, a);
     EHC_LAUNCHED("lora_shrink_kernel");
-    launch("lora_expand_kernel", lora_expand_kernel, dim3(a.nrows, (n_out + kThreads - 1) / kThreads), kThreads, 0,
+}
+
+void lora_expand(const LoraApplyArgs& a, cudaStream_t stream) {
+    const int n_out = lora_outputs(a);
+    if (n_out <= 0) return;
+    launch("lora_expand_kernel", lora_expand_kernel, dim3(a.nslots, (n_out + kThreads - 1) / kThreads), kThreads, 0,
            stream, a);
     EHC_LAUNCHED("lora_expand_kernel");
 }
 
-void swiglu_inplace(float* x, int ld, int n_ff, int ntok, cudaStream_t stream) {
-    if (ntok <= 0 || n_ff <= 0) return;
-    const int bx = (n_ff + kThreads - 1) / kThreads;
-    launch("swiglu_kernel", swiglu_kernel, dim3(bx < 64 ? bx : 64, ntok), kThreads, 0, stream, x, ld, n_ff);
-    EHC_LAUNCHED("swiglu_kernel");
+void lora_apply(const LoraApplyArgs& a, cudaStream_t stream) {
+    lora_shrink(a, stream);
+    lora_expand(a, stream);
 }
 
 }  // namespace ehcuda

@@ -46,8 +46,13 @@ void LoraSet::write(int slot, const std::vector<LoraDesc>& sites) {
     EHC_CHECK(cudaMemcpy(table_.as<LoraDesc>() + size_t(slot) * n_sites_, sites.data(), sites.size() * sizeof(LoraDesc),
                          cudaMemcpyHostToDevice));
     std::copy(sites.begin(), sites.end(), host_.begin() + std::ptrdiff_t(size_t(slot) * size_t(n_sites_)));
+    bool any = false;
     for (int i = 0; i < n_sites_; ++i)
-        if (sites[size_t(i)].rank > 0 && users_[size_t(i)]++ == 0) ++generation_;
+        if (sites[size_t(i)].rank > 0) {
+            ++users_[size_t(i)];
+            any = true;
+        }
+    if (any) ++generation_;  // (a new slot in the launches' lists: LoraStep::apply)
 }
 
 void LoraSet::release(int slot) noexcept {

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 
 #include <ehcuda/attention_decode_group.hpp>
 #include <ehcuda/attention_paged.hpp>
@@ -168,14 +169,18 @@ void Batch::forward(const ehcuda::StepView& v) {
     const int tp = m_.tp;
     float* h = h_.as<float>();
     // A step with LoRA adapters (v.lora; tp 1 only) keeps every adapted
-    // matmul's input in memory (no norm or activation folded into a kernel)
-    // and adds its rows' updates to each output (lora.hpp); any other step
-    // launches nothing more.
+    // matmul's input in memory (no norm folded into a kernel; the SwiGLU
+    // the down projection's adapter computes from the gate|up rows as its
+    // matmul does) and adds its rows' updates to each output (lora.hpp); any
+    // other step launches nothing more.
+    // adapt_begin as soon as the matmul's input is there (a decode step's
+    // shrink then runs beside the matmul), adapt_end after the matmul.
     const bool lora = v.lora;
-    auto adapt = [&](std::initializer_list<int> sites, const float* x, int ldx, float* y, int ldy, int n,
-                     const int32_t* row_token = nullptr) {
-        if (lora)
-            lora_.apply(m_.lora, sites, v.d_lora, row_token, n, x, ldx, y, ldy, ledger(), s, v.spans, v.nspans, workspace());
+    auto adapt_begin = [&](std::initializer_list<int> sites, const float* x, int ldx, int n, bool swiglu = false) {
+        if (lora) lora_.begin(m_.lora, sites, v.d_lora, n, x, ldx, ledger(), s, v.spans, v.nspans, workspace(), swiglu);
+    };
+    auto adapt_end = [&](float* y, int ldy) {
+        if (lora) lora_.finish(y, ldy, s);
     };
 
     // y (+)= segs . x over the step's n tokens, on rank r's stream (r: a
@@ -193,7 +198,7 @@ void Batch::forward(const ehcuda::StepView& v) {
     // take it (KernelPlan::bulk_group_norm), a separate kernel (into r.xn)
     // otherwise.
     auto normed_matmul = [&](Rank& r, const ehcuda::MatSeg* segs, int nseg, const float* hin, const float* norm_w,
-                             float* y, int ldy, int n) {
+                             float* y, int ldy, int n, const std::function<void()>& after_norm = {}) {
         if (!lora) {
             const ehcuda::MatmulArgs m =
                 r.matmul_args(segs, nseg, c.n_embd, hin, c.n_embd, ehcuda::XMode::RmsNorm, y, ldy, false, n, norm_w, c.eps);
@@ -205,6 +210,7 @@ void Batch::forward(const ehcuda::StepView& v) {
             }
         }
         ehcuda::rmsnorm(hin, c.n_embd, norm_w, r.xn, c.n_embd, c.n_embd, n, c.eps, r.stream);
+        if (after_norm) after_norm();
         matmul(r, segs, nseg, c.n_embd, r.xn, c.n_embd, ehcuda::XMode::Plain, y, ldy, false, n);
     };
     // A row-parallel matmul (attn_output, ffn_down) adds into h at tp 1;
@@ -237,32 +243,34 @@ void Batch::forward(const ehcuda::StepView& v) {
             float* attn = r.attn.as<float>();
             float* y = post ? post : target(r);
             const bool acc_out = acc && !post;
-            normed_matmul(r, L.qkv, L.n_qkv, r.h, L.attn_norm, qkv, rc.qkv_dim(), T);
-            adapt({lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, r.xn, c.n_embd, qkv,
-                  rc.qkv_dim(), T);
+            normed_matmul(r, L.qkv, L.n_qkv, r.h, L.attn_norm, qkv, rc.qkv_dim(), T, [&] {
+                adapt_begin({lora_site(li, kLoraQ), lora_site(li, kLoraK), lora_site(li, kLoraV)}, r.xn, c.n_embd, T);
+            });
+            adapt_end(qkv, rc.qkv_dim());
             shift_mrope(v, r);  // qwen2vl only
 
             ehcuda::MatSeg out{L.attn_out};
+            bool chunks = false;
             if (v.decode && !v.deep && fused_attn_ &&
                 ehcuda::attention_decode_fused_takes(T, rc.n_head, rc.n_kv, rc.head_dim)) {
                 // One token: the attention leaves its output quantized for the
                 // output projection, which then stages nothing (as a session's
                 // decode step).
-                const bool chunks = !lora && T == 1 && r.attn_chunks.size() && ehcuda::gemv_takes_chunks(L.attn_out.type);
+                chunks = !lora && T == 1 && r.attn_chunks.size() && ehcuda::gemv_takes_chunks(L.attn_out.type);
                 decode_attention(v, r, li, chunks);
-                if (chunks)
-                    matmul(r, &out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y,
-                           c.n_embd, acc_out, 1);
-                else
-                    matmul(r, &out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             } else {
                 if (c.qk_norm)
                     ehcuda::head_rmsnorm(qkv, rc.qkv_dim(), rc.n_head, rc.n_kv, rc.head_dim, L.q_norm, L.k_norm, T, c.eps,
                                          r.stream);
                 prefill_attention(v, r, li);
-                matmul(r, &out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
             }
-            adapt({lora_site(li, kLoraOut)}, attn, rc.q_dim(), y, c.n_embd, T);
+            adapt_begin({lora_site(li, kLoraOut)}, attn, rc.q_dim(), T);
+            if (chunks)
+                matmul(r, &out, 1, rc.q_dim(), r.attn_chunks.as<float>(), rc.q_dim(), ehcuda::XMode::Chunks, y, c.n_embd,
+                       acc_out, 1);
+            else
+                matmul(r, &out, 1, rc.q_dim(), attn, rc.q_dim(), ehcuda::XMode::Plain, y, c.n_embd, acc_out, T);
+            adapt_end(y, c.n_embd);
             if (post) ehcuda::rmsnorm_add(h, post, L.post_attn_norm, c.n_embd, T, c.eps, s);
         }
         all_reduce();
@@ -294,15 +302,16 @@ void Batch::forward(const ehcuda::StepView& v) {
                 else ehcuda::gate_up_swiglu(gu, r.stream);
                 matmul(r, &down, 1, rc.n_ff, ff, rc.n_ff, ehcuda::XMode::Chunks, y, c.n_embd, acc_down, 1);
             } else {
-                normed_matmul(r, L.gate_up, L.n_gate_up, r.h, L.ffn_norm, ff, 2 * rc.n_ff, T);
-                adapt({lora_site(li, kLoraGate), lora_site(li, kLoraUp)}, r.xn, c.n_embd, ff, 2 * rc.n_ff, T);
-                // The activation in place where it is not folded into the
-                // down projection's input (Gemma's, or an adapter reads it).
+                normed_matmul(r, L.gate_up, L.n_gate_up, r.h, L.ffn_norm, ff, 2 * rc.n_ff, T,
+                              [&] { adapt_begin({lora_site(li, kLoraGate), lora_site(li, kLoraUp)}, r.xn, c.n_embd, T); });
+                adapt_end(ff, 2 * rc.n_ff);
+                // Gemma's activation in place; SwiGLU folded into the down
+                // projection's input (and its adapter's).
                 if (c.gemma) ehcuda::geglu_tanh(ff, 2 * rc.n_ff, rc.n_ff, T, r.stream);
-                else if (lora) ehcuda::swiglu_inplace(ff, 2 * rc.n_ff, rc.n_ff, T, r.stream);
-                const ehcuda::XMode mode = c.gemma || lora ? ehcuda::XMode::Plain : ehcuda::XMode::SwiGLU;
+                const ehcuda::XMode mode = c.gemma ? ehcuda::XMode::Plain : ehcuda::XMode::SwiGLU;
+                adapt_begin({lora_site(li, kLoraDown)}, ff, 2 * rc.n_ff, T, !c.gemma);
                 matmul(r, &down, 1, rc.n_ff, ff, 2 * rc.n_ff, mode, y, c.n_embd, acc_down, T);
-                adapt({lora_site(li, kLoraDown)}, ff, 2 * rc.n_ff, y, c.n_embd, T);
+                adapt_end(y, c.n_embd);
             }
             if (post) ehcuda::rmsnorm_add(h, post, L.post_ffn_norm, c.n_embd, T, c.eps, s);
         }
@@ -327,8 +336,9 @@ void Batch::forward(const ehcuda::StepView& v) {
     }
     ehcuda::MatSeg head{m_.output};
     normed_matmul(head_, &head, 1, last, m_.output_norm, v.logits, c.n_vocab, v.nout);
-    adapt({lora_head_site(c)}, xn_.as<float>(), c.n_embd, v.logits, c.n_vocab, v.nout,
-          v.nout != v.ntok ? v.d_out_idx : nullptr);
+    if (lora)  // (its rows: the tokens that need logits)
+        lora_.apply(m_.lora, {lora_head_site(c)}, v.d_lora, v.nout != v.ntok ? v.d_out_idx : nullptr, v.nout,
+                    xn_.as<float>(), c.n_embd, v.logits, c.n_vocab, ledger(), s, v.spans, v.nspans, workspace());
     if (c.logit_softcap > 0.0f) ehcuda::softcap_floats(v.logits, size_t(v.nout) * c.n_vocab, c.logit_softcap, s);
 }
 

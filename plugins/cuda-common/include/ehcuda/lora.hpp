@@ -15,8 +15,9 @@
 // (LoraSet::generation, BatchBase::graph_epoch).
 //
 // Arithmetic: per row, u = A x in FP32 over FP16 weights, then y += s * B u
-// (FP32 accumulation); an entry of kGemmMinRows or more tokens with an
-// adapter (a prefill chunk) takes two cuBLAS GEMMs (FP16 inputs, FP32
+// (FP32 accumulation), each adapter's rows of a step together (its pairs
+// read once for all of them); an entry of kGemmMinRows or more tokens with
+// an adapter (a prefill chunk) takes two cuBLAS GEMMs (FP16 inputs, FP32
 // accumulation) instead. Either way a row's result depends on its own entry
 // alone, never on the other rows of its step.
 #pragma once
@@ -83,9 +84,10 @@ public:
     // The host's copy of a descriptor (for launch choices and cuBLAS).
     const LoraDesc& host(int slot, int site) const { return host_[size_t(slot) * size_t(n_sites_) + size_t(site)]; }
     // Whether some loaded adapter has a pair at the site: a step launches
-    // nothing for the others. generation() grows whenever a site gains its
-    // first pair, so an engine drops graphs captured without its launches
-    // (BatchBase::graph_epoch).
+    // nothing for the others. generation() grows whenever an adapter with a
+    // pair is written into a slot, so an engine drops graphs captured
+    // without its launches or without its slot in their launches' lists
+    // (LoraApplyArgs::slots; BatchBase::graph_epoch).
     bool used(int site) const { return users_[size_t(site)] > 0; }
     uint64_t generation() const { return generation_; }
     // A free slot; throws ehp::Error(NO_CAPACITY) when every one is taken.
@@ -127,9 +129,18 @@ private:
 
 // Sites one launch pair may take: those reading the same input (q, k, v).
 inline constexpr int kLoraMaxParts = 3;
-// The shrink's input slices: a block per kSliceCols columns of a row.
+// The shrink's input slices, a block each. The scratch holds
+// kLoraMaxParts * lora_slices(the widest input) slices' partial sums a row;
+// a launch cuts its input into as many slices as that room holds for its
+// parts (lora_slice_cols: multiples of 64 columns), so that a few adapters'
+// rows still spread over many blocks, each a short walk.
 inline constexpr int kSliceCols = 2048;
 inline int lora_slices(int n_in) { return (n_in + kSliceCols - 1) / kSliceCols; }
+inline int lora_slice_cols(int n_in, int nparts, int room) {
+    const int per_part = room / nparts > 0 ? room / nparts : 1;
+    const int cols = (n_in + per_part - 1) / per_part;
+    return (cols + 63) / 64 * 64;
+}
 struct LoraPart {
     int site = 0;
     int col0 = 0;   // its outputs' first column in y's rows
@@ -137,7 +148,9 @@ struct LoraPart {
 };
 
 // The updates of up to kLoraMaxParts sites that read the same input, over
-// a step's rows.
+// a step's rows: a block per adapter of `slots` (those with a pair at one
+// of the sites when the launch was made; a slot released since has none)
+// takes that adapter's rows.
 struct LoraApplyArgs {
     const LoraDesc* table = nullptr;  // LoraSet::table()
     int n_sites = 0;
@@ -151,15 +164,25 @@ struct LoraApplyArgs {
     float* y = nullptr;        // nrows rows (added to), ldy apart
     int ldy = 0;
     bool vec = false;          // n_in and ldx even, x 8-byte aligned: column pairs
-    // Scratch: kLoraMaxParts * slices * u_rows rows of kLoraMaxRank floats
-    // (the shrink's partial sums per input slice).
+    // x holds the FFN's gate|up rows (n_in each, up after gate): the input
+    // is silu(gate) * up, as the down projection's SwiGLU staging has it.
+    bool swiglu = false;
+    int32_t slots[kLoraMaxAdapters] = {};
+    int nslots = 0;
+    // Scratch: u_slices * u_rows rows of kLoraMaxRank floats (the shrink's
+    // partial sums per part and input slice).
     float* u = nullptr;
     int u_rows = 0;            // (at least nrows)
-    int slices = 0;            // lora_slices(n_in)
+    int u_slices = 0;          // (at least nparts * slices)
+    int slice_cols = 0;        // lora_slice_cols(n_in, nparts, u_slices)
+    int slices = 0;            // n_in / slice_cols, rounded up
 };
 // Two launches (u = A x; y += s B u) whatever the rows' adapters; rows
-// without one cost an early exit.
+// without one are never read. lora_shrink and lora_expand are its halves
+// (the shrink reads only x; the expand reads its u and adds into y).
 void lora_apply(const LoraApplyArgs& a, cudaStream_t stream);
+void lora_shrink(const LoraApplyArgs& a, cudaStream_t stream);
+void lora_expand(const LoraApplyArgs& a, cudaStream_t stream);
 
 // The same update for `rows` rows that all have the adapter of the host
 // descriptors `desc` (a long prefill span): x in FP16 into xh (rows x n_in),
@@ -174,16 +197,13 @@ struct LoraGemmArgs {
     int rows = 0;
     const float* x = nullptr;
     int ldx = 0, n_in = 0;
+    bool swiglu = false;  // as LoraApplyArgs::swiglu
     float* y = nullptr;
     int ldy = 0;
     __half* xh = nullptr;  // rows * n_in
     __half* uh = nullptr;  // rows * kLoraMaxRank
 };
 void lora_apply_gemm(const LoraGemmArgs& a, cudaStream_t stream);
-
-// x[t, j] = silu(x[t, j]) * x[t, n_ff + j] in place, for the rows of a
-// step whose down projection's input must exist (its adapter reads it).
-void swiglu_inplace(float* x, int ld, int n_ff, int ntok, cudaStream_t stream);
 
 // adapter_load's part every engine shares. lora_check_params: the call's
 // numbers (scale, alpha; INVALID_ARGUMENT). lora_upload: each pair of `info`
@@ -209,22 +229,65 @@ std::unique_ptr<LoraAdapter> lora_upload(LoraSet& set, int device, MemoryLedger*
 // rows y, for rows 0 .. nrows - 1 whose adapter has a pair there.
 class LoraStep {
 public:
+    LoraStep() = default;
+    ~LoraStep();
+    LoraStep(const LoraStep&) = delete;
+    LoraStep& operator=(const LoraStep&) = delete;
     // Rows go in launches of at most kRows; the scratch for them (u) is
     // allocated at the first step with an adapter, which runs eagerly
     // (never inside a graph capture), and never moves after.
     static constexpr int kRows = 256;
     // Entries of at least this many tokens with an adapter (prefill chunks)
     // take cuBLAS (lora_apply_gemm), with pw's handle and its FP16
-    // activation buffer as scratch; the other rows the per-row kernels.
+    // activation buffer as scratch; the other rows the kernels (lora_apply).
     static constexpr int kGemmMinRows = 32;
     // row_token: row r's token (the LM head's rows), or NULL: row r is
-    // token r (then `spans` may send entries to cuBLAS).
+    // token r (then `spans` may send entries to cuBLAS). swiglu: x holds
+    // gate|up rows (LoraApplyArgs::swiglu), the sites' n_in wide each.
     void apply(const LoraSet& set, std::initializer_list<int> sites, const int32_t* token_slot,
                const int32_t* row_token, int nrows, const float* x, int ldx, float* y, int ldy, MemoryLedger* ledger,
-               cudaStream_t s, const StepSpan* spans = nullptr, int nspans = 0, PrefillWorkspace* pw = nullptr);
+               cudaStream_t s, const StepSpan* spans = nullptr, int nspans = 0, PrefillWorkspace* pw = nullptr,
+               bool swiglu = false);
+    // apply() (row r token r) in two halves around the matmul whose output
+    // it adds to: begin() as soon as x holds the matmul's input, finish()
+    // after the matmul. Where every row takes the kernels in one launch
+    // pair (a decode step), begin() puts the shrink (it reads x alone) on a
+    // stream of its own, forked from s, so that it runs beside the matmul,
+    // and finish() joins it before the expand; otherwise finish() runs
+    // apply() whole. One begin() at a time, each followed by its finish().
+    void begin(const LoraSet& set, std::initializer_list<int> sites, const int32_t* token_slot, int nrows, const float* x,
+               int ldx, MemoryLedger* ledger, cudaStream_t s, const StepSpan* spans, int nspans, PrefillWorkspace* pw,
+               bool swiglu = false);
+    void finish(float* y, int ldy, cudaStream_t s);
 
 private:
+    // a's parts, adapters and scratch for these sites and x (false: no
+    // loaded adapter has a pair at them, nothing to launch).
+    bool prepare(const LoraSet& set, const int* sites, int nsites, const float* x, int ldx, MemoryLedger* ledger,
+                 bool swiglu, LoraApplyArgs& a);
+    void run(const LoraSet& set, const int* sites, int nsites, const int32_t* token_slot, const int32_t* row_token,
+             int nrows, const float* x, int ldx, float* y, int ldy, MemoryLedger* ledger, cudaStream_t s,
+             const StepSpan* spans, int nspans, PrefillWorkspace* pw, bool swiglu);
     DeviceBuffer u_;
+    // begin()'s state until finish().
+    struct Pending {
+        bool active = false, split = false;
+        const LoraSet* set = nullptr;
+        int sites[kLoraMaxParts] = {};
+        int nsites = 0;
+        const int32_t* token_slot = nullptr;
+        int nrows = 0;
+        const float* x = nullptr;
+        int ldx = 0;
+        MemoryLedger* ledger = nullptr;
+        const StepSpan* spans = nullptr;
+        int nspans = 0;
+        PrefillWorkspace* pw = nullptr;
+        bool swiglu = false;
+        LoraApplyArgs a;
+    } pending_;
+    cudaStream_t side_ = nullptr;
+    cudaEvent_t fork_ = nullptr, join_ = nullptr;
 };
 
 // Host side of adapter_load: a tensor of an adapter view (F32, F16, BF16 or
